@@ -1,0 +1,117 @@
+/*
+ * gguf.h - a read-only, memory-mapped GGUF (v2/v3) reader for untrusted files.
+ *
+ * sw_gguf_open() maps the file and validates the whole header before it
+ * returns: every string length, array count, tensor dimension, type, offset
+ * and alignment is checked against the file size with overflow-safe 64-bit
+ * arithmetic. After a successful open every accessor below is safe: tensor
+ * data pointers lie inside the mapping and cover exactly the tensor's bytes.
+ * A bad file yields NULL and one error line that says what was wrong.
+ *
+ * Tensor data are not touched at open time (only the header pages are read),
+ * so a node that uses a subset of the tensors only faults in those pages.
+ *
+ * Ownership: the sw_gguf_t owns the mapping; every pointer it hands out
+ * (strings, arrays, tensor data) lives until sw_gguf_close().
+ */
+#ifndef SW_GGUF_H
+#define SW_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+typedef struct sw_gguf sw_gguf_t;
+
+enum sw_gguf_vtype {
+    SW_GGUF_UINT8 = 0,
+    SW_GGUF_INT8 = 1,
+    SW_GGUF_UINT16 = 2,
+    SW_GGUF_INT16 = 3,
+    SW_GGUF_UINT32 = 4,
+    SW_GGUF_INT32 = 5,
+    SW_GGUF_FLOAT32 = 6,
+    SW_GGUF_BOOL = 7,
+    SW_GGUF_STRING = 8,
+    SW_GGUF_ARRAY = 9,
+    SW_GGUF_UINT64 = 10,
+    SW_GGUF_INT64 = 11,
+    SW_GGUF_FLOAT64 = 12,
+};
+
+#define SW_GGUF_MAX_DIMS 4
+
+/* A string inside the mapping: NOT NUL-terminated. */
+typedef struct sw_gguf_str {
+    const char *ptr; // (len) bytes inside the mapping
+    uint64_t len;    // byte count
+} sw_gguf_str_t;
+
+typedef struct sw_gguf_tensor {
+    sw_gguf_str_t name;           // tensor name, e.g. "blk.3.attn_q.weight"
+    enum sw_type type;            // element type
+    uint32_t n_dims;              // 1..SW_GGUF_MAX_DIMS
+    int64_t ne[SW_GGUF_MAX_DIMS]; // elements per dim, ne[0] fastest; unused dims = 1
+    uint64_t n_elements;          // product of ne
+    uint64_t n_bytes;             // bytes of data (validated against type and ne)
+    const void *data;             // inside the mapping, n_bytes long
+} sw_gguf_tensor_t;
+
+/* Opens and validates path. Returns NULL and writes a one-line reason into
+ * err (err_len bytes, may be 0) on any problem. */
+sw_gguf_t *sw_gguf_open(const char *path, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* Same, over a caller-owned buffer (used by the fuzzer and the tests). The
+ * buffer must outlive the returned object. */
+sw_gguf_t *sw_gguf_open_buffer(const void *buf, size_t len, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* Unmaps and frees; accepts NULL and NULLs the caller's pointer. */
+void sw_gguf_close(sw_gguf_t **self_p);
+
+uint32_t sw_gguf_version(const sw_gguf_t *g);
+uint64_t sw_gguf_file_size(const sw_gguf_t *g);
+
+/* ---- metadata key/values ---- */
+int64_t sw_gguf_kv_count(const sw_gguf_t *g);
+/* Index of key, or -1. */
+int64_t sw_gguf_find_key(const sw_gguf_t *g, const char *key);
+sw_gguf_str_t sw_gguf_kv_key(const sw_gguf_t *g, int64_t i);
+enum sw_gguf_vtype sw_gguf_kv_type(const sw_gguf_t *g, int64_t i);
+
+/* Typed getters by key. Each returns 0 and stores the value, or -1 when the key
+ * is absent or has an incompatible type (integers of any width convert when the
+ * value fits; float32/float64 convert to double). */
+int sw_gguf_get_u64(const sw_gguf_t *g, const char *key, uint64_t *out)
+    __attribute__((warn_unused_result));
+int sw_gguf_get_i64(const sw_gguf_t *g, const char *key, int64_t *out)
+    __attribute__((warn_unused_result));
+int sw_gguf_get_f64(const sw_gguf_t *g, const char *key, double *out)
+    __attribute__((warn_unused_result));
+int sw_gguf_get_bool(const sw_gguf_t *g, const char *key, int *out)
+    __attribute__((warn_unused_result));
+int sw_gguf_get_str(const sw_gguf_t *g, const char *key, sw_gguf_str_t *out)
+    __attribute__((warn_unused_result));
+
+/* Arrays. sw_gguf_get_arr returns 0 with the element type and count of the
+ * array stored under key, or -1. */
+int sw_gguf_get_arr(const sw_gguf_t *g, const char *key, enum sw_gguf_vtype *elem_type,
+                    uint64_t *count) __attribute__((warn_unused_result));
+/* Element i of a string array (i < count; checked, returns -1 otherwise).
+ * O(1): string offsets are indexed at open time. */
+int sw_gguf_arr_str(const sw_gguf_t *g, const char *key, uint64_t i, sw_gguf_str_t *out)
+    __attribute__((warn_unused_result));
+/* Pointer to the raw little-endian elements of a numeric array (i32, f32, ...),
+ * inside the mapping, possibly unaligned: read with memcpy. NULL if not numeric. */
+const void *sw_gguf_arr_data(const sw_gguf_t *g, const char *key);
+
+/* ---- tensors ---- */
+int64_t sw_gguf_tensor_count(const sw_gguf_t *g);
+const sw_gguf_tensor_t *sw_gguf_tensor(const sw_gguf_t *g, int64_t i);
+/* By name, or NULL. */
+const sw_gguf_tensor_t *sw_gguf_find_tensor(const sw_gguf_t *g, const char *name);
+
+/* Compares a gguf string with a C string. */
+int sw_gguf_str_eq(sw_gguf_str_t s, const char *cstr);
+
+#endif

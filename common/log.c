@@ -1,0 +1,74 @@
+/*
+ * log.c - leveled logging to stderr, one line per call, written with a single
+ * write so that lines from several threads do not interleave.
+ */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static atomic_int s_level = -1;
+static char s_tag[32];
+
+static enum sw_log_level s_level_from_env(void)
+{
+    const char *env = getenv("SW_LOG_LEVEL");
+    if (!env)
+        return SW_LOG_INFO;
+    if (!strcmp(env, "error"))
+        return SW_LOG_ERROR;
+    if (!strcmp(env, "warn"))
+        return SW_LOG_WARN;
+    if (!strcmp(env, "debug"))
+        return SW_LOG_DEBUG;
+    return SW_LOG_INFO;
+}
+
+void sw_log_set_level(enum sw_log_level level)
+{
+    atomic_store(&s_level, (int)level);
+}
+
+enum sw_log_level sw_log_get_level(void)
+{
+    int level = atomic_load(&s_level);
+    if (level < 0) {
+        level = (int)s_level_from_env();
+        atomic_store(&s_level, level);
+    }
+    return (enum sw_log_level)level;
+}
+
+void sw_log_set_tag(const char *tag)
+{
+    snprintf(s_tag, sizeof s_tag, "%s", tag ? tag : "");
+}
+
+void sw_log_write(enum sw_log_level level, const char *fmt, ...)
+{
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    if ((int)level > (int)sw_log_get_level())
+        return;
+    char line[1024];
+    int n;
+    if (s_tag[0])
+        n = snprintf(line, sizeof line, "shardwire[%s] %s: ", s_tag, names[level]);
+    else
+        n = snprintf(line, sizeof line, "shardwire %s: ", names[level]);
+    if (n < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m > 0 ? (size_t)m : 0);
+    if (len > sizeof line - 2)
+        len = sizeof line - 2;
+    line[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}

@@ -1,0 +1,34 @@
+/*
+ * log.h - the one logging macro family. Everything goes to stderr so that
+ * stdout stays reserved for program output (generated text, JSON).
+ *
+ * The level comes from SW_LOG_LEVEL (error, warn, info, debug) or
+ * sw_log_set_level(); the default is info.
+ */
+#ifndef SW_LOG_H
+#define SW_LOG_H
+
+enum sw_log_level {
+    SW_LOG_ERROR = 0,
+    SW_LOG_WARN = 1,
+    SW_LOG_INFO = 2,
+    SW_LOG_DEBUG = 3,
+};
+
+void sw_log_set_level(enum sw_log_level level);
+enum sw_log_level sw_log_get_level(void);
+/* Sets the tag printed before every line of this process ("relay", "node:a"). */
+void sw_log_set_tag(const char *tag);
+void sw_log_write(enum sw_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define SW_ERR(...) sw_log_write(SW_LOG_ERROR, __VA_ARGS__)
+#define SW_WARN(...) sw_log_write(SW_LOG_WARN, __VA_ARGS__)
+#define SW_INFO(...) sw_log_write(SW_LOG_INFO, __VA_ARGS__)
+#define SW_DEBUG(...)                                                                              \
+    do {                                                                                           \
+        if (sw_log_get_level() >= SW_LOG_DEBUG)                                                    \
+            sw_log_write(SW_LOG_DEBUG, __VA_ARGS__);                                               \
+    } while (0)
+
+#endif

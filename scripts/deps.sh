@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shardwire needs to build and test, skipping
+# those already present. Idempotent; needs root (or sudo) only when something
+# is missing.
+set -euo pipefail
+
+PKGS=(build-essential cmake pkg-config git python3 python3-venv unzip ca-certificates
+      libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsodium-dev libjansson-dev
+      clang clang-format cppcheck)
+[ "${SW_DEPS_EXTRA:-}" ] && read -r -a extra <<<"$SW_DEPS_EXTRA" && PKGS+=("${extra[@]}")
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "deps: missing packages ${missing[*]} and not root: install them with apt-get" >&2; exit 1; }
+    SUDO=sudo
+fi
+echo "deps: installing ${missing[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
