@@ -94,4 +94,9 @@ void sw_matmul(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_
 /* Which kernel level is active: "avx2" or "scalar". */
 const char *sw_cpu_kernels(void);
 
+/* Tests and benchmarks only: on != 0 switches to the scalar kernels, 0 back to
+ * the best level the CPU (and SW_CPU) allow. Not safe while other threads run
+ * kernels. */
+void sw_quant_force_scalar(int on);
+
 #endif

@@ -1,0 +1,863 @@
+/*
+ * quant.c - element conversions, row (de)quantizers, the portable scalar dot
+ * products and the start-up choice between scalar and AVX2 kernels.
+ *
+ * The scalar kernels compute what GGML's AVX2 kernels compute, in the same
+ * order: per block an exact integer dot product split into 8 lanes (lane k
+ * holds the elements whose index mod 32 is 4k..4k+3), then per lane a float
+ * multiply-add with the block scale, then the same horizontal sum. They use a
+ * separate multiply and add where the AVX2 code fuses them, so results can
+ * differ from the AVX2 level by an ulp or so, never in structure.
+ *
+ * The activation quantizers (Q8_0, Q8_1, Q8_K) are exact re-implementations of
+ * GGML's CPU path and give the same bits at every kernel level.
+ */
+#include "quant.h"
+#include "quant_impl.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(sw_block_q4_0) == 18, "q4_0 block size");
+_Static_assert(sizeof(sw_block_q4_1) == 20, "q4_1 block size");
+_Static_assert(sizeof(sw_block_q5_0) == 22, "q5_0 block size");
+_Static_assert(sizeof(sw_block_q5_1) == 24, "q5_1 block size");
+_Static_assert(sizeof(sw_block_q8_0) == 34, "q8_0 block size");
+_Static_assert(sizeof(sw_block_q8_1) == 36, "q8_1 block size");
+_Static_assert(sizeof(sw_block_q4_k) == 144, "q4_K block size");
+_Static_assert(sizeof(sw_block_q5_k) == 176, "q5_K block size");
+_Static_assert(sizeof(sw_block_q6_k) == 210, "q6_K block size");
+_Static_assert(sizeof(sw_block_q8_k) == 292, "q8_K block size");
+
+/* ---- element conversions ------------------------------------------------ */
+
+static inline uint32_t s_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float s_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float sw_f16_to_f32(sw_f16 h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) // inf / NaN, payload kept
+        return s_bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) { // zero or subnormal: man * 2^-24, exact in f32
+        float v = (float)man * 0x1p-24f;
+        return s_bits_f32(sign | s_f32_bits(v));
+    }
+    return s_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+sw_f16 sw_f32_to_f16(float f)
+{
+    uint32_t x = s_f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) // NaN: quiet, top payload bits kept (like F16C)
+        return (sw_f16)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) // rounds to >= 65536: infinity
+        return (sw_f16)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        /* Below 2^-14: f16 subnormal. Adding 0.5 puts the value's multiple of
+         * 2^-24 into the low mantissa bits with round-to-nearest-even. */
+        float t = s_bits_f32(ax) + 0.5f;
+        return (sw_f16)(sign | (s_f32_bits(t) - 0x3f000000u));
+    }
+    uint32_t odd = (ax >> 13) & 1u;
+    ax += 0xc8000fffu + odd; // rebias the exponent by -112 and round to nearest even
+    return (sw_f16)(sign | (ax >> 13));
+}
+
+float sw_bf16_to_f32(sw_bf16 h)
+{
+    return s_bits_f32((uint32_t)h << 16);
+}
+
+sw_bf16 sw_f32_to_bf16(float f)
+{
+    uint32_t u = s_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (sw_bf16)((u >> 16) | 64u); // NaN: force quiet
+    return (sw_bf16)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+#define F16(h) sw_f16_to_f32(h)
+
+/* ---- dequantization ----------------------------------------------------- */
+
+static void s_deq_q4_0(const sw_block_q4_0 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK) {
+        float d = F16(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)((b[i].qs[j] & 0xF) - 8) * d;
+            y[j + 16] = (float)((b[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void s_deq_q4_1(const sw_block_q4_1 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK) {
+        float d = F16(b[i].d), m = F16(b[i].m);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)(b[i].qs[j] & 0xF) * d + m;
+            y[j + 16] = (float)(b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static inline uint32_t s_load_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void s_deq_q5_0(const sw_block_q5_0 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK) {
+        float d = F16(b[i].d);
+        uint32_t qh = s_load_u32(b[i].qh);
+        for (int j = 0; j < 16; j++) {
+            int h0 = (int)((qh >> j) & 1u) << 4, h1 = (int)((qh >> (j + 16)) & 1u) << 4;
+            y[j] = (float)(((b[i].qs[j] & 0xF) | h0) - 16) * d;
+            y[j + 16] = (float)(((b[i].qs[j] >> 4) | h1) - 16) * d;
+        }
+    }
+}
+
+static void s_deq_q5_1(const sw_block_q5_1 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK) {
+        float d = F16(b[i].d), m = F16(b[i].m);
+        uint32_t qh = s_load_u32(b[i].qh);
+        for (int j = 0; j < 16; j++) {
+            int h0 = (int)((qh >> j) & 1u) << 4, h1 = (int)((qh >> (j + 16)) & 1u) << 4;
+            y[j] = (float)((b[i].qs[j] & 0xF) | h0) * d + m;
+            y[j + 16] = (float)((b[i].qs[j] >> 4) | h1) * d + m;
+        }
+    }
+}
+
+static void s_deq_q8_0(const sw_block_q8_0 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK) {
+        float d = F16(b[i].d);
+        for (int j = 0; j < SW_QK; j++)
+            y[j] = (float)b[i].qs[j] * d;
+    }
+}
+
+static void s_deq_q8_1(const sw_block_q8_1 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK) {
+        float d = F16(b[i].d);
+        for (int j = 0; j < SW_QK; j++)
+            y[j] = (float)b[i].qs[j] * d;
+    }
+}
+
+static void s_deq_q4_k(const sw_block_q4_k *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = F16(b[i].d), dmin = F16(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        for (int c = 0; c < 4; c++, q += 32) {
+            uint8_t sc, mn;
+            sw_scale_min_k4(2 * c, b[i].scales, &sc, &mn);
+            float d1 = d * sc, m1 = dmin * mn;
+            sw_scale_min_k4(2 * c + 1, b[i].scales, &sc, &mn);
+            float d2 = d * sc, m2 = dmin * mn;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void s_deq_q5_k(const sw_block_q5_k *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = F16(b[i].d), dmin = F16(b[i].dmin);
+        const uint8_t *ql = b[i].qs, *qh = b[i].qh;
+        unsigned u1 = 1, u2 = 2;
+        for (int c = 0; c < 4; c++, ql += 32, u1 <<= 2, u2 <<= 2) {
+            uint8_t sc, mn;
+            sw_scale_min_k4(2 * c, b[i].scales, &sc, &mn);
+            float d1 = d * sc, m1 = dmin * mn;
+            sw_scale_min_k4(2 * c + 1, b[i].scales, &sc, &mn);
+            float d2 = d * sc, m2 = dmin * mn;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static void s_deq_q6_k(const sw_block_q6_k *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = F16(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is + 0] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+static void s_deq_q8_k(const sw_block_q8_k *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SW_QK_K)
+        for (int j = 0; j < SW_QK_K; j++)
+            y[j] = b[i].d * (float)b[i].qs[j];
+}
+
+void sw_dequantize_row(enum sw_type t, const void *src, float *dst, int64_t n)
+{
+    switch (t) {
+    case SW_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case SW_TYPE_F16: {
+        const sw_f16 *h = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = sw_f16_to_f32(h[i]);
+        break;
+    }
+    case SW_TYPE_BF16: {
+        const sw_bf16 *h = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = sw_bf16_to_f32(h[i]);
+        break;
+    }
+    case SW_TYPE_Q4_0:
+        s_deq_q4_0(src, dst, n / SW_QK);
+        break;
+    case SW_TYPE_Q4_1:
+        s_deq_q4_1(src, dst, n / SW_QK);
+        break;
+    case SW_TYPE_Q5_0:
+        s_deq_q5_0(src, dst, n / SW_QK);
+        break;
+    case SW_TYPE_Q5_1:
+        s_deq_q5_1(src, dst, n / SW_QK);
+        break;
+    case SW_TYPE_Q8_0:
+        s_deq_q8_0(src, dst, n / SW_QK);
+        break;
+    case SW_TYPE_Q8_1:
+        s_deq_q8_1(src, dst, n / SW_QK);
+        break;
+    case SW_TYPE_Q4_K:
+        s_deq_q4_k(src, dst, n / SW_QK_K);
+        break;
+    case SW_TYPE_Q5_K:
+        s_deq_q5_k(src, dst, n / SW_QK_K);
+        break;
+    case SW_TYPE_Q6_K:
+        s_deq_q6_k(src, dst, n / SW_QK_K);
+        break;
+    case SW_TYPE_Q8_K:
+        s_deq_q8_k(src, dst, n / SW_QK_K);
+        break;
+    default:
+        // Unsupported types never reach here: the loader rejects them.
+        abort();
+    }
+}
+
+/* ---- quantization ------------------------------------------------------- */
+
+/* Round to nearest, ties to even, for |v| < 2^22 (GGML's nearest_int). */
+static inline int s_nearest_int(float v)
+{
+    float t = v + 12582912.f;
+    int32_t i;
+    memcpy(&i, &t, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* x * id rounded to nearest-even and saturated to int8 like cvtps+packs (NaN -> -128). */
+static inline int s_q8_round(float v)
+{
+    if (!(v >= -128.f))
+        return -128;
+    if (v > 127.f)
+        return 127;
+    return s_nearest_int(v);
+}
+
+static float s_absmax32(const float *x)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < SW_QK; j++) {
+        float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+    }
+    return amax;
+}
+
+/* GGML's quantize_row_q8_0 on x86: d = amax/127, q = rne(x * (127/amax)). */
+static void s_quant_q8_0(const float *x, sw_block_q8_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += SW_QK) {
+        float amax = s_absmax32(x);
+        float d = amax / 127.f;
+        float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[i].d = sw_f32_to_f16(d);
+        for (int j = 0; j < SW_QK; j++)
+            y[i].qs[j] = (int8_t)s_q8_round(x[j] * id);
+    }
+}
+
+/* As q8_0, plus s = f16(d * sum(q)) with the f32 d. */
+static void s_quant_q8_1(const float *x, sw_block_q8_1 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += SW_QK) {
+        float amax = s_absmax32(x);
+        float d = amax / 127.f;
+        float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int sum = 0;
+        y[i].d = sw_f32_to_f16(d);
+        for (int j = 0; j < SW_QK; j++) {
+            int q = s_q8_round(x[j] * id);
+            y[i].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        y[i].s = sw_f32_to_f16(d * (float)sum);
+    }
+}
+
+/* GGML's quantize_row_q8_K_ref: scale from the signed extreme, -127/max. */
+static void s_quant_q8_k(const float *x, sw_block_q8_k *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += SW_QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < SW_QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < SW_QK_K; j++) {
+            int v = s_nearest_int(iscale * x[j]);
+            y[i].qs[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int g = 0; g < SW_QK_K / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++)
+                sum += y[i].qs[g * 16 + j];
+            y[i].bsums[g] = (int16_t)sum;
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+/* GGML's reference q4_0 weight quantizer (d = max / -8). */
+static void s_quant_q4_0(const float *x, sw_block_q4_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += SW_QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < SW_QK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = sw_f32_to_f16(d);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)(x[j] * id + 8.5f), q1 = (int)(x[j + 16] * id + 8.5f);
+            q0 = q0 < 15 ? q0 : 15;
+            q1 = q1 < 15 ? q1 : 15;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* GGML's reference q4_1 weight quantizer (d = (max - min) / 15, m = min). */
+static void s_quant_q4_1(const float *x, sw_block_q4_1 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += SW_QK) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < SW_QK; j++) {
+            min = x[j] < min ? x[j] : min;
+            max = x[j] > max ? x[j] : max;
+        }
+        const float d = (max - min) / 15;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = sw_f32_to_f16(d);
+        y[i].m = sw_f32_to_f16(min);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)((x[j] - min) * id + 0.5f), q1 = (int)((x[j + 16] - min) * id + 0.5f);
+            q0 = q0 < 15 ? q0 : 15;
+            q1 = q1 < 15 ? q1 : 15;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static const struct sw_kernels *s_active(void);
+static int s_use_avx2_quant;
+
+int sw_quantize_row(enum sw_type t, const float *src, void *dst, int64_t n)
+{
+    s_active(); // makes sure s_use_avx2_quant is set
+    switch (t) {
+    case SW_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return 0;
+    case SW_TYPE_F16: {
+        sw_f16 *h = dst;
+        for (int64_t i = 0; i < n; i++)
+            h[i] = sw_f32_to_f16(src[i]);
+        return 0;
+    }
+    case SW_TYPE_BF16: {
+        sw_bf16 *h = dst;
+        for (int64_t i = 0; i < n; i++)
+            h[i] = sw_f32_to_bf16(src[i]);
+        return 0;
+    }
+    case SW_TYPE_Q8_0:
+        if (s_use_avx2_quant)
+            sw_quantize_q8_0_avx2(src, dst, n);
+        else
+            s_quant_q8_0(src, dst, n / SW_QK);
+        return 0;
+    case SW_TYPE_Q8_1:
+        if (s_use_avx2_quant)
+            sw_quantize_q8_1_avx2(src, dst, n);
+        else
+            s_quant_q8_1(src, dst, n / SW_QK);
+        return 0;
+    case SW_TYPE_Q8_K:
+        s_quant_q8_k(src, dst, n / SW_QK_K);
+        return 0;
+    case SW_TYPE_Q4_0:
+        s_quant_q4_0(src, dst, n / SW_QK);
+        return 0;
+    case SW_TYPE_Q4_1:
+        s_quant_q4_1(src, dst, n / SW_QK);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* ---- scalar dot products ------------------------------------------------ */
+
+/* The AVX2 horizontal sum of 8 lanes: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
+static inline float s_hsum8(const float a[8])
+{
+    float r0 = a[4] + a[0], r1 = a[5] + a[1], r2 = a[6] + a[2], r3 = a[7] + a[3];
+    return (r0 + r2) + (r1 + r3);
+}
+
+/* Lane sums of a 32-element int8 x int8 block product. */
+static inline void s_lanes32(const int8_t *a, const int8_t *b, int32_t lane[8])
+{
+    for (int k = 0; k < 8; k++) {
+        lane[k] = a[4 * k] * b[4 * k] + a[4 * k + 1] * b[4 * k + 1] + a[4 * k + 2] * b[4 * k + 2] +
+                  a[4 * k + 3] * b[4 * k + 3];
+    }
+}
+
+static void s_unpack_q4(const uint8_t *qs, int off, int8_t *q)
+{
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)((qs[j] & 0xF) - off);
+        q[j + 16] = (int8_t)((qs[j] >> 4) - off);
+    }
+}
+
+static void s_unpack_q5(const uint8_t *qs, const uint8_t *qhp, int off, int8_t *q)
+{
+    uint32_t qh = s_load_u32(qhp);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 0xF) | (((qh >> j) & 1u) << 4)) - off);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off);
+    }
+}
+
+static void s_dot_q4_0(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q4_0 *w = vw;
+    const sw_block_q8_0 *x = vx;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < n / SW_QK; b++) {
+        int8_t q[32];
+        int32_t lane[8];
+        s_unpack_q4(w[b].qs, 8, q);
+        s_lanes32(q, x[b].qs, lane);
+        const float d = F16(w[b].d) * F16(x[b].d);
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc);
+}
+
+static void s_dot_q4_1(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q4_1 *w = vw;
+    const sw_block_q8_1 *x = vx;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK; b++) {
+        int8_t q[32];
+        int32_t lane[8];
+        s_unpack_q4(w[b].qs, 0, q);
+        s_lanes32(q, x[b].qs, lane);
+        const float d = F16(w[b].d) * F16(x[b].d);
+        summs += F16(w[b].m) * F16(x[b].s);
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc) + summs;
+}
+
+static void s_dot_q5_0(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q5_0 *w = vw;
+    const sw_block_q8_0 *x = vx;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < n / SW_QK; b++) {
+        int8_t q[32];
+        int32_t lane[8];
+        s_unpack_q5(w[b].qs, w[b].qh, 16, q);
+        s_lanes32(q, x[b].qs, lane);
+        const float d = F16(w[b].d) * F16(x[b].d);
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc);
+}
+
+static void s_dot_q5_1(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q5_1 *w = vw;
+    const sw_block_q8_1 *x = vx;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK; b++) {
+        int8_t q[32];
+        int32_t lane[8];
+        s_unpack_q5(w[b].qs, w[b].qh, 0, q);
+        s_lanes32(q, x[b].qs, lane);
+        const float d = F16(w[b].d) * F16(x[b].d);
+        summs += F16(w[b].m) * F16(x[b].s);
+        for (int k = 0; k < 8; k++)
+            acc[k] += (float)lane[k] * d;
+    }
+    *s = s_hsum8(acc) + summs;
+}
+
+static void s_dot_q8_0(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q8_0 *w = vw;
+    const sw_block_q8_0 *x = vx;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < n / SW_QK; b++) {
+        int32_t lane[8];
+        s_lanes32(w[b].qs, x[b].qs, lane);
+        const float d = F16(w[b].d) * F16(x[b].d);
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc);
+}
+
+/* Adds to lane[] the products of one 32-element chunk, scaled by sc. */
+static inline void s_lanes_scaled(const int8_t *q, const int8_t *y, int sc, int32_t lane[8])
+{
+    int32_t l[8];
+    s_lanes32(q, y, l);
+    for (int k = 0; k < 8; k++)
+        lane[k] += sc * l[k];
+}
+
+static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q4_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    float acc[8] = {0}, accm[4] = {0};
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        const float d = x[b].d * F16(w[b].d);
+        const float dmin = -x[b].d * F16(w[b].dmin);
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++)
+            sw_scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);
+        int32_t lane[8] = {0};
+        for (int c = 0; c < 4; c++) {
+            int8_t lo[32], hi[32];
+            for (int l = 0; l < 32; l++) {
+                lo[l] = (int8_t)(w[b].qs[32 * c + l] & 0xF);
+                hi[l] = (int8_t)(w[b].qs[32 * c + l] >> 4);
+            }
+            s_lanes_scaled(lo, x[b].qs + 64 * c, sc[2 * c], lane);
+            s_lanes_scaled(hi, x[b].qs + 64 * c + 32, sc[2 * c + 1], lane);
+        }
+        for (int m = 0; m < 4; m++) {
+            int32_t p = mn[2 * m] * (x[b].bsums[4 * m] + x[b].bsums[4 * m + 1]) +
+                        mn[2 * m + 1] * (x[b].bsums[4 * m + 2] + x[b].bsums[4 * m + 3]);
+            accm[m] += dmin * (float)p;
+        }
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+}
+
+static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q5_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        const float d = x[b].d * F16(w[b].d);
+        const float dmin = -x[b].d * F16(w[b].dmin);
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++)
+            sw_scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);
+        int32_t lane[8] = {0};
+        for (int c = 0; c < 4; c++) {
+            int8_t lo[32], hi[32];
+            for (int l = 0; l < 32; l++) {
+                uint8_t q = w[b].qs[32 * c + l], h = w[b].qh[l];
+                lo[l] = (int8_t)((q & 0xF) | (((h >> (2 * c)) & 1) << 4));
+                hi[l] = (int8_t)((q >> 4) | (((h >> (2 * c + 1)) & 1) << 4));
+            }
+            s_lanes_scaled(lo, x[b].qs + 64 * c, sc[2 * c], lane);
+            s_lanes_scaled(hi, x[b].qs + 64 * c + 32, sc[2 * c + 1], lane);
+        }
+        int32_t p = 0;
+        for (int j = 0; j < 8; j++)
+            p += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        summs += dmin * (float)p;
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc) + summs;
+}
+
+static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q6_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        const float d = x[b].d * F16(w[b].d);
+        int32_t lane[8] = {0};
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
+            const int8_t *sc = w[b].scales + 8 * h;
+            const int8_t *y = x[b].qs + 128 * h;
+            int8_t q[4][32];
+            for (int l = 0; l < 32; l++) {
+                q[0][l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                q[1][l] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                q[2][l] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                q[3][l] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+            for (int c = 0; c < 4; c++) {
+                // the first 16 elements of a chunk use scale 2c, the next 16 scale 2c+1
+                int32_t l[8];
+                s_lanes32(q[c], y + 32 * c, l);
+                for (int k = 0; k < 8; k++)
+                    lane[k] += sc[2 * c + (k >= 4)] * l[k];
+            }
+        }
+        for (int k = 0; k < 8; k++)
+            acc[k] += d * (float)lane[k];
+    }
+    *s = s_hsum8(acc);
+}
+
+/* GGML's F16/F32 SIMD loop shape: 4 accumulators of 8 lanes over 32-element
+ * steps, a pairwise reduction, then the tail. */
+static float s_reduce4x8(float sum[4][8])
+{
+    float t[8];
+    for (int l = 0; l < 8; l++)
+        t[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
+    float t0[4];
+    for (int l = 0; l < 4; l++)
+        t0[l] = t[l] + t[l + 4];
+    return (t0[0] + t0[1]) + (t0[2] + t0[3]);
+}
+
+static void s_dot_f16(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_f16 *w = vw, *x = vx;
+    const int64_t np = n & ~(int64_t)31;
+    float sum[4][8] = {{0}};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 8; l++)
+                sum[j][l] += F16(w[i + 8 * j + l]) * F16(x[i + 8 * j + l]);
+    double sumf = s_reduce4x8(sum);
+    for (int64_t i = np; i < n; i++)
+        sumf += (double)(F16(w[i]) * F16(x[i]));
+    *s = (float)sumf;
+}
+
+static void s_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const float *w = vw, *x = vx;
+    const int64_t np = n & ~(int64_t)31;
+    float sum[4][8] = {{0}};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 8; l++)
+                sum[j][l] += w[i + 8 * j + l] * x[i + 8 * j + l];
+    float sumf = s_reduce4x8(sum);
+    for (int64_t i = np; i < n; i++)
+        sumf += w[i] * x[i];
+    *s = sumf;
+}
+
+static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_bf16 *w = vw, *x = vx;
+    const int64_t np = n & ~(int64_t)31;
+    float c[4][8] = {{0}};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 8; l++)
+                c[j][l] += sw_bf16_to_f32(w[i + 8 * j + l]) * sw_bf16_to_f32(x[i + 8 * j + l]);
+    float t[8];
+    for (int l = 0; l < 8; l++)
+        t[l] = (c[0][l] + c[2][l]) + (c[1][l] + c[3][l]);
+    double sumf = s_hsum8(t);
+    for (int64_t i = np; i < n; i++)
+        sumf += (double)(sw_bf16_to_f32(w[i]) * sw_bf16_to_f32(x[i]));
+    *s = (float)sumf;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+static struct sw_kernels s_scalar;
+static struct sw_kernels s_best;
+static const struct sw_kernels *s_cur;
+static const char *s_best_name = "scalar";
+static const char *s_cur_name = "scalar";
+static int s_best_avx2_quant;
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+
+/* Multi-row matmul by calls to one dot kernel; each weight row stays in L1
+ * while it meets every activation row. */
+static void s_mm_generic(sw_dot_fn dot, enum sw_type t, int64_t n, const void *w, size_t w_stride,
+                         int64_t o0, int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                         int64_t y_stride)
+{
+    (void)t;
+    const uint8_t *wb = w, *xb = x;
+    for (int64_t o = o0; o < o1; o++)
+        for (int r = 0; r < nr; r++)
+            dot(n, &y[r * y_stride + o], wb + (size_t)o * w_stride, xb + (size_t)r * x_stride);
+}
+
+static void s_init(void)
+{
+    s_scalar.dot[SW_TYPE_F32] = s_dot_f32;
+    s_scalar.dot[SW_TYPE_F16] = s_dot_f16;
+    s_scalar.dot[SW_TYPE_BF16] = s_dot_bf16;
+    s_scalar.dot[SW_TYPE_Q4_0] = s_dot_q4_0;
+    s_scalar.dot[SW_TYPE_Q4_1] = s_dot_q4_1;
+    s_scalar.dot[SW_TYPE_Q5_0] = s_dot_q5_0;
+    s_scalar.dot[SW_TYPE_Q5_1] = s_dot_q5_1;
+    s_scalar.dot[SW_TYPE_Q8_0] = s_dot_q8_0;
+    s_scalar.dot[SW_TYPE_Q4_K] = s_dot_q4_k;
+    s_scalar.dot[SW_TYPE_Q5_K] = s_dot_q5_k;
+    s_scalar.dot[SW_TYPE_Q6_K] = s_dot_q6_k;
+    s_best = s_scalar;
+    const char *env = getenv("SW_CPU");
+    int want_scalar = env != NULL && strcmp(env, "scalar") == 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!want_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+        sw_kernels_avx2(&s_best);
+        s_best_name = "avx2";
+        s_best_avx2_quant = 1;
+    }
+#endif
+    s_cur = &s_best;
+    s_cur_name = s_best_name;
+    s_use_avx2_quant = s_best_avx2_quant;
+}
+
+static const struct sw_kernels *s_active(void)
+{
+    pthread_once(&s_once, s_init);
+    return s_cur;
+}
+
+void sw_quant_force_scalar(int on)
+{
+    pthread_once(&s_once, s_init);
+    s_cur = on ? &s_scalar : &s_best;
+    s_cur_name = on ? "scalar" : s_best_name;
+    s_use_avx2_quant = on ? 0 : s_best_avx2_quant;
+}
+
+const char *sw_cpu_kernels(void)
+{
+    s_active();
+    return s_cur_name;
+}
+
+void sw_vec_dot(enum sw_type t, int64_t n, float *s, const void *w, const void *x)
+{
+    const struct sw_kernels *k = s_active();
+    if (t < 0 || t >= SW_TYPE_COUNT || k->dot[t] == NULL)
+        abort(); // programmer error: the loader only admits supported types
+    k->dot[t](n, s, w, x);
+}
+
+void sw_matmul(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+               const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const struct sw_kernels *k = s_active();
+    if (t < 0 || t >= SW_TYPE_COUNT || k->dot[t] == NULL)
+        abort();
+    if (o1 <= o0 || nr <= 0)
+        return;
+    if (k->mm[t] != NULL)
+        k->mm[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else
+        s_mm_generic(k->dot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+}

@@ -1,0 +1,551 @@
+/*
+ * quant_avx2.c - AVX2 + FMA + F16C dot products and multi-row matmuls.
+ * Compiled with -mavx2 -mfma -mf16c; quant.c only calls in here after
+ * checking the CPU at start-up.
+ *
+ * Numerics are GGML's AVX2 kernels': per 32-element block an exact integer
+ * dot product in 8 int32 lanes, converted to float and fused-multiply-added
+ * with the block's scale into 8 float lanes, then GGML's horizontal sum. The
+ * multi-row tiles below keep that exact per-pair sequence, only interleaving
+ * several pairs (up to 4 weight rows x 2 activation rows) so that each
+ * unpacked weight block and each loaded activation block is used several
+ * times. That makes sw_matmul() bit-identical to sw_vec_dot() per element.
+ */
+#include "quant.h"
+#include "quant_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define SW_AI static inline __attribute__((always_inline))
+
+/* ---- helpers ------------------------------------------------------------ */
+
+SW_AI uint16_t s_u16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+SW_AI float s_h2f(const uint8_t *p)
+{
+    return _cvtsh_ss(s_u16(p));
+}
+
+/* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
+SW_AI float s_hsum8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high nibbles. */
+SW_AI __m256i s_nibbles(const uint8_t *qs)
+{
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits -> 32 bytes, 0xFF where the bit is set. */
+SW_AI __m256i s_bits_to_bytes(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
+/* unsigned x signed bytes -> 8 int32 lanes (sum of 4 products each) -> float. */
+SW_AI __m256 s_dot_us8(__m256i ux, __m256i sy)
+{
+    const __m256i p16 = _mm256_maddubs_epi16(ux, sy);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* ---- 32-element block formats: one tile kernel for all ----------------- */
+
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0 };
+
+SW_AI int s_wsize(int kind)
+{
+    return kind == K_Q4_0   ? 18
+           : kind == K_Q4_1 ? 20
+           : kind == K_Q5_0 ? 22
+           : kind == K_Q5_1 ? 24
+                            : 34;
+}
+
+SW_AI int s_has_min(int kind)
+{
+    return kind == K_Q4_1 || kind == K_Q5_1;
+}
+
+/* The weight block's quants as bytes: signed (q - offset) for the symmetric
+ * formats, unsigned for the formats with a minimum. */
+SW_AI __m256i s_wquants(int kind, const uint8_t *p)
+{
+    switch (kind) {
+    case K_Q4_0:
+        return _mm256_sub_epi8(s_nibbles(p + 2), _mm256_set1_epi8(8));
+    case K_Q4_1:
+        return s_nibbles(p + 4);
+    case K_Q5_0: {
+        // (q | h << 4) - 16 == q | (h ? 0 : 0xF0) as a signed byte
+        const __m256i hi =
+            _mm256_andnot_si256(s_bits_to_bytes(p + 2), _mm256_set1_epi8((char)0xF0));
+        return _mm256_or_si256(s_nibbles(p + 6), hi);
+    }
+    case K_Q5_1: {
+        const __m256i hi = _mm256_and_si256(s_bits_to_bytes(p + 4), _mm256_set1_epi8(0x10));
+        return _mm256_or_si256(s_nibbles(p + 8), hi);
+    }
+    default:
+        return _mm256_loadu_si256((const __m256i *)(p + 2));
+    }
+}
+
+/*
+ * y[r * ys + i] = dot(weight row i, activation row r) for i < rw, r < rx.
+ * w: first weight row (ws bytes apart), x: first activation row (xs apart),
+ * nb blocks per row. rw <= 4, rx <= 2, both compile-time constants.
+ */
+SW_AI void s_tile32(int kind, int rw, int rx, int64_t nb, const uint8_t *w, size_t ws,
+                    const uint8_t *x, size_t xs, float *y, int64_t ys)
+{
+    const int wsz = s_wsize(kind);
+    const int hm = s_has_min(kind);
+    const int xsz = hm ? 36 : 34; // q8_1 or q8_0
+    const int xq = hm ? 4 : 2;    // offset of qs in the activation block
+    __m256 acc[4][2];
+    __m128 summ[2];
+    for (int i = 0; i < 4; i++)
+        for (int r = 0; r < 2; r++)
+            acc[i][r] = _mm256_setzero_ps();
+    summ[0] = summ[1] = _mm_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i q[4], qa[4];
+        uint16_t dh[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
+        for (int i = 0; i < rw; i++) {
+            const uint8_t *p = w + (size_t)i * ws + (size_t)b * wsz;
+            q[i] = s_wquants(kind, p);
+            if (!hm)
+                qa[i] = _mm256_sign_epi8(q[i], q[i]);
+            dh[i] = s_u16(p);
+            if (hm)
+                mh[i] = s_u16(p + 2);
+        }
+        const __m128 dw = _mm_cvtph_ps(
+            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
+        __m128 mw = _mm_setzero_ps();
+        if (hm)
+            mw = _mm_cvtph_ps(
+                _mm_setr_epi16((short)mh[0], (short)mh[1], (short)mh[2], (short)mh[3], 0, 0, 0, 0));
+        for (int r = 0; r < rx; r++) {
+            const uint8_t *px = x + (size_t)r * xs + (size_t)b * xsz;
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)(px + xq));
+            const __m128 dd = _mm_mul_ps(dw, _mm_set1_ps(s_h2f(px)));
+            if (hm)
+                summ[r] = _mm_fmadd_ps(mw, _mm_set1_ps(s_h2f(px + 2)), summ[r]);
+            for (int i = 0; i < rw; i++) {
+                __m256i p16;
+                if (hm)
+                    p16 = _mm256_maddubs_epi16(q[i], qy);
+                else
+                    p16 = _mm256_maddubs_epi16(qa[i], _mm256_sign_epi8(qy, q[i]));
+                const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                const __m256 di =
+                    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), _mm256_set1_epi32(i));
+                acc[i][r] = _mm256_fmadd_ps(di, f, acc[i][r]);
+            }
+        }
+    }
+    for (int r = 0; r < rx; r++) {
+        float sm[4];
+        _mm_storeu_ps(sm, summ[r]);
+        for (int i = 0; i < rw; i++) {
+            float v = s_hsum8(acc[i][r]);
+            if (hm)
+                v = v + sm[i];
+            y[r * ys + i] = v;
+        }
+    }
+}
+
+#define SW_RCHUNK 64 // activation rows kept hot (in L2) while the weights stream past
+
+SW_AI void s_mm32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                  const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const int64_t nb = n / SW_QK;
+    const uint8_t *wb = w, *xb = x;
+    for (int r0 = 0; r0 < nr; r0 += SW_RCHUNK) {
+        const int r1 = nr - r0 > SW_RCHUNK ? r0 + SW_RCHUNK : nr;
+        int64_t o = o0;
+        for (; o + 4 <= o1; o += 4) {
+            const uint8_t *wo = wb + (size_t)o * w_stride;
+            int r = r0;
+            for (; r + 2 <= r1; r += 2)
+                s_tile32(kind, 4, 2, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                         y + r * y_stride + o, y_stride);
+            for (; r < r1; r++)
+                s_tile32(kind, 4, 1, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                         y + r * y_stride + o, y_stride);
+        }
+        for (; o < o1; o++) {
+            const uint8_t *wo = wb + (size_t)o * w_stride;
+            int r = r0;
+            for (; r + 2 <= r1; r += 2)
+                s_tile32(kind, 1, 2, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                         y + r * y_stride + o, y_stride);
+            for (; r < r1; r++)
+                s_tile32(kind, 1, 1, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                         y + r * y_stride + o, y_stride);
+        }
+    }
+}
+
+#define SW_DEF32(name, kind)                                                                       \
+    static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
+    {                                                                                              \
+        s_tile32(kind, 1, 1, n / SW_QK, w, 0, x, 0, s, 0);                                         \
+    }                                                                                              \
+    static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
+                            const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
+    {                                                                                              \
+        s_mm32(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                        \
+    }
+
+SW_DEF32(q4_0, K_Q4_0)
+SW_DEF32(q4_1, K_Q4_1)
+SW_DEF32(q5_0, K_Q5_0)
+SW_DEF32(q5_1, K_Q5_1)
+SW_DEF32(q8_0, K_Q8_0)
+
+/* ---- K-quants ----------------------------------------------------------- */
+
+/* Unpacks the 12 packed scale bytes of q4_K/q5_K: bytes 0..7 = scales, 8..15 = mins. */
+SW_AI __m128i s_k4_scales(const uint8_t *scales)
+{
+    uint32_t u[4];
+    memcpy(u, scales, 12);
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t a = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = a;
+    u[0] &= m1;
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+
+/* The int16 scale j of an 8-entry int16 vector, broadcast to all 16 lanes. */
+SW_AI __m256i s_bcast16(__m256i scales2, int j)
+{
+    return _mm256_shuffle_epi8(scales2, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+}
+
+static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q4_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        const float d = x[b].d * _cvtsh_ss(w[b].d);
+        const float dmin = -x[b].d * _cvtsh_ss(w[b].dmin);
+        const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(w[b].scales));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
+        const __m128i q8s =
+            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm);
+        const __m128i sc = _mm256_castsi256_si128(ms);
+        const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+        const uint8_t *q4 = w[b].qs;
+        const int8_t *q8 = x[b].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++, q4 += 32, q8 += 64) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            pl = _mm256_madd_epi16(s_bcast16(sc2, 2 * c), pl);
+            ph = _mm256_madd_epi16(s_bcast16(sc2, 2 * c + 1), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
+    *s = s_hsum8(acc) + _mm_cvtss_f32(accm);
+}
+
+static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q5_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        const float d = x[b].d * _cvtsh_ss(w[b].d);
+        const float dmin = -x[b].d * _cvtsh_ss(w[b].dmin);
+        const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(w[b].scales));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
+        const __m128i q8s =
+            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
+        const __m128i z = _mm_setzero_si128();
+        const __m128i hs = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
+        summs = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs);
+        const __m128i sc = _mm256_castsi256_si128(ms);
+        const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)w[b].qh);
+        const uint8_t *q5 = w[b].qs;
+        const int8_t *q8 = x[b].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++, q5 += 32, q8 += 64) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q5);
+            const __m256i h0 =
+                _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), _mm256_set1_epi8(1));
+            const __m256i h1 =
+                _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), _mm256_set1_epi8(1));
+            const __m256i lo =
+                _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                               _mm256_slli_epi16(h1, 4));
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            pl = _mm256_madd_epi16(s_bcast16(sc2, 2 * c), pl);
+            ph = _mm256_madd_epi16(s_bcast16(sc2, 2 * c + 1), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = s_hsum8(acc) + summs;
+}
+
+static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q6_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        const float d = x[b].d * _cvtsh_ss(w[b].d);
+        const __m128i scales = _mm_loadu_si128((const __m128i *)w[b].scales);
+        const uint8_t *ql = w[b].ql, *qh = w[b].qh;
+        const int8_t *q8 = x[b].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, q8 += 128) {
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(l2, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            for (int c = 0; c < 4; c++) {
+                const __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * c));
+                __m256i p =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[c], y8), _mm256_maddubs_epi16(m32, y8));
+                // scales 8h+2c for the first 16 elements, 8h+2c+1 for the next 16
+                const int j = 8 * h + 2 * c;
+                const __m128i sh = _mm_setr_epi8(
+                    (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j,
+                    (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
+                    (char)(j + 1), (char)(j + 1), (char)(j + 1));
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc16, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = s_hsum8(acc);
+}
+
+/* ---- F16 / F32 / BF16 --------------------------------------------------- */
+
+/* GGML_F32x8_REDUCE: (s0+s2)+(s1+s3), then low+high halves, then two hadds. */
+SW_AI float s_reduce4(__m256 s0, __m256 s1, __m256 s2, __m256 s3)
+{
+    s0 = _mm256_add_ps(s0, s2);
+    s1 = _mm256_add_ps(s1, s3);
+    s0 = _mm256_add_ps(s0, s1);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+static void s_dot_f16(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_f16 *w = vw, *x = vx;
+    const int64_t np = n & ~(int64_t)31;
+    __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++) {
+            const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8 * j)));
+            const __m256 c = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * j)));
+            sum[j] = _mm256_fmadd_ps(a, c, sum[j]);
+        }
+    double sumf = s_reduce4(sum[0], sum[1], sum[2], sum[3]);
+    for (int64_t i = np; i < n; i++)
+        sumf += (double)(_cvtsh_ss(w[i]) * _cvtsh_ss(x[i]));
+    *s = (float)sumf;
+}
+
+static void s_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const float *w = vw, *x = vx;
+    const int64_t np = n & ~(int64_t)31;
+    __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            sum[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j),
+                                     sum[j]);
+    float sumf = s_reduce4(sum[0], sum[1], sum[2], sum[3]);
+    for (int64_t i = np; i < n; i++)
+        sumf = fmaf(w[i], x[i], sumf);
+    *s = sumf;
+}
+
+SW_AI __m256 s_bf16x8(const sw_bf16 *p)
+{
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_bf16 *w = vw, *x = vx;
+    const int64_t np = n & ~(int64_t)31;
+    __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            c[j] = _mm256_fmadd_ps(s_bf16x8(w + i + 8 * j), s_bf16x8(x + i + 8 * j), c[j]);
+    const __m256 t = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+    double sumf = s_hsum8(t);
+    for (int64_t i = np; i < n; i++) {
+        float a, b;
+        uint32_t ua = (uint32_t)w[i] << 16, ub = (uint32_t)x[i] << 16;
+        memcpy(&a, &ua, 4);
+        memcpy(&b, &ub, 4);
+        sumf += (double)(a * b);
+    }
+    *s = (float)sumf;
+}
+
+/* ---- activation quantizers (bit-identical to quant.c's) ----------------- */
+
+/* Quantizes 32 floats: returns the 4 int32 vectors (rounded, before packing) and amax. */
+SW_AI float s_q8_block(const float *x, __m256i out[4], float *d_out)
+{
+    __m256 v[4];
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(mx, 1), _mm256_castps256_ps128(mx));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.f;
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    const __m256 mul = _mm256_set1_ps(id);
+    for (int k = 0; k < 4; k++)
+        out[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *d_out = d;
+    return amax;
+}
+
+SW_AI __m256i s_pack8(const __m256i i[4])
+{
+    const __m256i a = _mm256_packs_epi32(i[0], i[1]);
+    const __m256i b = _mm256_packs_epi32(i[2], i[3]);
+    const __m256i c = _mm256_packs_epi16(a, b);
+    return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void sw_quantize_q8_0_avx2(const float *x, void *vy, int64_t n)
+{
+    sw_block_q8_0 *y = vy;
+    for (int64_t b = 0; b < n / SW_QK; b++, x += SW_QK) {
+        __m256i q[4];
+        float d;
+        s_q8_block(x, q, &d);
+        y[b].d = _cvtss_sh(d, 0);
+        _mm256_storeu_si256((__m256i *)y[b].qs, s_pack8(q));
+    }
+}
+
+void sw_quantize_q8_1_avx2(const float *x, void *vy, int64_t n)
+{
+    sw_block_q8_1 *y = vy;
+    for (int64_t b = 0; b < n / SW_QK; b++, x += SW_QK) {
+        __m256i q[4];
+        float d;
+        s_q8_block(x, q, &d);
+        y[b].d = _cvtss_sh(d, 0);
+        const __m256i s8 =
+            _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+        y[b].s = _cvtss_sh(d * (float)_mm_cvtsi128_si32(s4), 0);
+        _mm256_storeu_si256((__m256i *)y[b].qs, s_pack8(q));
+    }
+}
+
+void sw_kernels_avx2(struct sw_kernels *k)
+{
+    k->dot[SW_TYPE_Q4_0] = s_dot_q4_0;
+    k->dot[SW_TYPE_Q4_1] = s_dot_q4_1;
+    k->dot[SW_TYPE_Q5_0] = s_dot_q5_0;
+    k->dot[SW_TYPE_Q5_1] = s_dot_q5_1;
+    k->dot[SW_TYPE_Q8_0] = s_dot_q8_0;
+    k->mm[SW_TYPE_Q4_0] = s_mm_q4_0;
+    k->mm[SW_TYPE_Q4_1] = s_mm_q4_1;
+    k->mm[SW_TYPE_Q5_0] = s_mm_q5_0;
+    k->mm[SW_TYPE_Q5_1] = s_mm_q5_1;
+    k->mm[SW_TYPE_Q8_0] = s_mm_q8_0;
+    k->dot[SW_TYPE_Q4_K] = s_dot_q4_k;
+    k->dot[SW_TYPE_Q5_K] = s_dot_q5_k;
+    k->dot[SW_TYPE_Q6_K] = s_dot_q6_k;
+    k->dot[SW_TYPE_F16] = s_dot_f16;
+    k->dot[SW_TYPE_F32] = s_dot_f32;
+    k->dot[SW_TYPE_BF16] = s_dot_bf16;
+    // K-quants and float types use the generic per-pair matmul (weight row in L1).
+    k->mm[SW_TYPE_Q4_K] = NULL;
+    k->mm[SW_TYPE_Q5_K] = NULL;
+    k->mm[SW_TYPE_Q6_K] = NULL;
+    k->mm[SW_TYPE_F16] = NULL;
+    k->mm[SW_TYPE_F32] = NULL;
+    k->mm[SW_TYPE_BF16] = NULL;
+}

@@ -1,0 +1,114 @@
+/*
+ * quant_impl.h - private to quant.c and quant_avx2.c: the GGML block layouts
+ * as C structs and the kernel table that start-up dispatch fills.
+ *
+ * Every block struct has exactly GGML's size and field order (static_asserts
+ * in quant.c), so a row of blocks in a memory-mapped GGUF file can be read in
+ * place. GGUF aligns tensor data to 32 bytes and every block size is even, so
+ * the 16-bit fields are always 2-byte aligned.
+ */
+#ifndef SW_QUANT_IMPL_H
+#define SW_QUANT_IMPL_H
+
+#include "quant.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SW_QK 32    // elements per block of the 32-element formats
+#define SW_QK_K 256 // elements per super-block of the K-quants
+
+typedef struct {
+    sw_f16 d;       // scale
+    uint8_t qs[16]; // element j in the low nibble of qs[j], j+16 in the high; x = (q - 8) * d
+} sw_block_q4_0;
+
+typedef struct {
+    sw_f16 d;       // scale
+    sw_f16 m;       // minimum; x = q * d + m
+    uint8_t qs[16]; // nibbles as in q4_0
+} sw_block_q4_1;
+
+typedef struct {
+    sw_f16 d;       // scale
+    uint8_t qh[4];  // bit j = 5th bit of element j (little-endian 32-bit word)
+    uint8_t qs[16]; // low 4 bits as in q4_0; x = (q - 16) * d
+} sw_block_q5_0;
+
+typedef struct {
+    sw_f16 d;       // scale
+    sw_f16 m;       // minimum; x = q * d + m
+    uint8_t qh[4];  // 5th bits as in q5_0
+    uint8_t qs[16]; // low 4 bits as in q4_0
+} sw_block_q5_1;
+
+typedef struct {
+    sw_f16 d;      // scale
+    int8_t qs[32]; // x = q * d
+} sw_block_q8_0;
+
+typedef struct {
+    sw_f16 d;      // scale
+    sw_f16 s;      // d * sum(qs), used by the q4_1/q5_1 dot products for the minimum term
+    int8_t qs[32]; // x = q * d
+} sw_block_q8_1;
+
+typedef struct {
+    sw_f16 d;           // super-scale of the 8 sub-block scales
+    sw_f16 dmin;        // super-scale of the 8 sub-block minimums
+    uint8_t scales[12]; // 8 scales + 8 mins, 6 bits each, packed (see s_scale_min_k4)
+    uint8_t qs[128];    // 4-bit quants: 64-element chunk c uses qs[32c..32c+31], low nibbles first
+} sw_block_q4_k;
+
+typedef struct {
+    sw_f16 d;           // super-scale of the sub-block scales
+    sw_f16 dmin;        // super-scale of the sub-block minimums
+    uint8_t scales[12]; // packed like q4_K
+    uint8_t qh[32];     // 5th bit: element 32s + l has bit s of qh[l]
+    uint8_t qs[128];    // low 4 bits, laid out as in q4_K
+} sw_block_q5_k;
+
+typedef struct {
+    uint8_t ql[128];   // low 4 bits
+    uint8_t qh[64];    // high 2 bits
+    int8_t scales[16]; // one signed scale per 16 elements
+    sw_f16 d;          // super-scale
+} sw_block_q6_k;
+
+typedef struct {
+    float d;           // scale (f32)
+    int8_t qs[256];    // x = q * d
+    int16_t bsums[16]; // sum of each group of 16 quants
+} sw_block_q8_k;
+
+/* *s = dot(w, x) for one row pair; n elements. */
+typedef void (*sw_dot_fn)(int64_t n, float *s, const void *w, const void *x);
+/* The multi-row kernel, same contract as sw_matmul(). */
+typedef void (*sw_mm_fn)(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                         const void *x, size_t x_stride, int nr, float *y, int64_t y_stride);
+
+/* One kernel level: NULL entries are not implemented at that level. */
+struct sw_kernels {
+    sw_dot_fn dot[SW_TYPE_COUNT]; // indexed by weight type
+    sw_mm_fn mm[SW_TYPE_COUNT];   // indexed by weight type
+};
+
+/* Fills the AVX2+FMA+F16C kernels (quant_avx2.c); only call when the CPU has them. */
+void sw_kernels_avx2(struct sw_kernels *k);
+/* Quantizes activations to Q8_0/Q8_1 with AVX2 (bit-identical to the scalar code). */
+void sw_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
+void sw_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
+
+/* The 6-bit scale and minimum of sub-block j (0..7) of a q4_K/q5_K block. */
+static inline void sw_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+#endif
