@@ -458,7 +458,7 @@ static int s_parse_tensor_info(s_rd_t *rd, sw_gguf_tensor_t *t, uint64_t *offset
     if (s_u32(rd, "type", &type) != 0)
         return -1;
     if (type >= SW_TYPE_COUNT)
-        return s_fail(rd, "type id %u is not a GGML type", type);
+        return s_fail(rd, "type id %u is unknown (ids known here: 0..%d)", type, SW_TYPE_COUNT - 1);
     t->type = (enum sw_type)type;
     int64_t blck = sw_type_block_elems(t->type);
     if (blck == 0)
