@@ -1,0 +1,586 @@
+/*
+ * backend_cpu.c - the CPU implementation of the compute layer (backend.h).
+ *
+ * Work is split between the threads of one sw_pool by output rows (matmul),
+ * by (row, head) pairs (attention) or by rows (the rest), so that every
+ * output value is computed by exactly one thread with a fixed reduction
+ * order: results never depend on the thread count or on the batch size.
+ *
+ * Numerics follow llama.cpp's CPU path where it matters for identical greedy
+ * tokens: activations are quantized to the weight's vec-dot type before a
+ * matmul, RMS norm sums squares in double, the KV cache is f16, queries and
+ * attention probabilities are rounded to f16 before their dot products, and
+ * rope angles are built by repeated multiplication as GGML does.
+ */
+#include "backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cpu_impl.h"
+#include "log.h"
+#include "threadpool.h"
+
+struct sw_buf {
+    size_t bytes; // usable size
+    void *data;   // 64-byte aligned, zeroed at allocation
+};
+
+typedef struct s_cpu {
+    sw_pool_t *pool;   // compute threads (the caller is thread 0)
+    int n_threads;     // pool size
+    int avx2;          // 1 = AVX2/FMA/F16C kernels
+    void *qbuf;        // quantized matmul input, qbuf_bytes long
+    size_t qbuf_bytes; //
+    void *scratch;     // per-thread attention scratch, n_threads * scratch_each bytes
+    size_t scratch_each;
+} s_cpu_t;
+
+static s_cpu_t *s_impl(sw_backend_t *be)
+{
+    return be->impl;
+}
+
+static float *s_f32(const sw_buf_t *b)
+{
+    return (float *)b->data;
+}
+
+/* ---- scalar kernels shared with the AVX2 file's contract ------------------ */
+
+float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32)
+{
+    float acc[32] = {0}; // acc[8 * j + l]: accumulator j, lane l
+    const int np = n & ~31;
+    const int end = pad32 ? n : np;
+    for (int i = 0; i < end; i++)
+        acc[i & 31] = fmaf(sw_f16_to_f32(a[i]), sw_f16_to_f32(b[i]), acc[i & 31]);
+    float lane[8];
+    for (int l = 0; l < 8; l++) {
+        float s02 = acc[l] + acc[16 + l], s13 = acc[8 + l] + acc[24 + l];
+        lane[l] = s02 + s13;
+    }
+    float t[4];
+    for (int l = 0; l < 4; l++)
+        t[l] = lane[l] + lane[l + 4];
+    double sum = (t[0] + t[1]) + (t[2] + t[3]);
+    if (!pad32)
+        for (int i = np; i < n; i++)
+            sum += (double)(sw_f16_to_f32(a[i]) * sw_f16_to_f32(b[i]));
+    return (float)sum;
+}
+
+static uint32_t s_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float s_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float sw_cpu_expf_scalar(float x)
+{
+    const float shift = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, shift);
+    const float n = z - shift;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const uint32_t e = s_bits(z) << 23;
+    const float k = s_float(e + s_bits(1.0f));
+    const float u = b * b;
+    const float p_hi = fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f);
+    const float p_lo = fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f);
+    const float j = fmaf(fmaf(p_hi, u, p_lo), u, 0x1.ffffecp-1f * b);
+    const float absn = fabsf(n);
+    if (!(absn > 126.0f))
+        return fmaf(k, j, k);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = s_float(g + 0x7f000000u);
+    const float s2 = s_float(e - g);
+    if (absn > 192.0f)
+        return s1 * s1;
+    return fmaf(s2, j, s2) * s1;
+}
+
+float sw_cpu_hsum8_scalar(const float *x)
+{
+    float a0 = x[0] + x[4], a1 = x[1] + x[5], a2 = x[2] + x[6], a3 = x[3] + x[7];
+    return (a0 + a2) + (a1 + a3);
+}
+
+static float s_dot_f16(const s_cpu_t *c, const sw_f16 *a, const sw_f16 *b, int n, int pad32)
+{
+    return c->avx2 ? sw_cpu_dot_f16_avx2(a, b, n, pad32) : sw_cpu_dot_f16_scalar(a, b, n, pad32);
+}
+
+/* In place: x[i] = exp(x[i] - max) over n values; returns their sum. Values
+ * go 8 at a time (the tail padded with exp(-inf) = 0), each group summed in
+ * f32 and the groups in double, as GGML's soft_max does. */
+static double s_softmax_exp(const s_cpu_t *c, float *x, int n, float max)
+{
+    double sum = 0.0;
+    for (int i = 0; i < n; i += 8) {
+        float v[8], e[8];
+        for (int l = 0; l < 8; l++)
+            v[l] = i + l < n ? x[i + l] - max : -INFINITY;
+        if (c->avx2)
+            sw_cpu_expf8_avx2(v, e);
+        else
+            for (int l = 0; l < 8; l++)
+                e[l] = sw_cpu_expf_scalar(v[l]);
+        for (int l = 0; l < 8 && i + l < n; l++)
+            x[i + l] = e[l];
+        sum += (double)sw_cpu_hsum8_scalar(e);
+    }
+    return sum;
+}
+
+static void s_to_f16(const s_cpu_t *c, const float *x, sw_f16 *y, int n)
+{
+    if (c->avx2) {
+        sw_cpu_f32_to_f16_avx2(x, y, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        y[i] = sw_f32_to_f16(x[i]);
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static sw_buf_t *s_buf_alloc(sw_backend_t *be, size_t bytes)
+{
+    (void)be;
+    sw_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded < bytes || !(b->data = aligned_alloc(64, rounded ? rounded : 64))) {
+        free(b);
+        return NULL;
+    }
+    memset(b->data, 0, rounded);
+    b->bytes = bytes;
+    return b;
+}
+
+static void s_buf_free(sw_backend_t *be, sw_buf_t *buf)
+{
+    (void)be;
+    if (!buf)
+        return;
+    free(buf->data);
+    free(buf);
+}
+
+void *sw_buf_host(sw_buf_t *buf)
+{
+    return buf ? buf->data : NULL;
+}
+
+static void s_upload(sw_backend_t *be, sw_buf_t *dst, size_t off, const void *src, size_t n)
+{
+    (void)be;
+    memcpy((char *)dst->data + off, src, n);
+}
+
+static void s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t off, size_t n)
+{
+    (void)be;
+    memcpy(dst, (const char *)src->data + off, n);
+}
+
+static int s_weight_prepare(sw_backend_t *be, sw_weight_t *w)
+{
+    (void)be;
+    (void)w;
+    return 0;
+}
+
+/* ---- elementwise ops ---------------------------------------------------------- */
+
+static void s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const int32_t *ids, int n,
+                       sw_buf_t *out)
+{
+    (void)be;
+    for (int r = 0; r < n; r++) {
+        const char *row = (const char *)emb->data + (size_t)ids[r] * emb->row_bytes;
+        sw_dequantize_row(emb->type, row, s_f32(out) + (size_t)r * emb->n_in, emb->n_in);
+    }
+}
+
+static void s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const float *w, int n, int dim,
+                      float eps, sw_buf_t *out)
+{
+    (void)be;
+    for (int r = 0; r < n; r++) {
+        const float *xr = s_f32(x) + (size_t)r * dim;
+        float *yr = s_f32(out) + (size_t)r * dim;
+        double sum = 0.0;
+        for (int i = 0; i < dim; i++)
+            sum += (double)(xr[i] * xr[i]);
+        const float mean = (float)(sum / dim);
+        const float scale = 1.0f / sqrtf(mean + eps);
+        for (int i = 0; i < dim; i++) {
+            float v = xr[i] * scale;
+            yr[i] = v * w[i];
+        }
+    }
+}
+
+static void s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
+{
+    (void)be;
+    float *a = s_f32(x);
+    const float *b = s_f32(y);
+    for (size_t i = 0; i < n; i++)
+        a[i] += b[i];
+}
+
+static void s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
+{
+    const s_cpu_t *c = s_impl(be);
+    float *g = s_f32(gate);
+    const float *u = s_f32(up);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        if (c->avx2) {
+            sw_cpu_swiglu8_avx2(g + i, u + i);
+            continue;
+        }
+        for (size_t l = i; l < i + 8; l++) {
+            float x = g[l];
+            float silu = x / (1.0f + sw_cpu_expf_scalar(0.0f - x));
+            g[l] = silu * u[l];
+        }
+    }
+    for (; i < n; i++) {
+        float x = g[i];
+        float silu = x / (1.0f + expf(-x));
+        g[i] = silu * u[i];
+    }
+}
+
+static void s_copy(sw_backend_t *be, sw_buf_t *dst, size_t doff, const sw_buf_t *src, size_t soff,
+                   size_t n)
+{
+    (void)be;
+    memmove(s_f32(dst) + doff, s_f32(src) + soff, n * sizeof(float));
+}
+
+/* Rotary embedding: angle of pair i at position p is p * base^(-2i/n_rot)
+ * (divided by freq_scale's inverse), built by repeated multiplication. */
+static void s_rope(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim, int n_rot,
+                   int pos0, float freq_base, float freq_scale, int neox)
+{
+    (void)be;
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float cs[512]; // (n_rot / 2) cos, sin pairs; n_rot <= 512 is checked at load
+    for (int r = 0; r < n; r++) {
+        float theta = (float)(pos0 + r);
+        for (int i = 0; i < n_rot / 2; i++) {
+            float t = freq_scale * theta;
+            cs[2 * i] = cosf(t);
+            cs[2 * i + 1] = sinf(t);
+            theta *= theta_scale;
+        }
+        float *row = s_f32(x) + (size_t)r * n_heads * head_dim;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = row + (size_t)h * head_dim;
+            for (int i = 0; i < n_rot / 2; i++) {
+                int a = neox ? i : 2 * i;
+                int b = neox ? i + n_rot / 2 : 2 * i + 1;
+                float c = cs[2 * i], s = cs[2 * i + 1];
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+static void s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
+                        const float *w, float eps)
+{
+    (void)be;
+    for (int r = 0; r < n; r++) {
+        for (int h = 0; h < n_heads; h++) {
+            float *v = s_f32(x) + ((size_t)r * n_heads + h) * head_dim;
+            double sum = 0.0;
+            for (int i = 0; i < head_dim; i++)
+                sum += (double)(v[i] * v[i]);
+            const float scale = 1.0f / sqrtf((float)(sum / head_dim + eps));
+            for (int i = 0; i < head_dim; i++) {
+                float t = v[i] * scale;
+                v[i] = t * w[i];
+            }
+        }
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------- */
+
+#define S_MAX_W 4
+
+struct s_mm_job {
+    int n_w;
+    const sw_weight_t *w[S_MAX_W];
+    float *y[S_MAX_W];
+    const void *xq[S_MAX_W]; // quantized input per weight (shared when types agree)
+    size_t xq_stride[S_MAX_W];
+    int n;
+    int64_t total; // sum of n_out
+};
+
+static void s_mm_body(void *ctx, int ith, int nth)
+{
+    struct s_mm_job *j = ctx;
+    /* Split the concatenated outputs into nth ranges aligned to 16 rows. */
+    int64_t per = (j->total + nth - 1) / nth;
+    per = (per + 15) & ~(int64_t)15;
+    int64_t begin = per * ith, end = begin + per;
+    if (end > j->total)
+        end = j->total;
+    int64_t base = 0;
+    for (int i = 0; i < j->n_w && begin < end; i++) {
+        const sw_weight_t *w = j->w[i];
+        int64_t lo = begin - base, hi = end - base;
+        if (lo < 0)
+            lo = 0;
+        if (hi > w->n_out)
+            hi = w->n_out;
+        if (lo < hi)
+            sw_matmul(w->type, w->n_in, w->data, w->row_bytes, lo, hi, j->xq[i], j->xq_stride[i],
+                      j->n, j->y[i], w->n_out);
+        base += w->n_out;
+    }
+}
+
+static int s_qbuf_reserve(s_cpu_t *c, size_t bytes)
+{
+    if (bytes <= c->qbuf_bytes)
+        return 0;
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!p)
+        return -1;
+    free(c->qbuf);
+    c->qbuf = p;
+    c->qbuf_bytes = bytes;
+    return 0;
+}
+
+static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
+                     const float *const *bias, const sw_buf_t *x, int x_row0, int n,
+                     sw_buf_t *const *y)
+{
+    s_cpu_t *c = s_impl(be);
+    struct s_mm_job job = {.n_w = n_w, .n = n};
+    const int64_t n_in = w[0]->n_in;
+    const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
+
+    /* Quantize the input once per distinct vec-dot type. */
+    enum sw_type types[S_MAX_W];
+    size_t offs[S_MAX_W], strides[S_MAX_W], need = 0;
+    int n_types = 0;
+    for (int i = 0; i < n_w; i++) {
+        enum sw_type vt = sw_type_vec_dot(w[i]->type);
+        int k = 0;
+        while (k < n_types && types[k] != vt)
+            k++;
+        if (k == n_types) {
+            uint64_t rb = 0;
+            if (sw_type_row_bytes(vt, n_in, &rb) != 0)
+                abort(); // shapes were validated at model load
+            types[k] = vt;
+            strides[k] = (size_t)((rb + 63) & ~(uint64_t)63);
+            offs[k] = need;
+            need += strides[k] * (size_t)n;
+            n_types++;
+        }
+        job.xq_stride[i] = strides[k];
+        job.xq[i] = (const void *)(uintptr_t)offs[k]; // rebased below
+        job.w[i] = w[i];
+        job.y[i] = s_f32(y[i]);
+        job.total += w[i]->n_out;
+    }
+    if (s_qbuf_reserve(c, need) != 0) {
+        SW_ERR("cpu backend: out of memory for a %zu-byte matmul input", need);
+        abort();
+    }
+    for (int k = 0; k < n_types; k++)
+        for (int r = 0; r < n; r++)
+            if (sw_quantize_row(types[k], xs + (size_t)r * n_in,
+                                (char *)c->qbuf + offs[k] + strides[k] * (size_t)r, n_in) != 0)
+                abort(); // activation types are always writable
+    for (int i = 0; i < n_w; i++)
+        job.xq[i] = (const char *)c->qbuf + (uintptr_t)job.xq[i];
+
+    sw_pool_run(c->pool, s_mm_body, &job);
+
+    if (bias) {
+        for (int i = 0; i < n_w; i++) {
+            if (!bias[i])
+                continue;
+            for (int r = 0; r < n; r++) {
+                float *yr = job.y[i] + (size_t)r * w[i]->n_out;
+                for (int64_t o = 0; o < w[i]->n_out; o++)
+                    yr[o] += bias[i][o];
+            }
+        }
+    }
+}
+
+/* ---- attention ---------------------------------------------------------------- */
+
+struct s_attn_job {
+    const sw_attn_args_t *a;
+    s_cpu_t *c;
+};
+
+static void s_attn_body(void *ctx, int ith, int nth)
+{
+    struct s_attn_job *j = ctx;
+    const sw_attn_args_t *a = j->a;
+    const s_cpu_t *c = j->c;
+    const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
+    const size_t kv_dim = (size_t)a->n_kv_head * hd;
+    char *mine = (char *)c->scratch + c->scratch_each * (size_t)ith;
+    float *score = (float *)mine;                 // (n_ctx) f32
+    sw_f16 *prob = (sw_f16 *)(score + a->n_ctx);  // (n_ctx) f16
+    sw_f16 *q16 = prob + ((a->n_ctx + 31) & ~31); // (head_dim) f16
+    const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
+    const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
+
+    for (int job = ith; job < a->n * a->n_head; job += nth) {
+        const int r = job / a->n_head, h = job % a->n_head, g = h / group;
+        const int n_pos = a->pos0 + r + 1; // causal: positions [0, pos0 + r]
+        const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
+        s_to_f16(c, q, q16, hd);
+        float max = -INFINITY;
+        for (int p = 0; p < n_pos; p++) {
+            float s = s_dot_f16(c, kc + (size_t)p * kv_dim + (size_t)g * hd, q16, hd, 0);
+            s *= a->scale;
+            score[p] = s;
+            if (s > max)
+                max = s;
+        }
+        double sum = s_softmax_exp(c, score, n_pos, max);
+        const float inv = (float)(1.0 / sum);
+        for (int p = 0; p < n_pos; p++)
+            score[p] *= inv;
+        s_to_f16(c, score, prob, n_pos);
+        float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        for (int d = 0; d < hd; d++) {
+            const sw_f16 *vrow = vc + ((size_t)g * hd + d) * a->n_ctx;
+            out[d] = s_dot_f16(c, vrow, prob, n_pos, 1);
+        }
+    }
+}
+
+static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
+{
+    s_cpu_t *c = s_impl(be);
+    const size_t kv_dim = (size_t)a->n_kv_head * a->head_dim;
+    sw_f16 *kc = (sw_f16 *)a->k_cache->data;
+    sw_f16 *vc = (sw_f16 *)a->v_cache->data;
+
+    /* Append the new rows: K row-major, V transposed. */
+    for (int r = 0; r < a->n; r++) {
+        const int pos = a->pos0 + r;
+        s_to_f16(c, s_f32(a->k) + (size_t)r * kv_dim, kc + (size_t)pos * kv_dim, (int)kv_dim);
+        const float *v = s_f32(a->v) + (size_t)r * kv_dim;
+        for (size_t d = 0; d < kv_dim; d++)
+            vc[d * (size_t)a->n_ctx + (size_t)pos] = sw_f32_to_f16(v[d]);
+    }
+
+    size_t each = (size_t)a->n_ctx * sizeof(float) + (size_t)((a->n_ctx + 31) & ~31) * 2 +
+                  (size_t)a->head_dim * 2 + 64;
+    each = (each + 63) & ~(size_t)63;
+    if (each > c->scratch_each) {
+        void *p = aligned_alloc(64, each * (size_t)c->n_threads);
+        if (!p) {
+            SW_ERR("cpu backend: out of memory for attention scratch");
+            abort();
+        }
+        free(c->scratch);
+        c->scratch = p;
+        c->scratch_each = each;
+    }
+    struct s_attn_job job = {.a = a, .c = c};
+    sw_pool_run(c->pool, s_attn_body, &job);
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+static void s_destroy(sw_backend_t *be)
+{
+    s_cpu_t *c = s_impl(be);
+    if (!c)
+        return;
+    sw_pool_destroy(&c->pool);
+    free(c->qbuf);
+    free(c->scratch);
+    free(c);
+    be->impl = NULL;
+}
+
+static const sw_backend_ops_t s_cpu_ops = {
+    .name = "cpu",
+    .destroy = s_destroy,
+    .buf_alloc = s_buf_alloc,
+    .buf_free = s_buf_free,
+    .upload = s_upload,
+    .download = s_download,
+    .weight_prepare = s_weight_prepare,
+    .get_rows = s_get_rows,
+    .rmsnorm = s_rmsnorm,
+    .matmul = s_matmul,
+    .rope = s_rope,
+    .head_norm = s_head_norm,
+    .attention = s_attention,
+    .add = s_add,
+    .swiglu = s_swiglu,
+    .copy = s_copy,
+    .sync = NULL,
+};
+
+sw_backend_t *sw_backend_cpu_new(int n_threads)
+{
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    sw_backend_t *be = calloc(1, sizeof *be);
+    s_cpu_t *c = calloc(1, sizeof *c);
+    if (!be || !c)
+        goto err;
+    c->n_threads = n_threads;
+    c->pool = sw_pool_new(n_threads);
+    if (!c->pool)
+        goto err;
+    c->avx2 = strcmp(sw_cpu_kernels(), "avx2") == 0;
+    be->ops = &s_cpu_ops;
+    be->impl = c;
+    return be;
+err:
+    free(c);
+    free(be);
+    return NULL;
+}
+
+void sw_backend_free(sw_backend_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sw_backend_t *be = *self_p;
+    if (be->ops && be->ops->destroy)
+        be->ops->destroy(be);
+    free(be);
+    *self_p = NULL;
+}

@@ -1,0 +1,276 @@
+/*
+ * decode.c - the verifier, the local target and the round loop of one
+ * generation (see decode.h).
+ */
+#include "decode.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+static void s_err(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void s_err(char *err, size_t len, const char *fmt, ...)
+{
+    if (!err || !len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+double sw_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- verifier ------------------------------------------------------------------ */
+
+struct sw_verifier {
+    sw_sampler_t *sampler; // owns the RNG and the repetition history
+    int n_vocab;           // logits per row
+    int n_hist;            // positions already fed to the history
+    float *work;           // (2 * n_vocab) scratch for sw_verify
+};
+
+sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
+{
+    sw_verifier_t *v = calloc(1, sizeof *v);
+    if (!v)
+        return NULL;
+    v->n_vocab = n_vocab;
+    v->sampler = sw_sampler_new(params, n_vocab);
+    v->work = malloc(2 * (size_t)n_vocab * sizeof(float));
+    if (!v->sampler || !v->work) {
+        sw_verifier_free(&v);
+        return NULL;
+    }
+    return v;
+}
+
+void sw_verifier_free(sw_verifier_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sw_verifier_t *v = *self_p;
+    sw_sampler_free(&v->sampler);
+    free(v->work);
+    free(v);
+    *self_p = NULL;
+}
+
+int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, sw_verdict_t *out,
+                    char *err, size_t err_len)
+{
+    const int n_ctx_rows = r->n - r->n_draft;
+    if (r->n_draft < 0 || r->n_draft > SW_MAX_DRAFT || n_ctx_rows < 1 || r->kv_keep < 0) {
+        s_err(err, err_len, "verify: bad round (%d rows, %d drafts)", r->n, r->n_draft);
+        return -1;
+    }
+    if (r->kv_keep > v->n_hist) {
+        s_err(err, err_len, "verify: round keeps %d positions but only %d are known", r->kv_keep,
+              v->n_hist);
+        return -1;
+    }
+    /* Context rows at positions the history has not seen yet. The committed
+     * token t0 of the previous verdict was fed when it was committed. */
+    for (int i = 0; i < n_ctx_rows; i++) {
+        if (r->kv_keep + i >= v->n_hist) {
+            sw_sampler_accept(v->sampler, r->tokens[i]);
+            v->n_hist++;
+        }
+    }
+    sw_verify_in_t in = {
+        .k = r->n_draft,
+        .draft = r->tokens + n_ctx_rows,
+        .q = r->q,
+        .logits = logits,
+    };
+    int n = sw_verify(v->sampler, &in, v->work, out->tokens);
+    if (n < 1) {
+        s_err(err, err_len, "verify: the target's logits or the drafts are invalid");
+        return -1;
+    }
+    out->n_commit = n;
+    /* sw_verify fed the committed tokens to the history; the last one sits
+     * at the position after the accepted drafts and is known from now on. */
+    v->n_hist = r->kv_keep + n_ctx_rows + n;
+    return 0;
+}
+
+/* ---- local target ----------------------------------------------------------------- */
+
+struct sw_local_target {
+    sw_model_t *m;      // not owned
+    sw_kv_t *kv;        // owned
+    sw_verifier_t *ver; // owned
+    float *logits;      // (SW_MAX_DRAFT + 1, n_vocab)
+};
+
+static int s_local_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char *err,
+                         size_t err_len)
+{
+    sw_local_target_t *t = ctx;
+    double t0 = sw_now_ms();
+    if (sw_kv_truncate(t->kv, r->kv_keep) != 0) {
+        s_err(err, err_len, "target: kv_keep %d exceeds the %d cached positions", r->kv_keep,
+              sw_kv_len(t->kv));
+        return -1;
+    }
+    sw_forward_t f = {
+        .n = r->n, .tokens = r->tokens, .logits = t->logits, .n_logits = r->n_draft + 1};
+    if (sw_model_forward(t->m, t->kv, &f, err, err_len) != 0)
+        return -1;
+    if (sw_verifier_run(t->ver, r, t->logits, out, err, err_len) != 0)
+        return -1;
+    out->compute_ms = sw_now_ms() - t0;
+    return 0;
+}
+
+sw_local_target_t *sw_local_target_new(sw_model_t *m, int n_ctx, const sw_sampling_t *params,
+                                       char *err, size_t err_len)
+{
+    if (!sw_model_is_first(m) || !sw_model_is_last(m)) {
+        s_err(err, err_len, "target: a local target needs every layer of the model");
+        return NULL;
+    }
+    const int n_vocab = sw_model_hparams(m)->n_vocab;
+    sw_local_target_t *t = calloc(1, sizeof *t);
+    if (!t)
+        goto oom;
+    t->m = m;
+    t->kv = sw_kv_new(m, n_ctx);
+    t->ver = sw_verifier_new(params, n_vocab);
+    t->logits = malloc((size_t)(SW_MAX_DRAFT + 1) * n_vocab * sizeof(float));
+    if (!t->kv || !t->ver || !t->logits)
+        goto oom;
+    return t;
+oom:
+    s_err(err, err_len, "target: out of memory for a %d-position context", n_ctx);
+    sw_local_target_free(&t);
+    return NULL;
+}
+
+void sw_local_target_free(sw_local_target_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sw_local_target_t *t = *self_p;
+    sw_kv_free(&t->kv);
+    sw_verifier_free(&t->ver);
+    free(t->logits);
+    free(t);
+    *self_p = NULL;
+}
+
+sw_target_t sw_local_target(sw_local_target_t *t)
+{
+    sw_target_t tg = {.round = s_local_round, .ctx = t};
+    return tg;
+}
+
+/* ---- generation loop ---------------------------------------------------------------- */
+
+int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o,
+                int32_t *out_tokens, sw_gen_stats_t *st, char *err, size_t err_len)
+{
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    if (n_prompt < 1) {
+        s_err(err, err_len, "generate: the prompt is empty");
+        return -1;
+    }
+    if (o->n_predict < 1)
+        return 0;
+    const int k_max = o->proposer && o->k > 0 ? (o->k < SW_MAX_DRAFT ? o->k : SW_MAX_DRAFT) : 0;
+
+    /* The committed sequence: prompt then generated tokens. */
+    int32_t *seq = malloc(((size_t)n_prompt + (size_t)o->n_predict + 1) * sizeof *seq);
+    if (!seq) {
+        s_err(err, err_len, "generate: out of memory");
+        return -1;
+    }
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    int n_seq = n_prompt;
+    int rc = -1;
+    double t_start = sw_now_ms(), t_first = 0;
+
+    /* Prefill: the whole prompt as one round with no drafts. */
+    sw_verdict_t v;
+    sw_round_t r = {.kv_keep = 0, .n = n_prompt, .tokens = prompt, .n_draft = 0};
+    if (target->round(target->ctx, &r, &v, err, err_len) != 0)
+        goto out;
+    st->prefill_ms = sw_now_ms() - t_start;
+    st->target_ms += v.compute_ms;
+
+    int32_t rows[SW_MAX_DRAFT + 1];
+    sw_draft_q_t q[SW_MAX_DRAFT];
+    for (;;) {
+        /* Commit the verdict, cut at n_predict and at an end-of-generation token. */
+        int n = v.n_commit, stop = 0;
+        if (st->n_gen + n >= o->n_predict) {
+            n = o->n_predict - st->n_gen;
+            stop = 1;
+        }
+        for (int i = 0; i < n; i++) {
+            if (o->stop_at_eog && o->is_eog && o->is_eog(o->is_eog_ctx, v.tokens[i])) {
+                n = i + 1;
+                stop = 1;
+                break;
+            }
+        }
+        memcpy(out_tokens + st->n_gen, v.tokens, (size_t)n * sizeof *out_tokens);
+        memcpy(seq + n_seq, v.tokens, (size_t)n * sizeof *seq);
+        n_seq += n;
+        st->n_gen += n;
+        if (!t_first) {
+            t_first = sw_now_ms();
+            st->ttft_ms = t_first - t_start;
+        }
+        if (o->on_tokens && o->on_tokens(o->on_tokens_ctx, v.tokens, n) != 0)
+            stop = 1;
+        if (stop)
+            break;
+
+        /* Next round: the last committed token, then the drafts. */
+        rows[0] = seq[n_seq - 1];
+        int k = 0, q_used = 0;
+        if (k_max > 0) {
+            int room = o->n_predict - st->n_gen - 1; // drafts past n_predict are wasted
+            int want = k_max < room ? k_max : room;
+            if (want > 0) {
+                double td = sw_now_ms();
+                k = o->proposer->propose(o->proposer->self, seq, n_seq, want, rows + 1, q, &q_used);
+                st->draft_ms += sw_now_ms() - td;
+                if (k < 0) {
+                    s_err(err, err_len, "generate: the draft proposer failed");
+                    goto out;
+                }
+            }
+        }
+        r.kv_keep = n_seq - 1;
+        r.n = 1 + k;
+        r.tokens = rows;
+        r.n_draft = k;
+        r.q = q_used ? q : NULL;
+        if (target->round(target->ctx, &r, &v, err, err_len) != 0)
+            goto out;
+        st->rounds++;
+        st->drafted += k;
+        st->accepted += v.n_commit - 1;
+        st->target_ms += v.compute_ms;
+    }
+    st->decode_ms = t_first ? sw_now_ms() - t_first : 0;
+    rc = 0;
+out:
+    free(seq);
+    return rc;
+}

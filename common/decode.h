@@ -1,0 +1,120 @@
+/*
+ * decode.h - one generation, round by round, the same way in one process
+ * and across the pipeline.
+ *
+ * A round sends n rows to the target: the tokens that are new to its cache
+ * (the prompt in the first round, then the last committed token t0) followed
+ * by n_draft draft tokens, plus kv_keep, the number of cache positions every
+ * stage keeps before appending (this is how rejected drafts are rolled back
+ * with no extra message). The target runs the rows in one batch, verifies
+ * the drafts with the speculative rule and answers with the committed tokens
+ * (the accepted drafts and one token of its own). Without drafts a round is
+ * one plain decoding step.
+ *
+ * sw_verifier_t is the part of the target that turns logits into a verdict;
+ * the last pipeline stage runs the same code as the local target.
+ */
+#ifndef SW_DECODE_H
+#define SW_DECODE_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "sampler.h"
+#include "verify.h"
+
+#define SW_MAX_DRAFT 64 // most draft tokens in one round
+
+typedef struct sw_round {
+    int kv_keep;           // cache positions every stage keeps before appending
+    int n;                 // rows: n - n_draft new context tokens, then the drafts
+    const int32_t *tokens; // (n) row tokens
+    int n_draft;           // 0..SW_MAX_DRAFT
+    const sw_draft_q_t *q; // (n_draft) draft distributions, NULL = point masses
+} sw_round_t;
+
+typedef struct sw_verdict {
+    int n_commit;                     // 1..n_draft + 1 (accepted drafts + 1)
+    int32_t tokens[SW_MAX_DRAFT + 1]; // committed tokens
+    double compute_ms;                // target compute time of the round
+} sw_verdict_t;
+
+/* ---- verifier ---- */
+
+typedef struct sw_verifier sw_verifier_t;
+
+sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
+    __attribute__((warn_unused_result));
+void sw_verifier_free(sw_verifier_t **self_p);
+/* Verifies a round given the logits of its last n_draft + 1 rows. Feeds the
+ * round's context tokens and the committed tokens to the sampler's history
+ * (each position once, whatever kv_keep says). 0, or -1 with err. */
+int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, sw_verdict_t *out,
+                    char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/* ---- targets ---- */
+
+typedef struct sw_target {
+    /* Runs one round; 0, or -1 with a one-line reason in err. */
+    int (*round)(void *ctx, const sw_round_t *r, sw_verdict_t *out, char *err, size_t err_len);
+    void *ctx;
+} sw_target_t;
+
+/* A target that runs the whole model in this process. */
+typedef struct sw_local_target sw_local_target_t;
+sw_local_target_t *sw_local_target_new(sw_model_t *m, int n_ctx, const sw_sampling_t *params,
+                                       char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+void sw_local_target_free(sw_local_target_t **self_p);
+sw_target_t sw_local_target(sw_local_target_t *t);
+
+/* ---- proposers ---- */
+
+typedef struct sw_proposer {
+    /* Proposes up to k_max tokens that follow the committed sequence
+     * ctx[0..n_ctx) and writes them to out (their distributions to q, which
+     * may be left as point masses by setting *q_used = 0). Returns the number
+     * proposed (0..k_max), or -1 on error. */
+    int (*propose)(void *self, const int32_t *ctx, int n_ctx, int k_max, int32_t *out,
+                   sw_draft_q_t *q, int *q_used);
+    void *self;
+} sw_proposer_t;
+
+/* ---- generation ---- */
+
+typedef struct sw_gen_stats {
+    int n_prompt;      // prompt tokens
+    int n_gen;         // generated tokens
+    int rounds;        // rounds after the prefill
+    int drafted;       // draft tokens sent
+    int accepted;      // draft tokens accepted
+    double ttft_ms;    // request start to the first generated token
+    double prefill_ms; // prefill round
+    double decode_ms;  // from the first generated token to the last
+    double draft_ms;   // time spent proposing
+    double target_ms;  // time the target reported computing
+} sw_gen_stats_t;
+
+typedef struct sw_gen_opts {
+    int n_predict;           // tokens to generate at most
+    int k;                   // draft tokens per round (0 = no speculation)
+    sw_proposer_t *proposer; // NULL = no speculation
+    int stop_at_eog;         // stop after an end-of-generation token
+    /* Called with each batch of committed tokens; return non-zero to stop. */
+    int (*on_tokens)(void *ctx, const int32_t *tokens, int n);
+    void *on_tokens_ctx;
+    /* 1 when a token ends generation (EOS/EOT). */
+    int (*is_eog)(void *ctx, int32_t token);
+    void *is_eog_ctx;
+} sw_gen_opts_t;
+
+/* Runs a whole generation against target. out_tokens receives the generated
+ * ids (n_predict slots). 0, or -1 with a one-line reason in err. */
+int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o,
+                int32_t *out_tokens, sw_gen_stats_t *stats, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* Monotonic milliseconds. */
+double sw_now_ms(void);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * model.h - a transformer (Llama, Qwen2, Qwen3 families) restricted to a
+ * contiguous layer range [begin, end) of a GGUF file, and its KV cache.
+ *
+ * The stage that holds layer 0 embeds tokens; the stage that holds the last
+ * layer applies the final norm and the LM head and produces logits. A stage
+ * in the middle maps hidden states to hidden states. Loading a range touches
+ * only that range's tensors (plus the embeddings for the first stage and the
+ * final norm and LM head for the last), so a process holds only its share of
+ * the weights in memory.
+ *
+ * Ownership: sw_model_t owns its GGUF mapping and backend buffers but not the
+ * backend, which must outlive it. A sw_kv_t belongs to one model.
+ */
+#ifndef SW_MODEL_H
+#define SW_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "gguf.h"
+
+enum sw_arch {
+    SW_ARCH_LLAMA = 0,
+    SW_ARCH_QWEN2 = 1,
+    SW_ARCH_QWEN3 = 2,
+};
+
+typedef struct sw_hparams {
+    enum sw_arch arch;     // model family
+    char arch_name[32];    // general.architecture
+    int n_layer;           // layers of the whole model
+    int n_embd;            // hidden size
+    int n_ff;              // feed-forward size
+    int n_head;            // query heads
+    int n_kv_head;         // key/value heads
+    int head_dim;          // elements per head
+    int n_rot;             // rotary dimensions per head
+    int n_vocab;           // rows of the embedding / LM head
+    int n_ctx_train;       // context length the model was trained with
+    float rms_eps;         // RMS norm epsilon
+    float rope_base;       // rope.freq_base
+    float rope_freq_scale; // 1 / linear rope scaling factor
+    int rope_neox;         // 1 = rotate halves (Qwen), 0 = adjacent pairs (Llama)
+} sw_hparams_t;
+
+typedef struct sw_model sw_model_t;
+typedef struct sw_kv sw_kv_t;
+
+/* Most rows one forward call processes internally at once; longer inputs are
+ * split into chunks of this size (results do not depend on the split). */
+#define SW_MODEL_BATCH 64
+
+/* Opens path and loads layers [layer_begin, layer_end) (layer_end = -1: to the
+ * last layer) onto be. NULL with a one-line reason in err on failure. */
+sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
+                          char *err, size_t err_len) __attribute__((warn_unused_result));
+/* Accepts NULL and NULLs the caller's pointer. */
+void sw_model_free(sw_model_t **self_p);
+
+const sw_hparams_t *sw_model_hparams(const sw_model_t *m);
+const sw_gguf_t *sw_model_gguf(const sw_model_t *m);
+int sw_model_layer_begin(const sw_model_t *m);
+int sw_model_layer_end(const sw_model_t *m);
+int sw_model_is_first(const sw_model_t *m);
+int sw_model_is_last(const sw_model_t *m);
+/* Bytes of weights this range uses (what it keeps resident). */
+uint64_t sw_model_weight_bytes(const sw_model_t *m);
+
+/* Reads every page of this range's weights so that the first forward does
+ * not fault them in; calls progress(done, total, ctx) now and then (may be NULL). */
+void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t done, uint64_t total, void *ctx),
+                       void *ctx);
+
+/* A KV cache of n_ctx positions for this model's layers. NULL on failure. */
+sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx) __attribute__((warn_unused_result));
+void sw_kv_free(sw_kv_t **self_p);
+/* Positions filled. */
+int sw_kv_len(const sw_kv_t *kv);
+int sw_kv_capacity(const sw_kv_t *kv);
+/* Keeps the first n positions (n <= len), O(1). 0 or -1. */
+int sw_kv_truncate(sw_kv_t *kv, int n) __attribute__((warn_unused_result));
+
+/* One forward pass over n rows appended at positions [len, len + n).
+ * Input: tokens (first stage) or hidden states (n, n_embd) f32 (other stages).
+ * Output: the last stage writes logits of the last n_logits rows into logits
+ * (n_logits, n_vocab) f32; other stages write hidden (n, n_embd) f32.
+ * Returns 0, or -1 with a one-line reason in err (bad token id, cache full,
+ * bad sizes); on error the cache is left as it was. */
+typedef struct sw_forward {
+    int n;                 // rows
+    const int32_t *tokens; // (n) token ids, first stage only
+    const float *hidden;   // (n, n_embd) input hidden states, other stages
+    float *out_hidden;     // (n, n_embd) output, non-last stages
+    float *logits;         // (n_logits, n_vocab) output, last stage
+    int n_logits;          // 0..n: logits for the last n_logits rows
+} sw_forward_t;
+
+int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,239 @@
+/*
+ * test_model.c - properties of the forward pass on the real default model:
+ *
+ *  - layer split: running [0, a) then [a, L) with f32 hidden states gives
+ *    logits bit-identical to the whole model, for a prompt and for decode;
+ *  - batch invariance: a row's logits are bit-identical computed alone and
+ *    inside batches of every size from 2 to 65;
+ *  - truncate and regenerate gives identical logits (O(1) rollback works);
+ *  - a range holds only its share of the weights in resident memory;
+ *  - bad input (token ids, ranges, context overflow) is refused cleanly.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "model.h"
+#include "sw_test.h"
+
+#define T 65
+
+static int32_t s_tokens[T];
+
+static void s_make_tokens(int n_vocab)
+{
+    uint32_t x = 12345;
+    for (int i = 0; i < T; i++) {
+        x = x * 1664525u + 1013904223u;
+        s_tokens[i] = (int32_t)((x >> 8) % (uint32_t)n_vocab);
+    }
+}
+
+static sw_model_t *s_load(const char *path, sw_backend_t *be, int a, int b)
+{
+    char err[256] = "";
+    sw_model_t *m = sw_model_load(path, a, b, be, err, sizeof err);
+    if (!m)
+        fprintf(stderr, "load %d:%d failed: %s\n", a, b, err);
+    return m;
+}
+
+static int s_fwd(sw_model_t *m, sw_kv_t *kv, const int32_t *tok, const float *hid, int n,
+                 float *out_hidden, float *logits, int n_logits)
+{
+    char err[256] = "";
+    sw_forward_t f = {.n = n,
+                      .tokens = tok,
+                      .hidden = hid,
+                      .out_hidden = out_hidden,
+                      .logits = logits,
+                      .n_logits = n_logits};
+    int rc = sw_model_forward(m, kv, &f, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "forward: %s\n", err);
+    return rc;
+}
+
+static long s_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kb = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* In a child: loads [a, b), prefaults, runs one row, prints RSS growth (KB)
+ * and the range's weight bytes through a pipe. */
+static void s_measure(const char *path, int a, int b, long *rss_kb, long *weights_kb)
+{
+    int fd[2];
+    *rss_kb = *weights_kb = -1;
+    if (pipe(fd))
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        long before = s_rss_kb();
+        sw_backend_t *be = sw_backend_cpu_new(1);
+        sw_model_t *m = be ? s_load(path, be, a, b) : NULL;
+        long res[2] = {-1, -1};
+        if (m) {
+            sw_model_prefault(m, NULL, NULL);
+            sw_kv_t *kv = sw_kv_new(m, 8);
+            const sw_hparams_t *hp = sw_model_hparams(m);
+            float *h = calloc((size_t)hp->n_embd, sizeof(float));
+            float *lg = calloc((size_t)hp->n_vocab, sizeof(float));
+            int32_t tok = 1;
+            if (kv && h && lg &&
+                s_fwd(m, kv, sw_model_is_first(m) ? &tok : NULL, sw_model_is_first(m) ? NULL : h, 1,
+                      h, lg, sw_model_is_last(m)) == 0) {
+                res[0] = s_rss_kb() - before;
+                res[1] = (long)(sw_model_weight_bytes(m) / 1024);
+            }
+        }
+        ssize_t w = write(fd[1], res, sizeof res);
+        _exit(w == sizeof res ? 0 : 1);
+    }
+    close(fd[1]);
+    long res[2];
+    if (read(fd[0], res, sizeof res) == sizeof res) {
+        *rss_kb = res[0];
+        *weights_kb = res[1];
+    }
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+}
+
+int main(void)
+{
+    const char *path = sw_test_model();
+    sw_backend_t *be = sw_backend_cpu_new(2);
+    SW_CHECK(be != NULL);
+    sw_model_t *whole = s_load(path, be, 0, -1);
+    SW_CHECK(whole != NULL);
+    if (!whole)
+        return sw_test_done();
+    const sw_hparams_t *hp = sw_model_hparams(whole);
+    const int L = hp->n_layer, V = hp->n_vocab, E = hp->n_embd;
+    s_make_tokens(V);
+
+    /* Reference: one row at a time. */
+    float *ref = malloc((size_t)T * V * sizeof(float));
+    float *got = malloc((size_t)T * V * sizeof(float));
+    float *hid = malloc((size_t)T * E * sizeof(float));
+    sw_kv_t *kv = sw_kv_new(whole, 256);
+    SW_CHECK(ref && got && hid && kv);
+    for (int i = 0; i < T; i++)
+        SW_CHECK_INT(s_fwd(whole, kv, &s_tokens[i], NULL, 1, NULL, ref + (size_t)i * V, 1), 0);
+    SW_CHECK_INT(sw_kv_len(kv), T);
+
+    /* Batch invariance: rows [T - b, T) as one batch after a cached prefix. */
+    int bad_b = 0;
+    for (int b = 2; b <= T; b++) {
+        SW_CHECK_INT(sw_kv_truncate(kv, T - b), 0);
+        SW_CHECK_INT(s_fwd(whole, kv, s_tokens + T - b, NULL, b, NULL, got, b), 0);
+        if (memcmp(got, ref + (size_t)(T - b) * V, (size_t)b * V * sizeof(float)) != 0) {
+            fprintf(stderr, "batch of %d rows differs from single rows\n", b);
+            bad_b++;
+        }
+    }
+    SW_CHECK_INT(bad_b, 0);
+
+    /* Whole prompt from an empty cache (position 0 inside a 65-row batch). */
+    SW_CHECK_INT(sw_kv_truncate(kv, 0), 0);
+    SW_CHECK_INT(s_fwd(whole, kv, s_tokens, NULL, T, NULL, got, T), 0);
+    SW_CHECK(memcmp(got, ref, (size_t)T * V * sizeof(float)) == 0);
+
+    /* Truncate to the middle and regenerate one row at a time. */
+    SW_CHECK_INT(sw_kv_truncate(kv, 30), 0);
+    for (int i = 30; i < T; i++)
+        SW_CHECK_INT(s_fwd(whole, kv, &s_tokens[i], NULL, 1, NULL, got + (size_t)i * V, 1), 0);
+    SW_CHECK(memcmp(got + 30 * (size_t)V, ref + 30 * (size_t)V, (size_t)(T - 30) * V * 4) == 0);
+
+    /* Split [0, a) + [a, L) and three stages, f32 hidden states. */
+    const int cuts[][2] = {{L / 2, L}, {1, L - 1}, {L - 1, L}};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        int a = cuts[c][0], b2 = cuts[c][1];
+        sw_model_t *s0 = s_load(path, be, 0, a);
+        sw_model_t *s1 = s_load(path, be, a, b2);
+        sw_model_t *s2 = b2 < L ? s_load(path, be, b2, L) : NULL;
+        SW_CHECK(s0 && s1 && (b2 == L || s2));
+        if (!s0 || !s1 || (b2 < L && !s2))
+            break;
+        SW_CHECK(sw_model_is_first(s0) && !sw_model_is_last(s0));
+        sw_kv_t *k0 = sw_kv_new(s0, 128), *k1 = sw_kv_new(s1, 128);
+        sw_kv_t *k2 = s2 ? sw_kv_new(s2, 128) : NULL;
+        float *h2 = malloc((size_t)T * E * sizeof(float));
+        /* prompt of 40 rows, then 25 single rows */
+        int ok = 1;
+        for (int i = 0; i < T && ok;) {
+            int n = i == 0 ? 40 : 1;
+            ok &= s_fwd(s0, k0, s_tokens + i, NULL, n, hid, NULL, 0) == 0;
+            if (s2) {
+                ok &= s_fwd(s1, k1, NULL, hid, n, h2, NULL, 0) == 0;
+                ok &= s_fwd(s2, k2, NULL, h2, n, NULL, got + (size_t)i * V, n) == 0;
+            } else {
+                ok &= s_fwd(s1, k1, NULL, hid, n, NULL, got + (size_t)i * V, n) == 0;
+            }
+            i += n;
+        }
+        SW_CHECK(ok);
+        SW_CHECK(memcmp(got, ref, (size_t)T * V * sizeof(float)) == 0);
+        free(h2);
+        sw_kv_free(&k0);
+        sw_kv_free(&k1);
+        sw_kv_free(&k2);
+        sw_model_free(&s0);
+        sw_model_free(&s1);
+        sw_model_free(&s2);
+    }
+
+    /* Bad input. */
+    char err[256] = "";
+    int32_t badtok = V;
+    sw_forward_t f = {.n = 1, .tokens = &badtok, .logits = got, .n_logits = 1};
+    int len_before = sw_kv_len(kv);
+    SW_CHECK(sw_model_forward(whole, kv, &f, err, sizeof err) != 0);
+    SW_CHECK(strstr(err, "outside the vocabulary") != NULL);
+    SW_CHECK_INT(sw_kv_len(kv), len_before);
+    SW_CHECK(sw_kv_truncate(kv, len_before + 1) != 0);
+    sw_kv_t *tiny = sw_kv_new(whole, 4);
+    f.tokens = s_tokens;
+    f.n = 5;
+    SW_CHECK(tiny && sw_model_forward(whole, tiny, &f, err, sizeof err) != 0);
+    SW_CHECK(strstr(err, "do not fit") != NULL);
+    sw_kv_free(&tiny);
+    SW_CHECK(sw_model_load(path, 5, 5, be, err, sizeof err) == NULL);
+    SW_CHECK(sw_model_load(path, 0, L + 1, be, err, sizeof err) == NULL);
+    SW_CHECK(strstr(err, "invalid") != NULL);
+
+    /* Resident memory per range (fresh processes). */
+    long rss_all, w_all, rss_mid, w_mid, rss_tail, w_tail;
+    s_measure(path, 0, L, &rss_all, &w_all);
+    s_measure(path, 10, 20, &rss_mid, &w_mid);
+    s_measure(path, 20, L, &rss_tail, &w_tail);
+    printf("resident KB: whole %ld (weights %ld), layers 10:20 %ld (weights %ld), "
+           "20:%d %ld (weights %ld)\n",
+           rss_all, w_all, rss_mid, w_mid, L, rss_tail, w_tail);
+    SW_CHECK(rss_all > 0 && rss_mid > 0 && rss_tail > 0);
+    /* A middle third holds about a third of the layer weights, not the file. */
+    SW_CHECK(rss_mid < w_mid + 16 * 1024);
+    SW_CHECK(rss_mid < rss_all / 2);
+    SW_CHECK(rss_all >= w_all * 9 / 10);
+
+    sw_kv_free(&kv);
+    sw_model_free(&whole);
+    sw_backend_free(&be);
+    free(ref);
+    free(got);
+    free(hid);
+    return sw_test_done();
+}
