@@ -130,10 +130,15 @@ void sw_sampler_free(sw_sampler_t **self_p)
     *self_p = NULL;
 }
 
-void sw_sampler_reset(sw_sampler_t *s)
+void sw_sampler_clear_history(sw_sampler_t *s)
 {
     s->hist_len = 0;
     s->hist_pos = 0;
+}
+
+void sw_sampler_reset(sw_sampler_t *s)
+{
+    sw_sampler_clear_history(s);
     memset(s->mark, 0, (size_t)s->n_vocab * sizeof(*s->mark));
     s->stamp = 0;
     sw_rng_seed(&s->rng, s->p.seed);
