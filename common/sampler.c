@@ -43,7 +43,7 @@ struct sw_sampler {
     int32_t hist_len;    // valid entries in hist, <= rep_last_n
     int32_t hist_pos;    // next write index into hist
     uint32_t *mark;      // (n_vocab) == stamp when the token is penalised this call
-    uint32_t stamp;      // current penalty pass; never 0
+    uint32_t stamp;      // current penalty pass (0 = none yet; mark is zeroed on wrap)
     struct s_cand *cand; // (n_vocab) candidates of the current call
     float *probs;        // (n_vocab) distribution scratch for sw_sampler_sample()
     double *bucket_mass; // (SW_SAMPLER_BUCKETS) top-p histogram of exp(logit - max)
