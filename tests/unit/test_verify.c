@@ -153,7 +153,7 @@ static void s_target(const struct pair *pr, double *out)
     for (int i = 0; i < NV; i++) {
         int rank = 0; /* tokens strictly before i in (prob desc, id asc) order */
         for (int j = 0; j < NV; j++)
-            rank += pr->p[j] > pr->p[i] || (pr->p[j] == pr->p[i] && j < i);
+            rank += pr->p[j] > pr->p[i] || (j < i && pr->p[j] == pr->p[i]);
         keep[i] = pr->top_k == 0 || rank < pr->top_k;
     }
     for (int i = 0; i < NV; i++)
