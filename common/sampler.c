@@ -4,9 +4,11 @@
  * semantics).
  *
  * Cost per token is O(n_vocab) for a vocabulary of 49k..152k: the penalised
- * copy of the logits, one quickselect for top-k (no full sort), and for top-p
- * a sorted prefix grown in chunks (select the next chunk, sort only it) until
- * the mass reaches top_p, so a sharp distribution sorts a few dozen entries.
+ * copy of the logits, one selection pass for top-k (a heap of k when k is
+ * small, else a branch-free quickselect; never a full sort), and for top-p
+ * over more than SW_SAMPLER_SORT_MAX candidates a histogram of the mass by
+ * distance below the max logit, so only the one bucket where the mass
+ * crosses top_p is sorted (top-p over a top-k set just sorts the k).
  * Candidates are ordered by logit descending, then token id ascending: a total
  * order, so every selection and sort gives one well-defined result.
  */
@@ -21,8 +23,12 @@
 
 /* Longest repetition window accepted (bounds the history allocation). */
 #define SW_SAMPLER_MAX_LAST_N (1 << 20)
-/* First chunk of the sorted prefix that top-p grows (then x4 per step). */
-#define SW_SAMPLER_TOP_P_CHUNK 64
+/* Top-p sorts its candidates when there are at most this many (after top-k). */
+#define SW_SAMPLER_SORT_MAX 1024
+/* Otherwise it buckets them by distance below the max logit: this many
+ * buckets over this many nats; everything further down shares the last. */
+#define SW_SAMPLER_BUCKETS 4096
+#define SW_SAMPLER_BUCKET_RANGE 64.0f
 
 struct s_cand {
     float l;    // penalised logit
@@ -37,9 +43,10 @@ struct sw_sampler {
     int32_t hist_len;    // valid entries in hist, <= rep_last_n
     int32_t hist_pos;    // next write index into hist
     uint32_t *mark;      // (n_vocab) == stamp when the token is penalised this call
-    uint32_t stamp;      // current penalty pass; never 0
+    uint32_t stamp;      // current penalty pass (0 = none yet; mark is zeroed on wrap)
     struct s_cand *cand; // (n_vocab) candidates of the current call
     float *probs;        // (n_vocab) distribution scratch for sw_sampler_sample()
+    double *bucket_mass; // (SW_SAMPLER_BUCKETS) top-p histogram of exp(logit - max)
 };
 
 sw_sampling_t sw_sampling_default(void)
@@ -102,7 +109,8 @@ sw_sampler_t *sw_sampler_new(const sw_sampling_t *params, int32_t n_vocab)
     s->mark = calloc(n, sizeof(*s->mark));
     s->cand = malloc(n * sizeof(*s->cand));
     s->probs = malloc(n * sizeof(*s->probs));
-    if (!s->mark || !s->cand || !s->probs)
+    s->bucket_mass = malloc(SW_SAMPLER_BUCKETS * sizeof(*s->bucket_mass));
+    if (!s->mark || !s->cand || !s->probs || !s->bucket_mass)
         goto oom;
     if (params->rep_last_n > 0) {
         s->hist = malloc((size_t)params->rep_last_n * sizeof(*s->hist));
@@ -126,14 +134,20 @@ void sw_sampler_free(sw_sampler_t **self_p)
     free(s->mark);
     free(s->cand);
     free(s->probs);
+    free(s->bucket_mass);
     free(s);
     *self_p = NULL;
 }
 
-void sw_sampler_reset(sw_sampler_t *s)
+void sw_sampler_clear_history(sw_sampler_t *s)
 {
     s->hist_len = 0;
     s->hist_pos = 0;
+}
+
+void sw_sampler_reset(sw_sampler_t *s)
+{
+    sw_sampler_clear_history(s);
     memset(s->mark, 0, (size_t)s->n_vocab * sizeof(*s->mark));
     s->stamp = 0;
     sw_rng_seed(&s->rng, s->p.seed);
@@ -223,7 +237,8 @@ int32_t sw_sampler_argmax(sw_sampler_t *s, const float *logits)
 /* a comes first: larger logit, then smaller id. */
 static inline int s_before(const struct s_cand *a, const struct s_cand *b)
 {
-    return a->l > b->l || (a->l == b->l && a->id < b->id);
+    /* Bitwise ops: no branch, the partition loop below stays predictable. */
+    return (a->l > b->l) | ((a->l == b->l) & (a->id < b->id));
 }
 
 static int s_cmp(const void *pa, const void *pb)
@@ -268,13 +283,49 @@ static size_t s_partition(struct s_cand *c, size_t lo, size_t hi)
     struct s_cand pv = c[last];
     size_t store = lo;
     for (size_t i = lo; i < last; i++) {
-        if (s_before(&c[i], &pv)) {
-            s_swap(c, i, store);
-            store++;
-        }
+        /* Branch-free Lomuto: always swap, advance the boundary when x comes
+         * first. c[store, i) only holds elements not before the pivot. */
+        struct s_cand x = c[i];
+        c[i] = c[store];
+        c[store] = x;
+        store += (size_t)s_before(&x, &pv);
     }
     s_swap(c, store, last);
     return store;
+}
+
+/* Restores the heap below h[i]: every parent comes after its children in
+ * candidate order, so h[0] is the last of the heap. */
+static void s_sift(struct s_cand *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && s_before(&h[w], &h[l]))
+            w = l;
+        if (r < n && s_before(&h[w], &h[r]))
+            w = r;
+        if (w == i)
+            return;
+        s_swap(h, i, w);
+        i = w;
+    }
+}
+
+/* As s_select, for m - lo much smaller than hi - lo: one pass keeping a heap
+ * of the best m - lo in c[lo, m). Most elements cost one predictable compare
+ * against the heap's last. */
+static void s_heap_select(struct s_cand *c, size_t lo, size_t hi, size_t m)
+{
+    struct s_cand *h = c + lo;
+    size_t k = m - lo;
+    for (size_t i = k / 2; i-- > 0;)
+        s_sift(h, k, i);
+    for (size_t j = m; j < hi; j++) {
+        if (s_before(&c[j], &h[0])) {
+            s_swap(c, j, lo);
+            s_sift(h, k, 0);
+        }
+    }
 }
 
 /* Rearranges c[lo, hi) so that c[lo, m) holds its first (m - lo) elements in
@@ -282,6 +333,10 @@ static size_t s_partition(struct s_cand *c, size_t lo, size_t hi)
  * O(hi - lo); falls back to a full sort if the pivots keep being bad. */
 static void s_select(struct s_cand *c, size_t lo, size_t hi, size_t m)
 {
+    if (lo < m && m < hi && (m - lo) <= (hi - lo) / 16) {
+        s_heap_select(c, lo, hi, m);
+        return;
+    }
     int budget = 16;
     for (size_t n = hi - lo; n > 1; n >>= 1)
         budget += 2;
@@ -332,45 +387,88 @@ static float s_prepare(sw_sampler_t *s, const float *logits)
     return max;
 }
 
-/* Applies top-p and min-p to the n candidates of s->cand (max logit mx) and
- * returns how many lead the (partly sorted) array as the kept set. */
+static inline size_t s_bucket(float l, float mx)
+{
+    float d = (mx - l) * ((float)SW_SAMPLER_BUCKETS / SW_SAMPLER_BUCKET_RANGE);
+    return d < (float)(SW_SAMPLER_BUCKETS - 1) ? (size_t)d : SW_SAMPLER_BUCKETS - 1;
+}
+
+/* Top-p over many candidates without sorting them: the weights
+ * exp(l - max) go into buckets by distance from the max, the buckets are
+ * summed best first up to the one where the mass reaches top_p, and only that
+ * bucket's candidates are sorted to find the exact cut. Moves the kept set to
+ * the front of s->cand and returns its size. */
+static size_t s_top_p_hist(sw_sampler_t *s, size_t n, float mx, double top_p)
+{
+    struct s_cand *c = s->cand;
+    double *mass = s->bucket_mass, z = 0.0;
+    memset(mass, 0, SW_SAMPLER_BUCKETS * sizeof(*mass));
+    for (size_t i = 0; i < n; i++) {
+        float w = expf(c[i].l - mx);
+        mass[s_bucket(c[i].l, mx)] += w;
+        z += w;
+    }
+    double target = top_p * z, cum = 0.0;
+    size_t b = 0;
+    while (b < SW_SAMPLER_BUCKETS && cum + mass[b] < target)
+        cum += mass[b++];
+    if (b == SW_SAMPLER_BUCKETS)
+        return n; /* rounding: the whole mass is below target */
+    size_t front = 0, mid;
+    for (size_t i = 0; i < n; i++) {
+        if (s_bucket(c[i].l, mx) < b)
+            s_swap(c, i, front++);
+    }
+    mid = front;
+    for (size_t i = front; i < n; i++) {
+        if (s_bucket(c[i].l, mx) == b)
+            s_swap(c, i, mid++);
+    }
+    qsort(c + front, mid - front, sizeof(*c), s_cmp);
+    for (size_t i = front; i < mid; i++) {
+        cum += expf(c[i].l - mx);
+        if (cum >= target)
+            return i + 1;
+    }
+    return mid;
+}
+
+/* Applies top-p and then min-p to the n candidates of s->cand (max logit
+ * mx); moves the kept set to the front and returns its size. */
 static size_t s_top_p_min_p(sw_sampler_t *s, size_t n, float mx)
 {
     struct s_cand *c = s->cand;
     double top_p = s->p.top_p, min_p = s->p.min_p;
-    /* min-p keeps logit >= max + log(min_p) (= prob >= min_p * max prob). */
-    double thr = min_p > 0.0 ? (double)mx + log(min_p) : -INFINITY;
-    if (top_p >= 1.0) {
-        if (min_p <= 0.0)
-            return n;
-        size_t kept = 0; /* min-p alone needs no order: compact in place */
+    size_t kept = n;
+    if (top_p < 1.0 && n > SW_SAMPLER_SORT_MAX) {
+        kept = s_top_p_hist(s, n, mx, top_p);
+    } else if (top_p < 1.0) {
+        /* Few candidates (after top-k): sort them and walk the prefix. */
+        qsort(c, n, sizeof(*c), s_cmp);
+        double z = 0.0, cum = 0.0;
+        for (size_t i = 0; i < n; i++)
+            z += expf(c[i].l - mx);
         for (size_t i = 0; i < n; i++) {
+            cum += expf(c[i].l - mx);
+            if (cum >= top_p * z) {
+                kept = i + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0) {
+        /* min-p keeps logit >= max + log(min_p) (= prob >= min_p * max prob).
+         * Both filters keep a prefix of the sorted order, so min-p after
+         * top-p is a compaction that needs no order. The max always stays. */
+        double thr = (double)mx + log(min_p);
+        size_t k2 = 0;
+        for (size_t i = 0; i < kept; i++) {
             if ((double)c[i].l >= thr)
-                s_swap(c, i, kept++);
+                s_swap(c, i, k2++);
         }
-        return kept;
+        kept = k2;
     }
-    double z = 0.0;
-    for (size_t i = 0; i < n; i++)
-        z += exp((double)c[i].l - mx);
-    double target = top_p * z, cum = 0.0;
-    size_t sorted = 0, chunk = SW_SAMPLER_TOP_P_CHUNK;
-    for (;;) {
-        size_t m = n - sorted > chunk ? sorted + chunk : n;
-        s_select(c, sorted, n, m);
-        qsort(c + sorted, m - sorted, sizeof(*c), s_cmp);
-        for (size_t i = sorted; i < m; i++) {
-            if (i > 0 && (double)c[i].l < thr)
-                return i;
-            cum += exp((double)c[i].l - mx);
-            if (cum >= target)
-                return i + 1;
-        }
-        sorted = m;
-        if (sorted == n)
-            return n;
-        chunk *= 4;
-    }
+    return kept;
 }
 
 int sw_sampler_probs(sw_sampler_t *s, const float *logits, float *probs_out)
@@ -394,15 +492,17 @@ int sw_sampler_probs(sw_sampler_t *s, const float *logits, float *probs_out)
     }
     size_t kept = s_top_p_min_p(s, n, mx);
     /* Temperature last. The max is always kept, so the sum is >= 1. */
-    double inv_t = 1.0 / (double)s->p.temp, sum = 0.0;
+    float inv_t = 1.0f / s->p.temp;
+    double sum = 0.0;
     memset(probs_out, 0, nv * sizeof(*probs_out));
-    for (size_t i = 0; i < kept; i++)
-        sum += exp(((double)s->cand[i].l - mx) * inv_t);
-    double inv_sum = 1.0 / sum;
     for (size_t i = 0; i < kept; i++) {
-        double w = exp(((double)s->cand[i].l - mx) * inv_t);
-        probs_out[s->cand[i].id] = (float)(w * inv_sum);
+        float w = expf((s->cand[i].l - mx) * inv_t);
+        probs_out[s->cand[i].id] = w;
+        sum += w;
     }
+    float inv_sum = (float)(1.0 / sum);
+    for (size_t i = 0; i < kept; i++)
+        probs_out[s->cand[i].id] *= inv_sum;
     return 0;
 }
 

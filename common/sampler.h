@@ -69,6 +69,9 @@ void sw_sampler_free(sw_sampler_t **self_p);
  * then in the state sw_sampler_new() returned. */
 void sw_sampler_reset(sw_sampler_t *s);
 
+/* Clears the history only (a new conversation); the RNG stream goes on. */
+void sw_sampler_clear_history(sw_sampler_t *s);
+
 /* Appends a token to the repetition-penalty history (prompt tokens and every
  * committed token, in order). Ids outside [0, n_vocab) are kept in the window
  * but penalise nothing. */

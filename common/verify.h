@@ -18,7 +18,10 @@
  * (the support left by the draft's own top-k), which keeps it small enough to
  * ship with the drafts. A deterministic proposer (n-gram, greedy draft model)
  * has q_i = point mass at d_i: pass q = NULL, and the residual is p_i with
- * d_i zeroed. All random numbers come from the sampler's RNG, so one seed
+ * d_i zeroed. A sampling draft model must pass the very distribution its
+ * token was drawn from (e.g. its own sw_sampler_probs() row, whose non-zero
+ * entries are the sparse support), else the output is no longer the
+ * target's distribution. All random numbers come from the sampler's RNG, so one seed
  * gives one output.
  *
  * History: p_i depends on the repetition-penalty history including

@@ -378,104 +378,141 @@ static void test_chi2_math(void)
     SW_CHECK_NEAR(chi2_sf(0.0, 5), 1.0, 1e-12);
 }
 
-static int s_cmp_desc(const void *pa, const void *pb)
+/* Reference order for the large-vocabulary test: logit descending, then id. */
+static const float *s_ref_logits;
+
+static int s_cmp_ref(const void *pa, const void *pb)
 {
-    float a = *(const float *)pa, b = *(const float *)pb;
-    return a > b ? -1 : a < b ? 1 : 0;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    float la = s_ref_logits[a], lb = s_ref_logits[b];
+    if (la != lb)
+        return la > lb ? -1 : 1;
+    return a < b ? -1 : a > b;
 }
 
-/* 152064 random logits: the kept sets against a full sort, and timings. */
+/* The kept count by the definitions, on the full reference order. */
+static int s_ref_kept(const float *lg, const int32_t *order, int nv, int top_k, float top_p,
+                      float min_p)
+{
+    double mx = lg[order[0]];
+    int n = top_k > 0 && top_k < nv ? top_k : nv;
+    int kept = n;
+    if (top_p < 1.0f) {
+        double z = 0.0, cum = 0.0;
+        for (int i = 0; i < n; i++)
+            z += exp(lg[order[i]] - mx);
+        for (int i = 0; i < n; i++) {
+            cum += exp(lg[order[i]] - mx);
+            if (cum >= top_p * z) {
+                kept = i + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0f) {
+        double thr = mx + log(min_p);
+        int km = 1;
+        while (km < kept && lg[order[km]] >= thr)
+            km++;
+        kept = km;
+    }
+    return kept;
+}
+
+/* 152064 logits (Gaussian; then quantised with many exact ties, a few far
+ * below and some -inf): the kept sets must be exactly the first `kept` of a
+ * full (logit, id) sort, and timings are printed. */
 static void test_large_vocab(void)
 {
     enum { NV = 152064 };
-    float *lg = malloc(NV * sizeof(float)), *sorted = malloc(NV * sizeof(float)),
-          *probs = malloc(NV * sizeof(float));
-    if (!lg || !sorted || !probs) {
+    float *lg = malloc(NV * sizeof(float)), *probs = malloc(NV * sizeof(float));
+    int32_t *order = malloc(NV * sizeof(int32_t));
+    uint8_t *in_ref = malloc(NV);
+    if (!lg || !probs || !order || !in_ref) {
         SW_CHECK(0);
         goto out;
     }
-    sw_rng_t r;
-    sw_rng_seed(&r, 5);
-    for (int i = 0; i < NV; i++)
-        lg[i] = s_gauss(&r) * 3.0f;
-    memcpy(sorted, lg, NV * sizeof(float));
-    qsort(sorted, NV, sizeof(float), s_cmp_desc);
-    double mx = sorted[0];
-
     struct {
         int top_k;
         float top_p, min_p;
-    } cfg[] = {{40, 1.0f, 0.0f}, {0, 0.9f, 0.0f}, {0, 1.0f, 0.01f}, {1000, 0.95f, 0.05f}};
-    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
-        sw_sampling_t p = s_params(0.7f, cfg[c].top_k, cfg[c].top_p, cfg[c].min_p, 11);
-        sw_sampler_t *s = sw_sampler_new(&p, NV);
-        if (!s) {
-            SW_CHECK(0);
-            continue;
-        }
-        /* Reference kept count by the definition, on the full sort. */
-        int n = cfg[c].top_k > 0 ? cfg[c].top_k : NV;
-        int kept = n;
-        if (cfg[c].top_p < 1.0f) {
-            double zk = 0.0, cum = 0.0;
-            for (int i = 0; i < n; i++)
-                zk += exp(sorted[i] - mx);
-            for (int i = 0; i < n; i++) {
-                cum += exp(sorted[i] - mx);
-                if (cum >= cfg[c].top_p * zk) {
-                    kept = i + 1;
-                    break;
-                }
-            }
-        }
-        if (cfg[c].min_p > 0.0f) {
-            double thr = mx + log(cfg[c].min_p);
-            int km = 1;
-            while (km < kept && sorted[km] >= thr)
-                km++;
-            kept = km;
-        }
-        double t0 = s_now();
-        int reps = 20;
-        int ok = 1;
-        for (int rep = 0; rep < reps; rep++)
-            ok &= sw_sampler_probs(s, lg, probs) == 0;
-        double dt = (s_now() - t0) / reps;
-        SW_CHECK(ok);
-        int nz = 0;
-        float min_kept = INFINITY, max_dropped = -INFINITY;
-        double sum = 0.0;
+    } cfg[] = {{40, 1.0f, 0.0f},
+               {0, 0.9f, 0.0f},
+               {0, 1.0f, 0.01f},
+               {1000, 0.95f, 0.05f},
+               {5000, 0.9f, 0.0f},
+               {0, 0.999f, 0.0f},
+               {0, 0.5f, 0.02f},
+               /* k > n_vocab / 16: quickselect rather than the heap */
+               {20000, 1.0f, 0.0f},
+               {60000, 0.95f, 0.0f}};
+    for (int pattern = 0; pattern < 2; pattern++) {
+        sw_rng_t r;
+        sw_rng_seed(&r, 5 + pattern);
         for (int i = 0; i < NV; i++) {
-            sum += probs[i];
-            if (probs[i] > 0.0f) {
-                nz++;
-                min_kept = lg[i] < min_kept ? lg[i] : min_kept;
-            } else if (lg[i] > max_dropped) {
-                max_dropped = lg[i];
+            float g = s_gauss(&r) * 3.0f;
+            if (pattern == 1) {
+                g = floorf(g * 2.0f); /* ties everywhere */
+                if (i % 97 == 0)
+                    g = -INFINITY;
+                else if (i % 89 == 0)
+                    g -= 200.0f; /* far below: shares the last bucket */
             }
+            lg[i] = g;
+            order[i] = i;
         }
-        SW_CHECK_INT(nz, kept);
-        SW_CHECK(min_kept == sorted[kept - 1]);
-        SW_CHECK(max_dropped < min_kept);
-        SW_CHECK_NEAR(sum, 1.0, 1e-4);
-        t0 = s_now();
-        int valid = 1;
-        for (int rep = 0; rep < reps; rep++) {
-            int32_t t = sw_sampler_sample(s, lg);
-            valid &= t >= 0 && lg[t] >= sorted[kept - 1];
+        s_ref_logits = lg;
+        qsort(order, NV, sizeof(int32_t), s_cmp_ref);
+        for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+            sw_sampling_t p = s_params(0.7f, cfg[c].top_k, cfg[c].top_p, cfg[c].min_p, 11);
+            sw_sampler_t *s = sw_sampler_new(&p, NV);
+            if (!s) {
+                SW_CHECK(0);
+                continue;
+            }
+            int kept = s_ref_kept(lg, order, NV, cfg[c].top_k, cfg[c].top_p, cfg[c].min_p);
+            memset(in_ref, 0, NV);
+            for (int i = 0; i < kept; i++)
+                in_ref[order[i]] = 1;
+            int reps = 10, ok = 1;
+            double t0 = s_now();
+            for (int rep = 0; rep < reps; rep++)
+                ok &= sw_sampler_probs(s, lg, probs) == 0;
+            double dt = (s_now() - t0) / reps;
+            SW_CHECK(ok);
+            int nz = 0, mismatch = 0;
+            double sum = 0.0;
+            for (int i = 0; i < NV; i++) {
+                sum += probs[i];
+                nz += probs[i] > 0.0f;
+                /* -inf logits may be kept with probability 0: only check
+                 * that nothing outside the set has mass and nothing finite
+                 * inside is zero. */
+                if (in_ref[i] ? (lg[i] > -INFINITY && !(probs[i] > 0.0f)) : probs[i] != 0.0f)
+                    mismatch++;
+            }
+            SW_CHECK_INT(mismatch, 0);
+            SW_CHECK(nz <= kept);
+            SW_CHECK_NEAR(sum, 1.0, 1e-4);
+            t0 = s_now();
+            int valid = 1;
+            for (int rep = 0; rep < reps; rep++) {
+                int32_t t = sw_sampler_sample(s, lg);
+                valid &= t >= 0 && in_ref[t];
+            }
+            double ds = (s_now() - t0) / reps;
+            SW_CHECK(valid);
+            printf("n_vocab %d logits %s top_k %d top_p %.3f min_p %.2f: kept %d, probs %.2f ms, "
+                   "sample %.2f ms\n",
+                   NV, pattern ? "ties" : "gauss", cfg[c].top_k, (double)cfg[c].top_p,
+                   (double)cfg[c].min_p, kept, dt * 1e3, ds * 1e3);
+            sw_sampler_free(&s);
         }
-        double ds = (s_now() - t0) / reps;
-        SW_CHECK(valid);
-        printf("n_vocab %d top_k %d top_p %.2f min_p %.2f: kept %d, probs %.2f ms, sample %.2f "
-               "ms\n",
-               NV, cfg[c].top_k, (double)cfg[c].top_p, (double)cfg[c].min_p, kept, dt * 1e3,
-               ds * 1e3);
-        sw_sampler_free(&s);
     }
 out:
     free(lg);
-    free(sorted);
     free(probs);
+    free(order);
+    free(in_ref);
 }
 
 static void test_sample_probs(void)
