@@ -72,6 +72,11 @@ SW_AI __m256 s_dot_us8(__m256i ux, __m256i sy)
 
 /* ---- 32-element block formats: one tile kernel for all ----------------- */
 
+/* f16 -> f32 for every bit pattern (256 KiB), filled once by sw_kernels_avx2().
+ * A table load feeds vbroadcastss straight from memory, which keeps the
+ * shuffle port free for the tile kernels. */
+static float s_f16_tab[1 << 16];
+
 enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0 };
 
 SW_AI int s_wsize(int kind)
@@ -88,24 +93,33 @@ SW_AI int s_has_min(int kind)
     return kind == K_Q4_1 || kind == K_Q5_1;
 }
 
+/* 16 bytes of nibbles -> 32 bytes without a cross-lane shuffle: the 16 bytes
+ * are loaded into both halves, the high half shifted right by 4. */
+SW_AI __m256i s_nibbles_bc(const uint8_t *qs)
+{
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    const __m256i h = _mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xF0);
+    return _mm256_and_si256(h, _mm256_set1_epi8(0x0F));
+}
+
 /* The weight block's quants as bytes: signed (q - offset) for the symmetric
  * formats, unsigned for the formats with a minimum. */
 SW_AI __m256i s_wquants(int kind, const uint8_t *p)
 {
     switch (kind) {
     case K_Q4_0:
-        return _mm256_sub_epi8(s_nibbles(p + 2), _mm256_set1_epi8(8));
+        return _mm256_sub_epi8(s_nibbles_bc(p + 2), _mm256_set1_epi8(8));
     case K_Q4_1:
-        return s_nibbles(p + 4);
+        return s_nibbles_bc(p + 4);
     case K_Q5_0: {
         // (q | h << 4) - 16 == q | (h ? 0 : 0xF0) as a signed byte
         const __m256i hi =
             _mm256_andnot_si256(s_bits_to_bytes(p + 2), _mm256_set1_epi8((char)0xF0));
-        return _mm256_or_si256(s_nibbles(p + 6), hi);
+        return _mm256_or_si256(s_nibbles_bc(p + 6), hi);
     }
     case K_Q5_1: {
         const __m256i hi = _mm256_and_si256(s_bits_to_bytes(p + 4), _mm256_set1_epi8(0x10));
-        return _mm256_or_si256(s_nibbles(p + 8), hi);
+        return _mm256_or_si256(s_nibbles_bc(p + 8), hi);
     }
     default:
         return _mm256_loadu_si256((const __m256i *)(p + 2));
@@ -116,6 +130,10 @@ SW_AI __m256i s_wquants(int kind, const uint8_t *p)
  * y[r * ys + i] = dot(weight row i, activation row r) for i < rw, r < rx.
  * w: first weight row (ws bytes apart), x: first activation row (xs apart),
  * nb blocks per row. rw <= 4, rx <= 2, both compile-time constants.
+ *
+ * Per pair this is exactly GGML's sequence: acc = fma(d_w * d_x, float(lanes),
+ * acc) block by block, then hsum; for q4_1/q5_1 also summs = fma(m_w, s_x,
+ * summs) block by block (an independent chain, run as a second pass), added last.
  */
 SW_AI void s_tile32(int kind, int rw, int rx, int64_t nb, const uint8_t *w, size_t ws,
                     const uint8_t *x, size_t xs, float *y, int64_t ys)
@@ -124,61 +142,70 @@ SW_AI void s_tile32(int kind, int rw, int rx, int64_t nb, const uint8_t *w, size
     const int hm = s_has_min(kind);
     const int xsz = hm ? 36 : 34; // q8_1 or q8_0
     const int xq = hm ? 4 : 2;    // offset of qs in the activation block
-    __m256 acc[4][2];
-    __m128 summ[2];
+    const float *tab = s_f16_tab;
+    const uint8_t *wr[4], *xr[2];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
+        wr[i] = w + (size_t)(i < rw ? i : 0) * ws;
+#pragma GCC unroll 4
+    for (int r = 0; r < 2; r++)
+        xr[r] = x + (size_t)(r < rx ? r : 0) * xs;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
         for (int r = 0; r < 2; r++)
             acc[i][r] = _mm256_setzero_ps();
-    summ[0] = summ[1] = _mm_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
 
     for (int64_t b = 0; b < nb; b++) {
-        __m256i q[4], qa[4];
-        uint16_t dh[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
-        for (int i = 0; i < rw; i++) {
-            const uint8_t *p = w + (size_t)i * ws + (size_t)b * wsz;
-            q[i] = s_wquants(kind, p);
-            if (!hm)
-                qa[i] = _mm256_sign_epi8(q[i], q[i]);
-            dh[i] = s_u16(p);
-            if (hm)
-                mh[i] = s_u16(p + 2);
-        }
-        const __m128 dw = _mm_cvtph_ps(
-            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
-        __m128 mw = _mm_setzero_ps();
-        if (hm)
-            mw = _mm_cvtph_ps(
-                _mm_setr_epi16((short)mh[0], (short)mh[1], (short)mh[2], (short)mh[3], 0, 0, 0, 0));
+        __m256i qy[2];
+        __m256 dy[2];
+#pragma GCC unroll 4
         for (int r = 0; r < rx; r++) {
-            const uint8_t *px = x + (size_t)r * xs + (size_t)b * xsz;
-            const __m256i qy = _mm256_loadu_si256((const __m256i *)(px + xq));
-            const __m128 dd = _mm_mul_ps(dw, _mm_set1_ps(s_h2f(px)));
-            if (hm)
-                summ[r] = _mm_fmadd_ps(mw, _mm_set1_ps(s_h2f(px + 2)), summ[r]);
-            for (int i = 0; i < rw; i++) {
+            const uint8_t *px = xr[r] + (size_t)b * xsz;
+            qy[r] = _mm256_loadu_si256((const __m256i *)(px + xq));
+            dy[r] = _mm256_broadcast_ss(&tab[s_u16(px)]);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < rw; i++) {
+            const uint8_t *p = wr[i] + (size_t)b * wsz;
+            const __m256i q = s_wquants(kind, p);
+            const __m256 dw = _mm256_broadcast_ss(&tab[s_u16(p)]);
+            __m256i qa = q;
+            if (!hm)
+                qa = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
+            for (int r = 0; r < rx; r++) {
                 __m256i p16;
                 if (hm)
-                    p16 = _mm256_maddubs_epi16(q[i], qy);
+                    p16 = _mm256_maddubs_epi16(q, qy[r]);
                 else
-                    p16 = _mm256_maddubs_epi16(qa[i], _mm256_sign_epi8(qy, q[i]));
+                    p16 = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(qy[r], q));
                 const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                const __m256 di =
-                    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), _mm256_set1_epi32(i));
-                acc[i][r] = _mm256_fmadd_ps(di, f, acc[i][r]);
+                acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy[r]), f, acc[i][r]);
             }
         }
     }
-    for (int r = 0; r < rx; r++) {
-        float sm[4];
-        _mm_storeu_ps(sm, summ[r]);
+    float summ[4][2] = {{0.0f}};
+    if (hm) {
+        for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 4
+            for (int i = 0; i < rw; i++)
+#pragma GCC unroll 4
+                for (int r = 0; r < rx; r++)
+                    summ[i][r] = fmaf(tab[s_u16(wr[i] + (size_t)b * wsz + 2)],
+                                      tab[s_u16(xr[r] + (size_t)b * xsz + 2)], summ[i][r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < rx; r++)
+#pragma GCC unroll 4
         for (int i = 0; i < rw; i++) {
             float v = s_hsum8(acc[i][r]);
             if (hm)
-                v = v + sm[i];
+                v = v + summ[i][r];
             y[r * ys + i] = v;
         }
-    }
 }
 
 #define SW_RCHUNK 64 // activation rows kept hot (in L2) while the weights stream past
@@ -525,6 +552,8 @@ void sw_quantize_q8_1_avx2(const float *x, void *vy, int64_t n)
 
 void sw_kernels_avx2(struct sw_kernels *k)
 {
+    for (uint32_t h = 0; h < (1u << 16); h++)
+        s_f16_tab[h] = _cvtsh_ss((unsigned short)h);
     k->dot[SW_TYPE_Q4_0] = s_dot_q4_0;
     k->dot[SW_TYPE_Q4_1] = s_dot_q4_1;
     k->dot[SW_TYPE_Q5_0] = s_dot_q5_0;

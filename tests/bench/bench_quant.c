@@ -1,0 +1,174 @@
+/*
+ * bench_quant.c - times sw_matmul on SmolLM2-135M-sized matrices (Q4_1 and
+ * Q8_0 weights) for decode (nr = 1) and verification/prefill batches, on 1
+ * and 2 threads, next to a plain sw_vec_dot loop and the machine's memcpy
+ * bandwidth. Not a test: prints a table on stdout.
+ *
+ *   bench_quant [min_seconds_per_case]   (default 0.15)
+ */
+#include "quant.h"
+#include "threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct job {
+    enum sw_type t;   // weight type
+    int64_t n;        // row length (elements)
+    int64_t rows;     // output rows
+    const uint8_t *w; // rows x w_stride bytes
+    size_t w_stride;  // bytes per weight row
+    const uint8_t *x; // nr x x_stride bytes
+    size_t x_stride;  // bytes per activation row
+    int nr;           // activation rows
+    float *y;         // nr x rows
+    int plain;        // 1: sw_vec_dot loop instead of sw_matmul
+};
+
+static void s_body(void *ctx, int ith, int nth)
+{
+    struct job *j = ctx;
+    // split the output rows in multiples of 4 so that tiles stay whole
+    int64_t per = ((j->rows + nth - 1) / nth + 3) & ~(int64_t)3;
+    int64_t o0 = per * ith, o1 = o0 + per < j->rows ? o0 + per : j->rows;
+    if (o0 >= o1)
+        return;
+    if (j->plain) {
+        for (int r = 0; r < j->nr; r++)
+            for (int64_t o = o0; o < o1; o++)
+                sw_vec_dot(j->t, j->n, &j->y[r * j->rows + o], j->w + o * j->w_stride,
+                           j->x + r * j->x_stride);
+    } else {
+        sw_matmul(j->t, j->n, j->w, j->w_stride, o0, o1, j->x, j->x_stride, j->nr, j->y, j->rows);
+    }
+}
+
+static double s_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Seconds per call, the best of 7 batches, each at least min_s / 7 long. The
+ * machine may be shared with other jobs: on one thread the calling thread's
+ * CPU time is measured (time slices taken by others do not count); on more
+ * threads the wall clock (the best batch is the least disturbed one). */
+static double s_time(sw_pool_t *pool, struct job *j, double min_s)
+{
+    const int cpu = sw_pool_size(pool) == 1;
+    sw_pool_run(pool, s_body, j); // warm-up
+    double best = 1e30;
+    for (int batch = 0; batch < 7; batch++) {
+        int iters = 0;
+        double t0 = s_now(), c0 = s_thread_cpu(), t;
+        do {
+            sw_pool_run(pool, s_body, j);
+            iters++;
+            t = s_now() - t0;
+        } while (t < min_s / 7);
+        if (cpu)
+            t = s_thread_cpu() - c0;
+        best = t / iters < best ? t / iters : best;
+    }
+    return best;
+}
+
+static double s_memcpy_gbs(double min_s)
+{
+    const size_t sz = (size_t)256 << 20;
+    char *a = malloc(sz), *b = malloc(sz);
+    if (a == NULL || b == NULL) {
+        free(a);
+        free(b);
+        return 0.0;
+    }
+    memset(a, 1, sz);
+    memset(b, 2, sz);
+    int iters = 0;
+    double t0 = s_now(), t;
+    do {
+        memcpy(iters & 1 ? a : b, iters & 1 ? b : a, sz);
+        iters++;
+        t = s_now() - t0;
+    } while (t < min_s || iters < 2);
+    free(a);
+    free(b);
+    return (double)sz * iters / t / 1e9; // bytes copied per second (reads; writes as many)
+}
+
+int main(int argc, char **argv)
+{
+    double min_s = argc > 1 ? atof(argv[1]) : 0.15;
+    if (min_s <= 0)
+        min_s = 0.15;
+    printf("kernels: %s\n", sw_cpu_kernels());
+    printf("memcpy 256 MiB: %.1f GB/s copied (1 thread)\n", s_memcpy_gbs(min_s * 3));
+
+    const enum sw_type types[] = {SW_TYPE_Q4_1, SW_TYPE_Q8_0};
+    const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}}; // rows, n
+    const int nrs[] = {1, 4, 9, 17, 33, 64};
+    sw_pool_t *pools[2] = {sw_pool_new(1), sw_pool_new(2)};
+    if (pools[0] == NULL || pools[1] == NULL) {
+        fprintf(stderr, "bench_quant: cannot start threads\n");
+        return 1;
+    }
+    printf("times: best of 7 batches; 1 thread: thread CPU time, 2 threads: wall clock\n");
+    printf("%-5s %6s %5s %3s %3s %10s %9s %9s %9s\n", "type", "rows", "n", "nr", "thr", "us/call",
+           "GFLOP/s", "W GB/s", "vs plain");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        enum sw_type t = types[ti], at = sw_type_vec_dot(t);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t rows = shapes[si][0], n = shapes[si][1];
+            uint64_t wsb, xsb;
+            if (sw_type_row_bytes(t, n, &wsb) != 0 || sw_type_row_bytes(at, n, &xsb) != 0)
+                return 1;
+            uint8_t *w = malloc(wsb * rows), *x = malloc(xsb * 64);
+            float *y = malloc(sizeof(float) * rows * 64), *f = malloc(sizeof(float) * n);
+            if (w == NULL || x == NULL || y == NULL || f == NULL)
+                return 1;
+            srand(1);
+            for (int64_t o = 0; o < rows; o++) {
+                for (int64_t i = 0; i < n; i++)
+                    f[i] = (float)rand() / RAND_MAX - 0.5f;
+                if (sw_quantize_row(t, f, w + o * wsb, n) != 0)
+                    return 1;
+            }
+            for (int r = 0; r < 64; r++) {
+                for (int64_t i = 0; i < n; i++)
+                    f[i] = (float)rand() / RAND_MAX - 0.5f;
+                if (sw_quantize_row(at, f, x + r * xsb, n) != 0)
+                    return 1;
+            }
+            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+                for (int th = 1; th <= 2; th++) {
+                    struct job j = {t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0};
+                    double sec = s_time(pools[th - 1], &j, min_s);
+                    j.plain = 1;
+                    double plain = s_time(pools[th - 1], &j, min_s);
+                    double flop = 2.0 * (double)rows * (double)n * nrs[ni];
+                    printf("%-5s %6lld %5lld %3d %3d %10.1f %9.1f %9.2f %8.2fx\n", sw_type_name(t),
+                           (long long)rows, (long long)n, nrs[ni], th, sec * 1e6, flop / sec / 1e9,
+                           (double)wsb * rows / sec / 1e9, plain / sec);
+                    fflush(stdout);
+                }
+            }
+            free(w);
+            free(x);
+            free(y);
+            free(f);
+        }
+    }
+    sw_pool_destroy(&pools[0]);
+    sw_pool_destroy(&pools[1]);
+    return 0;
+}
