@@ -24,7 +24,7 @@ struct sw_peer {
     void *mon;                          /* PAIR receiving sock's monitor events */
     Shardwire__PeerAnnounce *announce;  /* own deep copy, sent on every (re)announce */
     int announced;                      /* 1 once the relay acked on this connection */
-    int n_connects;                     /* CONNECTED events seen */
+    int n_connects;                     /* handshakes completed with the relay */
     int64_t announce_at_ms;             /* next time to send the announce; -1 = none due */
     int fatal_code;                     /* relay refused the first announce with this code */
     sw_wire_msg_t queue[SW_PEER_QUEUE]; /* ring of kept messages */
@@ -79,7 +79,7 @@ static void s_send_announce(sw_peer_t *p)
     int rc =
         sw_wire_send(p->sock, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, ZMQ_DONTWAIT, err, sizeof err);
     if (rc == SW_WIRE_ESOCKET && errno == EAGAIN) {
-        p->announce_at_ms = s_now_ms() + 50; /* not connected yet */
+        p->announce_at_ms = s_now_ms() + 10; /* handshake not done yet */
         return;
     }
     if (rc)
@@ -111,7 +111,7 @@ static void s_events(sw_peer_t *p)
             more = zmq_msg_more(&ev);
             zmq_msg_close(&ev);
         }
-        if (event == ZMQ_EVENT_CONNECTED) {
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             if (p->n_connects > 0)
                 SW_INFO("peer %s: reconnected to the relay, announcing again", p->announce->name);
             p->n_connects++;
@@ -167,8 +167,11 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
     return 0;
 }
 
-/* Waits for the next message for the caller: 0 got one, 1 timeout, -1 error. */
-static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms)
+/*
+ * Waits for the next message for the caller: 0 got one, 1 timeout (or, with
+ * until_announced, the relay acked), -1 error.
+ */
+static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_announced)
 {
     int64_t deadline = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
     for (;;) {
@@ -182,6 +185,8 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms)
         if (rc == SW_WIRE_OK) {
             if (s_internal(p, &m)) {
                 sw_wire_msg_clear(&m);
+                if (until_announced && p->announced)
+                    return 1;
                 continue;
             }
             sw_wire_msg_move(out, &m);
@@ -263,7 +268,8 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     if (s_peer_secure(p) != 0)
         goto err;
     snprintf(mon_ep, sizeof mon_ep, "inproc://sw-peer-monitor-%p", (void *)p);
-    if (zmq_socket_monitor(p->sock, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    if (zmq_socket_monitor(p->sock, mon_ep,
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0)
         goto err;
     p->mon = zmq_socket(p->ctx, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon_ep) != 0)
@@ -284,7 +290,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
             goto err;
         }
         sw_wire_msg_t m = {0};
-        int rc = s_pump(p, &m, (int)left);
+        int rc = s_pump(p, &m, (int)left, 1);
         if (rc < 0) {
             if (p->fatal_code)
                 SW_ERR("peer %s: the relay at %s refused us (%s)", p->announce->name, opts->relay,
@@ -375,7 +381,7 @@ int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
         peer->q_len--;
         return 0;
     }
-    return s_pump(peer, msg, timeout_ms);
+    return s_pump(peer, msg, timeout_ms, 0);
 }
 
 int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
@@ -392,7 +398,7 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
         if (timeout_ms >= 0 && left < 0)
             left = 0;
         sw_wire_msg_t m = {0};
-        int rc = s_pump(peer, &m, (int)left);
+        int rc = s_pump(peer, &m, (int)left, 0);
         if (rc != 0)
             return rc;
         if (strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0 &&

@@ -11,7 +11,7 @@
  *   them; the relay's liveness probes are swallowed by sw_peer_recv.
  * - Reconnects: libzmq redials by itself; after a reconnect the relay sees a
  *   new connection, so the peer announces again (on the socket monitor's
- *   CONNECTED event, and whenever the relay answers ERR_NOT_ANNOUNCED), and
+ *   HANDSHAKE_SUCCEEDED event, and whenever the relay answers ERR_NOT_ANNOUNCED), and
  *   retries every second while the relay still holds the name for the dead
  *   connection (ERR_NAME_TAKEN).
  * - Relay replies: AnnounceAck is consumed here; every other message,
