@@ -1,0 +1,418 @@
+/*
+ * peer.c - a peer's DEALER connection to the relay (see peer.h): socket
+ * options, announce / re-announce after reconnects, the relay's probes and
+ * replies, and a small queue for messages that arrive while sw_peer_status
+ * waits for its answer.
+ */
+#include "peer.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SW_PEER_QUEUE 64          /* messages kept while sw_peer_status waits */
+#define SW_PEER_RETRY_MS 1000     /* re-announce interval while refused / unanswered */
+#define SW_PEER_TTL_MAX_MS 655000 /* ZMQ_HEARTBEAT_TTL is 16 bits of deciseconds */
+
+struct sw_peer {
+    void *ctx;                          /* own ZeroMQ context (one I/O thread) */
+    void *sock;                         /* DEALER connected to the relay */
+    void *mon;                          /* PAIR receiving sock's monitor events */
+    Shardwire__PeerAnnounce *announce;  /* own deep copy, sent on every (re)announce */
+    int announced;                      /* 1 once the relay acked on this connection */
+    int n_connects;                     /* handshakes completed with the relay */
+    int64_t announce_at_ms;             /* next time to send the announce; -1 = none due */
+    int fatal_code;                     /* relay refused the first announce with this code */
+    sw_wire_msg_t queue[SW_PEER_QUEUE]; /* ring of kept messages */
+    int q_head;                         /* index of the oldest kept message */
+    int q_len;                          /* kept messages */
+};
+
+static int64_t s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Where CURVE goes (security issue, not yet): ZMQ_CURVE_SERVERKEY,
+ * ZMQ_CURVE_PUBLICKEY and ZMQ_CURVE_SECRETKEY on the DEALER before connect.
+ */
+static int s_peer_secure(sw_peer_t *p)
+{
+    (void)p;
+    return 0;
+}
+
+static int s_setopt_int(void *sock, int opt, int val, const char *what)
+{
+    if (zmq_setsockopt(sock, opt, &val, sizeof val) != 0) {
+        SW_ERR("peer: setting %s = %d: %s", what, val, zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static Shardwire__PeerAnnounce *s_copy_announce(const Shardwire__PeerAnnounce *a)
+{
+    size_t n = shardwire__peer_announce__get_packed_size(a);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return NULL;
+    shardwire__peer_announce__pack(a, buf);
+    Shardwire__PeerAnnounce *c = shardwire__peer_announce__unpack(NULL, n, buf);
+    free(buf);
+    return c;
+}
+
+static void s_send_announce(sw_peer_t *p)
+{
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+    env.announce = p->announce;
+    char err[SW_WIRE_ERR_LEN];
+    int rc =
+        sw_wire_send(p->sock, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, ZMQ_DONTWAIT, err, sizeof err);
+    if (rc == SW_WIRE_ESOCKET && errno == EAGAIN) {
+        p->announce_at_ms = s_now_ms() + 10; /* handshake not done yet */
+        return;
+    }
+    if (rc)
+        SW_WARN("peer %s: announce: %s", p->announce->name, err);
+    p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS; /* again unless acked by then */
+}
+
+/* Reads every pending monitor event. */
+static void s_events(sw_peer_t *p)
+{
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, p->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&ev) >= 2)
+            memcpy(&event, zmq_msg_data(&ev), 2);
+        int more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        while (more) { /* the endpoint address frame */
+            zmq_msg_init(&ev);
+            if (zmq_msg_recv(&ev, p->mon, 0) < 0) {
+                zmq_msg_close(&ev);
+                return;
+            }
+            more = zmq_msg_more(&ev);
+            zmq_msg_close(&ev);
+        }
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (p->n_connects > 0)
+                SW_INFO("peer %s: reconnected to the relay, announcing again", p->announce->name);
+            p->n_connects++;
+            p->announced = 0;
+            p->announce_at_ms = s_now_ms();
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            SW_WARN("peer %s: lost the relay connection", p->announce->name);
+            p->announced = 0;
+        }
+    }
+}
+
+static void s_maybe_announce(sw_peer_t *p)
+{
+    if (!p->announced && p->announce_at_ms >= 0 && s_now_ms() >= p->announce_at_ms)
+        s_send_announce(p);
+}
+
+/* Handles relay messages meant for this module; 1 when consumed. */
+static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
+{
+    if (strcmp(m->peer, SW_WIRE_RELAY_NAME) != 0)
+        return 0;
+    const Shardwire__Envelope *env = m->env;
+    if (env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK) {
+        if (!p->announced)
+            SW_INFO("peer %s: announced to the relay (heartbeat %u ms)", p->announce->name,
+                    env->announce_ack->heartbeat_ms);
+        p->announced = 1;
+        p->announce_at_ms = -1;
+        return 1;
+    }
+    if (env->body_case != SHARDWIRE__ENVELOPE__BODY_ERROR)
+        return 0;
+    int code = env->error->code;
+    if (code == SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN ||
+        code == SHARDWIRE__ERROR_CODE__ERR_VERSION_MISMATCH ||
+        code == SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL) {
+        if (p->n_connects <= 1 && !p->announced && p->fatal_code == 0)
+            p->fatal_code = code; /* sw_peer_new gives up */
+        SW_WARN("peer %s: relay refused the announce (%s): %s", p->announce->name,
+                sw_wire_error_code_name(code), env->error->message);
+        p->announced = 0;
+        p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS;
+        return 1;
+    }
+    if (code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED) {
+        /* The relay lost us (it restarted, or we reconnected): announce now. The
+         * error still goes to the caller: the message it answers was dropped. */
+        p->announced = 0;
+        p->announce_at_ms = s_now_ms();
+    }
+    return 0;
+}
+
+/*
+ * Waits for the next message for the caller: 0 got one, 1 timeout (or, with
+ * until_announced, the relay acked), -1 error.
+ */
+static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_announced)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    for (;;) {
+        s_events(p);
+        s_maybe_announce(p);
+        if (p->fatal_code)
+            return -1;
+        sw_wire_msg_t m = {0};
+        char err[SW_WIRE_ERR_LEN];
+        int rc = sw_wire_recv(p->sock, ZMQ_DONTWAIT, &m, err, sizeof err);
+        if (rc == SW_WIRE_OK) {
+            if (s_internal(p, &m)) {
+                sw_wire_msg_clear(&m);
+                if (until_announced && p->announced)
+                    return 1;
+                continue;
+            }
+            sw_wire_msg_move(out, &m);
+            return 0;
+        }
+        if (rc == SW_WIRE_PROBE)
+            continue;
+        if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION) {
+            SW_WARN("peer %s: dropped a message: %s", p->announce->name, err);
+            continue;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+            SW_ERR("peer %s: receive: %s", p->announce->name, zmq_strerror(errno));
+            return -1;
+        }
+        int64_t now = s_now_ms();
+        if (deadline >= 0 && now >= deadline)
+            return 1;
+        int64_t wait = deadline < 0 ? 1000 : deadline - now;
+        if (!p->announced && p->announce_at_ms >= 0 && p->announce_at_ms - now < wait)
+            wait = p->announce_at_ms - now > 0 ? p->announce_at_ms - now : 0;
+        zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {p->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, (long)wait) < 0 && errno != EINTR) {
+            SW_ERR("peer %s: poll: %s", p->announce->name, zmq_strerror(errno));
+            return -1;
+        }
+    }
+}
+
+sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
+{
+    char err[SW_WIRE_ERR_LEN];
+    if (!opts || !opts->relay || !opts->announce) {
+        SW_ERR("peer: relay endpoint and announce are required");
+        return NULL;
+    }
+    Shardwire__Envelope probe = SHARDWIRE__ENVELOPE__INIT;
+    probe.version = SW_WIRE_VERSION;
+    probe.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+    probe.announce = (Shardwire__PeerAnnounce *)opts->announce;
+    if (sw_wire_validate(&probe, 0, 0, err, sizeof err) != SW_WIRE_OK) {
+        SW_ERR("peer: invalid announce: %s", err);
+        return NULL;
+    }
+    if (strcmp(opts->announce->name, SW_WIRE_RELAY_NAME) == 0) {
+        SW_ERR("peer: the name '%s' is reserved for the relay", SW_WIRE_RELAY_NAME);
+        return NULL;
+    }
+    int hb = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
+    int ttl = hb > SW_PEER_TTL_MAX_MS / 10 ? SW_PEER_TTL_MAX_MS : 10 * hb;
+    int connect_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
+    int send_ms = opts->send_timeout_ms > 0 ? opts->send_timeout_ms : 10000;
+    char mon_ep[64];
+
+    sw_peer_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->announce_at_ms = 0;
+    p->announce = s_copy_announce(opts->announce);
+    p->ctx = zmq_ctx_new();
+    if (!p->announce || !p->ctx)
+        goto err;
+    p->sock = zmq_socket(p->ctx, ZMQ_DEALER);
+    if (!p->sock)
+        goto err;
+    int64_t maxmsg = SW_WIRE_MAX_FRAME;
+    if (s_setopt_int(p->sock, ZMQ_LINGER, 500, "ZMQ_LINGER") ||
+        s_setopt_int(p->sock, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE") ||
+        s_setopt_int(p->sock, ZMQ_HEARTBEAT_IVL, hb, "ZMQ_HEARTBEAT_IVL") ||
+        s_setopt_int(p->sock, ZMQ_HEARTBEAT_TIMEOUT, ttl, "ZMQ_HEARTBEAT_TIMEOUT") ||
+        s_setopt_int(p->sock, ZMQ_HEARTBEAT_TTL, ttl, "ZMQ_HEARTBEAT_TTL") ||
+        s_setopt_int(p->sock, ZMQ_RECONNECT_IVL, 100, "ZMQ_RECONNECT_IVL") ||
+        s_setopt_int(p->sock, ZMQ_RECONNECT_IVL_MAX, 2000, "ZMQ_RECONNECT_IVL_MAX") ||
+        s_setopt_int(p->sock, ZMQ_SNDTIMEO, send_ms, "ZMQ_SNDTIMEO") ||
+        s_setopt_int(p->sock, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
+        goto err;
+    if (zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
+        goto err;
+    if (s_peer_secure(p) != 0)
+        goto err;
+    snprintf(mon_ep, sizeof mon_ep, "inproc://sw-peer-monitor-%p", (void *)p);
+    if (zmq_socket_monitor(p->sock, mon_ep,
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0)
+        goto err;
+    p->mon = zmq_socket(p->ctx, ZMQ_PAIR);
+    if (!p->mon || zmq_connect(p->mon, mon_ep) != 0)
+        goto err;
+    if (zmq_connect(p->sock, opts->relay) != 0) {
+        SW_ERR("peer %s: cannot connect to %s: %s", p->announce->name, opts->relay,
+               zmq_strerror(errno));
+        goto err;
+    }
+
+    /* Wait for the ack; anything else that arrives is kept for sw_peer_recv. */
+    int64_t deadline = s_now_ms() + connect_ms;
+    while (!p->announced) {
+        int64_t left = deadline - s_now_ms();
+        if (left <= 0) {
+            SW_ERR("peer %s: no answer from the relay at %s within %d ms", p->announce->name,
+                   opts->relay, connect_ms);
+            goto err;
+        }
+        sw_wire_msg_t m = {0};
+        int rc = s_pump(p, &m, (int)left, 1);
+        if (rc < 0) {
+            if (p->fatal_code)
+                SW_ERR("peer %s: the relay at %s refused us (%s)", p->announce->name, opts->relay,
+                       sw_wire_error_code_name(p->fatal_code));
+            goto err;
+        }
+        if (rc == 0) {
+            if (p->q_len < SW_PEER_QUEUE)
+                sw_wire_msg_move(&p->queue[(p->q_head + p->q_len++) % SW_PEER_QUEUE], &m);
+            else
+                sw_wire_msg_clear(&m);
+        }
+    }
+    return p;
+err:
+    if (p->ctx && (!p->sock || !p->mon))
+        SW_ERR("peer: socket setup failed: %s", zmq_strerror(errno));
+    sw_peer_destroy(&p);
+    return NULL;
+}
+
+void sw_peer_destroy(sw_peer_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sw_peer_t *p = *self_p;
+    while (p->q_len > 0) {
+        sw_wire_msg_clear(&p->queue[p->q_head]);
+        p->q_head = (p->q_head + 1) % SW_PEER_QUEUE;
+        p->q_len--;
+    }
+    if (p->sock) {
+        zmq_socket_monitor(p->sock, NULL, 0);
+        zmq_close(p->sock);
+    }
+    if (p->mon) {
+        int zero = 0;
+        zmq_setsockopt(p->mon, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_close(p->mon);
+    }
+    if (p->ctx)
+        zmq_ctx_term(p->ctx);
+    if (p->announce)
+        shardwire__peer_announce__free_unpacked(p->announce, NULL);
+    free(p);
+    *self_p = NULL;
+}
+
+const char *sw_peer_name(const sw_peer_t *peer)
+{
+    return peer->announce->name;
+}
+
+void *sw_peer_socket(sw_peer_t *peer)
+{
+    return peer->sock;
+}
+
+int sw_peer_pending(const sw_peer_t *peer)
+{
+    return peer->q_len;
+}
+
+int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, const void *payload,
+                 size_t payload_len, int has_payload)
+{
+    /* A reconnect seen now must be followed by the announce before this message. */
+    s_events(peer);
+    s_maybe_announce(peer);
+    char err[SW_WIRE_ERR_LEN];
+    int rc =
+        sw_wire_send(peer->sock, dest, env, payload, payload_len, has_payload, 0, err, sizeof err);
+    if (rc) {
+        if (rc == SW_WIRE_ESOCKET && errno == EAGAIN)
+            SW_ERR("peer %s: send to %s timed out (relay unreachable or queue full)",
+                   peer->announce->name, dest ? dest : "?");
+        else
+            SW_ERR("peer %s: %s", peer->announce->name, err);
+    }
+    return rc;
+}
+
+int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
+{
+    if (peer->q_len > 0) {
+        sw_wire_msg_move(msg, &peer->queue[peer->q_head]);
+        peer->q_head = (peer->q_head + 1) % SW_PEER_QUEUE;
+        peer->q_len--;
+        return 0;
+    }
+    return s_pump(peer, msg, timeout_ms, 0);
+}
+
+int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
+{
+    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
+    env.status_query = &q;
+    if (sw_peer_send(peer, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0) != 0)
+        return -1;
+    int64_t deadline = s_now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
+    for (;;) {
+        int64_t left = timeout_ms < 0 ? -1 : deadline - s_now_ms();
+        if (timeout_ms >= 0 && left < 0)
+            left = 0;
+        sw_wire_msg_t m = {0};
+        int rc = s_pump(peer, &m, (int)left, 0);
+        if (rc != 0)
+            return rc;
+        if (strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0 &&
+            m.env->body_case == SHARDWIRE__ENVELOPE__BODY_PEER_TABLE) {
+            sw_wire_msg_move(table_msg, &m);
+            return 0;
+        }
+        if (peer->q_len < SW_PEER_QUEUE) {
+            sw_wire_msg_move(&peer->queue[(peer->q_head + peer->q_len) % SW_PEER_QUEUE], &m);
+            peer->q_len++;
+        } else {
+            SW_WARN("peer %s: queue full, dropped a %s from %s", peer->announce->name,
+                    sw_wire_body_name(m.env), m.peer);
+            sw_wire_msg_clear(&m);
+        }
+    }
+}

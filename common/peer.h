@@ -1,0 +1,86 @@
+/*
+ * peer.h - one process's connection to the shardwire relay.
+ *
+ * A peer is a ZeroMQ DEALER socket that dials out to the relay (so it works
+ * behind NAT), announces its name and role, and then sends and receives
+ * framed messages (wire.h) by peer name. What this module handles so that the
+ * node and the CLI do not have to:
+ *
+ * - Liveness: ZMTP heartbeats (ZMQ_HEARTBEAT_IVL / _TIMEOUT / _TTL) run in
+ *   libzmq's I/O thread, so a long prefill on the calling thread cannot starve
+ *   them; the relay's liveness probes are swallowed by sw_peer_recv.
+ * - Reconnects: libzmq redials by itself; after a reconnect the relay sees a
+ *   new connection, so the peer announces again (on the socket monitor's
+ *   HANDSHAKE_SUCCEEDED event, and whenever the relay answers ERR_NOT_ANNOUNCED), and
+ *   retries every second while the relay still holds the name for the dead
+ *   connection (ERR_NAME_TAKEN).
+ * - Relay replies: AnnounceAck is consumed here; every other message,
+ *   including relay Errors about undeliverable messages, goes to the caller.
+ *
+ * One owner thread: a sw_peer_t is used only by the thread that created it.
+ * Security: there is no CURVE yet (a later issue); s_peer_secure() in peer.c
+ * is where the client keys will be set.
+ */
+#ifndef SW_PEER_H
+#define SW_PEER_H
+
+#include "wire.h"
+
+typedef struct sw_peer sw_peer_t;
+
+typedef struct sw_peer_opts {
+    const char *relay;                       /* relay endpoint, "tcp://host:port" */
+    const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
+    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. Timeout and TTL are 10x. */
+    int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
+    int send_timeout_ms;    /* how long a send may block on a full queue; 0 = 10000 */
+} sw_peer_opts_t;
+
+/*
+ * Connects to the relay, announces and waits for the AnnounceAck. Returns NULL
+ * (after one error line) when the relay cannot be reached in time, refuses the
+ * name, or speaks another protocol version. Free with sw_peer_destroy().
+ */
+sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts) __attribute__((warn_unused_result));
+
+/* Closes the connection; accepts NULL and NULLs the caller's pointer. */
+void sw_peer_destroy(sw_peer_t **self_p);
+
+/* The announced name. */
+const char *sw_peer_name(const sw_peer_t *peer);
+
+/*
+ * Sends env (and an optional raw payload, copied) to the peer called dest, or
+ * to SW_WIRE_RELAY_NAME. env is validated first (its version is set here) and
+ * stays the caller's. Returns 0 or a negative sw_wire_rc after one error line.
+ */
+int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, const void *payload,
+                 size_t payload_len, int has_payload) __attribute__((warn_unused_result));
+
+/*
+ * Waits up to timeout_ms (0 = poll, -1 = forever) for the next message for the
+ * caller. Returns 0 with *msg filled (the caller clears it with
+ * sw_wire_msg_clear), 1 on timeout, -1 on a socket error (the peer is then
+ * unusable). Malformed messages are logged and skipped.
+ */
+int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
+    __attribute__((warn_unused_result));
+
+/*
+ * Asks the relay for its peer table and waits up to timeout_ms for it.
+ * Messages for the caller that arrive meanwhile are kept for sw_peer_recv.
+ * On success *table_msg holds the PeerTable reply (table_msg->env->peer_table);
+ * the caller clears it. Returns 0, 1 on timeout, -1 on error.
+ */
+int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
+    __attribute__((warn_unused_result));
+
+/*
+ * The DEALER socket, for zmq_poll readiness in a node's own loop only: read
+ * through sw_peer_recv (call it with timeout 0 also when sw_peer_pending() > 0,
+ * since kept messages do not make the socket readable).
+ */
+void *sw_peer_socket(sw_peer_t *peer);
+int sw_peer_pending(const sw_peer_t *peer);
+
+#endif

@@ -1,0 +1,686 @@
+/*
+ * wire.c - framing and validation of shardwire messages (see wire.h and
+ * docs/protocol.md). Everything that arrives from a socket is outside input:
+ * each count, length and value is bounded here with 64-bit arithmetic before
+ * any other module looks at it, and one line says what was wrong.
+ */
+#include "wire.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Writes one error line into err (or logs it) and returns rc. */
+static int s_fail(int rc, char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int s_fail(int rc, char *err, size_t err_len, const char *fmt, ...)
+{
+    char line[SW_WIRE_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (err && err_len > 0)
+        snprintf(err, err_len, "%s", line);
+    else
+        SW_WARN("wire: %s", line);
+    return rc;
+}
+
+/* Inside the validators: bail out with a message unless cond holds. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return s_fail(SW_WIRE_EMALFORMED, err, err_len, __VA_ARGS__);                          \
+    } while (0)
+
+size_t sw_wire_dtype_size(int dtype)
+{
+    switch (dtype) {
+    case SHARDWIRE__DTYPE__DTYPE_F32:
+        return 4;
+    case SHARDWIRE__DTYPE__DTYPE_F16:
+    case SHARDWIRE__DTYPE__DTYPE_BF16:
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+const char *sw_wire_body_name(const Shardwire__Envelope *env)
+{
+    if (!env)
+        return "none";
+    switch (env->body_case) {
+    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
+        return "announce";
+    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK:
+        return "announce_ack";
+    case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
+        return "status_query";
+    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE:
+        return "peer_table";
+    case SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN:
+        return "session_open";
+    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
+        return "session_close";
+    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
+        return "forward";
+    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
+        return "verdict";
+    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
+        return "generate";
+    case SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK:
+        return "token_chunk";
+    case SHARDWIRE__ENVELOPE__BODY_ERROR:
+        return "error";
+    default:
+        return "none";
+    }
+}
+
+const char *sw_wire_error_code_name(int code)
+{
+    static const char *names[] = {
+        "unspecified",  "version_mismatch", "malformed", "name_taken", "not_announced",
+        "unknown_dest", "dest_busy",        "dest_gone", "relay_full", "unknown_session",
+        "bad_request",  "model_mismatch",   "internal",  "deadline",
+    };
+    if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
+        return "unknown";
+    return names[code];
+}
+
+int sw_wire_name_ok(const char *name, size_t len)
+{
+    if (!name || len == 0 || len > SW_WIRE_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- field validators ------------------------------------------------------ */
+
+static size_t s_strlen_max(const char *s, size_t max)
+{
+    return s ? strnlen(s, max + 1) : 0;
+}
+
+static int s_name(const char *what, const char *name, int required, char *err, size_t err_len)
+{
+    size_t n = s_strlen_max(name, SW_WIRE_NAME_MAX);
+    if (n == 0) {
+        CHECK(!required, "%s is empty", what);
+        return SW_WIRE_OK;
+    }
+    CHECK(sw_wire_name_ok(name, n), "%s is not 1..%d bytes of [A-Za-z0-9._-]", what,
+          SW_WIRE_NAME_MAX);
+    return SW_WIRE_OK;
+}
+
+static int s_text(const char *what, const char *s, size_t max, char *err, size_t err_len)
+{
+    CHECK(s_strlen_max(s, max) <= max, "%s longer than %zu bytes", what, max);
+    return SW_WIRE_OK;
+}
+
+static int s_fingerprint(const char *fp, char *err, size_t err_len)
+{
+    size_t n = s_strlen_max(fp, 64);
+    CHECK(n == 64, "model_fingerprint must be 64 hex chars (sha256), got %zu", n);
+    for (size_t i = 0; i < 64; i++) {
+        char c = fp[i];
+        CHECK((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'),
+              "model_fingerprint has a non lower-case hex char at %zu", i);
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_tokens(const char *what, const uint32_t *tok, size_t n, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < n; i++)
+        CHECK(tok[i] < SW_WIRE_MAX_TOKEN, "%s[%zu] = %u is not a token id (< %u)", what, i, tok[i],
+              SW_WIRE_MAX_TOKEN);
+    return SW_WIRE_OK;
+}
+
+static int s_prob(float p)
+{
+    return isfinite(p) && p >= 0.0f && p <= 1.0f;
+}
+
+static int s_sampling(const Shardwire__SamplingParams *s, char *err, size_t err_len)
+{
+    if (!s)
+        return SW_WIRE_OK;
+    CHECK(isfinite(s->temperature) && s->temperature >= 0.0f && s->temperature <= 100.0f,
+          "sampling.temperature %g not in [0, 100]", (double)s->temperature);
+    CHECK(s->top_k <= (1u << 20), "sampling.top_k %u > %u", s->top_k, 1u << 20);
+    CHECK(s_prob(s->top_p), "sampling.top_p %g not in [0, 1]", (double)s->top_p);
+    CHECK(isfinite(s->min_p) && s->min_p >= 0.0f && s->min_p < 1.0f,
+          "sampling.min_p %g not in [0, 1)", (double)s->min_p);
+    CHECK(isfinite(s->repeat_penalty) && s->repeat_penalty >= 0.0f && s->repeat_penalty <= 10.0f,
+          "sampling.repeat_penalty %g not in [0, 10]", (double)s->repeat_penalty);
+    CHECK(s->repeat_last_n <= SW_WIRE_MAX_POS, "sampling.repeat_last_n %u too large",
+          s->repeat_last_n);
+    return SW_WIRE_OK;
+}
+
+static int s_route(const char *what, char **route, size_t n, size_t min, char *err, size_t err_len)
+{
+    CHECK(n >= min && n <= SW_WIRE_MAX_ROUTE, "%s has %zu stages (allowed %zu..%d)", what, n, min,
+          SW_WIRE_MAX_ROUTE);
+    for (size_t i = 0; i < n; i++) {
+        int rc = s_name(what, route[i], 1, err, err_len);
+        if (rc)
+            return rc;
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_timing(Shardwire__StageTiming **t, size_t n, char *err, size_t err_len)
+{
+    CHECK(n <= SW_WIRE_MAX_ROUTE, "timing has %zu entries (max %d)", n, SW_WIRE_MAX_ROUTE);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(t[i] != NULL, "timing[%zu] missing", i);
+        int rc = s_name("timing.name", t[i]->name, 1, err, err_len);
+        if (rc)
+            return rc;
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
+{
+    CHECK(a != NULL, "announce missing");
+    int rc = s_name("announce.name", a->name, 1, err, err_len);
+    if (rc)
+        return rc;
+    CHECK(a->role >= SHARDWIRE__ROLE__ROLE_HEAD && a->role <= SHARDWIRE__ROLE__ROLE_CLIENT,
+          "announce.role %d unknown", (int)a->role);
+    if ((rc = s_text("announce.backend", a->backend, SW_WIRE_NAME_MAX, err, err_len)))
+        return rc;
+    CHECK(a->max_sessions <= 65536, "announce.max_sessions %u > 65536", a->max_sessions);
+    if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT) {
+        CHECK(a->layer_begin == 0 && a->layer_end == 0 && a->n_layers == 0,
+              "a client announces no layers");
+        size_t n = s_strlen_max(a->model_fingerprint, 64);
+        if (n != 0)
+            return s_fingerprint(a->model_fingerprint, err, err_len);
+        return SW_WIRE_OK;
+    }
+    if ((rc = s_fingerprint(a->model_fingerprint, err, err_len)))
+        return rc;
+    CHECK(a->n_layers >= 1 && a->n_layers <= SW_WIRE_MAX_LAYERS,
+          "announce.n_layers %u not in 1..%d", a->n_layers, SW_WIRE_MAX_LAYERS);
+    CHECK(a->layer_begin < a->layer_end && a->layer_end <= a->n_layers,
+          "announce layer range [%u, %u) not inside [0, %u)", a->layer_begin, a->layer_end,
+          a->n_layers);
+    CHECK(a->hidden >= 1 && a->hidden <= SW_WIRE_MAX_HIDDEN, "announce.hidden %u not in 1..%d",
+          a->hidden, SW_WIRE_MAX_HIDDEN);
+    int first = a->layer_begin == 0, last = a->layer_end == a->n_layers;
+    switch (a->role) {
+    case SHARDWIRE__ROLE__ROLE_HEAD:
+        CHECK(first && !last, "a head holds [0, e) with e < n_layers");
+        break;
+    case SHARDWIRE__ROLE__ROLE_MIDDLE:
+        CHECK(!first && !last, "a middle stage holds neither the first nor the last layer");
+        break;
+    case SHARDWIRE__ROLE__ROLE_TAIL:
+        CHECK(!first && last, "a tail holds [b, n_layers) with b > 0");
+        break;
+    default: /* FULL */
+        CHECK(first && last, "a full node holds [0, n_layers)");
+        break;
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payload_len, char *err,
+                     size_t err_len)
+{
+    int rc;
+    CHECK(f != NULL, "forward missing");
+    CHECK(f->session_id != 0, "forward.session_id is 0");
+    CHECK(f->n_rows >= 1 && f->n_rows <= SW_WIRE_MAX_ROWS, "forward.n_rows %u not in 1..%d",
+          f->n_rows, SW_WIRE_MAX_ROWS);
+    CHECK((uint64_t)f->start_pos + f->n_rows <= SW_WIRE_MAX_POS,
+          "forward rows [%u, %u + %u) pass the position limit %u", f->start_pos, f->start_pos,
+          f->n_rows, SW_WIRE_MAX_POS);
+    CHECK(f->kv_keep <= f->start_pos, "forward.kv_keep %u > start_pos %u", f->kv_keep,
+          f->start_pos);
+    CHECK(f->n_tokens == 0 || f->n_tokens == f->n_rows, "forward has %zu tokens for %u rows",
+          f->n_tokens, f->n_rows);
+    if ((rc = s_tokens("forward.tokens", f->tokens, f->n_tokens, err, err_len)))
+        return rc;
+    if ((rc = s_sampling(f->sampling, err, err_len)))
+        return rc;
+
+    size_t k = f->n_draft_tokens;
+    CHECK(k <= SW_WIRE_MAX_DRAFT, "forward has %zu drafts (max %d)", k, SW_WIRE_MAX_DRAFT);
+    if (k > 0) {
+        CHECK(f->n_rows == k + 1, "forward with %zu drafts must have %zu rows, has %u", k, k + 1,
+              f->n_rows);
+        CHECK(!f->prefill_more, "a drafting forward cannot be a prefill chunk");
+    }
+    if ((rc = s_tokens("forward.draft_tokens", f->draft_tokens, k, err, err_len)))
+        return rc;
+    CHECK(f->n_draft_probs == 0 || f->n_draft_probs == k,
+          "forward has %zu draft_probs for %zu drafts", f->n_draft_probs, k);
+    for (size_t i = 0; i < f->n_draft_probs; i++)
+        CHECK(s_prob(f->draft_probs[i]), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
+              (double)f->draft_probs[i]);
+    CHECK(f->n_draft_dists == 0 || f->n_draft_dists == k,
+          "forward has %zu draft_dists for %zu drafts", f->n_draft_dists, k);
+    for (size_t i = 0; i < f->n_draft_dists; i++) {
+        const Shardwire__DraftDist *d = f->draft_dists[i];
+        CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
+        CHECK(d->n_tokens >= 1 && d->n_tokens <= SW_WIRE_MAX_DIST && d->n_probs == d->n_tokens,
+              "forward.draft_dists[%zu] has %zu tokens and %zu probs (1..%d, equal)", i,
+              d->n_tokens, d->n_probs, SW_WIRE_MAX_DIST);
+        if ((rc = s_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err, err_len)))
+            return rc;
+        for (size_t j = 0; j < d->n_probs; j++)
+            CHECK(s_prob(d->probs[j]), "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i, j);
+    }
+
+    size_t esize = sw_wire_dtype_size(f->dtype);
+    CHECK(esize != 0, "forward.dtype %d unknown", (int)f->dtype);
+    if (has_payload) {
+        CHECK(f->hidden >= 1 && f->hidden <= SW_WIRE_MAX_HIDDEN, "forward.hidden %u not in 1..%d",
+              f->hidden, SW_WIRE_MAX_HIDDEN);
+        /* n_rows <= 2^9, hidden <= 2^16, esize <= 4: the product fits 64 bits easily. */
+        uint64_t want = (uint64_t)f->n_rows * (uint64_t)f->hidden * (uint64_t)esize;
+        CHECK(want <= SW_WIRE_MAX_PAYLOAD, "forward tensor [%u, %u] x %zu B exceeds %u bytes",
+              f->n_rows, f->hidden, esize, SW_WIRE_MAX_PAYLOAD);
+        CHECK((uint64_t)payload_len == want,
+              "forward payload has %zu bytes, [%u, %u] x %zu B needs %llu", payload_len, f->n_rows,
+              f->hidden, esize, (unsigned long long)want);
+    } else {
+        CHECK(f->hidden == 0, "forward.hidden %u set but no payload frame", f->hidden);
+        CHECK(f->n_tokens == f->n_rows, "forward without a tensor must carry %u tokens, has %zu",
+              f->n_rows, f->n_tokens);
+    }
+    CHECK(f->layer_begin < SW_WIRE_MAX_LAYERS, "forward.layer_begin %u >= %d", f->layer_begin,
+          SW_WIRE_MAX_LAYERS);
+    if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
+        return rc;
+    CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
+    if ((rc = s_name("forward.reply_to", f->reply_to, 1, err, err_len)))
+        return rc;
+    return s_timing(f->timing, f->n_timing, err, err_len);
+}
+
+static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
+{
+    CHECK(v != NULL, "verdict missing");
+    CHECK(v->session_id != 0, "verdict.session_id is 0");
+    CHECK(v->n_accepted <= SW_WIRE_MAX_DRAFT, "verdict.n_accepted %u > %d", v->n_accepted,
+          SW_WIRE_MAX_DRAFT);
+    CHECK(v->n_tokens == (size_t)v->n_accepted + 1,
+          "verdict has %zu tokens, n_accepted %u needs %u", v->n_tokens, v->n_accepted,
+          v->n_accepted + 1);
+    int rc = s_tokens("verdict.tokens", v->tokens, v->n_tokens, err, err_len);
+    if (rc)
+        return rc;
+    CHECK(v->next_token == v->tokens[v->n_accepted], "verdict.next_token %u != tokens[%u] = %u",
+          v->next_token, v->n_accepted, v->tokens[v->n_accepted]);
+    return s_timing(v->timing, v->n_timing, err, err_len);
+}
+
+static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err_len)
+{
+    int rc;
+    CHECK(g != NULL, "generate missing");
+    if ((rc = s_name("generate.request_id", g->request_id, 1, err, err_len)))
+        return rc;
+    size_t plen = s_strlen_max(g->prompt, SW_WIRE_MAX_PROMPT_BYTES);
+    CHECK(plen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.prompt longer than %u bytes",
+          SW_WIRE_MAX_PROMPT_BYTES);
+    CHECK(g->n_prompt_tokens <= SW_WIRE_MAX_PROMPT_TOKENS,
+          "generate has %zu prompt tokens (max %u)", g->n_prompt_tokens, SW_WIRE_MAX_PROMPT_TOKENS);
+    CHECK((plen > 0) != (g->n_prompt_tokens > 0),
+          "generate needs exactly one of prompt and prompt_tokens");
+    if ((rc = s_tokens("generate.prompt_tokens", g->prompt_tokens, g->n_prompt_tokens, err,
+                       err_len)))
+        return rc;
+    CHECK(g->n_predict >= 1 && g->n_predict <= SW_WIRE_MAX_POS,
+          "generate.n_predict %u not in 1..%u", g->n_predict, SW_WIRE_MAX_POS);
+    if ((rc = s_sampling(g->sampling, err, err_len)))
+        return rc;
+    if (g->draft) {
+        CHECK(g->draft->mode >= SHARDWIRE__DRAFT_MODE__DRAFT_AUTO &&
+                  g->draft->mode <= SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM,
+              "generate.draft.mode %d unknown", (int)g->draft->mode);
+        CHECK(g->draft->n_draft <= SW_WIRE_MAX_DRAFT, "generate.draft.n_draft %u > %d",
+              g->draft->n_draft, SW_WIRE_MAX_DRAFT);
+        CHECK(s_prob(g->draft->p_min), "generate.draft.p_min not in [0, 1]");
+    }
+    CHECK(g->n_stop <= 8, "generate has %zu stop strings (max 8)", g->n_stop);
+    for (size_t i = 0; i < g->n_stop; i++) {
+        size_t n = s_strlen_max(g->stop[i], 64);
+        CHECK(n >= 1 && n <= 64, "generate.stop[%zu] not 1..64 bytes", i);
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_token_chunk(const Shardwire__TokenChunk *c, char *err, size_t err_len)
+{
+    CHECK(c != NULL, "token_chunk missing");
+    int rc = s_name("token_chunk.request_id", c->request_id, 1, err, err_len);
+    if (rc)
+        return rc;
+    CHECK(c->n_tokens <= SW_WIRE_MAX_CHUNK_TOKENS, "token_chunk has %zu tokens (max %d)",
+          c->n_tokens, SW_WIRE_MAX_CHUNK_TOKENS);
+    if ((rc = s_tokens("token_chunk.tokens", c->tokens, c->n_tokens, err, err_len)))
+        return rc;
+    CHECK(c->text.len <= SW_WIRE_MAX_CHUNK_TEXT, "token_chunk.text has %zu bytes (max %u)",
+          c->text.len, SW_WIRE_MAX_CHUNK_TEXT);
+    CHECK(c->finish >= SHARDWIRE__FINISH_REASON__FINISH_NONE &&
+              c->finish <= SHARDWIRE__FINISH_REASON__FINISH_ERROR,
+          "token_chunk.finish %d unknown", (int)c->finish);
+    CHECK(c->done == (c->finish != SHARDWIRE__FINISH_REASON__FINISH_NONE),
+          "token_chunk.done and finish disagree");
+    return SW_WIRE_OK;
+}
+
+static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
+{
+    int rc;
+    CHECK(e != NULL, "error missing");
+    CHECK(e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
+              e->code <= SHARDWIRE__ERROR_CODE__ERR_DEADLINE,
+          "error.code %d unknown", (int)e->code);
+    if ((rc = s_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))
+        return rc;
+    if ((rc = s_name("error.request_id", e->request_id, 0, err, err_len)))
+        return rc;
+    return s_name("error.dest", e->dest, 0, err, err_len);
+}
+
+int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t payload_len, char *err,
+                     size_t err_len)
+{
+    int rc;
+    CHECK(env != NULL, "no envelope");
+    if (env->version != SW_WIRE_VERSION)
+        return s_fail(SW_WIRE_EVERSION, err, err_len, "protocol version %u, this build speaks %u",
+                      env->version, SW_WIRE_VERSION);
+    CHECK(!has_payload || env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD,
+          "a %s message carries no payload frame", sw_wire_body_name(env));
+    switch (env->body_case) {
+    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
+        return s_announce(env->announce, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK:
+        CHECK(env->announce_ack != NULL, "announce_ack missing");
+        CHECK(env->announce_ack->heartbeat_ms <= 3600000, "announce_ack.heartbeat_ms too large");
+        return s_name("announce_ack.name", env->announce_ack->name, 1, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
+        CHECK(env->status_query != NULL, "status_query missing");
+        return SW_WIRE_OK;
+    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE: {
+        const Shardwire__PeerTable *t = env->peer_table;
+        CHECK(t != NULL, "peer_table missing");
+        CHECK(t->n_peers <= SW_WIRE_MAX_PEERS, "peer_table has %zu peers (max %d)", t->n_peers,
+              SW_WIRE_MAX_PEERS);
+        for (size_t i = 0; i < t->n_peers; i++) {
+            CHECK(t->peers[i] != NULL, "peer_table.peers[%zu] missing", i);
+            if ((rc = s_announce(t->peers[i]->announce, err, err_len)))
+                return rc;
+        }
+        return SW_WIRE_OK;
+    }
+    case SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN: {
+        const Shardwire__SessionOpen *o = env->session_open;
+        CHECK(o != NULL, "session_open missing");
+        CHECK(o->session_id != 0, "session_open.session_id is 0");
+        CHECK(o->n_ctx >= 1 && o->n_ctx <= SW_WIRE_MAX_POS, "session_open.n_ctx %u not in 1..%u",
+              o->n_ctx, SW_WIRE_MAX_POS);
+        if ((rc = s_fingerprint(o->model_fingerprint, err, err_len)))
+            return rc;
+        if ((rc = s_route("session_open.route", o->route, o->n_route, 1, err, err_len)))
+            return rc;
+        return s_sampling(o->sampling, err, err_len);
+    }
+    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
+        CHECK(env->session_close != NULL, "session_close missing");
+        CHECK(env->session_close->session_id != 0, "session_close.session_id is 0");
+        return s_text("session_close.reason", env->session_close->reason, 256, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
+        return s_forward(env->forward, has_payload, payload_len, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
+        return s_verdict(env->verdict, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
+        return s_generate(env->generate, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK:
+        return s_token_chunk(env->token_chunk, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_ERROR:
+        return s_error(env->error, err, err_len);
+    default:
+        CHECK(0, "envelope has no known body (case %d)", (int)env->body_case);
+    }
+    return SW_WIRE_EMALFORMED;
+}
+
+/* ---- encode / decode -------------------------------------------------------- */
+
+int sw_wire_decode(const void *header, size_t header_len, int has_payload, size_t payload_len,
+                   Shardwire__Envelope **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    CHECK(header_len >= 1 && header_len <= SW_WIRE_MAX_HEADER, "header frame of %zu bytes (1..%u)",
+          header_len, SW_WIRE_MAX_HEADER);
+    Shardwire__Envelope *env = shardwire__envelope__unpack(NULL, header_len, header);
+    CHECK(env != NULL, "header frame (%zu bytes) is not a valid Envelope protobuf", header_len);
+    int rc = sw_wire_validate(env, has_payload, payload_len, err, err_len);
+    if (rc) {
+        shardwire__envelope__free_unpacked(env, NULL);
+        return rc;
+    }
+    *out = env;
+    return SW_WIRE_OK;
+}
+
+int sw_wire_encode(Shardwire__Envelope *env, int has_payload, size_t payload_len, zmq_msg_t *frame,
+                   char *err, size_t err_len)
+{
+    CHECK(env != NULL, "no envelope to encode");
+    env->version = SW_WIRE_VERSION;
+    int rc = sw_wire_validate(env, has_payload, payload_len, err, err_len);
+    if (rc)
+        return rc;
+    size_t n = shardwire__envelope__get_packed_size(env);
+    CHECK(n <= SW_WIRE_MAX_HEADER, "encoded %s header of %zu bytes exceeds %u",
+          sw_wire_body_name(env), n, SW_WIRE_MAX_HEADER);
+    if (zmq_msg_init_size(frame, n) != 0)
+        return s_fail(SW_WIRE_ESOCKET, err, err_len, "zmq_msg_init_size(%zu): %s", n,
+                      zmq_strerror(errno));
+    size_t w = shardwire__envelope__pack(env, zmq_msg_data(frame));
+    if (w != n) {
+        zmq_msg_close(frame);
+        CHECK(0, "protobuf pack wrote %zu of %zu bytes", w, n);
+    }
+    return SW_WIRE_OK;
+}
+
+int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
+                 size_t payload_len, int has_payload, int flags, char *err, size_t err_len)
+{
+    size_t nlen = s_strlen_max(name, SW_WIRE_NAME_MAX);
+    CHECK(sw_wire_name_ok(name, nlen), "send: bad peer name");
+    CHECK(!has_payload || payload || payload_len == 0, "send: payload pointer missing");
+    zmq_msg_t hdr;
+    int rc = sw_wire_encode(env, has_payload, payload_len, &hdr, err, err_len);
+    if (rc)
+        return rc;
+    /* The first frame decides: once it is queued, the others go with it. */
+    if (zmq_send(sock, name, nlen, flags | ZMQ_SNDMORE) < 0) {
+        int e = errno;
+        zmq_msg_close(&hdr);
+        errno = e;
+        return s_fail(SW_WIRE_ESOCKET, err, err_len, "send to %s: %s", name, zmq_strerror(e));
+    }
+    if (zmq_msg_send(&hdr, sock, has_payload ? ZMQ_SNDMORE : 0) < 0) {
+        int e = errno;
+        zmq_msg_close(&hdr);
+        errno = e;
+        return s_fail(SW_WIRE_ESOCKET, err, err_len, "send header to %s: %s", name,
+                      zmq_strerror(e));
+    }
+    if (has_payload && zmq_send(sock, payload, payload_len, 0) < 0) {
+        int e = errno;
+        errno = e;
+        return s_fail(SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
+                      zmq_strerror(e));
+    }
+    return SW_WIRE_OK;
+}
+
+int sw_wire_send_error(void *sock, const char *name, int code, uint64_t session_id,
+                       const char *request_id, const char *dest, const char *message, int flags)
+{
+    Shardwire__Error e = SHARDWIRE__ERROR__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    char text[SW_WIRE_MAX_ERROR_TEXT + 1];
+    snprintf(text, sizeof text, "%s", message ? message : "");
+    e.code = (Shardwire__ErrorCode)code;
+    e.message = text;
+    e.session_id = session_id;
+    /* Names from outside may be invalid (that may be the error): leave them out then. */
+    if (request_id && sw_wire_name_ok(request_id, strnlen(request_id, SW_WIRE_NAME_MAX + 1)))
+        e.request_id = (char *)request_id;
+    if (dest && sw_wire_name_ok(dest, strnlen(dest, SW_WIRE_NAME_MAX + 1)))
+        e.dest = (char *)dest;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    return sw_wire_send(sock, name, &env, NULL, 0, 0, flags, NULL, 0);
+}
+
+/* Receives the rest of a multipart message and throws it away. */
+static void s_drain(void *sock)
+{
+    int more = 1;
+    size_t sz = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        zmq_msg_close(&m);
+    }
+}
+
+int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t err_len)
+{
+    zmq_msg_t f[SW_WIRE_MAX_FRAMES];
+    int n = 0, more = 1, too_many = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < SW_WIRE_MAX_FRAMES; i++)
+        zmq_msg_init(&f[i]);
+    while (more) {
+        if (n == SW_WIRE_MAX_FRAMES) {
+            too_many = 1;
+            s_drain(sock);
+            break;
+        }
+        if (zmq_msg_recv(&f[n], sock, n == 0 ? flags : 0) < 0) {
+            int e = errno;
+            for (int i = 0; i < SW_WIRE_MAX_FRAMES; i++)
+                zmq_msg_close(&f[i]);
+            errno = e;
+            return SW_WIRE_ESOCKET;
+        }
+        total += zmq_msg_size(&f[n]);
+        more = zmq_msg_more(&f[n]);
+        n++;
+    }
+    int rc;
+    char name[SW_WIRE_NAME_MAX + 1];
+    size_t nlen = zmq_msg_size(&f[0]);
+    if (n == 1 && nlen == 0) {
+        rc = SW_WIRE_PROBE;
+        goto done;
+    }
+    if (too_many || n < 2) {
+        rc = s_fail(SW_WIRE_EMALFORMED, err, err_len, "message of %s frames (2..%d expected)",
+                    too_many ? "too many" : "1", SW_WIRE_MAX_FRAMES);
+        goto done;
+    }
+    if (total > SW_WIRE_MAX_TOTAL) {
+        rc = s_fail(SW_WIRE_EMALFORMED, err, err_len, "message of %llu bytes exceeds %u",
+                    (unsigned long long)total, SW_WIRE_MAX_TOTAL);
+        goto done;
+    }
+    if (!sw_wire_name_ok(zmq_msg_data(&f[0]), nlen)) {
+        rc = s_fail(SW_WIRE_EMALFORMED, err, err_len, "name frame (%zu bytes) is not a peer name",
+                    nlen);
+        goto done;
+    }
+    memcpy(name, zmq_msg_data(&f[0]), nlen);
+    name[nlen] = '\0';
+    int has_payload = n == 3;
+    Shardwire__Envelope *env = NULL;
+    rc = sw_wire_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), has_payload,
+                        has_payload ? zmq_msg_size(&f[2]) : 0, &env, err, err_len);
+    if (rc)
+        goto done;
+    sw_wire_msg_clear(msg);
+    memcpy(msg->peer, name, nlen + 1);
+    msg->env = env;
+    zmq_msg_init(&msg->payload);
+    if (has_payload)
+        zmq_msg_move(&msg->payload, &f[2]);
+    msg->has_payload = has_payload;
+done:
+    for (int i = 0; i < SW_WIRE_MAX_FRAMES; i++)
+        zmq_msg_close(&f[i]);
+    return rc;
+}
+
+const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len)
+{
+    if (!msg->has_payload) {
+        *len = 0;
+        return NULL;
+    }
+    *len = zmq_msg_size(&msg->payload);
+    return zmq_msg_data(&msg->payload);
+}
+
+void sw_wire_msg_clear(sw_wire_msg_t *msg)
+{
+    if (msg->env)
+        shardwire__envelope__free_unpacked(msg->env, NULL);
+    if (msg->has_payload)
+        zmq_msg_close(&msg->payload);
+    memset(msg, 0, sizeof *msg);
+}
+
+void sw_wire_msg_move(sw_wire_msg_t *dst, sw_wire_msg_t *src)
+{
+    if (dst == src)
+        return;
+    sw_wire_msg_clear(dst);
+    memcpy(dst->peer, src->peer, sizeof dst->peer);
+    dst->env = src->env;
+    dst->has_payload = src->has_payload;
+    zmq_msg_init(&dst->payload);
+    if (src->has_payload) {
+        zmq_msg_move(&dst->payload, &src->payload);
+        zmq_msg_close(&src->payload);
+    }
+    memset(src, 0, sizeof *src);
+}

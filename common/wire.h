@@ -1,0 +1,143 @@
+/*
+ * wire.h - message framing and validation for the shardwire protocol.
+ *
+ * One logical message is one ZeroMQ multipart message:
+ *
+ *   peer -> relay:  [dest name] [header] [payload]?
+ *   relay -> peer:  [src name]  [header] [payload]?
+ *   relay -> peer:  []                      (a liveness probe: one empty frame)
+ *
+ * The name frame is the routing header the relay reads (ASCII, 1..63 bytes of
+ * [A-Za-z0-9._-]); the header frame is a protobuf Envelope (proto/shardwire.proto);
+ * the optional payload frame holds the raw hidden-state tensor of a Forward,
+ * row-major [n_rows, hidden] of the header's dtype. Tensor bytes never go into
+ * protobuf bytes. docs/protocol.md is the full description.
+ *
+ * Every decoded Envelope is validated field by field against the limits below
+ * before a caller sees it; every Envelope is validated the same way before it is
+ * sent. Functions that take `char *err, size_t err_len` write one line saying
+ * what was wrong there (or log it at warn level when err is NULL).
+ *
+ * Ownership: a sw_wire_msg_t owns its Envelope and payload until
+ * sw_wire_msg_clear(); envelopes the caller builds stay the caller's.
+ */
+#ifndef SW_WIRE_H
+#define SW_WIRE_H
+
+#include "shardwire.pb-c.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#define SW_WIRE_VERSION 1u         /* Envelope.version; a receiver refuses any other */
+#define SW_WIRE_NAME_MAX 63        /* bytes in a peer name / request id */
+#define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
+
+#define SW_WIRE_MAX_HEADER (4u << 20)         /* bytes in a header frame */
+#define SW_WIRE_MAX_PAYLOAD (16u << 20)       /* bytes in a tensor payload frame */
+#define SW_WIRE_MAX_FRAME SW_WIRE_MAX_PAYLOAD /* ZMQ_MAXMSGSIZE: larger frames drop the link */
+#define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256)
+#define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
+
+#define SW_WIRE_MAX_ROWS 512         /* rows in one Forward (prefill chunk) */
+#define SW_WIRE_MAX_DRAFT 64         /* drafts per round: a drafting Forward has <= 65 rows */
+#define SW_WIRE_MAX_HIDDEN 65536     /* hidden size */
+#define SW_WIRE_MAX_POS (1u << 24)   /* positions in a session */
+#define SW_WIRE_MAX_TOKEN (1u << 22) /* token ids are < this */
+#define SW_WIRE_MAX_LAYERS 4096
+#define SW_WIRE_MAX_ROUTE 16  /* stages in a pipeline */
+#define SW_WIRE_MAX_DIST 256  /* entries in one sparse draft distribution */
+#define SW_WIRE_MAX_PEERS 256 /* peers in a PeerTable / the relay */
+#define SW_WIRE_MAX_PROMPT_BYTES (2u << 20)
+#define SW_WIRE_MAX_PROMPT_TOKENS (1u << 18)
+#define SW_WIRE_MAX_CHUNK_TOKENS 4096
+#define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
+#define SW_WIRE_MAX_ERROR_TEXT 512
+#define SW_WIRE_ERR_LEN 256 /* a good size for the err buffers below */
+
+/* Return codes (negative) of the functions below. */
+enum sw_wire_rc {
+    SW_WIRE_OK = 0,
+    SW_WIRE_PROBE = 1,       /* sw_wire_recv: a relay liveness probe, nothing to deliver */
+    SW_WIRE_EMALFORMED = -1, /* a frame or field failed validation */
+    SW_WIRE_EVERSION = -2,   /* the header's version is not SW_WIRE_VERSION */
+    SW_WIRE_ESOCKET = -3,    /* the ZeroMQ call failed; errno says why (EAGAIN, EINTR, ...) */
+};
+
+/* One received message. Zero-initialise before the first sw_wire_recv. */
+typedef struct sw_wire_msg {
+    char peer[SW_WIRE_NAME_MAX + 1]; /* the name frame: source (from the relay) */
+    Shardwire__Envelope *env;        /* decoded and validated; owned */
+    zmq_msg_t payload;               /* raw tensor frame, valid when has_payload */
+    int has_payload;                 /* 1 when a payload frame came */
+} sw_wire_msg_t;
+
+/* Bytes per element of a payload dtype; 0 for an unknown value. */
+size_t sw_wire_dtype_size(int dtype);
+/* Printable name of the Envelope's body ("forward", "verdict", ...). */
+const char *sw_wire_body_name(const Shardwire__Envelope *env);
+const char *sw_wire_error_code_name(int code);
+/* 1 when name[0..len) is a valid peer name (1..63 bytes of [A-Za-z0-9._-]). */
+int sw_wire_name_ok(const char *name, size_t len);
+
+/*
+ * Checks every field of env against the protocol's limits, including the
+ * version and, for a Forward, that the payload (has_payload, payload_len)
+ * matches dtype x [n_rows, hidden]. Returns SW_WIRE_OK, SW_WIRE_EVERSION or
+ * SW_WIRE_EMALFORMED.
+ */
+int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t payload_len, char *err,
+                     size_t err_len) __attribute__((warn_unused_result));
+
+/*
+ * Unpacks and validates one header frame. On success *out is a new Envelope
+ * the caller frees with shardwire__envelope__free_unpacked(*out, NULL).
+ */
+int sw_wire_decode(const void *header, size_t header_len, int has_payload, size_t payload_len,
+                   Shardwire__Envelope **out, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
+ * Sets env->version, validates env and packs it into *frame (initialised here;
+ * the caller closes it or sends it).
+ */
+int sw_wire_encode(Shardwire__Envelope *env, int has_payload, size_t payload_len, zmq_msg_t *frame,
+                   char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/*
+ * Sends [name][header][payload]? on sock with zmq flags (0 or ZMQ_DONTWAIT).
+ * name is the destination (peer -> relay) or source (relay -> peer). The
+ * payload is copied into the outgoing frame; payload may be NULL when
+ * has_payload is 0. Nothing is sent when validation fails.
+ */
+int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
+                 size_t payload_len, int has_payload, int flags, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* Sends an Error envelope (convenience for relay and nodes). */
+int sw_wire_send_error(void *sock, const char *name, int code, uint64_t session_id,
+                       const char *request_id, const char *dest, const char *message, int flags)
+    __attribute__((warn_unused_result));
+
+/*
+ * Receives one whole multipart message [name][header][payload]? from sock
+ * (a DEALER connected to the relay). All its frames are consumed even when it
+ * is malformed. Returns SW_WIRE_OK (msg filled; clear it when done),
+ * SW_WIRE_PROBE, SW_WIRE_EMALFORMED / SW_WIRE_EVERSION (msg untouched, err
+ * filled) or SW_WIRE_ESOCKET (errno set; EAGAIN with ZMQ_DONTWAIT and nothing
+ * waiting). msg must be zero-initialised or cleared.
+ */
+int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* Payload bytes of a received message (NULL, 0 when none). */
+const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len);
+
+/* Frees the Envelope and the payload; the struct can be reused. Accepts a cleared msg. */
+void sw_wire_msg_clear(sw_wire_msg_t *msg);
+
+/* Moves src into dst (whatever dst held is cleared first); src is left cleared. */
+void sw_wire_msg_move(sw_wire_msg_t *dst, sw_wire_msg_t *src);
+
+#endif

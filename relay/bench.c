@@ -1,0 +1,334 @@
+/*
+ * bench.c - shardwire-relay-bench: what the relay costs.
+ *
+ *   shardwire-relay-bench [RELAY_BINARY] [--rounds N] [--messages N] [--size BYTES]
+ *
+ * Starts the relay binary (default: shardwire-relay next to this program) on
+ * a loopback port and reports, on stdout:
+ *   - the relay's resident memory (VmRSS) with a few idle peers;
+ *   - ping-pong round trips A -> relay -> B -> relay -> A against a direct
+ *     DEALER -> ROUTER -> DEALER ping-pong with the same frames, for a small
+ *     header-only message and for a tensor payload; the latency the relay
+ *     adds per traversal is (median relay RTT - median direct RTT) / 2;
+ *   - throughput and VmRSS after forwarding N payload messages A -> B.
+ * Both ends live on this thread, so the numbers include one receive and one
+ * send per end, the same in both set-ups.
+ */
+#include "log.h"
+#include "peer.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char *FP = "feedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedface";
+
+static double s_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static long s_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    char *argv[] = {(char *)bin, "--listen", "tcp://127.0.0.1:*", "--hwm", "1000", NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        SW_ERR("cannot start %s: %s", bin, strerror(rc));
+        close(fds[0]);
+        return -1;
+    }
+    FILE *f = fdopen(fds[0], "r");
+    char line[512] = "";
+    if (!f || !fgets(line, sizeof line, f) || strncmp(line, "listening ", 10) != 0) {
+        SW_ERR("relay did not report its endpoint");
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    size_t n = strlen(line + 10);
+    if (n >= len)
+        n = len - 1;
+    memcpy(endpoint, line + 10, n);
+    endpoint[n] = '\0';
+    return pid;
+}
+
+static sw_peer_t *s_peer(const char *ep, const char *name)
+{
+    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    a.name = (char *)name;
+    a.role = SHARDWIRE__ROLE__ROLE_FULL;
+    a.model_fingerprint = (char *)FP;
+    a.layer_begin = 0;
+    a.layer_end = 30;
+    a.n_layers = 30;
+    a.hidden = 576;
+    a.backend = "cpu";
+    a.max_sessions = 1;
+    sw_peer_opts_t o = {.relay = ep, .announce = &a};
+    return sw_peer_new(&o);
+}
+
+/* A Forward of rows x 1024 f16 (rows = 0: header only, tokens instead of a tensor). */
+struct msg {
+    Shardwire__Envelope env;
+    Shardwire__Forward f;
+    uint32_t tokens[SW_WIRE_MAX_ROWS];
+    char *route[2];
+    uint8_t *payload;
+    size_t payload_len;
+};
+
+static void s_msg_init(struct msg *m, uint32_t rows)
+{
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+    m->env = env;
+    m->f = f;
+    m->route[0] = "A";
+    m->route[1] = "B";
+    m->f.session_id = 1;
+    m->f.n_rows = rows ? rows : 1;
+    m->f.n_tokens = rows ? 0 : 1;
+    m->f.tokens = m->tokens;
+    m->f.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+    m->f.hidden = rows ? 1024 : 0;
+    m->f.n_route = 2;
+    m->f.route = m->route;
+    m->f.hop = 1;
+    m->f.reply_to = "A";
+    m->env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+    m->env.forward = &m->f;
+    m->payload_len = rows ? (size_t)rows * 1024 * 2 : 0;
+    m->payload = rows ? calloc(1, m->payload_len) : NULL;
+}
+
+static int s_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Prints the distribution; returns the median. */
+static double s_report(const char *what, double *rtt, int n)
+{
+    qsort(rtt, (size_t)n, sizeof *rtt, s_cmp);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += rtt[i];
+    printf("%-34s mean %8.1f us  p50 %8.1f us  p99 %8.1f us\n", what, sum / n, rtt[n / 2],
+           rtt[(int)(n * 0.99)]);
+    return rtt[n / 2];
+}
+
+/* A -> relay -> B -> relay -> A, n times; median RTT in us. */
+static double s_pingpong_relay(sw_peer_t *a, sw_peer_t *b, struct msg *m, int n, const char *what)
+{
+    double *rtt = calloc((size_t)n, sizeof *rtt);
+    sw_wire_msg_t r = {0};
+    int has = m->payload != NULL;
+    for (int i = 0; i < n; i++) {
+        double t0 = s_now_us();
+        m->f.round = (uint64_t)i;
+        if (sw_peer_send(a, "B", &m->env, m->payload, m->payload_len, has) ||
+            sw_peer_recv(b, &r, 5000) != 0 ||
+            sw_peer_send(b, "A", &m->env, m->payload, m->payload_len, has) ||
+            sw_peer_recv(a, &r, 5000) != 0) {
+            SW_ERR("relay ping-pong failed at %d", i);
+            free(rtt);
+            return -1;
+        }
+        rtt[i] = s_now_us() - t0;
+    }
+    sw_wire_msg_clear(&r);
+    double p50 = s_report(what, rtt, n);
+    free(rtt);
+    return p50;
+}
+
+/* The same frames DEALER -> ROUTER -> DEALER with no relay in between. */
+static double s_pingpong_direct(struct msg *m, int n, const char *what)
+{
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
+    char ep[256];
+    size_t len = sizeof ep;
+    int zero = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_bind(router, "tcp://127.0.0.1:*");
+    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &len);
+    zmq_connect(dealer, ep);
+    double *rtt = calloc((size_t)n, sizeof *rtt);
+    sw_wire_msg_t r = {0};
+    char err[SW_WIRE_ERR_LEN];
+    int has = m->payload != NULL;
+    for (int i = 0; i < n; i++) {
+        double t0 = s_now_us();
+        m->f.round = (uint64_t)i;
+        /* dealer -> router: [name][header][payload] (what a peer sends the relay) */
+        if (sw_wire_send(dealer, "B", &m->env, m->payload, m->payload_len, has, 0, err,
+                         sizeof err)) {
+            SW_ERR("direct: %s", err);
+            break;
+        }
+        zmq_msg_t id;
+        zmq_msg_init(&id);
+        zmq_msg_recv(&id, router, 0);
+        if (sw_wire_recv(router, 0, &r, err, sizeof err) != SW_WIRE_OK) {
+            SW_ERR("direct: %s", err);
+            break;
+        }
+        /* router -> dealer: [id][name][header][payload] */
+        zmq_msg_send(&id, router, ZMQ_SNDMORE);
+        if (sw_wire_send(router, "A", &m->env, m->payload, m->payload_len, has, 0, err,
+                         sizeof err) ||
+            sw_wire_recv(dealer, 0, &r, err, sizeof err) != SW_WIRE_OK) {
+            SW_ERR("direct: %s", err);
+            break;
+        }
+        rtt[i] = s_now_us() - t0;
+    }
+    sw_wire_msg_clear(&r);
+    double p50 = s_report(what, rtt, n);
+    free(rtt);
+    zmq_close(router);
+    zmq_close(dealer);
+    zmq_ctx_term(ctx);
+    return p50;
+}
+
+int main(int argc, char **argv)
+{
+    char bin[1024];
+    int rounds = 2000, messages = 10000;
+    size_t size = 64 * 1024;
+    snprintf(bin, sizeof bin, "%s", argv[0]);
+    char *slash = strrchr(bin, '/');
+    snprintf(slash ? slash + 1 : bin, sizeof bin - (size_t)(slash ? slash + 1 - bin : 0), "%s",
+             "shardwire-relay");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--messages") && i + 1 < argc)
+            messages = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+            size = (size_t)atol(argv[++i]);
+        else
+            snprintf(bin, sizeof bin, "%s", argv[i]);
+    }
+    if (rounds < 1 || messages < 1 || size < 1024 * 2 || size > SW_WIRE_MAX_PAYLOAD) {
+        fprintf(stderr, "usage: shardwire-relay-bench [RELAY] [--rounds N] [--messages N] "
+                        "[--size BYTES (>= 2048)]\n");
+        return 2;
+    }
+    sw_log_set_level(SW_LOG_WARN);
+    char ep[256];
+    pid_t relay = s_start_relay(bin, ep, sizeof ep);
+    if (relay <= 0)
+        return 1;
+    printf("relay %s pid %d\n", ep, (int)relay);
+    printf("relay VmRSS at start: %ld kB\n", s_rss_kb(relay));
+
+    sw_peer_t *a = s_peer(ep, "A"), *b = s_peer(ep, "B");
+    sw_peer_t *idle[4] = {0};
+    char name[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "idle-%d", i);
+        idle[i] = s_peer(ep, name);
+    }
+    int rc = 1;
+    if (!a || !b || !idle[3])
+        goto out;
+    usleep(300 * 1000);
+    printf("relay VmRSS with 6 idle peers: %ld kB\n", s_rss_kb(relay));
+
+    /* rows so that the payload is about `size` bytes of f16 x 1024 */
+    uint32_t rows = (uint32_t)(size / (1024 * 2));
+    if (rows > SW_WIRE_MAX_ROWS)
+        rows = SW_WIRE_MAX_ROWS;
+    struct msg small, big;
+    s_msg_init(&small, 0);
+    s_msg_init(&big, rows);
+    char label[96];
+    s_pingpong_relay(a, b, &small, rounds / 10, "warm-up");
+    double rs = s_pingpong_relay(a, b, &small, rounds, "relay RTT, header only");
+    double ds = s_pingpong_direct(&small, rounds, "direct RTT, header only");
+    snprintf(label, sizeof label, "relay RTT, %zu B tensor", big.payload_len);
+    double rb = s_pingpong_relay(a, b, &big, rounds, label);
+    snprintf(label, sizeof label, "direct RTT, %zu B tensor", big.payload_len);
+    double db = s_pingpong_direct(&big, rounds, label);
+    printf("added per relay traversal (medians): header only %.1f us, %zu B tensor %.1f us\n", (rs - ds) / 2,
+           big.payload_len, (rb - db) / 2);
+
+    /* N payload messages A -> B in windows of 64 (the relay's queues hold 1000) */
+    double t0 = s_now_us();
+    sw_wire_msg_t r = {0};
+    int got = 0;
+    for (int sent = 0; sent < messages;) {
+        int w = messages - sent < 64 ? messages - sent : 64;
+        for (int i = 0; i < w; i++)
+            if (sw_peer_send(a, "B", &big.env, big.payload, big.payload_len, 1) != 0)
+                goto out;
+        sent += w;
+        for (int i = 0; i < w; i++) {
+            if (sw_peer_recv(b, &r, 5000) != 0) {
+                SW_ERR("lost messages: %d of %d arrived", got, sent);
+                goto out;
+            }
+            got++;
+        }
+    }
+    sw_wire_msg_clear(&r);
+    double dt = (s_now_us() - t0) / 1e6;
+    printf("forwarded %d x %zu B in %.2f s: %.0f msg/s, %.1f MB/s\n", got, big.payload_len, dt,
+           got / dt, got * (double)big.payload_len / dt / 1e6);
+    printf("relay VmRSS after %d x %zu B: %ld kB\n", got, big.payload_len, s_rss_kb(relay));
+    free(small.payload);
+    free(big.payload);
+    rc = 0;
+out:
+    sw_peer_destroy(&a);
+    sw_peer_destroy(&b);
+    for (int i = 0; i < 4; i++)
+        sw_peer_destroy(&idle[i]);
+    kill(relay, SIGTERM);
+    waitpid(relay, NULL, 0);
+    return rc;
+}

@@ -1,0 +1,581 @@
+/*
+ * relay.c - the relay's loop (see relay.h).
+ *
+ * Peers are kept in a small table (at most SW_WIRE_MAX_PEERS) that binds the
+ * announced name to the ROUTER routing id of the connection the announce came
+ * on; lookups are linear scans, which beat hashing at these sizes.
+ *
+ * Liveness: libzmq drops a connection whose ZMTP heartbeats stop (or whose
+ * TCP link closes) and forgets its routing id. The relay notices that by
+ * probing: with ZMQ_ROUTER_MANDATORY, sending to a forgotten id fails at once
+ * with EHOSTUNREACH; to a live one the probe is a single empty frame, which
+ * peers ignore. Probes run every heartbeat interval, shortly after each
+ * DISCONNECTED event from the socket monitor, and before a name held by
+ * another connection is refused.
+ */
+#include "relay.h"
+
+#include "log.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RELAY_ID_MAX 255    /* bytes in a ROUTER routing id */
+#define RELAY_BATCH 256     /* messages handled per wakeup before timers run */
+#define RELAY_RECHECK_MS 20 /* probe delay after a DISCONNECTED event */
+#define RELAY_MON_EP "inproc://sw-relay-monitor"
+
+typedef struct relay_peer {
+    uint8_t id[RELAY_ID_MAX]; /* ROUTER routing id of its connection */
+    size_t id_len;            /* bytes in id */
+    Shardwire__Envelope *env; /* its decoded announce (env->announce), owned */
+    const char *name;         /* env->announce->name */
+    int64_t joined_ms;        /* when it announced (monotonic ms) */
+    int64_t alive_ms;         /* when last known alive (message or probe) */
+    int64_t msg_ms;           /* when its last message came */
+    uint64_t msgs_in;         /* messages received from it */
+    uint64_t msgs_out;        /* messages forwarded to it */
+    uint64_t bytes_in;        /* bytes received from it, all frames */
+} relay_peer_t;
+
+struct relay {
+    void *ctx;                              /* ZeroMQ context */
+    void *router;                           /* the listening ROUTER */
+    void *mon;                              /* PAIR receiving router's monitor events */
+    char endpoint[256];                     /* bound endpoint */
+    int heartbeat_ms;                       /* sweep period */
+    relay_peer_t *peers[SW_WIRE_MAX_PEERS]; /* live peers, n_peers of them */
+    int n_peers;
+    int64_t start_ms;    /* relay start (monotonic ms) */
+    int64_t sweep_at_ms; /* next liveness sweep */
+    uint64_t forwarded;  /* messages forwarded */
+    uint64_t dropped;    /* messages not delivered */
+};
+
+static int64_t s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Where CURVE goes (security issue, not yet): ZMQ_CURVE_SERVER = 1 and the
+ * relay's ZMQ_CURVE_SECRETKEY before bind, plus a ZAP handler that admits the
+ * allowed client keys. Routes will then be keyed on the authenticated key
+ * (the "User-Id" message property) instead of the announced name alone.
+ */
+static int s_relay_secure(relay_t *r)
+{
+    (void)r;
+    return 0;
+}
+
+static int s_setopt_int(void *sock, int opt, int val, const char *what)
+{
+    if (zmq_setsockopt(sock, opt, &val, sizeof val) != 0) {
+        SW_ERR("relay: setting %s = %d: %s", what, val, zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+relay_t *relay_new(const relay_opts_t *opts)
+{
+    if (!opts || !opts->listen) {
+        SW_ERR("relay: a listen endpoint is required");
+        return NULL;
+    }
+    relay_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
+    int hwm = opts->hwm > 0 ? opts->hwm : 128;
+    int timeout = r->heartbeat_ms > 655000 / 5 ? 655000 : 5 * r->heartbeat_ms;
+    int64_t maxmsg = SW_WIRE_MAX_FRAME;
+    size_t len = sizeof r->endpoint;
+
+    r->ctx = zmq_ctx_new();
+    if (!r->ctx)
+        goto err;
+    r->router = zmq_socket(r->ctx, ZMQ_ROUTER);
+    if (!r->router)
+        goto err;
+    if (s_setopt_int(r->router, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY") ||
+        s_setopt_int(r->router, ZMQ_LINGER, 0, "ZMQ_LINGER") ||
+        s_setopt_int(r->router, ZMQ_SNDHWM, hwm, "ZMQ_SNDHWM") ||
+        s_setopt_int(r->router, ZMQ_RCVHWM, hwm, "ZMQ_RCVHWM") ||
+        s_setopt_int(r->router, ZMQ_HEARTBEAT_IVL, r->heartbeat_ms, "ZMQ_HEARTBEAT_IVL") ||
+        s_setopt_int(r->router, ZMQ_HEARTBEAT_TIMEOUT, timeout, "ZMQ_HEARTBEAT_TIMEOUT") ||
+        s_setopt_int(r->router, ZMQ_HEARTBEAT_TTL, timeout, "ZMQ_HEARTBEAT_TTL") ||
+        s_setopt_int(r->router, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
+        goto err;
+    if (zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
+        goto err;
+    if (s_relay_secure(r) != 0)
+        goto err;
+    if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED) != 0)
+        goto err;
+    r->mon = zmq_socket(r->ctx, ZMQ_PAIR);
+    if (!r->mon || zmq_connect(r->mon, RELAY_MON_EP) != 0)
+        goto err;
+    if (zmq_bind(r->router, opts->listen) != 0) {
+        SW_ERR("relay: cannot listen on %s: %s", opts->listen, zmq_strerror(errno));
+        relay_destroy(&r);
+        return NULL;
+    }
+    if (zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &len) != 0)
+        goto err;
+    r->start_ms = s_now_ms();
+    r->sweep_at_ms = r->start_ms + r->heartbeat_ms;
+    return r;
+err:
+    SW_ERR("relay: socket setup failed: %s", zmq_strerror(errno));
+    relay_destroy(&r);
+    return NULL;
+}
+
+static void s_peer_free(relay_peer_t *p)
+{
+    if (p->env)
+        shardwire__envelope__free_unpacked(p->env, NULL);
+    free(p);
+}
+
+void relay_destroy(relay_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    relay_t *r = *self_p;
+    for (int i = 0; i < r->n_peers; i++)
+        s_peer_free(r->peers[i]);
+    if (r->router) {
+        zmq_socket_monitor(r->router, NULL, 0);
+        zmq_close(r->router);
+    }
+    if (r->mon) {
+        int zero = 0;
+        zmq_setsockopt(r->mon, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_close(r->mon);
+    }
+    if (r->ctx)
+        zmq_ctx_term(r->ctx);
+    free(r);
+    *self_p = NULL;
+}
+
+const char *relay_endpoint(const relay_t *relay)
+{
+    return relay->endpoint;
+}
+
+/* ---- peer table ------------------------------------------------------------- */
+
+static relay_peer_t *s_find_id(relay_t *r, const void *id, size_t len)
+{
+    for (int i = 0; i < r->n_peers; i++)
+        if (r->peers[i]->id_len == len && memcmp(r->peers[i]->id, id, len) == 0)
+            return r->peers[i];
+    return NULL;
+}
+
+static relay_peer_t *s_find_name(relay_t *r, const char *name, size_t len)
+{
+    for (int i = 0; i < r->n_peers; i++)
+        if (strlen(r->peers[i]->name) == len && memcmp(r->peers[i]->name, name, len) == 0)
+            return r->peers[i];
+    return NULL;
+}
+
+static void s_remove(relay_t *r, relay_peer_t *p, const char *why)
+{
+    for (int i = 0; i < r->n_peers; i++) {
+        if (r->peers[i] == p) {
+            SW_INFO("peer %s left (%s) after %.1f s", p->name, why,
+                    (double)(s_now_ms() - p->joined_ms) / 1000.0);
+            s_peer_free(p);
+            r->peers[i] = r->peers[--r->n_peers];
+            return;
+        }
+    }
+}
+
+/* 1 when the connection behind p still exists (probing it), 0 when gone. */
+static int s_alive(relay_t *r, relay_peer_t *p)
+{
+    if (zmq_send(r->router, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return errno != EHOSTUNREACH; /* EAGAIN: alive, its queue is full */
+    if (zmq_send(r->router, "", 0, ZMQ_DONTWAIT) < 0)
+        SW_WARN("relay: probe body to %s: %s", p->name, zmq_strerror(errno));
+    p->alive_ms = s_now_ms();
+    return 1;
+}
+
+static void s_sweep(relay_t *r)
+{
+    for (int i = 0; i < r->n_peers;) {
+        relay_peer_t *p = r->peers[i];
+        if (!s_alive(r, p)) {
+            s_remove(r, p, "connection closed");
+            continue; /* the last one moved into slot i */
+        }
+        i++;
+    }
+}
+
+/* ---- replies from the relay itself ------------------------------------------ */
+
+static void s_reply(relay_t *r, const void *id, size_t id_len, Shardwire__Envelope *env)
+{
+    char err[SW_WIRE_ERR_LEN];
+    zmq_msg_t hdr;
+    if (sw_wire_encode(env, 0, 0, &hdr, err, sizeof err) != SW_WIRE_OK) {
+        SW_ERR("relay: cannot encode a %s reply: %s", sw_wire_body_name(env), err);
+        return;
+    }
+    if (zmq_send(r->router, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&hdr);
+        return; /* the asker is gone or flooded: nothing to tell */
+    }
+    if (zmq_send(r->router, SW_WIRE_RELAY_NAME, strlen(SW_WIRE_RELAY_NAME), ZMQ_SNDMORE) < 0 ||
+        zmq_msg_send(&hdr, r->router, 0) < 0) {
+        SW_WARN("relay: reply: %s", zmq_strerror(errno));
+        zmq_msg_close(&hdr);
+    }
+}
+
+static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
+                          const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
+                          const char *fmt, ...)
+{
+    char text[SW_WIRE_MAX_ERROR_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    Shardwire__Error e = SHARDWIRE__ERROR__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    e.code = (Shardwire__ErrorCode)code;
+    e.message = text;
+    if (dest)
+        e.dest = (char *)dest;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    s_reply(r, id, id_len, &env);
+}
+
+static void s_reply_table(relay_t *r, const void *id, size_t id_len)
+{
+    int64_t now = s_now_ms();
+    Shardwire__PeerInfo info[SW_WIRE_MAX_PEERS];
+    Shardwire__PeerInfo *ptrs[SW_WIRE_MAX_PEERS];
+    Shardwire__PeerTable t = SHARDWIRE__PEER_TABLE__INIT;
+    for (int i = 0; i < r->n_peers; i++) {
+        const relay_peer_t *p = r->peers[i];
+        Shardwire__PeerInfo pi = SHARDWIRE__PEER_INFO__INIT;
+        pi.announce = p->env->announce;
+        pi.heartbeat_age_ms = (uint32_t)(now - p->alive_ms);
+        pi.idle_ms = (uint32_t)(now - p->msg_ms);
+        pi.msgs_in = p->msgs_in;
+        pi.msgs_out = p->msgs_out;
+        pi.bytes_in = p->bytes_in;
+        info[i] = pi;
+        ptrs[i] = &info[i];
+    }
+    t.n_peers = (size_t)r->n_peers;
+    t.peers = ptrs;
+    t.uptime_ms = (uint64_t)(now - r->start_ms);
+    t.msgs_forwarded = r->forwarded;
+    t.msgs_dropped = r->dropped;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_PEER_TABLE;
+    env.peer_table = &t;
+    s_reply(r, id, id_len, &env);
+}
+
+static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
+                       Shardwire__Envelope *env)
+{
+    const Shardwire__PeerAnnounce *a = env->announce;
+    if (strcmp(a->name, SW_WIRE_RELAY_NAME) == 0) {
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN, NULL,
+                      "the name '%s' is reserved", SW_WIRE_RELAY_NAME);
+        goto refuse;
+    }
+    if (sender) {
+        if (strcmp(sender->name, a->name) != 0) {
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
+                          "this connection is already announced as %s", sender->name);
+            goto refuse;
+        }
+        shardwire__envelope__free_unpacked(sender->env, NULL); /* a repeated announce */
+        sender->env = env;
+        sender->name = env->announce->name;
+    } else {
+        relay_peer_t *holder = s_find_name(r, a->name, strlen(a->name));
+        if (holder && s_alive(r, holder)) {
+            SW_WARN("relay: refused a second '%s' (held by a live connection)", a->name);
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN, NULL,
+                          "the name %s is held by a live peer", a->name);
+            goto refuse;
+        }
+        if (holder)
+            s_remove(r, holder, "replaced by a new connection");
+        if (r->n_peers == SW_WIRE_MAX_PEERS) {
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
+                          "the relay holds %d peers already", SW_WIRE_MAX_PEERS);
+            goto refuse;
+        }
+        relay_peer_t *p = calloc(1, sizeof *p);
+        if (!p) {
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, NULL,
+                          "out of memory");
+            goto refuse;
+        }
+        memcpy(p->id, id, id_len);
+        p->id_len = id_len;
+        p->env = env;
+        p->name = a->name;
+        p->joined_ms = p->alive_ms = p->msg_ms = s_now_ms();
+        r->peers[r->n_peers++] = p;
+        SW_INFO("peer %s joined: role %d, layers [%u, %u) of %u, backend '%s', %u sessions",
+                a->name, (int)a->role, a->layer_begin, a->layer_end, a->n_layers, a->backend,
+                a->max_sessions);
+    }
+    Shardwire__AnnounceAck ack = SHARDWIRE__ANNOUNCE_ACK__INIT;
+    ack.name = env->announce->name;
+    ack.heartbeat_ms = (uint32_t)r->heartbeat_ms;
+    ack.max_frame_bytes = SW_WIRE_MAX_FRAME;
+    Shardwire__Envelope reply = SHARDWIRE__ENVELOPE__INIT;
+    reply.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
+    reply.announce_ack = &ack;
+    s_reply(r, id, id_len, &reply);
+    return;
+refuse:
+    shardwire__envelope__free_unpacked(env, NULL);
+}
+
+/* A message addressed to the relay itself: [id]["relay"][header]. */
+static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
+                      zmq_msg_t *hdr, int has_payload)
+{
+    char err[SW_WIRE_ERR_LEN];
+    Shardwire__Envelope *env = NULL;
+    int rc = sw_wire_decode(zmq_msg_data(hdr), zmq_msg_size(hdr), has_payload, has_payload ? 1 : 0,
+                            &env, err, sizeof err);
+    if (rc == SW_WIRE_EVERSION) {
+        SW_WARN("relay: refused a peer: %s", err);
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_VERSION_MISMATCH, NULL, "%s", err);
+        return;
+    }
+    if (rc) {
+        SW_WARN("relay: malformed control message from %s: %s", sender ? sender->name : "?", err);
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL, "%s", err);
+        return;
+    }
+    switch (env->body_case) {
+    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
+        s_announce(r, id, id_len, sender, env); /* takes env */
+        return;
+    case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
+        s_reply_table(r, id, id_len);
+        break;
+    default:
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
+                      "the relay answers announce and status_query, not %s",
+                      sw_wire_body_name(env));
+        break;
+    }
+    shardwire__envelope__free_unpacked(env, NULL);
+}
+
+/* ---- forwarding ------------------------------------------------------------- */
+
+/* Forwards [dest][header][payload]? from sender as [src][header][payload]?. */
+static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
+{
+    const char *dest = zmq_msg_data(&f[1]);
+    size_t dlen = zmq_msg_size(&f[1]);
+    char dname[SW_WIRE_NAME_MAX + 1];
+    memcpy(dname, dest, dlen);
+    dname[dlen] = '\0';
+    relay_peer_t *to = s_find_name(r, dest, dlen);
+    if (!to) {
+        r->dropped++;
+        SW_DEBUG("relay: %s -> %s: unknown destination", sender->name, dname);
+        s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST, dname,
+                      "no live peer is called %s", dname);
+        return;
+    }
+    if (zmq_send(r->router, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        int e = errno;
+        r->dropped++;
+        if (e == EHOSTUNREACH) {
+            SW_WARN("relay: %s -> %s: destination gone, dropped", sender->name, dname);
+            s_remove(r, to, "connection closed");
+            s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
+                          dname, "%s disconnected; message dropped", dname);
+        } else {
+            SW_WARN("relay: %s -> %s: %s, dropped", sender->name, dname, zmq_strerror(e));
+            s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
+                          dname, "queue to %s is full; message dropped", dname);
+        }
+        return;
+    }
+    /* Once the id frame is accepted the rest of the message is queued with it. */
+    if (zmq_send(r->router, sender->name, strlen(sender->name), ZMQ_SNDMORE) < 0 ||
+        zmq_msg_send(&f[2], r->router, n == 4 ? ZMQ_SNDMORE : 0) < 0 ||
+        (n == 4 && zmq_msg_send(&f[3], r->router, 0) < 0)) {
+        SW_ERR("relay: %s -> %s: send failed mid-message: %s", sender->name, dname,
+               zmq_strerror(errno));
+        r->dropped++;
+        return;
+    }
+    to->msgs_out++;
+    r->forwarded++;
+}
+
+/* Receives and handles one message; -1 when nothing was waiting (or on error). */
+static int s_handle_one(relay_t *r)
+{
+    zmq_msg_t f[4];
+    int n = 0, more = 1, too_many = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < 4; i++)
+        zmq_msg_init(&f[i]);
+    while (more) {
+        zmq_msg_t *dst = &f[n < 4 ? n : 3];
+        if (n >= 4) { /* keep reading, keep nothing */
+            too_many = 1;
+            zmq_msg_close(dst);
+            zmq_msg_init(dst);
+        }
+        if (zmq_msg_recv(dst, r->router, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            for (int i = 0; i < 4; i++)
+                zmq_msg_close(&f[i]);
+            return -1;
+        }
+        total += zmq_msg_size(dst);
+        more = zmq_msg_more(dst);
+        n++;
+    }
+    const void *id = zmq_msg_data(&f[0]);
+    size_t id_len = zmq_msg_size(&f[0]);
+    if (id_len == 0 || id_len > RELAY_ID_MAX)
+        goto done; /* cannot happen with libzmq-made ids */
+    relay_peer_t *sender = s_find_id(r, id, id_len);
+    int64_t now = s_now_ms();
+    if (sender) {
+        sender->msgs_in++;
+        sender->bytes_in += total - id_len;
+        sender->msg_ms = sender->alive_ms = now;
+    }
+    const char *who = sender ? sender->name : "an unannounced connection";
+    if (too_many || n < 3) {
+        SW_WARN("relay: dropped a message of %d frames from %s", n - 1, who);
+        r->dropped++;
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+                      "a message is [dest][header] or [dest][header][payload]; got %d frames",
+                      n - 1);
+        goto done;
+    }
+    if (total - id_len > SW_WIRE_MAX_TOTAL) {
+        r->dropped++;
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+                      "message of %llu bytes exceeds %u", (unsigned long long)(total - id_len),
+                      SW_WIRE_MAX_TOTAL);
+        goto done;
+    }
+    if (!sw_wire_name_ok(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]))) {
+        SW_WARN("relay: dropped a message from %s: bad destination frame (%zu bytes)", who,
+                zmq_msg_size(&f[1]));
+        r->dropped++;
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+                      "destination frame is not 1..%d bytes of [A-Za-z0-9._-]", SW_WIRE_NAME_MAX);
+        goto done;
+    }
+    if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
+        memcmp(zmq_msg_data(&f[1]), SW_WIRE_RELAY_NAME, zmq_msg_size(&f[1])) == 0) {
+        s_control(r, id, id_len, sender, &f[2], n == 4);
+        goto done;
+    }
+    if (!sender) {
+        r->dropped++;
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED, NULL,
+                      "announce before sending to peers");
+        goto done;
+    }
+    s_forward(r, sender, f, n);
+done:
+    for (int i = 0; i < 4; i++)
+        zmq_msg_close(&f[i]);
+    return 0;
+}
+
+/* Reads every pending monitor event; 1 when a connection went away. */
+static int s_events(relay_t *r)
+{
+    int lost = 0;
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, r->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return lost;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&ev) >= 2)
+            memcpy(&event, zmq_msg_data(&ev), 2);
+        int more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        while (more) {
+            zmq_msg_init(&ev);
+            if (zmq_msg_recv(&ev, r->mon, 0) < 0) {
+                zmq_msg_close(&ev);
+                return lost;
+            }
+            more = zmq_msg_more(&ev);
+            zmq_msg_close(&ev);
+        }
+        if (event == ZMQ_EVENT_DISCONNECTED)
+            lost = 1;
+    }
+}
+
+int relay_run(relay_t *r, volatile sig_atomic_t *stop)
+{
+    SW_INFO("relay listening on %s (heartbeat %d ms)", r->endpoint, r->heartbeat_ms);
+    while (!*stop) {
+        int64_t now = s_now_ms();
+        long wait = r->sweep_at_ms > now ? (long)(r->sweep_at_ms - now) : 0;
+        zmq_pollitem_t items[2] = {{r->router, 0, ZMQ_POLLIN, 0}, {r->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, wait) < 0) {
+            if (errno == EINTR)
+                continue;
+            SW_ERR("relay: poll: %s", zmq_strerror(errno));
+            return -1;
+        }
+        for (int i = 0; i < RELAY_BATCH && !*stop; i++)
+            if (s_handle_one(r) < 0)
+                break;
+        if (s_events(r)) {
+            int64_t soon = s_now_ms() + RELAY_RECHECK_MS;
+            if (soon < r->sweep_at_ms)
+                r->sweep_at_ms = soon;
+        }
+        if (s_now_ms() >= r->sweep_at_ms) {
+            s_sweep(r);
+            r->sweep_at_ms = s_now_ms() + r->heartbeat_ms;
+        }
+    }
+    SW_INFO("relay stopping: %llu forwarded, %llu dropped, %d peers",
+            (unsigned long long)r->forwarded, (unsigned long long)r->dropped, r->n_peers);
+    return 0;
+}

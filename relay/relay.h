@@ -1,0 +1,35 @@
+/*
+ * relay.h - the shardwire relay: one thread, one ROUTER socket. Peers dial
+ * in, announce a name, and send [dest][header][payload]?; the relay forwards
+ * the header and payload frames unchanged to the peer called dest as
+ * [src][header][payload]?. It decodes only messages addressed to itself
+ * (PeerAnnounce, StatusQuery), never tensor payloads. See docs/protocol.md.
+ *
+ * One owner thread: relay_run() and everything else on the creating thread.
+ */
+#ifndef SW_RELAY_H
+#define SW_RELAY_H
+
+#include <signal.h>
+
+typedef struct relay relay_t;
+
+typedef struct relay_opts {
+    const char *listen; /* endpoint to bind, "tcp://HOST:PORT" ("tcp://127.0.0.1:*" = any port) */
+    int heartbeat_ms;   /* ZMTP heartbeat interval and liveness sweep period; 0 = 1000 */
+    int hwm;            /* queued messages per peer and direction; 0 = 128 */
+} relay_opts_t;
+
+/* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */
+relay_t *relay_new(const relay_opts_t *opts) __attribute__((warn_unused_result));
+
+/* The endpoint actually bound (the real port when the listen port was "*"). */
+const char *relay_endpoint(const relay_t *relay);
+
+/* Serves until *stop becomes nonzero (set from a signal handler). 0, or -1 on a socket error. */
+int relay_run(relay_t *relay, volatile sig_atomic_t *stop) __attribute__((warn_unused_result));
+
+/* Closes everything; accepts NULL and NULLs the caller's pointer. */
+void relay_destroy(relay_t **self_p);
+
+#endif

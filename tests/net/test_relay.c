@@ -1,0 +1,352 @@
+/*
+ * test_relay.c - the real shardwire-relay binary (from SW_BIN_DIR) on a free
+ * loopback port, with real peers (common/peer): messages and tensor payloads
+ * are forwarded both ways byte for byte, an unknown destination is answered
+ * with an Error, a second peer with a taken name is refused, a peer that
+ * disconnects leaves the status list (and its name can be taken again),
+ * malformed frames get Errors and do not hurt the relay, a payload whose
+ * size disagrees with its header is dropped by the receiver, and SIGTERM
+ * stops the relay cleanly.
+ */
+#include "peer.h"
+#include "sw_test.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char *FP = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/* Starts the relay with a wildcard port and reads the endpoint it prints. */
+static pid_t s_start_relay(char *endpoint, size_t len)
+{
+    char bin[1024];
+    snprintf(bin, sizeof bin, "%s/shardwire-relay", sw_test_env("SW_BIN_DIR"));
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    char *argv[] = {bin, "--listen", "tcp://127.0.0.1:*", "--heartbeat-ms", "200", NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        fprintf(stderr, "cannot start %s: %s\n", bin, strerror(rc));
+        close(fds[0]);
+        return -1;
+    }
+    FILE *f = fdopen(fds[0], "r");
+    char line[512] = "";
+    if (!f || !fgets(line, sizeof line, f) || strncmp(line, "listening ", 10) != 0) {
+        fprintf(stderr, "relay did not report its endpoint: '%s'\n", line);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    size_t n = strlen(line + 10);
+    if (n >= len)
+        n = len - 1;
+    memcpy(endpoint, line + 10, n);
+    endpoint[n] = '\0';
+    return pid;
+}
+
+static sw_peer_t *s_peer(const char *endpoint, const char *name, Shardwire__Role role,
+                         uint32_t begin, uint32_t end)
+{
+    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    a.name = (char *)name;
+    a.role = role;
+    a.backend = "cpu";
+    a.max_sessions = 2;
+    if (role != SHARDWIRE__ROLE__ROLE_CLIENT) {
+        a.model_fingerprint = (char *)FP;
+        a.layer_begin = begin;
+        a.layer_end = end;
+        a.n_layers = 30;
+        a.hidden = 576;
+    }
+    sw_peer_opts_t o = {
+        .relay = endpoint, .announce = &a, .heartbeat_ms = 200, .connect_timeout_ms = 3000};
+    return sw_peer_new(&o);
+}
+
+static int s_recv(sw_peer_t *p, sw_wire_msg_t *m, int timeout_ms)
+{
+    return sw_peer_recv(p, m, timeout_ms);
+}
+
+static int s_status_has(sw_peer_t *p, const char *name, int *n_peers)
+{
+    sw_wire_msg_t t = {0};
+    if (sw_peer_status(p, &t, 2000) != 0)
+        return -1;
+    int found = 0;
+    const Shardwire__PeerTable *pt = t.env->peer_table;
+    for (size_t i = 0; i < pt->n_peers; i++)
+        if (strcmp(pt->peers[i]->announce->name, name) == 0)
+            found = 1;
+    if (n_peers)
+        *n_peers = (int)pt->n_peers;
+    sw_wire_msg_clear(&t);
+    return found;
+}
+
+/* A raw DEALER (no announce) for malformed traffic. */
+static void *s_raw(void *ctx, const char *endpoint)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, tmo = 2000;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    zmq_connect(s, endpoint);
+    return s;
+}
+
+/* Reads the relay's reply on a raw socket: the Error code, or -1. */
+static int s_raw_error(void *s)
+{
+    sw_wire_msg_t m = {0};
+    char err[SW_WIRE_ERR_LEN];
+    int rc = sw_wire_recv(s, 0, &m, err, sizeof err);
+    while (rc == SW_WIRE_PROBE)
+        rc = sw_wire_recv(s, 0, &m, err, sizeof err);
+    if (rc != SW_WIRE_OK)
+        return -1;
+    int code = -1;
+    if (strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0 &&
+        m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+        code = m.env->error->code;
+    sw_wire_msg_clear(&m);
+    return code;
+}
+
+static void s_fill_forward(Shardwire__Forward *f, char **route, uint32_t *tokens)
+{
+    Shardwire__Forward init = SHARDWIRE__FORWARD__INIT;
+    *f = init;
+    f->session_id = 1;
+    f->round = 3;
+    f->start_pos = 10;
+    f->kv_keep = 10;
+    f->n_rows = 2;
+    f->n_tokens = 2;
+    f->tokens = tokens;
+    f->n_draft_tokens = 1;
+    f->draft_tokens = &tokens[1];
+    f->dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+    f->hidden = 576;
+    f->layer_begin = 12;
+    f->n_route = 2;
+    f->route = route;
+    f->hop = 1;
+    f->reply_to = route[0];
+}
+
+int main(void)
+{
+    char ep[256];
+    pid_t relay = s_start_relay(ep, sizeof ep);
+    SW_CHECK(relay > 0);
+    if (relay <= 0)
+        return sw_test_done();
+
+    sw_peer_t *head = s_peer(ep, "head", SHARDWIRE__ROLE__ROLE_HEAD, 0, 12);
+    sw_peer_t *tail = s_peer(ep, "tail", SHARDWIRE__ROLE__ROLE_TAIL, 12, 30);
+    SW_CHECK(head != NULL && tail != NULL);
+    if (!head || !tail)
+        goto out;
+
+    /* head -> tail: a Forward with a 2 x 576 f32 tensor, byte for byte */
+    {
+        char *route[2] = {"head", "tail"};
+        uint32_t tokens[2] = {17, 99};
+        Shardwire__Forward f;
+        s_fill_forward(&f, route, tokens);
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+        env.forward = &f;
+        float hidden[2 * 576];
+        for (int i = 0; i < 2 * 576; i++)
+            hidden[i] = (float)i * 0.25f - 7.0f;
+        SW_CHECK_INT(sw_peer_send(head, "tail", &env, hidden, sizeof hidden, 1), 0);
+        sw_wire_msg_t m = {0};
+        SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
+        SW_CHECK(strcmp(m.peer, "head") == 0);
+        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD);
+        size_t plen = 0;
+        const void *p = sw_wire_msg_payload(&m, &plen);
+        SW_CHECK_INT(plen, sizeof hidden);
+        SW_CHECK(p && memcmp(p, hidden, sizeof hidden) == 0);
+        if (m.env && m.env->forward)
+            SW_CHECK_INT(m.env->forward->draft_tokens[0], 99);
+        sw_wire_msg_clear(&m);
+
+        /* tail -> head: the Verdict */
+        uint32_t vt[2] = {99, 5};
+        Shardwire__Verdict v = SHARDWIRE__VERDICT__INIT;
+        v.session_id = 1;
+        v.round = 3;
+        v.n_accepted = 1;
+        v.n_tokens = 2;
+        v.tokens = vt;
+        v.next_token = 5;
+        Shardwire__Envelope ev = SHARDWIRE__ENVELOPE__INIT;
+        ev.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
+        ev.verdict = &v;
+        SW_CHECK_INT(sw_peer_send(tail, "head", &ev, NULL, 0, 0), 0);
+        SW_CHECK_INT(s_recv(head, &m, 3000), 0);
+        SW_CHECK(strcmp(m.peer, "tail") == 0);
+        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT);
+        if (m.env && m.env->verdict)
+            SW_CHECK_INT(m.env->verdict->next_token, 5);
+        sw_wire_msg_clear(&m);
+
+        /* unknown destination: the relay answers with an Error naming it */
+        SW_CHECK_INT(sw_peer_send(head, "nobody", &ev, NULL, 0, 0), 0);
+        SW_CHECK_INT(s_recv(head, &m, 3000), 0);
+        SW_CHECK(strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0);
+        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR);
+        if (m.env && m.env->error) {
+            SW_CHECK_INT(m.env->error->code, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST);
+            SW_CHECK(strcmp(m.env->error->dest, "nobody") == 0);
+        }
+        sw_wire_msg_clear(&m);
+    }
+
+    /* a second "tail" is refused while the first lives */
+    sw_peer_t *dup = s_peer(ep, "tail", SHARDWIRE__ROLE__ROLE_TAIL, 12, 30);
+    SW_CHECK(dup == NULL);
+    sw_peer_destroy(&dup);
+
+    /* status lists peers; a peer that goes away leaves the list */
+    int n = 0;
+    sw_peer_t *cli = s_peer(ep, "cli-1", SHARDWIRE__ROLE__ROLE_CLIENT, 0, 0);
+    SW_CHECK(cli != NULL);
+    SW_CHECK_INT(s_status_has(head, "cli-1", &n), 1);
+    SW_CHECK_INT(n, 3);
+    SW_CHECK_INT(s_status_has(head, "tail", NULL), 1);
+    sw_peer_destroy(&cli);
+    int gone = 0;
+    for (int i = 0; i < 40 && !gone; i++) {
+        usleep(50 * 1000);
+        gone = s_status_has(head, "cli-1", &n) == 0;
+    }
+    SW_CHECK(gone);
+    SW_CHECK_INT(n, 2);
+    cli = s_peer(ep, "cli-1", SHARDWIRE__ROLE__ROLE_CLIENT, 0, 0); /* the name is free again */
+    SW_CHECK(cli != NULL);
+    sw_peer_destroy(&cli);
+
+    /* malformed traffic: each gets an Error, none hurts the relay */
+    {
+        void *ctx = zmq_ctx_new();
+        void *raw = s_raw(ctx, ep);
+        zmq_send(raw, "tail", 4, 0); /* one frame */
+        SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_MALFORMED);
+        for (int i = 0; i < 6; i++) /* six frames */
+            zmq_send(raw, "tail", 4, i < 5 ? ZMQ_SNDMORE : 0);
+        SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_MALFORMED);
+        zmq_send(raw, "bad name", 8, ZMQ_SNDMORE); /* bad destination frame */
+        zmq_send(raw, "x", 1, 0);
+        SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_MALFORMED);
+        zmq_send(raw, "relay", 5, ZMQ_SNDMORE); /* garbage header to the relay */
+        zmq_send(raw, "\xff\xff\xff\xff\xff", 5, 0);
+        SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_MALFORMED);
+        zmq_send(raw, "tail", 4, ZMQ_SNDMORE); /* unannounced sender */
+        zmq_send(raw, "x", 1, 0);
+        SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED);
+
+        /* an announce from the future */
+        Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+        a.name = "future";
+        a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.version = SW_WIRE_VERSION + 1;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+        env.announce = &a;
+        uint8_t buf[256];
+        size_t len = shardwire__envelope__pack(&env, buf);
+        zmq_send(raw, "relay", 5, ZMQ_SNDMORE);
+        zmq_send(raw, buf, len, 0);
+        SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_VERSION_MISMATCH);
+
+        /* a payload whose size disagrees with its header: relayed (never decoded), but
+         * the receiver drops it and the next good message still arrives */
+        a.name = "rawpeer";
+        env.version = SW_WIRE_VERSION;
+        len = shardwire__envelope__pack(&env, buf);
+        zmq_send(raw, "relay", 5, ZMQ_SNDMORE);
+        zmq_send(raw, buf, len, 0);
+        sw_wire_msg_t ack = {0};
+        char err[SW_WIRE_ERR_LEN];
+        int rc = sw_wire_recv(raw, 0, &ack, err, sizeof err);
+        while (rc == SW_WIRE_PROBE)
+            rc = sw_wire_recv(raw, 0, &ack, err, sizeof err);
+        SW_CHECK_INT(rc, SW_WIRE_OK);
+        SW_CHECK(ack.env && ack.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK);
+        sw_wire_msg_clear(&ack);
+        char *route[2] = {"head", "tail"};
+        uint32_t tokens[2] = {17, 99};
+        Shardwire__Forward f;
+        s_fill_forward(&f, route, tokens);
+        Shardwire__Envelope ef = SHARDWIRE__ENVELOPE__INIT;
+        ef.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+        ef.forward = &f;
+        zmq_msg_t hdr;
+        SW_CHECK_INT(sw_wire_encode(&ef, 1, 2 * 576 * 4, &hdr, err, sizeof err), 0);
+        zmq_send(raw, "tail", 4, ZMQ_SNDMORE);
+        zmq_msg_send(&hdr, raw, ZMQ_SNDMORE);
+        static float short_payload[576];
+        zmq_send(raw, short_payload, sizeof short_payload, 0);
+        sw_wire_msg_t m = {0};
+        SW_CHECK_INT(s_recv(tail, &m, 500), 1); /* dropped, so: timeout */
+        f.n_rows = 1;
+        f.n_tokens = 1;
+        f.n_draft_tokens = 0;
+        SW_CHECK_INT(sw_wire_send(raw, "tail", &ef, short_payload, sizeof short_payload, 1, 0, err,
+                                  sizeof err),
+                     0);
+        SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
+        SW_CHECK(strcmp(m.peer, "rawpeer") == 0);
+        sw_wire_msg_clear(&m);
+        zmq_close(raw);
+        zmq_ctx_term(ctx);
+    }
+
+    /* still serving */
+    SW_CHECK_INT(waitpid(relay, NULL, WNOHANG), 0);
+    SW_CHECK_INT(s_status_has(tail, "head", NULL), 1);
+
+out:
+    sw_peer_destroy(&head);
+    sw_peer_destroy(&tail);
+    /* SIGTERM: a clean exit with status 0 */
+    kill(relay, SIGTERM);
+    int status = -1;
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(relay, &status, WNOHANG) == relay)
+            break;
+        usleep(20 * 1000);
+    }
+    if (!WIFEXITED(status)) {
+        kill(relay, SIGKILL);
+        waitpid(relay, &status, 0);
+    }
+    SW_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return sw_test_done();
+}

@@ -1,0 +1,604 @@
+/*
+ * test_wire.c - the wire layer: every message type survives encode/decode
+ * with its fields intact; malformed headers, payloads and multipart shapes
+ * are refused with SW_WIRE_EMALFORMED / SW_WIRE_EVERSION; framing over a real
+ * ZeroMQ socket pair keeps the payload bytes and drains bad messages whole.
+ */
+#include "sw_test.h"
+#include "wire.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *FP = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/* Encodes env and decodes it again; returns the decode rc. */
+static int s_roundtrip(Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                       Shardwire__Envelope **out)
+{
+    zmq_msg_t frame;
+    char err[SW_WIRE_ERR_LEN];
+    *out = NULL;
+    int rc = sw_wire_encode(env, has_payload, payload_len, &frame, err, sizeof err);
+    if (rc)
+        return rc;
+    rc = sw_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), has_payload, payload_len, out,
+                        err, sizeof err);
+    zmq_msg_close(&frame);
+    return rc;
+}
+
+/* Validates env as if it came off the wire (version set here). */
+static int s_check(Shardwire__Envelope *env, int has_payload, size_t payload_len)
+{
+    char err[SW_WIRE_ERR_LEN] = "";
+    env->version = SW_WIRE_VERSION;
+    int rc = sw_wire_validate(env, has_payload, payload_len, err, sizeof err);
+    if (rc)
+        SW_CHECK(err[0] != '\0'); /* every refusal says why */
+    return rc;
+}
+
+/* A valid drafting Forward: 1 + 3 rows, f16 tensor of hidden 8, 3 stages. */
+struct fwd_fixture {
+    Shardwire__Forward f;
+    Shardwire__SamplingParams s;
+    Shardwire__DraftDist d[3];
+    Shardwire__DraftDist *dp[3];
+    Shardwire__StageTiming t;
+    Shardwire__StageTiming *tp[1];
+    uint32_t tokens[4];
+    uint32_t drafts[3];
+    float probs[3];
+    uint32_t dist_tok[3][2];
+    float dist_p[3][2];
+    char *route[3];
+    Shardwire__Envelope env;
+};
+
+static void s_fwd_init(struct fwd_fixture *x)
+{
+    static char r0[] = "head", r1[] = "mid-1", r2[] = "tail.gpu_0", reply[] = "head",
+                tname[] = "head";
+    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+    Shardwire__SamplingParams s = SHARDWIRE__SAMPLING_PARAMS__INIT;
+    Shardwire__StageTiming t = SHARDWIRE__STAGE_TIMING__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    x->f = f;
+    x->s = s;
+    x->t = t;
+    x->env = env;
+    x->s.temperature = 0.7f;
+    x->s.top_k = 40;
+    x->s.top_p = 0.9f;
+    x->s.min_p = 0.05f;
+    x->s.repeat_penalty = 1.1f;
+    x->s.repeat_last_n = 64;
+    x->s.seed = 0xdeadbeefcafeull;
+    for (int i = 0; i < 4; i++)
+        x->tokens[i] = 100u + (uint32_t)i;
+    for (int i = 0; i < 3; i++) {
+        Shardwire__DraftDist d = SHARDWIRE__DRAFT_DIST__INIT;
+        x->d[i] = d;
+        x->drafts[i] = 101u + (uint32_t)i;
+        x->probs[i] = 0.5f + 0.1f * (float)i;
+        x->dist_tok[i][0] = x->drafts[i];
+        x->dist_tok[i][1] = 7;
+        x->dist_p[i][0] = x->probs[i];
+        x->dist_p[i][1] = 1.0f - x->probs[i];
+        x->d[i].n_tokens = 2;
+        x->d[i].tokens = x->dist_tok[i];
+        x->d[i].n_probs = 2;
+        x->d[i].probs = x->dist_p[i];
+        x->dp[i] = &x->d[i];
+    }
+    x->t.name = tname;
+    x->t.compute_us = 1234;
+    x->t.queue_us = 56;
+    x->tp[0] = &x->t;
+    x->route[0] = r0;
+    x->route[1] = r1;
+    x->route[2] = r2;
+    x->f.session_id = 42;
+    x->f.round = 7;
+    x->f.start_pos = 100;
+    x->f.kv_keep = 100;
+    x->f.n_rows = 4;
+    x->f.n_tokens = 4;
+    x->f.tokens = x->tokens;
+    x->f.sampling = &x->s;
+    x->f.n_draft_tokens = 3;
+    x->f.draft_tokens = x->drafts;
+    x->f.n_draft_probs = 3;
+    x->f.draft_probs = x->probs;
+    x->f.n_draft_dists = 3;
+    x->f.draft_dists = x->dp;
+    x->f.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+    x->f.hidden = 8;
+    x->f.layer_begin = 10;
+    x->f.n_route = 3;
+    x->f.route = x->route;
+    x->f.hop = 1;
+    x->f.reply_to = reply;
+    x->f.n_timing = 1;
+    x->f.timing = x->tp;
+    x->env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+    x->env.forward = &x->f;
+}
+
+#define FWD_BYTES (4 * 8 * 2)
+
+static void test_forward_roundtrip(void)
+{
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&x.env, 1, FWD_BYTES, &out), SW_WIRE_OK);
+    SW_CHECK(out != NULL);
+    if (!out)
+        return;
+    SW_CHECK_INT(out->version, SW_WIRE_VERSION);
+    SW_CHECK_INT(out->body_case, SHARDWIRE__ENVELOPE__BODY_FORWARD);
+    const Shardwire__Forward *f = out->forward;
+    SW_CHECK_INT(f->session_id, 42);
+    SW_CHECK_INT(f->round, 7);
+    SW_CHECK_INT(f->start_pos, 100);
+    SW_CHECK_INT(f->kv_keep, 100);
+    SW_CHECK_INT(f->n_rows, 4);
+    SW_CHECK_INT(f->n_tokens, 4);
+    SW_CHECK_INT(f->tokens[3], 103);
+    SW_CHECK_INT(f->n_draft_tokens, 3);
+    SW_CHECK_INT(f->draft_tokens[2], 103);
+    SW_CHECK_NEAR(f->draft_probs[1], 0.6f, 1e-7);
+    SW_CHECK_INT(f->n_draft_dists, 3);
+    SW_CHECK_INT(f->draft_dists[2]->tokens[1], 7);
+    SW_CHECK_NEAR(f->draft_dists[0]->probs[1], 0.5f, 1e-7);
+    SW_CHECK(f->sampling != NULL);
+    SW_CHECK_NEAR(f->sampling->temperature, 0.7f, 1e-7);
+    SW_CHECK_INT(f->sampling->top_k, 40);
+    SW_CHECK_INT(f->sampling->seed, 0xdeadbeefcafeull);
+    SW_CHECK_INT(f->dtype, SHARDWIRE__DTYPE__DTYPE_F16);
+    SW_CHECK_INT(f->hidden, 8);
+    SW_CHECK_INT(f->layer_begin, 10);
+    SW_CHECK_INT(f->n_route, 3);
+    SW_CHECK(strcmp(f->route[2], "tail.gpu_0") == 0);
+    SW_CHECK_INT(f->hop, 1);
+    SW_CHECK(strcmp(f->reply_to, "head") == 0);
+    SW_CHECK_INT(f->n_timing, 1);
+    SW_CHECK_INT(f->timing[0]->compute_us, 1234);
+    shardwire__envelope__free_unpacked(out, NULL);
+}
+
+static void test_forward_refusals(void)
+{
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+
+    /* payload size must equal rows x hidden x dtype */
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES - 1), SW_WIRE_EMALFORMED);
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES + 2), SW_WIRE_EMALFORMED);
+    SW_CHECK_INT(s_check(&x.env, 1, 0), SW_WIRE_EMALFORMED);
+    x.f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    SW_CHECK_INT(s_check(&x.env, 1, 2 * FWD_BYTES), SW_WIRE_OK);
+    x.f.dtype = (Shardwire__DType)3;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    /* hidden too large, and a product that would overflow 32 bits */
+    x.f.hidden = SW_WIRE_MAX_HIDDEN + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, (size_t)4 * (SW_WIRE_MAX_HIDDEN + 1) * 2), SW_WIRE_EMALFORMED);
+    x.f.hidden = 0xffffffffu;
+    SW_CHECK_INT(s_check(&x.env, 1, 0), SW_WIRE_EMALFORMED);
+    /* a tensor payload above the frame limit */
+    s_fwd_init(&x);
+    x.f.n_draft_tokens = x.f.n_draft_probs = x.f.n_draft_dists = 0;
+    x.f.n_tokens = 0;
+    x.f.n_rows = SW_WIRE_MAX_ROWS;
+    x.f.hidden = SW_WIRE_MAX_HIDDEN;
+    x.f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+    SW_CHECK_INT(s_check(&x.env, 1, (size_t)SW_WIRE_MAX_ROWS * SW_WIRE_MAX_HIDDEN * 4),
+                 SW_WIRE_EMALFORMED);
+    x.f.hidden = 4096;
+    x.f.dtype = SHARDWIRE__DTYPE__DTYPE_BF16;
+    SW_CHECK_INT(s_check(&x.env, 1, (size_t)SW_WIRE_MAX_ROWS * 4096 * 2), SW_WIRE_OK);
+
+    /* rows, positions, kv_keep */
+    s_fwd_init(&x);
+    x.f.n_draft_tokens = x.f.n_draft_probs = x.f.n_draft_dists = 0;
+    x.f.n_tokens = 0;
+    x.f.n_rows = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, 0), SW_WIRE_EMALFORMED);
+    x.f.n_rows = SW_WIRE_MAX_ROWS + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, (size_t)(SW_WIRE_MAX_ROWS + 1) * 16), SW_WIRE_EMALFORMED);
+    x.f.n_rows = 4;
+    x.f.start_pos = SW_WIRE_MAX_POS - 3;
+    x.f.kv_keep = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.start_pos = 0xfffffffeu;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.start_pos = 50;
+    x.f.kv_keep = 51;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.kv_keep = 20;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.session_id = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+
+    /* drafts: rows must be K + 1, probs and dists 0 or K, values in range */
+    s_fwd_init(&x);
+    x.f.n_rows = 5;
+    x.f.n_tokens = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, 5 * 8 * 2), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.f.n_draft_probs = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.probs[1] = NAN;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.probs[1] = 1.5f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.d[1].n_probs = 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.drafts[0] = SW_WIRE_MAX_TOKEN;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.f.prefill_more = 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.f.n_tokens = 3;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.s.temperature = INFINITY;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.s.top_p = -0.1f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+
+    /* no tensor: tokens required, hidden must be 0 */
+    s_fwd_init(&x);
+    SW_CHECK_INT(s_check(&x.env, 0, 0), SW_WIRE_EMALFORMED); /* hidden set */
+    x.f.hidden = 0;
+    SW_CHECK_INT(s_check(&x.env, 0, 0), SW_WIRE_OK);
+    x.f.n_tokens = 0;
+    SW_CHECK_INT(s_check(&x.env, 0, 0), SW_WIRE_EMALFORMED);
+
+    /* routes */
+    s_fwd_init(&x);
+    x.f.hop = 3;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.hop = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    static char bad[] = "mid 1", empty[] = "";
+    x.route[1] = bad;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.f.reply_to = empty;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.f.n_route = 0;
+    x.f.hop = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    x.f.n_route = SW_WIRE_MAX_ROUTE + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+}
+
+static void test_other_messages(void)
+{
+    /* Verdict */
+    uint32_t toks[3] = {5, 6, 9};
+    static char nm[] = "tail";
+    Shardwire__StageTiming t = SHARDWIRE__STAGE_TIMING__INIT;
+    t.name = nm;
+    t.compute_us = 77;
+    Shardwire__StageTiming *tp[1] = {&t};
+    Shardwire__Verdict v = SHARDWIRE__VERDICT__INIT;
+    v.session_id = 3;
+    v.round = 11;
+    v.n_accepted = 2;
+    v.n_tokens = 3;
+    v.tokens = toks;
+    v.next_token = 9;
+    v.n_timing = 1;
+    v.timing = tp;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
+    env.verdict = &v;
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&env, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->verdict->n_accepted, 2);
+        SW_CHECK_INT(out->verdict->tokens[2], 9);
+        SW_CHECK_INT(out->verdict->timing[0]->compute_us, 77);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    SW_CHECK_INT(s_check(&env, 1, 4), SW_WIRE_EMALFORMED); /* no payload on a verdict */
+    v.next_token = 6;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    v.next_token = 9;
+    v.n_accepted = 3;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+
+    /* PeerAnnounce: roles must match layer ranges */
+    static char name[] = "node-a", be[] = "cuda:0", fp[65];
+    memcpy(fp, FP, 65);
+    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    a.name = name;
+    a.role = SHARDWIRE__ROLE__ROLE_HEAD;
+    a.model_fingerprint = fp;
+    a.layer_begin = 0;
+    a.layer_end = 12;
+    a.n_layers = 30;
+    a.backend = be;
+    a.max_sessions = 4;
+    a.hidden = 576;
+    Shardwire__Envelope ea = SHARDWIRE__ENVELOPE__INIT;
+    ea.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+    ea.announce = &a;
+    SW_CHECK_INT(s_roundtrip(&ea, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK(strcmp(out->announce->name, "node-a") == 0);
+        SW_CHECK(strcmp(out->announce->model_fingerprint, FP) == 0);
+        SW_CHECK_INT(out->announce->layer_end, 12);
+        SW_CHECK_INT(out->announce->hidden, 576);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    a.role = SHARDWIRE__ROLE__ROLE_TAIL;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.layer_begin = 12;
+    a.layer_end = 30;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
+    a.layer_end = 31;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.layer_end = 30;
+    fp[10] = 'G';
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    fp[10] = 'a';
+    a.role = (Shardwire__Role)9;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED); /* clients hold no layers */
+    a.layer_begin = a.layer_end = a.n_layers = 0;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
+
+    /* GenerateRequest: exactly one of prompt / prompt_tokens */
+    static char rid[] = "req-1", prompt[] = "Hello there";
+    Shardwire__GenerateRequest g = SHARDWIRE__GENERATE_REQUEST__INIT;
+    g.request_id = rid;
+    g.prompt = prompt;
+    g.n_predict = 32;
+    g.chat = 1;
+    Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
+    dp.mode = SHARDWIRE__DRAFT_MODE__DRAFT_MODEL;
+    dp.n_draft = 8;
+    g.draft = &dp;
+    Shardwire__Envelope eg = SHARDWIRE__ENVELOPE__INIT;
+    eg.body_case = SHARDWIRE__ENVELOPE__BODY_GENERATE;
+    eg.generate = &g;
+    SW_CHECK_INT(s_roundtrip(&eg, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK(strcmp(out->generate->prompt, prompt) == 0);
+        SW_CHECK_INT(out->generate->draft->n_draft, 8);
+        SW_CHECK_INT(out->generate->chat, 1);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    g.n_prompt_tokens = 3;
+    g.prompt_tokens = toks;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    static char none[] = "";
+    g.prompt = none;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_OK);
+    g.n_prompt_tokens = 0;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    g.prompt = prompt;
+    dp.n_draft = SW_WIRE_MAX_DRAFT + 1;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    dp.n_draft = 4;
+    g.n_predict = 0;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+
+    /* TokenChunk: done and finish agree */
+    Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
+    c.request_id = rid;
+    c.n_tokens = 3;
+    c.tokens = toks;
+    c.text.data = (uint8_t *)"abc";
+    c.text.len = 3;
+    Shardwire__Envelope ec = SHARDWIRE__ENVELOPE__INIT;
+    ec.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
+    ec.token_chunk = &c;
+    SW_CHECK_INT(s_roundtrip(&ec, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->token_chunk->text.len, 3);
+        SW_CHECK(memcmp(out->token_chunk->text.data, "abc", 3) == 0);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    c.done = 1;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_EOS;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+
+    /* Error, SessionOpen/Close, StatusQuery */
+    Shardwire__Error e = SHARDWIRE__ERROR__INIT;
+    static char msg[] = "no such peer", dest[] = "ghost";
+    e.code = SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST;
+    e.message = msg;
+    e.dest = dest;
+    Shardwire__Envelope ee = SHARDWIRE__ENVELOPE__INIT;
+    ee.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+    ee.error = &e;
+    SW_CHECK_INT(s_roundtrip(&ee, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->error->code, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST);
+        SW_CHECK(strcmp(out->error->dest, "ghost") == 0);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    e.code = (Shardwire__ErrorCode)99;
+    SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_EMALFORMED);
+
+    char *route[2] = {name, nm};
+    Shardwire__SessionOpen so = SHARDWIRE__SESSION_OPEN__INIT;
+    so.session_id = 9;
+    so.n_ctx = 2048;
+    so.model_fingerprint = fp;
+    so.n_route = 2;
+    so.route = route;
+    Shardwire__Envelope eo = SHARDWIRE__ENVELOPE__INIT;
+    eo.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN;
+    eo.session_open = &so;
+    SW_CHECK_INT(s_check(&eo, 0, 0), SW_WIRE_OK);
+    so.n_ctx = 0;
+    SW_CHECK_INT(s_check(&eo, 0, 0), SW_WIRE_EMALFORMED);
+
+    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
+    Shardwire__Envelope eq = SHARDWIRE__ENVELOPE__INIT;
+    eq.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
+    eq.status_query = &q;
+    SW_CHECK_INT(s_check(&eq, 0, 0), SW_WIRE_OK);
+    Shardwire__Envelope empty_env = SHARDWIRE__ENVELOPE__INIT;
+    SW_CHECK_INT(s_check(&empty_env, 0, 0), SW_WIRE_EMALFORMED); /* no body */
+}
+
+static void test_bad_bytes(void)
+{
+    char err[SW_WIRE_ERR_LEN];
+    Shardwire__Envelope *out = NULL;
+    /* version other than ours */
+    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
+    Shardwire__Envelope eq = SHARDWIRE__ENVELOPE__INIT;
+    eq.version = 2;
+    eq.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
+    eq.status_query = &q;
+    uint8_t buf[64];
+    size_t n = shardwire__envelope__pack(&eq, buf);
+    SW_CHECK_INT(sw_wire_decode(buf, n, 0, 0, &out, err, sizeof err), SW_WIRE_EVERSION);
+    SW_CHECK(out == NULL);
+    SW_CHECK(strstr(err, "version") != NULL);
+
+    /* truncated Forward header, garbage, empty frame */
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    x.env.version = SW_WIRE_VERSION;
+    size_t fn = shardwire__envelope__get_packed_size(&x.env);
+    uint8_t fbuf[1024];
+    SW_CHECK(fn < sizeof fbuf);
+    shardwire__envelope__pack(&x.env, fbuf);
+    SW_CHECK_INT(sw_wire_decode(fbuf, fn, 1, FWD_BYTES, &out, err, sizeof err), SW_WIRE_OK);
+    shardwire__envelope__free_unpacked(out, NULL);
+    int refused = 0;
+    for (size_t cut = 1; cut < fn; cut++) {
+        int rc = sw_wire_decode(fbuf, cut, 1, FWD_BYTES, &out, err, sizeof err);
+        if (rc != SW_WIRE_OK)
+            refused++;
+        else
+            shardwire__envelope__free_unpacked(out, NULL);
+    }
+    SW_CHECK_INT(refused, fn - 1); /* every prefix is missing a required part */
+    uint8_t junk[32];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(0xff - i * 7);
+    SW_CHECK_INT(sw_wire_decode(junk, sizeof junk, 0, 0, &out, err, sizeof err),
+                 SW_WIRE_EMALFORMED);
+    SW_CHECK_INT(sw_wire_decode(junk, 0, 0, 0, &out, err, sizeof err), SW_WIRE_EMALFORMED);
+
+    /* names */
+    SW_CHECK(sw_wire_name_ok("a", 1));
+    SW_CHECK(sw_wire_name_ok("Node_1.x-y", 10));
+    SW_CHECK(!sw_wire_name_ok("", 0));
+    SW_CHECK(!sw_wire_name_ok("a/b", 3));
+    SW_CHECK(!sw_wire_name_ok("a\0b", 3));
+    char longname[SW_WIRE_NAME_MAX + 2];
+    memset(longname, 'x', sizeof longname);
+    SW_CHECK(sw_wire_name_ok(longname, SW_WIRE_NAME_MAX));
+    SW_CHECK(!sw_wire_name_ok(longname, SW_WIRE_NAME_MAX + 1));
+}
+
+/* Framing over a real socket pair: payload bytes survive; bad shapes are drained whole. */
+static void test_framing(void)
+{
+    void *ctx = zmq_ctx_new();
+    void *a = zmq_socket(ctx, ZMQ_PAIR), *b = zmq_socket(ctx, ZMQ_PAIR);
+    SW_CHECK_INT(zmq_bind(a, "inproc://wire-test"), 0);
+    SW_CHECK_INT(zmq_connect(b, "inproc://wire-test"), 0);
+    char err[SW_WIRE_ERR_LEN];
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    uint8_t payload[FWD_BYTES];
+    for (int i = 0; i < FWD_BYTES; i++)
+        payload[i] = (uint8_t)(i * 13 + 1);
+    SW_CHECK_INT(sw_wire_send(a, "tail", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err), 0);
+    sw_wire_msg_t m = {0};
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_OK);
+    SW_CHECK(strcmp(m.peer, "tail") == 0);
+    size_t plen = 0;
+    const uint8_t *p = sw_wire_msg_payload(&m, &plen);
+    SW_CHECK_INT(plen, FWD_BYTES);
+    SW_CHECK(p && memcmp(p, payload, FWD_BYTES) == 0);
+    SW_CHECK_INT(m.env->forward->round, 7);
+    sw_wire_msg_clear(&m);
+
+    /* an invalid envelope is never sent */
+    x.f.n_rows = 0;
+    SW_CHECK_INT(sw_wire_send(a, "tail", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err),
+                 SW_WIRE_EMALFORMED);
+    s_fwd_init(&x);
+    SW_CHECK_INT(sw_wire_send(a, "bad name", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err),
+                 SW_WIRE_EMALFORMED);
+
+    /* probe; payload size mismatch; too many frames; bad name; one non-empty frame */
+    zmq_send(a, "", 0, 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_PROBE);
+    zmq_msg_t hdr;
+    SW_CHECK_INT(sw_wire_encode(&x.env, 1, FWD_BYTES, &hdr, err, sizeof err), 0);
+    size_t hn = zmq_msg_size(&hdr);
+    uint8_t hbytes[1024];
+    memcpy(hbytes, zmq_msg_data(&hdr), hn);
+    zmq_msg_close(&hdr);
+    zmq_send(a, "src", 3, ZMQ_SNDMORE);
+    zmq_send(a, hbytes, hn, ZMQ_SNDMORE);
+    zmq_send(a, payload, FWD_BYTES - 2, 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_EMALFORMED);
+    SW_CHECK(strstr(err, "payload") != NULL);
+    for (int i = 0; i < 5; i++)
+        zmq_send(a, "src", 3, i < 4 ? ZMQ_SNDMORE : 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_EMALFORMED);
+    zmq_send(a, "s c", 3, ZMQ_SNDMORE);
+    zmq_send(a, hbytes, hn, ZMQ_SNDMORE);
+    zmq_send(a, payload, FWD_BYTES, 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_EMALFORMED);
+    zmq_send(a, "src", 3, 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_EMALFORMED);
+    /* and the stream is still in step */
+    SW_CHECK_INT(sw_wire_send(a, "tail", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err), 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_OK);
+    SW_CHECK(m.env != NULL && m.has_payload);
+    sw_wire_msg_clear(&m);
+    SW_CHECK_INT(sw_wire_recv(b, ZMQ_DONTWAIT, &m, err, sizeof err), SW_WIRE_ESOCKET);
+
+    /* the error helper */
+    SW_CHECK_INT(sw_wire_send_error(a, "relay", SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, 5, "r-1",
+                                    "bad name!", "queue full", 0),
+                 0);
+    SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_OK);
+    SW_CHECK_INT(m.env->error->code, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY);
+    SW_CHECK(strcmp(m.env->error->request_id, "r-1") == 0);
+    SW_CHECK(strcmp(m.env->error->dest, "") == 0);
+    sw_wire_msg_clear(&m);
+
+    zmq_close(a);
+    zmq_close(b);
+    zmq_ctx_term(ctx);
+}
+
+int main(void)
+{
+    test_forward_roundtrip();
+    test_forward_refusals();
+    test_other_messages();
+    test_bad_bytes();
+    test_framing();
+    return sw_test_done();
+}
