@@ -1,0 +1,477 @@
+/*
+ * test_tokenizer.c - the tokenizer against reference ids:
+ *   1. llama.cpp's conformance vectors ($SW_TEST_VOCAB_DIR/ggml-vocab-<name>.gguf
+ *      with .inp / .out: inputs separated by "\n__ggml_vocab_test__\n", one line
+ *      of ids per input, produced by Hugging Face tokenizers) for every
+ *      supported vocabulary found there; the six listed in k_required must be
+ *      present when the folder is;
+ *   2. a 100-string corpus tokenized with SmolLM2's tokenizer by Hugging Face
+ *      tokenizers (tests/fixtures/tokenizer/smollm2_corpus.json, written by
+ *      scripts/fixtures/make_tokenizer_fixtures.py), with and without special
+ *      token parsing, plus decode(encode(s)) == s;
+ *   3. the streaming detokenizer on emoji split across byte tokens;
+ *   4. small synthetic vocabularies (edge cases and bad metadata).
+ */
+#include "gguf.h"
+#include "sw_test.h"
+#include "tokenizer.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- helpers ---- */
+
+static int ids_equal(const int32_t *a, int na, const int32_t *b, int nb)
+{
+    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof(*a)) == 0);
+}
+
+static void print_ids(const char *what, const int32_t *ids, int n)
+{
+    fprintf(stderr, "  %s:", what);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Decodes ids with a fresh streaming detokenizer; returns a malloc'd string. */
+static char *detok_all(const sw_tokenizer_t *t, const int32_t *ids, int n, int render_special,
+                       size_t *out_len)
+{
+    sw_detok_t *d = sw_detok_new(t, render_special);
+    size_t cap = 64, len = 0;
+    char *s = malloc(cap);
+    if (!d || !s)
+        goto fail;
+    for (int i = 0; i <= n; i++) {
+        const char *p;
+        size_t k;
+        int rc = i < n ? sw_detok_push(d, ids[i], &p, &k) : sw_detok_flush(d, &p, &k);
+        if (rc != 0)
+            goto fail;
+        if (len + k + 1 > cap) {
+            while (len + k + 1 > cap)
+                cap *= 2;
+            char *q = realloc(s, cap);
+            if (!q)
+                goto fail;
+            s = q;
+        }
+        memcpy(s + len, p, k);
+        len += k;
+    }
+    s[len] = 0;
+    *out_len = len;
+    sw_detok_free(&d);
+    return s;
+fail:
+    free(s);
+    sw_detok_free(&d);
+    return NULL;
+}
+
+static sw_tokenizer_t *load_tokenizer(const char *path, sw_gguf_t **g_out)
+{
+    char err[256] = "";
+    sw_gguf_t *g = sw_gguf_open(path, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "cannot open %s: %s\n", path, err);
+        return NULL;
+    }
+    sw_tokenizer_t *t = sw_tokenizer_from_gguf(g, err, sizeof err);
+    if (!t)
+        fprintf(stderr, "tokenizer of %s: %s\n", path, err);
+    if (g_out)
+        *g_out = g;
+    else
+        sw_gguf_close(&g);
+    return t;
+}
+
+/* ---- 1. conformance vectors ---- */
+
+static const char *const k_required[] = {"gpt-2",          "llama-spm",    "starcoder",
+                                         "deepseek-coder", "deepseek-llm", "falcon"};
+/* Also checked when present (same tokenizer families). */
+static const char *const k_optional[] = {"llama-bpe", "qwen2", "refact",
+                                         "command-r", "mpt",   "phi-3"};
+
+#define VOCAB_SEP "\n__ggml_vocab_test__\n"
+
+static void check_vocab(const char *dir, const char *name, int required)
+{
+    char path[1024], inp_path[1100], out_path[1100];
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", dir, name);
+    snprintf(inp_path, sizeof inp_path, "%s.inp", path);
+    snprintf(out_path, sizeof out_path, "%s.out", path);
+    if (access(path, R_OK) != 0 || access(inp_path, R_OK) != 0 || access(out_path, R_OK) != 0) {
+        if (required) {
+            fprintf(stderr, "vocab %s: files missing in %s\n", name, dir);
+            SW_CHECK(!"required vocab files present");
+        }
+        return;
+    }
+    sw_tokenizer_t *t = load_tokenizer(path, NULL);
+    SW_CHECK(t != NULL);
+    if (!t)
+        return;
+    char *inp = sw_test_read_file(inp_path, NULL);
+    char *out = sw_test_read_file(out_path, NULL);
+    SW_CHECK(inp && out);
+    int n_cases = 0, n_ok = 0, n_round = 0;
+    char *ip = inp, *op = out;
+    while (inp && out) {
+        char *sep = strstr(ip, VOCAB_SEP);
+        char *nl = strchr(op, '\n');
+        if (!sep || !nl)
+            break;
+        size_t len = (size_t)(sep - ip);
+        *nl = 0;
+        int32_t want[1024];
+        int n_want = 0;
+        for (char *q = op; *q && n_want < 1024;) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (end == q)
+                break;
+            want[n_want++] = (int32_t)v;
+            q = end;
+        }
+        int32_t got[1024];
+        int n_got = 0;
+        int rc = sw_tokenize(t, ip, len, 0, 0, got, 1024, &n_got);
+        n_cases++;
+        if (rc == 0 && ids_equal(got, n_got, want, n_want)) {
+            n_ok++;
+        } else {
+            fprintf(stderr, "vocab %s case %d (%zu bytes): \"%.*s\"\n", name, n_cases, len,
+                    (int)(len > 80 ? 80 : len), ip);
+            print_ids("want", want, n_want);
+            print_ids("got ", got, n_got);
+        }
+        size_t dlen = 0;
+        char *dec = detok_all(t, got, n_got, 1, &dlen);
+        if (dec && dlen == len && memcmp(dec, ip, len) == 0)
+            n_round++;
+        else
+            fprintf(stderr, "vocab %s case %d: decode(encode(s)) != s: \"%s\"\n", name, n_cases,
+                    dec ? dec : "(null)");
+        free(dec);
+        ip = sep + strlen(VOCAB_SEP);
+        op = nl + 1;
+    }
+    printf("vocab %-15s (%s/%s): %d/%d cases match, %d round-trip\n", name, sw_tokenizer_model(t),
+           sw_tokenizer_pre(t), n_ok, n_cases, n_round);
+    SW_CHECK(n_cases >= 40);
+    SW_CHECK_INT(n_ok, n_cases);
+    SW_CHECK_INT(n_round, n_cases);
+    free(inp);
+    free(out);
+    sw_tokenizer_free(&t);
+}
+
+static void test_vocab_dir(void)
+{
+    const char *dir = getenv("SW_TEST_VOCAB_DIR");
+    struct stat st;
+    if (!dir || !dir[0] || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        printf("vocab conformance: SW_TEST_VOCAB_DIR absent, part skipped\n");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(k_required) / sizeof(k_required[0]); i++)
+        check_vocab(dir, k_required[i], 1);
+    for (size_t i = 0; i < sizeof(k_optional) / sizeof(k_optional[0]); i++)
+        check_vocab(dir, k_optional[i], 0);
+}
+
+/* ---- 2. SmolLM2 corpus against Hugging Face tokenizers ---- */
+
+static int json_ids(json_t *arr, int32_t *ids, int max)
+{
+    if (!json_is_array(arr) || (int)json_array_size(arr) > max)
+        return -1;
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return (int)json_array_size(arr);
+}
+
+static const char *model_path_or_null(void)
+{
+    const char *p = getenv("SW_TEST_MODEL");
+    return p && p[0] && access(p, R_OK) == 0 ? p : NULL;
+}
+
+static void test_smollm2_corpus(const sw_tokenizer_t *t)
+{
+    const char *fixtures = sw_test_env("SW_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer/smollm2_corpus.json", fixtures);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    SW_CHECK(root != NULL);
+    if (!root) {
+        fprintf(stderr, "%s: %s (line %d)\n", path, jerr.text, jerr.line);
+        return;
+    }
+    SW_CHECK_INT(json_integer_value(json_object_get(root, "n_vocab")), sw_tokenizer_n_vocab(t));
+    json_t *cases = json_object_get(root, "cases");
+    SW_CHECK_INT(json_array_size(cases), 100);
+    int n_ok = 0, n_ok_nospecial = 0, n_round = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c)
+    {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t len = json_string_length(json_object_get(c, "text"));
+        static int32_t want[4096], got[4096];
+        int n_want = json_ids(json_object_get(c, "ids"), want, 4096);
+        int n_got = 0;
+        SW_CHECK(text && n_want >= 0);
+        if (!text || n_want < 0)
+            continue;
+        int rc = sw_tokenize(t, text, len, 0, 1, got, 4096, &n_got);
+        if (rc == 0 && ids_equal(got, n_got, want, n_want)) {
+            n_ok++;
+        } else {
+            fprintf(stderr, "corpus case %zu: \"%.60s\"\n", i, text);
+            print_ids("want", want, n_want);
+            print_ids("got ", got, n_got);
+        }
+        size_t dlen = 0;
+        char *dec = detok_all(t, got, n_got, 1, &dlen);
+        if (dec && dlen == len && memcmp(dec, text, len) == 0)
+            n_round++;
+        else
+            fprintf(stderr, "corpus case %zu: decode(encode(s)) = \"%s\"\n", i,
+                    dec ? dec : "(null)");
+        free(dec);
+        /* parse_special = 0: control-token strings are plain text. */
+        n_want = json_ids(json_object_get(c, "ids_nospecial"), want, 4096);
+        if (n_want >= 0) {
+            rc = sw_tokenize(t, text, len, 0, 0, got, 4096, &n_got);
+            if (rc == 0 && ids_equal(got, n_got, want, n_want))
+                n_ok_nospecial++;
+            else
+                fprintf(stderr, "corpus case %zu (no special parsing) differs\n", i);
+        }
+    }
+    printf("smollm2 corpus: %d/100 match, %d/100 without special parsing, %d/100 round-trip\n",
+           n_ok, n_ok_nospecial, n_round);
+    SW_CHECK_INT(n_ok, 100);
+    SW_CHECK_INT(n_ok_nospecial, 100);
+    SW_CHECK_INT(n_round, 100);
+    json_decref(root);
+}
+
+static void test_smollm2_api(const sw_tokenizer_t *t)
+{
+    SW_CHECK_INT(sw_tokenizer_n_vocab(t), 49152);
+    SW_CHECK(strcmp(sw_tokenizer_model(t), "gpt2") == 0);
+    SW_CHECK(strcmp(sw_tokenizer_pre(t), "smollm") == 0);
+    SW_CHECK_INT(sw_tokenizer_bos(t), 1);
+    SW_CHECK_INT(sw_tokenizer_eos(t), 2);
+    SW_CHECK_INT(sw_tokenizer_eot(t), 2); // <|im_end|>
+    SW_CHECK(sw_tokenizer_is_eog(t, 2));
+    SW_CHECK(sw_tokenizer_is_eog(t, 0)); // <|endoftext|>
+    SW_CHECK(!sw_tokenizer_is_eog(t, 1));
+    SW_CHECK(!sw_tokenizer_is_eog(t, 4093));
+    SW_CHECK_INT(sw_tokenizer_add_bos(t), 0); // add_bos_token = false in the GGUF
+    SW_CHECK_INT(sw_tokenizer_token_type(t, 1), SW_TOKEN_CONTROL);
+    SW_CHECK_INT(sw_tokenizer_token_type(t, 4093), SW_TOKEN_NORMAL);
+    SW_CHECK_INT(sw_tokenizer_token_type(t, -1), -1);
+    SW_CHECK_INT(sw_tokenizer_token_type(t, 49152), -1);
+    SW_CHECK_INT(sw_tokenizer_find(t, "<|im_start|>", 12), 1);
+    SW_CHECK_INT(sw_tokenizer_find(t, "no such token at all", 20), -1);
+
+    /* Pieces: byte-level decoded; specials only when rendered. */
+    char buf[64];
+    int32_t ids[64];
+    int n = 0;
+    SW_CHECK_INT(sw_tokenize(t, " Hello", 6, 1, 0, ids, 64, &n), 0);
+    SW_CHECK_INT(n, 1);
+    SW_CHECK_INT(sw_token_to_piece(t, ids[0], 0, buf, sizeof buf), 6);
+    SW_CHECK(memcmp(buf, " Hello", 6) == 0);
+    SW_CHECK_INT(sw_token_to_piece(t, 1, 0, buf, sizeof buf), 0);
+    SW_CHECK_INT(sw_token_to_piece(t, 1, 1, buf, sizeof buf), 12);
+    SW_CHECK(memcmp(buf, "<|im_start|>", 12) == 0);
+    SW_CHECK_INT(sw_token_to_piece(t, 1, 1, buf, 3), 12); // truncated copy, full length
+    SW_CHECK_INT(sw_token_to_piece(t, 49152, 1, buf, sizeof buf), -1);
+    size_t tl = 0;
+    const char *tt = sw_tokenizer_token_text(t, ids[0], &tl);
+    SW_CHECK(tt && tl == 7 && memcmp(tt, "\xc4\xa0Hello", 7) == 0); // "ĠHello"
+
+    /* Too-small output: the count needed comes back. */
+    const char *txt = "one two three four five";
+    SW_CHECK_INT(sw_tokenize(t, txt, strlen(txt), 0, 0, ids, 2, &n), SW_TOK_ERR_TOO_SMALL);
+    SW_CHECK_INT(n, 5);
+    int n2 = 0;
+    int32_t *all = sw_tokenize_alloc(t, txt, strlen(txt), 0, 0, &n2);
+    SW_CHECK(all != NULL && n2 == 5);
+    SW_CHECK(all && ids[0] == all[0] && ids[1] == all[1]);
+    free(all);
+    all = sw_tokenize_alloc(t, "", 0, 1, 1, &n2);
+    SW_CHECK(all != NULL && n2 == 0);
+    free(all);
+
+    /* Invalid UTF-8 made of bytes the vocabulary has survives a byte-level
+     * round trip through the pieces; the detokenizer turns each byte that
+     * cannot start or continue a character into U+FFFD. */
+    const char raw[] = "ok \x80 bad \xc3 \xe2\x82 sur \xed\xa0\x80 tail \xf0\x9f\x98";
+    size_t raw_len = sizeof raw - 1;
+    int32_t *rid = sw_tokenize_alloc(t, raw, raw_len, 0, 0, &n2);
+    SW_CHECK(rid != NULL);
+    if (rid) {
+        char piece_all[256];
+        size_t o = 0;
+        for (int i = 0; i < n2; i++) {
+            int k = sw_token_to_piece(t, rid[i], 1, piece_all + o, sizeof piece_all - o);
+            SW_CHECK(k >= 0);
+            o += k > 0 ? (size_t)k : 0;
+        }
+        SW_CHECK(o == raw_len && memcmp(piece_all, raw, raw_len) == 0);
+        size_t dl = 0;
+        char *dec = detok_all(t, rid, n2, 1, &dl);
+#define FFFD "\xef\xbf\xbd"
+        const char *want =
+            "ok " FFFD " bad " FFFD " " FFFD FFFD " sur " FFFD FFFD FFFD " tail " FFFD FFFD FFFD;
+#undef FFFD
+        SW_CHECK(dec && strcmp(dec, want) == 0);
+        if (dec && strcmp(dec, want) != 0)
+            fprintf(stderr, "detok of invalid bytes: \"%s\"\n", dec);
+        free(dec);
+        free(rid);
+    }
+    /* Bytes SmolLM2's alphabet lacks (0xC0, 0xC1, 0xF5..0xFF, a few controls)
+     * have no token: they are dropped, as the reference tokenizers do. */
+    rid = sw_tokenize_alloc(t,
+                            "a\xff\xfe"
+                            "b",
+                            4, 0, 0, &n2);
+    SW_CHECK(rid != NULL && n2 == 2);
+    free(rid);
+}
+
+/* ---- 3. streaming detokenizer over split characters ---- */
+
+/* Id of the single-byte token for byte b (byte-level alphabet). */
+static int32_t byte_token(const sw_tokenizer_t *t, unsigned char b)
+{
+    char in[1] = {(char)b};
+    int32_t id = -1;
+    int n = 0;
+    if (sw_tokenize(t, in, 1, 0, 0, &id, 1, &n) != 0 || n != 1)
+        return -1;
+    return id;
+}
+
+static void test_detok_stream(const sw_tokenizer_t *t)
+{
+    /* "a🦙b€" fed one byte token at a time: the emoji (4 bytes) and the euro
+     * sign (3 bytes) must come out whole, at the push of their last byte. */
+    const unsigned char bytes[] = {'a', 0xF0, 0x9F, 0xA6, 0x99, 'b', 0xE2, 0x82, 0xAC};
+    const char *expect[] = {"a", "", "", "", "\xf0\x9f\xa6\x99", "b", "", "", "\xe2\x82\xac"};
+    sw_detok_t *d = sw_detok_new(t, 0);
+    SW_CHECK(d != NULL);
+    if (!d)
+        return;
+    for (size_t i = 0; i < sizeof bytes; i++) {
+        int32_t id = byte_token(t, bytes[i]);
+        SW_CHECK(id >= 0);
+        const char *p;
+        size_t n;
+        SW_CHECK_INT(sw_detok_push(d, id, &p, &n), 0);
+        SW_CHECK(n == strlen(expect[i]) && memcmp(p, expect[i], n) == 0);
+    }
+    const char *p;
+    size_t n;
+    SW_CHECK_INT(sw_detok_flush(d, &p, &n), 0);
+    SW_CHECK_INT(n, 0);
+
+    /* An unfinished emoji at the end is flushed as one U+FFFD per byte held. */
+    SW_CHECK_INT(sw_detok_push(d, byte_token(t, 0xF0), &p, &n), 0);
+    SW_CHECK_INT(n, 0);
+    SW_CHECK_INT(sw_detok_push(d, byte_token(t, 0x9F), &p, &n), 0);
+    SW_CHECK_INT(n, 0);
+    SW_CHECK_INT(sw_detok_flush(d, &p, &n), 0);
+    SW_CHECK(n == 6 && memcmp(p, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0);
+
+    /* A lead byte followed by a non-continuation: the lead is replaced, the
+     * next character is kept. */
+    SW_CHECK_INT(sw_detok_push(d, byte_token(t, 0xE2), &p, &n), 0);
+    SW_CHECK_INT(n, 0);
+    SW_CHECK_INT(sw_detok_push(d, byte_token(t, 'x'), &p, &n), 0);
+    SW_CHECK(n == 4 && memcmp(p, "\xef\xbf\xbdx", 4) == 0);
+
+    /* Specials: hidden by default, rendered on request; bad ids refused. */
+    SW_CHECK_INT(sw_detok_push(d, 1, &p, &n), 0);
+    SW_CHECK_INT(n, 0);
+    SW_CHECK(sw_detok_push(d, -5, &p, &n) != 0);
+    SW_CHECK(sw_detok_push(d, sw_tokenizer_n_vocab(t), &p, &n) != 0);
+    sw_detok_free(&d);
+    SW_CHECK(d == NULL);
+    sw_detok_free(&d); // idempotent
+    d = sw_detok_new(t, 1);
+    SW_CHECK(d != NULL);
+    if (d) {
+        SW_CHECK_INT(sw_detok_push(d, 1, &p, &n), 0);
+        SW_CHECK(n == 12 && memcmp(p, "<|im_start|>", 12) == 0);
+        sw_detok_free(&d);
+    }
+
+    /* Emoji tokens of a real sentence, streamed: the concatenation equals the
+     * text and every emitted chunk is valid UTF-8 on its own. */
+    const char *text = "🚀 (normal) 😶‍🌫️ ✅ 🦙🦙 done";
+    int n_ids = 0;
+    int32_t *ids = sw_tokenize_alloc(t, text, strlen(text), 0, 0, &n_ids);
+    SW_CHECK(ids != NULL);
+    d = sw_detok_new(t, 0);
+    if (ids && d) {
+        char acc[256];
+        size_t o = 0;
+        int chunks_ok = 1;
+        for (int i = 0; i <= n_ids; i++) {
+            int rc = i < n_ids ? sw_detok_push(d, ids[i], &p, &n) : sw_detok_flush(d, &p, &n);
+            SW_CHECK_INT(rc, 0);
+            for (size_t k = 0; k < n;) {
+                unsigned char b = (unsigned char)p[k];
+                size_t need = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+                if (k + need > n)
+                    chunks_ok = 0;
+                k += need;
+            }
+            if (o + n < sizeof acc) {
+                memcpy(acc + o, p, n);
+                o += n;
+            }
+        }
+        SW_CHECK(chunks_ok);
+        SW_CHECK(o == strlen(text) && memcmp(acc, text, o) == 0);
+    }
+    free(ids);
+    sw_detok_free(&d);
+}
+
+int main(void)
+{
+    test_vocab_dir();
+
+    const char *model = model_path_or_null();
+    if (!model) {
+        printf("SmolLM2 model absent: corpus and detokenizer parts skipped "
+               "(run: bash scripts/fetch_model.sh)\n");
+        return sw_test_done();
+    }
+    sw_tokenizer_t *t = load_tokenizer(model, NULL);
+    SW_CHECK(t != NULL);
+    if (t) {
+        test_smollm2_api(t);
+        test_smollm2_corpus(t);
+        test_detok_stream(t);
+        sw_tokenizer_free(&t);
+        SW_CHECK(t == NULL);
+    }
+    return sw_test_done();
+}
