@@ -283,9 +283,8 @@ static void s_pair_close(struct pair *p, bool abort_client)
         p->fd[i] = -1;
         s_dir_clear(&p->dir[i]);
     }
-    SW_DEBUG("wanem: connection %llu closed (%llu bytes up, %llu bytes down)",
-             (unsigned long long)p->id, (unsigned long long)p->dir[0].bytes,
-             (unsigned long long)p->dir[1].bytes);
+    SW_DEBUG("connection %llu closed (%llu bytes up, %llu bytes down)", (unsigned long long)p->id,
+             (unsigned long long)p->dir[0].bytes, (unsigned long long)p->dir[1].bytes);
 }
 
 /* The destination of direction i is gone: drop what it holds and stop reading its source. */
@@ -328,7 +327,7 @@ static void s_dir_flush(struct pair *p, int i, uint64_t now)
                 d->blocked = true;
                 return;
             }
-            SW_DEBUG("wanem: connection %llu: write to %s: %s", (unsigned long long)p->id,
+            SW_DEBUG("connection %llu: write to %s: %s", (unsigned long long)p->id,
                      i == 0 ? "upstream" : "client", strerror(errno));
             s_dir_fail(p, i);
             return;
@@ -362,7 +361,7 @@ static int s_dir_read(wanem_t *w, struct pair *p, int i, uint64_t now)
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 0;
             // A reset reads like an end of stream that travels the link.
-            SW_DEBUG("wanem: connection %llu: read from %s: %s", (unsigned long long)p->id,
+            SW_DEBUG("connection %llu: read from %s: %s", (unsigned long long)p->id,
                      i == 0 ? "client" : "upstream", strerror(errno));
             n = 0;
         }
@@ -391,18 +390,18 @@ static int s_accept(wanem_t *w, uint64_t now)
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 0;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                SW_WARN("wanem: accept: %s (pausing 100 ms)", strerror(errno));
+                SW_WARN("accept: %s (pausing 100 ms)", strerror(errno));
                 w->accept_resume_ns = now + WANEM_ACCEPT_BACKOFF_NS;
                 return 0;
             }
-            SW_ERR("wanem: accept: %s", strerror(errno));
+            SW_ERR("accept: %s", strerror(errno));
             return -1;
         }
         s_set_nodelay(cfd);
         int ufd =
             socket(w->cfg.connect_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (ufd < 0) {
-            SW_WARN("wanem: socket: %s", strerror(errno));
+            SW_WARN("socket: %s", strerror(errno));
             close(cfd);
             w->accept_resume_ns = now + WANEM_ACCEPT_BACKOFF_NS;
             return 0;
@@ -413,7 +412,7 @@ static int s_accept(wanem_t *w, uint64_t now)
             if (errno == EINPROGRESS) {
                 connecting = true;
             } else {
-                SW_WARN("wanem: connect upstream: %s", strerror(errno));
+                SW_WARN("connect upstream: %s", strerror(errno));
                 struct linger lg = {.l_onoff = 1, .l_linger = 0};
                 (void)setsockopt(cfd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
                 close(cfd);
@@ -430,7 +429,7 @@ static int s_accept(wanem_t *w, uint64_t now)
             if (pfds)
                 w->pfds = pfds;
             if (!pairs || !pfds) {
-                SW_WARN("wanem: out of memory for connection slots");
+                SW_WARN("out of memory for connection slots");
                 close(cfd);
                 close(ufd);
                 return 0;
@@ -439,7 +438,7 @@ static int s_accept(wanem_t *w, uint64_t now)
         }
         struct pair *p = calloc(1, sizeof *p);
         if (!p) {
-            SW_WARN("wanem: out of memory for a connection");
+            SW_WARN("out of memory for a connection");
             close(cfd);
             close(ufd);
             return 0;
@@ -449,7 +448,7 @@ static int s_accept(wanem_t *w, uint64_t now)
         p->connecting = connecting;
         p->id = ++w->accepted;
         w->pairs[w->n_pairs++] = p;
-        SW_DEBUG("wanem: connection %llu accepted", (unsigned long long)p->id);
+        SW_DEBUG("connection %llu accepted", (unsigned long long)p->id);
     }
     return 0;
 }
@@ -460,7 +459,7 @@ wanem_t *wanem_new(const struct wanem_config *cfg)
 {
     wanem_t *w = calloc(1, sizeof *w);
     if (!w) {
-        SW_ERR("wanem: out of memory");
+        SW_ERR("out of memory");
         return NULL;
     }
     w->cfg = *cfg;
@@ -474,22 +473,22 @@ wanem_t *wanem_new(const struct wanem_config *cfg)
     wanem_format_addr((const struct sockaddr *)&cfg->listen_addr, cfg->listen_len, addr,
                       sizeof addr);
     if (!w->pfds || w->listen_fd < 0) {
-        SW_ERR("wanem: cannot create the listening socket: %s", strerror(errno));
+        SW_ERR("cannot create the listening socket: %s", strerror(errno));
         goto err;
     }
     int one = 1;
     (void)setsockopt(w->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(w->listen_fd, (const struct sockaddr *)&cfg->listen_addr, cfg->listen_len) != 0) {
-        SW_ERR("wanem: cannot bind %s: %s", addr, strerror(errno));
+        SW_ERR("cannot bind %s: %s", addr, strerror(errno));
         goto err;
     }
     if (listen(w->listen_fd, 512) != 0) {
-        SW_ERR("wanem: cannot listen on %s: %s", addr, strerror(errno));
+        SW_ERR("cannot listen on %s: %s", addr, strerror(errno));
         goto err;
     }
     w->bound_len = sizeof w->bound;
     if (getsockname(w->listen_fd, (struct sockaddr *)&w->bound, &w->bound_len) != 0) {
-        SW_ERR("wanem: getsockname: %s", strerror(errno));
+        SW_ERR("getsockname: %s", strerror(errno));
         goto err;
     }
     return w;
@@ -590,7 +589,7 @@ int wanem_run(wanem_t *w, const sigset_t *wait_mask, volatile sig_atomic_t *stop
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
-            SW_ERR("wanem: ppoll: %s", strerror(errno));
+            SW_ERR("ppoll: %s", strerror(errno));
             return -1;
         }
         now = s_now_ns();
@@ -615,8 +614,8 @@ int wanem_run(wanem_t *w, const sigset_t *wait_mask, volatile sig_atomic_t *stop
                         continue;
                     if (err != 0 || (re & (POLLERR | POLLHUP))) {
                         // The server refused: reset the client, as a real dial would have.
-                        SW_DEBUG("wanem: connection %llu: upstream connect: %s",
-                                 (unsigned long long)p->id, strerror(err ? err : ECONNREFUSED));
+                        SW_DEBUG("connection %llu: upstream connect: %s", (unsigned long long)p->id,
+                                 strerror(err ? err : ECONNREFUSED));
                         s_pair_close(p, true);
                         p->dir[0].wr_closed = p->dir[1].wr_closed = true;
                         continue;
@@ -628,7 +627,7 @@ int wanem_run(wanem_t *w, const sigset_t *wait_mask, volatile sig_atomic_t *stop
                     p->dir[1 - i].blocked = false; // retry the write; errors surface there
                 if ((re & (POLLIN | POLLERR | POLLHUP)) && s_can_read(w, p, i)) {
                     if (s_dir_read(w, p, i, now) != 0) {
-                        SW_WARN("wanem: connection %llu: out of memory, closing",
+                        SW_WARN("connection %llu: out of memory, closing",
                                 (unsigned long long)p->id);
                         s_pair_close(p, true);
                         p->dir[0].wr_closed = p->dir[1].wr_closed = true;
