@@ -106,6 +106,23 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
     return 0;
 }
 
+int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n, char *err,
+                     size_t err_len)
+{
+    if (kv_keep < 0 || n < 0 || kv_keep > v->n_hist) {
+        s_err(err, err_len, "verify: chunk at %d does not follow the %d known positions", kv_keep,
+              v->n_hist);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (kv_keep + i >= v->n_hist) {
+            sw_sampler_accept(v->sampler, tokens[i]);
+            v->n_hist++;
+        }
+    }
+    return 0;
+}
+
 /* ---- local target ----------------------------------------------------------------- */
 
 struct sw_local_target {

@@ -52,6 +52,11 @@ void sw_verifier_free(sw_verifier_t **self_p);
 int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, sw_verdict_t *out,
                     char *err, size_t err_len) __attribute__((warn_unused_result));
 
+/* Feeds context tokens at positions [kv_keep, kv_keep + n) to the sampler's
+ * history without verifying (a prefill chunk that more chunks follow). */
+int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n, char *err,
+                     size_t err_len) __attribute__((warn_unused_result));
+
 /* ---- targets ---- */
 
 typedef struct sw_target {

@@ -663,6 +663,16 @@ uint64_t sw_gguf_file_size(const sw_gguf_t *g)
     return g->size;
 }
 
+const void *sw_gguf_bytes(const sw_gguf_t *g)
+{
+    return g->base;
+}
+
+uint64_t sw_gguf_data_offset(const sw_gguf_t *g)
+{
+    return g->data_off;
+}
+
 /* ---- metadata accessors ---- */
 
 int64_t sw_gguf_kv_count(const sw_gguf_t *g)

@@ -71,6 +71,10 @@ void sw_gguf_close(sw_gguf_t **self_p);
 
 uint32_t sw_gguf_version(const sw_gguf_t *g);
 uint64_t sw_gguf_file_size(const sw_gguf_t *g);
+/* The file's bytes (file_size long) and the offset where tensor data start
+ * (everything before it is the validated header). */
+const void *sw_gguf_bytes(const sw_gguf_t *g);
+uint64_t sw_gguf_data_offset(const sw_gguf_t *g);
 
 /* ---- metadata key/values ---- */
 int64_t sw_gguf_kv_count(const sw_gguf_t *g);

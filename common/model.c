@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "log.h"
 
 typedef struct s_layer {
@@ -425,6 +427,17 @@ int sw_model_is_last(const sw_model_t *m)
 uint64_t sw_model_weight_bytes(const sw_model_t *m)
 {
     return m->weight_bytes;
+}
+
+void sw_model_fingerprint(const sw_model_t *m, char out[65])
+{
+    const uint64_t size = sw_gguf_file_size(m->gguf);
+    uint64_t n = sw_gguf_data_offset(m->gguf) + (1u << 20);
+    if (n > size)
+        n = size;
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(h, sw_gguf_bytes(m->gguf), n);
+    sodium_bin2hex(out, 65, h, sizeof h);
 }
 
 static volatile unsigned char s_sink;

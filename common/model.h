@@ -65,6 +65,10 @@ int sw_model_layer_begin(const sw_model_t *m);
 int sw_model_layer_end(const sw_model_t *m);
 int sw_model_is_first(const sw_model_t *m);
 int sw_model_is_last(const sw_model_t *m);
+/* The model's identity, the same on every stage whatever its range: sha256
+ * over the GGUF header (metadata and tensor table) and the first MiB of
+ * tensor data, as 64 lower-case hex digits and a NUL. */
+void sw_model_fingerprint(const sw_model_t *m, char out[65]);
 /* Bytes of weights this range uses (what it keeps resident). */
 uint64_t sw_model_weight_bytes(const sw_model_t *m);
 

@@ -392,6 +392,14 @@ static int s_token_chunk(const Shardwire__TokenChunk *c, char *err, size_t err_l
           "token_chunk.finish %d unknown", (int)c->finish);
     CHECK(c->done == (c->finish != SHARDWIRE__FINISH_REASON__FINISH_NONE),
           "token_chunk.done and finish disagree");
+    if (c->stats) {
+        CHECK(c->stats->n_stages <= SW_WIRE_MAX_ROUTE, "token_chunk.stats has %zu stages (max %d)",
+              c->stats->n_stages, SW_WIRE_MAX_ROUTE);
+        for (size_t i = 0; i < c->stats->n_stages; i++)
+            CHECK(c->stats->stages[i] && c->stats->stages[i]->name &&
+                      strlen(c->stats->stages[i]->name) <= SW_WIRE_NAME_MAX,
+                  "token_chunk.stats stage %zu is malformed", i);
+    }
     return SW_WIRE_OK;
 }
 

@@ -1,0 +1,45 @@
+/*
+ * main.c - `shardwire <command> [options]`: dispatches to the subcommands.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+
+struct s_cmd {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct s_cmd s_cmds[] = {
+    {"generate", cmd_generate, "generate text with a local model (all layers in this process)"},
+    {"run", cmd_run, "generate through a cluster: send a request to the head via the relay"},
+    {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
+};
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: shardwire <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", s_cmds[i].name, s_cmds[i].help);
+    fprintf(f, "\n'shardwire <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        s_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        s_usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
+        if (!strcmp(argv[1], s_cmds[i].name))
+            return s_cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "shardwire: unknown command '%s' (run 'shardwire --help' for the list)\n",
+            argv[1]);
+    return 2;
+}

@@ -1,0 +1,193 @@
+/*
+ * main.c - shardwire-node: parses the command line and runs the node.
+ *
+ *   shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT --name NAME
+ *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
+ *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+#include "wire.h"
+
+static volatile sig_atomic_t s_stop;
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    s_stop = 1;
+}
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT "
+               "--name NAME [options]\n"
+               "  --layers A:B           serve layers [A, B) (B may be 'end')\n"
+               "  --threads N            compute threads (default: all cores)\n"
+               "  --ctx N                positions per session (default 2048)\n"
+               "  --max-sessions N       sessions held at once (default 8)\n"
+               "  --dtype T              hidden states sent as f32, f16 or bf16 (default f16)\n"
+               "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
+               "  --round-timeout-ms MS  head: fail a round with no verdict after MS (default "
+               "60000)\n"
+               "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n");
+}
+
+static int s_int(const char *flag, const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "shardwire-node: %s '%s' is not an integer in [%ld, %ld]\n", flag, s, lo,
+                hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int s_layers(const char *s, int *a, int *b)
+{
+    const char *colon = strchr(s, ':');
+    char first[32];
+    if (!colon || (size_t)(colon - s) >= sizeof first)
+        goto bad;
+    memcpy(first, s, (size_t)(colon - s));
+    first[colon - s] = 0;
+    if (s_int("--layers", first, 0, SW_WIRE_MAX_LAYERS, a) != 0)
+        return -1;
+    if (!strcmp(colon + 1, "end")) {
+        *b = -1;
+        return 0;
+    }
+    if (s_int("--layers", colon + 1, 1, SW_WIRE_MAX_LAYERS, b) != 0)
+        return -1;
+    if (*b <= *a)
+        goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "shardwire-node: --layers '%s' must be A:B with A < B (e.g. 0:15)\n", s);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        O_MODEL = 256,
+        O_LAYERS,
+        O_RELAY,
+        O_NAME,
+        O_THREADS,
+        O_CTX,
+        O_MAXS,
+        O_DTYPE,
+        O_IDLE,
+        O_ROUND,
+        O_HB,
+        O_HELP
+    };
+    static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
+                                          {"layers", required_argument, 0, O_LAYERS},
+                                          {"relay", required_argument, 0, O_RELAY},
+                                          {"name", required_argument, 0, O_NAME},
+                                          {"threads", required_argument, 0, O_THREADS},
+                                          {"ctx", required_argument, 0, O_CTX},
+                                          {"max-sessions", required_argument, 0, O_MAXS},
+                                          {"dtype", required_argument, 0, O_DTYPE},
+                                          {"idle-timeout-s", required_argument, 0, O_IDLE},
+                                          {"round-timeout-ms", required_argument, 0, O_ROUND},
+                                          {"heartbeat-ms", required_argument, 0, O_HB},
+                                          {"help", no_argument, 0, O_HELP},
+                                          {0, 0, 0, 0}};
+    node_opts_t o = {
+        .layer_begin = -1,
+        .layer_end = -1,
+        .n_ctx = 2048,
+        .max_sessions = 8,
+        .idle_timeout_ms = 300000,
+        .round_timeout_ms = 60000,
+        .dtype = SHARDWIRE__DTYPE__DTYPE_F16,
+        .heartbeat_ms = 1000,
+    };
+    int c, idle_s = 300, rc = 0;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL:
+            o.model = optarg;
+            break;
+        case O_LAYERS:
+            rc = s_layers(optarg, &o.layer_begin, &o.layer_end);
+            break;
+        case O_RELAY:
+            o.relay = optarg;
+            break;
+        case O_NAME:
+            o.name = optarg;
+            break;
+        case O_THREADS:
+            rc = s_int("--threads", optarg, 1, 512, &o.threads);
+            break;
+        case O_CTX:
+            rc = s_int("--ctx", optarg, 16, 1 << 24, &o.n_ctx);
+            break;
+        case O_MAXS:
+            rc = s_int("--max-sessions", optarg, 1, 4096, &o.max_sessions);
+            break;
+        case O_IDLE:
+            rc = s_int("--idle-timeout-s", optarg, 1, 86400 * 7, &idle_s);
+            break;
+        case O_ROUND:
+            rc = s_int("--round-timeout-ms", optarg, 100, 3600000, &o.round_timeout_ms);
+            break;
+        case O_HB:
+            rc = s_int("--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
+            break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "f32"))
+                o.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+            else if (!strcmp(optarg, "f16"))
+                o.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+            else if (!strcmp(optarg, "bf16"))
+                o.dtype = SHARDWIRE__DTYPE__DTYPE_BF16;
+            else {
+                fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", optarg);
+                rc = -1;
+            }
+            break;
+        case O_HELP:
+            s_usage(stdout);
+            return 0;
+        default:
+            s_usage(stderr);
+            return 2;
+        }
+        if (rc)
+            return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "shardwire-node: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o.model || o.layer_begin < 0 || !o.relay || !o.name) {
+        fprintf(stderr, "shardwire-node: --model, --layers, --relay and --name are required "
+                        "(see --help)\n");
+        return 2;
+    }
+    if (!sw_wire_name_ok(o.name, strlen(o.name))) {
+        fprintf(stderr, "shardwire-node: --name '%s' must be 1-63 characters of [A-Za-z0-9._-]\n",
+                o.name);
+        return 2;
+    }
+    o.idle_timeout_ms = idle_s * 1000;
+    struct sigaction sa = {0};
+    sa.sa_handler = s_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return node_run(&o, &s_stop);
+}

@@ -1,0 +1,156 @@
+/*
+ * node.c - start-up and the event loop of shardwire-node: load the layer
+ * range, connect to the relay, announce, then serve messages until SIGINT or
+ * SIGTERM.
+ */
+#include "node.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+double node_now_ms(void)
+{
+    return sw_now_ms();
+}
+
+static int s_role(const node_t *n)
+{
+    int first = sw_model_is_first(n->model), last = sw_model_is_last(n->model);
+    if (first && last)
+        return SHARDWIRE__ROLE__ROLE_FULL;
+    if (first)
+        return SHARDWIRE__ROLE__ROLE_HEAD;
+    return last ? SHARDWIRE__ROLE__ROLE_TAIL : SHARDWIRE__ROLE__ROLE_MIDDLE;
+}
+
+static void s_on_close(node_t *n, const sw_wire_msg_t *m)
+{
+    node_session_t *s = NULL;
+    const char *why;
+    s = node_session_get(n, m->env->session_close->session_id, 0, &why);
+    if (s)
+        node_session_free(n, s);
+}
+
+static void s_dispatch(node_t *n, sw_wire_msg_t *m)
+{
+    switch (m->env->body_case) {
+    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
+        node_stage_forward(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
+        node_head_request(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
+        s_on_close(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_ERROR:
+        SW_WARN("error from %s: %s (%s)", m->peer, m->env->error->message,
+                sw_wire_error_code_name(m->env->error->code));
+        break;
+    default:
+        SW_DEBUG("ignoring a %s message from %s", sw_wire_body_name(m->env), m->peer);
+        break;
+    }
+}
+
+int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
+{
+    node_t n = {.o = *o, .stop = stop};
+    char err[512] = "";
+    int rc = 1;
+    sw_log_set_tag(o->name);
+
+    n.be = sw_backend_cpu_new(o->threads);
+    if (!n.be) {
+        SW_ERR("cannot start %d compute threads", o->threads);
+        return 1;
+    }
+    n.model = sw_model_load(o->model, o->layer_begin, o->layer_end, n.be, err, sizeof err);
+    if (!n.model) {
+        SW_ERR("%s: %s", o->model, err);
+        goto out;
+    }
+    n.hp = sw_model_hparams(n.model);
+    sw_model_fingerprint(n.model, n.fingerprint);
+    sw_model_prefault(n.model, NULL, NULL);
+    const size_t E = (size_t)n.hp->n_embd;
+    n.sessions = calloc((size_t)o->max_sessions, sizeof *n.sessions);
+    n.hidden_in = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
+    n.hidden_out = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
+    n.wire_buf = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
+    if (sw_model_is_last(n.model))
+        n.logits = malloc((size_t)(SW_MAX_DRAFT + 1) * n.hp->n_vocab * sizeof(float));
+    if (!n.sessions || !n.hidden_in || !n.hidden_out || !n.wire_buf ||
+        (sw_model_is_last(n.model) && !n.logits)) {
+        SW_ERR("out of memory for %d sessions' buffers", o->max_sessions);
+        goto out;
+    }
+    if (sw_model_is_first(n.model) && node_head_new(&n, err, sizeof err) != 0) {
+        SW_ERR("%s: %s", o->model, err);
+        goto out;
+    }
+
+    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    an.name = (char *)o->name;
+    an.role = s_role(&n);
+    an.model_fingerprint = n.fingerprint;
+    an.layer_begin = (uint32_t)sw_model_layer_begin(n.model);
+    an.layer_end = (uint32_t)sw_model_layer_end(n.model);
+    an.n_layers = (uint32_t)n.hp->n_layer;
+    an.backend = "cpu";
+    an.max_sessions = (uint32_t)o->max_sessions;
+    an.hidden = (uint32_t)n.hp->n_embd;
+    sw_peer_opts_t po = {.relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms};
+    n.peer = sw_peer_new(&po);
+    if (!n.peer) {
+        SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);
+        goto out;
+    }
+    SW_INFO("serving layers [%d, %d) of %d (%s, model %.12s...) via %s",
+            sw_model_layer_begin(n.model), sw_model_layer_end(n.model), n.hp->n_layer,
+            an.role == SHARDWIRE__ROLE__ROLE_FULL   ? "full"
+            : an.role == SHARDWIRE__ROLE__ROLE_HEAD ? "head"
+            : an.role == SHARDWIRE__ROLE__ROLE_TAIL ? "tail"
+                                                    : "middle",
+            n.fingerprint, o->relay);
+
+    double next_expire = node_now_ms() + 1000;
+    while (!*stop) {
+        sw_wire_msg_t m = {0};
+        int r = sw_peer_recv(n.peer, &m, 200);
+        if (r < 0) {
+            SW_ERR("lost the relay connection");
+            goto out;
+        }
+        if (r == 0) {
+            s_dispatch(&n, &m);
+            sw_wire_msg_clear(&m);
+        }
+        node_head_work(&n);
+        double now = node_now_ms();
+        if (now > next_expire) {
+            node_sessions_expire(&n, now);
+            next_expire = now + 1000;
+        }
+    }
+    SW_INFO("shutting down");
+    rc = 0;
+out:
+    for (int i = 0; n.sessions && i < o->max_sessions; i++)
+        node_session_free(&n, &n.sessions[i]);
+    node_head_free(&n);
+    sw_peer_destroy(&n.peer);
+    free(n.sessions);
+    free(n.hidden_in);
+    free(n.hidden_out);
+    free(n.wire_buf);
+    free(n.logits);
+    sw_model_free(&n.model);
+    sw_backend_free(&n.be);
+    return rc;
+}

@@ -1,0 +1,332 @@
+/*
+ * stage.c - the work of a pipeline stage: sessions and their caches, and the
+ * handling of one Forward (truncate to kv_keep, run this stage's layers on
+ * the rows, pass the hidden states on, or verify on the last stage).
+ *
+ * Every field of a Forward that this stage relies on is checked against its
+ * own configuration before anything changes; a bad message is answered with
+ * an Error to the head and otherwise ignored.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "node.h"
+
+int node_is_last(const node_t *n)
+{
+    return sw_model_is_last(n->model);
+}
+
+/* ---- sessions ------------------------------------------------------------------ */
+
+node_session_t *node_session_get(node_t *n, uint64_t id, int create, const char **why)
+{
+    node_session_t *free_slot = NULL, *oldest = NULL;
+    for (int i = 0; i < n->o.max_sessions; i++) {
+        node_session_t *s = &n->sessions[i];
+        if (s->id == id)
+            return s;
+        if (!s->id && !free_slot)
+            free_slot = s;
+        if (s->id && (!oldest || s->last_used_ms < oldest->last_used_ms))
+            oldest = s;
+    }
+    if (!create) {
+        *why = "unknown session";
+        return NULL;
+    }
+    if (!free_slot) {
+        *why = "this node holds its maximum number of sessions (see --max-sessions)";
+        return NULL;
+    }
+    free_slot->kv = sw_kv_new(n->model, n->o.n_ctx);
+    if (!free_slot->kv) {
+        *why = "out of memory for the session's KV cache";
+        return NULL;
+    }
+    free_slot->id = id;
+    free_slot->round = 0;
+    free_slot->last_used_ms = node_now_ms();
+    (void)oldest;
+    return free_slot;
+}
+
+void node_session_free(node_t *n, node_session_t *s)
+{
+    (void)n;
+    if (!s || !s->id)
+        return;
+    SW_DEBUG("session %016llx freed", (unsigned long long)s->id);
+    sw_kv_free(&s->kv);
+    sw_verifier_free(&s->ver);
+    memset(s, 0, sizeof *s);
+}
+
+void node_sessions_expire(node_t *n, double now_ms)
+{
+    for (int i = 0; i < n->o.max_sessions; i++) {
+        node_session_t *s = &n->sessions[i];
+        if (s->id && now_ms - s->last_used_ms > n->o.idle_timeout_ms) {
+            SW_INFO("session %016llx idle for %d ms: freeing its cache", (unsigned long long)s->id,
+                    n->o.idle_timeout_ms);
+            node_session_free(n, s);
+        }
+    }
+}
+
+/* ---- hidden-state conversion ------------------------------------------------------ */
+
+void node_hidden_pack(int dtype, const float *src, void *dst, size_t n)
+{
+    if (dtype == SHARDWIRE__DTYPE__DTYPE_F16) {
+        sw_f16 *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = sw_f32_to_f16(src[i]);
+    } else if (dtype == SHARDWIRE__DTYPE__DTYPE_BF16) {
+        sw_bf16 *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = sw_f32_to_bf16(src[i]);
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
+void node_hidden_unpack(int dtype, const void *src, float *dst, size_t n)
+{
+    if (dtype == SHARDWIRE__DTYPE__DTYPE_F16) {
+        const sw_f16 *s = src;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = sw_f16_to_f32(s[i]);
+    } else if (dtype == SHARDWIRE__DTYPE__DTYPE_BF16) {
+        const sw_bf16 *s = src;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = sw_bf16_to_f32(s[i]);
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
+/* ---- Forward -------------------------------------------------------------------------- */
+
+static void s_reply_error(node_t *n, const char *dest, int code, uint64_t session, const char *fmt,
+                          ...) __attribute__((format(printf, 5, 6)));
+
+static void s_reply_error(node_t *n, const char *dest, int code, uint64_t session, const char *fmt,
+                          ...)
+{
+    char text[SW_WIRE_MAX_ERROR_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    SW_WARN("session %016llx: %s", (unsigned long long)session, text);
+    Shardwire__Error er = SHARDWIRE__ERROR__INIT;
+    er.code = code;
+    er.message = text;
+    er.session_id = session;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+    env.error = &er;
+    if (dest && dest[0] && sw_peer_send(n->peer, dest, &env, NULL, 0, 0) != 0)
+        SW_WARN("could not send the error to %s", dest);
+}
+
+/* Copies the timing entries of f and appends this stage's. */
+static Shardwire__StageTiming **s_timing(const Shardwire__Forward *f, Shardwire__StageTiming *mine,
+                                         Shardwire__StageTiming **buf, size_t *n_out)
+{
+    size_t n = f->n_timing < SW_WIRE_MAX_ROUTE - 1 ? f->n_timing : SW_WIRE_MAX_ROUTE - 1;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = f->timing[i];
+    buf[n++] = mine;
+    *n_out = n;
+    return buf;
+}
+
+void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
+{
+    const Shardwire__Forward *f = msg->env->forward;
+    const double t_arrive = node_now_ms();
+    const char *reply = f->reply_to && f->reply_to[0] ? f->reply_to : msg->peer;
+    const int E = n->hp->n_embd;
+    const int rows = (int)f->n_rows;
+    const uint64_t sid = f->session_id;
+
+    /* The message must be meant for this stage and fit it. wire.c has checked
+     * the limits and that the payload matches dtype x [n_rows, hidden]. */
+    if (f->layer_begin != (uint32_t)sw_model_layer_begin(n->model) || f->hop == 0 ||
+        f->hop >= f->n_route || strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s holds layers [%d, %d) but got a forward for layer %u at hop %u",
+                      sw_peer_name(n->peer), sw_model_layer_begin(n->model),
+                      sw_model_layer_end(n->model), f->layer_begin, f->hop);
+        return;
+    }
+    if (!msg->has_payload || f->hidden != (uint32_t)E || f->n_tokens != f->n_rows ||
+        f->start_pos != f->kv_keep) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "forward needs hidden states of width %d, one token per row and "
+                      "start_pos == kv_keep",
+                      E);
+        return;
+    }
+    const char *why = "";
+    node_session_t *s = node_session_get(n, sid, 1, &why);
+    if (!s) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
+                      sw_peer_name(n->peer), why);
+        return;
+    }
+    s->last_used_ms = t_arrive;
+    if ((int)f->kv_keep > sw_kv_len(s->kv)) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+                      "%s: the round keeps %u positions but this stage has %d (stage restarted?)",
+                      sw_peer_name(n->peer), f->kv_keep, sw_kv_len(s->kv));
+        return;
+    }
+    const int n_draft = (int)f->n_draft_tokens;
+    if (node_is_last(n)) {
+        if (!s->ver) {
+            sw_sampling_t sp = sw_sampling_default();
+            if (f->sampling) {
+                sp.temp = f->sampling->temperature;
+                sp.top_k = (int)f->sampling->top_k;
+                sp.top_p = f->sampling->top_p > 0 ? f->sampling->top_p : 1.0f;
+                sp.min_p = f->sampling->min_p;
+                sp.rep_penalty =
+                    f->sampling->repeat_penalty > 0 ? f->sampling->repeat_penalty : 1.0f;
+                sp.rep_last_n = (int)f->sampling->repeat_last_n;
+                sp.seed = f->sampling->seed;
+            }
+            s->ver = sw_sampling_check(&sp) == 0 ? sw_verifier_new(&sp, n->hp->n_vocab) : NULL;
+            if (!s->ver) {
+                s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                              "invalid sampling parameters");
+                node_session_free(n, s);
+                return;
+            }
+        }
+        if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
+            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                          "%d drafts in a %d-row forward", n_draft, rows);
+            return;
+        }
+    }
+    if (sw_kv_truncate(s->kv, (int)f->kv_keep) != 0) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, sid, "cannot truncate");
+        return;
+    }
+
+    size_t plen = 0;
+    const void *payload = sw_wire_msg_payload(msg, &plen);
+    node_hidden_unpack(f->dtype, payload, n->hidden_in, (size_t)rows * E);
+    int32_t toks[SW_WIRE_MAX_ROWS];
+    for (int i = 0; i < rows; i++)
+        toks[i] = (int32_t)f->tokens[i];
+
+    const int last = node_is_last(n);
+    const int want_logits = last && !f->prefill_more ? n_draft + 1 : 0;
+    char err[256] = "";
+    sw_forward_t fw = {
+        .n = rows,
+        .hidden = n->hidden_in,
+        .out_hidden = n->hidden_out,
+        .logits = n->logits,
+        .n_logits = want_logits,
+    };
+    const double t0 = node_now_ms();
+    if (sw_model_forward(n->model, s->kv, &fw, err, sizeof err) != 0) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
+                      sw_peer_name(n->peer), err);
+        return;
+    }
+    s->round = f->round;
+
+    Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
+    mine.name = (char *)sw_peer_name(n->peer);
+    Shardwire__StageTiming *tbuf[SW_WIRE_MAX_ROUTE];
+    size_t n_timing = 0;
+
+    if (!last) {
+        Shardwire__Forward out = *f;
+        out.hop = f->hop + 1;
+        out.layer_begin = (uint32_t)sw_model_layer_end(n->model);
+        out.dtype = n->o.dtype;
+        node_hidden_pack(out.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
+        mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);
+        mine.queue_us = (uint32_t)((t0 - t_arrive) * 1e3);
+        out.timing = s_timing(f, &mine, tbuf, &n_timing);
+        out.n_timing = n_timing;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+        env.forward = &out;
+        const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(out.dtype);
+        if (sw_peer_send(n->peer, f->route[out.hop], &env, n->wire_buf, bytes, 1) != 0)
+            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE, sid,
+                          "%s could not pass the round on to %s", sw_peer_name(n->peer),
+                          f->route[out.hop]);
+        return;
+    }
+
+    /* Last stage: verify, or only record a prefill chunk. */
+    if (f->prefill_more) {
+        if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0)
+            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
+        return;
+    }
+    sw_draft_q_t q[SW_MAX_DRAFT];
+    int have_q = f->n_draft_probs == (size_t)n_draft && n_draft > 0;
+    for (int i = 0; have_q && i < n_draft; i++) {
+        q[i].q_tok = f->draft_probs[i];
+        q[i].n = 0;
+        q[i].ids = NULL;
+        q[i].vals = NULL;
+        if (f->n_draft_dists == (size_t)n_draft) {
+            const Shardwire__DraftDist *d = f->draft_dists[i];
+            q[i].n = (int32_t)d->n_tokens;
+            q[i].ids = (const int32_t *)d->tokens;
+            q[i].vals = d->probs;
+        }
+    }
+    sw_round_t r = {
+        .kv_keep = (int)f->kv_keep,
+        .n = rows,
+        .tokens = toks,
+        .n_draft = n_draft,
+        .q = have_q ? q : NULL,
+    };
+    for (int i = 0; i < n_draft; i++)
+        if (toks[rows - n_draft + i] != (int32_t)f->draft_tokens[i]) {
+            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                          "draft tokens do not match the last rows' tokens");
+            return;
+        }
+    sw_verdict_t v;
+    if (sw_verifier_run(s->ver, &r, n->logits, &v, err, sizeof err) != 0) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
+        return;
+    }
+    mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);
+    mine.queue_us = (uint32_t)((t0 - t_arrive) * 1e3);
+    uint32_t committed[SW_MAX_DRAFT + 1];
+    for (int i = 0; i < v.n_commit; i++)
+        committed[i] = (uint32_t)v.tokens[i];
+    Shardwire__Verdict vd = SHARDWIRE__VERDICT__INIT;
+    vd.session_id = sid;
+    vd.round = f->round;
+    vd.n_accepted = (uint32_t)(v.n_commit - 1);
+    vd.n_tokens = (size_t)v.n_commit;
+    vd.tokens = committed;
+    vd.next_token = committed[v.n_commit - 1];
+    vd.timing = s_timing(f, &mine, tbuf, &n_timing);
+    vd.n_timing = n_timing;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
+    env.verdict = &vd;
+    if (sw_peer_send(n->peer, reply, &env, NULL, 0, 0) != 0)
+        SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
+                reply);
+}
