@@ -333,6 +333,9 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "rounds", json_integer(gs.rounds));
         json_object_set_new(j, "drafted", json_integer(gs.drafted));
         json_object_set_new(j, "accepted", json_integer(gs.accepted));
+        char dg[17];
+        snprintf(dg, sizeof dg, "%016llx", (unsigned long long)gs.logits_digest);
+        json_object_set_new(j, "logits_digest", json_string(dg));
         char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (s)
             printf("%s\n", s);

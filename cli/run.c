@@ -446,6 +446,9 @@ int cmd_run(int argc, char **argv)
             json_object_set_new(j, "rounds", json_integer(st ? st->n_rounds : 0));
             json_object_set_new(j, "drafted", json_integer(st ? st->n_drafted : 0));
             json_object_set_new(j, "accepted", json_integer(st ? st->n_accepted : 0));
+            char dg[17];
+            snprintf(dg, sizeof dg, "%016llx", st ? (unsigned long long)st->logits_digest : 0ull);
+            json_object_set_new(j, "logits_digest", json_string(dg));
             json_t *tm = json_object();
             if (st) {
                 json_object_set_new(tm, "head_ttft_ms", json_real(st->ttft_ms));

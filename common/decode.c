@@ -39,7 +39,22 @@ struct sw_verifier {
     int n_vocab;           // logits per row
     int n_hist;            // positions already fed to the history
     float *work;           // (2 * n_vocab) scratch for sw_verify
+    uint64_t digest;       // running digest of every logits row verified
 };
+
+/* A fast 64-bit digest step over one row's bits (not cryptographic: it only
+ * tells tests whether two runs computed bit-identical logits). */
+static uint64_t s_digest(uint64_t h, const float *row, int n)
+{
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &row[i], sizeof b);
+        h = (h ^ b) * k;
+        h ^= h >> 29;
+    }
+    return h;
+}
 
 sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
 {
@@ -94,6 +109,9 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
         .q = r->q,
         .logits = logits,
     };
+    for (int i = 0; i <= r->n_draft; i++)
+        v->digest = s_digest(v->digest, logits + (size_t)i * v->n_vocab, v->n_vocab);
+    out->logits_digest = v->digest;
     int n = sw_verify(v->sampler, &in, v->work, out->tokens);
     if (n < 1) {
         s_err(err, err_len, "verify: the target's logits or the drafts are invalid");
@@ -227,6 +245,7 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
         goto out;
     st->prefill_ms = sw_now_ms() - t_start;
     st->target_ms += v.compute_ms;
+    st->logits_digest = v.logits_digest;
 
     int32_t rows[SW_MAX_DRAFT + 1];
     sw_draft_q_t q[SW_MAX_DRAFT];
@@ -285,6 +304,7 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
         st->accepted += v.n_commit - 1;
         st->target_ms += v.compute_ms;
     }
+    st->logits_digest = v.logits_digest;
     st->decode_ms = t_first ? sw_now_ms() - t_first : 0;
     rc = 0;
 out:

@@ -37,6 +37,7 @@ typedef struct sw_verdict {
     int n_commit;                     // 1..n_draft + 1 (accepted drafts + 1)
     int32_t tokens[SW_MAX_DRAFT + 1]; // committed tokens
     double compute_ms;                // target compute time of the round
+    uint64_t logits_digest;           // running digest of every logits row verified so far
 } sw_verdict_t;
 
 /* ---- verifier ---- */
@@ -88,16 +89,18 @@ typedef struct sw_proposer {
 /* ---- generation ---- */
 
 typedef struct sw_gen_stats {
-    int n_prompt;      // prompt tokens
-    int n_gen;         // generated tokens
-    int rounds;        // rounds after the prefill
-    int drafted;       // draft tokens sent
-    int accepted;      // draft tokens accepted
-    double ttft_ms;    // request start to the first generated token
-    double prefill_ms; // prefill round
-    double decode_ms;  // from the first generated token to the last
-    double draft_ms;   // time spent proposing
-    double target_ms;  // time the target reported computing
+    int n_prompt;           // prompt tokens
+    int n_gen;              // generated tokens
+    int rounds;             // rounds after the prefill
+    int drafted;            // draft tokens sent
+    int accepted;           // draft tokens accepted
+    double ttft_ms;         // request start to the first generated token
+    double prefill_ms;      // prefill round
+    double decode_ms;       // from the first generated token to the last
+    double draft_ms;        // time spent proposing
+    double target_ms;       // time the target reported computing
+    uint64_t logits_digest; // the target's running digest of every logits row it verified:
+                            // equal digests = bit-identical logits (tests compare runs)
 } sw_gen_stats_t;
 
 typedef struct sw_gen_opts {

@@ -251,6 +251,7 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                     return -1;
                 }
                 out->n_commit = (int)v->n_tokens;
+                out->logits_digest = v->logits_digest;
                 for (size_t i = 0; i < v->n_tokens; i++)
                     out->tokens[i] = (int32_t)v->tokens[i];
                 *stage_ms = 0;
@@ -606,6 +607,7 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         stage_p[i - 1] = &stage[i];
     }
     stats.n_stages = (size_t)(pipe.route.n - 1);
+    stats.logits_digest = gs.logits_digest;
     stats.stages = stage_p;
     int finish = gs.n_gen > 0 && sw_tokenizer_is_eog(h->tok, out[gs.n_gen - 1])
                      ? SHARDWIRE__FINISH_REASON__FINISH_EOS

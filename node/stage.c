@@ -321,6 +321,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
     vd.n_tokens = (size_t)v.n_commit;
     vd.tokens = committed;
     vd.next_token = committed[v.n_commit - 1];
+    vd.logits_digest = v.logits_digest;
     vd.timing = s_timing(f, &mine, tbuf, &n_timing);
     vd.n_timing = n_timing;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
