@@ -131,6 +131,8 @@ int cmd_status(int argc, char **argv)
             json_object_set_new(p, "model", json_string(a ? a->model_fingerprint : ""));
             json_object_set_new(p, "heartbeat_age_ms", json_integer(pi->heartbeat_age_ms));
             json_object_set_new(p, "idle_ms", json_integer(pi->idle_ms));
+            json_object_set_new(p, "msgs_in", json_integer((json_int_t)pi->msgs_in));
+            json_object_set_new(p, "msgs_out", json_integer((json_int_t)pi->msgs_out));
             json_array_append_new(arr, p);
         }
         json_object_set_new(j, "peers", arr);
