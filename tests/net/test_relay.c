@@ -6,7 +6,8 @@
  * disconnects leaves the status list (and its name can be taken again),
  * malformed frames get Errors and do not hurt the relay, a payload whose
  * size disagrees with its header is dropped by the receiver, and SIGTERM
- * stops the relay cleanly.
+ * stops the relay cleanly. After the relay is killed and restarted on the
+ * same port, the peers announce again by themselves and traffic flows.
  */
 #include "peer.h"
 #include "sw_test.h"
@@ -25,8 +26,8 @@ extern char **environ;
 
 static const char *FP = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-/* Starts the relay with a wildcard port and reads the endpoint it prints. */
-static pid_t s_start_relay(char *endpoint, size_t len)
+/* Starts the relay on listen (port * = any) and reads the endpoint it prints. */
+static pid_t s_start_relay(const char *listen, char *endpoint, size_t len)
 {
     char bin[1024];
     snprintf(bin, sizeof bin, "%s/shardwire-relay", sw_test_env("SW_BIN_DIR"));
@@ -37,7 +38,7 @@ static pid_t s_start_relay(char *endpoint, size_t len)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    char *argv[] = {bin, "--listen", "tcp://127.0.0.1:*", "--heartbeat-ms", "200", NULL};
+    char *argv[] = {bin, "--listen", (char *)listen, "--heartbeat-ms", "200", NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -160,7 +161,7 @@ static void s_fill_forward(Shardwire__Forward *f, char **route, uint32_t *tokens
 int main(void)
 {
     char ep[256];
-    pid_t relay = s_start_relay(ep, sizeof ep);
+    pid_t relay = s_start_relay("tcp://127.0.0.1:*", ep, sizeof ep);
     SW_CHECK(relay > 0);
     if (relay <= 0)
         return sw_test_done();
@@ -331,6 +332,39 @@ int main(void)
     /* still serving */
     SW_CHECK_INT(waitpid(relay, NULL, WNOHANG), 0);
     SW_CHECK_INT(s_status_has(tail, "head", NULL), 1);
+
+    /* the relay dies and a new one takes its port: both peers announce again
+     * by themselves and traffic flows */
+    {
+        kill(relay, SIGKILL);
+        waitpid(relay, NULL, 0);
+        char ep2[256];
+        relay = s_start_relay(ep, ep2, sizeof ep2);
+        SW_CHECK(relay > 0);
+        if (relay <= 0)
+            goto out;
+        int both = 0;
+        sw_wire_msg_t m = {0};
+        for (int i = 0; i < 100 && !both; i++) {
+            if (sw_peer_recv(tail, &m, 50) == 0) /* lets tail see its reconnect */
+                sw_wire_msg_clear(&m);
+            both = s_status_has(head, "head", NULL) == 1 && s_status_has(head, "tail", NULL) == 1;
+        }
+        SW_CHECK(both);
+        Shardwire__SessionClose c = SHARDWIRE__SESSION_CLOSE__INIT;
+        c.session_id = 77;
+        c.reason = "bye";
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
+        env.session_close = &c;
+        SW_CHECK_INT(sw_peer_send(head, "tail", &env, NULL, 0, 0), 0);
+        SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
+        SW_CHECK(strcmp(m.peer, "head") == 0);
+        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE);
+        if (m.env && m.env->session_close)
+            SW_CHECK_INT(m.env->session_close->session_id, 77);
+        sw_wire_msg_clear(&m);
+    }
 
 out:
     sw_peer_destroy(&head);
