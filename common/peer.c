@@ -209,7 +209,9 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         if (!p->announced && p->announce_at_ms >= 0 && p->announce_at_ms - now < wait)
             wait = p->announce_at_ms - now > 0 ? p->announce_at_ms - now : 0;
         zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {p->mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, (long)wait) < 0 && errno != EINTR) {
+        if (zmq_poll(items, 2, (long)wait) < 0) {
+            if (errno == EINTR)
+                return 1; /* a signal: let the caller look at its stop flag */
             SW_ERR("peer %s: poll: %s", p->announce->name, zmq_strerror(errno));
             return -1;
         }

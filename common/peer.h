@@ -33,7 +33,7 @@ typedef struct sw_peer_opts {
     const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
     int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. Timeout and TTL are 10x. */
     int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
-    int send_timeout_ms;    /* how long a send may block on a full queue; 0 = 10000 */
+    int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
 } sw_peer_opts_t;
 
 /*
@@ -60,8 +60,9 @@ int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, co
 /*
  * Waits up to timeout_ms (0 = poll, -1 = forever) for the next message for the
  * caller. Returns 0 with *msg filled (the caller clears it with
- * sw_wire_msg_clear), 1 on timeout, -1 on a socket error (the peer is then
- * unusable). Malformed messages are logged and skipped.
+ * sw_wire_msg_clear), 1 on timeout or when a signal interrupted the wait,
+ * -1 on a socket error (the peer is then unusable). Malformed messages are
+ * logged and skipped.
  */
 int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
     __attribute__((warn_unused_result));

@@ -294,8 +294,8 @@ int main(int argc, char **argv)
     double rb = s_pingpong_relay(a, b, &big, rounds, label);
     snprintf(label, sizeof label, "direct RTT, %zu B tensor", big.payload_len);
     double db = s_pingpong_direct(&big, rounds, label);
-    printf("added per relay traversal (medians): header only %.1f us, %zu B tensor %.1f us\n", (rs - ds) / 2,
-           big.payload_len, (rb - db) / 2);
+    printf("added per relay traversal (medians): header only %.1f us, %zu B tensor %.1f us\n",
+           (rs - ds) / 2, big.payload_len, (rb - db) / 2);
 
     /* N payload messages A -> B in windows of 64 (the relay's queues hold 1000) */
     double t0 = s_now_us();
