@@ -3,7 +3,8 @@
  * loopback port, with real peers (common/peer): messages and tensor payloads
  * are forwarded both ways byte for byte, an unknown destination is answered
  * with an Error, a second peer with a taken name is refused, a peer that
- * disconnects leaves the status list (and its name can be taken again),
+ * disconnects leaves the status list (and its name can be taken again), a
+ * busy peer stays while a frozen one is dropped after the heartbeat timeout,
  * malformed frames get Errors and do not hurt the relay, a payload whose
  * size disagrees with its header is dropped by the receiver, and SIGTERM
  * stops the relay cleanly. After the relay is killed and restarted on the
@@ -252,6 +253,57 @@ int main(void)
     cli = s_peer(ep, "cli-1", SHARDWIRE__ROLE__ROLE_CLIENT, 0, 0); /* the name is free again */
     SW_CHECK(cli != NULL);
     sw_peer_destroy(&cli);
+
+    /* a peer whose thread is busy (not calling into the library) for several
+     * heartbeat timeouts stays: libzmq's I/O thread answers the heartbeats */
+    usleep(1500 * 1000);
+    {
+        sw_wire_msg_t t = {0};
+        SW_CHECK_INT(sw_peer_status(tail, &t, 2000), 0);
+        int seen = 0;
+        for (size_t i = 0; t.env && i < t.env->peer_table->n_peers; i++) {
+            const Shardwire__PeerInfo *pi = t.env->peer_table->peers[i];
+            if (strcmp(pi->announce->name, "head") == 0) {
+                seen = 1;
+                SW_CHECK(pi->heartbeat_age_ms < 1000); /* probed every 200 ms */
+                SW_CHECK(pi->idle_ms >= 1400);         /* but silent */
+                SW_CHECK(pi->msgs_in >= 3);
+            }
+        }
+        SW_CHECK(seen);
+        sw_wire_msg_clear(&t);
+    }
+
+    /* a peer whose process freezes (SIGSTOP: the kernel keeps the TCP link, but
+     * nothing answers heartbeats) is dropped after the heartbeat timeout */
+    {
+        int sync[2];
+        SW_CHECK_INT(pipe(sync), 0);
+        pid_t child = fork();
+        if (child == 0) {
+            close(sync[0]);
+            sw_peer_t *fz = s_peer(ep, "frozen", SHARDWIRE__ROLE__ROLE_CLIENT, 0, 0);
+            char ok = fz ? 'y' : 'n';
+            if (write(sync[1], &ok, 1) != 1)
+                _exit(1);
+            for (;;)
+                pause();
+        }
+        close(sync[1]);
+        char ok = 0;
+        SW_CHECK(read(sync[0], &ok, 1) == 1 && ok == 'y');
+        close(sync[0]);
+        SW_CHECK_INT(s_status_has(head, "frozen", NULL), 1);
+        kill(child, SIGSTOP);
+        int dropped = 0;
+        for (int i = 0; i < 60 && !dropped; i++) {
+            usleep(100 * 1000);
+            dropped = s_status_has(head, "frozen", NULL) == 0;
+        }
+        SW_CHECK(dropped);
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+    }
 
     /* malformed traffic: each gets an Error, none hurts the relay */
     {
