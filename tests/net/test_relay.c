@@ -5,7 +5,8 @@
  * with an Error, a second peer with a taken name is refused, a peer that
  * disconnects leaves the status list (and its name can be taken again), a
  * busy peer stays while a frozen one is dropped after the heartbeat timeout,
- * malformed frames get Errors and do not hurt the relay, a payload whose
+ * malformed frames get Errors and do not hurt the relay, a destination that
+ * stops reading makes the relay drop with ERR_DEST_BUSY, a payload whose
  * size disagrees with its header is dropped by the receiver, and SIGTERM
  * stops the relay cleanly. After the relay is killed and restarted on the
  * same port, the peers announce again by themselves and traffic flows.
@@ -378,6 +379,59 @@ int main(void)
         SW_CHECK(strcmp(m.peer, "rawpeer") == 0);
         sw_wire_msg_clear(&m);
         zmq_close(raw);
+        zmq_ctx_term(ctx);
+    }
+
+    /* a destination that does not read: once its queue is full the relay drops
+     * (never blocks) and tells the sender ERR_DEST_BUSY */
+    {
+        void *ctx = zmq_ctx_new();
+        void *sink = zmq_socket(ctx, ZMQ_DEALER);
+        int one = 1, zero = 0;
+        zmq_setsockopt(sink, ZMQ_RCVHWM, &one, sizeof one);
+        zmq_setsockopt(sink, ZMQ_LINGER, &zero, sizeof zero);
+        SW_CHECK_INT(zmq_connect(sink, ep), 0);
+        Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+        a.name = "sink";
+        a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+        env.announce = &a;
+        char err[SW_WIRE_ERR_LEN];
+        SW_CHECK_INT(sw_wire_send(sink, "relay", &env, NULL, 0, 0, 0, err, sizeof err), 0);
+        usleep(200 * 1000); /* its ack (and probes) stay unread from here on */
+        char *route[2] = {"head", "sink"};
+        Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+        f.session_id = 5;
+        f.n_rows = 32;
+        f.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+        f.hidden = 1024;
+        f.n_route = 2;
+        f.route = route;
+        f.hop = 1;
+        f.reply_to = "head";
+        Shardwire__Envelope ef = SHARDWIRE__ENVELOPE__INIT;
+        ef.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+        ef.forward = &f;
+        static uint8_t big[32 * 1024 * 2];
+        int busy = 0, other = 0;
+        for (int i = 0; i < 600; i++)
+            if (sw_peer_send(head, "sink", &ef, big, sizeof big, 1) != 0)
+                other++;
+        sw_wire_msg_t m = {0};
+        while (sw_peer_recv(head, &m, 300) == 0) {
+            if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY &&
+                strcmp(m.env->error->dest, "sink") == 0)
+                busy++;
+            else
+                other++;
+            sw_wire_msg_clear(&m);
+        }
+        SW_CHECK(busy > 0);
+        SW_CHECK(busy < 600);
+        SW_CHECK_INT(other, 0);
+        zmq_close(sink);
         zmq_ctx_term(ctx);
     }
 
