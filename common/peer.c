@@ -195,7 +195,7 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
             SW_WARN("peer %s: dropped a message: %s", p->announce->name, err);
         }
         if (rc != SW_WIRE_ESOCKET) { /* something was read: go on unless time is up */
-            if (deadline >= 0 && s_now_ms() >= deadline)
+            if (deadline >= 0 && s_now_ms() > deadline)
                 return 1;
             continue;
         }
