@@ -321,6 +321,41 @@ int main(void)
         zmq_send(raw, "relay", 5, ZMQ_SNDMORE); /* garbage header to the relay */
         zmq_send(raw, "\xff\xff\xff\xff\xff", 5, 0);
         SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_MALFORMED);
+        { /* a frame over ZMQ_MAXMSGSIZE: the relay drops that connection (and the
+           * peer with it) instead of buffering it */
+            void *huge_s = s_raw(ctx, ep);
+            Shardwire__PeerAnnounce ha = SHARDWIRE__PEER_ANNOUNCE__INIT;
+            ha.name = "huge";
+            ha.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+            Shardwire__Envelope he = SHARDWIRE__ENVELOPE__INIT;
+            he.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+            he.announce = &ha;
+            char herr[SW_WIRE_ERR_LEN];
+            SW_CHECK_INT(sw_wire_send(huge_s, "relay", &he, NULL, 0, 0, 0, herr, sizeof herr), 0);
+            int joined = 0;
+            for (int i = 0; i < 40 && !joined; i++) {
+                usleep(25 * 1000);
+                joined = s_status_has(head, "huge", NULL) == 1;
+            }
+            SW_CHECK(joined);
+            size_t huge = (size_t)SW_WIRE_MAX_FRAME + 1;
+            char *buf = calloc(1, huge);
+            SW_CHECK(buf != NULL);
+            if (buf) {
+                zmq_send(huge_s, "tail", 4, ZMQ_SNDMORE);
+                zmq_send(huge_s, buf, huge, 0);
+            }
+            int left = 0;
+            for (int i = 0; i < 60 && !left; i++) {
+                usleep(50 * 1000);
+                left = s_status_has(head, "huge", NULL) == 0;
+            }
+            SW_CHECK(left);
+            sw_wire_msg_t none = {0};
+            SW_CHECK_INT(s_recv(tail, &none, 100), 1); /* nothing reached tail */
+            free(buf);
+            zmq_close(huge_s);
+        }
         zmq_send(raw, "tail", 4, ZMQ_SNDMORE); /* unannounced sender */
         zmq_send(raw, "x", 1, 0);
         SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED);
