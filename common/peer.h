@@ -79,7 +79,10 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
 /*
  * The DEALER socket, for zmq_poll readiness in a node's own loop only: read
  * through sw_peer_recv (call it with timeout 0 also when sw_peer_pending() > 0,
- * since kept messages do not make the socket readable).
+ * since kept messages do not make the socket readable). Re-announcing after a
+ * reconnect happens inside sw_peer_recv / sw_peer_send, so a loop that polls
+ * the socket itself should still call sw_peer_recv at least every second or
+ * so. Heartbeats need no calls at all (libzmq's I/O thread answers them).
  */
 void *sw_peer_socket(sw_peer_t *peer);
 int sw_peer_pending(const sw_peer_t *peer);
