@@ -34,10 +34,10 @@ static const char *s_prompts[] = {
 
 struct s_result {
     int ok;
-    int n;             // tokens
-    int32_t ids[512];  // generated ids
-    char digest[17];   // logits digest
-    int rounds;        // rounds after the prefill
+    int n;            // tokens
+    int32_t ids[512]; // generated ids
+    char digest[17];  // logits digest
+    int rounds;       // rounds after the prefill
 };
 
 static void s_parse(const char *json_text, struct s_result *r)
@@ -67,8 +67,18 @@ static void s_generate(const char *model, const char *prompt, struct s_result *r
 {
     char n[16];
     snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "generate", "--model", (char *)model, "-p",
-                    (char *)prompt, "-n", n, "--threads", "1", "--json", NULL};
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "generate",
+                    "--model",
+                    (char *)model,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--threads",
+                    "1",
+                    "--json",
+                    NULL};
     char *out = NULL, *err = NULL;
     int rc = sw_test_run(argv, 120, &out, &err);
     if (rc != 0)
@@ -79,13 +89,22 @@ static void s_generate(const char *model, const char *prompt, struct s_result *r
 }
 
 /* `shardwire run`; returns its exit code, stderr into *err_out if wanted. */
-static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result *r,
-                 char **err_out)
+static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result *r, char **err_out)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "run", "--relay", (char *)ep, "-p",
-                    (char *)prompt, "-n", n, "--json", "--timeout-s", "120", NULL};
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "run",
+                    "--relay",
+                    (char *)ep,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--json",
+                    "--timeout-s",
+                    "120",
+                    NULL};
     char *out = NULL, *err = NULL;
     int rc = sw_test_run(argv, 150, &out, &err);
     if (r)
@@ -155,8 +174,8 @@ static int s_counters(const char *ep, const char *name, long *in, long *out)
     (void)ep;
     (void)name;
     *in = *out = -1;
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", (char *)ep, "--json",
-                    NULL};
+    char *argv[] = {
+        (char *)sw_test_bin("shardwire"), "status", "--relay", (char *)ep, "--json", NULL};
     char *o = NULL;
     int rc = sw_test_run(argv, 20, &o, NULL);
     json_error_t je;
@@ -206,14 +225,16 @@ int main(void)
         SW_CHECK_INT(s_run(c.ep, s_prompts[i], N_GEN, &got, NULL), 0);
         SW_CHECK(s_same(&got, &ref[i]));
         if (i == 0) {
-            /* per request: (rounds + 1 prefill) Forwards + 1 SessionClose in,
-             * (rounds + 1) messages out (Forward or Verdict) */
+            /* The relay counts msgs_in from a peer and msgs_out to it. Per
+             * request each stage is sent (rounds + 1 prefill) Forwards and
+             * one SessionClose, and sends one message (Forward or Verdict)
+             * per round and for the prefill. */
             SW_CHECK_INT(s_counters(c.ep, "stage1", &mid_in1, &mid_out1), 0);
             SW_CHECK_INT(s_counters(c.ep, "stage2", &tail_in1, &tail_out1), 0);
-            SW_CHECK_INT(mid_in1 - mid_in0, got.rounds + 2);
-            SW_CHECK_INT(mid_out1 - mid_out0, got.rounds + 1);
-            SW_CHECK_INT(tail_in1 - tail_in0, got.rounds + 2);
-            SW_CHECK_INT(tail_out1 - tail_out0, got.rounds + 1);
+            SW_CHECK_INT(mid_out1 - mid_out0, got.rounds + 2);
+            SW_CHECK_INT(mid_in1 - mid_in0, got.rounds + 1);
+            SW_CHECK_INT(tail_out1 - tail_out0, got.rounds + 2);
+            SW_CHECK_INT(tail_in1 - tail_in0, got.rounds + 1);
             SW_CHECK_INT(got.rounds, N_GEN - 1);
         }
     }
