@@ -14,8 +14,10 @@
 #include "quant.h"
 #include "quant_impl.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SW_AI static inline __attribute__((always_inline))
@@ -70,6 +72,16 @@ SW_AI __m256 s_dot_us8(__m256i ux, __m256i sy)
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
+/* acc + per-lane sum of 4 (unsigned u) x (signed s) byte products: AVX-VNNI's
+ * vpdpbusd, VEX-encoded. Written as inline asm so that this file needs no
+ * extra compiler target; only run when CPUID reports AVX-VNNI. Exact integer
+ * arithmetic, so the lanes equal maddubs+madd's whenever those do not saturate. */
+SW_AI __m256i s_dpbusd(__m256i acc, __m256i u, __m256i sgn)
+{
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(sgn));
+    return acc;
+}
+
 /* ---- 32-element block formats: one tile kernel for all ----------------- */
 
 /* f16 -> f32 for every bit pattern (256 KiB), filled once by sw_kernels_avx2().
@@ -102,16 +114,23 @@ SW_AI __m256i s_nibbles_bc(const uint8_t *qs)
     return _mm256_and_si256(h, _mm256_set1_epi8(0x0F));
 }
 
-/* The weight block's quants as bytes: signed (q - offset) for the symmetric
- * formats, unsigned for the formats with a minimum. */
-SW_AI __m256i s_wquants(int kind, const uint8_t *p)
+/* The weight block's quants as bytes. Default: signed (q - offset) for the
+ * symmetric formats, unsigned for the formats with a minimum. With raw != 0
+ * the 4/5-bit quants come back unsigned, without the offset. */
+SW_AI __m256i s_wquants(int kind, const uint8_t *p, int raw)
 {
     switch (kind) {
     case K_Q4_0:
+        if (raw)
+            return s_nibbles_bc(p + 2);
         return _mm256_sub_epi8(s_nibbles_bc(p + 2), _mm256_set1_epi8(8));
     case K_Q4_1:
         return s_nibbles_bc(p + 4);
     case K_Q5_0: {
+        if (raw) {
+            const __m256i hi = _mm256_and_si256(s_bits_to_bytes(p + 2), _mm256_set1_epi8(0x10));
+            return _mm256_or_si256(s_nibbles_bc(p + 6), hi);
+        }
         // (q | h << 4) - 16 == q | (h ? 0 : 0xF0) as a signed byte
         const __m256i hi =
             _mm256_andnot_si256(s_bits_to_bytes(p + 2), _mm256_set1_epi8((char)0xF0));
@@ -134,8 +153,12 @@ SW_AI __m256i s_wquants(int kind, const uint8_t *p)
  * Per pair this is exactly GGML's sequence: acc = fma(d_w * d_x, float(lanes),
  * acc) block by block, then hsum; for q4_1/q5_1 also summs = fma(m_w, s_x,
  * summs) block by block (an independent chain, run as a second pass), added last.
+ *
+ * vnni != 0 computes the same integer lanes with vpdpbusd: unsigned quants
+ * times signed activations, the offsets of q4_0 (8) and q5_0 (16) folded in
+ * as -offset * sum(y) per lane; q8_0 x q8_0 as (y + 128) x w - 128 * sum(w).
  */
-SW_AI void s_tile32(int kind, int rw, int rx, int64_t nb, const uint8_t *w, size_t ws,
+SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_t *w, size_t ws,
                     const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
     const int wsz = s_wsize(kind);
@@ -158,31 +181,47 @@ SW_AI void s_tile32(int kind, int rw, int rx, int64_t nb, const uint8_t *w, size
             acc[i][r] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
 
+    const int off = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0; // vnni: weight offset
     for (int64_t b = 0; b < nb; b++) {
-        __m256i qy[2];
+        __m256i qy[2], ybias[2];
         __m256 dy[2];
 #pragma GCC unroll 4
         for (int r = 0; r < rx; r++) {
             const uint8_t *px = xr[r] + (size_t)b * xsz;
             qy[r] = _mm256_loadu_si256((const __m256i *)(px + xq));
             dy[r] = _mm256_broadcast_ss(&tab[s_u16(px)]);
+            if (vnni && off) // -off * sum(y) per lane
+                ybias[r] = _mm256_sub_epi32(
+                    _mm256_setzero_si256(),
+                    s_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), qy[r]));
+            if (vnni && kind == K_Q8_0) // y + 128 as unsigned bytes
+                qy[r] = _mm256_xor_si256(qy[r], _mm256_set1_epi8((char)0x80));
         }
 #pragma GCC unroll 4
         for (int i = 0; i < rw; i++) {
             const uint8_t *p = wr[i] + (size_t)b * wsz;
-            const __m256i q = s_wquants(kind, p);
+            const __m256i q = s_wquants(kind, p, vnni);
             const __m256 dw = _mm256_broadcast_ss(&tab[s_u16(p)]);
-            __m256i qa = q;
-            if (!hm)
+            __m256i qa = q, wbias = _mm256_setzero_si256();
+            if (!vnni && !hm)
                 qa = _mm256_sign_epi8(q, q);
+            if (vnni && kind == K_Q8_0) // -128 * sum(w) per lane
+                wbias = _mm256_sub_epi32(
+                    _mm256_setzero_si256(),
+                    s_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), q));
 #pragma GCC unroll 4
             for (int r = 0; r < rx; r++) {
-                __m256i p16;
-                if (hm)
-                    p16 = _mm256_maddubs_epi16(q, qy[r]);
+                __m256i lanes;
+                if (vnni && kind == K_Q8_0)
+                    lanes = s_dpbusd(wbias, qy[r], q);
+                else if (vnni)
+                    lanes = s_dpbusd(off ? ybias[r] : _mm256_setzero_si256(), q, qy[r]);
+                else if (hm)
+                    lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy[r]), ones);
                 else
-                    p16 = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(qy[r], q));
-                const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                    lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(qy[r], q)),
+                                              ones);
+                const __m256 f = _mm256_cvtepi32_ps(lanes);
                 acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy[r]), f, acc[i][r]);
             }
         }
@@ -210,8 +249,8 @@ SW_AI void s_tile32(int kind, int rw, int rx, int64_t nb, const uint8_t *w, size
 
 #define SW_RCHUNK 64 // activation rows kept hot (in L2) while the weights stream past
 
-SW_AI void s_mm32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                  const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+SW_AI void s_mm32(int kind, int vnni, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                  int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
     const int64_t nb = n / SW_QK;
     const uint8_t *wb = w, *xb = x;
@@ -222,41 +261,46 @@ SW_AI void s_mm32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o
             const uint8_t *wo = wb + (size_t)o * w_stride;
             int r = r0;
             for (; r + 2 <= r1; r += 2)
-                s_tile32(kind, 4, 2, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                s_tile32(kind, vnni, 4, 2, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
                          y + r * y_stride + o, y_stride);
             for (; r < r1; r++)
-                s_tile32(kind, 4, 1, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                s_tile32(kind, vnni, 4, 1, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
                          y + r * y_stride + o, y_stride);
         }
         for (; o < o1; o++) {
             const uint8_t *wo = wb + (size_t)o * w_stride;
             int r = r0;
             for (; r + 2 <= r1; r += 2)
-                s_tile32(kind, 1, 2, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                s_tile32(kind, vnni, 1, 2, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
                          y + r * y_stride + o, y_stride);
             for (; r < r1; r++)
-                s_tile32(kind, 1, 1, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
+                s_tile32(kind, vnni, 1, 1, nb, wo, w_stride, xb + (size_t)r * x_stride, x_stride,
                          y + r * y_stride + o, y_stride);
         }
     }
 }
 
-#define SW_DEF32(name, kind)                                                                       \
+#define SW_DEF32(name, kind, vnni)                                                                 \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_tile32(kind, 1, 1, n / SW_QK, w, 0, x, 0, s, 0);                                         \
+        s_tile32(kind, vnni, 1, 1, n / SW_QK, w, 0, x, 0, s, 0);                                   \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        s_mm32(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                        \
+        s_mm32(kind, vnni, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                  \
     }
 
-SW_DEF32(q4_0, K_Q4_0)
-SW_DEF32(q4_1, K_Q4_1)
-SW_DEF32(q5_0, K_Q5_0)
-SW_DEF32(q5_1, K_Q5_1)
-SW_DEF32(q8_0, K_Q8_0)
+SW_DEF32(q4_0, K_Q4_0, 0)
+SW_DEF32(q4_1, K_Q4_1, 0)
+SW_DEF32(q5_0, K_Q5_0, 0)
+SW_DEF32(q5_1, K_Q5_1, 0)
+SW_DEF32(q8_0, K_Q8_0, 0)
+SW_DEF32(q4_0_vnni, K_Q4_0, 1)
+SW_DEF32(q4_1_vnni, K_Q4_1, 1)
+SW_DEF32(q5_0_vnni, K_Q5_0, 1)
+SW_DEF32(q5_1_vnni, K_Q5_1, 1)
+SW_DEF32(q8_0_vnni, K_Q8_0, 1)
 
 /* ---- K-quants ----------------------------------------------------------- */
 
@@ -550,20 +594,43 @@ void sw_quantize_q8_1_avx2(const float *x, void *vy, int64_t n)
     }
 }
 
+int sw_cpu_has_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    if (getenv("SW_NO_VNNI") != NULL) // tests and benchmarks: compare with the plain AVX2 tiles
+        return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    return (a >> 4) & 1u; // CPUID.(EAX=7,ECX=1):EAX[4] = AVX-VNNI
+}
+
 void sw_kernels_avx2(struct sw_kernels *k)
 {
     for (uint32_t h = 0; h < (1u << 16); h++)
         s_f16_tab[h] = _cvtsh_ss((unsigned short)h);
-    k->dot[SW_TYPE_Q4_0] = s_dot_q4_0;
-    k->dot[SW_TYPE_Q4_1] = s_dot_q4_1;
-    k->dot[SW_TYPE_Q5_0] = s_dot_q5_0;
-    k->dot[SW_TYPE_Q5_1] = s_dot_q5_1;
-    k->dot[SW_TYPE_Q8_0] = s_dot_q8_0;
-    k->mm[SW_TYPE_Q4_0] = s_mm_q4_0;
-    k->mm[SW_TYPE_Q4_1] = s_mm_q4_1;
-    k->mm[SW_TYPE_Q5_0] = s_mm_q5_0;
-    k->mm[SW_TYPE_Q5_1] = s_mm_q5_1;
-    k->mm[SW_TYPE_Q8_0] = s_mm_q8_0;
+    if (sw_cpu_has_avxvnni()) {
+        k->dot[SW_TYPE_Q4_0] = s_dot_q4_0_vnni;
+        k->dot[SW_TYPE_Q4_1] = s_dot_q4_1_vnni;
+        k->dot[SW_TYPE_Q5_0] = s_dot_q5_0_vnni;
+        k->dot[SW_TYPE_Q5_1] = s_dot_q5_1_vnni;
+        k->dot[SW_TYPE_Q8_0] = s_dot_q8_0_vnni;
+        k->mm[SW_TYPE_Q4_0] = s_mm_q4_0_vnni;
+        k->mm[SW_TYPE_Q4_1] = s_mm_q4_1_vnni;
+        k->mm[SW_TYPE_Q5_0] = s_mm_q5_0_vnni;
+        k->mm[SW_TYPE_Q5_1] = s_mm_q5_1_vnni;
+        k->mm[SW_TYPE_Q8_0] = s_mm_q8_0_vnni;
+    } else {
+        k->dot[SW_TYPE_Q4_0] = s_dot_q4_0;
+        k->dot[SW_TYPE_Q4_1] = s_dot_q4_1;
+        k->dot[SW_TYPE_Q5_0] = s_dot_q5_0;
+        k->dot[SW_TYPE_Q5_1] = s_dot_q5_1;
+        k->dot[SW_TYPE_Q8_0] = s_dot_q8_0;
+        k->mm[SW_TYPE_Q4_0] = s_mm_q4_0;
+        k->mm[SW_TYPE_Q4_1] = s_mm_q4_1;
+        k->mm[SW_TYPE_Q5_0] = s_mm_q5_0;
+        k->mm[SW_TYPE_Q5_1] = s_mm_q5_1;
+        k->mm[SW_TYPE_Q8_0] = s_mm_q8_0;
+    }
     k->dot[SW_TYPE_Q4_K] = s_dot_q4_k;
     k->dot[SW_TYPE_Q5_K] = s_dot_q5_k;
     k->dot[SW_TYPE_Q6_K] = s_dot_q6_k;
