@@ -324,137 +324,195 @@ SW_AI __m256i s_bcast16(__m256i scales2, int j)
     return _mm256_shuffle_epi8(scales2, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
 }
 
-static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
+enum { K_Q4_K, K_Q5_K, K_Q6_K };
+
+/* The 4-bit (q4_K) or 5-bit (q5_K) quants of 32-element chunk 2c (lo) and
+ * 2c+1 (hi) of a super-block, as unsigned bytes. */
+SW_AI void s_k45_chunk(int kind, const uint8_t *qs, const __m256i hbits, int c, __m256i *lo,
+                       __m256i *hi)
 {
-    const sw_block_q4_k *w = vw;
-    const sw_block_q8_k *x = vx;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / SW_QK_K; b++) {
-        const float d = x[b].d * _cvtsh_ss(w[b].d);
-        const float dmin = -x[b].d * _cvtsh_ss(w[b].dmin);
-        const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(w[b].scales));
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
-        const __m128i q8s =
-            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm);
-        const __m128i sc = _mm256_castsi256_si128(ms);
-        const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
-        const uint8_t *q4 = w[b].qs;
-        const int8_t *q8 = x[b].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++, q4 += 32, q8 += 64) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
-            const __m256i lo = _mm256_and_si256(bits, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            pl = _mm256_madd_epi16(s_bcast16(sc2, 2 * c), pl);
-            ph = _mm256_madd_epi16(s_bcast16(sc2, 2 * c + 1), ph);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    *lo = _mm256_and_si256(bits, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+    if (kind == K_Q5_K) {
+        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), one);
+        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), one);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(h0, 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(h1, 4));
     }
-    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-    accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
-    *s = s_hsum8(acc) + _mm_cvtss_f32(accm);
 }
 
-static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
+/* The 6-bit quants (0..63, unsigned) of chunk c (0..3) of half h of a q6_K block. */
+SW_AI __m256i s_q6_chunk(const sw_block_q6_k *w, int h, int c)
 {
-    const sw_block_q5_k *w = vw;
-    const sw_block_q8_k *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0.0f;
-    for (int64_t b = 0; b < n / SW_QK_K; b++) {
-        const float d = x[b].d * _cvtsh_ss(w[b].d);
-        const float dmin = -x[b].d * _cvtsh_ss(w[b].dmin);
-        const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(w[b].scales));
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[b].bsums);
-        const __m128i q8s =
-            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
-        const __m128i z = _mm_setzero_si128();
-        const __m128i hs = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
-        summs = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs);
-        const __m128i sc = _mm256_castsi256_si128(ms);
-        const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
-        const __m256i hbits = _mm256_loadu_si256((const __m256i *)w[b].qh);
-        const uint8_t *q5 = w[b].qs;
-        const int8_t *q8 = x[b].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++, q5 += 32, q8 += 64) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)q5);
-            const __m256i h0 =
-                _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), _mm256_set1_epi8(1));
-            const __m256i h1 =
-                _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), _mm256_set1_epi8(1));
-            const __m256i lo =
-                _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                                               _mm256_slli_epi16(h1, 4));
-            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            pl = _mm256_madd_epi16(s_bcast16(sc2, 2 * c), pl);
-            ph = _mm256_madd_epi16(s_bcast16(sc2, 2 * c + 1), ph);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = s_hsum8(acc) + summs;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32 * (c & 1)));
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+    const __m256i lo =
+        c < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), m3);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
+/*
+ * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 4,
+ * a compile-time constant); x rows xs bytes apart. Per pair this is GGML's
+ * AVX2 sequence: per super-block an exact int32 8-lane sum (sub-block scales
+ * applied with madd), acc = fma(d_x * d_w, float(lanes), acc); q4_K adds
+ * accm = fma(dmin, float(mins . bsums), accm) in 4 lanes, q5_K summs =
+ * fma(dmin, sum, summs); then the horizontal sums. Unpacking the weight
+ * super-block once serves all rx activation rows.
+ */
+SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs,
+                    float *y, int64_t ys)
 {
-    const sw_block_q6_k *w = vw;
-    const sw_block_q8_k *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    const __m256i m3 = _mm256_set1_epi8(3);
-    const __m256i m32 = _mm256_set1_epi8(32);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / SW_QK_K; b++) {
-        const float d = x[b].d * _cvtsh_ss(w[b].d);
-        const __m128i scales = _mm_loadu_si128((const __m128i *)w[b].scales);
-        const uint8_t *ql = w[b].ql, *qh = w[b].qh;
-        const int8_t *q8 = x[b].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++, ql += 64, qh += 32, q8 += 128) {
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
-            q[1] = _mm256_or_si256(
-                _mm256_and_si256(l2, m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
-            q[2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
-            q[3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+    const int wsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
+    __m256 acc[4];
+    __m128 accm[4];
+    float summs[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        acc[r] = _mm256_setzero_ps();
+        accm[r] = _mm_setzero_ps();
+        summs[r] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pw = w + (size_t)b * wsz;
+        const sw_block_q8_k *xb[4];
+        __m256i sumi[4];
+        float d[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < rx; r++) {
+            xb[r] = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
+            sumi[r] = _mm256_setzero_si256();
+        }
+        if (kind == K_Q6_K) {
+            const sw_block_q6_k *q6 = (const sw_block_q6_k *)pw;
+            const float dw = _cvtsh_ss(q6->d);
+#pragma GCC unroll 4
+            for (int r = 0; r < rx; r++)
+                d[r] = xb[r]->d * dw;
+            const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
+            const __m256i m32 = _mm256_set1_epi8(32);
+            for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256i q = s_q6_chunk(q6, h, c);
+                    // scales 8h+2c for the chunk's first 16 elements, 8h+2c+1 for the next 16
+                    const int j = 8 * h + 2 * c;
+                    const __m128i sh = _mm_setr_epi8(
+                        (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j,
+                        (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
+                        (char)(j + 1), (char)(j + 1), (char)(j + 1));
+                    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
+#pragma GCC unroll 4
+                    for (int r = 0; r < rx; r++) {
+                        const __m256i y8 =
+                            _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
+                        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y8),
+                                                           _mm256_maddubs_epi16(m32, y8));
+                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(sc16, p));
+                    }
+                }
+            }
+        } else {
+            const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
+            const float dw = _cvtsh_ss(q4->d), dminw = _cvtsh_ss(q4->dmin);
+            const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(q4->scales));
+            const __m128i mins = _mm256_extracti128_si256(ms, 1);
+            const __m128i sc = _mm256_castsi256_si128(ms);
+            const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+            const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
+            const __m256i hbits = kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16))
+                                                 : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int r = 0; r < rx; r++) {
+                const float yd = xb[r]->d;
+                d[r] = yd * dw;
+                const float dmin = -yd * dminw;
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
+                const __m128i q8s =
+                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                const __m128i prod = _mm_madd_epi16(mins, q8s);
+                if (kind == K_Q4_K) {
+                    accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[r]);
+                } else {
+                    const __m128i z = _mm_setzero_si128();
+                    const __m128i hs = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
+                    summs[r] = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs[r]);
+                }
+            }
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
-                const __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * c));
-                __m256i p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[c], y8), _mm256_maddubs_epi16(m32, y8));
-                // scales 8h+2c for the first 16 elements, 8h+2c+1 for the next 16
-                const int j = 8 * h + 2 * c;
-                const __m128i sh = _mm_setr_epi8(
-                    (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j,
-                    (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
-                    (char)(j + 1), (char)(j + 1), (char)(j + 1));
-                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc16, p));
+                __m256i lo, hi;
+                s_k45_chunk(kind, qs, hbits, c, &lo, &hi);
+                const __m256i scl = s_bcast16(sc2, 2 * c), sch = s_bcast16(sc2, 2 * c + 1);
+#pragma GCC unroll 4
+                for (int r = 0; r < rx; r++) {
+                    const int8_t *q8 = xb[r]->qs + 64 * c;
+                    __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+                    __m256i ph =
+                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+                    pl = _mm256_madd_epi16(scl, pl);
+                    ph = _mm256_madd_epi16(sch, ph);
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+#pragma GCC unroll 4
+        for (int r = 0; r < rx; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
-    *s = s_hsum8(acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < rx; r++) {
+        float v = s_hsum8(acc[r]);
+        if (kind == K_Q4_K) {
+            __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            v = v + _mm_cvtss_f32(m);
+        } else if (kind == K_Q5_K) {
+            v = v + summs[r];
+        }
+        y[r * ys] = v;
+    }
 }
+
+SW_AI void s_mm_k(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                  const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const int64_t nb = n / SW_QK_K;
+    const uint8_t *wb = w, *xb = x;
+    for (int r0 = 0; r0 < nr; r0 += SW_RCHUNK) {
+        const int r1 = nr - r0 > SW_RCHUNK ? r0 + SW_RCHUNK : nr;
+        for (int64_t o = o0; o < o1; o++) {
+            const uint8_t *wo = wb + (size_t)o * w_stride;
+            int r = r0;
+            for (; r + 4 <= r1; r += 4)
+                s_tile_k(kind, 4, nb, wo, xb + (size_t)r * x_stride, x_stride, y + r * y_stride + o,
+                         y_stride);
+            for (; r < r1; r++)
+                s_tile_k(kind, 1, nb, wo, xb + (size_t)r * x_stride, x_stride, y + r * y_stride + o,
+                         y_stride);
+        }
+    }
+}
+
+#define SW_DEFK(name, kind)                                                                        \
+    static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
+    {                                                                                              \
+        s_tile_k(kind, 1, n / SW_QK_K, w, x, 0, s, 0);                                             \
+    }                                                                                              \
+    static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
+                            const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
+    {                                                                                              \
+        s_mm_k(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                        \
+    }
+
+SW_DEFK(q4_k, K_Q4_K)
+SW_DEFK(q5_k, K_Q5_K)
+SW_DEFK(q6_k, K_Q6_K)
 
 /* ---- F16 / F32 / BF16 --------------------------------------------------- */
 
@@ -637,10 +695,10 @@ void sw_kernels_avx2(struct sw_kernels *k)
     k->dot[SW_TYPE_F16] = s_dot_f16;
     k->dot[SW_TYPE_F32] = s_dot_f32;
     k->dot[SW_TYPE_BF16] = s_dot_bf16;
-    // K-quants and float types use the generic per-pair matmul (weight row in L1).
-    k->mm[SW_TYPE_Q4_K] = NULL;
-    k->mm[SW_TYPE_Q5_K] = NULL;
-    k->mm[SW_TYPE_Q6_K] = NULL;
+    // the float types use the generic per-pair matmul (each weight row stays in L1)
+    k->mm[SW_TYPE_Q4_K] = s_mm_q4_k;
+    k->mm[SW_TYPE_Q5_K] = s_mm_q5_k;
+    k->mm[SW_TYPE_Q6_K] = s_mm_q6_k;
     k->mm[SW_TYPE_F16] = NULL;
     k->mm[SW_TYPE_F32] = NULL;
     k->mm[SW_TYPE_BF16] = NULL;
