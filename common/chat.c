@@ -1,0 +1,321 @@
+/*
+ * chat.c - chat prompt rendering for the ChatML, Llama 3 and Llama 2 template
+ * families (see chat.h). Output is counted as it is written, so a too-small
+ * buffer costs one extra call and no allocation.
+ */
+#include "chat.h"
+
+#include <string.h>
+
+#include "log.h"
+#include "unicode.h"
+
+/* Writes into out[0..cap) while counting the full length. */
+typedef struct s_out {
+    char *buf;  // caller's buffer
+    size_t cap; // its size in bytes
+    size_t len; // bytes the prompt needs so far (may exceed cap)
+} s_out_t;
+
+static void s_put(s_out_t *o, const char *s, size_t n)
+{
+    if (o->len < o->cap && n > 0) {
+        size_t room = o->cap - o->len;
+        memcpy(o->buf + o->len, s, n < room ? n : room);
+    }
+    o->len += n;
+}
+
+static void s_puts(s_out_t *o, const char *s)
+{
+    s_put(o, s, strlen(s));
+}
+
+/* What Python's str.isspace() accepts (jinja's trim and str.strip use it):
+ * Unicode White_Space plus the four information separators U+001C..U+001F. */
+static int s_is_py_space(uint32_t cp)
+{
+    return (cp >= 0x1C && cp <= 0x1F) || (sw_unicode_flags(cp) & SW_UCAT_SPACE);
+}
+
+/* Bounds [*b, *e) of s[0..n) without leading and trailing whitespace. */
+static void s_strip(const char *s, size_t n, size_t *b, size_t *e)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t k;
+        uint32_t cp = sw_utf8_decode(s + i, n - i, &k);
+        if (!s_is_py_space(cp))
+            break;
+        i += k;
+    }
+    size_t j = n;
+    while (j > i) {
+        /* Step back to the start of the last character. */
+        size_t st = j - 1;
+        while (st > i && j - st < 4 && ((unsigned char)s[st] & 0xC0) == 0x80)
+            st--;
+        size_t k;
+        uint32_t cp = sw_utf8_decode(s + st, j - st, &k);
+        if (st + k != j || !s_is_py_space(cp))
+            break;
+        j = st;
+    }
+    *b = i;
+    *e = j;
+}
+
+static const char *s_find(const char *hay, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    if (m == 0 || m > n)
+        return NULL;
+    for (size_t i = 0; i + m <= n; i++)
+        if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0)
+            return hay + i;
+    return NULL;
+}
+
+enum sw_chat_format sw_chat_detect(const char *tmpl, size_t len)
+{
+    static const struct {
+        const char *name;
+        enum sw_chat_format f;
+    } names[] = {
+        {"chatml", SW_CHAT_CHATML}, {"llama3", SW_CHAT_LLAMA3}, {"llama2", SW_CHAT_LLAMA2}};
+    if (!tmpl)
+        return SW_CHAT_UNKNOWN;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (len == strlen(names[i].name) && memcmp(tmpl, names[i].name, len) == 0)
+            return names[i].f;
+    if (s_find(tmpl, len, "<|im_start|>"))
+        return SW_CHAT_CHATML;
+    if (s_find(tmpl, len, "<|start_header_id|>"))
+        return SW_CHAT_LLAMA3;
+    if (s_find(tmpl, len, "[INST]"))
+        return SW_CHAT_LLAMA2;
+    return SW_CHAT_UNKNOWN;
+}
+
+const char *sw_chat_format_name(enum sw_chat_format f)
+{
+    switch (f) {
+    case SW_CHAT_CHATML:
+        return "chatml";
+    case SW_CHAT_LLAMA3:
+        return "llama3";
+    case SW_CHAT_LLAMA2:
+        return "llama2";
+    case SW_CHAT_UNKNOWN:
+        break;
+    }
+    return "unknown";
+}
+
+/* Finds the system prompt a ChatML template writes as a literal when the
+ * conversation brings none: "<|im_start|>system" + newline + text without
+ * quotes or Jinja tags + "<|im_end|>", inside one string literal. Returns the
+ * raw (still escaped) text in *sys / *sys_len, or 0 when there is none. */
+static int s_chatml_default_system(const char *t, size_t n, const char **sys, size_t *sys_len)
+{
+    static const char marker[] = "<|im_start|>system";
+    static const char end[] = "<|im_end|>";
+    const size_t ml = sizeof(marker) - 1, el = sizeof(end) - 1;
+    for (const char *p = s_find(t, n, marker); p;
+         p = s_find(p + 1, n - (size_t)(p + 1 - t), marker)) {
+        size_t i = (size_t)(p - t) + ml;
+        if (i < n && t[i] == '\n')
+            i += 1;
+        else if (i + 1 < n && t[i] == '\\' && t[i + 1] == 'n')
+            i += 2;
+        else
+            continue;
+        size_t start = i;
+        int ok = 0;
+        while (i < n) {
+            if (i + el <= n && memcmp(t + i, end, el) == 0) {
+                ok = 1;
+                break;
+            }
+            if (t[i] == '\\') {
+                i += 2;
+                continue;
+            }
+            if (t[i] == '\'' || t[i] == '"' ||
+                (t[i] == '{' && i + 1 < n && (t[i + 1] == '{' || t[i + 1] == '%')))
+                break; // the literal ends: the system text is an expression
+            i++;
+        }
+        if (ok && i > start) {
+            *sys = t + start;
+            *sys_len = i - start;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Appends a Jinja string literal's contents, resolving its escapes. */
+static void s_put_unescaped(s_out_t *o, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = s[++i];
+            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+            if (e != 'n' && e != 't' && e != 'r' && e != '\\' && e != '\'' && e != '"') {
+                s_put(o, "\\", 1); // unknown escape: kept as written
+                c = e;
+            }
+        }
+        s_put(o, &c, 1);
+    }
+}
+
+static int s_render_chatml(const char *tmpl, size_t tmpl_len, const sw_chat_msg_t *msgs, int n,
+                           int add_gen, s_out_t *o)
+{
+    const char *sys;
+    size_t sys_len;
+    if (n > 0 && strcmp(msgs[0].role, "system") != 0 &&
+        s_chatml_default_system(tmpl, tmpl_len, &sys, &sys_len)) {
+        s_puts(o, "<|im_start|>system\n");
+        s_put_unescaped(o, sys, sys_len);
+        s_puts(o, "<|im_end|>\n");
+    }
+    for (int i = 0; i < n; i++) {
+        s_puts(o, "<|im_start|>");
+        s_puts(o, msgs[i].role);
+        s_puts(o, "\n");
+        s_puts(o, msgs[i].content);
+        s_puts(o, "<|im_end|>\n");
+    }
+    if (add_gen)
+        s_puts(o, "<|im_start|>assistant\n");
+    return 0;
+}
+
+static void s_put_stripped(s_out_t *o, const char *s)
+{
+    size_t b, e;
+    s_strip(s, strlen(s), &b, &e);
+    s_put(o, s + b, e - b);
+}
+
+static int s_render_llama3(const sw_chat_msg_t *msgs, int n, int add_gen, s_out_t *o)
+{
+    for (int i = 0; i < n; i++) {
+        s_puts(o, "<|start_header_id|>");
+        s_puts(o, msgs[i].role);
+        s_puts(o, "<|end_header_id|>\n\n");
+        s_put_stripped(o, msgs[i].content);
+        s_puts(o, "<|eot_id|>");
+    }
+    if (add_gen)
+        s_puts(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return 0;
+}
+
+/* Meta's Llama 2 chat template: every user turn is "<s>[INST] ... [/INST]"
+ * (the first <s> comes from the tokenizer), every assistant turn
+ * " ... </s>"; the system prompt opens the first user turn in <<SYS>>. The
+ * template always ends ready for the assistant, so add_gen changes nothing. */
+static int s_render_llama2(const sw_chat_msg_t *msgs, int n, s_out_t *o)
+{
+    const char *sys = NULL;
+    int first = 0;
+    if (n > 0 && strcmp(msgs[0].role, "system") == 0) {
+        sys = msgs[0].content;
+        first = 1;
+    }
+    for (int i = first; i < n; i++) {
+        int k = i - first;
+        int is_user = strcmp(msgs[i].role, "user") == 0;
+        if (is_user != (k % 2 == 0)) {
+            SW_ERR("chat: llama2 template needs alternating user/assistant turns (message %d is "
+                   "\"%s\")",
+                   i, msgs[i].role);
+            return -1;
+        }
+        if (is_user) {
+            s_puts(o, k == 0 ? "[INST] " : "<s>[INST] ");
+            if (k == 0 && sys) {
+                /* strip() of "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content:
+                 * only the end can be whitespace, and when the content is all
+                 * whitespace the strip reaches back into the block. */
+                size_t b, e;
+                s_puts(o, "<<SYS>>\n");
+                s_puts(o, sys);
+                s_strip(msgs[i].content, strlen(msgs[i].content), &b, &e);
+                if (e > b) {
+                    s_puts(o, "\n<</SYS>>\n\n");
+                    s_put(o, msgs[i].content, e);
+                } else {
+                    s_puts(o, "\n<</SYS>>");
+                }
+            } else {
+                s_put_stripped(o, msgs[i].content);
+            }
+            s_puts(o, " [/INST]");
+        } else if (strcmp(msgs[i].role, "assistant") == 0) {
+            s_puts(o, " ");
+            s_put_stripped(o, msgs[i].content);
+            s_puts(o, " </s>");
+        }
+    }
+    return 0;
+}
+
+int sw_chat_apply(const char *tmpl, size_t tmpl_len, const sw_chat_msg_t *msgs, int n,
+                  int add_generation_prompt, char *out, size_t out_len, size_t *needed)
+{
+    *needed = 0;
+    if (n < 0 || (n > 0 && !msgs)) {
+        SW_ERR("chat: invalid message list");
+        return SW_CHAT_ERR;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            SW_ERR("chat: message %d has no role or content", i);
+            return SW_CHAT_ERR;
+        }
+    }
+    enum sw_chat_format f = sw_chat_detect(tmpl, tmpl_len);
+    s_out_t o = {out, out_len, 0};
+    int rc;
+    switch (f) {
+    case SW_CHAT_CHATML:
+        rc = s_render_chatml(tmpl, tmpl_len, msgs, n, add_generation_prompt, &o);
+        break;
+    case SW_CHAT_LLAMA3:
+        rc = s_render_llama3(msgs, n, add_generation_prompt, &o);
+        break;
+    case SW_CHAT_LLAMA2:
+        rc = s_render_llama2(msgs, n, &o);
+        break;
+    default:
+        SW_ERR("chat: the chat template is not one of the supported families (ChatML, Llama 3, "
+               "Llama 2)");
+        return SW_CHAT_ERR;
+    }
+    if (rc != 0)
+        return SW_CHAT_ERR;
+    *needed = o.len;
+    if (o.len >= out_len)
+        return SW_CHAT_ERR_SMALL;
+    out[o.len] = 0;
+    return 0;
+}
+
+int sw_chat_format(const sw_gguf_t *g, const sw_chat_msg_t *msgs, int n, int add_generation_prompt,
+                   char *out, size_t out_len, size_t *needed)
+{
+    sw_gguf_str_t tmpl;
+    *needed = 0;
+    if (sw_gguf_get_str(g, "tokenizer.chat_template", &tmpl) != 0) {
+        SW_ERR("chat: the model has no tokenizer.chat_template");
+        return SW_CHAT_ERR;
+    }
+    return sw_chat_apply(tmpl.ptr, (size_t)tmpl.len, msgs, n, add_generation_prompt, out, out_len,
+                         needed);
+}
