@@ -346,7 +346,7 @@ static void test_smollm2_api(const sw_tokenizer_t *t)
     int32_t *rid = sw_tokenize_alloc(t, raw, raw_len, 0, 0, &n2);
     SW_CHECK(rid != NULL);
     if (rid) {
-        char piece_all[256];
+        char piece_all[256] = {0};
         size_t o = 0;
         for (int i = 0; i < n2; i++) {
             int k = sw_token_to_piece(t, rid[i], 1, piece_all + o, sizeof piece_all - o);
@@ -451,7 +451,7 @@ static void test_detok_stream(const sw_tokenizer_t *t)
     SW_CHECK(ids != NULL);
     d = sw_detok_new(t, 0);
     if (ids && d) {
-        char acc[256];
+        char acc[256] = {0};
         size_t o = 0;
         int chunks_ok = 1;
         for (int i = 0; i <= n_ids; i++) {
