@@ -8,7 +8,8 @@
  *   2. a 100-string corpus tokenized with SmolLM2's tokenizer by Hugging Face
  *      tokenizers (tests/fixtures/tokenizer/smollm2_corpus.json, written by
  *      scripts/fixtures/make_tokenizer_fixtures.py), with and without special
- *      token parsing, plus decode(encode(s)) == s;
+ *      token parsing, plus decode(encode(s)) == s; and 400 seeded random
+ *      strings from the same file;
  *   3. the streaming detokenizer on emoji split across byte tokens;
  *   4. small synthetic vocabularies (edge cases and bad metadata).
  */
@@ -285,6 +286,34 @@ static void test_smollm2_corpus(const sw_tokenizer_t *t)
     SW_CHECK_INT(n_ok, 100);
     SW_CHECK_INT(n_ok_nospecial, 100);
     SW_CHECK_INT(n_round, 100);
+
+    /* Seeded random strings (special-token parsing on, as the reference). */
+    json_t *randoms = json_object_get(root, "random_cases");
+    int n_rand_ok = 0, n_rand_round = 0;
+    json_array_foreach(randoms, i, c)
+    {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t len = json_string_length(json_object_get(c, "text"));
+        static int32_t want[4096], got[4096];
+        int n_want = json_ids(json_object_get(c, "ids"), want, 4096);
+        int n_got = 0;
+        if (!text || n_want < 0)
+            continue;
+        if (sw_tokenize(t, text, len, 0, 1, got, 4096, &n_got) == 0 &&
+            ids_equal(got, n_got, want, n_want))
+            n_rand_ok++;
+        else
+            fprintf(stderr, "random case %zu differs: \"%s\"\n", i, text);
+        size_t dlen = 0;
+        char *dec = detok_all(t, got, n_got, 1, &dlen);
+        n_rand_round += dec && dlen == len && memcmp(dec, text, len) == 0;
+        free(dec);
+    }
+    printf("smollm2 random strings: %d/%zu match, %d round-trip\n", n_rand_ok,
+           json_array_size(randoms), n_rand_round);
+    SW_CHECK(json_array_size(randoms) >= 400);
+    SW_CHECK_INT(n_rand_ok, json_array_size(randoms));
+    SW_CHECK_INT(n_rand_round, json_array_size(randoms));
     json_decref(root);
 }
 
