@@ -1510,7 +1510,8 @@ int sw_token_to_piece(const sw_tokenizer_t *t, int32_t id, int render_special, c
     size_t n = (size_t)(t->piece_off[id + 1] - t->piece_off[id]);
     if (n > INT_MAX)
         return -1;
-    memcpy(buf, t->piece + t->piece_off[id], n < len ? n : len);
+    if (len > 0)
+        memcpy(buf, t->piece + t->piece_off[id], n < len ? n : len);
     return (int)n;
 }
 
