@@ -839,6 +839,50 @@ out:
     free(scores);
 }
 
+/* Random byte strings (valid and invalid UTF-8, biased toward bytes that
+ * matter to the pre-tokenizer): tokenizing never fails, and the pieces give
+ * back every byte that has a token in the alphabet, in order. */
+static void test_random_bytes(const sw_tokenizer_t *t)
+{
+    static const unsigned char bias[] = {' ',  ' ',  '\n', '\r', '\t', '\'', 's',  'a',  '1', '.',
+                                         0xC3, 0xA9, 0xE2, 0x80, 0x99, 0xF0, 0x9F, 0xA6, 0x99};
+    int has_tok[256];
+    for (int b = 0; b < 256; b++)
+        has_tok[b] = byte_token(t, (unsigned char)b) >= 0;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int n_ok = 0;
+    const int n_cases = 2000;
+    for (int k = 0; k < n_cases; k++) {
+        unsigned char in[80], want[80];
+        char got[1024];
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len = (size_t)(x >> 58); // 0..63
+        size_t n_want = 0;
+        for (size_t i = 0; i < len; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned v = (unsigned)(x >> 33);
+            in[i] = (v & 1) ? bias[(v >> 1) % sizeof bias] : (unsigned char)(v >> 8);
+            if (has_tok[in[i]])
+                want[n_want++] = in[i];
+        }
+        int n = 0;
+        int32_t *ids = sw_tokenize_alloc(t, (const char *)in, len, 0, 0, &n);
+        if (!ids)
+            continue;
+        size_t o = 0;
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            int m = sw_token_to_piece(t, ids[i], 1, got + o, sizeof got - o);
+            ok = m >= 0 && o + (size_t)m <= sizeof got;
+            o += ok ? (size_t)m : 0;
+        }
+        n_ok += ok && o == n_want && memcmp(got, want, o) == 0;
+        free(ids);
+    }
+    printf("random bytes: %d/%d strings give their bytes back\n", n_ok, n_cases);
+    SW_CHECK_INT(n_ok, n_cases);
+}
+
 int main(void)
 {
     test_synthetic_bpe();
@@ -857,6 +901,7 @@ int main(void)
         test_smollm2_api(t);
         test_smollm2_corpus(t);
         test_detok_stream(t);
+        test_random_bytes(t);
         sw_tokenizer_free(&t);
         SW_CHECK(t == NULL);
     }
