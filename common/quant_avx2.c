@@ -389,13 +389,20 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, const uint8_
             sumi[r] = _mm256_setzero_si256();
         }
         if (kind == K_Q6_K) {
+            /* The -32 offset is applied per lane at the end as 32 * (bsums .
+             * scales), like GGML's AVX2 q6_K kernel, so the lanes hold the
+             * same integers as GGML's. */
             const sw_block_q6_k *q6 = (const sw_block_q6_k *)pw;
             const float dw = _cvtsh_ss(q6->d);
-#pragma GCC unroll 4
-            for (int r = 0; r < rx; r++)
-                d[r] = xb[r]->d * dw;
             const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
-            const __m256i m32 = _mm256_set1_epi8(32);
+            const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+            __m256i sub[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < rx; r++) {
+                d[r] = xb[r]->d * dw;
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
+                sub[r] = _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5);
+            }
             for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; c++) {
@@ -411,12 +418,14 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, const uint8_
                     for (int r = 0; r < rx; r++) {
                         const __m256i y8 =
                             _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
-                        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y8),
-                                                           _mm256_maddubs_epi16(m32, y8));
-                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(sc16, p));
+                        sumi[r] = _mm256_add_epi32(
+                            sumi[r], _mm256_madd_epi16(sc16, _mm256_maddubs_epi16(q, y8)));
                     }
                 }
             }
+#pragma GCC unroll 4
+            for (int r = 0; r < rx; r++)
+                sumi[r] = _mm256_sub_epi32(sumi[r], sub[r]);
         } else {
             const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
             const float dw = _cvtsh_ss(q4->d), dminw = _cvtsh_ss(q4->dmin);
@@ -556,7 +565,19 @@ static void s_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
             sum[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j),
                                      sum[j]);
     float sumf = s_reduce4(sum[0], sum[1], sum[2], sum[3]);
-    for (int64_t i = np; i < n; i++)
+    /* GGML's tail is "sumf += x[i]*y[i]" compiled by GCC with contraction on:
+     * it vectorises the products of groups of 8 and then 4 (separate multiply
+     * and add) and fuses only the last 0..3. Mirrored so that the bits match. */
+    int64_t i = np;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            sumf += w[i + k] * x[i + k];
+    if (n - i >= 4) {
+        for (int k = 0; k < 4; k++)
+            sumf += w[i + k] * x[i + k];
+        i += 4;
+    }
+    for (; i < n; i++)
         sumf = fmaf(w[i], x[i], sumf);
     *s = sumf;
 }
