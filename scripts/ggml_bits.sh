@@ -4,6 +4,7 @@
 # quantizers and dot products with it bit for bit (scripts/ggml_bits.c).
 #
 #   bash scripts/ggml_bits.sh /path/to/llama.cpp/ggml [work dir]
+#   SW_GGML_BENCH=1 bash scripts/ggml_bits.sh ...   # also time ggml_mul_mat vs sw_matmul
 #
 # Needs shardwire built first (build/common/libswcommon.a, or $SW_BUILD_DIR).
 # The ggml tree is copied into the work dir (default /tmp/sw-ggml-bits), never modified.
@@ -27,4 +28,18 @@ cmake --build "$work/build" --target ggml-cpu -j "${SW_JOBS:-2}" >/dev/null
 cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/common" "$here/scripts/ggml_bits.c" \
     "$lib" "$work/build/src/libggml-cpu.a" "$work/build/src/libggml-base.a" -lstdc++ -lm -lpthread \
     -o "$work/ggml_bits"
+if [ "${SW_GGML_BENCH:-0}" = 1 ]; then # also time GGML's mul_mat against sw_matmul
+    cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/common" \
+        "$here/scripts/ggml_bench.c" "$lib" "$work/build/src/libggml-cpu.a" \
+        "$work/build/src/libggml-base.a" -lstdc++ -lm -lpthread -o "$work/ggml_bench"
+    "$work/ggml_bench" 1
+    "$work/ggml_bench" 2
+fi
 "$work/ggml_bits"
+if [ "${SW_GGML_BENCH:-0}" = 1 ]; then # also time GGML's mul_mat against sw_matmul
+    cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/common" \
+        "$here/scripts/ggml_bench.c" "$lib" "$work/build/src/libggml-cpu.a" \
+        "$work/build/src/libggml-base.a" -lstdc++ -lm -lpthread -o "$work/ggml_bench"
+    "$work/ggml_bench" 1
+    "$work/ggml_bench" 2
+fi
