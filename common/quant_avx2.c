@@ -22,6 +22,11 @@
 
 #define SW_AI static inline __attribute__((always_inline))
 
+/* Software prefetch distance of the matmul tiles, in weight rows. Measured on
+ * the 49152 x 576 q8_0 output matrix (30 MB, streamed from memory): 8 rows
+ * ahead roughly halved the time per block against none, 4 or 16 rows. */
+#define SW_PF_ROWS 8
+
 /* ---- helpers ------------------------------------------------------------ */
 
 SW_AI uint16_t s_u16(const uint8_t *p)
@@ -34,6 +39,13 @@ SW_AI uint16_t s_u16(const uint8_t *p)
 SW_AI float s_h2f(const uint8_t *p)
 {
     return _cvtsh_ss(s_u16(p));
+}
+
+/* Prefetches p + off. Integer arithmetic: the address may lie past the end of
+ * the weights (prefetches never fault), which pointer arithmetic may not. */
+SW_AI void s_prefetch(const uint8_t *p, size_t off)
+{
+    _mm_prefetch((const char *)((uintptr_t)p + off), _MM_HINT_T0);
 }
 
 /* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
@@ -200,6 +212,8 @@ SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_
 #pragma GCC unroll 4
         for (int i = 0; i < rw; i++) {
             const uint8_t *p = wr[i] + (size_t)b * wsz;
+            // the same block SW_PF_ROWS rows below: two tiles ahead when weights stream from DRAM
+            s_prefetch(p, SW_PF_ROWS * ws);
             const __m256i q = s_wquants(kind, p, vnni);
             const __m256 dw = _mm256_broadcast_ss(&tab[s_u16(p)]);
             __m256i qa = q, wbias = _mm256_setzero_si256();
@@ -365,8 +379,8 @@ SW_AI __m256i s_q6_chunk(const sw_block_q6_k *w, int h, int c)
  * fma(dmin, sum, summs); then the horizontal sums. Unpacking the weight
  * super-block once serves all rx activation rows.
  */
-SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs,
-                    float *y, int64_t ys)
+SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, const uint8_t *x,
+                    size_t xs, float *y, int64_t ys)
 {
     const int wsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
     __m256 acc[4];
@@ -380,6 +394,9 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, const uint8_
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *pw = w + (size_t)b * wsz;
+        if (pf) // the same super-block SW_PF_ROWS rows below
+            for (int off = 0; off < wsz; off += 64)
+                s_prefetch(pw, pf + (size_t)off);
         const sw_block_q8_k *xb[4];
         __m256i sumi[4];
         float d[4];
@@ -493,17 +510,18 @@ SW_AI void s_mm_k(int kind, int64_t n, const void *w, size_t w_stride, int64_t o
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
+    const size_t pf = SW_PF_ROWS * w_stride;
     for (int r0 = 0; r0 < nr; r0 += SW_RCHUNK) {
         const int r1 = nr - r0 > SW_RCHUNK ? r0 + SW_RCHUNK : nr;
         for (int64_t o = o0; o < o1; o++) {
             const uint8_t *wo = wb + (size_t)o * w_stride;
             int r = r0;
             for (; r + 4 <= r1; r += 4)
-                s_tile_k(kind, 4, nb, wo, xb + (size_t)r * x_stride, x_stride, y + r * y_stride + o,
-                         y_stride);
+                s_tile_k(kind, 4, nb, wo, pf, xb + (size_t)r * x_stride, x_stride,
+                         y + r * y_stride + o, y_stride);
             for (; r < r1; r++)
-                s_tile_k(kind, 1, nb, wo, xb + (size_t)r * x_stride, x_stride, y + r * y_stride + o,
-                         y_stride);
+                s_tile_k(kind, 1, nb, wo, pf, xb + (size_t)r * x_stride, x_stride,
+                         y + r * y_stride + o, y_stride);
         }
     }
 }
@@ -511,7 +529,7 @@ SW_AI void s_mm_k(int kind, int64_t n, const void *w, size_t w_stride, int64_t o
 #define SW_DEFK(name, kind)                                                                        \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_tile_k(kind, 1, n / SW_QK_K, w, x, 0, s, 0);                                             \
+        s_tile_k(kind, 1, n / SW_QK_K, w, 0, x, 0, s, 0);                                          \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
