@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds every libFuzzer target (tests/fuzz/fuzz_*.c) with clang, ASan and
+# UBSan into $SW_FUZZ_BUILD_DIR (build-fuzz/ by default) and runs each for
+# ${SW_FUZZ_SECONDS:-30} seconds from its seed corpus tests/fuzz/corpus/<name>/
+# (fuzz_gguf -> corpus/gguf/). New inputs go to a scratch corpus in the build
+# folder, crashes to build-fuzz/artifacts/. Exits non-zero on any finding.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${SW_FUZZ_BUILD_DIR:-$here/build-fuzz}
+seconds=${SW_FUZZ_SECONDS:-30}
+cc=${SW_FUZZ_CC:-clang}
+if ! command -v "$cc" >/dev/null; then
+    echo "fuzz: $cc not found (install clang and libclang-rt-dev)" >&2
+    exit 1
+fi
+CC=$cc cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSW_FUZZ=ON -DSW_CUDA=OFF \
+    -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+    >/dev/null
+status=0
+for src in "$here"/tests/fuzz/fuzz_*.c; do
+    name=$(basename "$src" .c)
+    cmake --build "$build" -j "$(nproc)" --target "$name"
+    seeds="$here/tests/fuzz/corpus/${name#fuzz_}"
+    work="$build/corpus/$name"
+    mkdir -p "$work" "$build/artifacts"
+    echo "== $name: ${seconds}s"
+    args=("$work")
+    [ -d "$seeds" ] && args+=("$seeds")
+    if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$build/bin/$name" \
+        -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="$build/artifacts/$name-" "${args[@]}"; then
+        echo "fuzz: $name found a problem (see $build/artifacts/)" >&2
+        status=1
+    fi
+done
+exit $status
