@@ -16,10 +16,21 @@
 #include "quant_impl.h"
 
 #include <float.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The kernels spell out where GGML's arithmetic fuses a multiply-add (fmaf,
+ * _mm256_fmadd_ps) and where it does not; the compiler must not fuse others. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
+#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
+#endif
 
 _Static_assert(sizeof(sw_block_q4_0) == 18, "q4_0 block size");
 _Static_assert(sizeof(sw_block_q4_1) == 20, "q4_1 block size");
@@ -805,6 +816,16 @@ static void s_mm_generic(sw_dot_fn dot, enum sw_type t, int64_t n, const void *w
             dot(n, &y[r * y_stride + o], wb + (size_t)o * w_stride, xb + (size_t)r * x_stride);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* CPUID.1:ECX[29]. Asked directly: not every compiler knows "f16c" for
+ * __builtin_cpu_supports. OS support for the YMM state comes with "avx2". */
+static int s_cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
+#endif
+
 static void s_init(void)
 {
     s_scalar.dot[SW_TYPE_F32] = s_dot_f32;
@@ -824,7 +845,7 @@ static void s_init(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (!want_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+        s_cpu_has_f16c()) {
         sw_kernels_avx2(&s_best);
         s_best_name = "avx2";
         s_best_avx2_quant = 1;

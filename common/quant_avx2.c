@@ -20,6 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The kernels spell out where GGML's arithmetic fuses a multiply-add (fmaf,
+ * _mm256_fmadd_ps) and where it does not; the compiler must not fuse others. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
+#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
+#endif
+
 #define SW_AI static inline __attribute__((always_inline))
 
 /* Software prefetch distance of the matmul tiles, in weight rows. Measured on
@@ -34,11 +42,6 @@ SW_AI uint16_t s_u16(const uint8_t *p)
     uint16_t v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-SW_AI float s_h2f(const uint8_t *p)
-{
-    return _cvtsh_ss(s_u16(p));
 }
 
 /* Prefetches p + off. Integer arithmetic: the address may lie past the end of
@@ -57,14 +60,6 @@ SW_AI float s_hsum8(__m256 x)
     return _mm_cvtss_f32(r);
 }
 
-/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high nibbles. */
-SW_AI __m256i s_nibbles(const uint8_t *qs)
-{
-    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
 /* 32 bits -> 32 bytes, 0xFF where the bit is set. */
 SW_AI __m256i s_bits_to_bytes(const uint8_t *p)
 {
@@ -75,13 +70,6 @@ SW_AI __m256i s_bits_to_bytes(const uint8_t *p)
     __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-}
-
-/* unsigned x signed bytes -> 8 int32 lanes (sum of 4 products each) -> float. */
-SW_AI __m256 s_dot_us8(__m256i ux, __m256i sy)
-{
-    const __m256i p16 = _mm256_maddubs_epi16(ux, sy);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
 /* acc + per-lane sum of 4 (unsigned u) x (signed s) byte products: AVX-VNNI's

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86 1
 #endif
@@ -236,7 +237,8 @@ static void test_conversions(void)
 {
     int bad16 = 0, badbf = 0, badhw = 0;
 #ifdef HAVE_X86
-    int hw = __builtin_cpu_supports("f16c");
+    unsigned ca, cb, cc, cd; // CPUID.1:ECX[29] = F16C
+    int hw = __get_cpuid(1, &ca, &cb, &cc, &cd) && ((cc >> 29) & 1u);
 #endif
     for (uint32_t h = 0; h < 65536; h++) {
         float f = sw_f16_to_f32((sw_f16)h);
