@@ -13,6 +13,8 @@ Usage (from the repository root, with a venv holding llama-cpp-python, numpy):
     $VENV/bin/python scripts/ref/make_greedy_fixtures.py            # SmolLM2 set
     bash scripts/fetch_model.sh qwen-coder-1.5b
     $VENV/bin/python scripts/ref/make_greedy_fixtures.py --set qwen15
+    bash scripts/fetch_model.sh qwen-coder-0.5b
+    $VENV/bin/python scripts/ref/make_greedy_fixtures.py --set qwen05
 
 On CPUs that report AMX (Sapphire Rapids and later) inside a VM that does not
 let threads use the AMX tiles, a -march=native llama.cpp build dies with
@@ -110,6 +112,8 @@ SETS = {
                     out="tests/fixtures/greedy_smollm2.json", n_gen=64, cases=SMOLLM2_CASES),
     "qwen15": dict(model="models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
                    out="tests/fixtures/greedy_qwen15.json", n_gen=32, cases=QWEN_CASES),
+    "qwen05": dict(model="models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+                   out="tests/fixtures/greedy_qwen05.json", n_gen=32, cases=QWEN_CASES),
 }
 
 GGML_TYPE_NAMES = {0: "f32", 1: "f16", 8: "q8_0", 2: "q4_0", 3: "q4_1", 30: "bf16"}
