@@ -1,0 +1,114 @@
+/*
+ * adaptive.c - the K controller (see adaptive.h).
+ */
+#include "adaptive.h"
+
+#include <math.h>
+
+#include "decode.h"
+
+#define S_ACC_DECAY 0.9  // per round: about the last 10 rounds count
+#define S_TIME_DECAY 0.8 // moving averages of times
+#define S_FIT_DECAY 0.95 // compute fit: about the last 20 rounds
+#define S_K_START 4      // before anything is measured
+
+void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max)
+{
+    *c = (draft_ctl_t){0};
+    c->k_fixed = k_fixed > SW_MAX_DRAFT ? SW_MAX_DRAFT : (k_fixed < 0 ? 0 : k_fixed);
+    c->k_max = k_max < 1 ? 1 : (k_max > SW_MAX_DRAFT ? SW_MAX_DRAFT : k_max);
+    c->draft_ms = -1;
+}
+
+double draft_expected_tokens(double a, int k)
+{
+    if (a >= 1.0 - 1e-9)
+        return k + 1.0;
+    return (1.0 - pow(a, k + 1)) / (1.0 - a);
+}
+
+double draft_ctl_accept_rate(const draft_ctl_t *c)
+{
+    /* One pseudo-success and one pseudo-failure keep the estimate off 0 and 1. */
+    return (c->acc_s + 1.0) / (c->acc_s + c->acc_f + 2.0);
+}
+
+/* compute(rows) = c0 + c1 * rows from the decayed least-squares sums. */
+static void s_fit(const draft_ctl_t *c, double *c0, double *c1)
+{
+    *c0 = *c1 = 0;
+    if (c->w <= 0)
+        return;
+    const double mx = c->sx / c->w, my = c->sy / c->w;
+    const double vx = c->sxx / c->w - mx * mx;
+    if (vx > 0.25) { // K has varied by about one row at least
+        *c1 = (c->sxy / c->w - mx * my) / vx;
+        if (*c1 < 0)
+            *c1 = 0;
+    }
+    *c0 = my - *c1 * mx;
+    if (*c0 < 0)
+        *c0 = 0;
+}
+
+double draft_ctl_round_ms(const draft_ctl_t *c, int k)
+{
+    double c0, c1;
+    s_fit(c, &c0, &c1);
+    return c->fixed_ms + c0 + c1 * (k + 1);
+}
+
+int draft_ctl_next_k(const draft_ctl_t *c, int cap)
+{
+    if (cap < 1)
+        return 0;
+    if (c->k_fixed > 0)
+        return c->k_fixed < cap ? c->k_fixed : cap;
+    const int hi = c->k_max < cap ? c->k_max : cap;
+    if (c->n_obs == 0)
+        return S_K_START < hi ? S_K_START : hi;
+    const double a = draft_ctl_accept_rate(c);
+    const double td = c->draft_ms > 0 ? c->draft_ms : 0;
+    int best = 1;
+    double best_rate = -1;
+    for (int k = 1; k <= hi; k++) {
+        double t = draft_ctl_round_ms(c, k) + k * td;
+        double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
+        if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
+            best_rate = rate;
+            best = k;
+        }
+    }
+    return best;
+}
+
+void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,
+                       double compute_ms)
+{
+    if (n_draft < 0 || n_accepted < 0 || n_accepted > n_draft || !(round_ms >= 0) ||
+        !(compute_ms >= 0))
+        return;
+    if (compute_ms > round_ms)
+        compute_ms = round_ms;
+    if (n_draft > 0) {
+        c->acc_s = c->acc_s * S_ACC_DECAY + n_accepted;
+        c->acc_f = c->acc_f * S_ACC_DECAY + (n_accepted < n_draft ? 1 : 0);
+    }
+    const double fixed = round_ms - compute_ms;
+    c->fixed_ms = c->n_obs ? c->fixed_ms * S_TIME_DECAY + fixed * (1 - S_TIME_DECAY) : fixed;
+    const double x = n_draft + 1.0;
+    c->w = c->w * S_FIT_DECAY + 1;
+    c->sx = c->sx * S_FIT_DECAY + x;
+    c->sy = c->sy * S_FIT_DECAY + compute_ms;
+    c->sxx = c->sxx * S_FIT_DECAY + x * x;
+    c->sxy = c->sxy * S_FIT_DECAY + x * compute_ms;
+    c->n_obs++;
+}
+
+void draft_ctl_draft_time(draft_ctl_t *c, int n_tokens, double ms)
+{
+    if (n_tokens < 1 || !(ms >= 0))
+        return;
+    const double per = ms / n_tokens;
+    c->draft_ms = c->draft_ms < 0 ? per : c->draft_ms * S_TIME_DECAY + per * (1 - S_TIME_DECAY);
+}

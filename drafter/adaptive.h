@@ -1,0 +1,55 @@
+/*
+ * adaptive.h - chooses the number of draft tokens K for the next round.
+ *
+ * A round with K drafts commits on average E(K) = (1 - a^(K+1)) / (1 - a)
+ * tokens when each draft is accepted with probability a (independently; the
+ * chain stops at the first rejection, and the target always adds one token).
+ * It costs the drafting, K * t_draft, plus the target's round: a fixed part
+ * (network, per-message overhead) and a compute part that grows with the
+ * K + 1 rows verified. The controller measures all of these as the
+ * generation runs and picks the K in [1, k_max] that maximises
+ *
+ *     E(K) / (t_fixed + t_compute(K + 1) + K * t_draft)       tokens per ms.
+ *
+ * Estimates: a from the accepted / rejected draft counts with exponential
+ * forgetting (each round counts its accepted drafts as successes and, when
+ * it stopped before the last draft, one failure); t_draft and t_fixed as
+ * moving averages; t_compute(rows) = c0 + c1 * rows by least squares with
+ * forgetting over (rows, compute ms) pairs (c1 = 0 until K has varied).
+ * K never drops below 1 so that a can still be measured; before the first
+ * measurement K is min(4, k_max).
+ *
+ * A draft_ctl_t is a plain value (no allocation); one per generation.
+ */
+#ifndef DRAFT_ADAPTIVE_H
+#define DRAFT_ADAPTIVE_H
+
+typedef struct draft_ctl {
+    int k_fixed;                // > 0: every round asks for exactly this K; 0: adaptive
+    int k_max;                  // adaptive: the largest K tried, 1..SW_MAX_DRAFT
+    int n_obs;                  // rounds observed
+    double acc_s;               // decayed count of accepted drafts
+    double acc_f;               // decayed count of rejected drafts
+    double draft_ms;            // moving average: ms per draft token (-1 = not measured)
+    double fixed_ms;            // moving average: round wall time minus target compute (ms)
+    double w, sx, sy, sxx, sxy; // decayed sums of (rows, compute ms) for the compute fit
+} draft_ctl_t;
+
+/* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */
+void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max);
+/* K for the next round, at most cap (the room left in the generation). */
+int draft_ctl_next_k(const draft_ctl_t *c, int cap);
+/* A round's outcome: n_draft sent, n_accepted kept, wall ms of the target's
+ * round and the part that was compute. */
+void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,
+                       double compute_ms);
+/* Drafting cost: ms spent producing n_tokens drafts (n_tokens >= 1). */
+void draft_ctl_draft_time(draft_ctl_t *c, int n_tokens, double ms);
+/* The current acceptance estimate, in (0, 1). */
+double draft_ctl_accept_rate(const draft_ctl_t *c);
+/* Expected tokens committed by a round of k drafts at acceptance rate a. */
+double draft_expected_tokens(double a, int k);
+/* The predicted target round time (ms) with k drafts. */
+double draft_ctl_round_ms(const draft_ctl_t *c, int k);
+
+#endif
