@@ -279,12 +279,15 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                 for (size_t i = 0; i < v->n_tokens; i++)
                     out->tokens[i] = (int32_t)v->tokens[i];
                 *stage_ms = 0;
+                /* The timing list starts with the head's own entry: count
+                 * only the later stages here (the head's time is head_ms). */
                 for (size_t i = 0; i < v->n_timing; i++) {
                     double ms = v->timing[i]->compute_us / 1e3;
-                    *stage_ms += ms;
                     for (int s = 1; s < p->route.n; s++)
-                        if (!strcmp(p->route.names[s], v->timing[i]->name))
+                        if (!strcmp(p->route.names[s], v->timing[i]->name)) {
                             p->stage_total[s] += ms;
+                            *stage_ms += ms;
+                        }
                 }
                 sw_wire_msg_clear(&m);
                 return 0;
