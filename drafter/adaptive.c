@@ -7,7 +7,7 @@
 
 #include "decode.h"
 
-#define S_ACC_DECAY 0.9  // per round: about the last 10 rounds count
+#define S_ACC_DECAY 0.95 // per round: about the last 20 rounds count
 #define S_TIME_DECAY 0.8 // moving averages of times
 #define S_FIT_DECAY 0.95 // compute fit: about the last 20 rounds
 #define S_K_START 4      // before anything is measured

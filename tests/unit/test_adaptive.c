@@ -1,0 +1,110 @@
+/*
+ * test_adaptive.c - the K controller of drafter/adaptive.h against a
+ * simulated pipeline whose costs and acceptance rate are known:
+ *
+ *  - E(K) = (1 - a^(K+1)) / (1 - a) (and K + 1 at a = 1);
+ *  - fed rounds from a simulator (acceptance a per draft, round time
+ *    fixed + c0 + c1 * rows, draft time per token), the controller settles
+ *    on a K whose predicted throughput is within 3% of the best K's true
+ *    throughput, in a WAN-like setting (86 ms fixed: large K) and a local one
+ *    (no network, costly drafts: K small);
+ *  - the acceptance estimate tracks a; a fixed K is returned as is (capped);
+ *  - malformed observations are ignored.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "adaptive.h"
+#include "rng.h"
+#include "sw_test.h"
+
+typedef struct sim {
+    double a, fixed, c0, c1, t_draft;
+} sim_t;
+
+static double s_true_rate(const sim_t *s, int k)
+{
+    return draft_expected_tokens(s->a, k) / (s->fixed + s->c0 + s->c1 * (k + 1) + k * s->t_draft);
+}
+
+static int s_best_k(const sim_t *s, int k_max)
+{
+    int best = 1;
+    for (int k = 2; k <= k_max; k++)
+        if (s_true_rate(s, k) > s_true_rate(s, best))
+            best = k;
+    return best;
+}
+
+static void s_simulate(const sim_t *s, int k_max, uint64_t seed, const char *name)
+{
+    draft_ctl_t c;
+    draft_ctl_init(&c, 0, k_max);
+    sw_rng_t rng;
+    sw_rng_seed(&rng, seed);
+    int k = 0;
+    double sum_rate = 0;
+    int n_tail = 0;
+    for (int round = 0; round < 400; round++) {
+        k = draft_ctl_next_k(&c, 64);
+        SW_CHECK(k >= 1 && k <= k_max);
+        int acc = 0;
+        while (acc < k && sw_rng_uniform(&rng) < s->a)
+            acc++;
+        draft_ctl_draft_time(&c, k, k * s->t_draft);
+        double compute = s->c0 + s->c1 * (k + 1);
+        draft_ctl_observe(&c, k, acc, s->fixed + compute, compute);
+        if (round >= 200) {
+            sum_rate += s_true_rate(s, k);
+            n_tail++;
+        }
+    }
+    const int best = s_best_k(s, k_max);
+    const double got = sum_rate / n_tail, want = s_true_rate(s, best);
+    fprintf(stderr,
+            "%s: best K %d (%.4f tok/ms), controller's last K %d, mean %.4f tok/ms, a %.3f\n", name,
+            best, want, k, got, draft_ctl_accept_rate(&c));
+    SW_CHECK(got >= 0.97 * want);
+    SW_CHECK_NEAR(draft_ctl_accept_rate(&c), s->a, 0.12);
+}
+
+int main(void)
+{
+    SW_CHECK_NEAR(draft_expected_tokens(0.5, 0), 1.0, 1e-12);
+    SW_CHECK_NEAR(draft_expected_tokens(0.5, 1), 1.5, 1e-12);
+    SW_CHECK_NEAR(draft_expected_tokens(0.5, 3), 1.875, 1e-12);
+    SW_CHECK_NEAR(draft_expected_tokens(1.0, 7), 8.0, 1e-12);
+
+    /* WAN: 86 ms per round trip dominates, cheap drafts: K goes high. */
+    sim_t wan = {.a = 0.8, .fixed = 86, .c0 = 20, .c1 = 2, .t_draft = 3};
+    s_simulate(&wan, 32, 1, "wan a=0.8");
+    SW_CHECK(s_best_k(&wan, 32) >= 6);
+    /* Local: no network, the draft costs half a target step: K small. */
+    sim_t local = {.a = 0.6, .fixed = 0.5, .c0 = 20, .c1 = 3, .t_draft = 10};
+    s_simulate(&local, 32, 2, "local a=0.6");
+    SW_CHECK(s_best_k(&local, 32) <= 3);
+    /* High acceptance over a WAN. */
+    sim_t easy = {.a = 0.95, .fixed = 86, .c0 = 15, .c1 = 1, .t_draft = 2};
+    s_simulate(&easy, 32, 3, "wan a=0.95");
+
+    /* Fixed K. */
+    draft_ctl_t c;
+    draft_ctl_init(&c, 8, 16);
+    SW_CHECK_INT(draft_ctl_next_k(&c, 64), 8);
+    SW_CHECK_INT(draft_ctl_next_k(&c, 3), 3);
+    SW_CHECK_INT(draft_ctl_next_k(&c, 0), 0);
+    draft_ctl_observe(&c, 8, 0, 100, 10);
+    SW_CHECK_INT(draft_ctl_next_k(&c, 64), 8);
+
+    /* Adaptive: the first K, and bad observations change nothing. */
+    draft_ctl_init(&c, 0, 16);
+    SW_CHECK_INT(draft_ctl_next_k(&c, 64), 4);
+    SW_CHECK_INT(draft_ctl_next_k(&c, 2), 2);
+    draft_ctl_observe(&c, 4, 5, 100, 10);
+    draft_ctl_observe(&c, -1, 0, 100, 10);
+    draft_ctl_observe(&c, 4, 2, NAN, 10);
+    draft_ctl_draft_time(&c, 0, 5);
+    SW_CHECK_INT(c.n_obs, 0);
+    SW_CHECK(c.draft_ms < 0);
+    return sw_test_done();
+}
