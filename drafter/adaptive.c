@@ -58,7 +58,7 @@ double draft_ctl_round_ms(const draft_ctl_t *c, int k)
     return c->fixed_ms + c0 + c1 * (k + 1);
 }
 
-int draft_ctl_next_k(const draft_ctl_t *c, int cap)
+int draft_ctl_next_k(draft_ctl_t *c, int cap)
 {
     if (cap < 1)
         return 0;
@@ -69,8 +69,8 @@ int draft_ctl_next_k(const draft_ctl_t *c, int cap)
         return S_K_START < hi ? S_K_START : hi;
     const double a = draft_ctl_accept_rate(c);
     const double td = c->draft_ms > 0 ? c->draft_ms : 0;
-    int best = 1;
-    double best_rate = -1;
+    int best = 0;
+    double best_rate = 1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
     for (int k = 1; k <= hi; k++) {
         double t = draft_ctl_round_ms(c, k) + k * td;
         double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
@@ -78,6 +78,12 @@ int draft_ctl_next_k(const draft_ctl_t *c, int cap)
             best_rate = rate;
             best = k;
         }
+    }
+    if (best == 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
+        c->n_idle = 0;
+        best = 1;
+    } else if (best > 0) {
+        c->n_idle = 0;
     }
     return best;
 }

@@ -16,13 +16,17 @@
  * it stopped before the last draft, one failure); t_draft and t_fixed as
  * moving averages; t_compute(rows) = c0 + c1 * rows by least squares with
  * forgetting over (rows, compute ms) pairs (c1 = 0 until K has varied).
- * K never drops below 1 so that a can still be measured; before the first
+ * When no K >= 1 beats a round without drafts (E(0) = 1 token) the
+ * controller answers 0, but every DRAFT_CTL_PROBE-th round it drafts one
+ * token anyway so that a change in a is noticed. Before the first
  * measurement K is min(4, k_max).
  *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */
 #ifndef DRAFT_ADAPTIVE_H
 #define DRAFT_ADAPTIVE_H
+
+#define DRAFT_CTL_PROBE 8 // rounds without drafts between two probes
 
 typedef struct draft_ctl {
     int k_fixed;                // > 0: every round asks for exactly this K; 0: adaptive
@@ -33,12 +37,14 @@ typedef struct draft_ctl {
     double draft_ms;            // moving average: ms per draft token (-1 = not measured)
     double fixed_ms;            // moving average: round wall time minus target compute (ms)
     double w, sx, sy, sxx, sxy; // decayed sums of (rows, compute ms) for the compute fit
+    int n_idle;                 // rounds in a row the controller chose K = 0
 } draft_ctl_t;
 
 /* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */
 void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max);
-/* K for the next round, at most cap (the room left in the generation). */
-int draft_ctl_next_k(const draft_ctl_t *c, int cap);
+/* K for the next round, at most cap (the room left in the generation).
+ * Counts the rounds it chooses no drafts (for the probes). */
+int draft_ctl_next_k(draft_ctl_t *c, int cap);
 /* A round's outcome: n_draft sent, n_accepted kept, wall ms of the target's
  * round and the part that was compute. */
 void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,

@@ -8,6 +8,8 @@
  *    on a K whose predicted throughput is within 3% of the best K's true
  *    throughput, in a WAN-like setting (86 ms fixed: large K) and a local one
  *    (no network, costly drafts: K small);
+ *  - when drafting does not pay (low a, costly drafts) it drafts only on
+ *    the periodic one-token probes;
  *  - the acceptance estimate tracks a; a fixed K is returned as is (capped);
  *  - malformed observations are ignored.
  */
@@ -29,8 +31,8 @@ static double s_true_rate(const sim_t *s, int k)
 
 static int s_best_k(const sim_t *s, int k_max)
 {
-    int best = 1;
-    for (int k = 2; k <= k_max; k++)
+    int best = 0;
+    for (int k = 1; k <= k_max; k++)
         if (s_true_rate(s, k) > s_true_rate(s, best))
             best = k;
     return best;
@@ -47,7 +49,7 @@ static void s_simulate(const sim_t *s, int k_max, uint64_t seed, const char *nam
     int n_tail = 0;
     for (int round = 0; round < 400; round++) {
         k = draft_ctl_next_k(&c, 64);
-        SW_CHECK(k >= 1 && k <= k_max);
+        SW_CHECK(k >= 0 && k <= k_max);
         int acc = 0;
         while (acc < k && sw_rng_uniform(&rng) < s->a)
             acc++;
@@ -86,6 +88,11 @@ int main(void)
     /* High acceptance over a WAN. */
     sim_t easy = {.a = 0.95, .fixed = 86, .c0 = 15, .c1 = 1, .t_draft = 2};
     s_simulate(&easy, 32, 3, "wan a=0.95");
+
+    /* Drafting does not pay: K = 0 except the probes, which still measure a. */
+    sim_t bad = {.a = 0.1, .fixed = 86, .c0 = 20, .c1 = 2, .t_draft = 30};
+    SW_CHECK_INT(s_best_k(&bad, 32), 0);
+    s_simulate(&bad, 32, 4, "wan a=0.1, costly drafts");
 
     /* Fixed K. */
     draft_ctl_t c;
