@@ -41,10 +41,14 @@ static void s_fit(const draft_ctl_t *c, double *c0, double *c1)
         return;
     const double mx = c->sx / c->w, my = c->sy / c->w;
     const double vx = c->sxx / c->w - mx * mx;
-    if (vx > 0.25) { // K has varied by about one row at least
+    if (vx > 0.05) { // K has varied
         *c1 = (c->sxy / c->w - mx * my) / vx;
         if (*c1 < 0)
             *c1 = 0;
+    } else if (mx > 0) {
+        /* Not identifiable yet: assume the worst, compute linear in rows
+         * (no batching gain), so that drafts are not taken for free. */
+        *c1 = my / mx;
     }
     *c0 = my - *c1 * mx;
     if (*c0 < 0)
@@ -65,8 +69,11 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
     if (c->k_fixed > 0)
         return c->k_fixed < cap ? c->k_fixed : cap;
     const int hi = c->k_max < cap ? c->k_max : cap;
+    /* Two different K first, so the compute fit can tell rows apart. */
     if (c->n_obs == 0)
         return S_K_START < hi ? S_K_START : hi;
+    if (c->n_obs == 1)
+        return 1;
     const double a = draft_ctl_accept_rate(c);
     const double td = c->draft_ms > 0 ? c->draft_ms : 0;
     int best = 0;

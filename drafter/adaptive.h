@@ -15,11 +15,12 @@
  * forgetting (each round counts its accepted drafts as successes and, when
  * it stopped before the last draft, one failure); t_draft and t_fixed as
  * moving averages; t_compute(rows) = c0 + c1 * rows by least squares with
- * forgetting over (rows, compute ms) pairs (c1 = 0 until K has varied).
+ * forgetting over (rows, compute ms) pairs (until K has varied, compute is
+ * assumed linear in rows: c0 = 0, the pessimistic case of no batching gain).
  * When no K >= 1 beats a round without drafts (E(0) = 1 token) the
  * controller answers 0, but every DRAFT_CTL_PROBE-th round it drafts one
  * token anyway so that a change in a is noticed. Before the first
- * measurement K is min(4, k_max).
+ * measurement K is min(4, k_max), then 1 (two different K for the fit).
  *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */

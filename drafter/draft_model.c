@@ -280,6 +280,29 @@ static int s_sparse_support(draft_model_t *d, int32_t *ids, float *vals)
     return n;
 }
 
+/* Rolls the cache back to the longest prefix it shares with ctx and feeds
+ * the rest (at least the last token, whose logits are needed). Returns the
+ * number of tokens fed, or -1. */
+static int s_catch_up(draft_model_t *d, const int32_t *ctx, int n_ctx)
+{
+    int keep = 0;
+    const int len = sw_kv_len(d->kv);
+    while (keep < len && keep < n_ctx && d->cached[keep] == ctx[keep])
+        keep++;
+    if (keep == n_ctx)
+        keep = n_ctx - 1;
+    if (sw_kv_truncate(d->kv, keep) != 0 || s_feed(d, ctx + keep, n_ctx - keep) != 0)
+        return -1;
+    return n_ctx - keep;
+}
+
+int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
+{
+    if (n_ctx < 1 || n_ctx > d->cap - 1)
+        return -1;
+    return s_catch_up(d, ctx, n_ctx) < 0 ? -1 : 0;
+}
+
 int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
                         int32_t *out, sw_draft_q_t *q, int *q_used)
 {
@@ -296,17 +319,9 @@ int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, 
             return 0;
     }
     const double t0 = sw_now_ms();
-    /* Roll back to the longest prefix the cache shares with ctx; feed the rest
-     * (at least the last token, whose logits are needed). */
-    int keep = 0;
-    const int len = sw_kv_len(d->kv);
-    while (keep < len && keep < n_ctx && d->cached[keep] == ctx[keep])
-        keep++;
-    if (keep == n_ctx)
-        keep = n_ctx - 1;
-    if (sw_kv_truncate(d->kv, keep) != 0 || s_feed(d, ctx + keep, n_ctx - keep) != 0)
+    const int catch_up = s_catch_up(d, ctx, n_ctx);
+    if (catch_up < 0)
         return -1;
-    const int catch_up = n_ctx - keep;
     const double t1 = sw_now_ms();
 
     /* The repetition history the target uses: the last rep_last_n tokens. */

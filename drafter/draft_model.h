@@ -66,6 +66,13 @@ int draft_model_begin(draft_model_t *d, const sw_sampling_t *params)
 int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
                         int32_t *out, sw_draft_q_t *q, int *q_used);
 
+/* Feeds ctx[0..n_ctx) into the draft's cache (as the catch-up of a
+ * propose call would) without drafting: the head calls it with the prompt
+ * while the pipeline computes the prefill, so the draft's own prefill is off
+ * the critical path. 0 or -1. */
+int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
+    __attribute__((warn_unused_result));
+
 /* Time of the last propose call spent drafting (ms, without the catch-up of
  * more than two new context tokens, e.g. the prompt) and how many drafts it
  * made: what a draft token costs. */

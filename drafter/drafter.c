@@ -99,6 +99,14 @@ int draft_gen_k(const draft_t *d)
     return d->cfg.k > 0 ? d->cfg.k : d->cfg.k_max;
 }
 
+int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx)
+{
+    if (!d->model || draft_gen_k(d) == 0 ||
+        (d->cfg.mode != DRAFT_MODE_MODEL && d->cfg.mode != DRAFT_MODE_MIX))
+        return 0;
+    return draft_model_warm(d->model, ctx, n_ctx);
+}
+
 const draft_ctl_t *draft_ctl(const draft_t *d)
 {
     return &d->ctl;

@@ -62,6 +62,11 @@ sw_proposer_t draft_proposer(draft_t *d);
 /* The value for sw_gen_opts_t.k: 0 when speculation is off, else the most
  * drafts a round may carry. */
 int draft_gen_k(const draft_t *d);
+/* Prepares the proposer for the committed sequence ctx[0..n_ctx) while the
+ * caller would otherwise wait (the head calls it with the prompt during the
+ * prefill round): feeds the draft model's cache when this generation uses
+ * it. 0 or -1 (then nothing is lost: propose catches up itself). */
+int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx);
 /* The controller's state (acceptance estimate, times) for reports. */
 const draft_ctl_t *draft_ctl(const draft_t *d);
 

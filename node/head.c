@@ -420,6 +420,11 @@ static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char 
             return -1;
         }
     }
+    /* The prefill keeps the later stages busy for a while: feed the prompt
+     * to the draft model meanwhile, off the critical path. */
+    if (r->kv_keep == 0 && r->n_draft == 0 && h->drafter &&
+        draft_warm(h->drafter, r->tokens, r->n) != 0)
+        SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
     double stage_ms = 0;
     if (s_wait_verdict(p, out, &stage_ms, err, err_len) != 0)
         return -1;

@@ -16,7 +16,10 @@ and prints one table (markdown with --markdown): decode tok/s, time to first
 token, tokens per round trip (n_gen / rounds, the brief's measure), acceptance
 rate, and the mean time per decode round split into drafting, head compute,
 network (everything the head waited for that was not compute) and tail
-compute, as the head measured them (the "timing" object of the JSON).
+compute, as the head measured them (the "timing" object of the JSON), without
+the prefill round (a 1-token request per prompt measures it; it is subtracted).
+"round ms" is the mean wall time of a decode round seen by the head
+(decode time / rounds), which the four parts add up to.
 
   python3 scripts/bench_wan.py                                   # Qwen2.5-Coder 1.5B + 0.5B
   python3 scripts/bench_wan.py --target models/SmolLM2-135M-Instruct.Q4_1.gguf \\
@@ -158,10 +161,10 @@ class Cluster:
             time.sleep(1)
         raise SystemExit("bench_wan: the nodes did not join the relay within 600 s")
 
-    def run(self, prompt, flags):
+    def run(self, prompt, flags, n=None):
         b = os.path.join(HERE, self.args.build, "bin")
         argv = [f"{b}/shardwire", "run", "--relay", self.head_ep, "-p", prompt, "-n",
-                str(self.args.n), "--json", "--timeout-s", "900", *flags]
+                str(n or self.args.n), "--json", "--timeout-s", "900", *flags]
         if not self.args.no_chat:
             argv.append("--chat")
         r = subprocess.run(argv, capture_output=True, text=True)
@@ -170,8 +173,16 @@ class Cluster:
         return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def summarize(runs):
-    """Sums over the prompts of one configuration."""
+def split(r):
+    """(head compute, network, tail compute) totals of one run, ms."""
+    t = r["timing"]
+    return t["head_compute_ms"], t["network_ms"], sum(t["stage_compute_ms"].values())
+
+
+def summarize(runs, prefill):
+    """Sums over the prompts of one configuration. prefill[i] is the split of
+    a 1-token request on prompt i: the prefill round, subtracted so that the
+    split is per decode round."""
     n_gen = sum(r["n_gen"] for r in runs)
     rounds = sum(r["rounds"] for r in runs)
     drafted = sum(r["drafted"] for r in runs)
@@ -179,10 +190,8 @@ def summarize(runs):
     decode_ms = sum((r["n_gen"] - 1) / r["decode_tok_s"] * 1e3 for r in runs
                     if r["decode_tok_s"] > 0)
     tm = [r["timing"] for r in runs]
-    # The head's totals cover the prefill round too: per decode round we
-    # divide by rounds + 1 round trips (the prefill is one more).
-    trips = rounds + len(runs)
-    tail = sum(sum(t["stage_compute_ms"].values()) for t in tm)
+    dec = [max(0.0, sum(split(r)[j] - prefill[i][j] for i, r in enumerate(runs))) for j in
+           range(3)]
     return {
         "tok_s": (n_gen - len(runs)) / decode_ms * 1e3 if decode_ms else 0,
         "ttft": sum(r["ttft_ms"] for r in runs) / len(runs),
@@ -190,9 +199,11 @@ def summarize(runs):
         "acc": accepted / drafted if drafted else None,
         "k": drafted / rounds if rounds else 0,
         "draft": sum(t["draft_ms"] for t in tm) / max(rounds, 1),
-        "head": sum(t["head_compute_ms"] for t in tm) / trips,
-        "net": sum(t["network_ms"] for t in tm) / trips,
-        "tail": tail / trips,
+        "head": dec[0] / max(rounds, 1),
+        "net": dec[1] / max(rounds, 1),
+        "tail": dec[2] / max(rounds, 1),
+        "round": sum((r["n_gen"] - 1) / r["decode_tok_s"] * 1e3 for r in runs
+                     if r["decode_tok_s"] > 0) / max(rounds, 1),
         "tokens": [r["tokens"] for r in runs],
     }
 
@@ -207,8 +218,8 @@ def main():
     ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two coding "
                     "prompts)")
     ap.add_argument("--delay-ms", type=float, default=21.5, help="one-way delay per link")
-    ap.add_argument("--threads", type=int, default=1, help="threads per node (default 1)")
-    ap.add_argument("--draft-threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2, help="threads per node (default 2)")
+    ap.add_argument("--draft-threads", type=int, default=2)
     ap.add_argument("--k-max", type=int, default=16, help="adaptive K ceiling (default 16)")
     ap.add_argument("--split", type=int, default=0, help="first layer of the tail (default: half)")
     ap.add_argument("--dtype", default="f16", help="hidden states on the wire (default f16)")
@@ -234,7 +245,12 @@ def main():
               f"{args.delay_ms} ms one way per link ({4 * args.delay_ms:g} ms per round trip), "
               f"{args.threads} thread(s) per node, {args.n} tokens x {len(prompts)} prompts",
               file=sys.stderr)
-        cl.run(prompts[0][:40], ["--draft", "none"])  # warm-up: page cache, first touch
+        # The prefill round of each prompt alone, once to warm up (page cache,
+        # first touch), once measured: its time split is subtracted from the
+        # runs' totals.
+        for p in prompts:
+            cl.run(p, ["--draft", "none"], n=1)
+        prefill = [split(cl.run(p, ["--draft", "none"], n=1)) for p in prompts]
         for key in args.configs.split(","):
             label, flags = CONFIGS[key]
             runs = []
@@ -243,7 +259,7 @@ def main():
                 runs.append(cl.run(p, flags))
                 print(f"  {label}: {runs[-1]['n_gen']} tokens in {time.time() - t0:.1f} s",
                       file=sys.stderr)
-            results[key] = summarize(runs)
+            results[key] = summarize(runs, prefill)
             raw[key] = runs
     finally:
         cl.stop()
@@ -253,14 +269,14 @@ def main():
             print(f"warning: {key}: tokens differ from the run without speculation",
                   file=sys.stderr)
     hdr = ["config", "tok/s", "speed-up", "TTFT ms", "tok/round", "accept", "K/round",
-           "draft ms", "head ms", "net ms", "tail ms"]
+           "round ms", "draft ms", "head ms", "net ms", "tail ms"]
     rows = []
     for key, r in results.items():
         rows.append([CONFIGS[key][0], f"{r['tok_s']:.2f}",
                      f"{r['tok_s'] / base['tok_s']:.2f}x" if base and base["tok_s"] else "-",
                      f"{r['ttft']:.0f}", f"{r['tpr']:.2f}",
                      "-" if r["acc"] is None else f"{r['acc']:.2f}", f"{r['k']:.1f}",
-                     f"{r['draft']:.0f}", f"{r['head']:.0f}", f"{r['net']:.0f}",
+                     f"{r['round']:.0f}", f"{r['draft']:.0f}", f"{r['head']:.0f}", f"{r['net']:.0f}",
                      f"{r['tail']:.0f}"])
     if args.markdown:
         print("| " + " | ".join(hdr) + " |")

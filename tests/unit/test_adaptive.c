@@ -10,7 +10,7 @@
  *    (no network, costly drafts: K small);
  *  - when drafting does not pay (low a, costly drafts) it drafts only on
  *    the periodic one-token probes;
- *  - the acceptance estimate tracks a; a fixed K is returned as is (capped);
+ *  - the acceptance estimate tracks a (where K is large); a fixed K is returned as is (capped);
  *  - malformed observations are ignored.
  */
 #include <math.h>
@@ -67,7 +67,9 @@ static void s_simulate(const sim_t *s, int k_max, uint64_t seed, const char *nam
             "%s: best K %d (%.4f tok/ms), controller's last K %d, mean %.4f tok/ms, a %.3f\n", name,
             best, want, k, got, draft_ctl_accept_rate(&c));
     SW_CHECK(got >= 0.97 * want);
-    SW_CHECK_NEAR(draft_ctl_accept_rate(&c), s->a, 0.12);
+    /* a is measured only on drafts: check it where the controller drafts a lot. */
+    if (best >= 4)
+        SW_CHECK_NEAR(draft_ctl_accept_rate(&c), s->a, 0.12);
 }
 
 int main(void)
