@@ -173,7 +173,7 @@ class Cluster:
         return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def split(r):
+def time_split(r):
     """(head compute, network, tail compute) totals of one run, ms."""
     t = r["timing"]
     return t["head_compute_ms"], t["network_ms"], sum(t["stage_compute_ms"].values())
@@ -190,7 +190,7 @@ def summarize(runs, prefill):
     decode_ms = sum((r["n_gen"] - 1) / r["decode_tok_s"] * 1e3 for r in runs
                     if r["decode_tok_s"] > 0)
     tm = [r["timing"] for r in runs]
-    dec = [max(0.0, sum(split(r)[j] - prefill[i][j] for i, r in enumerate(runs))) for j in
+    dec = [max(0.0, sum(time_split(r)[j] - prefill[i][j] for i, r in enumerate(runs))) for j in
            range(3)]
     return {
         "tok_s": (n_gen - len(runs)) / decode_ms * 1e3 if decode_ms else 0,
@@ -250,7 +250,7 @@ def main():
         # runs' totals.
         for p in prompts:
             cl.run(p, ["--draft", "none"], n=1)
-        prefill = [split(cl.run(p, ["--draft", "none"], n=1)) for p in prompts]
+        prefill = [time_split(cl.run(p, ["--draft", "none"], n=1)) for p in prompts]
         for key in args.configs.split(","):
             label, flags = CONFIGS[key]
             runs = []
