@@ -9,7 +9,7 @@
 
 #define S_ACC_DECAY 0.95 // per round: about the last 20 rounds count
 #define S_TIME_DECAY 0.8 // moving averages of times
-#define S_FIT_DECAY 0.95 // compute fit: about the last 20 rounds
+#define S_FIT_DECAY 0.7  // compute per row count: the last few measurements
 #define S_K_START 4      // before anything is measured
 
 void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max)
@@ -33,33 +33,39 @@ double draft_ctl_accept_rate(const draft_ctl_t *c)
     return (c->acc_s + 1.0) / (c->acc_s + c->acc_f + 2.0);
 }
 
-/* compute(rows) = c0 + c1 * rows from the decayed least-squares sums. */
-static void s_fit(const draft_ctl_t *c, double *c0, double *c1)
+/* Predicted compute ms for `rows` rows from the measured table (see adaptive.h). */
+static double s_compute(const draft_ctl_t *c, int rows)
 {
-    *c0 = *c1 = 0;
-    if (c->w <= 0)
-        return;
-    const double mx = c->sx / c->w, my = c->sy / c->w;
-    const double vx = c->sxx / c->w - mx * mx;
-    if (vx > 0.05) { // K has varied
-        *c1 = (c->sxy / c->w - mx * my) / vx;
-        if (*c1 < 0)
-            *c1 = 0;
-    } else if (mx > 0) {
-        /* Not identifiable yet: assume the worst, compute linear in rows
-         * (no batching gain), so that drafts are not taken for free. */
-        *c1 = my / mx;
-    }
-    *c0 = my - *c1 * mx;
-    if (*c0 < 0)
-        *c0 = 0;
+    const int top = SW_MAX_DRAFT + 1;
+    if (rows < 1)
+        rows = 1;
+    if (rows > top)
+        rows = top;
+    if (c->seen[rows])
+        return c->comp_ms[rows];
+    int lo = rows - 1, hi = rows + 1;
+    while (lo >= 1 && !c->seen[lo])
+        lo--;
+    while (hi <= top && !c->seen[hi])
+        hi++;
+    if (lo >= 1 && hi <= top) // between two measurements
+        return c->comp_ms[lo] + (c->comp_ms[hi] - c->comp_ms[lo]) * (rows - lo) / (double)(hi - lo);
+    if (hi <= top) // below every measurement: proportional
+        return c->comp_ms[hi] * rows / hi;
+    if (lo < 1)
+        return 0;
+    int lo2 = lo - 1;
+    while (lo2 >= 1 && !c->seen[lo2])
+        lo2--;
+    double slope = lo2 >= 1 ? (c->comp_ms[lo] - c->comp_ms[lo2]) / (lo - lo2) : c->comp_ms[lo] / lo;
+    if (slope < 0)
+        slope = 0;
+    return c->comp_ms[lo] + slope * (rows - lo);
 }
 
 double draft_ctl_round_ms(const draft_ctl_t *c, int k)
 {
-    double c0, c1;
-    s_fit(c, &c0, &c1);
-    return c->fixed_ms + c0 + c1 * (k + 1);
+    return c->fixed_ms + s_compute(c, k + 1);
 }
 
 int draft_ctl_next_k(draft_ctl_t *c, int cap)
@@ -69,11 +75,10 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
     if (c->k_fixed > 0)
         return c->k_fixed < cap ? c->k_fixed : cap;
     const int hi = c->k_max < cap ? c->k_max : cap;
-    /* Two different K first, so the compute fit can tell rows apart. */
-    if (c->n_obs == 0)
-        return S_K_START < hi ? S_K_START : hi;
-    if (c->n_obs == 1)
-        return 1;
+    /* Three different K first, so the compute table has a shape. */
+    static const int start[] = {S_K_START, 1, 2 * S_K_START};
+    if (c->n_obs < 3)
+        return start[c->n_obs] < hi ? start[c->n_obs] : hi;
     const double a = draft_ctl_accept_rate(c);
     const double td = c->draft_ms > 0 ? c->draft_ms : 0;
     int best = 0;
@@ -109,12 +114,11 @@ void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round
     }
     const double fixed = round_ms - compute_ms;
     c->fixed_ms = c->n_obs ? c->fixed_ms * S_TIME_DECAY + fixed * (1 - S_TIME_DECAY) : fixed;
-    const double x = n_draft + 1.0;
-    c->w = c->w * S_FIT_DECAY + 1;
-    c->sx = c->sx * S_FIT_DECAY + x;
-    c->sy = c->sy * S_FIT_DECAY + compute_ms;
-    c->sxx = c->sxx * S_FIT_DECAY + x * x;
-    c->sxy = c->sxy * S_FIT_DECAY + x * compute_ms;
+    const int rows = n_draft + 1 < SW_MAX_DRAFT + 1 ? n_draft + 1 : SW_MAX_DRAFT + 1;
+    c->comp_ms[rows] = c->seen[rows]
+                           ? c->comp_ms[rows] * S_FIT_DECAY + compute_ms * (1 - S_FIT_DECAY)
+                           : compute_ms;
+    c->seen[rows] = 1;
     c->n_obs++;
 }
 

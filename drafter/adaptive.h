@@ -14,31 +14,39 @@
  * Estimates: a from the accepted / rejected draft counts with exponential
  * forgetting (each round counts its accepted drafts as successes and, when
  * it stopped before the last draft, one failure); t_draft and t_fixed as
- * moving averages; t_compute(rows) = c0 + c1 * rows by least squares with
- * forgetting over (rows, compute ms) pairs (until K has varied, compute is
- * assumed linear in rows: c0 = 0, the pessimistic case of no batching gain).
- * When no K >= 1 beats a round without drafts (E(0) = 1 token) the
- * controller answers 0, but every DRAFT_CTL_PROBE-th round it drafts one
- * token anyway so that a change in a is noticed. Before the first
- * measurement K is min(4, k_max), then 1 (two different K for the fit).
+ * moving averages; t_compute(rows) as a moving average per row count that
+ * was measured, linearly interpolated in between, and beyond the largest
+ * measured row count extended with the slope of the last two measured ones
+ * (with one point only: proportional to rows, the pessimistic case of no
+ * batching gain). A table rather than a line because batched compute is not
+ * linear in rows: one row runs matrix-vector kernels, several rows share each
+ * weight read, so a line fitted on 1-2 rows overestimates 5-17 rows badly.
+ * The first rounds try K = min(4, k_max), then 1, then min(8, k_max), so
+ * the table has three points before the controller chooses. When no K >= 1
+ * beats a round without drafts (E(0) = 1 token) the controller answers 0,
+ * but every DRAFT_CTL_PROBE-th round it drafts one token anyway so that a
+ * change in a is noticed.
  *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */
 #ifndef DRAFT_ADAPTIVE_H
 #define DRAFT_ADAPTIVE_H
 
+#include "decode.h"
+
 #define DRAFT_CTL_PROBE 8 // rounds without drafts between two probes
 
 typedef struct draft_ctl {
-    int k_fixed;                // > 0: every round asks for exactly this K; 0: adaptive
-    int k_max;                  // adaptive: the largest K tried, 1..SW_MAX_DRAFT
-    int n_obs;                  // rounds observed
-    double acc_s;               // decayed count of accepted drafts
-    double acc_f;               // decayed count of rejected drafts
-    double draft_ms;            // moving average: ms per draft token (-1 = not measured)
-    double fixed_ms;            // moving average: round wall time minus target compute (ms)
-    double w, sx, sy, sxx, sxy; // decayed sums of (rows, compute ms) for the compute fit
-    int n_idle;                 // rounds in a row the controller chose K = 0
+    int k_fixed;                      // > 0: every round asks for exactly this K; 0: adaptive
+    int k_max;                        // adaptive: the largest K tried, 1..SW_MAX_DRAFT
+    int n_obs;                        // rounds observed
+    double acc_s;                     // decayed count of accepted drafts
+    double acc_f;                     // decayed count of rejected drafts
+    double draft_ms;                  // moving average: ms per draft token (-1 = not measured)
+    double fixed_ms;                  // moving average: round wall time minus target compute (ms)
+    double comp_ms[SW_MAX_DRAFT + 2]; // moving average of compute ms by rows (index 1..K+1)
+    unsigned char seen[SW_MAX_DRAFT + 2]; // 1 where comp_ms holds a measurement
+    int n_idle;                           // rounds in a row the controller chose K = 0
 } draft_ctl_t;
 
 /* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */

@@ -8,6 +8,8 @@
  *    on a K whose predicted throughput is within 3% of the best K's true
  *    throughput, in a WAN-like setting (86 ms fixed: large K) and a local one
  *    (no network, costly drafts: K small);
+ *  - the same when one row is much cheaper than the line through many rows
+ *    (a kernel switch between one and several rows);
  *  - when drafting does not pay (low a, costly drafts) it drafts only on
  *    the periodic one-token probes;
  *  - the acceptance estimate tracks a (where K is large); a fixed K is returned as is (capped);
@@ -22,11 +24,19 @@
 
 typedef struct sim {
     double a, fixed, c0, c1, t_draft;
+    int gemv; // 1: one row costs c0 alone, more rows c0 * 1.5 + c1 * rows (kernel switch)
 } sim_t;
+
+static double s_compute(const sim_t *s, int rows)
+{
+    if (s->gemv)
+        return rows == 1 ? s->c0 : 1.5 * s->c0 + s->c1 * rows;
+    return s->c0 + s->c1 * rows;
+}
 
 static double s_true_rate(const sim_t *s, int k)
 {
-    return draft_expected_tokens(s->a, k) / (s->fixed + s->c0 + s->c1 * (k + 1) + k * s->t_draft);
+    return draft_expected_tokens(s->a, k) / (s->fixed + s_compute(s, k + 1) + k * s->t_draft);
 }
 
 static int s_best_k(const sim_t *s, int k_max)
@@ -54,7 +64,7 @@ static void s_simulate(const sim_t *s, int k_max, uint64_t seed, const char *nam
         while (acc < k && sw_rng_uniform(&rng) < s->a)
             acc++;
         draft_ctl_draft_time(&c, k, k * s->t_draft);
-        double compute = s->c0 + s->c1 * (k + 1);
+        double compute = s_compute(s, k + 1);
         draft_ctl_observe(&c, k, acc, s->fixed + compute, compute);
         if (round >= 200) {
             sum_rate += s_true_rate(s, k);
@@ -90,6 +100,12 @@ int main(void)
     /* High acceptance over a WAN. */
     sim_t easy = {.a = 0.95, .fixed = 86, .c0 = 15, .c1 = 1, .t_draft = 2};
     s_simulate(&easy, 32, 3, "wan a=0.95");
+
+    /* Compute not linear in rows (one-row kernel, then shared weight reads):
+     * a line through rows 1 and 2 would keep K tiny. */
+    sim_t gemv = {.a = 0.9, .fixed = 86, .c0 = 100, .c1 = 10, .t_draft = 20, .gemv = 1};
+    SW_CHECK(s_best_k(&gemv, 32) >= 6);
+    s_simulate(&gemv, 32, 5, "wan a=0.9, one-row kernel");
 
     /* Drafting does not pay: K = 0 except the probes, which still measure a. */
     sim_t bad = {.a = 0.1, .fixed = 86, .c0 = 20, .c1 = 2, .t_draft = 30};
