@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "cmds.h"
+#include "log.h"
 
 struct s_cmd {
     const char *name;
@@ -16,6 +19,7 @@ static const struct s_cmd s_cmds[] = {
     {"generate", cmd_generate, "generate text with a local model (all layers in this process)"},
     {"run", cmd_run, "generate through a cluster: send a request to the head via the relay"},
     {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
+    {"info", cmd_info, "describe a GGUF model file (architecture, sizes, fingerprint)"},
 };
 
 static void s_usage(FILE *f)
@@ -36,6 +40,10 @@ int main(int argc, char **argv)
         s_usage(stdout);
         return 0;
     }
+    /* The client prints results; only warnings and errors go to stderr
+     * unless SW_LOG_LEVEL asks for more. */
+    if (!getenv("SW_LOG_LEVEL"))
+        sw_log_set_level(SW_LOG_WARN);
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
         if (!strcmp(argv[1], s_cmds[i].name))
             return s_cmds[i].fn(argc - 1, argv + 1);

@@ -131,6 +131,8 @@ int cmd_status(int argc, char **argv)
             json_object_set_new(p, "model", json_string(a ? a->model_fingerprint : ""));
             json_object_set_new(p, "heartbeat_age_ms", json_integer(pi->heartbeat_age_ms));
             json_object_set_new(p, "idle_ms", json_integer(pi->idle_ms));
+            json_object_set_new(p, "msgs_in", json_integer((json_int_t)pi->msgs_in));
+            json_object_set_new(p, "msgs_out", json_integer((json_int_t)pi->msgs_out));
             json_array_append_new(arr, p);
         }
         json_object_set_new(j, "peers", arr);
@@ -472,15 +474,19 @@ int cmd_run(int argc, char **argv)
             json_decref(j);
         } else {
             printf("\n");
-            if (st)
-                fprintf(stderr,
-                        "%u prompt + %u generated tokens in %u rounds (%u/%u drafts accepted), "
-                        "%.2f tok/s, first token after %.0f ms\n",
-                        st->n_prompt, st->n_generated, st->n_rounds, st->n_accepted, st->n_drafted,
-                        st->decode_ms > 0 && st->n_generated > 1
-                            ? (st->n_generated - 1) * 1e3 / st->decode_ms
-                            : 0,
-                        first_tok ? first_tok - t0 : 0);
+            if (st) {
+                double tps = st->decode_ms > 0 && st->n_generated > 1
+                                 ? (st->n_generated - 1) * 1e3 / st->decode_ms
+                                 : 0;
+                fprintf(stderr, "\n%-22s %12u\n%-22s %12u\n%-22s %12u\n", "prompt tokens",
+                        st->n_prompt, "generated tokens", st->n_generated, "rounds", st->n_rounds);
+                fprintf(stderr, "%-22s %5u / %-5u\n", "drafts accepted", st->n_accepted,
+                        st->n_drafted);
+                fprintf(stderr, "%-22s %12.2f\n%-22s %8.1f tok/s\n%-22s %9.0f ms\n",
+                        "tokens per round",
+                        st->n_rounds ? (double)(st->n_generated - 1) / st->n_rounds : 0,
+                        "decode speed", tps, "first token", first_tok ? first_tok - t0 : 0);
+            }
         }
         sw_wire_msg_clear(&m);
         exit_code = 0;

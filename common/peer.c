@@ -26,6 +26,7 @@ struct sw_peer {
     int announced;                      /* 1 once the relay acked on this connection */
     int n_connects;                     /* handshakes completed with the relay */
     int64_t announce_at_ms;             /* next time to send the announce; -1 = none due */
+    int constructing;                   /* 1 while sw_peer_new waits for the first ack */
     int fatal_code;                     /* relay refused the first announce with this code */
     sw_wire_msg_t queue[SW_PEER_QUEUE]; /* ring of kept messages */
     int q_head;                         /* index of the oldest kept message */
@@ -150,8 +151,8 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
     if (code == SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN ||
         code == SHARDWIRE__ERROR_CODE__ERR_VERSION_MISMATCH ||
         code == SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL) {
-        if (p->n_connects <= 1 && !p->announced && p->fatal_code == 0)
-            p->fatal_code = code; /* sw_peer_new gives up */
+        if (p->constructing && p->fatal_code == 0)
+            p->fatal_code = code; /* sw_peer_new gives up; later refusals are retried */
         SW_WARN("peer %s: relay refused the announce (%s): %s", p->announce->name,
                 sw_wire_error_code_name(code), env->error->message);
         p->announced = 0;
@@ -183,19 +184,19 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         char err[SW_WIRE_ERR_LEN];
         int rc = sw_wire_recv(p->sock, ZMQ_DONTWAIT, &m, err, sizeof err);
         if (rc == SW_WIRE_OK) {
-            if (s_internal(p, &m)) {
-                sw_wire_msg_clear(&m);
-                if (until_announced && p->announced)
-                    return 1;
-                continue;
+            if (!s_internal(p, &m)) {
+                sw_wire_msg_move(out, &m);
+                return 0;
             }
-            sw_wire_msg_move(out, &m);
-            return 0;
-        }
-        if (rc == SW_WIRE_PROBE)
-            continue;
-        if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION) {
+            sw_wire_msg_clear(&m);
+            if (until_announced && p->announced)
+                return 1;
+        } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION) {
             SW_WARN("peer %s: dropped a message: %s", p->announce->name, err);
+        }
+        if (rc != SW_WIRE_ESOCKET) { /* something was read: go on unless time is up */
+            if (deadline >= 0 && s_now_ms() > deadline)
+                return 1;
             continue;
         }
         if (errno != EAGAIN && errno != EINTR) {
@@ -209,7 +210,9 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         if (!p->announced && p->announce_at_ms >= 0 && p->announce_at_ms - now < wait)
             wait = p->announce_at_ms - now > 0 ? p->announce_at_ms - now : 0;
         zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {p->mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, (long)wait) < 0 && errno != EINTR) {
+        if (zmq_poll(items, 2, (long)wait) < 0) {
+            if (errno == EINTR)
+                return 1; /* a signal: let the caller look at its stop flag */
             SW_ERR("peer %s: poll: %s", p->announce->name, zmq_strerror(errno));
             return -1;
         }
@@ -281,6 +284,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     }
 
     /* Wait for the ack; anything else that arrives is kept for sw_peer_recv. */
+    p->constructing = 1;
     int64_t deadline = s_now_ms() + connect_ms;
     while (!p->announced) {
         int64_t left = deadline - s_now_ms();
@@ -304,6 +308,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
                 sw_wire_msg_clear(&m);
         }
     }
+    p->constructing = 0;
     return p;
 err:
     if (p->ctx && (!p->sock || !p->mon))

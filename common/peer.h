@@ -33,7 +33,7 @@ typedef struct sw_peer_opts {
     const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
     int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. Timeout and TTL are 10x. */
     int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
-    int send_timeout_ms;    /* how long a send may block on a full queue; 0 = 10000 */
+    int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
 } sw_peer_opts_t;
 
 /*
@@ -60,8 +60,9 @@ int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, co
 /*
  * Waits up to timeout_ms (0 = poll, -1 = forever) for the next message for the
  * caller. Returns 0 with *msg filled (the caller clears it with
- * sw_wire_msg_clear), 1 on timeout, -1 on a socket error (the peer is then
- * unusable). Malformed messages are logged and skipped.
+ * sw_wire_msg_clear), 1 on timeout or when a signal interrupted the wait,
+ * -1 on a socket error (the peer is then unusable). Malformed messages are
+ * logged and skipped.
  */
 int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
     __attribute__((warn_unused_result));
@@ -78,7 +79,10 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
 /*
  * The DEALER socket, for zmq_poll readiness in a node's own loop only: read
  * through sw_peer_recv (call it with timeout 0 also when sw_peer_pending() > 0,
- * since kept messages do not make the socket readable).
+ * since kept messages do not make the socket readable). Re-announcing after a
+ * reconnect happens inside sw_peer_recv / sw_peer_send, so a loop that polls
+ * the socket itself should still call sw_peer_recv at least every second or
+ * so. Heartbeats need no calls at all (libzmq's I/O thread answers them).
  */
 void *sw_peer_socket(sw_peer_t *peer);
 int sw_peer_pending(const sw_peer_t *peer);

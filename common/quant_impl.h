@@ -95,6 +95,8 @@ struct sw_kernels {
 
 /* Fills the AVX2+FMA+F16C kernels (quant_avx2.c); only call when the CPU has them. */
 void sw_kernels_avx2(struct sw_kernels *k);
+/* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
+int sw_cpu_has_avxvnni(void);
 /* Quantizes activations to Q8_0/Q8_1 with AVX2 (bit-identical to the scalar code). */
 void sw_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
 void sw_quantize_q8_1_avx2(const float *x, void *y, int64_t n);

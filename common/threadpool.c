@@ -29,7 +29,19 @@ struct s_worker_arg {
     int ith;
 };
 
-#define S_SPIN 20000
+/* Busy-wait iterations before a thread sleeps: about 20-50 us, long enough
+ * to catch the next matmul of a decode step, short enough not to steal a
+ * core from other processes when the machine is oversubscribed. */
+#define S_SPIN 2000
+
+static inline void s_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    sched_yield();
+#endif
+}
 
 static void *s_worker(void *arg)
 {
@@ -43,7 +55,7 @@ static void *s_worker(void *arg)
         int spins = 0;
         while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop)) {
             if (++spins < S_SPIN) {
-                sched_yield();
+                s_relax();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
@@ -145,7 +157,7 @@ void sw_pool_run(sw_pool_t *pool, sw_pool_fn fn, void *ctx)
     int spins = 0;
     while (atomic_load(&pool->pending) > 0) {
         if (++spins < S_SPIN) {
-            sched_yield();
+            s_relax();
             continue;
         }
         pthread_mutex_lock(&pool->mu);

@@ -499,44 +499,68 @@ struct s_pre {
     int add_bos;       // default of add_bos_token
 };
 
-static const struct s_pre k_pre_default = {"default",
-                                           {{S_PASS_RUN, s_is_punct_default, 0},
-                                            {S_PASS_GPT2, NULL, 0},
-                                            {S_PASS_RUN, s_is_number, 0},
-                                            {S_PASS_DIGITS3, NULL, 0}},
-                                           4,
-                                           0,
-                                           0};
-static const struct s_pre k_pre_gpt2 = {"gpt-2", {{S_PASS_GPT2, NULL, 0}}, 1, 0, 0};
+/* [\p{P}\$\+<=>\^~\|]+ | GPT-2 | \p{N}+ | [0-9][0-9][0-9] */
+static const struct s_pre k_pre_default = {
+    .name = "default",
+    .passes = {{S_PASS_RUN, s_is_punct_default, 0},
+               {S_PASS_GPT2, NULL, 0},
+               {S_PASS_RUN, s_is_number, 0},
+               {S_PASS_DIGITS3, NULL, 0}},
+    .n_passes = 4,
+};
+/* GPT-2 */
+static const struct s_pre k_pre_gpt2 = {
+    .name = "gpt-2",
+    .passes = {{S_PASS_GPT2, NULL, 0}},
+    .n_passes = 1,
+};
+/* \p{N} | GPT-2 (StarCoder, SmolLM, Refact, Command-R: every digit alone) */
 static const struct s_pre k_pre_starcoder = {
-    "starcoder", {{S_PASS_ONE, s_is_number, 0}, {S_PASS_GPT2, NULL, 0}}, 2, 0, 0};
-static const struct s_pre k_pre_llama3 = {"llama3", {{S_PASS_LLAMA3, NULL, 3}}, 1, 1, 1};
-static const struct s_pre k_pre_qwen2 = {"qwen2", {{S_PASS_LLAMA3, NULL, 1}}, 1, 0, 0};
+    .name = "starcoder",
+    .passes = {{S_PASS_ONE, s_is_number, 0}, {S_PASS_GPT2, NULL, 0}},
+    .n_passes = 2,
+};
+static const struct s_pre k_pre_llama3 = {
+    .name = "llama3",
+    .passes = {{S_PASS_LLAMA3, NULL, 3}},
+    .n_passes = 1,
+    .ignore_merges = 1,
+    .add_bos = 1,
+};
+static const struct s_pre k_pre_qwen2 = {
+    .name = "qwen2",
+    .passes = {{S_PASS_LLAMA3, NULL, 1}},
+    .n_passes = 1,
+};
+/* [\p{P}\$\+<=>\^~\|`]+ | GPT-2 | [0-9][0-9][0-9] */
 static const struct s_pre k_pre_falcon = {
-    "falcon",
-    {{S_PASS_RUN, s_is_punct_falcon, 0}, {S_PASS_GPT2, NULL, 0}, {S_PASS_DIGITS3, NULL, 0}},
-    3,
-    0,
-    0};
-static const struct s_pre k_pre_deepseek_llm = {"deepseek-llm",
-                                                {{S_PASS_ONE, s_is_newline, 0},
-                                                 {S_PASS_RUN, s_is_ds_latin, 1},
-                                                 {S_PASS_RUN, s_is_ds_punct, 1},
-                                                 {S_PASS_SPACE_END, NULL, 0},
-                                                 {S_PASS_RUN, s_is_ds_cjk, 0},
-                                                 {S_PASS_RUN, s_is_number, 0}},
-                                                6,
-                                                0,
-                                                0};
-static const struct s_pre k_pre_deepseek_coder = {"deepseek-coder",
-                                                  {{S_PASS_ONE, s_is_newline, 0},
-                                                   {S_PASS_RUN, s_is_letter, 1},
-                                                   {S_PASS_RUN, s_is_punct, 1},
-                                                   {S_PASS_RUN, s_is_ds_cjk, 0},
-                                                   {S_PASS_ONE, s_is_number, 0}},
-                                                  5,
-                                                  0,
-                                                  0};
+    .name = "falcon",
+    .passes = {{S_PASS_RUN, s_is_punct_falcon, 0},
+               {S_PASS_GPT2, NULL, 0},
+               {S_PASS_DIGITS3, NULL, 0}},
+    .n_passes = 3,
+};
+/* [\r\n] | \s?[Latin...]+ | \s?[!-/:-~...]+ | \s+$ | [CJK]+ | \p{N}+ */
+static const struct s_pre k_pre_deepseek_llm = {
+    .name = "deepseek-llm",
+    .passes = {{S_PASS_ONE, s_is_newline, 0},
+               {S_PASS_RUN, s_is_ds_latin, 1},
+               {S_PASS_RUN, s_is_ds_punct, 1},
+               {S_PASS_SPACE_END, NULL, 0},
+               {S_PASS_RUN, s_is_ds_cjk, 0},
+               {S_PASS_RUN, s_is_number, 0}},
+    .n_passes = 6,
+};
+/* [\r\n] | \s?\p{L}+ | \s?\p{P}+ | [CJK]+ | \p{N} */
+static const struct s_pre k_pre_deepseek_coder = {
+    .name = "deepseek-coder",
+    .passes = {{S_PASS_ONE, s_is_newline, 0},
+               {S_PASS_RUN, s_is_letter, 1},
+               {S_PASS_RUN, s_is_punct, 1},
+               {S_PASS_RUN, s_is_ds_cjk, 0},
+               {S_PASS_ONE, s_is_number, 0}},
+    .n_passes = 5,
+};
 
 /* tokenizer.ggml.pre values and the pre-tokenizer each one means. */
 static const struct {
@@ -1510,7 +1534,8 @@ int sw_token_to_piece(const sw_tokenizer_t *t, int32_t id, int render_special, c
     size_t n = (size_t)(t->piece_off[id + 1] - t->piece_off[id]);
     if (n > INT_MAX)
         return -1;
-    memcpy(buf, t->piece + t->piece_off[id], n < len ? n : len);
+    if (len > 0)
+        memcpy(buf, t->piece + t->piece_off[id], n < len ? n : len);
     return (int)n;
 }
 

@@ -481,6 +481,52 @@ int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t pay
     return SW_WIRE_EMALFORMED;
 }
 
+/*
+ * Refuses unknown fields anywhere in the tree: peers of one protocol version
+ * share one schema, so an unknown field means a broken or hostile sender (and
+ * protobuf-c would keep it and write it back out on a re-encode).
+ */
+static int s_no_unknown(const ProtobufCMessage *m, int depth, char *err, size_t err_len)
+{
+    CHECK(depth < 8, "message nesting deeper than 8");
+    CHECK(m->n_unknown_fields == 0, "%s carries %u unknown field(s)", m->descriptor->short_name,
+          m->n_unknown_fields);
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            uint32_t which;
+            memcpy(&which, base + f->quantifier_offset, sizeof which);
+            if (which != f->id)
+                continue;
+        }
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n;
+            ProtobufCMessage **arr;
+            memcpy(&n, base + f->quantifier_offset, sizeof n);
+            memcpy(&arr, base + f->offset, sizeof arr);
+            for (size_t j = 0; j < n; j++) {
+                CHECK(arr[j] != NULL, "%s.%s[%zu] missing", d->short_name, f->name, j);
+                int rc = s_no_unknown(arr[j], depth + 1, err, err_len);
+                if (rc)
+                    return rc;
+            }
+        } else {
+            ProtobufCMessage *sub;
+            memcpy(&sub, base + f->offset, sizeof sub);
+            if (sub) {
+                int rc = s_no_unknown(sub, depth + 1, err, err_len);
+                if (rc)
+                    return rc;
+            }
+        }
+    }
+    return SW_WIRE_OK;
+}
+
 /* ---- encode / decode -------------------------------------------------------- */
 
 int sw_wire_decode(const void *header, size_t header_len, int has_payload, size_t payload_len,
@@ -492,6 +538,8 @@ int sw_wire_decode(const void *header, size_t header_len, int has_payload, size_
     Shardwire__Envelope *env = shardwire__envelope__unpack(NULL, header_len, header);
     CHECK(env != NULL, "header frame (%zu bytes) is not a valid Envelope protobuf", header_len);
     int rc = sw_wire_validate(env, has_payload, payload_len, err, err_len);
+    if (rc == SW_WIRE_OK)
+        rc = s_no_unknown(&env->base, 0, err, err_len);
     if (rc) {
         shardwire__envelope__free_unpacked(env, NULL);
         return rc;

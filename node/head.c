@@ -300,11 +300,12 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                     ours = !strcmp(dest, p->route.names[s]);
                 if (ours) {
                     if (dest[0] && e->error->session_id != p->session)
-                        snprintf(err, err_len, "stage '%s' is unreachable (%s)", dest,
-                                 sw_wire_error_code_name(e->error->code));
+                        snprintf(err, err_len,
+                                 "stage '%s' left the pipeline (the relay cannot "
+                                 "reach it)",
+                                 dest);
                     else
-                        snprintf(err, err_len, "%s (%s)", e->error->message,
-                                 sw_wire_error_code_name(e->error->code));
+                        snprintf(err, err_len, "%s", e->error->message);
                     sw_wire_msg_clear(&m);
                     return -1;
                 }

@@ -1,16 +1,16 @@
 /*
  * bench.c - shardwire-relay-bench: what the relay costs.
  *
- *   shardwire-relay-bench [RELAY_BINARY] [--rounds N] [--messages N] [--size BYTES]
+ *   shardwire-relay-bench [RELAY_BINARY] [--rounds N] [--messages N] [--idle N]
  *
  * Starts the relay binary (default: shardwire-relay next to this program) on
  * a loopback port and reports, on stdout:
  *   - the relay's resident memory (VmRSS) with a few idle peers;
  *   - ping-pong round trips A -> relay -> B -> relay -> A against a direct
  *     DEALER -> ROUTER -> DEALER ping-pong with the same frames, for a small
- *     header-only message and for a tensor payload; the latency the relay
+ *     header-only message and for hot-path tensor sizes; the latency the relay
  *     adds per traversal is (median relay RTT - median direct RTT) / 2;
- *   - throughput and VmRSS after forwarding N payload messages A -> B.
+ *   - throughput and VmRSS after forwarding N 64 KiB messages A -> B.
  * Both ends live on this thread, so the numbers include one receive and one
  * send per end, the same in both set-ups.
  */
@@ -105,7 +105,7 @@ static sw_peer_t *s_peer(const char *ep, const char *name)
     return sw_peer_new(&o);
 }
 
-/* A Forward of rows x 1024 f16 (rows = 0: header only, tokens instead of a tensor). */
+/* A Forward of rows x hidden f16 (rows = 0: header only, tokens instead of a tensor). */
 struct msg {
     Shardwire__Envelope env;
     Shardwire__Forward f;
@@ -115,7 +115,7 @@ struct msg {
     size_t payload_len;
 };
 
-static void s_msg_init(struct msg *m, uint32_t rows)
+static void s_msg_init(struct msg *m, uint32_t rows, uint32_t hidden)
 {
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
@@ -128,14 +128,14 @@ static void s_msg_init(struct msg *m, uint32_t rows)
     m->f.n_tokens = rows ? 0 : 1;
     m->f.tokens = m->tokens;
     m->f.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
-    m->f.hidden = rows ? 1024 : 0;
+    m->f.hidden = rows ? hidden : 0;
     m->f.n_route = 2;
     m->f.route = m->route;
     m->f.hop = 1;
     m->f.reply_to = "A";
     m->env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
     m->env.forward = &m->f;
-    m->payload_len = rows ? (size_t)rows * 1024 * 2 : 0;
+    m->payload_len = rows ? (size_t)rows * hidden * 2 : 0;
     m->payload = rows ? calloc(1, m->payload_len) : NULL;
 }
 
@@ -237,8 +237,7 @@ static double s_pingpong_direct(struct msg *m, int n, const char *what)
 int main(int argc, char **argv)
 {
     char bin[1024];
-    int rounds = 2000, messages = 10000;
-    size_t size = 64 * 1024;
+    int rounds = 2000, messages = 10000, n_idle = 4;
     snprintf(bin, sizeof bin, "%s", argv[0]);
     char *slash = strrchr(bin, '/');
     snprintf(slash ? slash + 1 : bin, sizeof bin - (size_t)(slash ? slash + 1 - bin : 0), "%s",
@@ -248,14 +247,14 @@ int main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--messages") && i + 1 < argc)
             messages = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-            size = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--idle") && i + 1 < argc)
+            n_idle = atoi(argv[++i]);
         else
             snprintf(bin, sizeof bin, "%s", argv[i]);
     }
-    if (rounds < 1 || messages < 1 || size < 1024 * 2 || size > SW_WIRE_MAX_PAYLOAD) {
+    if (rounds < 1 || messages < 1 || n_idle < 0 || n_idle > SW_WIRE_MAX_PEERS - 2) {
         fprintf(stderr, "usage: shardwire-relay-bench [RELAY] [--rounds N] [--messages N] "
-                        "[--size BYTES (>= 2048)]\n");
+                        "[--idle N (<= 254)]\n");
         return 2;
     }
     sw_log_set_level(SW_LOG_WARN);
@@ -267,36 +266,43 @@ int main(int argc, char **argv)
     printf("relay VmRSS at start: %ld kB\n", s_rss_kb(relay));
 
     sw_peer_t *a = s_peer(ep, "A"), *b = s_peer(ep, "B");
-    sw_peer_t *idle[4] = {0};
+    sw_peer_t **idle = calloc((size_t)n_idle + 1, sizeof *idle);
     char name[16];
-    for (int i = 0; i < 4; i++) {
+    int rc = 1, up = 0;
+    for (int i = 0; i < n_idle; i++) {
         snprintf(name, sizeof name, "idle-%d", i);
         idle[i] = s_peer(ep, name);
+        up += idle[i] != NULL;
     }
-    int rc = 1;
-    if (!a || !b || !idle[3])
+    if (!a || !b || up != n_idle)
         goto out;
     usleep(300 * 1000);
-    printf("relay VmRSS with 6 idle peers: %ld kB\n", s_rss_kb(relay));
+    printf("relay VmRSS with %d idle peers: %ld kB\n", n_idle + 2, s_rss_kb(relay));
 
-    /* rows so that the payload is about `size` bytes of f16 x 1024 */
-    uint32_t rows = (uint32_t)(size / (1024 * 2));
-    if (rows > SW_WIRE_MAX_ROWS)
-        rows = SW_WIRE_MAX_ROWS;
-    struct msg small, big;
-    s_msg_init(&small, 0);
-    s_msg_init(&big, rows);
-    char label[96];
-    s_pingpong_relay(a, b, &small, rounds / 10, "warm-up");
-    double rs = s_pingpong_relay(a, b, &small, rounds, "relay RTT, header only");
-    double ds = s_pingpong_direct(&small, rounds, "direct RTT, header only");
-    snprintf(label, sizeof label, "relay RTT, %zu B tensor", big.payload_len);
-    double rb = s_pingpong_relay(a, b, &big, rounds, label);
-    snprintf(label, sizeof label, "direct RTT, %zu B tensor", big.payload_len);
-    double db = s_pingpong_direct(&big, rounds, label);
-    printf("added per relay traversal (medians): header only %.1f us, %zu B tensor %.1f us\n", (rs - ds) / 2,
-           big.payload_len, (rb - db) / 2);
+    /* header only; one K=8 round of SmolLM2-135M (9 x 576 f16); of a 7B model
+     * with hidden 3584 (9 x 3584 f16); a 32 x 1024 f16 = 64 KiB block */
+    static const uint32_t shapes[][2] = {{0, 0}, {9, 576}, {9, 3584}, {32, 1024}};
+    struct msg m;
+    s_msg_init(&m, 0, 0);
+    s_pingpong_relay(a, b, &m, rounds / 10 + 1, "warm-up");
+    free(m.payload);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        char label[96];
+        s_msg_init(&m, shapes[k][0], shapes[k][1]);
+        if (shapes[k][0])
+            snprintf(label, sizeof label, "%u x %u f16 (%zu B)", shapes[k][0], shapes[k][1],
+                     m.payload_len);
+        else
+            snprintf(label, sizeof label, "header only");
+        printf("-- %s\n", label);
+        double r = s_pingpong_relay(a, b, &m, rounds, "   relay  RTT");
+        double d = s_pingpong_direct(&m, rounds, "   direct RTT");
+        printf("   added per relay traversal (medians): %.1f us\n", (r - d) / 2);
+        free(m.payload);
+    }
 
+    struct msg big;
+    s_msg_init(&big, 32, 1024);
     /* N payload messages A -> B in windows of 64 (the relay's queues hold 1000) */
     double t0 = s_now_us();
     sw_wire_msg_t r = {0};
@@ -320,14 +326,14 @@ int main(int argc, char **argv)
     printf("forwarded %d x %zu B in %.2f s: %.0f msg/s, %.1f MB/s\n", got, big.payload_len, dt,
            got / dt, got * (double)big.payload_len / dt / 1e6);
     printf("relay VmRSS after %d x %zu B: %ld kB\n", got, big.payload_len, s_rss_kb(relay));
-    free(small.payload);
     free(big.payload);
     rc = 0;
 out:
     sw_peer_destroy(&a);
     sw_peer_destroy(&b);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; idle && i < n_idle; i++)
         sw_peer_destroy(&idle[i]);
+    free(idle);
     kill(relay, SIGTERM);
     waitpid(relay, NULL, 0);
     return rc;

@@ -41,6 +41,7 @@ typedef struct relay_peer {
     uint64_t msgs_in;         /* messages received from it */
     uint64_t msgs_out;        /* messages forwarded to it */
     uint64_t bytes_in;        /* bytes received from it, all frames */
+    uint64_t busy_drops;      /* messages to it dropped because its queue was full */
 } relay_peer_t;
 
 struct relay {
@@ -423,7 +424,11 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
             s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
                           dname, "%s disconnected; message dropped", dname);
         } else {
-            SW_WARN("relay: %s -> %s: %s, dropped", sender->name, dname, zmq_strerror(e));
+            to->busy_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
+            if ((to->busy_drops & (to->busy_drops - 1)) == 0)
+                SW_WARN("relay: %s -> %s: queue full (%s), dropped (%llu so far to %s)",
+                        sender->name, dname, zmq_strerror(e), (unsigned long long)to->busy_drops,
+                        dname);
             s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
                           dname, "queue to %s is full; message dropped", dname);
         }

@@ -13,7 +13,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prompt=${1:-"Write a short poem about distributed computing."}
-n=${SW_DEMO_N:-96}
+n_gen=${SW_DEMO_N:-96}
 threads=${SW_THREADS:-1}
 
 bash "$here/scripts/deps.sh"
@@ -24,5 +24,37 @@ bin="$here/build/bin"
 if [ ! -x "$bin/shardwire-node" ] || [ ! -x "$bin/shardwire-relay" ]; then
     echo "demo: the relay and node programs are not built yet (issue 4): running the model" >&2
     echo "demo: in one process with 'shardwire generate' instead" >&2
-    exec "$bin/shardwire" generate --model "$model" -p "$prompt" -n "$n" --chat --threads 2
+    exec "$bin/shardwire" generate --model "$model" -p "$prompt" -n "$n_gen" --chat --threads 2
 fi
+
+port=${SW_DEMO_PORT:-5555}
+relay="tcp://127.0.0.1:$port"
+logs=$(mktemp -d /tmp/shardwire-demo.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: interrupted, shutting down" >&2; exit 130' INT TERM
+
+layers=$("$bin/shardwire" info --model "$model" --json | sed -n 's/.*"n_layers":\([0-9]*\).*/\1/p')
+half=$((layers / 2))
+echo "demo: relay on $relay, head = layers 0:$half, tail = layers $half:$layers (logs in $logs)" >&2
+"$bin/shardwire-relay" --listen "$relay" >"$logs/relay.log" 2>&1 &
+pids+=($!)
+"$bin/shardwire-node" --model "$model" --layers "0:$half" --relay "$relay" --name head \
+    --threads "$threads" >"$logs/head.log" 2>&1 &
+pids+=($!)
+"$bin/shardwire-node" --model "$model" --layers "$half:$layers" --relay "$relay" --name tail \
+    --threads "$threads" >"$logs/tail.log" 2>&1 &
+pids+=($!)
+
+for _ in $(seq 1 100); do
+    up=$("$bin/shardwire" status --relay "$relay" --json 2>/dev/null | grep -o '"role":"\(head\|tail\)"' | wc -l || true)
+    [ "$up" -ge 2 ] && break
+    sleep 0.2
+done
+"$bin/shardwire" status --relay "$relay" >&2
+echo >&2
+"$bin/shardwire" run --relay "$relay" -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4

@@ -81,3 +81,169 @@ const char *sw_test_tmpdir(void)
         sw_test_skip("cannot create a temporary directory");
     return dir;
 }
+
+/* ---- processes ---- */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+const char *sw_test_bin(const char *name)
+{
+    static char paths[8][1024];
+    static int slot;
+    char *p = paths[slot++ & 7];
+    snprintf(p, 1024, "%s/%s", sw_test_env("SW_BIN_DIR"), name);
+    return p;
+}
+
+int sw_test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+pid_t sw_test_spawn(char *const argv[], const char *log_path)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    setpgid(0, 0);
+    int fd = open(log_path ? log_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+void sw_test_kill(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Appends what fd has to *buf; returns 0 at EOF, 1 when more may come. */
+static int s_drain(int fd, char **buf, size_t *len)
+{
+    char tmp[65536];
+    ssize_t n = read(fd, tmp, sizeof tmp);
+    if (n <= 0)
+        return n < 0 && errno == EINTR ? 1 : 0;
+    char *b = realloc(*buf, *len + (size_t)n + 1);
+    if (!b)
+        return 0;
+    memcpy(b + *len, tmp, (size_t)n);
+    *len += (size_t)n;
+    b[*len] = 0;
+    *buf = b;
+    return 1;
+}
+
+int sw_test_run(char *const argv[], int timeout_s, char **out, char **err)
+{
+    int po[2], pe[2];
+    if (pipe(po) || pipe(pe))
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(po[1], STDOUT_FILENO);
+        dup2(pe[1], STDERR_FILENO);
+        close(po[0]);
+        close(pe[0]);
+        close(po[1]);
+        close(pe[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    char *bo = calloc(1, 1), *be = calloc(1, 1);
+    size_t lo = 0, le = 0;
+    int open_o = 1, open_e = 1, killed = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (open_o || open_e) {
+        struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+        poll(fds, 2, 200);
+        if (open_o && (fds[0].revents & (POLLIN | POLLHUP)))
+            open_o = s_drain(po[0], &bo, &lo);
+        if (open_e && (fds[1].revents & (POLLIN | POLLHUP)))
+            open_e = s_drain(pe[0], &be, &le);
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (!killed && t.tv_sec - t0.tv_sec > timeout_s) {
+            kill(pid, SIGKILL);
+            killed = 1;
+        }
+    }
+    close(po[0]);
+    close(pe[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (out)
+        *out = bo;
+    else
+        free(bo);
+    if (err)
+        *err = be;
+    else
+        free(be);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        char *out = NULL;
+        char *argv[] = {(char *)sw_test_bin("shardwire"),
+                        "status",
+                        "--relay",
+                        (char *)endpoint,
+                        "--json",
+                        NULL};
+        int rc = sw_test_run(argv, 10, &out, NULL);
+        int n = 0;
+        for (const char *p = out; rc == 0 && p && (p = strstr(p, "\"role\":")); p += 7)
+            if (strncmp(p + 7, "\"client\"", 8) != 0)
+                n++;
+        free(out);
+        if (n >= n_peers)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > timeout_s)
+            return -1;
+        usleep(200000);
+    }
+}

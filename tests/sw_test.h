@@ -57,4 +57,24 @@ char *sw_test_read_file(const char *path, size_t *len);
 /* Path of a fresh temporary directory (removed by the caller if it cares). */
 const char *sw_test_tmpdir(void);
 
+/* ---- processes (tests that run the real programs) ---- */
+#include <sys/types.h>
+
+/* Path of a program in SW_BIN_DIR (static buffer per call slot 0..7). */
+const char *sw_test_bin(const char *name);
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int sw_test_free_port(void);
+/* Starts argv[0] with stdout+stderr appended to log_path (or /dev/null when
+ * NULL), in its own process group. Returns the pid or -1. */
+pid_t sw_test_spawn(char *const argv[], const char *log_path);
+/* SIGTERM, up to 5 s to exit, then SIGKILL; reaps it. Accepts pid <= 0. */
+void sw_test_kill(pid_t pid);
+/* Runs argv to completion (killed after timeout_s), capturing stdout into
+ * *out and stderr into *err (malloc'd, NUL-terminated, may be NULL to
+ * discard). Returns the exit code, 128+signal when killed, -1 on failure. */
+int sw_test_run(char *const argv[], int timeout_s, char **out, char **err);
+/* Waits until `shardwire status --relay endpoint --json` lists n_peers
+ * non-client peers (up to timeout_s). 0 when it did, -1 otherwise. */
+int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s);
+
 #endif

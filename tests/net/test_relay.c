@@ -3,10 +3,13 @@
  * loopback port, with real peers (common/peer): messages and tensor payloads
  * are forwarded both ways byte for byte, an unknown destination is answered
  * with an Error, a second peer with a taken name is refused, a peer that
- * disconnects leaves the status list (and its name can be taken again),
- * malformed frames get Errors and do not hurt the relay, a payload whose
+ * disconnects leaves the status list (and its name can be taken again), a
+ * busy peer stays while a frozen one is dropped after the heartbeat timeout,
+ * malformed frames get Errors and do not hurt the relay, a destination that
+ * stops reading makes the relay drop with ERR_DEST_BUSY, a payload whose
  * size disagrees with its header is dropped by the receiver, and SIGTERM
- * stops the relay cleanly.
+ * stops the relay cleanly. After the relay is killed and restarted on the
+ * same port, the peers announce again by themselves and traffic flows.
  */
 #include "peer.h"
 #include "sw_test.h"
@@ -25,8 +28,8 @@ extern char **environ;
 
 static const char *FP = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-/* Starts the relay with a wildcard port and reads the endpoint it prints. */
-static pid_t s_start_relay(char *endpoint, size_t len)
+/* Starts the relay on listen (port * = any) and reads the endpoint it prints. */
+static pid_t s_start_relay(const char *listen, char *endpoint, size_t len)
 {
     char bin[1024];
     snprintf(bin, sizeof bin, "%s/shardwire-relay", sw_test_env("SW_BIN_DIR"));
@@ -37,7 +40,7 @@ static pid_t s_start_relay(char *endpoint, size_t len)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    char *argv[] = {bin, "--listen", "tcp://127.0.0.1:*", "--heartbeat-ms", "200", NULL};
+    char *argv[] = {bin, "--listen", (char *)listen, "--heartbeat-ms", "200", NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -160,7 +163,7 @@ static void s_fill_forward(Shardwire__Forward *f, char **route, uint32_t *tokens
 int main(void)
 {
     char ep[256];
-    pid_t relay = s_start_relay(ep, sizeof ep);
+    pid_t relay = s_start_relay("tcp://127.0.0.1:*", ep, sizeof ep);
     SW_CHECK(relay > 0);
     if (relay <= 0)
         return sw_test_done();
@@ -252,6 +255,57 @@ int main(void)
     SW_CHECK(cli != NULL);
     sw_peer_destroy(&cli);
 
+    /* a peer whose thread is busy (not calling into the library) for several
+     * heartbeat timeouts stays: libzmq's I/O thread answers the heartbeats */
+    usleep(1500 * 1000);
+    {
+        sw_wire_msg_t t = {0};
+        SW_CHECK_INT(sw_peer_status(tail, &t, 2000), 0);
+        int seen = 0;
+        for (size_t i = 0; t.env && i < t.env->peer_table->n_peers; i++) {
+            const Shardwire__PeerInfo *pi = t.env->peer_table->peers[i];
+            if (strcmp(pi->announce->name, "head") == 0) {
+                seen = 1;
+                SW_CHECK(pi->heartbeat_age_ms < 1000); /* probed every 200 ms */
+                SW_CHECK(pi->idle_ms >= 1400);         /* but silent */
+                SW_CHECK(pi->msgs_in >= 3);
+            }
+        }
+        SW_CHECK(seen);
+        sw_wire_msg_clear(&t);
+    }
+
+    /* a peer whose process freezes (SIGSTOP: the kernel keeps the TCP link, but
+     * nothing answers heartbeats) is dropped after the heartbeat timeout */
+    {
+        int sync[2];
+        SW_CHECK_INT(pipe(sync), 0);
+        pid_t child = fork();
+        if (child == 0) {
+            close(sync[0]);
+            sw_peer_t *fz = s_peer(ep, "frozen", SHARDWIRE__ROLE__ROLE_CLIENT, 0, 0);
+            char ok = fz ? 'y' : 'n';
+            if (write(sync[1], &ok, 1) != 1)
+                _exit(1);
+            for (;;)
+                pause();
+        }
+        close(sync[1]);
+        char ok = 0;
+        SW_CHECK(read(sync[0], &ok, 1) == 1 && ok == 'y');
+        close(sync[0]);
+        SW_CHECK_INT(s_status_has(head, "frozen", NULL), 1);
+        kill(child, SIGSTOP);
+        int dropped = 0;
+        for (int i = 0; i < 60 && !dropped; i++) {
+            usleep(100 * 1000);
+            dropped = s_status_has(head, "frozen", NULL) == 0;
+        }
+        SW_CHECK(dropped);
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+    }
+
     /* malformed traffic: each gets an Error, none hurts the relay */
     {
         void *ctx = zmq_ctx_new();
@@ -267,6 +321,41 @@ int main(void)
         zmq_send(raw, "relay", 5, ZMQ_SNDMORE); /* garbage header to the relay */
         zmq_send(raw, "\xff\xff\xff\xff\xff", 5, 0);
         SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_MALFORMED);
+        { /* a frame over ZMQ_MAXMSGSIZE: the relay drops that connection (and the
+           * peer with it) instead of buffering it */
+            void *huge_s = s_raw(ctx, ep);
+            Shardwire__PeerAnnounce ha = SHARDWIRE__PEER_ANNOUNCE__INIT;
+            ha.name = "huge";
+            ha.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+            Shardwire__Envelope he = SHARDWIRE__ENVELOPE__INIT;
+            he.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+            he.announce = &ha;
+            char herr[SW_WIRE_ERR_LEN];
+            SW_CHECK_INT(sw_wire_send(huge_s, "relay", &he, NULL, 0, 0, 0, herr, sizeof herr), 0);
+            int joined = 0;
+            for (int i = 0; i < 40 && !joined; i++) {
+                usleep(25 * 1000);
+                joined = s_status_has(head, "huge", NULL) == 1;
+            }
+            SW_CHECK(joined);
+            size_t huge = (size_t)SW_WIRE_MAX_FRAME + 1;
+            char *buf = calloc(1, huge);
+            SW_CHECK(buf != NULL);
+            if (buf) {
+                zmq_send(huge_s, "tail", 4, ZMQ_SNDMORE);
+                zmq_send(huge_s, buf, huge, 0);
+            }
+            int left = 0;
+            for (int i = 0; i < 60 && !left; i++) {
+                usleep(50 * 1000);
+                left = s_status_has(head, "huge", NULL) == 0;
+            }
+            SW_CHECK(left);
+            sw_wire_msg_t none = {0};
+            SW_CHECK_INT(s_recv(tail, &none, 100), 1); /* nothing reached tail */
+            free(buf);
+            zmq_close(huge_s);
+        }
         zmq_send(raw, "tail", 4, ZMQ_SNDMORE); /* unannounced sender */
         zmq_send(raw, "x", 1, 0);
         SW_CHECK_INT(s_raw_error(raw), SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED);
@@ -328,9 +417,95 @@ int main(void)
         zmq_ctx_term(ctx);
     }
 
+    /* a destination that does not read: once its queue is full the relay drops
+     * (never blocks) and tells the sender ERR_DEST_BUSY */
+    {
+        void *ctx = zmq_ctx_new();
+        void *sink = zmq_socket(ctx, ZMQ_DEALER);
+        int one = 1, zero = 0;
+        zmq_setsockopt(sink, ZMQ_RCVHWM, &one, sizeof one);
+        zmq_setsockopt(sink, ZMQ_LINGER, &zero, sizeof zero);
+        SW_CHECK_INT(zmq_connect(sink, ep), 0);
+        Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+        a.name = "sink";
+        a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+        env.announce = &a;
+        char err[SW_WIRE_ERR_LEN];
+        SW_CHECK_INT(sw_wire_send(sink, "relay", &env, NULL, 0, 0, 0, err, sizeof err), 0);
+        usleep(200 * 1000); /* its ack (and probes) stay unread from here on */
+        char *route[2] = {"head", "sink"};
+        Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+        f.session_id = 5;
+        f.n_rows = 32;
+        f.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+        f.hidden = 1024;
+        f.n_route = 2;
+        f.route = route;
+        f.hop = 1;
+        f.reply_to = "head";
+        Shardwire__Envelope ef = SHARDWIRE__ENVELOPE__INIT;
+        ef.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+        ef.forward = &f;
+        static uint8_t big[32 * 1024 * 2];
+        int busy = 0, other = 0;
+        for (int i = 0; i < 600; i++)
+            if (sw_peer_send(head, "sink", &ef, big, sizeof big, 1) != 0)
+                other++;
+        sw_wire_msg_t m = {0};
+        while (sw_peer_recv(head, &m, 300) == 0) {
+            if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY &&
+                strcmp(m.env->error->dest, "sink") == 0)
+                busy++;
+            else
+                other++;
+            sw_wire_msg_clear(&m);
+        }
+        SW_CHECK(busy > 0);
+        SW_CHECK(busy < 600);
+        SW_CHECK_INT(other, 0);
+        zmq_close(sink);
+        zmq_ctx_term(ctx);
+    }
+
     /* still serving */
     SW_CHECK_INT(waitpid(relay, NULL, WNOHANG), 0);
     SW_CHECK_INT(s_status_has(tail, "head", NULL), 1);
+
+    /* the relay dies and a new one takes its port: both peers announce again
+     * by themselves and traffic flows */
+    {
+        kill(relay, SIGKILL);
+        waitpid(relay, NULL, 0);
+        char ep2[256];
+        relay = s_start_relay(ep, ep2, sizeof ep2);
+        SW_CHECK(relay > 0);
+        if (relay <= 0)
+            goto out;
+        int both = 0;
+        sw_wire_msg_t m = {0};
+        for (int i = 0; i < 100 && !both; i++) {
+            if (sw_peer_recv(tail, &m, 50) == 0) /* lets tail see its reconnect */
+                sw_wire_msg_clear(&m);
+            both = s_status_has(head, "head", NULL) == 1 && s_status_has(head, "tail", NULL) == 1;
+        }
+        SW_CHECK(both);
+        Shardwire__SessionClose c = SHARDWIRE__SESSION_CLOSE__INIT;
+        c.session_id = 77;
+        c.reason = "bye";
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
+        env.session_close = &c;
+        SW_CHECK_INT(sw_peer_send(head, "tail", &env, NULL, 0, 0), 0);
+        SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
+        SW_CHECK(strcmp(m.peer, "head") == 0);
+        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE);
+        if (m.env && m.env->session_close)
+            SW_CHECK_INT(m.env->session_close->session_id, 77);
+        sw_wire_msg_clear(&m);
+    }
 
 out:
     sw_peer_destroy(&head);

@@ -478,6 +478,17 @@ static void test_bad_bytes(void)
     SW_CHECK(out == NULL);
     SW_CHECK(strstr(err, "version") != NULL);
 
+    /* an unknown field (number 99) after a valid body is refused */
+    eq.version = SW_WIRE_VERSION;
+    n = shardwire__envelope__pack(&eq, buf);
+    SW_CHECK_INT(sw_wire_decode(buf, n, 0, 0, &out, err, sizeof err), SW_WIRE_OK);
+    shardwire__envelope__free_unpacked(out, NULL);
+    buf[n] = 0x98;
+    buf[n + 1] = 0x06;
+    buf[n + 2] = 0x01;
+    SW_CHECK_INT(sw_wire_decode(buf, n + 3, 0, 0, &out, err, sizeof err), SW_WIRE_EMALFORMED);
+    SW_CHECK(strstr(err, "unknown field") != NULL);
+
     /* truncated Forward header, garbage, empty frame */
     struct fwd_fixture x;
     s_fwd_init(&x);

@@ -1,0 +1,329 @@
+/*
+ * test_cluster.c - the distributed pipeline with real processes on loopback:
+ * a shardwire-relay, two or three shardwire-node stages and `shardwire run`
+ * clients, compared with `shardwire generate` in one process.
+ *
+ *  - relay + 2 nodes with f32 hidden states: tokens and the logits digest
+ *    (every logits row, bit for bit) equal the single-process run;
+ *  - relay + 3 nodes with the default f16 hidden states: tokens equal;
+ *  - exactly one traversal per round: the relay's per-peer message counters
+ *    show each stage receives one Forward and sends one message per round;
+ *  - two clients at once each get their own correct output;
+ *  - a gap, an overlap and another model file are refused with a message
+ *    naming the problem;
+ *  - a stage killed mid-generation gives the client an error, not a hang.
+ */
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sw_test.h"
+
+#define N_GEN 24
+
+static const char *s_prompts[] = {
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "List three colors of the rainbow:\n1.",
+};
+#define N_PROMPTS (int)(sizeof s_prompts / sizeof s_prompts[0])
+
+struct s_result {
+    int ok;
+    int n;            // tokens
+    int32_t ids[512]; // generated ids
+    char digest[17];  // logits digest
+    int rounds;       // rounds after the prefill
+};
+
+static void s_parse(const char *json_text, struct s_result *r)
+{
+    memset(r, 0, sizeof *r);
+    json_error_t je;
+    const char *brace = json_text ? strchr(json_text, '{') : NULL;
+    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    if (!j)
+        return;
+    json_t *ids = json_object_get(j, "tokens");
+    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < 512; i++)
+        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
+    const char *dg = json_string_value(json_object_get(j, "logits_digest"));
+    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
+    r->rounds = (int)json_integer_value(json_object_get(j, "rounds"));
+    r->ok = json_is_array(ids);
+    json_decref(j);
+}
+
+static int s_same(const struct s_result *a, const struct s_result *b)
+{
+    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4);
+}
+
+static void s_generate(const char *model, const char *prompt, struct s_result *r)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", N_GEN);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "generate",
+                    "--model",
+                    (char *)model,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--threads",
+                    "1",
+                    "--json",
+                    NULL};
+    char *out = NULL, *err = NULL;
+    int rc = sw_test_run(argv, 120, &out, &err);
+    if (rc != 0)
+        fprintf(stderr, "generate failed (%d): %s\n", rc, err ? err : "");
+    s_parse(out, r);
+    free(out);
+    free(err);
+}
+
+/* `shardwire run`; returns its exit code, stderr into *err_out if wanted. */
+static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result *r, char **err_out)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "run",
+                    "--relay",
+                    (char *)ep,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--json",
+                    "--timeout-s",
+                    "120",
+                    NULL};
+    char *out = NULL, *err = NULL;
+    int rc = sw_test_run(argv, 150, &out, &err);
+    if (r)
+        s_parse(out, r);
+    if (rc != 0)
+        fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
+    free(out);
+    if (err_out)
+        *err_out = err;
+    else
+        free(err);
+    return rc;
+}
+
+struct s_cluster {
+    char ep[64];
+    pid_t relay;
+    pid_t nodes[4];
+    int n;
+};
+
+static int s_start(struct s_cluster *c, const char *model, const char *const *ranges,
+                   const char *const *models, int n, const char *dtype, int expect_peers)
+{
+    memset(c, 0, sizeof *c);
+    int port = sw_test_free_port();
+    snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", port);
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", c->ep, NULL};
+    c->relay = sw_test_spawn(ra, "/tmp/sw_test_cluster_relay.log");
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "stage%d", i);
+        char *na[] = {(char *)sw_test_bin("shardwire-node"),
+                      "--model",
+                      (char *)(models && models[i] ? models[i] : model),
+                      "--layers",
+                      (char *)ranges[i],
+                      "--relay",
+                      c->ep,
+                      "--name",
+                      name,
+                      "--threads",
+                      "1",
+                      "--dtype",
+                      (char *)dtype,
+                      "--round-timeout-ms",
+                      "20000",
+                      NULL};
+        c->nodes[i] = sw_test_spawn(na, "/tmp/sw_test_cluster_nodes.log");
+    }
+    c->n = n;
+    return sw_test_wait_peers(c->ep, expect_peers, 60);
+}
+
+static void s_stop(struct s_cluster *c)
+{
+    for (int i = 0; i < c->n; i++)
+        sw_test_kill(c->nodes[i]);
+    sw_test_kill(c->relay);
+    c->n = 0;
+    c->relay = 0;
+}
+
+/* msgs_in / msgs_out of a peer from the relay's table. */
+static int s_counters(const char *ep, const char *name, long *in, long *out)
+{
+    (void)ep;
+    (void)name;
+    *in = *out = -1;
+    char *argv[] = {
+        (char *)sw_test_bin("shardwire"), "status", "--relay", (char *)ep, "--json", NULL};
+    char *o = NULL;
+    int rc = sw_test_run(argv, 20, &o, NULL);
+    json_error_t je;
+    json_t *j = rc == 0 && o ? json_loads(o, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *peers = j ? json_object_get(j, "peers") : NULL;
+    for (size_t i = 0; json_is_array(peers) && i < json_array_size(peers); i++) {
+        json_t *p = json_array_get(peers, i);
+        if (!strcmp(json_string_value(json_object_get(p, "name")), name)) {
+            *in = (long)json_integer_value(json_object_get(p, "msgs_in"));
+            *out = (long)json_integer_value(json_object_get(p, "msgs_out"));
+        }
+    }
+    json_decref(j);
+    free(o);
+    return *in >= 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const char *model = sw_test_model();
+    signal(SIGPIPE, SIG_IGN);
+    struct s_result ref[N_PROMPTS], got;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        s_generate(model, s_prompts[i], &ref[i]);
+        SW_CHECK(ref[i].ok && ref[i].n == N_GEN);
+    }
+
+    /* 2 stages, f32 hidden states: bit-identical logits. */
+    struct s_cluster c;
+    const char *two[] = {"0:15", "15:30"};
+    SW_CHECK_INT(s_start(&c, model, two, NULL, 2, "f32", 2), 0);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        SW_CHECK_INT(s_run(c.ep, s_prompts[i], N_GEN, &got, NULL), 0);
+        SW_CHECK(s_same(&got, &ref[i]));
+        SW_CHECK(got.digest[0] && !strcmp(got.digest, ref[i].digest));
+    }
+    s_stop(&c);
+
+    /* 3 stages, default-width (f16) hidden states: same tokens; and the
+     * message count of one traversal per round. */
+    const char *three[] = {"0:10", "10:20", "20:30"};
+    SW_CHECK_INT(s_start(&c, model, three, NULL, 3, "f16", 3), 0);
+    long mid_in0, mid_out0, tail_in0, tail_out0, mid_in1, mid_out1, tail_in1, tail_out1;
+    SW_CHECK_INT(s_counters(c.ep, "stage1", &mid_in0, &mid_out0), 0);
+    SW_CHECK_INT(s_counters(c.ep, "stage2", &tail_in0, &tail_out0), 0);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        SW_CHECK_INT(s_run(c.ep, s_prompts[i], N_GEN, &got, NULL), 0);
+        SW_CHECK(s_same(&got, &ref[i]));
+        if (i == 0) {
+            /* The relay counts msgs_in from a peer and msgs_out to it. Per
+             * request each stage is sent (rounds + 1 prefill) Forwards and
+             * one SessionClose, and sends one message (Forward or Verdict)
+             * per round and for the prefill. */
+            SW_CHECK_INT(s_counters(c.ep, "stage1", &mid_in1, &mid_out1), 0);
+            SW_CHECK_INT(s_counters(c.ep, "stage2", &tail_in1, &tail_out1), 0);
+            SW_CHECK_INT(mid_out1 - mid_out0, got.rounds + 2);
+            SW_CHECK_INT(mid_in1 - mid_in0, got.rounds + 1);
+            SW_CHECK_INT(tail_out1 - tail_out0, got.rounds + 2);
+            SW_CHECK_INT(tail_in1 - tail_in0, got.rounds + 1);
+            SW_CHECK_INT(got.rounds, N_GEN - 1);
+        }
+    }
+
+    /* Two clients at once. */
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            struct s_result r;
+            int rc = s_run(c.ep, s_prompts[k], N_GEN, &r, NULL);
+            _exit(rc == 0 && s_same(&r, &ref[k]) ? 0 : 1);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        int st = 0;
+        waitpid(kids[k], &st, 0);
+        SW_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+
+    /* A stage killed mid-generation: an error within the deadline, no hang. */
+    {
+        int fd[2];
+        SW_CHECK(pipe(fd) == 0);
+        pid_t kid = fork();
+        if (kid == 0) {
+            char *err = NULL;
+            int rc = s_run(c.ep, s_prompts[0], 400, NULL, &err);
+            int named = err && (strstr(err, "left") || strstr(err, "unreachable"));
+            char res[2] = {(char)(rc != 0), (char)named};
+            ssize_t w = write(fd[1], res, 2);
+            _exit(w == 2 ? 0 : 1);
+        }
+        sleep(3);
+        kill(c.nodes[1], SIGKILL);
+        waitpid(c.nodes[1], NULL, 0);
+        c.nodes[1] = 0;
+        char res[2] = {0, 0};
+        SW_CHECK(read(fd[0], res, 2) == 2);
+        SW_CHECK(res[0] == 1); // the client failed...
+        SW_CHECK(res[1] == 1); // ...with a message that says a stage left
+        waitpid(kid, NULL, 0);
+        close(fd[0]);
+        close(fd[1]);
+    }
+    s_stop(&c);
+
+    /* Misconfigured chains. */
+    char *err = NULL;
+    const char *gap[] = {"0:10", "15:30"};
+    SW_CHECK_INT(s_start(&c, model, gap, NULL, 2, "f16", 2), 0);
+    SW_CHECK(s_run(c.ep, s_prompts[0], 4, NULL, &err) != 0);
+    SW_CHECK(err && strstr(err, "gap") && strstr(err, "layer 10"));
+    free(err);
+    s_stop(&c);
+
+    const char *overlap[] = {"0:15", "10:30"};
+    SW_CHECK_INT(s_start(&c, model, overlap, NULL, 2, "f16", 2), 0);
+    err = NULL;
+    SW_CHECK(s_run(c.ep, s_prompts[0], 4, NULL, &err) != 0);
+    SW_CHECK(err && strstr(err, "overlap") && strstr(err, "stage1"));
+    free(err);
+    s_stop(&c);
+
+    /* Another model file: the same weights with a different name in the
+     * metadata, so the fingerprint differs. */
+    const char *dir = sw_test_tmpdir();
+    char other[256];
+    snprintf(other, sizeof other, "%s/other.gguf", dir);
+    size_t len = 0;
+    char *bytes = sw_test_read_file(model, &len);
+    char *at = bytes ? memmem(bytes, len, "Smollm2 135M", 12) : NULL;
+    SW_CHECK(at != NULL);
+    if (at) {
+        at[0] = 'X';
+        FILE *f = fopen(other, "wb");
+        SW_CHECK(f && fwrite(bytes, 1, len, f) == len);
+        if (f)
+            fclose(f);
+        const char *models[] = {model, other};
+        SW_CHECK_INT(s_start(&c, model, two, models, 2, "f16", 2), 0);
+        err = NULL;
+        SW_CHECK(s_run(c.ep, s_prompts[0], 4, NULL, &err) != 0);
+        SW_CHECK(err && strstr(err, "different model") && strstr(err, "stage1"));
+        free(err);
+        s_stop(&c);
+    }
+    free(bytes);
+    unlink(other);
+    rmdir(dir);
+    return sw_test_done();
+}
