@@ -4,7 +4,8 @@
  * (head with layers [0, 15) and the draft model, tail with [15, 30)) on
  * loopback, then runs `shardwire run --json` and compares the "tokens":
  *
- *  - greedy: every proposer and K (n-gram K 1..32, draft model K 1..32 and
+ *  - greedy, on three prompts of tests/fixtures/greedy_smollm2.json (built-in
+ *    ones when it is absent): every proposer and K (n-gram K 1..32, draft model K 1..32 and
  *    adaptive) gives the tokens of the run without speculation, which are
  *    also the tokens of `shardwire generate` in one process;
  *  - sampling (temp 0.8, fixed seed, K 4): the cluster gives the tokens and
@@ -16,6 +17,7 @@
  * Every process is killed at the end, on failure and on a timeout as well.
  */
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -80,21 +82,69 @@ static pid_t s_spawn(char **argv, int out_fd, const char *log)
     return pid;
 }
 
-/* Runs a shell command and returns its stdout (static buffer) or NULL. */
-static const char *s_capture(const char *cmd)
+/* Runs argv (no shell: prompts pass as they are), stderr to /dev/null, and
+ * returns its stdout (static buffer) or NULL when it fails. */
+static const char *s_capture(char **argv)
 {
     static char buf[MAX_OUT];
-    FILE *p = popen(cmd, "r");
-    if (!p)
+    int fds[2];
+    if (pipe(fds) != 0)
         return NULL;
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return NULL;
+    }
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)r;
     buf[n] = 0;
-    int st = pclose(p);
-    if (st != 0) {
-        fprintf(stderr, "command failed (%d): %s\n", st, cmd);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "%s %s failed (status %d)\n", argv[0], argv[1], st);
         return NULL;
     }
     return buf;
+}
+
+/* argv builder: a NULL-terminated list of up to 39 strings. */
+typedef struct s_argv {
+    char *v[40];
+    int n;
+} s_argv_t;
+
+static void s_arg(s_argv_t *a, const char *s)
+{
+    if (a->n < 39) {
+        a->v[a->n++] = (char *)s;
+        a->v[a->n] = NULL;
+    }
+}
+
+/* Splits a space-separated flag string into a (kept in a static pool). */
+static void s_args(s_argv_t *a, const char *flags)
+{
+    static char pool[4096];
+    static size_t used;
+    size_t len = strlen(flags);
+    if (used + len + 1 > sizeof pool)
+        used = 0;
+    char *copy = pool + used;
+    memcpy(copy, flags, len + 1);
+    used += len + 1;
+    for (char *tok = strtok(copy, " "); tok; tok = strtok(NULL, " "))
+        s_arg(a, tok);
 }
 
 /* Parses "tokens":[...] from a JSON line; returns the count or -1. */
@@ -142,12 +192,38 @@ static void s_json_str(const char *json, const char *key, char *out, size_t len)
     out[n] = 0;
 }
 
-static const char *s_prompts[] = {
+/* Built-in prompts, replaced by the fixture's when it is there. */
+static const char *s_prompts[3] = {
     "The capital of France is",
     "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
     "Count: one, two, three, four,",
 };
-#define N_PROMPTS (int)(sizeof s_prompts / sizeof s_prompts[0])
+#define N_PROMPTS 3
+static char s_prompt_buf[N_PROMPTS][1024];
+
+/* The prompts of the cases plain_english, list and numbers of
+ * tests/fixtures/greedy_smollm2.json (the llama.cpp parity fixture). */
+static void s_load_prompts(void)
+{
+    static const char *names[N_PROMPTS] = {"plain_english", "list", "numbers"};
+    const char *dir = getenv("SW_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/greedy_smollm2.json", dir ? dir : "tests/fixtures");
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    json_t *cases = doc ? json_object_get(doc, "cases") : NULL;
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        json_t *cs = json_array_get(cases, c);
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        const char *prompt = json_string_value(json_object_get(cs, "prompt"));
+        for (int i = 0; i < N_PROMPTS && name && prompt; i++)
+            if (!strcmp(name, names[i]) && strlen(prompt) < sizeof s_prompt_buf[i]) {
+                snprintf(s_prompt_buf[i], sizeof s_prompt_buf[i], "%s", prompt);
+                s_prompts[i] = s_prompt_buf[i];
+            }
+    }
+    json_decref(doc);
+}
 
 static char s_bin[1024], s_relay_ep[512];
 static const char *s_model;
@@ -155,18 +231,28 @@ static const char *s_model;
 /* shardwire run with extra flags; fills tokens, returns the count or -1. */
 static int s_run(const char *prompt, const char *flags, int *tokens, char *digest, int *rounds)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "%s/shardwire run --relay %s -p '%s' -n %d --json --timeout-s 120 %s 2>/dev/null",
-             s_bin, s_relay_ep, prompt, N_GEN, flags);
-    const char *out = s_capture(cmd);
+    char exe[1100], n_arg[16];
+    snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
+    snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
+    s_argv_t a = {0};
+    s_arg(&a, exe);
+    s_arg(&a, "run");
+    s_arg(&a, "--relay");
+    s_arg(&a, s_relay_ep);
+    s_arg(&a, "-p");
+    s_arg(&a, prompt);
+    s_arg(&a, "-n");
+    s_arg(&a, n_arg);
+    s_args(&a, "--json --timeout-s 120");
+    s_args(&a, flags);
+    const char *out = s_capture(a.v);
     int n = s_tokens(out, tokens, N_GEN + 1);
     if (digest)
         s_json_str(out, "logits_digest", digest, 17);
     if (rounds)
         *rounds = s_json_int(out, "rounds");
     if (n < 0)
-        fprintf(stderr, "no tokens from: %s\n", cmd);
+        fprintf(stderr, "no tokens from shardwire run %s\n", flags);
     return n;
 }
 
@@ -185,11 +271,11 @@ static int s_same(const int *a, int na, const int *b, int nb, const char *what, 
 /* Waits until the relay lists both nodes. */
 static int s_wait_ready(void)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/shardwire status --relay %s --json 2>/dev/null", s_bin,
-             s_relay_ep);
+    char exe[1100];
+    snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
+    char *argv[] = {exe, "status", "--relay", s_relay_ep, "--json", NULL};
     for (int i = 0; i < 240; i++) {
-        const char *out = s_capture(cmd);
+        const char *out = s_capture(argv);
         if (out && strstr(out, "\"name\":\"sc-head\"") && strstr(out, "\"name\":\"sc-tail\""))
             return 0;
         struct timespec ts = {0, 250 * 1000000L};
@@ -258,6 +344,7 @@ int main(void)
     alarm(300);
     atexit(s_kill_all);
     const char *tmp = sw_test_tmpdir();
+    s_load_prompts();
     char log[3][1024];
     for (int i = 0; i < 3; i++)
         snprintf(log[i], sizeof log[i], "%s/proc%d.log", tmp, i);
@@ -301,11 +388,13 @@ int main(void)
     for (int pi = 0; pi < N_PROMPTS; pi++) {
         int nb = s_run(s_prompts[pi], "--draft none", base, NULL, NULL);
         SW_CHECK_INT(nb, N_GEN);
-        char cmd[4096];
-        snprintf(cmd, sizeof cmd,
-                 "%s/shardwire generate --model %s -p '%s' -n %d -t 1 --json 2>/dev/null", s_bin,
-                 s_model, s_prompts[pi], N_GEN);
-        int nl = s_tokens(s_capture(cmd), local, N_GEN + 1);
+        char exe[1100], n_arg[16];
+        snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
+        snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
+        char *gargv[] = {
+            exe,   "generate", "--model", (char *)s_model, "-p", (char *)s_prompts[pi], "-n",
+            n_arg, "-t",       "1",       "--json",        NULL};
+        int nl = s_tokens(s_capture(gargv), local, N_GEN + 1);
         SW_CHECK(s_same(local, nl, base, nb, "single process", pi));
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             char flags[128], what[64];
@@ -329,12 +418,21 @@ int main(void)
     }
 
     /* Sampling: the cluster and one process agree for one seed and K. */
-    char cmd[4096], d_local[17] = "", d_cluster[17] = "";
-    snprintf(cmd, sizeof cmd,
-             "%s/shardwire generate --model %s -p '%s' -n %d -t 1 --json --temp 0.8 --seed 7 "
-             "--draft-model %s --draft-k 4 --draft-threads 1 2>/dev/null",
-             s_bin, s_model, s_prompts[2], N_GEN, s_model);
-    const char *js = s_capture(cmd);
+    char d_local[17] = "", d_cluster[17] = "", exe[1100], n_arg[16];
+    snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
+    snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
+    s_argv_t ga = {0};
+    s_arg(&ga, exe);
+    s_arg(&ga, "generate");
+    s_arg(&ga, "--model");
+    s_arg(&ga, s_model);
+    s_arg(&ga, "-p");
+    s_arg(&ga, s_prompts[2]);
+    s_arg(&ga, "-n");
+    s_arg(&ga, n_arg);
+    s_args(&ga, "-t 1 --json --temp 0.8 --seed 7 --draft-k 4 --draft-threads 1 --draft-model");
+    s_arg(&ga, s_model);
+    const char *js = s_capture(ga.v);
     int nl = s_tokens(js, local, N_GEN + 1);
     s_json_str(js, "logits_digest", d_local, sizeof d_local);
     int n =

@@ -4,7 +4,9 @@
  * drafter/ + sw_generate):
  *
  *  - greedy output with speculation is token-for-token the output without
- *    it, for K in {1, 2, 4, 8, 16, 32} and each proposer: the n-gram lookup,
+ *    it on the prompts of tests/fixtures/greedy_smollm2.json (the first six;
+ *    built-in prompts when the file is absent), for K in {1, 2, 4, 8, 16, 32}
+ *    and each proposer: the n-gram lookup,
  *    the draft model (the same GGUF drafting for itself: legal, same
  *    vocabulary, and every draft is accepted), the draft model with every
  *    third draft corrupted (rejections every round, so the draft cache is
@@ -16,6 +18,7 @@
  *    read (tokenizer-only GGUFs written by the test: fewer tokens, one token
  *    changed; and gpt-2's from the shared vocab data when present).
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +34,19 @@
 #define N_GEN 16
 #define N_CTX 256
 
-static const char *s_prompts[] = {
+/* Used when tests/fixtures/greedy_smollm2.json is absent. */
+static const char *s_builtin[] = {
     "The capital of France is",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "List the days of the week: Monday, Tuesday,",
     "Once upon a time, in a small village by the sea, there lived",
 };
-#define N_PROMPTS (int)(sizeof s_prompts / sizeof s_prompts[0])
+
+#define MAX_PROMPTS 6 // time budget: the first six fixture prompts
+#define MAX_PROMPT_TOK 256
+static int32_t s_ptok[MAX_PROMPTS][MAX_PROMPT_TOK];
+static int s_plen[MAX_PROMPTS];
+static int s_n_prompts;
 
 static sw_model_t *s_model;
 static sw_tokenizer_t *s_tok;
@@ -101,30 +110,30 @@ static int s_same(const int32_t *a, int na, const int32_t *b, int nb, const char
 
 static void s_test_greedy(draft_model_t *dm)
 {
-    static const int ks[] = {1, 2, 4, 8, 16, 32};
+    static const int ks[6] = {1, 2, 4, 8, 16, 32};
     sw_sampling_t sp = sw_sampling_default();
     sp.temp = 0;
     draft_t *d = draft_new(dm);
     SW_CHECK(d != NULL);
     const int n_vocab = sw_model_hparams(s_model)->n_vocab;
     int total_drafted = 0, total_rejected_rounds = 0;
-    for (int pi = 0; pi < N_PROMPTS; pi++) {
-        int n_prompt = 0;
-        int32_t *prompt =
-            sw_tokenize_alloc(s_tok, s_prompts[pi], strlen(s_prompts[pi]), 1, 0, &n_prompt);
-        SW_CHECK(prompt != NULL);
-        if (!prompt)
-            continue;
+    for (int pi = 0; pi < s_n_prompts; pi++) {
+        const int32_t *prompt = s_ptok[pi];
+        const int n_prompt = s_plen[pi];
         int32_t base[N_GEN], out[N_GEN];
         sw_gen_stats_t gs;
         int nb = s_run(prompt, n_prompt, &sp, NULL, 0, base, &gs);
         SW_CHECK_INT(nb, N_GEN);
         SW_CHECK_INT(gs.rounds, N_GEN - 1);
         for (int mode = 0; mode < 3; mode++) {
-            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
-                /* Time budget: n-gram everywhere, the draft model with every K
-                 * on the first two prompts, the noisy model on the others. */
-                if ((mode == 1 && pi >= 2) || (mode == 2 && (pi < 2 || ki % 2 == 0)))
+            for (int ki = 0; ki < 6; ki++) {
+                /* Time budget, every K still covered over the prompts: the
+                 * n-gram with three K per prompt, the draft model with two,
+                 * the noisy draft model with one. */
+                int use = mode == 0   ? ki % 2 == pi % 2
+                          : mode == 1 ? ki == pi % 6 || ki == (pi + 3) % 6
+                                      : ki == (pi + 1) % 6;
+                if (!use)
                     continue;
                 draft_cfg_t dc = {.mode = mode == 0 ? DRAFT_MODE_NGRAM : DRAFT_MODE_MODEL,
                                   .k = ks[ki],
@@ -159,7 +168,6 @@ static void s_test_greedy(draft_model_t *dm)
         SW_CHECK(s_same(out, n, base, nb, "adaptive mix", pi, -1));
         SW_CHECK(gs.drafted > 0);
         SW_CHECK(draft_ctl(d)->n_obs > 0);
-        free(prompt);
     }
     SW_CHECK(total_drafted > 0);
     SW_CHECK(total_rejected_rounds > 0); // the corrupted drafts were really rejected
@@ -171,14 +179,13 @@ static void s_test_sampling(draft_model_t *dm)
     sw_sampling_t sp = sw_sampling_default();
     sp.temp = 0.8f;
     sp.seed = 42;
-    int n_prompt = 0;
-    int32_t *prompt = sw_tokenize_alloc(s_tok, s_prompts[3], strlen(s_prompts[3]), 1, 0, &n_prompt);
-    SW_CHECK(prompt != NULL);
+    const int32_t *prompt = s_ptok[0];
+    const int n_prompt = s_plen[0];
     draft_t *d = draft_new(dm);
     int32_t a[N_GEN], b[N_GEN];
     sw_gen_stats_t ga, gb;
     int na = -1, nb = -2;
-    for (int rep = 0; rep < 2 && prompt && d; rep++) {
+    for (int rep = 0; rep < 2 && d; rep++) {
         draft_cfg_t dc = {.mode = DRAFT_MODE_MODEL, .k = 4, .sampling = sp};
         char err[256] = "";
         SW_CHECK(draft_begin(d, &dc, err, sizeof err) == 0);
@@ -188,7 +195,7 @@ static void s_test_sampling(draft_model_t *dm)
         else
             nb = s_run(prompt, n_prompt, &sp, &p, draft_gen_k(d), b, &gb);
     }
-    SW_CHECK(s_same(a, na, b, nb, "sampling twice", 3, 4));
+    SW_CHECK(s_same(a, na, b, nb, "sampling twice", 0, 4));
     SW_CHECK_INT(ga.logits_digest, gb.logits_digest);
     SW_CHECK(ga.drafted > 0);
 
@@ -197,7 +204,7 @@ static void s_test_sampling(draft_model_t *dm)
     int32_t out[8];
     sw_draft_q_t q[8];
     int q_used = 0;
-    int n = prompt ? draft_model_propose(dm, prompt, n_prompt, 8, 0, out, q, &q_used) : -1;
+    int n = draft_model_propose(dm, prompt, n_prompt, 8, 0, out, q, &q_used);
     SW_CHECK_INT(n, 8);
     SW_CHECK_INT(q_used, 1);
     for (int i = 0; i < n && q_used; i++) {
@@ -212,7 +219,6 @@ static void s_test_sampling(draft_model_t *dm)
         SW_CHECK_NEAR(at, q[i].q_tok, 1e-7);
     }
     draft_free(&d);
-    free(prompt);
 }
 
 /* Writes a tokenizer-only GGUF v3 (no tensors) whose token list is the
@@ -308,6 +314,42 @@ static void s_test_vocab_mismatch(void)
     s_expect_refused(path, "vocabulary mismatch");
 }
 
+/* The prompts: the fixture's token ids (tests/fixtures/greedy_smollm2.json,
+ * the prompts of the llama.cpp parity test) or, without it, our own. */
+static void s_load_prompts(void)
+{
+    const char *dir = getenv("SW_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/greedy_smollm2.json", dir ? dir : "tests/fixtures");
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    json_t *cases = doc ? json_object_get(doc, "cases") : NULL;
+    for (size_t c = 0; c < json_array_size(cases) && s_n_prompts < MAX_PROMPTS; c++) {
+        json_t *pt = json_object_get(json_array_get(cases, c), "prompt_tokens");
+        const size_t n = json_array_size(pt);
+        if (n < 1 || n > MAX_PROMPT_TOK)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            s_ptok[s_n_prompts][i] = (int32_t)json_integer_value(json_array_get(pt, i));
+        s_plen[s_n_prompts++] = (int)n;
+    }
+    json_decref(doc);
+    if (s_n_prompts > 0) {
+        fprintf(stderr, "prompts: the first %d of %s\n", s_n_prompts, path);
+        return;
+    }
+    fprintf(stderr, "note: %s unusable: built-in prompts\n", path);
+    for (size_t i = 0; i < sizeof s_builtin / sizeof s_builtin[0]; i++) {
+        int n = 0;
+        int32_t *t = sw_tokenize_alloc(s_tok, s_builtin[i], strlen(s_builtin[i]), 1, 0, &n);
+        if (t && n >= 1 && n <= MAX_PROMPT_TOK) {
+            memcpy(s_ptok[s_n_prompts], t, (size_t)n * sizeof *t);
+            s_plen[s_n_prompts++] = n;
+        }
+        free(t);
+    }
+}
+
 static void s_test_ngram(void)
 {
     const int32_t ctx[] = {5, 6, 7, 8, 9, 5, 6, 7};
@@ -340,7 +382,10 @@ int main(void)
     SW_CHECK(dm != NULL);
     s_test_ngram();
     s_test_vocab_mismatch();
-    if (s_tok && dm) {
+    if (s_tok)
+        s_load_prompts();
+    SW_CHECK(s_n_prompts >= 4);
+    if (s_tok && dm && s_n_prompts > 0) {
         s_test_greedy(dm);
         s_test_sampling(dm);
     }
