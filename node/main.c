@@ -4,6 +4,7 @@
  *   shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT --name NAME
  *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
+ *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
  */
 #include <errno.h>
 #include <getopt.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keys.h"
 #include "node.h"
 #include "wire.h"
 
@@ -35,7 +37,7 @@ static void s_usage(FILE *f)
                "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
                "  --round-timeout-ms MS  head: fail a round with no verdict after MS (default "
                "60000)\n"
-               "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n");
+               "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n" SW_SEC_USAGE);
 }
 
 static int s_int(const char *flag, const char *s, long lo, long hi, int *out)
@@ -104,7 +106,10 @@ int main(int argc, char **argv)
                                           {"round-timeout-ms", required_argument, 0, O_ROUND},
                                           {"heartbeat-ms", required_argument, 0, O_HB},
                                           {"help", no_argument, 0, O_HELP},
+                                          SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
+    sw_sec_args_t sargs = {0};
+    static sw_sec_t sec; /* lives until the process exits */
     node_opts_t o = {
         .layer_begin = -1,
         .layer_end = -1,
@@ -117,6 +122,11 @@ int main(int argc, char **argv)
     };
     int c, idle_s = 300, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        int h = sw_sec_args_opt(&sargs, c, optarg);
+        if (h < 0)
+            return 2;
+        if (h)
+            continue;
         switch (c) {
         case O_MODEL:
             o.model = optarg;
@@ -185,9 +195,17 @@ int main(int argc, char **argv)
         return 2;
     }
     o.idle_timeout_ms = idle_s * 1000;
+    char err[512];
+    if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire-node: %s\n", err);
+        return 2;
+    }
+    o.sec = &sec;
     struct sigaction sa = {0};
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    return node_run(&o, &s_stop);
+    int rc_run = node_run(&o, &s_stop);
+    sw_sec_wipe(&sec);
+    return rc_run;
 }

@@ -105,7 +105,8 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     an.backend = "cpu";
     an.max_sessions = (uint32_t)o->max_sessions;
     an.hidden = (uint32_t)n.hp->n_embd;
-    sw_peer_opts_t po = {.relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms};
+    sw_peer_opts_t po = {
+        .relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms, .sec = o->sec};
     n.peer = sw_peer_new(&po);
     if (!n.peer) {
         SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);

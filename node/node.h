@@ -41,6 +41,7 @@ typedef struct node_opts {
     const char *draft_mode;  // head: "model", "ngram", "none" or NULL (= model if given)
     int draft_k;             // head: default drafts per round (0 = off)
     int draft_threads;       // head: threads of the draft model
+    const sw_sec_t *sec;     // keys for the relay connection (keys.h); NULL = loopback only
 } node_opts_t;
 
 /* One session's state on a stage. */
