@@ -51,6 +51,7 @@ typedef struct node_session {
     sw_verifier_t *ver;  // last stage only
     double last_used_ms; // for the idle timeout
     uint64_t round;      // last round seen
+    char creator[64];    // peer whose Forward created it; only it may send more
 } node_session_t;
 
 typedef struct node_head node_head_t;

@@ -40,7 +40,8 @@ static pid_t s_start_relay(const char *listen, char *endpoint, size_t len)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    char *argv[] = {bin, "--listen", (char *)listen, "--heartbeat-ms", "200", NULL};
+    char *argv[] = {bin, "--listen", (char *)listen, "--heartbeat-ms", "200", "--insecure-loopback",
+                    NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
