@@ -32,6 +32,10 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     node_session_t *s = NULL;
     const char *why;
     s = node_session_get(n, m->env->session_close->session_id, 0, &why);
+    if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
+        SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
+        return;
+    }
     if (s)
         node_session_free(n, s);
 }

@@ -52,6 +52,7 @@ typedef struct node_session {
     double last_used_ms; // for the idle timeout
     uint64_t round;      // last round seen
     char creator[64];    // peer whose Forward created it; only it may send more
+    char owner[64];      // route[0] of that Forward (the head): may close it too
 } node_session_t;
 
 typedef struct node_head node_head_t;

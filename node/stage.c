@@ -192,6 +192,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
     }
     if (!s->creator[0]) {
         snprintf(s->creator, sizeof s->creator, "%s", msg->peer);
+        snprintf(s->owner, sizeof s->owner, "%s", f->route[0]);
     } else if (strcmp(s->creator, msg->peer) != 0) {
         SW_WARN("dropped a forward from %s for session %016llx, which belongs to %s", msg->peer,
                 (unsigned long long)sid, s->creator);
