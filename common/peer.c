@@ -34,7 +34,7 @@ struct sw_peer {
     int q_len;                          /* kept messages */
     sw_wire_crypto_t crypto;            /* end-to-end sealing (crypto.seal NULL = none) */
     int auth_failed;                    /* the relay refused or revoked our key */
-    uint64_t seal_drops;                /* messages dropped by sealing checks */
+    uint64_t drops;                     /* malformed, unsealed, tampered or replayed messages */
 };
 
 static int64_t s_now_ms(void)
@@ -240,14 +240,12 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
             sw_wire_msg_clear(&m);
             if (until_announced && p->announced)
                 return 1;
-        } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION) {
-            SW_WARN("peer %s: dropped a message: %s", p->announce->name, err);
-        } else if (rc == SW_WIRE_ESEAL) {
-            p->seal_drops++; /* one line per drop, then 2, 4, 8, ...: a flood cannot flood the log
-                              */
-            if (p->seal_drops <= 16 || (p->seal_drops & (p->seal_drops - 1)) == 0)
-                SW_WARN("peer %s: %s (%llu dropped so far)", p->announce->name, err,
-                        (unsigned long long)p->seal_drops);
+        } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION || rc == SW_WIRE_ESEAL) {
+            /* one line per drop up to 16, then at 32, 64, ...: a flood cannot flood the log */
+            p->drops++;
+            if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
+                SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce->name,
+                        err, (unsigned long long)p->drops);
         }
         if (rc != SW_WIRE_ESOCKET) { /* something was read: go on unless time is up */
             if (deadline >= 0 && s_now_ms() > deadline)

@@ -42,7 +42,8 @@ static void s_usage(FILE *out)
                  "                  Re-read when it changes and on SIGHUP.\n"
                  "  --insecure-loopback  no keys, no encryption; loopback endpoints only\n"
                  "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval (default 1000)\n"
-                 "  --hwm           messages queued per peer and direction (default 128)\n");
+                 "  --hwm           messages queued per peer and direction (default 128)\n"
+                 "  --rate          messages/s one peer may send to others (default 2000)\n");
 }
 
 static int s_parse_int(const char *opt, const char *s, int lo, int hi, int *out)
@@ -84,6 +85,9 @@ int main(int argc, char **argv)
             opts.allow_file = argv[++i];
         } else if (!strcmp(a, "--heartbeat-ms")) {
             if (s_parse_int(a, argv[++i], 10, 600000, &opts.heartbeat_ms))
+                return 2;
+        } else if (!strcmp(a, "--rate")) {
+            if (s_parse_int(a, argv[++i], 1, 10000000, &opts.rate))
                 return 2;
         } else if (!strcmp(a, "--hwm")) {
             if (s_parse_int(a, argv[++i], 1, 1000000, &opts.hwm))

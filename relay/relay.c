@@ -49,6 +49,9 @@ typedef struct relay_peer {
     uint64_t bytes_in;             /* bytes received from it, all frames */
     uint64_t busy_drops;           /* messages to it dropped because its queue was full */
     char user[SW_KEY_Z85_LEN + 1]; /* authenticated CURVE public key ("" when insecure) */
+    double tokens;                 /* rate limit bucket: messages it may still send now */
+    int64_t refill_ms;             /* when the bucket was last refilled */
+    uint64_t rate_drops;           /* messages dropped for going over the rate */
 } relay_peer_t;
 
 struct relay {
@@ -72,6 +75,7 @@ struct relay {
     int64_t allow_check_at_ms;     /* next change check */
     volatile sig_atomic_t *reload; /* set from outside: re-read now */
     uint64_t unauthorized;         /* messages refused for an unknown or revoked key */
+    int rate;                      /* messages/s a peer may send to other peers (bucket size too) */
 };
 
 static int64_t s_now_ms(void)
@@ -315,6 +319,7 @@ relay_t *relay_new(const relay_opts_t *opts)
         return NULL;
     }
     r->reload = opts->reload;
+    r->rate = opts->rate > 0 ? opts->rate : 2000;
     if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED) != 0)
         goto err;
     r->mon = zmq_socket(r->ctx, ZMQ_PAIR);
@@ -551,7 +556,8 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             snprintf(p->user, sizeof p->user, "%s", user);
         p->env = env;
         p->name = a->name;
-        p->joined_ms = p->alive_ms = p->msg_ms = s_now_ms();
+        p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
+        p->tokens = r->rate;
         r->peers[r->n_peers++] = p;
         SW_INFO("peer %s joined: role %d, layers [%u, %u) of %u, backend '%s', %u sessions",
                 a->name, (int)a->role, a->layer_begin, a->layer_end, a->n_layers, a->backend,
@@ -753,6 +759,24 @@ static int s_handle_one(relay_t *r)
                       "announce before sending to peers");
         goto done;
     }
+    /* Rate limit per sender: one flooding peer cannot fill the queues of the others. Over the
+     * limit, messages are dropped; the sender hears about it once per power of two. */
+    sender->tokens += (double)(now - sender->refill_ms) * r->rate / 1000.0;
+    sender->refill_ms = now;
+    if (sender->tokens > r->rate)
+        sender->tokens = r->rate;
+    if (sender->tokens < 1.0) {
+        r->dropped++;
+        sender->rate_drops++;
+        if ((sender->rate_drops & (sender->rate_drops - 1)) == 0) {
+            SW_WARN("relay: %s sends more than %d messages/s: dropped %llu so far", sender->name,
+                    r->rate, (unsigned long long)sender->rate_drops);
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, NULL,
+                          "over the relay's rate limit of %d messages/s; message dropped", r->rate);
+        }
+        goto done;
+    }
+    sender->tokens -= 1.0;
     s_forward(r, sender, f, n);
 done:
     for (int i = 0; i < 4; i++)

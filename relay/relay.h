@@ -34,6 +34,8 @@ typedef struct relay_opts {
     const char *allow_file;        /* allow-list of client public keys (required unless insecure) */
     int insecure_loopback;         /* 1 = no CURVE; only loopback listen endpoints */
     volatile sig_atomic_t *reload; /* set (e.g. by SIGHUP) to re-read the allow-list; may be NULL */
+    int rate; /* messages per second one peer may send to other peers (burst = 1 s of it); 0 = 2000
+               */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */
