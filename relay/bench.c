@@ -61,7 +61,9 @@ static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    char *argv[] = {(char *)bin, "--listen", "tcp://127.0.0.1:*", "--hwm", "1000", NULL};
+    /* Loopback without keys, and no rate limit in the way of a throughput measurement. */
+    char *argv[] = {(char *)bin, "--listen", "tcp://127.0.0.1:*",   "--hwm", "1000",
+                    "--rate",    "10000000", "--insecure-loopback", NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);

@@ -5,6 +5,7 @@
 # (fuzz_gguf -> corpus/gguf/); targets: GGUF reader, wire decoder and sealed
 # framing, tokenizer, chat templates. New inputs go to a scratch corpus in the build
 # folder, crashes to build-fuzz/artifacts/. Exits non-zero on any finding.
+# SW_FUZZ_ONLY=fuzz_wire runs one target.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${SW_FUZZ_BUILD_DIR:-$here/build-fuzz}
@@ -23,7 +24,7 @@ export SW_TEST_MODEL=${SW_TEST_MODEL:-$here/models/SmolLM2-135M-Instruct.Q4_1.gg
 jobs=$(nproc)
 [ "$jobs" -gt 2 ] || jobs=2
 status=0
-for src in "$here"/tests/fuzz/fuzz_*.c; do
+for src in "$here"/tests/fuzz/${SW_FUZZ_ONLY:-fuzz_*}.c; do
     name=$(basename "$src" .c)
     cmake --build "$build" -j "$jobs" --target "$name" >/dev/null
     seeds="$here/tests/fuzz/corpus/${name#fuzz_}"
