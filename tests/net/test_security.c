@@ -93,9 +93,8 @@ static sw_peer_t *s_peer(const char *name, const char *who, const char *relay_pu
 {
     char key[256];
     snprintf(key, sizeof key, "%s.key", s_path(who));
-    sw_sec_args_t a = {.key_file = key,
-                       .relay_key = relay_pub,
-                       .cluster_key = {s_path("cluster.key"), NULL}};
+    sw_sec_args_t a = {
+        .key_file = key, .relay_key = relay_pub, .cluster_key = {s_path("cluster.key"), NULL}};
     sw_sec_t sec;
     char err[512];
     if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
