@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     copy[size] = 0;
     const int add_gen = data[size - 1] & 1;
     /* split into NUL-terminated fields */
-    char *field[S_MAX_MSGS + 1];
+    char *field[S_MAX_MSGS + 1] = {copy};
     int nf = 0;
     for (char *p = copy; nf < S_MAX_MSGS + 1 && p <= copy + size;) {
         field[nf++] = p;
