@@ -7,17 +7,20 @@ processes on a shared machine hits both alike. Reported numbers are medians.
 
   pp<N>  prompt processing: tokens/s over the whole N-token prompt evaluation
          (one batch), for N = 128 and 512 by default
-  tg<M>  generation: tokens/s over M greedy decode steps (one token per step,
-         including the argmax over the logits) after the N-token prompt
+  tg<M>@<N>  generation after the N-token prompt: tokens/s over the M-1
+         single-token decode steps that produce tokens 2..M (token 1 comes
+         from the prompt pass), each step including the argmax over the logits
 
 Usage (from the repository root):
 
     bash scripts/fetch_model.sh
-    /tmp/refvenv/bin/python scripts/bench_engine.py                 # SmolLM2, 2 threads, 5 reps
-    /tmp/refvenv/bin/python scripts/bench_engine.py --threads 2 --reps 3 --pp 128,512 --n-gen 128 \
+    $VENV/bin/python scripts/bench_engine.py                 # SmolLM2, 2 threads, 5 reps
+    $VENV/bin/python scripts/bench_engine.py --threads 2 --reps 3 --pp 128,512 --n-gen 128 \
         --model models/SmolLM2-135M-Instruct.Q4_1.gguf --bin build/bin/shardwire --json out.json
 
-Needs the llama-cpp-python venv (/tmp/refvenv). shardwire is run as
+Needs a venv with llama-cpp-python and numpy (on AMX-reporting CPUs in a VM,
+build it without AMX: see scripts/ref/make_greedy_fixtures.py). OpenMP waits
+are passive by default (--omp-wait-policy). shardwire is run as
     <bin> generate --model M -p PROMPT -n N --threads T --json
 which must print one JSON object {"text","tokens","n_prompt","n_gen","ttft_ms",
 "prefill_tok_s","decode_tok_s"} as the last line of its stdout. When the binary
@@ -144,6 +147,9 @@ def main():
     ap.add_argument("--only", choices=["both", "llama", "shardwire"], default="both")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per shardwire run")
     ap.add_argument("--json", help="also write all samples and medians to this file")
+    ap.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
+                    help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads (default passive: on a shared, "
+                         "oversubscribed machine spinning waits make llama.cpp several times slower)")
     args = ap.parse_args()
     if not os.path.isfile(args.model):
         sys.exit(f"bench_engine: no model at {args.model} (run scripts/fetch_model.sh first)")
@@ -151,6 +157,8 @@ def main():
     if not pps or min(pps) < 1 or args.n_gen < 2 or args.reps < 1:
         sys.exit("bench_engine: --pp values must be >= 1, --n-gen >= 2, --reps >= 1")
 
+    if args.omp_wait_policy != "unset":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # read when libgomp loads
     # llama.cpp is always loaded: it also makes the prompts (exact token counts).
     lb = LlamaBench(args.model, args.threads, n_ctx=max(pps) + args.n_gen + 16, n_batch=max(pps) + 8)
     use_llama = args.only in ("both", "llama")
@@ -186,7 +194,7 @@ def main():
     load = os.getloadavg()
     print(f"model {os.path.basename(args.model)}, threads {args.threads}, reps {args.reps} (median), "
           f"tg = {args.n_gen} tokens after the prompt, load average {load[0]:.2f} {load[1]:.2f} "
-          f"on {os.cpu_count()} CPUs")
+          f"on {os.cpu_count()} CPUs, OMP_WAIT_POLICY {args.omp_wait_policy}")
     print(f"{'test':<16}{'llama.cpp':>12}{'shardwire':>12}{'sw/llama':>10}   llama perf-ctr  sw n_prompt")
     summary = {}
     for n in pps:
@@ -203,7 +211,7 @@ def main():
         import llama_cpp
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "threads": args.threads, "reps": args.reps, "n_gen": args.n_gen,
-                       "loadavg": load, "n_cpus": os.cpu_count(),
+                       "loadavg": load, "n_cpus": os.cpu_count(), "omp_wait_policy": args.omp_wait_policy,
                        "llama_cpp_python_version": llama_cpp.__version__, "summary": summary,
                        "samples": {str(n): results[n] for n in pps}}, f, indent=1)
 

@@ -7,12 +7,20 @@ prompts it records llama.cpp's prompt token ids, the next N greedy token ids
 penalties, no sampler chain) and the top-5 logits of the first generated
 position, and writes them to a JSON fixture that the C tests compare against.
 
-Usage (from the repository root, with the reference venv):
+Usage (from the repository root, with a venv holding llama-cpp-python, numpy):
 
     bash scripts/fetch_model.sh
-    /tmp/refvenv/bin/python scripts/ref/make_greedy_fixtures.py            # SmolLM2 set
+    $VENV/bin/python scripts/ref/make_greedy_fixtures.py            # SmolLM2 set
     bash scripts/fetch_model.sh qwen-coder-1.5b
-    /tmp/refvenv/bin/python scripts/ref/make_greedy_fixtures.py --set qwen15
+    $VENV/bin/python scripts/ref/make_greedy_fixtures.py --set qwen15
+    bash scripts/fetch_model.sh qwen-coder-0.5b
+    $VENV/bin/python scripts/ref/make_greedy_fixtures.py --set qwen05
+
+On CPUs that report AMX (Sapphire Rapids and later) inside a VM that does not
+let threads use the AMX tiles, a -march=native llama.cpp build dies with
+SIGILL in ggml_backend_amx_mul_mat; build llama-cpp-python without AMX:
+    CMAKE_ARGS="-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+      -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" pip install llama-cpp-python==0.3.36
 
 Each generated token is fed back one at a time (batch of 1), exactly like an
 engine's decode loop; the prompt is evaluated as one batch. Generation stops
@@ -32,8 +40,12 @@ import os
 import sys
 import time
 
-import numpy as np
-import llama_cpp
+# Sleeping (not spinning) OpenMP waits: on a shared, oversubscribed machine a
+# spinning barrier makes llama.cpp 5-10x slower; the results are unaffected.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np  # noqa: E402
+import llama_cpp  # noqa: E402
 
 # Each case: name, prompt text, and whether special-token text (<|im_start|>...)
 # is parsed into special token ids (only chat-formatted prompts need it).
@@ -56,6 +68,10 @@ SMOLLM2_CASES = [
      "<|im_start|>assistant\n",
      True),
     ("question",
+     "How many legs does a spider have, and why do spiders not get caught in their own webs?\n",
+     False),
+    # deliberately answered by an end-of-generation token at once (<|im_end|>, id 2)
+    ("question_eog_at_once",
      "Question: Why is the sky blue during the day but red at sunset?\nAnswer:",
      False),
     ("non_ascii",
@@ -96,6 +112,8 @@ SETS = {
                     out="tests/fixtures/greedy_smollm2.json", n_gen=64, cases=SMOLLM2_CASES),
     "qwen15": dict(model="models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
                    out="tests/fixtures/greedy_qwen15.json", n_gen=32, cases=QWEN_CASES),
+    "qwen05": dict(model="models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+                   out="tests/fixtures/greedy_qwen05.json", n_gen=32, cases=QWEN_CASES),
 }
 
 GGML_TYPE_NAMES = {0: "f32", 1: "f16", 8: "q8_0", 2: "q4_0", 3: "q4_1", 30: "bf16"}
