@@ -109,7 +109,7 @@ int cmd_status(int argc, char **argv)
                                           {0, 0, 0, 0}};
     const char *relay = NULL;
     int json = 0, c;
-    sw_sec_args_t sa = {0};
+    sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
     sw_sec_t sec;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {

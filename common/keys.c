@@ -470,7 +470,7 @@ int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, cha
     } else {
         if (sw_keys_curve_check(err, err_len) != 0)
             return -1;
-        if (!key_file || !relay_key || !ck[0])
+        if (!key_file || !relay_key || (!ck[0] && !a->cluster_optional))
             return s_err(err, err_len,
                          "security keys missing: --key FILE, --relay-key FILE|Z85 and "
                          "--cluster-key FILE are required (make them with 'shardwire keygen'), or "

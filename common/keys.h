@@ -88,6 +88,7 @@ typedef struct sw_sec_args {
     const char *relay_key;                        /* --relay-key: relay public key (file or Z85) */
     const char *cluster_key[SW_CLUSTER_KEYS_MAX]; /* --cluster-key (twice during a rotation) */
     int insecure_loopback;                        /* --insecure-loopback */
+    int cluster_optional; /* set by the caller: talks only to the relay (shardwire status) */
 } sw_sec_args_t;
 
 /* getopt_long entries for the four flags above (include <getopt.h> first). */

@@ -552,6 +552,31 @@ int main(void)
         sw_wire_msg_clear(&got);
     }
 
+    /* `shardwire status` needs no cluster key (the relay operator has none), and lists
+     * the peers; with a name-bound key it is refused (it announces a random name) */
+    {
+        char okey[256], *out = NULL, *err = NULL;
+        snprintf(okey, sizeof okey, "%s.key", s_path("other"));
+        char *sa[] = {(char *)sw_test_bin("shardwire"),
+                      "status",
+                      "--relay",
+                      s_ep,
+                      "--key",
+                      okey,
+                      "--relay-key",
+                      (char *)s_path("relay.pub"),
+                      NULL};
+        SW_CHECK_INT(sw_test_run(sa, 20, &out, &err), 0);
+        SW_CHECK(out && strstr(out, "alice") && strstr(out, "bob"));
+        free(out);
+        free(err);
+        out = err = NULL;
+        snprintf(okey, sizeof okey, "%s.key", s_path("carol"));
+        SW_CHECK(sw_test_run(sa, 20, &out, &err) != 0);
+        free(out);
+        free(err);
+    }
+
     /* revocation: alice's key leaves the allow-list; within 3 s she can neither be
      * reached nor send */
     {
