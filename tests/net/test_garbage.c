@@ -257,7 +257,7 @@ static void s_mallory(void)
     void *s = s_dealer(ctx, "mallory");
     s_announce(s, "mallory");
     static uint8_t buf[256 << 10];
-    long sent = 0;
+    long sent = 0, iter = 0;
     double t_end = s_now() + FLOOD_MAX_S;
     while (!s_quit && s_now() < t_end) {
         int kind = (int)(s_rand() % 4);
@@ -280,11 +280,13 @@ static void s_mallory(void)
                 n = s_rand_size();
                 s_fill(buf, n);
             }
+            /* once the first frame is queued the others go with it (multipart is atomic) */
             if (zmq_send(s, buf, n, ZMQ_DONTWAIT | (i + 1 < frames ? ZMQ_SNDMORE : 0)) < 0)
                 break;
+            if (i == 0)
+                sent++; /* counted when it left */
         }
-        sent++;
-        if (sent % 64 == 0) {
+        if (++iter % 64 == 0) {
             s_drain(s);
             usleep(2000);
         }
@@ -306,7 +308,7 @@ static void s_member(void)
         _exit(3);
     sw_seal_t *seal = sw_seal_new(key, 1);
     uint8_t buf[4096];
-    long sent = 0;
+    long sent = 0, iter = 0;
     double t_end = s_now() + FLOOD_MAX_S;
     while (!s_quit && s_now() < t_end) {
         size_t n = s_valid_envelope(buf, sizeof buf);
@@ -322,15 +324,16 @@ static void s_member(void)
             break;
         for (int rep = 0; rep < 2; rep++) { /* the second one is a replay */
             zmq_msg_t hc, pc;
+            if (zmq_send(s, dest, strlen(dest), ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0)
+                break; /* our queue is full: nothing was queued */
             zmq_msg_init(&hc);
             zmq_msg_copy(&hc, &h);
-            zmq_send(s, dest, strlen(dest), ZMQ_DONTWAIT | ZMQ_SNDMORE);
-            zmq_msg_send(&hc, s, ZMQ_DONTWAIT | (has_payload ? ZMQ_SNDMORE : 0));
+            zmq_msg_send(&hc, s, has_payload ? ZMQ_SNDMORE : 0);
             zmq_msg_close(&hc);
             if (has_payload) {
                 zmq_msg_init(&pc);
                 zmq_msg_copy(&pc, &p);
-                zmq_msg_send(&pc, s, ZMQ_DONTWAIT);
+                zmq_msg_send(&pc, s, 0);
                 zmq_msg_close(&pc);
             }
             sent++;
@@ -338,7 +341,7 @@ static void s_member(void)
         zmq_msg_close(&h);
         if (has_payload)
             zmq_msg_close(&p);
-        if (sent % 64 == 0) {
+        if (++iter % 32 == 0) {
             s_drain(s);
             usleep(2000);
         }
