@@ -35,6 +35,10 @@
 #define RELAY_MON_EP "inproc://sw-relay-monitor"
 #define RELAY_ZAP_EP "inproc://zeromq.zap.01" /* fixed by the ZAP spec (RFC 27) */
 #define RELAY_ALLOW_CHECK_MS 1000             /* allow-list file change check period */
+#define RELAY_PARK_MAX 256                    /* messages held while their destination is full */
+#define RELAY_PARK_PER_PAIR 8                 /* of them per (sender, destination) */
+#define RELAY_PARK_BYTES (64u << 20)          /* bytes held in all of them */
+#define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
 
 typedef struct relay_peer {
     uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
@@ -53,6 +57,25 @@ typedef struct relay_peer {
     int64_t refill_ms;             /* when the bucket was last refilled */
     uint64_t rate_drops;           /* messages dropped for going over the rate */
 } relay_peer_t;
+
+/*
+ * A message whose destination's queue was full, held for a later try. Held
+ * messages go out first, in arrival order, as soon as the destination takes
+ * messages again; a sender gets few slots, so one that floods a destination
+ * loses its excess while the others' messages wait their turn instead of
+ * being dropped (fairness that libzmq's per-connection queue cannot give).
+ */
+typedef struct relay_parked {
+    char src[SW_WIRE_NAME_MAX + 1];  /* sender name (the source frame to write) */
+    uint8_t src_id[RELAY_ID_MAX];    /* sender routing id, for an error reply */
+    size_t src_id_len;               /* bytes in src_id */
+    char dest[SW_WIRE_NAME_MAX + 1]; /* destination name */
+    zmq_msg_t hdr;                   /* header frame, owned */
+    zmq_msg_t payload;               /* payload frame, owned when has_payload */
+    int has_payload;                 /* 1 when payload holds a frame */
+    size_t bytes;                    /* header + payload bytes */
+    int64_t since_ms;                /* when it was parked */
+} relay_parked_t;
 
 struct relay {
     void *ctx;                              /* ZeroMQ context */
@@ -76,6 +99,9 @@ struct relay {
     volatile sig_atomic_t *reload; /* set from outside: re-read now */
     uint64_t unauthorized;         /* messages refused for an unknown or revoked key */
     int rate;                      /* messages/s a peer may send to other peers (bucket size too) */
+    relay_parked_t *parked; /* (RELAY_PARK_MAX) held messages, n_parked of them, oldest first */
+    int n_parked;
+    size_t parked_bytes; /* bytes held in parked */
 };
 
 static int64_t s_now_ms(void)
@@ -320,6 +346,11 @@ relay_t *relay_new(const relay_opts_t *opts)
     }
     r->reload = opts->reload;
     r->rate = opts->rate > 0 ? opts->rate : 2000;
+    r->parked = calloc(RELAY_PARK_MAX, sizeof *r->parked);
+    if (!r->parked) {
+        relay_destroy(&r);
+        return NULL;
+    }
     if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED) != 0)
         goto err;
     r->mon = zmq_socket(r->ctx, ZMQ_PAIR);
@@ -368,6 +399,11 @@ void relay_destroy(relay_t **self_p)
         zmq_close(r->zap);
     if (r->ctx)
         zmq_ctx_term(r->ctx);
+    for (int i = 0; r->parked && i < r->n_parked; i++) {
+        zmq_msg_close(&r->parked[i].hdr);
+        zmq_msg_close(&r->parked[i].payload);
+    }
+    free(r->parked);
     free(r->allow);
     free(r);
     *self_p = NULL;
@@ -617,6 +653,120 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
 
 /* ---- forwarding ------------------------------------------------------------- */
 
+/*
+ * Sends [to's id][src][hdr][payload]? without blocking. 0 when sent (the frames
+ * are consumed), else EAGAIN (to's queue is full; nothing consumed) or
+ * EHOSTUNREACH (to is gone).
+ */
+static int s_try_send(relay_t *r, relay_peer_t *to, const char *src, zmq_msg_t *hdr,
+                      zmq_msg_t *payload)
+{
+    if (zmq_send(r->router, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return errno == EHOSTUNREACH ? EHOSTUNREACH : EAGAIN;
+    /* Once the id frame is accepted the rest of the message is queued with it. */
+    if (zmq_send(r->router, src, strlen(src), ZMQ_SNDMORE) < 0 ||
+        zmq_msg_send(hdr, r->router, payload ? ZMQ_SNDMORE : 0) < 0 ||
+        (payload && zmq_msg_send(payload, r->router, 0) < 0)) {
+        SW_ERR("relay: %s -> %s: send failed mid-message: %s", src, to->name, zmq_strerror(errno));
+        r->dropped++;
+        return 0; /* not retried: part of it went */
+    }
+    to->msgs_out++;
+    r->forwarded++;
+    return 0;
+}
+
+/* Messages parked for dest (and, when from is not NULL, from that sender). */
+static int s_parked_for(const relay_t *r, const char *dest, const char *from)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_parked; i++)
+        n += !strcmp(r->parked[i].dest, dest) && (!from || !strcmp(r->parked[i].src, from));
+    return n;
+}
+
+/* Holds hdr and payload (moved in) for a later try; 0 when there is no room. */
+static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, zmq_msg_t *hdr,
+                  zmq_msg_t *payload)
+{
+    size_t bytes = zmq_msg_size(hdr) + (payload ? zmq_msg_size(payload) : 0);
+    if (r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||
+        s_parked_for(r, dest, sender->name) >= RELAY_PARK_PER_PAIR)
+        return 0;
+    relay_parked_t *p = &r->parked[r->n_parked++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->src, sizeof p->src, "%s", sender->name);
+    memcpy(p->src_id, sender->id, sender->id_len);
+    p->src_id_len = sender->id_len;
+    snprintf(p->dest, sizeof p->dest, "%s", dest);
+    zmq_msg_init(&p->hdr);
+    zmq_msg_move(&p->hdr, hdr);
+    zmq_msg_init(&p->payload);
+    if (payload) {
+        zmq_msg_move(&p->payload, payload);
+        p->has_payload = 1;
+    }
+    p->bytes = bytes;
+    p->since_ms = s_now_ms();
+    r->parked_bytes += bytes;
+    return 1;
+}
+
+/* Closes parked[i] and closes the gap (order kept). */
+static void s_unpark(relay_t *r, int i)
+{
+    relay_parked_t *p = &r->parked[i];
+    zmq_msg_close(&p->hdr);
+    zmq_msg_close(&p->payload);
+    r->parked_bytes -= p->bytes;
+    memmove(&r->parked[i], &r->parked[i + 1], (size_t)(r->n_parked - i - 1) * sizeof *p);
+    r->n_parked--;
+}
+
+/* Tries every parked message, oldest first, keeping each destination's order. */
+static void s_flush_parked(relay_t *r)
+{
+    const relay_peer_t *blocked[RELAY_PARK_MAX];
+    int n_blocked = 0;
+    int64_t now = s_now_ms();
+    for (int i = 0; i < r->n_parked;) {
+        relay_parked_t *p = &r->parked[i];
+        relay_peer_t *to = s_find_name(r, p->dest, strlen(p->dest));
+        int is_blocked = 0;
+        for (int b = 0; to && b < n_blocked; b++)
+            is_blocked |= blocked[b] == to;
+        int rc = EHOSTUNREACH;
+        if (to && is_blocked)
+            rc = EAGAIN;
+        else if (to)
+            rc = s_try_send(r, to, p->src, &p->hdr, p->has_payload ? &p->payload : NULL);
+        if (rc == 0) {
+            s_unpark(r, i); /* sent: closing the consumed frames is harmless */
+            continue;
+        }
+        if (rc == EHOSTUNREACH) {
+            r->dropped++;
+            if (to)
+                s_remove(r, to, "connection closed");
+            s_reply_error(r, p->src_id, p->src_id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
+                          p->dest, "%s disconnected; message dropped", p->dest);
+            s_unpark(r, i);
+            continue;
+        }
+        if (!is_blocked)
+            blocked[n_blocked++] = to;
+        if (now - p->since_ms > RELAY_PARK_MS) {
+            r->dropped++;
+            s_reply_error(r, p->src_id, p->src_id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
+                          p->dest, "%s took no messages for %d ms; message dropped", p->dest,
+                          RELAY_PARK_MS);
+            s_unpark(r, i);
+            continue;
+        }
+        i++;
+    }
+}
+
 /* Forwards [dest][header][payload]? from sender as [src][header][payload]?. */
 static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
 {
@@ -633,8 +783,13 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
                       "no live peer is called %s", dname);
         return;
     }
-    if (zmq_send(r->router, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        int e = errno;
+    /* Messages already waiting for this destination go first. */
+    int e = s_parked_for(r, dname, NULL)
+                ? EAGAIN
+                : s_try_send(r, to, sender->name, &f[2], n == 4 ? &f[3] : NULL);
+    if (e == EAGAIN && s_park(r, sender, dname, &f[2], n == 4 ? &f[3] : NULL))
+        return;
+    if (e != 0) {
         r->dropped++;
         if (e == EHOSTUNREACH) {
             SW_WARN("relay: %s -> %s: destination gone, dropped", sender->name, dname);
@@ -650,19 +805,7 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
             s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
                           dname, "queue to %s is full; message dropped", dname);
         }
-        return;
     }
-    /* Once the id frame is accepted the rest of the message is queued with it. */
-    if (zmq_send(r->router, sender->name, strlen(sender->name), ZMQ_SNDMORE) < 0 ||
-        zmq_msg_send(&f[2], r->router, n == 4 ? ZMQ_SNDMORE : 0) < 0 ||
-        (n == 4 && zmq_msg_send(&f[3], r->router, 0) < 0)) {
-        SW_ERR("relay: %s -> %s: send failed mid-message: %s", sender->name, dname,
-               zmq_strerror(errno));
-        r->dropped++;
-        return;
-    }
-    to->msgs_out++;
-    r->forwarded++;
 }
 
 /* Receives and handles one message; -1 when nothing was waiting (or on error). */
@@ -822,6 +965,8 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
         long wait = r->sweep_at_ms > now ? (long)(r->sweep_at_ms - now) : 0;
         if (r->secure && r->allow_check_at_ms - now < wait)
             wait = r->allow_check_at_ms > now ? (long)(r->allow_check_at_ms - now) : 0;
+        if (r->n_parked > 0 && wait > 2)
+            wait = 2; /* parked messages: look again soon */
         zmq_pollitem_t items[3] = {
             {r->router, 0, ZMQ_POLLIN, 0}, {r->mon, 0, ZMQ_POLLIN, 0}, {r->zap, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, r->secure ? 3 : 2, wait) < 0 && errno != EINTR) {
@@ -838,6 +983,7 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
                 r->allow_check_at_ms = s_now_ms() + RELAY_ALLOW_CHECK_MS;
             }
         }
+        s_flush_parked(r); /* what waited goes before what is new */
         for (int i = 0; i < RELAY_BATCH && !*stop; i++)
             if (s_handle_one(r) < 0)
                 break;
