@@ -160,8 +160,11 @@ static int s_local_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char
               sw_kv_len(t->kv));
         return -1;
     }
-    sw_forward_t f = {
-        .n = r->n, .tokens = r->tokens, .logits = t->logits, .n_logits = r->n_draft + 1};
+    sw_forward_t f = {.n = r->n,
+                      .tokens = r->tokens,
+                      .logits = t->logits,
+                      .n_logits = r->n_draft + 1,
+                      .prompt = r->n_draft == 0};
     if (sw_model_forward(t->m, t->kv, &f, err, err_len) != 0)
         return -1;
     if (sw_verifier_run(t->ver, r, t->logits, out, err, err_len) != 0)
@@ -297,8 +300,12 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
         r.tokens = rows;
         r.n_draft = k;
         r.q = q_used ? q : NULL;
+        const double t_round = sw_now_ms();
         if (target->round(target->ctx, &r, &v, err, err_len) != 0)
             goto out;
+        if (k_max > 0 && o->proposer->observe)
+            o->proposer->observe(o->proposer->self, k, v.n_commit - 1, sw_now_ms() - t_round,
+                                 v.compute_ms);
         st->rounds++;
         st->drafted += k;
         st->accepted += v.n_commit - 1;
