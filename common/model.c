@@ -326,6 +326,12 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
         goto err;
     }
     hp->n_vocab = (int)te->ne[1];
+    if (sw_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
+        s_err(err, err_len,
+              "model: per-dimension rope frequencies (rope_freqs.weight, Llama 3.1 "
+              "style scaling) are not supported yet");
+        goto err;
+    }
 
     if (sw_model_is_first(m) &&
         s_mat(m, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, &m->tok_embd, err, err_len))
