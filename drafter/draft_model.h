@@ -56,8 +56,9 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_
 void draft_model_free(draft_model_t **self_p);
 
 /* Starts a generation with the target's sampling parameters (reseeds the
- * draft's RNG). 0, or -1 on invalid parameters. The cache is kept: a prompt
- * that shares a prefix with the previous one reuses it. */
+ * draft's RNG) and an empty cache: the prompt is then evaluated as one
+ * prompt batch, as the target evaluates it (rows kept from another request
+ * would not be bit-identical to that). 0, or -1 on invalid parameters. */
 int draft_model_begin(draft_model_t *d, const sw_sampling_t *params)
     __attribute__((warn_unused_result));
 

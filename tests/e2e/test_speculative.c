@@ -10,7 +10,8 @@
  *    the draft model (the same GGUF drafting for itself: legal, same
  *    vocabulary, and every draft is accepted), the draft model with every
  *    third draft corrupted (rejections every round, so the draft cache is
- *    rolled back by its longest-common-prefix rule), and the adaptive K;
+ *    rolled back by its longest-common-prefix rule), the confidence stop
+ *    (p_min 0.9) and the adaptive K;
  *  - the stats agree with the rounds (accepted <= drafted, tokens per round);
  *  - sampling (temp 0.8) with a fixed seed and K is deterministic: two runs
  *    give the same tokens, and the draft model path reports sparse q's;
@@ -158,6 +159,17 @@ static void s_test_greedy(draft_model_t *dm)
                 if (mode == 2 && gs.accepted < gs.drafted)
                     total_rejected_rounds++;
             }
+        }
+        /* Confidence stop: drafting ends early where the draft hesitates. */
+        if (pi == 0) {
+            draft_cfg_t pc = {.mode = DRAFT_MODE_MODEL, .k = 8, .p_min = 0.9f, .sampling = sp};
+            char perr[256] = "";
+            SW_CHECK(draft_begin(d, &pc, perr, sizeof perr) == 0);
+            sw_proposer_t pp = draft_proposer(d);
+            int n = s_run(prompt, n_prompt, &sp, &pp, draft_gen_k(d), out, &gs);
+            SW_CHECK(s_same(out, n, base, nb, "model, p_min 0.9", pi, 8));
+            SW_CHECK(gs.drafted >= gs.rounds - 1);    // >= 1 per round (the last may lack room)
+            SW_CHECK(gs.drafted < 8 * gs.rounds - 8); // and often fewer than K
         }
         /* Adaptive K, draft model and n-gram mixed. */
         draft_cfg_t dc = {.mode = DRAFT_MODE_MIX, .k = DRAFT_K_AUTO, .k_max = 32, .sampling = sp};
