@@ -4,6 +4,7 @@
  *   shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT --name NAME
  *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
+ *                  [--recover-timeout-s S]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -33,8 +34,10 @@ static void s_usage(FILE *f)
                "  --max-sessions N       sessions held at once (default 8)\n"
                "  --dtype T              hidden states sent as f32, f16 or bf16 (default f16)\n"
                "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
-               "  --round-timeout-ms MS  head: fail a round with no verdict after MS (default "
+               "  --round-timeout-ms MS  head: recover a round with no verdict after MS (default "
                "60000)\n"
+               "  --recover-timeout-s S  head: wait up to S s for a failed stage to come back "
+               "(default 60; 0 = fail at once)\n"
                "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n");
 }
 
@@ -90,6 +93,7 @@ int main(int argc, char **argv)
         O_IDLE,
         O_ROUND,
         O_HB,
+        O_RECOVER,
         O_HELP
     };
     static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
@@ -103,6 +107,7 @@ int main(int argc, char **argv)
                                           {"idle-timeout-s", required_argument, 0, O_IDLE},
                                           {"round-timeout-ms", required_argument, 0, O_ROUND},
                                           {"heartbeat-ms", required_argument, 0, O_HB},
+                                          {"recover-timeout-s", required_argument, 0, O_RECOVER},
                                           {"help", no_argument, 0, O_HELP},
                                           {0, 0, 0, 0}};
     node_opts_t o = {
@@ -112,10 +117,11 @@ int main(int argc, char **argv)
         .max_sessions = 8,
         .idle_timeout_ms = 300000,
         .round_timeout_ms = 60000,
+        .recover_timeout_ms = 60000,
         .dtype = SHARDWIRE__DTYPE__DTYPE_F16,
         .heartbeat_ms = 1000,
     };
-    int c, idle_s = 300, rc = 0;
+    int c, idle_s = 300, recover_s = 60, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
         case O_MODEL:
@@ -144,6 +150,9 @@ int main(int argc, char **argv)
             break;
         case O_ROUND:
             rc = s_int("--round-timeout-ms", optarg, 100, 3600000, &o.round_timeout_ms);
+            break;
+        case O_RECOVER:
+            rc = s_int("--recover-timeout-s", optarg, 0, 86400, &recover_s);
             break;
         case O_HB:
             rc = s_int("--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
@@ -185,6 +194,7 @@ int main(int argc, char **argv)
         return 2;
     }
     o.idle_timeout_ms = idle_s * 1000;
+    o.recover_timeout_ms = recover_s * 1000;
     struct sigaction sa = {0};
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
