@@ -85,23 +85,28 @@ static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
     return i;
 }
 
-/* The single-process reference: `shardwire generate`. */
-static inline void swf_reference(const char *model, const char *prompt, int n_gen, swf_result_t *r)
+/* The single-process reference: `shardwire generate`, with extra flags
+ * (NULL-terminated, may be NULL) such as the sampling ones. */
+static inline void swf_reference(const char *model, const char *prompt, int n_gen,
+                                 const char *const *extra, swf_result_t *r)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    NULL};
+    char *argv[24] = {(char *)sw_test_bin("shardwire"),
+                      "generate",
+                      "--model",
+                      (char *)model,
+                      "-p",
+                      (char *)prompt,
+                      "-n",
+                      n,
+                      "--threads",
+                      "1",
+                      "--json"};
+    int k = 11;
+    for (int i = 0; extra && extra[i] && k < 23; i++)
+        argv[k++] = (char *)extra[i];
+    argv[k] = NULL;
     char *out = NULL, *err = NULL;
     memset(r, 0, sizeof *r);
     r->rc = sw_test_run(argv, 300, &out, &err);
@@ -250,7 +255,7 @@ typedef struct swf_client {
 } swf_client_t;
 
 static inline int swf_client_start(swf_client_t *cl, const char *ep, const char *prompt, int n_gen,
-                                   int timeout_s, const char *tag)
+                                   int timeout_s, const char *const *extra, const char *tag)
 {
     snprintf(cl->out_path, sizeof cl->out_path, "/tmp/sw_fault_%s_%d.out", tag, (int)getpid());
     snprintf(cl->err_path, sizeof cl->err_path, "/tmp/sw_fault_%s_%d.err", tag, (int)getpid());
@@ -261,18 +266,21 @@ static inline int swf_client_start(swf_client_t *cl, const char *ep, const char 
         char n[16], t[16];
         snprintf(n, sizeof n, "%d", n_gen);
         snprintf(t, sizeof t, "%d", timeout_s);
-        char *argv[] = {(char *)sw_test_bin("shardwire"),
-                        "run",
-                        "--relay",
-                        (char *)ep,
-                        "-p",
-                        (char *)prompt,
-                        "-n",
-                        n,
-                        "--json",
-                        "--timeout-s",
-                        t,
-                        NULL};
+        char *argv[24] = {(char *)sw_test_bin("shardwire"),
+                          "run",
+                          "--relay",
+                          (char *)ep,
+                          "-p",
+                          (char *)prompt,
+                          "-n",
+                          n,
+                          "--json",
+                          "--timeout-s",
+                          t};
+        int k = 11;
+        for (int i = 0; extra && extra[i] && k < 23; i++)
+            argv[k++] = (char *)extra[i];
+        argv[k] = NULL;
         char *out = NULL, *err = NULL;
         int rc = sw_test_run(argv, timeout_s + 60, &out, &err);
         FILE *f = fopen(cl->out_path, "w");

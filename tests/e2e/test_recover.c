@@ -5,7 +5,8 @@
  *  - the tail stage is killed (SIGKILL) mid-generation and restarted under
  *    the same name: the head waits, replays the session's committed tokens
  *    and retries; the client's tokens equal `shardwire generate`'s, none lost
- *    or repeated;
+ *    or repeated; the same with sampling (temperature, seed, repetition
+ *    penalty) against the same pipeline without a fault;
  *  - a node stopped with SIGSTOP leaves the relay's table within a few
  *    heartbeat intervals, and comes back by itself after SIGCONT;
  *  - a long prefill on a single compute thread does not starve the
@@ -25,7 +26,7 @@ int main(void)
     const char *model = sw_test_model();
     signal(SIGPIPE, SIG_IGN);
     swf_result_t ref, got;
-    swf_reference(model, s_prompt, N_GEN, &ref);
+    swf_reference(model, s_prompt, N_GEN, NULL, &ref);
     SW_CHECK(ref.ok && ref.n == N_GEN);
 
     swf_cluster_t c = {0};
@@ -39,12 +40,30 @@ int main(void)
     snprintf(c.nodes[1].layers, sizeof c.nodes[1].layers, "15:30");
     SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_recover_nodes.log"), 0);
 
-    /* 1. The tail killed mid-generation and restarted. */
-    {
+    /* 1. The tail killed mid-generation and restarted: greedy, then sampling
+     * (temperature, repetition penalty, seed), whose tokens depend on the
+     * verifier's random numbers and history being rebuilt exactly. */
+    static const char *const sampling[] = {"--temp",           "0.9",  "--seed", "7",
+                                           "--repeat-penalty", "1.15", NULL};
+    /* The sampled reference is the same pipeline without a fault (f16 hidden
+     * states between the stages change the logits slightly, which may pick
+     * another sample than `shardwire generate` would). */
+    swf_result_t ref_s;
+    swf_client_t cl0;
+    SW_CHECK_INT(swf_client_start(&cl0, c.ep, s_prompt, N_GEN, 120, sampling, "ref"), 0);
+    swf_client_wait(&cl0, &ref_s);
+    SW_CHECK(ref_s.ok && ref_s.n == N_GEN);
+    SW_CHECK(!swf_same(&ref_s, &ref)); // the sampled run really differs from greedy
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *extra = pass ? sampling : NULL;
+        const swf_result_t *want = pass ? &ref_s : &ref;
+        long in0 = 0;
+        SW_CHECK_INT(swf_peer(c.ep, "tail", &in0, NULL), 1);
+        const int recovered0 = swf_log_count(&c, "went through again");
         swf_client_t cl;
-        SW_CHECK_INT(swf_client_start(&cl, c.ep, s_prompt, N_GEN, 120, "recover"), 0);
+        SW_CHECK_INT(swf_client_start(&cl, c.ep, s_prompt, N_GEN, 120, extra, "recover"), 0);
         /* The tail sends one message (a Verdict) per round: wait for 10. */
-        SW_CHECK_INT(swf_wait_msgs_in(c.ep, "tail", 10, 60), 0);
+        SW_CHECK_INT(swf_wait_msgs_in(c.ep, "tail", in0 + 10, 60), 0);
         SW_CHECK(swf_client_running(&cl)); // still mid-generation
         const double t_kill = swf_now_ms();
         swf_kill9(&c.nodes[1].pid);
@@ -53,16 +72,16 @@ int main(void)
         swf_client_wait(&cl, &got);
         const double t_done = swf_now_ms();
         SW_CHECK_INT(got.rc, 0);
-        SW_CHECK(swf_same(&got, &ref));
-        if (!swf_same(&got, &ref))
-            fprintf(stderr, "tokens differ at %d of %d/%d: %s\n", swf_diff_at(&got, &ref), got.n,
-                    ref.n, got.err);
-        SW_CHECK(swf_log_count(&c, "went through again") >= 1);
+        SW_CHECK(swf_same(&got, want));
+        if (!swf_same(&got, want))
+            fprintf(stderr, "tokens differ at %d of %d/%d: %s\n", swf_diff_at(&got, want), got.n,
+                    want->n, got.err);
+        SW_CHECK(swf_log_count(&c, "went through again") > recovered0);
         fprintf(stderr,
-                "tail kill: round failed %.0f ms after it was sent, recovered %.0f ms after "
+                "tail kill (%s): round failed %.0f ms after it was sent, recovered %.0f ms after "
                 "that; kill to end of the request %.0f ms\n",
-                swf_log_ms(&c, "failed after "), swf_log_ms(&c, "went through again "),
-                t_done - t_kill);
+                pass ? "sampling" : "greedy", swf_log_ms(&c, "failed after "),
+                swf_log_ms(&c, "went through again "), t_done - t_kill);
     }
 
     /* 2. SIGSTOP: declared dead within a few heartbeat intervals. A spare
@@ -116,12 +135,12 @@ int main(void)
         for (int i = 0; i < 36; i++)
             strcat(prompt, "The quick brown fox jumps over the lazy dog. ");
         swf_result_t ref2;
-        swf_reference(model, prompt, 4, &ref2);
+        swf_reference(model, prompt, 4, NULL, &ref2);
         const int before = swf_log_count(&c, "recovery:");
         const int lost = swf_log_count(&c, "lost the relay connection");
         swf_client_t cl;
         const double t0 = swf_now_ms();
-        SW_CHECK_INT(swf_client_start(&cl, c.ep, prompt, 4, 120, "prefill"), 0);
+        SW_CHECK_INT(swf_client_start(&cl, c.ep, prompt, 4, 120, NULL, "prefill"), 0);
         swf_client_wait(&cl, &got);
         fprintf(stderr, "long prefill: %.0f ms end to end, no eviction expected\n",
                 swf_now_ms() - t0);
