@@ -358,6 +358,8 @@ int cmd_run(int argc, char **argv)
     }
 
     double last_msg = sw_now_ms(), first_tok = 0;
+    int head_missing = 0; // consecutive quiet checks that did not find the head
+    size_t n_got = 0;     // tokens received
     const double deadline = t0 + timeout_s * 1000 + 5000;
     for (;;) {
         if (s_stop) {
@@ -377,11 +379,19 @@ int cmd_run(int argc, char **argv)
                 goto out;
             }
             if (now - last_msg > 3000) { // quiet: is the head still there?
+                /* Twice in a row, so that a relay restart (the head announces
+                 * again within a second or so) is not taken for a dead head. */
                 char again[SW_WIRE_NAME_MAX + 1];
                 if (s_find_head(peer, head, again, sizeof again) != 0) {
-                    fprintf(stderr, "shardwire run: the head '%s' left during the request\n", head);
-                    goto out;
+                    if (++head_missing >= 2) {
+                        fprintf(stderr, "shardwire run: the head '%s' left during the request\n",
+                                head);
+                        goto out;
+                    }
+                    last_msg = now - 1500; // check again in 1.5 s
+                    continue;
                 }
+                head_missing = 0;
                 last_msg = now;
             }
             continue;
@@ -404,6 +414,7 @@ int cmd_run(int argc, char **argv)
             first_tok = now;
         for (size_t i = 0; i < tc->n_tokens; i++)
             json_array_append_new(ids, json_integer(tc->tokens[i]));
+        n_got += tc->n_tokens;
         if (tc->text.len) {
             char *t = realloc(text, text_len + tc->text.len + 1);
             if (!t) {
@@ -429,6 +440,16 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         const Shardwire__GenerateStats *st = tc->stats;
+        if (st && st->n_generated != n_got) {
+            /* A chunk was lost on the way (e.g. the relay restarted while it
+             * was in flight): say so rather than print a gapped text. */
+            fprintf(stderr,
+                    "shardwire run: received %zu of the %u generated tokens (a message was "
+                    "lost on the way; the relay may have restarted)\n",
+                    n_got, st->n_generated);
+            sw_wire_msg_clear(&m);
+            goto out;
+        }
         double total = now - t0;
         if (json) {
             json_t *j = json_object();
