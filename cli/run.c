@@ -165,12 +165,14 @@ int cmd_status(int argc, char **argv)
     return 0;
 }
 
-/* Finds the head: the named one, or the only peer whose layers start at 0. */
-static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len)
+/* Finds the head: the named one, or the only peer whose layers start at 0.
+ * quiet = 1: no message when it is not found. */
+static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len, int quiet)
 {
     sw_wire_msg_t t = {0};
     if (sw_peer_status(peer, &t, 5000) != 0) {
-        fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
+        if (!quiet)
+            fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
         return -1;
     }
     int found = 0;
@@ -186,10 +188,10 @@ static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len)
     }
     sw_wire_msg_clear(&t);
     if (!found) {
-        if (want)
+        if (!quiet && want)
             fprintf(stderr, "shardwire run: no head node named '%s' is connected to the relay\n",
                     want);
-        else
+        else if (!quiet)
             fprintf(stderr, "shardwire run: no head node (layers starting at 0) is connected to "
                             "the relay: start one with shardwire-node --layers 0:N\n");
         return -1;
@@ -317,7 +319,7 @@ int cmd_run(int argc, char **argv)
     json_t *ids = json_array();
     char *text = NULL;
     size_t text_len = 0;
-    if (s_find_head(peer, head_name, head, sizeof head) != 0)
+    if (s_find_head(peer, head_name, head, sizeof head, 0) != 0)
         goto out;
 
     char request_id[32];
@@ -382,7 +384,7 @@ int cmd_run(int argc, char **argv)
                 /* Twice in a row, so that a relay restart (the head announces
                  * again within a second or so) is not taken for a dead head. */
                 char again[SW_WIRE_NAME_MAX + 1];
-                if (s_find_head(peer, head, again, sizeof again) != 0) {
+                if (s_find_head(peer, head, again, sizeof again, 1) != 0) {
                     if (++head_missing >= 2) {
                         fprintf(stderr, "shardwire run: the head '%s' left during the request\n",
                                 head);

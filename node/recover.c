@@ -15,7 +15,8 @@
 
 typedef struct s_base {
     char name[SW_WIRE_NAME_MAX + 1]; // stage
-    uint64_t msgs_out;               // its relay counter when the route was built
+    uint64_t msgs_out;               // relay counter when the route was built: messages to it
+    uint64_t msgs_in;                // the same: messages from it
 } s_base_t;
 
 struct node_recover {
@@ -26,6 +27,7 @@ struct node_recover {
     s_base_t base[SW_WIRE_MAX_ROUTE]; // per stage of the current route
     int n_base;                       // entries in base
     uint64_t done_chunks;             // Forward chunks of rounds answered since the baseline
+    uint64_t inflight_chunks;         // chunks sent in the current attempt, not answered yet
     node_recover_stats_t st;          // totals
 };
 
@@ -74,34 +76,46 @@ void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable
                                  char names[][SW_WIRE_NAME_MAX + 1], int n)
 {
     rec->n_base = 0;
-    rec->done_chunks = 0;
+    rec->done_chunks = rec->inflight_chunks = 0;
     for (int i = 1; i < n && i < SW_WIRE_MAX_ROUTE; i++) {
         const Shardwire__PeerInfo *pi = s_find(t, names[i]);
         s_base_t *b = &rec->base[rec->n_base++];
         snprintf(b->name, sizeof b->name, "%s", names[i]);
         b->msgs_out = pi ? pi->msgs_out : 0;
+        b->msgs_in = pi ? pi->msgs_in : 0;
     }
 }
 
 int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTable *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len)
 {
+    uint64_t prev_sent = 0; // messages the stage before sent since the baseline
     for (int i = 1; i < n; i++) {
         const Shardwire__PeerInfo *pi = s_find(t, names[i]);
         if (!pi) {
             snprintf(why, why_len, "stage '%s' left the pipeline", names[i]);
             return 0;
         }
-        for (int b = 0; b < rec->n_base; b++) {
-            if (strcmp(rec->base[b].name, names[i]) != 0)
-                continue;
-            if (pi->msgs_out < rec->base[b].msgs_out + rec->done_chunks) {
-                snprintf(why, why_len,
-                         "stage '%s' has a new relay connection (restarted, or the relay did)",
-                         names[i]);
-                return 0;
-            }
+        const s_base_t *b = i - 1 < rec->n_base ? &rec->base[i - 1] : NULL;
+        if (!b || strcmp(b->name, names[i]) != 0)
+            return 1; // no baseline for this route
+        /* Everything sent to this stage before our status query went through
+         * the relay first: the head's chunks (its connection is FIFO, so the
+         * query comes after them), and every message the stage before it sent
+         * (each stage passes a Forward on to the next). At least the chunks of
+         * the answered rounds reached every stage. */
+        uint64_t want = rec->done_chunks;
+        if (i == 1)
+            want += rec->inflight_chunks;
+        else if (prev_sent > want)
+            want = prev_sent;
+        if (pi->msgs_out < b->msgs_out + want) {
+            snprintf(why, why_len,
+                     "stage '%s' has a new relay connection (restarted, or the relay did)",
+                     names[i]);
+            return 0;
         }
+        prev_sent = pi->msgs_in >= b->msgs_in ? pi->msgs_in - b->msgs_in : 0;
     }
     return 1;
 }
@@ -163,6 +177,7 @@ int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const
             rc = ops->send(ops->ctx, &rp, 1, err, err_len);
             if (rc >= 0) {
                 chunks += rc;
+                rec->inflight_chunks = (uint64_t)chunks;
                 rec->st.replays++;
                 rec->st.replayed_rows += r->kv_keep;
                 rc = NODE_RECOVER_OK;
@@ -173,9 +188,11 @@ int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const
             rc = ops->send(ops->ctx, r, 0, err, err_len);
             if (rc >= 0) {
                 chunks += rc;
+                rec->inflight_chunks = (uint64_t)chunks;
                 rc = ops->wait(ops->ctx, out, err, err_len);
             }
         }
+        rec->inflight_chunks = 0;
         if (rc == NODE_RECOVER_OK) {
             rec->done_chunks += (uint64_t)chunks;
             if (t_fail) {

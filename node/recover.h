@@ -69,11 +69,14 @@ int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const
 
 /* Route liveness beyond names: a stage that was killed and restarted under
  * the same name (or that reconnected after a relay restart) has a new
- * connection, whose relay counter msgs_out starts again from zero. At route
- * build the head records each stage's counter; every Forward chunk of a
- * round whose verdict came back passed every stage, so a later table that
- * shows fewer messages than base + those chunks means a new connection, and
- * the round in flight may be lost. names[0] is the head (not checked). */
+ * connection, whose relay counters start again from zero. At route build the
+ * head records each stage's msgs_out / msgs_in. A later table is implausible
+ * for the same connection when a stage was delivered fewer messages than
+ * were surely sent to it since: for the first stage after the head, every
+ * chunk the head sent (the head's status query travels behind them); for a
+ * later stage, every message the stage before it sent; for all, the chunks
+ * of every round whose verdict came back. Then the round in flight may be
+ * lost. names[0] is the head (not checked). */
 void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n);
 /* 1 when every stage names[1..n) is in t with a plausible counter; else 0

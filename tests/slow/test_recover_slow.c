@@ -194,7 +194,7 @@ int main(void)
         fprintf(stderr, "head killed: client ended %.0f ms later: %s", swf_now_ms() - t_kill,
                 got.err);
         SW_CHECK(got.rc != 0);
-        SW_CHECK(strstr(got.err, "head") != NULL);
+        SW_CHECK(strstr(got.err, "head") && strstr(got.err, "left"));
     }
     swf_stop(&c);
 
