@@ -450,10 +450,10 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const s_cpu_t *c = j->c;
     const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
     const size_t kv_dim = (size_t)a->n_kv_head * hd;
-    char *mine = (char *)c->scratch + c->scratch_each * (size_t)ith;
-    float *score = (float *)mine;                 // (n_ctx) f32
-    sw_f16 *prob = (sw_f16 *)(score + a->n_ctx);  // (n_ctx) f16
-    sw_f16 *q16 = prob + ((a->n_ctx + 31) & ~31); // (head_dim) f16
+    void *mine = (char *)c->scratch + c->scratch_each * (size_t)ith;
+    float *score = mine;                                  // (n_ctx) f32
+    sw_f16 *prob = (void *)((char *)mine + a->n_ctx * 4); // (n_ctx) f16
+    sw_f16 *q16 = prob + ((a->n_ctx + 31) & ~31);         // (head_dim) f16
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 

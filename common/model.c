@@ -600,7 +600,7 @@ int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *er
     const sw_hparams_t *hp = &m->hp;
     sw_backend_t *be = m->be;
     const sw_backend_ops_t *ops = be->ops;
-    if (kv->m != m) {
+    if (!kv || kv->m != m) {
         s_err(err, err_len, "model: the KV cache belongs to another model");
         return -1;
     }

@@ -2,12 +2,12 @@
  * quant.c - element conversions, row (de)quantizers, the portable scalar dot
  * products and the start-up choice between scalar and AVX2 kernels.
  *
- * The scalar kernels compute what GGML's AVX2 kernels compute, in the same
- * order: per block an exact integer dot product split into 8 lanes (lane k
- * holds the elements whose index mod 32 is 4k..4k+3), then per lane a float
- * multiply-add with the block scale, then the same horizontal sum. They use a
- * separate multiply and add where the AVX2 code fuses them, so results can
- * differ from the AVX2 level by an ulp or so, never in structure.
+ * The scalar kernels compute exactly what GGML's AVX2 kernels compute, in the
+ * same order: per block an exact integer dot product split into 8 lanes (lane
+ * k holds the elements whose index mod 32 is 4k..4k+3), then per lane a fused
+ * multiply-add (fmaf) with the block scale, then the same horizontal sum. So
+ * both kernel levels give the same bits; the scalar level is just slower
+ * (fmaf is a library call on CPUs without FMA).
  *
  * The activation quantizers (Q8_0, Q8_1, Q8_K) are exact re-implementations of
  * GGML's CPU path and give the same bits at every kernel level.
@@ -16,10 +16,21 @@
 #include "quant_impl.h"
 
 #include <float.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The kernels spell out where GGML's arithmetic fuses a multiply-add (fmaf,
+ * _mm256_fmadd_ps) and where it does not; the compiler must not fuse others. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
+#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
+#endif
 
 _Static_assert(sizeof(sw_block_q4_0) == 18, "q4_0 block size");
 _Static_assert(sizeof(sw_block_q4_1) == 20, "q4_1 block size");
@@ -527,7 +538,7 @@ static void s_dot_q4_0(int64_t n, float *s, const void *vw, const void *vx)
         s_lanes32(q, x[b].qs, lane);
         const float d = F16(w[b].d) * F16(x[b].d);
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc);
 }
@@ -543,9 +554,9 @@ static void s_dot_q4_1(int64_t n, float *s, const void *vw, const void *vx)
         s_unpack_q4(w[b].qs, 0, q);
         s_lanes32(q, x[b].qs, lane);
         const float d = F16(w[b].d) * F16(x[b].d);
-        summs += F16(w[b].m) * F16(x[b].s);
+        summs = fmaf(F16(w[b].m), F16(x[b].s), summs);
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc) + summs;
 }
@@ -562,7 +573,7 @@ static void s_dot_q5_0(int64_t n, float *s, const void *vw, const void *vx)
         s_lanes32(q, x[b].qs, lane);
         const float d = F16(w[b].d) * F16(x[b].d);
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc);
 }
@@ -578,9 +589,9 @@ static void s_dot_q5_1(int64_t n, float *s, const void *vw, const void *vx)
         s_unpack_q5(w[b].qs, w[b].qh, 0, q);
         s_lanes32(q, x[b].qs, lane);
         const float d = F16(w[b].d) * F16(x[b].d);
-        summs += F16(w[b].m) * F16(x[b].s);
+        summs = fmaf(F16(w[b].m), F16(x[b].s), summs);
         for (int k = 0; k < 8; k++)
-            acc[k] += (float)lane[k] * d;
+            acc[k] = fmaf((float)lane[k], d, acc[k]);
     }
     *s = s_hsum8(acc) + summs;
 }
@@ -595,7 +606,7 @@ static void s_dot_q8_0(int64_t n, float *s, const void *vw, const void *vx)
         s_lanes32(w[b].qs, x[b].qs, lane);
         const float d = F16(w[b].d) * F16(x[b].d);
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc);
 }
@@ -633,10 +644,10 @@ static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
         for (int m = 0; m < 4; m++) {
             int32_t p = mn[2 * m] * (x[b].bsums[4 * m] + x[b].bsums[4 * m + 1]) +
                         mn[2 * m + 1] * (x[b].bsums[4 * m + 2] + x[b].bsums[4 * m + 3]);
-            accm[m] += dmin * (float)p;
+            accm[m] = fmaf(dmin, (float)p, accm[m]);
         }
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
@@ -666,9 +677,9 @@ static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
         int32_t p = 0;
         for (int j = 0; j < 8; j++)
             p += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        summs += dmin * (float)p;
+        summs = fmaf(dmin, (float)p, summs);
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc) + summs;
 }
@@ -685,12 +696,12 @@ static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
             const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
             const int8_t *sc = w[b].scales + 8 * h;
             const int8_t *y = x[b].qs + 128 * h;
-            int8_t q[4][32];
+            int8_t q[4][32]; // unsigned 0..63; the -32 is applied below through bsums
             for (int l = 0; l < 32; l++) {
-                q[0][l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                q[1][l] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                q[2][l] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                q[3][l] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                q[0][l] = (int8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+                q[1][l] = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                q[2][l] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                q[3][l] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
             }
             for (int c = 0; c < 4; c++) {
                 // the first 16 elements of a chunk use scale 2c, the next 16 scale 2c+1
@@ -700,8 +711,12 @@ static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
                     lane[k] += sc[2 * c + (k >= 4)] * l[k];
             }
         }
+        // GGML's lane k subtracts 32 * (bsums[2k] * scales[2k] + bsums[2k+1] * scales[2k+1])
         for (int k = 0; k < 8; k++)
-            acc[k] += d * (float)lane[k];
+            lane[k] -= 32 * (x[b].bsums[2 * k] * w[b].scales[2 * k] +
+                             x[b].bsums[2 * k + 1] * w[b].scales[2 * k + 1]);
+        for (int k = 0; k < 8; k++)
+            acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = s_hsum8(acc);
 }
@@ -727,7 +742,7 @@ static void s_dot_f16(int64_t n, float *s, const void *vw, const void *vx)
     for (int64_t i = 0; i < np; i += 32)
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 8; l++)
-                sum[j][l] += F16(w[i + 8 * j + l]) * F16(x[i + 8 * j + l]);
+                sum[j][l] = fmaf(F16(w[i + 8 * j + l]), F16(x[i + 8 * j + l]), sum[j][l]);
     double sumf = s_reduce4x8(sum);
     for (int64_t i = np; i < n; i++)
         sumf += (double)(F16(w[i]) * F16(x[i]));
@@ -742,10 +757,20 @@ static void s_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
     for (int64_t i = 0; i < np; i += 32)
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 8; l++)
-                sum[j][l] += w[i + 8 * j + l] * x[i + 8 * j + l];
+                sum[j][l] = fmaf(w[i + 8 * j + l], x[i + 8 * j + l], sum[j][l]);
     float sumf = s_reduce4x8(sum);
-    for (int64_t i = np; i < n; i++)
-        sumf += w[i] * x[i];
+    // GGML's tail as GCC compiles it: groups of 8 and 4 unfused, the last 0..3 fused
+    int64_t i = np;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            sumf += w[i + k] * x[i + k];
+    if (n - i >= 4) {
+        for (int k = 0; k < 4; k++)
+            sumf += w[i + k] * x[i + k];
+        i += 4;
+    }
+    for (; i < n; i++)
+        sumf = fmaf(w[i], x[i], sumf);
     *s = sumf;
 }
 
@@ -757,7 +782,8 @@ static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
     for (int64_t i = 0; i < np; i += 32)
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 8; l++)
-                c[j][l] += sw_bf16_to_f32(w[i + 8 * j + l]) * sw_bf16_to_f32(x[i + 8 * j + l]);
+                c[j][l] = fmaf(sw_bf16_to_f32(w[i + 8 * j + l]), sw_bf16_to_f32(x[i + 8 * j + l]),
+                               c[j][l]);
     float t[8];
     for (int l = 0; l < 8; l++)
         t[l] = (c[0][l] + c[2][l]) + (c[1][l] + c[3][l]);
@@ -790,6 +816,16 @@ static void s_mm_generic(sw_dot_fn dot, enum sw_type t, int64_t n, const void *w
             dot(n, &y[r * y_stride + o], wb + (size_t)o * w_stride, xb + (size_t)r * x_stride);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* CPUID.1:ECX[29]. Asked directly: not every compiler knows "f16c" for
+ * __builtin_cpu_supports. OS support for the YMM state comes with "avx2". */
+static int s_cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
+#endif
+
 static void s_init(void)
 {
     s_scalar.dot[SW_TYPE_F32] = s_dot_f32;
@@ -809,7 +845,7 @@ static void s_init(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (!want_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+        s_cpu_has_f16c()) {
         sw_kernels_avx2(&s_best);
         s_best_name = "avx2";
         s_best_avx2_quant = 1;

@@ -14,8 +14,11 @@
  * sw_matmul() for n rows gives bit-identical results to n calls of
  * sw_vec_dot().
  *
- * Kernels are chosen once at start-up: AVX2+FMA+F16C when the CPU has them,
- * portable scalar C otherwise (SW_CPU=scalar forces the fallback).
+ * Kernels are chosen once at start-up: AVX2+FMA+F16C when the CPU has them
+ * (using AVX-VNNI's vpdpbusd when present, which yields the same integers),
+ * portable scalar C otherwise (SW_CPU=scalar forces the fallback). Both
+ * levels reproduce the arithmetic of GGML's AVX2 CPU kernels to the bit
+ * (scripts/ggml_bits.sh checks it against a llama.cpp tree).
  */
 #ifndef SW_QUANT_H
 #define SW_QUANT_H
@@ -87,7 +90,8 @@ void sw_vec_dot(enum sw_type t, int64_t n, float *s, const void *w, const void *
  * W: rows of n elements of type t, w_stride bytes apart. x: nr rows of
  * sw_type_vec_dot(t), x_stride bytes apart. y: f32, y_stride elements per row.
  * Bit-identical to sw_vec_dot() per element. Callers parallelise by splitting
- * [o0, o1) between threads. */
+ * [o0, o1) between threads; splits at multiples of 4 rows keep the kernels'
+ * 4-row tiles whole (faster; the results never depend on the split). */
 void sw_matmul(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
                const void *x, size_t x_stride, int nr, float *y, int64_t y_stride);
 

@@ -311,7 +311,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
     }
     mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);
     mine.queue_us = (uint32_t)((t0 - t_arrive) * 1e3);
-    uint32_t committed[SW_MAX_DRAFT + 1];
+    uint32_t committed[SW_MAX_DRAFT + 1] = {0};
     for (int i = 0; i < v.n_commit; i++)
         committed[i] = (uint32_t)v.tokens[i];
     Shardwire__Verdict vd = SHARDWIRE__VERDICT__INIT;

@@ -227,8 +227,12 @@ int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         char *out = NULL;
-        char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", (char *)endpoint,
-                        "--json", NULL};
+        char *argv[] = {(char *)sw_test_bin("shardwire"),
+                        "status",
+                        "--relay",
+                        (char *)endpoint,
+                        "--json",
+                        NULL};
         int rc = sw_test_run(argv, 10, &out, NULL);
         int n = 0;
         for (const char *p = out; rc == 0 && p && (p = strstr(p, "\"role\":")); p += 7)

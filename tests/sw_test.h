@@ -57,8 +57,6 @@ char *sw_test_read_file(const char *path, size_t *len);
 /* Path of a fresh temporary directory (removed by the caller if it cares). */
 const char *sw_test_tmpdir(void);
 
-
-
 /* ---- processes (tests that run the real programs) ---- */
 #include <sys/types.h>
 

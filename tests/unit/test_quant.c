@@ -2,7 +2,8 @@
  * test_quant.c - element conversions, row dequantizers against an independent
  * per-element decode of the GGML layouts, activation quantizers against values
  * worked out by hand, dot products against dequantize-then-dot at both kernel
- * levels, and sw_matmul bit-identical to sw_vec_dot for every row count.
+ * levels (which must agree to the bit), and sw_matmul bit-identical to
+ * sw_vec_dot for every row count.
  */
 #include "quant.h"
 #include "sw_test.h"
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86 1
 #endif
@@ -235,7 +237,8 @@ static void test_conversions(void)
 {
     int bad16 = 0, badbf = 0, badhw = 0;
 #ifdef HAVE_X86
-    int hw = __builtin_cpu_supports("f16c");
+    unsigned ca, cb, cc, cd; // CPUID.1:ECX[29] = F16C
+    int hw = __get_cpuid(1, &ca, &cb, &cc, &cd) && ((cc >> 29) & 1u);
 #endif
     for (uint32_t h = 0; h < 65536; h++) {
         float f = sw_f16_to_f32((sw_f16)h);
@@ -446,47 +449,62 @@ static void test_quantize_levels_agree(void)
     free(b);
 }
 
-static void test_vec_dot(void)
+static void s_check_vec_dot(enum sw_type t, int64_t n, int trials)
 {
-    const int64_t n = 1536;
+    enum sw_type at = sw_type_vec_dot(t);
     float *x = malloc(n * sizeof(float)), *wd = malloc(n * sizeof(float)),
           *xd = malloc(n * sizeof(float));
-    for (int k = 0; k < N_WTYPES; k++) {
-        enum sw_type t = s_weight_types[k], at = sw_type_vec_dot(t);
-        size_t ws, xs;
-        uint8_t *w = s_row_alloc(t, n, 1, &ws), *xq = s_row_alloc(at, n, 1, &xs);
-        for (int trial = 0; trial < 8; trial++) {
-            s_random_row(t, w, n);
-            for (int64_t i = 0; i < n; i++)
-                x[i] = s_uniform(-1.0f, 1.0f) * (trial & 1 ? 10.0f : 1.0f);
-            SW_CHECK(sw_quantize_row(at, x, xq, n) == 0);
-            sw_dequantize_row(t, w, wd, n);
-            sw_dequantize_row(at, xq, xd, n);
-            double exact = 0, mag = 0, qexact = 0, qmag = 0;
-            for (int64_t i = 0; i < n; i++) {
-                exact += (double)wd[i] * x[i];
-                mag += fabs((double)wd[i] * x[i]);
-                qexact += (double)wd[i] * xd[i];
-                qmag += fabs((double)wd[i] * xd[i]);
-            }
-            float got[2];
-            for (int level = 0; level < 2; level++) {
-                sw_quant_force_scalar(level == 0);
-                sw_vec_dot(t, n, &got[level], w, xq);
-                // q4_1/q5_1 use the f16-rounded d*sum(q): allow 2e-3 of the magnitude
-                SW_CHECK_NEAR(got[level], qexact, 2e-3 * qmag + 1e-6);
-                SW_CHECK_NEAR(got[level], exact, 1e-2 * mag + 1e-6);
-            }
-            sw_quant_force_scalar(0);
-            // the two levels differ only in fused vs separate multiply-add
-            SW_CHECK_NEAR(got[0], got[1], 1e-5 * qmag + 1e-6);
+    size_t ws, xs;
+    uint8_t *w = s_row_alloc(t, n, 1, &ws), *xq = s_row_alloc(at, n, 1, &xs);
+    int differ = 0;
+    for (int trial = 0; trial < trials; trial++) {
+        s_random_row(t, w, n);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = s_uniform(-1.0f, 1.0f) * (trial & 1 ? 10.0f : 1.0f);
+        SW_CHECK(sw_quantize_row(at, x, xq, n) == 0);
+        sw_dequantize_row(t, w, wd, n);
+        sw_dequantize_row(at, xq, xd, n);
+        double exact = 0, mag = 0, qexact = 0, qmag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            exact += (double)wd[i] * x[i];
+            mag += fabs((double)wd[i] * x[i]);
+            qexact += (double)wd[i] * xd[i];
+            qmag += fabs((double)wd[i] * xd[i]);
         }
-        free(w);
-        free(xq);
+        float got[2];
+        for (int level = 0; level < 2; level++) {
+            sw_quant_force_scalar(level == 0);
+            sw_vec_dot(t, n, &got[level], w, xq);
+            // q4_1/q5_1 use the f16-rounded d*sum(q): allow 2e-3 of the magnitude
+            SW_CHECK_NEAR(got[level], qexact, 2e-3 * qmag + 1e-6);
+            SW_CHECK_NEAR(got[level], exact, 1e-2 * mag + 1e-6);
+        }
+        sw_quant_force_scalar(0);
+        // both levels follow GGML's AVX2 arithmetic to the bit
+        differ += memcmp(&got[0], &got[1], sizeof(float)) != 0;
     }
+    if (differ)
+        fprintf(stderr, "vec_dot %s n=%lld: scalar and %s differ in %d of %d\n", sw_type_name(t),
+                (long long)n, sw_cpu_kernels(), differ, trials);
+    SW_CHECK_INT(differ, 0);
+    free(w);
+    free(xq);
     free(x);
     free(wd);
     free(xd);
+}
+
+static void test_vec_dot(void)
+{
+    for (int k = 0; k < N_WTYPES; k++) {
+        enum sw_type t = s_weight_types[k];
+        s_check_vec_dot(t, 1536, 8);
+        s_check_vec_dot(t, sw_type_block_elems(t) == 256 ? 256 : 64, 8);
+        if (sw_type_block_elems(t) == 1) { // tails of the 32-element SIMD steps
+            for (int64_t n = 65; n < 96; n += 2)
+                s_check_vec_dot(t, n, 2);
+        }
+    }
 }
 
 static void test_matmul_bit_identical(void)
@@ -507,11 +525,16 @@ static void test_matmul_bit_identical(void)
         }
         const int64_t ystride = rows + 3;
         float *y = malloc(sizeof(float) * ystride * nx), *ref = malloc(sizeof(float) * rows * nx);
+        float *ref0 = malloc(sizeof(float) * rows * nx);
         for (int level = 0; level < 2; level++) {
             sw_quant_force_scalar(level == 0);
             for (int r = 0; r < nx; r++)
                 for (int o = 0; o < rows; o++)
                     sw_vec_dot(t, n, &ref[r * rows + o], w + o * ws, xq + r * xs);
+            if (level == 0)
+                memcpy(ref0, ref, sizeof(float) * rows * nx);
+            else // the scalar and SIMD levels agree to the bit
+                SW_CHECK(memcmp(ref0, ref, sizeof(float) * rows * nx) == 0);
             const int ranges[][2] = {{0, 37}, {3, 30}, {5, 6}, {1, 8}, {36, 37}, {2, 13}};
             int bad = 0;
             for (int nr = 1; nr <= nx; nr++) {
@@ -541,6 +564,7 @@ static void test_matmul_bit_identical(void)
         free(xf);
         free(y);
         free(ref);
+        free(ref0);
     }
 }
 
