@@ -20,9 +20,9 @@ typedef struct s_base {
 } s_base_t;
 
 struct node_recover {
-    int32_t *hist;                    // (cap) committed tokens by position
+    int32_t *hist;                    // (cap) row tokens by position; [0, kv_keep) committed
     int cap;                          // positions hist can hold
-    int n_hist;                       // committed positions known
+    int n_hist;                       // positions with a row token (the last round's end)
     int timeout_ms;                   // one recovery waits this long for a route
     s_base_t base[SW_WIRE_MAX_ROUTE]; // per stage of the current route
     int n_base;                       // entries in base
@@ -155,16 +155,19 @@ static int s_wait_route(const node_recover_ops_t *ops, double give_up_ms, double
 int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const sw_round_t *r,
                        double deadline_ms, sw_verdict_t *out, char *err, size_t err_len)
 {
-    /* The round's context rows are committed tokens (the drafts are not). */
-    const int n_ctx_rows = r->n - r->n_draft;
-    if (r->kv_keep < 0 || n_ctx_rows < 1 || r->kv_keep > rec->n_hist ||
-        (int64_t)r->kv_keep + n_ctx_rows > rec->cap) {
+    /* The round's rows by position. Its context rows are committed; its
+     * drafts are only proposals, but a round keeps kv_keep positions, and
+     * every position below it is a context row or an accepted draft of an
+     * earlier round (an accepted draft is the committed token), so
+     * hist[0, kv_keep) is always the committed sequence. */
+    if (r->kv_keep < 0 || r->n - r->n_draft < 1 || r->kv_keep > rec->n_hist ||
+        (int64_t)r->kv_keep + r->n > rec->cap) {
         snprintf(err, err_len, "recovery: round at %d with %d rows does not follow %d positions",
                  r->kv_keep, r->n, rec->n_hist);
         return -1;
     }
-    memcpy(rec->hist + r->kv_keep, r->tokens, (size_t)n_ctx_rows * sizeof *rec->hist);
-    rec->n_hist = r->kv_keep + n_ctx_rows;
+    memcpy(rec->hist + r->kv_keep, r->tokens, (size_t)r->n * sizeof *rec->hist);
+    rec->n_hist = r->kv_keep + r->n;
 
     double t_fail = 0, give_up = 0, t_sent = sw_now_ms();
     int replay = 0;

@@ -5,8 +5,9 @@
  * the session's committed tokens to rebuild every downstream cache, and sends
  * the failed round again.
  *
- * The head keeps the tokens of every committed position (the rows of each
- * round up to its drafts); a replay is one Forward with kv_keep = 0 and those
+ * The head keeps the token of every position (the rows of each round; the
+ * positions below a round's kv_keep are all committed: context rows and
+ * accepted drafts); a replay is one Forward with kv_keep = 0 and those
  * tokens as rows (chunked, prefill_more on every chunk), so each stage,
  * restarted or not, truncates its cache to nothing and recomputes it. The
  * head recomputes its own layers for those rows (the engine is deterministic
