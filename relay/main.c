@@ -28,7 +28,8 @@ static void s_usage(FILE *out)
 {
     fprintf(out, "usage: shardwire-relay --listen tcp://HOST:PORT [--heartbeat-ms N] [--hwm N]\n"
                  "  --listen        endpoint to bind (port * = any free port)\n"
-                 "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval (default 1000)\n"
+                 "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval; a peer that sends "
+                 "no data for 5 intervals is dropped (default 1000)\n"
                  "  --hwm           messages queued per peer and direction (default 128)\n");
 }
 

@@ -27,6 +27,7 @@ typedef struct swf_result {
     int n;                    // tokens
     int32_t ids[SWF_MAX_TOK]; // generated ids
     int rc;                   // client exit code
+    double tail_ms;           // compute time the stage named "tail" reported (ms), 0 = none
     char err[2048];           // client stderr (start of it)
 } swf_result_t;
 
@@ -68,6 +69,9 @@ static inline void swf_parse(const char *json_text, swf_result_t *r)
     for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < SWF_MAX_TOK; i++)
         r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
     r->ok = json_is_array(ids);
+    json_t *tm = json_object_get(j, "timing");
+    json_t *sc = tm ? json_object_get(tm, "stage_compute_ms") : NULL;
+    r->tail_ms = sc ? json_real_value(json_object_get(sc, "tail")) : 0;
     json_decref(j);
 }
 
