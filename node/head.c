@@ -214,6 +214,7 @@ typedef struct s_pipe {
     double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
     double deadline_ms;                    // absolute, 0 = none
     node_recover_t *rec;                   // committed tokens and route baseline (recover.h)
+    const char *client;                    // who the tokens stream to (not owned)
     double round_head_ms, round_stage_ms;  // the current round's compute, head / stages
 } s_pipe_t;
 
@@ -460,6 +461,21 @@ static int s_pipe_reroute(void *ctx, char *err, size_t err_len)
     p->route = nr;
     for (int i = 0; i < p->route.n; i++)
         p->route.ptrs[i] = p->route.names[i];
+    /* After a relay restart the client must have announced again too, or
+     * the next TokenChunk would be dropped. */
+    sw_wire_msg_t t = {0};
+    if (p->client && sw_peer_status(p->n->peer, &t, 2000) == 0) {
+        int found = 0;
+        for (size_t j = 0; j < t.env->peer_table->n_peers; j++) {
+            const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[j]->announce;
+            found |= a && !strcmp(a->name, p->client);
+        }
+        sw_wire_msg_clear(&t);
+        if (!found) {
+            snprintf(err, err_len, "the client '%s' is not connected to the relay", p->client);
+            return NODE_RECOVER_RETRY;
+        }
+    }
     return NODE_RECOVER_OK;
 }
 
@@ -630,6 +646,7 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         goto oom;
 
     code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
+    pipe.client = msg->peer;
     pipe.rec = node_recover_new(n->o.n_ctx, n->o.recover_timeout_ms);
     if (!pipe.rec)
         goto oom;

@@ -11,8 +11,9 @@
  *     killed and restarted once more;
  *  4. the middle stage of three killed and restarted at once (the head sees
  *     the same names: only the relay's per-connection counters tell);
- *  5. the relay killed and restarted on the same port mid-generation: every
- *     peer reconnects and announces again by itself, the session resumes;
+ *  5. the relay killed and restarted on the same port 2 s later, mid-
+ *     generation: every peer reconnects and announces again by itself, the
+ *     session resumes, the client receives every token;
  *  6. the tail killed and never restarted: the client gets an explicit error
  *     by its deadline (--timeout-s), never a hang;
  *  7. the head killed mid-generation: the client says the head left.
@@ -154,7 +155,7 @@ int main(void)
         SW_CHECK_INT(swf_wait_msgs_in(c.ep, "tail", in0 + 8, 60), 0);
         const double t_kill = swf_now_ms();
         swf_kill9(&c.relay);
-        usleep(500 * 1000);
+        usleep(2000 * 1000); // long enough for the peers' redial back-off to spread out
         SW_CHECK(swf_start_relay(&c) > 0);
         SW_CHECK_INT(sw_test_wait_peers(c.ep, 2, 30), 0);
         fprintf(stderr, "relay restart: both nodes announced again %.0f ms after the kill\n",
