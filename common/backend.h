@@ -55,6 +55,9 @@ typedef struct sw_attn_args {
     int n_kv_head;     // key/value heads (GQA: n_head % n_kv_head == 0)
     int head_dim;      // elements per head
     float scale;       // 1/sqrt(head_dim) unless the model says otherwise
+    int prompt_order;  // 1: the reduction order of GGML's batched prompt path
+                       // (llamafile tinyBLAS); 0: that of its one-token decode
+                       // path. Either way a row's result does not depend on n.
 } sw_attn_args_t;
 
 typedef struct sw_backend_ops {

@@ -115,6 +115,14 @@ float sw_cpu_hsum8_scalar(const float *x)
     return (a0 + a2) + (a1 + a3);
 }
 
+float sw_cpu_dot_f16_tiled_scalar(const sw_f16 *a, const sw_f16 *b, int n)
+{
+    float lane[8] = {0};
+    for (int i = 0; i < n; i++)
+        lane[i & 7] = fmaf(sw_f16_to_f32(a[i]), sw_f16_to_f32(b[i]), lane[i & 7]);
+    return sw_cpu_hsum8_scalar(lane);
+}
+
 static float s_dot_f16(const s_cpu_t *c, const sw_f16 *a, const sw_f16 *b, int n, int pad32)
 {
     return c->avx2 ? sw_cpu_dot_f16_avx2(a, b, n, pad32) : sw_cpu_dot_f16_scalar(a, b, n, pad32);
@@ -298,8 +306,8 @@ static void s_rope(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_d
                 int b = neox ? i + n_rot / 2 : 2 * i + 1;
                 float c = cs[2 * i], s = cs[2 * i + 1];
                 float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
+                v[a] = fmaf(x0, c, -(x1 * s));
+                v[b] = fmaf(x0, s, x1 * c);
             }
         }
     }
@@ -464,7 +472,10 @@ static void s_attn_body(void *ctx, int ith, int nth)
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
         for (int p = 0; p < n_pos; p++) {
-            float s = s_dot_f16(c, kc + (size_t)p * kv_dim + (size_t)g * hd, q16, hd, 0);
+            const sw_f16 *krow = kc + (size_t)p * kv_dim + (size_t)g * hd;
+            float s = !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
+                      : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(krow, q16, hd)
+                                       : sw_cpu_dot_f16_tiled_scalar(krow, q16, hd);
             s *= a->scale;
             score[p] = s;
             if (s > max)
@@ -478,7 +489,9 @@ static void s_attn_body(void *ctx, int ith, int nth)
         float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
         for (int d = 0; d < hd; d++) {
             const sw_f16 *vrow = vc + ((size_t)g * hd + d) * a->n_ctx;
-            out[d] = s_dot_f16(c, vrow, prob, n_pos, 1);
+            out[d] = !a->prompt_order ? s_dot_f16(c, vrow, prob, n_pos, 1)
+                     : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(vrow, prob, n_pos)
+                                      : sw_cpu_dot_f16_tiled_scalar(vrow, prob, n_pos);
         }
     }
 }

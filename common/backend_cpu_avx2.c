@@ -50,6 +50,24 @@ float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32)
     return (float)sum;
 }
 
+float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(s_load8(a + i), s_load8(b + i), acc);
+    if (i < n) {
+        sw_f16 ta[8] = {0}, tb[8] = {0};
+        memcpy(ta, a + i, (size_t)(n - i) * sizeof *ta);
+        memcpy(tb, b + i, (size_t)(n - i) * sizeof *tb);
+        acc = _mm256_fmadd_ps(s_load8(ta), s_load8(tb), acc);
+    }
+    __m128 x = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
 void sw_cpu_f32_to_f16_avx2(const float *x, sw_f16 *y, int n)
 {
     int i = 0;

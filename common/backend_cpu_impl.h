@@ -16,6 +16,12 @@
 float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32);
 float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32);
 void sw_cpu_f32_to_f16_avx2(const float *x, sw_f16 *y, int n);
+/* dot(a, b) over n f16 values the way GGML's batched (llamafile tinyBLAS)
+ * path does it: one accumulator of eight f32 lanes takes 8 elements per step
+ * (the tail zero-padded), lanes summed as ((l0+l4)+(l2+l6)) +
+ * ((l1+l5)+(l3+l7)). */
+float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n);
+float sw_cpu_dot_f16_tiled_scalar(const sw_f16 *a, const sw_f16 *b, int n);
 
 /* exp(x) for 8 values with GGML's vectorised approximation (ggml_v_expf);
  * the scalar twin computes the same roundings one value at a time. */

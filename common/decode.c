@@ -188,8 +188,11 @@ static int s_local_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char
               sw_kv_len(t->kv));
         return -1;
     }
-    sw_forward_t f = {
-        .n = r->n, .tokens = r->tokens, .logits = t->logits, .n_logits = r->n_draft + 1};
+    sw_forward_t f = {.n = r->n,
+                      .tokens = r->tokens,
+                      .logits = t->logits,
+                      .n_logits = r->n_draft + 1,
+                      .prompt = r->n_draft == 0};
     if (sw_model_forward(t->m, t->kv, &f, err, err_len) != 0)
         return -1;
     if (sw_verifier_run(t->ver, r, t->logits, out, err, err_len) != 0)

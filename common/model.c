@@ -545,7 +545,7 @@ int sw_kv_truncate(sw_kv_t *kv, int n)
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
-static void s_layer_forward(sw_model_t *m, sw_kv_t *kv, int li, int n, int pos0)
+static void s_layer_forward(sw_model_t *m, sw_kv_t *kv, int li, int n, int pos0, int prompt_order)
 {
     sw_backend_t *be = m->be;
     const sw_backend_ops_t *ops = be->ops;
@@ -579,6 +579,7 @@ static void s_layer_forward(sw_model_t *m, sw_kv_t *kv, int li, int n, int pos0)
         .n_kv_head = hp->n_kv_head,
         .head_dim = hp->head_dim,
         .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .prompt_order = prompt_order,
     };
     ops->attention(be, &a);
     const sw_weight_t *wo[1] = {&L->wo};
@@ -643,7 +644,7 @@ int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *er
         else
             ops->upload(be, m->x, 0, f->hidden + (size_t)c0 * hp->n_embd, (size_t)n * row_bytes);
         for (int li = 0; li < m->end - m->begin; li++)
-            s_layer_forward(m, kv, li, n, pos0);
+            s_layer_forward(m, kv, li, n, pos0, f->prompt && f->n >= 2);
         if (!sw_model_is_last(m)) {
             ops->download(be, f->out_hidden + (size_t)c0 * hp->n_embd, m->x, 0,
                           (size_t)n * row_bytes);

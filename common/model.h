@@ -99,6 +99,13 @@ typedef struct sw_forward {
     float *out_hidden;     // (n, n_embd) output, non-last stages
     float *logits;         // (n_logits, n_vocab) output, last stage
     int n_logits;          // 0..n: logits for the last n_logits rows
+    int prompt;            // 1: the rows are a prompt (no drafts). llama.cpp reduces
+                           // attention in another order when it evaluates two or more
+                           // prompt tokens at once; with prompt = 1 and n >= 2 this
+                           // engine does the same, so that greedy tokens match
+                           // llama.cpp's. Decode and verification rows (prompt = 0)
+                           // always use the one-token order: a row's result is then
+                           // the same alone or in a batch of any size.
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)

@@ -354,7 +354,10 @@ static int s_pipe_send(void *ctx, const sw_round_t *r, int more, char *err, size
         const int rows = r->n - c0 < SW_WIRE_MAX_ROWS ? r->n - c0 : SW_WIRE_MAX_ROWS;
         const int last_chunk = c0 + rows == r->n;
         double t0 = node_now_ms();
-        sw_forward_t fw = {.n = rows, .tokens = r->tokens + c0, .out_hidden = n->hidden_out};
+        sw_forward_t fw = {.n = rows,
+                           .tokens = r->tokens + c0,
+                           .out_hidden = n->hidden_out,
+                           .prompt = r->n_draft == 0};
         if (sw_model_forward(n->model, h->kv, &fw, err, err_len) != 0)
             return NODE_RECOVER_FATAL;
         node_hidden_pack(n->o.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);

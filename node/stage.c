@@ -236,6 +236,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         .out_hidden = n->hidden_out,
         .logits = n->logits,
         .n_logits = want_logits,
+        .prompt = n_draft == 0,
     };
     const double t0 = node_now_ms();
     if (sw_model_forward(n->model, s->kv, &fw, err, sizeof err) != 0) {

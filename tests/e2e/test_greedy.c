@@ -5,7 +5,9 @@
  * prompt token ids, the greedy continuation, and the top-5 logits of the
  * first generated position. This test checks that our tokenizer gives the
  * same prompt ids and that our engine generates the same tokens from them,
- * and that the first position's top logits agree closely.
+ * and that the first position's top logits agree (to the fixture's 5 decimals
+ * for SmolLM2, whose fixture came from an AVX2 build of llama.cpp: see
+ * scripts/ref/README.md).
  *
  * A fixture whose model file is not in models/ is skipped (the Qwen one needs
  * `bash scripts/fetch_model.sh qwen-coder-1.5b`).
@@ -23,7 +25,7 @@
 #include "sw_test.h"
 #include "tokenizer.h"
 
-static int s_check_fixture(const char *fixture, const char *model_path, int threads)
+static int s_check_fixture(const char *fixture, const char *model_path, int threads, double tol)
 {
     json_error_t je;
     json_t *doc = json_load_file(fixture, 0, &je);
@@ -102,7 +104,8 @@ static int s_check_fixture(const char *fixture, const char *model_path, int thre
         /* First position's logits: the top-5 ids and values. */
         sw_kv_t *kv = sw_kv_new(m, n_prompt + 1);
         float *logits = malloc((size_t)V * sizeof *logits);
-        sw_forward_t f = {.n = n_prompt, .tokens = ptoks, .logits = logits, .n_logits = 1};
+        sw_forward_t f = {
+            .n = n_prompt, .tokens = ptoks, .logits = logits, .n_logits = 1, .prompt = 1};
         if (kv && logits && sw_model_forward(m, kv, &f, err, sizeof err) == 0) {
             json_t *top = json_object_get(cs, "first_top5");
             double worst = 0;
@@ -117,7 +120,7 @@ static int s_check_fixture(const char *fixture, const char *model_path, int thre
             printf("%-16s prompt ids %s, %d/%d tokens equal, top-5 logit max |diff| %.5f\n", name,
                    tok_same ? "equal" : "DIFFER", first_diff < 0 ? n_gen : first_diff, n_gen,
                    worst);
-            SW_CHECK(worst < 0.05);
+            SW_CHECK(worst <= tol);
         }
         free(logits);
         sw_kv_free(&kv);
@@ -144,7 +147,9 @@ int main(void)
     snprintf(path, sizeof path, "%s/greedy_smollm2.json", fixtures);
     if (access(path, R_OK) != 0)
         sw_test_skip("tests/fixtures/greedy_smollm2.json is absent");
-    s_check_fixture(path, model, 2);
+    /* The fixture stores logits rounded to 5 decimals, and our kernels follow
+     * llama.cpp's AVX2 arithmetic bit for bit. */
+    s_check_fixture(path, model, 2, 2e-5);
 
     /* Qwen2.5-Coder 1.5B (Q4_K_M) when its file has been fetched. */
     char qpath[1024], qmodel[1024];
@@ -153,7 +158,9 @@ int main(void)
     snprintf(qmodel, sizeof qmodel, "%.*s/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
              (int)(slash ? slash - model : 1), slash ? model : ".");
     if (access(qpath, R_OK) == 0 && access(qmodel, R_OK) == 0)
-        s_check_fixture(qpath, qmodel, 2);
+        /* llama.cpp repacks Q4_K weights on x86 (ggml-cpu/repack.cpp) and sums
+         * them in another order, so here only tokens must match exactly. */
+        s_check_fixture(qpath, qmodel, 2, 0.5);
     else
         printf("qwen fixture or model absent: that part skipped\n");
     return sw_test_done();
