@@ -89,7 +89,7 @@ int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTab
 typedef struct node_recover_stats {
     int recoveries;        // failures recovered from
     int replays;           // replays sent
-    int replayed_rows;     // rows replayed in all
+    int replayed_rounds;   // rounds sent again in all
     double detect_ms;      // last failure: round sent to failure noticed
     double recover_ms;     // last failure: failure noticed to retried round's verdict
     double recover_ms_sum; // all recoveries

@@ -7,6 +7,8 @@
  * token depends on every token in its cache. Faults are injected at chosen
  * points: the stage loses its cache (killed and restarted), during the
  * prefill, mid-generation, twice in a row, and while the replay is sent.
+ * The replay sends the logged rounds again as they were (drafts included),
+ * so the simulated stage must end with the same cache and verdicts.
  *
  * The end-to-end tests (tests/e2e/test_recover.c, tests/slow/) run real
  * processes but no drafter yet; this one checks what drafts add: accepted
@@ -42,8 +44,9 @@ typedef struct sim {
     sw_verdict_t pending;    // verdict of the last round sent
     int waits, sends;        // calls so far
     const int *kill_at_wait; // kill when the wait call number is listed (0-terminated)
-    int kill_at_replay;      // kill on the first replay chunk of this number (1-based), 0 = never
-    int replays_seen;        // replays sent so far
+    int kill_at_replay;      // kill 3 rounds into the replay of this number (1-based), 0 = never
+    int zero_sends;          // sends that keep nothing (the prefill, and each replay's start)
+    int since_zero;          // sends since the last one of those
     int max_chunks;          // most chunks in one send
 } sim_t;
 
@@ -70,7 +73,13 @@ static int s_send(void *ctx, const sw_round_t *r, int more, char *err, size_t le
         snprintf(err, len, "stage left");
         return NODE_RECOVER_RETRY;
     }
-    if (more && r->kv_keep == 0 && ++s->replays_seen == s->kill_at_replay) {
+    if (r->kv_keep == 0) {
+        s->zero_sends++;
+        s->since_zero = 0;
+    } else {
+        s->since_zero++;
+    }
+    if (s->kill_at_replay && s->zero_sends == 1 + s->kill_at_replay && s->since_zero == 3) {
         s_kill(s);
         snprintf(err, len, "stage died during the replay");
         return NODE_RECOVER_RETRY;
