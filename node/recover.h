@@ -5,17 +5,18 @@
  * the session's committed tokens to rebuild every downstream cache, and sends
  * the failed round again.
  *
- * The head keeps the token of every position (the rows of each round; the
- * positions below a round's kv_keep are all committed: context rows and
- * accepted drafts); a replay is one Forward with kv_keep = 0 and those
- * tokens as rows (chunked, prefill_more on every chunk), so each stage,
- * restarted or not, truncates its cache to nothing and recomputes it. The
- * head recomputes its own layers for those rows (the engine is deterministic
- * per row, so its cache comes out bit-identical). The tail's verifier draws
- * each round's random numbers from (seed, kv_keep) (decode.h) and rebuilds
- * its repetition history from the replayed rows, so the retried round commits
- * the same tokens as it would have without the fault. The client only ever
- * sees committed tokens, so nothing is lost or sent twice.
+ * The head logs every round of the session as it sent it (rows, drafts and
+ * what it said about their distributions). A replay sends those rounds again
+ * in order, from the prefill (kv_keep = 0) on, at most 32 unanswered at a
+ * time, and drops their verdicts: every stage, restarted or not, truncates
+ * and recomputes its cache in exactly the shapes it had (a prompt is batched
+ * as a prompt, decode rows as decode rows: the engine reduces attention in a
+ * different order for the two), the head recomputes its own layers the same
+ * way, and the tail's verifier sees the same rounds again, so its repetition
+ * history is rebuilt and, since it draws each round's random numbers from
+ * (seed, kv_keep) (decode.h), it gives the same verdicts. The failed round is
+ * then sent again and commits what it would have without the fault. The
+ * client only ever sees committed tokens, so nothing is lost or sent twice.
  *
  * The pipeline itself (sending rows, waiting for a verdict, building a route)
  * stays in head.c; it is reached through node_recover_ops_t.
