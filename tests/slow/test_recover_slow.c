@@ -84,7 +84,7 @@ int main(void)
     snprintf(c.nodes[1].layers, 16, "15:30");
     SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_recover_slow.log"), 0);
     const int T = s_idx(&c, "tail");
-    swf_client_t cl;
+    swf_client_t cl = {0};
     long in0, out0;
 
     /* 1. Kill during the prefill. */
