@@ -4,6 +4,17 @@
  *   shardwire generate --model M.gguf -p "text" -n N [--temp T --seed S --top-k K
  *                      --top-p P --min-p P --repeat-penalty R] [--chat] [--threads N]
  *                      [--ctx N] [--json]
+ *                      [--draft-model D.gguf] [--draft model|ngram|mix|none]
+ *                      [--draft-k K|auto] [--draft-k-max N] [--draft-p-min P]
+ *                      [--draft-threads N]
+ *
+ * Speculative decoding: --draft-model loads a draft model with the target's
+ * vocabulary (refused otherwise), --draft ngram uses prompt lookup with no
+ * model, --draft mix prompt lookup first and the model when it finds no
+ * match. --draft-k fixes K (0 = off); auto (the default once a proposer is
+ * chosen) picks K per round up to --draft-k-max from the measured acceptance
+ * rate and times. The output is the same tokens as without speculation
+ * (greedy) or the same distribution (sampling).
  *
  * Text streams to stdout as it is generated; with --json one JSON object is
  * printed at the end instead.
@@ -21,6 +32,7 @@
 #include "chat.h"
 #include "cmds.h"
 #include "decode.h"
+#include "drafter.h"
 #include "log.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -34,6 +46,12 @@ struct s_opts {
     int chat;
     int json;
     sw_sampling_t sampling;
+    const char *draft_model; // draft GGUF or NULL
+    const char *draft_mode;  // --draft or NULL (= model when --draft-model is given)
+    int draft_k;             // fixed K, DRAFT_K_AUTO, or 0 = off
+    int draft_k_max;         // adaptive ceiling
+    float draft_p_min;       // confidence stop
+    int draft_threads;       // draft model threads (0 = as --threads)
 };
 
 static void s_usage(FILE *f)
@@ -51,7 +69,13 @@ static void s_usage(FILE *f)
                "      --chat              wrap the prompt in the model's chat template\n"
                "  -t, --threads N         compute threads (default: all cores)\n"
                "  -c, --ctx N             context size in tokens (default 2048)\n"
-               "      --json              print one JSON object at the end instead of streaming\n");
+               "      --json              print one JSON object at the end instead of streaming\n"
+               "      --draft-model PATH  draft model GGUF (same vocabulary as the model)\n"
+               "      --draft MODE        model, ngram (prompt lookup), mix or none\n"
+               "      --draft-k K         drafts per round, 0 = off, auto = adaptive (default)\n"
+               "      --draft-k-max N     largest adaptive K (default 16)\n"
+               "      --draft-p-min P     stop drafting below this draft probability (default 0)\n"
+               "      --draft-threads N   draft model threads (default: as --threads)\n");
 }
 
 /* Parses a whole decimal/float argument into *out within [lo, hi]. */
@@ -85,7 +109,22 @@ static int s_parse_float(const char *name, const char *s, double lo, double hi, 
 
 static int s_parse(int argc, char **argv, struct s_opts *o)
 {
-    enum { O_TEMP = 256, O_SEED, O_TOPK, O_TOPP, O_MINP, O_REP, O_CHAT, O_JSON };
+    enum {
+        O_TEMP = 256,
+        O_SEED,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_CHAT,
+        O_JSON,
+        O_DMODEL,
+        O_DMODE,
+        O_DK,
+        O_DKMAX,
+        O_DPMIN,
+        O_DTHREADS
+    };
     static const struct option longs[] = {{"model", required_argument, 0, 'm'},
                                           {"prompt", required_argument, 0, 'p'},
                                           {"n-predict", required_argument, 0, 'n'},
@@ -99,6 +138,12 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
                                           {"repeat-penalty", required_argument, 0, O_REP},
                                           {"chat", no_argument, 0, O_CHAT},
                                           {"json", no_argument, 0, O_JSON},
+                                          {"draft-model", required_argument, 0, O_DMODEL},
+                                          {"draft", required_argument, 0, O_DMODE},
+                                          {"draft-k", required_argument, 0, O_DK},
+                                          {"draft-k-max", required_argument, 0, O_DKMAX},
+                                          {"draft-p-min", required_argument, 0, O_DPMIN},
+                                          {"draft-threads", required_argument, 0, O_DTHREADS},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -106,6 +151,8 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
     o->n_ctx = 2048;
     o->sampling = sw_sampling_default();
     o->sampling.temp = 0.0f;
+    o->draft_k = DRAFT_K_AUTO;
+    o->draft_k_max = DRAFT_K_MAX_AUTO;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:n:t:c:h", longs, NULL)) != -1) {
@@ -158,6 +205,27 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
         case O_JSON:
             o->json = 1;
             break;
+        case O_DMODEL:
+            o->draft_model = optarg;
+            break;
+        case O_DMODE:
+            o->draft_mode = optarg;
+            break;
+        case O_DK:
+            if (!strcmp(optarg, "auto"))
+                o->draft_k = DRAFT_K_AUTO;
+            else
+                rc = s_parse_int("--draft-k", optarg, 0, SW_MAX_DRAFT, &o->draft_k);
+            break;
+        case O_DKMAX:
+            rc = s_parse_int("--draft-k-max", optarg, 1, SW_MAX_DRAFT, &o->draft_k_max);
+            break;
+        case O_DPMIN:
+            rc = s_parse_float("--draft-p-min", optarg, 0, 1, &o->draft_p_min);
+            break;
+        case O_DTHREADS:
+            rc = s_parse_int("--draft-threads", optarg, 1, 512, &o->draft_threads);
+            break;
         case 'h':
             s_usage(stdout);
             exit(0);
@@ -178,6 +246,16 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
     }
     if (sw_sampling_check(&o->sampling) != 0)
         return -1;
+    enum draft_mode dm;
+    if (o->draft_mode && draft_mode_parse(o->draft_mode, &dm) != 0) {
+        fprintf(stderr, "shardwire generate: --draft '%s' must be model, ngram, mix or none\n",
+                o->draft_mode);
+        return -1;
+    }
+    if (o->draft_mode && (dm == DRAFT_MODE_MODEL || dm == DRAFT_MODE_MIX) && !o->draft_model) {
+        fprintf(stderr, "shardwire generate: --draft %s needs --draft-model\n", o->draft_mode);
+        return -1;
+    }
     return 0;
 }
 
@@ -244,6 +322,8 @@ int cmd_generate(int argc, char **argv)
     sw_model_t *m = NULL;
     sw_tokenizer_t *tok = NULL;
     sw_local_target_t *lt = NULL;
+    draft_model_t *dmodel = NULL;
+    draft_t *drafter = NULL;
     int32_t *prompt = NULL, *out = NULL;
     char *text = NULL;
     struct s_stream st = {0};
@@ -298,7 +378,32 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     sw_target_t target = sw_local_target(lt);
+    enum draft_mode dmode = o.draft_model ? DRAFT_MODE_MODEL : DRAFT_MODE_NONE;
+    if (o.draft_mode && draft_mode_parse(o.draft_mode, &dmode) != 0)
+        goto done;
+    if (o.draft_model && (dmode == DRAFT_MODE_MODEL || dmode == DRAFT_MODE_MIX)) {
+        dmodel = draft_model_new(o.draft_model, sw_model_gguf(m),
+                                 o.draft_threads ? o.draft_threads : o.threads,
+                                 n_prompt + o.n_predict, err, sizeof err);
+        if (!dmodel) {
+            fprintf(stderr, "shardwire generate: %s\n", err);
+            goto done;
+        }
+    }
+    drafter = draft_new(dmodel);
+    draft_cfg_t dc = {.mode = dmode,
+                      .k = o.draft_k,
+                      .k_max = o.draft_k_max,
+                      .p_min = o.draft_p_min,
+                      .sampling = o.sampling};
+    if (!drafter || draft_begin(drafter, &dc, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire generate: %s\n", drafter ? err : "out of memory");
+        goto done;
+    }
+    sw_proposer_t proposer = draft_proposer(drafter);
     sw_gen_opts_t go = {
+        .k = draft_gen_k(drafter),
+        .proposer = &proposer,
         .n_predict = o.n_predict,
         .stop_at_eog = 1,
         .on_tokens = s_on_tokens,
@@ -333,6 +438,9 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "rounds", json_integer(gs.rounds));
         json_object_set_new(j, "drafted", json_integer(gs.drafted));
         json_object_set_new(j, "accepted", json_integer(gs.accepted));
+        json_object_set_new(j, "draft", json_string(draft_mode_name(dmode)));
+        json_object_set_new(j, "draft_ms", json_real(gs.draft_ms));
+        json_object_set_new(j, "target_ms", json_real(gs.target_ms));
         char dg[17];
         snprintf(dg, sizeof dg, "%016llx", (unsigned long long)gs.logits_digest);
         json_object_set_new(j, "logits_digest", json_string(dg));
@@ -356,6 +464,8 @@ done:
     free(prompt);
     free(out);
     sw_local_target_free(&lt);
+    draft_free(&drafter);
+    draft_model_free(&dmodel);
     sw_tokenizer_free(&tok);
     sw_model_free(&m);
     sw_backend_free(&be);

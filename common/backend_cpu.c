@@ -15,6 +15,7 @@
 #include "backend.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -343,30 +344,37 @@ struct s_mm_job {
     const void *xq[S_MAX_W]; // quantized input per weight (shared when types agree)
     size_t xq_stride[S_MAX_W];
     int n;
-    int64_t total; // sum of n_out
+    int64_t total;     // sum of n_out
+    int64_t chunk;     // output rows per work item (a multiple of 16)
+    atomic_llong next; // next work item
 };
 
+/* Threads take chunks of the concatenated outputs from a shared counter, so
+ * a thread that the OS preempts does not hold the others up; each output is
+ * still computed whole by one thread, so the split never changes a value. */
 static void s_mm_body(void *ctx, int ith, int nth)
 {
     struct s_mm_job *j = ctx;
-    /* Split the concatenated outputs into nth ranges aligned to 16 rows. */
-    int64_t per = (j->total + nth - 1) / nth;
-    per = (per + 15) & ~(int64_t)15;
-    int64_t begin = per * ith, end = begin + per;
-    if (end > j->total)
-        end = j->total;
-    int64_t base = 0;
-    for (int i = 0; i < j->n_w && begin < end; i++) {
-        const sw_weight_t *w = j->w[i];
-        int64_t lo = begin - base, hi = end - base;
-        if (lo < 0)
-            lo = 0;
-        if (hi > w->n_out)
-            hi = w->n_out;
-        if (lo < hi)
-            sw_matmul(w->type, w->n_in, w->data, w->row_bytes, lo, hi, j->xq[i], j->xq_stride[i],
-                      j->n, j->y[i], w->n_out);
-        base += w->n_out;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const int64_t begin = atomic_fetch_add(&j->next, 1) * j->chunk;
+        if (begin >= j->total)
+            return;
+        const int64_t end = begin + j->chunk < j->total ? begin + j->chunk : j->total;
+        int64_t base = 0;
+        for (int i = 0; i < j->n_w && base < end; i++) {
+            const sw_weight_t *w = j->w[i];
+            int64_t lo = begin - base, hi = end - base;
+            if (lo < 0)
+                lo = 0;
+            if (hi > w->n_out)
+                hi = w->n_out;
+            if (lo < hi)
+                sw_matmul(w->type, w->n_in, w->data, w->row_bytes, lo, hi, j->xq[i],
+                          j->xq_stride[i], j->n, j->y[i], w->n_out);
+            base += w->n_out;
+        }
     }
 }
 
@@ -429,6 +437,10 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
     for (int i = 0; i < n_w; i++)
         job.xq[i] = (const char *)c->qbuf + (uintptr_t)job.xq[i];
 
+    /* About 8 work items per thread, at least 16 rows each. */
+    job.chunk = job.total / ((int64_t)c->n_threads * 8);
+    job.chunk = job.chunk < 16 ? 16 : (job.chunk + 15) & ~(int64_t)15;
+    atomic_init(&job.next, 0);
     sw_pool_run(c->pool, s_mm_body, &job);
 
     if (bias) {
@@ -449,6 +461,7 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
 struct s_attn_job {
     const sw_attn_args_t *a;
     s_cpu_t *c;
+    atomic_int next; // next (row, head) pair
 };
 
 static void s_attn_body(void *ctx, int ith, int nth)
@@ -465,7 +478,8 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
-    for (int job = ith; job < a->n * a->n_head; job += nth) {
+    (void)nth;
+    for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head, g = h / group;
         const int n_pos = a->pos0 + r + 1; // causal: positions [0, pos0 + r]
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
@@ -526,6 +540,7 @@ static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
         c->scratch_each = each;
     }
     struct s_attn_job job = {.a = a, .c = c};
+    atomic_init(&job.next, 0);
     sw_pool_run(c->pool, s_attn_body, &job);
 }
 

@@ -328,8 +328,12 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
         r.tokens = rows;
         r.n_draft = k;
         r.q = q_used ? q : NULL;
+        const double t_round = sw_now_ms();
         if (target->round(target->ctx, &r, &v, err, err_len) != 0)
             goto out;
+        if (k_max > 0 && o->proposer->observe)
+            o->proposer->observe(o->proposer->self, k, v.n_commit - 1, sw_now_ms() - t_round,
+                                 v.compute_ms);
         st->rounds++;
         st->drafted += k;
         st->accepted += v.n_commit - 1;

@@ -90,6 +90,13 @@ typedef struct sw_proposer {
     int (*propose)(void *self, const int32_t *ctx, int n_ctx, int k_max, int32_t *out,
                    sw_draft_q_t *q, int *q_used);
     void *self;
+    /* Optional (may be NULL): told after every decode round of a generation
+     * with drafting on how it went: n_draft drafts sent (0 when the round
+     * had none), n_accepted of them kept,
+     * round_ms the target's wall time for the round (compute and network,
+     * without the proposing), compute_ms the part the target reported as
+     * compute. Adaptive proposers tune K and their confidence stop on it. */
+    void (*observe)(void *self, int n_draft, int n_accepted, double round_ms, double compute_ms);
 } sw_proposer_t;
 
 /* ---- generation ---- */

@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "chat.h"
+#include "drafter.h"
 #include "log.h"
 #include "node.h"
 #include "recover.h"
@@ -28,6 +29,8 @@ struct node_head {
     sw_wire_msg_t queue[S_MAX_QUEUE]; // requests waiting their turn
     int q_head, q_len;                // ring buffer
     sw_kv_t *kv;                      // this stage's cache for the running session
+    draft_model_t *dmodel;            // --draft-model, or NULL
+    draft_t *drafter;                 // the proposer of the running generation
 };
 
 /* ---- request queue --------------------------------------------------------------------- */
@@ -48,8 +51,27 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         free(h);
         return -1;
     }
+    if (n->o.draft_model) {
+        h->dmodel = draft_model_new(n->o.draft_model, sw_model_gguf(n->model),
+                                    n->o.draft_threads ? n->o.draft_threads : n->o.threads,
+                                    n->o.n_ctx, err, err_len);
+        if (!h->dmodel)
+            goto fail;
+        SW_INFO("draft model %s loaded (vocabulary checked)", n->o.draft_model);
+    }
+    h->drafter = draft_new(h->dmodel);
+    if (!h->drafter) {
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
     n->head = h;
     return 0;
+fail:
+    draft_model_free(&h->dmodel);
+    sw_kv_free(&h->kv);
+    sw_tokenizer_free(&h->tok);
+    free(h);
+    return -1;
 }
 
 void node_head_free(node_t *n)
@@ -60,6 +82,8 @@ void node_head_free(node_t *n)
     for (int i = 0; i < h->q_len; i++)
         sw_wire_msg_clear(&h->queue[(h->q_head + i) % S_MAX_QUEUE]);
     sw_kv_free(&h->kv);
+    draft_free(&h->drafter);
+    draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h);
     n->head = NULL;
@@ -252,12 +276,15 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                 for (size_t i = 0; i < v->n_tokens; i++)
                     out->tokens[i] = (int32_t)v->tokens[i];
                 *stage_ms = 0;
+                /* The timing list starts with the head's own entry: count
+                 * only the later stages here (the head's time is head_ms). */
                 for (size_t i = 0; i < v->n_timing; i++) {
                     double ms = v->timing[i]->compute_us / 1e3;
-                    *stage_ms += ms;
                     for (int s = 1; s < p->route.n; s++)
-                        if (!strcmp(p->route.names[s], v->timing[i]->name))
+                        if (!strcmp(p->route.names[s], v->timing[i]->name)) {
                             p->stage_total[s] += ms;
+                            *stage_ms += ms;
+                        }
                 }
                 sw_wire_msg_clear(&m);
                 return 0;
@@ -409,6 +436,12 @@ static int s_pipe_send(void *ctx, const sw_round_t *r, int more, char *err, size
         chunks++;
     }
     p->round_head_ms += head_ms;
+    /* The prefill keeps the later stages busy for a while: feed the prompt
+     * to the draft model meanwhile, off the critical path (once: a replay's
+     * prefill has a later round number). */
+    if (p->round == 1 && r->kv_keep == 0 && r->n_draft == 0 && !more && h->drafter &&
+        draft_warm(h->drafter, r->tokens, r->n) != 0)
+        SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
     return chunks;
 }
 
@@ -575,6 +608,54 @@ static void s_close_session(node_t *n, const s_route_t *route, uint64_t session)
             SW_DEBUG("could not close the session on %s", route->names[i]);
 }
 
+/* The drafting of one request: its DraftParams where set, the node's
+ * --draft* defaults otherwise. */
+static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const sw_sampling_t *sp,
+                       draft_cfg_t *dc, char *err, size_t err_len)
+{
+    const node_head_t *h = n->head;
+    const node_opts_t *o = &n->o;
+    memset(dc, 0, sizeof *dc);
+    dc->sampling = *sp;
+    dc->mode = h->dmodel ? DRAFT_MODE_MODEL : DRAFT_MODE_NONE;
+    if (o->draft_mode && draft_mode_parse(o->draft_mode, &dc->mode) != 0)
+        dc->mode = DRAFT_MODE_NONE;
+    dc->k = o->draft_k;
+    dc->k_max = o->draft_k_max;
+    dc->p_min = o->draft_p_min;
+    if (!dp)
+        return 0;
+    switch (dp->mode) {
+    case SHARDWIRE__DRAFT_MODE__DRAFT_NONE:
+        dc->mode = DRAFT_MODE_NONE;
+        break;
+    case SHARDWIRE__DRAFT_MODE__DRAFT_MODEL:
+        if (!h->dmodel) {
+            snprintf(err, err_len, "this head has no draft model (start it with --draft-model)");
+            return -1;
+        }
+        dc->mode = DRAFT_MODE_MODEL;
+        break;
+    case SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM:
+        dc->mode = DRAFT_MODE_NGRAM;
+        break;
+    default: // DRAFT_AUTO: the head's default
+        break;
+    }
+    if (dp->n_draft > SW_MAX_DRAFT || !(dp->p_min >= 0 && dp->p_min <= 1)) {
+        snprintf(err, err_len, "draft parameters out of range (K %u > %d or p_min %g)", dp->n_draft,
+                 SW_MAX_DRAFT, (double)dp->p_min);
+        return -1;
+    }
+    if (dp->n_draft > 0)
+        dc->k = (int)dp->n_draft;
+    if (dp->p_min > 0)
+        dc->p_min = dp->p_min;
+    if (dc->mode != DRAFT_MODE_NONE && dc->k == 0 && dp->mode != SHARDWIRE__DRAFT_MODE__DRAFT_AUTO)
+        dc->k = DRAFT_K_AUTO; // a proposer asked for by name with the head's K off
+    return 0;
+}
+
 static void s_generate(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
@@ -671,9 +752,21 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         target.round = s_pipe_round;
         target.ctx = &pipe;
     }
-    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, route of %d stage(s)",
-            g->request_id, msg->peer, n_prompt, g->n_predict, pipe.route.n);
+    draft_cfg_t dc;
+    code = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
+    if (s_draft_cfg(n, g->draft, &sp, &dc, err, sizeof err) != 0 ||
+        draft_begin(h->drafter, &dc, err, sizeof err) != 0)
+        goto fail;
+    code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
+    sw_proposer_t proposer = draft_proposer(h->drafter);
+    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, route of %d stage(s), "
+            "draft %s K %s%d",
+            g->request_id, msg->peer, n_prompt, g->n_predict, pipe.route.n,
+            draft_mode_name(dc.mode), dc.k == DRAFT_K_AUTO ? "auto <= " : "",
+            draft_gen_k(h->drafter));
     sw_gen_opts_t go = {
+        .k = draft_gen_k(h->drafter),
+        .proposer = &proposer,
         .n_predict = (int)g->n_predict,
         .stop_at_eog = 1,
         .on_tokens = s_on_tokens,

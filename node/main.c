@@ -5,6 +5,11 @@
  *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
  *                  [--recover-timeout-s S]
+ *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
+ *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
+ *
+ * The --draft* flags matter on the head (layers from 0) only: they set the
+ * drafting a request gets when its DraftParams leave it to the head.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drafter.h"
 #include "node.h"
 #include "wire.h"
 
@@ -38,7 +44,16 @@ static void s_usage(FILE *f)
                "60000)\n"
                "  --recover-timeout-s S  head: wait up to S s for a failed stage to come back "
                "(default 60; 0 = fail at once)\n"
-               "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n");
+               "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n"
+               "  --draft-model PATH     head: draft model GGUF (the model's vocabulary)\n"
+               "  --draft MODE           head: default proposer: model, ngram, mix or none\n"
+               "                         (default: model with --draft-model, else none)\n"
+               "  --draft-k K            head: default drafts per round, 0 = off, auto = adaptive\n"
+               "                         (default auto)\n"
+               "  --draft-k-max N        head: largest adaptive K (default 16)\n"
+               "  --draft-p-min P        head: stop drafting below this draft probability "
+               "(default 0)\n"
+               "  --draft-threads N      head: draft model threads (default: as --threads)\n");
 }
 
 static int s_int(const char *flag, const char *s, long lo, long hi, int *out)
@@ -94,6 +109,12 @@ int main(int argc, char **argv)
         O_ROUND,
         O_HB,
         O_RECOVER,
+        O_DMODEL,
+        O_DMODE,
+        O_DK,
+        O_DKMAX,
+        O_DPMIN,
+        O_DTHREADS,
         O_HELP
     };
     static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
@@ -108,6 +129,12 @@ int main(int argc, char **argv)
                                           {"round-timeout-ms", required_argument, 0, O_ROUND},
                                           {"heartbeat-ms", required_argument, 0, O_HB},
                                           {"recover-timeout-s", required_argument, 0, O_RECOVER},
+                                          {"draft-model", required_argument, 0, O_DMODEL},
+                                          {"draft", required_argument, 0, O_DMODE},
+                                          {"draft-k", required_argument, 0, O_DK},
+                                          {"draft-k-max", required_argument, 0, O_DKMAX},
+                                          {"draft-p-min", required_argument, 0, O_DPMIN},
+                                          {"draft-threads", required_argument, 0, O_DTHREADS},
                                           {"help", no_argument, 0, O_HELP},
                                           {0, 0, 0, 0}};
     node_opts_t o = {
@@ -120,6 +147,7 @@ int main(int argc, char **argv)
         .recover_timeout_ms = 60000,
         .dtype = SHARDWIRE__DTYPE__DTYPE_F16,
         .heartbeat_ms = 1000,
+        .draft_k = DRAFT_K_AUTO,
     };
     int c, idle_s = 300, recover_s = 60, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -169,6 +197,43 @@ int main(int argc, char **argv)
                 rc = -1;
             }
             break;
+        case O_DMODEL:
+            o.draft_model = optarg;
+            break;
+        case O_DMODE: {
+            enum draft_mode dm;
+            o.draft_mode = optarg;
+            if (draft_mode_parse(optarg, &dm) != 0) {
+                fprintf(stderr, "shardwire-node: --draft '%s' must be model, ngram, mix or none\n",
+                        optarg);
+                rc = -1;
+            }
+            break;
+        }
+        case O_DK:
+            if (!strcmp(optarg, "auto"))
+                o.draft_k = DRAFT_K_AUTO;
+            else
+                rc = s_int("--draft-k", optarg, 0, SW_MAX_DRAFT, &o.draft_k);
+            break;
+        case O_DKMAX:
+            rc = s_int("--draft-k-max", optarg, 1, SW_MAX_DRAFT, &o.draft_k_max);
+            break;
+        case O_DPMIN: {
+            char *end;
+            errno = 0;
+            double v = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(v >= 0 && v <= 1)) {
+                fprintf(stderr, "shardwire-node: --draft-p-min '%s' is not a number in [0, 1]\n",
+                        optarg);
+                rc = -1;
+            }
+            o.draft_p_min = (float)v;
+            break;
+        }
+        case O_DTHREADS:
+            rc = s_int("--draft-threads", optarg, 1, 512, &o.draft_threads);
+            break;
         case O_HELP:
             s_usage(stdout);
             return 0;
@@ -191,6 +256,11 @@ int main(int argc, char **argv)
     if (!sw_wire_name_ok(o.name, strlen(o.name))) {
         fprintf(stderr, "shardwire-node: --name '%s' must be 1-63 characters of [A-Za-z0-9._-]\n",
                 o.name);
+        return 2;
+    }
+    if (o.draft_mode && (!strcmp(o.draft_mode, "model") || !strcmp(o.draft_mode, "mix")) &&
+        !o.draft_model) {
+        fprintf(stderr, "shardwire-node: --draft %s needs --draft-model\n", o.draft_mode);
         return 2;
     }
     o.idle_timeout_ms = idle_s * 1000;

@@ -40,8 +40,10 @@ typedef struct node_opts {
     int heartbeat_ms;        // ZMTP heartbeat interval
     const char *draft_model; // head: draft GGUF (NULL = none)
     const char *draft_mode;  // head: "model", "ngram", "none" or NULL (= model if given)
-    int draft_k;             // head: default drafts per round (0 = off)
+    int draft_k;             // head: default drafts per round (0 = off, -1 = adaptive)
     int draft_threads;       // head: threads of the draft model
+    int draft_k_max;         // head: largest adaptive K (0 = the drafter's default)
+    float draft_p_min;       // head: default confidence stop of the draft model, [0, 1]
 } node_opts_t;
 
 /* One session's state on a stage. */

@@ -1,0 +1,131 @@
+/*
+ * adaptive.c - the K controller (see adaptive.h).
+ */
+#include "adaptive.h"
+
+#include <math.h>
+
+#include "decode.h"
+
+#define S_ACC_DECAY 0.95 // per round: about the last 20 rounds count
+#define S_TIME_DECAY 0.8 // moving averages of times
+#define S_FIT_DECAY 0.7  // compute per row count: the last few measurements
+#define S_K_START 4      // before anything is measured
+
+void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max)
+{
+    *c = (draft_ctl_t){0};
+    c->k_fixed = k_fixed > SW_MAX_DRAFT ? SW_MAX_DRAFT : (k_fixed < 0 ? 0 : k_fixed);
+    c->k_max = k_max < 1 ? 1 : (k_max > SW_MAX_DRAFT ? SW_MAX_DRAFT : k_max);
+    c->draft_ms = -1;
+}
+
+double draft_expected_tokens(double a, int k)
+{
+    if (a >= 1.0 - 1e-9)
+        return k + 1.0;
+    return (1.0 - pow(a, k + 1)) / (1.0 - a);
+}
+
+double draft_ctl_accept_rate(const draft_ctl_t *c)
+{
+    /* One pseudo-success and one pseudo-failure keep the estimate off 0 and 1. */
+    return (c->acc_s + 1.0) / (c->acc_s + c->acc_f + 2.0);
+}
+
+/* Predicted compute ms for `rows` rows from the measured table (see adaptive.h). */
+static double s_compute(const draft_ctl_t *c, int rows)
+{
+    const int top = SW_MAX_DRAFT + 1;
+    if (rows < 1)
+        rows = 1;
+    if (rows > top)
+        rows = top;
+    if (c->seen[rows])
+        return c->comp_ms[rows];
+    int lo = rows - 1, hi = rows + 1;
+    while (lo >= 1 && !c->seen[lo])
+        lo--;
+    while (hi <= top && !c->seen[hi])
+        hi++;
+    if (lo >= 1 && hi <= top) // between two measurements
+        return c->comp_ms[lo] + (c->comp_ms[hi] - c->comp_ms[lo]) * (rows - lo) / (double)(hi - lo);
+    if (hi <= top) // below every measurement: proportional
+        return c->comp_ms[hi] * rows / hi;
+    if (lo < 1)
+        return 0;
+    int lo2 = lo - 1;
+    while (lo2 >= 1 && !c->seen[lo2])
+        lo2--;
+    double slope = lo2 >= 1 ? (c->comp_ms[lo] - c->comp_ms[lo2]) / (lo - lo2) : c->comp_ms[lo] / lo;
+    if (slope < 0)
+        slope = 0;
+    return c->comp_ms[lo] + slope * (rows - lo);
+}
+
+double draft_ctl_round_ms(const draft_ctl_t *c, int k)
+{
+    return c->fixed_ms + s_compute(c, k + 1);
+}
+
+int draft_ctl_next_k(draft_ctl_t *c, int cap)
+{
+    if (cap < 1)
+        return 0;
+    if (c->k_fixed > 0)
+        return c->k_fixed < cap ? c->k_fixed : cap;
+    const int hi = c->k_max < cap ? c->k_max : cap;
+    /* Three different K first, so the compute table has a shape. */
+    static const int start[] = {S_K_START, 1, 2 * S_K_START};
+    if (c->n_obs < 3)
+        return start[c->n_obs] < hi ? start[c->n_obs] : hi;
+    const double a = draft_ctl_accept_rate(c);
+    const double td = c->draft_ms > 0 ? c->draft_ms : 0;
+    int best = 0;
+    double best_rate = 1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
+    for (int k = 1; k <= hi; k++) {
+        double t = draft_ctl_round_ms(c, k) + k * td;
+        double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
+        if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
+            best_rate = rate;
+            best = k;
+        }
+    }
+    if (best == 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
+        c->n_idle = 0;
+        best = 1;
+    } else if (best > 0) {
+        c->n_idle = 0;
+    }
+    return best;
+}
+
+void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,
+                       double compute_ms)
+{
+    if (n_draft < 0 || n_accepted < 0 || n_accepted > n_draft || !(round_ms >= 0) ||
+        !(compute_ms >= 0))
+        return;
+    if (compute_ms > round_ms)
+        compute_ms = round_ms;
+    if (n_draft > 0) {
+        c->acc_s = c->acc_s * S_ACC_DECAY + n_accepted;
+        c->acc_f = c->acc_f * S_ACC_DECAY + (n_accepted < n_draft ? 1 : 0);
+    }
+    const double fixed = round_ms - compute_ms;
+    c->fixed_ms = c->n_obs ? c->fixed_ms * S_TIME_DECAY + fixed * (1 - S_TIME_DECAY) : fixed;
+    const int rows = n_draft + 1 < SW_MAX_DRAFT + 1 ? n_draft + 1 : SW_MAX_DRAFT + 1;
+    c->comp_ms[rows] = c->seen[rows]
+                           ? c->comp_ms[rows] * S_FIT_DECAY + compute_ms * (1 - S_FIT_DECAY)
+                           : compute_ms;
+    c->seen[rows] = 1;
+    c->n_obs++;
+}
+
+void draft_ctl_draft_time(draft_ctl_t *c, int n_tokens, double ms)
+{
+    if (n_tokens < 1 || !(ms >= 0))
+        return;
+    const double per = ms / n_tokens;
+    c->draft_ms = c->draft_ms < 0 ? per : c->draft_ms * S_TIME_DECAY + per * (1 - S_TIME_DECAY);
+}

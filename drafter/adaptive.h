@@ -1,0 +1,70 @@
+/*
+ * adaptive.h - chooses the number of draft tokens K for the next round.
+ *
+ * A round with K drafts commits on average E(K) = (1 - a^(K+1)) / (1 - a)
+ * tokens when each draft is accepted with probability a (independently; the
+ * chain stops at the first rejection, and the target always adds one token).
+ * It costs the drafting, K * t_draft, plus the target's round: a fixed part
+ * (network, per-message overhead) and a compute part that grows with the
+ * K + 1 rows verified. The controller measures all of these as the
+ * generation runs and picks the K in [1, k_max] that maximises
+ *
+ *     E(K) / (t_fixed + t_compute(K + 1) + K * t_draft)       tokens per ms.
+ *
+ * Estimates: a from the accepted / rejected draft counts with exponential
+ * forgetting (each round counts its accepted drafts as successes and, when
+ * it stopped before the last draft, one failure); t_draft and t_fixed as
+ * moving averages; t_compute(rows) as a moving average per row count that
+ * was measured, linearly interpolated in between, and beyond the largest
+ * measured row count extended with the slope of the last two measured ones
+ * (with one point only: proportional to rows, the pessimistic case of no
+ * batching gain). A table rather than a line because batched compute is not
+ * linear in rows: one row runs matrix-vector kernels, several rows share each
+ * weight read, so a line fitted on 1-2 rows overestimates 5-17 rows badly.
+ * The first rounds try K = min(4, k_max), then 1, then min(8, k_max), so
+ * the table has three points before the controller chooses. When no K >= 1
+ * beats a round without drafts (E(0) = 1 token) the controller answers 0,
+ * but every DRAFT_CTL_PROBE-th round it drafts one token anyway so that a
+ * change in a is noticed.
+ *
+ * A draft_ctl_t is a plain value (no allocation); one per generation.
+ */
+#ifndef DRAFT_ADAPTIVE_H
+#define DRAFT_ADAPTIVE_H
+
+#include "decode.h"
+
+#define DRAFT_CTL_PROBE 8 // rounds without drafts between two probes
+
+typedef struct draft_ctl {
+    int k_fixed;                      // > 0: every round asks for exactly this K; 0: adaptive
+    int k_max;                        // adaptive: the largest K tried, 1..SW_MAX_DRAFT
+    int n_obs;                        // rounds observed
+    double acc_s;                     // decayed count of accepted drafts
+    double acc_f;                     // decayed count of rejected drafts
+    double draft_ms;                  // moving average: ms per draft token (-1 = not measured)
+    double fixed_ms;                  // moving average: round wall time minus target compute (ms)
+    double comp_ms[SW_MAX_DRAFT + 2]; // moving average of compute ms by rows (index 1..K+1)
+    unsigned char seen[SW_MAX_DRAFT + 2]; // 1 where comp_ms holds a measurement
+    int n_idle;                           // rounds in a row the controller chose K = 0
+} draft_ctl_t;
+
+/* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */
+void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max);
+/* K for the next round, at most cap (the room left in the generation).
+ * Counts the rounds it chooses no drafts (for the probes). */
+int draft_ctl_next_k(draft_ctl_t *c, int cap);
+/* A round's outcome: n_draft sent, n_accepted kept, wall ms of the target's
+ * round and the part that was compute. */
+void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,
+                       double compute_ms);
+/* Drafting cost: ms spent producing n_tokens drafts (n_tokens >= 1). */
+void draft_ctl_draft_time(draft_ctl_t *c, int n_tokens, double ms);
+/* The current acceptance estimate, in (0, 1). */
+double draft_ctl_accept_rate(const draft_ctl_t *c);
+/* Expected tokens committed by a round of k drafts at acceptance rate a. */
+double draft_expected_tokens(double a, int k);
+/* The predicted target round time (ms) with k drafts. */
+double draft_ctl_round_ms(const draft_ctl_t *c, int k);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * draft_model.h - a small model with the target's vocabulary that proposes
+ * draft tokens, run by the engine on its own CPU backend.
+ *
+ * Start-up refuses a draft GGUF whose vocabulary differs from the target's
+ * (same token count and byte-identical tokenizer.ggml.tokens): the check
+ * reads only the two headers, before any weight is loaded.
+ *
+ * The draft keeps its own KV cache of the committed sequence. Each call to
+ * draft_model_propose() finds the longest common prefix of what its cache
+ * holds and the committed sequence it is given, truncates the cache there
+ * (O(1): this is how rejected drafts are rolled back), feeds only the new
+ * tokens (usually one or two), then drafts token by token:
+ *
+ *  - greedy target (temp 0): the draft's argmax (after the same repetition
+ *    penalty as the target); the drafts are point masses (q_used = 0);
+ *  - sampling target: a draw from the draft's own distribution under the
+ *    target's sampling parameters, restricted to its DRAFT_Q_MAX most likely
+ *    tokens and renormalised; the proposer reports q(d) and that sparse
+ *    support, so the verifier's rejection rule is exact. The draft's RNG is
+ *    seeded from the target's seed through a fixed mix, so a seed fixes the
+ *    whole run while the draft's draws stay independent of the verifier's.
+ *
+ * Confidence stop: after the first draft of a round, drafting stops when the
+ * draft's top probability (softmax at temperature 1 for greedy, the top of q
+ * when sampling) is below p_min.
+ *
+ * Ownership: draft_model_t owns its backend, model, cache and buffers. The q
+ * entries written by draft_model_propose() point into its buffers and stay
+ * valid until the next call.
+ */
+#ifndef DRAFT_MODEL_H
+#define DRAFT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "sampler.h"
+#include "verify.h"
+
+#define DRAFT_Q_MAX 256 // most entries of a sparse draft distribution
+
+typedef struct draft_model draft_model_t;
+
+/* 0 when the two files have the same vocabulary; -1 and one line naming the
+ * first difference otherwise. */
+int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* Checks path's vocabulary against target, then loads all its layers on a new
+ * CPU backend with n_threads threads (0 = all cores) and a cache of n_ctx
+ * positions. NULL with one line in err on failure. Free with draft_model_free(). */
+draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_threads, int n_ctx,
+                               char *err, size_t err_len) __attribute__((warn_unused_result));
+void draft_model_free(draft_model_t **self_p);
+
+/* Starts a generation with the target's sampling parameters (reseeds the
+ * draft's RNG). 0, or -1 on invalid parameters. The cache is kept: a prompt
+ * that shares a prefix with the previous one reuses it. */
+int draft_model_begin(draft_model_t *d, const sw_sampling_t *params)
+    __attribute__((warn_unused_result));
+
+/* Proposes up to k tokens after ctx[0..n_ctx) (see above). Returns the count
+ * (0..k), or -1 on error (context full, bad token). */
+int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
+                        int32_t *out, sw_draft_q_t *q, int *q_used);
+
+/* Feeds ctx[0..n_ctx) into the draft's cache (as the catch-up of a
+ * propose call would) without drafting: the head calls it with the prompt
+ * while the pipeline computes the prefill, so the draft's own prefill is off
+ * the critical path. 0 or -1. */
+int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
+    __attribute__((warn_unused_result));
+
+/* Time of the last propose call spent drafting (ms, without the catch-up of
+ * more than two new context tokens, e.g. the prompt) and how many drafts it
+ * made: what a draft token costs. */
+void draft_model_last_cost(const draft_model_t *d, double *ms, int *n_tokens);
+
+const char *draft_model_path(const draft_model_t *d);
+
+#endif

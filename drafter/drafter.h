@@ -1,0 +1,77 @@
+/*
+ * drafter.h - the proposer the head (and `shardwire generate`) hands to
+ * sw_generate(): one of the proposers (draft model, n-gram, or both mixed)
+ * behind sw_proposer_t, with K chosen per round by the adaptive controller
+ * (adaptive.h) or fixed.
+ *
+ * Modes:
+ *   DRAFT_MODE_MODEL  the draft model proposes every round;
+ *   DRAFT_MODE_NGRAM  prompt lookup only (point masses);
+ *   DRAFT_MODE_MIX    prompt lookup when the last DRAFT_MIX_MIN_N or more
+ *                     tokens occurred before, the draft model otherwise.
+ *
+ * K: cfg.k > 0 fixes K for every round; cfg.k == DRAFT_K_AUTO lets the
+ * controller pick K in [1, cfg.k_max] from the measured acceptance rate,
+ * draft time per token and target round time (network included); cfg.k == 0
+ * turns speculation off. Set sw_gen_opts_t.k to draft_gen_k() and
+ * .proposer to the draft_proposer() result.
+ *
+ * One generation at a time per draft_t (draft_begin() starts the next one).
+ * The draft model is borrowed and may be shared by draft_t objects that are
+ * not used at the same time.
+ */
+#ifndef DRAFT_DRAFTER_H
+#define DRAFT_DRAFTER_H
+
+#include "adaptive.h"
+#include "decode.h"
+#include "draft_model.h"
+
+#define DRAFT_K_AUTO (-1)   // cfg.k: adaptive K
+#define DRAFT_K_MAX_AUTO 16 // default ceiling of the adaptive K
+#define DRAFT_MIX_MIN_N 2   // mixed mode: shortest n-gram match trusted over the model
+
+enum draft_mode {
+    DRAFT_MODE_NONE = 0,
+    DRAFT_MODE_MODEL = 1,
+    DRAFT_MODE_NGRAM = 2,
+    DRAFT_MODE_MIX = 3,
+};
+
+typedef struct draft_cfg {
+    enum draft_mode mode;   // which proposer
+    int k;                  // > 0 fixed K, DRAFT_K_AUTO adaptive, 0 off
+    int k_max;              // adaptive ceiling, 1..SW_MAX_DRAFT (0 = DRAFT_K_MAX_AUTO)
+    float p_min;            // confidence stop of the draft model, [0, 1]; 0 = off
+    sw_sampling_t sampling; // the target's sampling parameters
+} draft_cfg_t;
+
+typedef struct draft draft_t;
+
+/* model may be NULL (then only DRAFT_MODE_NGRAM works). NULL on out of memory.
+ * Free with draft_free(); the model is not freed. */
+draft_t *draft_new(draft_model_t *model) __attribute__((warn_unused_result));
+void draft_free(draft_t **self_p);
+
+/* Starts a generation. -1 with one line in err when the configuration cannot
+ * work (e.g. DRAFT_MODE_MODEL without a draft model, bad sampling params). */
+int draft_begin(draft_t *d, const draft_cfg_t *cfg, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* The proposer for sw_gen_opts_t.proposer (valid while d lives). */
+sw_proposer_t draft_proposer(draft_t *d);
+/* The value for sw_gen_opts_t.k: 0 when speculation is off, else the most
+ * drafts a round may carry. */
+int draft_gen_k(const draft_t *d);
+/* Prepares the proposer for the committed sequence ctx[0..n_ctx) while the
+ * caller would otherwise wait (the head calls it with the prompt during the
+ * prefill round): feeds the draft model's cache when this generation uses
+ * it. 0 or -1 (then nothing is lost: propose catches up itself). */
+int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx);
+/* The controller's state (acceptance estimate, times) for reports. */
+const draft_ctl_t *draft_ctl(const draft_t *d);
+
+/* Parses a mode name: "model", "ngram", "mix", "none". -1 if unknown. */
+int draft_mode_parse(const char *s, enum draft_mode *out) __attribute__((warn_unused_result));
+const char *draft_mode_name(enum draft_mode m);
+
+#endif

@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""bench_wan.py - speculative decoding over an emulated WAN, from one command.
+
+Starts a relay, two shardwire-wanem proxies (one per node<->relay link, each
+--delay-ms one way: 4 x 21.5 ms = 86 ms for head -> relay -> tail -> relay ->
+head), a head node (layers [0, split) + the draft model) and a tail node
+(layers [split, end)), then runs `shardwire run --json` (the client sits in
+the head's region: it dials the head's proxy) for each configuration:
+
+  none      no speculation
+  ngram     prompt lookup, adaptive K
+  k4 k8 k16 draft model, fixed K
+  auto      draft model, adaptive K
+
+and prints one table (markdown with --markdown): decode tok/s, time to first
+token, tokens per round trip (n_gen / rounds, the brief's measure), acceptance
+rate, and the mean time per decode round split into drafting, head compute,
+network (everything the head waited for that was not compute) and tail
+compute, as the head measured them (the "timing" object of the JSON), without
+the prefill round (a 1-token request per prompt measures it; it is subtracted).
+"round ms" is the mean wall time of a decode round seen by the head
+(decode time / rounds), which the four parts add up to.
+
+  python3 scripts/bench_wan.py --reps 2                          # Qwen2.5-Coder 1.5B + 0.5B
+  python3 scripts/bench_wan.py --target models/SmolLM2-135M-Instruct.Q4_1.gguf \\
+          --draft models/SmolLM2-135M-Instruct.Q4_1.gguf        # the ceiling (self-drafting)
+
+Every process it starts is stopped at the end, also on failure or Ctrl-C.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Short raw code prompts (sent without a chat template by default): the
+# prefill stays small next to the decode rounds that are measured.
+DEFAULT_PROMPTS = [
+    "def is_palindrome(s: str) -> bool:\n",
+    "/* Reverse a singly linked list in place. */\nstruct node *reverse(struct node *head)\n{\n",
+]
+CONFIGS = {
+    "none": ("no speculation", ["--draft", "none"]),
+    "ngram": ("n-gram, adaptive K", ["--draft", "ngram"]),
+    "k4": ("draft model, K=4", ["--draft", "model", "--draft-k", "4"]),
+    "k8": ("draft model, K=8", ["--draft", "model", "--draft-k", "8"]),
+    "k16": ("draft model, K=16", ["--draft", "model", "--draft-k", "16"]),
+    "auto": ("draft model, adaptive K", ["--draft", "model"]),
+}
+
+
+def gguf_block_count(path):
+    """Reads <arch>.block_count from a GGUF header (v2/v3)."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise SystemExit(f"bench_wan: {path} is not a GGUF file")
+        (version,) = struct.unpack("<I", f.read(4))
+        _n_tensors, n_kv = struct.unpack("<QQ", f.read(16))
+        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+        def rstr():
+            (n,) = struct.unpack("<Q", f.read(8))
+            return f.read(n)
+
+        def rval(t):
+            if t == 8:
+                return rstr()
+            if t == 9:
+                (et,) = struct.unpack("<I", f.read(4))
+                (n,) = struct.unpack("<Q", f.read(8))
+                if et in sizes:
+                    f.seek(n * sizes[et], 1)
+                else:
+                    for _ in range(n):
+                        rval(et)
+                return None
+            raw = f.read(sizes[t])
+            fmt = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                   10: "<Q", 11: "<q", 12: "<d"}[t]
+            return struct.unpack(fmt, raw)[0]
+
+        arch, blocks = None, {}
+        for _ in range(n_kv):
+            key = rstr().decode()
+            (t,) = struct.unpack("<I", f.read(4))
+            v = rval(t)
+            if key == "general.architecture":
+                arch = v.decode()
+            if key.endswith(".block_count"):
+                blocks[key] = v
+        return blocks.get(f"{arch}.block_count")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, args, logdir):
+        self.args, self.logdir, self.procs = args, logdir, []
+
+    def spawn(self, name, argv):
+        log = open(os.path.join(self.logdir, name + ".log"), "w")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append((name, p))
+        return p
+
+    def stop(self):
+        for _name, p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for _name, p in reversed(self.procs):
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def start(self):
+        a, b = self.args, os.path.join(HERE, self.args.build, "bin")
+        pr, pa, pb = free_port(), free_port(), free_port()
+        self.relay = f"tcp://127.0.0.1:{pr}"
+        self.spawn("relay", [f"{b}/shardwire-relay", "--listen", self.relay])
+        time.sleep(0.3)
+        for name, port in (("wanem-head", pa), ("wanem-tail", pb)):
+            self.spawn(name, [f"{b}/shardwire-wanem", "--listen", f"127.0.0.1:{port}",
+                              "--connect", f"127.0.0.1:{pr}", "--delay-ms", str(a.delay_ms)])
+        time.sleep(0.3)
+        self.head_ep = f"tcp://127.0.0.1:{pa}"
+        n_layers = gguf_block_count(a.target)
+        split = a.split or n_layers // 2
+        common = ["--threads", str(a.threads), "--dtype", a.dtype, "--ctx", "1024"]
+        head = [f"{b}/shardwire-node", "--model", a.target, "--layers", f"0:{split}",
+                "--relay", self.head_ep, "--name", "bench-head", *common,
+                "--draft-k-max", str(a.k_max)]
+        if a.draft:
+            head += ["--draft-model", a.draft, "--draft-threads", str(a.draft_threads)]
+        self.spawn("head", head)
+        self.spawn("tail", [f"{b}/shardwire-node", "--model", a.target, "--layers",
+                            f"{split}:end", "--relay", f"tcp://127.0.0.1:{pb}",
+                            "--name", "bench-tail", *common])
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            for name, p in self.procs:
+                if p.poll() is not None:
+                    raise SystemExit(f"bench_wan: {name} exited ({p.returncode}); see "
+                                     f"{self.logdir}/{name}.log")
+            st = subprocess.run([f"{b}/shardwire", "status", "--relay", self.relay, "--json"],
+                                capture_output=True, text=True)
+            if '"name":"bench-head"' in st.stdout and '"name":"bench-tail"' in st.stdout:
+                return n_layers, split
+            time.sleep(1)
+        raise SystemExit("bench_wan: the nodes did not join the relay within 600 s")
+
+    def run(self, prompt, flags, n=None):
+        b = os.path.join(HERE, self.args.build, "bin")
+        argv = [f"{b}/shardwire", "run", "--relay", self.head_ep, "-p", prompt, "-n",
+                str(n or self.args.n), "--json", "--timeout-s", "900", *flags]
+        if self.args.chat:
+            argv.append("--chat")
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"bench_wan: shardwire run failed: {r.stderr.strip()}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def time_split(r):
+    """(head compute, network, tail compute) totals of one run, ms."""
+    t = r["timing"]
+    return t["head_compute_ms"], t["network_ms"], sum(t["stage_compute_ms"].values())
+
+
+def summarize(runs, prefill):
+    """Sums over the prompts of one configuration. prefill[i] is the split of
+    a 1-token request on prompt i: the prefill round, subtracted so that the
+    split is per decode round."""
+    n_gen = sum(r["n_gen"] for r in runs)
+    rounds = sum(r["rounds"] for r in runs)
+    drafted = sum(r["drafted"] for r in runs)
+    accepted = sum(r["accepted"] for r in runs)
+    decode_ms = sum((r["n_gen"] - 1) / r["decode_tok_s"] * 1e3 for r in runs
+                    if r["decode_tok_s"] > 0)
+    tm = [r["timing"] for r in runs]
+    dec = [max(0.0, sum(time_split(r)[j] - prefill[i][j] for i, r in enumerate(runs))) for j in
+           range(3)]
+    return {
+        "tok_s": (n_gen - len(runs)) / decode_ms * 1e3 if decode_ms else 0,
+        "ttft": sum(r["ttft_ms"] for r in runs) / len(runs),
+        "tpr": n_gen / rounds if rounds else 0,
+        "acc": accepted / drafted if drafted else None,
+        "k": drafted / rounds if rounds else 0,
+        "draft": sum(t["draft_ms"] for t in tm) / max(rounds, 1),
+        "head": dec[0] / max(rounds, 1),
+        "net": dec[1] / max(rounds, 1),
+        "tail": dec[2] / max(rounds, 1),
+        "round": sum((r["n_gen"] - 1) / r["decode_tok_s"] * 1e3 for r in runs
+                     if r["decode_tok_s"] > 0) / max(rounds, 1),
+        "tokens": [r["tokens"] for r in runs],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default=os.path.join(HERE, "models",
+                                                     "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"))
+    ap.add_argument("--draft", default=os.path.join(HERE, "models",
+                                                    "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"))
+    ap.add_argument("--n", type=int, default=48, help="tokens per request (default 48)")
+    ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two coding "
+                    "prompts)")
+    ap.add_argument("--delay-ms", type=float, default=21.5, help="one-way delay per link")
+    ap.add_argument("--threads", type=int, default=2, help="threads per node (default 2)")
+    ap.add_argument("--draft-threads", type=int, default=2)
+    ap.add_argument("--k-max", type=int, default=16, help="adaptive K ceiling (default 16)")
+    ap.add_argument("--split", type=int, default=0, help="first layer of the tail (default: half)")
+    ap.add_argument("--dtype", default="f16", help="hidden states on the wire (default f16)")
+    ap.add_argument("--configs", default="none,ngram,k4,k8,k16,auto")
+    ap.add_argument("--build", default="build", help="build folder (default build)")
+    ap.add_argument("--chat", action="store_true", help="wrap the prompts in the model's chat "
+                    "template (default: raw)")
+    ap.add_argument("--reps", type=int, default=1, help="passes over the configurations "
+                    "(interleaved, summed; default 1)")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--json-out", help="write every raw result to this file")
+    args = ap.parse_args()
+    prompts = args.prompt or DEFAULT_PROMPTS
+    for path in (args.target, args.draft):
+        if path and not os.path.exists(path):
+            raise SystemExit(f"bench_wan: {path} is missing (bash scripts/fetch_model.sh ...)")
+    logdir = tempfile.mkdtemp(prefix="bench_wan.")
+    cl = Cluster(args, logdir)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    results, raw = {}, {}
+    try:
+        n_layers, split = cl.start()
+        print(f"# target {os.path.basename(args.target)} ({n_layers} layers, head [0,{split}) "
+              f"tail [{split},{n_layers})), draft {os.path.basename(args.draft or '-')}, "
+              f"{args.delay_ms} ms one way per link ({4 * args.delay_ms:g} ms per round trip), "
+              f"{args.threads} thread(s) per node, {args.n} tokens x {len(prompts)} prompts",
+              file=sys.stderr)
+        # The prefill round of each prompt alone, once to warm up (page cache,
+        # first touch), once measured: its time split is subtracted from the
+        # runs' totals.
+        for p in prompts:
+            cl.run(p, ["--draft", "none"], n=1)
+        prefill = [time_split(cl.run(p, ["--draft", "none"], n=1)) for p in prompts]
+        keys = args.configs.split(",")
+        for rep in range(args.reps):
+            for key in keys:
+                label, flags = CONFIGS[key]
+                for p in prompts:
+                    t0 = time.time()
+                    raw.setdefault(key, []).append(cl.run(p, flags))
+                    print(f"  pass {rep + 1}, {label}: {raw[key][-1]['n_gen']} tokens in "
+                          f"{time.time() - t0:.1f} s", file=sys.stderr)
+        for key in keys:
+            results[key] = summarize(raw[key], prefill * args.reps)
+    finally:
+        cl.stop()
+    base = results.get("none")
+    for key, r in results.items():
+        if base and r["tokens"] != base["tokens"] and key != "none":
+            print(f"warning: {key}: tokens differ from the run without speculation",
+                  file=sys.stderr)
+    hdr = ["config", "tok/s", "speed-up", "TTFT ms", "tok/round", "accept", "K/round",
+           "round ms", "draft ms", "head ms", "net ms", "tail ms"]
+    rows = []
+    for key, r in results.items():
+        rows.append([CONFIGS[key][0], f"{r['tok_s']:.2f}",
+                     f"{r['tok_s'] / base['tok_s']:.2f}x" if base and base["tok_s"] else "-",
+                     f"{r['ttft']:.0f}", f"{r['tpr']:.2f}",
+                     "-" if r["acc"] is None else f"{r['acc']:.2f}", f"{r['k']:.1f}",
+                     f"{r['round']:.0f}", f"{r['draft']:.0f}", f"{r['head']:.0f}", f"{r['net']:.0f}",
+                     f"{r['tail']:.0f}"])
+    if args.markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "|".join("---" for _ in hdr) + "|")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+    else:
+        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
+        print("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
+        for row in rows:
+            print("  ".join(c.rjust(w[i]) for i, c in enumerate(row)))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(raw, f)
+    shutil.rmtree(logdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
