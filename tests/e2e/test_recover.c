@@ -6,7 +6,8 @@
  *    the same name: the head waits, replays the session's committed tokens
  *    and retries; the client's tokens equal `shardwire generate`'s, none lost
  *    or repeated; the same with sampling (temperature, seed, repetition
- *    penalty) against the same pipeline without a fault;
+ *    penalty) against the same pipeline without a fault, and with n-gram
+ *    drafts (speculative rounds are replayed with their drafts);
  *  - a node stopped with SIGSTOP leaves the relay's table within a few
  *    heartbeat intervals, and comes back by itself after SIGCONT;
  *  - a long prefill on a single compute thread does not starve the
@@ -54,9 +55,12 @@ int main(void)
     swf_client_wait(&cl0, &ref_s);
     SW_CHECK(ref_s.ok && ref_s.n == N_GEN);
     SW_CHECK(!swf_same(&ref_s, &ref)); // the sampled run really differs from greedy
-    for (int pass = 0; pass < 2; pass++) {
-        const char *const *extra = pass ? sampling : NULL;
-        const swf_result_t *want = pass ? &ref_s : &ref;
+    static const char *const ngram[] = {"--draft", "ngram", NULL};
+    for (int pass = 0; pass < 3; pass++) {
+        /* 0 greedy, 1 sampling, 2 greedy with n-gram drafts (the replay
+         * sends the drafted rounds again) */
+        const char *const *extra = pass == 1 ? sampling : pass == 2 ? ngram : NULL;
+        const swf_result_t *want = pass == 1 ? &ref_s : &ref;
         long in0 = 0;
         SW_CHECK_INT(swf_peer(c.ep, "tail", &in0, NULL), 1);
         const int recovered0 = swf_log_count(&c, "went through again");
@@ -80,8 +84,11 @@ int main(void)
         fprintf(stderr,
                 "tail kill (%s): round failed %.0f ms after it was sent, recovered %.0f ms after "
                 "that; kill to end of the request %.0f ms\n",
-                pass ? "sampling" : "greedy", swf_log_ms(&c, "failed after "),
-                swf_log_ms(&c, "went through again "), t_done - t_kill);
+                pass == 1   ? "sampling"
+                : pass == 2 ? "greedy, n-gram drafts"
+                            : "greedy",
+                swf_log_ms(&c, "failed after "), swf_log_ms(&c, "went through again "),
+                t_done - t_kill);
     }
 
     /* 2. SIGSTOP: declared dead within a few heartbeat intervals. A spare
