@@ -10,5 +10,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 #endif

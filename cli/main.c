@@ -20,6 +20,7 @@ static const struct s_cmd s_cmds[] = {
     {"run", cmd_run, "generate through a cluster: send a request to the head via the relay"},
     {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, fingerprint)"},
+    {"keygen", cmd_keygen, "make a CURVE key pair (--out PREFIX) or a cluster key (--cluster-key)"},
 };
 
 static void s_usage(FILE *f)

@@ -6,8 +6,12 @@
  *
  *   shardwire run --relay tcp://HOST:PORT -p TEXT [-n N] [--temp T --seed S --top-k K
  *                 --top-p P --min-p P --repeat-penalty R] [--chat] [--head NAME]
- *                 [--timeout-s S] [--json]
- *   shardwire status --relay tcp://HOST:PORT [--json]
+ *                 [--timeout-s S] [--json] SECURITY
+ *   shardwire status --relay tcp://HOST:PORT [--json] SECURITY
+ *
+ * SECURITY is --key FILE --relay-key FILE|Z85 --cluster-key FILE (required;
+ * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
+ * --insecure-loopback for a loopback relay without keys (keys.h).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,6 +27,7 @@
 
 #include "cmds.h"
 #include "decode.h"
+#include "keys.h"
 #include "log.h"
 #include "peer.h"
 
@@ -67,8 +72,19 @@ static const char *s_role_name(int role)
     }
 }
 
+/* Loads the client's keys from the security flags; 0 or -1 after one line on stderr. */
+static int s_load_sec(const char *cmd, const sw_sec_args_t *a, const char *relay, sw_sec_t *sec)
+{
+    char err[512];
+    if (sw_sec_load(a, relay, sec, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire %s: %s\n", cmd, err);
+        return -1;
+    }
+    return 0;
+}
+
 /* Joins the relay as a client with a fresh random name. */
-static sw_peer_t *s_join(const char *relay)
+static sw_peer_t *s_join(const char *relay, const sw_sec_t *sec)
 {
     char name[40];
     unsigned char rnd[6];
@@ -80,19 +96,28 @@ static sw_peer_t *s_join(const char *relay)
     an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
     an.backend = "";
     an.model_fingerprint = "";
-    sw_peer_opts_t po = {.relay = relay, .announce = &an, .connect_timeout_ms = 5000};
+    sw_peer_opts_t po = {.relay = relay, .announce = &an, .connect_timeout_ms = 5000, .sec = sec};
     return sw_peer_new(&po);
 }
 
 int cmd_status(int argc, char **argv)
 {
     enum { O_RELAY = 256, O_JSON };
-    static const struct option longs[] = {
-        {"relay", required_argument, 0, O_RELAY}, {"json", no_argument, 0, O_JSON}, {0, 0, 0, 0}};
+    static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
+                                          {"json", no_argument, 0, O_JSON},
+                                          SW_SEC_LONGOPTS,
+                                          {0, 0, 0, 0}};
     const char *relay = NULL;
     int json = 0, c;
+    sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
+    sw_sec_t sec;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        int h = sw_sec_args_opt(&sa, c, optarg);
+        if (h < 0)
+            return 2;
+        if (h)
+            continue;
         if (c == O_RELAY)
             relay = optarg;
         else if (c == O_JSON)
@@ -101,10 +126,13 @@ int cmd_status(int argc, char **argv)
             return 2;
     }
     if (!relay) {
-        fprintf(stderr, "shardwire status: --relay tcp://HOST:PORT is required\n");
+        fprintf(stderr, "shardwire status: --relay tcp://HOST:PORT is required\n" SW_SEC_USAGE);
         return 2;
     }
-    sw_peer_t *peer = s_join(relay);
+    if (s_load_sec("status", &sa, relay, &sec) != 0)
+        return 2;
+    sw_peer_t *peer = s_join(relay, &sec);
+    sw_sec_wipe(&sec);
     if (!peer) {
         fprintf(stderr, "shardwire status: cannot reach the relay at %s\n", relay);
         return 1;
@@ -231,13 +259,21 @@ int cmd_run(int argc, char **argv)
                                           {"timeout-s", required_argument, 0, O_TIMEOUT},
                                           {"draft", required_argument, 0, O_DRAFT},
                                           {"draft-k", required_argument, 0, O_DRAFTK},
+                                          SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
+    sw_sec_args_t sargs = {0};
+    sw_sec_t sec;
     const char *relay = NULL, *prompt = NULL, *head_name = NULL, *draft = NULL;
     double n_predict = 128, temp = 0, seed = 0x5eed, top_k = 40, top_p = 0.95, min_p = 0.05,
            rep = 1.0, timeout_s = 300, draft_k = -1;
     int chat = 0, json = 0, c, rc = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:n:", longs, NULL)) != -1) {
+        int h = sw_sec_args_opt(&sargs, c, optarg);
+        if (h < 0)
+            return 2;
+        if (h)
+            continue;
         switch (c) {
         case O_RELAY:
             relay = optarg;
@@ -291,7 +327,7 @@ int cmd_run(int argc, char **argv)
             return 2;
     }
     if (!relay || !prompt) {
-        fprintf(stderr, "shardwire run: --relay and -p are required\n");
+        fprintf(stderr, "shardwire run: --relay and -p are required; security:\n" SW_SEC_USAGE);
         return 2;
     }
     if (draft && strcmp(draft, "model") && strcmp(draft, "ngram") && strcmp(draft, "none") &&
@@ -309,7 +345,10 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    sw_peer_t *peer = s_join(relay);
+    if (s_load_sec("run", &sargs, relay, &sec) != 0)
+        return 2;
+    sw_peer_t *peer = s_join(relay, &sec);
+    sw_sec_wipe(&sec);
     if (!peer) {
         fprintf(stderr, "shardwire run: cannot reach the relay at %s\n", relay);
         return 1;

@@ -7,6 +7,7 @@
 #include "peer.h"
 
 #include "log.h"
+#include "seal.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -38,6 +39,9 @@ struct sw_peer {
     int fd;                             /* TCP socket to the relay (owned by libzmq), -1 = none */
     int silent_limit_ms;                /* no data from the relay this long = reconnect */
     int64_t check_at_ms;                /* next silence check */
+    sw_wire_crypto_t crypto;            /* end-to-end sealing (crypto.seal NULL = none) */
+    int auth_failed;                    /* the relay refused or revoked our key */
+    uint64_t drops;                     /* malformed, unsealed, tampered or replayed messages */
 };
 
 static int64_t s_now_ms(void)
@@ -48,12 +52,39 @@ static int64_t s_now_ms(void)
 }
 
 /*
- * Where CURVE goes (security issue, not yet): ZMQ_CURVE_SERVERKEY,
- * ZMQ_CURVE_PUBLICKEY and ZMQ_CURVE_SECRETKEY on the DEALER before connect.
+ * CurveZMQ client keys on the DEALER before connect, and the sealer for
+ * end-to-end encryption. Without keys the relay must be on loopback.
  */
-static int s_peer_secure(sw_peer_t *p)
+static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay)
 {
-    (void)p;
+    char err[256];
+    if (!sec || sec->insecure) {
+        if (!sw_endpoint_is_loopback(relay)) {
+            SW_ERR("peer %s: no keys given, and the relay %s is not on loopback: refusing an "
+                   "unauthenticated, unencrypted connection (see docs/security.md)",
+                   p->announce->name, relay);
+            return -1;
+        }
+    } else {
+        if (sw_keys_curve_check(err, sizeof err) != 0) {
+            SW_ERR("peer %s: %s", p->announce->name, err);
+            return -1;
+        }
+        if (zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, sec->relay_pub, SW_KEY_Z85_LEN + 1) ||
+            zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, sec->pub, SW_KEY_Z85_LEN + 1) ||
+            zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, sec->sec, SW_KEY_Z85_LEN + 1)) {
+            SW_ERR("peer %s: setting the CURVE keys: %s", p->announce->name, zmq_strerror(errno));
+            return -1;
+        }
+    }
+    if (sec && sec->n_cluster > 0) {
+        p->crypto.seal = sw_seal_new(sec->cluster, sec->n_cluster);
+        if (!p->crypto.seal) {
+            SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce->name);
+            return -1;
+        }
+    }
+    p->crypto.self = p->announce->name;
     return 0;
 }
 
@@ -134,6 +165,17 @@ static void s_events(sw_peer_t *p)
             SW_WARN("peer %s: lost the relay connection", p->announce->name);
             p->announced = 0;
             p->fd = -1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            SW_ERR("peer %s: the relay refused our key (not on its allow-list, or revoked)",
+                   p->announce->name);
+            p->auth_failed = 1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            SW_ERR("peer %s: security handshake with the relay failed (wrong --relay-key, or "
+                   "one side runs --insecure-loopback and the other does not)",
+                   p->announce->name);
+            if (p->constructing)
+                p->auth_failed = 1;
         }
     }
 }
@@ -194,6 +236,13 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
         p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS;
         return 1;
     }
+    if (code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
+        SW_ERR("peer %s: the relay refused us: %s", p->announce->name, env->error->message);
+        p->auth_failed = 1;
+        if (p->constructing && p->fatal_code == 0)
+            p->fatal_code = code;
+        return 1;
+    }
     if (code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED) {
         /* The relay lost us (it restarted, or we reconnected): announce now. The
          * error still goes to the caller: the message it answers was dropped. */
@@ -214,11 +263,11 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         s_events(p);
         s_check_silence(p);
         s_maybe_announce(p);
-        if (p->fatal_code)
+        if (p->fatal_code || p->auth_failed)
             return -1;
         sw_wire_msg_t m = {0};
         char err[SW_WIRE_ERR_LEN];
-        int rc = sw_wire_recv(p->sock, ZMQ_DONTWAIT, &m, err, sizeof err);
+        int rc = sw_wire_recv_ex(p->sock, ZMQ_DONTWAIT, &m, &p->crypto, err, sizeof err);
         if (rc == SW_WIRE_OK) {
             if (!s_internal(p, &m)) {
                 sw_wire_msg_move(out, &m);
@@ -227,8 +276,12 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
             sw_wire_msg_clear(&m);
             if (until_announced && p->announced)
                 return 1;
-        } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION) {
-            SW_WARN("peer %s: dropped a message: %s", p->announce->name, err);
+        } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION || rc == SW_WIRE_ESEAL) {
+            /* one line per drop up to 16, then at 32, 64, ...: a flood cannot flood the log */
+            p->drops++;
+            if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
+                SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce->name,
+                        err, (unsigned long long)p->drops);
         }
         if (rc != SW_WIRE_ESOCKET) { /* something was read: go on unless time is up */
             if (deadline >= 0 && s_now_ms() > deadline)
@@ -306,12 +359,14 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         goto err;
     if (zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         goto err;
-    if (s_peer_secure(p) != 0)
-        goto err;
+    if (s_peer_secure(p, opts->sec, opts->relay) != 0)
+        goto err_quiet;
     snprintf(mon_ep, sizeof mon_ep, "inproc://sw-peer-monitor-%p", (void *)p);
     if (zmq_socket_monitor(p->sock, mon_ep,
                            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                               ZMQ_EVENT_DISCONNECTED) != 0)
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
         goto err;
     p->mon = zmq_socket(p->ctx, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon_ep) != 0)
@@ -338,7 +393,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
             if (p->fatal_code)
                 SW_ERR("peer %s: the relay at %s refused us (%s)", p->announce->name, opts->relay,
                        sw_wire_error_code_name(p->fatal_code));
-            goto err;
+            goto err_quiet;
         }
         if (rc == 0) {
             if (p->q_len < SW_PEER_QUEUE)
@@ -352,6 +407,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
 err:
     if (p->ctx && (!p->sock || !p->mon))
         SW_ERR("peer: socket setup failed: %s", zmq_strerror(errno));
+err_quiet:
     sw_peer_destroy(&p);
     return NULL;
 }
@@ -379,6 +435,7 @@ void sw_peer_destroy(sw_peer_t **self_p)
         zmq_ctx_term(p->ctx);
     if (p->announce)
         shardwire__peer_announce__free_unpacked(p->announce, NULL);
+    sw_seal_destroy(&p->crypto.seal);
     free(p);
     *self_p = NULL;
 }
@@ -405,8 +462,12 @@ int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, co
     s_events(peer);
     s_maybe_announce(peer);
     char err[SW_WIRE_ERR_LEN];
-    int rc =
-        sw_wire_send(peer->sock, dest, env, payload, payload_len, has_payload, 0, err, sizeof err);
+    if (peer->auth_failed) {
+        SW_ERR("peer %s: the relay refused our key; not sending", peer->announce->name);
+        return SW_WIRE_ESOCKET;
+    }
+    int rc = sw_wire_send_ex(peer->sock, dest, env, payload, payload_len, has_payload, 0,
+                             &peer->crypto, err, sizeof err);
     if (rc) {
         if (rc == SW_WIRE_ESOCKET && errno == EAGAIN)
             SW_ERR("peer %s: send to %s timed out (relay unreachable or queue full)",

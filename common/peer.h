@@ -22,13 +22,20 @@
  * - Relay replies: AnnounceAck is consumed here; every other message,
  *   including relay Errors about undeliverable messages, goes to the caller.
  *
+ * - Security (docs/security.md): with opts.sec holding keys, the connection
+ *   is CurveZMQ (own key pair, the relay's pinned public key) and every
+ *   message to another peer is sealed end to end with the cluster key
+ *   (seal.h); messages from peers must arrive sealed. Without keys
+ *   (opts.sec NULL or sec->insecure) the relay endpoint must be loopback.
+ *   A relay that refuses the key (ZAP) or revokes it (ERR_UNAUTHORIZED)
+ *   makes sw_peer_new / sw_peer_recv fail.
+ *
  * One owner thread: a sw_peer_t is used only by the thread that created it.
- * Security: there is no CURVE yet (a later issue); s_peer_secure() in peer.c
- * is where the client keys will be set.
  */
 #ifndef SW_PEER_H
 #define SW_PEER_H
 
+#include "keys.h"
 #include "wire.h"
 
 typedef struct sw_peer sw_peer_t;
@@ -40,6 +47,7 @@ typedef struct sw_peer_opts {
                                after 10x this without data from it. */
     int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
     int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
+    const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */
 } sw_peer_opts_t;
 
 /*

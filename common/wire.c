@@ -7,6 +7,8 @@
 #include "wire.h"
 
 #include "log.h"
+#include "seal.h"
+#include <stdlib.h>
 
 #include <errno.h>
 #include <math.h>
@@ -89,7 +91,7 @@ const char *sw_wire_error_code_name(int code)
     static const char *names[] = {
         "unspecified",  "version_mismatch", "malformed", "name_taken", "not_announced",
         "unknown_dest", "dest_busy",        "dest_gone", "relay_full", "unknown_session",
-        "bad_request",  "model_mismatch",   "internal",  "deadline",
+        "bad_request",  "model_mismatch",   "internal",  "deadline",   "unauthorized",
     };
     if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
         return "unknown";
@@ -408,7 +410,7 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
     int rc;
     CHECK(e != NULL, "error missing");
     CHECK(e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-              e->code <= SHARDWIRE__ERROR_CODE__ERR_DEADLINE,
+              e->code <= SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED,
           "error.code %d unknown", (int)e->code);
     if ((rc = s_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))
         return rc;
@@ -573,6 +575,19 @@ int sw_wire_encode(Shardwire__Envelope *env, int has_payload, size_t payload_len
 int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
                  size_t payload_len, int has_payload, int flags, char *err, size_t err_len)
 {
+    return sw_wire_send_ex(sock, name, env, payload, payload_len, has_payload, flags, NULL, err,
+                           err_len);
+}
+
+static int s_is_relay(const char *name)
+{
+    return strcmp(name, SW_WIRE_RELAY_NAME) == 0;
+}
+
+int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
+                    size_t payload_len, int has_payload, int flags, const sw_wire_crypto_t *crypto,
+                    char *err, size_t err_len)
+{
     size_t nlen = s_strlen_max(name, SW_WIRE_NAME_MAX);
     CHECK(sw_wire_name_ok(name, nlen), "send: bad peer name");
     CHECK(!has_payload || payload || payload_len == 0, "send: payload pointer missing");
@@ -580,21 +595,48 @@ int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const v
     int rc = sw_wire_encode(env, has_payload, payload_len, &hdr, err, err_len);
     if (rc)
         return rc;
+    zmq_msg_t sealed_payload;
+    int use_sealed_payload = 0;
+    if (crypto && crypto->seal && !s_is_relay(name)) {
+        zmq_msg_t sealed_hdr;
+        int src = sw_seal_message(crypto->seal, crypto->self, name, zmq_msg_data(&hdr),
+                                  zmq_msg_size(&hdr), payload, payload_len, has_payload,
+                                  &sealed_hdr, &sealed_payload);
+        zmq_msg_close(&hdr);
+        if (src != SW_SEAL_OK)
+            return s_fail(SW_WIRE_ESEAL, err, err_len, "send to %s: sealing: %s", name,
+                          sw_seal_strerror(src));
+        zmq_msg_init(&hdr);
+        zmq_msg_move(&hdr, &sealed_hdr);
+        use_sealed_payload = has_payload;
+    }
     /* The first frame decides: once it is queued, the others go with it. */
     if (zmq_send(sock, name, nlen, flags | ZMQ_SNDMORE) < 0) {
         int e = errno;
         zmq_msg_close(&hdr);
+        if (use_sealed_payload)
+            zmq_msg_close(&sealed_payload);
         errno = e;
         return s_fail(SW_WIRE_ESOCKET, err, err_len, "send to %s: %s", name, zmq_strerror(e));
     }
     if (zmq_msg_send(&hdr, sock, has_payload ? ZMQ_SNDMORE : 0) < 0) {
         int e = errno;
         zmq_msg_close(&hdr);
+        if (use_sealed_payload)
+            zmq_msg_close(&sealed_payload);
         errno = e;
         return s_fail(SW_WIRE_ESOCKET, err, err_len, "send header to %s: %s", name,
                       zmq_strerror(e));
     }
-    if (has_payload && zmq_send(sock, payload, payload_len, 0) < 0) {
+    if (use_sealed_payload) {
+        if (zmq_msg_send(&sealed_payload, sock, 0) < 0) {
+            int e = errno;
+            zmq_msg_close(&sealed_payload);
+            errno = e;
+            return s_fail(SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
+                          zmq_strerror(e));
+        }
+    } else if (has_payload && zmq_send(sock, payload, payload_len, 0) < 0) {
         int e = errno;
         errno = e;
         return s_fail(SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
@@ -640,6 +682,12 @@ static void s_drain(void *sock)
 }
 
 int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t err_len)
+{
+    return sw_wire_recv_ex(sock, flags, msg, NULL, err, err_len);
+}
+
+int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_crypto_t *crypto,
+                    char *err, size_t err_len)
 {
     zmq_msg_t f[SW_WIRE_MAX_FRAMES];
     int n = 0, more = 1, too_many = 0;
@@ -688,9 +736,41 @@ int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t er
     memcpy(name, zmq_msg_data(&f[0]), nlen);
     name[nlen] = '\0';
     int has_payload = n == 3;
+    int sealed = sw_seal_is_sealed(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
+    const int from_relay = s_is_relay(name);
     Shardwire__Envelope *env = NULL;
-    rc = sw_wire_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), has_payload,
-                        has_payload ? zmq_msg_size(&f[2]) : 0, &env, err, err_len);
+    if (sealed || (crypto && crypto->seal && !from_relay)) {
+        if (!sealed) {
+            rc = s_fail(SW_WIRE_ESEAL, err, err_len,
+                        "clear message from %s refused: this cluster seals every message", name);
+            goto done;
+        }
+        if (!crypto || !crypto->seal || from_relay) {
+            rc = s_fail(SW_WIRE_ESEAL, err, err_len, "sealed message from %s but %s", name,
+                        from_relay ? "the relay never seals" : "no cluster key is loaded");
+            goto done;
+        }
+        if (zmq_msg_size(&f[1]) > SW_WIRE_MAX_HEADER + SW_SEAL_HDR_OVERHEAD) {
+            rc = s_fail(SW_WIRE_EMALFORMED, err, err_len, "sealed header of %zu bytes",
+                        zmq_msg_size(&f[1]));
+            goto done;
+        }
+        uint8_t *plain = NULL;
+        size_t plain_len = 0;
+        int src = sw_seal_open(crypto->seal, name, crypto->self, zmq_msg_data(&f[1]),
+                               zmq_msg_size(&f[1]), has_payload ? &f[2] : NULL, &plain, &plain_len);
+        if (src != SW_SEAL_OK) {
+            rc = s_fail(SW_WIRE_ESEAL, err, err_len, "sealed message from %s dropped: %s", name,
+                        sw_seal_strerror(src));
+            goto done;
+        }
+        rc = sw_wire_decode(plain, plain_len, has_payload, has_payload ? zmq_msg_size(&f[2]) : 0,
+                            &env, err, err_len);
+        free(plain);
+    } else {
+        rc = sw_wire_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), has_payload,
+                            has_payload ? zmq_msg_size(&f[2]) : 0, &env, err, err_len);
+    }
     if (rc)
         goto done;
     sw_wire_msg_clear(msg);
@@ -700,6 +780,7 @@ int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t er
     if (has_payload)
         zmq_msg_move(&msg->payload, &f[2]);
     msg->has_payload = has_payload;
+    msg->sealed = sealed;
 done:
     for (int i = 0; i < SW_WIRE_MAX_FRAMES; i++)
         zmq_msg_close(&f[i]);
@@ -733,6 +814,7 @@ void sw_wire_msg_move(sw_wire_msg_t *dst, sw_wire_msg_t *src)
     memcpy(dst->peer, src->peer, sizeof dst->peer);
     dst->env = src->env;
     dst->has_payload = src->has_payload;
+    dst->sealed = src->sealed;
     zmq_msg_init(&dst->payload);
     if (src->has_payload) {
         zmq_msg_move(&dst->payload, &src->payload);

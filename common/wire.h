@@ -30,14 +30,18 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define SW_WIRE_VERSION 1u         /* Envelope.version; a receiver refuses any other */
+#define SW_WIRE_VERSION 2u         /* Envelope.version; a receiver refuses any other (2: sealing) */
 #define SW_WIRE_NAME_MAX 63        /* bytes in a peer name / request id */
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 
-#define SW_WIRE_MAX_HEADER (4u << 20)         /* bytes in a header frame */
-#define SW_WIRE_MAX_PAYLOAD (16u << 20)       /* bytes in a tensor payload frame */
-#define SW_WIRE_MAX_FRAME SW_WIRE_MAX_PAYLOAD /* ZMQ_MAXMSGSIZE: larger frames drop the link */
-#define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256)
+#define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
+#define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
+/* ZMQ_MAXMSGSIZE: larger frames drop the link. The 64 bytes leave room for the
+ * 40 bytes sealing adds to a payload (seal.h). */
+#define SW_WIRE_MAX_FRAME (SW_WIRE_MAX_PAYLOAD + 64u)
+/* All frames of one message after the relay's identity: names, a sealed
+ * header (62 bytes more than the Envelope) and a sealed payload. */
+#define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
 #define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
 
 #define SW_WIRE_MAX_ROWS 512         /* rows in one Forward (prefill chunk) */
@@ -63,7 +67,21 @@ enum sw_wire_rc {
     SW_WIRE_EMALFORMED = -1, /* a frame or field failed validation */
     SW_WIRE_EVERSION = -2,   /* the header's version is not SW_WIRE_VERSION */
     SW_WIRE_ESOCKET = -3,    /* the ZeroMQ call failed; errno says why (EAGAIN, EINTR, ...) */
+    SW_WIRE_ESEAL = -4, /* sealing: tampered, replayed, wrong key, or clear where sealed is due */
 };
+
+typedef struct sw_seal sw_seal_t;
+
+/*
+ * End-to-end sealing of one peer's messages (seal.h): with seal set, messages
+ * to any destination but the relay are sealed on send, and messages from any
+ * source but the relay must arrive sealed and are opened on receive. A NULL
+ * crypto (or seal) sends and accepts clear messages only.
+ */
+typedef struct sw_wire_crypto {
+    sw_seal_t *seal;  /* cluster keys; NULL = no end-to-end encryption */
+    const char *self; /* this peer's name (the source of what it seals) */
+} sw_wire_crypto_t;
 
 /* One received message. Zero-initialise before the first sw_wire_recv. */
 typedef struct sw_wire_msg {
@@ -71,6 +89,7 @@ typedef struct sw_wire_msg {
     Shardwire__Envelope *env;        /* decoded and validated; owned */
     zmq_msg_t payload;               /* raw tensor frame, valid when has_payload */
     int has_payload;                 /* 1 when a payload frame came */
+    int sealed;                      /* 1 when it arrived sealed (and was opened) */
 } sw_wire_msg_t;
 
 /* Bytes per element of a payload dtype; 0 for an unknown value. */
@@ -115,6 +134,11 @@ int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const v
                  size_t payload_len, int has_payload, int flags, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
+/* sw_wire_send with end-to-end sealing (crypto may be NULL: same as sw_wire_send). */
+int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
+                    size_t payload_len, int has_payload, int flags, const sw_wire_crypto_t *crypto,
+                    char *err, size_t err_len) __attribute__((warn_unused_result));
+
 /* Sends an Error envelope (convenience for relay and nodes). */
 int sw_wire_send_error(void *sock, const char *name, int code, uint64_t session_id,
                        const char *request_id, const char *dest, const char *message, int flags)
@@ -130,6 +154,14 @@ int sw_wire_send_error(void *sock, const char *name, int code, uint64_t session_
  */
 int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t err_len)
     __attribute__((warn_unused_result));
+
+/*
+ * sw_wire_recv with end-to-end sealing (crypto may be NULL). A sealed message
+ * that does not open, or a clear one from a peer while crypto->seal is set,
+ * returns SW_WIRE_ESEAL with err filled (all its frames consumed).
+ */
+int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_crypto_t *crypto,
+                    char *err, size_t err_len) __attribute__((warn_unused_result));
 
 /* Payload bytes of a received message (NULL, 0 when none). */
 const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len);

@@ -180,6 +180,11 @@ int draft_model_begin(draft_model_t *d, const sw_sampling_t *params)
     sw_sampler_free(&d->s);
     d->s = s;
     d->params = *params;
+    /* A new request starts from an empty cache: its prompt must be evaluated
+     * as one prompt batch, as the target evaluates it, and rows reused from
+     * another request's prompt or decode rows would not be. */
+    if (sw_kv_truncate(d->kv, 0) != 0)
+        return -1;
     return 0;
 }
 
@@ -194,14 +199,39 @@ void draft_model_last_cost(const draft_model_t *d, double *ms, int *n_tokens)
     *n_tokens = d->last_n;
 }
 
-/* Appends n tokens to the cache and leaves the last row's logits in d->logits. */
-static int s_feed(draft_model_t *d, const int32_t *tokens, int n)
+/* Appends n tokens to the cache and leaves the last row's logits in d->logits.
+ * The first n_prompt of them are prompt rows: they are evaluated together in
+ * prompt mode, as the target evaluates a prompt, so that a draft model equal
+ * to the target reproduces the target's logits bit for bit. */
+static int s_feed(draft_model_t *d, const int32_t *tokens, int n, int n_prompt)
 {
     const int len = sw_kv_len(d->kv);
     if (n < 1 || len + n > d->cap)
         return -1;
     char err[256] = "";
-    sw_forward_t f = {.n = n, .tokens = tokens, .logits = d->logits, .n_logits = 1};
+    const int n_prompt_rows = n_prompt < n ? n_prompt : n;
+    if (n_prompt_rows == n) {
+        sw_forward_t p = {
+            .n = n, .tokens = tokens, .logits = d->logits, .n_logits = 1, .prompt = 1};
+        if (sw_model_forward(d->m, d->kv, &p, err, sizeof err) != 0) {
+            SW_WARN("draft model: %s", err);
+            return -1;
+        }
+        memcpy(d->cached + len, tokens, (size_t)n * sizeof *tokens);
+        return 0;
+    }
+    if (n_prompt_rows > 0) {
+        sw_forward_t p = {.n = n_prompt_rows, .tokens = tokens, .prompt = 1};
+        if (sw_model_forward(d->m, d->kv, &p, err, sizeof err) != 0) {
+            SW_WARN("draft model: %s", err);
+            return -1;
+        }
+        memcpy(d->cached + len, tokens, (size_t)n_prompt_rows * sizeof *tokens);
+    }
+    sw_forward_t f = {.n = n - n_prompt_rows,
+                      .tokens = tokens + n_prompt_rows,
+                      .logits = d->logits,
+                      .n_logits = 1};
     if (sw_model_forward(d->m, d->kv, &f, err, sizeof err) != 0) {
         SW_WARN("draft model: %s", err);
         return -1;
@@ -281,9 +311,11 @@ static int s_sparse_support(draft_model_t *d, int32_t *ids, float *vals)
 }
 
 /* Rolls the cache back to the longest prefix it shares with ctx and feeds
- * the rest (at least the last token, whose logits are needed). Returns the
- * number of tokens fed, or -1. */
-static int s_catch_up(draft_model_t *d, const int32_t *ctx, int n_ctx)
+ * the rest (at least the last token, whose logits are needed). all_prompt:
+ * ctx is a prompt (draft_model_warm); otherwise, when the cache is empty, ctx
+ * is the prompt followed by the first generated token. Returns the number of
+ * tokens fed, or -1. */
+static int s_catch_up(draft_model_t *d, const int32_t *ctx, int n_ctx, int all_prompt)
 {
     int keep = 0;
     const int len = sw_kv_len(d->kv);
@@ -291,7 +323,8 @@ static int s_catch_up(draft_model_t *d, const int32_t *ctx, int n_ctx)
         keep++;
     if (keep == n_ctx)
         keep = n_ctx - 1;
-    if (sw_kv_truncate(d->kv, keep) != 0 || s_feed(d, ctx + keep, n_ctx - keep) != 0)
+    const int n_prompt = keep > 0 ? 0 : all_prompt ? n_ctx : n_ctx - 1;
+    if (sw_kv_truncate(d->kv, keep) != 0 || s_feed(d, ctx + keep, n_ctx - keep, n_prompt) != 0)
         return -1;
     return n_ctx - keep;
 }
@@ -300,7 +333,7 @@ int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
 {
     if (n_ctx < 1 || n_ctx > d->cap - 1)
         return -1;
-    return s_catch_up(d, ctx, n_ctx) < 0 ? -1 : 0;
+    return s_catch_up(d, ctx, n_ctx, 1) < 0 ? -1 : 0;
 }
 
 int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
@@ -319,7 +352,7 @@ int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, 
             return 0;
     }
     const double t0 = sw_now_ms();
-    const int catch_up = s_catch_up(d, ctx, n_ctx);
+    const int catch_up = s_catch_up(d, ctx, n_ctx, 0);
     if (catch_up < 0)
         return -1;
     const double t1 = sw_now_ms();
@@ -362,7 +395,7 @@ int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, 
             break;
         out[n] = tok;
         sw_sampler_accept(d->s, tok);
-        if (n + 1 < k && s_feed(d, &out[n], 1) != 0)
+        if (n + 1 < k && s_feed(d, &out[n], 1, 0) != 0)
             return -1;
     }
     *q_used = !greedy && n > 0;

@@ -264,7 +264,11 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
         if (rc == 0) {
             const Shardwire__Envelope *e = m.env;
             if (e->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT &&
-                e->verdict->session_id == p->session && e->verdict->round == p->round) {
+                strcmp(m.peer, p->route.names[p->route.n - 1]) != 0) {
+                SW_WARN("ignored a verdict from %s: only the route's tail %s may send one", m.peer,
+                        p->route.names[p->route.n - 1]);
+            } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT &&
+                       e->verdict->session_id == p->session && e->verdict->round == p->round) {
                 const Shardwire__Verdict *v = e->verdict;
                 if (v->n_tokens < 1 || v->n_tokens > SW_MAX_DRAFT + 1) {
                     snprintf(err, err_len, "the tail sent a verdict with %zu tokens", v->n_tokens);
@@ -289,7 +293,10 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                 sw_wire_msg_clear(&m);
                 return 0;
             }
-            if (e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+            int from_route = !strcmp(m.peer, SW_WIRE_RELAY_NAME); /* errors: relay or stages */
+            for (int s = 1; s < p->route.n && !from_route; s++)
+                from_route = !strcmp(m.peer, p->route.names[s]);
+            if (e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR && from_route &&
                 (e->error->session_id == p->session || (e->error->dest && e->error->dest[0]))) {
                 const char *dest = e->error->dest ? e->error->dest : "";
                 int ours = e->error->session_id == p->session;

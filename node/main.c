@@ -5,6 +5,7 @@
  *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
  *                  [--recover-timeout-s S]
+ *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
  *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
  *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
  *
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "drafter.h"
+#include "keys.h"
 #include "node.h"
 #include "wire.h"
 
@@ -53,7 +55,8 @@ static void s_usage(FILE *f)
                "  --draft-k-max N        head: largest adaptive K (default 16)\n"
                "  --draft-p-min P        head: stop drafting below this draft probability "
                "(default 0)\n"
-               "  --draft-threads N      head: draft model threads (default: as --threads)\n");
+               "  --draft-threads N      head: draft model threads (default: as "
+               "--threads)\n" SW_SEC_USAGE);
 }
 
 static int s_int(const char *flag, const char *s, long lo, long hi, int *out)
@@ -136,7 +139,10 @@ int main(int argc, char **argv)
                                           {"draft-p-min", required_argument, 0, O_DPMIN},
                                           {"draft-threads", required_argument, 0, O_DTHREADS},
                                           {"help", no_argument, 0, O_HELP},
+                                          SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
+    sw_sec_args_t sargs = {0};
+    static sw_sec_t sec; /* lives until the process exits */
     node_opts_t o = {
         .layer_begin = -1,
         .layer_end = -1,
@@ -151,6 +157,11 @@ int main(int argc, char **argv)
     };
     int c, idle_s = 300, recover_s = 60, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        int h = sw_sec_args_opt(&sargs, c, optarg);
+        if (h < 0)
+            return 2;
+        if (h)
+            continue;
         switch (c) {
         case O_MODEL:
             o.model = optarg;
@@ -265,9 +276,17 @@ int main(int argc, char **argv)
     }
     o.idle_timeout_ms = idle_s * 1000;
     o.recover_timeout_ms = recover_s * 1000;
+    char err[512];
+    if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire-node: %s\n", err);
+        return 2;
+    }
+    o.sec = &sec;
     struct sigaction sa = {0};
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    return node_run(&o, &s_stop);
+    int rc_run = node_run(&o, &s_stop);
+    sw_sec_wipe(&sec);
+    return rc_run;
 }

@@ -32,6 +32,10 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     node_session_t *s = NULL;
     const char *why;
     s = node_session_get(n, m->env->session_close->session_id, 0, &why);
+    if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
+        SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
+        return;
+    }
     if (s)
         node_session_free(n, s);
 }
@@ -105,7 +109,8 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     an.backend = "cpu";
     an.max_sessions = (uint32_t)o->max_sessions;
     an.hidden = (uint32_t)n.hp->n_embd;
-    sw_peer_opts_t po = {.relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms};
+    sw_peer_opts_t po = {
+        .relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms, .sec = o->sec};
     n.peer = sw_peer_new(&po);
     if (!n.peer) {
         SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);

@@ -44,6 +44,7 @@ typedef struct node_opts {
     int draft_threads;       // head: threads of the draft model
     int draft_k_max;         // head: largest adaptive K (0 = the drafter's default)
     float draft_p_min;       // head: default confidence stop of the draft model, [0, 1]
+    const sw_sec_t *sec;     // keys for the relay connection (keys.h); NULL = loopback only
 } node_opts_t;
 
 /* One session's state on a stage. */
@@ -53,6 +54,8 @@ typedef struct node_session {
     sw_verifier_t *ver;  // last stage only
     double last_used_ms; // for the idle timeout
     uint64_t round;      // last round seen
+    char creator[64];    // peer whose Forward created it; only it may send more
+    char owner[64];      // route[0] of that Forward (the head): may close it too
 } node_session_t;
 
 typedef struct node_head node_head_t;

@@ -173,11 +173,31 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
                       E);
         return;
     }
+    /* Only the previous hop may drive this stage, and a session belongs to the peer
+     * whose Forward created it (the relay vouches for msg->peer's identity). */
+    if (strcmp(msg->peer, f->route[f->hop - 1]) != 0) {
+        SW_WARN("dropped a forward from %s: the route names %s as the previous hop", msg->peer,
+                f->route[f->hop - 1]);
+        s_reply_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s takes forwards only from the previous hop of the route",
+                      sw_peer_name(n->peer));
+        return;
+    }
     const char *why = "";
     node_session_t *s = node_session_get(n, sid, 1, &why);
     if (!s) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
                       sw_peer_name(n->peer), why);
+        return;
+    }
+    if (!s->creator[0]) {
+        snprintf(s->creator, sizeof s->creator, "%s", msg->peer);
+        snprintf(s->owner, sizeof s->owner, "%s", f->route[0]);
+    } else if (strcmp(s->creator, msg->peer) != 0) {
+        SW_WARN("dropped a forward from %s for session %016llx, which belongs to %s", msg->peer,
+                (unsigned long long)sid, s->creator);
+        s_reply_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+                      "%s: session belongs to another peer", sw_peer_name(n->peer));
         return;
     }
     s->last_used_ms = t_arrive;

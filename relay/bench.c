@@ -1,7 +1,7 @@
 /*
  * bench.c - shardwire-relay-bench: what the relay costs.
  *
- *   shardwire-relay-bench [RELAY_BINARY] [--rounds N] [--messages N] [--idle N]
+ *   shardwire-relay-bench [RELAY_BINARY] [--rounds N] [--messages N] [--idle N] [--secure]
  *
  * Starts the relay binary (default: shardwire-relay next to this program) on
  * a loopback port and reports, on stdout:
@@ -12,8 +12,12 @@
  *     adds per traversal is (median relay RTT - median direct RTT) / 2;
  *   - throughput and VmRSS after forwarding N 64 KiB messages A -> B.
  * Both ends live on this thread, so the numbers include one receive and one
- * send per end, the same in both set-ups.
+ * send per end, the same in both set-ups. --secure runs the relay with CURVE
+ * and an allow-list and the peers with fresh keys and a cluster key (sealed
+ * payloads), so that the difference to a plain run is the cost of security;
+ * the direct ping-pong stays plain.
  */
+#include "keys.h"
 #include "log.h"
 #include "peer.h"
 
@@ -52,8 +56,62 @@ static long s_rss_kb(pid_t pid)
     return kb;
 }
 
+static char s_keydir[64]; /* --secure: temporary folder of keys, "" otherwise */
+static sw_sec_t s_sec;    /* --secure: the peers' keys */
+
+/* Makes relay and peer keys, an allow-list and a cluster key in a temp folder. */
+static int s_make_keys(void)
+{
+    char err[512], path[128], pub[SW_KEY_Z85_LEN + 1];
+    snprintf(s_keydir, sizeof s_keydir, "/tmp/sw-bench-keys.XXXXXX");
+    if (!mkdtemp(s_keydir))
+        return -1;
+    snprintf(path, sizeof path, "%s/relay", s_keydir);
+    if (sw_keys_generate(path, NULL, err, sizeof err) != 0)
+        goto fail;
+    snprintf(path, sizeof path, "%s/peer", s_keydir);
+    if (sw_keys_generate(path, pub, err, sizeof err) != 0)
+        goto fail;
+    snprintf(path, sizeof path, "%s/allow.txt", s_keydir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%s\n", pub);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/cluster.key", s_keydir);
+    if (sw_cluster_key_generate(path, err, sizeof err) != 0)
+        goto fail;
+    char kf[128], rk[128];
+    snprintf(kf, sizeof kf, "%s/peer.key", s_keydir);
+    snprintf(rk, sizeof rk, "%s/relay.pub", s_keydir);
+    sw_sec_args_t a = {.key_file = kf, .relay_key = rk, .cluster_key = {path, NULL}};
+    if (sw_sec_load(&a, "tcp://127.0.0.1:1", &s_sec, err, sizeof err) != 0)
+        goto fail;
+    return 0;
+fail:
+    SW_ERR("bench keys: %s", err);
+    return -1;
+}
+
+static void s_remove_keys(void)
+{
+    const char *files[] = {"relay.key", "relay.pub", "peer.key",
+                           "peer.pub",  "allow.txt", "cluster.key"};
+    char path[128];
+    for (size_t i = 0; s_keydir[0] && i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", s_keydir, files[i]);
+        unlink(path);
+    }
+    if (s_keydir[0])
+        rmdir(s_keydir);
+    sw_sec_wipe(&s_sec);
+}
+
 static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
 {
+    char key[128], allow[128];
+    snprintf(key, sizeof key, "%s/relay.key", s_keydir);
+    snprintf(allow, sizeof allow, "%s/allow.txt", s_keydir);
     int fds[2];
     if (pipe(fds) != 0)
         return -1;
@@ -61,7 +119,16 @@ static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    char *argv[] = {(char *)bin, "--listen", "tcp://127.0.0.1:*", "--hwm", "1000", NULL};
+    /* Loopback without keys (or with them, --secure), and no rate limit in the way of a
+     * throughput measurement. */
+    char *argv[12] = {(char *)bin, "--listen", "tcp://127.0.0.1:*",   "--hwm", "1000",
+                      "--rate",    "10000000", "--insecure-loopback", NULL};
+    if (s_keydir[0]) {
+        argv[7] = "--key";
+        argv[8] = key;
+        argv[9] = "--allow";
+        argv[10] = allow;
+    }
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -101,7 +168,7 @@ static sw_peer_t *s_peer(const char *ep, const char *name)
     a.hidden = 576;
     a.backend = "cpu";
     a.max_sessions = 1;
-    sw_peer_opts_t o = {.relay = ep, .announce = &a};
+    sw_peer_opts_t o = {.relay = ep, .announce = &a, .sec = s_keydir[0] ? &s_sec : NULL};
     return sw_peer_new(&o);
 }
 
@@ -237,7 +304,7 @@ static double s_pingpong_direct(struct msg *m, int n, const char *what)
 int main(int argc, char **argv)
 {
     char bin[1024];
-    int rounds = 2000, messages = 10000, n_idle = 4;
+    int rounds = 2000, messages = 10000, n_idle = 4, secure = 0;
     snprintf(bin, sizeof bin, "%s", argv[0]);
     char *slash = strrchr(bin, '/');
     snprintf(slash ? slash + 1 : bin, sizeof bin - (size_t)(slash ? slash + 1 - bin : 0), "%s",
@@ -249,20 +316,29 @@ int main(int argc, char **argv)
             messages = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--idle") && i + 1 < argc)
             n_idle = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--secure"))
+            secure = 1;
         else
             snprintf(bin, sizeof bin, "%s", argv[i]);
     }
     if (rounds < 1 || messages < 1 || n_idle < 0 || n_idle > SW_WIRE_MAX_PEERS - 2) {
         fprintf(stderr, "usage: shardwire-relay-bench [RELAY] [--rounds N] [--messages N] "
-                        "[--idle N (<= 254)]\n");
+                        "[--idle N (<= 254)] [--secure]\n");
         return 2;
     }
     sw_log_set_level(SW_LOG_WARN);
+    if (secure && s_make_keys() != 0) {
+        s_remove_keys();
+        return 1;
+    }
     char ep[256];
     pid_t relay = s_start_relay(bin, ep, sizeof ep);
-    if (relay <= 0)
+    if (relay <= 0) {
+        s_remove_keys();
         return 1;
-    printf("relay %s pid %d\n", ep, (int)relay);
+    }
+    printf("relay %s pid %d%s\n", ep, (int)relay,
+           secure ? " (CURVE, allow-list, sealed payloads)" : "");
     printf("relay VmRSS at start: %ld kB\n", s_rss_kb(relay));
 
     sw_peer_t *a = s_peer(ep, "A"), *b = s_peer(ep, "B");
@@ -336,5 +412,6 @@ out:
     free(idle);
     kill(relay, SIGTERM);
     waitpid(relay, NULL, 0);
+    s_remove_keys();
     return rc;
 }

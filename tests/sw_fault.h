@@ -125,8 +125,13 @@ static inline pid_t swf_start_relay(swf_cluster_t *c)
 {
     char hb[16];
     snprintf(hb, sizeof hb, "%d", c->relay_hb);
-    char *ra[] = {
-        (char *)sw_test_bin("shardwire-relay"), "--listen", c->ep, "--heartbeat-ms", hb, NULL};
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"),
+                  "--listen",
+                  c->ep,
+                  "--heartbeat-ms",
+                  hb,
+                  "--insecure-loopback",
+                  NULL};
     char log[160];
     snprintf(log, sizeof log, "%s.relay", c->log);
     c->relay = sw_test_spawn(ra, log);
@@ -148,8 +153,9 @@ static inline void swf_start_node(swf_cluster_t *c, int i)
                     "--threads",
                     "1",
                     "--heartbeat-ms",
-                    "200"};
-    int k = 13;
+                    "200",
+                    "--insecure-loopback"};
+    int k = 14;
     for (int e = 0; e < 4 && nd->extra[e][0]; e++)
         na[k++] = nd->extra[e];
     na[k] = NULL;
@@ -201,8 +207,13 @@ static inline void swf_kill9(pid_t *pid)
  * when the relay did not answer. */
 static inline int swf_peer(const char *ep, const char *name, long *msgs_in, long *msgs_out)
 {
-    char *argv[] = {
-        (char *)sw_test_bin("shardwire"), "status", "--relay", (char *)ep, "--json", NULL};
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "status",
+                    "--relay",
+                    (char *)ep,
+                    "--json",
+                    "--insecure-loopback",
+                    NULL};
     char *o = NULL;
     int rc = sw_test_run(argv, 20, &o, NULL);
     json_error_t je;
@@ -280,8 +291,9 @@ static inline int swf_client_start(swf_client_t *cl, const char *ep, const char 
                           n,
                           "--json",
                           "--timeout-s",
-                          t};
-        int k = 11;
+                          t,
+                          "--insecure-loopback"};
+        int k = 12;
         for (int i = 0; extra && extra[i] && k < 23; i++)
             argv[k++] = (char *)extra[i];
         argv[k] = NULL;

@@ -106,6 +106,7 @@ static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result 
                     "--json",
                     "--timeout-s",
                     "120",
+                    "--insecure-loopback",
                     NULL};
     char *out = NULL, *err = NULL;
     int rc = sw_test_run(argv, 150, &out, &err);
@@ -134,7 +135,8 @@ static int s_start(struct s_cluster *c, const char *model, const char *const *ra
     memset(c, 0, sizeof *c);
     int port = sw_test_free_port();
     snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", port);
-    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", c->ep, NULL};
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", c->ep, "--insecure-loopback",
+                  NULL};
     c->relay = sw_test_spawn(ra, "/tmp/sw_test_cluster_relay.log");
     for (int i = 0; i < n; i++) {
         char name[32];
@@ -156,6 +158,7 @@ static int s_start(struct s_cluster *c, const char *model, const char *const *ra
                       "20000",
                       "--recover-timeout-s",
                       "3",
+                      "--insecure-loopback",
                       NULL};
         c->nodes[i] = sw_test_spawn(na, "/tmp/sw_test_cluster_nodes.log");
     }
@@ -178,8 +181,13 @@ static int s_counters(const char *ep, const char *name, long *in, long *out)
     (void)ep;
     (void)name;
     *in = *out = -1;
-    char *argv[] = {
-        (char *)sw_test_bin("shardwire"), "status", "--relay", (char *)ep, "--json", NULL};
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "status",
+                    "--relay",
+                    (char *)ep,
+                    "--json",
+                    "--insecure-loopback",
+                    NULL};
     char *o = NULL;
     int rc = sw_test_run(argv, 20, &o, NULL);
     json_error_t je;

@@ -239,6 +239,7 @@ static int s_run(const char *prompt, const char *flags, int *tokens, char *diges
     s_arg(&a, "run");
     s_arg(&a, "--relay");
     s_arg(&a, s_relay_ep);
+    s_arg(&a, "--insecure-loopback");
     s_arg(&a, "-p");
     s_arg(&a, prompt);
     s_arg(&a, "-n");
@@ -273,7 +274,7 @@ static int s_wait_ready(void)
 {
     char exe[1100];
     snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
-    char *argv[] = {exe, "status", "--relay", s_relay_ep, "--json", NULL};
+    char *argv[] = {exe, "status", "--relay", s_relay_ep, "--json", "--insecure-loopback", NULL};
     for (int i = 0; i < 240; i++) {
         const char *out = s_capture(argv);
         if (out && strstr(out, "\"name\":\"sc-head\"") && strstr(out, "\"name\":\"sc-tail\""))
@@ -319,9 +320,21 @@ static void s_test_vocab_refused(const char *tmp)
     fclose(f);
     char node[1100];
     snprintf(node, sizeof node, "%s/shardwire-node", s_bin);
-    char *argv[] = {node,       "--model", (char *)s_model, "--layers",  "0:15", "--relay",
-                    s_relay_ep, "--name",  "sc-bad",        "--threads", "1",    "--draft-model",
-                    path,       NULL};
+    char *argv[] = {node,
+                    "--model",
+                    (char *)s_model,
+                    "--layers",
+                    "0:15",
+                    "--relay",
+                    s_relay_ep,
+                    "--name",
+                    "sc-bad",
+                    "--threads",
+                    "1",
+                    "--draft-model",
+                    path,
+                    "--insecure-loopback",
+                    NULL};
     pid_t pid = s_spawn(argv, -1, log);
     int st = 0;
     SW_CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
@@ -354,7 +367,9 @@ int main(void)
     snprintf(relay, sizeof relay, "%s/shardwire-relay", s_bin);
     int fds[2];
     SW_CHECK(pipe(fds) == 0);
-    char *rargv[] = {relay, "--listen", "tcp://127.0.0.1:*", "--heartbeat-ms", "200", NULL};
+    char *rargv[] = {
+        relay, "--listen", "tcp://127.0.0.1:*", "--heartbeat-ms", "200", "--insecure-loopback",
+        NULL};
     pid_t rp = s_spawn(rargv, fds[1], log[0]);
     close(fds[1]);
     FILE *rf = fdopen(fds[0], "r");
@@ -369,13 +384,40 @@ int main(void)
 
     char node[1100];
     snprintf(node, sizeof node, "%s/shardwire-node", s_bin);
-    char *hargv[] = {
-        node,       (char *)"--model", (char *)s_model, "--layers",        "0:15", "--relay",
-        s_relay_ep, "--name",          "sc-head",       "--threads",       "1",    "--dtype",
-        "f32",      "--draft-model",   (char *)s_model, "--draft-threads", "1",    NULL};
-    char *targv[] = {node,      "--model",  (char *)s_model, "--layers", "15:end",
-                     "--relay", s_relay_ep, "--name",        "sc-tail",  "--threads",
-                     "1",       "--dtype",  "f32",           NULL};
+    char *hargv[] = {node,
+                     (char *)"--model",
+                     (char *)s_model,
+                     "--layers",
+                     "0:15",
+                     "--relay",
+                     s_relay_ep,
+                     "--name",
+                     "sc-head",
+                     "--threads",
+                     "1",
+                     "--dtype",
+                     "f32",
+                     "--draft-model",
+                     (char *)s_model,
+                     "--draft-threads",
+                     "1",
+                     "--insecure-loopback",
+                     NULL};
+    char *targv[] = {node,
+                     "--model",
+                     (char *)s_model,
+                     "--layers",
+                     "15:end",
+                     "--relay",
+                     s_relay_ep,
+                     "--name",
+                     "sc-tail",
+                     "--threads",
+                     "1",
+                     "--dtype",
+                     "f32",
+                     "--insecure-loopback",
+                     NULL};
     SW_CHECK(s_spawn(hargv, -1, log[1]) > 0);
     SW_CHECK(s_spawn(targv, -1, log[2]) > 0);
     if (s_wait_ready() != 0) {

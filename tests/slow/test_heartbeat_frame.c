@@ -110,8 +110,13 @@ int main(void)
     char ep[64], wan_ep[64], listen[32], connect[32];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     snprintf(connect, sizeof connect, "127.0.0.1:%d", port);
-    char *ra[] = {
-        (char *)sw_test_bin("shardwire-relay"), "--listen", ep, "--heartbeat-ms", "200", NULL};
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"),
+                  "--listen",
+                  ep,
+                  "--heartbeat-ms",
+                  "200",
+                  "--insecure-loopback",
+                  NULL};
     pid_t relay = sw_test_spawn(ra, "/tmp/sw_test_hb_frame.log");
     const int wport = sw_test_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", wport);

@@ -469,7 +469,7 @@ static void test_bad_bytes(void)
     /* version other than ours */
     Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
     Shardwire__Envelope eq = SHARDWIRE__ENVELOPE__INIT;
-    eq.version = 2;
+    eq.version = SW_WIRE_VERSION + 1;
     eq.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
     eq.status_query = &q;
     uint8_t buf[64];

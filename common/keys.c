@@ -1,0 +1,526 @@
+/*
+ * keys.c - key files, the allow-list parser and the loading of a peer's
+ * security settings (see keys.h). Everything read here is outside input: each
+ * line is bounded, each key is checked for length and alphabet and decoded
+ * before use, and secret files are refused when others could read them.
+ */
+#include "keys.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define S_FILE_MAX (1u << 20) /* bytes read from any key or allow-list file */
+
+/* The key pairs printed in zmq_curve(7) "TEST KEY VALUES" (and in the zguide
+ * examples): anybody can have them, so no deployment may use them. */
+static const char *const s_test_keys[] = {
+    "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", /* client public */
+    "D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOTJ%JR%cs", /* client secret */
+    "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", /* server public */
+    "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6", /* server secret */
+};
+
+static int s_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int s_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && err_len)
+        vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int sw_keys_curve_check(char *err, size_t err_len)
+{
+    if (!zmq_has("curve"))
+        return s_err(err, err_len,
+                     "this libzmq was built without CURVE security (zmq_has(\"curve\") is 0): "
+                     "install a libzmq built with libsodium");
+    return 0;
+}
+
+int sw_keys_is_test_key(const char *z85)
+{
+    for (size_t i = 0; i < sizeof s_test_keys / sizeof s_test_keys[0]; i++)
+        if (z85 && strncmp(z85, s_test_keys[i], SW_KEY_Z85_LEN) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when s[0..40) is Z85 text that decodes to 32 bytes (into out when not NULL). */
+static int s_z85_ok(const char *s, size_t len, uint8_t out[32])
+{
+    static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   ".-:+=^!/*?&<>()[]{}@%$#";
+    if (len != SW_KEY_Z85_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!s[i] || !strchr(alphabet, s[i]))
+            return 0;
+    char z[SW_KEY_Z85_LEN + 1];
+    uint8_t bin[32];
+    memcpy(z, s, SW_KEY_Z85_LEN);
+    z[SW_KEY_Z85_LEN] = 0;
+    if (!zmq_z85_decode(bin, z))
+        return 0;
+    if (out)
+        memcpy(out, bin, 32);
+    sodium_memzero(bin, sizeof bin);
+    return 1;
+}
+
+/*
+ * Reads a whole small file. secret = 1 refuses a file readable or writable by
+ * group or others. Returns a NUL-terminated malloc'd buffer (sodium_memzero it
+ * before free when it held a secret) or NULL after one line in err.
+ */
+static char *s_read_file(const char *path, int secret, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        s_err(err, err_len, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        s_err(err, err_len, "%s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    if (secret && (st.st_mode & 077)) {
+        s_err(err, err_len,
+              "%s: permissions %04o are too open for a secret key (others can read it): "
+              "run chmod 600 %s",
+              path, (unsigned)(st.st_mode & 0777), path);
+        close(fd);
+        return NULL;
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size > S_FILE_MAX) {
+        s_err(err, err_len, "%s: %lld bytes, more than a key file can hold (%u)", path,
+              (long long)st.st_size, S_FILE_MAX);
+        close(fd);
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        s_err(err, err_len, "%s: out of memory", path);
+        return NULL;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = 0;
+    if (memchr(buf, 0, got)) {
+        sodium_memzero(buf, got);
+        free(buf);
+        s_err(err, err_len, "%s: binary data in a text key file", path);
+        return NULL;
+    }
+    return buf;
+}
+
+static void s_free_secret(char *buf)
+{
+    if (buf) {
+        sodium_memzero(buf, strlen(buf));
+        free(buf);
+    }
+}
+
+/*
+ * The first line of text that is not empty or a '#' comment, with surrounding
+ * blanks removed: *start and *len. 0 when there is one.
+ */
+static int s_first_line(const char *text, const char **start, size_t *len)
+{
+    const char *p = text;
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        const char *end = eol ? eol : p + strlen(p);
+        const char *a = p, *b = end;
+        while (a < b && (*a == ' ' || *a == '\t' || *a == '\r'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r'))
+            b--;
+        /* Z85 has '#': a 40-character key line starting with it is a key, not a comment. */
+        if (a < b && (*a != '#' || s_z85_ok(a, (size_t)(b - a), NULL))) {
+            *start = a;
+            *len = (size_t)(b - a);
+            return 0;
+        }
+        if (!eol)
+            break;
+        p = eol + 1;
+    }
+    return -1;
+}
+
+/* Creates path exclusively with mode 0600 (or 0644 when public) and writes text. */
+static int s_write_new(const char *path, const char *text, int public_file, char *err,
+                       size_t err_len)
+{
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, public_file ? 0644 : 0600);
+    if (fd < 0)
+        return s_err(err, err_len, "%s: %s%s", path, strerror(errno),
+                     errno == EEXIST ? " (not overwriting an existing key)" : "");
+    if (!public_file && fchmod(fd, 0600) != 0) { /* whatever the umask did */
+        close(fd);
+        unlink(path);
+        return s_err(err, err_len, "%s: chmod: %s", path, strerror(errno));
+    }
+    size_t n = strlen(text), off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            close(fd);
+            unlink(path);
+            return s_err(err, err_len, "%s: write: %s", path, strerror(errno));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        unlink(path);
+        return s_err(err, err_len, "%s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+int sw_keys_generate(const char *prefix, char *pub_out, char *err, size_t err_len)
+{
+    char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1];
+    char kpath[4096], ppath[4096], text[256];
+    if (sw_keys_curve_check(err, err_len) != 0)
+        return -1;
+    if (!prefix || !*prefix)
+        return s_err(err, err_len, "keygen: an output prefix is required");
+    if ((size_t)snprintf(kpath, sizeof kpath, "%s.key", prefix) >= sizeof kpath ||
+        (size_t)snprintf(ppath, sizeof ppath, "%s.pub", prefix) >= sizeof ppath)
+        return s_err(err, err_len, "keygen: prefix too long");
+    do {
+        if (zmq_curve_keypair(pub, sec) != 0)
+            return s_err(err, err_len, "zmq_curve_keypair: %s", zmq_strerror(errno));
+    } while (sw_keys_is_test_key(pub) || sw_keys_is_test_key(sec)); /* never, but cheap */
+    snprintf(text, sizeof text,
+             "# shardwire CURVE secret key (keep it private: mode 0600)\n"
+             "# public key: %s\n%s\n",
+             pub, sec);
+    int rc = s_write_new(kpath, text, 0, err, err_len);
+    sodium_memzero(text, sizeof text);
+    sodium_memzero(sec, sizeof sec);
+    if (rc != 0)
+        return -1;
+    snprintf(text, sizeof text, "%s\n", pub);
+    if (s_write_new(ppath, text, 1, err, err_len) != 0) {
+        unlink(kpath);
+        return -1;
+    }
+    if (pub_out)
+        memcpy(pub_out, pub, sizeof pub);
+    return 0;
+}
+
+int sw_cluster_key_generate(const char *path, char *err, size_t err_len)
+{
+    uint8_t key[SW_CLUSTER_KEY_BYTES];
+    char z[SW_KEY_Z85_LEN + 1], text[160];
+    if (!path || !*path)
+        return s_err(err, err_len, "keygen: a cluster key path is required");
+    if (sodium_init() < 0)
+        return s_err(err, err_len, "libsodium failed to initialise");
+    randombytes_buf(key, sizeof key);
+    if (!zmq_z85_encode(z, key, sizeof key)) {
+        sodium_memzero(key, sizeof key);
+        return s_err(err, err_len, "zmq_z85_encode failed");
+    }
+    snprintf(text, sizeof text, "# shardwire cluster key (shared by head, stages, clients)\n%s\n",
+             z);
+    int rc = s_write_new(path, text, 0, err, err_len);
+    sodium_memzero(key, sizeof key);
+    sodium_memzero(z, sizeof z);
+    sodium_memzero(text, sizeof text);
+    return rc;
+}
+
+int sw_keys_load_secret(const char *path, char *pub, char *sec, char *err, size_t err_len)
+{
+    char *text = s_read_file(path, 1, err, err_len);
+    if (!text)
+        return -1;
+    const char *line;
+    size_t len;
+    int rc = -1;
+    if (s_first_line(text, &line, &len) != 0 || !s_z85_ok(line, len, NULL)) {
+        s_err(err, err_len, "%s: no Z85 secret key (40 characters) in the file", path);
+        goto out;
+    }
+    memcpy(sec, line, SW_KEY_Z85_LEN);
+    sec[SW_KEY_Z85_LEN] = 0;
+    if (sw_keys_is_test_key(sec)) {
+        s_err(err, err_len,
+              "%s: this is a published ZeroMQ test key; generate a real one with "
+              "'shardwire keygen'",
+              path);
+        goto out;
+    }
+    if (zmq_curve_public(pub, sec) != 0) {
+        s_err(err, err_len, "%s: cannot derive the public key: %s", path, zmq_strerror(errno));
+        goto out;
+    }
+    if (sw_keys_is_test_key(pub)) {
+        s_err(err, err_len, "%s: this is a published ZeroMQ test key", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc != 0)
+        sodium_memzero(sec, SW_KEY_Z85_LEN + 1);
+    s_free_secret(text);
+    return rc;
+}
+
+int sw_keys_load_public(const char *file_or_z85, char *pub, char *err, size_t err_len)
+{
+    if (!file_or_z85)
+        return s_err(err, err_len, "no public key given");
+    size_t n = strlen(file_or_z85);
+    if (s_z85_ok(file_or_z85, n, NULL) && access(file_or_z85, F_OK) != 0) {
+        memcpy(pub, file_or_z85, SW_KEY_Z85_LEN + 1);
+    } else {
+        char *text = s_read_file(file_or_z85, 0, err, err_len);
+        if (!text)
+            return -1;
+        const char *line;
+        size_t len;
+        if (s_first_line(text, &line, &len) != 0 || !s_z85_ok(line, len, NULL)) {
+            free(text);
+            return s_err(err, err_len, "%s: no Z85 public key (40 characters) in the file",
+                         file_or_z85);
+        }
+        memcpy(pub, line, SW_KEY_Z85_LEN);
+        pub[SW_KEY_Z85_LEN] = 0;
+        free(text);
+    }
+    if (sw_keys_is_test_key(pub))
+        return s_err(err, err_len, "the public key %s is a published ZeroMQ test key", pub);
+    return 0;
+}
+
+int sw_cluster_key_load(const char *path, uint8_t key[SW_CLUSTER_KEY_BYTES], char *err,
+                        size_t err_len)
+{
+    char *text = s_read_file(path, 1, err, err_len);
+    if (!text)
+        return -1;
+    const char *line;
+    size_t len;
+    int rc = 0;
+    if (s_first_line(text, &line, &len) != 0 || !s_z85_ok(line, len, key))
+        rc = s_err(err, err_len, "%s: no Z85 cluster key (40 characters) in the file", path);
+    else if (sodium_is_zero(key, SW_CLUSTER_KEY_BYTES))
+        rc = s_err(err, err_len, "%s: the cluster key is all zero", path);
+    s_free_secret(text);
+    return rc;
+}
+
+int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)
+{
+    *entries = NULL;
+    *n = 0;
+    char *text = s_read_file(path, 0, err, err_len);
+    if (!text)
+        return -1;
+    sw_allow_entry_t *out = NULL;
+    int count = 0, cap = 0, lineno = 0, rc = -1;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        /* Z85 keys may contain '#': a comment is a token starting with '#' that is not the
+         * 40-character key itself, and runs to the end of the line. */
+        char *tok_save = NULL;
+        char *key = strtok_r(line, " \t\r", &tok_save);
+        if (!key || (key[0] == '#' && !s_z85_ok(key, strlen(key), NULL)))
+            continue;
+        char *name = strtok_r(NULL, " \t\r", &tok_save);
+        if (name && name[0] == '#')
+            name = NULL;
+        char *extra = name ? strtok_r(NULL, " \t\r", &tok_save) : NULL;
+        if (extra && extra[0] == '#')
+            extra = NULL;
+        if (!s_z85_ok(key, strlen(key), NULL)) {
+            s_err(err, err_len, "%s:%d: '%.48s' is not a Z85 public key (40 characters)", path,
+                  lineno, key);
+            goto out;
+        }
+        if (sw_keys_is_test_key(key)) {
+            s_err(err, err_len, "%s:%d: a published ZeroMQ test key is not allowed", path, lineno);
+            goto out;
+        }
+        if (extra) {
+            s_err(err, err_len, "%s:%d: expected 'KEY [NAME]', found more", path, lineno);
+            goto out;
+        }
+        if (name) {
+            size_t nl = strlen(name);
+            int ok = nl >= 1 && nl <= 63;
+            for (size_t i = 0; ok && i < nl; i++) {
+                char c = name[i];
+                ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '.' || c == '_' || c == '-';
+            }
+            if (!ok) {
+                s_err(err, err_len, "%s:%d: '%.70s' is not a peer name", path, lineno, name);
+                goto out;
+            }
+        }
+        if (count == SW_ALLOW_MAX) {
+            s_err(err, err_len, "%s: more than %d keys", path, SW_ALLOW_MAX);
+            goto out;
+        }
+        if (count == cap) {
+            int ncap = cap ? cap * 2 : 16;
+            sw_allow_entry_t *g = realloc(out, (size_t)ncap * sizeof *g);
+            if (!g) {
+                s_err(err, err_len, "%s: out of memory", path);
+                goto out;
+            }
+            out = g;
+            cap = ncap;
+        }
+        memset(&out[count], 0, sizeof out[count]);
+        memcpy(out[count].key, key, SW_KEY_Z85_LEN);
+        if (name)
+            snprintf(out[count].name, sizeof out[count].name, "%s", name);
+        count++;
+    }
+    rc = 0;
+    *entries = out;
+    *n = count;
+    out = NULL;
+out:
+    free(out);
+    free(text);
+    return rc;
+}
+
+int sw_endpoint_is_loopback(const char *ep)
+{
+    if (!ep)
+        return 0;
+    if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9))
+        return 1;
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return 0;
+    const char *h = ep + 6;
+    if (!strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6))
+        return 1;
+    if (strncmp(h, "127.", 4) != 0)
+        return 0;
+    /* 127.a.b.c: digits and dots up to the port, nothing else (no "127.evil.com"). */
+    int dots = 0;
+    for (const char *p = h + 4; *p && *p != ':'; p++) {
+        if (*p == '.')
+            dots++;
+        else if (*p < '0' || *p > '9')
+            return 0;
+    }
+    return dots == 2 && strchr(h, ':') != NULL;
+}
+
+int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, char *err,
+                size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    const char *key_file = a->key_file ? a->key_file : getenv("SW_KEY");
+    const char *relay_key = a->relay_key ? a->relay_key : getenv("SW_RELAY_KEY");
+    const char *ck[SW_CLUSTER_KEYS_MAX] = {a->cluster_key[0], a->cluster_key[1]};
+    if (!ck[0] && !a->insecure_loopback)
+        ck[0] = getenv("SW_CLUSTER_KEY");
+    if (a->insecure_loopback) {
+        if (!sw_endpoint_is_loopback(endpoint))
+            return s_err(err, err_len,
+                         "--insecure-loopback only works with a loopback relay (127.0.0.1, "
+                         "localhost, [::1]); %s is not one: use keys (see docs/security.md)",
+                         endpoint ? endpoint : "(none)");
+        out->insecure = 1;
+    } else {
+        if (sw_keys_curve_check(err, err_len) != 0)
+            return -1;
+        if (!key_file || !relay_key || (!ck[0] && !a->cluster_optional))
+            return s_err(err, err_len,
+                         "security keys missing: --key FILE, --relay-key FILE|Z85 and "
+                         "--cluster-key FILE are required (make them with 'shardwire keygen'), or "
+                         "--insecure-loopback for a loopback-only test setup");
+        if (sw_keys_load_secret(key_file, out->pub, out->sec, err, err_len) != 0 ||
+            sw_keys_load_public(relay_key, out->relay_pub, err, err_len) != 0) {
+            sw_sec_wipe(out);
+            return -1;
+        }
+    }
+    for (int i = 0; i < SW_CLUSTER_KEYS_MAX; i++) {
+        if (!ck[i])
+            continue;
+        if (sw_cluster_key_load(ck[i], out->cluster[out->n_cluster], err, err_len) != 0) {
+            sw_sec_wipe(out);
+            return -1;
+        }
+        out->n_cluster++;
+    }
+    return 0;
+}
+
+int sw_sec_args_opt(sw_sec_args_t *a, int c, const char *arg)
+{
+    switch (c - SW_SEC_OPT_BASE) {
+    case 0:
+        a->key_file = arg;
+        return 1;
+    case 1:
+        a->relay_key = arg;
+        return 1;
+    case 2:
+        for (int i = 0; i < SW_CLUSTER_KEYS_MAX; i++) {
+            if (!a->cluster_key[i]) {
+                a->cluster_key[i] = arg;
+                return 1;
+            }
+        }
+        fprintf(stderr, "--cluster-key given more than %d times\n", SW_CLUSTER_KEYS_MAX);
+        return -1;
+    case 3:
+        a->insecure_loopback = 1;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+void sw_sec_wipe(sw_sec_t *s)
+{
+    if (s)
+        sodium_memzero(s, sizeof *s);
+}

@@ -1,0 +1,87 @@
+/*
+ * seal.h - end-to-end encryption of the messages between cluster members.
+ *
+ * With a cluster key, a peer seals the header frame (the protobuf Envelope)
+ * and the payload frame (the tensor) of every message to another peer, so
+ * that the relay, which reads only the name frame, sees ciphertext. Messages
+ * to and from the relay itself (announce, ack, status, relay errors) stay in
+ * clear. A sealed header frame starts with a zero byte, which no protobuf
+ * Envelope can start with (field number 0 does not exist), so anyone can tell
+ * the two kinds apart without a key. docs/protocol.md has the byte layout:
+ *
+ *   header frame  = 00 | 01 | key id (4) | sender session (8) | counter (8) |
+ *                   nonce (24) | XChaCha20-Poly1305(Envelope) + tag (16)
+ *   payload frame = nonce (24) | XChaCha20-Poly1305(tensor) + tag (16)
+ *
+ * Both are authenticated with AAD = "shardwire-seal-1" | kind ('H' or 'P') |
+ * source name | 0 | destination name | 0 | sender session | counter | key id,
+ * so a frame cannot be moved to another sender, receiver, message or position.
+ * The sender session is random per process; the counter grows by one per
+ * message. A receiver keeps, per (sender name, sender session), the highest
+ * counter seen and a 64-message window below it and drops anything it has
+ * seen or that is older than the window (replays).
+ *
+ * One owner thread (the peer's).
+ */
+#ifndef SW_SEAL_H
+#define SW_SEAL_H
+
+#include "keys.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#define SW_SEAL_MAGIC0 0x00u
+#define SW_SEAL_MAGIC1 0x01u /* layout version */
+#define SW_SEAL_NONCE 24
+#define SW_SEAL_TAG 16
+#define SW_SEAL_HDR_PREFIX (2 + 4 + 8 + 8 + SW_SEAL_NONCE)      /* 46 bytes before the ciphertext */
+#define SW_SEAL_HDR_OVERHEAD (SW_SEAL_HDR_PREFIX + SW_SEAL_TAG) /* 62 bytes added to a header */
+#define SW_SEAL_PAYLOAD_OVERHEAD (SW_SEAL_NONCE + SW_SEAL_TAG)  /* 40 bytes added to a payload */
+#define SW_SEAL_SENDERS_MAX 1024 /* (sender, session) replay windows kept; LRU beyond */
+
+enum sw_seal_rc {
+    SW_SEAL_OK = 0,
+    SW_SEAL_EFORMAT = -1, /* not a sealed frame, or truncated */
+    SW_SEAL_EAUTH = -2,   /* no key opens it: tampered, wrong key, wrong sender or receiver */
+    SW_SEAL_EREPLAY = -3, /* authentic, but seen before or too old */
+    SW_SEAL_ENOMEM = -4,
+};
+
+typedef struct sw_seal sw_seal_t;
+
+/* 1 when a header frame of len bytes is sealed (starts with the magic). */
+int sw_seal_is_sealed(const void *frame, size_t len);
+
+/*
+ * A sealer/opener holding n (1..2) cluster keys; keys[0] seals, every key
+ * opens (key rotation). The keys are copied into guarded memory.
+ */
+sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n)
+    __attribute__((warn_unused_result));
+void sw_seal_destroy(sw_seal_t **self_p);
+
+/*
+ * Seals one message from src to dst: *hdr_out gets the sealed header frame
+ * (initialised here) and, when has_payload, *payload_out the sealed payload
+ * frame. The caller sends or closes them.
+ */
+int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *hdr, size_t hdr_len,
+                    const void *payload, size_t payload_len, int has_payload, zmq_msg_t *hdr_out,
+                    zmq_msg_t *payload_out) __attribute__((warn_unused_result));
+
+/*
+ * Opens one message that the relay delivered from src to dst (this peer).
+ * *hdr_plain is a malloc'd copy of the Envelope bytes (caller frees) of
+ * *hdr_plain_len bytes; when payload is not NULL it is replaced in place by
+ * its plaintext. The replay window moves only when everything authenticated.
+ */
+int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr, size_t hdr_len,
+                 zmq_msg_t *payload, uint8_t **hdr_plain, size_t *hdr_plain_len)
+    __attribute__((warn_unused_result));
+
+/* Printable reason for an sw_seal_rc. */
+const char *sw_seal_strerror(int rc);
+
+#endif
