@@ -40,7 +40,7 @@ static void s_usage(FILE *f)
                "  --threads N            compute threads (default: all cores)\n"
                "  --ctx N                positions per session (default 2048)\n"
                "  --max-sessions N       sessions held at once (default 8)\n"
-               "  --dtype T              hidden states sent as f32, f16 or bf16 (default f16)\n"
+               "  --dtype T              hidden states sent as f32, f16 or bf16 (default f32)\n"
                "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
                "  --round-timeout-ms MS  head: recover a round with no verdict after MS (default "
                "60000)\n"
@@ -151,7 +151,7 @@ int main(int argc, char **argv)
         .idle_timeout_ms = 300000,
         .round_timeout_ms = 60000,
         .recover_timeout_ms = 60000,
-        .dtype = SHARDWIRE__DTYPE__DTYPE_F16,
+        .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
         .heartbeat_ms = 1000,
         .draft_k = DRAFT_K_AUTO,
     };

@@ -183,7 +183,7 @@ static void s_test_sampling(draft_model_t *dm)
     const int n_prompt = s_plen[0];
     draft_t *d = draft_new(dm);
     int32_t a[N_GEN], b[N_GEN];
-    sw_gen_stats_t ga, gb;
+    sw_gen_stats_t ga = {0}, gb = {0};
     int na = -1, nb = -2;
     for (int rep = 0; rep < 2 && d; rep++) {
         draft_cfg_t dc = {.mode = DRAFT_MODE_MODEL, .k = 4, .sampling = sp};
