@@ -193,12 +193,14 @@ int cmd_status(int argc, char **argv)
     return 0;
 }
 
-/* Finds the head: the named one, or the only peer whose layers start at 0. */
-static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len)
+/* Finds the head: the named one, or the only peer whose layers start at 0.
+ * quiet = 1: no message when it is not found. */
+static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len, int quiet)
 {
     sw_wire_msg_t t = {0};
     if (sw_peer_status(peer, &t, 5000) != 0) {
-        fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
+        if (!quiet)
+            fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
         return -1;
     }
     int found = 0;
@@ -214,10 +216,10 @@ static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len)
     }
     sw_wire_msg_clear(&t);
     if (!found) {
-        if (want)
+        if (!quiet && want)
             fprintf(stderr, "shardwire run: no head node named '%s' is connected to the relay\n",
                     want);
-        else
+        else if (!quiet)
             fprintf(stderr, "shardwire run: no head node (layers starting at 0) is connected to "
                             "the relay: start one with shardwire-node --layers 0:N\n");
         return -1;
@@ -356,7 +358,7 @@ int cmd_run(int argc, char **argv)
     json_t *ids = json_array();
     char *text = NULL;
     size_t text_len = 0;
-    if (s_find_head(peer, head_name, head, sizeof head) != 0)
+    if (s_find_head(peer, head_name, head, sizeof head, 0) != 0)
         goto out;
 
     char request_id[32];
@@ -397,6 +399,8 @@ int cmd_run(int argc, char **argv)
     }
 
     double last_msg = sw_now_ms(), first_tok = 0;
+    int head_missing = 0; // consecutive quiet checks that did not find the head
+    size_t n_got = 0;     // tokens received
     const double deadline = t0 + timeout_s * 1000 + 5000;
     for (;;) {
         if (s_stop) {
@@ -416,11 +420,19 @@ int cmd_run(int argc, char **argv)
                 goto out;
             }
             if (now - last_msg > 3000) { // quiet: is the head still there?
+                /* Twice in a row, so that a relay restart (the head announces
+                 * again within a second or so) is not taken for a dead head. */
                 char again[SW_WIRE_NAME_MAX + 1];
-                if (s_find_head(peer, head, again, sizeof again) != 0) {
-                    fprintf(stderr, "shardwire run: the head '%s' left during the request\n", head);
-                    goto out;
+                if (s_find_head(peer, head, again, sizeof again, 1) != 0) {
+                    if (++head_missing >= 2) {
+                        fprintf(stderr, "shardwire run: the head '%s' left during the request\n",
+                                head);
+                        goto out;
+                    }
+                    last_msg = now - 1500; // check again in 1.5 s
+                    continue;
                 }
+                head_missing = 0;
                 last_msg = now;
             }
             continue;
@@ -443,6 +455,7 @@ int cmd_run(int argc, char **argv)
             first_tok = now;
         for (size_t i = 0; i < tc->n_tokens; i++)
             json_array_append_new(ids, json_integer(tc->tokens[i]));
+        n_got += tc->n_tokens;
         if (tc->text.len) {
             char *t = realloc(text, text_len + tc->text.len + 1);
             if (!t) {
@@ -468,6 +481,16 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         const Shardwire__GenerateStats *st = tc->stats;
+        if (st && st->n_generated != n_got) {
+            /* A chunk was lost on the way (e.g. the relay restarted while it
+             * was in flight): say so rather than print a gapped text. */
+            fprintf(stderr,
+                    "shardwire run: received %zu of the %u generated tokens (a message was "
+                    "lost on the way; the relay may have restarted)\n",
+                    n_got, st->n_generated);
+            sw_wire_msg_clear(&m);
+            goto out;
+        }
         double total = now - t0;
         if (json) {
             json_t *j = json_object();

@@ -40,7 +40,21 @@ struct sw_verifier {
     int n_hist;            // positions already fed to the history
     float *work;           // (2 * n_vocab) scratch for sw_verify
     uint64_t digest;       // running digest of every logits row verified
+    uint64_t seed;         // the sampling seed; each round reseeds from (seed, kv_keep)
 };
+
+/* The RNG seed of a round that keeps kv_keep positions: a function of the
+ * session's seed and the round's position only (splitmix64 finaliser), so a
+ * verifier that restarted, had the session replayed and retries the round
+ * draws the same numbers as one that never stopped. */
+static uint64_t s_round_seed(uint64_t seed, int kv_keep)
+{
+    uint64_t z = seed ^ ((uint64_t)(uint32_t)kv_keep * 0xbf58476d1ce4e5b9ull);
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 /* A fast 64-bit digest step over one row's bits (not cryptographic: it only
  * tells tests whether two runs computed bit-identical logits). */
@@ -62,6 +76,7 @@ sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
     if (!v)
         return NULL;
     v->n_vocab = n_vocab;
+    v->seed = params->seed;
     v->sampler = sw_sampler_new(params, n_vocab);
     v->work = malloc(2 * (size_t)n_vocab * sizeof(float));
     if (!v->sampler || !v->work) {
@@ -95,6 +110,12 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
               v->n_hist);
         return -1;
     }
+    /* A round that keeps nothing starts the context again (a new prefill, or
+     * a replay after a stage failed): the history restarts with it. */
+    if (r->kv_keep == 0) {
+        sw_sampler_clear_history(v->sampler);
+        v->n_hist = 0;
+    }
     /* Context rows at positions the history has not seen yet. The committed
      * token t0 of the previous verdict was fed when it was committed. */
     for (int i = 0; i < n_ctx_rows; i++) {
@@ -103,6 +124,9 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
             v->n_hist++;
         }
     }
+    /* The round's random numbers depend on (seed, kv_keep) only, not on the
+     * rounds before it (see s_round_seed). */
+    sw_rng_seed(sw_sampler_rng(v->sampler), s_round_seed(v->seed, r->kv_keep));
     sw_verify_in_t in = {
         .k = r->n_draft,
         .draft = r->tokens + n_ctx_rows,
@@ -131,6 +155,10 @@ int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n
         s_err(err, err_len, "verify: chunk at %d does not follow the %d known positions", kv_keep,
               v->n_hist);
         return -1;
+    }
+    if (kv_keep == 0) { // the context starts again (see sw_verifier_run)
+        sw_sampler_clear_history(v->sampler);
+        v->n_hist = 0;
     }
     for (int i = 0; i < n; i++) {
         if (kv_keep + i >= v->n_hist) {

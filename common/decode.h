@@ -49,12 +49,18 @@ sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
 void sw_verifier_free(sw_verifier_t **self_p);
 /* Verifies a round given the logits of its last n_draft + 1 rows. Feeds the
  * round's context tokens and the committed tokens to the sampler's history
- * (each position once, whatever kv_keep says). 0, or -1 with err. */
+ * (each position once, whatever kv_keep says; kv_keep == 0 restarts the
+ * history). The round's random numbers come from the RNG reseeded with a hash
+ * of (seed, kv_keep), not from a stream that runs across rounds, so a round
+ * retried after its stage restarted and the session was replayed commits the
+ * same tokens (each round on its own is still the exact speculative rule).
+ * 0, or -1 with err. */
 int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, sw_verdict_t *out,
                     char *err, size_t err_len) __attribute__((warn_unused_result));
 
 /* Feeds context tokens at positions [kv_keep, kv_keep + n) to the sampler's
- * history without verifying (a prefill chunk that more chunks follow). */
+ * history without verifying (a prefill or replay chunk that more chunks
+ * follow; kv_keep == 0 restarts the history). */
 int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n, char *err,
                      size_t err_len) __attribute__((warn_unused_result));
 

@@ -10,14 +10,18 @@
 #include "seal.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
-#define SW_PEER_QUEUE 64          /* messages kept while sw_peer_status waits */
-#define SW_PEER_RETRY_MS 1000     /* re-announce interval while refused / unanswered */
-#define SW_PEER_TTL_MAX_MS 655000 /* ZMQ_HEARTBEAT_TTL is 16 bits of deciseconds */
+#define SW_PEER_QUEUE 64                /* messages kept while sw_peer_status waits */
+#define SW_PEER_RETRY_MS 1000           /* re-announce interval while refused / unanswered */
+#define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay */
+#define SW_PEER_ZMTP_BACKSTOP_MS 600000 /* libzmq's own heartbeat timeout */
 
 struct sw_peer {
     void *ctx;                          /* own ZeroMQ context (one I/O thread) */
@@ -32,6 +36,9 @@ struct sw_peer {
     sw_wire_msg_t queue[SW_PEER_QUEUE]; /* ring of kept messages */
     int q_head;                         /* index of the oldest kept message */
     int q_len;                          /* kept messages */
+    int fd;                             /* TCP socket to the relay (owned by libzmq), -1 = none */
+    int silent_limit_ms;                /* no data from the relay this long = reconnect */
+    int64_t check_at_ms;                /* next silence check */
     sw_wire_crypto_t crypto;            /* end-to-end sealing (crypto.seal NULL = none) */
     int auth_failed;                    /* the relay refused or revoked our key */
     uint64_t drops;                     /* malformed, unsealed, tampered or replayed messages */
@@ -130,8 +137,11 @@ static void s_events(sw_peer_t *p)
             return;
         }
         uint16_t event = 0;
+        uint32_t value = 0;
         if (zmq_msg_size(&ev) >= 2)
             memcpy(&event, zmq_msg_data(&ev), 2);
+        if (zmq_msg_size(&ev) >= 6)
+            memcpy(&value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
         int more = zmq_msg_more(&ev);
         zmq_msg_close(&ev);
         while (more) { /* the endpoint address frame */
@@ -143,7 +153,9 @@ static void s_events(sw_peer_t *p)
             more = zmq_msg_more(&ev);
             zmq_msg_close(&ev);
         }
-        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        if (event == ZMQ_EVENT_CONNECTED) {
+            p->fd = (int)value; /* the event's value is the new socket */
+        } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             if (p->n_connects > 0)
                 SW_INFO("peer %s: reconnected to the relay, announcing again", p->announce->name);
             p->n_connects++;
@@ -152,6 +164,7 @@ static void s_events(sw_peer_t *p)
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
             SW_WARN("peer %s: lost the relay connection", p->announce->name);
             p->announced = 0;
+            p->fd = -1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             SW_ERR("peer %s: the relay refused our key (not on its allow-list, or revoked)",
                    p->announce->name);
@@ -164,6 +177,28 @@ static void s_events(sw_peer_t *p)
             if (p->constructing)
                 p->auth_failed = 1;
         }
+    }
+}
+
+/* The relay sends ZMTP PINGs every heartbeat interval, so a live relay is
+ * never silent for long; its libzmq timeout is not used because it is only
+ * reset by whole frames, and a live relay may spend minutes sending one large
+ * frame over a thin link. The kernel says when data last arrived. */
+static void s_check_silence(sw_peer_t *p)
+{
+    int64_t now = s_now_ms();
+    if (p->fd < 0 || now < p->check_at_ms)
+        return;
+    p->check_at_ms = now + p->silent_limit_ms / SW_PEER_SILENT_IVLS;
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+        return;
+    if ((int64_t)ti.tcpi_last_data_recv > p->silent_limit_ms) {
+        SW_WARN("peer %s: no data from the relay for %u ms: reconnecting", p->announce->name,
+                ti.tcpi_last_data_recv);
+        shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and redials */
+        p->fd = -1;
     }
 }
 
@@ -226,6 +261,7 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
     int64_t deadline = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
     for (;;) {
         s_events(p);
+        s_check_silence(p);
         s_maybe_announce(p);
         if (p->fatal_code || p->auth_failed)
             return -1;
@@ -292,7 +328,6 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         return NULL;
     }
     int hb = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
-    int ttl = hb > SW_PEER_TTL_MAX_MS / 10 ? SW_PEER_TTL_MAX_MS : 10 * hb;
     int connect_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
     int send_ms = opts->send_timeout_ms > 0 ? opts->send_timeout_ms : 10000;
     char mon_ep[64];
@@ -301,6 +336,8 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     if (!p)
         return NULL;
     p->announce_at_ms = 0;
+    p->fd = -1;
+    p->silent_limit_ms = hb > 600000 / SW_PEER_SILENT_IVLS ? 600000 : SW_PEER_SILENT_IVLS * hb;
     p->announce = s_copy_announce(opts->announce);
     p->ctx = zmq_ctx_new();
     if (!p->announce || !p->ctx)
@@ -312,8 +349,9 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     if (s_setopt_int(p->sock, ZMQ_LINGER, 500, "ZMQ_LINGER") ||
         s_setopt_int(p->sock, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE") ||
         s_setopt_int(p->sock, ZMQ_HEARTBEAT_IVL, hb, "ZMQ_HEARTBEAT_IVL") ||
-        s_setopt_int(p->sock, ZMQ_HEARTBEAT_TIMEOUT, ttl, "ZMQ_HEARTBEAT_TIMEOUT") ||
-        s_setopt_int(p->sock, ZMQ_HEARTBEAT_TTL, ttl, "ZMQ_HEARTBEAT_TTL") ||
+        s_setopt_int(p->sock, ZMQ_HEARTBEAT_TIMEOUT, SW_PEER_ZMTP_BACKSTOP_MS,
+                     "ZMQ_HEARTBEAT_TIMEOUT") ||
+        s_setopt_int(p->sock, ZMQ_HEARTBEAT_TTL, 0, "ZMQ_HEARTBEAT_TTL") ||
         s_setopt_int(p->sock, ZMQ_RECONNECT_IVL, 100, "ZMQ_RECONNECT_IVL") ||
         s_setopt_int(p->sock, ZMQ_RECONNECT_IVL_MAX, 2000, "ZMQ_RECONNECT_IVL_MAX") ||
         s_setopt_int(p->sock, ZMQ_SNDTIMEO, send_ms, "ZMQ_SNDTIMEO") ||
@@ -325,8 +363,8 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         goto err_quiet;
     snprintf(mon_ep, sizeof mon_ep, "inproc://sw-peer-monitor-%p", (void *)p);
     if (zmq_socket_monitor(p->sock, mon_ep,
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
         goto err;

@@ -6,9 +6,14 @@
  * framed messages (wire.h) by peer name. What this module handles so that the
  * node and the CLI do not have to:
  *
- * - Liveness: ZMTP heartbeats (ZMQ_HEARTBEAT_IVL / _TIMEOUT / _TTL) run in
- *   libzmq's I/O thread, so a long prefill on the calling thread cannot starve
- *   them; the relay's liveness probes are swallowed by sw_peer_recv.
+ * - Liveness: ZMTP heartbeats (ZMQ_HEARTBEAT_IVL) run in libzmq's I/O
+ *   thread, so a long prefill on the calling thread cannot starve them; the
+ *   relay's liveness probes are swallowed by sw_peer_recv. Both sides judge
+ *   the other by bytes, not whole frames (a large frame on a thin link can
+ *   take minutes): the relay drops a peer that sent no data for 5 of its
+ *   heartbeat intervals, and a peer whose relay sent nothing for 10 of its
+ *   own intervals shuts the connection down so that libzmq redials (checked
+ *   inside sw_peer_recv / sw_peer_send, from TCP_INFO).
  * - Reconnects: libzmq redials by itself; after a reconnect the relay sees a
  *   new connection, so the peer announces again (on the socket monitor's
  *   HANDSHAKE_SUCCEEDED event, and whenever the relay answers ERR_NOT_ANNOUNCED), and
@@ -38,7 +43,8 @@ typedef struct sw_peer sw_peer_t;
 typedef struct sw_peer_opts {
     const char *relay;                       /* relay endpoint, "tcp://host:port" */
     const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
-    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. Timeout and TTL are 10x. */
+    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. The relay is presumed gone
+                               after 10x this without data from it. */
     int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
     int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
     const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */

@@ -20,6 +20,7 @@
 #include "drafter.h"
 #include "log.h"
 #include "node.h"
+#include "recover.h"
 
 #define S_MAX_QUEUE 64
 
@@ -135,7 +136,7 @@ typedef struct s_route {
 /* Builds head -> ... -> tail from the relay's peer table: from the end of
  * this stage's range, the next stage is the peer whose range begins there.
  * Refuses gaps, overlaps and other models with a message naming the peer. */
-static int s_build_route(node_t *n, s_route_t *r, char *err, size_t err_len)
+static int s_build_route(node_t *n, s_route_t *r, node_recover_t *rec, char *err, size_t err_len)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
@@ -199,6 +200,8 @@ static int s_build_route(node_t *n, s_route_t *r, char *err, size_t err_len)
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->name);
         at = pick->layer_end;
     }
+    if (rec)
+        node_recover_route_baseline(rec, pt, r->names, r->n);
     sw_wire_msg_clear(&t);
 done:
     for (int i = 0; i < r->n; i++)
@@ -209,27 +212,16 @@ fail:
     return -1;
 }
 
-/* 1 when every stage of the route is still in the relay's table. */
-static int s_route_alive(node_t *n, const s_route_t *r, char *missing, size_t len)
+/* 1 when every stage of the route is still in the relay's table on the
+ * connection the route was built with (recover.h); else 0 and why. */
+static int s_route_alive(node_t *n, s_route_t *r, const node_recover_t *rec, char *why, size_t len)
 {
     sw_wire_msg_t t = {0};
     if (sw_peer_status(n->peer, &t, 2000) != 0) {
-        snprintf(missing, len, "the relay");
+        snprintf(why, len, "the relay did not answer a status query");
         return 0;
     }
-    int ok = 1;
-    for (int i = 1; i < r->n && ok; i++) {
-        int found = 0;
-        for (size_t j = 0; j < t.env->peer_table->n_peers; j++) {
-            const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[j]->announce;
-            if (a && !strcmp(a->name, r->names[i]))
-                found = 1;
-        }
-        if (!found) {
-            snprintf(missing, len, "stage '%s'", r->names[i]);
-            ok = 0;
-        }
-    }
+    int ok = node_recover_route_check(rec, t.env->peer_table, r->names, r->n, why, len);
     sw_wire_msg_clear(&t);
     return ok;
 }
@@ -245,8 +237,13 @@ typedef struct s_pipe {
     double head_ms, stage_ms, net_ms;      // totals over the request
     double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
     double deadline_ms;                    // absolute, 0 = none
+    node_recover_t *rec;                   // committed tokens and route baseline (recover.h)
+    const char *client;                    // who the tokens stream to (not owned)
+    double round_head_ms, round_stage_ms;  // the current round's compute, head / stages
 } s_pipe_t;
 
+/* Waits for the Verdict of round p->round: NODE_RECOVER_OK, _RETRY (a stage
+ * or the relay failed, or the verdict is late: recover.c may fix it) or _FATAL. */
 static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char *err,
                           size_t err_len)
 {
@@ -256,13 +253,13 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
     for (;;) {
         if (*n->stop) {
             snprintf(err, err_len, "the head is shutting down");
-            return -1;
+            return NODE_RECOVER_FATAL;
         }
         sw_wire_msg_t m = {0};
         int rc = sw_peer_recv(n->peer, &m, 100);
         if (rc < 0) {
             snprintf(err, err_len, "lost the connection to the relay");
-            return -1;
+            return NODE_RECOVER_FATAL;
         }
         if (rc == 0) {
             const Shardwire__Envelope *e = m.env;
@@ -276,7 +273,7 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                 if (v->n_tokens < 1 || v->n_tokens > SW_MAX_DRAFT + 1) {
                     snprintf(err, err_len, "the tail sent a verdict with %zu tokens", v->n_tokens);
                     sw_wire_msg_clear(&m);
-                    return -1;
+                    return NODE_RECOVER_FATAL;
                 }
                 out->n_commit = (int)v->n_tokens;
                 out->logits_digest = v->logits_digest;
@@ -313,8 +310,16 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                                  dest);
                     else
                         snprintf(err, err_len, "%s", e->error->message);
+                    /* Lost stages, lost sessions and lost messages can be
+                     * recovered; a stage refusing the round cannot. */
+                    int code = e->error->code;
+                    int retry = code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
+                                code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
+                                code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY ||
+                                code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED ||
+                                code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION;
                     sw_wire_msg_clear(&m);
-                    return -1;
+                    return retry ? NODE_RECOVER_RETRY : NODE_RECOVER_FATAL;
                 }
             } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE) {
                 node_head_request(n, &m);
@@ -327,37 +332,41 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
         double now = node_now_ms();
         if (p->deadline_ms && now > p->deadline_ms) {
             snprintf(err, err_len, "the request's deadline passed");
-            return -1;
+            return NODE_RECOVER_FATAL;
         }
         if (now > t_limit) {
             snprintf(err, err_len, "no verdict within %d ms (see --round-timeout-ms)",
                      n->o.round_timeout_ms);
-            return -1;
+            return NODE_RECOVER_RETRY;
         }
         if (now > t_check) {
-            char missing[96];
-            if (!s_route_alive(n, &p->route, missing, sizeof missing)) {
-                snprintf(err, err_len, "%s left the pipeline during the round", missing);
-                return -1;
+            char why[160];
+            if (!s_route_alive(n, &p->route, p->rec, why, sizeof why)) {
+                snprintf(err, err_len, "%s during the round", why);
+                return NODE_RECOVER_RETRY;
             }
             t_check = node_now_ms() + 1000;
         }
     }
 }
 
-static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char *err,
-                        size_t err_len)
+/* Runs this stage's layers on the round's rows and sends them to the next
+ * stage as Forwards of a new round number (recover.h: node_recover_ops_t.send).
+ * more = 1 marks the last chunk prefill_more too (a replay). The number of
+ * chunks sent, or NODE_RECOVER_RETRY / _FATAL. */
+static int s_pipe_send(void *ctx, const sw_round_t *r, int more, char *err, size_t err_len)
 {
     s_pipe_t *p = ctx;
     node_t *n = p->n;
     node_head_t *h = n->head;
     const int E = n->hp->n_embd;
-    const double t_round = node_now_ms();
     double head_ms = 0;
+    int chunks = 0;
+    p->round++;
     if (sw_kv_truncate(h->kv, r->kv_keep) != 0) {
         snprintf(err, err_len, "kv_keep %d is past the head's %d positions", r->kv_keep,
                  sw_kv_len(h->kv));
-        return -1;
+        return NODE_RECOVER_FATAL;
     }
     uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT];
     float probs[SW_MAX_DRAFT];
@@ -384,7 +393,7 @@ static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char 
                            .out_hidden = n->hidden_out,
                            .prompt = r->n_draft == 0};
         if (sw_model_forward(n->model, h->kv, &fw, err, err_len) != 0)
-            return -1;
+            return NODE_RECOVER_FATAL;
         node_hidden_pack(n->o.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
         head_ms += node_now_ms() - t0;
         for (int i = 0; i < rows; i++)
@@ -419,7 +428,7 @@ static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char 
         f.route = p->route.ptrs;
         f.hop = 1;
         f.reply_to = p->route.names[0];
-        f.prefill_more = !last_chunk;
+        f.prefill_more = !last_chunk || more;
         f.n_timing = 1;
         f.timing = &tp;
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
@@ -428,23 +437,112 @@ static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char 
         const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(f.dtype);
         if (sw_peer_send(n->peer, p->route.names[1], &env, n->wire_buf, bytes, 1) != 0) {
             snprintf(err, err_len, "could not send the round to stage '%s'", p->route.names[1]);
-            return -1;
+            p->round_head_ms += head_ms;
+            return NODE_RECOVER_RETRY;
         }
+        chunks++;
     }
+    p->round_head_ms += head_ms;
     /* The prefill keeps the later stages busy for a while: feed the prompt
-     * to the draft model meanwhile, off the critical path. */
-    if (r->kv_keep == 0 && r->n_draft == 0 && h->drafter &&
+     * to the draft model meanwhile, off the critical path (once: a replay's
+     * prefill has a later round number). */
+    if (p->round == 1 && r->kv_keep == 0 && r->n_draft == 0 && !more && h->drafter &&
         draft_warm(h->drafter, r->tokens, r->n) != 0)
         SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
+    return chunks;
+}
+
+static int s_pipe_wait(void *ctx, sw_verdict_t *out, char *err, size_t err_len)
+{
+    s_pipe_t *p = ctx;
     double stage_ms = 0;
-    if (s_wait_verdict(p, out, &stage_ms, err, err_len) != 0)
+    int rc = s_wait_verdict(p, out, &stage_ms, err, err_len);
+    p->round_stage_ms += stage_ms;
+    return rc;
+}
+
+/* Serves messages for up to ms while recovery waits (recover.h). */
+static int s_pipe_idle(void *ctx, int ms, char *err, size_t err_len)
+{
+    s_pipe_t *p = ctx;
+    node_t *n = p->n;
+    const double until = node_now_ms() + ms;
+    for (;;) {
+        if (*n->stop) {
+            snprintf(err, err_len, "the head is shutting down");
+            return NODE_RECOVER_FATAL;
+        }
+        const double left = until - node_now_ms();
+        if (left <= 0)
+            return NODE_RECOVER_OK;
+        sw_wire_msg_t m = {0};
+        int rc = sw_peer_recv(n->peer, &m, (int)left + 1);
+        if (rc < 0) {
+            snprintf(err, err_len, "lost the connection to the relay");
+            return NODE_RECOVER_FATAL;
+        }
+        if (rc != 0)
+            continue;
+        if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE)
+            node_head_request(n, &m);
+        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD)
+            node_stage_forward(n, &m);
+        sw_wire_msg_clear(&m); // stale verdicts and errors of the failed round
+    }
+}
+
+static int s_pipe_reroute(void *ctx, char *err, size_t err_len)
+{
+    s_pipe_t *p = ctx;
+    s_route_t nr;
+    if (s_build_route(p->n, &nr, p->rec, err, err_len) != 0)
+        return NODE_RECOVER_RETRY;
+    if (nr.n < 2) {
+        snprintf(err, err_len, "the head now holds every layer");
+        return NODE_RECOVER_FATAL;
+    }
+    p->route = nr;
+    for (int i = 0; i < p->route.n; i++)
+        p->route.ptrs[i] = p->route.names[i];
+    /* After a relay restart the client must have announced again too, or
+     * the next TokenChunk would be dropped. */
+    sw_wire_msg_t t = {0};
+    if (p->client && sw_peer_status(p->n->peer, &t, 2000) == 0) {
+        int found = 0;
+        for (size_t j = 0; j < t.env->peer_table->n_peers; j++) {
+            const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[j]->announce;
+            found |= a && !strcmp(a->name, p->client);
+        }
+        sw_wire_msg_clear(&t);
+        if (!found) {
+            snprintf(err, err_len, "the client '%s' is not connected to the relay", p->client);
+            return NODE_RECOVER_RETRY;
+        }
+    }
+    return NODE_RECOVER_OK;
+}
+
+/* One round through the pipeline, recovered by recover.c if a stage or the
+ * relay fails on the way. */
+static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char *err,
+                        size_t err_len)
+{
+    s_pipe_t *p = ctx;
+    const double t_round = node_now_ms();
+    p->round_head_ms = p->round_stage_ms = 0;
+    const node_recover_ops_t ops = {.ctx = p,
+                                    .send = s_pipe_send,
+                                    .wait = s_pipe_wait,
+                                    .reroute = s_pipe_reroute,
+                                    .idle = s_pipe_idle};
+    if (node_recover_round(p->rec, &ops, r, p->deadline_ms, out, err, err_len) != 0)
         return -1;
+    const double head_ms = p->round_head_ms, stage_ms = p->round_stage_ms;
     const double wall = node_now_ms() - t_round;
     out->compute_ms = head_ms + stage_ms;
     p->head_ms += head_ms;
     p->stage_ms += stage_ms;
     p->net_ms += wall - head_ms - stage_ms > 0 ? wall - head_ms - stage_ms : 0;
-    p->round++;
     return 0;
 }
 
@@ -639,7 +737,11 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         goto oom;
 
     code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
-    if (s_build_route(n, &pipe.route, err, sizeof err) != 0)
+    pipe.client = msg->peer;
+    pipe.rec = node_recover_new(n->o.n_ctx, n->o.recover_timeout_ms);
+    if (!pipe.rec)
+        goto oom;
+    if (s_build_route(n, &pipe.route, pipe.rec, err, sizeof err) != 0)
         goto fail;
     code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
     randombytes_buf(&pipe.session, sizeof pipe.session);
@@ -731,6 +833,7 @@ fail:
 done:
     if (pipe.route.n > 1)
         s_close_session(n, &pipe.route, pipe.session);
+    node_recover_free(&pipe.rec);
     sw_local_target_free(&lt);
     sw_detok_free(&st.detok);
     free(chat_text);

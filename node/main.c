@@ -4,6 +4,7 @@
  *   shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT --name NAME
  *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
+ *                  [--recover-timeout-s S]
  *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
  *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
  *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
@@ -41,8 +42,10 @@ static void s_usage(FILE *f)
                "  --max-sessions N       sessions held at once (default 8)\n"
                "  --dtype T              hidden states sent as f32, f16 or bf16 (default f32)\n"
                "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
-               "  --round-timeout-ms MS  head: fail a round with no verdict after MS (default "
+               "  --round-timeout-ms MS  head: recover a round with no verdict after MS (default "
                "60000)\n"
+               "  --recover-timeout-s S  head: wait up to S s for a failed stage to come back "
+               "(default 60; 0 = fail at once)\n"
                "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n"
                "  --draft-model PATH     head: draft model GGUF (the model's vocabulary)\n"
                "  --draft MODE           head: default proposer: model, ngram, mix or none\n"
@@ -108,6 +111,7 @@ int main(int argc, char **argv)
         O_IDLE,
         O_ROUND,
         O_HB,
+        O_RECOVER,
         O_DMODEL,
         O_DMODE,
         O_DK,
@@ -127,6 +131,7 @@ int main(int argc, char **argv)
                                           {"idle-timeout-s", required_argument, 0, O_IDLE},
                                           {"round-timeout-ms", required_argument, 0, O_ROUND},
                                           {"heartbeat-ms", required_argument, 0, O_HB},
+                                          {"recover-timeout-s", required_argument, 0, O_RECOVER},
                                           {"draft-model", required_argument, 0, O_DMODEL},
                                           {"draft", required_argument, 0, O_DMODE},
                                           {"draft-k", required_argument, 0, O_DK},
@@ -145,11 +150,12 @@ int main(int argc, char **argv)
         .max_sessions = 8,
         .idle_timeout_ms = 300000,
         .round_timeout_ms = 60000,
+        .recover_timeout_ms = 60000,
         .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
         .heartbeat_ms = 1000,
         .draft_k = DRAFT_K_AUTO,
     };
-    int c, idle_s = 300, rc = 0;
+    int c, idle_s = 300, recover_s = 60, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sargs, c, optarg);
         if (h < 0)
@@ -183,6 +189,9 @@ int main(int argc, char **argv)
             break;
         case O_ROUND:
             rc = s_int("--round-timeout-ms", optarg, 100, 3600000, &o.round_timeout_ms);
+            break;
+        case O_RECOVER:
+            rc = s_int("--recover-timeout-s", optarg, 0, 86400, &recover_s);
             break;
         case O_HB:
             rc = s_int("--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
@@ -266,6 +275,7 @@ int main(int argc, char **argv)
         return 2;
     }
     o.idle_timeout_ms = idle_s * 1000;
+    o.recover_timeout_ms = recover_s * 1000;
     char err[512];
     if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);

@@ -34,7 +34,8 @@ typedef struct node_opts {
     int n_ctx;               // positions per session
     int max_sessions;        // sessions held at once
     int idle_timeout_ms;     // a session unused this long is freed
-    int round_timeout_ms;    // head: give up on a round after this long
+    int round_timeout_ms;    // head: a round with no verdict after this long is recovered
+    int recover_timeout_ms;  // head: how long one recovery waits for the pipeline
     int dtype;               // hidden-state dtype sent on (SHARDWIRE__DTYPE__*)
     int heartbeat_ms;        // ZMTP heartbeat interval
     const char *draft_model; // head: draft GGUF (NULL = none)

@@ -41,7 +41,8 @@ static void s_usage(FILE *out)
                  "                  followed by the only name it may announce; # comments.\n"
                  "                  Re-read when it changes and on SIGHUP.\n"
                  "  --insecure-loopback  no keys, no encryption; loopback endpoints only\n"
-                 "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval (default 1000)\n"
+                 "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval; a peer that sends "
+                 "no data for 5 intervals is dropped (default 1000)\n"
                  "  --hwm           messages queued per peer and direction (default 128)\n"
                  "  --rate          messages/s one peer may send to others (default 2000)\n");
 }

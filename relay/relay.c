@@ -5,13 +5,25 @@
  * announced name to the ROUTER routing id of the connection the announce came
  * on; lookups are linear scans, which beat hashing at these sizes.
  *
- * Liveness: libzmq drops a connection whose ZMTP heartbeats stop (or whose
- * TCP link closes) and forgets its routing id. The relay notices that by
- * probing: with ZMQ_ROUTER_MANDATORY, sending to a forgotten id fails at once
- * with EHOSTUNREACH; to a live one the probe is a single empty frame, which
- * peers ignore. Probes run every heartbeat interval, shortly after each
- * DISCONNECTED event from the socket monitor, and before a name held by
- * another connection is refused.
+ * Liveness: libzmq drops a connection whose TCP link closes and forgets its
+ * routing id. The relay notices that by probing: with ZMQ_ROUTER_MANDATORY,
+ * sending to a forgotten id fails at once with EHOSTUNREACH; to a live one
+ * the probe is a single empty frame, which peers ignore. Probes run every
+ * heartbeat interval, shortly after each DISCONNECTED event from the socket
+ * monitor, and before a name held by another connection is refused.
+ *
+ * A peer that is alive but stopped (SIGSTOP, a frozen VM) keeps its TCP link:
+ * its kernel still acknowledges. libzmq's ZMTP heartbeat timeout would catch
+ * it, but that timer is only reset by a whole decoded frame, and a live peer
+ * slowly sending one 16 MiB frame over a thin link (minutes at a few Mbit/s)
+ * decodes nothing for that long. So the relay judges by bytes instead: it
+ * sends ZMTP PINGs every heartbeat interval (answered by the peer's libzmq
+ * I/O thread, so a busy compute thread cannot starve them) and, at each
+ * sweep, reads the kernel's time since the last data arrived on the peer's
+ * connection (TCP_INFO tcpi_last_data_recv, the socket found through the
+ * ZMQ_SRCFD of its messages). A peer silent for 5 heartbeat intervals is
+ * removed and its connection shut down, so that it reconnects and announces
+ * again if it ever resumes. libzmq's own timeout stays as a 10-minute backstop.
  */
 #include "relay.h"
 
@@ -21,11 +33,14 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -33,6 +48,8 @@
 #define RELAY_BATCH 256     /* messages handled per wakeup before timers run */
 #define RELAY_RECHECK_MS 20 /* probe delay after a DISCONNECTED event */
 #define RELAY_MON_EP "inproc://sw-relay-monitor"
+#define RELAY_SILENT_IVLS 5                   /* heartbeat intervals without data = dead */
+#define RELAY_ZMTP_BACKSTOP_MS 600000         /* libzmq's own heartbeat timeout */
 #define RELAY_ZAP_EP "inproc://zeromq.zap.01" /* fixed by the ZAP spec (RFC 27) */
 #define RELAY_ALLOW_CHECK_MS 1000             /* allow-list file change check period */
 #define RELAY_PARK_MAX 256                    /* messages held while their destination is full */
@@ -52,10 +69,13 @@ typedef struct relay_peer {
     uint64_t msgs_out;             /* messages forwarded to it */
     uint64_t bytes_in;             /* bytes received from it, all frames */
     uint64_t busy_drops;           /* messages to it dropped because its queue was full */
-    char user[SW_KEY_Z85_LEN + 1]; /* authenticated CURVE public key ("" when insecure) */
+    char user[SW_KEY_Z85_LEN + 1]; /* authenticated CURVE public key (\"\" when insecure) */
     double tokens;                 /* rate limit bucket: messages it may still send now */
     int64_t refill_ms;             /* when the bucket was last refilled */
     uint64_t rate_drops;           /* messages dropped for going over the rate */
+    int fd;                        /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
+    struct sockaddr_storage addr;  /* the fd's remote address when learnt (guards fd reuse) */
+    socklen_t addr_len;            /* bytes of addr */
 } relay_peer_t;
 
 /*
@@ -319,7 +339,7 @@ relay_t *relay_new(const relay_opts_t *opts)
         return NULL;
     r->heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
     int hwm = opts->hwm > 0 ? opts->hwm : 128;
-    int timeout = r->heartbeat_ms > 655000 / 5 ? 655000 : 5 * r->heartbeat_ms;
+    int timeout = RELAY_ZMTP_BACKSTOP_MS; /* liveness is judged by bytes (see the top) */
     int64_t maxmsg = SW_WIRE_MAX_FRAME;
     size_t len = sizeof r->endpoint;
 
@@ -335,7 +355,7 @@ relay_t *relay_new(const relay_opts_t *opts)
         s_setopt_int(r->router, ZMQ_RCVHWM, hwm, "ZMQ_RCVHWM") ||
         s_setopt_int(r->router, ZMQ_HEARTBEAT_IVL, r->heartbeat_ms, "ZMQ_HEARTBEAT_IVL") ||
         s_setopt_int(r->router, ZMQ_HEARTBEAT_TIMEOUT, timeout, "ZMQ_HEARTBEAT_TIMEOUT") ||
-        s_setopt_int(r->router, ZMQ_HEARTBEAT_TTL, timeout, "ZMQ_HEARTBEAT_TTL") ||
+        s_setopt_int(r->router, ZMQ_HEARTBEAT_TTL, 0, "ZMQ_HEARTBEAT_TTL") ||
         s_setopt_int(r->router, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
         goto err;
     if (zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
@@ -456,13 +476,58 @@ static int s_alive(relay_t *r, relay_peer_t *p)
     return 1;
 }
 
+/* Remembers the TCP socket that a message from the peer with routing id
+ * `id` came on (once per connection). */
+static void s_learn_fd(relay_t *r, const void *id, size_t id_len, zmq_msg_t *frame)
+{
+    relay_peer_t *p = s_find_id(r, id, id_len);
+    if (!p || p->fd >= 0)
+        return;
+    int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    if (fd < 0)
+        return;
+    p->addr_len = sizeof p->addr;
+    if (getpeername(fd, (struct sockaddr *)&p->addr, &p->addr_len) != 0)
+        return;
+    p->fd = fd;
+}
+
+/* Milliseconds since data last arrived from p (TCP_INFO), or -1 when the
+ * socket is unknown, not TCP, or now belongs to another connection. */
+static long s_silent_ms(relay_peer_t *p)
+{
+    if (p->fd < 0)
+        return -1;
+    struct sockaddr_storage now;
+    socklen_t len = sizeof now;
+    if (getpeername(p->fd, (struct sockaddr *)&now, &len) != 0 || len != p->addr_len ||
+        memcmp(&now, &p->addr, len) != 0) {
+        p->fd = -1; /* closed and maybe reused: the probes judge this peer */
+        return -1;
+    }
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+        return -1;
+    return (long)ti.tcpi_last_data_recv;
+}
+
 static void s_sweep(relay_t *r)
 {
+    const long limit = (long)RELAY_SILENT_IVLS * r->heartbeat_ms;
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
         if (!s_alive(r, p)) {
             s_remove(r, p, "connection closed");
             continue; /* the last one moved into slot i */
+        }
+        long silent = s_silent_ms(p);
+        if (silent > limit) {
+            SW_WARN("relay: no data from %s for %ld ms (limit %ld): dropping its connection",
+                    p->name, silent, limit);
+            shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and forgets the id */
+            s_remove(r, p, "heartbeats stopped");
+            continue;
         }
         i++;
     }
@@ -594,6 +659,7 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->name = a->name;
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
         p->tokens = r->rate;
+        p->fd = -1;
         r->peers[r->n_peers++] = p;
         SW_INFO("peer %s joined: role %d, layers [%u, %u) of %u, backend '%s', %u sessions",
                 a->name, (int)a->role, a->layer_begin, a->layer_end, a->n_layers, a->backend,
@@ -922,6 +988,8 @@ static int s_handle_one(relay_t *r)
     sender->tokens -= 1.0;
     s_forward(r, sender, f, n);
 done:
+    if (n >= 2)
+        s_learn_fd(r, id, id_len, &f[1]);
     for (int i = 0; i < 4; i++)
         zmq_msg_close(&f[i]);
     return 0;

@@ -11,7 +11,9 @@
  *  - two clients at once each get their own correct output;
  *  - a gap, an overlap and another model file are refused with a message
  *    naming the problem;
- *  - a stage killed mid-generation gives the client an error, not a hang.
+ *  - a stage killed mid-generation and not restarted gives the client an
+ *    error once the head's recovery gives up (--recover-timeout-s), not a hang
+ *    (recovery itself: test_recover.c).
  */
 #include <jansson.h>
 #include <signal.h>
@@ -154,6 +156,8 @@ static int s_start(struct s_cluster *c, const char *model, const char *const *ra
                       (char *)dtype,
                       "--round-timeout-ms",
                       "20000",
+                      "--recover-timeout-s",
+                      "3",
                       "--insecure-loopback",
                       NULL};
         c->nodes[i] = sw_test_spawn(na, "/tmp/sw_test_cluster_nodes.log");

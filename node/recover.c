@@ -1,0 +1,371 @@
+/*
+ * recover.c - session recovery on the head (see recover.h): the committed
+ * tokens of the session, the retry loop around one round, and the check that
+ * tells a restarted stage from one that is merely slow.
+ */
+#include "recover.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define S_POLL_MS 250 /* between route checks while waiting for the pipeline */
+#define S_WINDOW 32   /* replayed rounds in flight at most (the relay queues 128 per peer) */
+
+typedef struct s_base {
+    char name[SW_WIRE_NAME_MAX + 1]; // stage
+    uint64_t msgs_out;               // relay counter when the route was built: messages to it
+    uint64_t msgs_in;                // the same: messages from it
+} s_base_t;
+
+/* One round as it was sent: its rows and what went on the wire about its
+ * drafts, so that a replay sends exactly the same Forwards. */
+typedef struct s_logged {
+    int kv_keep;    // positions kept
+    int n, n_draft; // rows, drafts among them
+    size_t tok;     // first row token in the token pool
+    size_t q;       // first draft's entry in the q pool, or SIZE_MAX = point masses
+} s_logged_t;
+
+typedef struct s_q {
+    float q_tok; // q_i(d_i)
+    int32_t n;   // sparse entries (0 = none sent)
+    size_t at;   // first entry in the id / value pools
+} s_q_t;
+
+struct node_recover {
+    s_logged_t *rounds;               // (cap_rounds) the session's rounds in order
+    int n_rounds, cap_rounds;         // logged / allocated
+    int32_t *toks;                    // (cap_toks) row tokens of every logged round
+    size_t n_toks, cap_toks;          // used / allocated
+    s_q_t *qs;                        // (cap_qs) draft distributions of every logged round
+    size_t n_qs, cap_qs;              // used / allocated
+    int32_t *q_ids;                   // (cap_qv) sparse support ids
+    float *q_vals;                    // (cap_qv) sparse probabilities
+    size_t n_qv, cap_qv;              // used / allocated
+    int timeout_ms;                   // one recovery waits this long for a route
+    s_base_t base[SW_WIRE_MAX_ROUTE]; // per stage of the current route
+    int n_base;                       // entries in base
+    uint64_t done_chunks;             // Forward chunks of rounds answered since the baseline
+    uint64_t inflight_chunks;         // chunks sent in the current attempt, not answered yet
+    node_recover_stats_t st;          // totals
+};
+
+/* Grows *buf (elements of size sz) to hold need elements; 0 or -1. */
+static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / sz)
+            return -1;
+        c *= 2;
+    }
+    void *p = realloc(*buf, c * sz);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+node_recover_t *node_recover_new(int n_ctx, int timeout_ms)
+{
+    (void)n_ctx; // the log grows with the session
+    node_recover_t *rec = calloc(1, sizeof *rec);
+    if (!rec)
+        return NULL;
+    rec->timeout_ms = timeout_ms;
+    return rec;
+}
+
+void node_recover_free(node_recover_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    node_recover_t *rec = *self_p;
+    free(rec->rounds);
+    free(rec->toks);
+    free(rec->qs);
+    free(rec->q_ids);
+    free(rec->q_vals);
+    free(rec);
+    *self_p = NULL;
+}
+
+const node_recover_stats_t *node_recover_stats(const node_recover_t *rec)
+{
+    return &rec->st;
+}
+
+/* ---- route liveness ------------------------------------------------------------------ */
+
+static const Shardwire__PeerInfo *s_find(const Shardwire__PeerTable *t, const char *name)
+{
+    for (size_t j = 0; j < t->n_peers; j++) {
+        const Shardwire__PeerAnnounce *a = t->peers[j]->announce;
+        if (a && !strcmp(a->name, name))
+            return t->peers[j];
+    }
+    return NULL;
+}
+
+void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable *t,
+                                 char names[][SW_WIRE_NAME_MAX + 1], int n)
+{
+    rec->n_base = 0;
+    rec->done_chunks = rec->inflight_chunks = 0;
+    for (int i = 1; i < n && i < SW_WIRE_MAX_ROUTE; i++) {
+        const Shardwire__PeerInfo *pi = s_find(t, names[i]);
+        s_base_t *b = &rec->base[rec->n_base++];
+        snprintf(b->name, sizeof b->name, "%s", names[i]);
+        b->msgs_out = pi ? pi->msgs_out : 0;
+        b->msgs_in = pi ? pi->msgs_in : 0;
+    }
+}
+
+int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTable *t,
+                             char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len)
+{
+    uint64_t prev_sent = 0; // messages the stage before sent since the baseline
+    for (int i = 1; i < n; i++) {
+        const Shardwire__PeerInfo *pi = s_find(t, names[i]);
+        if (!pi) {
+            snprintf(why, why_len, "stage '%s' left the pipeline", names[i]);
+            return 0;
+        }
+        const s_base_t *b = i - 1 < rec->n_base ? &rec->base[i - 1] : NULL;
+        if (!b || strcmp(b->name, names[i]) != 0)
+            return 1; // no baseline for this route
+        /* Everything sent to this stage before our status query went through
+         * the relay first: the head's chunks (its connection is FIFO, so the
+         * query comes after them), and every message the stage before it sent
+         * (each stage passes a Forward on to the next). At least the chunks of
+         * the answered rounds reached every stage. */
+        uint64_t want = rec->done_chunks;
+        if (i == 1)
+            want += rec->inflight_chunks;
+        else if (prev_sent > want)
+            want = prev_sent;
+        if (pi->msgs_out < b->msgs_out + want) {
+            snprintf(why, why_len,
+                     "stage '%s' has a new relay connection (restarted, or the relay did)",
+                     names[i]);
+            return 0;
+        }
+        prev_sent = pi->msgs_in >= b->msgs_in ? pi->msgs_in - b->msgs_in : 0;
+    }
+    return 1;
+}
+
+/* ---- the retry loop ------------------------------------------------------------------ */
+
+/* Waits until ops->reroute succeeds, up to give_up_ms / deadline_ms. */
+static int s_wait_route(const node_recover_ops_t *ops, double give_up_ms, double deadline_ms,
+                        char *err, size_t err_len)
+{
+    char why[256] = "";
+    int logged = 0;
+    for (;;) {
+        int rc = ops->reroute(ops->ctx, why, sizeof why);
+        if (rc == NODE_RECOVER_OK)
+            return NODE_RECOVER_OK;
+        if (rc == NODE_RECOVER_FATAL) {
+            snprintf(err, err_len, "%s", why);
+            return NODE_RECOVER_FATAL;
+        }
+        if (!logged++)
+            SW_INFO("recovery: waiting for the pipeline (%s)", why);
+        double now = sw_now_ms();
+        if (deadline_ms && now >= deadline_ms) {
+            snprintf(err, err_len, "the request's deadline passed while recovering (%s)", why);
+            return NODE_RECOVER_FATAL;
+        }
+        if (now >= give_up_ms) {
+            snprintf(err, err_len, "%s", why);
+            return NODE_RECOVER_RETRY;
+        }
+        if (ops->idle(ops->ctx, S_POLL_MS, err, err_len) != NODE_RECOVER_OK)
+            return NODE_RECOVER_FATAL;
+    }
+}
+
+/* Appends r to the log; 0 or -1 (out of memory, or r does not follow). */
+static int s_log(node_recover_t *rec, const sw_round_t *r)
+{
+    if (r->n < 1 || r->n_draft < 0 || r->n_draft >= r->n || r->kv_keep < 0)
+        return -1;
+    if (rec->n_rounds > 0) {
+        const s_logged_t *prev = &rec->rounds[rec->n_rounds - 1];
+        if (r->kv_keep > prev->kv_keep + prev->n)
+            return -1; // keeps positions nobody wrote
+    } else if (r->kv_keep != 0) {
+        return -1;
+    }
+    size_t n_rounds = (size_t)rec->n_rounds, cap_rounds = (size_t)rec->cap_rounds;
+    if (s_grow((void **)&rec->rounds, &cap_rounds, n_rounds + 1, sizeof *rec->rounds) ||
+        s_grow((void **)&rec->toks, &rec->cap_toks, rec->n_toks + (size_t)r->n, sizeof(int32_t)))
+        return -1;
+    rec->cap_rounds = (int)cap_rounds;
+    s_logged_t *l = &rec->rounds[rec->n_rounds];
+    l->kv_keep = r->kv_keep;
+    l->n = r->n;
+    l->n_draft = r->n_draft;
+    l->tok = rec->n_toks;
+    l->q = SIZE_MAX;
+    memcpy(rec->toks + rec->n_toks, r->tokens, (size_t)r->n * sizeof(int32_t));
+    if (r->q && r->n_draft > 0) {
+        size_t nv = 0;
+        for (int i = 0; i < r->n_draft; i++)
+            if (r->q[i].n > 0 && r->q[i].ids)
+                nv += (size_t)r->q[i].n;
+        if (s_grow((void **)&rec->qs, &rec->cap_qs, rec->n_qs + (size_t)r->n_draft,
+                   sizeof *rec->qs))
+            return -1;
+        size_t cap_vals = rec->cap_qv;
+        if (s_grow((void **)&rec->q_ids, &rec->cap_qv, rec->n_qv + nv, sizeof(int32_t)) ||
+            s_grow((void **)&rec->q_vals, &cap_vals, rec->n_qv + nv, sizeof(float)))
+            return -1;
+        if (cap_vals != rec->cap_qv)
+            return -1; // both pools grow in step
+        l->q = rec->n_qs;
+        for (int i = 0; i < r->n_draft; i++) {
+            s_q_t *q = &rec->qs[rec->n_qs++];
+            q->q_tok = r->q[i].q_tok;
+            q->n = r->q[i].n > 0 && r->q[i].ids ? r->q[i].n : 0;
+            q->at = rec->n_qv;
+            if (q->n) {
+                memcpy(rec->q_ids + rec->n_qv, r->q[i].ids, (size_t)q->n * sizeof(int32_t));
+                memcpy(rec->q_vals + rec->n_qv, r->q[i].vals, (size_t)q->n * sizeof(float));
+                rec->n_qv += (size_t)q->n;
+            }
+        }
+    }
+    rec->n_toks += (size_t)r->n;
+    rec->n_rounds++;
+    return 0;
+}
+
+/* Sends the logged rounds before the current one again, exactly as they
+ * were, S_WINDOW at a time (their verdicts are waited for and dropped: the
+ * round number of each send is new). The number of chunks sent, or RETRY /
+ * FATAL with err. */
+static int s_replay(node_recover_t *rec, const node_recover_ops_t *ops, char *err, size_t err_len)
+{
+    int chunks = 0, unanswered = 0;
+    sw_draft_q_t q[SW_MAX_DRAFT];
+    for (int j = 0; j + 1 < rec->n_rounds; j++) {
+        const s_logged_t *l = &rec->rounds[j];
+        if (l->q != SIZE_MAX)
+            for (int i = 0; i < l->n_draft; i++) {
+                const s_q_t *sq = &rec->qs[l->q + (size_t)i];
+                q[i].q_tok = sq->q_tok;
+                q[i].n = sq->n;
+                q[i].ids = sq->n ? rec->q_ids + sq->at : NULL;
+                q[i].vals = sq->n ? rec->q_vals + sq->at : NULL;
+            }
+        sw_round_t rj = {.kv_keep = l->kv_keep,
+                         .n = l->n,
+                         .tokens = rec->toks + l->tok,
+                         .n_draft = l->n_draft,
+                         .q = l->q != SIZE_MAX ? q : NULL};
+        int rc = ops->send(ops->ctx, &rj, 0, err, err_len);
+        if (rc < 0)
+            return rc;
+        chunks += rc;
+        rec->inflight_chunks += (uint64_t)rc;
+        rec->st.replayed_rounds++;
+        if (++unanswered == S_WINDOW) {
+            sw_verdict_t v;
+            rc = ops->wait(ops->ctx, &v, err, err_len);
+            if (rc != NODE_RECOVER_OK)
+                return rc;
+            unanswered = 0;
+        }
+    }
+    return chunks;
+}
+
+int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const sw_round_t *r,
+                       double deadline_ms, sw_verdict_t *out, char *err, size_t err_len)
+{
+    /* Every round is logged as it is sent: a replay sends the same Forwards
+     * again in the same order, so that every stage computes its cache in
+     * exactly the same shapes (prompt rows batched as a prompt, decode rows
+     * as decode rows) and the tail's verifier sees the same rounds. */
+    if (s_log(rec, r) != 0) {
+        snprintf(err, err_len, "recovery: cannot log the round at %d (%d rows; out of memory?)",
+                 r->kv_keep, r->n);
+        return -1;
+    }
+
+    double t_fail = 0, give_up = 0, t_sent = sw_now_ms();
+    int replay = 0;
+    char last[512] = "";
+    for (int attempt = 0;; attempt++) {
+        int rc = NODE_RECOVER_OK, chunks = 0;
+        rec->inflight_chunks = 0;
+        if (replay && rec->n_rounds > 1) {
+            SW_INFO("recovery: replaying %d rounds (%d positions)", rec->n_rounds - 1, r->kv_keep);
+            rec->st.replays++;
+            rc = s_replay(rec, ops, err, err_len);
+            if (rc >= 0) {
+                chunks += rc;
+                rc = NODE_RECOVER_OK;
+            }
+        }
+        if (rc == NODE_RECOVER_OK) {
+            rc = ops->send(ops->ctx, r, 0, err, err_len);
+            if (rc >= 0) {
+                chunks += rc;
+                rec->inflight_chunks = (uint64_t)chunks;
+                rc = ops->wait(ops->ctx, out, err, err_len);
+            }
+        }
+        rec->inflight_chunks = 0;
+        if (rc == NODE_RECOVER_OK) {
+            rec->done_chunks += (uint64_t)chunks;
+            if (t_fail) {
+                rec->st.recoveries++;
+                rec->st.recover_ms = sw_now_ms() - t_fail;
+                rec->st.recover_ms_sum += rec->st.recover_ms;
+                SW_INFO("recovery: the round went through again %.0f ms after the failure "
+                        "(%d attempt(s))",
+                        rec->st.recover_ms, attempt + 1);
+            }
+            return 0;
+        }
+        if (rc == NODE_RECOVER_FATAL)
+            return -1;
+        /* Recoverable: wait for a whole pipeline, then replay and retry. */
+        double now = sw_now_ms();
+        if (!t_fail) {
+            t_fail = now;
+            give_up = now + rec->timeout_ms;
+            rec->st.detect_ms = now - t_sent;
+        }
+        snprintf(last, sizeof last, "%s", err);
+        SW_WARN("recovery: round at position %d failed after %.0f ms (%s); waiting up to %.0f s "
+                "for the pipeline",
+                r->kv_keep, now - t_sent, last,
+                (give_up - now) / 1e3 > 0 ? (give_up - now) / 1e3 : 0);
+        if (now >= give_up) {
+            snprintf(err, err_len, "recovery gave up after %d s: %s", rec->timeout_ms / 1000, last);
+            return -1;
+        }
+        rc = s_wait_route(ops, give_up, deadline_ms, err, err_len);
+        if (rc == NODE_RECOVER_FATAL)
+            return -1;
+        if (rc == NODE_RECOVER_RETRY) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, err_len, "recovery gave up after %d s: %s (round failed: %s)",
+                     rec->timeout_ms / 1000, why, last);
+            return -1;
+        }
+        replay = 1;
+    }
+}

@@ -1,0 +1,174 @@
+/*
+ * test_recover.c - fault tolerance with real processes on loopback (the fast
+ * part; the long scenarios are in tests/slow/test_recover_slow.c):
+ *
+ *  - the tail stage is killed (SIGKILL) mid-generation and restarted under
+ *    the same name: the head waits, replays the session's committed tokens
+ *    and retries; the client's tokens equal `shardwire generate`'s, none lost
+ *    or repeated; the same with sampling (temperature, seed, repetition
+ *    penalty) against the same pipeline without a fault, and with n-gram
+ *    drafts (speculative rounds are replayed with their drafts);
+ *  - a node stopped with SIGSTOP leaves the relay's table within a few
+ *    heartbeat intervals, and comes back by itself after SIGCONT;
+ *  - a long prefill on a single compute thread does not starve the
+ *    heartbeats (ZMTP heartbeats run in libzmq's I/O thread): the tail is
+ *    never dropped and the head never has to recover.
+ *
+ * The relay runs with --heartbeat-ms 200 (dead after 5 x 200 ms of silence).
+ */
+#include "sw_fault.h"
+
+#define N_GEN 64
+
+static const char *s_prompt = "The capital of France is";
+
+int main(void)
+{
+    const char *model = sw_test_model();
+    signal(SIGPIPE, SIG_IGN);
+    swf_result_t ref, got;
+    swf_reference(model, s_prompt, N_GEN, NULL, &ref);
+    SW_CHECK(ref.ok && ref.n == N_GEN);
+
+    swf_cluster_t c = {0};
+    snprintf(c.nodes[0].name, sizeof c.nodes[0].name, "head");
+    snprintf(c.nodes[0].layers, sizeof c.nodes[0].layers, "0:15");
+    snprintf(c.nodes[0].extra[0], 32, "--recover-timeout-s");
+    snprintf(c.nodes[0].extra[1], 32, "30");
+    snprintf(c.nodes[0].extra[2], 32, "--round-timeout-ms");
+    snprintf(c.nodes[0].extra[3], 32, "10000");
+    snprintf(c.nodes[1].name, sizeof c.nodes[1].name, "tail");
+    snprintf(c.nodes[1].layers, sizeof c.nodes[1].layers, "15:30");
+    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_recover_nodes.log"), 0);
+
+    /* 1. The tail killed mid-generation and restarted: greedy, then sampling
+     * (temperature, repetition penalty, seed), whose tokens depend on the
+     * verifier's random numbers and history being rebuilt exactly. */
+    static char seed[16] = "7";
+    static const char *const sampling[] = {"--temp",           "0.9",  "--seed", seed,
+                                           "--repeat-penalty", "1.15", NULL};
+    /* The sampled reference is the same pipeline without a fault: the claim
+     * is "as if nothing failed", whatever --dtype the stages use (f16 or bf16
+     * hidden states change the logits slightly, so their samples may differ
+     * from `shardwire generate`'s). */
+    /* A seed whose sample runs all N_GEN tokens (no early end of text), so
+     * that the kill below lands mid-generation. */
+    swf_result_t ref_s;
+    for (int sd = 7; sd < 17; sd++) {
+        snprintf(seed, sizeof seed, "%d", sd);
+        swf_client_t cl0 = {0};
+        SW_CHECK_INT(swf_client_start(&cl0, c.ep, s_prompt, N_GEN, 120, sampling, "ref"), 0);
+        swf_client_wait(&cl0, &ref_s);
+        if (ref_s.ok && ref_s.n == N_GEN)
+            break;
+    }
+    SW_CHECK(ref_s.ok && ref_s.n == N_GEN);
+    SW_CHECK(!swf_same(&ref_s, &ref)); // the sampled run really differs from greedy
+    static const char *const ngram[] = {"--draft", "ngram", NULL};
+    for (int pass = 0; pass < 3; pass++) {
+        /* 0 greedy, 1 sampling, 2 greedy with n-gram drafts (the replay
+         * sends the drafted rounds again) */
+        const char *const *extra = pass == 1 ? sampling : pass == 2 ? ngram : NULL;
+        const swf_result_t *want = pass == 1 ? &ref_s : &ref;
+        long in0 = 0;
+        SW_CHECK_INT(swf_peer(c.ep, "tail", &in0, NULL), 1);
+        const int recovered0 = swf_log_count(&c, "went through again");
+        swf_client_t cl = {0};
+        SW_CHECK_INT(swf_client_start(&cl, c.ep, s_prompt, N_GEN, 120, extra, "recover"), 0);
+        /* The tail sends one message (a Verdict) per round: wait for 10. */
+        SW_CHECK_INT(swf_wait_msgs_in(c.ep, "tail", in0 + 10, 60), 0);
+        SW_CHECK(swf_client_running(&cl)); // still mid-generation
+        const double t_kill = swf_now_ms();
+        swf_kill9(&c.nodes[1].pid);
+        usleep(700 * 1000);
+        swf_start_node(&c, 1);
+        swf_client_wait(&cl, &got);
+        const double t_done = swf_now_ms();
+        SW_CHECK_INT(got.rc, 0);
+        SW_CHECK(swf_same(&got, want));
+        if (!swf_same(&got, want))
+            fprintf(stderr, "tokens differ at %d of %d/%d: %s\n", swf_diff_at(&got, want), got.n,
+                    want->n, got.err);
+        SW_CHECK(swf_log_count(&c, "went through again") > recovered0);
+        fprintf(stderr,
+                "tail kill (%s): round failed %.0f ms after it was sent, recovered %.0f ms after "
+                "that; kill to end of the request %.0f ms\n",
+                pass == 1   ? "sampling"
+                : pass == 2 ? "greedy, n-gram drafts"
+                            : "greedy",
+                swf_log_ms(&c, "failed after "), swf_log_ms(&c, "went through again "),
+                t_done - t_kill);
+    }
+
+    /* 2. SIGSTOP: declared dead within a few heartbeat intervals. A spare
+     * tail named after "tail" is never picked for the route. */
+    {
+        swf_node_t *sp = &c.nodes[2];
+        snprintf(sp->name, sizeof sp->name, "zz-spare");
+        snprintf(sp->layers, sizeof sp->layers, "15:30");
+        c.n = 3;
+        swf_start_node(&c, 2);
+        SW_CHECK_INT(sw_test_wait_peers(c.ep, 3, 60), 0);
+        SW_CHECK_INT(swf_peer(c.ep, "zz-spare", NULL, NULL), 1);
+        kill(sp->pid, SIGSTOP);
+        const double t0 = swf_now_ms();
+        double gone_ms = -1;
+        while (swf_now_ms() - t0 < 15000) {
+            if (swf_peer(c.ep, "zz-spare", NULL, NULL) == 0) {
+                gone_ms = swf_now_ms() - t0;
+                break;
+            }
+            usleep(50000);
+        }
+        fprintf(stderr,
+                "SIGSTOP: dropped from the relay's table after %.0f ms (heartbeat 200 ms)\n",
+                gone_ms);
+        SW_CHECK(gone_ms > 0 && gone_ms < 5 * 200 + 2000);
+        SW_CHECK_INT(swf_peer(c.ep, "tail", NULL, NULL), 1); // the others stay
+        kill(sp->pid, SIGCONT);
+        const double t1 = swf_now_ms();
+        double back_ms = -1;
+        while (swf_now_ms() - t1 < 15000) {
+            if (swf_peer(c.ep, "zz-spare", NULL, NULL) == 1) {
+                back_ms = swf_now_ms() - t1;
+                break;
+            }
+            usleep(100000);
+        }
+        fprintf(stderr, "SIGCONT: announced again after %.0f ms\n", back_ms);
+        SW_CHECK(back_ms >= 0);
+        sw_test_kill(sp->pid);
+        sp->pid = 0;
+        c.n = 2;
+    }
+
+    /* 3. A long prefill (one compute thread, several heartbeat timeouts
+     * long) does not get the stage dropped. */
+    {
+        char *prompt = malloc(8192);
+        if (!prompt)
+            sw_test_skip("out of memory");
+        prompt[0] = 0;
+        for (int i = 0; i < 50; i++)
+            strcat(prompt, "The quick brown fox jumps over the lazy dog. ");
+        swf_result_t ref2;
+        swf_reference(model, prompt, 4, NULL, &ref2);
+        const int before = swf_log_count(&c, "recovery:");
+        const int lost = swf_log_count(&c, "lost the relay connection");
+        swf_client_t cl = {0};
+        const double t0 = swf_now_ms();
+        SW_CHECK_INT(swf_client_start(&cl, c.ep, prompt, 4, 120, NULL, "prefill"), 0);
+        swf_client_wait(&cl, &got);
+        fprintf(stderr,
+                "long prefill: %.0f ms end to end, the tail computed %.0f ms on one thread "
+                "(the relay drops a peer after 1000 ms of silence): no eviction expected\n",
+                swf_now_ms() - t0, got.tail_ms);
+        SW_CHECK_INT(got.rc, 0);
+        SW_CHECK(swf_same(&got, &ref2));
+        SW_CHECK_INT(swf_log_count(&c, "recovery:"), before);
+        SW_CHECK_INT(swf_log_count(&c, "lost the relay connection"), lost);
+        free(prompt);
+    }
+    swf_stop(&c);
+    return sw_test_done();
+}

@@ -1,0 +1,365 @@
+/*
+ * sw_fault.h - helpers for the fault-tolerance tests (tests/e2e/test_recover.c
+ * and tests/slow/test_recover_*.c): a relay and named nodes as real
+ * processes, a `shardwire run` client in the background, the relay's view of
+ * a peer, and the reference tokens of `shardwire generate`. Header-only
+ * (static functions) so that each test executable stays one .c file.
+ */
+#ifndef SW_FAULT_H
+#define SW_FAULT_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sw_test.h"
+
+#define SWF_MAX_TOK 2048
+#define SWF_MAX_NODES 6
+
+typedef struct swf_result {
+    int ok;                   // parsed a JSON result
+    int n;                    // tokens
+    int32_t ids[SWF_MAX_TOK]; // generated ids
+    int rc;                   // client exit code
+    double tail_ms;           // compute time the stage named "tail" reported (ms), 0 = none
+    char err[2048];           // client stderr (start of it)
+} swf_result_t;
+
+typedef struct swf_node {
+    pid_t pid;         // 0 = not running
+    char name[32];     // peer name
+    char layers[16];   // A:B
+    char extra[4][32]; // extra flags (e.g. --recover-timeout-s 20), "" = none
+} swf_node_t;
+
+typedef struct swf_cluster {
+    char ep[64];  // relay endpoint
+    int port;     // relay port
+    pid_t relay;  // relay pid
+    int relay_hb; // relay --heartbeat-ms
+    const char *model;
+    swf_node_t nodes[SWF_MAX_NODES];
+    int n;
+    char log[128]; // nodes' log file
+} swf_cluster_t;
+
+static inline double swf_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline void swf_parse(const char *json_text, swf_result_t *r)
+{
+    r->ok = 0;
+    r->n = 0;
+    json_error_t je;
+    const char *brace = json_text ? strchr(json_text, '{') : NULL;
+    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    if (!j)
+        return;
+    json_t *ids = json_object_get(j, "tokens");
+    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < SWF_MAX_TOK; i++)
+        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
+    r->ok = json_is_array(ids);
+    json_t *tm = json_object_get(j, "timing");
+    json_t *sc = tm ? json_object_get(tm, "stage_compute_ms") : NULL;
+    r->tail_ms = sc ? json_real_value(json_object_get(sc, "tail")) : 0;
+    json_decref(j);
+}
+
+static inline int swf_same(const swf_result_t *a, const swf_result_t *b)
+{
+    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4);
+}
+
+/* Index of the first token where a and b differ (or the shorter length). */
+static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
+{
+    int i = 0;
+    while (i < a->n && i < b->n && a->ids[i] == b->ids[i])
+        i++;
+    return i;
+}
+
+/* The single-process reference: `shardwire generate`, with extra flags
+ * (NULL-terminated, may be NULL) such as the sampling ones. */
+static inline void swf_reference(const char *model, const char *prompt, int n_gen,
+                                 const char *const *extra, swf_result_t *r)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[24] = {(char *)sw_test_bin("shardwire"),
+                      "generate",
+                      "--model",
+                      (char *)model,
+                      "-p",
+                      (char *)prompt,
+                      "-n",
+                      n,
+                      "--threads",
+                      "1",
+                      "--json"};
+    int k = 11;
+    for (int i = 0; extra && extra[i] && k < 23; i++)
+        argv[k++] = (char *)extra[i];
+    argv[k] = NULL;
+    char *out = NULL, *err = NULL;
+    memset(r, 0, sizeof *r);
+    r->rc = sw_test_run(argv, 300, &out, &err);
+    if (r->rc != 0)
+        fprintf(stderr, "generate failed (%d): %s\n", r->rc, err ? err : "");
+    swf_parse(out, r);
+    free(out);
+    free(err);
+}
+
+static inline pid_t swf_start_relay(swf_cluster_t *c)
+{
+    char hb[16];
+    snprintf(hb, sizeof hb, "%d", c->relay_hb);
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"),
+                  "--listen",
+                  c->ep,
+                  "--heartbeat-ms",
+                  hb,
+                  "--insecure-loopback",
+                  NULL};
+    char log[160];
+    snprintf(log, sizeof log, "%s.relay", c->log);
+    c->relay = sw_test_spawn(ra, log);
+    return c->relay;
+}
+
+static inline void swf_start_node(swf_cluster_t *c, int i)
+{
+    swf_node_t *nd = &c->nodes[i];
+    char *na[24] = {(char *)sw_test_bin("shardwire-node"),
+                    "--model",
+                    (char *)c->model,
+                    "--layers",
+                    nd->layers,
+                    "--relay",
+                    c->ep,
+                    "--name",
+                    nd->name,
+                    "--threads",
+                    "1",
+                    "--heartbeat-ms",
+                    "200",
+                    "--insecure-loopback"};
+    int k = 14;
+    for (int e = 0; e < 4 && nd->extra[e][0]; e++)
+        na[k++] = nd->extra[e];
+    na[k] = NULL;
+    nd->pid = sw_test_spawn(na, c->log);
+}
+
+/* Relay on a free port, then nodes (names/layers set by the caller in
+ * c->nodes[0..n)); waits until all are announced. 0 or -1. */
+static inline int swf_start(swf_cluster_t *c, const char *model, int n, const char *log)
+{
+    c->model = model;
+    c->n = n;
+    c->port = sw_test_free_port();
+    if (!c->relay_hb)
+        c->relay_hb = 200;
+    snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", c->port);
+    snprintf(c->log, sizeof c->log, "%s", log);
+    unlink(c->log);
+    if (swf_start_relay(c) <= 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        swf_start_node(c, i);
+    return sw_test_wait_peers(c->ep, n, 60);
+}
+
+static inline void swf_stop(swf_cluster_t *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->nodes[i].pid > 0) {
+            kill(c->nodes[i].pid, SIGCONT);
+            sw_test_kill(c->nodes[i].pid);
+        }
+        c->nodes[i].pid = 0;
+    }
+    sw_test_kill(c->relay);
+    c->relay = 0;
+}
+
+static inline void swf_kill9(pid_t *pid)
+{
+    if (*pid > 0) {
+        kill(*pid, SIGKILL);
+        waitpid(*pid, NULL, 0);
+    }
+    *pid = 0;
+}
+
+/* The relay's record of a peer: 1 listed (counters filled), 0 absent, -1
+ * when the relay did not answer. */
+static inline int swf_peer(const char *ep, const char *name, long *msgs_in, long *msgs_out)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "status",
+                    "--relay",
+                    (char *)ep,
+                    "--json",
+                    "--insecure-loopback",
+                    NULL};
+    char *o = NULL;
+    int rc = sw_test_run(argv, 20, &o, NULL);
+    json_error_t je;
+    json_t *j = rc == 0 && o ? json_loads(o, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *peers = j ? json_object_get(j, "peers") : NULL;
+    int found = j ? 0 : -1;
+    for (size_t i = 0; json_is_array(peers) && i < json_array_size(peers); i++) {
+        json_t *p = json_array_get(peers, i);
+        const char *nm = json_string_value(json_object_get(p, "name"));
+        if (nm && !strcmp(nm, name)) {
+            found = 1;
+            if (msgs_in)
+                *msgs_in = (long)json_integer_value(json_object_get(p, "msgs_in"));
+            if (msgs_out)
+                *msgs_out = (long)json_integer_value(json_object_get(p, "msgs_out"));
+        }
+    }
+    json_decref(j);
+    free(o);
+    return found;
+}
+
+/* Waits until the peer's msgs_in (messages it sent through the relay) reaches
+ * at least want; 0, or -1 after timeout_s. */
+static inline int swf_wait_msgs_in(const char *ep, const char *name, long want, int timeout_s)
+{
+    double t_end = swf_now_ms() + timeout_s * 1e3;
+    while (swf_now_ms() < t_end) {
+        long in = -1, out = -1;
+        if (swf_peer(ep, name, &in, &out) == 1 && in >= want)
+            return 0;
+        usleep(50000);
+    }
+    return -1;
+}
+
+/* Waits until the peer's msgs_out (messages delivered to it) reaches want. */
+static inline int swf_wait_msgs_out(const char *ep, const char *name, long want, int timeout_s)
+{
+    double t_end = swf_now_ms() + timeout_s * 1e3;
+    while (swf_now_ms() < t_end) {
+        long in = -1, out = -1;
+        if (swf_peer(ep, name, &in, &out) == 1 && out >= want)
+            return 0;
+        usleep(30000);
+    }
+    return -1;
+}
+
+/* A background `shardwire run`: its stdout and stderr go to files. */
+typedef struct swf_client {
+    pid_t pid;
+    char out_path[128], err_path[128];
+} swf_client_t;
+
+static inline int swf_client_start(swf_client_t *cl, const char *ep, const char *prompt, int n_gen,
+                                   int timeout_s, const char *const *extra, const char *tag)
+{
+    snprintf(cl->out_path, sizeof cl->out_path, "/tmp/sw_fault_%s_%d.out", tag, (int)getpid());
+    snprintf(cl->err_path, sizeof cl->err_path, "/tmp/sw_fault_%s_%d.err", tag, (int)getpid());
+    cl->pid = fork();
+    if (cl->pid < 0)
+        return -1;
+    if (cl->pid == 0) {
+        char n[16], t[16];
+        snprintf(n, sizeof n, "%d", n_gen);
+        snprintf(t, sizeof t, "%d", timeout_s);
+        char *argv[24] = {(char *)sw_test_bin("shardwire"),
+                          "run",
+                          "--relay",
+                          (char *)ep,
+                          "-p",
+                          (char *)prompt,
+                          "-n",
+                          n,
+                          "--json",
+                          "--timeout-s",
+                          t,
+                          "--insecure-loopback"};
+        int k = 12;
+        for (int i = 0; extra && extra[i] && k < 23; i++)
+            argv[k++] = (char *)extra[i];
+        argv[k] = NULL;
+        char *out = NULL, *err = NULL;
+        int rc = sw_test_run(argv, timeout_s + 60, &out, &err);
+        FILE *f = fopen(cl->out_path, "w");
+        if (f) {
+            fputs(out ? out : "", f);
+            fclose(f);
+        }
+        f = fopen(cl->err_path, "w");
+        if (f) {
+            fputs(err ? err : "", f);
+            fclose(f);
+        }
+        _exit(rc < 0 ? 255 : rc > 254 ? 254 : rc);
+    }
+    return 0;
+}
+
+/* 1 while the client runs. */
+static inline int swf_client_running(const swf_client_t *cl)
+{
+    return waitpid(cl->pid, NULL, WNOHANG) == 0;
+}
+
+/* Waits for the client and reads its result. */
+static inline void swf_client_wait(swf_client_t *cl, swf_result_t *r)
+{
+    int st = 0;
+    memset(r, 0, sizeof *r);
+    waitpid(cl->pid, &st, 0);
+    r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    size_t len = 0;
+    char *out = sw_test_read_file(cl->out_path, &len);
+    char *err = sw_test_read_file(cl->err_path, &len);
+    swf_parse(out, r);
+    snprintf(r->err, sizeof r->err, "%s", err ? err : "");
+    free(out);
+    free(err);
+    unlink(cl->out_path);
+    unlink(cl->err_path);
+}
+
+/* Counts lines of the nodes' log that contain needle. */
+static inline int swf_log_count(const swf_cluster_t *c, const char *needle)
+{
+    size_t len = 0;
+    char *text = sw_test_read_file(c->log, &len);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(text);
+    return n;
+}
+
+/* The last number (ms) that follows needle in the nodes' log, or -1. */
+static inline double swf_log_ms(const swf_cluster_t *c, const char *needle)
+{
+    size_t len = 0;
+    char *text = sw_test_read_file(c->log, &len);
+    double v = -1;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+        v = atof(p + strlen(needle));
+    free(text);
+    return v;
+}
+
+#endif
