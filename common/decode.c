@@ -4,26 +4,12 @@
  */
 #include "decode.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "log.h"
-
-static void s_err(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void s_err(char *err, size_t len, const char *fmt, ...)
-{
-    if (!err || !len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
 
 double sw_now_ms(void)
 {
@@ -102,12 +88,12 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
 {
     const int n_ctx_rows = r->n - r->n_draft;
     if (r->n_draft < 0 || r->n_draft > SW_MAX_DRAFT || n_ctx_rows < 1 || r->kv_keep < 0) {
-        s_err(err, err_len, "verify: bad round (%d rows, %d drafts)", r->n, r->n_draft);
+        sw_errf(err, err_len, "verify: bad round (%d rows, %d drafts)", r->n, r->n_draft);
         return -1;
     }
     if (r->kv_keep > v->n_hist) {
-        s_err(err, err_len, "verify: round keeps %d positions but only %d are known", r->kv_keep,
-              v->n_hist);
+        sw_errf(err, err_len, "verify: round keeps %d positions but only %d are known", r->kv_keep,
+                v->n_hist);
         return -1;
     }
     /* A round that keeps nothing starts the context again (a new prefill, or
@@ -138,7 +124,7 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
     out->logits_digest = v->digest;
     int n = sw_verify(v->sampler, &in, v->work, out->tokens);
     if (n < 1) {
-        s_err(err, err_len, "verify: the target's logits or the drafts are invalid");
+        sw_errf(err, err_len, "verify: the target's logits or the drafts are invalid");
         return -1;
     }
     out->n_commit = n;
@@ -152,8 +138,8 @@ int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n
                      size_t err_len)
 {
     if (kv_keep < 0 || n < 0 || kv_keep > v->n_hist) {
-        s_err(err, err_len, "verify: chunk at %d does not follow the %d known positions", kv_keep,
-              v->n_hist);
+        sw_errf(err, err_len, "verify: chunk at %d does not follow the %d known positions", kv_keep,
+                v->n_hist);
         return -1;
     }
     if (kv_keep == 0) { // the context starts again (see sw_verifier_run)
@@ -184,8 +170,8 @@ static int s_local_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char
     sw_local_target_t *t = ctx;
     double t0 = sw_now_ms();
     if (sw_kv_truncate(t->kv, r->kv_keep) != 0) {
-        s_err(err, err_len, "target: kv_keep %d exceeds the %d cached positions", r->kv_keep,
-              sw_kv_len(t->kv));
+        sw_errf(err, err_len, "target: kv_keep %d exceeds the %d cached positions", r->kv_keep,
+                sw_kv_len(t->kv));
         return -1;
     }
     sw_forward_t f = {.n = r->n,
@@ -205,7 +191,7 @@ sw_local_target_t *sw_local_target_new(sw_model_t *m, int n_ctx, const sw_sampli
                                        char *err, size_t err_len)
 {
     if (!sw_model_is_first(m) || !sw_model_is_last(m)) {
-        s_err(err, err_len, "target: a local target needs every layer of the model");
+        sw_errf(err, err_len, "target: a local target needs every layer of the model");
         return NULL;
     }
     const int n_vocab = sw_model_hparams(m)->n_vocab;
@@ -220,7 +206,7 @@ sw_local_target_t *sw_local_target_new(sw_model_t *m, int n_ctx, const sw_sampli
         goto oom;
     return t;
 oom:
-    s_err(err, err_len, "target: out of memory for a %d-position context", n_ctx);
+    sw_errf(err, err_len, "target: out of memory for a %d-position context", n_ctx);
     sw_local_target_free(&t);
     return NULL;
 }
@@ -251,7 +237,7 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     if (n_prompt < 1) {
-        s_err(err, err_len, "generate: the prompt is empty");
+        sw_errf(err, err_len, "generate: the prompt is empty");
         return -1;
     }
     if (o->n_predict < 1)
@@ -261,7 +247,7 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
     /* The committed sequence: prompt then generated tokens. */
     int32_t *seq = malloc(((size_t)n_prompt + (size_t)o->n_predict + 1) * sizeof *seq);
     if (!seq) {
-        s_err(err, err_len, "generate: out of memory");
+        sw_errf(err, err_len, "generate: out of memory");
         return -1;
     }
     memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
@@ -318,7 +304,7 @@ int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const 
                 k = o->proposer->propose(o->proposer->self, seq, n_seq, want, rows + 1, q, &q_used);
                 st->draft_ms += sw_now_ms() - td;
                 if (k < 0) {
-                    s_err(err, err_len, "generate: the draft proposer failed");
+                    sw_errf(err, err_len, "generate: the draft proposer failed");
                     goto out;
                 }
             }

@@ -72,3 +72,13 @@ void sw_log_write(enum sw_log_level level, const char *fmt, ...)
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
 }
+
+void sw_errf(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (!err || !err_len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}

@@ -8,6 +8,8 @@
 #ifndef SW_LOG_H
 #define SW_LOG_H
 
+#include <stddef.h>
+
 enum sw_log_level {
     SW_LOG_ERROR = 0,
     SW_LOG_WARN = 1,
@@ -21,6 +23,11 @@ enum sw_log_level sw_log_get_level(void);
 void sw_log_set_tag(const char *tag);
 void sw_log_write(enum sw_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Writes one formatted error line into a caller's buffer: the convention of
+ * every fallible function that takes (char *err, size_t err_len). err may be
+ * NULL or err_len 0 (nothing is written). */
+void sw_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define SW_ERR(...) sw_log_write(SW_LOG_ERROR, __VA_ARGS__)
 #define SW_WARN(...) sw_log_write(SW_LOG_WARN, __VA_ARGS__)

@@ -11,7 +11,6 @@
 #include "model.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,19 +69,6 @@ struct sw_kv {
     int n_layers;  // end - begin
 };
 
-static void s_err(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void s_err(char *err, size_t len, const char *fmt, ...)
-{
-    if (!err || !len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- hyper-parameters ------------------------------------------------------------ */
 
 static int s_get_int(const sw_gguf_t *g, const char *arch, const char *suffix, int *out, int dflt,
@@ -93,14 +79,14 @@ static int s_get_int(const sw_gguf_t *g, const char *arch, const char *suffix, i
     int64_t v;
     if (sw_gguf_get_i64(g, key, &v) != 0) {
         if (required) {
-            s_err(err, err_len, "model: metadata key '%s' is missing", key);
+            sw_errf(err, err_len, "model: metadata key '%s' is missing", key);
             return -1;
         }
         *out = dflt;
         return 0;
     }
     if (v < 0 || v > (1 << 24)) {
-        s_err(err, err_len, "model: metadata key '%s' = %lld is out of range", key, (long long)v);
+        sw_errf(err, err_len, "model: metadata key '%s' = %lld is out of range", key, (long long)v);
         return -1;
     }
     *out = (int)v;
@@ -120,11 +106,11 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
     memset(hp, 0, sizeof *hp);
     sw_gguf_str_t a;
     if (sw_gguf_get_str(g, "general.architecture", &a) != 0) {
-        s_err(err, err_len, "model: 'general.architecture' is missing: not a model GGUF?");
+        sw_errf(err, err_len, "model: 'general.architecture' is missing: not a model GGUF?");
         return -1;
     }
     if (a.len >= sizeof hp->arch_name) {
-        s_err(err, err_len, "model: architecture name is too long");
+        sw_errf(err, err_len, "model: architecture name is too long");
         return -1;
     }
     memcpy(hp->arch_name, a.ptr, a.len);
@@ -137,9 +123,10 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
     else if (!strcmp(arch, "qwen3"))
         hp->arch = SW_ARCH_QWEN3;
     else {
-        s_err(err, err_len,
-              "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
-              arch);
+        sw_errf(
+            err, err_len,
+            "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+            arch);
         return -1;
     }
     if (s_get_int(g, arch, "block_count", &hp->n_layer, 0, 1, err, err_len) ||
@@ -152,9 +139,9 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
         return -1;
     if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_kv_head < 1 ||
         hp->n_head % hp->n_kv_head != 0) {
-        s_err(err, err_len,
-              "model: inconsistent sizes (layers %d, embd %d, ff %d, heads %d, kv heads %d)",
-              hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_kv_head);
+        sw_errf(err, err_len,
+                "model: inconsistent sizes (layers %d, embd %d, ff %d, heads %d, kv heads %d)",
+                hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_kv_head);
         return -1;
     }
     int dflt_hd = hp->n_embd / hp->n_head;
@@ -163,8 +150,8 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
         return -1;
     if (hp->head_dim < 2 || hp->head_dim > 1024 || hp->n_rot < 2 || hp->n_rot > hp->head_dim ||
         hp->n_rot % 2) {
-        s_err(err, err_len, "model: head size %d / rotary dims %d are not supported", hp->head_dim,
-              hp->n_rot);
+        sw_errf(err, err_len, "model: head size %d / rotary dims %d are not supported",
+                hp->head_dim, hp->n_rot);
         return -1;
     }
     hp->rms_eps = s_get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
@@ -178,12 +165,12 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
         if (f > 0)
             hp->rope_freq_scale = 1.0f / f;
     } else if (sw_gguf_get_str(g, key, &st) == 0 && !sw_gguf_str_eq(st, "none")) {
-        s_err(err, err_len, "model: rope scaling '%.*s' is not supported", (int)st.len, st.ptr);
+        sw_errf(err, err_len, "model: rope scaling '%.*s' is not supported", (int)st.len, st.ptr);
         return -1;
     }
     hp->rope_neox = hp->arch != SW_ARCH_LLAMA;
     if (!(hp->rms_eps > 0) || !(hp->rope_base > 0)) {
-        s_err(err, err_len, "model: bad rms epsilon or rope base");
+        sw_errf(err, err_len, "model: bad rms epsilon or rope base");
         return -1;
     }
     return 0;
@@ -196,7 +183,7 @@ static const sw_gguf_tensor_t *s_tensor(sw_model_t *m, const char *name, int req
 {
     const sw_gguf_tensor_t *t = sw_gguf_find_tensor(m->gguf, name);
     if (!t && required)
-        s_err(err, err_len, "model: tensor '%s' is missing from the file", name);
+        sw_errf(err, err_len, "model: tensor '%s' is missing from the file", name);
     return t;
 }
 
@@ -209,12 +196,12 @@ static int s_vec(sw_model_t *m, const char *name, int64_t n, int required, const
     if (!t)
         return required ? -1 : 0;
     if (t->type != SW_TYPE_F32 || t->n_elements != (uint64_t)n) {
-        s_err(err, err_len, "model: tensor '%s' must be f32 with %lld elements (has %s, %llu)",
-              name, (long long)n, sw_type_name(t->type), (unsigned long long)t->n_elements);
+        sw_errf(err, err_len, "model: tensor '%s' must be f32 with %lld elements (has %s, %llu)",
+                name, (long long)n, sw_type_name(t->type), (unsigned long long)t->n_elements);
         return -1;
     }
     if ((uintptr_t)t->data % sizeof(float)) {
-        s_err(err, err_len, "model: tensor '%s' is not 4-byte aligned", name);
+        sw_errf(err, err_len, "model: tensor '%s' is not 4-byte aligned", name);
         return -1;
     }
     *out = t->data;
@@ -231,18 +218,18 @@ static int s_mat(sw_model_t *m, const char *name, int64_t n_in, int64_t n_out, i
     if (!t)
         return required ? -1 : 0;
     if (t->n_dims > 2 || t->ne[0] != n_in || t->ne[1] != n_out) {
-        s_err(err, err_len, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
-              name, (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
+        sw_errf(err, err_len, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
+                name, (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
         return -1;
     }
     if (!sw_type_supported(t->type) || t->type == SW_TYPE_Q8_1 || t->type == SW_TYPE_Q8_K) {
-        s_err(err, err_len, "model: tensor '%s' has type %s, which shardwire cannot compute", name,
-              sw_type_name(t->type));
+        sw_errf(err, err_len, "model: tensor '%s' has type %s, which shardwire cannot compute",
+                name, sw_type_name(t->type));
         return -1;
     }
     uint64_t rb;
     if (sw_type_row_bytes(t->type, n_in, &rb) != 0) {
-        s_err(err, err_len, "model: tensor '%s' rows do not fit its type", name);
+        sw_errf(err, err_len, "model: tensor '%s' rows do not fit its type", name);
         return -1;
     }
     w->type = t->type;
@@ -280,7 +267,7 @@ static int s_load_layer(sw_model_t *m, int il, s_layer_t *L, char *err, size_t e
         return -1;
 #undef S_NAME
     if (hp->arch == SW_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv)) {
-        s_err(err, err_len, "model: qwen2 layer %d lacks its q/k/v bias tensors", il);
+        sw_errf(err, err_len, "model: qwen2 layer %d lacks its q/k/v bias tensors", il);
         return -1;
     }
     return 0;
@@ -296,7 +283,7 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
 {
     sw_model_t *m = calloc(1, sizeof *m);
     if (!m) {
-        s_err(err, err_len, "model: out of memory");
+        sw_errf(err, err_len, "model: out of memory");
         return NULL;
     }
     m->be = be;
@@ -309,8 +296,8 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     if (layer_end < 0)
         layer_end = hp->n_layer;
     if (layer_begin < 0 || layer_begin >= layer_end || layer_end > hp->n_layer) {
-        s_err(err, err_len, "model: layer range %d:%d is invalid for a %d-layer model", layer_begin,
-              layer_end, hp->n_layer);
+        sw_errf(err, err_len, "model: layer range %d:%d is invalid for a %d-layer model",
+                layer_begin, layer_end, hp->n_layer);
         goto err;
     }
     m->begin = layer_begin;
@@ -321,15 +308,15 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     const sw_gguf_tensor_t *te = sw_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!te || te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 ||
         te->ne[1] > (1 << 22)) {
-        s_err(err, err_len, "model: tensor 'token_embd.weight' is missing or not [%d, n_vocab]",
-              hp->n_embd);
+        sw_errf(err, err_len, "model: tensor 'token_embd.weight' is missing or not [%d, n_vocab]",
+                hp->n_embd);
         goto err;
     }
     hp->n_vocab = (int)te->ne[1];
     if (sw_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
-        s_err(err, err_len,
-              "model: per-dimension rope frequencies (rope_freqs.weight, Llama 3.1 "
-              "style scaling) are not supported yet");
+        sw_errf(err, err_len,
+                "model: per-dimension rope frequencies (rope_freqs.weight, Llama 3.1 "
+                "style scaling) are not supported yet");
         goto err;
     }
 
@@ -350,7 +337,7 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     }
     m->layers = calloc((size_t)(layer_end - layer_begin), sizeof *m->layers);
     if (!m->layers) {
-        s_err(err, err_len, "model: out of memory");
+        sw_errf(err, err_len, "model: out of memory");
         goto err;
     }
     for (int il = layer_begin; il < layer_end; il++)
@@ -373,7 +360,7 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
         m->logits = s_alloc(m, B * (size_t)hp->n_vocab);
     if (!m->x || !m->xn || !m->q || !m->k || !m->v || !m->att || !m->tmp || !m->gate || !m->up ||
         (sw_model_is_last(m) && !m->logits)) {
-        s_err(err, err_len, "model: out of memory for activation buffers");
+        sw_errf(err, err_len, "model: out of memory for activation buffers");
         goto err;
     }
     return m;
@@ -608,35 +595,35 @@ int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *er
     sw_backend_t *be = m->be;
     const sw_backend_ops_t *ops = be->ops;
     if (!kv || kv->m != m) {
-        s_err(err, err_len, "model: the KV cache belongs to another model");
+        sw_errf(err, err_len, "model: the KV cache belongs to another model");
         return -1;
     }
     if (f->n < 1 || f->n_logits < 0 || f->n_logits > f->n) {
-        s_err(err, err_len, "model: bad row count %d (logits %d)", f->n, f->n_logits);
+        sw_errf(err, err_len, "model: bad row count %d (logits %d)", f->n, f->n_logits);
         return -1;
     }
     if ((int64_t)kv->len + f->n > kv->n_ctx) {
-        s_err(err, err_len, "model: %d rows do not fit the context (%d of %d positions used)", f->n,
-              kv->len, kv->n_ctx);
+        sw_errf(err, err_len, "model: %d rows do not fit the context (%d of %d positions used)",
+                f->n, kv->len, kv->n_ctx);
         return -1;
     }
     if (sw_model_is_first(m)) {
         if (!f->tokens) {
-            s_err(err, err_len, "model: the first stage needs token ids");
+            sw_errf(err, err_len, "model: the first stage needs token ids");
             return -1;
         }
         for (int i = 0; i < f->n; i++)
             if (f->tokens[i] < 0 || f->tokens[i] >= hp->n_vocab) {
-                s_err(err, err_len, "model: token id %d is outside the vocabulary (0..%d)",
-                      f->tokens[i], hp->n_vocab - 1);
+                sw_errf(err, err_len, "model: token id %d is outside the vocabulary (0..%d)",
+                        f->tokens[i], hp->n_vocab - 1);
                 return -1;
             }
     } else if (!f->hidden) {
-        s_err(err, err_len, "model: a later stage needs hidden states");
+        sw_errf(err, err_len, "model: a later stage needs hidden states");
         return -1;
     }
     if (sw_model_is_last(m) ? (f->n_logits > 0 && !f->logits) : !f->out_hidden) {
-        s_err(err, err_len, "model: no output buffer");
+        sw_errf(err, err_len, "model: no output buffer");
         return -1;
     }
 

@@ -14,7 +14,6 @@
 #include "tokenizer.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,19 +26,6 @@
 #define S_MAX_TOKEN_BYTES (1 << 16)    // bytes in one token string
 #define S_MAX_TEXT_BYTES (1ull << 30)  // bytes of all token strings together
 #define S_MAX_INPUT_BYTES (1ull << 28) // bytes sw_tokenize accepts in one call
-
-static void s_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void s_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (!err || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- growable arrays ---------------------------------------------------- */
 
@@ -942,12 +928,12 @@ static int s_load_vocab(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_t
     enum sw_gguf_vtype et;
     uint64_t n;
     if (sw_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n) != 0 || et != SW_GGUF_STRING) {
-        s_err(err, err_len, "tokenizer: tokenizer.ggml.tokens is missing or not a string array");
+        sw_errf(err, err_len, "tokenizer: tokenizer.ggml.tokens is missing or not a string array");
         return -1;
     }
     if (n == 0 || n > S_MAX_VOCAB) {
-        s_err(err, err_len, "tokenizer: vocabulary of %llu tokens (allowed 1..%d)",
-              (unsigned long long)n, S_MAX_VOCAB);
+        sw_errf(err, err_len, "tokenizer: vocabulary of %llu tokens (allowed 1..%d)",
+                (unsigned long long)n, S_MAX_VOCAB);
         return -1;
     }
     t->n_vocab = (int32_t)n;
@@ -955,15 +941,15 @@ static int s_load_vocab(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_t
     for (uint64_t i = 0; i < n; i++) {
         sw_gguf_str_t s;
         if (sw_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s) != 0 || s.len > S_MAX_TOKEN_BYTES) {
-            s_err(err, err_len, "tokenizer: token %llu is unreadable or longer than %d bytes",
-                  (unsigned long long)i, S_MAX_TOKEN_BYTES);
+            sw_errf(err, err_len, "tokenizer: token %llu is unreadable or longer than %d bytes",
+                    (unsigned long long)i, S_MAX_TOKEN_BYTES);
             return -1;
         }
         total += s.len;
     }
     if (total > S_MAX_TEXT_BYTES) {
-        s_err(err, err_len, "tokenizer: token strings total %llu bytes (limit %llu)",
-              (unsigned long long)total, (unsigned long long)S_MAX_TEXT_BYTES);
+        sw_errf(err, err_len, "tokenizer: token strings total %llu bytes (limit %llu)",
+                (unsigned long long)total, (unsigned long long)S_MAX_TEXT_BYTES);
         return -1;
     }
     t->text = malloc(total + 1);
@@ -971,7 +957,7 @@ static int s_load_vocab(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_t
     t->type = malloc(n);
     t->score = calloc(n, sizeof(*t->score));
     if (!t->text || !t->text_off || !t->type || !t->score) {
-        s_err(err, err_len, "tokenizer: out of memory for %llu tokens", (unsigned long long)n);
+        sw_errf(err, err_len, "tokenizer: out of memory for %llu tokens", (unsigned long long)n);
         return -1;
     }
     uint64_t off = 0;
@@ -990,10 +976,10 @@ static int s_load_vocab(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_t
     if (sw_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &m) == 0) {
         const unsigned char *p = sw_gguf_arr_data(g, "tokenizer.ggml.token_type");
         if (m != n || (et != SW_GGUF_INT32 && et != SW_GGUF_UINT32) || !p) {
-            s_err(err, err_len,
-                  "tokenizer: tokenizer.ggml.token_type has %llu entries of type %d, expected "
-                  "%llu int32",
-                  (unsigned long long)m, (int)et, (unsigned long long)n);
+            sw_errf(err, err_len,
+                    "tokenizer: tokenizer.ggml.token_type has %llu entries of type %d, expected "
+                    "%llu int32",
+                    (unsigned long long)m, (int)et, (unsigned long long)n);
             return -1;
         }
         for (uint64_t i = 0; i < n; i++) {
@@ -1006,10 +992,10 @@ static int s_load_vocab(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_t
     if (sw_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &m) == 0) {
         const unsigned char *p = sw_gguf_arr_data(g, "tokenizer.ggml.scores");
         if (m != n || et != SW_GGUF_FLOAT32 || !p) {
-            s_err(err, err_len,
-                  "tokenizer: tokenizer.ggml.scores has %llu entries of type %d, expected %llu "
-                  "float32",
-                  (unsigned long long)m, (int)et, (unsigned long long)n);
+            sw_errf(err, err_len,
+                    "tokenizer: tokenizer.ggml.scores has %llu entries of type %d, expected %llu "
+                    "float32",
+                    (unsigned long long)m, (int)et, (unsigned long long)n);
             return -1;
         }
         memcpy(t->score, p, n * sizeof(float));
@@ -1023,11 +1009,11 @@ static int s_load_merges(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_
     enum sw_gguf_vtype et;
     uint64_t n;
     if (sw_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n) != 0 || et != SW_GGUF_STRING) {
-        s_err(err, err_len, "tokenizer: tokenizer.ggml.merges is missing or not a string array");
+        sw_errf(err, err_len, "tokenizer: tokenizer.ggml.merges is missing or not a string array");
         return -1;
     }
     if (n > INT32_MAX / 4) {
-        s_err(err, err_len, "tokenizer: %llu merges is too many", (unsigned long long)n);
+        sw_errf(err, err_len, "tokenizer: %llu merges is too many", (unsigned long long)n);
         return -1;
     }
     uint32_t cap = 16;
@@ -1037,7 +1023,7 @@ static int s_load_merges(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_
     char *cat = malloc(2 * S_MAX_TOKEN_BYTES + 1);
     if (!t->merge || !cat) {
         free(cat);
-        s_err(err, err_len, "tokenizer: out of memory for %llu merges", (unsigned long long)n);
+        sw_errf(err, err_len, "tokenizer: out of memory for %llu merges", (unsigned long long)n);
         return -1;
     }
     t->merge_cap = cap;
@@ -1046,7 +1032,7 @@ static int s_load_merges(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_
         sw_gguf_str_t s;
         if (sw_gguf_arr_str(g, "tokenizer.ggml.merges", i, &s) != 0) {
             free(cat);
-            s_err(err, err_len, "tokenizer: merge %llu is unreadable", (unsigned long long)i);
+            sw_errf(err, err_len, "tokenizer: merge %llu is unreadable", (unsigned long long)i);
             return -1;
         }
         /* The separator is the first space after the first byte (a left part
@@ -1054,8 +1040,8 @@ static int s_load_merges(sw_tokenizer_t *t, const sw_gguf_t *g, char *err, size_
         const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
         if (!sp || s.len > 2 * S_MAX_TOKEN_BYTES) {
             free(cat);
-            s_err(err, err_len, "tokenizer: merge %llu is not \"left right\"",
-                  (unsigned long long)i);
+            sw_errf(err, err_len, "tokenizer: merge %llu is not \"left right\"",
+                    (unsigned long long)i);
             return -1;
         }
         size_t ln = (size_t)(sp - s.ptr), rn = s.len - ln - 1;
@@ -1241,12 +1227,12 @@ sw_tokenizer_t *sw_tokenizer_from_gguf(const sw_gguf_t *g, char *err, size_t err
 {
     sw_tokenizer_t *t = calloc(1, sizeof(*t));
     if (!t) {
-        s_err(err, err_len, "tokenizer: out of memory");
+        sw_errf(err, err_len, "tokenizer: out of memory");
         return NULL;
     }
     sw_gguf_str_t model;
     if (sw_gguf_get_str(g, "tokenizer.ggml.model", &model) != 0) {
-        s_err(err, err_len, "tokenizer: tokenizer.ggml.model is missing");
+        sw_errf(err, err_len, "tokenizer: tokenizer.ggml.model is missing");
         goto fail;
     }
     if (sw_gguf_str_eq(model, "gpt2")) {
@@ -1256,15 +1242,15 @@ sw_tokenizer_t *sw_tokenizer_from_gguf(const sw_gguf_t *g, char *err, size_t err
         t->add_bos = 1;
         t->add_space_prefix = 1;
     } else {
-        s_err(err, err_len,
-              "tokenizer: tokenizer model \"%.*s\" is not supported (supported: gpt2, llama)",
-              (int)(model.len > 64 ? 64 : model.len), model.ptr);
+        sw_errf(err, err_len,
+                "tokenizer: tokenizer model \"%.*s\" is not supported (supported: gpt2, llama)",
+                (int)(model.len > 64 ? 64 : model.len), model.ptr);
         goto fail;
     }
     if (s_load_vocab(t, g, err, err_len) != 0)
         goto fail;
     if (s_strmap_init(&t->vocab, (size_t)t->n_vocab) != 0) {
-        s_err(err, err_len, "tokenizer: out of memory for the vocabulary map");
+        sw_errf(err, err_len, "tokenizer: out of memory for the vocabulary map");
         goto fail;
     }
     for (int32_t id = 0; id < t->n_vocab; id++)
@@ -1284,8 +1270,8 @@ sw_tokenizer_t *sw_tokenizer_from_gguf(const sw_gguf_t *g, char *err, size_t err
                 }
             }
             if (!t->pre) {
-                s_err(err, err_len, "tokenizer: pre-tokenizer \"%.*s\" is not supported",
-                      (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+                sw_errf(err, err_len, "tokenizer: pre-tokenizer \"%.*s\" is not supported",
+                        (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
                 goto fail;
             }
         } else {
@@ -1309,7 +1295,7 @@ sw_tokenizer_t *sw_tokenizer_from_gguf(const sw_gguf_t *g, char *err, size_t err
         }
     }
     if (s_build_special(t) != 0 || s_build_pieces(t) != 0 || s_load_specials(t, g) != 0) {
-        s_err(err, err_len, "tokenizer: out of memory");
+        sw_errf(err, err_len, "tokenizer: out of memory");
         goto fail;
     }
     return t;

@@ -4,7 +4,6 @@
 #include "draft_model.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,53 +37,41 @@ struct draft_model {
     int last_n;           // last propose: drafts made
 };
 
-static void s_err(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void s_err(char *err, size_t len, const char *fmt, ...)
-{
-    if (!err || !len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
 int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err, size_t err_len)
 {
     static const char key[] = "tokenizer.ggml.tokens";
     enum sw_gguf_vtype td, tt;
     uint64_t nd, nt;
     if (sw_gguf_get_arr(draft, key, &td, &nd) != 0 || td != SW_GGUF_STRING) {
-        s_err(err, err_len, "the draft model has no %s string array: cannot check its vocabulary",
-              key);
+        sw_errf(err, err_len, "the draft model has no %s string array: cannot check its vocabulary",
+                key);
         return -1;
     }
     if (sw_gguf_get_arr(target, key, &tt, &nt) != 0 || tt != SW_GGUF_STRING) {
-        s_err(err, err_len, "the target model has no %s string array", key);
+        sw_errf(err, err_len, "the target model has no %s string array", key);
         return -1;
     }
     if (nd != nt) {
-        s_err(err, err_len,
-              "vocabulary mismatch: the draft model has %llu tokens, the target %llu (a draft "
-              "model must use the target's tokenizer)",
-              (unsigned long long)nd, (unsigned long long)nt);
+        sw_errf(err, err_len,
+                "vocabulary mismatch: the draft model has %llu tokens, the target %llu (a draft "
+                "model must use the target's tokenizer)",
+                (unsigned long long)nd, (unsigned long long)nt);
         return -1;
     }
     for (uint64_t i = 0; i < nd; i++) {
         sw_gguf_str_t a, b;
         if (sw_gguf_arr_str(draft, key, i, &a) != 0 || sw_gguf_arr_str(target, key, i, &b) != 0) {
-            s_err(err, err_len, "cannot read token %llu of the vocabularies",
-                  (unsigned long long)i);
+            sw_errf(err, err_len, "cannot read token %llu of the vocabularies",
+                    (unsigned long long)i);
             return -1;
         }
         if (a.len != b.len || memcmp(a.ptr, b.ptr, a.len) != 0) {
-            s_err(err, err_len,
-                  "vocabulary mismatch: token %llu is '%.*s' in the draft model but '%.*s' in the "
-                  "target (a draft model must use the target's tokenizer)",
-                  (unsigned long long)i, (int)(a.len > 40 ? 40 : a.len), a.ptr,
-                  (int)(b.len > 40 ? 40 : b.len), b.ptr);
+            sw_errf(
+                err, err_len,
+                "vocabulary mismatch: token %llu is '%.*s' in the draft model but '%.*s' in the "
+                "target (a draft model must use the target's tokenizer)",
+                (unsigned long long)i, (int)(a.len > 40 ? 40 : a.len), a.ptr,
+                (int)(b.len > 40 ? 40 : b.len), b.ptr);
             return -1;
         }
     }
@@ -97,13 +84,13 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_
     char e2[384] = "";
     sw_gguf_t *g = sw_gguf_open(path, e2, sizeof e2);
     if (!g) {
-        s_err(err, err_len, "draft model %s: %s", path, e2);
+        sw_errf(err, err_len, "draft model %s: %s", path, e2);
         return NULL;
     }
     int rc = draft_vocab_check(g, target, e2, sizeof e2);
     sw_gguf_close(&g);
     if (rc != 0) {
-        s_err(err, err_len, "draft model %s: %s", path, e2);
+        sw_errf(err, err_len, "draft model %s: %s", path, e2);
         return NULL;
     }
     draft_model_t *d = calloc(1, sizeof *d);
@@ -115,14 +102,14 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_
         goto oom;
     d->m = sw_model_load(path, 0, -1, d->be, e2, sizeof e2);
     if (!d->m) {
-        s_err(err, err_len, "draft model %s: %s", path, e2);
+        sw_errf(err, err_len, "draft model %s: %s", path, e2);
         draft_model_free(&d);
         return NULL;
     }
     sw_model_prefault(d->m, NULL, NULL);
     d->n_vocab = sw_model_hparams(d->m)->n_vocab;
     if ((uint64_t)n_ctx + SW_MAX_DRAFT + 1 > (uint64_t)1 << 24) {
-        s_err(err, err_len, "draft model: context of %d positions is too large", n_ctx);
+        sw_errf(err, err_len, "draft model: context of %d positions is too large", n_ctx);
         draft_model_free(&d);
         return NULL;
     }
@@ -144,7 +131,7 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_
         goto oom;
     return d;
 oom:
-    s_err(err, err_len, "draft model %s: out of memory", path);
+    sw_errf(err, err_len, "draft model %s: out of memory", path);
     draft_model_free(&d);
     return NULL;
 }
