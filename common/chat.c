@@ -5,6 +5,7 @@
  */
 #include "chat.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -318,4 +319,21 @@ int sw_chat_format(const sw_gguf_t *g, const sw_chat_msg_t *msgs, int n, int add
     }
     return sw_chat_apply(tmpl.ptr, (size_t)tmpl.len, msgs, n, add_generation_prompt, out, out_len,
                          needed);
+}
+
+char *sw_chat_format_alloc(const sw_gguf_t *g, const sw_chat_msg_t *msgs, int n, int add_gen)
+{
+    size_t need = 0;
+    char probe[1];
+    int rc = sw_chat_format(g, msgs, n, add_gen, probe, sizeof probe, &need);
+    if (rc != 0 && rc != SW_CHAT_ERR_SMALL)
+        return NULL;
+    char *out = malloc(need + 1);
+    if (!out)
+        return NULL;
+    if (sw_chat_format(g, msgs, n, add_gen, out, need + 1, &need) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
 }

@@ -64,7 +64,7 @@ int sw_chat_apply(const char *tmpl, size_t tmpl_len, const sw_chat_msg_t *msgs, 
 int sw_chat_format(const sw_gguf_t *g, const sw_chat_msg_t *msgs, int n, int add_generation_prompt,
                    char *out, size_t out_len, size_t *needed) __attribute__((warn_unused_result));
 
-/* The prompt in a malloc'd NUL-terminated string the caller frees (chat_alloc.c);
+/* The prompt in a malloc'd NUL-terminated string the caller frees;
  * NULL when the model has no usable template or memory runs out. */
 char *sw_chat_format_alloc(const sw_gguf_t *g, const sw_chat_msg_t *msgs, int n,
                            int add_generation_prompt) __attribute__((warn_unused_result));
