@@ -82,6 +82,15 @@ SW_AI __m256i s_dpbusd(__m256i acc, __m256i u, __m256i sgn)
     return acc;
 }
 
+/* acc + per-lane (a0 * b0 + a1 * b1) of int16 pairs: AVX-VNNI's vpdpwssd
+ * (not the saturating vpdpwssds), VEX-encoded. The same wrap-around integers
+ * as _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)) in one instruction. */
+SW_AI __m256i s_dpwssd(__m256i acc, __m256i a, __m256i b)
+{
+    __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    return acc;
+}
+
 /* ---- 32-element block formats: one tile kernel for all ----------------- */
 
 /* f16 -> f32 for every bit pattern (256 KiB), filled once by sw_kernels_avx2().
@@ -359,23 +368,25 @@ SW_AI __m256i s_q6_chunk(const sw_block_q6_k *w, int h, int c)
 }
 
 /*
- * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 4,
+ * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 8,
  * a compile-time constant); x rows xs bytes apart. Per pair this is GGML's
  * AVX2 sequence: per super-block an exact int32 8-lane sum (sub-block scales
  * applied with madd), acc = fma(d_x * d_w, float(lanes), acc); q4_K adds
  * accm = fma(dmin, float(mins . bsums), accm) in 4 lanes, q5_K summs =
  * fma(dmin, sum, summs); then the horizontal sums. Unpacking the weight
- * super-block once serves all rx activation rows.
+ * super-block once serves all rx activation rows. The integer lanes are exact
+ * (no saturation can occur), so vnni != 0 may fuse each madd + add into one
+ * vpdpwssd and the lanes stay the same integers.
  */
-SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, const uint8_t *x,
-                    size_t xs, float *y, int64_t ys)
+SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, size_t pf,
+                    const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
     const int wsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
-    __m256 acc[4];
-    __m128 accm[4];
-    float summs[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
+    __m256 acc[8];
+    __m128 accm[8];
+    float summs[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
         acc[r] = _mm256_setzero_ps();
         accm[r] = _mm_setzero_ps();
         summs[r] = 0.0f;
@@ -385,10 +396,10 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
         if (pf) // the same super-block SW_PF_ROWS rows below
             for (int off = 0; off < wsz; off += 64)
                 s_prefetch(pw, pf + (size_t)off);
-        const sw_block_q8_k *xb[4];
-        __m256i sumi[4];
-        float d[4];
-#pragma GCC unroll 4
+        const sw_block_q8_k *xb[8];
+        __m256i sumi[8];
+        float d[8];
+#pragma GCC unroll 8
         for (int r = 0; r < rx; r++) {
             xb[r] = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
             sumi[r] = _mm256_setzero_si256();
@@ -401,15 +412,15 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
             const float dw = _cvtsh_ss(q6->d);
             const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
             const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
-            __m256i sub[4];
-#pragma GCC unroll 4
+            __m256i sub[8];
+#pragma GCC unroll 8
             for (int r = 0; r < rx; r++) {
                 d[r] = xb[r]->d * dw;
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
                 sub[r] = _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5);
             }
             for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int c = 0; c < 4; c++) {
                     const __m256i q = s_q6_chunk(q6, h, c);
                     // scales 8h+2c for the chunk's first 16 elements, 8h+2c+1 for the next 16
@@ -419,16 +430,19 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
                         (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
                         (char)(j + 1), (char)(j + 1), (char)(j + 1));
                     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                     for (int r = 0; r < rx; r++) {
                         const __m256i y8 =
                             _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
-                        sumi[r] = _mm256_add_epi32(
-                            sumi[r], _mm256_madd_epi16(sc16, _mm256_maddubs_epi16(q, y8)));
+                        const __m256i p = _mm256_maddubs_epi16(q, y8);
+                        if (vnni)
+                            sumi[r] = s_dpwssd(sumi[r], sc16, p);
+                        else
+                            sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(sc16, p));
                     }
                 }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < rx; r++)
                 sumi[r] = _mm256_sub_epi32(sumi[r], sub[r]);
         } else {
@@ -441,7 +455,7 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
             const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
             const __m256i hbits = kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16))
                                                  : _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < rx; r++) {
                 const float yd = xb[r]->d;
                 d[r] = yd * dw;
@@ -458,28 +472,32 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
                     summs[r] = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs[r]);
                 }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int c = 0; c < 4; c++) {
                 __m256i lo, hi;
                 s_k45_chunk(kind, qs, hbits, c, &lo, &hi);
                 const __m256i scl = s_bcast16(sc2, 2 * c), sch = s_bcast16(sc2, 2 * c + 1);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int r = 0; r < rx; r++) {
                     const int8_t *q8 = xb[r]->qs + 64 * c;
                     __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
                     __m256i ph =
                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-                    pl = _mm256_madd_epi16(scl, pl);
-                    ph = _mm256_madd_epi16(sch, ph);
-                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+                    if (vnni) {
+                        sumi[r] = s_dpwssd(s_dpwssd(sumi[r], scl, pl), sch, ph);
+                    } else {
+                        pl = _mm256_madd_epi16(scl, pl);
+                        ph = _mm256_madd_epi16(sch, ph);
+                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+                    }
                 }
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < rx; r++)
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < rx; r++) {
         float v = s_hsum8(acc[r]);
         if (kind == K_Q4_K) {
@@ -493,41 +511,69 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
     }
 }
 
-SW_AI void s_mm_k(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                  const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+/* One weight row against rows [r0, r1) of x, in near-equal groups of at most
+ * 8 activation rows: each weight super-block is unpacked once per group. */
+SW_AI void s_row_k(int kind, int vnni, int64_t nb, const uint8_t *wo, size_t pf, const uint8_t *x,
+                   size_t xs, int r0, int r1, float *y, int64_t ys)
+{
+    const int len = r1 - r0, groups = (len + 7) / 8;
+    int r = r0;
+    for (int g = 0; g < groups; g++) {
+        const int sz = len / groups + (g < len % groups ? 1 : 0);
+        const uint8_t *xr = x + (size_t)r * xs;
+        float *yr = y + r * ys;
+        switch (sz) {
+#define SW_CASEK(m)                                                                                \
+    case m:                                                                                        \
+        s_tile_k(kind, vnni, m, nb, wo, pf, xr, xs, yr, ys);                                       \
+        break;
+            SW_CASEK(1)
+            SW_CASEK(2)
+            SW_CASEK(3)
+            SW_CASEK(4)
+            SW_CASEK(5)
+            SW_CASEK(6)
+            SW_CASEK(7)
+            SW_CASEK(8)
+#undef SW_CASEK
+        default:
+            break;
+        }
+        r += sz;
+    }
+}
+
+SW_AI void s_mm_k(int kind, int vnni, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                  int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
     const size_t pf = SW_PF_ROWS * w_stride;
     for (int r0 = 0; r0 < nr; r0 += SW_RCHUNK) {
         const int r1 = nr - r0 > SW_RCHUNK ? r0 + SW_RCHUNK : nr;
-        for (int64_t o = o0; o < o1; o++) {
-            const uint8_t *wo = wb + (size_t)o * w_stride;
-            int r = r0;
-            for (; r + 4 <= r1; r += 4)
-                s_tile_k(kind, 4, nb, wo, pf, xb + (size_t)r * x_stride, x_stride,
-                         y + r * y_stride + o, y_stride);
-            for (; r < r1; r++)
-                s_tile_k(kind, 1, nb, wo, pf, xb + (size_t)r * x_stride, x_stride,
-                         y + r * y_stride + o, y_stride);
-        }
+        for (int64_t o = o0; o < o1; o++)
+            s_row_k(kind, vnni, nb, wb + (size_t)o * w_stride, pf, xb, x_stride, r0, r1, y + o,
+                    y_stride);
     }
 }
 
-#define SW_DEFK(name, kind)                                                                        \
+#define SW_DEFK(name, kind, vnni)                                                                  \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_tile_k(kind, 1, n / SW_QK_K, w, 0, x, 0, s, 0);                                          \
+        s_tile_k(kind, vnni, 1, n / SW_QK_K, w, 0, x, 0, s, 0);                                    \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        s_mm_k(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                        \
+        s_mm_k(kind, vnni, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                  \
     }
 
-SW_DEFK(q4_k, K_Q4_K)
-SW_DEFK(q5_k, K_Q5_K)
-SW_DEFK(q6_k, K_Q6_K)
+SW_DEFK(q4_k, K_Q4_K, 0)
+SW_DEFK(q5_k, K_Q5_K, 0)
+SW_DEFK(q6_k, K_Q6_K, 0)
+SW_DEFK(q4_k_vnni, K_Q4_K, 1)
+SW_DEFK(q5_k_vnni, K_Q5_K, 1)
+SW_DEFK(q6_k_vnni, K_Q6_K, 1)
 
 /* ---- F16 / F32 / BF16 --------------------------------------------------- */
 
@@ -716,16 +762,17 @@ void sw_kernels_avx2(struct sw_kernels *k)
         k->mm[SW_TYPE_Q5_1] = s_mm_q5_1;
         k->mm[SW_TYPE_Q8_0] = s_mm_q8_0;
     }
-    k->dot[SW_TYPE_Q4_K] = s_dot_q4_k;
-    k->dot[SW_TYPE_Q5_K] = s_dot_q5_k;
-    k->dot[SW_TYPE_Q6_K] = s_dot_q6_k;
+    const int vnni = sw_cpu_has_avxvnni();
+    k->dot[SW_TYPE_Q4_K] = vnni ? s_dot_q4_k_vnni : s_dot_q4_k;
+    k->dot[SW_TYPE_Q5_K] = vnni ? s_dot_q5_k_vnni : s_dot_q5_k;
+    k->dot[SW_TYPE_Q6_K] = vnni ? s_dot_q6_k_vnni : s_dot_q6_k;
     k->dot[SW_TYPE_F16] = s_dot_f16;
     k->dot[SW_TYPE_F32] = s_dot_f32;
     k->dot[SW_TYPE_BF16] = s_dot_bf16;
     // the float types use the generic per-pair matmul (each weight row stays in L1)
-    k->mm[SW_TYPE_Q4_K] = s_mm_q4_k;
-    k->mm[SW_TYPE_Q5_K] = s_mm_q5_k;
-    k->mm[SW_TYPE_Q6_K] = s_mm_q6_k;
+    k->mm[SW_TYPE_Q4_K] = vnni ? s_mm_q4_k_vnni : s_mm_q4_k;
+    k->mm[SW_TYPE_Q5_K] = vnni ? s_mm_q5_k_vnni : s_mm_q5_k;
+    k->mm[SW_TYPE_Q6_K] = vnni ? s_mm_q6_k_vnni : s_mm_q6_k;
     k->mm[SW_TYPE_F16] = NULL;
     k->mm[SW_TYPE_F32] = NULL;
     k->mm[SW_TYPE_BF16] = NULL;
