@@ -397,12 +397,16 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
             for (int off = 0; off < wsz; off += 64)
                 s_prefetch(pw, pf + (size_t)off);
         const sw_block_q8_k *xb[8];
-        __m256i sumi[8];
+        /* Integer lanes; for one or two rows a second set (sumj) halves the
+         * dependency chains, added at the end (exact, so the same integers). */
+        __m256i sumi[8], sumj[8];
+        const int split = rx <= 2;
         float d[8];
 #pragma GCC unroll 8
         for (int r = 0; r < rx; r++) {
             xb[r] = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
             sumi[r] = _mm256_setzero_si256();
+            sumj[r] = _mm256_setzero_si256();
         }
         if (kind == K_Q6_K) {
             /* The -32 offset is applied per lane at the end as 32 * (bsums .
@@ -412,12 +416,13 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
             const float dw = _cvtsh_ss(q6->d);
             const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
             const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
-            __m256i sub[8];
 #pragma GCC unroll 8
             for (int r = 0; r < rx; r++) {
                 d[r] = xb[r]->d * dw;
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
-                sub[r] = _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5);
+                // sumi starts at -32 * (bsums . scales) (subtracted last by GGML: same integers)
+                sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                           _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5));
             }
             for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 8
@@ -435,16 +440,14 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
                         const __m256i y8 =
                             _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
                         const __m256i p = _mm256_maddubs_epi16(q, y8);
+                        __m256i *sum = split && (c & 1) ? &sumj[r] : &sumi[r];
                         if (vnni)
-                            sumi[r] = s_dpwssd(sumi[r], sc16, p);
+                            *sum = s_dpwssd(*sum, sc16, p);
                         else
-                            sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(sc16, p));
+                            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(sc16, p));
                     }
                 }
             }
-#pragma GCC unroll 8
-            for (int r = 0; r < rx; r++)
-                sumi[r] = _mm256_sub_epi32(sumi[r], sub[r]);
         } else {
             const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
             const float dw = _cvtsh_ss(q4->d), dminw = _cvtsh_ss(q4->dmin);
@@ -483,7 +486,10 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
                     __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
                     __m256i ph =
                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-                    if (vnni) {
+                    if (vnni && split) {
+                        sumi[r] = s_dpwssd(sumi[r], scl, pl);
+                        sumj[r] = s_dpwssd(sumj[r], sch, ph);
+                    } else if (vnni) {
                         sumi[r] = s_dpwssd(s_dpwssd(sumi[r], scl, pl), sch, ph);
                     } else {
                         pl = _mm256_madd_epi16(scl, pl);
@@ -492,6 +498,11 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
                     }
                 }
             }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < rx; r++) {
+            if (split)
+                sumi[r] = _mm256_add_epi32(sumi[r], sumj[r]);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < rx; r++)
