@@ -367,19 +367,27 @@ SW_AI __m256i s_q6_chunk(const sw_block_q6_k *w, int h, int c)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+/* The 8 sums of adjacent pairs of a q8_K block's 16 bsums (the sums per 32
+ * elements the q4_K/q5_K minimums multiply). */
+SW_AI __m128i s_bsum_pairs(__m256i bs)
+{
+    return _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+}
+
 /*
  * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 8,
  * a compile-time constant); x rows xs bytes apart. Per pair this is GGML's
  * AVX2 sequence: per super-block an exact int32 8-lane sum (sub-block scales
  * applied with madd), acc = fma(d_x * d_w, float(lanes), acc); q4_K adds
  * accm = fma(dmin, float(mins . bsums), accm) in 4 lanes, q5_K summs =
- * fma(dmin, sum, summs); then the horizontal sums. Unpacking the weight
+ * fma(dmin, sum, summs); then the horizontal sums. q8p (q4_K/q5_K; NULL:
+ * computed here) holds those blocks' s_bsum_pairs, nb per row. Unpacking the weight
  * super-block once serves all rx activation rows. The integer lanes are exact
  * (no saturation can occur), so vnni != 0 may fuse each madd + add into one
  * vpdpwssd and the lanes stay the same integers.
  */
 SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, size_t pf,
-                    const uint8_t *x, size_t xs, float *y, int64_t ys)
+                    const uint8_t *x, size_t xs, const __m128i *q8p, float *y, int64_t ys)
 {
     const int wsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
     __m256 acc[8];
@@ -463,9 +471,13 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
                 const float yd = xb[r]->d;
                 d[r] = yd * dw;
                 const float dmin = -yd * dminw;
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
-                const __m128i q8s =
-                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                __m128i q8s;
+                if (q8p != NULL) {
+                    q8s = _mm_load_si128(q8p + (size_t)r * nb + b);
+                } else {
+                    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
+                    q8s = s_bsum_pairs(bs);
+                }
                 const __m128i prod = _mm_madd_epi16(mins, q8s);
                 if (kind == K_Q4_K) {
                     accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[r]);
@@ -525,18 +537,19 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
 /* One weight row against rows [r0, r1) of x, in near-equal groups of at most
  * 8 activation rows: each weight super-block is unpacked once per group. */
 SW_AI void s_row_k(int kind, int vnni, int64_t nb, const uint8_t *wo, size_t pf, const uint8_t *x,
-                   size_t xs, int r0, int r1, float *y, int64_t ys)
+                   size_t xs, const __m128i *q8p, int r0, int r1, float *y, int64_t ys)
 {
     const int len = r1 - r0, groups = (len + 7) / 8;
     int r = r0;
     for (int g = 0; g < groups; g++) {
         const int sz = len / groups + (g < len % groups ? 1 : 0);
         const uint8_t *xr = x + (size_t)r * xs;
+        const __m128i *q8r = q8p != NULL ? q8p + (size_t)(r - r0) * nb : NULL;
         float *yr = y + r * ys;
         switch (sz) {
 #define SW_CASEK(m)                                                                                \
     case m:                                                                                        \
-        s_tile_k(kind, vnni, m, nb, wo, pf, xr, xs, yr, ys);                                       \
+        s_tile_k(kind, vnni, m, nb, wo, pf, xr, xs, q8r, yr, ys);                                  \
         break;
             SW_CASEK(1)
             SW_CASEK(2)
@@ -560,18 +573,41 @@ SW_AI void s_mm_k(int kind, int vnni, int64_t n, const void *w, size_t w_stride,
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
     const size_t pf = SW_PF_ROWS * w_stride;
-    for (int r0 = 0; r0 < nr; r0 += SW_RCHUNK) {
-        const int r1 = nr - r0 > SW_RCHUNK ? r0 + SW_RCHUNK : nr;
+    /* q4_K/q5_K: the activation blocks' bsum pairs, computed once per call
+     * instead of once per (weight row, activation row, super-block). */
+    enum { PRE_MAX = 2048 }; // 32 KiB of stack
+    __m128i pre[kind == K_Q6_K ? 1 : PRE_MAX];
+    int rchunk = SW_RCHUNK;
+    if (kind != K_Q6_K) {
+        if (nb > PRE_MAX) { // a row longer than 512Ki elements: per-pair kernel
+            for (int r = 0; r < nr; r++)
+                for (int64_t o = o0; o < o1; o++)
+                    s_tile_k(kind, vnni, 1, nb, wb + (size_t)o * w_stride, 0,
+                             xb + (size_t)r * x_stride, 0, NULL, y + r * y_stride + o, 0);
+            return;
+        }
+        if (rchunk > PRE_MAX / nb)
+            rchunk = (int)(PRE_MAX / nb);
+    }
+    for (int r0 = 0; r0 < nr; r0 += rchunk) {
+        const int r1 = nr - r0 > rchunk ? r0 + rchunk : nr;
+        if (kind != K_Q6_K)
+            for (int r = r0; r < r1; r++) {
+                const sw_block_q8_k *xr = (const sw_block_q8_k *)(xb + (size_t)r * x_stride);
+                for (int64_t b = 0; b < nb; b++)
+                    pre[(size_t)(r - r0) * nb + b] =
+                        s_bsum_pairs(_mm256_loadu_si256((const __m256i *)xr[b].bsums));
+            }
         for (int64_t o = o0; o < o1; o++)
-            s_row_k(kind, vnni, nb, wb + (size_t)o * w_stride, pf, xb, x_stride, r0, r1, y + o,
-                    y_stride);
+            s_row_k(kind, vnni, nb, wb + (size_t)o * w_stride, pf, xb, x_stride,
+                    kind == K_Q6_K ? NULL : pre, r0, r1, y + o, y_stride);
     }
 }
 
 #define SW_DEFK(name, kind, vnni)                                                                  \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_tile_k(kind, vnni, 1, n / SW_QK_K, w, 0, x, 0, s, 0);                                    \
+        s_tile_k(kind, vnni, 1, n / SW_QK_K, w, 0, x, 0, NULL, s, 0);                              \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
