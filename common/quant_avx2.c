@@ -315,18 +315,25 @@ SW_DEF32(q8_0_vnni, K_Q8_0, 1)
 
 /* ---- K-quants ----------------------------------------------------------- */
 
-/* Unpacks the 12 packed scale bytes of q4_K/q5_K: bytes 0..7 = scales, 8..15 = mins. */
+/* Unpacks the 12 packed scale bytes of q4_K/q5_K: bytes 0..7 = scales, 8..15 = mins.
+ * Scale/min j < 4 is the low 6 bits of byte j / j+4; scale j >= 4 is the low
+ * nibble of byte j+4 with bits 7..6 of byte j-4 above, min j >= 4 the high
+ * nibble of byte j+4 with bits 7..6 of byte j above. Reads 16 bytes from
+ * scales (the 4 after the 12 are the block's first quants). */
 SW_AI __m128i s_k4_scales(const uint8_t *scales)
 {
-    uint32_t u[4];
-    memcpy(u, scales, 12);
-    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
-    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
-    const uint32_t a = u[1] & m1;
-    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
-    u[2] = a;
-    u[0] &= m1;
-    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+    const __m128i v = _mm_loadu_si128((const __m128i *)scales);
+    // the byte with the low bits (A) and the one with bits 7..6 (B) of each output byte
+    const __m128i a =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i lo =
+        _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i hn = _mm_and_si128(
+        _mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    const __m128i top = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));
+    return _mm_or_si128(_mm_or_si128(lo, hn), top);
 }
 
 /* The int16 scale j of an 8-entry int16 vector, broadcast to all 16 lanes. */

@@ -6,8 +6,8 @@
  * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0, with each batch's
  * time as a multiple of the nr = 1 time). Not a test: prints a table.
  *
- *   bench_quant [min_seconds_per_case [smol|qwen|all [threads]]]
- *   (defaults: 0.15, all, 1)
+ *   bench_quant [min_seconds_per_case [smol|qwen|all [threads [type]]]]
+ *   (defaults: 0.15, all, 1, every type; type is a name like q4_K)
  */
 #include "quant.h"
 #include "threadpool.h"
@@ -178,7 +178,7 @@ static int s_make(enum sw_type t, int64_t rows, int64_t n, uint8_t **w, uint64_t
 
 /* Qwen2.5-Coder-1.5B's matrices (and the 0.5B drafter's main types): time per
  * call for each batch size and its ratio to the one-row time. */
-static int s_qwen(sw_pool_t *pool, double min_s)
+static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
 {
     const struct {
         enum sw_type t;
@@ -193,6 +193,8 @@ static int s_qwen(sw_pool_t *pool, double min_s)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         uint8_t *w, *x;
         uint64_t wsb, xsb;
+        if (only != NULL && strcmp(only, sw_type_name(cases[ci].t)) != 0)
+            continue;
         const int64_t rows = cases[ci].rows, n = cases[ci].n;
         float *y = malloc(sizeof(float) * rows * 64);
         if (y == NULL || s_make(cases[ci].t, rows, n, &w, &wsb, &x, &xsb) != 0)
@@ -227,7 +229,7 @@ int main(int argc, char **argv)
     printf("kernels: %s\n", sw_cpu_kernels());
     if (strcmp(set, "smol") != 0) {
         sw_pool_t *pool = sw_pool_new(qthreads);
-        if (pool == NULL || s_qwen(pool, min_s) != 0) {
+        if (pool == NULL || s_qwen(pool, min_s, argc > 4 ? argv[4] : NULL) != 0) {
             fprintf(stderr, "bench_quant: qwen set failed\n");
             return 1;
         }
