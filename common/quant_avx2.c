@@ -82,6 +82,15 @@ SW_AI __m256i s_dpbusd(__m256i acc, __m256i u, __m256i sgn)
     return acc;
 }
 
+/* acc + per-lane (a0 * b0 + a1 * b1) of int16 pairs: AVX-VNNI's vpdpwssd
+ * (not the saturating vpdpwssds), VEX-encoded. The same wrap-around integers
+ * as _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)) in one instruction. */
+SW_AI __m256i s_dpwssd(__m256i acc, __m256i a, __m256i b)
+{
+    __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    return acc;
+}
+
 /* ---- 32-element block formats: one tile kernel for all ----------------- */
 
 /* f16 -> f32 for every bit pattern (256 KiB), filled once by sw_kernels_avx2().
@@ -306,18 +315,25 @@ SW_DEF32(q8_0_vnni, K_Q8_0, 1)
 
 /* ---- K-quants ----------------------------------------------------------- */
 
-/* Unpacks the 12 packed scale bytes of q4_K/q5_K: bytes 0..7 = scales, 8..15 = mins. */
+/* Unpacks the 12 packed scale bytes of q4_K/q5_K: bytes 0..7 = scales, 8..15 = mins.
+ * Scale/min j < 4 is the low 6 bits of byte j / j+4; scale j >= 4 is the low
+ * nibble of byte j+4 with bits 7..6 of byte j-4 above, min j >= 4 the high
+ * nibble of byte j+4 with bits 7..6 of byte j above. Reads 16 bytes from
+ * scales (the 4 after the 12 are the block's first quants). */
 SW_AI __m128i s_k4_scales(const uint8_t *scales)
 {
-    uint32_t u[4];
-    memcpy(u, scales, 12);
-    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
-    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
-    const uint32_t a = u[1] & m1;
-    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
-    u[2] = a;
-    u[0] &= m1;
-    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+    const __m128i v = _mm_loadu_si128((const __m128i *)scales);
+    // the byte with the low bits (A) and the one with bits 7..6 (B) of each output byte
+    const __m128i a =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i lo =
+        _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i hn = _mm_and_si128(
+        _mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    const __m128i top = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));
+    return _mm_or_si128(_mm_or_si128(lo, hn), top);
 }
 
 /* The int16 scale j of an 8-entry int16 vector, broadcast to all 16 lanes. */
@@ -358,24 +374,34 @@ SW_AI __m256i s_q6_chunk(const sw_block_q6_k *w, int h, int c)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+/* The 8 sums of adjacent pairs of a q8_K block's 16 bsums (the sums per 32
+ * elements the q4_K/q5_K minimums multiply). */
+SW_AI __m128i s_bsum_pairs(__m256i bs)
+{
+    return _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+}
+
 /*
- * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 4,
+ * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 8,
  * a compile-time constant); x rows xs bytes apart. Per pair this is GGML's
  * AVX2 sequence: per super-block an exact int32 8-lane sum (sub-block scales
  * applied with madd), acc = fma(d_x * d_w, float(lanes), acc); q4_K adds
  * accm = fma(dmin, float(mins . bsums), accm) in 4 lanes, q5_K summs =
- * fma(dmin, sum, summs); then the horizontal sums. Unpacking the weight
- * super-block once serves all rx activation rows.
+ * fma(dmin, sum, summs); then the horizontal sums. q8p (q4_K/q5_K; NULL:
+ * computed here) holds those blocks' s_bsum_pairs, nb per row. Unpacking the weight
+ * super-block once serves all rx activation rows. The integer lanes are exact
+ * (no saturation can occur), so vnni != 0 may fuse each madd + add into one
+ * vpdpwssd and the lanes stay the same integers.
  */
-SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, const uint8_t *x,
-                    size_t xs, float *y, int64_t ys)
+SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, size_t pf,
+                    const uint8_t *x, size_t xs, const __m128i *q8p, float *y, int64_t ys)
 {
     const int wsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
-    __m256 acc[4];
-    __m128 accm[4];
-    float summs[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
+    __m256 acc[8];
+    __m128 accm[8];
+    float summs[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
         acc[r] = _mm256_setzero_ps();
         accm[r] = _mm_setzero_ps();
         summs[r] = 0.0f;
@@ -385,13 +411,17 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
         if (pf) // the same super-block SW_PF_ROWS rows below
             for (int off = 0; off < wsz; off += 64)
                 s_prefetch(pw, pf + (size_t)off);
-        const sw_block_q8_k *xb[4];
-        __m256i sumi[4];
-        float d[4];
-#pragma GCC unroll 4
+        const sw_block_q8_k *xb[8];
+        /* Integer lanes; for one or two rows a second set (sumj) halves the
+         * dependency chains, added at the end (exact, so the same integers). */
+        __m256i sumi[8], sumj[8];
+        const int split = rx <= 2;
+        float d[8];
+#pragma GCC unroll 8
         for (int r = 0; r < rx; r++) {
             xb[r] = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
             sumi[r] = _mm256_setzero_si256();
+            sumj[r] = _mm256_setzero_si256();
         }
         if (kind == K_Q6_K) {
             /* The -32 offset is applied per lane at the end as 32 * (bsums .
@@ -401,15 +431,16 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
             const float dw = _cvtsh_ss(q6->d);
             const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
             const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
-            __m256i sub[4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < rx; r++) {
                 d[r] = xb[r]->d * dw;
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
-                sub[r] = _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5);
+                // sumi starts at -32 * (bsums . scales) (subtracted last by GGML: same integers)
+                sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                           _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5));
             }
             for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int c = 0; c < 4; c++) {
                     const __m256i q = s_q6_chunk(q6, h, c);
                     // scales 8h+2c for the chunk's first 16 elements, 8h+2c+1 for the next 16
@@ -419,18 +450,19 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
                         (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
                         (char)(j + 1), (char)(j + 1), (char)(j + 1));
                     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                     for (int r = 0; r < rx; r++) {
                         const __m256i y8 =
                             _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
-                        sumi[r] = _mm256_add_epi32(
-                            sumi[r], _mm256_madd_epi16(sc16, _mm256_maddubs_epi16(q, y8)));
+                        const __m256i p = _mm256_maddubs_epi16(q, y8);
+                        __m256i *sum = split && (c & 1) ? &sumj[r] : &sumi[r];
+                        if (vnni)
+                            *sum = s_dpwssd(*sum, sc16, p);
+                        else
+                            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(sc16, p));
                     }
                 }
             }
-#pragma GCC unroll 4
-            for (int r = 0; r < rx; r++)
-                sumi[r] = _mm256_sub_epi32(sumi[r], sub[r]);
         } else {
             const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
             const float dw = _cvtsh_ss(q4->d), dminw = _cvtsh_ss(q4->dmin);
@@ -441,14 +473,18 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
             const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
             const __m256i hbits = kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16))
                                                  : _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < rx; r++) {
                 const float yd = xb[r]->d;
                 d[r] = yd * dw;
                 const float dmin = -yd * dminw;
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
-                const __m128i q8s =
-                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                __m128i q8s;
+                if (q8p != NULL) {
+                    q8s = _mm_load_si128(q8p + (size_t)r * nb + b);
+                } else {
+                    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
+                    q8s = s_bsum_pairs(bs);
+                }
                 const __m128i prod = _mm_madd_epi16(mins, q8s);
                 if (kind == K_Q4_K) {
                     accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[r]);
@@ -458,28 +494,40 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
                     summs[r] = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs[r]);
                 }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int c = 0; c < 4; c++) {
                 __m256i lo, hi;
                 s_k45_chunk(kind, qs, hbits, c, &lo, &hi);
                 const __m256i scl = s_bcast16(sc2, 2 * c), sch = s_bcast16(sc2, 2 * c + 1);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int r = 0; r < rx; r++) {
                     const int8_t *q8 = xb[r]->qs + 64 * c;
                     __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
                     __m256i ph =
                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-                    pl = _mm256_madd_epi16(scl, pl);
-                    ph = _mm256_madd_epi16(sch, ph);
-                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+                    if (vnni && split) {
+                        sumi[r] = s_dpwssd(sumi[r], scl, pl);
+                        sumj[r] = s_dpwssd(sumj[r], sch, ph);
+                    } else if (vnni) {
+                        sumi[r] = s_dpwssd(s_dpwssd(sumi[r], scl, pl), sch, ph);
+                    } else {
+                        pl = _mm256_madd_epi16(scl, pl);
+                        ph = _mm256_madd_epi16(sch, ph);
+                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+                    }
                 }
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
+        for (int r = 0; r < rx; r++) {
+            if (split)
+                sumi[r] = _mm256_add_epi32(sumi[r], sumj[r]);
+        }
+#pragma GCC unroll 8
         for (int r = 0; r < rx; r++)
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < rx; r++) {
         float v = s_hsum8(acc[r]);
         if (kind == K_Q4_K) {
@@ -493,41 +541,93 @@ SW_AI void s_tile_k(int kind, int rx, int64_t nb, const uint8_t *w, size_t pf, c
     }
 }
 
-SW_AI void s_mm_k(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                  const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+/* One weight row against rows [r0, r1) of x, in near-equal groups of at most
+ * 8 activation rows: each weight super-block is unpacked once per group. */
+SW_AI void s_row_k(int kind, int vnni, int64_t nb, const uint8_t *wo, size_t pf, const uint8_t *x,
+                   size_t xs, const __m128i *q8p, int r0, int r1, float *y, int64_t ys)
+{
+    const int len = r1 - r0, groups = (len + 7) / 8;
+    int r = r0;
+    for (int g = 0; g < groups; g++) {
+        const int sz = len / groups + (g < len % groups ? 1 : 0);
+        const uint8_t *xr = x + (size_t)r * xs;
+        const __m128i *q8r = q8p != NULL ? q8p + (size_t)(r - r0) * nb : NULL;
+        float *yr = y + r * ys;
+        switch (sz) {
+#define SW_CASEK(m)                                                                                \
+    case m:                                                                                        \
+        s_tile_k(kind, vnni, m, nb, wo, pf, xr, xs, q8r, yr, ys);                                  \
+        break;
+            SW_CASEK(1)
+            SW_CASEK(2)
+            SW_CASEK(3)
+            SW_CASEK(4)
+            SW_CASEK(5)
+            SW_CASEK(6)
+            SW_CASEK(7)
+            SW_CASEK(8)
+#undef SW_CASEK
+        default:
+            break;
+        }
+        r += sz;
+    }
+}
+
+SW_AI void s_mm_k(int kind, int vnni, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                  int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
     const size_t pf = SW_PF_ROWS * w_stride;
-    for (int r0 = 0; r0 < nr; r0 += SW_RCHUNK) {
-        const int r1 = nr - r0 > SW_RCHUNK ? r0 + SW_RCHUNK : nr;
-        for (int64_t o = o0; o < o1; o++) {
-            const uint8_t *wo = wb + (size_t)o * w_stride;
-            int r = r0;
-            for (; r + 4 <= r1; r += 4)
-                s_tile_k(kind, 4, nb, wo, pf, xb + (size_t)r * x_stride, x_stride,
-                         y + r * y_stride + o, y_stride);
-            for (; r < r1; r++)
-                s_tile_k(kind, 1, nb, wo, pf, xb + (size_t)r * x_stride, x_stride,
-                         y + r * y_stride + o, y_stride);
+    /* q4_K/q5_K: the activation blocks' bsum pairs, computed once per call
+     * instead of once per (weight row, activation row, super-block). */
+    enum { PRE_MAX = 2048 }; // 32 KiB of stack
+    __m128i pre[kind == K_Q6_K ? 1 : PRE_MAX];
+    int rchunk = SW_RCHUNK;
+    if (kind != K_Q6_K) {
+        if (nb > PRE_MAX) { // a row longer than 512Ki elements: per-pair kernel
+            for (int r = 0; r < nr; r++)
+                for (int64_t o = o0; o < o1; o++)
+                    s_tile_k(kind, vnni, 1, nb, wb + (size_t)o * w_stride, 0,
+                             xb + (size_t)r * x_stride, 0, NULL, y + r * y_stride + o, 0);
+            return;
         }
+        if (rchunk > PRE_MAX / nb)
+            rchunk = (int)(PRE_MAX / nb);
+    }
+    for (int r0 = 0; r0 < nr; r0 += rchunk) {
+        const int r1 = nr - r0 > rchunk ? r0 + rchunk : nr;
+        if (kind != K_Q6_K)
+            for (int r = r0; r < r1; r++) {
+                const sw_block_q8_k *xr = (const sw_block_q8_k *)(xb + (size_t)r * x_stride);
+                for (int64_t b = 0; b < nb; b++)
+                    pre[(size_t)(r - r0) * nb + b] =
+                        s_bsum_pairs(_mm256_loadu_si256((const __m256i *)xr[b].bsums));
+            }
+        for (int64_t o = o0; o < o1; o++)
+            s_row_k(kind, vnni, nb, wb + (size_t)o * w_stride, pf, xb, x_stride,
+                    kind == K_Q6_K ? NULL : pre, r0, r1, y + o, y_stride);
     }
 }
 
-#define SW_DEFK(name, kind)                                                                        \
+#define SW_DEFK(name, kind, vnni)                                                                  \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_tile_k(kind, 1, n / SW_QK_K, w, 0, x, 0, s, 0);                                          \
+        s_tile_k(kind, vnni, 1, n / SW_QK_K, w, 0, x, 0, NULL, s, 0);                              \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        s_mm_k(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                        \
+        s_mm_k(kind, vnni, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                  \
     }
 
-SW_DEFK(q4_k, K_Q4_K)
-SW_DEFK(q5_k, K_Q5_K)
-SW_DEFK(q6_k, K_Q6_K)
+SW_DEFK(q4_k, K_Q4_K, 0)
+SW_DEFK(q5_k, K_Q5_K, 0)
+SW_DEFK(q6_k, K_Q6_K, 0)
+SW_DEFK(q4_k_vnni, K_Q4_K, 1)
+SW_DEFK(q5_k_vnni, K_Q5_K, 1)
+SW_DEFK(q6_k_vnni, K_Q6_K, 1)
 
 /* ---- F16 / F32 / BF16 --------------------------------------------------- */
 
@@ -716,16 +816,17 @@ void sw_kernels_avx2(struct sw_kernels *k)
         k->mm[SW_TYPE_Q5_1] = s_mm_q5_1;
         k->mm[SW_TYPE_Q8_0] = s_mm_q8_0;
     }
-    k->dot[SW_TYPE_Q4_K] = s_dot_q4_k;
-    k->dot[SW_TYPE_Q5_K] = s_dot_q5_k;
-    k->dot[SW_TYPE_Q6_K] = s_dot_q6_k;
+    const int vnni = sw_cpu_has_avxvnni();
+    k->dot[SW_TYPE_Q4_K] = vnni ? s_dot_q4_k_vnni : s_dot_q4_k;
+    k->dot[SW_TYPE_Q5_K] = vnni ? s_dot_q5_k_vnni : s_dot_q5_k;
+    k->dot[SW_TYPE_Q6_K] = vnni ? s_dot_q6_k_vnni : s_dot_q6_k;
     k->dot[SW_TYPE_F16] = s_dot_f16;
     k->dot[SW_TYPE_F32] = s_dot_f32;
     k->dot[SW_TYPE_BF16] = s_dot_bf16;
     // the float types use the generic per-pair matmul (each weight row stays in L1)
-    k->mm[SW_TYPE_Q4_K] = s_mm_q4_k;
-    k->mm[SW_TYPE_Q5_K] = s_mm_q5_k;
-    k->mm[SW_TYPE_Q6_K] = s_mm_q6_k;
+    k->mm[SW_TYPE_Q4_K] = vnni ? s_mm_q4_k_vnni : s_mm_q4_k;
+    k->mm[SW_TYPE_Q5_K] = vnni ? s_mm_q5_k_vnni : s_mm_q5_k;
+    k->mm[SW_TYPE_Q6_K] = vnni ? s_mm_q6_k_vnni : s_mm_q6_k;
     k->mm[SW_TYPE_F16] = NULL;
     k->mm[SW_TYPE_F32] = NULL;
     k->mm[SW_TYPE_BF16] = NULL;

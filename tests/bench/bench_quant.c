@@ -1,10 +1,13 @@
 /*
- * bench_quant.c - times sw_matmul on SmolLM2-135M-sized matrices (Q4_1 and
- * Q8_0 weights) for decode (nr = 1) and verification/prefill batches, on 1
- * and 2 threads, next to a plain sw_vec_dot loop and the machine's memcpy
- * bandwidth. Not a test: prints a table on stdout.
+ * bench_quant.c - times sw_matmul for decode (nr = 1) and verification /
+ * prefill batches. Two sets of matrices: "smol" (SmolLM2-135M-sized, Q4_1 and
+ * Q8_0 weights, 1 and 2 threads, next to a plain sw_vec_dot loop and the
+ * machine's memcpy bandwidth) and "qwen" (Qwen2.5-Coder-1.5B Q4_K_M-shaped
+ * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0, with each batch's
+ * time as a multiple of the nr = 1 time). Not a test: prints a table.
  *
- *   bench_quant [min_seconds_per_case]   (default 0.15)
+ *   bench_quant [min_seconds_per_case [smol|qwen|all [threads [type]]]]
+ *   (defaults: 0.15, all, 1, every type; type is a name like q4_K)
  */
 #include "quant.h"
 #include "threadpool.h"
@@ -106,12 +109,134 @@ static double s_memcpy_gbs(double min_s)
     return (double)sz * iters / t / 1e9; // bytes copied per second (reads; writes as many)
 }
 
+/* Random bytes for a row of a type sw_quantize_row cannot write (the
+ * K-quants, q5_0), with small finite f16 scales; 0 or -1. */
+static int s_random_blocks(enum sw_type t, uint8_t *row, int64_t n)
+{
+    uint64_t bytes;
+    if (sw_type_row_bytes(t, n, &bytes) != 0)
+        return -1;
+    for (uint64_t i = 0; i < bytes; i++)
+        row[i] = (uint8_t)rand();
+    const sw_f16 small = sw_f32_to_f16(0.001f);
+    const int64_t nb = n / sw_type_block_elems(t);
+    const size_t bb = sw_type_block_bytes(t);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = row + b * bb;
+        switch (t) {
+        case SW_TYPE_Q4_K:
+        case SW_TYPE_Q5_K:
+            memcpy(p + 2, &small, 2); // dmin
+            memcpy(p, &small, 2);     // d
+            break;
+        case SW_TYPE_Q6_K:
+            memcpy(p + 208, &small, 2);
+            break;
+        case SW_TYPE_Q5_0:
+        case SW_TYPE_Q5_1:
+            memcpy(p, &small, 2);
+            memcpy(p + 2, &small, 2); // q5_1's m (q5_0: high bits, any value)
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Random weights (rows x n of type t) and 64 activation rows; 0 or -1. */
+static int s_make(enum sw_type t, int64_t rows, int64_t n, uint8_t **w, uint64_t *wsb, uint8_t **x,
+                  uint64_t *xsb)
+{
+    enum sw_type at = sw_type_vec_dot(t);
+    if (sw_type_row_bytes(t, n, wsb) != 0 || sw_type_row_bytes(at, n, xsb) != 0)
+        return -1;
+    *w = malloc(*wsb * rows);
+    *x = malloc(*xsb * 64);
+    float *f = malloc(sizeof(float) * n);
+    if (*w == NULL || *x == NULL || f == NULL) {
+        free(f);
+        return -1;
+    }
+    srand(1);
+    for (int64_t o = 0; o < rows; o++) {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)rand() / RAND_MAX - 0.5f;
+        if (sw_quantize_row(t, f, *w + o * *wsb, n) != 0 &&
+            s_random_blocks(t, *w + o * *wsb, n) != 0)
+            return -1;
+    }
+    for (int r = 0; r < 64; r++) {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)rand() / RAND_MAX - 0.5f;
+        if (sw_quantize_row(at, f, *x + r * *xsb, n) != 0)
+            return -1;
+    }
+    free(f);
+    return 0;
+}
+
+/* Qwen2.5-Coder-1.5B's matrices (and the 0.5B drafter's main types): time per
+ * call for each batch size and its ratio to the one-row time. */
+static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
+{
+    const struct {
+        enum sw_type t;
+        int64_t rows, n;
+    } cases[] = {
+        {SW_TYPE_Q4_K, 1536, 1536},   {SW_TYPE_Q4_K, 8960, 1536}, {SW_TYPE_Q6_K, 1536, 8960},
+        {SW_TYPE_Q6_K, 151936, 1536}, {SW_TYPE_Q5_0, 4864, 896},  {SW_TYPE_Q8_0, 4864, 896},
+    };
+    const int nrs[] = {1, 2, 5, 9, 17, 33};
+    printf("%-5s %6s %5s %3s %3s %10s %9s %7s\n", "type", "rows", "n", "nr", "thr", "us/call",
+           "W GB/s", "vs nr=1");
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        uint8_t *w, *x;
+        uint64_t wsb, xsb;
+        if (only != NULL && strcmp(only, sw_type_name(cases[ci].t)) != 0)
+            continue;
+        const int64_t rows = cases[ci].rows, n = cases[ci].n;
+        float *y = malloc(sizeof(float) * rows * 64);
+        if (y == NULL || s_make(cases[ci].t, rows, n, &w, &wsb, &x, &xsb) != 0)
+            return -1;
+        double one = 0.0;
+        for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+            struct job j = {cases[ci].t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0};
+            double sec = s_time(pool, &j, min_s);
+            if (ni == 0)
+                one = sec;
+            printf("%-5s %6lld %5lld %3d %3d %10.1f %9.2f %6.2fx\n", sw_type_name(cases[ci].t),
+                   (long long)rows, (long long)n, nrs[ni], sw_pool_size(pool), sec * 1e6,
+                   (double)wsb * rows / sec / 1e9, sec / one);
+            fflush(stdout);
+        }
+        free(w);
+        free(x);
+        free(y);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double min_s = argc > 1 ? atof(argv[1]) : 0.15;
     if (min_s <= 0)
         min_s = 0.15;
+    const char *set = argc > 2 ? argv[2] : "all";
+    int qthreads = argc > 3 ? atoi(argv[3]) : 1;
+    if (qthreads < 1 || qthreads > 64)
+        qthreads = 1;
     printf("kernels: %s\n", sw_cpu_kernels());
+    if (strcmp(set, "smol") != 0) {
+        sw_pool_t *pool = sw_pool_new(qthreads);
+        if (pool == NULL || s_qwen(pool, min_s, argc > 4 ? argv[4] : NULL) != 0) {
+            fprintf(stderr, "bench_quant: qwen set failed\n");
+            return 1;
+        }
+        sw_pool_destroy(&pool);
+        if (strcmp(set, "qwen") == 0)
+            return 0;
+    }
     printf("memcpy 256 MiB: %.1f GB/s copied (1 thread)\n", s_memcpy_gbs(min_s * 3));
 
     const enum sw_type types[] = {SW_TYPE_Q4_1, SW_TYPE_Q8_0};

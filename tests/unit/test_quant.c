@@ -568,6 +568,53 @@ static void test_matmul_bit_identical(void)
     }
 }
 
+/* Long K-quant rows (40 super-blocks): the AVX2 matmul then splits the
+ * activation rows into chunks that fit its per-call scratch; every chunk and
+ * group size must still give sw_vec_dot's bits. */
+static void test_matmul_long_rows(void)
+{
+    const enum sw_type types[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    const int rows = 6, nx = 70, nrs[] = {1, 2, 9, 17, 51, 52, 70};
+    const int64_t n = 40 * 256;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        enum sw_type t = types[k], at = sw_type_vec_dot(t);
+        size_t ws, xs;
+        uint8_t *w = s_row_alloc(t, n, rows, &ws), *xq = s_row_alloc(at, n, nx, &xs);
+        float *xf = malloc(n * sizeof(float));
+        float *y = malloc(sizeof(float) * rows * nx), *ref = malloc(sizeof(float) * rows * nx);
+        for (int o = 0; o < rows; o++)
+            s_random_row(t, w + o * ws, n);
+        for (int r = 0; r < nx; r++) {
+            for (int64_t i = 0; i < n; i++)
+                xf[i] = s_uniform(-2.0f, 2.0f);
+            SW_CHECK(sw_quantize_row(at, xf, xq + r * xs, n) == 0);
+        }
+        for (int r = 0; r < nx; r++)
+            for (int o = 0; o < rows; o++)
+                sw_vec_dot(t, n, &ref[r * rows + o], w + o * ws, xq + r * xs);
+        int bad = 0;
+        for (size_t q = 0; q < sizeof nrs / sizeof nrs[0]; q++) {
+            for (int i = 0; i < rows * nx; i++)
+                y[i] = -12345.0f;
+            sw_matmul(t, n, w, ws, 1, rows, xq, xs, nrs[q], y, rows);
+            for (int r = 0; r < nx; r++)
+                for (int o = 0; o < rows; o++) {
+                    float want = r < nrs[q] && o >= 1 ? ref[r * rows + o] : -12345.0f;
+                    bad += memcmp(&y[r * rows + o], &want, 4) != 0;
+                }
+        }
+        if (bad)
+            fprintf(stderr, "long-row matmul %s (%s): %d mismatches\n", sw_type_name(t),
+                    sw_cpu_kernels(), bad);
+        SW_CHECK_INT(bad, 0);
+        free(w);
+        free(xq);
+        free(xf);
+        free(y);
+        free(ref);
+    }
+}
+
 int main(void)
 {
     fprintf(stderr, "kernels: %s\n", sw_cpu_kernels());
@@ -577,5 +624,6 @@ int main(void)
     test_quantize_levels_agree();
     test_vec_dot();
     test_matmul_bit_identical();
+    test_matmul_long_rows();
     return sw_test_done();
 }
