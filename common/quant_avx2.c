@@ -7,9 +7,13 @@
  * dot product in 8 int32 lanes, converted to float and fused-multiply-added
  * with the block's scale into 8 float lanes, then GGML's horizontal sum. The
  * multi-row tiles below keep that exact per-pair sequence, only interleaving
- * several pairs (up to 4 weight rows x 2 activation rows) so that each
- * unpacked weight block and each loaded activation block is used several
- * times. That makes sw_matmul() bit-identical to sw_vec_dot() per element.
+ * several pairs (32-element formats: up to 4 weight rows x 2 activation
+ * rows; K-quants: one weight row x up to 8 activation rows, the activation
+ * rows split into near-equal groups) so that each unpacked weight block and
+ * each loaded activation block is used several times. The integer lanes may
+ * be formed in any order (exact, wrap-around int32: AVX-VNNI's vpdpbusd /
+ * vpdpwssd give the same integers), the float operations per pair never.
+ * That makes sw_matmul() bit-identical to sw_vec_dot() per element.
  */
 #include "quant.h"
 #include "quant_impl.h"
