@@ -129,7 +129,21 @@ class Cluster:
         a, b = self.args, os.path.join(HERE, self.args.build, "bin")
         pr, pa, pb = free_port(), free_port(), free_port()
         self.relay = f"tcp://127.0.0.1:{pr}"
-        self.spawn("relay", [f"{b}/shardwire-relay", "--listen", self.relay])
+        # Real keys, as deployed: CURVE to the relay and sealed payloads.
+        kd = os.path.join(self.logdir, "keys")
+        os.makedirs(kd, mode=0o700, exist_ok=True)
+        for k in ("relay", "head", "tail", "client"):
+            subprocess.run([f"{b}/shardwire", "keygen", "--out", f"{kd}/{k}"], check=True,
+                           capture_output=True)
+        subprocess.run([f"{b}/shardwire", "keygen", "--cluster-key", f"{kd}/cluster.key"],
+                       check=True, capture_output=True)
+        with open(f"{kd}/allow.txt", "w") as f:
+            for k in ("head", "tail", "client"):
+                f.write(open(f"{kd}/{k}.pub").read().strip() + "\n")
+        sec = ["--relay-key", f"{kd}/relay.pub", "--cluster-key", f"{kd}/cluster.key"]
+        self.sec = {k: ["--key", f"{kd}/{k}.key", *sec] for k in ("head", "tail", "client")}
+        self.spawn("relay", [f"{b}/shardwire-relay", "--listen", self.relay, "--key",
+                             f"{kd}/relay.key", "--allow", f"{kd}/allow.txt"])
         time.sleep(0.3)
         for name, port in (("wanem-head", pa), ("wanem-tail", pb)):
             self.spawn(name, [f"{b}/shardwire-wanem", "--listen", f"127.0.0.1:{port}",
@@ -140,21 +154,22 @@ class Cluster:
         split = a.split or n_layers // 2
         common = ["--threads", str(a.threads), "--dtype", a.dtype, "--ctx", "1024"]
         head = [f"{b}/shardwire-node", "--model", a.target, "--layers", f"0:{split}",
-                "--relay", self.head_ep, "--name", "bench-head", *common,
+                "--relay", self.head_ep, "--name", "bench-head", *common, *self.sec["head"],
                 "--draft-k-max", str(a.k_max)]
         if a.draft:
             head += ["--draft-model", a.draft, "--draft-threads", str(a.draft_threads)]
         self.spawn("head", head)
         self.spawn("tail", [f"{b}/shardwire-node", "--model", a.target, "--layers",
                             f"{split}:end", "--relay", f"tcp://127.0.0.1:{pb}",
-                            "--name", "bench-tail", *common])
+                            "--name", "bench-tail", *common, *self.sec["tail"]])
         deadline = time.time() + 600
         while time.time() < deadline:
             for name, p in self.procs:
                 if p.poll() is not None:
                     raise SystemExit(f"bench_wan: {name} exited ({p.returncode}); see "
                                      f"{self.logdir}/{name}.log")
-            st = subprocess.run([f"{b}/shardwire", "status", "--relay", self.relay, "--json"],
+            st = subprocess.run([f"{b}/shardwire", "status", "--relay", self.relay, "--json",
+                                 *self.sec["client"]],
                                 capture_output=True, text=True)
             if '"name":"bench-head"' in st.stdout and '"name":"bench-tail"' in st.stdout:
                 return n_layers, split
@@ -164,7 +179,7 @@ class Cluster:
     def run(self, prompt, flags, n=None):
         b = os.path.join(HERE, self.args.build, "bin")
         argv = [f"{b}/shardwire", "run", "--relay", self.head_ep, "-p", prompt, "-n",
-                str(n or self.args.n), "--json", "--timeout-s", "900", *flags]
+                str(n or self.args.n), "--json", "--timeout-s", "900", *self.sec["client"], *flags]
         if self.args.chat:
             argv.append("--chat")
         r = subprocess.run(argv, capture_output=True, text=True)
@@ -222,7 +237,7 @@ def main():
     ap.add_argument("--draft-threads", type=int, default=2)
     ap.add_argument("--k-max", type=int, default=16, help="adaptive K ceiling (default 16)")
     ap.add_argument("--split", type=int, default=0, help="first layer of the tail (default: half)")
-    ap.add_argument("--dtype", default="f16", help="hidden states on the wire (default f16)")
+    ap.add_argument("--dtype", default="f32", help="hidden states on the wire (default f32, as the nodes)")
     ap.add_argument("--configs", default="none,ngram,k4,k8,k16,auto")
     ap.add_argument("--build", default="build", help="build folder (default build)")
     ap.add_argument("--chat", action="store_true", help="wrap the prompts in the model's chat "
