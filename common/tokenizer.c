@@ -1177,8 +1177,8 @@ static const char *const k_eot_texts[] = {
     "<|endoftext|>",
     "<EOT>",
     "_<EOT>",
-    "<\xef\xbd\x9c"
-    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    ("<\xef\xbd\x9c" /* the fullwidth bar of DeepSeek's marker, then the rest */
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
 };
 
 static int s_add_eog(sw_tokenizer_t *t, int32_t id)
