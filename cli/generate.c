@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "backend.h"
 #include "chat.h"
 #include "cmds.h"
@@ -76,35 +77,6 @@ static void s_usage(FILE *f)
                "      --draft-k-max N     largest adaptive K (default 16)\n"
                "      --draft-p-min P     stop drafting below this draft probability (default 0)\n"
                "      --draft-threads N   draft model threads (default: as --threads)\n");
-}
-
-/* Parses a whole decimal/float argument into *out within [lo, hi]. */
-static int s_parse_int(const char *name, const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 0);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "shardwire generate: %s '%s' is not an integer in [%ld, %ld]\n", name, s,
-                lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int s_parse_float(const char *name, const char *s, double lo, double hi, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "shardwire generate: %s '%s' is not a number in [%g, %g]\n", name, s, lo,
-                hi);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
 }
 
 static int s_parse(int argc, char **argv, struct s_opts *o)
@@ -165,16 +137,16 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
             o->prompt = optarg;
             break;
         case 'n':
-            rc = s_parse_int("--n-predict", optarg, 0, 1 << 20, &o->n_predict);
+            rc = sw_arg_int("shardwire generate", "--n-predict", optarg, 0, 1 << 20, &o->n_predict);
             break;
         case 't':
-            rc = s_parse_int("--threads", optarg, 1, 512, &o->threads);
+            rc = sw_arg_int("shardwire generate", "--threads", optarg, 1, 512, &o->threads);
             break;
         case 'c':
-            rc = s_parse_int("--ctx", optarg, 16, 1 << 20, &o->n_ctx);
+            rc = sw_arg_int("shardwire generate", "--ctx", optarg, 16, 1 << 20, &o->n_ctx);
             break;
         case O_TEMP:
-            rc = s_parse_float("--temp", optarg, 0, 100, &o->sampling.temp);
+            rc = sw_arg_float("shardwire generate", "--temp", optarg, 0, 100, &o->sampling.temp);
             break;
         case O_SEED: {
             char *end;
@@ -188,16 +160,18 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
             break;
         }
         case O_TOPK:
-            rc = s_parse_int("--top-k", optarg, 0, INT_MAX, &o->sampling.top_k);
+            rc =
+                sw_arg_int("shardwire generate", "--top-k", optarg, 0, INT_MAX, &o->sampling.top_k);
             break;
         case O_TOPP:
-            rc = s_parse_float("--top-p", optarg, 0, 1, &o->sampling.top_p);
+            rc = sw_arg_float("shardwire generate", "--top-p", optarg, 0, 1, &o->sampling.top_p);
             break;
         case O_MINP:
-            rc = s_parse_float("--min-p", optarg, 0, 1, &o->sampling.min_p);
+            rc = sw_arg_float("shardwire generate", "--min-p", optarg, 0, 1, &o->sampling.min_p);
             break;
         case O_REP:
-            rc = s_parse_float("--repeat-penalty", optarg, 0.01, 100, &o->sampling.rep_penalty);
+            rc = sw_arg_float("shardwire generate", "--repeat-penalty", optarg, 0.01, 100,
+                              &o->sampling.rep_penalty);
             break;
         case O_CHAT:
             o->chat = 1;
@@ -215,16 +189,19 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
             if (!strcmp(optarg, "auto"))
                 o->draft_k = DRAFT_K_AUTO;
             else
-                rc = s_parse_int("--draft-k", optarg, 0, SW_MAX_DRAFT, &o->draft_k);
+                rc = sw_arg_int("shardwire generate", "--draft-k", optarg, 0, SW_MAX_DRAFT,
+                                &o->draft_k);
             break;
         case O_DKMAX:
-            rc = s_parse_int("--draft-k-max", optarg, 1, SW_MAX_DRAFT, &o->draft_k_max);
+            rc = sw_arg_int("shardwire generate", "--draft-k-max", optarg, 1, SW_MAX_DRAFT,
+                            &o->draft_k_max);
             break;
         case O_DPMIN:
-            rc = s_parse_float("--draft-p-min", optarg, 0, 1, &o->draft_p_min);
+            rc = sw_arg_float("shardwire generate", "--draft-p-min", optarg, 0, 1, &o->draft_p_min);
             break;
         case O_DTHREADS:
-            rc = s_parse_int("--draft-threads", optarg, 1, 512, &o->draft_threads);
+            rc = sw_arg_int("shardwire generate", "--draft-threads", optarg, 1, 512,
+                            &o->draft_threads);
             break;
         case 'h':
             s_usage(stdout);

@@ -25,6 +25,7 @@
 
 #include <sodium.h>
 
+#include "args.h"
 #include "cmds.h"
 #include "decode.h"
 #include "keys.h"
@@ -37,21 +38,6 @@ static void s_on_signal(int sig)
 {
     (void)sig;
     s_stop = 1;
-}
-
-static int s_num(const char *cmd, const char *flag, const char *s, double lo, double hi,
-                 double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "shardwire %s: %s '%s' is not a number in [%g, %g]\n", cmd, flag, s, lo,
-                hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static const char *s_role_name(int role)
@@ -282,25 +268,25 @@ int cmd_run(int argc, char **argv)
             prompt = optarg;
             break;
         case 'n':
-            rc = s_num("run", "-n", optarg, 1, 1 << 20, &n_predict);
+            rc = sw_arg_double("shardwire run", "-n", optarg, 1, 1 << 20, &n_predict);
             break;
         case O_TEMP:
-            rc = s_num("run", "--temp", optarg, 0, 100, &temp);
+            rc = sw_arg_double("shardwire run", "--temp", optarg, 0, 100, &temp);
             break;
         case O_SEED:
-            rc = s_num("run", "--seed", optarg, 0, 1.8e19, &seed);
+            rc = sw_arg_double("shardwire run", "--seed", optarg, 0, 1.8e19, &seed);
             break;
         case O_TOPK:
-            rc = s_num("run", "--top-k", optarg, 0, 1 << 20, &top_k);
+            rc = sw_arg_double("shardwire run", "--top-k", optarg, 0, 1 << 20, &top_k);
             break;
         case O_TOPP:
-            rc = s_num("run", "--top-p", optarg, 0, 1, &top_p);
+            rc = sw_arg_double("shardwire run", "--top-p", optarg, 0, 1, &top_p);
             break;
         case O_MINP:
-            rc = s_num("run", "--min-p", optarg, 0, 1, &min_p);
+            rc = sw_arg_double("shardwire run", "--min-p", optarg, 0, 1, &min_p);
             break;
         case O_REP:
-            rc = s_num("run", "--repeat-penalty", optarg, 0.01, 10, &rep);
+            rc = sw_arg_double("shardwire run", "--repeat-penalty", optarg, 0.01, 10, &rep);
             break;
         case O_CHAT:
             chat = 1;
@@ -312,13 +298,13 @@ int cmd_run(int argc, char **argv)
             head_name = optarg;
             break;
         case O_TIMEOUT:
-            rc = s_num("run", "--timeout-s", optarg, 1, 86400, &timeout_s);
+            rc = sw_arg_double("shardwire run", "--timeout-s", optarg, 1, 86400, &timeout_s);
             break;
         case O_DRAFT:
             draft = optarg;
             break;
         case O_DRAFTK:
-            rc = s_num("run", "--draft-k", optarg, 0, SW_MAX_DRAFT, &draft_k);
+            rc = sw_arg_double("shardwire run", "--draft-k", optarg, 0, SW_MAX_DRAFT, &draft_k);
             break;
         default:
             return 2;

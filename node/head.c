@@ -394,7 +394,8 @@ static int s_pipe_send(void *ctx, const sw_round_t *r, int more, char *err, size
                            .prompt = r->n_draft == 0};
         if (sw_model_forward(n->model, h->kv, &fw, err, err_len) != 0)
             return NODE_RECOVER_FATAL;
-        node_hidden_pack(n->o.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
+        const void *wire =
+            node_hidden_pack(n->o.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
         head_ms += node_now_ms() - t0;
         for (int i = 0; i < rows; i++)
             toks[i] = (uint32_t)r->tokens[c0 + i];
@@ -435,7 +436,7 @@ static int s_pipe_send(void *ctx, const sw_round_t *r, int more, char *err, size
         env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
         env.forward = &f;
         const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(f.dtype);
-        if (sw_peer_send(n->peer, p->route.names[1], &env, n->wire_buf, bytes, 1) != 0) {
+        if (sw_peer_send(n->peer, p->route.names[1], &env, wire, bytes, 1) != 0) {
             snprintf(err, err_len, "could not send the round to stage '%s'", p->route.names[1]);
             p->round_head_ms += head_ms;
             return NODE_RECOVER_RETRY;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "drafter.h"
 #include "keys.h"
 #include "node.h"
@@ -59,20 +60,6 @@ static void s_usage(FILE *f)
                "--threads)\n" SW_SEC_USAGE);
 }
 
-static int s_int(const char *flag, const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "shardwire-node: %s '%s' is not an integer in [%ld, %ld]\n", flag, s, lo,
-                hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 static int s_layers(const char *s, int *a, int *b)
 {
     const char *colon = strchr(s, ':');
@@ -81,13 +68,13 @@ static int s_layers(const char *s, int *a, int *b)
         goto bad;
     memcpy(first, s, (size_t)(colon - s));
     first[colon - s] = 0;
-    if (s_int("--layers", first, 0, SW_WIRE_MAX_LAYERS, a) != 0)
+    if (sw_arg_int("shardwire-node", "--layers", first, 0, SW_WIRE_MAX_LAYERS, a) != 0)
         return -1;
     if (!strcmp(colon + 1, "end")) {
         *b = -1;
         return 0;
     }
-    if (s_int("--layers", colon + 1, 1, SW_WIRE_MAX_LAYERS, b) != 0)
+    if (sw_arg_int("shardwire-node", "--layers", colon + 1, 1, SW_WIRE_MAX_LAYERS, b) != 0)
         return -1;
     if (*b <= *a)
         goto bad;
@@ -176,25 +163,26 @@ int main(int argc, char **argv)
             o.name = optarg;
             break;
         case O_THREADS:
-            rc = s_int("--threads", optarg, 1, 512, &o.threads);
+            rc = sw_arg_int("shardwire-node", "--threads", optarg, 1, 512, &o.threads);
             break;
         case O_CTX:
-            rc = s_int("--ctx", optarg, 16, 1 << 24, &o.n_ctx);
+            rc = sw_arg_int("shardwire-node", "--ctx", optarg, 16, 1 << 24, &o.n_ctx);
             break;
         case O_MAXS:
-            rc = s_int("--max-sessions", optarg, 1, 4096, &o.max_sessions);
+            rc = sw_arg_int("shardwire-node", "--max-sessions", optarg, 1, 4096, &o.max_sessions);
             break;
         case O_IDLE:
-            rc = s_int("--idle-timeout-s", optarg, 1, 86400 * 7, &idle_s);
+            rc = sw_arg_int("shardwire-node", "--idle-timeout-s", optarg, 1, 86400 * 7, &idle_s);
             break;
         case O_ROUND:
-            rc = s_int("--round-timeout-ms", optarg, 100, 3600000, &o.round_timeout_ms);
+            rc = sw_arg_int("shardwire-node", "--round-timeout-ms", optarg, 100, 3600000,
+                            &o.round_timeout_ms);
             break;
         case O_RECOVER:
-            rc = s_int("--recover-timeout-s", optarg, 0, 86400, &recover_s);
+            rc = sw_arg_int("shardwire-node", "--recover-timeout-s", optarg, 0, 86400, &recover_s);
             break;
         case O_HB:
-            rc = s_int("--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
+            rc = sw_arg_int("shardwire-node", "--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
             break;
         case O_DTYPE:
             if (!strcmp(optarg, "f32"))
@@ -225,10 +213,11 @@ int main(int argc, char **argv)
             if (!strcmp(optarg, "auto"))
                 o.draft_k = DRAFT_K_AUTO;
             else
-                rc = s_int("--draft-k", optarg, 0, SW_MAX_DRAFT, &o.draft_k);
+                rc = sw_arg_int("shardwire-node", "--draft-k", optarg, 0, SW_MAX_DRAFT, &o.draft_k);
             break;
         case O_DKMAX:
-            rc = s_int("--draft-k-max", optarg, 1, SW_MAX_DRAFT, &o.draft_k_max);
+            rc = sw_arg_int("shardwire-node", "--draft-k-max", optarg, 1, SW_MAX_DRAFT,
+                            &o.draft_k_max);
             break;
         case O_DPMIN: {
             char *end;
@@ -243,7 +232,7 @@ int main(int argc, char **argv)
             break;
         }
         case O_DTHREADS:
-            rc = s_int("--draft-threads", optarg, 1, 512, &o.draft_threads);
+            rc = sw_arg_int("shardwire-node", "--draft-threads", optarg, 1, 512, &o.draft_threads);
             break;
         case O_HELP:
             s_usage(stdout);

@@ -84,8 +84,9 @@ void node_session_free(node_t *n, node_session_t *s);
 void node_sessions_expire(node_t *n, double now_ms);
 /* Handles a Forward addressed to this stage (hop >= 1). */
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
-/* Converts n floats between f32 and a wire dtype. */
-void node_hidden_pack(int dtype, const float *src, void *dst, size_t n);
+/* Hidden states in the wire dtype: src itself for f32, else converted into
+ * scratch (n elements of the dtype). The result is what to send. */
+const void *node_hidden_pack(int dtype, const float *src, void *scratch, size_t n);
 void node_hidden_unpack(int dtype, const void *src, float *dst, size_t n);
 int node_is_last(const node_t *n);
 

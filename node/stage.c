@@ -79,19 +79,21 @@ void node_sessions_expire(node_t *n, double now_ms)
 
 /* ---- hidden-state conversion ------------------------------------------------------ */
 
-void node_hidden_pack(int dtype, const float *src, void *dst, size_t n)
+const void *node_hidden_pack(int dtype, const float *src, void *scratch, size_t n)
 {
     if (dtype == SHARDWIRE__DTYPE__DTYPE_F16) {
-        sw_f16 *d = dst;
+        sw_f16 *d = scratch;
         for (size_t i = 0; i < n; i++)
             d[i] = sw_f32_to_f16(src[i]);
-    } else if (dtype == SHARDWIRE__DTYPE__DTYPE_BF16) {
-        sw_bf16 *d = dst;
+        return scratch;
+    }
+    if (dtype == SHARDWIRE__DTYPE__DTYPE_BF16) {
+        sw_bf16 *d = scratch;
         for (size_t i = 0; i < n; i++)
             d[i] = sw_f32_to_bf16(src[i]);
-    } else {
-        memcpy(dst, src, n * sizeof(float));
+        return scratch;
     }
+    return src; // f32 travels as computed: the send copies it once into the frame
 }
 
 void node_hidden_unpack(int dtype, const void *src, float *dst, size_t n)
@@ -276,7 +278,8 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         out.hop = f->hop + 1;
         out.layer_begin = (uint32_t)sw_model_layer_end(n->model);
         out.dtype = n->o.dtype;
-        node_hidden_pack(out.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
+        const void *wire =
+            node_hidden_pack(out.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
         mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);
         mine.queue_us = (uint32_t)((t0 - t_arrive) * 1e3);
         out.timing = s_timing(f, &mine, tbuf, &n_timing);
@@ -285,7 +288,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
         env.forward = &out;
         const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(out.dtype);
-        if (sw_peer_send(n->peer, f->route[out.hop], &env, n->wire_buf, bytes, 1) != 0)
+        if (sw_peer_send(n->peer, f->route[out.hop], &env, wire, bytes, 1) != 0)
             s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE, sid,
                           "%s could not pass the round on to %s", sw_peer_name(n->peer),
                           f->route[out.hop]);

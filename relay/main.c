@@ -9,6 +9,7 @@
  *
  * SIGHUP re-reads the allow-list (it is also re-read when the file changes).
  */
+#include "args.h"
 #include "log.h"
 #include "relay.h"
 
@@ -47,20 +48,6 @@ static void s_usage(FILE *out)
                  "  --rate          messages/s one peer may send to others (default 2000)\n");
 }
 
-static int s_parse_int(const char *opt, const char *s, int lo, int hi, int *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || !end || *end || v < lo || v > hi) {
-        fprintf(stderr, "shardwire-relay: %s wants an integer in %d..%d, got '%s'\n", opt, lo, hi,
-                s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     relay_opts_t opts = {0};
@@ -85,13 +72,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--allow")) {
             opts.allow_file = argv[++i];
         } else if (!strcmp(a, "--heartbeat-ms")) {
-            if (s_parse_int(a, argv[++i], 10, 600000, &opts.heartbeat_ms))
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 10, 600000, &opts.heartbeat_ms))
                 return 2;
         } else if (!strcmp(a, "--rate")) {
-            if (s_parse_int(a, argv[++i], 1, 10000000, &opts.rate))
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 10000000, &opts.rate))
                 return 2;
         } else if (!strcmp(a, "--hwm")) {
-            if (s_parse_int(a, argv[++i], 1, 1000000, &opts.hwm))
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 1000000, &opts.hwm))
                 return 2;
         } else {
             fprintf(stderr, "shardwire-relay: unknown option '%s'\n", a);
