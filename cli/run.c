@@ -7,7 +7,14 @@
  *   shardwire run --relay tcp://HOST:PORT -p TEXT [-n N] [--temp T --seed S --top-k K
  *                 --top-p P --min-p P --repeat-penalty R] [--chat] [--head NAME]
  *                 [--timeout-s S] [--json] SECURITY
- *   shardwire status --relay tcp://HOST:PORT [--json] SECURITY
+ *                 [--connect-timeout-s S]
+ *   shardwire status --relay tcp://HOST:PORT [--json] [--expect NAME[,NAME...]]
+ *                    [--connect-timeout-s S] SECURITY
+ *
+ * Clients started before the relay or the nodes keep trying, one line per
+ * attempt, for --connect-timeout-s (default 15 s): `run` until a head and a
+ * whole pipeline behind it are connected, `status --expect` until the named
+ * peers are.
  *
  * SECURITY is --key FILE --relay-key FILE|Z85 --cluster-key FILE (required;
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
@@ -31,6 +38,8 @@
 #include "keys.h"
 #include "log.h"
 #include "peer.h"
+
+#define SW_CLI_CONNECT_MS 15000 /* default --connect-timeout-s of the clients */
 
 static volatile sig_atomic_t s_stop;
 
@@ -69,8 +78,10 @@ static int s_load_sec(const char *cmd, const sw_sec_args_t *a, const char *relay
     return 0;
 }
 
-/* Joins the relay as a client with a fresh random name. */
-static sw_peer_t *s_join(const char *relay, const sw_sec_t *sec)
+/* Joins the relay as a client with a fresh random name, trying for up to
+ * timeout_ms (-1 = until it answers or *stop is set). */
+static sw_peer_t *s_join(const char *relay, const sw_sec_t *sec, int timeout_ms,
+                         volatile sig_atomic_t *stop)
 {
     char name[40];
     unsigned char rnd[6];
@@ -82,19 +93,69 @@ static sw_peer_t *s_join(const char *relay, const sw_sec_t *sec)
     an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
     an.backend = "";
     an.model_fingerprint = "";
-    sw_peer_opts_t po = {.relay = relay, .announce = &an, .connect_timeout_ms = 5000, .sec = sec};
+    sw_peer_opts_t po = {.relay = relay,
+                         .announce = &an,
+                         .connect_timeout_ms = timeout_ms,
+                         .sec = sec,
+                         .stop = stop};
     return sw_peer_new(&po);
+}
+
+/* --connect-timeout-s: seconds, 0 = no deadline; into ms (-1 = none). */
+static int s_connect_timeout(const char *cmd, const char *arg, int *ms)
+{
+    int s;
+    char prog[64];
+    snprintf(prog, sizeof prog, "shardwire %s", cmd);
+    if (sw_arg_int(prog, "--connect-timeout-s", arg, 0, 86400 * 24, &s) != 0)
+        return -1;
+    *ms = s > 0 ? s * 1000 : -1;
+    return 0;
+}
+
+/* Milliseconds until deadline (a sw_now_ms() time; < 0 = none), clamped to [0, cap]. */
+static int s_left_ms(double deadline, int cap)
+{
+    if (deadline < 0)
+        return cap;
+    double left = deadline - sw_now_ms();
+    return left <= 0 ? 0 : left > cap ? cap : (int)left;
+}
+
+/* 1 when every comma-separated name in expect is in the table; else 0 and the
+ * first missing one in missing. */
+static int s_has_names(const Shardwire__PeerTable *pt, const char *expect, char *missing,
+                       size_t len)
+{
+    const char *p = expect;
+    while (p && *p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        int found = n == 0;
+        for (size_t i = 0; i < pt->n_peers && !found; i++) {
+            const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
+            found = a && strlen(a->name) == n && !strncmp(a->name, p, n);
+        }
+        if (!found) {
+            snprintf(missing, len, "%.*s", (int)(n < 64 ? n : 64), p);
+            return 0;
+        }
+        p = comma ? comma + 1 : NULL;
+    }
+    return 1;
 }
 
 int cmd_status(int argc, char **argv)
 {
-    enum { O_RELAY = 256, O_JSON };
+    enum { O_RELAY = 256, O_JSON, O_EXPECT, O_CONNECT };
     static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
                                           {"json", no_argument, 0, O_JSON},
+                                          {"expect", required_argument, 0, O_EXPECT},
+                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
-    const char *relay = NULL;
-    int json = 0, c;
+    const char *relay = NULL, *expect = NULL;
+    int json = 0, c, connect_ms = SW_CLI_CONNECT_MS;
     sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
     sw_sec_t sec;
     optind = 1;
@@ -108,27 +169,52 @@ int cmd_status(int argc, char **argv)
             relay = optarg;
         else if (c == O_JSON)
             json = 1;
-        else
+        else if (c == O_EXPECT)
+            expect = optarg;
+        else if (c == O_CONNECT) {
+            if (s_connect_timeout("status", optarg, &connect_ms) != 0)
+                return 2;
+        } else
             return 2;
     }
-    if (!relay) {
-        fprintf(stderr, "shardwire status: --relay tcp://HOST:PORT is required\n" SW_SEC_USAGE);
+    if (!relay || optind < argc) {
+        fprintf(stderr, "usage: shardwire status --relay tcp://HOST:PORT [--json] [--expect "
+                        "NAME[,NAME...]] [--connect-timeout-s S] SECURITY\n"
+                        "  --expect NAMES         wait (up to the connect timeout) until these "
+                        "peers are connected; exit 1 if they are not\n"
+                        "  --connect-timeout-s S  keep trying to reach the relay this long "
+                        "(default 15; 0 = no limit)\n" SW_SEC_USAGE);
         return 2;
     }
     if (s_load_sec("status", &sa, relay, &sec) != 0)
         return 2;
-    sw_peer_t *peer = s_join(relay, &sec);
+    const double deadline = connect_ms < 0 ? -1 : sw_now_ms() + connect_ms;
+    sw_peer_t *peer = s_join(relay, &sec, connect_ms, NULL);
     sw_sec_wipe(&sec);
     if (!peer) {
         fprintf(stderr, "shardwire status: cannot reach the relay at %s\n", relay);
         return 1;
     }
     sw_wire_msg_t t = {0};
-    int rc = sw_peer_status(peer, &t, 5000);
-    if (rc != 0) {
-        fprintf(stderr, "shardwire status: the relay at %s did not answer\n", relay);
-        sw_peer_destroy(&peer);
-        return 1;
+    char missing[80] = "";
+    for (int attempt = 1;; attempt++) {
+        int rc = sw_peer_status(peer, &t, 5000);
+        if (rc != 0) {
+            fprintf(stderr, "shardwire status: the relay at %s did not answer\n", relay);
+            sw_peer_destroy(&peer);
+            return 1;
+        }
+        if (!expect || s_has_names(t.env->peer_table, expect, missing, sizeof missing))
+            break;
+        int wait = s_left_ms(deadline, attempt < 4 ? 250 << attempt : 2000);
+        if (wait <= 0)
+            break;
+        fprintf(stderr,
+                "shardwire status: '%s' is not connected yet (attempt %d); asking again in "
+                "%.1f s\n",
+                missing, attempt, wait / 1e3);
+        sw_wire_msg_clear(&t);
+        usleep((useconds_t)wait * 1000);
     }
     const Shardwire__PeerTable *pt = t.env->peer_table;
     if (json) {
@@ -176,41 +262,117 @@ int cmd_status(int argc, char **argv)
     }
     sw_wire_msg_clear(&t);
     sw_peer_destroy(&peer);
+    if (expect && missing[0]) {
+        fprintf(stderr, "shardwire status: '%s' is not connected to the relay\n", missing);
+        return 1;
+    }
     return 0;
 }
 
-/* Finds the head: the named one, or the only peer whose layers start at 0.
- * quiet = 1: no message when it is not found. */
-static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len, int quiet)
+/*
+ * 1 when the table holds a head (the named one, or the first by name whose
+ * layers start at 0) and, with whole = 1, a chain of stages from its last
+ * layer to the model's end, with the same model; the head's name goes to
+ * head. Else 0 and why.
+ */
+static int s_pipeline_ready(const Shardwire__PeerTable *pt, const char *want, int whole, char *head,
+                            size_t head_len, char *why, size_t why_len)
 {
-    sw_wire_msg_t t = {0};
-    if (sw_peer_status(peer, &t, 5000) != 0) {
-        if (!quiet)
-            fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
-        return -1;
-    }
-    int found = 0;
-    for (size_t i = 0; i < t.env->peer_table->n_peers; i++) {
-        const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[i]->announce;
+    const Shardwire__PeerAnnounce *h = NULL;
+    for (size_t i = 0; i < pt->n_peers; i++) {
+        const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
         if (!a || (a->role != SHARDWIRE__ROLE__ROLE_HEAD && a->role != SHARDWIRE__ROLE__ROLE_FULL))
             continue;
-        if (want && strcmp(want, a->name) != 0)
-            continue;
-        if (!found || strcmp(a->name, out) < 0)
-            snprintf(out, len, "%s", a->name);
-        found++;
+        if ((want && !strcmp(want, a->name)) || (!want && (!h || strcmp(a->name, h->name) < 0)))
+            h = a;
     }
-    sw_wire_msg_clear(&t);
-    if (!found) {
-        if (!quiet && want)
-            fprintf(stderr, "shardwire run: no head node named '%s' is connected to the relay\n",
-                    want);
-        else if (!quiet)
-            fprintf(stderr, "shardwire run: no head node (layers starting at 0) is connected to "
-                            "the relay: start one with shardwire-node --layers 0:N\n");
+    if (!h) {
+        if (want)
+            snprintf(why, why_len, "no head node named '%s' is connected", want);
+        else
+            snprintf(why, why_len,
+                     "no head node (layers starting at 0) is connected: start one "
+                     "with shardwire-node --layers 0:N");
+        return 0;
+    }
+    snprintf(head, head_len, "%s", h->name);
+    for (uint32_t at = h->layer_end; whole && at < h->n_layers;) {
+        const Shardwire__PeerAnnounce *next = NULL;
+        for (size_t i = 0; i < pt->n_peers && !next; i++) {
+            const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
+            if (a && a->layer_begin == at && a->layer_end > at && a->n_layers == h->n_layers &&
+                !strcmp(a->model_fingerprint, h->model_fingerprint) &&
+                (a->role == SHARDWIRE__ROLE__ROLE_MIDDLE || a->role == SHARDWIRE__ROLE__ROLE_TAIL))
+                next = a;
+        }
+        if (!next) {
+            /* Another model or an overlapping range will not fix itself by
+             * waiting: the head refuses the request with the exact reason. */
+            for (size_t i = 0; i < pt->n_peers; i++) {
+                const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
+                if (a && a != h && a->role != SHARDWIRE__ROLE__ROLE_CLIENT &&
+                    a->layer_begin <= at && a->layer_end > at)
+                    return 1;
+            }
+            snprintf(why, why_len,
+                     "gap in the pipeline: no node serving layer %u of %u is "
+                     "connected",
+                     at, h->n_layers);
+            return 0;
+        }
+        at = next->layer_end;
+    }
+    return 1;
+}
+
+/* 1 when the head called name is still connected, 0 when not, -1 when the relay did not answer. */
+static int s_head_present(sw_peer_t *peer, const char *name)
+{
+    char head[SW_WIRE_NAME_MAX + 1], why[256];
+    sw_wire_msg_t t = {0};
+    if (sw_peer_status(peer, &t, 5000) != 0)
         return -1;
+    int ok = s_pipeline_ready(t.env->peer_table, name, 0, head, sizeof head, why, sizeof why);
+    sw_wire_msg_clear(&t);
+    return ok;
+}
+
+/* Waits until s_pipeline_ready, asking the relay with a growing delay (one
+ * line per attempt) until deadline (< 0: none). 0 = send the request (the
+ * pipeline looks whole, or time is up with a head there: the head then says
+ * what is missing), -1 after one line. */
+static int s_wait_pipeline(sw_peer_t *peer, const char *want, char *head, size_t head_len,
+                           double deadline)
+{
+    char why[256] = "";
+    for (int attempt = 1;; attempt++) {
+        sw_wire_msg_t t = {0};
+        if (sw_peer_status(peer, &t, 5000) != 0) {
+            fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
+            return -1;
+        }
+        head[0] = 0;
+        int ok = s_pipeline_ready(t.env->peer_table, want, 1, head, head_len, why, sizeof why);
+        sw_wire_msg_clear(&t);
+        if (ok)
+            return 0;
+        int wait = s_left_ms(deadline, attempt < 4 ? 250 << attempt : 2000);
+        if (s_stop) {
+            fprintf(stderr, "shardwire run: interrupted\n");
+            return -1;
+        }
+        if (wait <= 0 && head[0])
+            return 0;
+        if (wait <= 0) {
+            fprintf(stderr, "shardwire run: %s\n", why);
+            return -1;
+        }
+        fprintf(stderr,
+                "shardwire run: waiting for the pipeline: %s (attempt %d); asking again "
+                "in %.1f s\n",
+                why, attempt, wait / 1e3);
+        usleep((useconds_t)wait * 1000);
     }
-    return 0;
 }
 
 int cmd_run(int argc, char **argv)
@@ -228,7 +390,8 @@ int cmd_run(int argc, char **argv)
         O_HEAD,
         O_TIMEOUT,
         O_DRAFT,
-        O_DRAFTK
+        O_DRAFTK,
+        O_CONNECT
     };
     static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
                                           {"prompt", required_argument, 0, 'p'},
@@ -245,6 +408,7 @@ int cmd_run(int argc, char **argv)
                                           {"timeout-s", required_argument, 0, O_TIMEOUT},
                                           {"draft", required_argument, 0, O_DRAFT},
                                           {"draft-k", required_argument, 0, O_DRAFTK},
+                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
     sw_sec_args_t sargs = {0};
@@ -252,7 +416,7 @@ int cmd_run(int argc, char **argv)
     const char *relay = NULL, *prompt = NULL, *head_name = NULL, *draft = NULL;
     double n_predict = 128, temp = 0, seed = 0x5eed, top_k = 40, top_p = 0.95, min_p = 0.05,
            rep = 1.0, timeout_s = 300, draft_k = -1;
-    int chat = 0, json = 0, c, rc = 0;
+    int chat = 0, json = 0, c, rc = 0, connect_ms = SW_CLI_CONNECT_MS;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:n:", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sargs, c, optarg);
@@ -306,6 +470,9 @@ int cmd_run(int argc, char **argv)
         case O_DRAFTK:
             rc = sw_arg_double("shardwire run", "--draft-k", optarg, 0, SW_MAX_DRAFT, &draft_k);
             break;
+        case O_CONNECT:
+            rc = s_connect_timeout("run", optarg, &connect_ms);
+            break;
         default:
             return 2;
         }
@@ -313,7 +480,9 @@ int cmd_run(int argc, char **argv)
             return 2;
     }
     if (!relay || !prompt) {
-        fprintf(stderr, "shardwire run: --relay and -p are required; security:\n" SW_SEC_USAGE);
+        fprintf(stderr, "shardwire run: --relay and -p are required; --connect-timeout-s S keeps "
+                        "trying to reach the relay and a whole pipeline for S s (default 15, 0 "
+                        "= no limit); security:\n" SW_SEC_USAGE);
         return 2;
     }
     if (draft && strcmp(draft, "model") && strcmp(draft, "ngram") && strcmp(draft, "none") &&
@@ -333,7 +502,8 @@ int cmd_run(int argc, char **argv)
 
     if (s_load_sec("run", &sargs, relay, &sec) != 0)
         return 2;
-    sw_peer_t *peer = s_join(relay, &sec);
+    const double join_deadline = connect_ms < 0 ? -1 : sw_now_ms() + connect_ms;
+    sw_peer_t *peer = s_join(relay, &sec, connect_ms, &s_stop);
     sw_sec_wipe(&sec);
     if (!peer) {
         fprintf(stderr, "shardwire run: cannot reach the relay at %s\n", relay);
@@ -344,7 +514,7 @@ int cmd_run(int argc, char **argv)
     json_t *ids = json_array();
     char *text = NULL;
     size_t text_len = 0;
-    if (s_find_head(peer, head_name, head, sizeof head, 0) != 0)
+    if (s_wait_pipeline(peer, head_name, head, sizeof head, join_deadline) != 0)
         goto out;
 
     char request_id[32];
@@ -408,8 +578,7 @@ int cmd_run(int argc, char **argv)
             if (now - last_msg > 3000) { // quiet: is the head still there?
                 /* Twice in a row, so that a relay restart (the head announces
                  * again within a second or so) is not taken for a dead head. */
-                char again[SW_WIRE_NAME_MAX + 1];
-                if (s_find_head(peer, head, again, sizeof again, 1) != 0) {
+                if (s_head_present(peer, head) != 1) {
                     if (++head_missing >= 2) {
                         fprintf(stderr, "shardwire run: the head '%s' left during the request\n",
                                 head);

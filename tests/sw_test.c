@@ -87,6 +87,7 @@ const char *sw_test_tmpdir(void)
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -132,6 +133,65 @@ pid_t sw_test_spawn(char *const argv[], const char *log_path)
     }
     execv(argv[0], argv);
     _exit(127);
+}
+
+pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err_path)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    setpgid(0, 0);
+    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0)
+        _exit(127);
+    dup2(fo, STDOUT_FILENO);
+    dup2(fe, STDERR_FILENO);
+    close(fo);
+    close(fe);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+int sw_test_wait(pid_t pid, int timeout_s)
+{
+    int status = 0;
+    for (int i = 0; i < timeout_s * 20 + 1; i++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+        if (r < 0)
+            return -1;
+        usleep(50000);
+    }
+    sw_test_kill(pid);
+    return -1;
+}
+
+int sw_test_json_tokens(const char *text, int *ids, int max)
+{
+    const char *brace = text ? strchr(text, '{') : NULL;
+    json_error_t je;
+    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
+    int n = -1;
+    if (json_is_array(arr)) {
+        n = 0;
+        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
+            ids[n++] = (int)json_integer_value(json_array_get(arr, i));
+    }
+    json_decref(j);
+    return n;
+}
+
+int sw_test_count_in_file(const char *path, const char *needle)
+{
+    char *text = sw_test_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(text);
+    return n;
 }
 
 void sw_test_kill(pid_t pid)
