@@ -168,7 +168,7 @@ int sw_test_wait(pid_t pid, int timeout_s)
     return -1;
 }
 
-int sw_test_json_tokens(const char *text, int *ids, int max)
+int sw_test_json_tokens(const char *text, int32_t *ids, int max)
 {
     const char *brace = text ? strchr(text, '{') : NULL;
     json_error_t je;
@@ -178,10 +178,36 @@ int sw_test_json_tokens(const char *text, int *ids, int max)
     if (json_is_array(arr)) {
         n = 0;
         for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
-            ids[n++] = (int)json_integer_value(json_array_get(arr, i));
+            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
     }
     json_decref(j);
     return n;
+}
+
+int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "generate",
+                    "--model",
+                    (char *)model,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--threads",
+                    "1",
+                    "--json",
+                    NULL};
+    char *out = NULL, *err = NULL;
+    int rc = sw_test_run(argv, 300, &out, &err);
+    int count = rc == 0 ? sw_test_json_tokens(out, ids, max) : -1;
+    if (count < 0)
+        fprintf(stderr, "shardwire generate failed (exit %d): %s\n", rc, err ? err : "");
+    free(out);
+    free(err);
+    return count;
 }
 
 int sw_test_count_in_file(const char *path, const char *needle)

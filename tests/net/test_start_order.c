@@ -165,22 +165,8 @@ int main(void)
     /* reference: one process */
     char n_gen[8];
     snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
-    char *gen[] = {(char *)sw_test_bin("shardwire"),
-                   "generate",
-                   "--model",
-                   (char *)model,
-                   "-p",
-                   (char *)s_prompt,
-                   "-n",
-                   n_gen,
-                   "--threads",
-                   "1",
-                   "--json",
-                   NULL};
-    char *gen_out = NULL;
-    SW_CHECK_INT(sw_test_run(gen, 120, &gen_out, NULL), 0);
-    int ref[64], n_ref = sw_test_json_tokens(gen_out, ref, 64);
-    free(gen_out);
+    int32_t ref[64];
+    int n_ref = sw_test_generate(model, s_prompt, N_GEN, ref, 64);
     SW_CHECK_INT(n_ref, N_GEN);
 
     /* the forwarder: accepts, dials the relay, closes when that fails */
@@ -249,10 +235,11 @@ int main(void)
     int rc = sw_test_wait(client, 120);
     SW_CHECK_INT(rc, 0);
     char *out = sw_test_read_file(s_path("client.out"), NULL);
-    int got[64], n_got = sw_test_json_tokens(out, got, 64);
+    int32_t got[64];
+    int n_got = sw_test_json_tokens(out, got, 64);
     free(out);
     SW_CHECK_INT(n_got, n_ref);
-    SW_CHECK(n_got == n_ref && n_ref > 0 && !memcmp(got, ref, sizeof(int) * (size_t)n_ref));
+    SW_CHECK(n_got == n_ref && n_ref > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
     SW_CHECK(sw_test_count_in_file(s_path("tail.log"), "announced to the relay") == 1);
 
     /* status --expect: both nodes are there; a name that never comes fails */
