@@ -284,6 +284,14 @@ static void test_forward_refusals(void)
     s_fwd_init(&x);
     x.f.n_route = SW_WIRE_MAX_ROUTE + 1;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    /* n_ctx: 0 (the stage's default) or room for the rows */
+    s_fwd_init(&x);
+    x.f.n_ctx = x.f.start_pos + x.f.n_rows;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_ctx = x.f.start_pos + x.f.n_rows - 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_ctx = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
 }
 
 static void test_other_messages(void)
@@ -420,6 +428,47 @@ static void test_other_messages(void)
     SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
     c.finish = SHARDWIRE__FINISH_REASON__FINISH_EOS;
     SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_CANCELLED;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+    c.finish = (Shardwire__FinishReason)7;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_EOS;
+    c.index = SW_WIRE_MAX_POS - 3; /* tokens [index, index + 3) must stay below the limit */
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+    c.index = SW_WIRE_MAX_POS - 2;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
+    c.index = 0;
+
+    /* Cancel and Resume name a request */
+    Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
+    static char why[] = "interrupted", bad_rid[] = "req 1";
+    cn.request_id = rid;
+    cn.reason = why;
+    Shardwire__Envelope ecn = SHARDWIRE__ENVELOPE__INIT;
+    ecn.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
+    ecn.cancel = &cn;
+    SW_CHECK_INT(s_roundtrip(&ecn, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK(strcmp(out->cancel->request_id, rid) == 0);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    cn.request_id = bad_rid;
+    SW_CHECK_INT(s_check(&ecn, 0, 0), SW_WIRE_EMALFORMED);
+    cn.request_id = NULL;
+    SW_CHECK_INT(s_check(&ecn, 0, 0), SW_WIRE_EMALFORMED);
+    Shardwire__Resume rs = SHARDWIRE__RESUME__INIT;
+    rs.request_id = rid;
+    rs.from_index = 17;
+    Shardwire__Envelope ers = SHARDWIRE__ENVELOPE__INIT;
+    ers.body_case = SHARDWIRE__ENVELOPE__BODY_RESUME;
+    ers.resume = &rs;
+    SW_CHECK_INT(s_roundtrip(&ers, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->resume->from_index, 17);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    rs.from_index = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_check(&ers, 0, 0), SW_WIRE_EMALFORMED);
 
     /* Error, SessionOpen/Close, StatusQuery */
     Shardwire__Error e = SHARDWIRE__ERROR__INIT;
@@ -436,6 +485,12 @@ static void test_other_messages(void)
         SW_CHECK(strcmp(out->error->dest, "ghost") == 0);
         shardwire__envelope__free_unpacked(out, NULL);
     }
+    e.code = SHARDWIRE__ERROR_CODE__ERR_BUSY;
+    e.queue_position = 65;
+    SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_OK);
+    e.queue_position = SW_WIRE_MAX_QUEUE + 1;
+    SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_EMALFORMED);
+    e.queue_position = 0;
     e.code = (Shardwire__ErrorCode)99;
     SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_EMALFORMED);
 
