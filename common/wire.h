@@ -30,8 +30,8 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define SW_WIRE_VERSION 3u         /* Envelope.version; a receiver refuses any other (3: cancel) */
-#define SW_WIRE_NAME_MAX 63        /* bytes in a peer name / request id */
+#define SW_WIRE_VERSION 4u  /* Envelope.version; any other is refused (3: trees, 4: cancel) */
+#define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 
 #define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
