@@ -36,8 +36,18 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;
     }
-    if (s)
-        node_session_free(n, s);
+    if (!s)
+        return;
+    node_session_free(n, s);
+    int held = 0;
+    for (int i = 0; i < n->o.max_sessions; i++)
+        held += n->sessions[i].id != 0;
+    SW_INFO("session %016llx closed by %s (%s): %d session(s) held",
+            (unsigned long long)m->env->session_close->session_id, m->peer,
+            m->env->session_close->reason && m->env->session_close->reason[0]
+                ? m->env->session_close->reason
+                : "no reason",
+            held);
 }
 
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
@@ -51,6 +61,9 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
         break;
     case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
         s_on_close(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+        node_head_cancel(n, m);
         break;
     case SHARDWIRE__ENVELOPE__BODY_ERROR:
         SW_WARN("error from %s: %s (%s)", m->peer, m->env->error->message,

@@ -98,6 +98,8 @@ int node_head_new(node_t *n, char *err, size_t err_len);
 void node_head_free(node_t *n);
 /* Queues or starts a generation request. */
 void node_head_request(node_t *n, sw_wire_msg_t *msg);
+/* A client's Cancel: drops its queued request or stops its running one. */
+void node_head_cancel(node_t *n, sw_wire_msg_t *msg);
 /* Runs queued requests, one at a time. */
 void node_head_work(node_t *n);
 
