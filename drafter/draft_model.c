@@ -18,15 +18,16 @@
 #define S_SEED_MIX 0xd1b54a32d192ed03ull
 
 struct draft_model {
-    char *path;       // the GGUF path (for messages)
-    sw_backend_t *be; // own CPU backend
-    sw_model_t *m;    // all layers
-    int cap;          // default cache positions of a sequence
-    int n_vocab;      // vocabulary size
-    float *logits;    // (n_vocab) the last row's logits of the sequence being drafted
-    float *probs;     // (n_vocab) sampling distribution scratch
-    int32_t *heap_id; // (DRAFT_Q_MAX) top-support selection
-    float *heap_val;  // (DRAFT_Q_MAX)
+    char *path;                    // the GGUF path (for messages)
+    sw_backend_t *be;              // own backend
+    sw_model_t *m;                 // all layers
+    int cap;                       // default cache positions of a sequence
+    int n_vocab;                   // vocabulary size
+    float *logits;                 // (n_vocab) the last row's logits of the sequence drafting
+    float *probs;                  // (n_vocab) sampling distribution scratch
+    float loop_prob[SW_MAX_DRAFT]; // top probability of each greedy step on the backend
+    int32_t *heap_id;              // (DRAFT_Q_MAX) top-support selection
+    float *heap_val;               // (DRAFT_Q_MAX)
 };
 
 struct draft_seq {
@@ -83,8 +84,8 @@ int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err
     return 0;
 }
 
-draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_threads, int n_ctx,
-                               char *err, size_t err_len)
+draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, const char *backend,
+                               int n_threads, int n_ctx, char *err, size_t err_len)
 {
     char e2[384] = "";
     sw_gguf_t *g = sw_gguf_open(path, e2, sizeof e2);
@@ -102,9 +103,14 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_
     if (!d)
         goto oom;
     d->path = strdup(path);
-    d->be = sw_backend_cpu_new(n_threads);
-    if (!d->path || !d->be)
+    if (!d->path)
         goto oom;
+    d->be = sw_backend_new(backend, n_threads, e2, sizeof e2);
+    if (!d->be) {
+        sw_errf(err, err_len, "draft model %s: %s", path, e2);
+        draft_model_free(&d);
+        return NULL;
+    }
     d->m = sw_model_load(path, 0, -1, d->be, e2, sizeof e2);
     if (!d->m) {
         sw_errf(err, err_len, "draft model %s: %s", path, e2);
@@ -208,6 +214,11 @@ int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
 const char *draft_model_path(const draft_model_t *d)
 {
     return d->path;
+}
+
+const char *draft_model_backend(const draft_model_t *d)
+{
+    return sw_backend_desc(d->be);
 }
 
 void draft_seq_last_cost(const draft_seq_t *d, double *ms, int *n_tokens)
@@ -353,6 +364,29 @@ int draft_seq_warm(draft_seq_t *d, const int32_t *ctx, int n_ctx)
     return s_catch_up(d, ctx, n_ctx, 1) < 0 ? -1 : 0;
 }
 
+/* Greedy drafts without a repetition penalty: the first from the logits the
+ * catch-up left, the other k - 1 by sw_model_greedy_steps(), which keeps the
+ * loop on the backend (one graph on a GPU). The same drafts as the one-by-one
+ * loop below, which the confidence stop then cuts the same way. */
+static int s_propose_greedy(draft_seq_t *d, int k, float p_min, int32_t *out)
+{
+    out[0] = sw_sampler_argmax(d->s, d->dm->logits);
+    if (out[0] < 0)
+        return -1;
+    const int len = sw_kv_len(d->kv);
+    char err[256] = "";
+    if (sw_model_greedy_steps(d->dm->m, d->kv, out[0], k - 1, out + 1,
+                              p_min > 0 ? d->dm->loop_prob : NULL, err, sizeof err) != 0) {
+        SW_WARN("draft model: %s", err);
+        return -1;
+    }
+    memcpy(d->cached + len, out, (size_t)(k - 1) * sizeof *out);
+    for (int n = 1; n < k; n++)
+        if (p_min > 0 && d->dm->loop_prob[n - 1] < p_min)
+            return n;
+    return k;
+}
+
 int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
                       int32_t *out, sw_draft_q_t *q, int *q_used)
 {
@@ -383,6 +417,12 @@ int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, floa
             sw_sampler_accept(d->s, ctx[i]);
     }
     int n = 0;
+    if (greedy && k > 1 && !(d->params.rep_penalty != 1.0f && d->params.rep_last_n > 0)) {
+        n = s_propose_greedy(d, k, p_min, out);
+        if (n < 0)
+            return -1;
+        goto done;
+    }
     for (; n < k; n++) {
         int32_t tok;
         float conf;
@@ -415,6 +455,7 @@ int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, floa
         if (n + 1 < k && s_feed(d, &out[n], 1, 0) != 0)
             return -1;
     }
+done:
     *q_used = !greedy && n > 0;
     const double t2 = sw_now_ms();
     d->last_ms = catch_up <= 2 ? t2 - t0 : t2 - t1;

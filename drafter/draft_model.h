@@ -1,6 +1,6 @@
 /*
  * draft_model.h - a small model with the target's vocabulary that proposes
- * draft tokens, run by the engine on its own CPU backend.
+ * draft tokens, run by the engine on its own backend (the CPU or a GPU).
  *
  * Start-up refuses a draft GGUF whose vocabulary differs from the target's
  * (same token count and byte-identical tokenizer.ggml.tokens): the check
@@ -13,7 +13,9 @@
  * tokens (usually one or two), then drafts token by token:
  *
  *  - greedy target (temp 0): the draft's argmax (after the same repetition
- *    penalty as the target); the drafts are point masses (q_used = 0);
+ *    penalty as the target); the drafts are point masses (q_used = 0).
+ *    Without a repetition penalty the K-token loop runs on the backend
+ *    (sw_model_greedy_steps(): one CUDA graph per K on a GPU);
  *  - sampling target: a draw from the draft's own distribution under the
  *    target's sampling parameters, restricted to its DRAFT_Q_MAX most likely
  *    tokens and renormalised; the proposer reports q(d) and that sparse
@@ -56,11 +58,13 @@ int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err
     __attribute__((warn_unused_result));
 
 /* Checks path's vocabulary against target, then loads all its layers on a new
- * CPU backend with n_threads threads (0 = all cores); n_ctx is the default
- * context of its sequences. NULL with one line in err on failure. Free with
+ * backend opened by name (sw_backend_new(): "cpu", "cuda:1", NULL = auto)
+ * with n_threads CPU threads (0 = all cores); n_ctx is the default context of
+ * its sequences. NULL with one line in err on failure. Free with
  * draft_model_free(). */
-draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, int n_threads, int n_ctx,
-                               char *err, size_t err_len) __attribute__((warn_unused_result));
+draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, const char *backend,
+                               int n_threads, int n_ctx, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
 void draft_model_free(draft_model_t **self_p);
 
 typedef struct draft_seq draft_seq_t;
@@ -92,5 +96,7 @@ int draft_seq_warm(draft_seq_t *s, const int32_t *ctx, int n_ctx)
  * made: what a draft token costs. */
 void draft_seq_last_cost(const draft_seq_t *s, double *ms, int *n_tokens);
 const char *draft_model_path(const draft_model_t *d);
+/* What the draft model runs on ("cuda:1 (Tesla T4, ...)"). */
+const char *draft_model_backend(const draft_model_t *d);
 
 #endif

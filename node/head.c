@@ -55,12 +55,15 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         return -1;
     }
     if (n->o.draft_model) {
-        h->dmodel = draft_model_new(n->o.draft_model, sw_model_gguf(n->model),
+        const char *dbe =
+            n->o.draft_backend ? n->o.draft_backend : sw_backend_name(sw_backend_primary(n->be));
+        h->dmodel = draft_model_new(n->o.draft_model, sw_model_gguf(n->model), dbe,
                                     n->o.draft_threads ? n->o.draft_threads : n->o.threads,
                                     n->o.n_ctx, err, err_len);
         if (!h->dmodel)
             goto fail;
-        SW_INFO("draft model %s loaded (vocabulary checked)", n->o.draft_model);
+        SW_INFO("draft model %s loaded on %s (vocabulary checked)", n->o.draft_model,
+                draft_model_backend(h->dmodel));
     }
     h->drafter = draft_new(h->dmodel);
     if (!h->drafter) {

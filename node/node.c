@@ -82,9 +82,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     int rc = 1;
     sw_log_set_tag(o->name);
 
-    n.be = sw_backend_cpu_new(o->threads);
+    n.be = sw_backend_new(o->backend, o->threads, err, sizeof err);
     if (!n.be) {
-        SW_ERR("cannot start %d compute threads", o->threads);
+        SW_ERR("--backend: %s", err);
         return 1;
     }
     n.model = sw_model_load(o->model, o->layer_begin, o->layer_end, n.be, err, sizeof err);
@@ -119,7 +119,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     an.layer_begin = (uint32_t)sw_model_layer_begin(n.model);
     an.layer_end = (uint32_t)sw_model_layer_end(n.model);
     an.n_layers = (uint32_t)n.hp->n_layer;
-    an.backend = "cpu";
+    char backend[SW_WIRE_NAME_MAX + 1];
+    snprintf(backend, sizeof backend, "%s", sw_backend_desc(n.be));
+    an.backend = backend;
     an.max_sessions = (uint32_t)o->max_sessions;
     an.hidden = (uint32_t)n.hp->n_embd;
     sw_peer_opts_t po = {
@@ -129,8 +131,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
         SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);
         goto out;
     }
-    SW_INFO("serving layers [%d, %d) of %d (%s, model %.12s...) via %s",
+    SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
             sw_model_layer_begin(n.model), sw_model_layer_end(n.model), n.hp->n_layer,
+            sw_backend_desc(n.be),
             an.role == SHARDWIRE__ROLE__ROLE_FULL   ? "full"
             : an.role == SHARDWIRE__ROLE__ROLE_HEAD ? "head"
             : an.role == SHARDWIRE__ROLE__ROLE_TAIL ? "tail"

@@ -358,7 +358,8 @@ static int s_write_vocab_gguf(const char *path, int n_tokens, int changed)
 static void s_expect_refused(const char *path, const char *why)
 {
     char err[512] = "";
-    draft_model_t *dm = draft_model_new(path, sw_model_gguf(s_model), 1, 64, err, sizeof err);
+    draft_model_t *dm =
+        draft_model_new(path, sw_model_gguf(s_model), "cpu", 1, 64, err, sizeof err);
     SW_CHECK(dm == NULL);
     SW_CHECK(strstr(err, why) != NULL);
     fprintf(stderr, "refused as expected: %s\n", err);
@@ -380,7 +381,8 @@ static void s_test_vocab_mismatch(void)
     snprintf(path, sizeof path, "%s/vocab_same.gguf", sw_test_tmpdir());
     SW_CHECK(s_write_vocab_gguf(path, n_vocab, -1) == 0);
     char err[512] = "";
-    draft_model_t *dm = draft_model_new(path, sw_model_gguf(s_model), 1, 64, err, sizeof err);
+    draft_model_t *dm =
+        draft_model_new(path, sw_model_gguf(s_model), "cpu", 1, 64, err, sizeof err);
     SW_CHECK(dm == NULL && strstr(err, "vocabulary") == NULL);
     draft_model_free(&dm);
 
@@ -461,7 +463,8 @@ int main(void)
     }
     s_tok = sw_tokenizer_from_gguf(sw_model_gguf(s_model), err, sizeof err);
     SW_CHECK(s_tok != NULL);
-    draft_model_t *dm = draft_model_new(path, sw_model_gguf(s_model), 1, N_CTX, err, sizeof err);
+    draft_model_t *dm =
+        draft_model_new(path, sw_model_gguf(s_model), "cpu", 1, N_CTX, err, sizeof err);
     SW_CHECK(dm != NULL);
     s_test_ngram();
     s_test_vocab_mismatch();
