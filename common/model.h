@@ -118,6 +118,18 @@ typedef struct sw_forward {
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
+/* One forward pass over the rows of several sessions at once (a stage that
+ * serves many users): fs[s] are session s's rows, appended to its own cache
+ * kvs[s] (n_seg distinct caches), with its own positions, outputs and prompt
+ * flag, exactly as n_seg sw_model_forward calls would; every session's
+ * results are bit-identical to running it alone (each row is computed on its
+ * own; only attention is per session, and a prompt of two rows or more is
+ * cut into chunks on its own, as alone). Decode and verification rows of
+ * different sessions share chunks, so each weight is read once for all of
+ * them. 0, or -1 with err (then no cache's length changed). */
+int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
+                           char *err, size_t err_len) __attribute__((warn_unused_result));
+
 /* Greedy decoding steps that stay on the backend (a draft model's K-token
  * loop): appends token tok at the end of the cache, then n_steps - 1 times
  * the argmax of the last row's logits. out[i] is the argmax after step i and
