@@ -317,6 +317,14 @@ static void test_forward_refusals(void)
     s_fwd_init(&x);
     x.f.n_route = SW_WIRE_MAX_ROUTE + 1;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    /* n_ctx: 0 (the stage's default) or room for the rows */
+    s_fwd_init(&x);
+    x.f.n_ctx = x.f.start_pos + x.f.n_rows;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_ctx = x.f.start_pos + x.f.n_rows - 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_ctx = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
 }
 
 static void test_other_messages(void)
@@ -354,6 +362,29 @@ static void test_other_messages(void)
     v.next_token = 9;
     v.n_accepted = 3;
     SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    /* a tree round's path: n_accepted increasing node indices in 1..64 */
+    v.n_accepted = 2;
+    uint32_t path[3] = {2, 5, 6};
+    v.n_path = 2;
+    v.path = path;
+    SW_CHECK_INT(s_roundtrip(&env, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->verdict->n_path, 2);
+        SW_CHECK_INT(out->verdict->path[1], 5);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    v.n_path = 3; // more entries than accepted drafts
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    v.n_path = 2;
+    path[1] = 2; // not increasing
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    path[0] = 0; // node 0 is the root, never a draft
+    path[1] = 3;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    path[0] = 1;
+    path[1] = SW_WIRE_MAX_DRAFT + 1;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    v.n_path = 0;
 
     /* PeerAnnounce: roles must match layer ranges */
     static char name[] = "node-a", be[] = "cuda:0", fp[65];
@@ -453,6 +484,47 @@ static void test_other_messages(void)
     SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
     c.finish = SHARDWIRE__FINISH_REASON__FINISH_EOS;
     SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_CANCELLED;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+    c.finish = (Shardwire__FinishReason)7;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_EOS;
+    c.index = SW_WIRE_MAX_POS - 3; /* tokens [index, index + 3) must stay below the limit */
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_OK);
+    c.index = SW_WIRE_MAX_POS - 2;
+    SW_CHECK_INT(s_check(&ec, 0, 0), SW_WIRE_EMALFORMED);
+    c.index = 0;
+
+    /* Cancel and Resume name a request */
+    Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
+    static char why[] = "interrupted", bad_rid[] = "req 1";
+    cn.request_id = rid;
+    cn.reason = why;
+    Shardwire__Envelope ecn = SHARDWIRE__ENVELOPE__INIT;
+    ecn.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
+    ecn.cancel = &cn;
+    SW_CHECK_INT(s_roundtrip(&ecn, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK(strcmp(out->cancel->request_id, rid) == 0);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    cn.request_id = bad_rid;
+    SW_CHECK_INT(s_check(&ecn, 0, 0), SW_WIRE_EMALFORMED);
+    cn.request_id = NULL;
+    SW_CHECK_INT(s_check(&ecn, 0, 0), SW_WIRE_EMALFORMED);
+    Shardwire__Resume rs = SHARDWIRE__RESUME__INIT;
+    rs.request_id = rid;
+    rs.from_index = 17;
+    Shardwire__Envelope ers = SHARDWIRE__ENVELOPE__INIT;
+    ers.body_case = SHARDWIRE__ENVELOPE__BODY_RESUME;
+    ers.resume = &rs;
+    SW_CHECK_INT(s_roundtrip(&ers, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->resume->from_index, 17);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    rs.from_index = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_check(&ers, 0, 0), SW_WIRE_EMALFORMED);
 
     /* Error, SessionOpen/Close, StatusQuery */
     Shardwire__Error e = SHARDWIRE__ERROR__INIT;
@@ -469,6 +541,12 @@ static void test_other_messages(void)
         SW_CHECK(strcmp(out->error->dest, "ghost") == 0);
         shardwire__envelope__free_unpacked(out, NULL);
     }
+    e.code = SHARDWIRE__ERROR_CODE__ERR_BUSY;
+    e.queue_position = 65;
+    SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_OK);
+    e.queue_position = SW_WIRE_MAX_QUEUE + 1;
+    SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_EMALFORMED);
+    e.queue_position = 0;
     e.code = (Shardwire__ErrorCode)99;
     SW_CHECK_INT(s_check(&ee, 0, 0), SW_WIRE_EMALFORMED);
 
@@ -796,10 +874,81 @@ static void test_seed_corpus(void)
     printf("wire seed corpus: %d seeds, every message type present\n", n_files);
 }
 
+/* A tree Forward: draft 0 and 1 under the root, draft 2 under draft 0; the
+ * previous round's path kept; every field refused when hostile. */
+static void test_forward_tree(void)
+{
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    uint32_t parents[3] = {0, 0, 1}, kv_path[2] = {1, 3};
+    x.f.n_draft_parents = 3;
+    x.f.draft_parents = parents;
+    x.d[1].n_tokens = x.d[1].n_probs = 0; // a later sibling: its first sibling's q applies
+    x.f.kv_path_from = 90;
+    x.f.n_kv_path = 2;
+    x.f.kv_path = kv_path;
+    x.f.kv_keep = 92;
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&x.env, 1, FWD_BYTES, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->forward->n_draft_parents, 3);
+        SW_CHECK_INT(out->forward->draft_parents[2], 1);
+        SW_CHECK_INT(out->forward->draft_dists[1]->n_tokens, 0);
+        SW_CHECK_INT(out->forward->kv_path_from, 90);
+        SW_CHECK_INT(out->forward->n_kv_path, 2);
+        SW_CHECK_INT(out->forward->kv_path[1], 3);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    /* parents: 0 or K entries, each <= its draft index, siblings distinct */
+    x.f.n_draft_parents = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_draft_parents = 3;
+    parents[2] = 3; // under itself
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    parents[2] = 0xffffffffu;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    parents[2] = 1;
+    x.drafts[1] = x.drafts[0]; // two root candidates with one token
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.drafts[1] = 102;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    /* an empty dist only for a later sibling */
+    x.d[2].n_tokens = x.d[2].n_probs = 0; // draft 2 is the first child of draft 0
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.d[2].n_tokens = x.d[2].n_probs = 2;
+    x.f.n_draft_parents = 0; // a chain: draft 1 is no later sibling
+    x.f.n_kv_path = 0;
+    x.f.kv_path_from = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_draft_parents = 3;
+    x.f.n_kv_path = 2;
+    x.f.kv_path_from = 90;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    /* kv_path: increasing, kv_path[j] in [j, 64), kv_keep within it, from set only with it */
+    kv_path[1] = 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    kv_path[1] = SW_WIRE_MAX_DRAFT;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    kv_path[1] = 3;
+    x.f.kv_keep = 93;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.kv_keep = 92;
+    x.f.kv_path_from = SW_WIRE_MAX_POS - 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.kv_path_from = 90;
+    x.f.n_kv_path = SW_WIRE_MAX_DRAFT + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_kv_path = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED); // from without a path
+    x.f.kv_path_from = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+}
+
 int main(void)
 {
     test_forward_roundtrip();
     test_forward_refusals();
+    test_forward_tree();
     test_other_messages();
     test_remaining_messages();
     test_seed_corpus();
