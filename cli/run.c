@@ -390,7 +390,18 @@ int cmd_run(int argc, char **argv)
     const double deadline = t0 + timeout_s * 1000 + 5000;
     for (;;) {
         if (s_stop) {
-            fprintf(stderr, "\nshardwire run: interrupted\n");
+            /* Tell the head at once, so that the cluster stops working for
+             * nobody; no need to wait for its confirmation. */
+            Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
+            cn.request_id = request_id;
+            cn.reason = "interrupted";
+            Shardwire__Envelope ce = SHARDWIRE__ENVELOPE__INIT;
+            ce.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
+            ce.cancel = &cn;
+            int sent = sw_peer_send(peer, head, &ce, NULL, 0, 0) == 0;
+            fprintf(stderr, "\nshardwire run: interrupted%s\n",
+                    sent ? " (the request is cancelled on the cluster)" : "");
+            exit_code = 130;
             goto out;
         }
         sw_wire_msg_t m = {0};
@@ -437,6 +448,18 @@ int cmd_run(int argc, char **argv)
             continue;
         }
         const Shardwire__TokenChunk *tc = e->token_chunk;
+        if (tc->index < n_got && tc->n_tokens) { /* a chunk we hold already */
+            sw_wire_msg_clear(&m);
+            continue;
+        }
+        if (tc->index > n_got) {
+            fprintf(stderr,
+                    "shardwire run: tokens %zu..%u never arrived (a message was lost on the "
+                    "way; the relay may have restarted)\n",
+                    n_got, tc->index - 1);
+            sw_wire_msg_clear(&m);
+            goto out;
+        }
         if (tc->n_tokens && !first_tok)
             first_tok = now;
         for (size_t i = 0; i < tc->n_tokens; i++)
