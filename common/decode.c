@@ -18,6 +18,47 @@ double sw_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* ---- rounds -------------------------------------------------------------------- */
+
+int sw_verdict_kv_path(const sw_verdict_t *v, int32_t *path)
+{
+    int moved = 0;
+    for (int j = 0; j + 1 < v->n_commit; j++) {
+        path[j] = v->path[j] - 1;
+        moved |= path[j] != j;
+    }
+    return moved ? v->n_commit - 1 : 0;
+}
+
+int sw_round_check(const sw_round_t *r, char *err, size_t err_len)
+{
+    if (r->n < 1 || r->n_draft < 0 || r->n_draft > SW_MAX_DRAFT || r->n_draft >= r->n ||
+        r->kv_keep < 0) {
+        sw_errf(err, err_len, "round: %d rows with %d drafts at %d", r->n, r->n_draft, r->kv_keep);
+        return -1;
+    }
+    for (int i = 0; r->parent && i < r->n_draft; i++)
+        if (r->parent[i] < 0 || r->parent[i] > i) {
+            sw_errf(err, err_len, "round: draft %d hangs under node %d (allowed 0..%d)", i,
+                    r->parent[i], i);
+            return -1;
+        }
+    if (r->n_kv_path < 0 || r->n_kv_path > SW_MAX_DRAFT ||
+        (r->n_kv_path &&
+         (!r->kv_path || r->kv_path_from < 0 || r->kv_keep > r->kv_path_from + r->n_kv_path))) {
+        sw_errf(err, err_len, "round: kept path of %d drafts from %d does not fit kv_keep %d",
+                r->n_kv_path, r->kv_path_from, r->kv_keep);
+        return -1;
+    }
+    for (int j = 0; j < r->n_kv_path; j++)
+        if (r->kv_path[j] < j || r->kv_path[j] >= SW_MAX_DRAFT ||
+            (j && r->kv_path[j] <= r->kv_path[j - 1])) {
+            sw_errf(err, err_len, "round: kept path offset %d is %d", j, r->kv_path[j]);
+            return -1;
+        }
+    return 0;
+}
+
 /* ---- verifier ------------------------------------------------------------------ */
 
 struct sw_verifier {
@@ -118,11 +159,12 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
         .draft = r->tokens + n_ctx_rows,
         .q = r->q,
         .logits = logits,
+        .parent = r->parent,
     };
     for (int i = 0; i <= r->n_draft; i++)
         v->digest = s_digest(v->digest, logits + (size_t)i * v->n_vocab, v->n_vocab);
     out->logits_digest = v->digest;
-    int n = sw_verify(v->sampler, &in, v->work, out->tokens);
+    int n = sw_verify_path(v->sampler, &in, v->work, out->tokens, out->path);
     if (n < 1) {
         sw_errf(err, err_len, "verify: the target's logits or the drafts are invalid");
         return -1;

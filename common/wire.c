@@ -267,6 +267,31 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     return SW_WIRE_OK;
 }
 
+/* The first child (draft index) of draft i's parent, for a valid tree. */
+static size_t s_first_child(const uint32_t *parents, size_t i)
+{
+    size_t c = 0;
+    while (parents[c] != parents[i])
+        c++;
+    return c;
+}
+
+/* A tree of k drafts: every parent <= its draft's index, siblings distinct. */
+static int s_tree(const uint32_t *parents, size_t k, const uint32_t *tokens, char *err,
+                  size_t err_len)
+{
+    for (size_t i = 0; i < k; i++) {
+        CHECK(parents[i] <= i,
+              "forward.draft_parents[%zu] = %u (a draft hangs under a node <= %zu)", i, parents[i],
+              i);
+        for (size_t c = 0; c < i; c++)
+            CHECK(parents[c] != parents[i] || tokens[c] != tokens[i],
+                  "forward drafts %zu and %zu are siblings with the same token %u", c, i,
+                  tokens[i]);
+    }
+    return SW_WIRE_OK;
+}
+
 static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payload_len, char *err,
                      size_t err_len)
 {
@@ -301,19 +326,40 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     for (size_t i = 0; i < f->n_draft_probs; i++)
         CHECK(s_prob(f->draft_probs[i]), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
               (double)f->draft_probs[i]);
+    CHECK(f->n_draft_parents == 0 || f->n_draft_parents == k,
+          "forward has %zu draft_parents for %zu drafts", f->n_draft_parents, k);
+    if ((rc = s_tree(f->draft_parents, f->n_draft_parents, f->draft_tokens, err, err_len)))
+        return rc;
     CHECK(f->n_draft_dists == 0 || f->n_draft_dists == k,
           "forward has %zu draft_dists for %zu drafts", f->n_draft_dists, k);
     for (size_t i = 0; i < f->n_draft_dists; i++) {
         const Shardwire__DraftDist *d = f->draft_dists[i];
         CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
-        CHECK(d->n_tokens >= 1 && d->n_tokens <= SW_WIRE_MAX_DIST && d->n_probs == d->n_tokens,
-              "forward.draft_dists[%zu] has %zu tokens and %zu probs (1..%d, equal)", i,
-              d->n_tokens, d->n_probs, SW_WIRE_MAX_DIST);
+        /* Empty only for a later sibling of a tree: its first sibling's applies. */
+        const int later = f->n_draft_parents && s_first_child(f->draft_parents, i) != i;
+        CHECK((d->n_tokens >= 1 || later) && d->n_tokens <= SW_WIRE_MAX_DIST &&
+                  d->n_probs == d->n_tokens,
+              "forward.draft_dists[%zu] has %zu tokens and %zu probs (%d..%d, equal)", i,
+              d->n_tokens, d->n_probs, later ? 0 : 1, SW_WIRE_MAX_DIST);
         if ((rc = s_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err, err_len)))
             return rc;
         for (size_t j = 0; j < d->n_probs; j++)
             CHECK(s_prob(d->probs[j]), "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i, j);
     }
+    /* The kept path of the previous tree round. */
+    CHECK(f->n_kv_path <= SW_WIRE_MAX_DRAFT, "forward.kv_path has %zu entries (max %d)",
+          f->n_kv_path, SW_WIRE_MAX_DRAFT);
+    CHECK(f->n_kv_path || f->kv_path_from == 0, "forward.kv_path_from %u without a kv_path",
+          f->kv_path_from);
+    for (size_t j = 0; j < f->n_kv_path; j++)
+        CHECK(f->kv_path[j] >= j && f->kv_path[j] < SW_WIRE_MAX_DRAFT &&
+                  (j == 0 || f->kv_path[j] > f->kv_path[j - 1]),
+              "forward.kv_path[%zu] = %u (must increase, in [%zu, %d))", j, f->kv_path[j], j,
+              SW_WIRE_MAX_DRAFT);
+    CHECK(!f->n_kv_path || ((uint64_t)f->kv_path_from + SW_WIRE_MAX_DRAFT <= SW_WIRE_MAX_POS &&
+                            f->kv_keep <= (uint64_t)f->kv_path_from + f->n_kv_path),
+          "forward keeps %u positions but its kv_path ends at %u + %zu", f->kv_keep,
+          f->kv_path_from, f->n_kv_path);
 
     size_t esize = sw_wire_dtype_size(f->dtype);
     CHECK(esize != 0, "forward.dtype %d unknown", (int)f->dtype);
@@ -356,6 +402,12 @@ static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
         return rc;
     CHECK(v->next_token == v->tokens[v->n_accepted], "verdict.next_token %u != tokens[%u] = %u",
           v->next_token, v->n_accepted, v->tokens[v->n_accepted]);
+    CHECK(v->n_path == 0 || v->n_path == v->n_accepted,
+          "verdict has %zu path entries for %u drafts", v->n_path, v->n_accepted);
+    for (size_t j = 0; j < v->n_path; j++)
+        CHECK(v->path[j] >= 1 && v->path[j] <= SW_WIRE_MAX_DRAFT &&
+                  (j == 0 || v->path[j] > v->path[j - 1]),
+              "verdict.path[%zu] = %u (must increase, in 1..%d)", j, v->path[j], SW_WIRE_MAX_DRAFT);
     return s_timing(v->timing, v->n_timing, err, err_len);
 }
 

@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define SW_WIRE_VERSION 2u         /* Envelope.version; a receiver refuses any other (2: sealing) */
+#define SW_WIRE_VERSION 3u         /* Envelope.version; any other is refused (3: trees) */
 #define SW_WIRE_NAME_MAX 63        /* bytes in a peer name / request id */
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 

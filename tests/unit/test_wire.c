@@ -321,6 +321,29 @@ static void test_other_messages(void)
     v.next_token = 9;
     v.n_accepted = 3;
     SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    /* a tree round's path: n_accepted increasing node indices in 1..64 */
+    v.n_accepted = 2;
+    uint32_t path[3] = {2, 5, 6};
+    v.n_path = 2;
+    v.path = path;
+    SW_CHECK_INT(s_roundtrip(&env, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->verdict->n_path, 2);
+        SW_CHECK_INT(out->verdict->path[1], 5);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    v.n_path = 3; // more entries than accepted drafts
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    v.n_path = 2;
+    path[1] = 2; // not increasing
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    path[0] = 0; // node 0 is the root, never a draft
+    path[1] = 3;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    path[0] = 1;
+    path[1] = SW_WIRE_MAX_DRAFT + 1;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+    v.n_path = 0;
 
     /* PeerAnnounce: roles must match layer ranges */
     static char name[] = "node-a", be[] = "cuda:0", fp[65];
@@ -638,10 +661,81 @@ static void test_framing(void)
     zmq_ctx_term(ctx);
 }
 
+/* A tree Forward: draft 0 and 1 under the root, draft 2 under draft 0; the
+ * previous round's path kept; every field refused when hostile. */
+static void test_forward_tree(void)
+{
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    uint32_t parents[3] = {0, 0, 1}, kv_path[2] = {1, 3};
+    x.f.n_draft_parents = 3;
+    x.f.draft_parents = parents;
+    x.d[1].n_tokens = x.d[1].n_probs = 0; // a later sibling: its first sibling's q applies
+    x.f.kv_path_from = 90;
+    x.f.n_kv_path = 2;
+    x.f.kv_path = kv_path;
+    x.f.kv_keep = 92;
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&x.env, 1, FWD_BYTES, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->forward->n_draft_parents, 3);
+        SW_CHECK_INT(out->forward->draft_parents[2], 1);
+        SW_CHECK_INT(out->forward->draft_dists[1]->n_tokens, 0);
+        SW_CHECK_INT(out->forward->kv_path_from, 90);
+        SW_CHECK_INT(out->forward->n_kv_path, 2);
+        SW_CHECK_INT(out->forward->kv_path[1], 3);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    /* parents: 0 or K entries, each <= its draft index, siblings distinct */
+    x.f.n_draft_parents = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_draft_parents = 3;
+    parents[2] = 3; // under itself
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    parents[2] = 0xffffffffu;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    parents[2] = 1;
+    x.drafts[1] = x.drafts[0]; // two root candidates with one token
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.drafts[1] = 102;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    /* an empty dist only for a later sibling */
+    x.d[2].n_tokens = x.d[2].n_probs = 0; // draft 2 is the first child of draft 0
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.d[2].n_tokens = x.d[2].n_probs = 2;
+    x.f.n_draft_parents = 0; // a chain: draft 1 is no later sibling
+    x.f.n_kv_path = 0;
+    x.f.kv_path_from = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_draft_parents = 3;
+    x.f.n_kv_path = 2;
+    x.f.kv_path_from = 90;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    /* kv_path: increasing, kv_path[j] in [j, 64), kv_keep within it, from set only with it */
+    kv_path[1] = 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    kv_path[1] = SW_WIRE_MAX_DRAFT;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    kv_path[1] = 3;
+    x.f.kv_keep = 93;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.kv_keep = 92;
+    x.f.kv_path_from = SW_WIRE_MAX_POS - 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.kv_path_from = 90;
+    x.f.n_kv_path = SW_WIRE_MAX_DRAFT + 1;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.n_kv_path = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED); // from without a path
+    x.f.kv_path_from = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+}
+
 int main(void)
 {
     test_forward_roundtrip();
     test_forward_refusals();
+    test_forward_tree();
     test_other_messages();
     test_bad_bytes();
     test_framing();
