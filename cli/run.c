@@ -351,8 +351,12 @@ int cmd_run(int argc, char **argv)
     }
     for (;;) {
         if (s_stop) {
-            fprintf(stderr, "\nshardwire run: interrupted\n");
+            /* sw_client_cancel tells the head at once, so that the cluster stops
+             * working for nobody; no need to wait for its confirmation. */
             (void)sw_client_cancel(cl, id);
+            fprintf(stderr, "\nshardwire run: interrupted (the request is cancelled on the "
+                            "cluster)\n");
+            exit_code = 130;
             goto out;
         }
         sw_client_event_t ev;

@@ -499,12 +499,27 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
     return 0;
 }
 
+/* Sends Cancel for r to its head (a failed send only costs the head some work). */
+static void s_send_cancel(sw_client_t *c, const s_req_t *r, const char *reason)
+{
+    Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
+    cn.request_id = (char *)r->id;
+    cn.reason = (char *)reason;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cn;
+    if (sw_peer_send(c->peer, r->head, &env, NULL, 0, 0) != 0)
+        SW_DEBUG("could not send a Cancel for %s to %s", r->id, r->head);
+}
+
 int sw_client_cancel(sw_client_t *c, const char *id)
 {
     s_req_t *r = s_find(c, id);
     if (!r)
         return SW_CLIENT_EINVAL;
-    /* TODO(issue 13): tell the head with a Cancel message once the protocol has one. */
+    /* Tell the head at once, so that the cluster stops working for nobody; its
+     * confirmation (a final chunk, finish CANCELLED) is not waited for. */
+    s_send_cancel(c, r, "cancelled by the client");
     s_req_free(r);
     c->n_inflight--;
     return 0;
@@ -639,8 +654,18 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
                       sw_client_event_t *ev)
 {
     const double now = s_now_ms();
+    if (tc->n_tokens && tc->index < (uint32_t)r->stats.n_generated)
+        return 1; /* a chunk we hold already (the head resent it) */
     memset(ev, 0, sizeof *ev);
     memcpy(ev->id, r->id, sizeof ev->id);
+    if (tc->index > (uint32_t)r->stats.n_generated) {
+        s_send_cancel(c, r, "tokens were lost on the way");
+        s_end_error(c, r, ev, SW_CLIENT_ELOST, 0,
+                    "tokens %d..%u never arrived (a message was lost on the way; the relay may "
+                    "have restarted)",
+                    r->stats.n_generated, tc->index - 1);
+        return 0;
+    }
     if (tc->n_tokens && !r->stats.ttft_ms)
         r->stats.ttft_ms = now - r->t_submit;
     for (size_t i = 0; i < tc->n_tokens; i++)
@@ -657,7 +682,8 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
     ev->text = c->ev_text;
     ev->text_len = n;
     if (hit) {
-        /* TODO(issue 13): a Cancel to the head; until then its remaining chunks are ignored. */
+        if (!tc->done)
+            s_send_cancel(c, r, "a stop string was generated");
         ev->type = SW_CLIENT_EV_DONE;
         ev->finish = SW_CLIENT_FINISH_STOP;
         s_finish(c, r, ev);
@@ -665,6 +691,13 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
     }
     if (!tc->done) {
         ev->type = SW_CLIENT_EV_TOKENS;
+        return 0;
+    }
+    if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
+        /* we did not cancel it (that slot would be free): the head did, e.g. it
+         * took us for gone */
+        s_end_error(c, r, ev, SW_CLIENT_ECANCELLED, 0, "the head '%s' cancelled the request",
+                    r->head);
         return 0;
     }
     if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR) {
@@ -740,6 +773,8 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
     if (from_relay)
         s_end_error(c, r, ev, SW_CLIENT_ECONNECT, er->code, "the relay: %s (%s)", msg,
                     sw_wire_error_code_name(er->code));
+    else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY)
+        s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s", msg);
     else
         s_end_error(c, r, ev, SW_CLIENT_EHEAD, er->code, "%s", msg);
     return 0;

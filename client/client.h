@@ -11,10 +11,12 @@
  * - the head leaving the relay during a request (checked after 3 s of
  *   silence, twice in a row so that a relay restart is not taken for it);
  * - the request's deadline (its timeout plus 5 s of grace);
- * - tokens lost on the way (the final statistics count more tokens than
- *   arrived);
+ * - tokens lost on the way (a chunk's index beyond the tokens held, or final
+ *   statistics counting more tokens than arrived); chunks the head resent
+ *   are dropped by index;
  * - stop strings: text is held back while it could still become a stop
- *   string, and a request that meets one ends with SW_CLIENT_FINISH_STOP;
+ *   string, and a request that meets one ends with SW_CLIENT_FINISH_STOP
+ *   (the head is sent a Cancel so that it stops generating);
  * - a head that cannot open our sealed messages (a different cluster key):
  *   it answers with a clear Error, which ends the request at once with
  *   SW_CLIENT_EKEY instead of a silent wait for the timeout.
@@ -53,7 +55,7 @@ enum sw_client_rc {
     SW_CLIENT_EHEADGONE = -6,  /* the head left the relay during the request */
     SW_CLIENT_ETIMEOUT = -7,   /* no complete answer within the request's timeout */
     SW_CLIENT_ELOST = -8,      /* tokens were lost on the way (e.g. a relay restart) */
-    SW_CLIENT_EBUSY = -9,      /* too many requests in flight on this client */
+    SW_CLIENT_EBUSY = -9,      /* too many requests in flight here, or the head is busy */
     SW_CLIENT_ENOMEM = -10,    /* out of memory */
     SW_CLIENT_ECANCELLED = -11 /* cancelled by the caller */
 };

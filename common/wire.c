@@ -81,6 +81,10 @@ const char *sw_wire_body_name(const Shardwire__Envelope *env)
         return "token_chunk";
     case SHARDWIRE__ENVELOPE__BODY_ERROR:
         return "error";
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+        return "cancel";
+    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+        return "resume";
     default:
         return "none";
     }
@@ -107,9 +111,10 @@ const char *sw_wire_role_name(int role)
 const char *sw_wire_error_code_name(int code)
 {
     static const char *names[] = {
-        "unspecified",  "version_mismatch", "malformed", "name_taken", "not_announced",
-        "unknown_dest", "dest_busy",        "dest_gone", "relay_full", "unknown_session",
-        "bad_request",  "model_mismatch",   "internal",  "deadline",   "unauthorized",
+        "unspecified",   "version_mismatch", "malformed",    "name_taken",
+        "not_announced", "unknown_dest",     "dest_busy",    "dest_gone",
+        "relay_full",    "unknown_session",  "bad_request",  "model_mismatch",
+        "internal",      "deadline",         "unauthorized", "busy",
     };
     if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
         return "unknown";
@@ -380,6 +385,9 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     }
     CHECK(f->layer_begin < SW_WIRE_MAX_LAYERS, "forward.layer_begin %u >= %d", f->layer_begin,
           SW_WIRE_MAX_LAYERS);
+    CHECK(f->n_ctx == 0 || (f->n_ctx <= SW_WIRE_MAX_POS && f->n_ctx >= f->start_pos + f->n_rows),
+          "forward.n_ctx %u does not hold rows [%u, %u + %u)", f->n_ctx, f->start_pos, f->start_pos,
+          f->n_rows);
     if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
         return rc;
     CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
@@ -472,10 +480,13 @@ static int s_token_chunk(const Shardwire__TokenChunk *c, char *err, size_t err_l
     CHECK(c->text.len <= SW_WIRE_MAX_CHUNK_TEXT, "token_chunk.text has %zu bytes (max %u)",
           c->text.len, SW_WIRE_MAX_CHUNK_TEXT);
     CHECK(c->finish >= SHARDWIRE__FINISH_REASON__FINISH_NONE &&
-              c->finish <= SHARDWIRE__FINISH_REASON__FINISH_ERROR,
+              c->finish <= SHARDWIRE__FINISH_REASON__FINISH_CANCELLED,
           "token_chunk.finish %d unknown", (int)c->finish);
     CHECK(c->done == (c->finish != SHARDWIRE__FINISH_REASON__FINISH_NONE),
           "token_chunk.done and finish disagree");
+    CHECK((uint64_t)c->index + c->n_tokens <= SW_WIRE_MAX_POS,
+          "token_chunk tokens [%u, %u + %zu) pass the position limit", c->index, c->index,
+          c->n_tokens);
     if (c->stats) {
         CHECK(c->stats->n_stages <= SW_WIRE_MAX_ROUTE, "token_chunk.stats has %zu stages (max %d)",
               c->stats->n_stages, SW_WIRE_MAX_ROUTE);
@@ -492,8 +503,10 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
     int rc;
     CHECK(e != NULL, "error missing");
     CHECK(e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-              e->code <= SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED,
+              e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY,
           "error.code %d unknown", (int)e->code);
+    CHECK(e->queue_position <= SW_WIRE_MAX_QUEUE, "error.queue_position %u > %d", e->queue_position,
+          SW_WIRE_MAX_QUEUE);
     if ((rc = s_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))
         return rc;
     if ((rc = s_name("error.request_id", e->request_id, 0, err, err_len)))
@@ -559,6 +572,16 @@ int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t pay
         return s_token_chunk(env->token_chunk, err, err_len);
     case SHARDWIRE__ENVELOPE__BODY_ERROR:
         return s_error(env->error, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+        CHECK(env->cancel != NULL, "cancel missing");
+        if ((rc = s_name("cancel.request_id", env->cancel->request_id, 1, err, err_len)))
+            return rc;
+        return s_text("cancel.reason", env->cancel->reason, 256, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+        CHECK(env->resume != NULL, "resume missing");
+        CHECK(env->resume->from_index <= SW_WIRE_MAX_POS, "resume.from_index %u > %u",
+              env->resume->from_index, SW_WIRE_MAX_POS);
+        return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
     default:
         CHECK(0, "envelope has no known body (case %d)", (int)env->body_case);
     }

@@ -30,8 +30,8 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define SW_WIRE_VERSION 3u         /* Envelope.version; any other is refused (3: trees) */
-#define SW_WIRE_NAME_MAX 63        /* bytes in a peer name / request id */
+#define SW_WIRE_VERSION 4u  /* Envelope.version; any other is refused (3: trees, 4: cancel) */
+#define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 
 #define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
@@ -59,7 +59,8 @@
 #define SW_WIRE_MAX_CHUNK_TOKENS 4096
 #define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
 #define SW_WIRE_MAX_ERROR_TEXT 512
-#define SW_WIRE_ERR_LEN 256 /* a good size for the err buffers below */
+#define SW_WIRE_MAX_QUEUE 65536 /* Error.queue_position */
+#define SW_WIRE_ERR_LEN 256     /* a good size for the err buffers below */
 
 /* Return codes (negative) of the functions below. */
 enum sw_wire_rc {
