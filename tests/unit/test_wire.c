@@ -463,6 +463,40 @@ static void test_other_messages(void)
     dp.n_draft = 4;
     g.n_predict = 0;
     SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    g.n_predict = 32;
+
+    /* chat messages: exclusive with prompt, roles 1..16 bytes, at most 256 turns */
+    static char role_sys[] = "system", role_user[] = "user", role_long[] = "a-role-of-17-byte";
+    static char hi[] = "hi", sys_text[] = "Be brief.";
+    Shardwire__ChatMessage cm[2];
+    Shardwire__ChatMessage *cmp[SW_WIRE_MAX_MESSAGES + 1];
+    shardwire__chat_message__init(&cm[0]);
+    shardwire__chat_message__init(&cm[1]);
+    cm[0].role = role_sys;
+    cm[0].content = sys_text;
+    cm[1].role = role_user;
+    cm[1].content = hi;
+    for (int i = 0; i <= SW_WIRE_MAX_MESSAGES; i++)
+        cmp[i] = &cm[i % 2];
+    g.messages = cmp;
+    g.n_messages = 2;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED); /* and a prompt */
+    g.prompt = none;
+    SW_CHECK_INT(s_roundtrip(&eg, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->generate->n_messages, 2);
+        SW_CHECK(strcmp(out->generate->messages[1]->content, hi) == 0);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    cm[1].role = role_long;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    cm[1].role = none;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    cm[1].role = role_user;
+    g.n_messages = SW_WIRE_MAX_MESSAGES + 1;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    g.n_messages = SW_WIRE_MAX_MESSAGES;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_OK);
 
     /* TokenChunk: done and finish agree */
     Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
