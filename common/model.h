@@ -10,7 +10,8 @@
  * the weights in memory.
  *
  * Ownership: sw_model_t owns its GGUF mapping and backend buffers but not the
- * backend, which must outlive it. A sw_kv_t belongs to one model.
+ * backend, which must outlive it. A sw_kv_t belongs to one model and must be
+ * freed before it.
  */
 #ifndef SW_MODEL_H
 #define SW_MODEL_H
@@ -48,12 +49,15 @@ typedef struct sw_hparams {
 typedef struct sw_model sw_model_t;
 typedef struct sw_kv sw_kv_t;
 
-/* Most rows one forward call processes internally at once; longer inputs are
- * split into chunks of this size (results do not depend on the split). */
+/* Most rows one forward call processes internally at once on the CPU (a
+ * device backend says its own, sw_backend_t.max_rows); longer inputs are
+ * split into chunks of this size (results do not depend on the split). Also
+ * the most rows of logits one LM-head call computes. */
 #define SW_MODEL_BATCH 64
 
 /* Opens path and loads layers [layer_begin, layer_end) (layer_end = -1: to the
- * last layer) onto be. NULL with a one-line reason in err on failure. */
+ * last layer) onto be; on a backend group the layers are split evenly over
+ * its devices, in order. NULL with a one-line reason in err on failure. */
 sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
                           char *err, size_t err_len) __attribute__((warn_unused_result));
 /* Accepts NULL and NULLs the caller's pointer. */
@@ -71,9 +75,12 @@ int sw_model_is_last(const sw_model_t *m);
 void sw_model_fingerprint(const sw_model_t *m, char out[65]);
 /* Bytes of weights this range uses (what it keeps resident). */
 uint64_t sw_model_weight_bytes(const sw_model_t *m);
+/* The backend the model was loaded on. */
+sw_backend_t *sw_model_backend(const sw_model_t *m);
 
 /* Reads every page of this range's weights so that the first forward does
- * not fault them in; calls progress(done, total, ctx) now and then (may be NULL). */
+ * not fault them in; calls progress(done, total, ctx) now and then (may be
+ * NULL). Nothing to do when the weights were copied to a device at load. */
 void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t done, uint64_t total, void *ctx),
                        void *ctx);
 
@@ -85,6 +92,22 @@ int sw_kv_len(const sw_kv_t *kv);
 int sw_kv_capacity(const sw_kv_t *kv);
 /* Keeps the first n positions (n <= len), O(1). 0 or -1. */
 int sw_kv_truncate(sw_kv_t *kv, int n) __attribute__((warn_unused_result));
+
+/* Token trees. Every cache slot has a parent slot (-1 = none) and a position
+ * (its parent's + 1, 0 without a parent): a plain sequence is slot s under
+ * s - 1 at position s, a tree row sits at the position of its depth. A row
+ * attends to its own slot and its ancestors' only. sw_kv_keep() keeps the
+ * slots [0, from) and the n slots slots[0..n) (strictly increasing, each
+ * >= from and < len, each one's parent < from or kept before it), moved to
+ * from, from + 1, ..: the accepted path of a tree round (or a subtree the
+ * draft model prepared) becomes ordinary cache, with no recomputation; the
+ * cache then holds from + n slots. 0, or -1 with err (nothing changed). */
+int sw_kv_keep(sw_kv_t *kv, int from, const int32_t *slots, int n, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* The position of slot s (< len), or -1. */
+int sw_kv_pos(const sw_kv_t *kv, int s);
+/* The slots [0, n) of the cache that form a plain sequence (no tree part). */
+int sw_kv_linear(const sw_kv_t *kv);
 
 /* One forward pass over n rows appended at positions [len, len + n).
  * Input: tokens (first stage) or hidden states (n, n_embd) f32 (other stages).
@@ -106,9 +129,42 @@ typedef struct sw_forward {
                            // llama.cpp's. Decode and verification rows (prompt = 0)
                            // always use the one-token order: a row's result is then
                            // the same alone or in a batch of any size.
+    const int32_t *parent; // (n) NULL: a sequence (row r follows the slot before it). Else
+                           // token tree rows (prompt = 0): row r, stored at slot len + r,
+                           // hangs under slot parent[r] (a cached slot or an earlier row
+                           // of the call), or -1. Its position is its parent's + 1 and it
+                           // attends to its ancestors only, so its result is bit-identical
+                           // to the same path evaluated as a sequence. The backend must
+                           // support trees (sw_backend_ops_t.kv_move).
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* One forward pass over the rows of several sessions at once (a stage that
+ * serves many users): fs[s] are session s's rows, appended to its own cache
+ * kvs[s] (n_seg distinct caches), with its own positions, outputs and prompt
+ * flag, exactly as n_seg sw_model_forward calls would; every session's
+ * results are bit-identical to running it alone (each row is computed on its
+ * own; only attention is per session, and a prompt of two rows or more is
+ * cut into chunks on its own, as alone). Decode and verification rows of
+ * different sessions share chunks, so each weight is read once for all of
+ * them. 0, or -1 with err (then no cache's length changed). */
+int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
+                           char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/* Greedy decoding steps that stay on the backend (a draft model's K-token
+ * loop): appends token tok at the end of the cache, then n_steps - 1 times
+ * the argmax of the last row's logits. out[i] is the argmax after step i and
+ * prob[i] (prob may be NULL) its softmax probability at temperature 1; the cache grows by
+ * n_steps rows. The logits are those of n_steps one-row forward calls (the
+ * argmax is the first largest logit, as sw_sampler_argmax() without a
+ * repetition penalty). A device backend records the whole loop as one graph
+ * and copies only the n_steps tokens and probabilities back. The model must
+ * hold every layer on one device; n_steps <= 64. 0, or -1 with err (then
+ * the cache length is unchanged). */
+int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, int32_t *out,
+                          float *prob, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
 #endif

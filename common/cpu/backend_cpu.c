@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,7 +27,8 @@
 
 struct sw_buf {
     size_t bytes; // usable size
-    void *data;   // 64-byte aligned, zeroed at allocation
+    void *data;   // 64-byte aligned and zeroed when owned; else host memory of a weight or a view
+    int owned;    // 1 = data is freed with the buffer
 };
 
 typedef struct s_cpu {
@@ -47,6 +49,11 @@ static s_cpu_t *s_impl(sw_backend_t *be)
 static float *s_f32(const sw_buf_t *b)
 {
     return (float *)b->data;
+}
+
+static const int32_t *s_i32(const sw_buf_t *b)
+{
+    return (const int32_t *)b->data;
 }
 
 /* ---- scalar kernels shared with the AVX2 file's contract ------------------ */
@@ -70,6 +77,25 @@ float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32)
     if (!pad32)
         for (int i = np; i < n; i++)
             sum += (double)(sw_f16_to_f32(a[i]) * sw_f16_to_f32(b[i]));
+    return (float)sum;
+}
+
+float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n)
+{
+    float acc[32] = {0}; // as sw_cpu_dot_f16_scalar with pad32
+    for (int i = 0; i < n; i++) {
+        const sw_f16 ai = i < n1 ? a1[i] : a2[i - n1];
+        acc[i & 31] = fmaf(sw_f16_to_f32(ai), sw_f16_to_f32(b[i]), acc[i & 31]);
+    }
+    float lane[8];
+    for (int l = 0; l < 8; l++) {
+        float s02 = acc[l] + acc[16 + l], s13 = acc[8 + l] + acc[24 + l];
+        lane[l] = s02 + s13;
+    }
+    float t[4];
+    for (int l = 0; l < 4; l++)
+        t[l] = lane[l] + lane[l + 4];
+    double sum = (t[0] + t[1]) + (t[2] + t[3]);
     return (float)sum;
 }
 
@@ -176,6 +202,32 @@ static sw_buf_t *s_buf_alloc(sw_backend_t *be, size_t bytes)
     }
     memset(b->data, 0, rounded);
     b->bytes = bytes;
+    b->owned = 1;
+    return b;
+}
+
+/* Weights stay in the model file's mapping: the buffer only refers to them. */
+static sw_buf_t *s_buf_weight(sw_backend_t *be, const void *host, size_t bytes)
+{
+    (void)be;
+    sw_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->data = (void *)(uintptr_t)host;
+    b->bytes = bytes;
+    return b;
+}
+
+static sw_buf_t *s_buf_view(sw_backend_t *be, sw_buf_t *parent, size_t off, size_t bytes)
+{
+    (void)be;
+    if (off > parent->bytes || bytes > parent->bytes - off)
+        return NULL;
+    sw_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->data = (char *)parent->data + off;
+    b->bytes = bytes;
     return b;
 }
 
@@ -184,7 +236,8 @@ static void s_buf_free(sw_backend_t *be, sw_buf_t *buf)
     (void)be;
     if (!buf)
         return;
-    free(buf->data);
+    if (buf->owned)
+        free(buf->data);
     free(buf);
 }
 
@@ -193,41 +246,47 @@ void *sw_buf_host(sw_buf_t *buf)
     return buf ? buf->data : NULL;
 }
 
-static void s_upload(sw_backend_t *be, sw_buf_t *dst, size_t off, const void *src, size_t n)
+static int s_upload(sw_backend_t *be, sw_buf_t *dst, size_t off, const void *src, size_t n)
 {
-    (void)be;
+    if (off > dst->bytes || n > dst->bytes - off)
+        return sw_backend_fail(be,
+                               "cpu backend: upload of %zu bytes at %zu overruns a %zu-byte "
+                               "buffer",
+                               n, off, dst->bytes);
     memcpy((char *)dst->data + off, src, n);
+    return 0;
 }
 
-static void s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t off, size_t n)
+static int s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t off, size_t n)
 {
-    (void)be;
+    if (off > src->bytes || n > src->bytes - off)
+        return sw_backend_fail(be,
+                               "cpu backend: download of %zu bytes at %zu overruns a "
+                               "%zu-byte buffer",
+                               n, off, src->bytes);
     memcpy(dst, (const char *)src->data + off, n);
-}
-
-static int s_weight_prepare(sw_backend_t *be, sw_weight_t *w)
-{
-    (void)be;
-    (void)w;
     return 0;
 }
 
 /* ---- elementwise ops ---------------------------------------------------------- */
 
-static void s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const int32_t *ids, int n,
-                       sw_buf_t *out)
+static int s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *ctl, int n,
+                      sw_buf_t *out)
 {
     (void)be;
+    const int32_t *ids = s_i32(ctl) + SW_CTL_POS + n;
     for (int r = 0; r < n; r++) {
-        const char *row = (const char *)emb->data + (size_t)ids[r] * emb->row_bytes;
+        const char *row = (const char *)emb->buf->data + (size_t)ids[r] * emb->row_bytes;
         sw_dequantize_row(emb->type, row, s_f32(out) + (size_t)r * emb->n_in, emb->n_in);
     }
+    return 0;
 }
 
-static void s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const float *w, int n, int dim,
-                      float eps, sw_buf_t *out)
+static int s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *wb, int n, int dim,
+                     float eps, sw_buf_t *out)
 {
     (void)be;
+    const float *w = s_f32(wb);
     for (int r = 0; r < n; r++) {
         const float *xr = s_f32(x) + (size_t)r * dim;
         float *yr = s_f32(out) + (size_t)r * dim;
@@ -241,18 +300,20 @@ static void s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const float *w, int n
             yr[i] = v * w[i];
         }
     }
+    return 0;
 }
 
-static void s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
+static int s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
 {
     (void)be;
     float *a = s_f32(x);
     const float *b = s_f32(y);
     for (size_t i = 0; i < n; i++)
         a[i] += b[i];
+    return 0;
 }
 
-static void s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
+static int s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
 {
     const s_cpu_t *c = s_impl(be);
     float *g = s_f32(gate);
@@ -274,31 +335,17 @@ static void s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_
         float silu = x / (1.0f + expf(-x));
         g[i] = silu * u[i];
     }
+    return 0;
 }
 
-static void s_copy(sw_backend_t *be, sw_buf_t *dst, size_t doff, const sw_buf_t *src, size_t soff,
-                   size_t n)
+/* Rotary embedding with the model's cos/sin table (sw_rope_table()). */
+static int s_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_heads,
+                  int head_dim, int n_rot, const sw_buf_t *cs_buf, int neox)
 {
     (void)be;
-    memmove(s_f32(dst) + doff, s_f32(src) + soff, n * sizeof(float));
-}
-
-/* Rotary embedding: angle of pair i at position p is p * base^(-2i/n_rot)
- * (divided by freq_scale's inverse), built by repeated multiplication. */
-static void s_rope(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim, int n_rot,
-                   int pos0, float freq_base, float freq_scale, int neox)
-{
-    (void)be;
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    float cs[512]; // (n_rot / 2) cos, sin pairs; n_rot <= 512 is checked at load
+    const int32_t *pos = s_i32(ctl) + SW_CTL_POS;
     for (int r = 0; r < n; r++) {
-        float theta = (float)(pos0 + r);
-        for (int i = 0; i < n_rot / 2; i++) {
-            float t = freq_scale * theta;
-            cs[2 * i] = cosf(t);
-            cs[2 * i + 1] = sinf(t);
-            theta *= theta_scale;
-        }
+        const float *cs = s_f32(cs_buf) + (size_t)pos[r] * (size_t)n_rot;
         float *row = s_f32(x) + (size_t)r * n_heads * head_dim;
         for (int h = 0; h < n_heads; h++) {
             float *v = row + (size_t)h * head_dim;
@@ -312,12 +359,14 @@ static void s_rope(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_d
             }
         }
     }
+    return 0;
 }
 
-static void s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
-                        const float *w, float eps)
+static int s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
+                       const sw_buf_t *wb, float eps)
 {
     (void)be;
+    const float *w = s_f32(wb);
     for (int r = 0; r < n; r++) {
         for (int h = 0; h < n_heads; h++) {
             float *v = s_f32(x) + ((size_t)r * n_heads + h) * head_dim;
@@ -331,6 +380,7 @@ static void s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int h
             }
         }
     }
+    return 0;
 }
 
 /* ---- matmul ------------------------------------------------------------------- */
@@ -371,7 +421,7 @@ static void s_mm_body(void *ctx, int ith, int nth)
             if (hi > w->n_out)
                 hi = w->n_out;
             if (lo < hi)
-                sw_matmul(w->type, w->n_in, w->data, w->row_bytes, lo, hi, j->xq[i],
+                sw_matmul(w->type, w->n_in, w->buf->data, w->row_bytes, lo, hi, j->xq[i],
                           j->xq_stride[i], j->n, j->y[i], w->n_out);
             base += w->n_out;
         }
@@ -391,11 +441,14 @@ static int s_qbuf_reserve(s_cpu_t *c, size_t bytes)
     return 0;
 }
 
-static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
-                     const float *const *bias, const sw_buf_t *x, int x_row0, int n,
-                     sw_buf_t *const *y)
+static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
+                    const sw_buf_t *const *bias, const sw_buf_t *x, int x_row0, int n,
+                    sw_buf_t *const *y, int flags)
 {
     s_cpu_t *c = s_impl(be);
+    (void)flags;
+    if (n_w < 1 || n_w > S_MAX_W)
+        return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w, S_MAX_W);
     struct s_mm_job job = {.n_w = n_w, .n = n};
     const int64_t n_in = w[0]->n_in;
     const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
@@ -411,8 +464,11 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
             k++;
         if (k == n_types) {
             uint64_t rb = 0;
-            if (sw_type_row_bytes(vt, n_in, &rb) != 0)
-                abort(); // shapes were validated at model load
+            if (vt == SW_TYPE_COUNT || sw_type_row_bytes(vt, n_in, &rb) != 0)
+                return sw_backend_fail(be,
+                                       "cpu backend: a %s weight of %lld columns cannot be "
+                                       "multiplied",
+                                       sw_type_name(w[i]->type), (long long)n_in);
             types[k] = vt;
             strides[k] = (size_t)((rb + 63) & ~(uint64_t)63);
             offs[k] = need;
@@ -425,15 +481,14 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
         job.y[i] = s_f32(y[i]);
         job.total += w[i]->n_out;
     }
-    if (s_qbuf_reserve(c, need) != 0) {
-        SW_ERR("cpu backend: out of memory for a %zu-byte matmul input", need);
-        abort();
-    }
+    if (s_qbuf_reserve(c, need) != 0)
+        return sw_backend_fail(be, "cpu backend: out of memory for a %zu-byte matmul input", need);
     for (int k = 0; k < n_types; k++)
         for (int r = 0; r < n; r++)
             if (sw_quantize_row(types[k], xs + (size_t)r * n_in,
                                 (char *)c->qbuf + offs[k] + strides[k] * (size_t)r, n_in) != 0)
-                abort(); // activation types are always writable
+                return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                       sw_type_name(types[k]));
     for (int i = 0; i < n_w; i++)
         job.xq[i] = (const char *)c->qbuf + (uintptr_t)job.xq[i];
 
@@ -447,13 +502,15 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
         for (int i = 0; i < n_w; i++) {
             if (!bias[i])
                 continue;
+            const float *bi = s_f32(bias[i]);
             for (int r = 0; r < n; r++) {
                 float *yr = job.y[i] + (size_t)r * w[i]->n_out;
                 for (int64_t o = 0; o < w[i]->n_out; o++)
-                    yr[o] += bias[i][o];
+                    yr[o] += bi[o];
             }
         }
     }
+    return 0;
 }
 
 /* ---- attention ---------------------------------------------------------------- */
@@ -464,6 +521,13 @@ struct s_attn_job {
     atomic_int next; // next (row, head) pair
 };
 
+static float s_dot_split(const s_cpu_t *c, const sw_f16 *a1, int n1, const sw_f16 *a2,
+                         const sw_f16 *b, int n)
+{
+    return c->avx2 ? sw_cpu_dot2_f16_avx2(a1, n1, a2, b, n)
+                   : sw_cpu_dot2_f16_scalar(a1, n1, a2, b, n);
+}
+
 static void s_attn_body(void *ctx, int ith, int nth)
 {
     struct s_attn_job *j = ctx;
@@ -471,22 +535,37 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const s_cpu_t *c = j->c;
     const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
     const size_t kv_dim = (size_t)a->n_kv_head * hd;
+    const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
     void *mine = (char *)c->scratch + c->scratch_each * (size_t)ith;
     float *score = mine;                                  // (n_ctx) f32
     sw_f16 *prob = (void *)((char *)mine + a->n_ctx * 4); // (n_ctx) f16
-    sw_f16 *q16 = prob + ((a->n_ctx + 31) & ~31);         // (head_dim) f16
+    sw_f16 *q16 = prob + pad_ctx;                         // (head_dim) f16
+    sw_f16 *vg = q16 + ((hd + 31) & ~31);                 // (n_ctx + 32) f16, tree gather
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
+    const int32_t *ctl = s_i32(a->ctl);
+    const int slot0 = ctl[SW_CTL_SLOT0];
     (void)nth;
     for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head, g = h / group;
-        const int n_pos = a->pos0 + r + 1; // causal: positions [0, pos0 + r]
+        /* Visible slots: [0, lin) then tail[0..m) (a tree row's ancestors),
+         * or causally [0, slot0 + r]. */
+        int lin = slot0 + r + 1, m = 0;
+        const int32_t *tail = NULL;
+        if (a->tree) {
+            const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
+            lin = rec[0];
+            m = rec[1];
+            tail = rec + 2;
+        }
+        const int n_pos = lin + m;
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
         for (int p = 0; p < n_pos; p++) {
-            const sw_f16 *krow = kc + (size_t)p * kv_dim + (size_t)g * hd;
+            const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
+            const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
             float s = !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
                       : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(krow, q16, hd)
                                        : sw_cpu_dot_f16_tiled_scalar(krow, q16, hd);
@@ -501,8 +580,20 @@ static void s_attn_body(void *ctx, int ith, int nth)
             score[p] *= inv;
         s_to_f16(c, score, prob, n_pos);
         float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        /* A tree row reads V of its prefix in place up to a multiple of 32
+         * and gathers the rest, so the sum runs in the chain's order. */
+        const int lin32 = lin & ~31;
         for (int d = 0; d < hd; d++) {
             const sw_f16 *vrow = vc + ((size_t)g * hd + d) * a->n_ctx;
+            if (m > 0) {
+                int k = 0;
+                for (int p = lin32; p < lin; p++)
+                    vg[k++] = vrow[p];
+                for (int t = 0; t < m; t++)
+                    vg[k++] = vrow[tail[t]];
+                out[d] = s_dot_split(c, vrow, lin32, vg, prob, n_pos);
+                continue;
+            }
             out[d] = !a->prompt_order ? s_dot_f16(c, vrow, prob, n_pos, 1)
                      : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(vrow, prob, n_pos)
                                       : sw_cpu_dot_f16_tiled_scalar(vrow, prob, n_pos);
@@ -510,31 +601,60 @@ static void s_attn_body(void *ctx, int ith, int nth)
     }
 }
 
-static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
+/* Checks every visibility record of a tree chunk (they come from the model's
+ * metadata, but a bad one would read outside the cache). */
+static int s_check_tree(sw_backend_t *be, const sw_attn_args_t *a, int slot0)
+{
+    const int32_t *ctl = s_i32(a->ctl);
+    const int64_t cap = SW_CTL_CAP(a->n);
+    for (int r = 0; r < a->n; r++) {
+        const int64_t off = ctl[SW_CTL_VIS(a->n) + r];
+        if (off < SW_CTL_VIS(a->n) + a->n || off + 2 > cap)
+            return sw_backend_fail(be, "cpu backend: tree record of row %d at %lld", r,
+                                   (long long)off);
+        const int32_t *rec = ctl + off;
+        const int lin = rec[0], m = rec[1];
+        if (lin < 0 || m < 1 || off + 2 + m > cap || (int64_t)lin + m > a->n_ctx ||
+            rec[2 + m - 1] != slot0 + r)
+            return sw_backend_fail(be, "cpu backend: bad tree record of row %d", r);
+        for (int t = 0; t < m; t++)
+            if (rec[2 + t] < lin || rec[2 + t] > slot0 + r || (t && rec[2 + t] <= rec[1 + t]))
+                return sw_backend_fail(be, "cpu backend: tree row %d sees slot %d", r, rec[2 + t]);
+    }
+    return 0;
+}
+
+static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
 {
     s_cpu_t *c = s_impl(be);
     const size_t kv_dim = (size_t)a->n_kv_head * a->head_dim;
     sw_f16 *kc = (sw_f16 *)a->k_cache->data;
     sw_f16 *vc = (sw_f16 *)a->v_cache->data;
+    const int slot0 = s_i32(a->ctl)[SW_CTL_SLOT0];
+    if (slot0 < 0 || slot0 + a->n > a->n_ctx)
+        return sw_backend_fail(be, "cpu backend: %d rows at slot %d overrun a %d-slot cache", a->n,
+                               slot0, a->n_ctx);
+    if (a->tree && (a->prompt_order || s_check_tree(be, a, slot0) != 0))
+        return a->prompt_order ? sw_backend_fail(be, "cpu backend: a tree chunk in prompt order")
+                               : -1;
 
     /* Append the new rows: K row-major, V transposed. */
     for (int r = 0; r < a->n; r++) {
-        const int pos = a->pos0 + r;
+        const int pos = slot0 + r;
         s_to_f16(c, s_f32(a->k) + (size_t)r * kv_dim, kc + (size_t)pos * kv_dim, (int)kv_dim);
         const float *v = s_f32(a->v) + (size_t)r * kv_dim;
         for (size_t d = 0; d < kv_dim; d++)
             vc[d * (size_t)a->n_ctx + (size_t)pos] = sw_f32_to_f16(v[d]);
     }
 
-    size_t each = (size_t)a->n_ctx * sizeof(float) + (size_t)((a->n_ctx + 31) & ~31) * 2 +
-                  (size_t)a->head_dim * 2 + 64;
+    const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
+    size_t each = (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
+                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 + 64;
     each = (each + 63) & ~(size_t)63;
     if (each > c->scratch_each) {
         void *p = aligned_alloc(64, each * (size_t)c->n_threads);
-        if (!p) {
-            SW_ERR("cpu backend: out of memory for attention scratch");
-            abort();
-        }
+        if (!p)
+            return sw_backend_fail(be, "cpu backend: out of memory for attention scratch");
         free(c->scratch);
         c->scratch = p;
         c->scratch_each = each;
@@ -542,6 +662,56 @@ static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
     struct s_attn_job job = {.a = a, .c = c};
     atomic_init(&job.next, 0);
     sw_pool_run(c->pool, s_attn_body, &job);
+    return 0;
+}
+
+/* Moves cache slots (token trees: the accepted path is kept). */
+static int s_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
+                     const int32_t *src, const int32_t *dst, int n)
+{
+    sw_f16 *kc = (sw_f16 *)k_cache->data, *vc = (sw_f16 *)v_cache->data;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= n_ctx || dst[i] < 0 || dst[i] > src[i] ||
+            (i && dst[i] <= dst[i - 1]))
+            return sw_backend_fail(be, "cpu backend: cache move %d -> %d", src[i], dst[i]);
+        if (src[i] == dst[i])
+            continue;
+        memmove(kc + (size_t)dst[i] * kv_dim, kc + (size_t)src[i] * kv_dim,
+                (size_t)kv_dim * sizeof *kc);
+        for (size_t d = 0; d < (size_t)kv_dim; d++)
+            vc[d * (size_t)n_ctx + (size_t)dst[i]] = vc[d * (size_t)n_ctx + (size_t)src[i]];
+    }
+    return 0;
+}
+
+/* The draft loop's greedy step: the first largest value and its softmax
+ * probability, computed as the draft model's host code does. */
+static int s_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
+                    sw_buf_t *ids, sw_buf_t *prob, size_t ids_off)
+{
+    const float *l = s_f32(x);
+    float best = -INFINITY;
+    int32_t best_id = -1;
+    for (int i = 0; i < dim; i++) {
+        if (isnan(l[i]) || l[i] == INFINITY)
+            return sw_backend_fail(be, "cpu backend: logit %d is %g", i, (double)l[i]);
+        if (l[i] > best) {
+            best = l[i];
+            best_id = i;
+        }
+    }
+    if (best_id < 0)
+        return sw_backend_fail(be, "cpu backend: every logit is -inf");
+    if (tok)
+        ((int32_t *)tok->data)[tok_off] = best_id;
+    ((int32_t *)ids->data)[ids_off] = best_id;
+    if (prob) {
+        double sum = 0;
+        for (int i = 0; i < dim; i++)
+            sum += exp((double)(l[i] - best));
+        s_f32(prob)[ids_off] = (float)(1.0 / sum);
+    }
+    return 0;
 }
 
 /* ---- lifecycle -------------------------------------------------------------------- */
@@ -562,20 +732,25 @@ static const sw_backend_ops_t s_cpu_ops = {
     .name = "cpu",
     .destroy = s_destroy,
     .buf_alloc = s_buf_alloc,
+    .buf_weight = s_buf_weight,
+    .buf_view = s_buf_view,
     .buf_free = s_buf_free,
     .upload = s_upload,
     .download = s_download,
-    .weight_prepare = s_weight_prepare,
     .get_rows = s_get_rows,
     .rmsnorm = s_rmsnorm,
     .matmul = s_matmul,
     .rope = s_rope,
+    .kv_move = s_kv_move,
     .head_norm = s_head_norm,
     .attention = s_attention,
     .add = s_add,
     .swiglu = s_swiglu,
-    .copy = s_copy,
+    .argmax = s_argmax,
     .sync = NULL,
+    .graph_run = NULL,
+    .graph_reset = NULL,
+    .transfer = NULL,
 };
 
 sw_backend_t *sw_backend_cpu_new(int n_threads)
@@ -595,20 +770,13 @@ sw_backend_t *sw_backend_cpu_new(int n_threads)
     c->avx2 = strcmp(sw_cpu_kernels(), "avx2") == 0;
     be->ops = &s_cpu_ops;
     be->impl = c;
+    be->max_rows = 64;
+    snprintf(be->name, sizeof be->name, "cpu");
+    snprintf(be->desc, sizeof be->desc, "cpu (%d thread%s, %s kernels)", n_threads,
+             n_threads == 1 ? "" : "s", sw_cpu_kernels());
     return be;
 err:
     free(c);
     free(be);
     return NULL;
-}
-
-void sw_backend_free(sw_backend_t **self_p)
-{
-    if (!self_p || !*self_p)
-        return;
-    sw_backend_t *be = *self_p;
-    if (be->ops && be->ops->destroy)
-        be->ops->destroy(be);
-    free(be);
-    *self_p = NULL;
 }
