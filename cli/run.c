@@ -387,6 +387,7 @@ int cmd_run(int argc, char **argv)
     double last_msg = sw_now_ms(), first_tok = 0;
     int head_missing = 0; // consecutive quiet checks that did not find the head
     size_t n_got = 0;     // tokens received
+    int held_c2 = 0;      // the text shown so far ended in a byte that may start a C1 control
     const double deadline = t0 + timeout_s * 1000 + 5000;
     for (;;) {
         if (s_stop) {
@@ -423,10 +424,25 @@ int cmd_run(int argc, char **argv)
             }
             continue;
         }
-        last_msg = now;
         const Shardwire__Envelope *e = m.env;
+        /* Only the chosen head speaks for this request, and the relay only about
+         * it (or about our own messages): anyone else's Error or TokenChunk is
+         * ignored, so another client cannot end or feed this request. */
+        const int from_head = !strcmp(m.peer, head);
+        const char *edest =
+            e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR && e->error->dest ? e->error->dest : "";
+        if (!from_head && !(!strcmp(m.peer, SW_WIRE_RELAY_NAME) &&
+                            e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                            (!edest[0] || !strcmp(edest, head)))) {
+            sw_wire_msg_clear(&m);
+            continue;
+        }
+        last_msg = now;
         if (e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR) {
-            fprintf(stderr, "shardwire run: %s (%s)\n", e->error->message,
+            char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
+            const char *msg = e->error->message ? e->error->message : "";
+            sw_text_clean(clean, msg, strnlen(msg, SW_WIRE_MAX_ERROR_TEXT), 0, NULL);
+            fprintf(stderr, "shardwire run: %s%s (%s)\n", from_head ? "" : "relay: ", clean,
                     sw_wire_error_code_name(e->error->code));
             sw_wire_msg_clear(&m);
             goto out;
@@ -452,8 +468,17 @@ int cmd_run(int argc, char **argv)
             memcpy(text + text_len, tc->text.data, tc->text.len);
             text_len += tc->text.len;
             text[text_len] = 0;
-            if (!json) {
-                fwrite(tc->text.data, 1, tc->text.len, stdout);
+            if (!json) { /* model text may hold escape sequences: not for the terminal */
+                char *shown = malloc(tc->text.len + 2);
+                if (shown) {
+                    size_t n_in = 0;
+                    if (held_c2)
+                        shown[n_in++] = (char)0xc2;
+                    memcpy(shown + n_in, tc->text.data, tc->text.len);
+                    n_in += tc->text.len;
+                    fwrite(shown, 1, sw_text_clean(shown, shown, n_in, 1, &held_c2), stdout);
+                    free(shown);
+                }
                 fflush(stdout);
             }
         }
