@@ -3,10 +3,10 @@
  *
  *   shardwire generate --model M.gguf -p "text" -n N [--temp T --seed S --top-k K
  *                      --top-p P --min-p P --repeat-penalty R] [--chat] [--threads N]
- *                      [--ctx N] [--json]
+ *                      [--ctx N] [--json] [--backend cpu|cuda[:N]|cuda:0,1]
  *                      [--draft-model D.gguf] [--draft model|ngram|mix|none]
  *                      [--draft-k K|auto] [--draft-k-max N] [--draft-p-min P]
- *                      [--draft-threads N]
+ *                      [--draft-threads N] [--draft-backend cpu|cuda[:N]]
  *
  * Speculative decoding: --draft-model loads a draft model with the target's
  * vocabulary (refused otherwise), --draft ngram uses prompt lookup with no
@@ -42,17 +42,19 @@ struct s_opts {
     const char *model;
     const char *prompt;
     int n_predict;
+    const char *backend; // --backend (NULL = auto)
     int threads;
     int n_ctx;
     int chat;
     int json;
     sw_sampling_t sampling;
-    const char *draft_model; // draft GGUF or NULL
-    const char *draft_mode;  // --draft or NULL (= model when --draft-model is given)
-    int draft_k;             // fixed K, DRAFT_K_AUTO, or 0 = off
-    int draft_k_max;         // adaptive ceiling
-    float draft_p_min;       // confidence stop
-    int draft_threads;       // draft model threads (0 = as --threads)
+    const char *draft_model;   // draft GGUF or NULL
+    const char *draft_mode;    // --draft or NULL (= model when --draft-model is given)
+    int draft_k;               // fixed K, DRAFT_K_AUTO, or 0 = off
+    int draft_k_max;           // adaptive ceiling
+    float draft_p_min;         // confidence stop
+    int draft_threads;         // draft model threads (0 = as --threads)
+    const char *draft_backend; // draft model backend (NULL = the first device of --backend)
 };
 
 static void s_usage(FILE *f)
@@ -68,7 +70,9 @@ static void s_usage(FILE *f)
                "      --min-p P           min-p (default 0.05, 0 = off)\n"
                "      --repeat-penalty R  repetition penalty (default 1 = off)\n"
                "      --chat              wrap the prompt in the model's chat template\n"
-               "  -t, --threads N         compute threads (default: all cores)\n"
+               "  -b, --backend B         cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\n"
+               "                          two GPUs (default: cuda when a GPU is found, else cpu)\n"
+               "  -t, --threads N         CPU compute threads (default: all cores)\n"
                "  -c, --ctx N             context size in tokens (default 2048)\n"
                "      --json              print one JSON object at the end instead of streaming\n"
                "      --draft-model PATH  draft model GGUF (same vocabulary as the model)\n"
@@ -76,7 +80,9 @@ static void s_usage(FILE *f)
                "      --draft-k K         drafts per round, 0 = off, auto = adaptive (default)\n"
                "      --draft-k-max N     largest adaptive K (default 16)\n"
                "      --draft-p-min P     stop drafting below this draft probability (default 0)\n"
-               "      --draft-threads N   draft model threads (default: as --threads)\n");
+               "      --draft-threads N   draft model threads (default: as --threads)\n"
+               "      --draft-backend B   where the draft model runs, e.g. cuda:1 (default: the\n"
+               "                          first device of --backend)\n");
 }
 
 static int s_parse(int argc, char **argv, struct s_opts *o)
@@ -95,7 +101,8 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
         O_DK,
         O_DKMAX,
         O_DPMIN,
-        O_DTHREADS
+        O_DTHREADS,
+        O_DBACKEND
     };
     static const struct option longs[] = {{"model", required_argument, 0, 'm'},
                                           {"prompt", required_argument, 0, 'p'},
@@ -116,6 +123,8 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
                                           {"draft-k-max", required_argument, 0, O_DKMAX},
                                           {"draft-p-min", required_argument, 0, O_DPMIN},
                                           {"draft-threads", required_argument, 0, O_DTHREADS},
+                                          {"backend", required_argument, 0, 'b'},
+                                          {"draft-backend", required_argument, 0, O_DBACKEND},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -127,7 +136,7 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
     o->draft_k_max = DRAFT_K_MAX_AUTO;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:c:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:c:b:h", longs, NULL)) != -1) {
         int rc = 0;
         switch (c) {
         case 'm':
@@ -202,6 +211,12 @@ static int s_parse(int argc, char **argv, struct s_opts *o)
         case O_DTHREADS:
             rc = sw_arg_int("shardwire generate", "--draft-threads", optarg, 1, 512,
                             &o->draft_threads);
+            break;
+        case 'b':
+            o->backend = optarg;
+            break;
+        case O_DBACKEND:
+            o->draft_backend = optarg;
             break;
         case 'h':
             s_usage(stdout);
@@ -295,7 +310,7 @@ int cmd_generate(int argc, char **argv)
         return 2;
     char err[512] = "";
     int rc = 1;
-    sw_backend_t *be = sw_backend_cpu_new(o.threads);
+    sw_backend_t *be = sw_backend_new(o.backend, o.threads, err, sizeof err);
     sw_model_t *m = NULL;
     sw_tokenizer_t *tok = NULL;
     sw_local_target_t *lt = NULL;
@@ -305,7 +320,7 @@ int cmd_generate(int argc, char **argv)
     char *text = NULL;
     struct s_stream st = {0};
     if (!be) {
-        fprintf(stderr, "shardwire generate: cannot start %d compute threads\n", o.threads);
+        fprintf(stderr, "shardwire generate: --backend: %s\n", err);
         goto done;
     }
     m = sw_model_load(o.model, 0, -1, be, err, sizeof err);
@@ -359,7 +374,9 @@ int cmd_generate(int argc, char **argv)
     if (o.draft_mode && draft_mode_parse(o.draft_mode, &dmode) != 0)
         goto done;
     if (o.draft_model && (dmode == DRAFT_MODE_MODEL || dmode == DRAFT_MODE_MIX)) {
-        dmodel = draft_model_new(o.draft_model, sw_model_gguf(m),
+        const char *dbe =
+            o.draft_backend ? o.draft_backend : sw_backend_name(sw_backend_primary(be));
+        dmodel = draft_model_new(o.draft_model, sw_model_gguf(m), dbe,
                                  o.draft_threads ? o.draft_threads : o.threads,
                                  n_prompt + o.n_predict, err, sizeof err);
         if (!dmodel) {
@@ -416,6 +433,9 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "drafted", json_integer(gs.drafted));
         json_object_set_new(j, "accepted", json_integer(gs.accepted));
         json_object_set_new(j, "draft", json_string(draft_mode_name(dmode)));
+        json_object_set_new(j, "backend", json_string(sw_backend_desc(be)));
+        if (dmodel)
+            json_object_set_new(j, "draft_backend", json_string(draft_model_backend(dmodel)));
         json_object_set_new(j, "draft_ms", json_real(gs.draft_ms));
         json_object_set_new(j, "target_ms", json_real(gs.target_ms));
         char dg[17];

@@ -1,7 +1,9 @@
 /*
- * info.c - `shardwire info --model M.gguf [--json]`: what a model file is
- * (architecture, sizes, tokenizer, chat template family, fingerprint), read
- * from the GGUF header without loading weights.
+ * info.c - `shardwire info --model M.gguf [--json] [--backend B]`: what a
+ * model file is (architecture, sizes, tokenizer, chat template family,
+ * fingerprint), read from the GGUF header. On the CPU (the default) no weight
+ * is read; --backend cuda places the weights on the GPU as a node would, which
+ * checks that they fit, and reports the device.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -18,16 +20,20 @@
 int cmd_info(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_JSON };
-    static const struct option longs[] = {
-        {"model", required_argument, 0, O_MODEL}, {"json", no_argument, 0, O_JSON}, {0, 0, 0, 0}};
-    const char *path = NULL;
+    static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
+                                          {"json", no_argument, 0, O_JSON},
+                                          {"backend", required_argument, 0, 'b'},
+                                          {0, 0, 0, 0}};
+    const char *path = NULL, *backend = "cpu";
     int json = 0, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:", longs, NULL)) != -1) {
         if (c == O_MODEL || c == 'm')
             path = optarg;
         else if (c == O_JSON)
             json = 1;
+        else if (c == 'b')
+            backend = optarg;
         else
             return 2;
     }
@@ -36,12 +42,16 @@ int cmd_info(int argc, char **argv)
         return 2;
     }
     char err[512] = "";
-    sw_backend_t *be = sw_backend_cpu_new(1);
-    /* Loading maps the file and checks every tensor the engine needs; no
-     * weight page is read. */
-    sw_model_t *m = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
+    sw_backend_t *be = sw_backend_new(backend, 1, err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "shardwire info: --backend: %s\n", err);
+        return 1;
+    }
+    /* Loading maps the file and checks every tensor the engine needs; on the
+     * CPU no weight page is read. */
+    sw_model_t *m = sw_model_load(path, 0, -1, be, err, sizeof err);
     if (!m) {
-        fprintf(stderr, "shardwire info: %s: %s\n", path, err[0] ? err : "cannot start");
+        fprintf(stderr, "shardwire info: %s: %s\n", path, err);
         sw_backend_free(&be);
         return 1;
     }
@@ -65,6 +75,7 @@ int cmd_info(int argc, char **argv)
     json_object_set_new(j, "tokenizer", json_string(tok ? sw_tokenizer_model(tok) : "?"));
     json_object_set_new(j, "pre_tokenizer", json_string(tok ? sw_tokenizer_pre(tok) : "?"));
     json_object_set_new(j, "fingerprint", json_string(fp));
+    json_object_set_new(j, "backend", json_string(sw_backend_desc(be)));
     if (json) {
         char *s = json_dumps(j, JSON_COMPACT);
         if (s)

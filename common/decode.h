@@ -31,14 +31,44 @@ typedef struct sw_round {
     const int32_t *tokens; // (n) row tokens
     int n_draft;           // 0..SW_MAX_DRAFT
     const sw_draft_q_t *q; // (n_draft) draft distributions, NULL = point masses
+    const int32_t *parent; // (n_draft) NULL = the drafts are a chain; else a tree (verify.h):
+                           // draft i hangs under node parent[i] in [0, i], node 0 being the last
+                           // context row and node j draft j - 1. Each draft row sits at the
+                           // position of its depth and attends to the context and its ancestors
+    /* The accepted path of the previous tree round, kept before kv_keep
+     * applies (so a tree round costs no extra message): cache positions
+     * kv_path_from + kv_path[j] move to kv_path_from + j, j < n_kv_path
+     * (offsets increasing, kv_path[j] >= j), and the cache then holds
+     * kv_path_from + n_kv_path positions. n_kv_path = 0: nothing moves. */
+    int kv_path_from;       // first cache position of the previous round's drafts
+    int n_kv_path;          // 0..SW_MAX_DRAFT
+    const int32_t *kv_path; // (n_kv_path) offsets from kv_path_from
+    /* Optional (may be NULL): work the target may do while it waits for the
+     * round's result (overlapped drafting), one bounded step per call; it
+     * returns 1 when it has more to do, 0 when idle. Never part of what the
+     * round computes: a target may call it any number of times, or never. */
+    int (*idle)(void *idle_ctx);
+    void *idle_ctx;
 } sw_round_t;
 
 typedef struct sw_verdict {
     int n_commit;                     // 1..n_draft + 1 (accepted drafts + 1)
     int32_t tokens[SW_MAX_DRAFT + 1]; // committed tokens
+    int32_t path[SW_MAX_DRAFT];       // (n_commit - 1) node index (1..n_draft) of each accepted
+                                      // draft; a chain's are 1, 2, ..
     double compute_ms;                // target compute time of the round
     uint64_t logits_digest;           // running digest of every logits row verified so far
 } sw_verdict_t;
+
+/* Fills path (n_kv_path offsets) for keeping the accepted drafts of a tree
+ * round whose verdict is v: 0 when they already sit where a chain's would
+ * (nothing to move), else n_commit - 1. */
+int sw_verdict_kv_path(const sw_verdict_t *v, int32_t *path);
+
+/* Checks a round's tree and kept path (shapes only, not the tokens): 0, or -1
+ * with one line in err. */
+int sw_round_check(const sw_round_t *r, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
 
 /* ---- verifier ---- */
 
@@ -128,6 +158,38 @@ typedef struct sw_gen_opts {
     int (*is_eog)(void *ctx, int32_t token);
     void *is_eog_ctx;
 } sw_gen_opts_t;
+
+/* A generation driven one round at a time, so that one thread can run many
+ * at once (the head interleaves its sessions this way; sw_generate() is the
+ * plain loop over it). The round logic lives here only: the prefill first,
+ * then each round the last committed token and up to k drafts from the
+ * proposer; each verdict is cut at n_predict and at an end-of-generation
+ * token and handed to on_tokens.
+ *
+ * sw_gen_new copies the prompt and o (o's callbacks and their contexts are
+ * borrowed and must outlive the generation). NULL with err on failure. */
+typedef struct sw_gen sw_gen_t;
+sw_gen_t *sw_gen_new(const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o, char *err,
+                     size_t err_len) __attribute__((warn_unused_result));
+void sw_gen_free(sw_gen_t **self_p);
+/* The next round to run (*r points into g and stays valid until the verdict
+ * is committed): 0, 1 when the generation is over (*r NULL), or -1 with err
+ * (the proposer failed). Drafting happens here. Asked again before the
+ * verdict, it gives the same round. */
+int sw_gen_next(sw_gen_t *g, const sw_round_t **r, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* Commits the verdict of the round sw_gen_next gave: the tokens it adds to
+ * the output (after the cut) come back in *tokens / *n (pointing into g) and
+ * went to on_tokens; the proposer is told how the round went. 0, or -1 with
+ * err (no round out, or a verdict that does not fit it). */
+int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, int *n, char *err,
+                  size_t err_len) __attribute__((warn_unused_result));
+/* 1 when the generation is over (n_predict, end of generation, or on_tokens said stop). */
+int sw_gen_done(const sw_gen_t *g);
+/* Totals so far (ttft and prefill from sw_gen_new). */
+const sw_gen_stats_t *sw_gen_stats(const sw_gen_t *g);
+/* The generated tokens so far (*n of them; points into g). */
+const int32_t *sw_gen_output(const sw_gen_t *g, int *n);
 
 /* Runs a whole generation against target. out_tokens receives the generated
  * ids (n_predict slots). 0, or -1 with a one-line reason in err. */

@@ -5,8 +5,13 @@
  * Every tensor the range needs is looked up by name and its type and shape
  * are checked against the hyper-parameters before anything runs, so that a
  * forward pass can trust them. A forward call processes its rows in chunks
- * of SW_MODEL_BATCH; each op computes rows independently, so the split does
- * not change any value.
+ * (the backend's max_rows); each op computes rows independently, so the split
+ * does not change any value.
+ *
+ * On a backend group (several GPUs in one process) the range's layers are
+ * split into consecutive runs, one per device, in order: each device holds
+ * its layers' weights and KV cache and its own activation buffers, and the
+ * hidden states of a chunk move from one device to the next after its run.
  */
 #include "model.h"
 
@@ -16,55 +21,90 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <sodium.h>
-
 #include "log.h"
+#include "sha256.h"
 
 typedef struct s_layer {
-    const float *attn_norm; // (n_embd) f32
-    sw_weight_t wq;         // (n_head * head_dim, n_embd)
-    sw_weight_t wk;         // (n_kv_head * head_dim, n_embd)
-    sw_weight_t wv;         // (n_kv_head * head_dim, n_embd)
-    sw_weight_t wo;         // (n_embd, n_head * head_dim)
-    const float *bq;        // (n_head * head_dim) f32 or NULL (Qwen2 has QKV bias)
-    const float *bk;        // (n_kv_head * head_dim) f32 or NULL
-    const float *bv;        // (n_kv_head * head_dim) f32 or NULL
-    const float *q_norm;    // (head_dim) f32 or NULL (Qwen3)
-    const float *k_norm;    // (head_dim) f32 or NULL
-    const float *ffn_norm;  // (n_embd) f32
-    sw_weight_t w_gate;     // (n_ff, n_embd)
-    sw_weight_t w_up;       // (n_ff, n_embd)
-    sw_weight_t w_down;     // (n_embd, n_ff)
+    int dev;             // index of the device (m->devs) holding this layer
+    sw_buf_t *attn_norm; // (n_embd) f32
+    sw_weight_t wq;      // (n_head * head_dim, n_embd)
+    sw_weight_t wk;      // (n_kv_head * head_dim, n_embd)
+    sw_weight_t wv;      // (n_kv_head * head_dim, n_embd)
+    sw_weight_t wo;      // (n_embd, n_head * head_dim)
+    sw_buf_t *bq;        // (n_head * head_dim) f32 or NULL (Qwen2 has QKV bias)
+    sw_buf_t *bk;        // (n_kv_head * head_dim) f32 or NULL
+    sw_buf_t *bv;        // (n_kv_head * head_dim) f32 or NULL
+    sw_buf_t *q_norm;    // (head_dim) f32 or NULL (Qwen3)
+    sw_buf_t *k_norm;    // (head_dim) f32 or NULL
+    sw_buf_t *ffn_norm;  // (n_embd) f32
+    sw_weight_t w_gate;  // (n_ff, n_embd)
+    sw_weight_t w_up;    // (n_ff, n_embd)
+    sw_weight_t w_down;  // (n_embd, n_ff)
 } s_layer_t;
+
+/* Most greedy steps one sw_model_greedy_steps() call runs. */
+#define S_LOOP_MAX 64
+/* Most sessions whose rows share one forward chunk. */
+#define S_MAX_PIECES 64
+
+/* One device of the model and the buffers its layers compute in. */
+typedef struct s_dev {
+    sw_backend_t *be;                // the device's backend (not owned)
+    int l0, l1;                      // its layers: m->layers[l0, l1)
+    sw_buf_t *x;                     // (B, n_embd) residual stream
+    sw_buf_t *xn;                    // (B, n_embd) normed
+    sw_buf_t *q;                     // (B, n_head * head_dim)
+    sw_buf_t *k;                     // (B, n_kv_head * head_dim)
+    sw_buf_t *v;                     // (B, n_kv_head * head_dim)
+    sw_buf_t *att;                   // (B, n_head * head_dim)
+    sw_buf_t *tmp;                   // (B, n_embd)
+    sw_buf_t *gate;                  // (B, n_ff)
+    sw_buf_t *up;                    // (B, n_ff)
+    sw_buf_t *logits;                // (LB, n_vocab), the last device of the last stage
+    sw_buf_t *ctl;                   // SW_CTL_LEN(B) int32: the chunk's row control block
+    sw_buf_t *rope;                  // (rope_n, n_rot) f32 cos/sin table
+    sw_buf_t *loop_ctl;              // (S_LOOP_MAX, SW_CTL_LEN(1)) int32, one block per step
+    sw_buf_t *loop_step[S_LOOP_MAX]; // views of loop_ctl, one per step
+    sw_buf_t *loop_ids;              // (S_LOOP_MAX) int32 argmax of each step
+    sw_buf_t *loop_prob;             // (S_LOOP_MAX) f32 its probability
+    sw_buf_t *pctl;                  // (S_MAX_PIECES, SW_CTL_LEN(B)) int32: a control block per
+                                     // session of a chunk that holds rows of several (NULL until
+                                     // the first such chunk)
+    sw_buf_t *pctl_v[S_MAX_PIECES];  // views of pctl, one per block
+} s_dev_t;
+
+/* A buffer the model made and frees. */
+typedef struct s_owned {
+    sw_backend_t *be;
+    sw_buf_t *buf;
+} s_owned_t;
 
 struct sw_model {
     sw_gguf_t *gguf;       // owns the mapping
-    sw_backend_t *be;      // not owned
+    sw_backend_t *be;      // what the model was loaded on (a group or one device); not owned
     sw_hparams_t hp;       // hyper-parameters
     int begin, end;        // layer range [begin, end)
     s_layer_t *layers;     // (end - begin)
-    sw_weight_t tok_embd;  // (n_vocab, n_embd), first stage
-    const float *out_norm; // (n_embd) f32, last stage
-    sw_weight_t output;    // (n_vocab, n_embd), last stage (tied to tok_embd when absent)
+    sw_weight_t tok_embd;  // (n_vocab, n_embd), first stage, on the first device
+    sw_buf_t *out_norm;    // (n_embd) f32, last stage, on the last device
+    sw_weight_t output;    // (n_vocab, n_embd), last stage (may share tok_embd's buffer)
     uint64_t weight_bytes; // bytes of the tensors this range uses
-    /* scratch, SW_MODEL_BATCH rows each */
-    sw_buf_t *x;      // (B, n_embd) residual stream
-    sw_buf_t *xn;     // (B, n_embd) normed
-    sw_buf_t *q;      // (B, n_head * head_dim)
-    sw_buf_t *k;      // (B, n_kv_head * head_dim)
-    sw_buf_t *v;      // (B, n_kv_head * head_dim)
-    sw_buf_t *att;    // (B, n_head * head_dim)
-    sw_buf_t *tmp;    // (B, n_embd)
-    sw_buf_t *gate;   // (B, n_ff)
-    sw_buf_t *up;     // (B, n_ff)
-    sw_buf_t *logits; // (B, n_vocab), last stage
+    int n_dev;             // devices the range is split over
+    s_dev_t devs[SW_BACKEND_MAX_DEVICES]; // (n_dev) in layer order
+    int batch;                            // B: rows per forward chunk
+    int logit_rows;                       // LB: rows of the logits buffer
+    int rope_n;                           // positions the rope tables cover
+    int32_t *ctl_host;      // (max(SW_CTL_LEN(B), S_LOOP_MAX * SW_CTL_LEN(1))) staging
+    float *gather_host;     // (B, n_embd) staging of a shared chunk's LM-head rows, or NULL
+    s_owned_t *owned;       // (n_owned) weight and norm buffers
+    int n_owned, cap_owned; //
 };
 
 struct sw_kv {
     sw_model_t *m; // owner model
     int n_ctx;     // capacity in positions
     int len;       // positions filled
-    sw_buf_t **k;  // (n_layers) each (n_ctx, n_kv_head * head_dim) f16
+    sw_buf_t **k;  // (n_layers) each (n_ctx, n_kv_head * head_dim) f16, on its layer's device
     sw_buf_t **v;  // (n_layers) each (n_kv_head * head_dim, n_ctx) f16
     int n_layers;  // end - begin
 };
@@ -187,9 +227,33 @@ static const sw_gguf_tensor_t *s_tensor(sw_model_t *m, const char *name, int req
     return t;
 }
 
-/* A 1-D f32 tensor of n elements. */
-static int s_vec(sw_model_t *m, const char *name, int64_t n, int required, const float **out,
-                 char *err, size_t err_len)
+/* A backend buffer holding bytes of the file (in place on the CPU), freed with the model. */
+static sw_buf_t *s_weight_buf(sw_model_t *m, sw_backend_t *be, const char *name, const void *data,
+                              uint64_t bytes, char *err, size_t err_len)
+{
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        s_owned_t *o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o) {
+            sw_errf(err, err_len, "model: out of memory");
+            return NULL;
+        }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    sw_buf_t *b = be->ops->buf_weight(be, data, (size_t)bytes);
+    if (!b) {
+        sw_errf(err, err_len, "model: cannot place tensor '%s' (%llu bytes) on %s: %s", name,
+                (unsigned long long)bytes, be->name, be->err[0] ? be->err : "out of device memory");
+        return NULL;
+    }
+    m->owned[m->n_owned++] = (s_owned_t){be, b};
+    return b;
+}
+
+/* A 1-D f32 tensor of n elements, placed on be. */
+static int s_vec(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n, int required,
+                 sw_buf_t **out, char *err, size_t err_len)
 {
     *out = NULL;
     const sw_gguf_tensor_t *t = s_tensor(m, name, required, err, err_len);
@@ -204,14 +268,16 @@ static int s_vec(sw_model_t *m, const char *name, int64_t n, int required, const
         sw_errf(err, err_len, "model: tensor '%s' is not 4-byte aligned", name);
         return -1;
     }
-    *out = t->data;
+    *out = s_weight_buf(m, be, name, t->data, t->n_bytes, err, err_len);
+    if (!*out)
+        return -1;
     m->weight_bytes += t->n_bytes;
     return 0;
 }
 
-/* A 2-D weight of n_out rows by n_in columns. */
-static int s_mat(sw_model_t *m, const char *name, int64_t n_in, int64_t n_out, int required,
-                 sw_weight_t *w, char *err, size_t err_len)
+/* A 2-D weight of n_out rows by n_in columns, placed on be. */
+static int s_mat(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in, int64_t n_out,
+                 int required, sw_weight_t *w, char *err, size_t err_len)
 {
     memset(w, 0, sizeof *w);
     const sw_gguf_tensor_t *t = s_tensor(m, name, required, err, err_len);
@@ -236,46 +302,95 @@ static int s_mat(sw_model_t *m, const char *name, int64_t n_in, int64_t n_out, i
     w->n_in = n_in;
     w->n_out = n_out;
     w->row_bytes = (size_t)rb;
-    w->data = t->data;
+    w->host = t->data;
+    w->buf = s_weight_buf(m, be, name, t->data, t->n_bytes, err, err_len);
+    if (!w->buf)
+        return -1;
     m->weight_bytes += t->n_bytes;
-    return m->be->ops->weight_prepare(m->be, w) == 0 ? 0 : -1;
+    return 0;
 }
 
 static int s_load_layer(sw_model_t *m, int il, s_layer_t *L, char *err, size_t err_len)
 {
     const sw_hparams_t *hp = &m->hp;
+    sw_backend_t *be = m->devs[L->dev].be;
     const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     const int64_t kv_dim = (int64_t)hp->n_kv_head * hp->head_dim;
+    const int qk_norm = hp->arch == SW_ARCH_QWEN3;
     char n[96];
 #define S_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
-    if (s_vec(m, S_NAME("attn_norm.weight"), hp->n_embd, 1, &L->attn_norm, err, err_len) ||
-        s_mat(m, S_NAME("attn_q.weight"), hp->n_embd, q_dim, 1, &L->wq, err, err_len) ||
-        s_mat(m, S_NAME("attn_k.weight"), hp->n_embd, kv_dim, 1, &L->wk, err, err_len) ||
-        s_mat(m, S_NAME("attn_v.weight"), hp->n_embd, kv_dim, 1, &L->wv, err, err_len) ||
-        s_mat(m, S_NAME("attn_output.weight"), q_dim, hp->n_embd, 1, &L->wo, err, err_len) ||
-        s_vec(m, S_NAME("attn_q.bias"), q_dim, 0, &L->bq, err, err_len) ||
-        s_vec(m, S_NAME("attn_k.bias"), kv_dim, 0, &L->bk, err, err_len) ||
-        s_vec(m, S_NAME("attn_v.bias"), kv_dim, 0, &L->bv, err, err_len) ||
-        s_vec(m, S_NAME("attn_q_norm.weight"), hp->head_dim, hp->arch == SW_ARCH_QWEN3, &L->q_norm,
-              err, err_len) ||
-        s_vec(m, S_NAME("attn_k_norm.weight"), hp->head_dim, hp->arch == SW_ARCH_QWEN3, &L->k_norm,
-              err, err_len) ||
-        s_vec(m, S_NAME("ffn_norm.weight"), hp->n_embd, 1, &L->ffn_norm, err, err_len) ||
-        s_mat(m, S_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &L->w_gate, err, err_len) ||
-        s_mat(m, S_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &L->w_up, err, err_len) ||
-        s_mat(m, S_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &L->w_down, err, err_len))
+    if (s_vec(m, be, S_NAME("attn_norm.weight"), hp->n_embd, 1, &L->attn_norm, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_q.weight"), hp->n_embd, q_dim, 1, &L->wq, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_k.weight"), hp->n_embd, kv_dim, 1, &L->wk, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_v.weight"), hp->n_embd, kv_dim, 1, &L->wv, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_output.weight"), q_dim, hp->n_embd, 1, &L->wo, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_q.bias"), q_dim, 0, &L->bq, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_k.bias"), kv_dim, 0, &L->bk, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_v.bias"), kv_dim, 0, &L->bv, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, err,
+              err_len) ||
+        s_vec(m, be, S_NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, err,
+              err_len) ||
+        s_vec(m, be, S_NAME("ffn_norm.weight"), hp->n_embd, 1, &L->ffn_norm, err, err_len) ||
+        s_mat(m, be, S_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &L->w_gate, err,
+              err_len) ||
+        s_mat(m, be, S_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &L->w_up, err, err_len) ||
+        s_mat(m, be, S_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &L->w_down, err, err_len))
         return -1;
 #undef S_NAME
     if (hp->arch == SW_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv)) {
         sw_errf(err, err_len, "model: qwen2 layer %d lacks its q/k/v bias tensors", il);
         return -1;
     }
+    if ((L->q_norm == NULL) != (L->k_norm == NULL)) {
+        sw_errf(err, err_len, "model: layer %d has only one of the q/k norm tensors", il);
+        return -1;
+    }
     return 0;
 }
 
-static sw_buf_t *s_alloc(sw_model_t *m, size_t n_floats)
+static sw_buf_t *s_alloc(sw_backend_t *be, size_t n_floats)
 {
-    return m->be->ops->buf_alloc(m->be, n_floats * sizeof(float));
+    return be->ops->buf_alloc(be, n_floats * sizeof(float));
+}
+
+/* Activation buffers of device d. */
+static int s_dev_buffers(sw_model_t *m, s_dev_t *d, int last, char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    sw_backend_t *be = d->be;
+    const size_t B = (size_t)m->batch;
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t kv_dim = (size_t)hp->n_kv_head * hp->head_dim;
+    d->x = s_alloc(be, B * hp->n_embd);
+    d->xn = s_alloc(be, B * hp->n_embd);
+    d->q = s_alloc(be, B * q_dim);
+    d->k = s_alloc(be, B * kv_dim);
+    d->v = s_alloc(be, B * kv_dim);
+    d->att = s_alloc(be, B * q_dim);
+    d->tmp = s_alloc(be, B * hp->n_embd);
+    d->gate = s_alloc(be, B * hp->n_ff);
+    d->up = s_alloc(be, B * hp->n_ff);
+    d->ctl = be->ops->buf_alloc(be, SW_CTL_LEN(B) * sizeof(int32_t));
+    int ok =
+        d->x && d->xn && d->q && d->k && d->v && d->att && d->tmp && d->gate && d->up && d->ctl;
+    if (ok && last) {
+        d->logits = s_alloc(be, (size_t)m->logit_rows * hp->n_vocab);
+        d->loop_ctl = be->ops->buf_alloc(be, S_LOOP_MAX * SW_CTL_LEN(1) * sizeof(int32_t));
+        d->loop_ids = be->ops->buf_alloc(be, S_LOOP_MAX * sizeof(int32_t));
+        d->loop_prob = s_alloc(be, S_LOOP_MAX);
+        ok = d->logits && d->loop_ctl && d->loop_ids && d->loop_prob;
+        for (int i = 0; ok && i < S_LOOP_MAX; i++) {
+            const size_t blk = SW_CTL_LEN(1) * sizeof(int32_t);
+            d->loop_step[i] = be->ops->buf_view(be, d->loop_ctl, (size_t)i * blk, blk);
+            ok = d->loop_step[i] != NULL;
+        }
+    }
+    if (!ok) {
+        sw_errf(err, err_len, "model: out of memory for activation buffers on %s", be->name);
+        return -1;
+    }
+    return 0;
 }
 
 sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
@@ -320,53 +435,71 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
         goto err;
     }
 
-    if (sw_model_is_first(m) &&
-        s_mat(m, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, &m->tok_embd, err, err_len))
+    /* Devices: the layers are split evenly, in order. */
+    sw_backend_t **devs;
+    m->n_dev = sw_backend_devices(be, &devs);
+    const int n_layers = layer_end - layer_begin;
+    if (m->n_dev > n_layers) {
+        sw_errf(err, err_len, "model: %d layers cannot be split over %d devices", n_layers,
+                m->n_dev);
         goto err;
-    if (sw_model_is_last(m)) {
-        if (s_vec(m, "output_norm.weight", hp->n_embd, 1, &m->out_norm, err, err_len) ||
-            s_mat(m, "output.weight", hp->n_embd, hp->n_vocab, 0, &m->output, err, err_len))
-            goto err;
-        if (!m->output.data) { // tied embeddings
-            if (m->tok_embd.data)
-                m->output = m->tok_embd;
-            else if (s_mat(m, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, &m->output, err,
-                           err_len))
-                goto err;
-        }
     }
-    m->layers = calloc((size_t)(layer_end - layer_begin), sizeof *m->layers);
-    if (!m->layers) {
+    m->batch = be->max_rows > 0 ? be->max_rows : SW_MODEL_BATCH;
+    m->logit_rows = m->batch < SW_MODEL_BATCH ? m->batch : SW_MODEL_BATCH;
+    m->layers = calloc((size_t)n_layers, sizeof *m->layers);
+    m->ctl_host =
+        malloc((SW_CTL_LEN((size_t)m->batch) + S_LOOP_MAX * SW_CTL_LEN(1)) * sizeof *m->ctl_host);
+    if (!m->layers || !m->ctl_host) {
         sw_errf(err, err_len, "model: out of memory");
         goto err;
+    }
+    for (int i = 0; i < m->n_dev; i++) {
+        s_dev_t *d = &m->devs[i];
+        d->be = devs[i];
+        d->l0 = (int)((int64_t)n_layers * i / m->n_dev);
+        d->l1 = (int)((int64_t)n_layers * (i + 1) / m->n_dev);
+        for (int l = d->l0; l < d->l1; l++)
+            m->layers[l].dev = i;
+    }
+    sw_backend_t *first = m->devs[0].be, *last = m->devs[m->n_dev - 1].be;
+
+    if (sw_model_is_first(m) && s_mat(m, first, "token_embd.weight", hp->n_embd, hp->n_vocab, 1,
+                                      &m->tok_embd, err, err_len))
+        goto err;
+    if (sw_model_is_last(m)) {
+        if (s_vec(m, last, "output_norm.weight", hp->n_embd, 1, &m->out_norm, err, err_len) ||
+            s_mat(m, last, "output.weight", hp->n_embd, hp->n_vocab, 0, &m->output, err, err_len))
+            goto err;
+        if (!m->output.buf) { // tied embeddings
+            if (m->tok_embd.buf && first == last) {
+                m->output = m->tok_embd;
+            } else {
+                const uint64_t before = m->weight_bytes;
+                if (s_mat(m, last, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, &m->output, err,
+                          err_len))
+                    goto err;
+                if (m->tok_embd.buf) // the same bytes of the file, counted once
+                    m->weight_bytes = before;
+            }
+        }
     }
     for (int il = layer_begin; il < layer_end; il++)
         if (s_load_layer(m, il, &m->layers[il - layer_begin], err, err_len) != 0)
             goto err;
-
-    const size_t B = SW_MODEL_BATCH;
-    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
-    const size_t kv_dim = (size_t)hp->n_kv_head * hp->head_dim;
-    m->x = s_alloc(m, B * hp->n_embd);
-    m->xn = s_alloc(m, B * hp->n_embd);
-    m->q = s_alloc(m, B * q_dim);
-    m->k = s_alloc(m, B * kv_dim);
-    m->v = s_alloc(m, B * kv_dim);
-    m->att = s_alloc(m, B * q_dim);
-    m->tmp = s_alloc(m, B * hp->n_embd);
-    m->gate = s_alloc(m, B * hp->n_ff);
-    m->up = s_alloc(m, B * hp->n_ff);
-    if (sw_model_is_last(m))
-        m->logits = s_alloc(m, B * (size_t)hp->n_vocab);
-    if (!m->x || !m->xn || !m->q || !m->k || !m->v || !m->att || !m->tmp || !m->gate || !m->up ||
-        (sw_model_is_last(m) && !m->logits)) {
-        sw_errf(err, err_len, "model: out of memory for activation buffers");
-        goto err;
-    }
+    for (int i = 0; i < m->n_dev; i++)
+        if (s_dev_buffers(m, &m->devs[i], i == m->n_dev - 1 && sw_model_is_last(m), err, err_len))
+            goto err;
     return m;
 err:
     sw_model_free(&m);
     return NULL;
+}
+
+static void s_free_buf(sw_backend_t *be, sw_buf_t **b)
+{
+    if (*b)
+        be->ops->buf_free(be, *b);
+    *b = NULL;
 }
 
 void sw_model_free(sw_model_t **self_p)
@@ -374,14 +507,28 @@ void sw_model_free(sw_model_t **self_p)
     if (!self_p || !*self_p)
         return;
     sw_model_t *m = *self_p;
-    sw_buf_t **bufs[] = {&m->x,   &m->xn,  &m->q,    &m->k,  &m->v,
-                         &m->att, &m->tmp, &m->gate, &m->up, &m->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i])
-            m->be->ops->buf_free(m->be, *bufs[i]);
-        *bufs[i] = NULL;
+    for (int i = 0; i < m->n_dev; i++) {
+        s_dev_t *d = &m->devs[i];
+        sw_backend_t *be = d->be;
+        for (int j = 0; j < S_LOOP_MAX; j++)
+            s_free_buf(be, &d->loop_step[j]);
+        for (int j = 0; j < S_MAX_PIECES; j++)
+            s_free_buf(be, &d->pctl_v[j]);
+        sw_buf_t **bufs[] = {&d->x,        &d->xn,       &d->q,         &d->k,
+                             &d->v,        &d->att,      &d->tmp,       &d->gate,
+                             &d->up,       &d->logits,   &d->ctl,       &d->rope,
+                             &d->loop_ctl, &d->loop_ids, &d->loop_prob, &d->pctl};
+        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
+            s_free_buf(be, bufs[j]);
+        if (be->ops->graph_reset)
+            be->ops->graph_reset(be);
     }
+    for (int i = 0; i < m->n_owned; i++)
+        m->owned[i].be->ops->buf_free(m->owned[i].be, m->owned[i].buf);
+    free(m->owned);
     free(m->layers);
+    free(m->ctl_host);
+    free(m->gather_host);
     sw_gguf_close(&m->gguf);
     free(m);
     *self_p = NULL;
@@ -422,15 +569,20 @@ uint64_t sw_model_weight_bytes(const sw_model_t *m)
     return m->weight_bytes;
 }
 
+sw_backend_t *sw_model_backend(const sw_model_t *m)
+{
+    return m->be;
+}
+
 void sw_model_fingerprint(const sw_model_t *m, char out[65])
 {
     const uint64_t size = sw_gguf_file_size(m->gguf);
     uint64_t n = sw_gguf_data_offset(m->gguf) + (1u << 20);
     if (n > size)
         n = size;
-    unsigned char h[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256(h, sw_gguf_bytes(m->gguf), n);
-    sodium_bin2hex(out, 65, h, sizeof h);
+    uint8_t h[32];
+    sw_sha256(sw_gguf_bytes(m->gguf), (size_t)n, h);
+    sw_hex(h, sizeof h, out);
 }
 
 static volatile unsigned char s_sink;
@@ -453,19 +605,26 @@ static uint64_t s_touch(const void *p, uint64_t n, uint64_t done, uint64_t total
 void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t, uint64_t, void *), void *ctx)
 {
     uint64_t total = m->weight_bytes, done = 0;
-    if (m->tok_embd.data)
-        done = s_touch(m->tok_embd.data, m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out, done,
+    /* Weights copied to a device at load were read then; only the CPU reads the mapping. */
+    for (int i = 0; i < m->n_dev; i++)
+        if (strcmp(m->devs[i].be->ops->name, "cpu") != 0) {
+            if (progress)
+                progress(total, total, ctx);
+            return;
+        }
+    if (m->tok_embd.host)
+        done = s_touch(m->tok_embd.host, m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out, done,
                        total, progress, ctx);
     for (int i = 0; i < m->end - m->begin; i++) {
         const s_layer_t *L = &m->layers[i];
         const sw_weight_t *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
                                    &L->w_gate, &L->w_up, &L->w_down};
         for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++)
-            done = s_touch(ws[j]->data, ws[j]->row_bytes * (uint64_t)ws[j]->n_out, done, total,
+            done = s_touch(ws[j]->host, ws[j]->row_bytes * (uint64_t)ws[j]->n_out, done, total,
                            progress, ctx);
     }
-    if (m->output.data && m->output.data != m->tok_embd.data)
-        done = s_touch(m->output.data, m->output.row_bytes * (uint64_t)m->output.n_out, done, total,
+    if (m->output.host && m->output.host != m->tok_embd.host)
+        done = s_touch(m->output.host, m->output.row_bytes * (uint64_t)m->output.n_out, done, total,
                        progress, ctx);
     if (progress)
         progress(total, total, ctx);
@@ -473,9 +632,41 @@ void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t, uint64_t, void 
 
 /* ---- KV cache ------------------------------------------------------------------------ */
 
+/* Makes the rope tables cover n_pos positions (kept at the largest size asked). */
+static int s_rope_reserve(sw_model_t *m, int n_pos)
+{
+    if (n_pos <= m->rope_n)
+        return 0;
+    const int n_rot = m->hp.n_rot;
+    const size_t bytes = (size_t)n_pos * (size_t)n_rot * sizeof(float);
+    float *cs = malloc(bytes);
+    if (!cs)
+        return -1;
+    sw_rope_table(cs, n_pos, n_rot, m->hp.rope_base, m->hp.rope_freq_scale);
+    int rc = 0;
+    for (int i = 0; i < m->n_dev && rc == 0; i++) {
+        s_dev_t *d = &m->devs[i];
+        sw_buf_t *b = d->be->ops->buf_alloc(d->be, bytes);
+        if (!b || d->be->ops->upload(d->be, b, 0, cs, bytes) != 0) {
+            if (b)
+                d->be->ops->buf_free(d->be, b);
+            rc = -1;
+            break;
+        }
+        s_free_buf(d->be, &d->rope);
+        d->rope = b;
+        if (d->be->ops->graph_reset) // recorded graphs read the old table
+            d->be->ops->graph_reset(d->be);
+    }
+    free(cs);
+    if (rc == 0)
+        m->rope_n = n_pos;
+    return rc;
+}
+
 sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx)
 {
-    if (n_ctx < 1)
+    if (n_ctx < 1 || s_rope_reserve(m, n_ctx) != 0)
         return NULL;
     sw_kv_t *kv = calloc(1, sizeof *kv);
     if (!kv)
@@ -489,8 +680,9 @@ sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx)
         goto err;
     const size_t bytes = (size_t)n_ctx * m->hp.n_kv_head * m->hp.head_dim * sizeof(sw_f16);
     for (int i = 0; i < kv->n_layers; i++) {
-        kv->k[i] = m->be->ops->buf_alloc(m->be, bytes);
-        kv->v[i] = m->be->ops->buf_alloc(m->be, bytes);
+        sw_backend_t *be = m->devs[m->layers[i].dev].be;
+        kv->k[i] = be->ops->buf_alloc(be, bytes);
+        kv->v[i] = be->ops->buf_alloc(be, bytes);
         if (!kv->k[i] || !kv->v[i])
             goto err;
     }
@@ -505,13 +697,18 @@ void sw_kv_free(sw_kv_t **self_p)
     if (!self_p || !*self_p)
         return;
     sw_kv_t *kv = *self_p;
-    sw_backend_t *be = kv->m->be;
+    sw_model_t *m = kv->m;
     for (int i = 0; i < kv->n_layers; i++) {
+        sw_backend_t *be = m->devs[m->layers[i].dev].be;
         if (kv->k && kv->k[i])
             be->ops->buf_free(be, kv->k[i]);
         if (kv->v && kv->v[i])
             be->ops->buf_free(be, kv->v[i]);
     }
+    /* Graphs recorded for this cache hold its buffers. */
+    for (int i = 0; i < m->n_dev; i++)
+        if (m->devs[i].be->ops->graph_reset)
+            m->devs[i].be->ops->graph_reset(m->devs[i].be);
     free(kv->k);
     free(kv->v);
     free(kv);
@@ -538,62 +735,257 @@ int sw_kv_truncate(sw_kv_t *kv, int n)
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
-static void s_layer_forward(sw_model_t *m, sw_kv_t *kv, int li, int n, int pos0, int prompt_order)
+#define S_TRY(call)                                                                                \
+    do {                                                                                           \
+        if ((call) != 0)                                                                           \
+            return -1;                                                                             \
+    } while (0)
+
+/* A session's rows inside a forward chunk that holds rows of several. */
+typedef struct s_piece {
+    sw_kv_t *kv; // the session's cache
+    int row0;    // its first row in the chunk
+    int n;       // its rows
+    int slot0;   // the cache slot of its first row
+} s_piece_t;
+
+/* What one device does for one chunk, recorded as one graph on backends
+ * that have them: the embedding lookup (first device of the first stage),
+ * its layers, and the final norm (last device of the last stage). A chunk
+ * holds the rows of one session (kv), or rows of several (pieces): then
+ * everything but attention runs over all rows at once (each row is computed
+ * on its own, so a row's result is what it would be alone), and attention
+ * runs per session on views of its rows, against that session's cache and
+ * control block. */
+typedef struct s_step {
+    sw_model_t *m;
+    sw_kv_t *kv; // the session, when the chunk holds one
+    s_dev_t *d;
+    const sw_buf_t *ctl;     // the chunk's control block on d (positions, tokens of every row)
+    int n;                   // rows
+    int prompt_order;        // attention order and SW_MM_PROMPT
+    int embed;               // 1: get_rows first
+    int final_norm;          // 1: output norm last (into d->xn)
+    const s_piece_t *pieces; // (n_pieces) sessions of a shared chunk, NULL = one session (kv)
+    int n_pieces;            //
+    sw_buf_t *const *views;  // (n_pieces, 4) views of d->q, d->k, d->v, d->att on each piece
+} s_step_t;
+
+/* Attention of one layer over the chunk's rows: per session when the chunk is shared. */
+static int s_attention(const s_step_t *s, int li)
 {
-    sw_backend_t *be = m->be;
+    const sw_hparams_t *hp = &s->m->hp;
+    s_dev_t *d = s->d;
+    for (int j = 0; j < (s->pieces ? s->n_pieces : 1); j++) {
+        sw_kv_t *kv = s->pieces ? s->pieces[j].kv : s->kv;
+        sw_buf_t *const *v = s->pieces ? s->views + 4 * j : NULL;
+        sw_attn_args_t a = {
+            .q = v ? v[0] : d->q,
+            .k = v ? v[1] : d->k,
+            .v = v ? v[2] : d->v,
+            .out = v ? v[3] : d->att,
+            .k_cache = kv->k[li],
+            .v_cache = kv->v[li],
+            .ctl = s->pieces ? d->pctl_v[j] : s->ctl,
+            .n = s->pieces ? s->pieces[j].n : s->n,
+            .n_ctx = kv->n_ctx,
+            .n_head = hp->n_head,
+            .n_kv_head = hp->n_kv_head,
+            .head_dim = hp->head_dim,
+            .scale = 1.0f / sqrtf((float)hp->head_dim),
+            .prompt_order = s->prompt_order,
+        };
+        S_TRY(d->be->ops->attention(d->be, &a));
+    }
+    return 0;
+}
+
+/* One layer over the n rows in d->x. */
+static int s_layer_forward(const s_step_t *s, int li)
+{
+    sw_model_t *m = s->m;
+    s_dev_t *d = s->d;
+    sw_backend_t *be = d->be;
     const sw_backend_ops_t *ops = be->ops;
     const sw_hparams_t *hp = &m->hp;
     const s_layer_t *L = &m->layers[li];
+    const int n = s->n;
 
-    ops->rmsnorm(be, m->x, L->attn_norm, n, hp->n_embd, hp->rms_eps, m->xn);
+    S_TRY(ops->rmsnorm(be, d->x, L->attn_norm, n, hp->n_embd, hp->rms_eps, d->xn));
     const sw_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
-    const float *bias[3] = {L->bq, L->bk, L->bv};
-    sw_buf_t *qkv_out[3] = {m->q, m->k, m->v};
-    ops->matmul(be, 3, qkv, bias, m->xn, 0, n, qkv_out);
+    const sw_buf_t *bias[3] = {L->bq, L->bk, L->bv};
+    sw_buf_t *qkv_out[3] = {d->q, d->k, d->v};
+    const int mm_flags = s->prompt_order ? SW_MM_PROMPT : 0;
+    S_TRY(ops->matmul(be, 3, qkv, bias, d->xn, 0, n, qkv_out, mm_flags));
     if (L->q_norm) {
-        ops->head_norm(be, m->q, n, hp->n_head, hp->head_dim, L->q_norm, hp->rms_eps);
-        ops->head_norm(be, m->k, n, hp->n_kv_head, hp->head_dim, L->k_norm, hp->rms_eps);
+        S_TRY(ops->head_norm(be, d->q, n, hp->n_head, hp->head_dim, L->q_norm, hp->rms_eps));
+        S_TRY(ops->head_norm(be, d->k, n, hp->n_kv_head, hp->head_dim, L->k_norm, hp->rms_eps));
     }
-    ops->rope(be, m->q, n, hp->n_head, hp->head_dim, hp->n_rot, pos0, hp->rope_base,
-              hp->rope_freq_scale, hp->rope_neox);
-    ops->rope(be, m->k, n, hp->n_kv_head, hp->head_dim, hp->n_rot, pos0, hp->rope_base,
-              hp->rope_freq_scale, hp->rope_neox);
-    sw_attn_args_t a = {
-        .q = m->q,
-        .k = m->k,
-        .v = m->v,
-        .out = m->att,
-        .k_cache = kv->k[li],
-        .v_cache = kv->v[li],
-        .n = n,
-        .pos0 = pos0,
-        .n_ctx = kv->n_ctx,
-        .n_head = hp->n_head,
-        .n_kv_head = hp->n_kv_head,
-        .head_dim = hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
-        .prompt_order = prompt_order,
-    };
-    ops->attention(be, &a);
+    S_TRY(ops->rope(be, d->q, s->ctl, n, hp->n_head, hp->head_dim, hp->n_rot, d->rope,
+                    hp->rope_neox));
+    S_TRY(ops->rope(be, d->k, s->ctl, n, hp->n_kv_head, hp->head_dim, hp->n_rot, d->rope,
+                    hp->rope_neox));
+    S_TRY(s_attention(s, li));
     const sw_weight_t *wo[1] = {&L->wo};
-    ops->matmul(be, 1, wo, NULL, m->att, 0, n, &m->tmp);
-    ops->add(be, m->x, m->tmp, (size_t)n * hp->n_embd);
+    S_TRY(ops->matmul(be, 1, wo, NULL, d->att, 0, n, &d->tmp, mm_flags));
+    S_TRY(ops->add(be, d->x, d->tmp, (size_t)n * hp->n_embd));
 
-    ops->rmsnorm(be, m->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, m->xn);
+    S_TRY(ops->rmsnorm(be, d->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, d->xn));
     const sw_weight_t *gu[2] = {&L->w_gate, &L->w_up};
-    sw_buf_t *gu_out[2] = {m->gate, m->up};
-    ops->matmul(be, 2, gu, NULL, m->xn, 0, n, gu_out);
-    ops->swiglu(be, m->gate, m->up, (size_t)n * hp->n_ff);
+    sw_buf_t *gu_out[2] = {d->gate, d->up};
+    S_TRY(ops->matmul(be, 2, gu, NULL, d->xn, 0, n, gu_out, mm_flags));
+    S_TRY(ops->swiglu(be, d->gate, d->up, (size_t)n * hp->n_ff));
     const sw_weight_t *wd[1] = {&L->w_down};
-    ops->matmul(be, 1, wd, NULL, m->gate, 0, n, &m->tmp);
-    ops->add(be, m->x, m->tmp, (size_t)n * hp->n_embd);
+    S_TRY(ops->matmul(be, 1, wd, NULL, d->gate, 0, n, &d->tmp, mm_flags));
+    S_TRY(ops->add(be, d->x, d->tmp, (size_t)n * hp->n_embd));
+    return 0;
 }
 
-int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
+static int s_step_record(void *ctx)
+{
+    const s_step_t *s = ctx;
+    sw_model_t *m = s->m;
+    s_dev_t *d = s->d;
+    const sw_backend_ops_t *ops = d->be->ops;
+    if (s->embed)
+        S_TRY(ops->get_rows(d->be, &m->tok_embd, s->ctl, s->n, d->x));
+    for (int li = d->l0; li < d->l1; li++)
+        S_TRY(s_layer_forward(s, li));
+    if (s->final_norm)
+        S_TRY(ops->rmsnorm(d->be, d->x, m->out_norm, s->n, m->hp.n_embd, m->hp.rms_eps, d->xn));
+    return 0;
+}
+
+/* FNV-1a over the words that identify a recorded step. */
+static uint64_t s_key(const uint64_t *w, int n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++) {
+            h ^= (w[i] >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    return h ? h : 1;
+}
+
+/* Decode and verification chunks (up to this many rows, not prompts) are recorded as graphs. */
+#define S_GRAPH_MAX_ROWS 65
+
+static int s_run_step(s_step_t *s, int dev_index)
+{
+    sw_backend_t *be = s->d->be;
+    if (!be->ops->graph_run)
+        return s_step_record(s);
+    uint64_t key = 0;
+    if (s->n <= S_GRAPH_MAX_ROWS && !s->prompt_order && !s->pieces) {
+        const uint64_t w[] = {(uint64_t)(uintptr_t)s->kv,
+                              (uint64_t)dev_index,
+                              (uint64_t)s->n,
+                              (uint64_t)s->prompt_order,
+                              (uint64_t)s->embed,
+                              (uint64_t)s->final_norm,
+                              0x57e9};
+        key = s_key(w, (int)(sizeof w / sizeof w[0]));
+    }
+    return be->ops->graph_run(be, key, s_step_record, s);
+}
+
+static int s_fail(sw_backend_t *be, char *err, size_t err_len)
+{
+    sw_errf(err, err_len, "model: %s: %s", be->name, sw_backend_error(be));
+    return -1;
+}
+
+/* The control block of a chunk to every device: row r of piece j sits at
+ * slot pc[j].slot0 + r (its position) and carries token tok[j][r] (tok may be
+ * NULL). With several pieces, each also gets its own block (its slots) for
+ * its attention, in d->pctl. */
+static int s_put_ctl(sw_model_t *m, const s_piece_t *pc, int np, int n, const int32_t *const *tok,
+                     sw_backend_t **bad)
+{
+    int32_t *c = m->ctl_host;
+    c[SW_CTL_N] = n;
+    c[SW_CTL_SLOT0] = pc[0].slot0;
+    for (int j = 0; j < np; j++)
+        for (int r = 0; r < pc[j].n; r++) {
+            c[SW_CTL_POS + pc[j].row0 + r] = pc[j].slot0 + r;
+            c[SW_CTL_POS + n + pc[j].row0 + r] = tok ? tok[j][r] : 0;
+        }
+    for (int i = 0; i < m->n_dev; i++) {
+        s_dev_t *d = &m->devs[i];
+        *bad = d->be;
+        if (d->be->ops->upload(d->be, d->ctl, 0, c, SW_CTL_LEN((size_t)n) * sizeof *c) != 0)
+            return -1;
+    }
+    if (np < 2)
+        return 0;
+    const size_t blk = SW_CTL_LEN((size_t)m->batch) * sizeof(int32_t);
+    for (int j = 0; j < np; j++) {
+        c[SW_CTL_N] = pc[j].n;
+        c[SW_CTL_SLOT0] = pc[j].slot0;
+        for (int r = 0; r < pc[j].n; r++) {
+            c[SW_CTL_POS + r] = pc[j].slot0 + r;
+            c[SW_CTL_POS + pc[j].n + r] = tok ? tok[j][r] : 0;
+        }
+        for (int i = 0; i < m->n_dev; i++) {
+            s_dev_t *d = &m->devs[i];
+            *bad = d->be;
+            if (d->be->ops->upload(d->be, d->pctl, (size_t)j * blk, c,
+                                   SW_CTL_LEN((size_t)pc[j].n) * sizeof *c) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Makes the per-session control blocks of shared chunks on every device
+ * (once) and, for this chunk, views of q, k, v and att on each piece's rows
+ * (views: (n_dev, np, 4), freed by s_free_views). */
+static int s_make_views(sw_model_t *m, const s_piece_t *pc, int np, sw_buf_t **views,
+                        sw_backend_t **bad)
 {
     const sw_hparams_t *hp = &m->hp;
-    sw_backend_t *be = m->be;
-    const sw_backend_ops_t *ops = be->ops;
+    const size_t q_row = (size_t)hp->n_head * hp->head_dim * sizeof(float);
+    const size_t kv_row = (size_t)hp->n_kv_head * hp->head_dim * sizeof(float);
+    const size_t blk = SW_CTL_LEN((size_t)m->batch) * sizeof(int32_t);
+    for (int i = 0; i < m->n_dev; i++) {
+        s_dev_t *d = &m->devs[i];
+        const sw_backend_ops_t *ops = d->be->ops;
+        *bad = d->be;
+        if (!d->pctl) {
+            d->pctl = ops->buf_alloc(d->be, S_MAX_PIECES * blk);
+            for (int j = 0; d->pctl && j < S_MAX_PIECES; j++)
+                if (!(d->pctl_v[j] = ops->buf_view(d->be, d->pctl, (size_t)j * blk, blk)))
+                    return -1;
+            if (!d->pctl)
+                return -1;
+        }
+        for (int j = 0; j < np; j++) {
+            sw_buf_t **v = views + ((size_t)i * np + j) * 4;
+            const size_t r0 = (size_t)pc[j].row0, n = (size_t)pc[j].n;
+            v[0] = ops->buf_view(d->be, d->q, r0 * q_row, n * q_row);
+            v[1] = ops->buf_view(d->be, d->k, r0 * kv_row, n * kv_row);
+            v[2] = ops->buf_view(d->be, d->v, r0 * kv_row, n * kv_row);
+            v[3] = ops->buf_view(d->be, d->att, r0 * q_row, n * q_row);
+            if (!v[0] || !v[1] || !v[2] || !v[3])
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void s_free_views(sw_model_t *m, int np, sw_buf_t **views)
+{
+    for (int i = 0; i < m->n_dev; i++)
+        for (int j = 0; j < np * 4; j++)
+            s_free_buf(m->devs[i].be, &views[(size_t)i * np * 4 + j]);
+}
+
+/* The argument checks of one session's rows. */
+static int s_check_forward(sw_model_t *m, const sw_kv_t *kv, const sw_forward_t *f, char *err,
+                           size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
     if (!kv || kv->m != m) {
         sw_errf(err, err_len, "model: the KV cache belongs to another model");
         return -1;
@@ -626,38 +1018,292 @@ int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *er
         sw_errf(err, err_len, "model: no output buffer");
         return -1;
     }
+    return 0;
+}
 
+/* The rows of a forward call, cut into chunks of at most m->batch rows. */
+typedef struct s_chunk {
+    s_piece_t pc[S_MAX_PIECES]; // sessions in the chunk, in row order
+    int seg[S_MAX_PIECES];      // each piece's segment (index into the call's rows)
+    int off[S_MAX_PIECES];      // and its first row within that segment
+    int np;                     // pieces
+    int n;                      // rows
+    int prompt_order;           // 1: one prompt segment (alone, as a single call would cut it)
+} s_chunk_t;
+
+/* Fills ch with the next chunk from (*seg, *off) on and advances them. A
+ * prompt segment of two rows or more takes its chunks alone, cut at
+ * multiples of m->batch from its start, exactly as a call of its own would
+ * (the prompt path may depend on the chunk); other rows are packed. */
+static void s_next_chunk(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
+                         int *seg, int *off, s_chunk_t *ch)
+{
+    ch->np = ch->n = 0;
+    ch->prompt_order = fs[*seg].prompt && fs[*seg].n >= 2;
+    while (*seg < n_seg && ch->n < m->batch && ch->np < S_MAX_PIECES) {
+        const sw_forward_t *f = &fs[*seg];
+        const int po = f->prompt && f->n >= 2;
+        if (ch->np > 0 && (po || ch->prompt_order))
+            break;
+        int c = f->n - *off;
+        if (c > m->batch - ch->n)
+            c = m->batch - ch->n;
+        s_piece_t *p = &ch->pc[ch->np];
+        p->kv = kvs[*seg];
+        p->row0 = ch->n;
+        p->n = c;
+        p->slot0 = kvs[*seg]->len + *off;
+        ch->seg[ch->np] = *seg;
+        ch->off[ch->np++] = *off;
+        ch->n += c;
+        *off += c;
+        if (*off == f->n) {
+            (*seg)++;
+            *off = 0;
+        }
+        if (po)
+            break;
+    }
+}
+
+/* The last stage's LM head for the rows of ch whose logits are wanted. One
+ * piece: straight from d->xn; several: their normed rows are gathered into
+ * d->tmp first so that the LM head reads its weights once for all of them. */
+static int s_chunk_logits(sw_model_t *m, const sw_forward_t *fs, const s_chunk_t *ch,
+                          sw_backend_t **bad)
+{
+    const sw_hparams_t *hp = &m->hp;
+    s_dev_t *dl = &m->devs[m->n_dev - 1];
+    const sw_backend_ops_t *ops = dl->be->ops;
     const size_t row_bytes = (size_t)hp->n_embd * sizeof(float);
-    const int first_logit_row = f->n - f->n_logits;
-    for (int c0 = 0; c0 < f->n; c0 += SW_MODEL_BATCH) {
-        const int n = f->n - c0 < SW_MODEL_BATCH ? f->n - c0 : SW_MODEL_BATCH;
-        const int pos0 = kv->len + c0;
-        if (sw_model_is_first(m))
-            ops->get_rows(be, &m->tok_embd, f->tokens + c0, n, m->x);
-        else
-            ops->upload(be, m->x, 0, f->hidden + (size_t)c0 * hp->n_embd, (size_t)n * row_bytes);
-        for (int li = 0; li < m->end - m->begin; li++)
-            s_layer_forward(m, kv, li, n, pos0, f->prompt && f->n >= 2);
-        if (!sw_model_is_last(m)) {
-            ops->download(be, f->out_hidden + (size_t)c0 * hp->n_embd, m->x, 0,
-                          (size_t)n * row_bytes);
+    const size_t logit_bytes = (size_t)hp->n_vocab * sizeof(float);
+    const int mm_flags = ch->prompt_order ? SW_MM_PROMPT : 0;
+    const sw_weight_t *out[1] = {&m->output};
+    *bad = dl->be;
+    /* rows wanted: [lo, n) of piece j, lo relative to the piece */
+    int lo[S_MAX_PIECES], n_want = 0, only = -1;
+    for (int j = 0; j < ch->np; j++) {
+        const sw_forward_t *f = &fs[ch->seg[j]];
+        lo[j] = f->n - f->n_logits - ch->off[j];
+        if (lo[j] < 0)
+            lo[j] = 0;
+        if (lo[j] < ch->pc[j].n) {
+            n_want += ch->pc[j].n - lo[j];
+            only = only == -1 ? j : -2;
+        }
+    }
+    if (n_want == 0)
+        return 0;
+    const sw_buf_t *src = dl->xn;
+    int src_row0 = only >= 0 ? ch->pc[only].row0 + lo[only] : 0;
+    if (only == -2) {
+        if (!m->gather_host && !(m->gather_host = malloc((size_t)m->batch * row_bytes)))
+            return -1;
+        for (int j = 0, at = 0; j < ch->np; j++) {
+            const int nw = ch->pc[j].n - lo[j];
+            if (nw <= 0)
+                continue;
+            if (ops->download(dl->be, m->gather_host + (size_t)at * hp->n_embd, dl->xn,
+                              (size_t)(ch->pc[j].row0 + lo[j]) * row_bytes,
+                              (size_t)nw * row_bytes) != 0)
+                return -1;
+            at += nw;
+        }
+        if (ops->upload(dl->be, dl->tmp, 0, m->gather_host, (size_t)n_want * row_bytes) != 0)
+            return -1;
+        src = dl->tmp;
+    }
+    /* LM head over the gathered rows, logit_rows at a time; each row's logits
+     * go to its session's output. */
+    int j = only >= 0 ? only : 0, jr = lo[j]; // the piece and row the next logits row is
+    for (int r0 = 0; r0 < n_want; r0 += m->logit_rows) {
+        const int nl = n_want - r0 < m->logit_rows ? n_want - r0 : m->logit_rows;
+        if (ops->matmul(dl->be, 1, out, NULL, src, src_row0 + r0, nl, &dl->logits, mm_flags) != 0)
+            return -1;
+        for (int r = 0; r < nl;) {
+            while (jr >= ch->pc[j].n) {
+                j++;
+                jr = lo[j];
+            }
+            const sw_forward_t *f = &fs[ch->seg[j]];
+            int run = ch->pc[j].n - jr < nl - r ? ch->pc[j].n - jr : nl - r;
+            const int at = ch->off[j] + jr - (f->n - f->n_logits); // row of f->logits
+            if (ops->download(dl->be, f->logits + (size_t)at * hp->n_vocab, dl->logits,
+                              (size_t)r * logit_bytes, (size_t)run * logit_bytes) != 0)
+                return -1;
+            r += run;
+            jr += run;
+        }
+    }
+    return 0;
+}
+
+int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
+                           char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    if (n_seg < 1) {
+        sw_errf(err, err_len, "model: a forward call of %d sessions", n_seg);
+        return -1;
+    }
+    for (int s = 0; s < n_seg; s++) {
+        if (s_check_forward(m, kvs[s], &fs[s], err, err_len) != 0)
+            return -1;
+        for (int t = 0; t < s; t++)
+            if (kvs[t] == kvs[s]) {
+                sw_errf(err, err_len, "model: one cache twice in a forward call");
+                return -1;
+            }
+    }
+    const size_t row_bytes = (size_t)hp->n_embd * sizeof(float);
+    s_dev_t *d0 = &m->devs[0], *dl = &m->devs[m->n_dev - 1];
+    s_chunk_t ch;
+    sw_buf_t *views[SW_BACKEND_MAX_DEVICES * S_MAX_PIECES * 4] = {0};
+    int seg = 0, off = 0;
+    while (seg < n_seg) {
+        s_next_chunk(m, kvs, fs, n_seg, &seg, &off, &ch);
+        const int n = ch.n, shared = ch.np > 1;
+        const int32_t *tok[S_MAX_PIECES];
+        for (int j = 0; j < ch.np; j++)
+            tok[j] = sw_model_is_first(m) ? fs[ch.seg[j]].tokens + ch.off[j] : NULL;
+        sw_backend_t *bad = NULL;
+        if ((shared && s_make_views(m, ch.pc, ch.np, views, &bad) != 0) ||
+            s_put_ctl(m, ch.pc, ch.np, n, sw_model_is_first(m) ? tok : NULL, &bad) != 0)
+            goto fail;
+        for (int j = 0; j < ch.np && !sw_model_is_first(m); j++) {
+            bad = d0->be;
+            if (d0->be->ops->upload(d0->be, d0->x, (size_t)ch.pc[j].row0 * row_bytes,
+                                    fs[ch.seg[j]].hidden + (size_t)ch.off[j] * hp->n_embd,
+                                    (size_t)ch.pc[j].n * row_bytes) != 0)
+                goto fail;
+        }
+        for (int i = 0; i < m->n_dev; i++) {
+            s_dev_t *d = &m->devs[i];
+            s_step_t st = {.m = m,
+                           .kv = ch.pc[0].kv,
+                           .d = d,
+                           .ctl = d->ctl,
+                           .n = n,
+                           .prompt_order = ch.prompt_order,
+                           .embed = i == 0 && sw_model_is_first(m),
+                           .final_norm = d == dl && sw_model_is_last(m),
+                           .pieces = shared ? ch.pc : NULL,
+                           .n_pieces = ch.np,
+                           .views = shared ? views + (size_t)i * ch.np * 4 : NULL};
+            bad = d->be;
+            if (s_run_step(&st, i) != 0)
+                goto fail;
+            if (d != dl && sw_backend_copy(d->be, d->x, 0, m->devs[i + 1].be, m->devs[i + 1].x, 0,
+                                           (size_t)n * row_bytes) != 0)
+                goto fail;
+        }
+        if (shared)
+            s_free_views(m, ch.np, views);
+        if (sw_model_is_last(m)) {
+            if (s_chunk_logits(m, fs, &ch, &bad) != 0)
+                goto fail;
             continue;
         }
-        /* Rows of this chunk whose logits are wanted: [lo, n). */
-        int lo = first_logit_row - c0;
-        if (lo < 0)
-            lo = 0;
-        if (lo >= n)
-            continue;
-        const int nl = n - lo;
-        ops->rmsnorm(be, m->x, m->out_norm, n, hp->n_embd, hp->rms_eps, m->xn);
-        const sw_weight_t *out[1] = {&m->output};
-        ops->matmul(be, 1, out, NULL, m->xn, lo, nl, &m->logits);
-        ops->download(be, f->logits + (size_t)(c0 + lo - first_logit_row) * hp->n_vocab, m->logits,
-                      0, (size_t)nl * hp->n_vocab * sizeof(float));
+        for (int j = 0; j < ch.np; j++) {
+            bad = dl->be;
+            if (dl->be->ops->download(
+                    dl->be, fs[ch.seg[j]].out_hidden + (size_t)ch.off[j] * hp->n_embd, dl->x,
+                    (size_t)ch.pc[j].row0 * row_bytes, (size_t)ch.pc[j].n * row_bytes) != 0)
+                goto fail;
+        }
+        continue;
+    fail:
+        if (shared)
+            s_free_views(m, ch.np, views);
+        return s_fail(bad ? bad : d0->be, err, err_len);
     }
-    if (ops->sync)
-        ops->sync(be);
-    kv->len += f->n;
+    for (int i = 0; i < m->n_dev; i++)
+        if (m->devs[i].be->ops->sync && m->devs[i].be->ops->sync(m->devs[i].be) != 0)
+            return s_fail(m->devs[i].be, err, err_len);
+    for (int s = 0; s < n_seg; s++)
+        kvs[s]->len += fs[s].n;
+    return 0;
+}
+
+int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
+{
+    return sw_model_forward_batch(m, &kv, f, 1, err, err_len);
+}
+
+/* ---- greedy draft loop ------------------------------------------------------------------- */
+
+typedef struct s_loop {
+    sw_model_t *m;
+    sw_kv_t *kv;
+    int n_steps;
+    int want_prob; // 1: the argmax steps also compute the top probability
+} s_loop_t;
+
+static int s_loop_record(void *ctx)
+{
+    const s_loop_t *lp = ctx;
+    sw_model_t *m = lp->m;
+    s_dev_t *d = &m->devs[0];
+    const sw_backend_ops_t *ops = d->be->ops;
+    const sw_weight_t *out[1] = {&m->output};
+    for (int i = 0; i < lp->n_steps; i++) {
+        s_step_t st = {.m = m,
+                       .kv = lp->kv,
+                       .d = d,
+                       .ctl = d->loop_step[i],
+                       .n = 1,
+                       .embed = 1,
+                       .final_norm = 1};
+        S_TRY(s_step_record(&st));
+        S_TRY(ops->matmul(d->be, 1, out, NULL, d->xn, 0, 1, &d->logits, 0));
+        /* The argmax is the next step's token (SW_CTL_POS + 1 in its block). */
+        const int next = i + 1 < lp->n_steps;
+        S_TRY(ops->argmax(d->be, d->logits, m->hp.n_vocab, next ? d->loop_ctl : NULL,
+                          (size_t)(i + 1) * SW_CTL_LEN(1) + SW_CTL_POS + 1, d->loop_ids,
+                          lp->want_prob ? d->loop_prob : NULL, (size_t)i));
+    }
+    return 0;
+}
+
+int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, int32_t *out,
+                          float *prob, char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    if (!kv || kv->m != m || m->n_dev != 1 || !sw_model_is_first(m) || !sw_model_is_last(m)) {
+        sw_errf(err, err_len, "model: greedy steps need the whole model on one device");
+        return -1;
+    }
+    if (n_steps < 1 || n_steps > S_LOOP_MAX || (int64_t)kv->len + n_steps > kv->n_ctx) {
+        sw_errf(err, err_len, "model: %d greedy steps do not fit (at most %d; %d of %d used)",
+                n_steps, S_LOOP_MAX, kv->len, kv->n_ctx);
+        return -1;
+    }
+    if (tok < 0 || tok >= hp->n_vocab) {
+        sw_errf(err, err_len, "model: token id %d is outside the vocabulary (0..%d)", tok,
+                hp->n_vocab - 1);
+        return -1;
+    }
+    s_dev_t *d = &m->devs[0];
+    sw_backend_t *be = d->be;
+    int32_t *c = m->ctl_host;
+    for (int i = 0; i < n_steps; i++) {
+        int32_t *b = c + (size_t)i * SW_CTL_LEN(1);
+        b[SW_CTL_N] = 1;
+        b[SW_CTL_SLOT0] = kv->len + i;
+        b[SW_CTL_POS] = kv->len + i;
+        b[SW_CTL_POS + 1] = i == 0 ? tok : 0;
+    }
+    s_loop_t lp = {.m = m, .kv = kv, .n_steps = n_steps, .want_prob = prob != NULL};
+    const uint64_t w[] = {(uint64_t)(uintptr_t)kv, (uint64_t)n_steps, (uint64_t)lp.want_prob,
+                          0x100b};
+    if (be->ops->upload(be, d->loop_ctl, 0, c, (size_t)n_steps * SW_CTL_LEN(1) * sizeof *c) != 0 ||
+        (be->ops->graph_run ? be->ops->graph_run(be, s_key(w, 4), s_loop_record, &lp)
+                            : s_loop_record(&lp)) != 0 ||
+        be->ops->download(be, out, d->loop_ids, 0, (size_t)n_steps * sizeof *out) != 0 ||
+        (prob &&
+         be->ops->download(be, prob, d->loop_prob, 0, (size_t)n_steps * sizeof *prob) != 0) ||
+        (be->ops->sync && be->ops->sync(be) != 0))
+        return s_fail(be, err, err_len);
+    kv->len += n_steps;
     return 0;
 }

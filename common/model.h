@@ -10,7 +10,8 @@
  * the weights in memory.
  *
  * Ownership: sw_model_t owns its GGUF mapping and backend buffers but not the
- * backend, which must outlive it. A sw_kv_t belongs to one model.
+ * backend, which must outlive it. A sw_kv_t belongs to one model and must be
+ * freed before it.
  */
 #ifndef SW_MODEL_H
 #define SW_MODEL_H
@@ -48,12 +49,15 @@ typedef struct sw_hparams {
 typedef struct sw_model sw_model_t;
 typedef struct sw_kv sw_kv_t;
 
-/* Most rows one forward call processes internally at once; longer inputs are
- * split into chunks of this size (results do not depend on the split). */
+/* Most rows one forward call processes internally at once on the CPU (a
+ * device backend says its own, sw_backend_t.max_rows); longer inputs are
+ * split into chunks of this size (results do not depend on the split). Also
+ * the most rows of logits one LM-head call computes. */
 #define SW_MODEL_BATCH 64
 
 /* Opens path and loads layers [layer_begin, layer_end) (layer_end = -1: to the
- * last layer) onto be. NULL with a one-line reason in err on failure. */
+ * last layer) onto be; on a backend group the layers are split evenly over
+ * its devices, in order. NULL with a one-line reason in err on failure. */
 sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
                           char *err, size_t err_len) __attribute__((warn_unused_result));
 /* Accepts NULL and NULLs the caller's pointer. */
@@ -71,9 +75,12 @@ int sw_model_is_last(const sw_model_t *m);
 void sw_model_fingerprint(const sw_model_t *m, char out[65]);
 /* Bytes of weights this range uses (what it keeps resident). */
 uint64_t sw_model_weight_bytes(const sw_model_t *m);
+/* The backend the model was loaded on. */
+sw_backend_t *sw_model_backend(const sw_model_t *m);
 
 /* Reads every page of this range's weights so that the first forward does
- * not fault them in; calls progress(done, total, ctx) now and then (may be NULL). */
+ * not fault them in; calls progress(done, total, ctx) now and then (may be
+ * NULL). Nothing to do when the weights were copied to a device at load. */
 void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t done, uint64_t total, void *ctx),
                        void *ctx);
 
@@ -109,6 +116,32 @@ typedef struct sw_forward {
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* One forward pass over the rows of several sessions at once (a stage that
+ * serves many users): fs[s] are session s's rows, appended to its own cache
+ * kvs[s] (n_seg distinct caches), with its own positions, outputs and prompt
+ * flag, exactly as n_seg sw_model_forward calls would; every session's
+ * results are bit-identical to running it alone (each row is computed on its
+ * own; only attention is per session, and a prompt of two rows or more is
+ * cut into chunks on its own, as alone). Decode and verification rows of
+ * different sessions share chunks, so each weight is read once for all of
+ * them. 0, or -1 with err (then no cache's length changed). */
+int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
+                           char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/* Greedy decoding steps that stay on the backend (a draft model's K-token
+ * loop): appends token tok at the end of the cache, then n_steps - 1 times
+ * the argmax of the last row's logits. out[i] is the argmax after step i and
+ * prob[i] (prob may be NULL) its softmax probability at temperature 1; the cache grows by
+ * n_steps rows. The logits are those of n_steps one-row forward calls (the
+ * argmax is the first largest logit, as sw_sampler_argmax() without a
+ * repetition penalty). A device backend records the whole loop as one graph
+ * and copies only the n_steps tokens and probabilities back. The model must
+ * hold every layer on one device; n_steps <= 64. 0, or -1 with err (then
+ * the cache length is unchanged). */
+int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, int32_t *out,
+                          float *prob, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
 #endif

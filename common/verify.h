@@ -30,6 +30,31 @@
  * returns, the sampler's history already holds every committed token: the
  * caller must not accept them again. Rows after the first rejection are never
  * evaluated (the work is proportional to the tokens committed).
+ *
+ * Trees (sw_verify_in_t.parent): the drafts form a tree under the root (the
+ * token before the drafts, row 0); node i >= 1 is draft i - 1 and its logits
+ * are row i. The children of a node (in index order, distinct tokens) are
+ * alternative candidates for the same position. Greedy walks from the root:
+ * commit the row's argmax and move to the child holding it, until no child
+ * does (the longest path matching the target's argmax). Sampling uses the
+ * multi-candidate rejection rule (SpecInfer's multi-step speculative
+ * sampling, in its recursive form for candidates drawn without replacement):
+ * at a node with target distribution p_1 = p and candidates x_1..x_m whose
+ * draft distributions were q_1..q_m, candidate s is accepted with
+ * probability min(1, p_s(x_s) / q_s(x_s)); on rejection
+ * p_{s+1} = norm(max(0, p_s - q_s)) and the next candidate is tried; if all
+ * are rejected the token is a draw from p_{m+1}. Each stage is the chain
+ * rule for (p_s, q_s), so the output is distributed as p whatever q_s is, as
+ * long as x_s really was drawn from q_s. Two kinds of candidates:
+ *  - point masses (q NULL, or the first sibling's q a point mass): the
+ *    candidates are deterministic (e.g. the draft's top tokens), q_s is the
+ *    point mass at x_s, and the residual zeroes x_s;
+ *  - drawn without replacement from one draft distribution q (the first
+ *    sibling's q): x_1 ~ q, x_2 ~ q without x_1 renormalised, ...; so
+ *    q_s = q with x_1..x_{s-1} removed, renormalised. Later siblings give
+ *    only their q_tok = q(x_s) (their n/ids/vals are not read).
+ * A chain is the tree where node i's only child is node i + 1, and both
+ * paths compute bit-identical results and consume the same random numbers.
  */
 #ifndef SW_VERIFY_H
 #define SW_VERIFY_H
@@ -46,23 +71,35 @@ typedef struct sw_draft_q {
     const float *vals;  // (n) q_i(ids[j]); dense: (n_vocab) q_i by token id, n == n_vocab
 } sw_draft_q_t;
 
+/* Most drafts of a tree (a chain has no limit of its own). */
+#define SW_VERIFY_MAX_TREE 256
+
 /* One verification round. The pointers are borrowed for the call. */
 typedef struct sw_verify_in {
     int32_t k;             // number of draft tokens K, >= 0
     const int32_t *draft;  // (K) d_1..d_K, each in [0, n_vocab)
     const sw_draft_q_t *q; // (K) draft distributions; NULL: every q_i is a point mass at d_i
-    const float *logits;   // (K + 1, n_vocab) row-major target logits; row i follows d_1..d_i
+    const float *logits;   // (K + 1, n_vocab) row-major target logits; row 0 follows the root,
+                           // row i follows node i (draft i - 1) and its ancestors
+    const int32_t *parent; // (K) NULL: a chain. Else a tree: draft i is node i + 1 and hangs
+                           // under node parent[i] in [0, i] (0 = the root), K <= SW_VERIFY_MAX_TREE
 } sw_verify_in_t;
 
 /* Runs the rule with sampler s (its parameters say greedy or sampling).
  * work: 2 * n_vocab floats of caller-owned scratch. tokens_out: K + 1 slots;
  * it receives the committed tokens: the accepted drafts d_1..d_n, then the
- * correction or bonus token.
+ * correction or bonus token. path_out (K slots, may be NULL) receives the node
+ * index (1..K) of each accepted draft, root first: for a chain 1, 2, .., n.
  * Returns the number of committed tokens n + 1 (1..K+1; n_accepted is the
- * return value - 1), or -1 on invalid input (bad draft id, q out of range or
- * inconsistent with q_tok: checked before anything changes) or bad logits
- * (NaN/+inf: found while walking the rows, after part of the history may have
- * been advanced; reset the sampler or drop the session). */
+ * return value - 1), or -1 on invalid input (bad draft id or parent, equal
+ * siblings, q out of range or inconsistent with q_tok: checked before anything
+ * changes) or bad logits (NaN/+inf: found while walking the rows, after part
+ * of the history may have been advanced; reset the sampler or drop the
+ * session). */
+int sw_verify_path(sw_sampler_t *s, const sw_verify_in_t *in, float *work, int32_t *tokens_out,
+                   int32_t *path_out) __attribute__((warn_unused_result));
+
+/* sw_verify_path() without the path. */
 int sw_verify(sw_sampler_t *s, const sw_verify_in_t *in, float *work, int32_t *tokens_out)
     __attribute__((warn_unused_result));
 

@@ -81,17 +81,40 @@ const char *sw_wire_body_name(const Shardwire__Envelope *env)
         return "token_chunk";
     case SHARDWIRE__ENVELOPE__BODY_ERROR:
         return "error";
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+        return "cancel";
+    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+        return "resume";
     default:
         return "none";
+    }
+}
+
+const char *sw_wire_role_name(int role)
+{
+    switch (role) {
+    case SHARDWIRE__ROLE__ROLE_HEAD:
+        return "head";
+    case SHARDWIRE__ROLE__ROLE_MIDDLE:
+        return "middle";
+    case SHARDWIRE__ROLE__ROLE_TAIL:
+        return "tail";
+    case SHARDWIRE__ROLE__ROLE_FULL:
+        return "full";
+    case SHARDWIRE__ROLE__ROLE_CLIENT:
+        return "client";
+    default:
+        return "?";
     }
 }
 
 const char *sw_wire_error_code_name(int code)
 {
     static const char *names[] = {
-        "unspecified",  "version_mismatch", "malformed", "name_taken", "not_announced",
-        "unknown_dest", "dest_busy",        "dest_gone", "relay_full", "unknown_session",
-        "bad_request",  "model_mismatch",   "internal",  "deadline",   "unauthorized",
+        "unspecified",   "version_mismatch", "malformed",    "name_taken",
+        "not_announced", "unknown_dest",     "dest_busy",    "dest_gone",
+        "relay_full",    "unknown_session",  "bad_request",  "model_mismatch",
+        "internal",      "deadline",         "unauthorized", "busy",
     };
     if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
         return "unknown";
@@ -251,6 +274,31 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     return SW_WIRE_OK;
 }
 
+/* The first child (draft index) of draft i's parent, for a valid tree. */
+static size_t s_first_child(const uint32_t *parents, size_t i)
+{
+    size_t c = 0;
+    while (parents[c] != parents[i])
+        c++;
+    return c;
+}
+
+/* A tree of k drafts: every parent <= its draft's index, siblings distinct. */
+static int s_tree(const uint32_t *parents, size_t k, const uint32_t *tokens, char *err,
+                  size_t err_len)
+{
+    for (size_t i = 0; i < k; i++) {
+        CHECK(parents[i] <= i,
+              "forward.draft_parents[%zu] = %u (a draft hangs under a node <= %zu)", i, parents[i],
+              i);
+        for (size_t c = 0; c < i; c++)
+            CHECK(parents[c] != parents[i] || tokens[c] != tokens[i],
+                  "forward drafts %zu and %zu are siblings with the same token %u", c, i,
+                  tokens[i]);
+    }
+    return SW_WIRE_OK;
+}
+
 static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payload_len, char *err,
                      size_t err_len)
 {
@@ -285,19 +333,40 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     for (size_t i = 0; i < f->n_draft_probs; i++)
         CHECK(s_prob(f->draft_probs[i]), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
               (double)f->draft_probs[i]);
+    CHECK(f->n_draft_parents == 0 || f->n_draft_parents == k,
+          "forward has %zu draft_parents for %zu drafts", f->n_draft_parents, k);
+    if ((rc = s_tree(f->draft_parents, f->n_draft_parents, f->draft_tokens, err, err_len)))
+        return rc;
     CHECK(f->n_draft_dists == 0 || f->n_draft_dists == k,
           "forward has %zu draft_dists for %zu drafts", f->n_draft_dists, k);
     for (size_t i = 0; i < f->n_draft_dists; i++) {
         const Shardwire__DraftDist *d = f->draft_dists[i];
         CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
-        CHECK(d->n_tokens >= 1 && d->n_tokens <= SW_WIRE_MAX_DIST && d->n_probs == d->n_tokens,
-              "forward.draft_dists[%zu] has %zu tokens and %zu probs (1..%d, equal)", i,
-              d->n_tokens, d->n_probs, SW_WIRE_MAX_DIST);
+        /* Empty only for a later sibling of a tree: its first sibling's applies. */
+        const int later = f->n_draft_parents && s_first_child(f->draft_parents, i) != i;
+        CHECK((d->n_tokens >= 1 || later) && d->n_tokens <= SW_WIRE_MAX_DIST &&
+                  d->n_probs == d->n_tokens,
+              "forward.draft_dists[%zu] has %zu tokens and %zu probs (%d..%d, equal)", i,
+              d->n_tokens, d->n_probs, later ? 0 : 1, SW_WIRE_MAX_DIST);
         if ((rc = s_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err, err_len)))
             return rc;
         for (size_t j = 0; j < d->n_probs; j++)
             CHECK(s_prob(d->probs[j]), "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i, j);
     }
+    /* The kept path of the previous tree round. */
+    CHECK(f->n_kv_path <= SW_WIRE_MAX_DRAFT, "forward.kv_path has %zu entries (max %d)",
+          f->n_kv_path, SW_WIRE_MAX_DRAFT);
+    CHECK(f->n_kv_path || f->kv_path_from == 0, "forward.kv_path_from %u without a kv_path",
+          f->kv_path_from);
+    for (size_t j = 0; j < f->n_kv_path; j++)
+        CHECK(f->kv_path[j] >= j && f->kv_path[j] < SW_WIRE_MAX_DRAFT &&
+                  (j == 0 || f->kv_path[j] > f->kv_path[j - 1]),
+              "forward.kv_path[%zu] = %u (must increase, in [%zu, %d))", j, f->kv_path[j], j,
+              SW_WIRE_MAX_DRAFT);
+    CHECK(!f->n_kv_path || ((uint64_t)f->kv_path_from + SW_WIRE_MAX_DRAFT <= SW_WIRE_MAX_POS &&
+                            f->kv_keep <= (uint64_t)f->kv_path_from + f->n_kv_path),
+          "forward keeps %u positions but its kv_path ends at %u + %zu", f->kv_keep,
+          f->kv_path_from, f->n_kv_path);
 
     size_t esize = sw_wire_dtype_size(f->dtype);
     CHECK(esize != 0, "forward.dtype %d unknown", (int)f->dtype);
@@ -318,6 +387,9 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     }
     CHECK(f->layer_begin < SW_WIRE_MAX_LAYERS, "forward.layer_begin %u >= %d", f->layer_begin,
           SW_WIRE_MAX_LAYERS);
+    CHECK(f->n_ctx == 0 || (f->n_ctx <= SW_WIRE_MAX_POS && f->n_ctx >= f->start_pos + f->n_rows),
+          "forward.n_ctx %u does not hold rows [%u, %u + %u)", f->n_ctx, f->start_pos, f->start_pos,
+          f->n_rows);
     if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
         return rc;
     CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
@@ -340,6 +412,12 @@ static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
         return rc;
     CHECK(v->next_token == v->tokens[v->n_accepted], "verdict.next_token %u != tokens[%u] = %u",
           v->next_token, v->n_accepted, v->tokens[v->n_accepted]);
+    CHECK(v->n_path == 0 || v->n_path == v->n_accepted,
+          "verdict has %zu path entries for %u drafts", v->n_path, v->n_accepted);
+    for (size_t j = 0; j < v->n_path; j++)
+        CHECK(v->path[j] >= 1 && v->path[j] <= SW_WIRE_MAX_DRAFT &&
+                  (j == 0 || v->path[j] > v->path[j - 1]),
+              "verdict.path[%zu] = %u (must increase, in 1..%d)", j, v->path[j], SW_WIRE_MAX_DRAFT);
     return s_timing(v->timing, v->n_timing, err, err_len);
 }
 
@@ -354,8 +432,20 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
           SW_WIRE_MAX_PROMPT_BYTES);
     CHECK(g->n_prompt_tokens <= SW_WIRE_MAX_PROMPT_TOKENS,
           "generate has %zu prompt tokens (max %u)", g->n_prompt_tokens, SW_WIRE_MAX_PROMPT_TOKENS);
-    CHECK((plen > 0) != (g->n_prompt_tokens > 0),
-          "generate needs exactly one of prompt and prompt_tokens");
+    CHECK(g->n_messages <= SW_WIRE_MAX_MESSAGES, "generate has %zu messages (max %d)",
+          g->n_messages, SW_WIRE_MAX_MESSAGES);
+    size_t mlen = 0;
+    for (size_t i = 0; i < g->n_messages; i++) {
+        const Shardwire__ChatMessage *m = g->messages[i];
+        CHECK(m != NULL, "generate.messages[%zu] missing", i);
+        size_t rl = s_strlen_max(m->role, 17);
+        CHECK(rl >= 1 && rl <= 16, "generate.messages[%zu].role not 1..16 bytes", i);
+        mlen += s_strlen_max(m->content, SW_WIRE_MAX_PROMPT_BYTES + 1);
+        CHECK(mlen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.messages longer than %u bytes",
+              SW_WIRE_MAX_PROMPT_BYTES);
+    }
+    CHECK((plen > 0) + (g->n_prompt_tokens > 0) + (g->n_messages > 0) == 1,
+          "generate needs exactly one of prompt, prompt_tokens and messages");
     if ((rc = s_tokens("generate.prompt_tokens", g->prompt_tokens, g->n_prompt_tokens, err,
                        err_len)))
         return rc;
@@ -392,10 +482,13 @@ static int s_token_chunk(const Shardwire__TokenChunk *c, char *err, size_t err_l
     CHECK(c->text.len <= SW_WIRE_MAX_CHUNK_TEXT, "token_chunk.text has %zu bytes (max %u)",
           c->text.len, SW_WIRE_MAX_CHUNK_TEXT);
     CHECK(c->finish >= SHARDWIRE__FINISH_REASON__FINISH_NONE &&
-              c->finish <= SHARDWIRE__FINISH_REASON__FINISH_ERROR,
+              c->finish <= SHARDWIRE__FINISH_REASON__FINISH_CANCELLED,
           "token_chunk.finish %d unknown", (int)c->finish);
     CHECK(c->done == (c->finish != SHARDWIRE__FINISH_REASON__FINISH_NONE),
           "token_chunk.done and finish disagree");
+    CHECK((uint64_t)c->index + c->n_tokens <= SW_WIRE_MAX_POS,
+          "token_chunk tokens [%u, %u + %zu) pass the position limit", c->index, c->index,
+          c->n_tokens);
     if (c->stats) {
         CHECK(c->stats->n_stages <= SW_WIRE_MAX_ROUTE, "token_chunk.stats has %zu stages (max %d)",
               c->stats->n_stages, SW_WIRE_MAX_ROUTE);
@@ -412,8 +505,10 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
     int rc;
     CHECK(e != NULL, "error missing");
     CHECK(e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-              e->code <= SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED,
+              e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY,
           "error.code %d unknown", (int)e->code);
+    CHECK(e->queue_position <= SW_WIRE_MAX_QUEUE, "error.queue_position %u > %d", e->queue_position,
+          SW_WIRE_MAX_QUEUE);
     if ((rc = s_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))
         return rc;
     if ((rc = s_name("error.request_id", e->request_id, 0, err, err_len)))
@@ -479,6 +574,16 @@ int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t pay
         return s_token_chunk(env->token_chunk, err, err_len);
     case SHARDWIRE__ENVELOPE__BODY_ERROR:
         return s_error(env->error, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+        CHECK(env->cancel != NULL, "cancel missing");
+        if ((rc = s_name("cancel.request_id", env->cancel->request_id, 1, err, err_len)))
+            return rc;
+        return s_text("cancel.reason", env->cancel->reason, 256, err, err_len);
+    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+        CHECK(env->resume != NULL, "resume missing");
+        CHECK(env->resume->from_index <= SW_WIRE_MAX_POS, "resume.from_index %u > %u",
+              env->resume->from_index, SW_WIRE_MAX_POS);
+        return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
     default:
         CHECK(0, "envelope has no known body (case %d)", (int)env->body_case);
     }
@@ -742,14 +847,28 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
     const int from_relay = s_is_relay(name);
     Shardwire__Envelope *env = NULL;
     if (sealed || (crypto && crypto->seal && !from_relay)) {
+        if (!sealed && crypto->accept_clear_errors) {
+            /* A peer that cannot open our messages says so in clear (it has
+             * no key we share); only an Error is accepted that way. */
+            rc = sw_wire_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), has_payload,
+                                has_payload ? zmq_msg_size(&f[2]) : 0, &env, err, err_len);
+            if (rc == SW_WIRE_OK && env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+                goto deliver;
+            if (env)
+                shardwire__envelope__free_unpacked(env, NULL);
+            env = NULL;
+        }
         if (!sealed) {
             rc = s_fail(SW_WIRE_ESEAL, err, err_len,
                         "clear message from %s refused: this cluster seals every message", name);
             goto done;
         }
         if (!crypto || !crypto->seal || from_relay) {
-            rc = s_fail(SW_WIRE_ESEAL, err, err_len, "sealed message from %s but %s", name,
+            rc = s_fail(from_relay ? SW_WIRE_ESEAL : SW_WIRE_EKEY, err, err_len,
+                        "sealed message from %s but %s", name,
                         from_relay ? "the relay never seals" : "no cluster key is loaded");
+            if (!from_relay)
+                memcpy(msg->peer, name, nlen + 1);
             goto done;
         }
         if (zmq_msg_size(&f[1]) > SW_WIRE_MAX_HEADER + SW_SEAL_HDR_OVERHEAD) {
@@ -762,8 +881,10 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         int src = sw_seal_open(crypto->seal, name, crypto->self, zmq_msg_data(&f[1]),
                                zmq_msg_size(&f[1]), has_payload ? &f[2] : NULL, &plain, &plain_len);
         if (src != SW_SEAL_OK) {
-            rc = s_fail(SW_WIRE_ESEAL, err, err_len, "sealed message from %s dropped: %s", name,
-                        sw_seal_strerror(src));
+            rc = s_fail(src == SW_SEAL_EAUTH ? SW_WIRE_EKEY : SW_WIRE_ESEAL, err, err_len,
+                        "sealed message from %s dropped: %s", name, sw_seal_strerror(src));
+            if (src == SW_SEAL_EAUTH)
+                memcpy(msg->peer, name, nlen + 1);
             goto done;
         }
         rc = sw_wire_decode(plain, plain_len, has_payload, has_payload ? zmq_msg_size(&f[2]) : 0,
@@ -775,6 +896,7 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
     }
     if (rc)
         goto done;
+deliver:
     sw_wire_msg_clear(msg);
     memcpy(msg->peer, name, nlen + 1);
     msg->env = env;

@@ -31,6 +31,9 @@ struct node_head {
     sw_kv_t *kv;                      // this stage's cache for the running session
     draft_model_t *dmodel;            // --draft-model, or NULL
     draft_t *drafter;                 // the proposer of the running generation
+    char running_rid[64];             // request_id of the running generation ("" = none)
+    char running_client[64];          // who sent it
+    int cancel_running;               // 1 once a Cancel for it arrived
 };
 
 /* ---- request queue --------------------------------------------------------------------- */
@@ -52,12 +55,15 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         return -1;
     }
     if (n->o.draft_model) {
-        h->dmodel = draft_model_new(n->o.draft_model, sw_model_gguf(n->model),
+        const char *dbe =
+            n->o.draft_backend ? n->o.draft_backend : sw_backend_name(sw_backend_primary(n->be));
+        h->dmodel = draft_model_new(n->o.draft_model, sw_model_gguf(n->model), dbe,
                                     n->o.draft_threads ? n->o.draft_threads : n->o.threads,
                                     n->o.n_ctx, err, err_len);
         if (!h->dmodel)
             goto fail;
-        SW_INFO("draft model %s loaded (vocabulary checked)", n->o.draft_model);
+        SW_INFO("draft model %s loaded on %s (vocabulary checked)", n->o.draft_model,
+                draft_model_backend(h->dmodel));
     }
     h->drafter = draft_new(h->dmodel);
     if (!h->drafter) {
@@ -123,6 +129,46 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     memset(slot, 0, sizeof *slot);
     sw_wire_msg_move(slot, msg);
     h->q_len++;
+}
+
+static void s_chunk_cancelled(node_t *n, const char *client, const char *request_id)
+{
+    Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
+    c.request_id = (char *)request_id;
+    c.done = 1;
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_CANCELLED;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
+    env.token_chunk = &c;
+    if (sw_peer_send(n->peer, client, &env, NULL, 0, 0) != 0)
+        SW_DEBUG("could not confirm the cancel to %s", client);
+}
+
+void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    const Shardwire__Cancel *c = msg->env->cancel;
+    if (!h)
+        return;
+    if (!strcmp(h->running_rid, c->request_id) && !strcmp(h->running_client, msg->peer)) {
+        SW_INFO("request '%s': cancelled by %s (%s)", c->request_id, msg->peer,
+                c->reason && c->reason[0] ? c->reason : "no reason given");
+        h->cancel_running = 1;
+        return;
+    }
+    for (int i = 0; i < h->q_len; i++) {
+        sw_wire_msg_t *q = &h->queue[(h->q_head + i) % S_MAX_QUEUE];
+        if (strcmp(q->peer, msg->peer) != 0 || strcmp(q->env->generate->request_id, c->request_id))
+            continue;
+        SW_INFO("request '%s': cancelled by %s while queued", c->request_id, msg->peer);
+        sw_wire_msg_clear(q);
+        for (int j = i; j + 1 < h->q_len; j++)
+            sw_wire_msg_move(&h->queue[(h->q_head + j) % S_MAX_QUEUE],
+                             &h->queue[(h->q_head + j + 1) % S_MAX_QUEUE]);
+        h->q_len--;
+        s_chunk_cancelled(n, msg->peer, c->request_id);
+        return;
+    }
 }
 
 /* ---- route -------------------------------------------------------------------------------- */
@@ -255,6 +301,10 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
             snprintf(err, err_len, "the head is shutting down");
             return NODE_RECOVER_FATAL;
         }
+        if (n->head->cancel_running) {
+            snprintf(err, err_len, "cancelled by the client");
+            return NODE_RECOVER_FATAL;
+        }
         sw_wire_msg_t m = {0};
         int rc = sw_peer_recv(n->peer, &m, 100);
         if (rc < 0) {
@@ -323,6 +373,8 @@ static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char
                 }
             } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE) {
                 node_head_request(n, &m);
+            } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_CANCEL) {
+                node_head_cancel(n, &m);
             } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD) {
                 node_stage_forward(n, &m);
             }
@@ -473,6 +525,10 @@ static int s_pipe_idle(void *ctx, int ms, char *err, size_t err_len)
             snprintf(err, err_len, "the head is shutting down");
             return NODE_RECOVER_FATAL;
         }
+        if (n->head->cancel_running) {
+            snprintf(err, err_len, "cancelled by the client");
+            return NODE_RECOVER_FATAL;
+        }
         const double left = until - node_now_ms();
         if (left <= 0)
             return NODE_RECOVER_OK;
@@ -486,6 +542,8 @@ static int s_pipe_idle(void *ctx, int ms, char *err, size_t err_len)
             continue;
         if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE)
             node_head_request(n, &m);
+        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_CANCEL)
+            node_head_cancel(n, &m);
         else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD)
             node_stage_forward(n, &m);
         sw_wire_msg_clear(&m); // stale verdicts and errors of the failed round
@@ -555,6 +613,7 @@ typedef struct s_stream {
     const char *client;
     const char *request_id;
     sw_detok_t *detok;
+    uint32_t n_sent; // tokens streamed so far (the next chunk's index)
 } s_stream_t;
 
 static int s_send_chunk(s_stream_t *st, const int32_t *tokens, int n_tok, const char *text,
@@ -567,6 +626,8 @@ static int s_send_chunk(s_stream_t *st, const int32_t *tokens, int n_tok, const 
         ids[i] = (uint32_t)tokens[i];
     c.n_tokens = (size_t)n_tok;
     c.tokens = ids;
+    c.index = st->n_sent;
+    st->n_sent += (uint32_t)n_tok;
     c.text.data = (uint8_t *)text;
     c.text.len = len;
     c.done = finish != SHARDWIRE__FINISH_REASON__FINISH_NONE;
@@ -603,11 +664,11 @@ static int s_is_eog(void *ctx, int32_t token)
     return sw_tokenizer_is_eog((const sw_tokenizer_t *)ctx, token);
 }
 
-static void s_close_session(node_t *n, const s_route_t *route, uint64_t session)
+static void s_close_session(node_t *n, const s_route_t *route, uint64_t session, const char *why)
 {
     Shardwire__SessionClose sc = SHARDWIRE__SESSION_CLOSE__INIT;
     sc.session_id = session;
-    sc.reason = "done";
+    sc.reason = (char *)why;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
     env.session_close = &sc;
@@ -676,6 +737,9 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
     sw_local_target_t *lt = NULL;
     s_stream_t st = {.n = n, .client = msg->peer, .request_id = g->request_id};
     s_pipe_t pipe = {.n = n};
+    snprintf(h->running_rid, sizeof h->running_rid, "%s", g->request_id);
+    snprintf(h->running_client, sizeof h->running_client, "%s", msg->peer);
+    h->cancel_running = 0;
 
     sw_sampling_t sp = sw_sampling_default();
     Shardwire__SamplingParams spw = SHARDWIRE__SAMPLING_PARAMS__INIT;
@@ -709,9 +773,24 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         n_prompt = (int)g->n_prompt_tokens;
     } else {
         const char *text = g->prompt ? g->prompt : "";
-        if (g->chat) {
-            sw_chat_msg_t cm = {.role = "user", .content = text};
-            chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), &cm, 1, 1);
+        const int chat = g->chat || g->n_messages > 0;
+        if (chat) {
+            /* A conversation, or the prompt as one user turn (wire.c bounds both). */
+            sw_chat_msg_t one = {.role = "user", .content = text};
+            sw_chat_msg_t *turns = &one;
+            if (g->n_messages > 0) {
+                turns = calloc(g->n_messages, sizeof *turns);
+                if (!turns)
+                    goto oom;
+                for (size_t i = 0; i < g->n_messages; i++) {
+                    turns[i].role = g->messages[i]->role;
+                    turns[i].content = g->messages[i]->content;
+                }
+            }
+            chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), turns,
+                                             g->n_messages > 0 ? (int)g->n_messages : 1, 1);
+            if (turns != &one)
+                free(turns);
             if (!chat_text) {
                 snprintf(err, sizeof err, "the model has no usable chat template");
                 goto fail;
@@ -722,7 +801,7 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
          * hold the head in the tokenizer for seconds before this is known. */
         const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
         int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
-                           : sw_tokenize_max(h->tok, text, strlen(text), 1, g->chat, (int)room,
+                           : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
                                              &prompt, &n_prompt);
         if (trc == SW_TOK_ERR_TOO_LONG) {
             snprintf(err, sizeof err,
@@ -839,13 +918,19 @@ oom:
     snprintf(err, sizeof err, "out of memory");
     code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
 fail:
+    if (h->cancel_running) {
+        s_chunk_cancelled(n, msg->peer, g->request_id);
+        goto done;
+    }
     SW_WARN("request '%s' from %s failed: %s", g->request_id, msg->peer, err);
     s_send_error(n, msg->peer, code, g->request_id, pipe.session, err);
     if (s_send_chunk(&st, NULL, 0, NULL, 0, SHARDWIRE__FINISH_REASON__FINISH_ERROR, NULL) != 0)
         SW_DEBUG("request '%s': could not send the final chunk", g->request_id);
 done:
     if (pipe.route.n > 1)
-        s_close_session(n, &pipe.route, pipe.session);
+        s_close_session(n, &pipe.route, pipe.session, h->cancel_running ? "cancelled" : "done");
+    h->running_rid[0] = h->running_client[0] = 0;
+    h->cancel_running = 0;
     node_recover_free(&pipe.rec);
     sw_local_target_free(&lt);
     sw_detok_free(&st.detok);

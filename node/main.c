@@ -2,12 +2,14 @@
  * main.c - shardwire-node: parses the command line and runs the node.
  *
  *   shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT --name NAME
- *                  [--threads N] [--ctx N] [--max-sessions N] [--dtype f32|f16|bf16]
+ *                  [--backend cpu|cuda[:N]|cuda:0,1] [--threads N] [--ctx N]
+ *                  [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
  *                  [--recover-timeout-s S]
  *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
  *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
  *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
+ *                  [--draft-backend cpu|cuda[:N]]
  *
  * The --draft* flags matter on the head (layers from 0) only: they set the
  * drafting a request gets when its DraftParams leave it to the head.
@@ -38,7 +40,9 @@ static void s_usage(FILE *f)
     fprintf(f, "usage: shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT "
                "--name NAME [options]\n"
                "  --layers A:B           serve layers [A, B) (B may be 'end')\n"
-               "  --threads N            compute threads (default: all cores)\n"
+               "  --backend B            cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\n"
+               "                         two GPUs (default: cuda when a GPU is found, else cpu)\n"
+               "  --threads N            CPU compute threads (default: all cores)\n"
                "  --ctx N                positions per session (default 2048)\n"
                "  --max-sessions N       sessions held at once (default 8)\n"
                "  --dtype T              hidden states sent as f32, f16 or bf16 (default f32)\n"
@@ -57,7 +61,9 @@ static void s_usage(FILE *f)
                "  --draft-p-min P        head: stop drafting below this draft probability "
                "(default 0)\n"
                "  --draft-threads N      head: draft model threads (default: as "
-               "--threads)\n" SW_SEC_USAGE);
+               "--threads)\n"
+               "  --draft-backend B      head: where the draft model runs, e.g. cuda:1 (default:\n"
+               "                         the first device of --backend)\n" SW_SEC_USAGE);
 }
 
 static int s_layers(const char *s, int *a, int *b)
@@ -105,6 +111,8 @@ int main(int argc, char **argv)
         O_DKMAX,
         O_DPMIN,
         O_DTHREADS,
+        O_BACKEND,
+        O_DBACKEND,
         O_HELP
     };
     static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
@@ -125,6 +133,8 @@ int main(int argc, char **argv)
                                           {"draft-k-max", required_argument, 0, O_DKMAX},
                                           {"draft-p-min", required_argument, 0, O_DPMIN},
                                           {"draft-threads", required_argument, 0, O_DTHREADS},
+                                          {"backend", required_argument, 0, O_BACKEND},
+                                          {"draft-backend", required_argument, 0, O_DBACKEND},
                                           {"help", no_argument, 0, O_HELP},
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
@@ -233,6 +243,12 @@ int main(int argc, char **argv)
         }
         case O_DTHREADS:
             rc = sw_arg_int("shardwire-node", "--draft-threads", optarg, 1, 512, &o.draft_threads);
+            break;
+        case O_BACKEND:
+            o.backend = optarg;
+            break;
+        case O_DBACKEND:
+            o.draft_backend = optarg;
             break;
         case O_HELP:
             s_usage(stdout);

@@ -36,8 +36,18 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;
     }
-    if (s)
-        node_session_free(n, s);
+    if (!s)
+        return;
+    node_session_free(n, s);
+    int held = 0;
+    for (int i = 0; i < n->o.max_sessions; i++)
+        held += n->sessions[i].id != 0;
+    SW_INFO("session %016llx closed by %s (%s): %d session(s) held",
+            (unsigned long long)m->env->session_close->session_id, m->peer,
+            m->env->session_close->reason && m->env->session_close->reason[0]
+                ? m->env->session_close->reason
+                : "no reason",
+            held);
 }
 
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
@@ -51,6 +61,9 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
         break;
     case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
         s_on_close(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+        node_head_cancel(n, m);
         break;
     case SHARDWIRE__ENVELOPE__BODY_ERROR: {
         char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
@@ -73,9 +86,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     int rc = 1;
     sw_log_set_tag(o->name);
 
-    n.be = sw_backend_cpu_new(o->threads);
+    n.be = sw_backend_new(o->backend, o->threads, err, sizeof err);
     if (!n.be) {
-        SW_ERR("cannot start %d compute threads", o->threads);
+        SW_ERR("--backend: %s", err);
         return 1;
     }
     n.model = sw_model_load(o->model, o->layer_begin, o->layer_end, n.be, err, sizeof err);
@@ -110,7 +123,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     an.layer_begin = (uint32_t)sw_model_layer_begin(n.model);
     an.layer_end = (uint32_t)sw_model_layer_end(n.model);
     an.n_layers = (uint32_t)n.hp->n_layer;
-    an.backend = "cpu";
+    char backend[SW_WIRE_NAME_MAX + 1];
+    snprintf(backend, sizeof backend, "%s", sw_backend_desc(n.be));
+    an.backend = backend;
     an.max_sessions = (uint32_t)o->max_sessions;
     an.hidden = (uint32_t)n.hp->n_embd;
     sw_peer_opts_t po = {
@@ -120,8 +135,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
         SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);
         goto out;
     }
-    SW_INFO("serving layers [%d, %d) of %d (%s, model %.12s...) via %s",
+    SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
             sw_model_layer_begin(n.model), sw_model_layer_end(n.model), n.hp->n_layer,
+            sw_backend_desc(n.be),
             an.role == SHARDWIRE__ROLE__ROLE_FULL   ? "full"
             : an.role == SHARDWIRE__ROLE__ROLE_HEAD ? "head"
             : an.role == SHARDWIRE__ROLE__ROLE_TAIL ? "tail"

@@ -30,7 +30,8 @@ typedef struct node_opts {
     int layer_end;           // one past the last layer held (-1 = to the end)
     const char *relay;       // relay endpoint
     const char *name;        // peer name
-    int threads;             // compute threads (0 = all cores)
+    const char *backend;     // compute backend name (sw_backend_new; NULL = auto)
+    int threads;             // CPU compute threads (0 = all cores)
     int n_ctx;               // positions per session
     int max_sessions;        // sessions held at once
     int idle_timeout_ms;     // a session unused this long is freed
@@ -42,9 +43,11 @@ typedef struct node_opts {
     const char *draft_mode;  // head: "model", "ngram", "none" or NULL (= model if given)
     int draft_k;             // head: default drafts per round (0 = off, -1 = adaptive)
     int draft_threads;       // head: threads of the draft model
-    int draft_k_max;         // head: largest adaptive K (0 = the drafter's default)
-    float draft_p_min;       // head: default confidence stop of the draft model, [0, 1]
-    const sw_sec_t *sec;     // keys for the relay connection (keys.h); NULL = loopback only
+    const char
+        *draft_backend;  // head: the draft model's backend (NULL = the first device of backend)
+    int draft_k_max;     // head: largest adaptive K (0 = the drafter's default)
+    float draft_p_min;   // head: default confidence stop of the draft model, [0, 1]
+    const sw_sec_t *sec; // keys for the relay connection (keys.h); NULL = loopback only
 } node_opts_t;
 
 /* One session's state on a stage. */
@@ -62,7 +65,7 @@ typedef struct node_head node_head_t;
 
 typedef struct node {
     node_opts_t o;               // options
-    sw_backend_t *be;            // compute backend
+    sw_backend_t *be;            // compute backend (one device or a group)
     sw_model_t *model;           // layers [begin, end)
     const sw_hparams_t *hp;      // model hyper-parameters
     char fingerprint[65];        // model identity
@@ -95,6 +98,8 @@ int node_head_new(node_t *n, char *err, size_t err_len);
 void node_head_free(node_t *n);
 /* Queues or starts a generation request. */
 void node_head_request(node_t *n, sw_wire_msg_t *msg);
+/* A client's Cancel: drops its queued request or stops its running one. */
+void node_head_cancel(node_t *n, sw_wire_msg_t *msg);
 /* Runs queued requests, one at a time. */
 void node_head_work(node_t *n);
 

@@ -228,6 +228,11 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         return;
     }
     const int n_draft = (int)f->n_draft_tokens;
+    if (f->n_draft_parents || f->n_kv_path) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s does not run token trees yet", sw_peer_name(n->peer));
+        return;
+    }
     if (node_is_last(n)) {
         if (!s->ver) {
             sw_sampling_t sp = sw_sampling_default();

@@ -6,9 +6,15 @@
  *  - batch invariance: a row's logits are bit-identical computed alone and
  *    inside batches of every size from 2 to 65;
  *  - truncate and regenerate gives identical logits (O(1) rollback works);
+ *  - a backend group ("cpu,cpu": the layer split a node with two GPUs does)
+ *    gives logits bit-identical to one backend;
+ *  - greedy steps on the backend (the draft loop) equal one-row forwards
+ *    followed by the first argmax;
+ *  - several sessions in one call: tests/e2e/test_batch.c;
  *  - a range holds only its share of the weights in resident memory;
  *  - bad input (token ids, ranges, context overflow) is refused cleanly.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,8 +205,79 @@ int main(void)
         sw_model_free(&s2);
     }
 
-    /* Bad input. */
+    /* The layers split over a group of two backends in one process. */
     char err[256] = "";
+    sw_backend_t *grp = sw_backend_new("cpu,cpu", 1, err, sizeof err);
+    SW_CHECK(grp != NULL);
+    sw_model_t *gm = grp ? s_load(path, grp, 0, -1) : NULL;
+    SW_CHECK(gm != NULL);
+    if (gm) {
+        sw_kv_t *gk = sw_kv_new(gm, 128);
+        int ok = gk != NULL;
+        for (int i = 0; i < T && ok;) {
+            int n = i == 0 ? 40 : 1;
+            ok &= s_fwd(gm, gk, s_tokens + i, NULL, n, NULL, got + (size_t)i * V, n) == 0;
+            i += n;
+        }
+        SW_CHECK(ok);
+        SW_CHECK(memcmp(got, ref, (size_t)T * V * sizeof(float)) == 0);
+        /* A stage range on the group: [L/2, L) from the hidden states of [0, L/2). */
+        sw_model_t *s0 = s_load(path, be, 0, L / 2), *s1 = s_load(path, grp, L / 2, L);
+        sw_kv_t *k0 = s0 ? sw_kv_new(s0, 128) : NULL, *k1 = s1 ? sw_kv_new(s1, 128) : NULL;
+        ok = k0 && k1 && s_fwd(s0, k0, s_tokens, NULL, T, hid, NULL, 0) == 0 &&
+             s_fwd(s1, k1, NULL, hid, T, NULL, got, T) == 0;
+        SW_CHECK(ok);
+        SW_CHECK(memcmp(got, ref, (size_t)T * V * sizeof(float)) == 0);
+        /* The greedy loop needs the whole model on one device. */
+        int32_t ids[4];
+        SW_CHECK(sw_model_greedy_steps(gm, gk, 1, 2, ids, NULL, err, sizeof err) != 0);
+        SW_CHECK(strstr(err, "one device") != NULL);
+        sw_kv_free(&k0);
+        sw_kv_free(&k1);
+        sw_model_free(&s0);
+        sw_model_free(&s1);
+        sw_kv_free(&gk);
+        sw_model_free(&gm);
+    }
+    sw_backend_free(&grp);
+
+    /* Greedy steps on the backend against one-row forwards and the first argmax. */
+    {
+        enum { STEPS = 12, FROM = 20 };
+        int32_t ids[STEPS], want[STEPS];
+        float prob[STEPS], want_p[STEPS];
+        SW_CHECK_INT(sw_kv_truncate(kv, FROM), 0);
+        SW_CHECK_INT(
+            sw_model_greedy_steps(whole, kv, s_tokens[FROM], STEPS, ids, prob, err, sizeof err), 0);
+        SW_CHECK_INT(sw_kv_len(kv), FROM + STEPS);
+        SW_CHECK_INT(sw_kv_truncate(kv, FROM), 0);
+        int32_t t = s_tokens[FROM];
+        for (int i = 0; i < STEPS; i++) {
+            SW_CHECK_INT(s_fwd(whole, kv, &t, NULL, 1, NULL, got, 1), 0);
+            int best = 0;
+            for (int j = 1; j < V; j++)
+                if (got[j] > got[best])
+                    best = j;
+            double sum = 0;
+            for (int j = 0; j < V; j++)
+                sum += exp((double)(got[j] - got[best]));
+            want[i] = t = best;
+            want_p[i] = (float)(1.0 / sum);
+        }
+        SW_CHECK(!memcmp(ids, want, sizeof ids));
+        SW_CHECK(!memcmp(prob, want_p, sizeof prob));
+        /* Without probabilities, and refused when it does not fit. */
+        SW_CHECK_INT(sw_kv_truncate(kv, FROM), 0);
+        SW_CHECK_INT(
+            sw_model_greedy_steps(whole, kv, s_tokens[FROM], STEPS, ids, NULL, err, sizeof err), 0);
+        SW_CHECK(!memcmp(ids, want, sizeof ids));
+        SW_CHECK(sw_model_greedy_steps(whole, kv, 1, 65, ids, NULL, err, sizeof err) != 0);
+        SW_CHECK(sw_model_greedy_steps(whole, kv, V, 1, ids, NULL, err, sizeof err) != 0);
+        SW_CHECK(strstr(err, "outside the vocabulary") != NULL);
+        SW_CHECK_INT(sw_kv_len(kv), FROM + STEPS);
+    }
+
+    /* Bad input. */
     int32_t badtok = V;
     sw_forward_t f = {.n = 1, .tokens = &badtok, .logits = got, .n_logits = 1};
     int len_before = sw_kv_len(kv);

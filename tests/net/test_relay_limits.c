@@ -145,8 +145,7 @@ static int s_count_lines(const char *log, const char *needle)
 /* Refused handshakes: 20 sockets with an unknown key redial every 100 ms for 3 s. */
 static void s_refusals(void)
 {
-    const char *log = "/tmp/sw_test_relay_limits_refused.log";
-    unlink(log);
+    const char *log = sw_test_log("refused.log");
     pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
     SW_CHECK(s_time_to_status(10) >= 0);
     void *ctx = zmq_ctx_new();
@@ -185,8 +184,8 @@ static void s_refusals(void)
 /* A crowd of idle / half-greeting connections against a relay with a low open-file limit. */
 static void s_crowd_case(rlim_t soft, rlim_t hard, int n_conn, double limit_s, const char *what)
 {
-    const char *log = "/tmp/sw_test_relay_limits_fd.log";
-    unlink(log);
+    char log[512];
+    snprintf(log, sizeof log, "%s", sw_test_log(what)); /* one log per case */
     pid_t relay = s_relay_limited(soft, hard, log);
     SW_CHECK(s_time_to_status(10) >= 0);
     int *fds = calloc((size_t)n_conn, sizeof *fds);
@@ -225,9 +224,9 @@ int main(void)
 
     s_refusals();
     /* soft limit low, hard limit high: raised at start, the crowd does not matter */
-    s_crowd_case(64, 4096, 200, 3.0, "soft limit");
+    s_crowd_case(64, 4096, 200, 3.0, "soft-limit");
     /* both low: the handshake timeout frees the slots within seconds (libzmq's default: 30 s) */
-    s_crowd_case(96, 96, 200, 12.0, "hard limit");
+    s_crowd_case(96, 96, 200, 12.0, "hard-limit");
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);

@@ -231,7 +231,7 @@ int main(void)
     free(out);
     SW_CHECK(n_ref > 0);
 
-    const char *log = "/tmp/sw_test_route.log";
+    const char *log = sw_test_log("cluster.log");
     pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:10", log, NULL);
     pid_t mid = sw_test_node(s_ep, s_dir, "mid", "10:20", log, NULL);

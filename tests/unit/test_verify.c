@@ -18,6 +18,20 @@
  * + bonus, first rejected, middle rejected, K = 0), the penalty history is
  * advanced between rows, and greedy draws no random numbers. Bad inputs are
  * refused before anything changes.
+ *
+ * Trees: greedy follows the longest path matching the target's argmax (a
+ * later sibling, a deep branch, no match); a chain given as a tree gives the
+ * chain's tokens and consumes the same random numbers, in greedy and in
+ * sampling mode. Losslessness of the multi-candidate rule: trees of 10
+ * drafts (three candidates at the root drawn without replacement from the
+ * draft, two under each, one branch three deep) and trees of deterministic
+ * top-3 / top-2 candidates, with and without a repetition penalty: the
+ * joint law of the first two committed tokens must be the target's by
+ * chi-square, while three wrong rules (siblings tested without the residual
+ * update, the with-replacement rule on candidates drawn without
+ * replacement, the first candidate always kept) must be rejected by the same
+ * check. Bad trees (parent out of range, equal siblings, a later sibling's
+ * q_tok that does not fit) are refused.
  */
 #include "chi2.h"
 #include "sw_test.h"
@@ -612,6 +626,403 @@ static void test_residual(void)
     sw_sampler_free(&s);
 }
 
+/* ---- trees ---------------------------------------------------------------------- */
+
+/* A tree rule: sw_verify_path, or a deliberately wrong variant. */
+enum tree_rule {
+    TREE_CORRECT = 0,
+    TREE_NO_RESIDUAL = 1, // wrong: every sibling is tested against the node's p, no update
+    TREE_IID = 2,   // wrong: q_s = q (the with-replacement rule) for draws without replacement
+    TREE_FIRST = 3, // wrong: the first candidate is always kept
+};
+
+/* The wrong rules, written out (the correct one is the library's). */
+static int s_tree_wrong(enum tree_rule rule, sw_sampler_t *s, const sw_verify_in_t *in, float *work,
+                        int32_t *out)
+{
+    float *p = work, *r = work + NV;
+    int32_t node = 0, n = 0;
+    for (;;) {
+        if (sw_sampler_probs(s, in->logits + (size_t)node * NV, p) != 0)
+            return -1;
+        int32_t first = 0;
+        for (int32_t c = node + 1; c <= in->k && !first; c++)
+            if (in->parent[c - 1] == node)
+                first = c;
+        if (!first) {
+            out[n] = sw_sampler_sample_probs(s, p);
+            sw_sampler_accept(s, out[n]);
+            return n + 1;
+        }
+        if (rule == TREE_FIRST) {
+            out[n++] = in->draft[first - 1];
+            sw_sampler_accept(s, in->draft[first - 1]);
+            node = first;
+            continue;
+        }
+        const sw_draft_q_t *q = in->q ? &in->q[first - 1] : NULL;
+        int32_t acc = 0;
+        memcpy(r, p, NV * sizeof *r);
+        for (int32_t c = first; c <= in->k && !acc; c++) {
+            if (in->parent[c - 1] != node)
+                continue;
+            const int32_t d = in->draft[c - 1];
+            double qd = q ? in->q[c - 1].q_tok : 1.0;
+            double z = 0;
+            for (int i = 0; i < NV; i++)
+                z += r[i];
+            const float *test = rule == TREE_NO_RESIDUAL ? p : r;
+            double pd = rule == TREE_NO_RESIDUAL ? test[d] : test[d] / z;
+            if (sw_rng_uniform(sw_sampler_rng(s)) * qd < pd) {
+                acc = c;
+                break;
+            }
+            for (int i = 0; i < NV; i++) { // r = max(0, r / z - q), q not renormalised
+                float qi = q ? q->vals[i] : (i == d ? 1.0f : 0.0f);
+                float v = r[i] / (float)z - qi;
+                r[i] = v > 0 ? v : 0;
+            }
+        }
+        if (acc) {
+            out[n++] = in->draft[acc - 1];
+            sw_sampler_accept(s, in->draft[acc - 1]);
+            node = acc;
+            continue;
+        }
+        double z = 0;
+        for (int i = 0; i < NV; i++)
+            z += r[i];
+        out[n] = sw_sampler_sample_probs(s, z > 0 ? r : p);
+        sw_sampler_accept(s, out[n]);
+        return n + 1;
+    }
+}
+
+/* Draws w distinct tokens from q (NV entries) one after the other without
+ * replacement (deterministic: the w most likely, ties by id). */
+static int s_draw_wo(sw_rng_t *r, const double *q, int w, int deterministic, int32_t *out)
+{
+    double left[NV];
+    memcpy(left, q, sizeof left);
+    int n = 0;
+    for (; n < w; n++) {
+        double z = 0;
+        for (int i = 0; i < NV; i++)
+            z += left[i];
+        if (!(z > 1e-12))
+            break;
+        int32_t t = 0;
+        if (deterministic) {
+            for (int i = 1; i < NV; i++)
+                if (left[i] > left[t])
+                    t = i;
+        } else {
+            double u = sw_rng_uniform(r) * z, cum = 0;
+            t = -1;
+            for (int i = 0; i < NV && t < 0; i++) {
+                cum += left[i];
+                if (left[i] > 0 && u < cum)
+                    t = i;
+            }
+            if (t < 0)
+                for (int i = 0; i < NV; i++)
+                    if (left[i] > 0)
+                        t = i;
+        }
+        out[n] = t;
+        left[t] = 0;
+    }
+    return n;
+}
+
+/* The joint law of the first two committed tokens with tree rounds (see the
+ * top of the file); deterministic = top candidates as point masses. */
+static double s_tree_joint(enum tree_rule rule, const double P[NV][NV], const double Q[NV][NV],
+                           float penalty, int deterministic, uint64_t seed, int *failed)
+{
+    enum { MAXN = 16, T0 = 0 };
+    sw_sampling_t sp = s_params(1.0f, 0, seed);
+    sp.rep_penalty = penalty;
+    sp.rep_last_n = 16;
+    sw_sampler_t *s = sw_sampler_new(&sp, NV);
+    if (!s) {
+        *failed = TRIALS;
+        return 0.0;
+    }
+    double expect[NV * NV], pa[NV];
+    for (int a = 0; a < NV; a++)
+        pa[a] = exp(log(P[T0][a]) * (a == T0 ? penalty : 1.0));
+    s_normalize(pa);
+    for (int a = 0; a < NV; a++) {
+        double pb[NV];
+        for (int b = 0; b < NV; b++)
+            pb[b] = exp(log(P[a][b]) * (b == T0 || b == a ? penalty : 1.0));
+        s_normalize(pb);
+        for (int b = 0; b < NV; b++)
+            expect[a * NV + b] = pa[a] * pb[b];
+    }
+    float qrow[NV][NV], lp[NV][NV];
+    for (int i = 0; i < NV; i++)
+        for (int j = 0; j < NV; j++) {
+            qrow[i][j] = (float)Q[i][j];
+            lp[i][j] = (float)log(P[i][j]);
+        }
+    sw_rng_t dr;
+    sw_rng_seed(&dr, seed ^ 0x7eeULL);
+    uint64_t counts[NV * NV] = {0};
+    *failed = 0;
+    for (int t = 0; t < TRIALS; t++) {
+        sw_sampler_clear_history(s);
+        sw_sampler_accept(s, T0);
+        int32_t seq[2 * MAXN], nseq = 0, prev = T0;
+        while (nseq < 2) {
+            /* The tree: 3 (or 2 deterministic) candidates at the root, 2 under
+             * each, and one more under the first grandchild. */
+            int32_t draft[MAXN], parent[MAXN], tokn[MAXN + 1], out[MAXN + 1], kids[3];
+            sw_draft_q_t q[MAXN];
+            int k = 0;
+            tokn[0] = prev;
+            int nroot = s_draw_wo(&dr, Q[prev], deterministic ? 2 : 3, deterministic, kids);
+            int root_kids[3];
+            for (int i = 0; i < nroot; i++) {
+                draft[k] = kids[i];
+                parent[k] = 0;
+                q[k] = (sw_draft_q_t){.q_tok = qrow[prev][kids[i]], .n = NV, .vals = qrow[prev]};
+                root_kids[i] = ++k;
+                tokn[k] = kids[i];
+            }
+            for (int i = 0; i < nroot; i++) {
+                const int32_t at = root_kids[i], tok = tokn[at];
+                int m = s_draw_wo(&dr, Q[tok], 2, deterministic, kids);
+                for (int j = 0; j < m; j++) {
+                    draft[k] = kids[j];
+                    parent[k] = at;
+                    q[k] = (sw_draft_q_t){.q_tok = qrow[tok][kids[j]], .n = NV, .vals = qrow[tok]};
+                    tokn[++k] = kids[j];
+                    if (i == 0 && j == 0) {
+                        int32_t g;
+                        if (s_draw_wo(&dr, Q[kids[0]], 1, deterministic, &g) == 1) {
+                            draft[k] = g;
+                            parent[k] = k;
+                            q[k] = (sw_draft_q_t){
+                                .q_tok = qrow[kids[0]][g], .n = NV, .vals = qrow[kids[0]]};
+                            tokn[++k] = g;
+                        }
+                    }
+                }
+            }
+            float logits[(MAXN + 1) * NV];
+            for (int i = 0; i <= k; i++)
+                memcpy(logits + i * NV, lp[tokn[i]], sizeof lp[0]);
+            sw_verify_in_t in = {.k = k,
+                                 .draft = draft,
+                                 .q = deterministic ? NULL : q,
+                                 .logits = logits,
+                                 .parent = parent};
+            float work[2 * NV];
+            int32_t path[MAXN];
+            int n = rule == TREE_CORRECT ? sw_verify_path(s, &in, work, out, path)
+                                         : s_tree_wrong(rule, s, &in, work, out);
+            if (n < 1 || n > k + 1) {
+                (*failed)++;
+                break;
+            }
+            /* The path is a real root-down path whose tokens are the committed ones. */
+            for (int i = 0; rule == TREE_CORRECT && i < n - 1; i++)
+                *failed += path[i] < 1 || path[i] > k || draft[path[i] - 1] != out[i] ||
+                           parent[path[i] - 1] != (i ? path[i - 1] : 0);
+            for (int i = 0; i < n; i++)
+                seq[nseq++] = out[i];
+            prev = out[n - 1];
+        }
+        if (nseq >= 2)
+            counts[seq[0] * NV + seq[1]]++;
+    }
+    sw_sampler_free(&s);
+    double stat, pv = chi2_pvalue(counts, expect, NV * NV, &stat);
+    printf("    chi2 %.2f dof %d p %.4g\n", stat, NV * NV - 1, pv);
+    return pv;
+}
+
+static void test_tree_joint(void)
+{
+    double P[NV][NV], Q[NV][NV];
+    sw_rng_t r;
+    sw_rng_seed(&r, 777);
+    for (int i = 0; i < NV; i++) {
+        for (int j = 0; j < NV; j++) {
+            P[i][j] = exp(1.2 * (sw_rng_uniform(&r) - 0.5) * 2.0);
+            Q[i][j] = exp(1.8 * (sw_rng_uniform(&r) - 0.5) * 2.0);
+        }
+        s_normalize(P[i]);
+        s_normalize(Q[i]);
+    }
+    static const char *names[] = {"correct", "no residual between siblings", "with-replacement",
+                                  "first candidate kept"};
+    for (int det = 0; det < 2; det++) {
+        for (int c = 0; c < 2; c++) {
+            const float pen = c ? 1.5f : 1.0f;
+            for (int rule = TREE_CORRECT; rule <= TREE_FIRST; rule++) {
+                if (det && rule == TREE_IID)
+                    continue; // point masses: nothing to renormalise
+                int failed = 0;
+                printf("tree, %s candidates, penalty %.1f, %s rule:\n",
+                       det ? "top-k point-mass" : "sampled", (double)pen, names[rule]);
+                double pv = s_tree_joint((enum tree_rule)rule, P, Q, pen, det, 11 + c, &failed);
+                if (rule == TREE_CORRECT) {
+                    SW_CHECK_INT(failed, 0);
+                    SW_CHECK(pv > P_MIN);
+                } else {
+                    SW_CHECK(pv < P_MIN);
+                }
+            }
+        }
+    }
+}
+
+/* Greedy over a hand-built tree:
+ *   root -> 4 (node 1) -> 1 (node 3) -> 6 (node 5)
+ *        -> 2 (node 2) -> 7 (node 4)
+ *                      -> 5 (node 6)                                       */
+static void test_tree_greedy(void)
+{
+    sw_sampling_t sp = s_params(0.0f, 0, 1);
+    sw_sampler_t *s = sw_sampler_new(&sp, NV);
+    if (!s) {
+        SW_CHECK(0);
+        return;
+    }
+    const int32_t draft[6] = {4, 2, 1, 7, 6, 5};
+    const int32_t parent[6] = {0, 0, 1, 2, 3, 2};
+    float logits[7 * NV], work[2 * NV];
+    int32_t out[7], path[6];
+    sw_rng_t before = *sw_sampler_rng(s);
+    sw_verify_in_t in = {.k = 6, .draft = draft, .logits = logits, .parent = parent};
+
+    /* The first branch all the way: 4 1 6, bonus 3. */
+    s_row(logits, 4);
+    s_row(logits + 1 * NV, 1);
+    s_row(logits + 2 * NV, 0);
+    s_row(logits + 3 * NV, 6);
+    s_row(logits + 4 * NV, 0);
+    s_row(logits + 5 * NV, 3);
+    s_row(logits + 6 * NV, 0);
+    SW_CHECK_INT(sw_verify_path(s, &in, work, out, path), 4);
+    SW_CHECK(out[0] == 4 && out[1] == 1 && out[2] == 6 && out[3] == 3);
+    SW_CHECK(path[0] == 1 && path[1] == 3 && path[2] == 5);
+
+    /* The second sibling, then its second child: 2 5, bonus from node 6. */
+    s_row(logits, 2);
+    s_row(logits + 2 * NV, 5);
+    s_row(logits + 6 * NV, 7);
+    SW_CHECK_INT(sw_verify_path(s, &in, work, out, path), 3);
+    SW_CHECK(out[0] == 2 && out[1] == 5 && out[2] == 7);
+    SW_CHECK(path[0] == 2 && path[1] == 6);
+
+    /* No candidate matches at the root: the root's argmax alone. */
+    s_row(logits, 3);
+    SW_CHECK_INT(sw_verify_path(s, &in, work, out, path), 1);
+    SW_CHECK_INT(out[0], 3);
+
+    /* A leaf in the middle: 4 then 1 mismatched (row 1 says 0). */
+    s_row(logits, 4);
+    s_row(logits + 1 * NV, 0);
+    SW_CHECK_INT(sw_verify_path(s, &in, work, out, path), 2);
+    SW_CHECK(out[0] == 4 && out[1] == 0 && path[0] == 1);
+    SW_CHECK(memcmp(&before, sw_sampler_rng(s), sizeof before) == 0);
+
+    /* Bad trees are refused. */
+    int32_t bad_parent[6] = {0, 0, 1, 2, 5, 2}; // node 5 under itself
+    sw_verify_in_t bad = in;
+    bad.parent = bad_parent;
+    SW_CHECK_INT(sw_verify_path(s, &bad, work, out, path), -1);
+    bad_parent[4] = -1;
+    SW_CHECK_INT(sw_verify_path(s, &bad, work, out, path), -1);
+    const int32_t same[6] = {4, 4, 1, 7, 6, 5}; // two root candidates with token 4
+    bad = in;
+    bad.draft = same;
+    SW_CHECK_INT(sw_verify_path(s, &bad, work, out, path), -1);
+    sw_sampler_free(&s);
+
+    /* A later sibling's q_tok must be its first sibling's q of its token. */
+    sp = s_params(1.0f, 0, 1);
+    s = sw_sampler_new(&sp, NV);
+    if (!s) {
+        SW_CHECK(0);
+        return;
+    }
+    float qv[NV] = {0.3f, 0.1f, 0.2f, 0.1f, 0.1f, 0.1f, 0.05f, 0.05f};
+    sw_draft_q_t q[6];
+    for (int i = 0; i < 6; i++)
+        q[i] = (sw_draft_q_t){.q_tok = qv[draft[i]], .n = NV, .vals = qv};
+    sw_verify_in_t inq = in;
+    inq.q = q;
+    SW_CHECK(sw_verify_path(s, &inq, work, out, path) >= 1);
+    q[1].q_tok = 0.5f; // node 2 is the second root candidate: q(2) is 0.2
+    q[1].n = 0;
+    q[1].vals = NULL;
+    SW_CHECK_INT(sw_verify_path(s, &inq, work, out, path), -1);
+    q[1].q_tok = 0.2f; // later siblings need only q_tok
+    SW_CHECK(sw_verify_path(s, &inq, work, out, path) >= 1);
+    sw_sampler_free(&s);
+}
+
+/* A chain given as a tree commits the same tokens from the same random
+ * numbers, greedy and sampling, point masses and sparse q. */
+static void test_tree_chain_same(void)
+{
+    enum { K = 5, ROUNDS = 2000 };
+    int same = 1, accepted = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        sw_sampling_t sp = s_params(mode == 0 ? 0.0f : 0.9f, 0, 99 + mode);
+        sp.rep_penalty = 1.3f;
+        sp.rep_last_n = 8;
+        sw_sampler_t *a = sw_sampler_new(&sp, NV), *b = sw_sampler_new(&sp, NV);
+        if (!a || !b) {
+            SW_CHECK(0);
+            sw_sampler_free(&a);
+            sw_sampler_free(&b);
+            return;
+        }
+        sw_rng_t dr;
+        sw_rng_seed(&dr, 5 + mode);
+        const int32_t parent[K] = {0, 1, 2, 3, 4};
+        float qv[NV] = {0.25f, 0.05f, 0.3f, 0.1f, 0.1f, 0.05f, 0.1f, 0.05f};
+        int32_t qids[3] = {0, 2, 6};
+        float qsp[3] = {0.4f, 0.4f, 0.2f};
+        for (int t = 0; t < ROUNDS; t++) {
+            float logits[(K + 1) * NV], work[2 * NV];
+            for (int i = 0; i < (K + 1) * NV; i++)
+                logits[i] = (float)(2.0 * sw_rng_uniform(&dr));
+            int32_t draft[K], oa[K + 1], ob[K + 1], path[K];
+            sw_draft_q_t q[K];
+            for (int i = 0; i < K; i++) {
+                if (mode == 2) {
+                    int j = (int)(sw_rng_next(&dr) % 3);
+                    draft[i] = qids[j];
+                    q[i] = (sw_draft_q_t){.q_tok = qsp[j], .n = 3, .ids = qids, .vals = qsp};
+                } else {
+                    draft[i] = (int32_t)(sw_rng_next(&dr) % NV);
+                    q[i] = (sw_draft_q_t){.q_tok = qv[draft[i]], .n = NV, .vals = qv};
+                }
+            }
+            sw_verify_in_t in = {.k = K, .draft = draft, .q = mode ? q : NULL, .logits = logits};
+            sw_verify_in_t it = in;
+            it.parent = parent;
+            int na = sw_verify(a, &in, work, oa), nb = sw_verify_path(b, &it, work, ob, path);
+            same &= na == nb && na >= 1 && !memcmp(oa, ob, (size_t)na * sizeof *oa);
+            for (int i = 0; i < nb - 1; i++)
+                same &= path[i] == i + 1;
+            same &= !memcmp(sw_sampler_rng(a), sw_sampler_rng(b), sizeof(sw_rng_t));
+            accepted += na - 1;
+        }
+        sw_sampler_free(&a);
+        sw_sampler_free(&b);
+    }
+    SW_CHECK(same);
+    SW_CHECK(accepted > 0);
+}
+
 int main(void)
 {
     test_greedy();
@@ -621,5 +1032,8 @@ int main(void)
     test_residual();
     test_first_token();
     test_joint();
+    test_tree_greedy();
+    test_tree_chain_same();
+    test_tree_joint();
     return sw_test_done();
 }

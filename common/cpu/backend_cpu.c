@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,7 +27,8 @@
 
 struct sw_buf {
     size_t bytes; // usable size
-    void *data;   // 64-byte aligned, zeroed at allocation
+    void *data;   // 64-byte aligned and zeroed when owned; else host memory of a weight or a view
+    int owned;    // 1 = data is freed with the buffer
 };
 
 typedef struct s_cpu {
@@ -47,6 +49,11 @@ static s_cpu_t *s_impl(sw_backend_t *be)
 static float *s_f32(const sw_buf_t *b)
 {
     return (float *)b->data;
+}
+
+static const int32_t *s_i32(const sw_buf_t *b)
+{
+    return (const int32_t *)b->data;
 }
 
 /* ---- scalar kernels shared with the AVX2 file's contract ------------------ */
@@ -176,6 +183,32 @@ static sw_buf_t *s_buf_alloc(sw_backend_t *be, size_t bytes)
     }
     memset(b->data, 0, rounded);
     b->bytes = bytes;
+    b->owned = 1;
+    return b;
+}
+
+/* Weights stay in the model file's mapping: the buffer only refers to them. */
+static sw_buf_t *s_buf_weight(sw_backend_t *be, const void *host, size_t bytes)
+{
+    (void)be;
+    sw_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->data = (void *)(uintptr_t)host;
+    b->bytes = bytes;
+    return b;
+}
+
+static sw_buf_t *s_buf_view(sw_backend_t *be, sw_buf_t *parent, size_t off, size_t bytes)
+{
+    (void)be;
+    if (off > parent->bytes || bytes > parent->bytes - off)
+        return NULL;
+    sw_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->data = (char *)parent->data + off;
+    b->bytes = bytes;
     return b;
 }
 
@@ -184,7 +217,8 @@ static void s_buf_free(sw_backend_t *be, sw_buf_t *buf)
     (void)be;
     if (!buf)
         return;
-    free(buf->data);
+    if (buf->owned)
+        free(buf->data);
     free(buf);
 }
 
@@ -193,41 +227,47 @@ void *sw_buf_host(sw_buf_t *buf)
     return buf ? buf->data : NULL;
 }
 
-static void s_upload(sw_backend_t *be, sw_buf_t *dst, size_t off, const void *src, size_t n)
+static int s_upload(sw_backend_t *be, sw_buf_t *dst, size_t off, const void *src, size_t n)
 {
-    (void)be;
+    if (off > dst->bytes || n > dst->bytes - off)
+        return sw_backend_fail(be,
+                               "cpu backend: upload of %zu bytes at %zu overruns a %zu-byte "
+                               "buffer",
+                               n, off, dst->bytes);
     memcpy((char *)dst->data + off, src, n);
+    return 0;
 }
 
-static void s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t off, size_t n)
+static int s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t off, size_t n)
 {
-    (void)be;
+    if (off > src->bytes || n > src->bytes - off)
+        return sw_backend_fail(be,
+                               "cpu backend: download of %zu bytes at %zu overruns a "
+                               "%zu-byte buffer",
+                               n, off, src->bytes);
     memcpy(dst, (const char *)src->data + off, n);
-}
-
-static int s_weight_prepare(sw_backend_t *be, sw_weight_t *w)
-{
-    (void)be;
-    (void)w;
     return 0;
 }
 
 /* ---- elementwise ops ---------------------------------------------------------- */
 
-static void s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const int32_t *ids, int n,
-                       sw_buf_t *out)
+static int s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *ctl, int n,
+                      sw_buf_t *out)
 {
     (void)be;
+    const int32_t *ids = s_i32(ctl) + SW_CTL_POS + n;
     for (int r = 0; r < n; r++) {
-        const char *row = (const char *)emb->data + (size_t)ids[r] * emb->row_bytes;
+        const char *row = (const char *)emb->buf->data + (size_t)ids[r] * emb->row_bytes;
         sw_dequantize_row(emb->type, row, s_f32(out) + (size_t)r * emb->n_in, emb->n_in);
     }
+    return 0;
 }
 
-static void s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const float *w, int n, int dim,
-                      float eps, sw_buf_t *out)
+static int s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *wb, int n, int dim,
+                     float eps, sw_buf_t *out)
 {
     (void)be;
+    const float *w = s_f32(wb);
     for (int r = 0; r < n; r++) {
         const float *xr = s_f32(x) + (size_t)r * dim;
         float *yr = s_f32(out) + (size_t)r * dim;
@@ -241,18 +281,20 @@ static void s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const float *w, int n
             yr[i] = v * w[i];
         }
     }
+    return 0;
 }
 
-static void s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
+static int s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
 {
     (void)be;
     float *a = s_f32(x);
     const float *b = s_f32(y);
     for (size_t i = 0; i < n; i++)
         a[i] += b[i];
+    return 0;
 }
 
-static void s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
+static int s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
 {
     const s_cpu_t *c = s_impl(be);
     float *g = s_f32(gate);
@@ -274,31 +316,17 @@ static void s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_
         float silu = x / (1.0f + expf(-x));
         g[i] = silu * u[i];
     }
+    return 0;
 }
 
-static void s_copy(sw_backend_t *be, sw_buf_t *dst, size_t doff, const sw_buf_t *src, size_t soff,
-                   size_t n)
+/* Rotary embedding with the model's cos/sin table (sw_rope_table()). */
+static int s_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_heads,
+                  int head_dim, int n_rot, const sw_buf_t *cs_buf, int neox)
 {
     (void)be;
-    memmove(s_f32(dst) + doff, s_f32(src) + soff, n * sizeof(float));
-}
-
-/* Rotary embedding: angle of pair i at position p is p * base^(-2i/n_rot)
- * (divided by freq_scale's inverse), built by repeated multiplication. */
-static void s_rope(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim, int n_rot,
-                   int pos0, float freq_base, float freq_scale, int neox)
-{
-    (void)be;
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    float cs[512]; // (n_rot / 2) cos, sin pairs; n_rot <= 512 is checked at load
+    const int32_t *pos = s_i32(ctl) + SW_CTL_POS;
     for (int r = 0; r < n; r++) {
-        float theta = (float)(pos0 + r);
-        for (int i = 0; i < n_rot / 2; i++) {
-            float t = freq_scale * theta;
-            cs[2 * i] = cosf(t);
-            cs[2 * i + 1] = sinf(t);
-            theta *= theta_scale;
-        }
+        const float *cs = s_f32(cs_buf) + (size_t)pos[r] * (size_t)n_rot;
         float *row = s_f32(x) + (size_t)r * n_heads * head_dim;
         for (int h = 0; h < n_heads; h++) {
             float *v = row + (size_t)h * head_dim;
@@ -312,12 +340,14 @@ static void s_rope(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_d
             }
         }
     }
+    return 0;
 }
 
-static void s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
-                        const float *w, float eps)
+static int s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
+                       const sw_buf_t *wb, float eps)
 {
     (void)be;
+    const float *w = s_f32(wb);
     for (int r = 0; r < n; r++) {
         for (int h = 0; h < n_heads; h++) {
             float *v = s_f32(x) + ((size_t)r * n_heads + h) * head_dim;
@@ -331,6 +361,7 @@ static void s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int h
             }
         }
     }
+    return 0;
 }
 
 /* ---- matmul ------------------------------------------------------------------- */
@@ -371,7 +402,7 @@ static void s_mm_body(void *ctx, int ith, int nth)
             if (hi > w->n_out)
                 hi = w->n_out;
             if (lo < hi)
-                sw_matmul(w->type, w->n_in, w->data, w->row_bytes, lo, hi, j->xq[i],
+                sw_matmul(w->type, w->n_in, w->buf->data, w->row_bytes, lo, hi, j->xq[i],
                           j->xq_stride[i], j->n, j->y[i], w->n_out);
             base += w->n_out;
         }
@@ -391,11 +422,14 @@ static int s_qbuf_reserve(s_cpu_t *c, size_t bytes)
     return 0;
 }
 
-static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
-                     const float *const *bias, const sw_buf_t *x, int x_row0, int n,
-                     sw_buf_t *const *y)
+static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
+                    const sw_buf_t *const *bias, const sw_buf_t *x, int x_row0, int n,
+                    sw_buf_t *const *y, int flags)
 {
     s_cpu_t *c = s_impl(be);
+    (void)flags;
+    if (n_w < 1 || n_w > S_MAX_W)
+        return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w, S_MAX_W);
     struct s_mm_job job = {.n_w = n_w, .n = n};
     const int64_t n_in = w[0]->n_in;
     const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
@@ -411,8 +445,11 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
             k++;
         if (k == n_types) {
             uint64_t rb = 0;
-            if (sw_type_row_bytes(vt, n_in, &rb) != 0)
-                abort(); // shapes were validated at model load
+            if (vt == SW_TYPE_COUNT || sw_type_row_bytes(vt, n_in, &rb) != 0)
+                return sw_backend_fail(be,
+                                       "cpu backend: a %s weight of %lld columns cannot be "
+                                       "multiplied",
+                                       sw_type_name(w[i]->type), (long long)n_in);
             types[k] = vt;
             strides[k] = (size_t)((rb + 63) & ~(uint64_t)63);
             offs[k] = need;
@@ -425,15 +462,14 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
         job.y[i] = s_f32(y[i]);
         job.total += w[i]->n_out;
     }
-    if (s_qbuf_reserve(c, need) != 0) {
-        SW_ERR("cpu backend: out of memory for a %zu-byte matmul input", need);
-        abort();
-    }
+    if (s_qbuf_reserve(c, need) != 0)
+        return sw_backend_fail(be, "cpu backend: out of memory for a %zu-byte matmul input", need);
     for (int k = 0; k < n_types; k++)
         for (int r = 0; r < n; r++)
             if (sw_quantize_row(types[k], xs + (size_t)r * n_in,
                                 (char *)c->qbuf + offs[k] + strides[k] * (size_t)r, n_in) != 0)
-                abort(); // activation types are always writable
+                return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                       sw_type_name(types[k]));
     for (int i = 0; i < n_w; i++)
         job.xq[i] = (const char *)c->qbuf + (uintptr_t)job.xq[i];
 
@@ -447,13 +483,15 @@ static void s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
         for (int i = 0; i < n_w; i++) {
             if (!bias[i])
                 continue;
+            const float *bi = s_f32(bias[i]);
             for (int r = 0; r < n; r++) {
                 float *yr = job.y[i] + (size_t)r * w[i]->n_out;
                 for (int64_t o = 0; o < w[i]->n_out; o++)
-                    yr[o] += bias[i][o];
+                    yr[o] += bi[o];
             }
         }
     }
+    return 0;
 }
 
 /* ---- attention ---------------------------------------------------------------- */
@@ -478,10 +516,11 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
+    const int slot0 = s_i32(a->ctl)[SW_CTL_SLOT0];
     (void)nth;
     for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head, g = h / group;
-        const int n_pos = a->pos0 + r + 1; // causal: positions [0, pos0 + r]
+        const int n_pos = slot0 + r + 1; // causal: slots [0, slot0 + r]
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
@@ -510,16 +549,20 @@ static void s_attn_body(void *ctx, int ith, int nth)
     }
 }
 
-static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
+static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
 {
     s_cpu_t *c = s_impl(be);
     const size_t kv_dim = (size_t)a->n_kv_head * a->head_dim;
     sw_f16 *kc = (sw_f16 *)a->k_cache->data;
     sw_f16 *vc = (sw_f16 *)a->v_cache->data;
+    const int slot0 = s_i32(a->ctl)[SW_CTL_SLOT0];
+    if (slot0 < 0 || slot0 + a->n > a->n_ctx)
+        return sw_backend_fail(be, "cpu backend: %d rows at slot %d overrun a %d-slot cache", a->n,
+                               slot0, a->n_ctx);
 
     /* Append the new rows: K row-major, V transposed. */
     for (int r = 0; r < a->n; r++) {
-        const int pos = a->pos0 + r;
+        const int pos = slot0 + r;
         s_to_f16(c, s_f32(a->k) + (size_t)r * kv_dim, kc + (size_t)pos * kv_dim, (int)kv_dim);
         const float *v = s_f32(a->v) + (size_t)r * kv_dim;
         for (size_t d = 0; d < kv_dim; d++)
@@ -531,10 +574,8 @@ static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
     each = (each + 63) & ~(size_t)63;
     if (each > c->scratch_each) {
         void *p = aligned_alloc(64, each * (size_t)c->n_threads);
-        if (!p) {
-            SW_ERR("cpu backend: out of memory for attention scratch");
-            abort();
-        }
+        if (!p)
+            return sw_backend_fail(be, "cpu backend: out of memory for attention scratch");
         free(c->scratch);
         c->scratch = p;
         c->scratch_each = each;
@@ -542,6 +583,37 @@ static void s_attention(sw_backend_t *be, const sw_attn_args_t *a)
     struct s_attn_job job = {.a = a, .c = c};
     atomic_init(&job.next, 0);
     sw_pool_run(c->pool, s_attn_body, &job);
+    return 0;
+}
+
+/* The draft loop's greedy step: the first largest value and its softmax
+ * probability, computed as the draft model's host code does. */
+static int s_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
+                    sw_buf_t *ids, sw_buf_t *prob, size_t ids_off)
+{
+    const float *l = s_f32(x);
+    float best = -INFINITY;
+    int32_t best_id = -1;
+    for (int i = 0; i < dim; i++) {
+        if (isnan(l[i]) || l[i] == INFINITY)
+            return sw_backend_fail(be, "cpu backend: logit %d is %g", i, (double)l[i]);
+        if (l[i] > best) {
+            best = l[i];
+            best_id = i;
+        }
+    }
+    if (best_id < 0)
+        return sw_backend_fail(be, "cpu backend: every logit is -inf");
+    if (tok)
+        ((int32_t *)tok->data)[tok_off] = best_id;
+    ((int32_t *)ids->data)[ids_off] = best_id;
+    if (prob) {
+        double sum = 0;
+        for (int i = 0; i < dim; i++)
+            sum += exp((double)(l[i] - best));
+        s_f32(prob)[ids_off] = (float)(1.0 / sum);
+    }
+    return 0;
 }
 
 /* ---- lifecycle -------------------------------------------------------------------- */
@@ -562,10 +634,11 @@ static const sw_backend_ops_t s_cpu_ops = {
     .name = "cpu",
     .destroy = s_destroy,
     .buf_alloc = s_buf_alloc,
+    .buf_weight = s_buf_weight,
+    .buf_view = s_buf_view,
     .buf_free = s_buf_free,
     .upload = s_upload,
     .download = s_download,
-    .weight_prepare = s_weight_prepare,
     .get_rows = s_get_rows,
     .rmsnorm = s_rmsnorm,
     .matmul = s_matmul,
@@ -574,8 +647,11 @@ static const sw_backend_ops_t s_cpu_ops = {
     .attention = s_attention,
     .add = s_add,
     .swiglu = s_swiglu,
-    .copy = s_copy,
+    .argmax = s_argmax,
     .sync = NULL,
+    .graph_run = NULL,
+    .graph_reset = NULL,
+    .transfer = NULL,
 };
 
 sw_backend_t *sw_backend_cpu_new(int n_threads)
@@ -595,20 +671,13 @@ sw_backend_t *sw_backend_cpu_new(int n_threads)
     c->avx2 = strcmp(sw_cpu_kernels(), "avx2") == 0;
     be->ops = &s_cpu_ops;
     be->impl = c;
+    be->max_rows = 64;
+    snprintf(be->name, sizeof be->name, "cpu");
+    snprintf(be->desc, sizeof be->desc, "cpu (%d thread%s, %s kernels)", n_threads,
+             n_threads == 1 ? "" : "s", sw_cpu_kernels());
     return be;
 err:
     free(c);
     free(be);
     return NULL;
-}
-
-void sw_backend_free(sw_backend_t **self_p)
-{
-    if (!self_p || !*self_p)
-        return;
-    sw_backend_t *be = *self_p;
-    if (be->ops && be->ops->destroy)
-        be->ops->destroy(be);
-    free(be);
-    *self_p = NULL;
 }

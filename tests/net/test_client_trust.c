@@ -1,5 +1,5 @@
 /*
- * test_client.c - `shardwire run` trusts only the head it chose, and never
+ * test_client_trust.c - `shardwire run` trusts only the head it chose, and never
  * hands a peer's control characters to the terminal. Real relay, real nodes
  * (head 0:15, tail 15:30 of SmolLM2), keys on:
  *
@@ -308,7 +308,7 @@ int main(void)
     free(out);
     SW_CHECK(n_ref > 0);
 
-    const char *log = "/tmp/sw_test_client.log";
+    const char *log = sw_test_log("cluster.log");
     pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", log, NULL);
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", log, NULL);

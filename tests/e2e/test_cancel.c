@@ -1,0 +1,134 @@
+/*
+ * test_cancel.c - cancelling requests, with real processes on loopback
+ * (relay, head and tail nodes, `shardwire run` clients):
+ *
+ *  - `shardwire run` interrupted with SIGINT (and SIGTERM) mid-generation
+ *    returns at once (exit 130) and its Cancel makes the head close the
+ *    session at the tail: the tail's log says "closed by head (cancelled)"
+ *    well within a second, and the next request's first token is not held
+ *    up by the cancelled one (a 2000-token request would run for a minute);
+ *  - a client killed with SIGKILL (it sends nothing) is noticed by the head,
+ *    which closes the session the same way.
+ */
+#include "sw_fault.h"
+
+#include <fcntl.h>
+
+static const char *s_prompt = "Once upon a time, in a land far away,";
+
+/* Starts `shardwire run` in its own process group (signals reach it, not
+ * a wrapper); output goes to log. */
+static pid_t s_spawn_run(const char *ep, int n_gen, const char *log)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "run",
+                    "--relay",
+                    (char *)ep,
+                    "-p",
+                    (char *)s_prompt,
+                    "-n",
+                    n,
+                    "--timeout-s",
+                    "600",
+                    "--insecure-loopback",
+                    NULL};
+    unlink(log);
+    return sw_test_spawn(argv, log);
+}
+
+/* Waits until the nodes' log holds more than `before` lines with needle;
+ * the ms it took, or -1 after timeout_ms. */
+static double s_wait_log(const swf_cluster_t *c, const char *needle, int before, int timeout_ms)
+{
+    const double t0 = swf_now_ms();
+    while (swf_now_ms() - t0 < timeout_ms) {
+        if (swf_log_count(c, needle) > before)
+            return swf_now_ms() - t0;
+        usleep(5000);
+    }
+    return -1;
+}
+
+/* Exit status of pid within timeout_ms (ms taken into *ms), or -1. */
+static int s_wait_exit(pid_t pid, int timeout_ms, double *ms)
+{
+    const double t0 = swf_now_ms();
+    while (swf_now_ms() - t0 < timeout_ms) {
+        int st = 0;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            *ms = swf_now_ms() - t0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        usleep(2000);
+    }
+    return -1;
+}
+
+int main(void)
+{
+    const char *model = sw_test_model();
+    signal(SIGPIPE, SIG_IGN);
+    swf_cluster_t c = {0};
+    snprintf(c.nodes[0].name, sizeof c.nodes[0].name, "head");
+    snprintf(c.nodes[0].layers, sizeof c.nodes[0].layers, "0:15");
+    snprintf(c.nodes[1].name, sizeof c.nodes[1].name, "tail");
+    snprintf(c.nodes[1].layers, sizeof c.nodes[1].layers, "15:30");
+    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_cancel_nodes.log"), 0);
+
+    swf_result_t alone;
+    swf_client_t cl = {0};
+    SW_CHECK_INT(swf_client_start(&cl, c.ep, s_prompt, 8, 60, NULL, "alone"), 0);
+    swf_client_wait(&cl, &alone);
+    SW_CHECK_INT(alone.rc, 0);
+    SW_CHECK_INT(alone.n, 8);
+
+    const int sigs[3] = {SIGINT, SIGTERM, SIGKILL};
+    const char *const names[3] = {"SIGINT", "SIGTERM", "SIGKILL"};
+    for (int k = 0; k < 2; k++) { /* SIGKILL: with the event-loop head */
+        char log[64];
+        snprintf(log, sizeof log, "/tmp/sw_test_cancel_run%d.log", k);
+        long in0 = 0;
+        SW_CHECK_INT(swf_peer(c.ep, "tail", &in0, NULL), 1);
+        const int closed0 = swf_log_count(&c, "closed by head (cancelled)");
+        pid_t run = s_spawn_run(c.ep, 2000, log);
+        /* mid-generation: the tail has answered 10 rounds */
+        SW_CHECK_INT(swf_wait_msgs_in(c.ep, "tail", in0 + 10, 60), 0);
+        const double t_sig = swf_now_ms();
+        kill(run, sigs[k]);
+        double exit_ms = -1;
+        int rc = s_wait_exit(run, 5000, &exit_ms);
+        if (sigs[k] == SIGKILL) {
+            SW_CHECK_INT(rc, 128 + SIGKILL);
+        } else {
+            SW_CHECK_INT(rc, 130);
+            SW_CHECK(exit_ms >= 0 && exit_ms < 1000); /* returns at once */
+        }
+        double closed_ms = s_wait_log(&c, "closed by head (cancelled)", closed0, 15000);
+        if (closed_ms >= 0)
+            closed_ms = swf_now_ms() - t_sig;
+        fprintf(stderr,
+                "%s: client exited after %.0f ms, the tail closed the session %.0f ms after the "
+                "signal\n",
+                names[k], exit_ms, closed_ms);
+        SW_CHECK(closed_ms >= 0);
+        if (sigs[k] != SIGKILL)
+            SW_CHECK(closed_ms >= 0 && closed_ms < 1000); /* within one (loopback) round trip */
+        else
+            SW_CHECK(closed_ms >= 0 && closed_ms < 5000); /* the head notices the silence */
+
+        /* The next request is served at once: the cancelled one does not run on. */
+        const double t0 = swf_now_ms();
+        swf_result_t next;
+        SW_CHECK_INT(swf_client_start(&cl, c.ep, s_prompt, 8, 60, NULL, "next"), 0);
+        swf_client_wait(&cl, &next);
+        fprintf(stderr, "  next request: %.0f ms end to end\n", swf_now_ms() - t0);
+        SW_CHECK_INT(next.rc, 0);
+        SW_CHECK(swf_same(&next, &alone));
+        SW_CHECK(swf_now_ms() - t0 < 10000);
+        unlink(log);
+    }
+    swf_stop(&c);
+    return sw_test_done();
+}
