@@ -34,6 +34,7 @@
 #include "cmds.h"
 #include "decode.h"
 #include "drafter.h"
+#include "hub.h"
 #include "log.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -60,7 +61,7 @@ struct s_opts {
 static void s_usage(FILE *f)
 {
     fprintf(f, "usage: shardwire generate --model M.gguf -p TEXT [options]\n"
-               "  -m, --model PATH        GGUF model file\n"
+               "  -m, --model PATH        GGUF model file, or hf:ORG/NAME/FILE (Hugging Face hub)\n"
                "  -p, --prompt TEXT       prompt\n"
                "  -n, --n-predict N       tokens to generate (default 128)\n"
                "      --temp T            temperature, 0 = greedy (default 0)\n"
@@ -308,7 +309,17 @@ int cmd_generate(int argc, char **argv)
     struct s_opts o;
     if (s_parse(argc, argv, &o) != 0)
         return 2;
-    char err[512] = "";
+    char err[1024] = "";
+    static char model_path[PATH_MAX], draft_path[PATH_MAX];
+    if (sw_hub_model_arg(o.model, NULL, model_path, sizeof model_path, err, sizeof err) != 0 ||
+        (o.draft_model &&
+         sw_hub_model_arg(o.draft_model, NULL, draft_path, sizeof draft_path, err, sizeof err))) {
+        fprintf(stderr, "shardwire generate: %s\n", err);
+        return 1;
+    }
+    o.model = model_path;
+    if (o.draft_model)
+        o.draft_model = draft_path;
     int rc = 1;
     sw_backend_t *be = sw_backend_new(o.backend, o.threads, err, sizeof err);
     sw_model_t *m = NULL;

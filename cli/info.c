@@ -7,6 +7,7 @@
  */
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "backend.h"
 #include "chat.h"
 #include "cmds.h"
+#include "hub.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -41,7 +43,13 @@ int cmd_info(int argc, char **argv)
         fprintf(stderr, "shardwire info: --model M.gguf is required\n");
         return 2;
     }
-    char err[512] = "";
+    char err[1024] = "";
+    static char resolved[PATH_MAX];
+    if (sw_hub_model_arg(path, NULL, resolved, sizeof resolved, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire info: %s\n", err);
+        return 1;
+    }
+    path = resolved;
     sw_backend_t *be = sw_backend_new(backend, 1, err, sizeof err);
     if (!be) {
         fprintf(stderr, "shardwire info: --backend: %s\n", err);

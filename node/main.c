@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 
 #include "args.h"
 #include "drafter.h"
+#include "hub.h"
 #include "keys.h"
 #include "node.h"
 #include "wire.h"
@@ -39,6 +41,8 @@ static void s_usage(FILE *f)
 {
     fprintf(f, "usage: shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT "
                "--name NAME [options]\n"
+               "  --model PATH           GGUF file, or hf:ORG/NAME/FILE (fetched into the Hugging\n"
+               "                         Face cache; HF_HOME, HF_TOKEN)\n"
                "  --layers A:B           serve layers [A, B) (B may be 'end')\n"
                "  --backend B            cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\n"
                "                         two GPUs (default: cuda when a GPU is found, else cpu)\n"
@@ -300,6 +304,19 @@ int main(int argc, char **argv)
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* hf:ORG/NAME/FILE: fetched into the Hugging Face cache first (resumable) */
+    static char model_path[PATH_MAX], draft_path[PATH_MAX];
+    char herr[1024];
+    if (sw_hub_model_arg(o.model, &s_stop, model_path, sizeof model_path, herr, sizeof herr) != 0 ||
+        (o.draft_model && sw_hub_model_arg(o.draft_model, &s_stop, draft_path, sizeof draft_path,
+                                           herr, sizeof herr) != 0)) {
+        fprintf(stderr, "shardwire-node: %s\n", herr);
+        sw_sec_wipe(&sec);
+        return s_stop ? 0 : 1;
+    }
+    o.model = model_path;
+    if (o.draft_model)
+        o.draft_model = draft_path;
     int rc_run = node_run(&o, &s_stop);
     sw_sec_wipe(&sec);
     return rc_run;
