@@ -388,7 +388,31 @@ int cmd_run(int argc, char **argv)
     int head_missing = 0; // consecutive quiet checks that did not find the head
     size_t n_got = 0;     // tokens received
     const double deadline = t0 + timeout_s * 1000 + 5000;
+    /* No token lost: chunks carry their index; a gap, a reconnect to the
+     * relay (it may have restarted with chunks in flight) or a silence makes
+     * us ask the head to send again from the tokens we hold (Resume). */
+    int connects = sw_peer_connects(peer), resumes = 0;
+    double resume_at = 0, resumed_at = 0; // when to ask (0 = no need), when we last did
     for (;;) {
+        if (sw_peer_connects(peer) != connects) {
+            connects = sw_peer_connects(peer);
+            resume_at = sw_now_ms();
+        }
+        if (resume_at && sw_now_ms() >= resume_at) {
+            Shardwire__Resume rs = SHARDWIRE__RESUME__INIT;
+            rs.request_id = request_id;
+            rs.from_index = (uint32_t)n_got;
+            Shardwire__Envelope re = SHARDWIRE__ENVELOPE__INIT;
+            re.body_case = SHARDWIRE__ENVELOPE__BODY_RESUME;
+            re.resume = &rs;
+            resume_at = 0;
+            if (sw_peer_try_send(peer, head, &re) != 0) {
+                resume_at = sw_now_ms() + 500; // not connected yet: again soon
+            } else {
+                resumes++;
+                resumed_at = sw_now_ms();
+            }
+        }
         if (s_stop) {
             /* Tell the head at once, so that the cluster stops working for
              * nobody; no need to wait for its confirmation. */
@@ -416,7 +440,7 @@ int cmd_run(int argc, char **argv)
                 fprintf(stderr, "shardwire run: no answer within %.0f s\n", timeout_s);
                 goto out;
             }
-            if (now - last_msg > 3000) { // quiet: is the head still there?
+            if (now - last_msg > 3000) { // quiet: is the head still there? (and a resume)
                 /* Twice in a row, so that a relay restart (the head announces
                  * again within a second or so) is not taken for a dead head. */
                 char again[SW_WIRE_NAME_MAX + 1];
@@ -431,14 +455,34 @@ int cmd_run(int argc, char **argv)
                 }
                 head_missing = 0;
                 last_msg = now;
+                resume_at = now; // a lost last chunk is sent again
             }
             continue;
         }
         last_msg = now;
         const Shardwire__Envelope *e = m.env;
         if (e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR) {
-            fprintf(stderr, "shardwire run: %s (%s)\n", e->error->message,
-                    sw_wire_error_code_name(e->error->code));
+            const Shardwire__Error *er = e->error;
+            const int code = er->code;
+            if (!strcmp(m.peer, SW_WIRE_RELAY_NAME) &&
+                (code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED ||
+                 ((code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
+                   code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
+                   code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY) &&
+                  er->dest && !strcmp(er->dest, head)))) {
+                /* the relay (restarting?) did not deliver our message to the
+                 * head: ask again in a while; the quiet check says if the
+                 * head is really gone */
+                resume_at = now + 1000;
+                sw_wire_msg_clear(&m);
+                continue;
+            }
+            if (er->queue_position)
+                fprintf(stderr, "shardwire run: %s (%s, position %u in the head's queue)\n",
+                        er->message, sw_wire_error_code_name(code), er->queue_position);
+            else
+                fprintf(stderr, "shardwire run: %s (%s)\n", er->message,
+                        sw_wire_error_code_name(code));
             sw_wire_msg_clear(&m);
             goto out;
         }
@@ -452,13 +496,11 @@ int cmd_run(int argc, char **argv)
             sw_wire_msg_clear(&m);
             continue;
         }
-        if (tc->index > n_got) {
-            fprintf(stderr,
-                    "shardwire run: tokens %zu..%u never arrived (a message was lost on the "
-                    "way; the relay may have restarted)\n",
-                    n_got, tc->index - 1);
+        if (tc->index > n_got) { /* a gap: ask for the rest, drop this one */
+            if (!resume_at)      // once per 300 ms: chunks after the gap keep coming meanwhile
+                resume_at = resumed_at + 300 > now ? resumed_at + 300 : now;
             sw_wire_msg_clear(&m);
-            goto out;
+            continue;
         }
         if (tc->n_tokens && !first_tok)
             first_tok = now;
@@ -484,19 +526,23 @@ int cmd_run(int argc, char **argv)
             sw_wire_msg_clear(&m);
             continue;
         }
-        if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR) {
-            fprintf(stderr, "shardwire run: the request failed\n");
+        if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR ||
+            tc->finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE ||
+            tc->finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
+            fprintf(stderr, "shardwire run: the request %s\n",
+                    tc->finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED ? "was cancelled"
+                    : tc->finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE
+                        ? "reached its deadline"
+                        : "failed");
             sw_wire_msg_clear(&m);
             goto out;
         }
         const Shardwire__GenerateStats *st = tc->stats;
         if (st && st->n_generated != n_got) {
-            /* A chunk was lost on the way (e.g. the relay restarted while it
-             * was in flight): say so rather than print a gapped text. */
-            fprintf(stderr,
-                    "shardwire run: received %zu of the %u generated tokens (a message was "
-                    "lost on the way; the relay may have restarted)\n",
-                    n_got, st->n_generated);
+            /* Cannot happen with chunks in index order; say so rather than
+             * print a gapped text. */
+            fprintf(stderr, "shardwire run: received %zu of the %u generated tokens\n", n_got,
+                    st->n_generated);
             sw_wire_msg_clear(&m);
             goto out;
         }
@@ -519,6 +565,7 @@ int cmd_run(int argc, char **argv)
             json_object_set_new(j, "rounds", json_integer(st ? st->n_rounds : 0));
             json_object_set_new(j, "drafted", json_integer(st ? st->n_drafted : 0));
             json_object_set_new(j, "accepted", json_integer(st ? st->n_accepted : 0));
+            json_object_set_new(j, "resumes", json_integer(resumes));
             char dg[17];
             snprintf(dg, sizeof dg, "%016llx", st ? (unsigned long long)st->logits_digest : 0ull);
             json_object_set_new(j, "logits_digest", json_string(dg));

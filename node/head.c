@@ -54,7 +54,7 @@
 #define S_ROUTE_FRESH_MS 5000  // a route built from a table this recent serves a new request
 #define S_CHECK_MS 1000        // while a verdict is late: route checks this often
 #define S_CLIENT_GRACE_MS 5000 // a client is only judged gone by a relay up this long
-#define S_CLIENT_GONE_MS 2000  // ... and missing from its table for this long
+#define S_CLIENT_GONE_MS 1500  // ... and missing from its tables for this long
 #define S_RESUME_MS 100        // one request's Resumes served this often at most
 
 enum s_state { S_FREE = 0, S_ROUTE, S_RUN, S_LINGER };
@@ -728,8 +728,9 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     const size_t kv_bytes = sw_kv_bytes(n->model, n_ctx);
     if (n->o.kv_bytes > 0 && kv_bytes > (size_t)n->o.kv_bytes) {
         snprintf(err, sizeof err,
-                 "%d positions need %zu MiB of KV cache, more than this head's --kv-mib %lld",
-                 n_ctx, kv_bytes >> 20, (long long)(n->o.kv_bytes >> 20));
+                 "%d positions need %.1f MiB of KV cache, more than this head's --kv-mib (%.1f "
+                 "MiB)",
+                 n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
         goto fail;
     }
     if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
@@ -1109,8 +1110,8 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
 /* A client that is not in the relay's table, on a relay that has been up
  * long enough for it to announce again after a restart, for
  * S_CLIENT_GONE_MS: gone. *since tracks when it was first missed. */
-static int s_client_gone(const Shardwire__PeerTable *t, const char *client, double *since,
-                         double now)
+static int s_client_gone(node_head_t *h, const Shardwire__PeerTable *t, const char *client,
+                         double *since, double now)
 {
     if (node_recover_find_peer(t, client)) {
         *since = 0;
@@ -1118,7 +1119,17 @@ static int s_client_gone(const Shardwire__PeerTable *t, const char *client, doub
     }
     if (!*since)
         *since = now;
-    return t->uptime_ms >= S_CLIENT_GRACE_MS && now - *since >= S_CLIENT_GONE_MS;
+    if (t->uptime_ms >= S_CLIENT_GRACE_MS && now - *since >= S_CLIENT_GONE_MS)
+        return 1;
+    /* look again when it would be gone (not before 100 ms: no query storm) */
+    double due = *since + S_CLIENT_GONE_MS;
+    if (t->uptime_ms < S_CLIENT_GRACE_MS && now + (S_CLIENT_GRACE_MS - (double)t->uptime_ms) > due)
+        due = now + (S_CLIENT_GRACE_MS - (double)t->uptime_ms);
+    if (due < now + 100)
+        due = now + 100;
+    if (h->status_next > due)
+        h->status_next = due;
+    return 0;
 }
 
 void node_head_table(node_t *n, sw_wire_msg_t *msg)
@@ -1150,7 +1161,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         }
         if (s->state != S_RUN)
             continue;
-        if (s_client_gone(pt, s->client, &s->client_missing, now)) {
+        if (s_client_gone(h, pt, s->client, &s->client_missing, now)) {
             s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED, 0, "the client left the relay");
             continue;
         }
@@ -1190,7 +1201,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     }
     for (int i = 0; i < h->q_len; i++) {
         s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        if (s_client_gone(pt, w->msg.peer, &w->client_missing, now)) {
+        if (s_client_gone(h, pt, w->msg.peer, &w->client_missing, now)) {
             SW_INFO("request '%s': the client %s left while it waited",
                     w->msg.env->generate->request_id, w->msg.peer);
             s_dequeue(n, i--);

@@ -40,12 +40,14 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     if (!s)
         return;
     node_session_free(n, s);
-    SW_INFO("session %016llx closed by %s (%s): %d session(s) held",
+    SW_INFO("session %016llx closed by %s (%s): %d session(s) held; %llu forwards run in %llu "
+            "batches so far",
             (unsigned long long)m->env->session_close->session_id, m->peer,
             m->env->session_close->reason && m->env->session_close->reason[0]
                 ? m->env->session_close->reason
                 : "no reason",
-            node_sessions_held(n));
+            node_sessions_held(n), (unsigned long long)n->stat_batched,
+            (unsigned long long)n->stat_batches);
 }
 
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)

@@ -85,6 +85,10 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
         return NULL;
     }
     const size_t bytes = sw_kv_bytes(n->model, cap);
+    if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
+        *why = "the session needs more KV memory than this node's --kv-mib";
+        return NULL;
+    }
     if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
         *why = "this node's KV memory is full (see --kv-mib)";
         return NULL;
@@ -301,9 +305,11 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
             s_reply_error(n, reply,
                           strstr(why, "closed") ? SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION
                                                 : SHARDWIRE__ERROR_CODE__ERR_BUSY,
-                          sid, "%s: %s (%d sessions, %zu of %lld MiB of KV cache in use)",
-                          sw_peer_name(n->peer), why, node_sessions_held(n), n->kv_used >> 20,
-                          (long long)(n->o.kv_bytes >> 20));
+                          sid,
+                          "%s: %s (%d positions; %d sessions, %.1f of %.1f MiB of KV cache in use)",
+                          sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,
+                          node_sessions_held(n), (double)n->kv_used / (1 << 20),
+                          (double)n->o.kv_bytes / (1 << 20));
             return;
         }
     }
