@@ -78,7 +78,7 @@ int main(void)
     snprintf(c.nodes[0].layers, sizeof c.nodes[0].layers, "0:15");
     snprintf(c.nodes[1].name, sizeof c.nodes[1].name, "tail");
     snprintf(c.nodes[1].layers, sizeof c.nodes[1].layers, "15:30");
-    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_cancel_nodes.log"), 0);
+    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("nodes.log")), 0);
     const double t_relay = swf_now_ms();
 
     swf_result_t alone;
@@ -96,11 +96,14 @@ int main(void)
          * 5 s; a real relay is up far longer. */
         while (sigs[k] == SIGKILL && swf_now_ms() - t_relay < 5500)
             usleep(100 * 1000);
-        char log[64], bg_log[2][64];
-        snprintf(log, sizeof log, "/tmp/sw_test_cancel_run%d.log", k);
+        char log[256], bg_log[2][256];
+        snprintf(log, sizeof log, "%s",
+                 sw_test_log(k == 0   ? "run0.log"
+                             : k == 1 ? "run1.log"
+                                      : "run2.log"));
         pid_t bg[2];
         for (int b = 0; b < 2; b++) { /* two others stream meanwhile */
-            snprintf(bg_log[b], sizeof bg_log[b], "/tmp/sw_test_cancel_bg%d.log", b);
+            snprintf(bg_log[b], sizeof bg_log[b], "%s", sw_test_log(b ? "bg1.log" : "bg0.log"));
             bg[b] = s_spawn_run(c.ep, s_prompt, 1500, bg_log[b]);
         }
         long in0 = 0;

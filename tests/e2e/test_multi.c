@@ -144,7 +144,7 @@ static void s_bounds(const char *model)
     static const char *const tail[] = {"--kv-mib", "3", NULL};
     swf_node(&c.nodes[0], "head", "0:10", head);
     swf_node(&c.nodes[1], "tail", "10:30", tail);
-    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_multi_bounds.log"), 0);
+    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("bounds.log")), 0);
     /* per position: 10 layers x 2 x 3 heads x 64 x 2 B = 7.5 KiB on the head (2 MiB: 273
      * positions), 15 KiB on the tail (3 MiB: 204 positions). A prompt of 6 tokens + 190 fits
      * both once, not twice on the head. */
@@ -194,7 +194,7 @@ int main(void)
         "--draft-model", model, "--round-timeout-ms", "10000", "--recover-timeout-s", "30", NULL};
     swf_node(&c.nodes[0], "head", "0:15", head);
     swf_node(&c.nodes[1], "tail", "15:30", NULL);
-    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_multi_nodes.log"), 0);
+    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("nodes.log")), 0);
     s_concurrent(&c);
     s_tail_restart(&c);
     swf_stop(&c);

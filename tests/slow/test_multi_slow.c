@@ -35,7 +35,7 @@ int main(void)
                                        NULL};
     swf_node(&c.nodes[0], "head", "0:15", head);
     swf_node(&c.nodes[1], "tail", "15:30", NULL);
-    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_multi_slow.log"), 0);
+    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("nodes.log")), 0);
 
     swf_result_t ref[3], got[3];
     swf_client_t cl[3] = {{0}};
