@@ -76,13 +76,18 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
         if (from_relay)
             node_head_table(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_ERROR:
-        if (n->head)
+    case SHARDWIRE__ENVELOPE__BODY_ERROR: {
+        if (n->head) {
             node_head_error(n, m);
-        else
-            SW_WARN("error from %s: %s (%s)", m->peer, m->env->error->message,
-                    sw_wire_error_code_name(m->env->error->code));
+            break;
+        }
+        char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
+        const char *text = m->env->error->message ? m->env->error->message : "";
+        sw_text_clean(clean, text, strnlen(text, SW_WIRE_MAX_ERROR_TEXT), 0, NULL);
+        SW_WARN("error from %s: %s (%s)", m->peer, clean,
+                sw_wire_error_code_name(m->env->error->code));
         break;
+    }
     default:
         SW_DEBUG("ignoring a %s message from %s", sw_wire_body_name(m->env), m->peer);
         break;
