@@ -163,11 +163,19 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     an.backend = backend;
     an.max_sessions = (uint32_t)o->max_sessions;
     an.hidden = (uint32_t)n.hp->n_embd;
-    sw_peer_opts_t po = {
-        .relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms, .sec = o->sec};
+    sw_peer_opts_t po = {.relay = o->relay,
+                         .announce = &an,
+                         .heartbeat_ms = o->heartbeat_ms,
+                         .connect_timeout_ms = o->connect_timeout_ms,
+                         .sec = o->sec,
+                         .stop = stop};
     n.peer = sw_peer_new(&po);
     if (!n.peer) {
-        SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);
+        if (*stop) {
+            rc = 0; /* Ctrl-C while waiting for the relay */
+            goto out;
+        }
+        SW_ERR("could not join the relay at %s", o->relay);
         goto out;
     }
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
