@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum sw_log_level {
     SW_LOG_ERROR = 0,
     SW_LOG_WARN = 1,
@@ -37,5 +41,9 @@ void sw_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((for
         if (sw_log_get_level() >= SW_LOG_DEBUG)                                                    \
             sw_log_write(SW_LOG_DEBUG, __VA_ARGS__);                                               \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
