@@ -13,24 +13,18 @@
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
  * --insecure-loopback for a loopback relay without keys (keys.h).
  */
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <sodium.h>
 
 #include "args.h"
+#include "client.h"
 #include "cmds.h"
-#include "decode.h"
 #include "keys.h"
-#include "log.h"
-#include "peer.h"
+#include "wire.h"
 
 static volatile sig_atomic_t s_stop;
 
@@ -40,50 +34,25 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-static const char *s_role_name(int role)
-{
-    switch (role) {
-    case SHARDWIRE__ROLE__ROLE_HEAD:
-        return "head";
-    case SHARDWIRE__ROLE__ROLE_MIDDLE:
-        return "middle";
-    case SHARDWIRE__ROLE__ROLE_TAIL:
-        return "tail";
-    case SHARDWIRE__ROLE__ROLE_FULL:
-        return "full";
-    case SHARDWIRE__ROLE__ROLE_CLIENT:
-        return "client";
-    default:
-        return "?";
-    }
-}
-
-/* Loads the client's keys from the security flags; 0 or -1 after one line on stderr. */
-static int s_load_sec(const char *cmd, const sw_sec_args_t *a, const char *relay, sw_sec_t *sec)
+/* Loads the keys and joins the relay; NULL after one line on stderr (*exit_code set). */
+static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const char *relay,
+                              int *exit_code)
 {
     char err[512];
-    if (sw_sec_load(a, relay, sec, err, sizeof err) != 0) {
+    sw_sec_t sec;
+    if (sw_sec_load(a, relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire %s: %s\n", cmd, err);
-        return -1;
+        *exit_code = 2;
+        return NULL;
     }
-    return 0;
-}
-
-/* Joins the relay as a client with a fresh random name. */
-static sw_peer_t *s_join(const char *relay, const sw_sec_t *sec)
-{
-    char name[40];
-    unsigned char rnd[6];
-    randombytes_buf(rnd, sizeof rnd);
-    snprintf(name, sizeof name, "client-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
-             rnd[4], rnd[5]);
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
-    sw_peer_opts_t po = {.relay = relay, .announce = &an, .connect_timeout_ms = 5000, .sec = sec};
-    return sw_peer_new(&po);
+    sw_client_opts_t co = {.relay = relay, .sec = &sec, .connect_timeout_ms = 5000};
+    sw_client_t *c = sw_client_new(&co, err, sizeof err);
+    sw_sec_wipe(&sec);
+    if (!c) {
+        fprintf(stderr, "shardwire %s: %s\n", cmd, err);
+        *exit_code = 1;
+    }
+    return c;
 }
 
 int cmd_status(int argc, char **argv)
@@ -94,9 +63,8 @@ int cmd_status(int argc, char **argv)
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
     const char *relay = NULL;
-    int json = 0, c;
+    int json = 0, c, rc = 1;
     sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
-    sw_sec_t sec;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sa, c, optarg);
@@ -115,102 +83,116 @@ int cmd_status(int argc, char **argv)
         fprintf(stderr, "shardwire status: --relay tcp://HOST:PORT is required\n" SW_SEC_USAGE);
         return 2;
     }
-    if (s_load_sec("status", &sa, relay, &sec) != 0)
-        return 2;
-    sw_peer_t *peer = s_join(relay, &sec);
-    sw_sec_wipe(&sec);
-    if (!peer) {
-        fprintf(stderr, "shardwire status: cannot reach the relay at %s\n", relay);
-        return 1;
-    }
-    sw_wire_msg_t t = {0};
-    int rc = sw_peer_status(peer, &t, 5000);
-    if (rc != 0) {
+    sw_client_t *cl = s_connect("status", &sa, relay, &rc);
+    if (!cl)
+        return rc;
+    sw_client_table_t t;
+    char err[512];
+    if (sw_client_status(cl, &t, 5000, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire status: the relay at %s did not answer\n", relay);
-        sw_peer_destroy(&peer);
+        sw_client_destroy(&cl);
         return 1;
     }
-    const Shardwire__PeerTable *pt = t.env->peer_table;
     if (json) {
         json_t *j = json_object(), *arr = json_array();
-        for (size_t i = 0; i < pt->n_peers; i++) {
-            const Shardwire__PeerInfo *pi = pt->peers[i];
-            const Shardwire__PeerAnnounce *a = pi->announce;
-            json_t *p = json_object();
-            json_object_set_new(p, "name", json_string(a ? a->name : ""));
-            json_object_set_new(p, "role", json_string(a ? s_role_name(a->role) : "?"));
-            json_object_set_new(p, "layer_begin", json_integer(a ? a->layer_begin : 0));
-            json_object_set_new(p, "layer_end", json_integer(a ? a->layer_end : 0));
-            json_object_set_new(p, "n_layers", json_integer(a ? a->n_layers : 0));
-            json_object_set_new(p, "model", json_string(a ? a->model_fingerprint : ""));
-            json_object_set_new(p, "heartbeat_age_ms", json_integer(pi->heartbeat_age_ms));
-            json_object_set_new(p, "idle_ms", json_integer(pi->idle_ms));
-            json_object_set_new(p, "msgs_in", json_integer((json_int_t)pi->msgs_in));
-            json_object_set_new(p, "msgs_out", json_integer((json_int_t)pi->msgs_out));
-            json_array_append_new(arr, p);
+        for (int i = 0; i < t.n_peers; i++) {
+            const sw_client_peer_t *p = &t.peers[i];
+            json_t *o = json_object();
+            json_object_set_new(o, "name", json_string(p->name));
+            json_object_set_new(o, "role", json_string(p->role));
+            json_object_set_new(o, "layer_begin", json_integer(p->layer_begin));
+            json_object_set_new(o, "layer_end", json_integer(p->layer_end));
+            json_object_set_new(o, "n_layers", json_integer(p->n_layers));
+            json_object_set_new(o, "model", json_string(p->model));
+            json_object_set_new(o, "heartbeat_age_ms", json_integer(p->heartbeat_age_ms));
+            json_object_set_new(o, "idle_ms", json_integer(p->idle_ms));
+            json_object_set_new(o, "msgs_in", json_integer((json_int_t)p->msgs_in));
+            json_object_set_new(o, "msgs_out", json_integer((json_int_t)p->msgs_out));
+            json_array_append_new(arr, o);
         }
         json_object_set_new(j, "peers", arr);
-        json_object_set_new(j, "uptime_ms", json_integer((json_int_t)pt->uptime_ms));
-        json_object_set_new(j, "forwarded", json_integer((json_int_t)pt->msgs_forwarded));
-        json_object_set_new(j, "dropped", json_integer((json_int_t)pt->msgs_dropped));
+        json_object_set_new(j, "uptime_ms", json_integer((json_int_t)t.uptime_ms));
+        json_object_set_new(j, "forwarded", json_integer((json_int_t)t.forwarded));
+        json_object_set_new(j, "dropped", json_integer((json_int_t)t.dropped));
         char *s = json_dumps(j, JSON_COMPACT);
         if (s)
             printf("%s\n", s);
         free(s);
         json_decref(j);
     } else {
-        printf("relay %s: up %.1f s, %llu forwarded, %llu dropped\n", relay, pt->uptime_ms / 1e3,
-               (unsigned long long)pt->msgs_forwarded, (unsigned long long)pt->msgs_dropped);
+        printf("relay %s: up %.1f s, %llu forwarded, %llu dropped\n", relay, t.uptime_ms / 1e3,
+               (unsigned long long)t.forwarded, (unsigned long long)t.dropped);
         printf("%-24s %-7s %-12s %-14s %s\n", "NAME", "ROLE", "LAYERS", "HEARTBEAT AGE", "MODEL");
-        for (size_t i = 0; i < pt->n_peers; i++) {
-            const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
-            if (!a)
-                continue;
+        for (int i = 0; i < t.n_peers; i++) {
+            const sw_client_peer_t *p = &t.peers[i];
             char layers[32] = "-";
-            if (a->role != SHARDWIRE__ROLE__ROLE_CLIENT)
-                snprintf(layers, sizeof layers, "%u:%u/%u", a->layer_begin, a->layer_end,
-                         a->n_layers);
-            printf("%-24s %-7s %-12s %-14.1f %.12s\n", a->name, s_role_name(a->role), layers,
-                   pt->peers[i]->heartbeat_age_ms / 1e3, a->model_fingerprint);
+            if (p->is_node)
+                snprintf(layers, sizeof layers, "%u:%u/%u", p->layer_begin, p->layer_end,
+                         p->n_layers);
+            printf("%-24s %-7s %-12s %-14.1f %.12s\n", p->name, p->role, layers,
+                   p->heartbeat_age_ms / 1e3, p->model);
         }
     }
-    sw_wire_msg_clear(&t);
-    sw_peer_destroy(&peer);
+    sw_client_table_clear(&t);
+    sw_client_destroy(&cl);
     return 0;
 }
 
-/* Finds the head: the named one, or the only peer whose layers start at 0.
- * quiet = 1: no message when it is not found. */
-static int s_find_head(sw_peer_t *peer, const char *want, char *out, size_t len, int quiet)
+/* Prints the final JSON object of `run --json`. */
+static void s_print_json(const char *text, size_t text_len, json_t *ids,
+                         const sw_client_stats_t *st)
 {
-    sw_wire_msg_t t = {0};
-    if (sw_peer_status(peer, &t, 5000) != 0) {
-        if (!quiet)
-            fprintf(stderr, "shardwire run: the relay did not answer a status query\n");
-        return -1;
+    json_t *j = json_object();
+    json_object_set_new(j, "text", json_stringn(text ? text : "", text_len));
+    json_object_set(j, "tokens", ids);
+    json_object_set_new(j, "n_prompt", json_integer(st->n_prompt));
+    json_object_set_new(j, "n_gen", json_integer(st->n_generated));
+    json_object_set_new(j, "ttft_ms", json_real(st->ttft_ms));
+    json_object_set_new(j, "prefill_tok_s",
+                        json_real(st->prompt_ms ? st->n_prompt * 1e3 / st->prompt_ms : 0));
+    json_object_set_new(j, "decode_tok_s",
+                        json_real(st->decode_ms > 0 && st->n_generated > 1
+                                      ? (st->n_generated - 1) * 1e3 / st->decode_ms
+                                      : 0));
+    json_object_set_new(j, "rounds", json_integer(st->n_rounds));
+    json_object_set_new(j, "drafted", json_integer(st->n_drafted));
+    json_object_set_new(j, "accepted", json_integer(st->n_accepted));
+    char dg[17];
+    snprintf(dg, sizeof dg, "%016llx", (unsigned long long)st->logits_digest);
+    json_object_set_new(j, "logits_digest", json_string(dg));
+    json_t *tm = json_object();
+    if (st->have_head) {
+        json_object_set_new(tm, "head_ttft_ms", json_real(st->head_ttft_ms));
+        json_object_set_new(tm, "draft_ms", json_real(st->draft_ms));
+        json_object_set_new(tm, "head_compute_ms", json_real(st->head_compute_ms));
+        json_object_set_new(tm, "network_ms", json_real(st->network_ms));
+        json_t *stages = json_object();
+        for (int i = 0; i < st->n_stages; i++)
+            json_object_set_new(stages, st->stages[i].name, json_real(st->stages[i].compute_ms));
+        json_object_set_new(tm, "stage_compute_ms", stages);
+        json_object_set_new(tm, "per_round_ms",
+                            json_real(st->n_rounds ? st->decode_ms / st->n_rounds : 0));
     }
-    int found = 0;
-    for (size_t i = 0; i < t.env->peer_table->n_peers; i++) {
-        const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[i]->announce;
-        if (!a || (a->role != SHARDWIRE__ROLE__ROLE_HEAD && a->role != SHARDWIRE__ROLE__ROLE_FULL))
-            continue;
-        if (want && strcmp(want, a->name) != 0)
-            continue;
-        if (!found || strcmp(a->name, out) < 0)
-            snprintf(out, len, "%s", a->name);
-        found++;
-    }
-    sw_wire_msg_clear(&t);
-    if (!found) {
-        if (!quiet && want)
-            fprintf(stderr, "shardwire run: no head node named '%s' is connected to the relay\n",
-                    want);
-        else if (!quiet)
-            fprintf(stderr, "shardwire run: no head node (layers starting at 0) is connected to "
-                            "the relay: start one with shardwire-node --layers 0:N\n");
-        return -1;
-    }
-    return 0;
+    json_object_set_new(tm, "total_ms", json_real(st->total_ms));
+    json_object_set_new(j, "timing", tm);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+/* The stats table after streamed text (stderr). */
+static void s_print_table(const sw_client_stats_t *st)
+{
+    double tps =
+        st->decode_ms > 0 && st->n_generated > 1 ? (st->n_generated - 1) * 1e3 / st->decode_ms : 0;
+    fprintf(stderr, "\n%-22s %12d\n%-22s %12d\n%-22s %12d\n", "prompt tokens", st->n_prompt,
+            "generated tokens", st->n_generated, "rounds", st->n_rounds);
+    fprintf(stderr, "%-22s %5d / %-5d\n", "drafts accepted", st->n_accepted, st->n_drafted);
+    fprintf(stderr, "%-22s %12.2f\n%-22s %8.1f tok/s\n%-22s %9.0f ms\n", "tokens per round",
+            st->n_rounds ? (double)(st->n_generated - 1) / st->n_rounds : 0, "decode speed", tps,
+            "first token", st->ttft_ms);
 }
 
 int cmd_run(int argc, char **argv)
@@ -248,7 +230,6 @@ int cmd_run(int argc, char **argv)
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
     sw_sec_args_t sargs = {0};
-    sw_sec_t sec;
     const char *relay = NULL, *prompt = NULL, *head_name = NULL, *draft = NULL;
     double n_predict = 128, temp = 0, seed = 0x5eed, top_k = 40, top_p = 0.95, min_p = 0.05,
            rep = 1.0, timeout_s = 300, draft_k = -1;
@@ -304,7 +285,8 @@ int cmd_run(int argc, char **argv)
             draft = optarg;
             break;
         case O_DRAFTK:
-            rc = sw_arg_double("shardwire run", "--draft-k", optarg, 0, SW_MAX_DRAFT, &draft_k);
+            rc =
+                sw_arg_double("shardwire run", "--draft-k", optarg, 0, SW_WIRE_MAX_DRAFT, &draft_k);
             break;
         default:
             return 2;
@@ -316,14 +298,36 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "shardwire run: --relay and -p are required; security:\n" SW_SEC_USAGE);
         return 2;
     }
-    if (draft && strcmp(draft, "model") && strcmp(draft, "ngram") && strcmp(draft, "none") &&
-        strcmp(draft, "auto")) {
-        fprintf(stderr, "shardwire run: --draft '%s' must be model, ngram, none or auto\n", draft);
-        return 2;
+    sw_client_request_t q = sw_client_request_default();
+    q.prompt = prompt;
+    q.chat = chat;
+    q.n_predict = (int)n_predict;
+    q.temperature = (float)temp;
+    q.top_k = (int)top_k;
+    q.top_p = top_p > 0 ? (float)top_p : 1.0f;
+    q.min_p = (float)min_p;
+    q.repeat_penalty = (float)rep;
+    q.seed = (uint64_t)seed;
+    q.draft_k = (int)draft_k;
+    q.timeout_ms = (int)(timeout_s * 1000);
+    if (draft) {
+        if (!strcmp(draft, "model"))
+            q.draft = SW_CLIENT_DRAFT_MODEL;
+        else if (!strcmp(draft, "ngram"))
+            q.draft = SW_CLIENT_DRAFT_NGRAM;
+        else if (!strcmp(draft, "none"))
+            q.draft = SW_CLIENT_DRAFT_NONE;
+        else if (!strcmp(draft, "auto"))
+            q.draft = SW_CLIENT_DRAFT_AUTO;
+        else {
+            fprintf(stderr, "shardwire run: --draft '%s' must be model, ngram, none or auto\n",
+                    draft);
+            return 2;
+        }
     }
-    if (strlen(prompt) > SW_WIRE_MAX_PROMPT_BYTES) {
-        fprintf(stderr, "shardwire run: the prompt is longer than %u bytes\n",
-                SW_WIRE_MAX_PROMPT_BYTES);
+    char err[512];
+    if (sw_client_request_check(&q, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire run: %s\n", err);
         return 2;
     }
     struct sigaction sa = {0};
@@ -331,241 +335,75 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    if (s_load_sec("run", &sargs, relay, &sec) != 0)
-        return 2;
-    sw_peer_t *peer = s_join(relay, &sec);
-    sw_sec_wipe(&sec);
-    if (!peer) {
-        fprintf(stderr, "shardwire run: cannot reach the relay at %s\n", relay);
-        return 1;
-    }
-    char head[SW_WIRE_NAME_MAX + 1] = "";
     int exit_code = 1;
+    sw_client_t *cl = s_connect("run", &sargs, relay, &exit_code);
+    if (!cl)
+        return exit_code;
+    exit_code = 1;
     json_t *ids = json_array();
     char *text = NULL;
     size_t text_len = 0;
-    if (s_find_head(peer, head_name, head, sizeof head, 0) != 0)
-        goto out;
-
-    char request_id[32];
-    unsigned char rnd[8];
-    randombytes_buf(rnd, sizeof rnd);
-    snprintf(request_id, sizeof request_id, "req-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
-             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    Shardwire__SamplingParams sp = SHARDWIRE__SAMPLING_PARAMS__INIT;
-    sp.temperature = (float)temp;
-    sp.top_k = (uint32_t)top_k;
-    sp.top_p = (float)top_p;
-    sp.min_p = (float)min_p;
-    sp.repeat_penalty = (float)rep;
-    sp.repeat_last_n = 64;
-    sp.seed = (uint64_t)seed;
-    Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
-    if (draft)
-        dp.mode = !strcmp(draft, "model")   ? SHARDWIRE__DRAFT_MODE__DRAFT_MODEL
-                  : !strcmp(draft, "ngram") ? SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM
-                  : !strcmp(draft, "none")  ? SHARDWIRE__DRAFT_MODE__DRAFT_NONE
-                                            : SHARDWIRE__DRAFT_MODE__DRAFT_AUTO;
-    dp.n_draft = draft_k >= 0 ? (uint32_t)draft_k : 0;
-    Shardwire__GenerateRequest g = SHARDWIRE__GENERATE_REQUEST__INIT;
-    g.request_id = request_id;
-    g.prompt = (char *)prompt;
-    g.n_predict = (uint32_t)n_predict;
-    g.sampling = &sp;
-    g.chat = chat;
-    g.draft = &dp;
-    g.timeout_ms = (uint32_t)(timeout_s * 1000);
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_GENERATE;
-    env.generate = &g;
-    const double t0 = sw_now_ms();
-    if (sw_peer_send(peer, head, &env, NULL, 0, 0) != 0) {
-        fprintf(stderr, "shardwire run: could not send the request to %s\n", head);
+    char head[SW_CLIENT_NAME_LEN], id[SW_CLIENT_ID_LEN];
+    if (sw_client_find_head(cl, head_name, NULL, head, err, sizeof err) != 0 ||
+        sw_client_submit(cl, head, &q, id, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire run: %s\n", err);
         goto out;
     }
-
-    double last_msg = sw_now_ms(), first_tok = 0;
-    int head_missing = 0; // consecutive quiet checks that did not find the head
-    size_t n_got = 0;     // tokens received
-    const double deadline = t0 + timeout_s * 1000 + 5000;
     for (;;) {
         if (s_stop) {
-            /* Tell the head at once, so that the cluster stops working for
-             * nobody; no need to wait for its confirmation. */
-            Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
-            cn.request_id = request_id;
-            cn.reason = "interrupted";
-            Shardwire__Envelope ce = SHARDWIRE__ENVELOPE__INIT;
-            ce.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
-            ce.cancel = &cn;
-            int sent = sw_peer_send(peer, head, &ce, NULL, 0, 0) == 0;
-            fprintf(stderr, "\nshardwire run: interrupted%s\n",
-                    sent ? " (the request is cancelled on the cluster)" : "");
+            /* sw_client_cancel tells the head at once, so that the cluster stops
+             * working for nobody; no need to wait for its confirmation. */
+            (void)sw_client_cancel(cl, id);
+            fprintf(stderr, "\nshardwire run: interrupted (the request is cancelled on the "
+                            "cluster)\n");
             exit_code = 130;
             goto out;
         }
-        sw_wire_msg_t m = {0};
-        int r = sw_peer_recv(peer, &m, 500);
-        double now = sw_now_ms();
+        sw_client_event_t ev;
+        int r = sw_client_next(cl, &ev, 500);
+        if (r == 1)
+            continue;
         if (r < 0) {
             fprintf(stderr, "shardwire run: lost the connection to the relay\n");
             goto out;
         }
-        if (r == 1) {
-            if (now > deadline) {
-                fprintf(stderr, "shardwire run: no answer within %.0f s\n", timeout_s);
-                goto out;
-            }
-            if (now - last_msg > 3000) { // quiet: is the head still there?
-                /* Twice in a row, so that a relay restart (the head announces
-                 * again within a second or so) is not taken for a dead head. */
-                char again[SW_WIRE_NAME_MAX + 1];
-                if (s_find_head(peer, head, again, sizeof again, 1) != 0) {
-                    if (++head_missing >= 2) {
-                        fprintf(stderr, "shardwire run: the head '%s' left during the request\n",
-                                head);
-                        goto out;
-                    }
-                    last_msg = now - 1500; // check again in 1.5 s
-                    continue;
-                }
-                head_missing = 0;
-                last_msg = now;
-            }
-            continue;
-        }
-        last_msg = now;
-        const Shardwire__Envelope *e = m.env;
-        if (e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR) {
-            fprintf(stderr, "shardwire run: %s (%s)\n", e->error->message,
-                    sw_wire_error_code_name(e->error->code));
-            sw_wire_msg_clear(&m);
+        if (ev.type == SW_CLIENT_EV_ERROR) {
+            if (ev.wire_code)
+                fprintf(stderr, "shardwire run: %s (%s)\n", ev.message, ev.wire_code_name);
+            else
+                fprintf(stderr, "shardwire run: %s\n", ev.message);
             goto out;
         }
-        if (e->body_case != SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK ||
-            strcmp(e->token_chunk->request_id, request_id) != 0) {
-            sw_wire_msg_clear(&m);
-            continue;
-        }
-        const Shardwire__TokenChunk *tc = e->token_chunk;
-        if (tc->index < n_got && tc->n_tokens) { /* a chunk we hold already */
-            sw_wire_msg_clear(&m);
-            continue;
-        }
-        if (tc->index > n_got) {
-            fprintf(stderr,
-                    "shardwire run: tokens %zu..%u never arrived (a message was lost on the "
-                    "way; the relay may have restarted)\n",
-                    n_got, tc->index - 1);
-            sw_wire_msg_clear(&m);
-            goto out;
-        }
-        if (tc->n_tokens && !first_tok)
-            first_tok = now;
-        for (size_t i = 0; i < tc->n_tokens; i++)
-            json_array_append_new(ids, json_integer(tc->tokens[i]));
-        n_got += tc->n_tokens;
-        if (tc->text.len) {
-            char *t = realloc(text, text_len + tc->text.len + 1);
-            if (!t) {
-                sw_wire_msg_clear(&m);
+        for (int i = 0; i < ev.n_tokens; i++)
+            json_array_append_new(ids, json_integer(ev.tokens[i]));
+        if (ev.text_len) {
+            char *t = realloc(text, text_len + ev.text_len + 1);
+            if (!t)
                 goto out;
-            }
             text = t;
-            memcpy(text + text_len, tc->text.data, tc->text.len);
-            text_len += tc->text.len;
+            memcpy(text + text_len, ev.text, ev.text_len);
+            text_len += ev.text_len;
             text[text_len] = 0;
             if (!json) {
-                fwrite(tc->text.data, 1, tc->text.len, stdout);
+                fwrite(ev.text, 1, ev.text_len, stdout);
                 fflush(stdout);
             }
         }
-        if (!tc->done) {
-            sw_wire_msg_clear(&m);
+        if (ev.type != SW_CLIENT_EV_DONE)
             continue;
-        }
-        if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR) {
-            fprintf(stderr, "shardwire run: the request failed\n");
-            sw_wire_msg_clear(&m);
-            goto out;
-        }
-        const Shardwire__GenerateStats *st = tc->stats;
-        if (st && st->n_generated != n_got) {
-            /* A chunk was lost on the way (e.g. the relay restarted while it
-             * was in flight): say so rather than print a gapped text. */
-            fprintf(stderr,
-                    "shardwire run: received %zu of the %u generated tokens (a message was "
-                    "lost on the way; the relay may have restarted)\n",
-                    n_got, st->n_generated);
-            sw_wire_msg_clear(&m);
-            goto out;
-        }
-        double total = now - t0;
         if (json) {
-            json_t *j = json_object();
-            json_object_set_new(j, "text", json_stringn(text ? text : "", text_len));
-            json_object_set_new(j, "tokens", ids);
-            ids = NULL;
-            json_object_set_new(j, "n_prompt", json_integer(st ? st->n_prompt : 0));
-            json_object_set_new(j, "n_gen", json_integer(st ? st->n_generated : 0));
-            json_object_set_new(j, "ttft_ms", json_real(first_tok ? first_tok - t0 : 0));
-            json_object_set_new(
-                j, "prefill_tok_s",
-                json_real(st && st->prompt_ms ? st->n_prompt * 1e3 / st->prompt_ms : 0));
-            json_object_set_new(j, "decode_tok_s",
-                                json_real(st && st->decode_ms > 0 && st->n_generated > 1
-                                              ? (st->n_generated - 1) * 1e3 / st->decode_ms
-                                              : 0));
-            json_object_set_new(j, "rounds", json_integer(st ? st->n_rounds : 0));
-            json_object_set_new(j, "drafted", json_integer(st ? st->n_drafted : 0));
-            json_object_set_new(j, "accepted", json_integer(st ? st->n_accepted : 0));
-            char dg[17];
-            snprintf(dg, sizeof dg, "%016llx", st ? (unsigned long long)st->logits_digest : 0ull);
-            json_object_set_new(j, "logits_digest", json_string(dg));
-            json_t *tm = json_object();
-            if (st) {
-                json_object_set_new(tm, "head_ttft_ms", json_real(st->ttft_ms));
-                json_object_set_new(tm, "draft_ms", json_real(st->draft_ms));
-                json_object_set_new(tm, "head_compute_ms", json_real(st->head_ms));
-                json_object_set_new(tm, "network_ms", json_real(st->network_ms));
-                json_t *stages = json_object();
-                for (size_t i = 0; i < st->n_stages; i++)
-                    json_object_set_new(stages, st->stages[i]->name,
-                                        json_real(st->stages[i]->compute_us / 1e3));
-                json_object_set_new(tm, "stage_compute_ms", stages);
-                json_object_set_new(tm, "per_round_ms",
-                                    json_real(st->n_rounds ? st->decode_ms / st->n_rounds : 0));
-            }
-            json_object_set_new(tm, "total_ms", json_real(total));
-            json_object_set_new(j, "timing", tm);
-            char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
-            if (s)
-                printf("%s\n", s);
-            free(s);
-            json_decref(j);
+            s_print_json(text, text_len, ids, ev.stats);
         } else {
             printf("\n");
-            if (st) {
-                double tps = st->decode_ms > 0 && st->n_generated > 1
-                                 ? (st->n_generated - 1) * 1e3 / st->decode_ms
-                                 : 0;
-                fprintf(stderr, "\n%-22s %12u\n%-22s %12u\n%-22s %12u\n", "prompt tokens",
-                        st->n_prompt, "generated tokens", st->n_generated, "rounds", st->n_rounds);
-                fprintf(stderr, "%-22s %5u / %-5u\n", "drafts accepted", st->n_accepted,
-                        st->n_drafted);
-                fprintf(stderr, "%-22s %12.2f\n%-22s %8.1f tok/s\n%-22s %9.0f ms\n",
-                        "tokens per round",
-                        st->n_rounds ? (double)(st->n_generated - 1) / st->n_rounds : 0,
-                        "decode speed", tps, "first token", first_tok ? first_tok - t0 : 0);
-            }
+            if (ev.stats->have_head)
+                s_print_table(ev.stats);
         }
-        sw_wire_msg_clear(&m);
         exit_code = 0;
         break;
     }
 out:
     json_decref(ids);
     free(text);
-    sw_peer_destroy(&peer);
+    sw_client_destroy(&cl);
     return exit_code;
 }

@@ -271,106 +271,217 @@ sw_target_t sw_local_target(sw_local_target_t *t)
     return tg;
 }
 
-/* ---- generation loop ---------------------------------------------------------------- */
+/* ---- generation, one round at a time ------------------------------------------------- */
+
+struct sw_gen {
+    sw_gen_opts_t o; // options (callbacks and their contexts are borrowed)
+    int k_max;       // most drafts a round may carry (0 = no speculation)
+    int32_t *seq;    // (n_prompt + n_predict + 1) committed sequence: prompt, then output
+    int n_prompt;    // prompt tokens
+    int n_seq;       // committed positions
+    int started;     // 1 once the prefill round was handed out
+    int pending;     // 1 while a round is out and its verdict not committed
+    int done;        // 1 when the generation is over
+    int32_t rows[SW_MAX_DRAFT + 1]; // the current decode round's rows
+    sw_draft_q_t q[SW_MAX_DRAFT];   // its draft distributions (they point into the proposer)
+    sw_round_t r;                   // the current round
+    double t_start;                 // sw_gen_new time
+    double t_first;                 // first generated token committed (0 = none yet)
+    double t_round;                 // the current round was handed out
+    sw_gen_stats_t st;              // totals
+};
+
+sw_gen_t *sw_gen_new(const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o, char *err,
+                     size_t err_len)
+{
+    if (n_prompt < 1) {
+        sw_errf(err, err_len, "generate: the prompt is empty");
+        return NULL;
+    }
+    if (o->n_predict < 0) {
+        sw_errf(err, err_len, "generate: n_predict %d", o->n_predict);
+        return NULL;
+    }
+    sw_gen_t *g = calloc(1, sizeof *g);
+    if (g)
+        g->seq = malloc(((size_t)n_prompt + (size_t)o->n_predict + 1) * sizeof *g->seq);
+    if (!g || !g->seq) {
+        free(g);
+        sw_errf(err, err_len, "generate: out of memory");
+        return NULL;
+    }
+    g->o = *o;
+    g->k_max = o->proposer && o->k > 0 ? (o->k < SW_MAX_DRAFT ? o->k : SW_MAX_DRAFT) : 0;
+    memcpy(g->seq, prompt, (size_t)n_prompt * sizeof *g->seq);
+    g->n_prompt = g->n_seq = n_prompt;
+    g->st.n_prompt = n_prompt;
+    g->done = o->n_predict < 1;
+    g->t_start = sw_now_ms();
+    return g;
+}
+
+void sw_gen_free(sw_gen_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    free((*self_p)->seq);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+int sw_gen_next(sw_gen_t *g, const sw_round_t **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    if (g->done)
+        return 1;
+    if (g->pending) {
+        *out = &g->r; // asked again before the verdict came: the same round
+        return 0;
+    }
+    if (!g->started) {
+        /* Prefill: the whole prompt as one round with no drafts. */
+        memset(&g->r, 0, sizeof g->r);
+        g->r.n = g->n_prompt;
+        g->r.tokens = g->seq;
+        g->started = g->pending = 1;
+        g->t_round = sw_now_ms();
+        *out = &g->r;
+        return 0;
+    }
+    /* The last committed token, then the drafts. */
+    g->rows[0] = g->seq[g->n_seq - 1];
+    int k = 0, q_used = 0;
+    if (g->k_max > 0) {
+        int room = g->o.n_predict - g->st.n_gen - 1; // drafts past n_predict are wasted
+        int want = g->k_max < room ? g->k_max : room;
+        if (want > 0) {
+            double td = sw_now_ms();
+            sw_proposer_t *p = g->o.proposer;
+            k = p->propose(p->self, g->seq, g->n_seq, want, g->rows + 1, g->q, &q_used);
+            g->st.draft_ms += sw_now_ms() - td;
+            if (k < 0 || k > want) {
+                sw_errf(err, err_len, "generate: the draft proposer failed");
+                return -1;
+            }
+        }
+    }
+    memset(&g->r, 0, sizeof g->r);
+    g->r.kv_keep = g->n_seq - 1;
+    g->r.n = 1 + k;
+    g->r.tokens = g->rows;
+    g->r.n_draft = k;
+    g->r.q = q_used ? g->q : NULL;
+    g->pending = 1;
+    g->t_round = sw_now_ms();
+    *out = &g->r;
+    return 0;
+}
+
+int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, int *n_tokens,
+                  char *err, size_t err_len)
+{
+    *tokens = NULL;
+    *n_tokens = 0;
+    if (!g->pending || g->done) {
+        sw_errf(err, err_len, "generate: a verdict without a round");
+        return -1;
+    }
+    if (v->n_commit < 1 || v->n_commit > g->r.n_draft + 1) {
+        sw_errf(err, err_len, "generate: a verdict of %d tokens for %d drafts", v->n_commit,
+                g->r.n_draft);
+        return -1;
+    }
+    const double now = sw_now_ms();
+    g->pending = 0;
+    g->st.target_ms += v->compute_ms;
+    g->st.logits_digest = v->logits_digest;
+    if (g->r.kv_keep == 0 && g->r.n_draft == 0 && g->st.n_gen == 0) {
+        g->st.prefill_ms = now - g->t_start;
+    } else {
+        sw_proposer_t *p = g->o.proposer;
+        if (g->k_max > 0 && p->observe)
+            p->observe(p->self, g->r.n_draft, v->n_commit - 1, now - g->t_round, v->compute_ms);
+        g->st.rounds++;
+        g->st.drafted += g->r.n_draft;
+        g->st.accepted += v->n_commit - 1;
+    }
+    /* Commit the verdict, cut at n_predict and at an end-of-generation token. */
+    int n = v->n_commit, stop = 0;
+    if (g->st.n_gen + n >= g->o.n_predict) {
+        n = g->o.n_predict - g->st.n_gen;
+        stop = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (g->o.stop_at_eog && g->o.is_eog && g->o.is_eog(g->o.is_eog_ctx, v->tokens[i])) {
+            n = i + 1;
+            stop = 1;
+            break;
+        }
+    }
+    int32_t *at = g->seq + g->n_seq;
+    memcpy(at, v->tokens, (size_t)n * sizeof *at);
+    g->n_seq += n;
+    g->st.n_gen += n;
+    if (!g->t_first) {
+        g->t_first = now;
+        g->st.ttft_ms = now - g->t_start;
+    }
+    if (g->o.on_tokens && g->o.on_tokens(g->o.on_tokens_ctx, at, n) != 0)
+        stop = 1;
+    if (stop) {
+        g->done = 1;
+        g->st.decode_ms = sw_now_ms() - g->t_first;
+    }
+    *tokens = at;
+    *n_tokens = n;
+    return 0;
+}
+
+int sw_gen_done(const sw_gen_t *g)
+{
+    return g->done;
+}
+
+const sw_gen_stats_t *sw_gen_stats(const sw_gen_t *g)
+{
+    return &g->st;
+}
+
+const int32_t *sw_gen_output(const sw_gen_t *g, int *n)
+{
+    *n = g->st.n_gen;
+    return g->seq + g->n_prompt;
+}
 
 int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o,
                 int32_t *out_tokens, sw_gen_stats_t *st, char *err, size_t err_len)
 {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
-    if (n_prompt < 1) {
-        sw_errf(err, err_len, "generate: the prompt is empty");
+    sw_gen_t *g = sw_gen_new(prompt, n_prompt, o, err, err_len);
+    if (!g)
         return -1;
-    }
-    if (o->n_predict < 1)
-        return 0;
-    const int k_max = o->proposer && o->k > 0 ? (o->k < SW_MAX_DRAFT ? o->k : SW_MAX_DRAFT) : 0;
-
-    /* The committed sequence: prompt then generated tokens. */
-    int32_t *seq = malloc(((size_t)n_prompt + (size_t)o->n_predict + 1) * sizeof *seq);
-    if (!seq) {
-        sw_errf(err, err_len, "generate: out of memory");
-        return -1;
-    }
-    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
-    int n_seq = n_prompt;
     int rc = -1;
-    double t_start = sw_now_ms(), t_first = 0;
-
-    /* Prefill: the whole prompt as one round with no drafts. */
-    sw_verdict_t v;
-    sw_round_t r = {.kv_keep = 0, .n = n_prompt, .tokens = prompt, .n_draft = 0};
-    if (target->round(target->ctx, &r, &v, err, err_len) != 0)
-        goto out;
-    st->prefill_ms = sw_now_ms() - t_start;
-    st->target_ms += v.compute_ms;
-    st->logits_digest = v.logits_digest;
-
-    int32_t rows[SW_MAX_DRAFT + 1];
-    sw_draft_q_t q[SW_MAX_DRAFT];
     for (;;) {
-        /* Commit the verdict, cut at n_predict and at an end-of-generation token. */
-        int n = v.n_commit, stop = 0;
-        if (st->n_gen + n >= o->n_predict) {
-            n = o->n_predict - st->n_gen;
-            stop = 1;
-        }
-        for (int i = 0; i < n; i++) {
-            if (o->stop_at_eog && o->is_eog && o->is_eog(o->is_eog_ctx, v.tokens[i])) {
-                n = i + 1;
-                stop = 1;
-                break;
-            }
-        }
-        memcpy(out_tokens + st->n_gen, v.tokens, (size_t)n * sizeof *out_tokens);
-        memcpy(seq + n_seq, v.tokens, (size_t)n * sizeof *seq);
-        n_seq += n;
-        st->n_gen += n;
-        if (!t_first) {
-            t_first = sw_now_ms();
-            st->ttft_ms = t_first - t_start;
-        }
-        if (o->on_tokens && o->on_tokens(o->on_tokens_ctx, v.tokens, n) != 0)
-            stop = 1;
-        if (stop)
-            break;
-
-        /* Next round: the last committed token, then the drafts. */
-        rows[0] = seq[n_seq - 1];
-        int k = 0, q_used = 0;
-        if (k_max > 0) {
-            int room = o->n_predict - st->n_gen - 1; // drafts past n_predict are wasted
-            int want = k_max < room ? k_max : room;
-            if (want > 0) {
-                double td = sw_now_ms();
-                k = o->proposer->propose(o->proposer->self, seq, n_seq, want, rows + 1, q, &q_used);
-                st->draft_ms += sw_now_ms() - td;
-                if (k < 0) {
-                    sw_errf(err, err_len, "generate: the draft proposer failed");
-                    goto out;
-                }
-            }
-        }
-        r.kv_keep = n_seq - 1;
-        r.n = 1 + k;
-        r.tokens = rows;
-        r.n_draft = k;
-        r.q = q_used ? q : NULL;
-        const double t_round = sw_now_ms();
-        if (target->round(target->ctx, &r, &v, err, err_len) != 0)
+        const sw_round_t *r;
+        int more = sw_gen_next(g, &r, err, err_len);
+        if (more < 0)
             goto out;
-        if (k_max > 0 && o->proposer->observe)
-            o->proposer->observe(o->proposer->self, k, v.n_commit - 1, sw_now_ms() - t_round,
-                                 v.compute_ms);
-        st->rounds++;
-        st->drafted += k;
-        st->accepted += v.n_commit - 1;
-        st->target_ms += v.compute_ms;
+        if (more > 0)
+            break;
+        sw_verdict_t v;
+        const int32_t *tokens;
+        int n;
+        if (target->round(target->ctx, r, &v, err, err_len) != 0 ||
+            sw_gen_commit(g, &v, &tokens, &n, err, err_len) != 0)
+            goto out;
     }
-    st->logits_digest = v.logits_digest;
-    st->decode_ms = t_first ? sw_now_ms() - t_first : 0;
     rc = 0;
 out:
-    free(seq);
+    *st = *sw_gen_stats(g);
+    int n_out;
+    const int32_t *gen = sw_gen_output(g, &n_out);
+    memcpy(out_tokens, gen, (size_t)n_out * sizeof *out_tokens);
+    sw_gen_free(&g);
     return rc;
 }

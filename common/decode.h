@@ -159,6 +159,38 @@ typedef struct sw_gen_opts {
     void *is_eog_ctx;
 } sw_gen_opts_t;
 
+/* A generation driven one round at a time, so that one thread can run many
+ * at once (the head interleaves its sessions this way; sw_generate() is the
+ * plain loop over it). The round logic lives here only: the prefill first,
+ * then each round the last committed token and up to k drafts from the
+ * proposer; each verdict is cut at n_predict and at an end-of-generation
+ * token and handed to on_tokens.
+ *
+ * sw_gen_new copies the prompt and o (o's callbacks and their contexts are
+ * borrowed and must outlive the generation). NULL with err on failure. */
+typedef struct sw_gen sw_gen_t;
+sw_gen_t *sw_gen_new(const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o, char *err,
+                     size_t err_len) __attribute__((warn_unused_result));
+void sw_gen_free(sw_gen_t **self_p);
+/* The next round to run (*r points into g and stays valid until the verdict
+ * is committed): 0, 1 when the generation is over (*r NULL), or -1 with err
+ * (the proposer failed). Drafting happens here. Asked again before the
+ * verdict, it gives the same round. */
+int sw_gen_next(sw_gen_t *g, const sw_round_t **r, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* Commits the verdict of the round sw_gen_next gave: the tokens it adds to
+ * the output (after the cut) come back in *tokens / *n (pointing into g) and
+ * went to on_tokens; the proposer is told how the round went. 0, or -1 with
+ * err (no round out, or a verdict that does not fit it). */
+int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, int *n, char *err,
+                  size_t err_len) __attribute__((warn_unused_result));
+/* 1 when the generation is over (n_predict, end of generation, or on_tokens said stop). */
+int sw_gen_done(const sw_gen_t *g);
+/* Totals so far (ttft and prefill from sw_gen_new). */
+const sw_gen_stats_t *sw_gen_stats(const sw_gen_t *g);
+/* The generated tokens so far (*n of them; points into g). */
+const int32_t *sw_gen_output(const sw_gen_t *g, int *n);
+
 /* Runs a whole generation against target. out_tokens receives the generated
  * ids (n_predict slots). 0, or -1 with a one-line reason in err. */
 int sw_generate(sw_target_t *target, const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o,

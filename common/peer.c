@@ -42,6 +42,7 @@ struct sw_peer {
     sw_wire_crypto_t crypto;            /* end-to-end sealing (crypto.seal NULL = none) */
     int auth_failed;                    /* the relay refused or revoked our key */
     uint64_t drops;                     /* malformed, unsealed, tampered or replayed messages */
+    int64_t wrong_key_told_ms;          /* when we last told a peer we cannot open its messages */
 };
 
 static int64_t s_now_ms(void)
@@ -55,7 +56,8 @@ static int64_t s_now_ms(void)
  * CurveZMQ client keys on the DEALER before connect, and the sealer for
  * end-to-end encryption. Without keys the relay must be on loopback.
  */
-static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay)
+static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay,
+                         int accept_clear_errors)
 {
     char err[256];
     if (!sec || sec->insecure) {
@@ -85,6 +87,7 @@ static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay)
         }
     }
     p->crypto.self = p->announce->name;
+    p->crypto.accept_clear_errors = accept_clear_errors;
     return 0;
 }
 
@@ -252,6 +255,35 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
     return 0;
 }
 
+/* One line per dropped message up to 16, then at 32, 64, ...: a flood cannot flood the log. */
+static void s_drop_note(sw_peer_t *p, const char *why)
+{
+    p->drops++;
+    if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
+        SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce->name, why,
+                (unsigned long long)p->drops);
+}
+
+/*
+ * A peer sent us something sealed that none of our cluster keys opens: most
+ * likely a client started with another cluster key. Tell it in clear (we
+ * share no key to seal with), at most once a second, so that it can stop
+ * waiting and say what is wrong; clients accept such an Error
+ * (accept_clear_errors), nodes do not, so two nodes cannot ping-pong.
+ */
+static void s_tell_wrong_key(sw_peer_t *p, const char *src)
+{
+    int64_t now = s_now_ms();
+    if (!src[0] || now - p->wrong_key_told_ms < 1000)
+        return;
+    p->wrong_key_told_ms = now;
+    if (sw_wire_send_error(p->sock, src, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, 0, NULL, NULL,
+                           "cannot open your message: it is sealed with a cluster key this node "
+                           "does not hold (check --cluster-key)",
+                           ZMQ_DONTWAIT) != 0)
+        SW_DEBUG("peer %s: could not tell %s that its key differs", p->announce->name, src);
+}
+
 /*
  * Waits for the next message for the caller: 0 got one, 1 timeout (or, with
  * until_announced, the relay acked), -1 error.
@@ -276,12 +308,11 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
             sw_wire_msg_clear(&m);
             if (until_announced && p->announced)
                 return 1;
+        } else if (rc == SW_WIRE_EKEY) {
+            s_drop_note(p, err);
+            s_tell_wrong_key(p, m.peer);
         } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION || rc == SW_WIRE_ESEAL) {
-            /* one line per drop up to 16, then at 32, 64, ...: a flood cannot flood the log */
-            p->drops++;
-            if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
-                SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce->name,
-                        err, (unsigned long long)p->drops);
+            s_drop_note(p, err);
         }
         if (rc != SW_WIRE_ESOCKET) { /* something was read: go on unless time is up */
             if (deadline >= 0 && s_now_ms() > deadline)
@@ -359,7 +390,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         goto err;
     if (zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         goto err;
-    if (s_peer_secure(p, opts->sec, opts->relay) != 0)
+    if (s_peer_secure(p, opts->sec, opts->relay, opts->accept_clear_errors) != 0)
         goto err_quiet;
     snprintf(mon_ep, sizeof mon_ep, "inproc://sw-peer-monitor-%p", (void *)p);
     if (zmq_socket_monitor(p->sock, mon_ep,

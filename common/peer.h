@@ -25,7 +25,10 @@
  * - Security (docs/security.md): with opts.sec holding keys, the connection
  *   is CurveZMQ (own key pair, the relay's pinned public key) and every
  *   message to another peer is sealed end to end with the cluster key
- *   (seal.h); messages from peers must arrive sealed. Without keys
+ *   (seal.h); messages from peers must arrive sealed. A sealed message that
+ *   none of our keys opens is answered (once a second at most) with a clear
+ *   Error{unauthorized}, so that a client holding another cluster key learns
+ *   it at once. Without keys
  *   (opts.sec NULL or sec->insecure) the relay endpoint must be loopback.
  *   A relay that refuses the key (ZAP) or revokes it (ERR_UNAUTHORIZED)
  *   makes sw_peer_new / sw_peer_recv fail.
@@ -48,6 +51,8 @@ typedef struct sw_peer_opts {
     int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
     int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
     const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */
+    int accept_clear_errors; /* clients: accept a clear Error from a peer that cannot open
+                                our sealed messages (msg.sealed = 0 tells it apart) */
 } sw_peer_opts_t;
 
 /*

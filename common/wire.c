@@ -90,6 +90,24 @@ const char *sw_wire_body_name(const Shardwire__Envelope *env)
     }
 }
 
+const char *sw_wire_role_name(int role)
+{
+    switch (role) {
+    case SHARDWIRE__ROLE__ROLE_HEAD:
+        return "head";
+    case SHARDWIRE__ROLE__ROLE_MIDDLE:
+        return "middle";
+    case SHARDWIRE__ROLE__ROLE_TAIL:
+        return "tail";
+    case SHARDWIRE__ROLE__ROLE_FULL:
+        return "full";
+    case SHARDWIRE__ROLE__ROLE_CLIENT:
+        return "client";
+    default:
+        return "?";
+    }
+}
+
 const char *sw_wire_error_code_name(int code)
 {
     static const char *names[] = {
@@ -412,8 +430,20 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
           SW_WIRE_MAX_PROMPT_BYTES);
     CHECK(g->n_prompt_tokens <= SW_WIRE_MAX_PROMPT_TOKENS,
           "generate has %zu prompt tokens (max %u)", g->n_prompt_tokens, SW_WIRE_MAX_PROMPT_TOKENS);
-    CHECK((plen > 0) != (g->n_prompt_tokens > 0),
-          "generate needs exactly one of prompt and prompt_tokens");
+    CHECK(g->n_messages <= SW_WIRE_MAX_MESSAGES, "generate has %zu messages (max %d)",
+          g->n_messages, SW_WIRE_MAX_MESSAGES);
+    size_t mlen = 0;
+    for (size_t i = 0; i < g->n_messages; i++) {
+        const Shardwire__ChatMessage *m = g->messages[i];
+        CHECK(m != NULL, "generate.messages[%zu] missing", i);
+        size_t rl = s_strlen_max(m->role, 17);
+        CHECK(rl >= 1 && rl <= 16, "generate.messages[%zu].role not 1..16 bytes", i);
+        mlen += s_strlen_max(m->content, SW_WIRE_MAX_PROMPT_BYTES + 1);
+        CHECK(mlen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.messages longer than %u bytes",
+              SW_WIRE_MAX_PROMPT_BYTES);
+    }
+    CHECK((plen > 0) + (g->n_prompt_tokens > 0) + (g->n_messages > 0) == 1,
+          "generate needs exactly one of prompt, prompt_tokens and messages");
     if ((rc = s_tokens("generate.prompt_tokens", g->prompt_tokens, g->n_prompt_tokens, err,
                        err_len)))
         return rc;
@@ -815,14 +845,28 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
     const int from_relay = s_is_relay(name);
     Shardwire__Envelope *env = NULL;
     if (sealed || (crypto && crypto->seal && !from_relay)) {
+        if (!sealed && crypto->accept_clear_errors) {
+            /* A peer that cannot open our messages says so in clear (it has
+             * no key we share); only an Error is accepted that way. */
+            rc = sw_wire_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), has_payload,
+                                has_payload ? zmq_msg_size(&f[2]) : 0, &env, err, err_len);
+            if (rc == SW_WIRE_OK && env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+                goto deliver;
+            if (env)
+                shardwire__envelope__free_unpacked(env, NULL);
+            env = NULL;
+        }
         if (!sealed) {
             rc = s_fail(SW_WIRE_ESEAL, err, err_len,
                         "clear message from %s refused: this cluster seals every message", name);
             goto done;
         }
         if (!crypto || !crypto->seal || from_relay) {
-            rc = s_fail(SW_WIRE_ESEAL, err, err_len, "sealed message from %s but %s", name,
+            rc = s_fail(from_relay ? SW_WIRE_ESEAL : SW_WIRE_EKEY, err, err_len,
+                        "sealed message from %s but %s", name,
                         from_relay ? "the relay never seals" : "no cluster key is loaded");
+            if (!from_relay)
+                memcpy(msg->peer, name, nlen + 1);
             goto done;
         }
         if (zmq_msg_size(&f[1]) > SW_WIRE_MAX_HEADER + SW_SEAL_HDR_OVERHEAD) {
@@ -835,8 +879,10 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         int src = sw_seal_open(crypto->seal, name, crypto->self, zmq_msg_data(&f[1]),
                                zmq_msg_size(&f[1]), has_payload ? &f[2] : NULL, &plain, &plain_len);
         if (src != SW_SEAL_OK) {
-            rc = s_fail(SW_WIRE_ESEAL, err, err_len, "sealed message from %s dropped: %s", name,
-                        sw_seal_strerror(src));
+            rc = s_fail(src == SW_SEAL_EAUTH ? SW_WIRE_EKEY : SW_WIRE_ESEAL, err, err_len,
+                        "sealed message from %s dropped: %s", name, sw_seal_strerror(src));
+            if (src == SW_SEAL_EAUTH)
+                memcpy(msg->peer, name, nlen + 1);
             goto done;
         }
         rc = sw_wire_decode(plain, plain_len, has_payload, has_payload ? zmq_msg_size(&f[2]) : 0,
@@ -848,6 +894,7 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
     }
     if (rc)
         goto done;
+deliver:
     sw_wire_msg_clear(msg);
     memcpy(msg->peer, name, nlen + 1);
     msg->env = env;

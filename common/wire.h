@@ -55,6 +55,7 @@
 #define SW_WIRE_MAX_PEERS 256 /* peers in a PeerTable / the relay */
 #define SW_WIRE_MAX_PROMPT_BYTES (2u << 20)
 #define SW_WIRE_MAX_PROMPT_TOKENS (1u << 18)
+#define SW_WIRE_MAX_MESSAGES 256 /* chat turns in one GenerateRequest */
 #define SW_WIRE_MAX_CHUNK_TOKENS 4096
 #define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
 #define SW_WIRE_MAX_ERROR_TEXT 512
@@ -68,7 +69,9 @@ enum sw_wire_rc {
     SW_WIRE_EMALFORMED = -1, /* a frame or field failed validation */
     SW_WIRE_EVERSION = -2,   /* the header's version is not SW_WIRE_VERSION */
     SW_WIRE_ESOCKET = -3,    /* the ZeroMQ call failed; errno says why (EAGAIN, EINTR, ...) */
-    SW_WIRE_ESEAL = -4, /* sealing: tampered, replayed, wrong key, or clear where sealed is due */
+    SW_WIRE_ESEAL = -4,      /* sealing: malformed, replayed, or clear where sealed is due */
+    SW_WIRE_EKEY = -5,       /* sealed, but no cluster key held here opens it (a different
+                                cluster key, or tampered): msg->peer names the sender */
 };
 
 typedef struct sw_seal sw_seal_t;
@@ -80,8 +83,10 @@ typedef struct sw_seal sw_seal_t;
  * crypto (or seal) sends and accepts clear messages only.
  */
 typedef struct sw_wire_crypto {
-    sw_seal_t *seal;  /* cluster keys; NULL = no end-to-end encryption */
-    const char *self; /* this peer's name (the source of what it seals) */
+    sw_seal_t *seal;         /* cluster keys; NULL = no end-to-end encryption */
+    const char *self;        /* this peer's name (the source of what it seals) */
+    int accept_clear_errors; /* clients: deliver a clear Error from a peer (sealed = 0):
+                                the way a peer without our key says it cannot read us */
 } sw_wire_crypto_t;
 
 /* One received message. Zero-initialise before the first sw_wire_recv. */
@@ -98,6 +103,8 @@ size_t sw_wire_dtype_size(int dtype);
 /* Printable name of the Envelope's body ("forward", "verdict", ...). */
 const char *sw_wire_body_name(const Shardwire__Envelope *env);
 const char *sw_wire_error_code_name(int code);
+/* "head", "middle", "tail", "full", "client", or "?" for an unknown value. */
+const char *sw_wire_role_name(int role);
 /* 1 when name[0..len) is a valid peer name (1..63 bytes of [A-Za-z0-9._-]). */
 int sw_wire_name_ok(const char *name, size_t len);
 
@@ -158,8 +165,10 @@ int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t er
 
 /*
  * sw_wire_recv with end-to-end sealing (crypto may be NULL). A sealed message
- * that does not open, or a clear one from a peer while crypto->seal is set,
- * returns SW_WIRE_ESEAL with err filled (all its frames consumed).
+ * that no key held here opens returns SW_WIRE_EKEY with msg->peer set to its
+ * sender (and no envelope); one that is malformed or replayed, or a clear one
+ * from a peer while crypto->seal is set, returns SW_WIRE_ESEAL; err is filled
+ * and all frames are consumed either way.
  */
 int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len) __attribute__((warn_unused_result));

@@ -21,21 +21,26 @@ struct draft_model {
     char *path;                    // the GGUF path (for messages)
     sw_backend_t *be;              // own backend
     sw_model_t *m;                 // all layers
-    sw_kv_t *kv;                   // the draft's cache; kv_len positions hold cached[0..kv_len)
-    int32_t *cached;               // (cap) tokens whose K/V the cache holds
-    int cap;                       // cache positions
+    int cap;                       // default cache positions of a sequence
     int n_vocab;                   // vocabulary size
-    float *logits;                 // (n_vocab) the last row's logits
+    float *logits;                 // (n_vocab) the last row's logits of the sequence drafting
     float *probs;                  // (n_vocab) sampling distribution scratch
     float loop_prob[SW_MAX_DRAFT]; // top probability of each greedy step on the backend
-    sw_sampler_t *s;               // the draft's sampler (target's parameters, mixed seed)
-    sw_sampling_t params;          // the target's sampling parameters
-    int32_t *q_ids;                // (SW_MAX_DRAFT, DRAFT_Q_MAX) sparse supports
-    float *q_vals;                 // (SW_MAX_DRAFT, DRAFT_Q_MAX) their probabilities
     int32_t *heap_id;              // (DRAFT_Q_MAX) top-support selection
     float *heap_val;               // (DRAFT_Q_MAX)
-    double last_ms;                // last propose: drafting time (ms)
-    int last_n;                    // last propose: drafts made
+};
+
+struct draft_seq {
+    draft_model_t *dm;    // the model (not owned)
+    sw_kv_t *kv;          // this sequence's cache; kv_len positions hold cached[0..kv_len)
+    int32_t *cached;      // (cap) tokens whose K/V the cache holds
+    int cap;              // cache positions
+    sw_sampler_t *s;      // the draft's sampler (target's parameters, mixed seed)
+    sw_sampling_t params; // the target's sampling parameters
+    int32_t *q_ids;       // (SW_MAX_DRAFT, DRAFT_Q_MAX) sparse supports
+    float *q_vals;        // (SW_MAX_DRAFT, DRAFT_Q_MAX) their probabilities
+    double last_ms;       // last propose: drafting time (ms)
+    int last_n;           // last propose: drafts made
 };
 
 int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err, size_t err_len)
@@ -120,20 +125,11 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, const 
         return NULL;
     }
     d->cap = n_ctx + SW_MAX_DRAFT + 1; // drafts run past the committed context
-    d->kv = sw_kv_new(d->m, d->cap);
-    d->cached = malloc((size_t)d->cap * sizeof *d->cached);
     d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
     d->probs = malloc((size_t)d->n_vocab * sizeof *d->probs);
-    d->q_ids = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *d->q_ids);
-    d->q_vals = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *d->q_vals);
     d->heap_id = malloc(DRAFT_Q_MAX * sizeof *d->heap_id);
     d->heap_val = malloc(DRAFT_Q_MAX * sizeof *d->heap_val);
-    if (!d->kv || !d->cached || !d->logits || !d->probs || !d->q_ids || !d->q_vals || !d->heap_id ||
-        !d->heap_val)
-        goto oom;
-    sw_sampling_t greedy = sw_sampling_default();
-    greedy.temp = 0;
-    if (draft_model_begin(d, &greedy) != 0)
+    if (!d->logits || !d->probs || !d->heap_id || !d->heap_val)
         goto oom;
     return d;
 oom:
@@ -147,27 +143,61 @@ void draft_model_free(draft_model_t **self_p)
     if (!self_p || !*self_p)
         return;
     draft_model_t *d = *self_p;
-    sw_sampler_free(&d->s);
-    sw_kv_free(&d->kv);
     sw_model_free(&d->m);
     sw_backend_free(&d->be);
     free(d->path);
-    free(d->cached);
     free(d->logits);
     free(d->probs);
-    free(d->q_ids);
-    free(d->q_vals);
     free(d->heap_id);
     free(d->heap_val);
     free(d);
     *self_p = NULL;
 }
 
-int draft_model_begin(draft_model_t *d, const sw_sampling_t *params)
+draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx)
+{
+    if (n_ctx < 0 || (uint64_t)n_ctx + SW_MAX_DRAFT + 1 > (uint64_t)1 << 24)
+        return NULL;
+    draft_seq_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->dm = dm;
+    s->cap = n_ctx ? n_ctx + SW_MAX_DRAFT + 1 : dm->cap;
+    s->kv = sw_kv_new(dm->m, s->cap);
+    s->cached = malloc((size_t)s->cap * sizeof *s->cached);
+    s->q_ids = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_ids);
+    s->q_vals = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_vals);
+    sw_sampling_t greedy = sw_sampling_default();
+    greedy.temp = 0;
+    if (!s->kv || !s->cached || !s->q_ids || !s->q_vals || draft_seq_begin(s, &greedy) != 0)
+        draft_seq_free(&s);
+    return s;
+}
+
+void draft_seq_free(draft_seq_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    draft_seq_t *s = *self_p;
+    sw_sampler_free(&s->s);
+    sw_kv_free(&s->kv);
+    free(s->cached);
+    free(s->q_ids);
+    free(s->q_vals);
+    free(s);
+    *self_p = NULL;
+}
+
+int draft_seq_capacity(const draft_seq_t *s)
+{
+    return s->cap - SW_MAX_DRAFT - 1;
+}
+
+int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
 {
     sw_sampling_t p = *params;
     p.seed ^= S_SEED_MIX;
-    sw_sampler_t *s = sw_sampler_new(&p, d->n_vocab);
+    sw_sampler_t *s = sw_sampler_new(&p, d->dm->n_vocab);
     if (!s)
         return -1;
     sw_sampler_free(&d->s);
@@ -191,7 +221,7 @@ const char *draft_model_backend(const draft_model_t *d)
     return sw_backend_desc(d->be);
 }
 
-void draft_model_last_cost(const draft_model_t *d, double *ms, int *n_tokens)
+void draft_seq_last_cost(const draft_seq_t *d, double *ms, int *n_tokens)
 {
     *ms = d->last_ms;
     *n_tokens = d->last_n;
@@ -201,7 +231,7 @@ void draft_model_last_cost(const draft_model_t *d, double *ms, int *n_tokens)
  * The first n_prompt of them are prompt rows: they are evaluated together in
  * prompt mode, as the target evaluates a prompt, so that a draft model equal
  * to the target reproduces the target's logits bit for bit. */
-static int s_feed(draft_model_t *d, const int32_t *tokens, int n, int n_prompt)
+static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt)
 {
     const int len = sw_kv_len(d->kv);
     if (n < 1 || len + n > d->cap)
@@ -210,8 +240,8 @@ static int s_feed(draft_model_t *d, const int32_t *tokens, int n, int n_prompt)
     const int n_prompt_rows = n_prompt < n ? n_prompt : n;
     if (n_prompt_rows == n) {
         sw_forward_t p = {
-            .n = n, .tokens = tokens, .logits = d->logits, .n_logits = 1, .prompt = 1};
-        if (sw_model_forward(d->m, d->kv, &p, err, sizeof err) != 0) {
+            .n = n, .tokens = tokens, .logits = d->dm->logits, .n_logits = 1, .prompt = 1};
+        if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
             SW_WARN("draft model: %s", err);
             return -1;
         }
@@ -220,7 +250,7 @@ static int s_feed(draft_model_t *d, const int32_t *tokens, int n, int n_prompt)
     }
     if (n_prompt_rows > 0) {
         sw_forward_t p = {.n = n_prompt_rows, .tokens = tokens, .prompt = 1};
-        if (sw_model_forward(d->m, d->kv, &p, err, sizeof err) != 0) {
+        if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
             SW_WARN("draft model: %s", err);
             return -1;
         }
@@ -228,9 +258,9 @@ static int s_feed(draft_model_t *d, const int32_t *tokens, int n, int n_prompt)
     }
     sw_forward_t f = {.n = n - n_prompt_rows,
                       .tokens = tokens + n_prompt_rows,
-                      .logits = d->logits,
+                      .logits = d->dm->logits,
                       .n_logits = 1};
-    if (sw_model_forward(d->m, d->kv, &f, err, sizeof err) != 0) {
+    if (sw_model_forward(d->dm->m, d->kv, &f, err, sizeof err) != 0) {
         SW_WARN("draft model: %s", err);
         return -1;
     }
@@ -310,10 +340,10 @@ static int s_sparse_support(draft_model_t *d, int32_t *ids, float *vals)
 
 /* Rolls the cache back to the longest prefix it shares with ctx and feeds
  * the rest (at least the last token, whose logits are needed). all_prompt:
- * ctx is a prompt (draft_model_warm); otherwise, when the cache is empty, ctx
+ * ctx is a prompt (draft_seq_warm); otherwise, when the cache is empty, ctx
  * is the prompt followed by the first generated token. Returns the number of
  * tokens fed, or -1. */
-static int s_catch_up(draft_model_t *d, const int32_t *ctx, int n_ctx, int all_prompt)
+static int s_catch_up(draft_seq_t *d, const int32_t *ctx, int n_ctx, int all_prompt)
 {
     int keep = 0;
     const int len = sw_kv_len(d->kv);
@@ -327,7 +357,7 @@ static int s_catch_up(draft_model_t *d, const int32_t *ctx, int n_ctx, int all_p
     return n_ctx - keep;
 }
 
-int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
+int draft_seq_warm(draft_seq_t *d, const int32_t *ctx, int n_ctx)
 {
     if (n_ctx < 1 || n_ctx > d->cap - 1)
         return -1;
@@ -338,27 +368,27 @@ int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
  * catch-up left, the other k - 1 by sw_model_greedy_steps(), which keeps the
  * loop on the backend (one graph on a GPU). The same drafts as the one-by-one
  * loop below, which the confidence stop then cuts the same way. */
-static int s_propose_greedy(draft_model_t *d, int k, float p_min, int32_t *out)
+static int s_propose_greedy(draft_seq_t *d, int k, float p_min, int32_t *out)
 {
-    out[0] = sw_sampler_argmax(d->s, d->logits);
+    out[0] = sw_sampler_argmax(d->s, d->dm->logits);
     if (out[0] < 0)
         return -1;
     const int len = sw_kv_len(d->kv);
     char err[256] = "";
-    if (sw_model_greedy_steps(d->m, d->kv, out[0], k - 1, out + 1, p_min > 0 ? d->loop_prob : NULL,
-                              err, sizeof err) != 0) {
+    if (sw_model_greedy_steps(d->dm->m, d->kv, out[0], k - 1, out + 1,
+                              p_min > 0 ? d->dm->loop_prob : NULL, err, sizeof err) != 0) {
         SW_WARN("draft model: %s", err);
         return -1;
     }
     memcpy(d->cached + len, out, (size_t)(k - 1) * sizeof *out);
     for (int n = 1; n < k; n++)
-        if (p_min > 0 && d->loop_prob[n - 1] < p_min)
+        if (p_min > 0 && d->dm->loop_prob[n - 1] < p_min)
             return n;
     return k;
 }
 
-int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
-                        int32_t *out, sw_draft_q_t *q, int *q_used)
+int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
+                      int32_t *out, sw_draft_q_t *q, int *q_used)
 {
     *q_used = 0;
     d->last_ms = 0;
@@ -397,20 +427,20 @@ int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, 
         int32_t tok;
         float conf;
         if (greedy) {
-            tok = sw_sampler_argmax(d->s, d->logits);
-            conf = p_min > 0 ? s_top_prob(d->logits, d->n_vocab) : 1.0f;
+            tok = sw_sampler_argmax(d->s, d->dm->logits);
+            conf = p_min > 0 ? s_top_prob(d->dm->logits, d->dm->n_vocab) : 1.0f;
         } else {
-            if (sw_sampler_probs(d->s, d->logits, d->probs) != 0)
+            if (sw_sampler_probs(d->s, d->dm->logits, d->dm->probs) != 0)
                 return -1;
             int32_t *ids = d->q_ids + (size_t)n * DRAFT_Q_MAX;
             float *vals = d->q_vals + (size_t)n * DRAFT_Q_MAX;
-            int ns = s_sparse_support(d, ids, vals);
-            tok = sw_sampler_sample_probs(d->s, d->probs);
+            int ns = s_sparse_support(d->dm, ids, vals);
+            tok = sw_sampler_sample_probs(d->s, d->dm->probs);
             conf = 0;
             for (int j = 0; j < ns; j++)
                 conf = vals[j] > conf ? vals[j] : conf;
             if (tok >= 0) {
-                q[n].q_tok = d->probs[tok];
+                q[n].q_tok = d->dm->probs[tok];
                 q[n].n = ns;
                 q[n].ids = ids;
                 q[n].vals = vals;

@@ -7,7 +7,7 @@
  * reads only the two headers, before any weight is loaded.
  *
  * The draft keeps its own KV cache of the committed sequence. Each call to
- * draft_model_propose() finds the longest common prefix of what its cache
+ * draft_seq_propose() finds the longest common prefix of what its cache
  * holds and the committed sequence it is given, truncates the cache there
  * (O(1): this is how rejected drafts are rolled back), feeds only the new
  * tokens (usually one or two), then drafts token by token:
@@ -27,9 +27,16 @@
  * draft's top probability (softmax at temperature 1 for greedy, the top of q
  * when sampling) is below p_min.
  *
- * Ownership: draft_model_t owns its backend, model, cache and buffers. The q
- * entries written by draft_model_propose() point into its buffers and stay
- * valid until the next call.
+ * Sessions: a draft_model_t holds the weights and is shared; each generation
+ * drafts through its own draft_seq_t (its cache, sampler and q buffers), so
+ * several sessions can draft in turn without disturbing each other's caches
+ * or random streams.
+ *
+ * Ownership: draft_model_t owns its backend, model and scratch; a draft_seq_t
+ * owns its cache and buffers and borrows the model, which must outlive it. The
+ * q entries written by draft_seq_propose() point into the sequence's buffers
+ * and stay valid until its next propose call. One thread at a time: the model's
+ * scratch is shared by its sequences.
  */
 #ifndef DRAFT_MODEL_H
 #define DRAFT_MODEL_H
@@ -52,37 +59,42 @@ int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err
 
 /* Checks path's vocabulary against target, then loads all its layers on a new
  * backend opened by name (sw_backend_new(): "cpu", "cuda:1", NULL = auto)
- * with n_threads CPU threads (0 = all cores) and a cache of n_ctx positions.
- * NULL with one line in err on failure. Free with draft_model_free(). */
+ * with n_threads CPU threads (0 = all cores); n_ctx is the default context of
+ * its sequences. NULL with one line in err on failure. Free with
+ * draft_model_free(). */
 draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, const char *backend,
                                int n_threads, int n_ctx, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 void draft_model_free(draft_model_t **self_p);
 
+typedef struct draft_seq draft_seq_t;
+/* A sequence of the model with room for a committed context of n_ctx
+ * positions (0 = the model's default) plus one round of drafts; NULL when out
+ * of memory. Free with draft_seq_free(). */
+draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx) __attribute__((warn_unused_result));
+void draft_seq_free(draft_seq_t **self_p);
+/* The committed context the sequence has room for. */
+int draft_seq_capacity(const draft_seq_t *s);
 /* Starts a generation with the target's sampling parameters (reseeds the
  * draft's RNG) and an empty cache: the prompt is then evaluated as one
  * prompt batch, as the target evaluates it (rows kept from another request
  * would not be bit-identical to that). 0, or -1 on invalid parameters. */
-int draft_model_begin(draft_model_t *d, const sw_sampling_t *params)
+int draft_seq_begin(draft_seq_t *s, const sw_sampling_t *params)
     __attribute__((warn_unused_result));
-
 /* Proposes up to k tokens after ctx[0..n_ctx) (see above). Returns the count
  * (0..k), or -1 on error (context full, bad token). */
-int draft_model_propose(draft_model_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
-                        int32_t *out, sw_draft_q_t *q, int *q_used);
-
+int draft_seq_propose(draft_seq_t *s, const int32_t *ctx, int n_ctx, int k, float p_min,
+                      int32_t *out, sw_draft_q_t *q, int *q_used);
 /* Feeds ctx[0..n_ctx) into the draft's cache (as the catch-up of a
  * propose call would) without drafting: the head calls it with the prompt
  * while the pipeline computes the prefill, so the draft's own prefill is off
  * the critical path. 0 or -1. */
-int draft_model_warm(draft_model_t *d, const int32_t *ctx, int n_ctx)
+int draft_seq_warm(draft_seq_t *s, const int32_t *ctx, int n_ctx)
     __attribute__((warn_unused_result));
-
 /* Time of the last propose call spent drafting (ms, without the catch-up of
  * more than two new context tokens, e.g. the prompt) and how many drafts it
  * made: what a draft token costs. */
-void draft_model_last_cost(const draft_model_t *d, double *ms, int *n_tokens);
-
+void draft_seq_last_cost(const draft_seq_t *s, double *ms, int *n_tokens);
 const char *draft_model_path(const draft_model_t *d);
 /* What the draft model runs on ("cuda:1 (Tesla T4, ...)"). */
 const char *draft_model_backend(const draft_model_t *d);

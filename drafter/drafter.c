@@ -13,6 +13,7 @@
 
 struct draft {
     draft_model_t *model; // borrowed, may be NULL
+    draft_seq_t *seq;     // this generation's sequence of the model, NULL until needed
     draft_cfg_t cfg;      // this generation's configuration
     draft_ctl_t ctl;      // K controller
 };
@@ -29,6 +30,7 @@ void draft_free(draft_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
+    draft_seq_free(&(*self_p)->seq);
     free(*self_p);
     *self_p = NULL;
 }
@@ -84,7 +86,21 @@ int draft_begin(draft_t *d, const draft_cfg_t *cfg, char *err, size_t err_len)
     d->cfg = *cfg;
     if (d->cfg.k_max == 0)
         d->cfg.k_max = DRAFT_K_MAX_AUTO;
-    if (d->model && draft_model_begin(d->model, &cfg->sampling) != 0) {
+    if (cfg->n_ctx < 0) {
+        snprintf(err, err_len, "draft: context of %d positions", cfg->n_ctx);
+        return -1;
+    }
+    const int uses_model = cfg->mode == DRAFT_MODE_MODEL || cfg->mode == DRAFT_MODE_MIX;
+    if (uses_model && d->seq && cfg->n_ctx && draft_seq_capacity(d->seq) < cfg->n_ctx)
+        draft_seq_free(&d->seq); /* too small for this generation */
+    if (uses_model && !d->seq) {
+        d->seq = draft_seq_new(d->model, cfg->n_ctx);
+        if (!d->seq) {
+            snprintf(err, err_len, "draft: out of memory for the draft model's cache");
+            return -1;
+        }
+    }
+    if (d->seq && draft_seq_begin(d->seq, &cfg->sampling) != 0) {
         snprintf(err, err_len, "draft: cannot start the draft sampler");
         return -1;
     }
@@ -104,7 +120,7 @@ int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx)
     if (!d->model || draft_gen_k(d) == 0 ||
         (d->cfg.mode != DRAFT_MODE_MODEL && d->cfg.mode != DRAFT_MODE_MIX))
         return 0;
-    return draft_model_warm(d->model, ctx, n_ctx);
+    return d->seq ? draft_seq_warm(d->seq, ctx, n_ctx) : 0;
 }
 
 const draft_ctl_t *draft_ctl(const draft_t *d)
@@ -132,13 +148,13 @@ static int s_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int32
             return n;
         }
     }
-    if (!d->model)
+    if (!d->seq)
         return 0;
-    int n = draft_model_propose(d->model, ctx, n_ctx, k, d->cfg.p_min, out, q, q_used);
+    int n = draft_seq_propose(d->seq, ctx, n_ctx, k, d->cfg.p_min, out, q, q_used);
     if (n > 0) {
         double ms;
         int nt;
-        draft_model_last_cost(d->model, &ms, &nt);
+        draft_seq_last_cost(d->seq, &ms, &nt);
         draft_ctl_draft_time(&d->ctl, nt, ms);
     }
     return n;

@@ -16,9 +16,11 @@
  * turns speculation off. Set sw_gen_opts_t.k to draft_gen_k() and
  * .proposer to the draft_proposer() result.
  *
- * One generation at a time per draft_t (draft_begin() starts the next one).
- * The draft model is borrowed and may be shared by draft_t objects that are
- * not used at the same time.
+ * One generation at a time per draft_t (draft_begin() starts the next one);
+ * one draft_t per session when several run at once. The draft model (the
+ * weights) is borrowed and shared; each draft_t drafts through its own
+ * draft_seq_t (cache, sampler), made by draft_begin() with room for
+ * cfg.n_ctx positions.
  */
 #ifndef DRAFT_DRAFTER_H
 #define DRAFT_DRAFTER_H
@@ -44,6 +46,8 @@ typedef struct draft_cfg {
     int k_max;              // adaptive ceiling, 1..SW_MAX_DRAFT (0 = DRAFT_K_MAX_AUTO)
     float p_min;            // confidence stop of the draft model, [0, 1]; 0 = off
     sw_sampling_t sampling; // the target's sampling parameters
+    int n_ctx;              // committed positions the generation may reach (0 = the draft
+                            // model's default context)
 } draft_cfg_t;
 
 typedef struct draft draft_t;

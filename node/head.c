@@ -773,16 +773,31 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         n_prompt = (int)g->n_prompt_tokens;
     } else {
         const char *text = g->prompt ? g->prompt : "";
-        if (g->chat) {
-            sw_chat_msg_t cm = {.role = "user", .content = text};
-            chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), &cm, 1, 1);
+        const int chat = g->chat || g->n_messages > 0;
+        if (chat) {
+            /* A conversation, or the prompt as one user turn (wire.c bounds both). */
+            sw_chat_msg_t one = {.role = "user", .content = text};
+            sw_chat_msg_t *turns = &one;
+            if (g->n_messages > 0) {
+                turns = calloc(g->n_messages, sizeof *turns);
+                if (!turns)
+                    goto oom;
+                for (size_t i = 0; i < g->n_messages; i++) {
+                    turns[i].role = g->messages[i]->role;
+                    turns[i].content = g->messages[i]->content;
+                }
+            }
+            chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), turns,
+                                             g->n_messages > 0 ? (int)g->n_messages : 1, 1);
+            if (turns != &one)
+                free(turns);
             if (!chat_text) {
                 snprintf(err, sizeof err, "the model has no usable chat template");
                 goto fail;
             }
             text = chat_text;
         }
-        prompt = sw_tokenize_alloc(h->tok, text, strlen(text), 1, g->chat, &n_prompt);
+        prompt = sw_tokenize_alloc(h->tok, text, strlen(text), 1, chat, &n_prompt);
         if (!prompt)
             goto oom;
     }

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds with warnings as errors,
 # fetches the default model and runs the default CTest suite (everything but
-# the slow and cuda labels). Exits non-zero on any failure. When nvcc is
-# found the CUDA backend is compiled too, for one GPU architecture
-# ($SW_CUDA_ARCH, default 75) to keep the build short; SW_CUDA=OFF skips it.
+# the slow and cuda labels). Exits non-zero on any failure. Every run ends
+# with one line listing what was skipped (whole tests and parts of tests) and
+# why; with SW_TEST_STRICT=1 (what .ci/run sets) any skip is a failure.
 #
-#   bash scripts/test.sh              # default suite
-#   SW_TEST_LABELS=slow bash scripts/test.sh   # only the slow suite
+#   bash scripts/test.sh                        # default suite
+#   SW_TEST_LABELS=slow bash scripts/test.sh    # only the slow suite
+#   SW_TEST_STRICT=1 bash scripts/test.sh       # a skip fails the run
+#   SW_CTEST_ARGS="-R test_relay" bash scripts/test.sh   # extra ctest arguments
+#   bash scripts/test.sh -DSW_SANITIZE=ON       # arguments go to cmake's configure step
+#
+# When nvcc is found the CUDA backend is compiled too, for one GPU
+# architecture ($SW_CUDA_ARCH, default 75) to keep the build short
+# (SW_CUDA=OFF or -DSW_CUDA=OFF skips it); its tests have the cuda label.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/deps.sh"
 bash "$here/scripts/fetch_model.sh" >/dev/null
-SW_BUILD_DIR=${SW_BUILD_DIR:-$here/build} bash "$here/scripts/build.sh" -DSW_WERROR=ON \
-    -DSW_CUDA="${SW_CUDA:-AUTO}" -DCMAKE_CUDA_ARCHITECTURES="${SW_CUDA_ARCH:-75}"
-cd "${SW_BUILD_DIR:-$here/build}"
-if [ -n "${SW_TEST_LABELS:-}" ]; then
-    ctest --output-on-failure -j 2 -L "$SW_TEST_LABELS"
+build=${SW_BUILD_DIR:-$here/build}
+SW_BUILD_DIR=$build bash "$here/scripts/build.sh" -DSW_WERROR=ON -DSW_CUDA="${SW_CUDA:-AUTO}" \
+    -DCMAKE_CUDA_ARCHITECTURES="${SW_CUDA_ARCH:-75}" "$@"
+cd "$build"
+skipped=Testing/skipped.txt
+mkdir -p Testing
+rm -f "$skipped"
+labels=(-LE 'slow|cuda')
+[ -n "${SW_TEST_LABELS:-}" ] && labels=(-L "$SW_TEST_LABELS")
+read -r -a extra <<<"${SW_CTEST_ARGS:-}"
+rc=0
+ctest --output-on-failure -j 2 "${labels[@]}" "${extra[@]}" || rc=$?
+if [ -s "$skipped" ]; then
+    echo "skipped ($(wc -l <"$skipped")): $(sort "$skipped" | paste -sd ';' | sed 's/;/; /g')"
 else
-    ctest --output-on-failure -j 2 -LE 'slow|cuda'
+    echo "skipped: nothing"
 fi
+exit $rc

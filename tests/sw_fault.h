@@ -47,7 +47,7 @@ typedef struct swf_cluster {
     const char *model;
     swf_node_t nodes[SWF_MAX_NODES];
     int n;
-    char log[128]; // nodes' log file
+    char log[192]; // nodes' log file
 } swf_cluster_t;
 
 static inline double swf_now_ms(void)
@@ -135,7 +135,7 @@ static inline pid_t swf_start_relay(swf_cluster_t *c)
                   hb,
                   "--insecure-loopback",
                   NULL};
-    char log[160];
+    char log[200];
     snprintf(log, sizeof log, "%s.relay", c->log);
     c->relay = sw_test_spawn(ra, log);
     return c->relay;
@@ -269,14 +269,17 @@ static inline int swf_wait_msgs_out(const char *ep, const char *name, long want,
 /* A background `shardwire run`: its stdout and stderr go to files. */
 typedef struct swf_client {
     pid_t pid;
-    char out_path[128], err_path[128];
+    char out_path[192], err_path[192];
 } swf_client_t;
 
 static inline int swf_client_start(swf_client_t *cl, const char *ep, const char *prompt, int n_gen,
                                    int timeout_s, const char *const *extra, const char *tag)
 {
-    snprintf(cl->out_path, sizeof cl->out_path, "/tmp/sw_fault_%s_%d.out", tag, (int)getpid());
-    snprintf(cl->err_path, sizeof cl->err_path, "/tmp/sw_fault_%s_%d.err", tag, (int)getpid());
+    char name[64];
+    snprintf(name, sizeof name, "client_%s.out", tag);
+    snprintf(cl->out_path, sizeof cl->out_path, "%s", sw_test_log(name));
+    snprintf(name, sizeof name, "client_%s.err", tag);
+    snprintf(cl->err_path, sizeof cl->err_path, "%s", sw_test_log(name));
     cl->pid = fork();
     if (cl->pid < 0)
         return -1;

@@ -3,6 +3,9 @@
  */
 #include "sw_test.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,17 +13,98 @@
 int sw_test_failures;
 int sw_test_checks;
 
+static char s_log_dir[64]; /* sw_test_log's folder, "" until first use */
+
+static int s_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
 int sw_test_done(void)
 {
     printf("%d checks, %d failed\n", sw_test_checks, sw_test_failures);
+    if (s_log_dir[0] && !sw_test_failures)
+        nftw(s_log_dir, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    else if (s_log_dir[0])
+        printf("logs of the programs this test ran: %s\n", s_log_dir);
     return sw_test_failures ? 1 : 0;
+}
+
+const char *sw_test_log(const char *name)
+{
+    static char paths[8][192];
+    static int slot;
+    if (!s_log_dir[0]) {
+        snprintf(s_log_dir, sizeof s_log_dir, "/tmp/swtest.XXXXXX");
+        if (!mkdtemp(s_log_dir)) {
+            s_log_dir[0] = 0;
+            sw_test_skip("cannot create a temporary directory");
+        }
+    }
+    char *p = paths[slot++ & 7];
+    snprintf(p, 192, "%s/%s", s_log_dir, name);
+    return p;
+}
+
+int sw_test_strict(void)
+{
+    const char *v = getenv("SW_TEST_STRICT");
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
+/* Appends "<program>[ part]: why" to $SW_TEST_SKIP_LOG, one write() per line
+ * so that tests running in parallel do not interleave. */
+static void s_skip_record(const char *kind, const char *why)
+{
+    const char *log = getenv("SW_TEST_SKIP_LOG");
+    if (!log || !log[0])
+        return;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s%s: %s\n", program_invocation_short_name, kind, why);
+    if (n <= 0)
+        return;
+    if (n >= (int)sizeof line) {
+        n = (int)sizeof line;
+        line[n - 1] = '\n';
+    }
+    for (char *p = line; p < line + n - 1; p++)
+        if (*p == '\n')
+            *p = ' ';
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0)
+        return;
+    ssize_t w = write(fd, line, (size_t)n);
+    if (w != n)
+        fprintf(stderr, "%s: could not record the skip (%s)\n", log, strerror(errno));
+    close(fd);
 }
 
 void sw_test_skip(const char *why)
 {
+    s_skip_record("", why);
+    if (sw_test_strict()) {
+        printf("FAILED: would skip, and SW_TEST_STRICT=1 forbids skips: %s\n", why);
+        fflush(stdout);
+        exit(1);
+    }
     printf("SKIP: %s\n", why);
     fflush(stdout);
     exit(77);
+}
+
+void sw_test_skip_part(const char *why)
+{
+    s_skip_record(" (part)", why);
+    if (sw_test_strict()) {
+        sw_test_failures++;
+        printf("FAILED: part skipped, and SW_TEST_STRICT=1 forbids skips: %s\n", why);
+    } else {
+        printf("SKIP (part): %s\n", why);
+    }
+    fflush(stdout);
 }
 
 const char *sw_test_env(const char *name)
@@ -85,8 +169,6 @@ const char *sw_test_tmpdir(void)
 /* ---- processes ---- */
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -219,6 +301,36 @@ int sw_test_run(char *const argv[], int timeout_s, char **out, char **err)
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
+}
+
+int sw_test_wait_listen(const char *endpoint, int timeout_s)
+{
+    const char *hp = strstr(endpoint, "://");
+    hp = hp ? hp + 3 : endpoint;
+    const char *colon = strrchr(hp, ':');
+    if (!colon)
+        return -1;
+    char host[64];
+    snprintf(host, sizeof host, "%.*s", (int)(colon - hp), hp);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    if (!strcmp(host, "localhost") || !strcmp(host, "*"))
+        snprintf(host, sizeof host, "127.0.0.1");
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return -1;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > timeout_s)
+            return -1;
+        usleep(20000);
+    }
 }
 
 int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s)

@@ -2,7 +2,12 @@
  * sw_test.h - the tiny harness every test executable uses. A test is a
  * main() that calls SW_CHECK* and returns sw_test_done(). Tests that need a
  * resource that is absent (the model, the shared vocab data) call
- * sw_test_skip(), which exits 77 (CTest's SKIP_RETURN_CODE).
+ * sw_test_skip(), which exits 77 (CTest's SKIP_RETURN_CODE); a test that can
+ * run only some of its parts calls sw_test_skip_part() for each part left out.
+ *
+ * No skip is silent: both append "test: why" to the file $SW_TEST_SKIP_LOG
+ * (scripts/test.sh prints that list after every run), and with
+ * SW_TEST_STRICT=1 (set by .ci/run) both are failures instead.
  */
 #ifndef SW_TEST_H
 #define SW_TEST_H
@@ -46,8 +51,14 @@ extern int sw_test_checks;
 
 /* Prints a summary line and returns the process exit code (0 or 1). */
 int sw_test_done(void);
-/* Prints why and exits 77 so that CTest reports the test as skipped. */
+/* Prints and records why, and exits 77 so that CTest reports the test as
+ * skipped; under SW_TEST_STRICT=1 it exits 1 (a failure) instead. */
 void sw_test_skip(const char *why) __attribute__((noreturn));
+/* Records that one part of the test did not run, and why; the test goes on.
+ * Under SW_TEST_STRICT=1 the part counts as a failed check. */
+void sw_test_skip_part(const char *why);
+/* 1 when SW_TEST_STRICT=1 (CI): a skipped test or part is a failure. */
+int sw_test_strict(void);
 /* The default model path (SW_TEST_MODEL); skips the test when the file is absent. */
 const char *sw_test_model(void);
 /* An environment variable, or skip when it is unset or empty. */
@@ -56,6 +67,12 @@ const char *sw_test_env(const char *name);
 char *sw_test_read_file(const char *path, size_t *len);
 /* Path of a fresh temporary directory (removed by the caller if it cares). */
 const char *sw_test_tmpdir(void);
+/* Path of the file `name` in this test process's own log folder
+ * (/tmp/swtest.XXXXXX, made on first use; static buffer per call slot 0..7).
+ * Never a fixed /tmp path: test runs of several checkouts on one machine must
+ * not read or unlink each other's logs. sw_test_done() removes the folder
+ * when every check passed and prints where it is otherwise. */
+const char *sw_test_log(const char *name);
 
 /* ---- processes (tests that run the real programs) ---- */
 #include <sys/types.h>
@@ -73,6 +90,10 @@ void sw_test_kill(pid_t pid);
  * *out and stderr into *err (malloc'd, NUL-terminated, may be NULL to
  * discard). Returns the exit code, 128+signal when killed, -1 on failure. */
 int sw_test_run(char *const argv[], int timeout_s, char **out, char **err);
+/* Waits until something accepts TCP connections at endpoint ("tcp://host:port",
+ * IPv4 or localhost), up to timeout_s: a spawned relay or proxy is listening.
+ * 0 when it is, -1 otherwise. */
+int sw_test_wait_listen(const char *endpoint, int timeout_s);
 /* Waits until `shardwire status --relay endpoint --json` lists n_peers
  * non-client peers (up to timeout_s). 0 when it did, -1 otherwise. */
 int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s);

@@ -164,6 +164,8 @@ static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ct
 int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
 {
     swc *c = swc_of(be);
+    if (a->tree) // the model does not send trees to a backend without kv_move
+        return sw_backend_fail(be, "cuda: token-tree attention is not implemented on the GPU yet");
     const int kv_dim = a->n_kv_head * a->head_dim, hd = a->head_dim;
     const int group = a->n_head / a->n_kv_head;
     const int32_t *ctl = swc_ptr<int32_t>(a->ctl);

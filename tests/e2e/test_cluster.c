@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sw_test.h"
+#include "sw_fault.h"
 
 #define N_GEN 24
 
@@ -137,7 +137,7 @@ static int s_start(struct s_cluster *c, const char *model, const char *const *ra
     snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", port);
     char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", c->ep, "--insecure-loopback",
                   NULL};
-    c->relay = sw_test_spawn(ra, "/tmp/sw_test_cluster_relay.log");
+    c->relay = sw_test_spawn(ra, sw_test_log("relay.log"));
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "stage%d", i);
@@ -160,7 +160,7 @@ static int s_start(struct s_cluster *c, const char *model, const char *const *ra
                       "3",
                       "--insecure-loopback",
                       NULL};
-        c->nodes[i] = sw_test_spawn(na, "/tmp/sw_test_cluster_nodes.log");
+        c->nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
     }
     c->n = n;
     return sw_test_wait_peers(c->ep, expect_peers, 60);
@@ -175,34 +175,11 @@ static void s_stop(struct s_cluster *c)
     c->relay = 0;
 }
 
-/* msgs_in / msgs_out of a peer from the relay's table. */
+/* msgs_in / msgs_out of a peer from the relay's table; 0, or -1 when absent. */
 static int s_counters(const char *ep, const char *name, long *in, long *out)
 {
-    (void)ep;
-    (void)name;
     *in = *out = -1;
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "status",
-                    "--relay",
-                    (char *)ep,
-                    "--json",
-                    "--insecure-loopback",
-                    NULL};
-    char *o = NULL;
-    int rc = sw_test_run(argv, 20, &o, NULL);
-    json_error_t je;
-    json_t *j = rc == 0 && o ? json_loads(o, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *peers = j ? json_object_get(j, "peers") : NULL;
-    for (size_t i = 0; json_is_array(peers) && i < json_array_size(peers); i++) {
-        json_t *p = json_array_get(peers, i);
-        if (!strcmp(json_string_value(json_object_get(p, "name")), name)) {
-            *in = (long)json_integer_value(json_object_get(p, "msgs_in"));
-            *out = (long)json_integer_value(json_object_get(p, "msgs_out"));
-        }
-    }
-    json_decref(j);
-    free(o);
-    return *in >= 0 ? 0 : -1;
+    return swf_peer(ep, name, in, out) == 1 ? 0 : -1;
 }
 
 int main(void)
@@ -269,6 +246,8 @@ int main(void)
 
     /* A stage killed mid-generation: an error within the deadline, no hang. */
     {
+        long tail_in = 0, tail_out = 0;
+        SW_CHECK_INT(s_counters(c.ep, "stage2", &tail_in, &tail_out), 0);
         int fd[2];
         SW_CHECK(pipe(fd) == 0);
         pid_t kid = fork();
@@ -280,7 +259,8 @@ int main(void)
             ssize_t w = write(fd[1], res, 2);
             _exit(w == 2 ? 0 : 1);
         }
-        sleep(3);
+        /* mid-generation: the tail has answered a few rounds of this request */
+        SW_CHECK_INT(swf_wait_msgs_in(c.ep, "stage2", tail_in + 4, 60), 0);
         kill(c.nodes[1], SIGKILL);
         waitpid(c.nodes[1], NULL, 0);
         c.nodes[1] = 0;

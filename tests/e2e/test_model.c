@@ -10,6 +10,7 @@
  *    gives logits bit-identical to one backend;
  *  - greedy steps on the backend (the draft loop) equal one-row forwards
  *    followed by the first argmax;
+ *  - several sessions in one call: tests/e2e/test_batch.c;
  *  - a range holds only its share of the weights in resident memory;
  *  - bad input (token ids, ranges, context overflow) is refused cleanly.
  */

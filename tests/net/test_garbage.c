@@ -241,6 +241,8 @@ static size_t s_valid_envelope(uint8_t *buf, size_t cap)
     return shardwire__envelope__pack(&env, buf);
 }
 
+static long s_count(const char *who);
+
 static void s_report(const char *who, long count)
 {
     FILE *f = fopen(s_path(who), "w");
@@ -256,6 +258,7 @@ static void s_mallory(void)
     void *ctx = zmq_ctx_new();
     void *s = s_dealer(ctx, "mallory");
     s_announce(s, "mallory");
+    s_report("mallory.ready", 1);
     static uint8_t buf[256 << 10];
     long sent = 0, iter = 0;
     double t_end = s_now() + FLOOD_MAX_S;
@@ -302,6 +305,7 @@ static void s_member(void)
     void *ctx = zmq_ctx_new();
     void *s = s_dealer(ctx, "member");
     s_announce(s, "member");
+    s_report("member.ready", 1);
     uint8_t key[1][SW_CLUSTER_KEY_BYTES];
     char err[256];
     if (sw_cluster_key_load(s_path("cluster.key"), key[0], err, sizeof err) != 0)
@@ -387,6 +391,8 @@ static void s_outsiders(void)
         }
         if (fd >= 0)
             close(fd);
+        if (sent > 0 && s_count("outsiders.ready") < 0)
+            s_report("outsiders.ready", 1);
         usleep(20000);
     }
     s_report("outsiders.count", sent);
@@ -510,7 +516,7 @@ int main(void)
                   "--allow",
                   (char *)s_path("allow.txt"),
                   NULL};
-    pid_t relay = sw_test_spawn(ra, "/tmp/sw_test_garbage_relay.log");
+    pid_t relay = sw_test_spawn(ra, sw_test_log("relay.log"));
     pid_t nodes[2];
     for (int i = 0; i < 2; i++) {
         char name[16], key[256];
@@ -538,18 +544,30 @@ int main(void)
                       "--cluster-key",
                       cluster_key,
                       NULL};
-        nodes[i] = sw_test_spawn(na, "/tmp/sw_test_garbage_nodes.log");
+        nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
     }
     setenv("SW_KEY", client_key, 1); /* for sw_test_wait_peers and the runs below */
     setenv("SW_RELAY_KEY", relay_key, 1);
     setenv("SW_CLUSTER_KEY", cluster_key, 1);
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 2, 60), 0);
 
-    uint64_t seed = (uint64_t)time(NULL) * 2654435761u | 1;
-    printf("garbage seed %llu\n", (unsigned long long)seed);
+    /* SW_GARBAGE_SEED=<printed seed> replays a run's garbage. */
+    const char *seed_env = getenv("SW_GARBAGE_SEED");
+    uint64_t seed = seed_env && seed_env[0] ? strtoull(seed_env, NULL, 10) | 1
+                                            : (uint64_t)time(NULL) * 2654435761u | 1;
+    printf("garbage seed %llu (SW_GARBAGE_SEED=%llu repeats it)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
     pid_t flood[3] = {s_fork(s_mallory, seed), s_fork(s_member, seed * 3 + 1),
                       s_fork(s_outsiders, seed * 7 + 1)};
-    usleep(500000); /* the flood is on before the good session starts */
+    /* the flood is on before the good session starts: each flooder says so
+     * once it is through the handshake and sending */
+    const char *ready[] = {"mallory.ready", "member.ready", "outsiders.ready"};
+    for (int i = 0; i < 3; i++) {
+        double t_ready = s_now() + 30;
+        while (s_count(ready[i]) < 1 && s_now() < t_ready)
+            usleep(10000);
+        SW_CHECK_INT(s_count(ready[i]), 1);
+    }
     double t0 = s_now();
     char *rn[] = {(char *)sw_test_bin("shardwire"),
                   "run",

@@ -403,8 +403,8 @@ int main(void)
                   "--allow",
                   (char *)s_path("allow.txt"),
                   NULL};
-    pid_t relay = sw_test_spawn(ra, "/tmp/sw_test_security_relay.log");
-    usleep(300000);
+    pid_t relay = sw_test_spawn(ra, sw_test_log("relay.log"));
+    SW_CHECK_INT(sw_test_wait_listen(s_ep, 30), 0); /* ZAP is up before the relay listens */
     void *ctx = zmq_ctx_new();
 
     /* allowed peers get in */

@@ -82,7 +82,7 @@ int main(void)
     snprintf(c.nodes[0].extra[3], 32, "15000");
     snprintf(c.nodes[1].name, 32, "tail");
     snprintf(c.nodes[1].layers, 16, "15:30");
-    SW_CHECK_INT(swf_start(&c, model, 2, "/tmp/sw_test_recover_slow.log"), 0);
+    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("nodes.log")), 0);
     const int T = s_idx(&c, "tail");
     swf_client_t cl = {0};
     long in0, out0;
@@ -218,7 +218,7 @@ int main(void)
         snprintf(c3.nodes[1].layers, 16, "10:20");
         snprintf(c3.nodes[2].name, 32, "tail");
         snprintf(c3.nodes[2].layers, 16, "20:30");
-        SW_CHECK_INT(swf_start(&c3, model, 3, "/tmp/sw_test_recover_slow3.log"), 0);
+        SW_CHECK_INT(swf_start(&c3, model, 3, sw_test_log("nodes3.log")), 0);
         s_msgs(&c3, "tail", &in0, &out0);
         SW_CHECK_INT(swf_client_start(&cl, c3.ep, s_short, N_GEN, 300, NULL, "mid"), 0);
         SW_CHECK_INT(swf_wait_msgs_in(c3.ep, "tail", in0 + 8, 60), 0);

@@ -225,7 +225,7 @@ int main(void)
     if (model && model[0] && access(model, R_OK) == 0)
         test_smollm2(model);
     else
-        printf("SmolLM2 model absent: its template part skipped (run: bash "
-               "scripts/fetch_model.sh)\n");
+        sw_test_skip_part("SmolLM2 template part: the model is absent (run: bash "
+                          "scripts/fetch_model.sh)");
     return sw_test_done();
 }

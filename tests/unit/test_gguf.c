@@ -580,7 +580,7 @@ static void test_model(void)
 {
     const char *path = getenv("SW_TEST_MODEL");
     if (!path || access(path, R_OK) != 0) {
-        printf("model part skipped: SW_TEST_MODEL absent (run: bash scripts/fetch_model.sh)\n");
+        sw_test_skip_part("model part: SW_TEST_MODEL absent (run: bash scripts/fetch_model.sh)");
         return;
     }
     char err[512] = "";
@@ -680,7 +680,7 @@ static void test_reference_seed(void)
 {
     const char *src = getenv("SW_SOURCE_DIR");
     if (!src) {
-        printf("reference seed skipped: SW_SOURCE_DIR is not set\n");
+        sw_test_skip_part("reference seed: SW_SOURCE_DIR is not set");
         return;
     }
     char path[1024];

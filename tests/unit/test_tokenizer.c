@@ -94,11 +94,11 @@ static sw_tokenizer_t *load_tokenizer(const char *path, sw_gguf_t **g_out)
 
 /* ---- 1. conformance vectors ---- */
 
-static const char *const k_required[] = {"gpt-2",          "llama-spm",    "starcoder",
-                                         "deepseek-coder", "deepseek-llm", "falcon"};
-/* Also checked when present (same tokenizer families). */
-static const char *const k_optional[] = {"llama-bpe", "qwen2", "refact",
-                                         "command-r", "mpt",   "phi-3"};
+/* The 12 vocabularies of llama.cpp's test data (../shared/testdata/vocab or
+ * scripts/fetch_vocab.sh): all must be present and match. */
+static const char *const k_vocabs[] = {"gpt-2",        "llama-spm", "starcoder", "deepseek-coder",
+                                       "deepseek-llm", "falcon",    "llama-bpe", "qwen2",
+                                       "refact",       "command-r", "mpt",       "phi-3"};
 
 #define VOCAB_SEP "\n__ggml_vocab_test__\n"
 
@@ -123,17 +123,16 @@ static int explain_corrupt(const char *path)
     return n > 0;
 }
 
-static void check_vocab(const char *dir, const char *name, int required)
+static void check_vocab(const char *dir, const char *name)
 {
     char path[1024], inp_path[1100], out_path[1100];
     snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", dir, name);
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
     if (access(path, R_OK) != 0 || access(inp_path, R_OK) != 0 || access(out_path, R_OK) != 0) {
-        if (required) {
-            fprintf(stderr, "vocab %s: files missing in %s\n", name, dir);
-            SW_CHECK(!"required vocab files present");
-        }
+        fprintf(stderr, "vocab %s: files missing in %s (run: bash scripts/fetch_vocab.sh)\n", name,
+                dir);
+        SW_CHECK(!"vocab files present");
         return;
     }
     sw_tokenizer_t *t = load_tokenizer(path, NULL);
@@ -141,7 +140,9 @@ static void check_vocab(const char *dir, const char *name, int required)
         /* Unreadable data is not a tokenizer defect: report it loudly and
          * leave this vocabulary unchecked; any other failure fails. */
         if (explain_corrupt(path)) {
-            printf("vocab %-15s SKIPPED: the data file is corrupt (see stderr)\n", name);
+            char why[256];
+            snprintf(why, sizeof why, "vocab %s: the data file is corrupt (see stderr)", name);
+            sw_test_skip_part(why);
             return;
         }
         SW_CHECK(!"vocab file opens and has a supported tokenizer");
@@ -207,13 +208,16 @@ static void test_vocab_dir(void)
     const char *dir = getenv("SW_TEST_VOCAB_DIR");
     struct stat st;
     if (!dir || !dir[0] || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        printf("vocab conformance: SW_TEST_VOCAB_DIR absent, part skipped\n");
+        char why[1200];
+        snprintf(why, sizeof why,
+                 "vocab conformance: no folder %s (run: bash scripts/fetch_vocab.sh, then "
+                 "configure again)",
+                 dir && dir[0] ? dir : "(SW_TEST_VOCAB_DIR unset)");
+        sw_test_skip_part(why);
         return;
     }
-    for (size_t i = 0; i < sizeof(k_required) / sizeof(k_required[0]); i++)
-        check_vocab(dir, k_required[i], 1);
-    for (size_t i = 0; i < sizeof(k_optional) / sizeof(k_optional[0]); i++)
-        check_vocab(dir, k_optional[i], 0);
+    for (size_t i = 0; i < sizeof(k_vocabs) / sizeof(k_vocabs[0]); i++)
+        check_vocab(dir, k_vocabs[i]);
 }
 
 /* ---- 2. SmolLM2 corpus against Hugging Face tokenizers ---- */
@@ -891,8 +895,8 @@ int main(void)
 
     const char *model = model_path_or_null();
     if (!model) {
-        printf("SmolLM2 model absent: corpus and detokenizer parts skipped "
-               "(run: bash scripts/fetch_model.sh)\n");
+        sw_test_skip_part("SmolLM2 corpus and detokenizer parts: the model is absent "
+                          "(run: bash scripts/fetch_model.sh)");
         return sw_test_done();
     }
     sw_tokenizer_t *t = load_tokenizer(model, NULL);

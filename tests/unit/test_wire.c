@@ -3,14 +3,44 @@
  * with its fields intact; malformed headers, payloads and multipart shapes
  * are refused with SW_WIRE_EMALFORMED / SW_WIRE_EVERSION; framing over a real
  * ZeroMQ socket pair keeps the payload bytes and drains bad messages whole.
+ *
+ * It also keeps the wire fuzzer's seed corpus (tests/fuzz/corpus/wire/) honest:
+ * every committed seed must decode, and together they must hold one message
+ * of every Envelope type. With SW_WIRE_SEED_DIR set, every message this test
+ * round-trips is written there as a seed (fuzz_wire's input layout) - how the
+ * committed corpus was made:
+ *     SW_WIRE_SEED_DIR=tests/fuzz/corpus/wire build/bin/test_wire
  */
 #include "sw_test.h"
 #include "wire.h"
 
+#include <dirent.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *FP = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/* fuzz_wire's input: byte 0 bit 0 = a payload follows, bytes 1..4 its length
+ * (little endian), then the header frame. Named after the body type. */
+static void s_write_seed(const char *dir, const Shardwire__Envelope *env, int has_payload,
+                         size_t payload_len, const zmq_msg_t *frame)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s%s.bin", dir, sw_wire_body_name(env),
+             has_payload ? "_payload" : "");
+    FILE *f = fopen(path, "wb");
+    SW_CHECK(f != NULL);
+    if (!f)
+        return;
+    uint8_t pre[5] = {(uint8_t)(has_payload ? 1 : 0), (uint8_t)payload_len,
+                      (uint8_t)(payload_len >> 8), (uint8_t)(payload_len >> 16),
+                      (uint8_t)(payload_len >> 24)};
+    SW_CHECK(fwrite(pre, 1, 5, f) == 5);
+    size_t n = zmq_msg_size((zmq_msg_t *)frame);
+    SW_CHECK(fwrite(zmq_msg_data((zmq_msg_t *)frame), 1, n, f) == n);
+    fclose(f);
+}
 
 /* Encodes env and decodes it again; returns the decode rc. */
 static int s_roundtrip(Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -22,6 +52,9 @@ static int s_roundtrip(Shardwire__Envelope *env, int has_payload, size_t payload
     int rc = sw_wire_encode(env, has_payload, payload_len, &frame, err, sizeof err);
     if (rc)
         return rc;
+    const char *seed_dir = getenv("SW_WIRE_SEED_DIR");
+    if (seed_dir && seed_dir[0])
+        s_write_seed(seed_dir, env, has_payload, payload_len, &frame);
     rc = sw_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), has_payload, payload_len, out,
                         err, sizeof err);
     zmq_msg_close(&frame);
@@ -430,6 +463,40 @@ static void test_other_messages(void)
     dp.n_draft = 4;
     g.n_predict = 0;
     SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    g.n_predict = 32;
+
+    /* chat messages: exclusive with prompt, roles 1..16 bytes, at most 256 turns */
+    static char role_sys[] = "system", role_user[] = "user", role_long[] = "a-role-of-17-byte";
+    static char hi[] = "hi", sys_text[] = "Be brief.";
+    Shardwire__ChatMessage cm[2];
+    Shardwire__ChatMessage *cmp[SW_WIRE_MAX_MESSAGES + 1];
+    shardwire__chat_message__init(&cm[0]);
+    shardwire__chat_message__init(&cm[1]);
+    cm[0].role = role_sys;
+    cm[0].content = sys_text;
+    cm[1].role = role_user;
+    cm[1].content = hi;
+    for (int i = 0; i <= SW_WIRE_MAX_MESSAGES; i++)
+        cmp[i] = &cm[i % 2];
+    g.messages = cmp;
+    g.n_messages = 2;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED); /* and a prompt */
+    g.prompt = none;
+    SW_CHECK_INT(s_roundtrip(&eg, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->generate->n_messages, 2);
+        SW_CHECK(strcmp(out->generate->messages[1]->content, hi) == 0);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    cm[1].role = role_long;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    cm[1].role = none;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    cm[1].role = role_user;
+    g.n_messages = SW_WIRE_MAX_MESSAGES + 1;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    g.n_messages = SW_WIRE_MAX_MESSAGES;
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_OK);
 
     /* TokenChunk: done and finish agree */
     Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
@@ -682,6 +749,168 @@ static void test_framing(void)
     zmq_ctx_term(ctx);
 }
 
+/* The message types test_other_messages leaves out, each valid and round-tripped
+ * (so that the seed corpus has one of every type). */
+static void test_remaining_messages(void)
+{
+    Shardwire__Envelope *out = NULL;
+    static char name[] = "tail", route0[] = "head", route1[] = "tail", reason[] = "done",
+                fp[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                be[] = "cpu";
+    char *route[2] = {route0, route1};
+
+    Shardwire__AnnounceAck ack = SHARDWIRE__ANNOUNCE_ACK__INIT;
+    ack.name = name;
+    ack.heartbeat_ms = 1000;
+    ack.max_frame_bytes = 16u << 20;
+    Shardwire__Envelope e1 = SHARDWIRE__ENVELOPE__INIT;
+    e1.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
+    e1.announce_ack = &ack;
+    SW_CHECK_INT(s_roundtrip(&e1, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK(strcmp(out->announce_ack->name, "tail") == 0);
+        SW_CHECK_INT(out->announce_ack->heartbeat_ms, 1000);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+
+    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
+    Shardwire__Envelope e2 = SHARDWIRE__ENVELOPE__INIT;
+    e2.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
+    e2.status_query = &q;
+    SW_CHECK_INT(s_roundtrip(&e2, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->body_case, SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+
+    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    a.name = name;
+    a.role = SHARDWIRE__ROLE__ROLE_TAIL;
+    a.model_fingerprint = fp;
+    a.layer_begin = 15;
+    a.layer_end = 30;
+    a.n_layers = 30;
+    a.backend = be;
+    a.max_sessions = 4;
+    a.hidden = 576;
+    Shardwire__PeerInfo pi = SHARDWIRE__PEER_INFO__INIT;
+    pi.announce = &a;
+    pi.heartbeat_age_ms = 12;
+    pi.msgs_in = 5;
+    pi.msgs_out = 6;
+    pi.bytes_in = 700;
+    Shardwire__PeerInfo *pis[1] = {&pi};
+    Shardwire__PeerTable pt = SHARDWIRE__PEER_TABLE__INIT;
+    pt.n_peers = 1;
+    pt.peers = pis;
+    pt.uptime_ms = 1234;
+    pt.msgs_forwarded = 11;
+    Shardwire__Envelope e3 = SHARDWIRE__ENVELOPE__INIT;
+    e3.body_case = SHARDWIRE__ENVELOPE__BODY_PEER_TABLE;
+    e3.peer_table = &pt;
+    SW_CHECK_INT(s_roundtrip(&e3, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->peer_table->n_peers, 1);
+        SW_CHECK_INT(out->peer_table->peers[0]->msgs_out, 6);
+        SW_CHECK_INT(out->peer_table->peers[0]->announce->layer_end, 30);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+
+    Shardwire__SamplingParams sp = SHARDWIRE__SAMPLING_PARAMS__INIT;
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.seed = 7;
+    Shardwire__SessionOpen so = SHARDWIRE__SESSION_OPEN__INIT;
+    so.session_id = 9;
+    so.n_ctx = 2048;
+    so.model_fingerprint = fp;
+    so.n_route = 2;
+    so.route = route;
+    so.sampling = &sp;
+    Shardwire__Envelope e4 = SHARDWIRE__ENVELOPE__INIT;
+    e4.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN;
+    e4.session_open = &so;
+    SW_CHECK_INT(s_roundtrip(&e4, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->session_open->n_ctx, 2048);
+        SW_CHECK_INT(out->session_open->n_route, 2);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+
+    Shardwire__SessionClose sc = SHARDWIRE__SESSION_CLOSE__INIT;
+    sc.session_id = 9;
+    sc.reason = reason;
+    Shardwire__Envelope e5 = SHARDWIRE__ENVELOPE__INIT;
+    e5.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
+    e5.session_close = &sc;
+    SW_CHECK_INT(s_roundtrip(&e5, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->session_close->session_id, 9);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+}
+
+/* Every seed of tests/fuzz/corpus/wire/ decodes, and every body type has one. */
+static void test_seed_corpus(void)
+{
+    const char *src = getenv("SW_SOURCE_DIR");
+    if (!src || !src[0]) {
+        sw_test_skip_part("wire seed corpus: SW_SOURCE_DIR is not set");
+        return;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/wire", src);
+    DIR *d = opendir(dir);
+    SW_CHECK(d != NULL);
+    if (!d)
+        return;
+    int seen[64] = {0}, n_files = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        size_t len = 0;
+        char *buf = sw_test_read_file(path, &len);
+        SW_CHECK(buf != NULL && len >= 5);
+        if (!buf || len < 5) {
+            free(buf);
+            continue;
+        }
+        const uint8_t *b = (const uint8_t *)buf;
+        size_t pl = (size_t)b[1] | (size_t)b[2] << 8 | (size_t)b[3] << 16 | (size_t)b[4] << 24;
+        Shardwire__Envelope *env = NULL;
+        char err[SW_WIRE_ERR_LEN] = "";
+        int rc = sw_wire_decode(b + 5, len - 5, b[0] & 1, pl, &env, err, sizeof err);
+        if (rc != SW_WIRE_OK)
+            fprintf(stderr, "seed %s does not decode: %s\n", path, err);
+        SW_CHECK_INT(rc, SW_WIRE_OK);
+        if (env && env->body_case > 0 && env->body_case < 64)
+            seen[env->body_case] = 1;
+        if (env)
+            shardwire__envelope__free_unpacked(env, NULL);
+        free(buf);
+        n_files++;
+    }
+    closedir(d);
+    /* every member of the Envelope's oneof, from the protobuf descriptor, so that a
+     * message type added later needs its seed too */
+    const ProtobufCMessageDescriptor *desc = &shardwire__envelope__descriptor;
+    for (unsigned i = 0; i < desc->n_fields; i++) {
+        const ProtobufCFieldDescriptor *fd = &desc->fields[i];
+        if (!(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+            continue;
+        SW_CHECK(fd->id < 64);
+        if (fd->id < 64 && !seen[fd->id])
+            fprintf(stderr,
+                    "the wire seed corpus has no '%s' message (regenerate it: see the top "
+                    "of this file)\n",
+                    fd->name);
+        SW_CHECK(fd->id < 64 && seen[fd->id]);
+    }
+    printf("wire seed corpus: %d seeds, every message type present\n", n_files);
+}
+
 /* A tree Forward: draft 0 and 1 under the root, draft 2 under draft 0; the
  * previous round's path kept; every field refused when hostile. */
 static void test_forward_tree(void)
@@ -758,6 +987,8 @@ int main(void)
     test_forward_refusals();
     test_forward_tree();
     test_other_messages();
+    test_remaining_messages();
+    test_seed_corpus();
     test_bad_bytes();
     test_framing();
     return sw_test_done();

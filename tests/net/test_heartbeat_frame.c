@@ -117,7 +117,7 @@ int main(void)
                   "200",
                   "--insecure-loopback",
                   NULL};
-    pid_t relay = sw_test_spawn(ra, "/tmp/sw_test_hb_frame.log");
+    pid_t relay = sw_test_spawn(ra, sw_test_log("relay_wanem.log"));
     const int wport = sw_test_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", wport);
     snprintf(wan_ep, sizeof wan_ep, "tcp://127.0.0.1:%d", wport);
@@ -131,8 +131,9 @@ int main(void)
                   "--rate-kbps",
                   "40000",
                   NULL};
-    pid_t wan = sw_test_spawn(wa, "/tmp/sw_test_hb_frame.log");
-    usleep(300 * 1000);
+    pid_t wan = sw_test_spawn(wa, sw_test_log("relay_wanem.log"));
+    SW_CHECK_INT(sw_test_wait_listen(ep, 30), 0);
+    SW_CHECK_INT(sw_test_wait_listen(wan_ep, 30), 0);
 
     float *payload = malloc((size_t)ROWS * HIDDEN * sizeof(float));
     SW_CHECK(payload != NULL);

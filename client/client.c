@@ -1,0 +1,875 @@
+/*
+ * client.c - the client side of a cluster (client.h): joining the relay,
+ * the peer table, choosing a head, GenerateRequests in flight on one
+ * connection, and turning TokenChunks and Errors into per-request events with
+ * the watches (head gone, deadline, lost tokens, stop strings, wrong key).
+ */
+#include "client.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "log.h"
+#include "peer.h"
+
+#define S_QUIET_MS 3000  /* silence from a head before we check it is still there */
+#define S_GRACE_MS 5000  /* past the head's own deadline before we give up */
+#define S_STATUS_MS 5000 /* wait for a peer table */
+#define S_DEFAULT_TIMEOUT_MS 300000
+
+typedef struct s_req {
+    char id[SW_CLIENT_ID_LEN];     /* request id, "" = free slot */
+    char head[SW_CLIENT_NAME_LEN]; /* the head it went to */
+    double t_submit;               /* when it was sent (ms) */
+    double deadline;               /* when we give up (ms) */
+    double last_msg;               /* last message from its head, or last check (ms) */
+    int head_missing;              /* consecutive checks that did not find the head */
+    char stop[SW_CLIENT_MAX_STOP][SW_CLIENT_MAX_STOP_LEN + 1]; /* stop strings */
+    int n_stop;                                                /* entries in stop */
+    size_t stop_max;                                           /* longest stop string */
+    char *text;                /* text not yet released (stop-string hold-back) */
+    size_t text_len, text_cap; /* bytes held, capacity */
+    int stopped;               /* a stop string was found: ignore the rest */
+    sw_client_stats_t stats;   /* counters so far */
+} s_req_t;
+
+struct sw_client {
+    sw_peer_t *peer;   /* connection to the relay */
+    int sealed;        /* 1 when the cluster seals (we hold a cluster key) */
+    s_req_t *reqs;     /* SW_CLIENT_MAX_INFLIGHT slots */
+    int n_inflight;    /* slots in use */
+    double next_watch; /* next time the watches run (ms) */
+    /* the current event's storage (valid until the next sw_client_next) */
+    uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
+    char *ev_text;              /* released text */
+    size_t ev_text_cap;         /* its capacity */
+    sw_client_stats_t ev_stats; /* statistics of the ending request */
+    char ev_message[SW_WIRE_MAX_ERROR_TEXT + 128];
+};
+
+static double s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+const char *sw_client_strerror(int rc)
+{
+    switch (rc) {
+    case SW_CLIENT_OK:
+        return "ok";
+    case SW_CLIENT_EINVAL:
+        return "invalid_request";
+    case SW_CLIENT_ECONNECT:
+        return "relay_unreachable";
+    case SW_CLIENT_ENOHEAD:
+        return "no_head";
+    case SW_CLIENT_EKEY:
+        return "wrong_cluster_key";
+    case SW_CLIENT_EHEAD:
+        return "head_error";
+    case SW_CLIENT_EHEADGONE:
+        return "head_gone";
+    case SW_CLIENT_ETIMEOUT:
+        return "timeout";
+    case SW_CLIENT_ELOST:
+        return "tokens_lost";
+    case SW_CLIENT_EBUSY:
+        return "busy";
+    case SW_CLIENT_ENOMEM:
+        return "out_of_memory";
+    case SW_CLIENT_ECANCELLED:
+        return "cancelled";
+    default:
+        return "unknown";
+    }
+}
+
+const char *sw_client_finish_name(int finish)
+{
+    switch (finish) {
+    case SW_CLIENT_FINISH_LENGTH:
+        return "length";
+    case SW_CLIENT_FINISH_EOS:
+        return "eos";
+    case SW_CLIENT_FINISH_STOP:
+        return "stop";
+    case SW_CLIENT_FINISH_DEADLINE:
+        return "deadline";
+    default:
+        return "?";
+    }
+}
+
+/* Writes one line into err and returns code. */
+static int s_fail(int code, char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int s_fail(int code, char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Copies a peer's text into dst, control characters (but tab) as '?'. */
+static void s_clean(char *dst, size_t dst_len, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < dst_len; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = (ch < 0x20 && ch != '\t') || ch == 0x7f ? '?' : (char)ch;
+    }
+    if (dst_len)
+        dst[i] = 0;
+}
+
+static void s_random_hex(char *out, size_t n_bytes)
+{
+    unsigned char rnd[16];
+    if (n_bytes > sizeof rnd)
+        n_bytes = sizeof rnd;
+    randombytes_buf(rnd, n_bytes);
+    for (size_t i = 0; i < n_bytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* ---- connection ------------------------------------------------------------------------- */
+
+sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
+{
+    if (!o || !o->relay) {
+        s_fail(0, err, err_len, "no relay endpoint given");
+        return NULL;
+    }
+    if (sodium_init() < 0) {
+        s_fail(0, err, err_len, "libsodium cannot start");
+        return NULL;
+    }
+    const char *prefix = o->name && o->name[0] ? o->name : "client";
+    char name[SW_CLIENT_NAME_LEN];
+    char hex[13];
+    s_random_hex(hex, 6);
+    if (snprintf(name, sizeof name, "%s-%s", prefix, hex) >= (int)sizeof name ||
+        !sw_wire_name_ok(name, strlen(name))) {
+        s_fail(0, err, err_len, "client name '%s' must be up to 48 characters of [A-Za-z0-9._-]",
+               prefix);
+        return NULL;
+    }
+    sw_client_t *c = calloc(1, sizeof *c);
+    if (c)
+        c->reqs = calloc(SW_CLIENT_MAX_INFLIGHT, sizeof *c->reqs);
+    if (!c || !c->reqs) {
+        free(c);
+        s_fail(0, err, err_len, "out of memory");
+        return NULL;
+    }
+    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    an.name = name;
+    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    an.backend = "";
+    an.model_fingerprint = "";
+    sw_peer_opts_t po = {.relay = o->relay,
+                         .announce = &an,
+                         .connect_timeout_ms = o->connect_timeout_ms,
+                         .sec = o->sec,
+                         .accept_clear_errors = 1};
+    c->peer = sw_peer_new(&po);
+    if (!c->peer) {
+        s_fail(0, err, err_len,
+               "cannot join the relay at %s (is it running and is the address right? the line "
+               "above says more)",
+               o->relay);
+        free(c->reqs);
+        free(c);
+        return NULL;
+    }
+    c->sealed = o->sec && !o->sec->insecure && o->sec->n_cluster > 0;
+    return c;
+}
+
+static void s_req_free(s_req_t *r)
+{
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+void sw_client_destroy(sw_client_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sw_client_t *c = *self_p;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++)
+        if (c->reqs[i].id[0])
+            (void)sw_client_cancel(c, c->reqs[i].id);
+    sw_peer_destroy(&c->peer);
+    free(c->reqs);
+    free(c->ev_text);
+    free(c);
+    *self_p = NULL;
+}
+
+const char *sw_client_name(const sw_client_t *c)
+{
+    return sw_peer_name(c->peer);
+}
+
+void *sw_client_socket(sw_client_t *c)
+{
+    return sw_peer_socket(c->peer);
+}
+
+int sw_client_pending(const sw_client_t *c)
+{
+    return sw_peer_pending(c->peer);
+}
+
+int sw_client_inflight(const sw_client_t *c)
+{
+    return c->n_inflight;
+}
+
+/* ---- peer table ------------------------------------------------------------------------- */
+
+void sw_client_table_clear(sw_client_table_t *t)
+{
+    free(t->peers);
+    memset(t, 0, sizeof *t);
+}
+
+int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
+                     size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    sw_wire_msg_t t = {0};
+    if (sw_peer_status(c->peer, &t, timeout_ms) != 0)
+        return s_fail(SW_CLIENT_ECONNECT, err, err_len,
+                      "the relay did not answer a status query within %d ms", timeout_ms);
+    const Shardwire__PeerTable *pt = t.env->peer_table;
+    out->peers = calloc(pt->n_peers ? pt->n_peers : 1, sizeof *out->peers);
+    if (!out->peers) {
+        sw_wire_msg_clear(&t);
+        return s_fail(SW_CLIENT_ENOMEM, err, err_len, "out of memory");
+    }
+    for (size_t i = 0; i < pt->n_peers; i++) {
+        const Shardwire__PeerInfo *pi = pt->peers[i];
+        const Shardwire__PeerAnnounce *a = pi->announce;
+        if (!a)
+            continue;
+        sw_client_peer_t *p = &out->peers[out->n_peers++];
+        snprintf(p->name, sizeof p->name, "%s", a->name);
+        p->role = sw_wire_role_name(a->role);
+        p->is_node = a->role >= SHARDWIRE__ROLE__ROLE_HEAD && a->role <= SHARDWIRE__ROLE__ROLE_FULL;
+        p->layer_begin = a->layer_begin;
+        p->layer_end = a->layer_end;
+        p->n_layers = a->n_layers;
+        s_clean(p->model, sizeof p->model, a->model_fingerprint);
+        s_clean(p->backend, sizeof p->backend, a->backend);
+        p->max_sessions = a->max_sessions;
+        p->heartbeat_age_ms = pi->heartbeat_age_ms;
+        p->idle_ms = pi->idle_ms;
+        p->msgs_in = pi->msgs_in;
+        p->msgs_out = pi->msgs_out;
+    }
+    out->uptime_ms = pt->uptime_ms;
+    out->forwarded = pt->msgs_forwarded;
+    out->dropped = pt->msgs_dropped;
+    sw_wire_msg_clear(&t);
+    return 0;
+}
+
+static int s_is_head(const sw_client_peer_t *p)
+{
+    return !strcmp(p->role, "head") || !strcmp(p->role, "full");
+}
+
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+{
+    sw_client_table_t t;
+    int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len);
+    if (rc != 0)
+        return rc;
+    int found = 0, other_model = 0;
+    for (int i = 0; i < t.n_peers; i++) {
+        const sw_client_peer_t *p = &t.peers[i];
+        if (!s_is_head(p) || (want && strcmp(want, p->name) != 0))
+            continue;
+        if (model_fp && model_fp[0] && strncmp(p->model, model_fp, strlen(model_fp)) != 0) {
+            other_model++;
+            continue;
+        }
+        if (!found || strcmp(p->name, out) < 0)
+            snprintf(out, SW_CLIENT_NAME_LEN, "%s", p->name);
+        found++;
+    }
+    sw_client_table_clear(&t);
+    if (found)
+        return 0;
+    if (want && other_model)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
+                      want, model_fp);
+    if (want)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                      "no head node named '%s' is connected to the relay (shardwire status lists "
+                      "the peers)",
+                      want);
+    if (other_model)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                      "no head connected to the relay serves the model %s", model_fp);
+    return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                  "no head node (layers starting at 0) is connected to the relay: start one with "
+                  "shardwire-node --layers 0:N (shardwire status lists the peers)");
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+sw_client_request_t sw_client_request_default(void)
+{
+    sw_client_request_t r = {
+        .n_predict = 128,
+        .temperature = 0,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .seed = 0x5eed,
+        .draft = SW_CLIENT_DRAFT_AUTO,
+        .draft_k = -1,
+        .timeout_ms = S_DEFAULT_TIMEOUT_MS,
+    };
+    return r;
+}
+
+static s_req_t *s_find(sw_client_t *c, const char *id)
+{
+    if (!id || !id[0])
+        return NULL;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++)
+        if (!strcmp(c->reqs[i].id, id))
+            return &c->reqs[i];
+    return NULL;
+}
+
+int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_len)
+{
+    const int has_prompt = q->prompt != NULL;
+    if (has_prompt == (q->n_messages > 0))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len,
+                      "give exactly one of a prompt and chat messages");
+    if (has_prompt && !q->prompt[0])
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "the prompt is empty");
+    if (has_prompt && strlen(q->prompt) > SW_WIRE_MAX_PROMPT_BYTES)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "the prompt is longer than %u bytes",
+                      SW_WIRE_MAX_PROMPT_BYTES);
+    if (q->n_messages < 0 || q->n_messages > SW_CLIENT_MAX_MESSAGES ||
+        (q->n_messages && !q->messages))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "between 1 and %d chat messages are allowed",
+                      SW_CLIENT_MAX_MESSAGES);
+    size_t total = 0;
+    for (int i = 0; i < q->n_messages; i++) {
+        const char *role = q->messages[i].role;
+        if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+                      strcmp(role, "tool")))
+            return s_fail(SW_CLIENT_EINVAL, err, err_len,
+                          "message %d: role must be system, user, assistant or tool", i);
+        total += q->messages[i].content ? strlen(q->messages[i].content) : 0;
+    }
+    if (total > SW_WIRE_MAX_PROMPT_BYTES)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "the messages are longer than %u bytes",
+                      SW_WIRE_MAX_PROMPT_BYTES);
+    if (q->n_predict < 1 || q->n_predict > (1 << 20))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "tokens to generate %d not in [1, %d]",
+                      q->n_predict, 1 << 20);
+    if (!(q->temperature >= 0 && q->temperature <= 100))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "temperature %g not in [0, 100]",
+                      (double)q->temperature);
+    if (q->top_k < 0 || q->top_k > (1 << 20))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_k %d not in [0, %d]", q->top_k, 1 << 20);
+    if (!(q->top_p > 0 && q->top_p <= 1))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_p %g not in (0, 1]", (double)q->top_p);
+    if (!(q->min_p >= 0 && q->min_p < 1))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "min_p %g not in [0, 1)", (double)q->min_p);
+    if (!(q->repeat_penalty > 0 && q->repeat_penalty <= 10))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat penalty %g not in (0, 10]",
+                      (double)q->repeat_penalty);
+    if (q->repeat_last_n < 0 || q->repeat_last_n > (1 << 20))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat_last_n %d not in [0, %d]",
+                      q->repeat_last_n, 1 << 20);
+    if (q->draft < SW_CLIENT_DRAFT_AUTO || q->draft > SW_CLIENT_DRAFT_NGRAM)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "unknown draft mode %d", q->draft);
+    if (q->draft_k < -1 || q->draft_k > SW_WIRE_MAX_DRAFT)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft K %d not in [0, %d]", q->draft_k,
+                      SW_WIRE_MAX_DRAFT);
+    if (q->n_stop < 0 || q->n_stop > SW_CLIENT_MAX_STOP || (q->n_stop && !q->stop))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "at most %d stop strings are allowed",
+                      SW_CLIENT_MAX_STOP);
+    for (int i = 0; i < q->n_stop; i++) {
+        size_t n = q->stop[i] ? strlen(q->stop[i]) : 0;
+        if (n < 1 || n > SW_CLIENT_MAX_STOP_LEN)
+            return s_fail(SW_CLIENT_EINVAL, err, err_len, "stop string %d is not 1..%d bytes", i,
+                          SW_CLIENT_MAX_STOP_LEN);
+    }
+    if (q->timeout_ms < 0 || q->timeout_ms > 86400000)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "timeout %d ms not in [0, 86400000]",
+                      q->timeout_ms);
+    return 0;
+}
+
+int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t *q,
+                     char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
+{
+    int rc = sw_client_request_check(q, err, err_len);
+    if (rc != 0)
+        return rc;
+    if (!head || !sw_wire_name_ok(head, strnlen(head, SW_WIRE_NAME_MAX + 1)))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "no head name given");
+    s_req_t *r = NULL;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT && !r; i++)
+        if (!c->reqs[i].id[0])
+            r = &c->reqs[i];
+    if (!r)
+        return s_fail(SW_CLIENT_EBUSY, err, err_len, "%d requests are already in flight",
+                      SW_CLIENT_MAX_INFLIGHT);
+
+    char rid[SW_CLIENT_ID_LEN] = "req-";
+    s_random_hex(rid + 4, 8);
+    Shardwire__SamplingParams sp = SHARDWIRE__SAMPLING_PARAMS__INIT;
+    sp.temperature = q->temperature;
+    sp.top_k = (uint32_t)q->top_k;
+    sp.top_p = q->top_p;
+    sp.min_p = q->min_p;
+    sp.repeat_penalty = q->repeat_penalty;
+    sp.repeat_last_n = q->repeat_last_n > 0 ? (uint32_t)q->repeat_last_n : 64;
+    sp.seed = q->seed;
+    Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
+    dp.mode = (Shardwire__DraftMode)q->draft;
+    dp.n_draft = q->draft_k >= 0 ? (uint32_t)q->draft_k : 0;
+    Shardwire__GenerateRequest g = SHARDWIRE__GENERATE_REQUEST__INIT;
+    g.request_id = rid;
+    g.prompt = (char *)(q->prompt ? q->prompt : "");
+    g.n_predict = (uint32_t)q->n_predict;
+    g.sampling = &sp;
+    g.chat = q->chat || q->n_messages > 0;
+    g.draft = &dp;
+    const int timeout_ms = q->timeout_ms ? q->timeout_ms : S_DEFAULT_TIMEOUT_MS;
+    g.timeout_ms = (uint32_t)timeout_ms;
+    g.n_stop = (size_t)q->n_stop;
+    g.stop = (char **)q->stop;
+    Shardwire__ChatMessage turn[SW_CLIENT_MAX_MESSAGES], *turn_p[SW_CLIENT_MAX_MESSAGES];
+    for (int i = 0; i < q->n_messages; i++) {
+        shardwire__chat_message__init(&turn[i]);
+        turn[i].role = (char *)q->messages[i].role;
+        turn[i].content = (char *)(q->messages[i].content ? q->messages[i].content : "");
+        turn_p[i] = &turn[i];
+    }
+    g.n_messages = (size_t)q->n_messages;
+    g.messages = turn_p;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_GENERATE;
+    env.generate = &g;
+    if (sw_peer_send(c->peer, head, &env, NULL, 0, 0) != 0)
+        return s_fail(SW_CLIENT_ECONNECT, err, err_len,
+                      "could not send the request to %s through the relay", head);
+
+    memset(r, 0, sizeof *r);
+    snprintf(r->id, sizeof r->id, "%s", rid);
+    snprintf(r->head, sizeof r->head, "%s", head);
+    r->t_submit = r->last_msg = s_now_ms();
+    r->deadline = r->t_submit + timeout_ms + S_GRACE_MS;
+    for (int i = 0; i < q->n_stop; i++) {
+        snprintf(r->stop[i], sizeof r->stop[i], "%s", q->stop[i]);
+        size_t n = strlen(r->stop[i]);
+        if (n > r->stop_max)
+            r->stop_max = n;
+    }
+    r->n_stop = q->n_stop;
+    c->n_inflight++;
+    memcpy(id, rid, SW_CLIENT_ID_LEN);
+    return 0;
+}
+
+/* Sends Cancel for r to its head (a failed send only costs the head some work). */
+static void s_send_cancel(sw_client_t *c, const s_req_t *r, const char *reason)
+{
+    Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
+    cn.request_id = (char *)r->id;
+    cn.reason = (char *)reason;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cn;
+    if (sw_peer_send(c->peer, r->head, &env, NULL, 0, 0) != 0)
+        SW_DEBUG("could not send a Cancel for %s to %s", r->id, r->head);
+}
+
+int sw_client_cancel(sw_client_t *c, const char *id)
+{
+    s_req_t *r = s_find(c, id);
+    if (!r)
+        return SW_CLIENT_EINVAL;
+    /* Tell the head at once, so that the cluster stops working for nobody; its
+     * confirmation (a final chunk, finish CANCELLED) is not waited for. */
+    s_send_cancel(c, r, "cancelled by the client");
+    s_req_free(r);
+    c->n_inflight--;
+    return 0;
+}
+
+/* ---- events ----------------------------------------------------------------------------- */
+
+static int s_text_reserve(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    char *t = realloc(*buf, n);
+    if (!t)
+        return -1;
+    *buf = t;
+    *cap = n;
+    return 0;
+}
+
+/* Puts r's statistics into the event and frees r's slot: the request has ended. */
+static void s_finish(sw_client_t *c, s_req_t *r, sw_client_event_t *ev)
+{
+    c->ev_stats = r->stats;
+    c->ev_stats.total_ms = s_now_ms() - r->t_submit;
+    ev->stats = &c->ev_stats;
+    s_req_free(r);
+    c->n_inflight--;
+}
+
+/* Ends r with an error event (its slot is freed; the event's strings are the client's). */
+static void s_end_error(sw_client_t *c, s_req_t *r, sw_client_event_t *ev, int code, int wire_code,
+                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void s_end_error(sw_client_t *c, s_req_t *r, sw_client_event_t *ev, int code, int wire_code,
+                        const char *fmt, ...)
+{
+    char line[sizeof c->ev_message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s_clean(c->ev_message, sizeof c->ev_message, line);
+    memset(ev, 0, sizeof *ev);
+    ev->type = SW_CLIENT_EV_ERROR;
+    memcpy(ev->id, r->id, sizeof ev->id);
+    ev->code = code;
+    ev->wire_code = wire_code;
+    ev->wire_code_name = wire_code ? sw_wire_error_code_name(wire_code) : "";
+    ev->message = c->ev_message;
+    s_finish(c, r, ev);
+}
+
+/*
+ * Appends text to r's hold-back buffer and moves what can no longer become
+ * a stop string into the event's text. 1 when a stop string was found (the
+ * text before it is released, the rest dropped), 0 otherwise, -1 on OOM.
+ */
+static int s_release(sw_client_t *c, s_req_t *r, const char *text, size_t len, int final,
+                     size_t *out_len)
+{
+    *out_len = 0;
+    if (s_text_reserve(&r->text, &r->text_cap, r->text_len + len + 1) != 0)
+        return -1;
+    memcpy(r->text + r->text_len, text, len);
+    r->text_len += len;
+    size_t keep = 0, cut = r->text_len;
+    int hit = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *s = r->stop[i];
+        size_t sl = strlen(s);
+        /* the earliest full occurrence */
+        for (size_t p = 0; p + sl <= r->text_len && p < cut; p++)
+            if (!memcmp(r->text + p, s, sl)) {
+                cut = p;
+                hit = 1;
+                break;
+            }
+    }
+    if (!hit && !final) {
+        /* the longest tail that is a proper prefix of some stop string stays held */
+        for (int i = 0; i < r->n_stop; i++) {
+            size_t sl = strlen(r->stop[i]);
+            for (size_t k = sl - 1; k > keep; k--)
+                if (k <= r->text_len && !memcmp(r->text + r->text_len - k, r->stop[i], k)) {
+                    keep = k;
+                    break;
+                }
+        }
+        cut = r->text_len - keep;
+    }
+    if (s_text_reserve(&c->ev_text, &c->ev_text_cap, cut + 1) != 0)
+        return -1;
+    memcpy(c->ev_text, r->text, cut);
+    c->ev_text[cut] = 0;
+    *out_len = cut;
+    if (hit) {
+        r->text_len = 0;
+        return 1;
+    }
+    memmove(r->text, r->text + cut, r->text_len - cut);
+    r->text_len -= cut;
+    return 0;
+}
+
+static void s_copy_stats(sw_client_stats_t *s, const Shardwire__GenerateStats *st)
+{
+    s->have_head = 1;
+    s->n_prompt = (int)st->n_prompt;
+    s->n_generated = (int)st->n_generated;
+    s->n_rounds = (int)st->n_rounds;
+    s->n_drafted = (int)st->n_drafted;
+    s->n_accepted = (int)st->n_accepted;
+    s->prompt_ms = st->prompt_ms;
+    s->decode_ms = st->decode_ms;
+    s->head_ttft_ms = st->ttft_ms;
+    s->draft_ms = st->draft_ms;
+    s->head_compute_ms = st->head_ms;
+    s->network_ms = st->network_ms;
+    s->logits_digest = st->logits_digest;
+    s->n_stages = 0;
+    for (size_t i = 0; i < st->n_stages && i < SW_CLIENT_MAX_STAGES; i++) {
+        snprintf(s->stages[i].name, sizeof s->stages[i].name, "%s", st->stages[i]->name);
+        s->stages[i].compute_ms = st->stages[i]->compute_us / 1e3;
+        s->n_stages++;
+    }
+}
+
+/* One TokenChunk for r. 0 with *ev filled, 1 when it makes no event. */
+static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *tc,
+                      sw_client_event_t *ev)
+{
+    const double now = s_now_ms();
+    if (tc->n_tokens && tc->index < (uint32_t)r->stats.n_generated)
+        return 1; /* a chunk we hold already (the head resent it) */
+    memset(ev, 0, sizeof *ev);
+    memcpy(ev->id, r->id, sizeof ev->id);
+    if (tc->index > (uint32_t)r->stats.n_generated) {
+        s_send_cancel(c, r, "tokens were lost on the way");
+        s_end_error(c, r, ev, SW_CLIENT_ELOST, 0,
+                    "tokens %d..%u never arrived (a message was lost on the way; the relay may "
+                    "have restarted)",
+                    r->stats.n_generated, tc->index - 1);
+        return 0;
+    }
+    if (tc->n_tokens && !r->stats.ttft_ms)
+        r->stats.ttft_ms = now - r->t_submit;
+    for (size_t i = 0; i < tc->n_tokens; i++)
+        c->ev_tokens[i] = tc->tokens[i];
+    ev->tokens = c->ev_tokens;
+    ev->n_tokens = (int)tc->n_tokens;
+    r->stats.n_generated += (int)tc->n_tokens;
+    size_t n = 0;
+    int hit = s_release(c, r, (const char *)tc->text.data, tc->text.len, tc->done, &n);
+    if (hit < 0) {
+        s_end_error(c, r, ev, SW_CLIENT_ENOMEM, 0, "out of memory");
+        return 0;
+    }
+    ev->text = c->ev_text;
+    ev->text_len = n;
+    if (hit) {
+        if (!tc->done)
+            s_send_cancel(c, r, "a stop string was generated");
+        ev->type = SW_CLIENT_EV_DONE;
+        ev->finish = SW_CLIENT_FINISH_STOP;
+        s_finish(c, r, ev);
+        return 0;
+    }
+    if (!tc->done) {
+        ev->type = SW_CLIENT_EV_TOKENS;
+        return 0;
+    }
+    if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
+        /* we did not cancel it (that slot would be free): the head did, e.g. it
+         * took us for gone */
+        s_end_error(c, r, ev, SW_CLIENT_ECANCELLED, 0, "the head '%s' cancelled the request",
+                    r->head);
+        return 0;
+    }
+    if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR) {
+        /* the head sends its Error first; this is the end of a request whose Error was lost */
+        s_end_error(c, r, ev, SW_CLIENT_EHEAD, 0, "the head '%s' reports that the request failed",
+                    r->head);
+        return 0;
+    }
+    const int got = r->stats.n_generated;
+    if (tc->stats)
+        s_copy_stats(&r->stats, tc->stats);
+    if (tc->stats && tc->stats->n_generated != (uint32_t)got) {
+        s_end_error(c, r, ev, SW_CLIENT_ELOST, 0,
+                    "received %d of the %u generated tokens (a message was lost on the way; the "
+                    "relay may have restarted)",
+                    got, tc->stats->n_generated);
+        return 0;
+    }
+    ev->type = SW_CLIENT_EV_DONE;
+    ev->finish = tc->finish == SHARDWIRE__FINISH_REASON__FINISH_EOS    ? SW_CLIENT_FINISH_EOS
+                 : tc->finish == SHARDWIRE__FINISH_REASON__FINISH_STOP ? SW_CLIENT_FINISH_STOP
+                 : tc->finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE
+                     ? SW_CLIENT_FINISH_DEADLINE
+                     : SW_CLIENT_FINISH_LENGTH;
+    s_finish(c, r, ev);
+    return 0;
+}
+
+/* One message from the relay connection. 0 with *ev filled, 1 when it makes no event. */
+static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
+{
+    const Shardwire__Envelope *e = m->env;
+    if (e->body_case == SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK) {
+        s_req_t *r = s_find(c, e->token_chunk->request_id);
+        if (!r || strcmp(m->peer, r->head) != 0)
+            return 1; /* a request we gave up on, or not from its head */
+        r->last_msg = s_now_ms();
+        r->head_missing = 0;
+        return s_on_chunk(c, r, e->token_chunk, ev);
+    }
+    if (e->body_case != SHARDWIRE__ENVELOPE__BODY_ERROR)
+        return 1;
+    const Shardwire__Error *er = e->error;
+    const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
+    if (c->sealed && !from_relay && !m->sealed) {
+        /* A head without our cluster key says so in clear: it holds no key to seal
+         * with. Its text is not trusted (anyone could send a clear message); the
+         * fact is only used for requests that went to that very peer. */
+        for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
+            s_req_t *r = &c->reqs[i];
+            if (r->id[0] && !strcmp(r->head, m->peer) &&
+                er->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
+                s_end_error(c, r, ev, SW_CLIENT_EKEY, er->code,
+                            "the head '%s' cannot open our messages: this client's cluster key "
+                            "(--cluster-key) is not the one the cluster uses",
+                            m->peer);
+                return 0;
+            }
+        }
+        return 1;
+    }
+    s_req_t *r = s_find(c, er->request_id);
+    if (from_relay && !r && er->dest && er->dest[0]) {
+        /* the relay could not deliver to a head: the request that went there fails */
+        for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT && !r; i++)
+            if (c->reqs[i].id[0] && !strcmp(c->reqs[i].head, er->dest))
+                r = &c->reqs[i];
+    }
+    if (!r || (!from_relay && strcmp(m->peer, r->head) != 0))
+        return 1;
+    char msg[SW_WIRE_MAX_ERROR_TEXT + 1];
+    s_clean(msg, sizeof msg, er->message);
+    if (from_relay)
+        s_end_error(c, r, ev, SW_CLIENT_ECONNECT, er->code, "the relay: %s (%s)", msg,
+                    sw_wire_error_code_name(er->code));
+    else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY)
+        s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s", msg);
+    else
+        s_end_error(c, r, ev, SW_CLIENT_EHEAD, er->code, "%s", msg);
+    return 0;
+}
+
+/*
+ * The watches: deadlines, and heads that went quiet. 0 with *ev filled for
+ * the first request that fails one, 1 when none does.
+ */
+static int s_watch(sw_client_t *c, sw_client_event_t *ev)
+{
+    const double now = s_now_ms();
+    int quiet = 0;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
+        s_req_t *r = &c->reqs[i];
+        if (!r->id[0])
+            continue;
+        if (now > r->deadline) {
+            s_end_error(c, r, ev, SW_CLIENT_ETIMEOUT, 0,
+                        "no answer from the head '%s' within %.0f s", r->head,
+                        (r->deadline - r->t_submit - S_GRACE_MS) / 1e3);
+            return 0;
+        }
+        if (now - r->last_msg > S_QUIET_MS)
+            quiet++;
+    }
+    if (!quiet)
+        return 1;
+    sw_client_table_t t;
+    if (sw_client_status(c, &t, S_STATUS_MS, NULL, 0) != 0)
+        return 1; /* the relay is slow or restarting: the deadline still holds */
+    int failed = -1;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
+        s_req_t *r = &c->reqs[i];
+        if (!r->id[0] || now - r->last_msg <= S_QUIET_MS)
+            continue;
+        int present = 0;
+        for (int k = 0; k < t.n_peers && !present; k++)
+            present = !strcmp(t.peers[k].name, r->head);
+        if (present) {
+            r->head_missing = 0;
+            r->last_msg = now;
+        } else if (++r->head_missing >= 2) {
+            /* twice in a row, so that a relay restart (the head announces again
+             * within a second or so) is not taken for a dead head */
+            if (failed < 0)
+                failed = i;
+        } else {
+            r->last_msg = now - S_QUIET_MS / 2; /* check again soon */
+        }
+    }
+    sw_client_table_clear(&t);
+    if (failed < 0)
+        return 1;
+    s_req_t *r = &c->reqs[failed];
+    s_end_error(c, r, ev, SW_CLIENT_EHEADGONE, 0, "the head '%s' left during the request", r->head);
+    return 0;
+}
+
+int sw_client_next(sw_client_t *c, sw_client_event_t *ev, int timeout_ms)
+{
+    const double end = s_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        double now = s_now_ms();
+        if (c->n_inflight && now >= c->next_watch) {
+            c->next_watch = now + 500;
+            if (s_watch(c, ev) == 0)
+                return 0;
+        }
+        int wait = (int)(end - now);
+        if (wait < 0)
+            wait = 0;
+        if (c->n_inflight && wait > 500)
+            wait = 500;
+        sw_wire_msg_t m = {0};
+        int r = sw_peer_recv(c->peer, &m, wait);
+        if (r < 0) {
+            /* every request is lost with the connection */
+            for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++)
+                if (c->reqs[i].id[0]) {
+                    s_end_error(c, &c->reqs[i], ev, SW_CLIENT_ECONNECT, 0,
+                                "lost the connection to the relay");
+                    return 0;
+                }
+            return SW_CLIENT_ECONNECT;
+        }
+        if (r == 1 && (c->n_inflight == 0 || s_now_ms() >= end))
+            return 1; /* time is up, or a signal: the caller looks at its flags */
+        if (r == 0) {
+            int got = s_on_message(c, &m, ev);
+            sw_wire_msg_clear(&m);
+            if (got == 0)
+                return 0;
+            if (s_now_ms() >= end)
+                return 1;
+        }
+    }
+}

@@ -1,0 +1,267 @@
+/*
+ * client.h - the client side of a shardwire cluster, for `shardwire run`,
+ * `shardwire status`, the HTTP gateway (`shardwire serve`) and tests.
+ *
+ * A client joins the relay as a peer of role CLIENT, finds a head (the
+ * named one, or one whose layers start at 0, optionally serving a given
+ * model), sends it GenerateRequests and receives their TokenChunks. Several
+ * requests may be in flight on one connection: every event names its request.
+ * What the library watches so that callers do not have to:
+ *
+ * - the head leaving the relay during a request (checked after 3 s of
+ *   silence, twice in a row so that a relay restart is not taken for it);
+ * - the request's deadline (its timeout plus 5 s of grace);
+ * - tokens lost on the way (a chunk's index beyond the tokens held, or final
+ *   statistics counting more tokens than arrived); chunks the head resent
+ *   are dropped by index;
+ * - stop strings: text is held back while it could still become a stop
+ *   string, and a request that meets one ends with SW_CLIENT_FINISH_STOP
+ *   (the head is sent a Cancel so that it stops generating);
+ * - a head that cannot open our sealed messages (a different cluster key):
+ *   it answers with a clear Error, which ends the request at once with
+ *   SW_CLIENT_EKEY instead of a silent wait for the timeout.
+ *
+ * Errors are negative sw_client_rc codes with a line of text; an error the
+ * head reported also carries its protocol code (Shardwire ErrorCode).
+ *
+ * One owner thread: a sw_client_t is used only by the thread that created it
+ * (the gateway hands requests to its one client thread through inproc
+ * sockets). Event data stays valid until the next sw_client_next call.
+ */
+#ifndef SW_CLIENT_H
+#define SW_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keys.h"
+
+#define SW_CLIENT_ID_LEN 32        /* bytes of a request id, NUL included */
+#define SW_CLIENT_NAME_LEN 64      /* bytes of a peer name, NUL included */
+#define SW_CLIENT_MAX_STOP 8       /* stop strings per request (protocol limit) */
+#define SW_CLIENT_MAX_STOP_LEN 64  /* bytes per stop string */
+#define SW_CLIENT_MAX_STAGES 16    /* stages in the statistics */
+#define SW_CLIENT_MAX_INFLIGHT 256 /* requests in flight on one client */
+#define SW_CLIENT_MAX_MESSAGES 256 /* chat messages per request */
+
+/* Error codes (negative); sw_client_strerror names them. */
+enum sw_client_rc {
+    SW_CLIENT_OK = 0,
+    SW_CLIENT_EINVAL = -1,     /* the request or an argument is invalid (nothing was sent) */
+    SW_CLIENT_ECONNECT = -2,   /* the relay cannot be reached, refused us or went away */
+    SW_CLIENT_ENOHEAD = -3,    /* no suitable head is connected to the relay */
+    SW_CLIENT_EKEY = -4,       /* the head cannot open our messages: different cluster key */
+    SW_CLIENT_EHEAD = -5,      /* the head reported an error (wire_code says which) */
+    SW_CLIENT_EHEADGONE = -6,  /* the head left the relay during the request */
+    SW_CLIENT_ETIMEOUT = -7,   /* no complete answer within the request's timeout */
+    SW_CLIENT_ELOST = -8,      /* tokens were lost on the way (e.g. a relay restart) */
+    SW_CLIENT_EBUSY = -9,      /* too many requests in flight here, or the head is busy */
+    SW_CLIENT_ENOMEM = -10,    /* out of memory */
+    SW_CLIENT_ECANCELLED = -11 /* cancelled by the caller */
+};
+
+/* The name of a code ("no_head", "wrong_cluster_key", ...), stable for JSON and logs. */
+const char *sw_client_strerror(int rc);
+
+/* How a request ended. */
+enum sw_client_finish {
+    SW_CLIENT_FINISH_LENGTH = 1,   /* n_predict tokens generated */
+    SW_CLIENT_FINISH_EOS = 2,      /* the model's end-of-generation token */
+    SW_CLIENT_FINISH_STOP = 3,     /* a stop string (cut from the text) */
+    SW_CLIENT_FINISH_DEADLINE = 4, /* the head's deadline passed */
+};
+/* "length", "eos", "stop", "deadline". */
+const char *sw_client_finish_name(int finish);
+
+typedef struct sw_client sw_client_t;
+
+typedef struct sw_client_opts {
+    const char *relay;      /* relay endpoint, tcp://HOST:PORT */
+    const sw_sec_t *sec;    /* keys (copied); NULL or sec->insecure = loopback without keys */
+    const char *name;       /* peer name prefix (default "client"); a random suffix is added */
+    int connect_timeout_ms; /* how long to wait for the relay's ack (0 = 5000) */
+} sw_client_opts_t;
+
+/*
+ * Joins the relay. NULL after one line in err (the relay is unreachable,
+ * refused our key, or the endpoint is malformed). Free with sw_client_destroy.
+ */
+sw_client_t *sw_client_new(const sw_client_opts_t *opts, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* Leaves the relay (requests in flight are cancelled); accepts NULL, NULLs *self_p. */
+void sw_client_destroy(sw_client_t **self_p);
+
+/* This client's peer name on the relay. */
+const char *sw_client_name(const sw_client_t *c);
+
+/* ---- the relay's peer table ------------------------------------------------------------- */
+
+typedef struct sw_client_peer {
+    char name[SW_CLIENT_NAME_LEN];    /* announced name */
+    const char *role;                 /* "head", "middle", "tail", "full", "client", "?" */
+    int is_node;                      /* 1 for head, middle, tail and full */
+    uint32_t layer_begin;             /* first layer held */
+    uint32_t layer_end;               /* one past the last layer held */
+    uint32_t n_layers;                /* layers of the whole model */
+    char model[65];                   /* model fingerprint (hex), "" for clients */
+    char backend[SW_CLIENT_NAME_LEN]; /* "cpu", "cuda:0", ... */
+    uint32_t max_sessions;            /* sessions it can hold at once */
+    uint32_t heartbeat_age_ms;        /* since the relay last knew it alive */
+    uint32_t idle_ms;                 /* since its last message */
+    uint64_t msgs_in, msgs_out;       /* messages from / to it */
+} sw_client_peer_t;
+
+typedef struct sw_client_table {
+    sw_client_peer_t *peers; /* n_peers entries, malloc'd (sw_client_table_clear frees) */
+    int n_peers;             /* live peers */
+    uint64_t uptime_ms;      /* relay uptime */
+    uint64_t forwarded;      /* messages the relay forwarded */
+    uint64_t dropped;        /* messages it dropped */
+} sw_client_table_t;
+
+/* Asks the relay for its peer table (up to timeout_ms). 0, or a code after a line in err. */
+int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
+                     size_t err_len) __attribute__((warn_unused_result));
+void sw_client_table_clear(sw_client_table_t *t);
+
+/*
+ * Chooses a head: the peer called want when given, otherwise the head (role
+ * head or full) whose name sorts first, among those serving model_fp when it
+ * is given (a fingerprint or a prefix of one). The name goes into out
+ * (SW_CLIENT_NAME_LEN bytes). 0, or SW_CLIENT_ENOHEAD / SW_CLIENT_ECONNECT
+ * after a line in err that says what to do.
+ */
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+typedef struct sw_client_msg {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content; /* UTF-8 text */
+} sw_client_msg_t;
+
+enum sw_client_draft {
+    SW_CLIENT_DRAFT_AUTO = 0,  /* the head's default */
+    SW_CLIENT_DRAFT_NONE = 1,  /* no speculation */
+    SW_CLIENT_DRAFT_MODEL = 2, /* the head's draft model */
+    SW_CLIENT_DRAFT_NGRAM = 3, /* prompt lookup */
+};
+
+/*
+ * One generation. Exactly one of prompt and messages: prompt is raw text
+ * (wrapped in the model's chat template as one user turn when chat is 1);
+ * messages are a conversation the head formats with the model's template,
+ * ending with the opening of the assistant's turn.
+ */
+typedef struct sw_client_request {
+    const char *prompt;              /* text, or NULL */
+    int chat;                        /* 1: prompt is one user message */
+    const sw_client_msg_t *messages; /* n_messages turns, or NULL */
+    int n_messages;                  /* 0 .. SW_CLIENT_MAX_MESSAGES */
+    int n_predict;                   /* tokens to generate, 1 .. 1<<20 */
+    float temperature;               /* 0 = greedy, up to 100 */
+    int top_k;                       /* 0 = off */
+    float top_p;                     /* (0, 1], 1 = off */
+    float min_p;                     /* [0, 1), 0 = off */
+    float repeat_penalty;            /* 1 = off, up to 10 */
+    int repeat_last_n;               /* tokens the penalty looks at (0 = 64) */
+    uint64_t seed;                   /* sampling seed */
+    int draft;                       /* enum sw_client_draft */
+    int draft_k;                     /* drafts per round, -1 = the head's default */
+    const char *const *stop;         /* n_stop stop strings (each 1..64 bytes), or NULL */
+    int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
+    int timeout_ms;                  /* the head gives up after this; 0 = 300000 */
+} sw_client_request_t;
+
+/* A request with the defaults of `shardwire run` (greedy, 128 tokens, 300 s). */
+sw_client_request_t sw_client_request_default(void);
+
+/* Checks req against the protocol's limits: 0, or SW_CLIENT_EINVAL after a line in err. */
+int sw_client_request_check(const sw_client_request_t *req, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
+ * Checks req and sends it to the head. The request's id goes into id
+ * (SW_CLIENT_ID_LEN bytes); its events come from sw_client_next. 0, or
+ * SW_CLIENT_EINVAL / EBUSY / ECONNECT / ENOMEM after a line in err.
+ */
+int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t *req,
+                     char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
+ * Ends a request at the client: no more events come for it. The head is
+ * told (Cancel) so that it frees the cluster for the next request. 0, or
+ * SW_CLIENT_EINVAL when no such request is in flight.
+ */
+int sw_client_cancel(sw_client_t *c, const char *id);
+
+/* Requests in flight. */
+int sw_client_inflight(const sw_client_t *c);
+
+typedef struct sw_client_stats {
+    int n_prompt;           /* prompt tokens */
+    int n_generated;        /* tokens generated (including those after a stop string) */
+    int n_rounds;           /* decode rounds */
+    int n_drafted;          /* draft tokens proposed */
+    int n_accepted;         /* drafts accepted */
+    double ttft_ms;         /* submit to the first token, measured here */
+    double total_ms;        /* submit to the end, measured here */
+    int have_head;          /* 1 when the head's statistics below arrived */
+    double prompt_ms;       /* head: prefill time */
+    double decode_ms;       /* head: first token to the last */
+    double head_ttft_ms;    /* head: request arrival to the first token */
+    double draft_ms;        /* head: time spent drafting */
+    double head_compute_ms; /* head: time computing its layers */
+    double network_ms;      /* head: round time not spent computing */
+    uint64_t logits_digest; /* the tail's running digest of every verified logits row */
+    int n_stages;           /* entries in stages */
+    struct {
+        char name[SW_CLIENT_NAME_LEN]; /* stage peer name */
+        double compute_ms;             /* its compute over the whole request */
+    } stages[SW_CLIENT_MAX_STAGES];
+} sw_client_stats_t;
+
+enum sw_client_event_type {
+    SW_CLIENT_EV_TOKENS = 1, /* tokens and text arrived */
+    SW_CLIENT_EV_DONE = 2,   /* the request ended well: finish and stats are set */
+    SW_CLIENT_EV_ERROR = 3,  /* the request failed: code, wire_code and message are set */
+};
+
+typedef struct sw_client_event {
+    int type;                       /* enum sw_client_event_type */
+    char id[SW_CLIENT_ID_LEN];      /* the request */
+    const uint32_t *tokens;         /* token ids that arrived (EV_TOKENS, may be 0 of them) */
+    int n_tokens;                   /* entries in tokens */
+    const char *text;               /* UTF-8 text now final (stop strings held back and cut) */
+    size_t text_len;                /* bytes of text (also on EV_DONE: the rest that was held) */
+    int finish;                     /* EV_DONE: enum sw_client_finish */
+    const sw_client_stats_t *stats; /* EV_DONE (and EV_ERROR: what arrived) */
+    int code;                       /* EV_ERROR: enum sw_client_rc */
+    int wire_code;                  /* EV_ERROR from the head: its ErrorCode; else 0 */
+    const char *wire_code_name;     /* its name ("bad_request", ...), or "" */
+    const char *message;            /* EV_ERROR: one line (control characters removed) */
+} sw_client_event_t;
+
+/*
+ * Waits up to timeout_ms (0 = poll) for the next event of any request in
+ * flight. Returns 0 with *ev filled, 1 when nothing happened in time (or a
+ * signal interrupted the wait), or SW_CLIENT_ECONNECT when the connection to
+ * the relay broke (every request in flight is then lost). Call it at least
+ * every second while requests are in flight: the watches above run inside.
+ */
+int sw_client_next(sw_client_t *c, sw_client_event_t *ev, int timeout_ms)
+    __attribute__((warn_unused_result));
+
+/*
+ * The relay connection's ZeroMQ socket, for zmq_poll in a caller's own loop
+ * (the gateway): when it is readable, or sw_client_pending() > 0, or a
+ * second has passed, call sw_client_next with timeout 0.
+ */
+void *sw_client_socket(sw_client_t *c);
+int sw_client_pending(const sw_client_t *c);
+
+#endif
