@@ -17,13 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef SW_HAVE_NCCL
-#include <nccl.h>
-#endif
-
-extern "C" {
-#include "log.h"
-}
+#include "libs.cuh"
 
 /* A link from this device to another for hidden-state hand-over. */
 struct swc_peer {
@@ -323,17 +317,21 @@ static swc_peer *s_peer(sw_backend_t *be, int to)
         cudaGetLastError();
     }
 #ifdef SW_HAVE_NCCL
-    if (c->nccl && to != c->dev) {
+    const char *why = "";
+    const swc_nccl *nc = c->nccl && to != c->dev ? swc_nccl_get(&why) : NULL;
+    if (nc) {
         int devs[2] = {c->dev, to};
-        ncclResult_t r = ncclCommInitAll(p->comm, 2, devs);
+        ncclResult_t r = nc->comm_init_all(p->comm, 2, devs);
         if (r == ncclSuccess) {
             p->have_comm = 1;
             SW_INFO("cuda:%d -> cuda:%d: hidden states move over NCCL", c->dev, to);
         } else {
             SW_WARN("cuda:%d -> cuda:%d: NCCL did not start (%s); using peer copies", c->dev, to,
-                    ncclGetErrorString(r));
+                    nc->error_string(r));
         }
         cudaSetDevice(c->dev);
+    } else if (c->nccl && to != c->dev) {
+        SW_INFO("cuda:%d -> cuda:%d: no NCCL (%s); using peer copies", c->dev, to, why);
     }
 #endif
     p->next = c->peers;
@@ -357,15 +355,16 @@ static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_
         return sw_backend_fail(be, "cuda:%d: cannot link to cuda:%d", a->dev, b->dev);
 #ifdef SW_HAVE_NCCL
     if (p->have_comm && a->dev != b->dev) {
-        ncclResult_t r = ncclGroupStart();
+        const swc_nccl *nc = swc_nccl_get(NULL); // loaded: the link was made with it
+        ncclResult_t r = nc->group_start();
         if (r == ncclSuccess)
-            r = ncclSend(s->d + src_off, bytes, ncclUint8, 1, p->comm[0], a->stream);
+            r = nc->send(s->d + src_off, bytes, ncclUint8, 1, p->comm[0], a->stream);
         if (r == ncclSuccess)
-            r = ncclRecv(d->d + dst_off, bytes, ncclUint8, 0, p->comm[1], b->stream);
-        ncclResult_t r2 = ncclGroupEnd();
+            r = nc->recv(d->d + dst_off, bytes, ncclUint8, 0, p->comm[1], b->stream);
+        ncclResult_t r2 = nc->group_end();
         if (r != ncclSuccess || r2 != ncclSuccess)
             return sw_backend_fail(be, "cuda:%d -> cuda:%d: NCCL: %s", a->dev, b->dev,
-                                   ncclGetErrorString(r != ncclSuccess ? r : r2));
+                                   nc->error_string(r != ncclSuccess ? r : r2));
         return 0;
     }
 #endif
@@ -397,8 +396,9 @@ static void s_destroy(sw_backend_t *be)
         c->peers = p->next;
 #ifdef SW_HAVE_NCCL
         if (p->have_comm) {
-            ncclCommDestroy(p->comm[0]);
-            ncclCommDestroy(p->comm[1]);
+            const swc_nccl *nc = swc_nccl_get(NULL);
+            nc->comm_destroy(p->comm[0]);
+            nc->comm_destroy(p->comm[1]);
         }
 #endif
         cudaEventDestroy(p->done);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "log.h"
 #include "op_math.h"
 #include "quant_math.h"
 
@@ -75,6 +76,7 @@ typedef struct swc {
     int use_graphs;                   // SW_CUDA_GRAPHS=0 turns recording off
     int seq_sums;                     // SW_CUDA_SEQ_SUMS=1: always the left-to-right sums
     int gemm_rows;                    // prompt chunks above this many rows use cuBLAS (0 = never)
+    int gemm_warned;                  // said once that cuBLAS is missing
     int nccl;                         // 1 = NCCL between devices (SW_NCCL=0 turns it off)
     swc_peer *peers;                  // links to other devices (transfer)
     int sm_count;                     // multiprocessors
@@ -133,7 +135,8 @@ int swc_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size
 /* mmv.cu: the exact matmul (quantized activations, one lane per thread) */
 int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_buf_t *const *bias,
                const sw_buf_t *x, int x_row0, int n, sw_buf_t *const *y, int flags);
-/* gemm.cu: the prompt path (f16 weight tiles and cuBLAS) for one weight */
+/* gemm.cu: the prompt path (f16 weight tiles and cuBLAS) for one weight; -2 when
+ * cuBLAS is not installed (then nothing was queued: use the exact kernels) */
 int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const float *x, int n,
              float *y);
 void swc_gemm_free(swc *c);

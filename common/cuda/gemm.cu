@@ -11,11 +11,11 @@
  * bit-identical to the same rows computed by the exact kernels; every stage
  * and every replay evaluates a prompt in the same chunks, so split, whole and
  * recovered runs still agree. Graphs never record this path (prompt chunks
- * are not recorded).
+ * are not recorded). cuBLAS is opened on first use (libs.cu); without it
+ * swc_gemm returns -2 and the exact kernels take the chunk.
  */
-#include <cublas_v2.h>
-
 #include "common.cuh"
+#include "libs.cuh"
 
 #define S_TILE_BYTES ((size_t)64 << 20) // f16 weight tile
 
@@ -67,16 +67,18 @@ static __global__ void k_finish(float *y, int64_t n_out, const float *scale, con
     }
 }
 
-static int s_cublas_fail(sw_backend_t *be, const char *what, cublasStatus_t st)
+static int s_cublas_fail(sw_backend_t *be, const swc_cublas *cb, const char *what,
+                         cublasStatus_t st)
 {
     return sw_backend_fail(be, "cuda:%d: cuBLAS %s: %s", swc_of(be)->dev, what,
-                           cublasGetStatusString(st));
+                           cb->status_string(st));
 }
 
 void swc_gemm_free(swc *c)
 {
-    if (c->cublas)
-        cublasDestroy((cublasHandle_t)c->cublas);
+    const swc_cublas *cb = swc_cublas_get(NULL);
+    if (c->cublas && cb)
+        cb->destroy((cublasHandle_t)c->cublas);
     c->cublas = NULL;
 }
 
@@ -84,16 +86,24 @@ int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const
              float *y)
 {
     swc *c = swc_of(be);
+    const char *why = "";
+    const swc_cublas *cb = swc_cublas_get(&why);
+    if (!cb) {
+        if (!c->gemm_warned)
+            SW_WARN("cuda:%d: %s: prompt chunks use the exact kernels", c->dev, why);
+        c->gemm_warned = 1;
+        return -2;
+    }
     cublasStatus_t st;
     if (!c->cublas) {
         cublasHandle_t h;
-        if ((st = cublasCreate(&h)) != CUBLAS_STATUS_SUCCESS)
-            return s_cublas_fail(be, "create", st);
+        if ((st = cb->create(&h)) != CUBLAS_STATUS_SUCCESS)
+            return s_cublas_fail(be, cb, "create", st);
         c->cublas = h;
     }
     cublasHandle_t h = (cublasHandle_t)c->cublas;
-    if ((st = cublasSetStream(h, c->stream)) != CUBLAS_STATUS_SUCCESS)
-        return s_cublas_fail(be, "set stream", st);
+    if ((st = cb->set_stream(h, c->stream)) != CUBLAS_STATUS_SUCCESS)
+        return s_cublas_fail(be, cb, "set stream", st);
 
     const int64_t n_in = w->n_in, n_out = w->n_out;
     int64_t tile = (int64_t)(S_TILE_BYTES / ((size_t)n_in * 2));
@@ -121,11 +131,11 @@ int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const
         if (swc_launched(be, "gemm weight tile") != 0)
             return -1;
         /* Column-major: C (rows x n, ld n_out) = W16^T (rows x n_in) * X16 (n_in x n). */
-        st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)n_in, &one, w16,
-                          CUDA_R_16F, (int)n_in, x16, CUDA_R_16F, (int)n_in, &zero, y + o0,
-                          CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        st = cb->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)n_in, &one, w16,
+                         CUDA_R_16F, (int)n_in, x16, CUDA_R_16F, (int)n_in, &zero, y + o0,
+                         CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS)
-            return s_cublas_fail(be, "GemmEx", st);
+            return s_cublas_fail(be, cb, "GemmEx", st);
     }
     k_finish<<<dim3(swc_blocks(n_out, 256) < 64 ? swc_blocks(n_out, 256) : 64, n), 256, 0,
                c->stream>>>(y, n_out, scale, bias ? swc_ptr<float>(bias) : NULL);

@@ -241,10 +241,11 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
     const float *xs = swc_ptr<float>(x) + (size_t)x_row0 * n_in;
 
     if ((flags & SW_MM_PROMPT) && c->gemm_rows > 0 && n > c->gemm_rows) {
-        for (int i = 0; i < n_w; i++)
-            if (swc_gemm(be, w[i], bias ? bias[i] : NULL, xs, n, swc_ptr<float>(y[i])) != 0)
-                return -1;
-        return 0;
+        int rc = 0;
+        for (int i = 0; i < n_w && rc == 0; i++)
+            rc = swc_gemm(be, w[i], bias ? bias[i] : NULL, xs, n, swc_ptr<float>(y[i]));
+        if (rc != -2) // -2: no cuBLAS here, nothing queued: the exact kernels below
+            return rc;
     }
 
     /* Quantize the input once per distinct vec-dot type, rows 16-byte aligned. */
