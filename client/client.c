@@ -17,9 +17,10 @@
 #include "log.h"
 #include "peer.h"
 
-#define S_QUIET_MS 3000  /* silence from a head before we check it is still there */
-#define S_GRACE_MS 5000  /* past the head's own deadline before we give up */
-#define S_STATUS_MS 5000 /* wait for a peer table */
+#define S_QUIET_MS 3000     /* silence from a head before we check it is still there */
+#define S_RESUME_GAP_MS 300 /* between two Resumes of one request while a gap lasts */
+#define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
+#define S_STATUS_MS 5000    /* wait for a peer table */
 #define S_DEFAULT_TIMEOUT_MS 300000
 
 typedef struct s_req {
@@ -36,6 +37,8 @@ typedef struct s_req {
     size_t text_len, text_cap; /* bytes held, capacity */
     int stopped;               /* a stop string was found: ignore the rest */
     sw_client_stats_t stats;   /* counters so far */
+    double resume_at;          /* when to ask the head to send again (Resume), 0 = no need */
+    double resumed_at;         /* when we last asked */
 } s_req_t;
 
 struct sw_client {
@@ -44,6 +47,7 @@ struct sw_client {
     s_req_t *reqs;     /* SW_CLIENT_MAX_INFLIGHT slots */
     int n_inflight;    /* slots in use */
     double next_watch; /* next time the watches run (ms) */
+    int connects;      /* handshakes with the relay seen (a new one: it may have restarted) */
     /* the current event's storage (valid until the next sw_client_next) */
     uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
     char *ev_text;              /* released text */
@@ -122,15 +126,14 @@ static int s_fail(int code, char *err, size_t err_len, const char *fmt, ...)
 }
 
 /* Copies a peer's text into dst, control characters (but tab) as '?'. */
+/* A peer's text, bounded and without the control characters a terminal acts on (log.h). */
 static void s_clean(char *dst, size_t dst_len, const char *src)
 {
-    size_t i = 0;
-    for (; src && src[i] && i + 1 < dst_len; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        dst[i] = (ch < 0x20 && ch != '\t') || ch == 0x7f ? '?' : (char)ch;
-    }
-    if (dst_len)
-        dst[i] = 0;
+    if (!dst_len)
+        return;
+    size_t n = src ? strnlen(src, dst_len - 1) : 0;
+    memcpy(dst, src ? src : "", n);
+    sw_text_clean(dst, dst, n, 0, NULL);
 }
 
 static void s_random_hex(char *out, size_t n_bytes)
@@ -182,6 +185,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
                          .announce = &an,
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
+                         .stop = o->stop,
                          .accept_clear_errors = 1};
     c->peer = sw_peer_new(&po);
     if (!c->peer) {
@@ -194,6 +198,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         return NULL;
     }
     c->sealed = o->sec && !o->sec->insecure && o->sec->n_cluster > 0;
+    c->connects = sw_peer_connects(c->peer);
     return c;
 }
 
@@ -292,28 +297,25 @@ static int s_is_head(const sw_client_peer_t *p)
     return !strcmp(p->role, "head") || !strcmp(p->role, "full");
 }
 
-int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
-                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+/* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
+ * or SW_CLIENT_ENOHEAD after a line in err. */
+static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model_fp, int *at,
+                       char *err, size_t err_len)
 {
-    sw_client_table_t t;
-    int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len);
-    if (rc != 0)
-        return rc;
-    int found = 0, other_model = 0;
-    for (int i = 0; i < t.n_peers; i++) {
-        const sw_client_peer_t *p = &t.peers[i];
+    int found = -1, other_model = 0;
+    for (int i = 0; i < t->n_peers; i++) {
+        const sw_client_peer_t *p = &t->peers[i];
         if (!s_is_head(p) || (want && strcmp(want, p->name) != 0))
             continue;
         if (model_fp && model_fp[0] && strncmp(p->model, model_fp, strlen(model_fp)) != 0) {
             other_model++;
             continue;
         }
-        if (!found || strcmp(p->name, out) < 0)
-            snprintf(out, SW_CLIENT_NAME_LEN, "%s", p->name);
-        found++;
+        if (found < 0 || strcmp(p->name, t->peers[found].name) < 0)
+            found = i;
     }
-    sw_client_table_clear(&t);
-    if (found)
+    *at = found;
+    if (found >= 0)
         return 0;
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
@@ -329,6 +331,87 @@ int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
     return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                   "no head node (layers starting at 0) is connected to the relay: start one with "
                   "shardwire-node --layers 0:N (shardwire status lists the peers)");
+}
+
+/*
+ * 1 when stages of the head's model cover its layers after the head's range
+ * to the end, or when waiting cannot help (a peer of another model or an
+ * overlapping range sits where the next stage should: the head refuses the
+ * request with the exact reason). Else 0 and what is missing in why.
+ */
+static int s_pipeline_whole(const sw_client_table_t *t, const sw_client_peer_t *h, char *why,
+                            size_t why_len)
+{
+    for (uint32_t at = h->layer_end; at < h->n_layers;) {
+        const sw_client_peer_t *next = NULL;
+        for (int i = 0; i < t->n_peers && !next; i++) {
+            const sw_client_peer_t *p = &t->peers[i];
+            if (p->is_node && !s_is_head(p) && p->layer_begin == at && p->layer_end > at &&
+                p->n_layers == h->n_layers && !strcmp(p->model, h->model))
+                next = p;
+        }
+        if (!next) {
+            for (int i = 0; i < t->n_peers; i++) {
+                const sw_client_peer_t *p = &t->peers[i];
+                if (p != h && p->is_node && p->layer_begin <= at && p->layer_end > at)
+                    return 1;
+            }
+            s_fail(0, why, why_len,
+                   "gap in the pipeline: no node serving layer %u of %u is connected", at,
+                   h->n_layers);
+            return 0;
+        }
+        at = next->layer_end;
+    }
+    return 1;
+}
+
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+{
+    sw_client_table_t t;
+    int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len), at = -1;
+    if (rc == 0)
+        rc = s_pick_head(&t, want, model_fp, &at, err, err_len);
+    if (rc == 0)
+        snprintf(out, SW_CLIENT_NAME_LEN, "%s", t.peers[at].name);
+    sw_client_table_clear(&t);
+    return rc;
+}
+
+int sw_client_wait_head(sw_client_t *c, const char *want, const char *model_fp, int timeout_ms,
+                        volatile sig_atomic_t *stop, char out[SW_CLIENT_NAME_LEN], char *err,
+                        size_t err_len)
+{
+    const double deadline = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    for (int attempt = 1;; attempt++) {
+        sw_client_table_t t;
+        char why[SW_WIRE_MAX_ERROR_TEXT];
+        int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len), at = -1;
+        if (rc != 0)
+            return rc;
+        rc = s_pick_head(&t, want, model_fp, &at, why, sizeof why);
+        int whole = rc == 0 && s_pipeline_whole(&t, &t.peers[at], why, sizeof why);
+        if (at >= 0)
+            snprintf(out, SW_CLIENT_NAME_LEN, "%s", t.peers[at].name);
+        sw_client_table_clear(&t);
+        if (whole)
+            return 0;
+        double left = deadline < 0 ? 2000 : deadline - s_now_ms();
+        double wait = attempt < 4 ? 250 << attempt : 2000;
+        if (wait > left)
+            wait = left;
+        if (stop && *stop)
+            return s_fail(SW_CLIENT_ECANCELLED, err, err_len, "interrupted");
+        if (wait <= 0 && at >= 0)
+            return 0; /* the head says what is missing */
+        if (wait <= 0)
+            return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "%s", why);
+        SW_WARN("client: waiting for the pipeline: %s (attempt %d); asking again in %.1f s", why,
+                attempt, wait / 1e3);
+        for (double until = s_now_ms() + wait; s_now_ms() < until && !(stop && *stop);)
+            nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
 }
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -659,12 +742,13 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
     memset(ev, 0, sizeof *ev);
     memcpy(ev->id, r->id, sizeof ev->id);
     if (tc->index > (uint32_t)r->stats.n_generated) {
-        s_send_cancel(c, r, "tokens were lost on the way");
-        s_end_error(c, r, ev, SW_CLIENT_ELOST, 0,
-                    "tokens %d..%u never arrived (a message was lost on the way; the relay may "
-                    "have restarted)",
-                    r->stats.n_generated, tc->index - 1);
-        return 0;
+        /* a gap (chunks lost on the way, e.g. with a relay restart): ask the
+         * head for the rest, once per S_RESUME_GAP_MS while later chunks keep
+         * coming; this one comes again in order */
+        if (!r->resume_at)
+            r->resume_at =
+                r->resumed_at + S_RESUME_GAP_MS > now ? r->resumed_at + S_RESUME_GAP_MS : now;
+        return 1;
     }
     if (tc->n_tokens && !r->stats.ttft_ms)
         r->stats.ttft_ms = now - r->t_submit;
@@ -768,11 +852,25 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
     }
     if (!r || (!from_relay && strcmp(m->peer, r->head) != 0))
         return 1;
+    if (from_relay && (er->code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
+                       er->code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
+                       er->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY)) {
+        /* the relay did not deliver a message of ours to the head (it may be
+         * restarting, with the head not announced again yet): ask again in a
+         * second; the quiet watch tells a head that is really gone */
+        for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++)
+            if (c->reqs[i].id[0] && !strcmp(c->reqs[i].head, er->dest ? er->dest : r->head))
+                c->reqs[i].resume_at = s_now_ms() + 1000;
+        return 1;
+    }
     char msg[SW_WIRE_MAX_ERROR_TEXT + 1];
     s_clean(msg, sizeof msg, er->message);
     if (from_relay)
         s_end_error(c, r, ev, SW_CLIENT_ECONNECT, er->code, "the relay: %s (%s)", msg,
                     sw_wire_error_code_name(er->code));
+    else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY && er->queue_position)
+        s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s (position %u in the head's queue)",
+                    msg, er->queue_position);
     else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY)
         s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s", msg);
     else
@@ -817,6 +915,7 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
         if (present) {
             r->head_missing = 0;
             r->last_msg = now;
+            r->resume_at = now; /* a lost last chunk is sent again */
         } else if (++r->head_missing >= 2) {
             /* twice in a row, so that a relay restart (the head announces again
              * within a second or so) is not taken for a dead head */
@@ -834,11 +933,42 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
     return 0;
 }
 
+/* Asks the heads for what may have been lost: after a reconnect to the relay
+ * (it may have restarted with chunks in flight) for every request, else for
+ * requests whose resume_at has come. A Resume that cannot go out now (no
+ * connection yet) is tried again half a second later. */
+static void s_resume(sw_client_t *c, double now)
+{
+    const int connects = sw_peer_connects(c->peer);
+    const int reconnected = connects != c->connects;
+    c->connects = connects;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
+        s_req_t *r = &c->reqs[i];
+        if (!r->id[0] || !(reconnected || (r->resume_at && now >= r->resume_at)))
+            continue;
+        Shardwire__Resume rs = SHARDWIRE__RESUME__INIT;
+        rs.request_id = r->id;
+        rs.from_index = (uint32_t)r->stats.n_generated;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_RESUME;
+        env.resume = &rs;
+        if (sw_peer_try_send(c->peer, r->head, &env) != 0) {
+            r->resume_at = now + 500;
+            continue;
+        }
+        r->resume_at = 0;
+        r->resumed_at = now;
+        r->stats.n_resumes++;
+    }
+}
+
 int sw_client_next(sw_client_t *c, sw_client_event_t *ev, int timeout_ms)
 {
     const double end = s_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         double now = s_now_ms();
+        if (c->n_inflight)
+            s_resume(c, now);
         if (c->n_inflight && now >= c->next_watch) {
             c->next_watch = now + 500;
             if (s_watch(c, ev) == 0)

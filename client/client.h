@@ -11,9 +11,11 @@
  * - the head leaving the relay during a request (checked after 3 s of
  *   silence, twice in a row so that a relay restart is not taken for it);
  * - the request's deadline (its timeout plus 5 s of grace);
- * - tokens lost on the way (a chunk's index beyond the tokens held, or final
- *   statistics counting more tokens than arrived); chunks the head resent
- *   are dropped by index;
+ * - tokens lost on the way: a chunk's index beyond the tokens held (a gap),
+ *   a reconnect to the relay (it may have restarted with chunks in flight)
+ *   or a silence make the client ask the head to send again from the tokens
+ *   it holds (Resume); chunks the head resent are dropped by index, so a
+ *   caller sees every token once, in order;
  * - stop strings: text is held back while it could still become a stop
  *   string, and a request that meets one ends with SW_CLIENT_FINISH_STOP
  *   (the head is sent a Cancel so that it stops generating);
@@ -31,6 +33,7 @@
 #ifndef SW_CLIENT_H
 #define SW_CLIENT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,7 +57,7 @@ enum sw_client_rc {
     SW_CLIENT_EHEAD = -5,      /* the head reported an error (wire_code says which) */
     SW_CLIENT_EHEADGONE = -6,  /* the head left the relay during the request */
     SW_CLIENT_ETIMEOUT = -7,   /* no complete answer within the request's timeout */
-    SW_CLIENT_ELOST = -8,      /* tokens were lost on the way (e.g. a relay restart) */
+    SW_CLIENT_ELOST = -8,      /* the head's count of tokens differs from what arrived */
     SW_CLIENT_EBUSY = -9,      /* too many requests in flight here, or the head is busy */
     SW_CLIENT_ENOMEM = -10,    /* out of memory */
     SW_CLIENT_ECANCELLED = -11 /* cancelled by the caller */
@@ -76,10 +79,12 @@ const char *sw_client_finish_name(int finish);
 typedef struct sw_client sw_client_t;
 
 typedef struct sw_client_opts {
-    const char *relay;      /* relay endpoint, tcp://HOST:PORT */
-    const sw_sec_t *sec;    /* keys (copied); NULL or sec->insecure = loopback without keys */
-    const char *name;       /* peer name prefix (default "client"); a random suffix is added */
-    int connect_timeout_ms; /* how long to wait for the relay's ack (0 = 5000) */
+    const char *relay;           /* relay endpoint, tcp://HOST:PORT */
+    const sw_sec_t *sec;         /* keys (copied); NULL or sec->insecure = loopback without keys */
+    const char *name;            /* peer name prefix (default "client"); a random suffix is added */
+    int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 = 5000, -1 = no
+                                    limit); one warning line per attempt (peer.h) */
+    volatile sig_atomic_t *stop; /* optional: joining gives up once it is non-zero */
 } sw_client_opts_t;
 
 /*
@@ -135,6 +140,21 @@ void sw_client_table_clear(sw_client_table_t *t);
 int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
                         char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
     __attribute__((warn_unused_result));
+
+/*
+ * Like sw_client_find_head, but waits until that head and a whole pipeline
+ * behind it (stages of the same model covering the layers after the head's
+ * to the last) are connected: nodes may start after the client. Asks the
+ * relay with a growing delay (0.5 s doubling to 2 s), one warning line per
+ * attempt, for up to timeout_ms (-1 = no limit) or until *stop is set. When
+ * time is up with a head connected but the pipeline incomplete, or when the
+ * pipeline is broken in a way waiting cannot fix (an overlap, another model),
+ * it returns 0 anyway: the head refuses the request with the exact reason.
+ * 0, or SW_CLIENT_ENOHEAD / ECONNECT / ECANCELLED after a line in err.
+ */
+int sw_client_wait_head(sw_client_t *c, const char *want, const char *model_fp, int timeout_ms,
+                        volatile sig_atomic_t *stop, char out[SW_CLIENT_NAME_LEN], char *err,
+                        size_t err_len) __attribute__((warn_unused_result));
 
 /* ---- requests --------------------------------------------------------------------------- */
 
@@ -208,6 +228,7 @@ typedef struct sw_client_stats {
     int n_rounds;           /* decode rounds */
     int n_drafted;          /* draft tokens proposed */
     int n_accepted;         /* drafts accepted */
+    int n_resumes;          /* Resumes sent (tokens lost on the way and sent again) */
     double ttft_ms;         /* submit to the first token, measured here */
     double total_ms;        /* submit to the end, measured here */
     int have_head;          /* 1 when the head's statistics below arrived */

@@ -33,10 +33,10 @@ typedef struct swf_result {
 } swf_result_t;
 
 typedef struct swf_node {
-    pid_t pid;         // 0 = not running
-    char name[32];     // peer name
-    char layers[16];   // A:B
-    char extra[4][32]; // extra flags (e.g. --recover-timeout-s 20), "" = none
+    pid_t pid;           // 0 = not running
+    char name[32];       // peer name
+    char layers[16];     // A:B
+    char extra[10][160]; // extra flags (e.g. --recover-timeout-s 20), "" = none
 } swf_node_t;
 
 typedef struct swf_cluster {
@@ -124,6 +124,17 @@ static inline void swf_reference(const char *model, const char *prompt, int n_ge
     free(err);
 }
 
+/* Sets a node's name, layers and extra flags (NULL-terminated, up to 10). */
+static inline void swf_node(swf_node_t *nd, const char *name, const char *layers,
+                            const char *const *flags)
+{
+    memset(nd, 0, sizeof *nd);
+    snprintf(nd->name, sizeof nd->name, "%s", name);
+    snprintf(nd->layers, sizeof nd->layers, "%s", layers);
+    for (int i = 0; flags && flags[i] && i < 10; i++)
+        snprintf(nd->extra[i], sizeof nd->extra[i], "%s", flags[i]);
+}
+
 static inline pid_t swf_start_relay(swf_cluster_t *c)
 {
     char hb[16];
@@ -144,7 +155,7 @@ static inline pid_t swf_start_relay(swf_cluster_t *c)
 static inline void swf_start_node(swf_cluster_t *c, int i)
 {
     swf_node_t *nd = &c->nodes[i];
-    char *na[24] = {(char *)sw_test_bin("shardwire-node"),
+    char *na[32] = {(char *)sw_test_bin("shardwire-node"),
                     "--model",
                     (char *)c->model,
                     "--layers",
@@ -159,7 +170,7 @@ static inline void swf_start_node(swf_cluster_t *c, int i)
                     "200",
                     "--insecure-loopback"};
     int k = 14;
-    for (int e = 0; e < 4 && nd->extra[e][0]; e++)
+    for (int e = 0; e < 10 && nd->extra[e][0]; e++)
         na[k++] = nd->extra[e];
     na[k] = NULL;
     nd->pid = sw_test_spawn(na, c->log);
@@ -175,7 +186,8 @@ static inline int swf_start(swf_cluster_t *c, const char *model, int n, const ch
     if (!c->relay_hb)
         c->relay_hb = 200;
     snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", c->port);
-    snprintf(c->log, sizeof c->log, "%s", log);
+    /* One file per test process: engineers and CI jobs share /tmp. */
+    snprintf(c->log, sizeof c->log, "%s.%d", log, (int)getpid());
     unlink(c->log);
     if (swf_start_relay(c) <= 0)
         return -1;

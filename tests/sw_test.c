@@ -216,6 +216,96 @@ pid_t sw_test_spawn(char *const argv[], const char *log_path)
     _exit(127);
 }
 
+pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err_path)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    setpgid(0, 0);
+    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0)
+        _exit(127);
+    dup2(fo, STDOUT_FILENO);
+    dup2(fe, STDERR_FILENO);
+    close(fo);
+    close(fe);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+int sw_test_wait(pid_t pid, int timeout_s)
+{
+    int status = 0;
+    for (int i = 0; i < timeout_s * 20 + 1; i++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+        if (r < 0)
+            return -1;
+        usleep(50000);
+    }
+    sw_test_kill(pid);
+    return -1;
+}
+
+int sw_test_json_tokens(const char *text, int32_t *ids, int max)
+{
+    /* The output is our own compact JSON: "tokens":[1,2,3]. No JSON library,
+     * so that engine-only tests link this file too. */
+    const char *p = text ? strstr(text, "\"tokens\":[") : NULL;
+    if (!p)
+        return -1;
+    p += 10;
+    int n = 0;
+    while (*p && *p != ']') {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            return -1;
+        if (n < max)
+            ids[n++] = (int32_t)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *p == ']' ? n : -1;
+}
+
+int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "generate",
+                    "--model",
+                    (char *)model,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--threads",
+                    "1",
+                    "--json",
+                    NULL};
+    char *out = NULL, *err = NULL;
+    int rc = sw_test_run(argv, 300, &out, &err);
+    int count = rc == 0 ? sw_test_json_tokens(out, ids, max) : -1;
+    if (count < 0)
+        fprintf(stderr, "shardwire generate failed (exit %d): %s\n", rc, err ? err : "");
+    free(out);
+    free(err);
+    return count;
+}
+
+int sw_test_count_in_file(const char *path, const char *needle)
+{
+    char *text = sw_test_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(text);
+    return n;
+}
+
 void sw_test_kill(pid_t pid)
 {
     if (pid <= 0)
@@ -361,4 +451,116 @@ int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s)
             return -1;
         usleep(200000);
     }
+}
+
+/* ---- a keyed cluster ---- */
+
+static const char *s_cpath(const char *dir, const char *name, const char *ext)
+{
+    static char buf[8][512];
+    static int slot;
+    char *p = buf[slot++ & 7];
+    snprintf(p, 512, "%s/%s%s", dir, name, ext);
+    return p;
+}
+
+/* The first line of dir/NAME.pub into pub (41 bytes); 0 or -1. */
+static int s_pub(const char *dir, const char *name, char *pub)
+{
+    char *t = sw_test_read_file(s_cpath(dir, name, ".pub"), NULL);
+    if (!t)
+        return -1;
+    t[strcspn(t, "\n")] = 0;
+    snprintf(pub, 41, "%s", t);
+    free(t);
+    return strlen(pub) == 40 ? 0 : -1;
+}
+
+static int s_keygen(const char *dir, const char *name)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"), "keygen", "--out",
+                    (char *)s_cpath(dir, name, ""), NULL};
+    char *err = NULL;
+    int rc = sw_test_run(argv, 20, NULL, &err);
+    if (rc != 0)
+        fprintf(stderr, "keygen %s: %s", name, err ? err : "");
+    free(err);
+    return rc == 0 ? 0 : -1;
+}
+
+int sw_test_keys(const char *dir, const char *const *nodes, const char *const *clients)
+{
+    char *kc[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key",
+                  (char *)s_cpath(dir, "cluster.key", ""), NULL};
+    if (s_keygen(dir, "relay") != 0 || sw_test_run(kc, 20, NULL, NULL) != 0)
+        return -1;
+    FILE *f = fopen(s_cpath(dir, "allow.txt", ""), "w");
+    if (!f)
+        return -1;
+    fprintf(f, "# test allow-list (docs/security.md)\n");
+    int rc = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        const char *const *list = pass == 0 ? nodes : clients;
+        for (int i = 0; list && list[i] && rc == 0; i++) {
+            char pub[41];
+            rc = s_keygen(dir, list[i]) != 0 || s_pub(dir, list[i], pub) != 0 ? -1 : 0;
+            if (rc == 0)
+                fprintf(f, "%s %s\n", pub, pass == 0 ? list[i] : "");
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+pid_t sw_test_node(const char *endpoint, const char *dir, const char *name, const char *layers,
+                   const char *log, const char *const *extra)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)sw_test_bin("shardwire-node");
+    argv[n++] = "--model";
+    argv[n++] = (char *)sw_test_model();
+    argv[n++] = "--layers";
+    argv[n++] = (char *)layers;
+    argv[n++] = "--relay";
+    argv[n++] = (char *)endpoint;
+    argv[n++] = "--name";
+    argv[n++] = (char *)name;
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    argv[n++] = "--key";
+    argv[n++] = (char *)s_cpath(dir, name, ".key");
+    argv[n++] = "--relay-key";
+    argv[n++] = (char *)s_cpath(dir, "relay", ".pub");
+    argv[n++] = "--cluster-key";
+    argv[n++] = (char *)s_cpath(dir, "cluster.key", "");
+    for (int i = 0; extra && extra[i] && n < 63; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    return sw_test_spawn(argv, log);
+}
+
+pid_t sw_test_relay(const char *endpoint, const char *dir, const char *log,
+                    const char *const *extra)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)sw_test_bin("shardwire-relay");
+    argv[n++] = "--listen";
+    argv[n++] = (char *)endpoint;
+    argv[n++] = "--key";
+    argv[n++] = (char *)s_cpath(dir, "relay", ".key");
+    argv[n++] = "--allow";
+    argv[n++] = (char *)s_cpath(dir, "allow.txt", "");
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    return sw_test_spawn(argv, log);
+}
+
+void sw_test_client_env(const char *dir, const char *who)
+{
+    setenv("SW_KEY", s_cpath(dir, who, ".key"), 1);
+    setenv("SW_RELAY_KEY", s_cpath(dir, "relay", ".pub"), 1);
+    setenv("SW_CLUSTER_KEY", s_cpath(dir, "cluster.key", ""), 1);
 }

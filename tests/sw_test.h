@@ -84,6 +84,19 @@ int sw_test_free_port(void);
 /* Starts argv[0] with stdout+stderr appended to log_path (or /dev/null when
  * NULL), in its own process group. Returns the pid or -1. */
 pid_t sw_test_spawn(char *const argv[], const char *log_path);
+/* Like sw_test_spawn, with stdout to out_path and stderr to err_path (truncated). */
+pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err_path);
+/* Waits up to timeout_s for pid to exit: its exit code, 128+signal when a
+ * signal ended it, or -1 when it was still running (it is then killed). */
+int sw_test_wait(pid_t pid, int timeout_s);
+/* The "tokens" array of a JSON object in text (generate / run --json) into
+ * ids (up to max): the count, or -1 when there is none. */
+int sw_test_json_tokens(const char *text, int32_t *ids, int max);
+/* The reference: `shardwire generate --model model -p prompt -n n_gen
+ * --threads 1 --json` (greedy) into ids: the count, or -1 after a line. */
+int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
+/* Occurrences of needle in the file at path (0 when it cannot be read). */
+int sw_test_count_in_file(const char *path, const char *needle);
 /* SIGTERM, up to 5 s to exit, then SIGKILL; reaps it. Accepts pid <= 0. */
 void sw_test_kill(pid_t pid);
 /* Runs argv to completion (killed after timeout_s), capturing stdout into
@@ -97,5 +110,29 @@ int sw_test_wait_listen(const char *endpoint, int timeout_s);
 /* Waits until `shardwire status --relay endpoint --json` lists n_peers
  * non-client peers (up to timeout_s). 0 when it did, -1 otherwise. */
 int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s);
+
+/* ---- a keyed cluster (CURVE, allow-list, sealing), made with the real programs ---- */
+
+/*
+ * Makes every key of a test cluster in dir with `shardwire keygen`: relay.key /
+ * relay.pub, NAME.key / NAME.pub for each name of the NULL-terminated lists
+ * nodes and clients, cluster.key, and the relay's allow-list dir/allow.txt
+ * (docs/security.md: each node key bound to its name, each client key to the
+ * client role). 0, or -1 after a line on stderr.
+ */
+int sw_test_keys(const char *dir, const char *const *nodes, const char *const *clients);
+/*
+ * Starts shardwire-node NAME holding layers (e.g. "0:15") of the test model
+ * with the keys sw_test_keys made in dir, logging to log; extra is a
+ * NULL-terminated list of more arguments (or NULL). The pid, or -1.
+ */
+pid_t sw_test_node(const char *endpoint, const char *dir, const char *name, const char *layers,
+                   const char *log, const char *const *extra);
+/* Starts shardwire-relay on endpoint with dir's relay key and allow-list (extra as above). */
+pid_t sw_test_relay(const char *endpoint, const char *dir, const char *log,
+                    const char *const *extra);
+/* Points SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY at client `who`'s keys in dir, for the
+ * `shardwire run` / `status` calls of the test (and sw_test_wait_peers). */
+void sw_test_client_env(const char *dir, const char *who);
 
 #endif
