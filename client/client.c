@@ -193,7 +193,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         free(c);
         return NULL;
     }
-    c->sealed = o->sec && !o->sec->insecure && o->sec->n_cluster > 0;
+    c->sealed = o->sec && o->sec->n_cluster > 0;
     return c;
 }
 
@@ -273,6 +273,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->layer_end = a->layer_end;
         p->n_layers = a->n_layers;
         s_clean(p->model, sizeof p->model, a->model_fingerprint);
+        s_clean(p->model_name, sizeof p->model_name, a->model_name);
         s_clean(p->backend, sizeof p->backend, a->backend);
         p->max_sessions = a->max_sessions;
         p->heartbeat_age_ms = pi->heartbeat_age_ms;
@@ -292,19 +293,37 @@ static int s_is_head(const sw_client_peer_t *p)
     return !strcmp(p->role, "head") || !strcmp(p->role, "full");
 }
 
-int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
+int sw_client_peer_serves(const sw_client_peer_t *p, const char *model)
+{
+    if (!s_is_head(p))
+        return 0;
+    if (!model || !model[0])
+        return 1;
+    return !strcmp(p->model_name, model) ||
+           (strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));
+}
+
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
                         char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
 {
     sw_client_table_t t;
     int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len);
     if (rc != 0)
         return rc;
+    rc = sw_client_pick_head(&t, want, model, out, err, err_len);
+    sw_client_table_clear(&t);
+    return rc;
+}
+
+int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char *model,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+{
     int found = 0, other_model = 0;
-    for (int i = 0; i < t.n_peers; i++) {
-        const sw_client_peer_t *p = &t.peers[i];
+    for (int i = 0; i < t->n_peers; i++) {
+        const sw_client_peer_t *p = &t->peers[i];
         if (!s_is_head(p) || (want && strcmp(want, p->name) != 0))
             continue;
-        if (model_fp && model_fp[0] && strncmp(p->model, model_fp, strlen(model_fp)) != 0) {
+        if (!sw_client_peer_serves(p, model)) {
             other_model++;
             continue;
         }
@@ -312,12 +331,11 @@ int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
             snprintf(out, SW_CLIENT_NAME_LEN, "%s", p->name);
         found++;
     }
-    sw_client_table_clear(&t);
     if (found)
         return 0;
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
-                      want, model_fp);
+                      want, model);
     if (want)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                       "no head node named '%s' is connected to the relay (shardwire status lists "
@@ -325,7 +343,7 @@ int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
                       want);
     if (other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
-                      "no head connected to the relay serves the model %s", model_fp);
+                      "no head connected to the relay serves the model %s", model);
     return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                   "no head node (layers starting at 0) is connected to the relay: start one with "
                   "shardwire-node --layers 0:N (shardwire status lists the peers)");
@@ -750,7 +768,7 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
             s_req_t *r = &c->reqs[i];
             if (r->id[0] && !strcmp(r->head, m->peer) &&
                 er->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
-                s_end_error(c, r, ev, SW_CLIENT_EKEY, er->code,
+                s_end_error(c, r, ev, SW_CLIENT_EKEY, 0,
                             "the head '%s' cannot open our messages: this client's cluster key "
                             "(--cluster-key) is not the one the cluster uses",
                             m->peer);

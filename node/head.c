@@ -588,6 +588,10 @@ static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char 
 {
     s_pipe_t *p = ctx;
     const double t_round = node_now_ms();
+    if (p->deadline_ms && t_round > p->deadline_ms) { /* checked every round, not only when idle */
+        snprintf(err, err_len, "the request's deadline passed");
+        return -1;
+    }
     p->round_head_ms = p->round_stage_ms = 0;
     const node_recover_ops_t ops = {.ctx = p,
                                     .send = s_pipe_send,
@@ -864,7 +868,9 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
     sw_gen_stats_t gs;
     const double t_gen = node_now_ms();
     if (sw_generate(&target, prompt, n_prompt, &go, out, &gs, err, sizeof err) != 0) {
-        code = SHARDWIRE__ERROR_CODE__ERR_DEST_GONE;
+        code = pipe.deadline_ms && node_now_ms() > pipe.deadline_ms
+                   ? SHARDWIRE__ERROR_CODE__ERR_DEADLINE
+                   : SHARDWIRE__ERROR_CODE__ERR_DEST_GONE;
         goto fail;
     }
     const char *tail;
