@@ -24,6 +24,7 @@
 #include "client.h"
 #include "cmds.h"
 #include "keys.h"
+#include "log.h"
 #include "wire.h"
 
 static volatile sig_atomic_t s_stop;
@@ -343,6 +344,7 @@ int cmd_run(int argc, char **argv)
     json_t *ids = json_array();
     char *text = NULL;
     size_t text_len = 0;
+    int held_c2 = 0; /* the text shown so far ended in a byte that may start a C1 control */
     char head[SW_CLIENT_NAME_LEN], id[SW_CLIENT_ID_LEN];
     if (sw_client_find_head(cl, head_name, NULL, head, err, sizeof err) != 0 ||
         sw_client_submit(cl, head, &q, id, err, sizeof err) != 0) {
@@ -384,8 +386,17 @@ int cmd_run(int argc, char **argv)
             memcpy(text + text_len, ev.text, ev.text_len);
             text_len += ev.text_len;
             text[text_len] = 0;
-            if (!json) {
-                fwrite(ev.text, 1, ev.text_len, stdout);
+            if (!json) { /* model text may hold escape sequences: not for the terminal */
+                char *shown = malloc(ev.text_len + 2);
+                if (shown) {
+                    size_t n_in = 0;
+                    if (held_c2)
+                        shown[n_in++] = (char)0xc2;
+                    memcpy(shown + n_in, ev.text, ev.text_len);
+                    n_in += ev.text_len;
+                    fwrite(shown, 1, sw_text_clean(shown, shown, n_in, 1, &held_c2), stdout);
+                    free(shown);
+                }
                 fflush(stdout);
             }
         }

@@ -122,15 +122,14 @@ static int s_fail(int code, char *err, size_t err_len, const char *fmt, ...)
 }
 
 /* Copies a peer's text into dst, control characters (but tab) as '?'. */
+/* A peer's text, bounded and without the control characters a terminal acts on (log.h). */
 static void s_clean(char *dst, size_t dst_len, const char *src)
 {
-    size_t i = 0;
-    for (; src && src[i] && i + 1 < dst_len; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        dst[i] = (ch < 0x20 && ch != '\t') || ch == 0x7f ? '?' : (char)ch;
-    }
-    if (dst_len)
-        dst[i] = 0;
+    if (!dst_len)
+        return;
+    size_t n = src ? strnlen(src, dst_len - 1) : 0;
+    memcpy(dst, src ? src : "", n);
+    sw_text_clean(dst, dst, n, 0, NULL);
 }
 
 static void s_random_hex(char *out, size_t n_bytes)

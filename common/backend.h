@@ -64,23 +64,40 @@ typedef struct sw_weight {
  *
  *   ctl[SW_CTL_N]        n, the rows of the chunk
  *   ctl[SW_CTL_SLOT0]    cache slots already filled: row r is stored at slot
- *                        slot0 + r and attends to slots [0, slot0 + r]
- *   ctl[SW_CTL_POS + r]  position of row r (rope); slot0 + r for a sequence
+ *                        slot0 + r and (without a tree) attends to slots
+ *                        [0, slot0 + r]
+ *   ctl[SW_CTL_POS + r]  position of row r (rope); slot0 + r for a sequence,
+ *                        the depth in the tree for a tree row
  *   ctl[SW_CTL_POS + n + r]  token id of row r (first stage)
+ *   ctl[SW_CTL_VIS(n) + r]   token trees only (sw_attn_args_t.tree): the
+ *                        offset in ctl of row r's visibility record
+ *                        [lin, m, s_1, .., s_m]: the row attends to slots
+ *                        0 .. lin - 1 and then s_1 .. s_m (its ancestors in
+ *                        the tree, position order, s_m its own slot), in
+ *                        that order, which is the order a chain holding the
+ *                        same path would attend in, so a tree row's result
+ *                        is bit-identical to its path run as a sequence.
  *
  * Positions and slots are separate so that token trees (several rows at the
- * same depth) can later give rows positions by depth and an ancestor mask in
- * sw_attn_args_t without changing the other operations. */
+ * same depth) get positions by depth and an ancestor mask without changing
+ * the other operations. */
 #define SW_CTL_N 0
 #define SW_CTL_SLOT0 1
 #define SW_CTL_POS 2
-/* int32 entries of a control block of n rows. */
+/* int32 entries of a control block of n rows without a tree. */
 #define SW_CTL_LEN(n) (SW_CTL_POS + 2 * (n))
+/* Where a tree's record offsets start. */
+#define SW_CTL_VIS(n) (SW_CTL_POS + 2 * (n))
+/* Most int32 entries of the visibility records of one chunk. */
+#define SW_CTL_TREE_MAX 4096
+/* int32 entries a control block of n rows may hold, records included. */
+#define SW_CTL_CAP(n) (SW_CTL_LEN(n) + (n) + SW_CTL_TREE_MAX)
 
 /* Attention over one layer's cache for the n rows of a chunk. The cache holds
  * K as (n_ctx, n_kv_head * head_dim) f16 and V transposed as
  * (n_kv_head * head_dim, n_ctx) f16. The call first stores the n new rows at
- * slots [slot0, slot0 + n), then row r attends to slots [0, slot0 + r]. */
+ * slots [slot0, slot0 + n), then row r attends to slots [0, slot0 + r], or
+ * with tree to the slots of its visibility record. */
 typedef struct sw_attn_args {
     sw_buf_t *q;         // (n, n_head * head_dim) f32, roped
     sw_buf_t *k;         // (n, n_kv_head * head_dim) f32, roped
@@ -88,7 +105,7 @@ typedef struct sw_attn_args {
     sw_buf_t *out;       // (n, n_head * head_dim) f32
     sw_buf_t *k_cache;   // (n_ctx, n_kv_head * head_dim) f16
     sw_buf_t *v_cache;   // (n_kv_head * head_dim, n_ctx) f16, transposed
-    const sw_buf_t *ctl; // row control block (slot0)
+    const sw_buf_t *ctl; // row control block (slot0, visibility records)
     int n;               // rows
     int n_ctx;           // cache capacity in slots
     int n_head;          // query heads
@@ -98,6 +115,8 @@ typedef struct sw_attn_args {
     int prompt_order;    // 1: the reduction order of GGML's batched prompt path
                          // (llamafile tinyBLAS); 0: that of its one-token decode
                          // path. Either way a row's result does not depend on n.
+    int tree;            // 1: each row attends to the slots of its visibility record
+                         // (SW_CTL_VIS) instead of [0, slot0 + r]; never with prompt_order
 } sw_attn_args_t;
 
 /* matmul flags */
@@ -160,6 +179,13 @@ typedef struct sw_backend_ops {
                   sw_buf_t *ids, sw_buf_t *prob, size_t ids_off);
     /* Waits for queued work and reports its errors (optional: NULL = nothing queued). */
     int (*sync)(sw_backend_t *be);
+    /* Optional, token trees: moves cache slot src[i] to dst[i] (i < n, both
+     * ascending, dst[i] <= src[i]) in one layer's K (n_ctx, kv_dim) and
+     * transposed V (kv_dim, n_ctx) f16 caches: how the accepted path of a
+     * tree is kept. A backend that has it also implements sw_attn_args_t.tree;
+     * without it the model refuses trees. src and dst are host arrays. */
+    int (*kv_move)(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
+                   const int32_t *src, const int32_t *dst, int n);
 
     /* Optional: runs record(ctx), which issues this backend's operations for
      * one step, possibly from a recorded graph. The backend may record the

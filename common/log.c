@@ -82,3 +82,28 @@ void sw_errf(char *err, size_t err_len, const char *fmt, ...)
     vsnprintf(err, err_len, fmt, ap);
     va_end(ap);
 }
+
+size_t sw_text_clean(char *dst, const char *src, size_t len, int keep_lines, int *held)
+{
+    const unsigned char *in = (const unsigned char *)src;
+    size_t o = 0;
+    if (held)
+        *held = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = in[i];
+        if (c == 0xc2 && i + 1 == len) {
+            if (held)
+                *held = 1;
+            break;
+        }
+        if (c == 0xc2 && in[i + 1] >= 0x80 && in[i + 1] <= 0x9f) {
+            i++; /* a C1 control: CSI, OSC, NEL, ... */
+            continue;
+        }
+        if ((c < 0x20 && !(keep_lines && (c == '\n' || c == '\t'))) || c == 0x7f)
+            continue;
+        dst[o++] = (char)c;
+    }
+    dst[o] = 0;
+    return o;
+}

@@ -29,6 +29,18 @@ void sw_log_write(enum sw_log_level level, const char *fmt, ...)
  * NULL or err_len 0 (nothing is written). */
 void sw_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/*
+ * Copies the text a peer sent (src[0..len), any bytes) into dst for a
+ * terminal, leaving out what a terminal would act on: C0 control characters
+ * (newline and tab are kept when keep_lines), DEL, and the C1 controls
+ * U+0080..U+009F (UTF-8 C2 80..C2 9F). A trailing C2 byte that may start a C1
+ * control is not copied: *held is set to 1 so that the caller prepends it to
+ * the next piece of a stream (held may be NULL: then it is dropped). dst needs
+ * len + 1 bytes (it may be src itself); it is NUL-terminated. Returns the bytes
+ * written.
+ */
+size_t sw_text_clean(char *dst, const char *src, size_t len, int keep_lines, int *held);
+
 #define SW_ERR(...) sw_log_write(SW_LOG_ERROR, __VA_ARGS__)
 #define SW_WARN(...) sw_log_write(SW_LOG_WARN, __VA_ARGS__)
 #define SW_INFO(...) sw_log_write(SW_LOG_INFO, __VA_ARGS__)

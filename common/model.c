@@ -61,13 +61,13 @@ typedef struct s_dev {
     sw_buf_t *gate;                  // (B, n_ff)
     sw_buf_t *up;                    // (B, n_ff)
     sw_buf_t *logits;                // (LB, n_vocab), the last device of the last stage
-    sw_buf_t *ctl;                   // SW_CTL_LEN(B) int32: the chunk's row control block
+    sw_buf_t *ctl;                   // SW_CTL_CAP(B) int32: the chunk's row control block
     sw_buf_t *rope;                  // (rope_n, n_rot) f32 cos/sin table
     sw_buf_t *loop_ctl;              // (S_LOOP_MAX, SW_CTL_LEN(1)) int32, one block per step
     sw_buf_t *loop_step[S_LOOP_MAX]; // views of loop_ctl, one per step
     sw_buf_t *loop_ids;              // (S_LOOP_MAX) int32 argmax of each step
     sw_buf_t *loop_prob;             // (S_LOOP_MAX) f32 its probability
-    sw_buf_t *pctl;                  // (S_MAX_PIECES, SW_CTL_LEN(B)) int32: a control block per
+    sw_buf_t *pctl;                  // (S_MAX_PIECES, SW_CTL_CAP(B)) int32: a control block per
                                      // session of a chunk that holds rows of several (NULL until
                                      // the first such chunk)
     sw_buf_t *pctl_v[S_MAX_PIECES];  // views of pctl, one per block
@@ -94,7 +94,7 @@ struct sw_model {
     int batch;                            // B: rows per forward chunk
     int logit_rows;                       // LB: rows of the logits buffer
     int rope_n;                           // positions the rope tables cover
-    int32_t *ctl_host;      // (max(SW_CTL_LEN(B), S_LOOP_MAX * SW_CTL_LEN(1))) staging
+    int32_t *ctl_host;                    // (SW_CTL_CAP(B) + S_LOOP_MAX * SW_CTL_LEN(1)) staging
     float *gather_host;     // (B, n_embd) staging of a shared chunk's LM-head rows, or NULL
     s_owned_t *owned;       // (n_owned) weight and norm buffers
     int n_owned, cap_owned; //
@@ -104,6 +104,10 @@ struct sw_kv {
     sw_model_t *m; // owner model
     int n_ctx;     // capacity in positions
     int len;       // positions filled
+    int lin;       // slots [0, lin) are a plain sequence (slot s under s - 1, at position s)
+    int fwd_plain; // during a forward call: 1 when its rows continue the plain sequence
+    int32_t *par;  // (n_ctx) parent slot of each slot, -1 = none (token trees)
+    int32_t *pos;  // (n_ctx) position of each slot (rope): its parent's + 1
     sw_buf_t **k;  // (n_layers) each (n_ctx, n_kv_head * head_dim) f16, on its layer's device
     sw_buf_t **v;  // (n_layers) each (n_kv_head * head_dim, n_ctx) f16
     int n_layers;  // end - begin
@@ -371,7 +375,7 @@ static int s_dev_buffers(sw_model_t *m, s_dev_t *d, int last, char *err, size_t 
     d->tmp = s_alloc(be, B * hp->n_embd);
     d->gate = s_alloc(be, B * hp->n_ff);
     d->up = s_alloc(be, B * hp->n_ff);
-    d->ctl = be->ops->buf_alloc(be, SW_CTL_LEN(B) * sizeof(int32_t));
+    d->ctl = be->ops->buf_alloc(be, SW_CTL_CAP(B) * sizeof(int32_t));
     int ok =
         d->x && d->xn && d->q && d->k && d->v && d->att && d->tmp && d->gate && d->up && d->ctl;
     if (ok && last) {
@@ -448,7 +452,7 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     m->logit_rows = m->batch < SW_MODEL_BATCH ? m->batch : SW_MODEL_BATCH;
     m->layers = calloc((size_t)n_layers, sizeof *m->layers);
     m->ctl_host =
-        malloc((SW_CTL_LEN((size_t)m->batch) + S_LOOP_MAX * SW_CTL_LEN(1)) * sizeof *m->ctl_host);
+        malloc((SW_CTL_CAP((size_t)m->batch) + S_LOOP_MAX * SW_CTL_LEN(1)) * sizeof *m->ctl_host);
     if (!m->layers || !m->ctl_host) {
         sw_errf(err, err_len, "model: out of memory");
         goto err;
@@ -664,6 +668,8 @@ static int s_rope_reserve(sw_model_t *m, int n_pos)
     return rc;
 }
 
+static int s_fail(sw_backend_t *be, char *err, size_t err_len);
+
 sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx)
 {
     if (n_ctx < 1 || s_rope_reserve(m, n_ctx) != 0)
@@ -676,7 +682,9 @@ sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx)
     kv->n_layers = m->end - m->begin;
     kv->k = calloc((size_t)kv->n_layers, sizeof *kv->k);
     kv->v = calloc((size_t)kv->n_layers, sizeof *kv->v);
-    if (!kv->k || !kv->v)
+    kv->par = malloc((size_t)n_ctx * sizeof *kv->par);
+    kv->pos = malloc((size_t)n_ctx * sizeof *kv->pos);
+    if (!kv->k || !kv->v || !kv->par || !kv->pos)
         goto err;
     const size_t bytes = (size_t)n_ctx * m->hp.n_kv_head * m->hp.head_dim * sizeof(sw_f16);
     for (int i = 0; i < kv->n_layers; i++) {
@@ -711,6 +719,8 @@ void sw_kv_free(sw_kv_t **self_p)
             m->devs[i].be->ops->graph_reset(m->devs[i].be);
     free(kv->k);
     free(kv->v);
+    free(kv->par);
+    free(kv->pos);
     free(kv);
     *self_p = NULL;
 }
@@ -730,6 +740,83 @@ int sw_kv_truncate(sw_kv_t *kv, int n)
     if (n < 0 || n > kv->len)
         return -1;
     kv->len = n;
+    if (kv->lin > n)
+        kv->lin = n;
+    return 0;
+}
+
+int sw_kv_pos(const sw_kv_t *kv, int s)
+{
+    return s >= 0 && s < kv->len ? kv->pos[s] : -1;
+}
+
+int sw_kv_linear(const sw_kv_t *kv)
+{
+    return kv->lin;
+}
+
+/* Extends kv->lin over the slots that continue the plain sequence. */
+static void s_kv_relin(sw_kv_t *kv)
+{
+    while (kv->lin < kv->len && kv->par[kv->lin] == kv->lin - 1 && kv->pos[kv->lin] == kv->lin)
+        kv->lin++;
+}
+
+int sw_kv_keep(sw_kv_t *kv, int from, const int32_t *slots, int n, char *err, size_t err_len)
+{
+    sw_model_t *m = kv->m;
+    if (from < 0 || from > kv->len || n < 0 || (int64_t)from + n > kv->len || (n && !slots)) {
+        sw_errf(err, err_len, "model: keeping %d slots from %d of a %d-slot cache", n, from,
+                kv->len);
+        return -1;
+    }
+    int32_t dst[SW_CTL_TREE_MAX];
+    if (n > SW_CTL_TREE_MAX) {
+        sw_errf(err, err_len, "model: keeping %d tree slots (max %d)", n, SW_CTL_TREE_MAX);
+        return -1;
+    }
+    int moved = 0;
+    for (int j = 0; j < n; j++) {
+        const int32_t sl = slots[j], p = sl >= 0 && sl < kv->len ? kv->par[sl] : -2;
+        int parent_ok = p < from; // -1 or the kept prefix
+        for (int i = 0; i < j && !parent_ok; i++)
+            parent_ok = slots[i] == p;
+        if (sl < from || sl >= kv->len || (j && sl <= slots[j - 1]) || !parent_ok) {
+            sw_errf(err, err_len, "model: slot %d cannot be kept (after %d, parent %d, from %d)",
+                    sl, j ? slots[j - 1] : -1, p, from);
+            return -1;
+        }
+        dst[j] = from + j;
+        moved |= sl != dst[j];
+    }
+    if (moved) {
+        if (!m->devs[0].be->ops->kv_move) {
+            sw_errf(err, err_len, "model: backend %s cannot move cache slots (no token trees)",
+                    m->devs[0].be->name);
+            return -1;
+        }
+        const int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
+        for (int i = 0; i < kv->n_layers; i++) {
+            sw_backend_t *be = m->devs[m->layers[i].dev].be;
+            if (be->ops->kv_move(be, kv->k[i], kv->v[i], kv->n_ctx, kv_dim, slots, dst, n) != 0)
+                return s_fail(be, err, err_len);
+        }
+    }
+    /* Metadata: each kept slot's parent is now where that parent went. */
+    for (int j = 0; j < n; j++) {
+        int32_t p = kv->par[slots[j]];
+        for (int i = 0; i < j && p >= from; i++)
+            if (slots[i] == p) {
+                p = dst[i];
+                break;
+            }
+        kv->par[dst[j]] = p;
+        kv->pos[dst[j]] = kv->pos[slots[j]];
+    }
+    kv->len = from + n;
+    if (kv->lin > from)
+        kv->lin = from;
+    s_kv_relin(kv);
     return 0;
 }
 
@@ -747,6 +834,7 @@ typedef struct s_piece {
     int row0;    // its first row in the chunk
     int n;       // its rows
     int slot0;   // the cache slot of its first row
+    int tree;    // 1: its rows are token tree rows (visibility records, positions by depth)
 } s_piece_t;
 
 /* What one device does for one chunk, recorded as one graph on backends
@@ -769,6 +857,7 @@ typedef struct s_step {
     const s_piece_t *pieces; // (n_pieces) sessions of a shared chunk, NULL = one session (kv)
     int n_pieces;            //
     sw_buf_t *const *views;  // (n_pieces, 4) views of d->q, d->k, d->v, d->att on each piece
+    int tree;                // one session's chunk of token tree rows
 } s_step_t;
 
 /* Attention of one layer over the chunk's rows: per session when the chunk is shared. */
@@ -794,6 +883,7 @@ static int s_attention(const s_step_t *s, int li)
             .head_dim = hp->head_dim,
             .scale = 1.0f / sqrtf((float)hp->head_dim),
             .prompt_order = s->prompt_order,
+            .tree = s->pieces ? s->pieces[j].tree : s->tree,
         };
         S_TRY(d->be->ops->attention(d->be, &a));
     }
@@ -884,6 +974,7 @@ static int s_run_step(s_step_t *s, int dev_index)
                               (uint64_t)s->prompt_order,
                               (uint64_t)s->embed,
                               (uint64_t)s->final_norm,
+                              (uint64_t)s->tree,
                               0x57e9};
         key = s_key(w, (int)(sizeof w / sizeof w[0]));
     }
@@ -896,42 +987,107 @@ static int s_fail(sw_backend_t *be, char *err, size_t err_len)
     return -1;
 }
 
+/* Writes the visibility record of the row at slot sl to rec (at most cap
+ * entries): [lin, m, s_1..s_m], its ancestors from the first one past the
+ * plain prefix down to itself. Returns the entries written, or -1 when cap is
+ * too small. */
+static int s_record(const sw_kv_t *kv, int sl, int32_t *rec, int cap)
+{
+    int m = 0, x = sl;
+    while (x >= kv->lin) { // x >= 0 too: kv->lin >= 0
+        if (2 + m >= cap)
+            return -1;
+        rec[2 + m++] = x;
+        x = kv->par[x];
+    }
+    rec[0] = x + 1; // slots [0, x] are a plain prefix (or none: x = -1)
+    rec[1] = m;
+    for (int i = 0; i < m / 2; i++) { // root first
+        int32_t t = rec[2 + i];
+        rec[2 + i] = rec[2 + m - 1 - i];
+        rec[2 + m - 1 - i] = t;
+    }
+    return 2 + m;
+}
+
+/* Fills the control block c for the n rows of pieces pc[0..np) (their slots,
+ * positions from the cache's metadata, tokens tok[j] or none, and when a
+ * piece is tree rows and recs is set, the visibility records of every row).
+ * -1 when the records do not fit. */
+static int s_fill_ctl(int32_t *c, const s_piece_t *pc, int np, int n, const int32_t *const *tok,
+                      int recs)
+{
+    c[SW_CTL_N] = n;
+    c[SW_CTL_SLOT0] = pc[0].slot0;
+    int at = SW_CTL_VIS(n) + n; // next free entry of the records area
+    for (int j = 0; j < np; j++)
+        for (int r = 0; r < pc[j].n; r++) {
+            const int row = pc[j].row0 + r, sl = pc[j].slot0 + r;
+            c[SW_CTL_POS + row] = pc[j].kv->pos[sl];
+            c[SW_CTL_POS + n + row] = tok ? tok[j][r] : 0;
+            if (!recs || !pc[j].tree)
+                continue;
+            c[SW_CTL_VIS(n) + row] = at;
+            int w = s_record(pc[j].kv, sl, c + at, SW_CTL_CAP(n) - at);
+            if (w < 0)
+                return -1;
+            at += w;
+        }
+    return 0;
+}
+
+/* Entries of a filled control block to upload. */
+static size_t s_ctl_used(const int32_t *c, int n, int tree)
+{
+    if (!tree)
+        return SW_CTL_LEN((size_t)n);
+    int32_t end = SW_CTL_VIS(n) + n;
+    for (int r = 0; r < n; r++) {
+        const int32_t off = c[SW_CTL_VIS(n) + r];
+        if (off + 2 + c[off + 1] > end)
+            end = off + 2 + c[off + 1];
+    }
+    return (size_t)end;
+}
+
 /* The control block of a chunk to every device: row r of piece j sits at
- * slot pc[j].slot0 + r (its position) and carries token tok[j][r] (tok may be
- * NULL). With several pieces, each also gets its own block (its slots) for
- * its attention, in d->pctl. */
+ * slot pc[j].slot0 + r, at the position the cache's metadata gives it, and
+ * carries token tok[j][r] (tok may be NULL). With several pieces, each also
+ * gets its own block (its slots, its visibility records) for its attention,
+ * in d->pctl; one piece's records go in the chunk's block. */
 static int s_put_ctl(sw_model_t *m, const s_piece_t *pc, int np, int n, const int32_t *const *tok,
                      sw_backend_t **bad)
 {
     int32_t *c = m->ctl_host;
-    c[SW_CTL_N] = n;
-    c[SW_CTL_SLOT0] = pc[0].slot0;
-    for (int j = 0; j < np; j++)
-        for (int r = 0; r < pc[j].n; r++) {
-            c[SW_CTL_POS + pc[j].row0 + r] = pc[j].slot0 + r;
-            c[SW_CTL_POS + n + pc[j].row0 + r] = tok ? tok[j][r] : 0;
-        }
+    const int tree1 = np == 1 && pc[0].tree;
+    if (s_fill_ctl(c, pc, np, n, tok, np == 1) != 0) {
+        *bad = m->devs[0].be;
+        return sw_backend_fail(*bad, "the token tree of a chunk is too deep (%d entries at most)",
+                               SW_CTL_TREE_MAX);
+    }
+    const size_t used = s_ctl_used(c, n, tree1);
     for (int i = 0; i < m->n_dev; i++) {
         s_dev_t *d = &m->devs[i];
         *bad = d->be;
-        if (d->be->ops->upload(d->be, d->ctl, 0, c, SW_CTL_LEN((size_t)n) * sizeof *c) != 0)
+        if (d->be->ops->upload(d->be, d->ctl, 0, c, used * sizeof *c) != 0)
             return -1;
     }
     if (np < 2)
         return 0;
-    const size_t blk = SW_CTL_LEN((size_t)m->batch) * sizeof(int32_t);
+    const size_t blk = SW_CTL_CAP((size_t)m->batch) * sizeof(int32_t);
     for (int j = 0; j < np; j++) {
-        c[SW_CTL_N] = pc[j].n;
-        c[SW_CTL_SLOT0] = pc[j].slot0;
-        for (int r = 0; r < pc[j].n; r++) {
-            c[SW_CTL_POS + r] = pc[j].slot0 + r;
-            c[SW_CTL_POS + pc[j].n + r] = tok ? tok[j][r] : 0;
+        s_piece_t one = pc[j];
+        one.row0 = 0;
+        const int32_t *tj = tok ? tok[j] : NULL;
+        if (s_fill_ctl(c, &one, 1, pc[j].n, tok ? &tj : NULL, 1) != 0) {
+            *bad = m->devs[0].be;
+            return sw_backend_fail(*bad, "the token tree of a session is too deep");
         }
+        const size_t used_j = s_ctl_used(c, pc[j].n, pc[j].tree);
         for (int i = 0; i < m->n_dev; i++) {
             s_dev_t *d = &m->devs[i];
             *bad = d->be;
-            if (d->be->ops->upload(d->be, d->pctl, (size_t)j * blk, c,
-                                   SW_CTL_LEN((size_t)pc[j].n) * sizeof *c) != 0)
+            if (d->be->ops->upload(d->be, d->pctl, (size_t)j * blk, c, used_j * sizeof *c) != 0)
                 return -1;
         }
     }
@@ -947,7 +1103,7 @@ static int s_make_views(sw_model_t *m, const s_piece_t *pc, int np, sw_buf_t **v
     const sw_hparams_t *hp = &m->hp;
     const size_t q_row = (size_t)hp->n_head * hp->head_dim * sizeof(float);
     const size_t kv_row = (size_t)hp->n_kv_head * hp->head_dim * sizeof(float);
-    const size_t blk = SW_CTL_LEN((size_t)m->batch) * sizeof(int32_t);
+    const size_t blk = SW_CTL_CAP((size_t)m->batch) * sizeof(int32_t);
     for (int i = 0; i < m->n_dev; i++) {
         s_dev_t *d = &m->devs[i];
         const sw_backend_ops_t *ops = d->be->ops;
@@ -1018,7 +1174,42 @@ static int s_check_forward(sw_model_t *m, const sw_kv_t *kv, const sw_forward_t 
         sw_errf(err, err_len, "model: no output buffer");
         return -1;
     }
+    if (f->parent) {
+        if (f->prompt) {
+            sw_errf(err, err_len, "model: token tree rows cannot be a prompt");
+            return -1;
+        }
+        for (int d = 0; d < m->n_dev; d++)
+            if (!m->devs[d].be->ops->kv_move) {
+                sw_errf(err, err_len, "model: backend %s does not run token trees",
+                        m->devs[d].be->name);
+                return -1;
+            }
+        for (int r = 0; r < f->n; r++)
+            if (f->parent[r] < -1 || f->parent[r] >= kv->len + r) {
+                sw_errf(err, err_len, "model: tree row %d hangs under slot %d (allowed -1..%d)", r,
+                        f->parent[r], kv->len + r - 1);
+                return -1;
+            }
+    }
     return 0;
+}
+
+/* Writes the parent and position of each of f's rows into kv's metadata
+ * (past len: nothing is committed until the call succeeds) and returns 1
+ * when they continue the plain sequence, 0 when they are tree rows (or
+ * follow one). */
+static int s_meta(sw_kv_t *kv, const sw_forward_t *f)
+{
+    int plain = kv->lin == kv->len;
+    for (int r = 0; r < f->n; r++) {
+        const int sl = kv->len + r;
+        const int32_t p = f->parent ? f->parent[r] : sl - 1;
+        kv->par[sl] = p;
+        kv->pos[sl] = p < 0 ? 0 : kv->pos[p] + 1;
+        plain &= p == sl - 1 && kv->pos[sl] == sl;
+    }
+    return plain;
 }
 
 /* The rows of a forward call, cut into chunks of at most m->batch rows. */
@@ -1053,6 +1244,7 @@ static void s_next_chunk(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t 
         p->row0 = ch->n;
         p->n = c;
         p->slot0 = kvs[*seg]->len + *off;
+        p->tree = !kvs[*seg]->fwd_plain;
         ch->seg[ch->np] = *seg;
         ch->off[ch->np++] = *off;
         ch->n += c;
@@ -1155,6 +1347,8 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                 return -1;
             }
     }
+    for (int s = 0; s < n_seg; s++)
+        kvs[s]->fwd_plain = s_meta(kvs[s], &fs[s]);
     const size_t row_bytes = (size_t)hp->n_embd * sizeof(float);
     s_dev_t *d0 = &m->devs[0], *dl = &m->devs[m->n_dev - 1];
     s_chunk_t ch;
@@ -1189,7 +1383,8 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                            .final_norm = d == dl && sw_model_is_last(m),
                            .pieces = shared ? ch.pc : NULL,
                            .n_pieces = ch.np,
-                           .views = shared ? views + (size_t)i * ch.np * 4 : NULL};
+                           .views = shared ? views + (size_t)i * ch.np * 4 : NULL,
+                           .tree = ch.pc[0].tree};
             bad = d->be;
             if (s_run_step(&st, i) != 0)
                 goto fail;
@@ -1220,8 +1415,10 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
     for (int i = 0; i < m->n_dev; i++)
         if (m->devs[i].be->ops->sync && m->devs[i].be->ops->sync(m->devs[i].be) != 0)
             return s_fail(m->devs[i].be, err, err_len);
-    for (int s = 0; s < n_seg; s++)
+    for (int s = 0; s < n_seg; s++) {
         kvs[s]->len += fs[s].n;
+        s_kv_relin(kvs[s]);
+    }
     return 0;
 }
 
@@ -1283,6 +1480,10 @@ int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, 
                 hp->n_vocab - 1);
         return -1;
     }
+    if (kv->lin != kv->len) {
+        sw_errf(err, err_len, "model: greedy steps need a cache without a token tree part");
+        return -1;
+    }
     s_dev_t *d = &m->devs[0];
     sw_backend_t *be = d->be;
     int32_t *c = m->ctl_host;
@@ -1304,6 +1505,11 @@ int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, 
          be->ops->download(be, prob, d->loop_prob, 0, (size_t)n_steps * sizeof *prob) != 0) ||
         (be->ops->sync && be->ops->sync(be) != 0))
         return s_fail(be, err, err_len);
+    for (int i = 0; i < n_steps; i++) {
+        kv->par[kv->len + i] = kv->len + i - 1;
+        kv->pos[kv->len + i] = kv->len + i;
+    }
     kv->len += n_steps;
+    kv->lin = kv->len;
     return 0;
 }

@@ -93,6 +93,22 @@ int sw_kv_capacity(const sw_kv_t *kv);
 /* Keeps the first n positions (n <= len), O(1). 0 or -1. */
 int sw_kv_truncate(sw_kv_t *kv, int n) __attribute__((warn_unused_result));
 
+/* Token trees. Every cache slot has a parent slot (-1 = none) and a position
+ * (its parent's + 1, 0 without a parent): a plain sequence is slot s under
+ * s - 1 at position s, a tree row sits at the position of its depth. A row
+ * attends to its own slot and its ancestors' only. sw_kv_keep() keeps the
+ * slots [0, from) and the n slots slots[0..n) (strictly increasing, each
+ * >= from and < len, each one's parent < from or kept before it), moved to
+ * from, from + 1, ..: the accepted path of a tree round (or a subtree the
+ * draft model prepared) becomes ordinary cache, with no recomputation; the
+ * cache then holds from + n slots. 0, or -1 with err (nothing changed). */
+int sw_kv_keep(sw_kv_t *kv, int from, const int32_t *slots, int n, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* The position of slot s (< len), or -1. */
+int sw_kv_pos(const sw_kv_t *kv, int s);
+/* The slots [0, n) of the cache that form a plain sequence (no tree part). */
+int sw_kv_linear(const sw_kv_t *kv);
+
 /* One forward pass over n rows appended at positions [len, len + n).
  * Input: tokens (first stage) or hidden states (n, n_embd) f32 (other stages).
  * Output: the last stage writes logits of the last n_logits rows into logits
@@ -113,6 +129,13 @@ typedef struct sw_forward {
                            // llama.cpp's. Decode and verification rows (prompt = 0)
                            // always use the one-token order: a row's result is then
                            // the same alone or in a batch of any size.
+    const int32_t *parent; // (n) NULL: a sequence (row r follows the slot before it). Else
+                           // token tree rows (prompt = 0): row r, stored at slot len + r,
+                           // hangs under slot parent[r] (a cached slot or an earlier row
+                           // of the call), or -1. Its position is its parent's + 1 and it
+                           // attends to its ancestors only, so its result is bit-identical
+                           // to the same path evaluated as a sequence. The backend must
+                           // support trees (sw_backend_ops_t.kv_move).
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)

@@ -26,6 +26,7 @@
 #define S_MAX_TOKEN_BYTES (1 << 16)    // bytes in one token string
 #define S_MAX_TEXT_BYTES (1ull << 30)  // bytes of all token strings together
 #define S_MAX_INPUT_BYTES (1ull << 28) // bytes sw_tokenize accepts in one call
+#define S_TOO_LONG (-2)                // internal: the text has more tokens than allowed
 
 /* ---- growable arrays ---------------------------------------------------- */
 
@@ -125,6 +126,7 @@ struct sw_tokenizer {
     int add_space_prefix; // SPM: prefix a space to the text
     int ignore_merges;    // BPE: a word that is a whole token skips merging (Llama 3)
     char pre_name[64];    // pre-tokenizer name in use
+    size_t max_tok_bytes; // most input bytes one token can stand for (>= 4)
 };
 
 static const char *s_text(const sw_tokenizer_t *t, int32_t id, size_t *len)
@@ -798,8 +800,15 @@ static int s_bpe_word(const sw_tokenizer_t *t, s_work_t *w, const char *word, si
     return 0;
 }
 
+/* 1 when out, grown by the tokens at least len more bytes need, passes max. */
+static int s_past_max(const sw_tokenizer_t *t, const s_ivec_t *out, size_t len, size_t max)
+{
+    return out->n > max || (len + t->max_tok_bytes - 1) / t->max_tok_bytes > max - out->n;
+}
+
+/* Byte-level BPE of one raw-text fragment; S_TOO_LONG as soon as out passes max tokens. */
 static int s_bpe_fragment(const sw_tokenizer_t *t, s_work_t *w, const char *text, size_t len,
-                          s_ivec_t *out)
+                          size_t max, s_ivec_t *out)
 {
     if (s_decode(w, text, len) != 0 || s_pretokenize(w, t->pre) != 0)
         return -1;
@@ -807,10 +816,12 @@ static int s_bpe_fragment(const sw_tokenizer_t *t, s_work_t *w, const char *text
         size_t a = w->seg[2 * s], b = w->seg[2 * s + 1];
         size_t off = w->cpt[a].off;
         size_t end = w->cpt[b - 1].off + w->cpt[b - 1].len;
+        if (s_past_max(t, out, end - off, max))
+            return S_TOO_LONG;
         if (s_bpe_word(t, w, text + off, end - off, out) != 0)
             return -1;
     }
-    return 0;
+    return out->n > max ? S_TOO_LONG : 0;
 }
 
 static int s_spm_queue(const sw_tokenizer_t *t, s_work_t *w, int32_t left, int32_t right)
@@ -1298,6 +1309,18 @@ sw_tokenizer_t *sw_tokenizer_from_gguf(const sw_gguf_t *g, char *err, size_t err
         sw_errf(err, err_len, "tokenizer: out of memory");
         goto fail;
     }
+    /* Stored strings are never shorter than the input they match (byte-level and
+     * U+2581 escapes only grow), nor are decoded pieces: their longest bounds how
+     * much text one token covers, so how many tokens a text has at least. */
+    t->max_tok_bytes = 4;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        size_t a = (size_t)(t->text_off[id + 1] - t->text_off[id]);
+        size_t b = (size_t)(t->piece_off[id + 1] - t->piece_off[id]);
+        if (a > t->max_tok_bytes)
+            t->max_tok_bytes = a;
+        if (b > t->max_tok_bytes)
+            t->max_tok_bytes = b;
+    }
     return t;
 fail:
     sw_tokenizer_free(&t);
@@ -1357,14 +1380,18 @@ static void s_work_free(s_work_t *w)
     free(w->heap);
 }
 
+/* Tokenizes into out; -1 on allocation failure, S_TOO_LONG once out passes max tokens
+ * (checked before each word or fragment, so an overlong text costs about max tokens' work). */
 static int s_tokenize_vec(const sw_tokenizer_t *t, const char *text, size_t len, int add_special,
-                          int parse_special, s_ivec_t *out)
+                          int parse_special, size_t max, s_ivec_t *out)
 {
     if (len > S_MAX_INPUT_BYTES) {
         SW_ERR("tokenizer: input of %zu bytes exceeds the %llu byte limit", len,
                (unsigned long long)S_MAX_INPUT_BYTES);
         return -1;
     }
+    if (s_past_max(t, out, len, max + 2)) /* BOS and EOS cover no text */
+        return S_TOO_LONG;
     s_work_t w;
     memset(&w, 0, sizeof(w));
     int rc = 0;
@@ -1382,7 +1409,9 @@ static int s_tokenize_vec(const sw_tokenizer_t *t, const char *text, size_t len,
         /* text[frag..pos) is raw text, followed by special token sid (or the end). */
         if (pos > frag) {
             if (t->model == S_MODEL_BPE)
-                rc = s_bpe_fragment(t, &w, text + frag, pos - frag, out);
+                rc = s_bpe_fragment(t, &w, text + frag, pos - frag, max, out);
+            else if (s_past_max(t, out, pos - frag, max))
+                rc = S_TOO_LONG;
             else
                 rc = s_spm_fragment(t, &w, text + frag, pos - frag,
                                     t->add_space_prefix && prev_special, out);
@@ -1397,6 +1426,8 @@ static int s_tokenize_vec(const sw_tokenizer_t *t, const char *text, size_t len,
     }
     if (rc == 0 && add_special && t->add_eos && t->eos >= 0)
         rc = s_ivec_push(out, t->eos);
+    if (rc == 0 && out->n > max)
+        rc = S_TOO_LONG;
     s_work_free(&w);
     return rc;
 }
@@ -1406,7 +1437,8 @@ int sw_tokenize(const sw_tokenizer_t *t, const char *text, size_t len, int add_s
 {
     s_ivec_t v = {0};
     *n_out = 0;
-    if (s_tokenize_vec(t, text, len, add_special, parse_special, &v) != 0 || v.n > INT_MAX) {
+    if (s_tokenize_vec(t, text, len, add_special, parse_special, SIZE_MAX - 2, &v) != 0 ||
+        v.n > INT_MAX) {
         free(v.v);
         return SW_TOK_ERR_NOMEM;
     }
@@ -1426,15 +1458,31 @@ int sw_tokenize(const sw_tokenizer_t *t, const char *text, size_t len, int add_s
 int32_t *sw_tokenize_alloc(const sw_tokenizer_t *t, const char *text, size_t len, int add_special,
                            int parse_special, int *n_out)
 {
-    s_ivec_t v = {0};
-    *n_out = 0;
-    if (s_tokenize_vec(t, text, len, add_special, parse_special, &v) != 0 || v.n > INT_MAX ||
-        s_ivec_push(&v, -1) != 0) { // the sentinel makes an empty result non-NULL
-        free(v.v);
+    int32_t *ids = NULL;
+    if (sw_tokenize_max(t, text, len, add_special, parse_special, INT_MAX - 1, &ids, n_out) != 0)
         return NULL;
+    return ids;
+}
+
+int sw_tokenize_max(const sw_tokenizer_t *t, const char *text, size_t len, int add_special,
+                    int parse_special, int max_tokens, int32_t **ids, int *n_out)
+{
+    s_ivec_t v = {0};
+    *ids = NULL;
+    *n_out = 0;
+    if (max_tokens < 0 || max_tokens >= INT_MAX)
+        max_tokens = INT_MAX - 1;
+    int rc = s_tokenize_vec(t, text, len, add_special, parse_special, (size_t)max_tokens, &v);
+    if (rc == 0 && s_ivec_push(&v, -1) != 0) // the sentinel makes an empty result non-NULL
+        rc = -1;
+    if (rc != 0) {
+        free(v.v);
+        *n_out = rc == S_TOO_LONG ? max_tokens + 1 : 0;
+        return rc == S_TOO_LONG ? SW_TOK_ERR_TOO_LONG : SW_TOK_ERR_NOMEM;
     }
     *n_out = (int)v.n - 1;
-    return v.v;
+    *ids = v.v;
+    return 0;
 }
 
 /* ---- accessors ---------------------------------------------------------- */

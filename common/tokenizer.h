@@ -44,6 +44,7 @@ enum sw_token_type {
 enum {
     SW_TOK_ERR_NOMEM = -1,     // allocation failed or input too long
     SW_TOK_ERR_TOO_SMALL = -2, // out[] too short: *n_out holds the count needed
+    SW_TOK_ERR_TOO_LONG = -3,  // sw_tokenize_max: more than max_tokens tokens
 };
 
 /* Builds the tokenizer of g. Returns NULL and one line in err (err_len bytes,
@@ -69,6 +70,18 @@ int sw_tokenize(const sw_tokenizer_t *t, const char *text, size_t len, int add_s
  * (an empty result is a valid non-NULL array with *n_out = 0). */
 int32_t *sw_tokenize_alloc(const sw_tokenizer_t *t, const char *text, size_t len, int add_special,
                            int parse_special, int *n_out) __attribute__((warn_unused_result));
+
+/*
+ * Like sw_tokenize_alloc, but stops as soon as the text is known to have more
+ * than max_tokens tokens (before each pre-tokenized word, from a lower bound
+ * on the tokens the rest needs), so the work is bounded by max_tokens, not by
+ * the text: a server tokenizing a client's prompt passes its context length.
+ * Returns 0 (*ids malloc'd, caller frees; *n_out tokens), SW_TOK_ERR_TOO_LONG
+ * (*ids NULL, *n_out = max_tokens + 1) or SW_TOK_ERR_NOMEM.
+ */
+int sw_tokenize_max(const sw_tokenizer_t *t, const char *text, size_t len, int add_special,
+                    int parse_special, int max_tokens, int32_t **ids, int *n_out)
+    __attribute__((warn_unused_result));
 
 int32_t sw_tokenizer_n_vocab(const sw_tokenizer_t *t);
 /* Special ids, or -1 when the model has none. eot is the end-of-turn token

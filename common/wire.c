@@ -251,6 +251,8 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
           "announce.role %d unknown", (int)a->role);
     if ((rc = s_text("announce.backend", a->backend, SW_WIRE_NAME_MAX, err, err_len)))
         return rc;
+    for (const char *c = a->backend; c && *c; c++) /* shown in logs and `shardwire status` */
+        CHECK(*c >= 0x20 && *c <= 0x7e, "announce.backend has a non-printable byte");
     CHECK(a->max_sessions <= 65536, "announce.max_sessions %u > 65536", a->max_sessions);
     CHECK(sw_wire_model_name_ok(a->model_name), "announce.model_name is not 0..63 bytes of "
                                                 "[A-Za-z0-9._:/-]");

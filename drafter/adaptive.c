@@ -11,6 +11,8 @@
 #define S_TIME_DECAY 0.8 // moving averages of times
 #define S_FIT_DECAY 0.7  // compute per row count: the last few measurements
 #define S_K_START 4      // before anything is measured
+#define S_CAL_DECAY 0.97 // per observation in a bucket: about the last 30 count
+#define S_CAL_PRIOR 4.0  // the calibration prior is worth this many observations
 
 void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max)
 {
@@ -128,4 +130,96 @@ void draft_ctl_draft_time(draft_ctl_t *c, int n_tokens, double ms)
         return;
     const double per = ms / n_tokens;
     c->draft_ms = c->draft_ms < 0 ? per : c->draft_ms * S_TIME_DECAY + per * (1 - S_TIME_DECAY);
+}
+
+/* ---- shape ------------------------------------------------------------------------- */
+
+static int s_bucket(double q)
+{
+    int b = (int)(q * DRAFT_CTL_CAL_BUCKETS);
+    return b < 0 ? 0 : (b >= DRAFT_CTL_CAL_BUCKETS ? DRAFT_CTL_CAL_BUCKETS - 1 : b);
+}
+
+double draft_ctl_calib(const draft_ctl_t *c, double q)
+{
+    if (!(q >= 0))
+        q = 0;
+    if (q > 1)
+        q = 1;
+    /* Prior: the bucket's middle, worth S_CAL_PRIOR observations. */
+    const int b = s_bucket(q);
+    const double prior = (b + 0.5) / DRAFT_CTL_CAL_BUCKETS;
+    double a = (c->cal_acc[b] + S_CAL_PRIOR * prior) / (c->cal_test[b] + S_CAL_PRIOR);
+    return a < 1e-3 ? 1e-3 : (a > 1 - 1e-3 ? 1 - 1e-3 : a);
+}
+
+void draft_ctl_observe_tree(draft_ctl_t *c, int n, const float *q, const int32_t *parent,
+                            const int32_t *path, int n_accepted)
+{
+    if (n < 1 || n > SW_MAX_DRAFT || n_accepted < 0 || n_accepted > n || !path)
+        return;
+    for (int i = 0; i < n; i++) // check everything before anything changes
+        if (parent && (parent[i] < 0 || parent[i] > i))
+            return;
+    /* A candidate was tested when its parent was accepted (or is the root).
+     * Each bucket forgets per observation it gets, so rare buckets keep theirs. */
+    for (int i = 0; i < n; i++) {
+        const int par = parent ? parent[i] : i;
+        int tested = par == 0, accepted = 0;
+        for (int j = 0; j < n_accepted; j++) {
+            tested |= path[j] == par;
+            accepted |= path[j] == i + 1;
+        }
+        if (!tested)
+            continue;
+        const int b = s_bucket(q ? q[i] : 1.0);
+        c->cal_test[b] = c->cal_test[b] * S_CAL_DECAY + 1;
+        c->cal_acc[b] = c->cal_acc[b] * S_CAL_DECAY + accepted;
+    }
+}
+
+/* The best rate (tokens per ms) the chain model predicts. */
+static double s_best_rate(const draft_ctl_t *c)
+{
+    const double a = draft_ctl_accept_rate(c), td = c->draft_ms > 0 ? c->draft_ms : 0;
+    double best = 0;
+    for (int k = 0; k <= c->k_max; k++) {
+        double t = draft_ctl_round_ms(c, k) + k * td;
+        double r = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
+        best = r > best ? r : best;
+    }
+    return best;
+}
+
+double draft_ctl_node_min(const draft_ctl_t *c, int rows)
+{
+    if (c->n_obs < 3)
+        return 0.05; // before the table has a shape: any plausible candidate
+    const double dt = s_compute(c, rows + 1) - s_compute(c, rows);
+    return s_best_rate(c) * (dt > 0 ? dt : 0);
+}
+
+double draft_ctl_expand_min(const draft_ctl_t *c)
+{
+    if (c->n_obs < 3 || c->draft_ms < 0)
+        return 0.1;
+    return s_best_rate(c) * c->draft_ms;
+}
+
+int draft_ctl_ahead_k(draft_ctl_t *c, int k_round)
+{
+    if (k_round < 1)
+        return 0;
+    /* One pseudo-hit in two pseudo-rounds: start optimistic. */
+    const double rate = (c->ahead_hit + 1.0) / (c->ahead_all + 2.0);
+    if (rate < DRAFT_CTL_AHEAD_MIN && ++c->ahead_idle < DRAFT_CTL_PROBE)
+        return 0;
+    c->ahead_idle = 0;
+    return k_round;
+}
+
+void draft_ctl_observe_ahead(draft_ctl_t *c, int hit)
+{
+    c->ahead_hit = c->ahead_hit * S_ACC_DECAY + (hit ? 1 : 0);
+    c->ahead_all = c->ahead_all * S_ACC_DECAY + 1;
 }

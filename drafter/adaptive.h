@@ -27,6 +27,26 @@
  * but every DRAFT_CTL_PROBE-th round it drafts one token anyway so that a
  * change in a is noticed.
  *
+ * Shape beyond one chain. Token trees: the tree builder adds candidates
+ * best first by their value, the estimated probability that the target
+ * accepts them: the product along the candidate's path of a calibrated
+ * acceptance a(q) of each draft given that its parent was accepted, learnt
+ * from the verdicts per bucket of the draft's probability q (with the
+ * identity as prior). A candidate is worth a row of the round when its value
+ * beats what the row costs at the rate the best chain reaches:
+ * value >= R * (t_compute(rows + 1) - t_compute(rows)) with R = E(K*) / T(K*)
+ * tokens per ms (draft_ctl_node_min); it is worth a draft step to expand when
+ * its expected child value beats R * t_draft (draft_ctl_expand_min). A chain
+ * is the tree whose only additions are the best child of the last node.
+ *
+ * Overlapped drafting: the drafts prepared while a round travels are used
+ * only when the verdict is the predicted outcome; the controller tracks that
+ * hit rate and stops drafting ahead (but for a probe every DRAFT_CTL_PROBE
+ * rounds) when it falls below DRAFT_CTL_AHEAD_MIN, so that a pair whose
+ * guesses rarely hold does not burn the CPU a shared machine's stages need.
+ * Only synchronous drafting counts in t_draft, so drafting that the overlap
+ * hides lets the K model choose longer chains.
+ *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */
 #ifndef DRAFT_ADAPTIVE_H
@@ -34,7 +54,9 @@
 
 #include "decode.h"
 
-#define DRAFT_CTL_PROBE 8 // rounds without drafts between two probes
+#define DRAFT_CTL_PROBE 8        // rounds without drafts between two probes
+#define DRAFT_CTL_CAL_BUCKETS 10 // calibration buckets of the draft probability
+#define DRAFT_CTL_AHEAD_MIN 0.15 // least hit rate for drafting ahead
 
 typedef struct draft_ctl {
     int k_fixed;                      // > 0: every round asks for exactly this K; 0: adaptive
@@ -45,8 +67,13 @@ typedef struct draft_ctl {
     double draft_ms;                  // moving average: ms per draft token (-1 = not measured)
     double fixed_ms;                  // moving average: round wall time minus target compute (ms)
     double comp_ms[SW_MAX_DRAFT + 2]; // moving average of compute ms by rows (index 1..K+1)
-    unsigned char seen[SW_MAX_DRAFT + 2]; // 1 where comp_ms holds a measurement
-    int n_idle;                           // rounds in a row the controller chose K = 0
+    unsigned char seen[SW_MAX_DRAFT + 2];   // 1 where comp_ms holds a measurement
+    int n_idle;                             // rounds in a row the controller chose K = 0
+    double cal_acc[DRAFT_CTL_CAL_BUCKETS];  // decayed accepted candidates per q bucket
+    double cal_test[DRAFT_CTL_CAL_BUCKETS]; // decayed tested candidates (parent accepted)
+    double ahead_hit;                       // decayed prepared rounds whose outcome held
+    double ahead_all;                       // decayed prepared rounds
+    int ahead_idle;                         // rounds in a row without drafting ahead
 } draft_ctl_t;
 
 /* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */
@@ -66,5 +93,29 @@ double draft_ctl_accept_rate(const draft_ctl_t *c);
 double draft_expected_tokens(double a, int k);
 /* The predicted target round time (ms) with k drafts. */
 double draft_ctl_round_ms(const draft_ctl_t *c, int k);
+
+/* A tree round's outcome: n drafts with draft probabilities q (n entries,
+ * NULL = point masses, counted as q = 1) in verify.h's tree layout (parent
+ * NULL = a chain) and the accepted path (n_accepted node indices, 1-based).
+ * Feeds the calibration; call draft_ctl_observe() for the times as well,
+ * with n_draft = n and the depth of the tree as what a chain of that
+ * length would be. */
+void draft_ctl_observe_tree(draft_ctl_t *c, int n, const float *q, const int32_t *parent,
+                            const int32_t *path, int n_accepted);
+/* Calibrated probability that a draft with draft probability q is accepted
+ * when its parent is, in (0, 1). */
+double draft_ctl_calib(const draft_ctl_t *c, double q);
+/* The least value (expected accepted tokens) a candidate must add to become
+ * the row after `rows` rows (rows >= 1: the round's context row counts). */
+double draft_ctl_node_min(const draft_ctl_t *c, int rows);
+/* The least value a node must have for expanding it (one more draft step for
+ * its children) to pay. */
+double draft_ctl_expand_min(const draft_ctl_t *c);
+/* Overlapped drafting: how many drafts to prepare for the next round while
+ * this one travels (0 = do not draft ahead this round), given the K of this
+ * round. Counts the rounds it declines (for the probes). */
+int draft_ctl_ahead_k(draft_ctl_t *c, int k_round);
+/* Whether the prepared drafts of a round were used (its outcome held). */
+void draft_ctl_observe_ahead(draft_ctl_t *c, int hit);
 
 #endif

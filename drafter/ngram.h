@@ -18,4 +18,18 @@
 int draft_ngram_propose(const int32_t *ctx, int n_ctx, int n_max, int n_min, int k_max,
                         int32_t *out, int *match_n);
 
+/* A token tree instead of one chain: the continuations of up to `width`
+ * distinct earlier occurrences (the most recent first; the longest suffix
+ * length n first, then shorter ones), merged where they agree, as a trie in
+ * verify.h's layout: node i + 1 holds out[i] and hangs under node parent[i]
+ * (0 = the last token of ctx, so parent[i] <= i), siblings distinct. The
+ * first branch is exactly what draft_ngram_propose() proposes with k_max =
+ * depth; each later branch adds at most depth / 2 (at least 1) nodes past
+ * where it leaves the trie; max_nodes bounds the total. width 1 gives the
+ * chain, and width is capped at 64. An occurrence found again at a shorter
+ * suffix length is not a new branch. Returns the number of nodes (0 when
+ * nothing matches). */
+int draft_ngram_propose_tree(const int32_t *ctx, int n_ctx, int n_max, int n_min, int depth,
+                             int width, int max_nodes, int32_t *out, int32_t *parent, int *match_n);
+
 #endif

@@ -801,8 +801,20 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
             }
             text = chat_text;
         }
-        prompt = sw_tokenize_alloc(h->tok, text, strlen(text), 1, chat, &n_prompt);
-        if (!prompt)
+        /* Stop as soon as the prompt cannot fit: a 2 MiB prompt would otherwise
+         * hold the head in the tokenizer for seconds before this is known. */
+        const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
+        int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
+                           : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
+                                             &prompt, &n_prompt);
+        if (trc == SW_TOK_ERR_TOO_LONG) {
+            snprintf(err, sizeof err,
+                     "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
+                     "context (node --ctx)",
+                     (long long)(room > 0 ? room : 0), g->n_predict, n->o.n_ctx);
+            goto fail;
+        }
+        if (trc != 0)
             goto oom;
     }
     if (n_prompt < 1) {

@@ -84,10 +84,14 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     case SHARDWIRE__ENVELOPE__BODY_CANCEL:
         node_head_cancel(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_ERROR:
-        SW_WARN("error from %s: %s (%s)", m->peer, m->env->error->message,
+    case SHARDWIRE__ENVELOPE__BODY_ERROR: {
+        char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
+        const char *text = m->env->error->message ? m->env->error->message : "";
+        sw_text_clean(clean, text, strnlen(text, SW_WIRE_MAX_ERROR_TEXT), 0, NULL);
+        SW_WARN("error from %s: %s (%s)", m->peer, clean,
                 sw_wire_error_code_name(m->env->error->code));
         break;
+    }
     default:
         SW_DEBUG("ignoring a %s message from %s", sw_wire_body_name(m->env), m->peer);
         break;

@@ -152,10 +152,12 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
     const Shardwire__Forward *f = msg->env->forward;
     const double t_arrive = node_now_ms();
-    const char *reply = f->reply_to && f->reply_to[0] ? f->reply_to : msg->peer;
     const int E = n->hp->n_embd;
     const int rows = (int)f->n_rows;
     const uint64_t sid = f->session_id;
+    /* Until the route is known to be sound, errors go to the sender the relay
+     * names (never to a reply_to that could aim them at a bystander). */
+    const char *reply = msg->peer;
 
     /* The message must be meant for this stage and fit it. wire.c has checked
      * the limits and that the payload matches dtype x [n_rows, hidden]. */
@@ -165,6 +167,20 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
                       "%s holds layers [%d, %d) but got a forward for layer %u at hop %u",
                       sw_peer_name(n->peer), sw_model_layer_begin(n->model),
                       sw_model_layer_end(n->model), f->layer_begin, f->hop);
+        return;
+    }
+    /* A middle stage passes the round on to route[hop + 1], which must exist; the
+     * last stage must be the route's last entry; the verdict goes to the head. */
+    if (node_is_last(n) ? f->hop + 1 != f->n_route : f->hop + 1 >= f->n_route) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s is %s stage but is entry %u of a %zu-stage route", sw_peer_name(n->peer),
+                      node_is_last(n) ? "the last" : "not the last", f->hop, f->n_route);
+        return;
+    }
+    if (strcmp(f->reply_to, f->route[0]) != 0) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "a round's verdict goes to the route's head %s, not to %s", f->route[0],
+                      f->reply_to);
         return;
     }
     if (!msg->has_payload || f->hidden != (uint32_t)E || f->n_tokens != f->n_rows ||
@@ -185,6 +201,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
                       sw_peer_name(n->peer));
         return;
     }
+    reply = f->reply_to; /* the route's head, which handles failed rounds */
     const char *why = "";
     node_session_t *s = node_session_get(n, sid, 1, &why);
     if (!s) {
@@ -207,6 +224,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
                       "%s: the round keeps %u positions but this stage has %d (stage restarted?)",
                       sw_peer_name(n->peer), f->kv_keep, sw_kv_len(s->kv));
+        node_session_free(n, s); /* the head replays the session from its prefill */
         return;
     }
     const int n_draft = (int)f->n_draft_tokens;
@@ -239,11 +257,13 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
             s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
                           "%d drafts in a %d-row forward", n_draft, rows);
+            node_session_free(n, s);
             return;
         }
     }
     if (sw_kv_truncate(s->kv, (int)f->kv_keep) != 0) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, sid, "cannot truncate");
+        node_session_free(n, s);
         return;
     }
 
@@ -269,6 +289,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
     if (sw_model_forward(n->model, s->kv, &fw, err, sizeof err) != 0) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
                       sw_peer_name(n->peer), err);
+        node_session_free(n, s); /* its cache is half written */
         return;
     }
     s->round = f->round;
@@ -302,8 +323,10 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 
     /* Last stage: verify, or only record a prefill chunk. */
     if (f->prefill_more) {
-        if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0)
+        if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0) {
             s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
+            node_session_free(n, s);
+        }
         return;
     }
     sw_draft_q_t q[SW_MAX_DRAFT];
@@ -331,11 +354,13 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         if (toks[rows - n_draft + i] != (int32_t)f->draft_tokens[i]) {
             s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
                           "draft tokens do not match the last rows' tokens");
+            node_session_free(n, s);
             return;
         }
     sw_verdict_t v;
     if (sw_verifier_run(s->ver, &r, n->logits, &v, err, sizeof err) != 0) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
+        node_session_free(n, s); /* a failed verification leaves nothing worth keeping */
         return;
     }
     mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* Set by the signal handlers; the only way a signal can talk to the loop. */
 static volatile sig_atomic_t s_stop;
@@ -30,6 +31,39 @@ static void s_on_signal(int sig)
         s_reload = 1;
     else
         s_stop = 1;
+}
+
+/*
+ * Raises the open-file limit to the hard limit: each connection is a file, and
+ * at the common soft limit of 1024 a crowd of idle connections would leave
+ * libzmq's listener unable to accept anyone (it then spins on EMFILE). Says
+ * what the relay can hold.
+ */
+static void s_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        SW_WARN("relay: getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+        return;
+    }
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            SW_WARN("relay: cannot raise the open-file limit from %llu to %llu: %s",
+                    (unsigned long long)was, (unsigned long long)rl.rlim_max, strerror(errno));
+            rl.rlim_cur = was;
+        }
+    }
+    if (rl.rlim_cur != was)
+        SW_INFO("relay: open-file limit raised from %llu to %llu", (unsigned long long)was,
+                (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_cur < 4096)
+        SW_WARN("relay: the open-file limit is %llu: the relay can hold about that many "
+                "connections, idle ones included; raise the hard limit (LimitNOFILE= in systemd, "
+                "ulimit -Hn) and limit connections per address in the firewall "
+                "(docs/security.md)",
+                (unsigned long long)rl.rlim_cur);
 }
 
 static void s_usage(FILE *out)
@@ -45,7 +79,8 @@ static void s_usage(FILE *out)
                  "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval; a peer that sends "
                  "no data for 5 intervals is dropped (default 1000)\n"
                  "  --hwm           messages queued per peer and direction (default 128)\n"
-                 "  --rate          messages/s one peer may send to others (default 2000)\n");
+                 "  --rate          messages/s one peer may send to others (default 2000)\n"
+                 "  --handshake-ms  time a new connection has to authenticate (default 5000)\n");
 }
 
 int main(int argc, char **argv)
@@ -77,6 +112,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--rate")) {
             if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 10000000, &opts.rate))
                 return 2;
+        } else if (!strcmp(a, "--handshake-ms")) {
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 100, 600000, &opts.handshake_ms))
+                return 2;
         } else if (!strcmp(a, "--hwm")) {
             if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 1000000, &opts.hwm))
                 return 2;
@@ -91,6 +129,7 @@ int main(int argc, char **argv)
         return 2;
     }
     sw_log_set_tag("relay");
+    s_raise_nofile();
     opts.reload = &s_reload;
 
     /* libzmq's I/O threads inherit this mask: signals then reach the loop's thread. */

@@ -56,6 +56,9 @@
 #define RELAY_PARK_PER_PAIR 8                 /* of them per (sender, destination) */
 #define RELAY_PARK_BYTES (64u << 20)          /* bytes held in all of them */
 #define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
+#define RELAY_HANDSHAKE_MS 5000               /* default time to finish the CURVE handshake */
+#define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
+#define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
 
 typedef struct relay_peer {
     uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
@@ -98,11 +101,12 @@ typedef struct relay_parked {
 } relay_parked_t;
 
 struct relay {
-    void *ctx;                              /* ZeroMQ context */
-    void *router;                           /* the listening ROUTER */
-    void *mon;                              /* PAIR receiving router's monitor events */
-    char endpoint[256];                     /* bound endpoint */
-    int heartbeat_ms;                       /* sweep period */
+    void *ctx;          /* ZeroMQ context */
+    void *router;       /* the listening ROUTER */
+    void *mon;          /* PAIR receiving router's monitor events */
+    char endpoint[256]; /* bound endpoint */
+    int heartbeat_ms;   /* sweep period */
+    int handshake_ms;   /* ZMQ_HANDSHAKE_IVL: a connection's time to authenticate */
     relay_peer_t *peers[SW_WIRE_MAX_PEERS]; /* live peers, n_peers of them */
     int n_peers;
     int64_t start_ms;        /* relay start (monotonic ms) */
@@ -121,7 +125,11 @@ struct relay {
     int rate;                      /* messages/s a peer may send to other peers (bucket size too) */
     relay_parked_t *parked; /* (RELAY_PARK_MAX) held messages, n_parked of them, oldest first */
     int n_parked;
-    size_t parked_bytes; /* bytes held in parked */
+    size_t parked_bytes;      /* bytes held in parked */
+    uint64_t refused;         /* handshakes refused by the ZAP handler, in all */
+    uint64_t refused_window;  /* of them in the current log window */
+    int64_t refused_since_ms; /* start of the current log window */
+    char refused_last[160];   /* the last one not logged: address and key */
 };
 
 static int64_t s_now_ms(void)
@@ -195,6 +203,48 @@ static int s_allow_reload(relay_t *r, int force)
     return 0;
 }
 
+/* Ends the refused-handshake log window when it is over: one line for what it did not log. */
+static void s_refused_flush(relay_t *r, int64_t now)
+{
+    if (now - r->refused_since_ms < RELAY_REFUSE_LOG_MS)
+        return;
+    if (r->refused_window > RELAY_REFUSE_LOG_LINES)
+        SW_WARN("relay: refused %llu more handshakes in the last %d s (the last from %s); "
+                "%llu refused since start",
+                (unsigned long long)(r->refused_window - RELAY_REFUSE_LOG_LINES),
+                RELAY_REFUSE_LOG_MS / 1000, r->refused_last, (unsigned long long)r->refused);
+    r->refused_window = 0;
+    r->refused_since_ms = now;
+}
+
+/*
+ * Logs a refused handshake: the first few of each minute one line each, the
+ * rest as one summary line at the end of the minute, so that a stream of
+ * refused connections (anyone on the network can cause one) cannot flood the
+ * log. addr is the ZAP request's address frame.
+ */
+static void s_refused_log(relay_t *r, zmq_msg_t *addr, const char *why, const char *key)
+{
+    char where[64];
+    size_t n = zmq_msg_size(addr) < sizeof where - 1 ? zmq_msg_size(addr) : sizeof where - 1;
+    memcpy(where, zmq_msg_data(addr), n);
+    where[n] = 0;
+    for (size_t i = 0; i < n; i++) /* an address is [0-9a-f.:], but keep the log clean */
+        if ((unsigned char)where[i] < 0x20 || (unsigned char)where[i] > 0x7e)
+            where[i] = '?';
+    r->unauthorized++;
+    r->refused++;
+    s_refused_flush(r, s_now_ms());
+    if (++r->refused_window <= RELAY_REFUSE_LOG_LINES) {
+        SW_WARN("relay: refused a connection from %s: %s%s%s%s", where, why, key[0] ? " " : "", key,
+                r->refused_window == RELAY_REFUSE_LOG_LINES ? " (further refusals this "
+                                                              "minute: one summary line)"
+                                                            : "");
+        return;
+    }
+    snprintf(r->refused_last, sizeof r->refused_last, "%s%s%s", where, key[0] ? " key " : "", key);
+}
+
 /* Sends one ZAP reply (RFC 27): version, request id, status, text, user id, metadata. */
 static void s_zap_reply(relay_t *r, zmq_msg_t *reqid, const char *status, const char *text,
                         const char *user)
@@ -244,12 +294,8 @@ static void s_zap(relay_t *r)
             status = "200";
             text = "OK";
         }
-        if (status[0] != '2') {
-            r->unauthorized++;
-            SW_WARN("relay: refused a connection from %.*s: %s%s%s",
-                    (int)(zmq_msg_size(&f[3]) < 64 ? zmq_msg_size(&f[3]) : 64),
-                    (const char *)zmq_msg_data(&f[3]), text, key[0] ? " " : "", key);
-        }
+        if (status[0] != '2')
+            s_refused_log(r, &f[3], text, key);
         zmq_msg_t reqid;
         zmq_msg_init(&reqid);
         if (n >= 2)
@@ -338,6 +384,7 @@ relay_t *relay_new(const relay_opts_t *opts)
     if (!r)
         return NULL;
     r->heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
+    r->handshake_ms = opts->handshake_ms > 0 ? opts->handshake_ms : RELAY_HANDSHAKE_MS;
     int hwm = opts->hwm > 0 ? opts->hwm : 128;
     int timeout = RELAY_ZMTP_BACKSTOP_MS; /* liveness is judged by bytes (see the top) */
     int64_t maxmsg = SW_WIRE_MAX_FRAME;
@@ -356,7 +403,8 @@ relay_t *relay_new(const relay_opts_t *opts)
         s_setopt_int(r->router, ZMQ_HEARTBEAT_IVL, r->heartbeat_ms, "ZMQ_HEARTBEAT_IVL") ||
         s_setopt_int(r->router, ZMQ_HEARTBEAT_TIMEOUT, timeout, "ZMQ_HEARTBEAT_TIMEOUT") ||
         s_setopt_int(r->router, ZMQ_HEARTBEAT_TTL, 0, "ZMQ_HEARTBEAT_TTL") ||
-        s_setopt_int(r->router, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
+        s_setopt_int(r->router, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE") ||
+        s_setopt_int(r->router, ZMQ_HANDSHAKE_IVL, r->handshake_ms, "ZMQ_HANDSHAKE_IVL"))
         goto err;
     if (zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         goto err;
@@ -1043,6 +1091,7 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
         }
         if (r->secure) {
             s_zap(r);
+            s_refused_flush(r, s_now_ms());
             int forced = r->reload && *r->reload;
             if (forced)
                 *r->reload = 0;

@@ -36,6 +36,7 @@ typedef struct relay_opts {
     volatile sig_atomic_t *reload; /* set (e.g. by SIGHUP) to re-read the allow-list; may be NULL */
     int rate; /* messages per second one peer may send to other peers (burst = 1 s of it); 0 = 2000
                */
+    int handshake_ms; /* time a new connection has to finish the CURVE handshake; 0 = 5000 */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */

@@ -362,3 +362,115 @@ int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s)
         usleep(200000);
     }
 }
+
+/* ---- a keyed cluster ---- */
+
+static const char *s_cpath(const char *dir, const char *name, const char *ext)
+{
+    static char buf[8][512];
+    static int slot;
+    char *p = buf[slot++ & 7];
+    snprintf(p, 512, "%s/%s%s", dir, name, ext);
+    return p;
+}
+
+/* The first line of dir/NAME.pub into pub (41 bytes); 0 or -1. */
+static int s_pub(const char *dir, const char *name, char *pub)
+{
+    char *t = sw_test_read_file(s_cpath(dir, name, ".pub"), NULL);
+    if (!t)
+        return -1;
+    t[strcspn(t, "\n")] = 0;
+    snprintf(pub, 41, "%s", t);
+    free(t);
+    return strlen(pub) == 40 ? 0 : -1;
+}
+
+static int s_keygen(const char *dir, const char *name)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"), "keygen", "--out",
+                    (char *)s_cpath(dir, name, ""), NULL};
+    char *err = NULL;
+    int rc = sw_test_run(argv, 20, NULL, &err);
+    if (rc != 0)
+        fprintf(stderr, "keygen %s: %s", name, err ? err : "");
+    free(err);
+    return rc == 0 ? 0 : -1;
+}
+
+int sw_test_keys(const char *dir, const char *const *nodes, const char *const *clients)
+{
+    char *kc[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key",
+                  (char *)s_cpath(dir, "cluster.key", ""), NULL};
+    if (s_keygen(dir, "relay") != 0 || sw_test_run(kc, 20, NULL, NULL) != 0)
+        return -1;
+    FILE *f = fopen(s_cpath(dir, "allow.txt", ""), "w");
+    if (!f)
+        return -1;
+    fprintf(f, "# test allow-list (docs/security.md)\n");
+    int rc = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        const char *const *list = pass == 0 ? nodes : clients;
+        for (int i = 0; list && list[i] && rc == 0; i++) {
+            char pub[41];
+            rc = s_keygen(dir, list[i]) != 0 || s_pub(dir, list[i], pub) != 0 ? -1 : 0;
+            if (rc == 0)
+                fprintf(f, "%s %s\n", pub, pass == 0 ? list[i] : "");
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+pid_t sw_test_node(const char *endpoint, const char *dir, const char *name, const char *layers,
+                   const char *log, const char *const *extra)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)sw_test_bin("shardwire-node");
+    argv[n++] = "--model";
+    argv[n++] = (char *)sw_test_model();
+    argv[n++] = "--layers";
+    argv[n++] = (char *)layers;
+    argv[n++] = "--relay";
+    argv[n++] = (char *)endpoint;
+    argv[n++] = "--name";
+    argv[n++] = (char *)name;
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    argv[n++] = "--key";
+    argv[n++] = (char *)s_cpath(dir, name, ".key");
+    argv[n++] = "--relay-key";
+    argv[n++] = (char *)s_cpath(dir, "relay", ".pub");
+    argv[n++] = "--cluster-key";
+    argv[n++] = (char *)s_cpath(dir, "cluster.key", "");
+    for (int i = 0; extra && extra[i] && n < 63; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    return sw_test_spawn(argv, log);
+}
+
+pid_t sw_test_relay(const char *endpoint, const char *dir, const char *log,
+                    const char *const *extra)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)sw_test_bin("shardwire-relay");
+    argv[n++] = "--listen";
+    argv[n++] = (char *)endpoint;
+    argv[n++] = "--key";
+    argv[n++] = (char *)s_cpath(dir, "relay", ".key");
+    argv[n++] = "--allow";
+    argv[n++] = (char *)s_cpath(dir, "allow.txt", "");
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    return sw_test_spawn(argv, log);
+}
+
+void sw_test_client_env(const char *dir, const char *who)
+{
+    setenv("SW_KEY", s_cpath(dir, who, ".key"), 1);
+    setenv("SW_RELAY_KEY", s_cpath(dir, "relay", ".pub"), 1);
+    setenv("SW_CLUSTER_KEY", s_cpath(dir, "cluster.key", ""), 1);
+}

@@ -80,6 +80,25 @@ float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32)
     return (float)sum;
 }
 
+float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n)
+{
+    float acc[32] = {0}; // as sw_cpu_dot_f16_scalar with pad32
+    for (int i = 0; i < n; i++) {
+        const sw_f16 ai = i < n1 ? a1[i] : a2[i - n1];
+        acc[i & 31] = fmaf(sw_f16_to_f32(ai), sw_f16_to_f32(b[i]), acc[i & 31]);
+    }
+    float lane[8];
+    for (int l = 0; l < 8; l++) {
+        float s02 = acc[l] + acc[16 + l], s13 = acc[8 + l] + acc[24 + l];
+        lane[l] = s02 + s13;
+    }
+    float t[4];
+    for (int l = 0; l < 4; l++)
+        t[l] = lane[l] + lane[l + 4];
+    double sum = (t[0] + t[1]) + (t[2] + t[3]);
+    return (float)sum;
+}
+
 static uint32_t s_bits(float f)
 {
     uint32_t u;
@@ -502,6 +521,13 @@ struct s_attn_job {
     atomic_int next; // next (row, head) pair
 };
 
+static float s_dot_split(const s_cpu_t *c, const sw_f16 *a1, int n1, const sw_f16 *a2,
+                         const sw_f16 *b, int n)
+{
+    return c->avx2 ? sw_cpu_dot2_f16_avx2(a1, n1, a2, b, n)
+                   : sw_cpu_dot2_f16_scalar(a1, n1, a2, b, n);
+}
+
 static void s_attn_body(void *ctx, int ith, int nth)
 {
     struct s_attn_job *j = ctx;
@@ -509,23 +535,37 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const s_cpu_t *c = j->c;
     const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
     const size_t kv_dim = (size_t)a->n_kv_head * hd;
+    const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
     void *mine = (char *)c->scratch + c->scratch_each * (size_t)ith;
     float *score = mine;                                  // (n_ctx) f32
     sw_f16 *prob = (void *)((char *)mine + a->n_ctx * 4); // (n_ctx) f16
-    sw_f16 *q16 = prob + ((a->n_ctx + 31) & ~31);         // (head_dim) f16
+    sw_f16 *q16 = prob + pad_ctx;                         // (head_dim) f16
+    sw_f16 *vg = q16 + ((hd + 31) & ~31);                 // (n_ctx + 32) f16, tree gather
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
-    const int slot0 = s_i32(a->ctl)[SW_CTL_SLOT0];
+    const int32_t *ctl = s_i32(a->ctl);
+    const int slot0 = ctl[SW_CTL_SLOT0];
     (void)nth;
     for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head, g = h / group;
-        const int n_pos = slot0 + r + 1; // causal: slots [0, slot0 + r]
+        /* Visible slots: [0, lin) then tail[0..m) (a tree row's ancestors),
+         * or causally [0, slot0 + r]. */
+        int lin = slot0 + r + 1, m = 0;
+        const int32_t *tail = NULL;
+        if (a->tree) {
+            const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
+            lin = rec[0];
+            m = rec[1];
+            tail = rec + 2;
+        }
+        const int n_pos = lin + m;
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
         for (int p = 0; p < n_pos; p++) {
-            const sw_f16 *krow = kc + (size_t)p * kv_dim + (size_t)g * hd;
+            const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
+            const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
             float s = !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
                       : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(krow, q16, hd)
                                        : sw_cpu_dot_f16_tiled_scalar(krow, q16, hd);
@@ -540,13 +580,48 @@ static void s_attn_body(void *ctx, int ith, int nth)
             score[p] *= inv;
         s_to_f16(c, score, prob, n_pos);
         float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        /* A tree row reads V of its prefix in place up to a multiple of 32
+         * and gathers the rest, so the sum runs in the chain's order. */
+        const int lin32 = lin & ~31;
         for (int d = 0; d < hd; d++) {
             const sw_f16 *vrow = vc + ((size_t)g * hd + d) * a->n_ctx;
+            if (m > 0) {
+                int k = 0;
+                for (int p = lin32; p < lin; p++)
+                    vg[k++] = vrow[p];
+                for (int t = 0; t < m; t++)
+                    vg[k++] = vrow[tail[t]];
+                out[d] = s_dot_split(c, vrow, lin32, vg, prob, n_pos);
+                continue;
+            }
             out[d] = !a->prompt_order ? s_dot_f16(c, vrow, prob, n_pos, 1)
                      : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(vrow, prob, n_pos)
                                       : sw_cpu_dot_f16_tiled_scalar(vrow, prob, n_pos);
         }
     }
+}
+
+/* Checks every visibility record of a tree chunk (they come from the model's
+ * metadata, but a bad one would read outside the cache). */
+static int s_check_tree(sw_backend_t *be, const sw_attn_args_t *a, int slot0)
+{
+    const int32_t *ctl = s_i32(a->ctl);
+    const int64_t cap = SW_CTL_CAP(a->n);
+    for (int r = 0; r < a->n; r++) {
+        const int64_t off = ctl[SW_CTL_VIS(a->n) + r];
+        if (off < SW_CTL_VIS(a->n) + a->n || off + 2 > cap)
+            return sw_backend_fail(be, "cpu backend: tree record of row %d at %lld", r,
+                                   (long long)off);
+        const int32_t *rec = ctl + off;
+        const int lin = rec[0], m = rec[1];
+        if (lin < 0 || m < 1 || off + 2 + m > cap || (int64_t)lin + m > a->n_ctx ||
+            rec[2 + m - 1] != slot0 + r)
+            return sw_backend_fail(be, "cpu backend: bad tree record of row %d", r);
+        for (int t = 0; t < m; t++)
+            if (rec[2 + t] < lin || rec[2 + t] > slot0 + r || (t && rec[2 + t] <= rec[1 + t]))
+                return sw_backend_fail(be, "cpu backend: tree row %d sees slot %d", r, rec[2 + t]);
+    }
+    return 0;
 }
 
 static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
@@ -559,6 +634,9 @@ static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
     if (slot0 < 0 || slot0 + a->n > a->n_ctx)
         return sw_backend_fail(be, "cpu backend: %d rows at slot %d overrun a %d-slot cache", a->n,
                                slot0, a->n_ctx);
+    if (a->tree && (a->prompt_order || s_check_tree(be, a, slot0) != 0))
+        return a->prompt_order ? sw_backend_fail(be, "cpu backend: a tree chunk in prompt order")
+                               : -1;
 
     /* Append the new rows: K row-major, V transposed. */
     for (int r = 0; r < a->n; r++) {
@@ -569,8 +647,9 @@ static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
             vc[d * (size_t)a->n_ctx + (size_t)pos] = sw_f32_to_f16(v[d]);
     }
 
-    size_t each = (size_t)a->n_ctx * sizeof(float) + (size_t)((a->n_ctx + 31) & ~31) * 2 +
-                  (size_t)a->head_dim * 2 + 64;
+    const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
+    size_t each = (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
+                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 + 64;
     each = (each + 63) & ~(size_t)63;
     if (each > c->scratch_each) {
         void *p = aligned_alloc(64, each * (size_t)c->n_threads);
@@ -583,6 +662,25 @@ static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
     struct s_attn_job job = {.a = a, .c = c};
     atomic_init(&job.next, 0);
     sw_pool_run(c->pool, s_attn_body, &job);
+    return 0;
+}
+
+/* Moves cache slots (token trees: the accepted path is kept). */
+static int s_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
+                     const int32_t *src, const int32_t *dst, int n)
+{
+    sw_f16 *kc = (sw_f16 *)k_cache->data, *vc = (sw_f16 *)v_cache->data;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= n_ctx || dst[i] < 0 || dst[i] > src[i] ||
+            (i && dst[i] <= dst[i - 1]))
+            return sw_backend_fail(be, "cpu backend: cache move %d -> %d", src[i], dst[i]);
+        if (src[i] == dst[i])
+            continue;
+        memmove(kc + (size_t)dst[i] * kv_dim, kc + (size_t)src[i] * kv_dim,
+                (size_t)kv_dim * sizeof *kc);
+        for (size_t d = 0; d < (size_t)kv_dim; d++)
+            vc[d * (size_t)n_ctx + (size_t)dst[i]] = vc[d * (size_t)n_ctx + (size_t)src[i]];
+    }
     return 0;
 }
 
@@ -643,6 +741,7 @@ static const sw_backend_ops_t s_cpu_ops = {
     .rmsnorm = s_rmsnorm,
     .matmul = s_matmul,
     .rope = s_rope,
+    .kv_move = s_kv_move,
     .head_norm = s_head_norm,
     .attention = s_attention,
     .add = s_add,

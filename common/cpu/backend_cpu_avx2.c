@@ -50,6 +50,31 @@ float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32)
     return (float)sum;
 }
 
+float sw_cpu_dot2_f16_avx2(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int i = 0; i < n1; i += 32)
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(s_load8(a1 + i + 8 * j), s_load8(b + i + 8 * j), acc[j]);
+    const int n2 = n - n1, np = n2 & ~31;
+    const sw_f16 *b2 = b + n1;
+    for (int i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(s_load8(a2 + i + 8 * j), s_load8(b2 + i + 8 * j), acc[j]);
+    if (np < n2) {
+        sw_f16 ta[32] = {0}, tb[32] = {0};
+        memcpy(ta, a2 + np, (size_t)(n2 - np) * sizeof *ta);
+        memcpy(tb, b2 + np, (size_t)(n2 - np) * sizeof *tb);
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(s_load8(ta + 8 * j), s_load8(tb + 8 * j), acc[j]);
+    }
+    acc[0] = _mm256_add_ps(acc[0], acc[2]);
+    acc[1] = _mm256_add_ps(acc[1], acc[3]);
+    acc[0] = _mm256_add_ps(acc[0], acc[1]);
+    return (float)(double)s_hsum(acc[0]);
+}
+
 float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n)
 {
     __m256 acc = _mm256_setzero_ps();

@@ -15,6 +15,11 @@
  * otherwise it is added in double precision after the reduction. */
 float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32);
 float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32);
+/* The pad32 dot above over a split first operand: element i is a1[i] for
+ * i < n1 and a2[i - n1] after (n1 a multiple of 32), b[i] throughout; the
+ * very same roundings as the dot over the joined vector. */
+float sw_cpu_dot2_f16_avx2(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n);
+float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n);
 void sw_cpu_f32_to_f16_avx2(const float *x, sw_f16 *y, int n);
 /* dot(a, b) over n f16 values the way GGML's batched (llamafile tinyBLAS)
  * path does it: one accumulator of eight f32 lanes takes 8 elements per step

@@ -13,7 +13,13 @@
  *  - when drafting does not pay (low a, costly drafts) it drafts only on
  *    the periodic one-token probes;
  *  - the acceptance estimate tracks a (where K is large); a fixed K is returned as is (capped);
- *  - malformed observations are ignored.
+ *  - malformed observations are ignored;
+ *  - shape: the calibration learns a(q) = P(accepted | parent accepted) per
+ *    draft-probability bucket from tree verdicts (tested = parent on the
+ *    accepted path), starting from a(q) = q; a candidate's row threshold is
+ *    the best rate times the marginal compute of one more row (higher when
+ *    rows are costly, lower over a long round trip); drafting ahead stops
+ *    when its guesses rarely hold, but for periodic probes, and resumes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -82,8 +88,87 @@ static void s_simulate(const sim_t *s, int k_max, uint64_t seed, const char *nam
         SW_CHECK_NEAR(draft_ctl_accept_rate(&c), s->a, 0.12);
 }
 
+static void test_calibration(void)
+{
+    draft_ctl_t c;
+    draft_ctl_init(&c, 0, 16);
+    SW_CHECK_NEAR(draft_ctl_calib(&c, 0.93), 0.95, 1e-9); // prior: the bucket's middle
+    /* A hand tree: root -> 1 -> 3, root -> 2; accepted path {1}. Tested: 1, 2
+     * (under the root) and 3 (under the accepted 1); accepted: 1. */
+    const int32_t parent[3] = {0, 0, 1}, path[1] = {1};
+    const float q[3] = {0.95f, 0.05f, 0.55f};
+    draft_ctl_observe_tree(&c, 3, q, parent, path, 1);
+    SW_CHECK_NEAR(c.cal_test[9], 1, 1e-9);
+    SW_CHECK_NEAR(c.cal_acc[9], 1, 1e-9);
+    SW_CHECK_NEAR(c.cal_test[0], 1, 1e-9);
+    SW_CHECK_NEAR(c.cal_acc[0], 0, 1e-9);
+    SW_CHECK_NEAR(c.cal_test[5], 1, 1e-9);
+    /* Bad input changes nothing. */
+    const int32_t bad_parent[3] = {0, 2, 1};
+    draft_ctl_observe_tree(&c, 3, q, bad_parent, path, 1);
+    draft_ctl_observe_tree(&c, 3, q, parent, path, 4);
+    SW_CHECK_NEAR(c.cal_test[9], 1, 1e-9);
+
+    /* A drafter that is overconfident: true acceptance 0.6 q. */
+    sw_rng_t r;
+    sw_rng_seed(&r, 9);
+    for (int round = 0; round < 3000; round++) {
+        float qq[1] = {(float)sw_rng_uniform(&r)};
+        int32_t p1[1] = {0}, pa[1] = {1};
+        int acc = sw_rng_uniform(&r) < 0.6 * qq[0];
+        draft_ctl_observe_tree(&c, 1, qq, p1, pa, acc);
+    }
+    for (int b = 1; b < DRAFT_CTL_CAL_BUCKETS; b++) {
+        double mid = (b + 0.5) / DRAFT_CTL_CAL_BUCKETS;
+        SW_CHECK_NEAR(draft_ctl_calib(&c, mid), 0.6 * mid, 0.12);
+    }
+}
+
+static void test_thresholds(void)
+{
+    /* The same pipeline, rows cheap (c1 = 2 ms) or costly (c1 = 20 ms). */
+    draft_ctl_t cheap, dear;
+    draft_ctl_init(&cheap, 0, 16);
+    draft_ctl_init(&dear, 0, 16);
+    SW_CHECK_NEAR(draft_ctl_node_min(&cheap, 1), 0.05, 1e-12); // nothing measured yet
+    for (int round = 0; round < 30; round++) {
+        int k = 1 + round % 8;
+        draft_ctl_draft_time(&cheap, k, k * 5.0);
+        draft_ctl_draft_time(&dear, k, k * 5.0);
+        draft_ctl_observe(&cheap, k, k * 3 / 4, 172 + 20 + 2.0 * (k + 1), 20 + 2.0 * (k + 1));
+        draft_ctl_observe(&dear, k, k * 3 / 4, 172 + 20 + 20.0 * (k + 1), 20 + 20.0 * (k + 1));
+    }
+    double mc = draft_ctl_node_min(&cheap, 5), md = draft_ctl_node_min(&dear, 5);
+    fprintf(stderr, "node thresholds: cheap rows %.3f, costly rows %.3f; expand %.3f\n", mc, md,
+            draft_ctl_expand_min(&cheap));
+    SW_CHECK(mc > 0 && mc < 0.2); // a 2 ms row pays for a rather unlikely candidate
+    SW_CHECK(md > 3 * mc);        // a 20 ms row needs a likely one
+    SW_CHECK(md < 1.0);
+    SW_CHECK(draft_ctl_expand_min(&cheap) > 0);
+}
+
+static void test_ahead(void)
+{
+    draft_ctl_t c;
+    draft_ctl_init(&c, 0, 16);
+    SW_CHECK_INT(draft_ctl_ahead_k(&c, 0), 0);
+    SW_CHECK_INT(draft_ctl_ahead_k(&c, 6), 6); // optimistic start
+    for (int i = 0; i < 40; i++)
+        draft_ctl_observe_ahead(&c, 0);
+    int ahead = 0;
+    for (int i = 0; i < 4 * DRAFT_CTL_PROBE; i++)
+        ahead += draft_ctl_ahead_k(&c, 6) > 0;
+    SW_CHECK_INT(ahead, 4); // only the probes
+    for (int i = 0; i < 40; i++)
+        draft_ctl_observe_ahead(&c, 1);
+    SW_CHECK_INT(draft_ctl_ahead_k(&c, 6), 6);
+}
+
 int main(void)
 {
+    test_calibration();
+    test_thresholds();
+    test_ahead();
     SW_CHECK_NEAR(draft_expected_tokens(0.5, 0), 1.0, 1e-12);
     SW_CHECK_NEAR(draft_expected_tokens(0.5, 1), 1.5, 1e-12);
     SW_CHECK_NEAR(draft_expected_tokens(0.5, 3), 1.875, 1e-12);

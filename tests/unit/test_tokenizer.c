@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
@@ -376,6 +377,34 @@ static void test_smollm2_api(const sw_tokenizer_t *t)
     all = sw_tokenize_alloc(t, "", 0, 1, 1, &n2);
     SW_CHECK(all != NULL && n2 == 0);
     free(all);
+
+    /* A cap on the token count: the same ids up to it, TOO_LONG past it, and a
+     * 2 MiB text past a small cap is refused in far less time than tokenizing it. */
+    int32_t *cap = NULL;
+    SW_CHECK_INT(sw_tokenize_max(t, txt, strlen(txt), 0, 0, 5, &cap, &n2), 0);
+    SW_CHECK(cap && n2 == 5 && !memcmp(cap, ids, 2 * sizeof *ids));
+    free(cap);
+    SW_CHECK_INT(sw_tokenize_max(t, txt, strlen(txt), 0, 0, 4, &cap, &n2), SW_TOK_ERR_TOO_LONG);
+    SW_CHECK(cap == NULL && n2 == 5);
+    size_t big_len = 2u << 20;
+    char *big = malloc(big_len + 1);
+    for (size_t i = 0; big && i < big_len; i++)
+        big[i] = (i % 7 == 6) ? ' ' : (char)('a' + i % 26);
+    if (big) {
+        big[big_len] = 0;
+        struct timespec a0, a1;
+        clock_gettime(CLOCK_MONOTONIC, &a0);
+        SW_CHECK_INT(sw_tokenize_max(t, big, 64 << 10, 0, 0, 2048, &cap, &n2),
+                     SW_TOK_ERR_TOO_LONG); /* 64 KiB of short words: well over 2048 */
+        SW_CHECK_INT(sw_tokenize_max(t, big, big_len, 0, 0, 2048, &cap, &n2), SW_TOK_ERR_TOO_LONG);
+        memset(big, 'a', big_len); /* one 2 MiB word */
+        SW_CHECK_INT(sw_tokenize_max(t, big, big_len, 0, 0, 2048, &cap, &n2), SW_TOK_ERR_TOO_LONG);
+        clock_gettime(CLOCK_MONOTONIC, &a1);
+        double ms = (a1.tv_sec - a0.tv_sec) * 1e3 + (a1.tv_nsec - a0.tv_nsec) / 1e6;
+        printf("capped tokenization of 64 KiB and 2 x 2 MiB past 2048 tokens: %.1f ms\n", ms);
+        SW_CHECK(ms < 1000);
+        free(big);
+    }
 
     /* Invalid UTF-8 made of bytes the vocabulary has survives a byte-level
      * round trip through the pieces; the detokenizer turns each byte that

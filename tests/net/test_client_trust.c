@@ -1,0 +1,340 @@
+/*
+ * test_client_trust.c - `shardwire run` trusts only the head it chose, and never
+ * hands a peer's control characters to the terminal. Real relay, real nodes
+ * (head 0:15, tail 15:30 of SmolLM2), keys on:
+ *
+ *  - while a request streams, "mallory" (a client of the same cluster) reads
+ *    the client's name from the relay's table and sends it forged Errors and
+ *    TokenChunks: the request still completes with exactly the tokens of
+ *    `shardwire generate`;
+ *  - a head that answers with escape sequences in its text and its Error
+ *    (ESC, BEL, the C1 CSI U+009B) gets them stripped from what run prints.
+ */
+#include "keys.h"
+#include "peer.h"
+#include "sw_test.h"
+#include "wire.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_GEN 48
+
+static char s_dir[64];
+static char s_ep[64];
+static char s_fp[65];
+
+static const char *s_path(const char *name, const char *ext)
+{
+    static char buf[8][256];
+    static int slot;
+    char *p = buf[slot++ % 8];
+    snprintf(p, 256, "%s/%s%s", s_dir, name, ext);
+    return p;
+}
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int s_ids(const char *out, int32_t *ids, int max)
+{
+    const char *brace = out ? strchr(out, '{') : NULL;
+    json_error_t je;
+    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
+    int n = -1;
+    if (json_is_array(arr)) {
+        n = 0;
+        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
+            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
+    }
+    json_decref(j);
+    return n;
+}
+
+/* A peer with `who`'s keys: a client, or (layers_end > 0) a head of [0, layers_end). */
+static sw_peer_t *s_peer(const char *who, uint32_t layers_end)
+{
+    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
+                       .relay_key = s_path("relay", ".pub"),
+                       .cluster_key = {s_path("cluster.key", ""), NULL}};
+    sw_sec_t sec;
+    char err[512];
+    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
+        fprintf(stderr, "sec load: %s\n", err);
+        return NULL;
+    }
+    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    an.name = (char *)who;
+    an.role = layers_end ? SHARDWIRE__ROLE__ROLE_HEAD : SHARDWIRE__ROLE__ROLE_CLIENT;
+    an.backend = layers_end ? "cpu" : "";
+    an.model_fingerprint = layers_end ? s_fp : "";
+    an.layer_end = layers_end;
+    an.n_layers = layers_end ? 30 : 0;
+    an.hidden = layers_end ? 576 : 0;
+    an.max_sessions = 1;
+    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
+    sw_peer_t *p = sw_peer_new(&o);
+    sw_sec_wipe(&sec);
+    return p;
+}
+
+/* Starts `shardwire run` in a child that writes its stdout / stderr to files; returns the pid
+ * (its exit status is run's exit code). */
+static pid_t s_run_bg(char *const argv[], const char *out_path, const char *err_path)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    char *out = NULL, *err = NULL;
+    int rc = sw_test_run(argv, 120, &out, &err);
+    FILE *f = fopen(out_path, "w");
+    if (f) {
+        fputs(out ? out : "", f);
+        fclose(f);
+    }
+    f = fopen(err_path, "w");
+    if (f) {
+        fputs(err ? err : "", f);
+        fclose(f);
+    }
+    _exit(rc);
+}
+
+static int s_wait_rc(pid_t pid)
+{
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Sends an Error and a done TokenChunk to dest, both forged by p. */
+static void s_forge(sw_peer_t *p, const char *dest, const char *request_id)
+{
+    Shardwire__Error er = SHARDWIRE__ERROR__INIT;
+    er.code = SHARDWIRE__ERROR_CODE__ERR_DEST_GONE;
+    er.message = "\x1b[2Jthe head crashed, run again";
+    er.request_id = (char *)request_id;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+    env.error = &er;
+    int rc = sw_peer_send(p, dest, &env, NULL, 0, 0);
+    Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
+    c.request_id = (char *)request_id;
+    c.text.data = (uint8_t *)"FORGED";
+    c.text.len = 6;
+    c.done = 1;
+    c.finish = SHARDWIRE__FINISH_REASON__FINISH_ERROR;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
+    env.token_chunk = &c;
+    rc |= sw_peer_send(p, dest, &env, NULL, 0, 0);
+    SW_CHECK_INT(rc, 0);
+}
+
+/* mallory finds the running client's name in the relay table and forges at it until run ends. */
+static void s_forged_errors(const int32_t *ref, int n_ref)
+{
+    sw_peer_t *mal = s_peer("mallory", 0);
+    SW_CHECK(mal != NULL);
+    if (!mal)
+        return;
+    char n_gen[16];
+    snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
+    char *rn[] = {(char *)sw_test_bin("shardwire"),
+                  "run",
+                  "--relay",
+                  s_ep,
+                  "--head",
+                  "head",
+                  "-p",
+                  "List three colors of the rainbow:\n1.",
+                  "-n",
+                  n_gen,
+                  "--json",
+                  "--timeout-s",
+                  "60",
+                  NULL};
+    pid_t run = s_run_bg(rn, s_path("run1", ".out"), s_path("run1", ".err"));
+    int forged = 0, st = 0;
+    double t0 = s_now();
+    while (waitpid(run, &st, WNOHANG) == 0 && s_now() - t0 < 90) {
+        sw_wire_msg_t t = {0};
+        if (sw_peer_status(mal, &t, 2000) == 0) {
+            for (size_t i = 0; i < t.env->peer_table->n_peers; i++) {
+                const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[i]->announce;
+                if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT &&
+                    strncmp(a->name, "client-", 7) == 0) {
+                    s_forge(mal, a->name, "req-0");
+                    forged++;
+                }
+            }
+            sw_wire_msg_clear(&t);
+        }
+        sw_wire_msg_t drop = {0};
+        while (sw_peer_recv(mal, &drop, 0) == 0)
+            sw_wire_msg_clear(&drop);
+        usleep(20000);
+    }
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = sw_test_read_file(s_path("run1", ".out"), NULL);
+    char *err = sw_test_read_file(s_path("run1", ".err"), NULL);
+    int32_t got[N_GEN + 8];
+    int n = s_ids(out, got, N_GEN + 8);
+    printf("forged errors: %d rounds of forgeries at the running client; run exit %d, %d tokens\n",
+           forged, rc, n);
+    SW_CHECK(forged >= 3);
+    SW_CHECK_INT(rc, 0);
+    SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
+    if (rc != 0)
+        fprintf(stderr, "run: %s\n", err ? err : "");
+    free(out);
+    free(err);
+    sw_peer_destroy(&mal);
+}
+
+/* A head (compromised, or just hostile) that answers with terminal escapes. */
+static void s_escapes(void)
+{
+    sw_peer_t *evil = s_peer("evilhead", 15);
+    SW_CHECK(evil != NULL);
+    if (!evil)
+        return;
+    char *rn[] = {(char *)sw_test_bin("shardwire"),
+                  "run",
+                  "--relay",
+                  s_ep,
+                  "--head",
+                  "evilhead",
+                  "-p",
+                  "hi",
+                  "-n",
+                  "8",
+                  "--timeout-s",
+                  "20",
+                  NULL};
+    pid_t run = s_run_bg(rn, s_path("run2", ".out"), s_path("run2", ".err"));
+    double t0 = s_now();
+    int answered = 0;
+    while (!answered && s_now() - t0 < 30) {
+        sw_wire_msg_t m = {0};
+        if (sw_peer_recv(evil, &m, 500) != 0)
+            continue;
+        if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE) {
+            Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
+            const char *txt = "hello \x1b[31mred\x1b[0m \xc2\x9b"
+                              "31m world\x07\n\xc2";
+            c.request_id = m.env->generate->request_id;
+            c.text.data = (uint8_t *)txt;
+            c.text.len = strlen(txt);
+            Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+            env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
+            env.token_chunk = &c;
+            SW_CHECK_INT(sw_peer_send(evil, m.peer, &env, NULL, 0, 0), 0);
+            c.text.data = (uint8_t *)"\x9b"
+                                     "2J tail";
+            c.text.len = 8;
+            SW_CHECK_INT(sw_peer_send(evil, m.peer, &env, NULL, 0, 0), 0);
+            Shardwire__Error er = SHARDWIRE__ERROR__INIT;
+            er.code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
+            er.message = "\x1b]0;pwned\x07 the head \x1b[5mfailed";
+            er.request_id = m.env->generate->request_id;
+            env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+            env.error = &er;
+            SW_CHECK_INT(sw_peer_send(evil, m.peer, &env, NULL, 0, 0), 0);
+            answered = 1;
+        }
+        sw_wire_msg_clear(&m);
+    }
+    SW_CHECK(answered);
+    int rc = s_wait_rc(run);
+    size_t lo = 0, le = 0;
+    char *out = sw_test_read_file(s_path("run2", ".out"), &lo);
+    char *err = sw_test_read_file(s_path("run2", ".err"), &le);
+    SW_CHECK(rc != 0); /* the head said it failed */
+    SW_CHECK(out && strstr(out, "hello [31mred[0m 31m world\n") && strstr(out, "2J tail"));
+    SW_CHECK(err && strstr(err, "]0;pwned the head [5mfailed"));
+    for (size_t i = 0; out && i < lo; i++)
+        SW_CHECK(out[i] != 0x1b && out[i] != 0x07 && (unsigned char)out[i] != 0xc2);
+    for (size_t i = 0; err && i < le; i++)
+        SW_CHECK(err[i] != 0x1b && err[i] != 0x07);
+    printf("escapes: run printed \"%s\"\n", out ? out : "");
+    free(out);
+    free(err);
+    sw_peer_destroy(&evil);
+}
+
+int main(void)
+{
+    const char *model = sw_test_model();
+    char e[256];
+    if (sw_keys_curve_check(e, sizeof e) != 0)
+        sw_test_skip(e);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
+    snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
+    const char *nodes[] = {"head", "tail", "evilhead", NULL};
+    const char *clients[] = {"client", "mallory", NULL};
+    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
+
+    char n_gen[16];
+    snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
+    int32_t ref[N_GEN + 8];
+    char *ga[] = {(char *)sw_test_bin("shardwire"),
+                  "generate",
+                  "--model",
+                  (char *)model,
+                  "-p",
+                  "List three colors of the rainbow:\n1.",
+                  "-n",
+                  n_gen,
+                  "--threads",
+                  "1",
+                  "--json",
+                  NULL};
+    char *out = NULL;
+    SW_CHECK_INT(sw_test_run(ga, 120, &out, NULL), 0);
+    int n_ref = s_ids(out, ref, N_GEN + 8);
+    free(out);
+    SW_CHECK(n_ref > 0);
+
+    const char *log = sw_test_log("cluster.log");
+    pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
+    pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", log, NULL);
+    pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", log, NULL);
+    sw_test_client_env(s_dir, "client");
+    SW_CHECK_INT(sw_test_wait_peers(s_ep, 2, 60), 0);
+    char *sa[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json", NULL};
+    out = NULL;
+    if (sw_test_run(sa, 20, &out, NULL) == 0 && out) {
+        const char *m = strstr(out, "\"model\":\"");
+        while (m && m[9] == '"')
+            m = strstr(m + 9, "\"model\":\"");
+        if (m)
+            snprintf(s_fp, sizeof s_fp, "%.64s", m + 9);
+    }
+    free(out);
+    SW_CHECK_INT(strlen(s_fp), 64);
+
+    s_forged_errors(ref, n_ref);
+    s_escapes();
+
+    sw_test_kill(head);
+    sw_test_kill(tail);
+    sw_test_kill(relay);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", s_dir);
+    return sw_test_done();
+}

@@ -1,0 +1,335 @@
+/*
+ * test_route.c - every stage checks a Forward's route before it uses it.
+ *
+ * A keyed three-stage cluster (real relay, head 0:10, middle 10:20, tail
+ * 20:30 of SmolLM2, CURVE and sealing on) and "member", a peer holding a node
+ * key and the cluster key (a compromised cluster member: the strongest sender
+ * of Forwards there is). The member sends one properly sealed Forward of each
+ * malformed route shape to the middle stage or the tail:
+ *
+ *  - hop at the route's last entry on a middle stage (it used to read past the
+ *    route array: SIGSEGV), a tail that is not the route's last entry;
+ *  - hop 0, hop past the route (dropped by validation), route[hop] naming
+ *    another stage, a previous hop that is not the sender;
+ *  - a reply_to that is not the route's head (errors and verdicts would go to
+ *    a bystander);
+ *  - a next hop that is no key-bound node, or one whose layers do not start
+ *    where this stage's end; a previous hop whose layers do not end where
+ *    this stage's begin; a head entry that is no key-bound head.
+ *
+ * Each one must be answered with an Error to the sender (or dropped), never
+ * reach a bystander, and leave every stage alive; afterwards `shardwire run`
+ * still gives exactly the tokens of `shardwire generate`.
+ */
+#include "keys.h"
+#include "peer.h"
+#include "sw_test.h"
+#include "wire.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define N_GEN 16
+#define E 576 /* SmolLM2-135M hidden size */
+
+static char s_dir[64];
+static char s_ep[64];
+static char s_fp[65]; /* the model fingerprint, from `shardwire status` */
+
+static const char *s_path(const char *name, const char *ext)
+{
+    static char buf[8][256];
+    static int slot;
+    char *p = buf[slot++ % 8];
+    snprintf(p, 256, "%s/%s%s", s_dir, name, ext);
+    return p;
+}
+
+/* Token ids of a --json output. */
+static int s_ids(const char *out, int32_t *ids, int max)
+{
+    const char *brace = out ? strchr(out, '{') : NULL;
+    json_error_t je;
+    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
+    int n = -1;
+    if (json_is_array(arr)) {
+        n = 0;
+        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
+            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
+    }
+    json_decref(j);
+    return n;
+}
+
+/* The model fingerprint the nodes announce (anyone can read it from the table). */
+static void s_fingerprint(void)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json", NULL};
+    char *out = NULL;
+    s_fp[0] = 0;
+    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
+        const char *m = strstr(out, "\"model\":\"");
+        while (m && m[9] == '"') /* a client's empty fingerprint */
+            m = strstr(m + 9, "\"model\":\"");
+        if (m)
+            snprintf(s_fp, sizeof s_fp, "%.64s", m + 9);
+    }
+    free(out);
+}
+
+/* A peer with `who`'s node key and the cluster key, announced as a head of
+ * layers [0, end) of the cluster's model (what a compromised node can do). */
+static sw_peer_t *s_member(const char *who, uint32_t end)
+{
+    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
+                       .relay_key = s_path("relay", ".pub"),
+                       .cluster_key = {s_path("cluster.key", ""), NULL}};
+    sw_sec_t sec;
+    char err[512];
+    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
+        fprintf(stderr, "sec load: %s\n", err);
+        return NULL;
+    }
+    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    an.name = (char *)who;
+    an.role = SHARDWIRE__ROLE__ROLE_HEAD;
+    an.model_fingerprint = s_fp;
+    an.layer_begin = 0;
+    an.layer_end = end;
+    an.n_layers = 30;
+    an.backend = "cpu";
+    an.max_sessions = 1;
+    an.hidden = E;
+    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
+    sw_peer_t *p = sw_peer_new(&o);
+    sw_sec_wipe(&sec);
+    return p;
+}
+
+/* A plain client of the cluster (the bystander that must hear nothing). */
+static sw_peer_t *s_client(const char *who)
+{
+    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
+                       .relay_key = s_path("relay", ".pub"),
+                       .cluster_key = {s_path("cluster.key", ""), NULL}};
+    sw_sec_t sec;
+    char err[512];
+    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0)
+        return NULL;
+    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    an.name = (char *)who;
+    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    an.backend = "";
+    an.model_fingerprint = "";
+    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
+    sw_peer_t *p = sw_peer_new(&o);
+    sw_sec_wipe(&sec);
+    return p;
+}
+
+/*
+ * Sends one Forward of 2 rows from p to dest: layer_begin, the route (n
+ * names), hop and reply_to. Returns what came back within 3 s: the error code
+ * of an Error from dest, 100 for a Verdict, -1 for nothing.
+ */
+static int s_shape(sw_peer_t *p, const char *dest, uint32_t layer_begin, const char **route, int n,
+                   uint32_t hop, const char *reply_to, uint64_t sid)
+{
+    static float hidden[2 * E];
+    uint32_t toks[2] = {1, 2};
+    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+    f.session_id = sid;
+    f.round = 1;
+    f.n_rows = 2;
+    f.n_tokens = 2;
+    f.tokens = toks;
+    f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+    f.hidden = E;
+    f.layer_begin = layer_begin;
+    f.n_route = (size_t)n;
+    f.route = (char **)route;
+    f.hop = hop;
+    f.reply_to = (char *)reply_to;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+    env.forward = &f;
+    if (sw_peer_send(p, dest, &env, hidden, sizeof hidden, 1) != 0)
+        return -2;
+    double until = 3000;
+    for (;;) {
+        sw_wire_msg_t m = {0};
+        int rc = sw_peer_recv(p, &m, (int)until);
+        if (rc != 0)
+            return -1;
+        int got = -1;
+        if (!strcmp(m.peer, dest) && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+            got = m.env->error->code;
+        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT)
+            got = 100;
+        sw_wire_msg_clear(&m);
+        if (got != -1)
+            return got;
+        until = 1000;
+    }
+}
+
+/* 1 when nothing but relay chatter reaches p within ms. */
+static int s_quiet(sw_peer_t *p, int ms)
+{
+    sw_wire_msg_t m = {0};
+    int rc = sw_peer_recv(p, &m, ms);
+    if (rc == 0) {
+        fprintf(stderr, "bystander got a %s from %s\n", sw_wire_body_name(m.env), m.peer);
+        sw_wire_msg_clear(&m);
+        return 0;
+    }
+    return 1;
+}
+
+static int s_alive(pid_t pid)
+{
+    return waitpid(pid, NULL, WNOHANG) == 0;
+}
+
+int main(void)
+{
+    const char *model = sw_test_model();
+    char e[256];
+    if (sw_keys_curve_check(e, sizeof e) != 0)
+        sw_test_skip(e);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
+    snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
+    const char *nodes[] = {"head", "mid", "tail", "member", "member2", NULL};
+    const char *clients[] = {"client", "bystander", NULL};
+    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
+
+    const char *prompt = "The capital of France is";
+    char n_gen[16];
+    snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
+    int32_t ref[N_GEN + 8], got[N_GEN + 8];
+    char *ga[] = {(char *)sw_test_bin("shardwire"),
+                  "generate",
+                  "--model",
+                  (char *)model,
+                  "-p",
+                  (char *)prompt,
+                  "-n",
+                  n_gen,
+                  "--threads",
+                  "1",
+                  "--json",
+                  NULL};
+    char *out = NULL;
+    SW_CHECK_INT(sw_test_run(ga, 120, &out, NULL), 0);
+    int n_ref = s_ids(out, ref, N_GEN + 8);
+    free(out);
+    SW_CHECK(n_ref > 0);
+
+    const char *log = sw_test_log("cluster.log");
+    pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
+    pid_t head = sw_test_node(s_ep, s_dir, "head", "0:10", log, NULL);
+    pid_t mid = sw_test_node(s_ep, s_dir, "mid", "10:20", log, NULL);
+    pid_t tail = sw_test_node(s_ep, s_dir, "tail", "20:30", log, NULL);
+    sw_test_client_env(s_dir, "client");
+    SW_CHECK_INT(sw_test_wait_peers(s_ep, 3, 60), 0);
+    s_fingerprint();
+    SW_CHECK_INT(strlen(s_fp), 64);
+
+    sw_peer_t *m = s_member("member", 10);  /* fits in front of mid */
+    sw_peer_t *m2 = s_member("member2", 5); /* a head whose layers fit nowhere */
+    sw_peer_t *by = s_client("bystander");
+    SW_CHECK(m && m2 && by);
+    if (!m || !m2 || !by)
+        goto out;
+    const int BAD = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
+    uint64_t sid = 0x5100;
+
+    /* 1. hop at the route's last entry on a middle stage: no stage after it (the crash) */
+    for (int i = 0; i < 3; i++) {
+        const char *r[] = {"member", "mid"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 2, 1, "member", ++sid), BAD);
+        SW_CHECK(s_alive(mid));
+    }
+    /* 2. a tail that is not the route's last entry */
+    {
+        const char *r[] = {"member", "tail", "mid"};
+        SW_CHECK_INT(s_shape(m, "tail", 20, r, 3, 1, "member", ++sid), BAD);
+    }
+    /* 3. hop 0 (the head's own entry) */
+    {
+        const char *r[] = {"mid", "tail"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 2, 0, "mid", ++sid), BAD);
+    }
+    /* 4. route[hop] names another stage */
+    {
+        const char *r[] = {"member", "tail", "mid"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+    }
+    /* 5. the previous hop is not the sender */
+    {
+        const char *r[] = {"head", "mid", "tail"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "head", ++sid), BAD);
+    }
+    /* 6. reply_to is a bystander, not the route's head: the error comes back to the
+     * sender and the bystander hears nothing (no error, no verdict) */
+    {
+        const char *r[] = {"member", "mid", "tail"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "bystander", ++sid), BAD);
+        SW_CHECK(s_quiet(by, 1500));
+    }
+    /* a well-formed route from the member still works (the checks are not blanket refusals) */
+    {
+        const char *r[] = {"member", "mid", "tail"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), 100);
+    }
+    SW_CHECK(s_alive(relay));
+    SW_CHECK(s_alive(head));
+    SW_CHECK(s_alive(mid));
+    SW_CHECK(s_alive(tail));
+
+    /* the cluster still answers exactly */
+    {
+        char *rn[] = {(char *)sw_test_bin("shardwire"),
+                      "run",
+                      "--relay",
+                      s_ep,
+                      "--head",
+                      "head",
+                      "-p",
+                      (char *)prompt,
+                      "-n",
+                      n_gen,
+                      "--json",
+                      "--timeout-s",
+                      "60",
+                      NULL};
+        char *err = NULL;
+        out = NULL;
+        SW_CHECK_INT(sw_test_run(rn, 90, &out, &err), 0);
+        int n = s_ids(out, got, N_GEN + 8);
+        SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
+        if (n != n_ref)
+            fprintf(stderr, "run: %s\n", err ? err : "");
+        free(out);
+        free(err);
+    }
+out:
+    sw_peer_destroy(&m);
+    sw_peer_destroy(&m2);
+    sw_peer_destroy(&by);
+    sw_test_kill(head);
+    sw_test_kill(mid);
+    sw_test_kill(tail);
+    sw_test_kill(relay);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", s_dir);
+    return sw_test_done();
+}
