@@ -7,7 +7,14 @@
  *   shardwire run --relay tcp://HOST:PORT -p TEXT [-n N] [--temp T --seed S --top-k K
  *                 --top-p P --min-p P --repeat-penalty R] [--chat] [--head NAME]
  *                 [--timeout-s S] [--json] SECURITY
- *   shardwire status --relay tcp://HOST:PORT [--json] SECURITY
+ *                 [--connect-timeout-s S]
+ *   shardwire status --relay tcp://HOST:PORT [--json] [--expect NAME[,NAME...]]
+ *                    [--connect-timeout-s S] SECURITY
+ *
+ * Clients started before the relay or the nodes keep trying, one line per
+ * attempt, for --connect-timeout-s (default 15 s; 0 = no limit): `run` until a
+ * head and a whole pipeline behind it are connected, `status --expect` until
+ * the named peers are.
  *
  * SECURITY is --key FILE --relay-key FILE|Z85 --cluster-key FILE (required;
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
@@ -19,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "client.h"
@@ -27,7 +36,19 @@
 #include "log.h"
 #include "wire.h"
 
+#define S_CONNECT_MS 15000 /* default --connect-timeout-s of the clients */
+#define S_CONNECT_USAGE                                                                            \
+    "  --connect-timeout-s S  keep trying to reach the relay (and, for run, a whole pipeline)\n"   \
+    "                         for S s (default 15; 0 = no limit)\n"
+
 static volatile sig_atomic_t s_stop;
+
+static double s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 static void s_on_signal(int sig)
 {
@@ -35,9 +56,22 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-/* Loads the keys and joins the relay; NULL after one line on stderr (*exit_code set). */
+/* --connect-timeout-s: seconds, 0 = no limit; into ms (-1 = none). 0 or -1 after a line. */
+static int s_connect_timeout(const char *cmd, const char *arg, int *ms)
+{
+    int sec;
+    char prog[64];
+    snprintf(prog, sizeof prog, "shardwire %s", cmd);
+    if (sw_arg_int(prog, "--connect-timeout-s", arg, 0, 86400 * 24, &sec) != 0)
+        return -1;
+    *ms = sec > 0 ? sec * 1000 : -1;
+    return 0;
+}
+
+/* Loads the keys and joins the relay, trying for connect_ms; NULL after one
+ * line on stderr (*exit_code set). */
 static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const char *relay,
-                              int *exit_code)
+                              int connect_ms, int *exit_code)
 {
     char err[512];
     sw_sec_t sec;
@@ -46,7 +80,8 @@ static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const cha
         *exit_code = 2;
         return NULL;
     }
-    sw_client_opts_t co = {.relay = relay, .sec = &sec, .connect_timeout_ms = 5000};
+    sw_client_opts_t co = {
+        .relay = relay, .sec = &sec, .connect_timeout_ms = connect_ms, .stop = &s_stop};
     sw_client_t *c = sw_client_new(&co, err, sizeof err);
     sw_sec_wipe(&sec);
     if (!c) {
@@ -56,15 +91,36 @@ static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const cha
     return c;
 }
 
+/* 1 when every comma-separated name in expect is in the table; else 0 and the
+ * first missing one in missing. */
+static int s_has_names(const sw_client_table_t *t, const char *expect, char *missing, size_t len)
+{
+    for (const char *p = expect; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        int found = n == 0;
+        for (int i = 0; i < t->n_peers && !found; i++)
+            found = strlen(t->peers[i].name) == n && !strncmp(t->peers[i].name, p, n);
+        if (!found) {
+            snprintf(missing, len, "%.*s", (int)(n < 64 ? n : 64), p);
+            return 0;
+        }
+        p = comma ? comma + 1 : NULL;
+    }
+    return 1;
+}
+
 int cmd_status(int argc, char **argv)
 {
-    enum { O_RELAY = 256, O_JSON };
+    enum { O_RELAY = 256, O_JSON, O_EXPECT, O_CONNECT };
     static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
                                           {"json", no_argument, 0, O_JSON},
+                                          {"expect", required_argument, 0, O_EXPECT},
+                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
-    const char *relay = NULL;
-    int json = 0, c, rc = 1;
+    const char *relay = NULL, *expect = NULL;
+    int json = 0, c, rc = 1, connect_ms = S_CONNECT_MS;
     sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -77,22 +133,45 @@ int cmd_status(int argc, char **argv)
             relay = optarg;
         else if (c == O_JSON)
             json = 1;
-        else
+        else if (c == O_EXPECT)
+            expect = optarg;
+        else if (c != O_CONNECT || s_connect_timeout("status", optarg, &connect_ms) != 0)
             return 2;
     }
-    if (!relay) {
-        fprintf(stderr, "shardwire status: --relay tcp://HOST:PORT is required\n" SW_SEC_USAGE);
+    if (!relay || optind < argc) {
+        fprintf(stderr,
+                "usage: shardwire status --relay tcp://HOST:PORT [--json] [--expect "
+                "NAME[,NAME...]] SECURITY\n"
+                "  --expect NAMES         wait (up to the connect timeout) until these "
+                "peers are connected; exit 1 if they are not\n" S_CONNECT_USAGE SW_SEC_USAGE);
         return 2;
     }
-    sw_client_t *cl = s_connect("status", &sa, relay, &rc);
+    const double deadline = connect_ms < 0 ? -1 : s_now_ms() + connect_ms;
+    sw_client_t *cl = s_connect("status", &sa, relay, connect_ms, &rc);
     if (!cl)
         return rc;
     sw_client_table_t t;
-    char err[512];
-    if (sw_client_status(cl, &t, 5000, err, sizeof err) != 0) {
-        fprintf(stderr, "shardwire status: the relay at %s did not answer\n", relay);
-        sw_client_destroy(&cl);
-        return 1;
+    char err[512], missing[80] = "";
+    for (int attempt = 1;; attempt++) {
+        if (sw_client_status(cl, &t, 5000, err, sizeof err) != 0) {
+            fprintf(stderr, "shardwire status: the relay at %s did not answer\n", relay);
+            sw_client_destroy(&cl);
+            return 1;
+        }
+        if (!expect || s_has_names(&t, expect, missing, sizeof missing))
+            break;
+        double left = deadline < 0 ? 2000 : deadline - s_now_ms();
+        double wait = attempt < 4 ? 250 << attempt : 2000;
+        if (wait > left)
+            wait = left;
+        if (wait <= 0 || s_stop)
+            break;
+        fprintf(stderr,
+                "shardwire status: '%s' is not connected yet (attempt %d); asking again in "
+                "%.1f s\n",
+                missing, attempt, wait / 1e3);
+        sw_client_table_clear(&t);
+        usleep((useconds_t)(wait * 1000));
     }
     if (json) {
         json_t *j = json_object(), *arr = json_array();
@@ -136,6 +215,10 @@ int cmd_status(int argc, char **argv)
     }
     sw_client_table_clear(&t);
     sw_client_destroy(&cl);
+    if (expect && missing[0]) {
+        fprintf(stderr, "shardwire status: '%s' is not connected to the relay\n", missing);
+        return 1;
+    }
     return 0;
 }
 
@@ -211,7 +294,8 @@ int cmd_run(int argc, char **argv)
         O_HEAD,
         O_TIMEOUT,
         O_DRAFT,
-        O_DRAFTK
+        O_DRAFTK,
+        O_CONNECT
     };
     static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
                                           {"prompt", required_argument, 0, 'p'},
@@ -228,13 +312,14 @@ int cmd_run(int argc, char **argv)
                                           {"timeout-s", required_argument, 0, O_TIMEOUT},
                                           {"draft", required_argument, 0, O_DRAFT},
                                           {"draft-k", required_argument, 0, O_DRAFTK},
+                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
     sw_sec_args_t sargs = {0};
     const char *relay = NULL, *prompt = NULL, *head_name = NULL, *draft = NULL;
     double n_predict = 128, temp = 0, seed = 0x5eed, top_k = 40, top_p = 0.95, min_p = 0.05,
            rep = 1.0, timeout_s = 300, draft_k = -1;
-    int chat = 0, json = 0, c, rc = 0;
+    int chat = 0, json = 0, c, rc = 0, connect_ms = S_CONNECT_MS;
     optind = 1;
     while ((c = getopt_long(argc, argv, "p:n:", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sargs, c, optarg);
@@ -289,6 +374,9 @@ int cmd_run(int argc, char **argv)
             rc =
                 sw_arg_double("shardwire run", "--draft-k", optarg, 0, SW_WIRE_MAX_DRAFT, &draft_k);
             break;
+        case O_CONNECT:
+            rc = s_connect_timeout("run", optarg, &connect_ms);
+            break;
         default:
             return 2;
         }
@@ -296,7 +384,8 @@ int cmd_run(int argc, char **argv)
             return 2;
     }
     if (!relay || !prompt) {
-        fprintf(stderr, "shardwire run: --relay and -p are required; security:\n" SW_SEC_USAGE);
+        fprintf(stderr, "shardwire run: --relay and -p are required;\n" S_CONNECT_USAGE
+                        "security:\n" SW_SEC_USAGE);
         return 2;
     }
     sw_client_request_t q = sw_client_request_default();
@@ -337,7 +426,8 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     int exit_code = 1;
-    sw_client_t *cl = s_connect("run", &sargs, relay, &exit_code);
+    const double t_start = s_now_ms();
+    sw_client_t *cl = s_connect("run", &sargs, relay, connect_ms, &exit_code);
     if (!cl)
         return exit_code;
     exit_code = 1;
@@ -346,7 +436,10 @@ int cmd_run(int argc, char **argv)
     size_t text_len = 0;
     int held_c2 = 0; /* the text shown so far ended in a byte that may start a C1 control */
     char head[SW_CLIENT_NAME_LEN], id[SW_CLIENT_ID_LEN];
-    if (sw_client_find_head(cl, head_name, NULL, head, err, sizeof err) != 0 ||
+    /* the rest of the connect deadline goes to waiting for the pipeline */
+    int wait_ms = connect_ms < 0 ? -1 : connect_ms - (int)(s_now_ms() - t_start);
+    if (sw_client_wait_head(cl, head_name, NULL, wait_ms < 0 && connect_ms >= 0 ? 0 : wait_ms,
+                            &s_stop, head, err, sizeof err) != 0 ||
         sw_client_submit(cl, head, &q, id, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire run: %s\n", err);
         goto out;

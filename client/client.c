@@ -181,6 +181,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
                          .announce = &an,
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
+                         .stop = o->stop,
                          .accept_clear_errors = 1};
     c->peer = sw_peer_new(&po);
     if (!c->peer) {
@@ -302,22 +303,12 @@ int sw_client_peer_serves(const sw_client_peer_t *p, const char *model)
            (strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));
 }
 
-int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
-                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+/* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
+ * or SW_CLIENT_ENOHEAD after a line in err. */
+static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,
+                       char *err, size_t err_len)
 {
-    sw_client_table_t t;
-    int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len);
-    if (rc != 0)
-        return rc;
-    rc = sw_client_pick_head(&t, want, model, out, err, err_len);
-    sw_client_table_clear(&t);
-    return rc;
-}
-
-int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char *model,
-                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
-{
-    int found = 0, other_model = 0;
+    int found = -1, other_model = 0;
     for (int i = 0; i < t->n_peers; i++) {
         const sw_client_peer_t *p = &t->peers[i];
         if (!s_is_head(p) || (want && strcmp(want, p->name) != 0))
@@ -326,11 +317,11 @@ int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char
             other_model++;
             continue;
         }
-        if (!found || strcmp(p->name, out) < 0)
-            snprintf(out, SW_CLIENT_NAME_LEN, "%s", p->name);
-        found++;
+        if (found < 0 || strcmp(p->name, t->peers[found].name) < 0)
+            found = i;
     }
-    if (found)
+    *at = found;
+    if (found >= 0)
         return 0;
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
@@ -346,6 +337,96 @@ int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char
     return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                   "no head node (layers starting at 0) is connected to the relay: start one with "
                   "shardwire-node --layers 0:N (shardwire status lists the peers)");
+}
+
+/*
+ * 1 when stages of the head's model cover its layers after the head's range
+ * to the end, or when waiting cannot help (a peer of another model or an
+ * overlapping range sits where the next stage should: the head refuses the
+ * request with the exact reason). Else 0 and what is missing in why.
+ */
+static int s_pipeline_whole(const sw_client_table_t *t, const sw_client_peer_t *h, char *why,
+                            size_t why_len)
+{
+    for (uint32_t at = h->layer_end; at < h->n_layers;) {
+        const sw_client_peer_t *next = NULL;
+        for (int i = 0; i < t->n_peers && !next; i++) {
+            const sw_client_peer_t *p = &t->peers[i];
+            if (p->is_node && !s_is_head(p) && p->layer_begin == at && p->layer_end > at &&
+                p->n_layers == h->n_layers && !strcmp(p->model, h->model))
+                next = p;
+        }
+        if (!next) {
+            for (int i = 0; i < t->n_peers; i++) {
+                const sw_client_peer_t *p = &t->peers[i];
+                if (p != h && p->is_node && p->layer_begin <= at && p->layer_end > at)
+                    return 1;
+            }
+            s_fail(0, why, why_len,
+                   "gap in the pipeline: no node serving layer %u of %u is connected", at,
+                   h->n_layers);
+            return 0;
+        }
+        at = next->layer_end;
+    }
+    return 1;
+}
+
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+{
+    sw_client_table_t t;
+    int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len), at = -1;
+    if (rc == 0)
+        rc = s_pick_head(&t, want, model, &at, err, err_len);
+    if (rc == 0)
+        snprintf(out, SW_CLIENT_NAME_LEN, "%s", t.peers[at].name);
+    sw_client_table_clear(&t);
+    return rc;
+}
+
+int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char *model,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+{
+    int at = -1, rc = s_pick_head(t, want, model, &at, err, err_len);
+    if (rc == 0)
+        snprintf(out, SW_CLIENT_NAME_LEN, "%s", t->peers[at].name);
+    return rc;
+}
+
+int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int timeout_ms,
+                        volatile sig_atomic_t *stop, char out[SW_CLIENT_NAME_LEN], char *err,
+                        size_t err_len)
+{
+    const double deadline = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    for (int attempt = 1;; attempt++) {
+        sw_client_table_t t;
+        char why[SW_WIRE_MAX_ERROR_TEXT];
+        int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len), at = -1;
+        if (rc != 0)
+            return rc;
+        rc = s_pick_head(&t, want, model, &at, why, sizeof why);
+        int whole = rc == 0 && s_pipeline_whole(&t, &t.peers[at], why, sizeof why);
+        if (at >= 0)
+            snprintf(out, SW_CLIENT_NAME_LEN, "%s", t.peers[at].name);
+        sw_client_table_clear(&t);
+        if (whole)
+            return 0;
+        double left = deadline < 0 ? 2000 : deadline - s_now_ms();
+        double wait = attempt < 4 ? 250 << attempt : 2000;
+        if (wait > left)
+            wait = left;
+        if (stop && *stop)
+            return s_fail(SW_CLIENT_ECANCELLED, err, err_len, "interrupted");
+        if (wait <= 0 && at >= 0)
+            return 0; /* the head says what is missing */
+        if (wait <= 0)
+            return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "%s", why);
+        SW_WARN("client: waiting for the pipeline: %s (attempt %d); asking again in %.1f s", why,
+                attempt, wait / 1e3);
+        for (double until = s_now_ms() + wait; s_now_ms() < until && !(stop && *stop);)
+            nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
 }
 
 /* ---- requests --------------------------------------------------------------------------- */

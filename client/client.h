@@ -31,6 +31,7 @@
 #ifndef SW_CLIENT_H
 #define SW_CLIENT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,10 +77,12 @@ const char *sw_client_finish_name(int finish);
 typedef struct sw_client sw_client_t;
 
 typedef struct sw_client_opts {
-    const char *relay;      /* relay endpoint, tcp://HOST:PORT */
-    const sw_sec_t *sec;    /* keys (copied); NULL or sec->insecure = loopback without keys */
-    const char *name;       /* peer name prefix (default "client"); a random suffix is added */
-    int connect_timeout_ms; /* how long to wait for the relay's ack (0 = 5000) */
+    const char *relay;           /* relay endpoint, tcp://HOST:PORT */
+    const sw_sec_t *sec;         /* keys (copied); NULL or sec->insecure = loopback without keys */
+    const char *name;            /* peer name prefix (default "client"); a random suffix is added */
+    int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 = 5000, -1 = no
+                                    limit); one warning line per attempt (peer.h) */
+    volatile sig_atomic_t *stop; /* optional: joining gives up once it is non-zero */
 } sw_client_opts_t;
 
 /*
@@ -145,6 +148,21 @@ int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
 int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char *model,
                         char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
     __attribute__((warn_unused_result));
+
+/*
+ * Like sw_client_find_head, but waits until that head and a whole pipeline
+ * behind it (stages of the same model covering the layers after the head's
+ * to the last) are connected: nodes may start after the client. Asks the
+ * relay with a growing delay (0.5 s doubling to 2 s), one warning line per
+ * attempt, for up to timeout_ms (-1 = no limit) or until *stop is set. When
+ * time is up with a head connected but the pipeline incomplete, or when the
+ * pipeline is broken in a way waiting cannot fix (an overlap, another model),
+ * it returns 0 anyway: the head refuses the request with the exact reason.
+ * 0, or SW_CLIENT_ENOHEAD / ECONNECT / ECANCELLED after a line in err.
+ */
+int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int timeout_ms,
+                        volatile sig_atomic_t *stop, char out[SW_CLIENT_NAME_LEN], char *err,
+                        size_t err_len) __attribute__((warn_unused_result));
 
 /* ---- requests --------------------------------------------------------------------------- */
 

@@ -7,11 +7,13 @@
 #include "peer.h"
 
 #include "log.h"
+#include "probe.h"
 #include "seal.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +24,22 @@
 #define SW_PEER_RETRY_MS 1000           /* re-announce interval while refused / unanswered */
 #define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay */
 #define SW_PEER_ZMTP_BACKSTOP_MS 600000 /* libzmq's own heartbeat timeout */
+#define SW_PEER_BACKOFF_MIN_MS 250      /* first delay between start-up attempts */
+#define SW_PEER_BACKOFF_MAX_MS 5000     /* longest delay between start-up attempts */
+#define SW_PEER_PROBE_MS 3000           /* connect / greeting timeout of one probe */
+#define SW_PEER_CUTS_FATAL 2            /* handshakes cut while a relay answers: the key is wrong */
 
 struct sw_peer {
-    void *ctx;                          /* own ZeroMQ context (one I/O thread) */
-    void *sock;                         /* DEALER connected to the relay */
-    void *mon;                          /* PAIR receiving sock's monitor events */
-    Shardwire__PeerAnnounce *announce;  /* own deep copy, sent on every (re)announce */
-    int announced;                      /* 1 once the relay acked on this connection */
-    int n_connects;                     /* handshakes completed with the relay */
-    int64_t announce_at_ms;             /* next time to send the announce; -1 = none due */
-    int constructing;                   /* 1 while sw_peer_new waits for the first ack */
-    int fatal_code;                     /* relay refused the first announce with this code */
+    void *ctx;                         /* own ZeroMQ context (one I/O thread) */
+    void *sock;                        /* DEALER connected to the relay */
+    void *mon;                         /* PAIR receiving sock's monitor events */
+    Shardwire__PeerAnnounce *announce; /* own deep copy, sent on every (re)announce */
+    int announced;                     /* 1 once the relay acked on this connection */
+    int n_connects;                    /* handshakes completed with the relay */
+    int64_t announce_at_ms;            /* next time to send the announce; -1 = none due */
+    int constructing;                  /* 1 while sw_peer_new waits for the first ack */
+    int fatal_code;                    /* relay refused the first announce with this code */
+    int hs_cut; /* handshakes cut (connection closed) since sw_peer_new last looked */
     sw_wire_msg_t queue[SW_PEER_QUEUE]; /* ring of kept messages */
     int q_head;                         /* index of the oldest kept message */
     int q_len;                          /* kept messages */
@@ -41,6 +48,7 @@ struct sw_peer {
     int64_t check_at_ms;                /* next silence check */
     sw_wire_crypto_t crypto;            /* end-to-end sealing (crypto.seal NULL = none) */
     int auth_failed;                    /* the relay refused or revoked our key */
+    int curve;                          /* 1 = CurveZMQ handshake (keys given) */
     uint64_t drops;                     /* malformed, unsealed, tampered or replayed messages */
     int64_t wrong_key_told_ms;          /* when we last told a peer we cannot open its messages */
 };
@@ -78,6 +86,7 @@ static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay,
             SW_ERR("peer %s: setting the CURVE keys: %s", p->announce->name, zmq_strerror(errno));
             return -1;
         }
+        p->curve = 1;
     }
     if (sec && sec->n_cluster > 0) {
         p->crypto.seal = sw_seal_new(sec->cluster, sec->n_cluster);
@@ -165,15 +174,26 @@ static void s_events(sw_peer_t *p)
             p->announced = 0;
             p->announce_at_ms = s_now_ms();
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
-            SW_WARN("peer %s: lost the relay connection", p->announce->name);
+            if (!p->constructing) /* sw_peer_new says what went wrong itself */
+                SW_WARN("peer %s: lost the relay connection", p->announce->name);
             p->announced = 0;
             p->fd = -1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             SW_ERR("peer %s: the relay refused our key (not on its allow-list, or revoked)",
                    p->announce->name);
             p->auth_failed = 1;
-        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-                   event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            /* The connection closed during the handshake: the relay refused our
+             * keys, or it went away (restart, a forwarder with nothing behind it).
+             * sw_peer_new probes to tell which; later on libzmq just redials. */
+            if (p->constructing)
+                p->hs_cut++;
+            else
+                SW_WARN("peer %s: the connection to the relay closed during the security "
+                        "handshake (relay restarting, or a forwarder with no relay behind it; "
+                        "if it persists, check --relay-key); retrying",
+                        p->announce->name);
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             SW_ERR("peer %s: security handshake with the relay failed (wrong --relay-key, or "
                    "one side runs --insecure-loopback and the other does not)",
                    p->announce->name);
@@ -297,6 +317,8 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         s_maybe_announce(p);
         if (p->fatal_code || p->auth_failed)
             return -1;
+        if (p->constructing && p->hs_cut)
+            return 1; /* sw_peer_new decides what the cut means */
         sw_wire_msg_t m = {0};
         char err[SW_WIRE_ERR_LEN];
         int rc = sw_wire_recv_ex(p->sock, ZMQ_DONTWAIT, &m, &p->crypto, err, sizeof err);
@@ -339,6 +361,130 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
     }
 }
 
+/* Sleeps ms in short slices; 1 when *stop was set meanwhile. */
+static int s_nap(int64_t ms, volatile sig_atomic_t *stop)
+{
+    int64_t until = s_now_ms() + ms;
+    for (;;) {
+        if (stop && *stop)
+            return 1;
+        int64_t left = until - s_now_ms();
+        if (left <= 0)
+            return 0;
+        poll(NULL, 0, (int)(left < 200 ? left : 200));
+    }
+}
+
+/* "giving up in 12 s" or "no deadline" for an attempt line. */
+static void s_left_text(int64_t deadline, char *buf, size_t len)
+{
+    if (deadline < 0)
+        snprintf(buf, len, "no deadline");
+    else
+        snprintf(buf, len, "giving up in %.0f s", (deadline - s_now_ms()) / 1e3);
+}
+
+/* The mechanism this peer's handshake uses. */
+static const char *s_mech(const sw_peer_t *p)
+{
+    return p->curve ? "CURVE" : "NULL";
+}
+
+/* 0 when a relay's greeting names our mechanism (or none was read). */
+static int s_mech_check(const sw_peer_t *p, const char *relay, const char *mech)
+{
+    if (!mech[0] || strcmp(mech, s_mech(p)) == 0)
+        return 0;
+    if (!strcmp(s_mech(p), "CURVE"))
+        SW_ERR("peer %s: the relay at %s runs without keys (--insecure-loopback) but this peer "
+               "has keys: start both with keys, or both with --insecure-loopback",
+               p->announce->name, relay);
+    else
+        SW_ERR("peer %s: the relay at %s requires keys (CurveZMQ, mechanism %s) but this peer "
+               "runs --insecure-loopback: give it --key, --relay-key and --cluster-key",
+               p->announce->name, relay, mech);
+    return -1;
+}
+
+/*
+ * Before the first dial: waits until a relay greets us at the endpoint
+ * (probe.h), retrying with a doubling delay and one line per attempt. 0 = dial
+ * now, -1 = give up (logged). Endpoints that cannot be probed pass at once.
+ */
+static int s_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
+                            volatile sig_atomic_t *stop, int *attempt)
+{
+    int64_t backoff = SW_PEER_BACKOFF_MIN_MS;
+    for (;;) {
+        char mech[SW_PROBE_MECH_MAX + 1], why[256], left[64];
+        int64_t now = s_now_ms();
+        int ms = SW_PEER_PROBE_MS;
+        if (deadline >= 0 && deadline - now < ms)
+            ms = deadline - now > 1 ? (int)(deadline - now) : 1;
+        sw_probe_rc rc = sw_probe_relay(relay, ms, mech, why, sizeof why);
+        ++*attempt;
+        if (rc == SW_PROBE_OK || rc == SW_PROBE_UNSUPPORTED) {
+            if (s_mech_check(p, relay, mech) != 0)
+                return -1;
+            if (*attempt > 1)
+                SW_INFO("peer %s: the relay at %s answers (attempt %d)", p->announce->name, relay,
+                        *attempt);
+            return 0;
+        }
+        if (!sw_probe_retryable(rc)) {
+            SW_ERR("peer %s: relay %s: %s", p->announce->name, relay, why);
+            return -1;
+        }
+        now = s_now_ms();
+        if (deadline >= 0 && now >= deadline) {
+            SW_ERR("peer %s: the relay at %s is not reachable: %s (%d attempts): start it, check "
+                   "the address and the firewall, or wait longer (--connect-timeout-s)",
+                   p->announce->name, relay, why, *attempt);
+            return -1;
+        }
+        int64_t delay = backoff;
+        if (deadline >= 0 && deadline - now < delay)
+            delay = deadline - now;
+        s_left_text(deadline, left, sizeof left);
+        SW_WARN("peer %s: relay %s: %s (attempt %d); retrying in %.1f s (%s)", p->announce->name,
+                relay, why, *attempt, delay / 1e3, left);
+        if (s_nap(delay, stop)) {
+            SW_ERR("peer %s: interrupted while waiting for the relay", p->announce->name);
+            return -1;
+        }
+        backoff = backoff * 2 > SW_PEER_BACKOFF_MAX_MS ? SW_PEER_BACKOFF_MAX_MS : backoff * 2;
+    }
+}
+
+/*
+ * A handshake was cut while sw_peer_new waited: if a relay with our mechanism
+ * still greets us at the endpoint, the relay closed it (it does that when our
+ * HELLO is not sealed to its key). *cuts counts that in a row. 0 = keep
+ * waiting (libzmq redials), -1 = give up (logged).
+ */
+static int s_on_cut(sw_peer_t *p, const char *relay, int64_t deadline, int *cuts, int *attempt)
+{
+    char mech[SW_PROBE_MECH_MAX + 1], why[256], left[64];
+    sw_probe_rc rc = sw_probe_relay(relay, SW_PEER_PROBE_MS, mech, why, sizeof why);
+    if (rc == SW_PROBE_OK || rc == SW_PROBE_UNSUPPORTED) {
+        if (s_mech_check(p, relay, mech) != 0)
+            return -1;
+        if (++*cuts >= SW_PEER_CUTS_FATAL) {
+            SW_ERR("peer %s: the relay at %s closes our security handshake while it answers "
+                   "others: its key is not the one given with --relay-key (check relay.pub)",
+                   p->announce->name, relay);
+            return -1;
+        }
+        return 0;
+    }
+    *cuts = 0;
+    ++*attempt;
+    s_left_text(deadline, left, sizeof left);
+    SW_WARN("peer %s: relay %s: %s (attempt %d); redialling (%s)", p->announce->name, relay, why,
+            *attempt, left);
+    return 0;
+}
+
 sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
 {
     char err[SW_WIRE_ERR_LEN];
@@ -359,7 +505,11 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         return NULL;
     }
     int hb = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
-    int connect_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
+    int connect_ms = opts->connect_timeout_ms > 0   ? opts->connect_timeout_ms
+                     : opts->connect_timeout_ms < 0 ? -1
+                                                    : 5000;
+    int64_t deadline = connect_ms < 0 ? -1 : s_now_ms() + connect_ms;
+    int attempt = 0, cuts = 0;
     int send_ms = opts->send_timeout_ms > 0 ? opts->send_timeout_ms : 10000;
     char mon_ep[64];
 
@@ -402,6 +552,8 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     p->mon = zmq_socket(p->ctx, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon_ep) != 0)
         goto err;
+    if (s_wait_reachable(p, opts->relay, deadline, opts->stop, &attempt) != 0)
+        goto err_quiet;
     if (zmq_connect(p->sock, opts->relay) != 0) {
         SW_ERR("peer %s: cannot connect to %s: %s", p->announce->name, opts->relay,
                zmq_strerror(errno));
@@ -410,21 +562,29 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
 
     /* Wait for the ack; anything else that arrives is kept for sw_peer_recv. */
     p->constructing = 1;
-    int64_t deadline = s_now_ms() + connect_ms;
     while (!p->announced) {
-        int64_t left = deadline - s_now_ms();
+        if (opts->stop && *opts->stop) {
+            SW_ERR("peer %s: interrupted while joining the relay", p->announce->name);
+            goto err_quiet;
+        }
+        int64_t left = deadline < 0 ? 1000 : deadline - s_now_ms();
         if (left <= 0) {
             SW_ERR("peer %s: no answer from the relay at %s within %d ms", p->announce->name,
                    opts->relay, connect_ms);
-            goto err;
+            goto err_quiet;
         }
         sw_wire_msg_t m = {0};
-        int rc = s_pump(p, &m, (int)left, 1);
+        int rc = s_pump(p, &m, (int)(left < 1000 ? left : 1000), 1);
         if (rc < 0) {
             if (p->fatal_code)
                 SW_ERR("peer %s: the relay at %s refused us (%s)", p->announce->name, opts->relay,
                        sw_wire_error_code_name(p->fatal_code));
             goto err_quiet;
+        }
+        if (p->hs_cut) {
+            p->hs_cut = 0;
+            if (s_on_cut(p, opts->relay, deadline, &cuts, &attempt) != 0)
+                goto err_quiet;
         }
         if (rc == 0) {
             if (p->q_len < SW_PEER_QUEUE)

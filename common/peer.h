@@ -14,6 +14,9 @@
  *   heartbeat intervals, and a peer whose relay sent nothing for 10 of its
  *   own intervals shuts the connection down so that libzmq redials (checked
  *   inside sw_peer_recv / sw_peer_send, from TCP_INFO).
+ * - Start-up in any order: sw_peer_new probes the relay endpoint before it
+ *   dials (probe.h) and retries with backoff until its deadline, so a node may
+ *   start before the relay, or behind a forwarder whose relay is not up yet.
  * - Reconnects: libzmq redials by itself; after a reconnect the relay sees a
  *   new connection, so the peer announces again (on the socket monitor's
  *   HANDSHAKE_SUCCEEDED event, and whenever the relay answers ERR_NOT_ANNOUNCED), and
@@ -41,6 +44,8 @@
 #include "keys.h"
 #include "wire.h"
 
+#include <signal.h>
+
 typedef struct sw_peer sw_peer_t;
 
 typedef struct sw_peer_opts {
@@ -48,17 +53,23 @@ typedef struct sw_peer_opts {
     const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
     int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. The relay is presumed gone
                                after 10x this without data from it. */
-    int connect_timeout_ms; /* how long sw_peer_new waits for the relay's ack; 0 = 5000 */
+    int connect_timeout_ms; /* how long sw_peer_new keeps trying to reach the relay and get its
+                               ack; 0 = 5000, -1 = forever */
     int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
     const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */
-    int accept_clear_errors; /* clients: accept a clear Error from a peer that cannot open
-                                our sealed messages (msg.sealed = 0 tells it apart) */
+    int accept_clear_errors;     /* clients: accept a clear Error from a peer that cannot open
+                                    our sealed messages (msg.sealed = 0 tells it apart) */
+    volatile sig_atomic_t *stop; /* optional: sw_peer_new gives up once it is non-zero */
 } sw_peer_opts_t;
 
 /*
- * Connects to the relay, announces and waits for the AnnounceAck. Returns NULL
- * (after one error line) when the relay cannot be reached in time, refuses the
- * name, or speaks another protocol version. Free with sw_peer_destroy().
+ * Connects to the relay, announces and waits for the AnnounceAck. A relay that
+ * is not up yet (refused, name not resolving, a forwarder that accepts and
+ * closes: see probe.h) is retried with a growing delay (0.25 s doubling to
+ * 5 s) and one warning line per attempt, until connect_timeout_ms. Returns
+ * NULL (after one error line) when the time is up, *stop was set, or the relay
+ * refuses us for good: our key (not allowed, or the relay's key is not the one
+ * pinned), the name, the protocol version. Free with sw_peer_destroy().
  */
 sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts) __attribute__((warn_unused_result));
 

@@ -844,7 +844,11 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         fprintf(stderr, "shardwire serve: out of memory\n");
         goto out;
     }
-    sw_client_opts_t co = {.relay = o->relay, .sec = o->sec, .name = "gateway"};
+    sw_client_opts_t co = {.relay = o->relay,
+                           .sec = o->sec,
+                           .name = "gateway",
+                           .connect_timeout_ms = 15000,
+                           .stop = stop};
     g.disp = gw_disp_new(g.zctx, &co, err, sizeof err);
     if (!g.disp) {
         fprintf(stderr, "shardwire serve: %s\n", err);

@@ -5,7 +5,7 @@
  *                  [--backend cpu|cuda[:N]|cuda:0,1] [--threads N] [--ctx N]
  *                  [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
- *                  [--recover-timeout-s S]
+ *                  [--recover-timeout-s S] [--connect-timeout-s S]
  *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
  *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
  *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
@@ -54,6 +54,8 @@ static void s_usage(FILE *f)
                "  --recover-timeout-s S  head: wait up to S s for a failed stage to come back "
                "(default 60; 0 = fail at once)\n"
                "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n"
+               "  --connect-timeout-s S  at start, keep trying to reach the relay for S s\n"
+               "                         (default 0 = until it answers; one line per attempt)\n"
                "  --draft-model PATH     head: draft model GGUF (the model's vocabulary)\n"
                "  --draft MODE           head: default proposer: model, ngram, mix or none\n"
                "                         (default: model with --draft-model, else none)\n"
@@ -107,6 +109,7 @@ int main(int argc, char **argv)
         O_ROUND,
         O_HB,
         O_RECOVER,
+        O_CONNECT,
         O_DMODEL,
         O_DMODE,
         O_DK,
@@ -131,6 +134,7 @@ int main(int argc, char **argv)
                                           {"round-timeout-ms", required_argument, 0, O_ROUND},
                                           {"heartbeat-ms", required_argument, 0, O_HB},
                                           {"recover-timeout-s", required_argument, 0, O_RECOVER},
+                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
                                           {"draft-model", required_argument, 0, O_DMODEL},
                                           {"draft", required_argument, 0, O_DMODE},
                                           {"draft-k", required_argument, 0, O_DK},
@@ -156,7 +160,7 @@ int main(int argc, char **argv)
         .heartbeat_ms = 1000,
         .draft_k = DRAFT_K_AUTO,
     };
-    int c, idle_s = 300, recover_s = 60, rc = 0;
+    int c, idle_s = 300, recover_s = 60, connect_s = 0, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sargs, c, optarg);
         if (h < 0)
@@ -204,6 +208,10 @@ int main(int argc, char **argv)
             break;
         case O_RECOVER:
             rc = sw_arg_int("shardwire-node", "--recover-timeout-s", optarg, 0, 86400, &recover_s);
+            break;
+        case O_CONNECT:
+            rc = sw_arg_int("shardwire-node", "--connect-timeout-s", optarg, 0, 86400 * 24,
+                            &connect_s);
             break;
         case O_HB:
             rc = sw_arg_int("shardwire-node", "--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
@@ -295,6 +303,7 @@ int main(int argc, char **argv)
     }
     o.idle_timeout_ms = idle_s * 1000;
     o.recover_timeout_ms = recover_s * 1000;
+    o.connect_timeout_ms = connect_s > 0 ? connect_s * 1000 : -1;
     char err[512];
     if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);

@@ -150,11 +150,19 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     char model_name[SW_WIRE_NAME_MAX + 1];
     s_model_name(o, model_name, sizeof model_name);
     an.model_name = model_name;
-    sw_peer_opts_t po = {
-        .relay = o->relay, .announce = &an, .heartbeat_ms = o->heartbeat_ms, .sec = o->sec};
+    sw_peer_opts_t po = {.relay = o->relay,
+                         .announce = &an,
+                         .heartbeat_ms = o->heartbeat_ms,
+                         .connect_timeout_ms = o->connect_timeout_ms,
+                         .sec = o->sec,
+                         .stop = stop};
     n.peer = sw_peer_new(&po);
     if (!n.peer) {
-        SW_ERR("could not join the relay at %s (is shardwire-relay running there?)", o->relay);
+        if (*stop) {
+            rc = 0; /* Ctrl-C while waiting for the relay */
+            goto out;
+        }
+        SW_ERR("could not join the relay at %s", o->relay);
         goto out;
     }
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",

@@ -40,6 +40,7 @@ typedef struct node_opts {
     int recover_timeout_ms;  // head: how long one recovery waits for the pipeline
     int dtype;               // hidden-state dtype sent on (SHARDWIRE__DTYPE__*)
     int heartbeat_ms;        // ZMTP heartbeat interval
+    int connect_timeout_ms;  // keep trying to reach the relay at start this long (-1 = forever)
     const char *draft_model; // head: draft GGUF (NULL = none)
     const char *draft_mode;  // head: "model", "ngram", "none" or NULL (= model if given)
     int draft_k;             // head: default drafts per round (0 = off, -1 = adaptive)

@@ -172,7 +172,8 @@ static inline int swf_start(swf_cluster_t *c, const char *model, int n, const ch
     if (!c->relay_hb)
         c->relay_hb = 200;
     snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", c->port);
-    snprintf(c->log, sizeof c->log, "%s", log);
+    /* One file per test process: engineers and CI jobs share /tmp. */
+    snprintf(c->log, sizeof c->log, "%s.%d", log, (int)getpid());
     unlink(c->log);
     if (swf_start_relay(c) <= 0)
         return -1;

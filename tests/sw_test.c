@@ -216,6 +216,96 @@ pid_t sw_test_spawn(char *const argv[], const char *log_path)
     _exit(127);
 }
 
+pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err_path)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    setpgid(0, 0);
+    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0)
+        _exit(127);
+    dup2(fo, STDOUT_FILENO);
+    dup2(fe, STDERR_FILENO);
+    close(fo);
+    close(fe);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+int sw_test_wait(pid_t pid, int timeout_s)
+{
+    int status = 0;
+    for (int i = 0; i < timeout_s * 20 + 1; i++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+        if (r < 0)
+            return -1;
+        usleep(50000);
+    }
+    sw_test_kill(pid);
+    return -1;
+}
+
+int sw_test_json_tokens(const char *text, int32_t *ids, int max)
+{
+    /* The output is our own compact JSON: "tokens":[1,2,3]. No JSON library,
+     * so that engine-only tests link this file too. */
+    const char *p = text ? strstr(text, "\"tokens\":[") : NULL;
+    if (!p)
+        return -1;
+    p += 10;
+    int n = 0;
+    while (*p && *p != ']') {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            return -1;
+        if (n < max)
+            ids[n++] = (int32_t)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *p == ']' ? n : -1;
+}
+
+int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "generate",
+                    "--model",
+                    (char *)model,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--threads",
+                    "1",
+                    "--json",
+                    NULL};
+    char *out = NULL, *err = NULL;
+    int rc = sw_test_run(argv, 300, &out, &err);
+    int count = rc == 0 ? sw_test_json_tokens(out, ids, max) : -1;
+    if (count < 0)
+        fprintf(stderr, "shardwire generate failed (exit %d): %s\n", rc, err ? err : "");
+    free(out);
+    free(err);
+    return count;
+}
+
+int sw_test_count_in_file(const char *path, const char *needle)
+{
+    char *text = sw_test_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(text);
+    return n;
+}
+
 void sw_test_kill(pid_t pid)
 {
     if (pid <= 0)

@@ -84,6 +84,19 @@ int sw_test_free_port(void);
 /* Starts argv[0] with stdout+stderr appended to log_path (or /dev/null when
  * NULL), in its own process group. Returns the pid or -1. */
 pid_t sw_test_spawn(char *const argv[], const char *log_path);
+/* Like sw_test_spawn, with stdout to out_path and stderr to err_path (truncated). */
+pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err_path);
+/* Waits up to timeout_s for pid to exit: its exit code, 128+signal when a
+ * signal ended it, or -1 when it was still running (it is then killed). */
+int sw_test_wait(pid_t pid, int timeout_s);
+/* The "tokens" array of a JSON object in text (generate / run --json) into
+ * ids (up to max): the count, or -1 when there is none. */
+int sw_test_json_tokens(const char *text, int32_t *ids, int max);
+/* The reference: `shardwire generate --model model -p prompt -n n_gen
+ * --threads 1 --json` (greedy) into ids: the count, or -1 after a line. */
+int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
+/* Occurrences of needle in the file at path (0 when it cannot be read). */
+int sw_test_count_in_file(const char *path, const char *needle);
 /* SIGTERM, up to 5 s to exit, then SIGKILL; reaps it. Accepts pid <= 0. */
 void sw_test_kill(pid_t pid);
 /* Runs argv to completion (killed after timeout_s), capturing stdout into

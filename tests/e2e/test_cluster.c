@@ -106,6 +106,8 @@ static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result 
                     "--json",
                     "--timeout-s",
                     "120",
+                    "--connect-timeout-s", /* the gap case: ask the head soon */
+                    "3",
                     "--insecure-loopback",
                     NULL};
     char *out = NULL, *err = NULL;

@@ -411,23 +411,6 @@ static pid_t s_fork(void (*fn)(void), uint64_t seed)
     return pid;
 }
 
-/* Token ids of `shardwire generate` / `shardwire run` --json output. */
-static int s_ids(const char *out, int32_t *ids, int max)
-{
-    const char *brace = out ? strchr(out, '{') : NULL;
-    json_error_t je;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
-    int n = -1;
-    if (json_is_array(arr)) {
-        n = 0;
-        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
-            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    }
-    json_decref(j);
-    return n;
-}
-
 static long s_count(const char *who)
 {
     char *t = sw_test_read_file(s_path(who), NULL);
@@ -484,22 +467,8 @@ int main(void)
     char n_gen[16];
     snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
     int32_t ref[N_GEN + 8], got[N_GEN + 8];
-    char *ga[] = {(char *)sw_test_bin("shardwire"),
-                  "generate",
-                  "--model",
-                  (char *)model,
-                  "-p",
-                  (char *)prompt,
-                  "-n",
-                  n_gen,
-                  "--threads",
-                  "1",
-                  "--json",
-                  NULL};
     char *out = NULL;
-    SW_CHECK_INT(sw_test_run(ga, 120, &out, NULL), 0);
-    int n_ref = s_ids(out, ref, N_GEN + 8);
-    free(out);
+    int n_ref = sw_test_generate(model, prompt, N_GEN, ref, N_GEN + 8);
     SW_CHECK(n_ref > 0);
 
     char relay_key[256], cluster_key[256], client_key[256];
@@ -586,7 +555,7 @@ int main(void)
         out = NULL;
         int rc = sw_test_run(rn, 70, &out, &err);
         SW_CHECK_INT(rc, 0);
-        int n = s_ids(out, got, N_GEN + 8);
+        int n = sw_test_json_tokens(out, got, N_GEN + 8);
         SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
         if (rc != 0)
             fprintf(stderr, "run %d: %s\n", r, err ? err : "");
@@ -614,7 +583,7 @@ int main(void)
     SW_CHECK(s_alive(nodes[1]));
     out = NULL;
     SW_CHECK_INT(sw_test_run(rn, 70, &out, NULL), 0);
-    SW_CHECK_INT(s_ids(out, got, N_GEN + 8), n_ref);
+    SW_CHECK_INT(sw_test_json_tokens(out, got, N_GEN + 8), n_ref);
     SW_CHECK(n_ref > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
     free(out);
 
