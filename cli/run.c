@@ -241,6 +241,7 @@ static void s_print_json(const char *text, size_t text_len, json_t *ids,
     json_object_set_new(j, "rounds", json_integer(st->n_rounds));
     json_object_set_new(j, "drafted", json_integer(st->n_drafted));
     json_object_set_new(j, "accepted", json_integer(st->n_accepted));
+    json_object_set_new(j, "resumes", json_integer(st->n_resumes));
     char dg[17];
     snprintf(dg, sizeof dg, "%016llx", (unsigned long long)st->logits_digest);
     json_object_set_new(j, "logits_digest", json_string(dg));

@@ -17,9 +17,10 @@
 #include "log.h"
 #include "peer.h"
 
-#define S_QUIET_MS 3000  /* silence from a head before we check it is still there */
-#define S_GRACE_MS 5000  /* past the head's own deadline before we give up */
-#define S_STATUS_MS 5000 /* wait for a peer table */
+#define S_QUIET_MS 3000     /* silence from a head before we check it is still there */
+#define S_RESUME_GAP_MS 300 /* between two Resumes of one request while a gap lasts */
+#define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
+#define S_STATUS_MS 5000    /* wait for a peer table */
 #define S_DEFAULT_TIMEOUT_MS 300000
 
 typedef struct s_req {
@@ -36,6 +37,8 @@ typedef struct s_req {
     size_t text_len, text_cap; /* bytes held, capacity */
     int stopped;               /* a stop string was found: ignore the rest */
     sw_client_stats_t stats;   /* counters so far */
+    double resume_at;          /* when to ask the head to send again (Resume), 0 = no need */
+    double resumed_at;         /* when we last asked */
 } s_req_t;
 
 struct sw_client {
@@ -44,6 +47,7 @@ struct sw_client {
     s_req_t *reqs;     /* SW_CLIENT_MAX_INFLIGHT slots */
     int n_inflight;    /* slots in use */
     double next_watch; /* next time the watches run (ms) */
+    int connects;      /* handshakes with the relay seen (a new one: it may have restarted) */
     /* the current event's storage (valid until the next sw_client_next) */
     uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
     char *ev_text;              /* released text */
@@ -193,7 +197,8 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         free(c);
         return NULL;
     }
-    c->sealed = o->sec && o->sec->n_cluster > 0;
+    c->sealed = o->sec && o->sec->n_cluster > 0; /* also with --insecure-loopback */
+    c->connects = sw_peer_connects(c->peer);
     return c;
 }
 
@@ -757,12 +762,13 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
     memset(ev, 0, sizeof *ev);
     memcpy(ev->id, r->id, sizeof ev->id);
     if (tc->index > (uint32_t)r->stats.n_generated) {
-        s_send_cancel(c, r, "tokens were lost on the way");
-        s_end_error(c, r, ev, SW_CLIENT_ELOST, 0,
-                    "tokens %d..%u never arrived (a message was lost on the way; the relay may "
-                    "have restarted)",
-                    r->stats.n_generated, tc->index - 1);
-        return 0;
+        /* a gap (chunks lost on the way, e.g. with a relay restart): ask the
+         * head for the rest, once per S_RESUME_GAP_MS while later chunks keep
+         * coming; this one comes again in order */
+        if (!r->resume_at)
+            r->resume_at =
+                r->resumed_at + S_RESUME_GAP_MS > now ? r->resumed_at + S_RESUME_GAP_MS : now;
+        return 1;
     }
     if (tc->n_tokens && !r->stats.ttft_ms)
         r->stats.ttft_ms = now - r->t_submit;
@@ -866,11 +872,25 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
     }
     if (!r || (!from_relay && strcmp(m->peer, r->head) != 0))
         return 1;
+    if (from_relay && (er->code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
+                       er->code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
+                       er->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY)) {
+        /* the relay did not deliver a message of ours to the head (it may be
+         * restarting, with the head not announced again yet): ask again in a
+         * second; the quiet watch tells a head that is really gone */
+        for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++)
+            if (c->reqs[i].id[0] && !strcmp(c->reqs[i].head, er->dest ? er->dest : r->head))
+                c->reqs[i].resume_at = s_now_ms() + 1000;
+        return 1;
+    }
     char msg[SW_WIRE_MAX_ERROR_TEXT + 1];
     s_clean(msg, sizeof msg, er->message);
     if (from_relay)
         s_end_error(c, r, ev, SW_CLIENT_ECONNECT, er->code, "the relay: %s (%s)", msg,
                     sw_wire_error_code_name(er->code));
+    else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY && er->queue_position)
+        s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s (position %u in the head's queue)",
+                    msg, er->queue_position);
     else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY)
         s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s", msg);
     else
@@ -915,6 +935,7 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
         if (present) {
             r->head_missing = 0;
             r->last_msg = now;
+            r->resume_at = now; /* a lost last chunk is sent again */
         } else if (++r->head_missing >= 2) {
             /* twice in a row, so that a relay restart (the head announces again
              * within a second or so) is not taken for a dead head */
@@ -932,11 +953,42 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
     return 0;
 }
 
+/* Asks the heads for what may have been lost: after a reconnect to the relay
+ * (it may have restarted with chunks in flight) for every request, else for
+ * requests whose resume_at has come. A Resume that cannot go out now (no
+ * connection yet) is tried again half a second later. */
+static void s_resume(sw_client_t *c, double now)
+{
+    const int connects = sw_peer_connects(c->peer);
+    const int reconnected = connects != c->connects;
+    c->connects = connects;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
+        s_req_t *r = &c->reqs[i];
+        if (!r->id[0] || !(reconnected || (r->resume_at && now >= r->resume_at)))
+            continue;
+        Shardwire__Resume rs = SHARDWIRE__RESUME__INIT;
+        rs.request_id = r->id;
+        rs.from_index = (uint32_t)r->stats.n_generated;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.body_case = SHARDWIRE__ENVELOPE__BODY_RESUME;
+        env.resume = &rs;
+        if (sw_peer_try_send(c->peer, r->head, &env) != 0) {
+            r->resume_at = now + 500;
+            continue;
+        }
+        r->resume_at = 0;
+        r->resumed_at = now;
+        r->stats.n_resumes++;
+    }
+}
+
 int sw_client_next(sw_client_t *c, sw_client_event_t *ev, int timeout_ms)
 {
     const double end = s_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         double now = s_now_ms();
+        if (c->n_inflight)
+            s_resume(c, now);
         if (c->n_inflight && now >= c->next_watch) {
             c->next_watch = now + 500;
             if (s_watch(c, ev) == 0)

@@ -11,9 +11,11 @@
  * - the head leaving the relay during a request (checked after 3 s of
  *   silence, twice in a row so that a relay restart is not taken for it);
  * - the request's deadline (its timeout plus 5 s of grace);
- * - tokens lost on the way (a chunk's index beyond the tokens held, or final
- *   statistics counting more tokens than arrived); chunks the head resent
- *   are dropped by index;
+ * - tokens lost on the way: a chunk's index beyond the tokens held (a gap),
+ *   a reconnect to the relay (it may have restarted with chunks in flight)
+ *   or a silence make the client ask the head to send again from the tokens
+ *   it holds (Resume); chunks the head resent are dropped by index, so a
+ *   caller sees every token once, in order;
  * - stop strings: text is held back while it could still become a stop
  *   string, and a request that meets one ends with SW_CLIENT_FINISH_STOP
  *   (the head is sent a Cancel so that it stops generating);
@@ -55,7 +57,7 @@ enum sw_client_rc {
     SW_CLIENT_EHEAD = -5,      /* the head reported an error (wire_code says which) */
     SW_CLIENT_EHEADGONE = -6,  /* the head left the relay during the request */
     SW_CLIENT_ETIMEOUT = -7,   /* no complete answer within the request's timeout */
-    SW_CLIENT_ELOST = -8,      /* tokens were lost on the way (e.g. a relay restart) */
+    SW_CLIENT_ELOST = -8,      /* the head's count of tokens differs from what arrived */
     SW_CLIENT_EBUSY = -9,      /* too many requests in flight here, or the head is busy */
     SW_CLIENT_ENOMEM = -10,    /* out of memory */
     SW_CLIENT_ECANCELLED = -11 /* cancelled by the caller */
@@ -236,6 +238,7 @@ typedef struct sw_client_stats {
     int n_rounds;           /* decode rounds */
     int n_drafted;          /* draft tokens proposed */
     int n_accepted;         /* drafts accepted */
+    int n_resumes;          /* Resumes sent (tokens lost on the way and sent again) */
     double ttft_ms;         /* submit to the first token, measured here */
     double total_ms;        /* submit to the end, measured here */
     int have_head;          /* 1 when the head's statistics below arrived */

@@ -725,6 +725,12 @@ void sw_kv_free(sw_kv_t **self_p)
     *self_p = NULL;
 }
 
+size_t sw_kv_bytes(const sw_model_t *m, int n_ctx)
+{
+    return (size_t)(m->end - m->begin) * 2 * (size_t)n_ctx * (size_t)m->hp.n_kv_head *
+           (size_t)m->hp.head_dim * sizeof(sw_f16);
+}
+
 int sw_kv_len(const sw_kv_t *kv)
 {
     return kv->len;

@@ -87,6 +87,8 @@ void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t done, uint64_t t
 /* A KV cache of n_ctx positions for this model's layers. NULL on failure. */
 sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx) __attribute__((warn_unused_result));
 void sw_kv_free(sw_kv_t **self_p);
+/* Bytes a cache of n_ctx positions takes for this model's layers. */
+size_t sw_kv_bytes(const sw_model_t *m, int n_ctx);
 /* Positions filled. */
 int sw_kv_len(const sw_kv_t *kv);
 int sw_kv_capacity(const sw_kv_t *kv);

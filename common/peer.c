@@ -712,3 +712,23 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
         }
     }
 }
+
+int sw_peer_try_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env)
+{
+    s_events(peer);
+    s_maybe_announce(peer);
+    if (peer->auth_failed)
+        return SW_WIRE_ESOCKET;
+    char err[SW_WIRE_ERR_LEN];
+    int rc = sw_wire_send_ex(peer->sock, dest, env, NULL, 0, 0, ZMQ_DONTWAIT, &peer->crypto, err,
+                             sizeof err);
+    if (rc && !(rc == SW_WIRE_ESOCKET && errno == EAGAIN))
+        SW_ERR("peer %s: %s", peer->announce->name, err);
+    return rc;
+}
+
+int sw_peer_connects(sw_peer_t *peer)
+{
+    s_events(peer);
+    return peer->n_connects;
+}

@@ -117,4 +117,20 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
 void *sw_peer_socket(sw_peer_t *peer);
 int sw_peer_pending(const sw_peer_t *peer);
 
+/*
+ * sw_peer_send that never waits: when the message cannot be queued at once
+ * (no connection to the relay right now, or its queue is full) it is dropped
+ * and SW_WIRE_ESOCKET returned with errno EAGAIN. For messages whose loss the
+ * protocol repairs (status queries are asked again, a client asks for lost
+ * TokenChunks with Resume), so that one unreachable destination never stalls
+ * an event loop.
+ */
+int sw_peer_try_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env)
+    __attribute__((warn_unused_result));
+
+/* Handshakes completed with the relay so far (1 after sw_peer_new; more after
+ * reconnects, e.g. a relay restart: a client then asks for what it may have
+ * missed). */
+int sw_peer_connects(sw_peer_t *peer);
+
 #endif

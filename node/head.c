@@ -1,15 +1,40 @@
 /*
- * head.c - the head node's side of a generation: it owns the session,
- * tokenizes the request, builds the route of stages from the relay's peer
- * table, and drives sw_generate() with a pipeline target whose round runs
- * this stage's layers and sends ONE Forward down the route; the last stage
- * answers with a Verdict. Text streams back to the client as TokenChunks.
+ * head.c - the head node: it owns every request's session and drives them
+ * all from the node's one event loop, as a message-driven state machine.
  *
- * The only message in the decode loop is that Forward (and its Verdict).
- * The relay is asked for its peer table once per request (to build the
- * route) and, while a Verdict is late, once a second to notice a stage that
- * left - never on a round that goes well.
+ * A request arrives (GenerateRequest), waits in a bounded queue while
+ * --max-sessions sessions run (or while the KV memory is taken), is
+ * tokenized, gets a route of stages from the relay's peer table, and then
+ * lives through rounds: the round logic of decode.c (sw_gen_t: the prefill,
+ * then the last committed token and the drafts) says what the next round
+ * carries; recover.c's state machine says whether to send it, to replay the
+ * session after a failure, or to wait; this file does the sending and turns
+ * messages into events. Per session:
+ *
+ *   ROUTE   admitted, waiting for a peer table to build its route
+ *   RUN     rounds: a round is prepared (drafting happens then), its rows run
+ *           through this stage's layers in the head's batch (one engine call
+ *           for every session with rows to send) and go to the next stage as
+ *           Forwards; the Verdict commits tokens, which stream to the client
+ *           as TokenChunks; a failure sends recover.c into its route wait and
+ *           replay, all without stopping the other sessions
+ *   LINGER  finished: its TokenChunks are kept a while for a Resume
+ *
+ * Nothing here waits for a message: handlers change state and send; timers
+ * (round timeouts, route checks, deadlines, status polls) are looked at in
+ * node_head_step(). The relay is asked for its peer table once a second
+ * while sessions run (routes for new requests, route checks of late rounds,
+ * clients that vanished), never in the round itself.
+ *
+ * Streaming never loses a token: every chunk a session sent is kept (tokens,
+ * text, index) until the request ends and S_LINGER_MS after; a client that
+ * sees a gap, reconnects or hears nothing asks with Resume from the last
+ * index it holds and gets the chunks again (it drops duplicates by index).
+ *
+ * A client's Cancel, a client that left the relay, and a request's deadline
+ * end its session at once: the stages get a SessionClose in the same pass.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,21 +47,171 @@
 #include "node.h"
 #include "recover.h"
 
-#define S_MAX_QUEUE 64
+#define S_LINGER_MS 60000      // a finished request's chunks are kept this long for a Resume
+#define S_LINGER_MAX 64        // finished requests kept at most (the oldest go first)
+#define S_STATUS_MS 1000       // peer-table period while sessions run or wait
+#define S_STATUS_LOST_MS 3000  // a status query unanswered this long is asked again
+#define S_ROUTE_FRESH_MS 5000  // a route built from a table this recent serves a new request
+#define S_CHECK_MS 1000        // while a verdict is late: route checks this often
+#define S_CLIENT_GRACE_MS 5000 // a client is only judged gone by a relay up this long
+#define S_CLIENT_GONE_MS 1500  // ... and missing from its tables for this long
+#define S_RESUME_MS 100        // one request's Resumes served this often at most
+
+enum s_state { S_FREE = 0, S_ROUTE, S_RUN, S_LINGER };
+
+typedef struct s_route {
+    int n; // stages, head included
+    char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
+    char *ptrs[SW_WIRE_MAX_ROUTE]; // names[i], for protobuf
+} s_route_t;
+
+/* One TokenChunk as it was sent, for a Resume. */
+typedef struct s_chunk {
+    uint32_t index;  // first token (into the session's toks)
+    uint32_t n;      // tokens
+    size_t text_at;  // its text in the session's text buffer
+    size_t text_len; //
+    int finish;      // FINISH_* (NONE but for the last chunk)
+} s_chunk_t;
+
+typedef struct s_sess {
+    int state;                         // S_*
+    node_t *n;                         // the node (for callbacks)
+    uint64_t id;                       // session id at the stages
+    char client[SW_WIRE_NAME_MAX + 1]; // who asked (tokens stream there)
+    char rid[SW_WIRE_NAME_MAX + 1];    // its request_id
+    double t_start;                    // the request reached the head (ms)
+    double t_gen;                      // the session started (ms)
+    double deadline;                   // absolute, 0 = none
+    Shardwire__SamplingParams spw;     // the verifier's sampling, as sent to the tail
+    int32_t *prompt;                   // (n_prompt) tokens
+    int n_prompt, n_predict;           //
+    int n_ctx;                         // positions the session may reach
+    draft_t *drafter;                  // its proposer
+    sw_proposer_t proposer;            //
+    sw_gen_t *gen;                     // the round logic (decode.h)
+    int logged;                        // 1 when the current round is logged in rec
+    sw_kv_t *kv;                       // this stage's cache for it
+    size_t kv_bytes;                   // its memory
+    sw_verifier_t *ver;                // route of one stage: the head verifies itself
+    node_recover_t *rec;               // the round log and recovery (recover.h)
+    s_route_t route;                   // head .. tail
+    int opened;                        // 1 once a Forward went out (stages may hold it)
+    uint64_t round_no;                 // last round number used
+    int send_idx;                      // logged round being sent, -1 = none
+    int send_row;                      // its rows computed and sent so far
+    int send_chunks;                   // its Forwards so far
+    uint64_t send_round;               // its round number
+    sw_round_t send_r;                 // its rows (pointing into rec)
+    sw_draft_q_t send_q[SW_MAX_DRAFT]; // and draft distributions
+    double t_round;                    // the current round's first chunk went out
+    double t_limit;                    // no verdict by then: recover
+    double t_check;                    // verdict late: route check then
+    int want_route;                    // recovery asked for the route
+    int want_check;                    // a route check is due with the next table
+    double client_missing;             // since when the client seems gone (0 = present)
+    sw_detok_t *detok;                 // token -> text
+    int32_t *toks;                     // (n_predict) tokens streamed
+    uint32_t n_streamed;               //
+    s_chunk_t *chunks;                 // (cap_chunks) every chunk sent
+    int n_chunks, cap_chunks;          //
+    char *text;                        // (text_cap) their text
+    size_t text_len, text_cap;         //
+    int finish;                        // FINISH_* once the request ended
+    int err_code;                      // ERROR / DEADLINE: the Error sent
+    char err[SW_WIRE_MAX_ERROR_TEXT];  //
+    Shardwire__GenerateStats stats;    // the final chunk's stats
+    Shardwire__StageTiming stage[SW_WIRE_MAX_ROUTE];
+    Shardwire__StageTiming *stage_p[SW_WIRE_MAX_ROUTE];
+    int have_stats;                        //
+    double t_end;                          // the request ended (ms)
+    double t_resume;                       // last Resume served
+    double head_ms, stage_ms, net_ms;      // totals over the request
+    double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
+    double round_head_ms;                  // the current round's compute: head
+    double round_stage_ms;                 // and stages
+} s_sess_t;
+
+/* A request waiting for a session slot. */
+typedef struct s_wait {
+    sw_wire_msg_t msg;     // the GenerateRequest
+    double t_arrive;       // ms
+    double client_missing; // since when its client seems gone (0 = present)
+} s_wait_t;
 
 struct node_head {
-    sw_tokenizer_t *tok;              // from the model's GGUF
-    sw_wire_msg_t queue[S_MAX_QUEUE]; // requests waiting their turn
-    int q_head, q_len;                // ring buffer
-    sw_kv_t *kv;                      // this stage's cache for the running session
-    draft_model_t *dmodel;            // --draft-model, or NULL
-    draft_t *drafter;                 // the proposer of the running generation
-    char running_rid[64];             // request_id of the running generation ("" = none)
-    char running_client[64];          // who sent it
-    int cancel_running;               // 1 once a Cancel for it arrived
+    sw_tokenizer_t *tok;   // from the model's GGUF
+    draft_model_t *dmodel; // --draft-model, or NULL
+    s_sess_t *sess;        // (n_slots) sessions: running ones and lingering ones
+    int n_slots;           // --max-sessions + S_LINGER_MAX
+    int n_active;          // sessions in ROUTE or RUN
+    size_t kv_used;        // bytes of their caches
+    s_wait_t *queue;       // (--max-queue) ring of waiting requests
+    int q_head, q_len;     //
+    s_route_t route;       // the route built from the last peer table
+    int route_ok;          // 1 when that table had a whole pipeline
+    int route_code;        // else the error code
+    char route_err[512];   // and why
+    double route_ms;       // when (0 = never)
+    sw_wire_msg_t table;   // that table (its counters are new sessions' route baseline)
+    int status_out;        // a status query is unanswered
+    double status_sent;    // when it went
+    double status_next;    // the next periodic one
+    int status_want;       // one is wanted as soon as possible
+    float *bout;           // (rows_cap, n_embd) hidden states of the head's batch
+    float *logits;         // (logit rows, n_vocab): a route of one stage verifies here
+    int logit_rows;        //
+    int busy;              // 1 when node_head_step left work for the next pass
+    int rr;                // where the next batch starts (round robin)
 };
 
-/* ---- request queue --------------------------------------------------------------------- */
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static void s_send_error(node_t *n, const char *dest, int code, const char *request_id,
+                         uint64_t session, uint32_t queue_pos, const char *text)
+{
+    Shardwire__Error er = SHARDWIRE__ERROR__INIT;
+    er.code = code;
+    er.message = (char *)text;
+    er.session_id = session;
+    er.request_id = (char *)(request_id ? request_id : "");
+    er.queue_position = queue_pos;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
+    env.error = &er;
+    if (sw_peer_try_send(n->peer, dest, &env) != 0)
+        SW_WARN("could not send an error to %s", dest);
+}
+
+static void s_want_status(node_head_t *h)
+{
+    h->status_want = 1;
+}
+
+static int s_route_has(const s_route_t *r, const char *name)
+{
+    for (int i = 1; i < r->n; i++)
+        if (!strcmp(r->names[i], name))
+            return 1;
+    return 0;
+}
+
+/* A last chunk with no tokens (done, finish): for requests with no record. */
+static void s_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish)
+{
+    Shardwire__TokenChunk tc = SHARDWIRE__TOKEN_CHUNK__INIT;
+    tc.request_id = (char *)rid;
+    tc.index = index;
+    tc.done = 1;
+    tc.finish = finish;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
+    env.token_chunk = &tc;
+    if (sw_peer_try_send(n->peer, dest, &env) != 0)
+        SW_DEBUG("request '%s': could not send the final chunk to %s", rid, dest);
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
 
 int node_head_new(node_t *n, char *err, size_t err_len)
 {
@@ -46,13 +221,21 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         return -1;
     }
     h->tok = sw_tokenizer_from_gguf(sw_model_gguf(n->model), err, err_len);
-    h->kv = h->tok ? sw_kv_new(n->model, n->o.n_ctx) : NULL;
-    if (!h->tok || !h->kv) {
-        if (h->tok)
-            snprintf(err, err_len, "out of memory for a %d-position cache", n->o.n_ctx);
-        sw_tokenizer_free(&h->tok);
-        free(h);
-        return -1;
+    if (!h->tok)
+        goto fail;
+    h->n_slots = n->o.max_sessions + S_LINGER_MAX;
+    h->sess = calloc((size_t)h->n_slots, sizeof *h->sess);
+    h->queue = calloc((size_t)(n->o.max_queue > 0 ? n->o.max_queue : 1), sizeof *h->queue);
+    h->bout = malloc((size_t)n->rows_cap * n->hp->n_embd * sizeof(float));
+    if (sw_model_is_last(n->model)) {
+        /* a node holding every layer verifies itself: logits of every
+         * session's last rows in one batch */
+        h->logit_rows = n->logit_cap;
+        h->logits = malloc((size_t)h->logit_rows * n->hp->n_vocab * sizeof(float));
+    }
+    if (!h->sess || !h->queue || !h->bout || (sw_model_is_last(n->model) && !h->logits)) {
+        snprintf(err, err_len, "out of memory for %d sessions", n->o.max_sessions);
+        goto fail;
     }
     if (n->o.draft_model) {
         const char *dbe =
@@ -65,19 +248,59 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         SW_INFO("draft model %s loaded on %s (vocabulary checked)", n->o.draft_model,
                 draft_model_backend(h->dmodel));
     }
-    h->drafter = draft_new(h->dmodel);
-    if (!h->drafter) {
-        snprintf(err, err_len, "out of memory");
-        goto fail;
-    }
     n->head = h;
     return 0;
 fail:
     draft_model_free(&h->dmodel);
-    sw_kv_free(&h->kv);
     sw_tokenizer_free(&h->tok);
+    free(h->sess);
+    free(h->queue);
+    free(h->bout);
+    free(h->logits);
     free(h);
     return -1;
+}
+
+/* Frees what a session holds but its record of what it streamed. */
+static void s_release(node_head_t *h, s_sess_t *s)
+{
+    if (s->kv) {
+        h->kv_used -= s->kv_bytes;
+        sw_kv_free(&s->kv);
+    }
+    if (s->state == S_ROUTE || s->state == S_RUN)
+        h->n_active--;
+    sw_gen_free(&s->gen);
+    draft_free(&s->drafter);
+    sw_verifier_free(&s->ver);
+    node_recover_free(&s->rec);
+    sw_detok_free(&s->detok);
+    free(s->prompt);
+    s->prompt = NULL;
+}
+
+static void s_forget(node_head_t *h, s_sess_t *s)
+{
+    s_release(h, s);
+    free(s->toks);
+    free(s->chunks);
+    free(s->text);
+    memset(s, 0, sizeof *s);
+}
+
+static void s_close_stages(node_t *n, s_sess_t *s, const char *why)
+{
+    if (s->route.n < 2 || !s->opened)
+        return;
+    Shardwire__SessionClose sc = SHARDWIRE__SESSION_CLOSE__INIT;
+    sc.session_id = s->id;
+    sc.reason = (char *)why;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
+    env.session_close = &sc;
+    for (int i = 1; i < s->route.n; i++)
+        if (sw_peer_try_send(n->peer, s->route.names[i], &env) != 0)
+            SW_DEBUG("could not close the session on %s", s->route.names[i]);
 }
 
 void node_head_free(node_t *n)
@@ -85,120 +308,214 @@ void node_head_free(node_t *n)
     node_head_t *h = n->head;
     if (!h)
         return;
-    for (int i = 0; i < h->q_len; i++)
-        sw_wire_msg_clear(&h->queue[(h->q_head + i) % S_MAX_QUEUE]);
-    sw_kv_free(&h->kv);
-    draft_free(&h->drafter);
+    for (int i = 0; i < h->n_slots; i++) {
+        s_sess_t *s = &h->sess[i];
+        if ((s->state == S_ROUTE || s->state == S_RUN) && n->peer) {
+            s_send_error(n, s->client, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, s->rid, s->id, 0,
+                         "the head is shutting down");
+            s_close_stages(n, s, "head shutting down");
+        }
+        s_forget(h, s);
+    }
+    for (int i = 0; i < h->q_len; i++) {
+        s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        if (n->peer)
+            s_send_error(n, w->msg.peer, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                         w->msg.env->generate->request_id, 0, (uint32_t)(i + 1),
+                         "the head is shutting down");
+        sw_wire_msg_clear(&w->msg);
+    }
+    sw_wire_msg_clear(&h->table);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
+    free(h->sess);
+    free(h->queue);
+    free(h->bout);
+    free(h->logits);
     free(h);
     n->head = NULL;
 }
 
-static void s_send_error(node_t *n, const char *dest, int code, const char *request_id,
-                         uint64_t session, const char *text)
+/* ---- streaming -------------------------------------------------------------------------------
+ */
+
+static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
 {
-    Shardwire__Error er = SHARDWIRE__ERROR__INIT;
-    er.code = code;
-    er.message = (char *)text;
-    er.session_id = session;
-    er.request_id = (char *)(request_id ? request_id : "");
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
-    env.error = &er;
-    if (sw_peer_send(n->peer, dest, &env, NULL, 0, 0) != 0)
-        SW_WARN("could not send an error to %s", dest);
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *p = realloc(*buf, c * sz);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
 }
 
-void node_head_request(node_t *n, sw_wire_msg_t *msg)
+/* Sends chunk c of s (again, for a Resume). */
+static void s_send_chunk(node_t *n, s_sess_t *s, const s_chunk_t *c)
 {
-    node_head_t *h = n->head;
-    if (!h) {
-        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST,
-                     msg->env->generate->request_id, 0,
-                     "this node is not a head (its layers do not start at 0)");
-        return;
-    }
-    if (h->q_len == S_MAX_QUEUE) {
-        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
-                     msg->env->generate->request_id, 0,
-                     "the head has too many queued requests: retry later");
-        return;
-    }
-    sw_wire_msg_t *slot = &h->queue[(h->q_head + h->q_len) % S_MAX_QUEUE];
-    memset(slot, 0, sizeof *slot);
-    sw_wire_msg_move(slot, msg);
-    h->q_len++;
-}
-
-static void s_chunk_cancelled(node_t *n, const char *client, const char *request_id)
-{
-    Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
-    c.request_id = (char *)request_id;
-    c.done = 1;
-    c.finish = SHARDWIRE__FINISH_REASON__FINISH_CANCELLED;
+    Shardwire__TokenChunk tc = SHARDWIRE__TOKEN_CHUNK__INIT;
+    tc.request_id = s->rid;
+    tc.index = c->index;
+    tc.n_tokens = c->n;
+    tc.tokens = (uint32_t *)(s->toks + c->index);
+    tc.text.data = (uint8_t *)s->text + c->text_at;
+    tc.text.len = c->text_len;
+    tc.done = c->finish != SHARDWIRE__FINISH_REASON__FINISH_NONE;
+    tc.finish = c->finish;
+    tc.stats = tc.done && s->have_stats ? &s->stats : NULL;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
-    env.token_chunk = &c;
-    if (sw_peer_send(n->peer, client, &env, NULL, 0, 0) != 0)
-        SW_DEBUG("could not confirm the cancel to %s", client);
+    env.token_chunk = &tc;
+    /* Never waits: a chunk the relay cannot take now is lost, and the client
+     * asks for it again (Resume). */
+    if (sw_peer_try_send(n->peer, s->client, &env) != 0)
+        SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
+                 s->client);
 }
 
-void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
+/* Records and sends the next chunk: tokens (n_tok of them) with their text,
+ * finish NONE until the last. 0 or -1 (out of memory). */
+static int s_emit(node_t *n, s_sess_t *s, const int32_t *tokens, int n_tok, const char *text,
+                  size_t len, int finish)
+{
+    size_t cap_chunks = (size_t)s->cap_chunks;
+    size_t cap_toks = (size_t)s->n_predict + 1;
+    if (s_grow((void **)&s->chunks, &cap_chunks, (size_t)s->n_chunks + 1, sizeof *s->chunks) ||
+        s_grow((void **)&s->text, &s->text_cap, s->text_len + len + 1, 1) ||
+        s->n_streamed + (uint32_t)n_tok > cap_toks)
+        return -1;
+    s->cap_chunks = (int)cap_chunks;
+    s_chunk_t *c = &s->chunks[s->n_chunks++];
+    c->index = s->n_streamed;
+    c->n = (uint32_t)n_tok;
+    c->text_at = s->text_len;
+    c->text_len = len;
+    c->finish = finish;
+    if (n_tok)
+        memcpy(s->toks + s->n_streamed, tokens, (size_t)n_tok * sizeof *tokens);
+    if (len)
+        memcpy(s->text + s->text_len, text, len);
+    s->text_len += len;
+    s->n_streamed += (uint32_t)n_tok;
+    s_send_chunk(n, s, c);
+    return 0;
+}
+
+/* sw_gen_opts_t.on_tokens: the committed tokens of a round, as one chunk. */
+static int s_on_tokens(void *ctx, const int32_t *tokens, int n_tok)
+{
+    s_sess_t *s = ctx;
+    char text[SW_WIRE_MAX_CHUNK_TEXT];
+    size_t len = 0;
+    for (int i = 0; i < n_tok; i++) {
+        const char *piece;
+        size_t pl;
+        if (sw_detok_push(s->detok, tokens[i], &piece, &pl) != 0)
+            return 1;
+        if (len + pl <= sizeof text) {
+            memcpy(text + len, piece, pl);
+            len += pl;
+        }
+    }
+    return s_emit(s->n, s, tokens, n_tok, text, len, SHARDWIRE__FINISH_REASON__FINISH_NONE) != 0;
+}
+
+static int s_is_eog(void *ctx, int32_t token)
+{
+    return sw_tokenizer_is_eog((const sw_tokenizer_t *)ctx, token);
+}
+
+/* ---- ending a request ---------------------------------------------------------------------- */
+
+static void s_fill_stats(s_sess_t *s, const sw_gen_stats_t *gs)
+{
+    Shardwire__GenerateStats *st = &s->stats;
+    shardwire__generate_stats__init(st);
+    st->n_prompt = (uint32_t)gs->n_prompt;
+    st->n_generated = (uint32_t)gs->n_gen;
+    st->n_rounds = (uint32_t)gs->rounds;
+    st->n_drafted = (uint32_t)gs->drafted;
+    st->n_accepted = (uint32_t)gs->accepted;
+    st->prompt_ms = (uint32_t)gs->prefill_ms;
+    st->generate_ms = (uint32_t)(gs->prefill_ms + gs->decode_ms);
+    st->ttft_ms = (float)(gs->ttft_ms + (s->t_gen - s->t_start));
+    st->decode_ms = (float)gs->decode_ms;
+    st->draft_ms = (float)gs->draft_ms;
+    st->head_ms = (float)(s->route.n == 1 ? gs->target_ms : s->head_ms);
+    st->network_ms = (float)s->net_ms;
+    for (int i = 1; i < s->route.n; i++) {
+        shardwire__stage_timing__init(&s->stage[i]);
+        s->stage[i].name = s->route.names[i];
+        s->stage[i].compute_us = (uint32_t)(s->stage_total[i] * 1e3);
+        s->stage_p[i - 1] = &s->stage[i];
+    }
+    st->n_stages = (size_t)(s->route.n > 1 ? s->route.n - 1 : 0);
+    st->stages = s->stage_p;
+    st->logits_digest = gs->logits_digest;
+    s->have_stats = 1;
+}
+
+/* Ends a running (or routing) session: the client gets the final chunk (and
+ * an Error first when it failed), the stages a SessionClose; its memory
+ * goes back and its chunks stay a while for a Resume. */
+static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
 {
     node_head_t *h = n->head;
-    const Shardwire__Cancel *c = msg->env->cancel;
-    if (!h)
-        return;
-    if (!strcmp(h->running_rid, c->request_id) && !strcmp(h->running_client, msg->peer)) {
-        SW_INFO("request '%s': cancelled by %s (%s)", c->request_id, msg->peer,
-                c->reason && c->reason[0] ? c->reason : "no reason given");
-        h->cancel_running = 1;
-        return;
+    const char *tail = NULL;
+    size_t tl = 0;
+    if (s->detok &&
+        (finish == SHARDWIRE__FINISH_REASON__FINISH_LENGTH ||
+         finish == SHARDWIRE__FINISH_REASON__FINISH_EOS) &&
+        sw_detok_flush(s->detok, &tail, &tl) != 0)
+        tl = 0;
+    if (s->gen && (finish == SHARDWIRE__FINISH_REASON__FINISH_LENGTH ||
+                   finish == SHARDWIRE__FINISH_REASON__FINISH_EOS))
+        s_fill_stats(s, sw_gen_stats(s->gen));
+    s->finish = finish;
+    if (finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR ||
+        finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE) {
+        s->err_code = code;
+        snprintf(s->err, sizeof s->err, "%s", why);
+        SW_WARN("request '%s' from %s failed: %s", s->rid, s->client, why);
+        s_send_error(n, s->client, code, s->rid, s->id, 0, why);
+    } else if (finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
+        SW_INFO("request '%s' from %s ended: %s", s->rid, s->client, why);
+    } else {
+        const sw_gen_stats_t *gs = sw_gen_stats(s->gen);
+        SW_INFO("request '%s' done: %d tokens in %d rounds (%d of %d drafts accepted)", s->rid,
+                gs->n_gen, gs->rounds, gs->accepted, gs->drafted);
     }
-    for (int i = 0; i < h->q_len; i++) {
-        sw_wire_msg_t *q = &h->queue[(h->q_head + i) % S_MAX_QUEUE];
-        if (strcmp(q->peer, msg->peer) != 0 || strcmp(q->env->generate->request_id, c->request_id))
-            continue;
-        SW_INFO("request '%s': cancelled by %s while queued", c->request_id, msg->peer);
-        sw_wire_msg_clear(q);
-        for (int j = i; j + 1 < h->q_len; j++)
-            sw_wire_msg_move(&h->queue[(h->q_head + j) % S_MAX_QUEUE],
-                             &h->queue[(h->q_head + j + 1) % S_MAX_QUEUE]);
-        h->q_len--;
-        s_chunk_cancelled(n, msg->peer, c->request_id);
-        return;
-    }
+    if (!s->toks || s_emit(n, s, NULL, 0, tail, tl, finish) != 0)
+        s_final_chunk(n, s->client, s->rid, s->n_streamed, finish); // no record to keep
+    s_close_stages(n, s,
+                   finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED  ? "cancelled"
+                   : finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR    ? "failed"
+                   : finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE ? "deadline"
+                                                                         : "done");
+    s_release(h, s);
+    s->state = S_LINGER;
+    s->t_end = node_now_ms();
+    h->busy = 1; // a slot is free: the queue may move
 }
 
-/* ---- route -------------------------------------------------------------------------------- */
+/* ---- routes ----------------------------------------------------------------------------------
+ */
 
-typedef struct s_route {
-    int n; // stages, head included
-    char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
-    char *ptrs[SW_WIRE_MAX_ROUTE]; // names[i], for protobuf
-} s_route_t;
-
-/* Builds head -> ... -> tail from the relay's peer table: from the end of
- * this stage's range, the next stage is the peer whose range begins there.
- * Refuses gaps, overlaps and other models with a message naming the peer. */
-static int s_build_route(node_t *n, s_route_t *r, node_recover_t *rec, char *err, size_t err_len)
+/* Builds head -> ... -> tail from a peer table: from the end of this stage's
+ * range, the next stage is the peer whose range begins there. Refuses gaps,
+ * overlaps and other models with a message naming the peer; 0 or -1. */
+static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, char *err,
+                         size_t err_len)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
     const uint32_t L = (uint32_t)n->hp->n_layer;
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
-    if (at == L)
-        goto done;
-    sw_wire_msg_t t = {0};
-    int rc = sw_peer_status(n->peer, &t, 5000);
-    if (rc != 0) {
-        snprintf(err, err_len, "the relay did not answer a status query%s",
-                 rc == 1 ? " within 5 s" : "");
-        return -1;
-    }
-    const Shardwire__PeerTable *pt = t.env->peer_table;
     while (at < L) {
         const Shardwire__PeerAnnounce *pick = NULL;
         for (size_t i = 0; i < pt->n_peers; i++) {
@@ -214,7 +531,7 @@ static int s_build_route(node_t *n, s_route_t *r, node_recover_t *rec, char *err
                              "the same GGUF",
                              a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
                              n->fingerprint);
-                    goto fail;
+                    return -1;
                 }
                 if (!pick || strcmp(a->name, pick->name) < 0)
                     pick = a;
@@ -230,456 +547,50 @@ static int s_build_route(node_t *n, s_route_t *r, node_recover_t *rec, char *err
                              "layer ranges overlap: peer '%s' serves [%u, %u) but the stage "
                              "before it ends at layer %u: restart it with --layers %u:%u",
                              a->name, a->layer_begin, a->layer_end, at, at, a->layer_end);
-                    goto fail;
+                    return -1;
                 }
             }
             snprintf(err, err_len,
                      "gap in the pipeline: no connected node serves layer %u (of %u); start "
                      "one with --layers %u:END",
                      at, L, at);
-            goto fail;
+            return -1;
         }
         if (r->n == SW_WIRE_MAX_ROUTE) {
             snprintf(err, err_len, "the pipeline has more than %d stages", SW_WIRE_MAX_ROUTE);
-            goto fail;
+            return -1;
         }
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->name);
         at = pick->layer_end;
     }
-    if (rec)
-        node_recover_route_baseline(rec, pt, r->names, r->n);
-    sw_wire_msg_clear(&t);
-done:
     for (int i = 0; i < r->n; i++)
         r->ptrs[i] = r->names[i];
     return 0;
-fail:
-    sw_wire_msg_clear(&t);
-    return -1;
 }
 
-/* 1 when every stage of the route is still in the relay's table on the
- * connection the route was built with (recover.h); else 0 and why. */
-static int s_route_alive(node_t *n, s_route_t *r, const node_recover_t *rec, char *why, size_t len)
+/* Gives s the head's current route (a fresh table's) and the counter
+ * baseline of that table (recover.h). */
+static void s_take_route(node_t *n, s_sess_t *s, const Shardwire__PeerTable *pt)
 {
-    sw_wire_msg_t t = {0};
-    if (sw_peer_status(n->peer, &t, 2000) != 0) {
-        snprintf(why, len, "the relay did not answer a status query");
-        return 0;
-    }
-    int ok = node_recover_route_check(rec, t.env->peer_table, r->names, r->n, why, len);
-    sw_wire_msg_clear(&t);
-    return ok;
-}
-
-/* ---- pipeline target ------------------------------------------------------------------------ */
-
-typedef struct s_pipe {
-    node_t *n;
-    s_route_t route;
-    uint64_t session;
-    uint64_t round;
-    Shardwire__SamplingParams *sampling;
-    double head_ms, stage_ms, net_ms;      // totals over the request
-    double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
-    double deadline_ms;                    // absolute, 0 = none
-    node_recover_t *rec;                   // committed tokens and route baseline (recover.h)
-    const char *client;                    // who the tokens stream to (not owned)
-    double round_head_ms, round_stage_ms;  // the current round's compute, head / stages
-} s_pipe_t;
-
-/* Waits for the Verdict of round p->round: NODE_RECOVER_OK, _RETRY (a stage
- * or the relay failed, or the verdict is late: recover.c may fix it) or _FATAL. */
-static int s_wait_verdict(s_pipe_t *p, sw_verdict_t *out, double *stage_ms, char *err,
-                          size_t err_len)
-{
-    node_t *n = p->n;
-    double t_check = node_now_ms() + 1000;
-    const double t_limit = node_now_ms() + n->o.round_timeout_ms;
-    for (;;) {
-        if (*n->stop) {
-            snprintf(err, err_len, "the head is shutting down");
-            return NODE_RECOVER_FATAL;
-        }
-        if (n->head->cancel_running) {
-            snprintf(err, err_len, "cancelled by the client");
-            return NODE_RECOVER_FATAL;
-        }
-        sw_wire_msg_t m = {0};
-        int rc = sw_peer_recv(n->peer, &m, 100);
-        if (rc < 0) {
-            snprintf(err, err_len, "lost the connection to the relay");
-            return NODE_RECOVER_FATAL;
-        }
-        if (rc == 0) {
-            const Shardwire__Envelope *e = m.env;
-            if (e->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT &&
-                strcmp(m.peer, p->route.names[p->route.n - 1]) != 0) {
-                SW_WARN("ignored a verdict from %s: only the route's tail %s may send one", m.peer,
-                        p->route.names[p->route.n - 1]);
-            } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT &&
-                       e->verdict->session_id == p->session && e->verdict->round == p->round) {
-                const Shardwire__Verdict *v = e->verdict;
-                if (v->n_tokens < 1 || v->n_tokens > SW_MAX_DRAFT + 1) {
-                    snprintf(err, err_len, "the tail sent a verdict with %zu tokens", v->n_tokens);
-                    sw_wire_msg_clear(&m);
-                    return NODE_RECOVER_FATAL;
-                }
-                out->n_commit = (int)v->n_tokens;
-                out->logits_digest = v->logits_digest;
-                for (size_t i = 0; i < v->n_tokens; i++)
-                    out->tokens[i] = (int32_t)v->tokens[i];
-                *stage_ms = 0;
-                /* The timing list starts with the head's own entry: count
-                 * only the later stages here (the head's time is head_ms). */
-                for (size_t i = 0; i < v->n_timing; i++) {
-                    double ms = v->timing[i]->compute_us / 1e3;
-                    for (int s = 1; s < p->route.n; s++)
-                        if (!strcmp(p->route.names[s], v->timing[i]->name)) {
-                            p->stage_total[s] += ms;
-                            *stage_ms += ms;
-                        }
-                }
-                sw_wire_msg_clear(&m);
-                return 0;
-            }
-            int from_route = !strcmp(m.peer, SW_WIRE_RELAY_NAME); /* errors: relay or stages */
-            for (int s = 1; s < p->route.n && !from_route; s++)
-                from_route = !strcmp(m.peer, p->route.names[s]);
-            if (e->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR && from_route &&
-                (e->error->session_id == p->session || (e->error->dest && e->error->dest[0]))) {
-                const char *dest = e->error->dest ? e->error->dest : "";
-                int ours = e->error->session_id == p->session;
-                for (int s = 1; s < p->route.n && !ours; s++)
-                    ours = !strcmp(dest, p->route.names[s]);
-                if (ours) {
-                    if (dest[0] && e->error->session_id != p->session)
-                        snprintf(err, err_len,
-                                 "stage '%s' left the pipeline (the relay cannot "
-                                 "reach it)",
-                                 dest);
-                    else
-                        snprintf(err, err_len, "%s", e->error->message);
-                    /* Lost stages, lost sessions and lost messages can be
-                     * recovered; a stage refusing the round cannot. */
-                    int code = e->error->code;
-                    int retry = code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
-                                code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
-                                code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY ||
-                                code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED ||
-                                code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION;
-                    sw_wire_msg_clear(&m);
-                    return retry ? NODE_RECOVER_RETRY : NODE_RECOVER_FATAL;
-                }
-            } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE) {
-                node_head_request(n, &m);
-            } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_CANCEL) {
-                node_head_cancel(n, &m);
-            } else if (e->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD) {
-                node_stage_forward(n, &m);
-            }
-            sw_wire_msg_clear(&m);
-            continue;
-        }
-        double now = node_now_ms();
-        if (p->deadline_ms && now > p->deadline_ms) {
-            snprintf(err, err_len, "the request's deadline passed");
-            return NODE_RECOVER_FATAL;
-        }
-        if (now > t_limit) {
-            snprintf(err, err_len, "no verdict within %d ms (see --round-timeout-ms)",
-                     n->o.round_timeout_ms);
-            return NODE_RECOVER_RETRY;
-        }
-        if (now > t_check) {
-            char why[160];
-            if (!s_route_alive(n, &p->route, p->rec, why, sizeof why)) {
-                snprintf(err, err_len, "%s during the round", why);
-                return NODE_RECOVER_RETRY;
-            }
-            t_check = node_now_ms() + 1000;
-        }
+    s->route = n->head->route;
+    for (int i = 0; i < s->route.n; i++)
+        s->route.ptrs[i] = s->route.names[i];
+    if (pt)
+        node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
+    if (s->route.n == 1 && !s->ver) {
+        sw_sampling_t sp = sw_sampling_default();
+        sp.temp = s->spw.temperature;
+        sp.top_k = (int)s->spw.top_k;
+        sp.top_p = s->spw.top_p > 0 ? s->spw.top_p : 1.0f;
+        sp.min_p = s->spw.min_p;
+        sp.rep_penalty = s->spw.repeat_penalty > 0 ? s->spw.repeat_penalty : 1.0f;
+        sp.rep_last_n = (int)s->spw.repeat_last_n;
+        sp.seed = s->spw.seed;
+        s->ver = sw_verifier_new(&sp, n->hp->n_vocab);
     }
 }
 
-/* Runs this stage's layers on the round's rows and sends them to the next
- * stage as Forwards of a new round number (recover.h: node_recover_ops_t.send).
- * more = 1 marks the last chunk prefill_more too (a replay). The number of
- * chunks sent, or NODE_RECOVER_RETRY / _FATAL. */
-static int s_pipe_send(void *ctx, const sw_round_t *r, int more, char *err, size_t err_len)
-{
-    s_pipe_t *p = ctx;
-    node_t *n = p->n;
-    node_head_t *h = n->head;
-    const int E = n->hp->n_embd;
-    double head_ms = 0;
-    int chunks = 0;
-    p->round++;
-    if (sw_kv_truncate(h->kv, r->kv_keep) != 0) {
-        snprintf(err, err_len, "kv_keep %d is past the head's %d positions", r->kv_keep,
-                 sw_kv_len(h->kv));
-        return NODE_RECOVER_FATAL;
-    }
-    uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT];
-    float probs[SW_MAX_DRAFT];
-    Shardwire__DraftDist dd[SW_MAX_DRAFT], *ddp[SW_MAX_DRAFT];
-    for (int i = 0; i < r->n_draft; i++) {
-        drafts[i] = (uint32_t)r->tokens[r->n - r->n_draft + i];
-        if (r->q) {
-            probs[i] = r->q[i].q_tok;
-            shardwire__draft_dist__init(&dd[i]);
-            if (r->q[i].n > 0 && r->q[i].ids) {
-                dd[i].n_tokens = dd[i].n_probs = (size_t)r->q[i].n;
-                dd[i].tokens = (uint32_t *)r->q[i].ids;
-                dd[i].probs = (float *)r->q[i].vals;
-            }
-            ddp[i] = &dd[i];
-        }
-    }
-    for (int c0 = 0; c0 < r->n; c0 += SW_WIRE_MAX_ROWS) {
-        const int rows = r->n - c0 < SW_WIRE_MAX_ROWS ? r->n - c0 : SW_WIRE_MAX_ROWS;
-        const int last_chunk = c0 + rows == r->n;
-        double t0 = node_now_ms();
-        sw_forward_t fw = {.n = rows,
-                           .tokens = r->tokens + c0,
-                           .out_hidden = n->hidden_out,
-                           .prompt = r->n_draft == 0};
-        if (sw_model_forward(n->model, h->kv, &fw, err, err_len) != 0)
-            return NODE_RECOVER_FATAL;
-        const void *wire =
-            node_hidden_pack(n->o.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
-        head_ms += node_now_ms() - t0;
-        for (int i = 0; i < rows; i++)
-            toks[i] = (uint32_t)r->tokens[c0 + i];
-
-        Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
-        mine.name = p->route.names[0];
-        mine.compute_us = (uint32_t)(head_ms * 1e3);
-        Shardwire__StageTiming *tp = &mine;
-        Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-        f.session_id = p->session;
-        f.round = p->round;
-        f.start_pos = f.kv_keep = (uint32_t)(r->kv_keep + c0);
-        f.n_rows = (uint32_t)rows;
-        f.n_tokens = (size_t)rows;
-        f.tokens = toks;
-        f.sampling = p->sampling;
-        if (last_chunk && r->n_draft) {
-            f.n_draft_tokens = (size_t)r->n_draft;
-            f.draft_tokens = drafts;
-            if (r->q) {
-                f.n_draft_probs = (size_t)r->n_draft;
-                f.draft_probs = probs;
-                f.n_draft_dists = (size_t)r->n_draft;
-                f.draft_dists = ddp;
-            }
-        }
-        f.dtype = n->o.dtype;
-        f.hidden = (uint32_t)E;
-        f.layer_begin = (uint32_t)sw_model_layer_end(n->model);
-        f.n_route = (size_t)p->route.n;
-        f.route = p->route.ptrs;
-        f.hop = 1;
-        f.reply_to = p->route.names[0];
-        f.prefill_more = !last_chunk || more;
-        f.n_timing = 1;
-        f.timing = &tp;
-        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-        env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-        env.forward = &f;
-        const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(f.dtype);
-        if (sw_peer_send(n->peer, p->route.names[1], &env, wire, bytes, 1) != 0) {
-            snprintf(err, err_len, "could not send the round to stage '%s'", p->route.names[1]);
-            p->round_head_ms += head_ms;
-            return NODE_RECOVER_RETRY;
-        }
-        chunks++;
-    }
-    p->round_head_ms += head_ms;
-    /* The prefill keeps the later stages busy for a while: feed the prompt
-     * to the draft model meanwhile, off the critical path (once: a replay's
-     * prefill has a later round number). */
-    if (p->round == 1 && r->kv_keep == 0 && r->n_draft == 0 && !more && h->drafter &&
-        draft_warm(h->drafter, r->tokens, r->n) != 0)
-        SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
-    return chunks;
-}
-
-static int s_pipe_wait(void *ctx, sw_verdict_t *out, char *err, size_t err_len)
-{
-    s_pipe_t *p = ctx;
-    double stage_ms = 0;
-    int rc = s_wait_verdict(p, out, &stage_ms, err, err_len);
-    p->round_stage_ms += stage_ms;
-    return rc;
-}
-
-/* Serves messages for up to ms while recovery waits (recover.h). */
-static int s_pipe_idle(void *ctx, int ms, char *err, size_t err_len)
-{
-    s_pipe_t *p = ctx;
-    node_t *n = p->n;
-    const double until = node_now_ms() + ms;
-    for (;;) {
-        if (*n->stop) {
-            snprintf(err, err_len, "the head is shutting down");
-            return NODE_RECOVER_FATAL;
-        }
-        if (n->head->cancel_running) {
-            snprintf(err, err_len, "cancelled by the client");
-            return NODE_RECOVER_FATAL;
-        }
-        const double left = until - node_now_ms();
-        if (left <= 0)
-            return NODE_RECOVER_OK;
-        sw_wire_msg_t m = {0};
-        int rc = sw_peer_recv(n->peer, &m, (int)left + 1);
-        if (rc < 0) {
-            snprintf(err, err_len, "lost the connection to the relay");
-            return NODE_RECOVER_FATAL;
-        }
-        if (rc != 0)
-            continue;
-        if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE)
-            node_head_request(n, &m);
-        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_CANCEL)
-            node_head_cancel(n, &m);
-        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD)
-            node_stage_forward(n, &m);
-        sw_wire_msg_clear(&m); // stale verdicts and errors of the failed round
-    }
-}
-
-static int s_pipe_reroute(void *ctx, char *err, size_t err_len)
-{
-    s_pipe_t *p = ctx;
-    s_route_t nr;
-    if (s_build_route(p->n, &nr, p->rec, err, err_len) != 0)
-        return NODE_RECOVER_RETRY;
-    if (nr.n < 2) {
-        snprintf(err, err_len, "the head now holds every layer");
-        return NODE_RECOVER_FATAL;
-    }
-    p->route = nr;
-    for (int i = 0; i < p->route.n; i++)
-        p->route.ptrs[i] = p->route.names[i];
-    /* After a relay restart the client must have announced again too, or
-     * the next TokenChunk would be dropped. */
-    sw_wire_msg_t t = {0};
-    if (p->client && sw_peer_status(p->n->peer, &t, 2000) == 0) {
-        int found = 0;
-        for (size_t j = 0; j < t.env->peer_table->n_peers; j++) {
-            const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[j]->announce;
-            found |= a && !strcmp(a->name, p->client);
-        }
-        sw_wire_msg_clear(&t);
-        if (!found) {
-            snprintf(err, err_len, "the client '%s' is not connected to the relay", p->client);
-            return NODE_RECOVER_RETRY;
-        }
-    }
-    return NODE_RECOVER_OK;
-}
-
-/* One round through the pipeline, recovered by recover.c if a stage or the
- * relay fails on the way. */
-static int s_pipe_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char *err,
-                        size_t err_len)
-{
-    s_pipe_t *p = ctx;
-    const double t_round = node_now_ms();
-    if (p->deadline_ms && t_round > p->deadline_ms) { /* checked every round, not only when idle */
-        snprintf(err, err_len, "the request's deadline passed");
-        return -1;
-    }
-    p->round_head_ms = p->round_stage_ms = 0;
-    const node_recover_ops_t ops = {.ctx = p,
-                                    .send = s_pipe_send,
-                                    .wait = s_pipe_wait,
-                                    .reroute = s_pipe_reroute,
-                                    .idle = s_pipe_idle};
-    if (node_recover_round(p->rec, &ops, r, p->deadline_ms, out, err, err_len) != 0)
-        return -1;
-    const double head_ms = p->round_head_ms, stage_ms = p->round_stage_ms;
-    const double wall = node_now_ms() - t_round;
-    out->compute_ms = head_ms + stage_ms;
-    p->head_ms += head_ms;
-    p->stage_ms += stage_ms;
-    p->net_ms += wall - head_ms - stage_ms > 0 ? wall - head_ms - stage_ms : 0;
-    return 0;
-}
-
-/* ---- one generation ---------------------------------------------------------------------------
- */
-
-typedef struct s_stream {
-    node_t *n;
-    const char *client;
-    const char *request_id;
-    sw_detok_t *detok;
-    uint32_t n_sent; // tokens streamed so far (the next chunk's index)
-} s_stream_t;
-
-static int s_send_chunk(s_stream_t *st, const int32_t *tokens, int n_tok, const char *text,
-                        size_t len, int finish, Shardwire__GenerateStats *stats)
-{
-    uint32_t ids[SW_MAX_DRAFT + 1];
-    Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
-    c.request_id = (char *)st->request_id;
-    for (int i = 0; i < n_tok; i++)
-        ids[i] = (uint32_t)tokens[i];
-    c.n_tokens = (size_t)n_tok;
-    c.tokens = ids;
-    c.index = st->n_sent;
-    st->n_sent += (uint32_t)n_tok;
-    c.text.data = (uint8_t *)text;
-    c.text.len = len;
-    c.done = finish != SHARDWIRE__FINISH_REASON__FINISH_NONE;
-    c.finish = finish;
-    c.stats = stats;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
-    env.token_chunk = &c;
-    return sw_peer_send(st->n->peer, st->client, &env, NULL, 0, 0);
-}
-
-static int s_on_tokens(void *ctx, const int32_t *tokens, int n)
-{
-    s_stream_t *st = ctx;
-    char text[4096];
-    size_t len = 0;
-    for (int i = 0; i < n; i++) {
-        const char *piece;
-        size_t pl;
-        if (sw_detok_push(st->detok, tokens[i], &piece, &pl) != 0)
-            return 1;
-        if (len + pl <= sizeof text) {
-            memcpy(text + len, piece, pl);
-            len += pl;
-        }
-    }
-    if (s_send_chunk(st, tokens, n, text, len, SHARDWIRE__FINISH_REASON__FINISH_NONE, NULL) != 0)
-        return 1; // the client is gone: stop generating
-    return 0;
-}
-
-static int s_is_eog(void *ctx, int32_t token)
-{
-    return sw_tokenizer_is_eog((const sw_tokenizer_t *)ctx, token);
-}
-
-static void s_close_session(node_t *n, const s_route_t *route, uint64_t session, const char *why)
-{
-    Shardwire__SessionClose sc = SHARDWIRE__SESSION_CLOSE__INIT;
-    sc.session_id = session;
-    sc.reason = (char *)why;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
-    env.session_close = &sc;
-    for (int i = 1; i < route->n; i++)
-        if (sw_peer_send(n->peer, route->names[i], &env, NULL, 0, 0) != 0)
-            SW_DEBUG("could not close the session on %s", route->names[i]);
-}
+/* ---- admission ------------------------------------------------------------------------------ */
 
 /* The drafting of one request: its DraftParams where set, the node's
  * --draft* defaults otherwise. */
@@ -729,21 +640,35 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
     return 0;
 }
 
-static void s_generate(node_t *n, sw_wire_msg_t *msg)
+static s_sess_t *s_free_slot(node_head_t *h)
+{
+    s_sess_t *oldest = NULL;
+    for (int i = 0; i < h->n_slots; i++) {
+        s_sess_t *s = &h->sess[i];
+        if (s->state == S_FREE)
+            return s;
+        if (s->state == S_LINGER && (!oldest || s->t_end < oldest->t_end))
+            oldest = s;
+    }
+    if (oldest) // a finished request's record makes room
+        s_forget(h, oldest);
+    return oldest;
+}
+
+enum { S_STARTED = 0, S_WAIT_MEMORY = 1, S_REFUSED = -1 };
+
+/* Starts a session for request msg (which stays the caller's): S_STARTED,
+ * S_WAIT_MEMORY (the KV cache does not fit now, it will when others end) or
+ * S_REFUSED (the client got an Error). */
+static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
 {
     node_head_t *h = n->head;
     const Shardwire__GenerateRequest *g = msg->env->generate;
-    const double t_start = node_now_ms();
     char err[512] = "";
     int code = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
-    int32_t *prompt = NULL, *out = NULL;
+    int32_t *prompt = NULL;
     char *chat_text = NULL;
-    sw_local_target_t *lt = NULL;
-    s_stream_t st = {.n = n, .client = msg->peer, .request_id = g->request_id};
-    s_pipe_t pipe = {.n = n};
-    snprintf(h->running_rid, sizeof h->running_rid, "%s", g->request_id);
-    snprintf(h->running_client, sizeof h->running_client, "%s", msg->peer);
-    h->cancel_running = 0;
+    s_sess_t *s = NULL;
 
     sw_sampling_t sp = sw_sampling_default();
     Shardwire__SamplingParams spw = SHARDWIRE__SAMPLING_PARAMS__INIT;
@@ -760,7 +685,6 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
         snprintf(err, sizeof err, "invalid sampling parameters");
         goto fail;
     }
-
     int n_prompt = 0;
     if (g->n_prompt_tokens) {
         prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
@@ -827,133 +751,816 @@ static void s_generate(node_t *n, sw_wire_msg_t *msg)
                  g->n_predict, n->o.n_ctx);
         goto fail;
     }
-    out = malloc(((size_t)g->n_predict + 1) * sizeof *out);
-    st.detok = sw_detok_new(h->tok, 0);
-    if (!out || !st.detok)
-        goto oom;
-
-    code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
-    pipe.client = msg->peer;
-    pipe.rec = node_recover_new(n->o.n_ctx, n->o.recover_timeout_ms);
-    if (!pipe.rec)
-        goto oom;
-    if (s_build_route(n, &pipe.route, pipe.rec, err, sizeof err) != 0)
+    const int n_ctx = n_prompt + (int)g->n_predict;
+    const size_t kv_bytes = sw_kv_bytes(n->model, n_ctx);
+    if (n->o.kv_bytes > 0 && kv_bytes > (size_t)n->o.kv_bytes) {
+        snprintf(err, sizeof err,
+                 "%d positions need %.1f MiB of KV cache, more than this head's --kv-mib (%.1f "
+                 "MiB)",
+                 n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
         goto fail;
-    code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
-    randombytes_buf(&pipe.session, sizeof pipe.session);
-    pipe.session |= 1;
-    pipe.sampling = &spw;
-    pipe.deadline_ms = g->timeout_ms ? t_start + g->timeout_ms : 0;
-
-    sw_target_t target;
-    if (pipe.route.n == 1) {
-        lt = sw_local_target_new(n->model, n->o.n_ctx, &sp, err, sizeof err);
-        if (!lt)
-            goto fail;
-        target = sw_local_target(lt);
-    } else {
-        target.round = s_pipe_round;
-        target.ctx = &pipe;
     }
+    if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
+        free(prompt);
+        free(chat_text);
+        return S_WAIT_MEMORY;
+    }
+
+    s = s_free_slot(h);
+    if (!s)
+        goto oom; // cannot happen: n_slots > max_sessions
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->state = S_ROUTE;
+    h->n_active++;
+    snprintf(s->client, sizeof s->client, "%s", msg->peer);
+    snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
+    s->t_start = t_arrive;
+    s->t_gen = node_now_ms();
+    s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
+    s->spw = spw;
+    s->prompt = prompt;
+    prompt = NULL;
+    s->n_prompt = n_prompt;
+    s->n_predict = (int)g->n_predict;
+    s->n_ctx = n_ctx;
+    s->send_idx = -1;
+    randombytes_buf(&s->id, sizeof s->id);
+    s->id |= 1;
+    s->kv = sw_kv_new(n->model, n_ctx);
+    s->kv_bytes = kv_bytes;
+    if (s->kv)
+        h->kv_used += kv_bytes;
+    s->rec = node_recover_new(n->o.recover_timeout_ms);
+    s->detok = sw_detok_new(h->tok, 0);
+    s->toks = malloc(((size_t)s->n_predict + 1) * sizeof *s->toks);
+    s->drafter = draft_new(h->dmodel);
+    if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
+        goto oom;
     draft_cfg_t dc;
-    code = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
-    if (s_draft_cfg(n, g->draft, &sp, &dc, err, sizeof err) != 0 ||
-        draft_begin(h->drafter, &dc, err, sizeof err) != 0)
+    if (s_draft_cfg(n, g->draft, &sp, &dc, err, sizeof err) != 0)
         goto fail;
-    code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
-    sw_proposer_t proposer = draft_proposer(h->drafter);
-    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, route of %d stage(s), "
-            "draft %s K %s%d",
-            g->request_id, msg->peer, n_prompt, g->n_predict, pipe.route.n,
-            draft_mode_name(dc.mode), dc.k == DRAFT_K_AUTO ? "auto <= " : "",
-            draft_gen_k(h->drafter));
+    dc.n_ctx = n_ctx;
+    if (draft_begin(s->drafter, &dc, err, sizeof err) != 0)
+        goto fail;
+    s->proposer = draft_proposer(s->drafter);
     sw_gen_opts_t go = {
-        .k = draft_gen_k(h->drafter),
-        .proposer = &proposer,
-        .n_predict = (int)g->n_predict,
+        .k = draft_gen_k(s->drafter),
+        .proposer = &s->proposer,
+        .n_predict = s->n_predict,
         .stop_at_eog = 1,
         .on_tokens = s_on_tokens,
-        .on_tokens_ctx = &st,
+        .on_tokens_ctx = s,
         .is_eog = s_is_eog,
         .is_eog_ctx = h->tok,
     };
-    sw_gen_stats_t gs;
-    const double t_gen = node_now_ms();
-    if (sw_generate(&target, prompt, n_prompt, &go, out, &gs, err, sizeof err) != 0) {
-        code = pipe.deadline_ms && node_now_ms() > pipe.deadline_ms
-                   ? SHARDWIRE__ERROR_CODE__ERR_DEADLINE
-                   : SHARDWIRE__ERROR_CODE__ERR_DEST_GONE;
+    s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, sizeof err);
+    if (!s->gen)
         goto fail;
+    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, draft %s K %s%d; %d "
+            "session(s) running, %d waiting",
+            s->rid, s->client, n_prompt, g->n_predict, draft_mode_name(dc.mode),
+            dc.k == DRAFT_K_AUTO ? "auto <= " : "", draft_gen_k(s->drafter), h->n_active, h->q_len);
+    /* A route built from a recent table serves at once; else the next table. */
+    const double now = node_now_ms();
+    if (h->route_ms && now - h->route_ms < S_ROUTE_FRESH_MS && h->route_ok) {
+        s_take_route(n, s, h->table.env ? h->table.env->peer_table : NULL);
+        s->state = S_RUN;
+        h->busy = 1;
+    } else {
+        s_want_status(h);
     }
-    const char *tail;
-    size_t tl = 0;
-    if (sw_detok_flush(st.detok, &tail, &tl) != 0)
-        tl = 0;
-    Shardwire__GenerateStats stats = SHARDWIRE__GENERATE_STATS__INIT;
-    Shardwire__StageTiming stage[SW_WIRE_MAX_ROUTE], *stage_p[SW_WIRE_MAX_ROUTE];
-    stats.n_prompt = (uint32_t)gs.n_prompt;
-    stats.n_generated = (uint32_t)gs.n_gen;
-    stats.n_rounds = (uint32_t)gs.rounds;
-    stats.n_drafted = (uint32_t)gs.drafted;
-    stats.n_accepted = (uint32_t)gs.accepted;
-    stats.prompt_ms = (uint32_t)gs.prefill_ms;
-    stats.generate_ms = (uint32_t)(gs.prefill_ms + gs.decode_ms);
-    stats.ttft_ms = (float)(gs.ttft_ms + (t_gen - t_start));
-    stats.decode_ms = (float)gs.decode_ms;
-    stats.draft_ms = (float)gs.draft_ms;
-    stats.head_ms = (float)(pipe.route.n == 1 ? gs.target_ms : pipe.head_ms);
-    stats.network_ms = (float)pipe.net_ms;
-    for (int i = 1; i < pipe.route.n; i++) {
-        shardwire__stage_timing__init(&stage[i]);
-        stage[i].name = pipe.route.names[i];
-        stage[i].compute_us = (uint32_t)(pipe.stage_total[i] * 1e3);
-        stage_p[i - 1] = &stage[i];
-    }
-    stats.n_stages = (size_t)(pipe.route.n - 1);
-    stats.logits_digest = gs.logits_digest;
-    stats.stages = stage_p;
-    int finish = gs.n_gen > 0 && sw_tokenizer_is_eog(h->tok, out[gs.n_gen - 1])
-                     ? SHARDWIRE__FINISH_REASON__FINISH_EOS
-                     : SHARDWIRE__FINISH_REASON__FINISH_LENGTH;
-    if (s_send_chunk(&st, NULL, 0, tail, tl, finish, &stats) != 0)
-        SW_WARN("request '%s': the client %s is gone", g->request_id, msg->peer);
-    SW_INFO("request '%s' done: %d tokens in %d rounds (%d of %d drafts accepted)", g->request_id,
-            gs.n_gen, gs.rounds, gs.accepted, gs.drafted);
-    goto done;
+    free(chat_text);
+    return S_STARTED;
 oom:
     snprintf(err, sizeof err, "out of memory");
     code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
 fail:
-    if (h->cancel_running) {
-        s_chunk_cancelled(n, msg->peer, g->request_id);
-        goto done;
-    }
-    SW_WARN("request '%s' from %s failed: %s", g->request_id, msg->peer, err);
-    s_send_error(n, msg->peer, code, g->request_id, pipe.session, err);
-    if (s_send_chunk(&st, NULL, 0, NULL, 0, SHARDWIRE__FINISH_REASON__FINISH_ERROR, NULL) != 0)
-        SW_DEBUG("request '%s': could not send the final chunk", g->request_id);
-done:
-    if (pipe.route.n > 1)
-        s_close_session(n, &pipe.route, pipe.session, h->cancel_running ? "cancelled" : "done");
-    h->running_rid[0] = h->running_client[0] = 0;
-    h->cancel_running = 0;
-    node_recover_free(&pipe.rec);
-    sw_local_target_free(&lt);
-    sw_detok_free(&st.detok);
-    free(chat_text);
     free(prompt);
-    free(out);
+    free(chat_text);
+    if (s) {
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, code, err);
+    } else {
+        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
+        s_send_error(n, msg->peer, code, g->request_id, 0, 0, err);
+    }
+    return S_REFUSED;
 }
 
-void node_head_work(node_t *n)
+void node_head_request(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    while (h && h->q_len > 0 && !*n->stop) {
-        sw_wire_msg_t m = {0};
-        sw_wire_msg_move(&m, &h->queue[h->q_head]);
-        h->q_head = (h->q_head + 1) % S_MAX_QUEUE;
-        h->q_len--;
-        s_generate(n, &m);
-        sw_wire_msg_clear(&m);
+    const Shardwire__GenerateRequest *g = msg->env->generate;
+    if (!h) {
+        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, g->request_id, 0, 0,
+                     "this node is not a head (its layers do not start at 0)");
+        return;
     }
+    for (int i = 0; i < h->n_slots; i++) {
+        const s_sess_t *s = &h->sess[i];
+        if ((s->state == S_ROUTE || s->state == S_RUN) && !strcmp(s->client, msg->peer) &&
+            !strcmp(s->rid, g->request_id)) {
+            s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, g->request_id, 0, 0,
+                         "a request with this id is already running");
+            return;
+        }
+    }
+    const double now = node_now_ms();
+    if (h->q_len == 0 && h->n_active < n->o.max_sessions) {
+        if (s_start(n, msg, now) != S_WAIT_MEMORY)
+            return;
+    }
+    if (h->q_len >= n->o.max_queue) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "the head is busy: %d requests running and %d waiting (its --max-queue): "
+                 "retry later",
+                 h->n_active, h->q_len);
+        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
+        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BUSY, g->request_id, 0,
+                     (uint32_t)h->q_len + 1, text);
+        return;
+    }
+    s_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];
+    memset(w, 0, sizeof *w);
+    sw_wire_msg_move(&w->msg, msg);
+    w->t_arrive = now;
+    h->q_len++;
+    SW_INFO("request '%s' from %s waits (position %d; %d running)", g->request_id, w->msg.peer,
+            h->q_len, h->n_active);
+}
+
+/* Removes queue entry i (0 = the oldest). */
+static void s_dequeue(node_t *n, int i)
+{
+    node_head_t *h = n->head;
+    const int Q = n->o.max_queue;
+    sw_wire_msg_clear(&h->queue[(h->q_head + i) % Q].msg);
+    for (int j = i; j > 0; j--) { // shift the older ones up by one
+        s_wait_t *dst = &h->queue[(h->q_head + j) % Q], *src = &h->queue[(h->q_head + j - 1) % Q];
+        sw_wire_msg_move(&dst->msg, &src->msg);
+        dst->t_arrive = src->t_arrive;
+        dst->client_missing = src->client_missing;
+    }
+    h->q_head = (h->q_head + 1) % Q;
+    h->q_len--;
+}
+
+/* The queue: requests past their deadline get a busy error with their
+ * place; the oldest start while slots and memory allow. */
+static void s_queue_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    for (int i = 0; i < h->q_len; i++) {
+        s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        const Shardwire__GenerateRequest *g = w->msg.env->generate;
+        if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms)
+            continue;
+        char text[256];
+        snprintf(text, sizeof text,
+                 "the head stayed busy: the request waited %.0f s at position %d of the queue "
+                 "until its deadline (%d requests running)",
+                 (now - w->t_arrive) / 1e3, i + 1, h->n_active);
+        SW_WARN("request '%s' from %s: %s", g->request_id, w->msg.peer, text);
+        s_send_error(n, w->msg.peer, SHARDWIRE__ERROR_CODE__ERR_BUSY, g->request_id, 0,
+                     (uint32_t)i + 1, text);
+        s_dequeue(n, i--);
+    }
+    while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
+        s_wait_t *w = &h->queue[h->q_head];
+        int rc = s_start(n, &w->msg, w->t_arrive);
+        if (rc == S_WAIT_MEMORY)
+            break; // the oldest keeps its place until memory frees up
+        s_dequeue(n, 0);
+    }
+}
+
+/* ---- client messages ------------------------------------------------------------------------ */
+
+static s_sess_t *s_find(node_head_t *h, const char *client, const char *rid, int lingering)
+{
+    for (int i = 0; i < h->n_slots; i++) {
+        s_sess_t *s = &h->sess[i];
+        if ((s->state == S_ROUTE || s->state == S_RUN || (lingering && s->state == S_LINGER)) &&
+            !strcmp(s->client, client) && !strcmp(s->rid, rid))
+            return s;
+    }
+    return NULL;
+}
+
+void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    const Shardwire__Cancel *c = msg->env->cancel;
+    if (!h)
+        return;
+    const char *why = c->reason && c->reason[0] ? c->reason : "no reason given";
+    s_sess_t *s = s_find(h, msg->peer, c->request_id, 0);
+    if (s) {
+        char text[400];
+        snprintf(text, sizeof text, "cancelled by the client (%s)", why);
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED, 0, text);
+        return;
+    }
+    for (int i = 0; i < h->q_len; i++) {
+        s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        if (strcmp(w->msg.peer, msg->peer) != 0 ||
+            strcmp(w->msg.env->generate->request_id, c->request_id) != 0)
+            continue;
+        SW_INFO("request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer, why);
+        s_final_chunk(n, msg->peer, c->request_id, 0, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED);
+        s_dequeue(n, i);
+        return;
+    }
+}
+
+void node_head_resume(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    const Shardwire__Resume *r = msg->env->resume;
+    if (!h)
+        return;
+    s_sess_t *s = s_find(h, msg->peer, r->request_id, 1);
+    if (!s) {
+        for (int i = 0; i < h->q_len; i++) // still waiting: nothing to send yet
+            if (!strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer) &&
+                !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.env->generate->request_id,
+                        r->request_id))
+                return;
+        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, r->request_id, 0, 0,
+                     "the head holds no such request (it ended more than a minute ago, or the "
+                     "head restarted)");
+        return;
+    }
+    const double now = node_now_ms();
+    if (now - s->t_resume < S_RESUME_MS)
+        return; // a burst of Resumes: the first one is being answered
+    s->t_resume = now;
+    int sent = 0;
+    if (s->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR ||
+        s->finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE)
+        s_send_error(n, s->client, s->err_code, s->rid, s->id, 0, s->err);
+    for (int i = 0; i < s->n_chunks; i++) {
+        const s_chunk_t *c = &s->chunks[i];
+        if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index)) {
+            s_send_chunk(n, s, c);
+            sent++;
+        }
+    }
+    SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) sent again", s->rid, msg->peer,
+            r->from_index, sent);
+}
+
+/* ---- the pipeline ------------------------------------------------------------------------- */
+
+/* Commits a verdict of the current round and moves the session on. */
+static void s_commit(node_t *n, s_sess_t *s, sw_verdict_t *v, double now)
+{
+    const double wall = now - s->t_round;
+    v->compute_ms = s->round_head_ms + s->round_stage_ms;
+    s->head_ms += s->round_head_ms;
+    s->stage_ms += s->round_stage_ms;
+    if (wall > v->compute_ms)
+        s->net_ms += wall - v->compute_ms;
+    s->round_head_ms = s->round_stage_ms = 0;
+    s->logged = 0;
+    char err[256] = "";
+    const int32_t *toks;
+    int nt;
+    if (sw_gen_commit(s->gen, v, &toks, &nt, err, sizeof err) != 0) {
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+              err);
+        return;
+    }
+    if (sw_gen_done(s->gen)) {
+        int n_out = 0;
+        const int32_t *out = sw_gen_output(s->gen, &n_out);
+        s_end(n, s,
+              n_out > 0 && sw_tokenizer_is_eog(n->head->tok, out[n_out - 1])
+                  ? SHARDWIRE__FINISH_REASON__FINISH_EOS
+                  : SHARDWIRE__FINISH_REASON__FINISH_LENGTH,
+              0, "");
+        return;
+    }
+    n->head->busy = 1;
+}
+
+void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    const Shardwire__Verdict *vd = msg->env->verdict;
+    if (!h)
+        return;
+    s_sess_t *s = NULL;
+    for (int i = 0; i < h->n_slots && !s; i++)
+        if (h->sess[i].state == S_RUN && h->sess[i].id == vd->session_id)
+            s = &h->sess[i];
+    if (!s)
+        return; // a late verdict of a session that ended
+    if (strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0) {
+        SW_WARN("ignored a verdict from %s: only the route's tail %s may send one", msg->peer,
+                s->route.names[s->route.n - 1]);
+        return;
+    }
+    const double now = node_now_ms();
+    if (!node_recover_verdict(s->rec, vd->round, now))
+        return; // a replayed round's, or an attempt that failed
+    if (vd->n_tokens < 1 || vd->n_tokens > (size_t)s->send_r.n_draft + 1) {
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+              "the tail sent a verdict that does not fit the round");
+        return;
+    }
+    sw_verdict_t v;
+    memset(&v, 0, sizeof v);
+    v.n_commit = (int)vd->n_tokens;
+    v.logits_digest = vd->logits_digest;
+    for (size_t i = 0; i < vd->n_tokens; i++)
+        v.tokens[i] = (int32_t)vd->tokens[i];
+    /* The timing list starts with the head's own entry: count only the later
+     * stages here (the head's time is round_head_ms). */
+    for (size_t i = 0; i < vd->n_timing; i++) {
+        double ms = vd->timing[i]->compute_us / 1e3;
+        for (int st = 1; st < s->route.n; st++)
+            if (!strcmp(s->route.names[st], vd->timing[i]->name)) {
+                s->stage_total[st] += ms;
+                s->round_stage_ms += ms;
+            }
+    }
+    s_commit(n, s, &v, now);
+}
+
+void node_head_error(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    const Shardwire__Error *e = msg->env->error;
+    const double now = node_now_ms();
+    const char *dest = e->dest ? e->dest : "";
+    const int code = e->code;
+    const int from_relay = !strcmp(msg->peer, SW_WIRE_RELAY_NAME);
+    const int retry = code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
+                      code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
+                      code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY ||
+                      code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED ||
+                      code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION;
+    if (from_relay && dest[0]) {
+        /* A message of ours did not reach dest: a stage of some route, or a client. */
+        char why[160];
+        snprintf(why, sizeof why, "stage '%s' left the pipeline (the relay cannot reach it)", dest);
+        for (int i = 0; i < h->n_slots; i++) {
+            s_sess_t *s = &h->sess[i];
+            if (s->state != S_RUN)
+                continue;
+            if (s_route_has(&s->route, dest))
+                node_recover_failed(s->rec, now, why);
+            if (!strcmp(s->client, dest) && !s->client_missing) {
+                s->client_missing = now; // judged with the next peer tables
+                s_want_status(h);
+            }
+        }
+        return;
+    }
+    if (!from_relay && e->session_id) {
+        for (int i = 0; i < h->n_slots; i++) {
+            s_sess_t *s = &h->sess[i];
+            if (s->state != S_RUN || s->id != e->session_id || !s_route_has(&s->route, msg->peer))
+                continue;
+            if (retry)
+                node_recover_failed(s->rec, now, e->message);
+            else
+                s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, code, e->message);
+            return;
+        }
+    }
+    SW_DEBUG("error from %s: %s (%s)", msg->peer, e->message, sw_wire_error_code_name(code));
+}
+
+/* A client that is not in the relay's table, on a relay that has been up
+ * long enough for it to announce again after a restart, for
+ * S_CLIENT_GONE_MS: gone. *since tracks when it was first missed. */
+static int s_client_gone(node_head_t *h, const Shardwire__PeerTable *t, const char *client,
+                         double *since, double now)
+{
+    if (node_recover_find_peer(t, client)) {
+        *since = 0;
+        return 0;
+    }
+    if (!*since)
+        *since = now;
+    if (t->uptime_ms >= S_CLIENT_GRACE_MS && now - *since >= S_CLIENT_GONE_MS)
+        return 1;
+    /* look again when it would be gone (not before 100 ms: no query storm) */
+    double due = *since + S_CLIENT_GONE_MS;
+    if (t->uptime_ms < S_CLIENT_GRACE_MS && now + (S_CLIENT_GRACE_MS - (double)t->uptime_ms) > due)
+        due = now + (S_CLIENT_GRACE_MS - (double)t->uptime_ms);
+    if (due < now + 100)
+        due = now + 100;
+    if (h->status_next > due)
+        h->status_next = due;
+    return 0;
+}
+
+void node_head_table(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    if (!h)
+        return;
+    const Shardwire__PeerTable *pt = msg->env->peer_table;
+    const double now = node_now_ms();
+    h->status_out = 0;
+    char err[512] = "";
+    h->route_ok = s_build_route(n, pt, &h->route, err, sizeof err) == 0;
+    h->route_ms = now;
+    if (!h->route_ok) {
+        snprintf(h->route_err, sizeof h->route_err, "%s", err);
+        h->route_code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
+    }
+    for (int i = 0; i < h->n_slots; i++) {
+        s_sess_t *s = &h->sess[i];
+        if (s->state == S_ROUTE) {
+            if (h->route_ok) {
+                s_take_route(n, s, pt);
+                s->state = S_RUN;
+                h->busy = 1;
+            } else {
+                s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, h->route_code, h->route_err);
+            }
+            continue;
+        }
+        if (s->state != S_RUN)
+            continue;
+        if (s_client_gone(h, pt, s->client, &s->client_missing, now)) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED, 0, "the client left the relay");
+            continue;
+        }
+        if (s->want_route) {
+            s->want_route = 0;
+            if (!h->route_ok) {
+                node_recover_routed(s->rec, now, 0, h->route_err);
+            } else if (h->route.n < 2 && s->route.n >= 2) {
+                s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR,
+                      SHARDWIRE__ERROR_CODE__ERR_INTERNAL, "the head now holds every layer");
+                continue;
+            } else if (!node_recover_find_peer(pt, s->client)) {
+                /* After a relay restart the client must have announced again
+                 * too, or the next TokenChunk would be dropped. */
+                char why[128];
+                snprintf(why, sizeof why, "the client '%s' is not connected to the relay",
+                         s->client);
+                node_recover_routed(s->rec, now, 0, why);
+            } else {
+                s_take_route(n, s, pt);
+                node_recover_routed(s->rec, now, 1, NULL);
+                h->busy = 1;
+            }
+        }
+        if (s->want_check) {
+            s->want_check = 0;
+            char why[160];
+            if (node_recover_waiting(s->rec) &&
+                !node_recover_route_check(s->rec, pt, s->route.names, s->route.n, why,
+                                          sizeof why)) {
+                char text[200];
+                snprintf(text, sizeof text, "%s during the round", why);
+                node_recover_failed(s->rec, now, text);
+                h->busy = 1;
+            }
+        }
+    }
+    for (int i = 0; i < h->q_len; i++) {
+        s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        if (s_client_gone(h, pt, w->msg.peer, &w->client_missing, now)) {
+            SW_INFO("request '%s': the client %s left while it waited",
+                    w->msg.env->generate->request_id, w->msg.peer);
+            s_dequeue(n, i--);
+        }
+    }
+    sw_wire_msg_move(&h->table, msg); // kept: new sessions take their baseline from it
+}
+
+/* Sends one chunk of s's round (its rows just ran through this stage's
+ * layers into hidden) to the next stage. 0, or -1 when the relay would not
+ * take it. */
+static int s_forward(node_t *n, s_sess_t *s, const float *hidden, int row0, int rows,
+                     double head_ms)
+{
+    const int E = n->hp->n_embd;
+    const sw_round_t *r = &s->send_r;
+    const int last_chunk = row0 + rows == r->n;
+    uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT];
+    float probs[SW_MAX_DRAFT];
+    Shardwire__DraftDist dd[SW_MAX_DRAFT], *ddp[SW_MAX_DRAFT];
+    for (int i = 0; i < rows; i++)
+        toks[i] = (uint32_t)r->tokens[row0 + i];
+    for (int i = 0; i < r->n_draft; i++) {
+        drafts[i] = (uint32_t)r->tokens[r->n - r->n_draft + i];
+        if (r->q) {
+            probs[i] = r->q[i].q_tok;
+            shardwire__draft_dist__init(&dd[i]);
+            if (r->q[i].n > 0 && r->q[i].ids) {
+                dd[i].n_tokens = dd[i].n_probs = (size_t)r->q[i].n;
+                dd[i].tokens = (uint32_t *)r->q[i].ids;
+                dd[i].probs = (float *)r->q[i].vals;
+            }
+            ddp[i] = &dd[i];
+        }
+    }
+    const void *wire = node_hidden_pack(n->o.dtype, hidden, n->wire_buf, (size_t)rows * E);
+    Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
+    mine.name = s->route.names[0];
+    mine.compute_us = (uint32_t)(head_ms * 1e3);
+    Shardwire__StageTiming *tp = &mine;
+    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+    f.session_id = s->id;
+    f.round = s->send_round;
+    f.start_pos = f.kv_keep = (uint32_t)(r->kv_keep + row0);
+    f.n_rows = (uint32_t)rows;
+    f.n_tokens = (size_t)rows;
+    f.tokens = toks;
+    f.sampling = &s->spw;
+    if (last_chunk && r->n_draft) {
+        f.n_draft_tokens = (size_t)r->n_draft;
+        f.draft_tokens = drafts;
+        if (r->q) {
+            f.n_draft_probs = (size_t)r->n_draft;
+            f.draft_probs = probs;
+            f.n_draft_dists = (size_t)r->n_draft;
+            f.draft_dists = ddp;
+        }
+    }
+    f.dtype = n->o.dtype;
+    f.hidden = (uint32_t)E;
+    f.layer_begin = (uint32_t)sw_model_layer_end(n->model);
+    f.n_route = (size_t)s->route.n;
+    f.route = s->route.ptrs;
+    f.hop = 1;
+    f.reply_to = s->route.names[0];
+    f.prefill_more = !last_chunk;
+    f.n_timing = 1;
+    f.timing = &tp;
+    f.n_ctx = (uint32_t)s->n_ctx;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+    env.forward = &f;
+    const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(f.dtype);
+    s->opened = 1;
+    return sw_peer_send(n->peer, s->route.names[1], &env, wire, bytes, 1) == 0 ? 0 : -1;
+}
+
+/* Advances one running session: deadline, the next round, what recovery
+ * says. Returns 1 when it has rows to send in this pass's batch. */
+static int s_advance(node_t *n, s_sess_t *s, double now)
+{
+    node_head_t *h = n->head;
+    char err[512] = "";
+    if (s->deadline && now >= s->deadline) {
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_DEADLINE, SHARDWIRE__ERROR_CODE__ERR_DEADLINE,
+              node_recover_failing(s->rec) ? "the request's deadline passed while recovering"
+                                           : "the request's deadline passed");
+        return 0;
+    }
+    if (s->send_idx >= 0 && node_recover_failing(s->rec))
+        s->send_idx = -1; // the attempt failed while its rows went out: recovery resends
+    if (s->send_idx >= 0)
+        return 1; // rows of a round left to send
+    if (!s->logged) {
+        const sw_round_t *r;
+        int more = sw_gen_next(s->gen, &r, err, sizeof err); // drafting happens here
+        if (more != 0 || node_recover_log(s->rec, r) != 0) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  more ? err : "cannot log the round (out of memory?)");
+            return 0;
+        }
+        s->logged = 1;
+    }
+    int idx = -1;
+    switch (node_recover_next(s->rec, now, s->deadline, &idx, err, sizeof err)) {
+    case NODE_REC_SEND:
+        node_recover_get(s->rec, idx, &s->send_r, s->send_q);
+        if (sw_kv_truncate(s->kv, s->send_r.kv_keep) != 0) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  "the round keeps more than the head holds");
+            return 0;
+        }
+        s->send_idx = idx;
+        s->send_row = s->send_chunks = 0;
+        s->send_round = ++s->round_no;
+        return 1;
+    case NODE_REC_ROUTE:
+        s->want_route = 1;
+        s_want_status(h);
+        return 0;
+    case NODE_REC_FAIL:
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
+              err);
+        return 0;
+    default:
+        break;
+    }
+    if (node_recover_waiting(s->rec)) {
+        if (now >= s->t_limit) {
+            snprintf(err, sizeof err, "no verdict within %d ms (see --round-timeout-ms)",
+                     n->o.round_timeout_ms);
+            node_recover_failed(s->rec, now, err);
+            h->busy = 1;
+        } else if (now >= s->t_check) {
+            s->want_check = 1; // is every stage still there? (the next table says)
+            s_want_status(h);
+            s->t_check = now + S_CHECK_MS;
+        }
+    }
+    return 0;
+}
+
+/* After the batch ran s's next chunk: sends it on (or verifies it, on a
+ * route of one stage) and moves the send on. */
+static void s_after_chunk(node_t *n, s_sess_t *s, const float *hidden, const float *logits,
+                          int rows, double batch_ms, double now)
+{
+    const int idx = s->send_idx;
+    const int current = idx == node_recover_n_rounds(s->rec) - 1;
+    const int first = s->send_row == 0;
+    if (current && first)
+        s->t_round = now - batch_ms;
+    if (current)
+        s->round_head_ms += batch_ms;
+    if (s->route.n == 1) {
+        /* The head holds every layer: verify here, no message. */
+        sw_verdict_t v;
+        char err[256] = "";
+        s->send_row += rows;
+        s->send_idx = -1;
+        node_recover_sent(s->rec, idx, s->send_round, 0, now);
+        if (sw_verifier_run(s->ver, &s->send_r, logits, &v, err, sizeof err) != 0) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  err);
+            return;
+        }
+        if (node_recover_verdict(s->rec, s->send_round, now))
+            s_commit(n, s, &v, now);
+        return;
+    }
+    if (s_forward(n, s, hidden, s->send_row, rows, batch_ms) != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "could not send the round to stage '%s'", s->route.names[1]);
+        s->send_idx = -1;
+        node_recover_failed(s->rec, now, why);
+        return;
+    }
+    s->send_row += rows;
+    s->send_chunks++;
+    if (s->send_row < s->send_r.n)
+        return; // more chunks next pass
+    s->send_idx = -1;
+    node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
+    if (current) {
+        s->t_limit = now + n->o.round_timeout_ms;
+        s->t_check = now + S_CHECK_MS;
+    }
+    /* The prefill keeps the later stages busy for a while: feed the prompt to
+     * the draft model meanwhile, off the critical path (once). */
+    if (idx == 0 && s->send_round == 1 &&
+        draft_warm(s->drafter, s->send_r.tokens, s->send_r.n) != 0)
+        SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
+}
+
+/* Runs the next chunk of every ready session (ready[0..n_ready)) through
+ * this stage's layers as one batch, then sends each on. */
+static void s_batch(node_t *n, s_sess_t **ready, int n_ready, double now)
+{
+    node_head_t *h = n->head;
+    const int E = n->hp->n_embd, V = n->hp->n_vocab;
+    sw_kv_t *kvs[NODE_MAX_BATCH];
+    sw_forward_t fs[NODE_MAX_BATCH];
+    s_sess_t *in[NODE_MAX_BATCH];
+    int nb = 0, rows_total = 0, logit_rows = 0;
+    for (int i = 0; i < n_ready && nb < NODE_MAX_BATCH; i++) {
+        s_sess_t *s = ready[i];
+        const sw_round_t *r = &s->send_r;
+        /* Chunks of SW_WIRE_MAX_ROWS go on the wire; a route of one stage runs
+         * the whole round at once (as a single process would). */
+        int rows = r->n - s->send_row;
+        if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS)
+            rows = SW_WIRE_MAX_ROWS;
+        const int last = s->send_row + rows == r->n;
+        const int want = s->route.n == 1 && last ? r->n_draft + 1 : 0;
+        if (nb > 0 && (rows_total + rows > n->o.max_batch_rows || rows_total + rows > n->rows_cap ||
+                       logit_rows + want > h->logit_rows))
+            break; // the rest go first next pass
+        if (s->route.n == 1 && want > h->logit_rows) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  "the round needs more logits rows");
+            continue;
+        }
+        sw_forward_t f = {
+            .n = rows,
+            .tokens = r->tokens + s->send_row,
+            .out_hidden = s->route.n > 1 ? h->bout + (size_t)rows_total * E : NULL,
+            .logits = want ? h->logits + (size_t)logit_rows * V : NULL,
+            .n_logits = want,
+            .prompt = r->n_draft == 0,
+        };
+        if (s->route.n > 1 && rows_total + rows > n->rows_cap)
+            break;
+        kvs[nb] = s->kv;
+        fs[nb] = f;
+        in[nb++] = s;
+        rows_total += s->route.n > 1 ? rows : 0;
+        logit_rows += want;
+    }
+    if (nb == 0)
+        return;
+    char err[256] = "";
+    const double t0 = node_now_ms();
+    const int rc = sw_model_forward_batch(n->model, kvs, fs, nb, err, sizeof err);
+    const double batch_ms = node_now_ms() - t0;
+    if (nb > 1)
+        SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
+    for (int i = 0; i < nb; i++) {
+        s_sess_t *s = in[i];
+        if (rc != 0) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  err);
+            continue;
+        }
+        s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, node_now_ms());
+    }
+    (void)now;
+}
+
+/* The periodic status query (and the ones sessions asked for). */
+static void s_status_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    if (h->status_out && now - h->status_sent > S_STATUS_LOST_MS)
+        h->status_out = 0; // lost (the relay restarted?): ask again
+    const int active = h->n_active > 0 || h->q_len > 0;
+    if (active && now >= h->status_next)
+        h->status_want = 1;
+    if (!h->status_want || h->status_out)
+        return;
+    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
+    env.status_query = &q;
+    if (sw_peer_try_send(n->peer, SW_WIRE_RELAY_NAME, &env) != 0) {
+        h->status_next = now + NODE_REC_POLL_MS; // the relay is not reachable now
+        return;
+    }
+    h->status_out = 1;
+    h->status_want = 0;
+    h->status_sent = now;
+    h->status_next = now + S_STATUS_MS;
+}
+
+void node_head_step(node_t *n)
+{
+    node_head_t *h = n->head;
+    if (!h)
+        return;
+    const double now = node_now_ms();
+    h->busy = 0;
+    s_queue_step(n, now);
+    s_sess_t *ready[NODE_MAX_BATCH];
+    int n_ready = 0;
+    for (int k = 0; k < h->n_slots; k++) {
+        s_sess_t *s = &h->sess[(h->rr + k) % h->n_slots];
+        if (s->state == S_LINGER && now - s->t_end > S_LINGER_MS)
+            s_forget(h, s);
+        if (s->state == S_RUN && s_advance(n, s, now) && n_ready < NODE_MAX_BATCH)
+            ready[n_ready++] = s;
+    }
+    h->rr = (h->rr + 1) % h->n_slots;
+    if (n_ready > 0)
+        s_batch(n, ready, n_ready, now);
+    s_status_step(n, node_now_ms());
+    for (int k = 0; k < h->n_slots && !h->busy; k++)
+        h->busy = h->sess[k].state == S_RUN && h->sess[k].send_idx >= 0;
+}
+
+int node_head_timeout(const node_t *n)
+{
+    const node_head_t *h = n->head;
+    if (!h)
+        return 200;
+    if (h->busy || (h->status_want && !h->status_out))
+        return 0;
+    const double now = node_now_ms();
+    double next = now + 200;
+    for (int i = 0; i < h->n_slots; i++) {
+        const s_sess_t *s = &h->sess[i];
+        if (s->state != S_RUN)
+            continue;
+        if (s->deadline && s->deadline < next)
+            next = s->deadline;
+        if (node_recover_waiting(s->rec)) {
+            if (s->t_check < next)
+                next = s->t_check;
+            if (s->t_limit < next)
+                next = s->t_limit;
+        }
+    }
+    if ((h->n_active > 0 || h->q_len > 0) && h->status_next < next)
+        next = h->status_next;
+    const double wait = next - now;
+    return wait <= 0 ? 0 : wait > 200 ? 200 : (int)wait + 1;
 }

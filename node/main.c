@@ -10,6 +10,7 @@
  *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
  *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
  *                  [--draft-backend cpu|cuda[:N]]
+ *                  [--max-queue N] [--max-batch-rows N] [--kv-mib M]
  *
  * The --draft* flags matter on the head (layers from 0) only: they set the
  * drafting a request gets when its DraftParams leave it to the head.
@@ -46,7 +47,15 @@ static void s_usage(FILE *f)
                "                         two GPUs (default: cuda when a GPU is found, else cpu)\n"
                "  --threads N            CPU compute threads (default: all cores)\n"
                "  --ctx N                positions per session (default 2048)\n"
-               "  --max-sessions N       sessions held at once (default 8)\n"
+               "  --max-sessions N       sessions held at once; on the head, requests served at\n"
+               "                         once (default 8)\n"
+               "  --max-queue N          head: requests waiting for a session beyond that; more\n"
+               "                         are refused as busy (default 64)\n"
+               "  --max-batch-rows N     rows run through the layers in one batch, summed over\n"
+               "                         sessions (default 256)\n"
+               "  --kv-mib M             memory for the sessions' KV caches; a session that does\n"
+               "                         not fit waits (head) or is refused (default: what\n"
+               "                         --max-sessions caches of --ctx positions take)\n"
                "  --dtype T              hidden states sent as f32, f16 or bf16 (default f32)\n"
                "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
                "  --round-timeout-ms MS  head: recover a round with no verdict after MS (default "
@@ -116,6 +125,9 @@ int main(int argc, char **argv)
         O_DKMAX,
         O_DPMIN,
         O_DTHREADS,
+        O_MAXQ,
+        O_MAXROWS,
+        O_KVMIB,
         O_BACKEND,
         O_DBACKEND,
         O_HELP,
@@ -143,6 +155,9 @@ int main(int argc, char **argv)
                                           {"draft-threads", required_argument, 0, O_DTHREADS},
                                           {"backend", required_argument, 0, O_BACKEND},
                                           {"draft-backend", required_argument, 0, O_DBACKEND},
+                                          {"max-queue", required_argument, 0, O_MAXQ},
+                                          {"max-batch-rows", required_argument, 0, O_MAXROWS},
+                                          {"kv-mib", required_argument, 0, O_KVMIB},
                                           {"help", no_argument, 0, O_HELP},
                                           SW_SEC_LONGOPTS,
                                           {0, 0, 0, 0}};
@@ -159,7 +174,10 @@ int main(int argc, char **argv)
         .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
         .heartbeat_ms = 1000,
         .draft_k = DRAFT_K_AUTO,
+        .max_queue = 64,
+        .max_batch_rows = 256,
     };
+    int kv_mib = -1;
     int c, idle_s = 300, recover_s = 60, connect_s = 0, rc = 0;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sargs, c, optarg);
@@ -272,6 +290,17 @@ int main(int argc, char **argv)
         case O_DBACKEND:
             o.draft_backend = optarg;
             break;
+        case O_MAXQ:
+            rc = sw_arg_int("shardwire-node", "--max-queue", optarg, 0, SW_WIRE_MAX_QUEUE,
+                            &o.max_queue);
+            break;
+        case O_MAXROWS:
+            rc = sw_arg_int("shardwire-node", "--max-batch-rows", optarg, 1, 65536,
+                            &o.max_batch_rows);
+            break;
+        case O_KVMIB:
+            rc = sw_arg_int("shardwire-node", "--kv-mib", optarg, 1, 1 << 24, &kv_mib);
+            break;
         case O_HELP:
             s_usage(stdout);
             return 0;
@@ -302,6 +331,7 @@ int main(int argc, char **argv)
         return 2;
     }
     o.idle_timeout_ms = idle_s * 1000;
+    o.kv_bytes = kv_mib > 0 ? (int64_t)kv_mib << 20 : 0; /* 0: node_run sizes it */
     o.recover_timeout_ms = recover_s * 1000;
     o.connect_timeout_ms = connect_s > 0 ? connect_s * 1000 : -1;
     char err[512];

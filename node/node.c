@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -50,7 +51,7 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 {
     node_session_t *s = NULL;
     const char *why;
-    s = node_session_get(n, m->env->session_close->session_id, 0, &why);
+    s = node_session_get(n, m->env->session_close->session_id, 0, 0, &why);
     if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;
@@ -58,19 +59,19 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     if (!s)
         return;
     node_session_free(n, s);
-    int held = 0;
-    for (int i = 0; i < n->o.max_sessions; i++)
-        held += n->sessions[i].id != 0;
-    SW_INFO("session %016llx closed by %s (%s): %d session(s) held",
+    SW_INFO("session %016llx closed by %s (%s): %d session(s) held; %llu forwards run in %llu "
+            "batches so far",
             (unsigned long long)m->env->session_close->session_id, m->peer,
             m->env->session_close->reason && m->env->session_close->reason[0]
                 ? m->env->session_close->reason
                 : "no reason",
-            held);
+            node_sessions_held(n), (unsigned long long)n->stat_batched,
+            (unsigned long long)n->stat_batches);
 }
 
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
 {
+    const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
     switch (m->env->body_case) {
     case SHARDWIRE__ENVELOPE__BODY_FORWARD:
         node_stage_forward(n, m);
@@ -84,7 +85,21 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     case SHARDWIRE__ENVELOPE__BODY_CANCEL:
         node_head_cancel(n, m);
         break;
+    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+        node_head_resume(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
+        node_head_verdict(n, m);
+        break;
+    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE:
+        if (from_relay)
+            node_head_table(n, m);
+        break;
     case SHARDWIRE__ENVELOPE__BODY_ERROR: {
+        if (n->head) {
+            node_head_error(n, m);
+            break;
+        }
         char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
         const char *text = m->env->error->message ? m->env->error->message : "";
         sw_text_clean(clean, text, strnlen(text, SW_WIRE_MAX_ERROR_TEXT), 0, NULL);
@@ -119,15 +134,35 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     sw_model_fingerprint(n.model, n.fingerprint);
     sw_model_prefault(n.model, NULL, NULL);
     const size_t E = (size_t)n.hp->n_embd;
+    /* KV memory: by default what --max-sessions full caches take, but never
+     * more than half the memory available now (a session that does not fit
+     * is refused with an error, instead of the kernel killing the node). */
+    const int64_t one = (int64_t)sw_kv_bytes(n.model, o->n_ctx);
+    const int64_t avail = (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    if (n.o.kv_bytes == 0) {
+        n.o.kv_bytes = one * o->max_sessions;
+        if (avail > 0 && n.o.kv_bytes > avail / 2)
+            n.o.kv_bytes = avail / 2;
+    } else if (avail > 0 && n.o.kv_bytes > avail) {
+        SW_WARN("--kv-mib %lld is more than the %lld MiB of memory available now",
+                (long long)(n.o.kv_bytes >> 20), (long long)(avail >> 20));
+    }
+    SW_INFO("KV cache memory: up to %lld MiB (%lld MiB per %d-position session, %d sessions)",
+            (long long)(n.o.kv_bytes >> 20), (long long)(one >> 20), o->n_ctx, o->max_sessions);
+    n.rows_cap = o->max_batch_rows > SW_WIRE_MAX_ROWS ? o->max_batch_rows : SW_WIRE_MAX_ROWS;
+    n.logit_cap = o->max_batch_rows > SW_MAX_DRAFT + 1 ? o->max_batch_rows : SW_MAX_DRAFT + 1;
     n.sessions = calloc((size_t)o->max_sessions, sizeof *n.sessions);
-    n.hidden_in = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
-    n.hidden_out = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
+    n.batch = calloc(NODE_MAX_BATCH, sizeof *n.batch);
+    n.hidden_in = malloc((size_t)n.rows_cap * E * sizeof(float));
+    n.hidden_out = malloc((size_t)n.rows_cap * E * sizeof(float));
     n.wire_buf = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
     if (sw_model_is_last(n.model))
-        n.logits = malloc((size_t)(SW_MAX_DRAFT + 1) * n.hp->n_vocab * sizeof(float));
-    if (!n.sessions || !n.hidden_in || !n.hidden_out || !n.wire_buf ||
+        n.logits = malloc((size_t)n.logit_cap * n.hp->n_vocab * sizeof(float));
+    if (!n.sessions || !n.batch || !n.hidden_in || !n.hidden_out || !n.wire_buf ||
         (sw_model_is_last(n.model) && !n.logits)) {
-        SW_ERR("out of memory for %d sessions' buffers", o->max_sessions);
+        SW_ERR("out of memory for the buffers of %d sessions and batches of %d rows (lower "
+               "--max-sessions or --max-batch-rows)",
+               o->max_sessions, o->max_batch_rows);
         goto out;
     }
     if (sw_model_is_first(n.model) && node_head_new(&n, err, sizeof err) != 0) {
@@ -174,19 +209,26 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
                                                     : "middle",
             n.fingerprint, o->relay);
 
+    /* The event loop: read everything the relay has for us (Forwards wait in
+     * the stage's batch), run the batch, advance the head's sessions, and
+     * wait for the next message only as long as no timer is due. */
     double next_expire = node_now_ms() + 1000;
     while (!*stop) {
         sw_wire_msg_t m = {0};
-        int r = sw_peer_recv(n.peer, &m, 200);
+        int r = sw_peer_recv(n.peer, &m, node_head_timeout(&n));
+        for (int budget = 1024; r == 0; budget--) {
+            s_dispatch(&n, &m);
+            sw_wire_msg_clear(&m);
+            if (budget == 0 || *stop)
+                break;
+            r = sw_peer_recv(n.peer, &m, 0);
+        }
         if (r < 0) {
             SW_ERR("lost the relay connection");
             goto out;
         }
-        if (r == 0) {
-            s_dispatch(&n, &m);
-            sw_wire_msg_clear(&m);
-        }
-        node_head_work(&n);
+        node_stage_flush(&n);
+        node_head_step(&n);
         double now = node_now_ms();
         if (now > next_expire) {
             node_sessions_expire(&n, now);
@@ -196,11 +238,15 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     SW_INFO("shutting down");
     rc = 0;
 out:
+    node_head_free(&n);
+    for (int i = 0; n.batch && i < n.n_batch; i++)
+        sw_wire_msg_clear(&n.batch[i].msg);
+    n.n_batch = 0;
     for (int i = 0; n.sessions && i < o->max_sessions; i++)
         node_session_free(&n, &n.sessions[i]);
-    node_head_free(&n);
     sw_peer_destroy(&n.peer);
     free(n.sessions);
+    free(n.batch);
     free(n.hidden_in);
     free(n.hidden_out);
     free(n.wire_buf);

@@ -9,8 +9,11 @@
  * Verdict); a GenerateRequest (head only) starts a generation that the head
  * drives round by round through the pipeline.
  *
- * Everything runs on one thread; the only blocking wait is the head's wait
- * for a round's Verdict, during which other requests are queued.
+ * Everything runs on one thread, in one loop that never blocks on a single
+ * session (node.c): it reads what the relay has, lets the stage run the
+ * waiting Forwards as one batch (stage.c), then lets the head advance every
+ * session's state (head.c) and run its own layers for all sessions that have
+ * a round to send, again as one batch.
  */
 #ifndef SW_NODE_H
 #define SW_NODE_H
@@ -50,12 +53,19 @@ typedef struct node_opts {
     int draft_k_max;     // head: largest adaptive K (0 = the drafter's default)
     float draft_p_min;   // head: default confidence stop of the draft model, [0, 1]
     const sw_sec_t *sec; // keys for the relay connection (keys.h); NULL = loopback only
+    int max_queue;       // head: requests waiting for a session slot at most
+    int max_batch_rows;  // rows in one batched forward (a larger prefill chunk runs alone)
+    int64_t kv_bytes;    // memory for the sessions' KV caches, bytes (0 = no cap)
 } node_opts_t;
+
+#define NODE_MAX_BATCH 256  // Forwards (sessions) in one stage batch at most
+#define NODE_CLOSED_IDS 256 // recently closed sessions remembered (stale Forwards are dropped)
 
 /* One session's state on a stage. */
 typedef struct node_session {
     uint64_t id;         // 0 = free slot
     sw_kv_t *kv;         // this stage's cache
+    size_t kv_bytes;     // its memory
     sw_verifier_t *ver;  // last stage only
     double last_used_ms; // for the idle timeout
     uint64_t round;      // last round seen
@@ -65,45 +75,87 @@ typedef struct node_session {
 
 typedef struct node_head node_head_t;
 
+/* A Forward the stage accepted, waiting for the next batch (stage.c). */
+typedef struct node_fwd {
+    sw_wire_msg_t msg; // the message (owns the payload)
+    node_session_t *s; // its session; NULL when it was closed meanwhile
+    int row0;          // its first row in hidden_in / hidden_out
+    int logit0;        // its first row in logits (last stage)
+    int n_logits;      // logits rows it needs
+    double t_arrive;   // when it arrived (ms)
+} node_fwd_t;
+
 typedef struct node {
-    node_opts_t o;               // options
-    sw_backend_t *be;            // compute backend (one device or a group)
-    sw_model_t *model;           // layers [begin, end)
-    const sw_hparams_t *hp;      // model hyper-parameters
-    char fingerprint[65];        // model identity
-    sw_peer_t *peer;             // relay connection
-    node_session_t *sessions;    // (max_sessions)
-    float *hidden_in;            // (SW_WIRE_MAX_ROWS, n_embd) f32
-    float *hidden_out;           // (SW_WIRE_MAX_ROWS, n_embd) f32
-    void *wire_buf;              // (SW_WIRE_MAX_ROWS, n_embd) f32-sized dtype buffer
-    float *logits;               // (SW_MAX_DRAFT + 1, n_vocab), last stage
-    node_head_t *head;           // head state (first stage only)
-    volatile sig_atomic_t *stop; // set by SIGINT/SIGTERM
+    node_opts_t o;                    // options
+    sw_backend_t *be;                 // compute backend (one device or a group)
+    sw_model_t *model;                // layers [begin, end)
+    const sw_hparams_t *hp;           // model hyper-parameters
+    char fingerprint[65];             // model identity
+    sw_peer_t *peer;                  // relay connection
+    node_session_t *sessions;         // (max_sessions)
+    size_t kv_used;                   // bytes of the sessions' caches
+    uint64_t closed[NODE_CLOSED_IDS]; // ring of recently closed session ids
+    int closed_at;                    // next slot of the ring
+    int rows_cap;                     // rows of hidden_in / hidden_out: max(--max-batch-rows, 512)
+    int logit_cap;                    // rows of logits: max(--max-batch-rows, SW_MAX_DRAFT + 1)
+    float *hidden_in;                 // (rows_cap, n_embd) f32, the batch's input
+    float *hidden_out;                // (rows_cap, n_embd) f32, its output
+    void *wire_buf;                   // (SW_WIRE_MAX_ROWS, n_embd) f32-sized dtype buffer
+    float *logits;                    // (logit_cap, n_vocab), last stage
+    node_fwd_t *batch;                // (NODE_MAX_BATCH) Forwards waiting for the batch
+    int n_batch;                      // entries
+    int batch_rows;                   // their rows
+    int batch_logits;                 // their logits rows
+    uint64_t stat_batches;            // batches run (for logs and tests)
+    uint64_t stat_batched;            // Forwards run in them
+    node_head_t *head;                // head state (first stage only)
+    volatile sig_atomic_t *stop;      // set by SIGINT/SIGTERM
 } node_t;
 
 int node_run(const node_opts_t *o, volatile sig_atomic_t *stop);
 
 /* stage.c */
-node_session_t *node_session_get(node_t *n, uint64_t id, int create, const char **why);
+/* The session id, or with create a new one with a cache of n_ctx positions
+ * (0 = --ctx), counted against --kv-mib; NULL with why. */
+node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why);
+/* Frees the session's cache (its waiting Forward is dropped) and remembers
+ * its id for a while, so that a Forward of it still in flight does not open
+ * it again. */
 void node_session_free(node_t *n, node_session_t *s);
 void node_sessions_expire(node_t *n, double now_ms);
-/* Handles a Forward addressed to this stage (hop >= 1). */
+int node_sessions_held(const node_t *n);
+/* Checks a Forward addressed to this stage (hop >= 1) and takes it into the
+ * batch (msg is moved), or answers it with an Error. */
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
+/* Runs the batch through this stage's layers and sends the results on. */
+void node_stage_flush(node_t *n);
 /* Hidden states in the wire dtype: src itself for f32, else converted into
  * scratch (n elements of the dtype). The result is what to send. */
 const void *node_hidden_pack(int dtype, const float *src, void *scratch, size_t n);
 void node_hidden_unpack(int dtype, const void *src, float *dst, size_t n);
 int node_is_last(const node_t *n);
 
-/* head.c */
+/* head.c: every handler only changes state and sends; none waits. */
 int node_head_new(node_t *n, char *err, size_t err_len);
 void node_head_free(node_t *n);
-/* Queues or starts a generation request. */
+/* A GenerateRequest: starts a session, queues it, or answers busy. */
 void node_head_request(node_t *n, sw_wire_msg_t *msg);
-/* A client's Cancel: drops its queued request or stops its running one. */
+/* A client's Cancel: drops its queued request or ends its running one. */
 void node_head_cancel(node_t *n, sw_wire_msg_t *msg);
-/* Runs queued requests, one at a time. */
-void node_head_work(node_t *n);
+/* A client's Resume: sends its request's chunks again from an index. */
+void node_head_resume(node_t *n, sw_wire_msg_t *msg);
+/* A Verdict from a route's tail. */
+void node_head_verdict(node_t *n, sw_wire_msg_t *msg);
+/* An Error from the relay or a stage. */
+void node_head_error(node_t *n, sw_wire_msg_t *msg);
+/* The relay's PeerTable (the answer to the head's status query). */
+void node_head_table(node_t *n, sw_wire_msg_t *msg);
+/* Advances every session: timers, the next rounds, the head's layers for all
+ * sessions with rows to send (one batch), the sends. */
+void node_head_step(node_t *n);
+/* How long the loop may wait for a message before node_head_step has work
+ * (ms, 0 = at once). */
+int node_head_timeout(const node_t *n);
 
 /* Monotonic ms. */
 double node_now_ms(void);

@@ -11,9 +11,6 @@
 
 #include "log.h"
 
-#define S_POLL_MS 250 /* between route checks while waiting for the pipeline */
-#define S_WINDOW 32   /* replayed rounds in flight at most (the relay queues 128 per peer) */
-
 typedef struct s_base {
     char name[SW_WIRE_NAME_MAX + 1]; // stage
     uint64_t msgs_out;               // relay counter when the route was built: messages to it
@@ -51,6 +48,20 @@ struct node_recover {
     uint64_t done_chunks;             // Forward chunks of rounds answered since the baseline
     uint64_t inflight_chunks;         // chunks sent in the current attempt, not answered yet
     node_recover_stats_t st;          // totals
+    /* sequencing of the current round (the last logged one) */
+    int next_send;         // logged round to send next, -1 = none
+    uint64_t cur_round_no; // round number of the current round's last send (0 = not out)
+    uint64_t window_round; // replayed round whose verdict opens the window again (0 = open)
+    int unanswered;        // replayed rounds sent since the window last opened
+    int failing;           // 1 between a failure and a whole route
+    double next_poll;      // failing: when to ask for the route again
+    double t_sent;         // the current round was first sent
+    double t_fail;         // its first failure (0 = none)
+    double give_up;        // t_fail + timeout
+    int attempts;          // sends of the current round
+    int route_logged;      // "waiting for the pipeline" logged for this failure
+    char why[256];         // the current round's last failure
+    char route_why[256];   // why the route is not whole yet
 };
 
 /* Grows *buf (elements of size sz) to hold need elements; 0 or -1. */
@@ -72,13 +83,13 @@ static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
-node_recover_t *node_recover_new(int n_ctx, int timeout_ms)
+node_recover_t *node_recover_new(int timeout_ms)
 {
-    (void)n_ctx; // the log grows with the session
     node_recover_t *rec = calloc(1, sizeof *rec);
     if (!rec)
         return NULL;
     rec->timeout_ms = timeout_ms;
+    rec->next_send = -1;
     return rec;
 }
 
@@ -103,7 +114,7 @@ const node_recover_stats_t *node_recover_stats(const node_recover_t *rec)
 
 /* ---- route liveness ------------------------------------------------------------------ */
 
-static const Shardwire__PeerInfo *s_find(const Shardwire__PeerTable *t, const char *name)
+const Shardwire__PeerInfo *node_recover_find_peer(const Shardwire__PeerTable *t, const char *name)
 {
     for (size_t j = 0; j < t->n_peers; j++) {
         const Shardwire__PeerAnnounce *a = t->peers[j]->announce;
@@ -119,7 +130,7 @@ void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable
     rec->n_base = 0;
     rec->done_chunks = rec->inflight_chunks = 0;
     for (int i = 1; i < n && i < SW_WIRE_MAX_ROUTE; i++) {
-        const Shardwire__PeerInfo *pi = s_find(t, names[i]);
+        const Shardwire__PeerInfo *pi = node_recover_find_peer(t, names[i]);
         s_base_t *b = &rec->base[rec->n_base++];
         snprintf(b->name, sizeof b->name, "%s", names[i]);
         b->msgs_out = pi ? pi->msgs_out : 0;
@@ -132,7 +143,7 @@ int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTab
 {
     uint64_t prev_sent = 0; // messages the stage before sent since the baseline
     for (int i = 1; i < n; i++) {
-        const Shardwire__PeerInfo *pi = s_find(t, names[i]);
+        const Shardwire__PeerInfo *pi = node_recover_find_peer(t, names[i]);
         if (!pi) {
             snprintf(why, why_len, "stage '%s' left the pipeline", names[i]);
             return 0;
@@ -161,37 +172,7 @@ int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTab
     return 1;
 }
 
-/* ---- the retry loop ------------------------------------------------------------------ */
-
-/* Waits until ops->reroute succeeds, up to give_up_ms / deadline_ms. */
-static int s_wait_route(const node_recover_ops_t *ops, double give_up_ms, double deadline_ms,
-                        char *err, size_t err_len)
-{
-    char why[256] = "";
-    int logged = 0;
-    for (;;) {
-        int rc = ops->reroute(ops->ctx, why, sizeof why);
-        if (rc == NODE_RECOVER_OK)
-            return NODE_RECOVER_OK;
-        if (rc == NODE_RECOVER_FATAL) {
-            snprintf(err, err_len, "%s", why);
-            return NODE_RECOVER_FATAL;
-        }
-        if (!logged++)
-            SW_INFO("recovery: waiting for the pipeline (%s)", why);
-        double now = sw_now_ms();
-        if (deadline_ms && now >= deadline_ms) {
-            snprintf(err, err_len, "the request's deadline passed while recovering (%s)", why);
-            return NODE_RECOVER_FATAL;
-        }
-        if (now >= give_up_ms) {
-            snprintf(err, err_len, "%s", why);
-            return NODE_RECOVER_RETRY;
-        }
-        if (ops->idle(ops->ctx, S_POLL_MS, err, err_len) != NODE_RECOVER_OK)
-            return NODE_RECOVER_FATAL;
-    }
-}
+/* ---- the round log ------------------------------------------------------------------ */
 
 /* Appends r to the log; 0 or -1 (out of memory, or r does not follow). */
 static int s_log(node_recover_t *rec, const sw_round_t *r)
@@ -249,123 +230,177 @@ static int s_log(node_recover_t *rec, const sw_round_t *r)
     return 0;
 }
 
-/* Sends the logged rounds before the current one again, exactly as they
- * were, S_WINDOW at a time (their verdicts are waited for and dropped: the
- * round number of each send is new). The number of chunks sent, or RETRY /
- * FATAL with err. */
-static int s_replay(node_recover_t *rec, const node_recover_ops_t *ops, char *err, size_t err_len)
-{
-    int chunks = 0, unanswered = 0;
-    sw_draft_q_t q[SW_MAX_DRAFT];
-    for (int j = 0; j + 1 < rec->n_rounds; j++) {
-        const s_logged_t *l = &rec->rounds[j];
-        if (l->q != SIZE_MAX)
-            for (int i = 0; i < l->n_draft; i++) {
-                const s_q_t *sq = &rec->qs[l->q + (size_t)i];
-                q[i].q_tok = sq->q_tok;
-                q[i].n = sq->n;
-                q[i].ids = sq->n ? rec->q_ids + sq->at : NULL;
-                q[i].vals = sq->n ? rec->q_vals + sq->at : NULL;
-            }
-        sw_round_t rj = {.kv_keep = l->kv_keep,
-                         .n = l->n,
-                         .tokens = rec->toks + l->tok,
-                         .n_draft = l->n_draft,
-                         .q = l->q != SIZE_MAX ? q : NULL};
-        int rc = ops->send(ops->ctx, &rj, 0, err, err_len);
-        if (rc < 0)
-            return rc;
-        chunks += rc;
-        rec->inflight_chunks += (uint64_t)rc;
-        rec->st.replayed_rounds++;
-        if (++unanswered == S_WINDOW) {
-            sw_verdict_t v;
-            rc = ops->wait(ops->ctx, &v, err, err_len);
-            if (rc != NODE_RECOVER_OK)
-                return rc;
-            unanswered = 0;
-        }
-    }
-    return chunks;
-}
-
-int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const sw_round_t *r,
-                       double deadline_ms, sw_verdict_t *out, char *err, size_t err_len)
+int node_recover_log(node_recover_t *rec, const sw_round_t *r)
 {
     /* Every round is logged as it is sent: a replay sends the same Forwards
      * again in the same order, so that every stage computes its cache in
      * exactly the same shapes (prompt rows batched as a prompt, decode rows
      * as decode rows) and the tail's verifier sees the same rounds. */
-    if (s_log(rec, r) != 0) {
-        snprintf(err, err_len, "recovery: cannot log the round at %d (%d rows; out of memory?)",
-                 r->kv_keep, r->n);
+    if (s_log(rec, r) != 0)
         return -1;
-    }
+    rec->next_send = rec->n_rounds - 1;
+    rec->cur_round_no = rec->window_round = 0;
+    rec->unanswered = rec->failing = rec->attempts = 0;
+    rec->t_sent = rec->t_fail = 0;
+    rec->why[0] = rec->route_why[0] = 0;
+    return 0;
+}
 
-    double t_fail = 0, give_up = 0, t_sent = sw_now_ms();
-    int replay = 0;
-    char last[512] = "";
-    for (int attempt = 0;; attempt++) {
-        int rc = NODE_RECOVER_OK, chunks = 0;
-        rec->inflight_chunks = 0;
-        if (replay && rec->n_rounds > 1) {
-            SW_INFO("recovery: replaying %d rounds (%d positions)", rec->n_rounds - 1, r->kv_keep);
-            rec->st.replays++;
-            rc = s_replay(rec, ops, err, err_len);
-            if (rc >= 0) {
-                chunks += rc;
-                rc = NODE_RECOVER_OK;
-            }
+int node_recover_n_rounds(const node_recover_t *rec)
+{
+    return rec->n_rounds;
+}
+
+void node_recover_get(const node_recover_t *rec, int i, sw_round_t *r, sw_draft_q_t *q)
+{
+    const s_logged_t *l = &rec->rounds[i];
+    if (l->q != SIZE_MAX)
+        for (int d = 0; d < l->n_draft; d++) {
+            const s_q_t *sq = &rec->qs[l->q + (size_t)d];
+            q[d].q_tok = sq->q_tok;
+            q[d].n = sq->n;
+            q[d].ids = sq->n ? rec->q_ids + sq->at : NULL;
+            q[d].vals = sq->n ? rec->q_vals + sq->at : NULL;
         }
-        if (rc == NODE_RECOVER_OK) {
-            rc = ops->send(ops->ctx, r, 0, err, err_len);
-            if (rc >= 0) {
-                chunks += rc;
-                rec->inflight_chunks = (uint64_t)chunks;
-                rc = ops->wait(ops->ctx, out, err, err_len);
-            }
+    memset(r, 0, sizeof *r);
+    r->kv_keep = l->kv_keep;
+    r->n = l->n;
+    r->tokens = rec->toks + l->tok;
+    r->n_draft = l->n_draft;
+    r->q = l->q != SIZE_MAX ? q : NULL;
+}
+
+/* ---- sequencing ---------------------------------------------------------------------- */
+
+int node_recover_next(node_recover_t *rec, double now, double deadline_ms, int *idx, char *err,
+                      size_t err_len)
+{
+    *idx = -1;
+    if (rec->failing) {
+        const char *why = rec->route_why[0] ? rec->route_why : rec->why;
+        if (deadline_ms && now >= deadline_ms) {
+            snprintf(err, err_len, "the request's deadline passed while recovering (%s)", why);
+            return NODE_REC_FAIL;
         }
-        rec->inflight_chunks = 0;
-        if (rc == NODE_RECOVER_OK) {
-            rec->done_chunks += (uint64_t)chunks;
-            if (t_fail) {
-                rec->st.recoveries++;
-                rec->st.recover_ms = sw_now_ms() - t_fail;
-                rec->st.recover_ms_sum += rec->st.recover_ms;
-                SW_INFO("recovery: the round went through again %.0f ms after the failure "
-                        "(%d attempt(s))",
-                        rec->st.recover_ms, attempt + 1);
-            }
-            return 0;
+        if (now >= rec->give_up) {
+            if (rec->route_why[0])
+                snprintf(err, err_len, "recovery gave up after %d s: %s (round failed: %s)",
+                         rec->timeout_ms / 1000, rec->route_why, rec->why);
+            else
+                snprintf(err, err_len, "recovery gave up after %d s: %s", rec->timeout_ms / 1000,
+                         rec->why);
+            return NODE_REC_FAIL;
         }
-        if (rc == NODE_RECOVER_FATAL)
-            return -1;
-        /* Recoverable: wait for a whole pipeline, then replay and retry. */
-        double now = sw_now_ms();
-        if (!t_fail) {
-            t_fail = now;
-            give_up = now + rec->timeout_ms;
-            rec->st.detect_ms = now - t_sent;
-        }
-        snprintf(last, sizeof last, "%s", err);
-        SW_WARN("recovery: round at position %d failed after %.0f ms (%s); waiting up to %.0f s "
-                "for the pipeline",
-                r->kv_keep, now - t_sent, last,
-                (give_up - now) / 1e3 > 0 ? (give_up - now) / 1e3 : 0);
-        if (now >= give_up) {
-            snprintf(err, err_len, "recovery gave up after %d s: %s", rec->timeout_ms / 1000, last);
-            return -1;
-        }
-        rc = s_wait_route(ops, give_up, deadline_ms, err, err_len);
-        if (rc == NODE_RECOVER_FATAL)
-            return -1;
-        if (rc == NODE_RECOVER_RETRY) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", err);
-            snprintf(err, err_len, "recovery gave up after %d s: %s (round failed: %s)",
-                     rec->timeout_ms / 1000, why, last);
-            return -1;
-        }
-        replay = 1;
+        if (now < rec->next_poll)
+            return NODE_REC_WAIT;
+        rec->next_poll = now + NODE_REC_POLL_MS; // asked again then unless answered
+        return NODE_REC_ROUTE;
     }
+    const int cur = rec->n_rounds - 1;
+    if (rec->next_send < 0 || (rec->next_send < cur && rec->window_round))
+        return NODE_REC_WAIT;
+    *idx = rec->next_send;
+    return NODE_REC_SEND;
+}
+
+void node_recover_sent(node_recover_t *rec, int idx, uint64_t round_no, int chunks, double now)
+{
+    if (rec->failing)
+        return; // an attempt that failed while it went out
+    rec->inflight_chunks += (uint64_t)chunks;
+    if (idx == rec->n_rounds - 1) {
+        rec->cur_round_no = round_no;
+        rec->next_send = -1;
+        if (!rec->attempts++)
+            rec->t_sent = now;
+        return;
+    }
+    rec->st.replayed_rounds++;
+    rec->next_send = idx + 1;
+    if (++rec->unanswered == NODE_REC_WINDOW)
+        rec->window_round = round_no;
+}
+
+int node_recover_verdict(node_recover_t *rec, uint64_t round_no, double now)
+{
+    if (rec->failing || !round_no)
+        return 0;
+    if (round_no == rec->window_round) {
+        rec->window_round = 0;
+        rec->unanswered = 0;
+        return 0;
+    }
+    if (round_no != rec->cur_round_no)
+        return 0;
+    rec->cur_round_no = 0;
+    rec->done_chunks += rec->inflight_chunks;
+    rec->inflight_chunks = 0;
+    if (rec->t_fail) {
+        rec->st.recoveries++;
+        rec->st.recover_ms = now - rec->t_fail;
+        rec->st.recover_ms_sum += rec->st.recover_ms;
+        SW_INFO("recovery: the round went through again %.0f ms after the failure "
+                "(%d attempt(s))",
+                rec->st.recover_ms, rec->attempts);
+        rec->t_fail = 0;
+    }
+    return 1;
+}
+
+void node_recover_failed(node_recover_t *rec, double now, const char *why)
+{
+    if (rec->failing)
+        return; // already recovering: later reports of the same failure add nothing
+    const int cur = rec->n_rounds - 1;
+    if (!rec->t_fail) {
+        rec->t_fail = now;
+        rec->give_up = now + rec->timeout_ms;
+        rec->st.detect_ms = rec->t_sent ? now - rec->t_sent : 0;
+    }
+    snprintf(rec->why, sizeof rec->why, "%s", why);
+    rec->route_why[0] = 0;
+    const double left = (rec->give_up - now) / 1e3;
+    SW_WARN("recovery: round at position %d failed after %.0f ms (%s); waiting up to %.0f s for "
+            "the pipeline",
+            cur >= 0 ? rec->rounds[cur].kv_keep : 0, rec->t_sent ? now - rec->t_sent : 0, why,
+            left > 0 ? left : 0);
+    rec->failing = 1;
+    rec->route_logged = 0;
+    rec->next_poll = now; // ask for the route at once
+    rec->next_send = -1;
+    rec->cur_round_no = rec->window_round = 0;
+    rec->unanswered = 0;
+    rec->inflight_chunks = 0;
+}
+
+void node_recover_routed(node_recover_t *rec, double now, int ok, const char *why)
+{
+    if (!rec->failing)
+        return;
+    if (!ok) {
+        snprintf(rec->route_why, sizeof rec->route_why, "%s", why ? why : "");
+        if (!rec->route_logged++)
+            SW_INFO("recovery: waiting for the pipeline (%s)", rec->route_why);
+        rec->next_poll = now + NODE_REC_POLL_MS;
+        return;
+    }
+    rec->failing = 0;
+    const int cur = rec->n_rounds - 1;
+    if (cur > 0) {
+        SW_INFO("recovery: replaying %d rounds (%d positions)", cur, rec->rounds[cur].kv_keep);
+        rec->st.replays++;
+        rec->next_send = 0;
+    } else {
+        rec->next_send = cur; // a failed prefill is simply sent again
+    }
+}
+
+int node_recover_waiting(const node_recover_t *rec)
+{
+    return !rec->failing && rec->cur_round_no != 0;
+}
+
+int node_recover_failing(const node_recover_t *rec)
+{
+    return rec->failing;
 }

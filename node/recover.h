@@ -18,8 +18,11 @@
  * then sent again and commits what it would have without the fault. The
  * client only ever sees committed tokens, so nothing is lost or sent twice.
  *
- * The pipeline itself (sending rows, waiting for a verdict, building a route)
- * stays in head.c; it is reached through node_recover_ops_t.
+ * This module is the session's recovery as a state machine driven by events
+ * (a round sent, a verdict, a failure, a route check) that says what to do
+ * next; it sends and receives nothing itself. The head's event loop (head.c)
+ * feeds it and does the sending, so one session recovering never stops the
+ * others. test_recover_loop.c drives it against a simulated pipeline.
  */
 #ifndef SW_NODE_RECOVER_H
 #define SW_NODE_RECOVER_H
@@ -30,44 +33,58 @@
 #include "decode.h"
 #include "wire.h"
 
-/* Results of the ops below. */
-#define NODE_RECOVER_OK 0
-#define NODE_RECOVER_RETRY (-1) /* failed, but recovery may fix it */
-#define NODE_RECOVER_FATAL (-2) /* failed for good (deadline, shutdown, bad input) */
+/* What the head does next for a session (node_recover_next). */
+enum node_rec_act {
+    NODE_REC_WAIT = 0,  /* nothing now: a verdict, or the next poll, is awaited */
+    NODE_REC_SEND = 1,  /* send logged round *idx (all its chunks) under a new round number */
+    NODE_REC_ROUTE = 2, /* the pipeline failed: build the route again from a fresh peer table
+                           and answer with node_recover_routed() */
+    NODE_REC_FAIL = 3,  /* give up: err says why */
+};
 
-typedef struct node_recover_ops {
-    void *ctx; /* the head's pipeline state, passed to every op */
-    /* Runs the head's layers on r's rows and sends them down the route as
-     * Forwards (SW_WIRE_MAX_ROWS rows per chunk) under a new round number.
-     * more = 1 marks every chunk prefill_more (no Verdict comes back).
-     * Returns the number of chunks sent, or RETRY / FATAL with err. */
-    int (*send)(void *ctx, const sw_round_t *r, int more, char *err, size_t err_len);
-    /* Waits for the Verdict of the last round sent: OK, RETRY or FATAL. */
-    int (*wait)(void *ctx, sw_verdict_t *out, char *err, size_t err_len);
-    /* Builds the route again from the relay's table: OK, RETRY (not whole
-     * yet, err says why) or FATAL. */
-    int (*reroute)(void *ctx, char *err, size_t err_len);
-    /* Serves other messages (queues requests, drops stale ones) for up to
-     * ms: OK, or FATAL when the head must stop. */
-    int (*idle)(void *ctx, int ms, char *err, size_t err_len);
-} node_recover_ops_t;
+#define NODE_REC_WINDOW 32   /* replayed rounds in flight at most (the relay queues 128 per peer) */
+#define NODE_REC_POLL_MS 250 /* between route checks while waiting for the pipeline */
 
 typedef struct node_recover node_recover_t;
 
-/* State for one session of at most n_ctx positions; timeout_ms bounds how
- * long one recovery waits for the pipeline to be whole again. NULL when out
- * of memory. Free with node_recover_free(). */
-node_recover_t *node_recover_new(int n_ctx, int timeout_ms) __attribute__((warn_unused_result));
+/* State for one session; timeout_ms bounds how long one recovery waits for
+ * the pipeline to be whole again. NULL when out of memory. Free with
+ * node_recover_free(). */
+node_recover_t *node_recover_new(int timeout_ms) __attribute__((warn_unused_result));
 void node_recover_free(node_recover_t **self_p);
 
-/* Runs one round through ops with recovery: records its context rows as
- * committed, sends it, waits for its verdict, and on a RETRY failure waits
- * (up to the recovery timeout and deadline_ms, an absolute node_now_ms time,
- * 0 = none) for a route, replays and retries, as often as needed. 0, or -1
- * with a one-line reason in err. */
-int node_recover_round(node_recover_t *rec, const node_recover_ops_t *ops, const sw_round_t *r,
-                       double deadline_ms, sw_verdict_t *out, char *err, size_t err_len)
-    __attribute__((warn_unused_result));
+/* Logs the session's next round as it will be sent (the prefill first) and
+ * makes it the current round: its verdict commits; node_recover_next then
+ * asks for it to be sent. 0, or -1 (out of memory, or r does not follow). */
+int node_recover_log(node_recover_t *rec, const sw_round_t *r) __attribute__((warn_unused_result));
+/* Rounds logged (the current one is the last). */
+int node_recover_n_rounds(const node_recover_t *rec);
+/* Logged round i exactly as it was sent; its draft distributions go to
+ * q_buf (SW_MAX_DRAFT entries) and point into rec. */
+void node_recover_get(const node_recover_t *rec, int i, sw_round_t *r, sw_draft_q_t *q_buf);
+
+/* What to do now (deadline_ms: the request's absolute deadline, 0 = none).
+ * NODE_REC_SEND fills *idx; NODE_REC_FAIL fills err. */
+int node_recover_next(node_recover_t *rec, double now, double deadline_ms, int *idx, char *err,
+                      size_t err_len);
+/* Logged round idx went out whole, as round number round_no, in chunks Forwards. */
+void node_recover_sent(node_recover_t *rec, int idx, uint64_t round_no, int chunks, double now);
+/* A verdict for round_no arrived: 1 when it is the current round's (commit
+ * it), 0 for a replayed round's (dropped; it opens the replay window) or a
+ * stale one (an attempt that failed). */
+int node_recover_verdict(node_recover_t *rec, uint64_t round_no, double now);
+/* The current attempt failed in a way recovery may fix (a stage left or
+ * restarted, the relay restarted, a message was lost, no verdict in time):
+ * node_recover_next asks for the route, then for the replay. */
+void node_recover_failed(node_recover_t *rec, double now, const char *why);
+/* The answer to NODE_REC_ROUTE: ok = 1 when a whole pipeline is back (the
+ * rounds before the current one are sent again, then the current one), 0
+ * when not yet (why), asked again NODE_REC_POLL_MS later. */
+void node_recover_routed(node_recover_t *rec, double now, int ok, const char *why);
+/* 1 while the current round was sent and its verdict is awaited. */
+int node_recover_waiting(const node_recover_t *rec);
+/* 1 between a failure and the route being whole again. */
+int node_recover_failing(const node_recover_t *rec);
 
 /* Route liveness beyond names: a stage that was killed and restarted under
  * the same name (or that reconnected after a relay restart) has a new
@@ -85,6 +102,9 @@ void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable
  * with the stage and the reason in why. */
 int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTable *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len);
+
+/* The entry of the peer called name in t, or NULL. */
+const Shardwire__PeerInfo *node_recover_find_peer(const Shardwire__PeerTable *t, const char *name);
 
 /* Totals over the request, for logs and tests. */
 typedef struct node_recover_stats {

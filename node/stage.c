@@ -1,11 +1,28 @@
 /*
  * stage.c - the work of a pipeline stage: sessions and their caches, and the
- * handling of one Forward (truncate to kv_keep, run this stage's layers on
- * the rows, pass the hidden states on, or verify on the last stage).
+ * Forwards of many sessions run as one batch.
+ *
+ * A Forward is first checked against this stage's configuration, its route
+ * and its session (node_stage_forward); an accepted one waits in the stage's
+ * batch. When the node has read what the relay had for it,
+ * node_stage_flush() runs every waiting Forward through this stage's layers
+ * in ONE call of the engine (each session with its own cache and positions:
+ * sw_model_forward_batch), then passes each session's hidden states on to
+ * the next stage or, on the last stage, verifies each round and answers its
+ * head with a Verdict. While a WAN round trip is in flight a stage would sit
+ * idle; many sessions' rounds batched together turn that idle time into
+ * throughput, and the engine's batch invariance keeps each session's output
+ * exactly what it would be alone.
+ *
+ * Bounds: one Forward per session per batch (a second one of the same session
+ * runs in the next), at most --max-batch-rows rows per batch (a prefill chunk
+ * larger than that runs alone), and a session's cache is sized from the
+ * Forward's n_ctx and counted against --kv-mib: a session that does not fit
+ * is refused with an error that says so, never an out-of-memory crash.
  *
  * Every field of a Forward that this stage relies on is checked against its
  * own configuration before anything changes; a bad message is answered with
- * an Error to the head and otherwise ignored.
+ * an Error and otherwise ignored.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,44 +39,84 @@ int node_is_last(const node_t *n)
 
 /* ---- sessions ------------------------------------------------------------------ */
 
-node_session_t *node_session_get(node_t *n, uint64_t id, int create, const char **why)
+int node_sessions_held(const node_t *n)
 {
-    node_session_t *free_slot = NULL, *oldest = NULL;
+    int held = 0;
+    for (int i = 0; i < n->o.max_sessions; i++)
+        held += n->sessions[i].id != 0;
+    return held;
+}
+
+/* 1 when the session was closed a moment ago (a Forward of it still in
+ * flight must not open it again). */
+static int s_recently_closed(const node_t *n, uint64_t id)
+{
+    for (int i = 0; i < NODE_CLOSED_IDS; i++)
+        if (n->closed[i] == id)
+            return 1;
+    return 0;
+}
+
+node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why)
+{
+    node_session_t *free_slot = NULL;
     for (int i = 0; i < n->o.max_sessions; i++) {
         node_session_t *s = &n->sessions[i];
         if (s->id == id)
             return s;
         if (!s->id && !free_slot)
             free_slot = s;
-        if (s->id && (!oldest || s->last_used_ms < oldest->last_used_ms))
-            oldest = s;
     }
     if (!create) {
         *why = "unknown session";
+        return NULL;
+    }
+    if (s_recently_closed(n, id)) {
+        *why = "the session was closed";
         return NULL;
     }
     if (!free_slot) {
         *why = "this node holds its maximum number of sessions (see --max-sessions)";
         return NULL;
     }
-    free_slot->kv = sw_kv_new(n->model, n->o.n_ctx);
+    const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
+    if (cap > n->o.n_ctx) {
+        *why = "the session needs more positions than this node's --ctx";
+        return NULL;
+    }
+    const size_t bytes = sw_kv_bytes(n->model, cap);
+    if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
+        *why = "the session needs more KV memory than this node's --kv-mib";
+        return NULL;
+    }
+    if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
+        *why = "this node's KV memory is full (see --kv-mib)";
+        return NULL;
+    }
+    free_slot->kv = sw_kv_new(n->model, cap);
     if (!free_slot->kv) {
         *why = "out of memory for the session's KV cache";
         return NULL;
     }
     free_slot->id = id;
     free_slot->round = 0;
+    free_slot->kv_bytes = bytes;
     free_slot->last_used_ms = node_now_ms();
-    (void)oldest;
+    n->kv_used += bytes;
     return free_slot;
 }
 
 void node_session_free(node_t *n, node_session_t *s)
 {
-    (void)n;
     if (!s || !s->id)
         return;
     SW_DEBUG("session %016llx freed", (unsigned long long)s->id);
+    for (int i = 0; i < n->n_batch; i++)
+        if (n->batch[i].s == s)
+            n->batch[i].s = NULL; // its waiting Forward is dropped
+    n->closed[n->closed_at] = s->id;
+    n->closed_at = (n->closed_at + 1) % NODE_CLOSED_IDS;
+    n->kv_used -= s->kv_bytes;
     sw_kv_free(&s->kv);
     sw_verifier_free(&s->ver);
     memset(s, 0, sizeof *s);
@@ -148,6 +205,23 @@ static Shardwire__StageTiming **s_timing(const Shardwire__Forward *f, Shardwire_
     return buf;
 }
 
+/* The verifier of a session on the last stage, made from the Forward's
+ * sampling parameters on its first round; NULL when they are invalid. */
+static sw_verifier_t *s_verifier(const node_t *n, const Shardwire__SamplingParams *w)
+{
+    sw_sampling_t sp = sw_sampling_default();
+    if (w) {
+        sp.temp = w->temperature;
+        sp.top_k = (int)w->top_k;
+        sp.top_p = w->top_p > 0 ? w->top_p : 1.0f;
+        sp.min_p = w->min_p;
+        sp.rep_penalty = w->repeat_penalty > 0 ? w->repeat_penalty : 1.0f;
+        sp.rep_last_n = (int)w->repeat_last_n;
+        sp.seed = w->seed;
+    }
+    return sw_sampling_check(&sp) == 0 ? sw_verifier_new(&sp, n->hp->n_vocab) : NULL;
+}
+
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
     const Shardwire__Forward *f = msg->env->forward;
@@ -201,13 +275,43 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
                       sw_peer_name(n->peer));
         return;
     }
-    reply = f->reply_to; /* the route's head, which handles failed rounds */
-    const char *why = "";
-    node_session_t *s = node_session_get(n, sid, 1, &why);
-    if (!s) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
-                      sw_peer_name(n->peer), why);
+    const int n_draft = (int)f->n_draft_tokens;
+    if (f->n_draft_parents || f->n_kv_path) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s does not run token trees yet", sw_peer_name(n->peer));
         return;
+    }
+    if (rows > n->rows_cap || (node_is_last(n) && n_draft + 1 > n->logit_cap)) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s: a forward of %d rows does not fit its buffers", sw_peer_name(n->peer),
+                      rows);
+        return;
+    }
+    reply = f->reply_to; /* the route's head, which handles failed rounds */
+    /* A stage opens a session only on its first round (nothing kept): a later
+     * round for a session it does not hold means it restarted and lost it. */
+    node_session_t *s = node_session_get(n, sid, 0, 0, &(const char *){""});
+    if (!s && f->kv_keep > 0) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+                      "%s: the round keeps %u positions of a session this stage does not hold "
+                      "(stage restarted?)",
+                      sw_peer_name(n->peer), f->kv_keep);
+        return;
+    }
+    if (!s) {
+        const char *why = "";
+        s = node_session_get(n, sid, 1, (int)f->n_ctx, &why);
+        if (!s) {
+            s_reply_error(n, reply,
+                          strstr(why, "closed") ? SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION
+                                                : SHARDWIRE__ERROR_CODE__ERR_BUSY,
+                          sid,
+                          "%s: %s (%d positions; %d sessions, %.1f of %.1f MiB of KV cache in use)",
+                          sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,
+                          node_sessions_held(n), (double)n->kv_used / (1 << 20),
+                          (double)n->o.kv_bytes / (1 << 20));
+            return;
+        }
     }
     if (!s->creator[0]) {
         snprintf(s->creator, sizeof s->creator, "%s", msg->peer);
@@ -219,6 +323,23 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
                       "%s: session belongs to another peer", sw_peer_name(n->peer));
         return;
     }
+    /* A second round of a session already in the batch waits for the next one;
+     * so does a round that would make the batch too large. */
+    int dup = 0;
+    for (int i = 0; i < n->n_batch; i++)
+        dup |= n->batch[i].s == s;
+    const int want_logits = node_is_last(n) && !f->prefill_more ? n_draft + 1 : 0;
+    if (dup || n->n_batch == NODE_MAX_BATCH ||
+        (n->n_batch > 0 &&
+         (n->batch_rows + rows > n->rows_cap || n->batch_rows + rows > n->o.max_batch_rows ||
+          n->batch_logits + want_logits > n->logit_cap)))
+        node_stage_flush(n);
+    s = node_session_get(n, sid, 0, 0, &(const char *){""}); /* the flush may have freed it */
+    if (!s) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+                      "%s: the session failed in the previous batch", sw_peer_name(n->peer));
+        return;
+    }
     s->last_used_ms = t_arrive;
     if ((int)f->kv_keep > sw_kv_len(s->kv)) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
@@ -227,32 +348,20 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         node_session_free(n, s); /* the head replays the session from its prefill */
         return;
     }
-    const int n_draft = (int)f->n_draft_tokens;
-    if (f->n_draft_parents || f->n_kv_path) {
+    if (f->start_pos + (uint32_t)rows > (uint32_t)sw_kv_capacity(s->kv)) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                      "%s does not run token trees yet", sw_peer_name(n->peer));
+                      "%s: rows [%u, %u) do not fit the session's %d positions",
+                      sw_peer_name(n->peer), f->start_pos, f->start_pos + (uint32_t)rows,
+                      sw_kv_capacity(s->kv));
+        node_session_free(n, s);
         return;
     }
     if (node_is_last(n)) {
-        if (!s->ver) {
-            sw_sampling_t sp = sw_sampling_default();
-            if (f->sampling) {
-                sp.temp = f->sampling->temperature;
-                sp.top_k = (int)f->sampling->top_k;
-                sp.top_p = f->sampling->top_p > 0 ? f->sampling->top_p : 1.0f;
-                sp.min_p = f->sampling->min_p;
-                sp.rep_penalty =
-                    f->sampling->repeat_penalty > 0 ? f->sampling->repeat_penalty : 1.0f;
-                sp.rep_last_n = (int)f->sampling->repeat_last_n;
-                sp.seed = f->sampling->seed;
-            }
-            s->ver = sw_sampling_check(&sp) == 0 ? sw_verifier_new(&sp, n->hp->n_vocab) : NULL;
-            if (!s->ver) {
-                s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                              "invalid sampling parameters");
-                node_session_free(n, s);
-                return;
-            }
+        if (!s->ver && !(s->ver = s_verifier(n, f->sampling))) {
+            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                          "invalid sampling parameters");
+            node_session_free(n, s);
+            return;
         }
         if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
             s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
@@ -260,68 +369,69 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
             node_session_free(n, s);
             return;
         }
-    }
-    if (sw_kv_truncate(s->kv, (int)f->kv_keep) != 0) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, sid, "cannot truncate");
-        node_session_free(n, s);
-        return;
+        for (int i = 0; i < n_draft; i++)
+            if (f->tokens[rows - n_draft + i] != f->draft_tokens[i]) {
+                s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                              "draft tokens do not match the last rows' tokens");
+                node_session_free(n, s);
+                return;
+            }
     }
 
+    /* Accepted: into the batch. */
+    node_fwd_t *b = &n->batch[n->n_batch++];
+    memset(b, 0, sizeof *b);
+    sw_wire_msg_move(&b->msg, msg);
+    b->s = s;
+    b->row0 = n->batch_rows;
+    b->logit0 = n->batch_logits;
+    b->n_logits = want_logits;
+    b->t_arrive = t_arrive;
     size_t plen = 0;
-    const void *payload = sw_wire_msg_payload(msg, &plen);
-    node_hidden_unpack(f->dtype, payload, n->hidden_in, (size_t)rows * E);
+    const void *payload = sw_wire_msg_payload(&b->msg, &plen);
+    node_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
+    n->batch_rows += rows;
+    n->batch_logits += want_logits;
+}
+
+/* After the batch's compute: passes one session's rows on to the next stage. */
+static void s_pass_on(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
+{
+    const Shardwire__Forward *f = b->msg.env->forward;
+    const int E = n->hp->n_embd, rows = (int)f->n_rows;
+    Shardwire__StageTiming *tbuf[SW_WIRE_MAX_ROUTE];
+    size_t n_timing = 0;
+    Shardwire__Forward out = *f;
+    out.hop = f->hop + 1;
+    out.layer_begin = (uint32_t)sw_model_layer_end(n->model);
+    out.dtype = n->o.dtype;
+    const void *wire = node_hidden_pack(out.dtype, n->hidden_out + (size_t)b->row0 * E, n->wire_buf,
+                                        (size_t)rows * E);
+    out.timing = s_timing(f, mine, tbuf, &n_timing);
+    out.n_timing = n_timing;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+    env.forward = &out;
+    const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(out.dtype);
+    if (sw_peer_send(n->peer, f->route[out.hop], &env, wire, bytes, 1) != 0)
+        s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE, f->session_id,
+                      "%s could not pass the round on to %s", sw_peer_name(n->peer),
+                      f->route[out.hop]);
+}
+
+/* After the batch's compute, on the last stage: verifies one session's round
+ * (or records a prefill chunk) and answers its head. */
+static void s_verify(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
+{
+    const Shardwire__Forward *f = b->msg.env->forward;
+    node_session_t *s = b->s;
+    const uint64_t sid = f->session_id;
+    const int rows = (int)f->n_rows, n_draft = (int)f->n_draft_tokens;
+    const char *reply = f->reply_to;
+    char err[256] = "";
     int32_t toks[SW_WIRE_MAX_ROWS];
     for (int i = 0; i < rows; i++)
         toks[i] = (int32_t)f->tokens[i];
-
-    const int last = node_is_last(n);
-    const int want_logits = last && !f->prefill_more ? n_draft + 1 : 0;
-    char err[256] = "";
-    sw_forward_t fw = {
-        .n = rows,
-        .hidden = n->hidden_in,
-        .out_hidden = n->hidden_out,
-        .logits = n->logits,
-        .n_logits = want_logits,
-        .prompt = n_draft == 0,
-    };
-    const double t0 = node_now_ms();
-    if (sw_model_forward(n->model, s->kv, &fw, err, sizeof err) != 0) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
-                      sw_peer_name(n->peer), err);
-        node_session_free(n, s); /* its cache is half written */
-        return;
-    }
-    s->round = f->round;
-
-    Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
-    mine.name = (char *)sw_peer_name(n->peer);
-    Shardwire__StageTiming *tbuf[SW_WIRE_MAX_ROUTE];
-    size_t n_timing = 0;
-
-    if (!last) {
-        Shardwire__Forward out = *f;
-        out.hop = f->hop + 1;
-        out.layer_begin = (uint32_t)sw_model_layer_end(n->model);
-        out.dtype = n->o.dtype;
-        const void *wire =
-            node_hidden_pack(out.dtype, n->hidden_out, n->wire_buf, (size_t)rows * E);
-        mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);
-        mine.queue_us = (uint32_t)((t0 - t_arrive) * 1e3);
-        out.timing = s_timing(f, &mine, tbuf, &n_timing);
-        out.n_timing = n_timing;
-        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-        env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-        env.forward = &out;
-        const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(out.dtype);
-        if (sw_peer_send(n->peer, f->route[out.hop], &env, wire, bytes, 1) != 0)
-            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE, sid,
-                          "%s could not pass the round on to %s", sw_peer_name(n->peer),
-                          f->route[out.hop]);
-        return;
-    }
-
-    /* Last stage: verify, or only record a prefill chunk. */
     if (f->prefill_more) {
         if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0) {
             s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
@@ -350,24 +460,18 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         .n_draft = n_draft,
         .q = have_q ? q : NULL,
     };
-    for (int i = 0; i < n_draft; i++)
-        if (toks[rows - n_draft + i] != (int32_t)f->draft_tokens[i]) {
-            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                          "draft tokens do not match the last rows' tokens");
-            node_session_free(n, s);
-            return;
-        }
     sw_verdict_t v;
-    if (sw_verifier_run(s->ver, &r, n->logits, &v, err, sizeof err) != 0) {
+    if (sw_verifier_run(s->ver, &r, n->logits + (size_t)b->logit0 * n->hp->n_vocab, &v, err,
+                        sizeof err) != 0) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
         node_session_free(n, s); /* a failed verification leaves nothing worth keeping */
         return;
     }
-    mine.compute_us = (uint32_t)((node_now_ms() - t0) * 1e3);
-    mine.queue_us = (uint32_t)((t0 - t_arrive) * 1e3);
     uint32_t committed[SW_MAX_DRAFT + 1] = {0};
     for (int i = 0; i < v.n_commit; i++)
         committed[i] = (uint32_t)v.tokens[i];
+    Shardwire__StageTiming *tbuf[SW_WIRE_MAX_ROUTE];
+    size_t n_timing = 0;
     Shardwire__Verdict vd = SHARDWIRE__VERDICT__INIT;
     vd.session_id = sid;
     vd.round = f->round;
@@ -376,7 +480,7 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
     vd.tokens = committed;
     vd.next_token = committed[v.n_commit - 1];
     vd.logits_digest = v.logits_digest;
-    vd.timing = s_timing(f, &mine, tbuf, &n_timing);
+    vd.timing = s_timing(f, mine, tbuf, &n_timing);
     vd.n_timing = n_timing;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
@@ -384,4 +488,71 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
     if (sw_peer_send(n->peer, reply, &env, NULL, 0, 0) != 0)
         SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
                 reply);
+}
+
+void node_stage_flush(node_t *n)
+{
+    if (n->n_batch == 0)
+        return;
+    const int E = n->hp->n_embd;
+    const int V = n->hp->n_vocab;
+    sw_kv_t *kvs[NODE_MAX_BATCH];
+    sw_forward_t fs[NODE_MAX_BATCH];
+    node_fwd_t *live[NODE_MAX_BATCH];
+    int nl = 0;
+    for (int i = 0; i < n->n_batch; i++) {
+        node_fwd_t *b = &n->batch[i];
+        if (!b->s)
+            continue; // closed while it waited
+        const Shardwire__Forward *f = b->msg.env->forward;
+        if (sw_kv_truncate(b->s->kv, (int)f->kv_keep) != 0) {
+            s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, f->session_id,
+                          "cannot truncate");
+            node_session_free(n, b->s);
+            continue;
+        }
+        sw_forward_t fw = {
+            .n = (int)f->n_rows,
+            .hidden = n->hidden_in + (size_t)b->row0 * E,
+            .out_hidden = n->hidden_out + (size_t)b->row0 * E,
+            .logits = n->logits ? n->logits + (size_t)b->logit0 * V : NULL,
+            .n_logits = b->n_logits,
+            .prompt = f->n_draft_tokens == 0,
+        };
+        kvs[nl] = b->s->kv;
+        fs[nl] = fw;
+        live[nl++] = b;
+    }
+    char err[256] = "";
+    const double t0 = node_now_ms();
+    int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
+    const double t1 = node_now_ms();
+    if (nl > 1)
+        SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
+    n->stat_batches += nl > 0;
+    n->stat_batched += nl;
+    for (int i = 0; i < nl; i++) {
+        node_fwd_t *b = live[i];
+        const Shardwire__Forward *f = b->msg.env->forward;
+        if (!b->s)
+            continue; // freed by an earlier entry's failure
+        if (rc != 0) {
+            s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, f->session_id,
+                          "%s: %s", sw_peer_name(n->peer), err);
+            node_session_free(n, b->s); /* its cache is half written */
+            continue;
+        }
+        b->s->round = f->round;
+        Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
+        mine.name = (char *)sw_peer_name(n->peer);
+        mine.compute_us = (uint32_t)((t1 - t0) * 1e3);
+        mine.queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3);
+        if (node_is_last(n))
+            s_verify(n, b, &mine);
+        else
+            s_pass_on(n, b, &mine);
+    }
+    for (int i = 0; i < n->n_batch; i++)
+        sw_wire_msg_clear(&n->batch[i].msg);
+    n->n_batch = n->batch_rows = n->batch_logits = 0;
 }

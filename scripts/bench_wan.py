@@ -152,7 +152,8 @@ class Cluster:
         self.head_ep = f"tcp://127.0.0.1:{pa}"
         n_layers = gguf_block_count(a.target)
         split = a.split or n_layers // 2
-        common = ["--threads", str(a.threads), "--dtype", a.dtype, "--ctx", "1024"]
+        common = ["--threads", str(a.threads), "--dtype", a.dtype, "--ctx", "1024",
+                  *getattr(a, "node_extra", [])]
         head = [f"{b}/shardwire-node", "--model", a.target, "--layers", f"0:{split}",
                 "--relay", self.head_ep, "--name", "bench-head", *common, *self.sec["head"],
                 "--draft-k-max", str(a.k_max)]
@@ -221,6 +222,20 @@ def summarize(runs, prefill):
                      if r["decode_tok_s"] > 0) / max(rounds, 1),
         "tokens": [r["tokens"] for r in runs],
     }
+
+
+def print_table(hdr, rows, markdown):
+    """One table on stdout: markdown, or columns aligned to the right."""
+    if markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "|".join("---" for _ in hdr) + "|")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
+    print("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
+    for row in rows:
+        print("  ".join(c.rjust(w[i]) for i, c in enumerate(row)))
 
 
 def main():
@@ -296,16 +311,7 @@ def main():
                      "-" if r["acc"] is None else f"{r['acc']:.2f}", f"{r['k']:.1f}",
                      f"{r['round']:.0f}", f"{r['draft']:.0f}", f"{r['head']:.0f}", f"{r['net']:.0f}",
                      f"{r['tail']:.0f}"])
-    if args.markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
-    else:
-        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
-        print("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
-        for row in rows:
-            print("  ".join(c.rjust(w[i]) for i, c in enumerate(row)))
+    print_table(hdr, rows, args.markdown)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(raw, f)

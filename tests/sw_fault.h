@@ -32,10 +32,10 @@ typedef struct swf_result {
 } swf_result_t;
 
 typedef struct swf_node {
-    pid_t pid;         // 0 = not running
-    char name[32];     // peer name
-    char layers[16];   // A:B
-    char extra[4][32]; // extra flags (e.g. --recover-timeout-s 20), "" = none
+    pid_t pid;           // 0 = not running
+    char name[32];       // peer name
+    char layers[16];     // A:B
+    char extra[10][160]; // extra flags (e.g. --recover-timeout-s 20), "" = none
 } swf_node_t;
 
 typedef struct swf_cluster {
@@ -121,6 +121,17 @@ static inline void swf_reference(const char *model, const char *prompt, int n_ge
     free(err);
 }
 
+/* Sets a node's name, layers and extra flags (NULL-terminated, up to 10). */
+static inline void swf_node(swf_node_t *nd, const char *name, const char *layers,
+                            const char *const *flags)
+{
+    memset(nd, 0, sizeof *nd);
+    snprintf(nd->name, sizeof nd->name, "%s", name);
+    snprintf(nd->layers, sizeof nd->layers, "%s", layers);
+    for (int i = 0; flags && flags[i] && i < 10; i++)
+        snprintf(nd->extra[i], sizeof nd->extra[i], "%s", flags[i]);
+}
+
 static inline pid_t swf_start_relay(swf_cluster_t *c)
 {
     char hb[16];
@@ -141,7 +152,7 @@ static inline pid_t swf_start_relay(swf_cluster_t *c)
 static inline void swf_start_node(swf_cluster_t *c, int i)
 {
     swf_node_t *nd = &c->nodes[i];
-    char *na[24] = {(char *)sw_test_bin("shardwire-node"),
+    char *na[32] = {(char *)sw_test_bin("shardwire-node"),
                     "--model",
                     (char *)c->model,
                     "--layers",
@@ -156,7 +167,7 @@ static inline void swf_start_node(swf_cluster_t *c, int i)
                     "200",
                     "--insecure-loopback"};
     int k = 14;
-    for (int e = 0; e < 4 && nd->extra[e][0]; e++)
+    for (int e = 0; e < 10 && nd->extra[e][0]; e++)
         na[k++] = nd->extra[e];
     na[k] = NULL;
     nd->pid = sw_test_spawn(na, c->log);

@@ -1,6 +1,8 @@
 /*
- * test_recover_loop.c - the head's recovery loop (node/recover.c) driven by
- * sw_generate() with speculative drafts, against a simulated pipeline that
+ * test_recover_loop.c - the head's recovery state machine (node/recover.c)
+ * driven as the head's event loop drives it (a generation stepped by sw_gen_t
+ * with speculative drafts; rounds sent, verdicts, failures and route checks
+ * fed as events), against a simulated pipeline that
  * follows the stages' contract: it truncates its cache to kv_keep, appends
  * the rows, refuses a round that keeps more positions than it holds (a
  * restarted stage), and verifies drafts greedily against a "model" whose next
@@ -35,19 +37,26 @@ static int32_t s_next(const int32_t *seq, int n)
     return (int32_t)(h % V);
 }
 
+typedef struct s_event {
+    uint64_t round_no; // the round it answers
+    int refused;       // 1: the stage answered ERR_UNKNOWN_SESSION
+    sw_verdict_t v;    // the verdict otherwise
+} s_event_t;
+
 typedef struct sim {
     int32_t cache[N_CTX];    // the stage's cache (tokens stand for KV rows)
     int len;                 // positions held
     int alive;               // 0 = killed, not back yet
     int down_polls;          // reroute polls until it is back
-    int refused;             // the last round kept more than the cache held
-    sw_verdict_t pending;    // verdict of the last round sent
-    int waits, sends;        // calls so far
+    int waits, sends;        // waits for the last round sent, sends so far
     const int *kill_at_wait; // kill when the wait call number is listed (0-terminated)
     int kill_at_replay;      // kill 3 rounds into the replay of this number (1-based), 0 = never
     int zero_sends;          // sends that keep nothing (the prefill, and each replay's start)
     int since_zero;          // sends since the last one of those
     int max_chunks;          // most chunks in one send
+    s_event_t q[4096];       // verdicts (or refusals) in flight, oldest first
+    int q_len;               //
+    int max_q;               // most in flight at once
 } sim_t;
 
 static int s_listed(const int *list, int v)
@@ -65,13 +74,15 @@ static void s_kill(sim_t *s)
     s->down_polls = 2;
 }
 
-static int s_send(void *ctx, const sw_round_t *r, int more, char *err, size_t len)
+/* The simulated stage takes round r (round number round_no). Returns the
+ * chunks sent, or -1 when the stage is gone (the relay would answer that the
+ * destination left). A verdict (or a refusal) is queued for s_wait. */
+static int s_send(sim_t *s, const sw_round_t *r, uint64_t round_no, char *err, size_t len)
 {
-    sim_t *s = ctx;
     s->sends++;
     if (!s->alive) {
         snprintf(err, len, "stage left");
-        return NODE_RECOVER_RETRY;
+        return -1;
     }
     if (r->kv_keep == 0) {
         s->zero_sends++;
@@ -82,78 +93,68 @@ static int s_send(void *ctx, const sw_round_t *r, int more, char *err, size_t le
     if (s->kill_at_replay && s->zero_sends == 1 + s->kill_at_replay && s->since_zero == 3) {
         s_kill(s);
         snprintf(err, len, "stage died during the replay");
-        return NODE_RECOVER_RETRY;
+        return -1;
     }
-    s->refused = 0;
+    int chunks = (r->n + SW_WIRE_MAX_ROWS - 1) / SW_WIRE_MAX_ROWS;
+    if (chunks > s->max_chunks)
+        s->max_chunks = chunks;
+    s_event_t *e = &s->q[s->q_len++];
+    e->round_no = round_no;
+    e->refused = 0;
+    if (s->q_len > s->max_q)
+        s->max_q = s->q_len;
     if (r->kv_keep > s->len) {
-        s->refused = 1; // ERR_UNKNOWN_SESSION
-        return 1;
+        e->refused = 1; // ERR_UNKNOWN_SESSION
+        return chunks;
     }
     s->len = r->kv_keep;
     for (int i = 0; i < r->n; i++)
         s->cache[s->len++] = r->tokens[i];
-    int chunks = (r->n + SW_WIRE_MAX_ROWS - 1) / SW_WIRE_MAX_ROWS;
-    if (chunks > s->max_chunks)
-        s->max_chunks = chunks;
-    if (more)
-        return chunks;
     /* Verify greedily: draft i is accepted when it is the model's token. */
     const int n_ctx = r->n - r->n_draft;
     int at = r->kv_keep + n_ctx, k = 0;
-    s->pending.n_commit = 0;
+    e->v.n_commit = 0;
     for (; k < r->n_draft; k++) {
         int32_t want = s_next(s->cache, at + k);
         if (r->tokens[n_ctx + k] != want)
             break;
-        s->pending.tokens[s->pending.n_commit++] = want;
+        e->v.tokens[e->v.n_commit++] = want;
     }
-    s->pending.tokens[s->pending.n_commit++] = s_next(s->cache, at + k);
+    e->v.tokens[e->v.n_commit++] = s_next(s->cache, at + k);
     return chunks;
 }
 
-static int s_wait(void *ctx, sw_verdict_t *out, char *err, size_t len)
+/* The next event for the head: 1 a verdict (round number in *round_no), 0 a
+ * failure (err), -1 nothing queued. */
+static int s_wait(sim_t *s, sw_verdict_t *out, uint64_t *round_no, char *err, size_t len)
 {
-    sim_t *s = ctx;
-    s->waits++;
-    if (s_listed(s->kill_at_wait, s->waits)) {
+    if (s->q_len == 0)
+        return -1;
+    /* Waits are counted where the head waits for the round it sent last
+     * (the current round, or the last of a replay window), as kill points. */
+    if (s->q_len == 1 && s_listed(s->kill_at_wait, ++s->waits)) {
         s_kill(s);
+        s->q_len = 0; // what was in flight is lost
         snprintf(err, len, "stage killed");
-        return NODE_RECOVER_RETRY;
+        return 0;
     }
-    if (s->refused) {
+    s_event_t e = s->q[0];
+    memmove(s->q, s->q + 1, (size_t)--s->q_len * sizeof *s->q);
+    if (e.refused) {
         snprintf(err, len, "unknown session");
-        return NODE_RECOVER_RETRY;
+        return 0;
     }
-    *out = s->pending;
-    return NODE_RECOVER_OK;
+    *out = e.v;
+    *round_no = e.round_no;
+    return 1;
 }
 
-static int s_reroute(void *ctx, char *err, size_t len)
+static int s_reroute(sim_t *s)
 {
-    sim_t *s = ctx;
-    if (!s->alive && --s->down_polls > 0) {
-        snprintf(err, len, "gap in the pipeline");
-        return NODE_RECOVER_RETRY;
-    }
+    if (!s->alive && --s->down_polls > 0)
+        return 0;
     s->alive = 1;
-    return NODE_RECOVER_OK;
-}
-
-static int s_idle(void *ctx, int ms, char *err, size_t len)
-{
-    (void)ctx, (void)ms, (void)err, (void)len;
-    return NODE_RECOVER_OK;
-}
-
-typedef struct wrap {
-    node_recover_t *rec;
-    node_recover_ops_t ops;
-} wrap_t;
-
-static int s_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char *err, size_t len)
-{
-    wrap_t *w = ctx;
-    return node_recover_round(w->rec, &w->ops, r, 0, out, err, len);
+    return 1;
 }
 
 /* Drafts the model's own continuation, spoiled at one position that moves
@@ -175,7 +176,8 @@ static int s_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int32
     return k_max;
 }
 
-/* One generation; returns the number of recoveries. */
+/* One generation driven as the head's event loop drives a session; returns
+ * the number of recoveries. */
 static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, int32_t *out,
                  int *max_chunks)
 {
@@ -184,30 +186,85 @@ static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, 
     s.alive = 1;
     s.kill_at_wait = kills;
     s.kill_at_replay = kill_at_replay;
-    wrap_t w = {
-        .rec = node_recover_new(N_CTX, 60000),
-        .ops = {.ctx = &s, .send = s_send, .wait = s_wait, .reroute = s_reroute, .idle = s_idle}};
-    SW_CHECK(w.rec != NULL);
+    node_recover_t *rec = node_recover_new(60000);
+    SW_CHECK(rec != NULL);
     int32_t prompt[N_CTX];
     for (int i = 0; i < n_prompt; i++)
         prompt[i] = (int32_t)((i * 7 + 3) % V);
     sw_proposer_t prop = {.propose = s_propose};
     sw_gen_opts_t o = {.n_predict = n_gen, .k = 4, .proposer = &prop};
-    sw_target_t tg = {.round = s_round, .ctx = &w};
-    sw_gen_stats_t st;
     char err[256] = "";
-    int rc = sw_generate(&tg, prompt, n_prompt, &o, out, &st, err, sizeof err);
+    sw_gen_t *g = sw_gen_new(prompt, n_prompt, &o, err, sizeof err);
+    SW_CHECK(g != NULL);
+    double now = 1000; // a clock that moves 1 ms per step
+    uint64_t round_no = 0;
+    int rc = -1, need_round = 1;
+    sw_draft_q_t q[SW_MAX_DRAFT];
+    for (int step = 0; g && rec && step < 200000; step++, now += 1) {
+        if (need_round) {
+            const sw_round_t *r;
+            int more = sw_gen_next(g, &r, err, sizeof err);
+            if (more != 0) {
+                rc = more > 0 ? 0 : -1;
+                break;
+            }
+            SW_CHECK_INT(node_recover_log(rec, r), 0);
+            need_round = 0;
+        }
+        int idx;
+        switch (node_recover_next(rec, now, 0, &idx, err, sizeof err)) {
+        case NODE_REC_SEND: {
+            sw_round_t lr;
+            node_recover_get(rec, idx, &lr, q);
+            int chunks = s_send(&s, &lr, ++round_no, err, sizeof err);
+            if (chunks < 0)
+                node_recover_failed(rec, now, err);
+            else
+                node_recover_sent(rec, idx, round_no, chunks, now);
+            break;
+        }
+        case NODE_REC_ROUTE:
+            node_recover_routed(rec, now, s_reroute(&s), "gap in the pipeline");
+            break;
+        case NODE_REC_FAIL:
+            fprintf(stderr, "recovery failed: %s\n", err);
+            step = 200000;
+            break;
+        default: {
+            sw_verdict_t v;
+            uint64_t rn = 0;
+            int ev = s_wait(&s, &v, &rn, err, sizeof err);
+            if (ev == 0) {
+                node_recover_failed(rec, now, err);
+            } else if (ev > 0 && node_recover_verdict(rec, rn, now)) {
+                const int32_t *toks;
+                int nt;
+                SW_CHECK_INT(sw_gen_commit(g, &v, &toks, &nt, err, sizeof err), 0);
+                need_round = 1;
+            }
+            break;
+        }
+        }
+    }
     if (rc != 0)
         fprintf(stderr, "generate: %s\n", err);
     SW_CHECK_INT(rc, 0);
-    SW_CHECK_INT(st.n_gen, n_gen);
-    int rec = w.rec ? node_recover_stats(w.rec)->recoveries : -1;
+    const sw_gen_stats_t *st = g ? sw_gen_stats(g) : NULL;
+    SW_CHECK(st && st->n_gen == n_gen);
+    int n_out = 0;
+    const int32_t *gen = g ? sw_gen_output(g, &n_out) : NULL;
+    if (gen)
+        memcpy(out, gen, (size_t)n_out * sizeof *out);
+    int recs = rec ? node_recover_stats(rec)->recoveries : -1;
     if (max_chunks)
         *max_chunks = s.max_chunks;
-    if (kills || kill_at_replay)
-        SW_CHECK(st.accepted > 0); // drafts really were accepted along the way
-    node_recover_free(&w.rec);
-    return rec;
+    if ((kills || kill_at_replay) && st)
+        SW_CHECK(st->accepted > 0); // drafts really were accepted along the way
+    /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered */
+    SW_CHECK(s.max_q <= NODE_REC_WINDOW + 1);
+    sw_gen_free(&g);
+    node_recover_free(&rec);
+    return recs;
 }
 
 int main(void)
