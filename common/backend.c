@@ -26,6 +26,16 @@ int sw_cuda_device_count(void)
 #endif
 }
 
+double sw_cuda_copy_gbps(int dev)
+{
+#ifdef SW_HAVE_CUDA
+    return sw_cuda_measure_copy(dev);
+#else
+    (void)dev;
+    return 0;
+#endif
+}
+
 int sw_backend_fail(sw_backend_t *be, const char *fmt, ...)
 {
     va_list ap;

@@ -248,6 +248,10 @@ sw_backend_t *sw_backend_primary(sw_backend_t *be);
 int sw_backend_devices(sw_backend_t *be, sw_backend_t ***out);
 /* Number of CUDA devices visible to this build (0 without CUDA or GPU). */
 int sw_cuda_device_count(void);
+/* Measured device-to-device copy bandwidth of GPU dev in GB/s (bytes read
+ * plus bytes written per second), the ceiling benchmarks compare with; 0
+ * without CUDA or on error. */
+double sw_cuda_copy_gbps(int dev);
 
 /* Moves bytes from src on backend a to dst on backend b (the same or
  * another backend): a device-to-device copy when the backends support it,

@@ -244,7 +244,7 @@ static int64_t s_index_add(struct s_index *ix, const void *entries, size_t strid
 
 /* ---- metadata ---- */
 
-static uint64_t s_scalar_size(uint32_t t)
+uint64_t sw_gguf_vtype_size(enum sw_gguf_vtype t)
 {
     switch (t) {
     case SW_GGUF_UINT8:
@@ -280,7 +280,7 @@ static int s_parse_value(s_rd_t *rd, struct s_kv *kv, uint32_t type)
         return s_str(rd, "string value", &s);
     }
     if (type != SW_GGUF_ARRAY)
-        return s_take(rd, s_scalar_size(type), "value", &at);
+        return s_take(rd, sw_gguf_vtype_size((enum sw_gguf_vtype)type), "value", &at);
 
     uint32_t et;
     uint64_t count;
@@ -295,7 +295,7 @@ static int s_parse_value(s_rd_t *rd, struct s_kv *kv, uint32_t type)
     kv->off = rd->pos;
     uint64_t left = rd->size - rd->pos;
     if (et != SW_GGUF_STRING) {
-        uint64_t esz = s_scalar_size(et);
+        uint64_t esz = sw_gguf_vtype_size((enum sw_gguf_vtype)et);
         if (count > left / esz)
             return s_fail(
                 rd, "array of %llu elements of %llu bytes needs more than the %llu bytes left",
@@ -783,7 +783,8 @@ int sw_gguf_arr_str(const sw_gguf_t *g, const char *key, uint64_t i, sw_gguf_str
 const void *sw_gguf_arr_data(const sw_gguf_t *g, const char *key)
 {
     const struct s_kv *kv = s_kv_get(g, key);
-    if (!kv || kv->type != SW_GGUF_ARRAY || s_scalar_size(kv->elem_type) == 0)
+    if (!kv || kv->type != SW_GGUF_ARRAY ||
+        sw_gguf_vtype_size((enum sw_gguf_vtype)kv->elem_type) == 0)
         return NULL;
     return g->base + kv->off;
 }

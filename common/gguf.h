@@ -77,6 +77,8 @@ const void *sw_gguf_bytes(const sw_gguf_t *g);
 uint64_t sw_gguf_data_offset(const sw_gguf_t *g);
 
 /* ---- metadata key/values ---- */
+/* Bytes of one value of a scalar type; 0 for strings, arrays and unknown ids. */
+uint64_t sw_gguf_vtype_size(enum sw_gguf_vtype t);
 int64_t sw_gguf_kv_count(const sw_gguf_t *g);
 /* Index of key, or -1. */
 int64_t sw_gguf_find_key(const sw_gguf_t *g, const char *key);

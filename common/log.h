@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum sw_log_level {
     SW_LOG_ERROR = 0,
     SW_LOG_WARN = 1,
@@ -49,5 +53,9 @@ size_t sw_text_clean(char *dst, const char *src, size_t len, int keep_lines, int
         if (sw_log_get_level() >= SW_LOG_DEBUG)                                                    \
             sw_log_write(SW_LOG_DEBUG, __VA_ARGS__);                                               \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -573,6 +573,16 @@ uint64_t sw_model_weight_bytes(const sw_model_t *m)
     return m->weight_bytes;
 }
 
+uint64_t sw_model_bytes_per_token(const sw_model_t *m)
+{
+    /* Everything but the embedding matrix, of which a step reads one row
+     * (unless it is also the LM head, which reads it all). */
+    uint64_t b = m->weight_bytes;
+    if (m->tok_embd.buf && m->output.host != m->tok_embd.host)
+        b -= m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
+    return b;
+}
+
 sw_backend_t *sw_model_backend(const sw_model_t *m)
 {
     return m->be;
@@ -672,7 +682,7 @@ static int s_fail(sw_backend_t *be, char *err, size_t err_len);
 
 sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx)
 {
-    if (n_ctx < 1 || s_rope_reserve(m, n_ctx) != 0)
+    if (n_ctx < 1)
         return NULL;
     sw_kv_t *kv = calloc(1, sizeof *kv);
     if (!kv)
@@ -694,6 +704,10 @@ sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx)
         if (!kv->k[i] || !kv->v[i])
             goto err;
     }
+    /* The rope table covers every slot of the largest cache (after the cache
+     * itself fits: the table is a small fraction of it). */
+    if (s_rope_reserve(m, n_ctx) != 0)
+        goto err;
     return kv;
 err:
     sw_kv_free(&kv);

@@ -75,6 +75,9 @@ int sw_model_is_last(const sw_model_t *m);
 void sw_model_fingerprint(const sw_model_t *m, char out[65]);
 /* Bytes of weights this range uses (what it keeps resident). */
 uint64_t sw_model_weight_bytes(const sw_model_t *m);
+/* Bytes of weights one decoding step reads (all but the embedding rows not
+ * looked up): the numerator of achieved memory bandwidth. */
+uint64_t sw_model_bytes_per_token(const sw_model_t *m);
 /* The backend the model was loaded on. */
 sw_backend_t *sw_model_backend(const sw_model_t *m);
 

@@ -14,6 +14,7 @@
  */
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_math.h"
 
 #include <float.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,67 +44,33 @@ _Static_assert(sizeof(sw_block_q5_k) == 176, "q5_K block size");
 _Static_assert(sizeof(sw_block_q6_k) == 210, "q6_K block size");
 _Static_assert(sizeof(sw_block_q8_k) == 292, "q8_K block size");
 
-/* ---- element conversions ------------------------------------------------ */
-
-static inline uint32_t s_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float s_bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* ---- element conversions (the shared host/device code of quant_math.h) ---- */
 
 float sw_f16_to_f32(sw_f16 h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) // inf / NaN, payload kept
-        return s_bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) { // zero or subnormal: man * 2^-24, exact in f32
-        float v = (float)man * 0x1p-24f;
-        return s_bits_f32(sign | s_f32_bits(v));
-    }
-    return s_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    return sw_h2f(h);
 }
 
 sw_f16 sw_f32_to_f16(float f)
 {
-    uint32_t x = s_f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) // NaN: quiet, top payload bits kept (like F16C)
-        return (sw_f16)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u) // rounds to >= 65536: infinity
-        return (sw_f16)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {
-        /* Below 2^-14: f16 subnormal. Adding 0.5 puts the value's multiple of
-         * 2^-24 into the low mantissa bits with round-to-nearest-even. */
-        float t = s_bits_f32(ax) + 0.5f;
-        return (sw_f16)(sign | (s_f32_bits(t) - 0x3f000000u));
-    }
-    uint32_t odd = (ax >> 13) & 1u;
-    ax += 0xc8000fffu + odd; // rebias the exponent by -112 and round to nearest even
-    return (sw_f16)(sign | (ax >> 13));
+    return sw_f2h(f);
 }
 
 float sw_bf16_to_f32(sw_bf16 h)
 {
-    return s_bits_f32((uint32_t)h << 16);
+    return sw_bf2f(h);
 }
 
 sw_bf16 sw_f32_to_bf16(float f)
 {
-    uint32_t u = s_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (sw_bf16)((u >> 16) | 64u); // NaN: force quiet
-    return (sw_bf16)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+    return sw_f2bf(f);
+}
+
+static inline uint32_t s_load_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
 #define F16(h) sw_f16_to_f32(h)
@@ -130,13 +97,6 @@ static void s_deq_q4_1(const sw_block_q4_1 *b, float *y, int64_t nb)
             y[j + 16] = (float)(b[i].qs[j] >> 4) * d + m;
         }
     }
-}
-
-static inline uint32_t s_load_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 static void s_deq_q5_0(const sw_block_q5_0 *b, float *y, int64_t nb)
@@ -307,95 +267,23 @@ void sw_dequantize_row(enum sw_type t, const void *src, float *dst, int64_t n)
 
 /* ---- quantization ------------------------------------------------------- */
 
-/* Round to nearest, ties to even, for |v| < 2^22 (GGML's nearest_int). */
-static inline int s_nearest_int(float v)
-{
-    float t = v + 12582912.f;
-    int32_t i;
-    memcpy(&i, &t, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-/* x * id rounded to nearest-even and saturated to int8 like cvtps+packs (NaN -> -128). */
-static inline int s_q8_round(float v)
-{
-    if (!(v >= -128.f))
-        return -128;
-    if (v > 127.f)
-        return 127;
-    return s_nearest_int(v);
-}
-
-static float s_absmax32(const float *x)
-{
-    float amax = 0.0f;
-    for (int j = 0; j < SW_QK; j++) {
-        float a = fabsf(x[j]);
-        amax = a > amax ? a : amax;
-    }
-    return amax;
-}
-
-/* GGML's quantize_row_q8_0 on x86: d = amax/127, q = rne(x * (127/amax)). */
+/* The activation quantizers: one block at a time with quant_math.h's code. */
 static void s_quant_q8_0(const float *x, sw_block_q8_0 *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, x += SW_QK) {
-        float amax = s_absmax32(x);
-        float d = amax / 127.f;
-        float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        y[i].d = sw_f32_to_f16(d);
-        for (int j = 0; j < SW_QK; j++)
-            y[i].qs[j] = (int8_t)s_q8_round(x[j] * id);
-    }
+    for (int64_t i = 0; i < nb; i++)
+        sw_quant_block_q8_0(x + i * SW_QK, &y[i]);
 }
 
-/* As q8_0, plus s = f16(d * sum(q)) with the f32 d. */
 static void s_quant_q8_1(const float *x, sw_block_q8_1 *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, x += SW_QK) {
-        float amax = s_absmax32(x);
-        float d = amax / 127.f;
-        float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        int sum = 0;
-        y[i].d = sw_f32_to_f16(d);
-        for (int j = 0; j < SW_QK; j++) {
-            int q = s_q8_round(x[j] * id);
-            y[i].qs[j] = (int8_t)q;
-            sum += q;
-        }
-        y[i].s = sw_f32_to_f16(d * (float)sum);
-    }
+    for (int64_t i = 0; i < nb; i++)
+        sw_quant_block_q8_1(x + i * SW_QK, &y[i]);
 }
 
-/* GGML's quantize_row_q8_K_ref: scale from the signed extreme, -127/max. */
 static void s_quant_q8_k(const float *x, sw_block_q8_k *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, x += SW_QK_K) {
-        float max = 0.0f, amax = 0.0f;
-        for (int j = 0; j < SW_QK_K; j++) {
-            float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
-        if (amax == 0.0f) {
-            memset(&y[i], 0, sizeof y[i]);
-            continue;
-        }
-        const float iscale = -127.f / max;
-        for (int j = 0; j < SW_QK_K; j++) {
-            int v = s_nearest_int(iscale * x[j]);
-            y[i].qs[j] = (int8_t)(v < 127 ? v : 127);
-        }
-        for (int g = 0; g < SW_QK_K / 16; g++) {
-            int sum = 0;
-            for (int j = 0; j < 16; j++)
-                sum += y[i].qs[g * 16 + j];
-            y[i].bsums[g] = (int16_t)sum;
-        }
-        y[i].d = 1 / iscale;
-    }
+    for (int64_t i = 0; i < nb; i++)
+        sw_quant_block_q8_k(x + i * SW_QK_K, &y[i]);
 }
 
 /* GGML's reference q4_0 weight quantizer (d = max / -8). */
@@ -493,13 +381,6 @@ int sw_quantize_row(enum sw_type t, const float *src, void *dst, int64_t n)
 
 /* ---- scalar dot products ------------------------------------------------ */
 
-/* The AVX2 horizontal sum of 8 lanes: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
-static inline float s_hsum8(const float a[8])
-{
-    float r0 = a[4] + a[0], r1 = a[5] + a[1], r2 = a[6] + a[2], r3 = a[7] + a[3];
-    return (r0 + r2) + (r1 + r3);
-}
-
 /* Lane sums of a 32-element int8 x int8 block product. */
 static inline void s_lanes32(const int8_t *a, const int8_t *b, int32_t lane[8])
 {
@@ -540,7 +421,7 @@ static void s_dot_q4_0(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc);
+    *s = sw_hsum8(acc);
 }
 
 static void s_dot_q4_1(int64_t n, float *s, const void *vw, const void *vx)
@@ -558,7 +439,7 @@ static void s_dot_q4_1(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc) + summs;
+    *s = sw_hsum8(acc) + summs;
 }
 
 static void s_dot_q5_0(int64_t n, float *s, const void *vw, const void *vx)
@@ -575,7 +456,7 @@ static void s_dot_q5_0(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc);
+    *s = sw_hsum8(acc);
 }
 
 static void s_dot_q5_1(int64_t n, float *s, const void *vw, const void *vx)
@@ -593,7 +474,7 @@ static void s_dot_q5_1(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf((float)lane[k], d, acc[k]);
     }
-    *s = s_hsum8(acc) + summs;
+    *s = sw_hsum8(acc) + summs;
 }
 
 static void s_dot_q8_0(int64_t n, float *s, const void *vw, const void *vx)
@@ -608,7 +489,7 @@ static void s_dot_q8_0(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc);
+    *s = sw_hsum8(acc);
 }
 
 /* Adds to lane[] the products of one 32-element chunk, scaled by sc. */
@@ -649,7 +530,7 @@ static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+    *s = sw_hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
 static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
@@ -681,7 +562,7 @@ static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc) + summs;
+    *s = sw_hsum8(acc) + summs;
 }
 
 static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
@@ -718,7 +599,7 @@ static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
-    *s = s_hsum8(acc);
+    *s = sw_hsum8(acc);
 }
 
 /* GGML's F16/F32 SIMD loop shape: 4 accumulators of 8 lanes over 32-element
@@ -787,7 +668,7 @@ static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
     float t[8];
     for (int l = 0; l < 8; l++)
         t[l] = (c[0][l] + c[2][l]) + (c[1][l] + c[3][l]);
-    double sumf = s_hsum8(t);
+    double sumf = sw_hsum8(t);
     for (int64_t i = np; i < n; i++)
         sumf += (double)(sw_bf16_to_f32(w[i]) * sw_bf16_to_f32(x[i]));
     *s = (float)sumf;

@@ -26,6 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Values are GGML's type ids, as stored in GGUF files. */
 enum sw_type {
     SW_TYPE_F32 = 0,
@@ -102,5 +106,9 @@ const char *sw_cpu_kernels(void);
  * the best level the CPU (and SW_CPU) allow. Not safe while other threads run
  * kernels. */
 void sw_quant_force_scalar(int on);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,6 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Functions compiled for the host and, by nvcc, for the GPU (quant_math.h). */
+#if defined(__CUDACC__)
+#define SW_HD static __host__ __device__ __forceinline__
+#else
+#define SW_HD static inline
+#endif
+
 #define SW_QK 32    // elements per block of the 32-element formats
 #define SW_QK_K 256 // elements per super-block of the K-quants
 
@@ -102,7 +109,7 @@ void sw_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
 void sw_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
 
 /* The 6-bit scale and minimum of sub-block j (0..7) of a q4_K/q5_K block. */
-static inline void sw_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
+SW_HD void sw_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
 {
     if (j < 4) {
         *sc = q[j] & 63;

@@ -10,12 +10,17 @@
 #   SW_TEST_STRICT=1 bash scripts/test.sh       # a skip fails the run
 #   SW_CTEST_ARGS="-R test_relay" bash scripts/test.sh   # extra ctest arguments
 #   bash scripts/test.sh -DSW_SANITIZE=ON       # arguments go to cmake's configure step
+#
+# When nvcc is found the CUDA backend is compiled too, for one GPU
+# architecture ($SW_CUDA_ARCH, default 75) to keep the build short
+# (SW_CUDA=OFF or -DSW_CUDA=OFF skips it); its tests have the cuda label.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/deps.sh"
 bash "$here/scripts/fetch_model.sh" >/dev/null
 build=${SW_BUILD_DIR:-$here/build}
-SW_BUILD_DIR=$build bash "$here/scripts/build.sh" -DSW_WERROR=ON "$@"
+SW_BUILD_DIR=$build bash "$here/scripts/build.sh" -DSW_WERROR=ON -DSW_CUDA="${SW_CUDA:-AUTO}" \
+    -DCMAKE_CUDA_ARCHITECTURES="${SW_CUDA_ARCH:-75}" "$@"
 cd "$build"
 skipped=Testing/skipped.txt
 mkdir -p Testing

@@ -28,6 +28,7 @@ typedef struct swf_result {
     int32_t ids[SWF_MAX_TOK]; // generated ids
     int rc;                   // client exit code
     double tail_ms;           // compute time the stage named "tail" reported (ms), 0 = none
+    char digest[17];          // logits_digest: equal digests = bit-identical logits
     char err[2048];           // client stderr (start of it)
 } swf_result_t;
 
@@ -72,6 +73,8 @@ static inline void swf_parse(const char *json_text, swf_result_t *r)
     json_t *tm = json_object_get(j, "timing");
     json_t *sc = tm ? json_object_get(tm, "stage_compute_ms") : NULL;
     r->tail_ms = sc ? json_real_value(json_object_get(sc, "tail")) : 0;
+    const char *dg = json_string_value(json_object_get(j, "logits_digest"));
+    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
     json_decref(j);
 }
 

@@ -23,6 +23,7 @@
 
 #include "backend_cpu_impl.h"
 #include "log.h"
+#include "op_math.h"
 #include "threadpool.h"
 
 struct sw_buf {
@@ -56,33 +57,11 @@ static const int32_t *s_i32(const sw_buf_t *b)
     return (const int32_t *)b->data;
 }
 
-/* ---- scalar kernels shared with the AVX2 file's contract ------------------ */
-
-float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32)
-{
-    float acc[32] = {0}; // acc[8 * j + l]: accumulator j, lane l
-    const int np = n & ~31;
-    const int end = pad32 ? n : np;
-    for (int i = 0; i < end; i++)
-        acc[i & 31] = fmaf(sw_f16_to_f32(a[i]), sw_f16_to_f32(b[i]), acc[i & 31]);
-    float lane[8];
-    for (int l = 0; l < 8; l++) {
-        float s02 = acc[l] + acc[16 + l], s13 = acc[8 + l] + acc[24 + l];
-        lane[l] = s02 + s13;
-    }
-    float t[4];
-    for (int l = 0; l < 4; l++)
-        t[l] = lane[l] + lane[l + 4];
-    double sum = (t[0] + t[1]) + (t[2] + t[3]);
-    if (!pad32)
-        for (int i = np; i < n; i++)
-            sum += (double)(sw_f16_to_f32(a[i]) * sw_f16_to_f32(b[i]));
-    return (float)sum;
-}
+/* ---- kernels: AVX2, or the scalar code shared with the GPU (op_math.h) ---- */
 
 float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n)
 {
-    float acc[32] = {0}; // as sw_cpu_dot_f16_scalar with pad32
+    float acc[32] = {0}; // as sw_dot_f16_4x8 (op_math.h) with pad32
     for (int i = 0; i < n; i++) {
         const sw_f16 ai = i < n1 ? a1[i] : a2[i - n1];
         acc[i & 31] = fmaf(sw_f16_to_f32(ai), sw_f16_to_f32(b[i]), acc[i & 31]);
@@ -99,60 +78,9 @@ float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const s
     return (float)sum;
 }
 
-static uint32_t s_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float s_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-float sw_cpu_expf_scalar(float x)
-{
-    const float shift = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, shift);
-    const float n = z - shift;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    const uint32_t e = s_bits(z) << 23;
-    const float k = s_float(e + s_bits(1.0f));
-    const float u = b * b;
-    const float p_hi = fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f);
-    const float p_lo = fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f);
-    const float j = fmaf(fmaf(p_hi, u, p_lo), u, 0x1.ffffecp-1f * b);
-    const float absn = fabsf(n);
-    if (!(absn > 126.0f))
-        return fmaf(k, j, k);
-    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
-    const float s1 = s_float(g + 0x7f000000u);
-    const float s2 = s_float(e - g);
-    if (absn > 192.0f)
-        return s1 * s1;
-    return fmaf(s2, j, s2) * s1;
-}
-
-float sw_cpu_hsum8_scalar(const float *x)
-{
-    float a0 = x[0] + x[4], a1 = x[1] + x[5], a2 = x[2] + x[6], a3 = x[3] + x[7];
-    return (a0 + a2) + (a1 + a3);
-}
-
-float sw_cpu_dot_f16_tiled_scalar(const sw_f16 *a, const sw_f16 *b, int n)
-{
-    float lane[8] = {0};
-    for (int i = 0; i < n; i++)
-        lane[i & 7] = fmaf(sw_f16_to_f32(a[i]), sw_f16_to_f32(b[i]), lane[i & 7]);
-    return sw_cpu_hsum8_scalar(lane);
-}
-
 static float s_dot_f16(const s_cpu_t *c, const sw_f16 *a, const sw_f16 *b, int n, int pad32)
 {
-    return c->avx2 ? sw_cpu_dot_f16_avx2(a, b, n, pad32) : sw_cpu_dot_f16_scalar(a, b, n, pad32);
+    return c->avx2 ? sw_cpu_dot_f16_avx2(a, b, n, pad32) : sw_dot_f16_4x8(a, b, n, pad32);
 }
 
 /* In place: x[i] = exp(x[i] - max) over n values; returns their sum. Values
@@ -169,10 +97,10 @@ static double s_softmax_exp(const s_cpu_t *c, float *x, int n, float max)
             sw_cpu_expf8_avx2(v, e);
         else
             for (int l = 0; l < 8; l++)
-                e[l] = sw_cpu_expf_scalar(v[l]);
+                e[l] = sw_expf_ggml(v[l]);
         for (int l = 0; l < 8 && i + l < n; l++)
             x[i + l] = e[l];
-        sum += (double)sw_cpu_hsum8_scalar(e);
+        sum += (double)sw_hsum8(e);
     }
     return sum;
 }
@@ -290,10 +218,7 @@ static int s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *wb, in
     for (int r = 0; r < n; r++) {
         const float *xr = s_f32(x) + (size_t)r * dim;
         float *yr = s_f32(out) + (size_t)r * dim;
-        double sum = 0.0;
-        for (int i = 0; i < dim; i++)
-            sum += (double)(xr[i] * xr[i]);
-        const float mean = (float)(sum / dim);
+        const float mean = sw_rms_mean(sw_sumsq_seq(xr, dim), dim);
         const float scale = 1.0f / sqrtf(mean + eps);
         for (int i = 0; i < dim; i++) {
             float v = xr[i] * scale;
@@ -324,11 +249,8 @@ static int s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t
             sw_cpu_swiglu8_avx2(g + i, u + i);
             continue;
         }
-        for (size_t l = i; l < i + 8; l++) {
-            float x = g[l];
-            float silu = x / (1.0f + sw_cpu_expf_scalar(0.0f - x));
-            g[l] = silu * u[l];
-        }
+        for (size_t l = i; l < i + 8; l++)
+            g[l] = sw_swiglu_ggml(g[l], u[l]);
     }
     for (; i < n; i++) {
         float x = g[i];
@@ -352,10 +274,7 @@ static int s_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int
             for (int i = 0; i < n_rot / 2; i++) {
                 int a = neox ? i : 2 * i;
                 int b = neox ? i + n_rot / 2 : 2 * i + 1;
-                float c = cs[2 * i], s = cs[2 * i + 1];
-                float x0 = v[a], x1 = v[b];
-                v[a] = fmaf(x0, c, -(x1 * s));
-                v[b] = fmaf(x0, s, x1 * c);
+                sw_rope_pair(&v[a], &v[b], cs[2 * i], cs[2 * i + 1]);
             }
         }
     }
@@ -370,10 +289,8 @@ static int s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int he
     for (int r = 0; r < n; r++) {
         for (int h = 0; h < n_heads; h++) {
             float *v = s_f32(x) + ((size_t)r * n_heads + h) * head_dim;
-            double sum = 0.0;
-            for (int i = 0; i < head_dim; i++)
-                sum += (double)(v[i] * v[i]);
-            const float scale = 1.0f / sqrtf((float)(sum / head_dim + eps));
+            const float scale =
+                1.0f / sqrtf(sw_head_norm_arg(sw_sumsq_seq(v, head_dim), head_dim, eps));
             for (int i = 0; i < head_dim; i++) {
                 float t = v[i] * scale;
                 v[i] = t * w[i];
@@ -568,7 +485,7 @@ static void s_attn_body(void *ctx, int ith, int nth)
             const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
             float s = !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
                       : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(krow, q16, hd)
-                                       : sw_cpu_dot_f16_tiled_scalar(krow, q16, hd);
+                                       : sw_dot_f16_tiled(krow, q16, hd);
             s *= a->scale;
             score[p] = s;
             if (s > max)
@@ -596,7 +513,7 @@ static void s_attn_body(void *ctx, int ith, int nth)
             }
             out[d] = !a->prompt_order ? s_dot_f16(c, vrow, prob, n_pos, 1)
                      : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(vrow, prob, n_pos)
-                                      : sw_cpu_dot_f16_tiled_scalar(vrow, prob, n_pos);
+                                      : sw_dot_f16_tiled(vrow, prob, n_pos);
         }
     }
 }

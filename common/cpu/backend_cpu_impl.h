@@ -1,6 +1,7 @@
 /*
  * backend_cpu_impl.h - private declarations shared by the CPU backend's
- * portable file and its AVX2 file.
+ * portable file and its AVX2 file. Each AVX2 kernel computes exactly what
+ * its scalar twin in op_math.h computes (the code the GPU runs too).
  */
 #ifndef SW_BACKEND_CPU_IMPL_H
 #define SW_BACKEND_CPU_IMPL_H
@@ -13,8 +14,7 @@
  * ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)). With pad32 the n % 32 tail is
  * zero-padded into one more step (as over GGML's padded KV length);
  * otherwise it is added in double precision after the reduction. */
-float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32);
-float sw_cpu_dot_f16_scalar(const sw_f16 *a, const sw_f16 *b, int n, int pad32);
+float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32); // sw_dot_f16_4x8
 /* The pad32 dot above over a split first operand: element i is a1[i] for
  * i < n1 and a2[i - n1] after (n1 a multiple of 32), b[i] throughout; the
  * very same roundings as the dot over the joined vector. */
@@ -25,15 +25,11 @@ void sw_cpu_f32_to_f16_avx2(const float *x, sw_f16 *y, int n);
  * path does it: one accumulator of eight f32 lanes takes 8 elements per step
  * (the tail zero-padded), lanes summed as ((l0+l4)+(l2+l6)) +
  * ((l1+l5)+(l3+l7)). */
-float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n);
-float sw_cpu_dot_f16_tiled_scalar(const sw_f16 *a, const sw_f16 *b, int n);
+float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n); // sw_dot_f16_tiled
 
 /* exp(x) for 8 values with GGML's vectorised approximation (ggml_v_expf);
  * the scalar twin computes the same roundings one value at a time. */
-void sw_cpu_expf8_avx2(const float *x, float *y);
-float sw_cpu_expf_scalar(float x);
-/* Sum of 8 floats as ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)). */
-float sw_cpu_hsum8_scalar(const float *x);
+void sw_cpu_expf8_avx2(const float *x, float *y); // sw_expf_ggml
 /* y[i] = silu(g[i]) * u[i] for 8 values, silu(x) = x / (1 + exp(-x)). */
 void sw_cpu_swiglu8_avx2(float *g, const float *u);
 

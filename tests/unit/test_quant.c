@@ -4,8 +4,16 @@
  * worked out by hand, dot products against dequantize-then-dot at both kernel
  * levels (which must agree to the bit), and sw_matmul bit-identical to
  * sw_vec_dot for every row count.
+ *
+ * The shared host/device arithmetic the CUDA kernels run (quant_math.h,
+ * op_math.h) is run here on the CPU in the shape the kernels use it (one
+ * lane per thread, blocks in order, the lanes combined at the end) and must
+ * give the CPU kernels' results to the bit, for every type.
  */
+#include "cpu/backend_cpu_impl.h"
+#include "op_math.h"
 #include "quant.h"
+#include "quant_math.h"
 #include "sw_test.h"
 
 #include <math.h>
@@ -449,6 +457,61 @@ static void test_quantize_levels_agree(void)
     free(b);
 }
 
+/* dot(w, x) computed as the CUDA kernel does: for quantized types 8 lanes,
+ * each walking the blocks in order (wl once per weight block, step per
+ * activation block), then combine; for f16/bf16/f32 32 lanes then combine. */
+static float s_gpu_shaped_dot(enum sw_type t, int64_t n, const void *w, const void *x)
+{
+#define S_LANES(fmt, WB, XB, WL, qk)                                                               \
+    do {                                                                                           \
+        float la[8], la2[8];                                                                       \
+        for (int k = 0; k < 8; k++) {                                                              \
+            la[k] = la2[k] = 0.0f;                                                                 \
+            for (int64_t b = 0; b < n / (qk); b++) {                                               \
+                WL wl;                                                                             \
+                sw_##fmt##_wl((const WB *)w + b, k, &wl);                                          \
+                sw_##fmt##_step(&wl, (const XB *)x + b, k, &la[k], &la2[k]);                       \
+            }                                                                                      \
+        }                                                                                          \
+        return sw_##fmt##_combine(la, la2);                                                        \
+    } while (0)
+    float acc[32];
+    const int64_t np = n & ~(int64_t)31;
+    switch (t) {
+    case SW_TYPE_Q4_0:
+        S_LANES(q4_0, sw_block_q4_0, sw_block_q8_0, sw_wl_q4_0, 32);
+    case SW_TYPE_Q4_1:
+        S_LANES(q4_1, sw_block_q4_1, sw_block_q8_1, sw_wl_q4_1, 32);
+    case SW_TYPE_Q5_0:
+        S_LANES(q5_0, sw_block_q5_0, sw_block_q8_0, sw_wl_q5, 32);
+    case SW_TYPE_Q5_1:
+        S_LANES(q5_1, sw_block_q5_1, sw_block_q8_1, sw_wl_q5, 32);
+    case SW_TYPE_Q8_0:
+        S_LANES(q8_0, sw_block_q8_0, sw_block_q8_0, sw_wl_q8_0, 32);
+    case SW_TYPE_Q4_K:
+        S_LANES(q4_k, sw_block_q4_k, sw_block_q8_k, sw_wl_q4_k, 256);
+    case SW_TYPE_Q5_K:
+        S_LANES(q5_k, sw_block_q5_k, sw_block_q8_k, sw_wl_q5_k, 256);
+    case SW_TYPE_Q6_K:
+        S_LANES(q6_k, sw_block_q6_k, sw_block_q8_k, sw_wl_q6_k, 256);
+    case SW_TYPE_F16:
+        for (int l = 0; l < 32; l++)
+            acc[l] = sw_f16_lane(w, x, np, l);
+        return sw_f16_combine(acc, w, x, n);
+    case SW_TYPE_BF16:
+        for (int l = 0; l < 32; l++)
+            acc[l] = sw_bf16_lane(w, x, np, l);
+        return sw_bf16_combine(acc, w, x, n);
+    case SW_TYPE_F32:
+        for (int l = 0; l < 32; l++)
+            acc[l] = sw_f32_lane(w, x, np, l);
+        return sw_f32_combine(acc, w, x, n);
+    default:
+        abort();
+    }
+#undef S_LANES
+}
+
 static void s_check_vec_dot(enum sw_type t, int64_t n, int trials)
 {
     enum sw_type at = sw_type_vec_dot(t);
@@ -482,6 +545,13 @@ static void s_check_vec_dot(enum sw_type t, int64_t n, int trials)
         sw_quant_force_scalar(0);
         // both levels follow GGML's AVX2 arithmetic to the bit
         differ += memcmp(&got[0], &got[1], sizeof(float)) != 0;
+        // and so does the GPU's formulation
+        const float gpu = s_gpu_shaped_dot(t, n, w, xq);
+        if (memcmp(&gpu, &got[1], sizeof gpu) != 0) {
+            fprintf(stderr, "vec_dot %s n=%lld: GPU-shaped %.9g, CPU %.9g\n", sw_type_name(t),
+                    (long long)n, (double)gpu, (double)got[1]);
+            differ++;
+        }
     }
     if (differ)
         fprintf(stderr, "vec_dot %s n=%lld: scalar and %s differ in %d of %d\n", sw_type_name(t),
@@ -615,6 +685,164 @@ static void test_matmul_long_rows(void)
     }
 }
 
+/* The shared host/device code the CUDA kernels run, against the CPU's. */
+static void test_shared_math(void)
+{
+    /* Element j of a row = sw_dequantize_row (the GPU's embedding lookup). */
+    for (int k = 0; k < N_WTYPES; k++) {
+        enum sw_type t = s_weight_types[k];
+        const int64_t n = 512;
+        size_t ws;
+        uint8_t *w = s_row_alloc(t, n, 1, &ws);
+        float *ref = malloc(n * sizeof *ref);
+        s_random_row(t, w, n);
+        sw_dequantize_row(t, w, ref, n);
+        int bad = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const float v = sw_deq_elem(t, w, j);
+            bad += memcmp(&v, &ref[j], sizeof v) != 0;
+        }
+        if (bad)
+            fprintf(stderr, "sw_deq_elem %s: %d of %lld elements differ\n", sw_type_name(t), bad,
+                    (long long)n);
+        SW_CHECK_INT(bad, 0);
+        free(w);
+        free(ref);
+    }
+
+    /* The activation quantizers block by block = the rows of the best kernel level. */
+    const enum sw_type acts[] = {SW_TYPE_Q8_0, SW_TYPE_Q8_1, SW_TYPE_Q8_K};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        const int64_t n = 1024, qk = sw_type_block_elems(acts[a]);
+        const size_t bb = sw_type_block_bytes(acts[a]);
+        float *x = malloc(n * sizeof *x);
+        size_t rs;
+        uint8_t *row = s_row_alloc(acts[a], n, 1, &rs), *blk = s_row_alloc(acts[a], n, 1, &rs);
+        for (int trial = 0; trial < 20; trial++) {
+            for (int64_t i = 0; i < n; i++)
+                x[i] = trial == 0 ? 0.0f : s_uniform(-3.0f, 3.0f) * (trial % 3 ? 1.0f : 100.0f);
+            SW_CHECK(sw_quantize_row(acts[a], x, row, n) == 0);
+            for (int64_t b = 0; b < n / qk; b++) {
+                if (acts[a] == SW_TYPE_Q8_0)
+                    sw_quant_block_q8_0(x + b * qk, (sw_block_q8_0 *)(blk + b * bb));
+                else if (acts[a] == SW_TYPE_Q8_1)
+                    sw_quant_block_q8_1(x + b * qk, (sw_block_q8_1 *)(blk + b * bb));
+                else
+                    sw_quant_block_q8_k(x + b * qk, (sw_block_q8_k *)(blk + b * bb));
+            }
+            SW_CHECK(memcmp(row, blk, rs) == 0);
+        }
+        free(x);
+        free(row);
+        free(blk);
+    }
+
+    /* Attention's f16 dot products split the way the kernels split them. */
+    sw_f16 a[300], b[300];
+    int bad_dot = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        const int n = 1 + (int)(s_rand() % 299);
+        for (int i = 0; i < n; i++) {
+            a[i] = sw_f32_to_f16(s_uniform(-2.0f, 2.0f));
+            b[i] = sw_f32_to_f16(s_uniform(0.0f, 1.0f));
+        }
+        for (int pad = 0; pad < 2; pad++) {
+            const float ref = sw_dot_f16_4x8(a, b, n, pad);
+            float acc[32];
+            for (int t = 0; t < 32; t++) { // lane t takes elements t, t+32, ...
+                acc[t] = 0.0f;
+                for (int i = t; i < (pad ? n : (n & ~31)); i += 32)
+                    acc[t] = fmaf(sw_h2f(a[i]), sw_h2f(b[i]), acc[t]);
+            }
+            double sum = sw_reduce4x8(acc);
+            for (int i = n & ~31; !pad && i < n; i++)
+                sum += (double)(sw_h2f(a[i]) * sw_h2f(b[i]));
+            const float split = (float)sum;
+            bad_dot += memcmp(&split, &ref, sizeof ref) != 0;
+#ifdef HAVE_X86
+            if (!strcmp(sw_cpu_kernels(), "avx2")) {
+                const float v = sw_cpu_dot_f16_avx2(a, b, n, pad);
+                bad_dot += memcmp(&v, &ref, sizeof ref) != 0;
+            }
+#endif
+        }
+        const float tref = sw_dot_f16_tiled(a, b, n);
+        float lane[8];
+        for (int l = 0; l < 8; l++) {
+            lane[l] = 0.0f;
+            for (int i = l; i < n; i += 8)
+                lane[l] = fmaf(sw_h2f(a[i]), sw_h2f(b[i]), lane[l]);
+        }
+        const float tsplit = sw_hsum8(lane);
+        bad_dot += memcmp(&tsplit, &tref, sizeof tref) != 0;
+#ifdef HAVE_X86
+        if (!strcmp(sw_cpu_kernels(), "avx2")) {
+            const float v = sw_cpu_dot_f16_tiled_avx2(a, b, n);
+            bad_dot += memcmp(&v, &tref, sizeof tref) != 0;
+        }
+#endif
+    }
+    SW_CHECK_INT(bad_dot, 0);
+
+#ifdef HAVE_X86
+    /* GGML's exp: the scalar code = the AVX2 kernel, including the slow paths. */
+    if (!strcmp(sw_cpu_kernels(), "avx2")) {
+        int bad_exp = 0;
+        for (int trial = 0; trial < 4000; trial++) {
+            float v[8], e[8];
+            for (int l = 0; l < 8; l++)
+                v[l] = trial == 0 ? (l == 0 ? -INFINITY : -200.0f + 60.0f * l)
+                                  : s_uniform(-100.0f, 100.0f) * (trial % 2 ? 1.0f : 0.01f);
+            sw_cpu_expf8_avx2(v, e);
+            for (int l = 0; l < 8; l++) {
+                const float s1 = sw_expf_ggml(v[l]);
+                bad_exp += memcmp(&s1, &e[l], sizeof s1) != 0;
+            }
+        }
+        SW_CHECK_INT(bad_exp, 0);
+        SW_CHECK(sw_expf_ggml(-INFINITY) == 0.0f);
+    }
+#endif
+
+    /* A parallel double sum is accepted only when it rounds like the loop. */
+    int accepted = 0, wrong = 0;
+    float *x = malloc(4096 * sizeof *x);
+    for (int trial = 0; trial < 3000; trial++) {
+        const int m = 1 + (int)(s_rand() % 4096);
+        for (int i = 0; i < m; i++)
+            x[i] = s_uniform(-1.0f, 1.0f) * (float)(1 << (s_rand() % 20)) * 1e-3f;
+        double part[256];
+        for (int t = 0; t < 256; t++) { // 256 threads, elements t, t+256, ...
+            part[t] = 0.0;
+            for (int i = t; i < m; i += 256)
+                part[t] += (double)(x[i] * x[i]);
+        }
+        for (int w = 128; w > 0; w /= 2) // the kernel's tree
+            for (int t = 0; t < w; t++)
+                part[t] += part[t + w];
+        const double seq = sw_sumsq_seq(x, m);
+        float mean, arg, inv;
+        if (sw_rms_mean_stable(part[0], m, m, &mean)) {
+            accepted++;
+            wrong += mean != sw_rms_mean(seq, m);
+        }
+        if (sw_head_norm_stable(part[0], m, m, 1e-6f, &arg))
+            wrong += arg != sw_head_norm_arg(seq, m, 1e-6f);
+        if (part[0] > 0 && sw_softmax_inv_stable(part[0], m, &inv))
+            wrong += inv != sw_softmax_inv(seq);
+    }
+    free(x);
+    SW_CHECK_INT(wrong, 0);
+    SW_CHECK(accepted > 2900); /* the fallback is rare */
+    /* A sum exactly at a rounding boundary is never accepted. */
+    const float f = 1.5f, next = nextafterf(f, 2.0f);
+    const double mid = ((double)f + (double)next) / 2;
+    float out;
+    SW_CHECK(!sw_rms_mean_stable(mid * 1000, 1000, 1000, &out));
+    SW_CHECK(sw_rms_mean_stable((double)f * 1000, 1000, 1000, &out) && out == f);
+    SW_CHECK(!sw_softmax_inv_stable(1.0 / mid, 10, &out));
+}
+
 int main(void)
 {
     fprintf(stderr, "kernels: %s\n", sw_cpu_kernels());
@@ -625,5 +853,6 @@ int main(void)
     test_vec_dot();
     test_matmul_bit_identical();
     test_matmul_long_rows();
+    test_shared_math();
     return sw_test_done();
 }

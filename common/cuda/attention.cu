@@ -1,0 +1,211 @@
+/*
+ * attention.cu - attention over the f16 KV cache, in the CPU's layout and
+ * with the CPU's arithmetic (op_math.h), in four kernels:
+ *
+ *   append   K row-major and V transposed into slots [slot0, slot0 + n)
+ *   scores   one thread per (row, head, cache slot): the f16 dot product of
+ *            the slot's key and the f16 query (sw_dot_f16_4x8, or the prompt
+ *            path's sw_dot_f16_tiled), times the scale
+ *   softmax  one block per (row, head): the max, exp by groups of 8 (each
+ *            group's sum in GGML's order), the groups' double sum (a tree,
+ *            checked by sw_softmax_inv_stable, else left to right), the
+ *            normaliser, the f16 probabilities
+ *   pv       one warp per output element: lane t accumulates slots t, t+32, ...
+ *            (the accumulators of sw_dot_f16_4x8 with padding), lane 0 reduces;
+ *            the prompt order uses 8 lanes (sw_dot_f16_tiled)
+ *
+ * Row r of a chunk attends to slots [0, slot0 + r] with slot0 read from the
+ * control block, so a recorded graph serves every step. Scores and
+ * probabilities live in a scratch area of (rows, heads, n_ctx); long chunks
+ * are processed a few rows at a time so that it stays below S_SCRATCH_MAX.
+ */
+#include "common.cuh"
+
+#define S_SCRATCH_MAX ((size_t)256 << 20)
+
+static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f16 *vc,
+                                const int32_t *ctl, int kv_dim, int n_ctx)
+{
+    const int r = blockIdx.y;
+    const int slot = ctl[SW_CTL_SLOT0] + r;
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < kv_dim; d += gridDim.x * blockDim.x) {
+        kc[(size_t)slot * kv_dim + d] = sw_f2h(k[(size_t)r * kv_dim + d]);
+        vc[(size_t)d * n_ctx + slot] = sw_f2h(v[(size_t)r * kv_dim + d]);
+    }
+}
+
+/* Block (slot tile, h, rr): scores of row r0 + rr, head h, for the tile's slots. */
+static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t *ctl, int r0,
+                                int n_head, int group, int hd, int kv_dim, int n_ctx, float scale,
+                                int prompt_order, float *S)
+{
+    extern __shared__ sw_f16 q16[];
+    const int rr = blockIdx.z, r = r0 + rr, h = blockIdx.y;
+    const int n_pos = ctl[SW_CTL_SLOT0] + r + 1;
+    const int p0 = blockIdx.x * blockDim.x;
+    if (p0 >= n_pos)
+        return;
+    const float *qr = q + ((size_t)r * n_head + h) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        q16[i] = sw_f2h(qr[i]);
+    __syncthreads();
+    const int p = p0 + threadIdx.x;
+    if (p >= n_pos)
+        return;
+    const sw_f16 *krow = kc + (size_t)p * kv_dim + (size_t)(h / group) * hd;
+    const float s =
+        prompt_order ? sw_dot_f16_tiled(krow, q16, hd) : sw_dot_f16_4x8(krow, q16, hd, 0);
+    S[((size_t)rr * n_head + h) * n_ctx + p] = s * scale;
+}
+
+#define S_SM_THREADS 256
+
+/* Block (h, rr): softmax of row r0 + rr, head h. S becomes the exps, P the probabilities. */
+static __global__ void k_softmax(float *S, float *G, sw_f16 *P, const int32_t *ctl, int r0,
+                                 int n_head, int n_ctx, int seq)
+{
+    __shared__ float mx[S_SM_THREADS];
+    __shared__ double part[S_SM_THREADS];
+    __shared__ float inv_s;
+    const int rr = blockIdx.y, h = blockIdx.x;
+    const int n_pos = ctl[SW_CTL_SLOT0] + r0 + rr + 1;
+    const size_t base = ((size_t)rr * n_head + h) * n_ctx;
+    float *s = S + base;
+    float *g = G + ((size_t)rr * n_head + h) * (size_t)(n_ctx / 8 + 1);
+    sw_f16 *pr = P + base;
+    const int tid = threadIdx.x;
+
+    /* The max (order-free; NaN never wins, as on the CPU). */
+    float m = -INFINITY;
+    for (int p = tid; p < n_pos; p += S_SM_THREADS)
+        if (s[p] > m)
+            m = s[p];
+    mx[tid] = m;
+    __syncthreads();
+    for (int w = S_SM_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w && mx[tid + w] > mx[tid])
+            mx[tid] = mx[tid + w];
+        __syncthreads();
+    }
+    const float max = mx[0];
+
+    /* exp by groups of 8 and each group's sum. */
+    const int n_groups = (n_pos + 7) / 8;
+    double p_sum = 0.0;
+    for (int gi = tid; gi < n_groups; gi += S_SM_THREADS) {
+        const int cnt = n_pos - 8 * gi < 8 ? n_pos - 8 * gi : 8;
+        const float gs = sw_softmax_group8(s + 8 * gi, cnt, max);
+        g[gi] = gs;
+        p_sum += (double)gs;
+    }
+    part[tid] = p_sum;
+    __syncthreads();
+    for (int w = S_SM_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w)
+            part[tid] += part[tid + w];
+        __syncthreads();
+    }
+    if (tid == 0) {
+        float inv;
+        if (seq || !sw_softmax_inv_stable(part[0], n_groups, &inv)) {
+            double sum = 0.0;
+            for (int gi = 0; gi < n_groups; gi++)
+                sum += (double)g[gi];
+            inv = sw_softmax_inv(sum);
+        }
+        inv_s = inv;
+    }
+    __syncthreads();
+    const float inv = inv_s;
+    for (int p = tid; p < n_pos; p += S_SM_THREADS) {
+        const float v = s[p] * inv;
+        pr[p] = sw_f2h(v);
+    }
+}
+
+/* Block (d tile, h, rr), 4 warps: output elements d of row r0 + rr, head h.
+ * Decode order: a warp per element; prompt order: 8 lanes per element. */
+static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ctl, int r0,
+                            int n_head, int group, int hd, int n_ctx, int prompt_order, float *out)
+{
+    const int rr = blockIdx.y, h = blockIdx.z;
+    const int n_pos = ctl[SW_CTL_SLOT0] + r0 + rr + 1;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const sw_f16 *pr = P + ((size_t)rr * n_head + h) * n_ctx;
+    float *o = out + ((size_t)(r0 + rr) * n_head + h) * hd;
+    if (!prompt_order) {
+        const int d = blockIdx.x * 4 + warp;
+        const int dd = d < hd ? d : hd - 1; // every lane takes part in the shuffles
+        const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
+        float acc = 0.0f;
+        for (int p = lane; p < n_pos; p += 32)
+            acc = fmaf(sw_h2f(vrow[p]), sw_h2f(pr[p]), acc);
+        float a[32];
+        for (int j = 0; j < 32; j++)
+            a[j] = __shfl_sync(0xffffffffu, acc, j);
+        if (lane == 0 && d < hd)
+            o[d] = (float)(double)sw_reduce4x8(a);
+    } else {
+        const int l = lane % 8;
+        const int d = (blockIdx.x * 4 + warp) * 4 + lane / 8;
+        const int dd = d < hd ? d : hd - 1;
+        const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
+        float acc = 0.0f;
+        for (int p = l; p < n_pos; p += 8)
+            acc = fmaf(sw_h2f(vrow[p]), sw_h2f(pr[p]), acc);
+        float a[8];
+        for (int j = 0; j < 8; j++)
+            a[j] = __shfl_sync(0xffffffffu, acc, (lane & ~7) | j);
+        if (l == 0 && d < hd)
+            o[d] = sw_hsum8(a);
+    }
+}
+
+int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
+{
+    swc *c = swc_of(be);
+    if (a->tree) // the model does not send trees to a backend without kv_move
+        return sw_backend_fail(be, "cuda: token-tree attention is not implemented on the GPU yet");
+    const int kv_dim = a->n_kv_head * a->head_dim, hd = a->head_dim;
+    const int group = a->n_head / a->n_kv_head;
+    const int32_t *ctl = swc_ptr<int32_t>(a->ctl);
+    sw_f16 *kc = swc_ptr<sw_f16>(a->k_cache), *vc = swc_ptr<sw_f16>(a->v_cache);
+
+    k_append<<<dim3(swc_blocks(kv_dim, 256), a->n), 256, 0, c->stream>>>(
+        swc_ptr<float>(a->k), swc_ptr<float>(a->v), kc, vc, ctl, kv_dim, a->n_ctx);
+    if (swc_launched(be, "attention append") != 0)
+        return -1;
+
+    /* Scratch per row: scores (f32), probabilities (f16), group sums (f32). */
+    const size_t per_head =
+        (size_t)a->n_ctx * 4 + (size_t)a->n_ctx * 2 + ((size_t)a->n_ctx / 8 + 1) * 4;
+    const size_t per_row = per_head * (size_t)a->n_head;
+    int rows = (int)(S_SCRATCH_MAX / per_row);
+    if (rows < 1)
+        rows = 1;
+    if (rows > a->n)
+        rows = a->n;
+    void *scratch;
+    if (swc_scratch(be, SWC_SCRATCH_ATTN, per_row * (size_t)rows + 256, &scratch) != 0)
+        return -1;
+    float *S = (float *)scratch;
+    sw_f16 *P = (sw_f16 *)(S + (size_t)rows * a->n_head * a->n_ctx);
+    float *G = (float *)(void *)(((uintptr_t)(P + (size_t)rows * a->n_head * a->n_ctx) + 15) &
+                                 ~(uintptr_t)15);
+
+    for (int r0 = 0; r0 < a->n; r0 += rows) {
+        const int nr = a->n - r0 < rows ? a->n - r0 : rows;
+        k_scores<<<dim3(swc_blocks(a->n_ctx, 128), a->n_head, nr), 128, (size_t)hd * 2,
+                   c->stream>>>(swc_ptr<float>(a->q), kc, ctl, r0, a->n_head, group, hd, kv_dim,
+                                a->n_ctx, a->scale, a->prompt_order, S);
+        k_softmax<<<dim3(a->n_head, nr), S_SM_THREADS, 0, c->stream>>>(S, G, P, ctl, r0, a->n_head,
+                                                                       a->n_ctx, c->seq_sums);
+        const int per_block = a->prompt_order ? 16 : 4; // outputs per 4-warp block
+        k_pv<<<dim3(swc_blocks(hd, per_block), nr, a->n_head), 128, 0, c->stream>>>(
+            vc, P, ctl, r0, a->n_head, group, hd, a->n_ctx, a->prompt_order,
+            swc_ptr<float>(a->out));
+        if (swc_launched(be, "attention") != 0)
+            return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,549 @@
+/*
+ * backend_cuda.cu - the CUDA backend: device selection, buffers, copies,
+ * CUDA graphs, hand-over between GPUs (NCCL or peer copies) and the table of
+ * operations whose kernels live in the other files of this folder.
+ *
+ * Graphs: graph_run(key) runs a step's operations eagerly the first time it
+ * sees key (so that every scratch area reaches its size outside a capture),
+ * records them into a CUDA graph the second time, and replays the graph from
+ * then on. The operations read per-step values (slots, positions, tokens)
+ * from the row control block in device memory, so one graph serves every
+ * step of the same shape.
+ */
+#include "backend_cuda.h"
+#include "common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libs.cuh"
+
+/* A link from this device to another for hidden-state hand-over. */
+struct swc_peer {
+    int to;           // the other device
+    cudaEvent_t done; // recorded on this stream after a copy
+#ifdef SW_HAVE_NCCL
+    ncclComm_t comm[2]; // rank 0 = this device, rank 1 = the other
+    int have_comm;
+#endif
+    swc_peer *next;
+};
+
+int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e)
+{
+    const swc *c = swc_of(be);
+    return sw_backend_fail(be, "cuda:%d: %s: %s", c ? c->dev : -1, what, cudaGetErrorString(e));
+}
+
+int swc_launched(sw_backend_t *be, const char *kernel)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return swc_fail_cuda(be, kernel, e);
+    return 0;
+}
+
+void swc_graphs_reset(sw_backend_t *be)
+{
+    swc *c = swc_of(be);
+    for (int i = 0; i < SWC_MAX_GRAPHS; i++) {
+        if (c->graphs[i].state == 2)
+            cudaGraphExecDestroy(c->graphs[i].exec);
+        memset(&c->graphs[i], 0, sizeof c->graphs[i]);
+    }
+}
+
+int swc_scratch(sw_backend_t *be, enum swc_scratch_id id, size_t bytes, void **out)
+{
+    swc *c = swc_of(be);
+    if (bytes <= c->scratch_bytes[id]) {
+        *out = c->scratch[id];
+        return 0;
+    }
+    if (c->recording) {
+        c->capture_broken = 1;
+        return sw_backend_fail(be, "cuda:%d: scratch must grow inside a graph capture", c->dev);
+    }
+    /* Grow with headroom so that a slowly growing context does not reallocate every step. */
+    size_t want = bytes + bytes / 4;
+    void *p = NULL;
+    if (c->scratch[id]) {
+        SWC_CHECK(be, cudaStreamSynchronize(c->stream));
+        cudaFree(c->scratch[id]);
+        c->scratch[id] = NULL;
+        c->scratch_bytes[id] = 0;
+    }
+    swc_graphs_reset(be); // recorded graphs point at the old area
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return sw_backend_fail(be, "cuda:%d: out of device memory for %zu bytes of scratch (%s)",
+                               c->dev, want, cudaGetErrorString(e));
+    }
+    c->scratch[id] = p;
+    c->scratch_bytes[id] = want;
+    *out = p;
+    return 0;
+}
+
+static int s_set_device(sw_backend_t *be)
+{
+    SWC_CHECK(be, cudaSetDevice(swc_of(be)->dev));
+    return 0;
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static sw_buf_t *s_buf_alloc(sw_backend_t *be, size_t bytes)
+{
+    if (s_set_device(be) != 0)
+        return NULL;
+    swc_buf *b = (swc_buf *)calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    cudaError_t e = cudaMalloc((void **)&b->d, bytes ? bytes : 1);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(b->d, 0, bytes, swc_of(be)->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(swc_of(be)->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        swc_fail_cuda(be, "allocating a buffer", e);
+        if (b->d)
+            cudaFree(b->d);
+        free(b);
+        return NULL;
+    }
+    b->bytes = bytes;
+    b->owned = 1;
+    return (sw_buf_t *)(void *)b;
+}
+
+static sw_buf_t *s_buf_weight(sw_backend_t *be, const void *host, size_t bytes)
+{
+    sw_buf_t *b = s_buf_alloc(be, bytes);
+    if (!b)
+        return NULL;
+    cudaError_t e = cudaMemcpy(swc_b(b)->d, host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        swc_fail_cuda(be, "copying a weight to the GPU", e);
+        cudaFree(swc_b(b)->d);
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static sw_buf_t *s_buf_view(sw_backend_t *be, sw_buf_t *parent, size_t off, size_t bytes)
+{
+    (void)be;
+    swc_buf *p = swc_b(parent);
+    if (off > p->bytes || bytes > p->bytes - off)
+        return NULL;
+    swc_buf *b = (swc_buf *)calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->d = p->d + off;
+    b->bytes = bytes;
+    return (sw_buf_t *)(void *)b;
+}
+
+static void s_buf_free(sw_backend_t *be, sw_buf_t *buf)
+{
+    if (!buf)
+        return;
+    swc_buf *b = swc_b(buf);
+    if (b->owned) {
+        cudaSetDevice(swc_of(be)->dev);
+        cudaFree(b->d);
+    }
+    free(b);
+}
+
+static int s_upload(sw_backend_t *be, sw_buf_t *dst, size_t off, const void *src, size_t n)
+{
+    swc_buf *b = swc_b(dst);
+    if (off > b->bytes || n > b->bytes - off)
+        return sw_backend_fail(be, "cuda: upload of %zu bytes at %zu overruns a %zu-byte buffer", n,
+                               off, b->bytes);
+    if (s_set_device(be) != 0)
+        return -1;
+    /* From pageable memory the copy is staged before this returns: src may be reused. */
+    SWC_CHECK(be, cudaMemcpyAsync(b->d + off, src, n, cudaMemcpyHostToDevice, swc_of(be)->stream));
+    return 0;
+}
+
+static int s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t off, size_t n)
+{
+    swc *c = swc_of(be);
+    swc_buf *b = swc_b(src);
+    if (off > b->bytes || n > b->bytes - off)
+        return sw_backend_fail(be, "cuda: download of %zu bytes at %zu overruns a %zu-byte buffer",
+                               n, off, b->bytes);
+    if (s_set_device(be) != 0)
+        return -1;
+    /* Small copies (tokens, hidden states, logits of a few rows) go through pinned memory. */
+    if (n <= ((size_t)64 << 20)) {
+        if (n > c->pinned_bytes) {
+            if (c->pinned)
+                cudaFreeHost(c->pinned);
+            c->pinned = NULL;
+            c->pinned_bytes = 0;
+            size_t want = n < ((size_t)1 << 20) ? ((size_t)1 << 20) : n;
+            SWC_CHECK(be, cudaMallocHost(&c->pinned, want));
+            c->pinned_bytes = want;
+        }
+        SWC_CHECK(be, cudaMemcpyAsync(c->pinned, b->d + off, n, cudaMemcpyDeviceToHost, c->stream));
+        SWC_CHECK(be, cudaStreamSynchronize(c->stream));
+        memcpy(dst, c->pinned, n);
+        return 0;
+    }
+    SWC_CHECK(be, cudaMemcpyAsync(dst, b->d + off, n, cudaMemcpyDeviceToHost, c->stream));
+    SWC_CHECK(be, cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+static int s_sync(sw_backend_t *be)
+{
+    if (s_set_device(be) != 0)
+        return -1;
+    SWC_CHECK(be, cudaStreamSynchronize(swc_of(be)->stream));
+    return 0;
+}
+
+/* ---- graphs ------------------------------------------------------------------------------ */
+
+static swc_graph *s_graph_slot(swc *c, uint64_t key)
+{
+    swc_graph *free_slot = NULL, *oldest = NULL;
+    for (int i = 0; i < SWC_MAX_GRAPHS; i++) {
+        swc_graph *g = &c->graphs[i];
+        if (g->key == key)
+            return g;
+        if (!g->key && !free_slot)
+            free_slot = g;
+        if (g->key && (!oldest || g->last_use < oldest->last_use))
+            oldest = g;
+    }
+    swc_graph *g = free_slot ? free_slot : oldest;
+    if (g->state == 2)
+        cudaGraphExecDestroy(g->exec);
+    memset(g, 0, sizeof *g);
+    g->key = key;
+    return g;
+}
+
+static int s_graph_run(sw_backend_t *be, uint64_t key, int (*record)(void *ctx), void *ctx)
+{
+    swc *c = swc_of(be);
+    if (s_set_device(be) != 0)
+        return -1;
+    if (!c->use_graphs || key == 0)
+        return record(ctx);
+    swc_graph *g = s_graph_slot(c, key);
+    g->last_use = ++c->use_clock;
+    if (g->state == 2) {
+        SWC_CHECK(be, cudaGraphLaunch(g->exec, c->stream));
+        return 0;
+    }
+    if (g->state != 1) { // first sight (or never record): run the operations directly
+        if (g->state == 0)
+            g->state = 1;
+        return record(ctx);
+    }
+    /* Second sight: record. */
+    cudaGraph_t graph = NULL;
+    SWC_CHECK(be, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->recording = 1;
+    c->capture_broken = 0;
+    int rc = record(ctx);
+    c->recording = 0;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    if (rc != 0 || e != cudaSuccess || !graph) {
+        cudaGetLastError();
+        if (graph)
+            cudaGraphDestroy(graph);
+        if (!c->capture_broken && rc != 0)
+            return rc;
+        /* The step cannot be captured (e.g. it needed a larger scratch area):
+         * run it directly now and for good. */
+        SW_DEBUG("cuda:%d: a step could not be recorded as a graph (%s); running it directly",
+                 c->dev, e != cudaSuccess ? cudaGetErrorString(e) : be->err);
+        be->err[0] = 0;
+        g->state = -1;
+        return record(ctx);
+    }
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        g->state = -1;
+        return record(ctx);
+    }
+    g->state = 2;
+    SWC_CHECK(be, cudaGraphLaunch(g->exec, c->stream));
+    return 0;
+}
+
+static void s_graph_reset(sw_backend_t *be)
+{
+    cudaSetDevice(swc_of(be)->dev);
+    swc_graphs_reset(be);
+}
+
+/* ---- hand-over between GPUs ---------------------------------------------------------------- */
+
+static swc_peer *s_peer(sw_backend_t *be, int to)
+{
+    swc *c = swc_of(be);
+    for (swc_peer *p = c->peers; p; p = p->next)
+        if (p->to == to)
+            return p;
+    swc_peer *p = (swc_peer *)calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->to = to;
+    if (cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        free(p);
+        return NULL;
+    }
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, c->dev, to) == cudaSuccess && can) {
+        cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+            SW_DEBUG("cuda:%d: no peer access to cuda:%d (%s)", c->dev, to, cudaGetErrorString(e));
+        cudaGetLastError();
+    }
+#ifdef SW_HAVE_NCCL
+    const char *why = "";
+    const swc_nccl *nc = c->nccl && to != c->dev ? swc_nccl_get(&why) : NULL;
+    if (nc) {
+        int devs[2] = {c->dev, to};
+        ncclResult_t r = nc->comm_init_all(p->comm, 2, devs);
+        if (r == ncclSuccess) {
+            p->have_comm = 1;
+            SW_INFO("cuda:%d -> cuda:%d: hidden states move over NCCL", c->dev, to);
+        } else {
+            SW_WARN("cuda:%d -> cuda:%d: NCCL did not start (%s); using peer copies", c->dev, to,
+                    nc->error_string(r));
+        }
+        cudaSetDevice(c->dev);
+    } else if (c->nccl && to != c->dev) {
+        SW_INFO("cuda:%d -> cuda:%d: no NCCL (%s); using peer copies", c->dev, to, why);
+    }
+#endif
+    p->next = c->peers;
+    c->peers = p;
+    return p;
+}
+
+static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_backend_t *to,
+                      sw_buf_t *dst, size_t dst_off, size_t bytes)
+{
+    swc *a = swc_of(be), *b = swc_of(to);
+    swc_buf *s = swc_b(src), *d = swc_b(dst);
+    if (src_off > s->bytes || bytes > s->bytes - src_off || dst_off > d->bytes ||
+        bytes > d->bytes - dst_off)
+        return sw_backend_fail(be, "cuda: a %zu-byte copy between GPUs overruns its buffers",
+                               bytes);
+    if (s_set_device(be) != 0)
+        return -1;
+    swc_peer *p = s_peer(be, b->dev);
+    if (!p)
+        return sw_backend_fail(be, "cuda:%d: cannot link to cuda:%d", a->dev, b->dev);
+#ifdef SW_HAVE_NCCL
+    if (p->have_comm && a->dev != b->dev) {
+        const swc_nccl *nc = swc_nccl_get(NULL); // loaded: the link was made with it
+        ncclResult_t r = nc->group_start();
+        if (r == ncclSuccess)
+            r = nc->send(s->d + src_off, bytes, ncclUint8, 1, p->comm[0], a->stream);
+        if (r == ncclSuccess)
+            r = nc->recv(d->d + dst_off, bytes, ncclUint8, 0, p->comm[1], b->stream);
+        ncclResult_t r2 = nc->group_end();
+        if (r != ncclSuccess || r2 != ncclSuccess)
+            return sw_backend_fail(be, "cuda:%d -> cuda:%d: NCCL: %s", a->dev, b->dev,
+                                   nc->error_string(r != ncclSuccess ? r : r2));
+        return 0;
+    }
+#endif
+    /* A peer copy on this stream; the receiving stream waits for it. */
+    SWC_CHECK(
+        be, cudaMemcpyPeerAsync(d->d + dst_off, b->dev, s->d + src_off, a->dev, bytes, a->stream));
+    SWC_CHECK(be, cudaEventRecord(p->done, a->stream));
+    SWC_CHECK(be, cudaSetDevice(b->dev));
+    cudaError_t e = cudaStreamWaitEvent(b->stream, p->done, 0);
+    cudaSetDevice(a->dev);
+    if (e != cudaSuccess)
+        return swc_fail_cuda(be, "cudaStreamWaitEvent", e);
+    return 0;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+static void s_destroy(sw_backend_t *be)
+{
+    swc *c = swc_of(be);
+    if (!c)
+        return;
+    cudaSetDevice(c->dev);
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    swc_graphs_reset(be);
+    while (c->peers) {
+        swc_peer *p = c->peers;
+        c->peers = p->next;
+#ifdef SW_HAVE_NCCL
+        if (p->have_comm) {
+            const swc_nccl *nc = swc_nccl_get(NULL);
+            nc->comm_destroy(p->comm[0]);
+            nc->comm_destroy(p->comm[1]);
+        }
+#endif
+        cudaEventDestroy(p->done);
+        free(p);
+    }
+    cudaSetDevice(c->dev);
+    swc_gemm_free(c);
+    for (int i = 0; i < SWC_SCRATCH_COUNT; i++)
+        if (c->scratch[i])
+            cudaFree(c->scratch[i]);
+    if (c->pinned)
+        cudaFreeHost(c->pinned);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+    be->impl = NULL;
+}
+
+static const sw_backend_ops_t s_cuda_ops = {
+    /* name */ "cuda",
+    /* destroy */ s_destroy,
+    /* buf_alloc */ s_buf_alloc,
+    /* buf_weight */ s_buf_weight,
+    /* buf_view */ s_buf_view,
+    /* buf_free */ s_buf_free,
+    /* upload */ s_upload,
+    /* download */ s_download,
+    /* get_rows */ swc_get_rows,
+    /* rmsnorm */ swc_rmsnorm,
+    /* matmul */ swc_matmul,
+    /* rope */ swc_rope,
+    /* head_norm */ swc_head_norm,
+    /* attention */ swc_attention,
+    /* add */ swc_add,
+    /* swiglu */ swc_swiglu,
+    /* argmax */ swc_argmax,
+    /* sync */ s_sync,
+    /* kv_move */ NULL, // token trees are refused on the GPU for now (see attention.cu)
+    /* graph_run */ s_graph_run,
+    /* graph_reset */ s_graph_reset,
+    /* transfer */ s_transfer,
+};
+
+int sw_cuda_devices(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+static int s_env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    if (!strcmp(v, "off") || !strcmp(v, "no"))
+        return 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x < 0 || x > 1 << 20 ? dflt : (int)x;
+}
+
+sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, err_len, "cuda:%d: no usable GPU driver (%s)", dev, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (dev < 0 || dev >= n) {
+        snprintf(err, err_len, "cuda:%d: no such GPU (%d visible%s)", dev, n,
+                 n ? ", numbered from 0" : "");
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, err_len, "cuda:%d: %s", dev, cudaGetErrorString(e));
+        return NULL;
+    }
+    sw_backend_t *be = (sw_backend_t *)calloc(1, sizeof *be);
+    swc *c = (swc *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    c->dev = dev;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, err_len, "cuda:%d: cannot create a stream: %s", dev, cudaGetErrorString(e));
+        free(be);
+        free(c);
+        return NULL;
+    }
+    c->use_graphs = s_env_int("SW_CUDA_GRAPHS", 1) != 0;
+    c->seq_sums = s_env_int("SW_CUDA_SEQ_SUMS", 0) != 0;
+    c->gemm_rows = s_env_int("SW_CUDA_GEMM", 64);
+    c->nccl = s_env_int("SW_NCCL", 1) != 0;
+    c->sm_count = prop.multiProcessorCount;
+    c->mem_total = prop.totalGlobalMem;
+    be->ops = &s_cuda_ops;
+    be->impl = c;
+    be->max_rows = 512;
+    snprintf(be->name, sizeof be->name, "cuda:%d", dev);
+    snprintf(be->desc, sizeof be->desc, "cuda:%d (%.60s, %.0f GiB, sm_%d%d)", dev, prop.name,
+             (double)prop.totalGlobalMem / (1u << 30), prop.major, prop.minor);
+    return be;
+}
+
+double sw_cuda_measure_copy(int dev)
+{
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = 0;
+    double gbps = 0;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&a, bytes) != cudaSuccess ||
+        cudaMalloc(&b, bytes) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess)
+        goto out;
+    if (cudaMemset(a, 1, bytes) != cudaSuccess ||
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice) != cudaSuccess)
+        goto out;
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < 10; i++)
+        cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice, 0);
+    cudaEventRecord(e1, 0);
+    if (cudaEventSynchronize(e1) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0)
+        gbps = 10.0 * 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+out:
+    cudaGetLastError();
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return gbps;
+}

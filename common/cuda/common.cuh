@@ -1,0 +1,144 @@
+/*
+ * common.cuh - what every file of the CUDA backend shares: the buffer and
+ * backend state, error checking, scratch memory and the launchers of each
+ * operation (one <op>.cu per kind of operation, declared here).
+ *
+ * Every CUDA call is checked; a failure is recorded on the backend
+ * (sw_backend_fail) and the operation returns -1, which the model turns into
+ * a request error. Kernel launches are checked with cudaGetLastError; errors
+ * of queued work surface at the next synchronising call (download, sync).
+ *
+ * All work of one backend goes to its one stream, in order. The current
+ * device is per thread in CUDA, so every entry point first selects the
+ * backend's device (two backends may share a thread: a node on cuda:0 with
+ * its draft model on cuda:1).
+ */
+#ifndef SW_CUDA_COMMON_CUH
+#define SW_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "log.h"
+#include "op_math.h"
+#include "quant_math.h"
+
+/* A device buffer (sw_buf_t is opaque; the CUDA backend's are these). */
+typedef struct swc_buf {
+    char *d;      // device pointer
+    size_t bytes; // size
+    int owned;    // 1 = cudaFree with the buffer (0 for a view)
+} swc_buf;
+
+static inline swc_buf *swc_b(const sw_buf_t *b)
+{
+    return (swc_buf *)(void *)b;
+}
+
+template <typename T> static inline T *swc_ptr(const sw_buf_t *b)
+{
+    return (T *)(void *)((swc_buf *)(void *)b)->d;
+}
+
+/* Scratch areas, each grown on demand (never inside a graph capture). */
+enum swc_scratch_id {
+    SWC_SCRATCH_XQ = 0,   // quantized matmul inputs
+    SWC_SCRATCH_ATTN = 1, // attention scores, probabilities, group sums
+    SWC_SCRATCH_GEMM = 2, // the prompt path's f16 weight tile and inputs
+    SWC_SCRATCH_COUNT
+};
+
+#define SWC_MAX_GRAPHS 48 // recorded graphs kept per backend (least recently used dropped)
+
+typedef struct swc_graph {
+    uint64_t key;         // 0 = free slot
+    int state;            // 1 = seen once, 2 = recorded, -1 = never record this key
+    cudaGraphExec_t exec; // when recorded
+    uint64_t last_use;    // for eviction
+} swc_graph;
+
+typedef struct swc_peer swc_peer;
+
+typedef struct swc {
+    int dev;                          // CUDA device ordinal
+    cudaStream_t stream;              // every operation's stream
+    void *cublas;                     // cublasHandle_t, made on first use
+    void *scratch[SWC_SCRATCH_COUNT]; // device scratch areas
+    size_t scratch_bytes[SWC_SCRATCH_COUNT];
+    void *pinned; // host staging for downloads
+    size_t pinned_bytes;
+    swc_graph graphs[SWC_MAX_GRAPHS]; // recorded steps
+    uint64_t use_clock;               // graph LRU clock
+    int recording;                    // 1 while a stream capture is open
+    int capture_broken;               // an op could not run inside the capture
+    int use_graphs;                   // SW_CUDA_GRAPHS=0 turns recording off
+    int seq_sums;                     // SW_CUDA_SEQ_SUMS=1: always the left-to-right sums
+    int gemm_rows;                    // prompt chunks above this many rows use cuBLAS (0 = never)
+    int gemm_warned;                  // said once that cuBLAS is missing
+    int nccl;                         // 1 = NCCL between devices (SW_NCCL=0 turns it off)
+    swc_peer *peers;                  // links to other devices (transfer)
+    int sm_count;                     // multiprocessors
+    size_t mem_total;                 // device memory
+} swc;
+
+static inline swc *swc_of(sw_backend_t *be)
+{
+    return (swc *)be->impl;
+}
+
+/* Checks a CUDA runtime call; on failure records it on be and returns -1. */
+#define SWC_CHECK(be, call)                                                                        \
+    do {                                                                                           \
+        cudaError_t swc_e_ = (call);                                                               \
+        if (swc_e_ != cudaSuccess)                                                                 \
+            return swc_fail_cuda((be), #call, swc_e_);                                             \
+    } while (0)
+
+int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e);
+/* After a kernel launch: 0, or -1 with the launch error recorded. */
+int swc_launched(sw_backend_t *be, const char *kernel);
+/* Makes scratch area id at least bytes long; *out is its device pointer. Growing
+ * forgets recorded graphs (they point at the old area); inside a capture it
+ * marks the capture broken and fails. 0 or -1. */
+int swc_scratch(sw_backend_t *be, enum swc_scratch_id id, size_t bytes, void **out);
+/* Forgets every recorded graph. */
+void swc_graphs_reset(sw_backend_t *be);
+/* Blocks (threads) for n items of `threads` each, at least 1. */
+static inline unsigned swc_blocks(int64_t n, int threads)
+{
+    return (unsigned)(n <= 0 ? 1 : (n + threads - 1) / threads);
+}
+
+/* ---- operations (one file each) ---- */
+
+/* getrows.cu */
+int swc_get_rows(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *ctl, int n,
+                 sw_buf_t *out);
+/* norm.cu */
+int swc_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *w, int n, int dim, float eps,
+                sw_buf_t *out);
+int swc_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
+                  const sw_buf_t *w, float eps);
+/* rope.cu */
+int swc_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_heads, int head_dim,
+             int n_rot, const sw_buf_t *cs, int neox);
+/* attention.cu */
+int swc_attention(sw_backend_t *be, const sw_attn_args_t *a);
+/* elementwise.cu */
+int swc_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n);
+int swc_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
+/* argmax.cu */
+int swc_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
+               sw_buf_t *ids, sw_buf_t *prob, size_t ids_off);
+/* mmv.cu: the exact matmul (quantized activations, one lane per thread) */
+int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_buf_t *const *bias,
+               const sw_buf_t *x, int x_row0, int n, sw_buf_t *const *y, int flags);
+/* gemm.cu: the prompt path (f16 weight tiles and cuBLAS) for one weight; -2 when
+ * cuBLAS is not installed (then nothing was queued: use the exact kernels) */
+int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const float *x, int n,
+             float *y);
+void swc_gemm_free(swc *c);
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * mmv.cu - the exact matmul: activations quantized to the weight's vec-dot
+ * type (Q8_0, Q8_1, Q8_K, or f16/bf16/f32), then integer dot products.
+ *
+ * Quantized weights: 8 threads per output row, thread k computing lane k of
+ * GGML's 8-lane accumulation with quant_math.h's code (sw_<fmt>_wl unpacks a
+ * weight block once, sw_<fmt>_step applies it to each activation row), the
+ * blocks in order; lane 0 of the 8 gathers them and calls sw_<fmt>_combine.
+ * A kernel handles up to 8 activation rows at once (the verification of K+1
+ * rows reads the weights once per 8 rows); every row's value is computed by
+ * the same sequence whatever the number of rows, so results are batch
+ * invariant and equal to the CPU's sw_vec_dot to the bit.
+ *
+ * f16/bf16/f32 weights: a warp per (output, row), lane t taking elements
+ * t, t+32, ... (GGML's 4x8 accumulators), lane 0 combining with the tail.
+ *
+ * Prompt chunks longer than the backend's gemm_rows go to gemm.cu (cuBLAS)
+ * instead, which is faster and batch dependent (allowed by SW_MM_PROMPT).
+ */
+#include "common.cuh"
+
+#define S_MAX_W 4
+#define S_THREADS 128 // 16 outputs per block for quantized weights, 4 for float weights
+
+/* ---- activation quantization ---------------------------------------------------------- */
+
+/* Thread (b, r): block b of row r of the input, written to row r of xq. */
+static __global__ void k_quantize(int vt, const float *x, int64_t n_in, uint8_t *xq, size_t stride)
+{
+    const int r = blockIdx.y;
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const float *xr = x + (size_t)r * n_in;
+    uint8_t *yr = xq + (size_t)r * stride;
+    switch (vt) {
+    case SW_TYPE_Q8_0:
+        if (b < n_in / SW_QK)
+            sw_quant_block_q8_0(xr + b * SW_QK, (sw_block_q8_0 *)yr + b);
+        break;
+    case SW_TYPE_Q8_1:
+        if (b < n_in / SW_QK)
+            sw_quant_block_q8_1(xr + b * SW_QK, (sw_block_q8_1 *)yr + b);
+        break;
+    case SW_TYPE_Q8_K:
+        if (b < n_in / SW_QK_K)
+            sw_quant_block_q8_k(xr + b * SW_QK_K, (sw_block_q8_k *)yr + b);
+        break;
+    case SW_TYPE_F16:
+        if (b < n_in)
+            ((sw_f16 *)yr)[b] = sw_f2h(xr[b]);
+        break;
+    case SW_TYPE_BF16:
+        if (b < n_in)
+            ((sw_bf16 *)yr)[b] = sw_f2bf(xr[b]);
+        break;
+    default: // f32
+        if (b < n_in)
+            ((float *)yr)[b] = xr[b];
+        break;
+    }
+}
+
+/* ---- quantized weights --------------------------------------------------------------- */
+
+/* The per-format code of quant_math.h behind one interface. */
+#define S_FMT(T, fmt, WB, XB, WL, qk)                                                              \
+    struct s_fmt_##fmt {                                                                           \
+        typedef WB W;                                                                              \
+        typedef XB X;                                                                              \
+        typedef WL L;                                                                              \
+        static constexpr int QK = qk;                                                              \
+        static __device__ void wl(const W *w, int k, L *o)                                         \
+        {                                                                                          \
+            sw_##fmt##_wl(w, k, o);                                                                \
+        }                                                                                          \
+        static __device__ void step(const L *l, const X *x, int k, float *acc, float *acc2)        \
+        {                                                                                          \
+            sw_##fmt##_step(l, x, k, acc, acc2);                                                   \
+        }                                                                                          \
+        static __device__ float combine(const float *acc, const float *acc2)                       \
+        {                                                                                          \
+            return sw_##fmt##_combine(acc, acc2);                                                  \
+        }                                                                                          \
+    };
+S_FMT(SW_TYPE_Q4_0, q4_0, sw_block_q4_0, sw_block_q8_0, sw_wl_q4_0, SW_QK)
+S_FMT(SW_TYPE_Q4_1, q4_1, sw_block_q4_1, sw_block_q8_1, sw_wl_q4_1, SW_QK)
+S_FMT(SW_TYPE_Q5_0, q5_0, sw_block_q5_0, sw_block_q8_0, sw_wl_q5, SW_QK)
+S_FMT(SW_TYPE_Q5_1, q5_1, sw_block_q5_1, sw_block_q8_1, sw_wl_q5, SW_QK)
+S_FMT(SW_TYPE_Q8_0, q8_0, sw_block_q8_0, sw_block_q8_0, sw_wl_q8_0, SW_QK)
+S_FMT(SW_TYPE_Q4_K, q4_k, sw_block_q4_k, sw_block_q8_k, sw_wl_q4_k, SW_QK_K)
+S_FMT(SW_TYPE_Q5_K, q5_k, sw_block_q5_k, sw_block_q8_k, sw_wl_q5_k, SW_QK_K)
+S_FMT(SW_TYPE_Q6_K, q6_k, sw_block_q6_k, sw_block_q8_k, sw_wl_q6_k, SW_QK_K)
+#undef S_FMT
+
+/* y[r * y_stride + o] = dot(W row o, x row r) (+ bias[o]) for r < nr <= NR. */
+template <typename F, int NR>
+static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                               const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                               float *y, int64_t y_stride)
+{
+    const int k = threadIdx.x & 7;
+    const int lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 8) + (threadIdx.x >> 3);
+    float acc[NR], acc2[NR];
+    for (int r = 0; r < NR; r++)
+        acc[r] = acc2[r] = 0.0f;
+    if (o < n_out) {
+        const typename F::W *wr = (const typename F::W *)(w + (size_t)o * w_stride);
+        for (int b = 0; b < nb; b++) {
+            typename F::L l;
+            F::wl(&wr[b], k, &l);
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+                if (r < nr)
+                    F::step(&l, (const typename F::X *)(x + (size_t)r * x_stride) + b, k, &acc[r],
+                            &acc2[r]);
+        }
+    }
+    /* Lane 0 of each group of 8 gathers the lanes (every thread takes part in the shuffles). */
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        float a[8], a2[8];
+        for (int j = 0; j < 8; j++) {
+            a[j] = __shfl_sync(0xffffffffu, acc[r], (lane & ~7) | j);
+            a2[j] = __shfl_sync(0xffffffffu, acc2[r], (lane & ~7) | j);
+        }
+        if (k == 0 && o < n_out && r < nr) {
+            float v = F::combine(a, a2);
+            if (bias)
+                v += bias[o];
+            y[(size_t)r * y_stride + o] = v;
+        }
+    }
+}
+
+template <typename F>
+static void s_launch_q(cudaStream_t st, const uint8_t *w, size_t w_stride, int64_t n_out,
+                       int64_t n_in, const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                       float *y, int64_t y_stride)
+{
+    const unsigned grid = swc_blocks(n_out, S_THREADS / 8);
+    const int nb = (int)(n_in / F::QK);
+    if (nr <= 1)
+        k_mmv_q<F, 1><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                  y_stride);
+    else if (nr <= 2)
+        k_mmv_q<F, 2><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                  y_stride);
+    else if (nr <= 4)
+        k_mmv_q<F, 4><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                  y_stride);
+    else
+        k_mmv_q<F, 8><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                  y_stride);
+}
+
+/* ---- f16 / bf16 / f32 weights ------------------------------------------------------------- */
+
+/* Warp (o, r): y[r, o] = dot(W row o, x row r) (+ bias[o]). */
+static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int64_t n_out,
+                               int64_t n, const uint8_t *x, size_t x_stride, const float *bias,
+                               float *y, int64_t y_stride)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 32) + (threadIdx.x >> 5);
+    const int r = blockIdx.y;
+    const int64_t oo = o < n_out ? o : n_out - 1; // every lane takes part in the shuffles
+    const void *wr = w + (size_t)oo * w_stride, *xr = x + (size_t)r * x_stride;
+    const int64_t np = n & ~(int64_t)31;
+    float acc;
+    if (type == SW_TYPE_F16)
+        acc = sw_f16_lane((const sw_f16 *)wr, (const sw_f16 *)xr, np, lane);
+    else if (type == SW_TYPE_BF16)
+        acc = sw_bf16_lane((const sw_bf16 *)wr, (const sw_bf16 *)xr, np, lane);
+    else
+        acc = sw_f32_lane((const float *)wr, (const float *)xr, np, lane);
+    float a[32];
+    for (int j = 0; j < 32; j++)
+        a[j] = __shfl_sync(0xffffffffu, acc, j);
+    if (lane != 0 || o >= n_out)
+        return;
+    float v;
+    if (type == SW_TYPE_F16)
+        v = sw_f16_combine(a, (const sw_f16 *)wr, (const sw_f16 *)xr, n);
+    else if (type == SW_TYPE_BF16)
+        v = sw_bf16_combine(a, (const sw_bf16 *)wr, (const sw_bf16 *)xr, n);
+    else
+        v = sw_f32_combine(a, (const float *)wr, (const float *)xr, n);
+    if (bias)
+        v += bias[o];
+    y[(size_t)r * y_stride + o] = v;
+}
+
+/* ---- the operation -------------------------------------------------------------------------- */
+
+static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bias,
+                        const uint8_t *xq, size_t xs, int n, float *y)
+{
+    cudaStream_t st = swc_of(be)->stream;
+    const uint8_t *wd = swc_ptr<uint8_t>(w->buf);
+    for (int r0 = 0; r0 < n; r0 += 8) {
+        const int nr = n - r0 < 8 ? n - r0 : 8;
+        const uint8_t *xr = xq + (size_t)r0 * xs;
+        float *yr = y + (size_t)r0 * w->n_out;
+        switch (w->type) {
+#define S_CASE(T, fmt)                                                                             \
+    case T:                                                                                        \
+        s_launch_q<s_fmt_##fmt>(st, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, nr, bias, yr,     \
+                                w->n_out);                                                         \
+        break;
+            S_CASE(SW_TYPE_Q4_0, q4_0)
+            S_CASE(SW_TYPE_Q4_1, q4_1)
+            S_CASE(SW_TYPE_Q5_0, q5_0)
+            S_CASE(SW_TYPE_Q5_1, q5_1)
+            S_CASE(SW_TYPE_Q8_0, q8_0)
+            S_CASE(SW_TYPE_Q4_K, q4_k)
+            S_CASE(SW_TYPE_Q5_K, q5_k)
+            S_CASE(SW_TYPE_Q6_K, q6_k)
+#undef S_CASE
+        case SW_TYPE_F16:
+        case SW_TYPE_BF16:
+        case SW_TYPE_F32:
+            k_mmv_f<<<dim3(swc_blocks(w->n_out, S_THREADS / 32), nr), S_THREADS, 0, st>>>(
+                (int)w->type, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, bias, yr, w->n_out);
+            break;
+        default:
+            return sw_backend_fail(be, "cuda: no kernel for %s weights", sw_type_name(w->type));
+        }
+        if (swc_launched(be, "matmul") != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_buf_t *const *bias,
+               const sw_buf_t *x, int x_row0, int n, sw_buf_t *const *y, int flags)
+{
+    swc *c = swc_of(be);
+    if (n_w < 1 || n_w > S_MAX_W)
+        return sw_backend_fail(be, "cuda: matmul of %d weights (1..%d)", n_w, S_MAX_W);
+    const int64_t n_in = w[0]->n_in;
+    const float *xs = swc_ptr<float>(x) + (size_t)x_row0 * n_in;
+
+    if ((flags & SW_MM_PROMPT) && c->gemm_rows > 0 && n > c->gemm_rows) {
+        int rc = 0;
+        for (int i = 0; i < n_w && rc == 0; i++)
+            rc = swc_gemm(be, w[i], bias ? bias[i] : NULL, xs, n, swc_ptr<float>(y[i]));
+        if (rc != -2) // -2: no cuBLAS here, nothing queued: the exact kernels below
+            return rc;
+    }
+
+    /* Quantize the input once per distinct vec-dot type, rows 16-byte aligned. */
+    enum sw_type types[S_MAX_W];
+    size_t offs[S_MAX_W], strides[S_MAX_W], need = 0;
+    int n_types = 0, which[S_MAX_W];
+    for (int i = 0; i < n_w; i++) {
+        const enum sw_type vt = sw_type_vec_dot(w[i]->type);
+        int k = 0;
+        while (k < n_types && types[k] != vt)
+            k++;
+        if (k == n_types) {
+            uint64_t rb = 0;
+            if (vt == SW_TYPE_COUNT || sw_type_row_bytes(vt, n_in, &rb) != 0)
+                return sw_backend_fail(be, "cuda: a %s weight of %lld columns cannot be multiplied",
+                                       sw_type_name(w[i]->type), (long long)n_in);
+            types[k] = vt;
+            strides[k] = (size_t)((rb + 15) & ~(uint64_t)15);
+            offs[k] = need;
+            need += strides[k] * (size_t)n;
+            n_types++;
+        }
+        which[i] = k;
+    }
+    void *scratch;
+    if (swc_scratch(be, SWC_SCRATCH_XQ, need, &scratch) != 0)
+        return -1;
+    uint8_t *xq = (uint8_t *)scratch;
+    for (int k = 0; k < n_types; k++) {
+        const int64_t items =
+            sw_type_block_elems(types[k]) > 1 ? n_in / sw_type_block_elems(types[k]) : n_in;
+        k_quantize<<<dim3(swc_blocks(items, 64), n), 64, 0, c->stream>>>((int)types[k], xs, n_in,
+                                                                         xq + offs[k], strides[k]);
+        if (swc_launched(be, "quantize") != 0)
+            return -1;
+    }
+    for (int i = 0; i < n_w; i++)
+        if (s_one_weight(be, w[i], bias && bias[i] ? swc_ptr<float>(bias[i]) : NULL,
+                         xq + offs[which[i]], strides[which[i]], n, swc_ptr<float>(y[i])) != 0)
+            return -1;
+    return 0;
+}

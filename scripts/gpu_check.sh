@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The GPU check in one command: builds shardwire with CUDA, makes the test
+# models, runs `ctest -L cuda` and the GPU benchmark, and prints one table.
+# Meant for a machine with an NVIDIA GPU and nvcc that reaches no package
+# registry and may lack libzmq, protobuf-c, libsodium and jansson: it works
+# from what travels with the checkout.
+#
+#   bash scripts/gpu_check.sh --prepare   # here (apt and the models at hand):
+#                                         #   gpu-debs/   the Debian packages of the dependencies
+#                                         #   gpu-models/ SmolLM2 cut to 4 layers (real tokenizer, 27 MB)
+#   bash scripts/gpu_check.sh             # on the GPU machine, with gpu-debs/ and gpu-models/
+#
+# Both folders are git-ignored (.gitignore); copy them along with the checkout
+# (for this workplace's device tool: carry ["gpu-debs", "gpu-models"]). The
+# other models are made on the spot by shardwire-mkmodel: random weights in
+# the shapes and tensor types of Qwen2.5-Coder-1.5B/0.5B Q4_K_M and
+# SmolLM2-135M Q4_1, plus two 4-layer models with the remaining types.
+#
+# Takes about 5 minutes on one GPU (build 1-2, tests 2, benchmark 1).
+# Environment: SW_GPU_ARCH (default: the GPU's compute capability),
+# SW_GPU_BUILD (default build-gpu), SW_GPU_WORK (default /tmp/sw_gpu_check), SW_GPU_FORCE_DEBS=1
+# (use gpu-debs/ even when the system has the libraries: a dry run of that path).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+t_start=$(date +%s)
+log_dir=${OUT:-${SW_GPU_WORK:-/tmp/sw_gpu_check}}
+work=${SW_GPU_WORK:-/tmp/sw_gpu_check}
+build=${SW_GPU_BUILD:-$here/build-gpu}
+mkdir -p "$work" "$log_dir"
+
+DEBS=(libzmq5 libzmq3-dev libsodium23 libsodium-dev libprotobuf-c1 libprotobuf-c-dev
+      protobuf-c-compiler libprotoc32 libprotobuf32 libjansson4 libjansson-dev libpgm-5.3-0
+      libnorm1 libbsd0 libmd0 pkgconf pkgconf-bin libpkgconf3)
+
+if [ "${1:-}" = "--prepare" ]; then
+    mkdir -p gpu-debs gpu-models
+    (cd gpu-debs && apt-get download "${DEBS[@]}" >/dev/null)
+    echo "gpu_check: $(ls gpu-debs | wc -l) packages in gpu-debs/ ($(du -sh gpu-debs | cut -f1))"
+    src=${SW_MODELS_DIR:-$here/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+    [ -f "$src" ] || { echo "gpu_check: $src is missing (bash scripts/fetch_model.sh)" >&2; exit 1; }
+    SW_BUILD_DIR=${SW_BUILD_DIR:-$here/build} bash scripts/build.sh >/dev/null
+    "${SW_BUILD_DIR:-$here/build}/bin/shardwire-mkmodel" --from "$src" --layers 4 --embd-type q4_0 \
+        -o gpu-models/smollm2-4layers.gguf
+    echo "gpu_check: gpu-models/smollm2-4layers.gguf ($(du -sh gpu-models | cut -f1))"
+    echo "gpu_check: now run 'bash scripts/gpu_check.sh' on the GPU machine with gpu-debs/ and gpu-models/"
+    exit 0
+fi
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap \
+    --format=csv,noheader || echo "gpu_check: nvidia-smi not found"
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+command -v nvcc >/dev/null || { echo "gpu_check: nvcc not found" >&2; exit 1; }
+
+# ---- 1. dependencies: the system's, else the .deb files unpacked into a prefix
+have_deps() {
+    command -v pkg-config >/dev/null && command -v protoc-c >/dev/null &&
+        pkg-config --exists libzmq libsodium jansson libprotobuf-c 2>/dev/null
+}
+cmake_extra=()
+if [ -n "${SW_GPU_FORCE_DEBS:-}" ] || ! have_deps; then
+    [ -d gpu-debs ] || { echo "gpu_check: dependencies missing and no gpu-debs/ (run --prepare)" >&2; exit 1; }
+    prefix=$work/deps
+    rm -rf "$prefix"
+    mkdir -p "$prefix"
+    for f in gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
+    lib=$prefix/usr/lib/x86_64-linux-gnu
+    # Dynamic linking only: drop the static-link requirements (libzmq's lists
+    # krb5, openpgm, norm and libbsd, whose .pc files are not needed).
+    sed -i '/^Requires.private/d; /^Libs.private/d' "$lib"/pkgconfig/*.pc
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PATH=$prefix/usr/bin:$PATH
+    export PKG_CONFIG_SYSROOT_DIR=$prefix
+    export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$prefix/usr/share/pkgconfig
+    pc=$(command -v pkg-config || echo "$prefix/usr/bin/pkgconf")
+    cmake_extra+=(-DPKG_CONFIG_EXECUTABLE="$pc")
+    have_deps || { echo "gpu_check: the unpacked packages do not provide every dependency" >&2; exit 1; }
+    echo "gpu_check: dependencies from gpu-debs/ in $prefix"
+fi
+
+# ---- 2. build (this GPU's architecture only, to save time)
+arch=${SW_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+                      head -1 | tr -d '.[:space:]')}
+arch=${arch:-native}
+t0=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    "${cmake_extra[@]}" >"$log_dir/gpu_check_cmake.log" 2>&1 ||
+    { tail -30 "$log_dir/gpu_check_cmake.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target shardwire shardwire-node shardwire-relay \
+    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster bench_gpu \
+    >"$log_dir/gpu_check_build.log" 2>&1 || { tail -40 "$log_dir/gpu_check_build.log"; exit 1; }
+t_build=$(( $(date +%s) - t0 ))
+bin=$build/bin
+
+# ---- 3. models
+t0=$(date +%s)
+m=$work/models
+mkdir -p "$m"
+smol=$m/smollm2-4layers.gguf
+if [ -f gpu-models/smollm2-4layers.gguf ]; then
+    cp gpu-models/smollm2-4layers.gguf "$smol"
+elif [ -f "${SW_MODELS_DIR:-$here/models}/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    "$bin/shardwire-mkmodel" --from "${SW_MODELS_DIR:-$here/models}/SmolLM2-135M-Instruct.Q4_1.gguf" \
+        --layers 4 --embd-type q4_0 -o "$smol"
+else
+    echo "gpu_check: no gpu-models/smollm2-4layers.gguf (run --prepare)" >&2
+    exit 1
+fi
+"$bin/shardwire-mkmodel" --from "$smol" --layers 2 -o "$m/smollm2-2layers.gguf"
+for p in qwen2.5-1.5b qwen2.5-0.5b smollm2-135m tiny-float tiny-qwen3; do
+    [ -f "$m/$p.gguf" ] || "$bin/shardwire-mkmodel" --synth "$p" -o "$m/$p.gguf"
+done
+t_models=$(( $(date +%s) - t0 ))
+
+# ---- 4. the cuda tests
+export SW_CUDA_TEST_MODELS="$smol:$m/tiny-float.gguf:$m/tiny-qwen3.gguf:$m/qwen2.5-0.5b.gguf:$m/qwen2.5-1.5b.gguf"
+export SW_CUDA_TOKENIZER_MODELS="$smol"
+export SW_CUDA_DRAFT_MODEL="$m/smollm2-2layers.gguf"
+export SW_TEST_MODEL="$smol"
+t0=$(date +%s)
+set +e
+(cd "$build" && ctest -L cuda --output-on-failure --timeout 900 -V) >"$log_dir/gpu_check_tests.log" 2>&1
+tests_rc=$?
+set -e
+t_tests=$(( $(date +%s) - t0 ))
+
+# ---- 5. the benchmark
+t0=$(date +%s)
+set +e
+"$bin/bench_gpu" --cpu-threads "$(nproc)" --draft "$m/qwen2.5-0.5b.gguf" "$m/qwen2.5-1.5b.gguf" \
+    "$m/qwen2.5-0.5b.gguf" "$m/smollm2-135m.gguf" >"$log_dir/gpu_check_bench.log" 2>&1
+bench_rc=$?
+set -e
+t_bench=$(( $(date +%s) - t0 ))
+
+# ---- 6. one table
+status() { grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $1 " "$log_dir/gpu_check_tests.log" |
+           sed -E 's/.*(Passed|Failed|\*\*\*[A-Za-z]+|Not Run|Skipped).*/\1/' | head -1; }
+echo
+echo "## shardwire GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+echo
+echo "| check | result |"
+echo "|---|---|"
+for t in test_cuda_model test_cuda_spec test_cuda_cluster; do
+    echo "| $t | $(status $t) |"
+done
+# The tests' own rows ("| what | result |"), in order, without repeats of the same row.
+grep -E '^[0-9]+: \|' "$log_dir/gpu_check_tests.log" | sed -E 's/^[0-9]+: //' | awk '!seen[$0]++' || true
+echo "| build / models / tests / benchmark | ${t_build} s / ${t_models} s / ${t_tests} s / ${t_bench} s (total $(( $(date +%s) - t_start )) s) |"
+echo
+grep -vE '^(bench_gpu|shardwire)' "$log_dir/gpu_check_bench.log" || true
+echo
+echo "logs: $log_dir/gpu_check_{tests,bench,build}.log"
+[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] || { echo "gpu_check: FAILED (tests $tests_rc, bench $bench_rc)"; exit 1; }
+echo "gpu_check: all cuda tests passed"
