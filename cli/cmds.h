@@ -12,5 +12,6 @@ int cmd_status(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif
