@@ -11,5 +11,6 @@ int cmd_run(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

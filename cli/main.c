@@ -18,6 +18,7 @@ struct s_cmd {
 static const struct s_cmd s_cmds[] = {
     {"generate", cmd_generate, "generate text with a local model (all layers in this process)"},
     {"run", cmd_run, "generate through a cluster: send a request to the head via the relay"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP API in front of a cluster (docs/api.md)"},
     {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, fingerprint)"},
     {"keygen", cmd_keygen, "make a CURVE key pair (--out PREFIX) or a cluster key (--cluster-key)"},

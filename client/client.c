@@ -197,7 +197,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         free(c);
         return NULL;
     }
-    c->sealed = o->sec && !o->sec->insecure && o->sec->n_cluster > 0;
+    c->sealed = o->sec && o->sec->n_cluster > 0; /* also with --insecure-loopback */
     c->connects = sw_peer_connects(c->peer);
     return c;
 }
@@ -278,6 +278,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->layer_end = a->layer_end;
         p->n_layers = a->n_layers;
         s_clean(p->model, sizeof p->model, a->model_fingerprint);
+        s_clean(p->model_name, sizeof p->model_name, a->model_name);
         s_clean(p->backend, sizeof p->backend, a->backend);
         p->max_sessions = a->max_sessions;
         p->heartbeat_age_ms = pi->heartbeat_age_ms;
@@ -297,9 +298,19 @@ static int s_is_head(const sw_client_peer_t *p)
     return !strcmp(p->role, "head") || !strcmp(p->role, "full");
 }
 
+int sw_client_peer_serves(const sw_client_peer_t *p, const char *model)
+{
+    if (!s_is_head(p))
+        return 0;
+    if (!model || !model[0])
+        return 1;
+    return !strcmp(p->model_name, model) ||
+           (strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));
+}
+
 /* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
  * or SW_CLIENT_ENOHEAD after a line in err. */
-static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model_fp, int *at,
+static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,
                        char *err, size_t err_len)
 {
     int found = -1, other_model = 0;
@@ -307,7 +318,7 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
         const sw_client_peer_t *p = &t->peers[i];
         if (!s_is_head(p) || (want && strcmp(want, p->name) != 0))
             continue;
-        if (model_fp && model_fp[0] && strncmp(p->model, model_fp, strlen(model_fp)) != 0) {
+        if (!sw_client_peer_serves(p, model)) {
             other_model++;
             continue;
         }
@@ -319,7 +330,7 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
         return 0;
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
-                      want, model_fp);
+                      want, model);
     if (want)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                       "no head node named '%s' is connected to the relay (shardwire status lists "
@@ -327,7 +338,7 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
                       want);
     if (other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
-                      "no head connected to the relay serves the model %s", model_fp);
+                      "no head connected to the relay serves the model %s", model);
     return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                   "no head node (layers starting at 0) is connected to the relay: start one with "
                   "shardwire-node --layers 0:N (shardwire status lists the peers)");
@@ -366,20 +377,29 @@ static int s_pipeline_whole(const sw_client_table_t *t, const sw_client_peer_t *
     return 1;
 }
 
-int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
                         char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
 {
     sw_client_table_t t;
     int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len), at = -1;
     if (rc == 0)
-        rc = s_pick_head(&t, want, model_fp, &at, err, err_len);
+        rc = s_pick_head(&t, want, model, &at, err, err_len);
     if (rc == 0)
         snprintf(out, SW_CLIENT_NAME_LEN, "%s", t.peers[at].name);
     sw_client_table_clear(&t);
     return rc;
 }
 
-int sw_client_wait_head(sw_client_t *c, const char *want, const char *model_fp, int timeout_ms,
+int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char *model,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+{
+    int at = -1, rc = s_pick_head(t, want, model, &at, err, err_len);
+    if (rc == 0)
+        snprintf(out, SW_CLIENT_NAME_LEN, "%s", t->peers[at].name);
+    return rc;
+}
+
+int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int timeout_ms,
                         volatile sig_atomic_t *stop, char out[SW_CLIENT_NAME_LEN], char *err,
                         size_t err_len)
 {
@@ -390,7 +410,7 @@ int sw_client_wait_head(sw_client_t *c, const char *want, const char *model_fp, 
         int rc = sw_client_status(c, &t, S_STATUS_MS, err, err_len), at = -1;
         if (rc != 0)
             return rc;
-        rc = s_pick_head(&t, want, model_fp, &at, why, sizeof why);
+        rc = s_pick_head(&t, want, model, &at, why, sizeof why);
         int whole = rc == 0 && s_pipeline_whole(&t, &t.peers[at], why, sizeof why);
         if (at >= 0)
             snprintf(out, SW_CLIENT_NAME_LEN, "%s", t.peers[at].name);
@@ -834,7 +854,7 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
             s_req_t *r = &c->reqs[i];
             if (r->id[0] && !strcmp(r->head, m->peer) &&
                 er->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
-                s_end_error(c, r, ev, SW_CLIENT_EKEY, er->code,
+                s_end_error(c, r, ev, SW_CLIENT_EKEY, 0,
                             "the head '%s' cannot open our messages: this client's cluster key "
                             "(--cluster-key) is not the one the cluster uses",
                             m->peer);

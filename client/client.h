@@ -103,18 +103,19 @@ const char *sw_client_name(const sw_client_t *c);
 /* ---- the relay's peer table ------------------------------------------------------------- */
 
 typedef struct sw_client_peer {
-    char name[SW_CLIENT_NAME_LEN];    /* announced name */
-    const char *role;                 /* "head", "middle", "tail", "full", "client", "?" */
-    int is_node;                      /* 1 for head, middle, tail and full */
-    uint32_t layer_begin;             /* first layer held */
-    uint32_t layer_end;               /* one past the last layer held */
-    uint32_t n_layers;                /* layers of the whole model */
-    char model[65];                   /* model fingerprint (hex), "" for clients */
-    char backend[SW_CLIENT_NAME_LEN]; /* "cpu", "cuda:0", ... */
-    uint32_t max_sessions;            /* sessions it can hold at once */
-    uint32_t heartbeat_age_ms;        /* since the relay last knew it alive */
-    uint32_t idle_ms;                 /* since its last message */
-    uint64_t msgs_in, msgs_out;       /* messages from / to it */
+    char name[SW_CLIENT_NAME_LEN];       /* announced name */
+    const char *role;                    /* "head", "middle", "tail", "full", "client", "?" */
+    int is_node;                         /* 1 for head, middle, tail and full */
+    uint32_t layer_begin;                /* first layer held */
+    uint32_t layer_end;                  /* one past the last layer held */
+    uint32_t n_layers;                   /* layers of the whole model */
+    char model[65];                      /* model fingerprint (hex), "" for clients */
+    char model_name[SW_CLIENT_NAME_LEN]; /* the model's name (shardwire-node --model-name) */
+    char backend[SW_CLIENT_NAME_LEN];    /* "cpu", "cuda:0", ... */
+    uint32_t max_sessions;               /* sessions it can hold at once */
+    uint32_t heartbeat_age_ms;           /* since the relay last knew it alive */
+    uint32_t idle_ms;                    /* since its last message */
+    uint64_t msgs_in, msgs_out;          /* messages from / to it */
 } sw_client_peer_t;
 
 typedef struct sw_client_table {
@@ -130,14 +131,23 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
                      size_t err_len) __attribute__((warn_unused_result));
 void sw_client_table_clear(sw_client_table_t *t);
 
+/* 1 when p is a head (role head or full) serving model: its model name, or a
+ * prefix of its fingerprint (8 hex digits or more); NULL or "" = any model. */
+int sw_client_peer_serves(const sw_client_peer_t *p, const char *model);
+
 /*
  * Chooses a head: the peer called want when given, otherwise the head (role
- * head or full) whose name sorts first, among those serving model_fp when it
- * is given (a fingerprint or a prefix of one). The name goes into out
- * (SW_CLIENT_NAME_LEN bytes). 0, or SW_CLIENT_ENOHEAD / SW_CLIENT_ECONNECT
- * after a line in err that says what to do.
+ * head or full) whose name sorts first, among those serving model when it
+ * is given (a model name, or a fingerprint or a prefix of one). The name goes
+ * into out (SW_CLIENT_NAME_LEN bytes). 0, or SW_CLIENT_ENOHEAD /
+ * SW_CLIENT_ECONNECT after a line in err that says what to do.
  */
-int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
+int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
+                        char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* sw_client_find_head's choice in a table the caller already holds. */
+int sw_client_pick_head(const sw_client_table_t *t, const char *want, const char *model,
                         char out[SW_CLIENT_NAME_LEN], char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
@@ -152,7 +162,7 @@ int sw_client_find_head(sw_client_t *c, const char *want, const char *model_fp,
  * it returns 0 anyway: the head refuses the request with the exact reason.
  * 0, or SW_CLIENT_ENOHEAD / ECONNECT / ECANCELLED after a line in err.
  */
-int sw_client_wait_head(sw_client_t *c, const char *want, const char *model_fp, int timeout_ms,
+int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int timeout_ms,
                         volatile sig_atomic_t *stop, char out[SW_CLIENT_NAME_LEN], char *err,
                         size_t err_len) __attribute__((warn_unused_result));
 

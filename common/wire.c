@@ -142,6 +142,21 @@ static size_t s_strlen_max(const char *s, size_t max)
     return s ? strnlen(s, max + 1) : 0;
 }
 
+int sw_wire_model_name_ok(const char *name)
+{
+    size_t n = s_strlen_max(name, SW_WIRE_NAME_MAX);
+    if (n > SW_WIRE_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-' || c == ':' || c == '/';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
 static int s_name(const char *what, const char *name, int required, char *err, size_t err_len)
 {
     size_t n = s_strlen_max(name, SW_WIRE_NAME_MAX);
@@ -239,6 +254,8 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     for (const char *c = a->backend; c && *c; c++) /* shown in logs and `shardwire status` */
         CHECK(*c >= 0x20 && *c <= 0x7e, "announce.backend has a non-printable byte");
     CHECK(a->max_sessions <= 65536, "announce.max_sessions %u > 65536", a->max_sessions);
+    CHECK(sw_wire_model_name_ok(a->model_name), "announce.model_name is not 0..63 bytes of "
+                                                "[A-Za-z0-9._:/-]");
     if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT) {
         CHECK(a->layer_begin == 0 && a->layer_end == 0 && a->n_layers == 0,
               "a client announces no layers");

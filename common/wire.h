@@ -105,6 +105,8 @@ const char *sw_wire_body_name(const Shardwire__Envelope *env);
 const char *sw_wire_error_code_name(int code);
 /* "head", "middle", "tail", "full", "client", or "?" for an unknown value. */
 const char *sw_wire_role_name(int role);
+/* 1 when name (NULL = "") is a valid model name: 0..63 bytes of [A-Za-z0-9._:/-]. */
+int sw_wire_model_name_ok(const char *name);
 /* 1 when name[0..len) is a valid peer name (1..63 bytes of [A-Za-z0-9._-]). */
 int sw_wire_name_ok(const char *name, size_t len);
 

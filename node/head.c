@@ -24,7 +24,8 @@
  * (round timeouts, route checks, deadlines, status polls) are looked at in
  * node_head_step(). The relay is asked for its peer table once a second
  * while sessions run (routes for new requests, route checks of late rounds,
- * clients that vanished), never in the round itself.
+ * clients that vanished) and every 2.5 s while idle (so that a new request
+ * finds a fresh route), never in the round itself.
  *
  * Streaming never loses a token: every chunk a session sent is kept (tokens,
  * text, index) until the request ends and S_LINGER_MS after; a client that
@@ -1496,6 +1497,11 @@ static void s_status_step(node_t *n, double now)
     const int active = h->n_active > 0 || h->q_len > 0;
     if (active && now >= h->status_next)
         h->status_want = 1;
+    /* Idle, the route is kept fresh too (a query every S_ROUTE_FRESH_MS / 2),
+     * so that a new request's prefill leaves at once instead of waiting one
+     * relay round trip for a table. */
+    if (!active && now >= h->status_next && now - h->route_ms >= S_ROUTE_FRESH_MS / 2)
+        h->status_want = 1;
     if (!h->status_want || h->status_out)
         return;
     Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
@@ -1509,7 +1515,7 @@ static void s_status_step(node_t *n, double now)
     h->status_out = 1;
     h->status_want = 0;
     h->status_sent = now;
-    h->status_next = now + S_STATUS_MS;
+    h->status_next = now + (active ? S_STATUS_MS : S_ROUTE_FRESH_MS / 2);
 }
 
 void node_head_step(node_t *n)

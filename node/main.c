@@ -40,6 +40,8 @@ static void s_usage(FILE *f)
 {
     fprintf(f, "usage: shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT "
                "--name NAME [options]\n"
+               "  --model-name NAME      the model's name for clients and the HTTP API\n"
+               "                         (default: the file name without .gguf)\n"
                "  --layers A:B           serve layers [A, B) (B may be 'end')\n"
                "  --backend B            cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\n"
                "                         two GPUs (default: cuda when a GPU is found, else cpu)\n"
@@ -128,12 +130,14 @@ int main(int argc, char **argv)
         O_KVMIB,
         O_BACKEND,
         O_DBACKEND,
-        O_HELP
+        O_HELP,
+        O_MODEL_NAME
     };
     static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
                                           {"layers", required_argument, 0, O_LAYERS},
                                           {"relay", required_argument, 0, O_RELAY},
                                           {"name", required_argument, 0, O_NAME},
+                                          {"model-name", required_argument, 0, O_MODEL_NAME},
                                           {"threads", required_argument, 0, O_THREADS},
                                           {"ctx", required_argument, 0, O_CTX},
                                           {"max-sessions", required_argument, 0, O_MAXS},
@@ -190,6 +194,16 @@ int main(int argc, char **argv)
             break;
         case O_RELAY:
             o.relay = optarg;
+            break;
+        case O_MODEL_NAME:
+            o.model_name = optarg;
+            if (!sw_wire_model_name_ok(optarg)) {
+                fprintf(stderr,
+                        "shardwire-node: --model-name '%s' must be up to 63 characters of "
+                        "[A-Za-z0-9._:/-]\n",
+                        optarg);
+                rc = -1;
+            }
             break;
         case O_NAME:
             o.name = optarg;

@@ -28,6 +28,25 @@ static int s_role(const node_t *n)
     return last ? SHARDWIRE__ROLE__ROLE_TAIL : SHARDWIRE__ROLE__ROLE_MIDDLE;
 }
 
+/* The model's name for clients: --model-name, else the file name without
+ * its folder and .gguf, characters outside the wire's alphabet as '-'. */
+static void s_model_name(const node_opts_t *o, char *out, size_t len)
+{
+    if (o->model_name) {
+        snprintf(out, len, "%s", o->model_name);
+        return;
+    }
+    const char *base = strrchr(o->model, '/');
+    base = base ? base + 1 : o->model;
+    snprintf(out, len, "%s", base);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf"))
+        out[n - 5] = 0;
+    for (char *c = out; *c; c++)
+        if (!sw_wire_model_name_ok((char[]){*c, 0}))
+            *c = '-';
+}
+
 static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 {
     node_session_t *s = NULL;
@@ -167,6 +186,9 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     an.backend = backend;
     an.max_sessions = (uint32_t)o->max_sessions;
     an.hidden = (uint32_t)n.hp->n_embd;
+    char model_name[SW_WIRE_NAME_MAX + 1];
+    s_model_name(o, model_name, sizeof model_name);
+    an.model_name = model_name;
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .heartbeat_ms = o->heartbeat_ms,

@@ -33,6 +33,7 @@ typedef struct node_opts {
     int layer_end;           // one past the last layer held (-1 = to the end)
     const char *relay;       // relay endpoint
     const char *name;        // peer name
+    const char *model_name;  // name clients ask for (NULL = the file name without .gguf)
     const char *backend;     // compute backend name (sw_backend_new; NULL = auto)
     int threads;             // CPU compute threads (0 = all cores)
     int n_ctx;               // positions per session

@@ -10,8 +10,11 @@ by default), then for each number of concurrent clients N in --clients
 It prints one table: aggregate tokens/s (every generated token of the step
 over its wall time, first request sent to last token received), the
 speed-up over one client, p50 / p95 time to first token (as each client
-measured it: request sent to first token), tokens per round, the mean
-compute per round at the head and the tail, and the rounds the tail ran per
+measured it: request sent to first token) next to the goal of two round
+trips plus the prefill's compute (measured alone before the steps: one
+round trip carries the request to the head and the first token back, one is
+the prefill round), tokens per round, the mean compute per round at the
+head and the tail as a session saw it, and the rounds the tail ran per
 batch (how much the stages batched).
 
   python3 scripts/bench_multi.py                 # SmolLM2-135M, 172 ms, plain + n-gram drafts
@@ -129,7 +132,6 @@ def step(cl, n_clients, flags, args, logdir):
         "wall_s": wall,
         "agg": n_gen / wall if wall > 0 else 0,
         "ttft": [r["ttft_ms"] for r in results],
-        "prefill": [r["timing"]["head_ttft_ms"] for r in results],
         "tpr": n_gen / rounds if rounds else 0,
         "head_ms": head / max(rounds + len(results), 1),
         "tail_ms": tail / max(rounds + len(results), 1),
@@ -139,7 +141,7 @@ def step(cl, n_clients, flags, args, logdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default=os.path.join(HERE, "models",
+    ap.add_argument("--target", default=os.path.join(bench_wan.MODELS,
                                                      "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--draft", default=None, help="draft model GGUF (mode 'model')")
     ap.add_argument("--clients", default="1,2,4,8,16")
@@ -181,21 +183,21 @@ def main():
               f"--max-sessions {args.max_sessions}", file=sys.stderr)
         for p in PROMPTS[:2]:  # warm up (page cache, first touch)
             cl.run(p, ["--draft", "none"], n=2)
+        # The prefill's compute, one request alone at a time: the head's own
+        # time to its first token minus the round trip, median over prompts.
+        probe = [cl.run(p, ["--draft", "none"], n=1)["timing"]["head_ttft_ms"] - rtt
+                 for p in PROMPTS[:8]]
+        prefill = max(0.0, pct(probe, 50))
+        goal = 2 * rtt + prefill
+        print(f"# prefill alone: {prefill:.0f} ms (median of {len(probe)} prompts); goal for "
+              f"p95 TTFT: 2 x {rtt:g} + {prefill:.0f} = {goal:.0f} ms", file=sys.stderr)
         for mode in args.modes.split(","):
             label, flags = MODES[mode]
             base = None
-            goal = None
             for n in ns:
                 r = step(cl, n, flags, args, logdir)
                 raw.setdefault(mode, []).append(r)
                 base = base or r["agg"]
-                # the goal for a first token: the request to the head and the
-                # chunk back (one round trip through the relay for a client next
-                # to the head), the prefill round (one round trip), and the
-                # prefill's compute as one client alone sees it (the head's own
-                # time to first token minus its round trip)
-                if goal is None:
-                    goal = 2 * rtt + max(0.0, pct(r["prefill"], 50) - rtt)
                 print(f"  {label}, {n:2d} client(s): {r['tokens']} tokens in {r['wall_s']:.1f} s "
                       f"= {r['agg']:.1f} tok/s, TTFT p50 {pct(r['ttft'], 50):.0f} ms p95 "
                       f"{pct(r['ttft'], 95):.0f} ms", file=sys.stderr)

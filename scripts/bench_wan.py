@@ -40,6 +40,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The model cache scripts/fetch_model.sh fills: $SW_MODELS_DIR, else models/.
+MODELS = os.environ.get("SW_MODELS_DIR") or os.path.join(HERE, "models")
 # Short raw code prompts (sent without a chat template by default): the
 # prefill stays small next to the decode rounds that are measured.
 DEFAULT_PROMPTS = [
@@ -240,9 +242,9 @@ def print_table(hdr, rows, markdown):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default=os.path.join(HERE, "models",
+    ap.add_argument("--target", default=os.path.join(MODELS,
                                                      "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"))
-    ap.add_argument("--draft", default=os.path.join(HERE, "models",
+    ap.add_argument("--draft", default=os.path.join(MODELS,
                                                     "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"))
     ap.add_argument("--n", type=int, default=48, help="tokens per request (default 48)")
     ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two coding "

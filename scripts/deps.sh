@@ -6,6 +6,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config git python3 python3-venv unzip ca-certificates
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsodium-dev libjansson-dev
+      libmicrohttpd-dev curl
       clang clang-format cppcheck)
 [ "${SW_DEPS_EXTRA:-}" ] && read -r -a extra <<<"$SW_DEPS_EXTRA" && PKGS+=("${extra[@]}")
 

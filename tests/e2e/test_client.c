@@ -283,7 +283,9 @@ int main(void)
     SW_CHECK(!strcmp(hn, "head"));
     SW_CHECK_INT(sw_client_find_head(c, "nobody", NULL, hn, err, sizeof err), SW_CLIENT_ENOHEAD);
     SW_CHECK(strstr(err, "nobody") != NULL);
-    SW_CHECK_INT(sw_client_find_head(c, NULL, "ffff", hn, err, sizeof err), SW_CLIENT_ENOHEAD);
+    SW_CHECK_INT(sw_client_find_head(c, NULL, "ffffffff", hn, err, sizeof err), SW_CLIENT_ENOHEAD);
+    SW_CHECK_INT(sw_client_find_head(c, NULL, "SmolLM2-135M-Instruct.Q4_1", hn, err, sizeof err),
+                 0);
 
     /* invalid requests are refused before anything is sent */
     char id[2][SW_CLIENT_ID_LEN];

@@ -1,0 +1,84 @@
+/*
+ * dispatch.h - the gateway's one connection to the cluster.
+ *
+ * One thread owns the sw_client_t (client.h is single-threaded) and serves
+ * the HTTP connection threads through an inproc ROUTER socket: each HTTP
+ * request opens a gw_call_t (its own DEALER socket), asks for the peer table
+ * or submits one generation, and then receives that generation's events. So
+ * all requests in flight share one relay connection, one CURVE handshake and
+ * one peer-table cache, and the threads share no mutable state.
+ *
+ * When the relay connection breaks, the dispatcher fails the requests in
+ * flight, answers new ones with SW_CLIENT_ECONNECT and joins the relay again
+ * every 2 s.
+ */
+#ifndef GW_DISPATCH_H
+#define GW_DISPATCH_H
+
+#include <stddef.h>
+
+#include "client.h"
+
+typedef struct gw_disp gw_disp_t;
+
+/*
+ * Starts the dispatcher thread and joins the relay (opts is copied, keys
+ * included). NULL after a line in err when the first join fails. zctx is the
+ * ZeroMQ context the inproc sockets live in (the caller's, outlives this).
+ */
+gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* Stops the thread (requests in flight are cancelled); accepts NULL, NULLs *self_p. */
+void gw_disp_destroy(gw_disp_t **self_p);
+
+/* ---- the HTTP threads' side -------------------------------------------------------------- */
+
+typedef struct gw_call gw_call_t;
+
+/* One event of a generation, copied out of the dispatcher (owned by the call). */
+typedef struct gw_event {
+    int type;                /* SW_CLIENT_EV_TOKENS / DONE / ERROR */
+    int n_tokens;            /* tokens that arrived */
+    const char *text;        /* released text (text_len bytes, NUL after) */
+    size_t text_len;         /* bytes of text */
+    int finish;              /* EV_DONE: enum sw_client_finish */
+    sw_client_stats_t stats; /* EV_DONE / EV_ERROR */
+    int code;                /* EV_ERROR: enum sw_client_rc */
+    int wire_code;           /* EV_ERROR from the head: its ErrorCode */
+    char wire_code_name[32]; /* its name, or "" */
+    char message[640];       /* EV_ERROR: one line */
+} gw_event_t;
+
+/* A link to the dispatcher for one HTTP request (one thread). NULL when out of resources. */
+gw_call_t *gw_call_new(gw_disp_t *d) __attribute__((warn_unused_result));
+/* Cancels the generation if one is still running; accepts NULL, NULLs *self_p. */
+void gw_call_destroy(gw_call_t **self_p);
+
+/*
+ * The relay's peer table (at most 1 s old). 0, or a client code after a line
+ * in err. The caller clears *out with sw_client_table_clear.
+ */
+int gw_call_table(gw_call_t *c, sw_client_table_t *out, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
+ * Chooses a head (head_name, or one serving model) and submits q (read
+ * during the call only). 0 with the request id in id, or a client code
+ * (SW_CLIENT_ENOHEAD, EINVAL, ECONNECT, ...) after a line in err.
+ */
+int gw_call_submit(gw_call_t *c, const sw_client_request_t *q, const char *model,
+                   const char *head_name, char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
+ * Waits up to timeout_ms for the submitted generation's next event. 0 with
+ * *ev filled (valid until the next call), 1 on timeout. After EV_DONE or
+ * EV_ERROR the generation is over.
+ */
+int gw_call_next(gw_call_t *c, gw_event_t *ev, int timeout_ms) __attribute__((warn_unused_result));
+
+/* Cancels the submitted generation (the client went away); no more events come. */
+void gw_call_cancel(gw_call_t *c);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * gateway.h - `shardwire serve`: an OpenAI-compatible HTTP API in front of a
+ * cluster (docs/api.md).
+ *
+ * Endpoints: POST /v1/chat/completions and /v1/completions (JSON, or
+ * server-sent events ending with "data: [DONE]"), GET /v1/models,
+ * /v1/models/{id}, /health (no key) and /metrics (Prometheus text).
+ *
+ * HTTP is libmicrohttpd with one thread per connection, bounded by a
+ * connection limit, a per-address limit, an idle timeout, a body deadline
+ * and a body size limit; every generation goes through the one relay
+ * connection of dispatch.h. Bearer API keys are required unless the listen
+ * address is loopback and the caller asked for no keys explicitly; keys are
+ * compared as BLAKE2b hashes in constant time. A client that disconnects
+ * (seen within 200 ms) cancels its generation on the cluster.
+ */
+#ifndef GW_GATEWAY_H
+#define GW_GATEWAY_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "keys.h"
+#include "openai.h"
+
+typedef struct gw_opts {
+    const char *listen;       /* HOST:PORT (port 0 = any free port; printed at start) */
+    const char *relay;        /* relay endpoint */
+    const sw_sec_t *sec;      /* keys for the relay (NULL or insecure = loopback only) */
+    const char *api_key_file; /* one bearer key per line; NULL = none */
+    int no_api_key;           /* 1 = serve without keys (loopback listen address only) */
+    size_t max_body;          /* bytes of a request body */
+    int max_connections;      /* open HTTP connections at once */
+    int max_per_ip;           /* open connections from one address */
+    int max_inflight;         /* generations in flight at once (beyond: 429) */
+    int idle_timeout_s;       /* an HTTP connection idle this long is closed */
+    int body_timeout_s;       /* a request body must arrive within this */
+    gw_defaults_t defaults;   /* for fields a request leaves out */
+} gw_opts_t;
+
+/*
+ * Runs the gateway until *stop is set. Prints "listening http://HOST:PORT"
+ * on stdout once it accepts connections. Returns 0, 1 on a runtime failure
+ * (after a line on stderr), 2 on bad options.
+ */
+int gw_run(const gw_opts_t *opts, volatile sig_atomic_t *stop);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * metrics.c - the gateway's counters and their Prometheus text (metrics.h).
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_MAX_SERIES 64 /* distinct (endpoint, status) pairs and error names kept */
+
+typedef struct s_hist {
+    const double *le; /* bucket upper bounds (n_le of them; +Inf implied) */
+    int n_le;
+    unsigned long long bucket[16]; /* cumulative at output; per bucket here */
+    unsigned long long count;
+    double sum;
+} s_hist_t;
+
+static const double s_ttft_le[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double s_dur_le[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+static const double s_tps_le[] = {1, 2, 5, 10, 20, 50, 100, 200, 500};
+
+struct gw_metrics {
+    pthread_mutex_t mu;
+    struct {
+        char endpoint[16];
+        int status;
+        unsigned long long n;
+    } resp[S_MAX_SERIES];
+    int n_resp;
+    struct {
+        char code[32];
+        unsigned long long n;
+    } err[S_MAX_SERIES];
+    int n_err;
+    unsigned long long generations;       /* that ended well */
+    unsigned long long prompt_tokens;     /* over all of them */
+    unsigned long long completion_tokens; /* over all of them */
+    unsigned long long rounds, drafted, accepted;
+    int inflight;    /* generations now */
+    int connections; /* HTTP connections now */
+    s_hist_t ttft;   /* seconds to the first token (seen by the gateway) */
+    s_hist_t dur;    /* seconds per generation */
+    s_hist_t tps;    /* decode tokens per second per generation (the head's clock) */
+};
+
+gw_metrics_t *gw_metrics_new(void)
+{
+    gw_metrics_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    m->ttft.le = s_ttft_le;
+    m->ttft.n_le = (int)(sizeof s_ttft_le / sizeof s_ttft_le[0]);
+    m->dur.le = s_dur_le;
+    m->dur.n_le = (int)(sizeof s_dur_le / sizeof s_dur_le[0]);
+    m->tps.le = s_tps_le;
+    m->tps.n_le = (int)(sizeof s_tps_le / sizeof s_tps_le[0]);
+    return m;
+}
+
+void gw_metrics_destroy(gw_metrics_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pthread_mutex_destroy(&(*self_p)->mu);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+static void s_observe(s_hist_t *h, double v)
+{
+    int i = 0;
+    while (i < h->n_le && v > h->le[i])
+        i++;
+    h->bucket[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+void gw_metrics_response(gw_metrics_t *m, const char *endpoint, int status)
+{
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_resp && (m->resp[i].status != status || strcmp(m->resp[i].endpoint, endpoint)))
+        i++;
+    if (i == m->n_resp && m->n_resp < S_MAX_SERIES) {
+        snprintf(m->resp[i].endpoint, sizeof m->resp[i].endpoint, "%s", endpoint);
+        m->resp[i].status = status;
+        m->n_resp++;
+    }
+    if (i < m->n_resp)
+        m->resp[i].n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void gw_metrics_generation(gw_metrics_t *m, const sw_client_stats_t *st)
+{
+    pthread_mutex_lock(&m->mu);
+    m->generations++;
+    m->prompt_tokens += (unsigned long long)st->n_prompt;
+    m->completion_tokens += (unsigned long long)st->n_generated;
+    m->rounds += (unsigned long long)st->n_rounds;
+    m->drafted += (unsigned long long)st->n_drafted;
+    m->accepted += (unsigned long long)st->n_accepted;
+    if (st->ttft_ms > 0)
+        s_observe(&m->ttft, st->ttft_ms / 1e3);
+    s_observe(&m->dur, st->total_ms / 1e3);
+    if (st->decode_ms > 0 && st->n_generated > 1)
+        s_observe(&m->tps, (st->n_generated - 1) * 1e3 / st->decode_ms);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void gw_metrics_error(gw_metrics_t *m, const char *code)
+{
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_err && strcmp(m->err[i].code, code))
+        i++;
+    if (i == m->n_err && m->n_err < S_MAX_SERIES) {
+        snprintf(m->err[i].code, sizeof m->err[i].code, "%s", code);
+        m->n_err++;
+    }
+    if (i < m->n_err)
+        m->err[i].n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+int gw_metrics_inflight(gw_metrics_t *m, int delta, int limit)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc;
+    if (delta > 0 && m->inflight >= limit) {
+        rc = -1;
+    } else {
+        m->inflight += delta;
+        rc = m->inflight;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void gw_metrics_connection(gw_metrics_t *m, int delta)
+{
+    pthread_mutex_lock(&m->mu);
+    m->connections += delta;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A growing text buffer. */
+typedef struct s_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} s_buf_t;
+
+static void s_printf(s_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_printf(s_buf_t *b, const char *fmt, ...)
+{
+    for (;;) {
+        if (b->oom)
+            return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
+        char *t = realloc(b->p, cap);
+        if (!t) {
+            b->oom = 1;
+            return;
+        }
+        b->p = t;
+        b->cap = cap;
+    }
+}
+
+static void s_hist_text(s_buf_t *b, const char *name, const char *help, const s_hist_t *h)
+{
+    s_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    unsigned long long cum = 0;
+    for (int i = 0; i < h->n_le; i++) {
+        cum += h->bucket[i];
+        s_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], cum);
+    }
+    s_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, h->count, name,
+             h->sum, name, h->count);
+}
+
+static void s_counter(s_buf_t *b, const char *name, const char *help, unsigned long long v)
+{
+    s_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+char *gw_metrics_text(gw_metrics_t *m)
+{
+    s_buf_t b = {0};
+    pthread_mutex_lock(&m->mu);
+    s_printf(&b, "# HELP shardwire_gateway_requests_total HTTP responses by endpoint and status\n"
+                 "# TYPE shardwire_gateway_requests_total counter\n");
+    for (int i = 0; i < m->n_resp; i++)
+        s_printf(&b, "shardwire_gateway_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                 m->resp[i].endpoint, m->resp[i].status, m->resp[i].n);
+    s_printf(&b, "# HELP shardwire_gateway_errors_total failed generations by cause\n"
+                 "# TYPE shardwire_gateway_errors_total counter\n");
+    for (int i = 0; i < m->n_err; i++)
+        s_printf(&b, "shardwire_gateway_errors_total{code=\"%s\"} %llu\n", m->err[i].code,
+                 m->err[i].n);
+    s_counter(&b, "shardwire_gateway_generations_total", "generations that completed",
+              m->generations);
+    s_printf(&b,
+             "# HELP shardwire_gateway_tokens_total tokens of completed generations\n"
+             "# TYPE shardwire_gateway_tokens_total counter\n"
+             "shardwire_gateway_tokens_total{kind=\"prompt\"} %llu\n"
+             "shardwire_gateway_tokens_total{kind=\"completion\"} %llu\n",
+             m->prompt_tokens, m->completion_tokens);
+    s_counter(&b, "shardwire_gateway_rounds_total", "pipeline round trips of decoding", m->rounds);
+    s_counter(&b, "shardwire_gateway_draft_tokens_total", "draft tokens proposed", m->drafted);
+    s_counter(&b, "shardwire_gateway_draft_accepted_total", "draft tokens accepted", m->accepted);
+    s_printf(&b,
+             "# HELP shardwire_gateway_draft_acceptance_ratio accepted / proposed drafts so far\n"
+             "# TYPE shardwire_gateway_draft_acceptance_ratio gauge\n"
+             "shardwire_gateway_draft_acceptance_ratio %.6f\n",
+             m->drafted ? (double)m->accepted / (double)m->drafted : 0.0);
+    s_printf(&b,
+             "# HELP shardwire_gateway_inflight generations in flight\n"
+             "# TYPE shardwire_gateway_inflight gauge\nshardwire_gateway_inflight %d\n"
+             "# HELP shardwire_gateway_connections open HTTP connections\n"
+             "# TYPE shardwire_gateway_connections gauge\nshardwire_gateway_connections %d\n",
+             m->inflight, m->connections);
+    s_hist_text(&b, "shardwire_gateway_time_to_first_token_seconds",
+                "request received to first token", &m->ttft);
+    s_hist_text(&b, "shardwire_gateway_generation_seconds", "request received to last token",
+                &m->dur);
+    s_hist_text(&b, "shardwire_gateway_decode_tokens_per_second",
+                "decode speed of each generation (the head's clock)", &m->tps);
+    pthread_mutex_unlock(&m->mu);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}

@@ -1,0 +1,38 @@
+/*
+ * metrics.h - the gateway's counters, served at GET /metrics in the
+ * Prometheus text format (docs/api.md lists every series).
+ *
+ * Updated by every HTTP connection thread, so the counters sit behind one
+ * mutex: a counter bump is a few nanoseconds and nothing blocks while it is
+ * held (the alternative, a message per bump to one owner thread, costs more
+ * and says less).
+ */
+#ifndef GW_METRICS_H
+#define GW_METRICS_H
+
+#include "client.h"
+
+typedef struct gw_metrics gw_metrics_t;
+
+gw_metrics_t *gw_metrics_new(void) __attribute__((warn_unused_result));
+/* Accepts NULL; NULLs *self_p. */
+void gw_metrics_destroy(gw_metrics_t **self_p);
+
+/* One HTTP response: endpoint ("chat", "completions", "models", ...), status code. */
+void gw_metrics_response(gw_metrics_t *m, const char *endpoint, int status);
+/* One generation that ended well: tokens, time to first token, speed, drafts. */
+void gw_metrics_generation(gw_metrics_t *m, const sw_client_stats_t *st);
+/* One generation that failed, by its error name (sw_client_strerror or an HTTP reason). */
+void gw_metrics_error(gw_metrics_t *m, const char *code);
+/*
+ * Generations in flight: delta +1 / -1. With +1, refuses (returns -1, no
+ * change) when limit are already in flight; otherwise returns the new count.
+ */
+int gw_metrics_inflight(gw_metrics_t *m, int delta, int limit);
+/* Open HTTP connections: delta +1 / -1. */
+void gw_metrics_connection(gw_metrics_t *m, int delta);
+
+/* The exposition text (malloc'd, the caller frees); NULL when out of memory. */
+char *gw_metrics_text(gw_metrics_t *m);
+
+#endif
