@@ -1426,7 +1426,7 @@ static void s_after_chunk(node_t *n, s_sess_t *s, const float *hidden, const flo
 
 /* Runs the next chunk of every ready session (ready[0..n_ready)) through
  * this stage's layers as one batch, then sends each on. */
-static void s_batch(node_t *n, s_sess_t **ready, int n_ready, double now)
+static void s_batch(node_t *n, s_sess_t **ready, int n_ready)
 {
     node_head_t *h = n->head;
     const int E = n->hp->n_embd, V = n->hp->n_vocab;
@@ -1460,8 +1460,6 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready, double now)
             .n_logits = want,
             .prompt = r->n_draft == 0,
         };
-        if (s->route.n > 1 && rows_total + rows > n->rows_cap)
-            break;
         kvs[nb] = s->kv;
         fs[nb] = f;
         in[nb++] = s;
@@ -1485,7 +1483,6 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready, double now)
         }
         s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, node_now_ms());
     }
-    (void)now;
 }
 
 /* The periodic status query (and the ones sessions asked for). */
@@ -1509,7 +1506,10 @@ static void s_status_step(node_t *n, double now)
     env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
     env.status_query = &q;
     if (sw_peer_try_send(n->peer, SW_WIRE_RELAY_NAME, &env) != 0) {
-        h->status_next = now + NODE_REC_POLL_MS; // the relay is not reachable now
+        /* the relay is not reachable now: the periodic query asks again (and
+         * the loop does not spin on the wish meanwhile) */
+        h->status_want = 0;
+        h->status_next = now + NODE_REC_POLL_MS;
         return;
     }
     h->status_out = 1;
@@ -1537,7 +1537,7 @@ void node_head_step(node_t *n)
     }
     h->rr = (h->rr + 1) % h->n_slots;
     if (n_ready > 0)
-        s_batch(n, ready, n_ready, now);
+        s_batch(n, ready, n_ready);
     s_status_step(n, node_now_ms());
     for (int k = 0; k < h->n_slots && !h->busy; k++)
         h->busy = h->sess[k].state == S_RUN && h->sess[k].send_idx >= 0;
