@@ -67,6 +67,22 @@ const char *sw_backend_name(const sw_backend_t *be)
     return be->name;
 }
 
+int64_t sw_backend_mem_free(sw_backend_t *be)
+{
+    sw_backend_t **devs;
+    const int n = sw_backend_devices(be, &devs);
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (!devs[i]->ops->mem_free)
+            return -1;
+        const int64_t f = devs[i]->ops->mem_free(devs[i]);
+        if (f < 0)
+            return -1;
+        sum += f;
+    }
+    return sum;
+}
+
 sw_backend_t *sw_backend_primary(sw_backend_t *be)
 {
     return be->n_members > 0 ? be->members[0] : be;

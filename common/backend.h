@@ -200,6 +200,8 @@ typedef struct sw_backend_ops {
      * `to` of the same kind (GPU to GPU); NULL or -2 = use download + upload. */
     int (*transfer)(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_backend_t *to,
                     sw_buf_t *dst, size_t dst_off, size_t bytes);
+    /* Optional: bytes of device memory free now (NULL: the backend uses host memory). */
+    int64_t (*mem_free)(sw_backend_t *be);
 } sw_backend_ops_t;
 
 #define SW_BACKEND_MAX_DEVICES 8 // members of one backend group
@@ -242,6 +244,10 @@ const char *sw_backend_name(const sw_backend_t *be);
 const char *sw_backend_error(const sw_backend_t *be);
 /* Records an error on be (printf style) and returns -1, for implementations. */
 int sw_backend_fail(sw_backend_t *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Free memory where be keeps KV caches: the sum over a group's GPUs of their
+ * free device memory, or -1 when the caches live in host memory (any member
+ * on the CPU). */
+int64_t sw_backend_mem_free(sw_backend_t *be);
 /* The first device of a group, or be itself. */
 sw_backend_t *sw_backend_primary(sw_backend_t *be);
 /* The devices a model on be is split over: be itself, or a group's members. */

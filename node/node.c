@@ -136,9 +136,13 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     const size_t E = (size_t)n.hp->n_embd;
     /* KV memory: by default what --max-sessions full caches take, but never
      * more than half the memory available now (a session that does not fit
-     * is refused with an error, instead of the kernel killing the node). */
+     * is refused with an error, instead of the kernel killing the node): the
+     * GPUs' free memory when the caches live there, else the host's. */
     const int64_t one = (int64_t)sw_kv_bytes(n.model, o->n_ctx);
-    const int64_t avail = (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    const int64_t dev_free = sw_backend_mem_free(n.be);
+    const int64_t avail = dev_free >= 0
+                              ? dev_free
+                              : (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
     if (n.o.kv_bytes == 0) {
         n.o.kv_bytes = one * o->max_sessions;
         if (avail > 0 && n.o.kv_bytes > avail / 2)

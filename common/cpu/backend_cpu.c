@@ -668,6 +668,7 @@ static const sw_backend_ops_t s_cpu_ops = {
     .graph_run = NULL,
     .graph_reset = NULL,
     .transfer = NULL,
+    .mem_free = NULL,
 };
 
 sw_backend_t *sw_backend_cpu_new(int n_threads)

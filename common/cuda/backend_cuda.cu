@@ -380,6 +380,17 @@ static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_
     return 0;
 }
 
+static int64_t s_mem_free(sw_backend_t *be)
+{
+    size_t free_b = 0, total = 0;
+    if (cudaSetDevice(swc_of(be)->dev) != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return (int64_t)free_b;
+}
+
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
 static void s_destroy(sw_backend_t *be)
@@ -440,6 +451,7 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* graph_run */ s_graph_run,
     /* graph_reset */ s_graph_reset,
     /* transfer */ s_transfer,
+    /* mem_free */ s_mem_free,
 };
 
 int sw_cuda_devices(void)

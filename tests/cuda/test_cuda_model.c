@@ -56,6 +56,7 @@ static void s_model(const char *path)
         sw_backend_free(&gpu);
         return;
     }
+    SW_CHECK(sw_backend_mem_free(gpu) > 0); /* the node sizes --kv-mib from it */
     const sw_hparams_t *hp = sw_model_hparams(mc);
     const int V = hp->n_vocab, L = hp->n_layer, E = hp->n_embd;
     s_tokens(V);

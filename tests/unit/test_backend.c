@@ -74,6 +74,7 @@ static void s_test_registry(void)
         sw_backend_t **devs;
         SW_CHECK_INT(sw_backend_devices(be, &devs), 1);
         SW_CHECK(devs[0] == be && sw_backend_primary(be) == be);
+        SW_CHECK(sw_backend_mem_free(be) == -1); /* KV caches in host memory */
         sw_backend_free(&be);
         SW_CHECK(be == NULL);
     }
