@@ -121,6 +121,9 @@ typedef struct sw_attn_args {
 
 /* matmul flags */
 #define SW_MM_PROMPT 1 // the rows are a prompt chunk: a batch-dependent faster path is allowed
+/* With SW_MM_PROMPT, in a prompt window of 8 rows or more: K-quant weights
+ * use llama.cpp's tiled order (sw_matmul_tiled) on the CPU. */
+#define SW_MM_TILED 2
 
 /* The operations of one implementation. Members marked optional may be NULL. */
 typedef struct sw_backend_ops {

@@ -872,6 +872,10 @@ typedef struct s_step {
     const sw_buf_t *ctl;     // the chunk's control block on d (positions, tokens of every row)
     int n;                   // rows
     int prompt_order;        // attention order and SW_MM_PROMPT
+    int tiled;               // SW_MM_TILED for the layers' matmuls
+    int tiled_out;           // SW_MM_TILED for the last layer's FFN before the final norm:
+                             // llama.cpp runs that FFN on the rows that want logits only,
+                             // so only those rows count
     int embed;               // 1: get_rows first
     int final_norm;          // 1: output norm last (into d->xn)
     const s_piece_t *pieces; // (n_pieces) sessions of a shared chunk, NULL = one session (kv)
@@ -925,7 +929,7 @@ static int s_layer_forward(const s_step_t *s, int li)
     const sw_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
     const sw_buf_t *bias[3] = {L->bq, L->bk, L->bv};
     sw_buf_t *qkv_out[3] = {d->q, d->k, d->v};
-    const int mm_flags = s->prompt_order ? SW_MM_PROMPT : 0;
+    const int mm_flags = s->prompt_order ? SW_MM_PROMPT | (s->tiled ? SW_MM_TILED : 0) : 0;
     S_TRY(ops->matmul(be, 3, qkv, bias, d->xn, 0, n, qkv_out, mm_flags));
     if (L->q_norm) {
         S_TRY(ops->head_norm(be, d->q, n, hp->n_head, hp->head_dim, L->q_norm, hp->rms_eps));
@@ -941,12 +945,15 @@ static int s_layer_forward(const s_step_t *s, int li)
     S_TRY(ops->add(be, d->x, d->tmp, (size_t)n * hp->n_embd));
 
     S_TRY(ops->rmsnorm(be, d->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, d->xn));
+    const int ffn_flags = s->final_norm && li == d->l1 - 1 && s->prompt_order
+                              ? SW_MM_PROMPT | (s->tiled_out ? SW_MM_TILED : 0)
+                              : mm_flags;
     const sw_weight_t *gu[2] = {&L->w_gate, &L->w_up};
     sw_buf_t *gu_out[2] = {d->gate, d->up};
-    S_TRY(ops->matmul(be, 2, gu, NULL, d->xn, 0, n, gu_out, mm_flags));
+    S_TRY(ops->matmul(be, 2, gu, NULL, d->xn, 0, n, gu_out, ffn_flags));
     S_TRY(ops->swiglu(be, d->gate, d->up, (size_t)n * hp->n_ff));
     const sw_weight_t *wd[1] = {&L->w_down};
-    S_TRY(ops->matmul(be, 1, wd, NULL, d->gate, 0, n, &d->tmp, mm_flags));
+    S_TRY(ops->matmul(be, 1, wd, NULL, d->gate, 0, n, &d->tmp, ffn_flags));
     S_TRY(ops->add(be, d->x, d->tmp, (size_t)n * hp->n_embd));
     return 0;
 }
@@ -1240,25 +1247,49 @@ typedef struct s_chunk {
     int np;                     // pieces
     int n;                      // rows
     int prompt_order;           // 1: one prompt segment (alone, as a single call would cut it)
+    int tiled;                  // its window holds 8 rows or more (SW_MM_TILED)
+    int tiled_logits;           // its window wants 8 rows of logits or more
 } s_chunk_t;
 
+/* The rows of the prompt window (SW_MODEL_PROMPT_WINDOW) of segment f that
+ * holds row off, and how many of them want logits. */
+static int s_window_rows(const sw_forward_t *f, int off, int *n_logits)
+{
+    const int w0 = off / SW_MODEL_PROMPT_WINDOW * SW_MODEL_PROMPT_WINDOW;
+    const int w1 = f->n - w0 < SW_MODEL_PROMPT_WINDOW ? f->n : w0 + SW_MODEL_PROMPT_WINDOW;
+    const int l0 = f->n - f->n_logits > w0 ? f->n - f->n_logits : w0;
+    *n_logits = w1 > l0 ? w1 - l0 : 0;
+    return w1 - w0;
+}
+
 /* Fills ch with the next chunk from (*seg, *off) on and advances them. A
- * prompt segment of two rows or more takes its chunks alone, cut at
- * multiples of m->batch from its start, exactly as a call of its own would
- * (the prompt path may depend on the chunk); other rows are packed. */
+ * prompt window (SW_MODEL_PROMPT_WINDOW) of two rows or more takes its
+ * chunks alone, cut at multiples of m->batch from the window's start,
+ * exactly as a call of its own would (the prompt path may depend on the
+ * window); other rows are packed. */
 static void s_next_chunk(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
                          int *seg, int *off, s_chunk_t *ch)
 {
+    int wl = 0;
+    const int wr = fs[*seg].prompt ? s_window_rows(&fs[*seg], *off, &wl) : 0;
     ch->np = ch->n = 0;
-    ch->prompt_order = fs[*seg].prompt && fs[*seg].n >= 2;
+    ch->prompt_order = wr >= 2;
+    ch->tiled = wr >= 8;
+    ch->tiled_logits = ch->prompt_order && wl >= 8;
     while (*seg < n_seg && ch->n < m->batch && ch->np < S_MAX_PIECES) {
         const sw_forward_t *f = &fs[*seg];
-        const int po = f->prompt && f->n >= 2;
+        int wl2 = 0;
+        const int po = f->prompt && s_window_rows(f, *off, &wl2) >= 2;
         if (ch->np > 0 && (po || ch->prompt_order))
             break;
         int c = f->n - *off;
         if (c > m->batch - ch->n)
             c = m->batch - ch->n;
+        if (po) { // a chunk never crosses a window's end
+            const int w_end = (*off / SW_MODEL_PROMPT_WINDOW + 1) * SW_MODEL_PROMPT_WINDOW;
+            if (c > w_end - *off)
+                c = w_end - *off;
+        }
         s_piece_t *p = &ch->pc[ch->np];
         p->kv = kvs[*seg];
         p->row0 = ch->n;
@@ -1289,7 +1320,7 @@ static int s_chunk_logits(sw_model_t *m, const sw_forward_t *fs, const s_chunk_t
     const sw_backend_ops_t *ops = dl->be->ops;
     const size_t row_bytes = (size_t)hp->n_embd * sizeof(float);
     const size_t logit_bytes = (size_t)hp->n_vocab * sizeof(float);
-    const int mm_flags = ch->prompt_order ? SW_MM_PROMPT : 0;
+    const int mm_flags = ch->prompt_order ? SW_MM_PROMPT | (ch->tiled_logits ? SW_MM_TILED : 0) : 0;
     const sw_weight_t *out[1] = {&m->output};
     *bad = dl->be;
     /* rows wanted: [lo, n) of piece j, lo relative to the piece */
@@ -1399,6 +1430,8 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                            .ctl = d->ctl,
                            .n = n,
                            .prompt_order = ch.prompt_order,
+                           .tiled = ch.tiled,
+                           .tiled_out = ch.tiled_logits,
                            .embed = i == 0 && sw_model_is_first(m),
                            .final_norm = d == dl && sw_model_is_last(m),
                            .pieces = shared ? ch.pc : NULL,

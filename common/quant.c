@@ -501,6 +501,93 @@ static inline void s_lanes_scaled(const int8_t *q, const int8_t *y, int sc, int3
         lane[k] += sc * l[k];
 }
 
+/* The exact integers of one q4_K super-block against its q8_K block, as
+ * GGML's AVX2 kernel forms them: lane[8] (sub-block scales applied) and
+ * pm[4], the minimums times the bsum pairs, added pairwise. */
+static void s_k4_block(const sw_block_q4_k *w, const sw_block_q8_k *x, int32_t lane[8],
+                       int32_t pm[4])
+{
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++)
+        sw_scale_min_k4(j, w->scales, &sc[j], &mn[j]);
+    for (int k = 0; k < 8; k++)
+        lane[k] = 0;
+    for (int c = 0; c < 4; c++) {
+        int8_t lo[32], hi[32];
+        for (int l = 0; l < 32; l++) {
+            lo[l] = (int8_t)(w->qs[32 * c + l] & 0xF);
+            hi[l] = (int8_t)(w->qs[32 * c + l] >> 4);
+        }
+        s_lanes_scaled(lo, x->qs + 64 * c, sc[2 * c], lane);
+        s_lanes_scaled(hi, x->qs + 64 * c + 32, sc[2 * c + 1], lane);
+    }
+    for (int m = 0; m < 4; m++)
+        pm[m] = mn[2 * m] * (x->bsums[4 * m] + x->bsums[4 * m + 1]) +
+                mn[2 * m + 1] * (x->bsums[4 * m + 2] + x->bsums[4 * m + 3]);
+}
+
+/* q5_K's integers: lane[8] and *pm, the minimums times the bsum pairs. */
+static void s_k5_block(const sw_block_q5_k *w, const sw_block_q8_k *x, int32_t lane[8], int32_t *pm)
+{
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++)
+        sw_scale_min_k4(j, w->scales, &sc[j], &mn[j]);
+    for (int k = 0; k < 8; k++)
+        lane[k] = 0;
+    for (int c = 0; c < 4; c++) {
+        int8_t lo[32], hi[32];
+        for (int l = 0; l < 32; l++) {
+            uint8_t q = w->qs[32 * c + l], h = w->qh[l];
+            lo[l] = (int8_t)((q & 0xF) | (((h >> (2 * c)) & 1) << 4));
+            hi[l] = (int8_t)((q >> 4) | (((h >> (2 * c + 1)) & 1) << 4));
+        }
+        s_lanes_scaled(lo, x->qs + 64 * c, sc[2 * c], lane);
+        s_lanes_scaled(hi, x->qs + 64 * c + 32, sc[2 * c + 1], lane);
+    }
+    int32_t p = 0;
+    for (int j = 0; j < 8; j++)
+        p += mn[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    *pm = p;
+}
+
+/* q6_K's integers: lane[8], the -32 offset included. */
+static void s_k6_block(const sw_block_q6_k *w, const sw_block_q8_k *x, int32_t lane[8])
+{
+    for (int k = 0; k < 8; k++)
+        lane[k] = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = w->ql + 64 * h, *qh = w->qh + 32 * h;
+        const int8_t *sc = w->scales + 8 * h;
+        const int8_t *y = x->qs + 128 * h;
+        int8_t q[4][32]; // unsigned 0..63; the -32 is applied below through bsums
+        for (int l = 0; l < 32; l++) {
+            q[0][l] = (int8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+            q[1][l] = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            q[2][l] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            q[3][l] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+        for (int c = 0; c < 4; c++) {
+            // the first 16 elements of a chunk use scale 2c, the next 16 scale 2c+1
+            int32_t l[8];
+            s_lanes32(q[c], y + 32 * c, l);
+            for (int k = 0; k < 8; k++)
+                lane[k] += sc[2 * c + (k >= 4)] * l[k];
+        }
+    }
+    // GGML's lane k subtracts 32 * (bsums[2k] * scales[2k] + bsums[2k+1] * scales[2k+1])
+    for (int k = 0; k < 8; k++)
+        lane[k] -=
+            32 * (x->bsums[2 * k] * w->scales[2 * k] + x->bsums[2 * k + 1] * w->scales[2 * k + 1]);
+}
+
+static int32_t s_isum8(const int32_t lane[8])
+{
+    int32_t t = 0;
+    for (int k = 0; k < 8; k++)
+        t += lane[k];
+    return t;
+}
+
 static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
 {
     const sw_block_q4_k *w = vw;
@@ -509,24 +596,10 @@ static void s_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
     for (int64_t b = 0; b < n / SW_QK_K; b++) {
         const float d = x[b].d * F16(w[b].d);
         const float dmin = -x[b].d * F16(w[b].dmin);
-        uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++)
-            sw_scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);
-        int32_t lane[8] = {0};
-        for (int c = 0; c < 4; c++) {
-            int8_t lo[32], hi[32];
-            for (int l = 0; l < 32; l++) {
-                lo[l] = (int8_t)(w[b].qs[32 * c + l] & 0xF);
-                hi[l] = (int8_t)(w[b].qs[32 * c + l] >> 4);
-            }
-            s_lanes_scaled(lo, x[b].qs + 64 * c, sc[2 * c], lane);
-            s_lanes_scaled(hi, x[b].qs + 64 * c + 32, sc[2 * c + 1], lane);
-        }
-        for (int m = 0; m < 4; m++) {
-            int32_t p = mn[2 * m] * (x[b].bsums[4 * m] + x[b].bsums[4 * m + 1]) +
-                        mn[2 * m + 1] * (x[b].bsums[4 * m + 2] + x[b].bsums[4 * m + 3]);
-            accm[m] = fmaf(dmin, (float)p, accm[m]);
-        }
+        int32_t lane[8], pm[4];
+        s_k4_block(&w[b], &x[b], lane, pm);
+        for (int m = 0; m < 4; m++)
+            accm[m] = fmaf(dmin, (float)pm[m], accm[m]);
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
@@ -541,23 +614,8 @@ static void s_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
     for (int64_t b = 0; b < n / SW_QK_K; b++) {
         const float d = x[b].d * F16(w[b].d);
         const float dmin = -x[b].d * F16(w[b].dmin);
-        uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++)
-            sw_scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);
-        int32_t lane[8] = {0};
-        for (int c = 0; c < 4; c++) {
-            int8_t lo[32], hi[32];
-            for (int l = 0; l < 32; l++) {
-                uint8_t q = w[b].qs[32 * c + l], h = w[b].qh[l];
-                lo[l] = (int8_t)((q & 0xF) | (((h >> (2 * c)) & 1) << 4));
-                hi[l] = (int8_t)((q >> 4) | (((h >> (2 * c + 1)) & 1) << 4));
-            }
-            s_lanes_scaled(lo, x[b].qs + 64 * c, sc[2 * c], lane);
-            s_lanes_scaled(hi, x[b].qs + 64 * c + 32, sc[2 * c + 1], lane);
-        }
-        int32_t p = 0;
-        for (int j = 0; j < 8; j++)
-            p += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        int32_t lane[8], p;
+        s_k5_block(&w[b], &x[b], lane, &p);
         summs = fmaf(dmin, (float)p, summs);
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
@@ -572,34 +630,58 @@ static void s_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
     float acc[8] = {0};
     for (int64_t b = 0; b < n / SW_QK_K; b++) {
         const float d = x[b].d * F16(w[b].d);
-        int32_t lane[8] = {0};
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
-            const int8_t *sc = w[b].scales + 8 * h;
-            const int8_t *y = x[b].qs + 128 * h;
-            int8_t q[4][32]; // unsigned 0..63; the -32 is applied below through bsums
-            for (int l = 0; l < 32; l++) {
-                q[0][l] = (int8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
-                q[1][l] = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-                q[2][l] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-                q[3][l] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-            }
-            for (int c = 0; c < 4; c++) {
-                // the first 16 elements of a chunk use scale 2c, the next 16 scale 2c+1
-                int32_t l[8];
-                s_lanes32(q[c], y + 32 * c, l);
-                for (int k = 0; k < 8; k++)
-                    lane[k] += sc[2 * c + (k >= 4)] * l[k];
-            }
-        }
-        // GGML's lane k subtracts 32 * (bsums[2k] * scales[2k] + bsums[2k+1] * scales[2k+1])
-        for (int k = 0; k < 8; k++)
-            lane[k] -= 32 * (x[b].bsums[2 * k] * w[b].scales[2 * k] +
-                             x[b].bsums[2 * k + 1] * w[b].scales[2 * k + 1]);
+        int32_t lane[8];
+        s_k6_block(&w[b], &x[b], lane);
         for (int k = 0; k < 8; k++)
             acc[k] = fmaf(d, (float)lane[k], acc[k]);
     }
     *s = sw_hsum8(acc);
+}
+
+/* The same dot products in the order of llama.cpp's tiled K-quant matmul
+ * (sw_matmul_tiled): per super-block r = d_w * float(integer total), minus
+ * dmin_w * float(minimums total) in one fused step, then y = fma(r, d_x, y). */
+static void s_tdot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q4_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    float y = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        int32_t lane[8], pm[4];
+        s_k4_block(&w[b], &x[b], lane, pm);
+        float r = F16(w[b].d) * (float)s_isum8(lane);
+        r = fmaf(-F16(w[b].dmin), (float)(pm[0] + pm[1] + pm[2] + pm[3]), r);
+        y = fmaf(r, x[b].d, y);
+    }
+    *s = y;
+}
+
+static void s_tdot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q5_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    float y = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        int32_t lane[8], p;
+        s_k5_block(&w[b], &x[b], lane, &p);
+        float r = F16(w[b].d) * (float)s_isum8(lane);
+        r = fmaf(-F16(w[b].dmin), (float)p, r);
+        y = fmaf(r, x[b].d, y);
+    }
+    *s = y;
+}
+
+static void s_tdot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const sw_block_q6_k *w = vw;
+    const sw_block_q8_k *x = vx;
+    float y = 0.0f;
+    for (int64_t b = 0; b < n / SW_QK_K; b++) {
+        int32_t lane[8];
+        s_k6_block(&w[b], &x[b], lane);
+        y = fmaf(F16(w[b].d) * (float)s_isum8(lane), x[b].d, y);
+    }
+    *s = y;
 }
 
 /* GGML's F16/F32 SIMD loop shape: 4 accumulators of 8 lanes over 32-element
@@ -720,6 +802,9 @@ static void s_init(void)
     s_scalar.dot[SW_TYPE_Q4_K] = s_dot_q4_k;
     s_scalar.dot[SW_TYPE_Q5_K] = s_dot_q5_k;
     s_scalar.dot[SW_TYPE_Q6_K] = s_dot_q6_k;
+    s_scalar.tdot[SW_TYPE_Q4_K] = s_tdot_q4_k;
+    s_scalar.tdot[SW_TYPE_Q5_K] = s_tdot_q5_k;
+    s_scalar.tdot[SW_TYPE_Q6_K] = s_tdot_q6_k;
     s_best = s_scalar;
     const char *env = getenv("SW_CPU");
     int want_scalar = env != NULL && strcmp(env, "scalar") == 0;
@@ -777,4 +862,20 @@ void sw_matmul(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_
         k->mm[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
     else
         s_mm_generic(k->dot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+}
+
+void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                     int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const struct sw_kernels *k = s_active();
+    if (t < 0 || t >= SW_TYPE_COUNT || k->tdot[t] == NULL) {
+        sw_matmul(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+        return;
+    }
+    if (o1 <= o0 || nr <= 0)
+        return;
+    if (k->mmt[t] != NULL)
+        k->mmt[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else
+        s_mm_generic(k->tdot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
 }

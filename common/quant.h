@@ -99,6 +99,22 @@ void sw_vec_dot(enum sw_type t, int64_t n, float *s, const void *w, const void *
 void sw_matmul(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
                const void *x, size_t x_stride, int nr, float *y, int64_t y_stride);
 
+/* sw_matmul in the order llama.cpp's CPU backend uses for a batch of 8 rows
+ * or more of a K-quant weight (its "tiled" matmul, ggml-cpu/tiled/): per
+ * super-block the exact int32 total t of the block's dot product (sub-block
+ * scales applied) and, for q4_K/q5_K, the total m of the minimums times the
+ * activation's bsums, then
+ *
+ *   r = d_w * float(t);  r = fma(-dmin_w, float(m), r);  y = fma(r, d_x, y)
+ *
+ * over the super-blocks in order (y starts at 0). Other types: sw_matmul.
+ * Each element still depends only on its two rows (the kernel level aside),
+ * but the value differs from sw_matmul's; the model uses it only for prompt
+ * windows of 8 rows or more (SW_MM_TILED), where llama.cpp does. */
+void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                     int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                     int64_t y_stride);
+
 /* Which kernel level is active: "avx2" or "scalar". */
 const char *sw_cpu_kernels(void);
 

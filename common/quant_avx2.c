@@ -397,18 +397,20 @@ SW_AI __m128i s_bsum_pairs(__m256i bs)
  * (no saturation can occur), so vnni != 0 may fuse each madd + add into one
  * vpdpwssd and the lanes stay the same integers.
  */
-SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, size_t pf,
+SW_AI void s_tile_k(int kind, int vnni, int tiled, int rx, int64_t nb, const uint8_t *w, size_t pf,
                     const uint8_t *x, size_t xs, const __m128i *q8p, float *y, int64_t ys)
 {
     const int wsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
     __m256 acc[8];
     __m128 accm[8];
-    float summs[8];
+    float summs[8], ty[8];
+    int32_t mt[8]; // tiled: the block's minimums total per row
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) {
         acc[r] = _mm256_setzero_ps();
         accm[r] = _mm_setzero_ps();
-        summs[r] = 0.0f;
+        summs[r] = ty[r] = 0.0f;
+        mt[r] = 0;
     }
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *pw = w + (size_t)b * wsz;
@@ -420,7 +422,7 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
          * dependency chains, added at the end (exact, so the same integers). */
         __m256i sumi[8], sumj[8];
         const int split = rx <= 2;
-        float d[8];
+        float d[8], dw = 0.0f, dminw = 0.0f;
 #pragma GCC unroll 8
         for (int r = 0; r < rx; r++) {
             xb[r] = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
@@ -432,7 +434,7 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
              * scales), like GGML's AVX2 q6_K kernel, so the lanes hold the
              * same integers as GGML's. */
             const sw_block_q6_k *q6 = (const sw_block_q6_k *)pw;
-            const float dw = _cvtsh_ss(q6->d);
+            dw = _cvtsh_ss(q6->d);
             const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
             const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
 #pragma GCC unroll 8
@@ -469,7 +471,8 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
             }
         } else {
             const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
-            const float dw = _cvtsh_ss(q4->d), dminw = _cvtsh_ss(q4->dmin);
+            dw = _cvtsh_ss(q4->d);
+            dminw = _cvtsh_ss(q4->dmin);
             const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(q4->scales));
             const __m128i mins = _mm256_extracti128_si256(ms, 1);
             const __m128i sc = _mm256_castsi256_si128(ms);
@@ -490,7 +493,10 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
                     q8s = s_bsum_pairs(bs);
                 }
                 const __m128i prod = _mm_madd_epi16(mins, q8s);
-                if (kind == K_Q4_K) {
+                if (tiled) {
+                    const __m128i z = _mm_setzero_si128();
+                    mt[r] = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
+                } else if (kind == K_Q4_K) {
                     accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[r]);
                 } else {
                     const __m128i z = _mm_setzero_si128();
@@ -527,12 +533,29 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
             if (split)
                 sumi[r] = _mm256_add_epi32(sumi[r], sumj[r]);
         }
+        if (tiled) {
+#pragma GCC unroll 8
+            for (int r = 0; r < rx; r++) {
+                __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sumi[r]),
+                                          _mm256_extracti128_si256(sumi[r], 1));
+                t = _mm_hadd_epi32(_mm_hadd_epi32(t, t), t);
+                float v = dw * (float)_mm_cvtsi128_si32(t);
+                if (kind != K_Q6_K)
+                    v = fmaf(-dminw, (float)mt[r], v);
+                ty[r] = fmaf(v, xb[r]->d, ty[r]);
+            }
+            continue;
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < rx; r++)
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < rx; r++) {
+        if (tiled) {
+            y[r * ys] = ty[r];
+            continue;
+        }
         float v = s_hsum8(acc[r]);
         if (kind == K_Q4_K) {
             __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
@@ -547,8 +570,9 @@ SW_AI void s_tile_k(int kind, int vnni, int rx, int64_t nb, const uint8_t *w, si
 
 /* One weight row against rows [r0, r1) of x, in near-equal groups of at most
  * 8 activation rows: each weight super-block is unpacked once per group. */
-SW_AI void s_row_k(int kind, int vnni, int64_t nb, const uint8_t *wo, size_t pf, const uint8_t *x,
-                   size_t xs, const __m128i *q8p, int r0, int r1, float *y, int64_t ys)
+SW_AI void s_row_k(int kind, int vnni, int tiled, int64_t nb, const uint8_t *wo, size_t pf,
+                   const uint8_t *x, size_t xs, const __m128i *q8p, int r0, int r1, float *y,
+                   int64_t ys)
 {
     const int len = r1 - r0, groups = (len + 7) / 8;
     int r = r0;
@@ -560,7 +584,7 @@ SW_AI void s_row_k(int kind, int vnni, int64_t nb, const uint8_t *wo, size_t pf,
         switch (sz) {
 #define SW_CASEK(m)                                                                                \
     case m:                                                                                        \
-        s_tile_k(kind, vnni, m, nb, wo, pf, xr, xs, q8r, yr, ys);                                  \
+        s_tile_k(kind, vnni, tiled, m, nb, wo, pf, xr, xs, q8r, yr, ys);                           \
         break;
             SW_CASEK(1)
             SW_CASEK(2)
@@ -578,8 +602,9 @@ SW_AI void s_row_k(int kind, int vnni, int64_t nb, const uint8_t *wo, size_t pf,
     }
 }
 
-SW_AI void s_mm_k(int kind, int vnni, int64_t n, const void *w, size_t w_stride, int64_t o0,
-                  int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+SW_AI void s_mm_k(int kind, int vnni, int tiled, int64_t n, const void *w, size_t w_stride,
+                  int64_t o0, int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                  int64_t y_stride)
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
@@ -593,7 +618,7 @@ SW_AI void s_mm_k(int kind, int vnni, int64_t n, const void *w, size_t w_stride,
         if (nb > PRE_MAX) { // a row longer than 512Ki elements: per-pair kernel
             for (int r = 0; r < nr; r++)
                 for (int64_t o = o0; o < o1; o++)
-                    s_tile_k(kind, vnni, 1, nb, wb + (size_t)o * w_stride, 0,
+                    s_tile_k(kind, vnni, tiled, 1, nb, wb + (size_t)o * w_stride, 0,
                              xb + (size_t)r * x_stride, 0, NULL, y + r * y_stride + o, 0);
             return;
         }
@@ -610,28 +635,35 @@ SW_AI void s_mm_k(int kind, int vnni, int64_t n, const void *w, size_t w_stride,
                         s_bsum_pairs(_mm256_loadu_si256((const __m256i *)xr[b].bsums));
             }
         for (int64_t o = o0; o < o1; o++)
-            s_row_k(kind, vnni, nb, wb + (size_t)o * w_stride, pf, xb, x_stride,
+            s_row_k(kind, vnni, tiled, nb, wb + (size_t)o * w_stride, pf, xb, x_stride,
                     kind == K_Q6_K ? NULL : pre, r0, r1, y + o, y_stride);
     }
 }
 
-#define SW_DEFK(name, kind, vnni)                                                                  \
+#define SW_DEFK(name, kind, vnni, tiled)                                                           \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_tile_k(kind, vnni, 1, n / SW_QK_K, w, 0, x, 0, NULL, s, 0);                              \
+        s_tile_k(kind, vnni, tiled, 1, n / SW_QK_K, w, 0, x, 0, NULL, s, 0);                       \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        s_mm_k(kind, vnni, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                  \
+        s_mm_k(kind, vnni, tiled, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);           \
     }
 
-SW_DEFK(q4_k, K_Q4_K, 0)
-SW_DEFK(q5_k, K_Q5_K, 0)
-SW_DEFK(q6_k, K_Q6_K, 0)
-SW_DEFK(q4_k_vnni, K_Q4_K, 1)
-SW_DEFK(q5_k_vnni, K_Q5_K, 1)
-SW_DEFK(q6_k_vnni, K_Q6_K, 1)
+SW_DEFK(q4_k, K_Q4_K, 0, 0)
+SW_DEFK(q5_k, K_Q5_K, 0, 0)
+SW_DEFK(q6_k, K_Q6_K, 0, 0)
+SW_DEFK(q4_k_vnni, K_Q4_K, 1, 0)
+SW_DEFK(q5_k_vnni, K_Q5_K, 1, 0)
+SW_DEFK(q6_k_vnni, K_Q6_K, 1, 0)
+/* The tiled order (sw_matmul_tiled). */
+SW_DEFK(q4_k_t, K_Q4_K, 0, 1)
+SW_DEFK(q5_k_t, K_Q5_K, 0, 1)
+SW_DEFK(q6_k_t, K_Q6_K, 0, 1)
+SW_DEFK(q4_k_t_vnni, K_Q4_K, 1, 1)
+SW_DEFK(q5_k_t_vnni, K_Q5_K, 1, 1)
+SW_DEFK(q6_k_t_vnni, K_Q6_K, 1, 1)
 
 /* ---- F16 / F32 / BF16 --------------------------------------------------- */
 
@@ -831,6 +863,12 @@ void sw_kernels_avx2(struct sw_kernels *k)
     k->mm[SW_TYPE_Q4_K] = vnni ? s_mm_q4_k_vnni : s_mm_q4_k;
     k->mm[SW_TYPE_Q5_K] = vnni ? s_mm_q5_k_vnni : s_mm_q5_k;
     k->mm[SW_TYPE_Q6_K] = vnni ? s_mm_q6_k_vnni : s_mm_q6_k;
+    k->tdot[SW_TYPE_Q4_K] = vnni ? s_dot_q4_k_t_vnni : s_dot_q4_k_t;
+    k->tdot[SW_TYPE_Q5_K] = vnni ? s_dot_q5_k_t_vnni : s_dot_q5_k_t;
+    k->tdot[SW_TYPE_Q6_K] = vnni ? s_dot_q6_k_t_vnni : s_dot_q6_k_t;
+    k->mmt[SW_TYPE_Q4_K] = vnni ? s_mm_q4_k_t_vnni : s_mm_q4_k_t;
+    k->mmt[SW_TYPE_Q5_K] = vnni ? s_mm_q5_k_t_vnni : s_mm_q5_k_t;
+    k->mmt[SW_TYPE_Q6_K] = vnni ? s_mm_q6_k_t_vnni : s_mm_q6_k_t;
     k->mm[SW_TYPE_F16] = NULL;
     k->mm[SW_TYPE_F32] = NULL;
     k->mm[SW_TYPE_BF16] = NULL;

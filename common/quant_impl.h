@@ -96,8 +96,10 @@ typedef void (*sw_mm_fn)(int64_t n, const void *w, size_t w_stride, int64_t o0, 
 
 /* One kernel level: NULL entries are not implemented at that level. */
 struct sw_kernels {
-    sw_dot_fn dot[SW_TYPE_COUNT]; // indexed by weight type
-    sw_mm_fn mm[SW_TYPE_COUNT];   // indexed by weight type
+    sw_dot_fn dot[SW_TYPE_COUNT];  // indexed by weight type
+    sw_mm_fn mm[SW_TYPE_COUNT];    // indexed by weight type
+    sw_dot_fn tdot[SW_TYPE_COUNT]; // the tiled order (sw_matmul_tiled): K-quants only
+    sw_mm_fn mmt[SW_TYPE_COUNT];   // its multi-row kernel
 };
 
 /* Fills the AVX2+FMA+F16C kernels (quant_avx2.c); only call when the CPU has them. */

@@ -1238,6 +1238,12 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     sw_wire_msg_move(&h->table, msg); // kept: new sessions take their baseline from it
 }
 
+/* The head cuts a prompt into Forwards of SW_WIRE_MAX_ROWS rows from its
+ * start; a stage evaluates each as one prompt window, which is what a single
+ * process does only when the two lengths agree. */
+_Static_assert(SW_WIRE_MAX_ROWS == SW_MODEL_PROMPT_WINDOW,
+               "a prompt Forward must be one engine prompt window");
+
 /* Sends one chunk of s's round (its rows just ran through this stage's
  * layers into hidden) to the next stage. 0, or -1 when the relay would not
  * take it. */

@@ -4,7 +4,9 @@
  * on random rows of every supported type, at both shardwire kernel levels.
  * Built and run by scripts/ggml_bits.sh against a llama.cpp ggml source tree
  * compiled for AVX2 (no AVX-512, no AMX), the arithmetic shardwire follows.
- * Exit status 0 when the AVX2 level matches everywhere.
+ * Also compares ggml_mul_mat of a K-quant weight with a batch of 16 rows
+ * (GGML's tiled K-quant path) against sw_matmul_tiled, and with 1 row
+ * against sw_matmul. Exit status 0 when the AVX2 level matches everywhere.
  */
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -86,6 +88,41 @@ static void rand_row(enum sw_type t, uint8_t *row, int64_t n)
     }
 }
 
+/* ggml_mul_mat(W, X) with nr rows against shardwire's matmul of the same
+ * order (tiled for nr >= 8, as GGML chooses). Returns the mismatches. */
+static int mm_check(enum sw_type t, int64_t n, int64_t rows, int nr)
+{
+    struct ggml_init_params ip = {(size_t)256 << 20, NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *W = ggml_new_tensor_2d(ctx, (enum ggml_type)t, n, rows);
+    struct ggml_tensor *X = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, nr);
+    for (int64_t o = 0; o < rows; o++)
+        rand_row(t, (uint8_t *)W->data + o * W->nb[1], n);
+    for (int64_t i = 0; i < n * nr; i++)
+        ((float *)X->data)[i] = uni(-1, 1) * (i % 37 == 0 ? 5.f : 1.f);
+    struct ggml_tensor *Y = ggml_mul_mat(ctx, W, X);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, Y);
+    ggml_graph_compute_with_ctx(ctx, gf, 2);
+    enum sw_type at = sw_type_vec_dot(t);
+    uint64_t xs;
+    if (sw_type_row_bytes(at, n, &xs))
+        abort();
+    uint8_t *xq = malloc(xs * nr);
+    float *y = malloc(sizeof(float) * rows * nr);
+    for (int r = 0; r < nr; r++)
+        if (sw_quantize_row(at, (const float *)X->data + r * n, xq + r * xs, n))
+            abort();
+    (nr >= 8 ? sw_matmul_tiled : sw_matmul)(t, n, W->data, W->nb[1], 0, rows, xq, xs, nr, y, rows);
+    int bad = 0;
+    for (int64_t i = 0; i < rows * nr; i++)
+        bad += memcmp(&y[i], (const float *)Y->data + i, 4) != 0;
+    free(xq);
+    free(y);
+    ggml_free(ctx);
+    return bad;
+}
+
 int main(void)
 {
     ggml_cpu_init();
@@ -153,6 +190,15 @@ int main(void)
                 total_bad += qbad + dbad;
         }
     }
+    sw_quant_force_scalar(0);
+    const enum sw_type kq[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    for (size_t k = 0; k < 3; k++)
+        for (int nr = 1; nr <= 16; nr += 15) {
+            int bad = mm_check(kq[k], 1536, 96, nr);
+            printf("%-5s: ggml_mul_mat with %2d rows (%s path): %d/%d mismatches\n",
+                   sw_type_name(kq[k]), nr, nr >= 8 ? "tiled" : "vec_dot", bad, 96 * nr);
+            total_bad += bad;
+        }
     printf("avx2 level total mismatches: %d\n", total_bad);
     return total_bad != 0;
 }

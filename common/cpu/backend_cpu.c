@@ -311,6 +311,7 @@ struct s_mm_job {
     const void *xq[S_MAX_W]; // quantized input per weight (shared when types agree)
     size_t xq_stride[S_MAX_W];
     int n;
+    int tiled;         // SW_MM_TILED: sw_matmul_tiled
     int64_t total;     // sum of n_out
     int64_t chunk;     // output rows per work item (a multiple of 16)
     atomic_llong next; // next work item
@@ -338,8 +339,9 @@ static void s_mm_body(void *ctx, int ith, int nth)
             if (hi > w->n_out)
                 hi = w->n_out;
             if (lo < hi)
-                sw_matmul(w->type, w->n_in, w->buf->data, w->row_bytes, lo, hi, j->xq[i],
-                          j->xq_stride[i], j->n, j->y[i], w->n_out);
+                (j->tiled ? sw_matmul_tiled : sw_matmul)(w->type, w->n_in, w->buf->data,
+                                                         w->row_bytes, lo, hi, j->xq[i],
+                                                         j->xq_stride[i], j->n, j->y[i], w->n_out);
             base += w->n_out;
         }
     }
@@ -363,10 +365,12 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
                     sw_buf_t *const *y, int flags)
 {
     s_cpu_t *c = s_impl(be);
-    (void)flags;
     if (n_w < 1 || n_w > S_MAX_W)
         return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w, S_MAX_W);
-    struct s_mm_job job = {.n_w = n_w, .n = n};
+    struct s_mm_job job = {.n_w = n_w,
+                           .n = n,
+                           .tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) ==
+                                    (SW_MM_PROMPT | SW_MM_TILED)};
     const int64_t n_in = w[0]->n_in;
     const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
 

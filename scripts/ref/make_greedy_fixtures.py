@@ -90,6 +90,8 @@ SMOLLM2_CASES = [
      False),
 ]
 
+SMOLLM2_BY_NAME = {c[0]: c for c in SMOLLM2_CASES}
+
 QWEN_CASES = [
     ("code_python",
      "def quicksort(arr):\n    \"\"\"Sort a list of integers in ascending order.\"\"\"\n",
@@ -99,12 +101,28 @@ QWEN_CASES = [
      "<|im_start|>user\nWrite a C function that returns the length of a NUL-terminated string.<|im_end|>\n"
      "<|im_start|>assistant\n",
      True),
-    ("plain_english",
-     "The old lighthouse keeper climbed the spiral stairs every evening, and on the night of the storm he saw",
-     False),
+    SMOLLM2_BY_NAME["plain_english"],
     ("non_ascii",
      "// Größe und Länge: 東京 Москва 🙂\nconst greeting = \"",
      False),
+    ("short_prompt",  # fewer than 8 prompt tokens: llama.cpp's untiled prompt path
+     "Hello, my name is",
+     False),
+    SMOLLM2_BY_NAME["list"],
+    SMOLLM2_BY_NAME["numbers"],
+    ("code_c",
+     "#include <stdio.h>\n\n/* Prints the first n squares, one per line. */\nint main(void)\n{\n",
+     False),
+    ("json",
+     "{\"name\": \"shardwire\", \"layers\": [0, 15], \"dtype\": \"f32\", \"peers\": [",
+     False),
+    ("chatml_explain",
+     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+     "<|im_start|>user\nIn two sentences, what is the difference between TCP and UDP?<|im_end|>\n"
+     "<|im_start|>assistant\n",
+     True),
+    SMOLLM2_BY_NAME["whitespace_mix"],
+    SMOLLM2_BY_NAME["long_paragraph"],  # more than 64 prompt tokens: several engine chunks
 ]
 
 SETS = {

@@ -33,8 +33,8 @@ int main(void)
     const char *fixtures = sw_test_env("SW_FIXTURES");
     const char *models = sw_test_env("SW_MODELS_DIR");
     s_set(fixtures, models, "greedy_qwen15.json", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-          "qwen-coder-1.5b", 0.5);
+          "qwen-coder-1.5b", 1e-6);
     s_set(fixtures, models, "greedy_qwen05.json", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-          "qwen-coder-0.5b", 0.5);
+          "qwen-coder-0.5b", 1e-6);
     return sw_test_done();
 }

@@ -843,6 +843,86 @@ static void test_shared_math(void)
     SW_CHECK(!sw_softmax_inv_stable(1.0 / mid, 10, &out));
 }
 
+/* sw_matmul_tiled (llama.cpp's tiled K-quant order, used for prompt windows
+ * of 8 rows or more): the scalar and SIMD levels agree to the bit, each
+ * element depends only on its two rows (any batch size, any output range),
+ * the value is close to the exact dot product, and for the K-quants it is a
+ * different rounding from sw_matmul's (else the flag would be pointless);
+ * other types give exactly sw_matmul. The bits themselves are checked against
+ * llama.cpp by tests/slow/test_greedy_qwen.c (bit-identical prompt logits). */
+static void test_matmul_tiled(void)
+{
+    const int rows = 37, nx = 20;
+    for (int k = 0; k < N_WTYPES; k++) {
+        enum sw_type t = s_weight_types[k], at = sw_type_vec_dot(t);
+        const int kq = sw_type_block_elems(t) == 256;
+        const int64_t n = kq ? 1536 : 96;
+        size_t ws, xs;
+        uint8_t *w = s_row_alloc(t, n, rows, &ws), *xq = s_row_alloc(at, n, nx, &xs);
+        float *xf = malloc(n * sizeof(float)), *wd = malloc(n * sizeof(float)),
+              *xd = malloc(n * sizeof(float));
+        for (int o = 0; o < rows; o++)
+            s_random_row(t, w + o * ws, n);
+        for (int r = 0; r < nx; r++) {
+            for (int64_t i = 0; i < n; i++)
+                xf[i] = s_uniform(-2.0f, 2.0f) * (r & 1 ? 10.0f : 1.0f);
+            SW_CHECK(sw_quantize_row(at, xf, xq + r * xs, n) == 0);
+        }
+        float *ref[2], *plain = malloc(sizeof(float) * rows * nx);
+        float *y = malloc(sizeof(float) * rows * nx);
+        int bad = 0, differ = 0, far = 0;
+        for (int level = 0; level < 2; level++) {
+            sw_quant_force_scalar(level == 0);
+            ref[level] = malloc(sizeof(float) * rows * nx);
+            for (int r = 0; r < nx; r++)
+                for (int o = 0; o < rows; o++)
+                    sw_matmul_tiled(t, n, w, ws, o, o + 1, xq + r * xs, xs, 1,
+                                    ref[level] + r * rows, rows);
+            for (int nr = 1; nr <= nx; nr++) {
+                const int o0 = nr % 3, o1 = rows - nr % 5;
+                sw_matmul_tiled(t, n, w, ws, o0, o1, xq, xs, nr, y, rows);
+                for (int r = 0; r < nr; r++)
+                    for (int o = o0; o < o1; o++)
+                        bad += memcmp(&y[r * rows + o], &ref[level][r * rows + o], 4) != 0;
+            }
+        }
+        sw_quant_force_scalar(0);
+        sw_matmul(t, n, w, ws, 0, rows, xq, xs, nx, plain, rows);
+        for (int r = 0; r < nx; r++) {
+            sw_dequantize_row(at, xq + r * xs, xd, n);
+            for (int o = 0; o < rows; o++) {
+                sw_dequantize_row(t, w + o * ws, wd, n);
+                double exact = 0, mag = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    exact += (double)wd[i] * xd[i];
+                    mag += fabs((double)wd[i] * xd[i]);
+                }
+                const float v = ref[1][r * rows + o];
+                far += fabs(v - exact) > 2e-3 * mag + 1e-6;
+                differ += memcmp(&v, &plain[r * rows + o], 4) != 0;
+            }
+        }
+        SW_CHECK_INT(memcmp(ref[0], ref[1], sizeof(float) * rows * nx), 0);
+        SW_CHECK_INT(bad, 0);
+        SW_CHECK_INT(far, 0);
+        if (kq)
+            SW_CHECK(differ > 0);
+        else
+            SW_CHECK_INT(differ, 0);
+        fprintf(stderr, "matmul_tiled %s: %d of %d elements round differently from sw_matmul\n",
+                sw_type_name(t), differ, rows * nx);
+        free(ref[0]);
+        free(ref[1]);
+        free(plain);
+        free(y);
+        free(w);
+        free(xq);
+        free(xf);
+        free(wd);
+        free(xd);
+    }
+}
+
 int main(void)
 {
     fprintf(stderr, "kernels: %s\n", sw_cpu_kernels());
@@ -852,6 +932,7 @@ int main(void)
     test_quantize_levels_agree();
     test_vec_dot();
     test_matmul_bit_identical();
+    test_matmul_tiled();
     test_matmul_long_rows();
     test_shared_math();
     return sw_test_done();
