@@ -624,6 +624,15 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
     case SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM:
         dc->mode = DRAFT_MODE_NGRAM;
         break;
+    case SHARDWIRE__DRAFT_MODE__DRAFT_MIX:
+        if (!h->dmodel) {
+            snprintf(err, err_len,
+                     "this head has no draft model for --draft mix (start it with "
+                     "--draft-model)");
+            return -1;
+        }
+        dc->mode = DRAFT_MODE_MIX;
+        break;
     default: // DRAFT_AUTO: the head's default
         break;
     }
