@@ -65,13 +65,15 @@ const char *sw_test_model(void);
 const char *sw_test_env(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. Caller frees. */
 char *sw_test_read_file(const char *path, size_t *len);
-/* Path of a fresh temporary directory (removed by the caller if it cares). */
+/* Path of a fresh temporary directory inside this test's own folder (see
+ * sw_test_log): removed with it. Static buffer, overwritten by the next call. */
 const char *sw_test_tmpdir(void);
-/* Path of the file `name` in this test process's own log folder
- * (/tmp/swtest.XXXXXX, made on first use; static buffer per call slot 0..7).
+/* Path of the file `name` in this test process's own folder
+ * ($TMPDIR, else /tmp, then swtest.XXXXXX, made on first use; static buffer
+ * per call slot 0..7).
  * Never a fixed /tmp path: test runs of several checkouts on one machine must
- * not read or unlink each other's logs. sw_test_done() removes the folder
- * when every check passed and prints where it is otherwise. */
+ * not read or unlink each other's logs. sw_test_done() and a skip remove the
+ * folder when every check passed, and print where it is otherwise. */
 const char *sw_test_log(const char *name);
 
 /* ---- processes (tests that run the real programs) ---- */
