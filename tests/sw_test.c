@@ -299,6 +299,7 @@ int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *
     snprintf(n, sizeof n, "%d", n_gen);
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "generate",
+                    "--greedy",
                     "--model",
                     (char *)model,
                     "-p",

@@ -94,8 +94,8 @@ int sw_test_wait(pid_t pid, int timeout_s);
 /* The "tokens" array of a JSON object in text (generate / run --json) into
  * ids (up to max): the count, or -1 when there is none. */
 int sw_test_json_tokens(const char *text, int32_t *ids, int max);
-/* The reference: `shardwire generate --model model -p prompt -n n_gen
- * --threads 1 --json` (greedy) into ids: the count, or -1 after a line. */
+/* The reference: `shardwire generate --greedy --model model -p prompt -n n_gen
+ * --threads 1 --json` into ids: the count, or -1 after a line. */
 int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
 /* Occurrences of needle in the file at path (0 when it cannot be read). */
 int sw_test_count_in_file(const char *path, const char *needle);

@@ -237,6 +237,7 @@ static int s_run(const char *prompt, const char *flags, int *tokens, char *diges
     s_argv_t a = {0};
     s_arg(&a, exe);
     s_arg(&a, "run");
+    s_arg(&a, "--greedy"); /* the flags that follow override it */
     s_arg(&a, "--relay");
     s_arg(&a, s_relay_ep);
     s_arg(&a, "--insecure-loopback");
@@ -434,8 +435,8 @@ int main(void)
         snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
         snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
         char *gargv[] = {
-            exe,   "generate", "--model", (char *)s_model, "-p", (char *)s_prompts[pi], "-n",
-            n_arg, "-t",       "1",       "--json",        NULL};
+            exe,  "generate", "--greedy", "--model", (char *)s_model, "-p", (char *)s_prompts[pi],
+            "-n", n_arg,      "-t",       "1",       "--json",        NULL};
         int nl = s_tokens(s_capture(gargv), local, N_GEN + 1);
         SW_CHECK(s_same(local, nl, base, nb, "single process", pi));
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
@@ -466,6 +467,7 @@ int main(void)
     s_argv_t ga = {0};
     s_arg(&ga, exe);
     s_arg(&ga, "generate");
+    s_arg(&ga, "--greedy");
     s_arg(&ga, "--model");
     s_arg(&ga, s_model);
     s_arg(&ga, "-p");

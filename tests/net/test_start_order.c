@@ -183,6 +183,7 @@ int main(void)
     /* 1. the client first: nothing is up */
     char *run[] = {(char *)sw_test_bin("shardwire"),
                    "run",
+                   "--greedy",
                    "--relay",
                    relay_ep,
                    "-p",
