@@ -81,10 +81,11 @@ static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const cha
     return c;
 }
 
-/* 1 when every comma-separated name in expect is in the table; else 0 and the
- * first missing one in missing. */
+/* 1 when every comma-separated name in expect is in the table (missing is
+ * then ""); else 0 and the first missing one in missing. */
 static int s_has_names(const sw_client_table_t *t, const char *expect, char *missing, size_t len)
 {
+    missing[0] = 0;
     for (const char *p = expect; p && *p;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
