@@ -6,7 +6,7 @@
  *
  *  - greedy, on three prompts of tests/fixtures/greedy_smollm2.json (built-in
  *    ones when it is absent): every proposer and K (n-gram K 1..32, draft model K 1..32 and
- *    adaptive) gives the tokens of the run without speculation, which are
+ *    adaptive, mix with the adaptive K) gives the tokens of the run without speculation, which are
  *    also the tokens of `shardwire generate` in one process;
  *  - sampling (temp 0.8, fixed seed, K 4): the cluster gives the tokens and
  *    the logits digest of the single-process run with the same seed and K
@@ -458,6 +458,8 @@ int main(void)
         }
         int n = s_run(s_prompts[pi], "--draft model", out, NULL, NULL); // adaptive (head default)
         SW_CHECK(s_same(out, n, base, nb, "model, adaptive K", pi));
+        n = s_run(s_prompts[pi], "--draft mix", out, NULL, NULL); // prompt lookup, else the model
+        SW_CHECK(s_same(out, n, base, nb, "mix, adaptive K", pi));
     }
 
     /* Sampling: the cluster and one process agree for one seed and K. */
