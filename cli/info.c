@@ -5,13 +5,13 @@
  * is read; --backend cuda places the weights on the GPU as a node would, which
  * checks that they fit, and reports the device.
  */
-#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "backend.h"
 #include "chat.h"
 #include "cmds.h"
@@ -19,30 +19,44 @@
 #include "model.h"
 #include "tokenizer.h"
 
+static const sw_opt_t s_opts[] = {
+    {"json", SW_OPT_JSON, NULL, "print one JSON object instead of a table"}, {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {
+    SW_ARGS_GROUP_MODEL(2), /* --model, --backend */
+    SW_ARGS_GROUP(NULL, s_opts, 1),
+};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire info",
+    .usage = "-m M.gguf [--json] [--backend B]",
+    .about = "  What a model file is: architecture, sizes, tokenizer, fingerprint. On the CPU\n"
+             "  (the default) no weight is read; --backend cuda places the weights on the\n"
+             "  GPU as a node would, which checks that they fit.\n",
+    .groups = s_groups,
+    .n_groups = sizeof s_groups / sizeof s_groups[0],
+};
+
 int cmd_info(int argc, char **argv)
 {
-    enum { O_MODEL = 256, O_JSON };
-    static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
-                                          {"json", no_argument, 0, O_JSON},
-                                          {"backend", required_argument, 0, 'b'},
-                                          {0, 0, 0, 0}};
-    const char *path = NULL, *backend = "cpu";
+    sw_args_model_t mo = SW_ARGS_MODEL_DEFAULT;
+    mo.backend = "cpu";
     int json = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:b:", longs, NULL)) != -1) {
-        if (c == O_MODEL || c == 'm')
-            path = optarg;
-        else if (c == O_JSON)
-            json = 1;
-        else if (c == 'b')
-            backend = optarg;
-        else
+    const char *v;
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        int h = sw_args_model_opt(s_spec.prog, &mo, c, v);
+        if (!h && c == SW_OPT_JSON)
+            h = json = 1;
+        if (h <= 0)
             return 2;
     }
-    if (!path) {
-        fprintf(stderr, "shardwire info: --model M.gguf is required\n");
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!mo.model)
+        return sw_args_exit(sw_args_fail(&s_spec, "--model M.gguf is required"));
+    const char *path = mo.model, *backend = mo.backend;
     char err[1024] = "";
     static char resolved[PATH_MAX];
     if (sw_hub_model_arg(path, NULL, resolved, sizeof resolved, err, sizeof err) != 0) {
@@ -91,10 +105,10 @@ int cmd_info(int argc, char **argv)
         free(s);
     } else {
         const char *key;
-        json_t *v;
-        json_object_foreach(j, key, v)
+        json_t *val;
+        json_object_foreach(j, key, val)
         {
-            char *s = json_dumps(v, JSON_ENCODE_ANY);
+            char *s = json_dumps(val, JSON_ENCODE_ANY);
             printf("%-14s %s\n", key, s ? s : "");
             free(s);
         }

@@ -7,41 +7,50 @@
  *
  * Existing files are never overwritten.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "cmds.h"
 #include "keys.h"
 
+enum { O_OUT = SW_OPT_OWN, O_CLUSTER };
+
+static const sw_opt_t s_opts[] = {
+    {"out", O_OUT, "PREFIX",
+     "write a CURVE key pair: PREFIX.key (secret, mode 0600)\nand PREFIX.pub (public key, Z85); "
+     "prints the public key"},
+    {"cluster-key", O_CLUSTER, "FILE", "write a new random cluster key (mode 0600)"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 2)};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire keygen",
+    .usage = "--out PREFIX | --cluster-key FILE",
+    .about = "  Makes the keys of a cluster (docs/security.md). Existing files are never\n"
+             "  overwritten.\n",
+    .groups = s_groups,
+    .n_groups = 1,
+};
+
 int cmd_keygen(int argc, char **argv)
 {
-    enum { O_OUT = 256, O_CLUSTER, O_HELP };
-    static const struct option longs[] = {{"out", required_argument, 0, O_OUT},
-                                          {"cluster-key", required_argument, 0, O_CLUSTER},
-                                          {"help", no_argument, 0, O_HELP},
-                                          {0, 0, 0, 0}};
-    const char *out = NULL, *cluster = NULL;
+    const char *out = NULL, *cluster = NULL, *v;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
         if (c == O_OUT)
-            out = optarg;
+            out = v;
         else if (c == O_CLUSTER)
-            cluster = optarg;
-        else if (c == O_HELP) {
-            printf("usage: shardwire keygen --out PREFIX | --cluster-key FILE\n"
-                   "  --out PREFIX        write a CURVE key pair: PREFIX.key (secret, mode 0600)\n"
-                   "                      and PREFIX.pub (public key, Z85); prints the public key\n"
-                   "  --cluster-key FILE  write a new random cluster key (mode 0600)\n");
-            return 0;
-        } else
-            return 2;
+            cluster = v;
     }
-    if (optind < argc || (!out && !cluster)) {
-        fprintf(stderr, "shardwire keygen: --out PREFIX or --cluster-key FILE is required\n");
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!out && !cluster)
+        return sw_args_exit(
+            sw_args_fail(&s_spec, "--out PREFIX or --cluster-key FILE is required"));
     char err[512], pub[SW_KEY_Z85_LEN + 1];
     if (out) {
         if (sw_keys_generate(out, pub, err, sizeof err) != 0) {

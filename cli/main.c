@@ -2,10 +2,10 @@
  * main.c - `shardwire <command> [options]`: dispatches to the subcommands.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include <stdlib.h>
-
+#include "args.h"
 #include "cmds.h"
 #include "log.h"
 
@@ -30,7 +30,8 @@ static void s_usage(FILE *f)
     fprintf(f, "usage: shardwire <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
         fprintf(f, "  %-10s %s\n", s_cmds[i].name, s_cmds[i].help);
-    fprintf(f, "\n'shardwire <command> --help' describes a command's options.\n");
+    fprintf(f, "\n'shardwire <command> --help' describes a command's options;\n"
+               "'shardwire --version' prints the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -43,6 +44,10 @@ int main(int argc, char **argv)
         s_usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version")) {
+        printf("shardwire %s\n", sw_version());
+        return 0;
+    }
     /* The client prints results; only warnings and errors go to stderr
      * unless SW_LOG_LEVEL asks for more. */
     if (!getenv("SW_LOG_LEVEL"))
@@ -50,7 +55,13 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
         if (!strcmp(argv[1], s_cmds[i].name))
             return s_cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "shardwire: unknown command '%s' (run 'shardwire --help' for the list)\n",
-            argv[1]);
+    if (argv[1][0] == '-')
+        fprintf(stderr,
+                "shardwire: unknown option '%s': a command comes first, its options after it "
+                "(see 'shardwire --help')\n",
+                argv[1]);
+    else
+        fprintf(stderr, "shardwire: unknown command '%s' (see 'shardwire --help' for the list)\n",
+                argv[1]);
     return 2;
 }

@@ -5,13 +5,13 @@
  * progress bar on a terminal, a line every 10 % otherwise; Ctrl-C stops the
  * download and a later pull resumes it.
  */
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cmds.h"
 #include "hub.h"
 
@@ -23,45 +23,42 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-static void s_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: shardwire pull ORG/NAME[:FILE|:TAG][@REVISION] [--quiet]\n"
-            "  Downloads a model file from the Hugging Face hub into its cache and prints the\n"
-            "  file's path. Without FILE the repository's only .gguf is taken; a TAG such as\n"
-            "  Q4_K_M picks the .gguf whose name contains it. Resumes an interrupted download;\n"
-            "  checks the size and sha256 the hub announces.\n"
-            "  --quiet   no progress output\n"
-            "  environment: HF_HOME, HF_HUB_CACHE (cache folder), HF_TOKEN (private or gated\n"
-            "  repositories; else $HF_HOME/token), HF_ENDPOINT (a mirror), HF_HUB_OFFLINE=1.\n"
-            "  The file is also usable as --model hf:ORG/NAME/FILE wherever a model path goes.\n");
-}
+enum { O_QUIET = 'q' };
+
+static const sw_opt_t s_opts[] = {{"quiet", O_QUIET, NULL, "no progress output"}, {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 1)};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire pull",
+    .usage = "ORG/NAME[:FILE|:TAG][@REVISION] [--quiet]",
+    .about = "  Downloads a model file from the Hugging Face hub into its cache and prints\n"
+             "  the file's path. Without FILE the repository's only .gguf is taken; a TAG\n"
+             "  such as Q4_K_M picks the .gguf whose name contains it. Resumes an interrupted\n"
+             "  download; checks the size and sha256 the hub announces. The file is also\n"
+             "  usable as --model hf:ORG/NAME/FILE wherever a model path goes.\n",
+    .groups = s_groups,
+    .n_groups = 1,
+    .footer = "environment: HF_HOME, HF_HUB_CACHE (cache folder), HF_TOKEN (private or gated\n"
+              "repositories; else $HF_HOME/token), HF_ENDPOINT (a mirror), HF_HUB_OFFLINE=1.\n",
+};
 
 int cmd_pull(int argc, char **argv)
 {
-    enum { O_QUIET = 256, O_HELP };
-    static const struct option longs[] = {
-        {"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     int quiet = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "q", longs, NULL)) != -1) {
-        if (c == O_QUIET || c == 'q') {
+    const char *v;
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0)
+        if (c == O_QUIET)
             quiet = 1;
-        } else if (c == O_HELP) {
-            s_usage(stdout);
-            return 0;
-        } else {
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        s_usage(stderr);
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 1)) >= 0)
+        return c;
+    if (a.first_arg >= argc)
+        return sw_args_exit(sw_args_fail(&s_spec, "the repository ORG/NAME is required"));
     char err[1024];
     sw_hub_ref_t ref;
-    const char *arg = argv[optind];
+    const char *arg = argv[a.first_arg];
     if (!strncmp(arg, SW_HUB_PREFIX, strlen(SW_HUB_PREFIX))
             ? sw_hub_uri_parse(arg, &ref, err, sizeof err)
             : sw_hub_ref_parse(arg, &ref, err, sizeof err)) {

@@ -4,11 +4,9 @@
  * the head and streams the TokenChunks it answers with; `status` prints the
  * relay's peer table.
  *
- *   shardwire run --relay tcp://HOST:PORT -p TEXT [-n N] [--temp T --seed S --top-k K
- *                 --top-p P --min-p P --repeat-penalty R] [--chat] [--head NAME]
- *                 [--timeout-s S] [--json] SECURITY
- *                 [--connect-timeout-s S]
- *   shardwire status --relay tcp://HOST:PORT [--json] [--expect NAME[,NAME...]]
+ *   shardwire run --relay HOST:PORT -p TEXT [-n N] [--chat] [--json] [--head NAME]
+ *                 [--timeout-s S] [sampling, drafting, relay options of args.h] SECURITY
+ *   shardwire status --relay HOST:PORT [--json] [--expect NAME[,NAME...]]
  *                    [--connect-timeout-s S] SECURITY
  *
  * Clients started before the relay or the nodes keep trying, one line per
@@ -20,7 +18,6 @@
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
  * --insecure-loopback for a loopback relay without keys (keys.h).
  */
-#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,9 +34,6 @@
 #include "wire.h"
 
 #define S_CONNECT_MS 15000 /* default --connect-timeout-s of the clients */
-#define S_CONNECT_USAGE                                                                            \
-    "  --connect-timeout-s S  keep trying to reach the relay (and, for run, a whole pipeline)\n"   \
-    "                         for S s (default 15; 0 = no limit)\n"
 
 static volatile sig_atomic_t s_stop;
 
@@ -56,16 +50,12 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-/* --connect-timeout-s: seconds, 0 = no limit; into ms (-1 = none). 0 or -1 after a line. */
-static int s_connect_timeout(const char *cmd, const char *arg, int *ms)
+/* --connect-timeout-s (-1 = not given) into ms: the default, or -1 for no limit. */
+static int s_connect_ms(int connect_s)
 {
-    int sec;
-    char prog[64];
-    snprintf(prog, sizeof prog, "shardwire %s", cmd);
-    if (sw_arg_int(prog, "--connect-timeout-s", arg, 0, 86400 * 24, &sec) != 0)
-        return -1;
-    *ms = sec > 0 ? sec * 1000 : -1;
-    return 0;
+    if (connect_s < 0)
+        return S_CONNECT_MS;
+    return connect_s > 0 ? connect_s * 1000 : -1;
 }
 
 /* Loads the keys and joins the relay, trying for connect_ms; NULL after one
@@ -91,10 +81,11 @@ static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const cha
     return c;
 }
 
-/* 1 when every comma-separated name in expect is in the table; else 0 and the
- * first missing one in missing. */
+/* 1 when every comma-separated name in expect is in the table (missing is
+ * then ""); else 0 and the first missing one in missing. */
 static int s_has_names(const sw_client_table_t *t, const char *expect, char *missing, size_t len)
 {
+    missing[0] = 0;
     for (const char *p = expect; p && *p;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
@@ -110,42 +101,57 @@ static int s_has_names(const sw_client_table_t *t, const char *expect, char *mis
     return 1;
 }
 
+enum { O_EXPECT = SW_OPT_OWN, O_HEAD, O_TIMEOUT };
+
+static const sw_opt_t s_status_opts[] = {
+    {"json", SW_OPT_JSON, NULL, "print the peer table as one JSON object"},
+    {"expect", O_EXPECT, "NAMES",
+     "wait (up to the connect timeout) until these peers\n(comma-separated) are connected; exit 1 "
+     "if they are not"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_status_groups[] = {
+    SW_ARGS_GROUP(NULL, s_status_opts, 2),
+    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP_SECURITY,
+};
+
+static const sw_args_spec_t s_status_spec = {
+    .prog = "shardwire status",
+    .usage = "--relay HOST:PORT [--json] [--expect NAME[,NAME...]] SECURITY",
+    .about = "  The relay's peers: names, roles, layer ranges, heartbeat ages, models.\n"
+             "  Needs a client key on the relay's allow-list, no cluster key.\n",
+    .groups = s_status_groups,
+    .n_groups = sizeof s_status_groups / sizeof s_status_groups[0],
+};
+
 int cmd_status(int argc, char **argv)
 {
-    enum { O_RELAY = 256, O_JSON, O_EXPECT, O_CONNECT };
-    static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
-                                          {"json", no_argument, 0, O_JSON},
-                                          {"expect", required_argument, 0, O_EXPECT},
-                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
-                                          SW_SEC_LONGOPTS,
-                                          {0, 0, 0, 0}};
-    const char *relay = NULL, *expect = NULL;
-    int json = 0, c, rc = 1, connect_ms = S_CONNECT_MS;
+    const char *P = s_status_spec.prog, *expect = NULL, *v;
+    sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
+    int json = 0, c, rc = 1;
     sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        int h = sw_sec_args_opt(&sa, c, optarg);
-        if (h < 0)
-            return 2;
-        if (h)
-            continue;
-        if (c == O_RELAY)
-            relay = optarg;
-        else if (c == O_JSON)
-            json = 1;
-        else if (c == O_EXPECT)
-            expect = optarg;
-        else if (c != O_CONNECT || s_connect_timeout("status", optarg, &connect_ms) != 0)
+    sw_args_t a;
+    sw_args_init(&a, &s_status_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        int h = sw_sec_args_opt(&sa, c, v);
+        if (!h)
+            h = sw_args_relay_opt(P, &ra, c, v);
+        if (!h && c == SW_OPT_JSON)
+            h = json = 1;
+        if (!h && c == O_EXPECT) {
+            expect = v;
+            h = 1;
+        }
+        if (h <= 0)
             return 2;
     }
-    if (!relay || optind < argc) {
-        fprintf(stderr,
-                "usage: shardwire status --relay tcp://HOST:PORT [--json] [--expect "
-                "NAME[,NAME...]] SECURITY\n"
-                "  --expect NAMES         wait (up to the connect timeout) until these "
-                "peers are connected; exit 1 if they are not\n" S_CONNECT_USAGE SW_SEC_USAGE);
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!ra.relay[0])
+        return sw_args_exit(sw_args_fail(&s_status_spec, "--relay HOST:PORT is required"));
+    const char *relay = ra.relay;
+    const int connect_ms = s_connect_ms(ra.connect_s);
     const double deadline = connect_ms < 0 ? -1 : s_now_ms() + connect_ms;
     sw_client_t *cl = s_connect("status", &sa, relay, connect_ms, &rc);
     if (!cl)
@@ -280,142 +286,89 @@ static void s_print_table(const sw_client_stats_t *st)
             "first token", st->ttft_ms);
 }
 
+static const sw_opt_t s_run_opts[] = {
+    {"head", O_HEAD, "NAME", "send the request to this head (default: the first one\nserving)"},
+    {"timeout-s", O_TIMEOUT, "S", "the request's deadline on the cluster (default 300)"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_run_groups[] = {
+    SW_ARGS_GROUP_REQUEST(SW_OPTS_REQUEST_N),
+    SW_ARGS_GROUP(NULL, s_run_opts, 2),
+    SW_ARGS_GROUP_SAMPLING(SW_OPTS_SAMPLING_N),
+    SW_ARGS_GROUP_DRAFT(2), /* the proposer and K; the models are the head's */
+    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP_SECURITY,
+};
+
+static const sw_args_spec_t s_run_spec = {
+    .prog = "shardwire run",
+    .usage = "--relay HOST:PORT -p TEXT [options] SECURITY",
+    .about = "  Generates through a cluster: sends the request to a head via the relay and\n"
+             "  streams the text to stdout, then a stats table to stderr. Ctrl-C cancels\n"
+             "  the request on the cluster. --draft and --draft-k choose the head's\n"
+             "  speculation for this request (auto: the head's --draft default).\n",
+    .groups = s_run_groups,
+    .n_groups = sizeof s_run_groups / sizeof s_run_groups[0],
+};
+
 int cmd_run(int argc, char **argv)
 {
-    enum {
-        O_RELAY = 256,
-        O_TEMP,
-        O_SEED,
-        O_TOPK,
-        O_TOPP,
-        O_MINP,
-        O_REP,
-        O_CHAT,
-        O_JSON,
-        O_HEAD,
-        O_TIMEOUT,
-        O_DRAFT,
-        O_DRAFTK,
-        O_CONNECT
-    };
-    static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
-                                          {"prompt", required_argument, 0, 'p'},
-                                          {"n-predict", required_argument, 0, 'n'},
-                                          {"temp", required_argument, 0, O_TEMP},
-                                          {"seed", required_argument, 0, O_SEED},
-                                          {"top-k", required_argument, 0, O_TOPK},
-                                          {"top-p", required_argument, 0, O_TOPP},
-                                          {"min-p", required_argument, 0, O_MINP},
-                                          {"repeat-penalty", required_argument, 0, O_REP},
-                                          {"chat", no_argument, 0, O_CHAT},
-                                          {"json", no_argument, 0, O_JSON},
-                                          {"head", required_argument, 0, O_HEAD},
-                                          {"timeout-s", required_argument, 0, O_TIMEOUT},
-                                          {"draft", required_argument, 0, O_DRAFT},
-                                          {"draft-k", required_argument, 0, O_DRAFTK},
-                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
-                                          SW_SEC_LONGOPTS,
-                                          {0, 0, 0, 0}};
+    const char *P = s_run_spec.prog, *head_name = NULL, *v;
     sw_sec_args_t sargs = {0};
-    const char *relay = NULL, *prompt = NULL, *head_name = NULL, *draft = NULL;
-    double n_predict = 128, temp = 0, seed = 0x5eed, top_k = 40, top_p = 0.95, min_p = 0.05,
-           rep = 1.0, timeout_s = 300, draft_k = -1;
-    int chat = 0, json = 0, c, rc = 0, connect_ms = S_CONNECT_MS;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "p:n:", longs, NULL)) != -1) {
-        int h = sw_sec_args_opt(&sargs, c, optarg);
-        if (h < 0)
-            return 2;
-        if (h)
-            continue;
-        switch (c) {
-        case O_RELAY:
-            relay = optarg;
-            break;
-        case 'p':
-            prompt = optarg;
-            break;
-        case 'n':
-            rc = sw_arg_double("shardwire run", "-n", optarg, 1, 1 << 20, &n_predict);
-            break;
-        case O_TEMP:
-            rc = sw_arg_double("shardwire run", "--temp", optarg, 0, 100, &temp);
-            break;
-        case O_SEED:
-            rc = sw_arg_double("shardwire run", "--seed", optarg, 0, 1.8e19, &seed);
-            break;
-        case O_TOPK:
-            rc = sw_arg_double("shardwire run", "--top-k", optarg, 0, 1 << 20, &top_k);
-            break;
-        case O_TOPP:
-            rc = sw_arg_double("shardwire run", "--top-p", optarg, 0, 1, &top_p);
-            break;
-        case O_MINP:
-            rc = sw_arg_double("shardwire run", "--min-p", optarg, 0, 1, &min_p);
-            break;
-        case O_REP:
-            rc = sw_arg_double("shardwire run", "--repeat-penalty", optarg, 0.01, 10, &rep);
-            break;
-        case O_CHAT:
-            chat = 1;
-            break;
-        case O_JSON:
-            json = 1;
-            break;
-        case O_HEAD:
-            head_name = optarg;
-            break;
-        case O_TIMEOUT:
-            rc = sw_arg_double("shardwire run", "--timeout-s", optarg, 1, 86400, &timeout_s);
-            break;
-        case O_DRAFT:
-            draft = optarg;
-            break;
-        case O_DRAFTK:
-            rc =
-                sw_arg_double("shardwire run", "--draft-k", optarg, 0, SW_WIRE_MAX_DRAFT, &draft_k);
-            break;
-        case O_CONNECT:
-            rc = s_connect_timeout("run", optarg, &connect_ms);
-            break;
-        default:
-            return 2;
+    sw_args_request_t rq = SW_ARGS_REQUEST_DEFAULT;
+    sw_sampling_t sp = sw_args_sampling_default();
+    sw_args_draft_t dr = SW_ARGS_DRAFT_DEFAULT;
+    sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
+    int timeout_s = 300, c;
+    sw_args_t a;
+    sw_args_init(&a, &s_run_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        int h = sw_sec_args_opt(&sargs, c, v);
+        if (!h)
+            h = sw_args_request_opt(P, &rq, c, v);
+        if (!h)
+            h = sw_args_sampling_opt(P, &sp, c, v);
+        if (!h)
+            h = sw_args_draft_opt(P, &dr, c, v);
+        if (!h)
+            h = sw_args_relay_opt(P, &ra, c, v);
+        if (!h && c == O_HEAD) {
+            head_name = v;
+            h = 1;
         }
-        if (rc)
+        if (!h && c == O_TIMEOUT)
+            h = sw_arg_int(P, "--timeout-s", v, 1, 86400, &timeout_s) ? -1 : 1;
+        if (h <= 0)
             return 2;
     }
-    if (!relay || !prompt) {
-        fprintf(stderr, "shardwire run: --relay and -p are required;\n" S_CONNECT_USAGE
-                        "security:\n" SW_SEC_USAGE);
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!ra.relay[0] || !rq.prompt)
+        return sw_args_exit(sw_args_fail(&s_run_spec, "%s is required",
+                                         !ra.relay[0] ? "--relay HOST:PORT" : "-p TEXT"));
+    const char *relay = ra.relay;
+    const int connect_ms = s_connect_ms(ra.connect_s);
+    const int json = rq.json;
     sw_client_request_t q = sw_client_request_default();
-    q.prompt = prompt;
-    q.chat = chat;
-    q.n_predict = (int)n_predict;
-    q.temperature = (float)temp;
-    q.top_k = (int)top_k;
-    q.top_p = top_p > 0 ? (float)top_p : 1.0f;
-    q.min_p = (float)min_p;
-    q.repeat_penalty = (float)rep;
-    q.seed = (uint64_t)seed;
-    q.draft_k = (int)draft_k;
-    q.timeout_ms = (int)(timeout_s * 1000);
-    if (draft) {
-        if (!strcmp(draft, "model"))
-            q.draft = SW_CLIENT_DRAFT_MODEL;
-        else if (!strcmp(draft, "ngram"))
-            q.draft = SW_CLIENT_DRAFT_NGRAM;
-        else if (!strcmp(draft, "none"))
-            q.draft = SW_CLIENT_DRAFT_NONE;
-        else if (!strcmp(draft, "auto"))
-            q.draft = SW_CLIENT_DRAFT_AUTO;
-        else {
-            fprintf(stderr, "shardwire run: --draft '%s' must be model, ngram, none or auto\n",
-                    draft);
-            return 2;
-        }
-    }
+    q.prompt = rq.prompt;
+    q.chat = rq.chat;
+    q.n_predict = rq.n_predict;
+    q.temperature = sp.temp;
+    q.top_k = sp.top_k;
+    q.top_p = sp.top_p;
+    q.min_p = sp.min_p;
+    q.repeat_penalty = sp.rep_penalty;
+    q.repeat_last_n = sp.rep_last_n;
+    q.seed = sp.seed;
+    q.draft_k = dr.k; /* -1: the head's K */
+    q.timeout_ms = timeout_s * 1000;
+    q.draft = !dr.mode                    ? SW_CLIENT_DRAFT_AUTO
+              : !strcmp(dr.mode, "none")  ? SW_CLIENT_DRAFT_NONE
+              : !strcmp(dr.mode, "model") ? SW_CLIENT_DRAFT_MODEL
+              : !strcmp(dr.mode, "ngram") ? SW_CLIENT_DRAFT_NGRAM
+                                          : SW_CLIENT_DRAFT_MIX;
+    if (dr.k == 0) /* --draft-k 0: off, as everywhere */
+        q.draft = SW_CLIENT_DRAFT_NONE;
     char err[512];
     if (sw_client_request_check(&q, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire run: %s\n", err);
@@ -500,6 +453,7 @@ int cmd_run(int argc, char **argv)
             s_print_json(text, text_len, ids, ev.stats);
         } else {
             printf("\n");
+            fflush(stdout); /* the text ends before the table starts, also on one pipe */
             if (ev.stats->have_head)
                 s_print_table(ev.stats);
         }

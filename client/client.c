@@ -509,7 +509,7 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (q->repeat_last_n < 0 || q->repeat_last_n > (1 << 20))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat_last_n %d not in [0, %d]",
                       q->repeat_last_n, 1 << 20);
-    if (q->draft < SW_CLIENT_DRAFT_AUTO || q->draft > SW_CLIENT_DRAFT_NGRAM)
+    if (q->draft < SW_CLIENT_DRAFT_AUTO || q->draft > SW_CLIENT_DRAFT_MIX)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "unknown draft mode %d", q->draft);
     if (q->draft_k < -1 || q->draft_k > SW_WIRE_MAX_DRAFT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft K %d not in [0, %d]", q->draft_k,

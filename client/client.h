@@ -178,6 +178,7 @@ enum sw_client_draft {
     SW_CLIENT_DRAFT_NONE = 1,  /* no speculation */
     SW_CLIENT_DRAFT_MODEL = 2, /* the head's draft model */
     SW_CLIENT_DRAFT_NGRAM = 3, /* prompt lookup */
+    SW_CLIENT_DRAFT_MIX = 4,   /* prompt lookup, else the head's draft model */
 };
 
 /*

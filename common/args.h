@@ -1,18 +1,282 @@
 /*
- * args.h - checked parsing of numeric command-line values, shared by every
- * program. A value that is not a whole number (or is out of [lo, hi]) gets
- * one line on stderr naming the program, the flag, the value and the range.
+ * args.h - the command line of every shardwire program.
+ *
+ * A program describes its options as groups (sw_opt_group_t): its own, and
+ * the shared ones below, which give the same flag the same short and long
+ * name, value range, default and help text everywhere:
+ *
+ *   model     -m/--model, -b/--backend, -t/--threads, -c/--ctx
+ *   request   -p/--prompt, -n/--n-predict, --chat, --json
+ *   sampling  --temp, --top-k, --top-p, --min-p, --repeat-penalty,
+ *             --repeat-last-n, --seed, --greedy
+ *   drafting  --draft, --draft-k, --draft-model, --draft-k-max,
+ *             --draft-p-min, --draft-threads, --draft-backend
+ *   relay     --relay, --connect-timeout-s
+ *   security  keys.h's SW_SEC_LONGOPTS with their SW_SEC_USAGE text, plugged
+ *             in as a raw group (SW_ARGS_GROUP_SECURITY)
+ *
+ * A program that needs only the first options of a group takes a prefix of
+ * its table (sw_opt_group_t.n). sw_args_next() walks argv with getopt_long
+ * over the program's table and answers -h/--help (every option of every
+ * group, from the table itself) and -V/--version itself; an unknown flag, an
+ * ambiguous abbreviation, a missing value or a value given to a switch gets
+ * one line on stderr that names the flag and points to --help. Each group has
+ * a handler (sw_args_*_opt) that takes the flags of its group and checks
+ * their values.
+ *
+ * Numbers and endpoints: sw_arg_int / sw_arg_double / sw_arg_float /
+ * sw_arg_u64 / sw_arg_endpoint check a value and, when it is wrong, print one
+ * line naming the program, the flag, the value and what is expected.
+ *
+ * Nothing here allocates; strings handed back point into argv.
  */
 #ifndef SW_ARGS_H
 #define SW_ARGS_H
 
+#include <getopt.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sampler.h"
+
+/* ---- checked values ------------------------------------------------------------------- */
+
 /* Integer (decimal, or 0x hex) into *out. 0, or -1 after the error line. */
 int sw_arg_int(const char *prog, const char *flag, const char *s, long lo, long hi, int *out)
+    __attribute__((warn_unused_result));
+/* Unsigned 64-bit integer (decimal, or 0x hex) into *out. 0, or -1 after the error line. */
+int sw_arg_u64(const char *prog, const char *flag, const char *s, uint64_t *out)
     __attribute__((warn_unused_result));
 /* Floating-point number into *out. 0, or -1 after the error line. */
 int sw_arg_double(const char *prog, const char *flag, const char *s, double lo, double hi,
                   double *out) __attribute__((warn_unused_result));
 int sw_arg_float(const char *prog, const char *flag, const char *s, double lo, double hi,
                  float *out) __attribute__((warn_unused_result));
+
+#define SW_ARGS_ENDPOINT_MAX 256 /* bytes of a normalised endpoint, NUL included */
+
+/*
+ * The one endpoint parser: HOST:PORT or tcp://HOST:PORT (HOST a name, an IPv4
+ * address or a bracketed IPv6 address; PORT 1..65535) into out as
+ * "tcp://HOST:PORT" (out_len >= SW_ARGS_ENDPOINT_MAX). With listen = 1 HOST
+ * may also be '*' (every interface) and PORT '*' or 0 (any free port).
+ * ipc:// and inproc:// endpoints pass unchanged. 0, or -1 after one line that
+ * says exactly what is wrong (no port, a port out of range, another scheme,
+ * an IPv6 address without brackets, ...).
+ */
+int sw_arg_endpoint(const char *prog, const char *flag, const char *s, int listen, char *out,
+                    size_t out_len) __attribute__((warn_unused_result));
+
+/* ---- option tables ---------------------------------------------------------------------- */
+
+/* One option. A key below 128 is also the short option (-m); program-own
+ * keys start at SW_OPT_OWN; the shared groups' keys are SW_OPT_* below. */
+typedef struct sw_opt {
+    const char *name; /* long name, without "--" */
+    int key;          /* what sw_args_next() returns for it */
+    const char *arg;  /* the value's name in --help ("PATH"), NULL = a switch */
+    const char *help; /* help text; '\n' continues it on the next line */
+} sw_opt_t;
+
+typedef struct sw_opt_group {
+    const char *title;        /* heading in --help, NULL = the program's own options */
+    const sw_opt_t *opts;     /* the options, or NULL for a raw group */
+    int n;                    /* how many of opts (a prefix of a shared table) */
+    const struct option *raw; /* a raw group: getopt_long entries ending with {0}, */
+    const char *raw_help;     /* described by this text (keys.h's SW_SEC_*) */
+} sw_opt_group_t;
+
+typedef struct sw_args_spec {
+    const char *prog;             /* "shardwire run": every message starts with it */
+    const char *usage;            /* what follows "usage: PROG " */
+    const char *about;            /* a paragraph under the usage line, or NULL */
+    const sw_opt_group_t *groups; /* the program's option groups, */
+    int n_groups;                 /* this many */
+    const char *footer;           /* text after the options (environment, notes), or NULL */
+} sw_args_spec_t;
+
+enum {
+    SW_OPT_OWN = 256, /* the first key of a program's own long-only options */
+    SW_OPT_HELP = 'h',
+    SW_OPT_VERSION = 'V',
+    /* model */
+    SW_OPT_MODEL = 'm',
+    SW_OPT_BACKEND = 'b',
+    SW_OPT_THREADS = 't',
+    SW_OPT_CTX = 'c',
+    /* request */
+    SW_OPT_PROMPT = 'p',
+    SW_OPT_NPREDICT = 'n',
+    SW_OPT_CHAT = 0x5d00,
+    SW_OPT_JSON,
+    /* sampling */
+    SW_OPT_TEMP = 0x5d10,
+    SW_OPT_TOPK,
+    SW_OPT_TOPP,
+    SW_OPT_MINP,
+    SW_OPT_REP,
+    SW_OPT_REP_N,
+    SW_OPT_SEED,
+    SW_OPT_GREEDY,
+    /* drafting */
+    SW_OPT_DRAFT = 0x5d20,
+    SW_OPT_DRAFT_K,
+    SW_OPT_DRAFT_MODEL,
+    SW_OPT_DRAFT_KMAX,
+    SW_OPT_DRAFT_PMIN,
+    SW_OPT_DRAFT_THREADS,
+    SW_OPT_DRAFT_BACKEND,
+    /* relay connection */
+    SW_OPT_RELAY = 0x5d30,
+    SW_OPT_CONNECT,
+};
+
+/* The shared tables (each ends with {0}) and their lengths. */
+extern const sw_opt_t sw_opts_model[];
+extern const sw_opt_t sw_opts_request[];
+extern const sw_opt_t sw_opts_sampling[];
+extern const sw_opt_t sw_opts_draft[];
+extern const sw_opt_t sw_opts_relay[];
+enum {
+    SW_OPTS_MODEL_N = 4,
+    SW_OPTS_REQUEST_N = 4,
+    SW_OPTS_SAMPLING_N = 8,
+    SW_OPTS_DRAFT_N = 7,
+    SW_OPTS_RELAY_N = 2,
+};
+
+/* Group initializers: the whole shared table, or its first n options. */
+#define SW_ARGS_GROUP(title_, table_, n_)                                                          \
+    {                                                                                              \
+        .title = (title_), .opts = (table_), .n = (n_)                                             \
+    }
+#define SW_ARGS_GROUP_MODEL(n_) SW_ARGS_GROUP("model", sw_opts_model, (n_))
+#define SW_ARGS_GROUP_REQUEST(n_) SW_ARGS_GROUP("request", sw_opts_request, (n_))
+#define SW_ARGS_GROUP_SAMPLING(n_) SW_ARGS_GROUP("sampling", sw_opts_sampling, (n_))
+#define SW_ARGS_GROUP_DRAFT(n_) SW_ARGS_GROUP("speculative decoding", sw_opts_draft, (n_))
+#define SW_ARGS_GROUP_RELAY(n_) SW_ARGS_GROUP("relay", sw_opts_relay, (n_))
+/* keys.h's security flags as a raw group; the file includes keys.h. */
+#define SW_ARGS_GROUP_SECURITY                                                                     \
+    {                                                                                              \
+        .title = "security", .raw = (const struct option[]){SW_SEC_LONGOPTS, {0, 0, 0, 0}},        \
+        .raw_help = SW_SEC_USAGE                                                                   \
+    }
+
+#define SW_ARGS_MAX 96 /* options of one program, --help and --version included */
+
+/* The parser's state; fill with sw_args_init(). */
+typedef struct sw_args {
+    const sw_args_spec_t *spec;
+    int argc;
+    char **argv;
+    struct option longs[SW_ARGS_MAX + 1]; /* getopt_long's table */
+    char shorts[2 * SW_ARGS_MAX + 2];     /* getopt's short option string */
+    int n_longs;                          /* entries of longs */
+    int first_arg;                        /* after SW_ARGS_END: argv index of the first operand */
+} sw_args_t;
+
+enum {
+    SW_ARGS_END = -1,  /* no more options: operands start at first_arg */
+    SW_ARGS_QUIT = -2, /* --help or --version was printed: exit 0 */
+    SW_ARGS_BAD = -3,  /* one line was printed: exit 2 */
+};
+
+/* Builds the tables of spec (which must outlive a). Asserts on a table too big
+ * for SW_ARGS_MAX (a programmer error). */
+void sw_args_init(sw_args_t *a, const sw_args_spec_t *spec, int argc, char **argv);
+/* The next option's key with its value in *val (NULL for a switch), or
+ * SW_ARGS_END / SW_ARGS_QUIT / SW_ARGS_BAD. A command line with no argument
+ * at all gets the whole usage on stderr and SW_ARGS_BAD (every program needs
+ * some). */
+int sw_args_next(sw_args_t *a, const char **val);
+/* The exit code for what sw_args_next() ended with: 0 for SW_ARGS_QUIT, else 2. */
+int sw_args_exit(int rc);
+/*
+ * After the loop over sw_args_next(), which ended with c: -1 when the options
+ * ended well and at most max_operands operands follow (from a->first_arg);
+ * otherwise the exit code (0 after --help / --version, 2 after an error line,
+ * "unexpected argument" included).
+ */
+int sw_args_finish(const sw_args_t *a, int c, int max_operands);
+/* Prints the whole help of spec (to stdout for --help, stderr for a usage error). */
+void sw_args_usage(const sw_args_spec_t *spec, FILE *f);
+/* One usage error: "PROG: MESSAGE (see 'PROG --help')" on stderr. Returns SW_ARGS_BAD. */
+int sw_args_fail(const sw_args_spec_t *spec, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The version: the project's VERSION from CMake, with `git describe` of the
+ * source tree when it was a git checkout at configure time ("0.1.0 (git
+ * 1a2b3c4)"). */
+const char *sw_version(void);
+
+/* ---- the groups' values and handlers ----------------------------------------------------------
+ * Each sw_args_*_opt() takes one option of sw_args_next(): 1 when it was one
+ * of the group's (value checked and stored), 0 when it is not, -1 after one
+ * error line. */
+
+typedef struct sw_args_model {
+    const char *model;   /* -m: GGUF path or hf:ORG/NAME/FILE; NULL = not given */
+    const char *backend; /* -b: cpu, cuda, cuda:N, cuda:0,1; NULL = auto */
+    int threads;         /* -t: CPU threads, 0 = every core */
+    int n_ctx;           /* -c: positions (default 2048) */
+} sw_args_model_t;
+#define SW_ARGS_MODEL_DEFAULT                                                                      \
+    {                                                                                              \
+        .n_ctx = 2048                                                                              \
+    }
+int sw_args_model_opt(const char *prog, sw_args_model_t *m, int key, const char *val);
+
+typedef struct sw_args_request {
+    const char *prompt; /* -p, NULL = not given ("" is refused) */
+    int n_predict;      /* -n: tokens to generate, 1 .. 1<<20 (default 128) */
+    int chat;           /* --chat */
+    int json;           /* --json */
+} sw_args_request_t;
+#define SW_ARGS_REQUEST_DEFAULT                                                                    \
+    {                                                                                              \
+        .n_predict = 128                                                                           \
+    }
+int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const char *val);
+
+/*
+ * The sampling defaults of every client (generate, run, serve): temperature
+ * 0.8, top-k 40, top-p 0.95, min-p 0.05 (llama.cpp's), a repetition penalty
+ * of 1.1 over the last 64 tokens (Ollama's), and the fixed seed 0x5eed: the
+ * same request gives the same text every time; --seed picks another.
+ * --greedy is plain greedy decoding (temperature 0, no repetition penalty),
+ * which is what llama.cpp's reference output is.
+ */
+sw_sampling_t sw_args_sampling_default(void);
+int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char *val);
+
+typedef struct sw_args_draft {
+    const char *mode;    /* --draft: "model", "ngram", "mix", "none", or NULL = auto */
+    int k;               /* --draft-k: > 0 fixed, 0 off, -1 auto (default) */
+    const char *model;   /* --draft-model, NULL = none */
+    int k_max;           /* --draft-k-max (default 16) */
+    float p_min;         /* --draft-p-min (default 0) */
+    int threads;         /* --draft-threads, 0 = as --threads */
+    const char *backend; /* --draft-backend, NULL = the first device of --backend */
+} sw_args_draft_t;
+#define SW_ARGS_DRAFT_DEFAULT                                                                      \
+    {                                                                                              \
+        .k = -1, .k_max = 16                                                                       \
+    }
+int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char *val);
+/* Where the model runs in this process (generate, a node): 0, or -1 after the
+ * usage error line when --draft model or mix comes without --draft-model. */
+int sw_args_draft_check(const sw_args_spec_t *spec, const sw_args_draft_t *d)
+    __attribute__((warn_unused_result));
+
+typedef struct sw_args_relay {
+    char relay[SW_ARGS_ENDPOINT_MAX]; /* --relay, normalised to tcp://HOST:PORT; "" = not given */
+    int connect_s; /* --connect-timeout-s, -1 = not given (the program's default) */
+} sw_args_relay_t;
+#define SW_ARGS_RELAY_DEFAULT                                                                      \
+    {                                                                                              \
+        .connect_s = -1                                                                            \
+    }
+int sw_args_relay_opt(const char *prog, sw_args_relay_t *r, int key, const char *val);
 
 #endif

@@ -472,7 +472,7 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
         return rc;
     if (g->draft) {
         CHECK(g->draft->mode >= SHARDWIRE__DRAFT_MODE__DRAFT_AUTO &&
-                  g->draft->mode <= SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM,
+                  g->draft->mode <= SHARDWIRE__DRAFT_MODE__DRAFT_MIX,
               "generate.draft.mode %d unknown", (int)g->draft->mode);
         CHECK(g->draft->n_draft <= SW_WIRE_MAX_DRAFT, "generate.draft.n_draft %u > %d",
               g->draft->n_draft, SW_WIRE_MAX_DRAFT);

@@ -271,9 +271,11 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
             r->q.draft = SW_CLIENT_DRAFT_MODEL;
         else if (d && !strcmp(d, "ngram"))
             r->q.draft = SW_CLIENT_DRAFT_NGRAM;
+        else if (d && !strcmp(d, "mix"))
+            r->q.draft = SW_CLIENT_DRAFT_MIX;
         else
             return s_bad(err, err_len, param, "shardwire.draft",
-                         "'shardwire.draft' must be auto, none, model or ngram");
+                         "'shardwire.draft' must be auto, none, model, ngram or mix");
     }
     if ((v = json_object_get(x, "head")) && !json_is_null(v)) {
         if (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > 63)

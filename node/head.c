@@ -508,10 +508,15 @@ static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
 
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
  * range, the next stage is the peer whose range begins there. Refuses gaps,
- * overlaps and other models with a message naming the peer; 0 or -1. */
-static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, char *err,
-                         size_t err_len)
+ * overlaps and other models with a message naming the peer and the error
+ * code a client gets (*code): ERR_MODEL_MISMATCH for another model file,
+ * ERR_UNKNOWN_DEST when no connected stage begins where the previous one ends
+ * (a gap, or an overlap), ERR_INTERNAL for a route longer than the protocol
+ * allows; 0 or -1. */
+static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, int *code,
+                         char *err, size_t err_len)
 {
+    *code = SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST;
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
@@ -532,6 +537,7 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
                              "the same GGUF",
                              a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
                              n->fingerprint);
+                    *code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
                     return -1;
                 }
                 if (!pick || strcmp(a->name, pick->name) < 0)
@@ -559,6 +565,7 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
         }
         if (r->n == SW_WIRE_MAX_ROUTE) {
             snprintf(err, err_len, "the pipeline has more than %d stages", SW_WIRE_MAX_ROUTE);
+            *code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
             return -1;
         }
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->name);
@@ -623,6 +630,15 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
         break;
     case SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM:
         dc->mode = DRAFT_MODE_NGRAM;
+        break;
+    case SHARDWIRE__DRAFT_MODE__DRAFT_MIX:
+        if (!h->dmodel) {
+            snprintf(err, err_len,
+                     "this head has no draft model for --draft mix (start it with "
+                     "--draft-model)");
+            return -1;
+        }
+        dc->mode = DRAFT_MODE_MIX;
         break;
     default: // DRAFT_AUTO: the head's default
         break;
@@ -818,10 +834,13 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, sizeof err);
     if (!s->gen)
         goto fail;
-    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, draft %s K %s%d; %d "
-            "session(s) running, %d waiting",
-            s->rid, s->client, n_prompt, g->n_predict, draft_mode_name(dc.mode),
-            dc.k == DRAFT_K_AUTO ? "auto <= " : "", draft_gen_k(s->drafter), h->n_active, h->q_len);
+    char drafting[64] = "no drafting";
+    if (draft_gen_k(s->drafter) > 0)
+        snprintf(drafting, sizeof drafting, "draft %s, K %s%d", draft_mode_name(dc.mode),
+                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter));
+    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, %s; %d session(s) "
+            "running, %d waiting",
+            s->rid, s->client, n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
     /* A route built from a recent table serves at once; else the next table. */
     const double now = node_now_ms();
     if (h->route_ms && now - h->route_ms < S_ROUTE_FRESH_MS && h->route_ok) {
@@ -1169,11 +1188,12 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     const double now = node_now_ms();
     h->status_out = 0;
     char err[512] = "";
-    h->route_ok = s_build_route(n, pt, &h->route, err, sizeof err) == 0;
+    int code = 0;
+    h->route_ok = s_build_route(n, pt, &h->route, &code, err, sizeof err) == 0;
     h->route_ms = now;
     if (!h->route_ok) {
         snprintf(h->route_err, sizeof h->route_err, "%s", err);
-        h->route_code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
+        h->route_code = code;
     }
     for (int i = 0; i < h->n_slots; i++) {
         s_sess_t *s = &h->sess[i];

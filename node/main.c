@@ -1,22 +1,12 @@
 /*
  * main.c - shardwire-node: parses the command line and runs the node.
  *
- *   shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT --name NAME
- *                  [--backend cpu|cuda[:N]|cuda:0,1] [--threads N] [--ctx N]
- *                  [--max-sessions N] [--dtype f32|f16|bf16]
- *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
- *                  [--recover-timeout-s S] [--connect-timeout-s S]
- *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
- *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
- *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
- *                  [--draft-backend cpu|cuda[:N]]
- *                  [--max-queue N] [--max-batch-rows N] [--kv-mib M]
+ *   shardwire-node -m M.gguf --layers A:B --relay HOST:PORT --name NAME SECURITY
+ *                  [node options] [model, relay and drafting options of args.h]
  *
  * The --draft* flags matter on the head (layers from 0) only: they set the
  * drafting a request gets when its DraftParams leave it to the head.
  */
-#include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,7 +14,6 @@
 #include <string.h>
 
 #include "args.h"
-#include "drafter.h"
 #include "hub.h"
 #include "keys.h"
 #include "node.h"
@@ -38,50 +27,63 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-static void s_usage(FILE *f)
-{
-    fprintf(f, "usage: shardwire-node --model M.gguf --layers A:B --relay tcp://HOST:PORT "
-               "--name NAME [options]\n"
-               "  --model PATH           GGUF file, or hf:ORG/NAME/FILE (fetched into the Hugging\n"
-               "                         Face cache; HF_HOME, HF_TOKEN)\n"
-               "  --model-name NAME      the model's name for clients and the HTTP API\n"
-               "                         (default: the file name without .gguf)\n"
-               "  --layers A:B           serve layers [A, B) (B may be 'end')\n"
-               "  --backend B            cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\n"
-               "                         two GPUs (default: cuda when a GPU is found, else cpu)\n"
-               "  --threads N            CPU compute threads (default: all cores)\n"
-               "  --ctx N                positions per session (default 2048)\n"
-               "  --max-sessions N       sessions held at once; on the head, requests served at\n"
-               "                         once (default 8)\n"
-               "  --max-queue N          head: requests waiting for a session beyond that; more\n"
-               "                         are refused as busy (default 64)\n"
-               "  --max-batch-rows N     rows run through the layers in one batch, summed over\n"
-               "                         sessions (default 256)\n"
-               "  --kv-mib M             memory for the sessions' KV caches; a session that does\n"
-               "                         not fit waits (head) or is refused (default: what\n"
-               "                         --max-sessions caches of --ctx positions take)\n"
-               "  --dtype T              hidden states sent as f32, f16 or bf16 (default f32)\n"
-               "  --idle-timeout-s S     free a session unused for S seconds (default 300)\n"
-               "  --round-timeout-ms MS  head: recover a round with no verdict after MS (default "
-               "60000)\n"
-               "  --recover-timeout-s S  head: wait up to S s for a failed stage to come back "
-               "(default 60; 0 = fail at once)\n"
-               "  --heartbeat-ms MS      relay heartbeat interval (default 1000)\n"
-               "  --connect-timeout-s S  at start, keep trying to reach the relay for S s\n"
-               "                         (default 0 = until it answers; one line per attempt)\n"
-               "  --draft-model PATH     head: draft model GGUF (the model's vocabulary)\n"
-               "  --draft MODE           head: default proposer: model, ngram, mix or none\n"
-               "                         (default: model with --draft-model, else none)\n"
-               "  --draft-k K            head: default drafts per round, 0 = off, auto = adaptive\n"
-               "                         (default auto)\n"
-               "  --draft-k-max N        head: largest adaptive K (default 16)\n"
-               "  --draft-p-min P        head: stop drafting below this draft probability "
-               "(default 0)\n"
-               "  --draft-threads N      head: draft model threads (default: as "
-               "--threads)\n"
-               "  --draft-backend B      head: where the draft model runs, e.g. cuda:1 (default:\n"
-               "                         the first device of --backend)\n" SW_SEC_USAGE);
-}
+enum {
+    O_NAME = SW_OPT_OWN,
+    O_LAYERS,
+    O_MODEL_NAME,
+    O_MAXS,
+    O_MAXQ,
+    O_MAXROWS,
+    O_KVMIB,
+    O_DTYPE,
+    O_IDLE,
+    O_ROUND,
+    O_RECOVER,
+    O_HB,
+};
+
+static const sw_opt_t s_opts[] = {
+    {"name", O_NAME, "NAME", "this node's name on the relay (1-63 of [A-Za-z0-9._-])"},
+    {"layers", O_LAYERS, "A:B", "serve layers [A, B) (B may be 'end'); from 0 = the head"},
+    {"model-name", O_MODEL_NAME, "NAME",
+     "the model's name for clients and the HTTP API\n(default: the file name without .gguf)"},
+    {"max-sessions", O_MAXS, "N",
+     "sessions held at once; on the head, requests served at\nonce (default 8)"},
+    {"max-queue", O_MAXQ, "N",
+     "head: requests waiting for a session beyond that; more\nare refused as busy (default 64)"},
+    {"max-batch-rows", O_MAXROWS, "N",
+     "rows run through the layers in one batch, summed over\nsessions (default 256)"},
+    {"kv-mib", O_KVMIB, "M",
+     "memory for the sessions' KV caches; a session that does\nnot fit waits (head) or is refused "
+     "(default: what\n--max-sessions caches of --ctx positions take, at most\nthe GPUs' free "
+     "memory)"},
+    {"dtype", O_DTYPE, "T", "hidden states sent as f32, f16 or bf16 (default f32)"},
+    {"idle-timeout-s", O_IDLE, "S", "free a session unused for S seconds (default 300)"},
+    {"round-timeout-ms", O_ROUND, "MS",
+     "head: recover a round with no verdict after MS\n(default 60000)"},
+    {"recover-timeout-s", O_RECOVER, "S",
+     "head: wait up to S s for a failed stage to come back\n(default 60; 0 = fail at once)"},
+    {"heartbeat-ms", O_HB, "MS", "relay heartbeat interval (default 1000)"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {
+    SW_ARGS_GROUP(NULL, s_opts, 12),
+    SW_ARGS_GROUP_MODEL(SW_OPTS_MODEL_N),
+    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP("speculative decoding (the head's defaults for requests that leave it to it)",
+                  sw_opts_draft, SW_OPTS_DRAFT_N),
+    SW_ARGS_GROUP_SECURITY,
+};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire-node",
+    .usage = "-m M.gguf --layers A:B --relay HOST:PORT --name NAME SECURITY [options]",
+    .about = "  Serves one layer range of a model through the relay: the node whose range\n"
+             "  starts at 0 is the head (sessions, drafting), the one that ends at the last\n"
+             "  layer the tail (verifier); docs/deploy.md.\n",
+    .groups = s_groups,
+    .n_groups = sizeof s_groups / sizeof s_groups[0],
+};
 
 static int s_layers(const char *s, int *a, int *b)
 {
@@ -109,235 +111,130 @@ bad:
 
 int main(int argc, char **argv)
 {
-    enum {
-        O_MODEL = 256,
-        O_LAYERS,
-        O_RELAY,
-        O_NAME,
-        O_THREADS,
-        O_CTX,
-        O_MAXS,
-        O_DTYPE,
-        O_IDLE,
-        O_ROUND,
-        O_HB,
-        O_RECOVER,
-        O_CONNECT,
-        O_DMODEL,
-        O_DMODE,
-        O_DK,
-        O_DKMAX,
-        O_DPMIN,
-        O_DTHREADS,
-        O_MAXQ,
-        O_MAXROWS,
-        O_KVMIB,
-        O_BACKEND,
-        O_DBACKEND,
-        O_HELP,
-        O_MODEL_NAME
-    };
-    static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
-                                          {"layers", required_argument, 0, O_LAYERS},
-                                          {"relay", required_argument, 0, O_RELAY},
-                                          {"name", required_argument, 0, O_NAME},
-                                          {"model-name", required_argument, 0, O_MODEL_NAME},
-                                          {"threads", required_argument, 0, O_THREADS},
-                                          {"ctx", required_argument, 0, O_CTX},
-                                          {"max-sessions", required_argument, 0, O_MAXS},
-                                          {"dtype", required_argument, 0, O_DTYPE},
-                                          {"idle-timeout-s", required_argument, 0, O_IDLE},
-                                          {"round-timeout-ms", required_argument, 0, O_ROUND},
-                                          {"heartbeat-ms", required_argument, 0, O_HB},
-                                          {"recover-timeout-s", required_argument, 0, O_RECOVER},
-                                          {"connect-timeout-s", required_argument, 0, O_CONNECT},
-                                          {"draft-model", required_argument, 0, O_DMODEL},
-                                          {"draft", required_argument, 0, O_DMODE},
-                                          {"draft-k", required_argument, 0, O_DK},
-                                          {"draft-k-max", required_argument, 0, O_DKMAX},
-                                          {"draft-p-min", required_argument, 0, O_DPMIN},
-                                          {"draft-threads", required_argument, 0, O_DTHREADS},
-                                          {"backend", required_argument, 0, O_BACKEND},
-                                          {"draft-backend", required_argument, 0, O_DBACKEND},
-                                          {"max-queue", required_argument, 0, O_MAXQ},
-                                          {"max-batch-rows", required_argument, 0, O_MAXROWS},
-                                          {"kv-mib", required_argument, 0, O_KVMIB},
-                                          {"help", no_argument, 0, O_HELP},
-                                          SW_SEC_LONGOPTS,
-                                          {0, 0, 0, 0}};
+    const char *P = s_spec.prog, *v;
     sw_sec_args_t sargs = {0};
     static sw_sec_t sec; /* lives until the process exits */
     node_opts_t o = {
         .layer_begin = -1,
         .layer_end = -1,
-        .n_ctx = 2048,
         .max_sessions = 8,
         .idle_timeout_ms = 300000,
         .round_timeout_ms = 60000,
         .recover_timeout_ms = 60000,
         .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
         .heartbeat_ms = 1000,
-        .draft_k = DRAFT_K_AUTO,
         .max_queue = 64,
         .max_batch_rows = 256,
     };
+    sw_args_model_t mo = SW_ARGS_MODEL_DEFAULT;
+    sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
+    sw_args_draft_t dr = SW_ARGS_DRAFT_DEFAULT;
     int kv_mib = -1;
-    int c, idle_s = 300, recover_s = 60, connect_s = 0, rc = 0;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        int h = sw_sec_args_opt(&sargs, c, optarg);
+    int c, idle_s = 300, recover_s = 60, rc = 0;
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        int h = sw_sec_args_opt(&sargs, c, v);
+        if (!h)
+            h = sw_args_model_opt(P, &mo, c, v);
+        if (!h)
+            h = sw_args_relay_opt(P, &ra, c, v);
+        if (!h)
+            h = sw_args_draft_opt(P, &dr, c, v);
         if (h < 0)
             return 2;
         if (h)
             continue;
         switch (c) {
-        case O_MODEL:
-            o.model = optarg;
-            break;
         case O_LAYERS:
-            rc = s_layers(optarg, &o.layer_begin, &o.layer_end);
-            break;
-        case O_RELAY:
-            o.relay = optarg;
+            rc = s_layers(v, &o.layer_begin, &o.layer_end);
             break;
         case O_MODEL_NAME:
-            o.model_name = optarg;
-            if (!sw_wire_model_name_ok(optarg)) {
+            o.model_name = v;
+            if (!sw_wire_model_name_ok(v)) {
                 fprintf(stderr,
                         "shardwire-node: --model-name '%s' must be up to 63 characters of "
                         "[A-Za-z0-9._:/-]\n",
-                        optarg);
+                        v);
                 rc = -1;
             }
             break;
         case O_NAME:
-            o.name = optarg;
-            break;
-        case O_THREADS:
-            rc = sw_arg_int("shardwire-node", "--threads", optarg, 1, 512, &o.threads);
-            break;
-        case O_CTX:
-            rc = sw_arg_int("shardwire-node", "--ctx", optarg, 16, 1 << 24, &o.n_ctx);
+            o.name = v;
             break;
         case O_MAXS:
-            rc = sw_arg_int("shardwire-node", "--max-sessions", optarg, 1, 4096, &o.max_sessions);
+            rc = sw_arg_int(P, "--max-sessions", v, 1, 4096, &o.max_sessions);
             break;
         case O_IDLE:
-            rc = sw_arg_int("shardwire-node", "--idle-timeout-s", optarg, 1, 86400 * 7, &idle_s);
+            rc = sw_arg_int(P, "--idle-timeout-s", v, 1, 86400 * 7, &idle_s);
             break;
         case O_ROUND:
-            rc = sw_arg_int("shardwire-node", "--round-timeout-ms", optarg, 100, 3600000,
-                            &o.round_timeout_ms);
+            rc = sw_arg_int(P, "--round-timeout-ms", v, 100, 3600000, &o.round_timeout_ms);
             break;
         case O_RECOVER:
-            rc = sw_arg_int("shardwire-node", "--recover-timeout-s", optarg, 0, 86400, &recover_s);
-            break;
-        case O_CONNECT:
-            rc = sw_arg_int("shardwire-node", "--connect-timeout-s", optarg, 0, 86400 * 24,
-                            &connect_s);
+            rc = sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &recover_s);
             break;
         case O_HB:
-            rc = sw_arg_int("shardwire-node", "--heartbeat-ms", optarg, 50, 60000, &o.heartbeat_ms);
+            rc = sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o.heartbeat_ms);
             break;
         case O_DTYPE:
-            if (!strcmp(optarg, "f32"))
+            if (!strcmp(v, "f32"))
                 o.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
-            else if (!strcmp(optarg, "f16"))
+            else if (!strcmp(v, "f16"))
                 o.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
-            else if (!strcmp(optarg, "bf16"))
+            else if (!strcmp(v, "bf16"))
                 o.dtype = SHARDWIRE__DTYPE__DTYPE_BF16;
             else {
-                fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", optarg);
+                fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
                 rc = -1;
             }
-            break;
-        case O_DMODEL:
-            o.draft_model = optarg;
-            break;
-        case O_DMODE: {
-            enum draft_mode dm;
-            o.draft_mode = optarg;
-            if (draft_mode_parse(optarg, &dm) != 0) {
-                fprintf(stderr, "shardwire-node: --draft '%s' must be model, ngram, mix or none\n",
-                        optarg);
-                rc = -1;
-            }
-            break;
-        }
-        case O_DK:
-            if (!strcmp(optarg, "auto"))
-                o.draft_k = DRAFT_K_AUTO;
-            else
-                rc = sw_arg_int("shardwire-node", "--draft-k", optarg, 0, SW_MAX_DRAFT, &o.draft_k);
-            break;
-        case O_DKMAX:
-            rc = sw_arg_int("shardwire-node", "--draft-k-max", optarg, 1, SW_MAX_DRAFT,
-                            &o.draft_k_max);
-            break;
-        case O_DPMIN: {
-            char *end;
-            errno = 0;
-            double v = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(v >= 0 && v <= 1)) {
-                fprintf(stderr, "shardwire-node: --draft-p-min '%s' is not a number in [0, 1]\n",
-                        optarg);
-                rc = -1;
-            }
-            o.draft_p_min = (float)v;
-            break;
-        }
-        case O_DTHREADS:
-            rc = sw_arg_int("shardwire-node", "--draft-threads", optarg, 1, 512, &o.draft_threads);
-            break;
-        case O_BACKEND:
-            o.backend = optarg;
-            break;
-        case O_DBACKEND:
-            o.draft_backend = optarg;
             break;
         case O_MAXQ:
-            rc = sw_arg_int("shardwire-node", "--max-queue", optarg, 0, SW_WIRE_MAX_QUEUE,
-                            &o.max_queue);
+            rc = sw_arg_int(P, "--max-queue", v, 0, SW_WIRE_MAX_QUEUE, &o.max_queue);
             break;
         case O_MAXROWS:
-            rc = sw_arg_int("shardwire-node", "--max-batch-rows", optarg, 1, 65536,
-                            &o.max_batch_rows);
+            rc = sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o.max_batch_rows);
             break;
         case O_KVMIB:
-            rc = sw_arg_int("shardwire-node", "--kv-mib", optarg, 1, 1 << 24, &kv_mib);
+            rc = sw_arg_int(P, "--kv-mib", v, 1, 1 << 24, &kv_mib);
             break;
-        case O_HELP:
-            s_usage(stdout);
-            return 0;
         default:
-            s_usage(stderr);
             return 2;
         }
         if (rc)
             return 2;
     }
-    if (optind < argc) {
-        fprintf(stderr, "shardwire-node: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (!o.model || o.layer_begin < 0 || !o.relay || !o.name) {
-        fprintf(stderr, "shardwire-node: --model, --layers, --relay and --name are required "
-                        "(see --help)\n");
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!mo.model || o.layer_begin < 0 || !ra.relay[0] || !o.name)
+        return sw_args_exit(sw_args_fail(&s_spec, "%s is required",
+                                         !mo.model           ? "--model"
+                                         : o.layer_begin < 0 ? "--layers"
+                                         : !ra.relay[0]      ? "--relay"
+                                                             : "--name"));
     if (!sw_wire_name_ok(o.name, strlen(o.name))) {
         fprintf(stderr, "shardwire-node: --name '%s' must be 1-63 characters of [A-Za-z0-9._-]\n",
                 o.name);
         return 2;
     }
-    if (o.draft_mode && (!strcmp(o.draft_mode, "model") || !strcmp(o.draft_mode, "mix")) &&
-        !o.draft_model) {
-        fprintf(stderr, "shardwire-node: --draft %s needs --draft-model\n", o.draft_mode);
+    if (sw_args_draft_check(&s_spec, &dr) != 0)
         return 2;
-    }
+    o.model = mo.model;
+    o.backend = mo.backend;
+    o.threads = mo.threads;
+    o.n_ctx = mo.n_ctx;
+    o.relay = ra.relay;
+    o.draft_model = dr.model;
+    o.draft_mode = dr.mode;
+    o.draft_k = dr.k;
+    o.draft_k_max = dr.k_max;
+    o.draft_p_min = dr.p_min;
+    o.draft_threads = dr.threads;
+    o.draft_backend = dr.backend;
     o.idle_timeout_ms = idle_s * 1000;
     o.kv_bytes = kv_mib > 0 ? (int64_t)kv_mib << 20 : 0; /* 0: node_run sizes it */
     o.recover_timeout_ms = recover_s * 1000;
-    o.connect_timeout_ms = connect_s > 0 ? connect_s * 1000 : -1;
+    o.connect_timeout_ms = ra.connect_s > 0 ? ra.connect_s * 1000 : -1; /* 0, unset: no limit */
     char err[512];
     if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);

@@ -3,9 +3,9 @@
  * the relay loop (relay.c). Prints "listening <endpoint>" on stdout once bound
  * so that scripts and tests can use a wildcard port ("tcp://127.0.0.1:*").
  *
- *   shardwire-relay --listen tcp://HOST:PORT --key relay.key --allow allow.txt
- *                   [--heartbeat-ms N] [--hwm N]
- *   shardwire-relay --listen tcp://127.0.0.1:PORT --insecure-loopback
+ *   shardwire-relay --listen HOST:PORT --key relay.key --allow allow.txt
+ *                   [--heartbeat-ms N] [--hwm N] [--rate N] [--handshake-ms MS]
+ *   shardwire-relay --listen 127.0.0.1:PORT --insecure-loopback
  *
  * SIGHUP re-reads the allow-list (it is also re-read when the file changes).
  */
@@ -66,68 +66,93 @@ static void s_raise_nofile(void)
                 (unsigned long long)rl.rlim_cur);
 }
 
-static void s_usage(FILE *out)
-{
-    fprintf(out, "usage: shardwire-relay --listen tcp://HOST:PORT --key FILE --allow FILE "
-                 "[--heartbeat-ms N] [--hwm N]\n"
-                 "  --listen        endpoint to bind (port * = any free port)\n"
-                 "  --key           the relay's CURVE secret key file (shardwire keygen)\n"
-                 "  --allow         allow-list: one client public key per line, optionally\n"
-                 "                  followed by the only name it may announce; # comments.\n"
-                 "                  Re-read when it changes and on SIGHUP.\n"
-                 "  --insecure-loopback  no keys, no encryption; loopback endpoints only\n"
-                 "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval; a peer that sends "
-                 "no data for 5 intervals is dropped (default 1000)\n"
-                 "  --hwm           messages queued per peer and direction (default 128)\n"
-                 "  --rate          messages/s one peer may send to others (default 2000)\n"
-                 "  --handshake-ms  time a new connection has to authenticate (default 5000)\n");
-}
+enum {
+    O_LISTEN = SW_OPT_OWN,
+    O_KEY,
+    O_ALLOW,
+    O_INSECURE,
+    O_HB,
+    O_HWM,
+    O_RATE,
+    O_HANDSHAKE,
+};
+
+static const sw_opt_t s_opts[] = {
+    {"listen", O_LISTEN, "ENDPOINT",
+     "where to listen: HOST:PORT or tcp://HOST:PORT; HOST *\nor 0.0.0.0 = every interface, PORT * "
+     "= any free port"},
+    {"key", O_KEY, "FILE", "the relay's CURVE secret key file (shardwire keygen)"},
+    {"allow", O_ALLOW, "FILE",
+     "allow-list: one client public key per line, optionally\nfollowed by the only name it may "
+     "announce; # comments.\nRe-read when it changes and on SIGHUP."},
+    {"insecure-loopback", O_INSECURE, NULL, "no keys, no encryption; loopback endpoints only"},
+    {"heartbeat-ms", O_HB, "MS",
+     "ZMTP heartbeat and liveness sweep interval; a peer that\nsends no data for 5 intervals is "
+     "dropped (default 1000)"},
+    {"hwm", O_HWM, "N", "messages queued per peer and direction (default 128)"},
+    {"rate", O_RATE, "N", "messages/s one peer may send to others (default 2000)"},
+    {"handshake-ms", O_HANDSHAKE, "MS",
+     "time a new connection has to authenticate (default\n5000)"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 8)};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire-relay",
+    .usage = "--listen HOST:PORT --key FILE --allow FILE [options]\n"
+             "       shardwire-relay --listen 127.0.0.1:PORT --insecure-loopback",
+    .about = "  The cluster's meeting point: every node and client dials out to it and it\n"
+             "  routes their frames (it never sees the payloads, docs/security.md). Prints\n"
+             "  \"listening ENDPOINT\" on stdout once bound.\n",
+    .groups = s_groups,
+    .n_groups = 1,
+};
 
 int main(int argc, char **argv)
 {
+    const char *P = s_spec.prog, *v;
     relay_opts_t opts = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            s_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--insecure-loopback")) {
+    char listen[SW_ARGS_ENDPOINT_MAX];
+    int c, rc = 0;
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        switch (c) {
+        case O_LISTEN:
+            rc = sw_arg_endpoint(P, "--listen", v, 1, listen, sizeof listen);
+            opts.listen = listen;
+            break;
+        case O_KEY:
+            opts.key_file = v;
+            break;
+        case O_ALLOW:
+            opts.allow_file = v;
+            break;
+        case O_INSECURE:
             opts.insecure_loopback = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            s_usage(stderr);
+            break;
+        case O_HB:
+            rc = sw_arg_int(P, "--heartbeat-ms", v, 10, 600000, &opts.heartbeat_ms);
+            break;
+        case O_RATE:
+            rc = sw_arg_int(P, "--rate", v, 1, 10000000, &opts.rate);
+            break;
+        case O_HANDSHAKE:
+            rc = sw_arg_int(P, "--handshake-ms", v, 100, 600000, &opts.handshake_ms);
+            break;
+        case O_HWM:
+            rc = sw_arg_int(P, "--hwm", v, 1, 1000000, &opts.hwm);
+            break;
+        default:
             return 2;
         }
-        if (!strcmp(a, "--listen")) {
-            opts.listen = argv[++i];
-        } else if (!strcmp(a, "--key")) {
-            opts.key_file = argv[++i];
-        } else if (!strcmp(a, "--allow")) {
-            opts.allow_file = argv[++i];
-        } else if (!strcmp(a, "--heartbeat-ms")) {
-            if (sw_arg_int("shardwire-relay", a, argv[++i], 10, 600000, &opts.heartbeat_ms))
-                return 2;
-        } else if (!strcmp(a, "--rate")) {
-            if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 10000000, &opts.rate))
-                return 2;
-        } else if (!strcmp(a, "--handshake-ms")) {
-            if (sw_arg_int("shardwire-relay", a, argv[++i], 100, 600000, &opts.handshake_ms))
-                return 2;
-        } else if (!strcmp(a, "--hwm")) {
-            if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 1000000, &opts.hwm))
-                return 2;
-        } else {
-            fprintf(stderr, "shardwire-relay: unknown option '%s'\n", a);
-            s_usage(stderr);
+        if (rc)
             return 2;
-        }
     }
-    if (!opts.listen) {
-        s_usage(stderr);
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!opts.listen)
+        return sw_args_exit(sw_args_fail(&s_spec, "--listen HOST:PORT is required"));
     sw_log_set_tag("relay");
     s_raise_nofile();
     opts.reload = &s_reload;
@@ -154,7 +179,7 @@ int main(int argc, char **argv)
 
     printf("listening %s\n", relay_endpoint(relay));
     fflush(stdout);
-    int rc = relay_run(relay, &s_stop);
+    rc = relay_run(relay, &s_stop);
     relay_destroy(&relay);
     return rc == 0 ? 0 : 1;
 }

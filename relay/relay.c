@@ -709,9 +709,12 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->tokens = r->rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
-        SW_INFO("peer %s joined: role %d, layers [%u, %u) of %u, backend '%s', %u sessions",
-                a->name, (int)a->role, a->layer_begin, a->layer_end, a->n_layers, a->backend,
-                a->max_sessions);
+        if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT)
+            SW_INFO("peer %s joined: client", a->name);
+        else
+            SW_INFO("peer %s joined: %s, layers [%u, %u) of %u, backend '%s', %u sessions", a->name,
+                    sw_wire_role_name((int)a->role), a->layer_begin, a->layer_end, a->n_layers,
+                    a->backend, a->max_sessions);
     }
     Shardwire__AnnounceAck ack = SHARDWIRE__ANNOUNCE_ACK__INIT;
     ack.name = env->announce->name;

@@ -21,7 +21,7 @@ Usage (from the repository root):
 Needs a venv with llama-cpp-python and numpy (on AMX-reporting CPUs in a VM,
 build it without AMX: see scripts/ref/make_greedy_fixtures.py). OpenMP waits
 are passive by default (--omp-wait-policy). shardwire is run as
-    <bin> generate --model M -p PROMPT -n N --threads T --json
+    <bin> generate --greedy --model M -p PROMPT -n N --threads T --json
 which must print one JSON object {"text","tokens","n_prompt","n_gen","ttft_ms",
 "prefill_tok_s","decode_tok_s"} as the last line of its stdout. When the binary
 is missing (or --only llama), its column says n/a. The llama.cpp side uses the
@@ -113,7 +113,7 @@ class LlamaBench:
 
 
 def run_shardwire(binary, model, prompt, n_gen, threads, timeout):
-    cmd = [binary, "generate", "--model", model, "-p", prompt, "-n", str(n_gen), "--threads", str(threads), "--json"]
+    cmd = [binary, "generate", "--greedy", "--model", model, "-p", prompt, "-n", str(n_gen), "--threads", str(threads), "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"shardwire exited {r.returncode}: {r.stderr.strip()[-500:]}")

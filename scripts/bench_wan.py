@@ -181,7 +181,7 @@ class Cluster:
 
     def run(self, prompt, flags, n=None):
         b = os.path.join(HERE, self.args.build, "bin")
-        argv = [f"{b}/shardwire", "run", "--relay", self.head_ep, "-p", prompt, "-n",
+        argv = [f"{b}/shardwire", "run", "--greedy", "--relay", self.head_ep, "-p", prompt, "-n",
                 str(n or self.args.n), "--json", "--timeout-s", "900", *self.sec["client"], *flags]
         if self.args.chat:
             argv.append("--chat")

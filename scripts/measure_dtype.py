@@ -25,7 +25,7 @@ def run_json(argv):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 prompts = [c["prompt"] for c in cases if not c["parse_special"]]
-ref = [run_json([f"{a.bin}/shardwire", "generate", "--model", a.model, "-p", p, "-n", str(a.n),
+ref = [run_json([f"{a.bin}/shardwire", "generate", "--greedy", "--model", a.model, "-p", p, "-n", str(a.n),
                  "--threads", "1", "--json"]) for p in prompts]
 rows = []
 for dtype, width in (("f32", 4), ("f16", 2), ("bf16", 2)):
@@ -48,7 +48,7 @@ for dtype, width in (("f32", 4), ("f16", 2), ("bf16", 2)):
         same_tok = same_dig = 0
         first = []
         for p, r in zip(prompts, ref):
-            j = run_json([f"{a.bin}/shardwire", "run", "--relay", ep, "-p", p, "-n", str(a.n), "--json",
+            j = run_json([f"{a.bin}/shardwire", "run", "--greedy", "--relay", ep, "-p", p, "-n", str(a.n), "--json",
                           "--insecure-loopback", "--draft", "none"])
             same_tok += j["tokens"] == r["tokens"]
             same_dig += j["logits_digest"] == r["logits_digest"]

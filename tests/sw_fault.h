@@ -92,8 +92,9 @@ static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
     return i;
 }
 
-/* The single-process reference: `shardwire generate`, with extra flags
- * (NULL-terminated, may be NULL) such as the sampling ones. */
+/* The single-process reference: `shardwire generate --greedy`, with extra
+ * flags (NULL-terminated, may be NULL) such as the sampling ones, which
+ * override it (--temp T keeps the repetition penalty off). */
 static inline void swf_reference(const char *model, const char *prompt, int n_gen,
                                  const char *const *extra, swf_result_t *r)
 {
@@ -101,6 +102,7 @@ static inline void swf_reference(const char *model, const char *prompt, int n_ge
     snprintf(n, sizeof n, "%d", n_gen);
     char *argv[24] = {(char *)sw_test_bin("shardwire"),
                       "generate",
+                      "--greedy",
                       "--model",
                       (char *)model,
                       "-p",
@@ -110,7 +112,7 @@ static inline void swf_reference(const char *model, const char *prompt, int n_ge
                       "--threads",
                       "1",
                       "--json"};
-    int k = 11;
+    int k = 12;
     for (int i = 0; extra && extra[i] && k < 23; i++)
         argv[k++] = (char *)extra[i];
     argv[k] = NULL;
@@ -278,7 +280,8 @@ static inline int swf_wait_msgs_out(const char *ep, const char *name, long want,
     return -1;
 }
 
-/* A background `shardwire run`: its stdout and stderr go to files. */
+/* A background `shardwire run --greedy` (extra flags override it): its stdout and stderr go to
+ * files. */
 typedef struct swf_client {
     pid_t pid;
     char out_path[192], err_path[192];
@@ -301,6 +304,7 @@ static inline int swf_client_start(swf_client_t *cl, const char *ep, const char 
         snprintf(t, sizeof t, "%d", timeout_s);
         char *argv[24] = {(char *)sw_test_bin("shardwire"),
                           "run",
+                          "--greedy",
                           "--relay",
                           (char *)ep,
                           "-p",
@@ -311,7 +315,7 @@ static inline int swf_client_start(swf_client_t *cl, const char *ep, const char 
                           "--timeout-s",
                           t,
                           "--insecure-loopback"};
-        int k = 12;
+        int k = 13;
         for (int i = 0; extra && extra[i] && k < 23; i++)
             argv[k++] = (char *)extra[i];
         argv[k] = NULL;

@@ -13,7 +13,7 @@
 int sw_test_failures;
 int sw_test_checks;
 
-static char s_log_dir[64]; /* sw_test_log's folder, "" until first use */
+static char s_log_dir[256]; /* sw_test_log's folder, "" until first use */
 
 static int s_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -23,29 +23,45 @@ static int s_rm_entry(const char *path, const struct stat *st, int flag, struct 
     return remove(path);
 }
 
+/* Removes the log folder (and every sw_test_tmpdir inside it). */
+static void s_log_dir_remove(void)
+{
+    if (s_log_dir[0])
+        nftw(s_log_dir, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    s_log_dir[0] = 0;
+}
+
 int sw_test_done(void)
 {
     printf("%d checks, %d failed\n", sw_test_checks, sw_test_failures);
     if (s_log_dir[0] && !sw_test_failures)
-        nftw(s_log_dir, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        s_log_dir_remove();
     else if (s_log_dir[0])
-        printf("logs of the programs this test ran: %s\n", s_log_dir);
+        printf("logs and files of this test (kept because it failed): %s\n", s_log_dir);
     return sw_test_failures ? 1 : 0;
 }
 
-const char *sw_test_log(const char *name)
+/* This process's folder ($TMPDIR or /tmp, then swtest.XXXXXX), made on first use. */
+static const char *s_log_root(void)
 {
-    static char paths[8][192];
-    static int slot;
     if (!s_log_dir[0]) {
-        snprintf(s_log_dir, sizeof s_log_dir, "/tmp/swtest.XXXXXX");
+        const char *tmp = getenv("TMPDIR");
+        snprintf(s_log_dir, sizeof s_log_dir, "%.200s/swtest.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
         if (!mkdtemp(s_log_dir)) {
             s_log_dir[0] = 0;
             sw_test_skip("cannot create a temporary directory");
         }
     }
+    return s_log_dir;
+}
+
+const char *sw_test_log(const char *name)
+{
+    static char paths[8][384];
+    static int slot;
+    const char *root = s_log_root();
     char *p = paths[slot++ & 7];
-    snprintf(p, 192, "%s/%s", s_log_dir, name);
+    snprintf(p, 384, "%s/%.100s", root, name);
     return p;
 }
 
@@ -87,9 +103,16 @@ void sw_test_skip(const char *why)
     s_skip_record("", why);
     if (sw_test_strict()) {
         printf("FAILED: would skip, and SW_TEST_STRICT=1 forbids skips: %s\n", why);
+        if (s_log_dir[0])
+            printf("logs and files of this test: %s\n", s_log_dir);
         fflush(stdout);
         exit(1);
     }
+    if (!sw_test_failures)
+        s_log_dir_remove();
+    else if (s_log_dir[0])
+        printf("logs and files of this test (kept: checks failed before the skip): %s\n",
+               s_log_dir);
     printf("SKIP: %s\n", why);
     fflush(stdout);
     exit(77);
@@ -159,8 +182,8 @@ char *sw_test_read_file(const char *path, size_t *len)
 
 const char *sw_test_tmpdir(void)
 {
-    static char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/swtest.XXXXXX");
+    static char dir[288];
+    snprintf(dir, sizeof dir, "%s/tmp.XXXXXX", s_log_root());
     if (!mkdtemp(dir))
         sw_test_skip("cannot create a temporary directory");
     return dir;
@@ -276,6 +299,7 @@ int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *
     snprintf(n, sizeof n, "%d", n_gen);
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "generate",
+                    "--greedy",
                     "--model",
                     (char *)model,
                     "-p",

@@ -65,13 +65,15 @@ const char *sw_test_model(void);
 const char *sw_test_env(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. Caller frees. */
 char *sw_test_read_file(const char *path, size_t *len);
-/* Path of a fresh temporary directory (removed by the caller if it cares). */
+/* Path of a fresh temporary directory inside this test's own folder (see
+ * sw_test_log): removed with it. Static buffer, overwritten by the next call. */
 const char *sw_test_tmpdir(void);
-/* Path of the file `name` in this test process's own log folder
- * (/tmp/swtest.XXXXXX, made on first use; static buffer per call slot 0..7).
+/* Path of the file `name` in this test process's own folder
+ * ($TMPDIR, else /tmp, then swtest.XXXXXX, made on first use; static buffer
+ * per call slot 0..7).
  * Never a fixed /tmp path: test runs of several checkouts on one machine must
- * not read or unlink each other's logs. sw_test_done() removes the folder
- * when every check passed and prints where it is otherwise. */
+ * not read or unlink each other's logs. sw_test_done() and a skip remove the
+ * folder when every check passed, and print where it is otherwise. */
 const char *sw_test_log(const char *name);
 
 /* ---- processes (tests that run the real programs) ---- */
@@ -92,8 +94,8 @@ int sw_test_wait(pid_t pid, int timeout_s);
 /* The "tokens" array of a JSON object in text (generate / run --json) into
  * ids (up to max): the count, or -1 when there is none. */
 int sw_test_json_tokens(const char *text, int32_t *ids, int max);
-/* The reference: `shardwire generate --model model -p prompt -n n_gen
- * --threads 1 --json` (greedy) into ids: the count, or -1 after a line. */
+/* The reference: `shardwire generate --greedy --model model -p prompt -n n_gen
+ * --threads 1 --json` into ids: the count, or -1 after a line. */
 int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
 /* Occurrences of needle in the file at path (0 when it cannot be read). */
 int sw_test_count_in_file(const char *path, const char *needle);

@@ -19,7 +19,6 @@
  *   tiny-qwen3    a 4-layer qwen3 (QK norm) with q4_0, q5_1, q5_K and q8_0
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -646,77 +645,82 @@ out:
     return rc;
 }
 
-static void s_usage(FILE *f)
-{
-    fprintf(f, "usage: shardwire-mkmodel --from IN.gguf --layers N [--embd-type q4_0|q8_0] -o OUT\n"
-               "       shardwire-mkmodel --synth PRESET [--layers N] [--seed S] -o OUT\n"
-               "presets:");
-    for (size_t i = 0; i < sizeof s_presets / sizeof s_presets[0]; i++)
-        fprintf(f, " %s", s_presets[i].name);
-    fprintf(f, "\n");
-}
+enum { O_FROM = SW_OPT_OWN, O_SYNTH, O_LAYERS, O_EMBD, O_SEED, O_OUT = 'o' };
+
+static const sw_opt_t s_opts[] = {
+    {"from", O_FROM, "IN.gguf", "cut a real model to its first --layers N layers"},
+    {"synth", O_SYNTH, "PRESET",
+     "random weights in the shapes and types of a preset:\nqwen2.5-1.5b, qwen2.5-0.5b, "
+     "smollm2-135m, tiny-float,\ntiny-qwen3"},
+    {"layers", O_LAYERS, "N", "layers to keep (--from, required) or to make (--synth)"},
+    {"embd-type", O_EMBD, "T", "--from: re-quantize the embedding to q4_0 or q8_0"},
+    {"seed", O_SEED, "S", "--synth: weight seed (default 1)"},
+    {"out", O_OUT, "OUT.gguf", "the file to write"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 6)};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire-mkmodel",
+    .usage = "--from IN.gguf --layers N [--embd-type q4_0|q8_0] -o OUT.gguf\n"
+             "       shardwire-mkmodel --synth PRESET [--layers N] [--seed S] -o OUT.gguf",
+    .about = "  Writes GGUF models for tests and benchmarks (docs/benchmarks.md).\n",
+    .groups = s_groups,
+    .n_groups = 1,
+};
 
 int main(int argc, char **argv)
 {
-    enum { O_FROM = 256, O_SYNTH, O_LAYERS, O_EMBD, O_SEED };
-    static const struct option longs[] = {{"from", required_argument, 0, O_FROM},
-                                          {"synth", required_argument, 0, O_SYNTH},
-                                          {"layers", required_argument, 0, O_LAYERS},
-                                          {"embd-type", required_argument, 0, O_EMBD},
-                                          {"seed", required_argument, 0, O_SEED},
-                                          {"help", no_argument, 0, 'h'},
-                                          {0, 0, 0, 0}};
-    const char *from = NULL, *synth = NULL, *out = NULL;
+    const char *from = NULL, *synth = NULL, *out = NULL, *v;
     int layers = -1, seed = 1, c;
     enum sw_type embd = SW_TYPE_COUNT;
-    while ((c = getopt_long(argc, argv, "o:h", longs, NULL)) != -1) {
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
         switch (c) {
         case O_FROM:
-            from = optarg;
+            from = v;
             break;
         case O_SYNTH:
-            synth = optarg;
+            synth = v;
             break;
         case O_LAYERS:
-            if (sw_arg_int("shardwire-mkmodel", "--layers", optarg, 1, 4096, &layers) != 0)
+            if (sw_arg_int("shardwire-mkmodel", "--layers", v, 1, 4096, &layers) != 0)
                 return 2;
             break;
         case O_SEED:
-            if (sw_arg_int("shardwire-mkmodel", "--seed", optarg, 1, 1 << 30, &seed) != 0)
+            if (sw_arg_int("shardwire-mkmodel", "--seed", v, 1, 1 << 30, &seed) != 0)
                 return 2;
             break;
         case O_EMBD:
-            if (!strcmp(optarg, "q4_0"))
+            if (!strcmp(v, "q4_0"))
                 embd = SW_TYPE_Q4_0;
-            else if (!strcmp(optarg, "q8_0"))
+            else if (!strcmp(v, "q8_0"))
                 embd = SW_TYPE_Q8_0;
             else {
                 fprintf(stderr, "shardwire-mkmodel: --embd-type must be q4_0 or q8_0\n");
                 return 2;
             }
             break;
-        case 'o':
-            out = optarg;
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
         default:
-            s_usage(stderr);
-            return 2;
+            out = v;
+            break;
         }
     }
-    if (!out || (!from == !synth) || (from && layers < 1)) {
-        s_usage(stderr);
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!out || (!from == !synth) || (from && layers < 1))
+        return sw_args_exit(sw_args_fail(&s_spec, "%s",
+                                         !out ? "-o OUT.gguf is required"
+                                         : from && synth
+                                             ? "give one of --from and --synth, not both"
+                                         : from ? "--from needs --layers N"
+                                                : "--from IN.gguf or --synth PRESET is required"));
     if (from)
         return s_truncate(from, layers, embd, out) == 0 ? 0 : 1;
     s_rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0x100000001b3ull);
     for (size_t i = 0; i < sizeof s_presets / sizeof s_presets[0]; i++)
         if (!strcmp(s_presets[i].name, synth))
             return s_synth(&s_presets[i], layers, out) == 0 ? 0 : 1;
-    fprintf(stderr, "shardwire-mkmodel: unknown preset '%s'\n", synth);
-    s_usage(stderr);
-    return 2;
+    return sw_args_exit(sw_args_fail(&s_spec, "unknown preset '%s'", synth));
 }

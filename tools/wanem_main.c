@@ -3,6 +3,7 @@
  * start line and runs the WAN emulator proxy (wanem.c) until SIGINT/SIGTERM.
  * Bad flags exit 2 with one line on stderr; runtime failures exit 1.
  */
+#include "args.h"
 #include "log.h"
 #include "wanem.h"
 
@@ -26,17 +27,40 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-static void s_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: shardwire-wanem --listen HOST:PORT --connect HOST:PORT --delay-ms D\n"
-            "                       [--jitter-ms J] [--rate-kbps R] [--seed S] [--buffer-mib M]\n"
-            "  A TCP proxy that emulates a WAN link: every byte is held D ms (one way,\n"
-            "  each direction), plus a uniform jitter in [-J, +J] ms that never reorders a\n"
-            "  stream, then paced to R kbit/s per direction. Each accepted client gets its\n"
-            "  own upstream connection. Up to M MiB (default 64) are queued per direction\n"
-            "  before reading pauses. --listen port 0 picks a free port (printed at start).\n");
-}
+enum {
+    O_LISTEN = SW_OPT_OWN,
+    O_CONNECT,
+    O_DELAY,
+    O_JITTER,
+    O_RATE,
+    O_SEED,
+    O_BUFFER,
+};
+
+static const sw_opt_t s_opts[] = {
+    {"listen", O_LISTEN, "HOST:PORT",
+     "where clients connect (tcp:// optional; port 0 = any\nfree port, printed at start)"},
+    {"connect", O_CONNECT, "HOST:PORT",
+     "the upstream each client is proxied to (tcp://\noptional)"},
+    {"delay-ms", O_DELAY, "D", "one-way delay of every byte, each direction (0 = none)"},
+    {"jitter-ms", O_JITTER, "J",
+     "plus a uniform jitter in [-J, +J] ms that never\nreorders a stream (J <= D)"},
+    {"rate-kbps", O_RATE, "R", "pace each direction to R kbit/s (default unlimited)"},
+    {"seed", O_SEED, "S", "jitter seed (default 1)"},
+    {"buffer-mib", O_BUFFER, "M", "MiB queued per direction before reading pauses\n(default 64)"},
+    {0, 0, 0, 0}};
+
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 7)};
+
+static const sw_args_spec_t s_spec = {
+    .prog = "shardwire-wanem",
+    .usage = "--listen HOST:PORT --connect HOST:PORT --delay-ms D [options]",
+    .about = "  A TCP proxy that emulates a WAN link (docs/wanem.md): every byte is held D\n"
+             "  ms (one way, each direction), plus a jitter, then paced to R kbit/s per\n"
+             "  direction. Each accepted client gets its own upstream connection.\n",
+    .groups = s_groups,
+    .n_groups = 1,
+};
 
 static int s_bad(const char *fmt, const char *a, const char *b)
 {
@@ -80,61 +104,51 @@ int main(int argc, char **argv)
     const char *rate_s = NULL;
     char err[256];
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            s_usage(stdout);
-            return 0;
-        }
-        static const char *const names[] = {"--listen",    "--connect",   "--delay-ms",
-                                            "--jitter-ms", "--rate-kbps", "--seed",
-                                            "--buffer-mib"};
-        int which = -1;
-        const char *value = NULL;
-        for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++) {
-            size_t n = strlen(names[k]);
-            if (!strncmp(arg, names[k], n) && (arg[n] == 0 || arg[n] == '=')) {
-                which = k;
-                value = arg[n] == '=' ? arg + n + 1 : NULL;
-                break;
-            }
-        }
-        if (which < 0)
-            return s_bad("unknown argument '%s'%s", arg, "");
-        if (!value) {
-            if (i + 1 >= argc)
-                return s_bad("%s needs a value%s", names[which], "");
-            value = argv[++i];
-        }
-        switch (which) {
-        case 0:
-            listen_s = value;
+    char listen_ep[SW_ARGS_ENDPOINT_MAX], connect_ep[SW_ARGS_ENDPOINT_MAX];
+    const char *v;
+    int c;
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        switch (c) {
+        case O_LISTEN: /* the one endpoint syntax of every program; wanem wants HOST:PORT */
+            if (sw_arg_endpoint(s_spec.prog, "--listen", v, 1, listen_ep, sizeof listen_ep) != 0)
+                return 2;
+            if (strncmp(listen_ep, "tcp://", 6) != 0)
+                return s_bad("--listen '%s': the emulator proxies TCP only%s", v, "");
+            listen_s = listen_ep + 6;
             break;
-        case 1:
-            connect_s = value;
+        case O_CONNECT:
+            if (sw_arg_endpoint(s_spec.prog, "--connect", v, 0, connect_ep, sizeof connect_ep) != 0)
+                return 2;
+            if (strncmp(connect_ep, "tcp://", 6) != 0)
+                return s_bad("--connect '%s': the emulator proxies TCP only%s", v, "");
+            connect_s = connect_ep + 6;
             break;
-        case 2:
-            delay_s = value;
+        case O_DELAY:
+            delay_s = v;
             break;
-        case 3:
-            jitter_s = value;
+        case O_JITTER:
+            jitter_s = v;
             break;
-        case 4:
-            rate_s = value;
+        case O_RATE:
+            rate_s = v;
             break;
-        case 5:
-            if (s_parse_u64(value, 0, UINT64_MAX, &cfg.seed) != 0)
-                return s_bad("--seed '%s' is not an unsigned 64-bit integer%s", value, "");
+        case O_SEED:
+            if (s_parse_u64(v, 0, UINT64_MAX, &cfg.seed) != 0)
+                return s_bad("--seed '%s' is not an unsigned 64-bit integer%s", v, "");
             break;
         default: {
             uint64_t mib;
-            if (s_parse_u64(value, 1, WANEM_BUFFER_MAX_MIB, &mib) != 0)
-                return s_bad("--buffer-mib '%s' must be an integer in 1..65536%s", value, "");
+            if (s_parse_u64(v, 1, WANEM_BUFFER_MAX_MIB, &mib) != 0)
+                return s_bad("--buffer-mib '%s' must be an integer in 1..65536%s", v, "");
             cfg.buffer_max = mib << 20;
             break;
         }
         }
     }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
     if (!listen_s)
         return s_bad("--listen HOST:PORT is required%s%s", "", "");
     if (!connect_s)

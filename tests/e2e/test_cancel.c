@@ -27,6 +27,7 @@ static pid_t s_spawn_run(const char *ep, const char *prompt, int n_gen, const ch
     snprintf(n, sizeof n, "%d", n_gen);
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "run",
+                    "--greedy",
                     "--relay",
                     (char *)ep,
                     "-p",

@@ -154,6 +154,7 @@ static int s_reference(const char *model, const char *prompt, int chat, struct s
     snprintf(n, sizeof n, "%d", N_GEN);
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "generate",
+                    "--greedy",
                     "--model",
                     (char *)model,
                     "-p",

@@ -10,7 +10,8 @@
  *    show each stage receives one Forward and sends one message per round;
  *  - two clients at once each get their own correct output;
  *  - a gap, an overlap and another model file are refused with a message
- *    naming the problem;
+ *    naming the problem and the error code of its cause (unknown_dest for a
+ *    gap or an overlap, model_mismatch for another model);
  *  - a stage killed mid-generation and not restarted gives the client an
  *    error once the head's recovery gives up (--recover-timeout-s), not a hang
  *    (recovery itself: test_recover.c).
@@ -71,6 +72,7 @@ static void s_generate(const char *model, const char *prompt, struct s_result *r
     snprintf(n, sizeof n, "%d", N_GEN);
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "generate",
+                    "--greedy",
                     "--model",
                     (char *)model,
                     "-p",
@@ -97,6 +99,7 @@ static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result 
     snprintf(n, sizeof n, "%d", n_gen);
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "run",
+                    "--greedy",
                     "--relay",
                     (char *)ep,
                     "-p",
@@ -282,6 +285,7 @@ int main(void)
     SW_CHECK_INT(s_start(&c, model, gap, NULL, 2, "f16", 2), 0);
     SW_CHECK(s_run(c.ep, s_prompts[0], 4, NULL, &err) != 0);
     SW_CHECK(err && strstr(err, "gap") && strstr(err, "layer 10"));
+    SW_CHECK(err && strstr(err, "(unknown_dest)") && !strstr(err, "model_mismatch"));
     free(err);
     s_stop(&c);
 
@@ -290,6 +294,7 @@ int main(void)
     err = NULL;
     SW_CHECK(s_run(c.ep, s_prompts[0], 4, NULL, &err) != 0);
     SW_CHECK(err && strstr(err, "overlap") && strstr(err, "stage1"));
+    SW_CHECK(err && strstr(err, "(unknown_dest)") && !strstr(err, "model_mismatch"));
     free(err);
     s_stop(&c);
 
@@ -313,6 +318,7 @@ int main(void)
         err = NULL;
         SW_CHECK(s_run(c.ep, s_prompts[0], 4, NULL, &err) != 0);
         SW_CHECK(err && strstr(err, "different model") && strstr(err, "stage1"));
+        SW_CHECK(err && strstr(err, "(model_mismatch)"));
         free(err);
         s_stop(&c);
     }

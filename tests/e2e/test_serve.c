@@ -683,8 +683,8 @@ int main(void)
         snprintf(py_out, sizeof py_out, "%s", py);
         char n_gen[16];
         snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
-        /* the gateway's default repeat penalty (1.1) is not run's: compare with a
-         * run that uses it */
+        /* greedy with the gateway's default repeat penalty (1.1, also run's): compare
+         * with a run that uses it */
         char ref_chat_rp[2048], ref_rp[2048];
         char *ra2[] = {(char *)sw_test_bin("shardwire"),
                        "run",

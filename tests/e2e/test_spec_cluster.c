@@ -6,7 +6,7 @@
  *
  *  - greedy, on three prompts of tests/fixtures/greedy_smollm2.json (built-in
  *    ones when it is absent): every proposer and K (n-gram K 1..32, draft model K 1..32 and
- *    adaptive) gives the tokens of the run without speculation, which are
+ *    adaptive, mix with the adaptive K) gives the tokens of the run without speculation, which are
  *    also the tokens of `shardwire generate` in one process;
  *  - sampling (temp 0.8, fixed seed, K 4): the cluster gives the tokens and
  *    the logits digest of the single-process run with the same seed and K
@@ -237,6 +237,7 @@ static int s_run(const char *prompt, const char *flags, int *tokens, char *diges
     s_argv_t a = {0};
     s_arg(&a, exe);
     s_arg(&a, "run");
+    s_arg(&a, "--greedy"); /* the flags that follow override it */
     s_arg(&a, "--relay");
     s_arg(&a, s_relay_ep);
     s_arg(&a, "--insecure-loopback");
@@ -434,8 +435,8 @@ int main(void)
         snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
         snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
         char *gargv[] = {
-            exe,   "generate", "--model", (char *)s_model, "-p", (char *)s_prompts[pi], "-n",
-            n_arg, "-t",       "1",       "--json",        NULL};
+            exe,  "generate", "--greedy", "--model", (char *)s_model, "-p", (char *)s_prompts[pi],
+            "-n", n_arg,      "-t",       "1",       "--json",        NULL};
         int nl = s_tokens(s_capture(gargv), local, N_GEN + 1);
         SW_CHECK(s_same(local, nl, base, nb, "single process", pi));
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
@@ -457,6 +458,8 @@ int main(void)
         }
         int n = s_run(s_prompts[pi], "--draft model", out, NULL, NULL); // adaptive (head default)
         SW_CHECK(s_same(out, n, base, nb, "model, adaptive K", pi));
+        n = s_run(s_prompts[pi], "--draft mix", out, NULL, NULL); // prompt lookup, else the model
+        SW_CHECK(s_same(out, n, base, nb, "mix, adaptive K", pi));
     }
 
     /* Sampling: the cluster and one process agree for one seed and K. */
@@ -466,6 +469,7 @@ int main(void)
     s_argv_t ga = {0};
     s_arg(&ga, exe);
     s_arg(&ga, "generate");
+    s_arg(&ga, "--greedy");
     s_arg(&ga, "--model");
     s_arg(&ga, s_model);
     s_arg(&ga, "-p");

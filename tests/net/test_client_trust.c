@@ -153,6 +153,7 @@ static void s_forged_errors(const int32_t *ref, int n_ref)
     snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
     char *rn[] = {(char *)sw_test_bin("shardwire"),
                   "run",
+                  "--greedy",
                   "--relay",
                   s_ep,
                   "--head",
@@ -212,6 +213,7 @@ static void s_escapes(void)
         return;
     char *rn[] = {(char *)sw_test_bin("shardwire"),
                   "run",
+                  "--greedy",
                   "--relay",
                   s_ep,
                   "--head",
@@ -292,6 +294,7 @@ int main(void)
     int32_t ref[N_GEN + 8];
     char *ga[] = {(char *)sw_test_bin("shardwire"),
                   "generate",
+                  "--greedy",
                   "--model",
                   (char *)model,
                   "-p",

@@ -540,6 +540,7 @@ int main(void)
     double t0 = s_now();
     char *rn[] = {(char *)sw_test_bin("shardwire"),
                   "run",
+                  "--greedy",
                   "--relay",
                   s_ep,
                   "-p",

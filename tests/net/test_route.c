@@ -215,6 +215,7 @@ int main(void)
     int32_t ref[N_GEN + 8], got[N_GEN + 8];
     char *ga[] = {(char *)sw_test_bin("shardwire"),
                   "generate",
+                  "--greedy",
                   "--model",
                   (char *)model,
                   "-p",
@@ -297,6 +298,7 @@ int main(void)
     {
         char *rn[] = {(char *)sw_test_bin("shardwire"),
                       "run",
+                      "--greedy",
                       "--relay",
                       s_ep,
                       "--head",

@@ -14,7 +14,8 @@
  *  - deadlines: `shardwire status` gives up after --connect-timeout-s with a
  *    line per attempt; a node with --connect-timeout-s too; a node with no
  *    deadline exits cleanly on SIGTERM while it waits;
- *  - `status --expect` waits for named peers and fails when they never come.
+ *  - `status --expect` waits for named peers (also ones that join after its
+ *    first look) and fails when they never come.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -183,6 +184,7 @@ int main(void)
     /* 1. the client first: nothing is up */
     char *run[] = {(char *)sw_test_bin("shardwire"),
                    "run",
+                   "--greedy",
                    "--relay",
                    relay_ep,
                    "-p",
@@ -228,12 +230,32 @@ int main(void)
     SW_CHECK(s_alive(client));
     SW_CHECK(sw_test_count_in_file(s_path("client.err"), "waiting for the pipeline") >= 1);
 
+    /* a status --expect started before the head: it asks again until the head is there */
+    char *sx[] = {(char *)sw_test_bin("shardwire"),
+                  "status",
+                  "--relay",
+                  relay_addr, /* HOST:PORT, no tcp:// */
+                  "--expect",
+                  "head,tail",
+                  "--connect-timeout-s",
+                  "90",
+                  "--key",
+                  (char *)s_path("client.key"),
+                  "--relay-key",
+                  (char *)s_path("relay.pub"),
+                  NULL};
+    pid_t expect = sw_test_spawn_io(sx, s_path("expect.out"), s_path("expect.err"));
+    usleep(1000000);
+
     /* 4. the head, last */
     pid_t head =
         sw_test_spawn(s_node_argv(model, "head", "0:15", relay_ep, s_path("relay.pub"), NULL),
                       s_path("head.log"));
     int rc = sw_test_wait(client, 120);
     SW_CHECK_INT(rc, 0);
+    SW_CHECK_INT(sw_test_wait(expect, 60), 0);
+    SW_CHECK(sw_test_count_in_file(s_path("expect.err"), "'head' is not connected yet") >= 1);
+    SW_CHECK(sw_test_count_in_file(s_path("expect.out"), " 0:15/30 ") == 1); /* the head */
     char *out = sw_test_read_file(s_path("client.out"), NULL);
     int32_t got[64];
     int n_got = sw_test_json_tokens(out, got, 64);
