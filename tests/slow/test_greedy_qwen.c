@@ -28,13 +28,16 @@ static void s_set(const char *fixtures, const char *models, const char *fixture,
     swg_check_fixture(path, model, 2, tol);
 }
 
+/* The fixtures round logits to 5 decimals: a tolerance of 1e-5 asks for
+ * llama.cpp's logits to the last stored digit (the engine reproduces them to
+ * the bit; see scripts/ref/README.md). */
 int main(void)
 {
     const char *fixtures = sw_test_env("SW_FIXTURES");
     const char *models = sw_test_env("SW_MODELS_DIR");
     s_set(fixtures, models, "greedy_qwen15.json", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-          "qwen-coder-1.5b", 1e-6);
+          "qwen-coder-1.5b", 1e-5);
     s_set(fixtures, models, "greedy_qwen05.json", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-          "qwen-coder-0.5b", 1e-6);
+          "qwen-coder-0.5b", 1e-5);
     return sw_test_done();
 }
