@@ -622,7 +622,7 @@ int sw_client_cancel(sw_client_t *c, const char *id)
         return SW_CLIENT_EINVAL;
     /* Tell the head at once, so that the cluster stops working for nobody; its
      * confirmation (a final chunk, finish CANCELLED) is not waited for. */
-    s_send_cancel(c, r, "cancelled by the client");
+    s_send_cancel(c, r, "no longer wanted");
     s_req_free(r);
     c->n_inflight--;
     return 0;

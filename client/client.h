@@ -207,7 +207,9 @@ typedef struct sw_client_request {
     int timeout_ms;                  /* the head gives up after this; 0 = 300000 */
 } sw_client_request_t;
 
-/* A request with the defaults of `shardwire run` (greedy, 128 tokens, 300 s). */
+/* A request with the library's defaults: greedy, 128 tokens, 300 s.
+ * `shardwire run` and `shardwire serve` sample by default instead (they set
+ * the sampling fields from their flags: temperature 0.8, top-k 40, ...). */
 sw_client_request_t sw_client_request_default(void);
 
 /* Checks req against the protocol's limits: 0, or SW_CLIENT_EINVAL after a line in err. */

@@ -22,6 +22,7 @@
 
 #define SW_PEER_QUEUE 64                /* messages kept while sw_peer_status waits */
 #define SW_PEER_RETRY_MS 1000           /* re-announce interval while refused / unanswered */
+#define S_PROBE_MIN_MS 250              /* shortest probe, also for a last attempt */
 #define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay */
 #define SW_PEER_ZMTP_BACKSTOP_MS 600000 /* libzmq's own heartbeat timeout */
 #define SW_PEER_BACKOFF_MIN_MS 250      /* first delay between start-up attempts */
@@ -418,9 +419,12 @@ static int s_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
     for (;;) {
         char mech[SW_PROBE_MECH_MAX + 1], why[256], left[64];
         int64_t now = s_now_ms();
+        /* The last attempt still gets a fair probe: one cut to the last
+         * millisecond times out and then blames a firewall for a relay that
+         * refused every connection. */
         int ms = SW_PEER_PROBE_MS;
         if (deadline >= 0 && deadline - now < ms)
-            ms = deadline - now > 1 ? (int)(deadline - now) : 1;
+            ms = deadline - now > S_PROBE_MIN_MS ? (int)(deadline - now) : S_PROBE_MIN_MS;
         sw_probe_rc rc = sw_probe_relay(relay, ms, mech, why, sizeof why);
         ++*attempt;
         if (rc == SW_PROBE_OK || rc == SW_PROBE_UNSUPPORTED) {

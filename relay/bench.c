@@ -17,6 +17,7 @@
  * payloads), so that the difference to a plain run is the cost of security;
  * the direct ping-pong stays plain.
  */
+#include "args.h"
 #include "keys.h"
 #include "log.h"
 #include "peer.h"
@@ -309,7 +310,34 @@ int main(int argc, char **argv)
     char *slash = strrchr(bin, '/');
     snprintf(slash ? slash + 1 : bin, sizeof bin - (size_t)(slash ? slash + 1 - bin : 0), "%s",
              "shardwire-relay");
+    static const char usage[] =
+        "usage: shardwire-relay-bench [RELAY] [--rounds N] [--messages N] [--idle N] [--secure]\n"
+        "  RELAY          the shardwire-relay binary to measure (default: the one beside this)\n"
+        "  --rounds N     request/reply rounds per payload size for the latency (default 2000)\n"
+        "  --messages N   messages for the throughput (default 10000)\n"
+        "  --idle N       idle peers connected meanwhile, <= 254 (default 4)\n"
+        "  --secure       CURVE keys and an allow-list instead of --insecure-loopback\n"
+        "  -h, --help     this text\n"
+        "  -V, --version  the version\n";
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("shardwire-relay-bench %s\n", sw_version());
+            return 0;
+        }
+        if (argv[i][0] == '-' && strcmp(argv[i], "--secure") &&
+            ((strcmp(argv[i], "--rounds") && strcmp(argv[i], "--messages") &&
+              strcmp(argv[i], "--idle")) ||
+             i + 1 >= argc)) {
+            fprintf(stderr,
+                    "shardwire-relay-bench: unknown option or missing value '%s' (see "
+                    "'shardwire-relay-bench --help')\n",
+                    argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--messages") && i + 1 < argc)
@@ -322,8 +350,7 @@ int main(int argc, char **argv)
             snprintf(bin, sizeof bin, "%s", argv[i]);
     }
     if (rounds < 1 || messages < 1 || n_idle < 0 || n_idle > SW_WIRE_MAX_PEERS - 2) {
-        fprintf(stderr, "usage: shardwire-relay-bench [RELAY] [--rounds N] [--messages N] "
-                        "[--idle N (<= 254)] [--secure]\n");
+        fputs(usage, stderr);
         return 2;
     }
     sw_log_set_level(SW_LOG_WARN);

@@ -343,6 +343,25 @@ int main(void)
     free(out);
     free(err);
 
+    /* the relay benchmark runs with no arguments (its defaults), so only
+     * --help, --version and an unknown flag are checked */
+    const char *version = sw_test_env("SW_VERSION");
+    char want[256];
+    snprintf(want, sizeof want, "shardwire-relay-bench %s\n", version);
+    const char *bargs[][2] = {{"--help", "usage: "}, {"-V", want}, {"--bogus", NULL}};
+    for (int i = 0; i < 3; i++) {
+        char *b[] = {(char *)sw_test_bin("shardwire-relay-bench"), (char *)bargs[i][0], NULL};
+        out = err = NULL;
+        const int rc = sw_test_run(b, 30, &out, &err);
+        SW_CHECK_INT(rc, bargs[i][1] ? 0 : 2);
+        if (bargs[i][1])
+            SW_CHECK(out && !strncmp(out, bargs[i][1], strlen(bargs[i][1])));
+        else
+            SW_CHECK(err && strstr(err, "'--bogus'") && strstr(err, "--help"));
+        free(out);
+        free(err);
+    }
+
     for (int i = 0; i < S_N_PROGS; i++)
         free(s_progs[i].help);
     return sw_test_done();
