@@ -29,9 +29,16 @@ work=${SW_GPU_WORK:-/tmp/sw_gpu_check}
 build=${SW_GPU_BUILD:-$here/build-gpu}
 mkdir -p "$work" "$log_dir"
 
-DEBS=(libzmq5 libzmq3-dev libsodium23 libsodium-dev libprotobuf-c1 libprotobuf-c-dev
-      protobuf-c-compiler libprotoc32 libprotobuf32 libjansson4 libjansson-dev libpgm-5.3-0
-      libnorm1 libbsd0 libmd0 pkgconf pkgconf-bin libpkgconf3)
+# The libraries shardwire links (DIRECT) and what they need in turn (the rest:
+# apt-cache depends --recurse of libcurl4 and libmicrohttpd12, without libc).
+DIRECT=(libzmq5 libsodium23 libprotobuf-c1 libprotoc32 libprotobuf32 libjansson4 libcurl4
+        libmicrohttpd12)
+DEBS=("${DIRECT[@]}" libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev
+      libcurl4-openssl-dev libmicrohttpd-dev libpgm-5.3-0 libnorm1 libbsd0 libmd0 pkgconf
+      pkgconf-bin libpkgconf3 libbrotli1 libcom-err2 libdb5.3 libffi8 libgmp10 libgnutls30
+      libgssapi-krb5-2 libhogweed6 libidn2-0 libk5crypto3 libkeyutils1 libkrb5-3 libkrb5support0
+      libldap-2.5-0 libnettle8 libnghttp2-14 libp11-kit0 libpsl5 librtmp1 libsasl2-2
+      libsasl2-modules-db libssh2-1 libssl3 libtasn1-6 libunistring2 libzstd1 zlib1g)
 
 if [ "${1:-}" = "--prepare" ]; then
     mkdir -p gpu-debs gpu-models
@@ -55,7 +62,7 @@ command -v nvcc >/dev/null || { echo "gpu_check: nvcc not found" >&2; exit 1; }
 # ---- 1. dependencies: the system's, else the .deb files unpacked into a prefix
 have_deps() {
     command -v pkg-config >/dev/null && command -v protoc-c >/dev/null &&
-        pkg-config --exists libzmq libsodium jansson libprotobuf-c 2>/dev/null
+        pkg-config --exists libzmq libsodium jansson libprotobuf-c libcurl libmicrohttpd 2>/dev/null
 }
 cmake_extra=()
 if [ -n "${SW_GPU_FORCE_DEBS:-}" ] || ! have_deps; then
@@ -63,8 +70,20 @@ if [ -n "${SW_GPU_FORCE_DEBS:-}" ] || ! have_deps; then
     prefix=$work/deps
     rm -rf "$prefix"
     mkdir -p "$prefix"
-    for f in gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
     lib=$prefix/usr/lib/x86_64-linux-gnu
+    for f in gpu-debs/*.deb; do
+        pkg=$(dpkg-deb -f "$f" Package)
+        dpkg -x "$f" "$prefix"
+        # A library the system already has (libssl, zlib, ...) is the system's:
+        # ours would shadow it through LD_LIBRARY_PATH for every program here.
+        case " ${DIRECT[*]} " in *" $pkg "*) continue ;; esac
+        for so in $(dpkg-deb -c "$f" | awk '{print $6}' | grep -E '\.so\.[0-9]' || true); do
+            base=$(basename "$so")
+            if ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$base "; then
+                rm -f "$prefix/${so#./}"
+            fi
+        done
+    done
     # Dynamic linking only: drop the static-link requirements (libzmq's lists
     # krb5, openpgm, norm and libbsd, whose .pc files are not needed).
     sed -i '/^Requires.private/d; /^Libs.private/d' "$lib"/pkgconfig/*.pc
