@@ -16,7 +16,7 @@
  * head and a whole pipeline behind it are connected, `status --expect` until
  * the named peers are.
  *
- * SECURITY is --key FILE --relay-key FILE|Z85 --cluster-key FILE (required;
+ * SECURITY is --key FILE --relay-key FILE|Z85 --access-key FILE (required;
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
  * --insecure-loopback for a loopback relay without keys (keys.h).
  */
@@ -121,7 +121,7 @@ int cmd_status(int argc, char **argv)
                                           {0, 0, 0, 0}};
     const char *relay = NULL, *expect = NULL;
     int json = 0, c, rc = 1, connect_ms = S_CONNECT_MS;
-    sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
+    sw_sec_args_t sa = {.e2e_optional = 1}; /* the relay operator has no access key */
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         int h = sw_sec_args_opt(&sa, c, optarg);
@@ -184,6 +184,7 @@ int cmd_status(int argc, char **argv)
             json_object_set_new(o, "layer_end", json_integer(p->layer_end));
             json_object_set_new(o, "n_layers", json_integer(p->n_layers));
             json_object_set_new(o, "model", json_string(p->model));
+            json_object_set_new(o, "key_bound", json_boolean(p->key_bound));
             json_object_set_new(o, "heartbeat_age_ms", json_integer(p->heartbeat_age_ms));
             json_object_set_new(o, "idle_ms", json_integer(p->idle_ms));
             json_object_set_new(o, "msgs_in", json_integer((json_int_t)p->msgs_in));

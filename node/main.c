@@ -6,11 +6,13 @@
  *                  [--max-sessions N] [--dtype f32|f16|bf16]
  *                  [--idle-timeout-s S] [--round-timeout-ms MS] [--heartbeat-ms MS]
  *                  [--recover-timeout-s S] [--connect-timeout-s S]
- *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE | --insecure-loopback
+ *                  --key FILE --relay-key FILE|Z85 --cluster-key FILE
+ *                  [--access-key FILE (the head)] | --insecure-loopback
  *                  [--draft-model D.gguf] [--draft model|ngram|mix|none] [--draft-k K|auto]
  *                  [--draft-k-max N] [--draft-p-min P] [--draft-threads N]
  *                  [--draft-backend cpu|cuda[:N]]
- *                  [--max-queue N] [--max-batch-rows N] [--kv-mib M]
+ *                  [--max-queue N] [--max-queue-per-client N] [--max-sessions-per-client N]
+ *                  [--max-batch-rows N] [--kv-mib M]
  *
  * The --draft* flags matter on the head (layers from 0) only: they set the
  * drafting a request gets when its DraftParams leave it to the head.
@@ -55,6 +57,9 @@ static void s_usage(FILE *f)
                "                         once (default 8)\n"
                "  --max-queue N          head: requests waiting for a session beyond that; more\n"
                "                         are refused as busy (default 64)\n"
+               "  --max-queue-per-client N  head: of them from one client (default 16, 0 = any)\n"
+               "  --max-sessions-per-client N  head: sessions one client runs at once; its\n"
+               "                         other requests wait while others' pass (default 0 = any)\n"
                "  --max-batch-rows N     rows run through the layers in one batch, summed over\n"
                "                         sessions (default 256)\n"
                "  --kv-mib M             memory for the sessions' KV caches; a session that does\n"
@@ -135,7 +140,9 @@ int main(int argc, char **argv)
         O_BACKEND,
         O_DBACKEND,
         O_HELP,
-        O_MODEL_NAME
+        O_MODEL_NAME,
+        O_QPC,
+        O_SPC
     };
     static const struct option longs[] = {{"model", required_argument, 0, O_MODEL},
                                           {"layers", required_argument, 0, O_LAYERS},
@@ -160,6 +167,8 @@ int main(int argc, char **argv)
                                           {"backend", required_argument, 0, O_BACKEND},
                                           {"draft-backend", required_argument, 0, O_DBACKEND},
                                           {"max-queue", required_argument, 0, O_MAXQ},
+                                          {"max-queue-per-client", required_argument, 0, O_QPC},
+                                          {"max-sessions-per-client", required_argument, 0, O_SPC},
                                           {"max-batch-rows", required_argument, 0, O_MAXROWS},
                                           {"kv-mib", required_argument, 0, O_KVMIB},
                                           {"help", no_argument, 0, O_HELP},
@@ -179,6 +188,7 @@ int main(int argc, char **argv)
         .heartbeat_ms = 1000,
         .draft_k = DRAFT_K_AUTO,
         .max_queue = 64,
+        .max_queue_per_client = 16,
         .max_batch_rows = 256,
     };
     int kv_mib = -1;
@@ -298,6 +308,14 @@ int main(int argc, char **argv)
             rc = sw_arg_int("shardwire-node", "--max-queue", optarg, 0, SW_WIRE_MAX_QUEUE,
                             &o.max_queue);
             break;
+        case O_QPC:
+            rc = sw_arg_int("shardwire-node", "--max-queue-per-client", optarg, 0,
+                            SW_WIRE_MAX_QUEUE, &o.max_queue_per_client);
+            break;
+        case O_SPC:
+            rc = sw_arg_int("shardwire-node", "--max-sessions-per-client", optarg, 0, 4096,
+                            &o.max_sessions_per_client);
+            break;
         case O_MAXROWS:
             rc = sw_arg_int("shardwire-node", "--max-batch-rows", optarg, 1, 65536,
                             &o.max_batch_rows);
@@ -339,6 +357,7 @@ int main(int argc, char **argv)
     o.recover_timeout_ms = recover_s * 1000;
     o.connect_timeout_ms = connect_s > 0 ? connect_s * 1000 : -1;
     char err[512];
+    sargs.role = o.layer_begin == 0 ? SW_SEC_HEAD : SW_SEC_STAGE;
     if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);
         return 2;

@@ -72,15 +72,19 @@ static void s_usage(FILE *out)
                  "[--heartbeat-ms N] [--hwm N]\n"
                  "  --listen        endpoint to bind (port * = any free port)\n"
                  "  --key           the relay's CURVE secret key file (shardwire keygen)\n"
-                 "  --allow         allow-list: one client public key per line, optionally\n"
-                 "                  followed by the only name it may announce; # comments.\n"
-                 "                  Re-read when it changes and on SIGHUP.\n"
+                 "  --allow         allow-list: 'KEY node NAME' or 'KEY client [NAME]' per line;\n"
+                 "                  # comments. Re-read when it changes and on SIGHUP.\n"
                  "  --insecure-loopback  no keys, no encryption; loopback endpoints only\n"
                  "  --heartbeat-ms  ZMTP heartbeat and liveness sweep interval; a peer that sends "
                  "no data for 5 intervals is dropped (default 1000)\n"
                  "  --hwm           messages queued per peer and direction (default 128)\n"
                  "  --rate          messages/s one peer may send to others (default 2000)\n"
-                 "  --handshake-ms  time a new connection has to authenticate (default 5000)\n");
+                 "  --handshake-ms  time a new connection has to authenticate (default 5000)\n"
+                 "  --max-conns-per-key N  peers one key may hold at once (default 16)\n"
+                 "  --queue-mib N   bytes queued for one destination (default 64)\n"
+                 "  --queue-total-mib N  bytes queued for all destinations (default 256)\n"
+                 "  --client-mib-s N  bytes/s one client peer may send (default 4)\n"
+                 "  --node-mib-s N  bytes/s one node peer may send (default 256)\n");
 }
 
 int main(int argc, char **argv)
@@ -117,6 +121,21 @@ int main(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--hwm")) {
             if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 1000000, &opts.hwm))
+                return 2;
+        } else if (!strcmp(a, "--max-conns-per-key")) {
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 1, 256, &opts.max_conns_per_key))
+                return 2;
+        } else if (!strcmp(a, "--queue-mib")) {
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 17, 65536, &opts.queue_mib))
+                return 2;
+        } else if (!strcmp(a, "--queue-total-mib")) {
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 17, 1048576, &opts.queue_total_mib))
+                return 2;
+        } else if (!strcmp(a, "--client-mib-s")) {
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 3, 65536, &opts.client_mib_s))
+                return 2;
+        } else if (!strcmp(a, "--node-mib-s")) {
+            if (sw_arg_int("shardwire-relay", a, argv[++i], 17, 1048576, &opts.node_mib_s))
                 return 2;
         } else {
             fprintf(stderr, "shardwire-relay: unknown option '%s'\n", a);

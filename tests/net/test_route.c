@@ -88,7 +88,8 @@ static sw_peer_t *s_member(const char *who, uint32_t end)
 {
     sw_sec_args_t a = {.key_file = s_path(who, ".key"),
                        .relay_key = s_path("relay", ".pub"),
-                       .cluster_key = {s_path("cluster.key", ""), NULL}};
+                       .cluster_key = {s_path("cluster.key", ""), NULL},
+                       .role = SW_SEC_STAGE};
     sw_sec_t sec;
     char err[512];
     if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
@@ -116,7 +117,7 @@ static sw_peer_t *s_client(const char *who)
 {
     sw_sec_args_t a = {.key_file = s_path(who, ".key"),
                        .relay_key = s_path("relay", ".pub"),
-                       .cluster_key = {s_path("cluster.key", ""), NULL}};
+                       .access_key = {s_path("access.key", ""), NULL}};
     sw_sec_t sec;
     char err[512];
     if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0)
