@@ -13,9 +13,10 @@
  *    another stage, a previous hop that is not the sender;
  *  - a reply_to that is not the route's head (errors and verdicts would go to
  *    a bystander);
- *  - a next hop that is no key-bound node, or one whose layers do not start
- *    where this stage's end; a previous hop whose layers do not end where
- *    this stage's begin; a head entry that is no key-bound head.
+ *  - a next hop that is no key-bound node (a client), one whose layers do
+ *    not start where this stage's end, one not connected at all; a previous
+ *    hop whose layers do not end where this stage's begin; a head entry that
+ *    is no head (a middle stage, a client).
  *
  * Each one must be answered with an Error to the sender (or dropped), never
  * reach a bystander, and leave every stage alive; afterwards `shardwire run`
@@ -83,8 +84,9 @@ static void s_fingerprint(void)
 }
 
 /* A peer with `who`'s node key and the cluster key, announced as a head of
- * layers [0, end) of the cluster's model (what a compromised node can do). */
-static sw_peer_t *s_member(const char *who, uint32_t end)
+ * layers [0, end) of the cluster's model, or (begin > 0) a middle stage of
+ * [begin, end) (what a compromised node can do). */
+static sw_peer_t *s_member(const char *who, uint32_t begin, uint32_t end)
 {
     sw_sec_args_t a = {.key_file = s_path(who, ".key"),
                        .relay_key = s_path("relay", ".pub"),
@@ -98,9 +100,9 @@ static sw_peer_t *s_member(const char *who, uint32_t end)
     }
     Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
     an.name = (char *)who;
-    an.role = SHARDWIRE__ROLE__ROLE_HEAD;
+    an.role = begin ? SHARDWIRE__ROLE__ROLE_MIDDLE : SHARDWIRE__ROLE__ROLE_HEAD;
     an.model_fingerprint = s_fp;
-    an.layer_begin = 0;
+    an.layer_begin = begin;
     an.layer_end = end;
     an.n_layers = 30;
     an.backend = "cpu";
@@ -206,7 +208,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
     snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-    const char *nodes[] = {"head", "mid", "tail", "member", "member2", NULL};
+    const char *nodes[] = {"head", "mid", "tail", "member", "member2", "member3", NULL};
     const char *clients[] = {"client", "bystander", NULL};
     SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
 
@@ -242,11 +244,12 @@ int main(void)
     s_fingerprint();
     SW_CHECK_INT(strlen(s_fp), 64);
 
-    sw_peer_t *m = s_member("member", 10);  /* fits in front of mid */
-    sw_peer_t *m2 = s_member("member2", 5); /* a head whose layers fit nowhere */
+    sw_peer_t *m = s_member("member", 0, 10);   /* fits in front of mid */
+    sw_peer_t *m2 = s_member("member2", 0, 5);  /* a head whose layers fit nowhere */
+    sw_peer_t *m3 = s_member("member3", 10, 20); /* a middle in front of the tail */
     sw_peer_t *by = s_client("bystander");
-    SW_CHECK(m && m2 && by);
-    if (!m || !m2 || !by)
+    SW_CHECK(m && m2 && m3 && by);
+    if (!m || !m2 || !m3 || !by)
         goto out;
     const int BAD = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
     uint64_t sid = 0x5100;
@@ -283,6 +286,35 @@ int main(void)
         const char *r[] = {"member", "mid", "tail"};
         SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "bystander", ++sid), BAD);
         SW_CHECK(s_quiet(by, 1500));
+    }
+    /* 7. the next hop is no node: a client */
+    {
+        const char *r[] = {"member", "mid", "bystander"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+        SW_CHECK(s_quiet(by, 1000));
+    }
+    /* 8. the next hop is a key-bound node whose layers do not begin where mid's end */
+    {
+        const char *r[] = {"member", "mid", "member2"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+    }
+    /* 9. the next hop is not connected at all (the stage asks the relay again first) */
+    {
+        const char *r[] = {"member", "mid", "ghost"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+    }
+    /* 10. the previous hop's layers do not end where mid's begin */
+    {
+        const char *r[] = {"member2", "mid", "tail"};
+        SW_CHECK_INT(s_shape(m2, "mid", 10, r, 3, 1, "member2", ++sid), BAD);
+    }
+    /* 11. the route's head entry is no head: a middle stage, or a client */
+    {
+        const char *r[] = {"mid", "member3", "tail"};
+        SW_CHECK_INT(s_shape(m3, "tail", 20, r, 3, 2, "mid", ++sid), BAD);
+        const char *r2[] = {"bystander", "member3", "tail"};
+        SW_CHECK_INT(s_shape(m3, "tail", 20, r2, 3, 2, "bystander", ++sid), BAD);
+        SW_CHECK(s_quiet(by, 1000));
     }
     /* a well-formed route from the member still works (the checks are not blanket refusals) */
     {
@@ -323,6 +355,7 @@ int main(void)
 out:
     sw_peer_destroy(&m);
     sw_peer_destroy(&m2);
+    sw_peer_destroy(&m3);
     sw_peer_destroy(&by);
     sw_test_kill(head);
     sw_test_kill(mid);
