@@ -161,20 +161,29 @@ struct relay {
     int rate;                      /* messages/s a peer may send to other peers (bucket size too) */
     relay_parked_t *parked; /* (RELAY_PARK_MAX) held messages, n_parked of them, oldest first */
     int n_parked;
-    size_t parked_bytes;      /* bytes held in parked */
-    uint64_t refused;         /* handshakes refused by the ZAP handler, in all */
-    uint64_t refused_window;  /* of them in the current log window */
-    int64_t refused_since_ms; /* start of the current log window */
-    char refused_last[160];   /* the last one not logged: address and key */
-    int max_conns_per_key;    /* live peers one key may hold */
-    int node_names;           /* distinct node names in the allow-list (their table room) */
-    double client_rate;       /* bytes/s a client peer may send (bucket: max(1 s, a message)) */
-    double node_rate;         /* bytes/s a node peer may send (bucket: 1 s of it, >= a frame) */
-    size_t queue_max;         /* bytes libzmq may hold for one destination */
-    size_t queue_total_max;   /* ... for all of them */
-    atomic_size_t queued;     /* bytes libzmq holds for all destinations (relay_frame_t) */
-    uint64_t budget_drops;    /* messages dropped for a destination over its byte budget */
+    size_t parked_bytes;        /* bytes held in parked */
+    uint64_t refused;           /* handshakes refused by the ZAP handler, in all */
+    uint64_t refused_window;    /* of them in the current log window */
+    int64_t refused_since_ms;   /* start of the current log window */
+    char refused_last[160];     /* the last one not logged: address and key */
+    int max_conns_per_key;      /* live peers one key may hold */
+    int node_names;             /* distinct node names in the allow-list (their table room) */
+    double client_rate;         /* bytes/s a client peer may send (bucket: max(1 s, a message)) */
+    double node_rate;           /* bytes/s a node peer may send (bucket: 1 s of it, >= a frame) */
+    size_t queue_max;           /* bytes libzmq may hold for one destination */
+    size_t queue_total_max;     /* ... for all of them */
+    atomic_size_t queued;       /* bytes libzmq holds for all destinations (relay_frame_t) */
+    uint64_t budget_drops;      /* messages dropped for a destination over its byte budget */
+    uint64_t refused_announces; /* announces refused for the key's role, name or count */
 };
+
+/* Counts one more event; 1 when it is the 1st, 2nd, 4th, 8th, ... (a flood cannot flood the
+ * log). */
+static int s_log_due(uint64_t *count)
+{
+    ++*count;
+    return (*count & (*count - 1)) == 0;
+}
 
 static int64_t s_now_ms(void)
 {
@@ -861,8 +870,11 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
     if (r->secure) { /* role and name must be what the key's allow-list entry permits */
         char why[256];
         if (s_permit(r, user, a->name, a->role, why, sizeof why) != 0) {
-            SW_WARN("relay: key %.8s... may not announce as %s (%s): %s", user ? user : "?",
-                    a->name, sw_wire_role_name(a->role), why);
+            if (s_log_due(&r->refused_announces))
+                SW_WARN("relay: key %.8s... may not announce as %s (%s): %s (%llu refused "
+                        "announces so far)",
+                        user ? user : "?", a->name, sw_wire_role_name(a->role), why,
+                        (unsigned long long)r->refused_announces);
             r->unauthorized++;
             s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL, "%s", why);
             goto refuse;
@@ -896,9 +908,10 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
                 nodes += r->peers[i]->key_bound;
             }
             if (conns >= r->max_conns_per_key) {
-                SW_WARN("relay: key %.8s... holds %d connections already: refused '%s' (see "
-                        "--max-conns-per-key)",
-                        user, conns, a->name);
+                if (s_log_due(&r->refused_announces))
+                    SW_WARN("relay: key %.8s... holds %d connections already: refused '%s' (see "
+                            "--max-conns-per-key; %llu refused announces so far)",
+                            user, conns, a->name, (unsigned long long)r->refused_announces);
                 s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
                               "this key holds %d connections to the relay already, its limit "
                               "(the relay's --max-conns-per-key)",
