@@ -22,10 +22,7 @@
  * reach a bystander, and leave every stage alive; afterwards `shardwire run`
  * still gives exactly the tokens of `shardwire generate`.
  */
-#include "keys.h"
-#include "peer.h"
-#include "sw_test.h"
-#include "wire.h"
+#include "sw_attack.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -35,20 +32,10 @@
 #include <unistd.h>
 
 #define N_GEN 16
-#define E 576 /* SmolLM2-135M hidden size */
 
 static char s_dir[64];
 static char s_ep[64];
-static char s_fp[65]; /* the model fingerprint, from `shardwire status` */
-
-static const char *s_path(const char *name, const char *ext)
-{
-    static char buf[8][256];
-    static int slot;
-    char *p = buf[slot++ % 8];
-    snprintf(p, 256, "%s/%s%s", s_dir, name, ext);
-    return p;
-}
+static swa_t s_a; /* the cluster to attack */
 
 /* Token ids of a --json output. */
 static int s_ids(const char *out, int32_t *ids, int max)
@@ -67,118 +54,11 @@ static int s_ids(const char *out, int32_t *ids, int max)
     return n;
 }
 
-/* The model fingerprint the nodes announce (anyone can read it from the table). */
-static void s_fingerprint(void)
-{
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json", NULL};
-    char *out = NULL;
-    s_fp[0] = 0;
-    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
-        const char *m = strstr(out, "\"model\":\"");
-        while (m && m[9] == '"') /* a client's empty fingerprint */
-            m = strstr(m + 9, "\"model\":\"");
-        if (m)
-            snprintf(s_fp, sizeof s_fp, "%.64s", m + 9);
-    }
-    free(out);
-}
-
-/* A peer with `who`'s node key and the cluster key, announced as a head of
- * layers [0, end) of the cluster's model, or (begin > 0) a middle stage of
- * [begin, end) (what a compromised node can do). */
-static sw_peer_t *s_member(const char *who, uint32_t begin, uint32_t end)
-{
-    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
-                       .relay_key = s_path("relay", ".pub"),
-                       .cluster_key = {s_path("cluster.key", ""), NULL},
-                       .role = SW_SEC_STAGE};
-    sw_sec_t sec;
-    char err[512];
-    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
-        fprintf(stderr, "sec load: %s\n", err);
-        return NULL;
-    }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = begin ? SHARDWIRE__ROLE__ROLE_MIDDLE : SHARDWIRE__ROLE__ROLE_HEAD;
-    an.model_fingerprint = s_fp;
-    an.layer_begin = begin;
-    an.layer_end = end;
-    an.n_layers = 30;
-    an.backend = "cpu";
-    an.max_sessions = 1;
-    an.hidden = E;
-    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
-    sw_peer_t *p = sw_peer_new(&o);
-    sw_sec_wipe(&sec);
-    return p;
-}
-
-/* A plain client of the cluster (the bystander that must hear nothing). */
-static sw_peer_t *s_client(const char *who)
-{
-    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
-                       .relay_key = s_path("relay", ".pub"),
-                       .access_key = {s_path("access.key", ""), NULL}};
-    sw_sec_t sec;
-    char err[512];
-    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0)
-        return NULL;
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
-    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
-    sw_peer_t *p = sw_peer_new(&o);
-    sw_sec_wipe(&sec);
-    return p;
-}
-
-/*
- * Sends one Forward of 2 rows from p to dest: layer_begin, the route (n
- * names), hop and reply_to. Returns what came back within 3 s: the error code
- * of an Error from dest, 100 for a Verdict, -1 for nothing.
- */
+/* One Forward of a shape from p (no draft); what came back (swa_shape). */
 static int s_shape(sw_peer_t *p, const char *dest, uint32_t layer_begin, const char **route, int n,
                    uint32_t hop, const char *reply_to, uint64_t sid)
 {
-    static float hidden[2 * E];
-    uint32_t toks[2] = {1, 2};
-    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-    f.session_id = sid;
-    f.round = 1;
-    f.n_rows = 2;
-    f.n_tokens = 2;
-    f.tokens = toks;
-    f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
-    f.hidden = E;
-    f.layer_begin = layer_begin;
-    f.n_route = (size_t)n;
-    f.route = (char **)route;
-    f.hop = hop;
-    f.reply_to = (char *)reply_to;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-    env.forward = &f;
-    if (sw_peer_send(p, dest, &env, hidden, sizeof hidden, 1) != 0)
-        return -2;
-    double until = 3000;
-    for (;;) {
-        sw_wire_msg_t m = {0};
-        int rc = sw_peer_recv(p, &m, (int)until);
-        if (rc != 0)
-            return -1;
-        int got = -1;
-        if (!strcmp(m.peer, dest) && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-            got = m.env->error->code;
-        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT)
-            got = 100;
-        sw_wire_msg_clear(&m);
-        if (got != -1)
-            return got;
-        until = 1000;
-    }
+    return swa_shape(p, dest, layer_begin, route, n, hop, reply_to, sid, 0);
 }
 
 /* 1 when nothing but relay chatter reaches p within ms. */
@@ -241,13 +121,14 @@ int main(void)
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "20:30", log, NULL);
     sw_test_client_env(s_dir, "client");
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 3, 60), 0);
-    s_fingerprint();
-    SW_CHECK_INT(strlen(s_fp), 64);
+    s_a.dir = s_dir;
+    s_a.ep = s_ep;
+    SW_CHECK_INT(swa_fingerprint(&s_a), 0);
 
-    sw_peer_t *m = s_member("member", 0, 10);   /* fits in front of mid */
-    sw_peer_t *m2 = s_member("member2", 0, 5);  /* a head whose layers fit nowhere */
-    sw_peer_t *m3 = s_member("member3", 10, 20); /* a middle in front of the tail */
-    sw_peer_t *by = s_client("bystander");
+    sw_peer_t *m = swa_member(&s_a, "member", 0, 10);    /* fits in front of mid */
+    sw_peer_t *m2 = swa_member(&s_a, "member2", 0, 5);   /* a head whose layers fit nowhere */
+    sw_peer_t *m3 = swa_member(&s_a, "member3", 10, 20); /* a middle in front of the tail */
+    sw_peer_t *by = swa_client(&s_a, "bystander");
     SW_CHECK(m && m2 && m3 && by);
     if (!m || !m2 || !m3 || !by)
         goto out;
@@ -319,7 +200,7 @@ int main(void)
     /* a well-formed route from the member still works (the checks are not blanket refusals) */
     {
         const char *r[] = {"member", "mid", "tail"};
-        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), 100);
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), SWA_VERDICT);
     }
     SW_CHECK(s_alive(relay));
     SW_CHECK(s_alive(head));
