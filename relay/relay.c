@@ -1164,9 +1164,8 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
     }
     /* Messages already waiting for this destination go first; then its byte budget. */
     const size_t bytes = zmq_msg_size(&f[2]) + (n == 4 ? zmq_msg_size(&f[3]) : 0);
-    int over = 0;
-    int e = s_parked_for(r, dname, NULL) ? EAGAIN
-            : (over = s_over_budget(r, to, bytes)) != 0
+    const int over = s_over_budget(r, to, bytes);
+    int e = s_parked_for(r, dname, NULL) || over
                 ? EAGAIN
                 : s_try_send(r, to, sender->name, &f[2], n == 4 ? &f[3] : NULL);
     if (e == EAGAIN && s_park(r, sender, dname, &f[2], n == 4 ? &f[3] : NULL))
