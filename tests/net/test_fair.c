@@ -23,7 +23,6 @@
 #include "client.h"
 #include "sw_attack.h"
 
-#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,22 +44,6 @@ static double s_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int s_ids(const char *out, int32_t *ids, int max)
-{
-    const char *brace = out ? strchr(out, '{') : NULL;
-    json_error_t je;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
-    int n = -1;
-    if (json_is_array(arr)) {
-        n = 0;
-        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
-            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    }
-    json_decref(j);
-    return n;
 }
 
 /* `shardwire run -n n_gen` in the background; stdout and stderr into files named by tag. */
@@ -94,7 +77,7 @@ static int s_run_exact(pid_t pid, const char *tag, const int32_t *ref, int n, in
     int rc = sw_test_wait(pid, timeout_s);
     char *out = sw_test_read_file(sw_test_log(tag), NULL);
     int32_t got[N_A + 8];
-    int k = s_ids(out, got, N_A + 8);
+    int k = sw_test_json_tokens(out, got, N_A + 8);
     int ok = rc == 0 && k == n && !memcmp(got, ref, sizeof(int32_t) * (size_t)n);
     if (!ok) {
         char path[256];

@@ -64,22 +64,6 @@ static const char *s_path(const char *name, const char *ext)
     return p;
 }
 
-static int s_ids(const char *out, int32_t *ids, int max)
-{
-    const char *brace = out ? strchr(out, '{') : NULL;
-    json_error_t je;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
-    int n = -1;
-    if (json_is_array(arr)) {
-        n = 0;
-        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
-            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    }
-    json_decref(j);
-    return n;
-}
-
 /* `shardwire run` (head given or not): its exit code; tokens into got, stderr into *err. */
 static int s_run(const char *head, int32_t *got, int *n_got, char **err)
 {
@@ -101,7 +85,7 @@ static int s_run(const char *head, int32_t *got, int *n_got, char **err)
                     NULL};
     char *out = NULL;
     int rc = sw_test_run(argv, 90, &out, err);
-    *n_got = s_ids(out, got, N_GEN + 8);
+    *n_got = sw_test_json_tokens(out, got, N_GEN + 8);
     free(out);
     return rc;
 }

@@ -24,7 +24,6 @@
  */
 #include "sw_attack.h"
 
-#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,23 +35,6 @@
 static char s_dir[64];
 static char s_ep[64];
 static swa_t s_a; /* the cluster to attack */
-
-/* Token ids of a --json output. */
-static int s_ids(const char *out, int32_t *ids, int max)
-{
-    const char *brace = out ? strchr(out, '{') : NULL;
-    json_error_t je;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
-    int n = -1;
-    if (json_is_array(arr)) {
-        n = 0;
-        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
-            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    }
-    json_decref(j);
-    return n;
-}
 
 /* One Forward of a shape from p (no draft); what came back (swa_shape). */
 static int s_shape(sw_peer_t *p, const char *dest, uint32_t layer_begin, const char **route, int n,
@@ -110,7 +92,7 @@ int main(void)
                   NULL};
     char *out = NULL;
     SW_CHECK_INT(sw_test_run(ga, 120, &out, NULL), 0);
-    int n_ref = s_ids(out, ref, N_GEN + 8);
+    int n_ref = sw_test_json_tokens(out, ref, N_GEN + 8);
     free(out);
     SW_CHECK(n_ref > 0);
 
@@ -226,7 +208,7 @@ int main(void)
         char *err = NULL;
         out = NULL;
         SW_CHECK_INT(sw_test_run(rn, 90, &out, &err), 0);
-        int n = s_ids(out, got, N_GEN + 8);
+        int n = sw_test_json_tokens(out, got, N_GEN + 8);
         SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
         if (n != n_ref)
             fprintf(stderr, "run: %s\n", err ? err : "");

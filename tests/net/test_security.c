@@ -366,6 +366,49 @@ static void s_refusals(void)
     SW_CHECK_INT(s_exit_code(c5, &err), 2);
     free(err);
     err = NULL;
+    /* each role its keys: a client given the cluster key, a stage given the access key, a
+     * head without the access key: one line each, before any connection */
+    char *c7[] = {(char *)sw_test_bin("shardwire"),
+                  "run",
+                  "--relay",
+                  s_ep,
+                  "--key",
+                  (char *)s_path("other.key"),
+                  "--relay-key",
+                  (char *)s_path("relay.pub"),
+                  "--cluster-key",
+                  (char *)s_path("cluster.key"),
+                  "-p",
+                  "hi",
+                  NULL};
+    SW_CHECK_INT(s_exit_code(c7, &err), 2);
+    SW_CHECK(err && strstr(err, "clients use --access-key now"));
+    free(err);
+    err = NULL;
+    for (int head = 0; head < 2; head++) {
+        char *n7[] = {(char *)sw_test_bin("shardwire-node"),
+                      "--model",
+                      "/nonexistent.gguf",
+                      "--layers",
+                      head ? "0:1" : "1:2",
+                      "--relay",
+                      s_ep,
+                      "--name",
+                      "x",
+                      "--key",
+                      (char *)s_path("carol.key"),
+                      "--relay-key",
+                      (char *)s_path("relay.pub"),
+                      "--cluster-key",
+                      (char *)s_path("cluster.key"),
+                      head ? NULL : "--access-key",
+                      (char *)s_path("access.key"),
+                      NULL};
+        SW_CHECK_INT(s_exit_code(n7, &err), 2);
+        SW_CHECK(err && strstr(err, head ? "needs --access-key" : "only the head"));
+        free(err);
+        err = NULL;
+    }
     /* and no keys and no flag: refused before any connection */
     char *c6[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, NULL};
     unsetenv("SW_KEY");
