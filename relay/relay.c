@@ -1251,7 +1251,6 @@ static int s_handle_one(relay_t *r)
     }
     int64_t now = s_now_ms();
     if (sender) {
-        sender->msgs_in++;
         sender->bytes_in += total - id_len;
         sender->msg_ms = sender->alive_ms = now;
     }
@@ -1307,6 +1306,9 @@ static int s_handle_one(relay_t *r)
                       "announce before sending to peers");
         goto done;
     }
+    /* Messages for other peers only: a stage's status queries must not look like rounds it
+     * passed on (the head's route check counts those, recover.c). */
+    sender->msgs_in++;
     /* Rate limits per sender, in messages and in bytes: one flooding peer cannot fill the
      * queues of the others. Over a limit, messages are dropped; the sender hears about it once
      * per power of two. A byte bucket always holds one whole message of the largest size. */
