@@ -123,17 +123,23 @@ static void *s_raw(void *ctx, const char *who)
     return s;
 }
 
-/* The next message on a raw socket that is not a probe: 0, or -1 on timeout. */
+/* The next message on a raw socket that is not a probe, within the socket's receive timeout
+ * (the relay's probes do not extend it): 0, or -1. */
 static int s_raw_recv(void *s, sw_wire_msg_t *m)
 {
     char err[256];
-    for (;;) {
+    int tmo = 3000;
+    size_t len = sizeof tmo;
+    zmq_getsockopt(s, ZMQ_RCVTIMEO, &tmo, &len);
+    const double until = s_now() + tmo / 1e3;
+    while (s_now() < until) {
         int rc = sw_wire_recv(s, 0, m, err, sizeof err);
         if (rc == SW_WIRE_OK)
             return 0;
         if (rc != SW_WIRE_PROBE)
             return -1;
     }
+    return -1;
 }
 
 /* Announces on a raw socket as role with the cluster's fingerprint (layers [begin, end));

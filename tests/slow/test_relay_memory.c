@@ -113,15 +113,16 @@ static int s_announce(void *s, const char *name, int node)
     char err[256];
     if (sw_wire_send(s, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, 0, err, sizeof err) != 0)
         return -1;
-    for (;;) {
+    for (const double until = s_now() + 5; s_now() < until;) {
         sw_wire_msg_t m = {0};
         int rc = sw_wire_recv(s, 0, &m, err, sizeof err);
         if (rc == SW_WIRE_PROBE)
-            continue;
+            continue; /* the relay's probes: the answer is still to come */
         int ok = rc == SW_WIRE_OK && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
         sw_wire_msg_clear(&m);
         return ok ? 0 : -1;
     }
+    return -1;
 }
 
 /* A child that joins as `who` (a node or a client), then stops (SIGSTOP) without ever
