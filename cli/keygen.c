@@ -3,7 +3,10 @@
  *
  *   shardwire keygen --out PREFIX        CURVE key pair: PREFIX.key (secret, 0600)
  *                                        and PREFIX.pub (public, Z85)
- *   shardwire keygen --cluster-key FILE  a new random 32-byte cluster key (0600)
+ *   shardwire keygen --cluster-key FILE  a new random 32-byte cluster key (0600), for
+ *                                        the nodes (stage-to-stage traffic)
+ *   shardwire keygen --access-key FILE   a new random 32-byte access key (0600), for
+ *                                        the clients and the heads
  *
  * Existing files are never overwritten.
  */
@@ -14,20 +17,24 @@
 #include "cmds.h"
 #include "keys.h"
 
-enum { O_OUT = SW_OPT_OWN, O_CLUSTER };
+enum { O_OUT = SW_OPT_OWN, O_CLUSTER, O_ACCESS };
 
 static const sw_opt_t s_opts[] = {
     {"out", O_OUT, "PREFIX",
      "write a CURVE key pair: PREFIX.key (secret, mode 0600)\nand PREFIX.pub (public key, Z85); "
      "prints the public key"},
-    {"cluster-key", O_CLUSTER, "FILE", "write a new random cluster key (mode 0600)"},
+    {"cluster-key", O_CLUSTER, "FILE",
+     "write a new random cluster key (mode 0600): the nodes'\n(seals stage-to-stage traffic)"},
+    {"access-key", O_ACCESS, "FILE",
+     "write a new random access key (mode 0600): the\nclients' and the heads' (seals requests and "
+     "tokens)"},
     {0, 0, 0, 0}};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 2)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 3)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire keygen",
-    .usage = "--out PREFIX | --cluster-key FILE",
+    .usage = "--out PREFIX | --cluster-key FILE | --access-key FILE",
     .about = "  Makes the keys of a cluster (docs/security.md). Existing files are never\n"
              "  overwritten.\n",
     .groups = s_groups,
@@ -36,7 +43,7 @@ static const sw_args_spec_t s_spec = {
 
 int cmd_keygen(int argc, char **argv)
 {
-    const char *out = NULL, *cluster = NULL, *v;
+    const char *out = NULL, *cluster = NULL, *access = NULL, *v;
     int c;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
@@ -45,12 +52,14 @@ int cmd_keygen(int argc, char **argv)
             out = v;
         else if (c == O_CLUSTER)
             cluster = v;
+        else if (c == O_ACCESS)
+            access = v;
     }
     if ((c = sw_args_finish(&a, c, 0)) >= 0)
         return c;
-    if (!out && !cluster)
-        return sw_args_exit(
-            sw_args_fail(&s_spec, "--out PREFIX or --cluster-key FILE is required"));
+    if (!out && !cluster && !access)
+        return sw_args_exit(sw_args_fail(
+            &s_spec, "--out PREFIX, --cluster-key FILE or --access-key FILE is required"));
     char err[512], pub[SW_KEY_Z85_LEN + 1];
     if (out) {
         if (sw_keys_generate(out, pub, err, sizeof err) != 0) {
@@ -60,6 +69,10 @@ int cmd_keygen(int argc, char **argv)
         printf("%s\n", pub);
     }
     if (cluster && sw_cluster_key_generate(cluster, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire keygen: %s\n", err);
+        return 1;
+    }
+    if (access && sw_access_key_generate(access, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire keygen: %s\n", err);
         return 1;
     }

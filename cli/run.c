@@ -14,7 +14,7 @@
  * head and a whole pipeline behind it are connected, `status --expect` until
  * the named peers are.
  *
- * SECURITY is --key FILE --relay-key FILE|Z85 --cluster-key FILE (required;
+ * SECURITY is --key FILE --relay-key FILE|Z85 --access-key FILE (required;
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
  * --insecure-loopback for a loopback relay without keys (keys.h).
  */
@@ -120,7 +120,7 @@ static const sw_args_spec_t s_status_spec = {
     .prog = "shardwire status",
     .usage = "--relay HOST:PORT [--json] [--expect NAME[,NAME...]] SECURITY",
     .about = "  The relay's peers: names, roles, layer ranges, heartbeat ages, models.\n"
-             "  Needs a client key on the relay's allow-list, no cluster key.\n",
+             "  Needs a client key on the relay's allow-list, no access key.\n",
     .groups = s_status_groups,
     .n_groups = sizeof s_status_groups / sizeof s_status_groups[0],
 };
@@ -130,7 +130,7 @@ int cmd_status(int argc, char **argv)
     const char *P = s_status_spec.prog, *expect = NULL, *v;
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     int json = 0, c, rc = 1;
-    sw_sec_args_t sa = {.cluster_optional = 1}; /* the relay operator has no cluster key */
+    sw_sec_args_t sa = {.e2e_optional = 1}; /* the relay operator has no access key */
     sw_args_t a;
     sw_args_init(&a, &s_status_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
@@ -190,6 +190,7 @@ int cmd_status(int argc, char **argv)
             json_object_set_new(o, "layer_end", json_integer(p->layer_end));
             json_object_set_new(o, "n_layers", json_integer(p->n_layers));
             json_object_set_new(o, "model", json_string(p->model));
+            json_object_set_new(o, "key_bound", json_boolean(p->key_bound));
             json_object_set_new(o, "heartbeat_age_ms", json_integer(p->heartbeat_age_ms));
             json_object_set_new(o, "idle_ms", json_integer(p->idle_ms));
             json_object_set_new(o, "msgs_in", json_integer((json_int_t)p->msgs_in));

@@ -43,7 +43,8 @@ typedef struct s_req {
 
 struct sw_client {
     sw_peer_t *peer;   /* connection to the relay */
-    int sealed;        /* 1 when the cluster seals (we hold a cluster key) */
+    int sealed;        /* 1 when the cluster seals (we hold an access key) */
+    int secure;        /* 1 with keys: only key-bound heads are used */
     s_req_t *reqs;     /* SW_CLIENT_MAX_INFLIGHT slots */
     int n_inflight;    /* slots in use */
     double next_watch; /* next time the watches run (ms) */
@@ -75,7 +76,7 @@ const char *sw_client_strerror(int rc)
     case SW_CLIENT_ENOHEAD:
         return "no_head";
     case SW_CLIENT_EKEY:
-        return "wrong_cluster_key";
+        return "wrong_access_key";
     case SW_CLIENT_EHEAD:
         return "head_error";
     case SW_CLIENT_EHEADGONE:
@@ -197,7 +198,8 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         free(c);
         return NULL;
     }
-    c->sealed = o->sec && o->sec->n_cluster > 0; /* also with --insecure-loopback */
+    c->sealed = o->sec && o->sec->n_access > 0; /* also with --insecure-loopback */
+    c->secure = o->sec && !o->sec->insecure;
     c->connects = sw_peer_connects(c->peer);
     return c;
 }
@@ -274,6 +276,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         snprintf(p->name, sizeof p->name, "%s", a->name);
         p->role = sw_wire_role_name(a->role);
         p->is_node = a->role >= SHARDWIRE__ROLE__ROLE_HEAD && a->role <= SHARDWIRE__ROLE__ROLE_FULL;
+        p->key_bound = p->is_node && pi->key_bound;
         p->layer_begin = a->layer_begin;
         p->layer_end = a->layer_end;
         p->n_layers = a->n_layers;
@@ -286,6 +289,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->msgs_in = pi->msgs_in;
         p->msgs_out = pi->msgs_out;
     }
+    out->need_key = c->secure;
     out->uptime_ms = pt->uptime_ms;
     out->forwarded = pt->msgs_forwarded;
     out->dropped = pt->msgs_dropped;
@@ -308,26 +312,50 @@ int sw_client_peer_serves(const sw_client_peer_t *p, const char *model)
            (strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));
 }
 
+/* 1 when p may be sent requests: a head, key-bound where keys are used. */
+static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
+{
+    return s_is_head(p) && (p->key_bound || !t->need_key);
+}
+
 /* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
  * or SW_CLIENT_ENOHEAD after a line in err. */
 static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,
                        char *err, size_t err_len)
 {
-    int found = -1, other_model = 0;
+    int found = -1, n_found = 0, other_model = 0, unbound = 0;
+    char names[160] = "";
     for (int i = 0; i < t->n_peers; i++) {
         const sw_client_peer_t *p = &t->peers[i];
         if (!s_is_head(p) || (want && strcmp(want, p->name) != 0))
             continue;
+        if (!s_trusted_head(t, p)) {
+            unbound++;
+            continue;
+        }
         if (!sw_client_peer_serves(p, model)) {
             other_model++;
             continue;
         }
-        if (found < 0 || strcmp(p->name, t->peers[found].name) < 0)
-            found = i;
+        size_t used = strlen(names);
+        if (n_found < 4 && used < sizeof names - 1)
+            snprintf(names + used, sizeof names - used, "%s%s", n_found ? ", " : "", p->name);
+        n_found++;
+        found = i;
     }
-    *at = found;
-    if (found >= 0)
+    *at = n_found == 1 ? found : n_found > 1 ? -2 : -1; /* -2: ambiguous, waiting cannot help */
+    if (n_found == 1)
         return 0;
+    if (n_found > 1)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                      "%d heads serve %s%s (%s%s): name the one to use (shardwire run --head NAME)",
+                      n_found, model && model[0] ? "the model " : "requests",
+                      model && model[0] ? model : "", names, n_found > 4 ? ", ..." : "");
+    if (want && unbound)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                      "the head '%s' is not bound to its name by a node key in the relay's "
+                      "allow-list ('KEY node %s'): refusing to send it requests",
+                      want, want);
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
                       want, model);
@@ -340,8 +368,9 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                       "no head connected to the relay serves the model %s", model);
     return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
-                  "no head node (layers starting at 0) is connected to the relay: start one with "
-                  "shardwire-node --layers 0:N (shardwire status lists the peers)");
+                  "no %shead node (layers starting at 0) is connected to the relay: start one "
+                  "with shardwire-node --layers 0:N (shardwire status lists the peers)",
+                  t->need_key ? "key-bound " : "");
 }
 
 /*
@@ -358,7 +387,8 @@ static int s_pipeline_whole(const sw_client_table_t *t, const sw_client_peer_t *
         for (int i = 0; i < t->n_peers && !next; i++) {
             const sw_client_peer_t *p = &t->peers[i];
             if (p->is_node && !s_is_head(p) && p->layer_begin == at && p->layer_end > at &&
-                p->n_layers == h->n_layers && !strcmp(p->model, h->model))
+                p->n_layers == h->n_layers && !strcmp(p->model, h->model) &&
+                (p->key_bound || !t->need_key))
                 next = p;
         }
         if (!next) {
@@ -417,6 +447,8 @@ int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int
         sw_client_table_clear(&t);
         if (whole)
             return 0;
+        if (at == -2)
+            return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "%s", why);
         double left = deadline < 0 ? 2000 : deadline - s_now_ms();
         double wait = attempt < 4 ? 250 << attempt : 2000;
         if (wait > left)
@@ -847,7 +879,7 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
     const Shardwire__Error *er = e->error;
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
     if (c->sealed && !from_relay && !m->sealed) {
-        /* A head without our cluster key says so in clear: it holds no key to seal
+        /* A head without our access key says so in clear: it holds no key to seal
          * with. Its text is not trusted (anyone could send a clear message); the
          * fact is only used for requests that went to that very peer. */
         for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
@@ -855,8 +887,8 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
             if (r->id[0] && !strcmp(r->head, m->peer) &&
                 er->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
                 s_end_error(c, r, ev, SW_CLIENT_EKEY, 0,
-                            "the head '%s' cannot open our messages: this client's cluster key "
-                            "(--cluster-key) is not the one the cluster uses",
+                            "the head '%s' cannot open our messages: this client's access key "
+                            "(--access-key) is not the one the cluster uses",
                             m->peer);
                 return 0;
             }

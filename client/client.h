@@ -19,7 +19,7 @@
  * - stop strings: text is held back while it could still become a stop
  *   string, and a request that meets one ends with SW_CLIENT_FINISH_STOP
  *   (the head is sent a Cancel so that it stops generating);
- * - a head that cannot open our sealed messages (a different cluster key):
+ * - a head that cannot open our sealed messages (a different access key):
  *   it answers with a clear Error, which ends the request at once with
  *   SW_CLIENT_EKEY instead of a silent wait for the timeout.
  *
@@ -53,7 +53,7 @@ enum sw_client_rc {
     SW_CLIENT_EINVAL = -1,     /* the request or an argument is invalid (nothing was sent) */
     SW_CLIENT_ECONNECT = -2,   /* the relay cannot be reached, refused us or went away */
     SW_CLIENT_ENOHEAD = -3,    /* no suitable head is connected to the relay */
-    SW_CLIENT_EKEY = -4,       /* the head cannot open our messages: different cluster key */
+    SW_CLIENT_EKEY = -4,       /* the head cannot open our messages: different access key */
     SW_CLIENT_EHEAD = -5,      /* the head reported an error (wire_code says which) */
     SW_CLIENT_EHEADGONE = -6,  /* the head left the relay during the request */
     SW_CLIENT_ETIMEOUT = -7,   /* no complete answer within the request's timeout */
@@ -63,7 +63,7 @@ enum sw_client_rc {
     SW_CLIENT_ECANCELLED = -11 /* cancelled by the caller */
 };
 
-/* The name of a code ("no_head", "wrong_cluster_key", ...), stable for JSON and logs. */
+/* The name of a code ("no_head", "wrong_access_key", ...), stable for JSON and logs. */
 const char *sw_client_strerror(int rc);
 
 /* How a request ended. */
@@ -103,13 +103,14 @@ const char *sw_client_name(const sw_client_t *c);
 /* ---- the relay's peer table ------------------------------------------------------------- */
 
 typedef struct sw_client_peer {
-    char name[SW_CLIENT_NAME_LEN];       /* announced name */
-    const char *role;                    /* "head", "middle", "tail", "full", "client", "?" */
-    int is_node;                         /* 1 for head, middle, tail and full */
-    uint32_t layer_begin;                /* first layer held */
-    uint32_t layer_end;                  /* one past the last layer held */
-    uint32_t n_layers;                   /* layers of the whole model */
-    char model[65];                      /* model fingerprint (hex), "" for clients */
+    char name[SW_CLIENT_NAME_LEN]; /* announced name */
+    const char *role;              /* "head", "middle", "tail", "full", "client", "?" */
+    int is_node;                   /* 1 for head, middle, tail and full */
+    int key_bound;        /* 1: a node bound to its name by its key in the relay's allow-list */
+    uint32_t layer_begin; /* first layer held */
+    uint32_t layer_end;   /* one past the last layer held */
+    uint32_t n_layers;    /* layers of the whole model */
+    char model[65];       /* model fingerprint (hex), "" for clients */
     char model_name[SW_CLIENT_NAME_LEN]; /* the model's name (shardwire-node --model-name) */
     char backend[SW_CLIENT_NAME_LEN];    /* "cpu", "cuda:0", ... */
     uint32_t max_sessions;               /* sessions it can hold at once */
@@ -124,6 +125,7 @@ typedef struct sw_client_table {
     uint64_t uptime_ms;      /* relay uptime */
     uint64_t forwarded;      /* messages the relay forwarded */
     uint64_t dropped;        /* messages it dropped */
+    int need_key;            /* 1: only key-bound nodes count (the client holds keys) */
 } sw_client_table_t;
 
 /* Asks the relay for its peer table (up to timeout_ms). 0, or a code after a line in err. */
@@ -136,10 +138,12 @@ void sw_client_table_clear(sw_client_table_t *t);
 int sw_client_peer_serves(const sw_client_peer_t *p, const char *model);
 
 /*
- * Chooses a head: the peer called want when given, otherwise the head (role
- * head or full) whose name sorts first, among those serving model when it
- * is given (a model name, or a fingerprint or a prefix of one). The name goes
- * into out (SW_CLIENT_NAME_LEN bytes). 0, or SW_CLIENT_ENOHEAD /
+ * Chooses a head: a key-bound one (with keys; any with --insecure-loopback):
+ * the peer called want when given, otherwise the only head (role head or
+ * full) serving model when it is given (a model name, or a fingerprint or a
+ * prefix of one), or the only head at all. Several candidates are refused
+ * with a line naming them (choose one with want), never chosen by name. The
+ * name goes into out (SW_CLIENT_NAME_LEN bytes). 0, or SW_CLIENT_ENOHEAD /
  * SW_CLIENT_ECONNECT after a line in err that says what to do.
  */
 int sw_client_find_head(sw_client_t *c, const char *want, const char *model,

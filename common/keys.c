@@ -1,6 +1,6 @@
 /*
- * keys.c - key files, the allow-list parser and the loading of a peer's
- * security settings (see keys.h). Everything read here is outside input: each
+ * keys.c - key files, the allow-list parser (roles and names) and the loading
+ * of a peer's security settings (see keys.h). Everything read here is outside input: each
  * line is bounded, each key is checked for length and alphabet and decoded
  * before use, and secret files are refused when others could read them.
  */
@@ -244,12 +244,13 @@ int sw_keys_generate(const char *prefix, char *pub_out, char *err, size_t err_le
     return 0;
 }
 
-int sw_cluster_key_generate(const char *path, char *err, size_t err_len)
+/* Writes 32 random bytes as Z85 to a new 0600 file at path, under a comment line. */
+static int s_sym_key_generate(const char *path, const char *comment, char *err, size_t err_len)
 {
     uint8_t key[SW_CLUSTER_KEY_BYTES];
-    char z[SW_KEY_Z85_LEN + 1], text[160];
+    char z[SW_KEY_Z85_LEN + 1], text[200];
     if (!path || !*path)
-        return s_err(err, err_len, "keygen: a cluster key path is required");
+        return s_err(err, err_len, "keygen: a key path is required");
     if (sodium_init() < 0)
         return s_err(err, err_len, "libsodium failed to initialise");
     randombytes_buf(key, sizeof key);
@@ -257,13 +258,23 @@ int sw_cluster_key_generate(const char *path, char *err, size_t err_len)
         sodium_memzero(key, sizeof key);
         return s_err(err, err_len, "zmq_z85_encode failed");
     }
-    snprintf(text, sizeof text, "# shardwire cluster key (shared by head, stages, clients)\n%s\n",
-             z);
+    snprintf(text, sizeof text, "# %s\n%s\n", comment, z);
     int rc = s_write_new(path, text, 0, err, err_len);
     sodium_memzero(key, sizeof key);
     sodium_memzero(z, sizeof z);
     sodium_memzero(text, sizeof text);
     return rc;
+}
+
+int sw_cluster_key_generate(const char *path, char *err, size_t err_len)
+{
+    return s_sym_key_generate(path, "shardwire cluster key (nodes only: head, middle, tail)", err,
+                              err_len);
+}
+
+int sw_access_key_generate(const char *path, char *err, size_t err_len)
+{
+    return s_sym_key_generate(path, "shardwire access key (clients and heads)", err, err_len);
 }
 
 int sw_keys_load_secret(const char *path, char *pub, char *sec, char *err, size_t err_len)
@@ -340,10 +351,51 @@ int sw_cluster_key_load(const char *path, uint8_t key[SW_CLUSTER_KEY_BYTES], cha
     size_t len;
     int rc = 0;
     if (s_first_line(text, &line, &len) != 0 || !s_z85_ok(line, len, key))
-        rc = s_err(err, err_len, "%s: no Z85 cluster key (40 characters) in the file", path);
+        rc = s_err(err, err_len, "%s: no Z85 key (40 characters) in the file", path);
     else if (sodium_is_zero(key, SW_CLUSTER_KEY_BYTES))
         rc = s_err(err, err_len, "%s: the cluster key is all zero", path);
     s_free_secret(text);
+    return rc;
+}
+
+/* 1 when name is a valid peer name: 1..63 of [A-Za-z0-9._-]. */
+static int s_name_ok(const char *name)
+{
+    size_t nl = strlen(name);
+    int ok = nl >= 1 && nl <= 63;
+    for (size_t i = 0; ok && i < nl; i++) {
+        char c = name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    }
+    return ok;
+}
+
+static int s_entry_cmp(const void *a, const void *b)
+{
+    const sw_allow_entry_t *x = *(const sw_allow_entry_t *const *)a;
+    const sw_allow_entry_t *y = *(const sw_allow_entry_t *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+/* -1 after a line in err when a key appears on two lines. */
+static int s_allow_unique(const char *path, sw_allow_entry_t *e, int n, char *err, size_t err_len)
+{
+    if (n < 2)
+        return 0;
+    sw_allow_entry_t **by_key = malloc((size_t)n * sizeof *by_key);
+    if (!by_key)
+        return s_err(err, err_len, "%s: out of memory", path);
+    for (int i = 0; i < n; i++)
+        by_key[i] = &e[i];
+    qsort(by_key, (size_t)n, sizeof *by_key, s_entry_cmp);
+    int rc = 0;
+    for (int i = 1; i < n && rc == 0; i++)
+        if (!strcmp(by_key[i - 1]->key, by_key[i]->key))
+            rc = s_err(err, err_len,
+                       "%s: the key %.8s... is listed twice: a key has one role and one name", path,
+                       by_key[i]->key);
+    free(by_key);
     return rc;
 }
 
@@ -357,20 +409,26 @@ int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *er
     sw_allow_entry_t *out = NULL;
     int count = 0, cap = 0, lineno = 0, rc = -1;
     char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    /* strtok_r would merge empty lines and miscount them: split by hand */
+    for (char *line = text; line; line = save) {
+        save = strchr(line, '\n');
+        if (save)
+            *save++ = 0;
         lineno++;
         /* Z85 keys may contain '#': a comment is a token starting with '#' that is not the
          * 40-character key itself, and runs to the end of the line. */
+        char *tok[4] = {NULL, NULL, NULL, NULL};
+        int nt = 0;
         char *tok_save = NULL;
-        char *key = strtok_r(line, " \t\r", &tok_save);
-        if (!key || (key[0] == '#' && !s_z85_ok(key, strlen(key), NULL)))
+        for (char *t = strtok_r(line, " \t\r", &tok_save); t && nt < 4;
+             t = strtok_r(NULL, " \t\r", &tok_save)) {
+            if (t[0] == '#' && (nt > 0 || !s_z85_ok(t, strlen(t), NULL)))
+                break;
+            tok[nt++] = t;
+        }
+        if (nt == 0)
             continue;
-        char *name = strtok_r(NULL, " \t\r", &tok_save);
-        if (name && name[0] == '#')
-            name = NULL;
-        char *extra = name ? strtok_r(NULL, " \t\r", &tok_save) : NULL;
-        if (extra && extra[0] == '#')
-            extra = NULL;
+        const char *key = tok[0];
         if (!s_z85_ok(key, strlen(key), NULL)) {
             s_err(err, err_len, "%s:%d: '%.48s' is not a Z85 public key (40 characters)", path,
                   lineno, key);
@@ -380,22 +438,41 @@ int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *er
             s_err(err, err_len, "%s:%d: a published ZeroMQ test key is not allowed", path, lineno);
             goto out;
         }
-        if (extra) {
-            s_err(err, err_len, "%s:%d: expected 'KEY [NAME]', found more", path, lineno);
+        int role = SW_ALLOW_CLIENT, legacy = 0;
+        const char *name = NULL;
+        if (nt == 4) {
+            s_err(err, err_len,
+                  "%s:%d: expected 'KEY node NAME' or 'KEY client [NAME]', found more", path,
+                  lineno);
             goto out;
         }
-        if (name) {
-            size_t nl = strlen(name);
-            int ok = nl >= 1 && nl <= 63;
-            for (size_t i = 0; ok && i < nl; i++) {
-                char c = name[i];
-                ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                     c == '.' || c == '_' || c == '-';
-            }
-            if (!ok) {
-                s_err(err, err_len, "%s:%d: '%.70s' is not a peer name", path, lineno, name);
+        if (nt >= 2 && !strcmp(tok[1], "node")) {
+            if (nt != 3) {
+                s_err(err, err_len, "%s:%d: a node key needs its name: 'KEY node NAME'", path,
+                      lineno);
                 goto out;
             }
+            role = SW_ALLOW_NODE;
+            name = tok[2];
+        } else if (nt >= 2 && !strcmp(tok[1], "client")) {
+            name = nt == 3 ? tok[2] : NULL;
+        } else if (nt == 3) {
+            s_err(err, err_len,
+                  "%s:%d: '%.20s' is not a role: write 'KEY node NAME' or 'KEY client "
+                  "[NAME]'",
+                  path, lineno, tok[1]);
+            goto out;
+        } else {
+            legacy = lineno; /* "KEY NAME" = a node called NAME; "KEY" = a client */
+            role = nt == 2 ? SW_ALLOW_NODE : SW_ALLOW_CLIENT;
+            name = nt == 2 ? tok[1] : NULL;
+        }
+        if (name && (!s_name_ok(name) || !strcmp(name, "relay"))) {
+            s_err(err, err_len,
+                  "%s:%d: '%.70s' is not a peer name (1-63 of [A-Za-z0-9._-], not "
+                  "'relay')",
+                  path, lineno, name);
+            goto out;
         }
         if (count == SW_ALLOW_MAX) {
             s_err(err, err_len, "%s: more than %d keys", path, SW_ALLOW_MAX);
@@ -415,8 +492,12 @@ int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *er
         memcpy(out[count].key, key, SW_KEY_Z85_LEN);
         if (name)
             snprintf(out[count].name, sizeof out[count].name, "%s", name);
+        out[count].role = role;
+        out[count].legacy = legacy;
         count++;
     }
+    if (s_allow_unique(path, out, count, err, err_len) != 0)
+        goto out;
     rc = 0;
     *entries = out;
     *n = count;
@@ -451,6 +532,21 @@ int sw_endpoint_is_loopback(const char *ep)
     return dots == 2 && strchr(h, ':') != NULL;
 }
 
+/* Loads up to two symmetric key files of one kind into keys; *n counts them. */
+static int s_sym_keys_load(const char *const files[SW_CLUSTER_KEYS_MAX],
+                           uint8_t keys[SW_CLUSTER_KEYS_MAX][SW_CLUSTER_KEY_BYTES], int *n,
+                           char *err, size_t err_len)
+{
+    for (int i = 0; i < SW_CLUSTER_KEYS_MAX; i++) {
+        if (!files[i])
+            continue;
+        if (sw_cluster_key_load(files[i], keys[*n], err, err_len) != 0)
+            return -1;
+        ++*n;
+    }
+    return 0;
+}
+
 int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, char *err,
                 size_t err_len)
 {
@@ -458,8 +554,20 @@ int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, cha
     const char *key_file = a->key_file ? a->key_file : getenv("SW_KEY");
     const char *relay_key = a->relay_key ? a->relay_key : getenv("SW_RELAY_KEY");
     const char *ck[SW_CLUSTER_KEYS_MAX] = {a->cluster_key[0], a->cluster_key[1]};
-    if (!ck[0] && !a->insecure_loopback)
+    const char *ak[SW_CLUSTER_KEYS_MAX] = {a->access_key[0], a->access_key[1]};
+    const int client = a->role == SW_SEC_CLIENT, stage = a->role == SW_SEC_STAGE;
+    if (client && ck[0])
+        return s_err(err, err_len,
+                     "clients use --access-key now: the cluster key (--cluster-key) is for the "
+                     "nodes only (docs/security.md)");
+    if (stage && ak[0])
+        return s_err(err, err_len,
+                     "only the head (layers from 0) holds the access key: a middle or tail node "
+                     "never talks to clients, drop --access-key");
+    if (!ck[0] && !client && !a->insecure_loopback)
         ck[0] = getenv("SW_CLUSTER_KEY");
+    if (!ak[0] && !stage && !a->insecure_loopback)
+        ak[0] = getenv("SW_ACCESS_KEY");
     if (a->insecure_loopback) {
         if (!sw_endpoint_is_loopback(endpoint))
             return s_err(err, err_len,
@@ -470,26 +578,45 @@ int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, cha
     } else {
         if (sw_keys_curve_check(err, err_len) != 0)
             return -1;
-        if (!key_file || !relay_key || (!ck[0] && !a->cluster_optional))
+        if (!key_file || !relay_key)
             return s_err(err, err_len,
-                         "security keys missing: --key FILE, --relay-key FILE|Z85 and "
-                         "--cluster-key FILE are required (make them with 'shardwire keygen'), or "
-                         "--insecure-loopback for a loopback-only test setup");
+                         "security keys missing: --key FILE and --relay-key FILE|Z85 are required "
+                         "(make them with 'shardwire keygen'), or --insecure-loopback for a "
+                         "loopback-only test setup");
+        if (client && !ak[0] && !a->e2e_optional)
+            return s_err(err, err_len,
+                         "the access key is missing: clients need --access-key FILE (or "
+                         "SW_ACCESS_KEY)%s; make one with 'shardwire keygen --access-key FILE'",
+                         getenv("SW_CLUSTER_KEY") ? "; SW_CLUSTER_KEY is set, but clients no "
+                                                    "longer use the cluster key"
+                                                  : "");
+        if (!client && !ck[0])
+            return s_err(err, err_len,
+                         "the cluster key is missing: nodes need --cluster-key FILE (or "
+                         "SW_CLUSTER_KEY); make one with 'shardwire keygen --cluster-key FILE'");
+        if (a->role == SW_SEC_HEAD && !ak[0])
+            return s_err(err, err_len,
+                         "the access key is missing: a head (layers from 0) talks to clients and "
+                         "needs --access-key FILE (or SW_ACCESS_KEY) besides --cluster-key");
         if (sw_keys_load_secret(key_file, out->pub, out->sec, err, err_len) != 0 ||
             sw_keys_load_public(relay_key, out->relay_pub, err, err_len) != 0) {
             sw_sec_wipe(out);
             return -1;
         }
     }
-    for (int i = 0; i < SW_CLUSTER_KEYS_MAX; i++) {
-        if (!ck[i])
-            continue;
-        if (sw_cluster_key_load(ck[i], out->cluster[out->n_cluster], err, err_len) != 0) {
-            sw_sec_wipe(out);
-            return -1;
-        }
-        out->n_cluster++;
+    if (s_sym_keys_load(ck, out->cluster, &out->n_cluster, err, err_len) != 0 ||
+        s_sym_keys_load(ak, out->access, &out->n_access, err, err_len) != 0) {
+        sw_sec_wipe(out);
+        return -1;
     }
+    for (int i = 0; i < out->n_cluster; i++)
+        for (int j = 0; j < out->n_access; j++)
+            if (sodium_memcmp(out->cluster[i], out->access[j], SW_CLUSTER_KEY_BYTES) == 0) {
+                sw_sec_wipe(out);
+                return s_err(err, err_len,
+                             "the access key and the cluster key are the same key: make a "
+                             "separate access key with 'shardwire keygen --access-key FILE'");
+            }
     return 0;
 }
 
@@ -514,6 +641,15 @@ int sw_sec_args_opt(sw_sec_args_t *a, int c, const char *arg)
     case 3:
         a->insecure_loopback = 1;
         return 1;
+    case 4:
+        for (int i = 0; i < SW_CLUSTER_KEYS_MAX; i++) {
+            if (!a->access_key[i]) {
+                a->access_key[i] = arg;
+                return 1;
+            }
+        }
+        fprintf(stderr, "--access-key given more than %d times\n", SW_CLUSTER_KEYS_MAX);
+        return -1;
     default:
         return 0;
     }

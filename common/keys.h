@@ -1,7 +1,7 @@
 /*
  * keys.h - key files and the security settings of a shardwire process.
  *
- * Three kinds of keys (docs/security.md has the whole model):
+ * Four kinds of keys (docs/security.md has the whole model):
  *
  * - CURVE key pairs (transport, CurveZMQ): the relay has one, every peer
  *   (node, client) has one. A secret key file holds the Z85 secret key (40
@@ -10,16 +10,24 @@
  *   Z85 public key. Secret key files must not be readable by group or others
  *   (mode 0600 or stricter), and the well-known test keys printed in the
  *   ZeroMQ documentation (zmq_curve(7)) are refused wherever a key is loaded.
- * - The cluster key (end-to-end payload encryption, seal.h): 32 random
- *   bytes, stored as Z85 in a 0600 file, shared by the head, the stages and
- *   the clients, never by the relay. During a rotation a process may hold two.
- * - The relay's allow-list: one client public key per line, optionally
- *   followed by the one peer name that key may announce; '#' starts a comment.
+ * - The cluster key (end-to-end sealing of stage-to-stage traffic: Forward,
+ *   Verdict, session messages; seal.h): 32 random bytes, stored as Z85 in a
+ *   0600 file, held by the nodes only (head, middle, tail), never by clients
+ *   or the relay.
+ * - The access key (end-to-end sealing of client <-> head traffic:
+ *   GenerateRequest, TokenChunk, Cancel, Resume, errors): the same format,
+ *   held by the clients and the heads. Holding it never lets anyone open or
+ *   forge stage-to-stage traffic. During a rotation a process may hold two
+ *   keys of each kind.
+ * - The relay's allow-list: one key per line bound to a role and a name,
+ *   "KEY node NAME" or "KEY client [NAME]"; '#' starts a comment.
  *
  * sw_sec_t bundles what a peer needs; sw_sec_load() fills it from command-line
- * flags (or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables
- * when a flag is absent) and enforces the loopback-only rule of the insecure
- * development mode. Secrets live in the struct; sw_sec_wipe() zeroes them.
+ * flags (or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY / SW_ACCESS_KEY
+ * environment variables when a flag is absent), checks that the process's
+ * role holds the right symmetric keys, and enforces the loopback-only rule of
+ * the insecure development mode. Secrets live in the struct; sw_sec_wipe()
+ * zeroes them.
  */
 #ifndef SW_KEYS_H
 #define SW_KEYS_H
@@ -29,7 +37,7 @@
 
 #define SW_KEY_Z85_LEN 40       /* characters of a Z85 CURVE key */
 #define SW_CLUSTER_KEY_BYTES 32 /* crypto_aead_xchacha20poly1305_ietf_KEYBYTES */
-#define SW_CLUSTER_KEYS_MAX 2   /* keys accepted at once (rotation) */
+#define SW_CLUSTER_KEYS_MAX 2   /* keys of one kind accepted at once (rotation) */
 #define SW_ALLOW_MAX 4096       /* entries in an allow-list */
 
 /* 0 when this libzmq has CURVE; -1 with a line in err otherwise. */
@@ -50,6 +58,10 @@ int sw_keys_generate(const char *prefix, char *pub_out, char *err, size_t err_le
 int sw_cluster_key_generate(const char *path, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
+/* Writes a new random access key to path (mode 0600, created exclusively). */
+int sw_access_key_generate(const char *path, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
 /*
  * Loads a CURVE secret key file: refuses a file others can read, a malformed
  * key and a test key. pub and sec are 41-byte buffers (Z85 + NUL).
@@ -61,20 +73,30 @@ int sw_keys_load_secret(const char *path, char *pub, char *sec, char *err, size_
 int sw_keys_load_public(const char *file_or_z85, char *pub, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
-/* Loads a cluster key file (0600, Z85 of 32 bytes). */
+/* Loads a cluster or access key file (0600, Z85 of 32 bytes; both kinds share the format). */
 int sw_cluster_key_load(const char *path, uint8_t key[SW_CLUSTER_KEY_BYTES], char *err,
                         size_t err_len) __attribute__((warn_unused_result));
+
+/* The role an allow-list entry gives its key. */
+enum sw_allow_role {
+    SW_ALLOW_CLIENT = 0, /* "KEY client [NAME]" (or the old "KEY"): may announce as a client only */
+    SW_ALLOW_NODE = 1,   /* "KEY node NAME" (or the old "KEY NAME"): a head, middle or tail node */
+};
 
 /* One allow-list entry. */
 typedef struct sw_allow_entry {
     char key[SW_KEY_Z85_LEN + 1]; /* Z85 public key */
-    char name[64];                /* the only name it may announce; "" = any */
+    char name[64];                /* the only name it may announce; "" = any (clients only) */
+    int role;                     /* enum sw_allow_role */
+    int legacy; /* line number when written in the old "KEY [NAME]" form, else 0 */
 } sw_allow_entry_t;
 
 /*
  * Parses an allow-list file into *entries (malloc'd, caller frees) and *n.
- * Any bad line fails the whole file (a half-read list could lock out or let
- * in the wrong peer). An empty list is valid (nobody gets in).
+ * Lines: "KEY node NAME", "KEY client [NAME]", and the old forms "KEY NAME"
+ * (= node NAME) and "KEY" (= client). A key may appear on one line only. Any
+ * bad line fails the whole file (a half-read list could lock out or let in
+ * the wrong peer). An empty list is valid (nobody gets in).
  */
 int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)
     __attribute__((warn_unused_result));
@@ -82,33 +104,48 @@ int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *er
 /* 1 when the endpoint is loopback only: tcp://127.x.x.x, localhost, [::1], ipc://, inproc://. */
 int sw_endpoint_is_loopback(const char *endpoint);
 
+/* What a process is, for the keys it must (not) hold: set by the caller. */
+enum sw_sec_role {
+    SW_SEC_CLIENT =
+        0,           /* run, status, serve, the client library: --access-key, never --cluster-key */
+    SW_SEC_HEAD = 1, /* a node whose layers start at 0: --cluster-key and --access-key */
+    SW_SEC_STAGE = 2, /* a middle or tail node: --cluster-key only */
+};
+
 /* Command-line security flags of a peer (node or client). NULL = not given. */
 typedef struct sw_sec_args {
     const char *key_file;                         /* --key: own CURVE secret key file */
     const char *relay_key;                        /* --relay-key: relay public key (file or Z85) */
     const char *cluster_key[SW_CLUSTER_KEYS_MAX]; /* --cluster-key (twice during a rotation) */
+    const char *access_key[SW_CLUSTER_KEYS_MAX];  /* --access-key (twice during a rotation) */
     int insecure_loopback;                        /* --insecure-loopback */
-    int cluster_optional; /* set by the caller: talks only to the relay (shardwire status) */
+    int role;         /* enum sw_sec_role, set by the caller (0 = client) */
+    int e2e_optional; /* set by the caller: talks only to the relay (shardwire status) */
 } sw_sec_args_t;
 
-/* getopt_long entries for the four flags above (include <getopt.h> first). */
+/* getopt_long entries for the five flags above (include <getopt.h> first). */
 #define SW_SEC_OPT_BASE 0x5e00
 #define SW_SEC_LONGOPTS                                                                            \
     {"key", required_argument, 0, SW_SEC_OPT_BASE},                                                \
         {"relay-key", required_argument, 0, SW_SEC_OPT_BASE + 1},                                  \
         {"cluster-key", required_argument, 0, SW_SEC_OPT_BASE + 2},                                \
+        {"insecure-loopback", no_argument, 0, SW_SEC_OPT_BASE + 3},                                \
     {                                                                                              \
-        "insecure-loopback", no_argument, 0, SW_SEC_OPT_BASE + 3                                   \
+        "access-key", required_argument, 0, SW_SEC_OPT_BASE + 4                                    \
     }
 #define SW_SEC_USAGE                                                                               \
     "  --key FILE             own CURVE secret key (shardwire keygen --out PREFIX; env SW_KEY)\n"  \
     "  --relay-key FILE|Z85   the relay's public key (PREFIX.pub; env SW_RELAY_KEY)\n"             \
-    "  --cluster-key FILE     end-to-end cluster key; twice while rotating (env SW_CLUSTER_KEY)\n" \
+    "  --access-key FILE      clients and heads: the client<->head key; twice while rotating\n"    \
+    "                         (shardwire keygen --access-key FILE; env SW_ACCESS_KEY)\n"           \
+    "  --cluster-key FILE     nodes only: the stage-to-stage key; twice while rotating\n"          \
+    "                         (env SW_CLUSTER_KEY)\n"                                              \
     "  --insecure-loopback    no keys, no encryption: loopback relay only (tests)\n"
 
 /*
  * Handles getopt_long's value c when it is one of SW_SEC_LONGOPTS: 1 handled,
  * 0 not a security flag, -1 error (a line on stderr, e.g. a third --cluster-key).
+ * Role checks (a client given --cluster-key) happen in sw_sec_load.
  */
 int sw_sec_args_opt(sw_sec_args_t *a, int c, const char *arg);
 
@@ -120,13 +157,20 @@ typedef struct sw_sec {
     char relay_pub[SW_KEY_Z85_LEN + 1];                         /* the relay's pinned public key */
     int n_cluster;                                              /* cluster keys held (0..2) */
     uint8_t cluster[SW_CLUSTER_KEYS_MAX][SW_CLUSTER_KEY_BYTES]; /* [0] seals; all open */
+    int n_access;                                               /* access keys held (0..2) */
+    uint8_t access[SW_CLUSTER_KEYS_MAX][SW_CLUSTER_KEY_BYTES];  /* [0] seals; all open */
 } sw_sec_t;
 
 /*
  * Loads the keys named by args (falling back to the environment variables
- * SW_KEY, SW_RELAY_KEY and SW_CLUSTER_KEY for absent flags). Without
- * --insecure-loopback all three are required; with it the endpoint must be
- * loopback and a cluster key is optional. One error line in err on failure.
+ * SW_KEY, SW_RELAY_KEY, SW_CLUSTER_KEY and SW_ACCESS_KEY for absent flags).
+ * Without --insecure-loopback the CURVE keys are required, and the symmetric
+ * keys of the role: a client needs an access key (unless e2e_optional) and
+ * is refused a cluster key; a head needs both; a stage needs the cluster key
+ * and is refused an access key given as a flag (the variable is ignored). An
+ * access key equal to a cluster key is refused. With --insecure-loopback the
+ * endpoint must be loopback and the symmetric keys are optional. One error
+ * line in err on failure.
  */
 int sw_sec_load(const sw_sec_args_t *args, const char *endpoint, sw_sec_t *out, char *err,
                 size_t err_len) __attribute__((warn_unused_result));

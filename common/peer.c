@@ -89,12 +89,15 @@ static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay,
         }
         p->curve = 1;
     }
-    if (sec && sec->n_cluster > 0) {
-        p->crypto.seal = sw_seal_new(sec->cluster, sec->n_cluster);
-        if (!p->crypto.seal) {
-            SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce->name);
-            return -1;
-        }
+    if (sec && sec->n_cluster > 0 &&
+        !(p->crypto.seal = sw_seal_new(sec->cluster, sec->n_cluster, SW_SEAL_CLUSTER))) {
+        SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce->name);
+        return -1;
+    }
+    if (sec && sec->n_access > 0 &&
+        !(p->crypto.access = sw_seal_new(sec->access, sec->n_access, SW_SEAL_ACCESS))) {
+        SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce->name);
+        return -1;
     }
     p->crypto.self = p->announce->name;
     p->crypto.accept_clear_errors = accept_clear_errors;
@@ -260,6 +263,8 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
         p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS;
         return 1;
     }
+    if (code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED && env->error->dest && env->error->dest[0])
+        return 0; /* one message of ours was not allowed to go there: the caller's business */
     if (code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
         SW_ERR("peer %s: the relay refused us: %s", p->announce->name, env->error->message);
         p->auth_failed = 1;
@@ -286,8 +291,8 @@ static void s_drop_note(sw_peer_t *p, const char *why)
 }
 
 /*
- * A peer sent us something sealed that none of our cluster keys opens: most
- * likely a client started with another cluster key. Tell it in clear (we
+ * A peer sent us something sealed that none of our keys opens: most likely a
+ * client started with another access key. Tell it in clear (we
  * share no key to seal with), at most once a second, so that it can stop
  * waiting and say what is wrong; clients accept such an Error
  * (accept_clear_errors), nodes do not, so two nodes cannot ping-pong.
@@ -299,8 +304,8 @@ static void s_tell_wrong_key(sw_peer_t *p, const char *src)
         return;
     p->wrong_key_told_ms = now;
     if (sw_wire_send_error(p->sock, src, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, 0, NULL, NULL,
-                           "cannot open your message: it is sealed with a cluster key this node "
-                           "does not hold (check --cluster-key)",
+                           "cannot open your message: it is sealed with a key this peer does not "
+                           "hold (clients: check --access-key; nodes: --cluster-key)",
                            ZMQ_DONTWAIT) != 0)
         SW_DEBUG("peer %s: could not tell %s that its key differs", p->announce->name, src);
 }
@@ -631,6 +636,7 @@ void sw_peer_destroy(sw_peer_t **self_p)
     if (p->announce)
         shardwire__peer_announce__free_unpacked(p->announce, NULL);
     sw_seal_destroy(&p->crypto.seal);
+    sw_seal_destroy(&p->crypto.access);
     free(p);
     *self_p = NULL;
 }

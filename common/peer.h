@@ -27,10 +27,12 @@
  *
  * - Security (docs/security.md): with opts.sec holding keys, the connection
  *   is CurveZMQ (own key pair, the relay's pinned public key) and every
- *   message to another peer is sealed end to end with the cluster key
- *   (seal.h); messages from peers must arrive sealed. A sealed message that
- *   none of our keys opens is answered (once a second at most) with a clear
- *   Error{unauthorized}, so that a client holding another cluster key learns
+ *   message to another peer is sealed end to end (seal.h): stage-to-stage
+ *   types with the cluster key, client <-> head types with the access key
+ *   (wire.h says which type goes where); messages from peers must arrive
+ *   sealed, on their type's channel. A sealed message that none of our keys
+ *   opens is answered (once a second at most) with a clear
+ *   Error{unauthorized}, so that a client holding another access key learns
  *   it at once. Without keys
  *   (opts.sec NULL or sec->insecure) the relay endpoint must be loopback.
  *   A relay that refuses the key (ZAP) or revokes it (ERR_UNAUTHORIZED)

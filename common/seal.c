@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_AAD_MAX (16 + 1 + 64 + 64 + 8 + 8 + 4) /* label, kind, 2 names + NULs, ids */
+#define S_AAD_MAX (16 + 2 + 64 + 64 + 8 + 8 + 4) /* label, channel, kind, 2 names + NULs, ids */
 #define S_WINDOW 64                              /* counters below the highest still accepted */
 
 typedef struct s_window {
@@ -28,6 +28,7 @@ struct sw_seal {
     s_window_t *win;                        /* (SW_SEAL_SENDERS_MAX) replay windows */
     int n_win;                              /* windows in use */
     uint64_t clock;                         /* LRU clock */
+    char channel;                           /* SW_SEAL_CLUSTER or SW_SEAL_ACCESS */
 };
 
 static void s_put64(uint8_t *p, uint64_t v)
@@ -50,9 +51,10 @@ int sw_seal_is_sealed(const void *frame, size_t len)
     return len >= 2 && b[0] == SW_SEAL_MAGIC0 && b[1] == SW_SEAL_MAGIC1;
 }
 
-sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n)
+sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char channel)
 {
-    if (n < 1 || n > SW_CLUSTER_KEYS_MAX || sodium_init() < 0)
+    if (n < 1 || n > SW_CLUSTER_KEYS_MAX ||
+        (channel != SW_SEAL_CLUSTER && channel != SW_SEAL_ACCESS) || sodium_init() < 0)
         return NULL;
     sw_seal_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -64,11 +66,12 @@ sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n)
         return NULL;
     }
     s->n_keys = n;
+    s->channel = channel;
+    const uint8_t label[8] = {'s', 'w', '-', 'k', 'i', 'd', '-', (uint8_t)channel};
     for (int i = 0; i < n; i++) {
         memcpy(s->keys + (size_t)i * SW_CLUSTER_KEY_BYTES, keys[i], SW_CLUSTER_KEY_BYTES);
         uint8_t h[16];
-        crypto_generichash(h, sizeof h, keys[i], SW_CLUSTER_KEY_BYTES, (const uint8_t *)"sw-kid",
-                           6);
+        crypto_generichash(h, sizeof h, keys[i], SW_CLUSTER_KEY_BYTES, label, sizeof label);
         memcpy(s->key_id[i], h, 4);
     }
     sodium_mprotect_readonly(s->keys);
@@ -92,12 +95,13 @@ void sw_seal_destroy(sw_seal_t **self_p)
 }
 
 /* Builds the AAD; returns its length. */
-static size_t s_aad(uint8_t *aad, char kind, const char *src, const char *dst, uint64_t session,
-                    uint64_t counter, const uint8_t key_id[4])
+static size_t s_aad(uint8_t *aad, char channel, char kind, const char *src, const char *dst,
+                    uint64_t session, uint64_t counter, const uint8_t key_id[4])
 {
     size_t n = 0;
-    memcpy(aad, "shardwire-seal-1", 16);
+    memcpy(aad, "shardwire-seal-2", 16);
     n = 16;
+    aad[n++] = (uint8_t)channel;
     aad[n++] = (uint8_t)kind;
     size_t ls = strnlen(src, 63), ld = strnlen(dst, 63);
     memcpy(aad + n, src, ls);
@@ -131,7 +135,7 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
     s_put64(h + 14, counter);
     uint8_t *nonce = h + 22;
     randombytes_buf(nonce, SW_SEAL_NONCE);
-    size_t alen = s_aad(aad, 'H', src, dst, s->session, counter, s->key_id[0]);
+    size_t alen = s_aad(aad, s->channel, 'H', src, dst, s->session, counter, s->key_id[0]);
     unsigned long long clen = 0;
     crypto_aead_xchacha20poly1305_ietf_encrypt(h + SW_SEAL_HDR_PREFIX, &clen, hdr, hdr_len, aad,
                                                alen, NULL, nonce, key);
@@ -143,7 +147,7 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
     }
     uint8_t *p = zmq_msg_data(payload_out);
     randombytes_buf(p, SW_SEAL_NONCE);
-    alen = s_aad(aad, 'P', src, dst, s->session, counter, s->key_id[0]);
+    alen = s_aad(aad, s->channel, 'P', src, dst, s->session, counter, s->key_id[0]);
     crypto_aead_xchacha20poly1305_ietf_encrypt(p + SW_SEAL_NONCE, &clen, payload, payload_len, aad,
                                                alen, NULL, p, key);
     return SW_SEAL_OK;
@@ -190,6 +194,17 @@ static void s_accept(s_window_t *w, uint64_t counter)
     }
 }
 
+int sw_seal_has_key(const sw_seal_t *s, const void *hdr, size_t hdr_len)
+{
+    const uint8_t *h = hdr;
+    if (!s || !sw_seal_is_sealed(hdr, hdr_len) || hdr_len < SW_SEAL_HDR_OVERHEAD)
+        return 0;
+    for (int i = 0; i < s->n_keys; i++)
+        if (memcmp(h + 2, s->key_id[i], 4) == 0)
+            return 1;
+    return 0;
+}
+
 int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr, size_t hdr_len,
                  zmq_msg_t *payload, uint8_t **hdr_plain, size_t *hdr_plain_len)
 {
@@ -213,7 +228,7 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr
     uint8_t *plain = malloc(plen ? plen : 1);
     if (!plain)
         return SW_SEAL_ENOMEM;
-    size_t alen = s_aad(aad, 'H', src, dst, session, counter, h + 2);
+    size_t alen = s_aad(aad, s->channel, 'H', src, dst, session, counter, h + 2);
     unsigned long long got = 0;
     if (crypto_aead_xchacha20poly1305_ietf_decrypt(plain, &got, NULL, h + SW_SEAL_HDR_PREFIX,
                                                    hdr_len - SW_SEAL_HDR_PREFIX, aad, alen, h + 22,
@@ -231,7 +246,7 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr
             return SW_SEAL_ENOMEM;
         }
         have_clear = 1;
-        alen = s_aad(aad, 'P', src, dst, session, counter, h + 2);
+        alen = s_aad(aad, s->channel, 'P', src, dst, session, counter, h + 2);
         if (crypto_aead_xchacha20poly1305_ietf_decrypt(
                 zmq_msg_data(&clear), &got, NULL, p + SW_SEAL_NONCE,
                 zmq_msg_size(payload) - SW_SEAL_NONCE, aad, alen, p, key) != 0) {

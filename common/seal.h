@@ -1,9 +1,14 @@
 /*
  * seal.h - end-to-end encryption of the messages between cluster members.
  *
- * With a cluster key, a peer seals the header frame (the protobuf Envelope)
- * and the payload frame (the tensor) of every message to another peer, so
- * that the relay, which reads only the name frame, sees ciphertext. Messages
+ * A peer seals the header frame (the protobuf Envelope) and the payload frame
+ * (the tensor) of every message to another peer, so that the relay, which
+ * reads only the name frame, sees ciphertext. There are two channels, each
+ * with its own keys (keys.h): the cluster channel (stage-to-stage traffic,
+ * cluster key, nodes only) and the access channel (client <-> head traffic,
+ * access key). The channel is bound into every frame (key id and AAD), so a
+ * frame sealed on one channel never opens on the other, even under the same
+ * key bytes. Messages
  * to and from the relay itself (announce, ack, status, relay errors) stay in
  * clear. A sealed header frame starts with a zero byte, which no protobuf
  * Envelope can start with (field number 0 does not exist), so anyone can tell
@@ -13,9 +18,11 @@
  *                   nonce (24) | XChaCha20-Poly1305(Envelope) + tag (16)
  *   payload frame = nonce (24) | XChaCha20-Poly1305(tensor) + tag (16)
  *
- * Both are authenticated with AAD = "shardwire-seal-1" | kind ('H' or 'P') |
- * source name | 0 | destination name | 0 | sender session | counter | key id,
- * so a frame cannot be moved to another sender, receiver, message or position.
+ * Both are authenticated with AAD = "shardwire-seal-2" | channel ('C' or 'A') |
+ * kind ('H' or 'P') | source name | 0 | destination name | 0 | sender session |
+ * counter | key id, so a frame cannot be moved to another channel, sender,
+ * receiver, message or position. The key id is BLAKE2b-128(key, "sw-kid-" |
+ * channel)[0..4).
  * The sender session is random per process; the counter grows by one per
  * message. A receiver keeps, per (sender name, sender session), the highest
  * counter seen and a 64-message window below it and drops anything it has
@@ -40,6 +47,8 @@
 #define SW_SEAL_HDR_OVERHEAD (SW_SEAL_HDR_PREFIX + SW_SEAL_TAG) /* 62 bytes added to a header */
 #define SW_SEAL_PAYLOAD_OVERHEAD (SW_SEAL_NONCE + SW_SEAL_TAG)  /* 40 bytes added to a payload */
 #define SW_SEAL_SENDERS_MAX 1024 /* (sender, session) replay windows kept; LRU beyond */
+#define SW_SEAL_CLUSTER 'C'      /* channel: stage-to-stage traffic, the cluster key */
+#define SW_SEAL_ACCESS 'A'       /* channel: client <-> head traffic, the access key */
 
 enum sw_seal_rc {
     SW_SEAL_OK = 0,
@@ -55,11 +64,15 @@ typedef struct sw_seal sw_seal_t;
 int sw_seal_is_sealed(const void *frame, size_t len);
 
 /*
- * A sealer/opener holding n (1..2) cluster keys; keys[0] seals, every key
- * opens (key rotation). The keys are copied into guarded memory.
+ * A sealer/opener of one channel (SW_SEAL_CLUSTER or SW_SEAL_ACCESS) holding
+ * n (1..2) keys; keys[0] seals, every key opens (key rotation). The keys are
+ * copied into guarded memory. NULL on a bad argument or out of memory.
  */
-sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n)
+sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char channel)
     __attribute__((warn_unused_result));
+
+/* 1 when the sealed header frame names one of s's keys (of s's channel). */
+int sw_seal_has_key(const sw_seal_t *s, const void *hdr, size_t hdr_len);
 void sw_seal_destroy(sw_seal_t **self_p);
 
 /*

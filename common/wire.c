@@ -708,6 +708,42 @@ static int s_is_relay(const char *name)
     return strcmp(name, SW_WIRE_RELAY_NAME) == 0;
 }
 
+int sw_wire_body_channel(const Shardwire__Envelope *env)
+{
+    switch (env->body_case) {
+    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
+    case SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK:
+    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+        return SW_WIRE_CH_ACCESS;
+    case SHARDWIRE__ENVELOPE__BODY_ERROR:
+        return 0;
+    default:
+        return SW_WIRE_CH_CLUSTER;
+    }
+}
+
+int sw_wire_peer_routable(const Shardwire__PeerInfo *pi, int need_key)
+{
+    const Shardwire__PeerAnnounce *a = pi ? pi->announce : NULL;
+    if (!a || a->role < SHARDWIRE__ROLE__ROLE_HEAD || a->role > SHARDWIRE__ROLE__ROLE_FULL)
+        return 0;
+    return pi->key_bound || !need_key;
+}
+
+/* The sealer for env's channel from crypto (NULL when it holds none for it). */
+static sw_seal_t *s_send_seal(const sw_wire_crypto_t *crypto, const Shardwire__Envelope *env)
+{
+    switch (sw_wire_body_channel(env)) {
+    case SW_WIRE_CH_ACCESS:
+        return crypto->access;
+    case SW_WIRE_CH_CLUSTER:
+        return crypto->seal;
+    default:
+        return crypto->access ? crypto->access : crypto->seal;
+    }
+}
+
 int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
                     size_t payload_len, int has_payload, int flags, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len)
@@ -721,11 +757,19 @@ int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, cons
         return rc;
     zmq_msg_t sealed_payload;
     int use_sealed_payload = 0;
-    if (crypto && crypto->seal && !s_is_relay(name)) {
+    if (crypto && (crypto->seal || crypto->access) && !s_is_relay(name)) {
         zmq_msg_t sealed_hdr;
-        int src = sw_seal_message(crypto->seal, crypto->self, name, zmq_msg_data(&hdr),
-                                  zmq_msg_size(&hdr), payload, payload_len, has_payload,
-                                  &sealed_hdr, &sealed_payload);
+        sw_seal_t *seal = s_send_seal(crypto, env);
+        if (!seal) {
+            zmq_msg_close(&hdr);
+            return s_fail(SW_WIRE_ESEAL, err, err_len,
+                          "send to %s: a %s travels sealed with the %s key, which this peer does "
+                          "not hold",
+                          name, sw_wire_body_name(env),
+                          sw_wire_body_channel(env) == SW_WIRE_CH_ACCESS ? "access" : "cluster");
+        }
+        int src = sw_seal_message(seal, crypto->self, name, zmq_msg_data(&hdr), zmq_msg_size(&hdr),
+                                  payload, payload_len, has_payload, &sealed_hdr, &sealed_payload);
         zmq_msg_close(&hdr);
         if (src != SW_SEAL_OK)
             return s_fail(SW_WIRE_ESEAL, err, err_len, "send to %s: sealing: %s", name,
@@ -863,7 +907,8 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
     int sealed = sw_seal_is_sealed(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
     const int from_relay = s_is_relay(name);
     Shardwire__Envelope *env = NULL;
-    if (sealed || (crypto && crypto->seal && !from_relay)) {
+    int channel = SW_WIRE_CH_CLEAR;
+    if (sealed || (crypto && (crypto->seal || crypto->access) && !from_relay)) {
         if (!sealed && crypto->accept_clear_errors) {
             /* A peer that cannot open our messages says so in clear (it has
              * no key we share); only an Error is accepted that way. */
@@ -880,10 +925,22 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
                         "clear message from %s refused: this cluster seals every message", name);
             goto done;
         }
-        if (!crypto || !crypto->seal || from_relay) {
+        /* the frame's key id says the channel: a key of ours on it, or none */
+        sw_seal_t *seal = NULL;
+        if (crypto && !from_relay) {
+            if (sw_seal_has_key(crypto->seal, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]))) {
+                seal = crypto->seal;
+                channel = SW_WIRE_CH_CLUSTER;
+            } else if (sw_seal_has_key(crypto->access, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]))) {
+                seal = crypto->access;
+                channel = SW_WIRE_CH_ACCESS;
+            }
+        }
+        if (!seal) {
             rc = s_fail(from_relay ? SW_WIRE_ESEAL : SW_WIRE_EKEY, err, err_len,
                         "sealed message from %s but %s", name,
-                        from_relay ? "the relay never seals" : "no cluster key is loaded");
+                        from_relay ? "the relay never seals"
+                                   : "it names no key held here (another cluster or access key)");
             if (!from_relay)
                 memcpy(msg->peer, name, nlen + 1);
             goto done;
@@ -895,8 +952,8 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         }
         uint8_t *plain = NULL;
         size_t plain_len = 0;
-        int src = sw_seal_open(crypto->seal, name, crypto->self, zmq_msg_data(&f[1]),
-                               zmq_msg_size(&f[1]), has_payload ? &f[2] : NULL, &plain, &plain_len);
+        int src = sw_seal_open(seal, name, crypto->self, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]),
+                               has_payload ? &f[2] : NULL, &plain, &plain_len);
         if (src != SW_SEAL_OK) {
             rc = s_fail(src == SW_SEAL_EAUTH ? SW_WIRE_EKEY : SW_WIRE_ESEAL, err, err_len,
                         "sealed message from %s dropped: %s", name, sw_seal_strerror(src));
@@ -907,6 +964,20 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         rc = sw_wire_decode(plain, plain_len, has_payload, has_payload ? zmq_msg_size(&f[2]) : 0,
                             &env, err, err_len);
         free(plain);
+        const int want = rc == SW_WIRE_OK ? sw_wire_body_channel(env) : 0;
+        if (want && want != channel) {
+            /* a client (access key) cannot pass off a Forward or a Verdict, nor a
+             * node a TokenChunk on the stage channel */
+            rc = s_fail(SW_WIRE_ESEAL, err, err_len,
+                        "a %s from %s sealed with the %s key refused: that type travels only "
+                        "under the %s key",
+                        sw_wire_body_name(env), name,
+                        channel == SW_WIRE_CH_ACCESS ? "access" : "cluster",
+                        want == SW_WIRE_CH_ACCESS ? "access" : "cluster");
+            shardwire__envelope__free_unpacked(env, NULL);
+            env = NULL;
+            goto done;
+        }
     } else {
         rc = sw_wire_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), has_payload,
                             has_payload ? zmq_msg_size(&f[2]) : 0, &env, err, err_len);
@@ -922,6 +993,7 @@ deliver:
         zmq_msg_move(&msg->payload, &f[2]);
     msg->has_payload = has_payload;
     msg->sealed = sealed;
+    msg->channel = channel;
 done:
     for (int i = 0; i < SW_WIRE_MAX_FRAMES; i++)
         zmq_msg_close(&f[i]);
@@ -956,6 +1028,7 @@ void sw_wire_msg_move(sw_wire_msg_t *dst, sw_wire_msg_t *src)
     dst->env = src->env;
     dst->has_payload = src->has_payload;
     dst->sealed = src->sealed;
+    dst->channel = src->channel;
     zmq_msg_init(&dst->payload);
     if (src->has_payload) {
         zmq_msg_move(&dst->payload, &src->payload);

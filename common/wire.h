@@ -77,13 +77,20 @@ enum sw_wire_rc {
 typedef struct sw_seal sw_seal_t;
 
 /*
- * End-to-end sealing of one peer's messages (seal.h): with seal set, messages
- * to any destination but the relay are sealed on send, and messages from any
- * source but the relay must arrive sealed and are opened on receive. A NULL
- * crypto (or seal) sends and accepts clear messages only.
+ * End-to-end sealing of one peer's messages (seal.h): with seal or access set,
+ * messages to any destination but the relay are sealed on send, and messages
+ * from any source but the relay must arrive sealed and are opened on receive.
+ * Each message type has its channel (sw_wire_body_channel): stage-to-stage
+ * types go on the cluster channel (seal), client <-> head types on the
+ * access channel (access), an Error on the access channel when this peer
+ * holds an access key (clients, heads) and on the cluster channel otherwise.
+ * A message that arrives on the wrong channel for its type (a Forward sealed
+ * with the access key) is refused. A NULL crypto (or both NULL) sends and
+ * accepts clear messages only.
  */
 typedef struct sw_wire_crypto {
-    sw_seal_t *seal;         /* cluster keys; NULL = no end-to-end encryption */
+    sw_seal_t *seal;         /* cluster keys (nodes); NULL = none */
+    sw_seal_t *access;       /* access keys (clients, heads); NULL = none */
     const char *self;        /* this peer's name (the source of what it seals) */
     int accept_clear_errors; /* clients: deliver a clear Error from a peer (sealed = 0):
                                 the way a peer without our key says it cannot read us */
@@ -96,7 +103,23 @@ typedef struct sw_wire_msg {
     zmq_msg_t payload;               /* raw tensor frame, valid when has_payload */
     int has_payload;                 /* 1 when a payload frame came */
     int sealed;                      /* 1 when it arrived sealed (and was opened) */
+    int channel;                     /* SW_WIRE_CH_*: the channel it was sealed on */
 } sw_wire_msg_t;
+
+#define SW_WIRE_CH_CLEAR 0     /* not sealed (the relay's messages, insecure mode) */
+#define SW_WIRE_CH_CLUSTER 'C' /* sealed with the cluster key (== SW_SEAL_CLUSTER) */
+#define SW_WIRE_CH_ACCESS 'A'  /* sealed with the access key (== SW_SEAL_ACCESS) */
+
+/* The channel a message type travels on between peers: SW_WIRE_CH_CLUSTER
+ * (Forward, Verdict, SessionOpen/Close, and the relay's own types),
+ * SW_WIRE_CH_ACCESS (GenerateRequest, TokenChunk, Cancel, Resume), or 0 for
+ * an Error (either). */
+int sw_wire_body_channel(const Shardwire__Envelope *env);
+
+/* 1 when a peer-table entry is a node (head, middle, tail, full) that may be
+ * routed to: key-bound by the relay's allow-list, or need_key is 0 (a relay
+ * without keys binds nothing). */
+int sw_wire_peer_routable(const Shardwire__PeerInfo *pi, int need_key);
 
 /* Bytes per element of a payload dtype; 0 for an unknown value. */
 size_t sw_wire_dtype_size(int dtype);

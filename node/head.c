@@ -506,13 +506,24 @@ static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
 /* ---- routes ----------------------------------------------------------------------------------
  */
 
+/* 1 when the head must route only to key-bound nodes (a keyed relay binds
+ * node keys to names; a loopback relay without keys binds nothing). */
+static int s_need_key(const node_t *n)
+{
+    return n->o.sec && !n->o.sec->insecure;
+}
+
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
- * range, the next stage is the peer whose range begins there. Refuses gaps,
- * overlaps and other models with a message naming the peer and the error
- * code a client gets (*code): ERR_MODEL_MISMATCH for another model file,
- * ERR_UNKNOWN_DEST when no connected stage begins where the previous one ends
- * (a gap, or an overlap), ERR_INTERNAL for a route longer than the protocol
- * allows; 0 or -1. */
+ * range, the next stage is a key-bound node (sw_wire_peer_routable) whose
+ * range begins there: the one whose range reaches furthest, then the one
+ * quiet longest (idle_ms: the least busy), then by name only between exact
+ * equals, so that nobody gets picked for the name it chose. Peers that are
+ * not key-bound are never routed to (a client key cannot announce as a node
+ * at a keyed relay anyway). Refuses gaps, overlaps and other models with a
+ * message naming the peer and the error code a client gets (*code):
+ * ERR_MODEL_MISMATCH for another model file, ERR_UNKNOWN_DEST when no
+ * connected stage begins where the previous one ends (a gap, or an overlap),
+ * ERR_INTERNAL for a route longer than the protocol allows; 0 or -1. */
 static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, int *code,
                          char *err, size_t err_len)
 {
@@ -521,33 +532,45 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
     const uint32_t L = (uint32_t)n->hp->n_layer;
+    const int need_key = s_need_key(n);
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
     while (at < L) {
-        const Shardwire__PeerAnnounce *pick = NULL;
+        const Shardwire__PeerInfo *pick = NULL;
+        int unbound = 0;
         for (size_t i = 0; i < pt->n_peers; i++) {
-            const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
+            const Shardwire__PeerInfo *pi = pt->peers[i];
+            const Shardwire__PeerAnnounce *a = pi->announce;
             if (!a ||
                 (a->role != SHARDWIRE__ROLE__ROLE_MIDDLE && a->role != SHARDWIRE__ROLE__ROLE_TAIL))
                 continue;
-            if (a->layer_begin == at) {
-                if (strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != L) {
-                    snprintf(err, err_len,
-                             "peer '%s' serves layers [%u, %u) of a different model file "
-                             "(fingerprint %.12s..., this head has %.12s...): start it with "
-                             "the same GGUF",
-                             a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
-                             n->fingerprint);
-                    *code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
-                    return -1;
-                }
-                if (!pick || strcmp(a->name, pick->name) < 0)
-                    pick = a;
+            if (a->layer_begin != at)
+                continue;
+            if (!sw_wire_peer_routable(pi, need_key)) {
+                unbound++;
+                continue;
             }
+            if (strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != L) {
+                snprintf(err, err_len,
+                         "peer '%s' serves layers [%u, %u) of a different model file "
+                         "(fingerprint %.12s..., this head has %.12s...): start it with "
+                         "the same GGUF",
+                         a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
+                         n->fingerprint);
+                *code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
+                return -1;
+            }
+            const Shardwire__PeerAnnounce *b = pick ? pick->announce : NULL;
+            if (!b || a->layer_end > b->layer_end ||
+                (a->layer_end == b->layer_end &&
+                 (pi->idle_ms > pick->idle_ms ||
+                  (pi->idle_ms == pick->idle_ms && strcmp(a->name, b->name) < 0))))
+                pick = pi;
         }
         if (!pick) {
             for (size_t i = 0; i < pt->n_peers; i++) {
                 const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
                 if (a && a->n_layers == L && a->layer_begin < at && a->layer_end > at &&
+                    sw_wire_peer_routable(pt->peers[i], need_key) &&
                     (a->role == SHARDWIRE__ROLE__ROLE_MIDDLE ||
                      a->role == SHARDWIRE__ROLE__ROLE_TAIL)) {
                     snprintf(err, err_len,
@@ -558,9 +581,12 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
                 }
             }
             snprintf(err, err_len,
-                     "gap in the pipeline: no connected node serves layer %u (of %u); start "
-                     "one with --layers %u:END",
-                     at, L, at);
+                     "gap in the pipeline: no connected%s node serves layer %u (of %u); start "
+                     "one with --layers %u:END%s",
+                     need_key ? " key-bound" : "", at, L, at,
+                     unbound ? " (a peer there is not bound to its name by a node key in the "
+                               "relay's allow-list: 'KEY node NAME')"
+                             : "");
             return -1;
         }
         if (r->n == SW_WIRE_MAX_ROUTE) {
@@ -568,8 +594,8 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
             *code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
             return -1;
         }
-        snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->name);
-        at = pick->layer_end;
+        snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce->name);
+        at = pick->announce->layer_end;
     }
     for (int i = 0; i < r->n; i++)
         r->ptrs[i] = r->names[i];
@@ -867,6 +893,33 @@ fail:
     return S_REFUSED;
 }
 
+/* Sessions running (or routing) for client. */
+static int s_client_running(const node_head_t *h, const char *client)
+{
+    int k = 0;
+    for (int i = 0; i < h->n_slots; i++)
+        k += (h->sess[i].state == S_ROUTE || h->sess[i].state == S_RUN) &&
+             !strcmp(h->sess[i].client, client);
+    return k;
+}
+
+/* 1 when client may start another session now (its --max-sessions-per-client). */
+static int s_client_may_start(const node_t *n, const char *client)
+{
+    const int quota = n->o.max_sessions_per_client;
+    return quota <= 0 || s_client_running(n->head, client) < quota;
+}
+
+/* The oldest queued request whose client may start a session now, or -1. */
+static int s_queue_next(const node_t *n)
+{
+    const node_head_t *h = n->head;
+    for (int i = 0; i < h->q_len; i++)
+        if (s_client_may_start(n, h->queue[(h->q_head + i) % n->o.max_queue].msg.peer))
+            return i;
+    return -1;
+}
+
 void node_head_request(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
@@ -886,9 +939,26 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
         }
     }
     const double now = node_now_ms();
-    if (h->q_len == 0 && h->n_active < n->o.max_sessions) {
+    /* Queued requests that may start go first; a client at its session quota waits in the
+     * queue while others' requests pass it. */
+    if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 &&
+        s_client_may_start(n, msg->peer)) {
         if (s_start(n, msg, now) != S_WAIT_MEMORY)
             return;
+    }
+    int mine = 0;
+    for (int i = 0; i < h->q_len; i++)
+        mine += !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer);
+    if (n->o.max_queue_per_client > 0 && mine >= n->o.max_queue_per_client) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "the head holds %d waiting requests of yours already (its "
+                 "--max-queue-per-client): retry when one has started",
+                 mine);
+        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
+        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BUSY, g->request_id, 0,
+                     (uint32_t)h->q_len + 1, text);
+        return;
     }
     if (h->q_len >= n->o.max_queue) {
         char text[256];
@@ -947,11 +1017,14 @@ static void s_queue_step(node_t *n, double now)
         s_dequeue(n, i--);
     }
     while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
-        s_wait_t *w = &h->queue[h->q_head];
+        const int i = s_queue_next(n); // the oldest whose client is under its session quota
+        if (i < 0)
+            break;
+        s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
         int rc = s_start(n, &w->msg, w->t_arrive);
         if (rc == S_WAIT_MEMORY)
-            break; // the oldest keeps its place until memory frees up
-        s_dequeue(n, 0);
+            break; // it keeps its place until memory frees up
+        s_dequeue(n, i);
     }
 }
 

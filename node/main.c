@@ -33,6 +33,8 @@ enum {
     O_MODEL_NAME,
     O_MAXS,
     O_MAXQ,
+    O_QPC,
+    O_SPC,
     O_MAXROWS,
     O_KVMIB,
     O_DTYPE,
@@ -51,6 +53,12 @@ static const sw_opt_t s_opts[] = {
      "sessions held at once; on the head, requests served at\nonce (default 8)"},
     {"max-queue", O_MAXQ, "N",
      "head: requests waiting for a session beyond that; more\nare refused as busy (default 64)"},
+    {"max-queue-per-client", O_QPC, "N",
+     "head: of those, from one client at most (default 16,\n0 = any)"},
+    {"max-sessions-per-client", O_SPC, "N",
+     "head: sessions one client runs at once; its other\nrequests wait while others' pass (default "
+     "0 "
+     "= any)"},
     {"max-batch-rows", O_MAXROWS, "N",
      "rows run through the layers in one batch, summed over\nsessions (default 256)"},
     {"kv-mib", O_KVMIB, "M",
@@ -67,7 +75,7 @@ static const sw_opt_t s_opts[] = {
     {0, 0, 0, 0}};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP(NULL, s_opts, 12),
+    SW_ARGS_GROUP(NULL, s_opts, 14),
     SW_ARGS_GROUP_MODEL(SW_OPTS_MODEL_N),
     SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
     SW_ARGS_GROUP("speculative decoding (the head's defaults for requests that leave it to it)",
@@ -124,6 +132,7 @@ int main(int argc, char **argv)
         .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
         .heartbeat_ms = 1000,
         .max_queue = 64,
+        .max_queue_per_client = 16,
         .max_batch_rows = 256,
     };
     sw_args_model_t mo = SW_ARGS_MODEL_DEFAULT;
@@ -192,6 +201,13 @@ int main(int argc, char **argv)
         case O_MAXQ:
             rc = sw_arg_int(P, "--max-queue", v, 0, SW_WIRE_MAX_QUEUE, &o.max_queue);
             break;
+        case O_QPC:
+            rc = sw_arg_int(P, "--max-queue-per-client", v, 0, SW_WIRE_MAX_QUEUE,
+                            &o.max_queue_per_client);
+            break;
+        case O_SPC:
+            rc = sw_arg_int(P, "--max-sessions-per-client", v, 0, 4096, &o.max_sessions_per_client);
+            break;
         case O_MAXROWS:
             rc = sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o.max_batch_rows);
             break;
@@ -236,6 +252,7 @@ int main(int argc, char **argv)
     o.recover_timeout_ms = recover_s * 1000;
     o.connect_timeout_ms = ra.connect_s > 0 ? ra.connect_s * 1000 : -1; /* 0, unset: no limit */
     char err[512];
+    sargs.role = o.layer_begin == 0 ? SW_SEC_HEAD : SW_SEC_STAGE;
     if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);
         return 2;

@@ -92,8 +92,10 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
         node_head_verdict(n, m);
         break;
     case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE:
-        if (from_relay)
+        if (from_relay && n->head)
             node_head_table(n, m);
+        else if (from_relay)
+            node_stage_table(n, m);
         break;
     case SHARDWIRE__ENVELOPE__BODY_ERROR: {
         if (n->head) {
@@ -157,12 +159,13 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     n.logit_cap = o->max_batch_rows > SW_MAX_DRAFT + 1 ? o->max_batch_rows : SW_MAX_DRAFT + 1;
     n.sessions = calloc((size_t)o->max_sessions, sizeof *n.sessions);
     n.batch = calloc(NODE_MAX_BATCH, sizeof *n.batch);
+    n.pending = calloc(NODE_PENDING_MAX, sizeof *n.pending);
     n.hidden_in = malloc((size_t)n.rows_cap * E * sizeof(float));
     n.hidden_out = malloc((size_t)n.rows_cap * E * sizeof(float));
     n.wire_buf = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
     if (sw_model_is_last(n.model))
         n.logits = malloc((size_t)n.logit_cap * n.hp->n_vocab * sizeof(float));
-    if (!n.sessions || !n.batch || !n.hidden_in || !n.hidden_out || !n.wire_buf ||
+    if (!n.sessions || !n.batch || !n.pending || !n.hidden_in || !n.hidden_out || !n.wire_buf ||
         (sw_model_is_last(n.model) && !n.logits)) {
         SW_ERR("out of memory for the buffers of %d sessions and batches of %d rows (lower "
                "--max-sessions or --max-batch-rows)",
@@ -234,6 +237,7 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
         node_stage_flush(&n);
         node_head_step(&n);
         double now = node_now_ms();
+        node_stage_step(&n, now);
         if (now > next_expire) {
             node_sessions_expire(&n, now);
             next_expire = now + 1000;
@@ -248,6 +252,10 @@ out:
     n.n_batch = 0;
     for (int i = 0; n.sessions && i < o->max_sessions; i++)
         node_session_free(&n, &n.sessions[i]);
+    for (int i = 0; n.pending && i < n.n_pending; i++)
+        sw_wire_msg_clear(&n.pending[i].msg);
+    sw_wire_msg_clear(&n.table);
+    free(n.pending);
     sw_peer_destroy(&n.peer);
     free(n.sessions);
     free(n.batch);

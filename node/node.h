@@ -54,12 +54,18 @@ typedef struct node_opts {
     float draft_p_min;   // head: default confidence stop of the draft model, [0, 1]
     const sw_sec_t *sec; // keys for the relay connection (keys.h); NULL = loopback only
     int max_queue;       // head: requests waiting for a session slot at most
-    int max_batch_rows;  // rows in one batched forward (a larger prefill chunk runs alone)
-    int64_t kv_bytes;    // memory for the sessions' KV caches, bytes (0 = no cap)
+    int max_queue_per_client;    // head: of them from one client at most (0 = no limit)
+    int max_sessions_per_client; // head: sessions one client runs at once (0 = no limit)
+    int max_batch_rows;          // rows in one batched forward (a larger prefill chunk runs alone)
+    int64_t kv_bytes;            // memory for the sessions' KV caches, bytes (0 = no cap)
 } node_opts_t;
 
-#define NODE_MAX_BATCH 256  // Forwards (sessions) in one stage batch at most
-#define NODE_CLOSED_IDS 256 // recently closed sessions remembered (stale Forwards are dropped)
+#define NODE_MAX_BATCH 256      // Forwards (sessions) in one stage batch at most
+#define NODE_CLOSED_IDS 256     // recently closed sessions remembered (stale Forwards are dropped)
+#define NODE_PENDING_MAX 64     // Forwards waiting at a stage for a peer table to check their route
+#define NODE_TABLE_WAIT_MS 3000 // ... for this long at most
+#define NODE_TABLE_OLD_MS 30000 // a stage's cached peer table this old is refreshed when used
+#define NODE_EVICT_IDLE_MS 5000 // a session unused this long makes room for a new one when full
 
 /* One session's state on a stage. */
 typedef struct node_session {
@@ -74,6 +80,12 @@ typedef struct node_session {
 } node_session_t;
 
 typedef struct node_head node_head_t;
+
+/* A Forward whose route a stage checks once the relay's peer table comes. */
+typedef struct node_pending {
+    sw_wire_msg_t msg; // the Forward
+    double t_arrive;   // when it arrived (ms)
+} node_pending_t;
 
 /* A Forward the stage accepted, waiting for the next batch (stage.c). */
 typedef struct node_fwd {
@@ -109,6 +121,11 @@ typedef struct node {
     uint64_t stat_batches;            // batches run (for logs and tests)
     uint64_t stat_batched;            // Forwards run in them
     node_head_t *head;                // head state (first stage only)
+    sw_wire_msg_t table;              // stages: the relay's last peer table (route checks)
+    double table_ms;                  // when it came (0 = never)
+    double table_asked_ms;            // a query for it is out since then (0 = none)
+    node_pending_t *pending;          // (NODE_PENDING_MAX) Forwards waiting for a table
+    int n_pending;                    // entries
     volatile sig_atomic_t *stop;      // set by SIGINT/SIGTERM
 } node_t;
 
@@ -125,8 +142,16 @@ void node_session_free(node_t *n, node_session_t *s);
 void node_sessions_expire(node_t *n, double now_ms);
 int node_sessions_held(const node_t *n);
 /* Checks a Forward addressed to this stage (hop >= 1) and takes it into the
- * batch (msg is moved), or answers it with an Error. */
+ * batch (msg is moved), or answers it with an Error. Its route's neighbours
+ * must be key-bound nodes of this model whose layers fit (the relay's peer
+ * table says): a Forward naming a peer the cached table does not show waits
+ * (moved into n->pending) for a fresh table. */
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
+/* The relay's PeerTable at a stage (not the head): kept, and the waiting
+ * Forwards are checked against it (msg is moved). */
+void node_stage_table(node_t *n, sw_wire_msg_t *msg);
+/* Timers of a stage: waiting Forwards whose table did not come. */
+void node_stage_step(node_t *n, double now_ms);
 /* Runs the batch through this stage's layers and sends the results on. */
 void node_stage_flush(node_t *n);
 /* Hidden states in the wire dtype: src itself for f32, else converted into

@@ -75,10 +75,6 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
         *why = "the session was closed";
         return NULL;
     }
-    if (!free_slot) {
-        *why = "this node holds its maximum number of sessions (see --max-sessions)";
-        return NULL;
-    }
     const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
     if (cap > n->o.n_ctx) {
         *why = "the session needs more positions than this node's --ctx";
@@ -87,6 +83,30 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
     const size_t bytes = sw_kv_bytes(n->model, cap);
     if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
         *why = "the session needs more KV memory than this node's --kv-mib";
+        return NULL;
+    }
+    /* Full: sessions nobody used for a while make room (whoever created them), least
+     * recently used first, so that a peer that opened sessions and left them idle
+     * cannot hold the stage until the idle timeout. */
+    const double now = node_now_ms();
+    while (!free_slot || (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes)) {
+        node_session_t *lru = NULL;
+        for (int i = 0; i < n->o.max_sessions; i++) {
+            node_session_t *v = &n->sessions[i];
+            if (v->id && now - v->last_used_ms >= NODE_EVICT_IDLE_MS &&
+                (!lru || v->last_used_ms < lru->last_used_ms))
+                lru = v;
+        }
+        if (!lru)
+            break;
+        SW_INFO("session %016llx of %s unused for %.1f s: freed to make room for a new one",
+                (unsigned long long)lru->id, lru->creator, (now - lru->last_used_ms) / 1e3);
+        node_session_free(n, lru);
+        if (!free_slot)
+            free_slot = lru;
+    }
+    if (!free_slot) {
+        *why = "this node holds its maximum number of sessions, all in use (see --max-sessions)";
         return NULL;
     }
     if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
@@ -222,10 +242,130 @@ static sw_verifier_t *s_verifier(const node_t *n, const Shardwire__SamplingParam
     return sw_sampling_check(&sp) == 0 ? sw_verifier_new(&sp, n->hp->n_vocab) : NULL;
 }
 
+/* The peer-table entry called name in a stage's cached table, or NULL. */
+static const Shardwire__PeerInfo *s_table_find(const node_t *n, const char *name)
+{
+    const Shardwire__PeerTable *pt = n->table.env ? n->table.env->peer_table : NULL;
+    for (size_t i = 0; pt && i < pt->n_peers; i++)
+        if (pt->peers[i]->announce && !strcmp(pt->peers[i]->announce->name, name))
+            return pt->peers[i];
+    return NULL;
+}
+
+/*
+ * The route's neighbours of this stage, in the cached peer table: route[0] a
+ * head, the previous hop a node whose layers end where this stage's begin,
+ * the next hop (unless this stage is the last) one whose layers begin where
+ * they end, all routable (key-bound at a keyed relay) and of this model. 1
+ * when they fit, 0 when one does not (why says which), -1 when a name is not
+ * in the table.
+ */
+static int s_route_fits(const node_t *n, const Shardwire__Forward *f, char *why, size_t why_len)
+{
+    const int need_key = n->o.sec && !n->o.sec->insecure;
+    const uint32_t begin = (uint32_t)sw_model_layer_begin(n->model);
+    const uint32_t end = (uint32_t)sw_model_layer_end(n->model);
+    const struct {
+        uint32_t hop;
+        const char *what;
+    } want[3] = {{0, "head"}, {f->hop - 1, "previous hop"}, {f->hop + 1, "next hop"}};
+    for (int i = 0; i < (node_is_last(n) ? 2 : 3); i++) {
+        const char *name = f->route[want[i].hop];
+        const Shardwire__PeerInfo *pi = s_table_find(n, name);
+        if (!pi) {
+            snprintf(why, why_len, "the route's %s '%s' is not connected to the relay",
+                     want[i].what, name);
+            return -1;
+        }
+        const Shardwire__PeerAnnounce *a = pi->announce;
+        int ok = sw_wire_peer_routable(pi, need_key);
+        if (!ok) {
+            snprintf(why, why_len, "the route's %s '%s' is not a %snode", want[i].what, name,
+                     need_key ? "key-bound " : "");
+            return 0;
+        }
+        if (strcmp(a->model_fingerprint, n->fingerprint) != 0 ||
+            a->n_layers != (uint32_t)n->hp->n_layer) {
+            snprintf(why, why_len, "the route's %s '%s' serves another model", want[i].what, name);
+            return 0;
+        }
+        ok = i == 0   ? a->role == SHARDWIRE__ROLE__ROLE_HEAD && a->layer_begin == 0
+             : i == 1 ? a->layer_end == begin
+                      : a->layer_begin == end;
+        if (!ok) {
+            snprintf(why, why_len,
+                     "the route's %s '%s' holds layers [%u, %u) (%s), which do not fit this "
+                     "stage's [%u, %u)",
+                     want[i].what, name, a->layer_begin, a->layer_end, sw_wire_role_name(a->role),
+                     begin, end);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Asks the relay for its peer table unless a query is out (asked again after 1 s). */
+static void s_ask_table(node_t *n, double now)
+{
+    if (n->table_asked_ms && now - n->table_asked_ms < 1000)
+        return;
+    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
+    env.status_query = &q;
+    if (sw_peer_try_send(n->peer, SW_WIRE_RELAY_NAME, &env) == 0)
+        n->table_asked_ms = now;
+}
+
+static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive);
+
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
+    s_forward(n, msg, node_now_ms());
+}
+
+void node_stage_table(node_t *n, sw_wire_msg_t *msg)
+{
+    const double now = node_now_ms();
+    sw_wire_msg_move(&n->table, msg);
+    n->table_ms = now;
+    n->table_asked_ms = 0;
+    const int k = n->n_pending;
+    node_pending_t waiting[NODE_PENDING_MAX];
+    memcpy(waiting, n->pending, (size_t)k * sizeof *waiting);
+    n->n_pending = 0; /* the checks below see a table newer than every one of them */
+    for (int i = 0; i < k; i++) {
+        s_forward(n, &waiting[i].msg, waiting[i].t_arrive);
+        sw_wire_msg_clear(&waiting[i].msg);
+    }
+}
+
+void node_stage_step(node_t *n, double now)
+{
+    if (!n->head && !n->table_ms)
+        s_ask_table(n, now); /* at start: the first Forward finds a table */
+    if (n->n_pending == 0)
+        return;
+    s_ask_table(n, now); /* a query that was lost */
+    for (int i = 0; i < n->n_pending;) {
+        node_pending_t *p = &n->pending[i];
+        if (now - p->t_arrive < NODE_TABLE_WAIT_MS) {
+            i++;
+            continue;
+        }
+        const Shardwire__Forward *f = p->msg.env->forward;
+        s_reply_error(n, p->msg.peer, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, f->session_id,
+                      "%s could not check the forward's route: the relay sent no peer table "
+                      "within %d ms",
+                      sw_peer_name(n->peer), NODE_TABLE_WAIT_MS);
+        sw_wire_msg_clear(&p->msg);
+        n->pending[i] = n->pending[--n->n_pending];
+    }
+}
+
+static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
+{
     const Shardwire__Forward *f = msg->env->forward;
-    const double t_arrive = node_now_ms();
     const int E = n->hp->n_embd;
     const int rows = (int)f->n_rows;
     const uint64_t sid = f->session_id;
@@ -235,6 +375,11 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 
     /* The message must be meant for this stage and fit it. wire.c has checked
      * the limits and that the payload matches dtype x [n_rows, hidden]. */
+    if (sw_model_is_first(n->model)) { /* no stage comes before layer 0 */
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+                      "%s is a head: it takes no forwards", sw_peer_name(n->peer));
+        return;
+    }
     if (f->layer_begin != (uint32_t)sw_model_layer_begin(n->model) || f->hop == 0 ||
         f->hop >= f->n_route || strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
@@ -273,6 +418,32 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
         s_reply_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
                       "%s takes forwards only from the previous hop of the route",
                       sw_peer_name(n->peer));
+        return;
+    }
+    /* The neighbours the route names must be the nodes whose layers fit: a
+     * table that does not show them (a node that just joined) is asked for
+     * again once, and the Forward waits for it. */
+    char unfit[320];
+    const int fits = s_route_fits(n, f, unfit, sizeof unfit);
+    if (fits == 1 && node_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
+        s_ask_table(n, node_now_ms()); /* stays fresh for later checks */
+    if (fits != 1 && n->table_ms < t_arrive) {
+        if (n->n_pending == NODE_PENDING_MAX) {
+            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, sid,
+                          "%s: %d forwards wait for the relay's peer table already",
+                          sw_peer_name(n->peer), NODE_PENDING_MAX);
+            return;
+        }
+        node_pending_t *p = &n->pending[n->n_pending++];
+        memset(p, 0, sizeof *p);
+        sw_wire_msg_move(&p->msg, msg);
+        p->t_arrive = t_arrive;
+        s_ask_table(n, node_now_ms());
+        return;
+    }
+    if (fits != 1) {
+        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
+                      sw_peer_name(n->peer), unfit);
         return;
     }
     const int n_draft = (int)f->n_draft_tokens;

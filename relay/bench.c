@@ -58,36 +58,50 @@ static long s_rss_kb(pid_t pid)
 }
 
 static char s_keydir[64]; /* --secure: temporary folder of keys, "" otherwise */
-static sw_sec_t s_sec;    /* --secure: the peers' keys */
+static sw_sec_t s_sec[3]; /* --secure: the keys of A, B (node keys) and the idle peers (client) */
 
-/* Makes relay and peer keys, an allow-list and a cluster key in a temp folder. */
+/* Makes relay and peer keys, an allow-list, a cluster key and an access key in a temp folder. */
 static int s_make_keys(void)
 {
-    char err[512], path[128], pub[SW_KEY_Z85_LEN + 1];
+    char err[512] = "", path[128], pub[3][SW_KEY_Z85_LEN + 1];
+    static const char *const who[3] = {"a", "b", "idle"};
     snprintf(s_keydir, sizeof s_keydir, "/tmp/sw-bench-keys.XXXXXX");
     if (!mkdtemp(s_keydir))
         return -1;
     snprintf(path, sizeof path, "%s/relay", s_keydir);
     if (sw_keys_generate(path, NULL, err, sizeof err) != 0)
         goto fail;
-    snprintf(path, sizeof path, "%s/peer", s_keydir);
-    if (sw_keys_generate(path, pub, err, sizeof err) != 0)
-        goto fail;
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", s_keydir, who[i]);
+        if (sw_keys_generate(path, pub[i], err, sizeof err) != 0)
+            goto fail;
+    }
     snprintf(path, sizeof path, "%s/allow.txt", s_keydir);
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    fprintf(f, "%s\n", pub);
+    fprintf(f, "%s node A\n%s node B\n%s client\n", pub[0], pub[1], pub[2]);
     fclose(f);
-    snprintf(path, sizeof path, "%s/cluster.key", s_keydir);
-    if (sw_cluster_key_generate(path, err, sizeof err) != 0)
+    char ck[128], ak[128];
+    snprintf(ck, sizeof ck, "%s/cluster.key", s_keydir);
+    snprintf(ak, sizeof ak, "%s/access.key", s_keydir);
+    if (sw_cluster_key_generate(ck, err, sizeof err) != 0 ||
+        sw_access_key_generate(ak, err, sizeof err) != 0)
         goto fail;
-    char kf[128], rk[128];
-    snprintf(kf, sizeof kf, "%s/peer.key", s_keydir);
-    snprintf(rk, sizeof rk, "%s/relay.pub", s_keydir);
-    sw_sec_args_t a = {.key_file = kf, .relay_key = rk, .cluster_key = {path, NULL}};
-    if (sw_sec_load(&a, "tcp://127.0.0.1:1", &s_sec, err, sizeof err) != 0)
-        goto fail;
+    for (int i = 0; i < 3; i++) {
+        char kf[128], rk[128];
+        snprintf(kf, sizeof kf, "%s/%s.key", s_keydir, who[i]);
+        snprintf(rk, sizeof rk, "%s/relay.pub", s_keydir);
+        sw_sec_args_t a = {.key_file = kf, .relay_key = rk};
+        if (i < 2) {
+            a.cluster_key[0] = ck;
+            a.role = SW_SEC_STAGE;
+        } else {
+            a.access_key[0] = ak;
+        }
+        if (sw_sec_load(&a, "tcp://127.0.0.1:1", &s_sec[i], err, sizeof err) != 0)
+            goto fail;
+    }
     return 0;
 fail:
     SW_ERR("bench keys: %s", err);
@@ -96,8 +110,9 @@ fail:
 
 static void s_remove_keys(void)
 {
-    const char *files[] = {"relay.key", "relay.pub", "peer.key",
-                           "peer.pub",  "allow.txt", "cluster.key"};
+    const char *files[] = {"relay.key", "relay.pub",   "a.key",     "a.pub",
+                           "b.key",     "b.pub",       "idle.key",  "idle.pub",
+                           "allow.txt", "cluster.key", "access.key"};
     char path[128];
     for (size_t i = 0; s_keydir[0] && i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", s_keydir, files[i]);
@@ -105,7 +120,8 @@ static void s_remove_keys(void)
     }
     if (s_keydir[0])
         rmdir(s_keydir);
-    sw_sec_wipe(&s_sec);
+    for (int i = 0; i < 3; i++)
+        sw_sec_wipe(&s_sec[i]);
 }
 
 static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
@@ -122,13 +138,15 @@ static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
     posix_spawn_file_actions_addclose(&fa, fds[0]);
     /* Loopback without keys (or with them, --secure), and no rate limit in the way of a
      * throughput measurement. */
-    char *argv[12] = {(char *)bin, "--listen", "tcp://127.0.0.1:*",   "--hwm", "1000",
+    char *argv[16] = {(char *)bin, "--listen", "tcp://127.0.0.1:*",   "--hwm", "1000",
                       "--rate",    "10000000", "--insecure-loopback", NULL};
     if (s_keydir[0]) {
         argv[7] = "--key";
         argv[8] = key;
         argv[9] = "--allow";
         argv[10] = allow;
+        argv[11] = "--max-conns-per-key"; /* the idle peers share one client key */
+        argv[12] = "256";
     }
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
@@ -157,19 +175,20 @@ static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
     return pid;
 }
 
-static sw_peer_t *s_peer(const char *ep, const char *name)
+/* A node peer (who 0 = A, 1 = B) or an idle client (who 2). */
+static sw_peer_t *s_peer(const char *ep, const char *name, int who)
 {
     Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
     a.name = (char *)name;
-    a.role = SHARDWIRE__ROLE__ROLE_FULL;
-    a.model_fingerprint = (char *)FP;
+    a.role = who < 2 ? SHARDWIRE__ROLE__ROLE_FULL : SHARDWIRE__ROLE__ROLE_CLIENT;
+    a.model_fingerprint = who < 2 ? (char *)FP : "";
     a.layer_begin = 0;
-    a.layer_end = 30;
-    a.n_layers = 30;
-    a.hidden = 576;
-    a.backend = "cpu";
+    a.layer_end = who < 2 ? 30 : 0;
+    a.n_layers = who < 2 ? 30 : 0;
+    a.hidden = who < 2 ? 576 : 0;
+    a.backend = who < 2 ? "cpu" : "";
     a.max_sessions = 1;
-    sw_peer_opts_t o = {.relay = ep, .announce = &a, .sec = s_keydir[0] ? &s_sec : NULL};
+    sw_peer_opts_t o = {.relay = ep, .announce = &a, .sec = s_keydir[0] ? &s_sec[who] : NULL};
     return sw_peer_new(&o);
 }
 
@@ -368,13 +387,13 @@ int main(int argc, char **argv)
            secure ? " (CURVE, allow-list, sealed payloads)" : "");
     printf("relay VmRSS at start: %ld kB\n", s_rss_kb(relay));
 
-    sw_peer_t *a = s_peer(ep, "A"), *b = s_peer(ep, "B");
+    sw_peer_t *a = s_peer(ep, "A", 0), *b = s_peer(ep, "B", 1);
     sw_peer_t **idle = calloc((size_t)n_idle + 1, sizeof *idle);
     char name[16];
     int rc = 1, up = 0;
     for (int i = 0; i < n_idle; i++) {
         snprintf(name, sizeof name, "idle-%d", i);
-        idle[i] = s_peer(ep, name);
+        idle[i] = s_peer(ep, name, 2);
         up += idle[i] != NULL;
     }
     if (!a || !b || up != n_idle)

@@ -75,6 +75,11 @@ enum {
     O_HWM,
     O_RATE,
     O_HANDSHAKE,
+    O_CONNS,
+    O_QMIB,
+    O_QTOTAL,
+    O_CMIBS,
+    O_NMIBS,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -83,8 +88,8 @@ static const sw_opt_t s_opts[] = {
      "= any free port"},
     {"key", O_KEY, "FILE", "the relay's CURVE secret key file (shardwire keygen)"},
     {"allow", O_ALLOW, "FILE",
-     "allow-list: one client public key per line, optionally\nfollowed by the only name it may "
-     "announce; # comments.\nRe-read when it changes and on SIGHUP."},
+     "allow-list: 'KEY node NAME' or 'KEY client [NAME]' per\nline; # comments. Re-read when it "
+     "changes and on\nSIGHUP (docs/security.md)."},
     {"insecure-loopback", O_INSECURE, NULL, "no keys, no encryption; loopback endpoints only"},
     {"heartbeat-ms", O_HB, "MS",
      "ZMTP heartbeat and liveness sweep interval; a peer that\nsends no data for 5 intervals is "
@@ -93,9 +98,14 @@ static const sw_opt_t s_opts[] = {
     {"rate", O_RATE, "N", "messages/s one peer may send to others (default 2000)"},
     {"handshake-ms", O_HANDSHAKE, "MS",
      "time a new connection has to authenticate (default\n5000)"},
+    {"max-conns-per-key", O_CONNS, "N", "peers one key may hold at once (default 16)"},
+    {"queue-mib", O_QMIB, "N", "MiB queued for one destination (default 64)"},
+    {"queue-total-mib", O_QTOTAL, "N", "MiB queued for all destinations (default 256)"},
+    {"client-mib-s", O_CMIBS, "N", "MiB/s one client peer may send (default 4)"},
+    {"node-mib-s", O_NMIBS, "N", "MiB/s one node peer may send (default 256)"},
     {0, 0, 0, 0}};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 8)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 13)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-relay",
@@ -142,6 +152,21 @@ int main(int argc, char **argv)
             break;
         case O_HWM:
             rc = sw_arg_int(P, "--hwm", v, 1, 1000000, &opts.hwm);
+            break;
+        case O_CONNS:
+            rc = sw_arg_int(P, "--max-conns-per-key", v, 1, 256, &opts.max_conns_per_key);
+            break;
+        case O_QMIB:
+            rc = sw_arg_int(P, "--queue-mib", v, 17, 65536, &opts.queue_mib);
+            break;
+        case O_QTOTAL:
+            rc = sw_arg_int(P, "--queue-total-mib", v, 17, 1048576, &opts.queue_total_mib);
+            break;
+        case O_CMIBS:
+            rc = sw_arg_int(P, "--client-mib-s", v, 3, 65536, &opts.client_mib_s);
+            break;
+        case O_NMIBS:
+            rc = sw_arg_int(P, "--node-mib-s", v, 17, 1048576, &opts.node_mib_s);
             break;
         default:
             return 2;

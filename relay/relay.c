@@ -37,6 +37,7 @@
 #include <netinet/tcp.h>
 #include <sodium.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,14 @@
 #define RELAY_HANDSHAKE_MS 5000               /* default time to finish the CURVE handshake */
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
+#define RELAY_CONNS_PER_KEY 16                /* default: live peers one key may hold */
+#define RELAY_QUEUE_MIB 64                    /* default: bytes queued to one destination */
+#define RELAY_QUEUE_TOTAL_MIB 256             /* default: bytes queued to all of them */
+#define RELAY_CLIENT_MIB_S 4                  /* default: byte rate of one client peer */
+#define RELAY_NODE_MIB_S 256                  /* default: byte rate of one node peer */
+/* A client's message: a GenerateRequest of the largest prompt, sealed, and the
+ * destination frame; no payload frame. */
+#define RELAY_CLIENT_MSG_MAX (SW_WIRE_MAX_PROMPT_BYTES + (64u << 10))
 
 typedef struct relay_peer {
     uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
@@ -79,7 +88,34 @@ typedef struct relay_peer {
     int fd;                        /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
     struct sockaddr_storage addr;  /* the fd's remote address when learnt (guards fd reuse) */
     socklen_t addr_len;            /* bytes of addr */
+    int client;                    /* 1: a client (its key's role; insecure: its announce) */
+    int key_bound;                 /* 1: its key is a node key bound to its name (secure only) */
+    double byte_tokens;            /* byte-rate bucket: bytes it may still send now */
+    uint64_t byte_drops;           /* messages dropped for going over the byte rate */
+    struct relay_queue *q;         /* bytes libzmq still holds for it (shared, see below) */
 } relay_peer_t;
+
+/*
+ * What libzmq still holds of the frames forwarded to one destination, in
+ * bytes: every forwarded header and payload frame is handed to libzmq as a
+ * zmq_msg_init_data frame whose free function (run by libzmq's I/O thread
+ * once the frame is written out, or dropped with the connection) takes its
+ * size off again. So the relay knows its per-destination queues in bytes
+ * (libzmq counts only messages) and refuses to queue more than the budget.
+ * Shared with the I/O thread: atomics, freed by the last reference.
+ */
+typedef struct relay_queue {
+    atomic_size_t bytes; /* frames handed to libzmq and not released yet */
+    atomic_int refs;     /* 1 for the peer (while in the table) + one per frame */
+} relay_queue_t;
+
+/* One forwarded frame whose release libzmq reports. */
+typedef struct relay_frame {
+    zmq_msg_t orig;       /* the received frame: its bytes are what is sent */
+    size_t size;          /* bytes */
+    relay_queue_t *q;     /* its destination's queue */
+    atomic_size_t *total; /* the relay's total */
+} relay_frame_t;
 
 /*
  * A message whose destination's queue was full, held for a later try. Held
@@ -125,12 +161,29 @@ struct relay {
     int rate;                      /* messages/s a peer may send to other peers (bucket size too) */
     relay_parked_t *parked; /* (RELAY_PARK_MAX) held messages, n_parked of them, oldest first */
     int n_parked;
-    size_t parked_bytes;      /* bytes held in parked */
-    uint64_t refused;         /* handshakes refused by the ZAP handler, in all */
-    uint64_t refused_window;  /* of them in the current log window */
-    int64_t refused_since_ms; /* start of the current log window */
-    char refused_last[160];   /* the last one not logged: address and key */
+    size_t parked_bytes;        /* bytes held in parked */
+    uint64_t refused;           /* handshakes refused by the ZAP handler, in all */
+    uint64_t refused_window;    /* of them in the current log window */
+    int64_t refused_since_ms;   /* start of the current log window */
+    char refused_last[160];     /* the last one not logged: address and key */
+    int max_conns_per_key;      /* live peers one key may hold */
+    int node_names;             /* distinct node names in the allow-list (their table room) */
+    double client_rate;         /* bytes/s a client peer may send (bucket: max(1 s, a message)) */
+    double node_rate;           /* bytes/s a node peer may send (bucket: 1 s of it, >= a frame) */
+    size_t queue_max;           /* bytes libzmq may hold for one destination */
+    size_t queue_total_max;     /* ... for all of them */
+    atomic_size_t queued;       /* bytes libzmq holds for all destinations (relay_frame_t) */
+    uint64_t budget_drops;      /* messages dropped for a destination over its byte budget */
+    uint64_t refused_announces; /* announces refused for the key's role, name or count */
 };
+
+/* Counts one more event; 1 when it is the 1st, 2nd, 4th, 8th, ... (a flood cannot flood the
+ * log). */
+static int s_log_due(uint64_t *count)
+{
+    ++*count;
+    return (*count & (*count - 1)) == 0;
+}
 
 static int64_t s_now_ms(void)
 {
@@ -155,11 +208,82 @@ static void s_remove(relay_t *r, struct relay_peer *p, const char *why);
 static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+static int s_is_node_role(int role)
+{
+    return role >= SHARDWIRE__ROLE__ROLE_HEAD && role <= SHARDWIRE__ROLE__ROLE_FULL;
+}
+
+/*
+ * Whether key `user` may announce as `name` with `role` (secure relays): its
+ * allow-list entry binds a role and maybe a name, and a name listed for some
+ * key is reserved for the keys that list it, even while no peer holds it. 0,
+ * or -1 with the reason in why.
+ */
+static int s_permit(const relay_t *r, const char *user, const char *name, int role, char *why,
+                    size_t why_len)
+{
+    const sw_allow_entry_t *e = s_allowed(r, user);
+    if (!e) {
+        snprintf(why, why_len, "your key is not on the relay's allow-list");
+        return -1;
+    }
+    if (e->role == SW_ALLOW_NODE && (!s_is_node_role(role) || strcmp(e->name, name) != 0)) {
+        snprintf(why, why_len,
+                 "this key is the node key of '%s': it may only announce as '%s', as a head, "
+                 "middle or tail node",
+                 e->name, e->name);
+        return -1;
+    }
+    if (e->role == SW_ALLOW_CLIENT && role != SHARDWIRE__ROLE__ROLE_CLIENT) {
+        snprintf(why, why_len,
+                 "this is a client key: it cannot announce as a head, middle or tail node (a "
+                 "node needs its own key, listed as 'KEY node NAME' in the allow-list)");
+        return -1;
+    }
+    if (e->role == SW_ALLOW_CLIENT && e->name[0] && strcmp(e->name, name) != 0) {
+        snprintf(why, why_len, "this client key may only announce as '%s'", e->name);
+        return -1;
+    }
+    if (!e->name[0]) {
+        for (int i = 0; i < r->n_allow; i++)
+            if (!strcmp(r->allow[i].name, name)) {
+                snprintf(why, why_len,
+                         "the name '%s' is reserved in the relay's allow-list for another key",
+                         name);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+static int s_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Distinct node names of the allow-list: the table keeps room for them. */
+static int s_count_node_names(const relay_t *r)
+{
+    const char **names = malloc((size_t)(r->n_allow ? r->n_allow : 1) * sizeof *names);
+    if (!names)
+        return 0;
+    int n = 0, distinct = 0;
+    for (int i = 0; i < r->n_allow; i++)
+        if (r->allow[i].role == SW_ALLOW_NODE)
+            names[n++] = r->allow[i].name;
+    qsort(names, (size_t)n, sizeof *names, s_name_cmp);
+    for (int i = 0; i < n; i++)
+        distinct += i == 0 || strcmp(names[i - 1], names[i]) != 0;
+    free(names);
+    return distinct;
+}
+
 /*
  * Re-reads the allow-list when the file changed (or when forced) and drops
- * every peer whose key is no longer on it. A file that fails to parse keeps
- * the previous list (with an error line each time the file changes), so a
- * typo cannot open the relay to anyone. 0, or -1 when the first load fails.
+ * every peer whose key is no longer on it or may no longer hold its name and
+ * role. A file that fails to parse keeps the previous list (with an error
+ * line each time the file changes), so a typo cannot open the relay to
+ * anyone. 0, or -1 when the first load fails.
  */
 static int s_allow_reload(relay_t *r, int force)
 {
@@ -187,17 +311,32 @@ static int s_allow_reload(relay_t *r, int force)
     r->n_allow = list ? n : 0;
     if (!r->allow)
         return -1;
-    SW_INFO("relay: allow-list %s: %d keys%s", r->allow_path, r->n_allow,
-            first ? "" : " (reloaded)");
+    int nodes = 0, legacy = 0, legacy_line = 0;
+    for (int i = 0; i < r->n_allow; i++) {
+        nodes += r->allow[i].role == SW_ALLOW_NODE;
+        if (r->allow[i].legacy && !legacy++)
+            legacy_line = r->allow[i].legacy;
+    }
+    r->node_names = s_count_node_names(r);
+    SW_INFO("relay: allow-list %s: %d keys (%d node, %d client)%s", r->allow_path, r->n_allow,
+            nodes, r->n_allow - nodes, first ? "" : " (reloaded)");
+    if (legacy)
+        SW_WARN("relay: %s: %d line(s) in the old 'KEY [NAME]' form (the first on line %d), read "
+                "as 'KEY node NAME' and 'KEY client': write them that way (docs/security.md)",
+                r->allow_path, legacy, legacy_line);
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
-        if (!s_allowed(r, p->user)) {
-            SW_WARN("relay: key of %s revoked: dropping it", p->name);
+        char why[256];
+        if (s_permit(r, p->user, p->name, p->env->announce->role, why, sizeof why) != 0) {
+            SW_WARN("relay: key of %s revoked or changed (%s): dropping it", p->name, why);
             s_reply_error(r, p->id, p->id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
-                          "your key was removed from the relay's allow-list");
+                          "the relay's allow-list changed: %s", why);
             s_remove(r, p, "key revoked");
             continue;
         }
+        const sw_allow_entry_t *e = s_allowed(r, p->user);
+        p->key_bound = e->role == SW_ALLOW_NODE;
+        p->client = e->role == SW_ALLOW_CLIENT;
         i++;
     }
     return 0;
@@ -414,6 +553,17 @@ relay_t *relay_new(const relay_opts_t *opts)
     }
     r->reload = opts->reload;
     r->rate = opts->rate > 0 ? opts->rate : 2000;
+    r->max_conns_per_key =
+        opts->max_conns_per_key > 0 ? opts->max_conns_per_key : RELAY_CONNS_PER_KEY;
+    r->client_rate =
+        (double)(opts->client_mib_s > 0 ? opts->client_mib_s : RELAY_CLIENT_MIB_S) * (1 << 20);
+    r->node_rate = (double)(opts->node_mib_s > 0 ? opts->node_mib_s : RELAY_NODE_MIB_S) * (1 << 20);
+    r->queue_max = (size_t)(opts->queue_mib > 0 ? opts->queue_mib : RELAY_QUEUE_MIB) << 20;
+    r->queue_total_max =
+        (size_t)(opts->queue_total_mib > 0 ? opts->queue_total_mib : RELAY_QUEUE_TOTAL_MIB) << 20;
+    if (r->queue_total_max < r->queue_max)
+        r->queue_total_max = r->queue_max;
+    atomic_init(&r->queued, 0);
     r->parked = calloc(RELAY_PARK_MAX, sizeof *r->parked);
     if (!r->parked) {
         relay_destroy(&r);
@@ -440,11 +590,67 @@ err:
     return NULL;
 }
 
+/* Drops one reference to q (the peer's, or a released frame's). */
+static void s_queue_unref(relay_queue_t *q)
+{
+    if (q && atomic_fetch_sub(&q->refs, 1) == 1)
+        free(q);
+}
+
 static void s_peer_free(relay_peer_t *p)
 {
     if (p->env)
         shardwire__envelope__free_unpacked(p->env, NULL);
+    s_queue_unref(p->q);
     free(p);
+}
+
+/* libzmq is done with a tracked frame (I/O thread, or a send that failed). */
+static void s_frame_free(void *data, void *hint)
+{
+    (void)data;
+    relay_frame_t *t = hint;
+    atomic_fetch_sub(&t->q->bytes, t->size);
+    atomic_fetch_sub(t->total, t->size);
+    zmq_msg_close(&t->orig);
+    s_queue_unref(t->q);
+    free(t);
+}
+
+/*
+ * Replaces *frame by a frame of the same bytes (no copy) whose release is
+ * taken off to's queue and the relay's total. Left as it was when out of
+ * memory (then it is sent uncounted).
+ */
+static void s_track(relay_t *r, relay_peer_t *to, zmq_msg_t *frame)
+{
+    relay_frame_t *t = malloc(sizeof *t);
+    if (!t)
+        return;
+    zmq_msg_init(&t->orig);
+    zmq_msg_move(&t->orig, frame);
+    t->size = zmq_msg_size(&t->orig);
+    t->q = to->q;
+    t->total = &r->queued;
+    atomic_fetch_add(&t->q->refs, 1);
+    atomic_fetch_add(&t->q->bytes, t->size);
+    atomic_fetch_add(&r->queued, t->size);
+    if (zmq_msg_init_data(frame, zmq_msg_data(&t->orig), t->size, s_frame_free, t) != 0) {
+        atomic_fetch_sub(&t->q->bytes, t->size);
+        atomic_fetch_sub(&r->queued, t->size);
+        atomic_fetch_sub(&t->q->refs, 1);
+        zmq_msg_init(frame);
+        zmq_msg_move(frame, &t->orig);
+        free(t);
+    }
+}
+
+/* 1 when queuing bytes more for to would pass its byte budget or the relay's
+ * (a message always goes to an empty queue, whatever its size). */
+static int s_over_budget(const relay_t *r, const relay_peer_t *to, size_t bytes)
+{
+    size_t mine = atomic_load(&to->q->bytes), all = atomic_load(&r->queued);
+    return mine > 0 && (mine + bytes > r->queue_max || all + bytes > r->queue_total_max);
 }
 
 void relay_destroy(relay_t **self_p)
@@ -636,6 +842,7 @@ static void s_reply_table(relay_t *r, const void *id, size_t id_len)
         pi.msgs_in = p->msgs_in;
         pi.msgs_out = p->msgs_out;
         pi.bytes_in = p->bytes_in;
+        pi.key_bound = p->key_bound;
         info[i] = pi;
         ptrs[i] = &info[i];
     }
@@ -659,20 +866,25 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
                       "the name '%s' is reserved", SW_WIRE_RELAY_NAME);
         goto refuse;
     }
-    if (r->secure) { /* the name must be one the key's allow-list entry permits */
-        const sw_allow_entry_t *e = s_allowed(r, user);
-        if (!e || (e->name[0] && strcmp(e->name, a->name) != 0)) {
-            SW_WARN("relay: key %s may not announce as %s", user ? user : "?", a->name);
+    const sw_allow_entry_t *e = r->secure ? s_allowed(r, user) : NULL;
+    if (r->secure) { /* role and name must be what the key's allow-list entry permits */
+        char why[256];
+        if (s_permit(r, user, a->name, a->role, why, sizeof why) != 0) {
+            if (s_log_due(&r->refused_announces))
+                SW_WARN("relay: key %.8s... may not announce as %s (%s): %s (%llu refused "
+                        "announces so far)",
+                        user ? user : "?", a->name, sw_wire_role_name(a->role), why,
+                        (unsigned long long)r->refused_announces);
             r->unauthorized++;
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
-                          "this key may only announce as '%s'", e ? e->name : "");
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL, "%s", why);
             goto refuse;
         }
     }
     if (sender) {
-        if (strcmp(sender->name, a->name) != 0) {
+        if (strcmp(sender->name, a->name) != 0 || sender->env->announce->role != a->role) {
             s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
-                          "this connection is already announced as %s", sender->name);
+                          "this connection is already announced as %s (%s)", sender->name,
+                          sw_wire_role_name(sender->env->announce->role));
             goto refuse;
         }
         shardwire__envelope__free_unpacked(sender->env, NULL); /* a repeated announce */
@@ -688,17 +900,53 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         }
         if (holder)
             s_remove(r, holder, "replaced by a new connection");
+        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SHARDWIRE__ROLE__ROLE_CLIENT;
+        if (r->secure) {
+            int conns = 0, nodes = 0;
+            for (int i = 0; i < r->n_peers; i++) {
+                conns += !strcmp(r->peers[i]->user, user);
+                nodes += r->peers[i]->key_bound;
+            }
+            if (conns >= r->max_conns_per_key) {
+                if (s_log_due(&r->refused_announces))
+                    SW_WARN("relay: key %.8s... holds %d connections already: refused '%s' (see "
+                            "--max-conns-per-key; %llu refused announces so far)",
+                            user, conns, a->name, (unsigned long long)r->refused_announces);
+                s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
+                              "this key holds %d connections to the relay already, its limit "
+                              "(the relay's --max-conns-per-key)",
+                              conns);
+                goto refuse;
+            }
+            /* room stays for every node of the allow-list that is away, so that a
+             * crowd of clients cannot lock a restarting node out */
+            int reserve = r->node_names - nodes;
+            if (reserve > SW_WIRE_MAX_PEERS / 2)
+                reserve = SW_WIRE_MAX_PEERS / 2;
+            if (client && reserve > 0 && r->n_peers + reserve >= SW_WIRE_MAX_PEERS) {
+                s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
+                              "the relay holds %d peers and keeps room for %d node(s) of its "
+                              "allow-list: no room for another client now",
+                              r->n_peers, reserve);
+                goto refuse;
+            }
+        }
         if (r->n_peers == SW_WIRE_MAX_PEERS) {
             s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
                           "the relay holds %d peers already", SW_WIRE_MAX_PEERS);
             goto refuse;
         }
         relay_peer_t *p = calloc(1, sizeof *p);
-        if (!p) {
+        relay_queue_t *q = p ? calloc(1, sizeof *q) : NULL;
+        if (!q) {
+            free(p);
             s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, NULL,
                           "out of memory");
             goto refuse;
         }
+        atomic_init(&q->bytes, 0);
+        atomic_init(&q->refs, 1);
+        p->q = q;
         memcpy(p->id, id, id_len);
         p->id_len = id_len;
         if (user)
@@ -707,14 +955,18 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->name = a->name;
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
         p->tokens = r->rate;
+        p->client = client;
+        p->key_bound = e && e->role == SW_ALLOW_NODE;
+        p->byte_tokens = client && r->secure ? r->client_rate : r->node_rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
         if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT)
             SW_INFO("peer %s joined: client", a->name);
         else
-            SW_INFO("peer %s joined: %s, layers [%u, %u) of %u, backend '%s', %u sessions", a->name,
-                    sw_wire_role_name((int)a->role), a->layer_begin, a->layer_end, a->n_layers,
-                    a->backend, a->max_sessions);
+            SW_INFO("peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions",
+                    a->name, sw_wire_role_name((int)a->role),
+                    p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
+                    a->n_layers, a->backend, a->max_sessions);
     }
     Shardwire__AnnounceAck ack = SHARDWIRE__ANNOUNCE_ACK__INIT;
     ack.name = env->announce->name;
@@ -781,6 +1033,9 @@ static int s_try_send(relay_t *r, relay_peer_t *to, const char *src, zmq_msg_t *
     if (zmq_send(r->router, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return errno == EHOSTUNREACH ? EHOSTUNREACH : EAGAIN;
     /* Once the id frame is accepted the rest of the message is queued with it. */
+    s_track(r, to, hdr);
+    if (payload)
+        s_track(r, to, payload);
     if (zmq_send(r->router, src, strlen(src), ZMQ_SNDMORE) < 0 ||
         zmq_msg_send(hdr, r->router, payload ? ZMQ_SNDMORE : 0) < 0 ||
         (payload && zmq_msg_send(payload, r->router, 0) < 0)) {
@@ -853,7 +1108,7 @@ static void s_flush_parked(relay_t *r)
         for (int b = 0; to && b < n_blocked; b++)
             is_blocked |= blocked[b] == to;
         int rc = EHOSTUNREACH;
-        if (to && is_blocked)
+        if (to && (is_blocked || s_over_budget(r, to, p->bytes)))
             rc = EAGAIN;
         else if (to)
             rc = s_try_send(r, to, p->src, &p->hdr, p->has_payload ? &p->payload : NULL);
@@ -900,8 +1155,21 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
                       "no live peer is called %s", dname);
         return;
     }
-    /* Messages already waiting for this destination go first. */
-    int e = s_parked_for(r, dname, NULL)
+    if (r->secure && sender->client &&
+        !(to->key_bound && (to->env->announce->role == SHARDWIRE__ROLE__ROLE_HEAD ||
+                            to->env->announce->role == SHARDWIRE__ROLE__ROLE_FULL))) {
+        /* a client talks to heads only: not to other clients, not to stages */
+        r->dropped++;
+        r->unauthorized++;
+        SW_DEBUG("relay: client %s -> %s refused: not a key-bound head", sender->name, dname);
+        s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, dname,
+                      "a client may send only to head nodes; %s is not one", dname);
+        return;
+    }
+    /* Messages already waiting for this destination go first; then its byte budget. */
+    const size_t bytes = zmq_msg_size(&f[2]) + (n == 4 ? zmq_msg_size(&f[3]) : 0);
+    const int over = s_over_budget(r, to, bytes);
+    int e = s_parked_for(r, dname, NULL) || over
                 ? EAGAIN
                 : s_try_send(r, to, sender->name, &f[2], n == 4 ? &f[3] : NULL);
     if (e == EAGAIN && s_park(r, sender, dname, &f[2], n == 4 ? &f[3] : NULL))
@@ -913,6 +1181,20 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
             s_remove(r, to, "connection closed");
             s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
                           dname, "%s disconnected; message dropped", dname);
+        } else if (over) {
+            r->budget_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
+            size_t held = atomic_load(&to->q->bytes), all = atomic_load(&r->queued);
+            if ((r->budget_drops & (r->budget_drops - 1)) == 0)
+                SW_WARN("relay: %s -> %s: %.1f MiB queued for it, %.1f MiB in all (budgets %zu "
+                        "and %zu MiB): dropped (%llu so far)",
+                        sender->name, dname, held / 1048576.0, all / 1048576.0, r->queue_max >> 20,
+                        r->queue_total_max >> 20, (unsigned long long)r->budget_drops);
+            s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
+                          dname,
+                          "the relay holds %.1f MiB for %s already (%.1f MiB in all; budgets "
+                          "--queue-mib %zu, --queue-total-mib %zu): message dropped",
+                          held / 1048576.0, dname, all / 1048576.0, r->queue_max >> 20,
+                          r->queue_total_max >> 20);
         } else {
             to->busy_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
             if ((to->busy_drops & (to->busy_drops - 1)) == 0)
@@ -973,7 +1255,6 @@ static int s_handle_one(relay_t *r)
     }
     int64_t now = s_now_ms();
     if (sender) {
-        sender->msgs_in++;
         sender->bytes_in += total - id_len;
         sender->msg_ms = sender->alive_ms = now;
     }
@@ -1008,6 +1289,16 @@ static int s_handle_one(relay_t *r)
                       "destination frame is not 1..%d bytes of [A-Za-z0-9._-]", SW_WIRE_NAME_MAX);
         goto done;
     }
+    if (r->secure && sender && sender->client &&
+        (n == 4 || total - id_len > RELAY_CLIENT_MSG_MAX)) {
+        /* clients send requests, never tensors: the relay keeps no large frame of theirs */
+        r->dropped++;
+        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+                      "a client's message is [dest][header] of at most %u bytes; got %d frames, "
+                      "%llu bytes",
+                      RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
+        goto done;
+    }
     if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
         memcmp(zmq_msg_data(&f[1]), SW_WIRE_RELAY_NAME, zmq_msg_size(&f[1])) == 0) {
         s_control(r, id, id_len, sender, user, &f[2], n == 4);
@@ -1019,12 +1310,23 @@ static int s_handle_one(relay_t *r)
                       "announce before sending to peers");
         goto done;
     }
-    /* Rate limit per sender: one flooding peer cannot fill the queues of the others. Over the
-     * limit, messages are dropped; the sender hears about it once per power of two. */
-    sender->tokens += (double)(now - sender->refill_ms) * r->rate / 1000.0;
+    /* Messages for other peers only: a stage's status queries must not look like rounds it
+     * passed on (the head's route check counts those, recover.c). */
+    sender->msgs_in++;
+    /* Rate limits per sender, in messages and in bytes: one flooding peer cannot fill the
+     * queues of the others. Over a limit, messages are dropped; the sender hears about it once
+     * per power of two. A byte bucket always holds one whole message of the largest size. */
+    const double elapsed_s = (double)(now - sender->refill_ms) / 1000.0;
     sender->refill_ms = now;
+    sender->tokens += elapsed_s * r->rate;
     if (sender->tokens > r->rate)
         sender->tokens = r->rate;
+    const int client_rate = r->secure && sender->client;
+    const double brate = client_rate ? r->client_rate : r->node_rate;
+    const double bmax = client_rate ? RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
+    sender->byte_tokens += elapsed_s * brate;
+    if (sender->byte_tokens > (brate > bmax ? brate : bmax))
+        sender->byte_tokens = brate > bmax ? brate : bmax;
     if (sender->tokens < 1.0) {
         r->dropped++;
         sender->rate_drops++;
@@ -1036,6 +1338,21 @@ static int s_handle_one(relay_t *r)
         }
         goto done;
     }
+    if (sender->byte_tokens < (double)(total - id_len)) {
+        r->dropped++;
+        sender->byte_drops++;
+        if ((sender->byte_drops & (sender->byte_drops - 1)) == 0) {
+            SW_WARN("relay: %s sends more than %.0f MiB/s: dropped %llu so far", sender->name,
+                    brate / 1048576.0, (unsigned long long)sender->byte_drops);
+            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, NULL,
+                          "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s); "
+                          "message dropped",
+                          brate / 1048576.0, client_rate ? "client" : "node",
+                          client_rate ? "client" : "node");
+        }
+        goto done;
+    }
+    sender->byte_tokens -= (double)(total - id_len);
     sender->tokens -= 1.0;
     s_forward(r, sender, f, n);
 done:

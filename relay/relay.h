@@ -9,13 +9,20 @@
  * relay's secret key, and a ZAP handler (an inproc REP socket served by the
  * same loop) admits only the public keys of the allow-list file. Each
  * message's "User-Id" property (the client's public key, set by the ZAP
- * reply) is checked against the current list, and a peer's name is bound to
- * the key that announced it. The allow-list is re-read when the file changes
- * (checked every second) and on request (SIGHUP in main.c); peers whose key
- * is gone leave the table at once and every further message of theirs is
- * answered with ERR_UNAUTHORIZED (libzmq cannot close one ROUTER connection
- * by itself, so the TCP link stays until the peer gives up).
- * The insecure mode (no CURVE, no ZAP) binds loopback endpoints only.
+ * reply) is checked against the current list. The list binds each key to a
+ * role and a name: a node key announces only its own name with a node role
+ * (the peer table marks it key_bound), a client key only as a client (and
+ * only its name when it has one); a name listed in the file is reserved for
+ * its key even while no peer holds it; a key holds at most
+ * max_conns_per_key peers, and the table keeps room for the nodes that are
+ * away. A client sends only [dest][header] of a request's size, only to
+ * key-bound heads, within its byte rate. Every destination has a byte
+ * budget for what libzmq holds for it (and all of them one together): over
+ * it, messages are held briefly or dropped with ERR_DEST_BUSY. The allow-list is re-read when the
+ * file changes (checked every second) and on request (SIGHUP in main.c); peers whose key is gone
+ * leave the table at once and every further message of theirs is answered with ERR_UNAUTHORIZED
+ * (libzmq cannot close one ROUTER connection by itself, so the TCP link stays until the peer gives
+ * up). The insecure mode (no CURVE, no ZAP) binds loopback endpoints only.
  *
  * One owner thread: relay_run() and everything else on the creating thread.
  */
@@ -36,7 +43,12 @@ typedef struct relay_opts {
     volatile sig_atomic_t *reload; /* set (e.g. by SIGHUP) to re-read the allow-list; may be NULL */
     int rate; /* messages per second one peer may send to other peers (burst = 1 s of it); 0 = 2000
                */
-    int handshake_ms; /* time a new connection has to finish the CURVE handshake; 0 = 5000 */
+    int handshake_ms;      /* time a new connection has to finish the CURVE handshake; 0 = 5000 */
+    int max_conns_per_key; /* live peers one key may hold at once (keys only); 0 = 16 */
+    int queue_mib;         /* bytes libzmq may hold for one destination, MiB; 0 = 64 */
+    int queue_total_mib;   /* ... for all destinations together, MiB; 0 = 256 */
+    int client_mib_s;      /* bytes/s a client key's peer may send, MiB (keys only); 0 = 4 */
+    int node_mib_s;        /* bytes/s any other peer may send, MiB; 0 = 256 */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */

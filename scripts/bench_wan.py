@@ -137,13 +137,17 @@ class Cluster:
         for k in ("relay", "head", "tail", "client"):
             subprocess.run([f"{b}/shardwire", "keygen", "--out", f"{kd}/{k}"], check=True,
                            capture_output=True)
-        subprocess.run([f"{b}/shardwire", "keygen", "--cluster-key", f"{kd}/cluster.key"],
-                       check=True, capture_output=True)
+        for kind in ("cluster", "access"):  # the nodes' key, the clients' and head's key
+            subprocess.run([f"{b}/shardwire", "keygen", f"--{kind}-key", f"{kd}/{kind}.key"],
+                           check=True, capture_output=True)
+        role = {"head": "node bench-head", "tail": "node bench-tail", "client": "client"}
         with open(f"{kd}/allow.txt", "w") as f:
             for k in ("head", "tail", "client"):
-                f.write(open(f"{kd}/{k}.pub").read().strip() + "\n")
-        sec = ["--relay-key", f"{kd}/relay.pub", "--cluster-key", f"{kd}/cluster.key"]
-        self.sec = {k: ["--key", f"{kd}/{k}.key", *sec] for k in ("head", "tail", "client")}
+                f.write(open(f"{kd}/{k}.pub").read().strip() + " " + role[k] + "\n")
+        ck, ak = ["--cluster-key", f"{kd}/cluster.key"], ["--access-key", f"{kd}/access.key"]
+        keys = {"head": ck + ak, "tail": ck, "client": ak}
+        self.sec = {k: ["--key", f"{kd}/{k}.key", "--relay-key", f"{kd}/relay.pub", *keys[k]]
+                    for k in ("head", "tail", "client")}
         self.spawn("relay", [f"{b}/shardwire-relay", "--listen", self.relay, "--key",
                              f"{kd}/relay.key", "--allow", f"{kd}/allow.txt"])
         time.sleep(0.3)

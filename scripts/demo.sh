@@ -50,20 +50,26 @@ trap cleanup EXIT
 trap 'echo; echo "demo: interrupted, shutting down" >&2; exit 130' INT TERM
 
 # Keys: one CURVE pair per process, the relay's allow-list binding each node key
-# to its name, and one cluster key shared by head, tail and client.
+# to its name and each client key to the client role, the cluster key of the
+# nodes (stage-to-stage traffic) and the access key of the clients and the
+# head (client <-> head traffic).
 keys="$logs/keys"
 mkdir -m 700 "$keys"
 for who in relay head tail client; do
     "$bin/shardwire" keygen --out "$keys/$who" >/dev/null
 done
 "$bin/shardwire" keygen --cluster-key "$keys/cluster.key"
+"$bin/shardwire" keygen --access-key "$keys/access.key"
 {
-    echo "# shardwire demo allow-list: KEY [NAME]"
-    echo "$(cat "$keys/head.pub") head"
-    echo "$(cat "$keys/tail.pub") tail"
-    echo "$(cat "$keys/client.pub")"
+    echo "# shardwire demo allow-list: KEY node NAME | KEY client [NAME]"
+    echo "$(cat "$keys/head.pub") node head"
+    echo "$(cat "$keys/tail.pub") node tail"
+    echo "$(cat "$keys/client.pub") client"
 } >"$keys/allow.txt"
-node_sec() { echo --key "$keys/$1.key" --relay-key "$keys/relay.pub" --cluster-key "$keys/cluster.key"; }
+peer_sec() { echo --key "$keys/$1.key" --relay-key "$keys/relay.pub"; }
+head_sec() { echo $(peer_sec head) --cluster-key "$keys/cluster.key" --access-key "$keys/access.key"; }
+tail_sec() { echo $(peer_sec tail) --cluster-key "$keys/cluster.key"; }
+client_sec() { echo $(peer_sec client) --access-key "$keys/access.key"; }
 
 layers=$("$bin/shardwire" info --model "$model" --json | sed -n 's/.*"n_layers":\([0-9]*\).*/\1/p')
 half=$((layers / 2))
@@ -72,14 +78,14 @@ echo "demo: relay on $relay, head = layers 0:$half, tail = layers $half:$layers 
     >"$logs/relay.log" 2>&1 &
 pids+=($!)
 "$bin/shardwire-node" --model "$model" --layers "0:$half" --relay "$relay" --name head \
-    --threads "$threads" $(node_sec head) >"$logs/head.log" 2>&1 &
+    --threads "$threads" $(head_sec) >"$logs/head.log" 2>&1 &
 pids+=($!)
 "$bin/shardwire-node" --model "$model" --layers "$half:$layers" --relay "$relay" --name tail \
-    --threads "$threads" $(node_sec tail) >"$logs/tail.log" 2>&1 &
+    --threads "$threads" $(tail_sec) >"$logs/tail.log" 2>&1 &
 pids+=($!)
 
 # waits (one line per attempt) until both nodes have joined, then prints the table
-"$bin/shardwire" status --relay "$relay" $(node_sec client) --expect head,tail \
+"$bin/shardwire" status --relay "$relay" $(client_sec) --expect head,tail \
     --connect-timeout-s 60 >&2
 echo >&2
-"$bin/shardwire" run --relay "$relay" $(node_sec client) -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4
+"$bin/shardwire" run --relay "$relay" $(client_sec) -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4

@@ -516,7 +516,10 @@ int sw_test_keys(const char *dir, const char *const *nodes, const char *const *c
 {
     char *kc[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key",
                   (char *)s_cpath(dir, "cluster.key", ""), NULL};
-    if (s_keygen(dir, "relay") != 0 || sw_test_run(kc, 20, NULL, NULL) != 0)
+    char *ka[] = {(char *)sw_test_bin("shardwire"), "keygen", "--access-key",
+                  (char *)s_cpath(dir, "access.key", ""), NULL};
+    if (s_keygen(dir, "relay") != 0 || sw_test_run(kc, 20, NULL, NULL) != 0 ||
+        sw_test_run(ka, 20, NULL, NULL) != 0)
         return -1;
     FILE *f = fopen(s_cpath(dir, "allow.txt", ""), "w");
     if (!f)
@@ -528,8 +531,10 @@ int sw_test_keys(const char *dir, const char *const *nodes, const char *const *c
         for (int i = 0; list && list[i] && rc == 0; i++) {
             char pub[41];
             rc = s_keygen(dir, list[i]) != 0 || s_pub(dir, list[i], pub) != 0 ? -1 : 0;
-            if (rc == 0)
-                fprintf(f, "%s %s\n", pub, pass == 0 ? list[i] : "");
+            if (rc == 0 && pass == 0)
+                fprintf(f, "%s node %s\n", pub, list[i]);
+            else if (rc == 0)
+                fprintf(f, "%s client\n", pub);
         }
     }
     fclose(f);
@@ -558,6 +563,10 @@ pid_t sw_test_node(const char *endpoint, const char *dir, const char *name, cons
     argv[n++] = (char *)s_cpath(dir, "relay", ".pub");
     argv[n++] = "--cluster-key";
     argv[n++] = (char *)s_cpath(dir, "cluster.key", "");
+    if (!strncmp(layers, "0:", 2)) { /* a head talks to clients */
+        argv[n++] = "--access-key";
+        argv[n++] = (char *)s_cpath(dir, "access.key", "");
+    }
     for (int i = 0; extra && extra[i] && n < 63; i++)
         argv[n++] = (char *)extra[i];
     argv[n] = NULL;
@@ -586,5 +595,6 @@ void sw_test_client_env(const char *dir, const char *who)
 {
     setenv("SW_KEY", s_cpath(dir, who, ".key"), 1);
     setenv("SW_RELAY_KEY", s_cpath(dir, "relay", ".pub"), 1);
-    setenv("SW_CLUSTER_KEY", s_cpath(dir, "cluster.key", ""), 1);
+    setenv("SW_ACCESS_KEY", s_cpath(dir, "access.key", ""), 1);
+    unsetenv("SW_CLUSTER_KEY");
 }

@@ -118,23 +118,26 @@ int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s);
 /*
  * Makes every key of a test cluster in dir with `shardwire keygen`: relay.key /
  * relay.pub, NAME.key / NAME.pub for each name of the NULL-terminated lists
- * nodes and clients, cluster.key, and the relay's allow-list dir/allow.txt
- * (docs/security.md: each node key bound to its name, each client key to the
- * client role). 0, or -1 after a line on stderr.
+ * nodes and clients, cluster.key (the nodes'), access.key (the clients' and
+ * the heads'), and the relay's allow-list dir/allow.txt (docs/security.md:
+ * "KEY node NAME" for each node, "KEY client" for each client). 0, or -1
+ * after a line on stderr.
  */
 int sw_test_keys(const char *dir, const char *const *nodes, const char *const *clients);
 /*
  * Starts shardwire-node NAME holding layers (e.g. "0:15") of the test model
- * with the keys sw_test_keys made in dir, logging to log; extra is a
- * NULL-terminated list of more arguments (or NULL). The pid, or -1.
+ * with the keys sw_test_keys made in dir (the access key too when the layers
+ * start at 0), logging to log; extra is a NULL-terminated list of more
+ * arguments (or NULL). The pid, or -1.
  */
 pid_t sw_test_node(const char *endpoint, const char *dir, const char *name, const char *layers,
                    const char *log, const char *const *extra);
 /* Starts shardwire-relay on endpoint with dir's relay key and allow-list (extra as above). */
 pid_t sw_test_relay(const char *endpoint, const char *dir, const char *log,
                     const char *const *extra);
-/* Points SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY at client `who`'s keys in dir, for the
- * `shardwire run` / `status` calls of the test (and sw_test_wait_peers). */
+/* Points SW_KEY / SW_RELAY_KEY / SW_ACCESS_KEY at client `who`'s keys in dir (and unsets
+ * SW_CLUSTER_KEY), for the `shardwire run` / `status` calls of the test (and
+ * sw_test_wait_peers). */
 void sw_test_client_env(const char *dir, const char *who);
 
 #endif

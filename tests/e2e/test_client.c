@@ -1,7 +1,7 @@
 /*
  * test_client.c - the client library (client/client.h) against a real keyed
  * cluster on loopback: shardwire-relay with CURVE and an allow-list, a head
- * and a tail node holding the cluster key.
+ * and a tail node holding the cluster key (the head the access key too).
  *
  *  - a request's tokens equal `shardwire generate` in one process;
  *  - chat messages (one user turn) equal the prompt with --chat, and a
@@ -9,7 +9,7 @@
  *  - two requests in flight on one client both complete correctly;
  *  - a stop string cuts the text before it and ends with finish "stop",
  *    also when it arrives split across chunks;
- *  - a client holding another cluster key gets SW_CLIENT_EKEY within
+ *  - a client holding another access key gets SW_CLIENT_EKEY within
  *    seconds instead of a silent timeout;
  *  - an unknown head name gives SW_CLIENT_ENOHEAD, an empty prompt
  *    SW_CLIENT_EINVAL without anything sent, a dead relay SW_CLIENT_ECONNECT
@@ -64,11 +64,12 @@ static void s_keygen(const char *who)
     SW_CHECK_INT(s_run(argv), 0);
 }
 
-static void s_cluster_key(const char *file)
+/* `shardwire keygen --cluster-key FILE` (or --access-key FILE). */
+static void s_sym_key(const char *flag, const char *file)
 {
     char out[256];
     snprintf(out, sizeof out, "%s", s_path(file));
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key", out, NULL};
+    char *argv[] = {(char *)sw_test_bin("shardwire"), "keygen", (char *)flag, out, NULL};
     SW_CHECK_INT(s_run(argv), 0);
 }
 
@@ -81,14 +82,14 @@ static char *s_line(const char *path)
     return t;
 }
 
-/* A client with client.key, the relay's key and the given cluster key file. */
-static sw_client_t *s_client(const char *cluster_file, char *err, size_t err_len)
+/* A client with client.key, the relay's key and the given access key file. */
+static sw_client_t *s_client(const char *access_file, char *err, size_t err_len)
 {
-    char key[256], rk[256], ck[256];
+    char key[256], rk[256], ak[256];
     snprintf(key, sizeof key, "%s", s_path("client.key"));
     snprintf(rk, sizeof rk, "%s", s_path("relay.pub"));
-    snprintf(ck, sizeof ck, "%s", s_path(cluster_file));
-    sw_sec_args_t a = {.key_file = key, .relay_key = rk, .cluster_key = {ck, NULL}};
+    snprintf(ak, sizeof ak, "%s", s_path(access_file));
+    sw_sec_args_t a = {.key_file = key, .relay_key = rk, .access_key = {ak, NULL}};
     sw_sec_t sec;
     if (sw_sec_load(&a, s_ep, &sec, err, err_len) != 0)
         return NULL;
@@ -193,28 +194,30 @@ int main(void)
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
     snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
 
-    /* keys: relay, head, tail, client; one cluster key and a second one */
+    /* keys: relay, head, tail, client; the cluster key, one access key and a second one */
     const char *who[] = {"relay", "head", "tail", "client"};
     for (int i = 0; i < 4; i++)
         s_keygen(who[i]);
-    s_cluster_key("cluster.key");
-    s_cluster_key("other.key");
+    s_sym_key("--cluster-key", "cluster.key");
+    s_sym_key("--access-key", "access.key");
+    s_sym_key("--access-key", "other.key");
     char *hp = s_line(s_path("head.pub")), *tp = s_line(s_path("tail.pub"));
     char *cp = s_line(s_path("client.pub"));
     FILE *f = fopen(s_path("allow.txt"), "w");
     if (!f || !hp || !tp || !cp)
         sw_test_skip("cannot write the keys");
-    fprintf(f, "%s head\n%s tail\n%s\n", hp, tp, cp);
+    fprintf(f, "%s node head\n%s node tail\n%s client\n", hp, tp, cp);
     fclose(f);
     free(hp);
     free(tp);
     free(cp);
 
-    char rkey[256], allow[256], rpub[256], ckey[256], hkey[256], tkey[256];
+    char rkey[256], allow[256], rpub[256], ckey[256], hkey[256], tkey[256], akey[256];
     snprintf(rkey, sizeof rkey, "%s", s_path("relay.key"));
     snprintf(allow, sizeof allow, "%s", s_path("allow.txt"));
     snprintf(rpub, sizeof rpub, "%s", s_path("relay.pub"));
     snprintf(ckey, sizeof ckey, "%s", s_path("cluster.key"));
+    snprintf(akey, sizeof akey, "%s", s_path("access.key"));
     snprintf(hkey, sizeof hkey, "%s", s_path("head.key"));
     snprintf(tkey, sizeof tkey, "%s", s_path("tail.key"));
     char *ra[] = {(char *)sw_test_bin("shardwire-relay"),
@@ -243,6 +246,8 @@ int main(void)
                   rpub,
                   "--cluster-key",
                   ckey,
+                  "--access-key",
+                  akey,
                   NULL};
     pid_t head = sw_test_spawn(na, NULL);
     char *ta[] = {(char *)sw_test_bin("shardwire-node"),
@@ -266,14 +271,14 @@ int main(void)
     pid_t tail = sw_test_spawn(ta, NULL);
     setenv("SW_KEY", s_path("client.key"), 1);
     setenv("SW_RELAY_KEY", rpub, 1);
-    setenv("SW_CLUSTER_KEY", ckey, 1);
+    setenv("SW_ACCESS_KEY", akey, 1);
     if (sw_test_wait_peers(s_ep, 2, 60) != 0) {
         SW_CHECK(!"the cluster came up");
         goto out;
     }
 
     char err[512];
-    sw_client_t *c = s_client("cluster.key", err, sizeof err);
+    sw_client_t *c = s_client("access.key", err, sizeof err);
     SW_CHECK(c != NULL);
     if (!c) {
         fprintf(stderr, "client: %s\n", err);
@@ -366,7 +371,7 @@ int main(void)
     sw_client_destroy(&c);
     SW_CHECK(c == NULL);
 
-    /* another cluster key: a clear error within seconds, not a 300 s wait */
+    /* another access key: a clear error within seconds, not a 300 s wait */
     c = s_client("other.key", err, sizeof err);
     SW_CHECK(c != NULL);
     if (c) {
@@ -388,7 +393,7 @@ out:
     sw_test_kill(relay);
 
     /* no relay: sw_client_new fails with a line that names the endpoint */
-    c = s_client("cluster.key", err, sizeof err);
+    c = s_client("access.key", err, sizeof err);
     SW_CHECK(c == NULL);
     SW_CHECK(strstr(err, s_ep) != NULL);
     return sw_test_done();

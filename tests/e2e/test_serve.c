@@ -264,7 +264,7 @@ static int s_connect(void)
     return fd;
 }
 
-static pid_t s_start_serve(const char *keyfile, int max_inflight, const char *cluster_key)
+static pid_t s_start_serve(const char *keyfile, int max_inflight, const char *access_key)
 {
     char listen[64], mi[16];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", s_port);
@@ -284,8 +284,8 @@ static pid_t s_start_serve(const char *keyfile, int max_inflight, const char *cl
                     "8",
                     "--body-timeout-s",
                     "3",
-                    cluster_key ? "--cluster-key" : NULL,
-                    (char *)cluster_key,
+                    access_key ? "--access-key" : NULL,
+                    (char *)access_key,
                     NULL};
     pid_t pid = sw_test_spawn(argv, sw_test_log("serve.log"));
     for (int i = 0; i < 100; i++) { /* until it accepts connections */
@@ -518,11 +518,11 @@ int main(void)
     SW_CHECK(strstr(resp, "deadline") != NULL);
     free(resp);
 
-    /* 502: a gateway holding a cluster key the nodes do not share hears so within seconds */
+    /* 502: a gateway holding an access key the head does not share hears so within seconds */
     {
         char ck[256];
-        snprintf(ck, sizeof ck, "%s", sw_test_log("other.cluster.key"));
-        char *ka[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key", ck, NULL};
+        snprintf(ck, sizeof ck, "%s", sw_test_log("other.access.key"));
+        char *ka[] = {(char *)sw_test_bin("shardwire"), "keygen", "--access-key", ck, NULL};
         SW_CHECK_INT(sw_test_run(ka, 20, NULL, NULL), 0);
         int port = s_port;
         s_port = sw_test_free_port();
@@ -530,7 +530,7 @@ int main(void)
         pid_t other = s_start_serve(keyfile, 2, ck);
         double t = s_now_ms();
         SW_CHECK_INT(s_http("/v1/completions", KEY, body, &resp, NULL), 502);
-        SW_CHECK(strstr(resp, "wrong_cluster_key") != NULL && s_now_ms() - t < 5000);
+        SW_CHECK(strstr(resp, "wrong_access_key") != NULL && s_now_ms() - t < 5000);
         free(resp);
         sw_test_kill(other);
         s_port = port;

@@ -86,8 +86,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!s_tx) {
         uint8_t key[1][SW_CLUSTER_KEY_BYTES];
         memset(key, 0x5a, sizeof key);
-        s_tx = sw_seal_new(key, 1);
-        s_rx = sw_seal_new(key, 1);
+        s_tx = sw_seal_new(key, 1, SW_SEAL_CLUSTER);
+        s_rx = sw_seal_new(key, 1, SW_SEAL_CLUSTER);
         if (!s_tx || !s_rx)
             __builtin_trap();
     }

@@ -111,6 +111,11 @@ def keys_seeds():
              f"{pubs[2]}\n"
              "\n")
     write(d, "allow.bin", bytes([0]) + allow.encode())
+    roles = ("# roles and names\n"
+             f"{pubs[0]} node head\n"
+             f"{pubs[1]} client gateway   # a named client\n"
+             f"{pubs[2]} client\n")
+    write(d, "allow_roles.bin", bytes([0]) + roles.encode())
     write(d, "allow_empty.bin", bytes([0]) + b"# nobody\n")
     secret = "# shardwire CURVE secret key\n" + z85(fixed_bytes("seed secret")) + "\n"
     write(d, "secret.bin", bytes([1]) + secret.encode())

@@ -3,9 +3,12 @@
  * hands a peer's control characters to the terminal. Real relay, real nodes
  * (head 0:15, tail 15:30 of SmolLM2), keys on:
  *
- *  - while a request streams, "mallory" (a client of the same cluster) reads
- *    the client's name from the relay's table and sends it forged Errors and
- *    TokenChunks: the request still completes with exactly the tokens of
+ *  - while a request streams, "mallory" (a client of the same cluster) and
+ *    "evilhead" (a key-bound head the client did not choose) learn the real
+ *    request id and client name from the head's log and send forged Errors
+ *    and TokenChunks for it: the relay refuses mallory's (a client sends
+ *    only to heads), the client drops evilhead's (only its head speaks for a
+ *    request), and the request completes with exactly the tokens of
  *    `shardwire generate`;
  *  - a head that answers with escape sequences in its text and its Error
  *    (ESC, BEL, the C1 CSI U+009B) gets them stripped from what run prints.
@@ -67,7 +70,7 @@ static sw_peer_t *s_peer(const char *who, uint32_t layers_end)
 {
     sw_sec_args_t a = {.key_file = s_path(who, ".key"),
                        .relay_key = s_path("relay", ".pub"),
-                       .cluster_key = {s_path("cluster.key", ""), NULL}};
+                       .access_key = {s_path("access.key", ""), NULL}};
     sw_sec_t sec;
     char err[512];
     if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
@@ -119,8 +122,9 @@ static int s_wait_rc(pid_t pid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Sends an Error and a done TokenChunk to dest, both forged by p. */
-static void s_forge(sw_peer_t *p, const char *dest, const char *request_id)
+/* Sends an Error and a done TokenChunk for request_id to dest, both forged by p (sealed with
+ * the access key, as any client or head can). 0 when both went out. */
+static int s_forge(sw_peer_t *p, const char *dest, const char *request_id)
 {
     Shardwire__Error er = SHARDWIRE__ERROR__INIT;
     er.code = SHARDWIRE__ERROR_CODE__ERR_DEST_GONE;
@@ -139,11 +143,53 @@ static void s_forge(sw_peer_t *p, const char *dest, const char *request_id)
     env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
     env.token_chunk = &c;
     rc |= sw_peer_send(p, dest, &env, NULL, 0, 0);
-    SW_CHECK_INT(rc, 0);
+    return rc;
 }
 
-/* mallory finds the running client's name in the relay table and forges at it until run ends. */
-static void s_forged_errors(const int32_t *ref, int n_ref)
+/* The request id and client name of the newest "request 'ID' from CLIENT:" line of the head's
+ * log (what an attacker who can see the head's log, or is the head, knows): 1 when found. */
+static int s_request_in_log(const char *log, char *rid, char *client)
+{
+    char *text = sw_test_read_file(log, NULL);
+    int found = 0;
+    for (const char *p = text; p && (p = strstr(p, "request 'req-")); p++) {
+        char r[64], c[64];
+        if (sscanf(p, "request '%63[^']' from %63[A-Za-z0-9._-]:", r, c) == 2 &&
+            !strncmp(c, "client-", 7)) {
+            snprintf(rid, 64, "%s", r);
+            snprintf(client, 64, "%s", c);
+            found = 1;
+        }
+    }
+    free(text);
+    return found;
+}
+
+/* Relay errors that came back to p; counts those refusing a message to dest (unauthorized). */
+static int s_refusals(sw_peer_t *p, const char *dest)
+{
+    int n = 0;
+    sw_wire_msg_t m = {0};
+    while (sw_peer_recv(p, &m, 0) == 0) {
+        n += !strcmp(m.peer, SW_WIRE_RELAY_NAME) &&
+             m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+             m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED && m.env->error->dest &&
+             !strcmp(m.env->error->dest, dest);
+        sw_wire_msg_clear(&m);
+    }
+    return n;
+}
+
+/*
+ * While `shardwire run` streams, two attackers learn its request id and its client name from
+ * the head's log (the id is random: no guessing) and forge an Error and a final TokenChunk
+ * for exactly that request: "mallory", a client of the cluster (the relay refuses to pass
+ * a client's message to anything but a head), and "evilhead", a key-bound head that is not
+ * the one the client chose (its messages reach the client, which drops them: only the
+ * chosen head speaks for a request). The run completes with exactly the tokens of
+ * `shardwire generate`.
+ */
+static void s_forged_errors(const int32_t *ref, int n_ref, const char *log, sw_peer_t *evil)
 {
     sw_peer_t *mal = s_peer("mallory", 0);
     SW_CHECK(mal != NULL);
@@ -167,36 +213,39 @@ static void s_forged_errors(const int32_t *ref, int n_ref)
                   "60",
                   NULL};
     pid_t run = s_run_bg(rn, s_path("run1", ".out"), s_path("run1", ".err"));
-    int forged = 0, st = 0;
+    int forged = 0, refused = 0, st = 0;
+    char rid[64] = "", client[64] = "";
     double t0 = s_now();
     while (waitpid(run, &st, WNOHANG) == 0 && s_now() - t0 < 90) {
-        sw_wire_msg_t t = {0};
-        if (sw_peer_status(mal, &t, 2000) == 0) {
-            for (size_t i = 0; i < t.env->peer_table->n_peers; i++) {
-                const Shardwire__PeerAnnounce *a = t.env->peer_table->peers[i]->announce;
-                if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT &&
-                    strncmp(a->name, "client-", 7) == 0) {
-                    s_forge(mal, a->name, "req-0");
-                    forged++;
-                }
-            }
-            sw_wire_msg_clear(&t);
+        if (!s_request_in_log(log, rid, client)) {
+            usleep(10000);
+            continue;
         }
+        if (s_forge(evil, client, rid) == 0)
+            forged++;
+        if (s_forge(mal, client, rid) != 0)
+            fprintf(stderr, "mallory could not send\n");
+        refused += s_refusals(mal, client);
         sw_wire_msg_t drop = {0};
-        while (sw_peer_recv(mal, &drop, 0) == 0)
+        while (sw_peer_recv(evil, &drop, 0) == 0)
             sw_wire_msg_clear(&drop);
         usleep(20000);
     }
+    refused += s_refusals(mal, client);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     char *out = sw_test_read_file(s_path("run1", ".out"), NULL);
     char *err = sw_test_read_file(s_path("run1", ".err"), NULL);
     int32_t got[N_GEN + 8];
     int n = s_ids(out, got, N_GEN + 8);
-    printf("forged errors: %d rounds of forgeries at the running client; run exit %d, %d tokens\n",
-           forged, rc, n);
+    printf("forged errors: request %s of %s: %d forgeries from a head that was not chosen, %d "
+           "of mallory's refused by the relay; run exit %d, %d tokens\n",
+           rid, client, forged, refused, rc, n);
+    SW_CHECK(rid[0] != 0);
     SW_CHECK(forged >= 3);
+    SW_CHECK(refused >= 3);
     SW_CHECK_INT(rc, 0);
     SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
+    SW_CHECK(out && !strstr(out, "FORGED"));
     if (rc != 0)
         fprintf(stderr, "run: %s\n", err ? err : "");
     free(out);
@@ -205,12 +254,8 @@ static void s_forged_errors(const int32_t *ref, int n_ref)
 }
 
 /* A head (compromised, or just hostile) that answers with terminal escapes. */
-static void s_escapes(void)
+static void s_escapes(sw_peer_t *evil)
 {
-    sw_peer_t *evil = s_peer("evilhead", 15);
-    SW_CHECK(evil != NULL);
-    if (!evil)
-        return;
     char *rn[] = {(char *)sw_test_bin("shardwire"),
                   "run",
                   "--greedy",
@@ -273,7 +318,6 @@ static void s_escapes(void)
     printf("escapes: run printed \"%s\"\n", out ? out : "");
     free(out);
     free(err);
-    sw_peer_destroy(&evil);
 }
 
 int main(void)
@@ -329,8 +373,13 @@ int main(void)
     free(out);
     SW_CHECK_INT(strlen(s_fp), 64);
 
-    s_forged_errors(ref, n_ref);
-    s_escapes();
+    sw_peer_t *evil = s_peer("evilhead", 15);
+    SW_CHECK(evil != NULL);
+    if (evil) {
+        s_forged_errors(ref, n_ref, log, evil);
+        s_escapes(evil);
+    }
+    sw_peer_destroy(&evil);
 
     sw_test_kill(head);
     sw_test_kill(tail);

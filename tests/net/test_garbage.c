@@ -4,10 +4,11 @@
  * A relay and two stages run with CURVE and the cluster key (real processes,
  * real sockets). While `shardwire run` generates, three flooders send
  * thousands of frames:
- *  - "mallory": an authenticated peer without the cluster key: random
+ *  - "mallory": an authenticated client key (no cluster or access key): random
  *    multipart messages (1..5 frames, random sizes and bytes, valid and
  *    invalid names), mutated clear Envelopes to the relay and to the stages,
- *    and random "sealed-looking" frames to the stages;
+ *    and random "sealed-looking" frames to the stages (the relay passes only
+ *    what goes to the head, of a request's size);
  *  - "member": a peer holding the cluster key (a compromised member): mutated
  *    Forward / Verdict / SessionClose / Error envelopes, properly sealed, to
  *    the tail, and each of them again (replays);
@@ -142,13 +143,20 @@ static void *s_dealer(void *ctx, const char *who)
     return s;
 }
 
-static void s_announce(void *s, const char *name)
+/* Announces name as a client, or (node) as a middle stage of layers [10, 15) of 30 (a node
+ * key may announce as nothing else). */
+static void s_announce(void *s, const char *name, int node)
 {
     Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
     an.name = (char *)name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
+    an.role = node ? SHARDWIRE__ROLE__ROLE_MIDDLE : SHARDWIRE__ROLE__ROLE_CLIENT;
+    an.backend = node ? "cpu" : "";
+    an.model_fingerprint =
+        node ? "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e" : "";
+    an.layer_begin = node ? 10 : 0;
+    an.layer_end = node ? 15 : 0;
+    an.n_layers = node ? 30 : 0;
+    an.hidden = node ? 576 : 0;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
     env.announce = &an;
@@ -252,12 +260,13 @@ static void s_report(const char *who, long count)
     }
 }
 
-/* An authenticated peer without the cluster key. */
+/* An authenticated client (no cluster key, no access key): the relay lets its messages
+ * reach the head (stage0) only. */
 static void s_mallory(void)
 {
     void *ctx = zmq_ctx_new();
     void *s = s_dealer(ctx, "mallory");
-    s_announce(s, "mallory");
+    s_announce(s, "mallory", 0);
     s_report("mallory.ready", 1);
     static uint8_t buf[256 << 10];
     long sent = 0, iter = 0;
@@ -304,13 +313,13 @@ static void s_member(void)
 {
     void *ctx = zmq_ctx_new();
     void *s = s_dealer(ctx, "member");
-    s_announce(s, "member");
+    s_announce(s, "member", 1);
     s_report("member.ready", 1);
     uint8_t key[1][SW_CLUSTER_KEY_BYTES];
     char err[256];
     if (sw_cluster_key_load(s_path("cluster.key"), key[0], err, sizeof err) != 0)
         _exit(3);
-    sw_seal_t *seal = sw_seal_new(key, 1);
+    sw_seal_t *seal = sw_seal_new(key, 1, SW_SEAL_CLUSTER);
     uint8_t buf[4096];
     long sent = 0, iter = 0;
     double t_end = s_now() + FLOOD_MAX_S;
@@ -443,8 +452,11 @@ int main(void)
     char *kc[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key",
                   (char *)s_path("cluster.key"), NULL};
     SW_CHECK_INT(sw_test_run(kc, 20, NULL, NULL), 0);
+    char *ka[] = {(char *)sw_test_bin("shardwire"), "keygen", "--access-key",
+                  (char *)s_path("access.key"), NULL};
+    SW_CHECK_INT(sw_test_run(ka, 20, NULL, NULL), 0);
     char allow[2048] = "", line[128];
-    const char *names[] = {"stage0", "stage1", NULL, "mallory", "member"};
+    const char *names[] = {"node stage0", "node stage1", "client", "client", "node member"};
     const char *keys[] = {"stage0", "stage1", "client", "mallory", "member"};
     for (int i = 0; i < 5; i++) {
         char pubf[256];
@@ -452,7 +464,7 @@ int main(void)
         char *pub = sw_test_read_file(pubf, NULL);
         if (pub)
             pub[strcspn(pub, "\n")] = 0;
-        snprintf(line, sizeof line, "%s %s\n", pub ? pub : "", names[i] ? names[i] : "");
+        snprintf(line, sizeof line, "%s %s\n", pub ? pub : "", names[i]);
         strcat(allow, line);
         free(pub);
     }
@@ -471,9 +483,10 @@ int main(void)
     int n_ref = sw_test_generate(model, prompt, N_GEN, ref, N_GEN + 8);
     SW_CHECK(n_ref > 0);
 
-    char relay_key[256], cluster_key[256], client_key[256];
+    char relay_key[256], cluster_key[256], client_key[256], access_key[256];
     snprintf(relay_key, sizeof relay_key, "%s.pub", s_path("relay"));
     snprintf(cluster_key, sizeof cluster_key, "%s", s_path("cluster.key"));
+    snprintf(access_key, sizeof access_key, "%s", s_path("access.key"));
     snprintf(client_key, sizeof client_key, "%s.key", s_path("client"));
     char rk[256];
     snprintf(rk, sizeof rk, "%s.key", s_path("relay"));
@@ -512,12 +525,14 @@ int main(void)
                       relay_key,
                       "--cluster-key",
                       cluster_key,
+                      i == 0 ? "--access-key" : NULL,
+                      access_key,
                       NULL};
         nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
     }
     setenv("SW_KEY", client_key, 1); /* for sw_test_wait_peers and the runs below */
     setenv("SW_RELAY_KEY", relay_key, 1);
-    setenv("SW_CLUSTER_KEY", cluster_key, 1);
+    setenv("SW_ACCESS_KEY", access_key, 1);
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 2, 60), 0);
 
     /* SW_GARBAGE_SEED=<printed seed> replays a run's garbage. */

@@ -269,7 +269,7 @@ int main(void)
                 seen = 1;
                 SW_CHECK(pi->heartbeat_age_ms < 1000); /* probed every 200 ms */
                 SW_CHECK(pi->idle_ms >= 1400);         /* but silent */
-                SW_CHECK(pi->msgs_in >= 3);
+                SW_CHECK(pi->msgs_in >= 2);            /* to tail, to nobody (not its announce) */
             }
         }
         SW_CHECK(seen);

@@ -13,20 +13,17 @@
  *    another stage, a previous hop that is not the sender;
  *  - a reply_to that is not the route's head (errors and verdicts would go to
  *    a bystander);
- *  - a next hop that is no key-bound node, or one whose layers do not start
- *    where this stage's end; a previous hop whose layers do not end where
- *    this stage's begin; a head entry that is no key-bound head.
+ *  - a next hop that is no key-bound node (a client), one whose layers do
+ *    not start where this stage's end, one not connected at all; a previous
+ *    hop whose layers do not end where this stage's begin; a head entry that
+ *    is no head (a middle stage, a client).
  *
  * Each one must be answered with an Error to the sender (or dropped), never
  * reach a bystander, and leave every stage alive; afterwards `shardwire run`
  * still gives exactly the tokens of `shardwire generate`.
  */
-#include "keys.h"
-#include "peer.h"
-#include "sw_test.h"
-#include "wire.h"
+#include "sw_attack.h"
 
-#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,148 +31,16 @@
 #include <unistd.h>
 
 #define N_GEN 16
-#define E 576 /* SmolLM2-135M hidden size */
 
 static char s_dir[64];
 static char s_ep[64];
-static char s_fp[65]; /* the model fingerprint, from `shardwire status` */
+static swa_t s_a; /* the cluster to attack */
 
-static const char *s_path(const char *name, const char *ext)
-{
-    static char buf[8][256];
-    static int slot;
-    char *p = buf[slot++ % 8];
-    snprintf(p, 256, "%s/%s%s", s_dir, name, ext);
-    return p;
-}
-
-/* Token ids of a --json output. */
-static int s_ids(const char *out, int32_t *ids, int max)
-{
-    const char *brace = out ? strchr(out, '{') : NULL;
-    json_error_t je;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *arr = j ? json_object_get(j, "tokens") : NULL;
-    int n = -1;
-    if (json_is_array(arr)) {
-        n = 0;
-        for (size_t i = 0; i < json_array_size(arr) && n < max; i++)
-            ids[n++] = (int32_t)json_integer_value(json_array_get(arr, i));
-    }
-    json_decref(j);
-    return n;
-}
-
-/* The model fingerprint the nodes announce (anyone can read it from the table). */
-static void s_fingerprint(void)
-{
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json", NULL};
-    char *out = NULL;
-    s_fp[0] = 0;
-    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
-        const char *m = strstr(out, "\"model\":\"");
-        while (m && m[9] == '"') /* a client's empty fingerprint */
-            m = strstr(m + 9, "\"model\":\"");
-        if (m)
-            snprintf(s_fp, sizeof s_fp, "%.64s", m + 9);
-    }
-    free(out);
-}
-
-/* A peer with `who`'s node key and the cluster key, announced as a head of
- * layers [0, end) of the cluster's model (what a compromised node can do). */
-static sw_peer_t *s_member(const char *who, uint32_t end)
-{
-    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
-                       .relay_key = s_path("relay", ".pub"),
-                       .cluster_key = {s_path("cluster.key", ""), NULL}};
-    sw_sec_t sec;
-    char err[512];
-    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
-        fprintf(stderr, "sec load: %s\n", err);
-        return NULL;
-    }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = SHARDWIRE__ROLE__ROLE_HEAD;
-    an.model_fingerprint = s_fp;
-    an.layer_begin = 0;
-    an.layer_end = end;
-    an.n_layers = 30;
-    an.backend = "cpu";
-    an.max_sessions = 1;
-    an.hidden = E;
-    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
-    sw_peer_t *p = sw_peer_new(&o);
-    sw_sec_wipe(&sec);
-    return p;
-}
-
-/* A plain client of the cluster (the bystander that must hear nothing). */
-static sw_peer_t *s_client(const char *who)
-{
-    sw_sec_args_t a = {.key_file = s_path(who, ".key"),
-                       .relay_key = s_path("relay", ".pub"),
-                       .cluster_key = {s_path("cluster.key", ""), NULL}};
-    sw_sec_t sec;
-    char err[512];
-    if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0)
-        return NULL;
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
-    sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};
-    sw_peer_t *p = sw_peer_new(&o);
-    sw_sec_wipe(&sec);
-    return p;
-}
-
-/*
- * Sends one Forward of 2 rows from p to dest: layer_begin, the route (n
- * names), hop and reply_to. Returns what came back within 3 s: the error code
- * of an Error from dest, 100 for a Verdict, -1 for nothing.
- */
+/* One Forward of a shape from p (no draft); what came back (swa_shape). */
 static int s_shape(sw_peer_t *p, const char *dest, uint32_t layer_begin, const char **route, int n,
                    uint32_t hop, const char *reply_to, uint64_t sid)
 {
-    static float hidden[2 * E];
-    uint32_t toks[2] = {1, 2};
-    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-    f.session_id = sid;
-    f.round = 1;
-    f.n_rows = 2;
-    f.n_tokens = 2;
-    f.tokens = toks;
-    f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
-    f.hidden = E;
-    f.layer_begin = layer_begin;
-    f.n_route = (size_t)n;
-    f.route = (char **)route;
-    f.hop = hop;
-    f.reply_to = (char *)reply_to;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-    env.forward = &f;
-    if (sw_peer_send(p, dest, &env, hidden, sizeof hidden, 1) != 0)
-        return -2;
-    double until = 3000;
-    for (;;) {
-        sw_wire_msg_t m = {0};
-        int rc = sw_peer_recv(p, &m, (int)until);
-        if (rc != 0)
-            return -1;
-        int got = -1;
-        if (!strcmp(m.peer, dest) && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-            got = m.env->error->code;
-        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT)
-            got = 100;
-        sw_wire_msg_clear(&m);
-        if (got != -1)
-            return got;
-        until = 1000;
-    }
+    return swa_shape(p, dest, layer_begin, route, n, hop, reply_to, sid, 0);
 }
 
 /* 1 when nothing but relay chatter reaches p within ms. */
@@ -205,7 +70,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
     snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-    const char *nodes[] = {"head", "mid", "tail", "member", "member2", NULL};
+    const char *nodes[] = {"head", "mid", "tail", "member", "member2", "member3", NULL};
     const char *clients[] = {"client", "bystander", NULL};
     SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
 
@@ -228,7 +93,7 @@ int main(void)
                   NULL};
     char *out = NULL;
     SW_CHECK_INT(sw_test_run(ga, 120, &out, NULL), 0);
-    int n_ref = s_ids(out, ref, N_GEN + 8);
+    int n_ref = sw_test_json_tokens(out, ref, N_GEN + 8);
     free(out);
     SW_CHECK(n_ref > 0);
 
@@ -239,14 +104,16 @@ int main(void)
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "20:30", log, NULL);
     sw_test_client_env(s_dir, "client");
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 3, 60), 0);
-    s_fingerprint();
-    SW_CHECK_INT(strlen(s_fp), 64);
+    s_a.dir = s_dir;
+    s_a.ep = s_ep;
+    SW_CHECK_INT(swa_fingerprint(&s_a), 0);
 
-    sw_peer_t *m = s_member("member", 10);  /* fits in front of mid */
-    sw_peer_t *m2 = s_member("member2", 5); /* a head whose layers fit nowhere */
-    sw_peer_t *by = s_client("bystander");
-    SW_CHECK(m && m2 && by);
-    if (!m || !m2 || !by)
+    sw_peer_t *m = swa_member(&s_a, "member", 0, 10);    /* fits in front of mid */
+    sw_peer_t *m2 = swa_member(&s_a, "member2", 0, 5);   /* a head whose layers fit nowhere */
+    sw_peer_t *m3 = swa_member(&s_a, "member3", 10, 20); /* a middle in front of the tail */
+    sw_peer_t *by = swa_client(&s_a, "bystander");
+    SW_CHECK(m && m2 && m3 && by);
+    if (!m || !m2 || !m3 || !by)
         goto out;
     const int BAD = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
     uint64_t sid = 0x5100;
@@ -284,10 +151,39 @@ int main(void)
         SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "bystander", ++sid), BAD);
         SW_CHECK(s_quiet(by, 1500));
     }
+    /* 7. the next hop is no node: a client */
+    {
+        const char *r[] = {"member", "mid", "bystander"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+        SW_CHECK(s_quiet(by, 1000));
+    }
+    /* 8. the next hop is a key-bound node whose layers do not begin where mid's end */
+    {
+        const char *r[] = {"member", "mid", "member2"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+    }
+    /* 9. the next hop is not connected at all (the stage asks the relay again first) */
+    {
+        const char *r[] = {"member", "mid", "ghost"};
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), BAD);
+    }
+    /* 10. the previous hop's layers do not end where mid's begin */
+    {
+        const char *r[] = {"member2", "mid", "tail"};
+        SW_CHECK_INT(s_shape(m2, "mid", 10, r, 3, 1, "member2", ++sid), BAD);
+    }
+    /* 11. the route's head entry is no head: a middle stage, or a client */
+    {
+        const char *r[] = {"mid", "member3", "tail"};
+        SW_CHECK_INT(s_shape(m3, "tail", 20, r, 3, 2, "mid", ++sid), BAD);
+        const char *r2[] = {"bystander", "member3", "tail"};
+        SW_CHECK_INT(s_shape(m3, "tail", 20, r2, 3, 2, "bystander", ++sid), BAD);
+        SW_CHECK(s_quiet(by, 1000));
+    }
     /* a well-formed route from the member still works (the checks are not blanket refusals) */
     {
         const char *r[] = {"member", "mid", "tail"};
-        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), 100);
+        SW_CHECK_INT(s_shape(m, "mid", 10, r, 3, 1, "member", ++sid), SWA_VERDICT);
     }
     SW_CHECK(s_alive(relay));
     SW_CHECK(s_alive(head));
@@ -314,7 +210,7 @@ int main(void)
         char *err = NULL;
         out = NULL;
         SW_CHECK_INT(sw_test_run(rn, 90, &out, &err), 0);
-        int n = s_ids(out, got, N_GEN + 8);
+        int n = sw_test_json_tokens(out, got, N_GEN + 8);
         SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
         if (n != n_ref)
             fprintf(stderr, "run: %s\n", err ? err : "");
@@ -324,6 +220,7 @@ int main(void)
 out:
     sw_peer_destroy(&m);
     sw_peer_destroy(&m2);
+    sw_peer_destroy(&m3);
     sw_peer_destroy(&by);
     sw_test_kill(head);
     sw_test_kill(mid);

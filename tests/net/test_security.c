@@ -8,8 +8,9 @@
  *    refuses non-loopback endpoints (relay, node, client);
  *  - a key not on the allow-list, a connection without CURVE and a peer that
  *    pins the wrong relay key get nowhere;
- *  - a key may announce only the name its allow-list entry names, and no other
- *    key can take over a live name;
+ *  - a key may announce only the name its allow-list entry names (the old
+ *    "KEY NAME" form still reads as a node key), and no other key can take
+ *    over a live name;
  *  - removing a key from the allow-list cuts that peer off within 3 s;
  *  - what the relay forwards between peers is ciphertext (no prompt text, no
  *    token ids, no tensor bytes), and a member replaying or tampering with a
@@ -32,6 +33,8 @@
 
 static char s_dir[64];
 static char s_ep[64];
+/* a model fingerprint for the nodes announced here (they serve no model) */
+#define S_FP "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"
 
 static double s_now(void)
 {
@@ -88,13 +91,17 @@ static int s_exit_code(char *const argv[], char **err)
     return sw_test_run(argv, 20, NULL, err);
 }
 
-/* A peer with the CURVE key of `who`, pinning relay_pub, holding the cluster key. */
+/* A node peer with the CURVE key of `who`, pinning relay_pub, holding the cluster key and
+ * the access key (as a head does). */
 static sw_peer_t *s_peer(const char *name, const char *who, const char *relay_pub)
 {
     char key[256];
     snprintf(key, sizeof key, "%s.key", s_path(who));
-    sw_sec_args_t a = {
-        .key_file = key, .relay_key = relay_pub, .cluster_key = {s_path("cluster.key"), NULL}};
+    sw_sec_args_t a = {.key_file = key,
+                       .relay_key = relay_pub,
+                       .cluster_key = {s_path("cluster.key"), NULL},
+                       .access_key = {s_path("access.key"), NULL},
+                       .role = SW_SEC_HEAD};
     sw_sec_t sec;
     char err[512];
     if (sw_sec_load(&a, s_ep, &sec, err, sizeof err) != 0) {
@@ -103,9 +110,13 @@ static sw_peer_t *s_peer(const char *name, const char *who, const char *relay_pu
     }
     Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
     an.name = (char *)name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
+    an.role = SHARDWIRE__ROLE__ROLE_MIDDLE;
+    an.backend = "cpu";
+    an.model_fingerprint = (char *)S_FP;
+    an.layer_begin = 1;
+    an.layer_end = 2;
+    an.n_layers = 3;
+    an.hidden = 8;
     sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 3000, .sec = &sec};
     sw_peer_t *p = sw_peer_new(&o);
     sw_sec_wipe(&sec);
@@ -136,14 +147,19 @@ static void *s_raw(void *ctx, const char *who)
     return s;
 }
 
-/* Announces name on a raw socket; returns the relay's answer: 0 ack, an error code, -1 none. */
-static int s_raw_announce(void *s, const char *name)
+/* Announces name on a raw socket, as a node (middle of layers [1, 2) of 3) or a client;
+ * returns the relay's answer: 0 ack, an error code, -1 none. */
+static int s_raw_announce(void *s, const char *name, int node)
 {
     Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
     an.name = (char *)name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
+    an.role = node ? SHARDWIRE__ROLE__ROLE_MIDDLE : SHARDWIRE__ROLE__ROLE_CLIENT;
+    an.backend = node ? "cpu" : "";
+    an.model_fingerprint = node ? (char *)S_FP : "";
+    an.layer_begin = node ? 1 : 0;
+    an.layer_end = node ? 2 : 0;
+    an.n_layers = node ? 3 : 0;
+    an.hidden = node ? 8 : 0;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
     env.announce = &an;
@@ -263,8 +279,8 @@ static void s_refusals(void)
                   bad,
                   "--relay-key",
                   (char *)s_path("relay.pub"),
-                  "--cluster-key",
-                  (char *)s_path("cluster.key"),
+                  "--access-key",
+                  (char *)s_path("access.key"),
                   NULL};
     SW_CHECK_INT(s_exit_code(c1, &err), 2);
     SW_CHECK(err && strstr(err, "too open"));
@@ -350,6 +366,49 @@ static void s_refusals(void)
     SW_CHECK_INT(s_exit_code(c5, &err), 2);
     free(err);
     err = NULL;
+    /* each role its keys: a client given the cluster key, a stage given the access key, a
+     * head without the access key: one line each, before any connection */
+    char *c7[] = {(char *)sw_test_bin("shardwire"),
+                  "run",
+                  "--relay",
+                  s_ep,
+                  "--key",
+                  (char *)s_path("other.key"),
+                  "--relay-key",
+                  (char *)s_path("relay.pub"),
+                  "--cluster-key",
+                  (char *)s_path("cluster.key"),
+                  "-p",
+                  "hi",
+                  NULL};
+    SW_CHECK_INT(s_exit_code(c7, &err), 2);
+    SW_CHECK(err && strstr(err, "clients use --access-key now"));
+    free(err);
+    err = NULL;
+    for (int head = 0; head < 2; head++) {
+        char *n7[] = {(char *)sw_test_bin("shardwire-node"),
+                      "--model",
+                      "/nonexistent.gguf",
+                      "--layers",
+                      head ? "0:1" : "1:2",
+                      "--relay",
+                      s_ep,
+                      "--name",
+                      "x",
+                      "--key",
+                      (char *)s_path("carol.key"),
+                      "--relay-key",
+                      (char *)s_path("relay.pub"),
+                      "--cluster-key",
+                      (char *)s_path("cluster.key"),
+                      head ? NULL : "--access-key",
+                      (char *)s_path("access.key"),
+                      NULL};
+        SW_CHECK_INT(s_exit_code(n7, &err), 2);
+        SW_CHECK(err && strstr(err, head ? "needs --access-key" : "only the head"));
+        free(err);
+        err = NULL;
+    }
     /* and no keys and no flag: refused before any connection */
     char *c6[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, NULL};
     unsetenv("SW_KEY");
@@ -384,10 +443,16 @@ int main(void)
     SW_CHECK_INT(sw_test_run(kg2, 20, NULL, NULL), 0);
     SW_CHECK(stat(s_path("cluster.key"), &st) == 0 && (st.st_mode & 0777) == 0600);
     SW_CHECK(sw_test_run(kg, 20, NULL, NULL) != 0); /* never overwrites */
+    char *kg3[] = {(char *)sw_test_bin("shardwire"), "keygen", "--access-key",
+                   (char *)s_path("access.key"), NULL};
+    SW_CHECK_INT(sw_test_run(kg3, 20, NULL, NULL), 0);
+    SW_CHECK(stat(s_path("access.key"), &st) == 0 && (st.st_mode & 0777) == 0600);
 
+    /* bob and other in the old form: "KEY NAME" is a node, "KEY" a client */
     char allow[2048];
     snprintf(allow, sizeof allow,
-             "# test allow-list\n%s alice\n%s bob   # bob's laptop\n%s carol\n%s\n%s mallory\n",
+             "# test allow-list\n%s node alice\n%s bob   # bob's laptop\n%s node carol\n%s\n%s "
+             "node mallory\n",
              s_slurp_line(s_path("alice.pub")), s_slurp_line(s_path("bob.pub")),
              s_slurp_line(s_path("carol.pub")), s_slurp_line(s_path("other.pub")),
              s_slurp_line(s_path("mallory.pub")));
@@ -424,21 +489,23 @@ int main(void)
     SW_CHECK(wrong == NULL);
     sw_peer_destroy(&wrong);
     void *plain = s_raw(ctx, NULL);
-    SW_CHECK_INT(s_raw_announce(plain, "plain"), -1);
+    SW_CHECK_INT(s_raw_announce(plain, "plain", 0), -1);
     zmq_close(plain);
 
-    /* names are bound to keys */
+    /* names are bound to keys; a listed name is reserved even for a key that may take any
+     * name; the old form of bob's line made it a node key */
     void *carol = s_raw(ctx, "carol");
-    SW_CHECK_INT(s_raw_announce(carol, "alice"), SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED);
-    SW_CHECK_INT(s_raw_announce(carol, "carol"), 0);
-    void *other = s_raw(ctx, "other"); /* its entry permits any name */
-    SW_CHECK_INT(s_raw_announce(other, "bob"), SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN);
-    SW_CHECK_INT(s_raw_announce(other, "other-ok"), 0);
+    SW_CHECK_INT(s_raw_announce(carol, "alice", 1), SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED);
+    SW_CHECK_INT(s_raw_announce(carol, "carol", 1), 0);
+    void *other = s_raw(ctx, "other"); /* a client key: any name that is not listed */
+    SW_CHECK_INT(s_raw_announce(other, "bob", 0), SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED);
+    SW_CHECK_INT(s_raw_announce(other, "other-ok", 0), 0);
+    SW_CHECK(sw_test_count_in_file(sw_test_log("relay.log"), "old 'KEY [NAME]' form") == 1);
 
     /* what the relay forwards is ciphertext: mallory (allowed, no cluster key) receives
      * exactly the bytes the relay handled */
     void *mallory = s_raw(ctx, "mallory");
-    SW_CHECK_INT(s_raw_announce(mallory, "mallory"), 0);
+    SW_CHECK_INT(s_raw_announce(mallory, "mallory", 1), 0);
     {
         const char *secret = "The launch code is SWORDFISH-42";
         Shardwire__GenerateRequest g = SHARDWIRE__GENERATE_REQUEST__INIT;
@@ -502,7 +569,7 @@ int main(void)
     {
         uint8_t ck[1][SW_CLUSTER_KEY_BYTES];
         SW_CHECK_INT(sw_cluster_key_load(s_path("cluster.key"), ck[0], e, sizeof e), 0);
-        sw_seal_t *seal = sw_seal_new(ck, 1);
+        sw_seal_t *seal = sw_seal_new(ck, 1, SW_SEAL_CLUSTER);
         Shardwire__Error er = SHARDWIRE__ERROR__INIT;
         er.message = "hello bob";
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
@@ -552,8 +619,8 @@ int main(void)
         sw_wire_msg_clear(&got);
     }
 
-    /* `shardwire status` needs no cluster key (the relay operator has none), and lists
-     * the peers; with a name-bound key it is refused (it announces a random name) */
+    /* `shardwire status` needs no access key (the relay operator has none), and lists
+     * the peers; with a node key it is refused (it announces a client with a random name) */
     {
         char okey[256], *out = NULL, *err = NULL;
         snprintf(okey, sizeof okey, "%s.key", s_path("other"));
@@ -580,7 +647,7 @@ int main(void)
     /* revocation: alice's key leaves the allow-list; within 3 s she can neither be
      * reached nor send */
     {
-        snprintf(allow, sizeof allow, "%s bob\n%s carol\n%s\n%s mallory\n",
+        snprintf(allow, sizeof allow, "%s node bob\n%s node carol\n%s client\n%s node mallory\n",
                  s_slurp_line(s_path("bob.pub")), s_slurp_line(s_path("carol.pub")),
                  s_slurp_line(s_path("other.pub")), s_slurp_line(s_path("mallory.pub")));
         char tmp[256];

@@ -96,6 +96,10 @@ static char **s_node_argv(const char *model, const char *name, const char *layer
     argv[i++] = (char *)relay_pub;
     argv[i++] = "--cluster-key";
     argv[i++] = (char *)s_path("cluster.key");
+    if (!strncmp(layers, "0:", 2)) {
+        argv[i++] = "--access-key";
+        argv[i++] = (char *)s_path("access.key");
+    }
     if (extra) {
         argv[i++] = "--connect-timeout-s";
         argv[i++] = (char *)extra;
@@ -149,6 +153,10 @@ int main(void)
     char *ck[] = {(char *)sw_test_bin("shardwire"), "keygen", "--cluster-key",
                   (char *)s_path("cluster.key"), NULL};
     SW_CHECK_INT(sw_test_run(ck, 20, NULL, NULL), 0);
+    char *ak[] = {(char *)sw_test_bin("shardwire"), "keygen", "--access-key",
+                  (char *)s_path("access.key"), NULL};
+    SW_CHECK_INT(sw_test_run(ak, 20, NULL, NULL), 0);
+    /* the old allow-list form ("KEY NAME" = a node, "KEY" = a client) still works */
     FILE *f = fopen(s_path("allow.txt"), "w");
     if (!f)
         sw_test_skip("cannot write the allow-list");
@@ -198,8 +206,8 @@ int main(void)
                    (char *)s_path("client.key"),
                    "--relay-key",
                    (char *)s_path("relay.pub"),
-                   "--cluster-key",
-                   (char *)s_path("cluster.key"),
+                   "--access-key",
+                   (char *)s_path("access.key"),
                    NULL};
     pid_t client = sw_test_spawn_io(run, s_path("client.out"), s_path("client.err"));
 

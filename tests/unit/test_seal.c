@@ -56,7 +56,7 @@ static int s_trip(sw_seal_t *from, sw_seal_t *to, const char *src, const char *d
 
 static void s_test_roundtrip_and_tamper(const uint8_t k[][32])
 {
-    sw_seal_t *a = sw_seal_new(k, 1), *b = sw_seal_new(k, 1);
+    sw_seal_t *a = sw_seal_new(k, 1, SW_SEAL_CLUSTER), *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
     const char *hdr = "an envelope";
     uint8_t pl[300];
     for (size_t i = 0; i < sizeof pl; i++)
@@ -87,7 +87,7 @@ static void s_test_roundtrip_and_tamper(const uint8_t k[][32])
 
 static void s_test_replay(const uint8_t k[][32])
 {
-    sw_seal_t *a = sw_seal_new(k, 1), *b = sw_seal_new(k, 1);
+    sw_seal_t *a = sw_seal_new(k, 1, SW_SEAL_CLUSTER), *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
     enum { N = 100 };
     zmq_msg_t h[N];
     for (int i = 0; i < N; i++) {
@@ -114,7 +114,7 @@ static void s_test_replay(const uint8_t k[][32])
     free(plain);
     SW_CHECK_INT(OPEN(99), SW_SEAL_EREPLAY);
     /* a restarted sender (new session) starts again from counter 1 */
-    sw_seal_t *a2 = sw_seal_new(k, 1);
+    sw_seal_t *a2 = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
     zmq_msg_t h2, p2;
     SW_CHECK_INT(sw_seal_message(a2, "head", "tail", "y", 1, NULL, 0, 0, &h2, &p2), 0);
     SW_CHECK_INT(
@@ -124,7 +124,7 @@ static void s_test_replay(const uint8_t k[][32])
     zmq_msg_close(&h2);
     /* more senders than windows: the oldest are evicted, nothing breaks */
     for (int i = 0; i < SW_SEAL_SENDERS_MAX + 10; i++) {
-        sw_seal_t *x = sw_seal_new(k, 1);
+        sw_seal_t *x = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
         char name[32];
         snprintf(name, sizeof name, "peer%d", i);
         zmq_msg_t hx, px;
@@ -151,8 +151,9 @@ static void s_test_rotation(const uint8_t k[][32])
     memcpy(newfirst[1], k[0], 32);
     memcpy(oldonly[0], k[0], 32);
     memcpy(newonly[0], k[1], 32);
-    sw_seal_t *old = sw_seal_new(oldonly, 1), *rot = sw_seal_new(newfirst, 2),
-              *fresh = sw_seal_new(newonly, 1);
+    sw_seal_t *old = sw_seal_new(oldonly, 1, SW_SEAL_CLUSTER),
+              *rot = sw_seal_new(newfirst, 2, SW_SEAL_CLUSTER),
+              *fresh = sw_seal_new(newonly, 1, SW_SEAL_CLUSTER);
     SW_CHECK_INT(s_trip(old, rot, "a", "b", "a", "b", "h", NULL, 0, -1, -1), 0);   /* old -> both */
     SW_CHECK_INT(s_trip(rot, fresh, "a", "b", "a", "b", "h", NULL, 0, -1, -1), 0); /* new -> new */
     SW_CHECK_INT(s_trip(rot, old, "a", "b", "a", "b", "h", NULL, 0, -1, -1), SW_SEAL_EAUTH);
@@ -261,7 +262,7 @@ static void s_test_files(void)
  * 7B-class prefill chunk (512 rows x 3584 f16). Printed, not asserted. */
 static void s_bench(const uint8_t k[][32])
 {
-    sw_seal_t *a = sw_seal_new(k, 1), *b = sw_seal_new(k, 1);
+    sw_seal_t *a = sw_seal_new(k, 1, SW_SEAL_CLUSTER), *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
     size_t sizes[] = {5 * 576 * 2, 65 * 3584 * 2, 512 * 3584 * 2};
     const char *what[] = {"decode round, 5x576 f16", "K=64 round, 65x3584 f16",
                           "prefill chunk, 512x3584 f16"};
