@@ -58,7 +58,7 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     }
     if (!s)
         return;
-    node_session_free(n, s);
+    node_session_close(n, s);
     SW_INFO("session %016llx closed by %s (%s): %d session(s) held; %llu forwards run in %llu "
             "batches so far",
             (unsigned long long)m->env->session_close->session_id, m->peer,

@@ -135,10 +135,13 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop);
 /* The session id, or with create a new one with a cache of n_ctx positions
  * (0 = --ctx), counted against --kv-mib; NULL with why. */
 node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why);
-/* Frees the session's cache (its waiting Forward is dropped) and remembers
- * its id for a while, so that a Forward of it still in flight does not open
- * it again. */
+/* Frees the session's cache (its waiting Forward is dropped). The head may
+ * open it again: after a stage error, an eviction or an idle timeout it
+ * replays the session from its prefill under the same id. */
 void node_session_free(node_t *n, node_session_t *s);
+/* Frees a session its owner closed (SessionClose) and remembers its id for a
+ * while, so that a Forward of it still in flight does not open it again. */
+void node_session_close(node_t *n, node_session_t *s);
 void node_sessions_expire(node_t *n, double now_ms);
 int node_sessions_held(const node_t *n);
 /* Checks a Forward addressed to this stage (hop >= 1) and takes it into the

@@ -126,6 +126,15 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
     return free_slot;
 }
 
+void node_session_close(node_t *n, node_session_t *s)
+{
+    if (!s || !s->id)
+        return;
+    n->closed[n->closed_at] = s->id;
+    n->closed_at = (n->closed_at + 1) % NODE_CLOSED_IDS;
+    node_session_free(n, s);
+}
+
 void node_session_free(node_t *n, node_session_t *s)
 {
     if (!s || !s->id)
@@ -134,8 +143,6 @@ void node_session_free(node_t *n, node_session_t *s)
     for (int i = 0; i < n->n_batch; i++)
         if (n->batch[i].s == s)
             n->batch[i].s = NULL; // its waiting Forward is dropped
-    n->closed[n->closed_at] = s->id;
-    n->closed_at = (n->closed_at + 1) % NODE_CLOSED_IDS;
     n->kv_used -= s->kv_bytes;
     sw_kv_free(&s->kv);
     sw_verifier_free(&s->ver);

@@ -167,5 +167,35 @@ int main(void)
         SW_CHECK_INT(swf_log_count(&c, "lost the relay connection"), lost);
     }
     swf_stop(&c);
+
+    /* 4. A stage that freed a session on its own (here: its idle timeout,
+     * while the head stood still) must take the head's replay of it: only a
+     * session its owner closed stays closed to stray Forwards. */
+    {
+        swf_cluster_t c4 = {.relay_hb = 1000}; /* the stopped head stays in the table */
+        static const char *const h4[] = {"--recover-timeout-s", "20", NULL};
+        static const char *const t4[] = {"--idle-timeout-s", "1", NULL};
+        swf_node(&c4.nodes[0], "head", "0:15", h4);
+        swf_node(&c4.nodes[1], "tail", "15:30", t4);
+        SW_CHECK_INT(swf_start(&c4, model, 2, sw_test_log("nodes4.log")), 0);
+        long in0 = 0;
+        SW_CHECK_INT(swf_peer(c4.ep, "tail", &in0, NULL), 1);
+        swf_client_t cl = {0};
+        SW_CHECK_INT(swf_client_start(&cl, c4.ep, s_prompt, N_GEN, 120, NULL, "idle"), 0);
+        SW_CHECK_INT(swf_wait_msgs_in(c4.ep, "tail", in0 + 10, 60), 0);
+        kill(c4.nodes[0].pid, SIGSTOP);
+        usleep(2500 * 1000); /* the tail frees the session after 1 s idle */
+        kill(c4.nodes[0].pid, SIGCONT);
+        swf_client_wait(&cl, &got);
+        SW_CHECK_INT(got.rc, 0);
+        SW_CHECK(swf_same(&got, &ref));
+        if (!swf_same(&got, &ref))
+            fprintf(stderr, "idle-freed session: tokens differ at %d: %s\n",
+                    swf_diff_at(&got, &ref), got.err);
+        SW_CHECK(swf_log_count(&c4, "idle for") >= 1);
+        fprintf(stderr, "idle-freed session: the tail freed it %d time(s), %d recoveries\n",
+                swf_log_count(&c4, "idle for"), swf_log_count(&c4, "went through again"));
+        swf_stop(&c4);
+    }
     return sw_test_done();
 }
