@@ -3,14 +3,17 @@
 # Docker engine or an image registry (what CI and tests/slow/test_compose.c
 # use; a user with Docker needs none of this):
 #
-#  1. installs podman, podman-compose, runc, debootstrap, uidmap, slirp4netns
-#     and docker-compose (v1, only to validate compose files with `config`);
+#  1. installs podman, podman-compose, runc, debootstrap, uidmap, slirp4netns,
+#     the CNI dnsname plugin (containers find each other by service name; apt
+#     leaves it out as a mere recommendation of podman) and docker-compose (v1,
+#     only to validate compose files with `config`);
 #  2. writes a containers.conf with runc and open-file / process limits the VM
 #     allows (no CAP_SYS_RESOURCE here) and prints `export CONTAINERS_CONF=...`;
 #  3. makes the base image the Dockerfiles start from, from the Debian archive
 #     (debootstrap --variant=minbase bookworm), and imports it under the name
 #     the Dockerfiles use, docker.io/library/debian:bookworm-slim, so that
-#     `podman build --pull=never` resolves it locally. Done once; later calls
+#     `podman build --pull=never` resolves it locally (and as debian:bookworm,
+#     the build stage's name). Done once; later calls
 #     only check that the image is there.
 #
 #   eval "$(bash scripts/containers.sh)"     # then podman / podman-compose work
@@ -25,7 +28,7 @@ conf=${SW_CONTAINERS_CONF:-/tmp/shardwire-containers.conf}
 base=${SW_BASE_IMAGE:-docker.io/library/debian:bookworm-slim}
 mirror=${SW_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-SW_DEPS_EXTRA="podman podman-compose runc debootstrap uidmap slirp4netns docker-compose" \
+SW_DEPS_EXTRA="podman podman-compose runc debootstrap uidmap slirp4netns docker-compose golang-github-containernetworking-plugin-dnsname" \
     bash "$here/scripts/deps.sh" >&2
 
 SUDO=""
@@ -54,5 +57,9 @@ if ! podman image exists "$base"; then
     $SUDO tar -C "$root" -c . | podman import -q - "$base" >/dev/null
     echo "containers: imported $base ($(podman image inspect -f '{{.Size}}' "$base") bytes)" >&2
 fi
+# The Dockerfiles build on debian:bookworm and run on debian:bookworm-slim; the
+# minbase tree stands in for both (the build stage installs what it needs).
+full=${base%-slim}
+[ "$full" != "$base" ] && ! podman image exists "$full" && podman tag "$base" "$full"
 podman --version >&2
 echo "export CONTAINERS_CONF=$conf"
