@@ -13,5 +13,6 @@ int cmd_info(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_cluster(int argc, char **argv);
 
 #endif

@@ -22,6 +22,7 @@ static const struct s_cmd s_cmds[] = {
     {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, fingerprint)"},
     {"keygen", cmd_keygen, "make a CURVE key pair (--out PREFIX) or a cluster key (--cluster-key)"},
+    {"cluster", cmd_cluster, "set up a cluster's keys: one bundle per machine (cluster init)"},
     {"pull", cmd_pull, "download a GGUF from the Hugging Face hub into its cache (REPO[:FILE])"},
 };
 

@@ -85,7 +85,7 @@ static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const cha
  * then ""); else 0 and the first missing one in missing. */
 static int s_has_names(const sw_client_table_t *t, const char *expect, char *missing, size_t len)
 {
-    missing[0] = 0;
+    missing[0] = 0; /* a name missing on an earlier attempt may have come since */
     for (const char *p = expect; p && *p;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);

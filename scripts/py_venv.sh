@@ -4,6 +4,8 @@
 # the path of its python. Idempotent and quiet when everything is there.
 #
 #   py=$(bash scripts/py_venv.sh)        # $SW_VENV, default build/venv
+#   py=$(bash scripts/py_venv.sh nbclient ipykernel)   # and these packages too
+#                                        # (the Kaggle notebooks' test, scripts/run_notebook.py)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${SW_VENV:-$here/build/venv}
@@ -16,4 +18,11 @@ if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
     echo "py_venv: installing $want from PyPI into $venv" >&2
     "$venv/bin/pip" install --disable-pip-version-check -q "$want" >&2
 fi
+for pkg in "$@"; do
+    mod=${pkg%%[<>=]*}
+    if ! "$venv/bin/python" -c "import ${mod//-/_}" 2>/dev/null; then
+        echo "py_venv: installing $pkg from PyPI into $venv" >&2
+        "$venv/bin/pip" install --disable-pip-version-check -q "$pkg" >&2
+    fi
+done
 echo "$venv/bin/python"

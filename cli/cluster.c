@@ -1,0 +1,832 @@
+/*
+ * cluster.c - `shardwire cluster init`: every key of a cluster in one command,
+ * and one ready-to-use bundle per machine (docs/deploy.md, docs/security.md).
+ *
+ *   shardwire cluster init --relay HOST:PORT --nodes head,tail[,...] --out DIR
+ *                          [--clients NAME,...] [--model M] [--layers A:B,B:C,...]
+ *                          [--listen tcp://0.0.0.0:PORT] [--force]
+ *
+ * DIR (mode 0700, every file 0600):
+ *   README.txt                     what goes where, and the start commands
+ *   allow.txt relay.pub            the relay's allow-list and public key
+ *   cluster.key access.key         the two sealing keys (nodes; clients and the head)
+ *   relay/                         relay.key relay.pub allow.txt start.sh relay.env
+ *   NODE/ (each node)              NODE.key NODE.pub relay.pub cluster.key [access.key: head]
+ *                                  start.sh node.env kaggle-secrets.txt
+ *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
+ *                                  client.env kaggle-secrets.txt
+ *
+ * The allow-list binds each node key to its name (`KEY node NAME`) and gives
+ * each client key the client role (`KEY client`). The head (the first node,
+ * layers from 0) holds both sealing keys, the other nodes the cluster key,
+ * the clients the access key; the relay none.
+ *
+ * Everything is written into a fresh folder beside DIR and moved into place
+ * at the end, so a failure leaves no half-made DIR. An existing DIR is never
+ * touched without --force; with it, the files named above are replaced and
+ * nothing else in DIR is.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "backend.h"
+#include "cmds.h"
+#include "keys.h"
+#include "model.h"
+#include "wire.h"
+
+#define S_NODES_MAX 64
+#define S_CLIENTS_MAX 16
+#define S_FILES_MAX 1024
+#define S_TEXT_MAX 16384
+
+typedef struct s_init {
+    char out[PATH_MAX];     /* DIR, without a trailing '/' */
+    char tmp[PATH_MAX];     /* where everything is made first */
+    char relay_ep[300];     /* tcp://HOST:PORT, for peers */
+    char listen[300];       /* the relay's --listen */
+    const char *model;      /* --model as given, or NULL */
+    int n_nodes, n_clients; /* counts */
+    char nodes[S_NODES_MAX][SW_WIRE_NAME_MAX + 1];
+    char clients[S_CLIENTS_MAX][SW_WIRE_NAME_MAX + 1];
+    char layers[S_NODES_MAX][32]; /* "A:B" per node, "" when unknown */
+    int n_files;                  /* files written, relative to tmp */
+    char *files[S_FILES_MAX];
+    char relay_pub[SW_KEY_Z85_LEN + 1];
+    char cluster_z85[SW_KEY_Z85_LEN + 1];
+    char access_z85[SW_KEY_Z85_LEN + 1];
+} s_init_t;
+
+static int s_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int s_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shardwire cluster init: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return -1;
+}
+
+/* snprintf into buf that fails (-1) instead of truncating. */
+static int s_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int s_fmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+/* Appends printf text to a bounded buffer; sets *ovf on overflow. */
+static void s_cat(char *buf, size_t cap, int *ovf, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void s_cat(char *buf, size_t cap, int *ovf, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= cap - n)
+        *ovf = 1;
+}
+
+/* s quoted for sh: '...' with each ' written as '\''. */
+static const char *s_shq(const char *s)
+{
+    static char buf[4][PATH_MAX * 4 + 3];
+    static int slot;
+    char *o = buf[slot++ & 3], *p = o;
+    *p++ = '\'';
+    for (; *s && p < o + sizeof buf[0] - 6; s++) {
+        if (*s == '\'') {
+            memcpy(p, "'\\''", 4);
+            p += 4;
+        } else
+            *p++ = *s;
+    }
+    *p++ = '\'';
+    *p = 0;
+    return o;
+}
+
+static const char *s_path(const s_init_t *in, const char *rel)
+{
+    static char buf[4][PATH_MAX];
+    static int slot;
+    char *p = buf[slot++ & 3];
+    if (s_fmt(p, PATH_MAX, "%s/%s", in->tmp, rel) != 0)
+        p[0] = 0; /* fails at open() with ENOENT; paths are bounded before */
+    return p;
+}
+
+static int s_track(s_init_t *in, const char *rel)
+{
+    if (in->n_files == S_FILES_MAX)
+        return s_fail("too many files");
+    in->files[in->n_files] = strdup(rel);
+    if (!in->files[in->n_files])
+        return s_fail("out of memory");
+    in->n_files++;
+    return 0;
+}
+
+/* Makes tmp/rel a folder (0700). */
+static int s_mkdir(s_init_t *in, const char *rel)
+{
+    if (mkdir(s_path(in, rel), 0700) != 0)
+        return s_fail("%s: %s", s_path(in, rel), strerror(errno));
+    return 0;
+}
+
+/* Writes text to tmp/rel, created exclusively with mode (0600 or 0700). */
+static int s_write(s_init_t *in, const char *rel, const char *text, mode_t mode)
+{
+    const char *path = s_path(in, rel);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return s_fail("%s: %s", path, strerror(errno));
+    int rc = fchmod(fd, mode);
+    size_t n = strlen(text), off = 0;
+    while (rc == 0 && off < n) {
+        ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            rc = -1;
+        else
+            off += (size_t)w;
+    }
+    if (rc == 0)
+        rc = fsync(fd);
+    if (close(fd) != 0)
+        rc = -1;
+    if (rc != 0) {
+        int e = errno;
+        unlink(path);
+        return s_fail("%s: %s", path, strerror(e));
+    }
+    return s_track(in, rel);
+}
+
+/* A CURVE pair as tmp/dir/name.key + .pub (0600); pub and sec (Z85) out. */
+static int s_keypair(s_init_t *in, const char *dir, const char *name, char *pub, char *sec)
+{
+    char rel[256], err[512];
+    s_fmt(rel, sizeof rel, "%s/%s", dir, name);
+    if (sw_keys_generate(s_path(in, rel), pub, err, sizeof err) != 0)
+        return s_fail("%s", err);
+    char k[300], p[300];
+    s_fmt(k, sizeof k, "%s.key", rel);
+    s_fmt(p, sizeof p, "%s.pub", rel);
+    if (s_track(in, k) != 0 || s_track(in, p) != 0)
+        return -1;
+    if (chmod(s_path(in, p), 0600) != 0)
+        return s_fail("%s: %s", s_path(in, p), strerror(errno));
+    char pub2[SW_KEY_Z85_LEN + 1];
+    if (sw_keys_load_secret(s_path(in, k), pub2, sec, err, sizeof err) != 0)
+        return s_fail("%s", err);
+    return strcmp(pub, pub2) == 0 ? 0 : s_fail("%s: the key read back differs", k);
+}
+
+/* A sealing key (32 random bytes, Z85) in tmp/rel, made by gen (the cluster
+ * or the access key's generator); its Z85 text out. */
+static int s_sealing_key(s_init_t *in, const char *rel, int (*gen)(const char *, char *, size_t),
+                         char *z85)
+{
+    char err[512];
+    uint8_t key[SW_CLUSTER_KEY_BYTES];
+    if (gen(s_path(in, rel), err, sizeof err) != 0 || s_track(in, rel) != 0 ||
+        sw_cluster_key_load(s_path(in, rel), key, err, sizeof err) != 0)
+        return s_fail("%s", err);
+    char *ok = zmq_z85_encode(z85, key, sizeof key);
+    sodium_memzero(key, sizeof key);
+    return ok ? 0 : s_fail("Z85 encoding failed");
+}
+
+/* Copies the text of tmp/from into tmp/to (0600). */
+static int s_copy(s_init_t *in, const char *from, const char *to)
+{
+    FILE *f = fopen(s_path(in, from), "r");
+    if (!f)
+        return s_fail("%s: %s", s_path(in, from), strerror(errno));
+    char text[S_TEXT_MAX];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    int rc = s_write(in, to, text, 0600);
+    sodium_memzero(text, sizeof text);
+    return rc;
+}
+
+/* Splits a comma list into names (checked as peer names); the count or -1. */
+static int s_names(const char *what, const char *list, char (*out)[SW_WIRE_NAME_MAX + 1], int max)
+{
+    int n = 0;
+    const char *p = list;
+    while (1) {
+        size_t len = strcspn(p, ",");
+        if (!sw_wire_name_ok(p, len))
+            return s_fail("--%s: '%.*s' is not a name (1-63 of A-Z a-z 0-9 . _ -)", what,
+                          (int)(len > 80 ? 80 : len), p);
+        if (n == max)
+            return s_fail("--%s: more than %d names", what, max);
+        memcpy(out[n], p, len);
+        out[n][len] = 0;
+        n++;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    return n;
+}
+
+/* --relay HOST:PORT (or tcp://HOST:PORT) into tcp://HOST:PORT and the port. */
+static int s_relay_arg(const char *arg, char *ep, size_t ep_len, int *port)
+{
+    const char *hp = strncmp(arg, "tcp://", 6) == 0 ? arg + 6 : arg;
+    const char *colon = strrchr(hp, ':');
+    size_t hl = colon ? (size_t)(colon - hp) : 0;
+    int ok = colon && hl > 0 && hl < 256;
+    for (size_t i = 0; ok && i < hl; i++) {
+        char c = hp[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']';
+    }
+    char *end = NULL;
+    long p = ok ? strtol(colon + 1, &end, 10) : 0;
+    if (!ok || !end || *end || end == colon + 1 || p < 1 || p > 65535)
+        return s_fail("--relay '%.100s': expected HOST:PORT (the address the nodes and clients "
+                      "dial, e.g. 203.0.113.7:5555 or relay.example.org:5555)",
+                      arg);
+    snprintf(ep, ep_len, "tcp://%.*s:%ld", (int)hl, hp, p);
+    *port = (int)p;
+    return 0;
+}
+
+/* The layer count of a local GGUF (the header only; no weight is read), or -1. */
+static int s_model_layers(const char *path)
+{
+    char err[1024];
+    sw_backend_t *be = sw_backend_new("cpu", 1, err, sizeof err);
+    sw_model_t *m = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
+    int n = m ? sw_model_hparams(m)->n_layer : -1;
+    if (!m)
+        s_fail("--model %s: %s", path, err);
+    sw_model_free(&m);
+    sw_backend_free(&be);
+    return n;
+}
+
+/* in->layers from --layers (checked: contiguous from 0) or an even split of n_layer. */
+static int s_layers(s_init_t *in, const char *arg, int n_layer)
+{
+    if (!arg) {
+        if (n_layer < 0)
+            return 0; /* unknown: the bundles leave SW_LAYERS to the user */
+        if (n_layer < in->n_nodes)
+            return s_fail("--model has %d layers, fewer than the %d nodes", n_layer, in->n_nodes);
+        for (int i = 0; i < in->n_nodes; i++)
+            snprintf(in->layers[i], sizeof in->layers[i], "%d:%d", i * n_layer / in->n_nodes,
+                     (i + 1) * n_layer / in->n_nodes);
+        return 0;
+    }
+    const char *p = arg;
+    int n = 0, prev = 0;
+    while (*p) {
+        char *e1 = NULL, *e2 = NULL;
+        long a = strtol(p, &e1, 10), b = -1;
+        if (e1 == p || *e1 != ':')
+            return s_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
+        if (!strncmp(e1 + 1, "end", 3)) {
+            e2 = e1 + 4;
+        } else {
+            b = strtol(e1 + 1, &e2, 10);
+            if (e2 == e1 + 1)
+                return s_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
+        }
+        if (*e2 && *e2 != ',')
+            return s_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
+        if (n == in->n_nodes)
+            return s_fail("--layers has more ranges than --nodes has names (%d)", in->n_nodes);
+        if (a != prev || (b >= 0 && b <= a) || b > 100000)
+            return s_fail("--layers: range %d (%ld:%ld) must start where the previous ends (%d) "
+                          "and be non-empty",
+                          n + 1, a, b, prev);
+        if (b < 0 && e2[0])
+            return s_fail("--layers: only the last range may end at 'end'");
+        if (b < 0)
+            snprintf(in->layers[n], sizeof in->layers[n], "%ld:end", a);
+        else
+            snprintf(in->layers[n], sizeof in->layers[n], "%ld:%ld", a, b);
+        prev = (int)b;
+        n++;
+        p = *e2 ? e2 + 1 : e2;
+    }
+    if (n != in->n_nodes)
+        return s_fail("--layers has %d ranges for %d nodes", n, in->n_nodes);
+    if (n_layer >= 0 && prev >= 0 && prev != n_layer)
+        return s_fail("--layers ends at %d but --model has %d layers", prev, n_layer);
+    return 0;
+}
+
+/* Kaggle secret label for a peer's own key: SHARDWIRE_KEY_<NAME> (A-Z 0-9 _). */
+static const char *s_key_label(const char *name)
+{
+    static char buf[2][96];
+    static int slot;
+    char *o = buf[slot++ & 1];
+    int n = snprintf(o, sizeof buf[0], "SHARDWIRE_KEY_");
+    for (const char *p = name; *p && n < (int)sizeof buf[0] - 1; p++)
+        o[n++] = (*p >= 'a' && *p <= 'z')                                 ? (char)(*p - 32)
+                 : ((*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')) ? *p
+                                                                          : '_';
+    o[n] = 0;
+    return o;
+}
+
+static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int *ovf)
+{
+    const char *name = in->nodes[i];
+    int head = i == 0;
+    char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[256], rel2[256];
+    if (s_mkdir(in, name) != 0 || s_keypair(in, name, name, pub, sec) != 0)
+        return -1;
+    s_cat(allow, allow_cap, ovf, "%s node %s\n", pub, name);
+    s_fmt(rel, sizeof rel, "%s/relay.pub", name);
+    s_fmt(rel2, sizeof rel2, "%s/cluster.key", name);
+    if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "cluster.key", rel2) != 0)
+        return -1;
+    if (head) {
+        s_fmt(rel, sizeof rel, "%s/access.key", name);
+        if (s_copy(in, "access.key", rel) != 0)
+            return -1;
+    }
+    const char *role = head ? "head (layers from 0: owns the sessions, runs the drafter)"
+                       : i == in->n_nodes - 1 ? "tail (the last layers: LM head and verifier)"
+                                              : "middle";
+    char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "", kag[S_TEXT_MAX] = "";
+    /* start.sh: the exact command, with the files beside it. */
+    s_cat(sh, sizeof sh, ovf,
+          "#!/bin/sh\n"
+          "# shardwire node '%s', %s: made by shardwire cluster init.\n"
+          "# Starts the node with the keys in this folder. SW_MODEL and SW_LAYERS override the\n"
+          "# model and layer range below; more arguments go to shardwire-node (e.g. --backend "
+          "cuda).\n"
+          "set -eu\n"
+          "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+          "model=${SW_MODEL:-%s}\n"
+          "layers=${SW_LAYERS:-%s}\n"
+          "[ -n \"$model\" ] || { echo \"start.sh: set SW_MODEL=FILE.gguf or "
+          "hf:ORG/NAME/FILE.gguf (cluster init had no --model)\" >&2; exit 2; }\n"
+          "[ -n \"$layers\" ] || { echo \"start.sh: set SW_LAYERS=A:B, this node's layer range "
+          "(shardwire info --model M gives the count; cluster init had no --layers)\" >&2; exit "
+          "2; }\n"
+          "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-node\" --model \"$model\" --layers "
+          "\"$layers\" \\\n"
+          "    --relay %s --name %s --key \"$here/%s.key\" --relay-key \"$here/relay.pub\" \\\n"
+          "    --cluster-key \"$here/cluster.key\"%s \"$@\"\n",
+          name, role, in->model ? s_shq(in->model) : "", in->layers[i], s_shq(in->relay_ep), name,
+          name, head ? " --access-key \"$here/access.key\"" : "");
+    /* node.env: the same, as values to paste into an environment. */
+    s_cat(env, sizeof env, ovf,
+          "# shardwire node '%s', %s: made by shardwire cluster init.\n"
+          "# SECRET: this file holds the node's secret key and the cluster's sealing key%s.\n"
+          "# Start with the files of this folder:  sh start.sh\n"
+          "# or with these values alone (a shell with this file sourced, `set -a; . ./node.env`):\n"
+          "#   umask 077; d=$(mktemp -d)\n"
+          "#   printf '%%s\\n' \"$%s\" > $d/node.key\n"
+          "#   printf '%%s\\n' \"$SHARDWIRE_CLUSTER_KEY\" > $d/cluster.key\n"
+          "%s"
+          "#   shardwire-node --model \"$SHARDWIRE_MODEL\" --layers \"$SHARDWIRE_LAYERS\" "
+          "--relay \"$SHARDWIRE_RELAY\" --name \"$SHARDWIRE_NAME\" \\\n"
+          "#       --key $d/node.key --relay-key \"$SHARDWIRE_RELAY_PUB\" --cluster-key "
+          "$d/cluster.key%s\n"
+          "SHARDWIRE_NAME='%s'\n"
+          "SHARDWIRE_RELAY='%s'\n"
+          "SHARDWIRE_RELAY_PUB='%s'\n"
+          "%s='%s'\n"
+          "SHARDWIRE_CLUSTER_KEY='%s'\n",
+          name, role, head ? "s" : "", s_key_label(name),
+          head ? "#   printf '%s\\n' \"$SHARDWIRE_ACCESS_KEY\" > $d/access.key\n" : "",
+          head ? " --access-key $d/access.key" : "", name, in->relay_ep, in->relay_pub,
+          s_key_label(name), sec, in->cluster_z85);
+    if (head)
+        s_cat(env, sizeof env, ovf, "SHARDWIRE_ACCESS_KEY='%s'\n", in->access_z85);
+    s_cat(env, sizeof env, ovf, "SHARDWIRE_MODEL=%s\nSHARDWIRE_LAYERS='%s'\n",
+          s_shq(in->model ? in->model : ""), in->layers[i]);
+    /* kaggle-secrets.txt: the secrets deploy/kaggle/node.ipynb reads. */
+    s_cat(kag, sizeof kag, ovf,
+          "# Kaggle secrets of node '%s' (deploy/kaggle/%s.ipynb with NODE_NAME = '%s'):\n"
+          "# in the notebook, Add-ons > Secrets > Add a new secret, one per line below\n"
+          "# (label, then value), and attach each to the notebook. SECRET values.\n"
+          "SHARDWIRE_RELAY     %s\n"
+          "SHARDWIRE_RELAY_PUB %s\n"
+          "%s %s\n"
+          "SHARDWIRE_CLUSTER_KEY %s\n",
+          name, head ? "head" : "node", name, in->relay_ep, in->relay_pub, s_key_label(name), sec,
+          in->cluster_z85);
+    if (head)
+        s_cat(kag, sizeof kag, ovf, "SHARDWIRE_ACCESS_KEY %s\n", in->access_z85);
+    sodium_memzero(sec, sizeof sec);
+    int rc = 0;
+    s_fmt(rel, sizeof rel, "%s/start.sh", name);
+    rc |= s_write(in, rel, sh, 0700);
+    s_fmt(rel, sizeof rel, "%s/node.env", name);
+    rc |= s_write(in, rel, env, 0600);
+    s_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
+    rc |= s_write(in, rel, kag, 0600);
+    sodium_memzero(env, sizeof env);
+    sodium_memzero(kag, sizeof kag);
+    return rc ? -1 : 0;
+}
+
+static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int *ovf)
+{
+    const char *name = in->clients[i];
+    char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[256], rel2[256];
+    if (s_mkdir(in, name) != 0 || s_keypair(in, name, name, pub, sec) != 0)
+        return -1;
+    s_cat(allow, allow_cap, ovf, "# client '%s'\n%s client\n", name, pub);
+    s_fmt(rel, sizeof rel, "%s/relay.pub", name);
+    s_fmt(rel2, sizeof rel2, "%s/access.key", name);
+    if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "access.key", rel2) != 0)
+        return -1;
+    char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "", kag[S_TEXT_MAX] = "";
+    s_cat(sh, sizeof sh, ovf,
+          "#!/bin/sh\n"
+          "# shardwire client '%s': made by shardwire cluster init. Runs a shardwire command\n"
+          "# against the cluster with the keys in this folder:\n"
+          "#   sh shardwire.sh run -p \"Hello\" -n 64 [--chat]\n"
+          "#   sh shardwire.sh status [--expect %s]\n"
+          "#   sh shardwire.sh serve --listen 127.0.0.1:8080 --api-key-file api.keys\n"
+          "set -eu\n"
+          "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+          "[ $# -ge 1 ] || { echo \"usage: sh $0 run|status|serve [options]\" >&2; exit 2; }\n"
+          "cmd=$1\n"
+          "shift\n"
+          "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire\" \"$cmd\" --relay %s --key "
+          "\"$here/%s.key\" \\\n"
+          "    --relay-key \"$here/relay.pub\" --access-key \"$here/access.key\" \"$@\"\n",
+          name, in->nodes[0], s_shq(in->relay_ep), name);
+    s_cat(env, sizeof env, ovf,
+          "# shardwire client '%s': made by shardwire cluster init.\n"
+          "# SECRET: this file holds the client's secret key and the access key.\n"
+          "# Run with the files of this folder:  sh shardwire.sh run -p \"Hello\"\n"
+          "# or with these values alone (a shell with this file sourced, `set -a; . "
+          "./client.env`):\n"
+          "#   umask 077; d=$(mktemp -d)\n"
+          "#   printf '%%s\\n' \"$%s\" > $d/client.key\n"
+          "#   printf '%%s\\n' \"$SHARDWIRE_ACCESS_KEY\" > $d/access.key\n"
+          "#   shardwire run --relay \"$SHARDWIRE_RELAY\" --key $d/client.key --relay-key "
+          "\"$SHARDWIRE_RELAY_PUB\" --access-key $d/access.key -p \"Hello\"\n"
+          "SHARDWIRE_RELAY='%s'\n"
+          "SHARDWIRE_RELAY_PUB='%s'\n"
+          "%s='%s'\n"
+          "SHARDWIRE_ACCESS_KEY='%s'\n",
+          name, s_key_label(name), in->relay_ep, in->relay_pub, s_key_label(name), sec,
+          in->access_z85);
+    s_cat(kag, sizeof kag, ovf,
+          "# Kaggle secrets of client '%s' (deploy/kaggle/client.ipynb with CLIENT_NAME = '%s'):\n"
+          "# in the notebook, Add-ons > Secrets > Add a new secret, one per line below\n"
+          "# (label, then value), and attach each to the notebook. SECRET values.\n"
+          "SHARDWIRE_RELAY     %s\n"
+          "SHARDWIRE_RELAY_PUB %s\n"
+          "%s %s\n"
+          "SHARDWIRE_ACCESS_KEY %s\n",
+          name, name, in->relay_ep, in->relay_pub, s_key_label(name), sec, in->access_z85);
+    sodium_memzero(sec, sizeof sec);
+    int rc = 0;
+    s_fmt(rel, sizeof rel, "%s/shardwire.sh", name);
+    rc |= s_write(in, rel, sh, 0700);
+    s_fmt(rel, sizeof rel, "%s/client.env", name);
+    rc |= s_write(in, rel, env, 0600);
+    s_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
+    rc |= s_write(in, rel, kag, 0600);
+    sodium_memzero(env, sizeof env);
+    sodium_memzero(kag, sizeof kag);
+    return rc ? -1 : 0;
+}
+
+static int s_make(s_init_t *in)
+{
+    char sec[SW_KEY_Z85_LEN + 1];
+    int ovf = 0;
+    if (s_mkdir(in, "relay") != 0 || s_keypair(in, "relay", "relay", in->relay_pub, sec) != 0)
+        return -1;
+    sodium_memzero(sec, sizeof sec);
+    if (s_copy(in, "relay/relay.pub", "relay.pub") != 0 ||
+        s_sealing_key(in, "cluster.key", sw_cluster_key_generate, in->cluster_z85) != 0 ||
+        s_sealing_key(in, "access.key", sw_access_key_generate, in->access_z85) != 0)
+        return -1;
+    static char allow[S_NODES_MAX * 128 + S_CLIENTS_MAX * 200 + 512];
+    allow[0] = 0;
+    s_cat(allow, sizeof allow, &ovf,
+          "# shardwire relay allow-list, made by shardwire cluster init (docs/security.md).\n"
+          "# Each node key is bound to its name; client keys get the client role.\n"
+          "# Revoke a key by deleting its line: the relay re-reads this file when it\n"
+          "# changes (and on SIGHUP).\n");
+    for (int i = 0; i < in->n_nodes; i++)
+        if (s_node_bundle(in, i, allow, sizeof allow, &ovf) != 0)
+            return -1;
+    for (int i = 0; i < in->n_clients; i++)
+        if (s_client_bundle(in, i, allow, sizeof allow, &ovf) != 0)
+            return -1;
+    if (ovf)
+        return s_fail("internal: a generated file did not fit its buffer");
+    if (s_write(in, "allow.txt", allow, 0600) != 0 ||
+        s_write(in, "relay/allow.txt", allow, 0600) != 0)
+        return -1;
+
+    char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "";
+    s_cat(sh, sizeof sh, &ovf,
+          "#!/bin/sh\n"
+          "# The shardwire relay: made by shardwire cluster init. More arguments go to\n"
+          "# shardwire-relay. On a VM, deploy/vm/ runs it under systemd instead.\n"
+          "set -eu\n"
+          "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+          "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-relay\" --listen %s --key "
+          "\"$here/relay.key\" \\\n"
+          "    --allow \"$here/allow.txt\" \"$@\"\n",
+          s_shq(in->listen));
+    s_cat(env, sizeof env, &ovf,
+          "# The shardwire relay: made by shardwire cluster init. SECRET (the relay's key).\n"
+          "# deploy/vm/cloud-init.yaml and deploy/vm/shardwire-relay.service read these.\n"
+          "SHARDWIRE_LISTEN='%s'\n",
+          in->listen);
+    if (ovf)
+        return s_fail("internal: a generated file did not fit its buffer");
+    if (s_write(in, "relay/start.sh", sh, 0700) != 0 ||
+        s_write(in, "relay/relay.env", env, 0600) != 0)
+        return -1;
+
+    static char readme[S_TEXT_MAX * 2];
+    readme[0] = 0;
+    s_cat(readme, sizeof readme, &ovf,
+          "shardwire cluster: keys and one bundle per machine, made by shardwire cluster init.\n"
+          "Everything here is SECRET except the *.pub files. docs/deploy.md walks through it.\n\n"
+          "Relay (reachable at %s, listening on %s):\n"
+          "  copy relay/ to the relay machine and run  sh relay/start.sh\n"
+          "  (or deploy/vm/: the relay under systemd with these files in /etc/shardwire)\n\n"
+          "Nodes (copy each folder to its machine; any start order works):\n",
+          in->relay_ep, in->listen);
+    for (int i = 0; i < in->n_nodes; i++)
+        s_cat(readme, sizeof readme, &ovf, "  %-16s layers %-10s  sh %s/start.sh%s\n", in->nodes[i],
+              in->layers[i][0] ? in->layers[i] : "(SW_LAYERS)", in->nodes[i],
+              in->model ? "" : "   (set SW_MODEL=...)");
+    s_cat(readme, sizeof readme, &ovf, "\nClients:\n");
+    char all[S_NODES_MAX * (SW_WIRE_NAME_MAX + 1) + 1] = "";
+    for (int i = 0; i < in->n_nodes; i++)
+        s_cat(all, sizeof all, &ovf, "%s%s", i ? "," : "", in->nodes[i]);
+    for (int i = 0; i < in->n_clients; i++)
+        s_cat(readme, sizeof readme, &ovf,
+              "  %-16s sh %s/shardwire.sh status --expect %s\n"
+              "  %-16s sh %s/shardwire.sh run -p \"Hello\" -n 64 --chat\n",
+              in->clients[i], in->clients[i], all, "", in->clients[i]);
+    s_cat(readme, sizeof readme, &ovf,
+          "\nWithout files (an environment, Kaggle secrets): each bundle's *.env holds the\n"
+          "same keys as values and kaggle-secrets.txt the secrets deploy/kaggle/ reads.\n"
+          "Keys: the head holds cluster.key and access.key, the other nodes cluster.key,\n"
+          "clients access.key, the relay neither. allow.txt is the relay's allow-list.\n");
+    if (ovf)
+        return s_fail("internal: a generated file did not fit its buffer");
+    return s_write(in, "README.txt", readme, 0600);
+}
+
+/* Removes the files written under tmp and the folders, deepest first. */
+static void s_cleanup(s_init_t *in)
+{
+    for (int i = in->n_files - 1; i >= 0; i--) {
+        unlink(s_path(in, in->files[i]));
+        char *slash = strrchr(in->files[i], '/');
+        if (slash) {
+            *slash = 0;
+            rmdir(s_path(in, in->files[i]));
+        }
+    }
+    rmdir(in->tmp);
+}
+
+/* Moves every file from tmp into out (making folders), replacing the same names. */
+static int s_install(s_init_t *in)
+{
+    struct stat st;
+    if (stat(in->out, &st) != 0)
+        return rename(in->tmp, in->out) == 0 ? 0 : s_fail("%s: %s", in->out, strerror(errno));
+    for (int i = 0; i < in->n_files; i++) {
+        char dst[PATH_MAX];
+        if (s_fmt(dst, sizeof dst, "%s/%s", in->out, in->files[i]) != 0)
+            return s_fail("%s: path too long", in->out);
+        char *slash = strrchr(dst, '/');
+        if (strchr(in->files[i], '/')) {
+            *slash = 0;
+            if (mkdir(dst, 0700) != 0 && errno != EEXIST)
+                return s_fail("%s: %s", dst, strerror(errno));
+            *slash = '/';
+        }
+        if (rename(s_path(in, in->files[i]), dst) != 0)
+            return s_fail("%s: %s", dst, strerror(errno));
+    }
+    s_cleanup(in); /* only the emptied folders are left */
+    return 0;
+}
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: shardwire cluster init --relay HOST:PORT --nodes head,tail[,...] --out DIR\n"
+               "                              [--clients NAME,...] [--model M] [--layers "
+               "A:B,B:C,...]\n"
+               "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
+               "  Writes every key of a cluster into DIR (0700; files 0600): the relay's key\n"
+               "  pair and allow-list, a key pair per node and client, the cluster key (nodes)\n"
+               "  and the access key (clients and the head), and for each machine a bundle\n"
+               "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
+               "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"
+               "  --relay HOST:PORT   where nodes and clients reach the relay\n"
+               "  --nodes A,B,...     node names in pipeline order: the first is the head,\n"
+               "                      the last the tail\n"
+               "  --clients A,...     client names (default: client)\n"
+               "  --model M           the model the start commands use (a path or\n"
+               "                      hf:ORG/NAME/FILE); a local file also gives the layer\n"
+               "                      count for an even split\n"
+               "  --layers A:B,...    one layer range per node (default: even split of --model)\n"
+               "  --listen EP         the relay's bind endpoint (default tcp://0.0.0.0:PORT)\n"
+               "  --force             DIR exists: replace the files cluster init writes\n");
+}
+
+static int s_init(int argc, char **argv)
+{
+    enum { O_RELAY = 256, O_NODES, O_CLIENTS, O_OUT, O_MODEL, O_LAYERS, O_LISTEN, O_FORCE, O_HELP };
+    static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
+                                          {"nodes", required_argument, 0, O_NODES},
+                                          {"clients", required_argument, 0, O_CLIENTS},
+                                          {"out", required_argument, 0, O_OUT},
+                                          {"model", required_argument, 0, O_MODEL},
+                                          {"layers", required_argument, 0, O_LAYERS},
+                                          {"listen", required_argument, 0, O_LISTEN},
+                                          {"force", no_argument, 0, O_FORCE},
+                                          {"help", no_argument, 0, O_HELP},
+                                          {0, 0, 0, 0}};
+    const char *relay = NULL, *nodes = NULL, *clients = "client", *layers = NULL, *listen = NULL;
+    const char *out = NULL;
+    int force = 0, c;
+    static s_init_t in;
+    memset(&in, 0, sizeof in);
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case O_RELAY:
+            relay = optarg;
+            break;
+        case O_NODES:
+            nodes = optarg;
+            break;
+        case O_CLIENTS:
+            clients = optarg;
+            break;
+        case O_OUT:
+            out = optarg;
+            break;
+        case O_MODEL:
+            in.model = optarg;
+            break;
+        case O_LAYERS:
+            layers = optarg;
+            break;
+        case O_LISTEN:
+            listen = optarg;
+            break;
+        case O_FORCE:
+            force = 1;
+            break;
+        case O_HELP:
+            s_usage(stdout);
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (optind < argc || !relay || !nodes || !out || !*out) {
+        fprintf(stderr, "shardwire cluster init: --relay HOST:PORT, --nodes NAME,... and --out "
+                        "DIR are required (shardwire cluster init --help)\n");
+        return 2;
+    }
+    if (strlen(out) >= sizeof in.out - 64) {
+        s_fail("--out: path too long");
+        return 2;
+    }
+    snprintf(in.out, sizeof in.out, "%s", out);
+    for (size_t l = strlen(in.out); l > 1 && in.out[l - 1] == '/'; l--)
+        in.out[l - 1] = 0;
+    int port = 0;
+    if (s_relay_arg(relay, in.relay_ep, sizeof in.relay_ep, &port) != 0)
+        return 2;
+    if (listen && (strncmp(listen, "tcp://", 6) != 0 || strlen(listen) >= sizeof in.listen ||
+                   strpbrk(listen, "'\"\\ \t\n$`"))) {
+        s_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", listen);
+        return 2;
+    }
+    snprintf(in.listen, sizeof in.listen, "%s", listen ? listen : "");
+    if (!listen)
+        snprintf(in.listen, sizeof in.listen, "tcp://0.0.0.0:%d", port);
+    if (in.model && (strlen(in.model) >= PATH_MAX || strchr(in.model, '\n'))) {
+        s_fail("--model: not a usable path");
+        return 2;
+    }
+    if ((in.n_nodes = s_names("nodes", nodes, in.nodes, S_NODES_MAX)) < 0 ||
+        (in.n_clients = s_names("clients", clients, in.clients, S_CLIENTS_MAX)) < 0)
+        return 2;
+    for (int i = 0; i < in.n_nodes + in.n_clients; i++) {
+        const char *a = i < in.n_nodes ? in.nodes[i] : in.clients[i - in.n_nodes];
+        if (!strcmp(a, "relay")) {
+            s_fail("'relay' is the relay's own folder: choose another node or client name");
+            return 2;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a, j < in.n_nodes ? in.nodes[j] : in.clients[j - in.n_nodes])) {
+                s_fail("the name '%s' is given twice (nodes and clients need distinct names)", a);
+                return 2;
+            }
+    }
+    int n_layer = -1;
+    if (in.model && strncmp(in.model, "hf:", 3) != 0 && (n_layer = s_model_layers(in.model)) < 0)
+        return 1;
+    if (s_layers(&in, layers, n_layer) != 0)
+        return 2;
+
+    struct stat st;
+    if (stat(in.out, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            s_fail("%s exists and is not a folder", in.out);
+            return 1;
+        }
+        if (!force) {
+            s_fail("%s exists: not overwriting a cluster's keys (pass --force to replace the "
+                   "files cluster init writes there, or choose another --out)",
+                   in.out);
+            return 1;
+        }
+    } else if (errno != ENOENT) {
+        s_fail("%s: %s", in.out, strerror(errno));
+        return 1;
+    }
+    snprintf(in.tmp, sizeof in.tmp, "%s.tmp-XXXXXX", in.out);
+    if (!mkdtemp(in.tmp)) {
+        s_fail("cannot make a folder beside %s: %s", in.out, strerror(errno));
+        return 1;
+    }
+    if (sodium_init() < 0) {
+        s_fail("libsodium failed to initialise");
+        rmdir(in.tmp);
+        return 1;
+    }
+    int rc = s_make(&in);
+    if (rc == 0)
+        rc = s_install(&in);
+    else
+        s_cleanup(&in);
+    for (int i = 0; i < in.n_files; i++)
+        free(in.files[i]);
+    sodium_memzero(in.cluster_z85, sizeof in.cluster_z85);
+    sodium_memzero(in.access_z85, sizeof in.access_z85);
+    if (rc != 0)
+        return 1;
+    printf("cluster keys and bundles in %s (see %s/README.txt):\n", in.out, in.out);
+    printf("  relay/   -> the relay machine (listens on %s; nodes and clients dial %s)\n",
+           in.listen, in.relay_ep);
+    for (int i = 0; i < in.n_nodes; i++)
+        printf("  %s/ -> node %d (layers %s)\n", in.nodes[i], i,
+               in.layers[i][0] ? in.layers[i] : "not set: SW_LAYERS");
+    for (int i = 0; i < in.n_clients; i++)
+        printf("  %s/ -> a client\n", in.clients[i]);
+    return 0;
+}
+
+int cmd_cluster(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "init"))
+        return s_init(argc - 1, argv + 1);
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        s_usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "shardwire cluster: expected 'init' (shardwire cluster init --help)\n");
+    return 2;
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Makes this machine able to build and run the deploy/docker images without a
+# Docker engine or an image registry (what CI and tests/slow/test_compose.c
+# use; a user with Docker needs none of this):
+#
+#  1. installs podman, podman-compose, runc, debootstrap, uidmap, slirp4netns,
+#     the CNI dnsname plugin (containers find each other by service name; apt
+#     leaves it out as a mere recommendation of podman) and docker-compose (v1,
+#     only to validate compose files with `config`);
+#  2. writes a containers.conf with runc and open-file / process limits the VM
+#     allows (no CAP_SYS_RESOURCE here) and prints `export CONTAINERS_CONF=...`;
+#  3. makes the base image the Dockerfiles start from, from the Debian archive
+#     (debootstrap --variant=minbase bookworm), and imports it under the name
+#     the Dockerfiles use, docker.io/library/debian:bookworm-slim, so that
+#     `podman build --pull=never` resolves it locally (and as debian:bookworm,
+#     the build stage's name). Done once; later calls
+#     only check that the image is there.
+#
+#   eval "$(bash scripts/containers.sh)"     # then podman / podman-compose work
+#
+# Idempotent. Needs root (or sudo) when something is missing. Environment:
+# SW_CONTAINERS_CONF (default /tmp/shardwire-containers.conf),
+# SW_BASE_IMAGE (default docker.io/library/debian:bookworm-slim),
+# SW_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+conf=${SW_CONTAINERS_CONF:-/tmp/shardwire-containers.conf}
+base=${SW_BASE_IMAGE:-docker.io/library/debian:bookworm-slim}
+mirror=${SW_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+SW_DEPS_EXTRA="podman podman-compose runc debootstrap uidmap slirp4netns docker-compose golang-github-containernetworking-plugin-dnsname" \
+    bash "$here/scripts/deps.sh" >&2
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+
+if [ ! -s "$conf" ]; then
+    cat >"$conf" <<'EOF'
+# shardwire: podman on a VM that may not raise resource limits (scripts/containers.sh)
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+EOF
+fi
+export CONTAINERS_CONF=$conf
+
+if ! podman image exists "$base"; then
+    root=$(mktemp -d /tmp/shardwire-rootfs.XXXXXX)
+    trap '$SUDO rm -rf "$root"' EXIT
+    echo "containers: debootstrap bookworm (minbase) from $mirror for $base (about a minute)" >&2
+    $SUDO debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null ||
+        { echo "containers: debootstrap failed: is $mirror reachable?" >&2; exit 1; }
+    # What the official slim image has and a debootstrap'ed tree lacks:
+    # no package caches, no documentation.
+    $SUDO rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    $SUDO tar -C "$root" -c . | podman import -q - "$base" >/dev/null
+    echo "containers: imported $base ($(podman image inspect -f '{{.Size}}' "$base") bytes)" >&2
+fi
+# The Dockerfiles build on debian:bookworm and run on debian:bookworm-slim; the
+# minbase tree stands in for both (the build stage installs what it needs).
+full=${base%-slim}
+[ "$full" != "$base" ] && ! podman image exists "$full" && podman tag "$base" "$full"
+podman --version >&2
+echo "export CONTAINERS_CONF=$conf"
