@@ -611,7 +611,11 @@ static int s_resolve(const s_env_t *e, const sw_hub_ref_t *ref, const char *file
                 sw_errf(err, err_len, "too many redirects from the hub");
                 return -1;
             }
-            snprintf(url, sizeof url, "%s%s", e->endpoint, r.location);
+            int n = snprintf(url, sizeof url, "%s%s", e->endpoint, r.location);
+            if (n < 0 || (size_t)n >= sizeof url) {
+                sw_errf(err, err_len, "the hub redirected to a location too long to follow");
+                return -1;
+            }
             continue;
         }
         if (r.status >= 400 || (r.status >= 300 && !r.location[0])) {
