@@ -271,7 +271,7 @@ static void s_check_docs(void)
     const char *src = sw_test_env("SW_SOURCE_DIR");
     char path[1024];
     int n_flags = 0, n_docs = 0;
-    char docs[64][256];
+    char docs[64][sizeof "docs/" + sizeof((struct dirent *)0)->d_name];
     int nd = 0;
     snprintf(docs[nd++], sizeof docs[0], "README.md");
     snprintf(path, sizeof path, "%.700s/docs", src);
@@ -285,7 +285,7 @@ static void s_check_docs(void)
     if (d)
         closedir(d);
     for (int i = 0; i < nd; i++) {
-        snprintf(path, sizeof path, "%.700s/%.255s", src, docs[i]);
+        snprintf(path, sizeof path, "%.700s/%.300s", src, docs[i]);
         char *text = sw_test_read_file(path, NULL);
         SW_CHECK(text != NULL);
         if (!text)
