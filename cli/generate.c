@@ -9,8 +9,11 @@
  * model, --draft mix prompt lookup first and the model when it finds no
  * match. --draft-k fixes K (0 = off); auto (the default once a proposer is
  * chosen) picks K per round up to --draft-k-max from the measured acceptance
- * rate and times. The output is the same tokens as without speculation
- * (greedy) or the same distribution (sampling).
+ * rate and times. --draft-tree N proposes token trees of at most N drafts;
+ * --draft-ahead on follows the pipeline's logic of drafting ahead (in one
+ * process nothing overlaps: it only costs time, and exists so that one
+ * process and a cluster draft alike). The output is the same tokens as
+ * without speculation (greedy) or the same distribution (sampling).
  *
  * Text streams to stdout as it is generated, the timings follow on stderr
  * on a line of their own; with --json one JSON object is printed at the end
@@ -236,8 +239,13 @@ int cmd_generate(int argc, char **argv)
         }
     }
     drafter = draft_new(dmodel);
-    draft_cfg_t dc = {
-        .mode = dmode, .k = o.d.k, .k_max = o.d.k_max, .p_min = o.d.p_min, .sampling = o.sampling};
+    draft_cfg_t dc = {.mode = dmode,
+                      .k = o.d.k,
+                      .k_max = o.d.k_max,
+                      .p_min = o.d.p_min,
+                      .sampling = o.sampling,
+                      .tree = sw_model_trees(m) ? o.d.tree : 0,
+                      .ahead = o.d.ahead > 0};
     if (!drafter || draft_begin(drafter, &dc, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire generate: %s\n", drafter ? err : "out of memory");
         goto done;
@@ -246,6 +254,7 @@ int cmd_generate(int argc, char **argv)
     sw_gen_opts_t go = {
         .k = draft_gen_k(drafter),
         .proposer = &proposer,
+        .ahead = o.d.ahead > 0,
         .n_predict = o.rq.n_predict,
         .stop_at_eog = 1,
         .on_tokens = s_on_tokens,
@@ -285,6 +294,11 @@ int cmd_generate(int argc, char **argv)
         if (dmodel)
             json_object_set_new(j, "draft_backend", json_string(draft_model_backend(dmodel)));
         json_object_set_new(j, "draft_ms", json_real(gs.draft_ms));
+        json_object_set_new(j, "draft_ahead_ms", json_real(gs.ahead_ms));
+        json_object_set_new(j, "tree_rounds", json_integer(gs.tree_rounds));
+        json_object_set_new(j, "kv_moves", json_integer(gs.kv_moves));
+        json_object_set_new(j, "ahead_hits", json_integer(gs.ahead_hits));
+        json_object_set_new(j, "ahead_misses", json_integer(gs.ahead_misses));
         json_object_set_new(j, "target_ms", json_real(gs.target_ms));
         char dg[17];
         snprintf(dg, sizeof dg, "%016llx", (unsigned long long)gs.logits_digest);

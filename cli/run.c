@@ -249,6 +249,10 @@ static void s_print_json(const char *text, size_t text_len, json_t *ids,
     json_object_set_new(j, "drafted", json_integer(st->n_drafted));
     json_object_set_new(j, "accepted", json_integer(st->n_accepted));
     json_object_set_new(j, "resumes", json_integer(st->n_resumes));
+    json_object_set_new(j, "tree_rounds", json_integer(st->n_tree_rounds));
+    json_object_set_new(j, "kv_moves", json_integer(st->n_kv_moves));
+    json_object_set_new(j, "ahead_hits", json_integer(st->n_ahead_hits));
+    json_object_set_new(j, "ahead_misses", json_integer(st->n_ahead_misses));
     char dg[17];
     snprintf(dg, sizeof dg, "%016llx", (unsigned long long)st->logits_digest);
     json_object_set_new(j, "logits_digest", json_string(dg));
@@ -256,6 +260,7 @@ static void s_print_json(const char *text, size_t text_len, json_t *ids,
     if (st->have_head) {
         json_object_set_new(tm, "head_ttft_ms", json_real(st->head_ttft_ms));
         json_object_set_new(tm, "draft_ms", json_real(st->draft_ms));
+        json_object_set_new(tm, "draft_ahead_ms", json_real(st->draft_ahead_ms));
         json_object_set_new(tm, "head_compute_ms", json_real(st->head_compute_ms));
         json_object_set_new(tm, "network_ms", json_real(st->network_ms));
         json_t *stages = json_object();
@@ -296,7 +301,7 @@ static const sw_opt_group_t s_run_groups[] = {
     SW_ARGS_GROUP_REQUEST(SW_OPTS_REQUEST_N),
     SW_ARGS_GROUP(NULL, s_run_opts, 2),
     SW_ARGS_GROUP_SAMPLING(SW_OPTS_SAMPLING_N),
-    SW_ARGS_GROUP_DRAFT(2), /* the proposer and K; the models are the head's */
+    SW_ARGS_GROUP_DRAFT(4), /* proposer, K, trees, ahead; the models are the head's */
     SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
     SW_ARGS_GROUP_SECURITY,
 };
@@ -306,8 +311,9 @@ static const sw_args_spec_t s_run_spec = {
     .usage = "--relay HOST:PORT -p TEXT [options] SECURITY",
     .about = "  Generates through a cluster: sends the request to a head via the relay and\n"
              "  streams the text to stdout, then a stats table to stderr. Ctrl-C cancels\n"
-             "  the request on the cluster. --draft and --draft-k choose the head's\n"
-             "  speculation for this request (auto: the head's --draft default).\n",
+             "  the request on the cluster. --draft, --draft-k, --draft-tree and\n"
+             "  --draft-ahead choose the head's speculation for this request (left out:\n"
+             "  the head's defaults).\n",
     .groups = s_run_groups,
     .n_groups = sizeof s_run_groups / sizeof s_run_groups[0],
 };
@@ -361,7 +367,9 @@ int cmd_run(int argc, char **argv)
     q.repeat_penalty = sp.rep_penalty;
     q.repeat_last_n = sp.rep_last_n;
     q.seed = sp.seed;
-    q.draft_k = dr.k; /* -1: the head's K */
+    q.draft_k = dr.k;         /* -1: the head's K */
+    q.draft_tree = dr.tree;   /* 0: the head's --draft-tree */
+    q.draft_ahead = dr.ahead; /* -1: the head's --draft-ahead */
     q.timeout_ms = timeout_s * 1000;
     q.draft = !dr.mode                    ? SW_CLIENT_DRAFT_AUTO
               : !strcmp(dr.mode, "none")  ? SW_CLIENT_DRAFT_NONE

@@ -481,6 +481,7 @@ sw_client_request_t sw_client_request_default(void)
         .seed = 0x5eed,
         .draft = SW_CLIENT_DRAFT_AUTO,
         .draft_k = -1,
+        .draft_ahead = -1,
         .timeout_ms = S_DEFAULT_TIMEOUT_MS,
     };
     return r;
@@ -546,6 +547,12 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (q->draft_k < -1 || q->draft_k > SW_WIRE_MAX_DRAFT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft K %d not in [0, %d]", q->draft_k,
                       SW_WIRE_MAX_DRAFT);
+    if (q->draft_tree < 0 || q->draft_tree > SW_WIRE_MAX_DRAFT)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft tree of %d drafts not in [0, %d]",
+                      q->draft_tree, SW_WIRE_MAX_DRAFT);
+    if (q->draft_ahead < -1 || q->draft_ahead > 1)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft ahead %d is not -1, 0 or 1",
+                      q->draft_ahead);
     if (q->n_stop < 0 || q->n_stop > SW_CLIENT_MAX_STOP || (q->n_stop && !q->stop))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "at most %d stop strings are allowed",
                       SW_CLIENT_MAX_STOP);
@@ -590,6 +597,10 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
     Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
     dp.mode = (Shardwire__DraftMode)q->draft;
     dp.n_draft = q->draft_k >= 0 ? (uint32_t)q->draft_k : 0;
+    dp.tree = (uint32_t)q->draft_tree;
+    dp.ahead = q->draft_ahead < 0   ? SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT
+               : q->draft_ahead > 0 ? SHARDWIRE__DRAFT_AHEAD__AHEAD_ON
+                                    : SHARDWIRE__DRAFT_AHEAD__AHEAD_OFF;
     Shardwire__GenerateRequest g = SHARDWIRE__GENERATE_REQUEST__INIT;
     g.request_id = rid;
     g.prompt = (char *)(q->prompt ? q->prompt : "");
@@ -773,6 +784,11 @@ static void s_copy_stats(sw_client_stats_t *s, const Shardwire__GenerateStats *s
     s->decode_ms = st->decode_ms;
     s->head_ttft_ms = st->ttft_ms;
     s->draft_ms = st->draft_ms;
+    s->draft_ahead_ms = st->draft_ahead_ms;
+    s->n_ahead_hits = (int)st->n_ahead_hits;
+    s->n_ahead_misses = (int)st->n_ahead_misses;
+    s->n_tree_rounds = (int)st->n_tree_rounds;
+    s->n_kv_moves = (int)st->n_kv_moves;
     s->head_compute_ms = st->head_ms;
     s->network_ms = st->network_ms;
     s->logits_digest = st->logits_digest;

@@ -206,6 +206,9 @@ typedef struct sw_client_request {
     uint64_t seed;                   /* sampling seed */
     int draft;                       /* enum sw_client_draft */
     int draft_k;                     /* drafts per round, -1 = the head's default */
+    int draft_tree;                  /* token trees of at most this many drafts, 0 = the
+                                        head's default, 1 = chains */
+    int draft_ahead;                 /* drafting ahead: -1 = the head's default, 0 off, 1 on */
     const char *const *stop;         /* n_stop stop strings (each 1..64 bytes), or NULL */
     int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
     int timeout_ms;                  /* the head gives up after this; 0 = 300000 */
@@ -252,7 +255,12 @@ typedef struct sw_client_stats {
     double prompt_ms;       /* head: prefill time */
     double decode_ms;       /* head: first token to the last */
     double head_ttft_ms;    /* head: request arrival to the first token */
-    double draft_ms;        /* head: time spent drafting */
+    double draft_ms;        /* head: time spent drafting (no round out) */
+    double draft_ahead_ms;  /* head: time spent drafting ahead while rounds travelled */
+    int n_ahead_hits;       /* rounds that left with drafts prepared ahead */
+    int n_ahead_misses;     /* rounds whose prepared drafts were dropped */
+    int n_tree_rounds;      /* rounds whose drafts were a token tree */
+    int n_kv_moves;         /* rounds that moved a tree's accepted path in the caches */
     double head_compute_ms; /* head: time computing its layers */
     double network_ms;      /* head: round time not spent computing */
     uint64_t logits_digest; /* the tail's running digest of every verified logits row */

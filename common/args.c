@@ -229,6 +229,12 @@ const sw_opt_t sw_opts_draft[] = {
      "the proposer: model, ngram (prompt lookup), mix (prompt\nlookup, else the model), none, or "
      "auto (default: model\nwhen a draft model is loaded, else none)"},
     {"draft-k", SW_OPT_DRAFT_K, "K", "drafts per round, 0 = off, auto = adaptive (default)"},
+    {"draft-tree", SW_OPT_DRAFT_TREE, "N",
+     "token trees of at most N drafts (default 0 = chains;\nneeds every stage on a backend with "
+     "trees)"},
+    {"draft-ahead", SW_OPT_DRAFT_AHEAD, "on|off",
+     "draft the next round while one travels (default: on\nat a head, off in generate; for "
+     "run, the head's)"},
     {"draft-model", SW_OPT_DRAFT_MODEL, "PATH", "draft model GGUF (the model's vocabulary)"},
     {"draft-k-max", SW_OPT_DRAFT_KMAX, "N", "largest adaptive K (default 16)"},
     {"draft-p-min", SW_OPT_DRAFT_PMIN, "P",
@@ -551,6 +557,15 @@ int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char 
     case SW_OPT_DRAFT_BACKEND:
         d->backend = val;
         return 1;
+    case SW_OPT_DRAFT_TREE:
+        return sw_arg_int(prog, "--draft-tree", val, 0, 64, &d->tree) ? -1 : 1;
+    case SW_OPT_DRAFT_AHEAD:
+        if (!strcmp(val, "on") || !strcmp(val, "off")) {
+            d->ahead = !strcmp(val, "on");
+            return 1;
+        }
+        fprintf(stderr, "%s: --draft-ahead '%s' must be on or off\n", prog, val);
+        return -1;
     default:
         return 0;
     }

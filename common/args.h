@@ -10,7 +10,8 @@
  *   sampling  --temp, --top-k, --top-p, --min-p, --repeat-penalty,
  *             --repeat-last-n, --seed, --greedy
  *   drafting  --draft, --draft-k, --draft-model, --draft-k-max,
- *             --draft-p-min, --draft-threads, --draft-backend
+ *             --draft-p-min, --draft-threads, --draft-backend, --draft-tree,
+ *             --draft-ahead
  *   relay     --relay, --connect-timeout-s
  *   security  keys.h's SW_SEC_LONGOPTS with their SW_SEC_USAGE text, plugged
  *             in as a raw group (SW_ARGS_GROUP_SECURITY)
@@ -127,6 +128,8 @@ enum {
     SW_OPT_DRAFT_PMIN,
     SW_OPT_DRAFT_THREADS,
     SW_OPT_DRAFT_BACKEND,
+    SW_OPT_DRAFT_TREE,
+    SW_OPT_DRAFT_AHEAD,
     /* relay connection */
     SW_OPT_RELAY = 0x5d30,
     SW_OPT_CONNECT,
@@ -142,7 +145,7 @@ enum {
     SW_OPTS_MODEL_N = 4,
     SW_OPTS_REQUEST_N = 4,
     SW_OPTS_SAMPLING_N = 8,
-    SW_OPTS_DRAFT_N = 7,
+    SW_OPTS_DRAFT_N = 9,
     SW_OPTS_RELAY_N = 2,
 };
 
@@ -258,10 +261,12 @@ typedef struct sw_args_draft {
     float p_min;         /* --draft-p-min (default 0) */
     int threads;         /* --draft-threads, 0 = as --threads */
     const char *backend; /* --draft-backend, NULL = the first device of --backend */
+    int tree;            /* --draft-tree: token trees of at most that many drafts, 0 = chains */
+    int ahead;           /* --draft-ahead: 1 on, 0 off, -1 = not given (the program's default) */
 } sw_args_draft_t;
 #define SW_ARGS_DRAFT_DEFAULT                                                                      \
     {                                                                                              \
-        .k = -1, .k_max = 16                                                                       \
+        .k = -1, .k_max = 16, .ahead = -1                                                          \
     }
 int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char *val);
 /* Where the model runs in this process (generate, a node): 0, or -1 after the

@@ -59,6 +59,36 @@ int sw_round_check(const sw_round_t *r, char *err, size_t err_len)
     return 0;
 }
 
+int sw_round_kv(sw_kv_t *kv, const sw_round_t *r, char *err, size_t err_len)
+{
+    if (r->n_kv_path > 0) {
+        int32_t slots[SW_MAX_DRAFT];
+        for (int j = 0; j < r->n_kv_path; j++)
+            slots[j] = r->kv_path_from + r->kv_path[j];
+        if (sw_kv_keep(kv, r->kv_path_from, slots, r->n_kv_path, err, err_len) != 0)
+            return -1;
+    }
+    if (sw_kv_truncate(kv, r->kv_keep) != 0) {
+        sw_errf(err, err_len, "round: kv_keep %d exceeds the %d cached positions", r->kv_keep,
+                sw_kv_len(kv));
+        return -1;
+    }
+    return 0;
+}
+
+int sw_round_parents(const sw_round_t *r, int row0, int rows, int32_t *out)
+{
+    if (!r->parent || r->n_draft == 0)
+        return 0;
+    const int n_ctx_rows = r->n - r->n_draft;
+    for (int i = 0; i < rows; i++) {
+        const int row = row0 + i;
+        out[i] = row < n_ctx_rows ? r->kv_keep + row - 1
+                                  : r->kv_keep + n_ctx_rows - 1 + r->parent[row - n_ctx_rows];
+    }
+    return 1;
+}
+
 /* ---- verifier ------------------------------------------------------------------ */
 
 struct sw_verifier {
@@ -210,17 +240,21 @@ static int s_local_round(void *ctx, const sw_round_t *r, sw_verdict_t *out, char
                          size_t err_len)
 {
     sw_local_target_t *t = ctx;
+    /* Nothing to wait for here: the idle work (drafting ahead) runs first,
+     * so that one process follows the pipeline's logic. */
+    while (r->idle && r->idle(r->idle_ctx) > 0)
+        ;
     double t0 = sw_now_ms();
-    if (sw_kv_truncate(t->kv, r->kv_keep) != 0) {
-        sw_errf(err, err_len, "target: kv_keep %d exceeds the %d cached positions", r->kv_keep,
-                sw_kv_len(t->kv));
+    if (sw_round_check(r, err, err_len) != 0 || sw_round_kv(t->kv, r, err, err_len) != 0)
         return -1;
-    }
+    int32_t parent[SW_MAX_DRAFT + 1];
     sw_forward_t f = {.n = r->n,
                       .tokens = r->tokens,
                       .logits = t->logits,
                       .n_logits = r->n_draft + 1,
                       .prompt = r->n_draft == 0};
+    if (sw_round_parents(r, 0, r->n, parent))
+        f.parent = parent;
     if (sw_model_forward(t->m, t->kv, &f, err, err_len) != 0)
         return -1;
     if (sw_verifier_run(t->ver, r, t->logits, out, err, err_len) != 0)
@@ -273,9 +307,17 @@ sw_target_t sw_local_target(sw_local_target_t *t)
 
 /* ---- generation, one round at a time ------------------------------------------------- */
 
+/* What the generation's drafting job is for. */
+enum {
+    S_JOB_NONE = 0, // no job
+    S_JOB_NEXT,     // the next round, after the committed sequence
+    S_JOB_AHEAD,    // the round after the one that is out, for its likely outcome
+    S_JOB_DECLINED, // the proposer declined to draft ahead for the round that is out
+};
+
 struct sw_gen {
     sw_gen_opts_t o; // options (callbacks and their contexts are borrowed)
-    int k_max;       // most drafts a round may carry (0 = no speculation)
+    int k_max;       // deepest drafts a round may carry (0 = no speculation)
     int32_t *seq;    // (n_prompt + n_predict + 1) committed sequence: prompt, then output
     int n_prompt;    // prompt tokens
     int n_seq;       // committed positions
@@ -283,13 +325,31 @@ struct sw_gen {
     int pending;     // 1 while a round is out and its verdict not committed
     int done;        // 1 when the generation is over
     int32_t rows[SW_MAX_DRAFT + 1]; // the current decode round's rows
-    sw_draft_q_t q[SW_MAX_DRAFT];   // its draft distributions (they point into the proposer)
+    sw_proposal_t prop;             // its drafts; their q entries point into q_ids / q_vals
+    int32_t *q_ids;                 // (SW_MAX_DRAFT, SW_PROPOSAL_Q_MAX) copies of sparse q
+    float *q_vals;                  // (SW_MAX_DRAFT, SW_PROPOSAL_Q_MAX)
+    int32_t kvp[SW_MAX_DRAFT];      // the next round's kept path (offsets), after a tree round
+    int n_kvp;                      // its length (0 = nothing moves)
+    int kvp_from;                   // its first cache position
     sw_round_t r;                   // the current round
-    double t_start;                 // sw_gen_new time
-    double t_first;                 // first generated token committed (0 = none yet)
-    double t_round;                 // the current round was handed out
-    sw_gen_stats_t st;              // totals
+    /* the drafting job (sw_gen_work) */
+    int job;               // S_JOB_*
+    int job_running;       // 1 while the proposer has steps left
+    sw_proposal_t job_out; // what it proposes
+    int32_t *pseq;         // (n_prompt + n_predict + SW_MAX_DRAFT + 2) an ahead job's sequence:
+                           // the committed one plus the out round's main path
+    int n_pseq;            // its length
+    int job_ahead;         // 1: the job was started while a round was out
+    char job_err[256];     // why the proposer failed in sw_gen_work's idle hook
+    int job_failed;        // 1 when it did
+    double t_start;        // sw_gen_new time
+    double t_first;        // first generated token committed (0 = none yet)
+    double t_round;        // the current round was handed out
+    double t_commit;       // the last verdict was committed
+    sw_gen_stats_t st;     // totals
 };
+
+static int s_gen_idle(void *ctx);
 
 sw_gen_t *sw_gen_new(const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o, char *err,
                      size_t err_len)
@@ -303,10 +363,15 @@ sw_gen_t *sw_gen_new(const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o
         return NULL;
     }
     sw_gen_t *g = calloc(1, sizeof *g);
-    if (g)
-        g->seq = malloc(((size_t)n_prompt + (size_t)o->n_predict + 1) * sizeof *g->seq);
-    if (!g || !g->seq) {
-        free(g);
+    const size_t cap = (size_t)n_prompt + (size_t)o->n_predict + 1;
+    if (g) {
+        g->seq = malloc(cap * sizeof *g->seq);
+        g->pseq = malloc((cap + SW_MAX_DRAFT + 1) * sizeof *g->pseq);
+        g->q_ids = malloc((size_t)SW_MAX_DRAFT * SW_PROPOSAL_Q_MAX * sizeof *g->q_ids);
+        g->q_vals = malloc((size_t)SW_MAX_DRAFT * SW_PROPOSAL_Q_MAX * sizeof *g->q_vals);
+    }
+    if (!g || !g->seq || !g->pseq || !g->q_ids || !g->q_vals) {
+        sw_gen_free(&g);
         sw_errf(err, err_len, "generate: out of memory");
         return NULL;
     }
@@ -324,9 +389,212 @@ void sw_gen_free(sw_gen_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    free((*self_p)->seq);
-    free(*self_p);
+    sw_gen_t *g = *self_p;
+    free(g->seq);
+    free(g->pseq);
+    free(g->q_ids);
+    free(g->q_vals);
+    free(g);
     *self_p = NULL;
+}
+
+/* The most drafts deep a round may carry when n_gen tokens are committed:
+ * drafts past n_predict are wasted. */
+static int s_want(const sw_gen_t *g, int n_gen)
+{
+    const int room = g->o.n_predict - n_gen - 1;
+    return g->k_max < room ? g->k_max : room;
+}
+
+/* Depth of the deepest draft of a proposal, or -1 when it is malformed (a
+ * parent out of range, two siblings with one token, q without entries). */
+static int s_prop_depth(const sw_proposal_t *p)
+{
+    if (p->n < 0 || p->n > SW_MAX_DRAFT)
+        return -1;
+    if (!p->tree)
+        return p->n;
+    int depth[SW_MAX_DRAFT + 1] = {0}, deepest = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (p->parent[i] < 0 || p->parent[i] > i)
+            return -1;
+        for (int c = 0; c < i; c++)
+            if (p->parent[c] == p->parent[i] && p->tokens[c] == p->tokens[i])
+                return -1;
+        depth[i + 1] = depth[p->parent[i]] + 1;
+        deepest = depth[i + 1] > deepest ? depth[i + 1] : deepest;
+    }
+    return deepest;
+}
+
+/* Starts the proposer on ctx[0..n_ctx) (guess: ahead, see sw_proposer_t). */
+static int s_job_start(sw_gen_t *g, int job, const int32_t *ctx, int n_ctx, int want, int guess,
+                       char *err, size_t err_len)
+{
+    sw_proposer_t *p = g->o.proposer;
+    const double t0 = sw_now_ms();
+    memset(&g->job_out, 0, sizeof g->job_out);
+    g->job_out.guess = -1;
+    g->job = job;
+    g->job_ahead = g->pending;
+    int rc;
+    if (p->start && p->step) {
+        rc = p->start(p->self, ctx, n_ctx, want, guess, &g->job_out);
+        g->job_running = rc == 0;
+    } else {
+        rc = p->propose(p->self, ctx, n_ctx, want, guess, &g->job_out);
+        g->job_running = 0;
+    }
+    const double ms = sw_now_ms() - t0;
+    if (g->job_ahead)
+        g->st.ahead_ms += ms;
+    else
+        g->st.draft_ms += ms;
+    if (rc != 0) {
+        g->job = S_JOB_NONE;
+        sw_errf(err, err_len, "generate: the draft proposer failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* One step of the running job; 1 more, 0 done, -1 failed (err). */
+static int s_job_step(sw_gen_t *g, char *err, size_t err_len)
+{
+    if (!g->job_running)
+        return 0;
+    sw_proposer_t *p = g->o.proposer;
+    const double t0 = sw_now_ms();
+    const int rc = p->step(p->self);
+    const double ms = sw_now_ms() - t0;
+    if (g->pending)
+        g->st.ahead_ms += ms;
+    else
+        g->st.draft_ms += ms;
+    if (rc < 0) {
+        g->job = S_JOB_NONE;
+        g->job_running = 0;
+        sw_errf(err, err_len, "generate: the draft proposer failed");
+        return -1;
+    }
+    g->job_running = rc > 0;
+    return g->job_running;
+}
+
+/* Starts drafting ahead for the likely outcome of the round that is out:
+ * every draft of its main path accepted and the proposer's guess of the
+ * bonus token. Nothing when that outcome ends the generation. */
+static int s_ahead_start(sw_gen_t *g, char *err, size_t err_len)
+{
+    const sw_proposal_t *p = &g->prop;
+    const int n_main = g->r.n_draft ? p->n_main : 0;
+    const int n_gen = g->st.n_gen + n_main + 1; // after the predicted verdict
+    const int want = s_want(g, n_gen);
+    if (want < 1) {
+        g->job = S_JOB_DECLINED;
+        return 0;
+    }
+    memcpy(g->pseq, g->seq, (size_t)g->n_seq * sizeof *g->pseq);
+    g->n_pseq = g->n_seq;
+    for (int j = 0; j < n_main; j++) {
+        const int32_t t = p->tokens[j]; // the main path is nodes 1..n_main
+        if (g->o.stop_at_eog && g->o.is_eog && g->o.is_eog(g->o.is_eog_ctx, t)) {
+            g->job = S_JOB_DECLINED; // that outcome ends the generation
+            return 0;
+        }
+        g->pseq[g->n_pseq++] = t;
+    }
+    if (s_job_start(g, S_JOB_AHEAD, g->pseq, g->n_pseq, want, 1, err, err_len) != 0)
+        return -1;
+    if (!g->job_running && g->job_out.guess < 0)
+        g->job = S_JOB_DECLINED;
+    return 0;
+}
+
+int sw_gen_work(sw_gen_t *g, char *err, size_t err_len)
+{
+    if (g->done || !g->started || g->k_max == 0)
+        return 0;
+    if (g->pending) {
+        if (!g->o.ahead || g->job == S_JOB_DECLINED)
+            return 0;
+        if (g->job == S_JOB_NONE) {
+            if (s_ahead_start(g, err, err_len) != 0)
+                return -1;
+            return g->job == S_JOB_AHEAD && g->job_running;
+        }
+        return s_job_step(g, err, err_len);
+    }
+    if (g->job == S_JOB_NONE) {
+        const int want = s_want(g, g->st.n_gen);
+        if (want < 1)
+            return 0;
+        if (s_job_start(g, S_JOB_NEXT, g->seq, g->n_seq, want, 0, err, err_len) != 0)
+            return -1;
+        return g->job_running;
+    }
+    return g->job == S_JOB_NEXT ? s_job_step(g, err, err_len) : 0;
+}
+
+static int s_gen_idle(void *ctx)
+{
+    sw_gen_t *g = ctx;
+    if (g->job_failed)
+        return 0;
+    int rc = sw_gen_work(g, g->job_err, sizeof g->job_err);
+    if (rc < 0) {
+        g->job_failed = 1;
+        return 0;
+    }
+    return rc;
+}
+
+/* Makes the finished job's proposal the current round's drafts: checks it
+ * and copies its sparse distributions into g. A tree is cut to the cache
+ * slots left: a round's rows take slots [n_seq - 1, n_seq + n), and the
+ * caches hold n_prompt + n_predict (a prefix of a tree's nodes is a tree). */
+static int s_adopt(sw_gen_t *g, int want, char *err, size_t err_len)
+{
+    sw_proposal_t *p = &g->prop;
+    *p = g->job_out;
+    g->job = S_JOB_NONE;
+    const int slots = g->n_prompt + g->o.n_predict - g->n_seq;
+    if (p->tree && p->n > slots)
+        p->n = slots > 0 ? slots : 0;
+    const int depth = s_prop_depth(p);
+    if (depth < 0 || depth > want || (p->tree && p->q_used)) {
+        sw_errf(err, err_len,
+                "generate: the draft proposer returned %d drafts %d deep (at most %d)", p->n, depth,
+                want);
+        return -1;
+    }
+    if (!p->tree)
+        p->n_main = p->n;
+    if (p->n_main < 0)
+        p->n_main = 0;
+    if (p->n_main > p->n)
+        p->n_main = p->n;
+    for (int j = 1; p->tree && j < p->n_main; j++)
+        if (p->parent[j] != j) { // the main path must be nodes 1..n_main
+            p->n_main = j;
+            break;
+        }
+    for (int i = 0; p->q_used && i < p->n; i++) {
+        sw_draft_q_t *q = &p->q[i];
+        if (q->n < 0 || q->n > SW_PROPOSAL_Q_MAX || (q->n && (!q->ids || !q->vals))) {
+            sw_errf(err, err_len, "generate: a draft distribution of %d entries", q->n);
+            return -1;
+        }
+        int32_t *ids = g->q_ids + (size_t)i * SW_PROPOSAL_Q_MAX;
+        float *vals = g->q_vals + (size_t)i * SW_PROPOSAL_Q_MAX;
+        if (q->n) {
+            memcpy(ids, q->ids, (size_t)q->n * sizeof *ids);
+            memcpy(vals, q->vals, (size_t)q->n * sizeof *vals);
+        }
+        q->ids = q->n ? ids : NULL;
+        q->vals = q->n ? vals : NULL;
+    }
+    return 0;
 }
 
 int sw_gen_next(sw_gen_t *g, const sw_round_t **out, char *err, size_t err_len)
@@ -338,6 +606,11 @@ int sw_gen_next(sw_gen_t *g, const sw_round_t **out, char *err, size_t err_len)
         *out = &g->r; // asked again before the verdict came: the same round
         return 0;
     }
+    if (g->job_failed) {
+        g->job_failed = 0;
+        sw_errf(err, err_len, "%s", g->job_err);
+        return -1;
+    }
     if (!g->started) {
         /* Prefill: the whole prompt as one round with no drafts. */
         memset(&g->r, 0, sizeof g->r);
@@ -345,35 +618,67 @@ int sw_gen_next(sw_gen_t *g, const sw_round_t **out, char *err, size_t err_len)
         g->r.tokens = g->seq;
         g->started = g->pending = 1;
         g->t_round = sw_now_ms();
+        if (g->o.ahead && g->k_max > 0) {
+            g->r.idle = s_gen_idle;
+            g->r.idle_ctx = g;
+        }
         *out = &g->r;
         return 0;
     }
     /* The last committed token, then the drafts. */
     g->rows[0] = g->seq[g->n_seq - 1];
-    int k = 0, q_used = 0;
-    if (g->k_max > 0) {
-        int room = g->o.n_predict - g->st.n_gen - 1; // drafts past n_predict are wasted
-        int want = g->k_max < room ? g->k_max : room;
-        if (want > 0) {
-            double td = sw_now_ms();
-            sw_proposer_t *p = g->o.proposer;
-            k = p->propose(p->self, g->seq, g->n_seq, want, g->rows + 1, g->q, &q_used);
-            g->st.draft_ms += sw_now_ms() - td;
-            if (k < 0 || k > want) {
-                sw_errf(err, err_len, "generate: the draft proposer failed");
-                return -1;
-            }
-        }
+    memset(&g->prop, 0, sizeof g->prop);
+    const int want = s_want(g, g->st.n_gen);
+    if (want > 0) {
+        if (g->job != S_JOB_NEXT &&
+            s_job_start(g, S_JOB_NEXT, g->seq, g->n_seq, want, 0, err, err_len) != 0)
+            return -1;
+        int more;
+        while ((more = s_job_step(g, err, err_len)) > 0)
+            ;
+        if (more < 0 || s_adopt(g, want, err, err_len) != 0)
+            return -1;
     }
+    g->job = S_JOB_NONE;
+    const sw_proposal_t *p = &g->prop;
+    memcpy(g->rows + 1, p->tokens, (size_t)p->n * sizeof *p->tokens);
     memset(&g->r, 0, sizeof g->r);
     g->r.kv_keep = g->n_seq - 1;
-    g->r.n = 1 + k;
+    g->r.n = 1 + p->n;
     g->r.tokens = g->rows;
-    g->r.n_draft = k;
-    g->r.q = q_used ? g->q : NULL;
+    g->r.n_draft = p->n;
+    g->r.q = p->q_used && p->n ? p->q : NULL;
+    g->r.parent = p->tree && p->n ? p->parent : NULL;
+    g->r.kv_path_from = g->n_kvp ? g->kvp_from : 0;
+    g->r.n_kv_path = g->n_kvp;
+    g->r.kv_path = g->n_kvp ? g->kvp : NULL;
+    if (g->o.ahead && g->k_max > 0) {
+        g->r.idle = s_gen_idle;
+        g->r.idle_ctx = g;
+    }
+    if (g->r.parent)
+        g->st.tree_rounds++;
+    if (g->n_kvp)
+        g->st.kv_moves++;
     g->pending = 1;
     g->t_round = sw_now_ms();
     *out = &g->r;
+    return 0;
+}
+
+/* Checks a verdict's path against the round's drafts and fills *path with
+ * the accepted nodes (a chain's are 1, 2, ..). 0 or -1. */
+static int s_check_path(const sw_gen_t *g, const sw_verdict_t *v, int32_t *path)
+{
+    const sw_proposal_t *p = &g->prop;
+    for (int j = 0; j + 1 < v->n_commit; j++) {
+        const int32_t node = p->tree ? v->path[j] : j + 1;
+        const int32_t up = j ? path[j - 1] : 0;
+        if (node < 1 || node > p->n || (p->tree && p->parent[node - 1] != up) ||
+            p->tokens[node - 1] != v->tokens[j])
+            return -1;
+        path[j] = node;
+    }
     return 0;
 }
 
@@ -386,21 +691,55 @@ int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, in
         sw_errf(err, err_len, "generate: a verdict without a round");
         return -1;
     }
-    if (v->n_commit < 1 || v->n_commit > g->r.n_draft + 1) {
-        sw_errf(err, err_len, "generate: a verdict of %d tokens for %d drafts", v->n_commit,
-                g->r.n_draft);
+    int32_t path[SW_MAX_DRAFT];
+    if (v->n_commit < 1 || v->n_commit > g->r.n_draft + 1 || s_check_path(g, v, path) != 0) {
+        sw_errf(err, err_len,
+                "generate: a verdict of %d tokens that does not fit the round's %d drafts",
+                v->n_commit, g->r.n_draft);
         return -1;
     }
     const double now = sw_now_ms();
+    const int was_prefill = g->r.kv_keep == 0 && g->r.n_draft == 0 && g->st.n_gen == 0;
+    /* Did the outcome drafted ahead happen? Its guess may still be coming. */
+    int ahead = -1;
+    if (g->job == S_JOB_AHEAD) {
+        const int n_main = g->r.n_draft ? g->prop.n_main : 0;
+        int hit = v->n_commit == n_main + 1;
+        for (int j = 0; hit && j < n_main; j++)
+            hit = path[j] == j + 1;
+        while (hit && g->job_out.guess < 0 && g->job_running) // the guess decides
+            if (s_job_step(g, err, err_len) < 0)
+                return -1;
+        hit = hit && v->tokens[n_main] == g->job_out.guess;
+        /* no guess (and not needed): the proposer declined, or had not guessed yet */
+        ahead = g->job_out.guess < 0 && !g->job_running ? -1 : hit;
+        if (ahead < 0) {
+            g->job = S_JOB_NONE;
+        } else if (hit) {
+            g->job = S_JOB_NEXT; // pseq + guess is the committed sequence now
+            g->st.ahead_hits++;
+        } else {
+            g->job = S_JOB_NONE; // the proposer drops it when it starts again
+            g->st.ahead_misses++;
+        }
+        if (g->job == S_JOB_NONE) {
+            g->job_running = 0;
+        }
+    } else if (g->job == S_JOB_DECLINED) {
+        g->job = S_JOB_NONE;
+    }
     g->pending = 0;
     g->st.target_ms += v->compute_ms;
     g->st.logits_digest = v->logits_digest;
-    if (g->r.kv_keep == 0 && g->r.n_draft == 0 && g->st.n_gen == 0) {
-        g->st.prefill_ms = now - g->t_start;
-    } else {
-        sw_proposer_t *p = g->o.proposer;
-        if (g->k_max > 0 && p->observe)
-            p->observe(p->self, g->r.n_draft, v->n_commit - 1, now - g->t_round, v->compute_ms);
+    /* The accepted path of a tree round stays in the caches (next round's kv_path). */
+    g->n_kvp = 0;
+    if (g->r.parent) {
+        sw_verdict_t pv = *v;
+        memcpy(pv.path, path, (size_t)(v->n_commit - 1) * sizeof *path);
+        g->kvp_from = g->r.kv_keep + (g->r.n - g->r.n_draft);
+        g->n_kvp = sw_verdict_kv_path(&pv, g->kvp);
+    }
+    if (!was_prefill) {
         g->st.rounds++;
         g->st.drafted += g->r.n_draft;
         g->st.accepted += v->n_commit - 1;
@@ -422,6 +761,23 @@ int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, in
     memcpy(at, v->tokens, (size_t)n * sizeof *at);
     g->n_seq += n;
     g->st.n_gen += n;
+    if (was_prefill) {
+        g->st.prefill_ms = now - g->t_start;
+    } else {
+        sw_proposer_t *p = g->o.proposer;
+        if (g->k_max > 0 && p->observe) {
+            sw_round_obs_t obs = {.prop = &g->prop,
+                                  .n_accepted = v->n_commit - 1,
+                                  .path = path,
+                                  .round_ms = now - g->t_round,
+                                  .compute_ms = v->compute_ms,
+                                  .cycle_ms = now - g->t_commit,
+                                  .n_ctx = g->n_seq,
+                                  .ahead = ahead};
+            p->observe(p->self, &obs);
+        }
+    }
+    g->t_commit = now;
     if (!g->t_first) {
         g->t_first = now;
         g->st.ttft_ms = now - g->t_start;
@@ -430,6 +786,7 @@ int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, in
         stop = 1;
     if (stop) {
         g->done = 1;
+        g->job = S_JOB_NONE;
         g->st.decode_ms = sw_now_ms() - g->t_first;
     }
     *tokens = at;

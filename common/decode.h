@@ -44,9 +44,12 @@ typedef struct sw_round {
     int n_kv_path;          // 0..SW_MAX_DRAFT
     const int32_t *kv_path; // (n_kv_path) offsets from kv_path_from
     /* Optional (may be NULL): work the target may do while it waits for the
-     * round's result (overlapped drafting), one bounded step per call; it
-     * returns 1 when it has more to do, 0 when idle. Never part of what the
-     * round computes: a target may call it any number of times, or never. */
+     * round's result (overlapped drafting: sw_gen_work), one bounded step per
+     * call; it returns 1 when it has more to do, 0 when idle. Never part of
+     * what the round computes: a target may call it any number of times, or
+     * never. The head calls it between messages while the round travels; the
+     * local target, which has nothing to wait for, runs it until idle before
+     * it computes (so one process follows the same logic). */
     int (*idle)(void *idle_ctx);
     void *idle_ctx;
 } sw_round_t;
@@ -65,6 +68,15 @@ typedef struct sw_verdict {
  * (nothing to move), else n_commit - 1. */
 int sw_verdict_kv_path(const sw_verdict_t *v, int32_t *path);
 
+/* Applies a round's cache instructions to kv: keeps the previous tree
+ * round's accepted path (kv_path), then truncates to kv_keep. 0, or -1 with
+ * err (nothing changed when the path does not fit the cache). */
+int sw_round_kv(sw_kv_t *kv, const sw_round_t *r, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* The cache slot each of the round's rows [row0, row0 + rows) hangs under
+ * (sw_forward_t.parent) once sw_round_kv applied: 1 and out filled for a
+ * tree round, 0 (out untouched: the rows are a sequence) otherwise. */
+int sw_round_parents(const sw_round_t *r, int row0, int rows, int32_t *out);
 /* Checks a round's tree and kept path (shapes only, not the tokens): 0, or -1
  * with one line in err. */
 int sw_round_check(const sw_round_t *r, char *err, size_t err_len)
@@ -112,21 +124,69 @@ sw_target_t sw_local_target(sw_local_target_t *t);
 
 /* ---- proposers ---- */
 
+/* Most entries of one sparse draft distribution a proposal may carry (the
+ * draft model's DRAFT_Q_MAX, the wire's SW_WIRE_MAX_DIST). */
+#define SW_PROPOSAL_Q_MAX 256
+
+/* The drafts a proposer offers for one round: a chain, or a token tree in
+ * verify.h's layout. The q entries point into the proposer's memory and stay
+ * valid until its next proposal starts (sw_gen_t copies what it keeps). */
+typedef struct sw_proposal {
+    int n;                        // drafts, 0..SW_MAX_DRAFT
+    int32_t tokens[SW_MAX_DRAFT]; // (n) draft tokens (draft i is tree node i + 1)
+    int tree;                     // 1: parent holds a tree; 0: a chain
+    int32_t parent[SW_MAX_DRAFT]; // (n) tree only: node of each draft's parent, in [0, i]
+    int q_used;                   // 1: q holds each draft's distribution (else point masses)
+    sw_draft_q_t q[SW_MAX_DRAFT]; // (n) when q_used
+    float conf[SW_MAX_DRAFT];     // (n) the proposer's probability of each draft, for its
+                                  // calibration; -1 = none
+    int n_main;                   // the most likely path: nodes 1..n_main, each the first
+                                  // child of the one before (a chain: n)
+    int32_t guess;                // a proposal asked with guess: the token guessed after ctx,
+                                  // which the drafts follow (-1: no guess; then n is 0)
+    int kind;                     // the proposer's own tag (e.g. which proposer made it)
+} sw_proposal_t;
+
+/* How a round went, for sw_proposer_t.observe. */
+typedef struct sw_round_obs {
+    const sw_proposal_t *prop; // the round's drafts (prop->n == 0: a round without any)
+    int n_accepted;            // drafts kept
+    const int32_t *path;       // (n_accepted) their nodes (1..n), root first
+    double round_ms;           // the target's wall time (compute and network, no proposing)
+    double compute_ms;         // the part the target reported as compute
+    double cycle_ms;           // from the verdict before to this one: drafting on the critical
+                               // path, the round, and whatever else the thread did meanwhile
+    int n_ctx;                 // committed positions after the round
+    int ahead;                 // drafting ahead for this round's outcome: -1 none, 0 the
+                               // outcome was another, 1 the prepared drafts were used
+} sw_round_obs_t;
+
 typedef struct sw_proposer {
-    /* Proposes up to k_max tokens that follow the committed sequence
-     * ctx[0..n_ctx) and writes them to out (their distributions to q, which
-     * may be left as point masses by setting *q_used = 0). Returns the number
-     * proposed (0..k_max), or -1 on error. */
-    int (*propose)(void *self, const int32_t *ctx, int n_ctx, int k_max, int32_t *out,
-                   sw_draft_q_t *q, int *q_used);
+    /* Proposes drafts (a chain at most k_max deep, or a tree of at most
+     * SW_MAX_DRAFT nodes none deeper than k_max) that follow the committed
+     * sequence ctx[0..n_ctx) into *out (every field written). guess = 1:
+     * first guess the token that would follow ctx (the bonus token of a round
+     * whose drafts were all accepted), write it to out->guess and propose
+     * what follows ctx + guess; a proposer that does not guess (or declines
+     * to draft ahead) sets out->guess = -1 and out->n = 0. Returns 0, or -1
+     * on error. */
+    int (*propose)(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                   sw_proposal_t *out);
+    /* Optional (NULL: propose is quick): the same proposal in bounded pieces,
+     * so that one thread can draft for many sessions and between messages.
+     * start begins what propose would compute (ctx must stay valid until it
+     * is done; a new start drops an unfinished one), then step does one
+     * piece and returns 1 while more remains, 0 when *out holds exactly what
+     * propose would have written (out->guess may be set earlier, as soon as
+     * it is known, -1 until then), -1 on error. */
+    int (*start)(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                 sw_proposal_t *out);
+    int (*step)(void *self);
     void *self;
     /* Optional (may be NULL): told after every decode round of a generation
-     * with drafting on how it went: n_draft drafts sent (0 when the round
-     * had none), n_accepted of them kept,
-     * round_ms the target's wall time for the round (compute and network,
-     * without the proposing), compute_ms the part the target reported as
-     * compute. Adaptive proposers tune K and their confidence stop on it. */
-    void (*observe)(void *self, int n_draft, int n_accepted, double round_ms, double compute_ms);
+     * with drafting on how it went. Adaptive proposers tune K, the tree and
+     * drafting ahead on it. */
+    void (*observe)(void *self, const sw_round_obs_t *o);
 } sw_proposer_t;
 
 /* ---- generation ---- */
@@ -140,16 +200,22 @@ typedef struct sw_gen_stats {
     double ttft_ms;         // request start to the first generated token
     double prefill_ms;      // prefill round
     double decode_ms;       // from the first generated token to the last
-    double draft_ms;        // time spent proposing
+    double draft_ms;        // time spent proposing with no round out (on the critical path)
+    double ahead_ms;        // time spent drafting ahead while a round was out
     double target_ms;       // time the target reported computing
+    int tree_rounds;        // rounds whose drafts were a tree
+    int kv_moves;           // rounds that moved a tree round's accepted path in the caches
+    int ahead_hits;         // rounds that left with drafts prepared while the one before travelled
+    int ahead_misses;       // rounds whose prepared drafts were dropped (another outcome)
     uint64_t logits_digest; // the target's running digest of every logits row it verified:
                             // equal digests = bit-identical logits (tests compare runs)
 } sw_gen_stats_t;
 
 typedef struct sw_gen_opts {
     int n_predict;           // tokens to generate at most
-    int k;                   // draft tokens per round (0 = no speculation)
+    int k;                   // deepest drafts of a round (0 = no speculation)
     sw_proposer_t *proposer; // NULL = no speculation
+    int ahead;               // 1: draft the next round ahead while one is out (sw_gen_work)
     int stop_at_eog;         // stop after an end-of-generation token
     /* Called with each batch of committed tokens; return non-zero to stop. */
     int (*on_tokens)(void *ctx, const int32_t *tokens, int n);
@@ -162,9 +228,19 @@ typedef struct sw_gen_opts {
 /* A generation driven one round at a time, so that one thread can run many
  * at once (the head interleaves its sessions this way; sw_generate() is the
  * plain loop over it). The round logic lives here only: the prefill first,
- * then each round the last committed token and up to k drafts from the
- * proposer; each verdict is cut at n_predict and at an end-of-generation
- * token and handed to on_tokens.
+ * then each round the last committed token and the proposer's drafts (a
+ * chain or a tree; after a tree round, the next round's kv_path keeps the
+ * accepted path's cache entries); each verdict is cut at n_predict and at an
+ * end-of-generation token and handed to on_tokens.
+ *
+ * Drafting ahead (o->ahead): while a round is out, sw_gen_work() drafts the
+ * round after it for the most likely outcome (every draft on the main path
+ * accepted, and the proposer's guess of the bonus token). When the verdict
+ * is that outcome, the next round takes those drafts (no drafting on the
+ * critical path); otherwise they are dropped and the proposer drafts for
+ * the real outcome (its cache rolls back as after any rejection). Drafts
+ * depend only on the committed tokens, never on timing, so the output does
+ * not change (proposers guarantee it: see drafter.h).
  *
  * sw_gen_new copies the prompt and o (o's callbacks and their contexts are
  * borrowed and must outlive the generation). NULL with err on failure. */
@@ -172,16 +248,24 @@ typedef struct sw_gen sw_gen_t;
 sw_gen_t *sw_gen_new(const int32_t *prompt, int n_prompt, const sw_gen_opts_t *o, char *err,
                      size_t err_len) __attribute__((warn_unused_result));
 void sw_gen_free(sw_gen_t **self_p);
+/* One bounded piece of drafting (one step of the proposer): for the next
+ * round when none is out, or ahead (o->ahead) for the likely outcome of the
+ * round that is out. Returns 1 when more remains, 0 when there is nothing to
+ * do now, -1 with err when the proposer failed. Optional: sw_gen_next does
+ * what is left itself. Also the round's idle hook (sw_round_t.idle). */
+int sw_gen_work(sw_gen_t *g, char *err, size_t err_len) __attribute__((warn_unused_result));
 /* The next round to run (*r points into g and stays valid until the verdict
  * is committed): 0, 1 when the generation is over (*r NULL), or -1 with err
- * (the proposer failed). Drafting happens here. Asked again before the
- * verdict, it gives the same round. */
+ * (the proposer failed). Drafting happens here (what sw_gen_work left).
+ * Asked again before the verdict, it gives the same round. */
 int sw_gen_next(sw_gen_t *g, const sw_round_t **r, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 /* Commits the verdict of the round sw_gen_next gave: the tokens it adds to
  * the output (after the cut) come back in *tokens / *n (pointing into g) and
- * went to on_tokens; the proposer is told how the round went. 0, or -1 with
- * err (no round out, or a verdict that does not fit it). */
+ * went to on_tokens; the proposer is told how the round went. A tree round's
+ * verdict must name its accepted path (v->path) and it must be a path of the
+ * tree holding the committed drafts. 0, or -1 with err (no round out, or a
+ * verdict that does not fit it). */
 int sw_gen_commit(sw_gen_t *g, const sw_verdict_t *v, const int32_t **tokens, int *n, char *err,
                   size_t err_len) __attribute__((warn_unused_result));
 /* 1 when the generation is over (n_predict, end of generation, or on_tokens said stop). */

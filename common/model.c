@@ -770,6 +770,19 @@ int sw_kv_pos(const sw_kv_t *kv, int s)
     return s >= 0 && s < kv->len ? kv->pos[s] : -1;
 }
 
+int sw_kv_parent(const sw_kv_t *kv, int s)
+{
+    return s >= 0 && s < kv->len ? kv->par[s] : -2;
+}
+
+int sw_model_trees(const sw_model_t *m)
+{
+    for (int d = 0; d < m->n_dev; d++)
+        if (!m->devs[d].be->ops->kv_move)
+            return 0;
+    return 1;
+}
+
 int sw_kv_linear(const sw_kv_t *kv)
 {
     return kv->lin;

@@ -120,6 +120,10 @@ int sw_kv_keep(sw_kv_t *kv, int from, const int32_t *slots, int n, char *err, si
     __attribute__((warn_unused_result));
 /* The position of slot s (< len), or -1. */
 int sw_kv_pos(const sw_kv_t *kv, int s);
+/* The parent slot of slot s (< len; -1 = none), or -2. */
+int sw_kv_parent(const sw_kv_t *kv, int s);
+/* 1 when the model's backends run token trees (every device has kv_move). */
+int sw_model_trees(const sw_model_t *m);
 /* The slots [0, n) of the cache that form a plain sequence (no tree part). */
 int sw_kv_linear(const sw_kv_t *kv);
 

@@ -477,6 +477,11 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
         CHECK(g->draft->n_draft <= SW_WIRE_MAX_DRAFT, "generate.draft.n_draft %u > %d",
               g->draft->n_draft, SW_WIRE_MAX_DRAFT);
         CHECK(s_prob(g->draft->p_min), "generate.draft.p_min not in [0, 1]");
+        CHECK(g->draft->tree <= SW_WIRE_MAX_DRAFT, "generate.draft.tree %u > %d", g->draft->tree,
+              SW_WIRE_MAX_DRAFT);
+        CHECK(g->draft->ahead >= SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT &&
+                  g->draft->ahead <= SHARDWIRE__DRAFT_AHEAD__AHEAD_ON,
+              "generate.draft.ahead %d unknown", (int)g->draft->ahead);
     }
     CHECK(g->n_stop <= 8, "generate has %zu stop strings (max 8)", g->n_stop);
     for (size_t i = 0; i < g->n_stop; i++) {

@@ -35,6 +35,15 @@ double draft_ctl_accept_rate(const draft_ctl_t *c)
     return (c->acc_s + 1.0) / (c->acc_s + c->acc_f + 2.0);
 }
 
+/* The critical-path cost of a draft token (see draft_ctl_draft_time). */
+static double s_td(const draft_ctl_t *c)
+{
+    double td = c->draft_ms > 0 ? c->draft_ms : 0;
+    if (c->ahead_on && c->ahead_all > 0)
+        td *= 1.0 - c->ahead_hit / c->ahead_all;
+    return td;
+}
+
 /* Predicted compute ms for `rows` rows from the measured table (see adaptive.h). */
 static double s_compute(const draft_ctl_t *c, int rows)
 {
@@ -70,6 +79,18 @@ double draft_ctl_round_ms(const draft_ctl_t *c, int k)
     return c->fixed_ms + s_compute(c, k + 1);
 }
 
+/* Drafting k tokens on the critical path: all of it without drafting ahead;
+ * with it, what is left after the round before (its wait) for the rounds
+ * whose guess held, all of it for the others. */
+static double s_draft_crit(const draft_ctl_t *c, int k)
+{
+    const double td = c->draft_ms > 0 ? c->draft_ms : 0, all = k * td;
+    if (!c->ahead_on || !(c->ahead_all > 0))
+        return all;
+    const double h = c->ahead_hit / c->ahead_all, wait = draft_ctl_round_ms(c, k);
+    return (1 - h) * all + h * (all > wait ? all - wait : 0);
+}
+
 int draft_ctl_next_k(draft_ctl_t *c, int cap)
 {
     if (cap < 1)
@@ -82,11 +103,10 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
     if (c->n_obs < 3)
         return start[c->n_obs] < hi ? start[c->n_obs] : hi;
     const double a = draft_ctl_accept_rate(c);
-    const double td = c->draft_ms > 0 ? c->draft_ms : 0;
     int best = 0;
     double best_rate = 1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
     for (int k = 1; k <= hi; k++) {
-        double t = draft_ctl_round_ms(c, k) + k * td;
+        double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
         double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
         if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
             best_rate = rate;
@@ -102,17 +122,17 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
     return best;
 }
 
-void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,
+void draft_ctl_observe(draft_ctl_t *c, int n_draft, int depth, int n_accepted, double round_ms,
                        double compute_ms)
 {
-    if (n_draft < 0 || n_accepted < 0 || n_accepted > n_draft || !(round_ms >= 0) ||
-        !(compute_ms >= 0))
+    if (n_draft < 0 || depth < 0 || depth > n_draft || (n_draft > 0 && depth < 1) ||
+        n_accepted < 0 || n_accepted > depth || !(round_ms >= 0) || !(compute_ms >= 0))
         return;
     if (compute_ms > round_ms)
         compute_ms = round_ms;
     if (n_draft > 0) {
         c->acc_s = c->acc_s * S_ACC_DECAY + n_accepted;
-        c->acc_f = c->acc_f * S_ACC_DECAY + (n_accepted < n_draft ? 1 : 0);
+        c->acc_f = c->acc_f * S_ACC_DECAY + (n_accepted < depth ? 1 : 0);
     }
     const double fixed = round_ms - compute_ms;
     c->fixed_ms = c->n_obs ? c->fixed_ms * S_TIME_DECAY + fixed * (1 - S_TIME_DECAY) : fixed;
@@ -181,10 +201,10 @@ void draft_ctl_observe_tree(draft_ctl_t *c, int n, const float *q, const int32_t
 /* The best rate (tokens per ms) the chain model predicts. */
 static double s_best_rate(const draft_ctl_t *c)
 {
-    const double a = draft_ctl_accept_rate(c), td = c->draft_ms > 0 ? c->draft_ms : 0;
+    const double a = draft_ctl_accept_rate(c);
     double best = 0;
     for (int k = 0; k <= c->k_max; k++) {
-        double t = draft_ctl_round_ms(c, k) + k * td;
+        double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
         double r = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
         best = r > best ? r : best;
     }
@@ -203,12 +223,12 @@ double draft_ctl_expand_min(const draft_ctl_t *c)
 {
     if (c->n_obs < 3 || c->draft_ms < 0)
         return 0.1;
-    return s_best_rate(c) * c->draft_ms;
+    return s_best_rate(c) * s_td(c);
 }
 
 int draft_ctl_ahead_k(draft_ctl_t *c, int k_round)
 {
-    if (k_round < 1)
+    if (k_round < 1 || (c->ahead_on && c->arm_blocks > 0 && !c->arm))
         return 0;
     /* One pseudo-hit in two pseudo-rounds: start optimistic. */
     const double rate = (c->ahead_hit + 1.0) / (c->ahead_all + 2.0);
@@ -222,4 +242,27 @@ void draft_ctl_observe_ahead(draft_ctl_t *c, int hit)
 {
     c->ahead_hit = c->ahead_hit * S_ACC_DECAY + (hit ? 1 : 0);
     c->ahead_all = c->ahead_all * S_ACC_DECAY + 1;
+}
+
+void draft_ctl_observe_cycle(draft_ctl_t *c, int n_tokens, double cycle_ms)
+{
+    if (!c->ahead_on || n_tokens < 1 || !(cycle_ms > 0))
+        return;
+    if (c->arm_blocks == 0 && c->arm_rounds == 0)
+        c->arm = 1; // the first block drafts ahead
+    c->arm_tok += n_tokens;
+    c->arm_ms += cycle_ms;
+    if (++c->arm_rounds < DRAFT_CTL_ARM_BLOCK)
+        return;
+    const double rate = c->arm_tok / c->arm_ms;
+    c->arm_rate[c->arm] = c->arm_rate[c->arm] > 0 ? 0.5 * c->arm_rate[c->arm] + 0.5 * rate : rate;
+    c->arm_rounds = 0;
+    c->arm_tok = c->arm_ms = 0;
+    c->arm_blocks++;
+    if (!(c->arm_rate[0] > 0) || !(c->arm_rate[1] > 0)) {
+        c->arm = c->arm_rate[0] > 0 ? 1 : 0; // measure the other arm once
+        return;
+    }
+    const int better = c->arm_rate[1] >= c->arm_rate[0];
+    c->arm = c->arm_blocks % DRAFT_CTL_ARM_PROBE == 0 ? !better : better;
 }

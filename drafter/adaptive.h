@@ -44,8 +44,16 @@
  * hit rate and stops drafting ahead (but for a probe every DRAFT_CTL_PROBE
  * rounds) when it falls below DRAFT_CTL_AHEAD_MIN, so that a pair whose
  * guesses rarely hold does not burn the CPU a shared machine's stages need.
- * Only synchronous drafting counts in t_draft, so drafting that the overlap
- * hides lets the K model choose longer chains.
+ * Beyond the hit rate, drafting ahead costs whatever it takes from the
+ * stages (on a machine they share it slows them down): the controller runs
+ * it in blocks of DRAFT_CTL_ARM_BLOCK rounds on and off, measures tokens per
+ * ms of each (verdict to verdict, everything included), keeps the faster
+ * and tries the other again every DRAFT_CTL_ARM_PROBE-th block.
+ * Only synchronous drafting counts in t_draft, and with drafting ahead on
+ * the K model charges a round (1 - h) K t_draft + h max(0, K t_draft - T(K))
+ * for drafting, h being the hit rate and T(K) the round the drafts were
+ * prepared behind: the overlap hides drafting up to one round's wait, which
+ * lets the controller choose longer chains, but not past it.
  *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */
@@ -57,6 +65,8 @@
 #define DRAFT_CTL_PROBE 8        // rounds without drafts between two probes
 #define DRAFT_CTL_CAL_BUCKETS 10 // calibration buckets of the draft probability
 #define DRAFT_CTL_AHEAD_MIN 0.15 // least hit rate for drafting ahead
+#define DRAFT_CTL_ARM_BLOCK 6    // rounds per block of drafting ahead on or off
+#define DRAFT_CTL_ARM_PROBE 4    // every this many blocks the slower arm is tried again
 
 typedef struct draft_ctl {
     int k_fixed;                      // > 0: every round asks for exactly this K; 0: adaptive
@@ -74,6 +84,12 @@ typedef struct draft_ctl {
     double ahead_hit;                       // decayed prepared rounds whose outcome held
     double ahead_all;                       // decayed prepared rounds
     int ahead_idle;                         // rounds in a row without drafting ahead
+    int ahead_on;                           // 1: drafts are prepared while rounds travel
+    int arm;                                // the current block drafts ahead (1) or not (0)
+    int arm_rounds;                         // rounds of the current block so far
+    double arm_tok, arm_ms;                 // its tokens and cycle time so far
+    double arm_rate[2];                     // tokens per ms of each arm (0 = not measured)
+    int arm_blocks;                         // blocks measured
 } draft_ctl_t;
 
 /* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */
@@ -81,11 +97,16 @@ void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max);
 /* K for the next round, at most cap (the room left in the generation).
  * Counts the rounds it chooses no drafts (for the probes). */
 int draft_ctl_next_k(draft_ctl_t *c, int cap);
-/* A round's outcome: n_draft sent, n_accepted kept, wall ms of the target's
- * round and the part that was compute. */
-void draft_ctl_observe(draft_ctl_t *c, int n_draft, int n_accepted, double round_ms,
+/* A round's outcome: n_draft sent (its compute is that of n_draft + 1 rows),
+ * `depth` deep (a chain: n_draft; the acceptance rate counts the accepted
+ * drafts against it, as for a chain that long), n_accepted kept, wall ms of
+ * the target's round and the part that was compute. */
+void draft_ctl_observe(draft_ctl_t *c, int n_draft, int depth, int n_accepted, double round_ms,
                        double compute_ms);
-/* Drafting cost: ms spent producing n_tokens drafts (n_tokens >= 1). */
+/* Drafting cost: ms spent producing n_tokens drafts (n_tokens >= 1) on the
+ * critical path (not ahead). With drafting ahead on, the controller counts a
+ * draft token at draft_ms times the share of rounds whose prepared drafts
+ * were not used (the others cost nothing on the critical path). */
 void draft_ctl_draft_time(draft_ctl_t *c, int n_tokens, double ms);
 /* The current acceptance estimate, in (0, 1). */
 double draft_ctl_accept_rate(const draft_ctl_t *c);
@@ -117,5 +138,8 @@ double draft_ctl_expand_min(const draft_ctl_t *c);
 int draft_ctl_ahead_k(draft_ctl_t *c, int k_round);
 /* Whether the prepared drafts of a round were used (its outcome held). */
 void draft_ctl_observe_ahead(draft_ctl_t *c, int hit);
+/* A round committed n_tokens in cycle_ms (verdict to verdict): the rate the
+ * current arm of drafting ahead reaches (see above). */
+void draft_ctl_observe_cycle(draft_ctl_t *c, int n_tokens, double cycle_ms);
 
 #endif

@@ -16,6 +16,10 @@
 /* Mixed into the target's seed for the draft's RNG: the draft's draws must be
  * independent of the verifier's acceptance tests, which use the seed itself. */
 #define S_SEED_MIX 0xd1b54a32d192ed03ull
+#define S_TREE_WIDTH 2                      // nodes expanded per tree step (one draft forward)
+#define S_TREE_CHILDREN 3                   // candidates taken from each expanded node
+#define S_TREE_NODES (4 * SW_MAX_DRAFT + 1) // nodes a tree proposal may find
+#define S_SLICE_MS 30.0                     // drafting per step of a chain, at most about
 
 struct draft_model {
     char *path;                    // the GGUF path (for messages)
@@ -23,12 +27,27 @@ struct draft_model {
     sw_model_t *m;                 // all layers
     int cap;                       // default cache positions of a sequence
     int n_vocab;                   // vocabulary size
-    float *logits;                 // (n_vocab) the last row's logits of the sequence drafting
     float *probs;                  // (n_vocab) sampling distribution scratch
     float loop_prob[SW_MAX_DRAFT]; // top probability of each greedy step on the backend
     int32_t *heap_id;              // (DRAFT_Q_MAX) top-support selection
     float *heap_val;               // (DRAFT_Q_MAX)
+    int trees;                     // 1 when its backend runs token trees
+    draft_ahead_mem_t ahead;       // what drafting ahead reached so far (all sessions)
 };
+
+/* A tree node of a proposal being built: node 0 is the root (the token the
+ * drafts follow), the others candidates found by expanding a node. */
+typedef struct s_node {
+    int32_t tok;  // its token
+    int32_t par;  // its parent node
+    float q;      // the draft's probability of tok after its parent
+    double value; // estimated probability that the target accepts it (its path's)
+    int depth;    // 1 for the root's children
+    int slot;     // cache slot once fed (expanded), else -1
+    int main;     // 1 on the main path: the draft's top token under a main node (the chain)
+} s_node_t;
+
+enum { S_IDLE = 0, S_CATCHUP, S_FEED, S_CHAIN, S_TREE, S_DONE };
 
 struct draft_seq {
     draft_model_t *dm;    // the model (not owned)
@@ -41,6 +60,24 @@ struct draft_seq {
     float *q_vals;        // (SW_MAX_DRAFT, DRAFT_Q_MAX) their probabilities
     double last_ms;       // last propose: drafting time (ms)
     int last_n;           // last propose: drafts made
+    double step_ms;       // moving average of one greedy step (slices the chain loop)
+    float *logits;        // (n_vocab) the last fed row's logits (each sequence its own: the
+                          // proposals of several sessions advance in turns)
+    float *tree_logits;   // (S_TREE_WIDTH, n_vocab) the rows of one tree step
+    /* the proposal in progress (draft_seq_start .. draft_seq_step) */
+    int phase;                    // S_*
+    const int32_t *ctx;           // the sequence it follows (caller's)
+    int n_ctx;                    //
+    draft_shape_t sh;             // its shape
+    sw_proposal_t *out;           // where it goes (caller's)
+    int32_t feed;                 // S_FEED: the token fed after ctx (guess or extra)
+    int n;                        // drafts so far (chain)
+    int n_eff;                    // positions the drafts follow (ctx and the fed token)
+    double t0, t_catch;           // start, end of the catch-up (ms)
+    int catch_n;                  // tokens the catch-up fed
+    s_node_t nodes[S_TREE_NODES]; // tree: nodes found (0 = the root)
+    int n_nodes;                  //
+    int tree_steps;               // tree: expansion steps done
 };
 
 int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err, size_t err_len)
@@ -125,12 +162,12 @@ draft_model_t *draft_model_new(const char *path, const sw_gguf_t *target, const 
         return NULL;
     }
     d->cap = n_ctx + SW_MAX_DRAFT + 1; // drafts run past the committed context
-    d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
     d->probs = malloc((size_t)d->n_vocab * sizeof *d->probs);
     d->heap_id = malloc(DRAFT_Q_MAX * sizeof *d->heap_id);
     d->heap_val = malloc(DRAFT_Q_MAX * sizeof *d->heap_val);
-    if (!d->logits || !d->probs || !d->heap_id || !d->heap_val)
+    if (!d->probs || !d->heap_id || !d->heap_val)
         goto oom;
+    d->trees = sw_model_trees(d->m);
     return d;
 oom:
     sw_errf(err, err_len, "draft model %s: out of memory", path);
@@ -146,7 +183,6 @@ void draft_model_free(draft_model_t **self_p)
     sw_model_free(&d->m);
     sw_backend_free(&d->be);
     free(d->path);
-    free(d->logits);
     free(d->probs);
     free(d->heap_id);
     free(d->heap_val);
@@ -167,9 +203,12 @@ draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx)
     s->cached = malloc((size_t)s->cap * sizeof *s->cached);
     s->q_ids = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_ids);
     s->q_vals = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_vals);
+    s->logits = malloc((size_t)dm->n_vocab * sizeof *s->logits);
+    s->tree_logits = malloc((size_t)S_TREE_WIDTH * dm->n_vocab * sizeof *s->tree_logits);
     sw_sampling_t greedy = sw_sampling_default();
     greedy.temp = 0;
-    if (!s->kv || !s->cached || !s->q_ids || !s->q_vals || draft_seq_begin(s, &greedy) != 0)
+    if (!s->kv || !s->cached || !s->q_ids || !s->q_vals || !s->logits || !s->tree_logits ||
+        draft_seq_begin(s, &greedy) != 0)
         draft_seq_free(&s);
     return s;
 }
@@ -184,6 +223,8 @@ void draft_seq_free(draft_seq_t **self_p)
     free(s->cached);
     free(s->q_ids);
     free(s->q_vals);
+    free(s->logits);
+    free(s->tree_logits);
     free(s);
     *self_p = NULL;
 }
@@ -209,6 +250,11 @@ int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
     if (sw_kv_truncate(d->kv, 0) != 0)
         return -1;
     return 0;
+}
+
+draft_ahead_mem_t *draft_model_ahead_mem(draft_model_t *d)
+{
+    return &d->ahead;
 }
 
 const char *draft_model_path(const draft_model_t *d)
@@ -240,7 +286,7 @@ static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt)
     const int n_prompt_rows = n_prompt < n ? n_prompt : n;
     if (n_prompt_rows == n) {
         sw_forward_t p = {
-            .n = n, .tokens = tokens, .logits = d->dm->logits, .n_logits = 1, .prompt = 1};
+            .n = n, .tokens = tokens, .logits = d->logits, .n_logits = 1, .prompt = 1};
         if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
             SW_WARN("draft model: %s", err);
             return -1;
@@ -258,7 +304,7 @@ static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt)
     }
     sw_forward_t f = {.n = n - n_prompt_rows,
                       .tokens = tokens + n_prompt_rows,
-                      .logits = d->dm->logits,
+                      .logits = d->logits,
                       .n_logits = 1};
     if (sw_model_forward(d->dm->m, d->kv, &f, err, sizeof err) != 0) {
         SW_WARN("draft model: %s", err);
@@ -338,17 +384,52 @@ static int s_sparse_support(draft_model_t *d, int32_t *ids, float *vals)
     return n;
 }
 
-/* Rolls the cache back to the longest prefix it shares with ctx and feeds
- * the rest (at least the last token, whose logits are needed). all_prompt:
- * ctx is a prompt (draft_seq_warm); otherwise, when the cache is empty, ctx
- * is the prompt followed by the first generated token. Returns the number of
- * tokens fed, or -1. */
+/* The longest prefix of ctx the cache holds as a path from its first slot:
+ * the plain part compared in place, then tree slots followed from parent to
+ * child (a tree the draft model grew, or the branches it prepared). The tree
+ * slots of the match go to slots (*n_slots of them); returns its length. */
+static int s_match(const draft_seq_t *d, const int32_t *ctx, int n_ctx, int32_t *slots,
+                   int *n_slots)
+{
+    const int len = sw_kv_len(d->kv), lin = sw_kv_linear(d->kv);
+    int m = 0;
+    *n_slots = 0;
+    while (m < lin && m < n_ctx && d->cached[m] == ctx[m])
+        m++;
+    if (m < lin || lin == 0)
+        return m;
+    int prev = lin - 1;
+    for (int sl = lin; sl < len && m < n_ctx && *n_slots < SW_MAX_DRAFT; sl++)
+        if (sw_kv_parent(d->kv, sl) == prev && d->cached[sl] == ctx[m]) {
+            slots[(*n_slots)++] = sl;
+            prev = sl;
+            m++;
+        }
+    return m;
+}
+
+/* Rolls the cache back to the longest prefix it shares with ctx (a matched
+ * tree path becomes plain cache, sw_kv_keep) and feeds the rest (at least
+ * the last token, whose logits are needed). all_prompt: when the cache is
+ * empty, ctx is all prompt (the warm-up, or a proposal that follows one more
+ * token); otherwise ctx is the prompt and the first generated token. Returns
+ * the number of tokens fed, or -1. */
 static int s_catch_up(draft_seq_t *d, const int32_t *ctx, int n_ctx, int all_prompt)
 {
-    int keep = 0;
-    const int len = sw_kv_len(d->kv);
-    while (keep < len && keep < n_ctx && d->cached[keep] == ctx[keep])
-        keep++;
+    int32_t slots[SW_MAX_DRAFT];
+    int n_slots = 0;
+    int keep = s_match(d, ctx, n_ctx, slots, &n_slots);
+    if (n_slots > 0) {
+        const int from = sw_kv_linear(d->kv);
+        char err[256] = "";
+        if (sw_kv_keep(d->kv, from, slots, n_slots, err, sizeof err) != 0) {
+            SW_WARN("draft model: %s", err);
+            keep = from;
+        } else {
+            for (int j = 0; j < n_slots; j++) // ascending, each moves down or stays
+                d->cached[from + j] = d->cached[slots[j]];
+        }
+    }
     if (keep == n_ctx)
         keep = n_ctx - 1;
     const int n_prompt = keep > 0 ? 0 : all_prompt ? n_ctx : n_ctx - 1;
@@ -361,76 +442,139 @@ int draft_seq_warm(draft_seq_t *d, const int32_t *ctx, int n_ctx)
 {
     if (n_ctx < 1 || n_ctx > d->cap - 1)
         return -1;
+    d->phase = S_IDLE; // a proposal in progress is dropped
     return s_catch_up(d, ctx, n_ctx, 1) < 0 ? -1 : 0;
 }
 
-/* Greedy drafts without a repetition penalty: the first from the logits the
- * catch-up left, the other k - 1 by sw_model_greedy_steps(), which keeps the
- * loop on the backend (one graph on a GPU). The same drafts as the one-by-one
- * loop below, which the confidence stop then cuts the same way. */
-static int s_propose_greedy(draft_seq_t *d, int k, float p_min, int32_t *out)
+int draft_seq_trees(const draft_seq_t *d)
 {
-    out[0] = sw_sampler_argmax(d->s, d->dm->logits);
-    if (out[0] < 0)
-        return -1;
-    const int len = sw_kv_len(d->kv);
-    char err[256] = "";
-    if (sw_model_greedy_steps(d->dm->m, d->kv, out[0], k - 1, out + 1,
-                              p_min > 0 ? d->dm->loop_prob : NULL, err, sizeof err) != 0) {
-        SW_WARN("draft model: %s", err);
-        return -1;
-    }
-    memcpy(d->cached + len, out, (size_t)(k - 1) * sizeof *out);
-    for (int n = 1; n < k; n++)
-        if (p_min > 0 && d->dm->loop_prob[n - 1] < p_min)
-            return n;
-    return k;
+    return d->dm->trees;
 }
 
-int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
-                      int32_t *out, sw_draft_q_t *q, int *q_used)
+/* The RNG seed of the drafts that follow n positions: a function of the
+ * request's seed and the position only, so that drafts prepared ahead equal
+ * the drafts made after the verdict (splitmix64 finaliser). */
+static uint64_t s_pos_seed(uint64_t seed, int n)
 {
-    *q_used = 0;
+    uint64_t z = (seed ^ S_SEED_MIX) ^ ((uint64_t)(uint32_t)n * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int draft_seq_start(draft_seq_t *d, const int32_t *ctx, int n_ctx, const draft_shape_t *sh,
+                    sw_proposal_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->guess = -1;
+    d->phase = S_IDLE;
     d->last_ms = 0;
     d->last_n = 0;
-    if (n_ctx < 1 || k < 1)
-        return 0;
-    if (k > SW_MAX_DRAFT)
-        k = SW_MAX_DRAFT;
-    if (n_ctx + k > d->cap) {
-        k = d->cap - n_ctx;
-        if (k < 1)
+    if (n_ctx < 1 || sh->k < 1 || (sh->extra >= 0 && sh->guess))
+        return 0; // nothing to propose: done at once
+    d->ctx = ctx;
+    d->n_ctx = n_ctx;
+    d->sh = *sh;
+    if (d->sh.k > SW_MAX_DRAFT)
+        d->sh.k = SW_MAX_DRAFT;
+    if (d->sh.max_nodes > SW_MAX_DRAFT)
+        d->sh.max_nodes = SW_MAX_DRAFT;
+    if (!d->dm->trees)
+        d->sh.max_nodes = 0; // the draft model's backend runs chains only
+    const int fed = sh->guess || sh->extra >= 0;
+    d->n_eff = n_ctx + fed;
+    if (d->n_eff + d->sh.k + 1 > d->cap) {
+        d->sh.k = d->cap - d->n_eff - 1;
+        if (d->sh.k < 1)
             return 0;
     }
-    const double t0 = sw_now_ms();
-    const int catch_up = s_catch_up(d, ctx, n_ctx, 0);
-    if (catch_up < 0)
-        return -1;
-    const double t1 = sw_now_ms();
+    d->out = out;
+    d->feed = sh->extra;
+    d->n = 0;
+    d->t0 = sw_now_ms();
+    d->phase = S_CATCHUP;
+    return 1;
+}
 
-    /* The repetition history the target uses: the last rep_last_n tokens. */
-    const int greedy = !(d->params.temp > 0);
+/* The repetition history the target uses for the drafts: the last
+ * rep_last_n tokens of what they follow. */
+static void s_history(draft_seq_t *d)
+{
     sw_sampler_clear_history(d->s);
     if (d->params.rep_penalty != 1.0f && d->params.rep_last_n > 0) {
-        int from = n_ctx - d->params.rep_last_n;
-        for (int i = from > 0 ? from : 0; i < n_ctx; i++)
-            sw_sampler_accept(d->s, ctx[i]);
+        int from = d->n_ctx - d->params.rep_last_n;
+        for (int i = from > 0 ? from : 0; i < d->n_ctx; i++)
+            sw_sampler_accept(d->s, d->ctx[i]);
     }
-    int n = 0;
-    if (greedy && k > 1 && !(d->params.rep_penalty != 1.0f && d->params.rep_last_n > 0)) {
-        n = s_propose_greedy(d, k, p_min, out);
-        if (n < 0)
+}
+
+/* Ends the proposal: drafting time and count. */
+static int s_finish(draft_seq_t *d)
+{
+    const double t = sw_now_ms();
+    d->last_ms = d->catch_n <= 2 ? t - d->t0 : t - d->t_catch;
+    d->last_n = d->out->n;
+    d->phase = S_DONE;
+    return 0;
+}
+
+/* Chain steps: greedy without a repetition penalty runs on the backend
+ * (sw_model_greedy_steps(), as many steps per call as fit S_SLICE_MS); the
+ * other cases draft one token per step. */
+static int s_chain_step(draft_seq_t *d)
+{
+    sw_proposal_t *o = d->out;
+    const int k = d->sh.k;
+    const float p_min = d->sh.p_min;
+    const int greedy = !(d->params.temp > 0);
+    const int penalty = d->params.rep_penalty != 1.0f && d->params.rep_last_n > 0;
+    char err[256] = "";
+    if (greedy && !penalty) {
+        if (d->n == 0) {
+            o->tokens[0] = sw_sampler_argmax(d->s, d->logits);
+            if (o->tokens[0] < 0)
+                return -1;
+            o->conf[0] = s_top_prob(d->logits, d->dm->n_vocab);
+            d->n = 1;
+            if (k == 1)
+                goto done;
+            return 1;
+        }
+        int steps = d->step_ms > 0 ? (int)(S_SLICE_MS / d->step_ms) : 1;
+        if (steps < 1)
+            steps = 1;
+        if (steps > k - d->n)
+            steps = k - d->n;
+        const int len = sw_kv_len(d->kv);
+        const double t = sw_now_ms();
+        if (sw_model_greedy_steps(d->dm->m, d->kv, o->tokens[d->n - 1], steps, o->tokens + d->n,
+                                  d->dm->loop_prob, err, sizeof err) != 0) {
+            SW_WARN("draft model: %s", err);
             return -1;
+        }
+        const double per = (sw_now_ms() - t) / steps;
+        d->step_ms = d->step_ms > 0 ? 0.7 * d->step_ms + 0.3 * per : per;
+        memcpy(d->cached + len, o->tokens + d->n - 1, (size_t)steps * sizeof *o->tokens);
+        for (int i = 0; i < steps; i++) {
+            o->conf[d->n] = d->dm->loop_prob[i];
+            if (p_min > 0 && d->dm->loop_prob[i] < p_min)
+                goto done; // the confidence stop
+            d->n++;
+        }
+        if (d->n < k)
+            return 1;
         goto done;
     }
-    for (; n < k; n++) {
+    /* One token: greedy with the penalty, or a draw from the draft's sparse q. */
+    {
+        const int n = d->n;
         int32_t tok;
         float conf;
         if (greedy) {
-            tok = sw_sampler_argmax(d->s, d->dm->logits);
-            conf = p_min > 0 ? s_top_prob(d->dm->logits, d->dm->n_vocab) : 1.0f;
+            tok = sw_sampler_argmax(d->s, d->logits);
+            conf = s_top_prob(d->logits, d->dm->n_vocab);
         } else {
-            if (sw_sampler_probs(d->s, d->dm->logits, d->dm->probs) != 0)
+            if (sw_sampler_probs(d->s, d->logits, d->dm->probs) != 0)
                 return -1;
             int32_t *ids = d->q_ids + (size_t)n * DRAFT_Q_MAX;
             float *vals = d->q_vals + (size_t)n * DRAFT_Q_MAX;
@@ -440,25 +584,300 @@ int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, floa
             for (int j = 0; j < ns; j++)
                 conf = vals[j] > conf ? vals[j] : conf;
             if (tok >= 0) {
-                q[n].q_tok = d->dm->probs[tok];
-                q[n].n = ns;
-                q[n].ids = ids;
-                q[n].vals = vals;
+                o->q[n].q_tok = d->dm->probs[tok];
+                o->q[n].n = ns;
+                o->q[n].ids = ids;
+                o->q[n].vals = vals;
             }
         }
         if (tok < 0)
             return -1;
         if (n > 0 && conf < p_min)
-            break;
-        out[n] = tok;
+            goto done;
+        o->tokens[n] = tok;
+        o->conf[n] = greedy ? conf : o->q[n].q_tok;
+        d->n = n + 1;
         sw_sampler_accept(d->s, tok);
-        if (n + 1 < k && s_feed(d, &out[n], 1, 0) != 0)
+        if (d->n == k)
+            goto done;
+        if (s_feed(d, &o->tokens[n], 1, 0) != 0)
             return -1;
+        return 1;
     }
 done:
-    *q_used = !greedy && n > 0;
-    const double t2 = sw_now_ms();
-    d->last_ms = catch_up <= 2 ? t2 - t0 : t2 - t1;
-    d->last_n = n;
+    o->n = d->n;
+    o->n_main = d->n;
+    o->q_used = !greedy && d->n > 0;
+    return s_finish(d);
+}
+
+/* The largest `m` entries of the softmax of l (n_vocab) at temperature 1:
+ * ids (by logit, the lower id first on ties) and probabilities. Returns m. */
+static int s_top(const float *l, int n_vocab, int m, int32_t *ids, float *p)
+{
+    float mx = l[0];
+    for (int i = 1; i < n_vocab; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++)
+        sum += exp((double)(l[i] - mx));
+    int got = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        if (!(l[i] == l[i]))
+            continue; // NaN never ranks
+        if (got == m && !(l[i] > l[ids[m - 1]]))
+            continue;
+        int at = got < m ? got++ : m - 1;
+        while (at > 0 && l[i] > l[ids[at - 1]]) {
+            ids[at] = ids[at - 1];
+            at--;
+        }
+        ids[at] = i;
+    }
+    for (int j = 0; j < got; j++)
+        p[j] = (float)(exp((double)(l[ids[j]] - mx)) / sum);
+    return got;
+}
+
+static double s_calib(const draft_seq_t *d, double q)
+{
+    return d->sh.calib ? d->sh.calib(d->sh.ctx, q) : q;
+}
+
+/* Adds the candidates of node `at` from its logits row. */
+static void s_expand(draft_seq_t *d, int at, const float *logits)
+{
+    int32_t ids[S_TREE_CHILDREN];
+    float p[S_TREE_CHILDREN];
+    const int m = s_top(logits, d->dm->n_vocab, S_TREE_CHILDREN, ids, p);
+    const s_node_t *par = &d->nodes[at];
+    for (int j = 0; j < m && d->n_nodes < S_TREE_NODES; j++) {
+        s_node_t *c = &d->nodes[d->n_nodes++];
+        c->tok = ids[j];
+        c->par = at;
+        c->q = p[j];
+        c->value = (at ? par->value : 1.0) * s_calib(d, p[j]);
+        c->depth = par->depth + 1;
+        c->slot = -1;
+        c->main = j == 0 && (at == 0 || par->main);
+    }
+}
+
+/* Node indices (not the root) ordered by value, the earlier found first on ties. */
+static void s_rank(const draft_seq_t *d, int *order, int *n)
+{
+    *n = 0;
+    for (int i = 1; i < d->n_nodes; i++) {
+        int at = (*n)++;
+        while (at > 0 && d->nodes[i].value > d->nodes[order[at - 1]].value) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = i;
+    }
+}
+
+/* Writes the tree: the best nodes by value whose parents are in it, each
+ * worth its row (node_min), at most max_nodes and k deep, in depth-first
+ * order with the better child first (so nodes 1..n_main are the best path). */
+static int s_tree_emit(draft_seq_t *d)
+{
+    sw_proposal_t *o = d->out;
+    int order[S_TREE_NODES], n_order;
+    s_rank(d, order, &n_order);
+    unsigned char in[S_TREE_NODES] = {0};
+    in[0] = 1;
+    int count = 0;
+    /* The main path (the chain the K controller chose) always, then the
+     * best other nodes that are worth their rows. */
+    for (int i = 1; i < d->n_nodes && count < d->sh.max_nodes; i++)
+        if (d->nodes[i].main && d->nodes[i].depth <= d->sh.k) {
+            in[i] = 1;
+            count++;
+        }
+    for (int r = 0; r < n_order && count < d->sh.max_nodes; r++) {
+        const s_node_t *x = &d->nodes[order[r]];
+        const double need = d->sh.node_min ? d->sh.node_min(d->sh.ctx, 1 + count) : 0;
+        if (in[order[r]] || !in[x->par] || x->depth > d->sh.k || x->value < need)
+            continue;
+        in[order[r]] = 1;
+        count++;
+    }
+    /* Depth first; a node's children in rank order. */
+    int rank_of[S_TREE_NODES];
+    for (int r = 0; r < n_order; r++)
+        rank_of[order[r]] = r;
+    int stack[S_TREE_NODES], sp = 0, idx_of[S_TREE_NODES];
+    idx_of[0] = 0;
+    stack[sp++] = 0;
+    int n = 0;
+    while (sp > 0) {
+        const int at = stack[--sp];
+        if (at) {
+            idx_of[at] = n + 1;
+            o->tokens[n] = d->nodes[at].tok;
+            o->parent[n] = idx_of[d->nodes[at].par];
+            o->conf[n] = d->nodes[at].q;
+            n++;
+        }
+        /* children, pushed worst first so the best pops first */
+        int kids[S_TREE_NODES], nk = 0;
+        for (int i = 1; i < d->n_nodes; i++)
+            if (in[i] && d->nodes[i].par == at) {
+                int p = nk++;
+                while (p > 0 && (d->nodes[i].main || (!d->nodes[kids[p - 1]].main &&
+                                                      rank_of[i] < rank_of[kids[p - 1]]))) {
+                    kids[p] = kids[p - 1];
+                    p--;
+                }
+                kids[p] = i;
+            }
+        for (int j = nk - 1; j >= 0; j--)
+            stack[sp++] = kids[j];
+    }
+    o->n = n;
+    o->tree = 1;
+    o->n_main = 0;
+    while (o->n_main < n && o->parent[o->n_main] == o->n_main)
+        o->n_main++;
+    return s_finish(d);
+}
+
+/* One tree step: feeds the best nodes worth expanding (up to S_TREE_WIDTH,
+ * in one forward call, each under its parent's slot) and adds their
+ * candidates; when none is worth it, or after k steps, writes the tree. */
+static int s_tree_step(draft_seq_t *d)
+{
+    if (d->n_nodes == 0) { // the root: the token the drafts follow, fed by now
+        s_node_t *r = &d->nodes[d->n_nodes++];
+        r->tok = d->feed >= 0 ? d->feed : d->ctx[d->n_ctx - 1];
+        r->par = -1;
+        r->q = 1;
+        r->value = 1;
+        r->depth = 0;
+        r->slot = sw_kv_len(d->kv) - 1;
+        s_expand(d, 0, d->logits);
+        d->tree_steps = 0;
+        return 1;
+    }
+    int order[S_TREE_NODES], n_order, pick[S_TREE_WIDTH], n_pick = 0;
+    s_rank(d, order, &n_order);
+    const int len = sw_kv_len(d->kv);
+    /* The main path grows by one node per step, as a chain would (the
+     * confidence stop ends it); the other row of a step goes to the best
+     * other node worth expanding. */
+    for (int i = 1; i < d->n_nodes; i++) {
+        const s_node_t *x = &d->nodes[i];
+        if (x->main && x->slot < 0 && x->depth < d->sh.k && len < d->cap &&
+            d->n_nodes + S_TREE_CHILDREN <= S_TREE_NODES &&
+            !(d->sh.p_min > 0 && x->q < d->sh.p_min && x->depth > 1))
+            pick[n_pick++] = i;
+    }
+    for (int r = 0; r < n_order && r < d->sh.max_nodes && n_pick < S_TREE_WIDTH; r++) {
+        const s_node_t *x = &d->nodes[order[r]];
+        if (x->slot < 0 && !x->main && x->depth < d->sh.k && x->value >= d->sh.expand_min &&
+            d->nodes[x->par].slot >= 0 && len + n_pick < d->cap &&
+            d->n_nodes + S_TREE_CHILDREN <= S_TREE_NODES)
+            pick[n_pick++] = order[r];
+    }
+    if (n_pick == 0 || d->tree_steps >= d->sh.k)
+        return s_tree_emit(d);
+    int32_t toks[S_TREE_WIDTH], par[S_TREE_WIDTH];
+    for (int j = 0; j < n_pick; j++) {
+        toks[j] = d->nodes[pick[j]].tok;
+        par[j] = d->nodes[d->nodes[pick[j]].par].slot;
+    }
+    sw_forward_t f = {
+        .n = n_pick, .tokens = toks, .logits = d->tree_logits, .n_logits = n_pick, .parent = par};
+    char err[256] = "";
+    if (sw_model_forward(d->dm->m, d->kv, &f, err, sizeof err) != 0) {
+        SW_WARN("draft model: %s", err);
+        return -1;
+    }
+    for (int j = 0; j < n_pick; j++) {
+        d->nodes[pick[j]].slot = len + j;
+        d->cached[len + j] = toks[j];
+    }
+    for (int j = 0; j < n_pick; j++)
+        s_expand(d, pick[j], d->tree_logits + (size_t)j * d->dm->n_vocab);
+    d->tree_steps++;
+    return 1;
+}
+
+int draft_seq_step(draft_seq_t *d)
+{
+    switch (d->phase) {
+    case S_CATCHUP: {
+        const int fed = d->sh.guess || d->sh.extra >= 0;
+        const int n = s_catch_up(d, d->ctx, d->n_ctx, fed);
+        if (n < 0) {
+            d->phase = S_IDLE;
+            return -1;
+        }
+        d->catch_n = n;
+        d->t_catch = sw_now_ms();
+        s_history(d);
+        if (d->sh.guess) {
+            /* The bonus token of a round whose drafts were all accepted,
+             * as the draft model sees it. */
+            d->feed = sw_sampler_argmax(d->s, d->logits);
+            if (d->feed < 0) {
+                d->phase = S_IDLE;
+                return -1;
+            }
+            d->out->guess = d->feed;
+        }
+        if (d->feed >= 0) {
+            sw_sampler_accept(d->s, d->feed);
+            d->phase = S_FEED;
+            return 1;
+        }
+        break;
+    }
+    case S_FEED:
+        if (s_feed(d, &d->feed, 1, 0) != 0) {
+            d->phase = S_IDLE;
+            return -1;
+        }
+        break;
+    case S_CHAIN:
+    case S_TREE: {
+        const int rc = d->phase == S_CHAIN ? s_chain_step(d) : s_tree_step(d);
+        if (rc < 0)
+            d->phase = S_IDLE;
+        return rc;
+    }
+    default:
+        return 0;
+    }
+    /* Caught up: the logits of the token the drafts follow are there. */
+    sw_rng_seed(sw_sampler_rng(d->s), s_pos_seed(d->params.seed, d->n_eff));
+    d->n_nodes = 0;
+    d->phase = d->sh.max_nodes > 1 ? S_TREE : S_CHAIN;
+    return 1;
+}
+
+int draft_seq_propose(draft_seq_t *d, const int32_t *ctx, int n_ctx, int k, float p_min,
+                      int32_t *out, sw_draft_q_t *q, int *q_used)
+{
+    *q_used = 0;
+    static const draft_shape_t zero;
+    draft_shape_t sh = zero;
+    sh.k = k;
+    sh.p_min = p_min;
+    sh.extra = -1;
+    sw_proposal_t *p = malloc(sizeof *p);
+    if (!p)
+        return -1;
+    int rc = draft_seq_start(d, ctx, n_ctx, &sh, p);
+    while (rc > 0)
+        rc = draft_seq_step(d);
+    int n = rc < 0 ? -1 : p->n;
+    for (int i = 0; i < n; i++) {
+        out[i] = p->tokens[i];
+        q[i] = p->q[i];
+    }
+    *q_used = n > 0 && p->q_used;
+    free(p);
     return n;
 }

@@ -6,11 +6,13 @@
  * (same token count and byte-identical tokenizer.ggml.tokens): the check
  * reads only the two headers, before any weight is loaded.
  *
- * The draft keeps its own KV cache of the committed sequence. Each call to
- * draft_seq_propose() finds the longest common prefix of what its cache
- * holds and the committed sequence it is given, truncates the cache there
- * (O(1): this is how rejected drafts are rolled back), feeds only the new
- * tokens (usually one or two), then drafts token by token:
+ * The draft keeps its own KV cache of the committed sequence. Each proposal
+ * (draft_seq_start and its steps, or draft_seq_propose at once) finds the
+ * longest common prefix of what its cache holds and the committed sequence
+ * it is given (following a tree path the cache holds, which sw_kv_keep then
+ * makes plain cache), truncates the cache there (O(1): this is how rejected
+ * drafts are rolled back), feeds only the new tokens (usually one or two),
+ * then drafts token by token:
  *
  *  - greedy target (temp 0): the draft's argmax (after the same repetition
  *    penalty as the target); the drafts are point masses (q_used = 0).
@@ -20,8 +22,11 @@
  *    target's sampling parameters, restricted to its DRAFT_Q_MAX most likely
  *    tokens and renormalised; the proposer reports q(d) and that sparse
  *    support, so the verifier's rejection rule is exact. The draft's RNG is
- *    seeded from the target's seed through a fixed mix, so a seed fixes the
- *    whole run while the draft's draws stay independent of the verifier's.
+ *    seeded for each proposal from the target's seed through a fixed mix and
+ *    the position, so a seed fixes the whole run (drafts prepared ahead equal
+ *    drafts made later) while the draft's draws stay independent of the
+ *    verifier's;
+ *  - token trees (draft_seq_start with max_nodes > 1): see there.
  *
  * Confidence stop: after the first draft of a round, drafting stops when the
  * draft's top probability (softmax at temperature 1 for greedy, the top of q
@@ -44,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decode.h"
 #include "gguf.h"
 #include "sampler.h"
 #include "verify.h"
@@ -81,8 +87,50 @@ int draft_seq_capacity(const draft_seq_t *s);
  * would not be bit-identical to that). 0, or -1 on invalid parameters. */
 int draft_seq_begin(draft_seq_t *s, const sw_sampling_t *params)
     __attribute__((warn_unused_result));
-/* Proposes up to k tokens after ctx[0..n_ctx) (see above). Returns the count
- * (0..k), or -1 on error (context full, bad token). */
+/* The shape of one proposal (draft_seq_start). */
+typedef struct draft_shape {
+    int k;         // deepest drafts, >= 1
+    int max_nodes; // > 1: a token tree of at most this many drafts (when the backend runs
+                   // trees); else a chain of k
+    float p_min;   // chain: the confidence stop
+    int guess;     // 1: first guess the token after ctx (the draft's argmax: the bonus token
+                   // of a round whose drafts were all accepted), then propose after it
+    int32_t extra; // >= 0: a token known to follow ctx (another proposer's guess): propose
+                   // after ctx + extra; -1 = none
+    /* Trees: P(accepted | parent accepted) of a draft with draft probability q
+     * (NULL = q itself), the least value the row after `rows` rows must add
+     * (NULL = 0), and the least value of a node worth a draft step. */
+    double (*calib)(void *ctx, double q);
+    double (*node_min)(void *ctx, int rows);
+    double expand_min;
+    void *ctx; // for calib and node_min
+} draft_shape_t;
+
+/* Starts a proposal after ctx[0..n_ctx) (and the guessed or extra token)
+ * into *out (all of it written; ctx and out must stay valid until done), to
+ * be advanced by draft_seq_step. Trees: the draft model's top candidates
+ * (S_TREE_CHILDREN of each expanded node, point masses) where it is
+ * uncertain: every step feeds the best nodes not yet expanded
+ * (S_TREE_WIDTH rows in one forward call, each attending to its ancestors)
+ * whose value, the product of calibrated acceptances along the path, is at
+ * least expand_min; after k steps or when none is left, the best nodes by
+ * value that are worth their rows form the tree, depth first with the best
+ * child first (so nodes 1..n_main are the most likely path). The draws of a
+ * sampling chain come from the RNG seeded by (seed, position), so drafts
+ * prepared ahead equal drafts made later for the same position. Returns 1
+ * (steps follow) or 0 (nothing to propose: out->n = 0). A new start or a
+ * warm-up drops an unfinished proposal. */
+int draft_seq_start(draft_seq_t *s, const int32_t *ctx, int n_ctx, const draft_shape_t *shape,
+                    sw_proposal_t *out) __attribute__((warn_unused_result));
+/* One bounded piece of the proposal (one draft forward call, or as many
+ * chained greedy steps as take about S_SLICE_MS): 1 more, 0 done (*out
+ * written; out->guess as soon as known), -1 on error. */
+int draft_seq_step(draft_seq_t *s) __attribute__((warn_unused_result));
+/* 1 when the draft model's backend runs token trees. */
+int draft_seq_trees(const draft_seq_t *s);
+/* Proposes up to k tokens after ctx[0..n_ctx) as a chain (draft_seq_start
+ * and its steps at once). Returns the count (0..k), or -1 on error (context
+ * full, bad token). */
 int draft_seq_propose(draft_seq_t *s, const int32_t *ctx, int n_ctx, int k, float p_min,
                       int32_t *out, sw_draft_q_t *q, int *q_used);
 /* Feeds ctx[0..n_ctx) into the draft's cache (as the catch-up of a
@@ -96,6 +144,13 @@ int draft_seq_warm(draft_seq_t *s, const int32_t *ctx, int n_ctx)
  * made: what a draft token costs. */
 void draft_seq_last_cost(const draft_seq_t *s, double *ms, int *n_tokens);
 const char *draft_model_path(const draft_model_t *d);
+/* What drafting ahead was measured to reach on this model's machine, kept
+ * across generations (adaptive.h's arms): tokens per ms with (rate[1]) and
+ * without (rate[0]) it, 0 = not measured. Owned by the model. */
+typedef struct draft_ahead_mem {
+    double rate[2]; // tokens per ms without / with drafting ahead
+} draft_ahead_mem_t;
+draft_ahead_mem_t *draft_model_ahead_mem(draft_model_t *d);
 /* What the draft model runs on ("cuda:1 (Tesla T4, ...)"). */
 const char *draft_model_backend(const draft_model_t *d);
 

@@ -9,13 +9,40 @@
 
 #include "ngram.h"
 
-#define S_NGRAM_MAX 3 // longest suffix looked up
+#define S_NGRAM_MAX 3          // longest suffix looked up
+#define S_NGRAM_WIDTH 4        // n-gram trees: earlier occurrences followed at most
+#define S_PEND 4               // calibration observations waiting for a later proposal
+#define S_NODE_MIN_FIXED 0.02  // fixed K: least value of a tree node (expected tokens)
+#define S_EXPAND_MIN_FIXED 0.1 // fixed K: least value of a node worth a draft step
+
+enum { S_KIND_NONE = 0, S_KIND_MODEL = 1, S_KIND_NGRAM = 2 };
+
+/* A round's outcome, kept until a proposal for a later position (see s_start). */
+typedef struct s_pend {
+    int ctx_after;                // committed positions after the round
+    int n, n_acc;                 // drafts, accepted
+    float q[SW_MAX_DRAFT];        // the draft's probability of each
+    int32_t parent[SW_MAX_DRAFT]; // tree layout (a chain: i)
+    int32_t path[SW_MAX_DRAFT];   // accepted nodes
+} s_pend_t;
 
 struct draft {
     draft_model_t *model; // borrowed, may be NULL
     draft_seq_t *seq;     // this generation's sequence of the model, NULL until needed
     draft_cfg_t cfg;      // this generation's configuration
-    draft_ctl_t ctl;      // K controller
+    draft_ctl_t ctl;      // K, tree and draft-ahead controller
+    /* the proposal in progress */
+    int running;           // 1: the draft model has steps left
+    int ahead_job;         // 1: it drafts ahead (started with guess)
+    int mix_check;         // 1: mixed mode, model guess: look up the n-gram once the guess is known
+    const int32_t *ctx;    // what it follows (the caller's)
+    int n_ctx;             //
+    int k;                 // its depth
+    sw_proposal_t *out;    // the caller's
+    int32_t *buf;          // (cap_buf) ctx and a guessed token, for the n-gram lookup
+    int cap_buf;           //
+    s_pend_t pend[S_PEND]; // observations not applied yet (oldest first)
+    int n_pend;            //
 };
 
 draft_t *draft_new(draft_model_t *model)
@@ -31,6 +58,7 @@ void draft_free(draft_t **self_p)
     if (!self_p || !*self_p)
         return;
     draft_seq_free(&(*self_p)->seq);
+    free((*self_p)->buf);
     free(*self_p);
     *self_p = NULL;
 }
@@ -104,7 +132,23 @@ int draft_begin(draft_t *d, const draft_cfg_t *cfg, char *err, size_t err_len)
         snprintf(err, err_len, "draft: cannot start the draft sampler");
         return -1;
     }
+    if (cfg->tree < 0 || cfg->tree > SW_MAX_DRAFT) {
+        snprintf(err, err_len, "draft: a tree of %d drafts (at most %d)", cfg->tree, SW_MAX_DRAFT);
+        return -1;
+    }
     draft_ctl_init(&d->ctl, cfg->k > 0 ? cfg->k : 0, d->cfg.k_max);
+    d->ctl.ahead_on = cfg->ahead;
+    if (d->model) { // what drafting ahead reached in earlier generations
+        const draft_ahead_mem_t *m = draft_model_ahead_mem(d->model);
+        d->ctl.arm_rate[0] = m->rate[0];
+        d->ctl.arm_rate[1] = m->rate[1];
+        if (m->rate[0] > 0 && m->rate[1] > 0) {
+            d->ctl.arm_blocks = 1;
+            d->ctl.arm = m->rate[1] >= m->rate[0];
+        }
+    }
+    d->running = 0;
+    d->n_pend = 0;
     return 0;
 }
 
@@ -123,51 +167,260 @@ int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx)
     return d->seq ? draft_seq_warm(d->seq, ctx, n_ctx) : 0;
 }
 
+const draft_cfg_t *draft_cfg(const draft_t *d)
+{
+    return &d->cfg;
+}
+
 const draft_ctl_t *draft_ctl(const draft_t *d)
 {
     return &d->ctl;
 }
 
-static int s_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int32_t *out,
-                     sw_draft_q_t *q, int *q_used)
+/* ---- proposing -------------------------------------------------------------------- */
+
+static double s_calib(void *ctx, double q)
+{
+    return draft_ctl_calib(&((draft_t *)ctx)->ctl, q);
+}
+
+static double s_node_min(void *ctx, int rows)
+{
+    draft_t *d = ctx;
+    return d->cfg.k > 0 ? S_NODE_MIN_FIXED : draft_ctl_node_min(&d->ctl, rows);
+}
+
+/* Applies the observations of rounds that ended before position n: a
+ * proposal for position n sees the same calibration whether it is made
+ * after the verdict before it or ahead of it, while that round travelled
+ * (whose own outcome is then not known yet). */
+static void s_apply_pending(draft_t *d, int n)
+{
+    int kept = 0;
+    for (int i = 0; i < d->n_pend; i++) {
+        s_pend_t *p = &d->pend[i];
+        if (p->ctx_after < n)
+            draft_ctl_observe_tree(&d->ctl, p->n, p->q, p->parent, p->path, p->n_acc);
+        else if (kept != i)
+            d->pend[kept++] = *p;
+        else
+            kept++;
+    }
+    d->n_pend = kept;
+}
+
+/* ctx[0..n_ctx) and tok in d->buf; NULL when out of memory. */
+static const int32_t *s_with(draft_t *d, const int32_t *ctx, int n_ctx, int32_t tok)
+{
+    if (d->cap_buf < n_ctx + 1) {
+        int cap = d->cap_buf ? d->cap_buf : 256;
+        while (cap < n_ctx + 1)
+            cap *= 2;
+        int32_t *b = realloc(d->buf, (size_t)cap * sizeof *b);
+        if (!b)
+            return NULL;
+        d->buf = b;
+        d->cap_buf = cap;
+    }
+    memcpy(d->buf, ctx, (size_t)n_ctx * sizeof *ctx);
+    d->buf[n_ctx] = tok;
+    return d->buf;
+}
+
+/* The n-gram proposal after ctx[0..n_ctx) into out (a tree when trees are
+ * on); 1 when it found one. */
+static int s_ngram(draft_t *d, const int32_t *ctx, int n_ctx, int k, sw_proposal_t *out)
+{
+    const int min_n = d->cfg.mode == DRAFT_MODE_MIX ? DRAFT_MIX_MIN_N : 1;
+    int match = 0, n;
+    if (d->cfg.tree > 1) {
+        n = draft_ngram_propose_tree(ctx, n_ctx, S_NGRAM_MAX, min_n, k, S_NGRAM_WIDTH, d->cfg.tree,
+                                     out->tokens, out->parent, &match);
+        out->tree = n > 0;
+        out->n_main = 0;
+        while (out->n_main < n && out->parent[out->n_main] == out->n_main)
+            out->n_main++;
+    } else {
+        n = draft_ngram_propose(ctx, n_ctx, S_NGRAM_MAX, min_n, k, out->tokens, &match);
+        out->n_main = n;
+    }
+    out->n = n;
+    for (int i = 0; i < n; i++)
+        out->conf[i] = -1;
+    out->kind = S_KIND_NGRAM;
+    return n > 0;
+}
+
+/* sw_proposer_t.start (see decode.h). */
+static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                   sw_proposal_t *out)
 {
     draft_t *d = self;
-    *q_used = 0;
-    const int k = draft_ctl_next_k(&d->ctl, k_max);
-    if (k < 1)
+    memset(out, 0, sizeof *out);
+    out->guess = -1;
+    d->running = d->mix_check = 0;
+    d->out = out;
+    d->ahead_job = guess;
+    s_apply_pending(d, n_ctx + (guess ? 1 : 0));
+    /* Drafting ahead pays for the model only: a lookup is instant after the verdict. */
+    if (guess && (!d->cfg.ahead || d->cfg.mode == DRAFT_MODE_NGRAM))
         return 0;
+    const int k = draft_ctl_next_k(&d->ctl, k_max);
+    if (k < 1 || (guess && draft_ctl_ahead_k(&d->ctl, k) < 1))
+        return 0;
+    d->k = k;
+    d->ctx = ctx;
+    d->n_ctx = n_ctx;
     const enum draft_mode mode = d->cfg.mode;
+    int32_t extra = -1;
     if (mode == DRAFT_MODE_NGRAM || mode == DRAFT_MODE_MIX) {
         const double t0 = sw_now_ms();
-        int match = 0;
-        int n = draft_ngram_propose(ctx, n_ctx, S_NGRAM_MAX,
-                                    mode == DRAFT_MODE_MIX ? DRAFT_MIX_MIN_N : 1, k, out, &match);
-        if (n > 0 || mode == DRAFT_MODE_NGRAM) {
-            if (n > 0)
-                draft_ctl_draft_time(&d->ctl, n, sw_now_ms() - t0);
-            return n;
+        const int32_t *c = ctx;
+        int nc = n_ctx;
+        if (guess) {
+            int32_t g;
+            int m;
+            if (draft_ngram_propose(ctx, n_ctx, S_NGRAM_MAX,
+                                    mode == DRAFT_MODE_MIX ? DRAFT_MIX_MIN_N : 1, 1, &g, &m) == 1) {
+                if (!(c = s_with(d, ctx, n_ctx, g)))
+                    return -1;
+                nc = n_ctx + 1;
+                extra = out->guess = g;
+            } else if (mode == DRAFT_MODE_NGRAM) {
+                return 0;
+            }
+        }
+        if (!guess || extra >= 0) {
+            if (s_ngram(d, c, nc, k, out) || mode == DRAFT_MODE_NGRAM) {
+                if (out->n > 0 && !guess)
+                    draft_ctl_draft_time(&d->ctl, out->n, sw_now_ms() - t0);
+                return 0;
+            }
+            out->n = 0;
         }
     }
-    if (!d->seq)
+    if (!d->seq) {
+        out->guess = -1;
         return 0;
-    int n = draft_seq_propose(d->seq, ctx, n_ctx, k, d->cfg.p_min, out, q, q_used);
-    if (n > 0) {
+    }
+    draft_shape_t sh = {
+        .k = k,
+        .max_nodes = d->cfg.tree > 1 ? d->cfg.tree : 0,
+        .p_min = d->cfg.p_min,
+        .guess = guess && extra<0, .extra = extra, .calib = s_calib, .node_min = s_node_min,
+                                .expand_min = d->cfg.k> 0
+                     ? S_EXPAND_MIN_FIXED
+                     : draft_ctl_expand_min(&d->ctl),
+        .ctx = d,
+    };
+    const int32_t g = out->guess;
+    d->running = draft_seq_start(d->seq, ctx, n_ctx, &sh, out);
+    out->guess = g; // draft_seq_start cleared it; an n-gram guess stays
+    out->kind = S_KIND_MODEL;
+    d->mix_check = mode == DRAFT_MODE_MIX && sh.guess;
+    return 0;
+}
+
+/* sw_proposer_t.step. */
+static int s_step(void *self)
+{
+    draft_t *d = self;
+    if (!d->running)
+        return 0;
+    const int32_t g = d->out->guess;
+    const int rc = draft_seq_step(d->seq);
+    if (rc < 0) {
+        d->running = 0;
+        return -1;
+    }
+    if (d->out->guess < 0)
+        d->out->guess = g;
+    if (d->mix_check && d->out->guess >= 0) {
+        /* Mixed mode, drafting ahead with the model's guess: the proposal
+         * for ctx + guess must be what it will be after the verdict, which
+         * is the n-gram's when the lookup matches there. */
+        d->mix_check = 0;
+        const int32_t *c = s_with(d, d->ctx, d->n_ctx, d->out->guess);
+        sw_proposal_t tmp;
+        memset(&tmp, 0, sizeof tmp);
+        if (!c) {
+            d->running = 0;
+            return -1;
+        }
+        if (s_ngram(d, c, d->n_ctx + 1, d->k, &tmp)) {
+            tmp.guess = d->out->guess;
+            *d->out = tmp;
+            d->running = 0;
+            return 0;
+        }
+    }
+    if (rc > 0)
+        return 1;
+    d->running = 0;
+    if (!d->ahead_job && d->out->n > 0) {
         double ms;
         int nt;
         draft_seq_last_cost(d->seq, &ms, &nt);
         draft_ctl_draft_time(&d->ctl, nt, ms);
     }
-    return n;
+    return 0;
 }
 
-static void s_observe(void *self, int n_draft, int n_accepted, double round_ms, double compute_ms)
+static int s_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                     sw_proposal_t *out)
+{
+    if (s_start(self, ctx, n_ctx, k_max, guess, out) != 0)
+        return -1;
+    int rc;
+    while ((rc = s_step(self)) > 0)
+        ;
+    return rc < 0 ? -1 : 0;
+}
+
+static void s_observe(void *self, const sw_round_obs_t *o)
 {
     draft_t *d = self;
-    draft_ctl_observe(&d->ctl, n_draft, n_accepted, round_ms, compute_ms);
+    const sw_proposal_t *p = o->prop;
+    const int n = p ? p->n : 0;
+    int depth = n, dep[SW_MAX_DRAFT + 1] = {0};
+    if (p && p->tree) {
+        depth = 0;
+        for (int i = 0; i < n; i++) {
+            dep[i + 1] = dep[p->parent[i]] + 1;
+            depth = dep[i + 1] > depth ? dep[i + 1] : depth;
+        }
+    }
+    draft_ctl_observe(&d->ctl, n, depth, o->n_accepted, o->round_ms, o->compute_ms);
+    if (o->ahead >= 0)
+        draft_ctl_observe_ahead(&d->ctl, o->ahead);
+    if (p && p->kind == S_KIND_MODEL) { // drafting ahead is the model's only
+        draft_ctl_observe_cycle(&d->ctl, o->n_accepted + 1, o->cycle_ms);
+        draft_ahead_mem_t *m = draft_model_ahead_mem(d->model);
+        m->rate[0] = d->ctl.arm_rate[0];
+        m->rate[1] = d->ctl.arm_rate[1];
+    }
+    if (n < 1 || p->kind != S_KIND_MODEL || o->n_accepted > n)
+        return;
+    if (d->n_pend == S_PEND) { // cannot happen with one round out at a time; stay bounded
+        s_pend_t *old = &d->pend[0];
+        draft_ctl_observe_tree(&d->ctl, old->n, old->q, old->parent, old->path, old->n_acc);
+        memmove(d->pend, d->pend + 1, (S_PEND - 1) * sizeof *d->pend);
+        d->n_pend--;
+    }
+    s_pend_t *e = &d->pend[d->n_pend++];
+    e->ctx_after = o->n_ctx;
+    e->n = n;
+    e->n_acc = o->n_accepted;
+    for (int i = 0; i < n; i++) {
+        e->q[i] = p->conf[i] >= 0 ? p->conf[i] : 1.0f;
+        e->parent[i] = p->tree ? p->parent[i] : i;
+    }
+    memcpy(e->path, o->path, (size_t)o->n_accepted * sizeof *o->path);
 }
 
 sw_proposer_t draft_proposer(draft_t *d)
 {
-    sw_proposer_t p = {.propose = s_propose, .self = d, .observe = s_observe};
+    sw_proposer_t p = {
+        .propose = s_propose, .start = s_start, .step = s_step, .self = d, .observe = s_observe};
     return p;
 }

@@ -16,6 +16,22 @@
  * turns speculation off. Set sw_gen_opts_t.k to draft_gen_k() and
  * .proposer to the draft_proposer() result.
  *
+ * Trees (cfg.tree > 1): the draft model proposes a token tree K deep of at
+ * most cfg.tree drafts (draft_seq_start: top candidates where it is
+ * uncertain, valued by the controller's calibrated acceptance, each worth
+ * its row at the rate the controller predicts), the n-gram lookup a trie of
+ * earlier occurrences (draft_ngram_propose_tree); with a fixed K the
+ * thresholds are fixed too. Drafting ahead (cfg.ahead): the proposer guesses
+ * the bonus token and drafts after it while the round travels
+ * (sw_proposer_t's guess); the controller stops doing so while its guesses
+ * rarely hold (draft_ctl_ahead_k).
+ *
+ * Drafts depend on the committed tokens only, never on when they were made:
+ * the draft model's draws are seeded by position, and a round's outcome
+ * reaches the tree calibration only when a proposal for a later position
+ * starts, so drafts prepared ahead are the drafts the proposer would make
+ * after the verdict (with a fixed K; the adaptive K follows measured times).
+ *
  * One generation at a time per draft_t (draft_begin() starts the next one);
  * one draft_t per session when several run at once. The draft model (the
  * weights) is borrowed and shared; each draft_t drafts through its own
@@ -48,6 +64,8 @@ typedef struct draft_cfg {
     sw_sampling_t sampling; // the target's sampling parameters
     int n_ctx;              // committed positions the generation may reach (0 = the draft
                             // model's default context)
+    int tree;               // > 1: token trees of at most this many drafts; 0 or 1: chains
+    int ahead;              // 1: draft ahead while a round travels (sw_gen_opts_t.ahead)
 } draft_cfg_t;
 
 typedef struct draft draft_t;
@@ -73,6 +91,8 @@ int draft_gen_k(const draft_t *d);
 int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx);
 /* The controller's state (acceptance estimate, times) for reports. */
 const draft_ctl_t *draft_ctl(const draft_t *d);
+/* This generation's configuration (after draft_begin's defaults). */
+const draft_cfg_t *draft_cfg(const draft_t *d);
 
 /* Parses a mode name: "model", "ngram", "mix", "none". -1 if unknown. */
 int draft_mode_parse(const char *s, enum draft_mode *out) __attribute__((warn_unused_result));

@@ -105,6 +105,7 @@ typedef struct s_sess {
     uint64_t send_round;               // its round number
     sw_round_t send_r;                 // its rows (pointing into rec)
     sw_draft_q_t send_q[SW_MAX_DRAFT]; // and draft distributions
+    int32_t send_tp[SW_MAX_DRAFT + 1]; // tree rounds: the slot each row hangs under
     double t_round;                    // the current round's first chunk went out
     double t_limit;                    // no verdict by then: recover
     double t_check;                    // verdict late: route check then
@@ -446,6 +447,11 @@ static void s_fill_stats(s_sess_t *s, const sw_gen_stats_t *gs)
     st->ttft_ms = (float)(gs->ttft_ms + (s->t_gen - s->t_start));
     st->decode_ms = (float)gs->decode_ms;
     st->draft_ms = (float)gs->draft_ms;
+    st->draft_ahead_ms = (float)gs->ahead_ms;
+    st->n_ahead_hits = (uint32_t)gs->ahead_hits;
+    st->n_ahead_misses = (uint32_t)gs->ahead_misses;
+    st->n_tree_rounds = (uint32_t)gs->tree_rounds;
+    st->n_kv_moves = (uint32_t)gs->kv_moves;
     st->head_ms = (float)(s->route.n == 1 ? gs->target_ms : s->head_ms);
     st->network_ms = (float)s->net_ms;
     for (int i = 1; i < s->route.n; i++) {
@@ -641,8 +647,10 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
     dc->k = o->draft_k;
     dc->k_max = o->draft_k_max;
     dc->p_min = o->draft_p_min;
+    dc->tree = o->draft_tree;
+    dc->ahead = o->draft_ahead;
     if (!dp)
-        return 0;
+        goto trees;
     switch (dp->mode) {
     case SHARDWIRE__DRAFT_MODE__DRAFT_NONE:
         dc->mode = DRAFT_MODE_NONE;
@@ -680,6 +688,19 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
         dc->p_min = dp->p_min;
     if (dc->mode != DRAFT_MODE_NONE && dc->k == 0 && dp->mode != SHARDWIRE__DRAFT_MODE__DRAFT_AUTO)
         dc->k = DRAFT_K_AUTO; // a proposer asked for by name with the head's K off
+    if (dp->tree > SW_MAX_DRAFT) {
+        snprintf(err, err_len, "a token tree of %u drafts (at most %d)", dp->tree, SW_MAX_DRAFT);
+        return -1;
+    }
+    if (dp->tree > 0)
+        dc->tree = (int)dp->tree;
+    if (dp->ahead != SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT)
+        dc->ahead = dp->ahead == SHARDWIRE__DRAFT_AHEAD__AHEAD_ON;
+trees:
+    /* This stage runs the tree rows too: a backend without trees gets chains
+     * (a later stage without them refuses a tree round, naming itself). */
+    if (dc->tree > 1 && !sw_model_trees(n->model))
+        dc->tree = 0;
     return 0;
 }
 
@@ -850,6 +871,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     sw_gen_opts_t go = {
         .k = draft_gen_k(s->drafter),
         .proposer = &s->proposer,
+        .ahead = dc.ahead,
         .n_predict = s->n_predict,
         .stop_at_eog = 1,
         .on_tokens = s_on_tokens,
@@ -860,10 +882,11 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, sizeof err);
     if (!s->gen)
         goto fail;
-    char drafting[64] = "no drafting";
+    char drafting[96] = "no drafting";
     if (draft_gen_k(s->drafter) > 0)
-        snprintf(drafting, sizeof drafting, "draft %s, K %s%d", draft_mode_name(dc.mode),
-                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter));
+        snprintf(drafting, sizeof drafting, "draft %s, K %s%d%s%s", draft_mode_name(dc.mode),
+                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter),
+                 dc.tree > 1 ? ", trees" : "", dc.ahead ? ", ahead" : "");
     SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, %s; %d session(s) "
             "running, %d waiting",
             s->rid, s->client, n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
@@ -1169,6 +1192,14 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     v.logits_digest = vd->logits_digest;
     for (size_t i = 0; i < vd->n_tokens; i++)
         v.tokens[i] = (int32_t)vd->tokens[i];
+    /* A tree round's accepted path (sw_gen_commit checks it against the tree). */
+    if (s->send_r.parent && vd->n_tokens > 1 && vd->n_path != vd->n_tokens - 1) {
+        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+              "the tail sent a tree round's verdict without its path");
+        return;
+    }
+    for (size_t i = 0; i < vd->n_path; i++)
+        v.path[i] = (int32_t)vd->path[i];
     /* The timing list starts with the head's own entry: count only the later
      * stages here (the head's time is round_head_ms). */
     for (size_t i = 0; i < vd->n_timing; i++) {
@@ -1346,13 +1377,15 @@ static int s_forward(node_t *n, s_sess_t *s, const float *hidden, int row0, int 
     const int E = n->hp->n_embd;
     const sw_round_t *r = &s->send_r;
     const int last_chunk = row0 + rows == r->n;
-    uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT];
+    uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT], parents[SW_MAX_DRAFT],
+        kv_path[SW_MAX_DRAFT];
     float probs[SW_MAX_DRAFT];
     Shardwire__DraftDist dd[SW_MAX_DRAFT], *ddp[SW_MAX_DRAFT];
     for (int i = 0; i < rows; i++)
         toks[i] = (uint32_t)r->tokens[row0 + i];
     for (int i = 0; i < r->n_draft; i++) {
         drafts[i] = (uint32_t)r->tokens[r->n - r->n_draft + i];
+        parents[i] = r->parent ? (uint32_t)r->parent[i] : 0;
         if (r->q) {
             probs[i] = r->q[i].q_tok;
             shardwire__draft_dist__init(&dd[i]);
@@ -1380,6 +1413,10 @@ static int s_forward(node_t *n, s_sess_t *s, const float *hidden, int row0, int 
     if (last_chunk && r->n_draft) {
         f.n_draft_tokens = (size_t)r->n_draft;
         f.draft_tokens = drafts;
+        if (r->parent) {
+            f.n_draft_parents = (size_t)r->n_draft;
+            f.draft_parents = parents;
+        }
         if (r->q) {
             f.n_draft_probs = (size_t)r->n_draft;
             f.draft_probs = probs;
@@ -1398,6 +1435,13 @@ static int s_forward(node_t *n, s_sess_t *s, const float *hidden, int row0, int 
     f.n_timing = 1;
     f.timing = &tp;
     f.n_ctx = (uint32_t)s->n_ctx;
+    if (row0 == 0 && r->n_kv_path) { // the previous tree round's path, kept before kv_keep
+        for (int j = 0; j < r->n_kv_path; j++)
+            kv_path[j] = (uint32_t)r->kv_path[j];
+        f.kv_path_from = (uint32_t)r->kv_path_from;
+        f.n_kv_path = (size_t)r->n_kv_path;
+        f.kv_path = kv_path;
+    }
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
     env.forward = &f;
@@ -1423,6 +1467,18 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
     if (s->send_idx >= 0)
         return 1; // rows of a round left to send
     if (!s->logged) {
+        /* Drafting in bounded pieces: the other sessions' messages are read
+         * between two (node_head_timeout says 0 while pieces are left). */
+        const int work = sw_gen_work(s->gen, err, sizeof err);
+        if (work < 0) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  err);
+            return 0;
+        }
+        if (work > 0) {
+            h->busy = 1;
+            return 0;
+        }
         const sw_round_t *r;
         int more = sw_gen_next(s->gen, &r, err, sizeof err); // drafting happens here
         if (more != 0 || node_recover_log(s->rec, r) != 0) {
@@ -1436,9 +1492,9 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
     switch (node_recover_next(s->rec, now, s->deadline, &idx, err, sizeof err)) {
     case NODE_REC_SEND:
         node_recover_get(s->rec, idx, &s->send_r, s->send_q);
-        if (sw_kv_truncate(s->kv, s->send_r.kv_keep) != 0) {
+        if (sw_round_kv(s->kv, &s->send_r, err, sizeof err) != 0) {
             s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  "the round keeps more than the head holds");
+                  err);
             return 0;
         }
         s->send_idx = idx;
@@ -1457,6 +1513,15 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
         break;
     }
     if (node_recover_waiting(s->rec)) {
+        /* While the round travels: draft the next one ahead (a piece per pass). */
+        const int work = sw_gen_work(s->gen, err, sizeof err);
+        if (work < 0) {
+            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+                  err);
+            return 0;
+        }
+        if (work > 0)
+            h->busy = 1;
         if (now >= s->t_limit) {
             snprintf(err, sizeof err, "no verdict within %d ms (see --round-timeout-ms)",
                      n->o.round_timeout_ms);
@@ -1515,10 +1580,11 @@ static void s_after_chunk(node_t *n, s_sess_t *s, const float *hidden, const flo
     if (current) {
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
+        n->head->busy = 1; // the next pass starts drafting ahead while the round travels
     }
     /* The prefill keeps the later stages busy for a while: feed the prompt to
      * the draft model meanwhile, off the critical path (once). */
-    if (idx == 0 && s->send_round == 1 &&
+    if (idx == 0 && s->send_round == 1 && !draft_cfg(s->drafter)->ahead &&
         draft_warm(s->drafter, s->send_r.tokens, s->send_r.n) != 0)
         SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
 }
@@ -1559,6 +1625,8 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready)
             .n_logits = want,
             .prompt = r->n_draft == 0,
         };
+        if (sw_round_parents(r, s->send_row, rows, s->send_tp))
+            f.parent = s->send_tp;
         kvs[nb] = s->kv;
         fs[nb] = f;
         in[nb++] = s;

@@ -247,6 +247,8 @@ int main(int argc, char **argv)
     o.draft_p_min = dr.p_min;
     o.draft_threads = dr.threads;
     o.draft_backend = dr.backend;
+    o.draft_tree = dr.tree;
+    o.draft_ahead = dr.ahead < 0 ? 1 : dr.ahead;
     o.idle_timeout_ms = idle_s * 1000;
     o.kv_bytes = kv_mib > 0 ? (int64_t)kv_mib << 20 : 0; /* 0: node_run sizes it */
     o.recover_timeout_ms = recover_s * 1000;

@@ -52,6 +52,8 @@ typedef struct node_opts {
         *draft_backend;  // head: the draft model's backend (NULL = the first device of backend)
     int draft_k_max;     // head: largest adaptive K (0 = the drafter's default)
     float draft_p_min;   // head: default confidence stop of the draft model, [0, 1]
+    int draft_tree;      // head: default token tree size in drafts (0 or 1 = chains)
+    int draft_ahead;     // head: 1 = draft ahead while rounds travel by default
     const sw_sec_t *sec; // keys for the relay connection (keys.h); NULL = loopback only
     int max_queue;       // head: requests waiting for a session slot at most
     int max_queue_per_client;    // head: of them from one client at most (0 = no limit)
@@ -95,6 +97,8 @@ typedef struct node_fwd {
     int logit0;        // its first row in logits (last stage)
     int n_logits;      // logits rows it needs
     double t_arrive;   // when it arrived (ms)
+    /* a tree round: the cache slot each of its rows hangs under */
+    int32_t par[SW_WIRE_MAX_DRAFT + 1];
 } node_fwd_t;
 
 typedef struct node {

@@ -20,10 +20,14 @@ typedef struct s_base {
 /* One round as it was sent: its rows and what went on the wire about its
  * drafts, so that a replay sends exactly the same Forwards. */
 typedef struct s_logged {
-    int kv_keep;    // positions kept
-    int n, n_draft; // rows, drafts among them
-    size_t tok;     // first row token in the token pool
-    size_t q;       // first draft's entry in the q pool, or SIZE_MAX = point masses
+    int kv_keep;      // positions kept
+    int n, n_draft;   // rows, drafts among them
+    size_t tok;       // first row token in the token pool (rows, then a tree's parents, then
+                      // the kept path)
+    int tree;         // 1: n_draft parents follow the rows in the token pool
+    int kv_path_from; // the kept path of the previous tree round
+    int n_kv_path;    // its length (its offsets follow the parents)
+    size_t q;         // first draft's entry in the q pool, or SIZE_MAX = point masses
 } s_logged_t;
 
 typedef struct s_q {
@@ -186,9 +190,13 @@ static int s_log(node_recover_t *rec, const sw_round_t *r)
     } else if (r->kv_keep != 0) {
         return -1;
     }
+    if (sw_round_check(r, NULL, 0) != 0)
+        return -1;
+    const int tree = r->parent && r->n_draft > 0;
+    const size_t n_ints = (size_t)r->n + (tree ? (size_t)r->n_draft : 0) + (size_t)r->n_kv_path;
     size_t n_rounds = (size_t)rec->n_rounds, cap_rounds = (size_t)rec->cap_rounds;
     if (s_grow((void **)&rec->rounds, &cap_rounds, n_rounds + 1, sizeof *rec->rounds) ||
-        s_grow((void **)&rec->toks, &rec->cap_toks, rec->n_toks + (size_t)r->n, sizeof(int32_t)))
+        s_grow((void **)&rec->toks, &rec->cap_toks, rec->n_toks + n_ints, sizeof(int32_t)))
         return -1;
     rec->cap_rounds = (int)cap_rounds;
     s_logged_t *l = &rec->rounds[rec->n_rounds];
@@ -196,8 +204,19 @@ static int s_log(node_recover_t *rec, const sw_round_t *r)
     l->n = r->n;
     l->n_draft = r->n_draft;
     l->tok = rec->n_toks;
+    l->tree = tree;
+    l->kv_path_from = r->kv_path_from;
+    l->n_kv_path = r->n_kv_path;
     l->q = SIZE_MAX;
-    memcpy(rec->toks + rec->n_toks, r->tokens, (size_t)r->n * sizeof(int32_t));
+    int32_t *at = rec->toks + rec->n_toks;
+    memcpy(at, r->tokens, (size_t)r->n * sizeof(int32_t));
+    at += r->n;
+    if (tree) {
+        memcpy(at, r->parent, (size_t)r->n_draft * sizeof(int32_t));
+        at += r->n_draft;
+    }
+    if (r->n_kv_path)
+        memcpy(at, r->kv_path, (size_t)r->n_kv_path * sizeof(int32_t));
     if (r->q && r->n_draft > 0) {
         size_t nv = 0;
         for (int i = 0; i < r->n_draft; i++)
@@ -225,7 +244,7 @@ static int s_log(node_recover_t *rec, const sw_round_t *r)
             }
         }
     }
-    rec->n_toks += (size_t)r->n;
+    rec->n_toks += n_ints;
     rec->n_rounds++;
     return 0;
 }
@@ -268,6 +287,11 @@ void node_recover_get(const node_recover_t *rec, int i, sw_round_t *r, sw_draft_
     r->tokens = rec->toks + l->tok;
     r->n_draft = l->n_draft;
     r->q = l->q != SIZE_MAX ? q : NULL;
+    const int32_t *extra = rec->toks + l->tok + l->n;
+    r->parent = l->tree ? extra : NULL;
+    r->kv_path_from = l->kv_path_from;
+    r->n_kv_path = l->n_kv_path;
+    r->kv_path = l->n_kv_path ? extra + (l->tree ? l->n_draft : 0) : NULL;
 }
 
 /* ---- sequencing ---------------------------------------------------------------------- */

@@ -326,6 +326,26 @@ static void s_ask_table(node_t *n, double now)
 
 static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive);
 
+/* The round a Forward describes, as far as the cache is concerned (no
+ * tokens): kv_keep, the kept path of the previous tree round and the tree.
+ * parents and kv_path (SW_WIRE_MAX_DRAFT each) hold the converted arrays. */
+static void s_round_of(const Shardwire__Forward *f, sw_round_t *r, int32_t *parents,
+                       int32_t *kv_path)
+{
+    memset(r, 0, sizeof *r);
+    r->kv_keep = (int)f->kv_keep;
+    r->n = (int)f->n_rows;
+    r->n_draft = (int)f->n_draft_tokens;
+    for (size_t i = 0; i < f->n_draft_parents; i++)
+        parents[i] = (int32_t)f->draft_parents[i];
+    r->parent = f->n_draft_parents ? parents : NULL;
+    for (size_t j = 0; j < f->n_kv_path; j++)
+        kv_path[j] = (int32_t)f->kv_path[j];
+    r->kv_path_from = (int)f->kv_path_from;
+    r->n_kv_path = (int)f->n_kv_path;
+    r->kv_path = f->n_kv_path ? kv_path : NULL;
+}
+
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
     s_forward(n, msg, node_now_ms());
@@ -454,9 +474,11 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         return;
     }
     const int n_draft = (int)f->n_draft_tokens;
-    if (f->n_draft_parents || f->n_kv_path) {
+    if (f->n_draft_parents && !sw_model_trees(n->model)) {
         s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                      "%s does not run token trees yet", sw_peer_name(n->peer));
+                      "%s runs on %s, which does not run token trees: start the head with "
+                      "--draft-tree 0 (or send DraftParams.tree = 1)",
+                      sw_peer_name(n->peer), sw_backend_desc(n->be));
         return;
     }
     if (rows > n->rows_cap || (node_is_last(n) && n_draft + 1 > n->logit_cap)) {
@@ -631,13 +653,11 @@ static void s_verify(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
             q[i].vals = d->probs;
         }
     }
-    sw_round_t r = {
-        .kv_keep = (int)f->kv_keep,
-        .n = rows,
-        .tokens = toks,
-        .n_draft = n_draft,
-        .q = have_q ? q : NULL,
-    };
+    sw_round_t r;
+    int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
+    s_round_of(f, &r, parents, kv_path);
+    r.tokens = toks;
+    r.q = have_q ? q : NULL;
     sw_verdict_t v;
     if (sw_verifier_run(s->ver, &r, n->logits + (size_t)b->logit0 * n->hp->n_vocab, &v, err,
                         sizeof err) != 0) {
@@ -658,6 +678,13 @@ static void s_verify(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
     vd.tokens = committed;
     vd.next_token = committed[v.n_commit - 1];
     vd.logits_digest = v.logits_digest;
+    uint32_t path[SW_MAX_DRAFT];
+    if (r.parent) { // a tree round: which path was accepted
+        for (int j = 0; j + 1 < v.n_commit; j++)
+            path[j] = (uint32_t)v.path[j];
+        vd.n_path = (size_t)(v.n_commit - 1);
+        vd.path = path;
+    }
     vd.timing = s_timing(f, mine, tbuf, &n_timing);
     vd.n_timing = n_timing;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
@@ -683,9 +710,14 @@ void node_stage_flush(node_t *n)
         if (!b->s)
             continue; // closed while it waited
         const Shardwire__Forward *f = b->msg.env->forward;
-        if (sw_kv_truncate(b->s->kv, (int)f->kv_keep) != 0) {
-            s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, f->session_id,
-                          "cannot truncate");
+        sw_round_t r;
+        int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
+        s_round_of(f, &r, parents, kv_path);
+        char kerr[256] = "";
+        if (sw_round_kv(b->s->kv, &r, kerr, sizeof kerr) != 0) {
+            /* the previous round's path is not in this cache (restarted?): replay */
+            s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, f->session_id,
+                          "%s: %s", sw_peer_name(n->peer), kerr);
             node_session_free(n, b->s);
             continue;
         }
@@ -697,6 +729,8 @@ void node_stage_flush(node_t *n)
             .n_logits = b->n_logits,
             .prompt = f->n_draft_tokens == 0,
         };
+        if (sw_round_parents(&r, 0, fw.n, b->par))
+            fw.parent = b->par;
         kvs[nl] = b->s->kv;
         fs[nl] = fw;
         live[nl++] = b;

@@ -9,8 +9,12 @@ the head's region: it dials the head's proxy) for each configuration:
 
   none      no speculation
   ngram     prompt lookup, adaptive K
-  k4 k8 k16 draft model, fixed K
-  auto      draft model, adaptive K
+  k4 k8 k16 draft model, fixed K (no drafting ahead)
+  auto      draft model, adaptive K (no drafting ahead)
+  ahead     draft model, adaptive K, drafting ahead while rounds travel
+  tree      draft model, adaptive K and token trees (<= --tree drafts)
+  both      trees and drafting ahead
+  ahead8 tree8 both8   the same with K fixed at 8
 
 and prints one table (markdown with --markdown): decode tok/s, time to first
 token, tokens per round trip (n_gen / rounds, the brief's measure), acceptance
@@ -19,9 +23,13 @@ network (everything the head waited for that was not compute) and tail
 compute, as the head measured them (the "timing" object of the JSON), without
 the prefill round (a 1-token request per prompt measures it; it is subtracted).
 "round ms" is the mean wall time of a decode round seen by the head
-(decode time / rounds), which the four parts add up to.
+(decode time / rounds), which the four parts add up to. "ahead ms" is the
+drafting done while rounds travelled (off the critical path, not part of the
+round), "hit" the share of rounds drafted ahead whose guess held, "rows" the
+drafts sent per round (tree rounds carry more drafts than they are deep).
 
   python3 scripts/bench_wan.py --reps 2                          # Qwen2.5-Coder 1.5B + 0.5B
+  python3 scripts/bench_wan.py --delay-ms 43 --configs none,auto,ahead,tree,both  # 172 ms
   python3 scripts/bench_wan.py --target models/SmolLM2-135M-Instruct.Q4_1.gguf \\
           --draft models/SmolLM2-135M-Instruct.Q4_1.gguf        # the ceiling (self-drafting)
 
@@ -48,13 +56,21 @@ DEFAULT_PROMPTS = [
     "def is_palindrome(s: str) -> bool:\n",
     "/* Reverse a singly linked list in place. */\nstruct node *reverse(struct node *head)\n{\n",
 ]
+OFF, ON = ["--draft-ahead", "off"], ["--draft-ahead", "on"]
 CONFIGS = {
     "none": ("no speculation", ["--draft", "none"]),
-    "ngram": ("n-gram, adaptive K", ["--draft", "ngram"]),
-    "k4": ("draft model, K=4", ["--draft", "model", "--draft-k", "4"]),
-    "k8": ("draft model, K=8", ["--draft", "model", "--draft-k", "8"]),
-    "k16": ("draft model, K=16", ["--draft", "model", "--draft-k", "16"]),
-    "auto": ("draft model, adaptive K", ["--draft", "model"]),
+    "ngram": ("n-gram, adaptive K", ["--draft", "ngram", *OFF]),
+    "k4": ("draft model, K=4", ["--draft", "model", "--draft-k", "4", *OFF]),
+    "k8": ("draft model, K=8", ["--draft", "model", "--draft-k", "8", *OFF]),
+    "k16": ("draft model, K=16", ["--draft", "model", "--draft-k", "16", *OFF]),
+    "auto": ("draft model, adaptive K", ["--draft", "model", *OFF]),
+    "ahead": ("adaptive K, drafting ahead", ["--draft", "model", *ON]),
+    "tree": ("adaptive K, trees", ["--draft", "model", "--draft-tree", "TREE", *OFF]),
+    "both": ("adaptive K, trees + ahead", ["--draft", "model", "--draft-tree", "TREE", *ON]),
+    "ahead8": ("K=8, drafting ahead", ["--draft", "model", "--draft-k", "8", *ON]),
+    "tree8": ("K=8, trees", ["--draft", "model", "--draft-k", "8", "--draft-tree", "TREE", *OFF]),
+    "both8": ("K=8, trees + ahead",
+              ["--draft", "model", "--draft-k", "8", "--draft-tree", "TREE", *ON]),
 }
 
 
@@ -221,6 +237,10 @@ def summarize(runs, prefill):
         "acc": accepted / drafted if drafted else None,
         "k": drafted / rounds if rounds else 0,
         "draft": sum(t["draft_ms"] for t in tm) / max(rounds, 1),
+        "ahead": sum(t.get("draft_ahead_ms", 0) for t in tm) / max(rounds, 1),
+        "hit": (sum(r.get("ahead_hits", 0) for r in runs) /
+                max(1, sum(r.get("ahead_hits", 0) + r.get("ahead_misses", 0) for r in runs))
+                if any(r.get("ahead_hits", 0) + r.get("ahead_misses", 0) for r in runs) else None),
         "head": dec[0] / max(rounds, 1),
         "net": dec[1] / max(rounds, 1),
         "tail": dec[2] / max(rounds, 1),
@@ -259,7 +279,8 @@ def main():
     ap.add_argument("--k-max", type=int, default=16, help="adaptive K ceiling (default 16)")
     ap.add_argument("--split", type=int, default=0, help="first layer of the tail (default: half)")
     ap.add_argument("--dtype", default="f32", help="hidden states on the wire (default f32, as the nodes)")
-    ap.add_argument("--configs", default="none,ngram,k4,k8,k16,auto")
+    ap.add_argument("--configs", default="none,ngram,k4,k8,k16,auto,ahead,tree,both")
+    ap.add_argument("--tree", type=int, default=16, help="most drafts of a tree (default 16)")
     ap.add_argument("--build", default="build", help="build folder (default build)")
     ap.add_argument("--chat", action="store_true", help="wrap the prompts in the model's chat "
                     "template (default: raw)")
@@ -293,6 +314,7 @@ def main():
         for rep in range(args.reps):
             for key in keys:
                 label, flags = CONFIGS[key]
+                flags = [str(args.tree) if f == "TREE" else f for f in flags]
                 for p in prompts:
                     t0 = time.time()
                     raw.setdefault(key, []).append(cl.run(p, flags))
@@ -307,8 +329,8 @@ def main():
         if base and r["tokens"] != base["tokens"] and key != "none":
             print(f"warning: {key}: tokens differ from the run without speculation",
                   file=sys.stderr)
-    hdr = ["config", "tok/s", "speed-up", "TTFT ms", "tok/round", "accept", "K/round",
-           "round ms", "draft ms", "head ms", "net ms", "tail ms"]
+    hdr = ["config", "tok/s", "speed-up", "TTFT ms", "tok/round", "accept", "rows",
+           "round ms", "draft ms", "head ms", "net ms", "tail ms", "ahead ms", "hit"]
     rows = []
     for key, r in results.items():
         rows.append([CONFIGS[key][0], f"{r['tok_s']:.2f}",
@@ -316,7 +338,8 @@ def main():
                      f"{r['ttft']:.0f}", f"{r['tpr']:.2f}",
                      "-" if r["acc"] is None else f"{r['acc']:.2f}", f"{r['k']:.1f}",
                      f"{r['round']:.0f}", f"{r['draft']:.0f}", f"{r['head']:.0f}", f"{r['net']:.0f}",
-                     f"{r['tail']:.0f}"])
+                     f"{r['tail']:.0f}", f"{r['ahead']:.0f}",
+                     "-" if r["hit"] is None else f"{r['hit']:.2f}"])
     print_table(hdr, rows, args.markdown)
     if args.json_out:
         with open(args.json_out, "w") as f:

@@ -15,13 +15,48 @@
  *            the prompt order uses 8 lanes (sw_dot_f16_tiled)
  *
  * Row r of a chunk attends to slots [0, slot0 + r] with slot0 read from the
- * control block, so a recorded graph serves every step. Scores and
+ * control block, so a recorded graph serves every step. A token tree row
+ * attends to the slots of its visibility record instead ([0, lin) and then
+ * its ancestors, SW_CTL_VIS): every kernel walks the row's positions p in
+ * that order and reads slot(p), which is exactly what a chain holding the
+ * same path computes (slot(p) = p), as the CPU backend does. Scores and
  * probabilities live in a scratch area of (rows, heads, n_ctx); long chunks
  * are processed a few rows at a time so that it stays below S_SCRATCH_MAX.
+ *
+ * kv_move (token trees: the accepted path is kept) moves K rows and
+ * transposed V columns in one kernel, each thread one element in all moves
+ * in order (a later move may read a slot an earlier one wrote).
  */
 #include "common.cuh"
 
 #define S_SCRATCH_MAX ((size_t)256 << 20)
+#define S_MOVES 64 // slot moves per kv_move kernel (longer lists take several, in order)
+
+/* The positions row r of an n-row chunk attends to: [0, lin), then tail[0..n_pos - lin). */
+typedef struct s_vis {
+    int lin, n_pos;
+    const int32_t *tail;
+} s_vis;
+
+static __device__ s_vis s_row_vis(const int32_t *ctl, int n, int tree, int r)
+{
+    s_vis v;
+    if (tree) {
+        const int32_t *rec = ctl + ctl[SW_CTL_VIS(n) + r];
+        v.lin = rec[0];
+        v.n_pos = rec[0] + rec[1];
+        v.tail = rec + 2;
+    } else {
+        v.lin = v.n_pos = ctl[SW_CTL_SLOT0] + r + 1;
+        v.tail = NULL;
+    }
+    return v;
+}
+
+static __device__ int s_slot(const s_vis &v, int p)
+{
+    return p < v.lin ? p : v.tail[p - v.lin];
+}
 
 static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f16 *vc,
                                 const int32_t *ctl, int kv_dim, int n_ctx)
@@ -35,13 +70,14 @@ static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f
 }
 
 /* Block (slot tile, h, rr): scores of row r0 + rr, head h, for the tile's slots. */
-static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t *ctl, int r0,
-                                int n_head, int group, int hd, int kv_dim, int n_ctx, float scale,
-                                int prompt_order, float *S)
+static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t *ctl, int n,
+                                int tree, int r0, int n_head, int group, int hd, int kv_dim,
+                                int n_ctx, float scale, int prompt_order, float *S)
 {
     extern __shared__ sw_f16 q16[];
     const int rr = blockIdx.z, r = r0 + rr, h = blockIdx.y;
-    const int n_pos = ctl[SW_CTL_SLOT0] + r + 1;
+    const s_vis vis = s_row_vis(ctl, n, tree, r);
+    const int n_pos = vis.n_pos;
     const int p0 = blockIdx.x * blockDim.x;
     if (p0 >= n_pos)
         return;
@@ -52,7 +88,7 @@ static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t 
     const int p = p0 + threadIdx.x;
     if (p >= n_pos)
         return;
-    const sw_f16 *krow = kc + (size_t)p * kv_dim + (size_t)(h / group) * hd;
+    const sw_f16 *krow = kc + (size_t)s_slot(vis, p) * kv_dim + (size_t)(h / group) * hd;
     const float s =
         prompt_order ? sw_dot_f16_tiled(krow, q16, hd) : sw_dot_f16_4x8(krow, q16, hd, 0);
     S[((size_t)rr * n_head + h) * n_ctx + p] = s * scale;
@@ -61,14 +97,14 @@ static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t 
 #define S_SM_THREADS 256
 
 /* Block (h, rr): softmax of row r0 + rr, head h. S becomes the exps, P the probabilities. */
-static __global__ void k_softmax(float *S, float *G, sw_f16 *P, const int32_t *ctl, int r0,
-                                 int n_head, int n_ctx, int seq)
+static __global__ void k_softmax(float *S, float *G, sw_f16 *P, const int32_t *ctl, int n, int tree,
+                                 int r0, int n_head, int n_ctx, int seq)
 {
     __shared__ float mx[S_SM_THREADS];
     __shared__ double part[S_SM_THREADS];
     __shared__ float inv_s;
     const int rr = blockIdx.y, h = blockIdx.x;
-    const int n_pos = ctl[SW_CTL_SLOT0] + r0 + rr + 1;
+    const int n_pos = s_row_vis(ctl, n, tree, r0 + rr).n_pos;
     const size_t base = ((size_t)rr * n_head + h) * n_ctx;
     float *s = S + base;
     float *g = G + ((size_t)rr * n_head + h) * (size_t)(n_ctx / 8 + 1);
@@ -125,11 +161,13 @@ static __global__ void k_softmax(float *S, float *G, sw_f16 *P, const int32_t *c
 
 /* Block (d tile, h, rr), 4 warps: output elements d of row r0 + rr, head h.
  * Decode order: a warp per element; prompt order: 8 lanes per element. */
-static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ctl, int r0,
-                            int n_head, int group, int hd, int n_ctx, int prompt_order, float *out)
+static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ctl, int n, int tree,
+                            int r0, int n_head, int group, int hd, int n_ctx, int prompt_order,
+                            float *out)
 {
     const int rr = blockIdx.y, h = blockIdx.z;
-    const int n_pos = ctl[SW_CTL_SLOT0] + r0 + rr + 1;
+    const s_vis vis = s_row_vis(ctl, n, tree, r0 + rr);
+    const int n_pos = vis.n_pos;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const sw_f16 *pr = P + ((size_t)rr * n_head + h) * n_ctx;
     float *o = out + ((size_t)(r0 + rr) * n_head + h) * hd;
@@ -139,7 +177,7 @@ static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ct
         const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
         float acc = 0.0f;
         for (int p = lane; p < n_pos; p += 32)
-            acc = fmaf(sw_h2f(vrow[p]), sw_h2f(pr[p]), acc);
+            acc = fmaf(sw_h2f(vrow[s_slot(vis, p)]), sw_h2f(pr[p]), acc);
         float a[32];
         for (int j = 0; j < 32; j++)
             a[j] = __shfl_sync(0xffffffffu, acc, j);
@@ -152,7 +190,7 @@ static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ct
         const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
         float acc = 0.0f;
         for (int p = l; p < n_pos; p += 8)
-            acc = fmaf(sw_h2f(vrow[p]), sw_h2f(pr[p]), acc);
+            acc = fmaf(sw_h2f(vrow[s_slot(vis, p)]), sw_h2f(pr[p]), acc);
         float a[8];
         for (int j = 0; j < 8; j++)
             a[j] = __shfl_sync(0xffffffffu, acc, (lane & ~7) | j);
@@ -164,8 +202,9 @@ static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ct
 int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
 {
     swc *c = swc_of(be);
-    if (a->tree) // the model does not send trees to a backend without kv_move
-        return sw_backend_fail(be, "cuda: token-tree attention is not implemented on the GPU yet");
+    if (a->tree && a->prompt_order)
+        return sw_backend_fail(be, "cuda: a tree chunk in prompt order");
+    const int tree = a->tree ? 1 : 0;
     const int kv_dim = a->n_kv_head * a->head_dim, hd = a->head_dim;
     const int group = a->n_head / a->n_kv_head;
     const int32_t *ctl = swc_ptr<int32_t>(a->ctl);
@@ -196,15 +235,59 @@ int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
     for (int r0 = 0; r0 < a->n; r0 += rows) {
         const int nr = a->n - r0 < rows ? a->n - r0 : rows;
         k_scores<<<dim3(swc_blocks(a->n_ctx, 128), a->n_head, nr), 128, (size_t)hd * 2,
-                   c->stream>>>(swc_ptr<float>(a->q), kc, ctl, r0, a->n_head, group, hd, kv_dim,
-                                a->n_ctx, a->scale, a->prompt_order, S);
-        k_softmax<<<dim3(a->n_head, nr), S_SM_THREADS, 0, c->stream>>>(S, G, P, ctl, r0, a->n_head,
-                                                                       a->n_ctx, c->seq_sums);
+                   c->stream>>>(swc_ptr<float>(a->q), kc, ctl, a->n, tree, r0, a->n_head, group, hd,
+                                kv_dim, a->n_ctx, a->scale, a->prompt_order, S);
+        k_softmax<<<dim3(a->n_head, nr), S_SM_THREADS, 0, c->stream>>>(
+            S, G, P, ctl, a->n, tree, r0, a->n_head, a->n_ctx, c->seq_sums);
         const int per_block = a->prompt_order ? 16 : 4; // outputs per 4-warp block
         k_pv<<<dim3(swc_blocks(hd, per_block), nr, a->n_head), 128, 0, c->stream>>>(
-            vc, P, ctl, r0, a->n_head, group, hd, a->n_ctx, a->prompt_order,
+            vc, P, ctl, a->n, tree, r0, a->n_head, group, hd, a->n_ctx, a->prompt_order,
             swc_ptr<float>(a->out));
         if (swc_launched(be, "attention") != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The moves of one kv_move kernel (by value: no upload). */
+typedef struct s_moves {
+    int n;
+    int32_t src[S_MOVES], dst[S_MOVES];
+} s_moves;
+
+static __global__ void k_kv_move(sw_f16 *kc, sw_f16 *vc, int n_ctx, int kv_dim, s_moves mv)
+{
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= kv_dim)
+        return;
+    for (int i = 0; i < mv.n; i++) { // in order: a move may read what an earlier one wrote
+        kc[(size_t)mv.dst[i] * kv_dim + d] = kc[(size_t)mv.src[i] * kv_dim + d];
+        vc[(size_t)d * n_ctx + mv.dst[i]] = vc[(size_t)d * n_ctx + mv.src[i]];
+    }
+}
+
+int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
+                const int32_t *src, const int32_t *dst, int n)
+{
+    swc *c = swc_of(be);
+    for (int i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= n_ctx || dst[i] < 0 || dst[i] > src[i] ||
+            (i && dst[i] <= dst[i - 1]))
+            return sw_backend_fail(be, "cuda: cache move %d -> %d", src[i], dst[i]);
+    SWC_CHECK(be, cudaSetDevice(c->dev));
+    sw_f16 *kc = swc_ptr<sw_f16>(k_cache), *vc = swc_ptr<sw_f16>(v_cache);
+    for (int i = 0; i < n;) {
+        s_moves mv;
+        mv.n = 0;
+        for (; i < n && mv.n < S_MOVES; i++)
+            if (src[i] != dst[i]) {
+                mv.src[mv.n] = src[i];
+                mv.dst[mv.n++] = dst[i];
+            }
+        if (mv.n == 0)
+            continue;
+        k_kv_move<<<swc_blocks(kv_dim, 256), 256, 0, c->stream>>>(kc, vc, n_ctx, kv_dim, mv);
+        if (swc_launched(be, "kv_move") != 0)
             return -1;
     }
     return 0;

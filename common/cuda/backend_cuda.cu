@@ -447,7 +447,7 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* swiglu */ swc_swiglu,
     /* argmax */ swc_argmax,
     /* sync */ s_sync,
-    /* kv_move */ NULL, // token trees are refused on the GPU for now (see attention.cu)
+    /* kv_move */ swc_kv_move,
     /* graph_run */ s_graph_run,
     /* graph_reset */ s_graph_reset,
     /* transfer */ s_transfer,

@@ -126,6 +126,8 @@ int swc_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_he
              int n_rot, const sw_buf_t *cs, int neox);
 /* attention.cu */
 int swc_attention(sw_backend_t *be, const sw_attn_args_t *a);
+int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
+                const int32_t *src, const int32_t *dst, int n);
 /* elementwise.cu */
 int swc_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n);
 int swc_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);

@@ -13,6 +13,10 @@
  *  - a GPU head with a CPU tail, and the group "cuda:0,cpu", against the CPU;
  *  - the greedy draft loop on the GPU equals one-row forwards and the argmax;
  *  - the left-to-right sums forced (SW_CUDA_SEQ_SUMS=1) give the same bits;
+ *  - token trees on the GPU: every tree row's logits equal its path run as
+ *    a sequence on the GPU (bit for bit, as on the CPU) and the CPU's tree
+ *    within the rule; the accepted path kept by sw_kv_keep (the GPU's
+ *    kv_move) continues exactly like the sequence;
  *  - bad input is refused with a message, and an impossible cache is NULL.
  */
 #include "cuda_test.h"
@@ -41,6 +45,89 @@ static int s_run(sw_model_t *m, int n_prompt, float *logits, int V)
         rc = cuda_test_fwd(m, kv, &s_tok[i], NULL, 1, NULL, logits + (size_t)i * V, 1, 0);
     sw_kv_free(&kv);
     return rc;
+}
+
+/* A prefix of P prompt rows, then a tree of K drafts (node i + 1 = draft i
+ * with token s_tok[P + i], under node s_par[i]; node 0 = the last prefix
+ * row). */
+enum { S_TP = 20, S_TK = 7 };
+static const int32_t s_par[S_TK] = {0, 1, 0, 3, 1, 5, 3};
+
+/* The tree's rows' logits into out (S_TK rows); the cache is left holding it. */
+static int s_tree_rows(sw_model_t *m, sw_kv_t *kv, float *out)
+{
+    int32_t par[S_TK];
+    for (int i = 0; i < S_TK; i++)
+        par[i] = S_TP - 1 + s_par[i]; // node j sits at slot S_TP - 1 + j
+    char err[256] = "";
+    if (cuda_test_fwd(m, kv, s_tok, NULL, S_TP, NULL, out, 1, 1) != 0)
+        return -1;
+    sw_forward_t f = {
+        .n = S_TK, .tokens = s_tok + S_TP, .logits = out, .n_logits = S_TK, .parent = par};
+    int rc = sw_model_forward(m, kv, &f, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "tree forward: %s\n", err);
+    return rc;
+}
+
+/* The path root -> node (1..S_TK) as tokens; returns its length. */
+static int s_path(int node, int32_t *toks)
+{
+    int32_t rev[S_TK], n = 0;
+    for (int at = node; at > 0; at = s_par[at - 1])
+        rev[n++] = s_tok[S_TP + at - 1];
+    for (int i = 0; i < n; i++)
+        toks[i] = rev[n - 1 - i];
+    return n;
+}
+
+static void s_tree(sw_model_t *mg, sw_model_t *mc, int V, float *ref, float *got)
+{
+    sw_kv_t *kg = sw_kv_new(mg, 128), *kc = sw_kv_new(mc, 128), *ks = sw_kv_new(mg, 128);
+    SW_CHECK(kg && kc && ks);
+    if (!kg || !kc || !ks)
+        goto out;
+    SW_CHECK_INT(s_tree_rows(mg, kg, got), 0);
+    SW_CHECK_INT(s_tree_rows(mc, kc, ref), 0);
+    cuda_cmp_t c = cuda_cmp_new(0);
+    cuda_test_compare(&c, got, ref, S_TK, V);
+    cuda_test_check("gpu vs cpu: a 7-draft token tree", &c);
+    /* Each row against its path as a sequence, on the GPU. */
+    int bad = 0;
+    float *row = ref; // reused: the CPU rows were compared
+    for (int node = 1; node <= S_TK; node++) {
+        int32_t toks[S_TK];
+        const int n = s_path(node, toks);
+        SW_CHECK_INT(sw_kv_truncate(ks, 0), 0);
+        SW_CHECK_INT(cuda_test_fwd(mg, ks, s_tok, NULL, S_TP, NULL, row, 1, 1), 0);
+        SW_CHECK_INT(cuda_test_fwd(mg, ks, toks, NULL, n, NULL, row, 1, 0), 0);
+        bad += memcmp(row, got + (size_t)(node - 1) * V, (size_t)V * sizeof(float)) != 0;
+    }
+    cuda_test_row("gpu tree rows vs their paths as sequences", bad ? "DIFFERS" : "bit-identical");
+    SW_CHECK_INT(bad, 0);
+    /* Keep the path to node 7 (nodes 3 and 7: not the first branch) and go on. */
+    {
+        char err[256] = "";
+        const int32_t slots[2] = {S_TP - 1 + 3, S_TP - 1 + 7};
+        SW_CHECK_INT(sw_kv_keep(kg, S_TP, slots, 2, err, sizeof err), 0);
+        SW_CHECK_INT(sw_kv_len(kg), S_TP + 2);
+        const int32_t next = s_tok[S_TP + S_TK];
+        SW_CHECK_INT(cuda_test_fwd(mg, kg, &next, NULL, 1, NULL, got, 1, 0), 0);
+        int32_t toks[S_TK + 1];
+        const int n = s_path(7, toks);
+        toks[n] = next;
+        SW_CHECK_INT(sw_kv_truncate(ks, 0), 0);
+        SW_CHECK_INT(cuda_test_fwd(mg, ks, s_tok, NULL, S_TP, NULL, row, 1, 1), 0);
+        SW_CHECK_INT(cuda_test_fwd(mg, ks, toks, NULL, n + 1, NULL, row, 1, 0), 0);
+        const int same = !memcmp(row, got, (size_t)V * sizeof(float));
+        cuda_test_row("gpu kept tree path (kv_move) + 1 row vs the sequence",
+                      same ? "bit-identical" : "DIFFERS");
+        SW_CHECK(same);
+    }
+out:
+    sw_kv_free(&kg);
+    sw_kv_free(&kc);
+    sw_kv_free(&ks);
 }
 
 static void s_model(const char *path)
@@ -243,6 +330,8 @@ static void s_model(const char *path)
         sw_model_free(&sm);
         sw_backend_free(&sb);
     }
+
+    s_tree(mg, mc, V, ref, got);
 
     /* Bad input on the GPU: clean errors, the cache unchanged. */
     {

@@ -3,7 +3,9 @@
  * relay, a head and a tail node, `shardwire run` clients):
  *
  *  - 8 clients at once, greedy and seeded sampling, without drafts and with
- *    n-gram and draft-model speculation: every output is token for token the
+ *    n-gram and draft-model speculation (chains and token trees, the head
+ *    drafting ahead by default, its drafting of all sessions in pieces
+ *    between messages): every output is token for token the
  *    output of the same request run alone (sampled requests draft with a
  *    fixed K or not at all: the adaptive K follows measured times, so its
  *    drafts, and with them a sampled output, may differ between any two runs
@@ -35,13 +37,14 @@ static const char *s_prompts[8] = {
     "int main(void)\n{\n    printf(\"hello",
 };
 
-static const char *const s_cfg[8][10] = {
+static const char *const s_cfg[8][12] = {
     {NULL},
     {"--temp", "0.8", "--seed", "3", "--draft", "none", NULL},
-    {"--draft", "ngram", NULL},
+    {"--draft", "ngram", "--draft-tree", "8", NULL},
     {"--temp", "0.9", "--seed", "11", "--draft", "ngram", "--draft-k", "3", NULL},
-    {"--draft", "model", NULL},
-    {"--temp", "0.7", "--seed", "5", "--draft", "model", "--draft-k", "4", NULL},
+    {"--draft", "model", "--draft-tree", "8", NULL},
+    {"--temp", "0.7", "--seed", "5", "--draft", "model", "--draft-k", "4", "--draft-tree", "6",
+     NULL},
     {"--repeat-penalty", "1.2", NULL},
     {"--temp", "1.0", "--seed", "9", "--repeat-penalty", "1.1", "--draft", "none", NULL},
 };

@@ -11,8 +11,18 @@
  *  - sampling (temp 0.8, fixed seed, K 4): the cluster gives the tokens and
  *    the logits digest of the single-process run with the same seed and K
  *    (hidden states travel as f32, so the logits are bit-identical);
+ *  - token trees and drafting ahead (draft-model trees with and without
+ *    drafting ahead, a chain drafted ahead, n-gram tries whose accepted
+ *    path is often not the first branch, so the next round's kv_path moves
+ *    cache entries at every stage, and the adaptive shape): the tokens of
+ *    the run without speculation, and tree rounds and rounds that left with
+ *    drafts prepared ahead really happened;
+ *  - sampling with a tree and drafting ahead: the cluster gives the tokens
+ *    and the logits digest of one process that drafts nothing ahead;
  *  - a head started with a draft model of another vocabulary refuses to
- *    start, naming the mismatch.
+ *    start, naming the mismatch;
+ *  - then the same tree and drafting-ahead runs across three stages (relay,
+ *    head [0, 10), middle [10, 20), tail [20, 30)): the two-stage tokens.
  *
  * Every process is killed at the end, on failure and on a timeout as well.
  */
@@ -228,26 +238,40 @@ static void s_load_prompts(void)
 static char s_bin[1024], s_relay_ep[512];
 static const char *s_model;
 
+static const char *s_last; // the last JSON line s_run read
+
+/* The last `shardwire run --json` output. */
+static const char *s_last_json(void)
+{
+    return s_last;
+}
+
+/* `shardwire CMD -p prompt -n N_GEN` into a (strings kept in a static pool). */
+static void s_cli(s_argv_t *a, const char *cmd, const char *prompt)
+{
+    static char exe[1100], n_arg[16];
+    snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
+    snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
+    s_arg(a, exe);
+    s_arg(a, cmd);
+    s_arg(a, "--greedy"); /* the flags that follow override it */
+    s_arg(a, "-p");
+    s_arg(a, prompt);
+    s_arg(a, "-n");
+    s_arg(a, n_arg);
+}
+
 /* shardwire run with extra flags; fills tokens, returns the count or -1. */
 static int s_run(const char *prompt, const char *flags, int *tokens, char *digest, int *rounds)
 {
-    char exe[1100], n_arg[16];
-    snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
-    snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
     s_argv_t a = {0};
-    s_arg(&a, exe);
-    s_arg(&a, "run");
-    s_arg(&a, "--greedy"); /* the flags that follow override it */
+    s_cli(&a, "run", prompt);
     s_arg(&a, "--relay");
     s_arg(&a, s_relay_ep);
-    s_arg(&a, "--insecure-loopback");
-    s_arg(&a, "-p");
-    s_arg(&a, prompt);
-    s_arg(&a, "-n");
-    s_arg(&a, n_arg);
-    s_args(&a, "--json --timeout-s 120");
+    s_args(&a, "--insecure-loopback --json --timeout-s 120");
     s_args(&a, flags);
     const char *out = s_capture(a.v);
+    s_last = out;
     int n = s_tokens(out, tokens, N_GEN + 1);
     if (digest)
         s_json_str(out, "logits_digest", digest, 17);
@@ -270,15 +294,21 @@ static int s_same(const int *a, int na, const int *b, int nb, const char *what, 
     return same;
 }
 
-/* Waits until the relay lists both nodes. */
-static int s_wait_ready(void)
+/* Waits until the relay lists every node of names (NULL-terminated). */
+static int s_wait_ready(const char *const *names)
 {
     char exe[1100];
     snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
     char *argv[] = {exe, "status", "--relay", s_relay_ep, "--json", "--insecure-loopback", NULL};
     for (int i = 0; i < 240; i++) {
         const char *out = s_capture(argv);
-        if (out && strstr(out, "\"name\":\"sc-head\"") && strstr(out, "\"name\":\"sc-tail\""))
+        int all = out != NULL;
+        for (int j = 0; all && names[j]; j++) {
+            char want[128];
+            snprintf(want, sizeof want, "\"name\":\"%s\"", names[j]);
+            all = strstr(out, want) != NULL;
+        }
+        if (all)
             return 0;
         struct timespec ts = {0, 250 * 1000000L};
         nanosleep(&ts, NULL);
@@ -350,24 +380,27 @@ static void s_test_vocab_refused(const char *tmp)
     free(text);
 }
 
-int main(void)
+/* Stops every process this test started. */
+static void s_stop_cluster(void)
 {
-    s_model = sw_test_model();
-    snprintf(s_bin, sizeof s_bin, "%s", sw_test_env("SW_BIN_DIR"));
-    signal(SIGALRM, s_on_alarm);
-    alarm(300);
-    atexit(s_kill_all);
-    const char *tmp = sw_test_tmpdir();
-    s_load_prompts();
-    char log[3][1024];
-    for (int i = 0; i < 3; i++)
-        snprintf(log[i], sizeof log[i], "%s/proc%d.log", tmp, i);
+    s_kill_all();
+    s_n_child = 0;
+}
 
+/* Starts a relay and a pipeline of n_stages (2: head [0, 15) with the draft
+ * model, tail [15, 30); 3: head [0, 10), middle [10, 20), tail [20, 30)),
+ * hidden states as f32. 0, or -1. */
+static int s_start_cluster(int n_stages, const char *tmp)
+{
+    char log[4][1024];
+    for (int i = 0; i < 4; i++)
+        snprintf(log[i], sizeof log[i], "%s/c%d_proc%d.log", tmp, n_stages, i);
     /* Relay on a free port: it prints "listening ENDPOINT". */
     char relay[1100];
     snprintf(relay, sizeof relay, "%s/shardwire-relay", s_bin);
     int fds[2];
-    SW_CHECK(pipe(fds) == 0);
+    if (pipe(fds) != 0)
+        return -1;
     char *rargv[] = {
         relay, "--listen", "tcp://127.0.0.1:*", "--heartbeat-ms", "200", "--insecure-loopback",
         NULL};
@@ -376,75 +409,154 @@ int main(void)
     FILE *rf = fdopen(fds[0], "r");
     char line[512] = "";
     if (rp < 0 || !rf || !fgets(line, sizeof line, rf) || strncmp(line, "listening ", 10) != 0) {
-        SW_CHECK(!"relay started");
-        return sw_test_done();
+        if (rf)
+            fclose(rf);
+        return -1;
     }
     fclose(rf);
     line[strcspn(line, "\n")] = 0;
     snprintf(s_relay_ep, sizeof s_relay_ep, "%s", line + 10);
 
+    static const char *ranges[2][3] = {{"0:15", "15:end", NULL}, {"0:10", "10:20", "20:end"}};
+    static const char *names[2][4] = {{"sc-head", "sc-tail", NULL, NULL},
+                                      {"sc-head", "sc-mid", "sc-tail", NULL}};
+    const int c = n_stages == 3;
     char node[1100];
     snprintf(node, sizeof node, "%s/shardwire-node", s_bin);
-    char *hargv[] = {node,
-                     (char *)"--model",
-                     (char *)s_model,
-                     "--layers",
-                     "0:15",
-                     "--relay",
-                     s_relay_ep,
-                     "--name",
-                     "sc-head",
-                     "--threads",
-                     "1",
-                     "--dtype",
-                     "f32",
-                     "--draft-model",
-                     (char *)s_model,
-                     "--draft-threads",
-                     "1",
-                     "--insecure-loopback",
-                     NULL};
-    char *targv[] = {node,
-                     "--model",
-                     (char *)s_model,
-                     "--layers",
-                     "15:end",
-                     "--relay",
-                     s_relay_ep,
-                     "--name",
-                     "sc-tail",
-                     "--threads",
-                     "1",
-                     "--dtype",
-                     "f32",
-                     "--insecure-loopback",
-                     NULL};
-    SW_CHECK(s_spawn(hargv, -1, log[1]) > 0);
-    SW_CHECK(s_spawn(targv, -1, log[2]) > 0);
-    if (s_wait_ready() != 0) {
-        SW_CHECK(!"both nodes joined the relay");
+    for (int i = 0; i < n_stages; i++) {
+        s_argv_t a = {0};
+        s_arg(&a, node);
+        s_arg(&a, "--model");
+        s_arg(&a, s_model);
+        s_arg(&a, "--layers");
+        s_arg(&a, ranges[c][i]);
+        s_arg(&a, "--relay");
+        s_arg(&a, s_relay_ep);
+        s_arg(&a, "--name");
+        s_arg(&a, names[c][i]);
+        s_args(&a, "--threads 1 --dtype f32 --insecure-loopback");
+        if (i == 0) {
+            s_arg(&a, "--draft-model");
+            s_arg(&a, s_model);
+            s_args(&a, "--draft-threads 1");
+        }
+        if (s_spawn(a.v, -1, log[i + 1]) < 0)
+            return -1;
+    }
+    return s_wait_ready(names[c]);
+}
+
+/* `shardwire generate` in one process with flags; fills tokens (and the
+ * logits digest), returns the count or -1. */
+static int s_generate(const char *prompt, const char *flags, int *tokens, char *digest)
+{
+    s_argv_t a = {0};
+    s_cli(&a, "generate", prompt);
+    s_arg(&a, "--model");
+    s_arg(&a, s_model);
+    s_args(&a, "-t 1 --json --draft-threads 1");
+    s_args(&a, flags);
+    if (strstr(flags, "--draft-k")) {
+        s_arg(&a, "--draft-model");
+        s_arg(&a, s_model);
+    }
+    const char *js = s_capture(a.v);
+    if (digest)
+        s_json_str(js, "logits_digest", digest, 17);
+    return s_tokens(js, tokens, N_GEN + 1);
+}
+
+/* Tree and drafting-ahead runs on one cluster: greedy ones equal base for
+ * prompt pi; *trees / *hits count the tree rounds and the rounds that left
+ * with drafts prepared ahead. */
+static void s_tree_runs(int pi, const int *base, int nb, int *trees, int *hits, int *misses,
+                        int *moves)
+{
+    static const char *flags[] = {
+        "--draft model --draft-k 4 --draft-tree 8 --draft-ahead off",
+        "--draft model --draft-k 4 --draft-tree 8 --draft-ahead on",
+        "--draft model --draft-k 6 --draft-ahead on",
+        "--draft ngram --draft-k 4 --draft-tree 12",
+        "--draft model --draft-tree 16", // adaptive K and shape, ahead (the head's default)
+    };
+    int out[N_GEN + 1];
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+        char js_flags[160];
+        snprintf(js_flags, sizeof js_flags, "%s", flags[f]);
+        int n = s_run(s_prompts[pi], js_flags, out, NULL, NULL);
+        SW_CHECK(s_same(out, n, base, nb, flags[f], pi));
+        const char *js = s_last_json();
+        *trees += s_json_int(js, "tree_rounds") > 0 ? s_json_int(js, "tree_rounds") : 0;
+        *hits += s_json_int(js, "ahead_hits") > 0 ? s_json_int(js, "ahead_hits") : 0;
+        *misses += s_json_int(js, "ahead_misses") > 0 ? s_json_int(js, "ahead_misses") : 0;
+        *moves += s_json_int(js, "kv_moves") > 0 ? s_json_int(js, "kv_moves") : 0;
+    }
+}
+
+/* A prompt whose n-gram tries hold the target's next token off the first
+ * branch now and then: the accepted path is moved (kv_path) at every stage. */
+static const char s_code_prompt[] =
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return "
+    "a - b\n\ndef mul(a, b):\n";
+
+static int s_moves_run(void)
+{
+    int base[N_GEN + 1], out[N_GEN + 1];
+    int nb = s_run(s_code_prompt, "--draft none", base, NULL, NULL);
+    int n = s_run(s_code_prompt, "--draft ngram --draft-k 4 --draft-tree 12", out, NULL, NULL);
+    SW_CHECK(s_same(out, n, base, nb, "ngram tree, code prompt", 3));
+    const int moves = s_json_int(s_last_json(), "kv_moves");
+    return moves > 0 ? moves : 0;
+}
+
+/* Sampling with trees and drafting ahead: the cluster gives the tokens and
+ * the logits digest of one process with the same seed, K and tree, which
+ * drafts nothing ahead (drafts do not depend on timing). */
+static void s_tree_sampling(int pi)
+{
+    int local[N_GEN + 1], out[N_GEN + 1];
+    char d_local[17] = "", d_cluster[17] = "";
+    int nl = s_generate(s_prompts[pi],
+                        "--temp 0.8 --seed 11 --draft-k 4 --draft-tree 8 --draft-ahead off", local,
+                        d_local);
+    int n = s_run(s_prompts[pi],
+                  "--temp 0.8 --seed 11 --draft model --draft-k 4 --draft-tree 8 --draft-ahead on",
+                  out, d_cluster, NULL);
+    SW_CHECK(nl > 0);
+    SW_CHECK(s_same(out, n, local, nl, "sampling, tree + ahead, cluster vs one process", pi));
+    SW_CHECK(d_local[0] && !strcmp(d_local, d_cluster));
+    SW_CHECK(s_json_int(s_last_json(), "tree_rounds") > 0);
+}
+
+int main(void)
+{
+    s_model = sw_test_model();
+    snprintf(s_bin, sizeof s_bin, "%s", sw_test_env("SW_BIN_DIR"));
+    signal(SIGALRM, s_on_alarm);
+    alarm(540);
+    atexit(s_kill_all);
+    const char *tmp = sw_test_tmpdir();
+    s_load_prompts();
+    if (s_start_cluster(2, tmp) != 0) {
+        SW_CHECK(!"relay and both nodes started");
         return sw_test_done();
     }
 
     static const int ks[] = {1, 2, 4, 8, 16, 32};
-    int base[N_GEN + 1], local[N_GEN + 1], out[N_GEN + 1];
+    int base[N_PROMPTS][N_GEN + 1], nbase[N_PROMPTS], local[N_GEN + 1], out[N_GEN + 1];
+    int trees = 0, hits = 0, misses = 0, moves = 0;
     for (int pi = 0; pi < N_PROMPTS; pi++) {
-        int nb = s_run(s_prompts[pi], "--draft none", base, NULL, NULL);
+        int *b = base[pi];
+        int nb = nbase[pi] = s_run(s_prompts[pi], "--draft none", b, NULL, NULL);
         SW_CHECK_INT(nb, N_GEN);
-        char exe[1100], n_arg[16];
-        snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
-        snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
-        char *gargv[] = {
-            exe,  "generate", "--greedy", "--model", (char *)s_model, "-p", (char *)s_prompts[pi],
-            "-n", n_arg,      "-t",       "1",       "--json",        NULL};
-        int nl = s_tokens(s_capture(gargv), local, N_GEN + 1);
-        SW_CHECK(s_same(local, nl, base, nb, "single process", pi));
+        int nl = s_generate(s_prompts[pi], "", local, NULL);
+        SW_CHECK(s_same(local, nl, b, nb, "single process", pi));
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             char flags[128], what[64];
             snprintf(flags, sizeof flags, "--draft ngram --draft-k %d", ks[ki]);
             snprintf(what, sizeof what, "ngram K %d", ks[ki]);
             int n = s_run(s_prompts[pi], flags, out, NULL, NULL);
-            SW_CHECK(s_same(out, n, base, nb, what, pi));
+            SW_CHECK(s_same(out, n, b, nb, what, pi));
             /* The draft model: every K on the first prompt, some on the others. */
             if (pi > 0 && ks[ki] != 4 && ks[ki] != 32)
                 continue;
@@ -452,42 +564,54 @@ int main(void)
             snprintf(flags, sizeof flags, "--draft model --draft-k %d", ks[ki]);
             snprintf(what, sizeof what, "model K %d", ks[ki]);
             n = s_run(s_prompts[pi], flags, out, NULL, &rounds);
-            SW_CHECK(s_same(out, n, base, nb, what, pi));
+            SW_CHECK(s_same(out, n, b, nb, what, pi));
             if (ks[ki] >= 4) // self-drafting: every draft accepted, few rounds
                 SW_CHECK(rounds > 0 && rounds <= (N_GEN - 1 + ks[ki]) / (ks[ki] + 1) + 1);
         }
         int n = s_run(s_prompts[pi], "--draft model", out, NULL, NULL); // adaptive (head default)
-        SW_CHECK(s_same(out, n, base, nb, "model, adaptive K", pi));
+        SW_CHECK(s_same(out, n, b, nb, "model, adaptive K", pi));
         n = s_run(s_prompts[pi], "--draft mix", out, NULL, NULL); // prompt lookup, else the model
-        SW_CHECK(s_same(out, n, base, nb, "mix, adaptive K", pi));
+        SW_CHECK(s_same(out, n, b, nb, "mix, adaptive K", pi));
+        s_tree_runs(pi, b, nb, &trees, &hits, &misses, &moves);
     }
+    moves += s_moves_run();
+    SW_CHECK(trees > 0); // the tree runs really sent trees
+    SW_CHECK(hits > 0);  // and rounds left with drafts prepared ahead
+    SW_CHECK(moves > 0); // and accepted paths off the first branch were kept
+    fprintf(stderr,
+            "2 nodes: %d tree rounds, %d paths moved, %d rounds drafted ahead (%d misses)\n", trees,
+            moves, hits, misses);
 
     /* Sampling: the cluster and one process agree for one seed and K. */
-    char d_local[17] = "", d_cluster[17] = "", exe[1100], n_arg[16];
-    snprintf(exe, sizeof exe, "%s/shardwire", s_bin);
-    snprintf(n_arg, sizeof n_arg, "%d", N_GEN);
-    s_argv_t ga = {0};
-    s_arg(&ga, exe);
-    s_arg(&ga, "generate");
-    s_arg(&ga, "--greedy");
-    s_arg(&ga, "--model");
-    s_arg(&ga, s_model);
-    s_arg(&ga, "-p");
-    s_arg(&ga, s_prompts[2]);
-    s_arg(&ga, "-n");
-    s_arg(&ga, n_arg);
-    s_args(&ga, "-t 1 --json --temp 0.8 --seed 7 --draft-k 4 --draft-threads 1 --draft-model");
-    s_arg(&ga, s_model);
-    const char *js = s_capture(ga.v);
-    int nl = s_tokens(js, local, N_GEN + 1);
-    s_json_str(js, "logits_digest", d_local, sizeof d_local);
+    char d_local[17] = "", d_cluster[17] = "";
+    int nl = s_generate(s_prompts[2], "--temp 0.8 --seed 7 --draft-k 4", local, d_local);
     int n =
         s_run(s_prompts[2], "--temp 0.8 --seed 7 --draft model --draft-k 4", out, d_cluster, NULL);
     SW_CHECK(nl > 0);
     SW_CHECK(s_same(out, n, local, nl, "sampling, cluster vs one process", 2));
     SW_CHECK(d_local[0] && !strcmp(d_local, d_cluster));
+    s_tree_sampling(0);
 
     s_test_vocab_refused(tmp);
-    s_kill_all();
+    s_stop_cluster();
+
+    /* Three stages: trees and drafting ahead through a middle stage. */
+    if (s_start_cluster(3, tmp) != 0) {
+        SW_CHECK(!"relay and three nodes started");
+        return sw_test_done();
+    }
+    trees = hits = misses = moves = 0;
+    for (int pi = 0; pi < N_PROMPTS; pi++) {
+        n = s_run(s_prompts[pi], "--draft none", out, NULL, NULL);
+        SW_CHECK(s_same(out, n, base[pi], nbase[pi], "3 nodes, no drafts", pi));
+        s_tree_runs(pi, base[pi], nbase[pi], &trees, &hits, &misses, &moves);
+    }
+    moves += s_moves_run();
+    SW_CHECK(trees > 0 && hits > 0 && moves > 0);
+    fprintf(stderr,
+            "3 nodes: %d tree rounds, %d paths moved, %d rounds drafted ahead (%d misses)\n", trees,
+            moves, hits, misses);
+    s_tree_sampling(1);
+    s_stop_cluster();
     return sw_test_done();
 }

@@ -15,9 +15,19 @@
  *  - the stats agree with the rounds (accepted <= drafted, tokens per round);
  *  - sampling (temp 0.8) with a fixed seed and K is deterministic: two runs
  *    give the same tokens, and the draft model path reports sparse q's;
+ *  - token trees and drafting ahead (first three prompts): the draft model's
+ *    trees with and without drafting ahead, corrupted drafts (guesses made
+ *    ahead miss and are dropped), swapped branches (the accepted path is
+ *    not the first branch, so the next round's kv_path moves it), n-gram
+ *    tries, a chain drafted ahead and the adaptive shape: the tokens without
+ *    speculation;
+ *  - sampling with a tree (and with a chain) gives the same tokens and
+ *    logits with and without drafting ahead (drafts do not depend on timing);
  *  - sessions drafting in turn from one draft model (each its own draft_t
- *    and sequence, stepped round by round with sw_gen_t as the head does)
- *    each give exactly the output of running alone, greedy and sampled;
+ *    and sequence, stepped as the head does: drafting in pieces, one piece
+ *    per session in turn, and drafting ahead left unfinished when verdicts
+ *    come; trees for two of them) each give exactly the output of running
+ *    alone, greedy and sampled;
  *  - a draft model with another vocabulary is refused before any weight is
  *    read (tokenizer-only GGUFs written by the test: fewer tokens, one token
  *    changed; and gpt-2's from the shared vocab data when present).
@@ -55,30 +65,50 @@ static int s_n_prompts;
 static sw_model_t *s_model;
 static sw_tokenizer_t *s_tok;
 
-/* A proposer that corrupts every third draft of the one it wraps. */
+/* A proposer that corrupts every third draft of the one it wraps, or (swap)
+ * swaps the tokens of the first two children of a tree's root, so that the
+ * target's token sits on the second branch. */
 typedef struct s_noisy {
     sw_proposer_t inner;
     int n_vocab;
     int count;
+    int swap;
 } s_noisy_t;
 
-static int s_noisy_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int32_t *out,
-                           sw_draft_q_t *q, int *q_used)
+static int s_noisy_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                           sw_proposal_t *out)
 {
     s_noisy_t *p = self;
-    int n = p->inner.propose(p->inner.self, ctx, n_ctx, k_max, out, q, q_used);
-    for (int i = 0; i < n; i++)
-        if (++p->count % 3 == 0)
-            out[i] = (out[i] + 1) % p->n_vocab;
-    return n;
+    if (p->inner.propose(p->inner.self, ctx, n_ctx, k_max, guess, out) != 0)
+        return -1;
+    for (int i = 1; p->swap && out->tree && i < out->n; i++)
+        if (out->parent[i] == 0) {
+            const int32_t t = out->tokens[0];
+            out->tokens[0] = out->tokens[i];
+            out->tokens[i] = t;
+            break;
+        }
+    for (int i = 0; !p->swap && i < out->n; i++) {
+        if (++p->count % 3 != 0)
+            continue;
+        const int32_t t = (out->tokens[i] + 1) % p->n_vocab;
+        int clash = 0; // a tree's siblings must stay distinct
+        for (int j = 0; out->tree && j < out->n; j++)
+            clash |= j != i && out->parent[j] == out->parent[i] && out->tokens[j] == t;
+        if (!clash)
+            out->tokens[i] = t;
+    }
+    return 0;
 }
 
-static void s_noisy_observe(void *self, int n_draft, int n_acc, double round_ms, double comp_ms)
+static void s_noisy_observe(void *self, const sw_round_obs_t *o)
 {
     s_noisy_t *p = self;
     if (p->inner.observe)
-        p->inner.observe(p->inner.self, n_draft, n_acc, round_ms, comp_ms);
+        p->inner.observe(p->inner.self, o);
 }
+
+static int s_ahead; // sw_gen_opts_t.ahead of the runs below
 
 /* One generation; returns the number of tokens or -1. */
 static int s_run(const int32_t *prompt, int n_prompt, const sw_sampling_t *sp, sw_proposer_t *prop,
@@ -91,7 +121,7 @@ static int s_run(const int32_t *prompt, int n_prompt, const sw_sampling_t *sp, s
         return -1;
     }
     sw_target_t t = sw_local_target(lt);
-    sw_gen_opts_t go = {.n_predict = N_GEN, .k = k, .proposer = prop};
+    sw_gen_opts_t go = {.n_predict = N_GEN, .k = k, .proposer = prop, .ahead = s_ahead};
     int rc = sw_generate(&t, prompt, n_prompt, &go, out, gs, err, sizeof err);
     if (rc != 0)
         fprintf(stderr, "generate: %s\n", err);
@@ -159,6 +189,9 @@ static void s_test_greedy(draft_model_t *dm)
                     SW_CHECK_INT(gs.accepted, gs.drafted);
                 if (mode == 1)
                     SW_CHECK(gs.rounds < N_GEN - 1);
+                if (getenv("SW_DEBUG_SPEC"))
+                    fprintf(stderr, "%s K %d: %d/%d accepted in %d rounds\n", what, ks[ki],
+                            gs.accepted, gs.drafted, gs.rounds);
                 if (mode == 2 && gs.accepted < gs.drafted)
                     total_rejected_rounds++;
             }
@@ -238,6 +271,117 @@ static void s_test_sampling(draft_model_t *dm)
     draft_free(&d);
 }
 
+/* Token trees and drafting ahead, greedy: the draft model's trees (with and
+ * without drafting ahead), the same with every third draft corrupted (the
+ * guesses made ahead then miss), with the root's first two branches swapped
+ * (the accepted path leaves the first branch: the next round's kv_path moves
+ * it), n-gram tries, a chain drafted ahead and the adaptive shape in mixed
+ * mode: always the tokens without speculation. */
+static void s_test_trees(draft_model_t *dm)
+{
+    sw_sampling_t sp = sw_sampling_default();
+    sp.temp = 0;
+    draft_t *d = draft_new(dm);
+    SW_CHECK(d != NULL);
+    const int n_vocab = sw_model_hparams(s_model)->n_vocab;
+    static const struct {
+        enum draft_mode mode;
+        int k, tree, ahead, noisy;
+        const char *what;
+    } cfgs[] = {
+        {DRAFT_MODE_MODEL, 4, 8, 0, 0, "model tree"},
+        {DRAFT_MODE_MODEL, 4, 8, 1, 0, "model tree, ahead"},
+        {DRAFT_MODE_MODEL, 6, 12, 1, 1, "noisy model tree, ahead"},
+        {DRAFT_MODE_MODEL, 5, 0, 1, 1, "noisy model chain, ahead"},
+        {DRAFT_MODE_MODEL, 4, 10, 1, 2, "swapped model tree, ahead"},
+        {DRAFT_MODE_NGRAM, 4, 12, 0, 0, "ngram tree"},
+        {DRAFT_MODE_MIX, DRAFT_K_AUTO, 16, 1, 0, "mix, adaptive tree, ahead"},
+    };
+    int trees = 0, moves = 0, hits = 0, misses = 0;
+    for (int pi = 0; pi < s_n_prompts && pi < 3 && d; pi++) { // time budget: three prompts
+        int32_t base[N_GEN], out[N_GEN];
+        sw_gen_stats_t gs;
+        s_ahead = 0;
+        int nb = s_run(s_ptok[pi], s_plen[pi], &sp, NULL, 0, base, &gs);
+        SW_CHECK_INT(nb, N_GEN);
+        for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+            draft_cfg_t dc = {.mode = cfgs[c].mode,
+                              .k = cfgs[c].k,
+                              .k_max = 16,
+                              .tree = cfgs[c].tree,
+                              .ahead = cfgs[c].ahead,
+                              .sampling = sp};
+            char err[256] = "";
+            SW_CHECK(draft_begin(d, &dc, err, sizeof err) == 0);
+            sw_proposer_t p = draft_proposer(d);
+            s_noisy_t noisy = {.inner = p, .n_vocab = n_vocab, .swap = cfgs[c].noisy == 2};
+            sw_proposer_t np = {
+                .propose = s_noisy_propose, .self = &noisy, .observe = s_noisy_observe};
+            s_ahead = cfgs[c].ahead;
+            int n = s_run(s_ptok[pi], s_plen[pi], &sp, cfgs[c].noisy ? &np : &p, draft_gen_k(d),
+                          out, &gs);
+            SW_CHECK(s_same(out, n, base, nb, cfgs[c].what, pi, cfgs[c].k));
+            SW_CHECK(gs.accepted <= gs.drafted);
+            if (cfgs[c].tree > 1 && cfgs[c].mode == DRAFT_MODE_MODEL)
+                SW_CHECK(gs.tree_rounds > 0);
+            if (!cfgs[c].ahead)
+                SW_CHECK_INT(gs.ahead_hits + gs.ahead_misses, 0);
+            trees += gs.tree_rounds;
+            moves += gs.kv_moves;
+            hits += gs.ahead_hits;
+            misses += gs.ahead_misses;
+            if (getenv("SW_DEBUG_SPEC"))
+                fprintf(stderr,
+                        "%s: %d/%d accepted in %d rounds, %d trees, %d moves, %d/%d ahead\n",
+                        cfgs[c].what, gs.accepted, gs.drafted, gs.rounds, gs.tree_rounds,
+                        gs.kv_moves, gs.ahead_hits, gs.ahead_hits + gs.ahead_misses);
+        }
+    }
+    s_ahead = 0;
+    SW_CHECK(trees > 0);
+    SW_CHECK(moves > 0);  // accepted paths off the first branch were kept by kv_path
+    SW_CHECK(hits > 0);   // rounds left with the drafts prepared ahead
+    SW_CHECK(misses > 0); // and wrong guesses were dropped
+    draft_free(&d);
+}
+
+/* Sampling with trees and drafting ahead: for one seed, K and tree the
+ * tokens and logits are the same with and without drafting ahead (drafts do
+ * not depend on when they were made), and two runs agree. */
+static void s_test_tree_sampling(draft_model_t *dm)
+{
+    draft_t *d = draft_new(dm);
+    SW_CHECK(d != NULL);
+    for (int pi = 0; pi < 2 && d; pi++) {
+        sw_sampling_t sp = sw_sampling_default();
+        sp.temp = 0.8f;
+        sp.seed = 42 + (uint64_t)pi;
+        int32_t out[3][N_GEN];
+        int n[3];
+        sw_gen_stats_t gs[3];
+        for (int rep = 0; rep < 3; rep++) {
+            draft_cfg_t dc = {.mode = DRAFT_MODE_MODEL,
+                              .k = 4,
+                              .tree = pi == 0 ? 8 : 0,
+                              .ahead = rep > 0,
+                              .sampling = sp};
+            char err[256] = "";
+            SW_CHECK(draft_begin(d, &dc, err, sizeof err) == 0);
+            sw_proposer_t p = draft_proposer(d);
+            s_ahead = rep > 0;
+            n[rep] = s_run(s_ptok[pi], s_plen[pi], &sp, &p, draft_gen_k(d), out[rep], &gs[rep]);
+        }
+        s_ahead = 0;
+        SW_CHECK(s_same(out[1], n[1], out[0], n[0], "sampling, ahead vs not", pi, 4));
+        SW_CHECK(s_same(out[2], n[2], out[1], n[1], "sampling, ahead twice", pi, 4));
+        SW_CHECK_INT(gs[1].logits_digest, gs[0].logits_digest);
+        SW_CHECK(gs[1].ahead_hits + gs[1].ahead_misses > 0);
+        if (pi == 0)
+            SW_CHECK(gs[0].tree_rounds > 0);
+    }
+    draft_free(&d);
+}
+
 /* Several sessions drafting in turn from one draft model (as the head runs
  * them): each generation is stepped one round at a time (sw_gen_t), the
  * sessions interleaved round by round, each with its own draft_t (its own
@@ -260,33 +404,62 @@ static void s_test_interleaved(draft_model_t *dm)
         sp[i].temp = i == 0 ? 0.0f : 0.7f + 0.1f * (float)i;
         sp[i].seed = 100 + (uint64_t)i;
         d[i] = draft_new(dm);
-        draft_cfg_t dc = {.mode = DRAFT_MODE_MODEL, .k = 3 + i, .sampling = sp[i]};
+        /* trees for two of them, and every one drafts ahead */
+        draft_cfg_t dc = {.mode = DRAFT_MODE_MODEL,
+                          .k = 3 + i,
+                          .tree = i < 2 ? 6 + 2 * i : 0,
+                          .ahead = 1,
+                          .sampling = sp[i]};
         SW_CHECK(d[i] && draft_begin(d[i], &dc, err, sizeof err) == 0);
         prop[i] = draft_proposer(d[i]);
         sw_gen_stats_t gs;
+        s_ahead = 1;
         n_alone[i] =
             s_run(s_ptok[i], s_plen[i], &sp[i], &prop[i], draft_gen_k(d[i]), alone[i], &gs);
+        s_ahead = 0;
         SW_CHECK(n_alone[i] > 0);
         /* again, now interleaved: a fresh generation per session */
         SW_CHECK(draft_begin(d[i], &dc, err, sizeof err) == 0);
         lt[i] = sw_local_target_new(s_model, N_CTX, &sp[i], err, sizeof err);
-        sw_gen_opts_t go = {.n_predict = N_GEN, .k = draft_gen_k(d[i]), .proposer = &prop[i]};
+        sw_gen_opts_t go = {
+            .n_predict = N_GEN, .k = draft_gen_k(d[i]), .proposer = &prop[i], .ahead = 1};
         g[i] = sw_gen_new(s_ptok[i], s_plen[i], &go, err, sizeof err);
         SW_CHECK(lt[i] && g[i]);
     }
-    int live = NS, rounds = 0;
+    /* As the head runs them: drafting in pieces, one piece per session in
+     * turn (their proposals advance through the one draft model between
+     * each other's), the next rounds once the pieces are done; then a few
+     * pieces of drafting ahead each while the rounds are "out" (some left
+     * unfinished when the verdicts come), then the verdicts. */
+    int live = NS, rounds = 0, ahead = 0;
     while (live > 0 && rounds++ < 10 * N_GEN) {
+        for (int more = 1; more;) {
+            more = 0;
+            for (int i = 0; i < NS; i++) {
+                int w = g[i] && !sw_gen_done(g[i]) ? sw_gen_work(g[i], err, sizeof err) : 0;
+                SW_CHECK(w >= 0);
+                more |= w > 0;
+            }
+        }
+        const sw_round_t *r[NS] = {0};
         live = 0;
+        for (int i = 0; i < NS; i++)
+            if (g[i] && lt[i] && sw_gen_next(g[i], &r[i], err, sizeof err) == 0)
+                live++;
+        for (int piece = 0; piece < 1 + rounds % 4; piece++)
+            for (int i = 0; i < NS; i++)
+                if (r[i])
+                    SW_CHECK(sw_gen_work(g[i], err, sizeof err) >= 0);
         for (int i = 0; i < NS; i++) {
-            const sw_round_t *r;
-            if (!g[i] || !lt[i] || sw_gen_next(g[i], &r, err, sizeof err) != 0)
+            if (!r[i])
                 continue;
-            live++;
+            sw_round_t rr = *r[i];
+            rr.idle = NULL; // what is not drafted ahead by now is not
             sw_target_t t = sw_local_target(lt[i]);
             sw_verdict_t v;
             const int32_t *toks;
             int nt;
-            SW_CHECK(t.round(t.ctx, r, &v, err, sizeof err) == 0 &&
+            SW_CHECK(t.round(t.ctx, &rr, &v, err, sizeof err) == 0 &&
                      sw_gen_commit(g[i], &v, &toks, &nt, err, sizeof err) == 0);
         }
     }
@@ -298,10 +471,12 @@ static void s_test_interleaved(draft_model_t *dm)
         SW_CHECK(g[i] && sw_gen_done(g[i]));
         SW_CHECK(s_same(got[i], n, alone[i], n_alone[i], "interleaved", i, 3 + i));
         SW_CHECK(g[i] && sw_gen_stats(g[i])->drafted > 0);
+        ahead += g[i] ? sw_gen_stats(g[i])->ahead_hits : 0;
         sw_gen_free(&g[i]);
         sw_local_target_free(&lt[i]);
         draft_free(&d[i]);
     }
+    SW_CHECK(ahead > 0);
 }
 
 /* Writes a tokenizer-only GGUF v3 (no tensors) whose token list is the
@@ -476,6 +651,8 @@ int main(void)
     if (s_tok && dm && s_n_prompts > 0) {
         s_test_greedy(dm);
         s_test_sampling(dm);
+        s_test_trees(dm);
+        s_test_tree_sampling(dm);
         s_test_interleaved(dm);
     }
     draft_model_free(&dm);

@@ -19,7 +19,12 @@
  *    accepted path), starting from a(q) = q; a candidate's row threshold is
  *    the best rate times the marginal compute of one more row (higher when
  *    rows are costly, lower over a long round trip); drafting ahead stops
- *    when its guesses rarely hold, but for periodic probes, and resumes.
+ *    when its guesses rarely hold, but for periodic probes, and resumes;
+ *  - drafting ahead as two arms measured in blocks: the faster one is kept
+ *    (on when it pays, off when it slows the rounds down, as on a machine
+ *    that the stages share), the other tried again every few blocks; with
+ *    the hit rate high, a hidden draft costs nothing up to one round's wait
+ *    and the chain grows.
  */
 #include <math.h>
 #include <stdint.h>
@@ -71,7 +76,7 @@ static void s_simulate(const sim_t *s, int k_max, uint64_t seed, const char *nam
             acc++;
         draft_ctl_draft_time(&c, k, k * s->t_draft);
         double compute = s_compute(s, k + 1);
-        draft_ctl_observe(&c, k, acc, s->fixed + compute, compute);
+        draft_ctl_observe(&c, k, k, acc, s->fixed + compute, compute);
         if (round >= 200) {
             sum_rate += s_true_rate(s, k);
             n_tail++;
@@ -135,8 +140,8 @@ static void test_thresholds(void)
         int k = 1 + round % 8;
         draft_ctl_draft_time(&cheap, k, k * 5.0);
         draft_ctl_draft_time(&dear, k, k * 5.0);
-        draft_ctl_observe(&cheap, k, k * 3 / 4, 172 + 20 + 2.0 * (k + 1), 20 + 2.0 * (k + 1));
-        draft_ctl_observe(&dear, k, k * 3 / 4, 172 + 20 + 20.0 * (k + 1), 20 + 20.0 * (k + 1));
+        draft_ctl_observe(&cheap, k, k, k * 3 / 4, 172 + 20 + 2.0 * (k + 1), 20 + 2.0 * (k + 1));
+        draft_ctl_observe(&dear, k, k, k * 3 / 4, 172 + 20 + 20.0 * (k + 1), 20 + 20.0 * (k + 1));
     }
     double mc = draft_ctl_node_min(&cheap, 5), md = draft_ctl_node_min(&dear, 5);
     fprintf(stderr, "node thresholds: cheap rows %.3f, costly rows %.3f; expand %.3f\n", mc, md,
@@ -162,6 +167,46 @@ static void test_ahead(void)
     for (int i = 0; i < 40; i++)
         draft_ctl_observe_ahead(&c, 1);
     SW_CHECK_INT(draft_ctl_ahead_k(&c, 6), 6);
+
+    /* Arms: rounds of 4 tokens; with drafting ahead a cycle takes 300 ms,
+     * without 250 ms (it slows the stages): after the first two blocks the
+     * controller drafts ahead only in the probe blocks. */
+    for (int slow_on = 1; slow_on >= 0; slow_on--) {
+        draft_ctl_init(&c, 0, 16);
+        c.ahead_on = 1;
+        int on = 0, rounds = 0;
+        for (int b = 0; b < 2 + 4 * DRAFT_CTL_ARM_PROBE; b++)
+            for (int r = 0; r < DRAFT_CTL_ARM_BLOCK; r++, rounds++) {
+                const int arm = draft_ctl_ahead_k(&c, 6) > 0;
+                if (b >= 2)
+                    on += arm;
+                draft_ctl_observe_cycle(&c, 4, arm == slow_on ? 300 : 250);
+            }
+        const int measured = 4 * DRAFT_CTL_ARM_PROBE * DRAFT_CTL_ARM_BLOCK;
+        if (slow_on)
+            SW_CHECK(on <= measured / DRAFT_CTL_ARM_PROBE + 1); // only the probes
+        else
+            SW_CHECK(on >= measured - measured / DRAFT_CTL_ARM_PROBE - 1); // all but probes
+        SW_CHECK(c.arm_rate[0] > 0 && c.arm_rate[1] > 0);
+    }
+
+    /* Hidden drafting: with every guess holding, drafts cost nothing up to the
+     * round's wait, so the controller picks a longer chain than without. */
+    draft_ctl_t sync, hid;
+    draft_ctl_init(&sync, 0, 16);
+    draft_ctl_init(&hid, 0, 16);
+    hid.ahead_on = 1;
+    for (int r = 0; r < 30; r++) {
+        const int k = 1 + r % 8;
+        draft_ctl_observe(&sync, k, k, k * 3 / 4, 172 + 20 + 8.0 * (k + 1), 20 + 8.0 * (k + 1));
+        draft_ctl_observe(&hid, k, k, k * 3 / 4, 172 + 20 + 8.0 * (k + 1), 20 + 8.0 * (k + 1));
+        draft_ctl_draft_time(&sync, k, 30.0 * k);
+        draft_ctl_draft_time(&hid, k, 30.0 * k);
+        draft_ctl_observe_ahead(&hid, 1);
+    }
+    const int k_sync = draft_ctl_next_k(&sync, 64), k_hid = draft_ctl_next_k(&hid, 64);
+    fprintf(stderr, "K without drafting ahead %d, with it (all guesses hold) %d\n", k_sync, k_hid);
+    SW_CHECK(k_hid > k_sync);
 }
 
 int main(void)
@@ -203,16 +248,16 @@ int main(void)
     SW_CHECK_INT(draft_ctl_next_k(&c, 64), 8);
     SW_CHECK_INT(draft_ctl_next_k(&c, 3), 3);
     SW_CHECK_INT(draft_ctl_next_k(&c, 0), 0);
-    draft_ctl_observe(&c, 8, 0, 100, 10);
+    draft_ctl_observe(&c, 8, 8, 0, 100, 10);
     SW_CHECK_INT(draft_ctl_next_k(&c, 64), 8);
 
     /* Adaptive: the first K, and bad observations change nothing. */
     draft_ctl_init(&c, 0, 16);
     SW_CHECK_INT(draft_ctl_next_k(&c, 64), 4);
     SW_CHECK_INT(draft_ctl_next_k(&c, 2), 2);
-    draft_ctl_observe(&c, 4, 5, 100, 10);
-    draft_ctl_observe(&c, -1, 0, 100, 10);
-    draft_ctl_observe(&c, 4, 2, NAN, 10);
+    draft_ctl_observe(&c, 4, 4, 5, 100, 10);
+    draft_ctl_observe(&c, -1, -1, 0, 100, 10);
+    draft_ctl_observe(&c, 4, 4, 2, NAN, 10);
     draft_ctl_draft_time(&c, 0, 5);
     SW_CHECK_INT(c.n_obs, 0);
     SW_CHECK(c.draft_ms < 0);

@@ -17,6 +17,11 @@
  * drafts become committed positions that a replay must carry, and a replay
  * longer than SW_WIRE_MAX_ROWS goes in several chunks. The output with
  * faults must equal the output without them, token for token.
+ *
+ * The same again with token trees whose accepted path is never the first
+ * branch: the simulated stage keeps the previous round's path (kv_path)
+ * before kv_keep, appends the tree rows as slots and verifies by walking the
+ * tree, so a replay must send every round's tree and kept path as it was.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +41,8 @@ static int32_t s_next(const int32_t *seq, int n)
         h = (h ^ (uint64_t)(seq[i] + 1)) * 1099511628211ull;
     return (int32_t)(h % V);
 }
+
+static int s_tree_mode; // 1: the proposer drafts trees
 
 typedef struct s_event {
     uint64_t round_no; // the round it answers
@@ -107,11 +114,47 @@ static int s_send(sim_t *s, const sw_round_t *r, uint64_t round_no, char *err, s
         e->refused = 1; // ERR_UNKNOWN_SESSION
         return chunks;
     }
+    if (r->n_kv_path) { // the previous tree round's accepted path stays
+        if (r->kv_path_from + r->kv_path[r->n_kv_path - 1] >= s->len) {
+            e->refused = 1;
+            return chunks;
+        }
+        for (int j = 0; j < r->n_kv_path; j++)
+            s->cache[r->kv_path_from + j] = s->cache[r->kv_path_from + r->kv_path[j]];
+        s->len = r->kv_path_from + r->n_kv_path;
+        if (r->kv_keep > s->len) {
+            e->refused = 1;
+            return chunks;
+        }
+    }
     s->len = r->kv_keep;
     for (int i = 0; i < r->n; i++)
         s->cache[s->len++] = r->tokens[i];
-    /* Verify greedily: draft i is accepted when it is the model's token. */
     const int n_ctx = r->n - r->n_draft;
+    if (r->parent) {
+        /* A tree: from the root, follow the child holding the model's token. */
+        static int32_t seq[N_CTX];
+        int at = r->kv_keep + n_ctx, cur = 0;
+        memcpy(seq, s->cache, (size_t)at * sizeof *seq);
+        e->v.n_commit = 0;
+        for (;;) {
+            const int32_t want = s_next(seq, at);
+            int child = 0;
+            for (int i = 0; i < r->n_draft && !child; i++)
+                if (r->parent[i] == cur && r->tokens[n_ctx + i] == want)
+                    child = i + 1;
+            if (!child) {
+                e->v.tokens[e->v.n_commit++] = want;
+                break;
+            }
+            e->v.path[e->v.n_commit] = child;
+            e->v.tokens[e->v.n_commit++] = want;
+            seq[at++] = want;
+            cur = child;
+        }
+        return chunks;
+    }
+    /* Verify greedily: draft i is accepted when it is the model's token. */
     int at = r->kv_keep + n_ctx, k = 0;
     e->v.n_commit = 0;
     for (; k < r->n_draft; k++) {
@@ -159,21 +202,46 @@ static int s_reroute(sim_t *s)
 
 /* Drafts the model's own continuation, spoiled at one position that moves
  * with the context length, so rounds accept 0..k drafts. */
-static int s_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int32_t *out,
-                     sw_draft_q_t *q, int *q_used)
+static int s_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                     sw_proposal_t *out)
 {
-    (void)self, (void)q;
-    *q_used = 0;
+    (void)self;
+    memset(out, 0, sizeof *out);
+    out->guess = -1;
+    if (guess)
+        return 0; // no drafting ahead here
     int32_t buf[N_CTX];
     memcpy(buf, ctx, (size_t)n_ctx * sizeof *buf);
+    if (s_tree_mode) {
+        /* Node 1 a wrong first token; under the root its sibling node 2 holds
+         * the right one and starts a chain of right tokens (nodes 3, ..),
+         * spoiled at one depth that moves with the context length. */
+        const int32_t t = s_next(buf, n_ctx);
+        out->tokens[0] = (t + 1) % V;
+        out->parent[0] = 0;
+        int n = 1;
+        const int spoil = n_ctx % (k_max + 1);
+        for (int d = 0; d < k_max && n < SW_MAX_DRAFT; d++, n++) {
+            out->tokens[n] = s_next(buf, n_ctx + d);
+            if (d == spoil && d > 0)
+                out->tokens[n] = (out->tokens[n] + 1) % V;
+            buf[n_ctx + d] = out->tokens[n];
+            out->parent[n] = d == 0 ? 0 : n; // node n + 1 under node n
+        }
+        out->n = n;
+        out->tree = 1;
+        out->n_main = 1;
+        return 0;
+    }
     const int spoil = n_ctx % (k_max + 2);
     for (int i = 0; i < k_max; i++) {
-        out[i] = s_next(buf, n_ctx + i);
+        out->tokens[i] = s_next(buf, n_ctx + i);
         if (i == spoil)
-            out[i] = (out[i] + 1) % V;
-        buf[n_ctx + i] = out[i];
+            out->tokens[i] = (out->tokens[i] + 1) % V;
+        buf[n_ctx + i] = out->tokens[i];
     }
-    return k_max;
+    out->n = out->n_main = k_max;
+    return 0;
 }
 
 /* One generation driven as the head's event loop drives a session; returns
@@ -260,6 +328,8 @@ static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, 
         *max_chunks = s.max_chunks;
     if ((kills || kill_at_replay) && st)
         SW_CHECK(st->accepted > 0); // drafts really were accepted along the way
+    if (s_tree_mode && st)
+        SW_CHECK(st->tree_rounds > 0 && st->kv_moves > 0); // accepted paths were moved
     /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered */
     SW_CHECK(s.max_q <= NODE_REC_WINDOW + 1);
     sw_gen_free(&g);
@@ -271,8 +341,10 @@ int main(void)
 {
     enum { N_GEN = 120 };
     int32_t ref[N_GEN], got[N_GEN];
-    /* The model's own continuation, one token at a time. */
-    for (int n_prompt = 40; n_prompt <= 700; n_prompt += 660) {
+    /* The model's own continuation, one token at a time; chains, then trees. */
+    for (int run = 0; run < 4; run++) {
+        const int n_prompt = run % 2 ? 700 : 40;
+        s_tree_mode = run >= 2;
         int32_t seq[N_CTX];
         for (int i = 0; i < n_prompt; i++)
             seq[i] = (int32_t)((i * 7 + 3) % V);

@@ -438,6 +438,8 @@ static void test_other_messages(void)
     Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
     dp.mode = SHARDWIRE__DRAFT_MODE__DRAFT_MODEL;
     dp.n_draft = 8;
+    dp.tree = 16;
+    dp.ahead = SHARDWIRE__DRAFT_AHEAD__AHEAD_ON;
     g.draft = &dp;
     Shardwire__Envelope eg = SHARDWIRE__ENVELOPE__INIT;
     eg.body_case = SHARDWIRE__ENVELOPE__BODY_GENERATE;
@@ -446,6 +448,8 @@ static void test_other_messages(void)
     if (out) {
         SW_CHECK(strcmp(out->generate->prompt, prompt) == 0);
         SW_CHECK_INT(out->generate->draft->n_draft, 8);
+        SW_CHECK_INT(out->generate->draft->tree, 16);
+        SW_CHECK_INT(out->generate->draft->ahead, SHARDWIRE__DRAFT_AHEAD__AHEAD_ON);
         SW_CHECK_INT(out->generate->chat, 1);
         shardwire__envelope__free_unpacked(out, NULL);
     }
@@ -461,6 +465,12 @@ static void test_other_messages(void)
     dp.n_draft = SW_WIRE_MAX_DRAFT + 1;
     SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
     dp.n_draft = 4;
+    dp.tree = SW_WIRE_MAX_DRAFT + 1; // a tree larger than a round carries
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    dp.tree = 1;
+    dp.ahead = (Shardwire__DraftAhead)3; // no such value
+    SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
+    dp.ahead = SHARDWIRE__DRAFT_AHEAD__AHEAD_OFF;
     g.n_predict = 0;
     SW_CHECK_INT(s_check(&eg, 0, 0), SW_WIRE_EMALFORMED);
     g.n_predict = 32;
