@@ -487,7 +487,8 @@ static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
         finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE) {
         s->err_code = code;
         snprintf(s->err, sizeof s->err, "%s", why);
-        SW_WARN("request '%s' from %s failed: %s", s->rid, s->client, why);
+        SW_WARN("request '%s' from %s failed: %s (%s)", s->rid, s->client, why,
+                sw_wire_error_code_name(code));
         s_send_error(n, s->client, code, s->rid, s->id, 0, why);
     } else if (finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
         SW_INFO("request '%s' from %s ended: %s", s->rid, s->client, why);

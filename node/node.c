@@ -60,13 +60,13 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
         return;
     node_session_close(n, s);
     SW_INFO("session %016llx closed by %s (%s): %d session(s) held; %llu forwards run in %llu "
-            "batches so far",
+            "batches so far, the largest shared one %d rows",
             (unsigned long long)m->env->session_close->session_id, m->peer,
             m->env->session_close->reason && m->env->session_close->reason[0]
                 ? m->env->session_close->reason
                 : "no reason",
             node_sessions_held(n), (unsigned long long)n->stat_batched,
-            (unsigned long long)n->stat_batches);
+            (unsigned long long)n->stat_batches, n->stat_shared_rows);
 }
 
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)

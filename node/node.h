@@ -124,6 +124,7 @@ typedef struct node {
     int batch_logits;                 // their logits rows
     uint64_t stat_batches;            // batches run (for logs and tests)
     uint64_t stat_batched;            // Forwards run in them
+    int stat_shared_rows;             // most rows in one batch of 2 or more Forwards
     node_head_t *head;                // head state (first stage only)
     sw_wire_msg_t table;              // stages: the relay's last peer table (route checks)
     double table_ms;                  // when it came (0 = never)

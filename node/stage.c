@@ -502,10 +502,13 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         const char *why = "";
         s = node_session_get(n, sid, 1, (int)f->n_ctx, &why);
         if (!s) {
-            s_reply_error(n, reply,
-                          strstr(why, "closed") ? SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION
-                                                : SHARDWIRE__ERROR_CODE__ERR_BUSY,
-                          sid,
+            /* closed: the head replays or ends it; "needs more": it never fits this
+             * stage, a bad request (retrying cannot help); else full for now: busy */
+            const int code = strstr(why, "closed") ? SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION
+                             : !strncmp(why, "the session needs more", 22)
+                                 ? SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST
+                                 : SHARDWIRE__ERROR_CODE__ERR_BUSY;
+            s_reply_error(n, reply, code, sid,
                           "%s: %s (%d positions; %d sessions, %.1f of %.1f MiB of KV cache in use)",
                           sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,
                           node_sessions_held(n), (double)n->kv_used / (1 << 20),
@@ -743,6 +746,11 @@ void node_stage_flush(node_t *n)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
     n->stat_batches += nl > 0;
     n->stat_batched += nl;
+    int rows_run = 0;
+    for (int i = 0; i < nl; i++)
+        rows_run += fs[i].n;
+    if (nl > 1 && rows_run > n->stat_shared_rows)
+        n->stat_shared_rows = rows_run;
     for (int i = 0; i < nl; i++) {
         node_fwd_t *b = live[i];
         const Shardwire__Forward *f = b->msg.env->forward;

@@ -8,7 +8,9 @@ by default), then for each number of concurrent clients N in --clients
 --requests requests each, back to back, every request its own prompt and
 --n tokens, all `shardwire run --json` processes dialing the head's proxy.
 It prints one table: aggregate tokens/s (every generated token of the step
-over its wall time, first request sent to last token received), the
+over the time some request was in flight: the union of each request's span
+from sent to last token received, so that a client process's own start-up,
+joining the relay and finding the head, is not counted), the
 speed-up over one client, p50 / p95 time to first token (as each client
 measured it: request sent to first token) next to the goal of two round
 trips plus the prefill's compute (measured alone before the steps: one
@@ -84,6 +86,27 @@ def tail_batches(logdir):
     return (int(m[-1][0]), int(m[-1][1])) if m else (0, 0)
 
 
+def busy_time(results):
+    """Seconds during which at least one request was in flight: the union of
+    every request's [sent, last token] (its own timing.total_ms, ending when
+    its process returned). Each `shardwire run` first joins the relay and
+    finds the head (a few WAN round trips) before it sends its request; with
+    one client those start-ups lie between its requests, with many they
+    overlap others' requests, so counting them would favour many clients."""
+    spans = sorted((r["_end"] - r["timing"]["total_ms"] / 1e3, r["_end"]) for r in results)
+    busy, cur_lo, cur_hi = 0.0, None, None
+    for lo, hi in spans:
+        if cur_hi is None or lo > cur_hi:
+            if cur_hi is not None:
+                busy += cur_hi - cur_lo
+            cur_lo, cur_hi = lo, hi
+        else:
+            cur_hi = max(cur_hi, hi)
+    if cur_hi is not None:
+        busy += cur_hi - cur_lo
+    return busy
+
+
 def step(cl, n_clients, flags, args, logdir):
     """N clients x requests, back to back; returns the step's results."""
     results, errors, lock = [], [], threading.Lock()
@@ -117,10 +140,8 @@ def step(cl, n_clients, flags, args, logdir):
     if errors:
         raise SystemExit(f"bench_multi: {len(errors)} request(s) failed: {errors[0]}")
     f1, b1 = tail_batches(logdir)
-    wall = max(r["_end"] for r in results) - (t_first[0] or start)
-    # the client's own start-up (joining the relay, finding the head) is not
-    # part of the cluster's work: subtract it from the wall time only through
-    # the ttft measure; the aggregate counts the whole step.
+    step_wall = max(r["_end"] for r in results) - (t_first[0] or start)
+    wall = busy_time(results)
     n_gen = sum(r["n_gen"] for r in results)
     rounds = sum(r["rounds"] for r in results)
     head = sum(r["timing"]["head_compute_ms"] for r in results)
@@ -130,6 +151,7 @@ def step(cl, n_clients, flags, args, logdir):
         "requests": len(results),
         "tokens": n_gen,
         "wall_s": wall,
+        "step_s": step_wall,
         "agg": n_gen / wall if wall > 0 else 0,
         "ttft": [r["ttft_ms"] for r in results],
         "tpr": n_gen / rounds if rounds else 0,
@@ -199,6 +221,7 @@ def main():
                 raw.setdefault(mode, []).append(r)
                 base = base or r["agg"]
                 print(f"  {label}, {n:2d} client(s): {r['tokens']} tokens in {r['wall_s']:.1f} s "
+                      f"in flight ({r['step_s']:.1f} s with client start-ups) "
                       f"= {r['agg']:.1f} tok/s, TTFT p50 {pct(r['ttft'], 50):.0f} ms p95 "
                       f"{pct(r['ttft'], 95):.0f} ms", file=sys.stderr)
                 rows.append([label, str(n), f"{r['agg']:.1f}", f"{r['agg'] / base:.2f}x",

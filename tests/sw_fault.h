@@ -40,10 +40,16 @@ typedef struct swf_node {
 } swf_node_t;
 
 typedef struct swf_cluster {
-    char ep[64];  // relay endpoint
-    int port;     // relay port
-    pid_t relay;  // relay pid
-    int relay_hb; // relay --heartbeat-ms
+    char ep[64];     // the endpoint peers dial: the relay, or the WAN emulator before it
+    char listen[64]; // the relay's --listen
+    int port;        // relay port
+    pid_t relay;     // relay pid
+    int relay_hb;    // relay --heartbeat-ms
+    char keys[512];  // set before swf_start: a keyed cluster (sw_test_keys in this folder:
+                     // CURVE, allow-list, sealing; clients use the key "client"); "" = loopback
+    int wan_ms;      // set before swf_start: one-way delay of a shardwire-wanem between every
+                     // peer and the relay (4 x wan_ms per round trip); 0 = none
+    pid_t wanem;     // its pid
     const char *model;
     swf_node_t nodes[SWF_MAX_NODES];
     int n;
@@ -137,17 +143,54 @@ static inline void swf_node(swf_node_t *nd, const char *name, const char *layers
         snprintf(nd->extra[i], sizeof nd->extra[i], "%s", flags[i]);
 }
 
+/* The security flags of a program in c (who: "relay", a node's name, or
+ * "client") appended to argv at *k: the keys of c->keys, else the loopback
+ * development mode. Paths live in static storage (one set per call site is
+ * enough: a caller spawns before it calls again). */
+static inline void swf_sec_args(const swf_cluster_t *c, const char *who, int is_head, char **argv,
+                                int *k)
+{
+    static char path[4][sizeof(c->keys) + 64];
+    if (!c->keys[0]) {
+        argv[(*k)++] = "--insecure-loopback";
+        return;
+    }
+    if (!strcmp(who, "relay")) {
+        snprintf(path[0], sizeof path[0], "%s/relay.key", c->keys);
+        snprintf(path[1], sizeof path[1], "%s/allow.txt", c->keys);
+        argv[(*k)++] = "--key";
+        argv[(*k)++] = path[0];
+        argv[(*k)++] = "--allow";
+        argv[(*k)++] = path[1];
+        return;
+    }
+    snprintf(path[0], sizeof path[0], "%s/%s.key", c->keys, who);
+    snprintf(path[1], sizeof path[1], "%s/relay.pub", c->keys);
+    snprintf(path[2], sizeof path[2], "%s/cluster.key", c->keys);
+    snprintf(path[3], sizeof path[3], "%s/access.key", c->keys);
+    argv[(*k)++] = "--key";
+    argv[(*k)++] = path[0];
+    argv[(*k)++] = "--relay-key";
+    argv[(*k)++] = path[1];
+    if (strcmp(who, "client") != 0) {
+        argv[(*k)++] = "--cluster-key";
+        argv[(*k)++] = path[2];
+    }
+    if (is_head || !strcmp(who, "client")) {
+        argv[(*k)++] = "--access-key";
+        argv[(*k)++] = path[3];
+    }
+}
+
 static inline pid_t swf_start_relay(swf_cluster_t *c)
 {
     char hb[16];
     snprintf(hb, sizeof hb, "%d", c->relay_hb);
-    char *ra[] = {(char *)sw_test_bin("shardwire-relay"),
-                  "--listen",
-                  c->ep,
-                  "--heartbeat-ms",
-                  hb,
-                  "--insecure-loopback",
-                  NULL};
+    char *ra[16] = {(char *)sw_test_bin("shardwire-relay"), "--listen", c->listen, "--heartbeat-ms",
+                    hb};
+    int k = 5;
+    swf_sec_args(c, "relay", 0, ra, &k);
+    ra[k] = NULL;
     char log[200];
     snprintf(log, sizeof log, "%s.relay", c->log);
     c->relay = sw_test_spawn(ra, log);
@@ -157,7 +200,7 @@ static inline pid_t swf_start_relay(swf_cluster_t *c)
 static inline void swf_start_node(swf_cluster_t *c, int i)
 {
     swf_node_t *nd = &c->nodes[i];
-    char *na[32] = {(char *)sw_test_bin("shardwire-node"),
+    char *na[40] = {(char *)sw_test_bin("shardwire-node"),
                     "--model",
                     (char *)c->model,
                     "--layers",
@@ -169,9 +212,9 @@ static inline void swf_start_node(swf_cluster_t *c, int i)
                     "--threads",
                     "1",
                     "--heartbeat-ms",
-                    "200",
-                    "--insecure-loopback"};
-    int k = 14;
+                    "200"};
+    int k = 13;
+    swf_sec_args(c, nd->name, !strncmp(nd->layers, "0:", 2), na, &k);
     for (int e = 0; e < 10 && nd->extra[e][0]; e++)
         na[k++] = nd->extra[e];
     na[k] = NULL;
@@ -187,10 +230,39 @@ static inline int swf_start(swf_cluster_t *c, const char *model, int n, const ch
     c->port = sw_test_free_port();
     if (!c->relay_hb)
         c->relay_hb = 200;
-    snprintf(c->ep, sizeof c->ep, "tcp://127.0.0.1:%d", c->port);
+    snprintf(c->listen, sizeof c->listen, "tcp://127.0.0.1:%d", c->port);
+    snprintf(c->ep, sizeof c->ep, "%s", c->listen);
     /* One file per test process: engineers and CI jobs share /tmp. */
     snprintf(c->log, sizeof c->log, "%s.%d", log, (int)getpid());
     unlink(c->log);
+    if (c->keys[0]) {
+        const char *names[SWF_MAX_NODES + 1] = {0}, *clients[] = {"client", NULL};
+        for (int i = 0; i < n; i++)
+            names[i] = c->nodes[i].name;
+        if (sw_test_keys(c->keys, names, clients) != 0)
+            return -1;
+        sw_test_client_env(c->keys, "client"); /* status, run: the client's keys */
+    }
+    if (c->wan_ms > 0) {
+        int wport = sw_test_free_port();
+        char listen[32], up[32], delay[16], log_w[200];
+        snprintf(listen, sizeof listen, "127.0.0.1:%d", wport);
+        snprintf(up, sizeof up, "127.0.0.1:%d", c->port);
+        snprintf(delay, sizeof delay, "%d", c->wan_ms);
+        snprintf(log_w, sizeof log_w, "%s.wanem", c->log);
+        char *wa[] = {(char *)sw_test_bin("shardwire-wanem"),
+                      "--listen",
+                      listen,
+                      "--connect",
+                      up,
+                      "--delay-ms",
+                      delay,
+                      NULL};
+        c->wanem = sw_test_spawn(wa, log_w);
+        if (c->wanem <= 0)
+            return -1;
+        snprintf(c->ep, sizeof c->ep, "tcp://%s", listen);
+    }
     if (swf_start_relay(c) <= 0)
         return -1;
     for (int i = 0; i < n; i++)
@@ -209,6 +281,9 @@ static inline void swf_stop(swf_cluster_t *c)
     }
     sw_test_kill(c->relay);
     c->relay = 0;
+    if (c->wanem > 0)
+        sw_test_kill(c->wanem);
+    c->wanem = 0;
 }
 
 static inline void swf_kill9(pid_t *pid)
@@ -224,13 +299,9 @@ static inline void swf_kill9(pid_t *pid)
  * when the relay did not answer. */
 static inline int swf_peer(const char *ep, const char *name, long *msgs_in, long *msgs_out)
 {
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "status",
-                    "--relay",
-                    (char *)ep,
-                    "--json",
-                    "--insecure-loopback",
-                    NULL};
+    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", (char *)ep, "--json",
+                    /* keys from SW_KEY etc. in a keyed cluster (swf_start set them) */
+                    getenv("SW_RELAY_KEY") ? NULL : "--insecure-loopback", NULL};
     char *o = NULL;
     int rc = sw_test_run(argv, 20, &o, NULL);
     json_error_t je;
@@ -314,8 +385,8 @@ static inline int swf_client_start(swf_client_t *cl, const char *ep, const char 
                           "--json",
                           "--timeout-s",
                           t,
-                          "--insecure-loopback"};
-        int k = 13;
+                          getenv("SW_RELAY_KEY") ? NULL : "--insecure-loopback"};
+        int k = getenv("SW_RELAY_KEY") ? 12 : 13;
         for (int i = 0; extra && extra[i] && k < 23; i++)
             argv[k++] = (char *)extra[i];
         argv[k] = NULL;
@@ -382,6 +453,57 @@ static inline double swf_log_ms(const swf_cluster_t *c, const char *needle)
         v = atof(p + strlen(needle));
     free(text);
     return v;
+}
+
+/*
+ * The relay SIGKILLed and restarted on its port while three clients stream
+ * (prompt[i] with flags cfg[i], n_gen tokens each), runs times, each time at
+ * another moment: after 5 to max_at of the tail's verdicts, down for 0.3 to
+ * 1.5 s. ref[i] is each request's output without a fault. Every client's
+ * output must equal it token for token; returns how many runs were exact for
+ * all three (each inexact one also fails a check).
+ */
+static inline int swf_relay_restarts(swf_cluster_t *c, const char *const *prompt,
+                                     const char *const *const *cfg, int n_gen, int runs,
+                                     long max_at, const swf_result_t *ref)
+{
+    swf_result_t got[3];
+    swf_client_t cl[3] = {{0}};
+    int exact = 0;
+    for (int run = 0; run < runs; run++) {
+        long in0 = 0;
+        SW_CHECK_INT(swf_peer(c->ep, "tail", &in0, NULL), 1);
+        char tag[16];
+        for (int i = 0; i < 3; i++) {
+            snprintf(tag, sizeof tag, "relay%d", i);
+            SW_CHECK_INT(swf_client_start(&cl[i], c->ep, prompt[i], n_gen, 300, cfg[i], tag), 0);
+        }
+        /* verdicts before the kill: 5 to max_at, spread by the golden ratio */
+        const long at = 5 + (long)(run * 618 % 1000) * (max_at - 5) / 1000;
+        const int down_ms = 300 + (run * 370) % 1200;
+        int waited = swf_wait_msgs_in(c->ep, "tail", in0 + at, 120);
+        const double t_kill = swf_now_ms();
+        swf_kill9(&c->relay);
+        usleep((useconds_t)down_ms * 1000);
+        SW_CHECK(swf_start_relay(c) > 0);
+        int ok = 1;
+        for (int i = 0; i < 3; i++) {
+            swf_client_wait(&cl[i], &got[i]);
+            ok &= got[i].rc == 0 && swf_same(&got[i], &ref[i]);
+            if (got[i].rc != 0 || !swf_same(&got[i], &ref[i]))
+                fprintf(stderr, "run %d client %d: rc %d, differs at %d of %d/%d: %s\n", run, i,
+                        got[i].rc, swf_diff_at(&got[i], &ref[i]), got[i].n, ref[i].n, got[i].err);
+        }
+        fprintf(stderr,
+                "run %2d: relay killed after %4ld verdicts%s, down %4d ms; all three exact: %s; "
+                "%.1f s from the kill to the last token\n",
+                run, at, waited == 0 ? "" : " (the runs ended first)", down_ms, ok ? "yes" : "NO",
+                (swf_now_ms() - t_kill) / 1e3);
+        exact += ok;
+        SW_CHECK(ok);
+        SW_CHECK_INT(sw_test_wait_peers(c->ep, 2, 60), 0); // the nodes are back for the next run
+    }
+    return exact;
 }
 
 #endif

@@ -20,7 +20,10 @@
  *    position, a request beyond the queue gets a busy error with position 2,
  *    a request larger than the head's whole KV memory is refused at once, and
  *    one that fits the head but not the tail is refused by the tail, each
- *    with an error that says which limit.
+ *    with an error that says which limit;
+ *  - --max-batch-rows 3 on both stages with 6 greedy clients at once: the
+ *    stages still share batches, never one of more than 3 rows, and every
+ *    output is the single process's.
  */
 #include "sw_fault.h"
 
@@ -139,6 +142,17 @@ static void s_tail_restart(swf_cluster_t *c)
     SW_CHECK(swf_log_count(c, "went through again") >= recovered0 + 1);
 }
 
+/* Lines of the head's log "request ... failed: ..." that contain what and code. */
+static int s_failed_as(const swf_cluster_t *c, const char *what, const char *code)
+{
+    char *text = sw_test_read_file(c->log, NULL);
+    int n = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        n += strstr(line, "failed: ") && strstr(line, what) && strstr(line, code);
+    free(text);
+    return n;
+}
+
 static void s_bounds(const char *model)
 {
     swf_cluster_t c = {0};
@@ -185,6 +199,48 @@ static void s_bounds(const char *model)
     swf_client_wait(&f, &rf);
     SW_CHECK(rf.rc != 0 && strstr(rf.err, "tail") && strstr(rf.err, "--kv-mib"));
     fprintf(stderr, "too large for the tail: %s", rf.err);
+    /* never fitting is a bad request (retrying cannot help, HTTP 400), unlike a
+     * full stage (busy, 503) */
+    SW_CHECK_INT(s_failed_as(&c, "needs more KV memory", "(bad_request)"), 1);
+    SW_CHECK_INT(s_failed_as(&c, "needs more KV memory", "(busy)"), 0);
+    swf_stop(&c);
+}
+
+static void s_batch_rows(const char *model)
+{
+    swf_cluster_t c = {0};
+    static const char *const rows[] = {"--max-batch-rows", "3", NULL};
+    swf_node(&c.nodes[0], "head", "0:15", rows);
+    swf_node(&c.nodes[1], "tail", "15:30", rows);
+    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("batch_rows.log")), 0);
+    enum { N = 6, G = 24 };
+    swf_result_t alone[N], got[N];
+    swf_client_t cl[N] = {{0}};
+    static const char *const plain[] = {"--draft", "none", NULL};
+    for (int i = 0; i < N; i++)
+        swf_reference(model, s_prompts[i], G, NULL, &alone[i]);
+    for (int i = 0; i < N; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "rows%d", i);
+        SW_CHECK_INT(swf_client_start(&cl[i], c.ep, s_prompts[i], G, 120, plain, tag), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        swf_client_wait(&cl[i], &got[i]);
+        SW_CHECK_INT(got[i].rc, 0);
+        SW_CHECK(swf_same(&got[i], &alone[i]));
+        if (!swf_same(&got[i], &alone[i]))
+            fprintf(stderr, "--max-batch-rows 3, client %d: differs at %d: %s\n", i,
+                    swf_diff_at(&got[i], &alone[i]), got[i].err);
+    }
+    const double largest = swf_log_ms(&c, "the largest shared one ");
+    long fwds = 0, batches = 0;
+    s_batches(&c, &fwds, &batches);
+    fprintf(stderr,
+            "--max-batch-rows 3: the tail ran %ld forwards in %ld batches, the largest "
+            "shared one %.0f rows\n",
+            fwds, batches, largest);
+    SW_CHECK(largest >= 2 && largest <= 3); // batches were shared, and never beyond the bound
+    SW_CHECK(fwds > batches);
     swf_stop(&c);
 }
 
@@ -202,5 +258,6 @@ int main(void)
     s_tail_restart(&c);
     swf_stop(&c);
     s_bounds(model);
+    s_batch_rows(model);
     return sw_test_done();
 }

@@ -37,7 +37,7 @@ int main(void)
     swf_node(&c.nodes[1], "tail", "15:30", NULL);
     SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("nodes.log")), 0);
 
-    swf_result_t ref[3], got[3];
+    swf_result_t ref[3];
     swf_client_t cl[3] = {{0}};
     for (int i = 0; i < 3; i++) {
         SW_CHECK_INT(swf_client_start(&cl[i], c.ep, s_prompts[i], N_GEN, 300, s_cfg[i], "ref"), 0);
@@ -45,41 +45,9 @@ int main(void)
         SW_CHECK_INT(ref[i].rc, 0);
         SW_CHECK(ref[i].n >= 50);
     }
-    int exact = 0, runs = 0;
-    for (int run = 0; run < RUNS; run++) {
-        long in0 = 0;
-        SW_CHECK_INT(swf_peer(c.ep, "tail", &in0, NULL), 1);
-        char tag[16];
-        for (int i = 0; i < 3; i++) {
-            snprintf(tag, sizeof tag, "relay%d", i);
-            SW_CHECK_INT(swf_client_start(&cl[i], c.ep, s_prompts[i], N_GEN, 300, s_cfg[i], tag),
-                         0);
-        }
-        const long at = 5 + (run * 97) % 350; // verdicts before the kill (~500 in a run)
-        const int down_ms = 300 + (run * 370) % 1200;
-        int waited = swf_wait_msgs_in(c.ep, "tail", in0 + at, 120);
-        const double t_kill = swf_now_ms();
-        swf_kill9(&c.relay);
-        usleep((useconds_t)down_ms * 1000);
-        SW_CHECK(swf_start_relay(&c) > 0);
-        int ok = 1;
-        for (int i = 0; i < 3; i++) {
-            swf_client_wait(&cl[i], &got[i]);
-            ok &= got[i].rc == 0 && swf_same(&got[i], &ref[i]);
-            if (got[i].rc != 0 || !swf_same(&got[i], &ref[i]))
-                fprintf(stderr, "run %d client %d: rc %d, differs at %d of %d/%d: %s\n", run, i,
-                        got[i].rc, swf_diff_at(&got[i], &ref[i]), got[i].n, ref[i].n, got[i].err);
-        }
-        fprintf(stderr,
-                "run %2d: relay killed after %4ld verdicts%s, down %4d ms; all three exact: %s; "
-                "%.1f s from the kill to the last token\n",
-                run, at, waited == 0 ? "" : " (the runs ended first)", down_ms, ok ? "yes" : "NO",
-                (swf_now_ms() - t_kill) / 1e3);
-        exact += ok;
-        runs++;
-        SW_CHECK(ok);
-        SW_CHECK_INT(sw_test_wait_peers(c.ep, 2, 60), 0); // the nodes are back for the next run
-    }
+    const char *const *cfg[3] = {s_cfg[0], s_cfg[1], s_cfg[2]};
+    const int runs = RUNS;
+    int exact = swf_relay_restarts(&c, s_prompts, cfg, N_GEN, runs, 354, ref);
     fprintf(stderr, "%d of %d runs exact for all three clients; %d Resumes answered by the head\n",
             exact, runs, swf_log_count(&c, "resumed from token"));
     SW_CHECK(swf_log_count(&c, "resumed from token") > 0); // chunks really were lost and resent
