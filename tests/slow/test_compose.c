@@ -18,10 +18,6 @@
  *  5. the relay's process ends: the restart policy brings it back, the nodes
  *     reconnect and a second generation is again identical;
  *  6. everything is torn down (containers, volumes, network).
- *
- * Step 4 needs the key model of docs/security.md ("node NAME" / "client"
- * allow-list lines, --access-key): until the build has it, it is skipped as a
- * part that waits for it.
  */
 #include "sw_test.h"
 
@@ -153,17 +149,7 @@ int main(void)
     free(out);
     out = NULL;
 
-    /* 4. the cluster, when the build has the key model cluster init writes. */
-    char *argv_h[] = {(char *)sw_test_bin("shardwire"), "keygen", "--help", NULL};
-    SW_CHECK_INT(sw_test_run(argv_h, 20, &out, NULL), 0);
-    int keys_ok = out && strstr(out, "--access-key");
-    free(out);
-    out = NULL;
-    if (!keys_ok) {
-        sw_test_skip_part("compose cluster: waits for the access-key model (sec branch): "
-                          "today's relay refuses cluster init's allow-list");
-        return sw_test_done();
-    }
+    /* 4. the cluster, with the keys cluster init writes. */
     int32_t ref[N_GEN], got[N_GEN];
     int n_ref = sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN);
     SW_CHECK_INT(n_ref, N_GEN);
