@@ -8,7 +8,11 @@ PKGS=(build-essential cmake pkg-config git python3 python3-venv unzip ca-certifi
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsodium-dev libjansson-dev
       libcurl4-openssl-dev libmicrohttpd-dev curl
       clang clang-format cppcheck)
-[ "${SW_DEPS_EXTRA:-}" ] && read -r -a extra <<<"$SW_DEPS_EXTRA" && PKGS+=("${extra[@]}")
+# SW_DEPS_EXTRA: more packages, separated by spaces or newlines (all lines are read)
+if [ "${SW_DEPS_EXTRA:-}" ]; then
+    read -r -d '' -a extra <<<"$SW_DEPS_EXTRA" || true
+    PKGS+=("${extra[@]}")
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
