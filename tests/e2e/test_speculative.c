@@ -567,7 +567,7 @@ static void s_test_vocab_mismatch(void)
     snprintf(path, sizeof path, "%s/ggml-vocab-gpt-2.gguf", dir ? dir : "");
     sw_gguf_t *g = dir ? sw_gguf_open(path, err, sizeof err) : NULL;
     if (!g) {
-        char why[1200];
+        char why[sizeof path + sizeof err + 64];
         snprintf(why, sizeof why, "gpt-2 vocabulary refusal: %s not usable (%s)", path, err);
         sw_test_skip_part(why);
         return;
