@@ -787,7 +787,11 @@ static int s_init(int argc, char **argv)
         s_fail("%s: %s", in.out, strerror(errno));
         return 1;
     }
-    snprintf(in.tmp, sizeof in.tmp, "%s.tmp-XXXXXX", in.out);
+    int tl = snprintf(in.tmp, sizeof in.tmp, "%s.tmp-XXXXXX", in.out);
+    if (tl < 0 || (size_t)tl >= sizeof in.tmp) {
+        s_fail("--out %s: the path is too long", in.out);
+        return 1;
+    }
     if (!mkdtemp(in.tmp)) {
         s_fail("cannot make a folder beside %s: %s", in.out, strerror(errno));
         return 1;
