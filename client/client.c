@@ -731,7 +731,8 @@ static int s_release(sw_client_t *c, s_req_t *r, const char *text, size_t len, i
     *out_len = 0;
     if (s_text_reserve(&r->text, &r->text_cap, r->text_len + len + 1) != 0)
         return -1;
-    memcpy(r->text + r->text_len, text, len);
+    if (len)
+        memcpy(r->text + r->text_len, text, len);
     r->text_len += len;
     size_t keep = 0, cut = r->text_len;
     int hit = 0;

@@ -215,6 +215,15 @@ int sw_verify_path(sw_sampler_t *s, const sw_verify_in_t *in, float *work, int32
                in->logits ? "set" : "NULL");
         return -1;
     }
+    /* the parents first (s_next_child below walks them); the rest of the
+     * tree's checks need the drafts' q checked */
+    for (int32_t i = 0; in->parent && i < in->k; i++)
+        if (in->parent[i] < 0 || in->parent[i] > i || in->k > SW_VERIFY_MAX_TREE) {
+            SW_ERR("verify: draft %d hangs under node %d (must be in [0, %d]; trees of at "
+                   "most %d drafts)",
+                   i, in->parent[i], i, SW_VERIFY_MAX_TREE);
+            return -1;
+        }
     for (int32_t i = 0; i < in->k; i++) {
         if (in->draft[i] < 0 || in->draft[i] >= nv) {
             SW_ERR("verify: draft %d is token %d, outside the vocabulary of %d", i, in->draft[i],
