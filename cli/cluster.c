@@ -362,6 +362,25 @@ static const char *s_key_label(const char *name)
     return o;
 }
 
+/* A bundle's three files in folder name: the start script (0700), the env
+ * file and the Kaggle secret values (0600, wiped from memory after). */
+static int s_write_bundle(s_init_t *in, const char *name, const char *script, const char *sh,
+                          const char *env_file, char *env, size_t env_len, char *kag,
+                          size_t kag_len)
+{
+    char rel[256];
+    int rc = 0;
+    s_fmt(rel, sizeof rel, "%s/%s", name, script);
+    rc |= s_write(in, rel, sh, 0700);
+    s_fmt(rel, sizeof rel, "%s/%s", name, env_file);
+    rc |= s_write(in, rel, env, 0600);
+    s_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
+    rc |= s_write(in, rel, kag, 0600);
+    sodium_memzero(env, env_len);
+    sodium_memzero(kag, kag_len);
+    return rc ? -1 : 0;
+}
+
 static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int *ovf)
 {
     const char *name = in->nodes[i];
@@ -446,16 +465,7 @@ static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int
     if (head)
         s_cat(kag, sizeof kag, ovf, "SHARDWIRE_ACCESS_KEY %s\n", in->access_z85);
     sodium_memzero(sec, sizeof sec);
-    int rc = 0;
-    s_fmt(rel, sizeof rel, "%s/start.sh", name);
-    rc |= s_write(in, rel, sh, 0700);
-    s_fmt(rel, sizeof rel, "%s/node.env", name);
-    rc |= s_write(in, rel, env, 0600);
-    s_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
-    rc |= s_write(in, rel, kag, 0600);
-    sodium_memzero(env, sizeof env);
-    sodium_memzero(kag, sizeof kag);
-    return rc ? -1 : 0;
+    return s_write_bundle(in, name, "start.sh", sh, "node.env", env, sizeof env, kag, sizeof kag);
 }
 
 static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int *ovf)
@@ -513,16 +523,8 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
           "SHARDWIRE_ACCESS_KEY %s\n",
           name, name, in->relay_ep, in->relay_pub, s_key_label(name), sec, in->access_z85);
     sodium_memzero(sec, sizeof sec);
-    int rc = 0;
-    s_fmt(rel, sizeof rel, "%s/shardwire.sh", name);
-    rc |= s_write(in, rel, sh, 0700);
-    s_fmt(rel, sizeof rel, "%s/client.env", name);
-    rc |= s_write(in, rel, env, 0600);
-    s_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
-    rc |= s_write(in, rel, kag, 0600);
-    sodium_memzero(env, sizeof env);
-    sodium_memzero(kag, sizeof kag);
-    return rc ? -1 : 0;
+    return s_write_bundle(in, name, "shardwire.sh", sh, "client.env", env, sizeof env, kag,
+                          sizeof kag);
 }
 
 static int s_make(s_init_t *in)

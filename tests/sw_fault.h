@@ -457,18 +457,38 @@ static inline double swf_log_ms(const swf_cluster_t *c, const char *needle)
 
 /*
  * The relay SIGKILLed and restarted on its port while three clients stream
- * (prompt[i] with flags cfg[i], n_gen tokens each), runs times, each time at
- * another moment: after 5 to max_at of the tail's verdicts, down for 0.3 to
- * 1.5 s. ref[i] is each request's output without a fault. Every client's
- * output must equal it token for token; returns how many runs were exact for
- * all three (each inexact one also fails a check).
+ * (greedy, seeded sampling, n-gram drafts; n_gen tokens each, at least
+ * min_ref before an end of text), runs times,
+ * each time at another moment: after 5 to max_at of the tail's verdicts, down
+ * for 0.3 to 1.5 s. The reference is each request alone through the same
+ * cluster with no fault (the greedy one also equals one process); every
+ * client's output must equal it token for token. Returns how many runs were
+ * exact for all three (each inexact one also fails a check).
  */
-static inline int swf_relay_restarts(swf_cluster_t *c, const char *const *prompt,
-                                     const char *const *const *cfg, int n_gen, int runs,
-                                     long max_at, const swf_result_t *ref)
+static inline int swf_relay_restarts(swf_cluster_t *c, int n_gen, int min_ref, int runs,
+                                     long max_at)
 {
-    swf_result_t got[3];
+    static const char *const prompt[3] = {
+        "Once upon a time, in a land far away,",
+        "The capital of France is",
+        "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    };
+    static const char *const cfg[3][7] = {
+        {NULL},
+        {"--temp", "0.8", "--seed", "7", "--draft", "none", NULL},
+        {"--draft", "ngram", NULL},
+    };
+    swf_result_t ref[3], local;
     swf_client_t cl[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        SW_CHECK_INT(swf_client_start(&cl[i], c->ep, prompt[i], n_gen, 300, cfg[i], "ref"), 0);
+        swf_client_wait(&cl[i], &ref[i]);
+        SW_CHECK_INT(ref[i].rc, 0);
+        SW_CHECK(ref[i].n >= min_ref);
+    }
+    swf_reference(c->model, prompt[0], n_gen, NULL, &local);
+    SW_CHECK(swf_same(&local, &ref[0]));
+    swf_result_t got[3];
     int exact = 0;
     for (int run = 0; run < runs; run++) {
         long in0 = 0;

@@ -598,3 +598,14 @@ void sw_test_client_env(const char *dir, const char *who)
     setenv("SW_ACCESS_KEY", s_cpath(dir, "access.key", ""), 1);
     unsetenv("SW_CLUSTER_KEY");
 }
+
+int sw_test_sh(const char *cmd, int timeout_s, char **out)
+{
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    char *err = NULL;
+    int rc = sw_test_run(argv, timeout_s, out, &err);
+    if (rc != 0)
+        fprintf(stderr, "`%s` exited %d:\n%s\n", cmd, rc, err ? err : "");
+    free(err);
+    return rc;
+}

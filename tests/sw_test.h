@@ -105,6 +105,9 @@ void sw_test_kill(pid_t pid);
  * *out and stderr into *err (malloc'd, NUL-terminated, may be NULL to
  * discard). Returns the exit code, 128+signal when killed, -1 on failure. */
 int sw_test_run(char *const argv[], int timeout_s, char **out, char **err);
+/* `/bin/sh -c cmd` through sw_test_run; on failure prints the command, its
+ * exit code and its stderr. Returns the exit code. */
+int sw_test_sh(const char *cmd, int timeout_s, char **out);
 /* Waits until something accepts TCP connections at endpoint ("tcp://host:port",
  * IPv4 or localhost), up to timeout_s: a spawned relay or proxy is listening.
  * 0 when it is, -1 otherwise. */

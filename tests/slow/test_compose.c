@@ -32,23 +32,11 @@ static const char *s_prompt = "Write a haiku about networks.";
 
 static char s_src[PATH_MAX], s_compose[PATH_MAX + 64], s_project[64];
 
-/* Runs a shell command line (bounded); its exit code, with stdout in *out. */
-static int s_sh(const char *cmd, int timeout_s, char **out)
-{
-    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
-    char *err = NULL;
-    int rc = sw_test_run(argv, timeout_s, out, &err);
-    if (rc != 0)
-        fprintf(stderr, "`%s` exited %d:\n%s\n", cmd, rc, err ? err : "");
-    free(err);
-    return rc;
-}
-
 static int s_compose_cmd(const char *args, int timeout_s, char **out)
 {
     char cmd[PATH_MAX * 2];
     snprintf(cmd, sizeof cmd, "podman-compose -p %s -f %s %s", s_project, s_compose, args);
-    return s_sh(cmd, timeout_s, out);
+    return sw_test_sh(cmd, timeout_s, out);
 }
 
 /* The tokens of the client service's `run --json`, through the compose file. */
@@ -71,7 +59,7 @@ static int s_teardown(void)
     char cmd[256];
     int rc = s_compose_cmd("down -v", 300, NULL);
     snprintf(cmd, sizeof cmd, "podman network rm -f %s_default >/dev/null 2>&1; true", s_project);
-    s_sh(cmd, 60, NULL);
+    sw_test_sh(cmd, 60, NULL);
     return rc;
 }
 
@@ -85,7 +73,7 @@ int main(void)
     /* 1. podman and the base image, through the repo's script. */
     char cmd[PATH_MAX * 2], *out = NULL;
     snprintf(cmd, sizeof cmd, "bash %s/scripts/containers.sh", s_src);
-    SW_CHECK_INT(s_sh(cmd, 900, &out), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 900, &out), 0);
     char *conf = out ? strstr(out, "export CONTAINERS_CONF=") : NULL;
     SW_CHECK(conf != NULL);
     if (!conf)
@@ -113,23 +101,24 @@ int main(void)
              "cd %s && podman build -q --pull=never --build-arg SW_BUILD_JOBS=2 "
              "-f deploy/docker/Dockerfile -t localhost/shardwire:test .",
              s_src);
-    SW_CHECK_INT(s_sh(cmd, 1200, NULL), 0);
-    SW_CHECK_INT(s_sh("podman run --rm localhost/shardwire:test shardwire --help", 60, &out), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 1200, NULL), 0);
+    SW_CHECK_INT(sw_test_sh("podman run --rm localhost/shardwire:test shardwire --help", 60, &out),
+                 0);
     SW_CHECK(out && strstr(out, "cluster"));
     free(out);
     out = NULL;
     /* The runtime image holds the programs and runtime libraries, no compiler. */
-    SW_CHECK_INT(s_sh("podman run --rm --entrypoint sh localhost/shardwire:test -c "
-                      "'command -v shardwire-relay shardwire-node && ! command -v cc && "
-                      "! command -v cmake && [ \"$(id -u)\" = 10001 ]'",
-                      60, NULL),
+    SW_CHECK_INT(sw_test_sh("podman run --rm --entrypoint sh localhost/shardwire:test -c "
+                            "'command -v shardwire-relay shardwire-node && ! command -v cc && "
+                            "! command -v cmake && [ \"$(id -u)\" = 10001 ]'",
+                            60, NULL),
                  0);
 
     /* 3. both profiles validate; the GPU one reserves NVIDIA GPUs for the nodes. */
     snprintf(cmd, sizeof cmd, "docker-compose -f %s --profile cpu config -q", s_compose);
-    SW_CHECK_INT(s_sh(cmd, 60, NULL), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, NULL), 0);
     snprintf(cmd, sizeof cmd, "docker-compose -f %s --profile gpu config", s_compose);
-    SW_CHECK_INT(s_sh(cmd, 60, &out), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, &out), 0);
     for (int i = 0; i < 2; i++) {
         const char *svc = i == 0 ? "\n  head-gpu:\n" : "\n  tail-gpu:\n";
         const char *s = out ? strstr(out, svc) : NULL;
@@ -164,21 +153,21 @@ int main(void)
     const char *svcs[] = {"relay", "head", "tail"};
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "podman healthcheck run %s_%s_1", s_project, svcs[i]);
-        SW_CHECK_INT(s_sh(cmd, 60, NULL), 0);
+        SW_CHECK_INT(sw_test_sh(cmd, 60, NULL), 0);
     }
     /* The keys came from the init service into the volume, mode 0600, not from the image. */
     snprintf(cmd, sizeof cmd,
              "podman exec %s_head_1 sh -c 'stat -c %%a /keys/cluster/head/head.key; "
              "grep -c \" node head$\" /keys/cluster/relay/allow.txt'",
              s_project);
-    SW_CHECK_INT(s_sh(cmd, 60, &out), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, &out), 0);
     SW_CHECK(out && strncmp(out, "600\n1\n", 6) == 0);
     free(out);
     out = NULL;
 
     /* 5. the relay's process ends; restart: unless-stopped brings it back. */
     snprintf(cmd, sizeof cmd, "podman exec %s_relay_1 sh -c 'kill -TERM 1'", s_project);
-    s_sh(cmd, 30, NULL);
+    sw_test_sh(cmd, 30, NULL);
     int restarted = 0;
     for (int i = 0; i < 60 && !restarted; i++) {
         snprintf(cmd, sizeof cmd,
@@ -202,6 +191,6 @@ int main(void)
              "test -z \"$(podman ps -aq --filter label=io.podman.compose.project=%s)\" "
              "&& ! podman volume exists %s_keys",
              s_project, s_project);
-    SW_CHECK_INT(s_sh(cmd, 60, NULL), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, NULL), 0);
     return sw_test_done();
 }

@@ -24,17 +24,6 @@
 #define N_GEN 16
 static const char *s_prompt = "Write a haiku about networks.";
 
-static int s_sh(const char *cmd, int timeout_s, char **out)
-{
-    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
-    char *err = NULL;
-    int rc = sw_test_run(argv, timeout_s, out, &err);
-    if (rc != 0)
-        fprintf(stderr, "`%s` exited %d:\n%s\n", cmd, rc, err ? err : "");
-    free(err);
-    return rc;
-}
-
 int main(void)
 {
     const char *model = sw_test_model();
@@ -42,7 +31,7 @@ int main(void)
     char cmd[8192], *out = NULL;
 
     snprintf(cmd, sizeof cmd, "python3 %s/deploy/kaggle/notebooks.py --check", src);
-    SW_CHECK_INT(s_sh(cmd, 60, NULL), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, NULL), 0);
 
     /* The secrets each bundle lists are the ones its notebook reads. */
     const char *dir = sw_test_tmpdir();
@@ -53,7 +42,7 @@ int main(void)
              "%s/shardwire cluster init --relay 127.0.0.1:%d --nodes head,tail --out %s "
              "--model %s",
              bin, port, keys, model);
-    SW_CHECK_INT(s_sh(cmd, 60, NULL), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, NULL), 0);
     const char *nbs[3] = {"head", "node", "client"}, *bundles[3] = {"head", "tail", "client"};
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd,
@@ -62,12 +51,12 @@ int main(void)
                  "*) grep -q \"$l\" %s/deploy/kaggle/%s.ipynb;; esac || { echo \"$l\"; exit 1; }; "
                  "done",
                  keys, bundles[i], src, nbs[i], src, nbs[i]);
-        SW_CHECK_INT(s_sh(cmd, 30, NULL), 0);
+        SW_CHECK_INT(sw_test_sh(cmd, 30, NULL), 0);
     }
 
     /* nbclient and a kernel, in the repo's venv. */
     snprintf(cmd, sizeof cmd, "bash %s/scripts/py_venv.sh nbclient nbformat ipykernel", src);
-    SW_CHECK_INT(s_sh(cmd, 900, &out), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 900, &out), 0);
     char py[1024] = "";
     if (out)
         snprintf(py, sizeof py, "%.*s", (int)strcspn(out, "\n"), out);
@@ -92,7 +81,7 @@ int main(void)
     snprintf(build, sizeof build, "%s/build", dir);
     snprintf(pypath, sizeof pypath, "%s/tests/kaggle_secrets", src);
     snprintf(cmd, sizeof cmd, "mkdir -p %s", outdir);
-    SW_CHECK_INT(s_sh(cmd, 10, NULL), 0);
+    SW_CHECK_INT(sw_test_sh(cmd, 10, NULL), 0);
     setenv("PYTHONPATH", pypath, 1);
     setenv("SW_NB_SRC", src, 1);
     setenv("SW_NB_BUILD_DIR", build, 1); /* shared: the notebooks take turns (a lock) */
