@@ -6,6 +6,7 @@
  */
 #include "client.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
 #define S_STATUS_MS 5000    /* wait for a peer table */
 #define S_DEFAULT_TIMEOUT_MS 300000
+
+_Static_assert(SW_CLIENT_MAX_DRAFT == SW_WIRE_MAX_DRAFT, "the client's draft limit is the wire's");
 
 typedef struct s_req {
     char id[SW_CLIENT_ID_LEN];     /* request id, "" = free slot */
@@ -544,12 +547,12 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
                       q->repeat_last_n, 1 << 20);
     if (q->draft < SW_CLIENT_DRAFT_AUTO || q->draft > SW_CLIENT_DRAFT_MIX)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "unknown draft mode %d", q->draft);
-    if (q->draft_k < -1 || q->draft_k > SW_WIRE_MAX_DRAFT)
+    if (q->draft_k < -1 || q->draft_k > SW_CLIENT_MAX_DRAFT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft K %d not in [0, %d]", q->draft_k,
-                      SW_WIRE_MAX_DRAFT);
-    if (q->draft_tree < 0 || q->draft_tree > SW_WIRE_MAX_DRAFT)
+                      SW_CLIENT_MAX_DRAFT);
+    if (q->draft_tree < 0 || q->draft_tree > SW_CLIENT_MAX_DRAFT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft tree of %d drafts not in [0, %d]",
-                      q->draft_tree, SW_WIRE_MAX_DRAFT);
+                      q->draft_tree, SW_CLIENT_MAX_DRAFT);
     if (q->draft_ahead < -1 || q->draft_ahead > 1)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "draft ahead %d is not -1, 0 or 1",
                       q->draft_ahead);
@@ -773,23 +776,29 @@ static int s_release(sw_client_t *c, s_req_t *r, const char *text, size_t len, i
     return 0;
 }
 
+/* A count from the head, which may be any uint32: kept in [0, INT_MAX]. */
+static int s_count(uint32_t n)
+{
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 static void s_copy_stats(sw_client_stats_t *s, const Shardwire__GenerateStats *st)
 {
     s->have_head = 1;
-    s->n_prompt = (int)st->n_prompt;
-    s->n_generated = (int)st->n_generated;
-    s->n_rounds = (int)st->n_rounds;
-    s->n_drafted = (int)st->n_drafted;
-    s->n_accepted = (int)st->n_accepted;
+    s->n_prompt = s_count(st->n_prompt);
+    s->n_generated = s_count(st->n_generated);
+    s->n_rounds = s_count(st->n_rounds);
+    s->n_drafted = s_count(st->n_drafted);
+    s->n_accepted = s_count(st->n_accepted);
     s->prompt_ms = st->prompt_ms;
     s->decode_ms = st->decode_ms;
     s->head_ttft_ms = st->ttft_ms;
     s->draft_ms = st->draft_ms;
     s->draft_ahead_ms = st->draft_ahead_ms;
-    s->n_ahead_hits = (int)st->n_ahead_hits;
-    s->n_ahead_misses = (int)st->n_ahead_misses;
-    s->n_tree_rounds = (int)st->n_tree_rounds;
-    s->n_kv_moves = (int)st->n_kv_moves;
+    s->n_ahead_hits = s_count(st->n_ahead_hits);
+    s->n_ahead_misses = s_count(st->n_ahead_misses);
+    s->n_tree_rounds = s_count(st->n_tree_rounds);
+    s->n_kv_moves = s_count(st->n_kv_moves);
     s->head_compute_ms = st->head_ms;
     s->network_ms = st->network_ms;
     s->logits_digest = st->logits_digest;

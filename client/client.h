@@ -46,6 +46,7 @@
 #define SW_CLIENT_MAX_STAGES 16    /* stages in the statistics */
 #define SW_CLIENT_MAX_INFLIGHT 256 /* requests in flight on one client */
 #define SW_CLIENT_MAX_MESSAGES 256 /* chat messages per request */
+#define SW_CLIENT_MAX_DRAFT 64     /* drafts per round, chain or tree (protocol limit) */
 
 /* Error codes (negative); sw_client_strerror names them. */
 enum sw_client_rc {

@@ -40,6 +40,7 @@ struct gw_metrics {
     unsigned long long prompt_tokens;     /* over all of them */
     unsigned long long completion_tokens; /* over all of them */
     unsigned long long rounds, drafted, accepted;
+    unsigned long long tree_rounds, ahead_hits, ahead_misses;
     int inflight;    /* generations now */
     int connections; /* HTTP connections now */
     s_hist_t ttft;   /* seconds to the first token (seen by the gateway) */
@@ -106,6 +107,9 @@ void gw_metrics_generation(gw_metrics_t *m, const sw_client_stats_t *st)
     m->rounds += (unsigned long long)st->n_rounds;
     m->drafted += (unsigned long long)st->n_drafted;
     m->accepted += (unsigned long long)st->n_accepted;
+    m->tree_rounds += (unsigned long long)st->n_tree_rounds;
+    m->ahead_hits += (unsigned long long)st->n_ahead_hits;
+    m->ahead_misses += (unsigned long long)st->n_ahead_misses;
     if (st->ttft_ms > 0)
         s_observe(&m->ttft, st->ttft_ms / 1e3);
     s_observe(&m->dur, st->total_ms / 1e3);
@@ -233,6 +237,15 @@ char *gw_metrics_text(gw_metrics_t *m)
              "# TYPE shardwire_gateway_draft_acceptance_ratio gauge\n"
              "shardwire_gateway_draft_acceptance_ratio %.6f\n",
              m->drafted ? (double)m->accepted / (double)m->drafted : 0.0);
+    s_counter(&b, "shardwire_gateway_tree_rounds_total", "rounds whose drafts were a token tree",
+              m->tree_rounds);
+    s_printf(&b,
+             "# HELP shardwire_gateway_ahead_rounds_total rounds drafted ahead while the previous "
+             "one travelled, by whether the guess held\n"
+             "# TYPE shardwire_gateway_ahead_rounds_total counter\n"
+             "shardwire_gateway_ahead_rounds_total{outcome=\"hit\"} %llu\n"
+             "shardwire_gateway_ahead_rounds_total{outcome=\"miss\"} %llu\n",
+             m->ahead_hits, m->ahead_misses);
     s_printf(&b,
              "# HELP shardwire_gateway_inflight generations in flight\n"
              "# TYPE shardwire_gateway_inflight gauge\nshardwire_gateway_inflight %d\n"

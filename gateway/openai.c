@@ -246,8 +246,9 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
         return 0;
     if (!json_is_object(x))
         return s_bad(err, err_len, param, "shardwire", "'shardwire' must be an object");
-    static const char *known[] = {"draft",          "draft_k",       "top_k", "min_p",
-                                  "repeat_penalty", "repeat_last_n", "head",  "timeout_s"};
+    static const char *known[] = {"draft", "draft_k",  "draft_tree",     "draft_ahead",
+                                  "top_k", "min_p",    "repeat_penalty", "repeat_last_n",
+                                  "head",  "timeout_s"};
     const char *key;
     json_t *v;
     json_object_foreach(x, key, v)
@@ -257,8 +258,9 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
             k++;
         if (k == sizeof known / sizeof known[0])
             return s_bad(err, err_len, param, "shardwire",
-                         "unknown field 'shardwire.%.40s' (known: draft, draft_k, top_k, min_p, "
-                         "repeat_penalty, repeat_last_n, head, timeout_s)",
+                         "unknown field 'shardwire.%.40s' (known: draft, draft_k, draft_tree, "
+                         "draft_ahead, top_k, min_p, repeat_penalty, repeat_last_n, head, "
+                         "timeout_s)",
                          key);
     }
     if ((v = json_object_get(x, "draft")) && !json_is_null(v)) {
@@ -286,10 +288,21 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
     long long i;
     double d;
     int rc;
-    if ((rc = s_int(x, "draft_k", 0, 64, &i, err, err_len, param)) < 0)
+    if ((rc = s_int(x, "draft_k", 0, SW_CLIENT_MAX_DRAFT, &i, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.draft_k = (int)i;
+    if ((rc = s_int(x, "draft_tree", 0, SW_CLIENT_MAX_DRAFT, &i, err, err_len, param)) < 0)
+        return -1;
+    if (rc)
+        r->q.draft_tree = (int)i;
+    if ((v = json_object_get(x, "draft_ahead")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return s_bad(
+                err, err_len, param, "shardwire.draft_ahead",
+                "'shardwire.draft_ahead' must be true, false or null (the head's default)");
+        r->q.draft_ahead = json_is_true(v);
+    }
     if ((rc = s_int(x, "top_k", 0, 1 << 20, &i, err, err_len, param)) < 0)
         return -1;
     if (rc)
@@ -433,6 +446,10 @@ json_t *gw_json_stats(const sw_client_stats_t *st)
                                       ? (st->n_generated - 1) * 1e3 / st->decode_ms
                                       : 0));
     json_object_set_new(x, "network_ms", json_real(st->network_ms));
+    json_object_set_new(x, "tree_rounds", json_integer(st->n_tree_rounds));
+    json_object_set_new(x, "ahead_hits", json_integer(st->n_ahead_hits));
+    json_object_set_new(x, "ahead_misses", json_integer(st->n_ahead_misses));
+    json_object_set_new(x, "draft_ahead_ms", json_real(st->draft_ahead_ms));
     return x;
 }
 

@@ -8,6 +8,8 @@
  *  - greedy and seeded-sampling completions and chat completions equal
  *    `shardwire run` for the same request, streamed (SSE ending with
  *    "data: [DONE]", usage chunk) and not;
+ *  - token trees and drafting ahead asked for per request (shardwire.draft_tree,
+ *    .draft_ahead) give the same greedy text, and the response counts the tree rounds;
  *  - four concurrent requests each get their own correct output;
  *  - every error status: 400 (bad JSON, bad field, unsupported field), 401
  *    (no key, wrong key), 404 (model, endpoint), 405, 413 (a 100 MB body),
@@ -431,6 +433,34 @@ int main(void)
     free(req);
     json_decref(jb);
 
+    /* the speculation shape per request: token trees and drafting ahead are lossless (greedy:
+     * the text of `shardwire run` without them), and the response says what happened */
+    long long trees = 0;
+    for (int i = 0; i < 4; i++) {
+        jb = json_pack("{s:s,s:s,s:i,s:i,s:{s:s,s:i,s:i,s:b,s:f}}", "model", MODEL, "prompt",
+                       prompts[i], "max_tokens", N_GEN, "temperature", 0, "shardwire", "draft",
+                       "ngram", "draft_k", 4, "draft_tree", 12, "draft_ahead", 1, "repeat_penalty",
+                       1.0);
+        req = json_dumps(jb, JSON_COMPACT);
+        SW_CHECK_INT(s_http("/v1/completions", KEY, req, &resp, NULL), 200);
+        s_choice_text(resp, got, sizeof got);
+        if (strcmp(got, ref[i]) != 0)
+            fprintf(stderr, "tree + ahead %d: got '%s', want '%s'\n", i, got, ref[i]);
+        SW_CHECK(!strcmp(got, ref[i]));
+        json_t *rj = json_loads(resp, 0, NULL);
+        json_t *sx = json_object_get(rj, "shardwire");
+        SW_CHECK(json_is_integer(json_object_get(sx, "tree_rounds")) &&
+                 json_is_integer(json_object_get(sx, "ahead_hits")) &&
+                 json_is_integer(json_object_get(sx, "ahead_misses")) &&
+                 json_is_number(json_object_get(sx, "draft_ahead_ms")));
+        trees += json_integer_value(json_object_get(sx, "tree_rounds"));
+        json_decref(rj);
+        free(resp);
+        free(req);
+        json_decref(jb);
+    }
+    SW_CHECK(trees > 0); /* the trees were really sent */
+
     /* four at once (the gateway's limit is 2 in flight: raise it for this) */
     sw_test_kill(serve);
     serve = s_start_serve(keyfile, 8, NULL);
@@ -481,6 +511,12 @@ int main(void)
         {"/v1/completions", KEY,
          "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"shardwire\":{\"k\":1}}", 400,
          "unknown field"},
+        {"/v1/completions", KEY,
+         "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"shardwire\":{\"draft_tree\":65}}", 400,
+         "draft_tree"},
+        {"/v1/completions", KEY,
+         "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"shardwire\":{\"draft_ahead\":1}}", 400,
+         "draft_ahead"},
         {"/v1/chat/completions", KEY, "{\"model\":\"" MODEL "\",\"messages\":[]}", 400, "messages"},
         {"/v1/chat/completions", KEY,
          "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400,
@@ -751,6 +787,8 @@ int main(void)
     SW_CHECK(strstr(resp, "shardwire_gateway_errors_total{code=\"client_gone\"}") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_time_to_first_token_seconds_count") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_tokens_total{kind=\"completion\"}") != NULL);
+    SW_CHECK(strstr(resp, "shardwire_gateway_tree_rounds_total ") != NULL);
+    SW_CHECK(strstr(resp, "shardwire_gateway_ahead_rounds_total{outcome=\"hit\"} ") != NULL);
     free(resp);
 
 out:
