@@ -106,7 +106,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSW_CUDA=ON -DCMAKE_CUDA_ARCH
     "${cmake_extra[@]}" >"$log_dir/gpu_check_cmake.log" 2>&1 ||
     { tail -30 "$log_dir/gpu_check_cmake.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target shardwire shardwire-node shardwire-relay \
-    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster bench_gpu \
+    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster bench_gpu bench_rows \
     >"$log_dir/gpu_check_build.log" 2>&1 || { tail -40 "$log_dir/gpu_check_build.log"; exit 1; }
 t_build=$(( $(date +%s) - t0 ))
 bin=$build/bin
@@ -149,6 +149,12 @@ set +e
 "$bin/bench_gpu" --cpu-threads "$(nproc)" --draft "$m/qwen2.5-0.5b.gguf" "$m/qwen2.5-1.5b.gguf" \
     "$m/qwen2.5-0.5b.gguf" "$m/smollm2-135m.gguf" >"$log_dir/gpu_check_bench.log" 2>&1
 bench_rc=$?
+# What rounds of R rows can give with GPU stages at the seed's 172 ms round trip (the
+# acceptance is the real pair's, measured by scripts/bench_wan.py on the CPU: the synthetic
+# models' own drafts mean nothing).
+"$bin/bench_rows" --backend cuda:0 --rtt-ms 172 --accept 0.84 --max-rows 64 \
+    --draft "$m/qwen2.5-0.5b.gguf" "$m/qwen2.5-1.5b.gguf" >>"$log_dir/gpu_check_bench.log" 2>&1 ||
+    bench_rc=1
 set -e
 t_bench=$(( $(date +%s) - t0 ))
 

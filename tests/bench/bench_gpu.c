@@ -15,129 +15,39 @@
  * of the target, on the GPU and on the CPU with --cpu-threads threads.
  * Times are medians of 5 after a warm-up.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "backend.h"
-#include "model.h"
-
-#define REPS 5
-
-static double s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int s_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double s_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return v[n / 2];
-}
-
-static int32_t s_tok[1024];
-
-static int s_fwd(sw_model_t *m, sw_kv_t *kv, const int32_t *tok, int n, float *logits, int nl,
-                 int prompt)
-{
-    char err[256];
-    sw_forward_t f = {.n = n, .tokens = tok, .logits = logits, .n_logits = nl, .prompt = prompt};
-    if (sw_model_forward(m, kv, &f, err, sizeof err) != 0) {
-        fprintf(stderr, "bench_gpu: %s\n", err);
-        return -1;
-    }
-    return 0;
-}
+#include "bench_util.h"
 
 /* Median ms of a 512-token prompt. */
 static double s_pp(sw_model_t *m, sw_kv_t *kv, float *logits)
 {
-    double t[REPS];
-    for (int r = -1; r < REPS; r++) {
+    double t[BENCH_REPS];
+    for (int r = -1; r < BENCH_REPS; r++) {
         if (sw_kv_truncate(kv, 0) != 0)
             return -1;
-        double t0 = s_now();
-        if (s_fwd(m, kv, s_tok, 512, logits, 1, 1) != 0)
+        double t0 = bench_now();
+        if (bench_fwd(m, kv, bench_tok, 512, logits, 1, 1) != 0)
             return -1;
         if (r >= 0)
-            t[r] = s_now() - t0;
+            t[r] = bench_now() - t0;
     }
-    return s_median(t, REPS);
+    return bench_median(t, BENCH_REPS);
 }
 
 /* Median tokens/s of 128 one-row steps after a 64-token prompt. */
 static double s_tg(sw_model_t *m, sw_kv_t *kv, float *logits)
 {
-    double t[REPS];
-    for (int r = -1; r < REPS; r++) {
-        if (sw_kv_truncate(kv, 0) != 0 || s_fwd(m, kv, s_tok, 64, logits, 1, 1) != 0)
+    double t[BENCH_REPS];
+    for (int r = -1; r < BENCH_REPS; r++) {
+        if (sw_kv_truncate(kv, 0) != 0 || bench_fwd(m, kv, bench_tok, 64, logits, 1, 1) != 0)
             return -1;
-        double t0 = s_now();
+        double t0 = bench_now();
         for (int i = 0; i < 128; i++)
-            if (s_fwd(m, kv, &s_tok[64 + i], 1, logits, 1, 0) != 0)
+            if (bench_fwd(m, kv, &bench_tok[64 + i], 1, logits, 1, 0) != 0)
                 return -1;
         if (r >= 0)
-            t[r] = 128 * 1e3 / (s_now() - t0);
+            t[r] = 128 * 1e3 / (bench_now() - t0);
     }
-    return s_median(t, REPS);
-}
-
-/* Median ms of one verification call of n rows after a 64-token prompt. */
-static double s_verify(sw_model_t *m, sw_kv_t *kv, int n, float *logits)
-{
-    double t[REPS];
-    if (sw_kv_truncate(kv, 0) != 0 || s_fwd(m, kv, s_tok, 64, logits, 1, 1) != 0)
-        return -1;
-    for (int r = -1; r < REPS; r++) {
-        if (sw_kv_truncate(kv, 64) != 0)
-            return -1;
-        double t0 = s_now();
-        if (s_fwd(m, kv, &s_tok[64], n, logits, n, 0) != 0)
-            return -1;
-        if (r >= 0)
-            t[r] = s_now() - t0;
-    }
-    return s_median(t, REPS);
-}
-
-/* Median ms of K = 8 greedy draft steps (after a 64-token prompt). */
-static double s_draft8(sw_model_t *d, sw_kv_t *kv, float *logits)
-{
-    double t[REPS];
-    int32_t ids[8];
-    char err[256];
-    if (sw_kv_truncate(kv, 0) != 0 || s_fwd(d, kv, s_tok, 64, logits, 1, 1) != 0)
-        return -1;
-    for (int r = -2; r < REPS; r++) { // two warm-ups: the graph is recorded on the second
-        if (sw_kv_truncate(kv, 64) != 0)
-            return -1;
-        double t0 = s_now();
-        if (sw_model_greedy_steps(d, kv, s_tok[64], 8, ids, NULL, err, sizeof err) != 0) {
-            fprintf(stderr, "bench_gpu: %s\n", err);
-            return -1;
-        }
-        if (r >= 0)
-            t[r] = s_now() - t0;
-    }
-    return s_median(t, REPS);
-}
-
-static sw_model_t *s_load(const char *path, sw_backend_t *be)
-{
-    char err[256];
-    sw_model_t *m = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
-    if (!m && be)
-        fprintf(stderr, "bench_gpu: %s on %s: %s\n", path, sw_backend_name(be), err);
-    return m;
+    return bench_median(t, BENCH_REPS);
 }
 
 static sw_backend_t *s_backend(const char *name, int threads, const char *env, const char *val)
@@ -151,12 +61,6 @@ static sw_backend_t *s_backend(const char *name, int threads, const char *env, c
     if (!be)
         fprintf(stderr, "bench_gpu: %s\n", err);
     return be;
-}
-
-static const char *s_base(const char *p)
-{
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
 }
 
 int main(int argc, char **argv)
@@ -194,18 +98,14 @@ int main(int argc, char **argv)
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
     for (int a = first; a < argc; a++) {
-        sw_model_t *m = s_load(argv[a], gpu), *me = s_load(argv[a], exact),
-                   *mn = s_load(argv[a], nograph);
+        sw_model_t *m = bench_load(argv[a], gpu), *me = bench_load(argv[a], exact),
+                   *mn = bench_load(argv[a], nograph);
         if (!m || !me || !mn) {
             rc = 1;
             goto next;
         }
         const int V = sw_model_hparams(m)->n_vocab;
-        uint32_t x = 99;
-        for (int i = 0; i < 1024; i++) {
-            x = x * 1664525u + 1013904223u;
-            s_tok[i] = (int32_t)((x >> 8) % (uint32_t)V);
-        }
+        bench_fill(V);
         float *logits = malloc((size_t)33 * V * sizeof(float));
         sw_kv_t *kv = sw_kv_new(m, 1024), *kve = sw_kv_new(me, 1024), *kvn = sw_kv_new(mn, 1024);
         if (!logits || !kv || !kve || !kvn) {
@@ -215,9 +115,10 @@ int main(int argc, char **argv)
             const double gb = (double)sw_model_bytes_per_token(m) / 1e9;
             const double pp = s_pp(m, kv, logits), ppe = s_pp(me, kve, logits);
             const double tg = s_tg(m, kv, logits), tgn = s_tg(mn, kvn, logits);
-            const double v9 = s_verify(m, kv, 9, logits), v33 = s_verify(m, kv, 33, logits);
+            const double v9 = bench_verify(m, kv, 9, logits, 0),
+                         v33 = bench_verify(m, kv, 33, logits, 0);
             printf("| %s | %.3f | %.0f | %.0f | %.1f | %.1f | %.2f | %.2f | %.0f | %.0f%% |\n",
-                   s_base(argv[a]), gb, 512e3 / pp, 512e3 / ppe, tg, tgn, v9, v33, gb * tg,
+                   bench_base(argv[a]), gb, 512e3 / pp, 512e3 / ppe, tg, tgn, v9, v33, gb * tg,
                    peak > 0 ? 100 * gb * tg / peak : 0);
         }
         sw_kv_free(&kv);
@@ -237,7 +138,7 @@ int main(int argc, char **argv)
         double round[2] = {0, 0};
         for (int side = 0; side < 2; side++) {
             sw_backend_t *be = side == 0 ? gpu : cpu;
-            sw_model_t *t = s_load(argv[first], be), *d = s_load(draft, be);
+            sw_model_t *t = bench_load(argv[first], be), *d = bench_load(draft, be);
             float *logits = NULL;
             sw_kv_t *kt = t ? sw_kv_new(t, 256) : NULL, *kd = d ? sw_kv_new(d, 256) : NULL;
             if (t && d && kt && kd) {
@@ -247,10 +148,12 @@ int main(int argc, char **argv)
                 logits = malloc((size_t)9 * V * sizeof(float));
             }
             if (logits) {
-                const double dr = s_draft8(d, kd, logits), ve = s_verify(t, kt, 9, logits);
+                const double dr = bench_draft(d, kd, 8, logits),
+                             ve = bench_verify(t, kt, 9, logits, 0);
                 round[side] = dr + ve;
                 printf("| %s: %s + %s | %.2f | %.2f | %.2f | %.1f |\n", side == 0 ? "gpu" : "cpu",
-                       s_base(argv[first]), s_base(draft), dr, ve, dr + ve, 1e3 / (dr + ve));
+                       bench_base(argv[first]), bench_base(draft), dr, ve, dr + ve,
+                       1e3 / (dr + ve));
             } else {
                 rc = 1;
             }
