@@ -44,7 +44,9 @@ static void s_bound(double rtt, double accept, const double *c, int n, double st
            "drafting hidden | drafting in the round |\n|---|---|---|---|---|---|---|\n",
            accept);
     int best_p = 0, best_h = 0, best_d = 0;
-    double sp[N], sh[N], sd[N];
+    double sp[N] = {0}, sh[N] = {0}, sd[N] = {0};
+    if (n < 1 || n > N)
+        return;
     for (int i = 0; i < n; i++) {
         const int R = s_rows[i];
         const double round = rtt + c[i], tok = (1 - pow(accept, R)) / (1 - accept);
