@@ -126,9 +126,11 @@ class Cluster:
     def __init__(self, args, logdir):
         self.args, self.logdir, self.procs = args, logdir, []
 
-    def spawn(self, name, argv):
+    def spawn(self, name, argv, cpus=None):
+        """cpus: the CPU set the process may run on (--pin), or None for all."""
         log = open(os.path.join(self.logdir, name + ".log"), "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pre)
         self.procs.append((name, p))
         return p
 
@@ -181,10 +183,12 @@ class Cluster:
                 "--draft-k-max", str(a.k_max)]
         if a.draft:
             head += ["--draft-model", a.draft, "--draft-threads", str(a.draft_threads)]
-        self.spawn("head", head)
+        pin = getattr(a, "pin_cpus", None)  # (head CPUs, tail CPUs) with --pin
+        self.spawn("head", head, pin[0] if pin else None)
         self.spawn("tail", [f"{b}/shardwire-node", "--model", a.target, "--layers",
                             f"{split}:end", "--relay", f"tcp://127.0.0.1:{pb}",
-                            "--name", "bench-tail", *common, *self.sec["tail"]])
+                            "--name", "bench-tail", *common, *self.sec["tail"]],
+                   pin[1] if pin else None)
         deadline = time.time() + 600
         while time.time() < deadline:
             for name, p in self.procs:
@@ -274,8 +278,14 @@ def main():
     ap.add_argument("--prompt", action="append", help="prompt (repeatable; default: two coding "
                     "prompts)")
     ap.add_argument("--delay-ms", type=float, default=21.5, help="one-way delay per link")
-    ap.add_argument("--threads", type=int, default=2, help="threads per node (default 2)")
-    ap.add_argument("--draft-threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads per node (default 2; 1 with --pin)")
+    ap.add_argument("--draft-threads", type=int, default=0,
+                    help="threads of the head's draft model (default as --threads)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the head (with its draft model) on the first half of the CPUs, the "
+                    "tail on the other half, as if each node had its own machine (the relay "
+                    "and proxies run anywhere)")
     ap.add_argument("--k-max", type=int, default=16, help="adaptive K ceiling (default 16)")
     ap.add_argument("--split", type=int, default=0, help="first layer of the tail (default: half)")
     ap.add_argument("--dtype", default="f32", help="hidden states on the wire (default f32, as the nodes)")
@@ -289,6 +299,18 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write every raw result to this file")
     args = ap.parse_args()
+    args.pin_cpus = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("bench_wan: --pin needs at least 2 CPUs (this process may use "
+                             f"{len(cpus)})")
+        half = len(cpus) // 2
+        args.pin_cpus = (set(cpus[:half]), set(cpus[half:]))
+    if args.threads <= 0:
+        args.threads = len(args.pin_cpus[0]) if args.pin else 2
+    if args.draft_threads <= 0:
+        args.draft_threads = args.threads
     prompts = args.prompt or DEFAULT_PROMPTS
     for path in (args.target, args.draft):
         if path and not os.path.exists(path):
@@ -302,7 +324,9 @@ def main():
         print(f"# target {os.path.basename(args.target)} ({n_layers} layers, head [0,{split}) "
               f"tail [{split},{n_layers})), draft {os.path.basename(args.draft or '-')}, "
               f"{args.delay_ms} ms one way per link ({4 * args.delay_ms:g} ms per round trip), "
-              f"{args.threads} thread(s) per node, {args.n} tokens x {len(prompts)} prompts",
+              f"{args.threads} thread(s) per node, {args.n} tokens x {len(prompts)} prompts"
+              + (f", head on CPUs {sorted(args.pin_cpus[0])}, tail on {sorted(args.pin_cpus[1])}"
+                 if args.pin else ""),
               file=sys.stderr)
         # The prefill round of each prompt alone, once to warm up (page cache,
         # first touch), once measured: its time split is subtracted from the
