@@ -299,6 +299,10 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write every raw result to this file")
     args = ap.parse_args()
+    unknown = [k for k in args.configs.split(",") if k not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"bench_wan: unknown configuration {', '.join(unknown)} (known: "
+                         f"{', '.join(CONFIGS)})")
     args.pin_cpus = None
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
