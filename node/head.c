@@ -57,6 +57,8 @@
 #define S_CLIENT_GRACE_MS 5000 // a client is only judged gone by a relay up this long
 #define S_CLIENT_GONE_MS 1500  // ... and missing from its tables for this long
 #define S_RESUME_MS 100        // one request's Resumes served this often at most
+#define S_SUSPECT_MAX 16       // stages remembered on routes whose round timed out
+#define S_SUSPECT_MS 600000    // ... and avoided this long where another stage can serve
 
 enum s_state { S_FREE = 0, S_ROUTE, S_RUN, S_LINGER };
 
@@ -165,6 +167,10 @@ struct node_head {
     int logit_rows;        //
     int busy;              // 1 when node_head_step left work for the next pass
     int rr;                // where the next batch starts (round robin)
+    struct {
+        char name[SW_WIRE_NAME_MAX + 1];
+        double until;         // avoided until then (0 = free entry)
+    } suspect[S_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
 };
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -520,6 +526,33 @@ static int s_need_key(const node_t *n)
     return n->o.sec && !n->o.sec->insecure;
 }
 
+/* A stage of a route whose round got no verdict in time: connected and
+ * heartbeating but silent (a compromised member that swallows Forwards looks
+ * like the quietest, least busy stage), or merely slow. Which stage of the
+ * route it was cannot be told from here, so all of them are remembered. */
+static void s_suspect_add(node_head_t *h, const char *name, double now)
+{
+    int at = 0;
+    for (int i = 0; i < S_SUSPECT_MAX; i++) {
+        if (!strcmp(h->suspect[i].name, name)) {
+            at = i;
+            break;
+        }
+        if (h->suspect[i].until < h->suspect[at].until)
+            at = i; // a free entry (0) or the one that expires first
+    }
+    snprintf(h->suspect[at].name, sizeof h->suspect[at].name, "%s", name);
+    h->suspect[at].until = now + S_SUSPECT_MS;
+}
+
+static int s_suspect(const node_head_t *h, const char *name, double now)
+{
+    for (int i = 0; i < S_SUSPECT_MAX; i++)
+        if (h->suspect[i].until > now && !strcmp(h->suspect[i].name, name))
+            return 1;
+    return 0;
+}
+
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
  * range, the next stage is a key-bound node (sw_wire_peer_routable) whose
  * range begins there: the one whose range reaches furthest, then the one
@@ -530,10 +563,12 @@ static int s_need_key(const node_t *n)
  * message naming the peer and the error code a client gets (*code):
  * ERR_MODEL_MISMATCH for another model file, ERR_UNKNOWN_DEST when no
  * connected stage begins where the previous one ends (a gap, or an overlap),
- * ERR_INTERNAL for a route longer than the protocol allows; 0 or -1. */
-static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, int *code,
-                         char *err, size_t err_len)
+ * ERR_INTERNAL for a route longer than the protocol allows; 0 or -1. With
+ * avoid, a suspect stage (s_suspect) is taken only where no other serves. */
+static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid, s_route_t *r,
+                            int *code, char *err, size_t err_len)
 {
+    const double now = node_now_ms();
     *code = SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST;
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
@@ -567,10 +602,13 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
                 return -1;
             }
             const Shardwire__PeerAnnounce *b = pick ? pick->announce : NULL;
-            if (!b || a->layer_end > b->layer_end ||
-                (a->layer_end == b->layer_end &&
-                 (pi->idle_ms > pick->idle_ms ||
-                  (pi->idle_ms == pick->idle_ms && strcmp(a->name, b->name) < 0))))
+            const int sa = avoid && s_suspect(n->head, a->name, now),
+                      sb = b && avoid && s_suspect(n->head, b->name, now);
+            if (!b || sa < sb ||
+                (sa == sb && (a->layer_end > b->layer_end ||
+                              (a->layer_end == b->layer_end &&
+                               (pi->idle_ms > pick->idle_ms ||
+                                (pi->idle_ms == pick->idle_ms && strcmp(a->name, b->name) < 0))))))
                 pick = pi;
         }
         if (!pick) {
@@ -607,6 +645,16 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
     for (int i = 0; i < r->n; i++)
         r->ptrs[i] = r->names[i];
     return 0;
+}
+
+/* s_build_route_ex avoiding suspects, and without that when it finds no
+ * whole route (a suspect may be the only stage that closes a gap). */
+static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, int *code,
+                         char *err, size_t err_len)
+{
+    if (s_build_route_ex(n, pt, 1, r, code, err, err_len) == 0)
+        return 0;
+    return s_build_route_ex(n, pt, 0, r, code, err, err_len);
 }
 
 /* Gives s the head's current route (a fresh table's) and the counter
@@ -1526,6 +1574,16 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
         if (now >= s->t_limit) {
             snprintf(err, sizeof err, "no verdict within %d ms (see --round-timeout-ms)",
                      n->o.round_timeout_ms);
+            char names[256] = "";
+            for (int i = 1; i < s->route.n; i++) {
+                s_suspect_add(h, s->route.names[i], now);
+                size_t at = strlen(names);
+                snprintf(names + at, sizeof names - at, "%s%s", i > 1 ? ", " : "",
+                         s->route.names[i]);
+            }
+            SW_WARN("session %016llx: no verdict within %d ms from the route through %s: "
+                    "new routes avoid those stages for %d min where others serve their layers",
+                    (unsigned long long)s->id, n->o.round_timeout_ms, names, S_SUSPECT_MS / 60000);
             node_recover_failed(s->rec, now, err);
             h->busy = 1;
         } else if (now >= s->t_check) {

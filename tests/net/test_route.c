@@ -19,8 +19,11 @@
  *    is no head (a middle stage, a client).
  *
  * Each one must be answered with an Error to the sender (or dropped), never
- * reach a bystander, and leave every stage alive; afterwards `shardwire run`
- * still gives exactly the tokens of `shardwire generate`.
+ * reach a bystander, and leave every stage alive. Then a member that swallows
+ * every Forward (announced as the middle stage while mid is down) must not
+ * hold a request until its deadline: after the round timeout the head avoids
+ * the silent route's stages once mid is back, and `shardwire run` gives
+ * exactly the tokens of `shardwire generate`.
  */
 #include "sw_attack.h"
 
@@ -99,7 +102,8 @@ int main(void)
 
     const char *log = sw_test_log("cluster.log");
     pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
-    pid_t head = sw_test_node(s_ep, s_dir, "head", "0:10", log, NULL);
+    static const char *const head_extra[] = {"--round-timeout-ms", "4000", NULL};
+    pid_t head = sw_test_node(s_ep, s_dir, "head", "0:10", log, head_extra);
     pid_t mid = sw_test_node(s_ep, s_dir, "mid", "10:20", log, NULL);
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "20:30", log, NULL);
     sw_test_client_env(s_dir, "client");
@@ -190,8 +194,19 @@ int main(void)
     SW_CHECK(s_alive(mid));
     SW_CHECK(s_alive(tail));
 
-    /* the cluster still answers exactly */
+    /* A member that swallows every Forward it gets (member3: valid keys, announced as a
+     * middle stage for [10, 20), never answers) must not hold a request until its
+     * deadline. With mid down it is the only middle stage: the head's round gets no
+     * verdict (--round-timeout-ms 4000 above); once mid is back, new routes avoid the
+     * stages of the silent route where another serves their layers (the quiet member
+     * would otherwise look like the least busy stage and be picked again), and the
+     * request ends with exactly the tokens of one process. */
+    sw_test_kill(mid);
+    mid = 0;
     {
+        char outp[256], errp[256];
+        snprintf(outp, sizeof outp, "%s", sw_test_log("run.out"));
+        snprintf(errp, sizeof errp, "%s", sw_test_log("run.err"));
         char *rn[] = {(char *)sw_test_bin("shardwire"),
                       "run",
                       "--greedy",
@@ -205,17 +220,27 @@ int main(void)
                       n_gen,
                       "--json",
                       "--timeout-s",
-                      "60",
+                      "90",
                       NULL};
-        char *err = NULL;
-        out = NULL;
-        SW_CHECK_INT(sw_test_run(rn, 90, &out, &err), 0);
-        int n = sw_test_json_tokens(out, got, N_GEN + 8);
+        usleep(1500 * 1000); /* the head's next peer table lacks mid */
+        pid_t run = sw_test_spawn_io(rn, outp, errp);
+        usleep(2500 * 1000); /* its first round went to member3 */
+        mid = sw_test_node(s_ep, s_dir, "mid", "10:20", log, NULL);
+        SW_CHECK_INT(sw_test_wait(run, 120), 0);
+        size_t len = 0;
+        char *o = sw_test_read_file(outp, &len);
+        int n = o ? sw_test_json_tokens(o, got, N_GEN + 8) : 0;
         SW_CHECK(n == n_ref && n > 0 && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref));
-        if (n != n_ref)
-            fprintf(stderr, "run: %s\n", err ? err : "");
-        free(out);
-        free(err);
+        if (n != n_ref) {
+            char *es = sw_test_read_file(errp, &len);
+            fprintf(stderr, "run: %s\n", es ? es : "");
+            free(es);
+        }
+        free(o);
+        char *cl = sw_test_read_file(log, &len);
+        SW_CHECK(cl &&
+                 strstr(cl, "from the route through member3, tail: new routes avoid") != NULL);
+        free(cl);
     }
 out:
     sw_peer_destroy(&m);
