@@ -553,6 +553,22 @@ static int s_suspect(const node_head_t *h, const char *name, double now)
     return 0;
 }
 
+/* 1 when a (sa: a suspect) makes a better next stage than the pick so far b
+ * (sb): not a suspect, then reaching furthest, then quiet longest (idle_ms),
+ * then by name. */
+static int s_better(const Shardwire__PeerInfo *a, int sa, const Shardwire__PeerInfo *b, int sb)
+{
+    if (!b)
+        return 1;
+    if (sa != sb)
+        return sa < sb;
+    if (a->announce->layer_end != b->announce->layer_end)
+        return a->announce->layer_end > b->announce->layer_end;
+    if (a->idle_ms != b->idle_ms)
+        return a->idle_ms > b->idle_ms;
+    return strcmp(a->announce->name, b->announce->name) < 0;
+}
+
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
  * range, the next stage is a key-bound node (sw_wire_peer_routable) whose
  * range begins there: the one whose range reaches furthest, then the one
@@ -578,7 +594,7 @@ static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
     while (at < L) {
         const Shardwire__PeerInfo *pick = NULL;
-        int unbound = 0;
+        int pick_suspect = 0, unbound = 0;
         for (size_t i = 0; i < pt->n_peers; i++) {
             const Shardwire__PeerInfo *pi = pt->peers[i];
             const Shardwire__PeerAnnounce *a = pi->announce;
@@ -601,15 +617,11 @@ static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid
                 *code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
                 return -1;
             }
-            const Shardwire__PeerAnnounce *b = pick ? pick->announce : NULL;
-            const int sa = avoid && s_suspect(n->head, a->name, now),
-                      sb = b && avoid && s_suspect(n->head, b->name, now);
-            if (!b || sa < sb ||
-                (sa == sb && (a->layer_end > b->layer_end ||
-                              (a->layer_end == b->layer_end &&
-                               (pi->idle_ms > pick->idle_ms ||
-                                (pi->idle_ms == pick->idle_ms && strcmp(a->name, b->name) < 0))))))
+            const int sa = avoid && s_suspect(n->head, a->name, now);
+            if (s_better(pi, sa, pick, pick_suspect)) {
                 pick = pi;
+                pick_suspect = sa;
+            }
         }
         if (!pick) {
             for (size_t i = 0; i < pt->n_peers; i++) {

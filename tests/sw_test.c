@@ -180,6 +180,19 @@ char *sw_test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+int sw_test_wait_text(const char *path, const char *needle, int timeout_s)
+{
+    for (int i = 0; i <= timeout_s * 10; i++) {
+        char *t = sw_test_read_file(path, NULL);
+        const int found = t && strstr(t, needle);
+        free(t);
+        if (found)
+            return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
 const char *sw_test_tmpdir(void)
 {
     static char dir[288];

@@ -9,7 +9,8 @@
  *    `shardwire run` for the same request, streamed (SSE ending with
  *    "data: [DONE]", usage chunk) and not;
  *  - token trees and drafting ahead asked for per request (shardwire.draft_tree,
- *    .draft_ahead) give the same greedy text, and the response counts the tree rounds;
+ *    .draft_ahead; the head drafts with its own model) give the same greedy text, and
+ *    the response counts tree rounds and rounds drafted ahead (none with it off);
  *  - four concurrent requests each get their own correct output;
  *  - every error status: 400 (bad JSON, bad field, unsupported field), 401
  *    (no key, wrong key), 404 (model, endpoint), 405, 413 (a 100 MB body),
@@ -350,7 +351,13 @@ int main(void)
                       "--threads",
                       "1",
                       "--insecure-loopback",
+                      NULL, /* the head: --draft-model (itself) */
+                      NULL,
                       NULL};
+        if (i == 0) {
+            na[12] = "--draft-model";
+            na[13] = (char *)model;
+        }
         nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
     }
     if (sw_test_wait_peers(s_relay, 2, 60) != 0) {
@@ -435,18 +442,20 @@ int main(void)
 
     /* the speculation shape per request: token trees and drafting ahead are lossless (greedy:
      * the text of `shardwire run` without them), and the response says what happened */
-    long long trees = 0;
-    for (int i = 0; i < 4; i++) {
+    long long trees = 0, ahead_on = 0, ahead_off = 0;
+    for (int i = 0; i < 8; i++) {
+        const int ahead = i < 4; /* then the same without drafting ahead */
         jb = json_pack("{s:s,s:s,s:i,s:i,s:{s:s,s:i,s:i,s:b,s:f}}", "model", MODEL, "prompt",
-                       prompts[i], "max_tokens", N_GEN, "temperature", 0, "shardwire", "draft",
-                       "ngram", "draft_k", 4, "draft_tree", 12, "draft_ahead", 1, "repeat_penalty",
-                       1.0);
+                       prompts[i % 4], "max_tokens", N_GEN, "temperature", 0, "shardwire", "draft",
+                       "model", "draft_k", 4, "draft_tree", 8, "draft_ahead", ahead,
+                       "repeat_penalty", 1.0);
         req = json_dumps(jb, JSON_COMPACT);
         SW_CHECK_INT(s_http("/v1/completions", KEY, req, &resp, NULL), 200);
         s_choice_text(resp, got, sizeof got);
-        if (strcmp(got, ref[i]) != 0)
-            fprintf(stderr, "tree + ahead %d: got '%s', want '%s'\n", i, got, ref[i]);
-        SW_CHECK(!strcmp(got, ref[i]));
+        if (strcmp(got, ref[i % 4]) != 0)
+            fprintf(stderr, "tree, ahead %d, prompt %d: got '%s', want '%s'\n", ahead, i % 4, got,
+                    ref[i % 4]);
+        SW_CHECK(!strcmp(got, ref[i % 4]));
         json_t *rj = json_loads(resp, 0, NULL);
         json_t *sx = json_object_get(rj, "shardwire");
         SW_CHECK(json_is_integer(json_object_get(sx, "tree_rounds")) &&
@@ -454,12 +463,16 @@ int main(void)
                  json_is_integer(json_object_get(sx, "ahead_misses")) &&
                  json_is_number(json_object_get(sx, "draft_ahead_ms")));
         trees += json_integer_value(json_object_get(sx, "tree_rounds"));
+        *(ahead ? &ahead_on : &ahead_off) +=
+            json_integer_value(json_object_get(sx, "ahead_hits")) +
+            json_integer_value(json_object_get(sx, "ahead_misses"));
         json_decref(rj);
         free(resp);
         free(req);
         json_decref(jb);
     }
-    SW_CHECK(trees > 0); /* the trees were really sent */
+    SW_CHECK(trees > 0);                      /* the trees were really sent */
+    SW_CHECK(ahead_on > 0 && ahead_off == 0); /* and draft_ahead reached the head */
 
     /* four at once (the gateway's limit is 2 in flight: raise it for this) */
     sw_test_kill(serve);
