@@ -241,4 +241,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the cluster was stopped on the way out
+        sys.exit("bench_multi: interrupted; the relay, proxies and nodes were stopped")

@@ -193,8 +193,11 @@ class Cluster:
         while time.time() < deadline:
             for name, p in self.procs:
                 if p.poll() is not None:
-                    raise SystemExit(f"bench_wan: {name} exited ({p.returncode}); see "
-                                     f"{self.logdir}/{name}.log")
+                    path = f"{self.logdir}/{name}.log"
+                    with open(path, errors="replace") as f:
+                        last = ([ln.strip() for ln in f if ln.strip()] or [""])[-1]
+                    raise SystemExit(f"bench_wan: {name} exited ({p.returncode}): {last}\n"
+                                     f"  (whole log: {path})")
             st = subprocess.run([f"{b}/shardwire", "status", "--relay", self.relay, "--json",
                                  *self.sec["client"]],
                                 capture_output=True, text=True)
@@ -376,4 +379,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the cluster was stopped on the way out
+        sys.exit("bench_wan: interrupted; the relay, proxies and nodes were stopped")
