@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "sampler.h"
+#include "sw_limits.h"
 
 /* ---- checked values ------------------------------------------------------------------- */
 

@@ -20,7 +20,7 @@ tty=0
 [ -t 2 ] && tty=1
 set +e
 cmake --build "$build" -j "$(nproc)" 2>&1 | awk -v tty="$tty" '
-    # "[ 42%] Building C object common/CMakeFiles/swengine.dir/gguf.c.o"
+    # "[ 42%] Building C object engine/CMakeFiles/swengine.dir/gguf.c.o"
     /^\[ *[0-9]+%\] / {
         pct = $0; sub(/^\[ */, "", pct); sub(/%.*/, "", pct); pct += 0
         what = $NF; sub(/.*\//, "", what); sub(/\.o$/, "", what)

@@ -6,4 +6,4 @@ cd "$here"
 mapfile -t files < <(git ls-files -co --exclude-standard -- '*.c')
 cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
     --enable=warning,portability --suppress=missingIncludeSystem \
-    -I common -I tests "${files[@]}"
+    -I base -I engine -I hub -I common -I tests "${files[@]}"

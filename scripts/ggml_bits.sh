@@ -6,19 +6,19 @@
 #   bash scripts/ggml_bits.sh /path/to/llama.cpp/ggml [work dir]
 #   SW_GGML_BENCH=1 bash scripts/ggml_bits.sh ...   # also time ggml_mul_mat vs sw_matmul
 #
-# Needs shardwire built first (build/common/libswengine.a, or $SW_BUILD_DIR).
+# Needs shardwire built first (build/engine/libswengine.a, or $SW_BUILD_DIR).
 # The ggml tree is copied into the work dir (default /tmp/sw-ggml-bits), never modified.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 ggml=${1:?usage: ggml_bits.sh /path/to/llama.cpp/ggml [work dir]}
 work=${2:-/tmp/sw-ggml-bits}
 build=${SW_BUILD_DIR:-$here/build}
-lib=$build/common/libswengine.a
+lib=$build/engine/libswengine.a
 [ -f "$lib" ] || { echo "ggml_bits: $lib not found: build shardwire first" >&2; exit 2; }
 # A CUDA build's engine library needs the CUDA runtime it was linked with.
 cuda_libs=()
-if [ -f "$build/common/cuda/libswcuda.a" ]; then
-    cuda_libs=("$build/common/cuda/libswcuda.a" -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -ldl -lrt)
+if [ -f "$build/engine/cuda/libswcuda.a" ]; then
+    cuda_libs=("$build/engine/cuda/libswcuda.a" -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -ldl -lrt)
 fi
 [ -f "$ggml/src/ggml-cpu/ggml-cpu.c" ] || { echo "ggml_bits: $ggml is not a ggml source tree" >&2; exit 2; }
 mkdir -p "$work"
@@ -30,11 +30,11 @@ cmake -S "$work/ggml" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED
     -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
     -DGGML_OPENMP=OFF -DGGML_CPU_REPACK=OFF -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$work/build" --target ggml-cpu -j "${SW_JOBS:-2}" >/dev/null
-cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/common" "$here/scripts/ggml_bits.c" \
+cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/engine" -I"$here/base" "$here/scripts/ggml_bits.c" \
     "$lib" "${cuda_libs[@]}" "$work/build/src/libggml-cpu.a" "$work/build/src/libggml-base.a" \
     -lstdc++ -lm -lpthread -o "$work/ggml_bits"
 if [ "${SW_GGML_BENCH:-0}" = 1 ]; then # also time GGML's mul_mat against sw_matmul
-    cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/common" \
+    cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/engine" -I"$here/base" \
         "$here/scripts/ggml_bench.c" "$lib" "${cuda_libs[@]}" "$work/build/src/libggml-cpu.a" \
         "$work/build/src/libggml-base.a" -lstdc++ -lm -lpthread -o "$work/ggml_bench"
     "$work/ggml_bench" 1
@@ -42,7 +42,7 @@ if [ "${SW_GGML_BENCH:-0}" = 1 ]; then # also time GGML's mul_mat against sw_mat
 fi
 "$work/ggml_bits"
 if [ "${SW_GGML_BENCH:-0}" = 1 ]; then # also time GGML's mul_mat against sw_matmul
-    cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/common" \
+    cc -O2 -std=gnu11 -D_GNU_SOURCE -I"$work/ggml/include" -I"$here/engine" -I"$here/base" \
         "$here/scripts/ggml_bench.c" "$lib" "${cuda_libs[@]}" "$work/build/src/libggml-cpu.a" \
         "$work/build/src/libggml-base.a" -lstdc++ -lm -lpthread -o "$work/ggml_bench"
     "$work/ggml_bench" 1

@@ -34,24 +34,13 @@
 #define SW_SAMPLER_H
 
 #include "rng.h"
+#include "sw_limits.h"
 
 #include <stdint.h>
 
-/* Sampling parameters. sw_sampling_default() gives the documented defaults. */
-typedef struct sw_sampling {
-    float temp;        // temperature, >= 0; 0 = greedy argmax. Default 0.8
-    int top_k;         // keep the k largest logits, >= 0; 0 = off. Default 40
-    float top_p;       // keep the smallest prefix with mass >= top_p, (0, 1]; 1 = off. Default 0.95
-    float min_p;       // keep tokens with prob >= min_p * max prob, [0, 1]; 0 = off. Default 0.05
-    float rep_penalty; // repetition penalty, > 0; 1 = off. Default 1.0
-    int rep_last_n;    // tokens of history the penalty looks at, >= 0; 0 = off. Default 64
-    uint64_t seed;     // RNG seed; same seed + same inputs = same tokens. Default 0x5eed
-} sw_sampling_t;
+/* sw_sampling_t and sw_sampling_default() are in sw_limits.h (shared with the wire). */
 
 typedef struct sw_sampler sw_sampler_t;
-
-/* The defaults listed in sw_sampling_t (llama.cpp's defaults, seed 0x5eed). */
-sw_sampling_t sw_sampling_default(void);
 
 /* Checks every field's range (parameters may come from a client over the
  * wire). 0 if valid; -1 and one error line naming the field otherwise. */

@@ -49,20 +49,6 @@ struct sw_sampler {
     double *bucket_mass; // (SW_SAMPLER_BUCKETS) top-p histogram of exp(logit - max)
 };
 
-sw_sampling_t sw_sampling_default(void)
-{
-    sw_sampling_t p = {
-        .temp = 0.8f,
-        .top_k = 40,
-        .top_p = 0.95f,
-        .min_p = 0.05f,
-        .rep_penalty = 1.0f,
-        .rep_last_n = 64,
-        .seed = 0x5eed,
-    };
-    return p;
-}
-
 int sw_sampling_check(const sw_sampling_t *p)
 {
     if (!(p->temp >= 0.0f) || isinf(p->temp)) {
