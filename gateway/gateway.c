@@ -40,25 +40,40 @@ typedef struct gw {
     int n_keys;                        /* entries in keys */
 } gw_t;
 
-enum { EP_NONE, EP_CHAT, EP_COMPLETIONS, EP_MODELS, EP_MODEL, EP_HEALTH, EP_METRICS };
+typedef struct s_conn s_conn_t;
+typedef struct s_route s_route_t;
 
-static const char *s_ep_name(int ep)
-{
-    static const char *names[] = {"other",  "chat",   "completions", "models",
-                                  "models", "health", "metrics"};
-    return names[ep];
-}
+/* One endpoint's handler, called once the whole body is in. */
+typedef enum MHD_Result (*s_handler_fn)(gw_t *g, struct MHD_Connection *c, s_conn_t *sc,
+                                        const char *url);
 
 /* One HTTP request's state between the handler's calls. */
-typedef struct s_conn {
-    int ep;        /* EP_* */
-    double t0;     /* when the headers arrived (ms) */
-    char *body;    /* the body so far */
-    size_t len;    /* bytes of body */
-    size_t cap;    /* its capacity */
-    int too_large; /* the body passed max_body: it is dropped */
-    int answered;  /* a response was queued early */
-} s_conn_t;
+struct s_conn {
+    const s_route_t *rt; /* its route (s_routes) */
+    double t0;           /* when the headers arrived (ms) */
+    char *body;          /* the body so far */
+    size_t len;          /* bytes of body */
+    size_t cap;          /* its capacity */
+    int too_large;       /* the body passed max_body: it is dropped */
+    int answered;        /* a response was queued early */
+};
+
+/* One endpoint: a path that is not in this table is a 404, a method that
+ * its row does not name a 405, by construction. */
+struct s_route {
+    const char *method;   /* "POST", or "GET" (which takes HEAD too) */
+    const char *path;     /* the whole path, or with prefix its start */
+    int prefix;           /* 1: path is a prefix that one byte or more must follow */
+    int auth;             /* 1: an API key from --api-key-file is required */
+    const char *name;     /* the endpoint's name in /metrics */
+    s_handler_fn handler; /* answers once the body is in */
+};
+
+/* The name /metrics counts a request under: its route's, "other" for none. */
+static const char *s_ep(const s_conn_t *sc)
+{
+    return sc->rt ? sc->rt->name : "other";
+}
 
 static double s_now_ms(void)
 {
@@ -70,8 +85,8 @@ static double s_now_ms(void)
 /* ---- responses --------------------------------------------------------------------------- */
 
 /* Queues body (taken over; NULL = out of memory) with status, and counts it. */
-static enum MHD_Result s_send(gw_t *g, struct MHD_Connection *c, int ep, int status, char *body,
-                              const char *ctype, int retry_after_s)
+static enum MHD_Result s_send(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
+                              char *body, const char *ctype, int retry_after_s)
 {
     if (!body) {
         status = MHD_HTTP_INTERNAL_SERVER_ERROR;
@@ -96,11 +111,11 @@ static enum MHD_Result s_send(gw_t *g, struct MHD_Connection *c, int ep, int sta
     }
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    gw_metrics_response(g->metrics, s_ep_name(ep), status);
+    gw_metrics_response(g->metrics, ep, status);
     return rc;
 }
 
-static enum MHD_Result s_error(gw_t *g, struct MHD_Connection *c, int ep, int status,
+static enum MHD_Result s_error(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
                                const char *message, const char *type, const char *param,
                                const char *code)
 {
@@ -421,7 +436,7 @@ static int s_wait_event(gw_t *g, gw_call_t *call, int fd, gw_event_t *ev)
 }
 
 /* 0 when some head serves r->model; otherwise an error response was queued (*res). */
-static int s_check_model(gw_t *g, struct MHD_Connection *c, int ep, gw_call_t *call,
+static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_call_t *call,
                          const gw_req_t *r, enum MHD_Result *res)
 {
     sw_client_table_t t;
@@ -461,9 +476,9 @@ static int s_check_model(gw_t *g, struct MHD_Connection *c, int ep, gw_call_t *c
     return -1;
 }
 
-static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *sc)
+static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, int chat)
 {
-    const int ep = sc->ep, chat = ep == EP_CHAT;
+    const char *ep = s_ep(sc);
     char err[640];
     const char *param = NULL;
     enum MHD_Result res;
@@ -578,7 +593,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     res = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
-    gw_metrics_response(g->metrics, s_ep_name(ep), MHD_HTTP_OK);
+    gw_metrics_response(g->metrics, ep, MHD_HTTP_OK);
     return res;
 out_text:
     free(text);
@@ -591,7 +606,9 @@ out:
 
 /* ---- other endpoints --------------------------------------------------------------------- */
 
-static enum MHD_Result s_models(gw_t *g, struct MHD_Connection *c, int ep, const char *url)
+/* /v1/models (url NULL) or /v1/models/{id}. */
+static enum MHD_Result s_models_list(gw_t *g, struct MHD_Connection *c, const char *ep,
+                                     const char *url)
 {
     gw_call_t *call = gw_call_new(g->disp);
     sw_client_table_t t;
@@ -603,7 +620,7 @@ static enum MHD_Result s_models(gw_t *g, struct MHD_Connection *c, int ep, const
                        sw_client_strerror(rc));
     char *body = gw_json_models(&t, (long long)time(NULL));
     sw_client_table_clear(&t);
-    if (ep == EP_MODELS || !body)
+    if (!url || !body)
         return s_send(g, c, ep, MHD_HTTP_OK, body, "application/json", 0);
     /* /v1/models/{id}: that entry of the list, or 404 */
     const char *want = url + strlen("/v1/models/");
@@ -624,8 +641,33 @@ static enum MHD_Result s_models(gw_t *g, struct MHD_Connection *c, int ep, const
                    "model", "model_not_found");
 }
 
-static enum MHD_Result s_health(gw_t *g, struct MHD_Connection *c)
+static enum MHD_Result s_models(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
 {
+    (void)url;
+    return s_models_list(g, c, s_ep(sc), NULL);
+}
+
+static enum MHD_Result s_model(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
+{
+    return s_models_list(g, c, s_ep(sc), url);
+}
+
+static enum MHD_Result s_chat(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
+{
+    (void)url;
+    return s_generate(g, c, sc, 1);
+}
+
+static enum MHD_Result s_completions(gw_t *g, struct MHD_Connection *c, s_conn_t *sc,
+                                     const char *url)
+{
+    (void)url;
+    return s_generate(g, c, sc, 0);
+}
+
+static enum MHD_Result s_health(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
+{
+    (void)url;
     gw_call_t *call = gw_call_new(g->disp);
     sw_client_table_t t;
     char err[512] = "out of memory";
@@ -651,30 +693,49 @@ static enum MHD_Result s_health(gw_t *g, struct MHD_Connection *c)
         json_object_set_new(j, "error", json_string("no head node is connected to the relay"));
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    return s_send(g, c, EP_HEALTH, rc == 0 && heads ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+    return s_send(g, c, s_ep(sc), rc == 0 && heads ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
                   body, "application/json", 0);
 }
 
 /* ---- MHD callbacks ----------------------------------------------------------------------- */
 
-/* The endpoint of url; *method_ok says whether method fits it. */
-static int s_route(const char *url, const char *method, int *method_ok)
+static enum MHD_Result s_metrics(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
 {
-    int ep = EP_NONE, post = 0;
-    if (!strcmp(url, "/v1/chat/completions"))
-        ep = EP_CHAT, post = 1;
-    else if (!strcmp(url, "/v1/completions"))
-        ep = EP_COMPLETIONS, post = 1;
-    else if (!strcmp(url, "/v1/models"))
-        ep = EP_MODELS;
-    else if (!strncmp(url, "/v1/models/", 11) && url[11])
-        ep = EP_MODEL;
-    else if (!strcmp(url, "/health"))
-        ep = EP_HEALTH;
-    else if (!strcmp(url, "/metrics"))
-        ep = EP_METRICS;
-    *method_ok = post ? !strcmp(method, "POST") : !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    return ep;
+    (void)url;
+    return s_send(g, c, s_ep(sc), MHD_HTTP_OK, gw_metrics_text(g->metrics),
+                  "text/plain; version=0.0.4", 0);
+}
+
+/* ---- routes ------------------------------------------------------------------------------ */
+
+/* Every endpoint, one row each (docs/api.md). */
+static const s_route_t s_routes[] = {
+    {"POST", "/v1/chat/completions", 0, 1, "chat", s_chat},
+    {"POST", "/v1/completions", 0, 1, "completions", s_completions},
+    {"GET", "/v1/models", 0, 1, "models", s_models},
+    {"GET", "/v1/models/", 1, 1, "models", s_model},
+    {"GET", "/health", 0, 0, "health", s_health},
+    {"GET", "/metrics", 0, 1, "metrics", s_metrics},
+};
+
+/* The route of url, or NULL (404). */
+static const s_route_t *s_route_find(const char *url)
+{
+    for (size_t i = 0; i < sizeof s_routes / sizeof s_routes[0]; i++) {
+        const s_route_t *rt = &s_routes[i];
+        size_t n = strlen(rt->path);
+        if (rt->prefix ? !strncmp(url, rt->path, n) && url[n] : !strcmp(url, rt->path))
+            return rt;
+    }
+    return NULL;
+}
+
+/* 1 when method is what rt takes. */
+static int s_method_ok(const s_route_t *rt, const char *method)
+{
+    if (!strcmp(rt->method, "GET"))
+        return !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    return !strcmp(method, rt->method);
 }
 
 static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char *url,
@@ -690,18 +751,17 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             return MHD_NO;
         *con_cls = sc;
         sc->t0 = s_now_ms();
-        int method_ok;
-        sc->ep = s_route(url, method, &method_ok);
+        sc->rt = s_route_find(url);
         enum MHD_Result r = MHD_YES;
-        if (sc->ep == EP_NONE)
-            r = s_error(g, c, EP_NONE, MHD_HTTP_NOT_FOUND, "no such endpoint (see docs/api.md)",
+        if (!sc->rt)
+            r = s_error(g, c, s_ep(sc), MHD_HTTP_NOT_FOUND, "no such endpoint (see docs/api.md)",
                         "invalid_request_error", NULL, "not_found");
-        else if (!method_ok)
-            r = s_error(g, c, sc->ep, MHD_HTTP_METHOD_NOT_ALLOWED,
+        else if (!s_method_ok(sc->rt, method))
+            r = s_error(g, c, s_ep(sc), MHD_HTTP_METHOD_NOT_ALLOWED,
                         "this endpoint does not take that method", "invalid_request_error", NULL,
                         "method_not_allowed");
-        else if (sc->ep != EP_HEALTH && !s_authorized(g, c))
-            r = s_error(g, c, sc->ep, MHD_HTTP_UNAUTHORIZED,
+        else if (sc->rt->auth && !s_authorized(g, c))
+            r = s_error(g, c, s_ep(sc), MHD_HTTP_UNAUTHORIZED,
                         "a valid API key is required: send the header 'Authorization: Bearer "
                         "KEY' with a key from the gateway's --api-key-file",
                         "authentication_error", NULL, "invalid_api_key");
@@ -711,8 +771,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             if (cl && strtoull(cl, NULL, 10) > g->o->max_body) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "the body is larger than %zu bytes", g->o->max_body);
-                r = s_error(g, c, sc->ep, MHD_HTTP_CONTENT_TOO_LARGE, msg, "invalid_request_error",
-                            NULL, "request_too_large");
+                r = s_error(g, c, s_ep(sc), MHD_HTTP_CONTENT_TOO_LARGE, msg,
+                            "invalid_request_error", NULL, "request_too_large");
             } else {
                 return MHD_YES;
             }
@@ -727,7 +787,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             return MHD_YES;
         if (s_now_ms() - sc->t0 > g->o->body_timeout_s * 1e3) {
             sc->answered = 1;
-            return s_error(g, c, sc->ep, MHD_HTTP_REQUEST_TIMEOUT,
+            return s_error(g, c, s_ep(sc), MHD_HTTP_REQUEST_TIMEOUT,
                            "the request body did not arrive in time", "invalid_request_error", NULL,
                            "request_timeout");
         }
@@ -758,22 +818,10 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
     if (sc->too_large) {
         char msg[160];
         snprintf(msg, sizeof msg, "the body is larger than %zu bytes", g->o->max_body);
-        return s_error(g, c, sc->ep, MHD_HTTP_CONTENT_TOO_LARGE, msg, "invalid_request_error", NULL,
-                       "request_too_large");
+        return s_error(g, c, s_ep(sc), MHD_HTTP_CONTENT_TOO_LARGE, msg, "invalid_request_error",
+                       NULL, "request_too_large");
     }
-    switch (sc->ep) {
-    case EP_CHAT:
-    case EP_COMPLETIONS:
-        return s_generate(g, c, sc);
-    case EP_MODELS:
-    case EP_MODEL:
-        return s_models(g, c, sc->ep, url);
-    case EP_HEALTH:
-        return s_health(g, c);
-    default:
-        return s_send(g, c, EP_METRICS, MHD_HTTP_OK, gw_metrics_text(g->metrics),
-                      "text/plain; version=0.0.4", 0);
-    }
+    return sc->rt->handler(g, c, sc, url);
 }
 
 static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
