@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_impl.h"
+#include "cpu/backend_cpu.h"
 #include "log.h"
 
 #ifdef SW_HAVE_CUDA

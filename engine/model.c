@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_impl.h"
 #include "log.h"
 #include "sha256.h"
 

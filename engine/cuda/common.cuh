@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend_impl.h"
 #include "log.h"
 #include "op_math.h"
 #include "quant_math.h"
