@@ -226,6 +226,8 @@ struct sw_backend {
     sw_backend_t *members[SW_BACKEND_MAX_DEVICES];
 };
 
+/* ---- helpers (backend_impl.c) ---- */
+
 /* Records an error on be (printf style) and returns -1, for implementations. */
 int sw_backend_fail(sw_backend_t *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
