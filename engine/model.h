@@ -129,7 +129,7 @@ typedef struct sw_forward {
                            // of the call), or -1. Its position is its parent's + 1 and it
                            // attends to its ancestors only, so its result is bit-identical
                            // to the same path evaluated as a sequence. The backend must
-                           // support trees (sw_backend_ops_t.kv_move).
+                           // support trees (kv_move, backend_impl.h).
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)
