@@ -1,16 +1,18 @@
 /*
  * backend.c - the backend registry (sw_backend_new by name), groups of
- * devices, error reporting, copies between backends and the rope table that
- * every backend reads.
+ * devices, the last error and copies between backends: what backend.h
+ * offers. It calls the implementations' constructors (cpu/, cuda/); the
+ * helpers those share (backend_impl.c) sit in a file of their own, so that
+ * no implementation calls back into the registry.
  */
 #include "backend.h"
 
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_impl.h"
+#include "cpu/backend_cpu.h"
 #include "log.h"
 
 #ifdef SW_HAVE_CUDA
@@ -34,15 +36,6 @@ double sw_cuda_copy_gbps(int dev)
     (void)dev;
     return 0;
 #endif
-}
-
-int sw_backend_fail(sw_backend_t *be, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(be->err, sizeof be->err, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 const char *sw_backend_error(const sw_backend_t *be)
@@ -129,22 +122,6 @@ int sw_backend_copy(sw_backend_t *a, const sw_buf_t *src, size_t src_off, sw_bac
         rc = b->ops->upload(b, dst, dst_off, tmp, bytes);
     free(tmp);
     return rc;
-}
-
-void sw_rope_table(float *cs, int n_pos, int n_rot, float freq_base, float freq_scale)
-{
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    const int half = n_rot / 2;
-    for (int p = 0; p < n_pos; p++) {
-        float theta = (float)p;
-        float *row = cs + (size_t)p * (size_t)n_rot;
-        for (int i = 0; i < half; i++) {
-            float t = freq_scale * theta;
-            row[2 * i] = cosf(t);
-            row[2 * i + 1] = sinf(t);
-            theta *= theta_scale;
-        }
-    }
 }
 
 /* ---- registry ---------------------------------------------------------------- */

@@ -9,6 +9,9 @@
  * final norm and LM head for the last), so a process holds only its share of
  * the weights in memory.
  *
+ * The KV cache's functions are in kv.h (included here). The code: loading in
+ * model_load.c, the cache in kv.c, the forward pass in forward.c.
+ *
  * Ownership: sw_model_t owns its GGUF mapping and backend buffers but not the
  * backend, which must outlive it. A sw_kv_t belongs to one model and must be
  * freed before it.
@@ -21,6 +24,7 @@
 
 #include "backend.h"
 #include "gguf.h"
+#include "kv.h"
 
 enum sw_arch {
     SW_ARCH_LLAMA = 0,
@@ -96,36 +100,8 @@ sw_backend_t *sw_model_backend(const sw_model_t *m);
 void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t done, uint64_t total, void *ctx),
                        void *ctx);
 
-/* A KV cache of n_ctx positions for this model's layers. NULL on failure. */
-sw_kv_t *sw_kv_new(sw_model_t *m, int n_ctx) __attribute__((warn_unused_result));
-void sw_kv_free(sw_kv_t **self_p);
-/* Bytes a cache of n_ctx positions takes for this model's layers. */
-size_t sw_kv_bytes(const sw_model_t *m, int n_ctx);
-/* Positions filled. */
-int sw_kv_len(const sw_kv_t *kv);
-int sw_kv_capacity(const sw_kv_t *kv);
-/* Keeps the first n positions (n <= len), O(1). 0 or -1. */
-int sw_kv_truncate(sw_kv_t *kv, int n) __attribute__((warn_unused_result));
-
-/* Token trees. Every cache slot has a parent slot (-1 = none) and a position
- * (its parent's + 1, 0 without a parent): a plain sequence is slot s under
- * s - 1 at position s, a tree row sits at the position of its depth. A row
- * attends to its own slot and its ancestors' only. sw_kv_keep() keeps the
- * slots [0, from) and the n slots slots[0..n) (strictly increasing, each
- * >= from and < len, each one's parent < from or kept before it), moved to
- * from, from + 1, ..: the accepted path of a tree round (or a subtree the
- * draft model prepared) becomes ordinary cache, with no recomputation; the
- * cache then holds from + n slots. 0, or -1 with err (nothing changed). */
-int sw_kv_keep(sw_kv_t *kv, int from, const int32_t *slots, int n, char *err, size_t err_len)
-    __attribute__((warn_unused_result));
-/* The position of slot s (< len), or -1. */
-int sw_kv_pos(const sw_kv_t *kv, int s);
-/* The parent slot of slot s (< len; -1 = none), or -2. */
-int sw_kv_parent(const sw_kv_t *kv, int s);
 /* 1 when the model's backends run token trees (every device has kv_move). */
 int sw_model_trees(const sw_model_t *m);
-/* The slots [0, n) of the cache that form a plain sequence (no tree part). */
-int sw_kv_linear(const sw_kv_t *kv);
 
 /* One forward pass over n rows appended at positions [len, len + n).
  * Input: tokens (first stage) or hidden states (n, n_embd) f32 (other stages).
@@ -153,7 +129,7 @@ typedef struct sw_forward {
                            // of the call), or -1. Its position is its parent's + 1 and it
                            // attends to its ancestors only, so its result is bit-identical
                            // to the same path evaluated as a sequence. The backend must
-                           // support trees (sw_backend_ops_t.kv_move).
+                           // support trees (kv_move, backend_impl.h).
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)

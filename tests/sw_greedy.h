@@ -38,7 +38,7 @@ static inline int swg_check_fixture(const char *fixture, const char *model_path,
         return -1;
     }
     char err[512] = "";
-    sw_backend_t *be = sw_backend_cpu_new(threads);
+    sw_backend_t *be = sw_backend_new("cpu", threads, NULL, 0);
     sw_model_t *m = sw_model_load(model_path, 0, -1, be, err, sizeof err);
     SW_CHECK(m != NULL);
     if (!m) {

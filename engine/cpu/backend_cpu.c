@@ -1,5 +1,6 @@
 /*
- * backend_cpu.c - the CPU implementation of the compute layer (backend.h).
+ * backend_cpu.c - the CPU implementation of the compute layer (the operations
+ * of backend_impl.h).
  *
  * Work is split between the threads of one sw_pool by output rows (matmul),
  * by (row, head) pairs (attention) or by rows (the rest), so that every
@@ -12,7 +13,7 @@
  * attention probabilities are rounded to f16 before their dot products, and
  * rope angles are built by repeated multiplication as GGML does.
  */
-#include "backend.h"
+#include "backend_cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "backend_cpu_impl.h"
+#include "backend_impl.h"
 #include "log.h"
 #include "op_math.h"
 #include "threadpool.h"

@@ -1,7 +1,12 @@
 /*
  * common.cuh - what every file of the CUDA backend shares: the buffer and
- * backend state, error checking, scratch memory and the launchers of each
- * operation (one <op>.cu per kind of operation, declared here).
+ * backend state, error checking and scratch memory (context.cu), and the
+ * launchers of each operation (one <op>.cu per kind of operation, declared
+ * here), which backend_cuda.cu puts in its table.
+ *
+ * Ownership: a swc_buf belongs to the sw_buf_t it is (freed by buf_free);
+ * the scratch areas, the cuBLAS handle and the recorded graphs belong to the
+ * swc of one backend and are freed with it (backend_cuda.cu's destroy).
  *
  * Every CUDA call is checked; a failure is recorded on the backend
  * (sw_backend_fail) and the operation returns -1, which the model turns into
@@ -20,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend_impl.h"
 #include "log.h"
 #include "op_math.h"
 #include "quant_math.h"
@@ -96,6 +101,9 @@ static inline swc *swc_of(sw_backend_t *be)
             return swc_fail_cuda((be), #call, swc_e_);                                             \
     } while (0)
 
+/* ---- helpers (context.cu) ---- */
+
+/* Records "cuda:N: what: error" on be; returns -1. */
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e);
 /* After a kernel launch: 0, or -1 with the launch error recorded. */
 int swc_launched(sw_backend_t *be, const char *kernel);

@@ -153,7 +153,7 @@ static int s_compare(sw_model_t **st, int n_st, int n_vocab, int n_embd)
 int main(void)
 {
     const char *path = sw_test_model();
-    sw_backend_t *be = sw_backend_cpu_new(2);
+    sw_backend_t *be = sw_backend_new("cpu", 2, NULL, 0);
     SW_CHECK(be != NULL);
     sw_model_t *whole = be ? s_load(path, be, 0, -1) : NULL;
     SW_CHECK(whole != NULL);

@@ -88,7 +88,7 @@ static void s_measure(const char *path, int a, int b, long *rss_kb, long *weight
     if (pid == 0) {
         close(fd[0]);
         long before = s_rss_kb();
-        sw_backend_t *be = sw_backend_cpu_new(1);
+        sw_backend_t *be = sw_backend_new("cpu", 1, NULL, 0);
         sw_model_t *m = be ? s_load(path, be, a, b) : NULL;
         long res[2] = {-1, -1};
         if (m) {
@@ -121,7 +121,7 @@ static void s_measure(const char *path, int a, int b, long *rss_kb, long *weight
 int main(void)
 {
     const char *path = sw_test_model();
-    sw_backend_t *be = sw_backend_cpu_new(2);
+    sw_backend_t *be = sw_backend_new("cpu", 2, NULL, 0);
     SW_CHECK(be != NULL);
     sw_model_t *whole = s_load(path, be, 0, -1);
     SW_CHECK(whole != NULL);

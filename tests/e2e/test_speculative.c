@@ -631,7 +631,7 @@ int main(void)
 {
     const char *path = sw_test_model();
     char err[512] = "";
-    sw_backend_t *be = sw_backend_cpu_new(1);
+    sw_backend_t *be = sw_backend_new("cpu", 1, NULL, 0);
     s_model = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
     SW_CHECK(s_model != NULL);
     if (!s_model) {

@@ -346,7 +346,7 @@ static int s_load(int threads)
 {
     const char *path = sw_test_model();
     char err[512] = "";
-    sw_backend_t *be = sw_backend_cpu_new(threads);
+    sw_backend_t *be = sw_backend_new("cpu", threads, NULL, 0);
     if (!be)
         return -1;
     s_whole = sw_model_load(path, 0, -1, be, err, sizeof err);

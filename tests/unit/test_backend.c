@@ -9,7 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* This test checks the implementations (their operations, buffers, the rope
+ * table), so it reads the engine's private headers, as tests/cuda and
+ * tests/bench may; every other user has backend.h only. */
 #include "backend.h"
+#include "backend_impl.h"
+#include "cpu/backend_cpu.h"
 #include "sha256.h"
 #include "sw_test.h"
 

@@ -1,0 +1,243 @@
+/*
+ * backend_impl.h - the inside of the compute layer, private to the engine:
+ * the table of operations each implementation fills (cpu/, cuda/) and the
+ * model code calls, struct sw_backend, the row control block, attention's
+ * arguments and the helpers every implementation shares (backend_impl.c).
+ * Included by engine/ files only (the model code, cpu/, cuda/) and by the
+ * tests and benchmarks that check the implementations; everyone else uses
+ * backend.h.
+ *
+ * The design follows ggml's backend interface: a small table of operations
+ * per implementation and buffers that only the backend reads. The model code
+ * passes buffers (sw_buf_t) between operations and moves data in and out
+ * only with upload/download; it never dereferences a buffer. Element offsets
+ * are separate arguments so that a device backend can apply them to device
+ * pointers.
+ *
+ * Errors: every operation returns 0 or -1. On -1 the backend keeps a one-line
+ * reason (sw_backend_fail() writes it, sw_backend_error() reads it). A device
+ * backend may queue work and report an error of an earlier operation at a
+ * later one or at sync.
+ *
+ * Per-call values that change every decoding step (how many cache slots are
+ * filled, each row's position, the token ids) reach the operations through
+ * one small int32 buffer, the row control block (SW_CTL_*), instead of host
+ * integers: a device backend can then record the operations of a step once
+ * (a CUDA graph) and replay them with a new control block.
+ *
+ * Determinism contract (lesson 4 of the brief): every operation computes each
+ * row independently of the other rows in the call, so a row's result is
+ * bit-identical whatever the batch size, the thread count or the split of
+ * work. The one exception is a matmul called with SW_MM_PROMPT, which allows
+ * a backend a faster path whose rows depend on the batch (cuBLAS); the model
+ * uses it only for prompt chunks, which every stage and every replay evaluates
+ * in the same shapes.
+ *
+ * Ownership: buf_alloc, buf_weight and buf_view return buffers the caller
+ * frees with buf_free on the same backend (a view before its parent); a
+ * weight's buffer is freed by whoever made it (the model). struct sw_backend
+ * is allocated by its implementation's constructor and freed by
+ * sw_backend_free() (backend.h), which calls ops->destroy for impl.
+ */
+#ifndef SW_BACKEND_IMPL_H
+#define SW_BACKEND_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A weight matrix (n_out rows of n_in elements of type t) as the backend
+ * holds it. */
+typedef struct sw_weight {
+    enum sw_type type; // element type of the rows
+    int64_t n_in;      // elements per row (ne[0])
+    int64_t n_out;     // rows (ne[1])
+    size_t row_bytes;  // bytes per row
+    sw_buf_t *buf;     // (n_out, row_bytes) on the backend
+    const void *host;  // the same bytes in the model file's mapping (for the loader's
+                       // prefault only: operations never read it)
+} sw_weight_t;
+
+/* The row control block of one forward chunk, int32 in a backend buffer:
+ *
+ *   ctl[SW_CTL_N]        n, the rows of the chunk
+ *   ctl[SW_CTL_SLOT0]    cache slots already filled: row r is stored at slot
+ *                        slot0 + r and (without a tree) attends to slots
+ *                        [0, slot0 + r]
+ *   ctl[SW_CTL_POS + r]  position of row r (rope); slot0 + r for a sequence,
+ *                        the depth in the tree for a tree row
+ *   ctl[SW_CTL_POS + n + r]  token id of row r (first stage)
+ *   ctl[SW_CTL_VIS(n) + r]   token trees only (sw_attn_args_t.tree): the
+ *                        offset in ctl of row r's visibility record
+ *                        [lin, m, s_1, .., s_m]: the row attends to slots
+ *                        0 .. lin - 1 and then s_1 .. s_m (its ancestors in
+ *                        the tree, position order, s_m its own slot), in
+ *                        that order, which is the order a chain holding the
+ *                        same path would attend in, so a tree row's result
+ *                        is bit-identical to its path run as a sequence.
+ *
+ * Positions and slots are separate so that token trees (several rows at the
+ * same depth) get positions by depth and an ancestor mask without changing
+ * the other operations. */
+#define SW_CTL_N 0
+#define SW_CTL_SLOT0 1
+#define SW_CTL_POS 2
+/* int32 entries of a control block of n rows without a tree. */
+#define SW_CTL_LEN(n) (SW_CTL_POS + 2 * (n))
+/* Where a tree's record offsets start. */
+#define SW_CTL_VIS(n) (SW_CTL_POS + 2 * (n))
+/* Most int32 entries of the visibility records of one chunk. */
+#define SW_CTL_TREE_MAX 4096
+/* int32 entries a control block of n rows may hold, records included. */
+#define SW_CTL_CAP(n) (SW_CTL_LEN(n) + (n) + SW_CTL_TREE_MAX)
+
+/* Attention over one layer's cache for the n rows of a chunk. The cache holds
+ * K as (n_ctx, n_kv_head * head_dim) f16 and V transposed as
+ * (n_kv_head * head_dim, n_ctx) f16. The call first stores the n new rows at
+ * slots [slot0, slot0 + n), then row r attends to slots [0, slot0 + r], or
+ * with tree to the slots of its visibility record. */
+typedef struct sw_attn_args {
+    sw_buf_t *q;         // (n, n_head * head_dim) f32, roped
+    sw_buf_t *k;         // (n, n_kv_head * head_dim) f32, roped
+    sw_buf_t *v;         // (n, n_kv_head * head_dim) f32
+    sw_buf_t *out;       // (n, n_head * head_dim) f32
+    sw_buf_t *k_cache;   // (n_ctx, n_kv_head * head_dim) f16
+    sw_buf_t *v_cache;   // (n_kv_head * head_dim, n_ctx) f16, transposed
+    const sw_buf_t *ctl; // row control block (slot0, visibility records)
+    int n;               // rows
+    int n_ctx;           // cache capacity in slots
+    int n_head;          // query heads
+    int n_kv_head;       // key/value heads (GQA: n_head % n_kv_head == 0)
+    int head_dim;        // elements per head
+    float scale;         // 1/sqrt(head_dim) unless the model says otherwise
+    int prompt_order;    // 1: the reduction order of GGML's batched prompt path
+                         // (llamafile tinyBLAS); 0: that of its one-token decode
+                         // path. Either way a row's result does not depend on n.
+    int tree;            // 1: each row attends to the slots of its visibility record
+                         // (SW_CTL_VIS) instead of [0, slot0 + r]; never with prompt_order
+} sw_attn_args_t;
+
+/* matmul flags */
+#define SW_MM_PROMPT 1 // the rows are a prompt chunk: a batch-dependent faster path is allowed
+/* With SW_MM_PROMPT, in a prompt window of 8 rows or more: K-quant weights
+ * use llama.cpp's tiled order (sw_matmul_tiled) on the CPU. */
+#define SW_MM_TILED 2
+
+/* The operations of one implementation. Members marked optional may be NULL. */
+typedef struct sw_backend_ops {
+    const char *name; // "cpu", "cuda"
+    void (*destroy)(sw_backend_t *be);
+
+    /* Memory. buf_alloc returns a zeroed buffer or NULL. buf_weight returns a
+     * read-only buffer with the given bytes, or NULL: the CPU backend refers
+     * to host memory in place (it must outlive the buffer), a device backend
+     * copies it. */
+    sw_buf_t *(*buf_alloc)(sw_backend_t *be, size_t bytes);
+    sw_buf_t *(*buf_weight)(sw_backend_t *be, const void *host, size_t bytes);
+    /* A buffer for bytes [off, off + bytes) of parent, sharing its memory;
+     * free it (before parent) with buf_free, which then frees only the view. */
+    sw_buf_t *(*buf_view)(sw_backend_t *be, sw_buf_t *parent, size_t off, size_t bytes);
+    void (*buf_free)(sw_backend_t *be, sw_buf_t *buf);
+    /* upload may return before the copy is done but the source can be reused
+     * at once; download returns when dst holds the bytes. */
+    int (*upload)(sw_backend_t *be, sw_buf_t *dst, size_t dst_off, const void *src, size_t bytes);
+    int (*download)(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t src_off, size_t bytes);
+
+    /* out[r] = dequantize(emb row ctl.tok[r]), n rows of emb->n_in f32. */
+    int (*get_rows)(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *ctl, int n,
+                    sw_buf_t *out);
+    /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of dim f32, w (dim) f32. */
+    int (*rmsnorm)(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *w, int n, int dim,
+                   float eps, sw_buf_t *out);
+    /* For each of the n_w (<= 4) weights: y_i[r, o] = W_i[o] . x[x_row0 + r]
+     * (+ bias_i[o] when bias and bias[i] are non-NULL) for r in [0, n). x rows
+     * are W_i->n_in f32 (all W_i share n_in); y_i is (n, W_i->n_out) f32.
+     * Weights that read the same input (Q/K/V, gate/up) go in one call so the
+     * input is quantized once. flags: SW_MM_*. */
+    int (*matmul)(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
+                  const sw_buf_t *const *bias, const sw_buf_t *x, int x_row0, int n,
+                  sw_buf_t *const *y, int flags);
+    /* Rotary embedding in place on n rows of n_heads * head_dim; row r is at
+     * position ctl.pos[r]; cs is the model's table (positions, n_rot / 2, 2)
+     * f32 of cos and sin (sw_rope_table()). neox = rotate halves (Qwen)
+     * instead of adjacent pairs (Llama). */
+    int (*rope)(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_heads,
+                int head_dim, int n_rot, const sw_buf_t *cs, int neox);
+    /* Per-head RMS norm (Qwen3 QK norm): each head_dim slice scaled by w (head_dim) f32. */
+    int (*head_norm)(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_dim,
+                     const sw_buf_t *w, float eps);
+    int (*attention)(sw_backend_t *be, const sw_attn_args_t *a);
+    /* x[i] += y[i] over n elements f32. */
+    int (*add)(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n);
+    /* gate[i] = silu(gate[i]) * up[i] over n elements f32. */
+    int (*swiglu)(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
+    /* Greedy step of a draft loop: over the dim f32 values of x, writes the
+     * index of the largest (the lowest index on ties) as int32 to
+     * tok[tok_off] (tok may be NULL) and to ids[ids_off], and the softmax
+     * probability of that value at temperature 1 as f32 to prob[ids_off]
+     * (prob may be NULL: not computed). */
+    int (*argmax)(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
+                  sw_buf_t *ids, sw_buf_t *prob, size_t ids_off);
+    /* Waits for queued work and reports its errors (optional: NULL = nothing queued). */
+    int (*sync)(sw_backend_t *be);
+    /* Optional, token trees: moves cache slot src[i] to dst[i] (i < n, both
+     * ascending, dst[i] <= src[i]) in one layer's K (n_ctx, kv_dim) and
+     * transposed V (kv_dim, n_ctx) f16 caches: how the accepted path of a
+     * tree is kept. A backend that has it also implements sw_attn_args_t.tree;
+     * without it the model refuses trees. src and dst are host arrays. */
+    int (*kv_move)(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
+                   const int32_t *src, const int32_t *dst, int n);
+
+    /* Optional: runs record(ctx), which issues this backend's operations for
+     * one step, possibly from a recorded graph. The backend may record the
+     * operations the second time it sees key and replay them afterwards
+     * without calling record; key must identify every value the operations
+     * take from the host (buffers, shapes); values in buffers (the control
+     * block, activations) may change between replays. */
+    int (*graph_run)(sw_backend_t *be, uint64_t key, int (*record)(void *ctx), void *ctx);
+    /* Optional: forgets every recorded graph (buffers they use were freed). */
+    void (*graph_reset)(sw_backend_t *be);
+    /* Optional: copies bytes from src (on be) to dst on another backend
+     * `to` of the same kind (GPU to GPU); NULL or -2 = use download + upload. */
+    int (*transfer)(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_backend_t *to,
+                    sw_buf_t *dst, size_t dst_off, size_t bytes);
+    /* Optional: bytes of device memory free now (NULL: the backend uses host memory). */
+    int64_t (*mem_free)(sw_backend_t *be);
+} sw_backend_ops_t;
+
+#define SW_BACKEND_MAX_DEVICES 8 // members of one backend group
+
+struct sw_backend {
+    const sw_backend_ops_t *ops; // the implementation; NULL for a group
+    void *impl;                  // its state
+    char name[64];               // "cpu", "cuda:0", "cuda:0,1": what PeerAnnounce carries
+    char desc[128];              // "cuda:0 (Tesla T4, 15 GiB)", "cpu (4 threads, avx2)"
+    char err[256];               // the last error, one line
+    int max_rows;                // most rows one forward chunk should hold
+    /* A group ("cuda:0,1"): the devices a model's layer range is split over,
+     * in order. n_members is 0 for a single backend. */
+    int n_members;
+    sw_backend_t *members[SW_BACKEND_MAX_DEVICES];
+};
+
+/* ---- helpers (backend_impl.c) ---- */
+
+/* Records an error on be (printf style) and returns -1, for implementations. */
+int sw_backend_fail(sw_backend_t *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The rope table: for positions [0, n_pos) and pairs i in [0, n_rot / 2),
+ * cs[(p * n_rot / 2 + i) * 2 + {0, 1}] = {cos, sin} of p * base^(-2i/n_rot) *
+ * freq_scale, the angle built by repeated multiplication as GGML does. */
+void sw_rope_table(float *cs, int n_pos, int n_rot, float freq_base, float freq_scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

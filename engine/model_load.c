@@ -1,0 +1,568 @@
+/*
+ * model_load.c - loading a layer range of a Llama/Qwen-family GGUF onto a
+ * backend (model.h): the hyper-parameters, every tensor the range needs, the
+ * activation buffers of each device, and the model's accessors.
+ *
+ * Every tensor the range needs is looked up by name and its type and shape
+ * are checked against the hyper-parameters before anything runs, so that a
+ * forward pass (forward.c) can trust them.
+ *
+ * On a backend group (several GPUs in one process) the range's layers are
+ * split into consecutive runs, one per device, in order: each device holds
+ * its layers' weights and KV cache and its own activation buffers, and the
+ * hidden states of a chunk move from one device to the next after its run.
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "model_impl.h"
+#include "sha256.h"
+
+/* ---- hyper-parameters ------------------------------------------------------------ */
+
+static int s_get_int(const sw_gguf_t *g, const char *arch, const char *suffix, int *out, int dflt,
+                     int required, char *err, size_t err_len)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    if (sw_gguf_get_i64(g, key, &v) != 0) {
+        if (required) {
+            sw_errf(err, err_len, "model: metadata key '%s' is missing", key);
+            return -1;
+        }
+        *out = dflt;
+        return 0;
+    }
+    if (v < 0 || v > (1 << 24)) {
+        sw_errf(err, err_len, "model: metadata key '%s' = %lld is out of range", key, (long long)v);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static float s_get_float(const sw_gguf_t *g, const char *arch, const char *suffix, float dflt)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    return sw_gguf_get_f64(g, key, &v) == 0 ? (float)v : dflt;
+}
+
+static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
+{
+    memset(hp, 0, sizeof *hp);
+    sw_gguf_str_t a;
+    if (sw_gguf_get_str(g, "general.architecture", &a) != 0) {
+        sw_errf(err, err_len, "model: 'general.architecture' is missing: not a model GGUF?");
+        return -1;
+    }
+    if (a.len >= sizeof hp->arch_name) {
+        sw_errf(err, err_len, "model: architecture name is too long");
+        return -1;
+    }
+    memcpy(hp->arch_name, a.ptr, a.len);
+    hp->arch_name[a.len] = 0;
+    const char *arch = hp->arch_name;
+    if (!strcmp(arch, "llama") || !strcmp(arch, "mistral"))
+        hp->arch = SW_ARCH_LLAMA;
+    else if (!strcmp(arch, "qwen2"))
+        hp->arch = SW_ARCH_QWEN2;
+    else if (!strcmp(arch, "qwen3"))
+        hp->arch = SW_ARCH_QWEN3;
+    else {
+        sw_errf(
+            err, err_len,
+            "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+            arch);
+        return -1;
+    }
+    if (s_get_int(g, arch, "block_count", &hp->n_layer, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "embedding_length", &hp->n_embd, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "feed_forward_length", &hp->n_ff, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "attention.head_count", &hp->n_head, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "attention.head_count_kv", &hp->n_kv_head, hp->n_head, 0, err,
+                  err_len) ||
+        s_get_int(g, arch, "context_length", &hp->n_ctx_train, 4096, 0, err, err_len))
+        return -1;
+    if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_kv_head < 1 ||
+        hp->n_head % hp->n_kv_head != 0) {
+        sw_errf(err, err_len,
+                "model: inconsistent sizes (layers %d, embd %d, ff %d, heads %d, kv heads %d)",
+                hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_kv_head);
+        return -1;
+    }
+    int dflt_hd = hp->n_embd / hp->n_head;
+    if (s_get_int(g, arch, "attention.key_length", &hp->head_dim, dflt_hd, 0, err, err_len) ||
+        s_get_int(g, arch, "rope.dimension_count", &hp->n_rot, hp->head_dim, 0, err, err_len))
+        return -1;
+    if (hp->head_dim < 2 || hp->head_dim > 1024 || hp->n_rot < 2 || hp->n_rot > hp->head_dim ||
+        hp->n_rot % 2) {
+        sw_errf(err, err_len, "model: head size %d / rotary dims %d are not supported",
+                hp->head_dim, hp->n_rot);
+        return -1;
+    }
+    hp->rms_eps = s_get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
+    hp->rope_base = s_get_float(g, arch, "rope.freq_base", 10000.0f);
+    hp->rope_freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    sw_gguf_str_t st;
+    if (sw_gguf_get_str(g, key, &st) == 0 && sw_gguf_str_eq(st, "linear")) {
+        float f = s_get_float(g, arch, "rope.scaling.factor", 1.0f);
+        if (f > 0)
+            hp->rope_freq_scale = 1.0f / f;
+    } else if (sw_gguf_get_str(g, key, &st) == 0 && !sw_gguf_str_eq(st, "none")) {
+        sw_errf(err, err_len, "model: rope scaling '%.*s' is not supported", (int)st.len, st.ptr);
+        return -1;
+    }
+    hp->rope_neox = hp->arch != SW_ARCH_LLAMA;
+    if (!(hp->rms_eps > 0) || !(hp->rope_base > 0)) {
+        sw_errf(err, err_len, "model: bad rms epsilon or rope base");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- tensors ----------------------------------------------------------------------- */
+
+static const sw_gguf_tensor_t *s_tensor(sw_model_t *m, const char *name, int required, char *err,
+                                        size_t err_len)
+{
+    const sw_gguf_tensor_t *t = sw_gguf_find_tensor(m->gguf, name);
+    if (!t && required)
+        sw_errf(err, err_len, "model: tensor '%s' is missing from the file", name);
+    return t;
+}
+
+/* A backend buffer holding bytes of the file (in place on the CPU), freed with the model. */
+static sw_buf_t *s_weight_buf(sw_model_t *m, sw_backend_t *be, const char *name, const void *data,
+                              uint64_t bytes, char *err, size_t err_len)
+{
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        sw_owned_t *o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o) {
+            sw_errf(err, err_len, "model: out of memory");
+            return NULL;
+        }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    sw_buf_t *b = be->ops->buf_weight(be, data, (size_t)bytes);
+    if (!b) {
+        sw_errf(err, err_len, "model: cannot place tensor '%s' (%llu bytes) on %s: %s", name,
+                (unsigned long long)bytes, be->name, be->err[0] ? be->err : "out of device memory");
+        return NULL;
+    }
+    m->owned[m->n_owned++] = (sw_owned_t){be, b};
+    return b;
+}
+
+/* A 1-D f32 tensor of n elements, placed on be. */
+static int s_vec(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n, int required,
+                 sw_buf_t **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    const sw_gguf_tensor_t *t = s_tensor(m, name, required, err, err_len);
+    if (!t)
+        return required ? -1 : 0;
+    if (t->type != SW_TYPE_F32 || t->n_elements != (uint64_t)n) {
+        sw_errf(err, err_len, "model: tensor '%s' must be f32 with %lld elements (has %s, %llu)",
+                name, (long long)n, sw_type_name(t->type), (unsigned long long)t->n_elements);
+        return -1;
+    }
+    if ((uintptr_t)t->data % sizeof(float)) {
+        sw_errf(err, err_len, "model: tensor '%s' is not 4-byte aligned", name);
+        return -1;
+    }
+    *out = s_weight_buf(m, be, name, t->data, t->n_bytes, err, err_len);
+    if (!*out)
+        return -1;
+    m->weight_bytes += t->n_bytes;
+    return 0;
+}
+
+/* A 2-D weight of n_out rows by n_in columns, placed on be. */
+static int s_mat(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in, int64_t n_out,
+                 int required, sw_weight_t *w, char *err, size_t err_len)
+{
+    memset(w, 0, sizeof *w);
+    const sw_gguf_tensor_t *t = s_tensor(m, name, required, err, err_len);
+    if (!t)
+        return required ? -1 : 0;
+    if (t->n_dims > 2 || t->ne[0] != n_in || t->ne[1] != n_out) {
+        sw_errf(err, err_len, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
+                name, (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
+        return -1;
+    }
+    if (!sw_type_supported(t->type) || t->type == SW_TYPE_Q8_1 || t->type == SW_TYPE_Q8_K) {
+        sw_errf(err, err_len, "model: tensor '%s' has type %s, which shardwire cannot compute",
+                name, sw_type_name(t->type));
+        return -1;
+    }
+    uint64_t rb;
+    if (sw_type_row_bytes(t->type, n_in, &rb) != 0) {
+        sw_errf(err, err_len, "model: tensor '%s' rows do not fit its type", name);
+        return -1;
+    }
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = (size_t)rb;
+    w->host = t->data;
+    w->buf = s_weight_buf(m, be, name, t->data, t->n_bytes, err, err_len);
+    if (!w->buf)
+        return -1;
+    m->weight_bytes += t->n_bytes;
+    return 0;
+}
+
+static int s_load_layer(sw_model_t *m, int il, sw_layer_t *L, char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    sw_backend_t *be = m->devs[L->dev].be;
+    const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t kv_dim = (int64_t)hp->n_kv_head * hp->head_dim;
+    const int qk_norm = hp->arch == SW_ARCH_QWEN3;
+    char n[96];
+#define S_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+    if (s_vec(m, be, S_NAME("attn_norm.weight"), hp->n_embd, 1, &L->attn_norm, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_q.weight"), hp->n_embd, q_dim, 1, &L->wq, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_k.weight"), hp->n_embd, kv_dim, 1, &L->wk, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_v.weight"), hp->n_embd, kv_dim, 1, &L->wv, err, err_len) ||
+        s_mat(m, be, S_NAME("attn_output.weight"), q_dim, hp->n_embd, 1, &L->wo, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_q.bias"), q_dim, 0, &L->bq, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_k.bias"), kv_dim, 0, &L->bk, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_v.bias"), kv_dim, 0, &L->bv, err, err_len) ||
+        s_vec(m, be, S_NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, err,
+              err_len) ||
+        s_vec(m, be, S_NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, err,
+              err_len) ||
+        s_vec(m, be, S_NAME("ffn_norm.weight"), hp->n_embd, 1, &L->ffn_norm, err, err_len) ||
+        s_mat(m, be, S_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &L->w_gate, err,
+              err_len) ||
+        s_mat(m, be, S_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &L->w_up, err, err_len) ||
+        s_mat(m, be, S_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &L->w_down, err, err_len))
+        return -1;
+#undef S_NAME
+    if (hp->arch == SW_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv)) {
+        sw_errf(err, err_len, "model: qwen2 layer %d lacks its q/k/v bias tensors", il);
+        return -1;
+    }
+    if ((L->q_norm == NULL) != (L->k_norm == NULL)) {
+        sw_errf(err, err_len, "model: layer %d has only one of the q/k norm tensors", il);
+        return -1;
+    }
+    return 0;
+}
+
+static sw_buf_t *s_alloc(sw_backend_t *be, size_t n_floats)
+{
+    return be->ops->buf_alloc(be, n_floats * sizeof(float));
+}
+
+/* Activation buffers of device d. */
+static int s_dev_buffers(sw_model_t *m, sw_dev_t *d, int last, char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    sw_backend_t *be = d->be;
+    const size_t B = (size_t)m->batch;
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t kv_dim = (size_t)hp->n_kv_head * hp->head_dim;
+    d->x = s_alloc(be, B * hp->n_embd);
+    d->xn = s_alloc(be, B * hp->n_embd);
+    d->q = s_alloc(be, B * q_dim);
+    d->k = s_alloc(be, B * kv_dim);
+    d->v = s_alloc(be, B * kv_dim);
+    d->att = s_alloc(be, B * q_dim);
+    d->tmp = s_alloc(be, B * hp->n_embd);
+    d->gate = s_alloc(be, B * hp->n_ff);
+    d->up = s_alloc(be, B * hp->n_ff);
+    d->ctl = be->ops->buf_alloc(be, SW_CTL_CAP(B) * sizeof(int32_t));
+    int ok =
+        d->x && d->xn && d->q && d->k && d->v && d->att && d->tmp && d->gate && d->up && d->ctl;
+    if (ok && last) {
+        d->logits = s_alloc(be, (size_t)m->logit_rows * hp->n_vocab);
+        d->loop_ctl = be->ops->buf_alloc(be, SW_MODEL_LOOP_MAX * SW_CTL_LEN(1) * sizeof(int32_t));
+        d->loop_ids = be->ops->buf_alloc(be, SW_MODEL_LOOP_MAX * sizeof(int32_t));
+        d->loop_prob = s_alloc(be, SW_MODEL_LOOP_MAX);
+        ok = d->logits && d->loop_ctl && d->loop_ids && d->loop_prob;
+        for (int i = 0; ok && i < SW_MODEL_LOOP_MAX; i++) {
+            const size_t blk = SW_CTL_LEN(1) * sizeof(int32_t);
+            d->loop_step[i] = be->ops->buf_view(be, d->loop_ctl, (size_t)i * blk, blk);
+            ok = d->loop_step[i] != NULL;
+        }
+    }
+    if (!ok) {
+        sw_errf(err, err_len, "model: out of memory for activation buffers on %s", be->name);
+        return -1;
+    }
+    return 0;
+}
+
+sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
+                          char *err, size_t err_len)
+{
+    sw_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        sw_errf(err, err_len, "model: out of memory");
+        return NULL;
+    }
+    m->be = be;
+    m->gguf = sw_gguf_open(path, err, err_len);
+    if (!m->gguf)
+        goto err;
+    if (s_load_hparams(m->gguf, &m->hp, err, err_len) != 0)
+        goto err;
+    sw_hparams_t *hp = &m->hp;
+    if (layer_end < 0)
+        layer_end = hp->n_layer;
+    if (layer_begin < 0 || layer_begin >= layer_end || layer_end > hp->n_layer) {
+        sw_errf(err, err_len, "model: layer range %d:%d is invalid for a %d-layer model",
+                layer_begin, layer_end, hp->n_layer);
+        goto err;
+    }
+    m->begin = layer_begin;
+    m->end = layer_end;
+
+    /* The vocabulary size comes from the embedding matrix, which every
+     * stage can read the header of without touching its data. */
+    const sw_gguf_tensor_t *te = sw_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te || te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 ||
+        te->ne[1] > (1 << 22)) {
+        sw_errf(err, err_len, "model: tensor 'token_embd.weight' is missing or not [%d, n_vocab]",
+                hp->n_embd);
+        goto err;
+    }
+    hp->n_vocab = (int)te->ne[1];
+    if (sw_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
+        sw_errf(err, err_len,
+                "model: per-dimension rope frequencies (rope_freqs.weight, Llama 3.1 "
+                "style scaling) are not supported yet");
+        goto err;
+    }
+
+    /* Devices: the layers are split evenly, in order. */
+    sw_backend_t **devs;
+    m->n_dev = sw_backend_devices(be, &devs);
+    const int n_layers = layer_end - layer_begin;
+    if (m->n_dev > n_layers) {
+        sw_errf(err, err_len, "model: %d layers cannot be split over %d devices", n_layers,
+                m->n_dev);
+        goto err;
+    }
+    m->batch = be->max_rows > 0 ? be->max_rows : SW_MODEL_BATCH;
+    m->logit_rows = m->batch < SW_MODEL_BATCH ? m->batch : SW_MODEL_BATCH;
+    m->layers = calloc((size_t)n_layers, sizeof *m->layers);
+    m->ctl_host = malloc((SW_CTL_CAP((size_t)m->batch) + SW_MODEL_LOOP_MAX * SW_CTL_LEN(1)) *
+                         sizeof *m->ctl_host);
+    if (!m->layers || !m->ctl_host) {
+        sw_errf(err, err_len, "model: out of memory");
+        goto err;
+    }
+    for (int i = 0; i < m->n_dev; i++) {
+        sw_dev_t *d = &m->devs[i];
+        d->be = devs[i];
+        d->l0 = (int)((int64_t)n_layers * i / m->n_dev);
+        d->l1 = (int)((int64_t)n_layers * (i + 1) / m->n_dev);
+        for (int l = d->l0; l < d->l1; l++)
+            m->layers[l].dev = i;
+    }
+    sw_backend_t *first = m->devs[0].be, *last = m->devs[m->n_dev - 1].be;
+
+    if (sw_model_is_first(m) && s_mat(m, first, "token_embd.weight", hp->n_embd, hp->n_vocab, 1,
+                                      &m->tok_embd, err, err_len))
+        goto err;
+    if (sw_model_is_last(m)) {
+        if (s_vec(m, last, "output_norm.weight", hp->n_embd, 1, &m->out_norm, err, err_len) ||
+            s_mat(m, last, "output.weight", hp->n_embd, hp->n_vocab, 0, &m->output, err, err_len))
+            goto err;
+        if (!m->output.buf) { // tied embeddings
+            if (m->tok_embd.buf && first == last) {
+                m->output = m->tok_embd;
+            } else {
+                const uint64_t before = m->weight_bytes;
+                if (s_mat(m, last, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, &m->output, err,
+                          err_len))
+                    goto err;
+                if (m->tok_embd.buf) // the same bytes of the file, counted once
+                    m->weight_bytes = before;
+            }
+        }
+    }
+    for (int il = layer_begin; il < layer_end; il++)
+        if (s_load_layer(m, il, &m->layers[il - layer_begin], err, err_len) != 0)
+            goto err;
+    for (int i = 0; i < m->n_dev; i++)
+        if (s_dev_buffers(m, &m->devs[i], i == m->n_dev - 1 && sw_model_is_last(m), err, err_len))
+            goto err;
+    return m;
+err:
+    sw_model_free(&m);
+    return NULL;
+}
+
+void sw_model_buf_free(sw_backend_t *be, sw_buf_t **b)
+{
+    if (*b)
+        be->ops->buf_free(be, *b);
+    *b = NULL;
+}
+
+int sw_model_fail(sw_backend_t *be, char *err, size_t err_len)
+{
+    sw_errf(err, err_len, "model: %s: %s", be->name, sw_backend_error(be));
+    return -1;
+}
+
+void sw_model_free(sw_model_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    sw_model_t *m = *self_p;
+    for (int i = 0; i < m->n_dev; i++) {
+        sw_dev_t *d = &m->devs[i];
+        sw_backend_t *be = d->be;
+        for (int j = 0; j < SW_MODEL_LOOP_MAX; j++)
+            sw_model_buf_free(be, &d->loop_step[j]);
+        for (int j = 0; j < SW_MODEL_MAX_PIECES; j++)
+            sw_model_buf_free(be, &d->pctl_v[j]);
+        sw_buf_t **bufs[] = {&d->x,        &d->xn,       &d->q,         &d->k,
+                             &d->v,        &d->att,      &d->tmp,       &d->gate,
+                             &d->up,       &d->logits,   &d->ctl,       &d->rope,
+                             &d->loop_ctl, &d->loop_ids, &d->loop_prob, &d->pctl};
+        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
+            sw_model_buf_free(be, bufs[j]);
+        if (be->ops->graph_reset)
+            be->ops->graph_reset(be);
+    }
+    for (int i = 0; i < m->n_owned; i++)
+        m->owned[i].be->ops->buf_free(m->owned[i].be, m->owned[i].buf);
+    free(m->owned);
+    free(m->layers);
+    free(m->ctl_host);
+    free(m->gather_host);
+    sw_gguf_close(&m->gguf);
+    free(m);
+    *self_p = NULL;
+}
+
+const sw_hparams_t *sw_model_hparams(const sw_model_t *m)
+{
+    return &m->hp;
+}
+
+const sw_gguf_t *sw_model_gguf(const sw_model_t *m)
+{
+    return m->gguf;
+}
+
+int sw_model_layer_begin(const sw_model_t *m)
+{
+    return m->begin;
+}
+
+int sw_model_layer_end(const sw_model_t *m)
+{
+    return m->end;
+}
+
+int sw_model_is_first(const sw_model_t *m)
+{
+    return m->begin == 0;
+}
+
+int sw_model_is_last(const sw_model_t *m)
+{
+    return m->end == m->hp.n_layer;
+}
+
+uint64_t sw_model_weight_bytes(const sw_model_t *m)
+{
+    return m->weight_bytes;
+}
+
+uint64_t sw_model_bytes_per_token(const sw_model_t *m)
+{
+    /* Everything but the embedding matrix, of which a step reads one row
+     * (unless it is also the LM head, which reads it all). */
+    uint64_t b = m->weight_bytes;
+    if (m->tok_embd.buf && m->output.host != m->tok_embd.host)
+        b -= m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
+    return b;
+}
+
+sw_backend_t *sw_model_backend(const sw_model_t *m)
+{
+    return m->be;
+}
+
+int sw_model_trees(const sw_model_t *m)
+{
+    for (int d = 0; d < m->n_dev; d++)
+        if (!m->devs[d].be->ops->kv_move)
+            return 0;
+    return 1;
+}
+
+void sw_model_fingerprint(const sw_model_t *m, char out[65])
+{
+    const uint64_t size = sw_gguf_file_size(m->gguf);
+    uint64_t n = sw_gguf_data_offset(m->gguf) + (1u << 20);
+    if (n > size)
+        n = size;
+    uint8_t h[32];
+    sw_sha256(sw_gguf_bytes(m->gguf), (size_t)n, h);
+    sw_hex(h, sizeof h, out);
+}
+
+static volatile unsigned char s_sink;
+
+static uint64_t s_touch(const void *p, uint64_t n, uint64_t done, uint64_t total,
+                        void (*progress)(uint64_t, uint64_t, void *), void *ctx)
+{
+    const unsigned char *b = p;
+    const uint64_t page = 4096;
+    unsigned char acc = 0;
+    for (uint64_t off = 0; off < n; off += page) {
+        acc ^= b[off];
+        if (progress && ((done + off) / (8u << 20)) != ((done + off + page) / (8u << 20)))
+            progress(done + off, total, ctx);
+    }
+    s_sink ^= acc;
+    return done + n;
+}
+
+void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t, uint64_t, void *), void *ctx)
+{
+    uint64_t total = m->weight_bytes, done = 0;
+    /* Weights copied to a device at load were read then; only the CPU reads the mapping. */
+    for (int i = 0; i < m->n_dev; i++)
+        if (strcmp(m->devs[i].be->ops->name, "cpu") != 0) {
+            if (progress)
+                progress(total, total, ctx);
+            return;
+        }
+    if (m->tok_embd.host)
+        done = s_touch(m->tok_embd.host, m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out, done,
+                       total, progress, ctx);
+    for (int i = 0; i < m->end - m->begin; i++) {
+        const sw_layer_t *L = &m->layers[i];
+        const sw_weight_t *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                   &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++)
+            done = s_touch(ws[j]->host, ws[j]->row_bytes * (uint64_t)ws[j]->n_out, done, total,
+                           progress, ctx);
+    }
+    if (m->output.host && m->output.host != m->tok_embd.host)
+        done = s_touch(m->output.host, m->output.row_bytes * (uint64_t)m->output.n_out, done, total,
+                       progress, ctx);
+    if (progress)
+        progress(total, total, ctx);
+}
