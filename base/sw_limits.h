@@ -3,6 +3,15 @@
  * each defined once: the engine, the wire protocol, the client library and
  * the programs' --help all take them from here.
  *
+ * Where two layers hold the same limit under two names (the engine's
+ * SW_MAX_DRAFT and the wire's SW_WIRE_MAX_DRAFT, the client's
+ * SW_CLIENT_MAX_STOP and the wire's SW_WIRE_MAX_STOP), one is defined from
+ * the other, and the layer that sees both asserts the tie (_Static_assert),
+ * so that giving one its own value does not compile. A value that --help
+ * prints is a plain decimal literal here, so that the help text is built from
+ * it (SW_STR) instead of repeating it. docs/protocol.md states the wire's
+ * limits and the relay's defaults and names this header as their source.
+ *
  * Header only: it declares plain values and types, so including it links
  * nothing.
  */
@@ -10,6 +19,58 @@
 #define SW_LIMITS_H
 
 #include <stdint.h>
+
+/* The value of a macro as a string literal: "default " SW_STR(SW_RELAY_DEFAULT_HWM). */
+#define SW_STR(x) SW_STR_(x)
+#define SW_STR_(x) #x
+
+/* ---- the engine: what one round and one prompt window hold ------------------------------- */
+
+#define SW_MAX_DRAFT 64       // most draft tokens in one round, chain or tree
+#define SW_PROPOSAL_Q_MAX 256 // most entries of one sparse draft distribution
+
+/* A prompt is evaluated in windows of this many rows from its start, as
+ * llama.cpp evaluates a prompt in micro-batches of its default n_ubatch
+ * (engine/model.h says why the window decides a row's reduction order). A
+ * stage that receives a prompt in Forwards of at most this many rows
+ * (SW_WIRE_MAX_ROWS) therefore computes what one process computes. */
+#define SW_MODEL_PROMPT_WINDOW 512
+
+/* ---- the wire protocol (common/wire.c checks every message against these) ---------------- */
+
+#define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
+
+#define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
+#define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
+/* ZMQ_MAXMSGSIZE: larger frames drop the link. The 64 bytes leave room for the
+ * 40 bytes sealing adds to a payload (seal.h). */
+#define SW_WIRE_MAX_FRAME (SW_WIRE_MAX_PAYLOAD + 64u)
+/* All frames of one message after the relay's identity: names, a sealed
+ * header (62 bytes more than the Envelope) and a sealed payload. */
+#define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
+#define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
+
+#define SW_WIRE_MAX_ROWS SW_MODEL_PROMPT_WINDOW /* rows in one Forward: one prompt window */
+#define SW_WIRE_MAX_DRAFT SW_MAX_DRAFT /* drafts per round: a drafting Forward has <= 65 rows */
+#define SW_WIRE_MAX_HIDDEN 65536       /* hidden size */
+#define SW_WIRE_MAX_POS (1u << 24)     /* positions in a session */
+#define SW_WIRE_MAX_TOKEN (1u << 22)   /* token ids are < this */
+#define SW_WIRE_MAX_LAYERS 4096
+#define SW_WIRE_MAX_ROUTE 16               /* stages in a pipeline */
+#define SW_WIRE_MAX_DIST SW_PROPOSAL_Q_MAX /* entries in one sparse draft distribution */
+#define SW_WIRE_MAX_PEERS 256              /* peers in a PeerTable / the relay */
+#define SW_WIRE_MAX_PROMPT_BYTES (2u << 20)
+#define SW_WIRE_MAX_PROMPT_TOKENS (1u << 18)
+#define SW_WIRE_MAX_MESSAGES 256 /* chat turns in one GenerateRequest */
+#define SW_WIRE_MAX_STOP 8       /* stop strings in one GenerateRequest */
+#define SW_WIRE_MAX_STOP_LEN 64  /* bytes of one stop string */
+#define SW_WIRE_MAX_CHUNK_TOKENS 4096
+#define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
+#define SW_WIRE_MAX_ERROR_TEXT 512
+#define SW_WIRE_MAX_QUEUE 65536 /* Error.queue_position */
+
+_Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
+               "a drafting Forward (the last token and its drafts) is one Forward");
 
 /* ---- sampling ---------------------------------------------------------------------------- */
 

@@ -24,8 +24,6 @@
 #define S_STATUS_MS 5000    /* wait for a peer table */
 #define S_DEFAULT_TIMEOUT_MS 300000
 
-_Static_assert(SW_CLIENT_MAX_DRAFT == SW_WIRE_MAX_DRAFT, "the client's draft limit is the wire's");
-
 typedef struct s_req {
     char id[SW_CLIENT_ID_LEN];     /* request id, "" = free slot */
     char head[SW_CLIENT_NAME_LEN]; /* the head it went to */

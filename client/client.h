@@ -38,15 +38,25 @@
 #include <stdint.h>
 
 #include "keys.h"
+#include "sw_limits.h"
 
-#define SW_CLIENT_ID_LEN 32        /* bytes of a request id, NUL included */
-#define SW_CLIENT_NAME_LEN 64      /* bytes of a peer name, NUL included */
-#define SW_CLIENT_MAX_STOP 8       /* stop strings per request (protocol limit) */
-#define SW_CLIENT_MAX_STOP_LEN 64  /* bytes per stop string */
-#define SW_CLIENT_MAX_STAGES 16    /* stages in the statistics */
-#define SW_CLIENT_MAX_INFLIGHT 256 /* requests in flight on one client */
-#define SW_CLIENT_MAX_MESSAGES 256 /* chat messages per request */
-#define SW_CLIENT_MAX_DRAFT 64     /* drafts per round, chain or tree (protocol limit) */
+/* The client's limits are the protocol's (sw_limits.h), except the two of its own. */
+#define SW_CLIENT_ID_LEN 32                         /* bytes of a request id, NUL included */
+#define SW_CLIENT_NAME_LEN (SW_WIRE_NAME_MAX + 1)   /* bytes of a peer name, NUL included */
+#define SW_CLIENT_MAX_STOP SW_WIRE_MAX_STOP         /* stop strings per request */
+#define SW_CLIENT_MAX_STOP_LEN SW_WIRE_MAX_STOP_LEN /* bytes per stop string */
+#define SW_CLIENT_MAX_STAGES SW_WIRE_MAX_ROUTE      /* stages in the statistics */
+#define SW_CLIENT_MAX_INFLIGHT 256                  /* requests in flight on one client */
+#define SW_CLIENT_MAX_MESSAGES SW_WIRE_MAX_MESSAGES /* chat messages per request */
+#define SW_CLIENT_MAX_DRAFT SW_WIRE_MAX_DRAFT       /* drafts per round, chain or tree */
+
+_Static_assert(SW_CLIENT_ID_LEN <= SW_WIRE_NAME_MAX + 1, "a request id is a wire name");
+_Static_assert(SW_CLIENT_MAX_STOP == SW_WIRE_MAX_STOP &&
+                   SW_CLIENT_MAX_STOP_LEN == SW_WIRE_MAX_STOP_LEN &&
+                   SW_CLIENT_MAX_MESSAGES == SW_WIRE_MAX_MESSAGES &&
+                   SW_CLIENT_MAX_DRAFT == SW_WIRE_MAX_DRAFT,
+               "a request the client accepts is one the wire accepts, and the other way round");
+_Static_assert(SW_CLIENT_MAX_STAGES >= SW_WIRE_MAX_ROUTE, "the statistics hold every stage");
 
 /* Error codes (negative); sw_client_strerror names them. */
 enum sw_client_rc {
@@ -210,7 +220,8 @@ typedef struct sw_client_request {
     int draft_tree;                  /* token trees of at most this many drafts, 0 = the
                                         head's default, 1 = chains */
     int draft_ahead;                 /* drafting ahead: -1 = the head's default, 0 off, 1 on */
-    const char *const *stop;         /* n_stop stop strings (each 1..64 bytes), or NULL */
+    const char *const *stop;         /* n_stop stop strings (each 1..SW_CLIENT_MAX_STOP_LEN
+                                        bytes), or NULL */
     int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
     int timeout_ms;                  /* the head gives up after this; 0 = 300000 */
 } sw_client_request_t;

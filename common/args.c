@@ -544,12 +544,12 @@ int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char 
             d->k = -1;
             return 1;
         }
-        return sw_arg_int(prog, "--draft-k", val, 0, 64, &d->k) ? -1 : 1;
+        return sw_arg_int(prog, "--draft-k", val, 0, SW_MAX_DRAFT, &d->k) ? -1 : 1;
     case SW_OPT_DRAFT_MODEL:
         d->model = val;
         return 1;
     case SW_OPT_DRAFT_KMAX:
-        return sw_arg_int(prog, "--draft-k-max", val, 1, 64, &d->k_max) ? -1 : 1;
+        return sw_arg_int(prog, "--draft-k-max", val, 1, SW_MAX_DRAFT, &d->k_max) ? -1 : 1;
     case SW_OPT_DRAFT_PMIN:
         return sw_arg_float(prog, "--draft-p-min", val, 0, 1, &d->p_min) ? -1 : 1;
     case SW_OPT_DRAFT_THREADS:
@@ -558,7 +558,7 @@ int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char 
         d->backend = val;
         return 1;
     case SW_OPT_DRAFT_TREE:
-        return sw_arg_int(prog, "--draft-tree", val, 0, 64, &d->tree) ? -1 : 1;
+        return sw_arg_int(prog, "--draft-tree", val, 0, SW_MAX_DRAFT, &d->tree) ? -1 : 1;
     case SW_OPT_DRAFT_AHEAD:
         if (!strcmp(val, "on") || !strcmp(val, "off")) {
             d->ahead = !strcmp(val, "on");
