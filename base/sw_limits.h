@@ -72,31 +72,70 @@
 _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
                "a drafting Forward (the last token and its drafts) is one Forward");
 
+/* ---- clients and their requests ----------------------------------------------------------- */
+
+#define SW_REQUEST_DEFAULT_N_PREDICT 128 /* tokens to generate (-n; sw_client_request_default) */
+#define SW_REQUEST_MAX_N_PREDICT 1048576 /* tokens one request may ask for (-n, max_tokens) */
+#define SW_REQUEST_DEFAULT_TIMEOUT_S 300 /* a request's deadline on the cluster (--timeout-s) */
+#define SW_CLIENT_DEFAULT_CONNECT_S 15   /* run and status keep trying to reach the relay */
+
+_Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
+               "a GenerateRequest of the most tokens is valid on the wire");
+
 /* ---- sampling ---------------------------------------------------------------------------- */
 
+/*
+ * The one set of sampling defaults: `run`, `generate` and the HTTP API sample
+ * with these (README, "Sampling"): llama.cpp's temperature, top-k, top-p and
+ * min-p, Ollama's repetition penalty over the last 64 tokens, and a fixed
+ * seed (the same request gives the same text). --greedy is temperature 0 and
+ * the penalty off (SW_SAMPLING_REP_OFF). Plain decimal literals: the
+ * programs' --help prints them with SW_STR.
+ */
+#define SW_SAMPLING_TEMP 0.8
+#define SW_SAMPLING_TOP_K 40
+#define SW_SAMPLING_TOP_P 0.95
+#define SW_SAMPLING_MIN_P 0.05
+#define SW_SAMPLING_REP_PENALTY 1.1
+#define SW_SAMPLING_REP_LAST_N 64
+#define SW_SAMPLING_SEED 0x5eed
+#define SW_SAMPLING_REP_OFF 1 /* the repetition penalty that changes no logit */
+
+#define SW_SAMPLING_MAX_TOP_K (1 << 20)  /* --top-k, top_k of a request */
+#define SW_SAMPLING_MAX_LAST_N (1 << 20) /* --repeat-last-n, repeat_last_n of a request */
+
 /* Sampling parameters (engine/sampler.h applies them; clients send them in a
- * GenerateRequest). sw_sampling_default() gives the documented defaults. */
+ * GenerateRequest). */
 typedef struct sw_sampling {
-    float temp;        // temperature, >= 0; 0 = greedy argmax. Default 0.8
-    int top_k;         // keep the k largest logits, >= 0; 0 = off. Default 40
-    float top_p;       // keep the smallest prefix with mass >= top_p, (0, 1]; 1 = off. Default 0.95
-    float min_p;       // keep tokens with prob >= min_p * max prob, [0, 1]; 0 = off. Default 0.05
-    float rep_penalty; // repetition penalty, > 0; 1 = off. Default 1.0
-    int rep_last_n;    // tokens of history the penalty looks at, >= 0; 0 = off. Default 64
-    uint64_t seed;     // RNG seed; same seed + same inputs = same tokens. Default 0x5eed
+    float temp;        // temperature, >= 0; 0 = greedy argmax
+    int top_k;         // keep the k largest logits, >= 0; 0 = off
+    float top_p;       // keep the smallest prefix with mass >= top_p, (0, 1]; 1 = off
+    float min_p;       // keep tokens with prob >= min_p * max prob, [0, 1]; 0 = off
+    float rep_penalty; // repetition penalty, > 0; 1 = off
+    int rep_last_n;    // tokens of history the penalty looks at, >= 0; 0 = off
+    uint64_t seed;     // RNG seed; same seed + same inputs = same tokens
 } sw_sampling_t;
 
-/* The defaults listed in sw_sampling_t (llama.cpp's defaults, seed 0x5eed). */
+/*
+ * The engine's preset: the defaults above with the repetition penalty off.
+ * The clients' preset (sw_args_sampling_default in args.h) turns it on.
+ * Two presets because the penalty changes greedy decoding too (the argmax of
+ * the penalised logits): the engine's users that take this preset and set
+ * temp 0 for plain greedy (the draft model, the tests that compare with
+ * llama.cpp's greedy output) must not get a penalty they did not ask for.
+ * A node fills every field from the request, so the preset does not matter
+ * there.
+ */
 static inline sw_sampling_t sw_sampling_default(void)
 {
     sw_sampling_t p = {
-        .temp = 0.8f,
-        .top_k = 40,
-        .top_p = 0.95f,
-        .min_p = 0.05f,
-        .rep_penalty = 1.0f,
-        .rep_last_n = 64,
-        .seed = 0x5eed,
+        .temp = (float)SW_SAMPLING_TEMP,
+        .top_k = SW_SAMPLING_TOP_K,
+        .top_p = (float)SW_SAMPLING_TOP_P,
+        .min_p = (float)SW_SAMPLING_MIN_P,
+        .rep_penalty = (float)SW_SAMPLING_REP_OFF,
+        .rep_last_n = SW_SAMPLING_REP_LAST_N,
+        .seed = SW_SAMPLING_SEED,
     };
     return p;
 }

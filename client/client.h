@@ -207,13 +207,13 @@ typedef struct sw_client_request {
     int chat;                        /* 1: prompt is one user message */
     const sw_client_msg_t *messages; /* n_messages turns, or NULL */
     int n_messages;                  /* 0 .. SW_CLIENT_MAX_MESSAGES */
-    int n_predict;                   /* tokens to generate, 1 .. 1<<20 */
+    int n_predict;                   /* tokens to generate, 1 .. SW_REQUEST_MAX_N_PREDICT */
     float temperature;               /* 0 = greedy, up to 100 */
     int top_k;                       /* 0 = off */
     float top_p;                     /* (0, 1], 1 = off */
     float min_p;                     /* [0, 1), 0 = off */
     float repeat_penalty;            /* 1 = off, up to 10 */
-    int repeat_last_n;               /* tokens the penalty looks at (0 = 64) */
+    int repeat_last_n;               /* tokens the penalty looks at (0 = SW_SAMPLING_REP_LAST_N) */
     uint64_t seed;                   /* sampling seed */
     int draft;                       /* enum sw_client_draft */
     int draft_k;                     /* drafts per round, -1 = the head's default */
@@ -223,12 +223,15 @@ typedef struct sw_client_request {
     const char *const *stop;         /* n_stop stop strings (each 1..SW_CLIENT_MAX_STOP_LEN
                                         bytes), or NULL */
     int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
-    int timeout_ms;                  /* the head gives up after this; 0 = 300000 */
+    int timeout_ms;                  /* deadline at the head; 0 = SW_REQUEST_DEFAULT_TIMEOUT_S */
 } sw_client_request_t;
 
-/* A request with the library's defaults: greedy, 128 tokens, 300 s.
+/* A request with the library's defaults: greedy (temperature 0, the
+ * repetition penalty off; the other sampling fields SW_SAMPLING_*),
+ * SW_REQUEST_DEFAULT_N_PREDICT tokens, SW_REQUEST_DEFAULT_TIMEOUT_S.
  * `shardwire run` and `shardwire serve` sample by default instead (they set
- * the sampling fields from their flags: temperature 0.8, top-k 40, ...). */
+ * the sampling fields from their flags, whose defaults are every
+ * SW_SAMPLING_* value). */
 sw_client_request_t sw_client_request_default(void);
 
 /* Checks req against the protocol's limits: 0, or SW_CLIENT_EINVAL after a line in err. */

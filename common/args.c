@@ -202,26 +202,34 @@ const sw_opt_t sw_opts_model[] = {
 
 const sw_opt_t sw_opts_request[] = {
     {"prompt", SW_OPT_PROMPT, "TEXT", "the prompt"},
-    {"n-predict", SW_OPT_NPREDICT, "N", "tokens to generate, 1..1048576 (default 128)"},
+    {"n-predict", SW_OPT_NPREDICT, "N",
+     "tokens to generate, 1.." SW_STR(SW_REQUEST_MAX_N_PREDICT) //
+     " (default " SW_STR(SW_REQUEST_DEFAULT_N_PREDICT) ")"},
     {"chat", SW_OPT_CHAT, NULL, "wrap the prompt in the model's chat template"},
     {"json", SW_OPT_JSON, NULL,
      "print one JSON object (text, token ids, timings) at\nthe end instead of streaming the text"},
     {0, 0, 0, 0}};
 
 const sw_opt_t sw_opts_sampling[] = {
-    {"temp", SW_OPT_TEMP, "T", "temperature, 0 = greedy (default 0.8)"},
-    {"top-k", SW_OPT_TOPK, "K", "keep the K most likely tokens, 0 = off (default 40)"},
-    {"top-p", SW_OPT_TOPP, "P", "nucleus sampling in (0, 1], 1 = off (default 0.95)"},
+    {"temp", SW_OPT_TEMP, "T", "temperature, 0 = greedy (default " SW_STR(SW_SAMPLING_TEMP) ")"},
+    {"top-k", SW_OPT_TOPK, "K",
+     "keep the K most likely tokens, 0 = off (default " SW_STR(SW_SAMPLING_TOP_K) ")"},
+    {"top-p", SW_OPT_TOPP, "P",
+     "nucleus sampling in (0, 1], 1 = off (default " SW_STR(SW_SAMPLING_TOP_P) ")"},
     {"min-p", SW_OPT_MINP, "P",
-     "drop tokens below P x the best one's probability,\n0 = off "
-     "(default 0.05)"},
-    {"repeat-penalty", SW_OPT_REP, "R", "repetition penalty, 1 = off (default 1.1)"},
-    {"repeat-last-n", SW_OPT_REP_N, "N", "tokens the penalty looks back over (default 64)"},
+     "drop tokens below P x the best one's probability,\n"
+     "0 = off (default " SW_STR(SW_SAMPLING_MIN_P) ")"},
+    {"repeat-penalty", SW_OPT_REP, "R",
+     "repetition penalty, " SW_STR(SW_SAMPLING_REP_OFF) //
+     " = off (default " SW_STR(SW_SAMPLING_REP_PENALTY) ")"},
+    {"repeat-last-n", SW_OPT_REP_N, "N",
+     "tokens the penalty looks back over (default " SW_STR(SW_SAMPLING_REP_LAST_N) ")"},
     {"seed", SW_OPT_SEED, "S",
-     "sampling seed (default 0x5eed: the same request gives\nthe same text; another seed, "
-     "another text)"},
+     "sampling seed (default " SW_STR(SW_SAMPLING_SEED) //
+     ": the same request gives\nthe same text; another seed, another text)"},
     {"greedy", SW_OPT_GREEDY, NULL,
-     "plain greedy decoding: --temp 0 --repeat-penalty 1 (the\nreference output of llama.cpp)"},
+     "plain greedy decoding: --temp 0 --repeat-penalty " SW_STR(SW_SAMPLING_REP_OFF) //
+     " (the\nreference output of llama.cpp)"},
     {0, 0, 0, 0}};
 
 const sw_opt_t sw_opts_draft[] = {
@@ -247,8 +255,8 @@ const sw_opt_t sw_opts_draft[] = {
 const sw_opt_t sw_opts_relay[] = {
     {"relay", SW_OPT_RELAY, "ENDPOINT", "the relay: HOST:PORT or tcp://HOST:PORT"},
     {"connect-timeout-s", SW_OPT_CONNECT, "S",
-     "keep trying to reach the relay for S s, one line per\nattempt; 0 = no limit (default: 15 for "
-     "clients,\n0 for a node)"},
+     "keep trying to reach the relay for S s, one line per\nattempt; 0 = no limit "
+     "(default: " SW_STR(SW_CLIENT_DEFAULT_CONNECT_S) " for clients,\n0 for a node)"},
     {0, 0, 0, 0}};
 
 static const sw_opt_t s_opts_general[] = {
@@ -469,7 +477,7 @@ int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const c
         r->prompt = val;
         return 1;
     case SW_OPT_NPREDICT:
-        return sw_arg_int(prog, "-n", val, 1, 1 << 20, &r->n_predict) ? -1 : 1;
+        return sw_arg_int(prog, "-n", val, 1, SW_REQUEST_MAX_N_PREDICT, &r->n_predict) ? -1 : 1;
     case SW_OPT_CHAT:
         r->chat = 1;
         return 1;
@@ -483,14 +491,8 @@ int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const c
 
 sw_sampling_t sw_args_sampling_default(void)
 {
-    sw_sampling_t s = sw_sampling_default();
-    s.temp = 0.8f;
-    s.top_k = 40;
-    s.top_p = 0.95f;
-    s.min_p = 0.05f;
-    s.rep_penalty = 1.1f;
-    s.rep_last_n = 64;
-    s.seed = 0x5eed;
+    sw_sampling_t s = sw_sampling_default(); /* the engine's preset: the penalty off */
+    s.rep_penalty = (float)SW_SAMPLING_REP_PENALTY;
     return s;
 }
 
@@ -500,7 +502,7 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
     case SW_OPT_TEMP:
         return sw_arg_float(prog, "--temp", val, 0, 100, &s->temp) ? -1 : 1;
     case SW_OPT_TOPK:
-        return sw_arg_int(prog, "--top-k", val, 0, 1 << 20, &s->top_k) ? -1 : 1;
+        return sw_arg_int(prog, "--top-k", val, 0, SW_SAMPLING_MAX_TOP_K, &s->top_k) ? -1 : 1;
     case SW_OPT_TOPP:
         if (sw_arg_float(prog, "--top-p", val, 0, 1, &s->top_p) != 0)
             return -1;
@@ -515,12 +517,14 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
     case SW_OPT_REP:
         return sw_arg_float(prog, "--repeat-penalty", val, 0.01, 10, &s->rep_penalty) ? -1 : 1;
     case SW_OPT_REP_N:
-        return sw_arg_int(prog, "--repeat-last-n", val, 1, 1 << 20, &s->rep_last_n) ? -1 : 1;
+        if (sw_arg_int(prog, "--repeat-last-n", val, 1, SW_SAMPLING_MAX_LAST_N, &s->rep_last_n))
+            return -1;
+        return 1;
     case SW_OPT_SEED:
         return sw_arg_u64(prog, "--seed", val, &s->seed) ? -1 : 1;
     case SW_OPT_GREEDY:
         s->temp = 0;
-        s->rep_penalty = 1;
+        s->rep_penalty = SW_SAMPLING_REP_OFF;
         return 1;
     default:
         return 0;

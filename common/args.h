@@ -232,23 +232,23 @@ int sw_args_model_opt(const char *prog, sw_args_model_t *m, int key, const char 
 
 typedef struct sw_args_request {
     const char *prompt; /* -p, NULL = not given ("" is refused) */
-    int n_predict;      /* -n: tokens to generate, 1 .. 1<<20 (default 128) */
+    int n_predict;      /* -n: tokens to generate, 1 .. SW_REQUEST_MAX_N_PREDICT */
     int chat;           /* --chat */
     int json;           /* --json */
 } sw_args_request_t;
 #define SW_ARGS_REQUEST_DEFAULT                                                                    \
     {                                                                                              \
-        .n_predict = 128                                                                           \
+        .n_predict = SW_REQUEST_DEFAULT_N_PREDICT                                                  \
     }
 int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const char *val);
 
 /*
- * The sampling defaults of every client (generate, run, serve): temperature
- * 0.8, top-k 40, top-p 0.95, min-p 0.05 (llama.cpp's), a repetition penalty
- * of 1.1 over the last 64 tokens (Ollama's), and the fixed seed 0x5eed: the
- * same request gives the same text every time; --seed picks another.
- * --greedy is plain greedy decoding (temperature 0, no repetition penalty),
- * which is what llama.cpp's reference output is.
+ * The sampling defaults of every client (generate, run, serve): every
+ * SW_SAMPLING_* value of sw_limits.h, the repetition penalty included (the
+ * engine's sw_sampling_default() has it off; sw_limits.h says why). The seed
+ * is fixed: the same request gives the same text every time; --seed picks
+ * another. --greedy is plain greedy decoding (temperature 0, no repetition
+ * penalty), which is what llama.cpp's reference output is.
  */
 sw_sampling_t sw_args_sampling_default(void);
 int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char *val);
