@@ -24,7 +24,7 @@
 #define SW_STR(x) SW_STR_(x)
 #define SW_STR_(x) #x
 
-/* ---- the engine: what one round and one prompt window hold ------------------------------- */
+/* ---- the engine: what one round and one prompt window hold ----------------------------------- */
 
 #define SW_MAX_DRAFT 64       // most draft tokens in one round, chain or tree
 #define SW_PROPOSAL_Q_MAX 256 // most entries of one sparse draft distribution
@@ -36,7 +36,7 @@
  * (SW_WIRE_MAX_ROWS) therefore computes what one process computes. */
 #define SW_MODEL_PROMPT_WINDOW 512
 
-/* ---- the wire protocol (common/wire.c checks every message against these) ---------------- */
+/* ---- the wire protocol (common/wire.c checks every message against these) -------------------- */
 
 #define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
 
@@ -72,7 +72,7 @@
 _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
                "a drafting Forward (the last token and its drafts) is one Forward");
 
-/* ---- clients and their requests ----------------------------------------------------------- */
+/* ---- clients and their requests -------------------------------------------------------------- */
 
 #define SW_REQUEST_DEFAULT_N_PREDICT 128 /* tokens to generate (-n; sw_client_request_default) */
 #define SW_REQUEST_MAX_N_PREDICT 1048576 /* tokens one request may ask for (-n, max_tokens) */
@@ -82,7 +82,56 @@ _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
 _Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
                "a GenerateRequest of the most tokens is valid on the wire");
 
-/* ---- sampling ---------------------------------------------------------------------------- */
+/* ---- programs' shared flags (args.h) --------------------------------------------------------- */
+
+#define SW_ARGS_DEFAULT_CTX 2048  /* -c: context positions per session */
+#define SW_DRAFT_DEFAULT_K_MAX 16 /* --draft-k-max: the adaptive K's ceiling */
+
+_Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a valid K");
+
+/* ---- a peer's link to the relay (common/peer.h; a 0 in sw_peer_opts_t) ----------------------- */
+
+#define SW_PEER_DEFAULT_HEARTBEAT_MS 1000 /* ZMTP heartbeat interval */
+#define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay = gone */
+#define SW_PEER_DEFAULT_CONNECT_MS 5000 /* how long to keep trying to reach the relay */
+
+/* ---- the node's defaults (shardwire-node; node_opts_t) --------------------------------------- */
+
+#define SW_NODE_DEFAULT_MAX_SESSIONS 8          /* --max-sessions */
+#define SW_NODE_DEFAULT_MAX_QUEUE 64            /* --max-queue: requests waiting at a head */
+#define SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT 16 /* --max-queue-per-client */
+#define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256      /* --max-batch-rows */
+#define SW_NODE_DEFAULT_IDLE_TIMEOUT_S 300      /* --idle-timeout-s */
+#define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000  /* --round-timeout-ms */
+#define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60    /* --recover-timeout-s */
+#define SW_NODE_DEFAULT_HEARTBEAT_MS SW_PEER_DEFAULT_HEARTBEAT_MS /* --heartbeat-ms */
+
+_Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
+                   SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,
+               "a queue position fits Error.queue_position");
+
+/* ---- the relay's defaults (shardwire-relay; a 0 in relay_opts_t) ----------------------------- */
+
+#define SW_RELAY_DEFAULT_HEARTBEAT_MS 1000 /* --heartbeat-ms: ZMTP heartbeat, liveness sweep */
+#define SW_RELAY_SILENT_IVLS 5             /* heartbeat intervals without data from a peer = dead */
+#define SW_RELAY_DEFAULT_HWM 128           /* --hwm: messages per peer and direction */
+#define SW_RELAY_DEFAULT_RATE 2000         /* --rate: messages/s one peer may send */
+#define SW_RELAY_DEFAULT_HANDSHAKE_MS 5000 /* --handshake-ms: to finish the CURVE handshake */
+#define SW_RELAY_DEFAULT_CONNS_PER_KEY 16  /* --max-conns-per-key */
+#define SW_RELAY_DEFAULT_QUEUE_MIB 64      /* --queue-mib: held for one destination */
+#define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
+#define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
+#define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
+
+_Static_assert(((uint64_t)SW_RELAY_DEFAULT_QUEUE_MIB << 20) > SW_WIRE_MAX_FRAME &&
+                   SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB >= SW_RELAY_DEFAULT_QUEUE_MIB &&
+                   ((uint64_t)SW_RELAY_DEFAULT_NODE_MIB_S << 20) > SW_WIRE_MAX_FRAME,
+               "a destination's budget and a node's byte rate take one largest frame");
+_Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
+                   SW_PEER_SILENT_IVLS * SW_PEER_DEFAULT_HEARTBEAT_MS,
+               "a peer hears the relay's heartbeat well before it takes the relay for gone");
+
+/* ---- sampling -------------------------------------------------------------------------------- */
 
 /*
  * The one set of sampling defaults: `run`, `generate` and the HTTP API sample

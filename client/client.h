@@ -93,8 +93,9 @@ typedef struct sw_client_opts {
     const char *relay;           /* relay endpoint, tcp://HOST:PORT */
     const sw_sec_t *sec;         /* keys (copied); NULL or sec->insecure = loopback without keys */
     const char *name;            /* peer name prefix (default "client"); a random suffix is added */
-    int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 = 5000, -1 = no
-                                    limit); one warning line per attempt (peer.h) */
+    int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 =
+                                    SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one warning
+                                    line per attempt (peer.h) */
     volatile sig_atomic_t *stop; /* optional: joining gives up once it is non-zero */
 } sw_client_opts_t;
 

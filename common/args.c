@@ -197,7 +197,8 @@ const sw_opt_t sw_opts_model[] = {
      "cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\ntwo GPUs (default: cuda when a GPU "
      "is found, else cpu)"},
     {"threads", SW_OPT_THREADS, "N", "CPU compute threads (default: every core)"},
-    {"ctx", SW_OPT_CTX, "N", "context size in tokens, per session (default 2048)"},
+    {"ctx", SW_OPT_CTX, "N",
+     "context size in tokens, per session (default " SW_STR(SW_ARGS_DEFAULT_CTX) ")"},
     {0, 0, 0, 0}};
 
 const sw_opt_t sw_opts_request[] = {
@@ -244,7 +245,8 @@ const sw_opt_t sw_opts_draft[] = {
      "draft the next round while one travels (default: on\nat a head, off in generate; for "
      "run, the head's)"},
     {"draft-model", SW_OPT_DRAFT_MODEL, "PATH", "draft model GGUF (the model's vocabulary)"},
-    {"draft-k-max", SW_OPT_DRAFT_KMAX, "N", "largest adaptive K (default 16)"},
+    {"draft-k-max", SW_OPT_DRAFT_KMAX, "N",
+     "largest adaptive K (default " SW_STR(SW_DRAFT_DEFAULT_K_MAX) ")"},
     {"draft-p-min", SW_OPT_DRAFT_PMIN, "P",
      "stop drafting below this draft probability (default 0)"},
     {"draft-threads", SW_OPT_DRAFT_THREADS, "N", "draft model threads (default: as --threads)"},

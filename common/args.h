@@ -222,11 +222,11 @@ typedef struct sw_args_model {
     const char *model;   /* -m: GGUF path or hf:ORG/NAME/FILE; NULL = not given */
     const char *backend; /* -b: cpu, cuda, cuda:N, cuda:0,1; NULL = auto */
     int threads;         /* -t: CPU threads, 0 = every core */
-    int n_ctx;           /* -c: positions (default 2048) */
+    int n_ctx;           /* -c: positions (default SW_ARGS_DEFAULT_CTX) */
 } sw_args_model_t;
 #define SW_ARGS_MODEL_DEFAULT                                                                      \
     {                                                                                              \
-        .n_ctx = 2048                                                                              \
+        .n_ctx = SW_ARGS_DEFAULT_CTX                                                               \
     }
 int sw_args_model_opt(const char *prog, sw_args_model_t *m, int key, const char *val);
 
@@ -257,7 +257,7 @@ typedef struct sw_args_draft {
     const char *mode;    /* --draft: "model", "ngram", "mix", "none", or NULL = auto */
     int k;               /* --draft-k: > 0 fixed, 0 off, -1 auto (default) */
     const char *model;   /* --draft-model, NULL = none */
-    int k_max;           /* --draft-k-max (default 16) */
+    int k_max;           /* --draft-k-max (default SW_DRAFT_DEFAULT_K_MAX) */
     float p_min;         /* --draft-p-min (default 0) */
     int threads;         /* --draft-threads, 0 = as --threads */
     const char *backend; /* --draft-backend, NULL = the first device of --backend */
@@ -266,7 +266,7 @@ typedef struct sw_args_draft {
 } sw_args_draft_t;
 #define SW_ARGS_DRAFT_DEFAULT                                                                      \
     {                                                                                              \
-        .k = -1, .k_max = 16, .ahead = -1                                                          \
+        .k = -1, .k_max = SW_DRAFT_DEFAULT_K_MAX, .ahead = -1                                      \
     }
 int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char *val);
 /* Where the model runs in this process (generate, a node): 0, or -1 after the
