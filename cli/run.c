@@ -108,11 +108,11 @@ static const sw_opt_t s_status_opts[] = {
     {"expect", O_EXPECT, "NAMES",
      "wait (up to the connect timeout) until these peers\n(comma-separated) are connected; exit 1 "
      "if they are not"},
-    {0, 0, 0, 0}};
+};
 
 static const sw_opt_group_t s_status_groups[] = {
-    SW_ARGS_GROUP(NULL, s_status_opts, 2),
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP(NULL, s_status_opts),
+    SW_ARGS_GROUP_RELAY,
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -122,7 +122,7 @@ static const sw_args_spec_t s_status_spec = {
     .about = "  The relay's peers: names, roles, layer ranges, heartbeat ages, models.\n"
              "  Needs a client key on the relay's allow-list, no access key.\n",
     .groups = s_status_groups,
-    .n_groups = sizeof s_status_groups / sizeof s_status_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_status_groups),
 };
 
 int cmd_status(int argc, char **argv)
@@ -296,14 +296,15 @@ static const sw_opt_t s_run_opts[] = {
     {"head", O_HEAD, "NAME", "send the request to this head (default: the first one\nserving)"},
     {"timeout-s", O_TIMEOUT, "S",
      "the request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
-    {0, 0, 0, 0}};
+};
 
 static const sw_opt_group_t s_run_groups[] = {
-    SW_ARGS_GROUP_REQUEST(SW_OPTS_REQUEST_N),
-    SW_ARGS_GROUP(NULL, s_run_opts, 2),
-    SW_ARGS_GROUP_SAMPLING(SW_OPTS_SAMPLING_N),
-    SW_ARGS_GROUP_DRAFT(4), /* proposer, K, trees, ahead; the models are the head's */
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP_REQUEST,
+    SW_ARGS_GROUP(NULL, s_run_opts),
+    SW_ARGS_GROUP_SAMPLING,
+    /* proposer, K, trees, ahead; the models are the head's */
+    SW_ARGS_SHARED_TO("speculative decoding", DRAFT, AHEAD),
+    SW_ARGS_GROUP_RELAY,
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -316,7 +317,7 @@ static const sw_args_spec_t s_run_spec = {
              "  --draft-ahead choose the head's speculation for this request (left out:\n"
              "  the head's defaults).\n",
     .groups = s_run_groups,
-    .n_groups = sizeof s_run_groups / sizeof s_run_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_run_groups),
 };
 
 int cmd_run(int argc, char **argv)

@@ -68,13 +68,13 @@ static const sw_opt_t s_opts[] = {
      "tokens to generate when a request does not say\n(default " SW_STR(S_MAX_TOKENS) ")"},
     {"timeout-s", O_TIMEOUT, "S",
      "each request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
-    {0, 0, 0, 0}};
+};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP(NULL, s_opts, 11),
+    SW_ARGS_GROUP(NULL, s_opts),
     /* the defaults of the fields a request leaves out (its seed is random) */
-    SW_ARGS_GROUP("sampling defaults", sw_opts_sampling, 5),
-    SW_ARGS_GROUP_RELAY(1),
+    SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, REP),
+    SW_ARGS_SHARED_TO("relay", RELAY, RELAY),
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -86,7 +86,7 @@ static const sw_args_spec_t s_spec = {
              "  The gateway is a client of the cluster: it needs a client key and the\n"
              "  cluster key (security below).\n",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int cmd_serve(int argc, char **argv)

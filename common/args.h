@@ -9,21 +9,20 @@
  *   request   -p/--prompt, -n/--n-predict, --chat, --json
  *   sampling  --temp, --top-k, --top-p, --min-p, --repeat-penalty,
  *             --repeat-last-n, --seed, --greedy
- *   drafting  --draft, --draft-k, --draft-model, --draft-k-max,
- *             --draft-p-min, --draft-threads, --draft-backend, --draft-tree,
- *             --draft-ahead
+ *   drafting  --draft, --draft-k, --draft-tree, --draft-ahead, --draft-model,
+ *             --draft-k-max, --draft-p-min, --draft-threads, --draft-backend
  *   relay     --relay, --connect-timeout-s
  *   security  keys.h's SW_SEC_LONGOPTS with their SW_SEC_USAGE text, plugged
  *             in as a raw group (SW_ARGS_GROUP_SECURITY)
  *
- * A program that needs only the first options of a group takes a prefix of
- * its table (sw_opt_group_t.n). sw_args_next() walks argv with getopt_long
- * over the program's table and answers -h/--help (every option of every
- * group, from the table itself) and -V/--version itself; an unknown flag, an
- * ambiguous abbreviation, a missing value or a value given to a switch gets
- * one line on stderr that names the flag and points to --help. Each group has
- * a handler (sw_args_*_opt) that takes the flags of its group and checks
- * their values.
+ * A program that needs only the first options of a group takes them up to
+ * a named one (SW_ARGS_SHARED_TO); no option count is written by hand.
+ * sw_args_next() walks argv with getopt_long over the program's table and
+ * answers -h/--help (every option of every group, from the table itself)
+ * and -V/--version itself; an unknown flag, an ambiguous abbreviation, a
+ * missing value or a value given to a switch gets one line on stderr that
+ * names the flag and points to --help. Each group has a handler
+ * (sw_args_*_opt) that takes the flags of its group and checks their values.
  *
  * Numbers and endpoints: sw_arg_int / sw_arg_double / sw_arg_float /
  * sw_arg_u64 / sw_arg_endpoint check a value and, when it is wrong, print one
@@ -83,7 +82,7 @@ typedef struct sw_opt {
 typedef struct sw_opt_group {
     const char *title;        /* heading in --help, NULL = the program's own options */
     const sw_opt_t *opts;     /* the options, or NULL for a raw group */
-    int n;                    /* how many of opts (a prefix of a shared table) */
+    int n;                    /* how many of opts (all, or the first of a shared table) */
     const struct option *raw; /* a raw group: getopt_long entries ending with {0}, */
     const char *raw_help;     /* described by this text (keys.h's SW_SEC_*) */
 } sw_opt_group_t;
@@ -135,30 +134,88 @@ enum {
     SW_OPT_CONNECT,
 };
 
-/* The shared tables (each ends with {0}) and their lengths. */
-extern const sw_opt_t sw_opts_model[];
-extern const sw_opt_t sw_opts_request[];
-extern const sw_opt_t sw_opts_sampling[];
-extern const sw_opt_t sw_opts_draft[];
-extern const sw_opt_t sw_opts_relay[];
+/*
+ * The shared tables, and the index of each option in its table:
+ * SW_OPTS_<GROUP>_<OPTION>, in table order, then SW_OPTS_<GROUP>_N, the
+ * table's length (args.c asserts it and initialises each entry by its index).
+ */
 enum {
-    SW_OPTS_MODEL_N = 4,
-    SW_OPTS_REQUEST_N = 4,
-    SW_OPTS_SAMPLING_N = 8,
-    SW_OPTS_DRAFT_N = 9,
-    SW_OPTS_RELAY_N = 2,
+    SW_OPTS_MODEL_MODEL,
+    SW_OPTS_MODEL_BACKEND,
+    SW_OPTS_MODEL_THREADS,
+    SW_OPTS_MODEL_CTX,
+    SW_OPTS_MODEL_N
 };
+enum {
+    SW_OPTS_REQUEST_PROMPT,
+    SW_OPTS_REQUEST_N_PREDICT,
+    SW_OPTS_REQUEST_CHAT,
+    SW_OPTS_REQUEST_JSON,
+    SW_OPTS_REQUEST_N
+};
+enum {
+    SW_OPTS_SAMPLING_TEMP,
+    SW_OPTS_SAMPLING_TOP_K,
+    SW_OPTS_SAMPLING_TOP_P,
+    SW_OPTS_SAMPLING_MIN_P,
+    SW_OPTS_SAMPLING_REP,
+    SW_OPTS_SAMPLING_REP_LAST_N,
+    SW_OPTS_SAMPLING_SEED,
+    SW_OPTS_SAMPLING_GREEDY,
+    SW_OPTS_SAMPLING_N
+};
+enum {
+    SW_OPTS_DRAFT_MODE,
+    SW_OPTS_DRAFT_K,
+    SW_OPTS_DRAFT_TREE,
+    SW_OPTS_DRAFT_AHEAD,
+    SW_OPTS_DRAFT_MODEL,
+    SW_OPTS_DRAFT_K_MAX,
+    SW_OPTS_DRAFT_P_MIN,
+    SW_OPTS_DRAFT_THREADS,
+    SW_OPTS_DRAFT_BACKEND,
+    SW_OPTS_DRAFT_N
+};
+enum { SW_OPTS_RELAY_RELAY, SW_OPTS_RELAY_CONNECT, SW_OPTS_RELAY_N };
+extern const sw_opt_t sw_opts_model[];    /* SW_OPTS_MODEL_N options */
+extern const sw_opt_t sw_opts_request[];  /* SW_OPTS_REQUEST_N */
+extern const sw_opt_t sw_opts_sampling[]; /* SW_OPTS_SAMPLING_N */
+extern const sw_opt_t sw_opts_draft[];    /* SW_OPTS_DRAFT_N */
+extern const sw_opt_t sw_opts_relay[];    /* SW_OPTS_RELAY_N */
 
-/* Group initializers: the whole shared table, or its first n options. */
-#define SW_ARGS_GROUP(title_, table_, n_)                                                          \
+/*
+ * Group initializers; no option count is written by hand.
+ *
+ * SW_ARGS_GROUP(title, table): every option of a table whose length the
+ * compiler sees (a program's own, defined in its file, no {0} at the end).
+ * SW_ARGS_SHARED(title, GROUP): every option of a shared table (GROUP is
+ * MODEL, REQUEST, SAMPLING, DRAFT or RELAY); SW_ARGS_GROUP_MODEL and the
+ * others below are those with their usual titles.
+ * SW_ARGS_SHARED_TO(title, GROUP, LAST): a shared table's options up to and
+ * including SW_OPTS_<GROUP>_<LAST>, for a program that takes only the first
+ * ones; a name that is not one of the group's does not compile, so the cut
+ * stays inside the table.
+ */
+#define SW_ARGS_COUNT(table_) ((int)(sizeof(table_) / sizeof((table_)[0])))
+#define SW_ARGS_GROUP_N_(title_, table_, n_)                                                       \
     {                                                                                              \
         .title = (title_), .opts = (table_), .n = (n_)                                             \
     }
-#define SW_ARGS_GROUP_MODEL(n_) SW_ARGS_GROUP("model", sw_opts_model, (n_))
-#define SW_ARGS_GROUP_REQUEST(n_) SW_ARGS_GROUP("request", sw_opts_request, (n_))
-#define SW_ARGS_GROUP_SAMPLING(n_) SW_ARGS_GROUP("sampling", sw_opts_sampling, (n_))
-#define SW_ARGS_GROUP_DRAFT(n_) SW_ARGS_GROUP("speculative decoding", sw_opts_draft, (n_))
-#define SW_ARGS_GROUP_RELAY(n_) SW_ARGS_GROUP("relay", sw_opts_relay, (n_))
+#define SW_ARGS_GROUP(title_, table_) SW_ARGS_GROUP_N_(title_, table_, SW_ARGS_COUNT(table_))
+#define SW_ARGS_SHARED(title_, group_)                                                             \
+    SW_ARGS_GROUP_N_(title_, SW_ARGS_TABLE_##group_, SW_OPTS_##group_##_N)
+#define SW_ARGS_SHARED_TO(title_, group_, last_)                                                   \
+    SW_ARGS_GROUP_N_(title_, SW_ARGS_TABLE_##group_, SW_OPTS_##group_##_##last_ + 1)
+#define SW_ARGS_TABLE_MODEL sw_opts_model
+#define SW_ARGS_TABLE_REQUEST sw_opts_request
+#define SW_ARGS_TABLE_SAMPLING sw_opts_sampling
+#define SW_ARGS_TABLE_DRAFT sw_opts_draft
+#define SW_ARGS_TABLE_RELAY sw_opts_relay
+#define SW_ARGS_GROUP_MODEL SW_ARGS_SHARED("model", MODEL)
+#define SW_ARGS_GROUP_REQUEST SW_ARGS_SHARED("request", REQUEST)
+#define SW_ARGS_GROUP_SAMPLING SW_ARGS_SHARED("sampling", SAMPLING)
+#define SW_ARGS_GROUP_DRAFT SW_ARGS_SHARED("speculative decoding", DRAFT)
+#define SW_ARGS_GROUP_RELAY SW_ARGS_SHARED("relay", RELAY)
 /* keys.h's security flags as a raw group; the file includes keys.h. */
 #define SW_ARGS_GROUP_SECURITY                                                                     \
     {                                                                                              \

@@ -80,14 +80,14 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_RECOVER_TIMEOUT_S) "; 0 = fail at once)"},
     {"heartbeat-ms", O_HB, "MS",
      "relay heartbeat interval (default " SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
-    {0, 0, 0, 0}};
+};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP(NULL, s_opts, 14),
-    SW_ARGS_GROUP_MODEL(SW_OPTS_MODEL_N),
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
-    SW_ARGS_GROUP("speculative decoding (the head's defaults for requests that leave it to it)",
-                  sw_opts_draft, SW_OPTS_DRAFT_N),
+    SW_ARGS_GROUP(NULL, s_opts),
+    SW_ARGS_GROUP_MODEL,
+    SW_ARGS_GROUP_RELAY,
+    SW_ARGS_SHARED("speculative decoding (the head's defaults for requests that leave it to it)",
+                   DRAFT),
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -98,7 +98,7 @@ static const sw_args_spec_t s_spec = {
              "  starts at 0 is the head (sessions, drafting), the one that ends at the last\n"
              "  layer the tail (verifier); docs/deploy.md.\n",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 static int s_layers(const char *s, int *a, int *b)

@@ -112,9 +112,9 @@ static const sw_opt_t s_opts[] = {
      "MiB/s one client peer may send (default " SW_STR(SW_RELAY_DEFAULT_CLIENT_MIB_S) ")"},
     {"node-mib-s", O_NMIBS, "N",
      "MiB/s one node peer may send (default " SW_STR(SW_RELAY_DEFAULT_NODE_MIB_S) ")"},
-    {0, 0, 0, 0}};
+};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 13)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-relay",
@@ -124,7 +124,7 @@ static const sw_args_spec_t s_spec = {
              "  routes their frames (it never sees the payloads, docs/security.md). Prints\n"
              "  \"listening ENDPOINT\" on stdout once bound.\n",
     .groups = s_groups,
-    .n_groups = 1,
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int main(int argc, char **argv)
