@@ -8,9 +8,10 @@
  * SW_CLIENT_MAX_STOP and the wire's SW_WIRE_MAX_STOP), one is defined from
  * the other, and the layer that sees both asserts the tie (_Static_assert),
  * so that giving one its own value does not compile. A value that --help
- * prints is a plain decimal literal here, so that the help text is built from
- * it (SW_STR) instead of repeating it. docs/protocol.md states the wire's
- * limits and the relay's defaults and names this header as their source.
+ * prints is a plain literal here (no suffix, no expression), so that the help
+ * text is built from it (SW_STR) instead of repeating it. docs/protocol.md
+ * states the wire's limits and the relay's defaults and names this header as
+ * their source. A limit or default that one file alone uses stays there.
  *
  * Header only: it declares plain values and types, so including it links
  * nothing.
@@ -51,7 +52,7 @@
 #define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
 
 #define SW_WIRE_MAX_ROWS SW_MODEL_PROMPT_WINDOW /* rows in one Forward: one prompt window */
-#define SW_WIRE_MAX_DRAFT SW_MAX_DRAFT /* drafts per round: a drafting Forward has <= 65 rows */
+#define SW_WIRE_MAX_DRAFT SW_MAX_DRAFT /* drafts per round (a Forward of them and one token) */
 #define SW_WIRE_MAX_HIDDEN 65536       /* hidden size */
 #define SW_WIRE_MAX_POS (1u << 24)     /* positions in a session */
 #define SW_WIRE_MAX_TOKEN (1u << 22)   /* token ids are < this */
@@ -136,10 +137,10 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 /*
  * The one set of sampling defaults: `run`, `generate` and the HTTP API sample
  * with these (README, "Sampling"): llama.cpp's temperature, top-k, top-p and
- * min-p, Ollama's repetition penalty over the last 64 tokens, and a fixed
- * seed (the same request gives the same text). --greedy is temperature 0 and
- * the penalty off (SW_SAMPLING_REP_OFF). Plain decimal literals: the
- * programs' --help prints them with SW_STR.
+ * min-p, Ollama's repetition penalty and its window, and a fixed seed (the
+ * same request gives the same text; the HTTP API draws one per request). --greedy is temperature 0
+ * and the penalty off (SW_SAMPLING_REP_OFF). Plain decimal literals: the programs' --help prints
+ * them with SW_STR.
  */
 #define SW_SAMPLING_TEMP 0.8
 #define SW_SAMPLING_TOP_K 40
