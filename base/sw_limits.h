@@ -3,6 +3,16 @@
  * each defined once: the engine, the wire protocol, the client library and
  * the programs' --help all take them from here.
  *
+ * Where two layers hold the same limit under two names (the engine's
+ * SW_MAX_DRAFT and the wire's SW_WIRE_MAX_DRAFT, the client's
+ * SW_CLIENT_MAX_STOP and the wire's SW_WIRE_MAX_STOP), one is defined from
+ * the other, and the layer that sees both asserts the tie (_Static_assert),
+ * so that giving one its own value does not compile. A value that --help
+ * prints is a plain literal here (no suffix, no expression), so that the help
+ * text is built from it (SW_STR) instead of repeating it. docs/protocol.md
+ * states the wire's limits and the relay's defaults and names this header as
+ * their source. A limit or default that one file alone uses stays there.
+ *
  * Header only: it declares plain values and types, so including it links
  * nothing.
  */
@@ -11,31 +21,171 @@
 
 #include <stdint.h>
 
-/* ---- sampling ---------------------------------------------------------------------------- */
+/* The value of a macro as a string literal: "default " SW_STR(SW_RELAY_DEFAULT_HWM). */
+#define SW_STR(x) SW_STR_(x)
+#define SW_STR_(x) #x
+
+/* ---- the engine: what one round and one prompt window hold ----------------------------------- */
+
+#define SW_MAX_DRAFT 64       // most draft tokens in one round, chain or tree
+#define SW_PROPOSAL_Q_MAX 256 // most entries of one sparse draft distribution
+
+/* A prompt is evaluated in windows of this many rows from its start, as
+ * llama.cpp evaluates a prompt in micro-batches of its default n_ubatch
+ * (engine/model.h says why the window decides a row's reduction order). A
+ * stage that receives a prompt in Forwards of at most this many rows
+ * (SW_WIRE_MAX_ROWS) therefore computes what one process computes. */
+#define SW_MODEL_PROMPT_WINDOW 512
+
+/* ---- the wire protocol (common/wire.c checks every message against these) -------------------- */
+
+#define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
+
+#define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
+#define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
+/* ZMQ_MAXMSGSIZE: larger frames drop the link. The 64 bytes leave room for the
+ * 40 bytes sealing adds to a payload (seal.h). */
+#define SW_WIRE_MAX_FRAME (SW_WIRE_MAX_PAYLOAD + 64u)
+/* All frames of one message after the relay's identity: names, a sealed
+ * header (62 bytes more than the Envelope) and a sealed payload. */
+#define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
+#define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
+
+#define SW_WIRE_MAX_ROWS SW_MODEL_PROMPT_WINDOW /* rows in one Forward: one prompt window */
+#define SW_WIRE_MAX_DRAFT SW_MAX_DRAFT /* drafts per round (a Forward of them and one token) */
+#define SW_WIRE_MAX_HIDDEN 65536       /* hidden size */
+#define SW_WIRE_MAX_POS (1u << 24)     /* positions in a session */
+#define SW_WIRE_MAX_TOKEN (1u << 22)   /* token ids are < this */
+#define SW_WIRE_MAX_LAYERS 4096
+#define SW_WIRE_MAX_ROUTE 16               /* stages in a pipeline */
+#define SW_WIRE_MAX_DIST SW_PROPOSAL_Q_MAX /* entries in one sparse draft distribution */
+#define SW_WIRE_MAX_PEERS 256              /* peers in a PeerTable / the relay */
+#define SW_WIRE_MAX_PROMPT_BYTES (2u << 20)
+#define SW_WIRE_MAX_PROMPT_TOKENS (1u << 18)
+#define SW_WIRE_MAX_MESSAGES 256 /* chat turns in one GenerateRequest */
+#define SW_WIRE_MAX_STOP 8       /* stop strings in one GenerateRequest */
+#define SW_WIRE_MAX_STOP_LEN 64  /* bytes of one stop string */
+#define SW_WIRE_MAX_CHUNK_TOKENS 4096
+#define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
+#define SW_WIRE_MAX_ERROR_TEXT 512
+#define SW_WIRE_MAX_QUEUE 65536 /* Error.queue_position */
+
+_Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
+               "a drafting Forward (the last token and its drafts) is one Forward");
+
+/* ---- clients and their requests -------------------------------------------------------------- */
+
+#define SW_REQUEST_DEFAULT_N_PREDICT 128 /* tokens to generate (-n; sw_client_request_default) */
+#define SW_REQUEST_MAX_N_PREDICT 1048576 /* tokens one request may ask for (-n, max_tokens) */
+#define SW_REQUEST_DEFAULT_TIMEOUT_S 300 /* a request's deadline on the cluster (--timeout-s) */
+#define SW_CLIENT_DEFAULT_CONNECT_S 15   /* run and status keep trying to reach the relay */
+
+_Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
+               "a GenerateRequest of the most tokens is valid on the wire");
+
+/* ---- programs' shared flags (args.h) --------------------------------------------------------- */
+
+#define SW_ARGS_DEFAULT_CTX 2048  /* -c: context positions per session */
+#define SW_DRAFT_DEFAULT_K_MAX 16 /* --draft-k-max: the adaptive K's ceiling */
+
+_Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a valid K");
+
+/* ---- a peer's link to the relay (common/peer.h; a 0 in sw_peer_opts_t) ----------------------- */
+
+#define SW_PEER_DEFAULT_HEARTBEAT_MS 1000 /* ZMTP heartbeat interval */
+#define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay = gone */
+#define SW_PEER_DEFAULT_CONNECT_MS 5000 /* how long to keep trying to reach the relay */
+
+/* ---- the node's defaults (shardwire-node; node_opts_t) --------------------------------------- */
+
+#define SW_NODE_DEFAULT_MAX_SESSIONS 8          /* --max-sessions */
+#define SW_NODE_DEFAULT_MAX_QUEUE 64            /* --max-queue: requests waiting at a head */
+#define SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT 16 /* --max-queue-per-client */
+#define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256      /* --max-batch-rows */
+#define SW_NODE_DEFAULT_IDLE_TIMEOUT_S 300      /* --idle-timeout-s */
+#define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000  /* --round-timeout-ms */
+#define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60    /* --recover-timeout-s */
+#define SW_NODE_DEFAULT_HEARTBEAT_MS SW_PEER_DEFAULT_HEARTBEAT_MS /* --heartbeat-ms */
+
+_Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
+                   SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,
+               "a queue position fits Error.queue_position");
+
+/* ---- the relay's defaults (shardwire-relay; a 0 in relay_opts_t) ----------------------------- */
+
+#define SW_RELAY_DEFAULT_HEARTBEAT_MS 1000 /* --heartbeat-ms: ZMTP heartbeat, liveness sweep */
+#define SW_RELAY_SILENT_IVLS 5             /* heartbeat intervals without data from a peer = dead */
+#define SW_RELAY_DEFAULT_HWM 128           /* --hwm: messages per peer and direction */
+#define SW_RELAY_DEFAULT_RATE 2000         /* --rate: messages/s one peer may send */
+#define SW_RELAY_DEFAULT_HANDSHAKE_MS 5000 /* --handshake-ms: to finish the CURVE handshake */
+#define SW_RELAY_DEFAULT_CONNS_PER_KEY 16  /* --max-conns-per-key */
+#define SW_RELAY_DEFAULT_QUEUE_MIB 64      /* --queue-mib: held for one destination */
+#define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
+#define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
+#define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
+
+_Static_assert(((uint64_t)SW_RELAY_DEFAULT_QUEUE_MIB << 20) > SW_WIRE_MAX_FRAME &&
+                   SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB >= SW_RELAY_DEFAULT_QUEUE_MIB &&
+                   ((uint64_t)SW_RELAY_DEFAULT_NODE_MIB_S << 20) > SW_WIRE_MAX_FRAME,
+               "a destination's budget and a node's byte rate take one largest frame");
+_Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
+                   SW_PEER_SILENT_IVLS * SW_PEER_DEFAULT_HEARTBEAT_MS,
+               "a peer hears the relay's heartbeat well before it takes the relay for gone");
+
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+/*
+ * The one set of sampling defaults: `run`, `generate` and the HTTP API sample
+ * with these (README, "Sampling"): llama.cpp's temperature, top-k, top-p and
+ * min-p, Ollama's repetition penalty and its window, and a fixed seed (the
+ * same request gives the same text; the HTTP API draws one per request). --greedy is temperature 0
+ * and the penalty off (SW_SAMPLING_REP_OFF). Plain decimal literals: the programs' --help prints
+ * them with SW_STR.
+ */
+#define SW_SAMPLING_TEMP 0.8
+#define SW_SAMPLING_TOP_K 40
+#define SW_SAMPLING_TOP_P 0.95
+#define SW_SAMPLING_MIN_P 0.05
+#define SW_SAMPLING_REP_PENALTY 1.1
+#define SW_SAMPLING_REP_LAST_N 64
+#define SW_SAMPLING_SEED 0x5eed
+#define SW_SAMPLING_REP_OFF 1 /* the repetition penalty that changes no logit */
+
+#define SW_SAMPLING_MAX_TOP_K (1 << 20)  /* --top-k, top_k of a request */
+#define SW_SAMPLING_MAX_LAST_N (1 << 20) /* --repeat-last-n, repeat_last_n of a request */
 
 /* Sampling parameters (engine/sampler.h applies them; clients send them in a
- * GenerateRequest). sw_sampling_default() gives the documented defaults. */
+ * GenerateRequest). */
 typedef struct sw_sampling {
-    float temp;        // temperature, >= 0; 0 = greedy argmax. Default 0.8
-    int top_k;         // keep the k largest logits, >= 0; 0 = off. Default 40
-    float top_p;       // keep the smallest prefix with mass >= top_p, (0, 1]; 1 = off. Default 0.95
-    float min_p;       // keep tokens with prob >= min_p * max prob, [0, 1]; 0 = off. Default 0.05
-    float rep_penalty; // repetition penalty, > 0; 1 = off. Default 1.0
-    int rep_last_n;    // tokens of history the penalty looks at, >= 0; 0 = off. Default 64
-    uint64_t seed;     // RNG seed; same seed + same inputs = same tokens. Default 0x5eed
+    float temp;        // temperature, >= 0; 0 = greedy argmax
+    int top_k;         // keep the k largest logits, >= 0; 0 = off
+    float top_p;       // keep the smallest prefix with mass >= top_p, (0, 1]; 1 = off
+    float min_p;       // keep tokens with prob >= min_p * max prob, [0, 1]; 0 = off
+    float rep_penalty; // repetition penalty, > 0; 1 = off
+    int rep_last_n;    // tokens of history the penalty looks at, >= 0; 0 = off
+    uint64_t seed;     // RNG seed; same seed + same inputs = same tokens
 } sw_sampling_t;
 
-/* The defaults listed in sw_sampling_t (llama.cpp's defaults, seed 0x5eed). */
+/*
+ * The engine's preset: the defaults above with the repetition penalty off.
+ * The clients' preset (sw_args_sampling_default in args.h) turns it on.
+ * Two presets because the penalty changes greedy decoding too (the argmax of
+ * the penalised logits): the engine's users that take this preset and set
+ * temp 0 for plain greedy (the draft model, the tests that compare with
+ * llama.cpp's greedy output) must not get a penalty they did not ask for.
+ * A node fills every field from the request, so the preset does not matter
+ * there.
+ */
 static inline sw_sampling_t sw_sampling_default(void)
 {
     sw_sampling_t p = {
-        .temp = 0.8f,
-        .top_k = 40,
-        .top_p = 0.95f,
-        .min_p = 0.05f,
-        .rep_penalty = 1.0f,
-        .rep_last_n = 64,
-        .seed = 0x5eed,
+        .temp = (float)SW_SAMPLING_TEMP,
+        .top_k = SW_SAMPLING_TOP_K,
+        .top_p = (float)SW_SAMPLING_TOP_P,
+        .min_p = (float)SW_SAMPLING_MIN_P,
+        .rep_penalty = (float)SW_SAMPLING_REP_OFF,
+        .rep_last_n = SW_SAMPLING_REP_LAST_N,
+        .seed = SW_SAMPLING_SEED,
     };
     return p;
 }

@@ -45,10 +45,10 @@ struct s_opts {
 };
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP_MODEL(SW_OPTS_MODEL_N),
-    SW_ARGS_GROUP_REQUEST(SW_OPTS_REQUEST_N),
-    SW_ARGS_GROUP_SAMPLING(SW_OPTS_SAMPLING_N),
-    SW_ARGS_GROUP_DRAFT(SW_OPTS_DRAFT_N),
+    SW_ARGS_GROUP_MODEL,
+    SW_ARGS_GROUP_REQUEST,
+    SW_ARGS_GROUP_SAMPLING,
+    SW_ARGS_GROUP_DRAFT,
 };
 
 static const sw_args_spec_t s_spec = {
@@ -58,7 +58,7 @@ static const sw_args_spec_t s_spec = {
              "  stderr. With a draft model or --draft ngram the output is the same tokens as\n"
              "  without (greedy) or the same distribution (sampling), in fewer target passes.\n",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 /* -1 when the options are good, else the exit code: 0 after --help / --version,

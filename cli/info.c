@@ -20,11 +20,11 @@
 #include "tokenizer.h"
 
 static const sw_opt_t s_opts[] = {
-    {"json", SW_OPT_JSON, NULL, "print one JSON object instead of a table"}, {0, 0, 0, 0}};
+    {"json", SW_OPT_JSON, NULL, "print one JSON object instead of a table"}};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP_MODEL(2), /* --model, --backend */
-    SW_ARGS_GROUP(NULL, s_opts, 1),
+    SW_ARGS_SHARED_TO("model", MODEL, BACKEND), /* --model, --backend */
+    SW_ARGS_GROUP(NULL, s_opts),
 };
 
 static const sw_args_spec_t s_spec = {
@@ -34,7 +34,7 @@ static const sw_args_spec_t s_spec = {
              "  (the default) no weight is read; --backend cuda places the weights on the\n"
              "  GPU as a node would, which checks that they fit.\n",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int cmd_info(int argc, char **argv)

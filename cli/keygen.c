@@ -28,9 +28,9 @@ static const sw_opt_t s_opts[] = {
     {"access-key", O_ACCESS, "FILE",
      "write a new random access key (mode 0600): the\nclients' and the heads' (seals requests and "
      "tokens)"},
-    {0, 0, 0, 0}};
+};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 3)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire keygen",
@@ -38,7 +38,7 @@ static const sw_args_spec_t s_spec = {
     .about = "  Makes the keys of a cluster (docs/security.md). Existing files are never\n"
              "  overwritten.\n",
     .groups = s_groups,
-    .n_groups = 1,
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int cmd_keygen(int argc, char **argv)

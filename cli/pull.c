@@ -25,9 +25,9 @@ static void s_on_signal(int sig)
 
 enum { O_QUIET = 'q' };
 
-static const sw_opt_t s_opts[] = {{"quiet", O_QUIET, NULL, "no progress output"}, {0, 0, 0, 0}};
+static const sw_opt_t s_opts[] = {{"quiet", O_QUIET, NULL, "no progress output"}};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 1)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire pull",
@@ -38,7 +38,7 @@ static const sw_args_spec_t s_spec = {
              "  download; checks the size and sha256 the hub announces. The file is also\n"
              "  usable as --model hf:ORG/NAME/FILE wherever a model path goes.\n",
     .groups = s_groups,
-    .n_groups = 1,
+    .n_groups = SW_ARGS_COUNT(s_groups),
     .footer = "environment: HF_HOME, HF_HUB_CACHE (cache folder), HF_TOKEN (private or gated\n"
               "repositories; else $HF_HOME/token), HF_ENDPOINT (a mirror), HF_HUB_OFFLINE=1.\n",
 };

@@ -10,9 +10,9 @@
  *                    [--connect-timeout-s S] SECURITY
  *
  * Clients started before the relay or the nodes keep trying, one line per
- * attempt, for --connect-timeout-s (default 15 s; 0 = no limit): `run` until a
- * head and a whole pipeline behind it are connected, `status --expect` until
- * the named peers are.
+ * attempt, for --connect-timeout-s (default SW_CLIENT_DEFAULT_CONNECT_S; 0 =
+ * no limit): `run` until a head and a whole pipeline behind it are connected,
+ * `status --expect` until the named peers are.
  *
  * SECURITY is --key FILE --relay-key FILE|Z85 --access-key FILE (required;
  * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
@@ -33,7 +33,7 @@
 #include "log.h"
 #include "wire.h"
 
-#define S_CONNECT_MS 15000 /* default --connect-timeout-s of the clients */
+#define S_CONNECT_MS (SW_CLIENT_DEFAULT_CONNECT_S * 1000) /* default --connect-timeout-s */
 
 static volatile sig_atomic_t s_stop;
 
@@ -108,11 +108,11 @@ static const sw_opt_t s_status_opts[] = {
     {"expect", O_EXPECT, "NAMES",
      "wait (up to the connect timeout) until these peers\n(comma-separated) are connected; exit 1 "
      "if they are not"},
-    {0, 0, 0, 0}};
+};
 
 static const sw_opt_group_t s_status_groups[] = {
-    SW_ARGS_GROUP(NULL, s_status_opts, 2),
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP(NULL, s_status_opts),
+    SW_ARGS_GROUP_RELAY,
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -122,7 +122,7 @@ static const sw_args_spec_t s_status_spec = {
     .about = "  The relay's peers: names, roles, layer ranges, heartbeat ages, models.\n"
              "  Needs a client key on the relay's allow-list, no access key.\n",
     .groups = s_status_groups,
-    .n_groups = sizeof s_status_groups / sizeof s_status_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_status_groups),
 };
 
 int cmd_status(int argc, char **argv)
@@ -294,15 +294,17 @@ static void s_print_table(const sw_client_stats_t *st)
 
 static const sw_opt_t s_run_opts[] = {
     {"head", O_HEAD, "NAME", "send the request to this head (default: the first one\nserving)"},
-    {"timeout-s", O_TIMEOUT, "S", "the request's deadline on the cluster (default 300)"},
-    {0, 0, 0, 0}};
+    {"timeout-s", O_TIMEOUT, "S",
+     "the request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
+};
 
 static const sw_opt_group_t s_run_groups[] = {
-    SW_ARGS_GROUP_REQUEST(SW_OPTS_REQUEST_N),
-    SW_ARGS_GROUP(NULL, s_run_opts, 2),
-    SW_ARGS_GROUP_SAMPLING(SW_OPTS_SAMPLING_N),
-    SW_ARGS_GROUP_DRAFT(4), /* proposer, K, trees, ahead; the models are the head's */
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
+    SW_ARGS_GROUP_REQUEST,
+    SW_ARGS_GROUP(NULL, s_run_opts),
+    SW_ARGS_GROUP_SAMPLING,
+    /* proposer, K, trees, ahead; the models are the head's */
+    SW_ARGS_SHARED_TO("speculative decoding", DRAFT, AHEAD),
+    SW_ARGS_GROUP_RELAY,
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -315,7 +317,7 @@ static const sw_args_spec_t s_run_spec = {
              "  --draft-ahead choose the head's speculation for this request (left out:\n"
              "  the head's defaults).\n",
     .groups = s_run_groups,
-    .n_groups = sizeof s_run_groups / sizeof s_run_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_run_groups),
 };
 
 int cmd_run(int argc, char **argv)
@@ -326,7 +328,7 @@ int cmd_run(int argc, char **argv)
     sw_sampling_t sp = sw_args_sampling_default();
     sw_args_draft_t dr = SW_ARGS_DRAFT_DEFAULT;
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
-    int timeout_s = 300, c;
+    int timeout_s = SW_REQUEST_DEFAULT_TIMEOUT_S, c;
     sw_args_t a;
     sw_args_init(&a, &s_run_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {

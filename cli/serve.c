@@ -14,6 +14,20 @@
 #include "keys.h"
 #include "log.h"
 
+/* The gateway's defaults, each stated once for the code and --help (the
+ * request timeout and the sampling defaults are sw_limits.h's). */
+#define S_LISTEN "127.0.0.1:8080"
+#define S_BODY_MB 8
+#define S_CONNECTIONS 64
+#define S_PER_IP 16
+#define S_INFLIGHT 32
+#define S_IDLE_S 30
+#define S_BODY_TIMEOUT_S 30
+#define S_MAX_TOKENS 512
+
+_Static_assert(S_INFLIGHT <= SW_CLIENT_MAX_INFLIGHT, "the gateway's one client holds them all");
+_Static_assert(S_MAX_TOKENS <= SW_REQUEST_MAX_N_PREDICT, "the default is a valid max_tokens");
+
 static volatile sig_atomic_t s_stop;
 
 static void s_on_signal(int sig)
@@ -37,24 +51,30 @@ enum {
 };
 
 static const sw_opt_t s_opts[] = {
-    {"listen", O_LISTEN, "HOST:PORT", "HTTP address (default 127.0.0.1:8080; port 0 = any)"},
+    {"listen", O_LISTEN, "HOST:PORT", "HTTP address (default " S_LISTEN "; port 0 = any)"},
     {"api-key-file", O_KEYS, "FILE", "bearer keys, one per line (mode 0600)"},
     {"insecure-no-api-key", O_NOKEY, NULL, "no keys: only with a loopback --listen address"},
-    {"max-body-mb", O_BODY, "N", "largest request body (default 8)"},
-    {"max-connections", O_CONNS, "N", "open HTTP connections (default 64)"},
-    {"max-per-ip", O_PERIP, "N", "open connections from one address (default 16)"},
-    {"max-inflight", O_INFLIGHT, "N", "generations at once; beyond: 429 (default 32)"},
-    {"idle-timeout-s", O_IDLE, "S", "close a connection idle this long (default 30)"},
-    {"body-timeout-s", O_BODYT, "S", "a request body must arrive within S (default 30)"},
-    {"max-tokens", O_MAXTOK, "N", "tokens to generate when a request does not say\n(default 512)"},
-    {"timeout-s", O_TIMEOUT, "S", "each request's deadline on the cluster (default 300)"},
-    {0, 0, 0, 0}};
+    {"max-body-mb", O_BODY, "N", "largest request body (default " SW_STR(S_BODY_MB) ")"},
+    {"max-connections", O_CONNS, "N", "open HTTP connections (default " SW_STR(S_CONNECTIONS) ")"},
+    {"max-per-ip", O_PERIP, "N",
+     "open connections from one address (default " SW_STR(S_PER_IP) ")"},
+    {"max-inflight", O_INFLIGHT, "N",
+     "generations at once; beyond: 429 (default " SW_STR(S_INFLIGHT) ")"},
+    {"idle-timeout-s", O_IDLE, "S",
+     "close a connection idle this long (default " SW_STR(S_IDLE_S) ")"},
+    {"body-timeout-s", O_BODYT, "S",
+     "a request body must arrive within S (default " SW_STR(S_BODY_TIMEOUT_S) ")"},
+    {"max-tokens", O_MAXTOK, "N",
+     "tokens to generate when a request does not say\n(default " SW_STR(S_MAX_TOKENS) ")"},
+    {"timeout-s", O_TIMEOUT, "S",
+     "each request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
+};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP(NULL, s_opts, 11),
+    SW_ARGS_GROUP(NULL, s_opts),
     /* the defaults of the fields a request leaves out (its seed is random) */
-    SW_ARGS_GROUP("sampling defaults", sw_opts_sampling, 5),
-    SW_ARGS_GROUP_RELAY(1),
+    SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, REP),
+    SW_ARGS_SHARED_TO("relay", RELAY, RELAY),
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -66,7 +86,7 @@ static const sw_args_spec_t s_spec = {
              "  The gateway is a client of the cluster: it needs a client key and the\n"
              "  cluster key (security below).\n",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int cmd_serve(int argc, char **argv)
@@ -74,20 +94,20 @@ int cmd_serve(int argc, char **argv)
     const char *P = s_spec.prog, *v;
     const sw_sampling_t sd = sw_args_sampling_default();
     gw_opts_t o = {
-        .listen = "127.0.0.1:8080",
-        .max_body = 8u << 20,
-        .max_connections = 64,
-        .max_per_ip = 16,
-        .max_inflight = 32,
-        .idle_timeout_s = 30,
-        .body_timeout_s = 30,
-        .defaults = {.max_tokens = 512, .timeout_ms = 300000},
+        .listen = S_LISTEN,
+        .max_body = (size_t)S_BODY_MB << 20,
+        .max_connections = S_CONNECTIONS,
+        .max_per_ip = S_PER_IP,
+        .max_inflight = S_INFLIGHT,
+        .idle_timeout_s = S_IDLE_S,
+        .body_timeout_s = S_BODY_TIMEOUT_S,
+        .defaults = {.max_tokens = S_MAX_TOKENS, .timeout_ms = SW_REQUEST_DEFAULT_TIMEOUT_S * 1000},
     };
     sw_sampling_t sp = sd;
     sw_sec_args_t sargs = {0};
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     char listen[SW_ARGS_ENDPOINT_MAX];
-    int c, rc = 0, mb = 8, timeout_s = 300;
+    int c, rc = 0, mb = S_BODY_MB, timeout_s = SW_REQUEST_DEFAULT_TIMEOUT_S;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
@@ -131,7 +151,8 @@ int cmd_serve(int argc, char **argv)
             rc = sw_arg_int(P, "--body-timeout-s", v, 1, 3600, &o.body_timeout_s);
             break;
         case O_MAXTOK:
-            rc = sw_arg_int(P, "--max-tokens", v, 1, 1 << 20, &o.defaults.max_tokens);
+            rc = sw_arg_int(P, "--max-tokens", v, 1, SW_REQUEST_MAX_N_PREDICT,
+                            &o.defaults.max_tokens);
             break;
         case O_TIMEOUT:
             rc = sw_arg_int(P, "--timeout-s", v, 1, 86400, &timeout_s);

@@ -22,9 +22,7 @@
 #define S_RESUME_GAP_MS 300 /* between two Resumes of one request while a gap lasts */
 #define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
 #define S_STATUS_MS 5000    /* wait for a peer table */
-#define S_DEFAULT_TIMEOUT_MS 300000
-
-_Static_assert(SW_CLIENT_MAX_DRAFT == SW_WIRE_MAX_DRAFT, "the client's draft limit is the wire's");
+#define S_DEFAULT_TIMEOUT_MS (SW_REQUEST_DEFAULT_TIMEOUT_S * 1000)
 
 typedef struct s_req {
     char id[SW_CLIENT_ID_LEN];     /* request id, "" = free slot */
@@ -474,14 +472,14 @@ int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int
 sw_client_request_t sw_client_request_default(void)
 {
     sw_client_request_t r = {
-        .n_predict = 128,
-        .temperature = 0,
-        .top_k = 40,
-        .top_p = 0.95f,
-        .min_p = 0.05f,
-        .repeat_penalty = 1.0f,
-        .repeat_last_n = 64,
-        .seed = 0x5eed,
+        .n_predict = SW_REQUEST_DEFAULT_N_PREDICT,
+        .temperature = 0, /* greedy: temperature 0 and the penalty off */
+        .top_k = SW_SAMPLING_TOP_K,
+        .top_p = (float)SW_SAMPLING_TOP_P,
+        .min_p = (float)SW_SAMPLING_MIN_P,
+        .repeat_penalty = SW_SAMPLING_REP_OFF,
+        .repeat_last_n = SW_SAMPLING_REP_LAST_N,
+        .seed = SW_SAMPLING_SEED,
         .draft = SW_CLIENT_DRAFT_AUTO,
         .draft_k = -1,
         .draft_ahead = -1,
@@ -527,14 +525,15 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (total > SW_WIRE_MAX_PROMPT_BYTES)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "the messages are longer than %u bytes",
                       SW_WIRE_MAX_PROMPT_BYTES);
-    if (q->n_predict < 1 || q->n_predict > (1 << 20))
+    if (q->n_predict < 1 || q->n_predict > SW_REQUEST_MAX_N_PREDICT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "tokens to generate %d not in [1, %d]",
-                      q->n_predict, 1 << 20);
+                      q->n_predict, SW_REQUEST_MAX_N_PREDICT);
     if (!(q->temperature >= 0 && q->temperature <= 100))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "temperature %g not in [0, 100]",
                       (double)q->temperature);
-    if (q->top_k < 0 || q->top_k > (1 << 20))
-        return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_k %d not in [0, %d]", q->top_k, 1 << 20);
+    if (q->top_k < 0 || q->top_k > SW_SAMPLING_MAX_TOP_K)
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_k %d not in [0, %d]", q->top_k,
+                      SW_SAMPLING_MAX_TOP_K);
     if (!(q->top_p > 0 && q->top_p <= 1))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_p %g not in (0, 1]", (double)q->top_p);
     if (!(q->min_p >= 0 && q->min_p < 1))
@@ -542,9 +541,9 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (!(q->repeat_penalty > 0 && q->repeat_penalty <= 10))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat penalty %g not in (0, 10]",
                       (double)q->repeat_penalty);
-    if (q->repeat_last_n < 0 || q->repeat_last_n > (1 << 20))
+    if (q->repeat_last_n < 0 || q->repeat_last_n > SW_SAMPLING_MAX_LAST_N)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat_last_n %d not in [0, %d]",
-                      q->repeat_last_n, 1 << 20);
+                      q->repeat_last_n, SW_SAMPLING_MAX_LAST_N);
     if (q->draft < SW_CLIENT_DRAFT_AUTO || q->draft > SW_CLIENT_DRAFT_MIX)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "unknown draft mode %d", q->draft);
     if (q->draft_k < -1 || q->draft_k > SW_CLIENT_MAX_DRAFT)
@@ -595,7 +594,7 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
     sp.top_p = q->top_p;
     sp.min_p = q->min_p;
     sp.repeat_penalty = q->repeat_penalty;
-    sp.repeat_last_n = q->repeat_last_n > 0 ? (uint32_t)q->repeat_last_n : 64;
+    sp.repeat_last_n = q->repeat_last_n > 0 ? (uint32_t)q->repeat_last_n : SW_SAMPLING_REP_LAST_N;
     sp.seed = q->seed;
     Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
     dp.mode = (Shardwire__DraftMode)q->draft;

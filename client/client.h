@@ -38,15 +38,25 @@
 #include <stdint.h>
 
 #include "keys.h"
+#include "sw_limits.h"
 
-#define SW_CLIENT_ID_LEN 32        /* bytes of a request id, NUL included */
-#define SW_CLIENT_NAME_LEN 64      /* bytes of a peer name, NUL included */
-#define SW_CLIENT_MAX_STOP 8       /* stop strings per request (protocol limit) */
-#define SW_CLIENT_MAX_STOP_LEN 64  /* bytes per stop string */
-#define SW_CLIENT_MAX_STAGES 16    /* stages in the statistics */
-#define SW_CLIENT_MAX_INFLIGHT 256 /* requests in flight on one client */
-#define SW_CLIENT_MAX_MESSAGES 256 /* chat messages per request */
-#define SW_CLIENT_MAX_DRAFT 64     /* drafts per round, chain or tree (protocol limit) */
+/* The client's limits are the protocol's (sw_limits.h), except the two of its own. */
+#define SW_CLIENT_ID_LEN 32                         /* bytes of a request id, NUL included */
+#define SW_CLIENT_NAME_LEN (SW_WIRE_NAME_MAX + 1)   /* bytes of a peer name, NUL included */
+#define SW_CLIENT_MAX_STOP SW_WIRE_MAX_STOP         /* stop strings per request */
+#define SW_CLIENT_MAX_STOP_LEN SW_WIRE_MAX_STOP_LEN /* bytes per stop string */
+#define SW_CLIENT_MAX_STAGES SW_WIRE_MAX_ROUTE      /* stages in the statistics */
+#define SW_CLIENT_MAX_INFLIGHT 256                  /* requests in flight on one client */
+#define SW_CLIENT_MAX_MESSAGES SW_WIRE_MAX_MESSAGES /* chat messages per request */
+#define SW_CLIENT_MAX_DRAFT SW_WIRE_MAX_DRAFT       /* drafts per round, chain or tree */
+
+_Static_assert(SW_CLIENT_ID_LEN <= SW_WIRE_NAME_MAX + 1, "a request id is a wire name");
+_Static_assert(SW_CLIENT_MAX_STOP == SW_WIRE_MAX_STOP &&
+                   SW_CLIENT_MAX_STOP_LEN == SW_WIRE_MAX_STOP_LEN &&
+                   SW_CLIENT_MAX_MESSAGES == SW_WIRE_MAX_MESSAGES &&
+                   SW_CLIENT_MAX_DRAFT == SW_WIRE_MAX_DRAFT,
+               "a request the client accepts is one the wire accepts, and the other way round");
+_Static_assert(SW_CLIENT_MAX_STAGES >= SW_WIRE_MAX_ROUTE, "the statistics hold every stage");
 
 /* Error codes (negative); sw_client_strerror names them. */
 enum sw_client_rc {
@@ -83,8 +93,9 @@ typedef struct sw_client_opts {
     const char *relay;           /* relay endpoint, tcp://HOST:PORT */
     const sw_sec_t *sec;         /* keys (copied); NULL or sec->insecure = loopback without keys */
     const char *name;            /* peer name prefix (default "client"); a random suffix is added */
-    int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 = 5000, -1 = no
-                                    limit); one warning line per attempt (peer.h) */
+    int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 =
+                                    SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one warning
+                                    line per attempt (peer.h) */
     volatile sig_atomic_t *stop; /* optional: joining gives up once it is non-zero */
 } sw_client_opts_t;
 
@@ -197,27 +208,31 @@ typedef struct sw_client_request {
     int chat;                        /* 1: prompt is one user message */
     const sw_client_msg_t *messages; /* n_messages turns, or NULL */
     int n_messages;                  /* 0 .. SW_CLIENT_MAX_MESSAGES */
-    int n_predict;                   /* tokens to generate, 1 .. 1<<20 */
+    int n_predict;                   /* tokens to generate, 1 .. SW_REQUEST_MAX_N_PREDICT */
     float temperature;               /* 0 = greedy, up to 100 */
     int top_k;                       /* 0 = off */
     float top_p;                     /* (0, 1], 1 = off */
     float min_p;                     /* [0, 1), 0 = off */
     float repeat_penalty;            /* 1 = off, up to 10 */
-    int repeat_last_n;               /* tokens the penalty looks at (0 = 64) */
+    int repeat_last_n;               /* tokens the penalty looks at (0 = SW_SAMPLING_REP_LAST_N) */
     uint64_t seed;                   /* sampling seed */
     int draft;                       /* enum sw_client_draft */
     int draft_k;                     /* drafts per round, -1 = the head's default */
     int draft_tree;                  /* token trees of at most this many drafts, 0 = the
                                         head's default, 1 = chains */
     int draft_ahead;                 /* drafting ahead: -1 = the head's default, 0 off, 1 on */
-    const char *const *stop;         /* n_stop stop strings (each 1..64 bytes), or NULL */
+    const char *const *stop;         /* n_stop stop strings (each 1..SW_CLIENT_MAX_STOP_LEN
+                                        bytes), or NULL */
     int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
-    int timeout_ms;                  /* the head gives up after this; 0 = 300000 */
+    int timeout_ms;                  /* deadline at the head; 0 = SW_REQUEST_DEFAULT_TIMEOUT_S */
 } sw_client_request_t;
 
-/* A request with the library's defaults: greedy, 128 tokens, 300 s.
+/* A request with the library's defaults: greedy (temperature 0, the
+ * repetition penalty off; the other sampling fields SW_SAMPLING_*),
+ * SW_REQUEST_DEFAULT_N_PREDICT tokens, SW_REQUEST_DEFAULT_TIMEOUT_S.
  * `shardwire run` and `shardwire serve` sample by default instead (they set
- * the sampling fields from their flags: temperature 0.8, top-k 40, ...). */
+ * the sampling fields from their flags, whose defaults are every
+ * SW_SAMPLING_* value). */
 sw_client_request_t sw_client_request_default(void);
 
 /* Checks req against the protocol's limits: 0, or SW_CLIENT_EINVAL after a line in err. */

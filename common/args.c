@@ -189,72 +189,125 @@ bad:
 
 /* ---- the shared groups ------------------------------------------------------------------ */
 
+/* Each shared table is initialised by its SW_OPTS_* indices (args.h), so
+ * that each option sits where its index says; the table's length must be
+ * its SW_OPTS_*_N (asserted after it), and sw_args_init asserts that no
+ * index in between was left out. The empty comments keep each index on a
+ * line of its own. */
+
 const sw_opt_t sw_opts_model[] = {
+    [SW_OPTS_MODEL_MODEL] = //
     {"model", SW_OPT_MODEL, "PATH",
      "GGUF model file, or hf:ORG/NAME/FILE (fetched into the\nHugging Face cache; HF_HOME, "
      "HF_TOKEN)"},
+    [SW_OPTS_MODEL_BACKEND] = //
     {"backend", SW_OPT_BACKEND, "B",
      "cpu, cuda, cuda:N, or cuda:0,1 to split the layers over\ntwo GPUs (default: cuda when a GPU "
      "is found, else cpu)"},
+    [SW_OPTS_MODEL_THREADS] = //
     {"threads", SW_OPT_THREADS, "N", "CPU compute threads (default: every core)"},
-    {"ctx", SW_OPT_CTX, "N", "context size in tokens, per session (default 2048)"},
-    {0, 0, 0, 0}};
+    [SW_OPTS_MODEL_CTX] = //
+    {"ctx", SW_OPT_CTX, "N",
+     "context size in tokens, per session (default " SW_STR(SW_ARGS_DEFAULT_CTX) ")"},
+};
+_Static_assert(sizeof sw_opts_model / sizeof sw_opts_model[0] == SW_OPTS_MODEL_N,
+               "SW_OPTS_MODEL_* indexes every option");
 
 const sw_opt_t sw_opts_request[] = {
+    [SW_OPTS_REQUEST_PROMPT] = //
     {"prompt", SW_OPT_PROMPT, "TEXT", "the prompt"},
-    {"n-predict", SW_OPT_NPREDICT, "N", "tokens to generate, 1..1048576 (default 128)"},
+    [SW_OPTS_REQUEST_N_PREDICT] = //
+    {"n-predict", SW_OPT_NPREDICT, "N",
+     "tokens to generate, 1.." SW_STR(SW_REQUEST_MAX_N_PREDICT) //
+     " (default " SW_STR(SW_REQUEST_DEFAULT_N_PREDICT) ")"},
+    [SW_OPTS_REQUEST_CHAT] = //
     {"chat", SW_OPT_CHAT, NULL, "wrap the prompt in the model's chat template"},
+    [SW_OPTS_REQUEST_JSON] = //
     {"json", SW_OPT_JSON, NULL,
      "print one JSON object (text, token ids, timings) at\nthe end instead of streaming the text"},
-    {0, 0, 0, 0}};
+};
+_Static_assert(sizeof sw_opts_request / sizeof sw_opts_request[0] == SW_OPTS_REQUEST_N,
+               "SW_OPTS_REQUEST_* indexes every option");
 
 const sw_opt_t sw_opts_sampling[] = {
-    {"temp", SW_OPT_TEMP, "T", "temperature, 0 = greedy (default 0.8)"},
-    {"top-k", SW_OPT_TOPK, "K", "keep the K most likely tokens, 0 = off (default 40)"},
-    {"top-p", SW_OPT_TOPP, "P", "nucleus sampling in (0, 1], 1 = off (default 0.95)"},
+    [SW_OPTS_SAMPLING_TEMP] = //
+    {"temp", SW_OPT_TEMP, "T", "temperature, 0 = greedy (default " SW_STR(SW_SAMPLING_TEMP) ")"},
+    [SW_OPTS_SAMPLING_TOP_K] = //
+    {"top-k", SW_OPT_TOPK, "K",
+     "keep the K most likely tokens, 0 = off (default " SW_STR(SW_SAMPLING_TOP_K) ")"},
+    [SW_OPTS_SAMPLING_TOP_P] = //
+    {"top-p", SW_OPT_TOPP, "P",
+     "nucleus sampling in (0, 1], 1 = off (default " SW_STR(SW_SAMPLING_TOP_P) ")"},
+    [SW_OPTS_SAMPLING_MIN_P] = //
     {"min-p", SW_OPT_MINP, "P",
-     "drop tokens below P x the best one's probability,\n0 = off "
-     "(default 0.05)"},
-    {"repeat-penalty", SW_OPT_REP, "R", "repetition penalty, 1 = off (default 1.1)"},
-    {"repeat-last-n", SW_OPT_REP_N, "N", "tokens the penalty looks back over (default 64)"},
+     "drop tokens below P x the best one's probability,\n"
+     "0 = off (default " SW_STR(SW_SAMPLING_MIN_P) ")"},
+    [SW_OPTS_SAMPLING_REP] = //
+    {"repeat-penalty", SW_OPT_REP, "R",
+     "repetition penalty, " SW_STR(SW_SAMPLING_REP_OFF) //
+     " = off (default " SW_STR(SW_SAMPLING_REP_PENALTY) ")"},
+    [SW_OPTS_SAMPLING_REP_LAST_N] = //
+    {"repeat-last-n", SW_OPT_REP_N, "N",
+     "tokens the penalty looks back over (default " SW_STR(SW_SAMPLING_REP_LAST_N) ")"},
+    [SW_OPTS_SAMPLING_SEED] = //
     {"seed", SW_OPT_SEED, "S",
-     "sampling seed (default 0x5eed: the same request gives\nthe same text; another seed, "
-     "another text)"},
+     "sampling seed (default " SW_STR(SW_SAMPLING_SEED) //
+     ": the same request gives\nthe same text; another seed, another text)"},
+    [SW_OPTS_SAMPLING_GREEDY] = //
     {"greedy", SW_OPT_GREEDY, NULL,
-     "plain greedy decoding: --temp 0 --repeat-penalty 1 (the\nreference output of llama.cpp)"},
-    {0, 0, 0, 0}};
+     "plain greedy decoding: --temp 0 --repeat-penalty " SW_STR(SW_SAMPLING_REP_OFF) //
+     " (the\nreference output of llama.cpp)"},
+};
+_Static_assert(sizeof sw_opts_sampling / sizeof sw_opts_sampling[0] == SW_OPTS_SAMPLING_N,
+               "SW_OPTS_SAMPLING_* indexes every option");
 
 const sw_opt_t sw_opts_draft[] = {
+    [SW_OPTS_DRAFT_MODE] = //
     {"draft", SW_OPT_DRAFT, "MODE",
      "the proposer: model, ngram (prompt lookup), mix (prompt\nlookup, else the model), none, or "
      "auto (default: model\nwhen a draft model is loaded, else none)"},
+    [SW_OPTS_DRAFT_K] = //
     {"draft-k", SW_OPT_DRAFT_K, "K", "drafts per round, 0 = off, auto = adaptive (default)"},
+    [SW_OPTS_DRAFT_TREE] = //
     {"draft-tree", SW_OPT_DRAFT_TREE, "N",
      "token trees of at most N drafts (default 0 = chains;\nneeds every stage on a backend with "
      "trees)"},
+    [SW_OPTS_DRAFT_AHEAD] = //
     {"draft-ahead", SW_OPT_DRAFT_AHEAD, "on|off",
      "draft the next round while one travels (default: on\nat a head, off in generate; for "
      "run, the head's)"},
+    [SW_OPTS_DRAFT_MODEL] = //
     {"draft-model", SW_OPT_DRAFT_MODEL, "PATH", "draft model GGUF (the model's vocabulary)"},
-    {"draft-k-max", SW_OPT_DRAFT_KMAX, "N", "largest adaptive K (default 16)"},
+    [SW_OPTS_DRAFT_K_MAX] = //
+    {"draft-k-max", SW_OPT_DRAFT_KMAX, "N",
+     "largest adaptive K (default " SW_STR(SW_DRAFT_DEFAULT_K_MAX) ")"},
+    [SW_OPTS_DRAFT_P_MIN] = //
     {"draft-p-min", SW_OPT_DRAFT_PMIN, "P",
      "stop drafting below this draft probability (default 0)"},
+    [SW_OPTS_DRAFT_THREADS] = //
     {"draft-threads", SW_OPT_DRAFT_THREADS, "N", "draft model threads (default: as --threads)"},
+    [SW_OPTS_DRAFT_BACKEND] = //
     {"draft-backend", SW_OPT_DRAFT_BACKEND, "B",
      "where the draft model runs, e.g. cuda:1 (default: the\nfirst device of --backend)"},
-    {0, 0, 0, 0}};
+};
+_Static_assert(sizeof sw_opts_draft / sizeof sw_opts_draft[0] == SW_OPTS_DRAFT_N,
+               "SW_OPTS_DRAFT_* indexes every option");
 
 const sw_opt_t sw_opts_relay[] = {
+    [SW_OPTS_RELAY_RELAY] = //
     {"relay", SW_OPT_RELAY, "ENDPOINT", "the relay: HOST:PORT or tcp://HOST:PORT"},
+    [SW_OPTS_RELAY_CONNECT] = //
     {"connect-timeout-s", SW_OPT_CONNECT, "S",
-     "keep trying to reach the relay for S s, one line per\nattempt; 0 = no limit (default: 15 for "
-     "clients,\n0 for a node)"},
-    {0, 0, 0, 0}};
+     "keep trying to reach the relay for S s, one line per\nattempt; 0 = no limit "
+     "(default: " SW_STR(SW_CLIENT_DEFAULT_CONNECT_S) " for clients,\n0 for a node)"},
+};
+_Static_assert(sizeof sw_opts_relay / sizeof sw_opts_relay[0] == SW_OPTS_RELAY_N,
+               "SW_OPTS_RELAY_* indexes every option");
 
 static const sw_opt_t s_opts_general[] = {
     {"help", SW_OPT_HELP, NULL, "print this help and exit"},
     {"version", SW_OPT_VERSION, NULL, "print the version and exit"},
-    {0, 0, 0, 0}};
+};
 
 /* ---- the parser ----------------------------------------------------------------------- */
 
@@ -276,8 +329,10 @@ static void s_add(sw_args_t *a, const char *name, int has_arg, int key)
 
 static void s_add_opts(sw_args_t *a, const sw_opt_t *o, int n)
 {
-    for (int i = 0; i < n && o[i].name; i++)
+    for (int i = 0; i < n; i++) {
+        assert(o[i].name && o[i].help && "an option without a name: an index left out of a table");
         s_add(a, o[i].name, o[i].arg ? required_argument : no_argument, o[i].key);
+    }
 }
 
 void sw_args_init(sw_args_t *a, const sw_args_spec_t *spec, int argc, char **argv)
@@ -294,7 +349,7 @@ void sw_args_init(sw_args_t *a, const sw_args_spec_t *spec, int argc, char **arg
         for (const struct option *r = gr->raw; r && r->name; r++)
             s_add(a, r->name, r->has_arg, r->val);
     }
-    s_add_opts(a, s_opts_general, 2);
+    s_add_opts(a, s_opts_general, SW_ARGS_COUNT(s_opts_general));
     a->longs[a->n_longs] = (struct option){0, 0, 0, 0};
     optind = 0; /* glibc: a full reset, also after an earlier parse stopped halfway */
     opterr = 0;
@@ -396,7 +451,7 @@ int sw_args_finish(const sw_args_t *a, int c, int max_operands)
 
 static void s_usage_opts(FILE *f, const sw_opt_t *o, int n)
 {
-    for (int i = 0; i < n && o[i].name; i++) {
+    for (int i = 0; i < n; i++) {
         char left[96];
         if (o[i].key > 0 && o[i].key < 128)
             snprintf(left, sizeof left, "  -%c, --%s%s%s", o[i].key, o[i].name, o[i].arg ? " " : "",
@@ -432,7 +487,7 @@ void sw_args_usage(const sw_args_spec_t *spec, FILE *f)
             fprintf(f, "%s", gr->raw_help);
     }
     fprintf(f, "\ngeneral:\n");
-    s_usage_opts(f, s_opts_general, 2);
+    s_usage_opts(f, s_opts_general, SW_ARGS_COUNT(s_opts_general));
     if (spec->footer)
         fprintf(f, "\n%s", spec->footer);
 }
@@ -469,7 +524,7 @@ int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const c
         r->prompt = val;
         return 1;
     case SW_OPT_NPREDICT:
-        return sw_arg_int(prog, "-n", val, 1, 1 << 20, &r->n_predict) ? -1 : 1;
+        return sw_arg_int(prog, "-n", val, 1, SW_REQUEST_MAX_N_PREDICT, &r->n_predict) ? -1 : 1;
     case SW_OPT_CHAT:
         r->chat = 1;
         return 1;
@@ -483,14 +538,8 @@ int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const c
 
 sw_sampling_t sw_args_sampling_default(void)
 {
-    sw_sampling_t s = sw_sampling_default();
-    s.temp = 0.8f;
-    s.top_k = 40;
-    s.top_p = 0.95f;
-    s.min_p = 0.05f;
-    s.rep_penalty = 1.1f;
-    s.rep_last_n = 64;
-    s.seed = 0x5eed;
+    sw_sampling_t s = sw_sampling_default(); /* the engine's preset: the penalty off */
+    s.rep_penalty = (float)SW_SAMPLING_REP_PENALTY;
     return s;
 }
 
@@ -500,7 +549,7 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
     case SW_OPT_TEMP:
         return sw_arg_float(prog, "--temp", val, 0, 100, &s->temp) ? -1 : 1;
     case SW_OPT_TOPK:
-        return sw_arg_int(prog, "--top-k", val, 0, 1 << 20, &s->top_k) ? -1 : 1;
+        return sw_arg_int(prog, "--top-k", val, 0, SW_SAMPLING_MAX_TOP_K, &s->top_k) ? -1 : 1;
     case SW_OPT_TOPP:
         if (sw_arg_float(prog, "--top-p", val, 0, 1, &s->top_p) != 0)
             return -1;
@@ -515,12 +564,14 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
     case SW_OPT_REP:
         return sw_arg_float(prog, "--repeat-penalty", val, 0.01, 10, &s->rep_penalty) ? -1 : 1;
     case SW_OPT_REP_N:
-        return sw_arg_int(prog, "--repeat-last-n", val, 1, 1 << 20, &s->rep_last_n) ? -1 : 1;
+        if (sw_arg_int(prog, "--repeat-last-n", val, 1, SW_SAMPLING_MAX_LAST_N, &s->rep_last_n))
+            return -1;
+        return 1;
     case SW_OPT_SEED:
         return sw_arg_u64(prog, "--seed", val, &s->seed) ? -1 : 1;
     case SW_OPT_GREEDY:
         s->temp = 0;
-        s->rep_penalty = 1;
+        s->rep_penalty = SW_SAMPLING_REP_OFF;
         return 1;
     default:
         return 0;
@@ -544,12 +595,12 @@ int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char 
             d->k = -1;
             return 1;
         }
-        return sw_arg_int(prog, "--draft-k", val, 0, 64, &d->k) ? -1 : 1;
+        return sw_arg_int(prog, "--draft-k", val, 0, SW_MAX_DRAFT, &d->k) ? -1 : 1;
     case SW_OPT_DRAFT_MODEL:
         d->model = val;
         return 1;
     case SW_OPT_DRAFT_KMAX:
-        return sw_arg_int(prog, "--draft-k-max", val, 1, 64, &d->k_max) ? -1 : 1;
+        return sw_arg_int(prog, "--draft-k-max", val, 1, SW_MAX_DRAFT, &d->k_max) ? -1 : 1;
     case SW_OPT_DRAFT_PMIN:
         return sw_arg_float(prog, "--draft-p-min", val, 0, 1, &d->p_min) ? -1 : 1;
     case SW_OPT_DRAFT_THREADS:
@@ -558,7 +609,7 @@ int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char 
         d->backend = val;
         return 1;
     case SW_OPT_DRAFT_TREE:
-        return sw_arg_int(prog, "--draft-tree", val, 0, 64, &d->tree) ? -1 : 1;
+        return sw_arg_int(prog, "--draft-tree", val, 0, SW_MAX_DRAFT, &d->tree) ? -1 : 1;
     case SW_OPT_DRAFT_AHEAD:
         if (!strcmp(val, "on") || !strcmp(val, "off")) {
             d->ahead = !strcmp(val, "on");

@@ -9,21 +9,20 @@
  *   request   -p/--prompt, -n/--n-predict, --chat, --json
  *   sampling  --temp, --top-k, --top-p, --min-p, --repeat-penalty,
  *             --repeat-last-n, --seed, --greedy
- *   drafting  --draft, --draft-k, --draft-model, --draft-k-max,
- *             --draft-p-min, --draft-threads, --draft-backend, --draft-tree,
- *             --draft-ahead
+ *   drafting  --draft, --draft-k, --draft-tree, --draft-ahead, --draft-model,
+ *             --draft-k-max, --draft-p-min, --draft-threads, --draft-backend
  *   relay     --relay, --connect-timeout-s
  *   security  keys.h's SW_SEC_LONGOPTS with their SW_SEC_USAGE text, plugged
  *             in as a raw group (SW_ARGS_GROUP_SECURITY)
  *
- * A program that needs only the first options of a group takes a prefix of
- * its table (sw_opt_group_t.n). sw_args_next() walks argv with getopt_long
- * over the program's table and answers -h/--help (every option of every
- * group, from the table itself) and -V/--version itself; an unknown flag, an
- * ambiguous abbreviation, a missing value or a value given to a switch gets
- * one line on stderr that names the flag and points to --help. Each group has
- * a handler (sw_args_*_opt) that takes the flags of its group and checks
- * their values.
+ * A program that needs only the first options of a group takes them up to
+ * a named one (SW_ARGS_SHARED_TO); no option count is written by hand.
+ * sw_args_next() walks argv with getopt_long over the program's table and
+ * answers -h/--help (every option of every group, from the table itself)
+ * and -V/--version itself; an unknown flag, an ambiguous abbreviation, a
+ * missing value or a value given to a switch gets one line on stderr that
+ * names the flag and points to --help. Each group has a handler
+ * (sw_args_*_opt) that takes the flags of its group and checks their values.
  *
  * Numbers and endpoints: sw_arg_int / sw_arg_double / sw_arg_float /
  * sw_arg_u64 / sw_arg_endpoint check a value and, when it is wrong, print one
@@ -83,7 +82,7 @@ typedef struct sw_opt {
 typedef struct sw_opt_group {
     const char *title;        /* heading in --help, NULL = the program's own options */
     const sw_opt_t *opts;     /* the options, or NULL for a raw group */
-    int n;                    /* how many of opts (a prefix of a shared table) */
+    int n;                    /* how many of opts (all, or the first of a shared table) */
     const struct option *raw; /* a raw group: getopt_long entries ending with {0}, */
     const char *raw_help;     /* described by this text (keys.h's SW_SEC_*) */
 } sw_opt_group_t;
@@ -135,30 +134,88 @@ enum {
     SW_OPT_CONNECT,
 };
 
-/* The shared tables (each ends with {0}) and their lengths. */
-extern const sw_opt_t sw_opts_model[];
-extern const sw_opt_t sw_opts_request[];
-extern const sw_opt_t sw_opts_sampling[];
-extern const sw_opt_t sw_opts_draft[];
-extern const sw_opt_t sw_opts_relay[];
+/*
+ * The shared tables, and the index of each option in its table:
+ * SW_OPTS_<GROUP>_<OPTION>, in table order, then SW_OPTS_<GROUP>_N, the
+ * table's length (args.c asserts it and initialises each entry by its index).
+ */
 enum {
-    SW_OPTS_MODEL_N = 4,
-    SW_OPTS_REQUEST_N = 4,
-    SW_OPTS_SAMPLING_N = 8,
-    SW_OPTS_DRAFT_N = 9,
-    SW_OPTS_RELAY_N = 2,
+    SW_OPTS_MODEL_MODEL,
+    SW_OPTS_MODEL_BACKEND,
+    SW_OPTS_MODEL_THREADS,
+    SW_OPTS_MODEL_CTX,
+    SW_OPTS_MODEL_N
 };
+enum {
+    SW_OPTS_REQUEST_PROMPT,
+    SW_OPTS_REQUEST_N_PREDICT,
+    SW_OPTS_REQUEST_CHAT,
+    SW_OPTS_REQUEST_JSON,
+    SW_OPTS_REQUEST_N
+};
+enum {
+    SW_OPTS_SAMPLING_TEMP,
+    SW_OPTS_SAMPLING_TOP_K,
+    SW_OPTS_SAMPLING_TOP_P,
+    SW_OPTS_SAMPLING_MIN_P,
+    SW_OPTS_SAMPLING_REP,
+    SW_OPTS_SAMPLING_REP_LAST_N,
+    SW_OPTS_SAMPLING_SEED,
+    SW_OPTS_SAMPLING_GREEDY,
+    SW_OPTS_SAMPLING_N
+};
+enum {
+    SW_OPTS_DRAFT_MODE,
+    SW_OPTS_DRAFT_K,
+    SW_OPTS_DRAFT_TREE,
+    SW_OPTS_DRAFT_AHEAD,
+    SW_OPTS_DRAFT_MODEL,
+    SW_OPTS_DRAFT_K_MAX,
+    SW_OPTS_DRAFT_P_MIN,
+    SW_OPTS_DRAFT_THREADS,
+    SW_OPTS_DRAFT_BACKEND,
+    SW_OPTS_DRAFT_N
+};
+enum { SW_OPTS_RELAY_RELAY, SW_OPTS_RELAY_CONNECT, SW_OPTS_RELAY_N };
+extern const sw_opt_t sw_opts_model[];    /* SW_OPTS_MODEL_N options */
+extern const sw_opt_t sw_opts_request[];  /* SW_OPTS_REQUEST_N */
+extern const sw_opt_t sw_opts_sampling[]; /* SW_OPTS_SAMPLING_N */
+extern const sw_opt_t sw_opts_draft[];    /* SW_OPTS_DRAFT_N */
+extern const sw_opt_t sw_opts_relay[];    /* SW_OPTS_RELAY_N */
 
-/* Group initializers: the whole shared table, or its first n options. */
-#define SW_ARGS_GROUP(title_, table_, n_)                                                          \
+/*
+ * Group initializers; no option count is written by hand.
+ *
+ * SW_ARGS_GROUP(title, table): every option of a table whose length the
+ * compiler sees (a program's own, defined in its file, no {0} at the end).
+ * SW_ARGS_SHARED(title, GROUP): every option of a shared table (GROUP is
+ * MODEL, REQUEST, SAMPLING, DRAFT or RELAY); SW_ARGS_GROUP_MODEL and the
+ * others below are those with their usual titles.
+ * SW_ARGS_SHARED_TO(title, GROUP, LAST): a shared table's options up to and
+ * including SW_OPTS_<GROUP>_<LAST>, for a program that takes only the first
+ * ones; a name that is not one of the group's does not compile, so the cut
+ * stays inside the table.
+ */
+#define SW_ARGS_COUNT(table_) ((int)(sizeof(table_) / sizeof((table_)[0])))
+#define SW_ARGS_GROUP_N_(title_, table_, n_)                                                       \
     {                                                                                              \
         .title = (title_), .opts = (table_), .n = (n_)                                             \
     }
-#define SW_ARGS_GROUP_MODEL(n_) SW_ARGS_GROUP("model", sw_opts_model, (n_))
-#define SW_ARGS_GROUP_REQUEST(n_) SW_ARGS_GROUP("request", sw_opts_request, (n_))
-#define SW_ARGS_GROUP_SAMPLING(n_) SW_ARGS_GROUP("sampling", sw_opts_sampling, (n_))
-#define SW_ARGS_GROUP_DRAFT(n_) SW_ARGS_GROUP("speculative decoding", sw_opts_draft, (n_))
-#define SW_ARGS_GROUP_RELAY(n_) SW_ARGS_GROUP("relay", sw_opts_relay, (n_))
+#define SW_ARGS_GROUP(title_, table_) SW_ARGS_GROUP_N_(title_, table_, SW_ARGS_COUNT(table_))
+#define SW_ARGS_SHARED(title_, group_)                                                             \
+    SW_ARGS_GROUP_N_(title_, SW_ARGS_TABLE_##group_, SW_OPTS_##group_##_N)
+#define SW_ARGS_SHARED_TO(title_, group_, last_)                                                   \
+    SW_ARGS_GROUP_N_(title_, SW_ARGS_TABLE_##group_, SW_OPTS_##group_##_##last_ + 1)
+#define SW_ARGS_TABLE_MODEL sw_opts_model
+#define SW_ARGS_TABLE_REQUEST sw_opts_request
+#define SW_ARGS_TABLE_SAMPLING sw_opts_sampling
+#define SW_ARGS_TABLE_DRAFT sw_opts_draft
+#define SW_ARGS_TABLE_RELAY sw_opts_relay
+#define SW_ARGS_GROUP_MODEL SW_ARGS_SHARED("model", MODEL)
+#define SW_ARGS_GROUP_REQUEST SW_ARGS_SHARED("request", REQUEST)
+#define SW_ARGS_GROUP_SAMPLING SW_ARGS_SHARED("sampling", SAMPLING)
+#define SW_ARGS_GROUP_DRAFT SW_ARGS_SHARED("speculative decoding", DRAFT)
+#define SW_ARGS_GROUP_RELAY SW_ARGS_SHARED("relay", RELAY)
 /* keys.h's security flags as a raw group; the file includes keys.h. */
 #define SW_ARGS_GROUP_SECURITY                                                                     \
     {                                                                                              \
@@ -222,33 +279,33 @@ typedef struct sw_args_model {
     const char *model;   /* -m: GGUF path or hf:ORG/NAME/FILE; NULL = not given */
     const char *backend; /* -b: cpu, cuda, cuda:N, cuda:0,1; NULL = auto */
     int threads;         /* -t: CPU threads, 0 = every core */
-    int n_ctx;           /* -c: positions (default 2048) */
+    int n_ctx;           /* -c: positions (default SW_ARGS_DEFAULT_CTX) */
 } sw_args_model_t;
 #define SW_ARGS_MODEL_DEFAULT                                                                      \
     {                                                                                              \
-        .n_ctx = 2048                                                                              \
+        .n_ctx = SW_ARGS_DEFAULT_CTX                                                               \
     }
 int sw_args_model_opt(const char *prog, sw_args_model_t *m, int key, const char *val);
 
 typedef struct sw_args_request {
     const char *prompt; /* -p, NULL = not given ("" is refused) */
-    int n_predict;      /* -n: tokens to generate, 1 .. 1<<20 (default 128) */
+    int n_predict;      /* -n: tokens to generate, 1 .. SW_REQUEST_MAX_N_PREDICT */
     int chat;           /* --chat */
     int json;           /* --json */
 } sw_args_request_t;
 #define SW_ARGS_REQUEST_DEFAULT                                                                    \
     {                                                                                              \
-        .n_predict = 128                                                                           \
+        .n_predict = SW_REQUEST_DEFAULT_N_PREDICT                                                  \
     }
 int sw_args_request_opt(const char *prog, sw_args_request_t *r, int key, const char *val);
 
 /*
- * The sampling defaults of every client (generate, run, serve): temperature
- * 0.8, top-k 40, top-p 0.95, min-p 0.05 (llama.cpp's), a repetition penalty
- * of 1.1 over the last 64 tokens (Ollama's), and the fixed seed 0x5eed: the
- * same request gives the same text every time; --seed picks another.
- * --greedy is plain greedy decoding (temperature 0, no repetition penalty),
- * which is what llama.cpp's reference output is.
+ * The sampling defaults of every client (generate, run, serve): every
+ * SW_SAMPLING_* value of sw_limits.h, the repetition penalty included (the
+ * engine's sw_sampling_default() has it off; sw_limits.h says why). The seed
+ * is fixed: the same request gives the same text every time; --seed picks
+ * another. --greedy is plain greedy decoding (temperature 0, no repetition
+ * penalty), which is what llama.cpp's reference output is.
  */
 sw_sampling_t sw_args_sampling_default(void);
 int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char *val);
@@ -257,7 +314,7 @@ typedef struct sw_args_draft {
     const char *mode;    /* --draft: "model", "ngram", "mix", "none", or NULL = auto */
     int k;               /* --draft-k: > 0 fixed, 0 off, -1 auto (default) */
     const char *model;   /* --draft-model, NULL = none */
-    int k_max;           /* --draft-k-max (default 16) */
+    int k_max;           /* --draft-k-max (default SW_DRAFT_DEFAULT_K_MAX) */
     float p_min;         /* --draft-p-min (default 0) */
     int threads;         /* --draft-threads, 0 = as --threads */
     const char *backend; /* --draft-backend, NULL = the first device of --backend */
@@ -266,7 +323,7 @@ typedef struct sw_args_draft {
 } sw_args_draft_t;
 #define SW_ARGS_DRAFT_DEFAULT                                                                      \
     {                                                                                              \
-        .k = -1, .k_max = 16, .ahead = -1                                                          \
+        .k = -1, .k_max = SW_DRAFT_DEFAULT_K_MAX, .ahead = -1                                      \
     }
 int sw_args_draft_opt(const char *prog, sw_args_draft_t *d, int key, const char *val);
 /* Where the model runs in this process (generate, a node): 0, or -1 after the

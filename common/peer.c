@@ -23,7 +23,6 @@
 #define SW_PEER_QUEUE 64                /* messages kept while sw_peer_status waits */
 #define SW_PEER_RETRY_MS 1000           /* re-announce interval while refused / unanswered */
 #define S_PROBE_MIN_MS 250              /* shortest probe, also for a last attempt */
-#define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay */
 #define SW_PEER_ZMTP_BACKSTOP_MS 600000 /* libzmq's own heartbeat timeout */
 #define SW_PEER_BACKOFF_MIN_MS 250      /* first delay between start-up attempts */
 #define SW_PEER_BACKOFF_MAX_MS 5000     /* longest delay between start-up attempts */
@@ -513,10 +512,10 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         SW_ERR("peer: the name '%s' is reserved for the relay", SW_WIRE_RELAY_NAME);
         return NULL;
     }
-    int hb = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
+    int hb = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : SW_PEER_DEFAULT_HEARTBEAT_MS;
     int connect_ms = opts->connect_timeout_ms > 0   ? opts->connect_timeout_ms
                      : opts->connect_timeout_ms < 0 ? -1
-                                                    : 5000;
+                                                    : SW_PEER_DEFAULT_CONNECT_MS;
     int64_t deadline = connect_ms < 0 ? -1 : s_now_ms() + connect_ms;
     int attempt = 0, cuts = 0;
     int send_ms = opts->send_timeout_ms > 0 ? opts->send_timeout_ms : 10000;

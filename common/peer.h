@@ -53,10 +53,11 @@ typedef struct sw_peer sw_peer_t;
 typedef struct sw_peer_opts {
     const char *relay;                       /* relay endpoint, "tcp://host:port" */
     const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
-    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = 1000. The relay is presumed gone
-                               after 10x this without data from it. */
+    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = SW_PEER_DEFAULT_HEARTBEAT_MS. The
+                               relay is presumed gone after SW_PEER_SILENT_IVLS x this without
+                               data from it. */
     int connect_timeout_ms; /* how long sw_peer_new keeps trying to reach the relay and get its
-                               ack; 0 = 5000, -1 = forever */
+                               ack; 0 = SW_PEER_DEFAULT_CONNECT_MS, -1 = forever */
     int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
     const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */
     int accept_clear_errors;     /* clients: accept a clear Error from a peer that cannot open

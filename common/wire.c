@@ -483,10 +483,12 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
                   g->draft->ahead <= SHARDWIRE__DRAFT_AHEAD__AHEAD_ON,
               "generate.draft.ahead %d unknown", (int)g->draft->ahead);
     }
-    CHECK(g->n_stop <= 8, "generate has %zu stop strings (max 8)", g->n_stop);
+    CHECK(g->n_stop <= SW_WIRE_MAX_STOP, "generate has %zu stop strings (max %d)", g->n_stop,
+          SW_WIRE_MAX_STOP);
     for (size_t i = 0; i < g->n_stop; i++) {
-        size_t n = s_strlen_max(g->stop[i], 64);
-        CHECK(n >= 1 && n <= 64, "generate.stop[%zu] not 1..64 bytes", i);
+        size_t n = s_strlen_max(g->stop[i], SW_WIRE_MAX_STOP_LEN);
+        CHECK(n >= 1 && n <= SW_WIRE_MAX_STOP_LEN, "generate.stop[%zu] not 1..%d bytes", i,
+              SW_WIRE_MAX_STOP_LEN);
     }
     return SW_WIRE_OK;
 }

@@ -13,10 +13,11 @@
  * row-major [n_rows, hidden] of the header's dtype. Tensor bytes never go into
  * protobuf bytes. docs/protocol.md is the full description.
  *
- * Every decoded Envelope is validated field by field against the limits below
- * before a caller sees it; every Envelope is validated the same way before it is
- * sent. Functions that take `char *err, size_t err_len` write one line saying
- * what was wrong there (or log it at warn level when err is NULL).
+ * Every decoded Envelope is validated field by field against the protocol's
+ * limits (SW_WIRE_NAME_MAX and SW_WIRE_MAX_*, defined in sw_limits.h with the
+ * engine's limits they must match) before a caller sees it; every Envelope is
+ * validated the same way before it is sent. Functions that take `char *err, size_t err_len` write
+ * one line saying what was wrong there (or log it at warn level when err is NULL).
  *
  * Ownership: a sw_wire_msg_t owns its Envelope and payload until
  * sw_wire_msg_clear(); envelopes the caller builds stay the caller's.
@@ -25,6 +26,7 @@
 #define SW_WIRE_H
 
 #include "shardwire.pb-c.h"
+#include "sw_limits.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -33,36 +35,8 @@
 /* Envelope.version; any other is refused (3: trees, 4: cancel, 5: tree and
  * draft-ahead requests and stats). */
 #define SW_WIRE_VERSION 5u
-#define SW_WIRE_NAME_MAX 63        /* bytes in a peer name / request id */
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
-
-#define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
-#define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
-/* ZMQ_MAXMSGSIZE: larger frames drop the link. The 64 bytes leave room for the
- * 40 bytes sealing adds to a payload (seal.h). */
-#define SW_WIRE_MAX_FRAME (SW_WIRE_MAX_PAYLOAD + 64u)
-/* All frames of one message after the relay's identity: names, a sealed
- * header (62 bytes more than the Envelope) and a sealed payload. */
-#define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
-#define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
-
-#define SW_WIRE_MAX_ROWS 512         /* rows in one Forward (prefill chunk) */
-#define SW_WIRE_MAX_DRAFT 64         /* drafts per round: a drafting Forward has <= 65 rows */
-#define SW_WIRE_MAX_HIDDEN 65536     /* hidden size */
-#define SW_WIRE_MAX_POS (1u << 24)   /* positions in a session */
-#define SW_WIRE_MAX_TOKEN (1u << 22) /* token ids are < this */
-#define SW_WIRE_MAX_LAYERS 4096
-#define SW_WIRE_MAX_ROUTE 16  /* stages in a pipeline */
-#define SW_WIRE_MAX_DIST 256  /* entries in one sparse draft distribution */
-#define SW_WIRE_MAX_PEERS 256 /* peers in a PeerTable / the relay */
-#define SW_WIRE_MAX_PROMPT_BYTES (2u << 20)
-#define SW_WIRE_MAX_PROMPT_TOKENS (1u << 18)
-#define SW_WIRE_MAX_MESSAGES 256 /* chat turns in one GenerateRequest */
-#define SW_WIRE_MAX_CHUNK_TOKENS 4096
-#define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
-#define SW_WIRE_MAX_ERROR_TEXT 512
-#define SW_WIRE_MAX_QUEUE 65536 /* Error.queue_position */
-#define SW_WIRE_ERR_LEN 256     /* a good size for the err buffers below */
+#define SW_WIRE_ERR_LEN 256        /* a good size for the err buffers below */
 
 /* Return codes (negative) of the functions below. */
 enum sw_wire_rc {

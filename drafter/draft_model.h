@@ -54,7 +54,7 @@
 #include "sampler.h"
 #include "verify.h"
 
-#define DRAFT_Q_MAX 256 // most entries of a sparse draft distribution
+#define DRAFT_Q_MAX SW_PROPOSAL_Q_MAX // most entries of a sparse draft distribution
 
 typedef struct draft_model draft_model_t;
 

@@ -45,9 +45,9 @@
 #include "decode.h"
 #include "draft_model.h"
 
-#define DRAFT_K_AUTO (-1)   // cfg.k: adaptive K
-#define DRAFT_K_MAX_AUTO 16 // default ceiling of the adaptive K
-#define DRAFT_MIX_MIN_N 2   // mixed mode: shortest n-gram match trusted over the model
+#define DRAFT_K_AUTO (-1)                       // cfg.k: adaptive K
+#define DRAFT_K_MAX_AUTO SW_DRAFT_DEFAULT_K_MAX // default ceiling of the adaptive K
+#define DRAFT_MIX_MIN_N 2 // mixed mode: shortest n-gram match trusted over the model
 
 enum draft_mode {
     DRAFT_MODE_NONE = 0,

@@ -21,9 +21,16 @@
 
 #include "model.h"
 #include "sampler.h"
+#include "sw_limits.h"
 #include "verify.h"
 
-#define SW_MAX_DRAFT 64 // most draft tokens in one round
+/* SW_MAX_DRAFT (draft tokens in one round) and SW_PROPOSAL_Q_MAX are in
+ * sw_limits.h, where the wire's limits are defined from them: a round holds
+ * what one Forward carries. */
+_Static_assert(SW_MAX_DRAFT == SW_WIRE_MAX_DRAFT, "a round holds the drafts of one Forward");
+_Static_assert(SW_PROPOSAL_Q_MAX == SW_WIRE_MAX_DIST,
+               "a proposal's draft distribution is what one Forward carries");
+_Static_assert(SW_MAX_DRAFT <= SW_VERIFY_MAX_TREE, "a round's token tree fits the verifier");
 
 typedef struct sw_round {
     int kv_keep;           // cache positions every stage keeps before appending
@@ -124,9 +131,8 @@ sw_target_t sw_local_target(sw_local_target_t *t);
 
 /* ---- proposers ---- */
 
-/* Most entries of one sparse draft distribution a proposal may carry (the
- * draft model's DRAFT_Q_MAX, the wire's SW_WIRE_MAX_DIST). */
-#define SW_PROPOSAL_Q_MAX 256
+/* A proposal's draft distributions carry at most SW_PROPOSAL_Q_MAX entries
+ * each (sw_limits.h; the draft model's DRAFT_Q_MAX). */
 
 /* The drafts a proposer offers for one round: a chain, or a token tree in
  * verify.h's layout. The q entries point into the proposer's memory and stay

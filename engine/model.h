@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "gguf.h"
 #include "kv.h"
+#include "sw_limits.h"
 
 enum sw_arch {
     SW_ARCH_LLAMA = 0,
@@ -59,14 +60,14 @@ typedef struct sw_kv sw_kv_t;
  * the most rows of logits one LM-head call computes. */
 #define SW_MODEL_BATCH 64
 
-/* A prompt is evaluated in windows of this many rows from its start, as
- * llama.cpp evaluates a prompt in micro-batches of its default n_ubatch: the
- * reduction order of a prompt row depends on how many rows its window holds
- * (2 or more: the batched attention order; 8 or more: also the tiled K-quant
- * matmul order, sw_matmul_tiled). A stage that receives a prompt in Forwards
- * of at most this many rows (SW_WIRE_MAX_ROWS) therefore computes what one
- * process computes. */
-#define SW_MODEL_PROMPT_WINDOW 512
+/* A prompt is evaluated in windows of SW_MODEL_PROMPT_WINDOW rows from its
+ * start (sw_limits.h, where the wire's SW_WIRE_MAX_ROWS is defined from it),
+ * as llama.cpp evaluates a prompt in micro-batches of its default n_ubatch:
+ * the reduction order of a prompt row depends on how many rows its window
+ * holds (2 or more: the batched attention order; 8 or more: also the tiled
+ * K-quant matmul order, sw_matmul_tiled). A stage that receives a prompt in
+ * Forwards of at most this many rows therefore computes what one process
+ * computes. */
 
 /* Opens path and loads layers [layer_begin, layer_end) (layer_end = -1: to the
  * last layer) onto be; on a backend group the layers are split evenly over

@@ -303,11 +303,11 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
                 "'shardwire.draft_ahead' must be true, false or null (the head's default)");
         r->q.draft_ahead = json_is_true(v);
     }
-    if ((rc = s_int(x, "top_k", 0, 1 << 20, &i, err, err_len, param)) < 0)
+    if ((rc = s_int(x, "top_k", 0, SW_SAMPLING_MAX_TOP_K, &i, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.top_k = (int)i;
-    if ((rc = s_int(x, "repeat_last_n", 0, 1 << 20, &i, err, err_len, param)) < 0)
+    if ((rc = s_int(x, "repeat_last_n", 0, SW_SAMPLING_MAX_LAST_N, &i, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.repeat_last_n = (int)i;
@@ -360,11 +360,12 @@ int gw_req_parse(gw_req_t *r, const char *body, size_t len, int chat, const gw_d
     long long i = 0;
     double d = 0;
     int rc;
-    if ((rc = s_int(root, "max_tokens", 1, 1 << 20, &i, err, err_len, param)) < 0)
+    if ((rc = s_int(root, "max_tokens", 1, SW_REQUEST_MAX_N_PREDICT, &i, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.n_predict = (int)i;
-    if ((rc = s_int(root, "max_completion_tokens", 1, 1 << 20, &i, err, err_len, param)) < 0)
+    if ((rc = s_int(root, "max_completion_tokens", 1, SW_REQUEST_MAX_N_PREDICT, &i, err, err_len,
+                    param)) < 0)
         return -1;
     if (rc)
         r->q.n_predict = (int)i;

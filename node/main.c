@@ -50,36 +50,44 @@ static const sw_opt_t s_opts[] = {
     {"model-name", O_MODEL_NAME, "NAME",
      "the model's name for clients and the HTTP API\n(default: the file name without .gguf)"},
     {"max-sessions", O_MAXS, "N",
-     "sessions held at once; on the head, requests served at\nonce (default 8)"},
+     "sessions held at once; on the head, requests served at\nonce (default " //
+     SW_STR(SW_NODE_DEFAULT_MAX_SESSIONS) ")"},
     {"max-queue", O_MAXQ, "N",
-     "head: requests waiting for a session beyond that; more\nare refused as busy (default 64)"},
+     "head: requests waiting for a session beyond that; more\nare refused as busy (default " //
+     SW_STR(SW_NODE_DEFAULT_MAX_QUEUE) ")"},
     {"max-queue-per-client", O_QPC, "N",
-     "head: of those, from one client at most (default 16,\n0 = any)"},
+     "head: of those, from one client at most (default " //
+     SW_STR(SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT) ",\n0 = any)"},
     {"max-sessions-per-client", O_SPC, "N",
      "head: sessions one client runs at once; its other\nrequests wait while others' pass (default "
      "0 "
      "= any)"},
     {"max-batch-rows", O_MAXROWS, "N",
-     "rows run through the layers in one batch, summed over\nsessions (default 256)"},
+     "rows run through the layers in one batch, summed over\nsessions (default " //
+     SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
     {"kv-mib", O_KVMIB, "M",
      "memory for the sessions' KV caches; a session that does\nnot fit waits (head) or is refused "
      "(default: what\n--max-sessions caches of --ctx positions take, at most\nthe GPUs' free "
      "memory)"},
     {"dtype", O_DTYPE, "T", "hidden states sent as f32, f16 or bf16 (default f32)"},
-    {"idle-timeout-s", O_IDLE, "S", "free a session unused for S seconds (default 300)"},
+    {"idle-timeout-s", O_IDLE, "S",
+     "free a session unused for S seconds (default " SW_STR(SW_NODE_DEFAULT_IDLE_TIMEOUT_S) ")"},
     {"round-timeout-ms", O_ROUND, "MS",
-     "head: recover a round with no verdict after MS\n(default 60000)"},
+     "head: recover a round with no verdict after MS\n(default " //
+     SW_STR(SW_NODE_DEFAULT_ROUND_TIMEOUT_MS) ")"},
     {"recover-timeout-s", O_RECOVER, "S",
-     "head: wait up to S s for a failed stage to come back\n(default 60; 0 = fail at once)"},
-    {"heartbeat-ms", O_HB, "MS", "relay heartbeat interval (default 1000)"},
-    {0, 0, 0, 0}};
+     "head: wait up to S s for a failed stage to come back\n(default " //
+     SW_STR(SW_NODE_DEFAULT_RECOVER_TIMEOUT_S) "; 0 = fail at once)"},
+    {"heartbeat-ms", O_HB, "MS",
+     "relay heartbeat interval (default " SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
+};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP(NULL, s_opts, 14),
-    SW_ARGS_GROUP_MODEL(SW_OPTS_MODEL_N),
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
-    SW_ARGS_GROUP("speculative decoding (the head's defaults for requests that leave it to it)",
-                  sw_opts_draft, SW_OPTS_DRAFT_N),
+    SW_ARGS_GROUP(NULL, s_opts),
+    SW_ARGS_GROUP_MODEL,
+    SW_ARGS_GROUP_RELAY,
+    SW_ARGS_SHARED("speculative decoding (the head's defaults for requests that leave it to it)",
+                   DRAFT),
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -90,7 +98,7 @@ static const sw_args_spec_t s_spec = {
              "  starts at 0 is the head (sessions, drafting), the one that ends at the last\n"
              "  layer the tail (verifier); docs/deploy.md.\n",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 static int s_layers(const char *s, int *a, int *b)
@@ -125,21 +133,20 @@ int main(int argc, char **argv)
     node_opts_t o = {
         .layer_begin = -1,
         .layer_end = -1,
-        .max_sessions = 8,
-        .idle_timeout_ms = 300000,
-        .round_timeout_ms = 60000,
-        .recover_timeout_ms = 60000,
+        .max_sessions = SW_NODE_DEFAULT_MAX_SESSIONS,
+        .round_timeout_ms = SW_NODE_DEFAULT_ROUND_TIMEOUT_MS,
         .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
-        .heartbeat_ms = 1000,
-        .max_queue = 64,
-        .max_queue_per_client = 16,
-        .max_batch_rows = 256,
+        .heartbeat_ms = SW_NODE_DEFAULT_HEARTBEAT_MS,
+        .max_queue = SW_NODE_DEFAULT_MAX_QUEUE,
+        .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
+        .max_batch_rows = SW_NODE_DEFAULT_MAX_BATCH_ROWS,
     };
     sw_args_model_t mo = SW_ARGS_MODEL_DEFAULT;
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     sw_args_draft_t dr = SW_ARGS_DRAFT_DEFAULT;
     int kv_mib = -1;
-    int c, idle_s = 300, recover_s = 60, rc = 0;
+    int c, idle_s = SW_NODE_DEFAULT_IDLE_TIMEOUT_S, rc = 0;
+    int recover_s = SW_NODE_DEFAULT_RECOVER_TIMEOUT_S;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {

@@ -92,20 +92,29 @@ static const sw_opt_t s_opts[] = {
      "changes and on\nSIGHUP (docs/security.md)."},
     {"insecure-loopback", O_INSECURE, NULL, "no keys, no encryption; loopback endpoints only"},
     {"heartbeat-ms", O_HB, "MS",
-     "ZMTP heartbeat and liveness sweep interval; a peer that\nsends no data for 5 intervals is "
-     "dropped (default 1000)"},
-    {"hwm", O_HWM, "N", "messages queued per peer and direction (default 128)"},
-    {"rate", O_RATE, "N", "messages/s one peer may send to others (default 2000)"},
+     "ZMTP heartbeat and liveness sweep interval; a peer that\nsends no data for " //
+     SW_STR(SW_RELAY_SILENT_IVLS) " intervals is dropped (default "                //
+     SW_STR(SW_RELAY_DEFAULT_HEARTBEAT_MS) ")"},
+    {"hwm", O_HWM, "N",
+     "messages queued per peer and direction (default " SW_STR(SW_RELAY_DEFAULT_HWM) ")"},
+    {"rate", O_RATE, "N",
+     "messages/s one peer may send to others (default " SW_STR(SW_RELAY_DEFAULT_RATE) ")"},
     {"handshake-ms", O_HANDSHAKE, "MS",
-     "time a new connection has to authenticate (default\n5000)"},
-    {"max-conns-per-key", O_CONNS, "N", "peers one key may hold at once (default 16)"},
-    {"queue-mib", O_QMIB, "N", "MiB queued for one destination (default 64)"},
-    {"queue-total-mib", O_QTOTAL, "N", "MiB queued for all destinations (default 256)"},
-    {"client-mib-s", O_CMIBS, "N", "MiB/s one client peer may send (default 4)"},
-    {"node-mib-s", O_NMIBS, "N", "MiB/s one node peer may send (default 256)"},
-    {0, 0, 0, 0}};
+     "time a new connection has to authenticate (default\n" //
+     SW_STR(SW_RELAY_DEFAULT_HANDSHAKE_MS) ")"},
+    {"max-conns-per-key", O_CONNS, "N",
+     "peers one key may hold at once (default " SW_STR(SW_RELAY_DEFAULT_CONNS_PER_KEY) ")"},
+    {"queue-mib", O_QMIB, "N",
+     "MiB queued for one destination (default " SW_STR(SW_RELAY_DEFAULT_QUEUE_MIB) ")"},
+    {"queue-total-mib", O_QTOTAL, "N",
+     "MiB queued for all destinations (default " SW_STR(SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB) ")"},
+    {"client-mib-s", O_CMIBS, "N",
+     "MiB/s one client peer may send (default " SW_STR(SW_RELAY_DEFAULT_CLIENT_MIB_S) ")"},
+    {"node-mib-s", O_NMIBS, "N",
+     "MiB/s one node peer may send (default " SW_STR(SW_RELAY_DEFAULT_NODE_MIB_S) ")"},
+};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 13)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-relay",
@@ -115,7 +124,7 @@ static const sw_args_spec_t s_spec = {
              "  routes their frames (it never sees the payloads, docs/security.md). Prints\n"
              "  \"listening ENDPOINT\" on stdout once bound.\n",
     .groups = s_groups,
-    .n_groups = 1,
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int main(int argc, char **argv)

@@ -49,7 +49,6 @@
 #define RELAY_BATCH 256     /* messages handled per wakeup before timers run */
 #define RELAY_RECHECK_MS 20 /* probe delay after a DISCONNECTED event */
 #define RELAY_MON_EP "inproc://sw-relay-monitor"
-#define RELAY_SILENT_IVLS 5                   /* heartbeat intervals without data = dead */
 #define RELAY_ZMTP_BACKSTOP_MS 600000         /* libzmq's own heartbeat timeout */
 #define RELAY_ZAP_EP "inproc://zeromq.zap.01" /* fixed by the ZAP spec (RFC 27) */
 #define RELAY_ALLOW_CHECK_MS 1000             /* allow-list file change check period */
@@ -57,14 +56,8 @@
 #define RELAY_PARK_PER_PAIR 8                 /* of them per (sender, destination) */
 #define RELAY_PARK_BYTES (64u << 20)          /* bytes held in all of them */
 #define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
-#define RELAY_HANDSHAKE_MS 5000               /* default time to finish the CURVE handshake */
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
-#define RELAY_CONNS_PER_KEY 16                /* default: live peers one key may hold */
-#define RELAY_QUEUE_MIB 64                    /* default: bytes queued to one destination */
-#define RELAY_QUEUE_TOTAL_MIB 256             /* default: bytes queued to all of them */
-#define RELAY_CLIENT_MIB_S 4                  /* default: byte rate of one client peer */
-#define RELAY_NODE_MIB_S 256                  /* default: byte rate of one node peer */
 /* A client's message: a GenerateRequest of the largest prompt, sealed, and the
  * destination frame; no payload frame. */
 #define RELAY_CLIENT_MSG_MAX (SW_WIRE_MAX_PROMPT_BYTES + (64u << 10))
@@ -522,9 +515,9 @@ relay_t *relay_new(const relay_opts_t *opts)
     relay_t *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
-    r->heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
-    r->handshake_ms = opts->handshake_ms > 0 ? opts->handshake_ms : RELAY_HANDSHAKE_MS;
-    int hwm = opts->hwm > 0 ? opts->hwm : 128;
+    r->heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : SW_RELAY_DEFAULT_HEARTBEAT_MS;
+    r->handshake_ms = opts->handshake_ms > 0 ? opts->handshake_ms : SW_RELAY_DEFAULT_HANDSHAKE_MS;
+    int hwm = opts->hwm > 0 ? opts->hwm : SW_RELAY_DEFAULT_HWM;
     int timeout = RELAY_ZMTP_BACKSTOP_MS; /* liveness is judged by bytes (see the top) */
     int64_t maxmsg = SW_WIRE_MAX_FRAME;
     size_t len = sizeof r->endpoint;
@@ -552,15 +545,19 @@ relay_t *relay_new(const relay_opts_t *opts)
         return NULL;
     }
     r->reload = opts->reload;
-    r->rate = opts->rate > 0 ? opts->rate : 2000;
+    r->rate = opts->rate > 0 ? opts->rate : SW_RELAY_DEFAULT_RATE;
     r->max_conns_per_key =
-        opts->max_conns_per_key > 0 ? opts->max_conns_per_key : RELAY_CONNS_PER_KEY;
+        opts->max_conns_per_key > 0 ? opts->max_conns_per_key : SW_RELAY_DEFAULT_CONNS_PER_KEY;
     r->client_rate =
-        (double)(opts->client_mib_s > 0 ? opts->client_mib_s : RELAY_CLIENT_MIB_S) * (1 << 20);
-    r->node_rate = (double)(opts->node_mib_s > 0 ? opts->node_mib_s : RELAY_NODE_MIB_S) * (1 << 20);
-    r->queue_max = (size_t)(opts->queue_mib > 0 ? opts->queue_mib : RELAY_QUEUE_MIB) << 20;
-    r->queue_total_max =
-        (size_t)(opts->queue_total_mib > 0 ? opts->queue_total_mib : RELAY_QUEUE_TOTAL_MIB) << 20;
+        (double)(opts->client_mib_s > 0 ? opts->client_mib_s : SW_RELAY_DEFAULT_CLIENT_MIB_S) *
+        (1 << 20);
+    r->node_rate =
+        (double)(opts->node_mib_s > 0 ? opts->node_mib_s : SW_RELAY_DEFAULT_NODE_MIB_S) * (1 << 20);
+    r->queue_max = (size_t)(opts->queue_mib > 0 ? opts->queue_mib : SW_RELAY_DEFAULT_QUEUE_MIB)
+                   << 20;
+    r->queue_total_max = (size_t)(opts->queue_total_mib > 0 ? opts->queue_total_mib
+                                                            : SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB)
+                         << 20;
     if (r->queue_total_max < r->queue_max)
         r->queue_total_max = r->queue_max;
     atomic_init(&r->queued, 0);
@@ -768,7 +765,7 @@ static long s_silent_ms(relay_peer_t *p)
 
 static void s_sweep(relay_t *r)
 {
-    const long limit = (long)RELAY_SILENT_IVLS * r->heartbeat_ms;
+    const long limit = (long)SW_RELAY_SILENT_IVLS * r->heartbeat_ms;
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
         if (!s_alive(r, p)) {

@@ -34,21 +34,21 @@
 typedef struct relay relay_t;
 
 typedef struct relay_opts {
+    /* Each int below: 0 = its SW_RELAY_DEFAULT_* in sw_limits.h. */
     const char *listen;   /* endpoint to bind, "tcp://HOST:PORT" ("tcp://127.0.0.1:*" = any port) */
-    int heartbeat_ms;     /* ZMTP heartbeat interval and liveness sweep period; 0 = 1000 */
-    int hwm;              /* queued messages per peer and direction; 0 = 128 */
+    int heartbeat_ms;     /* ZMTP heartbeat interval and liveness sweep period */
+    int hwm;              /* queued messages per peer and direction */
     const char *key_file; /* relay CURVE secret key file (required unless insecure) */
     const char *allow_file;        /* allow-list of client public keys (required unless insecure) */
     int insecure_loopback;         /* 1 = no CURVE; only loopback listen endpoints */
     volatile sig_atomic_t *reload; /* set (e.g. by SIGHUP) to re-read the allow-list; may be NULL */
-    int rate; /* messages per second one peer may send to other peers (burst = 1 s of it); 0 = 2000
-               */
-    int handshake_ms;      /* time a new connection has to finish the CURVE handshake; 0 = 5000 */
-    int max_conns_per_key; /* live peers one key may hold at once (keys only); 0 = 16 */
-    int queue_mib;         /* bytes libzmq may hold for one destination, MiB; 0 = 64 */
-    int queue_total_mib;   /* ... for all destinations together, MiB; 0 = 256 */
-    int client_mib_s;      /* bytes/s a client key's peer may send, MiB (keys only); 0 = 4 */
-    int node_mib_s;        /* bytes/s any other peer may send, MiB; 0 = 256 */
+    int rate;              /* messages per second one peer may send to other peers (burst = 1 s) */
+    int handshake_ms;      /* time a new connection has to finish the CURVE handshake */
+    int max_conns_per_key; /* live peers one key may hold at once (keys only) */
+    int queue_mib;         /* bytes libzmq may hold for one destination, MiB */
+    int queue_total_mib;   /* ... for all destinations together, MiB */
+    int client_mib_s;      /* bytes/s a client key's peer may send, MiB (keys only) */
+    int node_mib_s;        /* bytes/s any other peer may send, MiB */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */

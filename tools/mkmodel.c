@@ -656,9 +656,9 @@ static const sw_opt_t s_opts[] = {
     {"embd-type", O_EMBD, "T", "--from: re-quantize the embedding to q4_0 or q8_0"},
     {"seed", O_SEED, "S", "--synth: weight seed (default 1)"},
     {"out", O_OUT, "OUT.gguf", "the file to write"},
-    {0, 0, 0, 0}};
+};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 6)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-mkmodel",
@@ -666,7 +666,7 @@ static const sw_args_spec_t s_spec = {
              "       shardwire-mkmodel --synth PRESET [--layers N] [--seed S] -o OUT.gguf",
     .about = "  Writes GGUF models for tests and benchmarks (docs/benchmarks.md).\n",
     .groups = s_groups,
-    .n_groups = 1,
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 int main(int argc, char **argv)

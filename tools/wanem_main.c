@@ -48,9 +48,9 @@ static const sw_opt_t s_opts[] = {
     {"rate-kbps", O_RATE, "R", "pace each direction to R kbit/s (default unlimited)"},
     {"seed", O_SEED, "S", "jitter seed (default 1)"},
     {"buffer-mib", O_BUFFER, "M", "MiB queued per direction before reading pauses\n(default 64)"},
-    {0, 0, 0, 0}};
+};
 
-static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts, 7)};
+static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-wanem",
@@ -59,7 +59,7 @@ static const sw_args_spec_t s_spec = {
              "  ms (one way, each direction), plus a jitter, then paced to R kbit/s per\n"
              "  direction. Each accepted client gets its own upstream connection.\n",
     .groups = s_groups,
-    .n_groups = 1,
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 static int s_bad(const char *fmt, const char *a, const char *b)

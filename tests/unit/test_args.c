@@ -111,24 +111,18 @@ static void s_check_endpoints(void)
 }
 
 static const sw_opt_t s_own[] = {{"name", SW_OPT_OWN, "NAME", "a name"},
-                                 {"flag", SW_OPT_OWN + 1, NULL, "a switch"},
-                                 {0, 0, 0, 0}};
+                                 {"flag", SW_OPT_OWN + 1, NULL, "a switch"}};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_GROUP(NULL, s_own, 2),
-    SW_ARGS_GROUP_MODEL(SW_OPTS_MODEL_N),
-    SW_ARGS_GROUP_REQUEST(SW_OPTS_REQUEST_N),
-    SW_ARGS_GROUP_SAMPLING(SW_OPTS_SAMPLING_N),
-    SW_ARGS_GROUP_DRAFT(SW_OPTS_DRAFT_N),
-    SW_ARGS_GROUP_RELAY(SW_OPTS_RELAY_N),
-    SW_ARGS_GROUP_SECURITY,
+    SW_ARGS_GROUP(NULL, s_own), SW_ARGS_GROUP_MODEL, SW_ARGS_GROUP_REQUEST,  SW_ARGS_GROUP_SAMPLING,
+    SW_ARGS_GROUP_DRAFT,        SW_ARGS_GROUP_RELAY, SW_ARGS_GROUP_SECURITY,
 };
 
 static const sw_args_spec_t s_spec = {
     .prog = "prog cmd",
     .usage = "[options]",
     .groups = s_groups,
-    .n_groups = sizeof s_groups / sizeof s_groups[0],
+    .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
 struct s_vals {
