@@ -180,11 +180,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         s_fail(0, err, err_len, "out of memory");
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
+    const sw_msg_announce_t an = {.name = name, .role = SW_ROLE_CLIENT};
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .connect_timeout_ms = o->connect_timeout_ms,

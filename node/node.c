@@ -18,14 +18,14 @@ double node_now_ms(void)
     return sw_now_ms();
 }
 
-static int s_role(const node_t *n)
+static sw_role_t s_role(const node_t *n)
 {
     int first = sw_model_is_first(n->model), last = sw_model_is_last(n->model);
     if (first && last)
-        return SHARDWIRE__ROLE__ROLE_FULL;
+        return SW_ROLE_FULL;
     if (first)
-        return SHARDWIRE__ROLE__ROLE_HEAD;
-    return last ? SHARDWIRE__ROLE__ROLE_TAIL : SHARDWIRE__ROLE__ROLE_MIDDLE;
+        return SW_ROLE_HEAD;
+    return last ? SW_ROLE_TAIL : SW_ROLE_MIDDLE;
 }
 
 /* The model's name for clients: --model-name, else the file name without
@@ -177,21 +177,22 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
         goto out;
     }
 
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)o->name;
-    an.role = s_role(&n);
-    an.model_fingerprint = n.fingerprint;
-    an.layer_begin = (uint32_t)sw_model_layer_begin(n.model);
-    an.layer_end = (uint32_t)sw_model_layer_end(n.model);
-    an.n_layers = (uint32_t)n.hp->n_layer;
     char backend[SW_WIRE_NAME_MAX + 1];
     snprintf(backend, sizeof backend, "%s", sw_backend_desc(n.be));
-    an.backend = backend;
-    an.max_sessions = (uint32_t)o->max_sessions;
-    an.hidden = (uint32_t)n.hp->n_embd;
     char model_name[SW_WIRE_NAME_MAX + 1];
     s_model_name(o, model_name, sizeof model_name);
-    an.model_name = model_name;
+    const sw_msg_announce_t an = {
+        .name = o->name,
+        .role = s_role(&n),
+        .model_fingerprint = n.fingerprint,
+        .layer_begin = (uint32_t)sw_model_layer_begin(n.model),
+        .layer_end = (uint32_t)sw_model_layer_end(n.model),
+        .n_layers = (uint32_t)n.hp->n_layer,
+        .backend = backend,
+        .max_sessions = (uint32_t)o->max_sessions,
+        .hidden = (uint32_t)n.hp->n_embd,
+        .model_name = model_name,
+    };
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .heartbeat_ms = o->heartbeat_ms,
@@ -209,12 +210,7 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     }
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
             sw_model_layer_begin(n.model), sw_model_layer_end(n.model), n.hp->n_layer,
-            sw_backend_desc(n.be),
-            an.role == SHARDWIRE__ROLE__ROLE_FULL   ? "full"
-            : an.role == SHARDWIRE__ROLE__ROLE_HEAD ? "head"
-            : an.role == SHARDWIRE__ROLE__ROLE_TAIL ? "tail"
-                                                    : "middle",
-            n.fingerprint, o->relay);
+            sw_backend_desc(n.be), sw_wire_role_name(an.role), n.fingerprint, o->relay);
 
     /* The event loop: read everything the relay has for us (Forwards wait in
      * the stage's batch), run the batch, advance the head's sessions, and
