@@ -830,14 +830,6 @@ static int s_is_relay(const char *name)
     return strcmp(name, SW_WIRE_RELAY_NAME) == 0;
 }
 
-int sw_wire_peer_routable(const Shardwire__PeerInfo *pi, int need_key)
-{
-    const Shardwire__PeerAnnounce *a = pi ? pi->announce : NULL;
-    if (!a || a->role < SHARDWIRE__ROLE__ROLE_HEAD || a->role > SHARDWIRE__ROLE__ROLE_FULL)
-        return 0;
-    return pi->key_bound || !need_key;
-}
-
 /* The sealer for env's channel from crypto (NULL when it holds none for it). */
 static sw_seal_t *s_send_seal(const sw_wire_crypto_t *crypto, const Shardwire__Envelope *env)
 {

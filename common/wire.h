@@ -149,11 +149,6 @@ const char *sw_wire_type_name(sw_msg_type_t type);
  * an Error (either). */
 int sw_wire_body_channel(const Shardwire__Envelope *env);
 
-/* 1 when a peer-table entry is a node (head, middle, tail, full) that may be
- * routed to: key-bound by the relay's allow-list, or need_key is 0 (a relay
- * without keys binds nothing). */
-int sw_wire_peer_routable(const Shardwire__PeerInfo *pi, int need_key);
-
 /* Bytes per element of a payload dtype; 0 for an unknown value. */
 size_t sw_wire_dtype_size(int dtype);
 /* Printable name of the Envelope's body ("forward", "verdict", ...). */

@@ -129,7 +129,7 @@ int main(int argc, char **argv)
         .idle_timeout_ms = 300000,
         .round_timeout_ms = 60000,
         .recover_timeout_ms = 60000,
-        .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
+        .dtype = SW_DTYPE_F32,
         .heartbeat_ms = 1000,
         .max_queue = 64,
         .max_queue_per_client = 16,
@@ -188,11 +188,11 @@ int main(int argc, char **argv)
             break;
         case O_DTYPE:
             if (!strcmp(v, "f32"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+                o.dtype = SW_DTYPE_F32;
             else if (!strcmp(v, "f16"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+                o.dtype = SW_DTYPE_F16;
             else if (!strcmp(v, "bf16"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_BF16;
+                o.dtype = SW_DTYPE_BF16;
             else {
                 fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
                 rc = -1;
