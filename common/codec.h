@@ -1,7 +1,8 @@
 /*
  * codec.h - the one place where shardwire's protobuf messages
  * (proto/shardwire.proto) become the plain C structs that the node, relay,
- * client and gateway logic use, and back.
+ * client and gateway logic use, and back. Outside common/ no program names a
+ * protobuf type (tests do, to craft malformed messages).
  *
  * Receiving: sw_wire_recv() (wire.h) has checked every field of a message
  * against the protocol's limits; sw_codec_decode() then gives a plain view
