@@ -18,6 +18,10 @@
  * sent. Functions that take `char *err, size_t err_len` write one line saying
  * what was wrong there (or log it at warn level when err is NULL).
  *
+ * Programs do not read or build Envelopes themselves: codec.h turns a
+ * received sw_wire_msg_t into a plain struct and a plain struct into an
+ * Envelope sent through sw_wire_send_ex.
+ *
  * Ownership: a sw_wire_msg_t owns its Envelope and payload until
  * sw_wire_msg_clear(); envelopes the caller builds stay the caller's.
  */
@@ -101,7 +105,7 @@ typedef struct sw_wire_crypto {
 /* One received message. Zero-initialise before the first sw_wire_recv. */
 typedef struct sw_wire_msg {
     char peer[SW_WIRE_NAME_MAX + 1]; /* the name frame: source (from the relay) */
-    Shardwire__Envelope *env;        /* decoded and validated; owned */
+    Shardwire__Envelope *env;        /* decoded and validated; owned (read: sw_codec_decode) */
     zmq_msg_t payload;               /* raw tensor frame, valid when has_payload */
     int has_payload;                 /* 1 when a payload frame came */
     int sealed;                      /* 1 when it arrived sealed (and was opened) */
