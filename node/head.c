@@ -65,7 +65,6 @@ enum s_state { S_FREE = 0, S_ROUTE, S_RUN, S_LINGER };
 typedef struct s_route {
     int n; // stages, head included
     char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
-    char *ptrs[SW_WIRE_MAX_ROUTE]; // names[i], for protobuf
 } s_route_t;
 
 /* One TokenChunk as it was sent, for a Resume. */
@@ -86,7 +85,7 @@ typedef struct s_sess {
     double t_start;                    // the request reached the head (ms)
     double t_gen;                      // the session started (ms)
     double deadline;                   // absolute, 0 = none
-    Shardwire__SamplingParams spw;     // the verifier's sampling, as sent to the tail
+    sw_sampling_t sp;                  // the verifier's sampling, as sent to the tail
     int32_t *prompt;                   // (n_prompt) tokens
     int n_prompt, n_predict;           //
     int n_ctx;                         // positions the session may reach
@@ -124,9 +123,8 @@ typedef struct s_sess {
     int finish;                        // FINISH_* once the request ended
     int err_code;                      // ERROR / DEADLINE: the Error sent
     char err[SW_WIRE_MAX_ERROR_TEXT];  //
-    Shardwire__GenerateStats stats;    // the final chunk's stats
-    Shardwire__StageTiming stage[SW_WIRE_MAX_ROUTE];
-    Shardwire__StageTiming *stage_p[SW_WIRE_MAX_ROUTE];
+    /* the final chunk's stats */
+    sw_msg_stats_t stats;
     int have_stats;                        //
     double t_end;                          // the request ended (ms)
     double t_resume;                       // last Resume served
@@ -139,6 +137,7 @@ typedef struct s_sess {
 /* A request waiting for a session slot. */
 typedef struct s_wait {
     sw_wire_msg_t msg;     // the GenerateRequest
+    sw_msg_generate_t g;   // msg decoded (views into it)
     double t_arrive;       // ms
     double client_missing; // since when its client seems gone (0 = present)
 } s_wait_t;
@@ -178,16 +177,15 @@ struct node_head {
 static void s_send_error(node_t *n, const char *dest, int code, const char *request_id,
                          uint64_t session, uint32_t queue_pos, const char *text)
 {
-    Shardwire__Error er = SHARDWIRE__ERROR__INIT;
-    er.code = code;
-    er.message = (char *)text;
-    er.session_id = session;
-    er.request_id = (char *)(request_id ? request_id : "");
-    er.queue_position = queue_pos;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
-    env.error = &er;
-    if (sw_peer_try_send(n->peer, dest, &env) != 0)
+    const sw_msg_t er = {
+        .type = SW_MSG_ERROR,
+        .error = {.code = (sw_error_code_t)code,
+                  .message = text,
+                  .session_id = session,
+                  .request_id = request_id,
+                  .queue_position = queue_pos},
+    };
+    if (sw_peer_try_send_msg(n->peer, dest, &er) != 0)
         SW_WARN("could not send an error to %s", dest);
 }
 
@@ -207,15 +205,11 @@ static int s_route_has(const s_route_t *r, const char *name)
 /* A last chunk with no tokens (done, finish): for requests with no record. */
 static void s_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish)
 {
-    Shardwire__TokenChunk tc = SHARDWIRE__TOKEN_CHUNK__INIT;
-    tc.request_id = (char *)rid;
-    tc.index = index;
-    tc.done = 1;
-    tc.finish = finish;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
-    env.token_chunk = &tc;
-    if (sw_peer_try_send(n->peer, dest, &env) != 0)
+    const sw_msg_t tc = {
+        .type = SW_MSG_TOKEN_CHUNK,
+        .chunk = {.request_id = rid, .index = index, .done = 1, .finish = (sw_finish_t)finish},
+    };
+    if (sw_peer_try_send_msg(n->peer, dest, &tc) != 0)
         SW_DEBUG("request '%s': could not send the final chunk to %s", rid, dest);
 }
 
@@ -300,14 +294,10 @@ static void s_close_stages(node_t *n, s_sess_t *s, const char *why)
 {
     if (s->route.n < 2 || !s->opened)
         return;
-    Shardwire__SessionClose sc = SHARDWIRE__SESSION_CLOSE__INIT;
-    sc.session_id = s->id;
-    sc.reason = (char *)why;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
-    env.session_close = &sc;
+    const sw_msg_t sc = {.type = SW_MSG_SESSION_CLOSE,
+                         .session_close = {.session_id = s->id, .reason = why}};
     for (int i = 1; i < s->route.n; i++)
-        if (sw_peer_try_send(n->peer, s->route.names[i], &env) != 0)
+        if (sw_peer_try_send_msg(n->peer, s->route.names[i], &sc) != 0)
             SW_DEBUG("could not close the session on %s", s->route.names[i]);
 }
 
@@ -319,7 +309,7 @@ void node_head_free(node_t *n)
     for (int i = 0; i < h->n_slots; i++) {
         s_sess_t *s = &h->sess[i];
         if ((s->state == S_ROUTE || s->state == S_RUN) && n->peer) {
-            s_send_error(n, s->client, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, s->rid, s->id, 0,
+            s_send_error(n, s->client, SW_ERROR_INTERNAL, s->rid, s->id, 0,
                          "the head is shutting down");
             s_close_stages(n, s, "head shutting down");
         }
@@ -328,8 +318,7 @@ void node_head_free(node_t *n)
     for (int i = 0; i < h->q_len; i++) {
         s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
         if (n->peer)
-            s_send_error(n, w->msg.peer, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                         w->msg.env->generate->request_id, 0, (uint32_t)(i + 1),
+            s_send_error(n, w->msg.peer, SW_ERROR_INTERNAL, w->g.request_id, 0, (uint32_t)(i + 1),
                          "the head is shutting down");
         sw_wire_msg_clear(&w->msg);
     }
@@ -365,22 +354,22 @@ static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
 /* Sends chunk c of s (again, for a Resume). */
 static void s_send_chunk(node_t *n, s_sess_t *s, const s_chunk_t *c)
 {
-    Shardwire__TokenChunk tc = SHARDWIRE__TOKEN_CHUNK__INIT;
-    tc.request_id = s->rid;
-    tc.index = c->index;
-    tc.n_tokens = c->n;
-    tc.tokens = (uint32_t *)(s->toks + c->index);
-    tc.text.data = (uint8_t *)s->text + c->text_at;
-    tc.text.len = c->text_len;
-    tc.done = c->finish != SHARDWIRE__FINISH_REASON__FINISH_NONE;
-    tc.finish = c->finish;
-    tc.stats = tc.done && s->have_stats ? &s->stats : NULL;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
-    env.token_chunk = &tc;
+    sw_msg_t msg = {.type = SW_MSG_TOKEN_CHUNK};
+    sw_msg_chunk_t *tc = &msg.chunk;
+    tc->request_id = s->rid;
+    tc->index = c->index;
+    tc->n_tokens = c->n;
+    tc->tokens = (const uint32_t *)(s->toks + c->index);
+    tc->text = s->text + c->text_at;
+    tc->text_len = c->text_len;
+    tc->done = c->finish != SW_FINISH_NONE;
+    tc->finish = (sw_finish_t)c->finish;
+    tc->has_stats = tc->done && s->have_stats;
+    if (tc->has_stats)
+        tc->stats = s->stats;
     /* Never waits: a chunk the relay cannot take now is lost, and the client
      * asks for it again (Resume). */
-    if (sw_peer_try_send(n->peer, s->client, &env) != 0)
+    if (sw_peer_try_send_msg(n->peer, s->client, &msg) != 0)
         SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
                  s->client);
 }
@@ -429,7 +418,7 @@ static int s_on_tokens(void *ctx, const int32_t *tokens, int n_tok)
             len += pl;
         }
     }
-    return s_emit(s->n, s, tokens, n_tok, text, len, SHARDWIRE__FINISH_REASON__FINISH_NONE) != 0;
+    return s_emit(s->n, s, tokens, n_tok, text, len, SW_FINISH_NONE) != 0;
 }
 
 static int s_is_eog(void *ctx, int32_t token)
@@ -441,8 +430,8 @@ static int s_is_eog(void *ctx, int32_t token)
 
 static void s_fill_stats(s_sess_t *s, const sw_gen_stats_t *gs)
 {
-    Shardwire__GenerateStats *st = &s->stats;
-    shardwire__generate_stats__init(st);
+    sw_msg_stats_t *st = &s->stats;
+    memset(st, 0, sizeof *st);
     st->n_prompt = (uint32_t)gs->n_prompt;
     st->n_generated = (uint32_t)gs->n_gen;
     st->n_rounds = (uint32_t)gs->rounds;
@@ -461,13 +450,10 @@ static void s_fill_stats(s_sess_t *s, const sw_gen_stats_t *gs)
     st->head_ms = (float)(s->route.n == 1 ? gs->target_ms : s->head_ms);
     st->network_ms = (float)s->net_ms;
     for (int i = 1; i < s->route.n; i++) {
-        shardwire__stage_timing__init(&s->stage[i]);
-        s->stage[i].name = s->route.names[i];
-        s->stage[i].compute_us = (uint32_t)(s->stage_total[i] * 1e3);
-        s->stage_p[i - 1] = &s->stage[i];
+        st->stages[i - 1].name = s->route.names[i];
+        st->stages[i - 1].compute_us = (uint32_t)(s->stage_total[i] * 1e3);
     }
-    st->n_stages = (size_t)(s->route.n > 1 ? s->route.n - 1 : 0);
-    st->stages = s->stage_p;
+    st->n_stages = (uint32_t)(s->route.n > 1 ? s->route.n - 1 : 0);
     st->logits_digest = gs->logits_digest;
     s->have_stats = 1;
 }
@@ -480,23 +466,19 @@ static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
     node_head_t *h = n->head;
     const char *tail = NULL;
     size_t tl = 0;
-    if (s->detok &&
-        (finish == SHARDWIRE__FINISH_REASON__FINISH_LENGTH ||
-         finish == SHARDWIRE__FINISH_REASON__FINISH_EOS) &&
+    if (s->detok && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS) &&
         sw_detok_flush(s->detok, &tail, &tl) != 0)
         tl = 0;
-    if (s->gen && (finish == SHARDWIRE__FINISH_REASON__FINISH_LENGTH ||
-                   finish == SHARDWIRE__FINISH_REASON__FINISH_EOS))
+    if (s->gen && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS))
         s_fill_stats(s, sw_gen_stats(s->gen));
     s->finish = finish;
-    if (finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR ||
-        finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE) {
+    if (finish == SW_FINISH_ERROR || finish == SW_FINISH_DEADLINE) {
         s->err_code = code;
         snprintf(s->err, sizeof s->err, "%s", why);
         SW_WARN("request '%s' from %s failed: %s (%s)", s->rid, s->client, why,
                 sw_wire_error_code_name(code));
         s_send_error(n, s->client, code, s->rid, s->id, 0, why);
-    } else if (finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
+    } else if (finish == SW_FINISH_CANCELLED) {
         SW_INFO("request '%s' from %s ended: %s", s->rid, s->client, why);
     } else {
         const sw_gen_stats_t *gs = sw_gen_stats(s->gen);
@@ -506,10 +488,10 @@ static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
     if (!s->toks || s_emit(n, s, NULL, 0, tail, tl, finish) != 0)
         s_final_chunk(n, s->client, s->rid, s->n_streamed, finish); // no record to keep
     s_close_stages(n, s,
-                   finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED  ? "cancelled"
-                   : finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR    ? "failed"
-                   : finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE ? "deadline"
-                                                                         : "done");
+                   finish == SW_FINISH_CANCELLED  ? "cancelled"
+                   : finish == SW_FINISH_ERROR    ? "failed"
+                   : finish == SW_FINISH_DEADLINE ? "deadline"
+                                                  : "done");
     s_release(h, s);
     s->state = S_LINGER;
     s->t_end = node_now_ms();
@@ -556,21 +538,21 @@ static int s_suspect(const node_head_t *h, const char *name, double now)
 /* 1 when a (sa: a suspect) makes a better next stage than the pick so far b
  * (sb): not a suspect, then reaching furthest, then quiet longest (idle_ms),
  * then by name. */
-static int s_better(const Shardwire__PeerInfo *a, int sa, const Shardwire__PeerInfo *b, int sb)
+static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int sb)
 {
     if (!b)
         return 1;
     if (sa != sb)
         return sa < sb;
-    if (a->announce->layer_end != b->announce->layer_end)
-        return a->announce->layer_end > b->announce->layer_end;
+    if (a->announce.layer_end != b->announce.layer_end)
+        return a->announce.layer_end > b->announce.layer_end;
     if (a->idle_ms != b->idle_ms)
         return a->idle_ms > b->idle_ms;
-    return strcmp(a->announce->name, b->announce->name) < 0;
+    return strcmp(a->announce.name, b->announce.name) < 0;
 }
 
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
- * range, the next stage is a key-bound node (sw_wire_peer_routable) whose
+ * range, the next stage is a key-bound node (sw_codec_peer_routable) whose
  * range begins there: the one whose range reaches furthest, then the one
  * quiet longest (idle_ms: the least busy), then by name only between exact
  * equals, so that nobody gets picked for the name it chose. Peers that are
@@ -581,11 +563,11 @@ static int s_better(const Shardwire__PeerInfo *a, int sa, const Shardwire__PeerI
  * connected stage begins where the previous one ends (a gap, or an overlap),
  * ERR_INTERNAL for a route longer than the protocol allows; 0 or -1. With
  * avoid, a suspect stage (s_suspect) is taken only where no other serves. */
-static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid, s_route_t *r,
-                            int *code, char *err, size_t err_len)
+static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, s_route_t *r, int *code,
+                            char *err, size_t err_len)
 {
     const double now = node_now_ms();
-    *code = SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST;
+    *code = SW_ERROR_UNKNOWN_DEST;
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
@@ -593,17 +575,20 @@ static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid
     const int need_key = s_need_key(n);
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
     while (at < L) {
-        const Shardwire__PeerInfo *pick = NULL;
+        sw_msg_peer_t pick_buf;
+        const sw_msg_peer_t *pick = NULL;
         int pick_suspect = 0, unbound = 0;
-        for (size_t i = 0; i < pt->n_peers; i++) {
-            const Shardwire__PeerInfo *pi = pt->peers[i];
-            const Shardwire__PeerAnnounce *a = pi->announce;
-            if (!a ||
-                (a->role != SHARDWIRE__ROLE__ROLE_MIDDLE && a->role != SHARDWIRE__ROLE__ROLE_TAIL))
+        for (uint32_t i = 0; i < pt->n_peers; i++) {
+            sw_msg_peer_t info;
+            if (sw_codec_peer_at(pt, i, &info) != 0)
+                continue;
+            const sw_msg_peer_t *pi = &info;
+            const sw_msg_announce_t *a = &info.announce;
+            if (a->role != SW_ROLE_MIDDLE && a->role != SW_ROLE_TAIL)
                 continue;
             if (a->layer_begin != at)
                 continue;
-            if (!sw_wire_peer_routable(pi, need_key)) {
+            if (!sw_codec_peer_routable(pi, need_key)) {
                 unbound++;
                 continue;
             }
@@ -614,22 +599,25 @@ static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid
                          "the same GGUF",
                          a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
                          n->fingerprint);
-                *code = SHARDWIRE__ERROR_CODE__ERR_MODEL_MISMATCH;
+                *code = SW_ERROR_MODEL_MISMATCH;
                 return -1;
             }
             const int sa = avoid && s_suspect(n->head, a->name, now);
             if (s_better(pi, sa, pick, pick_suspect)) {
-                pick = pi;
+                pick_buf = info;
+                pick = &pick_buf;
                 pick_suspect = sa;
             }
         }
         if (!pick) {
-            for (size_t i = 0; i < pt->n_peers; i++) {
-                const Shardwire__PeerAnnounce *a = pt->peers[i]->announce;
-                if (a && a->n_layers == L && a->layer_begin < at && a->layer_end > at &&
-                    sw_wire_peer_routable(pt->peers[i], need_key) &&
-                    (a->role == SHARDWIRE__ROLE__ROLE_MIDDLE ||
-                     a->role == SHARDWIRE__ROLE__ROLE_TAIL)) {
+            for (uint32_t i = 0; i < pt->n_peers; i++) {
+                sw_msg_peer_t info;
+                if (sw_codec_peer_at(pt, i, &info) != 0)
+                    continue;
+                const sw_msg_announce_t *a = &info.announce;
+                if (a->n_layers == L && a->layer_begin < at && a->layer_end > at &&
+                    sw_codec_peer_routable(&info, need_key) &&
+                    (a->role == SW_ROLE_MIDDLE || a->role == SW_ROLE_TAIL)) {
                     snprintf(err, err_len,
                              "layer ranges overlap: peer '%s' serves [%u, %u) but the stage "
                              "before it ends at layer %u: restart it with --layers %u:%u",
@@ -648,21 +636,19 @@ static int s_build_route_ex(node_t *n, const Shardwire__PeerTable *pt, int avoid
         }
         if (r->n == SW_WIRE_MAX_ROUTE) {
             snprintf(err, err_len, "the pipeline has more than %d stages", SW_WIRE_MAX_ROUTE);
-            *code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
+            *code = SW_ERROR_INTERNAL;
             return -1;
         }
-        snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce->name);
-        at = pick->announce->layer_end;
+        snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
+        at = pick->announce.layer_end;
     }
-    for (int i = 0; i < r->n; i++)
-        r->ptrs[i] = r->names[i];
     return 0;
 }
 
 /* s_build_route_ex avoiding suspects, and without that when it finds no
  * whole route (a suspect may be the only stage that closes a gap). */
-static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r, int *code,
-                         char *err, size_t err_len)
+static int s_build_route(node_t *n, const sw_msg_table_t *pt, s_route_t *r, int *code, char *err,
+                         size_t err_len)
 {
     if (s_build_route_ex(n, pt, 1, r, code, err, err_len) == 0)
         return 0;
@@ -671,31 +657,20 @@ static int s_build_route(node_t *n, const Shardwire__PeerTable *pt, s_route_t *r
 
 /* Gives s the head's current route (a fresh table's) and the counter
  * baseline of that table (recover.h). */
-static void s_take_route(node_t *n, s_sess_t *s, const Shardwire__PeerTable *pt)
+static void s_take_route(node_t *n, s_sess_t *s, const sw_msg_table_t *pt)
 {
     s->route = n->head->route;
-    for (int i = 0; i < s->route.n; i++)
-        s->route.ptrs[i] = s->route.names[i];
     if (pt)
         node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
-    if (s->route.n == 1 && !s->ver) {
-        sw_sampling_t sp = sw_sampling_default();
-        sp.temp = s->spw.temperature;
-        sp.top_k = (int)s->spw.top_k;
-        sp.top_p = s->spw.top_p > 0 ? s->spw.top_p : 1.0f;
-        sp.min_p = s->spw.min_p;
-        sp.rep_penalty = s->spw.repeat_penalty > 0 ? s->spw.repeat_penalty : 1.0f;
-        sp.rep_last_n = (int)s->spw.repeat_last_n;
-        sp.seed = s->spw.seed;
-        s->ver = sw_verifier_new(&sp, n->hp->n_vocab);
-    }
+    if (s->route.n == 1 && !s->ver)
+        s->ver = sw_verifier_new(&s->sp, n->hp->n_vocab);
 }
 
 /* ---- admission ------------------------------------------------------------------------------ */
 
 /* The drafting of one request: its DraftParams where set, the node's
  * --draft* defaults otherwise. */
-static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const sw_sampling_t *sp,
+static int s_draft_cfg(const node_t *n, const sw_msg_draft_t *dp, const sw_sampling_t *sp,
                        draft_cfg_t *dc, char *err, size_t err_len)
 {
     const node_head_t *h = n->head;
@@ -713,20 +688,20 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
     if (!dp)
         goto trees;
     switch (dp->mode) {
-    case SHARDWIRE__DRAFT_MODE__DRAFT_NONE:
+    case SW_DRAFT_NONE:
         dc->mode = DRAFT_MODE_NONE;
         break;
-    case SHARDWIRE__DRAFT_MODE__DRAFT_MODEL:
+    case SW_DRAFT_MODEL:
         if (!h->dmodel) {
             snprintf(err, err_len, "this head has no draft model (start it with --draft-model)");
             return -1;
         }
         dc->mode = DRAFT_MODE_MODEL;
         break;
-    case SHARDWIRE__DRAFT_MODE__DRAFT_NGRAM:
+    case SW_DRAFT_NGRAM:
         dc->mode = DRAFT_MODE_NGRAM;
         break;
-    case SHARDWIRE__DRAFT_MODE__DRAFT_MIX:
+    case SW_DRAFT_MIX:
         if (!h->dmodel) {
             snprintf(err, err_len,
                      "this head has no draft model for --draft mix (start it with "
@@ -747,7 +722,7 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
         dc->k = (int)dp->n_draft;
     if (dp->p_min > 0)
         dc->p_min = dp->p_min;
-    if (dc->mode != DRAFT_MODE_NONE && dc->k == 0 && dp->mode != SHARDWIRE__DRAFT_MODE__DRAFT_AUTO)
+    if (dc->mode != DRAFT_MODE_NONE && dc->k == 0 && dp->mode != SW_DRAFT_AUTO)
         dc->k = DRAFT_K_AUTO; // a proposer asked for by name with the head's K off
     if (dp->tree > SW_MAX_DRAFT) {
         snprintf(err, err_len, "a token tree of %u drafts (at most %d)", dp->tree, SW_MAX_DRAFT);
@@ -755,8 +730,8 @@ static int s_draft_cfg(const node_t *n, const Shardwire__DraftParams *dp, const 
     }
     if (dp->tree > 0)
         dc->tree = (int)dp->tree;
-    if (dp->ahead != SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT)
-        dc->ahead = dp->ahead == SHARDWIRE__DRAFT_AHEAD__AHEAD_ON;
+    if (dp->ahead != SW_AHEAD_DEFAULT)
+        dc->ahead = dp->ahead == SW_AHEAD_ON;
 trees:
     /* This stage runs the tree rows too: a backend without trees gets chains
      * (a later stage without them refuses a tree round, naming itself). */
@@ -788,24 +763,18 @@ enum { S_STARTED = 0, S_WAIT_MEMORY = 1, S_REFUSED = -1 };
 static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
 {
     node_head_t *h = n->head;
-    const Shardwire__GenerateRequest *g = msg->env->generate;
+    sw_msg_t d;
+    if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
+        return S_REFUSED;
+    const sw_msg_generate_t *g = &d.generate;
     char err[512] = "";
-    int code = SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST;
+    int code = SW_ERROR_BAD_REQUEST;
     int32_t *prompt = NULL;
     char *chat_text = NULL;
     s_sess_t *s = NULL;
 
-    sw_sampling_t sp = sw_sampling_default();
-    Shardwire__SamplingParams spw = SHARDWIRE__SAMPLING_PARAMS__INIT;
-    if (g->sampling)
-        spw = *g->sampling;
-    sp.temp = spw.temperature;
-    sp.top_k = (int)spw.top_k;
-    sp.top_p = spw.top_p > 0 ? spw.top_p : 1.0f;
-    sp.min_p = spw.min_p;
-    sp.rep_penalty = spw.repeat_penalty > 0 ? spw.repeat_penalty : 1.0f;
-    sp.rep_last_n = (int)spw.repeat_last_n;
-    sp.seed = spw.seed;
+    /* absent sampling reads as all 0 (greedy): codec.h */
+    const sw_sampling_t sp = g->sampling;
     if (sw_sampling_check(&sp) != 0) {
         snprintf(err, sizeof err, "invalid sampling parameters");
         goto fail;
@@ -815,7 +784,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
         prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
         if (!prompt)
             goto oom;
-        for (size_t i = 0; i < g->n_prompt_tokens; i++) {
+        for (uint32_t i = 0; i < g->n_prompt_tokens; i++) {
             if (g->prompt_tokens[i] >= (uint32_t)n->hp->n_vocab) {
                 snprintf(err, sizeof err, "prompt token %u is outside the vocabulary",
                          g->prompt_tokens[i]);
@@ -825,7 +794,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
         }
         n_prompt = (int)g->n_prompt_tokens;
     } else {
-        const char *text = g->prompt ? g->prompt : "";
+        const char *text = g->prompt;
         const int chat = g->chat || g->n_messages > 0;
         if (chat) {
             /* A conversation, or the prompt as one user turn (wire.c bounds both). */
@@ -835,9 +804,15 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
                 turns = calloc(g->n_messages, sizeof *turns);
                 if (!turns)
                     goto oom;
-                for (size_t i = 0; i < g->n_messages; i++) {
-                    turns[i].role = g->messages[i]->role;
-                    turns[i].content = g->messages[i]->content;
+                for (uint32_t i = 0; i < g->n_messages; i++) {
+                    sw_msg_turn_t t;
+                    if (sw_codec_turn_at(g, i, &t) != 0) { /* wire.c checked every turn */
+                        free(turns);
+                        snprintf(err, sizeof err, "messages[%u] is unreadable", i);
+                        goto fail;
+                    }
+                    turns[i].role = t.role;
+                    turns[i].content = t.content;
                 }
             }
             chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), turns,
@@ -903,7 +878,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     s->t_start = t_arrive;
     s->t_gen = node_now_ms();
     s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
-    s->spw = spw;
+    s->sp = sp;
     s->prompt = prompt;
     prompt = NULL;
     s->n_prompt = n_prompt;
@@ -923,7 +898,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
         goto oom;
     draft_cfg_t dc;
-    if (s_draft_cfg(n, g->draft, &sp, &dc, err, sizeof err) != 0)
+    if (s_draft_cfg(n, g->has_draft ? &g->draft : NULL, &sp, &dc, err, sizeof err) != 0)
         goto fail;
     dc.n_ctx = n_ctx;
     if (draft_begin(s->drafter, &dc, err, sizeof err) != 0)
@@ -954,7 +929,10 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     /* A route built from a recent table serves at once; else the next table. */
     const double now = node_now_ms();
     if (h->route_ms && now - h->route_ms < S_ROUTE_FRESH_MS && h->route_ok) {
-        s_take_route(n, s, h->table.env ? h->table.env->peer_table : NULL);
+        sw_msg_t t;
+        const int have = sw_wire_msg_type(&h->table) == SW_MSG_PEER_TABLE &&
+                         sw_codec_decode(&h->table, SW_MSG_PEER_TABLE, &t, NULL, 0) == 0;
+        s_take_route(n, s, have ? &t.table : NULL);
         s->state = S_RUN;
         h->busy = 1;
     } else {
@@ -964,12 +942,12 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     return S_STARTED;
 oom:
     snprintf(err, sizeof err, "out of memory");
-    code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
+    code = SW_ERROR_INTERNAL;
 fail:
     free(prompt);
     free(chat_text);
     if (s) {
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, code, err);
+        s_end(n, s, SW_FINISH_ERROR, code, err);
     } else {
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
         s_send_error(n, msg->peer, code, g->request_id, 0, 0, err);
@@ -1007,9 +985,12 @@ static int s_queue_next(const node_t *n)
 void node_head_request(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    const Shardwire__GenerateRequest *g = msg->env->generate;
+    sw_msg_t d;
+    if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_generate_t *g = &d.generate;
     if (!h) {
-        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, g->request_id, 0, 0,
+        s_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
                      "this node is not a head (its layers do not start at 0)");
         return;
     }
@@ -1017,7 +998,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
         const s_sess_t *s = &h->sess[i];
         if ((s->state == S_ROUTE || s->state == S_RUN) && !strcmp(s->client, msg->peer) &&
             !strcmp(s->rid, g->request_id)) {
-            s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, g->request_id, 0, 0,
+            s_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
                          "a request with this id is already running");
             return;
         }
@@ -1040,8 +1021,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "--max-queue-per-client): retry when one has started",
                  mine);
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BUSY, g->request_id, 0,
-                     (uint32_t)h->q_len + 1, text);
+        s_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
         return;
     }
     if (h->q_len >= n->o.max_queue) {
@@ -1051,16 +1031,16 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "retry later",
                  h->n_active, h->q_len);
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BUSY, g->request_id, 0,
-                     (uint32_t)h->q_len + 1, text);
+        s_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
         return;
     }
     s_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];
     memset(w, 0, sizeof *w);
     sw_wire_msg_move(&w->msg, msg);
+    w->g = *g; /* its views point into the header, which moved with the message */
     w->t_arrive = now;
     h->q_len++;
-    SW_INFO("request '%s' from %s waits (position %d; %d running)", g->request_id, w->msg.peer,
+    SW_INFO("request '%s' from %s waits (position %d; %d running)", w->g.request_id, w->msg.peer,
             h->q_len, h->n_active);
 }
 
@@ -1073,6 +1053,7 @@ static void s_dequeue(node_t *n, int i)
     for (int j = i; j > 0; j--) { // shift the older ones up by one
         s_wait_t *dst = &h->queue[(h->q_head + j) % Q], *src = &h->queue[(h->q_head + j - 1) % Q];
         sw_wire_msg_move(&dst->msg, &src->msg);
+        dst->g = src->g;
         dst->t_arrive = src->t_arrive;
         dst->client_missing = src->client_missing;
     }
@@ -1087,7 +1068,7 @@ static void s_queue_step(node_t *n, double now)
     node_head_t *h = n->head;
     for (int i = 0; i < h->q_len; i++) {
         s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        const Shardwire__GenerateRequest *g = w->msg.env->generate;
+        const sw_msg_generate_t *g = &w->g;
         if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms)
             continue;
         char text[256];
@@ -1096,8 +1077,7 @@ static void s_queue_step(node_t *n, double now)
                  "until its deadline (%d requests running)",
                  (now - w->t_arrive) / 1e3, i + 1, h->n_active);
         SW_WARN("request '%s' from %s: %s", g->request_id, w->msg.peer, text);
-        s_send_error(n, w->msg.peer, SHARDWIRE__ERROR_CODE__ERR_BUSY, g->request_id, 0,
-                     (uint32_t)i + 1, text);
+        s_send_error(n, w->msg.peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)i + 1, text);
         s_dequeue(n, i--);
     }
     while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
@@ -1128,24 +1108,24 @@ static s_sess_t *s_find(node_head_t *h, const char *client, const char *rid, int
 void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    const Shardwire__Cancel *c = msg->env->cancel;
-    if (!h)
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_CANCEL, &d, NULL, 0) != 0)
         return;
-    const char *why = c->reason && c->reason[0] ? c->reason : "no reason given";
+    const sw_msg_cancel_t *c = &d.cancel;
+    const char *why = c->reason[0] ? c->reason : "no reason given";
     s_sess_t *s = s_find(h, msg->peer, c->request_id, 0);
     if (s) {
         char text[400];
         snprintf(text, sizeof text, "cancelled by the client (%s)", why);
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED, 0, text);
+        s_end(n, s, SW_FINISH_CANCELLED, 0, text);
         return;
     }
     for (int i = 0; i < h->q_len; i++) {
         s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        if (strcmp(w->msg.peer, msg->peer) != 0 ||
-            strcmp(w->msg.env->generate->request_id, c->request_id) != 0)
+        if (strcmp(w->msg.peer, msg->peer) != 0 || strcmp(w->g.request_id, c->request_id) != 0)
             continue;
         SW_INFO("request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer, why);
-        s_final_chunk(n, msg->peer, c->request_id, 0, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED);
+        s_final_chunk(n, msg->peer, c->request_id, 0, SW_FINISH_CANCELLED);
         s_dequeue(n, i);
         return;
     }
@@ -1154,17 +1134,17 @@ void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
 void node_head_resume(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    const Shardwire__Resume *r = msg->env->resume;
-    if (!h)
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_RESUME, &d, NULL, 0) != 0)
         return;
+    const sw_msg_resume_t *r = &d.resume;
     s_sess_t *s = s_find(h, msg->peer, r->request_id, 1);
     if (!s) {
         for (int i = 0; i < h->q_len; i++) // still waiting: nothing to send yet
             if (!strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer) &&
-                !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.env->generate->request_id,
-                        r->request_id))
+                !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].g.request_id, r->request_id))
                 return;
-        s_send_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, r->request_id, 0, 0,
+        s_send_error(n, msg->peer, SW_ERROR_UNKNOWN_SESSION, r->request_id, 0, 0,
                      "the head holds no such request (it ended more than a minute ago, or the "
                      "head restarted)");
         return;
@@ -1174,8 +1154,7 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
         return; // a burst of Resumes: the first one is being answered
     s->t_resume = now;
     int sent = 0;
-    if (s->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR ||
-        s->finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE)
+    if (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)
         s_send_error(n, s->client, s->err_code, s->rid, s->id, 0, s->err);
     for (int i = 0; i < s->n_chunks; i++) {
         const s_chunk_t *c = &s->chunks[i];
@@ -1205,17 +1184,15 @@ static void s_commit(node_t *n, s_sess_t *s, sw_verdict_t *v, double now)
     const int32_t *toks;
     int nt;
     if (sw_gen_commit(s->gen, v, &toks, &nt, err, sizeof err) != 0) {
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-              err);
+        s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
         return;
     }
     if (sw_gen_done(s->gen)) {
         int n_out = 0;
         const int32_t *out = sw_gen_output(s->gen, &n_out);
         s_end(n, s,
-              n_out > 0 && sw_tokenizer_is_eog(n->head->tok, out[n_out - 1])
-                  ? SHARDWIRE__FINISH_REASON__FINISH_EOS
-                  : SHARDWIRE__FINISH_REASON__FINISH_LENGTH,
+              n_out > 0 && sw_tokenizer_is_eog(n->head->tok, out[n_out - 1]) ? SW_FINISH_EOS
+                                                                             : SW_FINISH_LENGTH,
               0, "");
         return;
     }
@@ -1225,9 +1202,10 @@ static void s_commit(node_t *n, s_sess_t *s, sw_verdict_t *v, double now)
 void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    const Shardwire__Verdict *vd = msg->env->verdict;
-    if (!h)
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_VERDICT, &d, NULL, 0) != 0)
         return;
+    const sw_msg_verdict_t *vd = &d.verdict;
     s_sess_t *s = NULL;
     for (int i = 0; i < h->n_slots && !s; i++)
         if (h->sess[i].state == S_RUN && h->sess[i].id == vd->session_id)
@@ -1242,8 +1220,8 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     const double now = node_now_ms();
     if (!node_recover_verdict(s->rec, vd->round, now))
         return; // a replayed round's, or an attempt that failed
-    if (vd->n_tokens < 1 || vd->n_tokens > (size_t)s->send_r.n_draft + 1) {
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+    if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
+        s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
               "the tail sent a verdict that does not fit the round");
         return;
     }
@@ -1251,22 +1229,22 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     memset(&v, 0, sizeof v);
     v.n_commit = (int)vd->n_tokens;
     v.logits_digest = vd->logits_digest;
-    for (size_t i = 0; i < vd->n_tokens; i++)
+    for (uint32_t i = 0; i < vd->n_tokens; i++)
         v.tokens[i] = (int32_t)vd->tokens[i];
     /* A tree round's accepted path (sw_gen_commit checks it against the tree). */
     if (s->send_r.parent && vd->n_tokens > 1 && vd->n_path != vd->n_tokens - 1) {
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+        s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
               "the tail sent a tree round's verdict without its path");
         return;
     }
-    for (size_t i = 0; i < vd->n_path; i++)
+    for (uint32_t i = 0; i < vd->n_path; i++)
         v.path[i] = (int32_t)vd->path[i];
     /* The timing list starts with the head's own entry: count only the later
      * stages here (the head's time is round_head_ms). */
-    for (size_t i = 0; i < vd->n_timing; i++) {
-        double ms = vd->timing[i]->compute_us / 1e3;
+    for (uint32_t i = 0; i < vd->n_timing; i++) {
+        double ms = vd->timing[i].compute_us / 1e3;
         for (int st = 1; st < s->route.n; st++)
-            if (!strcmp(s->route.names[st], vd->timing[i]->name)) {
+            if (!strcmp(s->route.names[st], vd->timing[i].name)) {
                 s->stage_total[st] += ms;
                 s->round_stage_ms += ms;
             }
@@ -1277,16 +1255,17 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
 void node_head_error(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    const Shardwire__Error *e = msg->env->error;
+    sw_msg_t d;
+    if (sw_codec_decode(msg, SW_MSG_ERROR, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_error_t *e = &d.error;
     const double now = node_now_ms();
-    const char *dest = e->dest ? e->dest : "";
+    const char *dest = e->dest;
     const int code = e->code;
     const int from_relay = !strcmp(msg->peer, SW_WIRE_RELAY_NAME);
-    const int retry = code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
-                      code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
-                      code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY ||
-                      code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED ||
-                      code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION;
+    const int retry = code == SW_ERROR_UNKNOWN_DEST || code == SW_ERROR_DEST_GONE ||
+                      code == SW_ERROR_DEST_BUSY || code == SW_ERROR_NOT_ANNOUNCED ||
+                      code == SW_ERROR_UNKNOWN_SESSION;
     if (from_relay && dest[0]) {
         /* A message of ours did not reach dest: a stage of some route, or a client. */
         char why[160];
@@ -1312,7 +1291,7 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
             if (retry)
                 node_recover_failed(s->rec, now, e->message);
             else
-                s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, code, e->message);
+                s_end(n, s, SW_FINISH_ERROR, code, e->message);
             return;
         }
     }
@@ -1322,10 +1301,11 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
 /* A client that is not in the relay's table, on a relay that has been up
  * long enough for it to announce again after a restart, for
  * S_CLIENT_GONE_MS: gone. *since tracks when it was first missed. */
-static int s_client_gone(node_head_t *h, const Shardwire__PeerTable *t, const char *client,
-                         double *since, double now)
+static int s_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, double *since,
+                         double now)
 {
-    if (node_recover_find_peer(t, client)) {
+    sw_msg_peer_t p;
+    if (sw_codec_peer_find(t, client, &p)) {
         *since = 0;
         return 0;
     }
@@ -1347,9 +1327,10 @@ static int s_client_gone(node_head_t *h, const Shardwire__PeerTable *t, const ch
 void node_head_table(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
-    if (!h)
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_PEER_TABLE, &d, NULL, 0) != 0)
         return;
-    const Shardwire__PeerTable *pt = msg->env->peer_table;
+    const sw_msg_table_t *pt = &d.table;
     const double now = node_now_ms();
     h->status_out = 0;
     char err[512] = "";
@@ -1368,14 +1349,14 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 s->state = S_RUN;
                 h->busy = 1;
             } else {
-                s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, h->route_code, h->route_err);
+                s_end(n, s, SW_FINISH_ERROR, h->route_code, h->route_err);
             }
             continue;
         }
         if (s->state != S_RUN)
             continue;
         if (s_client_gone(h, pt, s->client, &s->client_missing, now)) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_CANCELLED, 0, "the client left the relay");
+            s_end(n, s, SW_FINISH_CANCELLED, 0, "the client left the relay");
             continue;
         }
         if (s->want_route) {
@@ -1383,10 +1364,9 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
             if (!h->route_ok) {
                 node_recover_routed(s->rec, now, 0, h->route_err);
             } else if (h->route.n < 2 && s->route.n >= 2) {
-                s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR,
-                      SHARDWIRE__ERROR_CODE__ERR_INTERNAL, "the head now holds every layer");
+                s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the head now holds every layer");
                 continue;
-            } else if (!node_recover_find_peer(pt, s->client)) {
+            } else if (!sw_codec_peer_find(pt, s->client, &(sw_msg_peer_t){0})) {
                 /* After a relay restart the client must have announced again
                  * too, or the next TokenChunk would be dropped. */
                 char why[128];
@@ -1415,8 +1395,8 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     for (int i = 0; i < h->q_len; i++) {
         s_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
         if (s_client_gone(h, pt, w->msg.peer, &w->client_missing, now)) {
-            SW_INFO("request '%s': the client %s left while it waited",
-                    w->msg.env->generate->request_id, w->msg.peer);
+            SW_INFO("request '%s': the client %s left while it waited", w->g.request_id,
+                    w->msg.peer);
             s_dequeue(n, i--);
         }
     }
@@ -1441,7 +1421,8 @@ static int s_forward(node_t *n, s_sess_t *s, const float *hidden, int row0, int 
     uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT], parents[SW_MAX_DRAFT],
         kv_path[SW_MAX_DRAFT];
     float probs[SW_MAX_DRAFT];
-    Shardwire__DraftDist dd[SW_MAX_DRAFT], *ddp[SW_MAX_DRAFT];
+    sw_msg_t msg = {.type = SW_MSG_FORWARD};
+    sw_msg_forward_t *f = &msg.forward;
     for (int i = 0; i < rows; i++)
         toks[i] = (uint32_t)r->tokens[row0 + i];
     for (int i = 0; i < r->n_draft; i++) {
@@ -1449,66 +1430,54 @@ static int s_forward(node_t *n, s_sess_t *s, const float *hidden, int row0, int 
         parents[i] = r->parent ? (uint32_t)r->parent[i] : 0;
         if (r->q) {
             probs[i] = r->q[i].q_tok;
-            shardwire__draft_dist__init(&dd[i]);
-            if (r->q[i].n > 0 && r->q[i].ids) {
-                dd[i].n_tokens = dd[i].n_probs = (size_t)r->q[i].n;
-                dd[i].tokens = (uint32_t *)r->q[i].ids;
-                dd[i].probs = (float *)r->q[i].vals;
-            }
-            ddp[i] = &dd[i];
+            f->dists[i] = (sw_msg_dist_t){0, NULL, NULL};
+            if (r->q[i].n > 0 && r->q[i].ids)
+                f->dists[i] = (sw_msg_dist_t){(uint32_t)r->q[i].n, (const uint32_t *)r->q[i].ids,
+                                              r->q[i].vals};
         }
     }
-    const void *wire = node_hidden_pack(n->o.dtype, hidden, n->wire_buf, (size_t)rows * E);
-    Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
-    mine.name = s->route.names[0];
-    mine.compute_us = (uint32_t)(head_ms * 1e3);
-    Shardwire__StageTiming *tp = &mine;
-    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-    f.session_id = s->id;
-    f.round = s->send_round;
-    f.start_pos = f.kv_keep = (uint32_t)(r->kv_keep + row0);
-    f.n_rows = (uint32_t)rows;
-    f.n_tokens = (size_t)rows;
-    f.tokens = toks;
-    f.sampling = &s->spw;
+    f->payload = sw_codec_hidden_pack(n->o.dtype, hidden, n->wire_buf, (size_t)rows * E);
+    f->session_id = s->id;
+    f->round = s->send_round;
+    f->start_pos = f->kv_keep = (uint32_t)(r->kv_keep + row0);
+    f->n_rows = (uint32_t)rows;
+    f->n_tokens = (uint32_t)rows;
+    f->tokens = toks;
+    f->has_sampling = 1;
+    f->sampling = s->sp;
     if (last_chunk && r->n_draft) {
-        f.n_draft_tokens = (size_t)r->n_draft;
-        f.draft_tokens = drafts;
-        if (r->parent) {
-            f.n_draft_parents = (size_t)r->n_draft;
-            f.draft_parents = parents;
-        }
+        f->n_draft = (uint32_t)r->n_draft;
+        f->draft_tokens = drafts;
+        if (r->parent)
+            f->draft_parents = parents;
         if (r->q) {
-            f.n_draft_probs = (size_t)r->n_draft;
-            f.draft_probs = probs;
-            f.n_draft_dists = (size_t)r->n_draft;
-            f.draft_dists = ddp;
+            f->draft_probs = probs;
+            f->n_dists = (uint32_t)r->n_draft;
         }
     }
-    f.dtype = n->o.dtype;
-    f.hidden = (uint32_t)E;
-    f.layer_begin = (uint32_t)sw_model_layer_end(n->model);
-    f.n_route = (size_t)s->route.n;
-    f.route = s->route.ptrs;
-    f.hop = 1;
-    f.reply_to = s->route.names[0];
-    f.prefill_more = !last_chunk;
-    f.n_timing = 1;
-    f.timing = &tp;
-    f.n_ctx = (uint32_t)s->n_ctx;
+    f->dtype = n->o.dtype;
+    f->hidden = (uint32_t)E;
+    f->layer_begin = (uint32_t)sw_model_layer_end(n->model);
+    f->n_route = (uint32_t)s->route.n;
+    for (int i = 0; i < s->route.n; i++)
+        f->route[i] = s->route.names[i];
+    f->hop = 1;
+    f->reply_to = s->route.names[0];
+    f->prefill_more = !last_chunk;
+    f->n_timing = 1;
+    f->timing[0] =
+        (sw_msg_timing_t){.name = s->route.names[0], .compute_us = (uint32_t)(head_ms * 1e3)};
+    f->n_ctx = (uint32_t)s->n_ctx;
     if (row0 == 0 && r->n_kv_path) { // the previous tree round's path, kept before kv_keep
         for (int j = 0; j < r->n_kv_path; j++)
             kv_path[j] = (uint32_t)r->kv_path[j];
-        f.kv_path_from = (uint32_t)r->kv_path_from;
-        f.n_kv_path = (size_t)r->n_kv_path;
-        f.kv_path = kv_path;
+        f->kv_path_from = (uint32_t)r->kv_path_from;
+        f->n_kv_path = (uint32_t)r->n_kv_path;
+        f->kv_path = kv_path;
     }
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-    env.forward = &f;
-    const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(f.dtype);
+    f->payload_len = (size_t)rows * E * sw_wire_dtype_size(f->dtype);
     s->opened = 1;
-    return sw_peer_send(n->peer, s->route.names[1], &env, wire, bytes, 1) == 0 ? 0 : -1;
+    return sw_peer_send_msg(n->peer, s->route.names[1], &msg) == 0 ? 0 : -1;
 }
 
 /* Advances one running session: deadline, the next round, what recovery
@@ -1518,7 +1487,7 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
     node_head_t *h = n->head;
     char err[512] = "";
     if (s->deadline && now >= s->deadline) {
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_DEADLINE, SHARDWIRE__ERROR_CODE__ERR_DEADLINE,
+        s_end(n, s, SW_FINISH_DEADLINE, SW_ERROR_DEADLINE,
               node_recover_failing(s->rec) ? "the request's deadline passed while recovering"
                                            : "the request's deadline passed");
         return 0;
@@ -1532,8 +1501,7 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
          * between two (node_head_timeout says 0 while pieces are left). */
         const int work = sw_gen_work(s->gen, err, sizeof err);
         if (work < 0) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  err);
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             return 0;
         }
         if (work > 0) {
@@ -1543,7 +1511,7 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
         const sw_round_t *r;
         int more = sw_gen_next(s->gen, &r, err, sizeof err); // drafting happens here
         if (more != 0 || node_recover_log(s->rec, r) != 0) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                   more ? err : "cannot log the round (out of memory?)");
             return 0;
         }
@@ -1554,8 +1522,7 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
     case NODE_REC_SEND:
         node_recover_get(s->rec, idx, &s->send_r, s->send_q);
         if (sw_round_kv(s->kv, &s->send_r, err, sizeof err) != 0) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  err);
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             return 0;
         }
         s->send_idx = idx;
@@ -1567,8 +1534,7 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
         s_want_status(h);
         return 0;
     case NODE_REC_FAIL:
-        s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
-              err);
+        s_end(n, s, SW_FINISH_ERROR, SW_ERROR_DEST_GONE, err);
         return 0;
     default:
         break;
@@ -1577,8 +1543,7 @@ static int s_advance(node_t *n, s_sess_t *s, double now)
         /* While the round travels: draft the next one ahead (a piece per pass). */
         const int work = sw_gen_work(s->gen, err, sizeof err);
         if (work < 0) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  err);
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             return 0;
         }
         if (work > 0)
@@ -1627,8 +1592,7 @@ static void s_after_chunk(node_t *n, s_sess_t *s, const float *hidden, const flo
         s->send_idx = -1;
         node_recover_sent(s->rec, idx, s->send_round, 0, now);
         if (sw_verifier_run(s->ver, &s->send_r, logits, &v, err, sizeof err) != 0) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  err);
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             return;
         }
         if (node_recover_verdict(s->rec, s->send_round, now))
@@ -1684,8 +1648,7 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready)
                        logit_rows + want > h->logit_rows))
             break; // the rest go first next pass
         if (s->route.n == 1 && want > h->logit_rows) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  "the round needs more logits rows");
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
             continue;
         }
         sw_forward_t f = {
@@ -1715,8 +1678,7 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready)
     for (int i = 0; i < nb; i++) {
         s_sess_t *s = in[i];
         if (rc != 0) {
-            s_end(n, s, SHARDWIRE__FINISH_REASON__FINISH_ERROR, SHARDWIRE__ERROR_CODE__ERR_INTERNAL,
-                  err);
+            s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             continue;
         }
         s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, node_now_ms());
@@ -1739,11 +1701,8 @@ static void s_status_step(node_t *n, double now)
         h->status_want = 1;
     if (!h->status_want || h->status_out)
         return;
-    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
-    env.status_query = &q;
-    if (sw_peer_try_send(n->peer, SW_WIRE_RELAY_NAME, &env) != 0) {
+    const sw_msg_t q = {.type = SW_MSG_STATUS_QUERY};
+    if (sw_peer_try_send_msg(n->peer, SW_WIRE_RELAY_NAME, &q) != 0) {
         /* the relay is not reachable now: the periodic query asks again (and
          * the loop does not spin on the wish meanwhile) */
         h->status_want = 0;

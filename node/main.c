@@ -135,7 +135,7 @@ int main(int argc, char **argv)
         .layer_end = -1,
         .max_sessions = SW_NODE_DEFAULT_MAX_SESSIONS,
         .round_timeout_ms = SW_NODE_DEFAULT_ROUND_TIMEOUT_MS,
-        .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
+        .dtype = SW_DTYPE_F32,
         .heartbeat_ms = SW_NODE_DEFAULT_HEARTBEAT_MS,
         .max_queue = SW_NODE_DEFAULT_MAX_QUEUE,
         .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
@@ -195,11 +195,11 @@ int main(int argc, char **argv)
             break;
         case O_DTYPE:
             if (!strcmp(v, "f32"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+                o.dtype = SW_DTYPE_F32;
             else if (!strcmp(v, "f16"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
+                o.dtype = SW_DTYPE_F16;
             else if (!strcmp(v, "bf16"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_BF16;
+                o.dtype = SW_DTYPE_BF16;
             else {
                 fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
                 rc = -1;

@@ -18,14 +18,14 @@ double node_now_ms(void)
     return sw_now_ms();
 }
 
-static int s_role(const node_t *n)
+static sw_role_t s_role(const node_t *n)
 {
     int first = sw_model_is_first(n->model), last = sw_model_is_last(n->model);
     if (first && last)
-        return SHARDWIRE__ROLE__ROLE_FULL;
+        return SW_ROLE_FULL;
     if (first)
-        return SHARDWIRE__ROLE__ROLE_HEAD;
-    return last ? SHARDWIRE__ROLE__ROLE_TAIL : SHARDWIRE__ROLE__ROLE_MIDDLE;
+        return SW_ROLE_HEAD;
+    return last ? SW_ROLE_TAIL : SW_ROLE_MIDDLE;
 }
 
 /* The model's name for clients: --model-name, else the file name without
@@ -49,9 +49,13 @@ static void s_model_name(const node_opts_t *o, char *out, size_t len)
 
 static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 {
+    sw_msg_t d;
+    if (sw_codec_decode(m, SW_MSG_SESSION_CLOSE, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_session_close_t *sc = &d.session_close;
     node_session_t *s = NULL;
     const char *why;
-    s = node_session_get(n, m->env->session_close->session_id, 0, 0, &why);
+    s = node_session_get(n, sc->session_id, 0, 0, &why);
     if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;
@@ -61,10 +65,7 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     node_session_close(n, s);
     SW_INFO("session %016llx closed by %s (%s): %d session(s) held; %llu forwards run in %llu "
             "batches so far, the largest shared one %d rows",
-            (unsigned long long)m->env->session_close->session_id, m->peer,
-            m->env->session_close->reason && m->env->session_close->reason[0]
-                ? m->env->session_close->reason
-                : "no reason",
+            (unsigned long long)sc->session_id, m->peer, sc->reason[0] ? sc->reason : "no reason",
             node_sessions_held(n), (unsigned long long)n->stat_batched,
             (unsigned long long)n->stat_batches, n->stat_shared_rows);
 }
@@ -72,45 +73,48 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
 {
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
-    switch (m->env->body_case) {
-    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
+    const sw_msg_type_t type = sw_wire_msg_type(m);
+    switch (type) {
+    case SW_MSG_FORWARD:
         node_stage_forward(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
+    case SW_MSG_GENERATE:
         node_head_request(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
+    case SW_MSG_SESSION_CLOSE:
         s_on_close(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+    case SW_MSG_CANCEL:
         node_head_cancel(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+    case SW_MSG_RESUME:
         node_head_resume(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
+    case SW_MSG_VERDICT:
         node_head_verdict(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE:
+    case SW_MSG_PEER_TABLE:
         if (from_relay && n->head)
             node_head_table(n, m);
         else if (from_relay)
             node_stage_table(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_ERROR: {
+    case SW_MSG_ERROR: {
         if (n->head) {
             node_head_error(n, m);
             break;
         }
+        sw_msg_t d;
+        if (sw_codec_decode(m, SW_MSG_ERROR, &d, NULL, 0) != 0)
+            break;
         char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
-        const char *text = m->env->error->message ? m->env->error->message : "";
+        const char *text = d.error.message;
         sw_text_clean(clean, text, strnlen(text, SW_WIRE_MAX_ERROR_TEXT), 0, NULL);
-        SW_WARN("error from %s: %s (%s)", m->peer, clean,
-                sw_wire_error_code_name(m->env->error->code));
+        SW_WARN("error from %s: %s (%s)", m->peer, clean, sw_wire_error_code_name(d.error.code));
         break;
     }
     default:
-        SW_DEBUG("ignoring a %s message from %s", sw_wire_body_name(m->env), m->peer);
+        SW_DEBUG("ignoring a %s message from %s", sw_wire_type_name(type), m->peer);
         break;
     }
 }
@@ -177,21 +181,22 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
         goto out;
     }
 
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)o->name;
-    an.role = s_role(&n);
-    an.model_fingerprint = n.fingerprint;
-    an.layer_begin = (uint32_t)sw_model_layer_begin(n.model);
-    an.layer_end = (uint32_t)sw_model_layer_end(n.model);
-    an.n_layers = (uint32_t)n.hp->n_layer;
     char backend[SW_WIRE_NAME_MAX + 1];
     snprintf(backend, sizeof backend, "%s", sw_backend_desc(n.be));
-    an.backend = backend;
-    an.max_sessions = (uint32_t)o->max_sessions;
-    an.hidden = (uint32_t)n.hp->n_embd;
     char model_name[SW_WIRE_NAME_MAX + 1];
     s_model_name(o, model_name, sizeof model_name);
-    an.model_name = model_name;
+    const sw_msg_announce_t an = {
+        .name = o->name,
+        .role = s_role(&n),
+        .model_fingerprint = n.fingerprint,
+        .layer_begin = (uint32_t)sw_model_layer_begin(n.model),
+        .layer_end = (uint32_t)sw_model_layer_end(n.model),
+        .n_layers = (uint32_t)n.hp->n_layer,
+        .backend = backend,
+        .max_sessions = (uint32_t)o->max_sessions,
+        .hidden = (uint32_t)n.hp->n_embd,
+        .model_name = model_name,
+    };
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .heartbeat_ms = o->heartbeat_ms,
@@ -209,12 +214,7 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     }
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
             sw_model_layer_begin(n.model), sw_model_layer_end(n.model), n.hp->n_layer,
-            sw_backend_desc(n.be),
-            an.role == SHARDWIRE__ROLE__ROLE_FULL   ? "full"
-            : an.role == SHARDWIRE__ROLE__ROLE_HEAD ? "head"
-            : an.role == SHARDWIRE__ROLE__ROLE_TAIL ? "tail"
-                                                    : "middle",
-            n.fingerprint, o->relay);
+            sw_backend_desc(n.be), sw_wire_role_name(an.role), n.fingerprint, o->relay);
 
     /* The event loop: read everything the relay has for us (Forwards wait in
      * the stage's batch), run the batch, advance the head's sessions, and

@@ -41,7 +41,7 @@ typedef struct node_opts {
     int idle_timeout_ms;     // a session unused this long is freed
     int round_timeout_ms;    // head: a round with no verdict after this long is recovered
     int recover_timeout_ms;  // head: how long one recovery waits for the pipeline
-    int dtype;               // hidden-state dtype sent on (SHARDWIRE__DTYPE__*)
+    sw_dtype_t dtype;        // hidden-state dtype sent on
     int heartbeat_ms;        // ZMTP heartbeat interval
     int connect_timeout_ms;  // keep trying to reach the relay at start this long (-1 = forever)
     const char *draft_model; // head: draft GGUF (NULL = none)
@@ -162,10 +162,6 @@ void node_stage_table(node_t *n, sw_wire_msg_t *msg);
 void node_stage_step(node_t *n, double now_ms);
 /* Runs the batch through this stage's layers and sends the results on. */
 void node_stage_flush(node_t *n);
-/* Hidden states in the wire dtype: src itself for f32, else converted into
- * scratch (n elements of the dtype). The result is what to send. */
-const void *node_hidden_pack(int dtype, const float *src, void *scratch, size_t n);
-void node_hidden_unpack(int dtype, const void *src, float *dst, size_t n);
 int node_is_last(const node_t *n);
 
 /* head.c: every handler only changes state and sends; none waits. */
