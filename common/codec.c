@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "half.h"
 #include "log.h"
 
 /* The plain enums carry the protobuf values, so a validated value converts
@@ -1092,85 +1093,18 @@ int sw_codec_announce_copy(sw_announce_copy_t *dst, const sw_msg_announce_t *src
 /* ---- the hidden-state payload ------------------------------------------------------------------
  */
 
-/*
- * The element conversions of engine/quant_math.h (sw_h2f, sw_f2h, sw_bf2f,
- * sw_f2bf), bit for bit: swnet links no engine. tests/unit/test_codec.c
- * checks every f16 and bf16 value and a spread of f32 ones against the
- * engine's.
- */
-static uint32_t s_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float s_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static float s_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) // inf / NaN, payload kept
-        return s_float(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) { // zero or subnormal: man * 2^-24, exact in f32
-        float v = (float)man * 0x1p-24f;
-        return s_float(sign | s_bits(v));
-    }
-    return s_float(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
-static uint16_t s_f32_to_f16(float f)
-{
-    uint32_t x = s_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) // NaN: quiet, top payload bits kept (like F16C)
-        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u) // rounds to >= 65536: infinity
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {
-        /* Below 2^-14: f16 subnormal. Adding 0.5 puts the value's multiple of
-         * 2^-24 into the low mantissa bits with round-to-nearest-even. */
-        float t = s_float(ax) + 0.5f;
-        return (uint16_t)(sign | (s_bits(t) - 0x3f000000u));
-    }
-    uint32_t odd = (ax >> 13) & 1u;
-    ax += 0xc8000fffu + odd; // rebias the exponent by -112 and round to nearest even
-    return (uint16_t)(sign | (ax >> 13));
-}
-
-static float s_bf16_to_f32(uint16_t h)
-{
-    return s_float((uint32_t)h << 16);
-}
-
-static uint16_t s_f32_to_bf16(float f)
-{
-    uint32_t u = s_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 64u); // NaN: force quiet
-    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
-}
-
 const void *sw_codec_hidden_pack(sw_dtype_t dtype, const float *src, void *scratch, size_t n)
 {
     if (dtype == SW_DTYPE_F16) {
         uint16_t *d = scratch;
         for (size_t i = 0; i < n; i++)
-            d[i] = s_f32_to_f16(src[i]);
+            d[i] = sw_f2h(src[i]);
         return scratch;
     }
     if (dtype == SW_DTYPE_BF16) {
         uint16_t *d = scratch;
         for (size_t i = 0; i < n; i++)
-            d[i] = s_f32_to_bf16(src[i]);
+            d[i] = sw_f2bf(src[i]);
         return scratch;
     }
     return src; // f32 travels as computed: the send copies it once into the frame
@@ -1181,11 +1115,11 @@ void sw_codec_hidden_unpack(sw_dtype_t dtype, const void *src, float *dst, size_
     if (dtype == SW_DTYPE_F16) {
         const uint16_t *s = src;
         for (size_t i = 0; i < n; i++)
-            dst[i] = s_f16_to_f32(s[i]);
+            dst[i] = sw_h2f(s[i]);
     } else if (dtype == SW_DTYPE_BF16) {
         const uint16_t *s = src;
         for (size_t i = 0; i < n; i++)
-            dst[i] = s_bf16_to_f32(s[i]);
+            dst[i] = sw_bf2f(s[i]);
     } else {
         memcpy(dst, src, n * sizeof(float));
     }
