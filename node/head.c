@@ -44,9 +44,11 @@
 
 #include "chat.h"
 #include "drafter.h"
+#include "head.h"
 #include "log.h"
 #include "node.h"
 #include "recover.h"
+#include "tokenizer.h"
 
 #define S_LINGER_MS 60000      // a finished request's chunks are kept this long for a Resume
 #define S_LINGER_MAX 64        // finished requests kept at most (the oldest go first)
@@ -494,7 +496,7 @@ static void s_end(node_t *n, s_sess_t *s, int finish, int code, const char *why)
                                                   : "done");
     s_release(h, s);
     s->state = S_LINGER;
-    s->t_end = node_now_ms();
+    s->t_end = sw_now_ms();
     h->busy = 1; // a slot is free: the queue may move
 }
 
@@ -566,7 +568,7 @@ static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int 
 static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, s_route_t *r, int *code,
                             char *err, size_t err_len)
 {
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     *code = SW_ERROR_UNKNOWN_DEST;
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
@@ -876,7 +878,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     snprintf(s->client, sizeof s->client, "%s", msg->peer);
     snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
     s->t_start = t_arrive;
-    s->t_gen = node_now_ms();
+    s->t_gen = sw_now_ms();
     s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
     s->sp = sp;
     s->prompt = prompt;
@@ -927,7 +929,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
             "running, %d waiting",
             s->rid, s->client, n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
     /* A route built from a recent table serves at once; else the next table. */
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     if (h->route_ms && now - h->route_ms < S_ROUTE_FRESH_MS && h->route_ok) {
         sw_msg_t t;
         const int have = sw_wire_msg_type(&h->table) == SW_MSG_PEER_TABLE &&
@@ -1003,7 +1005,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
             return;
         }
     }
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     /* Queued requests that may start go first; a client at its session quota waits in the
      * queue while others' requests pass it. */
     if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 &&
@@ -1149,7 +1151,7 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
                      "head restarted)");
         return;
     }
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     if (now - s->t_resume < S_RESUME_MS)
         return; // a burst of Resumes: the first one is being answered
     s->t_resume = now;
@@ -1217,7 +1219,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
                 s->route.names[s->route.n - 1]);
         return;
     }
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     if (!node_recover_verdict(s->rec, vd->round, now))
         return; // a replayed round's, or an attempt that failed
     if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
@@ -1259,7 +1261,7 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
     if (sw_codec_decode(msg, SW_MSG_ERROR, &d, NULL, 0) != 0)
         return;
     const sw_msg_error_t *e = &d.error;
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     const char *dest = e->dest;
     const int code = e->code;
     const int from_relay = !strcmp(msg->peer, SW_WIRE_RELAY_NAME);
@@ -1331,7 +1333,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     if (!h || sw_codec_decode(msg, SW_MSG_PEER_TABLE, &d, NULL, 0) != 0)
         return;
     const sw_msg_table_t *pt = &d.table;
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     h->status_out = 0;
     char err[512] = "";
     int code = 0;
@@ -1670,9 +1672,9 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready)
     if (nb == 0)
         return;
     char err[256] = "";
-    const double t0 = node_now_ms();
+    const double t0 = sw_now_ms();
     const int rc = sw_model_forward_batch(n->model, kvs, fs, nb, err, sizeof err);
-    const double batch_ms = node_now_ms() - t0;
+    const double batch_ms = sw_now_ms() - t0;
     if (nb > 1)
         SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
     for (int i = 0; i < nb; i++) {
@@ -1681,7 +1683,7 @@ static void s_batch(node_t *n, s_sess_t **ready, int n_ready)
             s_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             continue;
         }
-        s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, node_now_ms());
+        s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, sw_now_ms());
     }
 }
 
@@ -1720,7 +1722,7 @@ void node_head_step(node_t *n)
     node_head_t *h = n->head;
     if (!h)
         return;
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     h->busy = 0;
     s_queue_step(n, now);
     s_sess_t *ready[NODE_MAX_BATCH];
@@ -1735,7 +1737,7 @@ void node_head_step(node_t *n)
     h->rr = (h->rr + 1) % h->n_slots;
     if (n_ready > 0)
         s_batch(n, ready, n_ready);
-    s_status_step(n, node_now_ms());
+    s_status_step(n, sw_now_ms());
     for (int k = 0; k < h->n_slots && !h->busy; k++)
         h->busy = h->sess[k].state == S_RUN && h->sess[k].send_idx >= 0;
 }
@@ -1747,7 +1749,7 @@ int node_head_timeout(const node_t *n)
         return 200;
     if (h->busy || (h->status_want && !h->status_out))
         return 0;
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     double next = now + 200;
     for (int i = 0; i < h->n_slots; i++) {
         const s_sess_t *s = &h->sess[i];

@@ -11,12 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "head.h"
 #include "log.h"
-
-double node_now_ms(void)
-{
-    return sw_now_ms();
-}
+#include "stage.h"
 
 static sw_role_t s_role(const node_t *n)
 {
@@ -219,7 +216,7 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
     /* The event loop: read everything the relay has for us (Forwards wait in
      * the stage's batch), run the batch, advance the head's sessions, and
      * wait for the next message only as long as no timer is due. */
-    double next_expire = node_now_ms() + 1000;
+    double next_expire = sw_now_ms() + 1000;
     while (!*stop) {
         sw_wire_msg_t m = {0};
         int r = sw_peer_recv(n.peer, &m, node_head_timeout(&n));
@@ -236,7 +233,7 @@ int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
         }
         node_stage_flush(&n);
         node_head_step(&n);
-        double now = node_now_ms();
+        double now = sw_now_ms();
         node_stage_step(&n, now);
         if (now > next_expire) {
             node_sessions_expire(&n, now);

@@ -24,6 +24,8 @@
  * own configuration before anything changes; a bad message is answered with
  * an Error and otherwise ignored.
  */
+#include "stage.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +90,7 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
     /* Full: sessions nobody used for a while make room (whoever created them), least
      * recently used first, so that a peer that opened sessions and left them idle
      * cannot hold the stage until the idle timeout. */
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     while (!free_slot || (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes)) {
         node_session_t *lru = NULL;
         for (int i = 0; i < n->o.max_sessions; i++) {
@@ -121,7 +123,7 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
     free_slot->id = id;
     free_slot->round = 0;
     free_slot->kv_bytes = bytes;
-    free_slot->last_used_ms = node_now_ms();
+    free_slot->last_used_ms = sw_now_ms();
     n->kv_used += bytes;
     return free_slot;
 }
@@ -300,12 +302,12 @@ static void s_round_of(const sw_msg_forward_t *f, sw_round_t *r, int32_t *parent
 
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
-    s_forward(n, msg, node_now_ms());
+    s_forward(n, msg, sw_now_ms());
 }
 
 void node_stage_table(node_t *n, sw_wire_msg_t *msg)
 {
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     sw_wire_msg_move(&n->table, msg);
     n->table_ms = now;
     n->table_asked_ms = 0;
@@ -409,8 +411,8 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
      * again once, and the Forward waits for it. */
     char unfit[320];
     const int fits = s_route_fits(n, f, unfit, sizeof unfit);
-    if (fits == 1 && node_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
-        s_ask_table(n, node_now_ms()); /* stays fresh for later checks */
+    if (fits == 1 && sw_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
+        s_ask_table(n, sw_now_ms()); /* stays fresh for later checks */
     if (fits != 1 && n->table_ms < t_arrive) {
         if (n->n_pending == NODE_PENDING_MAX) {
             s_reply_error(n, reply, SW_ERROR_DEST_BUSY, sid,
@@ -422,7 +424,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         memset(p, 0, sizeof *p);
         sw_wire_msg_move(&p->msg, msg);
         p->t_arrive = t_arrive;
-        s_ask_table(n, node_now_ms());
+        s_ask_table(n, sw_now_ms());
         return;
     }
     if (fits != 1) {
@@ -687,9 +689,9 @@ void node_stage_flush(node_t *n)
         live[nl++] = b;
     }
     char err[256] = "";
-    const double t0 = node_now_ms();
+    const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
-    const double t1 = node_now_ms();
+    const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
     n->stat_batches += nl > 0;
