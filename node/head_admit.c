@@ -106,6 +106,208 @@ static head_sess_t *s_free_slot(node_head_t *h)
 
 enum { S_STARTED = 0, S_WAIT_MEMORY = 1, S_REFUSED = -1 };
 
+/* A conversation's turns, or the prompt as one user turn, through the
+ * model's chat template (wire.c bounds both). The text (the caller frees
+ * it), or NULL with err (*code ERR_INTERNAL when out of memory). */
+static char *s_chat_text(const node_t *n, const sw_msg_generate_t *g, int *code, char *err,
+                         size_t err_len)
+{
+    sw_chat_msg_t one = {.role = "user", .content = g->prompt};
+    sw_chat_msg_t *turns = &one;
+    if (g->n_messages > 0) {
+        turns = calloc(g->n_messages, sizeof *turns);
+        if (!turns) {
+            snprintf(err, err_len, "out of memory");
+            *code = SW_ERROR_INTERNAL;
+            return NULL;
+        }
+        for (uint32_t i = 0; i < g->n_messages; i++) {
+            sw_msg_turn_t t;
+            if (sw_codec_turn_at(g, i, &t) != 0) { /* wire.c checked every turn */
+                free(turns);
+                snprintf(err, err_len, "messages[%u] is unreadable", i);
+                return NULL;
+            }
+            turns[i].role = t.role;
+            turns[i].content = t.content;
+        }
+    }
+    char *chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), turns,
+                                           g->n_messages > 0 ? (int)g->n_messages : 1, 1);
+    if (turns != &one)
+        free(turns);
+    if (!chat_text)
+        snprintf(err, err_len, "the model has no usable chat template");
+    return chat_text;
+}
+
+/* The request's prompt as tokens: its token ids, or its text (a
+ * conversation through the chat template) tokenized; checked against the
+ * vocabulary and --ctx. 0 with *prompt_out (the caller frees it), or -1
+ * with err (*code ERR_INTERNAL when out of memory). */
+static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **prompt_out, int *n_out,
+                    int *code, char *err, size_t err_len)
+{
+    const node_head_t *h = n->head;
+    int32_t *prompt = NULL;
+    char *chat_text = NULL;
+    int n_prompt = 0;
+    if (g->n_prompt_tokens) {
+        prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
+        if (!prompt)
+            goto oom;
+        for (uint32_t i = 0; i < g->n_prompt_tokens; i++) {
+            if (g->prompt_tokens[i] >= (uint32_t)n->hp->n_vocab) {
+                snprintf(err, err_len, "prompt token %u is outside the vocabulary",
+                         g->prompt_tokens[i]);
+                goto fail;
+            }
+            prompt[i] = (int32_t)g->prompt_tokens[i];
+        }
+        n_prompt = (int)g->n_prompt_tokens;
+    } else {
+        const char *text = g->prompt;
+        const int chat = g->chat || g->n_messages > 0;
+        if (chat) {
+            chat_text = s_chat_text(n, g, code, err, err_len);
+            if (!chat_text)
+                goto fail;
+            text = chat_text;
+        }
+        /* Stop as soon as the prompt cannot fit: a 2 MiB prompt would otherwise
+         * hold the head in the tokenizer for seconds before this is known. */
+        const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
+        int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
+                           : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
+                                             &prompt, &n_prompt);
+        if (trc == SW_TOK_ERR_TOO_LONG) {
+            snprintf(err, err_len,
+                     "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
+                     "context (node --ctx)",
+                     (long long)(room > 0 ? room : 0), g->n_predict, n->o.n_ctx);
+            goto fail;
+        }
+        if (trc != 0)
+            goto oom;
+    }
+    if (n_prompt < 1) {
+        snprintf(err, err_len, "the prompt is empty");
+        goto fail;
+    }
+    if ((int64_t)n_prompt + g->n_predict > n->o.n_ctx) {
+        snprintf(err, err_len,
+                 "%d prompt + %u new tokens exceed the %d-position context (node --ctx)", n_prompt,
+                 g->n_predict, n->o.n_ctx);
+        goto fail;
+    }
+    free(chat_text);
+    *prompt_out = prompt;
+    *n_out = n_prompt;
+    return 0;
+oom:
+    snprintf(err, err_len, "out of memory");
+    *code = SW_ERROR_INTERNAL;
+fail:
+    free(prompt);
+    free(chat_text);
+    return -1;
+}
+
+/* Takes slot s for request g of msg's client: a ROUTE session with a new id. */
+static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw_msg_generate_t *g,
+                   const sw_sampling_t *sp, double t_arrive)
+{
+    node_head_t *h = n->head;
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->state = HEAD_ROUTE;
+    h->n_active++;
+    snprintf(s->client, sizeof s->client, "%s", msg->peer);
+    snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
+    s->t_start = t_arrive;
+    s->t_gen = sw_now_ms();
+    s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
+    s->sp = *sp;
+    s->n_predict = (int)g->n_predict;
+    s->send_idx = -1;
+    randombytes_buf(&s->id, sizeof s->id);
+    s->id |= 1;
+}
+
+/* The session's memory: its KV cache (counted in the head's kv_used), round
+ * log, detokenizer, streamed tokens and proposer. 0, or -1 when out of memory. */
+static int s_alloc(node_t *n, head_sess_t *s, size_t kv_bytes)
+{
+    node_head_t *h = n->head;
+    s->kv = sw_kv_new(n->model, s->n_ctx);
+    s->kv_bytes = kv_bytes;
+    if (s->kv)
+        h->kv_used += kv_bytes;
+    s->rec = node_recover_new(n->o.recover_timeout_ms);
+    s->detok = sw_detok_new(h->tok, 0);
+    s->toks = malloc(((size_t)s->n_predict + 1) * sizeof *s->toks);
+    s->drafter = draft_new(h->dmodel);
+    if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
+        return -1;
+    return 0;
+}
+
+/* The session's drafting (its DraftParams, else the head's) and round logic,
+ * logged with the request. 0, or -1 with err. */
+static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
+                       const sw_sampling_t *sp, char *err, size_t err_len)
+{
+    node_head_t *h = n->head;
+    draft_cfg_t dc;
+    if (s_draft_cfg(n, g->has_draft ? &g->draft : NULL, sp, &dc, err, err_len) != 0)
+        return -1;
+    dc.n_ctx = s->n_ctx;
+    if (draft_begin(s->drafter, &dc, err, err_len) != 0)
+        return -1;
+    s->proposer = draft_proposer(s->drafter);
+    sw_gen_opts_t go = {
+        .k = draft_gen_k(s->drafter),
+        .proposer = &s->proposer,
+        .ahead = dc.ahead,
+        .n_predict = s->n_predict,
+        .stop_at_eog = 1,
+        .on_tokens = head_on_tokens,
+        .on_tokens_ctx = s,
+        .is_eog = head_is_eog,
+        .is_eog_ctx = h->tok,
+    };
+    s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, err_len);
+    if (!s->gen)
+        return -1;
+    char drafting[96] = "no drafting";
+    if (draft_gen_k(s->drafter) > 0)
+        snprintf(drafting, sizeof drafting, "draft %s, K %s%d%s%s", draft_mode_name(dc.mode),
+                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter),
+                 dc.tree > 1 ? ", trees" : "", dc.ahead ? ", ahead" : "");
+    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, %s; %d session(s) "
+            "running, %d waiting",
+            s->rid, s->client, s->n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
+    return 0;
+}
+
+/* A route built from a recent table serves a new session at once; else it
+ * waits (ROUTE) for the next table. */
+static void s_route_first(node_t *n, head_sess_t *s)
+{
+    node_head_t *h = n->head;
+    const double now = sw_now_ms();
+    if (h->route_ms && now - h->route_ms < HEAD_ROUTE_FRESH_MS && h->route_ok) {
+        sw_msg_t t;
+        const int have = sw_wire_msg_type(&h->table) == SW_MSG_PEER_TABLE &&
+                         sw_codec_decode(&h->table, SW_MSG_PEER_TABLE, &t, NULL, 0) == 0;
+        head_route_take(n, s, have ? &t.table : NULL);
+        s->state = HEAD_RUN;
+        h->busy = 1;
+    } else {
+        head_want_status(h);
+    }
+}
+
 /* Starts a session for request msg (which stays the caller's): S_STARTED,
  * S_WAIT_MEMORY (the KV cache does not fit now, it will when others end) or
  * S_REFUSED (the client got an Error). */
@@ -119,7 +321,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     char err[512] = "";
     int code = SW_ERROR_BAD_REQUEST;
     int32_t *prompt = NULL;
-    char *chat_text = NULL;
+    int n_prompt = 0;
     head_sess_t *s = NULL;
 
     /* absent sampling reads as all 0 (greedy): codec.h */
@@ -128,78 +330,8 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
         snprintf(err, sizeof err, "invalid sampling parameters");
         goto fail;
     }
-    int n_prompt = 0;
-    if (g->n_prompt_tokens) {
-        prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
-        if (!prompt)
-            goto oom;
-        for (uint32_t i = 0; i < g->n_prompt_tokens; i++) {
-            if (g->prompt_tokens[i] >= (uint32_t)n->hp->n_vocab) {
-                snprintf(err, sizeof err, "prompt token %u is outside the vocabulary",
-                         g->prompt_tokens[i]);
-                goto fail;
-            }
-            prompt[i] = (int32_t)g->prompt_tokens[i];
-        }
-        n_prompt = (int)g->n_prompt_tokens;
-    } else {
-        const char *text = g->prompt;
-        const int chat = g->chat || g->n_messages > 0;
-        if (chat) {
-            /* A conversation, or the prompt as one user turn (wire.c bounds both). */
-            sw_chat_msg_t one = {.role = "user", .content = text};
-            sw_chat_msg_t *turns = &one;
-            if (g->n_messages > 0) {
-                turns = calloc(g->n_messages, sizeof *turns);
-                if (!turns)
-                    goto oom;
-                for (uint32_t i = 0; i < g->n_messages; i++) {
-                    sw_msg_turn_t t;
-                    if (sw_codec_turn_at(g, i, &t) != 0) { /* wire.c checked every turn */
-                        free(turns);
-                        snprintf(err, sizeof err, "messages[%u] is unreadable", i);
-                        goto fail;
-                    }
-                    turns[i].role = t.role;
-                    turns[i].content = t.content;
-                }
-            }
-            chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), turns,
-                                             g->n_messages > 0 ? (int)g->n_messages : 1, 1);
-            if (turns != &one)
-                free(turns);
-            if (!chat_text) {
-                snprintf(err, sizeof err, "the model has no usable chat template");
-                goto fail;
-            }
-            text = chat_text;
-        }
-        /* Stop as soon as the prompt cannot fit: a 2 MiB prompt would otherwise
-         * hold the head in the tokenizer for seconds before this is known. */
-        const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
-        int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
-                           : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
-                                             &prompt, &n_prompt);
-        if (trc == SW_TOK_ERR_TOO_LONG) {
-            snprintf(err, sizeof err,
-                     "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
-                     "context (node --ctx)",
-                     (long long)(room > 0 ? room : 0), g->n_predict, n->o.n_ctx);
-            goto fail;
-        }
-        if (trc != 0)
-            goto oom;
-    }
-    if (n_prompt < 1) {
-        snprintf(err, sizeof err, "the prompt is empty");
+    if (s_prompt(n, g, &prompt, &n_prompt, &code, err, sizeof err) != 0)
         goto fail;
-    }
-    if ((int64_t)n_prompt + g->n_predict > n->o.n_ctx) {
-        snprintf(err, sizeof err,
-                 "%d prompt + %u new tokens exceed the %d-position context (node --ctx)", n_prompt,
-                 g->n_predict, n->o.n_ctx);
-        goto fail;
-    }
     const int n_ctx = n_prompt + (int)g->n_predict;
     const size_t kv_bytes = sw_kv_bytes(n->model, n_ctx);
     if (n->o.kv_bytes > 0 && kv_bytes > (size_t)n->o.kv_bytes) {
@@ -211,90 +343,28 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     }
     if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
         free(prompt);
-        free(chat_text);
         return S_WAIT_MEMORY;
     }
 
     s = s_free_slot(h);
     if (!s)
         goto oom; // cannot happen: n_slots > max_sessions
-    memset(s, 0, sizeof *s);
-    s->n = n;
-    s->state = HEAD_ROUTE;
-    h->n_active++;
-    snprintf(s->client, sizeof s->client, "%s", msg->peer);
-    snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
-    s->t_start = t_arrive;
-    s->t_gen = sw_now_ms();
-    s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
-    s->sp = sp;
+    s_open(n, s, msg, g, &sp, t_arrive);
     s->prompt = prompt;
     prompt = NULL;
     s->n_prompt = n_prompt;
-    s->n_predict = (int)g->n_predict;
     s->n_ctx = n_ctx;
-    s->send_idx = -1;
-    randombytes_buf(&s->id, sizeof s->id);
-    s->id |= 1;
-    s->kv = sw_kv_new(n->model, n_ctx);
-    s->kv_bytes = kv_bytes;
-    if (s->kv)
-        h->kv_used += kv_bytes;
-    s->rec = node_recover_new(n->o.recover_timeout_ms);
-    s->detok = sw_detok_new(h->tok, 0);
-    s->toks = malloc(((size_t)s->n_predict + 1) * sizeof *s->toks);
-    s->drafter = draft_new(h->dmodel);
-    if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
+    if (s_alloc(n, s, kv_bytes) != 0)
         goto oom;
-    draft_cfg_t dc;
-    if (s_draft_cfg(n, g->has_draft ? &g->draft : NULL, &sp, &dc, err, sizeof err) != 0)
+    if (s_gen_begin(n, s, g, &sp, err, sizeof err) != 0)
         goto fail;
-    dc.n_ctx = n_ctx;
-    if (draft_begin(s->drafter, &dc, err, sizeof err) != 0)
-        goto fail;
-    s->proposer = draft_proposer(s->drafter);
-    sw_gen_opts_t go = {
-        .k = draft_gen_k(s->drafter),
-        .proposer = &s->proposer,
-        .ahead = dc.ahead,
-        .n_predict = s->n_predict,
-        .stop_at_eog = 1,
-        .on_tokens = head_on_tokens,
-        .on_tokens_ctx = s,
-        .is_eog = head_is_eog,
-        .is_eog_ctx = h->tok,
-    };
-    s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, sizeof err);
-    if (!s->gen)
-        goto fail;
-    char drafting[96] = "no drafting";
-    if (draft_gen_k(s->drafter) > 0)
-        snprintf(drafting, sizeof drafting, "draft %s, K %s%d%s%s", draft_mode_name(dc.mode),
-                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter),
-                 dc.tree > 1 ? ", trees" : "", dc.ahead ? ", ahead" : "");
-    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, %s; %d session(s) "
-            "running, %d waiting",
-            s->rid, s->client, n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
-    /* A route built from a recent table serves at once; else the next table. */
-    const double now = sw_now_ms();
-    if (h->route_ms && now - h->route_ms < HEAD_ROUTE_FRESH_MS && h->route_ok) {
-        sw_msg_t t;
-        const int have = sw_wire_msg_type(&h->table) == SW_MSG_PEER_TABLE &&
-                         sw_codec_decode(&h->table, SW_MSG_PEER_TABLE, &t, NULL, 0) == 0;
-        head_route_take(n, s, have ? &t.table : NULL);
-        s->state = HEAD_RUN;
-        h->busy = 1;
-    } else {
-        head_want_status(h);
-    }
-    free(chat_text);
+    s_route_first(n, s);
     return S_STARTED;
 oom:
     snprintf(err, sizeof err, "out of memory");
     code = SW_ERROR_INTERNAL;
 fail:
     free(prompt);
-    free(chat_text);
     if (s) {
         head_end(n, s, SW_FINISH_ERROR, code, err);
     } else {
