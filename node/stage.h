@@ -1,8 +1,8 @@
 /*
- * stage.h - the work of a pipeline stage (stage.c): the sessions a stage
- * holds (one KV cache each) and the Forwards of many sessions run through
- * its layers as one batch, then passed on to the next stage or, on the last
- * stage, verified and answered with a Verdict.
+ * stage.h - the work of a pipeline stage: the sessions a stage holds, one
+ * KV cache each (stage_session.c), and the Forwards of many sessions run
+ * through its layers as one batch, then passed on to the next stage or, on
+ * the last stage, verified and answered with a Verdict (stage.c).
  *
  * The stage's state lives in the node (node_t, node.h: sessions, batch,
  * pending Forwards, the cached peer table); these types are its parts. The
