@@ -9,10 +9,11 @@
  * event loop (node.c) calls these functions; the stage calls nothing of the
  * event loop or of the head.
  *
- * Ownership: a Forward handed to node_stage_forward / node_stage_table is
- * moved into the stage's batch, its pending list or its table (the stage
- * frees it); a session's cache and verifier belong to the stage until
- * node_session_free. The arrays of node_t are the node's (node_run).
+ * Ownership: a message handed to node_stage_forward / node_stage_table stays
+ * the caller's, who clears it after, unless the stage keeps it: then it is
+ * moved (sw_wire_msg_move) into the batch, the pending list or n->table, and
+ * the stage frees it. A session's cache and verifier belong to the stage
+ * until node_session_free. The arrays of node_t are the node's (node_run).
  */
 #ifndef SW_NODE_STAGE_H
 #define SW_NODE_STAGE_H
