@@ -163,6 +163,8 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 
 #define SW_SAMPLING_MAX_TOP_K (1 << 20)  /* --top-k, top_k of a request */
 #define SW_SAMPLING_MAX_LAST_N (1 << 20) /* --repeat-last-n, repeat_last_n of a request */
+#define SW_SAMPLING_MAX_TEMP 100         /* --temp, temperature of a request */
+#define SW_SAMPLING_MAX_REP_PENALTY 10   /* --repeat-penalty, repeat_penalty of a request */
 
 /* Sampling parameters (engine/sampler.h applies them; clients send them in a
  * GenerateRequest). */
