@@ -40,6 +40,12 @@
 /* ---- the wire protocol (common/wire.c checks every message against these) -------------------- */
 
 #define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
+/* A key's fingerprint: BLAKE2b-128 of its 32-byte CURVE public key in lower-case hex
+ * (keys.h, sw_keys_fingerprint). The relay writes the sender's after its name in
+ * the source frame ("NAME@FP"), and a peer may pin a destination to a key the same
+ * way (docs/protocol.md section 2). */
+#define SW_WIRE_KEY_FP_LEN 32
+#define SW_WIRE_ADDR_MAX (SW_WIRE_NAME_MAX + 1 + SW_WIRE_KEY_FP_LEN) /* bytes of "NAME@FP" */
 
 #define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
 #define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
@@ -123,6 +129,10 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
+/* --name-hold-s: a client's name stays held for its key after its connection left, longer than
+ * a head keeps the requests of a client that vanished (its 60 s linger for a Resume and the
+ * seconds it takes to see the client gone), so that no other key can answer to that name. */
+#define SW_RELAY_DEFAULT_NAME_HOLD_S 90
 /* The relay's largest message from a client key: a GenerateRequest of the
  * largest prompt, sealed, with room for its other fields and the destination
  * frame (no payload frame). */

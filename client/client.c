@@ -49,7 +49,7 @@ struct sw_client {
     s_req_t *reqs;     /* SW_CLIENT_MAX_INFLIGHT slots */
     int n_inflight;    /* slots in use */
     double next_watch; /* next time the watches run (ms) */
-    int connects;      /* handshakes with the relay seen (a new one: it may have restarted) */
+    int announces;     /* announces the relay acked (a new one: it may have restarted) */
     /* the current event's storage (valid until the next sw_client_next) */
     uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
     char *ev_text;              /* released text */
@@ -160,7 +160,10 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         s_fail(0, err, err_len, "libsodium cannot start");
         return NULL;
     }
-    const char *prefix = o->name && o->name[0] ? o->name : "client";
+    /* SW_CLIENT_NAME (cluster init's shardwire.sh sets it: the name the relay's
+     * allow-list binds our key to) comes before the program's own default */
+    const char *env = getenv("SW_CLIENT_NAME");
+    const char *prefix = env && env[0] ? env : o->name && o->name[0] ? o->name : "client";
     char name[SW_CLIENT_NAME_LEN];
     char hex[13];
     s_random_hex(hex, 6);
@@ -184,7 +187,8 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
                          .stop = o->stop,
-                         .accept_clear_errors = 1};
+                         .accept_clear_errors = 1,
+                         .rename_on_taken = 1};
     c->peer = sw_peer_new(&po);
     if (!c->peer) {
         s_fail(0, err, err_len,
@@ -197,7 +201,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
     }
     c->sealed = o->sec && o->sec->n_access > 0; /* also with --insecure-loopback */
     c->secure = o->sec && !o->sec->insecure;
-    c->connects = sw_peer_connects(c->peer);
+    c->announces = sw_peer_announces(c->peer);
     return c;
 }
 
@@ -1004,15 +1008,17 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
     return 0;
 }
 
-/* Asks the heads for what may have been lost: after a reconnect to the relay
- * (it may have restarted with chunks in flight) for every request, else for
- * requests whose resume_at has come. A Resume that cannot go out now (no
+/* Asks the heads for what may have been lost: once announced again after a
+ * reconnect to the relay (it may have restarted with chunks in flight; we may
+ * have a new name, which the head then streams to) for every request, else
+ * for requests whose resume_at has come. A Resume that cannot go out now (no
  * connection yet) is tried again half a second later. */
 static void s_resume(sw_client_t *c, double now)
 {
-    const int connects = sw_peer_connects(c->peer);
-    const int reconnected = connects != c->connects;
-    c->connects = connects;
+    (void)sw_peer_connects(c->peer); /* reads the connection's events */
+    const int announces = sw_peer_announces(c->peer);
+    const int reconnected = announces != c->announces;
+    c->announces = announces;
     for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
         s_req_t *r = &c->reqs[i];
         if (!r->id[0] || !(reconnected || (r->resume_at && now >= r->resume_at)))

@@ -92,7 +92,8 @@ typedef struct sw_client sw_client_t;
 typedef struct sw_client_opts {
     const char *relay;           /* relay endpoint, tcp://HOST:PORT */
     const sw_sec_t *sec;         /* keys (copied); NULL or sec->insecure = loopback without keys */
-    const char *name;            /* peer name prefix (default "client"); a random suffix is added */
+    const char *name;            /* peer name prefix (default "client"; the environment's
+                                    SW_CLIENT_NAME comes first); a random suffix is added */
     int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 =
                                     SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one warning
                                     line per attempt (peer.h) */

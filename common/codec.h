@@ -150,6 +150,7 @@ typedef struct sw_msg_peer {
     uint64_t msgs_out;          // messages forwarded to it
     uint64_t bytes_in;          // bytes received from it, all frames
     int key_bound;              // 1: a node bound to its name by its key
+    const char *key_fp;         // its key's fingerprint (SW_WIRE_KEY_FP_LEN hex), "" = none
 } sw_msg_peer_t;
 
 /* PeerTable: the relay's live peers. Read entries with sw_codec_peer_at /

@@ -90,7 +90,7 @@ void node_head_free(node_t *n)
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && n->peer) {
-            head_send_error(n, s->client, SW_ERROR_INTERNAL, s->rid, s->id, 0,
+            head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,
                             "the head is shutting down");
             head_close_stages(n, s, "head shutting down");
         }
@@ -98,9 +98,10 @@ void node_head_free(node_t *n)
     }
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        char addr[SW_WIRE_ADDR_MAX + 1];
         if (n->peer)
-            head_send_error(n, w->msg.peer, SW_ERROR_INTERNAL, w->g.request_id, 0,
-                            (uint32_t)(i + 1), "the head is shutting down");
+            head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_INTERNAL, w->g.request_id,
+                            0, (uint32_t)(i + 1), "the head is shutting down");
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
@@ -145,7 +146,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         }
         if (s->state != HEAD_RUN)
             continue;
-        if (head_client_gone(h, pt, s->client, &s->client_missing, now)) {
+        if (head_client_gone(h, pt, s->client, s->client_key, &s->client_missing, now)) {
             head_end(n, s, SW_FINISH_CANCELLED, 0, "the client left the relay");
             continue;
         }
@@ -157,7 +158,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                          "the head now holds every layer");
                 continue;
-            } else if (!sw_codec_peer_find(pt, s->client, &(sw_msg_peer_t){0})) {
+            } else if (!head_client_present(pt, s->client, s->client_key)) {
                 /* After a relay restart the client must have announced again
                  * too, or the next TokenChunk would be dropped. */
                 char why[128];
@@ -185,7 +186,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     }
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        if (head_client_gone(h, pt, w->msg.peer, &w->client_missing, now)) {
+        if (head_client_gone(h, pt, w->msg.peer, w->msg.peer_key, &w->client_missing, now)) {
             SW_INFO("request '%s': the client %s left while it waited", w->g.request_id,
                     w->msg.peer);
             head_dequeue(n, i--);

@@ -223,6 +223,8 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->state = HEAD_ROUTE;
     h->n_active++;
     snprintf(s->client, sizeof s->client, "%s", msg->peer);
+    snprintf(s->client_key, sizeof s->client_key, "%s", msg->peer_key);
+    sw_wire_addr(s->client_addr, s->client, s->client_key);
     snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
     s->t_start = t_arrive;
     s->t_gen = sw_now_ms();
@@ -368,27 +370,28 @@ fail:
     if (s) {
         head_end(n, s, SW_FINISH_ERROR, code, err);
     } else {
+        char addr[SW_WIRE_ADDR_MAX + 1];
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
-        head_send_error(n, msg->peer, code, g->request_id, 0, 0, err);
+        head_send_error(n, head_reply_addr(msg, addr), code, g->request_id, 0, 0, err);
     }
     return S_REFUSED;
 }
 
-/* Sessions running (or routing) for client. */
-static int s_client_running(const node_head_t *h, const char *client)
+/* Sessions running (or routing) for client (head_who: its key, else its name). */
+static int s_client_running(const node_head_t *h, const char *who)
 {
     int k = 0;
     for (int i = 0; i < h->n_slots; i++)
         k += (h->sess[i].state == HEAD_ROUTE || h->sess[i].state == HEAD_RUN) &&
-             !strcmp(h->sess[i].client, client);
+             !strcmp(head_sess_who(&h->sess[i]), who);
     return k;
 }
 
-/* 1 when client may start another session now (its --max-sessions-per-client). */
-static int s_client_may_start(const node_t *n, const char *client)
+/* 1 when client `who` may start another session now (its --max-sessions-per-client). */
+static int s_client_may_start(const node_t *n, const char *who)
 {
     const int quota = n->o.max_sessions_per_client;
-    return quota <= 0 || s_client_running(n->head, client) < quota;
+    return quota <= 0 || s_client_running(n->head, who) < quota;
 }
 
 /* The oldest queued request whose client may start a session now, or -1. */
@@ -396,7 +399,7 @@ static int s_queue_next(const node_t *n)
 {
     const node_head_t *h = n->head;
     for (int i = 0; i < h->q_len; i++)
-        if (s_client_may_start(n, h->queue[(h->q_head + i) % n->o.max_queue].msg.peer))
+        if (s_client_may_start(n, head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg)))
             return i;
     return -1;
 }
@@ -408,16 +411,18 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
         return;
     const sw_msg_generate_t *g = &d.generate;
+    char addr[SW_WIRE_ADDR_MAX + 1];
+    head_reply_addr(msg, addr);
     if (!h) {
-        head_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
+        head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
                         "this node is not a head (its layers do not start at 0)");
         return;
     }
     for (int i = 0; i < h->n_slots; i++) {
         const head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && !strcmp(s->client, msg->peer) &&
-            !strcmp(s->rid, g->request_id)) {
-            head_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) &&
+            !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, g->request_id)) {
+            head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
                             "a request with this id is already running");
             return;
         }
@@ -426,13 +431,13 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     /* Queued requests that may start go first; a client at its session quota waits in the
      * queue while others' requests pass it. */
     if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 &&
-        s_client_may_start(n, msg->peer)) {
+        s_client_may_start(n, head_who(msg))) {
         if (s_start(n, msg, now) != S_WAIT_MEMORY)
             return;
     }
     int mine = 0;
     for (int i = 0; i < h->q_len; i++)
-        mine += !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer);
+        mine += !strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), head_who(msg));
     if (n->o.max_queue_per_client > 0 && mine >= n->o.max_queue_per_client) {
         char text[256];
         snprintf(text, sizeof text,
@@ -440,8 +445,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "--max-queue-per-client): retry when one has started",
                  mine);
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1,
-                        text);
+        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
         return;
     }
     if (h->q_len >= n->o.max_queue) {
@@ -451,8 +455,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "retry later",
                  h->n_active, h->q_len);
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1,
-                        text);
+        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
         return;
     }
     head_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];
@@ -498,8 +501,10 @@ void head_queue_step(node_t *n, double now)
                  "the head stayed busy: the request waited %.0f s at position %d of the queue "
                  "until its deadline (%d requests running)",
                  (now - w->t_arrive) / 1e3, i + 1, h->n_active);
+        char addr[SW_WIRE_ADDR_MAX + 1];
         SW_WARN("request '%s' from %s: %s", g->request_id, w->msg.peer, text);
-        head_send_error(n, w->msg.peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)i + 1, text);
+        head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_BUSY, g->request_id, 0,
+                        (uint32_t)i + 1, text);
         head_dequeue(n, i--);
     }
     while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
@@ -522,7 +527,7 @@ void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
         return;
     const sw_msg_cancel_t *c = &d.cancel;
     const char *why = c->reason[0] ? c->reason : "no reason given";
-    head_sess_t *s = head_find(h, msg->peer, c->request_id, 0);
+    head_sess_t *s = head_find(h, msg, c->request_id, 0);
     if (s) {
         char text[400];
         snprintf(text, sizeof text, "cancelled by the client (%s)", why);
@@ -531,10 +536,12 @@ void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
     }
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        if (strcmp(w->msg.peer, msg->peer) != 0 || strcmp(w->g.request_id, c->request_id) != 0)
+        if (strcmp(head_who(&w->msg), head_who(msg)) != 0 ||
+            strcmp(w->g.request_id, c->request_id) != 0)
             continue;
+        char addr[SW_WIRE_ADDR_MAX + 1];
         SW_INFO("request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer, why);
-        head_final_chunk(n, msg->peer, c->request_id, 0, SW_FINISH_CANCELLED);
+        head_final_chunk(n, head_reply_addr(msg, addr), c->request_id, 0, SW_FINISH_CANCELLED);
         head_dequeue(n, i);
         return;
     }

@@ -87,7 +87,7 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
         snprintf(s->err, sizeof s->err, "%s", why);
         SW_WARN("request '%s' from %s failed: %s (%s)", s->rid, s->client, why,
                 sw_wire_error_code_name(code));
-        head_send_error(n, s->client, code, s->rid, s->id, 0, why);
+        head_send_error(n, s->client_addr, code, s->rid, s->id, 0, why);
     } else if (finish == SW_FINISH_CANCELLED) {
         SW_INFO("request '%s' from %s ended: %s", s->rid, s->client, why);
     } else {
@@ -96,7 +96,7 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
                 gs->n_gen, gs->rounds, gs->accepted, gs->drafted);
     }
     if (!s->toks || head_emit(n, s, NULL, 0, tail, tl, finish) != 0)
-        head_final_chunk(n, s->client, s->rid, s->n_streamed, finish); // no record to keep
+        head_final_chunk(n, s->client_addr, s->rid, s->n_streamed, finish); // no record to keep
     head_close_stages(n, s,
                       finish == SW_FINISH_CANCELLED  ? "cancelled"
                       : finish == SW_FINISH_ERROR    ? "failed"

@@ -8,8 +8,9 @@
  * client that sees a gap, reconnects or hears nothing asks with Resume from
  * the last index it holds and gets the chunks again (it drops duplicates by
  * index). Nothing here waits: a chunk the relay cannot take now is dropped
- * and asked for again. A request is found by the names its client gave it
- * (client, request id), here for Resume and Cancel alike.
+ * and asked for again. A request is found by its client's key and its id,
+ * here for Resume and Cancel alike; the stream goes to "NAME@KEY", so the
+ * relay delivers it to that key only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +80,7 @@ static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
         tc->stats = s->stats;
     /* Never waits: a chunk the relay cannot take now is lost, and the client
      * asks for it again (Resume). */
-    if (sw_peer_try_send_msg(n->peer, s->client, &msg) != 0)
+    if (sw_peer_try_send_msg(n->peer, s->client_addr, &msg) != 0)
         SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
                  s->client);
 }
@@ -166,13 +167,13 @@ void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
     s->have_stats = 1;
 }
 
-head_sess_t *head_find(node_head_t *h, const char *client, const char *rid, int lingering)
+head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid, int lingering)
 {
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN ||
              (lingering && s->state == HEAD_LINGER)) &&
-            !strcmp(s->client, client) && !strcmp(s->rid, rid))
+            !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, rid))
             return s;
     }
     return NULL;
@@ -185,16 +186,26 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     if (!h || sw_codec_decode(msg, SW_MSG_RESUME, &d, NULL, 0) != 0)
         return;
     const sw_msg_resume_t *r = &d.resume;
-    head_sess_t *s = head_find(h, msg->peer, r->request_id, 1);
+    head_sess_t *s = head_find(h, msg, r->request_id, 1);
+    char addr[SW_WIRE_ADDR_MAX + 1];
     if (!s) {
         for (int i = 0; i < h->q_len; i++) // still waiting: nothing to send yet
-            if (!strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer) &&
+            if (!strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), head_who(msg)) &&
                 !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].g.request_id, r->request_id))
                 return;
-        head_send_error(n, msg->peer, SW_ERROR_UNKNOWN_SESSION, r->request_id, 0, 0,
+        head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id, 0,
+                        0,
                         "the head holds no such request (it ended more than a minute ago, or the "
                         "head restarted)");
         return;
+    }
+    if (strcmp(s->client, msg->peer) != 0) {
+        /* The same key under another name (it reconnected and renamed itself, its
+         * old name being taken): the stream follows the key. */
+        SW_INFO("request '%s': its client %s is now %s (same key)", s->rid, s->client, msg->peer);
+        snprintf(s->client, sizeof s->client, "%s", msg->peer);
+        sw_wire_addr(s->client_addr, s->client, s->client_key);
+        s->client_missing = 0;
     }
     const double now = sw_now_ms();
     if (now - s->t_resume < S_RESUME_MS)
@@ -202,7 +213,7 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     s->t_resume = now;
     int sent = 0;
     if (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)
-        head_send_error(n, s->client, s->err_code, s->rid, s->id, 0, s->err);
+        head_send_error(n, s->client_addr, s->err_code, s->rid, s->id, 0, s->err);
     for (int i = 0; i < s->n_chunks; i++) {
         const head_chunk_t *c = &s->chunks[i];
         if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index)) {

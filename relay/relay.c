@@ -59,34 +59,37 @@
 #define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
+#define RELAY_HOLD_MAX 1024                   /* client names held for their key after they left */
 /* A client's message is at most SW_RELAY_CLIENT_MSG_MAX bytes (sw_limits.h): a
  * GenerateRequest of the largest prompt, sealed, and the destination frame;
  * no payload frame. */
 
 typedef struct relay_peer {
-    uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
-    size_t id_len;                 /* bytes in id */
-    sw_announce_copy_t ann;        /* its announce (ann.a), strings its own */
-    const char *name;              /* ann.name */
-    int64_t joined_ms;             /* when it announced (monotonic ms) */
-    int64_t alive_ms;              /* when last known alive (message or probe) */
-    int64_t msg_ms;                /* when its last message came */
-    uint64_t msgs_in;              /* messages received from it */
-    uint64_t msgs_out;             /* messages forwarded to it */
-    uint64_t bytes_in;             /* bytes received from it, all frames */
-    uint64_t busy_drops;           /* messages to it dropped because its queue was full */
-    char user[SW_KEY_Z85_LEN + 1]; /* authenticated CURVE public key (\"\" when insecure) */
-    double tokens;                 /* rate limit bucket: messages it may still send now */
-    int64_t refill_ms;             /* when the bucket was last refilled */
-    uint64_t rate_drops;           /* messages dropped for going over the rate */
-    int fd;                        /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
-    struct sockaddr_storage addr;  /* the fd's remote address when learnt (guards fd reuse) */
-    socklen_t addr_len;            /* bytes of addr */
-    int client;                    /* 1: a client (its key's role; insecure: its announce) */
-    int key_bound;                 /* 1: its key is a node key bound to its name (secure only) */
-    double byte_tokens;            /* byte-rate bucket: bytes it may still send now */
-    uint64_t byte_drops;           /* messages dropped for going over the byte rate */
-    struct relay_queue *q;         /* bytes libzmq still holds for it (shared, see below) */
+    uint8_t id[RELAY_ID_MAX];          /* ROUTER routing id of its connection */
+    size_t id_len;                     /* bytes in id */
+    sw_announce_copy_t ann;            /* its announce (ann.a), strings its own */
+    const char *name;                  /* ann.name */
+    int64_t joined_ms;                 /* when it announced (monotonic ms) */
+    int64_t alive_ms;                  /* when last known alive (message or probe) */
+    int64_t msg_ms;                    /* when its last message came */
+    uint64_t msgs_in;                  /* messages received from it */
+    uint64_t msgs_out;                 /* messages forwarded to it */
+    uint64_t bytes_in;                 /* bytes received from it, all frames */
+    uint64_t busy_drops;               /* messages to it dropped because its queue was full */
+    char user[SW_KEY_Z85_LEN + 1];     /* authenticated CURVE public key (\"\" when insecure) */
+    char fp[SW_WIRE_KEY_FP_LEN + 1];   /* its fingerprint (keys.h), "" when insecure */
+    char source[SW_WIRE_ADDR_MAX + 1]; /* the source frame of what it sends: "NAME@FP" or NAME */
+    double tokens;                     /* rate limit bucket: messages it may still send now */
+    int64_t refill_ms;                 /* when the bucket was last refilled */
+    uint64_t rate_drops;               /* messages dropped for going over the rate */
+    int fd;                       /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
+    struct sockaddr_storage addr; /* the fd's remote address when learnt (guards fd reuse) */
+    socklen_t addr_len;           /* bytes of addr */
+    int client;                   /* 1: a client (its key's role; insecure: its announce) */
+    int key_bound;                /* 1: its key is a node key bound to its name (secure only) */
+    double byte_tokens;           /* byte-rate bucket: bytes it may still send now */
+    uint64_t byte_drops;          /* messages dropped for going over the byte rate */
+    struct relay_queue *q;        /* bytes libzmq still holds for it (shared, see below) */
 } relay_peer_t;
 
 /*
@@ -119,16 +122,29 @@ typedef struct relay_frame {
  * being dropped (fairness that libzmq's per-connection queue cannot give).
  */
 typedef struct relay_parked {
-    char src[SW_WIRE_NAME_MAX + 1];  /* sender name (the source frame to write) */
-    uint8_t src_id[RELAY_ID_MAX];    /* sender routing id, for an error reply */
-    size_t src_id_len;               /* bytes in src_id */
-    char dest[SW_WIRE_NAME_MAX + 1]; /* destination name */
-    zmq_msg_t hdr;                   /* header frame, owned */
-    zmq_msg_t payload;               /* payload frame, owned when has_payload */
-    int has_payload;                 /* 1 when payload holds a frame */
-    size_t bytes;                    /* header + payload bytes */
-    int64_t since_ms;                /* when it was parked */
+    char src[SW_WIRE_ADDR_MAX + 1];    /* sender address (the source frame to write) */
+    uint8_t src_id[RELAY_ID_MAX];      /* sender routing id, for an error reply */
+    size_t src_id_len;                 /* bytes in src_id */
+    char dest[SW_WIRE_NAME_MAX + 1];   /* destination name */
+    char dkey[SW_WIRE_KEY_FP_LEN + 1]; /* the key it was pinned to, "" = any */
+    zmq_msg_t hdr;                     /* header frame, owned */
+    zmq_msg_t payload;                 /* payload frame, owned when has_payload */
+    int has_payload;                   /* 1 when payload holds a frame */
+    size_t bytes;                      /* header + payload bytes */
+    int64_t since_ms;                  /* when it was parked */
 } relay_parked_t;
+
+/*
+ * A client name whose connection left, held for the key that used it: the
+ * head keeps that client's requests (and their output) a while after it
+ * vanished, and another key announcing the name meanwhile must not look
+ * like it. Only the same key may take it back until `until_ms`.
+ */
+typedef struct relay_hold {
+    char name[SW_WIRE_NAME_MAX + 1]; /* the name */
+    char fp[SW_WIRE_KEY_FP_LEN + 1]; /* the key that held it */
+    int64_t until_ms;                /* held until then (monotonic ms); 0 = free entry */
+} relay_hold_t;
 
 struct relay {
     void *ctx;          /* ZeroMQ context */
@@ -169,6 +185,8 @@ struct relay {
     atomic_size_t queued;       /* bytes libzmq holds for all destinations (relay_frame_t) */
     uint64_t budget_drops;      /* messages dropped for a destination over its byte budget */
     uint64_t refused_announces; /* announces refused for the key's role, name or count */
+    relay_hold_t *holds;        /* (RELAY_HOLD_MAX) client names held for their key */
+    int64_t hold_ms;            /* how long a client's name stays held after it left */
 };
 
 /* Counts one more event; 1 when it is the 1st, 2nd, 4th, 8th, ... (a flood cannot flood the
@@ -207,6 +225,14 @@ static int s_is_node_role(int role)
     return role >= SW_ROLE_HEAD && role <= SW_ROLE_FULL;
 }
 
+/* 1 when name is base or base-SUFFIX: a client key bound to the name base may announce both
+ * (a client adds a random suffix to its name), and no other key may. */
+static int s_name_in(const char *base, const char *name)
+{
+    size_t n = strlen(base);
+    return n > 0 && !strncmp(base, name, n) && (name[n] == 0 || name[n] == '-');
+}
+
 /*
  * Whether key `user` may announce as `name` with `role` (secure relays): its
  * allow-list entry binds a role and maybe a name, and a name listed for some
@@ -234,13 +260,15 @@ static int s_permit(const relay_t *r, const char *user, const char *name, int ro
                  "node needs its own key, listed as 'KEY node NAME' in the allow-list)");
         return -1;
     }
-    if (e->role == SW_ALLOW_CLIENT && e->name[0] && strcmp(e->name, name) != 0) {
-        snprintf(why, why_len, "this client key may only announce as '%s'", e->name);
+    if (e->role == SW_ALLOW_CLIENT && e->name[0] && !s_name_in(e->name, name)) {
+        snprintf(why, why_len, "this client key may only announce as '%s' or '%s-...'", e->name,
+                 e->name);
         return -1;
     }
     if (!e->name[0]) {
         for (int i = 0; i < r->n_allow; i++)
-            if (!strcmp(r->allow[i].name, name)) {
+            if (!strcmp(r->allow[i].name, name) ||
+                (r->allow[i].role == SW_ALLOW_CLIENT && s_name_in(r->allow[i].name, name))) {
                 snprintf(why, why_len,
                          "the name '%s' is reserved in the relay's allow-list for another key",
                          name);
@@ -563,7 +591,12 @@ relay_t *relay_new(const relay_opts_t *opts)
         r->queue_total_max = r->queue_max;
     atomic_init(&r->queued, 0);
     r->parked = calloc(RELAY_PARK_MAX, sizeof *r->parked);
-    if (!r->parked) {
+    r->holds = calloc(RELAY_HOLD_MAX, sizeof *r->holds);
+    r->hold_ms = (int64_t)(opts->name_hold_s > 0   ? opts->name_hold_s
+                           : opts->name_hold_s < 0 ? 0
+                                                   : SW_RELAY_DEFAULT_NAME_HOLD_S) *
+                 1000;
+    if (!r->parked || !r->holds) {
         relay_destroy(&r);
         return NULL;
     }
@@ -674,6 +707,7 @@ void relay_destroy(relay_t **self_p)
         zmq_msg_close(&r->parked[i].payload);
     }
     free(r->parked);
+    free(r->holds);
     free(r->allow);
     free(r);
     *self_p = NULL;
@@ -702,10 +736,56 @@ static relay_peer_t *s_find_name(relay_t *r, const char *name, size_t len)
     return NULL;
 }
 
+/* The live hold of a client name, or NULL. */
+static relay_hold_t *s_hold_find(relay_t *r, const char *name, int64_t now)
+{
+    for (int i = 0; r->holds && i < RELAY_HOLD_MAX; i++)
+        if (r->holds[i].until_ms > now && !strcmp(r->holds[i].name, name))
+            return &r->holds[i];
+    return NULL;
+}
+
+/*
+ * Holds the name of p, a client that left, for its key (r->hold_ms). A key
+ * keeps at most max_conns_per_key held names (its oldest goes first), so that
+ * one key cycling through names cannot push out the holds of others; a full
+ * table drops the hold that ends first.
+ */
+static void s_hold_add(relay_t *r, const relay_peer_t *p, int64_t now)
+{
+    if (!r->holds || !p->client || !p->fp[0] || r->hold_ms <= 0)
+        return;
+    relay_hold_t *slot = NULL, *first = NULL, *mine_first = NULL;
+    int mine = 0;
+    for (int i = 0; i < RELAY_HOLD_MAX; i++) {
+        relay_hold_t *h = &r->holds[i];
+        if (h->until_ms <= now || !strcmp(h->name, p->name)) {
+            if (!slot || slot->until_ms > now)
+                slot = h; /* a free entry, or this name's old one */
+            continue;
+        }
+        if (!first || h->until_ms < first->until_ms)
+            first = h;
+        if (!strcmp(h->fp, p->fp)) {
+            mine++;
+            if (!mine_first || h->until_ms < mine_first->until_ms)
+                mine_first = h;
+        }
+    }
+    if (mine >= r->max_conns_per_key && mine_first)
+        slot = mine_first;
+    else if (!slot)
+        slot = first;
+    snprintf(slot->name, sizeof slot->name, "%s", p->name);
+    snprintf(slot->fp, sizeof slot->fp, "%s", p->fp);
+    slot->until_ms = now + r->hold_ms;
+}
+
 static void s_remove(relay_t *r, struct relay_peer *p, const char *why)
 {
     for (int i = 0; i < r->n_peers; i++) {
         if (r->peers[i] == p) {
+            s_hold_add(r, p, s_now_ms());
             SW_INFO("peer %s left (%s) after %.1f s", p->name, why,
                     (double)(s_now_ms() - p->joined_ms) / 1000.0);
             s_peer_free(p);
@@ -760,6 +840,15 @@ static long s_silent_ms(relay_peer_t *p)
     if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
         return -1;
     return (long)ti.tcpi_last_data_recv;
+}
+
+/* Shuts p's TCP connection down when its socket is known and still its own:
+ * libzmq sees the close and forgets the routing id (the relay cannot close one
+ * ROUTER connection otherwise). */
+static void s_shut(relay_peer_t *p)
+{
+    if (s_silent_ms(p) >= 0)
+        shutdown(p->fd, SHUT_RDWR);
 }
 
 static void s_sweep(relay_t *r)
@@ -833,6 +922,7 @@ static void s_reply_table(relay_t *r, const void *id, size_t id_len)
             .msgs_out = p->msgs_out,
             .bytes_in = p->bytes_in,
             .key_bound = p->key_bound,
+            .key_fp = p->fp,
         };
     }
     const sw_msg_t msg = {
@@ -882,16 +972,46 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             return;
         }
     } else {
+        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SW_ROLE_CLIENT;
+        char fp[SW_WIRE_KEY_FP_LEN + 1] = "";
+        if (r->secure && sw_keys_fingerprint(user, fp) != 0) {
+            s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL, "no key on this connection");
+            return;
+        }
         relay_peer_t *holder = s_find_name(r, a->name, strlen(a->name));
+        if (holder && client && holder->client && fp[0] && !strcmp(holder->fp, fp)) {
+            /* The same client key again: it reconnected before the relay saw its old
+             * connection go (a NAT that dropped the mapping, a link that went down). */
+            s_shut(holder);
+            s_remove(r, holder, "replaced by a new connection of its key");
+            holder = NULL;
+        }
         if (holder && s_alive(r, holder)) {
-            SW_WARN("relay: refused a second '%s' (held by a live connection)", a->name);
+            if (s_log_due(&r->refused_announces))
+                SW_WARN("relay: key %s may not announce as %s: held by a live connection (%llu "
+                        "refused announces so far)",
+                        fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
             s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
                           "the name %s is held by a live peer", a->name);
             return;
         }
         if (holder)
             s_remove(r, holder, "replaced by a new connection");
-        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SW_ROLE_CLIENT;
+        const int64_t now = s_now_ms();
+        relay_hold_t *hold = s_hold_find(r, a->name, now);
+        if (hold && strcmp(hold->fp, fp) != 0) {
+            if (s_log_due(&r->refused_announces))
+                SW_WARN("relay: key %s may not announce as %s: the name is held for the key that "
+                        "used it (%llu refused announces so far)",
+                        fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
+            s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
+                          "the name %s is held for the key that used it for %.0f s more (its "
+                          "requests may still live at a head)",
+                          a->name, (double)(hold->until_ms - now) / 1e3);
+            return;
+        }
+        if (hold)
+            hold->until_ms = 0; /* its key takes it back */
         if (r->secure) {
             int conns = 0, nodes = 0;
             for (int i = 0; i < r->n_peers; i++) {
@@ -943,6 +1063,8 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         if (user)
             snprintf(p->user, sizeof p->user, "%s", user);
         p->name = p->ann.name;
+        snprintf(p->fp, sizeof p->fp, "%s", fp);
+        sw_wire_addr(p->source, p->name, p->fp);
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
         p->tokens = r->rate;
         p->client = client;
@@ -1049,19 +1171,20 @@ static int s_parked_for(const relay_t *r, const char *dest, const char *from)
 }
 
 /* Holds hdr and payload (moved in) for a later try; 0 when there is no room. */
-static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, zmq_msg_t *hdr,
-                  zmq_msg_t *payload)
+static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, const char *dkey,
+                  zmq_msg_t *hdr, zmq_msg_t *payload)
 {
     size_t bytes = zmq_msg_size(hdr) + (payload ? zmq_msg_size(payload) : 0);
     if (r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||
-        s_parked_for(r, dest, sender->name) >= RELAY_PARK_PER_PAIR)
+        s_parked_for(r, dest, sender->source) >= RELAY_PARK_PER_PAIR)
         return 0;
     relay_parked_t *p = &r->parked[r->n_parked++];
     memset(p, 0, sizeof *p);
-    snprintf(p->src, sizeof p->src, "%s", sender->name);
+    snprintf(p->src, sizeof p->src, "%s", sender->source);
     memcpy(p->src_id, sender->id, sender->id_len);
     p->src_id_len = sender->id_len;
     snprintf(p->dest, sizeof p->dest, "%s", dest);
+    snprintf(p->dkey, sizeof p->dkey, "%s", dkey);
     zmq_msg_init(&p->hdr);
     zmq_msg_move(&p->hdr, hdr);
     zmq_msg_init(&p->payload);
@@ -1095,6 +1218,8 @@ static void s_flush_parked(relay_t *r)
     for (int i = 0; i < r->n_parked;) {
         relay_parked_t *p = &r->parked[i];
         relay_peer_t *to = s_find_name(r, p->dest, strlen(p->dest));
+        if (to && p->dkey[0] && strcmp(to->fp, p->dkey) != 0)
+            to = NULL; /* pinned to a key that no longer holds the name */
         int is_blocked = 0;
         for (int b = 0; to && b < n_blocked; b++)
             is_blocked |= blocked[b] == to;
@@ -1129,20 +1254,24 @@ static void s_flush_parked(relay_t *r)
     }
 }
 
-/* Forwards [dest][header][payload]? from sender as [src][header][payload]?. */
-static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
+/*
+ * Forwards [dest][header][payload]? from sender as [src][header][payload]?
+ * (src: the sender's name and key fingerprint). dname is the destination's
+ * name; with dkey (not "") the sender pinned it to a key: a peer of that name
+ * holding another key is not it (the head sends a client's tokens this way,
+ * so that a name taken over by another key gets nothing).
+ */
+static void s_forward(relay_t *r, relay_peer_t *sender, const char *dname, const char *dkey,
+                      zmq_msg_t *f, int n)
 {
-    const char *dest = zmq_msg_data(&f[1]);
-    size_t dlen = zmq_msg_size(&f[1]);
-    char dname[SW_WIRE_NAME_MAX + 1];
-    memcpy(dname, dest, dlen);
-    dname[dlen] = '\0';
-    relay_peer_t *to = s_find_name(r, dest, dlen);
-    if (!to) {
+    relay_peer_t *to = s_find_name(r, dname, strlen(dname));
+    if (!to || (dkey[0] && strcmp(to->fp, dkey) != 0)) {
         r->dropped++;
         SW_DEBUG("relay: %s -> %s: unknown destination", sender->name, dname);
         s_reply_error(r, sender->id, sender->id_len, SW_ERROR_UNKNOWN_DEST, dname,
-                      "no live peer is called %s", dname);
+                      to ? "no live peer called %s holds the key it was sent to"
+                         : "no live peer is called %s",
+                      dname);
         return;
     }
     if (r->secure && sender->client &&
@@ -1160,8 +1289,8 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
     const int over = s_over_budget(r, to, bytes);
     int e = s_parked_for(r, dname, NULL) || over
                 ? EAGAIN
-                : s_try_send(r, to, sender->name, &f[2], n == 4 ? &f[3] : NULL);
-    if (e == EAGAIN && s_park(r, sender, dname, &f[2], n == 4 ? &f[3] : NULL))
+                : s_try_send(r, to, sender->source, &f[2], n == 4 ? &f[3] : NULL);
+    if (e == EAGAIN && s_park(r, sender, dname, dkey, &f[2], n == 4 ? &f[3] : NULL))
         return;
     if (e != 0) {
         r->dropped++;
@@ -1268,12 +1397,16 @@ static int s_handle_one(relay_t *r)
                       "header (%zu bytes) or payload frame too large", zmq_msg_size(&f[2]));
         goto done;
     }
-    if (!sw_wire_name_ok(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]))) {
+    char dname[SW_WIRE_NAME_MAX + 1], dkey[SW_WIRE_KEY_FP_LEN + 1];
+    if (zmq_msg_size(&f[1]) > SW_WIRE_ADDR_MAX ||
+        sw_wire_addr_split(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), dname, dkey) != 0) {
         SW_WARN("relay: dropped a message from %s: bad destination frame (%zu bytes)", who,
                 zmq_msg_size(&f[1]));
         r->dropped++;
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
-                      "destination frame is not 1..%d bytes of [A-Za-z0-9._-]", SW_WIRE_NAME_MAX);
+                      "destination frame is not 1..%d bytes of [A-Za-z0-9._-] (and maybe @ and "
+                      "a key fingerprint)",
+                      SW_WIRE_NAME_MAX);
         goto done;
     }
     if (r->secure && sender && sender->client &&
@@ -1341,7 +1474,7 @@ static int s_handle_one(relay_t *r)
     }
     sender->byte_tokens -= (double)(total - id_len);
     sender->tokens -= 1.0;
-    s_forward(r, sender, f, n);
+    s_forward(r, sender, dname, dkey, f, n);
 done:
     if (n >= 2)
         s_learn_fd(r, id, id_len, &f[1]);
