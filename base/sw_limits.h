@@ -113,6 +113,13 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 #define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60    /* --recover-timeout-s */
 #define SW_NODE_DEFAULT_HEARTBEAT_MS SW_PEER_DEFAULT_HEARTBEAT_MS /* --heartbeat-ms */
 
+/* What a Resume may cost (node/head_stream.c): the chunks a head sends again are paced per
+ * client key (this many a second, a second's worth at once), and one request's chunks are sent
+ * again at most SW_HEAD_RESEND_PER_REQUEST times over (plus 64 chunks); past that its Resumes are
+ * refused with ERR_BUSY. A client that floods Resumes only slows its own resends. */
+#define SW_HEAD_RESEND_CHUNKS_S 200
+#define SW_HEAD_RESEND_PER_REQUEST 4
+
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,
                "a queue position fits Error.queue_position");

@@ -48,13 +48,15 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     h->sess = calloc((size_t)h->n_slots, sizeof *h->sess);
     h->queue = calloc((size_t)(n->o.max_queue > 0 ? n->o.max_queue : 1), sizeof *h->queue);
     h->bout = malloc((size_t)n->rows_cap * n->hp->n_embd * sizeof(float));
+    h->resend = calloc((size_t)h->n_slots, sizeof *h->resend);
     if (sw_model_is_last(n->model)) {
         /* a node holding every layer verifies itself: logits of every
          * session's last rows in one batch */
         h->logit_rows = n->logit_cap;
         h->logits = malloc((size_t)h->logit_rows * n->hp->n_vocab * sizeof(float));
     }
-    if (!h->sess || !h->queue || !h->bout || (sw_model_is_last(n->model) && !h->logits)) {
+    if (!h->sess || !h->queue || !h->bout || !h->resend ||
+        (sw_model_is_last(n->model) && !h->logits)) {
         snprintf(err, err_len, "out of memory for %d sessions", n->o.max_sessions);
         goto fail;
     }
@@ -78,6 +80,7 @@ fail:
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->resend);
     free(h);
     return -1;
 }
@@ -111,6 +114,7 @@ void node_head_free(node_t *n)
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->resend);
     free(h);
     n->head = NULL;
 }
@@ -215,6 +219,7 @@ void node_head_step(node_t *n)
     h->rr = (h->rr + 1) % h->n_slots;
     if (n_ready > 0)
         head_batch(n, ready, n_ready);
+    head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
     for (int k = 0; k < h->n_slots && !h->busy; k++)
         h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0;
@@ -228,7 +233,7 @@ int node_head_timeout(const node_t *n)
     if (h->busy || (h->status_want && !h->status_out))
         return 0;
     const double now = sw_now_ms();
-    double next = now + 200;
+    double next = now + (h->resend_pending ? 5 : 200); // paced resends go on soon
     for (int i = 0; i < h->n_slots; i++) {
         const head_sess_t *s = &h->sess[i];
         if (s->state != HEAD_RUN)

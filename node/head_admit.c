@@ -232,6 +232,7 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->sp = *sp;
     s->n_predict = (int)g->n_predict;
     s->send_idx = -1;
+    s->resend_at = -1;
     randombytes_buf(&s->id, sizeof s->id);
     s->id |= 1;
 }

@@ -107,7 +107,8 @@ typedef struct head_sess {
     sw_msg_stats_t stats;
     int have_stats;                        //
     double t_end;                          // the request ended (ms)
-    double t_resume;                       // last Resume served
+    int resend_at;                         // next chunk to send again for a Resume, -1 = none
+    int resent;                            // chunks sent again so far (the request's budget)
     double head_ms, stage_ms, net_ms;      // totals over the request
     double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
     double round_head_ms;                  // the current round's compute: head
@@ -150,6 +151,12 @@ struct node_head {
         char name[SW_WIRE_NAME_MAX + 1];
         double until;            // avoided until then (0 = free entry)
     } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
+    struct head_bucket {
+        char who[SW_WIRE_NAME_MAX + 1]; // a client (head_who), "" = free entry
+        double chunks;                  // chunks it may have sent again now
+        double t;                       // when last refilled (ms)
+    } * resend;                         // (n_slots) Resume budgets, one per client with requests
+    int resend_pending;                 // 1 when some session has chunks to send again
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -169,6 +176,9 @@ int head_emit(node_t *n, head_sess_t *s, const int32_t *tokens, int n_tok, const
 int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok);
 /* sw_gen_opts_t.is_eog (ctx: the tokenizer). */
 int head_is_eog(void *ctx, int32_t token);
+/* Sends again what Resumes asked for, paced: each client key within its own
+ * budget (SW_HEAD_RESEND_CHUNKS_S), at most HEAD_RESEND_PASS chunks a pass. */
+void head_resend_step(node_t *n, double now);
 /* The final chunk's stats of s from its generation's. */
 void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs);
 /* The session of request rid from the client that msg came from (running,

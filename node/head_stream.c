@@ -11,6 +11,13 @@
  * and asked for again. A request is found by its client's key and its id,
  * here for Resume and Cancel alike; the stream goes to "NAME@KEY", so the
  * relay delivers it to that key only.
+ *
+ * A Resume costs its sender, not the others: it only moves the request's
+ * resend cursor; head_resend_step sends the chunks from there at the
+ * client key's pace (SW_HEAD_RESEND_CHUNKS_S), HEAD_RESEND_PASS chunks a pass
+ * at most, and a request's chunks go again SW_HEAD_RESEND_PER_REQUEST times
+ * over at most. So a flood of Resumes never floods the relay with the head's
+ * messages (it used to drop the head's Forwards with them).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +26,7 @@
 #include "head_impl.h"
 #include "log.h"
 
-#define S_RESUME_MS 100 // one request's Resumes served this often at most
+#define HEAD_RESEND_PASS 64 // chunks sent again per pass of the loop, all clients together
 
 void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
                      uint64_t session, uint32_t queue_pos, const char *text)
@@ -207,20 +214,80 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
         sw_wire_addr(s->client_addr, s->client, s->client_key);
         s->client_missing = 0;
     }
-    const double now = sw_now_ms();
-    if (now - s->t_resume < S_RESUME_MS)
-        return; // a burst of Resumes: the first one is being answered
-    s->t_resume = now;
-    int sent = 0;
-    if (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)
-        head_send_error(n, s->client_addr, s->err_code, s->rid, s->id, 0, s->err);
-    for (int i = 0; i < s->n_chunks; i++) {
-        const head_chunk_t *c = &s->chunks[i];
-        if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index)) {
-            s_send_chunk(n, s, c);
-            sent++;
+    const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
+    if (s->resent >= budget) {
+        if (s->resent++ == budget) { /* said once; later Resumes get nothing */
+            SW_WARN("request '%s': %s asked for it again past its budget (%d chunks sent "
+                    "again): refused",
+                    s->rid, msg->peer, budget);
+            head_send_error(n, s->client_addr, SW_ERROR_BUSY, s->rid, s->id, 0,
+                            "this request's chunks were sent again too often (Resume budget "
+                            "spent)");
         }
+        return;
     }
-    SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) sent again", s->rid, msg->peer,
-            r->from_index, sent);
+    int first = s->n_chunks;
+    for (int i = 0; i < s->n_chunks && first == s->n_chunks; i++) {
+        const head_chunk_t *c = &s->chunks[i];
+        if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index))
+            first = i;
+    }
+    if (s->resend_at < 0 && (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)) {
+        head_send_error(n, s->client_addr, s->err_code, s->rid, s->id, 0, s->err);
+        s->resent++;
+    }
+    if (s->resend_at < 0)
+        SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
+                msg->peer, r->from_index, s->n_chunks - first);
+    if (first < s->n_chunks) {
+        s->resend_at = first;
+        h->resend_pending = 1;
+    }
+}
+
+/* The Resume budget of client `who`, refilled to now: its entry, a free one,
+ * or the one refilled longest ago (a client with no chunks to send again for
+ * that long has a full budget anyway). */
+static struct head_bucket *s_bucket(node_head_t *h, const char *who, double now)
+{
+    struct head_bucket *b = NULL;
+    for (int i = 0; i < h->n_slots && (!b || strcmp(b->who, who) != 0); i++)
+        if (!strcmp(h->resend[i].who, who) || !b || h->resend[i].t < b->t)
+            b = &h->resend[i];
+    if (strcmp(b->who, who) != 0) {
+        snprintf(b->who, sizeof b->who, "%s", who);
+        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+        b->t = now;
+    }
+    b->chunks += (now - b->t) / 1e3 * SW_HEAD_RESEND_CHUNKS_S;
+    if (b->chunks > SW_HEAD_RESEND_CHUNKS_S)
+        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+    b->t = now;
+    return b;
+}
+
+void head_resend_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    if (!h->resend_pending)
+        return;
+    int left = HEAD_RESEND_PASS, pending = 0;
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state == HEAD_FREE || s->resend_at < 0)
+            continue;
+        struct head_bucket *b = s_bucket(h, head_sess_who(s), now);
+        const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
+        while (s->resend_at < s->n_chunks && b->chunks >= 1 && left > 0 && s->resent < budget) {
+            s_send_chunk(n, s, &s->chunks[s->resend_at++]);
+            b->chunks -= 1;
+            s->resent++;
+            left--;
+        }
+        if (s->resend_at >= s->n_chunks || s->resent >= budget)
+            s->resend_at = -1;
+        else
+            pending = 1;
+    }
+    h->resend_pending = pending;
 }

@@ -60,6 +60,16 @@
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
 #define RELAY_HOLD_MAX 1024                   /* client names held for their key after they left */
+#define RELAY_TELL_MS 50 /* a node hears of its dropped control messages this often at most */
+/*
+ * Traffic classes: what a node sends to other nodes (Forwards, Verdicts,
+ * session messages: the pipeline) and what it sends to clients (TokenChunks,
+ * resends for a Resume) are paced by separate buckets, so that a node
+ * streaming to clients never spends the budget its Forwards need. A client
+ * sends only to heads: one class.
+ */
+#define RELAY_CLASS_NODES 0
+#define RELAY_CLASS_CLIENTS 1
 /* A client's message is at most SW_RELAY_CLIENT_MSG_MAX bytes (sw_limits.h): a
  * GenerateRequest of the largest prompt, sealed, and the destination frame;
  * no payload frame. */
@@ -79,7 +89,8 @@ typedef struct relay_peer {
     char user[SW_KEY_Z85_LEN + 1];     /* authenticated CURVE public key (\"\" when insecure) */
     char fp[SW_WIRE_KEY_FP_LEN + 1];   /* its fingerprint (keys.h), "" when insecure */
     char source[SW_WIRE_ADDR_MAX + 1]; /* the source frame of what it sends: "NAME@FP" or NAME */
-    double tokens;                     /* rate limit bucket: messages it may still send now */
+    double tokens[2];                  /* rate limit buckets (RELAY_CLASS_*): messages it may still
+                                          send now */
     int64_t refill_ms;                 /* when the bucket was last refilled */
     uint64_t rate_drops;               /* messages dropped for going over the rate */
     int fd;                       /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
@@ -87,7 +98,8 @@ typedef struct relay_peer {
     socklen_t addr_len;           /* bytes of addr */
     int client;                   /* 1: a client (its key's role; insecure: its announce) */
     int key_bound;                /* 1: its key is a node key bound to its name (secure only) */
-    double byte_tokens;           /* byte-rate bucket: bytes it may still send now */
+    double byte_tokens[2];        /* byte-rate buckets: bytes it may still send now */
+    int64_t told_ms;              /* when it was last told of a dropped control message */
     uint64_t byte_drops;          /* messages dropped for going over the byte rate */
     struct relay_queue *q;        /* bytes libzmq still holds for it (shared, see below) */
 } relay_peer_t;
@@ -1066,10 +1078,10 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         snprintf(p->fp, sizeof p->fp, "%s", fp);
         sw_wire_addr(p->source, p->name, p->fp);
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
-        p->tokens = r->rate;
+        p->tokens[0] = p->tokens[1] = r->rate;
         p->client = client;
         p->key_bound = e && e->role == SW_ALLOW_NODE;
-        p->byte_tokens = client && r->secure ? r->client_rate : r->node_rate;
+        p->byte_tokens[0] = p->byte_tokens[1] = client && r->secure ? r->client_rate : r->node_rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
         if (a->role == SW_ROLE_CLIENT)
@@ -1438,42 +1450,51 @@ static int s_handle_one(relay_t *r)
      * per power of two. A byte bucket always holds one whole message of the largest size. */
     const double elapsed_s = (double)(now - sender->refill_ms) / 1000.0;
     sender->refill_ms = now;
-    sender->tokens += elapsed_s * r->rate;
-    if (sender->tokens > r->rate)
-        sender->tokens = r->rate;
     const int client_rate = r->secure && sender->client;
     const double brate = client_rate ? r->client_rate : r->node_rate;
     const double bmax = client_rate ? SW_RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
-    sender->byte_tokens += elapsed_s * brate;
-    if (sender->byte_tokens > (brate > bmax ? brate : bmax))
-        sender->byte_tokens = brate > bmax ? brate : bmax;
-    if (sender->tokens < 1.0) {
+    for (int k = 0; k < 2; k++) {
+        sender->tokens[k] += elapsed_s * r->rate;
+        if (sender->tokens[k] > r->rate)
+            sender->tokens[k] = r->rate;
+        sender->byte_tokens[k] += elapsed_s * brate;
+        if (sender->byte_tokens[k] > (brate > bmax ? brate : bmax))
+            sender->byte_tokens[k] = brate > bmax ? brate : bmax;
+    }
+    const relay_peer_t *dest_peer = s_find_name(r, dname, strlen(dname));
+    const int cls =
+        !sender->client && dest_peer && dest_peer->client ? RELAY_CLASS_CLIENTS : RELAY_CLASS_NODES;
+    const int over_rate = sender->tokens[cls] < 1.0;
+    if (over_rate || sender->byte_tokens[cls] < (double)(total - id_len)) {
         r->dropped++;
-        sender->rate_drops++;
-        if ((sender->rate_drops & (sender->rate_drops - 1)) == 0) {
-            SW_WARN("relay: %s sends more than %d messages/s: dropped %llu so far", sender->name,
-                    r->rate, (unsigned long long)sender->rate_drops);
-            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL,
-                          "over the relay's rate limit of %d messages/s; message dropped", r->rate);
+        uint64_t *drops = over_rate ? &sender->rate_drops : &sender->byte_drops;
+        ++*drops;
+        char why[200];
+        if (over_rate)
+            snprintf(why, sizeof why, "over the relay's rate limit of %d messages/s", r->rate);
+        else
+            snprintf(why, sizeof why,
+                     "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s)",
+                     brate / 1048576.0, client_rate ? "client" : "node",
+                     client_rate ? "client" : "node");
+        if ((*drops & (*drops - 1)) == 0)
+            SW_WARN("relay: %s (key %s) -> %s: %s: dropped %llu so far", sender->name,
+                    sender->fp[0] ? sender->fp : "-", dname, why, (unsigned long long)*drops);
+        if (cls == RELAY_CLASS_NODES && !sender->client) {
+            /* A node's Forward or Verdict: its sender hears of it at once (the head then
+             * recovers the round instead of waiting for its round timeout) */
+            if (now - sender->told_ms >= RELAY_TELL_MS) {
+                sender->told_ms = now;
+                s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, dname, "%s; message to %s dropped",
+                              why, dname);
+            }
+        } else if ((*drops & (*drops - 1)) == 0) {
+            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL, "%s; message dropped", why);
         }
         goto done;
     }
-    if (sender->byte_tokens < (double)(total - id_len)) {
-        r->dropped++;
-        sender->byte_drops++;
-        if ((sender->byte_drops & (sender->byte_drops - 1)) == 0) {
-            SW_WARN("relay: %s sends more than %.0f MiB/s: dropped %llu so far", sender->name,
-                    brate / 1048576.0, (unsigned long long)sender->byte_drops);
-            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL,
-                          "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s); "
-                          "message dropped",
-                          brate / 1048576.0, client_rate ? "client" : "node",
-                          client_rate ? "client" : "node");
-        }
-        goto done;
-    }
-    sender->byte_tokens -= (double)(total - id_len);
-    sender->tokens -= 1.0;
+    sender->byte_tokens[cls] -= (double)(total - id_len);
+    sender->tokens[cls] -= 1.0;
     s_forward(r, sender, dname, dkey, f, n);
 done:
     if (n >= 2)
