@@ -21,6 +21,7 @@
 #define S_CONNECTIONS 64
 #define S_PER_IP 16
 #define S_INFLIGHT 32
+#define S_INFLIGHT_PER_KEY 4 /* a tenant's share: the head runs 6 of the gateway's at once */
 #define S_IDLE_S 30
 #define S_BODY_TIMEOUT_S 30
 #define S_MAX_TOKENS 512
@@ -44,6 +45,7 @@ enum {
     O_CONNS,
     O_PERIP,
     O_INFLIGHT,
+    O_KEYINFLIGHT,
     O_IDLE,
     O_BODYT,
     O_MAXTOK,
@@ -60,6 +62,8 @@ static const sw_opt_t s_opts[] = {
      "open connections from one address (default " SW_STR(S_PER_IP) ")"},
     {"max-inflight", O_INFLIGHT, "N",
      "generations at once; beyond: 429 (default " SW_STR(S_INFLIGHT) ")"},
+    {"max-inflight-per-key", O_KEYINFLIGHT, "N",
+     "of them with one API key; beyond: 429 (default " SW_STR(S_INFLIGHT_PER_KEY) ")"},
     {"idle-timeout-s", O_IDLE, "S",
      "close a connection idle this long (default " SW_STR(S_IDLE_S) ")"},
     {"body-timeout-s", O_BODYT, "S",
@@ -99,6 +103,7 @@ int cmd_serve(int argc, char **argv)
         .max_connections = S_CONNECTIONS,
         .max_per_ip = S_PER_IP,
         .max_inflight = S_INFLIGHT,
+        .max_inflight_per_key = S_INFLIGHT_PER_KEY,
         .idle_timeout_s = S_IDLE_S,
         .body_timeout_s = S_BODY_TIMEOUT_S,
         .defaults = {.max_tokens = S_MAX_TOKENS, .timeout_ms = SW_REQUEST_DEFAULT_TIMEOUT_S * 1000},
@@ -143,6 +148,10 @@ int cmd_serve(int argc, char **argv)
             break;
         case O_INFLIGHT:
             rc = sw_arg_int(P, "--max-inflight", v, 1, SW_CLIENT_MAX_INFLIGHT, &o.max_inflight);
+            break;
+        case O_KEYINFLIGHT:
+            rc = sw_arg_int(P, "--max-inflight-per-key", v, 1, SW_CLIENT_MAX_INFLIGHT,
+                            &o.max_inflight_per_key);
             break;
         case O_IDLE:
             rc = sw_arg_int(P, "--idle-timeout-s", v, 1, 3600, &o.idle_timeout_s);

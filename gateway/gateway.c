@@ -10,6 +10,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,8 @@ typedef struct gw {
     gw_metrics_t *metrics;             /* /metrics */
     unsigned char (*keys)[S_KEY_HASH]; /* hashes of the API keys */
     int n_keys;                        /* entries in keys */
+    pthread_mutex_t key_mu;            /* guards key_inflight (one thread per connection) */
+    int *key_inflight;                 /* (n_keys) generations in flight per API key */
 } gw_t;
 
 typedef struct s_conn s_conn_t;
@@ -56,6 +59,7 @@ struct s_conn {
     size_t cap;          /* its capacity */
     int too_large;       /* the body passed max_body: it is dropped */
     int answered;        /* a response was queued early */
+    int key;             /* the API key it carried (index into keys), -1 = none */
 };
 
 /* One endpoint: a path that is not in this table is a 404, a method that
@@ -225,9 +229,11 @@ static int s_load_keys(gw_t *g, const char *path, char *err, size_t err_len)
     return rc;
 }
 
-/* 1 when the request carries one of the keys ("Authorization: Bearer KEY"). */
-static int s_authorized(const gw_t *g, struct MHD_Connection *c)
+/* 1 when the request carries one of the keys ("Authorization: Bearer KEY"),
+ * its index in *index (-1 without keys). */
+static int s_authorized(const gw_t *g, struct MHD_Connection *c, int *index)
 {
+    *index = -1;
     if (g->o->no_api_key)
         return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -240,9 +246,37 @@ static int s_authorized(const gw_t *g, struct MHD_Connection *c)
     crypto_generichash(hash, sizeof hash, (const unsigned char *)key, strlen(key), NULL, 0);
     /* every stored hash is compared, in constant time, whichever matches */
     int ok = 0;
-    for (int i = 0; i < g->n_keys; i++)
-        ok |= sodium_memcmp(hash, g->keys[i], S_KEY_HASH) == 0;
+    for (int i = 0; i < g->n_keys; i++) {
+        const int same = sodium_memcmp(hash, g->keys[i], S_KEY_HASH) == 0;
+        ok |= same;
+        *index = same ? i : *index;
+    }
     return ok;
+}
+
+/* One more generation of API key `key` (-1: none in use): 0, or -1 when it has
+ * --max-inflight-per-key in flight already, so that one tenant cannot take
+ * every generation the gateway (one client to the head) may run. */
+static int s_key_take(gw_t *g, int key)
+{
+    if (key < 0 || !g->key_inflight)
+        return 0;
+    pthread_mutex_lock(&g->key_mu);
+    const int ok = g->key_inflight[key] < g->o->max_inflight_per_key;
+    g->key_inflight[key] += ok;
+    pthread_mutex_unlock(&g->key_mu);
+    return ok ? 0 : -1;
+}
+
+/* A generation of API key `key` ended (counted in the metrics too). */
+static void s_inflight_end(gw_t *g, int key)
+{
+    gw_metrics_inflight(g->metrics, -1, 0);
+    if (key < 0 || !g->key_inflight)
+        return;
+    pthread_mutex_lock(&g->key_mu);
+    g->key_inflight[key]--;
+    pthread_mutex_unlock(&g->key_mu);
 }
 
 /* Parses HOST:PORT (or [V6]:PORT) into *sa. */
@@ -323,6 +357,7 @@ typedef struct s_stream {
     size_t out_off;    /* bytes of out already written */
     int ended;         /* the last bytes are in out */
     double last_out;   /* when bytes were last produced (ms) */
+    int key;           /* the API key it counts against (-1 = none) */
 } s_stream_t;
 
 /* Appends s (taken over) to the stream's output. */
@@ -414,7 +449,7 @@ static void s_stream_free(void *cls)
     if (!st->ended) /* MHD saw the client go when a write failed */
         gw_metrics_error(st->g->metrics, "client_gone");
     gw_call_destroy(&st->call); /* cancels a generation still running */
-    gw_metrics_inflight(st->g->metrics, -1, 0);
+    s_inflight_end(st->g, st->key);
     gw_req_clear(st->req);
     free(st->req);
     free(st->out);
@@ -508,10 +543,20 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
                       "too_many_requests");
         goto out;
     }
+    if (s_key_take(g, sc->key) != 0) {
+        gw_metrics_inflight(g->metrics, -1, 0);
+        snprintf(err, sizeof err,
+                 "this API key has %d generations in flight, its share of the gateway (shardwire "
+                 "serve --max-inflight-per-key): retry when one has ended",
+                 g->o->max_inflight_per_key);
+        res = s_error(g, c, ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error", NULL,
+                      "too_many_requests");
+        goto out;
+    }
     char rid[SW_CLIENT_ID_LEN];
     int rc = gw_call_submit(call, &r->q, r->model, r->head, rid, err, sizeof err);
     if (rc != 0) {
-        gw_metrics_inflight(g->metrics, -1, 0);
+        s_inflight_end(g, sc->key);
         const char *type;
         int status = s_status_of(rc, 0, &type);
         gw_metrics_error(g->metrics, sw_client_strerror(rc));
@@ -530,12 +575,12 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     size_t text_len = 0;
     for (;;) {
         if (s_wait_event(g, call, fd, &ev) != 0) {
-            gw_metrics_inflight(g->metrics, -1, 0);
+            s_inflight_end(g, sc->key);
             res = MHD_NO; /* the client is gone: close */
             goto out_text;
         }
         if (ev.type == SW_CLIENT_EV_ERROR) {
-            gw_metrics_inflight(g->metrics, -1, 0);
+            s_inflight_end(g, sc->key);
             gw_metrics_error(g->metrics, s_code_of(&ev));
             const char *type;
             int status = s_status_of(ev.code, ev.wire_code, &type);
@@ -547,7 +592,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
         if (ev.text_len) {
             char *t = realloc(text, text_len + ev.text_len + 1);
             if (!t) {
-                gw_metrics_inflight(g->metrics, -1, 0);
+                s_inflight_end(g, sc->key);
                 res = s_send(g, c, ep, 500, NULL, "application/json", 0);
                 goto out_text;
             }
@@ -557,7 +602,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
             text[text_len] = 0;
         }
         if (ev.type == SW_CLIENT_EV_DONE) {
-            gw_metrics_inflight(g->metrics, -1, 0);
+            s_inflight_end(g, sc->key);
             gw_metrics_generation(g->metrics, &ev.stats);
             res = s_send(g, c, ep, MHD_HTTP_OK,
                          gw_json_completion(r, id, created, text, text_len, ev.finish, &ev.stats),
@@ -574,7 +619,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
            : NULL;
     if (!resp) {
         free(st);
-        gw_metrics_inflight(g->metrics, -1, 0);
+        s_inflight_end(g, sc->key);
         res = s_send(g, c, ep, 500, NULL, "application/json", 0);
         goto out;
     }
@@ -584,6 +629,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     snprintf(st->id, sizeof st->id, "%s", id);
     st->created = created;
     st->fd = fd;
+    st->key = sc->key;
     if (chat) /* the first chunk names the role, as OpenAI's do */
         s_out(st, gw_sse_chunk(r, id, created, "", 0, 0, 1, NULL));
     s_stream_event(st, &ev);
@@ -750,6 +796,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             return MHD_NO;
         *con_cls = sc;
         sc->t0 = s_now_ms();
+        sc->key = -1;
         sc->rt = s_route_find(url);
         enum MHD_Result r = MHD_YES;
         if (!sc->rt)
@@ -759,7 +806,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             r = s_error(g, c, s_ep(sc), MHD_HTTP_METHOD_NOT_ALLOWED,
                         "this endpoint does not take that method", "invalid_request_error", NULL,
                         "method_not_allowed");
-        else if (sc->rt->auth && !s_authorized(g, c))
+        else if (sc->rt->auth && !s_authorized(g, c, &sc->key))
             r = s_error(g, c, s_ep(sc), MHD_HTTP_UNAUTHORIZED,
                         "a valid API key is required: send the header 'Authorization: Bearer "
                         "KEY' with a key from the gateway's --api-key-file",
@@ -884,6 +931,12 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         free(g.keys);
         return 2;
     }
+    pthread_mutex_init(&g.key_mu, NULL);
+    if (g.n_keys > 0 && !(g.key_inflight = calloc((size_t)g.n_keys, sizeof *g.key_inflight))) {
+        fprintf(stderr, "shardwire serve: out of memory\n");
+        free(g.keys);
+        return 1;
+    }
     struct MHD_Daemon *d = NULL;
     g.metrics = gw_metrics_new();
     g.zctx = zmq_ctx_new();
@@ -935,5 +988,7 @@ out:
     if (g.keys)
         sodium_memzero(g.keys, S_MAX_KEYS * sizeof *g.keys);
     free(g.keys);
+    free(g.key_inflight);
+    pthread_mutex_destroy(&g.key_mu);
     return rc;
 }

@@ -33,6 +33,7 @@ typedef struct gw_opts {
     int max_connections;      /* open HTTP connections at once */
     int max_per_ip;           /* open connections from one address */
     int max_inflight;         /* generations in flight at once (beyond: 429) */
+    int max_inflight_per_key; /* of them, with one API key at most (beyond: 429) */
     int idle_timeout_s;       /* an HTTP connection idle this long is closed */
     int body_timeout_s;       /* a request body must arrive within this */
     gw_defaults_t defaults;   /* for fields a request leaves out */

@@ -395,14 +395,24 @@ static int s_client_may_start(const node_t *n, const char *who)
     return quota <= 0 || s_client_running(n->head, who) < quota;
 }
 
-/* The oldest queued request whose client may start a session now, or -1. */
+/* The queued request to start next, or -1: of those whose client may start a
+ * session now, the one whose client runs the fewest (a fair share between
+ * client keys), the oldest of them. */
 static int s_queue_next(const node_t *n)
 {
     const node_head_t *h = n->head;
-    for (int i = 0; i < h->q_len; i++)
-        if (s_client_may_start(n, head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg)))
-            return i;
-    return -1;
+    int best = -1, best_running = 0;
+    for (int i = 0; i < h->q_len; i++) {
+        const char *who = head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg);
+        if (!s_client_may_start(n, who))
+            continue;
+        const int running = s_client_running(h, who);
+        if (best < 0 || running < best_running) {
+            best = i;
+            best_running = running;
+        }
+    }
+    return best;
 }
 
 void node_head_request(node_t *n, sw_wire_msg_t *msg)
