@@ -18,8 +18,9 @@
  * request timeout and the sampling defaults are sw_limits.h's). */
 #define S_LISTEN "127.0.0.1:8080"
 #define S_BODY_MB 8
-#define S_CONNECTIONS 64
-#define S_PER_IP 16
+#define S_CONNECTIONS 512 /* with 8 per address: 64 addresses to fill them, each for 10 s */
+#define S_PER_IP 8
+#define S_HEADER_TIMEOUT_S 10
 #define S_INFLIGHT 32
 #define S_INFLIGHT_PER_KEY 4 /* a tenant's share: the head runs 6 of the gateway's at once */
 #define S_IDLE_S 30
@@ -47,6 +48,7 @@ enum {
     O_INFLIGHT,
     O_KEYINFLIGHT,
     O_IDLE,
+    O_HDRT,
     O_BODYT,
     O_MAXTOK,
     O_TIMEOUT,
@@ -66,6 +68,9 @@ static const sw_opt_t s_opts[] = {
      "of them with one API key; beyond: 429 (default " SW_STR(S_INFLIGHT_PER_KEY) ")"},
     {"idle-timeout-s", O_IDLE, "S",
      "close a connection idle this long (default " SW_STR(S_IDLE_S) ")"},
+    {"header-timeout-s", O_HDRT, "S",
+     "a request's headers must arrive within S, however\nslowly (default " SW_STR(
+         S_HEADER_TIMEOUT_S) ")"},
     {"body-timeout-s", O_BODYT, "S",
      "a request body must arrive within S (default " SW_STR(S_BODY_TIMEOUT_S) ")"},
     {"max-tokens", O_MAXTOK, "N",
@@ -105,6 +110,7 @@ int cmd_serve(int argc, char **argv)
         .max_inflight = S_INFLIGHT,
         .max_inflight_per_key = S_INFLIGHT_PER_KEY,
         .idle_timeout_s = S_IDLE_S,
+        .header_timeout_s = S_HEADER_TIMEOUT_S,
         .body_timeout_s = S_BODY_TIMEOUT_S,
         .defaults = {.max_tokens = S_MAX_TOKENS, .timeout_ms = SW_REQUEST_DEFAULT_TIMEOUT_S * 1000},
     };
@@ -155,6 +161,9 @@ int cmd_serve(int argc, char **argv)
             break;
         case O_IDLE:
             rc = sw_arg_int(P, "--idle-timeout-s", v, 1, 3600, &o.idle_timeout_s);
+            break;
+        case O_HDRT:
+            rc = sw_arg_int(P, "--header-timeout-s", v, 1, 3600, &o.header_timeout_s);
             break;
         case O_BODYT:
             rc = sw_arg_int(P, "--body-timeout-s", v, 1, 3600, &o.body_timeout_s);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,22 @@
 #define S_KEEPALIVE_MS 15000 /* SSE comment after this much silence */
 #define S_STREAM_BLOCK 16384 /* bytes MHD asks the stream reader for at most */
 
+/*
+ * One open HTTP connection, for the deadlines libmicrohttpd does not keep:
+ * its idle timeout restarts with every byte, so a client sending one byte
+ * every few seconds (slow-loris) would hold a connection forever. The main
+ * loop shuts a connection down (s_sweep) whose request headers have not all
+ * arrived header_timeout_s after it opened or after its last answer, or whose
+ * body has not arrived body_timeout_s after its headers.
+ */
+typedef struct s_link {
+    int fd;         /* its socket, -1 = free entry */
+    int phase;      /* S_PHASE_* */
+    double t_phase; /* when it entered that phase (ms) */
+} s_link_t;
+
+enum { S_PHASE_HEADERS = 0, S_PHASE_BODY = 1, S_PHASE_ANSWER = 2 };
+
 typedef struct gw {
     const gw_opts_t *o;
     void *zctx;                        /* inproc sockets of the dispatcher */
@@ -39,7 +56,9 @@ typedef struct gw {
     gw_metrics_t *metrics;             /* /metrics */
     unsigned char (*keys)[S_KEY_HASH]; /* hashes of the API keys */
     int n_keys;                        /* entries in keys */
-    pthread_mutex_t key_mu;            /* guards key_inflight (one thread per connection) */
+    pthread_mutex_t key_mu;            /* guards key_inflight and links (a thread per connection) */
+    s_link_t *links;                   /* (n_links) open connections' deadlines */
+    int n_links;                       /* max_connections */
     int *key_inflight;                 /* (n_keys) generations in flight per API key */
 } gw_t;
 
@@ -340,6 +359,45 @@ static int s_conn_fd(struct MHD_Connection *c)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
+}
+
+/* ---- connection deadlines (s_link_t) ------------------------------------------------------ */
+
+/* Moves connection c into phase (S_PHASE_*), now. */
+static void s_link_phase(gw_t *g, struct MHD_Connection *c, int phase)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    pthread_mutex_lock(&g->key_mu);
+    s_link_t *l = ci ? ci->socket_context : NULL;
+    if (l && l->fd >= 0) {
+        l->phase = phase;
+        l->t_phase = s_now_ms();
+    }
+    pthread_mutex_unlock(&g->key_mu);
+}
+
+/* Shuts down every connection past its phase's deadline (the main loop, every 100 ms). A
+ * shut-down socket makes its thread see the end of the stream and close it. */
+static void s_sweep(gw_t *g)
+{
+    const double now = s_now_ms();
+    int closed = 0;
+    pthread_mutex_lock(&g->key_mu);
+    for (int i = 0; i < g->n_links; i++) {
+        s_link_t *l = &g->links[i];
+        const double limit = l->phase == S_PHASE_HEADERS ? g->o->header_timeout_s * 1e3
+                             : l->phase == S_PHASE_BODY  ? g->o->body_timeout_s * 1e3
+                                                         : -1;
+        if (l->fd < 0 || limit < 0 || now - l->t_phase <= limit)
+            continue;
+        shutdown(l->fd, SHUT_RDWR);
+        l->phase = S_PHASE_ANSWER; /* once */
+        closed++;
+    }
+    pthread_mutex_unlock(&g->key_mu);
+    for (int i = 0; i < closed; i++)
+        gw_metrics_error(g->metrics, "request_timeout");
 }
 
 /* ---- generation -------------------------------------------------------------------------- */
@@ -797,6 +855,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
         *con_cls = sc;
         sc->t0 = s_now_ms();
         sc->key = -1;
+        s_link_phase(g, c, S_PHASE_BODY);
         sc->rt = s_route_find(url);
         enum MHD_Result r = MHD_YES;
         if (!sc->rt)
@@ -858,6 +917,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
         sc->body[sc->len] = 0;
         return MHD_YES;
     }
+    s_link_phase(g, c, S_PHASE_ANSWER); /* the whole request is in */
     if (sc->answered)
         return MHD_YES;
     sc->answered = 1;
@@ -873,9 +933,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
 static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                         enum MHD_RequestTerminationCode why)
 {
-    (void)cls;
-    (void)c;
     (void)why;
+    s_link_phase(cls, c, S_PHASE_HEADERS); /* kept alive: the next request's headers are due */
     s_conn_t *sc = *con_cls;
     if (!sc)
         return;
@@ -887,10 +946,23 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void s_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
                          enum MHD_ConnectionNotificationCode code)
 {
-    (void)c;
-    (void)socket_ctx;
     gw_t *g = cls;
     gw_metrics_connection(g->metrics, code == MHD_CONNECTION_NOTIFY_STARTED ? +1 : -1);
+    pthread_mutex_lock(&g->key_mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (int i = 0; ci && i < g->n_links; i++)
+            if (g->links[i].fd < 0) {
+                g->links[i] = (s_link_t){ci->connect_fd, S_PHASE_HEADERS, s_now_ms()};
+                *socket_ctx = &g->links[i];
+                break;
+            }
+    } else if (*socket_ctx) {
+        ((s_link_t *)*socket_ctx)->fd = -1; /* before libmicrohttpd closes the socket */
+        *socket_ctx = NULL;
+    }
+    pthread_mutex_unlock(&g->key_mu);
 }
 
 static void s_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -932,9 +1004,15 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         return 2;
     }
     pthread_mutex_init(&g.key_mu, NULL);
-    if (g.n_keys > 0 && !(g.key_inflight = calloc((size_t)g.n_keys, sizeof *g.key_inflight))) {
+    g.n_links = o->max_connections + 16; /* MHD refuses beyond max_connections */
+    g.links = calloc((size_t)g.n_links, sizeof *g.links);
+    for (int i = 0; g.links && i < g.n_links; i++)
+        g.links[i].fd = -1;
+    if (!g.links ||
+        (g.n_keys > 0 && !(g.key_inflight = calloc((size_t)g.n_keys, sizeof *g.key_inflight)))) {
         fprintf(stderr, "shardwire serve: out of memory\n");
         free(g.keys);
+        free(g.links);
         return 1;
     }
     struct MHD_Daemon *d = NULL;
@@ -955,7 +1033,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         goto out;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     d = MHD_start_daemon(
         flags, 0, NULL, NULL, s_handler, &g, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
@@ -975,8 +1053,10 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
     fflush(stdout);
     SW_INFO("serving the cluster at %s over HTTP on %s (%s)", o->relay, o->listen,
             o->no_api_key ? "no API keys: loopback only" : "API keys required");
-    while (!*stop)
+    while (!*stop) {
         usleep(100000);
+        s_sweep(&g);
+    }
     rc = 0;
 out:
     if (d)
@@ -989,6 +1069,7 @@ out:
         sodium_memzero(g.keys, S_MAX_KEYS * sizeof *g.keys);
     free(g.keys);
     free(g.key_inflight);
+    free(g.links);
     pthread_mutex_destroy(&g.key_mu);
     return rc;
 }

@@ -7,9 +7,10 @@
  * /v1/models/{id}, /health (no key) and /metrics (Prometheus text).
  *
  * HTTP is libmicrohttpd with one thread per connection, bounded by a
- * connection limit, a per-address limit, an idle timeout, a body deadline
- * and a body size limit; every generation goes through the one relay
- * connection of dispatch.h. Bearer API keys are required unless the listen
+ * connection limit, a per-address limit (chosen so that a few addresses
+ * cannot take every connection), an idle timeout, a header deadline and a
+ * body deadline that no trickle of bytes extends, and a body size limit; every generation goes
+ * through the one relay connection of dispatch.h. Bearer API keys are required unless the listen
  * address is loopback and the caller asked for no keys explicitly; keys are
  * compared as BLAKE2b hashes in constant time. A client that disconnects
  * (seen within 200 ms) cancels its generation on the cluster.
@@ -35,6 +36,8 @@ typedef struct gw_opts {
     int max_inflight;         /* generations in flight at once (beyond: 429) */
     int max_inflight_per_key; /* of them, with one API key at most (beyond: 429) */
     int idle_timeout_s;       /* an HTTP connection idle this long is closed */
+    int header_timeout_s;     /* a request's headers must arrive within this of the connection's
+                                 start (or its previous answer), however slowly bytes trickle */
     int body_timeout_s;       /* a request body must arrive within this */
     gw_defaults_t defaults;   /* for fields a request leaves out */
 } gw_opts_t;
