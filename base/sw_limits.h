@@ -109,11 +109,12 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 #define SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT 16 /* --max-queue-per-client (one client key) */
 /* --max-sessions-per-client's default: a client key runs at most all but a quarter of the
  * sessions (at least one kept for others), so one tenant never holds every slot. */
-#define SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(max) ((max) > 1 ? (max) - ((max) > 7 ? (max) / 4 : 1) : 1)
-#define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256      /* --max-batch-rows */
-#define SW_NODE_DEFAULT_IDLE_TIMEOUT_S 300      /* --idle-timeout-s */
-#define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000  /* --round-timeout-ms */
-#define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60    /* --recover-timeout-s */
+#define SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(max)                                                   \
+    ((max) > 1 ? (max) - ((max) > 7 ? (max) / 4 : 1) : 1)
+#define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256                        /* --max-batch-rows */
+#define SW_NODE_DEFAULT_IDLE_TIMEOUT_S 300                        /* --idle-timeout-s */
+#define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000                    /* --round-timeout-ms */
+#define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60                      /* --recover-timeout-s */
 #define SW_NODE_DEFAULT_HEARTBEAT_MS SW_PEER_DEFAULT_HEARTBEAT_MS /* --heartbeat-ms */
 
 /* What a Resume may cost (node/head_stream.c): the chunks a head sends again are paced per

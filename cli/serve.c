@@ -18,6 +18,7 @@
  * request timeout and the sampling defaults are sw_limits.h's). */
 #define S_LISTEN "127.0.0.1:8080"
 #define S_BODY_MB 8
+#define S_BODIES_MB 64    /* every body buffered at once: 8 of the largest */
 #define S_CONNECTIONS 512 /* with 8 per address: 64 addresses to fill them, each for 10 s */
 #define S_PER_IP 8
 #define S_HEADER_TIMEOUT_S 10
@@ -43,6 +44,7 @@ enum {
     O_KEYS,
     O_NOKEY,
     O_BODY,
+    O_BODIES,
     O_CONNS,
     O_PERIP,
     O_INFLIGHT,
@@ -59,6 +61,8 @@ static const sw_opt_t s_opts[] = {
     {"api-key-file", O_KEYS, "FILE", "bearer keys, one per line (mode 0600)"},
     {"insecure-no-api-key", O_NOKEY, NULL, "no keys: only with a loopback --listen address"},
     {"max-body-mb", O_BODY, "N", "largest request body (default " SW_STR(S_BODY_MB) ")"},
+    {"max-bodies-mb", O_BODIES, "N",
+     "request bodies buffered at once, all together\n(default " SW_STR(S_BODIES_MB) ")"},
     {"max-connections", O_CONNS, "N", "open HTTP connections (default " SW_STR(S_CONNECTIONS) ")"},
     {"max-per-ip", O_PERIP, "N",
      "open connections from one address (default " SW_STR(S_PER_IP) ")"},
@@ -118,7 +122,8 @@ int cmd_serve(int argc, char **argv)
     sw_sec_args_t sargs = {0};
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     char listen[SW_ARGS_ENDPOINT_MAX];
-    int c, rc = 0, mb = S_BODY_MB, timeout_s = SW_REQUEST_DEFAULT_TIMEOUT_S;
+    int c, rc = 0, mb = S_BODY_MB, bodies_mb = S_BODIES_MB,
+           timeout_s = SW_REQUEST_DEFAULT_TIMEOUT_S;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
@@ -145,6 +150,9 @@ int cmd_serve(int argc, char **argv)
             break;
         case O_BODY:
             rc = sw_arg_int(P, "--max-body-mb", v, 1, 1024, &mb);
+            break;
+        case O_BODIES:
+            rc = sw_arg_int(P, "--max-bodies-mb", v, 1, 65536, &bodies_mb);
             break;
         case O_CONNS:
             rc = sw_arg_int(P, "--max-connections", v, 1, 10000, &o.max_connections);
@@ -192,6 +200,9 @@ int cmd_serve(int argc, char **argv)
     o.defaults.min_p = sp.min_p;
     o.defaults.repeat_penalty = sp.rep_penalty;
     o.max_body = (size_t)mb << 20;
+    o.max_bodies = (size_t)bodies_mb << 20;
+    if (o.max_bodies < o.max_body + 1)
+        o.max_bodies = o.max_body + 1; /* one largest body always fits */
     o.defaults.timeout_ms = timeout_s * 1000;
     if (o.max_per_ip > o.max_connections)
         o.max_per_ip = o.max_connections;

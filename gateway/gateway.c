@@ -32,6 +32,11 @@
 #define S_POLL_MS 200        /* how often a waiting request looks at its client */
 #define S_KEEPALIVE_MS 15000 /* SSE comment after this much silence */
 #define S_STREAM_BLOCK 16384 /* bytes MHD asks the stream reader for at most */
+/* A request body is parsed (jansson: about 100 bytes per value, kept while its generation runs)
+ * only when it holds at most this many JSON values: a chat of 256 turns needs a few thousand,
+ * and 8 MB of tiny content parts (230,000 of them) took 120 MB each before. */
+#define S_JSON_MAX_VALUES 16384
+#define S_PARSE_AT_ONCE 4 /* request bodies parsed at once */
 
 /*
  * One open HTTP connection, for the deadlines libmicrohttpd does not keep:
@@ -59,6 +64,9 @@ typedef struct gw {
     pthread_mutex_t key_mu;            /* guards key_inflight and links (a thread per connection) */
     s_link_t *links;                   /* (n_links) open connections' deadlines */
     int n_links;                       /* max_connections */
+    size_t bodies;                     /* bytes of request bodies buffered (max_bodies) */
+    int parsing;                       /* bodies being parsed now (S_PARSE_AT_ONCE) */
+    pthread_cond_t parse_cv;           /* signalled when a parse ends */
     int *key_inflight;                 /* (n_keys) generations in flight per API key */
 } gw_t;
 
@@ -79,6 +87,7 @@ struct s_conn {
     int too_large;       /* the body passed max_body: it is dropped */
     int answered;        /* a response was queued early */
     int key;             /* the API key it carried (index into keys), -1 = none */
+    int no_room;         /* the gateway's buffered bodies passed --max-bodies-mb: refused */
 };
 
 /* One endpoint: a path that is not in this table is a 404, a method that
@@ -249,7 +258,7 @@ static int s_load_keys(gw_t *g, const char *path, char *err, size_t err_len)
 }
 
 /* 1 when the request carries one of the keys ("Authorization: Bearer KEY"),
- * its index in *index (-1 without keys). */
+ * its index in *key (-1 without keys). */
 static int s_authorized(const gw_t *g, struct MHD_Connection *c, int *index)
 {
     *index = -1;
@@ -359,6 +368,65 @@ static int s_conn_fd(struct MHD_Connection *c)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
+}
+
+/* ---- what a request body may cost --------------------------------------------------------- */
+
+/*
+ * An upper bound of the JSON values in body (objects, arrays, members and
+ * elements: one more than its ',' ':' '{' '[' outside strings), read in one
+ * pass before jansson allocates anything.
+ */
+static size_t s_json_values(const char *body, size_t len)
+{
+    size_t n = 1;
+    int in_str = 0, esc = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char ch = body[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (ch == '\\')
+                esc = 1;
+            else if (ch == '"')
+                in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else {
+            n += ch == ',' || ch == ':' || ch == '{' || ch == '[';
+        }
+    }
+    return n;
+}
+
+/* Counts delta bytes of request bodies in (or out, negative); 0, or -1 when taking them would
+ * pass --max-bodies-mb (then nothing is counted). */
+static int s_bodies(gw_t *g, long long delta)
+{
+    pthread_mutex_lock(&g->key_mu);
+    const int ok = delta <= 0 || g->bodies + (size_t)delta <= g->o->max_bodies;
+    if (ok)
+        g->bodies = (size_t)((long long)g->bodies + delta);
+    pthread_mutex_unlock(&g->key_mu);
+    return ok ? 0 : -1;
+}
+
+/* A parse slot: at most S_PARSE_AT_ONCE bodies become jansson trees at once (waits). */
+static void s_parse_begin(gw_t *g)
+{
+    pthread_mutex_lock(&g->key_mu);
+    while (g->parsing >= S_PARSE_AT_ONCE)
+        pthread_cond_wait(&g->parse_cv, &g->key_mu);
+    g->parsing++;
+    pthread_mutex_unlock(&g->key_mu);
+}
+
+static void s_parse_end(gw_t *g)
+{
+    pthread_mutex_lock(&g->key_mu);
+    g->parsing--;
+    pthread_cond_signal(&g->parse_cv);
+    pthread_mutex_unlock(&g->key_mu);
 }
 
 /* ---- connection deadlines (s_link_t) ------------------------------------------------------ */
@@ -574,11 +642,19 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     char err[640];
     const char *param = NULL;
     enum MHD_Result res;
+    if (s_json_values(sc->body ? sc->body : "", sc->len) > S_JSON_MAX_VALUES) {
+        snprintf(err, sizeof err, "the body holds more than %d JSON values", S_JSON_MAX_VALUES);
+        return s_error(g, c, ep, MHD_HTTP_CONTENT_TOO_LARGE, err, "invalid_request_error", NULL,
+                       "request_too_large");
+    }
     gw_req_t *r = calloc(1, sizeof *r);
     if (!r)
         return s_send(g, c, ep, 500, NULL, "application/json", 0);
-    if (gw_req_parse(r, sc->body ? sc->body : "", sc->len, chat, &g->o->defaults, err, sizeof err,
-                     &param) != 0) {
+    s_parse_begin(g);
+    const int prc = gw_req_parse(r, sc->body ? sc->body : "", sc->len, chat, &g->o->defaults, err,
+                                 sizeof err, &param);
+    s_parse_end(g);
+    if (prc != 0) {
         gw_req_clear(r);
         free(r);
         return s_error(g, c, ep, MHD_HTTP_BAD_REQUEST, err, "invalid_request_error", param,
@@ -896,8 +972,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
                            "the request body did not arrive in time", "invalid_request_error", NULL,
                            "request_timeout");
         }
-        if (sc->too_large || sc->len + n > g->o->max_body) {
-            sc->too_large = 1;
+        if (sc->too_large || sc->no_room || sc->len + n > g->o->max_body) {
+            sc->too_large |= !sc->no_room;
             return MHD_YES;
         }
         if (sc->len + n + 1 > sc->cap) {
@@ -906,6 +982,10 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
                 cap *= 2;
             if (cap > g->o->max_body + 1)
                 cap = g->o->max_body + 1;
+            if (s_bodies(g, (long long)cap - (long long)sc->cap) != 0) {
+                sc->no_room = 1; /* every buffered body together stays within the budget */
+                return MHD_YES;
+            }
             char *b = realloc(sc->body, cap);
             if (!b)
                 return MHD_NO;
@@ -927,6 +1007,11 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
         return s_error(g, c, s_ep(sc), MHD_HTTP_CONTENT_TOO_LARGE, msg, "invalid_request_error",
                        NULL, "request_too_large");
     }
+    if (sc->no_room)
+        return s_error(g, c, s_ep(sc), MHD_HTTP_SERVICE_UNAVAILABLE,
+                       "the gateway holds its budget of request bodies now (shardwire serve "
+                       "--max-bodies-mb): retry",
+                       "server_error", NULL, "busy");
     return sc->rt->handler(g, c, sc, url);
 }
 
@@ -938,6 +1023,7 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     s_conn_t *sc = *con_cls;
     if (!sc)
         return;
+    (void)s_bodies(cls, -(long long)sc->cap);
     free(sc->body);
     free(sc);
     *con_cls = NULL;
@@ -1004,6 +1090,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         return 2;
     }
     pthread_mutex_init(&g.key_mu, NULL);
+    pthread_cond_init(&g.parse_cv, NULL);
     g.n_links = o->max_connections + 16; /* MHD refuses beyond max_connections */
     g.links = calloc((size_t)g.n_links, sizeof *g.links);
     for (int i = 0; g.links && i < g.n_links; i++)
@@ -1070,6 +1157,7 @@ out:
     free(g.keys);
     free(g.key_inflight);
     free(g.links);
+    pthread_cond_destroy(&g.parse_cv);
     pthread_mutex_destroy(&g.key_mu);
     return rc;
 }

@@ -31,6 +31,7 @@ typedef struct gw_opts {
     const char *api_key_file; /* one bearer key per line; NULL = none */
     int no_api_key;           /* 1 = serve without keys (loopback listen address only) */
     size_t max_body;          /* bytes of a request body */
+    size_t max_bodies;        /* bytes of all request bodies buffered at once */
     int max_connections;      /* open HTTP connections at once */
     int max_per_ip;           /* open connections from one address */
     int max_inflight;         /* generations in flight at once (beyond: 429) */
