@@ -60,7 +60,8 @@
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
 #define RELAY_HOLD_MAX 1024                   /* client names held for their key after they left */
-#define RELAY_TELL_MS 50 /* a node hears of its dropped control messages this often at most */
+#define RELAY_NOTE_PER_S 20 /* lines a second about what peers did; the rest are counted */
+#define RELAY_TELL_MS 50    /* a node hears of its dropped control messages this often at most */
 /*
  * Traffic classes: what a node sends to other nodes (Forwards, Verdicts,
  * session messages: the pipeline) and what it sends to clients (TokenChunks,
@@ -198,6 +199,10 @@ struct relay {
     uint64_t budget_drops;      /* messages dropped for a destination over its byte budget */
     uint64_t refused_announces; /* announces refused for the key's role, name or count */
     relay_hold_t *holds;        /* (RELAY_HOLD_MAX) client names held for their key */
+    int64_t note_since;         /* start of the current second of notes (s_note) */
+    int note_lines;             /* lines written in it */
+    uint64_t note_held;         /* lines left out in it */
+    char note_last[256];        /* the last line left out */
     int64_t hold_ms;            /* how long a client's name stays held after it left */
 };
 
@@ -214,6 +219,58 @@ static int64_t s_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Ends a second of notes: one line for what it left out. */
+static void s_note_flush(relay_t *r, int64_t now)
+{
+    if (now - r->note_since < 1000)
+        return;
+    if (r->note_held)
+        SW_WARN("relay: %llu more lines about peers in the last %.1f s were left out (at most %d a "
+                "second); the last: %s",
+                (unsigned long long)r->note_held, (double)(now - r->note_since) / 1e3,
+                RELAY_NOTE_PER_S, r->note_last);
+    r->note_held = 0;
+    r->note_lines = 0;
+    r->note_since = now;
+}
+
+/*
+ * Logs one line about something a peer did (level SW_LOG_WARN or INFO), at
+ * most RELAY_NOTE_PER_S a second: what any authenticated connection can make
+ * the relay say (a malformed message, a bad destination, an announce of a
+ * taken name, joining and leaving) must not flood the log. The lines left out
+ * are counted and said in one line when the second is over. Lines about a
+ * peer name its key's fingerprint (keys.h), the thing to revoke.
+ */
+static void s_note(relay_t *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_note(relay_t *r, int level, const char *fmt, ...)
+{
+    s_note_flush(r, s_now_ms());
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (r->note_lines >= RELAY_NOTE_PER_S) {
+        r->note_held++;
+        snprintf(r->note_last, sizeof r->note_last, "%.255s", line);
+        return;
+    }
+    r->note_lines++;
+    sw_log_write((enum sw_log_level)level, "%s", line);
+}
+
+/* The fingerprint of Z85 key `user` for a log line (a static buffer: one call per line), or
+ * "-" without one. */
+static const char *s_who_key(const char *user)
+{
+    static char fp[SW_WIRE_KEY_FP_LEN + 1];
+    if (!user || sw_keys_fingerprint(user, fp) != 0)
+        return "-";
+    return fp;
 }
 
 /* ---- allow-list and ZAP -------------------------------------------------------- */
@@ -362,7 +419,8 @@ static int s_allow_reload(relay_t *r, int force)
         relay_peer_t *p = r->peers[i];
         char why[256];
         if (s_permit(r, p->user, p->name, p->ann.a.role, why, sizeof why) != 0) {
-            SW_WARN("relay: key of %s revoked or changed (%s): dropping it", p->name, why);
+            s_note(r, SW_LOG_WARN, "relay: key %s of %s revoked or changed (%s): dropping it",
+                   p->fp, p->name, why);
             s_reply_error(r, p->id, p->id_len, SW_ERROR_UNAUTHORIZED, NULL,
                           "the relay's allow-list changed: %s", why);
             s_remove(r, p, "key revoked");
@@ -798,8 +856,8 @@ static void s_remove(relay_t *r, struct relay_peer *p, const char *why)
     for (int i = 0; i < r->n_peers; i++) {
         if (r->peers[i] == p) {
             s_hold_add(r, p, s_now_ms());
-            SW_INFO("peer %s left (%s) after %.1f s", p->name, why,
-                    (double)(s_now_ms() - p->joined_ms) / 1000.0);
+            s_note(r, SW_LOG_INFO, "peer %s left (%s) after %.1f s", p->name, why,
+                   (double)(s_now_ms() - p->joined_ms) / 1000.0);
             s_peer_free(p);
             r->peers[i] = r->peers[--r->n_peers];
             return;
@@ -813,7 +871,7 @@ static int s_alive(relay_t *r, relay_peer_t *p)
     if (zmq_send(r->router, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return errno != EHOSTUNREACH; /* EAGAIN: alive, its queue is full */
     if (zmq_send(r->router, "", 0, ZMQ_DONTWAIT) < 0)
-        SW_WARN("relay: probe body to %s: %s", p->name, zmq_strerror(errno));
+        s_note(r, SW_LOG_WARN, "relay: probe body to %s: %s", p->name, zmq_strerror(errno));
     p->alive_ms = s_now_ms();
     return 1;
 }
@@ -874,8 +932,10 @@ static void s_sweep(relay_t *r)
         }
         long silent = s_silent_ms(p);
         if (silent > limit) {
-            SW_WARN("relay: no data from %s for %ld ms (limit %ld): dropping its connection",
-                    p->name, silent, limit);
+            s_note(r, SW_LOG_WARN,
+                   "relay: no data from %s (key %s) for %ld ms (limit %ld): dropping its "
+                   "connection",
+                   p->name, p->fp[0] ? p->fp : "-", silent, limit);
             shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and forgets the id */
             s_remove(r, p, "heartbeats stopped");
             continue;
@@ -951,6 +1011,9 @@ static void s_reply_table(relay_t *r, const void *id, size_t id_len)
 static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
                        const char *user, const sw_msg_announce_t *a)
 {
+    char kfp[SW_WIRE_KEY_FP_LEN + 1] = "";
+    if (user)
+        (void)sw_keys_fingerprint(user, kfp);
     if (strcmp(a->name, SW_WIRE_RELAY_NAME) == 0) {
         s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL, "the name '%s' is reserved",
                       SW_WIRE_RELAY_NAME);
@@ -961,10 +1024,11 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         char why[256];
         if (s_permit(r, user, a->name, a->role, why, sizeof why) != 0) {
             if (s_log_due(&r->refused_announces))
-                SW_WARN("relay: key %.8s... may not announce as %s (%s): %s (%llu refused "
-                        "announces so far)",
-                        user ? user : "?", a->name, sw_wire_role_name(a->role), why,
-                        (unsigned long long)r->refused_announces);
+                s_note(r, SW_LOG_WARN,
+                       "relay: key %s may not announce as %s (%s): %s (%llu refused announces so "
+                       "far)",
+                       kfp[0] ? kfp : "?", a->name, sw_wire_role_name(a->role), why,
+                       (unsigned long long)r->refused_announces);
             r->unauthorized++;
             s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL, "%s", why);
             return;
@@ -1000,9 +1064,10 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         }
         if (holder && s_alive(r, holder)) {
             if (s_log_due(&r->refused_announces))
-                SW_WARN("relay: key %s may not announce as %s: held by a live connection (%llu "
-                        "refused announces so far)",
-                        fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
+                s_note(r, SW_LOG_WARN,
+                       "relay: key %s may not announce as %s: held by a live connection (%llu "
+                       "refused announces so far)",
+                       fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
             s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
                           "the name %s is held by a live peer", a->name);
             return;
@@ -1013,9 +1078,10 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         relay_hold_t *hold = s_hold_find(r, a->name, now);
         if (hold && strcmp(hold->fp, fp) != 0) {
             if (s_log_due(&r->refused_announces))
-                SW_WARN("relay: key %s may not announce as %s: the name is held for the key that "
-                        "used it (%llu refused announces so far)",
-                        fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
+                s_note(r, SW_LOG_WARN,
+                       "relay: key %s may not announce as %s: the name is held for the key that "
+                       "used it (%llu refused announces so far)",
+                       fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
             s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
                           "the name %s is held for the key that used it for %.0f s more (its "
                           "requests may still live at a head)",
@@ -1032,9 +1098,10 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             }
             if (conns >= r->max_conns_per_key) {
                 if (s_log_due(&r->refused_announces))
-                    SW_WARN("relay: key %.8s... holds %d connections already: refused '%s' (see "
-                            "--max-conns-per-key; %llu refused announces so far)",
-                            user, conns, a->name, (unsigned long long)r->refused_announces);
+                    s_note(r, SW_LOG_WARN,
+                           "relay: key %s holds %d connections already: refused '%s' (see "
+                           "--max-conns-per-key; %llu refused announces so far)",
+                           fp, conns, a->name, (unsigned long long)r->refused_announces);
                 s_reply_error(r, id, id_len, SW_ERROR_RELAY_FULL, NULL,
                               "this key holds %d connections to the relay already, its limit "
                               "(the relay's --max-conns-per-key)",
@@ -1085,12 +1152,15 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->fd = -1;
         r->peers[r->n_peers++] = p;
         if (a->role == SW_ROLE_CLIENT)
-            SW_INFO("peer %s joined: client", a->name);
+            s_note(r, SW_LOG_INFO, "peer %s joined: client (key %s)", a->name,
+                   p->fp[0] ? p->fp : "-");
         else
-            SW_INFO("peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions",
-                    a->name, sw_wire_role_name((int)a->role),
-                    p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
-                    a->n_layers, a->backend, a->max_sessions);
+            s_note(r, SW_LOG_INFO,
+                   "peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions (key "
+                   "%s)",
+                   a->name, sw_wire_role_name((int)a->role),
+                   p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
+                   a->n_layers, a->backend, a->max_sessions, p->fp[0] ? p->fp : "-");
     }
     const sw_msg_t ack = {
         .type = SW_MSG_ANNOUNCE_ACK,
@@ -1115,7 +1185,7 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
     int rc = sw_wire_decode_msg(zmq_msg_data(hdr), zmq_msg_size(hdr), has_payload,
                                 has_payload ? 1 : 0, &m, err, sizeof err);
     if (rc == SW_WIRE_EVERSION) {
-        SW_WARN("relay: refused a peer: %s", err);
+        s_note(r, SW_LOG_WARN, "relay: refused a peer (key %s): %s", s_who_key(user), err);
         s_reply_error(r, id, id_len, SW_ERROR_VERSION_MISMATCH, NULL, "%s", err);
         return;
     }
@@ -1124,7 +1194,8 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
     if (rc == SW_WIRE_OK && (type == SW_MSG_ANNOUNCE || type == SW_MSG_STATUS_QUERY))
         rc = sw_codec_decode(&m, type, &d, err, sizeof err);
     if (rc) {
-        SW_WARN("relay: malformed control message from %s: %s", sender ? sender->name : "?", err);
+        s_note(r, SW_LOG_WARN, "relay: malformed control message from %s (key %s): %s",
+               sender ? sender->name : "an unannounced connection", s_who_key(user), err);
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL, "%s", err);
         sw_wire_msg_clear(&m);
         return;
@@ -1307,7 +1378,8 @@ static void s_forward(relay_t *r, relay_peer_t *sender, const char *dname, const
     if (e != 0) {
         r->dropped++;
         if (e == EHOSTUNREACH) {
-            SW_WARN("relay: %s -> %s: destination gone, dropped", sender->name, dname);
+            s_note(r, SW_LOG_WARN, "relay: %s -> %s: destination gone, dropped", sender->name,
+                   dname);
             s_remove(r, to, "connection closed");
             s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_GONE, dname,
                           "%s disconnected; message dropped", dname);
@@ -1315,10 +1387,12 @@ static void s_forward(relay_t *r, relay_peer_t *sender, const char *dname, const
             r->budget_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
             size_t held = atomic_load(&to->q->bytes), all = atomic_load(&r->queued);
             if ((r->budget_drops & (r->budget_drops - 1)) == 0)
-                SW_WARN("relay: %s -> %s: %.1f MiB queued for it, %.1f MiB in all (budgets %zu "
-                        "and %zu MiB): dropped (%llu so far)",
-                        sender->name, dname, held / 1048576.0, all / 1048576.0, r->queue_max >> 20,
-                        r->queue_total_max >> 20, (unsigned long long)r->budget_drops);
+                s_note(r, SW_LOG_WARN,
+                       "relay: %s (key %s) -> %s: %.1f MiB queued for it, %.1f MiB in all "
+                       "(budgets %zu and %zu MiB): dropped (%llu so far)",
+                       sender->name, sender->fp[0] ? sender->fp : "-", dname, held / 1048576.0,
+                       all / 1048576.0, r->queue_max >> 20, r->queue_total_max >> 20,
+                       (unsigned long long)r->budget_drops);
             s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_BUSY, dname,
                           "the relay holds %.1f MiB for %s already (%.1f MiB in all; budgets "
                           "--queue-mib %zu, --queue-total-mib %zu): message dropped",
@@ -1327,9 +1401,10 @@ static void s_forward(relay_t *r, relay_peer_t *sender, const char *dname, const
         } else {
             to->busy_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
             if ((to->busy_drops & (to->busy_drops - 1)) == 0)
-                SW_WARN("relay: %s -> %s: queue full (%s), dropped (%llu so far to %s)",
-                        sender->name, dname, zmq_strerror(e), (unsigned long long)to->busy_drops,
-                        dname);
+                s_note(r, SW_LOG_WARN,
+                       "relay: %s (key %s) -> %s: queue full (%s), dropped (%llu so far to %s)",
+                       sender->name, sender->fp[0] ? sender->fp : "-", dname, zmq_strerror(e),
+                       (unsigned long long)to->busy_drops, dname);
             s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_BUSY, dname,
                           "queue to %s is full; message dropped", dname);
         }
@@ -1373,8 +1448,9 @@ static int s_handle_one(relay_t *r)
             r->unauthorized++;
             r->dropped++;
             if ((r->unauthorized & (r->unauthorized - 1)) == 0)
-                SW_WARN("relay: refused a message from an unknown or revoked key %s (%llu so far)",
-                        user ? user : "?", (unsigned long long)r->unauthorized);
+                s_note(r, SW_LOG_WARN,
+                       "relay: refused a message from an unknown or revoked key %s (%llu so far)",
+                       s_who_key(user), (unsigned long long)r->unauthorized);
             if (sender)
                 s_remove(r, sender, "key revoked");
             s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL,
@@ -1387,9 +1463,11 @@ static int s_handle_one(relay_t *r)
         sender->bytes_in += total - id_len;
         sender->msg_ms = sender->alive_ms = now;
     }
-    const char *who = sender ? sender->name : "an unannounced connection";
+    /* who sent it, for a log line (the key's fingerprint is worked out only then) */
+#define S_WHO sender ? sender->name : "an unannounced connection", s_who_key(user)
     if (too_many || n < 3) {
-        SW_WARN("relay: dropped a message of %d frames from %s", n - 1, who);
+        s_note(r, SW_LOG_WARN, "relay: dropped a message of %d frames from %s (key %s)", n - 1,
+               S_WHO);
         r->dropped++;
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "a message is [dest][header] or [dest][header][payload]; got %d frames",
@@ -1412,8 +1490,9 @@ static int s_handle_one(relay_t *r)
     char dname[SW_WIRE_NAME_MAX + 1], dkey[SW_WIRE_KEY_FP_LEN + 1];
     if (zmq_msg_size(&f[1]) > SW_WIRE_ADDR_MAX ||
         sw_wire_addr_split(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), dname, dkey) != 0) {
-        SW_WARN("relay: dropped a message from %s: bad destination frame (%zu bytes)", who,
-                zmq_msg_size(&f[1]));
+        s_note(r, SW_LOG_WARN,
+               "relay: dropped a message from %s (key %s): bad destination frame (%zu bytes)",
+               S_WHO, zmq_msg_size(&f[1]));
         r->dropped++;
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "destination frame is not 1..%d bytes of [A-Za-z0-9._-] (and maybe @ and "
@@ -1478,8 +1557,9 @@ static int s_handle_one(relay_t *r)
                      brate / 1048576.0, client_rate ? "client" : "node",
                      client_rate ? "client" : "node");
         if ((*drops & (*drops - 1)) == 0)
-            SW_WARN("relay: %s (key %s) -> %s: %s: dropped %llu so far", sender->name,
-                    sender->fp[0] ? sender->fp : "-", dname, why, (unsigned long long)*drops);
+            s_note(r, SW_LOG_WARN, "relay: %s (key %s) -> %s: %s: dropped %llu so far",
+                   sender->name, sender->fp[0] ? sender->fp : "-", dname, why,
+                   (unsigned long long)*drops);
         if (cls == RELAY_CLASS_NODES && !sender->client) {
             /* A node's Forward or Verdict: its sender hears of it at once (the head then
              * recovers the round instead of waiting for its round timeout) */
@@ -1496,6 +1576,7 @@ static int s_handle_one(relay_t *r)
     sender->byte_tokens[cls] -= (double)(total - id_len);
     sender->tokens[cls] -= 1.0;
     s_forward(r, sender, dname, dkey, f, n);
+#undef S_WHO
 done:
     if (n >= 2)
         s_learn_fd(r, id, id_len, &f[1]);
@@ -1561,6 +1642,7 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
                 r->allow_check_at_ms = s_now_ms() + RELAY_ALLOW_CHECK_MS;
             }
         }
+        s_note_flush(r, s_now_ms());
         s_flush_parked(r); /* what waited goes before what is new */
         for (int i = 0; i < RELAY_BATCH && !*stop; i++)
             if (s_handle_one(r) < 0)
