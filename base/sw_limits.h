@@ -144,6 +144,12 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
  * a head keeps the requests of a client that vanished (its 60 s linger for a Resume and the
  * seconds it takes to see the client gone), so that no other key can answer to that name. */
 #define SW_RELAY_DEFAULT_NAME_HOLD_S 90
+/* --announce-ms: a connection must announce this soon after it opened (a status query needs no
+ * announce and takes milliseconds), else the relay shuts it down; and a key holds at most
+ * SW_RELAY_UNANNOUNCED_PER_KEY connections that have not announced (beyond: its handshake is
+ * refused for now, ZAP status 300, and the peer redials). */
+#define SW_RELAY_DEFAULT_ANNOUNCE_MS 10000
+#define SW_RELAY_UNANNOUNCED_PER_KEY 4
 /* The relay's largest message from a client key: a GenerateRequest of the
  * largest prompt, sealed, with room for its other fields and the destination
  * frame (no payload frame). */

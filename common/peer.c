@@ -169,6 +169,12 @@ static void s_events(sw_peer_t *p)
                 SW_WARN("peer %s: lost the relay connection", p->announce.name);
             p->announced = 0;
             p->fd = -1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 300) {
+            /* ZAP status 300: for now (our key holds its share of connections that have not
+             * announced yet, or all of them): libzmq redials */
+            SW_WARN("peer %s: the relay refused this connection for now (this key has too many "
+                    "connections open); retrying",
+                    p->announce.name);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             SW_ERR("peer %s: the relay refused our key (not on its allow-list, or revoked)",
                    p->announce.name);

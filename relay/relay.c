@@ -34,6 +34,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sodium.h>
@@ -60,8 +61,13 @@
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
 #define RELAY_HOLD_MAX 1024                   /* client names held for their key after they left */
-#define RELAY_NOTE_PER_S 20 /* lines a second about what peers did; the rest are counted */
-#define RELAY_TELL_MS 50    /* a node hears of its dropped control messages this often at most */
+#define RELAY_NOTE_PER_S 20  /* lines a second about what peers did; the rest are counted */
+#define RELAY_CONNS_MAX 8192 /* TCP connections tracked (beyond: shut down at once) */
+/* A connection that has not announced may send only this much in one message (an announce, a
+ * status query); more shuts it down, so that a key cannot make the relay take 16 MiB frames on
+ * connections no limit counts. */
+#define RELAY_UNANNOUNCED_MSG_MAX (64u << 10)
+#define RELAY_TELL_MS 50 /* a node hears of its dropped control messages this often at most */
 /*
  * Traffic classes: what a node sends to other nodes (Forwards, Verdicts,
  * session messages: the pipeline) and what it sends to clients (TokenChunks,
@@ -148,6 +154,26 @@ typedef struct relay_parked {
 } relay_parked_t;
 
 /*
+ * One TCP connection the relay accepted (socket monitor: ACCEPTED), until it
+ * goes (DISCONNECTED). The ZAP handler gives it the key it authenticated
+ * with (matched by the peer's address: ZAP does not say which socket), so
+ * that a key's connections count before they announce: a key holds at most
+ * SW_RELAY_UNANNOUNCED_PER_KEY connections that have not announced (and
+ * max_conns_per_key announced ones), and a connection that has not announced
+ * SW_RELAY_DEFAULT_ANNOUNCE_MS after it opened is shut down.
+ */
+typedef struct relay_conn {
+    int fd;                          /* its socket (libzmq's), -1 = free entry */
+    struct sockaddr_storage addr;    /* its remote address (guards against fd reuse) */
+    socklen_t addr_len;              /* bytes of addr */
+    char ip[64];                     /* the address as ZAP names it */
+    char fp[SW_WIRE_KEY_FP_LEN + 1]; /* its key's fingerprint, "" until ZAP said */
+    int64_t since_ms;                /* when it was accepted */
+    int refused;                     /* 1: ZAP refused it (it is going) */
+    int shut;                        /* 1: the relay shut it down */
+} relay_conn_t;
+
+/*
  * A client name whose connection left, held for the key that used it: the
  * head keeps that client's requests (and their output) a while after it
  * vanished, and another key announcing the name meanwhile must not look
@@ -199,6 +225,10 @@ struct relay {
     uint64_t budget_drops;      /* messages dropped for a destination over its byte budget */
     uint64_t refused_announces; /* announces refused for the key's role, name or count */
     relay_hold_t *holds;        /* (RELAY_HOLD_MAX) client names held for their key */
+    relay_conn_t *conns;        /* (RELAY_CONNS_MAX) accepted TCP connections */
+    int announce_ms;            /* a connection must announce within this of its accept */
+    uint64_t conn_refusals;     /* handshakes refused for a key's connection counts */
+    int lost;                   /* a DISCONNECTED event came: probe the peers soon */
     int64_t note_since;         /* start of the current second of notes (s_note) */
     int note_lines;             /* lines written in it */
     uint64_t note_held;         /* lines left out in it */
@@ -273,6 +303,158 @@ static const char *s_who_key(const char *user)
     return fp;
 }
 
+/* ---- connections (relay_conn_t) ------------------------------------------------ */
+
+/* A connection libzmq accepted (monitor event ACCEPTED, fd). */
+static void s_conn_accepted(relay_t *r, int fd)
+{
+    relay_conn_t *c = NULL;
+    for (int i = 0; i < RELAY_CONNS_MAX && !c; i++)
+        if (r->conns[i].fd < 0)
+            c = &r->conns[i];
+    if (!c) {
+        shutdown(fd, SHUT_RDWR);
+        s_note(r, SW_LOG_WARN, "relay: %d connections open: shut a new one down", RELAY_CONNS_MAX);
+        return;
+    }
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->since_ms = s_now_ms();
+    c->addr_len = sizeof c->addr;
+    if (getpeername(fd, (struct sockaddr *)&c->addr, &c->addr_len) != 0 ||
+        getnameinfo((struct sockaddr *)&c->addr, c->addr_len, c->ip, sizeof c->ip, NULL, 0,
+                    NI_NUMERICHOST) != 0)
+        c->ip[0] = 0;
+}
+
+/* The connection went (monitor event DISCONNECTED, fd). */
+static void s_conn_gone(relay_t *r, int fd)
+{
+    for (int i = 0; i < RELAY_CONNS_MAX; i++)
+        if (r->conns[i].fd == fd)
+            r->conns[i].fd = -1;
+}
+
+/* 1 when c's socket still is the connection it was accepted as. */
+static int s_conn_same(const relay_conn_t *c)
+{
+    struct sockaddr_storage now;
+    socklen_t len = sizeof now;
+    return c->addr_len > 0 && getpeername(c->fd, (struct sockaddr *)&now, &len) == 0 &&
+           len == c->addr_len && memcmp(&now, &c->addr, len) == 0;
+}
+
+static int s_conn_announced(const relay_t *r, const relay_conn_t *c);
+
+/* A key's connections: *open those that are not going, *unannounced of them not announced. */
+static void s_conn_count(const relay_t *r, const char *fp, int *open, int *unannounced)
+{
+    *open = *unannounced = 0;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        const relay_conn_t *c = &r->conns[i];
+        if (c->fd < 0 || c->refused || c->shut || strcmp(c->fp, fp) != 0)
+            continue;
+        ++*open;
+        *unannounced += !s_conn_announced(r, c);
+    }
+}
+
+/*
+ * The ZAP handler admitted key z85 for a connection from ip: gives the
+ * connection (the oldest from ip without a key yet) its key and checks the
+ * key's counts. 0, or -1 (the handshake is refused, for now: ZAP status 300)
+ * with the reason in why when the key has SW_RELAY_UNANNOUNCED_PER_KEY
+ * connections that have not announced, or max_conns_per_key + that many in
+ * all.
+ */
+static int s_conn_key(relay_t *r, const char *ip, const char *z85, char *why, size_t why_len)
+{
+    char fp[SW_WIRE_KEY_FP_LEN + 1];
+    if (sw_keys_fingerprint(z85, fp) != 0)
+        return 0;
+    relay_conn_t *c = NULL;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *k = &r->conns[i];
+        if (k->fd >= 0 && !k->fp[0] && !k->refused && !strcmp(k->ip, ip) &&
+            (!c || k->since_ms < c->since_ms))
+            c = k;
+    }
+    if (c)
+        snprintf(c->fp, sizeof c->fp, "%s", fp);
+    int open = 0, unannounced = 0;
+    s_conn_count(r, fp, &open, &unannounced);
+    if (!c)
+        open++, unannounced++; /* its ACCEPTED event is still on its way */
+    if (unannounced <= SW_RELAY_UNANNOUNCED_PER_KEY &&
+        open <= r->max_conns_per_key + SW_RELAY_UNANNOUNCED_PER_KEY)
+        return 0;
+    if (c)
+        c->refused = 1;
+    r->conn_refusals++;
+    snprintf(why, why_len,
+             "this key has %d connections open, %d of them not announced (at most %d not "
+             "announced, %d in all: the relay's --max-conns-per-key): retry later",
+             open, unannounced, SW_RELAY_UNANNOUNCED_PER_KEY,
+             r->max_conns_per_key + SW_RELAY_UNANNOUNCED_PER_KEY);
+    s_note(r, SW_LOG_WARN, "relay: refused a connection of key %s from %s: %s (%llu so far)", fp,
+           ip, why, (unsigned long long)r->conn_refusals);
+    return -1;
+}
+
+/* Shuts down the connections that did not announce in time, forgets stale entries. */
+static void s_conn_sweep(relay_t *r)
+{
+    const int64_t now = s_now_ms();
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *c = &r->conns[i];
+        if (c->fd < 0)
+            continue;
+        if (!s_conn_same(c)) { /* closed (its event was lost) and maybe reused */
+            c->fd = -1;
+            continue;
+        }
+        if (c->shut || c->refused || now - c->since_ms <= r->announce_ms || s_conn_announced(r, c))
+            continue;
+        shutdown(c->fd, SHUT_RDWR);
+        c->shut = 1;
+        s_note(r, SW_LOG_WARN,
+               "relay: a connection of key %s from %s did not announce within %d ms: shut down",
+               c->fp[0] ? c->fp : "-", c->ip, r->announce_ms);
+    }
+}
+
+/*
+ * A message from a connection that has not announced came on frame's socket
+ * (ZMQ_SRCFD) with the key user: the connection's entry takes that key. The
+ * ZAP handler can only guess it by address (two handshakes from one address
+ * at once may swap their keys); the first message settles it.
+ */
+static void s_conn_label(relay_t *r, zmq_msg_t *frame, const char *user)
+{
+    char fp[SW_WIRE_KEY_FP_LEN + 1];
+    const int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    if (fd < 0 || !user || sw_keys_fingerprint(user, fp) != 0)
+        return;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *c = &r->conns[i];
+        if (c->fd == fd && strcmp(c->fp, fp) != 0 && s_conn_same(c))
+            snprintf(c->fp, sizeof c->fp, "%s", fp);
+    }
+}
+
+/* Shuts down the connection a received frame came on (ZMQ_SRCFD), when known. */
+static void s_conn_shut_frame(relay_t *r, zmq_msg_t *frame)
+{
+    const int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    for (int i = 0; fd >= 0 && i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *c = &r->conns[i];
+        if (c->fd == fd && s_conn_same(c) && !c->shut) {
+            shutdown(fd, SHUT_RDWR);
+            c->shut = 1;
+        }
+    }
+}
+
 /* ---- allow-list and ZAP -------------------------------------------------------- */
 
 static const sw_allow_entry_t *s_allowed(const relay_t *r, const char *key)
@@ -286,6 +468,7 @@ static const sw_allow_entry_t *s_allowed(const relay_t *r, const char *key)
 }
 
 static void s_remove(relay_t *r, struct relay_peer *p, const char *why);
+static void s_events(relay_t *r);
 static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
@@ -494,6 +677,7 @@ static void s_zap_reply(relay_t *r, zmq_msg_t *reqid, const char *status, const 
  */
 static void s_zap(relay_t *r)
 {
+    s_events(r); /* the connections being authenticated were accepted before */
     for (;;) {
         zmq_msg_t f[7];
         int n = 0, more = 1;
@@ -524,8 +708,16 @@ static void s_zap(relay_t *r)
                    s_allowed(r, key)) {
             status = "200";
             text = "OK";
+            char ip[64], why[256];
+            size_t il = zmq_msg_size(&f[3]) < sizeof ip - 1 ? zmq_msg_size(&f[3]) : sizeof ip - 1;
+            memcpy(ip, zmq_msg_data(&f[3]), il);
+            ip[il] = 0;
+            if (s_conn_key(r, ip, key, why, sizeof why) != 0) {
+                status = "300"; /* temporary: libzmq tells the peer, which redials */
+                text = "too many connections of this key";
+            }
         }
-        if (status[0] != '2')
+        if (status[0] == '4' || status[0] == '5')
             s_refused_log(r, &f[3], text, key);
         zmq_msg_t reqid;
         zmq_msg_init(&reqid);
@@ -662,15 +854,20 @@ relay_t *relay_new(const relay_opts_t *opts)
     atomic_init(&r->queued, 0);
     r->parked = calloc(RELAY_PARK_MAX, sizeof *r->parked);
     r->holds = calloc(RELAY_HOLD_MAX, sizeof *r->holds);
+    r->conns = calloc(RELAY_CONNS_MAX, sizeof *r->conns);
+    for (int i = 0; r->conns && i < RELAY_CONNS_MAX; i++)
+        r->conns[i].fd = -1;
+    r->announce_ms = opts->announce_ms > 0 ? opts->announce_ms : SW_RELAY_DEFAULT_ANNOUNCE_MS;
     r->hold_ms = (int64_t)(opts->name_hold_s > 0   ? opts->name_hold_s
                            : opts->name_hold_s < 0 ? 0
                                                    : SW_RELAY_DEFAULT_NAME_HOLD_S) *
                  1000;
-    if (!r->parked || !r->holds) {
+    if (!r->parked || !r->holds || !r->conns) {
         relay_destroy(&r);
         return NULL;
     }
-    if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED) != 0)
+    if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED) !=
+        0)
         goto err;
     r->mon = zmq_socket(r->ctx, ZMQ_PAIR);
     if (!r->mon || zmq_connect(r->mon, RELAY_MON_EP) != 0)
@@ -778,6 +975,7 @@ void relay_destroy(relay_t **self_p)
     }
     free(r->parked);
     free(r->holds);
+    free(r->conns);
     free(r->allow);
     free(r);
     *self_p = NULL;
@@ -796,6 +994,15 @@ static relay_peer_t *s_find_id(relay_t *r, const void *id, size_t len)
         if (r->peers[i]->id_len == len && memcmp(r->peers[i]->id, id, len) == 0)
             return r->peers[i];
     return NULL;
+}
+
+/* 1 when a peer announced on connection c. */
+static int s_conn_announced(const relay_t *r, const relay_conn_t *c)
+{
+    for (int i = 0; i < r->n_peers; i++)
+        if (r->peers[i]->fd == c->fd)
+            return 1;
+    return 0;
 }
 
 static relay_peer_t *s_find_name(relay_t *r, const char *name, size_t len)
@@ -923,6 +1130,7 @@ static void s_shut(relay_peer_t *p)
 
 static void s_sweep(relay_t *r)
 {
+    s_conn_sweep(r);
     const long limit = (long)SW_RELAY_SILENT_IVLS * r->heartbeat_ms;
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
@@ -1458,6 +1666,8 @@ static int s_handle_one(relay_t *r)
             goto done;
         }
     }
+    if (!sender && n >= 2)
+        s_conn_label(r, &f[1], user);
     int64_t now = s_now_ms();
     if (sender) {
         sender->bytes_in += total - id_len;
@@ -1472,6 +1682,22 @@ static int s_handle_one(relay_t *r)
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "a message is [dest][header] or [dest][header][payload]; got %d frames",
                       n - 1);
+        goto done;
+    }
+    if (!sender && total - id_len > RELAY_UNANNOUNCED_MSG_MAX) {
+        /* an announce or a status query is small: a connection that has not announced and
+         * sends more is cut off (the next try costs it a handshake, and its key holds few such
+         * connections: s_conn_key) */
+        r->dropped++;
+        s_note(r, SW_LOG_WARN,
+               "relay: an unannounced connection of key %s sent a message of %llu bytes (at most "
+               "%u before announcing): shut down",
+               s_who_key(user), (unsigned long long)(total - id_len), RELAY_UNANNOUNCED_MSG_MAX);
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
+                      "at most %u bytes in a message before the announce",
+                      RELAY_UNANNOUNCED_MSG_MAX);
+        if (n >= 2)
+            s_conn_shut_frame(r, &f[1]);
         goto done;
     }
     if (total - id_len > SW_WIRE_MAX_TOTAL) {
@@ -1508,6 +1734,12 @@ static int s_handle_one(relay_t *r)
                       "a client's message is [dest][header] of at most %u bytes; got %d frames, "
                       "%llu bytes",
                       SW_RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
+        /* no client sends that: its connection is cut off, as an unannounced one would be */
+        s_note(r, SW_LOG_WARN,
+               "relay: client %s (key %s) sent a message of %llu bytes in %d frames: shut down",
+               sender->name, sender->fp, (unsigned long long)(total - id_len), n - 1);
+        s_shut(sender);
+        s_remove(r, sender, "oversized message");
         goto done;
     }
     if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
@@ -1585,33 +1817,40 @@ done:
     return 0;
 }
 
-/* Reads every pending monitor event; 1 when a connection went away. */
-static int s_events(relay_t *r)
+/* Reads every pending monitor event: connections accepted and gone (r->lost set when one
+ * went away). */
+static void s_events(relay_t *r)
 {
-    int lost = 0;
     for (;;) {
         zmq_msg_t ev;
         zmq_msg_init(&ev);
         if (zmq_msg_recv(&ev, r->mon, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&ev);
-            return lost;
+            return;
         }
         uint16_t event = 0;
-        if (zmq_msg_size(&ev) >= 2)
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
             memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
+        }
         int more = zmq_msg_more(&ev);
         zmq_msg_close(&ev);
         while (more) {
             zmq_msg_init(&ev);
             if (zmq_msg_recv(&ev, r->mon, 0) < 0) {
                 zmq_msg_close(&ev);
-                return lost;
+                return;
             }
             more = zmq_msg_more(&ev);
             zmq_msg_close(&ev);
         }
-        if (event == ZMQ_EVENT_DISCONNECTED)
-            lost = 1;
+        if (event == ZMQ_EVENT_ACCEPTED) {
+            s_conn_accepted(r, (int)value);
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            s_conn_gone(r, (int)value);
+            r->lost = 1;
+        }
     }
 }
 
@@ -1647,7 +1886,9 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
         for (int i = 0; i < RELAY_BATCH && !*stop; i++)
             if (s_handle_one(r) < 0)
                 break;
-        if (s_events(r)) {
+        s_events(r);
+        if (r->lost) {
+            r->lost = 0;
             int64_t soon = s_now_ms() + RELAY_RECHECK_MS;
             if (soon < r->sweep_at_ms)
                 r->sweep_at_ms = soon;
