@@ -1734,12 +1734,6 @@ static int s_handle_one(relay_t *r)
                       "a client's message is [dest][header] of at most %u bytes; got %d frames, "
                       "%llu bytes",
                       SW_RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
-        /* no client sends that: its connection is cut off, as an unannounced one would be */
-        s_note(r, SW_LOG_WARN,
-               "relay: client %s (key %s) sent a message of %llu bytes in %d frames: shut down",
-               sender->name, sender->fp, (unsigned long long)(total - id_len), n - 1);
-        s_shut(sender);
-        s_remove(r, sender, "oversized message");
         goto done;
     }
     if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
