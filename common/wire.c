@@ -1095,8 +1095,8 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         }
         uint8_t *plain = NULL;
         size_t plain_len = 0;
-        int src = sw_seal_open(seal, name, crypto->self, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]),
-                               has_payload ? &f[2] : NULL, &plain, &plain_len);
+        int src = sw_seal_open(seal, name, key, crypto->self, zmq_msg_data(&f[1]),
+                               zmq_msg_size(&f[1]), has_payload ? &f[2] : NULL, &plain, &plain_len);
         if (src != SW_SEAL_OK) {
             rc = s_fail(src == SW_SEAL_EAUTH ? SW_WIRE_EKEY : SW_WIRE_ESEAL, err, err_len,
                         "sealed message from %s dropped: %s", name, sw_seal_strerror(src));
