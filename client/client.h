@@ -266,6 +266,7 @@ typedef struct sw_client_stats {
     int n_drafted;          /* draft tokens proposed */
     int n_accepted;         /* drafts accepted */
     int n_resumes;          /* Resumes sent (tokens lost on the way and sent again) */
+    int n_failovers;        /* times another head took the request over (its head left) */
     double ttft_ms;         /* submit to the first token, measured here */
     double total_ms;        /* submit to the end, measured here */
     int have_head;          /* 1 when the head's statistics below arrived */

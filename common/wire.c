@@ -468,6 +468,12 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
         return rc;
     CHECK(g->n_predict >= 1 && g->n_predict <= SW_WIRE_MAX_POS,
           "generate.n_predict %u not in 1..%u", g->n_predict, SW_WIRE_MAX_POS);
+    CHECK(g->n_resume_tokens < g->n_predict,
+          "generate has %zu resume tokens, not fewer than n_predict %u", g->n_resume_tokens,
+          g->n_predict);
+    if ((rc = s_tokens("generate.resume_tokens", g->resume_tokens, g->n_resume_tokens, err,
+                       err_len)))
+        return rc;
     if ((rc = s_sampling(g->sampling, err, err_len)))
         return rc;
     if (g->draft) {

@@ -200,6 +200,24 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
                  g->n_predict, n->o.n_ctx);
         goto fail;
     }
+    if (g->n_resume_tokens && g->sampling.temp > 0) {
+        /* failover of a sampled request: what a head that died generated goes
+         * after the prompt (the context still holds n_prompt + n_predict
+         * positions) and the rest is sampled from there; a greedy one replays
+         * them as drafts instead (s_forced_propose) */
+        int32_t *grown = realloc(prompt, ((size_t)n_prompt + g->n_resume_tokens) * sizeof *grown);
+        if (!grown)
+            goto oom;
+        prompt = grown;
+        for (uint32_t i = 0; i < g->n_resume_tokens; i++) {
+            if (g->resume_tokens[i] >= (uint32_t)n->hp->n_vocab) {
+                snprintf(err, err_len, "resume token %u is outside the vocabulary",
+                         g->resume_tokens[i]);
+                goto fail;
+            }
+            prompt[n_prompt++] = (int32_t)g->resume_tokens[i];
+        }
+    }
     free(chat_text);
     *prompt_out = prompt;
     *n_out = n_prompt;
@@ -230,7 +248,17 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->t_gen = sw_now_ms();
     s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
     s->sp = *sp;
-    s->n_predict = (int)g->n_predict;
+    /* failover (codec: fewer resume tokens than n_predict): a sampled request
+     * has them in its prompt and generates the rest; a greedy one generates
+     * all again, the first n_resume as drafts the tail accepts, and streams
+     * only the rest (numbered from n_resume either way) */
+    const int sampled = g->sampling.temp > 0;
+    s->n_predict = (int)g->n_predict - (sampled ? (int)g->n_resume_tokens : 0);
+    s->index_base = g->n_resume_tokens;
+    s->n_skip = sampled ? 0 : g->n_resume_tokens;
+    if (g->n_resume_tokens)
+        SW_INFO("request '%s' from %s: taken over from a head that left, after %u tokens",
+                g->request_id, msg->peer, g->n_resume_tokens);
     s->send_idx = -1;
     s->resend_at = -1;
     randombytes_buf(&s->id, sizeof s->id);
@@ -252,6 +280,36 @@ static int s_alloc(node_t *n, head_sess_t *s, size_t kv_bytes)
     s->drafter = draft_new(h->dmodel);
     if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
         return -1;
+    if (s->n_skip && !(s->skip = malloc(s->n_skip * sizeof *s->skip)))
+        return -1;
+    return 0;
+}
+
+/*
+ * sw_proposer_t of a greedy request taken over from a head that died: the
+ * tokens the client holds (s->skip) are proposed as drafts, which the tail
+ * accepts as its own argmax, since decode and verification rows compute
+ * exactly what the first head computed (docs/architecture.md,
+ * "Determinism"); then the session's own proposer.
+ */
+static int s_forced_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                            sw_proposal_t *out)
+{
+    head_sess_t *s = self;
+    const int at = n_ctx - s->n_prompt; /* generated tokens before these drafts */
+    if (at >= (int)s->n_skip)
+        return s->proposer.propose(s->proposer.self, ctx, n_ctx, k_max, guess, out);
+    out->guess = -1;
+    out->tree = 0;
+    out->q_used = 0;
+    out->kind = 0;
+    out->n = 0;
+    if (!guess) /* no drafting ahead while catching up */
+        for (int i = at; i < (int)s->n_skip && out->n < k_max; i++) {
+            out->conf[out->n] = -1;
+            out->tokens[out->n++] = s->skip[i];
+        }
+    out->n_main = out->n;
     return 0;
 }
 
@@ -268,9 +326,11 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
     if (draft_begin(s->drafter, &dc, err, err_len) != 0)
         return -1;
     s->proposer = draft_proposer(s->drafter);
+    s->forced = (sw_proposer_t){.propose = s_forced_propose, .self = s};
+    const int k = draft_gen_k(s->drafter);
     sw_gen_opts_t go = {
-        .k = draft_gen_k(s->drafter),
-        .proposer = &s->proposer,
+        .k = s->n_skip && k < SW_MAX_DRAFT ? SW_MAX_DRAFT : k,
+        .proposer = s->n_skip ? &s->forced : &s->proposer,
         .ahead = dc.ahead,
         .n_predict = s->n_predict,
         .stop_at_eog = 1,
@@ -335,7 +395,8 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     }
     if (s_prompt(n, g, &prompt, &n_prompt, &code, err, sizeof err) != 0)
         goto fail;
-    const int n_ctx = n_prompt + (int)g->n_predict;
+    const int appended = g->sampling.temp > 0 ? (int)g->n_resume_tokens : 0;
+    const int n_ctx = n_prompt + (int)g->n_predict - appended;
     const size_t kv_bytes = sw_kv_bytes(n->model, n_ctx);
     if (n->o.kv_bytes > 0 && kv_bytes > (size_t)n->o.kv_bytes) {
         snprintf(err, sizeof err,
@@ -359,6 +420,14 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     s->n_ctx = n_ctx;
     if (s_alloc(n, s, kv_bytes) != 0)
         goto oom;
+    for (uint32_t i = 0; i < s->n_skip; i++) {
+        if (g->resume_tokens[i] >= (uint32_t)n->hp->n_vocab) {
+            snprintf(err, sizeof err, "resume token %u is outside the vocabulary",
+                     g->resume_tokens[i]);
+            goto fail;
+        }
+        s->skip[i] = (int32_t)g->resume_tokens[i];
+    }
     if (s_gen_begin(n, s, g, &sp, err, sizeof err) != 0)
         goto fail;
     s_route_first(n, s);

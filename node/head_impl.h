@@ -96,6 +96,14 @@ typedef struct head_sess {
     sw_detok_t *detok;                       // token -> text
     int32_t *toks;                           // (n_predict) tokens streamed
     uint32_t n_streamed;                     //
+    uint32_t n_skip;                         // failover, greedy: generated tokens not to
+                                             // stream (the client holds them)
+    int32_t *skip;                           // (n_skip) those tokens, proposed as drafts
+    uint32_t n_seen;                         // generated tokens committed so far
+    sw_proposer_t forced;                    // s_forced_propose (head_admit.c)
+    uint32_t index_base;                     // failover: tokens the client held before this
+                                             // head (GenerateRequest.resume_tokens): chunk
+                                             // indices and n_generated count from there
     head_chunk_t *chunks;                    // (cap_chunks) every chunk sent
     int n_chunks, cap_chunks;                //
     char *text;                              // (text_cap) their text

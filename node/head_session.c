@@ -52,6 +52,7 @@ void head_forget(node_head_t *h, head_sess_t *s)
 {
     s_release(h, s);
     free(s->toks);
+    free(s->skip);
     free(s->chunks);
     free(s->text);
     memset(s, 0, sizeof *s);
@@ -96,7 +97,8 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
                 gs->n_gen, gs->rounds, gs->accepted, gs->drafted);
     }
     if (!s->toks || head_emit(n, s, NULL, 0, tail, tl, finish) != 0)
-        head_final_chunk(n, s->client_addr, s->rid, s->n_streamed, finish); // no record to keep
+        head_final_chunk(n, s->client_addr, s->rid, s->index_base + s->n_streamed,
+                         finish); // no record to keep
     head_close_stages(n, s,
                       finish == SW_FINISH_CANCELLED  ? "cancelled"
                       : finish == SW_FINISH_ERROR    ? "failed"

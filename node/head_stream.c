@@ -75,7 +75,7 @@ static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
     sw_msg_t msg = {.type = SW_MSG_TOKEN_CHUNK};
     sw_msg_chunk_t *tc = &msg.chunk;
     tc->request_id = s->rid;
-    tc->index = c->index;
+    tc->index = s->index_base + c->index;
     tc->n_tokens = c->n;
     tc->tokens = (const uint32_t *)(s->toks + c->index);
     tc->text = s->text + c->text_at;
@@ -126,17 +126,32 @@ int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok)
     head_sess_t *s = ctx;
     char text[SW_WIRE_MAX_CHUNK_TEXT];
     size_t len = 0;
+    int skipped = 0;
     for (int i = 0; i < n_tok; i++) {
         const char *piece;
         size_t pl;
         if (sw_detok_push(s->detok, tokens[i], &piece, &pl) != 0)
             return 1;
+        if (s->n_seen < s->n_skip) { /* failover: the client holds this one */
+            if (tokens[i] != s->skip[s->n_seen]) {
+                SW_WARN("request '%s': taken over after %u tokens, but token %u came out %d, "
+                        "not the %d the client holds",
+                        s->rid, s->n_skip, s->n_seen, tokens[i], s->skip[s->n_seen]);
+                return 1;
+            }
+            s->n_seen++;
+            skipped++;
+            continue;
+        }
+        s->n_seen++;
         if (len + pl <= sizeof text) {
             memcpy(text + len, piece, pl);
             len += pl;
         }
     }
-    return head_emit(s->n, s, tokens, n_tok, text, len, SW_FINISH_NONE) != 0;
+    if (skipped == n_tok)
+        return 0;
+    return head_emit(s->n, s, tokens + skipped, n_tok - skipped, text, len, SW_FINISH_NONE) != 0;
 }
 
 int head_is_eog(void *ctx, int32_t token)
@@ -149,7 +164,8 @@ void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
     sw_msg_stats_t *st = &s->stats;
     memset(st, 0, sizeof *st);
     st->n_prompt = (uint32_t)gs->n_prompt;
-    st->n_generated = (uint32_t)gs->n_gen;
+    /* a greedy failover generated the client's tokens again (n_skip) */
+    st->n_generated = s->index_base - s->n_skip + (uint32_t)gs->n_gen;
     st->n_rounds = (uint32_t)gs->rounds;
     st->n_drafted = (uint32_t)gs->drafted;
     st->n_accepted = (uint32_t)gs->accepted;
@@ -226,10 +242,12 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
         }
         return;
     }
+    /* indices as the client counts them (from index_base after a failover) */
+    const uint32_t from = r->from_index > s->index_base ? r->from_index - s->index_base : 0;
     int first = s->n_chunks;
     for (int i = 0; i < s->n_chunks && first == s->n_chunks; i++) {
         const head_chunk_t *c = &s->chunks[i];
-        if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index))
+        if (c->index + c->n > from || (c->n == 0 && c->index >= from))
             first = i;
     }
     if (s->resend_at < 0 && (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)) {
