@@ -97,7 +97,7 @@ static const sw_args_spec_t s_spec = {
     .about = "  An OpenAI-compatible HTTP API (POST /v1/chat/completions, /v1/completions,\n"
              "  GET /v1/models, /health, /metrics) in front of a cluster; docs/api.md.\n"
              "  The gateway is a client of the cluster: it needs a client key and the\n"
-             "  cluster key (security below).\n",
+             "  access key, never the cluster key (security below).\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
 };
