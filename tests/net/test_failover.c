@@ -46,19 +46,8 @@ static int s_kill_mid_stream(pid_t *victim, const char *heir, int gap_ms, const 
     const char *out = sw_test_log(heir), *err = sw_test_log("run.err");
     char out_path[256];
     snprintf(out_path, sizeof out_path, "%s.json", out);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "run",
-                    "--greedy",
-                    "--relay",
-                    s_ep,
-                    "-p",
-                    (char *)s_prompt,
-                    "-n",
-                    n_gen,
-                    "--json",
-                    "--timeout-s",
-                    "120",
-                    NULL};
+    char *argv[SW_TEST_RUN_ARGC];
+    sw_test_run_argv(argv, s_ep, s_prompt, n_gen, "120");
     pid_t run = sw_test_spawn_io(argv, out_path, err);
     for (int i = 0;
          i < 300 && sw_test_count_in_file(log, "prompt tokens, 160 to generate") == before; i++)
