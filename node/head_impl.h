@@ -89,6 +89,7 @@ typedef struct head_sess {
     int32_t send_tp[SW_MAX_DRAFT + 1];       // tree rounds: the slot each row hangs under
     double t_round;                          // the current round's first chunk went out
     double t_limit;                          // no verdict by then: recover
+    int sent_announces;                      // sw_peer_announces when the round went out
     double t_check;                          // verdict late: route check then
     int want_route;                          // recovery asked for the route
     int want_check;                          // a route check is due with the next table

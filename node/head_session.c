@@ -401,6 +401,18 @@ int head_advance(node_t *n, head_sess_t *s, double now)
                     HEAD_SUSPECT_MS / 60000);
             node_recover_failed(s->rec, now, err);
             h->busy = 1;
+        } else if (sw_peer_announces(n->peer) != s->sent_announces) {
+            /* The head's relay connection was renewed while the round travelled (the
+             * relay dropped us, e.g. after packets to us were lost for seconds): what
+             * the relay held for us went with it, the Verdict maybe too. Replay now
+             * rather than after --round-timeout-ms. */
+            snprintf(err, sizeof err,
+                     "the head's relay connection was renewed while the round "
+                     "travelled");
+            SW_WARN("session %016llx: %s: replaying it", (unsigned long long)s->id, err);
+            s->sent_announces = sw_peer_announces(n->peer);
+            node_recover_failed(s->rec, now, err);
+            h->busy = 1;
         } else if (now >= s->t_check) {
             s->want_check = 1; // is every stage still there? (the next table says)
             head_want_status(h);
@@ -451,6 +463,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
     s->send_idx = -1;
     node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
     if (current) {
+        s->sent_announces = sw_peer_announces(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
         n->head->busy = 1; // the next pass starts drafting ahead while the round travels
