@@ -117,6 +117,29 @@ static __attribute__((unused)) void *swa_raw(const swa_t *a, void *ctx, const ch
     return d;
 }
 
+/* Starts `shardwire serve` on listen (HOST:PORT) with client `who`'s keys and the access key,
+ * the API keys of keyfile, logging to log: its pid, or -1. */
+static __attribute__((unused)) pid_t swa_serve(const swa_t *a, const char *who, const char *listen,
+                                               const char *keyfile, const char *log)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "serve",
+                    "--relay",
+                    (char *)a->ep,
+                    "--key",
+                    (char *)swa_path(a, who, ".key"),
+                    "--relay-key",
+                    (char *)swa_path(a, "relay", ".pub"),
+                    "--access-key",
+                    (char *)swa_path(a, "access.key", ""),
+                    "--listen",
+                    (char *)listen,
+                    "--api-key-file",
+                    (char *)keyfile,
+                    NULL};
+    return sw_test_spawn(argv, log);
+}
+
 /* Removes the test's folder (swa_relay's dir) and what it holds. */
 static __attribute__((unused)) void swa_rmdir(const char *dir)
 {

@@ -261,23 +261,8 @@ int main(void)
     }
     chmod(keyfile, 0600);
     snprintf(listen, sizeof listen, "127.0.0.1:%d", s_http_port);
-    char *sa[] = {(char *)sw_test_bin("shardwire"),
-                  "serve",
-                  "--relay",
-                  s_ep,
-                  "--key",
-                  (char *)swa_path(&s_a, "gw", ".key"),
-                  "--relay-key",
-                  (char *)swa_path(&s_a, "relay", ".pub"),
-                  "--access-key",
-                  (char *)swa_path(&s_a, "access.key", ""),
-                  "--listen",
-                  listen,
-                  "--api-key-file",
-                  keyfile,
-                  NULL};
     unsetenv("SW_KEY");
-    pid_t serve = sw_test_spawn(sa, log);
+    pid_t serve = swa_serve(&s_a, "gw", listen, keyfile, log);
     int up = 0;
     for (int i = 0; i < 200 && !up; i++) {
         int fd = s_connect(1);
