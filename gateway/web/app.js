@@ -12,6 +12,7 @@
   const KEY = "shardwire-api-key";
   const $ = (id) => document.getElementById(id);
   let apiKey = sessionStorage.getItem(KEY) || "";
+  let noKey = false; // the gateway runs with --insecure-no-api-key (loopback only)
   let convo = []; // the conversation: {role, content}
   let running = null; // the AbortController of the generation in flight
   let clusterTimer = null;
@@ -87,7 +88,7 @@
   }
 
   async function refreshModels() {
-    if (!apiKey) return;
+    if (!apiKey && !noKey) return;
     try {
       const r = await fetch("/v1/models", { headers: authHeaders() });
       if (r.status === 401) return askKey("The gateway no longer accepts this key (401).");
@@ -106,7 +107,7 @@
       h.textContent = r.ok
         ? `${j.nodes} node${j.nodes === 1 ? "" : "s"}, ${j.heads} head${j.heads === 1 ? "" : "s"}`
         : j.error || "unavailable";
-      if (r.ok && apiKey && !$("model").value) refreshModels();
+      if (r.ok && (apiKey || noKey) && !$("model").value) refreshModels();
     } catch (err) {
       h.className = "health bad";
       h.textContent = "the gateway does not answer";
@@ -181,7 +182,7 @@
   async function send() {
     const text = $("prompt").value.trim();
     if (!text || running) return;
-    if (!apiKey) return askKey("");
+    if (!apiKey && !noKey) return askKey("");
     if (!$("model").value) await refreshModels();
     $("prompt").value = "";
     convo.push({ role: "user", content: text });
@@ -442,7 +443,7 @@
   async function pollCluster() {
     clearTimeout(clusterTimer);
     if ($("view-cluster").hidden) return;
-    if (apiKey) {
+    if (apiKey || noKey) {
       try {
         const r = await fetch("/v1/cluster", { headers: authHeaders() });
         if (r.status === 401) {
@@ -485,6 +486,12 @@
       return showModels(r);
     }, () => {});
   } else {
-    askKey("");
+    // a gateway without keys (--insecure-no-api-key) answers without one: no dialog
+    fetch("/v1/models").then((r) => {
+      if (r.status === 401) return askKey("");
+      noKey = true;
+      document.body.dataset.authorized = "1";
+      return showModels(r);
+    }, () => askKey(""));
   }
 })();
