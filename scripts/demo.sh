@@ -29,9 +29,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
-    sed -n '/^#   bash/p' "$0" | sed 's/^#  //' >&2
-    echo "  --qwen   also run the Qwen2.5-Coder 1.5B / 0.5B pair (fetched once, 1.6 GB)" >&2
-    echo "  --small  only the default model, even when the Qwen pair is in the cache" >&2
+    echo "usage:"
+    sed -n 's/^#   \(bash .*\)/  \1/p' "$0"
+    echo "  --qwen   also run the Qwen2.5-Coder 1.5B / 0.5B pair (fetched once, 1.6 GB)"
+    echo "  --small  only the default model, even when the Qwen pair is in the cache"
+    echo "  the default prompt: \"$prompt\""
 }
 qwen=auto
 prompt="Write a Python function that checks whether a number is prime."
@@ -46,7 +48,7 @@ for a in "$@"; do
         ;;
     -*)
         echo "demo: unknown option '$a'" >&2
-        usage
+        usage >&2
         exit 2
         ;;
     *)
