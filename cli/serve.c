@@ -85,7 +85,7 @@ static const sw_opt_group_t s_groups[] = {
     SW_ARGS_GROUP(NULL, s_opts),
     /* the defaults of the fields a request leaves out (its seed is random) */
     SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, MIN_P),
-    SW_ARGS_GROUP(NULL, s_rep_opts),
+    SW_ARGS_GROUP("repetition penalty (OpenAI's semantics: off unless asked)", s_rep_opts),
     SW_ARGS_SHARED_TO("relay", RELAY, RELAY),
     SW_ARGS_GROUP_SECURITY,
 };
