@@ -127,10 +127,12 @@ SW_HD float sw_rms_mean(double sum, int dim)
     return (float)(sum / dim);
 }
 
-/* QK norm's argument of the square root: (float)(sum / head_dim + eps). */
+/* QK norm's argument of the square root: GGML's rms_norm over one head,
+ * the float mean plus eps in float, (float)(sum / head_dim) + eps (not the
+ * sum in double: that rounds once where GGML rounds twice). */
 SW_HD float sw_head_norm_arg(double sum, int head_dim, float eps)
 {
-    return (float)(sum / head_dim + eps);
+    return sw_rms_mean(sum, head_dim) + eps;
 }
 
 /* The softmax's normaliser from the sum of group sums. */
