@@ -132,8 +132,9 @@ typedef struct sw_attn_args {
 
 /* The feed-forward block of a mixture-of-experts layer (Qwen3-MoE), as
  * llama.cpp's build_moe_ffn computes it with softmax gating and normalised
- * top-k weights: per row, router logits (f32 weight, the order of llamafile's
- * f32 tinyBLAS: 8 lanes of fused multiply-adds, then the lanes' sum), their
+ * top-k weights: per row, router logits (f32 weight; in a prompt window of 2
+ * counted rows or more the order of llamafile's f32 tinyBLAS, 8 lanes of
+ * fused multiply-adds then the lanes' sum, else ggml_vec_dot_f32's), their
  * softmax (GGML's), the n_used largest, their weights divided by their sum
  * (clamped below at 2^-14), then for each chosen expert e in that order
  * down_e(silu(gate_e(x)) * up_e(x)) times its weight, the n_used results added

@@ -33,7 +33,7 @@ static const struct {
     const char *split; // "0:a" and "a:L" ranges for two stages
     const char *mid;   // a
 } swa_sets[] = {
-    {"llama32", "4", "2"},  {"qwen3", "4", "2"},   {"qwen3moe", "4", "2"},
+    {"llama32", "4", "2"},   {"qwen3", "4", "2"},   {"qwen3moe", "4", "2"},
     {"gemma3swa", "6", "3"}, {"gemma3", "18", "9"},
 };
 #define SWA_N_SETS (int)(sizeof swa_sets / sizeof swa_sets[0])

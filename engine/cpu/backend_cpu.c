@@ -584,10 +584,18 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
     /* Routing: logits, softmax, the k best in descending order (lowest id
      * first on ties), their weights normalised by their double-precision sum
      * clamped at 2^-14 (llama.cpp's weights_sum with its f16 floor). */
+    /* llama.cpp hands a matmul of 2 rows or more to llamafile (prompts; in
+     * the last layer only the rows that want logits count), one row to
+     * ggml_vec_dot_f32 (sw_matmul's f32 order). */
+    const int tinyblas = a->prompt && n - a->count_row0 >= 2;
     for (int r = 0; r < n; r++) {
         float *p = probs + (size_t)r * n_exp;
-        for (int e = 0; e < n_exp; e++)
-            p[e] = s_dot_f32_tinyblas(wr + (size_t)e * n_embd, x + (size_t)r * n_embd, n_embd);
+        if (tinyblas)
+            for (int e = 0; e < n_exp; e++)
+                p[e] = s_dot_f32_tinyblas(wr + (size_t)e * n_embd, x + (size_t)r * n_embd, n_embd);
+        else
+            sw_matmul(SW_TYPE_F32, n_embd, wr, a->router->row_bytes, 0, n_exp,
+                      x + (size_t)r * n_embd, (size_t)n_embd * sizeof(float), 1, p, n_exp);
         s_softmax_row(p, n_exp);
         int32_t *sr = sel + (size_t)r * k;
         for (int j = 0; j < k; j++) {

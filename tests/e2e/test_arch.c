@@ -275,13 +275,13 @@ static void s_run_set(int si)
         const char *text = json_string_value(json_object_get(cs, "prompt"));
         int n_ours = 0;
         int32_t *ours =
-            tok && text ? sw_tokenize_alloc(tok, text, strlen(text),
-                                            json_is_true(json_object_get(cs, "add_bos")),
-                                            json_is_true(json_object_get(cs, "parse_special")),
-                                            &n_ours)
-                        : NULL;
-        const int tok_same = ours && n_ours == c.n_prompt &&
-                             !memcmp(ours, c.prompt, (size_t)n_ours * sizeof *ours);
+            tok && text
+                ? sw_tokenize_alloc(tok, text, strlen(text),
+                                    json_is_true(json_object_get(cs, "add_bos")),
+                                    json_is_true(json_object_get(cs, "parse_special")), &n_ours)
+                : NULL;
+        const int tok_same =
+            ours && n_ours == c.n_prompt && !memcmp(ours, c.prompt, (size_t)n_ours * sizeof *ours);
         if (!tok_same)
             fprintf(stderr, "%s/%s: our prompt ids differ from llama.cpp's\n", set, c.name);
         SW_CHECK(tok_same);
@@ -316,7 +316,11 @@ int main(void)
 {
     const char *only = getenv("SW_ARCH_SETS");
     for (int i = 0; i < SWA_N_SETS; i++) {
-        if (only && *only && !strstr(only, swa_sets[i].set))
+        char want[64];
+        snprintf(want, sizeof want, ",%s,", swa_sets[i].set);
+        char list[256];
+        snprintf(list, sizeof list, ",%s,", only ? only : "");
+        if (only && *only && !strstr(list, want))
             continue;
         s_run_set(i);
     }
