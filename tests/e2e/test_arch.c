@@ -17,7 +17,12 @@
  *  - speculative decoding (sw_generate) with the model drafting for itself
  *    (K 4, every draft accepted), with every third draft corrupted, as token
  *    trees of up to 6 drafts, and with the n-gram proposer gives the tokens
- *    of plain decoding.
+ *    of plain decoding;
+ *  - model files are untrusted: copies with one metadata value or tensor
+ *    shape of the new families made wrong are refused with one line naming
+ *    it, and a backend without the operations an architecture needs (as the
+ *    CUDA backend lacks Gemma 3's and the mixture of experts') is refused at
+ *    load with one line.
  *
  * SW_ARCH_SETS=qwen3,gemma3 runs only those sets.
  */
@@ -28,6 +33,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_impl.h"
 #include "decode.h"
 #include "drafter.h"
 #include "model.h"
@@ -312,6 +318,103 @@ static void s_run_set(int si)
     json_decref(doc);
 }
 
+/* A copy of the file at src with the 4 bytes after the first occurrence of
+ * needle + skip replaced by v (a u32 metadata value or tensor field); loads
+ * it and checks the refusal names want. */
+static void s_refused(const char *src, const char *needle, size_t skip, uint32_t v,
+                      const char *want)
+{
+    size_t len = 0;
+    char *b = sw_test_read_file(src, &len);
+    char *at = b ? memmem(b, len, needle, strlen(needle)) : NULL;
+    SW_CHECK(at != NULL);
+    if (!at) {
+        free(b);
+        return;
+    }
+    memcpy(at + strlen(needle) + skip, &v, 4);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bad.gguf", sw_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    SW_CHECK(f && fwrite(b, 1, len, f) == len);
+    if (f)
+        fclose(f);
+    free(b);
+    char err[512] = "";
+    sw_backend_t *be = sw_backend_new("cpu", 1, NULL, 0);
+    sw_model_t *m = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
+    const int ok = m == NULL && strstr(err, want) && !strchr(err, '\n');
+    if (!ok)
+        fprintf(stderr, "%s = %u: expected a refusal naming '%s', got '%s'\n", needle, v, want,
+                err);
+    SW_CHECK(ok);
+    sw_model_free(&m);
+    sw_backend_free(&be);
+    unlink(path);
+}
+
+/* Loads path on a CPU backend whose ops table lacks what `drop` says; the
+ * load must fail with one line naming it. */
+static void s_backend_refuses(const char *path, int drop, const char *want)
+{
+    char err[512] = "";
+    sw_backend_t *be = sw_backend_new("cpu", 1, NULL, 0);
+    if (!be) {
+        SW_CHECK(be != NULL);
+        return;
+    }
+    static sw_backend_ops_t lacking;
+    const sw_backend_ops_t *real = be->ops;
+    lacking = *real;
+    if (drop == 0)
+        lacking.moe = NULL;
+    else if (drop == 1)
+        lacking.attn_swa = 0;
+    else
+        lacking.geglu = NULL;
+    be->ops = &lacking;
+    sw_model_t *m = sw_model_load(path, 0, -1, be, err, sizeof err);
+    const int ok = m == NULL && strstr(err, want) && strstr(err, "use the cpu backend");
+    if (!ok)
+        fprintf(stderr, "expected a refusal naming '%s', got '%s'\n", want, err);
+    SW_CHECK(ok);
+    sw_model_free(&m);
+    be->ops = real;
+    sw_backend_free(&be);
+}
+
+static void s_untrusted(void)
+{
+    static const char *sets[] = {"llama32", "qwen3moe", "gemma3swa"};
+    char path[3][1024];
+    for (int i = 0; i < 3; i++) {
+        json_t *doc = swa_fixture(sets[i]);
+        const int rc = doc ? swa_model(doc, path[i], sizeof path[i]) : -1;
+        json_decref(doc);
+        if (rc != 0)
+            return;
+    }
+    /* metadata values: a u32 key's value follows its type field */
+    s_refused(path[1], "qwen3moe.expert_used_count", 4, 17, "expert counts not supported");
+    s_refused(path[1], "qwen3moe.expert_count", 4, 100000, "expert counts not supported");
+    s_refused(path[1], "qwen3moe.expert_feed_forward_length", 4, 128, "ffn_gate_exps.weight");
+    s_refused(path[1], "qwen3moe.embedding_length", 4, 260, "hidden size divisible by 8");
+    s_refused(path[2], "gemma3.attention.sliding_window_pattern", 4, 1u << 25,
+              "sliding_window_pattern' = 33554432 is out of range");
+    s_refused(path[2], "gemma3.attention.key_length", 4, 128, "head size 128");
+    s_refused(path[2], "gemma3.attention.value_length", 4, 128, "values 128");
+    /* tensor shapes: the tensor table has name, n_dims, ne[], type */
+    s_refused(path[0], "rope_freqs.weight", 4, 31, "rope_freqs.weight' must be f32 with 32");
+    s_refused(path[0], "rope_freqs.weight", 12, 1 /* f16 */, "rope_freqs.weight' must be f32");
+    s_refused(path[1], "blk.0.ffn_gate_inp.weight", 20, 1 /* f16 */, "only f32 is supported");
+    s_refused(path[1], "blk.1.ffn_down_exps.weight", 20, 8 /* ne[2]: experts */,
+              "'blk.1.ffn_down_exps.weight' has shape [256, 256, 8], expected [256, 256, 16]");
+    /* what a backend lacks (the CUDA backend lacks these ops: backend_impl.h) */
+    s_backend_refuses(path[1], 0, "the mixture-of-experts operation");
+    s_backend_refuses(path[2], 1, "sliding-window attention");
+    s_backend_refuses(path[2], 2, "the scale and GELU operations");
+}
+
 int main(void)
 {
     const char *only = getenv("SW_ARCH_SETS");
@@ -324,5 +427,7 @@ int main(void)
             continue;
         s_run_set(i);
     }
+    if (!only || !*only)
+        s_untrusted();
     return sw_test_done();
 }
