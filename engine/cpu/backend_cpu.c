@@ -571,13 +571,13 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
         c->moe = p;
         c->moe_bytes = need;
     }
-    char *base = c->moe;
-    float *probs = (float *)(base + off[0]), *wts = (float *)(base + off[1]);
-    int32_t *sel = (int32_t *)(base + off[2]), *rows = (int32_t *)(base + off[3]);
-    char *xq = base + off[4], *gq = base + off[5], *aq = base + off[8];
-    float *gate = (float *)(base + off[6]), *up = (float *)(base + off[7]);
-    float *eo = (float *)(base + off[9]), *y0 = (float *)(base + off[10]),
-          *y1 = (float *)(base + off[11]);
+    void *at[12];
+    for (int i = 0; i < 12; i++)
+        at[i] = (char *)c->moe + off[i];
+    float *probs = at[0], *wts = at[1], *gate = at[6], *up = at[7], *eo = at[9], *y0 = at[10],
+          *y1 = at[11];
+    int32_t *sel = at[2], *rows = at[3];
+    char *xq = at[4], *gq = at[5], *aq = at[8];
     const float *x = s_f32(a->x);
     const float *wr = s_f32(a->router->buf);
 
