@@ -550,14 +550,15 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
         return sw_backend_fail(be, "cpu backend: expert types %s/%s cannot be multiplied",
                                sw_type_name(a->gate->type), sw_type_name(a->down->type));
     /* Scratch: probs (n, n_exp) f32 | wts (nk) f32 | sel (nk) i32 | rows (nk) i32 |
-     * xq (n, qg) | gq (nk, qg) gathered | gate, up (nk, n_ff) f32 | aq (nk, qd) |
+     * xq (n, qg) | gq (nk, max(qg, qd)) gathered | gate, up (nk, n_ff) f32 | aq (nk, qd) |
      * eo (nk, n_embd) f32 | ybuf (nk, max(n_ff, n_embd)) f32 x 2. */
     const size_t mx = (size_t)(n_ff > n_embd ? n_ff : n_embd);
     size_t off[12], need = 0;
-    const size_t sizes[12] = {(size_t)n * n_exp * 4,   (size_t)nk * 4,        (size_t)nk * 4,
-                              (size_t)nk * 4,          (size_t)n * qg,        (size_t)nk * qg,
-                              (size_t)nk * n_ff * 4,   (size_t)nk * n_ff * 4, (size_t)nk * qd,
-                              (size_t)nk * n_embd * 4, (size_t)nk * mx * 4,   (size_t)nk * mx * 4};
+    const size_t sizes[12] = {
+        (size_t)n * n_exp * 4,   (size_t)nk * 4,        (size_t)nk * 4,
+        (size_t)nk * 4,          (size_t)n * qg,        (size_t)nk * (qg > qd ? qg : qd),
+        (size_t)nk * n_ff * 4,   (size_t)nk * n_ff * 4, (size_t)nk * qd,
+        (size_t)nk * n_embd * 4, (size_t)nk * mx * 4,   (size_t)nk * mx * 4};
     for (int i = 0; i < 12; i++) {
         off[i] = need;
         need += (sizes[i] + 63) & ~(size_t)63;
