@@ -767,10 +767,19 @@ uint64_t sw_model_weight_bytes(const sw_model_t *m)
 uint64_t sw_model_bytes_per_token(const sw_model_t *m)
 {
     /* Everything but the embedding matrix, of which a step reads one row
-     * (unless it is also the LM head, which reads it all). */
+     * (unless it is also the LM head, which reads it all), and of each
+     * mixture-of-experts layer only the experts a token is routed to. */
     uint64_t b = m->weight_bytes;
     if (m->tok_embd.buf && m->output.host != m->tok_embd.host)
         b -= m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
+    for (int i = 0; m->hp.n_expert > 0 && i < m->end - m->begin; i++) {
+        const sw_layer_t *L = &m->layers[i];
+        const sw_weight_t *ws[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) {
+            const uint64_t one = ws[j]->row_bytes * (uint64_t)ws[j]->n_out;
+            b -= one * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
+        }
+    }
     return b;
 }
 
