@@ -6,7 +6,7 @@
  * is shorter than every prompt). For each fixture tests/fixtures/arch_*.json
  * (scripts/ref/make_arch_fixtures.py; models: tests/sw_arch.h):
  *
- *  - our tokenizer gives llama.cpp's prompt ids;
+ *  - our tokenizer gives llama.cpp's prompt ids and end-of-generation set;
  *  - greedy decoding as llama.cpp ran it (the prompt as one forward call,
  *    then one token per call) gives llama.cpp's tokens, and every step's
  *    whole logits row hashes (sha256 of the float32 bytes) to llama.cpp's:
@@ -269,6 +269,23 @@ static void s_run_set(int si)
     SW_CHECK(st2[0] && st2[1]);
     sw_tokenizer_t *tok = sw_tokenizer_from_gguf(sw_model_gguf(m), err, sizeof err);
     SW_CHECK(tok != NULL);
+    /* llama.cpp's end-of-generation set (where chat generation stops) */
+    if (tok) {
+        const json_t *eog = json_object_get(json_object_get(doc, "model"), "eog_ids");
+        const int V = sw_model_hparams(m)->n_vocab;
+        int n_ours = 0, n_both = 0;
+        for (int id = 0; id < V; id++) {
+            int theirs = 0;
+            for (size_t k = 0; k < json_array_size(eog) && !theirs; k++)
+                theirs = json_integer_value(json_array_get(eog, k)) == id;
+            n_ours += sw_tokenizer_is_eog(tok, id);
+            n_both += theirs && sw_tokenizer_is_eog(tok, id);
+        }
+        if (n_ours != (int)json_array_size(eog) || n_both != n_ours)
+            fprintf(stderr, "%s: our end-of-generation set (%d ids) differs from llama.cpp's\n",
+                    set, n_ours);
+        SW_CHECK(n_ours == (int)json_array_size(eog) && n_both == n_ours);
+    }
     json_t *cases = json_object_get(doc, "cases");
     int n_cases = 0, n_same = 0;
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
