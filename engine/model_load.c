@@ -1,11 +1,14 @@
 /*
- * model_load.c - loading a layer range of a Llama/Qwen-family GGUF onto a
- * backend (model.h): the hyper-parameters, every tensor the range needs, the
- * activation buffers of each device, and the model's accessors.
+ * model_load.c - loading a layer range of a GGUF of the supported families
+ * (Llama 2/3.x, Qwen2, Qwen3, Gemma 3, Qwen3-MoE) onto a backend (model.h):
+ * the hyper-parameters, every tensor the range needs, the activation buffers
+ * of each device, and the model's accessors.
  *
  * Every tensor the range needs is looked up by name and its type and shape
  * are checked against the hyper-parameters before anything runs, so that a
- * forward pass (forward.c) can trust them.
+ * forward pass (forward.c) can trust them; every metadata value is range
+ * checked; and each device's backend must have the operations the family
+ * needs (s_check_backends), else the load fails with one line.
  *
  * On a backend group (several GPUs in one process) the range's layers are
  * split into consecutive runs, one per device, in order: each device holds
