@@ -15,6 +15,7 @@
  */
 #include "backend_cpu.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -550,15 +551,16 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
         return sw_backend_fail(be, "cpu backend: expert types %s/%s cannot be multiplied",
                                sw_type_name(a->gate->type), sw_type_name(a->down->type));
     /* Scratch: probs (n, n_exp) f32 | wts (nk) f32 | sel (nk) i32 | rows (nk) i32 |
-     * xq (n, qg) | gq (nk, max(qg, qd)) gathered | gate, up (nk, n_ff) f32 | aq (nk, qd) |
-     * eo (nk, n_embd) f32 | ybuf (nk, max(n_ff, n_embd)) f32 x 2. */
+     * xq (n, qg) | gq (n, max(qg, qd)) one expert's rows gathered (a row picks
+     * an expert once, so at most n) | gate, up (nk, n_ff) f32 | aq (nk, qd) |
+     * eo (nk, n_embd) f32 | y0, y1 (n, max(n_ff, n_embd)) f32 one expert's out. */
     const size_t mx = (size_t)(n_ff > n_embd ? n_ff : n_embd);
     size_t off[12], need = 0;
     const size_t sizes[12] = {
         (size_t)n * n_exp * 4,   (size_t)nk * 4,        (size_t)nk * 4,
-        (size_t)nk * 4,          (size_t)n * qg,        (size_t)nk * (qg > qd ? qg : qd),
+        (size_t)nk * 4,          (size_t)n * qg,        (size_t)n * (qg > qd ? qg : qd),
         (size_t)nk * n_ff * 4,   (size_t)nk * n_ff * 4, (size_t)nk * qd,
-        (size_t)nk * n_embd * 4, (size_t)nk * mx * 4,   (size_t)nk * mx * 4};
+        (size_t)nk * n_embd * 4, (size_t)n * mx * 4,    (size_t)n * mx * 4};
     for (int i = 0; i < 12; i++) {
         off[i] = need;
         need += (sizes[i] + 63) & ~(size_t)63;
@@ -637,6 +639,7 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
             }
         if (cnt == 0)
             continue;
+        assert(cnt <= n); // a row picks each expert at most once
         const int tiled = a->prompt && counted >= 8;
         for (int j = 0; j < cnt; j++)
             memcpy(gq + (size_t)j * qg, xq + (size_t)(rows[j] / k) * qg, qg);
@@ -673,6 +676,7 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
             }
         if (cnt == 0)
             continue;
+        assert(cnt <= n); // a row picks each expert at most once
         const int tiled = a->prompt && counted >= 8;
         for (int j = 0; j < cnt; j++)
             memcpy(gq + (size_t)j * qd, aq + (size_t)rows[j] * qd, qd);
