@@ -15,7 +15,6 @@
  */
 #include "backend_cpu.h"
 
-#include <assert.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -639,7 +638,9 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
             }
         if (cnt == 0)
             continue;
-        assert(cnt <= n); // a row picks each expert at most once
+        if (cnt > n) // a row picks each expert at most once: the buffers hold n rows
+            return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, cnt,
+                                   n);
         const int tiled = a->prompt && counted >= 8;
         for (int j = 0; j < cnt; j++)
             memcpy(gq + (size_t)j * qg, xq + (size_t)(rows[j] / k) * qg, qg);
@@ -676,7 +677,9 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
             }
         if (cnt == 0)
             continue;
-        assert(cnt <= n); // a row picks each expert at most once
+        if (cnt > n) // a row picks each expert at most once: the buffers hold n rows
+            return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, cnt,
+                                   n);
         const int tiled = a->prompt && counted >= 8;
         for (int j = 0; j < cnt; j++)
             memcpy(gq + (size_t)j * qd, aq + (size_t)rows[j] * qd, qd);
