@@ -556,8 +556,9 @@ static int s_dev_buffers(sw_model_t *m, sw_dev_t *d, int last, char *err, size_t
     d->v = s_alloc(be, B * kv_dim);
     d->att = s_alloc(be, B * q_dim);
     d->tmp = s_alloc(be, B * hp->n_embd);
-    d->gate = s_alloc(be, B * hp->n_ff);
-    d->up = s_alloc(be, B * hp->n_ff);
+    const size_t ff = hp->n_expert > 0 ? 1 : (size_t)hp->n_ff; // the MoE op keeps its own
+    d->gate = s_alloc(be, B * ff);
+    d->up = s_alloc(be, B * ff);
     d->ctl = be->ops->buf_alloc(be, SW_CTL_CAP(B) * sizeof(int32_t));
     int ok =
         d->x && d->xn && d->q && d->k && d->v && d->att && d->tmp && d->gate && d->up && d->ctl;
