@@ -530,9 +530,9 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (q->n_predict < 1 || q->n_predict > SW_REQUEST_MAX_N_PREDICT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "tokens to generate %d not in [1, %d]",
                       q->n_predict, SW_REQUEST_MAX_N_PREDICT);
-    if (!(q->temperature >= 0 && q->temperature <= 100))
-        return s_fail(SW_CLIENT_EINVAL, err, err_len, "temperature %g not in [0, 100]",
-                      (double)q->temperature);
+    if (!(q->temperature >= 0 && q->temperature <= SW_SAMPLING_MAX_TEMP))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "temperature %g not in [0, %d]",
+                      (double)q->temperature, SW_SAMPLING_MAX_TEMP);
     if (q->top_k < 0 || q->top_k > SW_SAMPLING_MAX_TOP_K)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_k %d not in [0, %d]", q->top_k,
                       SW_SAMPLING_MAX_TOP_K);
@@ -540,9 +540,9 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_p %g not in (0, 1]", (double)q->top_p);
     if (!(q->min_p >= 0 && q->min_p < 1))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "min_p %g not in [0, 1)", (double)q->min_p);
-    if (!(q->repeat_penalty > 0 && q->repeat_penalty <= 10))
-        return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat penalty %g not in (0, 10]",
-                      (double)q->repeat_penalty);
+    if (!(q->repeat_penalty > 0 && q->repeat_penalty <= SW_SAMPLING_MAX_REP_PENALTY))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat penalty %g not in (0, %d]",
+                      (double)q->repeat_penalty, SW_SAMPLING_MAX_REP_PENALTY);
     if (q->repeat_last_n < 0 || q->repeat_last_n > SW_SAMPLING_MAX_LAST_N)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat_last_n %d not in [0, %d]",
                       q->repeat_last_n, SW_SAMPLING_MAX_LAST_N);

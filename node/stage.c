@@ -1,6 +1,6 @@
 /*
- * stage.c - the work of a pipeline stage: sessions and their caches, and the
- * Forwards of many sessions run as one batch.
+ * stage.c - the work of a pipeline stage: the Forwards of many sessions run
+ * as one batch (the sessions and their caches: stage_session.c).
  *
  * A Forward is first checked against this stage's configuration, its route
  * and its session (node_stage_forward); an accepted one waits in the stage's
@@ -24,6 +24,8 @@
  * own configuration before anything changes; a bad message is answered with
  * an Error and otherwise ignored.
  */
+#include "stage.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,130 +37,6 @@
 int node_is_last(const node_t *n)
 {
     return sw_model_is_last(n->model);
-}
-
-/* ---- sessions ------------------------------------------------------------------ */
-
-int node_sessions_held(const node_t *n)
-{
-    int held = 0;
-    for (int i = 0; i < n->o.max_sessions; i++)
-        held += n->sessions[i].id != 0;
-    return held;
-}
-
-/* 1 when the session was closed a moment ago (a Forward of it still in
- * flight must not open it again). */
-static int s_recently_closed(const node_t *n, uint64_t id)
-{
-    for (int i = 0; i < NODE_CLOSED_IDS; i++)
-        if (n->closed[i] == id)
-            return 1;
-    return 0;
-}
-
-node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why)
-{
-    node_session_t *free_slot = NULL;
-    for (int i = 0; i < n->o.max_sessions; i++) {
-        node_session_t *s = &n->sessions[i];
-        if (s->id == id)
-            return s;
-        if (!s->id && !free_slot)
-            free_slot = s;
-    }
-    if (!create) {
-        *why = "unknown session";
-        return NULL;
-    }
-    if (s_recently_closed(n, id)) {
-        *why = "the session was closed";
-        return NULL;
-    }
-    const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
-    if (cap > n->o.n_ctx) {
-        *why = "the session needs more positions than this node's --ctx";
-        return NULL;
-    }
-    const size_t bytes = sw_kv_bytes(n->model, cap);
-    if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
-        *why = "the session needs more KV memory than this node's --kv-mib";
-        return NULL;
-    }
-    /* Full: sessions nobody used for a while make room (whoever created them), least
-     * recently used first, so that a peer that opened sessions and left them idle
-     * cannot hold the stage until the idle timeout. */
-    const double now = node_now_ms();
-    while (!free_slot || (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes)) {
-        node_session_t *lru = NULL;
-        for (int i = 0; i < n->o.max_sessions; i++) {
-            node_session_t *v = &n->sessions[i];
-            if (v->id && now - v->last_used_ms >= NODE_EVICT_IDLE_MS &&
-                (!lru || v->last_used_ms < lru->last_used_ms))
-                lru = v;
-        }
-        if (!lru)
-            break;
-        SW_INFO("session %016llx of %s unused for %.1f s: freed to make room for a new one",
-                (unsigned long long)lru->id, lru->creator, (now - lru->last_used_ms) / 1e3);
-        node_session_free(n, lru);
-        if (!free_slot)
-            free_slot = lru;
-    }
-    if (!free_slot) {
-        *why = "this node holds its maximum number of sessions, all in use (see --max-sessions)";
-        return NULL;
-    }
-    if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
-        *why = "this node's KV memory is full (see --kv-mib)";
-        return NULL;
-    }
-    free_slot->kv = sw_kv_new(n->model, cap);
-    if (!free_slot->kv) {
-        *why = "out of memory for the session's KV cache";
-        return NULL;
-    }
-    free_slot->id = id;
-    free_slot->round = 0;
-    free_slot->kv_bytes = bytes;
-    free_slot->last_used_ms = node_now_ms();
-    n->kv_used += bytes;
-    return free_slot;
-}
-
-void node_session_close(node_t *n, node_session_t *s)
-{
-    if (!s || !s->id)
-        return;
-    n->closed[n->closed_at] = s->id;
-    n->closed_at = (n->closed_at + 1) % NODE_CLOSED_IDS;
-    node_session_free(n, s);
-}
-
-void node_session_free(node_t *n, node_session_t *s)
-{
-    if (!s || !s->id)
-        return;
-    SW_DEBUG("session %016llx freed", (unsigned long long)s->id);
-    for (int i = 0; i < n->n_batch; i++)
-        if (n->batch[i].s == s)
-            n->batch[i].s = NULL; // its waiting Forward is dropped
-    n->kv_used -= s->kv_bytes;
-    sw_kv_free(&s->kv);
-    sw_verifier_free(&s->ver);
-    memset(s, 0, sizeof *s);
-}
-
-void node_sessions_expire(node_t *n, double now_ms)
-{
-    for (int i = 0; i < n->o.max_sessions; i++) {
-        node_session_t *s = &n->sessions[i];
-        if (s->id && now_ms - s->last_used_ms > n->o.idle_timeout_ms) {
-            SW_INFO("session %016llx idle for %d ms: freeing its cache", (unsigned long long)s->id,
-                    n->o.idle_timeout_ms);
-            node_session_free(n, s);
-        }
-    }
 }
 
 /* ---- Forward -------------------------------------------------------------------------- */
@@ -300,12 +178,12 @@ static void s_round_of(const sw_msg_forward_t *f, sw_round_t *r, int32_t *parent
 
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
-    s_forward(n, msg, node_now_ms());
+    s_forward(n, msg, sw_now_ms());
 }
 
 void node_stage_table(node_t *n, sw_wire_msg_t *msg)
 {
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     sw_wire_msg_move(&n->table, msg);
     n->table_ms = now;
     n->table_asked_ms = 0;
@@ -344,25 +222,26 @@ void node_stage_step(node_t *n, double now)
     }
 }
 
-static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
-{
-    sw_msg_t d; /* views into msg's header, which stays put when msg is moved */
-    if (sw_codec_decode(msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
-        return;
-    const sw_msg_forward_t *f = &d.forward;
-    const int E = n->hp->n_embd;
-    const int rows = (int)f->n_rows;
-    const uint64_t sid = f->session_id;
-    /* Until the route is known to be sound, errors go to the sender the relay
-     * names (never to a reply_to that could aim them at a bystander). */
-    const char *reply = msg->peer;
+/*
+ * The checks of a Forward, in this order, before anything changes: each
+ * returns 0 when it may go on and -1 when it was answered with an Error (or,
+ * by s_check_route, moved into n->pending to wait for a peer table). Until
+ * the route is known to be sound, errors go to the sender the relay names
+ * (never to a reply_to that could aim them at a bystander).
+ */
 
-    /* The message must be meant for this stage and fit it. wire.c has checked
-     * the limits and that the payload matches dtype x [n_rows, hidden]. */
+/* The message must be meant for this stage and fit it (wire.c has checked
+ * the limits and that the payload matches dtype x [n_rows, hidden]), and
+ * come from the route's previous hop. */
+static int s_check_meant(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
+{
+    const int E = n->hp->n_embd;
+    const uint64_t sid = f->session_id;
+    const char *reply = msg->peer;
     if (sw_model_is_first(n->model)) { /* no stage comes before layer 0 */
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s is a head: it takes no forwards",
                       sw_peer_name(n->peer));
-        return;
+        return -1;
     }
     if (f->layer_begin != (uint32_t)sw_model_layer_begin(n->model) || f->hop == 0 ||
         f->hop >= f->n_route || strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {
@@ -370,7 +249,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
                       "%s holds layers [%d, %d) but got a forward for layer %u at hop %u",
                       sw_peer_name(n->peer), sw_model_layer_begin(n->model),
                       sw_model_layer_end(n->model), f->layer_begin, f->hop);
-        return;
+        return -1;
     }
     /* A middle stage passes the round on to route[hop + 1], which must exist; the
      * last stage must be the route's last entry; the verdict goes to the head. */
@@ -378,13 +257,13 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "%s is %s stage but is entry %u of a %u-stage route", sw_peer_name(n->peer),
                       node_is_last(n) ? "the last" : "not the last", f->hop, f->n_route);
-        return;
+        return -1;
     }
     if (strcmp(f->reply_to, f->route[0]) != 0) {
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "a round's verdict goes to the route's head %s, not to %s", f->route[0],
                       f->reply_to);
-        return;
+        return -1;
     }
     if (!msg->has_payload || f->hidden != (uint32_t)E || f->n_tokens != f->n_rows ||
         f->start_pos != f->kv_keep) {
@@ -392,7 +271,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
                       "forward needs hidden states of width %d, one token per row and "
                       "start_pos == kv_keep",
                       E);
-        return;
+        return -1;
     }
     /* Only the previous hop may drive this stage, and a session belongs to the peer
      * whose Forward created it (the relay vouches for msg->peer's identity). */
@@ -402,48 +281,73 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         s_reply_error(n, msg->peer, SW_ERROR_BAD_REQUEST, sid,
                       "%s takes forwards only from the previous hop of the route",
                       sw_peer_name(n->peer));
-        return;
+        return -1;
     }
+    return 0;
+}
+
+/* The route's neighbours of this stage, against the relay's peer table. */
+static int s_check_route(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, double t_arrive)
+{
+    const uint64_t sid = f->session_id;
+    const char *reply = msg->peer;
     /* The neighbours the route names must be the nodes whose layers fit: a
      * table that does not show them (a node that just joined) is asked for
      * again once, and the Forward waits for it. */
     char unfit[320];
     const int fits = s_route_fits(n, f, unfit, sizeof unfit);
-    if (fits == 1 && node_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
-        s_ask_table(n, node_now_ms()); /* stays fresh for later checks */
+    if (fits == 1 && sw_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
+        s_ask_table(n, sw_now_ms()); /* stays fresh for later checks */
     if (fits != 1 && n->table_ms < t_arrive) {
         if (n->n_pending == NODE_PENDING_MAX) {
             s_reply_error(n, reply, SW_ERROR_DEST_BUSY, sid,
                           "%s: %d forwards wait for the relay's peer table already",
                           sw_peer_name(n->peer), NODE_PENDING_MAX);
-            return;
+            return -1;
         }
         node_pending_t *p = &n->pending[n->n_pending++];
         memset(p, 0, sizeof *p);
         sw_wire_msg_move(&p->msg, msg);
         p->t_arrive = t_arrive;
-        s_ask_table(n, node_now_ms());
-        return;
+        s_ask_table(n, sw_now_ms());
+        return -1;
     }
     if (fits != 1) {
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s: %s", sw_peer_name(n->peer), unfit);
-        return;
+        return -1;
     }
+    return 0;
+}
+
+/* This stage's backend and buffers must hold the round. */
+static int s_check_fits(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
+{
+    const int rows = (int)f->n_rows;
     const int n_draft = (int)f->n_draft;
+    const uint64_t sid = f->session_id;
+    const char *reply = msg->peer;
     if (f->draft_parents && !sw_model_trees(n->model)) {
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "%s runs on %s, which does not run token trees: start the head with "
                       "--draft-tree 0 (or send DraftParams.tree = 1)",
                       sw_peer_name(n->peer), sw_backend_desc(n->be));
-        return;
+        return -1;
     }
     if (rows > n->rows_cap || (node_is_last(n) && n_draft + 1 > n->logit_cap)) {
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "%s: a forward of %d rows does not fit its buffers", sw_peer_name(n->peer),
                       rows);
-        return;
+        return -1;
     }
-    reply = f->reply_to; /* the route's head, which handles failed rounds */
+    return 0;
+}
+
+/* The Forward's session at this stage, opened on its first round; NULL when
+ * the Forward was answered with an Error. */
+static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
+{
+    const uint64_t sid = f->session_id;
+    const char *reply = f->reply_to; /* the route's head, which handles failed rounds */
     /* A stage opens a session only on its first round (nothing kept): a later
      * round for a session it does not hold means it restarted and lost it. */
     node_session_t *s = node_session_get(n, sid, 0, 0, &(const char *){""});
@@ -452,7 +356,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
                       "%s: the round keeps %u positions of a session this stage does not hold "
                       "(stage restarted?)",
                       sw_peer_name(n->peer), f->kv_keep);
-        return;
+        return NULL;
     }
     if (!s) {
         const char *why = "";
@@ -468,7 +372,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
                           sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,
                           node_sessions_held(n), (double)n->kv_used / (1 << 20),
                           (double)n->o.kv_bytes / (1 << 20));
-            return;
+            return NULL;
         }
     }
     if (!s->creator[0]) {
@@ -479,8 +383,95 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
                 (unsigned long long)sid, s->creator);
         s_reply_error(n, msg->peer, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: session belongs to another peer", sw_peer_name(n->peer));
-        return;
+        return NULL;
     }
+    return s;
+}
+
+/* The round must fit the session's cache (and, on the last stage, its
+ * verifier): 0, or -1 when answered with an Error (the session is freed:
+ * the head replays it). */
+static int s_check_round(node_t *n, node_session_t *s, const sw_msg_forward_t *f)
+{
+    const int rows = (int)f->n_rows, n_draft = (int)f->n_draft;
+    const uint64_t sid = f->session_id;
+    const char *reply = f->reply_to;
+    if ((int)f->kv_keep > sw_kv_len(s->kv)) {
+        s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
+                      "%s: the round keeps %u positions but this stage has %d (stage restarted?)",
+                      sw_peer_name(n->peer), f->kv_keep, sw_kv_len(s->kv));
+        node_session_free(n, s); /* the head replays the session from its prefill */
+        return -1;
+    }
+    if (f->start_pos + (uint32_t)rows > (uint32_t)sw_kv_capacity(s->kv)) {
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
+                      "%s: rows [%u, %u) do not fit the session's %d positions",
+                      sw_peer_name(n->peer), f->start_pos, f->start_pos + (uint32_t)rows,
+                      sw_kv_capacity(s->kv));
+        node_session_free(n, s);
+        return -1;
+    }
+    if (node_is_last(n)) {
+        if (!s->ver && !(s->ver = s_verifier(n, f))) {
+            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "invalid sampling parameters");
+            node_session_free(n, s);
+            return -1;
+        }
+        if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
+            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%d drafts in a %d-row forward",
+                          n_draft, rows);
+            node_session_free(n, s);
+            return -1;
+        }
+        for (int i = 0; i < n_draft; i++)
+            if (f->tokens[rows - n_draft + i] != f->draft_tokens[i]) {
+                s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
+                              "draft tokens do not match the last rows' tokens");
+                node_session_free(n, s);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* Takes the checked Forward (moved from msg) into the batch, its hidden
+ * states unpacked into hidden_in. */
+static void s_enqueue(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, node_session_t *s,
+                      int want_logits, double t_arrive)
+{
+    const int E = n->hp->n_embd;
+    const int rows = (int)f->n_rows;
+    node_fwd_t *b = &n->batch[n->n_batch++];
+    memset(b, 0, sizeof *b);
+    sw_wire_msg_move(&b->msg, msg);
+    b->s = s;
+    b->row0 = n->batch_rows;
+    b->logit0 = n->batch_logits;
+    b->n_logits = want_logits;
+    b->t_arrive = t_arrive;
+    size_t plen = 0;
+    const void *payload = sw_wire_msg_payload(&b->msg, &plen);
+    sw_codec_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
+    n->batch_rows += rows;
+    n->batch_logits += want_logits;
+}
+
+static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
+{
+    sw_msg_t d; /* views into msg's header, which stays put when msg is moved */
+    if (sw_codec_decode(msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_forward_t *f = &d.forward;
+    const int rows = (int)f->n_rows;
+    const int n_draft = (int)f->n_draft;
+    const uint64_t sid = f->session_id;
+    if (s_check_meant(n, msg, f) != 0 || s_check_route(n, msg, f, t_arrive) != 0 ||
+        s_check_fits(n, msg, f) != 0)
+        return;
+    const char *reply = f->reply_to; /* the route's head, which handles failed rounds */
+    node_session_t *s = s_session_of(n, msg, f);
+    if (!s)
+        return;
     /* A second round of a session already in the batch waits for the next one;
      * so does a round that would make the batch too large. */
     int dup = 0;
@@ -499,56 +490,10 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         return;
     }
     s->last_used_ms = t_arrive;
-    if ((int)f->kv_keep > sw_kv_len(s->kv)) {
-        s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
-                      "%s: the round keeps %u positions but this stage has %d (stage restarted?)",
-                      sw_peer_name(n->peer), f->kv_keep, sw_kv_len(s->kv));
-        node_session_free(n, s); /* the head replays the session from its prefill */
+    if (s_check_round(n, s, f) != 0)
         return;
-    }
-    if (f->start_pos + (uint32_t)rows > (uint32_t)sw_kv_capacity(s->kv)) {
-        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
-                      "%s: rows [%u, %u) do not fit the session's %d positions",
-                      sw_peer_name(n->peer), f->start_pos, f->start_pos + (uint32_t)rows,
-                      sw_kv_capacity(s->kv));
-        node_session_free(n, s);
-        return;
-    }
-    if (node_is_last(n)) {
-        if (!s->ver && !(s->ver = s_verifier(n, f))) {
-            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "invalid sampling parameters");
-            node_session_free(n, s);
-            return;
-        }
-        if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
-            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%d drafts in a %d-row forward",
-                          n_draft, rows);
-            node_session_free(n, s);
-            return;
-        }
-        for (int i = 0; i < n_draft; i++)
-            if (f->tokens[rows - n_draft + i] != f->draft_tokens[i]) {
-                s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
-                              "draft tokens do not match the last rows' tokens");
-                node_session_free(n, s);
-                return;
-            }
-    }
-
     /* Accepted: into the batch. */
-    node_fwd_t *b = &n->batch[n->n_batch++];
-    memset(b, 0, sizeof *b);
-    sw_wire_msg_move(&b->msg, msg);
-    b->s = s;
-    b->row0 = n->batch_rows;
-    b->logit0 = n->batch_logits;
-    b->n_logits = want_logits;
-    b->t_arrive = t_arrive;
-    size_t plen = 0;
-    const void *payload = sw_wire_msg_payload(&b->msg, &plen);
-    sw_codec_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
-    n->batch_rows += rows;
-    n->batch_logits += want_logits;
+    s_enqueue(n, msg, f, s, want_logits, t_arrive);
 }
 
 /* After the batch's compute: passes one session's rows on to the next stage
@@ -687,9 +632,9 @@ void node_stage_flush(node_t *n)
         live[nl++] = b;
     }
     char err[256] = "";
-    const double t0 = node_now_ms();
+    const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
-    const double t1 = node_now_ms();
+    const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
     n->stat_batches += nl > 0;

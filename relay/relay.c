@@ -59,9 +59,9 @@
 #define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
-/* A client's message: a GenerateRequest of the largest prompt, sealed, and the
- * destination frame; no payload frame. */
-#define RELAY_CLIENT_MSG_MAX (SW_WIRE_MAX_PROMPT_BYTES + (64u << 10))
+/* A client's message is at most SW_RELAY_CLIENT_MSG_MAX bytes (sw_limits.h): a
+ * GenerateRequest of the largest prompt, sealed, and the destination frame;
+ * no payload frame. */
 
 typedef struct relay_peer {
     uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
@@ -1277,13 +1277,13 @@ static int s_handle_one(relay_t *r)
         goto done;
     }
     if (r->secure && sender && sender->client &&
-        (n == 4 || total - id_len > RELAY_CLIENT_MSG_MAX)) {
+        (n == 4 || total - id_len > SW_RELAY_CLIENT_MSG_MAX)) {
         /* clients send requests, never tensors: the relay keeps no large frame of theirs */
         r->dropped++;
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "a client's message is [dest][header] of at most %u bytes; got %d frames, "
                       "%llu bytes",
-                      RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
+                      SW_RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
         goto done;
     }
     if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
@@ -1310,7 +1310,7 @@ static int s_handle_one(relay_t *r)
         sender->tokens = r->rate;
     const int client_rate = r->secure && sender->client;
     const double brate = client_rate ? r->client_rate : r->node_rate;
-    const double bmax = client_rate ? RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
+    const double bmax = client_rate ? SW_RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
     sender->byte_tokens += elapsed_s * brate;
     if (sender->byte_tokens > (brate > bmax ? brate : bmax))
         sender->byte_tokens = brate > bmax ? brate : bmax;
