@@ -69,7 +69,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows, text = [], None
     t_start = time.time()
-    ok = False
+    ok = False  # the logs are kept only when the demo failed, not when it was stopped
     try:
         n_layers, split = cl.start()
         rtt = 4 * args.delay_ms
@@ -91,6 +91,9 @@ def main():
             if text is None:
                 text = r["text"]
         ok = True
+    except (KeyboardInterrupt, SystemExit):
+        ok = True  # Ctrl-C or SIGTERM: the user stopped it; nothing to keep
+        raise
     finally:
         cl.stop()
         if ok:
