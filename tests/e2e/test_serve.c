@@ -615,8 +615,13 @@ int main(void)
     const char *longreq = "{\"model\":\"" MODEL "\",\"prompt\":\"Count from 1 to 1000: 1, 2, 3,\","
                           "\"max_tokens\":1500,\"temperature\":0,\"stream\":true,"
                           "\"shardwire\":{\"repeat_penalty\":1}}";
+    /* one streamed, one not: a streamed client's absence shows when a write
+     * fails; a waiting one's only when the gateway looks (every 200 ms) */
+    const char *longreq_whole =
+        "{\"model\":\"" MODEL "\",\"prompt\":\"Count from 1 to 1000: 1, 2, 3,\","
+        "\"max_tokens\":1500,\"temperature\":0,\"shardwire\":{\"repeat_penalty\":1}}";
     bg[0] = s_curl_bg("/v1/completions", longreq, sw_test_log("long0"));
-    bg[1] = s_curl_bg("/v1/completions", longreq, sw_test_log("long1"));
+    bg[1] = s_curl_bg("/v1/completions", longreq_whole, sw_test_log("long1"));
     for (int i = 0; i < 100; i++) { /* until the first has tokens streaming */
         size_t len = 0;
         char *b = sw_test_read_file(sw_test_log("long0"), &len);
@@ -629,17 +634,34 @@ int main(void)
         s_http("/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\"}", &resp, NULL),
         429);
     free(resp);
+    const int cancels0 = sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client");
+    double t_gone = s_now_ms();
     sw_test_kill(bg[0]); /* both clients go away */
     sw_test_kill(bg[1]);
     bg[0] = bg[1] = 0;
-    for (int i = 0; i < 30; i++) { /* the gateway sees it within 200 ms */
+    /* the gateway looks at a waiting client every 200 ms (S_POLL_MS): both
+     * generations end on the gateway and are cancelled on the cluster (the
+     * head logs each). The wait allows a loaded machine 5 s; the time it
+     * took is printed. */
+    int idle = 0;
+    for (int i = 0; i < 100 && !idle; i++) {
         SW_CHECK_INT(s_http("/metrics", KEY, NULL, &resp, NULL), 200);
-        int idle = strstr(resp, "\nshardwire_gateway_inflight 0\n") != NULL;
+        idle = strstr(resp, "\nshardwire_gateway_inflight 0\n") != NULL;
         free(resp);
-        if (idle)
+        if (!idle)
+            usleep(50000);
+    }
+    fprintf(stderr, "two disconnected clients: inflight 0 after %.0f ms\n", s_now_ms() - t_gone);
+    SW_CHECK(idle);
+    SW_CHECK(s_now_ms() - t_gone < 5000);
+    for (int i = 0; i < 50; i++) {
+        if (sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client") >=
+            cancels0 + 2)
             break;
         usleep(100000);
     }
+    SW_CHECK(sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client") >=
+             cancels0 + 2);
     t0 = s_now_ms();
     snprintf(body, sizeof body,
              "{\"model\":\"%s\",\"prompt\":\"Hello\",\"max_tokens\":4,\"temperature\":0}", MODEL);
@@ -721,6 +743,12 @@ int main(void)
                       (n > 0 && (buf[n] = 0, strstr(buf, " 408 ") != NULL));
         }
         SW_CHECK(closed);
+        /* and the gateway says why: a 408 (counted in /metrics) */
+        SW_CHECK_INT(s_http("/metrics", KEY, NULL, &resp, NULL), 200);
+        SW_CHECK(strstr(resp, "status=\"408\"") != NULL);
+        if (!strstr(resp, "status=\"408\""))
+            fprintf(stderr, "no 408 in /metrics after the slow body\n");
+        free(resp);
     }
     for (int i = 0; i < n_loris; i++)
         close(loris[i]);
