@@ -602,8 +602,8 @@ static int s_allow_reload(relay_t *r, int force)
         relay_peer_t *p = r->peers[i];
         char why[256];
         if (s_permit(r, p->user, p->name, p->ann.a.role, why, sizeof why) != 0) {
-            s_note(r, SW_LOG_WARN, "relay: key %s of %s revoked or changed (%s): dropping it",
-                   p->fp, p->name, why);
+            s_note(r, SW_LOG_WARN, "relay: key of %s revoked or changed (%s; key %s): dropping it",
+                   p->name, why, p->fp);
             s_reply_error(r, p->id, p->id_len, SW_ERROR_UNAUTHORIZED, NULL,
                           "the relay's allow-list changed: %s", why);
             s_remove(r, p, "key revoked");
