@@ -196,10 +196,13 @@ typedef struct sw_backend_ops {
 
     /* Optional: runs record(ctx), which issues this backend's operations for
      * one step, possibly from a recorded graph. The backend may record the
-     * operations the second time it sees key and replay them afterwards
-     * without calling record; key must identify every value the operations
-     * take from the host (buffers, shapes); values in buffers (the control
-     * block, activations) may change between replays. */
+     * operations the second time it sees key and replay them afterwards;
+     * key must identify every value the operations take from the host
+     * (buffers, shapes) except attention's KV caches (k_cache, v_cache),
+     * which may change between replays like the values in buffers (the
+     * control block, activations): before a replay the backend calls record
+     * with a table whose operations only note the caches, so record must do
+     * nothing but call operations. */
     int (*graph_run)(sw_backend_t *be, uint64_t key, int (*record)(void *ctx), void *ctx);
     /* Optional: forgets every recorded graph (buffers they use were freed). */
     void (*graph_reset)(sw_backend_t *be);

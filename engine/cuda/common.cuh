@@ -56,12 +56,14 @@ enum swc_scratch_id {
 };
 
 #define SWC_MAX_GRAPHS 48 // recorded graphs kept per backend (least recently used dropped)
+#define SWC_KV_TAB 4096   // attention calls one recorded step may make
 
 typedef struct swc_graph {
     uint64_t key;         // 0 = free slot
     int state;            // 1 = seen once, 2 = recorded, -1 = never record this key
     cudaGraphExec_t exec; // when recorded
     uint64_t last_use;    // for eviction
+    int kv_n;             // attention calls of its step (entries of the cache table)
 } swc_graph;
 
 typedef struct swc_peer swc_peer;
@@ -86,6 +88,16 @@ typedef struct swc {
     swc_peer *peers;                  // links to other devices (transfer)
     int sm_count;                     // multiprocessors
     size_t mem_total;                 // device memory
+    size_t attn_scratch_max;          // attention's scratch for one pass of rows (SW_CUDA_ATTN_MIB)
+    /* A recorded step reads the KV caches of its attention calls from a table
+     * that is refreshed before every launch, so that one graph serves every
+     * session (backend_cuda.cu, graphs). */
+    int in_graph;   // 1 while recording: attention takes its caches from kv_dev
+    void **kv_host; // (SWC_KV_TAB, 2) K and V cache addresses, in call order
+    void **kv_dev;  // the same on the device
+    int kv_n;       // entries of the step being recorded or dry-run
+    /* What ran (sw_cuda_paths). */
+    uint64_t n_gemm, n_nccl, n_peer, n_recorded, n_replayed;
 } swc;
 
 static inline swc *swc_of(sw_backend_t *be)
@@ -103,8 +115,13 @@ static inline swc *swc_of(sw_backend_t *be)
 
 /* ---- helpers (context.cu) ---- */
 
-/* Records "cuda:N: what: error" on be; returns -1. */
+/* Records "cuda:N: what: error" on be and clears the thread's last CUDA
+ * error (it is reported here, not by the next launch); returns -1. */
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e);
+/* Selects be's device for the calling thread, as every entry point does
+ * first (the current device is per thread, and two backends may share one).
+ * 0 or -1. */
+int swc_use(sw_backend_t *be);
 /* After a kernel launch: 0, or -1 with the launch error recorded. */
 int swc_launched(sw_backend_t *be, const char *kernel);
 /* Makes scratch area id at least bytes long; *out is its device pointer. Growing

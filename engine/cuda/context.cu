@@ -13,7 +13,14 @@
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e)
 {
     const swc *c = swc_of(be);
+    cudaGetLastError(); // reported now: the next launch's check must not see it again
     return sw_backend_fail(be, "cuda:%d: %s: %s", c ? c->dev : -1, what, cudaGetErrorString(e));
+}
+
+int swc_use(sw_backend_t *be)
+{
+    SWC_CHECK(be, cudaSetDevice(swc_of(be)->dev));
+    return 0;
 }
 
 int swc_launched(sw_backend_t *be, const char *kernel)

@@ -39,12 +39,16 @@ static unsigned s_grid(size_t n)
 
 int swc_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
 {
+    if (swc_use(be) != 0)
+        return -1;
     k_add<<<s_grid(n), 256, 0, swc_of(be)->stream>>>(swc_ptr<float>(x), swc_ptr<float>(y), n);
     return swc_launched(be, "add");
 }
 
 int swc_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
 {
+    if (swc_use(be) != 0)
+        return -1;
     k_swiglu<<<s_grid(n), 256, 0, swc_of(be)->stream>>>(swc_ptr<float>(gate), swc_ptr<float>(up),
                                                         n);
     return swc_launched(be, "swiglu");

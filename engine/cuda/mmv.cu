@@ -5,11 +5,19 @@
  * Quantized weights: 8 threads per output row, thread k computing lane k of
  * GGML's 8-lane accumulation with quant_math.h's code (sw_<fmt>_wl unpacks a
  * weight block once, sw_<fmt>_step applies it to each activation row), the
- * blocks in order; lane 0 of the 8 gathers them and calls sw_<fmt>_combine.
- * A kernel handles up to 8 activation rows at once (the verification of K+1
- * rows reads the weights once per 8 rows); every row's value is computed by
- * the same sequence whatever the number of rows, so results are batch
- * invariant and equal to the CPU's sw_vec_dot to the bit.
+ * blocks in order; the lanes' sums meet in shared memory and lane 0 of the 8
+ * calls sw_<fmt>_combine. A kernel handles up to 8 activation rows at once
+ * (the verification of K+1 rows reads the weights once per 8 rows); every
+ * row's value is computed by the same sequence whatever the number of rows,
+ * so results are batch invariant and equal to the CPU's sw_vec_dot to the
+ * bit.
+ *
+ * K-quant weights in a prompt window of 8 rows or more (SW_MM_PROMPT |
+ * SW_MM_TILED) take the order of the CPU's sw_matmul_tiled instead (llama.cpp's
+ * tiled prompt matmul): per block the 8 lanes' integers are summed across
+ * the group with xor shuffles (exact), then every lane applies
+ * sw_<fmt>_tiled. Six shuffles per block and row more than the decode
+ * order; the same reads of the weights.
  *
  * f16/bf16/f32 weights: a warp per (output, row), lane t taking elements
  * t, t+32, ... (GGML's 4x8 accumulators), lane 0 combining with the tail.
@@ -91,6 +99,23 @@ S_FMT(SW_TYPE_Q5_K, q5_k, sw_block_q5_k, sw_block_q8_k, sw_wl_q5_k, SW_QK_K)
 S_FMT(SW_TYPE_Q6_K, q6_k, sw_block_q6_k, sw_block_q8_k, sw_wl_q6_k, SW_QK_K)
 #undef S_FMT
 
+/* The K-quants' integer lanes and tiled block update (sw_matmul_tiled's order). */
+#define S_FMT_K(fmt)                                                                               \
+    struct s_fmtk_##fmt : s_fmt_##fmt {                                                            \
+        static __device__ void ints(const L *l, const X *x, int k, int32_t *t, int32_t *m)         \
+        {                                                                                          \
+            sw_##fmt##_ints(l, x, k, t, m);                                                        \
+        }                                                                                          \
+        static __device__ float tiled(const L *l, const X *x, int32_t t, int32_t m, float y)       \
+        {                                                                                          \
+            return sw_##fmt##_tiled(l, x, t, m, y);                                                \
+        }                                                                                          \
+    };
+S_FMT_K(q4_k)
+S_FMT_K(q5_k)
+S_FMT_K(q6_k)
+#undef S_FMT_K
+
 /* y[r * y_stride + o] = dot(W row o, x row r) (+ bias[o]) for r < nr <= NR. */
 template <typename F, int NR>
 static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
@@ -115,21 +140,91 @@ static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out,
                             &acc2[r]);
         }
     }
-    /* Lane 0 of each group of 8 gathers the lanes (every thread takes part in the shuffles). */
+    /* The lanes meet in shared memory; lane 0 of each group of 8 combines them
+     * (every thread of the warp reaches the __syncwarp). */
+    __shared__ float s_acc[NR * S_THREADS];
+    __shared__ float s_acc2[NR * S_THREADS];
 #pragma unroll
     for (int r = 0; r < NR; r++) {
+        s_acc[r * S_THREADS + threadIdx.x] = acc[r];
+        s_acc2[r * S_THREADS + threadIdx.x] = acc2[r];
+    }
+    __syncwarp();
+    if (k != 0 || o >= n_out)
+        return;
+    (void)lane;
+    for (int r = 0; r < nr; r++) {
         float a[8], a2[8];
         for (int j = 0; j < 8; j++) {
-            a[j] = __shfl_sync(0xffffffffu, acc[r], (lane & ~7) | j);
-            a2[j] = __shfl_sync(0xffffffffu, acc2[r], (lane & ~7) | j);
+            a[j] = s_acc[r * S_THREADS + threadIdx.x + j];
+            a2[j] = s_acc2[r * S_THREADS + threadIdx.x + j];
         }
-        if (k == 0 && o < n_out && r < nr) {
-            float v = F::combine(a, a2);
-            if (bias)
-                v += bias[o];
-            y[(size_t)r * y_stride + o] = v;
+        float v = F::combine(a, a2);
+        if (bias)
+            v += bias[o];
+        y[(size_t)r * y_stride + o] = v;
+    }
+}
+
+/* k_mmv_q in the tiled order of the K-quants (the header). */
+template <typename F, int NR>
+static __global__ void k_mmv_qt(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                                const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                                float *y, int64_t y_stride)
+{
+    const int k = threadIdx.x & 7;
+    const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 8) + (threadIdx.x >> 3);
+    const int64_t oo = o < n_out ? o : n_out - 1; // every lane takes part in the shuffles
+    float acc[NR];
+    for (int r = 0; r < NR; r++)
+        acc[r] = 0.0f;
+    const typename F::W *wr = (const typename F::W *)(w + (size_t)oo * w_stride);
+    for (int b = 0; b < nb; b++) {
+        typename F::L l;
+        F::wl(&wr[b], k, &l);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (r >= nr) // the same for every lane
+                break;
+            const typename F::X *xb = (const typename F::X *)(x + (size_t)r * x_stride) + b;
+            int32_t t, m;
+            F::ints(&l, xb, k, &t, &m);
+            for (int s = 1; s < 8; s <<= 1) {
+                t += __shfl_xor_sync(0xffffffffu, t, s);
+                m += __shfl_xor_sync(0xffffffffu, m, s);
+            }
+            acc[r] = F::tiled(&l, xb, t, m, acc[r]);
         }
     }
+    if (k != 0 || o >= n_out)
+        return;
+    for (int r = 0; r < nr; r++) {
+        float v = acc[r];
+        if (bias)
+            v += bias[o];
+        y[(size_t)r * y_stride + o] = v;
+    }
+}
+
+template <typename F>
+static void s_launch_qt(cudaStream_t st, const uint8_t *w, size_t w_stride, int64_t n_out,
+                        int64_t n_in, const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                        float *y, int64_t y_stride)
+{
+    const unsigned grid = swc_blocks(n_out, S_THREADS / 8);
+    const int nb = (int)(n_in / F::QK);
+    if (nr <= 1)
+        k_mmv_qt<F, 1><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                   y_stride);
+    else if (nr <= 2)
+        k_mmv_qt<F, 2><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                   y_stride);
+    else if (nr <= 4)
+        k_mmv_qt<F, 4><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                   y_stride);
+    else
+        k_mmv_qt<F, 8><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                   y_stride);
 }
 
 template <typename F>
@@ -163,7 +258,7 @@ static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int6
     const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 32) + (threadIdx.x >> 5);
     const int r = blockIdx.y;
-    const int64_t oo = o < n_out ? o : n_out - 1; // every lane takes part in the shuffles
+    const int64_t oo = o < n_out ? o : n_out - 1; // every lane reaches the __syncwarp
     const void *wr = w + (size_t)oo * w_stride, *xr = x + (size_t)r * x_stride;
     const int64_t np = n & ~(int64_t)31;
     float acc;
@@ -173,11 +268,14 @@ static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int6
         acc = sw_bf16_lane((const sw_bf16 *)wr, (const sw_bf16 *)xr, np, lane);
     else
         acc = sw_f32_lane((const float *)wr, (const float *)xr, np, lane);
-    float a[32];
-    for (int j = 0; j < 32; j++)
-        a[j] = __shfl_sync(0xffffffffu, acc, j);
+    __shared__ float s_acc[S_THREADS];
+    s_acc[threadIdx.x] = acc;
+    __syncwarp();
     if (lane != 0 || o >= n_out)
         return;
+    float a[32];
+    for (int j = 0; j < 32; j++)
+        a[j] = s_acc[threadIdx.x + j];
     float v;
     if (type == SW_TYPE_F16)
         v = sw_f16_combine(a, (const sw_f16 *)wr, (const sw_f16 *)xr, n);
@@ -193,7 +291,7 @@ static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int6
 /* ---- the operation -------------------------------------------------------------------------- */
 
 static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bias,
-                        const uint8_t *xq, size_t xs, int n, float *y)
+                        const uint8_t *xq, size_t xs, int n, float *y, int tiled)
 {
     cudaStream_t st = swc_of(be)->stream;
     const uint8_t *wd = swc_ptr<uint8_t>(w->buf);
@@ -201,29 +299,41 @@ static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bia
         const int nr = n - r0 < 8 ? n - r0 : 8;
         const uint8_t *xr = xq + (size_t)r0 * xs;
         float *yr = y + (size_t)r0 * w->n_out;
-        switch (w->type) {
+        switch (tiled ? w->type : SW_TYPE_COUNT) { // K-quants in the tiled order
+#define S_CASE(T, fmt)                                                                             \
+    case T:                                                                                        \
+        s_launch_qt<s_fmtk_##fmt>(st, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, nr, bias, yr,   \
+                                  w->n_out);                                                       \
+        break;
+            S_CASE(SW_TYPE_Q4_K, q4_k)
+            S_CASE(SW_TYPE_Q5_K, q5_k)
+            S_CASE(SW_TYPE_Q6_K, q6_k)
+#undef S_CASE
+        default: // every other weight, and K-quants in the decode order
+            switch (w->type) {
 #define S_CASE(T, fmt)                                                                             \
     case T:                                                                                        \
         s_launch_q<s_fmt_##fmt>(st, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, nr, bias, yr,     \
                                 w->n_out);                                                         \
         break;
-            S_CASE(SW_TYPE_Q4_0, q4_0)
-            S_CASE(SW_TYPE_Q4_1, q4_1)
-            S_CASE(SW_TYPE_Q5_0, q5_0)
-            S_CASE(SW_TYPE_Q5_1, q5_1)
-            S_CASE(SW_TYPE_Q8_0, q8_0)
-            S_CASE(SW_TYPE_Q4_K, q4_k)
-            S_CASE(SW_TYPE_Q5_K, q5_k)
-            S_CASE(SW_TYPE_Q6_K, q6_k)
+                S_CASE(SW_TYPE_Q4_0, q4_0)
+                S_CASE(SW_TYPE_Q4_1, q4_1)
+                S_CASE(SW_TYPE_Q5_0, q5_0)
+                S_CASE(SW_TYPE_Q5_1, q5_1)
+                S_CASE(SW_TYPE_Q8_0, q8_0)
+                S_CASE(SW_TYPE_Q4_K, q4_k)
+                S_CASE(SW_TYPE_Q5_K, q5_k)
+                S_CASE(SW_TYPE_Q6_K, q6_k)
 #undef S_CASE
-        case SW_TYPE_F16:
-        case SW_TYPE_BF16:
-        case SW_TYPE_F32:
-            k_mmv_f<<<dim3(swc_blocks(w->n_out, S_THREADS / 32), nr), S_THREADS, 0, st>>>(
-                (int)w->type, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, bias, yr, w->n_out);
-            break;
-        default:
-            return sw_backend_fail(be, "cuda: no kernel for %s weights", sw_type_name(w->type));
+            case SW_TYPE_F16:
+            case SW_TYPE_BF16:
+            case SW_TYPE_F32:
+                k_mmv_f<<<dim3(swc_blocks(w->n_out, S_THREADS / 32), nr), S_THREADS, 0, st>>>(
+                    (int)w->type, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, bias, yr, w->n_out);
+                break;
+            default:
+                return sw_backend_fail(be, "cuda: no kernel for %s weights", sw_type_name(w->type));
+            }
         }
         if (swc_launched(be, "matmul") != 0)
             return -1;
@@ -237,6 +347,8 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
     swc *c = swc_of(be);
     if (n_w < 1 || n_w > S_MAX_W)
         return sw_backend_fail(be, "cuda: matmul of %d weights (1..%d)", n_w, S_MAX_W);
+    if (swc_use(be) != 0)
+        return -1;
     const int64_t n_in = w[0]->n_in;
     const float *xs = swc_ptr<float>(x) + (size_t)x_row0 * n_in;
 
@@ -282,9 +394,11 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
         if (swc_launched(be, "quantize") != 0)
             return -1;
     }
+    const int tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) == (SW_MM_PROMPT | SW_MM_TILED);
     for (int i = 0; i < n_w; i++)
         if (s_one_weight(be, w[i], bias && bias[i] ? swc_ptr<float>(bias[i]) : NULL,
-                         xq + offs[which[i]], strides[which[i]], n, swc_ptr<float>(y[i])) != 0)
+                         xq + offs[which[i]], strides[which[i]], n, swc_ptr<float>(y[i]),
+                         tiled) != 0)
             return -1;
     return 0;
 }

@@ -10,7 +10,7 @@
  *  - a GPU head and a CPU tail == one CPU process (the kernels reproduce the
  *    CPU's arithmetic, so the same tokens are expected; test_cuda_model
  *    measures any logit difference);
- *  - the nodes announce their GPU: the relay's peer table shows "cuda:".
+ *  - the nodes announce their GPU: the relay logs "backend 'cuda:..." for them.
  *
  * The model needs a tokenizer: the first of SW_CUDA_TOKENIZER_MODELS, else
  * the default test model.
@@ -104,8 +104,10 @@ int main(void)
                   "--insecure-loopback",
                   NULL};
     SW_CHECK_INT(sw_test_run(sa, 30, &status, NULL), 0);
-    SW_CHECK(status && strstr(status, "cuda:") != NULL); // the nodes announce their GPU
+    SW_CHECK(status && strstr(status, "\"peers\"") != NULL);
     free(status);
+    /* The nodes announce their GPU: the relay logs each peer's backend. */
+    SW_CHECK(sw_test_wait_text(c.log, "backend 'cuda:", 30));
     int tok, dig;
     s_compare(&c, ref_gpu, &tok, &dig);
     char r[128];
