@@ -107,7 +107,9 @@ int main(void)
     SW_CHECK(status && strstr(status, "\"peers\"") != NULL);
     free(status);
     /* The nodes announce their GPU: the relay logs each peer's backend. */
-    SW_CHECK(sw_test_wait_text(c.log, "backend 'cuda:", 30));
+    char relay_log[256];
+    snprintf(relay_log, sizeof relay_log, "%s.relay", c.log);
+    SW_CHECK(sw_test_wait_text(relay_log, "backend 'cuda:", 30));
     int tok, dig;
     s_compare(&c, ref_gpu, &tok, &dig);
     char r[128];
