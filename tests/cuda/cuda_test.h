@@ -252,9 +252,16 @@ static inline void cuda_test_paths_row(const char *what, sw_backend_t *be, cuda_
 /* 1 when a library whose file name holds `name` (e.g. "cublas") is mapped into this process. */
 static inline int cuda_test_mapped(const char *name)
 {
-    char *maps = sw_test_read_file("/proc/self/maps", NULL);
-    const int found = maps && strstr(maps, name) != NULL;
-    free(maps);
+    FILE *f = fopen("/proc/self/maps", "r"); // its size reads as 0: line by line
+    char line[1024];
+    int found = 0, lines = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        found |= strstr(line, name) != NULL;
+    }
+    if (f)
+        fclose(f);
+    SW_CHECK(lines > 0); // the check itself works
     return found;
 }
 
