@@ -167,7 +167,9 @@ static int s_sync(sw_backend_t *be)
 /* ---- graphs ------------------------------------------------------------------------------ */
 
 /* What a step's operations do in a dry run: nothing, except that attention
- * notes the caches it would use in the cache table (kv_host). */
+ * notes the caches it would use in the cache table (kv_host). An operation
+ * added to the table without a dry version here would launch its kernels in
+ * the dry run: swc_launched then fails the step (c->dry). */
 static int s_dry_get_rows(sw_backend_t *, const sw_weight_t *, const sw_buf_t *, int, sw_buf_t *)
 {
     return 0;
@@ -277,9 +279,11 @@ static int s_graph_run(sw_backend_t *be, uint64_t key, int (*record)(void *ctx),
         /* The step's caches: a dry run of its operations notes them. */
         const sw_backend_ops_t *real = be->ops;
         c->kv_n = 0;
+        c->dry = 1;
         be->ops = s_dry_ops(real);
         const int rc = record(ctx);
         be->ops = real;
+        c->dry = 0;
         if (rc != 0)
             return rc;
         if (c->kv_n != g->kv_n) // the key did not identify the step: never record it

@@ -96,6 +96,7 @@ typedef struct swc {
     void **kv_host; // (SWC_KV_TAB, 2) K and V cache addresses, in call order
     void **kv_dev;  // the same on the device
     int kv_n;       // entries of the step being recorded or dry-run
+    int dry;        // 1 during a dry run: a kernel launched then is a missing dry operation
     /* What ran (sw_cuda_paths). */
     uint64_t n_gemm, n_nccl, n_peer, n_recorded, n_replayed;
 } swc;

@@ -25,6 +25,9 @@ int swc_use(sw_backend_t *be)
 
 int swc_launched(sw_backend_t *be, const char *kernel)
 {
+    if (swc_of(be)->dry) // an operation s_dry_ops (backend_cuda.cu) does not stub
+        return sw_backend_fail(be, "cuda:%d: %s launched during a graph's dry run", swc_of(be)->dev,
+                               kernel);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return swc_fail_cuda(be, kernel, e);
