@@ -266,41 +266,37 @@ static inline int cuda_test_mapped(const char *name)
     return found;
 }
 
-/* A copy of the model at path whose embedding rows are NaN except those of
- * the tokens in keep (at most n_keep): its logits are finite after the
- * prompt and NaN after the first drafted token. 0, or -1 when the model
- * cannot be made so (an embedding type without a leading f16 scale, or an
- * output tied to the embedding: then even the prompt's logits are NaN). */
-static inline int cuda_test_nan_model(const char *path, const char *out, const int32_t *keep,
-                                      int n_keep)
+/* A copy of the model at path (an untied output) whose logit `row` is NaN
+ * for every input: the scales of that row of output.weight are NaN. 0, or
+ * -1 when the model cannot be made so (tied output, or an output type whose
+ * scale this does not know). A NaN elsewhere (an embedding row) would not
+ * reach the logits: quantizing the activations turns it into zeros. */
+static inline int cuda_test_nan_model(const char *path, const char *out, int64_t row)
 {
     char err[256] = "";
     sw_gguf_t *g = sw_gguf_open(path, err, sizeof err);
     if (!g)
         return -1;
-    const sw_gguf_tensor_t *e = sw_gguf_find_tensor(g, "token_embd.weight");
-    uint64_t blk = 0;
-    const int ok = e && sw_gguf_find_tensor(g, "output.weight") &&
-                   (e->type == SW_TYPE_Q4_0 || e->type == SW_TYPE_Q4_1 || e->type == SW_TYPE_Q5_0 ||
-                    e->type == SW_TYPE_Q5_1 || e->type == SW_TYPE_Q8_0) &&
-                   sw_type_row_bytes(e->type, 32, &blk) == 0;
+    const sw_gguf_tensor_t *o = sw_gguf_find_tensor(g, "output.weight");
+    const enum sw_type t = o ? o->type : SW_TYPE_COUNT;
+    const size_t d_at = t == SW_TYPE_Q6_K ? 208 : 0; // where the block's f16 scale is
+    const int ok =
+        o && row >= 0 && row < o->ne[1] &&
+        (t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 ||
+         t == SW_TYPE_Q8_0 || t == SW_TYPE_Q4_K || t == SW_TYPE_Q5_K || t == SW_TYPE_Q6_K);
     int rc = -1;
     if (ok) {
         const uint64_t size = sw_gguf_file_size(g);
-        uint8_t *bytes = malloc(size);
+        const size_t blk = sw_type_block_bytes(t);
+        uint8_t *bytes = (uint8_t *)malloc(size);
         if (bytes) {
             memcpy(bytes, sw_gguf_bytes(g), size);
             const size_t off =
-                (size_t)((const uint8_t *)e->data - (const uint8_t *)sw_gguf_bytes(g));
-            const size_t row = (size_t)(e->n_bytes / (uint64_t)e->ne[1]);
-            for (int64_t r = 0; r < e->ne[1]; r++) {
-                int kept = 0;
-                for (int i = 0; i < n_keep; i++)
-                    kept |= keep[i] == r;
-                for (size_t b = 0; !kept && b < row; b += blk) {
-                    bytes[off + (size_t)r * row + b] = 0x00; // f16 scale = 0x7e00, a NaN
-                    bytes[off + (size_t)r * row + b + 1] = 0x7e;
-                }
+                (size_t)((const uint8_t *)o->data - (const uint8_t *)sw_gguf_bytes(g));
+            const size_t rb = (size_t)(o->n_bytes / (uint64_t)o->ne[1]);
+            for (size_t b = 0; b < rb; b += blk) { // f16 0x7e00: a NaN
+                bytes[off + (size_t)row * rb + b + d_at] = 0x00;
+                bytes[off + (size_t)row * rb + b + d_at + 1] = 0x7e;
             }
             FILE *f = fopen(out, "wb");
             rc = f && fwrite(bytes, 1, size, f) == size ? 0 : -1;
