@@ -123,6 +123,16 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
+/* The relay's largest message from a client key: a GenerateRequest of the
+ * largest prompt, sealed, with room for its other fields and the destination
+ * frame (no payload frame). */
+#define SW_RELAY_CLIENT_MSG_MAX (SW_WIRE_MAX_PROMPT_BYTES + (64u << 10))
+/* The smallest values the byte budgets take (MiB, rounded up): a budget
+ * below one largest frame (or, for a client, one largest request) would
+ * refuse every such message. */
+#define SW_MIB_CEIL(bytes) ((int)(((uint64_t)(bytes) + (1u << 20) - 1) >> 20))
+#define SW_RELAY_MIN_FRAME_MIB SW_MIB_CEIL(SW_WIRE_MAX_FRAME)        /* --queue-*, --node-mib-s */
+#define SW_RELAY_MIN_CLIENT_MIB SW_MIB_CEIL(SW_RELAY_CLIENT_MSG_MAX) /* --client-mib-s */
 
 _Static_assert(((uint64_t)SW_RELAY_DEFAULT_QUEUE_MIB << 20) > SW_WIRE_MAX_FRAME &&
                    SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB >= SW_RELAY_DEFAULT_QUEUE_MIB &&
@@ -153,6 +163,8 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 
 #define SW_SAMPLING_MAX_TOP_K (1 << 20)  /* --top-k, top_k of a request */
 #define SW_SAMPLING_MAX_LAST_N (1 << 20) /* --repeat-last-n, repeat_last_n of a request */
+#define SW_SAMPLING_MAX_TEMP 100         /* --temp, temperature of a request */
+#define SW_SAMPLING_MAX_REP_PENALTY 10   /* --repeat-penalty, repeat_penalty of a request */
 
 /* Sampling parameters (engine/sampler.h applies them; clients send them in a
  * GenerateRequest). */

@@ -178,11 +178,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         s_fail(0, err, err_len, "out of memory");
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
-    an.backend = "";
-    an.model_fingerprint = "";
+    const sw_msg_announce_t an = {.name = name, .role = SW_ROLE_CLIENT};
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .connect_timeout_ms = o->connect_timeout_ms,
@@ -262,21 +258,27 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
     if (sw_peer_status(c->peer, &t, timeout_ms) != 0)
         return s_fail(SW_CLIENT_ECONNECT, err, err_len,
                       "the relay did not answer a status query within %d ms", timeout_ms);
-    const Shardwire__PeerTable *pt = t.env->peer_table;
+    sw_msg_t d;
+    if (sw_codec_decode(&t, SW_MSG_PEER_TABLE, &d, NULL, 0) != 0) {
+        sw_wire_msg_clear(&t);
+        return s_fail(SW_CLIENT_ECONNECT, err, err_len, "the relay's peer table is unreadable");
+    }
+    const sw_msg_table_t *pt = &d.table;
     out->peers = calloc(pt->n_peers ? pt->n_peers : 1, sizeof *out->peers);
     if (!out->peers) {
         sw_wire_msg_clear(&t);
         return s_fail(SW_CLIENT_ENOMEM, err, err_len, "out of memory");
     }
-    for (size_t i = 0; i < pt->n_peers; i++) {
-        const Shardwire__PeerInfo *pi = pt->peers[i];
-        const Shardwire__PeerAnnounce *a = pi->announce;
-        if (!a)
+    for (uint32_t i = 0; i < pt->n_peers; i++) {
+        sw_msg_peer_t info;
+        if (sw_codec_peer_at(pt, i, &info) != 0)
             continue;
+        const sw_msg_peer_t *pi = &info;
+        const sw_msg_announce_t *a = &info.announce;
         sw_client_peer_t *p = &out->peers[out->n_peers++];
         snprintf(p->name, sizeof p->name, "%s", a->name);
         p->role = sw_wire_role_name(a->role);
-        p->is_node = a->role >= SHARDWIRE__ROLE__ROLE_HEAD && a->role <= SHARDWIRE__ROLE__ROLE_FULL;
+        p->is_node = a->role >= SW_ROLE_HEAD && a->role <= SW_ROLE_FULL;
         p->key_bound = p->is_node && pi->key_bound;
         p->layer_begin = a->layer_begin;
         p->layer_end = a->layer_end;
@@ -528,9 +530,9 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (q->n_predict < 1 || q->n_predict > SW_REQUEST_MAX_N_PREDICT)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "tokens to generate %d not in [1, %d]",
                       q->n_predict, SW_REQUEST_MAX_N_PREDICT);
-    if (!(q->temperature >= 0 && q->temperature <= 100))
-        return s_fail(SW_CLIENT_EINVAL, err, err_len, "temperature %g not in [0, 100]",
-                      (double)q->temperature);
+    if (!(q->temperature >= 0 && q->temperature <= SW_SAMPLING_MAX_TEMP))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "temperature %g not in [0, %d]",
+                      (double)q->temperature, SW_SAMPLING_MAX_TEMP);
     if (q->top_k < 0 || q->top_k > SW_SAMPLING_MAX_TOP_K)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_k %d not in [0, %d]", q->top_k,
                       SW_SAMPLING_MAX_TOP_K);
@@ -538,9 +540,9 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "top_p %g not in (0, 1]", (double)q->top_p);
     if (!(q->min_p >= 0 && q->min_p < 1))
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "min_p %g not in [0, 1)", (double)q->min_p);
-    if (!(q->repeat_penalty > 0 && q->repeat_penalty <= 10))
-        return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat penalty %g not in (0, 10]",
-                      (double)q->repeat_penalty);
+    if (!(q->repeat_penalty > 0 && q->repeat_penalty <= SW_SAMPLING_MAX_REP_PENALTY))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat penalty %g not in (0, %d]",
+                      (double)q->repeat_penalty, SW_SAMPLING_MAX_REP_PENALTY);
     if (q->repeat_last_n < 0 || q->repeat_last_n > SW_SAMPLING_MAX_LAST_N)
         return s_fail(SW_CLIENT_EINVAL, err, err_len, "repeat_last_n %d not in [0, %d]",
                       q->repeat_last_n, SW_SAMPLING_MAX_LAST_N);
@@ -588,45 +590,44 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
 
     char rid[SW_CLIENT_ID_LEN] = "req-";
     s_random_hex(rid + 4, 8);
-    Shardwire__SamplingParams sp = SHARDWIRE__SAMPLING_PARAMS__INIT;
-    sp.temperature = q->temperature;
-    sp.top_k = (uint32_t)q->top_k;
-    sp.top_p = q->top_p;
-    sp.min_p = q->min_p;
-    sp.repeat_penalty = q->repeat_penalty;
-    sp.repeat_last_n = q->repeat_last_n > 0 ? (uint32_t)q->repeat_last_n : SW_SAMPLING_REP_LAST_N;
-    sp.seed = q->seed;
-    Shardwire__DraftParams dp = SHARDWIRE__DRAFT_PARAMS__INIT;
-    dp.mode = (Shardwire__DraftMode)q->draft;
-    dp.n_draft = q->draft_k >= 0 ? (uint32_t)q->draft_k : 0;
-    dp.tree = (uint32_t)q->draft_tree;
-    dp.ahead = q->draft_ahead < 0   ? SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT
-               : q->draft_ahead > 0 ? SHARDWIRE__DRAFT_AHEAD__AHEAD_ON
-                                    : SHARDWIRE__DRAFT_AHEAD__AHEAD_OFF;
-    Shardwire__GenerateRequest g = SHARDWIRE__GENERATE_REQUEST__INIT;
-    g.request_id = rid;
-    g.prompt = (char *)(q->prompt ? q->prompt : "");
-    g.n_predict = (uint32_t)q->n_predict;
-    g.sampling = &sp;
-    g.chat = q->chat || q->n_messages > 0;
-    g.draft = &dp;
     const int timeout_ms = q->timeout_ms ? q->timeout_ms : S_DEFAULT_TIMEOUT_MS;
-    g.timeout_ms = (uint32_t)timeout_ms;
-    g.n_stop = (size_t)q->n_stop;
-    g.stop = (char **)q->stop;
-    Shardwire__ChatMessage turn[SW_CLIENT_MAX_MESSAGES], *turn_p[SW_CLIENT_MAX_MESSAGES];
-    for (int i = 0; i < q->n_messages; i++) {
-        shardwire__chat_message__init(&turn[i]);
-        turn[i].role = (char *)q->messages[i].role;
-        turn[i].content = (char *)(q->messages[i].content ? q->messages[i].content : "");
-        turn_p[i] = &turn[i];
+    sw_msg_turn_t turn[SW_CLIENT_MAX_MESSAGES];
+    for (int i = 0; i < q->n_messages && i < SW_CLIENT_MAX_MESSAGES; i++) {
+        turn[i].role = q->messages[i].role;
+        turn[i].content = q->messages[i].content ? q->messages[i].content : "";
     }
-    g.n_messages = (size_t)q->n_messages;
-    g.messages = turn_p;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_GENERATE;
-    env.generate = &g;
-    if (sw_peer_send(c->peer, head, &env, NULL, 0, 0) != 0)
+    sw_msg_t msg = {.type = SW_MSG_GENERATE};
+    sw_msg_generate_t *g = &msg.generate;
+    g->request_id = rid;
+    g->prompt = q->prompt ? q->prompt : "";
+    g->n_predict = (uint32_t)q->n_predict;
+    g->has_sampling = 1;
+    g->sampling = (sw_sampling_t){
+        .temp = q->temperature,
+        .top_k = q->top_k,
+        .top_p = q->top_p,
+        .min_p = q->min_p,
+        .rep_penalty = q->repeat_penalty,
+        .rep_last_n = q->repeat_last_n > 0 ? q->repeat_last_n : SW_SAMPLING_REP_LAST_N,
+        .seed = q->seed,
+    };
+    g->chat = q->chat || q->n_messages > 0;
+    g->has_draft = 1;
+    g->draft = (sw_msg_draft_t){
+        .mode = (sw_draft_mode_t)q->draft,
+        .n_draft = q->draft_k >= 0 ? (uint32_t)q->draft_k : 0,
+        .tree = (uint32_t)q->draft_tree,
+        .ahead = q->draft_ahead < 0   ? SW_AHEAD_DEFAULT
+                 : q->draft_ahead > 0 ? SW_AHEAD_ON
+                                      : SW_AHEAD_OFF,
+    };
+    g->timeout_ms = (uint32_t)timeout_ms;
+    g->n_stop = (uint32_t)q->n_stop;
+    for (int i = 0; i < q->n_stop && i < SW_WIRE_MAX_STOP; i++)
+        g->stop[i] = q->stop[i];
+    g->n_messages = (uint32_t)q->n_messages;
+    g->messages = turn;
+    if (sw_peer_send_msg(c->peer, head, &msg) != 0)
         return s_fail(SW_CLIENT_ECONNECT, err, err_len,
                       "could not send the request to %s through the relay", head);
 
@@ -650,13 +651,8 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
 /* Sends Cancel for r to its head (a failed send only costs the head some work). */
 static void s_send_cancel(sw_client_t *c, const s_req_t *r, const char *reason)
 {
-    Shardwire__Cancel cn = SHARDWIRE__CANCEL__INIT;
-    cn.request_id = (char *)r->id;
-    cn.reason = (char *)reason;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_CANCEL;
-    env.cancel = &cn;
-    if (sw_peer_send(c->peer, r->head, &env, NULL, 0, 0) != 0)
+    const sw_msg_t cn = {.type = SW_MSG_CANCEL, .cancel = {.request_id = r->id, .reason = reason}};
+    if (sw_peer_send_msg(c->peer, r->head, &cn) != 0)
         SW_DEBUG("could not send a Cancel for %s to %s", r->id, r->head);
 }
 
@@ -781,7 +777,7 @@ static int s_count(uint32_t n)
     return n > INT_MAX ? INT_MAX : (int)n;
 }
 
-static void s_copy_stats(sw_client_stats_t *s, const Shardwire__GenerateStats *st)
+static void s_copy_stats(sw_client_stats_t *s, const sw_msg_stats_t *st)
 {
     s->have_head = 1;
     s->n_prompt = s_count(st->n_prompt);
@@ -802,16 +798,15 @@ static void s_copy_stats(sw_client_stats_t *s, const Shardwire__GenerateStats *s
     s->network_ms = st->network_ms;
     s->logits_digest = st->logits_digest;
     s->n_stages = 0;
-    for (size_t i = 0; i < st->n_stages && i < SW_CLIENT_MAX_STAGES; i++) {
-        snprintf(s->stages[i].name, sizeof s->stages[i].name, "%s", st->stages[i]->name);
-        s->stages[i].compute_ms = st->stages[i]->compute_us / 1e3;
+    for (uint32_t i = 0; i < st->n_stages && i < SW_CLIENT_MAX_STAGES; i++) {
+        snprintf(s->stages[i].name, sizeof s->stages[i].name, "%s", st->stages[i].name);
+        s->stages[i].compute_ms = st->stages[i].compute_us / 1e3;
         s->n_stages++;
     }
 }
 
 /* One TokenChunk for r. 0 with *ev filled, 1 when it makes no event. */
-static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *tc,
-                      sw_client_event_t *ev)
+static int s_on_chunk(sw_client_t *c, s_req_t *r, const sw_msg_chunk_t *tc, sw_client_event_t *ev)
 {
     const double now = s_now_ms();
     if (tc->n_tokens && tc->index < (uint32_t)r->stats.n_generated)
@@ -829,13 +824,13 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
     }
     if (tc->n_tokens && !r->stats.ttft_ms)
         r->stats.ttft_ms = now - r->t_submit;
-    for (size_t i = 0; i < tc->n_tokens; i++)
+    for (uint32_t i = 0; i < tc->n_tokens; i++)
         c->ev_tokens[i] = tc->tokens[i];
     ev->tokens = c->ev_tokens;
     ev->n_tokens = (int)tc->n_tokens;
     r->stats.n_generated += (int)tc->n_tokens;
     size_t n = 0;
-    int hit = s_release(c, r, (const char *)tc->text.data, tc->text.len, tc->done, &n);
+    int hit = s_release(c, r, (const char *)tc->text, tc->text_len, tc->done, &n);
     if (hit < 0) {
         s_end_error(c, r, ev, SW_CLIENT_ENOMEM, 0, "out of memory");
         return 0;
@@ -854,35 +849,34 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
         ev->type = SW_CLIENT_EV_TOKENS;
         return 0;
     }
-    if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_CANCELLED) {
+    if (tc->finish == SW_FINISH_CANCELLED) {
         /* we did not cancel it (that slot would be free): the head did, e.g. it
          * took us for gone */
         s_end_error(c, r, ev, SW_CLIENT_ECANCELLED, 0, "the head '%s' cancelled the request",
                     r->head);
         return 0;
     }
-    if (tc->finish == SHARDWIRE__FINISH_REASON__FINISH_ERROR) {
+    if (tc->finish == SW_FINISH_ERROR) {
         /* the head sends its Error first; this is the end of a request whose Error was lost */
         s_end_error(c, r, ev, SW_CLIENT_EHEAD, 0, "the head '%s' reports that the request failed",
                     r->head);
         return 0;
     }
     const int got = r->stats.n_generated;
-    if (tc->stats)
-        s_copy_stats(&r->stats, tc->stats);
-    if (tc->stats && tc->stats->n_generated != (uint32_t)got) {
+    if (tc->has_stats)
+        s_copy_stats(&r->stats, &tc->stats);
+    if (tc->has_stats && tc->stats.n_generated != (uint32_t)got) {
         s_end_error(c, r, ev, SW_CLIENT_ELOST, 0,
                     "received %d of the %u generated tokens (a message was lost on the way; the "
                     "relay may have restarted)",
-                    got, tc->stats->n_generated);
+                    got, tc->stats.n_generated);
         return 0;
     }
     ev->type = SW_CLIENT_EV_DONE;
-    ev->finish = tc->finish == SHARDWIRE__FINISH_REASON__FINISH_EOS    ? SW_CLIENT_FINISH_EOS
-                 : tc->finish == SHARDWIRE__FINISH_REASON__FINISH_STOP ? SW_CLIENT_FINISH_STOP
-                 : tc->finish == SHARDWIRE__FINISH_REASON__FINISH_DEADLINE
-                     ? SW_CLIENT_FINISH_DEADLINE
-                     : SW_CLIENT_FINISH_LENGTH;
+    ev->finish = tc->finish == SW_FINISH_EOS        ? SW_CLIENT_FINISH_EOS
+                 : tc->finish == SW_FINISH_STOP     ? SW_CLIENT_FINISH_STOP
+                 : tc->finish == SW_FINISH_DEADLINE ? SW_CLIENT_FINISH_DEADLINE
+                                                    : SW_CLIENT_FINISH_LENGTH;
     s_finish(c, r, ev);
     return 0;
 }
@@ -890,18 +884,20 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const Shardwire__TokenChunk *t
 /* One message from the relay connection. 0 with *ev filled, 1 when it makes no event. */
 static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
 {
-    const Shardwire__Envelope *e = m->env;
-    if (e->body_case == SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK) {
-        s_req_t *r = s_find(c, e->token_chunk->request_id);
+    sw_msg_t d;
+    const sw_msg_type_t type = sw_wire_msg_type(m);
+    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR) ||
+        sw_codec_decode(m, type, &d, NULL, 0) != 0)
+        return 1;
+    if (type == SW_MSG_TOKEN_CHUNK) {
+        s_req_t *r = s_find(c, d.chunk.request_id);
         if (!r || strcmp(m->peer, r->head) != 0)
             return 1; /* a request we gave up on, or not from its head */
         r->last_msg = s_now_ms();
         r->head_missing = 0;
-        return s_on_chunk(c, r, e->token_chunk, ev);
+        return s_on_chunk(c, r, &d.chunk, ev);
     }
-    if (e->body_case != SHARDWIRE__ENVELOPE__BODY_ERROR)
-        return 1;
-    const Shardwire__Error *er = e->error;
+    const sw_msg_error_t *er = &d.error;
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
     if (c->sealed && !from_relay && !m->sealed) {
         /* A head without our access key says so in clear: it holds no key to seal
@@ -909,8 +905,7 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
          * fact is only used for requests that went to that very peer. */
         for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
             s_req_t *r = &c->reqs[i];
-            if (r->id[0] && !strcmp(r->head, m->peer) &&
-                er->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
+            if (r->id[0] && !strcmp(r->head, m->peer) && er->code == SW_ERROR_UNAUTHORIZED) {
                 s_end_error(c, r, ev, SW_CLIENT_EKEY, 0,
                             "the head '%s' cannot open our messages: this client's access key "
                             "(--access-key) is not the one the cluster uses",
@@ -921,7 +916,7 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
         return 1;
     }
     s_req_t *r = s_find(c, er->request_id);
-    if (from_relay && !r && er->dest && er->dest[0]) {
+    if (from_relay && !r && er->dest[0]) {
         /* the relay could not deliver to a head: the request that went there fails */
         for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT && !r; i++)
             if (c->reqs[i].id[0] && !strcmp(c->reqs[i].head, er->dest))
@@ -929,14 +924,13 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
     }
     if (!r || (!from_relay && strcmp(m->peer, r->head) != 0))
         return 1;
-    if (from_relay && (er->code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST ||
-                       er->code == SHARDWIRE__ERROR_CODE__ERR_DEST_GONE ||
-                       er->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY)) {
+    if (from_relay && (er->code == SW_ERROR_UNKNOWN_DEST || er->code == SW_ERROR_DEST_GONE ||
+                       er->code == SW_ERROR_DEST_BUSY)) {
         /* the relay did not deliver a message of ours to the head (it may be
          * restarting, with the head not announced again yet): ask again in a
          * second; the quiet watch tells a head that is really gone */
         for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++)
-            if (c->reqs[i].id[0] && !strcmp(c->reqs[i].head, er->dest ? er->dest : r->head))
+            if (c->reqs[i].id[0] && !strcmp(c->reqs[i].head, er->dest))
                 c->reqs[i].resume_at = s_now_ms() + 1000;
         return 1;
     }
@@ -945,10 +939,10 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
     if (from_relay)
         s_end_error(c, r, ev, SW_CLIENT_ECONNECT, er->code, "the relay: %s (%s)", msg,
                     sw_wire_error_code_name(er->code));
-    else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY && er->queue_position)
+    else if (er->code == SW_ERROR_BUSY && er->queue_position)
         s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s (position %u in the head's queue)",
                     msg, er->queue_position);
-    else if (er->code == SHARDWIRE__ERROR_CODE__ERR_BUSY)
+    else if (er->code == SW_ERROR_BUSY)
         s_end_error(c, r, ev, SW_CLIENT_EBUSY, er->code, "%s", msg);
     else
         s_end_error(c, r, ev, SW_CLIENT_EHEAD, er->code, "%s", msg);
@@ -1023,13 +1017,11 @@ static void s_resume(sw_client_t *c, double now)
         s_req_t *r = &c->reqs[i];
         if (!r->id[0] || !(reconnected || (r->resume_at && now >= r->resume_at)))
             continue;
-        Shardwire__Resume rs = SHARDWIRE__RESUME__INIT;
-        rs.request_id = r->id;
-        rs.from_index = (uint32_t)r->stats.n_generated;
-        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-        env.body_case = SHARDWIRE__ENVELOPE__BODY_RESUME;
-        env.resume = &rs;
-        if (sw_peer_try_send(c->peer, r->head, &env) != 0) {
+        const sw_msg_t rs = {
+            .type = SW_MSG_RESUME,
+            .resume = {.request_id = r->id, .from_index = (uint32_t)r->stats.n_generated},
+        };
+        if (sw_peer_try_send_msg(c->peer, r->head, &rs) != 0) {
             r->resume_at = now + 500;
             continue;
         }

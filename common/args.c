@@ -547,7 +547,7 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
 {
     switch (key) {
     case SW_OPT_TEMP:
-        return sw_arg_float(prog, "--temp", val, 0, 100, &s->temp) ? -1 : 1;
+        return sw_arg_float(prog, "--temp", val, 0, SW_SAMPLING_MAX_TEMP, &s->temp) ? -1 : 1;
     case SW_OPT_TOPK:
         return sw_arg_int(prog, "--top-k", val, 0, SW_SAMPLING_MAX_TOP_K, &s->top_k) ? -1 : 1;
     case SW_OPT_TOPP:
@@ -562,7 +562,10 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
     case SW_OPT_MINP:
         return sw_arg_float(prog, "--min-p", val, 0, 0.99, &s->min_p) ? -1 : 1;
     case SW_OPT_REP:
-        return sw_arg_float(prog, "--repeat-penalty", val, 0.01, 10, &s->rep_penalty) ? -1 : 1;
+        return sw_arg_float(prog, "--repeat-penalty", val, 0.01, SW_SAMPLING_MAX_REP_PENALTY,
+                            &s->rep_penalty)
+                   ? -1
+                   : 1;
     case SW_OPT_REP_N:
         if (sw_arg_int(prog, "--repeat-last-n", val, 1, SW_SAMPLING_MAX_LAST_N, &s->rep_last_n))
             return -1;

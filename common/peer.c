@@ -30,15 +30,15 @@
 #define SW_PEER_CUTS_FATAL 2            /* handshakes cut while a relay answers: the key is wrong */
 
 struct sw_peer {
-    void *ctx;                         /* own ZeroMQ context (one I/O thread) */
-    void *sock;                        /* DEALER connected to the relay */
-    void *mon;                         /* PAIR receiving sock's monitor events */
-    Shardwire__PeerAnnounce *announce; /* own deep copy, sent on every (re)announce */
-    int announced;                     /* 1 once the relay acked on this connection */
-    int n_connects;                    /* handshakes completed with the relay */
-    int64_t announce_at_ms;            /* next time to send the announce; -1 = none due */
-    int constructing;                  /* 1 while sw_peer_new waits for the first ack */
-    int fatal_code;                    /* relay refused the first announce with this code */
+    void *ctx;                   /* own ZeroMQ context (one I/O thread) */
+    void *sock;                  /* DEALER connected to the relay */
+    void *mon;                   /* PAIR receiving sock's monitor events */
+    sw_announce_copy_t announce; /* own copy, sent on every (re)announce */
+    int announced;               /* 1 once the relay acked on this connection */
+    int n_connects;              /* handshakes completed with the relay */
+    int64_t announce_at_ms;      /* next time to send the announce; -1 = none due */
+    int constructing;            /* 1 while sw_peer_new waits for the first ack */
+    int fatal_code;              /* relay refused the first announce with this code */
     int hs_cut; /* handshakes cut (connection closed) since sw_peer_new last looked */
     sw_wire_msg_t queue[SW_PEER_QUEUE]; /* ring of kept messages */
     int q_head;                         /* index of the oldest kept message */
@@ -72,33 +72,33 @@ static int s_peer_secure(sw_peer_t *p, const sw_sec_t *sec, const char *relay,
         if (!sw_endpoint_is_loopback(relay)) {
             SW_ERR("peer %s: no keys given, and the relay %s is not on loopback: refusing an "
                    "unauthenticated, unencrypted connection (see docs/security.md)",
-                   p->announce->name, relay);
+                   p->announce.name, relay);
             return -1;
         }
     } else {
         if (sw_keys_curve_check(err, sizeof err) != 0) {
-            SW_ERR("peer %s: %s", p->announce->name, err);
+            SW_ERR("peer %s: %s", p->announce.name, err);
             return -1;
         }
         if (zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, sec->relay_pub, SW_KEY_Z85_LEN + 1) ||
             zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, sec->pub, SW_KEY_Z85_LEN + 1) ||
             zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, sec->sec, SW_KEY_Z85_LEN + 1)) {
-            SW_ERR("peer %s: setting the CURVE keys: %s", p->announce->name, zmq_strerror(errno));
+            SW_ERR("peer %s: setting the CURVE keys: %s", p->announce.name, zmq_strerror(errno));
             return -1;
         }
         p->curve = 1;
     }
     if (sec && sec->n_cluster > 0 &&
         !(p->crypto.seal = sw_seal_new(sec->cluster, sec->n_cluster, SW_SEAL_CLUSTER))) {
-        SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce->name);
+        SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce.name);
         return -1;
     }
     if (sec && sec->n_access > 0 &&
         !(p->crypto.access = sw_seal_new(sec->access, sec->n_access, SW_SEAL_ACCESS))) {
-        SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce->name);
+        SW_ERR("peer %s: cannot set up end-to-end encryption", p->announce.name);
         return -1;
     }
-    p->crypto.self = p->announce->name;
+    p->crypto.self = p->announce.name;
     p->crypto.accept_clear_errors = accept_clear_errors;
     return 0;
 }
@@ -112,32 +112,17 @@ static int s_setopt_int(void *sock, int opt, int val, const char *what)
     return 0;
 }
 
-static Shardwire__PeerAnnounce *s_copy_announce(const Shardwire__PeerAnnounce *a)
-{
-    size_t n = shardwire__peer_announce__get_packed_size(a);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return NULL;
-    shardwire__peer_announce__pack(a, buf);
-    Shardwire__PeerAnnounce *c = shardwire__peer_announce__unpack(NULL, n, buf);
-    free(buf);
-    return c;
-}
-
 static void s_send_announce(sw_peer_t *p)
 {
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
-    env.announce = p->announce;
+    sw_msg_t msg = {.type = SW_MSG_ANNOUNCE, .announce = p->announce.a};
     char err[SW_WIRE_ERR_LEN];
-    int rc =
-        sw_wire_send(p->sock, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, ZMQ_DONTWAIT, err, sizeof err);
+    int rc = sw_codec_send(p->sock, SW_WIRE_RELAY_NAME, &msg, ZMQ_DONTWAIT, NULL, err, sizeof err);
     if (rc == SW_WIRE_ESOCKET && errno == EAGAIN) {
         p->announce_at_ms = s_now_ms() + 10; /* handshake not done yet */
         return;
     }
     if (rc)
-        SW_WARN("peer %s: announce: %s", p->announce->name, err);
+        SW_WARN("peer %s: announce: %s", p->announce.name, err);
     p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS; /* again unless acked by then */
 }
 
@@ -172,18 +157,18 @@ static void s_events(sw_peer_t *p)
             p->fd = (int)value; /* the event's value is the new socket */
         } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             if (p->n_connects > 0)
-                SW_INFO("peer %s: reconnected to the relay, announcing again", p->announce->name);
+                SW_INFO("peer %s: reconnected to the relay, announcing again", p->announce.name);
             p->n_connects++;
             p->announced = 0;
             p->announce_at_ms = s_now_ms();
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
             if (!p->constructing) /* sw_peer_new says what went wrong itself */
-                SW_WARN("peer %s: lost the relay connection", p->announce->name);
+                SW_WARN("peer %s: lost the relay connection", p->announce.name);
             p->announced = 0;
             p->fd = -1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             SW_ERR("peer %s: the relay refused our key (not on its allow-list, or revoked)",
-                   p->announce->name);
+                   p->announce.name);
             p->auth_failed = 1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
             /* The connection closed during the handshake: the relay refused our
@@ -195,11 +180,11 @@ static void s_events(sw_peer_t *p)
                 SW_WARN("peer %s: the connection to the relay closed during the security "
                         "handshake (relay restarting, or a forwarder with no relay behind it; "
                         "if it persists, check --relay-key); retrying",
-                        p->announce->name);
+                        p->announce.name);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             SW_ERR("peer %s: security handshake with the relay failed (wrong --relay-key, or "
                    "one side runs --insecure-loopback and the other does not)",
-                   p->announce->name);
+                   p->announce.name);
             if (p->constructing)
                 p->auth_failed = 1;
         }
@@ -221,7 +206,7 @@ static void s_check_silence(sw_peer_t *p)
     if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
         return;
     if ((int64_t)ti.tcpi_last_data_recv > p->silent_limit_ms) {
-        SW_WARN("peer %s: no data from the relay for %u ms: reconnecting", p->announce->name,
+        SW_WARN("peer %s: no data from the relay for %u ms: reconnecting", p->announce.name,
                 ti.tcpi_last_data_recv);
         shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and redials */
         p->fd = -1;
@@ -239,39 +224,40 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
 {
     if (strcmp(m->peer, SW_WIRE_RELAY_NAME) != 0)
         return 0;
-    const Shardwire__Envelope *env = m->env;
-    if (env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK) {
+    sw_msg_t d;
+    const sw_msg_type_t type = sw_wire_msg_type(m);
+    if ((type != SW_MSG_ANNOUNCE_ACK && type != SW_MSG_ERROR) ||
+        sw_codec_decode(m, type, &d, NULL, 0) != 0)
+        return 0;
+    if (type == SW_MSG_ANNOUNCE_ACK) {
         if (!p->announced)
-            SW_INFO("peer %s: announced to the relay (heartbeat %u ms)", p->announce->name,
-                    env->announce_ack->heartbeat_ms);
+            SW_INFO("peer %s: announced to the relay (heartbeat %u ms)", p->announce.name,
+                    d.ack.heartbeat_ms);
         p->announced = 1;
         p->announce_at_ms = -1;
         return 1;
     }
-    if (env->body_case != SHARDWIRE__ENVELOPE__BODY_ERROR)
-        return 0;
-    int code = env->error->code;
-    if (code == SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN ||
-        code == SHARDWIRE__ERROR_CODE__ERR_VERSION_MISMATCH ||
-        code == SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL) {
+    const int code = d.error.code;
+    if (code == SW_ERROR_NAME_TAKEN || code == SW_ERROR_VERSION_MISMATCH ||
+        code == SW_ERROR_RELAY_FULL) {
         if (p->constructing && p->fatal_code == 0)
             p->fatal_code = code; /* sw_peer_new gives up; later refusals are retried */
-        SW_WARN("peer %s: relay refused the announce (%s): %s", p->announce->name,
-                sw_wire_error_code_name(code), env->error->message);
+        SW_WARN("peer %s: relay refused the announce (%s): %s", p->announce.name,
+                sw_wire_error_code_name(code), d.error.message);
         p->announced = 0;
         p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS;
         return 1;
     }
-    if (code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED && env->error->dest && env->error->dest[0])
+    if (code == SW_ERROR_UNAUTHORIZED && d.error.dest[0])
         return 0; /* one message of ours was not allowed to go there: the caller's business */
-    if (code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) {
-        SW_ERR("peer %s: the relay refused us: %s", p->announce->name, env->error->message);
+    if (code == SW_ERROR_UNAUTHORIZED) {
+        SW_ERR("peer %s: the relay refused us: %s", p->announce.name, d.error.message);
         p->auth_failed = 1;
         if (p->constructing && p->fatal_code == 0)
             p->fatal_code = code;
         return 1;
     }
-    if (code == SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED) {
+    if (code == SW_ERROR_NOT_ANNOUNCED) {
         /* The relay lost us (it restarted, or we reconnected): announce now. The
          * error still goes to the caller: the message it answers was dropped. */
         p->announced = 0;
@@ -285,7 +271,7 @@ static void s_drop_note(sw_peer_t *p, const char *why)
 {
     p->drops++;
     if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
-        SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce->name, why,
+        SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce.name, why,
                 (unsigned long long)p->drops);
 }
 
@@ -302,11 +288,11 @@ static void s_tell_wrong_key(sw_peer_t *p, const char *src)
     if (!src[0] || now - p->wrong_key_told_ms < 1000)
         return;
     p->wrong_key_told_ms = now;
-    if (sw_wire_send_error(p->sock, src, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, 0, NULL, NULL,
+    if (sw_wire_send_error(p->sock, src, SW_ERROR_UNAUTHORIZED, 0, NULL, NULL,
                            "cannot open your message: it is sealed with a key this peer does not "
                            "hold (clients: check --access-key; nodes: --cluster-key)",
                            ZMQ_DONTWAIT) != 0)
-        SW_DEBUG("peer %s: could not tell %s that its key differs", p->announce->name, src);
+        SW_DEBUG("peer %s: could not tell %s that its key differs", p->announce.name, src);
 }
 
 /*
@@ -347,7 +333,7 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
             continue;
         }
         if (errno != EAGAIN && errno != EINTR) {
-            SW_ERR("peer %s: receive: %s", p->announce->name, zmq_strerror(errno));
+            SW_ERR("peer %s: receive: %s", p->announce.name, zmq_strerror(errno));
             return -1;
         }
         int64_t now = s_now_ms();
@@ -360,7 +346,7 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         if (zmq_poll(items, 2, (long)wait) < 0) {
             if (errno == EINTR)
                 return 1; /* a signal: let the caller look at its stop flag */
-            SW_ERR("peer %s: poll: %s", p->announce->name, zmq_strerror(errno));
+            SW_ERR("peer %s: poll: %s", p->announce.name, zmq_strerror(errno));
             return -1;
         }
     }
@@ -403,11 +389,11 @@ static int s_mech_check(const sw_peer_t *p, const char *relay, const char *mech)
     if (!strcmp(s_mech(p), "CURVE"))
         SW_ERR("peer %s: the relay at %s runs without keys (--insecure-loopback) but this peer "
                "has keys: start both with keys, or both with --insecure-loopback",
-               p->announce->name, relay);
+               p->announce.name, relay);
     else
         SW_ERR("peer %s: the relay at %s requires keys (CurveZMQ, mechanism %s) but this peer "
                "runs --insecure-loopback: give it --key, --relay-key and --cluster-key",
-               p->announce->name, relay, mech);
+               p->announce.name, relay, mech);
     return -1;
 }
 
@@ -435,29 +421,29 @@ static int s_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
             if (s_mech_check(p, relay, mech) != 0)
                 return -1;
             if (*attempt > 1)
-                SW_INFO("peer %s: the relay at %s answers (attempt %d)", p->announce->name, relay,
+                SW_INFO("peer %s: the relay at %s answers (attempt %d)", p->announce.name, relay,
                         *attempt);
             return 0;
         }
         if (!sw_probe_retryable(rc)) {
-            SW_ERR("peer %s: relay %s: %s", p->announce->name, relay, why);
+            SW_ERR("peer %s: relay %s: %s", p->announce.name, relay, why);
             return -1;
         }
         now = s_now_ms();
         if (deadline >= 0 && now >= deadline) {
             SW_ERR("peer %s: the relay at %s is not reachable: %s (%d attempts): start it, check "
                    "the address and the firewall, or wait longer (--connect-timeout-s)",
-                   p->announce->name, relay, why, *attempt);
+                   p->announce.name, relay, why, *attempt);
             return -1;
         }
         int64_t delay = backoff;
         if (deadline >= 0 && deadline - now < delay)
             delay = deadline - now;
         s_left_text(deadline, left, sizeof left);
-        SW_WARN("peer %s: relay %s: %s (attempt %d); retrying in %.1f s (%s)", p->announce->name,
+        SW_WARN("peer %s: relay %s: %s (attempt %d); retrying in %.1f s (%s)", p->announce.name,
                 relay, why, *attempt, delay / 1e3, left);
         if (s_nap(delay, stop)) {
-            SW_ERR("peer %s: interrupted while waiting for the relay", p->announce->name);
+            SW_ERR("peer %s: interrupted while waiting for the relay", p->announce.name);
             return -1;
         }
         backoff = backoff * 2 > SW_PEER_BACKOFF_MAX_MS ? SW_PEER_BACKOFF_MAX_MS : backoff * 2;
@@ -480,7 +466,7 @@ static int s_on_cut(sw_peer_t *p, const char *relay, int64_t deadline, int *cuts
         if (++*cuts >= SW_PEER_CUTS_FATAL) {
             SW_ERR("peer %s: the relay at %s closes our security handshake while it answers "
                    "others: its key is not the one given with --relay-key (check relay.pub)",
-                   p->announce->name, relay);
+                   p->announce.name, relay);
             return -1;
         }
         return 0;
@@ -488,7 +474,7 @@ static int s_on_cut(sw_peer_t *p, const char *relay, int64_t deadline, int *cuts
     *cuts = 0;
     ++*attempt;
     s_left_text(deadline, left, sizeof left);
-    SW_WARN("peer %s: relay %s: %s (attempt %d); redialling (%s)", p->announce->name, relay, why,
+    SW_WARN("peer %s: relay %s: %s (attempt %d); redialling (%s)", p->announce.name, relay, why,
             *attempt, left);
     return 0;
 }
@@ -500,11 +486,8 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         SW_ERR("peer: relay endpoint and announce are required");
         return NULL;
     }
-    Shardwire__Envelope probe = SHARDWIRE__ENVELOPE__INIT;
-    probe.version = SW_WIRE_VERSION;
-    probe.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
-    probe.announce = (Shardwire__PeerAnnounce *)opts->announce;
-    if (sw_wire_validate(&probe, 0, 0, err, sizeof err) != SW_WIRE_OK) {
+    const sw_msg_t probe = {.type = SW_MSG_ANNOUNCE, .announce = *opts->announce};
+    if (sw_codec_validate(&probe, err, sizeof err) != SW_WIRE_OK) {
         SW_ERR("peer: invalid announce: %s", err);
         return NULL;
     }
@@ -527,9 +510,12 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     p->announce_at_ms = 0;
     p->fd = -1;
     p->silent_limit_ms = hb > 600000 / SW_PEER_SILENT_IVLS ? 600000 : SW_PEER_SILENT_IVLS * hb;
-    p->announce = s_copy_announce(opts->announce);
+    if (sw_codec_announce_copy(&p->announce, opts->announce) != 0) {
+        SW_ERR("peer: the announce does not fit its copy");
+        goto err_quiet;
+    }
     p->ctx = zmq_ctx_new();
-    if (!p->announce || !p->ctx)
+    if (!p->ctx)
         goto err;
     p->sock = zmq_socket(p->ctx, ZMQ_DEALER);
     if (!p->sock)
@@ -563,7 +549,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     if (s_wait_reachable(p, opts->relay, deadline, opts->stop, &attempt) != 0)
         goto err_quiet;
     if (zmq_connect(p->sock, opts->relay) != 0) {
-        SW_ERR("peer %s: cannot connect to %s: %s", p->announce->name, opts->relay,
+        SW_ERR("peer %s: cannot connect to %s: %s", p->announce.name, opts->relay,
                zmq_strerror(errno));
         goto err;
     }
@@ -572,12 +558,12 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
     p->constructing = 1;
     while (!p->announced) {
         if (opts->stop && *opts->stop) {
-            SW_ERR("peer %s: interrupted while joining the relay", p->announce->name);
+            SW_ERR("peer %s: interrupted while joining the relay", p->announce.name);
             goto err_quiet;
         }
         int64_t left = deadline < 0 ? 1000 : deadline - s_now_ms();
         if (left <= 0) {
-            SW_ERR("peer %s: no answer from the relay at %s within %d ms", p->announce->name,
+            SW_ERR("peer %s: no answer from the relay at %s within %d ms", p->announce.name,
                    opts->relay, connect_ms);
             goto err_quiet;
         }
@@ -585,7 +571,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         int rc = s_pump(p, &m, (int)(left < 1000 ? left : 1000), 1);
         if (rc < 0) {
             if (p->fatal_code)
-                SW_ERR("peer %s: the relay at %s refused us (%s)", p->announce->name, opts->relay,
+                SW_ERR("peer %s: the relay at %s refused us (%s)", p->announce.name, opts->relay,
                        sw_wire_error_code_name(p->fatal_code));
             goto err_quiet;
         }
@@ -632,8 +618,6 @@ void sw_peer_destroy(sw_peer_t **self_p)
     }
     if (p->ctx)
         zmq_ctx_term(p->ctx);
-    if (p->announce)
-        shardwire__peer_announce__free_unpacked(p->announce, NULL);
     sw_seal_destroy(&p->crypto.seal);
     sw_seal_destroy(&p->crypto.access);
     free(p);
@@ -642,7 +626,7 @@ void sw_peer_destroy(sw_peer_t **self_p)
 
 const char *sw_peer_name(const sw_peer_t *peer)
 {
-    return peer->announce->name;
+    return peer->announce.name;
 }
 
 void *sw_peer_socket(sw_peer_t *peer)
@@ -663,7 +647,7 @@ int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, co
     s_maybe_announce(peer);
     char err[SW_WIRE_ERR_LEN];
     if (peer->auth_failed) {
-        SW_ERR("peer %s: the relay refused our key; not sending", peer->announce->name);
+        SW_ERR("peer %s: the relay refused our key; not sending", peer->announce.name);
         return SW_WIRE_ESOCKET;
     }
     int rc = sw_wire_send_ex(peer->sock, dest, env, payload, payload_len, has_payload, 0,
@@ -671,9 +655,9 @@ int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, co
     if (rc) {
         if (rc == SW_WIRE_ESOCKET && errno == EAGAIN)
             SW_ERR("peer %s: send to %s timed out (relay unreachable or queue full)",
-                   peer->announce->name, dest ? dest : "?");
+                   peer->announce.name, dest ? dest : "?");
         else
-            SW_ERR("peer %s: %s", peer->announce->name, err);
+            SW_ERR("peer %s: %s", peer->announce.name, err);
     }
     return rc;
 }
@@ -691,11 +675,8 @@ int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
 
 int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
 {
-    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
-    env.status_query = &q;
-    if (sw_peer_send(peer, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0) != 0)
+    const sw_msg_t q = {.type = SW_MSG_STATUS_QUERY};
+    if (sw_peer_send_msg(peer, SW_WIRE_RELAY_NAME, &q) != 0)
         return -1;
     int64_t deadline = s_now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
     for (;;) {
@@ -706,8 +687,7 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
         int rc = s_pump(peer, &m, (int)left, 0);
         if (rc != 0)
             return rc;
-        if (strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0 &&
-            m.env->body_case == SHARDWIRE__ENVELOPE__BODY_PEER_TABLE) {
+        if (strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0 && sw_wire_msg_type(&m) == SW_MSG_PEER_TABLE) {
             sw_wire_msg_move(table_msg, &m);
             return 0;
         }
@@ -715,8 +695,8 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
             sw_wire_msg_move(&peer->queue[(peer->q_head + peer->q_len) % SW_PEER_QUEUE], &m);
             peer->q_len++;
         } else {
-            SW_WARN("peer %s: queue full, dropped a %s from %s", peer->announce->name,
-                    sw_wire_body_name(m.env), m.peer);
+            SW_WARN("peer %s: queue full, dropped a %s from %s", peer->announce.name,
+                    sw_wire_type_name(sw_wire_msg_type(&m)), m.peer);
             sw_wire_msg_clear(&m);
         }
     }
@@ -732,7 +712,7 @@ int sw_peer_try_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env
     int rc = sw_wire_send_ex(peer->sock, dest, env, NULL, 0, 0, ZMQ_DONTWAIT, &peer->crypto, err,
                              sizeof err);
     if (rc && !(rc == SW_WIRE_ESOCKET && errno == EAGAIN))
-        SW_ERR("peer %s: %s", peer->announce->name, err);
+        SW_ERR("peer %s: %s", peer->announce.name, err);
     return rc;
 }
 
@@ -740,4 +720,45 @@ int sw_peer_connects(sw_peer_t *peer)
 {
     s_events(peer);
     return peer->n_connects;
+}
+
+/* Where sw_peer_send_msg / sw_peer_try_send_msg hand the codec's Envelope. */
+typedef struct s_msg_ctx {
+    sw_peer_t *peer;
+    const char *dest;
+    int try_send; /* 1: sw_peer_try_send (no payload) */
+} s_msg_ctx_t;
+
+static int s_msg_sink(void *ctx, Shardwire__Envelope *env, const void *payload, size_t payload_len,
+                      int has_payload)
+{
+    const s_msg_ctx_t *c = ctx;
+    if (!c->try_send)
+        return sw_peer_send(c->peer, c->dest, env, payload, payload_len, has_payload);
+    if (has_payload) {
+        SW_ERR("peer %s: a message with a payload cannot be sent without waiting",
+               c->peer->announce.name);
+        return SW_WIRE_EMALFORMED;
+    }
+    return sw_peer_try_send(c->peer, c->dest, env);
+}
+
+static int s_send_msg(sw_peer_t *peer, const char *dest, const sw_msg_t *msg, int try_send)
+{
+    char err[SW_WIRE_ERR_LEN] = "";
+    s_msg_ctx_t c = {peer, dest, try_send};
+    int rc = sw_codec_emit(msg, s_msg_sink, &c, err, sizeof err);
+    if (rc && err[0]) /* the codec refused it (the sends log their own failures) */
+        SW_ERR("peer %s: %s", peer->announce.name, err);
+    return rc;
+}
+
+int sw_peer_send_msg(sw_peer_t *peer, const char *dest, const sw_msg_t *msg)
+{
+    return s_send_msg(peer, dest, msg, 0);
+}
+
+int sw_peer_try_send_msg(sw_peer_t *peer, const char *dest, const sw_msg_t *msg)
+{
+    return s_send_msg(peer, dest, msg, 1);
 }

@@ -43,6 +43,7 @@
 #ifndef SW_PEER_H
 #define SW_PEER_H
 
+#include "codec.h"
 #include "keys.h"
 #include "wire.h"
 
@@ -51,11 +52,11 @@
 typedef struct sw_peer sw_peer_t;
 
 typedef struct sw_peer_opts {
-    const char *relay;                       /* relay endpoint, "tcp://host:port" */
-    const Shardwire__PeerAnnounce *announce; /* who this peer is (name required); copied */
-    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = SW_PEER_DEFAULT_HEARTBEAT_MS. The
-                               relay is presumed gone after SW_PEER_SILENT_IVLS x this without
-                               data from it. */
+    const char *relay;                 /* relay endpoint, "tcp://host:port" */
+    const sw_msg_announce_t *announce; /* who this peer is (name required); copied */
+    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = SW_PEER_DEFAULT_HEARTBEAT_MS. The relay
+                               is presumed gone after SW_PEER_SILENT_IVLS x this without data from
+                               it. */
     int connect_timeout_ms; /* how long sw_peer_new keeps trying to reach the relay and get its
                                ack; 0 = SW_PEER_DEFAULT_CONNECT_MS, -1 = forever */
     int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
@@ -86,9 +87,22 @@ const char *sw_peer_name(const sw_peer_t *peer);
  * Sends env (and an optional raw payload, copied) to the peer called dest, or
  * to SW_WIRE_RELAY_NAME. env is validated first (its version is set here) and
  * stays the caller's. Returns 0 or a negative sw_wire_rc after one error line.
+ * The transport under sw_peer_send_msg: programs send plain messages with
+ * that; tests call this one to send hand-made (hostile) Envelopes.
  */
 int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, const void *payload,
                  size_t payload_len, int has_payload) __attribute__((warn_unused_result));
+
+/*
+ * sw_peer_send of a plain message (codec.h): msg, and a Forward's payload, stay
+ * the caller's. Returns 0 or a negative sw_wire_rc after one error line.
+ */
+int sw_peer_send_msg(sw_peer_t *peer, const char *dest, const sw_msg_t *msg)
+    __attribute__((warn_unused_result));
+
+/* sw_peer_try_send of a plain message (never one with a payload). */
+int sw_peer_try_send_msg(sw_peer_t *peer, const char *dest, const sw_msg_t *msg)
+    __attribute__((warn_unused_result));
 
 /*
  * Waits up to timeout_ms (0 = poll, -1 = forever) for the next message for the
@@ -103,8 +117,8 @@ int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
 /*
  * Asks the relay for its peer table and waits up to timeout_ms for it.
  * Messages for the caller that arrive meanwhile are kept for sw_peer_recv.
- * On success *table_msg holds the PeerTable reply (table_msg->env->peer_table);
- * the caller clears it. Returns 0, 1 on timeout, -1 on error.
+ * On success *table_msg holds the PeerTable reply (sw_codec_decode reads
+ * it); the caller clears it. Returns 0, 1 on timeout, -1 on error.
  */
 int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
     __attribute__((warn_unused_result));

@@ -54,42 +54,6 @@ size_t sw_wire_dtype_size(int dtype)
     }
 }
 
-const char *sw_wire_body_name(const Shardwire__Envelope *env)
-{
-    if (!env)
-        return "none";
-    switch (env->body_case) {
-    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
-        return "announce";
-    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK:
-        return "announce_ack";
-    case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
-        return "status_query";
-    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE:
-        return "peer_table";
-    case SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN:
-        return "session_open";
-    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
-        return "session_close";
-    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
-        return "forward";
-    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
-        return "verdict";
-    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
-        return "generate";
-    case SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK:
-        return "token_chunk";
-    case SHARDWIRE__ENVELOPE__BODY_ERROR:
-        return "error";
-    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
-        return "cancel";
-    case SHARDWIRE__ENVELOPE__BODY_RESUME:
-        return "resume";
-    default:
-        return "none";
-    }
-}
-
 const char *sw_wire_role_name(int role)
 {
     switch (role) {
@@ -540,78 +504,231 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
     return s_name("error.dest", e->dest, 0, err, err_len);
 }
 
+static int s_check_announce(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                            char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    return s_announce(env->announce, err, err_len);
+}
+
+static int s_check_announce_ack(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                                char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->announce_ack != NULL, "announce_ack missing");
+    CHECK(env->announce_ack->heartbeat_ms <= 3600000, "announce_ack.heartbeat_ms too large");
+    return s_name("announce_ack.name", env->announce_ack->name, 1, err, err_len);
+}
+
+static int s_check_status_query(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                                char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->status_query != NULL, "status_query missing");
+    return SW_WIRE_OK;
+}
+
+static int s_check_peer_table(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                              char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    const Shardwire__PeerTable *t = env->peer_table;
+    CHECK(t != NULL, "peer_table missing");
+    CHECK(t->n_peers <= SW_WIRE_MAX_PEERS, "peer_table has %zu peers (max %d)", t->n_peers,
+          SW_WIRE_MAX_PEERS);
+    for (size_t i = 0; i < t->n_peers; i++) {
+        CHECK(t->peers[i] != NULL, "peer_table.peers[%zu] missing", i);
+        int rc = s_announce(t->peers[i]->announce, err, err_len);
+        if (rc)
+            return rc;
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_check_session_open(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                                char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    int rc;
+    const Shardwire__SessionOpen *o = env->session_open;
+    CHECK(o != NULL, "session_open missing");
+    CHECK(o->session_id != 0, "session_open.session_id is 0");
+    CHECK(o->n_ctx >= 1 && o->n_ctx <= SW_WIRE_MAX_POS, "session_open.n_ctx %u not in 1..%u",
+          o->n_ctx, SW_WIRE_MAX_POS);
+    if ((rc = s_fingerprint(o->model_fingerprint, err, err_len)))
+        return rc;
+    if ((rc = s_route("session_open.route", o->route, o->n_route, 1, err, err_len)))
+        return rc;
+    return s_sampling(o->sampling, err, err_len);
+}
+
+static int s_check_session_close(const Shardwire__Envelope *env, int has_payload,
+                                 size_t payload_len, char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->session_close != NULL, "session_close missing");
+    CHECK(env->session_close->session_id != 0, "session_close.session_id is 0");
+    return s_text("session_close.reason", env->session_close->reason, 256, err, err_len);
+}
+
+static int s_check_forward(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                           char *err, size_t err_len)
+{
+    return s_forward(env->forward, has_payload, payload_len, err, err_len);
+}
+
+static int s_check_verdict(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                           char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    return s_verdict(env->verdict, err, err_len);
+}
+
+static int s_check_generate(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                            char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    return s_generate(env->generate, err, err_len);
+}
+
+static int s_check_token_chunk(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                               char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    return s_token_chunk(env->token_chunk, err, err_len);
+}
+
+static int s_check_error(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                         char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    return s_error(env->error, err, err_len);
+}
+
+static int s_check_cancel(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                          char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->cancel != NULL, "cancel missing");
+    int rc = s_name("cancel.request_id", env->cancel->request_id, 1, err, err_len);
+    if (rc)
+        return rc;
+    return s_text("cancel.reason", env->cancel->reason, 256, err, err_len);
+}
+
+static int s_check_resume(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                          char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->resume != NULL, "resume missing");
+    CHECK(env->resume->from_index <= SW_WIRE_MAX_POS, "resume.from_index %u > %u",
+          env->resume->from_index, SW_WIRE_MAX_POS);
+    return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
+}
+
+/* ---- the message types ------------------------------------------------------ */
+
+typedef int (*s_check_fn)(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                          char *err, size_t err_len);
+
+/*
+ * One row per message type, indexed by sw_msg_type_t: its body case in the
+ * Envelope, its name, the channel it is sealed on between peers (0: an
+ * Error, either), whether a payload frame may follow it, and its validator.
+ * A body case no row names is refused as malformed (sw_wire_validate); a
+ * type without a row fails the static assertion below.
+ */
+static const struct s_type {
+    int body;         /* SHARDWIRE__ENVELOPE__BODY_* */
+    const char *name; /* for logs and errors */
+    int channel;      /* SW_WIRE_CH_CLUSTER, SW_WIRE_CH_ACCESS, or 0 (either) */
+    int payload;      /* 1: a payload frame may follow (only the Forward's tensor) */
+    s_check_fn check; /* every field against the protocol's limits */
+} s_types[] = {
+    [SW_MSG_ANNOUNCE] = {SHARDWIRE__ENVELOPE__BODY_ANNOUNCE, "announce", SW_WIRE_CH_CLUSTER, 0,
+                         s_check_announce},
+    [SW_MSG_ANNOUNCE_ACK] = {SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK, "announce_ack",
+                             SW_WIRE_CH_CLUSTER, 0, s_check_announce_ack},
+    [SW_MSG_STATUS_QUERY] = {SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY, "status_query",
+                             SW_WIRE_CH_CLUSTER, 0, s_check_status_query},
+    [SW_MSG_PEER_TABLE] = {SHARDWIRE__ENVELOPE__BODY_PEER_TABLE, "peer_table", SW_WIRE_CH_CLUSTER,
+                           0, s_check_peer_table},
+    [SW_MSG_SESSION_OPEN] = {SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN, "session_open",
+                             SW_WIRE_CH_CLUSTER, 0, s_check_session_open},
+    [SW_MSG_SESSION_CLOSE] = {SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE, "session_close",
+                              SW_WIRE_CH_CLUSTER, 0, s_check_session_close},
+    [SW_MSG_FORWARD] = {SHARDWIRE__ENVELOPE__BODY_FORWARD, "forward", SW_WIRE_CH_CLUSTER, 1,
+                        s_check_forward},
+    [SW_MSG_VERDICT] = {SHARDWIRE__ENVELOPE__BODY_VERDICT, "verdict", SW_WIRE_CH_CLUSTER, 0,
+                        s_check_verdict},
+    [SW_MSG_GENERATE] = {SHARDWIRE__ENVELOPE__BODY_GENERATE, "generate", SW_WIRE_CH_ACCESS, 0,
+                         s_check_generate},
+    [SW_MSG_TOKEN_CHUNK] = {SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK, "token_chunk", SW_WIRE_CH_ACCESS,
+                            0, s_check_token_chunk},
+    [SW_MSG_ERROR] = {SHARDWIRE__ENVELOPE__BODY_ERROR, "error", 0, 0, s_check_error},
+    [SW_MSG_CANCEL] = {SHARDWIRE__ENVELOPE__BODY_CANCEL, "cancel", SW_WIRE_CH_ACCESS, 0,
+                       s_check_cancel},
+    [SW_MSG_RESUME] = {SHARDWIRE__ENVELOPE__BODY_RESUME, "resume", SW_WIRE_CH_ACCESS, 0,
+                       s_check_resume},
+};
+_Static_assert(sizeof s_types / sizeof s_types[0] == SW_MSG_TYPES,
+               "wire.c: one row per message type (sw_msg_type_t)");
+
+/* The row of a type, or NULL (SW_MSG_NONE, out of range, or a hole in the table). */
+static const struct s_type *s_type_row(sw_msg_type_t type)
+{
+    if ((int)type <= SW_MSG_NONE || type >= SW_MSG_TYPES || !s_types[type].check)
+        return NULL;
+    return &s_types[type];
+}
+
+sw_msg_type_t sw_wire_body_type(const Shardwire__Envelope *env)
+{
+    if (!env)
+        return SW_MSG_NONE;
+    for (int t = SW_MSG_NONE + 1; t < SW_MSG_TYPES; t++)
+        if (s_types[t].check && s_types[t].body == (int)env->body_case)
+            return (sw_msg_type_t)t;
+    return SW_MSG_NONE;
+}
+
+int sw_wire_type_body(sw_msg_type_t type)
+{
+    const struct s_type *row = s_type_row(type);
+    return row ? row->body : 0;
+}
+
+const char *sw_wire_type_name(sw_msg_type_t type)
+{
+    const struct s_type *row = s_type_row(type);
+    return row ? row->name : "none";
+}
+
+const char *sw_wire_body_name(const Shardwire__Envelope *env)
+{
+    return sw_wire_type_name(sw_wire_body_type(env));
+}
+
+int sw_wire_body_channel(const Shardwire__Envelope *env)
+{
+    const struct s_type *row = s_type_row(sw_wire_body_type(env));
+    /* an unknown body never gets this far (validation refuses it first); if
+     * it did, the cluster channel is the one that admits the least */
+    return row ? row->channel : SW_WIRE_CH_CLUSTER;
+}
+
 int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t payload_len, char *err,
                      size_t err_len)
 {
-    int rc;
     CHECK(env != NULL, "no envelope");
     if (env->version != SW_WIRE_VERSION)
         return s_fail(SW_WIRE_EVERSION, err, err_len, "protocol version %u, this build speaks %u",
                       env->version, SW_WIRE_VERSION);
-    CHECK(!has_payload || env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD,
-          "a %s message carries no payload frame", sw_wire_body_name(env));
-    switch (env->body_case) {
-    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
-        return s_announce(env->announce, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK:
-        CHECK(env->announce_ack != NULL, "announce_ack missing");
-        CHECK(env->announce_ack->heartbeat_ms <= 3600000, "announce_ack.heartbeat_ms too large");
-        return s_name("announce_ack.name", env->announce_ack->name, 1, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
-        CHECK(env->status_query != NULL, "status_query missing");
-        return SW_WIRE_OK;
-    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE: {
-        const Shardwire__PeerTable *t = env->peer_table;
-        CHECK(t != NULL, "peer_table missing");
-        CHECK(t->n_peers <= SW_WIRE_MAX_PEERS, "peer_table has %zu peers (max %d)", t->n_peers,
-              SW_WIRE_MAX_PEERS);
-        for (size_t i = 0; i < t->n_peers; i++) {
-            CHECK(t->peers[i] != NULL, "peer_table.peers[%zu] missing", i);
-            if ((rc = s_announce(t->peers[i]->announce, err, err_len)))
-                return rc;
-        }
-        return SW_WIRE_OK;
-    }
-    case SHARDWIRE__ENVELOPE__BODY_SESSION_OPEN: {
-        const Shardwire__SessionOpen *o = env->session_open;
-        CHECK(o != NULL, "session_open missing");
-        CHECK(o->session_id != 0, "session_open.session_id is 0");
-        CHECK(o->n_ctx >= 1 && o->n_ctx <= SW_WIRE_MAX_POS, "session_open.n_ctx %u not in 1..%u",
-              o->n_ctx, SW_WIRE_MAX_POS);
-        if ((rc = s_fingerprint(o->model_fingerprint, err, err_len)))
-            return rc;
-        if ((rc = s_route("session_open.route", o->route, o->n_route, 1, err, err_len)))
-            return rc;
-        return s_sampling(o->sampling, err, err_len);
-    }
-    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
-        CHECK(env->session_close != NULL, "session_close missing");
-        CHECK(env->session_close->session_id != 0, "session_close.session_id is 0");
-        return s_text("session_close.reason", env->session_close->reason, 256, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
-        return s_forward(env->forward, has_payload, payload_len, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
-        return s_verdict(env->verdict, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
-        return s_generate(env->generate, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK:
-        return s_token_chunk(env->token_chunk, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_ERROR:
-        return s_error(env->error, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
-        CHECK(env->cancel != NULL, "cancel missing");
-        if ((rc = s_name("cancel.request_id", env->cancel->request_id, 1, err, err_len)))
-            return rc;
-        return s_text("cancel.reason", env->cancel->reason, 256, err, err_len);
-    case SHARDWIRE__ENVELOPE__BODY_RESUME:
-        CHECK(env->resume != NULL, "resume missing");
-        CHECK(env->resume->from_index <= SW_WIRE_MAX_POS, "resume.from_index %u > %u",
-              env->resume->from_index, SW_WIRE_MAX_POS);
-        return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
-    default:
-        CHECK(0, "envelope has no known body (case %d)", (int)env->body_case);
-    }
-    return SW_WIRE_EMALFORMED;
+    const struct s_type *row = s_type_row(sw_wire_body_type(env));
+    CHECK(!has_payload || (row && row->payload), "a %s message carries no payload frame",
+          sw_wire_body_name(env));
+    CHECK(row != NULL, "envelope has no known body (case %d)", (int)env->body_case);
+    return row->check(env, has_payload, payload_len, err, err_len);
 }
 
 /*
@@ -713,29 +830,6 @@ int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const v
 static int s_is_relay(const char *name)
 {
     return strcmp(name, SW_WIRE_RELAY_NAME) == 0;
-}
-
-int sw_wire_body_channel(const Shardwire__Envelope *env)
-{
-    switch (env->body_case) {
-    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
-    case SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK:
-    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
-    case SHARDWIRE__ENVELOPE__BODY_RESUME:
-        return SW_WIRE_CH_ACCESS;
-    case SHARDWIRE__ENVELOPE__BODY_ERROR:
-        return 0;
-    default:
-        return SW_WIRE_CH_CLUSTER;
-    }
-}
-
-int sw_wire_peer_routable(const Shardwire__PeerInfo *pi, int need_key)
-{
-    const Shardwire__PeerAnnounce *a = pi ? pi->announce : NULL;
-    if (!a || a->role < SHARDWIRE__ROLE__ROLE_HEAD || a->role > SHARDWIRE__ROLE__ROLE_FULL)
-        return 0;
-    return pi->key_bound || !need_key;
 }
 
 /* The sealer for env's channel from crypto (NULL when it holds none for it). */
@@ -1005,6 +1099,18 @@ done:
     for (int i = 0; i < SW_WIRE_MAX_FRAMES; i++)
         zmq_msg_close(&f[i]);
     return rc;
+}
+
+int sw_wire_decode_msg(const void *header, size_t header_len, int has_payload, size_t payload_len,
+                       sw_wire_msg_t *msg, char *err, size_t err_len)
+{
+    sw_wire_msg_clear(msg);
+    return sw_wire_decode(header, header_len, has_payload, payload_len, &msg->env, err, err_len);
+}
+
+sw_msg_type_t sw_wire_msg_type(const sw_wire_msg_t *msg)
+{
+    return sw_wire_body_type(msg->env);
 }
 
 const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len)

@@ -19,6 +19,10 @@
  * validated the same way before it is sent. Functions that take `char *err, size_t err_len` write
  * one line saying what was wrong there (or log it at warn level when err is NULL).
  *
+ * Programs do not read or build Envelopes themselves: codec.h turns a
+ * received sw_wire_msg_t into a plain struct and a plain struct into an
+ * Envelope sent through sw_wire_send_ex.
+ *
  * Ownership: a sw_wire_msg_t owns its Envelope and payload until
  * sw_wire_msg_clear(); envelopes the caller builds stay the caller's.
  */
@@ -75,7 +79,7 @@ typedef struct sw_wire_crypto {
 /* One received message. Zero-initialise before the first sw_wire_recv. */
 typedef struct sw_wire_msg {
     char peer[SW_WIRE_NAME_MAX + 1]; /* the name frame: source (from the relay) */
-    Shardwire__Envelope *env;        /* decoded and validated; owned */
+    Shardwire__Envelope *env;        /* decoded and validated; owned (read: sw_codec_decode) */
     zmq_msg_t payload;               /* raw tensor frame, valid when has_payload */
     int has_payload;                 /* 1 when a payload frame came */
     int sealed;                      /* 1 when it arrived sealed (and was opened) */
@@ -86,16 +90,42 @@ typedef struct sw_wire_msg {
 #define SW_WIRE_CH_CLUSTER 'C' /* sealed with the cluster key (== SW_SEAL_CLUSTER) */
 #define SW_WIRE_CH_ACCESS 'A'  /* sealed with the access key (== SW_SEAL_ACCESS) */
 
+/*
+ * The message types of Envelope.body, as the rest of the program names them
+ * (codec.h turns each into a plain struct). wire.c holds one table of them:
+ * each type's body case, name, channel and validator. A body case without
+ * a row there is refused as malformed, on send and on receive.
+ */
+typedef enum sw_msg_type {
+    SW_MSG_NONE = 0, /* no body, or one this build does not know */
+    SW_MSG_ANNOUNCE,
+    SW_MSG_ANNOUNCE_ACK,
+    SW_MSG_STATUS_QUERY,
+    SW_MSG_PEER_TABLE,
+    SW_MSG_SESSION_OPEN,
+    SW_MSG_SESSION_CLOSE,
+    SW_MSG_FORWARD,
+    SW_MSG_VERDICT,
+    SW_MSG_GENERATE,
+    SW_MSG_TOKEN_CHUNK,
+    SW_MSG_ERROR,
+    SW_MSG_CANCEL,
+    SW_MSG_RESUME,
+    SW_MSG_TYPES /* the number of values above, SW_MSG_NONE included */
+} sw_msg_type_t;
+
+/* The type of an Envelope's body (SW_MSG_NONE: none, or not in the table). */
+sw_msg_type_t sw_wire_body_type(const Shardwire__Envelope *env);
+/* The body case (SHARDWIRE__ENVELOPE__BODY_*) of a type; 0 for none. */
+int sw_wire_type_body(sw_msg_type_t type);
+/* Printable name of a type ("forward", "verdict", ...; "none"). */
+const char *sw_wire_type_name(sw_msg_type_t type);
+
 /* The channel a message type travels on between peers: SW_WIRE_CH_CLUSTER
  * (Forward, Verdict, SessionOpen/Close, and the relay's own types),
  * SW_WIRE_CH_ACCESS (GenerateRequest, TokenChunk, Cancel, Resume), or 0 for
  * an Error (either). */
 int sw_wire_body_channel(const Shardwire__Envelope *env);
-
-/* 1 when a peer-table entry is a node (head, middle, tail, full) that may be
- * routed to: key-bound by the relay's allow-list, or need_key is 0 (a relay
- * without keys binds nothing). */
-int sw_wire_peer_routable(const Shardwire__PeerInfo *pi, int need_key);
 
 /* Bytes per element of a payload dtype; 0 for an unknown value. */
 size_t sw_wire_dtype_size(int dtype);
@@ -173,6 +203,19 @@ int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t er
  */
 int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/*
+ * sw_wire_decode into a message that owns the Envelope (for a header frame
+ * that did not come through sw_wire_recv: the relay's control messages).
+ * msg is cleared first; on success the caller clears it when done. The name
+ * frame is not part of it: msg->peer is "".
+ */
+int sw_wire_decode_msg(const void *header, size_t header_len, int has_payload, size_t payload_len,
+                       sw_wire_msg_t *msg, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/* The type of a received message (SW_MSG_NONE when it holds none). */
+sw_msg_type_t sw_wire_msg_type(const sw_wire_msg_t *msg);
 
 /* Payload bytes of a received message (NULL, 0 when none). */
 const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len);

@@ -93,6 +93,17 @@ SW_HD float sw_swiglu_ggml(float g, float u)
     return silu * u;
 }
 
+/* GGML's GEGLU of one element with its f16 GELU table (sw_gelu_f16_table()):
+ * 0 at or below -10, g * u at or above 10, else table[f16(g)] * u. */
+SW_HD float sw_geglu_ggml(const sw_f16 *table, float g, float u)
+{
+    if (g <= -10.0f)
+        return 0.0f;
+    if (g >= 10.0f)
+        return g * u;
+    return sw_h2f(table[sw_f2h(g)]) * u;
+}
+
 /* The rope rotation of the pair (x0, x1) by (c, s) = (cos, sin). */
 SW_HD void sw_rope_pair(float *x0, float *x1, float c, float s)
 {
@@ -116,10 +127,12 @@ SW_HD float sw_rms_mean(double sum, int dim)
     return (float)(sum / dim);
 }
 
-/* QK norm's argument of the square root: (float)(sum / head_dim + eps). */
+/* QK norm's argument of the square root: GGML's rms_norm over one head,
+ * the float mean plus eps in float, (float)(sum / head_dim) + eps (not the
+ * sum in double: that rounds once where GGML rounds twice). */
 SW_HD float sw_head_norm_arg(double sum, int head_dim, float eps)
 {
-    return (float)(sum / head_dim + eps);
+    return sw_rms_mean(sum, head_dim) + eps;
 }
 
 /* The softmax's normaliser from the sum of group sums. */

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "half.h" // sw_f16, sw_bf16
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,9 +51,6 @@ enum sw_type {
     SW_TYPE_BF16 = 30,
     SW_TYPE_COUNT = 39, // one past the largest id GGML defines (for range checks)
 };
-
-typedef uint16_t sw_f16;  // IEEE half, raw bits
-typedef uint16_t sw_bf16; // bfloat16, raw bits
 
 /* 1 when shardwire can load tensors of this type (F32, F16, BF16, Q8_0, Q4_0,
  * Q4_1, Q4_K, Q5_K, Q6_K; also Q5_0, Q5_1, Q8_1, Q8_K where implemented). */

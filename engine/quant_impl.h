@@ -15,12 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Functions compiled for the host and, by nvcc, for the GPU (quant_math.h). */
-#if defined(__CUDACC__)
-#define SW_HD static __host__ __device__ __forceinline__
-#else
-#define SW_HD static inline
-#endif
+#include "half.h" // SW_HD: functions compiled for the host and, by nvcc, for the GPU
 
 #define SW_QK 32    // elements per block of the 32-element formats
 #define SW_QK_K 256 // elements per super-block of the K-quants

@@ -20,10 +20,10 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "codec.h"
 #include "dispatch.h"
 #include "log.h"
 #include "metrics.h"
-#include "wire.h"
 
 #define S_MAX_KEYS 1024      /* API keys in a key file */
 #define S_KEY_HASH 32        /* BLAKE2b-256 of a key */
@@ -133,14 +133,13 @@ static int s_status_of(int code, int wire_code, const char **type)
         *type = "invalid_request_error";
         return MHD_HTTP_BAD_REQUEST;
     case SW_CLIENT_EHEAD:
-        if (wire_code == SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST) {
+        if (wire_code == SW_ERROR_BAD_REQUEST) {
             *type = "invalid_request_error";
             return MHD_HTTP_BAD_REQUEST;
         }
-        if (wire_code == SHARDWIRE__ERROR_CODE__ERR_BUSY ||
-            wire_code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY)
+        if (wire_code == SW_ERROR_BUSY || wire_code == SW_ERROR_DEST_BUSY)
             return MHD_HTTP_SERVICE_UNAVAILABLE;
-        if (wire_code == SHARDWIRE__ERROR_CODE__ERR_DEADLINE)
+        if (wire_code == SW_ERROR_DEADLINE)
             return MHD_HTTP_GATEWAY_TIMEOUT;
         return MHD_HTTP_BAD_GATEWAY;
     case SW_CLIENT_ETIMEOUT:

@@ -125,144 +125,168 @@ bad:
     return -1;
 }
 
-int main(int argc, char **argv)
+/* What the command line gives beyond node_opts_t: the option groups of
+ * args.h and the flags whose units node_opts_t does not take as they are. */
+typedef struct s_cli {
+    sw_sec_args_t sargs;   // SECURITY
+    sw_args_model_t mo;    // -m, --backend, --threads, --ctx
+    sw_args_relay_t ra;    // --relay, --connect-timeout-s
+    sw_args_draft_t dr;    // --draft*
+    int kv_mib;            // --kv-mib (-1 = unset)
+    int idle_s, recover_s; // --idle-timeout-s, --recover-timeout-s
+} s_cli_t;
+
+/* One option of this program (not of a shared group): 0, or nonzero after
+ * an error line. */
+static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
+{
+    const char *P = s_spec.prog;
+    switch (c) {
+    case O_LAYERS:
+        return s_layers(v, &o->layer_begin, &o->layer_end);
+    case O_MODEL_NAME:
+        o->model_name = v;
+        if (!sw_wire_model_name_ok(v)) {
+            fprintf(stderr,
+                    "shardwire-node: --model-name '%s' must be up to 63 characters of "
+                    "[A-Za-z0-9._:/-]\n",
+                    v);
+            return -1;
+        }
+        return 0;
+    case O_NAME:
+        o->name = v;
+        return 0;
+    case O_MAXS:
+        return sw_arg_int(P, "--max-sessions", v, 1, 4096, &o->max_sessions);
+    case O_IDLE:
+        return sw_arg_int(P, "--idle-timeout-s", v, 1, 86400 * 7, &cli->idle_s);
+    case O_ROUND:
+        return sw_arg_int(P, "--round-timeout-ms", v, 100, 3600000, &o->round_timeout_ms);
+    case O_RECOVER:
+        return sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &cli->recover_s);
+    case O_HB:
+        return sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o->heartbeat_ms);
+    case O_DTYPE:
+        if (!strcmp(v, "f32"))
+            o->dtype = SW_DTYPE_F32;
+        else if (!strcmp(v, "f16"))
+            o->dtype = SW_DTYPE_F16;
+        else if (!strcmp(v, "bf16"))
+            o->dtype = SW_DTYPE_BF16;
+        else {
+            fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
+            return -1;
+        }
+        return 0;
+    case O_MAXQ:
+        return sw_arg_int(P, "--max-queue", v, 0, SW_WIRE_MAX_QUEUE, &o->max_queue);
+    case O_QPC:
+        return sw_arg_int(P, "--max-queue-per-client", v, 0, SW_WIRE_MAX_QUEUE,
+                          &o->max_queue_per_client);
+    case O_SPC:
+        return sw_arg_int(P, "--max-sessions-per-client", v, 0, 4096, &o->max_sessions_per_client);
+    case O_MAXROWS:
+        return sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o->max_batch_rows);
+    case O_KVMIB:
+        return sw_arg_int(P, "--kv-mib", v, 1, 1 << 24, &cli->kv_mib);
+    default:
+        return -1;
+    }
+}
+
+/* Reads the command line into o and cli: -1 when the program goes on, else
+ * its exit code (--help, a usage error, a missing or bad required flag). */
+static int s_parse(int argc, char **argv, node_opts_t *o, s_cli_t *cli)
 {
     const char *P = s_spec.prog, *v;
-    sw_sec_args_t sargs = {0};
+    int c;
+    sw_args_t a;
+    sw_args_init(&a, &s_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
+        int h = sw_sec_args_opt(&cli->sargs, c, v);
+        if (!h)
+            h = sw_args_model_opt(P, &cli->mo, c, v);
+        if (!h)
+            h = sw_args_relay_opt(P, &cli->ra, c, v);
+        if (!h)
+            h = sw_args_draft_opt(P, &cli->dr, c, v);
+        if (h < 0)
+            return 2;
+        if (!h && s_opt(o, cli, c, v) != 0)
+            return 2;
+    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!cli->mo.model || o->layer_begin < 0 || !cli->ra.relay[0] || !o->name)
+        return sw_args_exit(sw_args_fail(&s_spec, "%s is required",
+                                         !cli->mo.model       ? "--model"
+                                         : o->layer_begin < 0 ? "--layers"
+                                         : !cli->ra.relay[0]  ? "--relay"
+                                                              : "--name"));
+    if (!sw_wire_name_ok(o->name, strlen(o->name))) {
+        fprintf(stderr, "shardwire-node: --name '%s' must be 1-63 characters of [A-Za-z0-9._-]\n",
+                o->name);
+        return 2;
+    }
+    if (sw_args_draft_check(&s_spec, &cli->dr) != 0)
+        return 2;
+    return -1;
+}
+
+/* The shared groups' values and the flags in other units, into o. */
+static void s_apply(node_opts_t *o, const s_cli_t *cli)
+{
+    o->model = cli->mo.model;
+    o->backend = cli->mo.backend;
+    o->threads = cli->mo.threads;
+    o->n_ctx = cli->mo.n_ctx;
+    o->relay = cli->ra.relay;
+    o->draft_model = cli->dr.model;
+    o->draft_mode = cli->dr.mode;
+    o->draft_k = cli->dr.k;
+    o->draft_k_max = cli->dr.k_max;
+    o->draft_p_min = cli->dr.p_min;
+    o->draft_threads = cli->dr.threads;
+    o->draft_backend = cli->dr.backend;
+    o->draft_tree = cli->dr.tree;
+    o->draft_ahead = cli->dr.ahead < 0 ? 1 : cli->dr.ahead;
+    o->idle_timeout_ms = cli->idle_s * 1000;
+    o->kv_bytes = cli->kv_mib > 0 ? (int64_t)cli->kv_mib << 20 : 0; /* 0: node_run sizes it */
+    o->recover_timeout_ms = cli->recover_s * 1000;
+    o->connect_timeout_ms =
+        cli->ra.connect_s > 0 ? cli->ra.connect_s * 1000 : -1; /* 0, unset: no limit */
+}
+
+int main(int argc, char **argv)
+{
+    s_cli_t cli = {
+        .mo = SW_ARGS_MODEL_DEFAULT,
+        .ra = SW_ARGS_RELAY_DEFAULT,
+        .dr = SW_ARGS_DRAFT_DEFAULT,
+        .kv_mib = -1,
+        .idle_s = SW_NODE_DEFAULT_IDLE_TIMEOUT_S,
+        .recover_s = SW_NODE_DEFAULT_RECOVER_TIMEOUT_S,
+    };
     static sw_sec_t sec; /* lives until the process exits */
     node_opts_t o = {
         .layer_begin = -1,
         .layer_end = -1,
         .max_sessions = SW_NODE_DEFAULT_MAX_SESSIONS,
         .round_timeout_ms = SW_NODE_DEFAULT_ROUND_TIMEOUT_MS,
-        .dtype = SHARDWIRE__DTYPE__DTYPE_F32,
+        .dtype = SW_DTYPE_F32,
         .heartbeat_ms = SW_NODE_DEFAULT_HEARTBEAT_MS,
         .max_queue = SW_NODE_DEFAULT_MAX_QUEUE,
         .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
         .max_batch_rows = SW_NODE_DEFAULT_MAX_BATCH_ROWS,
     };
-    sw_args_model_t mo = SW_ARGS_MODEL_DEFAULT;
-    sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
-    sw_args_draft_t dr = SW_ARGS_DRAFT_DEFAULT;
-    int kv_mib = -1;
-    int c, idle_s = SW_NODE_DEFAULT_IDLE_TIMEOUT_S, rc = 0;
-    int recover_s = SW_NODE_DEFAULT_RECOVER_TIMEOUT_S;
-    sw_args_t a;
-    sw_args_init(&a, &s_spec, argc, argv);
-    while ((c = sw_args_next(&a, &v)) >= 0) {
-        int h = sw_sec_args_opt(&sargs, c, v);
-        if (!h)
-            h = sw_args_model_opt(P, &mo, c, v);
-        if (!h)
-            h = sw_args_relay_opt(P, &ra, c, v);
-        if (!h)
-            h = sw_args_draft_opt(P, &dr, c, v);
-        if (h < 0)
-            return 2;
-        if (h)
-            continue;
-        switch (c) {
-        case O_LAYERS:
-            rc = s_layers(v, &o.layer_begin, &o.layer_end);
-            break;
-        case O_MODEL_NAME:
-            o.model_name = v;
-            if (!sw_wire_model_name_ok(v)) {
-                fprintf(stderr,
-                        "shardwire-node: --model-name '%s' must be up to 63 characters of "
-                        "[A-Za-z0-9._:/-]\n",
-                        v);
-                rc = -1;
-            }
-            break;
-        case O_NAME:
-            o.name = v;
-            break;
-        case O_MAXS:
-            rc = sw_arg_int(P, "--max-sessions", v, 1, 4096, &o.max_sessions);
-            break;
-        case O_IDLE:
-            rc = sw_arg_int(P, "--idle-timeout-s", v, 1, 86400 * 7, &idle_s);
-            break;
-        case O_ROUND:
-            rc = sw_arg_int(P, "--round-timeout-ms", v, 100, 3600000, &o.round_timeout_ms);
-            break;
-        case O_RECOVER:
-            rc = sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &recover_s);
-            break;
-        case O_HB:
-            rc = sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o.heartbeat_ms);
-            break;
-        case O_DTYPE:
-            if (!strcmp(v, "f32"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
-            else if (!strcmp(v, "f16"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
-            else if (!strcmp(v, "bf16"))
-                o.dtype = SHARDWIRE__DTYPE__DTYPE_BF16;
-            else {
-                fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
-                rc = -1;
-            }
-            break;
-        case O_MAXQ:
-            rc = sw_arg_int(P, "--max-queue", v, 0, SW_WIRE_MAX_QUEUE, &o.max_queue);
-            break;
-        case O_QPC:
-            rc = sw_arg_int(P, "--max-queue-per-client", v, 0, SW_WIRE_MAX_QUEUE,
-                            &o.max_queue_per_client);
-            break;
-        case O_SPC:
-            rc = sw_arg_int(P, "--max-sessions-per-client", v, 0, 4096, &o.max_sessions_per_client);
-            break;
-        case O_MAXROWS:
-            rc = sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o.max_batch_rows);
-            break;
-        case O_KVMIB:
-            rc = sw_arg_int(P, "--kv-mib", v, 1, 1 << 24, &kv_mib);
-            break;
-        default:
-            return 2;
-        }
-        if (rc)
-            return 2;
-    }
-    if ((c = sw_args_finish(&a, c, 0)) >= 0)
-        return c;
-    if (!mo.model || o.layer_begin < 0 || !ra.relay[0] || !o.name)
-        return sw_args_exit(sw_args_fail(&s_spec, "%s is required",
-                                         !mo.model           ? "--model"
-                                         : o.layer_begin < 0 ? "--layers"
-                                         : !ra.relay[0]      ? "--relay"
-                                                             : "--name"));
-    if (!sw_wire_name_ok(o.name, strlen(o.name))) {
-        fprintf(stderr, "shardwire-node: --name '%s' must be 1-63 characters of [A-Za-z0-9._-]\n",
-                o.name);
-        return 2;
-    }
-    if (sw_args_draft_check(&s_spec, &dr) != 0)
-        return 2;
-    o.model = mo.model;
-    o.backend = mo.backend;
-    o.threads = mo.threads;
-    o.n_ctx = mo.n_ctx;
-    o.relay = ra.relay;
-    o.draft_model = dr.model;
-    o.draft_mode = dr.mode;
-    o.draft_k = dr.k;
-    o.draft_k_max = dr.k_max;
-    o.draft_p_min = dr.p_min;
-    o.draft_threads = dr.threads;
-    o.draft_backend = dr.backend;
-    o.draft_tree = dr.tree;
-    o.draft_ahead = dr.ahead < 0 ? 1 : dr.ahead;
-    o.idle_timeout_ms = idle_s * 1000;
-    o.kv_bytes = kv_mib > 0 ? (int64_t)kv_mib << 20 : 0; /* 0: node_run sizes it */
-    o.recover_timeout_ms = recover_s * 1000;
-    o.connect_timeout_ms = ra.connect_s > 0 ? ra.connect_s * 1000 : -1; /* 0, unset: no limit */
+    const int rc = s_parse(argc, argv, &o, &cli);
+    if (rc >= 0)
+        return rc;
+    s_apply(&o, &cli);
     char err[512];
-    sargs.role = o.layer_begin == 0 ? SW_SEC_HEAD : SW_SEC_STAGE;
-    if (sw_sec_load(&sargs, o.relay, &sec, err, sizeof err) != 0) {
+    cli.sargs.role = o.layer_begin == 0 ? SW_SEC_HEAD : SW_SEC_STAGE;
+    if (sw_sec_load(&cli.sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);
         return 2;
     }

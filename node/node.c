@@ -11,21 +11,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "head.h"
 #include "log.h"
+#include "stage.h"
 
-double node_now_ms(void)
-{
-    return sw_now_ms();
-}
-
-static int s_role(const node_t *n)
+static sw_role_t s_role(const node_t *n)
 {
     int first = sw_model_is_first(n->model), last = sw_model_is_last(n->model);
     if (first && last)
-        return SHARDWIRE__ROLE__ROLE_FULL;
+        return SW_ROLE_FULL;
     if (first)
-        return SHARDWIRE__ROLE__ROLE_HEAD;
-    return last ? SHARDWIRE__ROLE__ROLE_TAIL : SHARDWIRE__ROLE__ROLE_MIDDLE;
+        return SW_ROLE_HEAD;
+    return last ? SW_ROLE_TAIL : SW_ROLE_MIDDLE;
 }
 
 /* The model's name for clients: --model-name, else the file name without
@@ -49,9 +46,13 @@ static void s_model_name(const node_opts_t *o, char *out, size_t len)
 
 static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 {
+    sw_msg_t d;
+    if (sw_codec_decode(m, SW_MSG_SESSION_CLOSE, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_session_close_t *sc = &d.session_close;
     node_session_t *s = NULL;
     const char *why;
-    s = node_session_get(n, m->env->session_close->session_id, 0, 0, &why);
+    s = node_session_get(n, sc->session_id, 0, 0, &why);
     if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;
@@ -61,10 +62,7 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     node_session_close(n, s);
     SW_INFO("session %016llx closed by %s (%s): %d session(s) held; %llu forwards run in %llu "
             "batches so far, the largest shared one %d rows",
-            (unsigned long long)m->env->session_close->session_id, m->peer,
-            m->env->session_close->reason && m->env->session_close->reason[0]
-                ? m->env->session_close->reason
-                : "no reason",
+            (unsigned long long)sc->session_id, m->peer, sc->reason[0] ? sc->reason : "no reason",
             node_sessions_held(n), (unsigned long long)n->stat_batched,
             (unsigned long long)n->stat_batches, n->stat_shared_rows);
 }
@@ -72,198 +70,246 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
 {
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
-    switch (m->env->body_case) {
-    case SHARDWIRE__ENVELOPE__BODY_FORWARD:
+    const sw_msg_type_t type = sw_wire_msg_type(m);
+    switch (type) {
+    case SW_MSG_FORWARD:
         node_stage_forward(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_GENERATE:
+    case SW_MSG_GENERATE:
         node_head_request(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE:
+    case SW_MSG_SESSION_CLOSE:
         s_on_close(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_CANCEL:
+    case SW_MSG_CANCEL:
         node_head_cancel(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_RESUME:
+    case SW_MSG_RESUME:
         node_head_resume(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_VERDICT:
+    case SW_MSG_VERDICT:
         node_head_verdict(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_PEER_TABLE:
+    case SW_MSG_PEER_TABLE:
         if (from_relay && n->head)
             node_head_table(n, m);
         else if (from_relay)
             node_stage_table(n, m);
         break;
-    case SHARDWIRE__ENVELOPE__BODY_ERROR: {
+    case SW_MSG_ERROR: {
         if (n->head) {
             node_head_error(n, m);
             break;
         }
+        sw_msg_t d;
+        if (sw_codec_decode(m, SW_MSG_ERROR, &d, NULL, 0) != 0)
+            break;
         char clean[SW_WIRE_MAX_ERROR_TEXT + 1];
-        const char *text = m->env->error->message ? m->env->error->message : "";
+        const char *text = d.error.message;
         sw_text_clean(clean, text, strnlen(text, SW_WIRE_MAX_ERROR_TEXT), 0, NULL);
-        SW_WARN("error from %s: %s (%s)", m->peer, clean,
-                sw_wire_error_code_name(m->env->error->code));
+        SW_WARN("error from %s: %s (%s)", m->peer, clean, sw_wire_error_code_name(d.error.code));
         break;
     }
     default:
-        SW_DEBUG("ignoring a %s message from %s", sw_wire_body_name(m->env), m->peer);
+        SW_DEBUG("ignoring a %s message from %s", sw_wire_type_name(type), m->peer);
         break;
     }
 }
 
-int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
+/* KV memory: by default what --max-sessions full caches take, but never
+ * more than half the memory available now (a session that does not fit is
+ * refused with an error, instead of the kernel killing the node): the GPUs'
+ * free memory when the caches live there, else the host's. */
+static void s_kv_budget(node_t *n)
 {
-    node_t n = {.o = *o, .stop = stop};
-    char err[512] = "";
-    int rc = 1;
-    sw_log_set_tag(o->name);
-
-    n.be = sw_backend_new(o->backend, o->threads, err, sizeof err);
-    if (!n.be) {
-        SW_ERR("--backend: %s", err);
-        return 1;
-    }
-    n.model = sw_model_load(o->model, o->layer_begin, o->layer_end, n.be, err, sizeof err);
-    if (!n.model) {
-        SW_ERR("%s: %s", o->model, err);
-        goto out;
-    }
-    n.hp = sw_model_hparams(n.model);
-    sw_model_fingerprint(n.model, n.fingerprint);
-    sw_model_prefault(n.model, NULL, NULL);
-    const size_t E = (size_t)n.hp->n_embd;
-    /* KV memory: by default what --max-sessions full caches take, but never
-     * more than half the memory available now (a session that does not fit
-     * is refused with an error, instead of the kernel killing the node): the
-     * GPUs' free memory when the caches live there, else the host's. */
-    const int64_t one = (int64_t)sw_kv_bytes(n.model, o->n_ctx);
-    const int64_t dev_free = sw_backend_mem_free(n.be);
+    const node_opts_t *o = &n->o;
+    const int64_t one = (int64_t)sw_kv_bytes(n->model, o->n_ctx);
+    const int64_t dev_free = sw_backend_mem_free(n->be);
     const int64_t avail = dev_free >= 0
                               ? dev_free
                               : (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
-    if (n.o.kv_bytes == 0) {
-        n.o.kv_bytes = one * o->max_sessions;
-        if (avail > 0 && n.o.kv_bytes > avail / 2)
-            n.o.kv_bytes = avail / 2;
-    } else if (avail > 0 && n.o.kv_bytes > avail) {
+    if (n->o.kv_bytes == 0) {
+        n->o.kv_bytes = one * o->max_sessions;
+        if (avail > 0 && n->o.kv_bytes > avail / 2)
+            n->o.kv_bytes = avail / 2;
+    } else if (avail > 0 && n->o.kv_bytes > avail) {
         SW_WARN("--kv-mib %lld is more than the %lld MiB of memory available now",
-                (long long)(n.o.kv_bytes >> 20), (long long)(avail >> 20));
+                (long long)(n->o.kv_bytes >> 20), (long long)(avail >> 20));
     }
     SW_INFO("KV cache memory: up to %lld MiB (%lld MiB per %d-position session, %d sessions)",
-            (long long)(n.o.kv_bytes >> 20), (long long)(one >> 20), o->n_ctx, o->max_sessions);
-    n.rows_cap = o->max_batch_rows > SW_WIRE_MAX_ROWS ? o->max_batch_rows : SW_WIRE_MAX_ROWS;
-    n.logit_cap = o->max_batch_rows > SW_MAX_DRAFT + 1 ? o->max_batch_rows : SW_MAX_DRAFT + 1;
-    n.sessions = calloc((size_t)o->max_sessions, sizeof *n.sessions);
-    n.batch = calloc(NODE_MAX_BATCH, sizeof *n.batch);
-    n.pending = calloc(NODE_PENDING_MAX, sizeof *n.pending);
-    n.hidden_in = malloc((size_t)n.rows_cap * E * sizeof(float));
-    n.hidden_out = malloc((size_t)n.rows_cap * E * sizeof(float));
-    n.wire_buf = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
-    if (sw_model_is_last(n.model))
-        n.logits = malloc((size_t)n.logit_cap * n.hp->n_vocab * sizeof(float));
-    if (!n.sessions || !n.batch || !n.pending || !n.hidden_in || !n.hidden_out || !n.wire_buf ||
-        (sw_model_is_last(n.model) && !n.logits)) {
+            (long long)(n->o.kv_bytes >> 20), (long long)(one >> 20), o->n_ctx, o->max_sessions);
+}
+
+/* The stage's session slots, batch and pending list and the hidden-state
+ * and logits buffers. 0, or -1 (logged). */
+static int s_buffers(node_t *n)
+{
+    const node_opts_t *o = &n->o;
+    const size_t E = (size_t)n->hp->n_embd;
+    n->rows_cap = o->max_batch_rows > SW_WIRE_MAX_ROWS ? o->max_batch_rows : SW_WIRE_MAX_ROWS;
+    n->logit_cap = o->max_batch_rows > SW_MAX_DRAFT + 1 ? o->max_batch_rows : SW_MAX_DRAFT + 1;
+    n->sessions = calloc((size_t)o->max_sessions, sizeof *n->sessions);
+    n->batch = calloc(NODE_MAX_BATCH, sizeof *n->batch);
+    n->pending = calloc(NODE_PENDING_MAX, sizeof *n->pending);
+    n->hidden_in = malloc((size_t)n->rows_cap * E * sizeof(float));
+    n->hidden_out = malloc((size_t)n->rows_cap * E * sizeof(float));
+    n->wire_buf = malloc(SW_WIRE_MAX_ROWS * E * sizeof(float));
+    if (sw_model_is_last(n->model))
+        n->logits = malloc((size_t)n->logit_cap * n->hp->n_vocab * sizeof(float));
+    if (!n->sessions || !n->batch || !n->pending || !n->hidden_in || !n->hidden_out ||
+        !n->wire_buf || (sw_model_is_last(n->model) && !n->logits)) {
         SW_ERR("out of memory for the buffers of %d sessions and batches of %d rows (lower "
                "--max-sessions or --max-batch-rows)",
                o->max_sessions, o->max_batch_rows);
-        goto out;
+        return -1;
     }
-    if (sw_model_is_first(n.model) && node_head_new(&n, err, sizeof err) != 0) {
-        SW_ERR("%s: %s", o->model, err);
-        goto out;
-    }
+    return 0;
+}
 
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)o->name;
-    an.role = s_role(&n);
-    an.model_fingerprint = n.fingerprint;
-    an.layer_begin = (uint32_t)sw_model_layer_begin(n.model);
-    an.layer_end = (uint32_t)sw_model_layer_end(n.model);
-    an.n_layers = (uint32_t)n.hp->n_layer;
+/* Loads the layer range on the backend, sizes the KV memory, allocates the
+ * buffers and, on the head, the head. 0, or -1 (logged). */
+static int s_open(node_t *n)
+{
+    const node_opts_t *o = &n->o;
+    char err[512] = "";
+    n->be = sw_backend_new(o->backend, o->threads, err, sizeof err);
+    if (!n->be) {
+        SW_ERR("--backend: %s", err);
+        return -1;
+    }
+    n->model = sw_model_load(o->model, o->layer_begin, o->layer_end, n->be, err, sizeof err);
+    if (!n->model) {
+        SW_ERR("%s: %s", o->model, err);
+        return -1;
+    }
+    n->hp = sw_model_hparams(n->model);
+    sw_model_fingerprint(n->model, n->fingerprint);
+    sw_model_prefault(n->model, NULL, NULL);
+    s_kv_budget(n);
+    if (s_buffers(n) != 0)
+        return -1;
+    if (sw_model_is_first(n->model) && node_head_new(n, err, sizeof err) != 0) {
+        SW_ERR("%s: %s", o->model, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Joins the relay and announces the node. 0, 1 when stopped while waiting
+ * for the relay, or -1 (logged). */
+static int s_join(node_t *n)
+{
+    const node_opts_t *o = &n->o;
     char backend[SW_WIRE_NAME_MAX + 1];
-    snprintf(backend, sizeof backend, "%s", sw_backend_desc(n.be));
-    an.backend = backend;
-    an.max_sessions = (uint32_t)o->max_sessions;
-    an.hidden = (uint32_t)n.hp->n_embd;
+    snprintf(backend, sizeof backend, "%s", sw_backend_desc(n->be));
     char model_name[SW_WIRE_NAME_MAX + 1];
     s_model_name(o, model_name, sizeof model_name);
-    an.model_name = model_name;
+    const sw_msg_announce_t an = {
+        .name = o->name,
+        .role = s_role(n),
+        .model_fingerprint = n->fingerprint,
+        .layer_begin = (uint32_t)sw_model_layer_begin(n->model),
+        .layer_end = (uint32_t)sw_model_layer_end(n->model),
+        .n_layers = (uint32_t)n->hp->n_layer,
+        .backend = backend,
+        .max_sessions = (uint32_t)o->max_sessions,
+        .hidden = (uint32_t)n->hp->n_embd,
+        .model_name = model_name,
+    };
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .heartbeat_ms = o->heartbeat_ms,
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
-                         .stop = stop};
-    n.peer = sw_peer_new(&po);
-    if (!n.peer) {
-        if (*stop) {
-            rc = 0; /* Ctrl-C while waiting for the relay */
-            goto out;
-        }
+                         .stop = n->stop};
+    n->peer = sw_peer_new(&po);
+    if (!n->peer) {
+        if (*n->stop)
+            return 1; /* Ctrl-C while waiting for the relay */
         SW_ERR("could not join the relay at %s", o->relay);
-        goto out;
+        return -1;
     }
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
-            sw_model_layer_begin(n.model), sw_model_layer_end(n.model), n.hp->n_layer,
-            sw_backend_desc(n.be),
-            an.role == SHARDWIRE__ROLE__ROLE_FULL   ? "full"
-            : an.role == SHARDWIRE__ROLE__ROLE_HEAD ? "head"
-            : an.role == SHARDWIRE__ROLE__ROLE_TAIL ? "tail"
-                                                    : "middle",
-            n.fingerprint, o->relay);
+            sw_model_layer_begin(n->model), sw_model_layer_end(n->model), n->hp->n_layer,
+            sw_backend_desc(n->be), sw_wire_role_name(an.role), n->fingerprint, o->relay);
+    return 0;
+}
 
-    /* The event loop: read everything the relay has for us (Forwards wait in
-     * the stage's batch), run the batch, advance the head's sessions, and
-     * wait for the next message only as long as no timer is due. */
-    double next_expire = node_now_ms() + 1000;
-    while (!*stop) {
+/* The event loop: read everything the relay has for us (Forwards wait in
+ * the stage's batch), run the batch, advance the head's sessions, and wait
+ * for the next message only as long as no timer is due. 0 when stopped, -1
+ * when the relay connection is lost (logged). */
+static int s_loop(node_t *n)
+{
+    double next_expire = sw_now_ms() + 1000;
+    while (!*n->stop) {
         sw_wire_msg_t m = {0};
-        int r = sw_peer_recv(n.peer, &m, node_head_timeout(&n));
+        int r = sw_peer_recv(n->peer, &m, node_head_timeout(n));
         for (int budget = 1024; r == 0; budget--) {
-            s_dispatch(&n, &m);
+            s_dispatch(n, &m);
             sw_wire_msg_clear(&m);
-            if (budget == 0 || *stop)
+            if (budget == 0 || *n->stop)
                 break;
-            r = sw_peer_recv(n.peer, &m, 0);
+            r = sw_peer_recv(n->peer, &m, 0);
         }
         if (r < 0) {
             SW_ERR("lost the relay connection");
-            goto out;
+            return -1;
         }
-        node_stage_flush(&n);
-        node_head_step(&n);
-        double now = node_now_ms();
-        node_stage_step(&n, now);
+        node_stage_flush(n);
+        node_head_step(n);
+        double now = sw_now_ms();
+        node_stage_step(n, now);
         if (now > next_expire) {
-            node_sessions_expire(&n, now);
+            node_sessions_expire(n, now);
             next_expire = now + 1000;
         }
     }
+    return 0;
+}
+
+/* Frees everything of n (the head first: it still tells its clients and
+ * stages). Whatever s_open got to is freed; the rest is NULL. */
+static void s_close(node_t *n)
+{
+    node_head_free(n);
+    for (int i = 0; n->batch && i < n->n_batch; i++)
+        sw_wire_msg_clear(&n->batch[i].msg);
+    n->n_batch = 0;
+    for (int i = 0; n->sessions && i < n->o.max_sessions; i++)
+        node_session_free(n, &n->sessions[i]);
+    for (int i = 0; n->pending && i < n->n_pending; i++)
+        sw_wire_msg_clear(&n->pending[i].msg);
+    sw_wire_msg_clear(&n->table);
+    free(n->pending);
+    sw_peer_destroy(&n->peer);
+    free(n->sessions);
+    free(n->batch);
+    free(n->hidden_in);
+    free(n->hidden_out);
+    free(n->wire_buf);
+    free(n->logits);
+    sw_model_free(&n->model);
+    sw_backend_free(&n->be);
+}
+
+int node_run(const node_opts_t *o, volatile sig_atomic_t *stop)
+{
+    node_t n = {.o = *o, .stop = stop};
+    int rc = 1;
+    sw_log_set_tag(o->name);
+    if (s_open(&n) != 0)
+        goto out;
+    const int joined = s_join(&n);
+    if (joined != 0) {
+        rc = joined > 0 ? 0 : 1;
+        goto out;
+    }
+    if (s_loop(&n) != 0)
+        goto out;
     SW_INFO("shutting down");
     rc = 0;
 out:
-    node_head_free(&n);
-    for (int i = 0; n.batch && i < n.n_batch; i++)
-        sw_wire_msg_clear(&n.batch[i].msg);
-    n.n_batch = 0;
-    for (int i = 0; n.sessions && i < o->max_sessions; i++)
-        node_session_free(&n, &n.sessions[i]);
-    for (int i = 0; n.pending && i < n.n_pending; i++)
-        sw_wire_msg_clear(&n.pending[i].msg);
-    sw_wire_msg_clear(&n.table);
-    free(n.pending);
-    sw_peer_destroy(&n.peer);
-    free(n.sessions);
-    free(n.batch);
-    free(n.hidden_in);
-    free(n.hidden_out);
-    free(n.wire_buf);
-    free(n.logits);
-    sw_model_free(&n.model);
-    sw_backend_free(&n.be);
+    s_close(&n);
     return rc;
 }

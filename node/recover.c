@@ -118,23 +118,14 @@ const node_recover_stats_t *node_recover_stats(const node_recover_t *rec)
 
 /* ---- route liveness ------------------------------------------------------------------ */
 
-const Shardwire__PeerInfo *node_recover_find_peer(const Shardwire__PeerTable *t, const char *name)
-{
-    for (size_t j = 0; j < t->n_peers; j++) {
-        const Shardwire__PeerAnnounce *a = t->peers[j]->announce;
-        if (a && !strcmp(a->name, name))
-            return t->peers[j];
-    }
-    return NULL;
-}
-
-void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable *t,
+void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n)
 {
     rec->n_base = 0;
     rec->done_chunks = rec->inflight_chunks = 0;
     for (int i = 1; i < n && i < SW_WIRE_MAX_ROUTE; i++) {
-        const Shardwire__PeerInfo *pi = node_recover_find_peer(t, names[i]);
+        sw_msg_peer_t info;
+        const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;
         s_base_t *b = &rec->base[rec->n_base++];
         snprintf(b->name, sizeof b->name, "%s", names[i]);
         b->msgs_out = pi ? pi->msgs_out : 0;
@@ -142,12 +133,13 @@ void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable
     }
 }
 
-int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTable *t,
+int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len)
 {
     uint64_t prev_sent = 0; // messages the stage before sent since the baseline
     for (int i = 1; i < n; i++) {
-        const Shardwire__PeerInfo *pi = node_recover_find_peer(t, names[i]);
+        sw_msg_peer_t info;
+        const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;
         if (!pi) {
             snprintf(why, why_len, "stage '%s' left the pipeline", names[i]);
             return 0;

@@ -30,8 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
 #include "decode.h"
-#include "wire.h"
 
 /* What the head does next for a session (node_recover_next). */
 enum node_rec_act {
@@ -96,15 +96,12 @@ int node_recover_failing(const node_recover_t *rec);
  * later stage, every message the stage before it sent; for all, the chunks
  * of every round whose verdict came back. Then the round in flight may be
  * lost. names[0] is the head (not checked). */
-void node_recover_route_baseline(node_recover_t *rec, const Shardwire__PeerTable *t,
+void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n);
 /* 1 when every stage names[1..n) is in t with a plausible counter; else 0
  * with the stage and the reason in why. */
-int node_recover_route_check(const node_recover_t *rec, const Shardwire__PeerTable *t,
+int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len);
-
-/* The entry of the peer called name in t, or NULL. */
-const Shardwire__PeerInfo *node_recover_find_peer(const Shardwire__PeerTable *t, const char *name);
 
 /* Totals over the request, for logs and tests. */
 typedef struct node_recover_stats {

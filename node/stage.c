@@ -1,6 +1,6 @@
 /*
- * stage.c - the work of a pipeline stage: sessions and their caches, and the
- * Forwards of many sessions run as one batch.
+ * stage.c - the work of a pipeline stage: the Forwards of many sessions run
+ * as one batch (the sessions and their caches: stage_session.c).
  *
  * A Forward is first checked against this stage's configuration, its route
  * and its session (node_stage_forward); an accepted one waits in the stage's
@@ -24,6 +24,8 @@
  * own configuration before anything changes; a bad message is answered with
  * an Error and otherwise ignored.
  */
+#include "stage.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,164 +37,6 @@
 int node_is_last(const node_t *n)
 {
     return sw_model_is_last(n->model);
-}
-
-/* ---- sessions ------------------------------------------------------------------ */
-
-int node_sessions_held(const node_t *n)
-{
-    int held = 0;
-    for (int i = 0; i < n->o.max_sessions; i++)
-        held += n->sessions[i].id != 0;
-    return held;
-}
-
-/* 1 when the session was closed a moment ago (a Forward of it still in
- * flight must not open it again). */
-static int s_recently_closed(const node_t *n, uint64_t id)
-{
-    for (int i = 0; i < NODE_CLOSED_IDS; i++)
-        if (n->closed[i] == id)
-            return 1;
-    return 0;
-}
-
-node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why)
-{
-    node_session_t *free_slot = NULL;
-    for (int i = 0; i < n->o.max_sessions; i++) {
-        node_session_t *s = &n->sessions[i];
-        if (s->id == id)
-            return s;
-        if (!s->id && !free_slot)
-            free_slot = s;
-    }
-    if (!create) {
-        *why = "unknown session";
-        return NULL;
-    }
-    if (s_recently_closed(n, id)) {
-        *why = "the session was closed";
-        return NULL;
-    }
-    const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
-    if (cap > n->o.n_ctx) {
-        *why = "the session needs more positions than this node's --ctx";
-        return NULL;
-    }
-    const size_t bytes = sw_kv_bytes(n->model, cap);
-    if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
-        *why = "the session needs more KV memory than this node's --kv-mib";
-        return NULL;
-    }
-    /* Full: sessions nobody used for a while make room (whoever created them), least
-     * recently used first, so that a peer that opened sessions and left them idle
-     * cannot hold the stage until the idle timeout. */
-    const double now = node_now_ms();
-    while (!free_slot || (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes)) {
-        node_session_t *lru = NULL;
-        for (int i = 0; i < n->o.max_sessions; i++) {
-            node_session_t *v = &n->sessions[i];
-            if (v->id && now - v->last_used_ms >= NODE_EVICT_IDLE_MS &&
-                (!lru || v->last_used_ms < lru->last_used_ms))
-                lru = v;
-        }
-        if (!lru)
-            break;
-        SW_INFO("session %016llx of %s unused for %.1f s: freed to make room for a new one",
-                (unsigned long long)lru->id, lru->creator, (now - lru->last_used_ms) / 1e3);
-        node_session_free(n, lru);
-        if (!free_slot)
-            free_slot = lru;
-    }
-    if (!free_slot) {
-        *why = "this node holds its maximum number of sessions, all in use (see --max-sessions)";
-        return NULL;
-    }
-    if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
-        *why = "this node's KV memory is full (see --kv-mib)";
-        return NULL;
-    }
-    free_slot->kv = sw_kv_new(n->model, cap);
-    if (!free_slot->kv) {
-        *why = "out of memory for the session's KV cache";
-        return NULL;
-    }
-    free_slot->id = id;
-    free_slot->round = 0;
-    free_slot->kv_bytes = bytes;
-    free_slot->last_used_ms = node_now_ms();
-    n->kv_used += bytes;
-    return free_slot;
-}
-
-void node_session_close(node_t *n, node_session_t *s)
-{
-    if (!s || !s->id)
-        return;
-    n->closed[n->closed_at] = s->id;
-    n->closed_at = (n->closed_at + 1) % NODE_CLOSED_IDS;
-    node_session_free(n, s);
-}
-
-void node_session_free(node_t *n, node_session_t *s)
-{
-    if (!s || !s->id)
-        return;
-    SW_DEBUG("session %016llx freed", (unsigned long long)s->id);
-    for (int i = 0; i < n->n_batch; i++)
-        if (n->batch[i].s == s)
-            n->batch[i].s = NULL; // its waiting Forward is dropped
-    n->kv_used -= s->kv_bytes;
-    sw_kv_free(&s->kv);
-    sw_verifier_free(&s->ver);
-    memset(s, 0, sizeof *s);
-}
-
-void node_sessions_expire(node_t *n, double now_ms)
-{
-    for (int i = 0; i < n->o.max_sessions; i++) {
-        node_session_t *s = &n->sessions[i];
-        if (s->id && now_ms - s->last_used_ms > n->o.idle_timeout_ms) {
-            SW_INFO("session %016llx idle for %d ms: freeing its cache", (unsigned long long)s->id,
-                    n->o.idle_timeout_ms);
-            node_session_free(n, s);
-        }
-    }
-}
-
-/* ---- hidden-state conversion ------------------------------------------------------ */
-
-const void *node_hidden_pack(int dtype, const float *src, void *scratch, size_t n)
-{
-    if (dtype == SHARDWIRE__DTYPE__DTYPE_F16) {
-        sw_f16 *d = scratch;
-        for (size_t i = 0; i < n; i++)
-            d[i] = sw_f32_to_f16(src[i]);
-        return scratch;
-    }
-    if (dtype == SHARDWIRE__DTYPE__DTYPE_BF16) {
-        sw_bf16 *d = scratch;
-        for (size_t i = 0; i < n; i++)
-            d[i] = sw_f32_to_bf16(src[i]);
-        return scratch;
-    }
-    return src; // f32 travels as computed: the send copies it once into the frame
-}
-
-void node_hidden_unpack(int dtype, const void *src, float *dst, size_t n)
-{
-    if (dtype == SHARDWIRE__DTYPE__DTYPE_F16) {
-        const sw_f16 *s = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = sw_f16_to_f32(s[i]);
-    } else if (dtype == SHARDWIRE__DTYPE__DTYPE_BF16) {
-        const sw_bf16 *s = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = sw_bf16_to_f32(s[i]);
-    } else {
-        memcpy(dst, src, n * sizeof(float));
-    }
 }
 
 /* ---- Forward -------------------------------------------------------------------------- */
@@ -209,54 +53,43 @@ static void s_reply_error(node_t *n, const char *dest, int code, uint64_t sessio
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     SW_WARN("session %016llx: %s", (unsigned long long)session, text);
-    Shardwire__Error er = SHARDWIRE__ERROR__INIT;
-    er.code = code;
-    er.message = text;
-    er.session_id = session;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
-    env.error = &er;
-    if (dest && dest[0] && sw_peer_send(n->peer, dest, &env, NULL, 0, 0) != 0)
+    const sw_msg_t er = {
+        .type = SW_MSG_ERROR,
+        .error = {.code = (sw_error_code_t)code, .message = text, .session_id = session},
+    };
+    if (dest && dest[0] && sw_peer_send_msg(n->peer, dest, &er) != 0)
         SW_WARN("could not send the error to %s", dest);
 }
 
-/* Copies the timing entries of f and appends this stage's. */
-static Shardwire__StageTiming **s_timing(const Shardwire__Forward *f, Shardwire__StageTiming *mine,
-                                         Shardwire__StageTiming **buf, size_t *n_out)
+/* Copies the timing entries of f into buf (SW_WIRE_MAX_ROUTE) and appends
+ * this stage's; returns the count. */
+static uint32_t s_timing(const sw_msg_forward_t *f, const sw_msg_timing_t *mine,
+                         sw_msg_timing_t *buf)
 {
-    size_t n = f->n_timing < SW_WIRE_MAX_ROUTE - 1 ? f->n_timing : SW_WIRE_MAX_ROUTE - 1;
-    for (size_t i = 0; i < n; i++)
+    uint32_t n = f->n_timing < SW_WIRE_MAX_ROUTE - 1 ? f->n_timing : SW_WIRE_MAX_ROUTE - 1;
+    for (uint32_t i = 0; i < n; i++)
         buf[i] = f->timing[i];
-    buf[n++] = mine;
-    *n_out = n;
-    return buf;
+    buf[n++] = *mine;
+    return n;
 }
 
 /* The verifier of a session on the last stage, made from the Forward's
- * sampling parameters on its first round; NULL when they are invalid. */
-static sw_verifier_t *s_verifier(const node_t *n, const Shardwire__SamplingParams *w)
+ * sampling parameters on its first round (the defaults when it has none);
+ * NULL when they are invalid. */
+static sw_verifier_t *s_verifier(const node_t *n, const sw_msg_forward_t *f)
 {
-    sw_sampling_t sp = sw_sampling_default();
-    if (w) {
-        sp.temp = w->temperature;
-        sp.top_k = (int)w->top_k;
-        sp.top_p = w->top_p > 0 ? w->top_p : 1.0f;
-        sp.min_p = w->min_p;
-        sp.rep_penalty = w->repeat_penalty > 0 ? w->repeat_penalty : 1.0f;
-        sp.rep_last_n = (int)w->repeat_last_n;
-        sp.seed = w->seed;
-    }
+    sw_sampling_t sp = f->has_sampling ? f->sampling : sw_sampling_default();
     return sw_sampling_check(&sp) == 0 ? sw_verifier_new(&sp, n->hp->n_vocab) : NULL;
 }
 
-/* The peer-table entry called name in a stage's cached table, or NULL. */
-static const Shardwire__PeerInfo *s_table_find(const node_t *n, const char *name)
+/* The stage's cached peer table (no peers before the first one came). */
+static sw_msg_table_t s_table(const node_t *n)
 {
-    const Shardwire__PeerTable *pt = n->table.env ? n->table.env->peer_table : NULL;
-    for (size_t i = 0; pt && i < pt->n_peers; i++)
-        if (pt->peers[i]->announce && !strcmp(pt->peers[i]->announce->name, name))
-            return pt->peers[i];
-    return NULL;
+    sw_msg_t d;
+    if (sw_wire_msg_type(&n->table) != SW_MSG_PEER_TABLE ||
+        sw_codec_decode(&n->table, SW_MSG_PEER_TABLE, &d, NULL, 0) != 0)
+        return (sw_msg_table_t){0};
+    return d.table;
 }
 
 /*
@@ -267,8 +100,9 @@ static const Shardwire__PeerInfo *s_table_find(const node_t *n, const char *name
  * when they fit, 0 when one does not (why says which), -1 when a name is not
  * in the table.
  */
-static int s_route_fits(const node_t *n, const Shardwire__Forward *f, char *why, size_t why_len)
+static int s_route_fits(const node_t *n, const sw_msg_forward_t *f, char *why, size_t why_len)
 {
+    const sw_msg_table_t table = s_table(n);
     const int need_key = n->o.sec && !n->o.sec->insecure;
     const uint32_t begin = (uint32_t)sw_model_layer_begin(n->model);
     const uint32_t end = (uint32_t)sw_model_layer_end(n->model);
@@ -278,14 +112,14 @@ static int s_route_fits(const node_t *n, const Shardwire__Forward *f, char *why,
     } want[3] = {{0, "head"}, {f->hop - 1, "previous hop"}, {f->hop + 1, "next hop"}};
     for (int i = 0; i < (node_is_last(n) ? 2 : 3); i++) {
         const char *name = f->route[want[i].hop];
-        const Shardwire__PeerInfo *pi = s_table_find(n, name);
-        if (!pi) {
+        sw_msg_peer_t pi;
+        if (!sw_codec_peer_find(&table, name, &pi)) {
             snprintf(why, why_len, "the route's %s '%s' is not connected to the relay",
                      want[i].what, name);
             return -1;
         }
-        const Shardwire__PeerAnnounce *a = pi->announce;
-        int ok = sw_wire_peer_routable(pi, need_key);
+        const sw_msg_announce_t *a = &pi.announce;
+        int ok = sw_codec_peer_routable(&pi, need_key);
         if (!ok) {
             snprintf(why, why_len, "the route's %s '%s' is not a %snode", want[i].what, name,
                      need_key ? "key-bound " : "");
@@ -296,7 +130,7 @@ static int s_route_fits(const node_t *n, const Shardwire__Forward *f, char *why,
             snprintf(why, why_len, "the route's %s '%s' serves another model", want[i].what, name);
             return 0;
         }
-        ok = i == 0   ? a->role == SHARDWIRE__ROLE__ROLE_HEAD && a->layer_begin == 0
+        ok = i == 0   ? a->role == SW_ROLE_HEAD && a->layer_begin == 0
              : i == 1 ? a->layer_end == begin
                       : a->layer_begin == end;
         if (!ok) {
@@ -316,11 +150,8 @@ static void s_ask_table(node_t *n, double now)
 {
     if (n->table_asked_ms && now - n->table_asked_ms < 1000)
         return;
-    Shardwire__StatusQuery q = SHARDWIRE__STATUS_QUERY__INIT;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY;
-    env.status_query = &q;
-    if (sw_peer_try_send(n->peer, SW_WIRE_RELAY_NAME, &env) == 0)
+    const sw_msg_t q = {.type = SW_MSG_STATUS_QUERY};
+    if (sw_peer_try_send_msg(n->peer, SW_WIRE_RELAY_NAME, &q) == 0)
         n->table_asked_ms = now;
 }
 
@@ -329,17 +160,16 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive);
 /* The round a Forward describes, as far as the cache is concerned (no
  * tokens): kv_keep, the kept path of the previous tree round and the tree.
  * parents and kv_path (SW_WIRE_MAX_DRAFT each) hold the converted arrays. */
-static void s_round_of(const Shardwire__Forward *f, sw_round_t *r, int32_t *parents,
-                       int32_t *kv_path)
+static void s_round_of(const sw_msg_forward_t *f, sw_round_t *r, int32_t *parents, int32_t *kv_path)
 {
     memset(r, 0, sizeof *r);
     r->kv_keep = (int)f->kv_keep;
     r->n = (int)f->n_rows;
-    r->n_draft = (int)f->n_draft_tokens;
-    for (size_t i = 0; i < f->n_draft_parents; i++)
+    r->n_draft = (int)f->n_draft;
+    for (uint32_t i = 0; f->draft_parents && i < f->n_draft; i++)
         parents[i] = (int32_t)f->draft_parents[i];
-    r->parent = f->n_draft_parents ? parents : NULL;
-    for (size_t j = 0; j < f->n_kv_path; j++)
+    r->parent = f->draft_parents ? parents : NULL;
+    for (uint32_t j = 0; j < f->n_kv_path; j++)
         kv_path[j] = (int32_t)f->kv_path[j];
     r->kv_path_from = (int)f->kv_path_from;
     r->n_kv_path = (int)f->n_kv_path;
@@ -348,12 +178,12 @@ static void s_round_of(const Shardwire__Forward *f, sw_round_t *r, int32_t *pare
 
 void node_stage_forward(node_t *n, sw_wire_msg_t *msg)
 {
-    s_forward(n, msg, node_now_ms());
+    s_forward(n, msg, sw_now_ms());
 }
 
 void node_stage_table(node_t *n, sw_wire_msg_t *msg)
 {
-    const double now = node_now_ms();
+    const double now = sw_now_ms();
     sw_wire_msg_move(&n->table, msg);
     n->table_ms = now;
     n->table_asked_ms = 0;
@@ -380,8 +210,10 @@ void node_stage_step(node_t *n, double now)
             i++;
             continue;
         }
-        const Shardwire__Forward *f = p->msg.env->forward;
-        s_reply_error(n, p->msg.peer, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, f->session_id,
+        sw_msg_t d;
+        const uint64_t sid =
+            sw_codec_decode(&p->msg, SW_MSG_FORWARD, &d, NULL, 0) == 0 ? d.forward.session_id : 0;
+        s_reply_error(n, p->msg.peer, SW_ERROR_DEST_BUSY, sid,
                       "%s could not check the forward's route: the relay sent no peer table "
                       "within %d ms",
                       sw_peer_name(n->peer), NODE_TABLE_WAIT_MS);
@@ -390,113 +222,141 @@ void node_stage_step(node_t *n, double now)
     }
 }
 
-static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
-{
-    const Shardwire__Forward *f = msg->env->forward;
-    const int E = n->hp->n_embd;
-    const int rows = (int)f->n_rows;
-    const uint64_t sid = f->session_id;
-    /* Until the route is known to be sound, errors go to the sender the relay
-     * names (never to a reply_to that could aim them at a bystander). */
-    const char *reply = msg->peer;
+/*
+ * The checks of a Forward, in this order, before anything changes: each
+ * returns 0 when it may go on and -1 when it was answered with an Error (or,
+ * by s_check_route, moved into n->pending to wait for a peer table). Until
+ * the route is known to be sound, errors go to the sender the relay names
+ * (never to a reply_to that could aim them at a bystander).
+ */
 
-    /* The message must be meant for this stage and fit it. wire.c has checked
-     * the limits and that the payload matches dtype x [n_rows, hidden]. */
+/* The message must be meant for this stage and fit it (wire.c has checked
+ * the limits and that the payload matches dtype x [n_rows, hidden]), and
+ * come from the route's previous hop. */
+static int s_check_meant(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
+{
+    const int E = n->hp->n_embd;
+    const uint64_t sid = f->session_id;
+    const char *reply = msg->peer;
     if (sw_model_is_first(n->model)) { /* no stage comes before layer 0 */
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                      "%s is a head: it takes no forwards", sw_peer_name(n->peer));
-        return;
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s is a head: it takes no forwards",
+                      sw_peer_name(n->peer));
+        return -1;
     }
     if (f->layer_begin != (uint32_t)sw_model_layer_begin(n->model) || f->hop == 0 ||
         f->hop >= f->n_route || strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "%s holds layers [%d, %d) but got a forward for layer %u at hop %u",
                       sw_peer_name(n->peer), sw_model_layer_begin(n->model),
                       sw_model_layer_end(n->model), f->layer_begin, f->hop);
-        return;
+        return -1;
     }
     /* A middle stage passes the round on to route[hop + 1], which must exist; the
      * last stage must be the route's last entry; the verdict goes to the head. */
     if (node_is_last(n) ? f->hop + 1 != f->n_route : f->hop + 1 >= f->n_route) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                      "%s is %s stage but is entry %u of a %zu-stage route", sw_peer_name(n->peer),
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
+                      "%s is %s stage but is entry %u of a %u-stage route", sw_peer_name(n->peer),
                       node_is_last(n) ? "the last" : "not the last", f->hop, f->n_route);
-        return;
+        return -1;
     }
     if (strcmp(f->reply_to, f->route[0]) != 0) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "a round's verdict goes to the route's head %s, not to %s", f->route[0],
                       f->reply_to);
-        return;
+        return -1;
     }
     if (!msg->has_payload || f->hidden != (uint32_t)E || f->n_tokens != f->n_rows ||
         f->start_pos != f->kv_keep) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "forward needs hidden states of width %d, one token per row and "
                       "start_pos == kv_keep",
                       E);
-        return;
+        return -1;
     }
     /* Only the previous hop may drive this stage, and a session belongs to the peer
      * whose Forward created it (the relay vouches for msg->peer's identity). */
     if (strcmp(msg->peer, f->route[f->hop - 1]) != 0) {
         SW_WARN("dropped a forward from %s: the route names %s as the previous hop", msg->peer,
                 f->route[f->hop - 1]);
-        s_reply_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+        s_reply_error(n, msg->peer, SW_ERROR_BAD_REQUEST, sid,
                       "%s takes forwards only from the previous hop of the route",
                       sw_peer_name(n->peer));
-        return;
+        return -1;
     }
+    return 0;
+}
+
+/* The route's neighbours of this stage, against the relay's peer table. */
+static int s_check_route(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, double t_arrive)
+{
+    const uint64_t sid = f->session_id;
+    const char *reply = msg->peer;
     /* The neighbours the route names must be the nodes whose layers fit: a
      * table that does not show them (a node that just joined) is asked for
      * again once, and the Forward waits for it. */
     char unfit[320];
     const int fits = s_route_fits(n, f, unfit, sizeof unfit);
-    if (fits == 1 && node_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
-        s_ask_table(n, node_now_ms()); /* stays fresh for later checks */
+    if (fits == 1 && sw_now_ms() - n->table_ms > NODE_TABLE_OLD_MS)
+        s_ask_table(n, sw_now_ms()); /* stays fresh for later checks */
     if (fits != 1 && n->table_ms < t_arrive) {
         if (n->n_pending == NODE_PENDING_MAX) {
-            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, sid,
+            s_reply_error(n, reply, SW_ERROR_DEST_BUSY, sid,
                           "%s: %d forwards wait for the relay's peer table already",
                           sw_peer_name(n->peer), NODE_PENDING_MAX);
-            return;
+            return -1;
         }
         node_pending_t *p = &n->pending[n->n_pending++];
         memset(p, 0, sizeof *p);
         sw_wire_msg_move(&p->msg, msg);
         p->t_arrive = t_arrive;
-        s_ask_table(n, node_now_ms());
-        return;
+        s_ask_table(n, sw_now_ms());
+        return -1;
     }
     if (fits != 1) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s: %s",
-                      sw_peer_name(n->peer), unfit);
-        return;
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s: %s", sw_peer_name(n->peer), unfit);
+        return -1;
     }
-    const int n_draft = (int)f->n_draft_tokens;
-    if (f->n_draft_parents && !sw_model_trees(n->model)) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+    return 0;
+}
+
+/* This stage's backend and buffers must hold the round. */
+static int s_check_fits(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
+{
+    const int rows = (int)f->n_rows;
+    const int n_draft = (int)f->n_draft;
+    const uint64_t sid = f->session_id;
+    const char *reply = msg->peer;
+    if (f->draft_parents && !sw_model_trees(n->model)) {
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "%s runs on %s, which does not run token trees: start the head with "
                       "--draft-tree 0 (or send DraftParams.tree = 1)",
                       sw_peer_name(n->peer), sw_backend_desc(n->be));
-        return;
+        return -1;
     }
     if (rows > n->rows_cap || (node_is_last(n) && n_draft + 1 > n->logit_cap)) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
                       "%s: a forward of %d rows does not fit its buffers", sw_peer_name(n->peer),
                       rows);
-        return;
+        return -1;
     }
-    reply = f->reply_to; /* the route's head, which handles failed rounds */
+    return 0;
+}
+
+/* The Forward's session at this stage, opened on its first round; NULL when
+ * the Forward was answered with an Error. */
+static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
+{
+    const uint64_t sid = f->session_id;
+    const char *reply = f->reply_to; /* the route's head, which handles failed rounds */
     /* A stage opens a session only on its first round (nothing kept): a later
      * round for a session it does not hold means it restarted and lost it. */
     node_session_t *s = node_session_get(n, sid, 0, 0, &(const char *){""});
     if (!s && f->kv_keep > 0) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+        s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the round keeps %u positions of a session this stage does not hold "
                       "(stage restarted?)",
                       sw_peer_name(n->peer), f->kv_keep);
-        return;
+        return NULL;
     }
     if (!s) {
         const char *why = "";
@@ -504,16 +364,15 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         if (!s) {
             /* closed: the head replays or ends it; "needs more": it never fits this
              * stage, a bad request (retrying cannot help); else full for now: busy */
-            const int code = strstr(why, "closed") ? SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION
-                             : !strncmp(why, "the session needs more", 22)
-                                 ? SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST
-                                 : SHARDWIRE__ERROR_CODE__ERR_BUSY;
+            const int code = strstr(why, "closed") ? SW_ERROR_UNKNOWN_SESSION
+                             : !strncmp(why, "the session needs more", 22) ? SW_ERROR_BAD_REQUEST
+                                                                           : SW_ERROR_BUSY;
             s_reply_error(n, reply, code, sid,
                           "%s: %s (%d positions; %d sessions, %.1f of %.1f MiB of KV cache in use)",
                           sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,
                           node_sessions_held(n), (double)n->kv_used / (1 << 20),
                           (double)n->o.kv_bytes / (1 << 20));
-            return;
+            return NULL;
         }
     }
     if (!s->creator[0]) {
@@ -522,10 +381,97 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
     } else if (strcmp(s->creator, msg->peer) != 0) {
         SW_WARN("dropped a forward from %s for session %016llx, which belongs to %s", msg->peer,
                 (unsigned long long)sid, s->creator);
-        s_reply_error(n, msg->peer, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+        s_reply_error(n, msg->peer, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: session belongs to another peer", sw_peer_name(n->peer));
-        return;
+        return NULL;
     }
+    return s;
+}
+
+/* The round must fit the session's cache (and, on the last stage, its
+ * verifier): 0, or -1 when answered with an Error (the session is freed:
+ * the head replays it). */
+static int s_check_round(node_t *n, node_session_t *s, const sw_msg_forward_t *f)
+{
+    const int rows = (int)f->n_rows, n_draft = (int)f->n_draft;
+    const uint64_t sid = f->session_id;
+    const char *reply = f->reply_to;
+    if ((int)f->kv_keep > sw_kv_len(s->kv)) {
+        s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
+                      "%s: the round keeps %u positions but this stage has %d (stage restarted?)",
+                      sw_peer_name(n->peer), f->kv_keep, sw_kv_len(s->kv));
+        node_session_free(n, s); /* the head replays the session from its prefill */
+        return -1;
+    }
+    if (f->start_pos + (uint32_t)rows > (uint32_t)sw_kv_capacity(s->kv)) {
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
+                      "%s: rows [%u, %u) do not fit the session's %d positions",
+                      sw_peer_name(n->peer), f->start_pos, f->start_pos + (uint32_t)rows,
+                      sw_kv_capacity(s->kv));
+        node_session_free(n, s);
+        return -1;
+    }
+    if (node_is_last(n)) {
+        if (!s->ver && !(s->ver = s_verifier(n, f))) {
+            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "invalid sampling parameters");
+            node_session_free(n, s);
+            return -1;
+        }
+        if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
+            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%d drafts in a %d-row forward",
+                          n_draft, rows);
+            node_session_free(n, s);
+            return -1;
+        }
+        for (int i = 0; i < n_draft; i++)
+            if (f->tokens[rows - n_draft + i] != f->draft_tokens[i]) {
+                s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
+                              "draft tokens do not match the last rows' tokens");
+                node_session_free(n, s);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* Takes the checked Forward (moved from msg) into the batch, its hidden
+ * states unpacked into hidden_in. */
+static void s_enqueue(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, node_session_t *s,
+                      int want_logits, double t_arrive)
+{
+    const int E = n->hp->n_embd;
+    const int rows = (int)f->n_rows;
+    node_fwd_t *b = &n->batch[n->n_batch++];
+    memset(b, 0, sizeof *b);
+    sw_wire_msg_move(&b->msg, msg);
+    b->s = s;
+    b->row0 = n->batch_rows;
+    b->logit0 = n->batch_logits;
+    b->n_logits = want_logits;
+    b->t_arrive = t_arrive;
+    size_t plen = 0;
+    const void *payload = sw_wire_msg_payload(&b->msg, &plen);
+    sw_codec_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
+    n->batch_rows += rows;
+    n->batch_logits += want_logits;
+}
+
+static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
+{
+    sw_msg_t d; /* views into msg's header, which stays put when msg is moved */
+    if (sw_codec_decode(msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_forward_t *f = &d.forward;
+    const int rows = (int)f->n_rows;
+    const int n_draft = (int)f->n_draft;
+    const uint64_t sid = f->session_id;
+    if (s_check_meant(n, msg, f) != 0 || s_check_route(n, msg, f, t_arrive) != 0 ||
+        s_check_fits(n, msg, f) != 0)
+        return;
+    const char *reply = f->reply_to; /* the route's head, which handles failed rounds */
+    node_session_t *s = s_session_of(n, msg, f);
+    if (!s)
+        return;
     /* A second round of a session already in the batch waits for the next one;
      * so does a round that would make the batch too large. */
     int dup = 0;
@@ -539,97 +485,48 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         node_stage_flush(n);
     s = node_session_get(n, sid, 0, 0, &(const char *){""}); /* the flush may have freed it */
     if (!s) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
+        s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the session failed in the previous batch", sw_peer_name(n->peer));
         return;
     }
     s->last_used_ms = t_arrive;
-    if ((int)f->kv_keep > sw_kv_len(s->kv)) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, sid,
-                      "%s: the round keeps %u positions but this stage has %d (stage restarted?)",
-                      sw_peer_name(n->peer), f->kv_keep, sw_kv_len(s->kv));
-        node_session_free(n, s); /* the head replays the session from its prefill */
+    if (s_check_round(n, s, f) != 0)
         return;
-    }
-    if (f->start_pos + (uint32_t)rows > (uint32_t)sw_kv_capacity(s->kv)) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                      "%s: rows [%u, %u) do not fit the session's %d positions",
-                      sw_peer_name(n->peer), f->start_pos, f->start_pos + (uint32_t)rows,
-                      sw_kv_capacity(s->kv));
-        node_session_free(n, s);
-        return;
-    }
-    if (node_is_last(n)) {
-        if (!s->ver && !(s->ver = s_verifier(n, f->sampling))) {
-            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                          "invalid sampling parameters");
-            node_session_free(n, s);
-            return;
-        }
-        if (n_draft + 1 > rows || (f->prefill_more && n_draft)) {
-            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                          "%d drafts in a %d-row forward", n_draft, rows);
-            node_session_free(n, s);
-            return;
-        }
-        for (int i = 0; i < n_draft; i++)
-            if (f->tokens[rows - n_draft + i] != f->draft_tokens[i]) {
-                s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid,
-                              "draft tokens do not match the last rows' tokens");
-                node_session_free(n, s);
-                return;
-            }
-    }
-
     /* Accepted: into the batch. */
-    node_fwd_t *b = &n->batch[n->n_batch++];
-    memset(b, 0, sizeof *b);
-    sw_wire_msg_move(&b->msg, msg);
-    b->s = s;
-    b->row0 = n->batch_rows;
-    b->logit0 = n->batch_logits;
-    b->n_logits = want_logits;
-    b->t_arrive = t_arrive;
-    size_t plen = 0;
-    const void *payload = sw_wire_msg_payload(&b->msg, &plen);
-    node_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
-    n->batch_rows += rows;
-    n->batch_logits += want_logits;
+    s_enqueue(n, msg, f, s, want_logits, t_arrive);
 }
 
-/* After the batch's compute: passes one session's rows on to the next stage. */
-static void s_pass_on(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
+/* After the batch's compute: passes one session's rows on to the next stage
+ * (d: its Forward, decoded; changed into the next hop's). */
+static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing_t *mine)
 {
-    const Shardwire__Forward *f = b->msg.env->forward;
-    const int E = n->hp->n_embd, rows = (int)f->n_rows;
-    Shardwire__StageTiming *tbuf[SW_WIRE_MAX_ROUTE];
-    size_t n_timing = 0;
-    Shardwire__Forward out = *f;
-    out.hop = f->hop + 1;
-    out.layer_begin = (uint32_t)sw_model_layer_end(n->model);
-    out.dtype = n->o.dtype;
-    const void *wire = node_hidden_pack(out.dtype, n->hidden_out + (size_t)b->row0 * E, n->wire_buf,
-                                        (size_t)rows * E);
-    out.timing = s_timing(f, mine, tbuf, &n_timing);
-    out.n_timing = n_timing;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-    env.forward = &out;
-    const size_t bytes = (size_t)rows * E * sw_wire_dtype_size(out.dtype);
-    if (sw_peer_send(n->peer, f->route[out.hop], &env, wire, bytes, 1) != 0)
-        s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE, f->session_id,
-                      "%s could not pass the round on to %s", sw_peer_name(n->peer),
-                      f->route[out.hop]);
+    sw_msg_forward_t *out = &d->forward;
+    const int E = n->hp->n_embd, rows = (int)out->n_rows;
+    const uint64_t sid = out->session_id;
+    const char *reply = out->reply_to;
+    sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE];
+    const uint32_t n_timing = s_timing(out, mine, timing);
+    memcpy(out->timing, timing, n_timing * sizeof *timing);
+    out->n_timing = n_timing;
+    out->hop++;
+    out->layer_begin = (uint32_t)sw_model_layer_end(n->model);
+    out->dtype = n->o.dtype;
+    out->payload = sw_codec_hidden_pack(out->dtype, n->hidden_out + (size_t)b->row0 * E,
+                                        n->wire_buf, (size_t)rows * E);
+    out->payload_len = (size_t)rows * E * sw_wire_dtype_size(out->dtype);
+    if (sw_peer_send_msg(n->peer, out->route[out->hop], d) != 0)
+        s_reply_error(n, reply, SW_ERROR_DEST_GONE, sid, "%s could not pass the round on to %s",
+                      sw_peer_name(n->peer), out->route[out->hop]);
 }
 
 /* After the batch's compute, on the last stage: verifies one session's round
  * (or records a prefill chunk) and answers its head. */
-static void s_verify(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
+static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
+                     const sw_msg_timing_t *mine)
 {
-    const Shardwire__Forward *f = b->msg.env->forward;
     node_session_t *s = b->s;
     const uint64_t sid = f->session_id;
-    const int rows = (int)f->n_rows, n_draft = (int)f->n_draft_tokens;
+    const int rows = (int)f->n_rows, n_draft = (int)f->n_draft;
     const char *reply = f->reply_to;
     char err[256] = "";
     int32_t toks[SW_WIRE_MAX_ROWS];
@@ -637,21 +534,21 @@ static void s_verify(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
         toks[i] = (int32_t)f->tokens[i];
     if (f->prefill_more) {
         if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0) {
-            s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
+            s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s", err);
             node_session_free(n, s);
         }
         return;
     }
     sw_draft_q_t q[SW_MAX_DRAFT];
-    int have_q = f->n_draft_probs == (size_t)n_draft && n_draft > 0;
+    int have_q = f->draft_probs != NULL && n_draft > 0;
     for (int i = 0; have_q && i < n_draft; i++) {
         q[i].q_tok = f->draft_probs[i];
         q[i].n = 0;
         q[i].ids = NULL;
         q[i].vals = NULL;
-        if (f->n_draft_dists == (size_t)n_draft) {
-            const Shardwire__DraftDist *d = f->draft_dists[i];
-            q[i].n = (int32_t)d->n_tokens;
+        if (f->n_dists == (uint32_t)n_draft) {
+            const sw_msg_dist_t *d = &f->dists[i];
+            q[i].n = (int32_t)d->n;
             q[i].ids = (const int32_t *)d->tokens;
             q[i].vals = d->probs;
         }
@@ -664,36 +561,31 @@ static void s_verify(node_t *n, node_fwd_t *b, Shardwire__StageTiming *mine)
     sw_verdict_t v;
     if (sw_verifier_run(s->ver, &r, n->logits + (size_t)b->logit0 * n->hp->n_vocab, &v, err,
                         sizeof err) != 0) {
-        s_reply_error(n, reply, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, sid, "%s", err);
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s", err);
         node_session_free(n, s); /* a failed verification leaves nothing worth keeping */
         return;
     }
     uint32_t committed[SW_MAX_DRAFT + 1] = {0};
     for (int i = 0; i < v.n_commit; i++)
         committed[i] = (uint32_t)v.tokens[i];
-    Shardwire__StageTiming *tbuf[SW_WIRE_MAX_ROUTE];
-    size_t n_timing = 0;
-    Shardwire__Verdict vd = SHARDWIRE__VERDICT__INIT;
-    vd.session_id = sid;
-    vd.round = f->round;
-    vd.n_accepted = (uint32_t)(v.n_commit - 1);
-    vd.n_tokens = (size_t)v.n_commit;
-    vd.tokens = committed;
-    vd.next_token = committed[v.n_commit - 1];
-    vd.logits_digest = v.logits_digest;
+    sw_msg_t vm = {.type = SW_MSG_VERDICT};
+    sw_msg_verdict_t *vd = &vm.verdict;
+    vd->session_id = sid;
+    vd->round = f->round;
+    vd->n_accepted = (uint32_t)(v.n_commit - 1);
+    vd->n_tokens = (uint32_t)v.n_commit;
+    vd->tokens = committed;
+    vd->next_token = committed[v.n_commit - 1];
+    vd->logits_digest = v.logits_digest;
     uint32_t path[SW_MAX_DRAFT];
     if (r.parent) { // a tree round: which path was accepted
         for (int j = 0; j + 1 < v.n_commit; j++)
             path[j] = (uint32_t)v.path[j];
-        vd.n_path = (size_t)(v.n_commit - 1);
-        vd.path = path;
+        vd->n_path = (uint32_t)(v.n_commit - 1);
+        vd->path = path;
     }
-    vd.timing = s_timing(f, mine, tbuf, &n_timing);
-    vd.n_timing = n_timing;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
-    env.verdict = &vd;
-    if (sw_peer_send(n->peer, reply, &env, NULL, 0, 0) != 0)
+    vd->n_timing = s_timing(f, mine, vd->timing);
+    if (sw_peer_send_msg(n->peer, reply, &vm) != 0)
         SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
                 reply);
 }
@@ -710,17 +602,18 @@ void node_stage_flush(node_t *n)
     int nl = 0;
     for (int i = 0; i < n->n_batch; i++) {
         node_fwd_t *b = &n->batch[i];
-        if (!b->s)
+        sw_msg_t d;
+        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
             continue; // closed while it waited
-        const Shardwire__Forward *f = b->msg.env->forward;
+        const sw_msg_forward_t *f = &d.forward;
         sw_round_t r;
         int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
         s_round_of(f, &r, parents, kv_path);
         char kerr[256] = "";
         if (sw_round_kv(b->s->kv, &r, kerr, sizeof kerr) != 0) {
             /* the previous round's path is not in this cache (restarted?): replay */
-            s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_SESSION, f->session_id,
-                          "%s: %s", sw_peer_name(n->peer), kerr);
+            s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id, "%s: %s",
+                          sw_peer_name(n->peer), kerr);
             node_session_free(n, b->s);
             continue;
         }
@@ -730,7 +623,7 @@ void node_stage_flush(node_t *n)
             .out_hidden = n->hidden_out + (size_t)b->row0 * E,
             .logits = n->logits ? n->logits + (size_t)b->logit0 * V : NULL,
             .n_logits = b->n_logits,
-            .prompt = f->n_draft_tokens == 0,
+            .prompt = f->n_draft == 0,
         };
         if (sw_round_parents(&r, 0, fw.n, b->par))
             fw.parent = b->par;
@@ -739,9 +632,9 @@ void node_stage_flush(node_t *n)
         live[nl++] = b;
     }
     char err[256] = "";
-    const double t0 = node_now_ms();
+    const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
-    const double t1 = node_now_ms();
+    const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
     n->stat_batches += nl > 0;
@@ -753,24 +646,26 @@ void node_stage_flush(node_t *n)
         n->stat_shared_rows = rows_run;
     for (int i = 0; i < nl; i++) {
         node_fwd_t *b = live[i];
-        const Shardwire__Forward *f = b->msg.env->forward;
-        if (!b->s)
+        sw_msg_t d;
+        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
             continue; // freed by an earlier entry's failure
+        const sw_msg_forward_t *f = &d.forward;
         if (rc != 0) {
-            s_reply_error(n, f->reply_to, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, f->session_id,
-                          "%s: %s", sw_peer_name(n->peer), err);
+            s_reply_error(n, f->reply_to, SW_ERROR_BAD_REQUEST, f->session_id, "%s: %s",
+                          sw_peer_name(n->peer), err);
             node_session_free(n, b->s); /* its cache is half written */
             continue;
         }
         b->s->round = f->round;
-        Shardwire__StageTiming mine = SHARDWIRE__STAGE_TIMING__INIT;
-        mine.name = (char *)sw_peer_name(n->peer);
-        mine.compute_us = (uint32_t)((t1 - t0) * 1e3);
-        mine.queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3);
+        const sw_msg_timing_t mine = {
+            .name = sw_peer_name(n->peer),
+            .compute_us = (uint32_t)((t1 - t0) * 1e3),
+            .queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3),
+        };
         if (node_is_last(n))
-            s_verify(n, b, &mine);
+            s_verify(n, b, f, &mine);
         else
-            s_pass_on(n, b, &mine);
+            s_pass_on(n, b, &d, &mine);
     }
     for (int i = 0; i < n->n_batch; i++)
         sw_wire_msg_clear(&n->batch[i].msg);

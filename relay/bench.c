@@ -178,52 +178,49 @@ static pid_t s_start_relay(const char *bin, char *endpoint, size_t len)
 /* A node peer (who 0 = A, 1 = B) or an idle client (who 2). */
 static sw_peer_t *s_peer(const char *ep, const char *name, int who)
 {
-    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    a.name = (char *)name;
-    a.role = who < 2 ? SHARDWIRE__ROLE__ROLE_FULL : SHARDWIRE__ROLE__ROLE_CLIENT;
-    a.model_fingerprint = who < 2 ? (char *)FP : "";
-    a.layer_begin = 0;
-    a.layer_end = who < 2 ? 30 : 0;
-    a.n_layers = who < 2 ? 30 : 0;
-    a.hidden = who < 2 ? 576 : 0;
-    a.backend = who < 2 ? "cpu" : "";
-    a.max_sessions = 1;
+    const sw_msg_announce_t a = {
+        .name = name,
+        .role = who < 2 ? SW_ROLE_FULL : SW_ROLE_CLIENT,
+        .model_fingerprint = who < 2 ? FP : "",
+        .layer_begin = 0,
+        .layer_end = who < 2 ? 30 : 0,
+        .n_layers = who < 2 ? 30 : 0,
+        .hidden = who < 2 ? 576 : 0,
+        .backend = who < 2 ? "cpu" : "",
+        .max_sessions = 1,
+    };
     sw_peer_opts_t o = {.relay = ep, .announce = &a, .sec = s_keydir[0] ? &s_sec[who] : NULL};
     return sw_peer_new(&o);
 }
 
 /* A Forward of rows x hidden f16 (rows = 0: header only, tokens instead of a tensor). */
 struct msg {
-    Shardwire__Envelope env;
-    Shardwire__Forward f;
-    uint32_t tokens[SW_WIRE_MAX_ROWS];
-    char *route[2];
-    uint8_t *payload;
-    size_t payload_len;
+    sw_msg_t msg;                      /* msg.forward */
+    uint32_t tokens[SW_WIRE_MAX_ROWS]; /* header only: its one token */
+    uint8_t *payload;                  /* (payload_len) the tensor, or NULL */
+    size_t payload_len;                /* bytes */
 };
 
 static void s_msg_init(struct msg *m, uint32_t rows, uint32_t hidden)
 {
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-    m->env = env;
-    m->f = f;
-    m->route[0] = "A";
-    m->route[1] = "B";
-    m->f.session_id = 1;
-    m->f.n_rows = rows ? rows : 1;
-    m->f.n_tokens = rows ? 0 : 1;
-    m->f.tokens = m->tokens;
-    m->f.dtype = SHARDWIRE__DTYPE__DTYPE_F16;
-    m->f.hidden = rows ? hidden : 0;
-    m->f.n_route = 2;
-    m->f.route = m->route;
-    m->f.hop = 1;
-    m->f.reply_to = "A";
-    m->env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-    m->env.forward = &m->f;
+    memset(m, 0, sizeof *m);
     m->payload_len = rows ? (size_t)rows * hidden * 2 : 0;
     m->payload = rows ? calloc(1, m->payload_len) : NULL;
+    m->msg.type = SW_MSG_FORWARD;
+    sw_msg_forward_t *f = &m->msg.forward;
+    f->session_id = 1;
+    f->n_rows = rows ? rows : 1;
+    f->n_tokens = rows ? 0 : 1;
+    f->tokens = m->tokens;
+    f->dtype = SW_DTYPE_F16;
+    f->hidden = rows ? hidden : 0;
+    f->n_route = 2;
+    f->route[0] = "A";
+    f->route[1] = "B";
+    f->hop = 1;
+    f->reply_to = "A";
+    f->payload = m->payload;
+    f->payload_len = m->payload_len;
 }
 
 static int s_cmp(const void *a, const void *b)
@@ -249,14 +246,11 @@ static double s_pingpong_relay(sw_peer_t *a, sw_peer_t *b, struct msg *m, int n,
 {
     double *rtt = calloc((size_t)n, sizeof *rtt);
     sw_wire_msg_t r = {0};
-    int has = m->payload != NULL;
     for (int i = 0; i < n; i++) {
         double t0 = s_now_us();
-        m->f.round = (uint64_t)i;
-        if (sw_peer_send(a, "B", &m->env, m->payload, m->payload_len, has) ||
-            sw_peer_recv(b, &r, 5000) != 0 ||
-            sw_peer_send(b, "A", &m->env, m->payload, m->payload_len, has) ||
-            sw_peer_recv(a, &r, 5000) != 0) {
+        m->msg.forward.round = (uint64_t)i;
+        if (sw_peer_send_msg(a, "B", &m->msg) || sw_peer_recv(b, &r, 5000) != 0 ||
+            sw_peer_send_msg(b, "A", &m->msg) || sw_peer_recv(a, &r, 5000) != 0) {
             SW_ERR("relay ping-pong failed at %d", i);
             free(rtt);
             return -1;
@@ -285,13 +279,11 @@ static double s_pingpong_direct(struct msg *m, int n, const char *what)
     double *rtt = calloc((size_t)n, sizeof *rtt);
     sw_wire_msg_t r = {0};
     char err[SW_WIRE_ERR_LEN];
-    int has = m->payload != NULL;
     for (int i = 0; i < n; i++) {
         double t0 = s_now_us();
-        m->f.round = (uint64_t)i;
+        m->msg.forward.round = (uint64_t)i;
         /* dealer -> router: [name][header][payload] (what a peer sends the relay) */
-        if (sw_wire_send(dealer, "B", &m->env, m->payload, m->payload_len, has, 0, err,
-                         sizeof err)) {
+        if (sw_codec_send(dealer, "B", &m->msg, 0, NULL, err, sizeof err)) {
             SW_ERR("direct: %s", err);
             break;
         }
@@ -304,8 +296,7 @@ static double s_pingpong_direct(struct msg *m, int n, const char *what)
         }
         /* router -> dealer: [id][name][header][payload] */
         zmq_msg_send(&id, router, ZMQ_SNDMORE);
-        if (sw_wire_send(router, "A", &m->env, m->payload, m->payload_len, has, 0, err,
-                         sizeof err) ||
+        if (sw_codec_send(router, "A", &m->msg, 0, NULL, err, sizeof err) ||
             sw_wire_recv(dealer, 0, &r, err, sizeof err) != SW_WIRE_OK) {
             SW_ERR("direct: %s", err);
             break;
@@ -432,7 +423,7 @@ int main(int argc, char **argv)
     for (int sent = 0; sent < messages;) {
         int w = messages - sent < 64 ? messages - sent : 64;
         for (int i = 0; i < w; i++)
-            if (sw_peer_send(a, "B", &big.env, big.payload, big.payload_len, 1) != 0)
+            if (sw_peer_send_msg(a, "B", &big.msg) != 0)
                 goto out;
         sent += w;
         for (int i = 0; i < w; i++) {

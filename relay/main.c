@@ -166,16 +166,19 @@ int main(int argc, char **argv)
             rc = sw_arg_int(P, "--max-conns-per-key", v, 1, 256, &opts.max_conns_per_key);
             break;
         case O_QMIB:
-            rc = sw_arg_int(P, "--queue-mib", v, 17, 65536, &opts.queue_mib);
+            rc = sw_arg_int(P, "--queue-mib", v, SW_RELAY_MIN_FRAME_MIB, 65536, &opts.queue_mib);
             break;
         case O_QTOTAL:
-            rc = sw_arg_int(P, "--queue-total-mib", v, 17, 1048576, &opts.queue_total_mib);
+            rc = sw_arg_int(P, "--queue-total-mib", v, SW_RELAY_MIN_FRAME_MIB, 1048576,
+                            &opts.queue_total_mib);
             break;
         case O_CMIBS:
-            rc = sw_arg_int(P, "--client-mib-s", v, 3, 65536, &opts.client_mib_s);
+            rc = sw_arg_int(P, "--client-mib-s", v, SW_RELAY_MIN_CLIENT_MIB, 65536,
+                            &opts.client_mib_s);
             break;
         case O_NMIBS:
-            rc = sw_arg_int(P, "--node-mib-s", v, 17, 1048576, &opts.node_mib_s);
+            rc =
+                sw_arg_int(P, "--node-mib-s", v, SW_RELAY_MIN_FRAME_MIB, 1048576, &opts.node_mib_s);
             break;
         default:
             return 2;

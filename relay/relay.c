@@ -27,6 +27,7 @@
  */
 #include "relay.h"
 
+#include "codec.h"
 #include "keys.h"
 #include "log.h"
 #include "seal.h"
@@ -58,15 +59,15 @@
 #define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
-/* A client's message: a GenerateRequest of the largest prompt, sealed, and the
- * destination frame; no payload frame. */
-#define RELAY_CLIENT_MSG_MAX (SW_WIRE_MAX_PROMPT_BYTES + (64u << 10))
+/* A client's message is at most SW_RELAY_CLIENT_MSG_MAX bytes (sw_limits.h): a
+ * GenerateRequest of the largest prompt, sealed, and the destination frame;
+ * no payload frame. */
 
 typedef struct relay_peer {
     uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
     size_t id_len;                 /* bytes in id */
-    Shardwire__Envelope *env;      /* its decoded announce (env->announce), owned */
-    const char *name;              /* env->announce->name */
+    sw_announce_copy_t ann;        /* its announce (ann.a), strings its own */
+    const char *name;              /* ann.name */
     int64_t joined_ms;             /* when it announced (monotonic ms) */
     int64_t alive_ms;              /* when last known alive (message or probe) */
     int64_t msg_ms;                /* when its last message came */
@@ -203,7 +204,7 @@ static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, c
 
 static int s_is_node_role(int role)
 {
-    return role >= SHARDWIRE__ROLE__ROLE_HEAD && role <= SHARDWIRE__ROLE__ROLE_FULL;
+    return role >= SW_ROLE_HEAD && role <= SW_ROLE_FULL;
 }
 
 /*
@@ -227,7 +228,7 @@ static int s_permit(const relay_t *r, const char *user, const char *name, int ro
                  e->name, e->name);
         return -1;
     }
-    if (e->role == SW_ALLOW_CLIENT && role != SHARDWIRE__ROLE__ROLE_CLIENT) {
+    if (e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {
         snprintf(why, why_len,
                  "this is a client key: it cannot announce as a head, middle or tail node (a "
                  "node needs its own key, listed as 'KEY node NAME' in the allow-list)");
@@ -320,9 +321,9 @@ static int s_allow_reload(relay_t *r, int force)
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
         char why[256];
-        if (s_permit(r, p->user, p->name, p->env->announce->role, why, sizeof why) != 0) {
+        if (s_permit(r, p->user, p->name, p->ann.a.role, why, sizeof why) != 0) {
             SW_WARN("relay: key of %s revoked or changed (%s): dropping it", p->name, why);
-            s_reply_error(r, p->id, p->id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
+            s_reply_error(r, p->id, p->id_len, SW_ERROR_UNAUTHORIZED, NULL,
                           "the relay's allow-list changed: %s", why);
             s_remove(r, p, "key revoked");
             continue;
@@ -596,8 +597,6 @@ static void s_queue_unref(relay_queue_t *q)
 
 static void s_peer_free(relay_peer_t *p)
 {
-    if (p->env)
-        shardwire__envelope__free_unpacked(p->env, NULL);
     s_queue_unref(p->q);
     free(p);
 }
@@ -786,12 +785,12 @@ static void s_sweep(relay_t *r)
 
 /* ---- replies from the relay itself ------------------------------------------ */
 
-static void s_reply(relay_t *r, const void *id, size_t id_len, Shardwire__Envelope *env)
+static void s_reply(relay_t *r, const void *id, size_t id_len, const sw_msg_t *msg)
 {
     char err[SW_WIRE_ERR_LEN];
     zmq_msg_t hdr;
-    if (sw_wire_encode(env, 0, 0, &hdr, err, sizeof err) != SW_WIRE_OK) {
-        SW_ERR("relay: cannot encode a %s reply: %s", sw_wire_body_name(env), err);
+    if (sw_codec_encode(msg, &hdr, err, sizeof err) != SW_WIRE_OK) {
+        SW_ERR("relay: cannot encode a %s reply: %s", sw_wire_type_name(msg->type), err);
         return;
     }
     if (zmq_send(r->router, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
@@ -813,55 +812,47 @@ static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, c
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    Shardwire__Error e = SHARDWIRE__ERROR__INIT;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    e.code = (Shardwire__ErrorCode)code;
-    e.message = text;
-    if (dest)
-        e.dest = (char *)dest;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
-    env.error = &e;
-    s_reply(r, id, id_len, &env);
+    const sw_msg_t msg = {
+        .type = SW_MSG_ERROR,
+        .error = {.code = (sw_error_code_t)code, .message = text, .dest = dest},
+    };
+    s_reply(r, id, id_len, &msg);
 }
 
 static void s_reply_table(relay_t *r, const void *id, size_t id_len)
 {
     int64_t now = s_now_ms();
-    Shardwire__PeerInfo info[SW_WIRE_MAX_PEERS];
-    Shardwire__PeerInfo *ptrs[SW_WIRE_MAX_PEERS];
-    Shardwire__PeerTable t = SHARDWIRE__PEER_TABLE__INIT;
+    sw_msg_peer_t info[SW_WIRE_MAX_PEERS];
     for (int i = 0; i < r->n_peers; i++) {
         const relay_peer_t *p = r->peers[i];
-        Shardwire__PeerInfo pi = SHARDWIRE__PEER_INFO__INIT;
-        pi.announce = p->env->announce;
-        pi.heartbeat_age_ms = (uint32_t)(now - p->alive_ms);
-        pi.idle_ms = (uint32_t)(now - p->msg_ms);
-        pi.msgs_in = p->msgs_in;
-        pi.msgs_out = p->msgs_out;
-        pi.bytes_in = p->bytes_in;
-        pi.key_bound = p->key_bound;
-        info[i] = pi;
-        ptrs[i] = &info[i];
+        info[i] = (sw_msg_peer_t){
+            .announce = p->ann.a,
+            .heartbeat_age_ms = (uint32_t)(now - p->alive_ms),
+            .idle_ms = (uint32_t)(now - p->msg_ms),
+            .msgs_in = p->msgs_in,
+            .msgs_out = p->msgs_out,
+            .bytes_in = p->bytes_in,
+            .key_bound = p->key_bound,
+        };
     }
-    t.n_peers = (size_t)r->n_peers;
-    t.peers = ptrs;
-    t.uptime_ms = (uint64_t)(now - r->start_ms);
-    t.msgs_forwarded = r->forwarded;
-    t.msgs_dropped = r->dropped;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.body_case = SHARDWIRE__ENVELOPE__BODY_PEER_TABLE;
-    env.peer_table = &t;
-    s_reply(r, id, id_len, &env);
+    const sw_msg_t msg = {
+        .type = SW_MSG_PEER_TABLE,
+        .table = {.n_peers = (uint32_t)r->n_peers,
+                  .peers = info,
+                  .uptime_ms = (uint64_t)(now - r->start_ms),
+                  .msgs_forwarded = r->forwarded,
+                  .msgs_dropped = r->dropped},
+    };
+    s_reply(r, id, id_len, &msg);
 }
 
 static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
-                       const char *user, Shardwire__Envelope *env)
+                       const char *user, const sw_msg_announce_t *a)
 {
-    const Shardwire__PeerAnnounce *a = env->announce;
     if (strcmp(a->name, SW_WIRE_RELAY_NAME) == 0) {
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN, NULL,
-                      "the name '%s' is reserved", SW_WIRE_RELAY_NAME);
-        goto refuse;
+        s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL, "the name '%s' is reserved",
+                      SW_WIRE_RELAY_NAME);
+        return;
     }
     const sw_allow_entry_t *e = r->secure ? s_allowed(r, user) : NULL;
     if (r->secure) { /* role and name must be what the key's allow-list entry permits */
@@ -873,31 +864,34 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
                         user ? user : "?", a->name, sw_wire_role_name(a->role), why,
                         (unsigned long long)r->refused_announces);
             r->unauthorized++;
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL, "%s", why);
-            goto refuse;
+            s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL, "%s", why);
+            return;
         }
     }
     if (sender) {
-        if (strcmp(sender->name, a->name) != 0 || sender->env->announce->role != a->role) {
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
+        if (strcmp(sender->name, a->name) != 0 || sender->ann.a.role != a->role) {
+            s_reply_error(r, id, id_len, SW_ERROR_BAD_REQUEST, NULL,
                           "this connection is already announced as %s (%s)", sender->name,
-                          sw_wire_role_name(sender->env->announce->role));
-            goto refuse;
+                          sw_wire_role_name(sender->ann.a.role));
+            return;
         }
-        shardwire__envelope__free_unpacked(sender->env, NULL); /* a repeated announce */
-        sender->env = env;
-        sender->name = env->announce->name;
+        /* a repeated announce: its fields replace the old ones (a validated
+         * announce always fits the copy) */
+        if (sw_codec_announce_copy(&sender->ann, a) != 0) {
+            s_reply_error(r, id, id_len, SW_ERROR_INTERNAL, NULL, "the announce does not fit");
+            return;
+        }
     } else {
         relay_peer_t *holder = s_find_name(r, a->name, strlen(a->name));
         if (holder && s_alive(r, holder)) {
             SW_WARN("relay: refused a second '%s' (held by a live connection)", a->name);
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NAME_TAKEN, NULL,
+            s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
                           "the name %s is held by a live peer", a->name);
-            goto refuse;
+            return;
         }
         if (holder)
             s_remove(r, holder, "replaced by a new connection");
-        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SHARDWIRE__ROLE__ROLE_CLIENT;
+        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SW_ROLE_CLIENT;
         if (r->secure) {
             int conns = 0, nodes = 0;
             for (int i = 0; i < r->n_peers; i++) {
@@ -909,11 +903,11 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
                     SW_WARN("relay: key %.8s... holds %d connections already: refused '%s' (see "
                             "--max-conns-per-key; %llu refused announces so far)",
                             user, conns, a->name, (unsigned long long)r->refused_announces);
-                s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
+                s_reply_error(r, id, id_len, SW_ERROR_RELAY_FULL, NULL,
                               "this key holds %d connections to the relay already, its limit "
                               "(the relay's --max-conns-per-key)",
                               conns);
-                goto refuse;
+                return;
             }
             /* room stays for every node of the allow-list that is away, so that a
              * crowd of clients cannot lock a restarting node out */
@@ -921,25 +915,25 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             if (reserve > SW_WIRE_MAX_PEERS / 2)
                 reserve = SW_WIRE_MAX_PEERS / 2;
             if (client && reserve > 0 && r->n_peers + reserve >= SW_WIRE_MAX_PEERS) {
-                s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
+                s_reply_error(r, id, id_len, SW_ERROR_RELAY_FULL, NULL,
                               "the relay holds %d peers and keeps room for %d node(s) of its "
                               "allow-list: no room for another client now",
                               r->n_peers, reserve);
-                goto refuse;
+                return;
             }
         }
         if (r->n_peers == SW_WIRE_MAX_PEERS) {
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_RELAY_FULL, NULL,
+            s_reply_error(r, id, id_len, SW_ERROR_RELAY_FULL, NULL,
                           "the relay holds %d peers already", SW_WIRE_MAX_PEERS);
-            goto refuse;
+            return;
         }
         relay_peer_t *p = calloc(1, sizeof *p);
         relay_queue_t *q = p ? calloc(1, sizeof *q) : NULL;
-        if (!q) {
+        if (!q || sw_codec_announce_copy(&p->ann, a) != 0) {
             free(p);
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_INTERNAL, NULL,
-                          "out of memory");
-            goto refuse;
+            free(q);
+            s_reply_error(r, id, id_len, SW_ERROR_INTERNAL, NULL, "out of memory");
+            return;
         }
         atomic_init(&q->bytes, 0);
         atomic_init(&q->refs, 1);
@@ -948,8 +942,7 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->id_len = id_len;
         if (user)
             snprintf(p->user, sizeof p->user, "%s", user);
-        p->env = env;
-        p->name = a->name;
+        p->name = p->ann.name;
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
         p->tokens = r->rate;
         p->client = client;
@@ -957,7 +950,7 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->byte_tokens = client && r->secure ? r->client_rate : r->node_rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
-        if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT)
+        if (a->role == SW_ROLE_CLIENT)
             SW_INFO("peer %s joined: client", a->name);
         else
             SW_INFO("peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions",
@@ -965,17 +958,13 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
                     p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
                     a->n_layers, a->backend, a->max_sessions);
     }
-    Shardwire__AnnounceAck ack = SHARDWIRE__ANNOUNCE_ACK__INIT;
-    ack.name = env->announce->name;
-    ack.heartbeat_ms = (uint32_t)r->heartbeat_ms;
-    ack.max_frame_bytes = SW_WIRE_MAX_FRAME;
-    Shardwire__Envelope reply = SHARDWIRE__ENVELOPE__INIT;
-    reply.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
-    reply.announce_ack = &ack;
-    s_reply(r, id, id_len, &reply);
-    return;
-refuse:
-    shardwire__envelope__free_unpacked(env, NULL);
+    const sw_msg_t ack = {
+        .type = SW_MSG_ANNOUNCE_ACK,
+        .ack = {.name = a->name,
+                .heartbeat_ms = (uint32_t)r->heartbeat_ms,
+                .max_frame_bytes = SW_WIRE_MAX_FRAME},
+    };
+    s_reply(r, id, id_len, &ack);
 }
 
 /* A message addressed to the relay itself: [id]["relay"][header]. */
@@ -983,38 +972,43 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
                       const char *user, zmq_msg_t *hdr, int has_payload)
 {
     if (sw_seal_is_sealed(zmq_msg_data(hdr), zmq_msg_size(hdr))) {
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_BAD_REQUEST, NULL,
                       "messages to the relay are not sealed");
         return;
     }
     char err[SW_WIRE_ERR_LEN];
-    Shardwire__Envelope *env = NULL;
-    int rc = sw_wire_decode(zmq_msg_data(hdr), zmq_msg_size(hdr), has_payload, has_payload ? 1 : 0,
-                            &env, err, sizeof err);
+    sw_wire_msg_t m = {0};
+    int rc = sw_wire_decode_msg(zmq_msg_data(hdr), zmq_msg_size(hdr), has_payload,
+                                has_payload ? 1 : 0, &m, err, sizeof err);
     if (rc == SW_WIRE_EVERSION) {
         SW_WARN("relay: refused a peer: %s", err);
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_VERSION_MISMATCH, NULL, "%s", err);
+        s_reply_error(r, id, id_len, SW_ERROR_VERSION_MISMATCH, NULL, "%s", err);
         return;
     }
+    sw_msg_t d;
+    const sw_msg_type_t type = sw_wire_msg_type(&m);
+    if (rc == SW_WIRE_OK && (type == SW_MSG_ANNOUNCE || type == SW_MSG_STATUS_QUERY))
+        rc = sw_codec_decode(&m, type, &d, err, sizeof err);
     if (rc) {
         SW_WARN("relay: malformed control message from %s: %s", sender ? sender->name : "?", err);
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL, "%s", err);
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL, "%s", err);
+        sw_wire_msg_clear(&m);
         return;
     }
-    switch (env->body_case) {
-    case SHARDWIRE__ENVELOPE__BODY_ANNOUNCE:
-        s_announce(r, id, id_len, sender, user, env); /* takes env */
-        return;
-    case SHARDWIRE__ENVELOPE__BODY_STATUS_QUERY:
+    switch (type) {
+    case SW_MSG_ANNOUNCE:
+        s_announce(r, id, id_len, sender, user, &d.announce);
+        break;
+    case SW_MSG_STATUS_QUERY:
         s_reply_table(r, id, id_len);
         break;
     default:
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_BAD_REQUEST, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_BAD_REQUEST, NULL,
                       "the relay answers announce and status_query, not %s",
-                      sw_wire_body_name(env));
+                      sw_wire_type_name(type));
         break;
     }
-    shardwire__envelope__free_unpacked(env, NULL);
+    sw_wire_msg_clear(&m);
 }
 
 /* ---- forwarding ------------------------------------------------------------- */
@@ -1117,8 +1111,8 @@ static void s_flush_parked(relay_t *r)
             r->dropped++;
             if (to)
                 s_remove(r, to, "connection closed");
-            s_reply_error(r, p->src_id, p->src_id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
-                          p->dest, "%s disconnected; message dropped", p->dest);
+            s_reply_error(r, p->src_id, p->src_id_len, SW_ERROR_DEST_GONE, p->dest,
+                          "%s disconnected; message dropped", p->dest);
             s_unpark(r, i);
             continue;
         }
@@ -1126,9 +1120,8 @@ static void s_flush_parked(relay_t *r)
             blocked[n_blocked++] = to;
         if (now - p->since_ms > RELAY_PARK_MS) {
             r->dropped++;
-            s_reply_error(r, p->src_id, p->src_id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
-                          p->dest, "%s took no messages for %d ms; message dropped", p->dest,
-                          RELAY_PARK_MS);
+            s_reply_error(r, p->src_id, p->src_id_len, SW_ERROR_DEST_BUSY, p->dest,
+                          "%s took no messages for %d ms; message dropped", p->dest, RELAY_PARK_MS);
             s_unpark(r, i);
             continue;
         }
@@ -1148,18 +1141,17 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
     if (!to) {
         r->dropped++;
         SW_DEBUG("relay: %s -> %s: unknown destination", sender->name, dname);
-        s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST, dname,
+        s_reply_error(r, sender->id, sender->id_len, SW_ERROR_UNKNOWN_DEST, dname,
                       "no live peer is called %s", dname);
         return;
     }
     if (r->secure && sender->client &&
-        !(to->key_bound && (to->env->announce->role == SHARDWIRE__ROLE__ROLE_HEAD ||
-                            to->env->announce->role == SHARDWIRE__ROLE__ROLE_FULL))) {
+        !(to->key_bound && (to->ann.a.role == SW_ROLE_HEAD || to->ann.a.role == SW_ROLE_FULL))) {
         /* a client talks to heads only: not to other clients, not to stages */
         r->dropped++;
         r->unauthorized++;
         SW_DEBUG("relay: client %s -> %s refused: not a key-bound head", sender->name, dname);
-        s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, dname,
+        s_reply_error(r, sender->id, sender->id_len, SW_ERROR_UNAUTHORIZED, dname,
                       "a client may send only to head nodes; %s is not one", dname);
         return;
     }
@@ -1176,8 +1168,8 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
         if (e == EHOSTUNREACH) {
             SW_WARN("relay: %s -> %s: destination gone, dropped", sender->name, dname);
             s_remove(r, to, "connection closed");
-            s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_GONE,
-                          dname, "%s disconnected; message dropped", dname);
+            s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_GONE, dname,
+                          "%s disconnected; message dropped", dname);
         } else if (over) {
             r->budget_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
             size_t held = atomic_load(&to->q->bytes), all = atomic_load(&r->queued);
@@ -1186,8 +1178,7 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
                         "and %zu MiB): dropped (%llu so far)",
                         sender->name, dname, held / 1048576.0, all / 1048576.0, r->queue_max >> 20,
                         r->queue_total_max >> 20, (unsigned long long)r->budget_drops);
-            s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
-                          dname,
+            s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_BUSY, dname,
                           "the relay holds %.1f MiB for %s already (%.1f MiB in all; budgets "
                           "--queue-mib %zu, --queue-total-mib %zu): message dropped",
                           held / 1048576.0, dname, all / 1048576.0, r->queue_max >> 20,
@@ -1198,8 +1189,8 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
                 SW_WARN("relay: %s -> %s: queue full (%s), dropped (%llu so far to %s)",
                         sender->name, dname, zmq_strerror(e), (unsigned long long)to->busy_drops,
                         dname);
-            s_reply_error(r, sender->id, sender->id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY,
-                          dname, "queue to %s is full; message dropped", dname);
+            s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_BUSY, dname,
+                          "queue to %s is full; message dropped", dname);
         }
     }
 }
@@ -1245,7 +1236,7 @@ static int s_handle_one(relay_t *r)
                         user ? user : "?", (unsigned long long)r->unauthorized);
             if (sender)
                 s_remove(r, sender, "key revoked");
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED, NULL,
+            s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL,
                           "your key is not on the relay's allow-list (revoked?)");
             goto done;
         }
@@ -1259,22 +1250,21 @@ static int s_handle_one(relay_t *r)
     if (too_many || n < 3) {
         SW_WARN("relay: dropped a message of %d frames from %s", n - 1, who);
         r->dropped++;
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "a message is [dest][header] or [dest][header][payload]; got %d frames",
                       n - 1);
         goto done;
     }
     if (total - id_len > SW_WIRE_MAX_TOTAL) {
         r->dropped++;
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
-                      "message of %llu bytes exceeds %u", (unsigned long long)(total - id_len),
-                      SW_WIRE_MAX_TOTAL);
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL, "message of %llu bytes exceeds %u",
+                      (unsigned long long)(total - id_len), SW_WIRE_MAX_TOTAL);
         goto done;
     }
     if (zmq_msg_size(&f[2]) > SW_WIRE_MAX_HEADER + SW_SEAL_HDR_OVERHEAD ||
         (n == 4 && zmq_msg_size(&f[3]) > SW_WIRE_MAX_PAYLOAD + SW_SEAL_PAYLOAD_OVERHEAD)) {
         r->dropped++;
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "header (%zu bytes) or payload frame too large", zmq_msg_size(&f[2]));
         goto done;
     }
@@ -1282,18 +1272,18 @@ static int s_handle_one(relay_t *r)
         SW_WARN("relay: dropped a message from %s: bad destination frame (%zu bytes)", who,
                 zmq_msg_size(&f[1]));
         r->dropped++;
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "destination frame is not 1..%d bytes of [A-Za-z0-9._-]", SW_WIRE_NAME_MAX);
         goto done;
     }
     if (r->secure && sender && sender->client &&
-        (n == 4 || total - id_len > RELAY_CLIENT_MSG_MAX)) {
+        (n == 4 || total - id_len > SW_RELAY_CLIENT_MSG_MAX)) {
         /* clients send requests, never tensors: the relay keeps no large frame of theirs */
         r->dropped++;
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_MALFORMED, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "a client's message is [dest][header] of at most %u bytes; got %d frames, "
                       "%llu bytes",
-                      RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
+                      SW_RELAY_CLIENT_MSG_MAX, n - 1, (unsigned long long)(total - id_len));
         goto done;
     }
     if (zmq_msg_size(&f[1]) == strlen(SW_WIRE_RELAY_NAME) &&
@@ -1303,7 +1293,7 @@ static int s_handle_one(relay_t *r)
     }
     if (!sender) {
         r->dropped++;
-        s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_NOT_ANNOUNCED, NULL,
+        s_reply_error(r, id, id_len, SW_ERROR_NOT_ANNOUNCED, NULL,
                       "announce before sending to peers");
         goto done;
     }
@@ -1320,7 +1310,7 @@ static int s_handle_one(relay_t *r)
         sender->tokens = r->rate;
     const int client_rate = r->secure && sender->client;
     const double brate = client_rate ? r->client_rate : r->node_rate;
-    const double bmax = client_rate ? RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
+    const double bmax = client_rate ? SW_RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
     sender->byte_tokens += elapsed_s * brate;
     if (sender->byte_tokens > (brate > bmax ? brate : bmax))
         sender->byte_tokens = brate > bmax ? brate : bmax;
@@ -1330,7 +1320,7 @@ static int s_handle_one(relay_t *r)
         if ((sender->rate_drops & (sender->rate_drops - 1)) == 0) {
             SW_WARN("relay: %s sends more than %d messages/s: dropped %llu so far", sender->name,
                     r->rate, (unsigned long long)sender->rate_drops);
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, NULL,
+            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL,
                           "over the relay's rate limit of %d messages/s; message dropped", r->rate);
         }
         goto done;
@@ -1341,7 +1331,7 @@ static int s_handle_one(relay_t *r)
         if ((sender->byte_drops & (sender->byte_drops - 1)) == 0) {
             SW_WARN("relay: %s sends more than %.0f MiB/s: dropped %llu so far", sender->name,
                     brate / 1048576.0, (unsigned long long)sender->byte_drops);
-            s_reply_error(r, id, id_len, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY, NULL,
+            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL,
                           "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s); "
                           "message dropped",
                           brate / 1048576.0, client_rate ? "client" : "node",

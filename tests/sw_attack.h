@@ -73,9 +73,9 @@ static __attribute__((unused)) sw_peer_t *swa_member(const swa_t *a, const char 
         fprintf(stderr, "member keys: %s\n", err);
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = begin ? SHARDWIRE__ROLE__ROLE_MIDDLE : SHARDWIRE__ROLE__ROLE_HEAD;
+    sw_msg_announce_t an = {0};
+    an.name = who;
+    an.role = begin ? SW_ROLE_MIDDLE : SW_ROLE_HEAD;
     an.model_fingerprint = (char *)a->fp;
     an.layer_begin = begin;
     an.layer_end = end;
@@ -101,9 +101,9 @@ static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char 
         fprintf(stderr, "client keys: %s\n", err);
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    sw_msg_announce_t an = {0};
+    an.name = who;
+    an.role = SW_ROLE_CLIENT;
     an.backend = "";
     an.model_fingerprint = "";
     sw_peer_opts_t o = {.relay = a->ep,

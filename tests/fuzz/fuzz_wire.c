@@ -6,6 +6,10 @@
  * must validate again, re-encode, and decode to the same bytes; a failure of
  * that property traps.
  *
+ * The codec (common/codec.c) must read whatever validated: sw_codec_decode
+ * never refuses it, and what it read encodes again into an Envelope that
+ * validates (the sampling it reads may differ in bytes: top_p 0 is read as 1).
+ *
  * Sealed framing (common/seal.c): with byte 0 bit 1 set, the header bytes go
  * to sw_seal_open as a received sealed frame (with the tail of the input as a
  * sealed payload when bit 0 is set): it must refuse without a crash (nobody
@@ -16,6 +20,7 @@
  * Build: clang -fsanitize=fuzzer,address,undefined, linked with swcommon (see
  * scripts/fuzz.sh / -DSW_FUZZ=ON).
  */
+#include "codec.h"
 #include "log.h"
 #include "seal.h"
 #include "wire.h"
@@ -78,6 +83,36 @@ static void s_seal_trip(const zmq_msg_t *frame, size_t at)
     zmq_msg_close(&sealed);
 }
 
+/* The original frame's payload shape, for the codec's re-encode. */
+typedef struct s_shape {
+    int has_payload;
+    size_t payload_len;
+} s_shape_t;
+
+static int s_validate_sink(void *ctx, Shardwire__Envelope *env, const void *payload,
+                           size_t payload_len, int has_payload)
+{
+    (void)payload, (void)payload_len, (void)has_payload;
+    const s_shape_t *shape = ctx;
+    char err[SW_WIRE_ERR_LEN];
+    env->version = SW_WIRE_VERSION;
+    return sw_wire_validate(env, shape->has_payload, shape->payload_len, err, sizeof err);
+}
+
+/* env validated: the codec reads it, and what it read validates again. */
+static void s_codec_trip(Shardwire__Envelope *env, int has_payload, size_t payload_len)
+{
+    sw_wire_msg_t m = {0};
+    m.env = env; /* no payload frame here: the view's tensor pointer stays NULL */
+    sw_msg_t d;
+    char err[SW_WIRE_ERR_LEN];
+    if (sw_codec_decode(&m, SW_MSG_NONE, &d, err, sizeof err) != SW_WIRE_OK)
+        __builtin_trap();
+    s_shape_t shape = {has_payload, payload_len};
+    if (sw_codec_emit(&d, s_validate_sink, &shape, err, sizeof err) != SW_WIRE_OK)
+        __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 5)
@@ -112,6 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     (void)sw_wire_body_name(env);
+    s_codec_trip(env, has_payload, payload_len);
     zmq_msg_t frame;
     if (sw_wire_encode(env, has_payload, payload_len, &frame, err, sizeof err) != SW_WIRE_OK)
         __builtin_trap(); /* what we accept we must be able to send */

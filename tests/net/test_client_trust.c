@@ -77,9 +77,9 @@ static sw_peer_t *s_peer(const char *who, uint32_t layers_end)
         fprintf(stderr, "sec load: %s\n", err);
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = layers_end ? SHARDWIRE__ROLE__ROLE_HEAD : SHARDWIRE__ROLE__ROLE_CLIENT;
+    sw_msg_announce_t an = {0};
+    an.name = who;
+    an.role = layers_end ? SW_ROLE_HEAD : SW_ROLE_CLIENT;
     an.backend = layers_end ? "cpu" : "";
     an.model_fingerprint = layers_end ? s_fp : "";
     an.layer_end = layers_end;

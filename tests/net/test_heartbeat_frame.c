@@ -31,9 +31,9 @@
 
 static sw_peer_t *s_peer(const char *ep, const char *name)
 {
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)name;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    sw_msg_announce_t an = {0};
+    an.name = name;
+    an.role = SW_ROLE_CLIENT;
     an.model_fingerprint = "";
     an.backend = "";
     sw_peer_opts_t po = {

@@ -214,9 +214,9 @@ static sw_peer_t *s_client(const char *who)
         fprintf(stderr, "sec: %s\n", err);
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)who;
-    an.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    sw_msg_announce_t an = {0};
+    an.name = who;
+    an.role = SW_ROLE_CLIENT;
     an.backend = "";
     an.model_fingerprint = "";
     sw_peer_opts_t o = {.relay = s_ep, .announce = &an, .connect_timeout_ms = 5000, .sec = &sec};

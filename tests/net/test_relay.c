@@ -72,9 +72,9 @@ static pid_t s_start_relay(const char *listen, char *endpoint, size_t len)
 static sw_peer_t *s_peer(const char *endpoint, const char *name, Shardwire__Role role,
                          uint32_t begin, uint32_t end)
 {
-    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    a.name = (char *)name;
-    a.role = role;
+    sw_msg_announce_t a = {0};
+    a.name = name;
+    a.role = (sw_role_t)role;
     a.backend = "cpu";
     a.max_sessions = 2;
     if (role != SHARDWIRE__ROLE__ROLE_CLIENT) {

@@ -108,9 +108,9 @@ static sw_peer_t *s_peer(const char *name, const char *who, const char *relay_pu
         fprintf(stderr, "sec load: %s\n", err);
         return NULL;
     }
-    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
-    an.name = (char *)name;
-    an.role = SHARDWIRE__ROLE__ROLE_MIDDLE;
+    sw_msg_announce_t an = {0};
+    an.name = name;
+    an.role = SW_ROLE_MIDDLE;
     an.backend = "cpu";
     an.model_fingerprint = (char *)S_FP;
     an.layer_begin = 1;

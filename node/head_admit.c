@@ -1,0 +1,541 @@
+/*
+ * head_admit.c - requests on their way to a session: a GenerateRequest is
+ * checked and started (tokenized or templated, its drafting chosen, its KV
+ * cache taken) when a session slot and the KV memory allow, else waits in a
+ * bounded queue (--max-queue, --max-queue-per-client) or is refused as busy
+ * with its place; a client at its --max-sessions-per-client waits while
+ * others' requests pass. A Cancel drops a waiting request or ends a running
+ * one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "chat.h"
+#include "head_impl.h"
+#include "log.h"
+
+/* The drafting of one request: its DraftParams where set, the node's
+ * --draft* defaults otherwise. */
+static int s_draft_cfg(const node_t *n, const sw_msg_draft_t *dp, const sw_sampling_t *sp,
+                       draft_cfg_t *dc, char *err, size_t err_len)
+{
+    const node_head_t *h = n->head;
+    const node_opts_t *o = &n->o;
+    memset(dc, 0, sizeof *dc);
+    dc->sampling = *sp;
+    dc->mode = h->dmodel ? DRAFT_MODE_MODEL : DRAFT_MODE_NONE;
+    if (o->draft_mode && draft_mode_parse(o->draft_mode, &dc->mode) != 0)
+        dc->mode = DRAFT_MODE_NONE;
+    dc->k = o->draft_k;
+    dc->k_max = o->draft_k_max;
+    dc->p_min = o->draft_p_min;
+    dc->tree = o->draft_tree;
+    dc->ahead = o->draft_ahead;
+    if (!dp)
+        goto trees;
+    switch (dp->mode) {
+    case SW_DRAFT_NONE:
+        dc->mode = DRAFT_MODE_NONE;
+        break;
+    case SW_DRAFT_MODEL:
+        if (!h->dmodel) {
+            snprintf(err, err_len, "this head has no draft model (start it with --draft-model)");
+            return -1;
+        }
+        dc->mode = DRAFT_MODE_MODEL;
+        break;
+    case SW_DRAFT_NGRAM:
+        dc->mode = DRAFT_MODE_NGRAM;
+        break;
+    case SW_DRAFT_MIX:
+        if (!h->dmodel) {
+            snprintf(err, err_len,
+                     "this head has no draft model for --draft mix (start it with "
+                     "--draft-model)");
+            return -1;
+        }
+        dc->mode = DRAFT_MODE_MIX;
+        break;
+    default: // DRAFT_AUTO: the head's default
+        break;
+    }
+    if (dp->n_draft > SW_MAX_DRAFT || !(dp->p_min >= 0 && dp->p_min <= 1)) {
+        snprintf(err, err_len, "draft parameters out of range (K %u > %d or p_min %g)", dp->n_draft,
+                 SW_MAX_DRAFT, (double)dp->p_min);
+        return -1;
+    }
+    if (dp->n_draft > 0)
+        dc->k = (int)dp->n_draft;
+    if (dp->p_min > 0)
+        dc->p_min = dp->p_min;
+    if (dc->mode != DRAFT_MODE_NONE && dc->k == 0 && dp->mode != SW_DRAFT_AUTO)
+        dc->k = DRAFT_K_AUTO; // a proposer asked for by name with the head's K off
+    if (dp->tree > SW_MAX_DRAFT) {
+        snprintf(err, err_len, "a token tree of %u drafts (at most %d)", dp->tree, SW_MAX_DRAFT);
+        return -1;
+    }
+    if (dp->tree > 0)
+        dc->tree = (int)dp->tree;
+    if (dp->ahead != SW_AHEAD_DEFAULT)
+        dc->ahead = dp->ahead == SW_AHEAD_ON;
+trees:
+    /* This stage runs the tree rows too: a backend without trees gets chains
+     * (a later stage without them refuses a tree round, naming itself). */
+    if (dc->tree > 1 && !sw_model_trees(n->model))
+        dc->tree = 0;
+    return 0;
+}
+
+static head_sess_t *s_free_slot(node_head_t *h)
+{
+    head_sess_t *oldest = NULL;
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state == HEAD_FREE)
+            return s;
+        if (s->state == HEAD_LINGER && (!oldest || s->t_end < oldest->t_end))
+            oldest = s;
+    }
+    if (oldest) // a finished request's record makes room
+        head_forget(h, oldest);
+    return oldest;
+}
+
+enum { S_STARTED = 0, S_WAIT_MEMORY = 1, S_REFUSED = -1 };
+
+/* A conversation's turns, or the prompt as one user turn, through the
+ * model's chat template (wire.c bounds both). The text (the caller frees
+ * it), or NULL with err (*code ERR_INTERNAL when out of memory). */
+static char *s_chat_text(const node_t *n, const sw_msg_generate_t *g, int *code, char *err,
+                         size_t err_len)
+{
+    sw_chat_msg_t one = {.role = "user", .content = g->prompt};
+    sw_chat_msg_t *turns = &one;
+    if (g->n_messages > 0) {
+        turns = calloc(g->n_messages, sizeof *turns);
+        if (!turns) {
+            snprintf(err, err_len, "out of memory");
+            *code = SW_ERROR_INTERNAL;
+            return NULL;
+        }
+        for (uint32_t i = 0; i < g->n_messages; i++) {
+            sw_msg_turn_t t;
+            if (sw_codec_turn_at(g, i, &t) != 0) { /* wire.c checked every turn */
+                free(turns);
+                snprintf(err, err_len, "messages[%u] is unreadable", i);
+                return NULL;
+            }
+            turns[i].role = t.role;
+            turns[i].content = t.content;
+        }
+    }
+    char *chat_text = sw_chat_format_alloc(sw_model_gguf(n->model), turns,
+                                           g->n_messages > 0 ? (int)g->n_messages : 1, 1);
+    if (turns != &one)
+        free(turns);
+    if (!chat_text)
+        snprintf(err, err_len, "the model has no usable chat template");
+    return chat_text;
+}
+
+/* The request's prompt as tokens: its token ids, or its text (a
+ * conversation through the chat template) tokenized; checked against the
+ * vocabulary and --ctx. 0 with *prompt_out (the caller frees it), or -1
+ * with err (*code ERR_INTERNAL when out of memory). */
+static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **prompt_out, int *n_out,
+                    int *code, char *err, size_t err_len)
+{
+    const node_head_t *h = n->head;
+    int32_t *prompt = NULL;
+    char *chat_text = NULL;
+    int n_prompt = 0;
+    if (g->n_prompt_tokens) {
+        prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
+        if (!prompt)
+            goto oom;
+        for (uint32_t i = 0; i < g->n_prompt_tokens; i++) {
+            if (g->prompt_tokens[i] >= (uint32_t)n->hp->n_vocab) {
+                snprintf(err, err_len, "prompt token %u is outside the vocabulary",
+                         g->prompt_tokens[i]);
+                goto fail;
+            }
+            prompt[i] = (int32_t)g->prompt_tokens[i];
+        }
+        n_prompt = (int)g->n_prompt_tokens;
+    } else {
+        const char *text = g->prompt;
+        const int chat = g->chat || g->n_messages > 0;
+        if (chat) {
+            chat_text = s_chat_text(n, g, code, err, err_len);
+            if (!chat_text)
+                goto fail;
+            text = chat_text;
+        }
+        /* Stop as soon as the prompt cannot fit: a 2 MiB prompt would otherwise
+         * hold the head in the tokenizer for seconds before this is known. */
+        const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
+        int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
+                           : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
+                                             &prompt, &n_prompt);
+        if (trc == SW_TOK_ERR_TOO_LONG) {
+            snprintf(err, err_len,
+                     "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
+                     "context (node --ctx)",
+                     (long long)(room > 0 ? room : 0), g->n_predict, n->o.n_ctx);
+            goto fail;
+        }
+        if (trc != 0)
+            goto oom;
+    }
+    if (n_prompt < 1) {
+        snprintf(err, err_len, "the prompt is empty");
+        goto fail;
+    }
+    if ((int64_t)n_prompt + g->n_predict > n->o.n_ctx) {
+        snprintf(err, err_len,
+                 "%d prompt + %u new tokens exceed the %d-position context (node --ctx)", n_prompt,
+                 g->n_predict, n->o.n_ctx);
+        goto fail;
+    }
+    free(chat_text);
+    *prompt_out = prompt;
+    *n_out = n_prompt;
+    return 0;
+oom:
+    snprintf(err, err_len, "out of memory");
+    *code = SW_ERROR_INTERNAL;
+fail:
+    free(prompt);
+    free(chat_text);
+    return -1;
+}
+
+/* Takes slot s for request g of msg's client: a ROUTE session with a new id. */
+static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw_msg_generate_t *g,
+                   const sw_sampling_t *sp, double t_arrive)
+{
+    node_head_t *h = n->head;
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->state = HEAD_ROUTE;
+    h->n_active++;
+    snprintf(s->client, sizeof s->client, "%s", msg->peer);
+    snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
+    s->t_start = t_arrive;
+    s->t_gen = sw_now_ms();
+    s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
+    s->sp = *sp;
+    s->n_predict = (int)g->n_predict;
+    s->send_idx = -1;
+    randombytes_buf(&s->id, sizeof s->id);
+    s->id |= 1;
+}
+
+/* The session's memory: its KV cache (counted in the head's kv_used), round
+ * log, detokenizer, streamed tokens and proposer. 0, or -1 when out of memory. */
+static int s_alloc(node_t *n, head_sess_t *s, size_t kv_bytes)
+{
+    node_head_t *h = n->head;
+    s->kv = sw_kv_new(n->model, s->n_ctx);
+    s->kv_bytes = kv_bytes;
+    if (s->kv)
+        h->kv_used += kv_bytes;
+    s->rec = node_recover_new(n->o.recover_timeout_ms);
+    s->detok = sw_detok_new(h->tok, 0);
+    s->toks = malloc(((size_t)s->n_predict + 1) * sizeof *s->toks);
+    s->drafter = draft_new(h->dmodel);
+    if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
+        return -1;
+    return 0;
+}
+
+/* The session's drafting (its DraftParams, else the head's) and round logic,
+ * logged with the request. 0, or -1 with err. */
+static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
+                       const sw_sampling_t *sp, char *err, size_t err_len)
+{
+    node_head_t *h = n->head;
+    draft_cfg_t dc;
+    if (s_draft_cfg(n, g->has_draft ? &g->draft : NULL, sp, &dc, err, err_len) != 0)
+        return -1;
+    dc.n_ctx = s->n_ctx;
+    if (draft_begin(s->drafter, &dc, err, err_len) != 0)
+        return -1;
+    s->proposer = draft_proposer(s->drafter);
+    sw_gen_opts_t go = {
+        .k = draft_gen_k(s->drafter),
+        .proposer = &s->proposer,
+        .ahead = dc.ahead,
+        .n_predict = s->n_predict,
+        .stop_at_eog = 1,
+        .on_tokens = head_on_tokens,
+        .on_tokens_ctx = s,
+        .is_eog = head_is_eog,
+        .is_eog_ctx = h->tok,
+    };
+    s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, err_len);
+    if (!s->gen)
+        return -1;
+    char drafting[96] = "no drafting";
+    if (draft_gen_k(s->drafter) > 0)
+        snprintf(drafting, sizeof drafting, "draft %s, K %s%d%s%s", draft_mode_name(dc.mode),
+                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter),
+                 dc.tree > 1 ? ", trees" : "", dc.ahead ? ", ahead" : "");
+    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, %s; %d session(s) "
+            "running, %d waiting",
+            s->rid, s->client, s->n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
+    return 0;
+}
+
+/* A route built from a recent table serves a new session at once; else it
+ * waits (ROUTE) for the next table. */
+static void s_route_first(node_t *n, head_sess_t *s)
+{
+    node_head_t *h = n->head;
+    const double now = sw_now_ms();
+    if (h->route_ms && now - h->route_ms < HEAD_ROUTE_FRESH_MS && h->route_ok) {
+        sw_msg_t t;
+        const int have = sw_wire_msg_type(&h->table) == SW_MSG_PEER_TABLE &&
+                         sw_codec_decode(&h->table, SW_MSG_PEER_TABLE, &t, NULL, 0) == 0;
+        head_route_take(n, s, have ? &t.table : NULL);
+        s->state = HEAD_RUN;
+        h->busy = 1;
+    } else {
+        head_want_status(h);
+    }
+}
+
+/* Starts a session for request msg (which stays the caller's): S_STARTED,
+ * S_WAIT_MEMORY (the KV cache does not fit now, it will when others end) or
+ * S_REFUSED (the client got an Error). */
+static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
+        return S_REFUSED;
+    const sw_msg_generate_t *g = &d.generate;
+    char err[512] = "";
+    int code = SW_ERROR_BAD_REQUEST;
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    head_sess_t *s = NULL;
+
+    /* absent sampling reads as all 0 (greedy): codec.h */
+    const sw_sampling_t sp = g->sampling;
+    if (sw_sampling_check(&sp) != 0) {
+        snprintf(err, sizeof err, "invalid sampling parameters");
+        goto fail;
+    }
+    if (s_prompt(n, g, &prompt, &n_prompt, &code, err, sizeof err) != 0)
+        goto fail;
+    const int n_ctx = n_prompt + (int)g->n_predict;
+    const size_t kv_bytes = sw_kv_bytes(n->model, n_ctx);
+    if (n->o.kv_bytes > 0 && kv_bytes > (size_t)n->o.kv_bytes) {
+        snprintf(err, sizeof err,
+                 "%d positions need %.1f MiB of KV cache, more than this head's --kv-mib (%.1f "
+                 "MiB)",
+                 n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
+        goto fail;
+    }
+    if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
+        free(prompt);
+        return S_WAIT_MEMORY;
+    }
+
+    s = s_free_slot(h);
+    if (!s)
+        goto oom; // cannot happen: n_slots > max_sessions
+    s_open(n, s, msg, g, &sp, t_arrive);
+    s->prompt = prompt;
+    prompt = NULL;
+    s->n_prompt = n_prompt;
+    s->n_ctx = n_ctx;
+    if (s_alloc(n, s, kv_bytes) != 0)
+        goto oom;
+    if (s_gen_begin(n, s, g, &sp, err, sizeof err) != 0)
+        goto fail;
+    s_route_first(n, s);
+    return S_STARTED;
+oom:
+    snprintf(err, sizeof err, "out of memory");
+    code = SW_ERROR_INTERNAL;
+fail:
+    free(prompt);
+    if (s) {
+        head_end(n, s, SW_FINISH_ERROR, code, err);
+    } else {
+        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
+        head_send_error(n, msg->peer, code, g->request_id, 0, 0, err);
+    }
+    return S_REFUSED;
+}
+
+/* Sessions running (or routing) for client. */
+static int s_client_running(const node_head_t *h, const char *client)
+{
+    int k = 0;
+    for (int i = 0; i < h->n_slots; i++)
+        k += (h->sess[i].state == HEAD_ROUTE || h->sess[i].state == HEAD_RUN) &&
+             !strcmp(h->sess[i].client, client);
+    return k;
+}
+
+/* 1 when client may start another session now (its --max-sessions-per-client). */
+static int s_client_may_start(const node_t *n, const char *client)
+{
+    const int quota = n->o.max_sessions_per_client;
+    return quota <= 0 || s_client_running(n->head, client) < quota;
+}
+
+/* The oldest queued request whose client may start a session now, or -1. */
+static int s_queue_next(const node_t *n)
+{
+    const node_head_t *h = n->head;
+    for (int i = 0; i < h->q_len; i++)
+        if (s_client_may_start(n, h->queue[(h->q_head + i) % n->o.max_queue].msg.peer))
+            return i;
+    return -1;
+}
+
+void node_head_request(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_generate_t *g = &d.generate;
+    if (!h) {
+        head_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
+                        "this node is not a head (its layers do not start at 0)");
+        return;
+    }
+    for (int i = 0; i < h->n_slots; i++) {
+        const head_sess_t *s = &h->sess[i];
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && !strcmp(s->client, msg->peer) &&
+            !strcmp(s->rid, g->request_id)) {
+            head_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
+                            "a request with this id is already running");
+            return;
+        }
+    }
+    const double now = sw_now_ms();
+    /* Queued requests that may start go first; a client at its session quota waits in the
+     * queue while others' requests pass it. */
+    if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 &&
+        s_client_may_start(n, msg->peer)) {
+        if (s_start(n, msg, now) != S_WAIT_MEMORY)
+            return;
+    }
+    int mine = 0;
+    for (int i = 0; i < h->q_len; i++)
+        mine += !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer);
+    if (n->o.max_queue_per_client > 0 && mine >= n->o.max_queue_per_client) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "the head holds %d waiting requests of yours already (its "
+                 "--max-queue-per-client): retry when one has started",
+                 mine);
+        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
+        head_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1,
+                        text);
+        return;
+    }
+    if (h->q_len >= n->o.max_queue) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "the head is busy: %d requests running and %d waiting (its --max-queue): "
+                 "retry later",
+                 h->n_active, h->q_len);
+        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
+        head_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1,
+                        text);
+        return;
+    }
+    head_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];
+    memset(w, 0, sizeof *w);
+    sw_wire_msg_move(&w->msg, msg);
+    w->g = *g; /* its views point into the header, which moved with the message */
+    w->t_arrive = now;
+    h->q_len++;
+    SW_INFO("request '%s' from %s waits (position %d; %d running)", w->g.request_id, w->msg.peer,
+            h->q_len, h->n_active);
+}
+
+/* Removes queue entry i (0 = the oldest). */
+void head_dequeue(node_t *n, int i)
+{
+    node_head_t *h = n->head;
+    const int Q = n->o.max_queue;
+    sw_wire_msg_clear(&h->queue[(h->q_head + i) % Q].msg);
+    for (int j = i; j > 0; j--) { // shift the older ones up by one
+        head_wait_t *dst = &h->queue[(h->q_head + j) % Q],
+                    *src = &h->queue[(h->q_head + j - 1) % Q];
+        sw_wire_msg_move(&dst->msg, &src->msg);
+        dst->g = src->g;
+        dst->t_arrive = src->t_arrive;
+        dst->client_missing = src->client_missing;
+    }
+    h->q_head = (h->q_head + 1) % Q;
+    h->q_len--;
+}
+
+/* The queue: requests past their deadline get a busy error with their
+ * place; the oldest start while slots and memory allow. */
+void head_queue_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    for (int i = 0; i < h->q_len; i++) {
+        head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        const sw_msg_generate_t *g = &w->g;
+        if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms)
+            continue;
+        char text[256];
+        snprintf(text, sizeof text,
+                 "the head stayed busy: the request waited %.0f s at position %d of the queue "
+                 "until its deadline (%d requests running)",
+                 (now - w->t_arrive) / 1e3, i + 1, h->n_active);
+        SW_WARN("request '%s' from %s: %s", g->request_id, w->msg.peer, text);
+        head_send_error(n, w->msg.peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)i + 1, text);
+        head_dequeue(n, i--);
+    }
+    while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
+        const int i = s_queue_next(n); // the oldest whose client is under its session quota
+        if (i < 0)
+            break;
+        head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        int rc = s_start(n, &w->msg, w->t_arrive);
+        if (rc == S_WAIT_MEMORY)
+            break; // it keeps its place until memory frees up
+        head_dequeue(n, i);
+    }
+}
+
+void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_CANCEL, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_cancel_t *c = &d.cancel;
+    const char *why = c->reason[0] ? c->reason : "no reason given";
+    head_sess_t *s = head_find(h, msg->peer, c->request_id, 0);
+    if (s) {
+        char text[400];
+        snprintf(text, sizeof text, "cancelled by the client (%s)", why);
+        head_end(n, s, SW_FINISH_CANCELLED, 0, text);
+        return;
+    }
+    for (int i = 0; i < h->q_len; i++) {
+        head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        if (strcmp(w->msg.peer, msg->peer) != 0 || strcmp(w->g.request_id, c->request_id) != 0)
+            continue;
+        SW_INFO("request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer, why);
+        head_final_chunk(n, msg->peer, c->request_id, 0, SW_FINISH_CANCELLED);
+        head_dequeue(n, i);
+        return;
+    }
+}

@@ -1,0 +1,219 @@
+/*
+ * head_impl.h - the head's state and the functions its parts share; private
+ * to node/head*.c.
+ *
+ * The head is cut by concern, each part calling only the ones below it (no
+ * circle between them, tests/unit/test_layers.py):
+ *
+ *   head.c          the head's lifetime, the relay's peer table, the step and
+ *                   the loop's timeout: the entry points that touch every part
+ *   head_admit.c    requests: the queue, per-client quotas, admission (a
+ *                   session's start), busy answers, Cancel
+ *   head_session.c  the per-session state machine: rounds, the head's batch,
+ *                   the sends, verdicts and errors, the end of a request
+ *   head_route.c    routes from the relay's peer table, suspect stages,
+ *                   vanished clients, the status query
+ *   head_stream.c   what a client receives: TokenChunks (kept for Resume),
+ *                   the final chunk and its stats, Errors; Resume
+ *
+ * A session's slot (head_sess_t) and everything it points to belong to the
+ * head: head_forget frees them all, head_end all but the record of what the
+ * client was sent (kept HEAD_LINGER for a Resume).
+ */
+#ifndef SW_NODE_HEAD_IMPL_H
+#define SW_NODE_HEAD_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "decode.h"
+#include "drafter.h"
+#include "head.h"
+#include "node.h"
+#include "recover.h"
+#include "tokenizer.h"
+
+#define HEAD_ROUTE_FRESH_MS 5000 // a route built from a table this recent serves a new request
+#define HEAD_SUSPECT_MAX 16      // stages remembered on routes whose round timed out
+#define HEAD_SUSPECT_MS 600000   // ... and avoided this long where another stage can serve
+
+enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER };
+
+typedef struct head_route {
+    int n; // stages, head included
+    char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
+} head_route_t;
+
+/* One TokenChunk as it was sent, for a Resume. */
+typedef struct head_chunk {
+    uint32_t index;  // first token (into the session's toks)
+    uint32_t n;      // tokens
+    size_t text_at;  // its text in the session's text buffer
+    size_t text_len; //
+    int finish;      // FINISH_* (NONE but for the last chunk)
+} head_chunk_t;
+
+typedef struct head_sess {
+    int state;                         // HEAD_*
+    node_t *n;                         // the node (for callbacks)
+    uint64_t id;                       // session id at the stages
+    char client[SW_WIRE_NAME_MAX + 1]; // who asked (tokens stream there)
+    char rid[SW_WIRE_NAME_MAX + 1];    // its request_id
+    double t_start;                    // the request reached the head (ms)
+    double t_gen;                      // the session started (ms)
+    double deadline;                   // absolute, 0 = none
+    sw_sampling_t sp;                  // the verifier's sampling, as sent to the tail
+    int32_t *prompt;                   // (n_prompt) tokens
+    int n_prompt, n_predict;           //
+    int n_ctx;                         // positions the session may reach
+    draft_t *drafter;                  // its proposer
+    sw_proposer_t proposer;            //
+    sw_gen_t *gen;                     // the round logic (decode.h)
+    int logged;                        // 1 when the current round is logged in rec
+    sw_kv_t *kv;                       // this stage's cache for it
+    size_t kv_bytes;                   // its memory
+    sw_verifier_t *ver;                // route of one stage: the head verifies itself
+    node_recover_t *rec;               // the round log and recovery (recover.h)
+    head_route_t route;                // head .. tail
+    int opened;                        // 1 once a Forward went out (stages may hold it)
+    uint64_t round_no;                 // last round number used
+    int send_idx;                      // logged round being sent, -1 = none
+    int send_row;                      // its rows computed and sent so far
+    int send_chunks;                   // its Forwards so far
+    uint64_t send_round;               // its round number
+    sw_round_t send_r;                 // its rows (pointing into rec)
+    sw_draft_q_t send_q[SW_MAX_DRAFT]; // and draft distributions
+    int32_t send_tp[SW_MAX_DRAFT + 1]; // tree rounds: the slot each row hangs under
+    double t_round;                    // the current round's first chunk went out
+    double t_limit;                    // no verdict by then: recover
+    double t_check;                    // verdict late: route check then
+    int want_route;                    // recovery asked for the route
+    int want_check;                    // a route check is due with the next table
+    double client_missing;             // since when the client seems gone (0 = present)
+    sw_detok_t *detok;                 // token -> text
+    int32_t *toks;                     // (n_predict) tokens streamed
+    uint32_t n_streamed;               //
+    head_chunk_t *chunks;              // (cap_chunks) every chunk sent
+    int n_chunks, cap_chunks;          //
+    char *text;                        // (text_cap) their text
+    size_t text_len, text_cap;         //
+    int finish;                        // FINISH_* once the request ended
+    int err_code;                      // ERROR / DEADLINE: the Error sent
+    char err[SW_WIRE_MAX_ERROR_TEXT];  //
+    /* the final chunk's stats */
+    sw_msg_stats_t stats;
+    int have_stats;                        //
+    double t_end;                          // the request ended (ms)
+    double t_resume;                       // last Resume served
+    double head_ms, stage_ms, net_ms;      // totals over the request
+    double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
+    double round_head_ms;                  // the current round's compute: head
+    double round_stage_ms;                 // and stages
+} head_sess_t;
+
+/* A request waiting for a session slot. */
+typedef struct head_wait {
+    sw_wire_msg_t msg;     // the GenerateRequest
+    sw_msg_generate_t g;   // msg decoded (views into it)
+    double t_arrive;       // ms
+    double client_missing; // since when its client seems gone (0 = present)
+} head_wait_t;
+
+struct node_head {
+    sw_tokenizer_t *tok;   // from the model's GGUF
+    draft_model_t *dmodel; // --draft-model, or NULL
+    head_sess_t *sess;     // (n_slots) sessions: running ones and lingering ones
+    int n_slots;           // --max-sessions + S_LINGER_MAX (head.c)
+    int n_active;          // sessions in ROUTE or RUN
+    size_t kv_used;        // bytes of their caches
+    head_wait_t *queue;    // (--max-queue) ring of waiting requests
+    int q_head, q_len;     //
+    head_route_t route;    // the route built from the last peer table
+    int route_ok;          // 1 when that table had a whole pipeline
+    int route_code;        // else the error code
+    char route_err[512];   // and why
+    double route_ms;       // when (0 = never)
+    sw_wire_msg_t table;   // that table (its counters are new sessions' route baseline)
+    int status_out;        // a status query is unanswered
+    double status_sent;    // when it went
+    double status_next;    // the next periodic one
+    int status_want;       // one is wanted as soon as possible
+    float *bout;           // (rows_cap, n_embd) hidden states of the head's batch
+    float *logits;         // (logit rows, n_vocab): a route of one stage verifies here
+    int logit_rows;        //
+    int busy;              // 1 when node_head_step left work for the next pass
+    int rr;                // where the next batch starts (round robin)
+    struct {
+        char name[SW_WIRE_NAME_MAX + 1];
+        double until;            // avoided until then (0 = free entry)
+    } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
+};
+
+/* ---- head_stream.c: what a client receives ------------------------------------------------- */
+
+/* An Error to dest (a client) about request_id (queue_pos: its place in the
+ * queue, 0 = none); never waits. */
+void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
+                     uint64_t session, uint32_t queue_pos, const char *text);
+/* A last chunk with no tokens (done, finish): for requests with no record. */
+void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish);
+/* Records and sends the next chunk: tokens (n_tok of them) with their text,
+ * finish NONE until the last. 0 or -1 (out of memory). */
+int head_emit(node_t *n, head_sess_t *s, const int32_t *tokens, int n_tok, const char *text,
+              size_t len, int finish);
+/* sw_gen_opts_t.on_tokens (ctx: the session): the committed tokens of a
+ * round, as one chunk. */
+int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok);
+/* sw_gen_opts_t.is_eog (ctx: the tokenizer). */
+int head_is_eog(void *ctx, int32_t token);
+/* The final chunk's stats of s from its generation's. */
+void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs);
+/* The session of client's request rid (running, or with lingering also a
+ * finished one), or NULL. */
+head_sess_t *head_find(node_head_t *h, const char *client, const char *rid, int lingering);
+
+/* ---- head_route.c: routes, suspects, clients, the status query ----------------------------- */
+
+/* Asks for a status query (a fresh peer table) as soon as possible. */
+void head_want_status(node_head_t *h);
+/* 1 when name is a stage of r (the head, r->names[0], is not). */
+int head_route_has(const head_route_t *r, const char *name);
+/* Remembers name as a stage of a route whose round got no verdict in time. */
+void head_suspect_add(node_head_t *h, const char *name, double now);
+/* head -> ... -> tail from a peer table (head_route.c says how); 0, or -1
+ * with *code and err. */
+int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *code, char *err,
+                     size_t err_len);
+/* Gives s the head's current route and pt's counter baseline (pt may be NULL). */
+void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt);
+/* 1 when client has been missing from the relay's tables long enough to be
+ * gone (*since: when it was first missed, 0 = present). */
+int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, double *since,
+                     double now);
+/* The periodic status query (and the ones sessions asked for). */
+void head_status_step(node_t *n, double now);
+
+/* ---- head_session.c: the per-session state machine ----------------------------------------- */
+
+/* Frees everything of s, its record of what it streamed too; the slot is free. */
+void head_forget(node_head_t *h, head_sess_t *s);
+/* A SessionClose to every stage of s's route that may hold it. */
+void head_close_stages(node_t *n, head_sess_t *s, const char *why);
+/* Ends a running (or routing) session with finish (FINISH_*; code and why
+ * for an error); it lingers with its chunks for a Resume. */
+void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why);
+/* Advances one running session; 1 when it has rows to send in this pass's batch. */
+int head_advance(node_t *n, head_sess_t *s, double now);
+/* Runs the next chunk of every ready session through this stage's layers as
+ * one batch, then sends each on. */
+void head_batch(node_t *n, head_sess_t **ready, int n_ready);
+
+/* ---- head_admit.c: requests and the queue -------------------------------------------------- */
+
+/* Removes queue entry i (0 = the oldest). */
+void head_dequeue(node_t *n, int i);
+/* The queue: deadlines, and the oldest requests start while slots and memory allow. */
+void head_queue_step(node_t *n, double now);
+
+#endif

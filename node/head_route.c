@@ -1,0 +1,257 @@
+/*
+ * head_route.c - the head's view of the cluster through the relay's peer
+ * table: the route of stages a session's rounds take (key-bound nodes of
+ * this model whose layers follow each other; gaps, overlaps and other
+ * models refused with a message naming the peer), the stages suspected of
+ * swallowing rounds, clients that left the relay, and the status query that
+ * fetches the table.
+ *
+ * The relay is asked for its table once a second while sessions run or wait
+ * (routes for new requests, route checks of late rounds, clients that
+ * vanished) and every 2.5 s while idle (so that a new request finds a fresh
+ * route), never in the round itself.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "head_impl.h"
+#include "log.h"
+
+#define S_STATUS_MS 1000       // peer-table period while sessions run or wait
+#define S_STATUS_LOST_MS 3000  // a status query unanswered this long is asked again
+#define S_CLIENT_GRACE_MS 5000 // a client is only judged gone by a relay up this long
+#define S_CLIENT_GONE_MS 1500  // ... and missing from its tables for this long
+
+void head_want_status(node_head_t *h)
+{
+    h->status_want = 1;
+}
+
+int head_route_has(const head_route_t *r, const char *name)
+{
+    for (int i = 1; i < r->n; i++)
+        if (!strcmp(r->names[i], name))
+            return 1;
+    return 0;
+}
+
+/* 1 when the head must route only to key-bound nodes (a keyed relay binds
+ * node keys to names; a loopback relay without keys binds nothing). */
+static int s_need_key(const node_t *n)
+{
+    return n->o.sec && !n->o.sec->insecure;
+}
+
+/* A stage of a route whose round got no verdict in time: connected and
+ * heartbeating but silent (a compromised member that swallows Forwards looks
+ * like the quietest, least busy stage), or merely slow. Which stage of the
+ * route it was cannot be told from here, so all of them are remembered. */
+void head_suspect_add(node_head_t *h, const char *name, double now)
+{
+    int at = 0;
+    for (int i = 0; i < HEAD_SUSPECT_MAX; i++) {
+        if (!strcmp(h->suspect[i].name, name)) {
+            at = i;
+            break;
+        }
+        if (h->suspect[i].until < h->suspect[at].until)
+            at = i; // a free entry (0) or the one that expires first
+    }
+    snprintf(h->suspect[at].name, sizeof h->suspect[at].name, "%s", name);
+    h->suspect[at].until = now + HEAD_SUSPECT_MS;
+}
+
+static int s_suspect(const node_head_t *h, const char *name, double now)
+{
+    for (int i = 0; i < HEAD_SUSPECT_MAX; i++)
+        if (h->suspect[i].until > now && !strcmp(h->suspect[i].name, name))
+            return 1;
+    return 0;
+}
+
+/* 1 when a (sa: a suspect) makes a better next stage than the pick so far b
+ * (sb): not a suspect, then reaching furthest, then quiet longest (idle_ms),
+ * then by name. */
+static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int sb)
+{
+    if (!b)
+        return 1;
+    if (sa != sb)
+        return sa < sb;
+    if (a->announce.layer_end != b->announce.layer_end)
+        return a->announce.layer_end > b->announce.layer_end;
+    if (a->idle_ms != b->idle_ms)
+        return a->idle_ms > b->idle_ms;
+    return strcmp(a->announce.name, b->announce.name) < 0;
+}
+
+/* Builds head -> ... -> tail from a peer table: from the end of this stage's
+ * range, the next stage is a key-bound node (sw_codec_peer_routable) whose
+ * range begins there: the one whose range reaches furthest, then the one
+ * quiet longest (idle_ms: the least busy), then by name only between exact
+ * equals, so that nobody gets picked for the name it chose. Peers that are
+ * not key-bound are never routed to (a client key cannot announce as a node
+ * at a keyed relay anyway). Refuses gaps, overlaps and other models with a
+ * message naming the peer and the error code a client gets (*code):
+ * ERR_MODEL_MISMATCH for another model file, ERR_UNKNOWN_DEST when no
+ * connected stage begins where the previous one ends (a gap, or an overlap),
+ * ERR_INTERNAL for a route longer than the protocol allows; 0 or -1. With
+ * avoid, a suspect stage (s_suspect) is taken only where no other serves. */
+static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head_route_t *r,
+                            int *code, char *err, size_t err_len)
+{
+    const double now = sw_now_ms();
+    *code = SW_ERROR_UNKNOWN_DEST;
+    memset(r, 0, sizeof *r);
+    snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
+    r->n = 1;
+    const uint32_t L = (uint32_t)n->hp->n_layer;
+    const int need_key = s_need_key(n);
+    uint32_t at = (uint32_t)sw_model_layer_end(n->model);
+    while (at < L) {
+        sw_msg_peer_t pick_buf;
+        const sw_msg_peer_t *pick = NULL;
+        int pick_suspect = 0, unbound = 0;
+        for (uint32_t i = 0; i < pt->n_peers; i++) {
+            sw_msg_peer_t info;
+            if (sw_codec_peer_at(pt, i, &info) != 0)
+                continue;
+            const sw_msg_peer_t *pi = &info;
+            const sw_msg_announce_t *a = &info.announce;
+            if (a->role != SW_ROLE_MIDDLE && a->role != SW_ROLE_TAIL)
+                continue;
+            if (a->layer_begin != at)
+                continue;
+            if (!sw_codec_peer_routable(pi, need_key)) {
+                unbound++;
+                continue;
+            }
+            if (strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != L) {
+                snprintf(err, err_len,
+                         "peer '%s' serves layers [%u, %u) of a different model file "
+                         "(fingerprint %.12s..., this head has %.12s...): start it with "
+                         "the same GGUF",
+                         a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
+                         n->fingerprint);
+                *code = SW_ERROR_MODEL_MISMATCH;
+                return -1;
+            }
+            const int sa = avoid && s_suspect(n->head, a->name, now);
+            if (s_better(pi, sa, pick, pick_suspect)) {
+                pick_buf = info;
+                pick = &pick_buf;
+                pick_suspect = sa;
+            }
+        }
+        if (!pick) {
+            for (uint32_t i = 0; i < pt->n_peers; i++) {
+                sw_msg_peer_t info;
+                if (sw_codec_peer_at(pt, i, &info) != 0)
+                    continue;
+                const sw_msg_announce_t *a = &info.announce;
+                if (a->n_layers == L && a->layer_begin < at && a->layer_end > at &&
+                    sw_codec_peer_routable(&info, need_key) &&
+                    (a->role == SW_ROLE_MIDDLE || a->role == SW_ROLE_TAIL)) {
+                    snprintf(err, err_len,
+                             "layer ranges overlap: peer '%s' serves [%u, %u) but the stage "
+                             "before it ends at layer %u: restart it with --layers %u:%u",
+                             a->name, a->layer_begin, a->layer_end, at, at, a->layer_end);
+                    return -1;
+                }
+            }
+            snprintf(err, err_len,
+                     "gap in the pipeline: no connected%s node serves layer %u (of %u); start "
+                     "one with --layers %u:END%s",
+                     need_key ? " key-bound" : "", at, L, at,
+                     unbound ? " (a peer there is not bound to its name by a node key in the "
+                               "relay's allow-list: 'KEY node NAME')"
+                             : "");
+            return -1;
+        }
+        if (r->n == SW_WIRE_MAX_ROUTE) {
+            snprintf(err, err_len, "the pipeline has more than %d stages", SW_WIRE_MAX_ROUTE);
+            *code = SW_ERROR_INTERNAL;
+            return -1;
+        }
+        snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
+        at = pick->announce.layer_end;
+    }
+    return 0;
+}
+
+/* s_build_route_ex avoiding suspects, and without that when it finds no
+ * whole route (a suspect may be the only stage that closes a gap). */
+int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *code, char *err,
+                     size_t err_len)
+{
+    if (s_build_route_ex(n, pt, 1, r, code, err, err_len) == 0)
+        return 0;
+    return s_build_route_ex(n, pt, 0, r, code, err, err_len);
+}
+
+/* Gives s the head's current route (a fresh table's) and the counter
+ * baseline of that table (recover.h). */
+void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
+{
+    s->route = n->head->route;
+    if (pt)
+        node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
+    if (s->route.n == 1 && !s->ver)
+        s->ver = sw_verifier_new(&s->sp, n->hp->n_vocab);
+}
+
+/* A client that is not in the relay's table, on a relay that has been up
+ * long enough for it to announce again after a restart, for
+ * S_CLIENT_GONE_MS: gone. *since tracks when it was first missed. */
+int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, double *since,
+                     double now)
+{
+    sw_msg_peer_t p;
+    if (sw_codec_peer_find(t, client, &p)) {
+        *since = 0;
+        return 0;
+    }
+    if (!*since)
+        *since = now;
+    if (t->uptime_ms >= S_CLIENT_GRACE_MS && now - *since >= S_CLIENT_GONE_MS)
+        return 1;
+    /* look again when it would be gone (not before 100 ms: no query storm) */
+    double due = *since + S_CLIENT_GONE_MS;
+    if (t->uptime_ms < S_CLIENT_GRACE_MS && now + (S_CLIENT_GRACE_MS - (double)t->uptime_ms) > due)
+        due = now + (S_CLIENT_GRACE_MS - (double)t->uptime_ms);
+    if (due < now + 100)
+        due = now + 100;
+    if (h->status_next > due)
+        h->status_next = due;
+    return 0;
+}
+
+/* The periodic status query (and the ones sessions asked for). */
+void head_status_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    if (h->status_out && now - h->status_sent > S_STATUS_LOST_MS)
+        h->status_out = 0; // lost (the relay restarted?): ask again
+    const int active = h->n_active > 0 || h->q_len > 0;
+    if (active && now >= h->status_next)
+        h->status_want = 1;
+    /* Idle, the route is kept fresh too (a query every HEAD_ROUTE_FRESH_MS / 2),
+     * so that a new request's prefill leaves at once instead of waiting one
+     * relay round trip for a table. */
+    if (!active && now >= h->status_next && now - h->route_ms >= HEAD_ROUTE_FRESH_MS / 2)
+        h->status_want = 1;
+    if (!h->status_want || h->status_out)
+        return;
+    const sw_msg_t q = {.type = SW_MSG_STATUS_QUERY};
+    if (sw_peer_try_send_msg(n->peer, SW_WIRE_RELAY_NAME, &q) != 0) {
+        /* the relay is not reachable now: the periodic query asks again (and
+         * the loop does not spin on the wish meanwhile) */
+        h->status_want = 0;
+        h->status_next = now + NODE_REC_POLL_MS;
+        return;
+    }
+    h->status_out = 1;
+    h->status_want = 0;
+    h->status_sent = now;
+    h->status_next = now + (active ? S_STATUS_MS : HEAD_ROUTE_FRESH_MS / 2);
+}

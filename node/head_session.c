@@ -1,0 +1,522 @@
+/*
+ * head_session.c - one session's life on the head, as a state machine driven
+ * by the event loop:
+ *
+ *   ROUTE   admitted (head_admit.c), waiting for a peer table to build its
+ *           route (head.c)
+ *   RUN     rounds: the round logic of decode.c (sw_gen_t: the prefill, then
+ *           the last committed token and the drafts) says what the next round
+ *           carries; recover.c's state machine says whether to send it, to
+ *           replay the session after a failure, or to wait. A round's rows run
+ *           through this stage's layers in the head's batch (one engine call
+ *           for every session with rows to send) and go to the next stage as
+ *           Forwards; the Verdict commits tokens, which stream to the client
+ *           (head_stream.c); a failure sends recover.c into its route wait and
+ *           replay, all without stopping the other sessions
+ *   LINGER  finished (done, error, Cancel, vanished client, deadline: the
+ *           stages get a SessionClose in the same pass); its TokenChunks are
+ *           kept a while for a Resume
+ *
+ * Nothing here waits for a message: the handlers (Verdict, Error) change
+ * state; head_advance looks at the timers (deadline, round timeout, route
+ * checks) once per pass.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "head_impl.h"
+#include "log.h"
+
+#define S_CHECK_MS 1000 // while a verdict is late: route checks this often
+
+/* Frees what a session holds but its record of what it streamed. */
+static void s_release(node_head_t *h, head_sess_t *s)
+{
+    if (s->kv) {
+        h->kv_used -= s->kv_bytes;
+        sw_kv_free(&s->kv);
+    }
+    if (s->state == HEAD_ROUTE || s->state == HEAD_RUN)
+        h->n_active--;
+    sw_gen_free(&s->gen);
+    draft_free(&s->drafter);
+    sw_verifier_free(&s->ver);
+    node_recover_free(&s->rec);
+    sw_detok_free(&s->detok);
+    free(s->prompt);
+    s->prompt = NULL;
+}
+
+void head_forget(node_head_t *h, head_sess_t *s)
+{
+    s_release(h, s);
+    free(s->toks);
+    free(s->chunks);
+    free(s->text);
+    memset(s, 0, sizeof *s);
+}
+
+void head_close_stages(node_t *n, head_sess_t *s, const char *why)
+{
+    if (s->route.n < 2 || !s->opened)
+        return;
+    const sw_msg_t sc = {.type = SW_MSG_SESSION_CLOSE,
+                         .session_close = {.session_id = s->id, .reason = why}};
+    for (int i = 1; i < s->route.n; i++)
+        if (sw_peer_try_send_msg(n->peer, s->route.names[i], &sc) != 0)
+            SW_DEBUG("could not close the session on %s", s->route.names[i]);
+}
+
+/* Ends a running (or routing) session: the client gets the final chunk (and
+ * an Error first when it failed), the stages a SessionClose; its memory
+ * goes back and its chunks stay a while for a Resume. */
+void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
+{
+    node_head_t *h = n->head;
+    const char *tail = NULL;
+    size_t tl = 0;
+    if (s->detok && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS) &&
+        sw_detok_flush(s->detok, &tail, &tl) != 0)
+        tl = 0;
+    if (s->gen && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS))
+        head_fill_stats(s, sw_gen_stats(s->gen));
+    s->finish = finish;
+    if (finish == SW_FINISH_ERROR || finish == SW_FINISH_DEADLINE) {
+        s->err_code = code;
+        snprintf(s->err, sizeof s->err, "%s", why);
+        SW_WARN("request '%s' from %s failed: %s (%s)", s->rid, s->client, why,
+                sw_wire_error_code_name(code));
+        head_send_error(n, s->client, code, s->rid, s->id, 0, why);
+    } else if (finish == SW_FINISH_CANCELLED) {
+        SW_INFO("request '%s' from %s ended: %s", s->rid, s->client, why);
+    } else {
+        const sw_gen_stats_t *gs = sw_gen_stats(s->gen);
+        SW_INFO("request '%s' done: %d tokens in %d rounds (%d of %d drafts accepted)", s->rid,
+                gs->n_gen, gs->rounds, gs->accepted, gs->drafted);
+    }
+    if (!s->toks || head_emit(n, s, NULL, 0, tail, tl, finish) != 0)
+        head_final_chunk(n, s->client, s->rid, s->n_streamed, finish); // no record to keep
+    head_close_stages(n, s,
+                      finish == SW_FINISH_CANCELLED  ? "cancelled"
+                      : finish == SW_FINISH_ERROR    ? "failed"
+                      : finish == SW_FINISH_DEADLINE ? "deadline"
+                                                     : "done");
+    s_release(h, s);
+    s->state = HEAD_LINGER;
+    s->t_end = sw_now_ms();
+    h->busy = 1; // a slot is free: the queue may move
+}
+
+/* Commits a verdict of the current round and moves the session on. */
+static void s_commit(node_t *n, head_sess_t *s, sw_verdict_t *v, double now)
+{
+    const double wall = now - s->t_round;
+    v->compute_ms = s->round_head_ms + s->round_stage_ms;
+    s->head_ms += s->round_head_ms;
+    s->stage_ms += s->round_stage_ms;
+    if (wall > v->compute_ms)
+        s->net_ms += wall - v->compute_ms;
+    s->round_head_ms = s->round_stage_ms = 0;
+    s->logged = 0;
+    char err[256] = "";
+    const int32_t *toks;
+    int nt;
+    if (sw_gen_commit(s->gen, v, &toks, &nt, err, sizeof err) != 0) {
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
+        return;
+    }
+    if (sw_gen_done(s->gen)) {
+        int n_out = 0;
+        const int32_t *out = sw_gen_output(s->gen, &n_out);
+        head_end(n, s,
+                 n_out > 0 && sw_tokenizer_is_eog(n->head->tok, out[n_out - 1]) ? SW_FINISH_EOS
+                                                                                : SW_FINISH_LENGTH,
+                 0, "");
+        return;
+    }
+    n->head->busy = 1;
+}
+
+void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_VERDICT, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_verdict_t *vd = &d.verdict;
+    head_sess_t *s = NULL;
+    for (int i = 0; i < h->n_slots && !s; i++)
+        if (h->sess[i].state == HEAD_RUN && h->sess[i].id == vd->session_id)
+            s = &h->sess[i];
+    if (!s)
+        return; // a late verdict of a session that ended
+    if (strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0) {
+        SW_WARN("ignored a verdict from %s: only the route's tail %s may send one", msg->peer,
+                s->route.names[s->route.n - 1]);
+        return;
+    }
+    const double now = sw_now_ms();
+    if (!node_recover_verdict(s->rec, vd->round, now))
+        return; // a replayed round's, or an attempt that failed
+    if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
+                 "the tail sent a verdict that does not fit the round");
+        return;
+    }
+    sw_verdict_t v;
+    memset(&v, 0, sizeof v);
+    v.n_commit = (int)vd->n_tokens;
+    v.logits_digest = vd->logits_digest;
+    for (uint32_t i = 0; i < vd->n_tokens; i++)
+        v.tokens[i] = (int32_t)vd->tokens[i];
+    /* A tree round's accepted path (sw_gen_commit checks it against the tree). */
+    if (s->send_r.parent && vd->n_tokens > 1 && vd->n_path != vd->n_tokens - 1) {
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
+                 "the tail sent a tree round's verdict without its path");
+        return;
+    }
+    for (uint32_t i = 0; i < vd->n_path; i++)
+        v.path[i] = (int32_t)vd->path[i];
+    /* The timing list starts with the head's own entry: count only the later
+     * stages here (the head's time is round_head_ms). */
+    for (uint32_t i = 0; i < vd->n_timing; i++) {
+        double ms = vd->timing[i].compute_us / 1e3;
+        for (int st = 1; st < s->route.n; st++)
+            if (!strcmp(s->route.names[st], vd->timing[i].name)) {
+                s->stage_total[st] += ms;
+                s->round_stage_ms += ms;
+            }
+    }
+    s_commit(n, s, &v, now);
+}
+
+void node_head_error(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (sw_codec_decode(msg, SW_MSG_ERROR, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_error_t *e = &d.error;
+    const double now = sw_now_ms();
+    const char *dest = e->dest;
+    const int code = e->code;
+    const int from_relay = !strcmp(msg->peer, SW_WIRE_RELAY_NAME);
+    const int retry = code == SW_ERROR_UNKNOWN_DEST || code == SW_ERROR_DEST_GONE ||
+                      code == SW_ERROR_DEST_BUSY || code == SW_ERROR_NOT_ANNOUNCED ||
+                      code == SW_ERROR_UNKNOWN_SESSION;
+    if (from_relay && dest[0]) {
+        /* A message of ours did not reach dest: a stage of some route, or a client. */
+        char why[160];
+        snprintf(why, sizeof why, "stage '%s' left the pipeline (the relay cannot reach it)", dest);
+        for (int i = 0; i < h->n_slots; i++) {
+            head_sess_t *s = &h->sess[i];
+            if (s->state != HEAD_RUN)
+                continue;
+            if (head_route_has(&s->route, dest))
+                node_recover_failed(s->rec, now, why);
+            if (!strcmp(s->client, dest) && !s->client_missing) {
+                s->client_missing = now; // judged with the next peer tables
+                head_want_status(h);
+            }
+        }
+        return;
+    }
+    if (!from_relay && e->session_id) {
+        for (int i = 0; i < h->n_slots; i++) {
+            head_sess_t *s = &h->sess[i];
+            if (s->state != HEAD_RUN || s->id != e->session_id ||
+                !head_route_has(&s->route, msg->peer))
+                continue;
+            if (retry)
+                node_recover_failed(s->rec, now, e->message);
+            else
+                head_end(n, s, SW_FINISH_ERROR, code, e->message);
+            return;
+        }
+    }
+    SW_DEBUG("error from %s: %s (%s)", msg->peer, e->message, sw_wire_error_code_name(code));
+}
+
+/* The head cuts a prompt into Forwards of SW_WIRE_MAX_ROWS rows from its
+ * start; a stage evaluates each as one prompt window, which is what a single
+ * process does only when the two lengths agree. */
+_Static_assert(SW_WIRE_MAX_ROWS == SW_MODEL_PROMPT_WINDOW,
+               "a prompt Forward must be one engine prompt window");
+
+/* Sends one chunk of s's round (its rows just ran through this stage's
+ * layers into hidden) to the next stage. 0, or -1 when the relay would not
+ * take it. */
+static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, int rows,
+                     double head_ms)
+{
+    const int E = n->hp->n_embd;
+    const sw_round_t *r = &s->send_r;
+    const int last_chunk = row0 + rows == r->n;
+    uint32_t toks[SW_WIRE_MAX_ROWS], drafts[SW_MAX_DRAFT], parents[SW_MAX_DRAFT],
+        kv_path[SW_MAX_DRAFT];
+    float probs[SW_MAX_DRAFT];
+    sw_msg_t msg = {.type = SW_MSG_FORWARD};
+    sw_msg_forward_t *f = &msg.forward;
+    for (int i = 0; i < rows; i++)
+        toks[i] = (uint32_t)r->tokens[row0 + i];
+    for (int i = 0; i < r->n_draft; i++) {
+        drafts[i] = (uint32_t)r->tokens[r->n - r->n_draft + i];
+        parents[i] = r->parent ? (uint32_t)r->parent[i] : 0;
+        if (r->q) {
+            probs[i] = r->q[i].q_tok;
+            f->dists[i] = (sw_msg_dist_t){0, NULL, NULL};
+            if (r->q[i].n > 0 && r->q[i].ids)
+                f->dists[i] = (sw_msg_dist_t){(uint32_t)r->q[i].n, (const uint32_t *)r->q[i].ids,
+                                              r->q[i].vals};
+        }
+    }
+    f->payload = sw_codec_hidden_pack(n->o.dtype, hidden, n->wire_buf, (size_t)rows * E);
+    f->session_id = s->id;
+    f->round = s->send_round;
+    f->start_pos = f->kv_keep = (uint32_t)(r->kv_keep + row0);
+    f->n_rows = (uint32_t)rows;
+    f->n_tokens = (uint32_t)rows;
+    f->tokens = toks;
+    f->has_sampling = 1;
+    f->sampling = s->sp;
+    if (last_chunk && r->n_draft) {
+        f->n_draft = (uint32_t)r->n_draft;
+        f->draft_tokens = drafts;
+        if (r->parent)
+            f->draft_parents = parents;
+        if (r->q) {
+            f->draft_probs = probs;
+            f->n_dists = (uint32_t)r->n_draft;
+        }
+    }
+    f->dtype = n->o.dtype;
+    f->hidden = (uint32_t)E;
+    f->layer_begin = (uint32_t)sw_model_layer_end(n->model);
+    f->n_route = (uint32_t)s->route.n;
+    for (int i = 0; i < s->route.n; i++)
+        f->route[i] = s->route.names[i];
+    f->hop = 1;
+    f->reply_to = s->route.names[0];
+    f->prefill_more = !last_chunk;
+    f->n_timing = 1;
+    f->timing[0] =
+        (sw_msg_timing_t){.name = s->route.names[0], .compute_us = (uint32_t)(head_ms * 1e3)};
+    f->n_ctx = (uint32_t)s->n_ctx;
+    if (row0 == 0 && r->n_kv_path) { // the previous tree round's path, kept before kv_keep
+        for (int j = 0; j < r->n_kv_path; j++)
+            kv_path[j] = (uint32_t)r->kv_path[j];
+        f->kv_path_from = (uint32_t)r->kv_path_from;
+        f->n_kv_path = (uint32_t)r->n_kv_path;
+        f->kv_path = kv_path;
+    }
+    f->payload_len = (size_t)rows * E * sw_wire_dtype_size(f->dtype);
+    s->opened = 1;
+    return sw_peer_send_msg(n->peer, s->route.names[1], &msg) == 0 ? 0 : -1;
+}
+
+/* Advances one running session: deadline, the next round, what recovery
+ * says. Returns 1 when it has rows to send in this pass's batch. */
+int head_advance(node_t *n, head_sess_t *s, double now)
+{
+    node_head_t *h = n->head;
+    char err[512] = "";
+    if (s->deadline && now >= s->deadline) {
+        head_end(n, s, SW_FINISH_DEADLINE, SW_ERROR_DEADLINE,
+                 node_recover_failing(s->rec) ? "the request's deadline passed while recovering"
+                                              : "the request's deadline passed");
+        return 0;
+    }
+    if (s->send_idx >= 0 && node_recover_failing(s->rec))
+        s->send_idx = -1; // the attempt failed while its rows went out: recovery resends
+    if (s->send_idx >= 0)
+        return 1; // rows of a round left to send
+    if (!s->logged) {
+        /* Drafting in bounded pieces: the other sessions' messages are read
+         * between two (node_head_timeout says 0 while pieces are left). */
+        const int work = sw_gen_work(s->gen, err, sizeof err);
+        if (work < 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
+            return 0;
+        }
+        if (work > 0) {
+            h->busy = 1;
+            return 0;
+        }
+        const sw_round_t *r;
+        int more = sw_gen_next(s->gen, &r, err, sizeof err); // drafting happens here
+        if (more != 0 || node_recover_log(s->rec, r) != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
+                     more ? err : "cannot log the round (out of memory?)");
+            return 0;
+        }
+        s->logged = 1;
+    }
+    int idx = -1;
+    switch (node_recover_next(s->rec, now, s->deadline, &idx, err, sizeof err)) {
+    case NODE_REC_SEND:
+        node_recover_get(s->rec, idx, &s->send_r, s->send_q);
+        if (sw_round_kv(s->kv, &s->send_r, err, sizeof err) != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
+            return 0;
+        }
+        s->send_idx = idx;
+        s->send_row = s->send_chunks = 0;
+        s->send_round = ++s->round_no;
+        return 1;
+    case NODE_REC_ROUTE:
+        s->want_route = 1;
+        head_want_status(h);
+        return 0;
+    case NODE_REC_FAIL:
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_DEST_GONE, err);
+        return 0;
+    default:
+        break;
+    }
+    if (node_recover_waiting(s->rec)) {
+        /* While the round travels: draft the next one ahead (a piece per pass). */
+        const int work = sw_gen_work(s->gen, err, sizeof err);
+        if (work < 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
+            return 0;
+        }
+        if (work > 0)
+            h->busy = 1;
+        if (now >= s->t_limit) {
+            snprintf(err, sizeof err, "no verdict within %d ms (see --round-timeout-ms)",
+                     n->o.round_timeout_ms);
+            char names[256] = "";
+            for (int i = 1; i < s->route.n; i++) {
+                head_suspect_add(h, s->route.names[i], now);
+                size_t at = strlen(names);
+                snprintf(names + at, sizeof names - at, "%s%s", i > 1 ? ", " : "",
+                         s->route.names[i]);
+            }
+            SW_WARN("session %016llx: no verdict within %d ms from the route through %s: "
+                    "new routes avoid those stages for %d min where others serve their layers",
+                    (unsigned long long)s->id, n->o.round_timeout_ms, names,
+                    HEAD_SUSPECT_MS / 60000);
+            node_recover_failed(s->rec, now, err);
+            h->busy = 1;
+        } else if (now >= s->t_check) {
+            s->want_check = 1; // is every stage still there? (the next table says)
+            head_want_status(h);
+            s->t_check = now + S_CHECK_MS;
+        }
+    }
+    return 0;
+}
+
+/* After the batch ran s's next chunk: sends it on (or verifies it, on a
+ * route of one stage) and moves the send on. */
+static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const float *logits,
+                          int rows, double batch_ms, double now)
+{
+    const int idx = s->send_idx;
+    const int current = idx == node_recover_n_rounds(s->rec) - 1;
+    const int first = s->send_row == 0;
+    if (current && first)
+        s->t_round = now - batch_ms;
+    if (current)
+        s->round_head_ms += batch_ms;
+    if (s->route.n == 1) {
+        /* The head holds every layer: verify here, no message. */
+        sw_verdict_t v;
+        char err[256] = "";
+        s->send_row += rows;
+        s->send_idx = -1;
+        node_recover_sent(s->rec, idx, s->send_round, 0, now);
+        if (sw_verifier_run(s->ver, &s->send_r, logits, &v, err, sizeof err) != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
+            return;
+        }
+        if (node_recover_verdict(s->rec, s->send_round, now))
+            s_commit(n, s, &v, now);
+        return;
+    }
+    if (s_forward(n, s, hidden, s->send_row, rows, batch_ms) != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "could not send the round to stage '%s'", s->route.names[1]);
+        s->send_idx = -1;
+        node_recover_failed(s->rec, now, why);
+        return;
+    }
+    s->send_row += rows;
+    s->send_chunks++;
+    if (s->send_row < s->send_r.n)
+        return; // more chunks next pass
+    s->send_idx = -1;
+    node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
+    if (current) {
+        s->t_limit = now + n->o.round_timeout_ms;
+        s->t_check = now + S_CHECK_MS;
+        n->head->busy = 1; // the next pass starts drafting ahead while the round travels
+    }
+    /* The prefill keeps the later stages busy for a while: feed the prompt to
+     * the draft model meanwhile, off the critical path (once). */
+    if (idx == 0 && s->send_round == 1 && !draft_cfg(s->drafter)->ahead &&
+        draft_warm(s->drafter, s->send_r.tokens, s->send_r.n) != 0)
+        SW_DEBUG("the draft model could not prefill the prompt; it catches up later");
+}
+
+/* Runs the next chunk of every ready session (ready[0..n_ready)) through
+ * this stage's layers as one batch, then sends each on. */
+void head_batch(node_t *n, head_sess_t **ready, int n_ready)
+{
+    node_head_t *h = n->head;
+    const int E = n->hp->n_embd, V = n->hp->n_vocab;
+    sw_kv_t *kvs[NODE_MAX_BATCH];
+    sw_forward_t fs[NODE_MAX_BATCH];
+    head_sess_t *in[NODE_MAX_BATCH];
+    int nb = 0, rows_total = 0, logit_rows = 0;
+    for (int i = 0; i < n_ready && nb < NODE_MAX_BATCH; i++) {
+        head_sess_t *s = ready[i];
+        const sw_round_t *r = &s->send_r;
+        /* Chunks of SW_WIRE_MAX_ROWS go on the wire; a route of one stage runs
+         * the whole round at once (as a single process would). */
+        int rows = r->n - s->send_row;
+        if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS)
+            rows = SW_WIRE_MAX_ROWS;
+        const int last = s->send_row + rows == r->n;
+        const int want = s->route.n == 1 && last ? r->n_draft + 1 : 0;
+        if (nb > 0 && (rows_total + rows > n->o.max_batch_rows || rows_total + rows > n->rows_cap ||
+                       logit_rows + want > h->logit_rows))
+            break; // the rest go first next pass
+        if (s->route.n == 1 && want > h->logit_rows) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
+            continue;
+        }
+        sw_forward_t f = {
+            .n = rows,
+            .tokens = r->tokens + s->send_row,
+            .out_hidden = s->route.n > 1 ? h->bout + (size_t)rows_total * E : NULL,
+            .logits = want ? h->logits + (size_t)logit_rows * V : NULL,
+            .n_logits = want,
+            .prompt = r->n_draft == 0,
+        };
+        if (sw_round_parents(r, s->send_row, rows, s->send_tp))
+            f.parent = s->send_tp;
+        kvs[nb] = s->kv;
+        fs[nb] = f;
+        in[nb++] = s;
+        rows_total += s->route.n > 1 ? rows : 0;
+        logit_rows += want;
+    }
+    if (nb == 0)
+        return;
+    char err[256] = "";
+    const double t0 = sw_now_ms();
+    const int rc = sw_model_forward_batch(n->model, kvs, fs, nb, err, sizeof err);
+    const double batch_ms = sw_now_ms() - t0;
+    if (nb > 1)
+        SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
+    for (int i = 0; i < nb; i++) {
+        head_sess_t *s = in[i];
+        if (rc != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
+            continue;
+        }
+        s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, sw_now_ms());
+    }
+}

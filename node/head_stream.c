@@ -1,0 +1,215 @@
+/*
+ * head_stream.c - what a client receives of its request: TokenChunks, the
+ * final chunk with the request's stats, Errors, and the chunks again on a
+ * Resume.
+ *
+ * Streaming never loses a token: every chunk a session sent is kept (tokens,
+ * text, index) until the request ends and S_LINGER_MS (head.c) after; a
+ * client that sees a gap, reconnects or hears nothing asks with Resume from
+ * the last index it holds and gets the chunks again (it drops duplicates by
+ * index). Nothing here waits: a chunk the relay cannot take now is dropped
+ * and asked for again. A request is found by the names its client gave it
+ * (client, request id), here for Resume and Cancel alike.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "head_impl.h"
+#include "log.h"
+
+#define S_RESUME_MS 100 // one request's Resumes served this often at most
+
+void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
+                     uint64_t session, uint32_t queue_pos, const char *text)
+{
+    const sw_msg_t er = {
+        .type = SW_MSG_ERROR,
+        .error = {.code = (sw_error_code_t)code,
+                  .message = text,
+                  .session_id = session,
+                  .request_id = request_id,
+                  .queue_position = queue_pos},
+    };
+    if (sw_peer_try_send_msg(n->peer, dest, &er) != 0)
+        SW_WARN("could not send an error to %s", dest);
+}
+
+/* A last chunk with no tokens (done, finish): for requests with no record. */
+void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish)
+{
+    const sw_msg_t tc = {
+        .type = SW_MSG_TOKEN_CHUNK,
+        .chunk = {.request_id = rid, .index = index, .done = 1, .finish = (sw_finish_t)finish},
+    };
+    if (sw_peer_try_send_msg(n->peer, dest, &tc) != 0)
+        SW_DEBUG("request '%s': could not send the final chunk to %s", rid, dest);
+}
+
+static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *p = realloc(*buf, c * sz);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+/* Sends chunk c of s (again, for a Resume). */
+static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
+{
+    sw_msg_t msg = {.type = SW_MSG_TOKEN_CHUNK};
+    sw_msg_chunk_t *tc = &msg.chunk;
+    tc->request_id = s->rid;
+    tc->index = c->index;
+    tc->n_tokens = c->n;
+    tc->tokens = (const uint32_t *)(s->toks + c->index);
+    tc->text = s->text + c->text_at;
+    tc->text_len = c->text_len;
+    tc->done = c->finish != SW_FINISH_NONE;
+    tc->finish = (sw_finish_t)c->finish;
+    tc->has_stats = tc->done && s->have_stats;
+    if (tc->has_stats)
+        tc->stats = s->stats;
+    /* Never waits: a chunk the relay cannot take now is lost, and the client
+     * asks for it again (Resume). */
+    if (sw_peer_try_send_msg(n->peer, s->client, &msg) != 0)
+        SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
+                 s->client);
+}
+
+/* Records and sends the next chunk: tokens (n_tok of them) with their text,
+ * finish NONE until the last. 0 or -1 (out of memory). */
+int head_emit(node_t *n, head_sess_t *s, const int32_t *tokens, int n_tok, const char *text,
+              size_t len, int finish)
+{
+    size_t cap_chunks = (size_t)s->cap_chunks;
+    size_t cap_toks = (size_t)s->n_predict + 1;
+    if (s_grow((void **)&s->chunks, &cap_chunks, (size_t)s->n_chunks + 1, sizeof *s->chunks) ||
+        s_grow((void **)&s->text, &s->text_cap, s->text_len + len + 1, 1) ||
+        s->n_streamed + (uint32_t)n_tok > cap_toks)
+        return -1;
+    s->cap_chunks = (int)cap_chunks;
+    head_chunk_t *c = &s->chunks[s->n_chunks++];
+    c->index = s->n_streamed;
+    c->n = (uint32_t)n_tok;
+    c->text_at = s->text_len;
+    c->text_len = len;
+    c->finish = finish;
+    if (n_tok)
+        memcpy(s->toks + s->n_streamed, tokens, (size_t)n_tok * sizeof *tokens);
+    if (len)
+        memcpy(s->text + s->text_len, text, len);
+    s->text_len += len;
+    s->n_streamed += (uint32_t)n_tok;
+    s_send_chunk(n, s, c);
+    return 0;
+}
+
+/* sw_gen_opts_t.on_tokens: the committed tokens of a round, as one chunk. */
+int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok)
+{
+    head_sess_t *s = ctx;
+    char text[SW_WIRE_MAX_CHUNK_TEXT];
+    size_t len = 0;
+    for (int i = 0; i < n_tok; i++) {
+        const char *piece;
+        size_t pl;
+        if (sw_detok_push(s->detok, tokens[i], &piece, &pl) != 0)
+            return 1;
+        if (len + pl <= sizeof text) {
+            memcpy(text + len, piece, pl);
+            len += pl;
+        }
+    }
+    return head_emit(s->n, s, tokens, n_tok, text, len, SW_FINISH_NONE) != 0;
+}
+
+int head_is_eog(void *ctx, int32_t token)
+{
+    return sw_tokenizer_is_eog((const sw_tokenizer_t *)ctx, token);
+}
+
+void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
+{
+    sw_msg_stats_t *st = &s->stats;
+    memset(st, 0, sizeof *st);
+    st->n_prompt = (uint32_t)gs->n_prompt;
+    st->n_generated = (uint32_t)gs->n_gen;
+    st->n_rounds = (uint32_t)gs->rounds;
+    st->n_drafted = (uint32_t)gs->drafted;
+    st->n_accepted = (uint32_t)gs->accepted;
+    st->prompt_ms = (uint32_t)gs->prefill_ms;
+    st->generate_ms = (uint32_t)(gs->prefill_ms + gs->decode_ms);
+    st->ttft_ms = (float)(gs->ttft_ms + (s->t_gen - s->t_start));
+    st->decode_ms = (float)gs->decode_ms;
+    st->draft_ms = (float)gs->draft_ms;
+    st->draft_ahead_ms = (float)gs->ahead_ms;
+    st->n_ahead_hits = (uint32_t)gs->ahead_hits;
+    st->n_ahead_misses = (uint32_t)gs->ahead_misses;
+    st->n_tree_rounds = (uint32_t)gs->tree_rounds;
+    st->n_kv_moves = (uint32_t)gs->kv_moves;
+    st->head_ms = (float)(s->route.n == 1 ? gs->target_ms : s->head_ms);
+    st->network_ms = (float)s->net_ms;
+    for (int i = 1; i < s->route.n; i++) {
+        st->stages[i - 1].name = s->route.names[i];
+        st->stages[i - 1].compute_us = (uint32_t)(s->stage_total[i] * 1e3);
+    }
+    st->n_stages = (uint32_t)(s->route.n > 1 ? s->route.n - 1 : 0);
+    st->logits_digest = gs->logits_digest;
+    s->have_stats = 1;
+}
+
+head_sess_t *head_find(node_head_t *h, const char *client, const char *rid, int lingering)
+{
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN ||
+             (lingering && s->state == HEAD_LINGER)) &&
+            !strcmp(s->client, client) && !strcmp(s->rid, rid))
+            return s;
+    }
+    return NULL;
+}
+
+void node_head_resume(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_RESUME, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_resume_t *r = &d.resume;
+    head_sess_t *s = head_find(h, msg->peer, r->request_id, 1);
+    if (!s) {
+        for (int i = 0; i < h->q_len; i++) // still waiting: nothing to send yet
+            if (!strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer) &&
+                !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].g.request_id, r->request_id))
+                return;
+        head_send_error(n, msg->peer, SW_ERROR_UNKNOWN_SESSION, r->request_id, 0, 0,
+                        "the head holds no such request (it ended more than a minute ago, or the "
+                        "head restarted)");
+        return;
+    }
+    const double now = sw_now_ms();
+    if (now - s->t_resume < S_RESUME_MS)
+        return; // a burst of Resumes: the first one is being answered
+    s->t_resume = now;
+    int sent = 0;
+    if (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)
+        head_send_error(n, s->client, s->err_code, s->rid, s->id, 0, s->err);
+    for (int i = 0; i < s->n_chunks; i++) {
+        const head_chunk_t *c = &s->chunks[i];
+        if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index)) {
+            s_send_chunk(n, s, c);
+            sent++;
+        }
+    }
+    SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) sent again", s->rid, msg->peer,
+            r->from_index, sent);
+}

@@ -1,0 +1,93 @@
+/*
+ * stage.h - the work of a pipeline stage: the sessions a stage holds, one
+ * KV cache each (stage_session.c), and the Forwards of many sessions run
+ * through its layers as one batch, then passed on to the next stage or, on
+ * the last stage, verified and answered with a Verdict (stage.c).
+ *
+ * The stage's state lives in the node (node_t, node.h: sessions, batch,
+ * pending Forwards, the cached peer table); these types are its parts. The
+ * event loop (node.c) calls these functions; the stage calls nothing of the
+ * event loop or of the head.
+ *
+ * Ownership: a message handed to node_stage_forward / node_stage_table stays
+ * the caller's, who clears it after, unless the stage keeps it: then it is
+ * moved (sw_wire_msg_move) into the batch, the pending list or n->table, and
+ * the stage frees it. A session's cache and verifier belong to the stage
+ * until node_session_free. The arrays of node_t are the node's (node_run).
+ */
+#ifndef SW_NODE_STAGE_H
+#define SW_NODE_STAGE_H
+
+#include <stdint.h>
+
+#include "decode.h"
+#include "model.h"
+#include "wire.h"
+
+#define NODE_MAX_BATCH 256      // Forwards (sessions) in one stage batch at most
+#define NODE_CLOSED_IDS 256     // recently closed sessions remembered (stale Forwards are dropped)
+#define NODE_PENDING_MAX 64     // Forwards waiting at a stage for a peer table to check their route
+#define NODE_TABLE_WAIT_MS 3000 // ... for this long at most
+#define NODE_TABLE_OLD_MS 30000 // a stage's cached peer table this old is refreshed when used
+#define NODE_EVICT_IDLE_MS 5000 // a session unused this long makes room for a new one when full
+
+typedef struct node node_t; // node.h
+
+/* One session's state on a stage. */
+typedef struct node_session {
+    uint64_t id;         // 0 = free slot
+    sw_kv_t *kv;         // this stage's cache
+    size_t kv_bytes;     // its memory
+    sw_verifier_t *ver;  // last stage only
+    double last_used_ms; // for the idle timeout
+    uint64_t round;      // last round seen
+    char creator[64];    // peer whose Forward created it; only it may send more
+    char owner[64];      // route[0] of that Forward (the head): may close it too
+} node_session_t;
+
+/* A Forward whose route a stage checks once the relay's peer table comes. */
+typedef struct node_pending {
+    sw_wire_msg_t msg; // the Forward
+    double t_arrive;   // when it arrived (ms)
+} node_pending_t;
+
+/* A Forward the stage accepted, waiting for the next batch (stage.c). */
+typedef struct node_fwd {
+    sw_wire_msg_t msg; // the message (owns the payload)
+    node_session_t *s; // its session; NULL when it was closed meanwhile
+    int row0;          // its first row in hidden_in / hidden_out
+    int logit0;        // its first row in logits (last stage)
+    int n_logits;      // logits rows it needs
+    double t_arrive;   // when it arrived (ms)
+    /* a tree round: the cache slot each of its rows hangs under */
+    int32_t par[SW_WIRE_MAX_DRAFT + 1];
+} node_fwd_t;
+
+/* The session id, or with create a new one with a cache of n_ctx positions
+ * (0 = --ctx), counted against --kv-mib; NULL with why. */
+node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why);
+/* Frees the session's cache (its waiting Forward is dropped). The head may
+ * open it again: after a stage error, an eviction or an idle timeout it
+ * replays the session from its prefill under the same id. */
+void node_session_free(node_t *n, node_session_t *s);
+/* Frees a session its owner closed (SessionClose) and remembers its id for a
+ * while, so that a Forward of it still in flight does not open it again. */
+void node_session_close(node_t *n, node_session_t *s);
+void node_sessions_expire(node_t *n, double now_ms);
+int node_sessions_held(const node_t *n);
+/* Checks a Forward addressed to this stage (hop >= 1) and takes it into the
+ * batch (msg is moved), or answers it with an Error. Its route's neighbours
+ * must be key-bound nodes of this model whose layers fit (the relay's peer
+ * table says): a Forward naming a peer the cached table does not show waits
+ * (moved into n->pending) for a fresh table. */
+void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
+/* The relay's PeerTable at a stage (not the head): kept, and the waiting
+ * Forwards are checked against it (msg is moved). */
+void node_stage_table(node_t *n, sw_wire_msg_t *msg);
+/* Timers of a stage: waiting Forwards whose table did not come. */
+void node_stage_step(node_t *n, double now_ms);
+/* Runs the batch through this stage's layers and sends the results on. */
+void node_stage_flush(node_t *n);
+int node_is_last(const node_t *n);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * stage_session.c - the sessions a stage holds (stage.h): one KV cache each,
+ * sized from the session's first Forward (n_ctx) and counted against
+ * --kv-mib. When the stage is full, sessions nobody used for
+ * NODE_EVICT_IDLE_MS make room, least recently used first. A session is
+ * freed when its owner closes it (its id is remembered a while, so that a
+ * Forward of it still in flight does not open it again), when a round of it
+ * fails at this stage (the head replays it from its prefill), and after
+ * --idle-timeout-s unused.
+ */
+#include <string.h>
+
+#include "log.h"
+#include "node.h"
+#include "stage.h"
+
+int node_sessions_held(const node_t *n)
+{
+    int held = 0;
+    for (int i = 0; i < n->o.max_sessions; i++)
+        held += n->sessions[i].id != 0;
+    return held;
+}
+
+/* 1 when the session was closed a moment ago (a Forward of it still in
+ * flight must not open it again). */
+static int s_recently_closed(const node_t *n, uint64_t id)
+{
+    for (int i = 0; i < NODE_CLOSED_IDS; i++)
+        if (n->closed[i] == id)
+            return 1;
+    return 0;
+}
+
+node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why)
+{
+    node_session_t *free_slot = NULL;
+    for (int i = 0; i < n->o.max_sessions; i++) {
+        node_session_t *s = &n->sessions[i];
+        if (s->id == id)
+            return s;
+        if (!s->id && !free_slot)
+            free_slot = s;
+    }
+    if (!create) {
+        *why = "unknown session";
+        return NULL;
+    }
+    if (s_recently_closed(n, id)) {
+        *why = "the session was closed";
+        return NULL;
+    }
+    const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
+    if (cap > n->o.n_ctx) {
+        *why = "the session needs more positions than this node's --ctx";
+        return NULL;
+    }
+    const size_t bytes = sw_kv_bytes(n->model, cap);
+    if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
+        *why = "the session needs more KV memory than this node's --kv-mib";
+        return NULL;
+    }
+    /* Full: sessions nobody used for a while make room (whoever created them), least
+     * recently used first, so that a peer that opened sessions and left them idle
+     * cannot hold the stage until the idle timeout. */
+    const double now = sw_now_ms();
+    while (!free_slot || (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes)) {
+        node_session_t *lru = NULL;
+        for (int i = 0; i < n->o.max_sessions; i++) {
+            node_session_t *v = &n->sessions[i];
+            if (v->id && now - v->last_used_ms >= NODE_EVICT_IDLE_MS &&
+                (!lru || v->last_used_ms < lru->last_used_ms))
+                lru = v;
+        }
+        if (!lru)
+            break;
+        SW_INFO("session %016llx of %s unused for %.1f s: freed to make room for a new one",
+                (unsigned long long)lru->id, lru->creator, (now - lru->last_used_ms) / 1e3);
+        node_session_free(n, lru);
+        if (!free_slot)
+            free_slot = lru;
+    }
+    if (!free_slot) {
+        *why = "this node holds its maximum number of sessions, all in use (see --max-sessions)";
+        return NULL;
+    }
+    if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
+        *why = "this node's KV memory is full (see --kv-mib)";
+        return NULL;
+    }
+    free_slot->kv = sw_kv_new(n->model, cap);
+    if (!free_slot->kv) {
+        *why = "out of memory for the session's KV cache";
+        return NULL;
+    }
+    free_slot->id = id;
+    free_slot->round = 0;
+    free_slot->kv_bytes = bytes;
+    free_slot->last_used_ms = sw_now_ms();
+    n->kv_used += bytes;
+    return free_slot;
+}
+
+void node_session_close(node_t *n, node_session_t *s)
+{
+    if (!s || !s->id)
+        return;
+    n->closed[n->closed_at] = s->id;
+    n->closed_at = (n->closed_at + 1) % NODE_CLOSED_IDS;
+    node_session_free(n, s);
+}
+
+void node_session_free(node_t *n, node_session_t *s)
+{
+    if (!s || !s->id)
+        return;
+    SW_DEBUG("session %016llx freed", (unsigned long long)s->id);
+    for (int i = 0; i < n->n_batch; i++)
+        if (n->batch[i].s == s)
+            n->batch[i].s = NULL; // its waiting Forward is dropped
+    n->kv_used -= s->kv_bytes;
+    sw_kv_free(&s->kv);
+    sw_verifier_free(&s->ver);
+    memset(s, 0, sizeof *s);
+}
+
+void node_sessions_expire(node_t *n, double now_ms)
+{
+    for (int i = 0; i < n->o.max_sessions; i++) {
+        node_session_t *s = &n->sessions[i];
+        if (s->id && now_ms - s->last_used_ms > n->o.idle_timeout_ms) {
+            SW_INFO("session %016llx idle for %d ms: freeing its cache", (unsigned long long)s->id,
+                    n->o.idle_timeout_ms);
+            node_session_free(n, s);
+        }
+    }
+}
