@@ -508,6 +508,10 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* graph_reset */ s_graph_reset,
     /* transfer */ s_transfer,
     /* mem_free */ s_mem_free,
+    /* scale */ NULL,
+    /* geglu */ NULL,
+    /* moe */ NULL,
+    /* attn_swa */ 0,
 };
 
 int sw_cuda_devices(void)
