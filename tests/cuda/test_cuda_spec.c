@@ -5,9 +5,15 @@
  *    (tests/fixtures/greedy_smollm2.json when the model has its vocabulary,
  *    else fixed token prompts), except where the CPU's top-2 margin at the
  *    first differing position is below S_MARGIN (cuda_test.h);
- *  - speculative == plain on the GPU, bit for bit (tokens and the digest of
- *    every logits row): the draft model on the GPU (the second GPU when there
- *    is one), K = 1, 2, 4, 8, 16, and a draft model on the CPU for a GPU target.
+ *  - speculative == plain on the GPU: the tokens of plain decoding, with the
+ *    draft model on the GPU (the second GPU when there is one), K = 1, 2, 4,
+ *    8, 16, and a draft model on the CPU for a GPU target; and every logits
+ *    row the GPU target verified (rejected drafts' rows too: the digest)
+ *    bit-identical to the same speculative run on the CPU (target and draft
+ *    on the CPU, the same K), which also accepted the same drafts. Plain
+ *    decoding's digest equals a speculative run's only when every draft is
+ *    accepted (the digest covers rejected rows), so the CPU run is the
+ *    reference.
  *
  * The draft model is SW_CUDA_DRAFT_MODEL (a model with the target's
  * vocabulary; scripts/gpu_check.sh cuts one from the target), else the
@@ -161,7 +167,7 @@ static void s_model(const char *path)
         else
             bad++;
     }
-    char r[128];
+    char r[256];
     snprintf(r, sizeof r, "%d prompts same, %d within the margin rule, %d not", same, explained,
              bad);
     cuda_test_row("greedy tokens gpu vs cpu (fixture prompts)", r);
@@ -187,31 +193,40 @@ static void s_model(const char *path)
     const int ks_all[] = {1, 2, 4, 8, 16}, ks_quick[] = {1, 4, 16};
     const int *ks = s_quick() ? ks_quick : ks_all;
     const size_t n_ks = s_quick() ? 3 : 5;
-    int runs = 0, equal = 0, accepted = 0;
+    int runs = 0, equal = 0, accepted = 0, rows_same = 0;
     for (int p = 0; dm && dmc && p < s_n_prompts; p++) {
         s_gen_t plain;
         SW_CHECK_INT(s_generate(mg, NULL, 0, s_prompts[p], s_lens[p], &plain), 0);
         for (size_t k = 0; k <= n_ks; k++) {
-            s_gen_t sg;
+            s_gen_t sg, ref;
             const int kk = k < n_ks ? ks[k] : 4;
             draft_model_t *use = k < n_ks ? dm : dmc;
             SW_CHECK_INT(s_generate(mg, use, kk, s_prompts[p], s_lens[p], &sg), 0);
+            SW_CHECK_INT(s_generate(mc, dmc, kk, s_prompts[p], s_lens[p], &ref), 0);
             runs++;
             accepted += sg.accepted;
-            const int eq = sg.n == plain.n && !memcmp(sg.tok, plain.tok, sizeof sg.tok) &&
-                           sg.digest == plain.digest;
+            const int eq = sg.n == plain.n && !memcmp(sg.tok, plain.tok, sizeof sg.tok);
+            const int rows = sg.digest == ref.digest && sg.accepted == ref.accepted;
             if (!eq)
                 fprintf(stderr, "prompt %d K=%d (draft on %s): speculative differs from plain\n", p,
                         kk, use == dm ? dbe : "cpu");
+            if (!rows)
+                fprintf(stderr,
+                        "prompt %d K=%d (draft on %s): verified rows differ from the cpu's "
+                        "(%d drafts accepted, the cpu %d)\n",
+                        p, kk, use == dm ? dbe : "cpu", sg.accepted, ref.accepted);
             equal += eq;
+            rows_same += rows;
         }
     }
     snprintf(r, sizeof r,
-             "%d of %d runs bit-identical (draft on %s and on the cpu; %d drafts accepted)", equal,
-             runs, dbe, accepted);
+             "%d of %d runs give plain's tokens, %d the cpu's verified rows bit for bit (draft on "
+             "%s and on the cpu; %d drafts accepted)",
+             equal, runs, rows_same, dbe, accepted);
     cuda_test_row("speculative == plain on the gpu, K 1..16", r);
     SW_CHECK(runs > 0);
     SW_CHECK_INT(equal, runs);
+    SW_CHECK_INT(rows_same, runs);
     draft_model_free(&dm);
     draft_model_free(&dmc);
 out:
