@@ -15,6 +15,12 @@
  *            them from shared memory; the prompt order uses 8 lanes
  *            (sw_dot_f16_tiled)
  *
+ * A sliding window (Gemma 3's local layers, sw_attn_args_t.swa) hides the
+ * row's positions p < n_pos - swa as the CPU does: their scores are -inf
+ * (probability 0), and a row without a tree starts its P.V sums at the
+ * multiple of 32 below the window, on the same lanes; a tree row sums over
+ * all its positions, the hidden ones adding exact zeros.
+ *
  * Row r of a chunk attends to slots [0, slot0 + r] with slot0 read from the
  * control block, so a recorded graph serves every step. A token tree row
  * attends to the slots of its visibility record instead ([0, lin) and then
@@ -64,6 +70,12 @@ static __device__ int s_slot(const s_vis &v, int p)
     return p < v.lin ? p : v.tail[p - v.lin];
 }
 
+/* The first position a window of swa (0 = none) leaves visible. */
+static __device__ int s_window_lo(const s_vis &v, int swa)
+{
+    return swa > 0 && v.n_pos > swa ? v.n_pos - swa : 0;
+}
+
 /* The caches: the arguments, or in a recorded step the entries of the cache table. */
 static __device__ void s_caches(sw_f16 *const *tab, sw_f16 **kc, sw_f16 **vc)
 {
@@ -88,7 +100,7 @@ static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f
 /* Block (slot tile, h, rr): scores of row r0 + rr, head h, for the tile's slots. */
 static __global__ void k_scores(const float *q, sw_f16 *kc, sw_f16 *const *tab, const int32_t *ctl,
                                 int n, int tree, int r0, int n_head, int group, int hd, int kv_dim,
-                                int n_ctx, float scale, int prompt_order, float *S)
+                                int n_ctx, float scale, int prompt_order, int swa, float *S)
 {
     extern __shared__ sw_f16 q16[];
     sw_f16 *vc_unused = NULL;
@@ -106,6 +118,10 @@ static __global__ void k_scores(const float *q, sw_f16 *kc, sw_f16 *const *tab, 
     const int p = p0 + threadIdx.x;
     if (p >= n_pos)
         return;
+    if (p < s_window_lo(vis, swa)) { // hidden by the window, as llama.cpp's mask
+        S[((size_t)rr * n_head + h) * n_ctx + p] = -INFINITY;
+        return;
+    }
     const sw_f16 *krow = kc + (size_t)s_slot(vis, p) * kv_dim + (size_t)(h / group) * hd;
     const float s =
         prompt_order ? sw_dot_f16_tiled(krow, q16, hd) : sw_dot_f16_4x8(krow, q16, hd, 0);
@@ -181,13 +197,14 @@ static __global__ void k_softmax(float *S, float *G, sw_f16 *P, const int32_t *c
  * Decode order: a warp per element; prompt order: 8 lanes per element. */
 static __global__ void k_pv(sw_f16 *vc, sw_f16 *const *tab, const sw_f16 *P, const int32_t *ctl,
                             int n, int tree, int r0, int n_head, int group, int hd, int n_ctx,
-                            int prompt_order, float *out)
+                            int prompt_order, int swa, float *out)
 {
     sw_f16 *kc_unused = NULL;
     s_caches(tab, &kc_unused, &vc);
     const int rr = blockIdx.y, h = blockIdx.z;
     const s_vis vis = s_row_vis(ctl, n, tree, r0 + rr);
     const int n_pos = vis.n_pos;
+    const int lo32 = tree ? 0 : s_window_lo(vis, swa) & ~31; // the window's zeros skipped
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const sw_f16 *pr = P + ((size_t)rr * n_head + h) * n_ctx;
     float *o = out + ((size_t)(r0 + rr) * n_head + h) * hd;
@@ -197,7 +214,7 @@ static __global__ void k_pv(sw_f16 *vc, sw_f16 *const *tab, const sw_f16 *P, con
         const int dd = d < hd ? d : hd - 1; // every lane reaches the __syncwarp
         const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
         float acc = 0.0f;
-        for (int p = lane; p < n_pos; p += 32)
+        for (int p = lo32 + lane; p < n_pos; p += 32)
             acc = fmaf(sw_h2f(vrow[s_slot(vis, p)]), sw_h2f(pr[p]), acc);
         s_acc[threadIdx.x] = acc;
         __syncwarp();
@@ -209,7 +226,7 @@ static __global__ void k_pv(sw_f16 *vc, sw_f16 *const *tab, const sw_f16 *P, con
         const int dd = d < hd ? d : hd - 1;
         const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
         float acc = 0.0f;
-        for (int p = l; p < n_pos; p += 8)
+        for (int p = lo32 + l; p < n_pos; p += 8)
             acc = fmaf(sw_h2f(vrow[s_slot(vis, p)]), sw_h2f(pr[p]), acc);
         s_acc[threadIdx.x] = acc;
         __syncwarp();
@@ -270,13 +287,13 @@ int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
         const int nr = a->n - r0 < rows ? a->n - r0 : rows;
         k_scores<<<dim3(swc_blocks(a->n_ctx, 128), a->n_head, nr), 128, (size_t)hd * 2,
                    c->stream>>>(swc_ptr<float>(a->q), kc, tab, ctl, a->n, tree, r0, a->n_head,
-                                group, hd, kv_dim, a->n_ctx, a->scale, a->prompt_order, S);
+                                group, hd, kv_dim, a->n_ctx, a->scale, a->prompt_order, a->swa, S);
         k_softmax<<<dim3(a->n_head, nr), S_SM_THREADS, 0, c->stream>>>(
             S, G, P, ctl, a->n, tree, r0, a->n_head, a->n_ctx, c->seq_sums);
         const int per_block = a->prompt_order ? 16 : 4; // outputs per 4-warp block
         k_pv<<<dim3(swc_blocks(hd, per_block), nr, a->n_head), 128, 0, c->stream>>>(
             vc, tab, P, ctl, a->n, tree, r0, a->n_head, group, hd, a->n_ctx, a->prompt_order,
-            swc_ptr<float>(a->out));
+            a->swa, swc_ptr<float>(a->out));
         if (swc_launched(be, "attention") != 0)
             return -1;
     }

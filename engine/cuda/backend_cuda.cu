@@ -208,6 +208,10 @@ static int s_dry_add(sw_backend_t *, sw_buf_t *, const sw_buf_t *, size_t)
 {
     return 0;
 }
+static int s_dry_scale(sw_backend_t *, sw_buf_t *, size_t, float)
+{
+    return 0;
+}
 static int s_dry_argmax(sw_backend_t *, const sw_buf_t *, int, sw_buf_t *, size_t, sw_buf_t *,
                         sw_buf_t *, size_t)
 {
@@ -227,6 +231,8 @@ static const sw_backend_ops_t *s_dry_ops(const sw_backend_ops_t *real)
         t.attention = s_dry_attention;
         t.add = s_dry_add;
         t.swiglu = s_dry_add;
+        t.scale = s_dry_scale;
+        t.geglu = s_dry_add;
         t.argmax = s_dry_argmax;
         return t;
     }();
@@ -474,6 +480,8 @@ static void s_destroy(sw_backend_t *be)
         if (c->scratch[i])
             cudaFree(c->scratch[i]);
     cudaFree(c->kv_dev);
+    if (c->gelu)
+        cudaFree(c->gelu);
     free(c->kv_host);
     if (c->pinned)
         cudaFreeHost(c->pinned);
@@ -508,10 +516,10 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* graph_reset */ s_graph_reset,
     /* transfer */ s_transfer,
     /* mem_free */ s_mem_free,
-    /* scale */ NULL,
-    /* geglu */ NULL,
+    /* scale */ swc_scale,
+    /* geglu */ swc_geglu,
     /* moe */ NULL,
-    /* attn_swa */ 0,
+    /* attn_swa */ 1,
 };
 
 int sw_cuda_devices(void)

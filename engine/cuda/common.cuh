@@ -97,6 +97,7 @@ typedef struct swc {
     void **kv_dev;  // the same on the device
     int kv_n;       // entries of the step being recorded or dry-run
     int dry;        // 1 during a dry run: a kernel launched then is a missing dry operation
+    sw_f16 *gelu;   // (65536) GGML's f16 GELU table on the device (GEGLU), made on first use
     /* What ran (sw_cuda_paths). */
     uint64_t n_gemm, n_nccl, n_peer, n_recorded, n_replayed;
 } swc;
@@ -157,6 +158,8 @@ int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ct
 /* elementwise.cu */
 int swc_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n);
 int swc_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
+int swc_scale(sw_backend_t *be, sw_buf_t *x, size_t n, float v);
+int swc_geglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
 /* argmax.cu */
 int swc_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
                sw_buf_t *ids, sw_buf_t *prob, size_t ids_off);

@@ -13,7 +13,11 @@
  *              embedding and rows of a small one of every other type
  *   rmsnorm, head_norm, rope (both layouts), add, swiglu (a tail that is not
  *              a multiple of 8: CUDA's expf there may differ in the last bit)
- *   attention  decode and prompt order and token trees, 300 cache slots
+ *   scale, geglu  Gemma 3's: GEGLU's inputs from -12 to 12 (both clamps and
+ *              GGML's f16 GELU table), bit-identical
+ *   attention  decode and prompt order and token trees, 300 cache slots;
+ *              Gemma 3's sliding windows (4 heads on 1 of 256; windows of
+ *              16 and 512, tree rows partly hidden by one)
  *   argmax     151,936 logits with a tie (the lowest index wins), with and
  *              without the probability; a NaN and a +inf give -1
  *   kv_move    70 moves (two kernels of at most 64)
@@ -116,8 +120,9 @@ static float *s_floats(size_t n, float a)
 static sw_backend_t *s_be[S_MAX_BE]; // [0] the CPU, then each GPU
 static int s_n_be;
 static int s_counts[16], s_fails[16];
-static const char *s_names[16] = {"matmul",    "get_rows", "rmsnorm", "head_norm", "rope",
-                                  "attention", "add",      "swiglu",  "argmax",    "kv_move"};
+static const char *s_names[16] = {"matmul", "get_rows",  "rmsnorm", "head_norm",
+                                  "rope",   "attention", "add",     "swiglu",
+                                  "argmax", "kv_move",   "scale",   "geglu"};
 enum {
     O_MATMUL,
     O_GETROWS,
@@ -129,6 +134,8 @@ enum {
     O_SWIGLU,
     O_ARGMAX,
     O_KVMOVE,
+    O_SCALE,
+    O_GEGLU,
     O_COUNT
 };
 
@@ -382,6 +389,16 @@ static int s_f_swiglu(sw_backend_t *be, sw_buf_t **b, const int *a)
     return be->ops->swiglu(be, b[0], b[1], (size_t)a[0]);
 }
 
+static int s_f_scale(sw_backend_t *be, sw_buf_t **b, const int *a)
+{
+    return be->ops->scale(be, b[0], (size_t)a[0], 25.298221f); // Gemma 3 270M's sqrt(640)
+}
+
+static int s_f_geglu(sw_backend_t *be, sw_buf_t **b, const int *a)
+{
+    return be->ops->geglu(be, b[0], b[1], (size_t)a[0]);
+}
+
 static void s_small_ops(void)
 {
     static const int dims[] = {896, 1536, 3584};
@@ -435,6 +452,13 @@ static void s_small_ops(void)
     const int n8 = 3 * 3584; // no tail: exact
     const int args8[1] = {n8};
     s_run(O_SWIGLU, "swiglu", s_f_swiglu, args8, in, sz, 2, 0, 0);
+    s_run(O_SCALE, "scale", s_f_scale, args, in, sz, 2, 0, 0);
+    /* GEGLU: gates across both clamps (-10, 10) and the table between */
+    for (int i = 0; i < n; i++)
+        a[i] = -12.0f + 24.0f * (float)i / (float)n;
+    a[0] = -10.0f;
+    a[1] = 10.0f;
+    s_run(O_GEGLU, "geglu", s_f_geglu, args, in, sz, 2, 0, 0);
     free(a);
     free(b);
 }
@@ -442,7 +466,7 @@ static void s_small_ops(void)
 /* ---- attention ------------------------------------------------------------------------------- */
 
 typedef struct s_attn_case {
-    int n_head, n_kv, hd, n_ctx, slot0, n, prompt, tree;
+    int n_head, n_kv, hd, n_ctx, slot0, n, prompt, tree, swa;
 } s_attn_case_t;
 
 static void s_attention_case(const s_attn_case_t *ac)
@@ -502,7 +526,8 @@ static void s_attention_case(const s_attn_case_t *ac)
                             .head_dim = ac->hd,
                             .scale = 1.0f / sqrtf((float)ac->hd),
                             .prompt_order = ac->prompt,
-                            .tree = ac->tree};
+                            .tree = ac->tree,
+                            .swa = ac->swa};
         if (i > 0)
             s_other_device(i);
         const int rc = be->ops->attention(be, &a);
@@ -518,9 +543,10 @@ static void s_attention_case(const s_attn_case_t *ac)
             ref_vc = vc2;
         } else {
             char what[160];
-            snprintf(what, sizeof what, "attention %d/%d heads of %d, %d rows at slot %d%s%s",
-                     ac->n_head, ac->n_kv, ac->hd, n, ac->slot0, ac->prompt ? ", prompt order" : "",
-                     ac->tree ? ", tree" : "");
+            snprintf(what, sizeof what,
+                     "attention %d/%d heads of %d, %d rows at slot %d%s%s, window %d", ac->n_head,
+                     ac->n_kv, ac->hd, n, ac->slot0, ac->prompt ? ", prompt order" : "",
+                     ac->tree ? ", tree" : "", ac->swa);
             s_compare(O_ATTN, what, i, o, ref, (size_t)n * qd * 4, 1, 0);
             /* The rows appended to the caches (K rows, V columns). */
             s_compare(O_ATTN, "attention's K cache", i, kc2, ref_kc, cache, 0, 0);
@@ -552,12 +578,18 @@ out:
 static void s_attention(void)
 {
     static const s_attn_case_t cases[] = {
-        {14, 2, 64, 300, 0, 1, 0, 0},     // 7:1, the first slot
-        {14, 2, 64, 300, 290, 1, 0, 0},   // a decode row past 256 slots
-        {14, 2, 64, 300, 200, 5, 0, 0},   // verification rows
-        {12, 2, 128, 300, 150, 17, 1, 0}, // 6:1, a prompt chunk in the prompt order
-        {12, 2, 128, 300, 280, 9, 0, 1},  // token tree rows
-        {14, 2, 64, 64, 0, 40, 1, 0},     // a whole small cache in one prompt chunk
+        {14, 2, 64, 300, 0, 1, 0, 0, 0},     // 7:1, the first slot
+        {14, 2, 64, 300, 290, 1, 0, 0, 0},   // a decode row past 256 slots
+        {14, 2, 64, 300, 200, 5, 0, 0, 0},   // verification rows
+        {12, 2, 128, 300, 150, 17, 1, 0, 0}, // 6:1, a prompt chunk in the prompt order
+        {12, 2, 128, 300, 280, 9, 0, 1, 0},  // token tree rows
+        {14, 2, 64, 64, 0, 40, 1, 0, 0},     // a whole small cache in one prompt chunk
+        /* Gemma 3's sliding windows: 4 heads on 1 of 256 */
+        {4, 1, 256, 300, 290, 1, 0, 0, 16},  // a decode row sees its last 16 positions
+        {4, 1, 256, 300, 200, 5, 0, 0, 16},  // verification rows
+        {4, 1, 256, 300, 150, 17, 1, 0, 16}, // a prompt chunk longer than the window
+        {4, 1, 256, 300, 280, 9, 0, 1, 4},   // tree rows whose window hides part of the path
+        {4, 1, 256, 300, 100, 3, 0, 0, 512}, // Gemma 3 270M's window, longer than the context
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         s_attention_case(&cases[c]);
