@@ -212,6 +212,10 @@ static int s_dry_scale(sw_backend_t *, sw_buf_t *, size_t, float)
 {
     return 0;
 }
+static int s_dry_moe(sw_backend_t *, const sw_moe_args_t *)
+{
+    return 0;
+}
 static int s_dry_argmax(sw_backend_t *, const sw_buf_t *, int, sw_buf_t *, size_t, sw_buf_t *,
                         sw_buf_t *, size_t)
 {
@@ -233,6 +237,7 @@ static const sw_backend_ops_t *s_dry_ops(const sw_backend_ops_t *real)
         t.swiglu = s_dry_add;
         t.scale = s_dry_scale;
         t.geglu = s_dry_add;
+        t.moe = s_dry_moe;
         t.argmax = s_dry_argmax;
         return t;
     }();
@@ -518,7 +523,7 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* mem_free */ s_mem_free,
     /* scale */ swc_scale,
     /* geglu */ swc_geglu,
-    /* moe */ NULL,
+    /* moe */ swc_moe,
     /* attn_swa */ 1,
 };
 

@@ -52,6 +52,7 @@ enum swc_scratch_id {
     SWC_SCRATCH_XQ = 0,   // quantized matmul inputs
     SWC_SCRATCH_ATTN = 1, // attention scores, probabilities, group sums
     SWC_SCRATCH_GEMM = 2, // the prompt path's f16 weight tile and inputs
+    SWC_SCRATCH_MOE = 3,  // a mixture of experts' routing, plan and expert rows (moe.cu)
     SWC_SCRATCH_COUNT
 };
 
@@ -166,6 +167,24 @@ int swc_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size
 /* mmv.cu: the exact matmul (quantized activations, one lane per thread) */
 int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_buf_t *const *bias,
                const sw_buf_t *x, int x_row0, int n, sw_buf_t *const *y, int flags);
+/* mmv.cu: n rows of x (n_in f32 each) quantized to vt, row r at xq + r * stride. */
+int swc_quantize(sw_backend_t *be, enum sw_type vt, const float *x, int64_t n_in, int n,
+                 uint8_t *xq, size_t stride);
+/* The plan of a gathered expert matmul (moe.cu writes it on the device):
+ * plan[0] = chunks, then from plan[SWC_PLAN_HEAD] per chunk SWC_PLAN_CHUNK
+ * int32 {expert, first entry of order, rows (1..8), tiled (0/1)}; order
+ * holds (row, slot) pair ids grouped by expert. */
+#define SWC_PLAN_HEAD 4
+#define SWC_PLAN_CHUNK 4
+/* mmv.cu: y[p] = W_e . x[p / x_div] for every pair p (y rows of w->n_out f32),
+ * e the pair's expert: quantized experts by the plan's chunks (grid of
+ * max_chunks, the plan's bound), float experts by sel[p] (n_pairs). xq holds
+ * x quantized to w's vec-dot type, rows xs bytes apart. 0 or -1. */
+int swc_matmul_experts(sw_backend_t *be, const sw_weight_t *w, const uint8_t *xq, size_t xs,
+                       int x_div, int n_pairs, const int32_t *plan, const int32_t *order,
+                       const int32_t *sel, int max_chunks, float *y);
+/* moe.cu: the mixture-of-experts feed-forward block (sw_moe_args_t) */
+int swc_moe(sw_backend_t *be, const sw_moe_args_t *a);
 /* gemm.cu: the prompt path (f16 weight tiles and cuBLAS) for one weight; -2 when
  * cuBLAS is not installed (then nothing was queued: use the exact kernels) */
 int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const float *x, int n,

@@ -24,6 +24,12 @@
  *
  * Prompt chunks longer than the backend's gemm_rows go to gemm.cu (cuBLAS)
  * instead, which is faster and batch dependent (allowed by SW_MM_PROMPT).
+ *
+ * The same kernels' bodies serve the experts of a mixture of experts
+ * (swc_matmul_experts, for moe.cu): a block takes a chunk of up to 8 rows
+ * routed to one expert from moe.cu's plan (each chunk in the tiled order or
+ * not, as the plan says), or for float experts one (row, expert) pair, so
+ * every expert row is computed by the dense matmul's sequence.
  */
 #include "common.cuh"
 
@@ -116,15 +122,37 @@ S_FMT_K(q5_k)
 S_FMT_K(q6_k)
 #undef S_FMT_K
 
-/* y[r * y_stride + o] = dot(W row o, x row r) (+ bias[o]) for r < nr <= NR. */
+/* The activation rows of one block (r < nr <= NR) and the output rows they
+ * go to: y[r][o] = dot(W row o, x[r]). */
+template <int NR> struct s_rows {
+    const uint8_t *x[NR]; // quantized activation rows
+    float *y[NR];         // output rows
+    int nr;               // rows in use
+};
+
+/* Rows r < nr of x (stride xs) and y (stride ys); the unused ones repeat row 0. */
+template <int NR>
+static __device__ s_rows<NR> s_dense_rows(const uint8_t *x, size_t xs, float *y, int64_t ys, int nr)
+{
+    s_rows<NR> rw;
+    rw.nr = nr;
+    for (int r = 0; r < NR; r++) {
+        rw.x[r] = x + (size_t)(r < nr ? r : 0) * xs;
+        rw.y[r] = y + (size_t)(r < nr ? r : 0) * (size_t)ys;
+    }
+    return rw;
+}
+
+/* The decode order: 8 lanes per output of the block, lane 0 combines (the
+ * header). s_acc, s_acc2: (NR, S_THREADS) f32 of the block's shared memory. */
 template <typename F, int NR>
-static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
-                               const uint8_t *x, size_t x_stride, int nr, const float *bias,
-                               float *y, int64_t y_stride)
+static __device__ void s_body_q(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                                const s_rows<NR> &rw, const float *bias, float *s_acc,
+                                float *s_acc2)
 {
     const int k = threadIdx.x & 7;
-    const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 8) + (threadIdx.x >> 3);
+    const int nr = rw.nr;
     float acc[NR], acc2[NR];
     for (int r = 0; r < NR; r++)
         acc[r] = acc2[r] = 0.0f;
@@ -136,14 +164,11 @@ static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out,
 #pragma unroll
             for (int r = 0; r < NR; r++)
                 if (r < nr)
-                    F::step(&l, (const typename F::X *)(x + (size_t)r * x_stride) + b, k, &acc[r],
-                            &acc2[r]);
+                    F::step(&l, (const typename F::X *)rw.x[r] + b, k, &acc[r], &acc2[r]);
         }
     }
     /* The lanes meet in shared memory; lane 0 of each group of 8 combines them
      * (every thread of the warp reaches the __syncwarp). */
-    __shared__ float s_acc[NR * S_THREADS];
-    __shared__ float s_acc2[NR * S_THREADS];
 #pragma unroll
     for (int r = 0; r < NR; r++) {
         s_acc[r * S_THREADS + threadIdx.x] = acc[r];
@@ -152,7 +177,6 @@ static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out,
     __syncwarp();
     if (k != 0 || o >= n_out)
         return;
-    (void)lane;
     for (int r = 0; r < nr; r++) {
         float a[8], a2[8];
         for (int j = 0; j < 8; j++) {
@@ -162,19 +186,19 @@ static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out,
         float v = F::combine(a, a2);
         if (bias)
             v += bias[o];
-        y[(size_t)r * y_stride + o] = v;
+        rw.y[r][o] = v;
     }
 }
 
-/* k_mmv_q in the tiled order of the K-quants (the header). */
+/* The tiled order of the K-quants (the header). */
 template <typename F, int NR>
-static __global__ void k_mmv_qt(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
-                                const uint8_t *x, size_t x_stride, int nr, const float *bias,
-                                float *y, int64_t y_stride)
+static __device__ void s_body_qt(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                                 const s_rows<NR> &rw, const float *bias)
 {
     const int k = threadIdx.x & 7;
     const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 8) + (threadIdx.x >> 3);
     const int64_t oo = o < n_out ? o : n_out - 1; // every lane takes part in the shuffles
+    const int nr = rw.nr;
     float acc[NR];
     for (int r = 0; r < NR; r++)
         acc[r] = 0.0f;
@@ -186,7 +210,7 @@ static __global__ void k_mmv_qt(const uint8_t *w, size_t w_stride, int64_t n_out
         for (int r = 0; r < NR; r++) {
             if (r >= nr) // the same for every lane
                 break;
-            const typename F::X *xb = (const typename F::X *)(x + (size_t)r * x_stride) + b;
+            const typename F::X *xb = (const typename F::X *)rw.x[r] + b;
             int32_t t, m;
             F::ints(&l, xb, k, &t, &m);
             for (int s = 1; s < 8; s <<= 1) {
@@ -202,8 +226,29 @@ static __global__ void k_mmv_qt(const uint8_t *w, size_t w_stride, int64_t n_out
         float v = acc[r];
         if (bias)
             v += bias[o];
-        y[(size_t)r * y_stride + o] = v;
+        rw.y[r][o] = v;
     }
+}
+
+/* y[r * y_stride + o] = dot(W row o, x row r) (+ bias[o]) for r < nr <= NR. */
+template <typename F, int NR>
+static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                               const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                               float *y, int64_t y_stride)
+{
+    __shared__ float s_acc[NR * S_THREADS];
+    __shared__ float s_acc2[NR * S_THREADS];
+    s_body_q<F, NR>(w, w_stride, n_out, nb, s_dense_rows<NR>(x, x_stride, y, y_stride, nr), bias,
+                    s_acc, s_acc2);
+}
+
+/* k_mmv_q in the tiled order of the K-quants. */
+template <typename F, int NR>
+static __global__ void k_mmv_qt(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                                const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                                float *y, int64_t y_stride)
+{
+    s_body_qt<F, NR>(w, w_stride, n_out, nb, s_dense_rows<NR>(x, x_stride, y, y_stride, nr), bias);
 }
 
 template <typename F>
@@ -250,16 +295,15 @@ static void s_launch_q(cudaStream_t st, const uint8_t *w, size_t w_stride, int64
 
 /* ---- f16 / bf16 / f32 weights ------------------------------------------------------------- */
 
-/* Warp (o, r): y[r, o] = dot(W row o, x row r) (+ bias[o]). */
-static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int64_t n_out,
-                               int64_t n, const uint8_t *x, size_t x_stride, const float *bias,
-                               float *y, int64_t y_stride)
+/* Warp o of the block: y[o] = dot(W row o, x) (+ bias[o]); s_acc: (S_THREADS) f32 shared. */
+static __device__ void s_body_f(int type, const uint8_t *w, size_t w_stride, int64_t n_out,
+                                int64_t n, const uint8_t *x, const float *bias, float *y,
+                                float *s_acc)
 {
     const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 32) + (threadIdx.x >> 5);
-    const int r = blockIdx.y;
     const int64_t oo = o < n_out ? o : n_out - 1; // every lane reaches the __syncwarp
-    const void *wr = w + (size_t)oo * w_stride, *xr = x + (size_t)r * x_stride;
+    const void *wr = w + (size_t)oo * w_stride, *xr = x;
     const int64_t np = n & ~(int64_t)31;
     float acc;
     if (type == SW_TYPE_F16)
@@ -268,7 +312,6 @@ static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int6
         acc = sw_bf16_lane((const sw_bf16 *)wr, (const sw_bf16 *)xr, np, lane);
     else
         acc = sw_f32_lane((const float *)wr, (const float *)xr, np, lane);
-    __shared__ float s_acc[S_THREADS];
     s_acc[threadIdx.x] = acc;
     __syncwarp();
     if (lane != 0 || o >= n_out)
@@ -285,10 +328,119 @@ static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int6
         v = sw_f32_combine(a, (const float *)wr, (const float *)xr, n);
     if (bias)
         v += bias[o];
-    y[(size_t)r * y_stride + o] = v;
+    y[o] = v;
+}
+
+/* Warp (o, r): y[r, o] = dot(W row o, x row r) (+ bias[o]). */
+static __global__ void k_mmv_f(int type, const uint8_t *w, size_t w_stride, int64_t n_out,
+                               int64_t n, const uint8_t *x, size_t x_stride, const float *bias,
+                               float *y, int64_t y_stride)
+{
+    __shared__ float s_acc[S_THREADS];
+    const int r = blockIdx.y;
+    s_body_f(type, w, w_stride, n_out, n, x + (size_t)r * x_stride, bias,
+             y + (size_t)r * (size_t)y_stride, s_acc);
+}
+
+/* ---- experts (moe.cu's plan) ------------------------------------------------------------- */
+
+/* Block (output tile, chunk c of the plan): the chunk's rows (pair ids in
+ * order[first ..]) times its expert's matrix; pair p reads x row p / x_div
+ * and writes y row p. K: F has the tiled order (K-quants). */
+template <typename F, bool K>
+static __global__ void k_mmv_experts_q(const uint8_t *w, size_t w_stride, size_t w_expert,
+                                       int64_t n_out, int nb, const uint8_t *x, size_t x_stride,
+                                       int x_div, const int32_t *plan, const int32_t *order,
+                                       float *y, int64_t y_stride)
+{
+    __shared__ float s_acc[8 * S_THREADS];
+    __shared__ float s_acc2[8 * S_THREADS];
+    if ((int)blockIdx.y >= plan[0]) // fewer chunks than the bound the grid was sized for
+        return;
+    const int32_t *ch = plan + SWC_PLAN_HEAD + SWC_PLAN_CHUNK * blockIdx.y;
+    const int expert = ch[0], first = ch[1], tiled = ch[3];
+    s_rows<8> rw;
+    rw.nr = ch[2];
+    for (int r = 0; r < 8; r++) {
+        const int p = order[first + (r < rw.nr ? r : 0)];
+        rw.x[r] = x + (size_t)(p / x_div) * x_stride;
+        rw.y[r] = y + (size_t)p * (size_t)y_stride;
+    }
+    const uint8_t *we = w + (size_t)expert * w_expert;
+    if constexpr (K) {
+        if (tiled) {
+            s_body_qt<F, 8>(we, w_stride, n_out, nb, rw, NULL);
+            return;
+        }
+    }
+    s_body_q<F, 8>(we, w_stride, n_out, nb, rw, NULL, s_acc, s_acc2);
+}
+
+/* Block (output tile, pair p): float experts, expert sel[p]. */
+static __global__ void k_mmv_experts_f(int type, const uint8_t *w, size_t w_stride, size_t w_expert,
+                                       int64_t n_out, int64_t n, const uint8_t *x, size_t x_stride,
+                                       int x_div, const int32_t *sel, float *y, int64_t y_stride)
+{
+    __shared__ float s_acc[S_THREADS];
+    const int p = blockIdx.y;
+    s_body_f(type, w + (size_t)sel[p] * w_expert, w_stride, n_out, n,
+             x + (size_t)(p / x_div) * x_stride, NULL, y + (size_t)p * (size_t)y_stride, s_acc);
 }
 
 /* ---- the operation -------------------------------------------------------------------------- */
+
+int swc_quantize(sw_backend_t *be, enum sw_type vt, const float *x, int64_t n_in, int n,
+                 uint8_t *xq, size_t stride)
+{
+    const int64_t items = sw_type_block_elems(vt) > 1 ? n_in / sw_type_block_elems(vt) : n_in;
+    k_quantize<<<dim3(swc_blocks(items, 64), n), 64, 0, swc_of(be)->stream>>>((int)vt, x, n_in, xq,
+                                                                              stride);
+    return swc_launched(be, "quantize");
+}
+
+template <typename F, bool K>
+static void s_launch_experts(cudaStream_t st, const uint8_t *wd, const sw_weight_t *w,
+                             const uint8_t *xq, size_t xs, int x_div, const int32_t *plan,
+                             const int32_t *order, int max_chunks, float *y)
+{
+    const dim3 grid(swc_blocks(w->n_out, S_THREADS / 8), (unsigned)max_chunks);
+    k_mmv_experts_q<F, K><<<grid, S_THREADS, 0, st>>>(
+        wd, w->row_bytes, (size_t)w->n_out * w->row_bytes, w->n_out, (int)(w->n_in / F::QK), xq, xs,
+        x_div, plan, order, y, w->n_out);
+}
+
+int swc_matmul_experts(sw_backend_t *be, const sw_weight_t *w, const uint8_t *xq, size_t xs,
+                       int x_div, int n_pairs, const int32_t *plan, const int32_t *order,
+                       const int32_t *sel, int max_chunks, float *y)
+{
+    cudaStream_t st = swc_of(be)->stream;
+    const uint8_t *wd = swc_ptr<uint8_t>(w->buf);
+    switch (w->type) {
+#define S_CASE(T, F, K)                                                                            \
+    case T:                                                                                        \
+        s_launch_experts<F, K>(st, wd, w, xq, xs, x_div, plan, order, max_chunks, y);              \
+        break;
+        S_CASE(SW_TYPE_Q4_0, s_fmt_q4_0, false)
+        S_CASE(SW_TYPE_Q4_1, s_fmt_q4_1, false)
+        S_CASE(SW_TYPE_Q5_0, s_fmt_q5_0, false)
+        S_CASE(SW_TYPE_Q5_1, s_fmt_q5_1, false)
+        S_CASE(SW_TYPE_Q8_0, s_fmt_q8_0, false)
+        S_CASE(SW_TYPE_Q4_K, s_fmtk_q4_k, true)
+        S_CASE(SW_TYPE_Q5_K, s_fmtk_q5_k, true)
+        S_CASE(SW_TYPE_Q6_K, s_fmtk_q6_k, true)
+#undef S_CASE
+    case SW_TYPE_F16:
+    case SW_TYPE_BF16:
+    case SW_TYPE_F32:
+        k_mmv_experts_f<<<dim3(swc_blocks(w->n_out, S_THREADS / 32), (unsigned)n_pairs), S_THREADS,
+                          0, st>>>((int)w->type, wd, w->row_bytes, (size_t)w->n_out * w->row_bytes,
+                                   w->n_out, w->n_in, xq, xs, x_div, sel, y, w->n_out);
+        break;
+    default:
+        return sw_backend_fail(be, "cuda: no kernel for %s experts", sw_type_name(w->type));
+    }
+    return swc_launched(be, "experts");
+}
 
 static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bias,
                         const uint8_t *xq, size_t xs, int n, float *y, int tiled)
@@ -386,14 +538,9 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
     if (swc_scratch(be, SWC_SCRATCH_XQ, need, &scratch) != 0)
         return -1;
     uint8_t *xq = (uint8_t *)scratch;
-    for (int k = 0; k < n_types; k++) {
-        const int64_t items =
-            sw_type_block_elems(types[k]) > 1 ? n_in / sw_type_block_elems(types[k]) : n_in;
-        k_quantize<<<dim3(swc_blocks(items, 64), n), 64, 0, c->stream>>>((int)types[k], xs, n_in,
-                                                                         xq + offs[k], strides[k]);
-        if (swc_launched(be, "quantize") != 0)
+    for (int k = 0; k < n_types; k++)
+        if (swc_quantize(be, types[k], xs, n_in, n, xq + offs[k], strides[k]) != 0)
             return -1;
-    }
     const int tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) == (SW_MM_PROMPT | SW_MM_TILED);
     for (int i = 0; i < n_w; i++)
         if (s_one_weight(be, w[i], bias && bias[i] ? swc_ptr<float>(bias[i]) : NULL,

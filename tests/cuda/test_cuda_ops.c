@@ -18,6 +18,12 @@
  *   attention  decode and prompt order and token trees, 300 cache slots;
  *              Gemma 3's sliding windows (4 heads on 1 of 256; windows of
  *              16 and 512, tree rows partly hidden by one)
+ *   moe        the mixture-of-experts block: Qwen3-30B-A3B's decode shape (128
+ *              experts of 768 x 2048, 8 per row, q4_K gate/up, q6_K down, f32
+ *              router) and miniatures: verification rows, prompt windows in
+ *              the tiled order (experts with 8 or more rows) and tinyBLAS's
+ *              router order, a window counting only its last row, 20 experts
+ *              (a softmax tail), q5_0/q8_0 and f16 experts; bit-identical
  *   argmax     151,936 logits with a tie (the lowest index wins), with and
  *              without the probability; a NaN and a +inf give -1
  *   kv_move    70 moves (two kernels of at most 64)
@@ -120,9 +126,9 @@ static float *s_floats(size_t n, float a)
 static sw_backend_t *s_be[S_MAX_BE]; // [0] the CPU, then each GPU
 static int s_n_be;
 static int s_counts[16], s_fails[16];
-static const char *s_names[16] = {"matmul", "get_rows",  "rmsnorm", "head_norm",
-                                  "rope",   "attention", "add",     "swiglu",
-                                  "argmax", "kv_move",   "scale",   "geglu"};
+static const char *s_names[16] = {"matmul",    "get_rows", "rmsnorm", "head_norm", "rope",
+                                  "attention", "add",      "swiglu",  "argmax",    "kv_move",
+                                  "scale",     "geglu",    "moe"};
 enum {
     O_MATMUL,
     O_GETROWS,
@@ -136,6 +142,7 @@ enum {
     O_KVMOVE,
     O_SCALE,
     O_GEGLU,
+    O_MOE,
     O_COUNT
 };
 
@@ -595,6 +602,103 @@ static void s_attention(void)
         s_attention_case(&cases[c]);
 }
 
+/* ---- mixture of experts ---------------------------------------------------------------------- */
+
+typedef struct s_moe_case {
+    enum sw_type gate, down; // gate and up share a type
+    int n_embd, n_ff, n_exp, k, n, prompt, count_row0;
+} s_moe_case_t;
+
+static void s_moe_case(const s_moe_case_t *mc)
+{
+    size_t rb_r, rb_g, rb_u, rb_d;
+    const int64_t E = mc->n_exp;
+    uint8_t *wr = s_matrix(SW_TYPE_F32, mc->n_embd, E, &rb_r);
+    uint8_t *wg = s_matrix(mc->gate, mc->n_embd, E * mc->n_ff, &rb_g);
+    uint8_t *wu = s_matrix(mc->gate, mc->n_embd, E * mc->n_ff, &rb_u);
+    uint8_t *wd = s_matrix(mc->down, mc->n_ff, E * mc->n_embd, &rb_d);
+    float *x = s_floats((size_t)mc->n * mc->n_embd, 2.0f);
+    float *ref = NULL;
+    const size_t out_bytes = (size_t)mc->n * mc->n_embd * 4;
+    for (int i = 0; wr && wg && wu && wd && x && i < s_n_be; i++) {
+        sw_backend_t *be = s_be[i];
+        sw_weight_t r = {.type = SW_TYPE_F32, .n_in = mc->n_embd, .n_out = E, .row_bytes = rb_r};
+        sw_weight_t g = {.type = mc->gate,
+                         .n_in = mc->n_embd,
+                         .n_out = mc->n_ff,
+                         .row_bytes = rb_g,
+                         .n_expert = mc->n_exp};
+        sw_weight_t u = g;
+        sw_weight_t d = {.type = mc->down,
+                         .n_in = mc->n_ff,
+                         .n_out = mc->n_embd,
+                         .row_bytes = rb_d,
+                         .n_expert = mc->n_exp};
+        r.buf = be->ops->buf_weight(be, wr, rb_r * (size_t)E);
+        g.buf = be->ops->buf_weight(be, wg, rb_g * (size_t)(E * mc->n_ff));
+        u.buf = be->ops->buf_weight(be, wu, rb_u * (size_t)(E * mc->n_ff));
+        d.buf = be->ops->buf_weight(be, wd, rb_d * (size_t)(E * mc->n_embd));
+        sw_buf_t *bx = s_buf(be, x, out_bytes), *bo = s_buf(be, NULL, out_bytes);
+        SW_CHECK(r.buf && g.buf && u.buf && d.buf);
+        sw_moe_args_t a = {.x = bx,
+                           .router = &r,
+                           .gate = &g,
+                           .up = &u,
+                           .down = &d,
+                           .n = mc->n,
+                           .n_used = mc->k,
+                           .prompt = mc->prompt,
+                           .count_row0 = mc->count_row0,
+                           .out = bo};
+        if (i > 0)
+            s_other_device(i);
+        const int rc = be->ops->moe(be, &a);
+        if (rc != 0)
+            fprintf(stderr, "moe on %s: %s\n", sw_backend_name(be), sw_backend_error(be));
+        SW_CHECK_INT(rc, 0);
+        float *o = rc == 0 ? s_get(be, bo, out_bytes) : NULL;
+        if (i == 0) {
+            ref = o;
+        } else {
+            char what[160];
+            snprintf(what, sizeof what,
+                     "moe %s/%s %d experts of %dx%d, %d per row, %d rows%s (counted from %d)",
+                     sw_type_name(mc->gate), sw_type_name(mc->down), mc->n_exp, mc->n_ff,
+                     mc->n_embd, mc->k, mc->n, mc->prompt ? ", prompt" : "", mc->count_row0);
+            s_compare(O_MOE, what, i, o, ref, out_bytes, 1, 0);
+            free(o);
+        }
+        be->ops->buf_free(be, r.buf);
+        be->ops->buf_free(be, g.buf);
+        be->ops->buf_free(be, u.buf);
+        be->ops->buf_free(be, d.buf);
+        be->ops->buf_free(be, bx);
+        be->ops->buf_free(be, bo);
+    }
+    free(ref);
+    free(wr);
+    free(wg);
+    free(wu);
+    free(wd);
+    free(x);
+}
+
+static void s_moe(void)
+{
+    static const s_moe_case_t cases[] = {
+        /* Qwen3-30B-A3B decoding one row */
+        {SW_TYPE_Q4_K, SW_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0},
+        /* miniatures (qwen3moe-mini's shapes) */
+        {SW_TYPE_Q4_K, SW_TYPE_Q6_K, 256, 256, 16, 4, 5, 0, 0},   // verification rows
+        {SW_TYPE_Q4_K, SW_TYPE_Q6_K, 256, 256, 16, 4, 40, 1, 0},  // tiled experts, tinyBLAS router
+        {SW_TYPE_Q4_K, SW_TYPE_Q6_K, 256, 256, 16, 4, 40, 1, 39}, // only the last row counts
+        {SW_TYPE_Q5_0, SW_TYPE_Q8_0, 256, 256, 20, 4, 9, 1, 0},   // a softmax tail of 4
+        {SW_TYPE_F16, SW_TYPE_F16, 256, 256, 16, 2, 3, 0, 0},     // float experts
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        s_moe_case(&cases[c]);
+}
+
 /* ---- argmax, kv_move --------------------------------------------------------------------------
  */
 
@@ -710,6 +814,7 @@ int main(void)
     s_getrows();
     s_small_ops();
     s_attention();
+    s_moe();
     s_argmax();
     s_kv_move();
     char r[160];
