@@ -5,6 +5,10 @@
 #                           Qwen3's QK norm), vocabularies of 4096 and 8192
 #   smollm2-2layers         SmolLM2-135M cut to 2 layers: real weights and tokenizer
 #   smollm2-1layer          the same cut to 1 layer, the draft model
+#   gemma3-mini             Gemma 3 270M's shapes in miniature (6 layers: 5 with a
+#                           sliding window of 16, 1 global), SmolLM2's vocabulary
+#   qwen3moe-mini           Qwen3-30B-A3B's in miniature (2 layers of 16 experts,
+#                           4 per token), SmolLM2's vocabulary
 #
 #   sh scripts/emu_models.sh MKMODEL SMOLLM2.gguf OUT_DIR
 #
@@ -29,4 +33,8 @@ done
     "$mk" --from "$smol" --layers 2 --embd-type q4_0 -o "$out/smollm2-2layers.gguf" >/dev/null
 [ -f "$out/smollm2-1layer.gguf" ] ||
     "$mk" --from "$smol" --layers 1 --embd-type q4_0 -o "$out/smollm2-1layer.gguf" >/dev/null
+[ -f "$out/gemma3-mini.gguf" ] ||
+    "$mk" --synth gemma3-mini --vocab "$smol" -o "$out/gemma3-mini.gguf" >/dev/null
+[ -f "$out/qwen3moe-mini.gguf" ] ||
+    "$mk" --synth qwen3moe-mini --layers 2 --vocab "$smol" -o "$out/qwen3moe-mini.gguf" >/dev/null
 ls -l "$out"

@@ -14,7 +14,8 @@
 # (for this workplace's device tool: carry ["gpu-debs", "gpu-models"]). The
 # other models are made on the spot by shardwire-mkmodel: random weights in
 # the shapes and tensor types of Qwen2.5-Coder-1.5B/0.5B Q4_K_M and
-# SmolLM2-135M Q4_1, plus two 4-layer models with the remaining types.
+# SmolLM2-135M Q4_1, plus two 4-layer models with the remaining types, and
+# the miniatures of Gemma 3 (sliding windows, GEGLU) and Qwen3-MoE (experts).
 #
 # Takes about 5 minutes on one GPU (build 1-2, tests 2, benchmark 1). Strict:
 # a test or a part of one that skips (cuBLAS or NCCL missing, a model absent)
@@ -136,7 +137,7 @@ else
     exit 1
 fi
 "$bin/shardwire-mkmodel" --from "$smol" --layers 2 -o "$m/smollm2-2layers.gguf"
-for p in qwen2.5-1.5b qwen2.5-0.5b smollm2-135m tiny-float tiny-qwen3; do
+for p in qwen2.5-1.5b qwen2.5-0.5b smollm2-135m tiny-float tiny-qwen3 gemma3-mini qwen3moe-mini; do
     [ -f "$m/$p.gguf" ] || "$bin/shardwire-mkmodel" --synth "$p" -o "$m/$p.gguf"
 done
 t_models=$(( $(date +%s) - t0 ))
@@ -145,6 +146,7 @@ t_models=$(( $(date +%s) - t0 ))
 export SW_CUDA_TEST_MODELS="$smol:$m/tiny-float.gguf:$m/tiny-qwen3.gguf:$m/qwen2.5-0.5b.gguf:$m/qwen2.5-1.5b.gguf"
 export SW_CUDA_TOKENIZER_MODELS="$smol"
 export SW_CUDA_DRAFT_MODEL="$m/smollm2-2layers.gguf"
+export SW_CUDA_ARCH_MODELS="$m/gemma3-mini.gguf:$m/qwen3moe-mini.gguf"
 export SW_TEST_MODEL="$smol"
 t0=$(date +%s)
 set +e

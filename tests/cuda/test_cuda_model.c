@@ -29,7 +29,15 @@
  *    like the sequence;
  *  - a failed CUDA call is reported once, by the call that failed, not by
  *    the next launch (on the emulation, which injects the failures);
- *  - destroying a backend that never ran a long prompt does not load cuBLAS.
+ *  - destroying a backend that never ran a long prompt does not load cuBLAS;
+ *  - the families whose operations came with issue 24 (SW_CUDA_ARCH_MODELS:
+ *    Gemma 3 with sliding windows shorter than the sequence, Qwen3-MoE):
+ *    a 20-row prompt (tiled order, tiled experts), 5 verification rows and
+ *    single rows (recorded graphs) bit-identical to the CPU over 48
+ *    positions, and a prompt whose last row alone wants logits (experts
+ *    counted on that row only); the same model over two GPUs (one when
+ *    there is one: "cuda:0,0") equal to one GPU; the greedy draft loop equal
+ *    to one-row forwards.
  */
 #include "cuda_test.h"
 
@@ -652,6 +660,97 @@ static int s_nan_greedy(const char *path)
     return 1;
 }
 
+/* A model of the families of issue 24 (Gemma 3, Qwen3-MoE) on the GPU against the CPU. */
+static void s_arch_model(const char *path)
+{
+    cuda_test_row("model (issue 24's families)", path);
+    sw_backend_t *cpu = cuda_test_backend("cpu"), *gpu = cuda_test_backend("cuda:0");
+    sw_model_t *mc = cuda_test_load(path, cpu, 0, -1), *mg = cuda_test_load(path, gpu, 0, -1);
+    SW_CHECK(mc && mg);
+    const int V = mc ? (int)sw_model_hparams(mc)->n_vocab : 0;
+    float *ref = V ? malloc((size_t)T * V * sizeof(float)) : NULL;
+    float *got = V ? malloc((size_t)T * V * sizeof(float)) : NULL;
+    sw_kv_t *kc = mc ? sw_kv_new(mc, 128) : NULL, *kg = mg ? sw_kv_new(mg, 128) : NULL;
+    SW_CHECK(ref && got && kc && kg);
+    if (!ref || !got || !kc || !kg)
+        goto out;
+    s_tokens(V);
+    /* 20 prompt rows, 5 verification rows, then single rows to T. */
+    sw_model_t *ms[2] = {mc, mg};
+    sw_kv_t *ks[2] = {kc, kg};
+    float *outs[2] = {ref, got};
+    for (int b = 0; b < 2; b++) {
+        int ok = cuda_test_fwd(ms[b], ks[b], s_tok, NULL, 20, NULL, outs[b], 20, 1) == 0 &&
+                 cuda_test_fwd(ms[b], ks[b], s_tok + 20, NULL, 5, NULL, outs[b] + (size_t)20 * V, 5,
+                               0) == 0;
+        for (int i = 25; ok && i < T; i++)
+            ok = cuda_test_fwd(ms[b], ks[b], &s_tok[i], NULL, 1, NULL, outs[b] + (size_t)i * V, 1,
+                               0) == 0;
+        SW_CHECK(ok);
+    }
+    cuda_cmp_t c = cuda_cmp_new(0);
+    cuda_test_compare(&c, got, ref, T, V);
+    cuda_test_check_exact("gpu vs cpu: 20-row prompt + 5 verification rows + 23 single rows", &c);
+    /* A prompt whose last row alone wants logits. */
+    SW_CHECK_INT(sw_kv_truncate(kc, 0), 0);
+    SW_CHECK_INT(sw_kv_truncate(kg, 0), 0);
+    SW_CHECK_INT(cuda_test_fwd(mc, kc, s_tok + 3, NULL, 20, NULL, ref, 1, 1), 0);
+    SW_CHECK_INT(cuda_test_fwd(mg, kg, s_tok + 3, NULL, 20, NULL, got, 1, 1), 0);
+    c = cuda_cmp_new(0);
+    cuda_test_compare(&c, got, ref, 1, V);
+    cuda_test_check_exact("gpu vs cpu: 20-row prompt, the last row's logits", &c);
+
+    /* The whole sequence on one GPU as the reference; the group must equal it. */
+    SW_CHECK_INT(s_run(mg, 16, ref, V), 0);
+    const char *group = sw_cuda_device_count() > 1 ? "cuda:0,1" : "cuda:0,0";
+    sw_backend_t *gb = cuda_test_backend(group);
+    sw_model_t *gm = cuda_test_load(path, gb, 0, -1);
+    const int same =
+        gm && s_run(gm, 16, got, V) == 0 && !memcmp(got, ref, (size_t)T * V * sizeof(float));
+    char what[96];
+    snprintf(what, sizeof what, "group %s vs one gpu", group);
+    cuda_test_row(what, same ? "bit-identical" : "DIFFERS");
+    SW_CHECK(same);
+    sw_model_free(&gm);
+    sw_backend_free(&gb);
+
+    /* The greedy draft loop (a recorded graph from the second call). */
+    {
+        enum { STEPS = 8, FROM = 10 };
+        int32_t ids[STEPS] = {0}, want[STEPS] = {0};
+        char err[256] = "";
+        SW_CHECK_INT(sw_kv_truncate(kg, 0), 0);
+        SW_CHECK_INT(cuda_test_fwd(mg, kg, s_tok, NULL, FROM, NULL, got, 1, 1), 0);
+        for (int rep = 0; rep < 2; rep++) {
+            SW_CHECK_INT(sw_kv_truncate(kg, FROM), 0);
+            SW_CHECK_INT(
+                sw_model_greedy_steps(mg, kg, s_tok[FROM], STEPS, ids, NULL, err, sizeof err), 0);
+        }
+        SW_CHECK_INT(sw_kv_truncate(kg, FROM), 0);
+        int32_t t = s_tok[FROM];
+        for (int i = 0; i < STEPS; i++) {
+            SW_CHECK_INT(cuda_test_fwd(mg, kg, &t, NULL, 1, NULL, got, 1, 0), 0);
+            int best = 0;
+            for (int j = 1; j < V; j++)
+                if (got[j] > got[best])
+                    best = j;
+            want[i] = t = best;
+        }
+        const int eq = !memcmp(ids, want, sizeof ids);
+        cuda_test_row("gpu greedy draft loop (graph) vs one-row forwards", eq ? "same" : "DIFFERS");
+        SW_CHECK(eq);
+    }
+out:
+    free(ref);
+    free(got);
+    sw_kv_free(&kc);
+    sw_kv_free(&kg);
+    sw_model_free(&mc);
+    sw_model_free(&mg);
+    sw_backend_free(&cpu);
+    sw_backend_free(&gpu);
+}
+
 /* Destroying a backend that ran no long prompt must not load cuBLAS (defect 5 of issue 20). */
 static void s_no_cublas(const char *path)
 {
@@ -686,5 +785,14 @@ int main(void)
     if (!nan)
         sw_test_skip_part("no model with an untied quantized output: NaN logits in greedy steps "
                           "were not tried");
+    const char *arch = getenv("SW_CUDA_ARCH_MODELS");
+    if (arch && *arch) {
+        setenv("SW_CUDA_TEST_MODELS", arch, 1);
+        const int na = cuda_test_models(paths, 8);
+        for (int i = 0; i < na; i++)
+            s_arch_model(paths[i]);
+    } else {
+        sw_test_skip_part("SW_CUDA_ARCH_MODELS unset: Gemma 3 and Qwen3-MoE were not tried");
+    }
     return sw_test_done();
 }
