@@ -37,10 +37,7 @@ static __global__ void k_router_tb(const float *w, size_t w_stride, const float 
         return;
     const float *wr = (const float *)(const void *)((const char *)w + (size_t)e * w_stride);
     const float *xr = x + (size_t)r * n_embd;
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t i = 0; i < n_embd; i++)
-        lane[i & 7] = fmaf(wr[i], xr[i], lane[i & 7]);
-    probs[(size_t)r * n_exp + e] = sw_hsum8(lane);
+    probs[(size_t)r * n_exp + e] = sw_dot_f32_tinyblas(wr, xr, n_embd);
 }
 
 /* Thread r: row r's softmax in place, its k experts (sel) and weights (wts). */
@@ -49,42 +46,7 @@ static __global__ void k_route(float *probs, int n, int n_exp, int k, int32_t *s
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n)
         return;
-    float *p = probs + (size_t)r * n_exp;
-    float max = -INFINITY;
-    for (int e = 0; e < n_exp; e++)
-        max = p[e] > max ? p[e] : max;
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 7 < n_exp; i += 8)
-        sum += (double)sw_softmax_group8(p + i, 8, max);
-    for (; i < n_exp; i++) {
-        const float v = expf(p[i] - max);
-        sum += (double)v;
-        p[i] = v;
-    }
-    const float inv = sw_softmax_inv(sum);
-    for (int e = 0; e < n_exp; e++)
-        p[e] *= inv;
-    int32_t *sr = sel + (size_t)r * k;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < n_exp; e++) {
-            int taken = 0;
-            for (int t = 0; t < j && !taken; t++)
-                taken = sr[t] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
-        }
-        sr[j] = best;
-    }
-    double s = 0.0;
-    for (int j = 0; j < k; j++)
-        s += (double)p[sr[j]];
-    float fs = (float)s;
-    if (!(fs >= 6.103515625e-5f) && fs == fs) // ggml_clamp: NaN stays NaN
-        fs = 6.103515625e-5f;
-    for (int j = 0; j < k; j++)
-        wts[(size_t)r * k + j] = p[sr[j]] / fs;
+    sw_moe_route(probs + (size_t)r * n_exp, n_exp, k, sel + (size_t)r * k, wts + (size_t)r * k);
 }
 
 /* One thread: the plan of the gathered matmuls (common.cuh, SWC_PLAN_*).
