@@ -59,8 +59,13 @@ static void s_compare(swf_cluster_t *c, const swf_result_t *ref, int *tokens, in
         swf_client_wait(&cl, &got);
         if (got.rc != 0)
             fprintf(stderr, "run: %s\n", got.err);
-        *tokens += swf_same(&got, &ref[i]);
-        *digests += got.digest[0] && !strcmp(got.digest, ref[i].digest);
+        const int same = swf_same(&got, &ref[i]);
+        const int dig = got.digest[0] && !strcmp(got.digest, ref[i].digest);
+        if (!same || !dig)
+            fprintf(stderr, "prompt %d: %s tokens, logits digest %s (want %s)\n", i,
+                    same ? "the same" : "other", got.digest, ref[i].digest);
+        *tokens += same;
+        *digests += dig;
     }
 }
 
