@@ -67,6 +67,25 @@ static int s_run(sw_model_t *m, int n_prompt, float *logits, int V)
     return rc;
 }
 
+/* What the greedy draft loop from cache length `from` must return: n one-row
+ * forwards from s_tok[from], each fed the argmax of the last (row: V floats). */
+static void s_argmax_chain(sw_model_t *m, sw_kv_t *kv, int from, int n, float *row, int V,
+                           int32_t *want)
+{
+    if (!kv)
+        return;
+    SW_CHECK_INT(sw_kv_truncate(kv, from), 0);
+    int32_t t = s_tok[from];
+    for (int i = 0; i < n; i++) {
+        SW_CHECK_INT(cuda_test_fwd(m, kv, &t, NULL, 1, NULL, row, 1, 0), 0);
+        int best = 0;
+        for (int j = 1; j < V; j++)
+            if (row[j] > row[best])
+                best = j;
+        want[i] = t = best;
+    }
+}
+
 /* A prefix of P prompt rows, then a tree of K drafts (node i + 1 = draft i
  * with token s_tok[P + i], under node s_par[i]; node 0 = the last prefix
  * row). */
@@ -554,16 +573,7 @@ static void s_model(const char *path)
             SW_CHECK_INT(
                 sw_model_greedy_steps(mg, kv, s_tok[FROM], STEPS, ids, prob, err, sizeof err), 0);
         }
-        SW_CHECK_INT(sw_kv_truncate(kv, FROM), 0);
-        int32_t t = s_tok[FROM];
-        for (int i = 0; kv && i < STEPS; i++) {
-            SW_CHECK_INT(cuda_test_fwd(mg, kv, &t, NULL, 1, NULL, got, 1, 0), 0);
-            int best = 0;
-            for (int j = 1; j < V; j++)
-                if (got[j] > got[best])
-                    best = j;
-            want[i] = t = best;
-        }
+        s_argmax_chain(mg, kv, FROM, STEPS, got, V, want);
         const int same = !memcmp(ids, want, sizeof ids);
         cuda_test_row("gpu greedy draft loop (graph) vs one-row forwards",
                       same ? "same" : "DIFFERS");
@@ -726,16 +736,7 @@ static void s_arch_model(const char *path)
             SW_CHECK_INT(
                 sw_model_greedy_steps(mg, kg, s_tok[FROM], STEPS, ids, NULL, err, sizeof err), 0);
         }
-        SW_CHECK_INT(sw_kv_truncate(kg, FROM), 0);
-        int32_t t = s_tok[FROM];
-        for (int i = 0; i < STEPS; i++) {
-            SW_CHECK_INT(cuda_test_fwd(mg, kg, &t, NULL, 1, NULL, got, 1, 0), 0);
-            int best = 0;
-            for (int j = 1; j < V; j++)
-                if (got[j] > got[best])
-                    best = j;
-            want[i] = t = best;
-        }
+        s_argmax_chain(mg, kg, FROM, STEPS, got, V, want);
         const int eq = !memcmp(ids, want, sizeof ids);
         cuda_test_row("gpu greedy draft loop (graph) vs one-row forwards", eq ? "same" : "DIFFERS");
         SW_CHECK(eq);
