@@ -43,7 +43,7 @@ static int s_start(swf_cluster_t *c, const char *model, int half, const char *b0
         snprintf(nd->extra[2], sizeof nd->extra[2], "--dtype");
         snprintf(nd->extra[3], sizeof nd->extra[3], "f32");
     }
-    return swf_start(c, model, 2, "/tmp/sw_test_cuda_cluster.log");
+    return swf_start(c, model, 2, sw_test_log("nodes.log"));
 }
 
 /* Each prompt through the cluster; counts equal tokens and equal digests against ref.
