@@ -708,6 +708,8 @@ void sw_model_free(sw_model_t **self_p)
     for (int i = 0; i < m->n_dev; i++) {
         sw_dev_t *d = &m->devs[i];
         sw_backend_t *be = d->be;
+        if (!be) /* a load that failed before its devices were set up */
+            continue;
         for (int j = 0; j < SW_MODEL_LOOP_MAX; j++)
             sw_model_buf_free(be, &d->loop_step[j]);
         for (int j = 0; j < SW_MODEL_MAX_PIECES; j++)
