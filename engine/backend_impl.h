@@ -232,10 +232,13 @@ typedef struct sw_backend_ops {
 
     /* Optional: runs record(ctx), which issues this backend's operations for
      * one step, possibly from a recorded graph. The backend may record the
-     * operations the second time it sees key and replay them afterwards
-     * without calling record; key must identify every value the operations
-     * take from the host (buffers, shapes); values in buffers (the control
-     * block, activations) may change between replays. */
+     * operations the second time it sees key and replay them afterwards;
+     * key must identify every value the operations take from the host
+     * (buffers, shapes) except attention's KV caches (k_cache, v_cache),
+     * which may change between replays like the values in buffers (the
+     * control block, activations): before a replay the backend calls record
+     * with a table whose operations only note the caches, so record must do
+     * nothing but call operations. */
     int (*graph_run)(sw_backend_t *be, uint64_t key, int (*record)(void *ctx), void *ctx);
     /* Optional: forgets every recorded graph (buffers they use were freed). */
     void (*graph_reset)(sw_backend_t *be);
@@ -245,9 +248,9 @@ typedef struct sw_backend_ops {
                     sw_buf_t *dst, size_t dst_off, size_t bytes);
     /* Optional: bytes of device memory free now (NULL: the backend uses host memory). */
     int64_t (*mem_free)(sw_backend_t *be);
-    /* The members below came with Gemma 3 and the mixture-of-experts family; a
-     * table that lists its members by position (backend_cuda.cu) leaves them
-     * NULL / 0 and the model refuses those architectures on it. */
+    /* The members below came with Gemma 3 and the mixture-of-experts family
+     * (the CPU and CUDA backends have them); a backend that leaves them NULL /
+     * 0 gets those architectures refused at load with one line. */
     /* Optional (Gemma 3): x[i] *= s over n elements f32, as ggml_scale. */
     int (*scale)(sw_backend_t *be, sw_buf_t *x, size_t n, float s);
     /* Optional (Gemma 3): gate[i] = gelu(gate[i]) * up[i] over n elements f32 as

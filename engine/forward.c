@@ -224,7 +224,10 @@ static int s_run_step(s_step_t *s, int dev_index)
         return s_step_record(s);
     uint64_t key = 0;
     if (s->n <= S_GRAPH_MAX_ROWS && !s->prompt_order && !s->pieces) {
-        const uint64_t w[] = {(uint64_t)(uintptr_t)s->kv,
+        /* The model and the cache's size, not the cache: a backend that records
+         * graphs takes each session's caches at replay (backend_impl.h, graph_run). */
+        const uint64_t w[] = {(uint64_t)(uintptr_t)s->m,
+                              (uint64_t)s->kv->n_ctx,
                               (uint64_t)dev_index,
                               (uint64_t)s->n,
                               (uint64_t)s->prompt_order,
@@ -776,16 +779,23 @@ int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, 
         b[SW_CTL_POS + 1] = i == 0 ? tok : 0;
     }
     s_loop_t lp = {.m = m, .kv = kv, .n_steps = n_steps, .want_prob = prob != NULL};
-    const uint64_t w[] = {(uint64_t)(uintptr_t)kv, (uint64_t)n_steps, (uint64_t)lp.want_prob,
-                          0x100b};
+    const uint64_t w[] = {(uint64_t)(uintptr_t)m, (uint64_t)kv->n_ctx, (uint64_t)n_steps,
+                          (uint64_t)lp.want_prob, 0x100b};
     if (be->ops->upload(be, d->loop_ctl, 0, c, (size_t)n_steps * SW_CTL_LEN(1) * sizeof *c) != 0 ||
-        (be->ops->graph_run ? be->ops->graph_run(be, s_key(w, 4), s_loop_record, &lp)
+        (be->ops->graph_run ? be->ops->graph_run(be, s_key(w, 5), s_loop_record, &lp)
                             : s_loop_record(&lp)) != 0 ||
         be->ops->download(be, out, d->loop_ids, 0, (size_t)n_steps * sizeof *out) != 0 ||
         (prob &&
          be->ops->download(be, prob, d->loop_prob, 0, (size_t)n_steps * sizeof *prob) != 0) ||
         (be->ops->sync && be->ops->sync(be) != 0))
         return sw_model_fail(be, err, err_len);
+    /* A device's argmax gives -1 for NaN or infinite logits (the CPU's fails at once). */
+    for (int i = 0; i < n_steps; i++)
+        if (out[i] < 0) {
+            sw_errf(err, err_len, "model: the logits of greedy step %d of %d are NaN or infinite",
+                    i + 1, n_steps);
+            return -1;
+        }
     for (int i = 0; i < n_steps; i++) {
         kv->par[kv->len + i] = kv->len + i - 1;
         kv->pos[kv->len + i] = kv->len + i;

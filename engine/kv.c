@@ -107,10 +107,6 @@ void sw_kv_free(sw_kv_t **self_p)
         if (kv->v && kv->v[i])
             be->ops->buf_free(be, kv->v[i]);
     }
-    /* Graphs recorded for this cache hold its buffers. */
-    for (int i = 0; i < m->n_dev; i++)
-        if (m->devs[i].be->ops->graph_reset)
-            m->devs[i].be->ops->graph_reset(m->devs[i].be);
     free(kv->k);
     free(kv->v);
     free(kv->par);

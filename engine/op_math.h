@@ -185,4 +185,64 @@ SW_HD int sw_softmax_inv_stable(double s, int m, float *out)
     return 1;
 }
 
+/* ---- mixture of experts (both backends' routing) ---- */
+
+/* dot(w, x) over n f32 (n % 8 == 0) in the order of llamafile's f32 tinyBLAS,
+ * which llama.cpp uses for an f32 weight (the router) when 2 rows or more are
+ * multiplied: element i on lane i % 8 by fused multiply-adds, then the
+ * lanes' sum. */
+SW_HD float sw_dot_f32_tinyblas(const float *w, const float *x, int64_t n)
+{
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++)
+        lane[i & 7] = fmaf(w[i], x[i], lane[i & 7]);
+    return sw_hsum8(lane);
+}
+
+/* The routing of one row as llama.cpp's build_moe_ffn with softmax gating and
+ * normalised weights. p (n_exp router logits) becomes GGML's soft_max
+ * (ggml_vec_soft_max_f32 on AVX2: groups of 8 with GGML's exp, each group's
+ * sum in f32 and the groups in double, the n_exp % 8 tail with expf, then a
+ * scale by the float of 1 / sum); sel (k) gets the k largest in descending
+ * order (the lowest id on ties), w (k) their probabilities divided by their
+ * double sum rounded to float and clamped below at 2^-14 (ggml_clamp: NaN
+ * stays NaN). */
+SW_HD void sw_moe_route(float *p, int n_exp, int k, int32_t *sel, float *w)
+{
+    float max = -INFINITY;
+    for (int e = 0; e < n_exp; e++)
+        max = p[e] > max ? p[e] : max;
+    double sum = 0.0;
+    int i = 0;
+    for (; i + 7 < n_exp; i += 8)
+        sum += (double)sw_softmax_group8(p + i, 8, max);
+    for (; i < n_exp; i++) {
+        const float v = expf(p[i] - max);
+        sum += (double)v;
+        p[i] = v;
+    }
+    const float inv = sw_softmax_inv(sum);
+    for (int e = 0; e < n_exp; e++)
+        p[e] *= inv;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n_exp; e++) {
+            int taken = 0;
+            for (int t = 0; t < j && !taken; t++)
+                taken = sel[t] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        sel[j] = best;
+    }
+    double s = 0.0;
+    for (int j = 0; j < k; j++)
+        s += (double)p[sel[j]];
+    float fs = (float)s;
+    if (!(fs >= 6.103515625e-5f) && fs == fs)
+        fs = 6.103515625e-5f;
+    for (int j = 0; j < k; j++)
+        w[j] = p[sel[j]] / fs;
+}
+
 #endif

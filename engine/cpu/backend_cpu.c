@@ -462,40 +462,6 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
 
 /* ---- mixture of experts --------------------------------------------------------- */
 
-/* dot(w, x) over n f32 (n % 8 == 0) in the order of llamafile's f32 tinyBLAS,
- * which llama.cpp uses for an f32 weight (the router) in every batch size:
- * element i on lane i % 8 by fused multiply-adds, then the lanes' sum. */
-static float s_dot_f32_tinyblas(const float *w, const float *x, int64_t n)
-{
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t i = 0; i < n; i++)
-        lane[i & 7] = fmaf(w[i], x[i], lane[i & 7]);
-    return sw_hsum8(lane);
-}
-
-/* GGML's soft_max of one row without mask (ggml_vec_soft_max_f32 on AVX2):
- * groups of 8 with the vectorised exp, each group's sum in f32 and the
- * groups in double, the n % 8 tail with libm's expf, then a scale by the
- * float of 1 / sum. */
-static void s_softmax_row(float *x, int n)
-{
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)
-        max = x[i] > max ? x[i] : max;
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 7 < n; i += 8)
-        sum += (double)sw_softmax_group8(x + i, 8, max);
-    for (; i < n; i++) {
-        const float v = expf(x[i] - max);
-        sum += (double)v;
-        x[i] = v;
-    }
-    const float inv = sw_softmax_inv(sum);
-    for (int j = 0; j < n; j++)
-        x[j] *= inv;
-}
-
 /* A view of expert e of a 3-D weight as a plain weight. */
 static void s_expert(const sw_weight_t *w, int e, sw_weight_t *out, sw_buf_t *buf)
 {
@@ -594,31 +560,11 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
         float *p = probs + (size_t)r * n_exp;
         if (tinyblas)
             for (int e = 0; e < n_exp; e++)
-                p[e] = s_dot_f32_tinyblas(wr + (size_t)e * n_embd, x + (size_t)r * n_embd, n_embd);
+                p[e] = sw_dot_f32_tinyblas(wr + (size_t)e * n_embd, x + (size_t)r * n_embd, n_embd);
         else
             sw_matmul(SW_TYPE_F32, n_embd, wr, a->router->row_bytes, 0, n_exp,
                       x + (size_t)r * n_embd, (size_t)n_embd * sizeof(float), 1, p, n_exp);
-        s_softmax_row(p, n_exp);
-        int32_t *sr = sel + (size_t)r * k;
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int e = 0; e < n_exp; e++) {
-                int taken = 0;
-                for (int t = 0; t < j && !taken; t++)
-                    taken = sr[t] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
-            sr[j] = best;
-        }
-        double sum = 0.0;
-        for (int j = 0; j < k; j++)
-            sum += (double)p[sr[j]];
-        float fs = (float)sum;
-        if (!(fs >= 6.103515625e-5f)) // ggml_clamp: NaN stays NaN
-            fs = isnan(fs) ? fs : 6.103515625e-5f;
-        for (int j = 0; j < k; j++)
-            wts[(size_t)r * k + j] = p[sr[j]] / fs;
+        sw_moe_route(p, n_exp, k, sel + (size_t)r * k, wts + (size_t)r * k);
     }
 
     /* The input rows quantized once for the gate and up experts. */

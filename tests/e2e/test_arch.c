@@ -20,9 +20,9 @@
  *    of plain decoding;
  *  - model files are untrusted: copies with one metadata value or tensor
  *    shape of the new families made wrong are refused with one line naming
- *    it, and a backend without the operations an architecture needs (as the
- *    CUDA backend lacks Gemma 3's and the mixture of experts') is refused at
- *    load with one line.
+ *    it, and a backend without the operations an architecture needs (the
+ *    optional members of backend_impl.h's table) is refused at load with one
+ *    line.
  *
  * SW_ARCH_SETS=qwen3,gemma3 runs only those sets (add "untrusted" for the
  * broken-file checks).
@@ -427,7 +427,7 @@ static void s_untrusted(void)
     s_refused(path[1], "blk.0.ffn_gate_inp.weight", 20, 1 /* f16 */, "only f32 is supported");
     s_refused(path[1], "blk.1.ffn_down_exps.weight", 20, 8 /* ne[2]: experts */,
               "'blk.1.ffn_down_exps.weight' has shape [256, 256, 8], expected [256, 256, 16]");
-    /* what a backend lacks (the CUDA backend lacks these ops: backend_impl.h) */
+    /* what a backend lacks (optional members of the table: backend_impl.h) */
     s_backend_refuses(path[1], 0, "the mixture-of-experts operation");
     s_backend_refuses(path[2], 1, "sliding-window attention");
     s_backend_refuses(path[2], 2, "the scale and GELU operations");
