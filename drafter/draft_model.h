@@ -51,6 +51,7 @@
 
 #include "decode.h"
 #include "gguf.h"
+#include "load.h"
 #include "sampler.h"
 #include "verify.h"
 
@@ -153,5 +154,37 @@ typedef struct draft_ahead_mem {
 draft_ahead_mem_t *draft_model_ahead_mem(draft_model_t *d);
 /* What the draft model runs on ("cuda:1 (Tesla T4, ...)"). */
 const char *draft_model_backend(const draft_model_t *d);
+
+/* Batched drafting, for a caller that drafts for many sequences in turns
+ * (the head). With batching on, a step of any of the model's sequences that
+ * needs a forward of the draft model (the catch-up of a few new tokens, the
+ * guessed token, a chain step, a tree step) posts it and returns 1 without
+ * computing; draft_model_flush() then runs every posted forward as ONE
+ * engine call (sw_model_forward_batch: each sequence on its own cache, each
+ * row computed as it would be alone, so every sequence drafts exactly what it
+ * drafts alone), and each sequence's next step takes its result. A lone
+ * greedy chain step runs as several steps on the backend, as without
+ * batching. A sequence that steps again before a flush flushes itself (with
+ * whatever else is posted), so a caller that never flushes still gets every
+ * proposal. Prompt rows (a new request's catch-up) are not posted: they run
+ * at once, as one prompt. Turning batching off runs what is posted. */
+void draft_model_set_batching(draft_model_t *d, int on);
+/* Runs every posted forward; the sequences run (0: none), or -1 when one
+ * failed (its next step returns -1; the others' results are there). */
+int draft_model_flush(draft_model_t *d);
+/* What the flushes that ran posted forwards in one engine call did. */
+typedef struct draft_batch_stats {
+    uint64_t flushes; // engine calls
+    uint64_t seqs;    // sequences they served
+    uint64_t rows;    // rows they computed
+    double ms;        // their time
+    int last_seqs;    // the last call: sequences
+    int last_rows;    // rows
+    double last_ms;   // ms
+} draft_batch_stats_t;
+const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *d);
+/* Where the model reports the cost of its steps (load.h; NULL = nowhere);
+ * borrowed, must outlive the model or be set back to NULL. */
+void draft_model_set_load(draft_model_t *d, draft_load_t *load);
 
 #endif
