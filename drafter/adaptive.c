@@ -20,6 +20,7 @@ void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max)
     c->k_fixed = k_fixed > SW_MAX_DRAFT ? SW_MAX_DRAFT : (k_fixed < 0 ? 0 : k_fixed);
     c->k_max = k_max < 1 ? 1 : (k_max > SW_MAX_DRAFT ? SW_MAX_DRAFT : k_max);
     c->draft_ms = -1;
+    c->oth_head = c->oth_later = -1;
 }
 
 double draft_expected_tokens(double a, int k)
@@ -91,6 +92,25 @@ static double s_draft_crit(const draft_ctl_t *c, int k)
     return (1 - h) * all + h * (all > wait ? all - wait : 0);
 }
 
+static double s_best_rate(const draft_ctl_t *c);
+
+/* The work (ms) that `extra` rows more (after `own`) and `drafts` draft
+ * model steps add to the batches the other sessions share (load.h). */
+static double s_work(const draft_ctl_t *c, int own, int extra, int drafts)
+{
+    const draft_load_t *l = c->load;
+    const double dr = l->draft_rows > 1 ? l->draft_rows - 1 : 0;
+    return draft_load_work(l, own, extra, c->oth_head > 0 ? c->oth_head : 0,
+                           c->oth_later > 0 ? c->oth_later : 0, c->model_drafts ? drafts : 0, dr);
+}
+
+double draft_ctl_lambda(const draft_ctl_t *c)
+{
+    if (!c->load || c->n_obs < 3)
+        return 0;
+    return draft_load_ext(c->load, s_best_rate(c));
+}
+
 int draft_ctl_next_k(draft_ctl_t *c, int cap)
 {
     if (cap < 1)
@@ -104,13 +124,29 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
         return start[c->n_obs] < hi ? start[c->n_obs] : hi;
     const double a = draft_ctl_accept_rate(c);
     int best = 0;
-    double best_rate = 1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
-    for (int k = 1; k <= hi; k++) {
-        double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
-        double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
-        if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
-            best_rate = rate;
-            best = k;
+    const double lam = draft_ctl_lambda(c);
+    if (lam > 0) {
+        /* Others wait for this session's extra work: E - R T - lambda W. */
+        const double r = s_best_rate(c);
+        double best_v = 1.0 - r * draft_ctl_round_ms(c, 0);
+        for (int k = 1; k <= hi; k++) {
+            const double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
+            const double v = draft_expected_tokens(a, k) - r * t - lam * s_work(c, 1, k, k);
+            if (v > best_v + 1e-9) { // the smallest K among near-ties
+                best_v = v;
+                best = k;
+            }
+        }
+    } else {
+        double best_rate =
+            1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
+        for (int k = 1; k <= hi; k++) {
+            double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
+            double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
+            if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
+                best_rate = rate;
+                best = k;
+            }
         }
     }
     if (best == 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
@@ -216,14 +252,16 @@ double draft_ctl_node_min(const draft_ctl_t *c, int rows)
     if (c->n_obs < 3)
         return 0.05; // before the table has a shape: any plausible candidate
     const double dt = s_compute(c, rows + 1) - s_compute(c, rows);
-    return s_best_rate(c) * (dt > 0 ? dt : 0);
+    const double lam = draft_ctl_lambda(c);
+    return s_best_rate(c) * (dt > 0 ? dt : 0) + (lam > 0 ? lam * s_work(c, rows, 1, 0) : 0);
 }
 
 double draft_ctl_expand_min(const draft_ctl_t *c)
 {
     if (c->n_obs < 3 || c->draft_ms < 0)
         return 0.1;
-    return s_best_rate(c) * s_td(c);
+    const double lam = draft_ctl_lambda(c);
+    return s_best_rate(c) * s_td(c) + (lam > 0 ? lam * s_work(c, 0, 0, 1) : 0);
 }
 
 int draft_ctl_ahead_k(draft_ctl_t *c, int k_round)
@@ -265,4 +303,18 @@ void draft_ctl_observe_cycle(draft_ctl_t *c, int n_tokens, double cycle_ms)
     }
     const int better = c->arm_rate[1] >= c->arm_rate[0];
     c->arm = c->arm_blocks % DRAFT_CTL_ARM_PROBE == 0 ? !better : better;
+}
+
+void draft_ctl_observe_batch(draft_ctl_t *c, int own_rows, int head_rows, int later_rows)
+{
+    if (own_rows < 1)
+        return;
+    if (head_rows >= own_rows) {
+        const double o = head_rows - own_rows;
+        c->oth_head = c->oth_head < 0 ? o : c->oth_head * S_TIME_DECAY + o * (1 - S_TIME_DECAY);
+    }
+    if (later_rows >= own_rows) {
+        const double o = later_rows - own_rows;
+        c->oth_later = c->oth_later < 0 ? o : c->oth_later * S_TIME_DECAY + o * (1 - S_TIME_DECAY);
+    }
 }

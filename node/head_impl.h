@@ -110,6 +110,7 @@ typedef struct head_sess {
     double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
     double round_head_ms;                  // the current round's compute: head
     double round_stage_ms;                 // and stages
+    int round_head_rows;                   // rows of the head's batch its last chunk ran in
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -144,6 +145,8 @@ struct node_head {
     int logit_rows;        //
     int busy;              // 1 when node_head_step left work for the next pass
     int rr;                // where the next batch starts (round robin)
+    draft_load_t load;     // what the sessions cost each other (drafter/load.h): the K
+                           // controllers of all sessions read it
     struct {
         char name[SW_WIRE_NAME_MAX + 1];
         double until;            // avoided until then (0 = free entry)

@@ -180,14 +180,22 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
         v.path[i] = (int32_t)vd->path[i];
     /* The timing list starts with the head's own entry: count only the later
      * stages here (the head's time is round_head_ms). */
+    double later_ms = 0;
     for (uint32_t i = 0; i < vd->n_timing; i++) {
         double ms = vd->timing[i].compute_us / 1e3;
         for (int st = 1; st < s->route.n; st++)
             if (!strcmp(s->route.names[st], vd->timing[i].name)) {
                 s->stage_total[st] += ms;
                 s->round_stage_ms += ms;
+                later_ms += ms;
             }
     }
+    /* What the round cost the batches it shared (load-adaptive speculation,
+     * drafter/load.h): the last stage says its batch. */
+    const sw_msg_timing_t *lt = vd->n_timing ? &vd->timing[vd->n_timing - 1] : NULL;
+    const int lrows = lt ? (int)lt->batch_rows : 0, lrounds = lt ? (int)lt->batch_rounds : 0;
+    draft_load_verdict(&h->load, (int)vd->n_tokens, later_ms, lrows, lrounds, now);
+    draft_observe_batch(s->drafter, s->send_r.n, s->round_head_rows, lrows);
     s_commit(n, s, &v, now);
 }
 
@@ -431,8 +439,10 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             return;
         }
-        if (node_recover_verdict(s->rec, s->send_round, now))
+        if (node_recover_verdict(s->rec, s->send_round, now)) {
+            draft_load_verdict(&n->head->load, v.n_commit, 0, 0, 0, now);
             s_commit(n, s, &v, now);
+        }
         return;
     }
     if (s_forward(n, s, hidden, s->send_row, rows, batch_ms) != 0) {
@@ -511,6 +521,13 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     const double batch_ms = sw_now_ms() - t0;
     if (nb > 1)
         SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
+    int all_rows = 0;
+    for (int i = 0; i < nb; i++)
+        all_rows += fs[i].n;
+    if (rc == 0)
+        draft_load_head_batch(&h->load, all_rows, batch_ms, t0 + batch_ms);
+    for (int i = 0; i < nb; i++)
+        in[i]->round_head_rows = all_rows;
     for (int i = 0; i < nb; i++) {
         head_sess_t *s = in[i];
         if (rc != 0) {

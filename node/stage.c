@@ -661,6 +661,9 @@ void node_stage_flush(node_t *n)
             .name = sw_peer_name(n->peer),
             .compute_us = (uint32_t)((t1 - t0) * 1e3),
             .queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3),
+            .batch_rows =
+                (uint32_t)(rows_run < SW_WIRE_MAX_BATCH_ROWS ? rows_run : SW_WIRE_MAX_BATCH_ROWS),
+            .batch_rounds = (uint32_t)nl,
         };
         if (node_is_last(n))
             s_verify(n, b, f, &mine);
