@@ -71,7 +71,7 @@ int node_head_new(node_t *n, char *err, size_t err_len)
                 draft_model_backend(h->dmodel));
         /* The sessions' draft steps of one pass run as one engine call
          * (node_head_step flushes them). */
-        draft_model_set_batching(h->dmodel, 1);
+        draft_model_set_batching(h->dmodel, n->o.draft_batch);
         draft_model_set_load(h->dmodel, &h->load);
     }
     n->head = h;

@@ -262,7 +262,7 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
     if (s_draft_cfg(n, g->has_draft ? &g->draft : NULL, sp, &dc, err, err_len) != 0)
         return -1;
     dc.n_ctx = s->n_ctx;
-    dc.load = &h->load;
+    dc.load = n->o.draft_load ? &h->load : NULL;
     if (draft_begin(s->drafter, &dc, err, err_len) != 0)
         return -1;
     s->proposer = draft_proposer(s->drafter);

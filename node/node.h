@@ -65,6 +65,8 @@ typedef struct node_opts {
     int max_sessions_per_client; // head: sessions one client runs at once (0 = no limit)
     int max_batch_rows;          // rows in one batched forward (a larger prefill chunk runs alone)
     int64_t kv_bytes;            // memory for the sessions' KV caches, bytes (0 = no cap)
+    int draft_load;              // head: 1 = K and trees follow the load (drafter/load.h)
+    int draft_batch;             // head: 1 = the sessions' draft steps run batched
 } node_opts_t;
 
 typedef struct node_head node_head_t; // head.h

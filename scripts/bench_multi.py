@@ -180,12 +180,14 @@ def main():
     ap.add_argument("--split", type=int, default=0)
     ap.add_argument("--dtype", default="f32")
     ap.add_argument("--max-sessions", type=int, default=16)
+    ap.add_argument("--node-flags", default="",
+                    help="more flags for both nodes, one string (e.g. '--draft-load off')")
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write every raw result to this file")
     args = ap.parse_args()
     args.chat = False
-    args.node_extra = ["--max-sessions", str(args.max_sessions)]
+    args.node_extra = ["--max-sessions", str(args.max_sessions), *args.node_flags.split()]
     if "model" in args.modes.split(",") and not args.draft:
         raise SystemExit("bench_multi: mode 'model' needs --draft MODEL.gguf")
     for path in (args.target, args.draft):
@@ -202,7 +204,7 @@ def main():
         print(f"# target {os.path.basename(args.target)} ({n_layers} layers, head [0,{split}) "
               f"tail [{split},{n_layers})), {rtt:g} ms per round trip, {args.threads} thread(s) "
               f"per node, {args.n} tokens x {args.requests} requests per client, "
-              f"--max-sessions {args.max_sessions}", file=sys.stderr)
+              f"--max-sessions {args.max_sessions} {args.node_flags}", file=sys.stderr)
         for p in PROMPTS[:2]:  # warm up (page cache, first touch)
             cl.run(p, ["--draft", "none"], n=2)
         # The prefill's compute, one request alone at a time: the head's own
