@@ -12,6 +12,7 @@
 #include "decode.h"
 #include "log.h"
 #include "model.h"
+#include "prefix.h"
 
 /* Mixed into the target's seed for the draft's RNG: the draft's draws must be
  * independent of the verifier's acceptance tests, which use the seed itself. */
@@ -66,6 +67,8 @@ struct draft_model {
     int b_cap;                   //
     draft_batch_stats_t stats;   // what the flushes did
     draft_load_t *load;          // where the steps' costs go (not owned), or NULL
+    sw_prefix_t *prefix;         // prompt prefixes' KV (draft_model_set_prefix), or NULL
+    size_t prefix_max;           // its bytes at most
 };
 
 /* A tree node of a proposal being built: node 0 is the root (the token the
@@ -226,6 +229,7 @@ void draft_model_free(draft_model_t **self_p)
     free(d->heap_val);
     free(d->b_kvs);
     free(d->b_fs);
+    sw_prefix_free(&d->prefix);
     free(d);
     *self_p = NULL;
 }
@@ -515,6 +519,46 @@ void draft_model_set_load(draft_model_t *dm, draft_load_t *load)
     dm->load = load;
 }
 
+int draft_model_set_prefix(draft_model_t *dm, size_t max_bytes, uint64_t seed)
+{
+    sw_prefix_free(&dm->prefix);
+    dm->prefix_max = max_bytes;
+    if (max_bytes == 0)
+        return 0;
+    dm->prefix = sw_prefix_new(dm->m, 0, seed);
+    return dm->prefix ? 0 : -1;
+}
+
+/* The n prompt rows tokens[0..n) into an empty cache: the positions the
+ * model's prefix cache holds are restored, the rest evaluated as the
+ * prompt's continuation (bit for bit what the whole prompt gives), then the
+ * prompt's blocks are stored. logits: the last row's into d->logits. 0 or -1. */
+static int s_prompt(draft_seq_t *d, const int32_t *tokens, int n, int logits)
+{
+    draft_model_t *dm = d->dm;
+    char err[256] = "";
+    int from = 0;
+    if (dm->prefix && sw_kv_len(d->kv) == 0 && n >= 2) {
+        from = sw_prefix_find(dm->prefix, "", tokens, n, n - 1);
+        if (from > 0 && sw_prefix_restore(dm->prefix, "", tokens, from, d->kv, err, sizeof err))
+            from = 0;
+    }
+    sw_forward_t p = {.n = n - from,
+                      .tokens = tokens + from,
+                      .logits = logits ? d->logits : NULL,
+                      .n_logits = logits ? 1 : 0,
+                      .prompt = 1,
+                      .prompt_cont = from > 0};
+    if (sw_model_forward(dm->m, d->kv, &p, err, sizeof err) != 0) {
+        SW_WARN("draft model: %s", err);
+        return -1;
+    }
+    if (dm->prefix &&
+        sw_prefix_store(dm->prefix, "", tokens, n, d->kv, dm->prefix_max, err, sizeof err) < 0)
+        SW_WARN("draft model: prefix cache: %s", err);
+    return 0;
+}
+
 /* Posts d->rq (its fields set): with batching it waits for a flush (1);
  * otherwise it runs now and its result is in d->rq (0); -1 on error. */
 static int s_post(draft_seq_t *d)
@@ -576,21 +620,14 @@ static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt, in
     char err[256] = "";
     const int n_prompt_rows = n_prompt < n ? n_prompt : n;
     if (n_prompt_rows == n) {
-        sw_forward_t p = {
-            .n = n, .tokens = tokens, .logits = d->logits, .n_logits = 1, .prompt = 1};
-        if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
-            SW_WARN("draft model: %s", err);
+        if (s_prompt(d, tokens, n, 1) != 0)
             return -1;
-        }
         memcpy(d->cached + len, tokens, (size_t)n * sizeof *tokens);
         return 0;
     }
     if (n_prompt_rows > 0) {
-        sw_forward_t p = {.n = n_prompt_rows, .tokens = tokens, .prompt = 1};
-        if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
-            SW_WARN("draft model: %s", err);
+        if (s_prompt(d, tokens, n_prompt_rows, 0) != 0)
             return -1;
-        }
         memcpy(d->cached + len, tokens, (size_t)n_prompt_rows * sizeof *tokens);
     }
     sw_forward_t f = {.n = n - n_prompt_rows,

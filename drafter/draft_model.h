@@ -183,6 +183,13 @@ typedef struct draft_batch_stats {
     double last_ms;   // ms
 } draft_batch_stats_t;
 const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *d);
+/* A prefix cache for the draft model (engine/prefix.h) of at most max_bytes
+ * (0: none, the default): a sequence's prompt then takes the positions the
+ * cache holds and evaluates the rest as the prompt's continuation (the same
+ * logits, so the same drafts, as without), and leaves its blocks there.
+ * seed keys its hash buckets. 0, or -1 when out of memory. */
+int draft_model_set_prefix(draft_model_t *d, size_t max_bytes, uint64_t seed)
+    __attribute__((warn_unused_result));
 /* Where the model reports the cost of its steps (load.h; NULL = nowhere);
  * borrowed, must outlive the model or be set back to NULL. */
 void draft_model_set_load(draft_model_t *d, draft_load_t *load);

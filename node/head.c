@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "head_impl.h"
 #include "log.h"
 
@@ -73,6 +75,15 @@ int node_head_new(node_t *n, char *err, size_t err_len)
          * (node_head_step flushes them). */
         draft_model_set_batching(h->dmodel, n->o.draft_batch);
         draft_model_set_load(h->dmodel, &h->load);
+        uint64_t seed;
+        randombytes_buf(&seed, sizeof seed);
+        if (n->o.prefix_cache &&
+            draft_model_set_prefix(h->dmodel,
+                                   n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : (size_t)256 << 20,
+                                   seed) != 0) {
+            snprintf(err, err_len, "out of memory for the draft model's prefix cache");
+            goto fail;
+        }
     }
     n->head = h;
     return 0;

@@ -342,6 +342,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
                  n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
         goto fail;
     }
+    head_kv_room(n, kv_bytes); /* cached prompt prefixes give way first */
     if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
         free(prompt);
         return S_WAIT_MEMORY;
