@@ -100,8 +100,18 @@ static double s_work(const draft_ctl_t *c, int own, int extra, int drafts)
 {
     const draft_load_t *l = c->load;
     const double dr = l->draft_rows > 1 ? l->draft_rows - 1 : 0;
-    return draft_load_work(l, own, extra, c->oth_head > 0 ? c->oth_head : 0,
-                           c->oth_later > 0 ? c->oth_later : 0, c->model_drafts ? drafts : 0, dr);
+    double w =
+        draft_load_work(l, own, extra, c->oth_head > 0 ? c->oth_head : 0,
+                        c->oth_later > 0 ? c->oth_later : 0, c->model_drafts ? drafts : 0, dr);
+    /* the draft model reads what it has not seen first (beyond the row its
+     * first step carries anyway): after rounds without drafts, or a prompt.
+     * Paid once for every round left that then drafts: spread over them. */
+    if (drafts > 0 && c->model_drafts && c->lag > 1) {
+        const double per_round = draft_expected_tokens(draft_ctl_accept_rate(c), drafts);
+        const double rounds = c->left > 0 ? c->left / per_round : 1;
+        w += draft_cost_ms(&l->draft, c->lag - 1) / (rounds > 1 ? rounds : 1);
+    }
+    return w;
 }
 
 double draft_ctl_lambda(const draft_ctl_t *c)
@@ -118,10 +128,20 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
     if (c->k_fixed > 0)
         return c->k_fixed < cap ? c->k_fixed : cap;
     const int hi = c->k_max < cap ? c->k_max : cap;
-    /* Three different K first, so the compute table has a shape. */
+    /* Three different K first, so the compute table has a shape; but not
+     * while the head is so loaded that one draft row costs the other
+     * sessions a token or more (lambda W(1) >= 1, lambda taken for a session
+     * at the mean rate): no draft can return that, and the first draft would
+     * also make the draft model read the whole prompt. Those rounds go
+     * plain (they still count as observed). */
     static const int start[] = {S_K_START, 1, 2 * S_K_START};
-    if (c->n_obs < 3)
+    if (c->n_obs < 3) {
+        const draft_load_t *l = c->load;
+        if (l && l->n_active > 1 &&
+            draft_load_ext(l, l->rate / l->n_active) * s_work(c, 1, 1, 1) >= 1.0)
+            return 0;
         return start[c->n_obs] < hi ? start[c->n_obs] : hi;
+    }
     const double a = draft_ctl_accept_rate(c);
     int best = 0;
     const double lam = draft_ctl_lambda(c);
@@ -149,7 +169,10 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
             }
         }
     }
-    if (best == 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
+    /* A probe (one draft to measure the acceptance again) makes the draft
+     * model catch up every token since it last drafted: while others wait
+     * for that work (lambda > 0) no probe; once the load falls they resume. */
+    if (best == 0 && lam <= 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
         c->n_idle = 0;
         best = 1;
     } else if (best > 0) {
@@ -270,6 +293,13 @@ int draft_ctl_ahead_k(draft_ctl_t *c, int k_round)
         return 0;
     /* One pseudo-hit in two pseudo-rounds: start optimistic. */
     const double rate = (c->ahead_hit + 1.0) / (c->ahead_all + 2.0);
+    /* Under load the draft steps done ahead delay the others' rounds
+     * (lambda W) and save this session at most their time on the critical
+     * path when the guess holds (rate R t_draft per draft). */
+    const double lam = draft_ctl_lambda(c);
+    if (lam > 0 && c->draft_ms > 0 &&
+        lam * s_work(c, 0, 0, k_round) > rate * s_best_rate(c) * k_round * c->draft_ms)
+        return 0;
     if (rate < DRAFT_CTL_AHEAD_MIN && ++c->ahead_idle < DRAFT_CTL_PROBE)
         return 0;
     c->ahead_idle = 0;

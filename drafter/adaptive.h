@@ -63,7 +63,13 @@
  * with lambda = 0 (alone, or no load measured) that is the K above. A tree
  * node and an expansion pay the same two prices (draft_ctl_node_min,
  * draft_ctl_expand_min). The rows of the other rounds in this session's
- * batches come from draft_ctl_observe_batch.
+ * batches come from draft_ctl_observe_batch; W also holds the draft model's
+ * catch-up (draft_ctl_t.lag tokens to read first), spread over the rounds
+ * left that it makes draftable (draft_ctl_t.left). While lambda > 0 there are no
+ * probes (a probe makes the draft model catch up every token since it last
+ * drafted, work the others wait for), and a session drafts ahead only when
+ * the critical-path time a held guess saves it (hit rate x R x K x
+ * t_draft, in tokens) outweighs lambda times the draft steps' work.
  *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */
@@ -105,6 +111,8 @@ typedef struct draft_ctl {
     int model_drafts;                       // 1: drafts are draft model steps (they cost its rows)
     double oth_head;  // moving average: other rounds' rows in the head's batches of this session's
     double oth_later; // rounds, and in the last stage's batches (-1 = not measured)
+    int lag;          // tokens the draft model must read before this round's drafts (per round)
+    int left;         // tokens the generation may still commit (0 = unknown; per round)
 } draft_ctl_t;
 
 /* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */

@@ -279,6 +279,15 @@ int draft_seq_capacity(const draft_seq_t *s)
     return s->cap - SW_MAX_DRAFT - 1;
 }
 
+int draft_seq_lag(const draft_seq_t *s, const int32_t *ctx, int n_ctx)
+{
+    const int len = sw_kv_linear(s->kv) < n_ctx ? sw_kv_linear(s->kv) : n_ctx;
+    int same = 0;
+    while (same < len && s->cached[same] == ctx[same])
+        same++;
+    return n_ctx - same;
+}
+
 int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
 {
     sw_sampling_t p = *params;

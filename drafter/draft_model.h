@@ -82,6 +82,9 @@ draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx) __attribute__((warn_unu
 void draft_seq_free(draft_seq_t **self_p);
 /* The committed context the sequence has room for. */
 int draft_seq_capacity(const draft_seq_t *s);
+/* Tokens of ctx[0..n_ctx) the sequence's cache does not hold yet: what its
+ * next draft must read first (its catch-up). */
+int draft_seq_lag(const draft_seq_t *s, const int32_t *ctx, int n_ctx);
 /* Starts a generation with the target's sampling parameters (reseeds the
  * draft's RNG) and an empty cache: the prompt is then evaluated as one
  * prompt batch, as the target evaluates it (rows kept from another request

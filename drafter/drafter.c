@@ -272,6 +272,10 @@ static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int gue
     /* Drafting ahead pays for the model only: a lookup is instant after the verdict. */
     if (guess && (!d->cfg.ahead || d->cfg.mode == DRAFT_MODE_NGRAM))
         return 0;
+    d->ctl.lag = d->seq && d->cfg.mode == DRAFT_MODE_MODEL
+                     ? draft_seq_lag(d->seq, ctx, n_ctx) + (guess ? 1 : 0)
+                     : 0;
+    d->ctl.left = d->cfg.n_ctx > n_ctx ? d->cfg.n_ctx - n_ctx : 0;
     const int k = draft_ctl_next_k(&d->ctl, k_max);
     if (k < 1 || (guess && draft_ctl_ahead_k(&d->ctl, k) < 1))
         return 0;

@@ -158,6 +158,10 @@ def step(cl, n_clients, flags, args, logdir):
         "head_ms": head / max(rounds + len(results), 1),
         "tail_ms": tail / max(rounds + len(results), 1),
         "per_batch": (f1 - f0) / (b1 - b0) if b1 > b0 else 0,
+        # per round: drafts sent, drafting on the critical path, drafting ahead (ms)
+        "drafted": sum(r["drafted"] for r in results) / max(rounds, 1),
+        "draft_ms": sum(r["timing"]["draft_ms"] for r in results) / max(rounds, 1),
+        "ahead_ms": sum(r["timing"]["draft_ahead_ms"] for r in results) / max(rounds, 1),
     }
 
 
@@ -225,7 +229,9 @@ def main():
                 print(f"  {label}, {n:2d} client(s): {r['tokens']} tokens in {r['wall_s']:.1f} s "
                       f"in flight ({r['step_s']:.1f} s with client start-ups) "
                       f"= {r['agg']:.1f} tok/s, TTFT p50 {pct(r['ttft'], 50):.0f} ms p95 "
-                      f"{pct(r['ttft'], 95):.0f} ms", file=sys.stderr)
+                      f"{pct(r['ttft'], 95):.0f} ms; per round {r['drafted']:.1f} drafts, "
+                      f"drafting {r['draft_ms']:.0f} ms (+{r['ahead_ms']:.0f} ahead)",
+                      file=sys.stderr)
                 rows.append([label, str(n), f"{r['agg']:.1f}", f"{r['agg'] / base:.2f}x",
                              f"{pct(r['ttft'], 50):.0f}", f"{pct(r['ttft'], 95):.0f}",
                              f"{goal:.0f}", f"{r['tpr']:.2f}", f"{r['head_ms']:.1f}",

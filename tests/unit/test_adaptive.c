@@ -26,8 +26,10 @@
  *    the hit rate high, a hidden draft costs nothing up to one round's wait
  *    and the chain grows;
  *  - under load (load.h) the same rounds give the one-session K alone, a
- *    smaller K with 16 sessions sharing the batches, none when the stages
- *    are saturated.
+ *    smaller K with 16 sessions sharing the batches (none when the draft
+ *    model must first catch up on 200 tokens for the last 8), none when the stages are
+ *    saturated (and then no probes, no drafting ahead, and a new session
+ *    starts plain).
  */
 #include <math.h>
 #include <stdint.h>
@@ -260,6 +262,14 @@ static void test_load(void)
     load.rate = 16 * 0.04;
     const double lam_mid = draft_ctl_lambda(&loaded);
     const int k_mid = draft_ctl_next_k(&loaded, 64);
+    /* the same load after a stretch without drafts: the draft model would
+     * first read 200 tokens, which the others wait for */
+    loaded.lag = 200;
+    loaded.left = 8;
+    SW_CHECK_INT(draft_ctl_next_k(&loaded, 64), 0);
+    loaded.left = 2000; // worth it when the generation has long to go
+    SW_CHECK(draft_ctl_next_k(&loaded, 64) >= 1);
+    loaded.lag = loaded.left = 0;
     /* saturated: busy all the time, every round in the same batches, rows 8x dearer */
     load.busy = 1;
     for (int rows = 1; rows <= 256; rows *= 2)
@@ -278,6 +288,28 @@ static void test_load(void)
     SW_CHECK(lam_mid > 0 && lam_hi > lam_mid);
     SW_CHECK(k_mid >= 1 && k_mid < k_alone);
     SW_CHECK_INT(k_hi, 0);
+    /* saturated: no probes (each would make the draft model catch up), and
+     * no drafting ahead: its draft steps cost the others more than a held
+     * guess saves this session */
+    int drafted = 0;
+    for (int i = 0; i < 3 * DRAFT_CTL_PROBE; i++)
+        drafted += draft_ctl_next_k(&loaded, 64);
+    SW_CHECK_INT(drafted, 0);
+    loaded.ahead_on = 1;
+    SW_CHECK_INT(draft_ctl_ahead_k(&loaded, 4), 0);
+    /* a new session on the saturated head starts plain, not with the
+     * three measuring rounds of drafts (nor does it alone) */
+    draft_ctl_t fresh;
+    draft_ctl_init(&fresh, 0, 16);
+    fresh.load = &load;
+    fresh.model_drafts = 1;
+    SW_CHECK_INT(draft_ctl_next_k(&fresh, 64), 0);
+    load.n_active = 1;
+    SW_CHECK(draft_ctl_next_k(&fresh, 64) > 0);
+    load.n_active = 16;
+    /* alone again: drafting ahead comes back */
+    load.n_active = 1;
+    SW_CHECK(draft_ctl_ahead_k(&loaded, 4) == 4);
 }
 
 int main(void)
