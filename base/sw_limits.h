@@ -74,7 +74,13 @@
 #define SW_WIRE_MAX_CHUNK_TOKENS 4096
 #define SW_WIRE_MAX_CHUNK_TEXT (64u << 10)
 #define SW_WIRE_MAX_ERROR_TEXT 512
-#define SW_WIRE_MAX_QUEUE 65536 /* Error.queue_position */
+#define SW_WIRE_MAX_QUEUE 65536        /* Error.queue_position */
+#define SW_WIRE_MAX_BATCH_ROWS 65536   /* StageTiming.batch_rows */
+#define SW_WIRE_MAX_BATCH_ROUNDS 65536 /* StageTiming.batch_rounds */
+/* Forward.prefix_len: a prefix reused from the stages' caches is part of a
+ * prompt, in blocks of SW_PREFIX_BLOCK tokens (engine/prefix.h says why). */
+#define SW_PREFIX_BLOCK 64
+#define SW_WIRE_MAX_PREFIX SW_WIRE_MAX_PROMPT_TOKENS
 
 _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
                "a drafting Forward (the last token and its drafts) is one Forward");

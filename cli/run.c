@@ -252,6 +252,7 @@ static void s_print_json(const char *text, size_t text_len, json_t *ids,
     json_object_set_new(j, "failovers", json_integer(st->n_failovers));
     json_object_set_new(j, "tree_rounds", json_integer(st->n_tree_rounds));
     json_object_set_new(j, "kv_moves", json_integer(st->n_kv_moves));
+    json_object_set_new(j, "prefix_reused", json_integer(st->n_prefix_reused));
     json_object_set_new(j, "ahead_hits", json_integer(st->n_ahead_hits));
     json_object_set_new(j, "ahead_misses", json_integer(st->n_ahead_misses));
     char dg[17];

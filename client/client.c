@@ -882,6 +882,7 @@ static void s_copy_stats(sw_client_stats_t *s, const sw_msg_stats_t *st)
     s->n_ahead_misses = s_count(st->n_ahead_misses);
     s->n_tree_rounds = s_count(st->n_tree_rounds);
     s->n_kv_moves = s_count(st->n_kv_moves);
+    s->n_prefix_reused = s_count(st->n_prefix_reused);
     s->head_compute_ms = st->head_ms;
     s->network_ms = st->network_ms;
     s->logits_digest = st->logits_digest;

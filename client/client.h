@@ -279,6 +279,7 @@ typedef struct sw_client_stats {
     int n_ahead_misses;     /* rounds whose prepared drafts were dropped */
     int n_tree_rounds;      /* rounds whose drafts were a token tree */
     int n_kv_moves;         /* rounds that moved a tree's accepted path in the caches */
+    int n_prefix_reused;    /* prompt tokens every stage took from its prefix cache */
     double head_compute_ms; /* head: time computing its layers */
     double network_ms;      /* head: round time not spent computing */
     uint64_t logits_digest; /* the tail's running digest of every verified logits row */

@@ -165,6 +165,8 @@ static int s_timing_in(const char *what, Shardwire__StageTiming *const *t, size_
         out[i].name = s_in_str(t[i]->name);
         out[i].compute_us = t[i]->compute_us;
         out[i].queue_us = t[i]->queue_us;
+        out[i].batch_rows = t[i]->batch_rows;
+        out[i].batch_rounds = t[i]->batch_rounds;
     }
     *n_out = (uint32_t)n;
     return SW_WIRE_OK;
@@ -178,8 +180,14 @@ static int s_timing_out(const char *what, const sw_msg_timing_t *in, uint32_t n,
     for (uint32_t i = 0; i < n; i++) {
         shardwire__stage_timing__init(&pb[i]);
         pb[i].name = s_out_str(in[i].name);
+        CHECK(in[i].batch_rows <= SW_WIRE_MAX_BATCH_ROWS &&
+                  in[i].batch_rounds <= SW_WIRE_MAX_BATCH_ROUNDS,
+              "%s[%u]: a batch of %u rows in %u rounds", what, i, in[i].batch_rows,
+              in[i].batch_rounds);
         pb[i].compute_us = in[i].compute_us;
         pb[i].queue_us = in[i].queue_us;
+        pb[i].batch_rows = in[i].batch_rows;
+        pb[i].batch_rounds = in[i].batch_rounds;
         ptrs[i] = &pb[i];
     }
     return SW_WIRE_OK;
@@ -488,6 +496,8 @@ static int s_forward_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_
     o->n_kv_path = (uint32_t)f->n_kv_path;
     o->kv_path = f->n_kv_path ? f->kv_path : NULL;
     o->n_ctx = f->n_ctx;
+    o->prefix_len = f->prefix_len;
+    o->prefix_tokens = f->prefix_len ? f->prefix_tokens : NULL;
     /* zmq_msg_data only reads; the frame stays m's */
     o->payload = m->has_payload ? zmq_msg_data((zmq_msg_t *)&m->payload) : NULL;
     o->payload_len = m->has_payload ? zmq_msg_size((zmq_msg_t *)&m->payload) : 0;
@@ -511,6 +521,9 @@ static int s_forward_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     CHECK(f->n_dists <= SW_WIRE_MAX_DRAFT, "forward has %u draft_dists (max %d)", f->n_dists,
           SW_WIRE_MAX_DRAFT);
     CHECK(f->n_kv_path == 0 || f->kv_path, "forward.kv_path missing");
+    CHECK(f->prefix_len == 0 || f->prefix_tokens, "forward.prefix_tokens missing");
+    CHECK(f->prefix_len <= SW_WIRE_MAX_PREFIX, "forward.prefix_len %u (max %u)", f->prefix_len,
+          (unsigned)SW_WIRE_MAX_PREFIX);
     CHECK(!f->payload || f->payload_len > 0, "forward payload of 0 bytes");
     if ((rc = s_sampling_out(f->has_sampling, &f->sampling, &sp, &pb.sampling, err, err_len)) ||
         (rc = s_route_out("forward.route", f->route, f->n_route, route, err, err_len)) ||
@@ -554,6 +567,9 @@ static int s_forward_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     pb.n_kv_path = f->n_kv_path;
     pb.kv_path = s_out_u32(f->kv_path);
     pb.n_ctx = f->n_ctx;
+    pb.prefix_len = f->prefix_len;
+    pb.n_prefix_tokens = f->prefix_len;
+    pb.prefix_tokens = s_out_u32(f->prefix_tokens);
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.forward = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_FORWARD, sink, ctx, f->payload,
@@ -754,6 +770,7 @@ static int s_chunk_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t 
     s->n_ahead_misses = st->n_ahead_misses;
     s->n_tree_rounds = st->n_tree_rounds;
     s->n_kv_moves = st->n_kv_moves;
+    s->n_prefix_reused = st->n_prefix_reused;
     s->logits_digest = st->logits_digest;
     return s_timing_in("token_chunk.stats.stages", st->stages, st->n_stages, s->stages,
                        &s->n_stages, err, err_len);
@@ -791,6 +808,7 @@ static int s_chunk_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
         st.n_ahead_misses = s->n_ahead_misses;
         st.n_tree_rounds = s->n_tree_rounds;
         st.n_kv_moves = s->n_kv_moves;
+        st.n_prefix_reused = s->n_prefix_reused;
         st.n_stages = s->n_stages;
         st.stages = tmp;
         st.logits_digest = s->logits_digest;

@@ -107,9 +107,12 @@ typedef enum sw_error_code {
 
 /* StageTiming: one stage's share of a round (or of a request, in stats). */
 typedef struct sw_msg_timing {
-    const char *name;    // stage peer name
-    uint32_t compute_us; // time spent computing
-    uint32_t queue_us;   // time the message waited before compute
+    const char *name;      // stage peer name
+    uint32_t compute_us;   // time spent computing
+    uint32_t queue_us;     // time the message waited before compute
+    uint32_t batch_rows;   // rows of the batch the round ran in, 0..SW_WIRE_MAX_BATCH_ROWS (0 =
+                           // not said)
+    uint32_t batch_rounds; // rounds in that batch, 0..SW_WIRE_MAX_BATCH_ROUNDS
 } sw_msg_timing_t;
 
 /* DraftDist: the sparse draft distribution of one draft position. */
@@ -218,6 +221,9 @@ typedef struct sw_msg_forward {
     uint32_t n_kv_path;                        // 0..SW_WIRE_MAX_DRAFT
     const uint32_t *kv_path;                   // (n_kv_path) increasing offsets, or NULL
     uint32_t n_ctx;                            // positions the session may reach, 0 = --ctx
+    uint32_t prefix_len;                       // 0, or positions taken from the prefix caches
+                                               // (then start_pos == kv_keep == prefix_len)
+    const uint32_t *prefix_tokens;             // (prefix_len) the prompt's first tokens
     const void *payload;                       // [n_rows, hidden] of dtype, or NULL: none
     size_t payload_len;                        // its bytes
 } sw_msg_forward_t;
@@ -282,7 +288,8 @@ typedef struct sw_msg_stats {
     float ttft_ms, decode_ms, draft_ms, head_ms, network_ms;          // ms
     float draft_ahead_ms;                                             // ms
     uint32_t n_ahead_hits, n_ahead_misses, n_tree_rounds, n_kv_moves; // counts
-    uint32_t n_stages;                                                // 0..SW_WIRE_MAX_ROUTE
+    uint32_t n_prefix_reused;                  // prompt tokens taken from the prefix caches
+    uint32_t n_stages;                         // 0..SW_WIRE_MAX_ROUTE
     sw_msg_timing_t stages[SW_WIRE_MAX_ROUTE]; // (n_stages) compute per stage (compute_us)
     uint64_t logits_digest;                    // the tail's digest at the end
 } sw_msg_stats_t;

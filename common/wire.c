@@ -237,6 +237,10 @@ static int s_timing(Shardwire__StageTiming **t, size_t n, char *err, size_t err_
         int rc = s_name("timing.name", t[i]->name, 1, err, err_len);
         if (rc)
             return rc;
+        CHECK(t[i]->batch_rows <= SW_WIRE_MAX_BATCH_ROWS &&
+                  t[i]->batch_rounds <= SW_WIRE_MAX_BATCH_ROUNDS,
+              "timing[%zu]: a batch of %u rows in %u rounds (max %d, %d)", i, t[i]->batch_rows,
+              t[i]->batch_rounds, SW_WIRE_MAX_BATCH_ROWS, SW_WIRE_MAX_BATCH_ROUNDS);
     }
     return SW_WIRE_OK;
 }
@@ -407,6 +411,21 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     CHECK(f->n_ctx == 0 || (f->n_ctx <= SW_WIRE_MAX_POS && f->n_ctx >= f->start_pos + f->n_rows),
           "forward.n_ctx %u does not hold rows [%u, %u + %u)", f->n_ctx, f->start_pos, f->start_pos,
           f->n_rows);
+    /* A prefix from the stages' caches: a new session's prefill that starts
+     * after it, in whole blocks, with the prefix's tokens. */
+    CHECK(f->prefix_len <= SW_WIRE_MAX_PREFIX && f->prefix_len % SW_PREFIX_BLOCK == 0,
+          "forward.prefix_len %u is not a multiple of %d up to %u", f->prefix_len, SW_PREFIX_BLOCK,
+          (unsigned)SW_WIRE_MAX_PREFIX);
+    CHECK(f->n_prefix_tokens == f->prefix_len, "forward has %zu prefix_tokens for prefix_len %u",
+          f->n_prefix_tokens, f->prefix_len);
+    CHECK(!f->prefix_len || (f->kv_keep == f->prefix_len && f->start_pos == f->prefix_len &&
+                             k == 0 && f->n_kv_path == 0),
+          "forward.prefix_len %u with kv_keep %u, start_pos %u, %zu drafts: a prefix starts a "
+          "prefill",
+          f->prefix_len, f->kv_keep, f->start_pos, k);
+    if ((rc =
+             s_tokens("forward.prefix_tokens", f->prefix_tokens, f->n_prefix_tokens, err, err_len)))
+        return rc;
     if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
         return rc;
     CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);

@@ -20,6 +20,7 @@ void draft_ctl_init(draft_ctl_t *c, int k_fixed, int k_max)
     c->k_fixed = k_fixed > SW_MAX_DRAFT ? SW_MAX_DRAFT : (k_fixed < 0 ? 0 : k_fixed);
     c->k_max = k_max < 1 ? 1 : (k_max > SW_MAX_DRAFT ? SW_MAX_DRAFT : k_max);
     c->draft_ms = -1;
+    c->oth_head = c->oth_later = -1;
 }
 
 double draft_expected_tokens(double a, int k)
@@ -91,6 +92,35 @@ static double s_draft_crit(const draft_ctl_t *c, int k)
     return (1 - h) * all + h * (all > wait ? all - wait : 0);
 }
 
+static double s_best_rate(const draft_ctl_t *c);
+
+/* The work (ms) that `extra` rows more (after `own`) and `drafts` draft
+ * model steps add to the batches the other sessions share (load.h). */
+static double s_work(const draft_ctl_t *c, int own, int extra, int drafts)
+{
+    const draft_load_t *l = c->load;
+    const double dr = l->draft_rows > 1 ? l->draft_rows - 1 : 0;
+    double w =
+        draft_load_work(l, own, extra, c->oth_head > 0 ? c->oth_head : 0,
+                        c->oth_later > 0 ? c->oth_later : 0, c->model_drafts ? drafts : 0, dr);
+    /* the draft model reads what it has not seen first (beyond the row its
+     * first step carries anyway): after rounds without drafts, or a prompt.
+     * Paid once for every round left that then drafts: spread over them. */
+    if (drafts > 0 && c->model_drafts && c->lag > 1) {
+        const double per_round = draft_expected_tokens(draft_ctl_accept_rate(c), drafts);
+        const double rounds = c->left > 0 ? c->left / per_round : 1;
+        w += draft_cost_ms(&l->draft, c->lag - 1) / (rounds > 1 ? rounds : 1);
+    }
+    return w;
+}
+
+double draft_ctl_lambda(const draft_ctl_t *c)
+{
+    if (!c->load || c->n_obs < 3)
+        return 0;
+    return draft_load_ext(c->load, s_best_rate(c));
+}
+
 int draft_ctl_next_k(draft_ctl_t *c, int cap)
 {
     if (cap < 1)
@@ -98,22 +128,51 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
     if (c->k_fixed > 0)
         return c->k_fixed < cap ? c->k_fixed : cap;
     const int hi = c->k_max < cap ? c->k_max : cap;
-    /* Three different K first, so the compute table has a shape. */
+    /* Three different K first, so the compute table has a shape; but not
+     * while the head is so loaded that one draft row costs the other
+     * sessions a token or more (lambda W(1) >= 1, lambda taken for a session
+     * at the mean rate): no draft can return that, and the first draft would
+     * also make the draft model read the whole prompt. Those rounds go
+     * plain (they still count as observed). */
     static const int start[] = {S_K_START, 1, 2 * S_K_START};
-    if (c->n_obs < 3)
+    if (c->n_obs < 3) {
+        const draft_load_t *l = c->load;
+        if (l && l->n_active > 1 &&
+            draft_load_ext(l, l->rate / l->n_active) * s_work(c, 1, 1, 1) >= 1.0)
+            return 0;
         return start[c->n_obs] < hi ? start[c->n_obs] : hi;
+    }
     const double a = draft_ctl_accept_rate(c);
     int best = 0;
-    double best_rate = 1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
-    for (int k = 1; k <= hi; k++) {
-        double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
-        double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
-        if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
-            best_rate = rate;
-            best = k;
+    const double lam = draft_ctl_lambda(c);
+    if (lam > 0) {
+        /* Others wait for this session's extra work: E - R T - lambda W. */
+        const double r = s_best_rate(c);
+        double best_v = 1.0 - r * draft_ctl_round_ms(c, 0);
+        for (int k = 1; k <= hi; k++) {
+            const double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
+            const double v = draft_expected_tokens(a, k) - r * t - lam * s_work(c, 1, k, k);
+            if (v > best_v + 1e-9) { // the smallest K among near-ties
+                best_v = v;
+                best = k;
+            }
+        }
+    } else {
+        double best_rate =
+            1.0 / (draft_ctl_round_ms(c, 0) > 1e-6 ? draft_ctl_round_ms(c, 0) : 1e-6);
+        for (int k = 1; k <= hi; k++) {
+            double t = draft_ctl_round_ms(c, k) + s_draft_crit(c, k);
+            double rate = draft_expected_tokens(a, k) / (t > 1e-6 ? t : 1e-6);
+            if (rate > best_rate * (1 + 1e-9)) { // the smallest K among near-ties
+                best_rate = rate;
+                best = k;
+            }
         }
     }
-    if (best == 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
+    /* A probe (one draft to measure the acceptance again) makes the draft
+     * model catch up every token since it last drafted: while others wait
+     * for that work (lambda > 0) no probe; once the load falls they resume. */
+    if (best == 0 && lam <= 0 && ++c->n_idle >= DRAFT_CTL_PROBE) {
         c->n_idle = 0;
         best = 1;
     } else if (best > 0) {
@@ -216,14 +275,16 @@ double draft_ctl_node_min(const draft_ctl_t *c, int rows)
     if (c->n_obs < 3)
         return 0.05; // before the table has a shape: any plausible candidate
     const double dt = s_compute(c, rows + 1) - s_compute(c, rows);
-    return s_best_rate(c) * (dt > 0 ? dt : 0);
+    const double lam = draft_ctl_lambda(c);
+    return s_best_rate(c) * (dt > 0 ? dt : 0) + (lam > 0 ? lam * s_work(c, rows, 1, 0) : 0);
 }
 
 double draft_ctl_expand_min(const draft_ctl_t *c)
 {
     if (c->n_obs < 3 || c->draft_ms < 0)
         return 0.1;
-    return s_best_rate(c) * s_td(c);
+    const double lam = draft_ctl_lambda(c);
+    return s_best_rate(c) * s_td(c) + (lam > 0 ? lam * s_work(c, 0, 0, 1) : 0);
 }
 
 int draft_ctl_ahead_k(draft_ctl_t *c, int k_round)
@@ -232,6 +293,13 @@ int draft_ctl_ahead_k(draft_ctl_t *c, int k_round)
         return 0;
     /* One pseudo-hit in two pseudo-rounds: start optimistic. */
     const double rate = (c->ahead_hit + 1.0) / (c->ahead_all + 2.0);
+    /* Under load the draft steps done ahead delay the others' rounds
+     * (lambda W) and save this session at most their time on the critical
+     * path when the guess holds (rate R t_draft per draft). */
+    const double lam = draft_ctl_lambda(c);
+    if (lam > 0 && c->draft_ms > 0 &&
+        lam * s_work(c, 0, 0, k_round) > rate * s_best_rate(c) * k_round * c->draft_ms)
+        return 0;
     if (rate < DRAFT_CTL_AHEAD_MIN && ++c->ahead_idle < DRAFT_CTL_PROBE)
         return 0;
     c->ahead_idle = 0;
@@ -265,4 +333,18 @@ void draft_ctl_observe_cycle(draft_ctl_t *c, int n_tokens, double cycle_ms)
     }
     const int better = c->arm_rate[1] >= c->arm_rate[0];
     c->arm = c->arm_blocks % DRAFT_CTL_ARM_PROBE == 0 ? !better : better;
+}
+
+void draft_ctl_observe_batch(draft_ctl_t *c, int own_rows, int head_rows, int later_rows)
+{
+    if (own_rows < 1)
+        return;
+    if (head_rows >= own_rows) {
+        const double o = head_rows - own_rows;
+        c->oth_head = c->oth_head < 0 ? o : c->oth_head * S_TIME_DECAY + o * (1 - S_TIME_DECAY);
+    }
+    if (later_rows >= own_rows) {
+        const double o = later_rows - own_rows;
+        c->oth_later = c->oth_later < 0 ? o : c->oth_later * S_TIME_DECAY + o * (1 - S_TIME_DECAY);
+    }
 }

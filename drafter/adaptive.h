@@ -55,12 +55,29 @@
  * prepared behind: the overlap hides drafting up to one round's wait, which
  * lets the controller choose longer chains, but not past it.
  *
+ * Load (load.h): with other sessions on the head, a draft row also adds
+ * work to the batches they wait for. Given the head's shared measurements
+ * (draft_ctl_t.load) the controller then picks the K that maximises
+ * E(K) - R T(K) - lambda W(K) (R its own best rate, T(K) its round,
+ * W(K) the work its drafts add, lambda the others' rate that work delays);
+ * with lambda = 0 (alone, or no load measured) that is the K above. A tree
+ * node and an expansion pay the same two prices (draft_ctl_node_min,
+ * draft_ctl_expand_min). The rows of the other rounds in this session's
+ * batches come from draft_ctl_observe_batch; W also holds the draft model's
+ * catch-up (draft_ctl_t.lag tokens to read first), spread over the rounds
+ * left that it makes draftable (draft_ctl_t.left). While lambda > 0 there are no
+ * probes (a probe makes the draft model catch up every token since it last
+ * drafted, work the others wait for), and a session drafts ahead only when
+ * the critical-path time a held guess saves it (hit rate x R x K x
+ * t_draft, in tokens) outweighs lambda times the draft steps' work.
+ *
  * A draft_ctl_t is a plain value (no allocation); one per generation.
  */
 #ifndef DRAFT_ADAPTIVE_H
 #define DRAFT_ADAPTIVE_H
 
 #include "decode.h"
+#include "load.h"
 
 #define DRAFT_CTL_PROBE 8        // rounds without drafts between two probes
 #define DRAFT_CTL_CAL_BUCKETS 10 // calibration buckets of the draft probability
@@ -90,6 +107,12 @@ typedef struct draft_ctl {
     double arm_tok, arm_ms;                 // its tokens and cycle time so far
     double arm_rate[2];                     // tokens per ms of each arm (0 = not measured)
     int arm_blocks;                         // blocks measured
+    const draft_load_t *load;               // the head's sessions' costs (load.h); NULL = alone
+    int model_drafts;                       // 1: drafts are draft model steps (they cost its rows)
+    double oth_head;  // moving average: other rounds' rows in the head's batches of this session's
+    double oth_later; // rounds, and in the last stage's batches (-1 = not measured)
+    int lag;          // tokens the draft model must read before this round's drafts (per round)
+    int left;         // tokens the generation may still commit (0 = unknown; per round)
 } draft_ctl_t;
 
 /* k_fixed > 0: fixed K; k_fixed == 0: adaptive up to k_max. */
@@ -141,5 +164,11 @@ void draft_ctl_observe_ahead(draft_ctl_t *c, int hit);
 /* A round committed n_tokens in cycle_ms (verdict to verdict): the rate the
  * current arm of drafting ahead reaches (see above). */
 void draft_ctl_observe_cycle(draft_ctl_t *c, int n_tokens, double cycle_ms);
+/* A round of own_rows rows ran in the head's batch of head_rows rows and in
+ * the last stage's batch of later_rows rows (0 = not known). */
+void draft_ctl_observe_batch(draft_ctl_t *c, int own_rows, int head_rows, int later_rows);
+/* The rate (tokens per ms) of the others that this session's extra work
+ * delays (0 alone; load.h). */
+double draft_ctl_lambda(const draft_ctl_t *c);
 
 #endif

@@ -12,6 +12,7 @@
 #include "decode.h"
 #include "log.h"
 #include "model.h"
+#include "prefix.h"
 
 /* Mixed into the target's seed for the draft's RNG: the draft's draws must be
  * independent of the verifier's acceptance tests, which use the seed itself. */
@@ -20,19 +21,54 @@
 #define S_TREE_CHILDREN 3                   // candidates taken from each expanded node
 #define S_TREE_NODES (4 * SW_MAX_DRAFT + 1) // nodes a tree proposal may find
 #define S_SLICE_MS 30.0                     // drafting per step of a chain, at most about
+#define S_REQ_ROWS 8                        // most rows one sequence puts into a batched forward
+
+/* Batched drafting (draft_model_set_batching): a step that needs a forward of
+ * the draft model posts it as a request and returns; draft_model_flush runs
+ * every posted request of the model's sequences as ONE engine call (each
+ * sequence on its own cache: sw_model_forward_batch, whose rows are computed
+ * as alone), and the sequence's next step takes the result. Without batching
+ * (and when a sequence steps again before a flush) the request runs at once. */
+enum { S_REQ_NONE = 0, S_REQ_POSTED, S_REQ_DONE, S_REQ_FAILED };
+
+typedef struct s_req {
+    int state;                 // S_REQ_*
+    int n;                     // rows, 1..S_REQ_ROWS
+    int32_t tok[S_REQ_ROWS];   // (n) their tokens
+    int32_t par[S_REQ_ROWS];   // (n) tree rows: the slot each hangs under
+    int tree;                  // 1: par is set
+    int slot0;                 // the cache length when posted (the first row's slot)
+    float *logits;             // (n_logits, n_vocab) the sequence's buffer for the last rows
+    int n_logits;              //
+    int steps;                 // > 0: a greedy chain step; alone it may run up to this many
+                               // steps on the backend (sw_model_greedy_steps)
+    int n_out;                 // greedy chain: steps run (argmax after each)
+    int32_t out[SW_MAX_DRAFT]; // (n_out) their argmax
+    float prob[SW_MAX_DRAFT];  // (n_out) its softmax probability at temperature 1
+    struct draft_seq *next;    // the model's list of posted requests
+} s_req_t;
 
 struct draft_model {
-    char *path;                    // the GGUF path (for messages)
-    sw_backend_t *be;              // own backend
-    sw_model_t *m;                 // all layers
-    int cap;                       // default cache positions of a sequence
-    int n_vocab;                   // vocabulary size
-    float *probs;                  // (n_vocab) sampling distribution scratch
-    float loop_prob[SW_MAX_DRAFT]; // top probability of each greedy step on the backend
-    int32_t *heap_id;              // (DRAFT_Q_MAX) top-support selection
-    float *heap_val;               // (DRAFT_Q_MAX)
-    int trees;                     // 1 when its backend runs token trees
-    draft_ahead_mem_t ahead;       // what drafting ahead reached so far (all sessions)
+    char *path;                  // the GGUF path (for messages)
+    sw_backend_t *be;            // own backend
+    sw_model_t *m;               // all layers
+    int cap;                     // default cache positions of a sequence
+    int n_vocab;                 // vocabulary size
+    float *probs;                // (n_vocab) sampling distribution scratch
+    int32_t *heap_id;            // (DRAFT_Q_MAX) top-support selection
+    float *heap_val;             // (DRAFT_Q_MAX)
+    int trees;                   // 1 when its backend runs token trees
+    draft_ahead_mem_t ahead;     // what drafting ahead reached so far (all sessions)
+    int batching;                // 1: steps post their forwards (draft_model_flush runs them)
+    struct draft_seq *pend;      // posted requests, oldest first
+    struct draft_seq *pend_tail; //
+    sw_kv_t **b_kvs;             // (b_cap) draft_model_flush's arguments
+    sw_forward_t *b_fs;          // (b_cap)
+    int b_cap;                   //
+    draft_batch_stats_t stats;   // what the flushes did
+    draft_load_t *load;          // where the steps' costs go (not owned), or NULL
+    sw_prefix_t *prefix;         // prompt prefixes' KV (draft_model_set_prefix), or NULL
+    size_t prefix_max;           // its bytes at most
 };
 
 /* A tree node of a proposal being built: node 0 is the root (the token the
@@ -78,7 +114,12 @@ struct draft_seq {
     s_node_t nodes[S_TREE_NODES]; // tree: nodes found (0 = the root)
     int n_nodes;                  //
     int tree_steps;               // tree: expansion steps done
+    int pick[S_TREE_WIDTH];       // tree: the nodes the posted step feeds
+    int n_pick;                   //
+    s_req_t rq;                   // the forward it posted (batched drafting)
 };
+
+static void s_unlink(draft_seq_t *d);
 
 int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err, size_t err_len)
 {
@@ -186,6 +227,9 @@ void draft_model_free(draft_model_t **self_p)
     free(d->probs);
     free(d->heap_id);
     free(d->heap_val);
+    free(d->b_kvs);
+    free(d->b_fs);
+    sw_prefix_free(&d->prefix);
     free(d);
     *self_p = NULL;
 }
@@ -218,6 +262,7 @@ void draft_seq_free(draft_seq_t **self_p)
     if (!self_p || !*self_p)
         return;
     draft_seq_t *s = *self_p;
+    s_unlink(s);
     sw_sampler_free(&s->s);
     sw_kv_free(&s->kv);
     free(s->cached);
@@ -234,6 +279,15 @@ int draft_seq_capacity(const draft_seq_t *s)
     return s->cap - SW_MAX_DRAFT - 1;
 }
 
+int draft_seq_lag(const draft_seq_t *s, const int32_t *ctx, int n_ctx)
+{
+    const int len = sw_kv_linear(s->kv) < n_ctx ? sw_kv_linear(s->kv) : n_ctx;
+    int same = 0;
+    while (same < len && s->cached[same] == ctx[same])
+        same++;
+    return n_ctx - same;
+}
+
 int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
 {
     sw_sampling_t p = *params;
@@ -244,6 +298,8 @@ int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
     sw_sampler_free(&d->s);
     d->s = s;
     d->params = *params;
+    s_unlink(d);
+    d->phase = S_IDLE;
     /* A new request starts from an empty cache: its prompt must be evaluated
      * as one prompt batch, as the target evaluates it, and rows reused from
      * another request's prompt or decode rows would not be. */
@@ -273,33 +329,314 @@ void draft_seq_last_cost(const draft_seq_t *d, double *ms, int *n_tokens)
     *n_tokens = d->last_n;
 }
 
+/* The largest softmax probability of the logits at temperature 1 (the sum
+ * the CPU backend's argmax takes, so a step run here or there agrees). */
+static float s_top_prob(const float *l, int n)
+{
+    float mx = l[0];
+    for (int i = 1; i < n; i++)
+        if (l[i] > mx)
+            mx = l[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)(l[i] - mx));
+    return (float)(1.0 / sum);
+}
+
+/* ---- batched drafting --------------------------------------------------------------- */
+
+/* Takes d's posted request out of the model's list (it will not run). */
+static void s_unlink(draft_seq_t *d)
+{
+    draft_model_t *dm = d->dm;
+    if (d->rq.state == S_REQ_POSTED) {
+        draft_seq_t *prev = NULL, *x = dm->pend;
+        while (x && x != d) {
+            prev = x;
+            x = x->rq.next;
+        }
+        if (x) {
+            if (prev)
+                prev->rq.next = d->rq.next;
+            else
+                dm->pend = d->rq.next;
+            if (dm->pend_tail == d)
+                dm->pend_tail = prev;
+        }
+    }
+    d->rq.next = NULL;
+    d->rq.state = S_REQ_NONE;
+}
+
+/* A greedy chain request alone: as many steps on the backend as take about
+ * S_SLICE_MS (sw_model_greedy_steps), at most rq.steps. 0 or -1. */
+static int s_run_greedy(draft_seq_t *d)
+{
+    s_req_t *q = &d->rq;
+    int steps = d->step_ms > 0 ? (int)(S_SLICE_MS / d->step_ms) : 1;
+    if (steps < 1)
+        steps = 1;
+    if (steps > q->steps)
+        steps = q->steps;
+    char err[256] = "";
+    const double t = sw_now_ms();
+    if (sw_model_greedy_steps(d->dm->m, d->kv, q->tok[0], steps, q->out, q->prob, err,
+                              sizeof err) != 0) {
+        SW_WARN("draft model: %s", err);
+        return -1;
+    }
+    const double now = sw_now_ms(), per = (now - t) / steps;
+    d->step_ms = d->step_ms > 0 ? 0.7 * d->step_ms + 0.3 * per : per;
+    q->n_out = steps;
+    draft_batch_stats_t *st = &d->dm->stats; // steps of one row each
+    st->flushes += (uint64_t)steps;
+    st->seqs += (uint64_t)steps;
+    st->rows += (uint64_t)steps;
+    st->ms += now - t;
+    st->last_seqs = st->last_rows = 1;
+    st->last_ms = per;
+    if (d->dm->load)
+        for (int i = 0; i < steps; i++)
+            draft_load_draft_batch(d->dm->load, 1, per, now);
+    /* The cache grew by tok and every argmax but the last. */
+    d->cached[q->slot0] = q->tok[0];
+    for (int i = 0; i + 1 < steps; i++)
+        d->cached[q->slot0 + 1 + i] = q->out[i];
+    return 0;
+}
+
+/* Runs the requests of seqs[0..n) (one each, distinct caches) as one engine
+ * call; a greedy chain request takes the argmax of its row (the first
+ * largest logit, as the backend's loop does). 0, or -1 (a failed forward
+ * changed no cache). */
+static int s_run_batch(draft_model_t *dm, draft_seq_t **seqs, int n)
+{
+    if (n > dm->b_cap) {
+        sw_kv_t **k = realloc(dm->b_kvs, (size_t)n * sizeof *k);
+        if (k)
+            dm->b_kvs = k;
+        sw_forward_t *f = k ? realloc(dm->b_fs, (size_t)n * sizeof *f) : NULL;
+        if (!k || !f) {
+            SW_WARN("draft model: out of memory for a batch of %d sequences", n);
+            return -1;
+        }
+        dm->b_fs = f;
+        dm->b_cap = n;
+    }
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        const s_req_t *q = &seqs[i]->rq;
+        dm->b_kvs[i] = seqs[i]->kv;
+        dm->b_fs[i] = (sw_forward_t){.n = q->n,
+                                     .tokens = q->tok,
+                                     .logits = q->logits,
+                                     .n_logits = q->n_logits,
+                                     .parent = q->tree ? q->par : NULL};
+        rows += q->n;
+    }
+    char err[256] = "";
+    const double t0 = sw_now_ms();
+    if (sw_model_forward_batch(dm->m, dm->b_kvs, dm->b_fs, n, err, sizeof err) != 0) {
+        SW_WARN("draft model: %s", err);
+        return -1;
+    }
+    const double ms = sw_now_ms() - t0;
+    dm->stats.flushes++;
+    dm->stats.seqs += (uint64_t)n;
+    dm->stats.rows += (uint64_t)rows;
+    dm->stats.ms += ms;
+    dm->stats.last_seqs = n;
+    dm->stats.last_rows = rows;
+    dm->stats.last_ms = ms;
+    if (dm->load)
+        draft_load_draft_batch(dm->load, rows, ms, t0 + ms);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        draft_seq_t *d = seqs[i];
+        s_req_t *q = &d->rq;
+        if (q->steps <= 0)
+            continue;
+        q->out[0] = sw_sampler_argmax(d->s, q->logits);
+        q->prob[0] = s_top_prob(q->logits, dm->n_vocab);
+        q->n_out = 1;
+        d->cached[q->slot0] = q->tok[0];
+        if (q->out[0] < 0) {
+            q->state = S_REQ_FAILED;
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+int draft_model_flush(draft_model_t *dm)
+{
+    int n = 0;
+    for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
+        n++;
+    if (n == 0)
+        return 0;
+    draft_seq_t *one[1], **seqs = n == 1 ? one : malloc((size_t)n * sizeof *seqs);
+    if (!seqs) {
+        for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
+            x->rq.state = S_REQ_FAILED;
+        dm->pend = dm->pend_tail = NULL;
+        return -1;
+    }
+    int i = 0;
+    for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
+        seqs[i++] = x;
+    dm->pend = dm->pend_tail = NULL;
+    for (i = 0; i < n; i++) {
+        seqs[i]->rq.next = NULL;
+        seqs[i]->rq.state = S_REQ_DONE;
+    }
+    int rc;
+    if (n == 1 && seqs[0]->rq.steps > 0)
+        rc = s_run_greedy(seqs[0]);
+    else
+        rc = s_run_batch(dm, seqs, n);
+    if (rc != 0 && n > 1) { // which one fails: each alone (none of them ran)
+        rc = 0;
+        for (i = 0; i < n; i++)
+            if (seqs[i]->rq.state == S_REQ_DONE && seqs[i]->rq.n_out == 0 &&
+                s_run_batch(dm, seqs + i, 1) != 0) {
+                seqs[i]->rq.state = S_REQ_FAILED;
+                rc = -1;
+            }
+    } else if (rc != 0) {
+        seqs[0]->rq.state = S_REQ_FAILED;
+    }
+    if (seqs != one)
+        free(seqs);
+    return rc < 0 ? -1 : n;
+}
+
+void draft_model_set_batching(draft_model_t *dm, int on)
+{
+    if (!on)
+        (void)draft_model_flush(dm);
+    dm->batching = on != 0;
+}
+
+const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *dm)
+{
+    return &dm->stats;
+}
+
+void draft_model_set_load(draft_model_t *dm, draft_load_t *load)
+{
+    dm->load = load;
+}
+
+int draft_model_set_prefix(draft_model_t *dm, size_t max_bytes, uint64_t seed)
+{
+    sw_prefix_free(&dm->prefix);
+    dm->prefix_max = max_bytes;
+    if (max_bytes == 0)
+        return 0;
+    dm->prefix = sw_prefix_new(dm->m, 0, seed);
+    return dm->prefix ? 0 : -1;
+}
+
+/* The n prompt rows tokens[0..n) into an empty cache: the positions the
+ * model's prefix cache holds are restored, the rest evaluated as the
+ * prompt's continuation (bit for bit what the whole prompt gives), then the
+ * prompt's blocks are stored. logits: the last row's into d->logits. 0 or -1. */
+static int s_prompt(draft_seq_t *d, const int32_t *tokens, int n, int logits)
+{
+    draft_model_t *dm = d->dm;
+    char err[256] = "";
+    int from = 0;
+    if (dm->prefix && sw_kv_len(d->kv) == 0 && n >= 2) {
+        from = sw_prefix_find(dm->prefix, "", tokens, n, n - 1);
+        if (from > 0 && sw_prefix_restore(dm->prefix, "", tokens, from, d->kv, err, sizeof err))
+            from = 0;
+    }
+    sw_forward_t p = {.n = n - from,
+                      .tokens = tokens + from,
+                      .logits = logits ? d->logits : NULL,
+                      .n_logits = logits ? 1 : 0,
+                      .prompt = 1,
+                      .prompt_cont = from > 0};
+    if (sw_model_forward(dm->m, d->kv, &p, err, sizeof err) != 0) {
+        SW_WARN("draft model: %s", err);
+        return -1;
+    }
+    if (dm->prefix &&
+        sw_prefix_store(dm->prefix, "", tokens, n, d->kv, dm->prefix_max, err, sizeof err) < 0)
+        SW_WARN("draft model: prefix cache: %s", err);
+    return 0;
+}
+
+/* Posts d->rq (its fields set): with batching it waits for a flush (1);
+ * otherwise it runs now and its result is in d->rq (0); -1 on error. */
+static int s_post(draft_seq_t *d)
+{
+    draft_model_t *dm = d->dm;
+    s_req_t *q = &d->rq;
+    q->slot0 = sw_kv_len(d->kv);
+    q->n_out = 0;
+    q->next = NULL;
+    if (dm->batching) {
+        q->state = S_REQ_POSTED;
+        if (dm->pend_tail)
+            dm->pend_tail->rq.next = d;
+        else
+            dm->pend = d;
+        dm->pend_tail = d;
+        return 1;
+    }
+    q->state = S_REQ_NONE;
+    const int rc = q->steps > 0 ? s_run_greedy(d) : s_run_batch(dm, &d, 1);
+    q->state = S_REQ_NONE;
+    return rc == 0 ? 0 : -1;
+}
+
+/* The result of the request d posted in its last step: 1 (it ran: the
+ * result is in d->rq), 0 (none posted), -1 (it failed). One still waiting
+ * runs now, with every other request posted. */
+static int s_taken(draft_seq_t *d)
+{
+    if (d->rq.state == S_REQ_POSTED)
+        (void)draft_model_flush(d->dm);
+    const int st = d->rq.state;
+    d->rq.state = S_REQ_NONE;
+    return st == S_REQ_DONE ? 1 : st == S_REQ_FAILED ? -1 : 0;
+}
+
 /* Appends n tokens to the cache and leaves the last row's logits in d->logits.
  * The first n_prompt of them are prompt rows: they are evaluated together in
  * prompt mode, as the target evaluates a prompt, so that a draft model equal
- * to the target reproduces the target's logits bit for bit. */
-static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt)
+ * to the target reproduces the target's logits bit for bit. may_post: a few
+ * rows without prompt rows become a request (s_post). 0 (done), 1 (posted)
+ * or -1. */
+static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt, int may_post)
 {
     const int len = sw_kv_len(d->kv);
     if (n < 1 || len + n > d->cap)
         return -1;
+    if (may_post && n_prompt == 0 && n <= S_REQ_ROWS) {
+        s_req_t *q = &d->rq;
+        memcpy(q->tok, tokens, (size_t)n * sizeof *tokens);
+        q->n = n;
+        q->tree = 0;
+        q->logits = d->logits;
+        q->n_logits = 1;
+        q->steps = 0;
+        memcpy(d->cached + len, tokens, (size_t)n * sizeof *tokens);
+        return s_post(d);
+    }
     char err[256] = "";
     const int n_prompt_rows = n_prompt < n ? n_prompt : n;
     if (n_prompt_rows == n) {
-        sw_forward_t p = {
-            .n = n, .tokens = tokens, .logits = d->logits, .n_logits = 1, .prompt = 1};
-        if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
-            SW_WARN("draft model: %s", err);
+        if (s_prompt(d, tokens, n, 1) != 0)
             return -1;
-        }
         memcpy(d->cached + len, tokens, (size_t)n * sizeof *tokens);
         return 0;
     }
     if (n_prompt_rows > 0) {
-        sw_forward_t p = {.n = n_prompt_rows, .tokens = tokens, .prompt = 1};
-        if (sw_model_forward(d->dm->m, d->kv, &p, err, sizeof err) != 0) {
-            SW_WARN("draft model: %s", err);
+        if (s_prompt(d, tokens, n_prompt_rows, 0) != 0)
             return -1;
-        }
         memcpy(d->cached + len, tokens, (size_t)n_prompt_rows * sizeof *tokens);
     }
     sw_forward_t f = {.n = n - n_prompt_rows,
@@ -312,19 +649,6 @@ static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt)
     }
     memcpy(d->cached + len, tokens, (size_t)n * sizeof *tokens);
     return 0;
-}
-
-/* The largest softmax probability of the logits at temperature 1. */
-static float s_top_prob(const float *l, int n)
-{
-    float mx = l[0];
-    for (int i = 1; i < n; i++)
-        if (l[i] > mx)
-            mx = l[i];
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)(l[i] - mx));
-    return (float)(1.0 / sum);
 }
 
 /* Min-heap on heap_val of at most DRAFT_Q_MAX entries: keeps the largest. */
@@ -414,7 +738,7 @@ static int s_match(const draft_seq_t *d, const int32_t *ctx, int n_ctx, int32_t 
  * empty, ctx is all prompt (the warm-up, or a proposal that follows one more
  * token); otherwise ctx is the prompt and the first generated token. Returns
  * the number of tokens fed, or -1. */
-static int s_catch_up(draft_seq_t *d, const int32_t *ctx, int n_ctx, int all_prompt)
+static int s_catch_up(draft_seq_t *d, const int32_t *ctx, int n_ctx, int all_prompt, int *posted)
 {
     int32_t slots[SW_MAX_DRAFT];
     int n_slots = 0;
@@ -433,8 +757,13 @@ static int s_catch_up(draft_seq_t *d, const int32_t *ctx, int n_ctx, int all_pro
     if (keep == n_ctx)
         keep = n_ctx - 1;
     const int n_prompt = keep > 0 ? 0 : all_prompt ? n_ctx : n_ctx - 1;
-    if (sw_kv_truncate(d->kv, keep) != 0 || s_feed(d, ctx + keep, n_ctx - keep, n_prompt) != 0)
+    if (sw_kv_truncate(d->kv, keep) != 0)
         return -1;
+    const int rc = s_feed(d, ctx + keep, n_ctx - keep, n_prompt, posted != NULL);
+    if (rc < 0)
+        return -1;
+    if (posted)
+        *posted = rc > 0;
     return n_ctx - keep;
 }
 
@@ -442,8 +771,9 @@ int draft_seq_warm(draft_seq_t *d, const int32_t *ctx, int n_ctx)
 {
     if (n_ctx < 1 || n_ctx > d->cap - 1)
         return -1;
+    s_unlink(d);
     d->phase = S_IDLE; // a proposal in progress is dropped
-    return s_catch_up(d, ctx, n_ctx, 1) < 0 ? -1 : 0;
+    return s_catch_up(d, ctx, n_ctx, 1, NULL) < 0 ? -1 : 0;
 }
 
 int draft_seq_trees(const draft_seq_t *d)
@@ -467,6 +797,7 @@ int draft_seq_start(draft_seq_t *d, const int32_t *ctx, int n_ctx, const draft_s
 {
     memset(out, 0, sizeof *out);
     out->guess = -1;
+    s_unlink(d); // a posted forward of the dropped proposal does not run
     d->phase = S_IDLE;
     d->last_ms = 0;
     d->last_n = 0;
@@ -518,18 +849,36 @@ static int s_finish(draft_seq_t *d)
     return 0;
 }
 
+/* Takes the argmax steps of a greedy chain request into the proposal; 1
+ * when the chain is complete (k drafts, or the confidence stop). */
+static int s_chain_take(draft_seq_t *d)
+{
+    sw_proposal_t *o = d->out;
+    const s_req_t *q = &d->rq;
+    for (int i = 0; i < q->n_out && d->n < d->sh.k; i++) {
+        o->tokens[d->n] = q->out[i];
+        o->conf[d->n] = q->prob[i];
+        if (d->sh.p_min > 0 && q->prob[i] < d->sh.p_min)
+            return 1; // the confidence stop
+        d->n++;
+    }
+    return d->n >= d->sh.k;
+}
+
 /* Chain steps: greedy without a repetition penalty runs on the backend
- * (sw_model_greedy_steps(), as many steps per call as fit S_SLICE_MS); the
- * other cases draft one token per step. */
-static int s_chain_step(draft_seq_t *d)
+ * (sw_model_greedy_steps(), as many steps per call as fit S_SLICE_MS), or,
+ * batched with other sequences, one step per flush; the other cases draft
+ * one token per step. have: the request posted by the last step ran. */
+static int s_chain_step(draft_seq_t *d, int have)
 {
     sw_proposal_t *o = d->out;
     const int k = d->sh.k;
     const float p_min = d->sh.p_min;
     const int greedy = !(d->params.temp > 0);
     const int penalty = d->params.rep_penalty != 1.0f && d->params.rep_last_n > 0;
-    char err[256] = "";
     if (greedy && !penalty) {
+        if (have && s_chain_take(d))
+            goto done;
         if (d->n == 0) {
             o->tokens[0] = sw_sampler_argmax(d->s, d->logits);
             if (o->tokens[0] < 0)
@@ -540,30 +889,19 @@ static int s_chain_step(draft_seq_t *d)
                 goto done;
             return 1;
         }
-        int steps = d->step_ms > 0 ? (int)(S_SLICE_MS / d->step_ms) : 1;
-        if (steps < 1)
-            steps = 1;
-        if (steps > k - d->n)
-            steps = k - d->n;
-        const int len = sw_kv_len(d->kv);
-        const double t = sw_now_ms();
-        if (sw_model_greedy_steps(d->dm->m, d->kv, o->tokens[d->n - 1], steps, o->tokens + d->n,
-                                  d->dm->loop_prob, err, sizeof err) != 0) {
-            SW_WARN("draft model: %s", err);
-            return -1;
-        }
-        const double per = (sw_now_ms() - t) / steps;
-        d->step_ms = d->step_ms > 0 ? 0.7 * d->step_ms + 0.3 * per : per;
-        memcpy(d->cached + len, o->tokens + d->n - 1, (size_t)steps * sizeof *o->tokens);
-        for (int i = 0; i < steps; i++) {
-            o->conf[d->n] = d->dm->loop_prob[i];
-            if (p_min > 0 && d->dm->loop_prob[i] < p_min)
-                goto done; // the confidence stop
-            d->n++;
-        }
-        if (d->n < k)
-            return 1;
-        goto done;
+        s_req_t *q = &d->rq;
+        q->n = 1;
+        q->tok[0] = o->tokens[d->n - 1];
+        q->tree = 0;
+        q->logits = d->logits;
+        q->n_logits = 1;
+        q->steps = k - d->n;
+        const int rc = s_post(d);
+        if (rc != 0)
+            return rc; // posted (1) or failed (-1)
+        if (s_chain_take(d))
+            goto done;
+        return 1;
     }
     /* One token: greedy with the penalty, or a draw from the draft's sparse q. */
     {
@@ -600,9 +938,9 @@ static int s_chain_step(draft_seq_t *d)
         sw_sampler_accept(d->s, tok);
         if (d->n == k)
             goto done;
-        if (s_feed(d, &o->tokens[n], 1, 0) != 0)
+        if (s_feed(d, &o->tokens[n], 1, 0, 1) < 0)
             return -1;
-        return 1;
+        return 1; // its logits are there by the next step (posted, or run now)
     }
 done:
     o->n = d->n;
@@ -743,11 +1081,25 @@ static int s_tree_emit(draft_seq_t *d)
     return s_finish(d);
 }
 
+/* Takes the rows of the tree step posted last: their slots, and their
+ * candidates from the logits. */
+static void s_tree_take(draft_seq_t *d)
+{
+    for (int j = 0; j < d->n_pick; j++)
+        d->nodes[d->pick[j]].slot = d->rq.slot0 + j;
+    for (int j = 0; j < d->n_pick; j++)
+        s_expand(d, d->pick[j], d->tree_logits + (size_t)j * d->dm->n_vocab);
+    d->tree_steps++;
+}
+
 /* One tree step: feeds the best nodes worth expanding (up to S_TREE_WIDTH,
  * in one forward call, each under its parent's slot) and adds their
- * candidates; when none is worth it, or after k steps, writes the tree. */
-static int s_tree_step(draft_seq_t *d)
+ * candidates; when none is worth it, or after k steps, writes the tree.
+ * have: the rows posted by the last step ran (their candidates come first). */
+static int s_tree_step(draft_seq_t *d, int have)
 {
+    if (have)
+        s_tree_take(d);
     if (d->n_nodes == 0) { // the root: the token the drafts follow, fed by now
         s_node_t *r = &d->nodes[d->n_nodes++];
         r->tok = d->feed >= 0 ? d->feed : d->ctx[d->n_ctx - 1];
@@ -760,7 +1112,8 @@ static int s_tree_step(draft_seq_t *d)
         d->tree_steps = 0;
         return 1;
     }
-    int order[S_TREE_NODES], n_order, pick[S_TREE_WIDTH], n_pick = 0;
+    int order[S_TREE_NODES], n_order, n_pick = 0;
+    int *pick = d->pick;
     s_rank(d, order, &n_order);
     const int len = sw_kv_len(d->kv);
     /* The main path grows by one node per step, as a chain would (the
@@ -780,41 +1133,48 @@ static int s_tree_step(draft_seq_t *d)
             d->n_nodes + S_TREE_CHILDREN <= S_TREE_NODES)
             pick[n_pick++] = order[r];
     }
+    d->n_pick = n_pick;
     if (n_pick == 0 || d->tree_steps >= d->sh.k)
         return s_tree_emit(d);
-    int32_t toks[S_TREE_WIDTH], par[S_TREE_WIDTH];
+    s_req_t *q = &d->rq;
     for (int j = 0; j < n_pick; j++) {
-        toks[j] = d->nodes[pick[j]].tok;
-        par[j] = d->nodes[d->nodes[pick[j]].par].slot;
+        q->tok[j] = d->nodes[pick[j]].tok;
+        q->par[j] = d->nodes[d->nodes[pick[j]].par].slot;
+        d->cached[len + j] = q->tok[j];
     }
-    sw_forward_t f = {
-        .n = n_pick, .tokens = toks, .logits = d->tree_logits, .n_logits = n_pick, .parent = par};
-    char err[256] = "";
-    if (sw_model_forward(d->dm->m, d->kv, &f, err, sizeof err) != 0) {
-        SW_WARN("draft model: %s", err);
-        return -1;
-    }
-    for (int j = 0; j < n_pick; j++) {
-        d->nodes[pick[j]].slot = len + j;
-        d->cached[len + j] = toks[j];
-    }
-    for (int j = 0; j < n_pick; j++)
-        s_expand(d, pick[j], d->tree_logits + (size_t)j * d->dm->n_vocab);
-    d->tree_steps++;
+    q->n = n_pick;
+    q->tree = 1;
+    q->logits = d->tree_logits;
+    q->n_logits = n_pick;
+    q->steps = 0;
+    const int rc = s_post(d);
+    if (rc != 0)
+        return rc; // posted (1) or failed (-1)
+    s_tree_take(d);
     return 1;
 }
 
 int draft_seq_step(draft_seq_t *d)
 {
+    const int have = s_taken(d);
+    if (have < 0) {
+        d->phase = S_IDLE;
+        return -1;
+    }
     switch (d->phase) {
     case S_CATCHUP: {
         const int fed = d->sh.guess || d->sh.extra >= 0;
-        const int n = s_catch_up(d, d->ctx, d->n_ctx, fed);
-        if (n < 0) {
-            d->phase = S_IDLE;
-            return -1;
+        if (!have) {
+            int posted = 0;
+            const int n = s_catch_up(d, d->ctx, d->n_ctx, fed, &posted);
+            if (n < 0) {
+                d->phase = S_IDLE;
+                return -1;
+            }
+            d->catch_n = n;
+            if (posted)
+                return 1;
         }
-        d->catch_n = n;
         d->t_catch = sw_now_ms();
         s_history(d);
         if (d->sh.guess) {
@@ -835,14 +1195,19 @@ int draft_seq_step(draft_seq_t *d)
         break;
     }
     case S_FEED:
-        if (s_feed(d, &d->feed, 1, 0) != 0) {
-            d->phase = S_IDLE;
-            return -1;
+        if (!have) {
+            const int rc = s_feed(d, &d->feed, 1, 0, 1);
+            if (rc < 0) {
+                d->phase = S_IDLE;
+                return -1;
+            }
+            if (rc > 0)
+                return 1;
         }
         break;
     case S_CHAIN:
     case S_TREE: {
-        const int rc = d->phase == S_CHAIN ? s_chain_step(d) : s_tree_step(d);
+        const int rc = d->phase == S_CHAIN ? s_chain_step(d, have) : s_tree_step(d, have);
         if (rc < 0)
             d->phase = S_IDLE;
         return rc;

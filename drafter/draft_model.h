@@ -51,6 +51,7 @@
 
 #include "decode.h"
 #include "gguf.h"
+#include "load.h"
 #include "sampler.h"
 #include "verify.h"
 
@@ -81,6 +82,9 @@ draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx) __attribute__((warn_unu
 void draft_seq_free(draft_seq_t **self_p);
 /* The committed context the sequence has room for. */
 int draft_seq_capacity(const draft_seq_t *s);
+/* Tokens of ctx[0..n_ctx) the sequence's cache does not hold yet: what its
+ * next draft must read first (its catch-up). */
+int draft_seq_lag(const draft_seq_t *s, const int32_t *ctx, int n_ctx);
 /* Starts a generation with the target's sampling parameters (reseeds the
  * draft's RNG) and an empty cache: the prompt is then evaluated as one
  * prompt batch, as the target evaluates it (rows kept from another request
@@ -153,5 +157,44 @@ typedef struct draft_ahead_mem {
 draft_ahead_mem_t *draft_model_ahead_mem(draft_model_t *d);
 /* What the draft model runs on ("cuda:1 (Tesla T4, ...)"). */
 const char *draft_model_backend(const draft_model_t *d);
+
+/* Batched drafting, for a caller that drafts for many sequences in turns
+ * (the head). With batching on, a step of any of the model's sequences that
+ * needs a forward of the draft model (the catch-up of a few new tokens, the
+ * guessed token, a chain step, a tree step) posts it and returns 1 without
+ * computing; draft_model_flush() then runs every posted forward as ONE
+ * engine call (sw_model_forward_batch: each sequence on its own cache, each
+ * row computed as it would be alone, so every sequence drafts exactly what it
+ * drafts alone), and each sequence's next step takes its result. A lone
+ * greedy chain step runs as several steps on the backend, as without
+ * batching. A sequence that steps again before a flush flushes itself (with
+ * whatever else is posted), so a caller that never flushes still gets every
+ * proposal. Prompt rows (a new request's catch-up) are not posted: they run
+ * at once, as one prompt. Turning batching off runs what is posted. */
+void draft_model_set_batching(draft_model_t *d, int on);
+/* Runs every posted forward; the sequences run (0: none), or -1 when one
+ * failed (its next step returns -1; the others' results are there). */
+int draft_model_flush(draft_model_t *d);
+/* What the flushes that ran posted forwards in one engine call did. */
+typedef struct draft_batch_stats {
+    uint64_t flushes; // engine calls
+    uint64_t seqs;    // sequences they served
+    uint64_t rows;    // rows they computed
+    double ms;        // their time
+    int last_seqs;    // the last call: sequences
+    int last_rows;    // rows
+    double last_ms;   // ms
+} draft_batch_stats_t;
+const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *d);
+/* A prefix cache for the draft model (engine/prefix.h) of at most max_bytes
+ * (0: none, the default): a sequence's prompt then takes the positions the
+ * cache holds and evaluates the rest as the prompt's continuation (the same
+ * logits, so the same drafts, as without), and leaves its blocks there.
+ * seed keys its hash buckets. 0, or -1 when out of memory. */
+int draft_model_set_prefix(draft_model_t *d, size_t max_bytes, uint64_t seed)
+    __attribute__((warn_unused_result));
+/* Where the model reports the cost of its steps (load.h; NULL = nowhere);
+ * borrowed, must outlive the model or be set back to NULL. */
+void draft_model_set_load(draft_model_t *d, draft_load_t *load);
 
 #endif

@@ -138,6 +138,8 @@ int draft_begin(draft_t *d, const draft_cfg_t *cfg, char *err, size_t err_len)
     }
     draft_ctl_init(&d->ctl, cfg->k > 0 ? cfg->k : 0, d->cfg.k_max);
     d->ctl.ahead_on = cfg->ahead;
+    d->ctl.load = cfg->load;
+    d->ctl.model_drafts = uses_model;
     if (d->model) { // what drafting ahead reached in earlier generations
         const draft_ahead_mem_t *m = draft_model_ahead_mem(d->model);
         d->ctl.arm_rate[0] = m->rate[0];
@@ -165,6 +167,11 @@ int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx)
         (d->cfg.mode != DRAFT_MODE_MODEL && d->cfg.mode != DRAFT_MODE_MIX))
         return 0;
     return d->seq ? draft_seq_warm(d->seq, ctx, n_ctx) : 0;
+}
+
+void draft_observe_batch(draft_t *d, int own_rows, int head_rows, int later_rows)
+{
+    draft_ctl_observe_batch(&d->ctl, own_rows, head_rows, later_rows);
 }
 
 const draft_cfg_t *draft_cfg(const draft_t *d)
@@ -265,6 +272,10 @@ static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int gue
     /* Drafting ahead pays for the model only: a lookup is instant after the verdict. */
     if (guess && (!d->cfg.ahead || d->cfg.mode == DRAFT_MODE_NGRAM))
         return 0;
+    d->ctl.lag = d->seq && d->cfg.mode == DRAFT_MODE_MODEL
+                     ? draft_seq_lag(d->seq, ctx, n_ctx) + (guess ? 1 : 0)
+                     : 0;
+    d->ctl.left = d->cfg.n_ctx > n_ctx ? d->cfg.n_ctx - n_ctx : 0;
     const int k = draft_ctl_next_k(&d->ctl, k_max);
     if (k < 1 || (guess && draft_ctl_ahead_k(&d->ctl, k) < 1))
         return 0;

@@ -57,15 +57,17 @@ enum draft_mode {
 };
 
 typedef struct draft_cfg {
-    enum draft_mode mode;   // which proposer
-    int k;                  // > 0 fixed K, DRAFT_K_AUTO adaptive, 0 off
-    int k_max;              // adaptive ceiling, 1..SW_MAX_DRAFT (0 = DRAFT_K_MAX_AUTO)
-    float p_min;            // confidence stop of the draft model, [0, 1]; 0 = off
-    sw_sampling_t sampling; // the target's sampling parameters
-    int n_ctx;              // committed positions the generation may reach (0 = the draft
-                            // model's default context)
-    int tree;               // > 1: token trees of at most this many drafts; 0 or 1: chains
-    int ahead;              // 1: draft ahead while a round travels (sw_gen_opts_t.ahead)
+    enum draft_mode mode;     // which proposer
+    int k;                    // > 0 fixed K, DRAFT_K_AUTO adaptive, 0 off
+    int k_max;                // adaptive ceiling, 1..SW_MAX_DRAFT (0 = DRAFT_K_MAX_AUTO)
+    float p_min;              // confidence stop of the draft model, [0, 1]; 0 = off
+    sw_sampling_t sampling;   // the target's sampling parameters
+    int n_ctx;                // committed positions the generation may reach (0 = the draft
+                              // model's default context)
+    int tree;                 // > 1: token trees of at most this many drafts; 0 or 1: chains
+    int ahead;                // 1: draft ahead while a round travels (sw_gen_opts_t.ahead)
+    const draft_load_t *load; // the head's sessions' costs (load.h): K and trees shrink as the
+                              // stages fill; NULL = as alone
 } draft_cfg_t;
 
 typedef struct draft draft_t;
@@ -89,6 +91,10 @@ int draft_gen_k(const draft_t *d);
  * prefill round): feeds the draft model's cache when this generation uses
  * it. 0 or -1 (then nothing is lost: propose catches up itself). */
 int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx);
+/* A round of own_rows rows ran in the head's batch of head_rows rows and the
+ * last stage's batch of later_rows rows (0 = not known): what the load
+ * controller needs (adaptive.h). */
+void draft_observe_batch(draft_t *d, int own_rows, int head_rows, int later_rows);
 /* The controller's state (acceptance estimate, times) for reports. */
 const draft_ctl_t *draft_ctl(const draft_t *d);
 /* This generation's configuration (after draft_begin's defaults). */

@@ -478,14 +478,25 @@ typedef struct s_chunk {
 } s_chunk_t;
 
 /* The rows of the prompt window (SW_MODEL_PROMPT_WINDOW) of segment f that
- * holds row off, and how many of them want logits. */
-static int s_window_rows(const sw_forward_t *f, int off, int *n_logits)
+ * holds row off, and how many of them want logits. base: the position of
+ * the segment's first row when it continues a prompt (prompt_cont: windows
+ * from position 0, their rows before the call counted), else 0. */
+static int s_window_rows(const sw_forward_t *f, int base, int off, int *n_logits)
 {
-    const int w0 = off / SW_MODEL_PROMPT_WINDOW * SW_MODEL_PROMPT_WINDOW;
-    const int w1 = f->n - w0 < SW_MODEL_PROMPT_WINDOW ? f->n : w0 + SW_MODEL_PROMPT_WINDOW;
-    const int l0 = f->n - f->n_logits > w0 ? f->n - f->n_logits : w0;
+    /* prefix reuse (issue 22): positions, not rows, when the prompt started before the call */
+    const int at = base + off, end = base + f->n;
+    const int w0 = at / SW_MODEL_PROMPT_WINDOW * SW_MODEL_PROMPT_WINDOW;
+    const int w1 = end - w0 < SW_MODEL_PROMPT_WINDOW ? end : w0 + SW_MODEL_PROMPT_WINDOW;
+    const int l0 = end - f->n_logits > w0 ? end - f->n_logits : w0;
     *n_logits = w1 > l0 ? w1 - l0 : 0;
     return w1 - w0;
+}
+
+/* The position prompt windows of segment f are counted from, relative to
+ * its first row (prompt_cont: the cache's length). */
+static int s_window_base(const sw_forward_t *f, const sw_kv_t *kv)
+{
+    return f->prompt && f->prompt_cont ? kv->len : 0;
 }
 
 /* Fills ch with the next chunk from (*seg, *off) on and advances them. A
@@ -497,7 +508,9 @@ static void s_next_chunk(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t 
                          int *seg, int *off, s_chunk_t *ch)
 {
     int wl = 0;
-    const int wr = fs[*seg].prompt ? s_window_rows(&fs[*seg], *off, &wl) : 0;
+    const int wr = fs[*seg].prompt
+                       ? s_window_rows(&fs[*seg], s_window_base(&fs[*seg], kvs[*seg]), *off, &wl)
+                       : 0;
     ch->np = ch->n = 0;
     ch->prompt_order = wr >= 2;
     ch->tiled = wr >= 8;
@@ -505,14 +518,16 @@ static void s_next_chunk(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t 
     while (*seg < n_seg && ch->n < m->batch && ch->np < SW_MODEL_MAX_PIECES) {
         const sw_forward_t *f = &fs[*seg];
         int wl2 = 0;
-        const int po = f->prompt && s_window_rows(f, *off, &wl2) >= 2;
+        const int base = s_window_base(f, kvs[*seg]);
+        const int po = f->prompt && s_window_rows(f, base, *off, &wl2) >= 2;
         if (ch->np > 0 && (po || ch->prompt_order))
             break;
         int c = f->n - *off;
         if (c > m->batch - ch->n)
             c = m->batch - ch->n;
         if (po) { // a chunk never crosses a window's end
-            const int w_end = (*off / SW_MODEL_PROMPT_WINDOW + 1) * SW_MODEL_PROMPT_WINDOW;
+            const int w_end =
+                ((base + *off) / SW_MODEL_PROMPT_WINDOW + 1) * SW_MODEL_PROMPT_WINDOW - base;
             if (c > w_end - *off)
                 c = w_end - *off;
         }

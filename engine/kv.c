@@ -219,3 +219,79 @@ int sw_kv_keep(sw_kv_t *kv, int from, const int32_t *slots, int n, char *err, si
     sw_kv_relin(kv);
     return 0;
 }
+
+/* ---- prefix reuse (issue 22): positions as host bytes -----------------------------------------
+ */
+
+size_t sw_kv_span_bytes(const sw_model_t *m, int n)
+{
+    return sw_kv_bytes(m, n);
+}
+
+/* The K (rows) or V (transposed: a row of n_ctx per dimension) bytes of
+ * positions [at, at + n) of one layer, to or from buf. */
+static int s_span(sw_backend_t *be, sw_buf_t *k, sw_buf_t *v, int n_ctx, int kv_dim, int at, int n,
+                  char *buf, int up)
+{
+    const size_t hsz = sizeof(sw_f16), krow = (size_t)kv_dim * hsz;
+    const size_t kb = (size_t)n * krow;
+    if (up ? be->ops->upload(be, k, (size_t)at * krow, buf, kb)
+           : be->ops->download(be, buf, k, (size_t)at * krow, kb))
+        return -1;
+    buf += kb;
+    for (int d = 0; d < kv_dim; d++, buf += (size_t)n * hsz) {
+        const size_t off = ((size_t)d * (size_t)n_ctx + (size_t)at) * hsz;
+        if (up ? be->ops->upload(be, v, off, buf, (size_t)n * hsz)
+               : be->ops->download(be, buf, v, off, (size_t)n * hsz))
+            return -1;
+    }
+    return 0;
+}
+
+int sw_kv_export(const sw_kv_t *kv, int from, int n, void *dst, char *err, size_t err_len)
+{
+    const sw_model_t *m = kv->m;
+    if (from < 0 || n < 1 || (int64_t)from + n > kv->lin) {
+        sw_errf(err, err_len, "model: exporting positions [%d, %d) of a cache with %d plain", from,
+                from + n, kv->lin);
+        return -1;
+    }
+    const int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
+    char *at = dst;
+    const size_t per_layer = sw_kv_span_bytes(m, n) / (size_t)kv->n_layers;
+    for (int i = 0; i < kv->n_layers; i++, at += per_layer) {
+        sw_backend_t *be = m->devs[m->layers[i].dev].be;
+        if (s_span(be, kv->k[i], kv->v[i], kv->n_ctx, kv_dim, from, n, at, 0) != 0 ||
+            (be->ops->sync && be->ops->sync(be) != 0))
+            return sw_model_fail(be, err, err_len);
+    }
+    return 0;
+}
+
+int sw_kv_import(sw_kv_t *kv, const void *src, int n, char *err, size_t err_len)
+{
+    sw_model_t *m = kv->m;
+    if (n < 1 || kv->lin != kv->len || (int64_t)kv->len + n > kv->n_ctx) {
+        sw_errf(err, err_len, "model: importing %d positions after %d of a %d-slot cache", n,
+                kv->len, kv->n_ctx);
+        return -1;
+    }
+    const int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
+    const char *at = src;
+    const size_t per_layer = sw_kv_span_bytes(m, n) / (size_t)kv->n_layers;
+    for (int i = 0; i < kv->n_layers; i++, at += per_layer) {
+        sw_backend_t *be = m->devs[m->layers[i].dev].be;
+        if (s_span(be, kv->k[i], kv->v[i], kv->n_ctx, kv_dim, kv->len, n, (char *)at, 1) != 0)
+            return sw_model_fail(be, err, err_len);
+    }
+    for (int i = 0; i < m->n_dev; i++)
+        if (m->devs[i].be->ops->sync && m->devs[i].be->ops->sync(m->devs[i].be) != 0)
+            return sw_model_fail(m->devs[i].be, err, err_len);
+    for (int s = kv->len; s < kv->len + n; s++) {
+        kv->par[s] = s - 1;
+        kv->pos[s] = s;
+    }
+    kv->len += n;
+    kv->lin = kv->len;
+    return 0;
+}

@@ -46,4 +46,19 @@ int sw_kv_parent(const sw_kv_t *kv, int s);
 /* The slots [0, n) of the cache that form a plain sequence (no tree part). */
 int sw_kv_linear(const sw_kv_t *kv);
 
+/* Prefix reuse (engine/prefix.h): the K and V of plain positions as host
+ * bytes. Bytes of n positions of every layer of the model's range. */
+size_t sw_kv_span_bytes(const sw_model_t *m, int n);
+/* Copies positions [from, from + n) (plain, < the cache's length) of every
+ * layer into dst (sw_kv_span_bytes(m, n) bytes): per layer the K rows, then
+ * the V rows of those n positions. 0, or -1 with err. */
+int sw_kv_export(const sw_kv_t *kv, int from, int n, void *dst, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+/* Appends n positions exported by sw_kv_export (from a cache of the same
+ * model and range) at the end of a plain cache: they become positions
+ * [len, len + n) of the plain sequence. 0, or -1 with err (nothing changed
+ * when they do not fit). */
+int sw_kv_import(sw_kv_t *kv, const void *src, int n, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
 #endif

@@ -146,6 +146,14 @@ typedef struct sw_forward {
                            // attends to its ancestors only, so its result is bit-identical
                            // to the same path evaluated as a sequence. The backend must
                            // support trees (kv_move, backend_impl.h).
+    int prompt_cont;       // prompt rows only: 1 = they continue a prompt that starts at
+                           // position 0 of the cache, whose first rows are cached (a prefix
+                           // restored by engine/prefix.h, or an earlier window): windows
+                           // are counted from position 0 and a window's rows before the
+                           // call count in it, so each row computes what it computes in
+                           // the whole prompt evaluated at once (the call must end at a
+                           // window's end or at the prompt's). 0: windows from the call's
+                           // first row.
 } sw_forward_t;
 
 int sw_model_forward(sw_model_t *m, sw_kv_t *kv, const sw_forward_t *f, char *err, size_t err_len)

@@ -59,15 +59,16 @@ struct gw_metrics {
     unsigned long long completion_tokens; /* over all of them */
     unsigned long long rounds, drafted, accepted;
     unsigned long long tree_rounds, ahead_hits, ahead_misses;
-    unsigned long long streamed;          /* tokens received, running generations too */
-    s_recent_t recent[GW_METRICS_RECENT]; /* a ring of the last generations */
-    int n_recent;                         /* entries filled (at most GW_METRICS_RECENT) */
-    int recent_next;                      /* where the next one goes */
-    int inflight;                         /* generations now */
-    int connections;                      /* HTTP connections now */
-    s_hist_t ttft;                        /* seconds to the first token (seen by the gateway) */
-    s_hist_t dur;                         /* seconds per generation */
-    s_hist_t tps; /* decode tokens per second per generation (the head's clock) */
+    unsigned long long prefix_hits, prefix_tokens; /* generations that reused a prompt prefix */
+    unsigned long long streamed;                   /* tokens received, running generations too */
+    s_recent_t recent[GW_METRICS_RECENT];          /* a ring of the last generations */
+    int n_recent;                                  /* entries filled (at most GW_METRICS_RECENT) */
+    int recent_next;                               /* where the next one goes */
+    int inflight;                                  /* generations now */
+    int connections;                               /* HTTP connections now */
+    s_hist_t ttft; /* seconds to the first token (seen by the gateway) */
+    s_hist_t dur;  /* seconds per generation */
+    s_hist_t tps;  /* decode tokens per second per generation (the head's clock) */
 };
 
 gw_metrics_t *gw_metrics_new(void)
@@ -132,6 +133,8 @@ void gw_metrics_generation(gw_metrics_t *m, const sw_client_stats_t *st)
     m->tree_rounds += (unsigned long long)st->n_tree_rounds;
     m->ahead_hits += (unsigned long long)st->n_ahead_hits;
     m->ahead_misses += (unsigned long long)st->n_ahead_misses;
+    m->prefix_hits += st->n_prefix_reused > 0;
+    m->prefix_tokens += (unsigned long long)st->n_prefix_reused;
     if (st->ttft_ms > 0)
         s_observe(&m->ttft, st->ttft_ms / 1e3);
     s_observe(&m->dur, st->total_ms / 1e3);
@@ -299,6 +302,12 @@ char *gw_metrics_text(gw_metrics_t *m)
              "shardwire_gateway_ahead_rounds_total{outcome=\"hit\"} %llu\n"
              "shardwire_gateway_ahead_rounds_total{outcome=\"miss\"} %llu\n",
              m->ahead_hits, m->ahead_misses);
+    s_counter(&b, "shardwire_gateway_prefix_hits_total",
+              "generations whose prompt started with a prefix every stage had cached",
+              m->prefix_hits);
+    s_counter(&b, "shardwire_gateway_prefix_tokens_reused_total",
+              "prompt tokens taken from the stages' prefix caches instead of computed",
+              m->prefix_tokens);
     s_printf(&b,
              "# HELP shardwire_gateway_inflight generations in flight\n"
              "# TYPE shardwire_gateway_inflight gauge\nshardwire_gateway_inflight %d\n"

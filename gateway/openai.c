@@ -468,6 +468,7 @@ json_t *gw_json_stats(const sw_client_stats_t *st)
     json_object_set_new(x, "ahead_hits", json_integer(st->n_ahead_hits));
     json_object_set_new(x, "ahead_misses", json_integer(st->n_ahead_misses));
     json_object_set_new(x, "draft_ahead_ms", json_real(st->draft_ahead_ms));
+    json_object_set_new(x, "prefix_reused", json_integer(st->n_prefix_reused));
     return x;
 }
 

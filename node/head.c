@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "head_impl.h"
 #include "log.h"
 
@@ -41,6 +43,7 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         snprintf(err, err_len, "out of memory");
         return -1;
     }
+    draft_load_init(&h->load);
     h->tok = sw_tokenizer_from_gguf(sw_model_gguf(n->model), err, err_len);
     if (!h->tok)
         goto fail;
@@ -70,6 +73,19 @@ int node_head_new(node_t *n, char *err, size_t err_len)
             goto fail;
         SW_INFO("draft model %s loaded on %s (vocabulary checked)", n->o.draft_model,
                 draft_model_backend(h->dmodel));
+        /* The sessions' draft steps of one pass run as one engine call
+         * (node_head_step flushes them). */
+        draft_model_set_batching(h->dmodel, n->o.draft_batch);
+        draft_model_set_load(h->dmodel, &h->load);
+        uint64_t seed;
+        randombytes_buf(&seed, sizeof seed);
+        if (n->o.prefix_cache &&
+            draft_model_set_prefix(h->dmodel,
+                                   n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : (size_t)256 << 20,
+                                   seed) != 0) {
+            snprintf(err, err_len, "out of memory for the draft model's prefix cache");
+            goto fail;
+        }
     }
     n->head = h;
     return 0;
@@ -207,6 +223,7 @@ void node_head_step(node_t *n)
     const double now = sw_now_ms();
     h->busy = 0;
     head_queue_step(n, now);
+    draft_load_active(&h->load, h->n_active);
     head_sess_t *ready[NODE_MAX_BATCH];
     int n_ready = 0;
     for (int k = 0; k < h->n_slots; k++) {
@@ -219,6 +236,11 @@ void node_head_step(node_t *n)
     h->rr = (h->rr + 1) % h->n_slots;
     if (n_ready > 0)
         head_batch(n, ready, n_ready);
+    /* Every session's draft step of this pass in one forward of the draft
+     * model (they posted them in head_advance); each takes its result in the
+     * next pass. */
+    if (h->dmodel && draft_model_flush(h->dmodel) != 0)
+        h->busy = 1;
     head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
     for (int k = 0; k < h->n_slots && !h->busy; k++)

@@ -323,6 +323,7 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
     if (s_draft_cfg(n, g->has_draft ? &g->draft : NULL, sp, &dc, err, err_len) != 0)
         return -1;
     dc.n_ctx = s->n_ctx;
+    dc.load = n->o.draft_load ? &h->load : NULL;
     if (draft_begin(s->drafter, &dc, err, err_len) != 0)
         return -1;
     s->proposer = draft_proposer(s->drafter);
@@ -405,6 +406,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
                  n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
         goto fail;
     }
+    head_kv_room(n, kv_bytes); /* cached prompt prefixes give way first */
     if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
         free(prompt);
         return S_WAIT_MEMORY;

@@ -122,6 +122,9 @@ typedef struct head_sess {
     double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
     double round_head_ms;                  // the current round's compute: head
     double round_stage_ms;                 // and stages
+    int round_head_rows;                   // rows of the head's batch its last chunk ran in
+    int prefix_len; // prompt positions the prefill's first attempt took from the prefix
+                    // caches (0: none, or the prefill was sent again whole)
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -133,29 +136,33 @@ typedef struct head_wait {
 } head_wait_t;
 
 struct node_head {
-    sw_tokenizer_t *tok;   // from the model's GGUF
-    draft_model_t *dmodel; // --draft-model, or NULL
-    head_sess_t *sess;     // (n_slots) sessions: running ones and lingering ones
-    int n_slots;           // --max-sessions + S_LINGER_MAX (head.c)
-    int n_active;          // sessions in ROUTE or RUN
-    size_t kv_used;        // bytes of their caches
-    head_wait_t *queue;    // (--max-queue) ring of waiting requests
-    int q_head, q_len;     //
-    head_route_t route;    // the route built from the last peer table
-    int route_ok;          // 1 when that table had a whole pipeline
-    int route_code;        // else the error code
-    char route_err[512];   // and why
-    double route_ms;       // when (0 = never)
-    sw_wire_msg_t table;   // that table (its counters are new sessions' route baseline)
-    int status_out;        // a status query is unanswered
-    double status_sent;    // when it went
-    double status_next;    // the next periodic one
-    int status_want;       // one is wanted as soon as possible
-    float *bout;           // (rows_cap, n_embd) hidden states of the head's batch
-    float *logits;         // (logit rows, n_vocab): a route of one stage verifies here
-    int logit_rows;        //
-    int busy;              // 1 when node_head_step left work for the next pass
-    int rr;                // where the next batch starts (round robin)
+    sw_tokenizer_t *tok;     // from the model's GGUF
+    draft_model_t *dmodel;   // --draft-model, or NULL
+    head_sess_t *sess;       // (n_slots) sessions: running ones and lingering ones
+    int n_slots;             // --max-sessions + S_LINGER_MAX (head.c)
+    int n_active;            // sessions in ROUTE or RUN
+    size_t kv_used;          // bytes of their caches
+    head_wait_t *queue;      // (--max-queue) ring of waiting requests
+    int q_head, q_len;       //
+    head_route_t route;      // the route built from the last peer table
+    int route_ok;            // 1 when that table had a whole pipeline
+    int route_code;          // else the error code
+    char route_err[512];     // and why
+    double route_ms;         // when (0 = never)
+    sw_wire_msg_t table;     // that table (its counters are new sessions' route baseline)
+    int status_out;          // a status query is unanswered
+    double status_sent;      // when it went
+    double status_next;      // the next periodic one
+    int status_want;         // one is wanted as soon as possible
+    float *bout;             // (rows_cap, n_embd) hidden states of the head's batch
+    float *logits;           // (logit rows, n_vocab): a route of one stage verifies here
+    int logit_rows;          //
+    int busy;                // 1 when node_head_step left work for the next pass
+    int rr;                  // where the next batch starts (round robin)
+    draft_load_t load;       // what the sessions cost each other (drafter/load.h): the K
+                             // controllers of all sessions read it
+    double prefix_off_until; // a stage said it did not hold a prefix: none is asked for until
+                             // then (ms)
     struct {
         char name[SW_WIRE_NAME_MAX + 1];
         double until;            // avoided until then (0 = free entry)
@@ -250,6 +257,9 @@ int head_advance(node_t *n, head_sess_t *s, double now);
 /* Runs the next chunk of every ready session through this stage's layers as
  * one batch, then sends each on. */
 void head_batch(node_t *n, head_sess_t **ready, int n_ready);
+/* Frees cached prompt prefixes until the sessions' caches and need bytes
+ * more fit --kv-mib with them (a new session comes first). */
+void head_kv_room(node_t *n, size_t need);
 
 /* ---- head_admit.c: requests and the queue -------------------------------------------------- */
 

@@ -28,7 +28,8 @@
 #include "head_impl.h"
 #include "log.h"
 
-#define S_CHECK_MS 1000 // while a verdict is late: route checks this often
+#define S_CHECK_MS 1000       // while a verdict is late: route checks this often
+#define S_PREFIX_OFF_MS 60000 // after a stage missed a prefix: none asked for this long
 
 /* Frees what a session holds but its record of what it streamed. */
 static void s_release(node_head_t *h, head_sess_t *s)
@@ -80,8 +81,10 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
     if (s->detok && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS) &&
         sw_detok_flush(s->detok, &tail, &tl) != 0)
         tl = 0;
-    if (s->gen && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS))
+    if (s->gen && (finish == SW_FINISH_LENGTH || finish == SW_FINISH_EOS)) {
         head_fill_stats(s, sw_gen_stats(s->gen));
+        s->stats.n_prefix_reused = (uint32_t)s->prefix_len;
+    }
     s->finish = finish;
     if (finish == SW_FINISH_ERROR || finish == SW_FINISH_DEADLINE) {
         s->err_code = code;
@@ -182,14 +185,22 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
         v.path[i] = (int32_t)vd->path[i];
     /* The timing list starts with the head's own entry: count only the later
      * stages here (the head's time is round_head_ms). */
+    double later_ms = 0;
     for (uint32_t i = 0; i < vd->n_timing; i++) {
         double ms = vd->timing[i].compute_us / 1e3;
         for (int st = 1; st < s->route.n; st++)
             if (!strcmp(s->route.names[st], vd->timing[i].name)) {
                 s->stage_total[st] += ms;
                 s->round_stage_ms += ms;
+                later_ms += ms;
             }
     }
+    /* What the round cost the batches it shared (load-adaptive speculation,
+     * drafter/load.h): the last stage says its batch. */
+    const sw_msg_timing_t *lt = vd->n_timing ? &vd->timing[vd->n_timing - 1] : NULL;
+    const int lrows = lt ? (int)lt->batch_rows : 0, lrounds = lt ? (int)lt->batch_rounds : 0;
+    draft_load_verdict(&h->load, (int)vd->n_tokens, later_ms, lrows, lrounds, now);
+    draft_observe_batch(s->drafter, s->send_r.n, s->round_head_rows, lrows);
     s_commit(n, s, &v, now);
 }
 
@@ -230,6 +241,11 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
             if (s->state != HEAD_RUN || s->id != e->session_id ||
                 !head_route_has(&s->route, msg->peer))
                 continue;
+            if (strstr(e->message, "prompt prefix is not in its prefix cache")) {
+                h->prefix_off_until = now + S_PREFIX_OFF_MS; // the replay sends it whole
+                SW_INFO("session %016llx: %s; no prefix is asked for for %d s",
+                        (unsigned long long)s->id, e->message, S_PREFIX_OFF_MS / 1000);
+            }
             if (retry)
                 node_recover_failed(s->rec, now, e->message);
             else
@@ -305,6 +321,11 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     f->timing[0] =
         (sw_msg_timing_t){.name = s->route.names[0], .compute_us = (uint32_t)(head_ms * 1e3)};
     f->n_ctx = (uint32_t)s->n_ctx;
+    if (row0 > 0 && row0 == s->prefix_len && r->kv_keep == 0) {
+        /* the prompt's first row0 positions come from every stage's prefix cache */
+        f->prefix_len = (uint32_t)row0;
+        f->prefix_tokens = (const uint32_t *)s->prompt; // token ids, checked at admission
+    }
     if (row0 == 0 && r->n_kv_path) { // the previous tree round's path, kept before kv_keep
         for (int j = 0; j < r->n_kv_path; j++)
             kv_path[j] = (uint32_t)r->kv_path[j];
@@ -315,6 +336,55 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     f->payload_len = (size_t)rows * E * sw_wire_dtype_size(f->dtype);
     s->opened = 1;
     return sw_peer_send_msg(n->peer, s->route.names[1], &msg) == 0 ? 0 : -1;
+}
+
+/* ---- prefix cache (engine/prefix.h) --------------------------------------------------- */
+
+void head_kv_room(node_t *n, size_t need)
+{
+    if (!n->prefix || n->o.kv_bytes <= 0)
+        return;
+    const size_t cap = (size_t)n->o.kv_bytes, used = n->head->kv_used;
+    sw_prefix_evict(n->prefix, used + need < cap ? cap - used - need : 0);
+}
+
+/* The prefill is about to be sent (its cache just emptied): on its first
+ * attempt, the longest prefix of the prompt this head holds comes from its
+ * prefix cache and the rows start after it; the Forward asks every stage to
+ * take the same positions from theirs (s_forward). A replay sends the prompt
+ * whole, so a stage that lost the prefix (or never held it) costs one
+ * replay, never a wrong token. */
+static void s_prefix_start(node_t *n, head_sess_t *s, double now)
+{
+    node_head_t *h = n->head;
+    const int first = s->send_round == 1 && s->send_r.kv_keep == 0 && s->send_r.n_draft == 0;
+    s->prefix_len = 0;
+    if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt)
+        return;
+    char err[256] = "";
+    const int L = sw_prefix_find(n->prefix, "", s->prompt, s->n_prompt, s->n_prompt - 1);
+    if (L > 0 && sw_prefix_restore(n->prefix, "", s->prompt, L, s->kv, err, sizeof err) == 0) {
+        s->prefix_len = L;
+        s->send_row = L;
+        SW_DEBUG("session %016llx: %d of %d prompt positions from the prefix cache",
+                 (unsigned long long)s->id, L, s->n_prompt);
+    } else if (L > 0) {
+        SW_WARN("prefix cache: %s", err);
+    }
+}
+
+/* The prefill's last chunk ran through this stage's layers: the prompt's
+ * blocks go into the prefix cache, within what --kv-mib leaves beside the
+ * sessions' caches. */
+static void s_prefix_store(node_t *n, head_sess_t *s)
+{
+    if (!n->prefix)
+        return;
+    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = n->head->kv_used;
+    char err[256] = "";
+    if (sw_prefix_store(n->prefix, "", s->prompt, s->n_prompt, s->kv,
+                        cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
+        SW_WARN("prefix cache: %s", err);
 }
 
 /* Advances one running session: deadline, the next round, what recovery
@@ -365,6 +435,8 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         s->send_idx = idx;
         s->send_row = s->send_chunks = 0;
         s->send_round = ++s->round_no;
+        if (idx == 0)
+            s_prefix_start(n, s, now);
         return 1;
     case NODE_REC_ROUTE:
         s->want_route = 1;
@@ -434,6 +506,8 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         s->t_round = now - batch_ms;
     if (current)
         s->round_head_ms += batch_ms;
+    if (idx == 0 && s->send_row + rows == s->send_r.n)
+        s_prefix_store(n, s);
     if (s->route.n == 1) {
         /* The head holds every layer: verify here, no message. */
         sw_verdict_t v;
@@ -445,8 +519,10 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
             return;
         }
-        if (node_recover_verdict(s->rec, s->send_round, now))
+        if (node_recover_verdict(s->rec, s->send_round, now)) {
+            draft_load_verdict(&n->head->load, v.n_commit, 0, 0, 0, now);
             s_commit(n, s, &v, now);
+        }
         return;
     }
     if (s_forward(n, s, hidden, s->send_row, rows, batch_ms) != 0) {
@@ -491,8 +567,9 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
         /* Chunks of SW_WIRE_MAX_ROWS go on the wire; a route of one stage runs
          * the whole round at once (as a single process would). */
         int rows = r->n - s->send_row;
-        if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS)
-            rows = SW_WIRE_MAX_ROWS;
+        if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS)
+            rows = SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS; // to a window's end
+
         const int last = s->send_row + rows == r->n;
         const int want = s->route.n == 1 && last ? r->n_draft + 1 : 0;
         if (nb > 0 && (rows_total + rows > n->o.max_batch_rows || rows_total + rows > n->rows_cap ||
@@ -509,6 +586,8 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
             .logits = want ? h->logits + (size_t)logit_rows * V : NULL,
             .n_logits = want,
             .prompt = r->n_draft == 0,
+            /* after a cached prefix: the prompt's windows from position 0 */
+            .prompt_cont = r->kv_keep == 0 && r->n_draft == 0 && s->send_row > 0,
         };
         if (sw_round_parents(r, s->send_row, rows, s->send_tp))
             f.parent = s->send_tp;
@@ -526,6 +605,13 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     const double batch_ms = sw_now_ms() - t0;
     if (nb > 1)
         SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
+    int all_rows = 0;
+    for (int i = 0; i < nb; i++)
+        all_rows += fs[i].n;
+    if (rc == 0)
+        draft_load_head_batch(&h->load, all_rows, batch_ms, t0 + batch_ms);
+    for (int i = 0; i < nb; i++)
+        in[i]->round_head_rows = all_rows;
     for (int i = 0; i < nb; i++) {
         head_sess_t *s = in[i];
         if (rc != 0) {

@@ -42,6 +42,9 @@ enum {
     O_ROUND,
     O_RECOVER,
     O_HB,
+    O_PREFIX,
+    O_DLOAD,
+    O_DBATCH,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -79,6 +82,13 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_RECOVER_TIMEOUT_S) "; 0 = fail at once)"},
     {"heartbeat-ms", O_HB, "MS",
      "relay heartbeat interval (default " SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
+    {"prefix-cache", O_PREFIX, "on|off",
+     "keep the KV of prompt prefixes for later requests that\nstart the same way, within --kv-mib "
+     "(default on)"},
+    {"draft-load", O_DLOAD, "on|off",
+     "head: the adaptive K and trees shrink as other sessions\nfill the batches (default on)"},
+    {"draft-batch", O_DBATCH, "on|off",
+     "head: every session's draft step in one forward of the\ndraft model (default on)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -166,6 +176,22 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &cli->recover_s);
     case O_HB:
         return sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o->heartbeat_ms);
+    case O_PREFIX:
+    case O_DLOAD:
+    case O_DBATCH: {
+        const char *flag = c == O_PREFIX  ? "--prefix-cache"
+                           : c == O_DLOAD ? "--draft-load"
+                                          : "--draft-batch";
+        int *to = c == O_PREFIX  ? &o->prefix_cache
+                  : c == O_DLOAD ? &o->draft_load
+                                 : &o->draft_batch;
+        if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+            fprintf(stderr, "shardwire-node: %s '%s' must be on or off\n", flag, v);
+            return -1;
+        }
+        *to = !strcmp(v, "on");
+        return 0;
+    }
     case O_DTYPE:
         if (!strcmp(v, "f32"))
             o->dtype = SW_DTYPE_F32;
@@ -279,6 +305,9 @@ int main(int argc, char **argv)
         .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
         .max_sessions_per_client = -1,
         .max_batch_rows = SW_NODE_DEFAULT_MAX_BATCH_ROWS,
+        .prefix_cache = 1,
+        .draft_load = 1,
+        .draft_batch = 1,
     };
     const int rc = s_parse(argc, argv, &o, &cli);
     if (rc >= 0)

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "head.h"
 #include "log.h"
 #include "stage.h"
@@ -65,6 +67,13 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
             (unsigned long long)sc->session_id, m->peer, sc->reason[0] ? sc->reason : "no reason",
             node_sessions_held(n), (unsigned long long)n->stat_batched,
             (unsigned long long)n->stat_batches, n->stat_shared_rows);
+    if (n->prefix) {
+        const sw_prefix_stats_t *ps = sw_prefix_stats(n->prefix);
+        SW_INFO("prefix cache: %llu of %llu prefills found a prefix, %llu positions reused; %d "
+                "blocks held (%.1f MiB)",
+                (unsigned long long)ps->hits, (unsigned long long)ps->lookups,
+                (unsigned long long)ps->tokens_reused, ps->blocks, (double)ps->bytes / (1 << 20));
+    }
 }
 
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
@@ -188,6 +197,17 @@ static int s_open(node_t *n)
     s_kv_budget(n);
     if (s_buffers(n) != 0)
         return -1;
+    if (o->prefix_cache) {
+        /* Prompt prefixes' KV, in --kv-mib beside the sessions' caches
+         * (engine/prefix.h); its hash buckets keyed by a secret. */
+        uint64_t seed;
+        randombytes_buf(&seed, sizeof seed);
+        n->prefix = sw_prefix_new(n->model, 0, seed);
+        if (!n->prefix) {
+            SW_ERR("out of memory for the prefix cache");
+            return -1;
+        }
+    }
     if (sw_model_is_first(n->model) && node_head_new(n, err, sizeof err) != 0) {
         SW_ERR("%s: %s", o->model, err);
         return -1;
@@ -289,6 +309,7 @@ static void s_close(node_t *n)
     free(n->hidden_out);
     free(n->wire_buf);
     free(n->logits);
+    sw_prefix_free(&n->prefix);
     sw_model_free(&n->model);
     sw_backend_free(&n->be);
 }

@@ -30,6 +30,7 @@
 #include "decode.h"
 #include "model.h"
 #include "peer.h"
+#include "prefix.h"
 #include "stage.h"
 
 typedef struct node_opts {
@@ -65,6 +66,10 @@ typedef struct node_opts {
     int max_sessions_per_client; // head: sessions one client key runs at once (0 = no limit)
     int max_batch_rows;          // rows in one batched forward (a larger prefill chunk runs alone)
     int64_t kv_bytes;            // memory for the sessions' KV caches, bytes (0 = no cap)
+    int prefix_cache;            // 1: keep prompt prefixes' KV for later requests (within
+                                 // kv_bytes; engine/prefix.h)
+    int draft_load;              // head: 1 = K and trees follow the load (drafter/load.h)
+    int draft_batch;             // head: 1 = the sessions' draft steps run batched
 } node_opts_t;
 
 typedef struct node_head node_head_t; // head.h
@@ -94,6 +99,8 @@ typedef struct node {
     uint64_t stat_batched;            // Forwards run in them
     int stat_shared_rows;             // most rows in one batch of 2 or more Forwards
     node_head_t *head;                // head state (first stage only)
+    sw_prefix_t *prefix;              // KV of prompt prefixes computed here (NULL = off), in
+                                      // kv_bytes with the sessions' caches
     sw_wire_msg_t table;              // stages: the relay's last peer table (route checks)
     double table_ms;                  // when it came (0 = never)
     double table_asked_ms;            // a query for it is out since then (0 = none)

@@ -351,7 +351,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     /* A stage opens a session only on its first round (nothing kept): a later
      * round for a session it does not hold means it restarted and lost it. */
     node_session_t *s = node_session_get(n, sid, 0, 0, &(const char *){""});
-    if (!s && f->kv_keep > 0) {
+    if (!s && f->kv_keep > 0 && !f->prefix_len) {
         s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the round keeps %u positions of a session this stage does not hold "
                       "(stage restarted?)",
@@ -387,6 +387,105 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
         return NULL;
     }
     return s;
+}
+
+/* ---- prefix cache (engine/prefix.h) --------------------------------------------------- */
+
+/* The namespace of this stage's prefix blocks for f's session: what its KV
+ * depends on besides the tokens, the dtype of its input and the nodes before
+ * it on the route (they computed that input). 0, or -1 when it does not fit. */
+static int s_prefix_ns(const sw_msg_forward_t *f, char *out, size_t len)
+{
+    size_t at = (size_t)snprintf(out, len, "dtype %d", (int)f->dtype);
+    for (uint32_t i = 0; i < f->hop && at < len; i++)
+        at += (size_t)snprintf(out + at, len - at, "|%s", f->route[i]);
+    return at < len ? 0 : -1;
+}
+
+/* Keeps tokens[0..n) as s's prompt from position at. 0 or -1 (out of memory). */
+static int s_prompt_set(node_session_t *s, const uint32_t *tokens, int n, int at)
+{
+    if (at + n > s->prompt_cap) {
+        int cap = s->prompt_cap ? s->prompt_cap : 1024;
+        while (cap < at + n)
+            cap *= 2;
+        int32_t *p = realloc(s->prompt, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        s->prompt = p;
+        s->prompt_cap = cap;
+    }
+    for (int i = 0; i < n; i++)
+        s->prompt[at + i] = (int32_t)tokens[i];
+    s->n_prompt = at + n;
+    return 0;
+}
+
+static void s_prompt_drop(node_session_t *s)
+{
+    free(s->prompt);
+    s->prompt = NULL;
+    s->n_prompt = s->prompt_cap = 0;
+}
+
+/* A Forward that starts after a prefix (prefix_len): the session's cache
+ * takes those positions from this stage's prefix cache, and on the last
+ * stage the verifier their tokens. 0, or -1 when answered with an Error
+ * (the session is freed; the head then sends the whole prompt). */
+static int s_prefix_take(node_t *n, node_session_t *s, const sw_msg_forward_t *f)
+{
+    const int L = (int)f->prefix_len;
+    char ns[SW_PREFIX_NS_LEN + 1], err[256] = "";
+    const int32_t *toks = (const int32_t *)f->prefix_tokens; // token ids < 2^22 (wire.c)
+    int ok = n->prefix && s_prefix_ns(f, ns, sizeof ns) == 0 && sw_kv_truncate(s->kv, 0) == 0 &&
+             L < sw_kv_capacity(s->kv) && sw_prefix_find(n->prefix, ns, toks, L, L) == L &&
+             sw_prefix_restore(n->prefix, ns, toks, L, s->kv, err, sizeof err) == 0;
+    if (ok && node_is_last(n)) {
+        if (!s->ver)
+            s->ver = s_verifier(n, f);
+        ok = s->ver && sw_verifier_feed(s->ver, 0, toks, L, err, sizeof err) == 0;
+    }
+    if (ok)
+        ok = s_prompt_set(s, f->prefix_tokens, L, 0) == 0;
+    if (!ok) {
+        s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id,
+                      "%s: the %d-position prompt prefix is not in its prefix cache%s%s",
+                      sw_peer_name(n->peer), L, err[0] ? ": " : "", err);
+        node_session_free(n, s);
+        return -1;
+    }
+    return 0;
+}
+
+/* After the batch ran f for s: the prompt's tokens are kept while its
+ * prefill comes (a Forward that keeps 0 positions, or starts after a
+ * prefix, opens it; each chunk that follows it adds its rows), and once the
+ * last chunk ran the prompt's blocks go into the prefix cache, within what
+ * --kv-mib leaves beside the sessions' caches. */
+static void s_prompt_track(node_t *n, node_session_t *s, const sw_msg_forward_t *f)
+{
+    if (!n->prefix || f->n_draft > 0)
+        return;
+    const int opens = f->kv_keep == 0 && !f->prefix_len;
+    if (!opens && (!s->prompt || (int)f->kv_keep != s->n_prompt)) {
+        s_prompt_drop(s); // a decode round: no prefill in progress
+        return;
+    }
+    if ((int)f->n_tokens != (int)f->n_rows ||
+        s_prompt_set(s, f->tokens, (int)f->n_tokens, opens ? 0 : s->n_prompt) != 0) {
+        s_prompt_drop(s);
+        return;
+    }
+    if (f->prefill_more)
+        return;
+    char ns[SW_PREFIX_NS_LEN + 1], err[256] = "";
+    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0;
+    const size_t room = cap > n->kv_used ? cap - n->kv_used : 1; // 1: no room for a block
+    if (s_prefix_ns(f, ns, sizeof ns) == 0 &&
+        sw_prefix_store(n->prefix, ns, s->prompt, s->n_prompt, s->kv, cap ? room : 0, err,
+                        sizeof err) < 0)
+        SW_WARN("prefix cache: %s", err);
+    s_prompt_drop(s);
 }
 
 /* The round must fit the session's cache (and, on the last stage, its
@@ -491,6 +590,8 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         return;
     }
     s->last_used_ms = t_arrive;
+    if (f->prefix_len && s_prefix_take(n, s, f) != 0)
+        return;
     if (s_check_round(n, s, f) != 0)
         return;
     /* Accepted: into the batch. */
@@ -625,6 +726,7 @@ void node_stage_flush(node_t *n)
             .logits = n->logits ? n->logits + (size_t)b->logit0 * V : NULL,
             .n_logits = b->n_logits,
             .prompt = f->n_draft == 0,
+            .prompt_cont = f->prefix_len > 0, /* the prompt's windows from position 0 */
         };
         if (sw_round_parents(&r, 0, fw.n, b->par))
             fw.parent = b->par;
@@ -658,10 +760,14 @@ void node_stage_flush(node_t *n)
             continue;
         }
         b->s->round = f->round;
+        s_prompt_track(n, b->s, f);
         const sw_msg_timing_t mine = {
             .name = sw_peer_name(n->peer),
             .compute_us = (uint32_t)((t1 - t0) * 1e3),
             .queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3),
+            .batch_rows =
+                (uint32_t)(rows_run < SW_WIRE_MAX_BATCH_ROWS ? rows_run : SW_WIRE_MAX_BATCH_ROWS),
+            .batch_rounds = (uint32_t)nl,
         };
         if (node_is_last(n))
             s_verify(n, b, f, &mine);

@@ -43,6 +43,10 @@ typedef struct node_session {
     uint64_t round;      // last round seen
     char creator[64];    // peer whose Forward created it; only it may send more
     char owner[64];      // route[0] of that Forward (the head): may close it too
+    int32_t *prompt;     // (prompt_cap) its prompt's tokens while the prefill comes (prefix
+                         // cache: stored when it is complete), NULL otherwise
+    int n_prompt;        // tokens so far
+    int prompt_cap;      //
 } node_session_t;
 
 /* A Forward whose route a stage checks once the relay's peer table comes. */
@@ -66,6 +70,10 @@ typedef struct node_fwd {
 /* The session id, or with create a new one with a cache of n_ctx positions
  * (0 = --ctx), counted against --kv-mib; NULL with why. */
 node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why);
+/* Prefix cache (engine/prefix.h): frees cached prefixes, least recently
+ * used first, until the sessions' caches (kv_used), need bytes more and the
+ * prefixes fit --kv-mib. */
+void node_prefix_room(node_t *n, size_t kv_used, size_t need);
 /* Frees the session's cache (its waiting Forward is dropped). The head may
  * open it again: after a stage error, an eviction or an idle timeout it
  * replays the session from its prefill under the same id. */

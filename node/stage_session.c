@@ -8,6 +8,7 @@
  * fails at this stage (the head replays it from its prefill), and after
  * --idle-timeout-s unused.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -60,7 +61,9 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
         *why = "the session needs more KV memory than this node's --kv-mib";
         return NULL;
     }
-    /* Full: sessions nobody used for a while make room (whoever created them), least
+    /* Cached prefixes make room first (they are only worth time), */
+    node_prefix_room(n, n->kv_used, bytes);
+    /* then, when full, sessions nobody used for a while (whoever created them), least
      * recently used first, so that a peer that opened sessions and left them idle
      * cannot hold the stage until the idle timeout. */
     const double now = sw_now_ms();
@@ -121,6 +124,7 @@ void node_session_free(node_t *n, node_session_t *s)
     n->kv_used -= s->kv_bytes;
     sw_kv_free(&s->kv);
     sw_verifier_free(&s->ver);
+    free(s->prompt);
     memset(s, 0, sizeof *s);
 }
 
@@ -134,4 +138,12 @@ void node_sessions_expire(node_t *n, double now_ms)
             node_session_free(n, s);
         }
     }
+}
+
+void node_prefix_room(node_t *n, size_t kv_used, size_t need)
+{
+    if (!n->prefix || n->o.kv_bytes <= 0)
+        return;
+    const size_t cap = (size_t)n->o.kv_bytes;
+    sw_prefix_evict(n->prefix, kv_used + need < cap ? cap - kv_used - need : 0);
 }

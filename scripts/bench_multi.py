@@ -158,6 +158,10 @@ def step(cl, n_clients, flags, args, logdir):
         "head_ms": head / max(rounds + len(results), 1),
         "tail_ms": tail / max(rounds + len(results), 1),
         "per_batch": (f1 - f0) / (b1 - b0) if b1 > b0 else 0,
+        # per round: drafts sent, drafting on the critical path, drafting ahead (ms)
+        "drafted": sum(r["drafted"] for r in results) / max(rounds, 1),
+        "draft_ms": sum(r["timing"]["draft_ms"] for r in results) / max(rounds, 1),
+        "ahead_ms": sum(r["timing"]["draft_ahead_ms"] for r in results) / max(rounds, 1),
     }
 
 
@@ -180,12 +184,14 @@ def main():
     ap.add_argument("--split", type=int, default=0)
     ap.add_argument("--dtype", default="f32")
     ap.add_argument("--max-sessions", type=int, default=16)
+    ap.add_argument("--node-flags", default="",
+                    help="more flags for both nodes, one string (e.g. '--draft-load off')")
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write every raw result to this file")
     args = ap.parse_args()
     args.chat = False
-    args.node_extra = ["--max-sessions", str(args.max_sessions)]
+    args.node_extra = ["--max-sessions", str(args.max_sessions), *args.node_flags.split()]
     if "model" in args.modes.split(",") and not args.draft:
         raise SystemExit("bench_multi: mode 'model' needs --draft MODEL.gguf")
     for path in (args.target, args.draft):
@@ -202,7 +208,7 @@ def main():
         print(f"# target {os.path.basename(args.target)} ({n_layers} layers, head [0,{split}) "
               f"tail [{split},{n_layers})), {rtt:g} ms per round trip, {args.threads} thread(s) "
               f"per node, {args.n} tokens x {args.requests} requests per client, "
-              f"--max-sessions {args.max_sessions}", file=sys.stderr)
+              f"--max-sessions {args.max_sessions} {args.node_flags}", file=sys.stderr)
         for p in PROMPTS[:2]:  # warm up (page cache, first touch)
             cl.run(p, ["--draft", "none"], n=2)
         # The prefill's compute, one request alone at a time: the head's own
@@ -223,7 +229,9 @@ def main():
                 print(f"  {label}, {n:2d} client(s): {r['tokens']} tokens in {r['wall_s']:.1f} s "
                       f"in flight ({r['step_s']:.1f} s with client start-ups) "
                       f"= {r['agg']:.1f} tok/s, TTFT p50 {pct(r['ttft'], 50):.0f} ms p95 "
-                      f"{pct(r['ttft'], 95):.0f} ms", file=sys.stderr)
+                      f"{pct(r['ttft'], 95):.0f} ms; per round {r['drafted']:.1f} drafts, "
+                      f"drafting {r['draft_ms']:.0f} ms (+{r['ahead_ms']:.0f} ahead)",
+                      file=sys.stderr)
                 rows.append([label, str(n), f"{r['agg']:.1f}", f"{r['agg'] / base:.2f}x",
                              f"{pct(r['ttft'], 50):.0f}", f"{pct(r['ttft'], 95):.0f}",
                              f"{goal:.0f}", f"{r['tpr']:.2f}", f"{r['head_ms']:.1f}",

@@ -29,6 +29,8 @@ typedef struct swf_result {
     int rc;                   // client exit code
     double tail_ms;           // compute time the stage named "tail" reported (ms), 0 = none
     char digest[17];          // logits_digest: equal digests = bit-identical logits
+    int prefix_reused;        // prompt tokens the stages took from their prefix caches
+    double ttft_ms;           // the client's time to the first token
     char err[2048];           // client stderr (start of it)
 } swf_result_t;
 
@@ -81,6 +83,8 @@ static inline void swf_parse(const char *json_text, swf_result_t *r)
     r->tail_ms = sc ? json_real_value(json_object_get(sc, "tail")) : 0;
     const char *dg = json_string_value(json_object_get(j, "logits_digest"));
     snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
+    r->prefix_reused = (int)json_integer_value(json_object_get(j, "prefix_reused"));
+    r->ttft_ms = json_number_value(json_object_get(j, "ttft_ms"));
     json_decref(j);
 }
 

@@ -858,6 +858,7 @@ int main(void)
     SW_CHECK(strstr(resp, "shardwire_gateway_tokens_total{kind=\"completion\"}") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_tree_rounds_total ") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_ahead_rounds_total{outcome=\"hit\"} ") != NULL);
+    SW_CHECK(strstr(resp, "shardwire_gateway_prefix_tokens_reused_total ") != NULL);
     free(resp);
 
 out:

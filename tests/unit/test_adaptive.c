@@ -24,7 +24,12 @@
  *    (on when it pays, off when it slows the rounds down, as on a machine
  *    that the stages share), the other tried again every few blocks; with
  *    the hit rate high, a hidden draft costs nothing up to one round's wait
- *    and the chain grows.
+ *    and the chain grows;
+ *  - under load (load.h) the same rounds give the one-session K alone, a
+ *    smaller K with 16 sessions sharing the batches (none when the draft
+ *    model must first catch up on 200 tokens for the last 8), none when the stages are
+ *    saturated (and then no probes, no drafting ahead, and a new session
+ *    starts plain).
  */
 #include <math.h>
 #include <stdint.h>
@@ -209,9 +214,108 @@ static void test_ahead(void)
     SW_CHECK(k_hid > k_sync);
 }
 
+/* Load (load.h, issue 22): two controllers fed the same rounds, one with the
+ * head's load attached. Alone on the head (one session: lambda 0) both pick
+ * the same K; with 16 sessions sharing batches and the stages partly busy
+ * the loaded one drafts less, and with the stages saturated and rows
+ * costly it drafts nothing (plain rounds); the price it weighs grows with
+ * the load. */
+static void test_load(void)
+{
+    const sim_t wan = {.a = 0.8, .fixed = 86, .c0 = 20, .c1 = 2, .t_draft = 3};
+    draft_load_t load;
+    draft_load_init(&load);
+    for (int rows = 1; rows <= 256; rows *= 2) { // batches: 4 ms + 0.25 ms a row, each stage
+        draft_load_head_batch(&load, rows, 4 + 0.25 * rows, 1);
+        draft_load_verdict(&load, 1, 4 + 0.25 * rows, rows, 1, 1);
+        draft_load_draft_batch(&load, rows, 2 + 0.1 * rows, 1);
+    }
+    draft_ctl_t alone, loaded;
+    draft_ctl_init(&alone, 0, 16);
+    draft_ctl_init(&loaded, 0, 16);
+    loaded.load = &load;
+    alone.model_drafts = loaded.model_drafts = 1;
+    sw_rng_t rng;
+    sw_rng_seed(&rng, 7);
+    for (int round = 0; round < 60; round++) {
+        const int k = 2 + 4 * (round % 3); // a spread of K: 2, 6, 10
+        int acc = 0;
+        while (acc < k && sw_rng_uniform(&rng) < wan.a)
+            acc++;
+        const double compute = s_compute(&wan, k + 1);
+        for (draft_ctl_t *c = &alone; c; c = c == &alone ? &loaded : NULL) {
+            draft_ctl_draft_time(c, k, k * wan.t_draft);
+            draft_ctl_observe(c, k, k, acc, wan.fixed + compute, compute);
+        }
+        draft_ctl_observe_batch(&loaded, k + 1, 16 * (k + 1), 16 * (k + 1));
+    }
+    load.n_active = 1; // alone: the one-session choice
+    load.rate = 0.04;
+    SW_CHECK_NEAR(draft_ctl_lambda(&loaded), 0, 1e-12);
+    const int k_alone = draft_ctl_next_k(&alone, 64);
+    SW_CHECK_INT(draft_ctl_next_k(&loaded, 64), k_alone);
+    SW_CHECK(k_alone >= 4);
+    /* 16 sessions, 4 rounds in a batch, the stages busy a third of the time */
+    load.n_active = 16;
+    load.rounds = 4;
+    load.busy = 0.3;
+    load.rate = 16 * 0.04;
+    const double lam_mid = draft_ctl_lambda(&loaded);
+    const int k_mid = draft_ctl_next_k(&loaded, 64);
+    /* the same load after a stretch without drafts: the draft model would
+     * first read 200 tokens, which the others wait for */
+    loaded.lag = 200;
+    loaded.left = 8;
+    SW_CHECK_INT(draft_ctl_next_k(&loaded, 64), 0);
+    loaded.left = 2000; // worth it when the generation has long to go
+    SW_CHECK(draft_ctl_next_k(&loaded, 64) >= 1);
+    loaded.lag = loaded.left = 0;
+    /* saturated: busy all the time, every round in the same batches, rows 8x dearer */
+    load.busy = 1;
+    for (int rows = 1; rows <= 256; rows *= 2)
+        for (int i = 0; i < 30; i++) {
+            draft_load_head_batch(&load, rows, 4 + 2 * rows, 1);
+            draft_load_verdict(&load, 1, 4 + 2 * rows, rows, 16, 1);
+        }
+    load.rounds = 16;
+    load.rate = 16 * 0.04;
+    const double lam_hi = draft_ctl_lambda(&loaded);
+    const int k_hi = draft_ctl_next_k(&loaded, 64);
+    fprintf(stderr,
+            "load: K alone %d; 16 sessions, busy 0.3: lambda %.3f tok/ms, K %d; saturated: "
+            "lambda %.3f, K %d\n",
+            k_alone, lam_mid, k_mid, lam_hi, k_hi);
+    SW_CHECK(lam_mid > 0 && lam_hi > lam_mid);
+    SW_CHECK(k_mid >= 1 && k_mid < k_alone);
+    SW_CHECK_INT(k_hi, 0);
+    /* saturated: no probes (each would make the draft model catch up), and
+     * no drafting ahead: its draft steps cost the others more than a held
+     * guess saves this session */
+    int drafted = 0;
+    for (int i = 0; i < 3 * DRAFT_CTL_PROBE; i++)
+        drafted += draft_ctl_next_k(&loaded, 64);
+    SW_CHECK_INT(drafted, 0);
+    loaded.ahead_on = 1;
+    SW_CHECK_INT(draft_ctl_ahead_k(&loaded, 4), 0);
+    /* a new session on the saturated head starts plain, not with the
+     * three measuring rounds of drafts (nor does it alone) */
+    draft_ctl_t fresh;
+    draft_ctl_init(&fresh, 0, 16);
+    fresh.load = &load;
+    fresh.model_drafts = 1;
+    SW_CHECK_INT(draft_ctl_next_k(&fresh, 64), 0);
+    load.n_active = 1;
+    SW_CHECK(draft_ctl_next_k(&fresh, 64) > 0);
+    load.n_active = 16;
+    /* alone again: drafting ahead comes back */
+    load.n_active = 1;
+    SW_CHECK(draft_ctl_ahead_k(&loaded, 4) == 4);
+}
+
 int main(void)
 {
     test_calibration();
+    test_load();
     test_thresholds();
     test_ahead();
     SW_CHECK_NEAR(draft_expected_tokens(0.5, 0), 1.0, 1e-12);

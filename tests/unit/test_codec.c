@@ -113,6 +113,8 @@ static void s_check_timing(const sw_msg_timing_t *a, const sw_msg_timing_t *b, u
         SW_CHECK(!strcmp(a[i].name, b[i].name));
         SW_CHECK_INT(a[i].compute_us, b[i].compute_us);
         SW_CHECK_INT(a[i].queue_us, b[i].queue_us);
+        SW_CHECK_INT(a[i].batch_rows, b[i].batch_rows);
+        SW_CHECK_INT(a[i].batch_rounds, b[i].batch_rounds);
     }
 }
 
@@ -397,7 +399,7 @@ static void s_test_forward(void)
     f->hop = 1;
     f->reply_to = "head";
     f->n_timing = 1;
-    f->timing[0] = (sw_msg_timing_t){"head", 1500, 20};
+    f->timing[0] = (sw_msg_timing_t){"head", 1500, 20, 12, 3};
     f->kv_path_from = 98;
     f->n_kv_path = 2;
     f->kv_path = kv_path;
@@ -452,7 +454,7 @@ static void s_test_forward(void)
     sw_msg_t next = out;
     next.forward.hop = 2;
     next.forward.layer_begin = 20;
-    next.forward.timing[next.forward.n_timing++] = (sw_msg_timing_t){"mid", 900, 5};
+    next.forward.timing[next.forward.n_timing++] = (sw_msg_timing_t){"mid", 900, 5, 37, 4};
     sw_wire_msg_t m2 = {0};
     sw_msg_t out2;
     SW_CHECK_INT(s_trip(&next, &m2, &out2), 0);
@@ -488,6 +490,22 @@ static void s_test_forward(void)
     SW_CHECK_INT(g->prefill_more, 1);
     SW_CHECK(g->payload == NULL && g->payload_len == 0);
     SW_CHECK_INT(g->n_timing, 0);
+    SW_CHECK_INT(g->prefix_len, 0);
+    SW_CHECK(g->prefix_tokens == NULL);
+
+    /* a prefill after a prefix taken from the stages' caches */
+    static uint32_t prefix[2 * SW_PREFIX_BLOCK];
+    for (int i = 0; i < 2 * SW_PREFIX_BLOCK; i++)
+        prefix[i] = (uint32_t)(i * 7 + 3);
+    f->prefill_more = 0;
+    f->start_pos = f->kv_keep = 2 * SW_PREFIX_BLOCK;
+    f->prefix_len = 2 * SW_PREFIX_BLOCK;
+    f->prefix_tokens = prefix;
+    SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
+    g = &out.forward;
+    SW_CHECK_INT(g->prefix_len, 2 * SW_PREFIX_BLOCK);
+    SW_CHECK(g->prefix_tokens && !memcmp(g->prefix_tokens, prefix, sizeof prefix));
+    SW_CHECK_INT(g->kv_keep, 2 * SW_PREFIX_BLOCK);
     sw_wire_msg_clear(&m);
 }
 
@@ -506,7 +524,7 @@ static void s_test_verdict(void)
                                 .n_path = 2,
                                 .path = path,
                                 .n_timing = 2,
-                                .timing = {{"head", 1, 2}, {"tail", 3, 4}},
+                                .timing = {{"head", 1, 2, 0, 0}, {"tail", 3, 4, 9, 2}},
                                 .logits_digest = 0x0123456789abcdefull}};
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     const sw_msg_verdict_t *v = &out.verdict;
@@ -653,8 +671,9 @@ static void s_test_chunk(void)
                          .n_ahead_misses = 15,
                          .n_tree_rounds = 16,
                          .n_kv_moves = 17,
+                         .n_prefix_reused = 18,
                          .n_stages = 2,
-                         .stages = {{"mid", 100, 0}, {"tail", 200, 0}},
+                         .stages = {{"mid", 100, 0, 0, 0}, {"tail", 200, 0, 0, 0}},
                          .logits_digest = 0xdeadbeefull};
     msg = (sw_msg_t){.type = SW_MSG_TOKEN_CHUNK,
                      .chunk = {.request_id = "req-9",
@@ -676,7 +695,7 @@ static void s_test_chunk(void)
     SW_CHECK(s->ttft_ms == 8.5f && s->decode_ms == 9.5f && s->draft_ms == 10.5f &&
              s->head_ms == 11.5f && s->network_ms == 12.5f && s->draft_ahead_ms == 13.5f);
     SW_CHECK(s->n_ahead_hits == 14 && s->n_ahead_misses == 15 && s->n_tree_rounds == 16 &&
-             s->n_kv_moves == 17);
+             s->n_kv_moves == 17 && s->n_prefix_reused == 18);
     SW_CHECK_INT(s->n_stages, 2);
     s_check_timing(s->stages, st.stages, 2);
     SW_CHECK(s->logits_digest == 0xdeadbeefull);
@@ -772,6 +791,34 @@ static void s_test_refused_out(void)
     SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
     bad = ok;
     bad.forward.n_kv_path = 1;
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    /* a prefix: in whole blocks, with its tokens, at the start of a prefill */
+    static uint32_t prefix[SW_PREFIX_BLOCK + 1];
+    sw_msg_t pre = ok;
+    pre.forward.prefix_len = SW_PREFIX_BLOCK;
+    pre.forward.prefix_tokens = prefix;
+    pre.forward.start_pos = pre.forward.kv_keep = SW_PREFIX_BLOCK;
+    SW_CHECK_INT(s_refused(&pre), 0);
+    bad = pre;
+    bad.forward.prefix_tokens = NULL; /* a count without its array */
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = pre;
+    bad.forward.prefix_len = SW_PREFIX_BLOCK + 1; /* not a whole block */
+    bad.forward.start_pos = bad.forward.kv_keep = SW_PREFIX_BLOCK + 1;
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = pre;
+    bad.forward.kv_keep = 0; /* rows that do not start after the prefix */
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = pre;
+    bad.forward.n_draft = 1; /* a prefix starts a prefill, not a drafting round */
+    bad.forward.draft_tokens = toks;
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    prefix[0] = SW_WIRE_MAX_TOKEN; /* not a token id */
+    SW_CHECK_INT(s_refused(&pre), SW_WIRE_EMALFORMED);
+    prefix[0] = 0;
+    bad = ok;
+    bad.forward.timing[0] = (sw_msg_timing_t){"a", 1, 1, SW_WIRE_MAX_BATCH_ROWS + 1, 1};
+    bad.forward.n_timing = 1;
     SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
     bad = ok;
     bad.forward.dtype = (sw_dtype_t)7;

@@ -1,0 +1,146 @@
+/*
+ * load.c - what the sessions of one head cost each other (see load.h).
+ */
+#include "load.h"
+
+#include <string.h>
+
+#define S_COST_DECAY 0.8 // per measurement in a row bucket
+#define S_WIN_DECAY 0.5  // per window: rates and busy time
+
+/* Lower edges of the row buckets: a batch of R rows counts in the last
+ * bucket whose edge is <= R (each keeps its mean rows too). */
+static const int s_edge[DRAFT_LOAD_BUCKETS] = {1,  2,  3,  4,  6,  8,   12,  16,
+                                               24, 32, 48, 64, 96, 128, 192, 256};
+
+/* A measured point of a cost table: rows, ms. */
+typedef struct s_pt {
+    double x, y;
+} s_pt_t;
+
+static int s_bucket(int rows)
+{
+    int b = 0;
+    while (b + 1 < DRAFT_LOAD_BUCKETS && s_edge[b + 1] <= rows)
+        b++;
+    return b;
+}
+
+static void s_cost_add(draft_cost_t *c, int rows, double ms)
+{
+    if (rows < 1 || !(ms >= 0))
+        return;
+    /* Normalised to the bucket's edge by proportion, so that one bucket's
+     * mean is a cost at one row count. */
+    const int b = s_bucket(rows);
+    const double at_edge = ms * s_edge[b] / rows;
+    c->ms[b] = c->seen[b] ? c->ms[b] * S_COST_DECAY + at_edge * (1 - S_COST_DECAY) : at_edge;
+    c->seen[b] = 1;
+}
+
+double draft_cost_ms(const draft_cost_t *c, double rows)
+{
+    s_pt_t p[DRAFT_LOAD_BUCKETS];
+    int n = 0;
+    for (int b = 0; b < DRAFT_LOAD_BUCKETS; b++)
+        if (c->seen[b])
+            p[n++] = (s_pt_t){s_edge[b], c->ms[b]};
+    if (n == 0 || !(rows > 0))
+        return 0;
+    if (rows <= p[0].x) // below every measurement: proportional
+        return p[0].y * rows / p[0].x;
+    for (int i = 1; i < n; i++)
+        if (rows <= p[i].x)
+            return p[i - 1].y + (p[i].y - p[i - 1].y) * (rows - p[i - 1].x) / (p[i].x - p[i - 1].x);
+    /* beyond: the last slope (never negative), or proportional with one point */
+    double slope = n > 1 ? (p[n - 1].y - p[n - 2].y) / (p[n - 1].x - p[n - 2].x) : p[0].y / p[0].x;
+    if (slope < 0)
+        slope = 0;
+    return p[n - 1].y + slope * (rows - p[n - 1].x);
+}
+
+void draft_load_init(draft_load_t *l)
+{
+    memset(l, 0, sizeof *l);
+    l->rounds = 1;
+}
+
+/* Closes the window when it is over: its rate and busy share into the averages. */
+static void s_window(draft_load_t *l, double now)
+{
+    if (!l->w_start) {
+        l->w_start = now;
+        return;
+    }
+    const double dt = now - l->w_start;
+    if (dt < DRAFT_LOAD_WINDOW_MS)
+        return;
+    const double rate = l->w_tokens / dt;
+    double busy = (l->w_head_ms > l->w_later_ms ? l->w_head_ms : l->w_later_ms) / dt;
+    busy = busy > 1 ? 1 : busy;
+    l->rate = l->rate * S_WIN_DECAY + rate * (1 - S_WIN_DECAY);
+    l->busy = l->busy * S_WIN_DECAY + busy * (1 - S_WIN_DECAY);
+    l->w_start = now;
+    l->w_tokens = l->w_head_ms = l->w_later_ms = 0;
+}
+
+void draft_load_head_batch(draft_load_t *l, int rows, double ms, double now)
+{
+    s_window(l, now);
+    s_cost_add(&l->head, rows, ms);
+    l->w_head_ms += ms > 0 ? ms : 0;
+}
+
+void draft_load_draft_batch(draft_load_t *l, int rows, double ms, double now)
+{
+    s_window(l, now);
+    s_cost_add(&l->draft, rows, ms);
+    l->w_head_ms += ms > 0 ? ms : 0;
+    l->draft_rows =
+        l->draft_rows > 0 ? l->draft_rows * S_COST_DECAY + rows * (1 - S_COST_DECAY) : rows;
+}
+
+void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_rows,
+                        int later_rounds, double now)
+{
+    s_window(l, now);
+    l->w_tokens += tokens > 0 ? tokens : 0;
+    if (later_rows < 1 || later_rounds < 1 || !(later_ms >= 0))
+        return;
+    s_cost_add(&l->later, later_rows, later_ms);
+    l->w_later_ms += later_ms / later_rounds; // the batch once, over its rounds
+    l->rounds = l->rounds * S_COST_DECAY + later_rounds * (1 - S_COST_DECAY);
+}
+
+void draft_load_active(draft_load_t *l, int n)
+{
+    l->n_active = n;
+}
+
+double draft_load_ext(const draft_load_t *l, double r_own)
+{
+    if (!l || l->n_active <= 1)
+        return 0;
+    const double others = l->rate - (r_own > 0 ? r_own : 0);
+    if (!(others > 0))
+        return 0;
+    double share = (l->rounds - 1) / (l->n_active - 1);
+    share = share < 0 ? 0 : share > 1 ? 1 : share;
+    return others * (l->busy + (1 - l->busy) * share);
+}
+
+double draft_load_work(const draft_load_t *l, int own, int extra, double head_others,
+                       double later_others, int drafts, double draft_others)
+{
+    if (!l || (extra <= 0 && drafts <= 0))
+        return 0;
+    const double h0 = head_others + own, t0 = later_others + own;
+    double w = draft_cost_ms(&l->head, h0 + extra) - draft_cost_ms(&l->head, h0);
+    w += draft_cost_ms(&l->later, t0 + extra) - draft_cost_ms(&l->later, t0);
+    if (drafts > 0) {
+        const double step =
+            draft_cost_ms(&l->draft, draft_others + 1) - draft_cost_ms(&l->draft, draft_others);
+        w += drafts * (step > 0 ? step : 0);
+    }
+    return w > 0 ? w : 0;
+}

@@ -1,0 +1,94 @@
+/*
+ * load.h - what the sessions of one head cost each other: the measurements
+ * behind load-adaptive speculation (adaptive.h uses them).
+ *
+ * A session's round does not run alone: its rows share the head's batch and
+ * every stage's batch with the other sessions' rounds, and its draft steps
+ * share the draft model's batched forward (draft_model_flush). A draft row
+ * therefore costs twice: it lengthens the session's own round (what the K
+ * controller always weighed) and it adds work to batches that other
+ * sessions wait for. When the stages are idle between rounds that second
+ * cost delays only the rounds in the same batch; when they are busy all the
+ * time every ms of work delays everyone. So a session adds a draft row only
+ * when the tokens it expects from it pay for both (draft_ctl_next_k):
+ *
+ *     E(K) - r * T(K) - lambda * W(K)   is largest,
+ *
+ * r its own best rate (tokens per ms), T(K) its own round time with K drafts,
+ * W(K) the work (ms) its K drafts add to the batches (draft_load_work) and
+ * lambda the rate of the other sessions that work delays (draft_load_ext):
+ * the head's aggregate rate without this session, all of it in the share of
+ * time the busiest stage computes (it queues everyone), otherwise the share
+ * of the sessions whose rounds ran in the same batches. With one session
+ * lambda is 0 and the choice is the one-session controller's. As the stages
+ * fill, lambda and the marginal cost of a row grow, and K and the tree
+ * shrink to what still pays, down to plain rounds.
+ *
+ * Measured here (the head feeds it, node/head*.c): the ms of a batch by its
+ * rows for the head's layers, for the later stages (their compute of a
+ * round, by the rows of the last stage's batch, from the Verdict's
+ * StageTiming) and for the draft model's batched step; the tokens all
+ * sessions commit; the time each stage computes (the head's batches and
+ * draft steps; the later stages' batch compute once per batch); the rounds
+ * per batch at the last stage; the sessions running. Moving averages over
+ * windows of DRAFT_LOAD_WINDOW_MS, so that the model follows the load.
+ *
+ * A draft_load_t is a plain value owned by the head, one per head, shared by
+ * its sessions' controllers (draft_cfg_t.load); one thread.
+ */
+#ifndef DRAFT_LOAD_H
+#define DRAFT_LOAD_H
+
+#define DRAFT_LOAD_BUCKETS 16     // row counts with a measured cost (see load.c)
+#define DRAFT_LOAD_WINDOW_MS 1000 // rates and busy time are taken per window this long
+
+/* The ms of a batch by its rows: a moving average per row bucket. */
+typedef struct draft_cost {
+    double ms[DRAFT_LOAD_BUCKETS];          // ms of a batch of the bucket's rows
+    unsigned char seen[DRAFT_LOAD_BUCKETS]; // 1 where measured
+} draft_cost_t;
+
+typedef struct draft_load {
+    draft_cost_t head;  // the head's layers, by the rows of its batch
+    draft_cost_t later; // the later stages' compute of a round, by the last stage's batch rows
+    draft_cost_t draft; // one batched step of the draft model, by its rows
+    double rate;        // tokens all sessions commit per ms (moving average over windows)
+    double busy;        // share of time the busiest stage computes, [0, 1] (moving average)
+    double rounds;      // rounds per batch at the last stage (moving average, >= 1)
+    double draft_rows;  // rows per batched draft step (moving average)
+    int n_active;       // sessions running
+    /* the current window */
+    double w_start;    // its start (ms, 0 = none yet)
+    double w_tokens;   // tokens committed in it
+    double w_head_ms;  // the head's compute in it (its layers and the draft model)
+    double w_later_ms; // the last stage's batch compute in it (each batch once)
+} draft_load_t;
+
+void draft_load_init(draft_load_t *l);
+/* The head ran rows of its layers as one batch in ms. */
+void draft_load_head_batch(draft_load_t *l, int rows, double ms, double now);
+/* The draft model ran one batched step of rows in ms. */
+void draft_load_draft_batch(draft_load_t *l, int rows, double ms, double now);
+/* A verdict: tokens committed, and the later stages' compute of the round
+ * (ms, summed), which ran in the last stage's batch of later_rows rows from
+ * later_rounds rounds (0 = not said: the stage did not report its batch). */
+void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_rows,
+                        int later_rounds, double now);
+/* Sessions running now. */
+void draft_load_active(draft_load_t *l, int n);
+
+/* The rate (tokens per ms) of the other sessions that one ms of extra work
+ * in this session's batches delays, given its own rate r_own (0 when alone). */
+double draft_load_ext(const draft_load_t *l, double r_own);
+/* The work (ms) that `extra` more rows of a round add to the batches, when
+ * the round already has `own` rows in the head's batch and the later stages'
+ * batches and the other rounds there hold head_others and later_others rows;
+ * plus `drafts` more rows of the draft model's batched steps, whose other
+ * sessions' rows are draft_others. */
+double draft_load_work(const draft_load_t *l, int own, int extra, double head_others,
+                       double later_others, int drafts, double draft_others);
+/* The ms of a batch of rows by a measured cost table (interpolated between
+ * measured buckets, the last slope beyond them; 0 when nothing is measured). */
+double draft_cost_ms(const draft_cost_t *c, double rows);
+
+#endif
