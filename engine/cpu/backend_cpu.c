@@ -691,7 +691,7 @@ sw_backend_t *sw_backend_cpu_new(int n_threads)
     c->pool = sw_pool_new(n_threads);
     if (!c->pool)
         goto err;
-    c->avx2 = strcmp(sw_cpu_kernels(), "avx2") == 0;
+    c->avx2 = sw_quant_level() >= SW_KLEVEL_AVX2;
     be->ops = &s_cpu_ops;
     be->impl = c;
     be->max_rows = 64;
