@@ -366,7 +366,10 @@ int sw_quantize_row(enum sw_type t, const float *src, void *dst, int64_t n)
             s_quant_q8_1(src, dst, n / SW_QK);
         return 0;
     case SW_TYPE_Q8_K:
-        s_quant_q8_k(src, dst, n / SW_QK_K);
+        if (s_use_avx2_quant)
+            sw_quantize_q8_k_avx2(src, dst, n);
+        else
+            s_quant_q8_k(src, dst, n / SW_QK_K);
         return 0;
     case SW_TYPE_Q4_0:
         s_quant_q4_0(src, dst, n / SW_QK);

@@ -112,9 +112,10 @@ void sw_kernels_avx2(struct sw_kernels *k);
 void sw_kernels_avx512(struct sw_kernels *k);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
-/* Quantizes activations to Q8_0/Q8_1 with AVX2 (bit-identical to the scalar code). */
+/* Quantizes activations to Q8_0/Q8_1/Q8_K with AVX2 (bit-identical to the scalar code). */
 void sw_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
 void sw_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
+void sw_quantize_q8_k_avx2(const float *x, void *y, int64_t n);
 
 /* The 6-bit scale and minimum of sub-block j (0..7) of a q4_K/q5_K block. */
 SW_HD void sw_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)

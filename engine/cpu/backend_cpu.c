@@ -464,6 +464,7 @@ static void s_attn_body(void *ctx, int ith, int nth)
     sw_f16 *prob = (void *)((char *)mine + a->n_ctx * 4); // (n_ctx) f16
     sw_f16 *q16 = prob + pad_ctx;                         // (head_dim) f16
     sw_f16 *vg = q16 + ((hd + 31) & ~31);                 // (n_ctx + 32) f16, tree gather
+    float *qf = (float *)(void *)(vg + pad_ctx + 32);     // (head_dim) f32: q16 as f32
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
@@ -486,12 +487,19 @@ static void s_attn_body(void *ctx, int ith, int nth)
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
+        /* The prompt order never has tree rows: slots [0, n_pos), K rows kv_dim
+         * apart, V rows n_ctx apart, the dots 8 at a time. */
+        const int batched = a->prompt_order && c->avx2;
+        if (batched) {
+            sw_cpu_f16_to_f32_avx2(q16, qf, hd);
+            sw_cpu_dots_f16_tiled_avx2(kc + (size_t)g * hd, kv_dim, n_pos, qf, hd, score);
+        }
         for (int p = 0; p < n_pos; p++) {
             const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
             const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
-            float s = !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
-                      : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(krow, q16, hd)
-                                       : sw_dot_f16_tiled(krow, q16, hd);
+            float s = batched            ? score[p]
+                      : !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
+                                         : sw_dot_f16_tiled(krow, q16, hd);
             s *= a->scale;
             score[p] = s;
             if (s > max)
@@ -503,6 +511,12 @@ static void s_attn_body(void *ctx, int ith, int nth)
             score[p] *= inv;
         s_to_f16(c, score, prob, n_pos);
         float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        if (batched) {
+            sw_cpu_f16_to_f32_avx2(prob, score, n_pos);
+            sw_cpu_dots_f16_tiled_avx2(vc + (size_t)g * hd * (size_t)a->n_ctx, (size_t)a->n_ctx, hd,
+                                       score, n_pos, out);
+            continue;
+        }
         /* A tree row reads V of its prefix in place up to a multiple of 32
          * and gathers the rest, so the sum runs in the chain's order. */
         const int lin32 = lin & ~31;
@@ -518,7 +532,6 @@ static void s_attn_body(void *ctx, int ith, int nth)
                 continue;
             }
             out[d] = !a->prompt_order ? s_dot_f16(c, vrow, prob, n_pos, 1)
-                     : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(vrow, prob, n_pos)
                                       : sw_dot_f16_tiled(vrow, prob, n_pos);
         }
     }
@@ -572,7 +585,8 @@ static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
 
     const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
     size_t each = (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
-                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 + 64;
+                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 +
+                  (size_t)a->head_dim * 4 + 64;
     each = (each + 63) & ~(size_t)63;
     if (each > c->scratch_each) {
         void *p = aligned_alloc(64, each * (size_t)c->n_threads);

@@ -720,7 +720,12 @@ static void test_shared_math(void)
         uint8_t *row = s_row_alloc(acts[a], n, 1, &rs), *blk = s_row_alloc(acts[a], n, 1, &rs);
         for (int trial = 0; trial < 20; trial++) {
             for (int64_t i = 0; i < n; i++)
-                x[i] = trial == 0 ? 0.0f : s_uniform(-3.0f, 3.0f) * (trial % 3 ? 1.0f : 100.0f);
+                x[i] = trial == 0   ? 0.0f
+                       : trial == 1 ? (i % 5 == 3   ? -2.5f
+                                       : i % 7 == 1 ? 2.5f
+                                                    : 0.5f)            // ties
+                       : trial == 2 ? (i % 256 == 255 ? 1e-30f : 0.0f) // one tiny value
+                                    : s_uniform(-3.0f, 3.0f) * (trial % 3 ? 1.0f : 100.0f);
             SW_CHECK(sw_quantize_row(acts[a], x, row, n) == 0);
             for (int64_t b = 0; b < n / qk; b++) {
                 if (acts[a] == SW_TYPE_Q8_0)
@@ -785,6 +790,33 @@ static void test_shared_math(void)
     SW_CHECK_INT(bad_dot, 0);
 
 #ifdef HAVE_X86
+    /* The prompt attention's dots 8 rows at a time = one at a time, bit for
+     * bit: row counts around multiples of 8, lengths with and without a tail,
+     * rows wider than n whose extra elements are NaN (never read). */
+    if (sw_quant_level() >= SW_KLEVEL_AVX2) {
+        enum { W = 304, NR = 19 };
+        sw_f16 *rows = malloc(sizeof(sw_f16) * W * NR);
+        float bf[W], out[NR];
+        int bad_dots = 0;
+        for (int trial = 0; trial < 120; trial++) {
+            const int n = trial < 3 ? 8 * (trial + 1) : 1 + (int)(s_rand() % 299);
+            const int na = 1 + trial % NR;
+            for (int i = 0; i < W * NR; i++)
+                rows[i] = (i % W) < n ? sw_f32_to_f16(s_uniform(-3.0f, 3.0f)) : (sw_f16)0x7E00;
+            for (int i = 0; i < n; i++) {
+                b[i] = sw_f32_to_f16(trial % 4 ? s_uniform(0.0f, 1.0f) : s_uniform(-9.0f, 9.0f));
+                bf[i] = sw_h2f(b[i]);
+            }
+            sw_cpu_dots_f16_tiled_avx2(rows, W, na, bf, n, out);
+            for (int j = 0; j < na; j++) {
+                const float want = sw_dot_f16_tiled(rows + j * W, b, n);
+                bad_dots += memcmp(&out[j], &want, sizeof want) != 0;
+            }
+        }
+        SW_CHECK_INT(bad_dots, 0);
+        free(rows);
+    }
+
     /* GGML's exp: the scalar code = the AVX2 kernel, including the slow paths. */
     if (sw_quant_level() >= SW_KLEVEL_AVX2) {
         int bad_exp = 0;
