@@ -26,6 +26,7 @@
 #include "backend_impl.h"
 #include "log.h"
 #include "op_math.h"
+#include "sw_limits.h"
 #include "threadpool.h"
 
 struct sw_buf {
@@ -708,7 +709,10 @@ sw_backend_t *sw_backend_cpu_new(int n_threads)
     c->avx2 = sw_quant_level() >= SW_KLEVEL_AVX2;
     be->ops = &s_cpu_ops;
     be->impl = c;
-    be->max_rows = 64;
+    /* A whole prompt window (512 rows) in one forward chunk: each weight is
+     * then read and unpacked once per window, not once per 64 rows (the
+     * results do not depend on the chunking). */
+    be->max_rows = SW_MODEL_PROMPT_WINDOW;
     snprintf(be->name, sizeof be->name, "cpu");
     snprintf(be->desc, sizeof be->desc, "cpu (%d thread%s, %s kernels)", n_threads,
              n_threads == 1 ? "" : "s", sw_cpu_kernels());
