@@ -145,12 +145,13 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 /* ---- sampling -------------------------------------------------------------------------------- */
 
 /*
- * The one set of sampling defaults: `run`, `generate` and the HTTP API sample
- * with these (README, "Sampling"): llama.cpp's temperature, top-k, top-p and
- * min-p, Ollama's repetition penalty and its window, and a fixed seed (the
- * same request gives the same text; the HTTP API draws one per request). --greedy is temperature 0
- * and the penalty off (SW_SAMPLING_REP_OFF). Plain decimal literals: the programs' --help prints
- * them with SW_STR.
+ * The one set of sampling defaults: `run` and `generate` sample with these
+ * (README, "Sampling"): llama.cpp's temperature, top-k, top-p and min-p,
+ * Ollama's repetition penalty and its window, and a fixed seed (the same
+ * request gives the same text). The HTTP API takes the same values but the
+ * penalty (SW_SAMPLING_HTTP_REP_PENALTY below) and draws a seed per request.
+ * --greedy is temperature 0 and the penalty off (SW_SAMPLING_REP_OFF). Plain decimal literals: the
+ * programs' --help prints them with SW_STR.
  */
 #define SW_SAMPLING_TEMP 0.8
 #define SW_SAMPLING_TOP_K 40
@@ -160,6 +161,17 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 #define SW_SAMPLING_REP_LAST_N 64
 #define SW_SAMPLING_SEED 0x5eed
 #define SW_SAMPLING_REP_OFF 1 /* the repetition penalty that changes no logit */
+
+/*
+ * The HTTP API's preset (shardwire serve, docs/api.md): the SW_SAMPLING_*
+ * values above, except the repetition penalty, which is off unless a request
+ * asks for one (repeat_penalty). OpenAI's API and llama.cpp's server apply no
+ * penalty by default, and with one, temperature 0 would not be what
+ * `shardwire run --greedy` gives. The CLI keeps SW_SAMPLING_REP_PENALTY.
+ */
+#define SW_SAMPLING_HTTP_REP_PENALTY 1
+_Static_assert(SW_SAMPLING_HTTP_REP_PENALTY == SW_SAMPLING_REP_OFF,
+               "the HTTP API applies no penalty unless asked (docs/api.md)");
 
 #define SW_SAMPLING_MAX_TOP_K (1 << 20)  /* --top-k, top_k of a request */
 #define SW_SAMPLING_MAX_LAST_N (1 << 20) /* --repeat-last-n, repeat_last_n of a request */

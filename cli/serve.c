@@ -48,6 +48,7 @@ enum {
     O_BODYT,
     O_MAXTOK,
     O_TIMEOUT,
+    O_REP,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -70,10 +71,21 @@ static const sw_opt_t s_opts[] = {
      "each request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
 };
 
+/* The sampling defaults of requests: the shared --temp, --top-k, --top-p and
+ * --min-p, and the gateway's own --repeat-penalty, whose default is off
+ * (OpenAI's semantics: sw_limits.h, SW_SAMPLING_HTTP_REP_PENALTY). */
+static const sw_opt_t s_rep_opts[] = {
+    {"repeat-penalty", O_REP, "R",
+     "repetition penalty of requests that ask for none,\n" SW_STR(
+         SW_SAMPLING_REP_OFF) " = off (default " SW_STR(SW_SAMPLING_HTTP_REP_PENALTY) ", as "
+                                                                                      "OpenAI)"},
+};
+
 static const sw_opt_group_t s_groups[] = {
     SW_ARGS_GROUP(NULL, s_opts),
     /* the defaults of the fields a request leaves out (its seed is random) */
-    SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, REP),
+    SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, MIN_P),
+    SW_ARGS_GROUP("repetition penalty (OpenAI's semantics: off unless asked)", s_rep_opts),
     SW_ARGS_SHARED_TO("relay", RELAY, RELAY),
     SW_ARGS_GROUP_SECURITY,
 };
@@ -84,7 +96,8 @@ static const sw_args_spec_t s_spec = {
     .about = "  An OpenAI-compatible HTTP API (POST /v1/chat/completions, /v1/completions,\n"
              "  GET /v1/models, /health, /metrics) in front of a cluster; docs/api.md.\n"
              "  The gateway is a client of the cluster: it needs a client key and the\n"
-             "  cluster key (security below).\n",
+             "  access key (security below). GET / serves a web chat and a live page\n"
+             "  of the cluster (docs/api.md, \"Web page\").\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
 };
@@ -104,6 +117,7 @@ int cmd_serve(int argc, char **argv)
         .defaults = {.max_tokens = S_MAX_TOKENS, .timeout_ms = SW_REQUEST_DEFAULT_TIMEOUT_S * 1000},
     };
     sw_sampling_t sp = sd;
+    sp.rep_penalty = (float)SW_SAMPLING_HTTP_REP_PENALTY;
     sw_sec_args_t sargs = {0};
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     char listen[SW_ARGS_ENDPOINT_MAX];
@@ -156,6 +170,9 @@ int cmd_serve(int argc, char **argv)
             break;
         case O_TIMEOUT:
             rc = sw_arg_int(P, "--timeout-s", v, 1, 86400, &timeout_s);
+            break;
+        case O_REP:
+            rc = sw_arg_float(P, "--repeat-penalty", v, 0.01f, 10, &sp.rep_penalty);
             break;
         default:
             return 2;

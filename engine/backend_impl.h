@@ -59,9 +59,11 @@ typedef struct sw_weight {
     int64_t n_in;      // elements per row (ne[0])
     int64_t n_out;     // rows (ne[1])
     size_t row_bytes;  // bytes per row
-    sw_buf_t *buf;     // (n_out, row_bytes) on the backend
+    sw_buf_t *buf;     // (max(1, n_expert), n_out, row_bytes) on the backend
     const void *host;  // the same bytes in the model file's mapping (for the loader's
                        // prefault only: operations never read it)
+    int n_expert;      // 0: one matrix; else the buffer holds n_expert matrices of n_out
+                       // rows each, one after the other (a mixture-of-experts layer)
 } sw_weight_t;
 
 /* The row control block of one forward chunk, int32 in a backend buffer:
@@ -121,7 +123,41 @@ typedef struct sw_attn_args {
                          // path. Either way a row's result does not depend on n.
     int tree;            // 1: each row attends to the slots of its visibility record
                          // (SW_CTL_VIS) instead of [0, slot0 + r]; never with prompt_order
+    int swa;             // sliding window (Gemma 3's local layers): the row at position p
+                         // sees only positions > p - swa (llama.cpp's standard window); its
+                         // sums still run over every visible slot's index as without the
+                         // window, the hidden ones adding exact zeros. 0 = no window. Only
+                         // backends whose ops say attn_swa get a non-zero window.
 } sw_attn_args_t;
+
+/* The feed-forward block of a mixture-of-experts layer (Qwen3-MoE), as
+ * llama.cpp's build_moe_ffn computes it with softmax gating and normalised
+ * top-k weights: per row, router logits (f32 weight; in a prompt window of 2
+ * counted rows or more the order of llamafile's f32 tinyBLAS, 8 lanes of
+ * fused multiply-adds then the lanes' sum, else ggml_vec_dot_f32's), their
+ * softmax (GGML's), the n_used largest, their weights divided by their sum
+ * (clamped below at 2^-14), then for each chosen expert e in that order
+ * down_e(silu(gate_e(x)) * up_e(x)) times its weight, the n_used results added
+ * left to right. Each expert's matmuls quantize their input as a dense matmul
+ * does; in a prompt window (prompt = 1) an expert to which 8 or more of the
+ * rows [count_row0, n) are routed computes its K-quant matmuls in the tiled
+ * order (sw_matmul_tiled), as llama.cpp's MUL_MAT_ID does per expert. */
+typedef struct sw_moe_args {
+    const sw_buf_t *x;         // (n, n_embd) f32, the normed input
+    const sw_weight_t *router; // (n_expert, n_embd) f32
+    const sw_weight_t *gate;   // (n_expert, n_ff_exp, n_embd) expert matrices
+    const sw_weight_t *up;     // (n_expert, n_ff_exp, n_embd)
+    const sw_weight_t *down;   // (n_expert, n_embd, n_ff_exp)
+    int n;                     // rows
+    int n_used;                // experts per row (<= SW_MOE_MAX_USED)
+    int prompt;                // 1: a prompt window (the tiled order may apply)
+    int count_row0;            // rows counted for the tiled order's 8-row floor
+    sw_buf_t *out;             // (n, n_embd) f32
+} sw_moe_args_t;
+
+/* Most experts one row is routed to, and most experts a layer has. */
+#define SW_MOE_MAX_USED 16
+#define SW_MOE_MAX_EXPERTS 512
 
 /* matmul flags */
 #define SW_MM_PROMPT 1 // the rows are a prompt chunk: a batch-dependent faster path is allowed
@@ -196,10 +232,13 @@ typedef struct sw_backend_ops {
 
     /* Optional: runs record(ctx), which issues this backend's operations for
      * one step, possibly from a recorded graph. The backend may record the
-     * operations the second time it sees key and replay them afterwards
-     * without calling record; key must identify every value the operations
-     * take from the host (buffers, shapes); values in buffers (the control
-     * block, activations) may change between replays. */
+     * operations the second time it sees key and replay them afterwards;
+     * key must identify every value the operations take from the host
+     * (buffers, shapes) except attention's KV caches (k_cache, v_cache),
+     * which may change between replays like the values in buffers (the
+     * control block, activations): before a replay the backend calls record
+     * with a table whose operations only note the caches, so record must do
+     * nothing but call operations. */
     int (*graph_run)(sw_backend_t *be, uint64_t key, int (*record)(void *ctx), void *ctx);
     /* Optional: forgets every recorded graph (buffers they use were freed). */
     void (*graph_reset)(sw_backend_t *be);
@@ -209,6 +248,21 @@ typedef struct sw_backend_ops {
                     sw_buf_t *dst, size_t dst_off, size_t bytes);
     /* Optional: bytes of device memory free now (NULL: the backend uses host memory). */
     int64_t (*mem_free)(sw_backend_t *be);
+    /* The members below came with Gemma 3 and the mixture-of-experts family
+     * (the CPU and CUDA backends have them); a backend that leaves them NULL /
+     * 0 gets those architectures refused at load with one line. */
+    /* Optional (Gemma 3): x[i] *= s over n elements f32, as ggml_scale. */
+    int (*scale)(sw_backend_t *be, sw_buf_t *x, size_t n, float s);
+    /* Optional (Gemma 3): gate[i] = gelu(gate[i]) * up[i] over n elements f32 as
+     * GGML's CPU computes GEGLU: 0 at or below -10, gate[i] * up[i] at or above
+     * 10, else GGML's f16 GELU table (sw_gelu_f16_table()) at the f16 value of
+     * gate[i], times up[i]. */
+    int (*geglu)(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
+    /* Optional: a mixture-of-experts feed-forward block (sw_moe_args_t). */
+    int (*moe)(sw_backend_t *be, const sw_moe_args_t *a);
+    /* 1: attention honours sw_attn_args_t.swa (sliding windows); 0: the model refuses
+     * architectures with sliding-window layers on this backend. */
+    int attn_swa;
 } sw_backend_ops_t;
 
 #define SW_BACKEND_MAX_DEVICES 8 // members of one backend group
@@ -235,6 +289,16 @@ int sw_backend_fail(sw_backend_t *be, const char *fmt, ...) __attribute__((forma
  * cs[(p * n_rot / 2 + i) * 2 + {0, 1}] = {cos, sin} of p * base^(-2i/n_rot) *
  * freq_scale, the angle built by repeated multiplication as GGML does. */
 void sw_rope_table(float *cs, int n_pos, int n_rot, float freq_base, float freq_scale);
+/* The same with per-pair frequency factors ff (n_rot / 2, or NULL = all 1):
+ * the angle of pair i is freq_scale * (theta_i / ff[i]), as GGML's rope with
+ * freq_factors (Llama 3.1/3.2's rope_freqs) computes it. */
+void sw_rope_table_ff(float *cs, int n_pos, int n_rot, float freq_base, float freq_scale,
+                      const float *ff);
+/* GGML's f16 GELU table: for every f16 bit pattern h, the f16 of
+ * 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) at x = h, computed as the
+ * CPU backend of llama.cpp computes it at start-up. Filled once (thread-safe),
+ * 65536 entries, never freed. */
+const sw_f16 *sw_gelu_f16_table(void);
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,7 @@ typedef struct s_step {
     int tiled_out;           // SW_MM_TILED for the last layer's FFN before the final norm:
                              // llama.cpp runs that FFN on the rows that want logits only,
                              // so only those rows count
+    int logit_row0;          // the first of those rows (a mixture of experts counts them)
     int embed;               // 1: get_rows first
     int final_norm;          // 1: output norm last (into d->xn)
     const s_piece_t *pieces; // (n_pieces) sessions of a shared chunk, NULL = one session (kv)
@@ -81,13 +82,66 @@ static int s_attention(const s_step_t *s, int li)
             .n_head = hp->n_head,
             .n_kv_head = hp->n_kv_head,
             .head_dim = hp->head_dim,
-            .scale = 1.0f / sqrtf((float)hp->head_dim),
+            .scale = hp->q_scale != 0 ? 1.0f : 1.0f / sqrtf((float)hp->head_dim),
             .prompt_order = s->prompt_order,
             .tree = s->pieces ? s->pieces[j].tree : s->tree,
+            .swa = s->m->layers[li].swa ? hp->n_swa : 0,
         };
         S_TRY(d->be->ops->attention(d->be, &a));
     }
     return 0;
+}
+
+/* The feed-forward block of layer li over the n rows of d->xn into d->tmp:
+ * gate/up, SwiGLU (GEGLU for Gemma 3), down; or the mixture of experts. */
+static int s_ffn(const s_step_t *s, int li, int flags)
+{
+    sw_model_t *m = s->m;
+    sw_dev_t *d = s->d;
+    sw_backend_t *be = d->be;
+    const sw_backend_ops_t *ops = be->ops;
+    const sw_hparams_t *hp = &m->hp;
+    const sw_layer_t *L = &m->layers[li];
+    const int n = s->n;
+    if (hp->n_expert > 0) {
+        /* llama.cpp runs the last layer's FFN on the rows that want logits
+         * only: only they count for an expert's tiled order there. */
+        const int last = s->final_norm && li == d->l1 - 1;
+        sw_moe_args_t a = {.x = d->xn,
+                           .router = &L->router,
+                           .gate = &L->gate_exps,
+                           .up = &L->up_exps,
+                           .down = &L->down_exps,
+                           .n = n,
+                           .n_used = hp->n_expert_used,
+                           .prompt = (flags & SW_MM_PROMPT) != 0,
+                           .count_row0 = last ? s->logit_row0 : 0,
+                           .out = d->tmp};
+        return ops->moe(be, &a);
+    }
+    const sw_weight_t *gu[2] = {&L->w_gate, &L->w_up};
+    sw_buf_t *gu_out[2] = {d->gate, d->up};
+    S_TRY(ops->matmul(be, 2, gu, NULL, d->xn, 0, n, gu_out, flags));
+    if (hp->arch == SW_ARCH_GEMMA3)
+        S_TRY(ops->geglu(be, d->gate, d->up, (size_t)n * hp->n_ff));
+    else
+        S_TRY(ops->swiglu(be, d->gate, d->up, (size_t)n * hp->n_ff));
+    const sw_weight_t *wd[1] = {&L->w_down};
+    return ops->matmul(be, 1, wd, NULL, d->gate, 0, n, &d->tmp, flags);
+}
+
+/* x += out, or x += norm(out) where the layer norms its block's output
+ * (Gemma 3's post-attention and post-feed-forward norms). */
+static int s_residual(const s_step_t *s, const sw_buf_t *post_norm)
+{
+    sw_dev_t *d = s->d;
+    sw_backend_t *be = d->be;
+    const sw_hparams_t *hp = &s->m->hp;
+    const size_t n_el = (size_t)s->n * hp->n_embd;
+    if (!post_norm)
+        return be->ops->add(be, d->x, d->tmp, n_el);
+    S_TRY(be->ops->rmsnorm(be, d->tmp, post_norm, s->n, hp->n_embd, hp->rms_eps, d->xn));
+    return be->ops->add(be, d->x, d->xn, n_el);
 }
 
 /* One layer over the n rows in d->x. */
@@ -111,27 +165,23 @@ static int s_layer_forward(const s_step_t *s, int li)
         S_TRY(ops->head_norm(be, d->q, n, hp->n_head, hp->head_dim, L->q_norm, hp->rms_eps));
         S_TRY(ops->head_norm(be, d->k, n, hp->n_kv_head, hp->head_dim, L->k_norm, hp->rms_eps));
     }
-    S_TRY(ops->rope(be, d->q, s->ctl, n, hp->n_head, hp->head_dim, hp->n_rot, d->rope,
+    const sw_buf_t *rope = L->swa ? d->rope_swa : d->rope;
+    S_TRY(ops->rope(be, d->q, s->ctl, n, hp->n_head, hp->head_dim, hp->n_rot, rope, hp->rope_neox));
+    S_TRY(ops->rope(be, d->k, s->ctl, n, hp->n_kv_head, hp->head_dim, hp->n_rot, rope,
                     hp->rope_neox));
-    S_TRY(ops->rope(be, d->k, s->ctl, n, hp->n_kv_head, hp->head_dim, hp->n_rot, d->rope,
-                    hp->rope_neox));
+    if (hp->q_scale != 0)
+        S_TRY(ops->scale(be, d->q, (size_t)n * hp->n_head * hp->head_dim, hp->q_scale));
     S_TRY(s_attention(s, li));
     const sw_weight_t *wo[1] = {&L->wo};
     S_TRY(ops->matmul(be, 1, wo, NULL, d->att, 0, n, &d->tmp, mm_flags));
-    S_TRY(ops->add(be, d->x, d->tmp, (size_t)n * hp->n_embd));
+    S_TRY(s_residual(s, L->attn_post_norm));
 
     S_TRY(ops->rmsnorm(be, d->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, d->xn));
     const int ffn_flags = s->final_norm && li == d->l1 - 1 && s->prompt_order
                               ? SW_MM_PROMPT | (s->tiled_out ? SW_MM_TILED : 0)
                               : mm_flags;
-    const sw_weight_t *gu[2] = {&L->w_gate, &L->w_up};
-    sw_buf_t *gu_out[2] = {d->gate, d->up};
-    S_TRY(ops->matmul(be, 2, gu, NULL, d->xn, 0, n, gu_out, ffn_flags));
-    S_TRY(ops->swiglu(be, d->gate, d->up, (size_t)n * hp->n_ff));
-    const sw_weight_t *wd[1] = {&L->w_down};
-    S_TRY(ops->matmul(be, 1, wd, NULL, d->gate, 0, n, &d->tmp, ffn_flags));
-    S_TRY(ops->add(be, d->x, d->tmp, (size_t)n * hp->n_embd));
-    return 0;
+    S_TRY(s_ffn(s, li, ffn_flags));
+    return s_residual(s, L->ffn_post_norm);
 }
 
 static int s_step_record(void *ctx)
@@ -140,8 +190,11 @@ static int s_step_record(void *ctx)
     sw_model_t *m = s->m;
     sw_dev_t *d = s->d;
     const sw_backend_ops_t *ops = d->be->ops;
-    if (s->embed)
+    if (s->embed) {
         S_TRY(ops->get_rows(d->be, &m->tok_embd, s->ctl, s->n, d->x));
+        if (m->hp.embd_scale != 0)
+            S_TRY(ops->scale(d->be, d->x, (size_t)s->n * m->hp.n_embd, m->hp.embd_scale));
+    }
     for (int li = d->l0; li < d->l1; li++)
         S_TRY(s_layer_forward(s, li));
     if (s->final_norm)
@@ -171,7 +224,10 @@ static int s_run_step(s_step_t *s, int dev_index)
         return s_step_record(s);
     uint64_t key = 0;
     if (s->n <= S_GRAPH_MAX_ROWS && !s->prompt_order && !s->pieces) {
-        const uint64_t w[] = {(uint64_t)(uintptr_t)s->kv,
+        /* The model and the cache's size, not the cache: a backend that records
+         * graphs takes each session's caches at replay (backend_impl.h, graph_run). */
+        const uint64_t w[] = {(uint64_t)(uintptr_t)s->m,
+                              (uint64_t)s->kv->n_ctx,
                               (uint64_t)dev_index,
                               (uint64_t)s->n,
                               (uint64_t)s->prompt_order,
@@ -592,6 +648,10 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                                     (size_t)ch.pc[j].n * row_bytes) != 0)
                 goto fail;
         }
+        /* the chunk's first row that wants logits (one piece; else unused) */
+        const sw_forward_t *f0 = &fs[ch.seg[0]];
+        int logit_row0 = f0->n - f0->n_logits - ch.off[0];
+        logit_row0 = logit_row0 < 0 ? 0 : logit_row0 > n ? n : logit_row0;
         for (int i = 0; i < m->n_dev; i++) {
             sw_dev_t *d = &m->devs[i];
             s_step_t st = {.m = m,
@@ -602,6 +662,7 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                            .prompt_order = ch.prompt_order,
                            .tiled = ch.tiled,
                            .tiled_out = ch.tiled_logits,
+                           .logit_row0 = logit_row0,
                            .embed = i == 0 && sw_model_is_first(m),
                            .final_norm = d == dl && sw_model_is_last(m),
                            .pieces = shared ? ch.pc : NULL,
@@ -718,16 +779,23 @@ int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, 
         b[SW_CTL_POS + 1] = i == 0 ? tok : 0;
     }
     s_loop_t lp = {.m = m, .kv = kv, .n_steps = n_steps, .want_prob = prob != NULL};
-    const uint64_t w[] = {(uint64_t)(uintptr_t)kv, (uint64_t)n_steps, (uint64_t)lp.want_prob,
-                          0x100b};
+    const uint64_t w[] = {(uint64_t)(uintptr_t)m, (uint64_t)kv->n_ctx, (uint64_t)n_steps,
+                          (uint64_t)lp.want_prob, 0x100b};
     if (be->ops->upload(be, d->loop_ctl, 0, c, (size_t)n_steps * SW_CTL_LEN(1) * sizeof *c) != 0 ||
-        (be->ops->graph_run ? be->ops->graph_run(be, s_key(w, 4), s_loop_record, &lp)
+        (be->ops->graph_run ? be->ops->graph_run(be, s_key(w, 5), s_loop_record, &lp)
                             : s_loop_record(&lp)) != 0 ||
         be->ops->download(be, out, d->loop_ids, 0, (size_t)n_steps * sizeof *out) != 0 ||
         (prob &&
          be->ops->download(be, prob, d->loop_prob, 0, (size_t)n_steps * sizeof *prob) != 0) ||
         (be->ops->sync && be->ops->sync(be) != 0))
         return sw_model_fail(be, err, err_len);
+    /* A device's argmax gives -1 for NaN or infinite logits (the CPU's fails at once). */
+    for (int i = 0; i < n_steps; i++)
+        if (out[i] < 0) {
+            sw_errf(err, err_len, "model: the logits of greedy step %d of %d are NaN or infinite",
+                    i + 1, n_steps);
+            return -1;
+        }
     for (int i = 0; i < n_steps; i++) {
         kv->par[kv->len + i] = kv->len + i - 1;
         kv->pos[kv->len + i] = kv->len + i;

@@ -20,26 +20,41 @@ static int s_rope_reserve(sw_model_t *m, int n_pos)
         return 0;
     const int n_rot = m->hp.n_rot;
     const size_t bytes = (size_t)n_pos * (size_t)n_rot * sizeof(float);
-    float *cs = malloc(bytes);
-    if (!cs)
+    int swa = 0; // a sliding-window layer in the range: its table too
+    for (int l = 0; l < m->end - m->begin; l++)
+        swa |= m->layers[l].swa;
+    float *cs = malloc(bytes), *cs_swa = swa ? malloc(bytes) : NULL;
+    if (!cs || (swa && !cs_swa)) {
+        free(cs);
+        free(cs_swa);
         return -1;
-    sw_rope_table(cs, n_pos, n_rot, m->hp.rope_base, m->hp.rope_freq_scale);
+    }
+    sw_rope_table_ff(cs, n_pos, n_rot, m->hp.rope_base, m->hp.rope_freq_scale, m->rope_freqs);
+    if (swa) // llama.cpp: the local layers' own base, no scaling
+        sw_rope_table(cs_swa, n_pos, n_rot, m->hp.rope_base_swa, 1.0f);
     int rc = 0;
     for (int i = 0; i < m->n_dev && rc == 0; i++) {
         sw_dev_t *d = &m->devs[i];
         sw_buf_t *b = d->be->ops->buf_alloc(d->be, bytes);
-        if (!b || d->be->ops->upload(d->be, b, 0, cs, bytes) != 0) {
+        sw_buf_t *b2 = swa ? d->be->ops->buf_alloc(d->be, bytes) : NULL;
+        if (!b || d->be->ops->upload(d->be, b, 0, cs, bytes) != 0 ||
+            (swa && (!b2 || d->be->ops->upload(d->be, b2, 0, cs_swa, bytes) != 0))) {
             if (b)
                 d->be->ops->buf_free(d->be, b);
+            if (b2)
+                d->be->ops->buf_free(d->be, b2);
             rc = -1;
             break;
         }
         sw_model_buf_free(d->be, &d->rope);
+        sw_model_buf_free(d->be, &d->rope_swa);
         d->rope = b;
+        d->rope_swa = b2;
         if (d->be->ops->graph_reset) // recorded graphs read the old table
             d->be->ops->graph_reset(d->be);
     }
     free(cs);
+    free(cs_swa);
     if (rc == 0)
         m->rope_n = n_pos;
     return rc;
@@ -92,10 +107,6 @@ void sw_kv_free(sw_kv_t **self_p)
         if (kv->v && kv->v[i])
             be->ops->buf_free(be, kv->v[i]);
     }
-    /* Graphs recorded for this cache hold its buffers. */
-    for (int i = 0; i < m->n_dev; i++)
-        if (m->devs[i].be->ops->graph_reset)
-            m->devs[i].be->ops->graph_reset(m->devs[i].be);
     free(kv->k);
     free(kv->v);
     free(kv->par);

@@ -1,13 +1,16 @@
 /*
- * model.h - a transformer (Llama, Qwen2, Qwen3 families) restricted to a
- * contiguous layer range [begin, end) of a GGUF file, and its KV cache.
+ * model.h - a transformer (Llama 2/3.x and Mistral, Qwen2, Qwen3, Gemma 3 and
+ * the Qwen3 mixture-of-experts families) restricted to a contiguous layer
+ * range [begin, end) of a GGUF file, and its KV cache.
  *
  * The stage that holds layer 0 embeds tokens; the stage that holds the last
  * layer applies the final norm and the LM head and produces logits. A stage
  * in the middle maps hidden states to hidden states. Loading a range touches
  * only that range's tensors (plus the embeddings for the first stage and the
  * final norm and LM head for the last), so a process holds only its share of
- * the weights in memory.
+ * the weights in memory. A stage that holds a layer of a mixture-of-experts
+ * model holds all of that layer's experts (any token may be routed to any of
+ * them), so its share of the weights is its layers' share of all experts.
  *
  * The KV cache's functions are in kv.h (included here). The code: loading in
  * model_load.c, the cache in kv.c, the forward pass in forward.c.
@@ -31,6 +34,8 @@ enum sw_arch {
     SW_ARCH_LLAMA = 0,
     SW_ARCH_QWEN2 = 1,
     SW_ARCH_QWEN3 = 2,
+    SW_ARCH_GEMMA3 = 3,   // post-norms, GELU, sliding-window layers, scaled embeddings
+    SW_ARCH_QWEN3MOE = 4, // Qwen3 attention, mixture-of-experts feed-forward
 };
 
 typedef struct sw_hparams {
@@ -48,7 +53,17 @@ typedef struct sw_hparams {
     float rms_eps;         // RMS norm epsilon
     float rope_base;       // rope.freq_base
     float rope_freq_scale; // 1 / linear rope scaling factor
-    int rope_neox;         // 1 = rotate halves (Qwen), 0 = adjacent pairs (Llama)
+    int rope_neox;         // 1 = rotate halves (Qwen, Gemma), 0 = adjacent pairs (Llama)
+    int rope_freqs;        // 1: per-dimension frequency factors (rope_freqs.weight, the
+                           // llama3 scaling of Llama 3.1/3.2) divide each angle
+    int n_swa;             // sliding window of the local layers (Gemma 3), 0 = none
+    float rope_base_swa;   // rope.freq_base of the sliding-window layers
+    float embd_scale;      // token embeddings are multiplied by this (Gemma 3), 0 = not
+    float q_scale;         // queries are multiplied by this before attention, which then
+                           // scales by 1 (Gemma 3); 0 = attention scales by 1/sqrt(head_dim)
+    int n_expert;          // experts per layer (mixture of experts), 0 = a dense FFN
+    int n_expert_used;     // experts each token is routed to
+    int n_ff_exp;          // feed-forward size of one expert
 } sw_hparams_t;
 
 typedef struct sw_model sw_model_t;

@@ -19,21 +19,28 @@
 #include "model.h"
 
 typedef struct sw_layer {
-    int dev;             // index of the device (m->devs) holding this layer
-    sw_buf_t *attn_norm; // (n_embd) f32
-    sw_weight_t wq;      // (n_head * head_dim, n_embd)
-    sw_weight_t wk;      // (n_kv_head * head_dim, n_embd)
-    sw_weight_t wv;      // (n_kv_head * head_dim, n_embd)
-    sw_weight_t wo;      // (n_embd, n_head * head_dim)
-    sw_buf_t *bq;        // (n_head * head_dim) f32 or NULL (Qwen2 has QKV bias)
-    sw_buf_t *bk;        // (n_kv_head * head_dim) f32 or NULL
-    sw_buf_t *bv;        // (n_kv_head * head_dim) f32 or NULL
-    sw_buf_t *q_norm;    // (head_dim) f32 or NULL (Qwen3)
-    sw_buf_t *k_norm;    // (head_dim) f32 or NULL
-    sw_buf_t *ffn_norm;  // (n_embd) f32
-    sw_weight_t w_gate;  // (n_ff, n_embd)
-    sw_weight_t w_up;    // (n_ff, n_embd)
-    sw_weight_t w_down;  // (n_embd, n_ff)
+    int dev;                  // index of the device (m->devs) holding this layer
+    sw_buf_t *attn_norm;      // (n_embd) f32
+    sw_weight_t wq;           // (n_head * head_dim, n_embd)
+    sw_weight_t wk;           // (n_kv_head * head_dim, n_embd)
+    sw_weight_t wv;           // (n_kv_head * head_dim, n_embd)
+    sw_weight_t wo;           // (n_embd, n_head * head_dim)
+    sw_buf_t *bq;             // (n_head * head_dim) f32 or NULL (Qwen2 has QKV bias)
+    sw_buf_t *bk;             // (n_kv_head * head_dim) f32 or NULL
+    sw_buf_t *bv;             // (n_kv_head * head_dim) f32 or NULL
+    sw_buf_t *q_norm;         // (head_dim) f32 or NULL (Qwen3, Gemma 3)
+    sw_buf_t *k_norm;         // (head_dim) f32 or NULL
+    sw_buf_t *attn_post_norm; // (n_embd) f32 or NULL: Gemma 3 norms the attention output
+    sw_buf_t *ffn_norm;       // (n_embd) f32
+    sw_buf_t *ffn_post_norm;  // (n_embd) f32 or NULL: and the feed-forward output
+    sw_weight_t w_gate;       // (n_ff, n_embd), dense layers
+    sw_weight_t w_up;         // (n_ff, n_embd)
+    sw_weight_t w_down;       // (n_embd, n_ff)
+    sw_weight_t router;       // (n_expert, n_embd) f32, mixture-of-experts layers
+    sw_weight_t gate_exps;    // (n_expert, n_ff_exp, n_embd): n_expert matrices in a row
+    sw_weight_t up_exps;      // (n_expert, n_ff_exp, n_embd)
+    sw_weight_t down_exps;    // (n_expert, n_embd, n_ff_exp)
+    int swa;                  // 1: a sliding-window layer (hp.n_swa; its own rope base)
 } sw_layer_t;
 
 /* Most greedy steps one sw_model_greedy_steps() call runs. */
@@ -57,6 +64,7 @@ typedef struct sw_dev {
     sw_buf_t *logits;   // (LB, n_vocab), the last device of the last stage
     sw_buf_t *ctl;      // SW_CTL_CAP(B) int32: the chunk's row control block
     sw_buf_t *rope;     // (rope_n, n_rot) f32 cos/sin table
+    sw_buf_t *rope_swa; // (rope_n, n_rot) f32 the sliding-window layers' table, or NULL
     sw_buf_t *loop_ctl; // (SW_MODEL_LOOP_MAX, SW_CTL_LEN(1)) int32, one block per step
     sw_buf_t *loop_step[SW_MODEL_LOOP_MAX]; // views of loop_ctl, one per step
     sw_buf_t *loop_ids;                     // (SW_MODEL_LOOP_MAX) int32 argmax of each step
@@ -88,6 +96,7 @@ struct sw_model {
     int batch;                             // B: rows per forward chunk
     int logit_rows;                        // LB: rows of the logits buffer
     int rope_n;                            // positions the rope tables cover
+    float *rope_freqs;                     // (n_rot / 2) rope frequency factors, or NULL
     int32_t *ctl_host;      // (SW_CTL_CAP(B) + SW_MODEL_LOOP_MAX * SW_CTL_LEN(1)) staging
     float *gather_host;     // (B, n_embd) staging of a shared chunk's LM-head rows, or NULL
     sw_owned_t *owned;      // (n_owned) weight and norm buffers

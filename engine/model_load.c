@@ -1,11 +1,14 @@
 /*
- * model_load.c - loading a layer range of a Llama/Qwen-family GGUF onto a
- * backend (model.h): the hyper-parameters, every tensor the range needs, the
- * activation buffers of each device, and the model's accessors.
+ * model_load.c - loading a layer range of a GGUF of the supported families
+ * (Llama 2/3.x, Qwen2, Qwen3, Gemma 3, Qwen3-MoE) onto a backend (model.h):
+ * the hyper-parameters, every tensor the range needs, the activation buffers
+ * of each device, and the model's accessors.
  *
  * Every tensor the range needs is looked up by name and its type and shape
  * are checked against the hyper-parameters before anything runs, so that a
- * forward pass (forward.c) can trust them.
+ * forward pass (forward.c) can trust them; every metadata value is range
+ * checked; and each device's backend must have the operations the family
+ * needs (s_check_backends), else the load fails with one line.
  *
  * On a backend group (several GPUs in one process) the range's layers are
  * split into consecutive runs, one per device, in order: each device holds
@@ -14,6 +17,7 @@
  */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +58,62 @@ static float s_get_float(const sw_gguf_t *g, const char *arch, const char *suffi
     return sw_gguf_get_f64(g, key, &v) == 0 ? (float)v : dflt;
 }
 
+/* The architectures the engine runs, by general.architecture. */
+static const struct {
+    const char *name;
+    enum sw_arch arch;
+} s_archs[] = {
+    {"llama", SW_ARCH_LLAMA}, {"mistral", SW_ARCH_LLAMA}, {"qwen2", SW_ARCH_QWEN2},
+    {"qwen3", SW_ARCH_QWEN3}, {"gemma3", SW_ARCH_GEMMA3}, {"qwen3moe", SW_ARCH_QWEN3MOE},
+};
+
+/* A float key that must be finite and in [lo, hi] when present. */
+static int s_get_float_in(const sw_gguf_t *g, const char *arch, const char *suffix, float *out,
+                          float dflt, float lo, float hi, char *err, size_t err_len)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    if (sw_gguf_get_f64(g, key, &v) != 0) {
+        *out = dflt;
+        return 0;
+    }
+    if (!(v >= lo && v <= hi)) {
+        sw_errf(err, err_len, "model: metadata key '%s' = %g is out of range [%g, %g]", key, v,
+                (double)lo, (double)hi);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+/* Gemma 3's sliding-window layers: <arch>.attention.sliding_window_pattern
+ * as a period n (layer il is local when il % n < n - 1; default 6, as
+ * llama.cpp) or as an array of one bool per layer. */
+static int s_swa_pattern(const sw_gguf_t *g, const sw_hparams_t *hp, int il, int *out, char *err,
+                         size_t err_len)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch_name);
+    enum sw_gguf_vtype et;
+    uint64_t n;
+    if (sw_gguf_get_arr(g, key, &et, &n) == 0) {
+        const unsigned char *b = sw_gguf_arr_data(g, key);
+        if (et != SW_GGUF_BOOL || n != (uint64_t)hp->n_layer || !b) {
+            sw_errf(err, err_len, "model: '%s' must be an array of %d bools", key, hp->n_layer);
+            return -1;
+        }
+        *out = b[il] != 0;
+        return 0;
+    }
+    int period = 6;
+    if (s_get_int(g, hp->arch_name, "attention.sliding_window_pattern", &period, 6, 0, err,
+                  err_len))
+        return -1;
+    *out = period == 0 || il % period < period - 1;
+    return 0;
+}
+
 static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
 {
     memset(hp, 0, sizeof *hp);
@@ -69,42 +129,96 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
     memcpy(hp->arch_name, a.ptr, a.len);
     hp->arch_name[a.len] = 0;
     const char *arch = hp->arch_name;
-    if (!strcmp(arch, "llama") || !strcmp(arch, "mistral"))
-        hp->arch = SW_ARCH_LLAMA;
-    else if (!strcmp(arch, "qwen2"))
-        hp->arch = SW_ARCH_QWEN2;
-    else if (!strcmp(arch, "qwen3"))
-        hp->arch = SW_ARCH_QWEN3;
-    else {
-        sw_errf(
-            err, err_len,
-            "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
-            arch);
+    size_t ai = 0;
+    while (ai < sizeof s_archs / sizeof s_archs[0] && strcmp(s_archs[ai].name, arch))
+        ai++;
+    if (ai == sizeof s_archs / sizeof s_archs[0]) {
+        sw_errf(err, err_len,
+                "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, "
+                "qwen3, gemma3, qwen3moe)",
+                arch);
         return -1;
     }
+    hp->arch = s_archs[ai].arch;
+    const int moe = hp->arch == SW_ARCH_QWEN3MOE;
     if (s_get_int(g, arch, "block_count", &hp->n_layer, 0, 1, err, err_len) ||
         s_get_int(g, arch, "embedding_length", &hp->n_embd, 0, 1, err, err_len) ||
-        s_get_int(g, arch, "feed_forward_length", &hp->n_ff, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "feed_forward_length", &hp->n_ff, 0, !moe, err, err_len) ||
         s_get_int(g, arch, "attention.head_count", &hp->n_head, 0, 1, err, err_len) ||
         s_get_int(g, arch, "attention.head_count_kv", &hp->n_kv_head, hp->n_head, 0, err,
                   err_len) ||
-        s_get_int(g, arch, "context_length", &hp->n_ctx_train, 4096, 0, err, err_len))
+        s_get_int(g, arch, "context_length", &hp->n_ctx_train, 4096, 0, err, err_len) ||
+        s_get_int(g, arch, "expert_count", &hp->n_expert, 0, 0, err, err_len) ||
+        s_get_int(g, arch, "expert_used_count", &hp->n_expert_used, 0, 0, err, err_len))
         return -1;
-    if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_kv_head < 1 ||
-        hp->n_head % hp->n_kv_head != 0) {
+    if (hp->n_layer < 1 || hp->n_embd < 1 || (hp->n_ff < 1 && !moe) || hp->n_head < 1 ||
+        hp->n_kv_head < 1 || hp->n_head % hp->n_kv_head != 0) {
         sw_errf(err, err_len,
                 "model: inconsistent sizes (layers %d, embd %d, ff %d, heads %d, kv heads %d)",
                 hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_kv_head);
         return -1;
     }
-    int dflt_hd = hp->n_embd / hp->n_head;
+    if (!moe && hp->n_expert > 0) {
+        sw_errf(err, err_len,
+                "model: %s with %d experts per layer (a mixture of experts such as Mixtral) is "
+                "not supported; of the mixture-of-experts families only qwen3moe is",
+                arch, hp->n_expert);
+        return -1;
+    }
+    if (moe) {
+        int shared = 0;
+        if (s_get_int(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, 0, 0, err, err_len) ||
+            s_get_int(g, arch, "expert_shared_feed_forward_length", &shared, 0, 0, err, err_len))
+            return -1;
+        if (hp->n_ff_exp == 0 && hp->n_expert_used > 0) // llama.cpp's default
+            hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+        if (hp->n_expert < 1 || hp->n_expert > SW_MOE_MAX_EXPERTS || hp->n_expert_used < 1 ||
+            hp->n_expert_used > hp->n_expert || hp->n_expert_used > SW_MOE_MAX_USED ||
+            hp->n_ff_exp < 1) {
+            sw_errf(err, err_len,
+                    "model: expert counts not supported (%d experts, %d used per token, expert "
+                    "ff %d; at most %d experts and %d used)",
+                    hp->n_expert, hp->n_expert_used, hp->n_ff_exp, SW_MOE_MAX_EXPERTS,
+                    SW_MOE_MAX_USED);
+            return -1;
+        }
+        if (shared > 0) {
+            sw_errf(err, err_len,
+                    "model: shared experts (%s.expert_shared_feed_forward_length) "
+                    "are not supported",
+                    arch);
+            return -1;
+        }
+        float w_scale = 0;
+        if (s_get_float_in(g, arch, "expert_weights_scale", &w_scale, 0, 0, 1e9f, err, err_len))
+            return -1;
+        int gating = 1;
+        if (s_get_int(g, arch, "expert_gating_func", &gating, 1, 0, err, err_len))
+            return -1;
+        if ((w_scale != 0 && w_scale != 1) || gating != 1) {
+            sw_errf(err, err_len,
+                    "model: expert weight scale %g / gating function %d are not supported "
+                    "(softmax gating, no scale)",
+                    (double)w_scale, gating);
+            return -1;
+        }
+        if (hp->n_embd % 8) {
+            sw_errf(err, err_len, "model: the router needs a hidden size divisible by 8 (has %d)",
+                    hp->n_embd);
+            return -1;
+        }
+        if (hp->n_ff < 1)
+            hp->n_ff = hp->n_ff_exp;
+    }
+    int dflt_hd = hp->n_embd / hp->n_head, v_len = 0;
     if (s_get_int(g, arch, "attention.key_length", &hp->head_dim, dflt_hd, 0, err, err_len) ||
+        s_get_int(g, arch, "attention.value_length", &v_len, hp->head_dim, 0, err, err_len) ||
         s_get_int(g, arch, "rope.dimension_count", &hp->n_rot, hp->head_dim, 0, err, err_len))
         return -1;
     if (hp->head_dim < 2 || hp->head_dim > 1024 || hp->n_rot < 2 || hp->n_rot > hp->head_dim ||
-        hp->n_rot % 2) {
-        sw_errf(err, err_len, "model: head size %d / rotary dims %d are not supported",
-                hp->head_dim, hp->n_rot);
+        hp->n_rot % 2 || v_len != hp->head_dim) {
+        sw_errf(err, err_len, "model: head size %d (values %d) / rotary dims %d are not supported",
+                hp->head_dim, v_len, hp->n_rot);
         return -1;
     }
     hp->rms_eps = s_get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
@@ -125,6 +239,29 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
     if (!(hp->rms_eps > 0) || !(hp->rope_base > 0)) {
         sw_errf(err, err_len, "model: bad rms epsilon or rope base");
         return -1;
+    }
+    if (hp->arch == SW_ARCH_GEMMA3) {
+        /* llama.cpp's gemma3 graph: embeddings times sqrt(n_embd), queries
+         * times 1/sqrt(head_dim) (1/sqrt(n_embd / n_head) for the 62-layer
+         * 27B) before an attention that scales by 1, local layers with their
+         * own rope base (default 10000) and no rope scaling. */
+        if (s_get_int(g, arch, "attention.sliding_window", &hp->n_swa, 0, 0, err, err_len) ||
+            s_get_float_in(g, arch, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f, 1e-3f,
+                           1e12f, err, err_len))
+            return -1;
+        float softcap = 0;
+        if (s_get_float_in(g, arch, "final_logit_softcapping", &softcap, 0, -1e9f, 1e9f, err,
+                           err_len) ||
+            s_get_float_in(g, arch, "attn_logit_softcapping", &softcap, softcap, -1e9f, 1e9f, err,
+                           err_len))
+            return -1;
+        if (softcap != 0) {
+            sw_errf(err, err_len, "model: gemma3 with logit soft-capping is not supported");
+            return -1;
+        }
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+        hp->q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                        : 1.0f / sqrtf((float)hp->head_dim);
     }
     return 0;
 }
@@ -223,13 +360,57 @@ static int s_mat(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in
     return 0;
 }
 
+/* A 3-D weight: n_expert matrices of n_out rows by n_in columns, one after
+ * the other (a mixture-of-experts layer's expert tensors), placed on be. */
+static int s_mat3(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in, int64_t n_out,
+                  int64_t n_expert, sw_weight_t *w, char *err, size_t err_len)
+{
+    memset(w, 0, sizeof *w);
+    const sw_gguf_tensor_t *t = s_tensor(m, name, 1, err, err_len);
+    if (!t)
+        return -1;
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert) {
+        sw_errf(err, err_len,
+                "model: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                name, (long long)t->ne[0], (long long)t->ne[1],
+                (long long)(t->n_dims > 2 ? t->ne[2] : 1), (long long)n_in, (long long)n_out,
+                (long long)n_expert);
+        return -1;
+    }
+    if (!sw_type_supported(t->type) || t->type == SW_TYPE_Q8_1 || t->type == SW_TYPE_Q8_K ||
+        sw_type_vec_dot(t->type) == SW_TYPE_COUNT) {
+        sw_errf(err, err_len, "model: tensor '%s' has type %s, which shardwire cannot compute",
+                name, sw_type_name(t->type));
+        return -1;
+    }
+    uint64_t rb;
+    if (sw_type_row_bytes(t->type, n_in, &rb) != 0 ||
+        rb * (uint64_t)n_out * (uint64_t)n_expert != t->n_bytes) {
+        sw_errf(err, err_len, "model: tensor '%s' rows do not fit its type", name);
+        return -1;
+    }
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->n_expert = (int)n_expert;
+    w->row_bytes = (size_t)rb;
+    w->host = t->data;
+    w->buf = s_weight_buf(m, be, name, t->data, t->n_bytes, err, err_len);
+    if (!w->buf)
+        return -1;
+    m->weight_bytes += t->n_bytes;
+    return 0;
+}
+
 static int s_load_layer(sw_model_t *m, int il, sw_layer_t *L, char *err, size_t err_len)
 {
     const sw_hparams_t *hp = &m->hp;
     sw_backend_t *be = m->devs[L->dev].be;
     const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     const int64_t kv_dim = (int64_t)hp->n_kv_head * hp->head_dim;
-    const int qk_norm = hp->arch == SW_ARCH_QWEN3;
+    const int qk_norm =
+        hp->arch == SW_ARCH_QWEN3 || hp->arch == SW_ARCH_QWEN3MOE || hp->arch == SW_ARCH_GEMMA3;
+    const int gemma = hp->arch == SW_ARCH_GEMMA3, moe = hp->n_expert > 0;
     char n[96];
 #define S_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
     if (s_vec(m, be, S_NAME("attn_norm.weight"), hp->n_embd, 1, &L->attn_norm, err, err_len) ||
@@ -244,11 +425,39 @@ static int s_load_layer(sw_model_t *m, int il, sw_layer_t *L, char *err, size_t 
               err_len) ||
         s_vec(m, be, S_NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, err,
               err_len) ||
-        s_vec(m, be, S_NAME("ffn_norm.weight"), hp->n_embd, 1, &L->ffn_norm, err, err_len) ||
-        s_mat(m, be, S_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &L->w_gate, err,
-              err_len) ||
-        s_mat(m, be, S_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &L->w_up, err, err_len) ||
-        s_mat(m, be, S_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &L->w_down, err, err_len))
+        s_vec(m, be, S_NAME("ffn_norm.weight"), hp->n_embd, 1, &L->ffn_norm, err, err_len))
+        return -1;
+    if (gemma && (s_vec(m, be, S_NAME("post_attention_norm.weight"), hp->n_embd, 1,
+                        &L->attn_post_norm, err, err_len) ||
+                  s_vec(m, be, S_NAME("post_ffw_norm.weight"), hp->n_embd, 1, &L->ffn_post_norm,
+                        err, err_len)))
+        return -1;
+    if (moe) {
+        if (s_mat(m, be, S_NAME("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, 1, &L->router,
+                  err, err_len) ||
+            s_mat3(m, be, S_NAME("ffn_gate_exps.weight"), hp->n_embd, hp->n_ff_exp, hp->n_expert,
+                   &L->gate_exps, err, err_len) ||
+            s_mat3(m, be, S_NAME("ffn_up_exps.weight"), hp->n_embd, hp->n_ff_exp, hp->n_expert,
+                   &L->up_exps, err, err_len) ||
+            s_mat3(m, be, S_NAME("ffn_down_exps.weight"), hp->n_ff_exp, hp->n_embd, hp->n_expert,
+                   &L->down_exps, err, err_len))
+            return -1;
+        if (L->router.type != SW_TYPE_F32) {
+            sw_errf(err, err_len, "model: the router of layer %d is %s; only f32 is supported", il,
+                    sw_type_name(L->router.type));
+            return -1;
+        }
+        if (L->gate_exps.type != L->up_exps.type) {
+            sw_errf(err, err_len, "model: layer %d's gate and up experts differ in type (%s, %s)",
+                    il, sw_type_name(L->gate_exps.type), sw_type_name(L->up_exps.type));
+            return -1;
+        }
+    } else if (s_mat(m, be, S_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, &L->w_gate, err,
+                     err_len) ||
+               s_mat(m, be, S_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, &L->w_up, err,
+                     err_len) ||
+               s_mat(m, be, S_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, &L->w_down, err,
+                     err_len))
         return -1;
 #undef S_NAME
     if (hp->arch == SW_ARCH_QWEN2 && (!L->bq || !L->bk || !L->bv)) {
@@ -259,6 +468,71 @@ static int s_load_layer(sw_model_t *m, int il, sw_layer_t *L, char *err, size_t 
         sw_errf(err, err_len, "model: layer %d has only one of the q/k norm tensors", il);
         return -1;
     }
+    if (gemma && hp->n_swa > 0 && s_swa_pattern(m->gguf, hp, il, &L->swa, err, err_len) != 0)
+        return -1;
+    return 0;
+}
+
+/* What the range needs of each device's backend beyond the operations every
+ * backend has: one line naming what is missing. */
+static int s_check_backends(sw_model_t *m, char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    for (int i = 0; i < m->n_dev; i++) {
+        const sw_dev_t *d = &m->devs[i];
+        const sw_backend_ops_t *ops = d->be->ops;
+        int swa = 0;
+        for (int l = d->l0; l < d->l1; l++)
+            swa |= m->layers[l].swa;
+        const char *missing = NULL;
+        if (hp->arch == SW_ARCH_GEMMA3 && (!ops->scale || !ops->geglu))
+            missing = "the scale and GELU operations";
+        else if (swa && !ops->attn_swa)
+            missing = "sliding-window attention";
+        else if (hp->n_expert > 0 && !ops->moe)
+            missing = "the mixture-of-experts operation";
+        if (missing) {
+            sw_errf(err, err_len,
+                    "model: the %s backend cannot run %s models yet (it lacks %s); use the cpu "
+                    "backend",
+                    d->be->name, hp->arch_name, missing);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Llama 3.1/3.2's rope frequency factors (rope_freqs.weight, n_rot / 2 f32
+ * values > 0), copied to m->rope_freqs; llama.cpp reads them for llama only. */
+static int s_rope_freqs(sw_model_t *m, char *err, size_t err_len)
+{
+    const sw_hparams_t *hp = &m->hp;
+    const sw_gguf_tensor_t *t = sw_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    if (!t)
+        return 0;
+    if (hp->arch != SW_ARCH_LLAMA) {
+        sw_errf(err, err_len, "model: rope_freqs.weight in a %s model is not supported",
+                hp->arch_name);
+        return -1;
+    }
+    const int n = hp->n_rot / 2;
+    if (t->type != SW_TYPE_F32 || t->n_dims != 1 || t->n_elements != (uint64_t)n) {
+        sw_errf(err, err_len, "model: tensor 'rope_freqs.weight' must be f32 with %d elements", n);
+        return -1;
+    }
+    m->rope_freqs = malloc((size_t)n * sizeof *m->rope_freqs);
+    if (!m->rope_freqs) {
+        sw_errf(err, err_len, "model: out of memory");
+        return -1;
+    }
+    memcpy(m->rope_freqs, t->data, (size_t)n * sizeof *m->rope_freqs);
+    for (int i = 0; i < n; i++)
+        if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i])) {
+            sw_errf(err, err_len, "model: rope_freqs.weight[%d] = %g is not a positive number", i,
+                    (double)m->rope_freqs[i]);
+            return -1;
+        }
+    m->hp.rope_freqs = 1;
     return 0;
 }
 
@@ -282,8 +556,9 @@ static int s_dev_buffers(sw_model_t *m, sw_dev_t *d, int last, char *err, size_t
     d->v = s_alloc(be, B * kv_dim);
     d->att = s_alloc(be, B * q_dim);
     d->tmp = s_alloc(be, B * hp->n_embd);
-    d->gate = s_alloc(be, B * hp->n_ff);
-    d->up = s_alloc(be, B * hp->n_ff);
+    const size_t ff = hp->n_expert > 0 ? 1 : (size_t)hp->n_ff; // the MoE op keeps its own
+    d->gate = s_alloc(be, B * ff);
+    d->up = s_alloc(be, B * ff);
     d->ctl = be->ops->buf_alloc(be, SW_CTL_CAP(B) * sizeof(int32_t));
     int ok =
         d->x && d->xn && d->q && d->k && d->v && d->att && d->tmp && d->gate && d->up && d->ctl;
@@ -341,12 +616,8 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
         goto err;
     }
     hp->n_vocab = (int)te->ne[1];
-    if (sw_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
-        sw_errf(err, err_len,
-                "model: per-dimension rope frequencies (rope_freqs.weight, Llama 3.1 "
-                "style scaling) are not supported yet");
+    if (s_rope_freqs(m, err, err_len) != 0)
         goto err;
-    }
 
     /* Devices: the layers are split evenly, in order. */
     sw_backend_t **devs;
@@ -358,6 +629,12 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
         goto err;
     }
     m->batch = be->max_rows > 0 ? be->max_rows : SW_MODEL_BATCH;
+    /* A mixture-of-experts layer computes an expert in the tiled order when
+     * 8 rows of the prompt window go to it (as llama.cpp's MUL_MAT_ID per
+     * ubatch): on the CPU a whole window is one chunk, so the count is the
+     * window's. */
+    if (hp->n_expert > 0 && m->n_dev == 1 && !strcmp(be->ops ? be->ops->name : "", "cpu"))
+        m->batch = SW_MODEL_PROMPT_WINDOW;
     m->logit_rows = m->batch < SW_MODEL_BATCH ? m->batch : SW_MODEL_BATCH;
     m->layers = calloc((size_t)n_layers, sizeof *m->layers);
     m->ctl_host = malloc((SW_CTL_CAP((size_t)m->batch) + SW_MODEL_LOOP_MAX * SW_CTL_LEN(1)) *
@@ -399,6 +676,8 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     for (int il = layer_begin; il < layer_end; il++)
         if (s_load_layer(m, il, &m->layers[il - layer_begin], err, err_len) != 0)
             goto err;
+    if (s_check_backends(m, err, err_len) != 0)
+        goto err;
     for (int i = 0; i < m->n_dev; i++)
         if (s_dev_buffers(m, &m->devs[i], i == m->n_dev - 1 && sw_model_is_last(m), err, err_len))
             goto err;
@@ -429,14 +708,16 @@ void sw_model_free(sw_model_t **self_p)
     for (int i = 0; i < m->n_dev; i++) {
         sw_dev_t *d = &m->devs[i];
         sw_backend_t *be = d->be;
+        if (!be) /* a load that failed before its devices were set up */
+            continue;
         for (int j = 0; j < SW_MODEL_LOOP_MAX; j++)
             sw_model_buf_free(be, &d->loop_step[j]);
         for (int j = 0; j < SW_MODEL_MAX_PIECES; j++)
             sw_model_buf_free(be, &d->pctl_v[j]);
-        sw_buf_t **bufs[] = {&d->x,        &d->xn,       &d->q,         &d->k,
-                             &d->v,        &d->att,      &d->tmp,       &d->gate,
-                             &d->up,       &d->logits,   &d->ctl,       &d->rope,
-                             &d->loop_ctl, &d->loop_ids, &d->loop_prob, &d->pctl};
+        sw_buf_t **bufs[] = {&d->x,         &d->xn,   &d->q,        &d->k,        &d->v,
+                             &d->att,       &d->tmp,  &d->gate,     &d->up,       &d->logits,
+                             &d->ctl,       &d->rope, &d->rope_swa, &d->loop_ctl, &d->loop_ids,
+                             &d->loop_prob, &d->pctl};
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
             sw_model_buf_free(be, bufs[j]);
         if (be->ops->graph_reset)
@@ -448,6 +729,7 @@ void sw_model_free(sw_model_t **self_p)
     free(m->layers);
     free(m->ctl_host);
     free(m->gather_host);
+    free(m->rope_freqs);
     sw_gguf_close(&m->gguf);
     free(m);
     *self_p = NULL;
@@ -491,10 +773,19 @@ uint64_t sw_model_weight_bytes(const sw_model_t *m)
 uint64_t sw_model_bytes_per_token(const sw_model_t *m)
 {
     /* Everything but the embedding matrix, of which a step reads one row
-     * (unless it is also the LM head, which reads it all). */
+     * (unless it is also the LM head, which reads it all), and of each
+     * mixture-of-experts layer only the experts a token is routed to. */
     uint64_t b = m->weight_bytes;
     if (m->tok_embd.buf && m->output.host != m->tok_embd.host)
         b -= m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
+    for (int i = 0; m->hp.n_expert > 0 && i < m->end - m->begin; i++) {
+        const sw_layer_t *L = &m->layers[i];
+        const sw_weight_t *ws[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) {
+            const uint64_t one = ws[j]->row_bytes * (uint64_t)ws[j]->n_out;
+            b -= one * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
+        }
+    }
     return b;
 }
 
@@ -554,11 +845,15 @@ void sw_model_prefault(sw_model_t *m, void (*progress)(uint64_t, uint64_t, void 
                        total, progress, ctx);
     for (int i = 0; i < m->end - m->begin; i++) {
         const sw_layer_t *L = &m->layers[i];
-        const sw_weight_t *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                   &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++)
-            done = s_touch(ws[j]->host, ws[j]->row_bytes * (uint64_t)ws[j]->n_out, done, total,
-                           progress, ctx);
+        const sw_weight_t *ws[] = {&L->wq,        &L->wk,      &L->wv,       &L->wo,
+                                   &L->w_gate,    &L->w_up,    &L->w_down,   &L->router,
+                                   &L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) {
+            const uint64_t mats = ws[j]->n_expert > 0 ? (uint64_t)ws[j]->n_expert : 1;
+            if (ws[j]->host)
+                done = s_touch(ws[j]->host, ws[j]->row_bytes * (uint64_t)ws[j]->n_out * mats, done,
+                               total, progress, ctx);
+        }
     }
     if (m->output.host && m->output.host != m->tok_embd.host)
         done = s_touch(m->output.host, m->output.row_bytes * (uint64_t)m->output.n_out, done, total,

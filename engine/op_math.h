@@ -93,6 +93,17 @@ SW_HD float sw_swiglu_ggml(float g, float u)
     return silu * u;
 }
 
+/* GGML's GEGLU of one element with its f16 GELU table (sw_gelu_f16_table()):
+ * 0 at or below -10, g * u at or above 10, else table[f16(g)] * u. */
+SW_HD float sw_geglu_ggml(const sw_f16 *table, float g, float u)
+{
+    if (g <= -10.0f)
+        return 0.0f;
+    if (g >= 10.0f)
+        return g * u;
+    return sw_h2f(table[sw_f2h(g)]) * u;
+}
+
 /* The rope rotation of the pair (x0, x1) by (c, s) = (cos, sin). */
 SW_HD void sw_rope_pair(float *x0, float *x1, float c, float s)
 {
@@ -116,10 +127,12 @@ SW_HD float sw_rms_mean(double sum, int dim)
     return (float)(sum / dim);
 }
 
-/* QK norm's argument of the square root: (float)(sum / head_dim + eps). */
+/* QK norm's argument of the square root: GGML's rms_norm over one head,
+ * the float mean plus eps in float, (float)(sum / head_dim) + eps (not the
+ * sum in double: that rounds once where GGML rounds twice). */
 SW_HD float sw_head_norm_arg(double sum, int head_dim, float eps)
 {
-    return (float)(sum / head_dim + eps);
+    return sw_rms_mean(sum, head_dim) + eps;
 }
 
 /* The softmax's normaliser from the sum of group sums. */
@@ -170,6 +183,66 @@ SW_HD int sw_softmax_inv_stable(double s, int m, float *out)
         return 0;
     *out = lo;
     return 1;
+}
+
+/* ---- mixture of experts (both backends' routing) ---- */
+
+/* dot(w, x) over n f32 (n % 8 == 0) in the order of llamafile's f32 tinyBLAS,
+ * which llama.cpp uses for an f32 weight (the router) when 2 rows or more are
+ * multiplied: element i on lane i % 8 by fused multiply-adds, then the
+ * lanes' sum. */
+SW_HD float sw_dot_f32_tinyblas(const float *w, const float *x, int64_t n)
+{
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++)
+        lane[i & 7] = fmaf(w[i], x[i], lane[i & 7]);
+    return sw_hsum8(lane);
+}
+
+/* The routing of one row as llama.cpp's build_moe_ffn with softmax gating and
+ * normalised weights. p (n_exp router logits) becomes GGML's soft_max
+ * (ggml_vec_soft_max_f32 on AVX2: groups of 8 with GGML's exp, each group's
+ * sum in f32 and the groups in double, the n_exp % 8 tail with expf, then a
+ * scale by the float of 1 / sum); sel (k) gets the k largest in descending
+ * order (the lowest id on ties), w (k) their probabilities divided by their
+ * double sum rounded to float and clamped below at 2^-14 (ggml_clamp: NaN
+ * stays NaN). */
+SW_HD void sw_moe_route(float *p, int n_exp, int k, int32_t *sel, float *w)
+{
+    float max = -INFINITY;
+    for (int e = 0; e < n_exp; e++)
+        max = p[e] > max ? p[e] : max;
+    double sum = 0.0;
+    int i = 0;
+    for (; i + 7 < n_exp; i += 8)
+        sum += (double)sw_softmax_group8(p + i, 8, max);
+    for (; i < n_exp; i++) {
+        const float v = expf(p[i] - max);
+        sum += (double)v;
+        p[i] = v;
+    }
+    const float inv = sw_softmax_inv(sum);
+    for (int e = 0; e < n_exp; e++)
+        p[e] *= inv;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n_exp; e++) {
+            int taken = 0;
+            for (int t = 0; t < j && !taken; t++)
+                taken = sel[t] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        sel[j] = best;
+    }
+    double s = 0.0;
+    for (int j = 0; j < k; j++)
+        s += (double)p[sel[j]];
+    float fs = (float)s;
+    if (!(fs >= 6.103515625e-5f) && fs == fs)
+        fs = 6.103515625e-5f;
+    for (int j = 0; j < k; j++)
+        w[j] = p[sel[j]] / fs;
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * quant_math.h - the arithmetic of every block format, written once for the
  * host and the GPU: compiled by the C compiler (quant.c, the tests) and by
- * nvcc (common/cuda/), as inline __host__ __device__ functions.
+ * nvcc (engine/cuda/), as inline __host__ __device__ functions.
  *
  *  - element conversions f16/bf16 <-> f32 (bit-exact, round to nearest even);
  *  - the activation quantizers (Q8_0, Q8_1, Q8_K), which quant.c uses too;
@@ -15,7 +15,10 @@
  *    exact whatever the formulation; the float part is the same sequence of
  *    fused multiply-adds and additions as quant.c's kernels, so every row
  *    dot product is bit-identical to sw_vec_dot() (tests/unit/test_quant_math.c
- *    checks every type against both CPU kernel levels).
+ *    checks every type against both CPU kernel levels). For the K-quants,
+ *    sw_<fmt>_ints gives a lane's integers alone and sw_<fmt>_tiled applies a
+ *    block's totals in the order of sw_matmul_tiled (the GPU's prompt
+ *    windows of 8 rows or more).
  *
  * The caller compiles without floating-point contraction (C11 mode with GCC;
  * nvcc with -fmad=false): a*b+c written here means two roundings, and every
@@ -474,23 +477,46 @@ SW_HD void sw_q4_k_wl(const sw_block_q4_k *w, int k, sw_wl_q4_k *o)
     o->dmin = sw_h2f(w->dmin);
 }
 
+/* The integers of lane k of a block pair: the quants' dot product with the
+ * sub-block scales (*lane) and, for k < 4, the term of minimum pair k (*mins,
+ * 0 on the other lanes). */
+SW_HD void sw_q4_k_ints(const sw_wl_q4_k *wl, const sw_block_q8_k *x, int k, int32_t *lane,
+                        int32_t *mins)
+{
+    const uint8_t *xq = (const uint8_t *)x->qs;
+    int32_t l = 0;
+    for (int c = 0; c < 4; c++) {
+        l += wl->sc[2 * c] * sw_dp4a(sw_nib_lo(wl->q[c]), sw_ld32(xq + 64 * c + 4 * k), 0);
+        l += wl->sc[2 * c + 1] * sw_dp4a(sw_nib_hi(wl->q[c]), sw_ld32(xq + 64 * c + 32 + 4 * k), 0);
+    }
+    *lane = l;
+    *mins = 0;
+    if (k < 4) {
+        const int m = k;
+        *mins = wl->mn[2 * m] * (x->bsums[4 * m] + x->bsums[4 * m + 1]) +
+                wl->mn[2 * m + 1] * (x->bsums[4 * m + 2] + x->bsums[4 * m + 3]);
+    }
+}
+
 SW_HD void sw_q4_k_step(const sw_wl_q4_k *wl, const sw_block_q8_k *x, int k, float *acc,
                         float *acc2)
 {
-    const uint8_t *xq = (const uint8_t *)x->qs;
-    int32_t lane = 0;
-    for (int c = 0; c < 4; c++) {
-        lane += wl->sc[2 * c] * sw_dp4a(sw_nib_lo(wl->q[c]), sw_ld32(xq + 64 * c + 4 * k), 0);
-        lane +=
-            wl->sc[2 * c + 1] * sw_dp4a(sw_nib_hi(wl->q[c]), sw_ld32(xq + 64 * c + 32 + 4 * k), 0);
-    }
-    if (k < 4) {
-        const int m = k;
-        const int32_t p = wl->mn[2 * m] * (x->bsums[4 * m] + x->bsums[4 * m + 1]) +
-                          wl->mn[2 * m + 1] * (x->bsums[4 * m + 2] + x->bsums[4 * m + 3]);
+    int32_t lane, p;
+    sw_q4_k_ints(wl, x, k, &lane, &p);
+    if (k < 4)
         *acc2 = fmaf(-x->d * wl->dmin, (float)p, *acc2);
-    }
     *acc = fmaf(x->d * wl->d, (float)lane, *acc);
+}
+
+/* The tiled order (sw_matmul_tiled) of one block from the totals of its 8
+ * lanes' integers (t of the lanes, m of the minimums): y + (d_w t - dmin_w m) d_x
+ * with the CPU's roundings. */
+SW_HD float sw_q4_k_tiled(const sw_wl_q4_k *wl, const sw_block_q8_k *x, int32_t t, int32_t m,
+                          float y)
+{
+    float r = wl->d * (float)t;
+    r = fmaf(-wl->dmin, (float)m, r);
+    return fmaf(r, x->d, y);
 }
 
 SW_HD float sw_q4_k_combine(const float acc[8], const float acc2[8])
@@ -518,24 +544,41 @@ SW_HD void sw_q5_k_wl(const sw_block_q5_k *w, int k, sw_wl_q5_k *o)
     o->dmin = sw_h2f(w->dmin);
 }
 
-SW_HD void sw_q5_k_step(const sw_wl_q5_k *wl, const sw_block_q8_k *x, int k, float *acc,
-                        float *acc2)
+/* As sw_q4_k_ints; lane 0 holds the whole minimums total. */
+SW_HD void sw_q5_k_ints(const sw_wl_q5_k *wl, const sw_block_q8_k *x, int k, int32_t *lane,
+                        int32_t *mins)
 {
     const uint8_t *xq = (const uint8_t *)x->qs;
-    int32_t lane = 0;
+    int32_t l = 0;
     for (int c = 0; c < 4; c++) {
         const uint32_t lo = sw_nib_lo(wl->q[c]) | (((wl->qh >> (2 * c)) & 0x01010101u) << 4);
         const uint32_t hi = sw_nib_hi(wl->q[c]) | (((wl->qh >> (2 * c + 1)) & 0x01010101u) << 4);
-        lane += wl->sc[2 * c] * sw_dp4a(lo, sw_ld32(xq + 64 * c + 4 * k), 0);
-        lane += wl->sc[2 * c + 1] * sw_dp4a(hi, sw_ld32(xq + 64 * c + 32 + 4 * k), 0);
+        l += wl->sc[2 * c] * sw_dp4a(lo, sw_ld32(xq + 64 * c + 4 * k), 0);
+        l += wl->sc[2 * c + 1] * sw_dp4a(hi, sw_ld32(xq + 64 * c + 32 + 4 * k), 0);
     }
-    if (k == 0) {
-        int32_t p = 0;
+    *lane = l;
+    *mins = 0;
+    if (k == 0)
         for (int j = 0; j < 8; j++)
-            p += wl->mn[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+            *mins += wl->mn[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+}
+
+SW_HD void sw_q5_k_step(const sw_wl_q5_k *wl, const sw_block_q8_k *x, int k, float *acc,
+                        float *acc2)
+{
+    int32_t lane, p;
+    sw_q5_k_ints(wl, x, k, &lane, &p);
+    if (k == 0)
         *acc2 = fmaf(-x->d * wl->dmin, (float)p, *acc2);
-    }
     *acc = fmaf(x->d * wl->d, (float)lane, *acc);
+}
+
+SW_HD float sw_q5_k_tiled(const sw_wl_q5_k *wl, const sw_block_q8_k *x, int32_t t, int32_t m,
+                          float y)
+{
+    float r = wl->d * (float)t;
+    r = fmaf(-wl->dmin, (float)m, r);
+    return fmaf(r, x->d, y);
 }
 
 SW_HD float sw_q5_k_combine(const float acc[8], const float acc2[8])
@@ -567,18 +610,35 @@ SW_HD void sw_q6_k_wl(const sw_block_q6_k *w, int k, sw_wl_q6_k *o)
     o->d = sw_h2f(w->d);
 }
 
+/* As sw_q4_k_ints; q6_K has no minimums (the -32 offset is in the lane). */
+SW_HD void sw_q6_k_ints(const sw_wl_q6_k *wl, const sw_block_q8_k *x, int k, int32_t *lane,
+                        int32_t *mins)
+{
+    const uint8_t *xq = (const uint8_t *)x->qs;
+    int32_t l = 0;
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 4; c++)
+            l += wl->sc[8 * h + 2 * c + (k >= 4)] *
+                 sw_dp4a(wl->q[h][c], sw_ld32(xq + 128 * h + 32 * c + 4 * k), 0);
+    l -= 32 * (x->bsums[2 * k] * wl->sc[2 * k] + x->bsums[2 * k + 1] * wl->sc[2 * k + 1]);
+    *lane = l;
+    *mins = 0;
+}
+
 SW_HD void sw_q6_k_step(const sw_wl_q6_k *wl, const sw_block_q8_k *x, int k, float *acc,
                         float *acc2)
 {
     (void)acc2;
-    const uint8_t *xq = (const uint8_t *)x->qs;
-    int32_t lane = 0;
-    for (int h = 0; h < 2; h++)
-        for (int c = 0; c < 4; c++)
-            lane += wl->sc[8 * h + 2 * c + (k >= 4)] *
-                    sw_dp4a(wl->q[h][c], sw_ld32(xq + 128 * h + 32 * c + 4 * k), 0);
-    lane -= 32 * (x->bsums[2 * k] * wl->sc[2 * k] + x->bsums[2 * k + 1] * wl->sc[2 * k + 1]);
+    int32_t lane, p;
+    sw_q6_k_ints(wl, x, k, &lane, &p);
     *acc = fmaf(x->d * wl->d, (float)lane, *acc);
+}
+
+SW_HD float sw_q6_k_tiled(const sw_wl_q6_k *wl, const sw_block_q8_k *x, int32_t t, int32_t m,
+                          float y)
+{
+    (void)m;
+    return fmaf(wl->d * (float)t, x->d, y);
 }
 
 SW_HD float sw_q6_k_combine(const float acc[8], const float acc2[8])

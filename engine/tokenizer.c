@@ -1192,6 +1192,36 @@ static const char *const k_eot_texts[] = {
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
 };
 
+/* The texts llama.cpp (0.3.36, llama-vocab.cpp) makes end-of-generation
+ * tokens whatever type the vocabulary gives them (it forces them to control
+ * type; here they only stop generation): Qwen2's vocabulary has a normal
+ * "</s>" that llama.cpp stops at, for one. */
+static const char *const k_eog_any_type[] = {
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "[e~[",
+    ("<\xef\xbd\x9c" /* DeepSeek's end of sentence, fullwidth bars */
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
+};
+
 static int s_add_eog(sw_tokenizer_t *t, int32_t id)
 {
     if (id < 0)
@@ -1228,6 +1258,9 @@ static int s_load_specials(sw_tokenizer_t *t, const sw_gguf_t *g)
         if (id >= 0 && t->type[id] == SW_TOKEN_CONTROL && s_add_eog(t, id) != 0)
             return -1;
     }
+    for (size_t i = 0; i < sizeof(k_eog_any_type) / sizeof(k_eog_any_type[0]); i++)
+        if (s_add_eog(t, s_find_cstr(t, k_eog_any_type[i])) != 0)
+            return -1;
     s_get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
     s_get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
     s_get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);

@@ -24,6 +24,7 @@
 #include "dispatch.h"
 #include "log.h"
 #include "metrics.h"
+#include "web.h"
 
 #define S_MAX_KEYS 1024      /* API keys in a key file */
 #define S_KEY_HASH 32        /* BLAKE2b-256 of a key */
@@ -363,6 +364,7 @@ static void s_stream_event(s_stream_t *st, const gw_event_t *ev)
         gw_metrics_error(g->metrics, s_code_of(ev));
         return;
     }
+    gw_metrics_tokens(g->metrics, ev->n_tokens);
     if (ev->text_len)
         s_out(st, gw_sse_chunk(r, st->id, st->created, ev->text, ev->text_len, 0, 0, NULL));
     if (ev->type != SW_CLIENT_EV_DONE)
@@ -544,6 +546,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
         }
         if (r->stream)
             break;
+        gw_metrics_tokens(g->metrics, ev.n_tokens);
         if (ev.text_len) {
             char *t = realloc(text, text_len + ev.text_len + 1);
             if (!t) {
@@ -696,13 +699,52 @@ static enum MHD_Result s_health(gw_t *g, struct MHD_Connection *c, s_conn_t *sc,
                   body, "application/json", 0);
 }
 
-/* ---- MHD callbacks ----------------------------------------------------------------------- */
-
 static enum MHD_Result s_metrics(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
 {
     (void)url;
     return s_send(g, c, s_ep(sc), MHD_HTTP_OK, gw_metrics_text(g->metrics),
                   "text/plain; version=0.0.4", 0);
+}
+
+/* The cluster page's numbers: the relay's peer table and the gateway's own (web.h). A relay
+ * that does not answer is part of the answer (relay.connected false), not an error. */
+static enum MHD_Result s_cluster(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
+{
+    (void)url;
+    gw_call_t *call = gw_call_new(g->disp);
+    sw_client_table_t t;
+    char err[512] = "out of memory";
+    int rc = call ? gw_call_table(call, &t, err, sizeof err) : SW_CLIENT_ENOMEM;
+    gw_call_destroy(&call);
+    char *body = gw_web_cluster_json(rc == 0 ? &t : NULL, g->o->relay, err,
+                                     gw_metrics_json(g->metrics), g->o->max_inflight);
+    if (rc == 0)
+        sw_client_table_clear(&t);
+    return s_send(g, c, s_ep(sc), MHD_HTTP_OK, body, "application/json", 0);
+}
+
+/* One file of the embedded web page (web.h): no key, the API calls it makes need one. */
+static enum MHD_Result s_web(gw_t *g, struct MHD_Connection *c, s_conn_t *sc, const char *url)
+{
+    const gw_web_file_t *f = gw_web_find(url);
+    if (!f)
+        return s_error(g, c, s_ep(sc), MHD_HTTP_NOT_FOUND, "no such file in the web page",
+                       "invalid_request_error", NULL, "not_found");
+    /* PERSISTENT: MHD reads the static bytes and never writes or frees them */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
+    MHD_add_response_header(r, "Content-Security-Policy", GW_WEB_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    gw_metrics_response(g->metrics, s_ep(sc), MHD_HTTP_OK);
+    return rc;
 }
 
 /* ---- routes ------------------------------------------------------------------------------ */
@@ -713,9 +755,14 @@ static const s_route_t s_routes[] = {
     {"POST", "/v1/completions", 0, 1, "completions", s_completions},
     {"GET", "/v1/models", 0, 1, "models", s_models},
     {"GET", "/v1/models/", 1, 1, "models", s_model},
+    {"GET", "/v1/cluster", 0, 1, "cluster", s_cluster},
     {"GET", "/health", 0, 0, "health", s_health},
     {"GET", "/metrics", 0, 1, "metrics", s_metrics},
+    {"GET", "/", 0, 0, "web", s_web},
+    {"GET", "/web/", 1, 0, "web", s_web},
 };
+
+/* ---- MHD callbacks ----------------------------------------------------------------------- */
 
 /* The route of url, or NULL (404). */
 static const s_route_t *s_route_find(const char *url)

@@ -4,7 +4,9 @@
  *
  * Endpoints: POST /v1/chat/completions and /v1/completions (JSON, or
  * server-sent events ending with "data: [DONE]"), GET /v1/models,
- * /v1/models/{id}, /health (no key) and /metrics (Prometheus text).
+ * /v1/models/{id}, /v1/cluster (the cluster page's numbers), /health (no
+ * key), /metrics (Prometheus text), and the web page compiled into the
+ * binary at / and /web/ (no key; web.h).
  *
  * HTTP is libmicrohttpd with one thread per connection, bounded by a
  * connection limit, a per-address limit, an idle timeout, a body deadline

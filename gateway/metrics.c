@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define S_MAX_SERIES 64 /* distinct (endpoint, status) pairs and error names kept */
 
@@ -22,6 +23,23 @@ typedef struct s_hist {
 static const double s_ttft_le[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double s_dur_le[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 static const double s_tps_le[] = {1, 2, 5, 10, 20, 50, 100, 200, 500};
+
+/* One completed generation, as the cluster page shows it. */
+typedef struct s_recent {
+    double t_ms;      /* Unix time it ended, ms */
+    int n_prompt;     /* prompt tokens */
+    int n_gen;        /* tokens generated */
+    int rounds;       /* decode rounds (round trips after the prefill's) */
+    int drafted;      /* drafts proposed */
+    int accepted;     /* drafts accepted */
+    double ttft_ms;   /* request to first token, seen by the gateway */
+    double decode_ms; /* head: first token to the last */
+    double draft_ms;  /* head: drafting on the critical path */
+    double head_ms;   /* head: its layers */
+    double stages_ms; /* every other stage's compute */
+    double net_ms;    /* head: round time no stage computed */
+    int have_head;    /* 1 when the head's timing arrived */
+} s_recent_t;
 
 struct gw_metrics {
     pthread_mutex_t mu;
@@ -41,11 +59,15 @@ struct gw_metrics {
     unsigned long long completion_tokens; /* over all of them */
     unsigned long long rounds, drafted, accepted;
     unsigned long long tree_rounds, ahead_hits, ahead_misses;
-    int inflight;    /* generations now */
-    int connections; /* HTTP connections now */
-    s_hist_t ttft;   /* seconds to the first token (seen by the gateway) */
-    s_hist_t dur;    /* seconds per generation */
-    s_hist_t tps;    /* decode tokens per second per generation (the head's clock) */
+    unsigned long long streamed;          /* tokens received, running generations too */
+    s_recent_t recent[GW_METRICS_RECENT]; /* a ring of the last generations */
+    int n_recent;                         /* entries filled (at most GW_METRICS_RECENT) */
+    int recent_next;                      /* where the next one goes */
+    int inflight;                         /* generations now */
+    int connections;                      /* HTTP connections now */
+    s_hist_t ttft;                        /* seconds to the first token (seen by the gateway) */
+    s_hist_t dur;                         /* seconds per generation */
+    s_hist_t tps; /* decode tokens per second per generation (the head's clock) */
 };
 
 gw_metrics_t *gw_metrics_new(void)
@@ -115,6 +137,35 @@ void gw_metrics_generation(gw_metrics_t *m, const sw_client_stats_t *st)
     s_observe(&m->dur, st->total_ms / 1e3);
     if (st->decode_ms > 0 && st->n_generated > 1)
         s_observe(&m->tps, (st->n_generated - 1) * 1e3 / st->decode_ms);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    s_recent_t *r = &m->recent[m->recent_next];
+    *r = (s_recent_t){.t_ms = now.tv_sec * 1e3 + now.tv_nsec / 1e6,
+                      .n_prompt = st->n_prompt,
+                      .n_gen = st->n_generated,
+                      .rounds = st->n_rounds,
+                      .drafted = st->n_drafted,
+                      .accepted = st->n_accepted,
+                      .ttft_ms = st->ttft_ms,
+                      .decode_ms = st->decode_ms,
+                      .draft_ms = st->draft_ms,
+                      .head_ms = st->head_compute_ms,
+                      .net_ms = st->network_ms,
+                      .have_head = st->have_head};
+    for (int i = 0; i < st->n_stages && i < SW_CLIENT_MAX_STAGES; i++)
+        r->stages_ms += st->stages[i].compute_ms;
+    m->recent_next = (m->recent_next + 1) % GW_METRICS_RECENT;
+    if (m->n_recent < GW_METRICS_RECENT)
+        m->n_recent++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void gw_metrics_tokens(gw_metrics_t *m, int n)
+{
+    if (n <= 0)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->streamed += (unsigned long long)n;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -229,6 +280,8 @@ char *gw_metrics_text(gw_metrics_t *m)
              "shardwire_gateway_tokens_total{kind=\"prompt\"} %llu\n"
              "shardwire_gateway_tokens_total{kind=\"completion\"} %llu\n",
              m->prompt_tokens, m->completion_tokens);
+    s_counter(&b, "shardwire_gateway_streamed_tokens_total",
+              "tokens received from the cluster, also of generations still running", m->streamed);
     s_counter(&b, "shardwire_gateway_rounds_total", "pipeline round trips of decoding", m->rounds);
     s_counter(&b, "shardwire_gateway_draft_tokens_total", "draft tokens proposed", m->drafted);
     s_counter(&b, "shardwire_gateway_draft_accepted_total", "draft tokens accepted", m->accepted);
@@ -264,4 +317,66 @@ char *gw_metrics_text(gw_metrics_t *m)
         return NULL;
     }
     return b.p;
+}
+
+/* One recent generation as JSON: its numbers and its time per round trip. */
+static json_t *s_recent_json(const s_recent_t *r)
+{
+    json_t *j = json_object();
+    /* every round trip of the request: the prefill's and the decode rounds */
+    const double trips = r->rounds + 1.0;
+    json_object_set_new(j, "t_ms", json_real(r->t_ms));
+    json_object_set_new(j, "prompt_tokens", json_integer(r->n_prompt));
+    json_object_set_new(j, "tokens", json_integer(r->n_gen));
+    json_object_set_new(j, "rounds", json_integer(r->rounds));
+    json_object_set_new(j, "drafted", json_integer(r->drafted));
+    json_object_set_new(j, "accepted", json_integer(r->accepted));
+    json_object_set_new(j, "ttft_ms", json_real(r->ttft_ms));
+    json_object_set_new(
+        j, "decode_tok_s",
+        json_real(r->decode_ms > 0 && r->n_gen > 1 ? (r->n_gen - 1) * 1e3 / r->decode_ms : 0));
+    json_object_set_new(j, "tokens_per_round",
+                        json_real(r->rounds > 0 ? (r->n_gen - 1) / (double)r->rounds : 0));
+    json_object_set_new(j, "round_ms", json_real(r->rounds > 0 ? r->decode_ms / r->rounds : 0));
+    if (r->have_head) {
+        json_t *sp = json_object();
+        json_object_set_new(sp, "draft", json_real(r->draft_ms / trips));
+        json_object_set_new(sp, "head", json_real(r->head_ms / trips));
+        json_object_set_new(sp, "stages", json_real(r->stages_ms / trips));
+        json_object_set_new(sp, "network", json_real(r->net_ms / trips));
+        json_object_set_new(j, "split_ms_per_trip", sp);
+    } else {
+        json_object_set_new(j, "split_ms_per_trip", json_null());
+    }
+    return j;
+}
+
+json_t *gw_metrics_json(gw_metrics_t *m)
+{
+    json_t *j = json_object(), *rec = json_array();
+    if (!j || !rec) {
+        json_decref(j);
+        json_decref(rec);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->mu);
+    json_object_set_new(j, "inflight", json_integer(m->inflight));
+    json_object_set_new(j, "connections", json_integer(m->connections));
+    json_object_set_new(j, "generations", json_integer((json_int_t)m->generations));
+    json_object_set_new(j, "streamed_tokens", json_integer((json_int_t)m->streamed));
+    json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)m->prompt_tokens));
+    json_object_set_new(j, "completion_tokens", json_integer((json_int_t)m->completion_tokens));
+    json_object_set_new(j, "rounds", json_integer((json_int_t)m->rounds));
+    json_object_set_new(j, "drafted", json_integer((json_int_t)m->drafted));
+    json_object_set_new(j, "accepted", json_integer((json_int_t)m->accepted));
+    unsigned long long errors = 0;
+    for (int i = 0; i < m->n_err; i++)
+        errors += m->err[i].n;
+    json_object_set_new(j, "errors", json_integer((json_int_t)errors));
+    const int first = (m->recent_next - m->n_recent + GW_METRICS_RECENT) % GW_METRICS_RECENT;
+    for (int i = 0; i < m->n_recent; i++)
+        json_array_append_new(rec, s_recent_json(&m->recent[(first + i) % GW_METRICS_RECENT]));
+    pthread_mutex_unlock(&m->mu);
+    json_object_set_new(j, "recent", rec);
+    return j;
 }

@@ -10,7 +10,11 @@
 #ifndef GW_METRICS_H
 #define GW_METRICS_H
 
+#include <jansson.h>
+
 #include "client.h"
+
+#define GW_METRICS_RECENT 32 /* generations the cluster page shows (gw_metrics_json) */
 
 typedef struct gw_metrics gw_metrics_t;
 
@@ -22,6 +26,8 @@ void gw_metrics_destroy(gw_metrics_t **self_p);
 void gw_metrics_response(gw_metrics_t *m, const char *endpoint, int status);
 /* One generation that ended well: tokens, time to first token, speed, drafts. */
 void gw_metrics_generation(gw_metrics_t *m, const sw_client_stats_t *st);
+/* Tokens that arrived from the cluster (of any generation, also one still running). */
+void gw_metrics_tokens(gw_metrics_t *m, int n);
 /* One generation that failed, by its error name (sw_client_strerror or an HTTP reason). */
 void gw_metrics_error(gw_metrics_t *m, const char *code);
 /*
@@ -34,5 +40,14 @@ void gw_metrics_connection(gw_metrics_t *m, int delta);
 
 /* The exposition text (malloc'd, the caller frees); NULL when out of memory. */
 char *gw_metrics_text(gw_metrics_t *m);
+
+/*
+ * The gateway's numbers for the cluster page (GET /v1/cluster, docs/api.md):
+ * counters, generations and connections now, and the last GW_METRICS_RECENT
+ * generations that completed, oldest first, each with its speed, tokens per
+ * round trip and its time split into drafting, head compute, the other
+ * stages' compute and the network. A new reference (NULL when out of memory).
+ */
+json_t *gw_metrics_json(gw_metrics_t *m);
 
 #endif

@@ -231,10 +231,22 @@ static int s_unsupported(json_t *root, char *err, size_t err_len, const char **p
         snprintf(err, err_len, "only n = 1 is supported");
         return -1;
     }
-    double pen;
-    if (s_num(root, "frequency_penalty", -2, 2, &pen, err, err_len, param) < 0 ||
-        s_num(root, "presence_penalty", -2, 2, &pen, err, err_len, param) < 0)
-        return -1;
+    /* OpenAI's additive penalties: 0 (their default) changes nothing; another
+     * value is refused, since the engine has only the multiplicative
+     * repetition penalty of llama.cpp (repeat_penalty), which is not the same
+     * function of the logits, and a silent substitute would change the text. */
+    static const char *additive[] = {"frequency_penalty", "presence_penalty"};
+    for (size_t k = 0; k < sizeof additive / sizeof additive[0]; k++) {
+        double pen = 0;
+        if (s_num(root, additive[k], -2, 2, &pen, err, err_len, param) < 0)
+            return -1;
+        if (pen != 0)
+            return s_bad(err, err_len, param, additive[k],
+                         "'%s' other than 0 is not supported: shardwire's repetition penalty is "
+                         "llama.cpp's multiplicative one, asked for with \"repeat_penalty\": "
+                         "R (e.g. 1.1; 1 = off)",
+                         additive[k]);
+    }
     return 0;
 }
 
@@ -373,6 +385,11 @@ int gw_req_parse(gw_req_t *r, const char *body, size_t len, int chat, const gw_d
         return -1;
     if (rc)
         r->q.temperature = (float)d;
+    /* llama.cpp's server's name for the penalty; shardwire.repeat_penalty too (it wins) */
+    if ((rc = s_num(root, "repeat_penalty", 0.01, 10, &d, err, err_len, param)) < 0)
+        return -1;
+    if (rc)
+        r->q.repeat_penalty = (float)d;
     if ((rc = s_num(root, "top_p", 0, 1, &d, err, err_len, param)) < 0)
         return -1;
     if (rc && d == 0) {

@@ -378,6 +378,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     if (!s->creator[0]) {
         snprintf(s->creator, sizeof s->creator, "%s", msg->peer);
         snprintf(s->owner, sizeof s->owner, "%s", f->route[0]);
+        SW_DEBUG("session %016llx opened by %s", (unsigned long long)sid, msg->peer);
     } else if (strcmp(s->creator, msg->peer) != 0) {
         SW_WARN("dropped a forward from %s for session %016llx, which belongs to %s", msg->peer,
                 (unsigned long long)sid, s->creator);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds shardwire into $SW_BUILD_DIR (build/ by default).
-# Extra arguments go to cmake's configure step.
+# Extra arguments go to cmake's configure step. SW_BUILD_TARGETS (names
+# separated by spaces) builds only those targets (scripts/demo.sh builds the
+# four programs it runs; the default is everything, the tests included).
 #
 # Progress goes to stderr: on a terminal one line that counts up ("build:
 # 42% gguf.c"), otherwise a line per stage (configure, 25 %, 50 %, 75 %,
@@ -12,14 +14,16 @@ build=${SW_BUILD_DIR:-$here/build}
 t0=$(date +%s)
 echo "build: configuring $build" >&2
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=${SW_BUILD_TYPE:-Release} "$@" >/dev/null
+targets=()
+for t in ${SW_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 if [ "${SW_BUILD_VERBOSE:-0}" = 1 ]; then
-    cmake --build "$build" -j "$(nproc)"
+    cmake --build "$build" -j "$(nproc)" "${targets[@]}"
     exit 0
 fi
 tty=0
 [ -t 2 ] && tty=1
 set +e
-cmake --build "$build" -j "$(nproc)" 2>&1 | awk -v tty="$tty" '
+cmake --build "$build" -j "$(nproc)" "${targets[@]}" 2>&1 | awk -v tty="$tty" '
     # "[ 42%] Building C object engine/CMakeFiles/swengine.dir/gguf.c.o"
     /^\[ *[0-9]+%\] / {
         pct = $0; sub(/^\[ */, "", pct); sub(/%.*/, "", pct); pct += 0

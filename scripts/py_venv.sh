@@ -6,6 +6,8 @@
 #   py=$(bash scripts/py_venv.sh)        # $SW_VENV, default build/venv
 #   py=$(bash scripts/py_venv.sh nbclient ipykernel)   # and these packages too
 #                                        # (the Kaggle notebooks' test, scripts/run_notebook.py)
+#   py=$(bash scripts/py_venv.sh websocket-client:websocket)   # PACKAGE:MODULE when the
+#                                        # module's name is not the package's (the web page's test)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${SW_VENV:-$here/build/venv}
@@ -18,8 +20,10 @@ if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
     echo "py_venv: installing $want from PyPI into $venv" >&2
     "$venv/bin/pip" install --disable-pip-version-check -q "$want" >&2
 fi
-for pkg in "$@"; do
+for arg in "$@"; do
+    pkg=${arg%%:*}
     mod=${pkg%%[<>=]*}
+    [ "$arg" != "$pkg" ] && mod=${arg#*:}
     if ! "$venv/bin/python" -c "import ${mod//-/_}" 2>/dev/null; then
         echo "py_venv: installing $pkg from PyPI into $venv" >&2
         "$venv/bin/pip" install --disable-pip-version-check -q "$pkg" >&2

@@ -7,9 +7,11 @@
  *       the first N layers of a real model with its tokenizer and every other
  *       key; block_count becomes N; the embedding (and a tied LM head) may be
  *       re-quantized to a smaller type
- *   shardwire-mkmodel --synth PRESET [--seed S] [--layers N] -o OUT.gguf
+ *   shardwire-mkmodel --synth PRESET [--seed S] [--layers N] [--vocab V.gguf] -o OUT.gguf
  *       a model of a real model's shapes and tensor types with random weights
- *       scaled so that activations stay in range (no tokenizer: use token ids)
+ *       scaled so that activations stay in range; no tokenizer (use token ids),
+ *       or with --vocab the tokenizer.* keys of a tokenizer GGUF (llama.cpp's
+ *       ggml-vocab-*.gguf), whose token count then sets the vocabulary size
  *
  * Presets (shapes and the type mix of the files named):
  *   qwen2.5-1.5b  Qwen2.5-Coder-1.5B-Instruct.Q4_K_M (q4_K, q6_K, biases)
@@ -17,6 +19,19 @@
  *   smollm2-135m  SmolLM2-135M-Instruct.Q4_1 (q4_1, q8_0 tied embedding)
  *   tiny-float    a 4-layer llama with f16, bf16 and f32 matrices
  *   tiny-qwen3    a 4-layer qwen3 (QK norm) with q4_0, q5_1, q5_K and q8_0
+ *
+ * Miniatures of the families of issue 24 (the real model's head size, head
+ * ratio, rope and norm layout and Q4_K_M type mix, fewer and narrower layers;
+ * made with --vocab for the llama.cpp parity fixtures, scripts/ref/):
+ *   llama3.2-mini  Llama 3.2 1B: head 64, GQA 4:1, rope base 5e5 with the
+ *                  llama3 rope_freqs (factor 32, low 1, high 4, 8192), tied q6_K
+ *   qwen3-mini     Qwen3 0.6B: head 128 (queries wider than the hidden size),
+ *                  GQA 2:1, QK norm, tied q6_K embedding
+ *   qwen3moe-mini  Qwen3-30B-A3B: head 128, GQA 8:1, QK norm, 16 experts of
+ *                  which 4 per token (q4_K gate/up, q6_K down, f32 router)
+ *   gemma3-mini    Gemma 3 270M: head 256, 4 heads on 1 KV head, post-norms,
+ *                  GELU, 5 sliding-window (16) layers per global one, the
+ *                  270M's q5_0/q8_0/q4_K/q6_K mix, tied q8_0 embedding
  */
 #include <errno.h>
 #include <math.h>
@@ -33,7 +48,7 @@
 typedef struct s_tensor {
     char name[96];
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     enum sw_type type;
     void *data; // owned
     uint64_t bytes;
@@ -328,182 +343,355 @@ typedef struct s_preset {
     enum sw_type q, k, v, o, gate, up, down;
     enum sw_type v_first, down_first; // in the first two layers (Q4_K_M's mix)
     int bias, qk_norm;
+    /* The fields below came with the families of issue 24 (0 above). */
+    int head_dim;                      // 0: n_embd / n_head
+    float rope_factor;                 // llama3 rope scaling (rope_freqs.weight), 0 = none
+    float rope_low, rope_high;         // its low and high frequency factors
+    int rope_orig_ctx;                 // and original context length
+    int n_expert, n_expert_used;       // mixture of experts, 0 = dense
+    int n_ff_exp;                      // one expert's feed-forward size
+    enum sw_type gate_exps, down_exps; // expert types (gate and up share one)
+    int n_swa, swa_pattern;            // Gemma 3: sliding window and its period
+    float rope_base_swa;               // the sliding-window layers' rope base
 } s_preset_t;
 
 static const s_preset_t s_presets[] = {
-    {"qwen2.5-1.5b",
-     "qwen2",
-     28,
-     1536,
-     8960,
-     12,
-     2,
-     151936,
-     32768,
-     1e6f,
-     1e-6f,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q6_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q4_K,
-     SW_TYPE_Q6_K,
-     SW_TYPE_Q6_K,
-     1,
-     0},
-    {"qwen2.5-0.5b",
-     "qwen2",
-     24,
-     896,
-     4864,
-     14,
-     2,
-     151936,
-     32768,
-     1e6f,
-     1e-6f,
-     SW_TYPE_Q5_0,
-     SW_TYPE_Q8_0,
-     SW_TYPE_Q5_0,
-     SW_TYPE_Q5_0,
-     SW_TYPE_Q8_0,
-     SW_TYPE_Q5_0,
-     SW_TYPE_Q5_0,
-     SW_TYPE_Q5_0,
-     SW_TYPE_Q6_K,
-     SW_TYPE_Q8_0,
-     SW_TYPE_Q6_K,
-     1,
-     0},
-    {"smollm2-135m",
-     "llama",
-     30,
-     576,
-     1536,
-     9,
-     3,
-     49152,
-     8192,
-     1e5f,
-     1e-5f,
-     SW_TYPE_Q8_0,
-     SW_TYPE_COUNT,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     SW_TYPE_Q4_1,
-     0,
-     0},
-    {"tiny-float",
-     "llama",
-     4,
-     256,
-     640,
-     4,
-     2,
-     4096,
-     2048,
-     1e4f,
-     1e-5f,
-     SW_TYPE_F16,
-     SW_TYPE_F32,
-     SW_TYPE_F16,
-     SW_TYPE_BF16,
-     SW_TYPE_F32,
-     SW_TYPE_F16,
-     SW_TYPE_BF16,
-     SW_TYPE_F16,
-     SW_TYPE_F32,
-     SW_TYPE_BF16,
-     SW_TYPE_F16,
-     0,
-     0},
-    {"tiny-qwen3",
-     "qwen3",
-     4,
-     512,
-     1536,
-     8,
-     4,
-     8192,
-     4096,
-     1e6f,
-     1e-6f,
-     SW_TYPE_Q8_0,
-     SW_TYPE_Q5_K,
-     SW_TYPE_Q4_0,
-     SW_TYPE_Q5_1,
-     SW_TYPE_Q8_0,
-     SW_TYPE_Q4_0,
-     SW_TYPE_Q5_K,
-     SW_TYPE_Q4_0,
-     SW_TYPE_Q5_1,
-     SW_TYPE_Q8_0,
-     SW_TYPE_Q6_K,
-     0,
-     1},
+    {.name = "qwen2.5-1.5b",
+     .arch = "qwen2",
+     .n_layer = 28,
+     .n_embd = 1536,
+     .n_ff = 8960,
+     .n_head = 12,
+     .n_kv_head = 2,
+     .n_vocab = 151936,
+     .n_ctx = 32768,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .embd = SW_TYPE_Q4_K,
+     .out = SW_TYPE_Q6_K,
+     .q = SW_TYPE_Q4_K,
+     .k = SW_TYPE_Q4_K,
+     .v = SW_TYPE_Q4_K,
+     .o = SW_TYPE_Q4_K,
+     .gate = SW_TYPE_Q4_K,
+     .up = SW_TYPE_Q4_K,
+     .down = SW_TYPE_Q4_K,
+     .v_first = SW_TYPE_Q6_K,
+     .down_first = SW_TYPE_Q6_K,
+     .bias = 1},
+    {.name = "qwen2.5-0.5b",
+     .arch = "qwen2",
+     .n_layer = 24,
+     .n_embd = 896,
+     .n_ff = 4864,
+     .n_head = 14,
+     .n_kv_head = 2,
+     .n_vocab = 151936,
+     .n_ctx = 32768,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .embd = SW_TYPE_Q5_0,
+     .out = SW_TYPE_Q8_0,
+     .q = SW_TYPE_Q5_0,
+     .k = SW_TYPE_Q5_0,
+     .v = SW_TYPE_Q8_0,
+     .o = SW_TYPE_Q5_0,
+     .gate = SW_TYPE_Q5_0,
+     .up = SW_TYPE_Q5_0,
+     .down = SW_TYPE_Q6_K,
+     .v_first = SW_TYPE_Q8_0,
+     .down_first = SW_TYPE_Q6_K,
+     .bias = 1},
+    {.name = "smollm2-135m",
+     .arch = "llama",
+     .n_layer = 30,
+     .n_embd = 576,
+     .n_ff = 1536,
+     .n_head = 9,
+     .n_kv_head = 3,
+     .n_vocab = 49152,
+     .n_ctx = 8192,
+     .rope_base = 1e5f,
+     .eps = 1e-5f,
+     .embd = SW_TYPE_Q8_0,
+     .out = SW_TYPE_COUNT,
+     .q = SW_TYPE_Q4_1,
+     .k = SW_TYPE_Q4_1,
+     .v = SW_TYPE_Q4_1,
+     .o = SW_TYPE_Q4_1,
+     .gate = SW_TYPE_Q4_1,
+     .up = SW_TYPE_Q4_1,
+     .down = SW_TYPE_Q4_1,
+     .v_first = SW_TYPE_Q4_1,
+     .down_first = SW_TYPE_Q4_1},
+    {.name = "tiny-float",
+     .arch = "llama",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_ff = 640,
+     .n_head = 4,
+     .n_kv_head = 2,
+     .n_vocab = 4096,
+     .n_ctx = 2048,
+     .rope_base = 1e4f,
+     .eps = 1e-5f,
+     .embd = SW_TYPE_F16,
+     .out = SW_TYPE_F32,
+     .q = SW_TYPE_F16,
+     .k = SW_TYPE_BF16,
+     .v = SW_TYPE_F32,
+     .o = SW_TYPE_F16,
+     .gate = SW_TYPE_BF16,
+     .up = SW_TYPE_F16,
+     .down = SW_TYPE_F32,
+     .v_first = SW_TYPE_BF16,
+     .down_first = SW_TYPE_F16},
+    {.name = "tiny-qwen3",
+     .arch = "qwen3",
+     .n_layer = 4,
+     .n_embd = 512,
+     .n_ff = 1536,
+     .n_head = 8,
+     .n_kv_head = 4,
+     .n_vocab = 8192,
+     .n_ctx = 4096,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .embd = SW_TYPE_Q8_0,
+     .out = SW_TYPE_Q5_K,
+     .q = SW_TYPE_Q4_0,
+     .k = SW_TYPE_Q5_1,
+     .v = SW_TYPE_Q8_0,
+     .o = SW_TYPE_Q4_0,
+     .gate = SW_TYPE_Q5_K,
+     .up = SW_TYPE_Q4_0,
+     .down = SW_TYPE_Q5_1,
+     .v_first = SW_TYPE_Q8_0,
+     .down_first = SW_TYPE_Q6_K,
+     .qk_norm = 1},
+    {.name = "llama3.2-mini",
+     .arch = "llama",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_ff = 1024,
+     .n_head = 4,
+     .n_kv_head = 1,
+     .n_vocab = 128256,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .eps = 1e-5f,
+     .embd = SW_TYPE_Q6_K,
+     .out = SW_TYPE_COUNT,
+     .q = SW_TYPE_Q4_K,
+     .k = SW_TYPE_Q4_K,
+     .v = SW_TYPE_Q4_K,
+     .o = SW_TYPE_Q4_K,
+     .gate = SW_TYPE_Q4_K,
+     .up = SW_TYPE_Q4_K,
+     .down = SW_TYPE_Q4_K,
+     .v_first = SW_TYPE_Q6_K,
+     .down_first = SW_TYPE_Q6_K,
+     .head_dim = 64,
+     .rope_factor = 32.0f,
+     .rope_low = 1.0f,
+     .rope_high = 4.0f,
+     .rope_orig_ctx = 8192},
+    {.name = "qwen3-mini",
+     .arch = "qwen3",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_ff = 768,
+     .n_head = 4,
+     .n_kv_head = 2,
+     .n_vocab = 151936,
+     .n_ctx = 40960,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .embd = SW_TYPE_Q6_K,
+     .out = SW_TYPE_COUNT,
+     .q = SW_TYPE_Q4_K,
+     .k = SW_TYPE_Q4_K,
+     .v = SW_TYPE_Q4_K,
+     .o = SW_TYPE_Q4_K,
+     .gate = SW_TYPE_Q4_K,
+     .up = SW_TYPE_Q4_K,
+     .down = SW_TYPE_Q4_K,
+     .v_first = SW_TYPE_Q6_K,
+     .down_first = SW_TYPE_Q6_K,
+     .qk_norm = 1,
+     .head_dim = 128},
+    {.name = "qwen3moe-mini",
+     .arch = "qwen3moe",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_ff = 1024,
+     .n_head = 8,
+     .n_kv_head = 1,
+     .n_vocab = 151936,
+     .n_ctx = 40960,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .embd = SW_TYPE_Q4_K,
+     .out = SW_TYPE_Q6_K,
+     .q = SW_TYPE_Q4_K,
+     .k = SW_TYPE_Q4_K,
+     .v = SW_TYPE_Q4_K,
+     .o = SW_TYPE_Q4_K,
+     .v_first = SW_TYPE_Q6_K,
+     .qk_norm = 1,
+     .head_dim = 128,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 256,
+     .gate_exps = SW_TYPE_Q4_K,
+     .down_exps = SW_TYPE_Q6_K},
+    {.name = "gemma3-mini",
+     .arch = "gemma3",
+     .n_layer = 6,
+     .n_embd = 256,
+     .n_ff = 512,
+     .n_head = 4,
+     .n_kv_head = 1,
+     .n_vocab = 262144,
+     .n_ctx = 32768,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .embd = SW_TYPE_Q8_0,
+     .out = SW_TYPE_COUNT,
+     .q = SW_TYPE_Q5_0,
+     .k = SW_TYPE_Q5_0,
+     .v = SW_TYPE_Q5_0,
+     .o = SW_TYPE_Q4_K,
+     .gate = SW_TYPE_Q5_0,
+     .up = SW_TYPE_Q5_0,
+     .down = SW_TYPE_Q4_K,
+     .v_first = SW_TYPE_Q8_0,
+     .down_first = SW_TYPE_Q6_K,
+     .qk_norm = 1,
+     .head_dim = 256,
+     .n_swa = 16,
+     .swa_pattern = 6,
+     .rope_base_swa = 10000.0f},
 };
 
 static int s_add(s_tensor_t *ts, int *n, const char *name, int n_dims, int64_t ne0, int64_t ne1,
-                 enum sw_type t, void *data, uint64_t bytes)
+                 int64_t ne2, enum sw_type t, void *data, uint64_t bytes)
 {
     s_tensor_t *x = &ts[(*n)++];
     snprintf(x->name, sizeof x->name, "%s", name);
     x->n_dims = n_dims;
     x->ne[0] = ne0;
     x->ne[1] = ne1;
+    x->ne[2] = ne2;
     x->type = t;
     x->data = data;
     x->bytes = bytes;
     return 0;
 }
 
-static int s_synth(const s_preset_t *p, int n_layers, const char *path)
+/* Llama 3's rope_freqs.weight as convert_hf_to_gguf.py computes it from the
+ * llama3 rope_scaling of config.json: per rotary pair, 1 for the high
+ * frequencies, factor for the low ones, a smooth blend between. */
+static float *s_llama3_rope_freqs(const s_preset_t *p, int head_dim)
+{
+    const int n = head_dim / 2;
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return NULL;
+    const double low_wavelen = p->rope_orig_ctx / p->rope_low;
+    const double high_wavelen = p->rope_orig_ctx / p->rope_high;
+    for (int i = 0; i < n; i++) {
+        const float freq = (float)(1.0 / pow(p->rope_base, (double)(2 * i) / head_dim));
+        const double wavelen = 2 * 3.14159265358979323846 / freq;
+        if (wavelen < high_wavelen)
+            f[i] = 1.0f;
+        else if (wavelen > low_wavelen)
+            f[i] = p->rope_factor;
+        else {
+            const double smooth =
+                (p->rope_orig_ctx / wavelen - p->rope_low) / (p->rope_high - p->rope_low);
+            f[i] = (float)(1.0 / ((1 - smooth) / p->rope_factor + smooth));
+        }
+    }
+    return f;
+}
+
+/* The tokenizer.* keys of vocab (indices into its key table) and its token count. */
+static int s_vocab_keys(const sw_gguf_t *v, int64_t *keys, int *n_keys, int *n_vocab)
+{
+    *n_keys = 0;
+    for (int64_t i = 0; i < sw_gguf_kv_count(v); i++) {
+        sw_gguf_str_t k = sw_gguf_kv_key(v, i);
+        if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10) && *n_keys < 64)
+            keys[(*n_keys)++] = i;
+    }
+    enum sw_gguf_vtype et;
+    uint64_t nt;
+    if (sw_gguf_get_arr(v, "tokenizer.ggml.tokens", &et, &nt) != 0 || et != SW_GGUF_STRING ||
+        nt < 1 || nt > (1u << 22))
+        return -1;
+    *n_vocab = (int)nt;
+    return 0;
+}
+
+static int s_synth(const s_preset_t *p, int n_layers, const sw_gguf_t *vocab, const char *path)
 {
     const int L = n_layers > 0 ? n_layers : p->n_layer;
-    const int hd = p->n_embd / p->n_head, kvd = hd * p->n_kv_head;
-    s_tensor_t *ts = calloc((size_t)L * 16 + 8, sizeof *ts);
+    const int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    const int qd = hd * p->n_head, kvd = hd * p->n_kv_head;
+    int64_t vkeys[64];
+    int n_vkeys = 0, n_vocab = p->n_vocab;
+    if (vocab && s_vocab_keys(vocab, vkeys, &n_vkeys, &n_vocab) != 0) {
+        fprintf(stderr, "shardwire-mkmodel: --vocab: no tokenizer.ggml.tokens list\n");
+        return -1;
+    }
+    s_tensor_t *ts = calloc((size_t)L * 20 + 8, sizeof *ts);
     if (!ts)
         return -1;
     int n = 0, rc = -1;
     void *d;
     uint64_t b;
     const float sd_e = 1.0f / sqrtf((float)p->n_embd), sd_f = 1.0f / sqrtf((float)p->n_ff);
+    const float sd_q = 1.0f / sqrtf((float)qd);
 #define S_MAT(name, t, n_in, n_out, sd)                                                            \
     do {                                                                                           \
         if (s_random_matrix((t), (n_in), (n_out), (sd), &d, &b) != 0)                              \
             goto out;                                                                              \
-        s_add(ts, &n, (name), 2, (n_in), (n_out), (t), d, b);                                      \
+        s_add(ts, &n, (name), 2, (n_in), (n_out), 1, (t), d, b);                                   \
+    } while (0)
+#define S_EXPS(name, t, n_in, n_out, sd)                                                           \
+    do {                                                                                           \
+        if (s_random_matrix((t), (n_in), (int64_t)(n_out)*p->n_expert, (sd), &d, &b) != 0)         \
+            goto out;                                                                              \
+        s_add(ts, &n, (name), 3, (n_in), (n_out), p->n_expert, (t), d, b);                         \
     } while (0)
 #define S_VEC(name, len, c, s)                                                                     \
     do {                                                                                           \
         if (s_random_vec((len), (c), (s), &d, &b) != 0)                                            \
             goto out;                                                                              \
-        s_add(ts, &n, (name), 1, (len), 1, SW_TYPE_F32, d, b);                                     \
+        s_add(ts, &n, (name), 1, (len), 1, 1, SW_TYPE_F32, d, b);                                  \
     } while (0)
-    S_MAT("token_embd.weight", p->embd, p->n_embd, p->n_vocab, sd_e);
+    S_MAT("token_embd.weight", p->embd, p->n_embd, n_vocab, sd_e);
     S_VEC("output_norm.weight", p->n_embd, 1.0f, 0.1f);
     if (p->out != SW_TYPE_COUNT)
-        S_MAT("output.weight", p->out, p->n_embd, p->n_vocab, sd_e);
+        S_MAT("output.weight", p->out, p->n_embd, n_vocab, sd_e);
+    if (p->rope_factor > 0) {
+        if (!(d = s_llama3_rope_freqs(p, hd)))
+            goto out;
+        s_add(ts, &n, "rope_freqs.weight", 1, hd / 2, 1, 1, SW_TYPE_F32, d,
+              (uint64_t)(hd / 2) * sizeof(float));
+    }
     char nm[96];
+    const int gemma = !strcmp(p->arch, "gemma3");
     for (int l = 0; l < L; l++) {
 #define S_NM(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
         S_VEC(S_NM("attn_norm.weight"), p->n_embd, 1.0f, 0.1f);
-        S_MAT(S_NM("attn_q.weight"), p->q, p->n_embd, p->n_embd, sd_e);
+        S_MAT(S_NM("attn_q.weight"), p->q, p->n_embd, qd, sd_e);
         S_MAT(S_NM("attn_k.weight"), p->k, p->n_embd, kvd, sd_e);
         S_MAT(S_NM("attn_v.weight"), l < 2 ? p->v_first : p->v, p->n_embd, kvd, sd_e);
-        S_MAT(S_NM("attn_output.weight"), p->o, p->n_embd, p->n_embd, sd_e);
+        S_MAT(S_NM("attn_output.weight"), p->o, qd, p->n_embd, sd_q);
         if (p->bias) {
-            S_VEC(S_NM("attn_q.bias"), p->n_embd, 0.0f, 0.1f);
+            S_VEC(S_NM("attn_q.bias"), qd, 0.0f, 0.1f);
             S_VEC(S_NM("attn_k.bias"), kvd, 0.0f, 0.1f);
             S_VEC(S_NM("attn_v.bias"), kvd, 0.0f, 0.1f);
         }
@@ -511,38 +699,85 @@ static int s_synth(const s_preset_t *p, int n_layers, const char *path)
             S_VEC(S_NM("attn_q_norm.weight"), hd, 1.0f, 0.1f);
             S_VEC(S_NM("attn_k_norm.weight"), hd, 1.0f, 0.1f);
         }
+        if (gemma)
+            S_VEC(S_NM("post_attention_norm.weight"), p->n_embd, 1.0f, 0.1f);
         S_VEC(S_NM("ffn_norm.weight"), p->n_embd, 1.0f, 0.1f);
-        S_MAT(S_NM("ffn_gate.weight"), p->gate, p->n_embd, p->n_ff, sd_e);
-        S_MAT(S_NM("ffn_up.weight"), p->up, p->n_embd, p->n_ff, sd_e);
-        S_MAT(S_NM("ffn_down.weight"), l < 2 ? p->down_first : p->down, p->n_ff, p->n_embd, sd_f);
+        if (p->n_expert > 0) {
+            const float sd_x = 1.0f / sqrtf((float)p->n_ff_exp);
+            S_MAT(S_NM("ffn_gate_inp.weight"), SW_TYPE_F32, p->n_embd, p->n_expert, sd_e);
+            S_EXPS(S_NM("ffn_gate_exps.weight"), p->gate_exps, p->n_embd, p->n_ff_exp, sd_e);
+            S_EXPS(S_NM("ffn_up_exps.weight"), p->gate_exps, p->n_embd, p->n_ff_exp, sd_e);
+            S_EXPS(S_NM("ffn_down_exps.weight"), p->down_exps, p->n_ff_exp, p->n_embd, sd_x);
+        } else {
+            S_MAT(S_NM("ffn_gate.weight"), p->gate, p->n_embd, p->n_ff, sd_e);
+            S_MAT(S_NM("ffn_up.weight"), p->up, p->n_embd, p->n_ff, sd_e);
+            S_MAT(S_NM("ffn_down.weight"), l < 2 ? p->down_first : p->down, p->n_ff, p->n_embd,
+                  sd_f);
+        }
+        if (gemma)
+            S_VEC(S_NM("post_ffw_norm.weight"), p->n_embd, 1.0f, 0.1f);
 #undef S_NM
     }
 #undef S_MAT
+#undef S_EXPS
 #undef S_VEC
-    char k_block[64], k_embd[64], k_ff[64], k_head[64], k_kv[64], k_ctx[64], k_rope[64], k_eps[64];
-    snprintf(k_block, sizeof k_block, "%s.block_count", p->arch);
-    snprintf(k_embd, sizeof k_embd, "%s.embedding_length", p->arch);
-    snprintf(k_ff, sizeof k_ff, "%s.feed_forward_length", p->arch);
-    snprintf(k_head, sizeof k_head, "%s.attention.head_count", p->arch);
-    snprintf(k_kv, sizeof k_kv, "%s.attention.head_count_kv", p->arch);
-    snprintf(k_ctx, sizeof k_ctx, "%s.context_length", p->arch);
-    snprintf(k_rope, sizeof k_rope, "%s.rope.freq_base", p->arch);
-    snprintf(k_eps, sizeof k_eps, "%s.attention.layer_norm_rms_epsilon", p->arch);
     char label[96];
     snprintf(label, sizeof label, "synthetic %s (shardwire-mkmodel)", p->name);
-    const s_kv_t kvs[] = {
-        {"general.architecture", 1, p->arch, 0, 0, 0}, {"general.name", 1, label, 0, 0, 0},
-        {k_block, 0, NULL, (uint32_t)L, 0, 0},         {k_embd, 0, NULL, (uint32_t)p->n_embd, 0, 0},
-        {k_ff, 0, NULL, (uint32_t)p->n_ff, 0, 0},      {k_head, 0, NULL, (uint32_t)p->n_head, 0, 0},
-        {k_kv, 0, NULL, (uint32_t)p->n_kv_head, 0, 0}, {k_ctx, 0, NULL, (uint32_t)p->n_ctx, 0, 0},
-        {k_rope, 0, NULL, 0, p->rope_base, 1},         {k_eps, 0, NULL, 0, p->eps, 1},
-    };
-    const int n_kv = (int)(sizeof kvs / sizeof kvs[0]);
+    /* The architecture's keys: (suffix, value) pairs, written as <arch>.<suffix>. */
+    struct {
+        const char *suffix;
+        int is_f;
+        uint32_t u;
+        float f;
+    } ak[16];
+    int n_ak = 0;
+#define S_AK(sfx, isf, uv, fv)                                                                     \
+    do {                                                                                           \
+        ak[n_ak].suffix = (sfx);                                                                   \
+        ak[n_ak].is_f = (isf);                                                                     \
+        ak[n_ak].u = (uint32_t)(uv);                                                               \
+        ak[n_ak++].f = (fv);                                                                       \
+    } while (0)
+    S_AK("block_count", 0, L, 0);
+    S_AK("embedding_length", 0, p->n_embd, 0);
+    S_AK("feed_forward_length", 0, p->n_ff, 0);
+    S_AK("attention.head_count", 0, p->n_head, 0);
+    S_AK("attention.head_count_kv", 0, p->n_kv_head, 0);
+    S_AK("context_length", 0, p->n_ctx, 0);
+    S_AK("rope.freq_base", 1, 0, p->rope_base);
+    S_AK("attention.layer_norm_rms_epsilon", 1, 0, p->eps);
+    if (p->head_dim) {
+        S_AK("attention.key_length", 0, hd, 0);
+        S_AK("attention.value_length", 0, hd, 0);
+        S_AK("rope.dimension_count", 0, hd, 0);
+    }
+    if (p->n_expert > 0) {
+        S_AK("expert_count", 0, p->n_expert, 0);
+        S_AK("expert_used_count", 0, p->n_expert_used, 0);
+        S_AK("expert_feed_forward_length", 0, p->n_ff_exp, 0);
+    }
+    if (p->n_swa > 0) {
+        S_AK("attention.sliding_window", 0, p->n_swa, 0);
+        S_AK("attention.sliding_window_pattern", 0, p->swa_pattern, 0);
+        S_AK("rope.freq_base_swa", 1, 0, p->rope_base_swa);
+    }
+#undef S_AK
+    char keys[16][96];
+    s_kv_t kvs[24] = {{"general.architecture", 1, p->arch, 0, 0, 0},
+                      {"general.name", 1, label, 0, 0, 0}};
+    int n_kv = 2;
+    for (int i = 0; i < n_ak; i++) {
+        snprintf(keys[i], sizeof keys[i], "%s.%s", p->arch, ak[i].suffix);
+        kvs[n_kv++] = (s_kv_t){keys[i], 0, NULL, ak[i].u, ak[i].f, ak[i].is_f};
+    }
     s_out_t o;
-    if (s_open(&o, path, n, n_kv) != 0)
+    if (s_open(&o, path, n, n_kv + n_vkeys) != 0)
         goto out;
     for (int i = 0; i < n_kv; i++)
         s_write_kv(&o, &kvs[i]);
+    for (int i = 0; i < n_vkeys; i++)
+        if (s_copy_kv(&o, vocab, vkeys[i], "", -1) != 0)
+            o.failed = 1;
     s_write_tensors(&o, ts, n);
     if (fclose(o.f) != 0 || o.failed)
         fprintf(stderr, "shardwire-mkmodel: writing %s failed\n", path);
@@ -621,7 +856,7 @@ static int s_truncate(const char *in, int n_layers, enum sw_type embd_type, cons
                 goto out;
             memcpy(data, t->data, (size_t)bytes);
         }
-        s_add(ts, &n, name, (int)t->n_dims, t->ne[0], t->n_dims > 1 ? t->ne[1] : 1, type, data,
+        s_add(ts, &n, name, (int)t->n_dims, t->ne[0], t->n_dims > 1 ? t->ne[1] : 1, 1, type, data,
               bytes);
     }
     const int64_t nkv = sw_gguf_kv_count(g);
@@ -645,16 +880,18 @@ out:
     return rc;
 }
 
-enum { O_FROM = SW_OPT_OWN, O_SYNTH, O_LAYERS, O_EMBD, O_SEED, O_OUT = 'o' };
+enum { O_FROM = SW_OPT_OWN, O_SYNTH, O_LAYERS, O_EMBD, O_SEED, O_VOCAB, O_OUT = 'o' };
 
 static const sw_opt_t s_opts[] = {
     {"from", O_FROM, "IN.gguf", "cut a real model to its first --layers N layers"},
     {"synth", O_SYNTH, "PRESET",
      "random weights in the shapes and types of a preset:\nqwen2.5-1.5b, qwen2.5-0.5b, "
-     "smollm2-135m, tiny-float,\ntiny-qwen3"},
+     "smollm2-135m, tiny-float,\ntiny-qwen3, llama3.2-mini, qwen3-mini, qwen3moe-mini,\n"
+     "gemma3-mini"},
     {"layers", O_LAYERS, "N", "layers to keep (--from, required) or to make (--synth)"},
     {"embd-type", O_EMBD, "T", "--from: re-quantize the embedding to q4_0 or q8_0"},
     {"seed", O_SEED, "S", "--synth: weight seed (default 1)"},
+    {"vocab", O_VOCAB, "V.gguf", "--synth: copy the tokenizer of V.gguf (its tokenizer.* keys)"},
     {"out", O_OUT, "OUT.gguf", "the file to write"},
 };
 
@@ -663,7 +900,8 @@ static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-mkmodel",
     .usage = "--from IN.gguf --layers N [--embd-type q4_0|q8_0] -o OUT.gguf\n"
-             "       shardwire-mkmodel --synth PRESET [--layers N] [--seed S] -o OUT.gguf",
+             "       shardwire-mkmodel --synth PRESET [--layers N] [--seed S] [--vocab V.gguf] "
+             "-o OUT.gguf",
     .about = "  Writes GGUF models for tests and benchmarks (docs/benchmarks.md).\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
@@ -671,7 +909,7 @@ static const sw_args_spec_t s_spec = {
 
 int main(int argc, char **argv)
 {
-    const char *from = NULL, *synth = NULL, *out = NULL, *v;
+    const char *from = NULL, *synth = NULL, *out = NULL, *vocab = NULL, *v;
     int layers = -1, seed = 1, c;
     enum sw_type embd = SW_TYPE_COUNT;
     sw_args_t a;
@@ -691,6 +929,9 @@ int main(int argc, char **argv)
         case O_SEED:
             if (sw_arg_int("shardwire-mkmodel", "--seed", v, 1, 1 << 30, &seed) != 0)
                 return 2;
+            break;
+        case O_VOCAB:
+            vocab = v;
             break;
         case O_EMBD:
             if (!strcmp(v, "q4_0"))
@@ -719,8 +960,20 @@ int main(int argc, char **argv)
     if (from)
         return s_truncate(from, layers, embd, out) == 0 ? 0 : 1;
     s_rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0x100000001b3ull);
+    sw_gguf_t *vg = NULL;
+    if (vocab) {
+        char err[256];
+        if (!(vg = sw_gguf_open(vocab, err, sizeof err))) {
+            fprintf(stderr, "shardwire-mkmodel: %s: %s\n", vocab, err);
+            return 1;
+        }
+    }
     for (size_t i = 0; i < sizeof s_presets / sizeof s_presets[0]; i++)
-        if (!strcmp(s_presets[i].name, synth))
-            return s_synth(&s_presets[i], layers, out) == 0 ? 0 : 1;
+        if (!strcmp(s_presets[i].name, synth)) {
+            const int rc = s_synth(&s_presets[i], layers, vg, out);
+            sw_gguf_close(&vg);
+            return rc == 0 ? 0 : 1;
+        }
+    sw_gguf_close(&vg);
     return sw_args_exit(sw_args_fail(&s_spec, "unknown preset '%s'", synth));
 }

@@ -43,6 +43,8 @@ typedef struct s_cpu {
     size_t qbuf_bytes; //
     void *scratch;     // per-thread attention scratch, n_threads * scratch_each bytes
     size_t scratch_each;
+    void *moe;        // mixture-of-experts scratch (s_moe_layout), moe_bytes long
+    size_t moe_bytes; //
 } s_cpu_t;
 
 static s_cpu_t *s_impl(sw_backend_t *be)
@@ -263,6 +265,28 @@ static int s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t
     return 0;
 }
 
+/* ggml_scale: one multiplication per element. */
+static int s_scale(sw_backend_t *be, sw_buf_t *x, size_t n, float v)
+{
+    (void)be;
+    float *a = s_f32(x);
+    for (size_t i = 0; i < n; i++)
+        a[i] *= v;
+    return 0;
+}
+
+/* GGML's GEGLU on the CPU (ggml_vec_geglu_f32 with GGML_GELU_FP16). */
+static int s_geglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
+{
+    (void)be;
+    const sw_f16 *table = sw_gelu_f16_table();
+    float *g = s_f32(gate);
+    const float *u = s_f32(up);
+    for (size_t i = 0; i < n; i++)
+        g[i] = sw_geglu_ggml(table, g[i], u[i]);
+    return 0;
+}
+
 /* Rotary embedding with the model's cos/sin table (sw_rope_table()). */
 static int s_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_heads,
                   int head_dim, int n_rot, const sw_buf_t *cs_buf, int neox)
@@ -437,6 +461,200 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
     return 0;
 }
 
+/* ---- mixture of experts --------------------------------------------------------- */
+
+/* A view of expert e of a 3-D weight as a plain weight. */
+static void s_expert(const sw_weight_t *w, int e, sw_weight_t *out, sw_buf_t *buf)
+{
+    *out = *w;
+    out->n_expert = 0;
+    buf->data = (char *)w->buf->data + (size_t)e * (size_t)w->n_out * w->row_bytes;
+    buf->bytes = (size_t)w->n_out * w->row_bytes;
+    buf->owned = 0;
+    out->buf = buf;
+}
+
+/* Multiplies the n_w (<= 2) weights by the nr quantized rows xq (stride
+ * xs) into y_i (nr, n_out), over the pool. */
+static void s_mm_rows(s_cpu_t *c, int n_w, const sw_weight_t *const *w, const void *xq, size_t xs,
+                      int nr, float *const *y, int tiled)
+{
+    struct s_mm_job job = {.n_w = n_w, .n = nr, .tiled = tiled};
+    for (int i = 0; i < n_w; i++) {
+        job.w[i] = w[i];
+        job.xq[i] = xq;
+        job.xq_stride[i] = xs;
+        job.y[i] = y[i];
+        job.total += w[i]->n_out;
+    }
+    job.chunk = job.total / ((int64_t)c->n_threads * 8);
+    job.chunk = job.chunk < 16 ? 16 : (job.chunk + 15) & ~(int64_t)15;
+    atomic_init(&job.next, 0);
+    sw_pool_run(c->pool, s_mm_body, &job);
+}
+
+/* Bytes of one quantized row of n values of the vec-dot type of t, 64-aligned. */
+static size_t s_qrow(enum sw_type t, int64_t n)
+{
+    uint64_t rb = 0;
+    if (sw_type_row_bytes(sw_type_vec_dot(t), n, &rb) != 0)
+        return 0;
+    return (size_t)((rb + 63) & ~(uint64_t)63);
+}
+
+static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
+{
+    s_cpu_t *c = s_impl(be);
+    const int n = a->n, k = a->n_used, n_exp = a->gate->n_expert;
+    const int64_t n_embd = a->router->n_in, n_ff = a->gate->n_out;
+    if (k < 1 || k > SW_MOE_MAX_USED || n_exp < k || a->router->n_out != n_exp ||
+        a->router->type != SW_TYPE_F32 || n_embd % 8 || a->up->n_expert != n_exp ||
+        a->down->n_expert != n_exp || a->down->n_in != n_ff || a->down->n_out != n_embd)
+        return sw_backend_fail(be, "cpu backend: inconsistent mixture-of-experts shapes");
+    const int nk = n * k;
+    const size_t qg = s_qrow(a->gate->type, n_embd), qd = s_qrow(a->down->type, n_ff);
+    if (!qg || !qd)
+        return sw_backend_fail(be, "cpu backend: expert types %s/%s cannot be multiplied",
+                               sw_type_name(a->gate->type), sw_type_name(a->down->type));
+    /* Scratch: probs (n, n_exp) f32 | wts (nk) f32 | sel (nk) i32 | rows (nk) i32 |
+     * xq (n, qg) | gq (n, max(qg, qd)) one expert's rows gathered (a row picks
+     * an expert once, so at most n) | gate, up (nk, n_ff) f32 | aq (nk, qd) |
+     * eo (nk, n_embd) f32 | y0, y1 (n, max(n_ff, n_embd)) f32 one expert's out. */
+    const size_t mx = (size_t)(n_ff > n_embd ? n_ff : n_embd);
+    size_t off[12], need = 0;
+    const size_t sizes[12] = {
+        (size_t)n * n_exp * 4,   (size_t)nk * 4,        (size_t)nk * 4,
+        (size_t)nk * 4,          (size_t)n * qg,        (size_t)n * (qg > qd ? qg : qd),
+        (size_t)nk * n_ff * 4,   (size_t)nk * n_ff * 4, (size_t)nk * qd,
+        (size_t)nk * n_embd * 4, (size_t)n * mx * 4,    (size_t)n * mx * 4};
+    for (int i = 0; i < 12; i++) {
+        off[i] = need;
+        need += (sizes[i] + 63) & ~(size_t)63;
+    }
+    if (need > c->moe_bytes) {
+        void *p = aligned_alloc(64, need);
+        if (!p)
+            return sw_backend_fail(be, "cpu backend: out of memory for a %zu-byte expert scratch",
+                                   need);
+        free(c->moe);
+        c->moe = p;
+        c->moe_bytes = need;
+    }
+    void *at[12];
+    for (int i = 0; i < 12; i++)
+        at[i] = (char *)c->moe + off[i];
+    float *probs = at[0], *wts = at[1], *gate = at[6], *up = at[7], *eo = at[9], *y0 = at[10],
+          *y1 = at[11];
+    int32_t *sel = at[2], *rows = at[3];
+    char *xq = at[4], *gq = at[5], *aq = at[8];
+    const float *x = s_f32(a->x);
+    const float *wr = s_f32(a->router->buf);
+
+    /* Routing: logits, softmax, the k best in descending order (lowest id
+     * first on ties), their weights normalised by their double-precision sum
+     * clamped at 2^-14 (llama.cpp's weights_sum with its f16 floor). */
+    /* llama.cpp hands a matmul of 2 rows or more to llamafile (prompts; in
+     * the last layer only the rows that want logits count), one row to
+     * ggml_vec_dot_f32 (sw_matmul's f32 order). */
+    const int tinyblas = a->prompt && n - a->count_row0 >= 2;
+    for (int r = 0; r < n; r++) {
+        float *p = probs + (size_t)r * n_exp;
+        if (tinyblas)
+            for (int e = 0; e < n_exp; e++)
+                p[e] = sw_dot_f32_tinyblas(wr + (size_t)e * n_embd, x + (size_t)r * n_embd, n_embd);
+        else
+            sw_matmul(SW_TYPE_F32, n_embd, wr, a->router->row_bytes, 0, n_exp,
+                      x + (size_t)r * n_embd, (size_t)n_embd * sizeof(float), 1, p, n_exp);
+        sw_moe_route(p, n_exp, k, sel + (size_t)r * k, wts + (size_t)r * k);
+    }
+
+    /* The input rows quantized once for the gate and up experts. */
+    const enum sw_type vg = sw_type_vec_dot(a->gate->type), vd = sw_type_vec_dot(a->down->type);
+    for (int r = 0; r < n; r++)
+        if (sw_quantize_row(vg, x + (size_t)r * n_embd, xq + (size_t)r * qg, n_embd) != 0)
+            return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                   sw_type_name(vg));
+
+    /* Gate and up, expert by expert over the rows routed to it. */
+    for (int e = 0; e < n_exp; e++) {
+        int cnt = 0, counted = 0;
+        for (int i = 0; i < nk; i++)
+            if (sel[i] == e) {
+                rows[cnt++] = i;
+                counted += i / k >= a->count_row0;
+            }
+        if (cnt == 0)
+            continue;
+        if (cnt > n) // a row picks each expert at most once: the buffers hold n rows
+            return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, cnt,
+                                   n);
+        const int tiled = a->prompt && counted >= 8;
+        for (int j = 0; j < cnt; j++)
+            memcpy(gq + (size_t)j * qg, xq + (size_t)(rows[j] / k) * qg, qg);
+        sw_buf_t bg, bu;
+        sw_weight_t wg, wu;
+        s_expert(a->gate, e, &wg, &bg);
+        s_expert(a->up, e, &wu, &bu);
+        const sw_weight_t *ws[2] = {&wg, &wu};
+        float *ys[2] = {y0, y1};
+        s_mm_rows(c, 2, ws, gq, qg, cnt, ys, tiled);
+        for (int j = 0; j < cnt; j++) {
+            memcpy(gate + (size_t)rows[j] * n_ff, y0 + (size_t)j * n_ff, (size_t)n_ff * 4);
+            memcpy(up + (size_t)rows[j] * n_ff, y1 + (size_t)j * n_ff, (size_t)n_ff * 4);
+        }
+    }
+    /* SwiGLU, as the dense FFN's (groups of 8 with GGML's exp). */
+    {
+        sw_buf_t g = {.bytes = (size_t)nk * n_ff * 4, .data = gate, .owned = 0};
+        sw_buf_t u = {.bytes = (size_t)nk * n_ff * 4, .data = up, .owned = 0};
+        if (s_swiglu(be, &g, &u, (size_t)nk * (size_t)n_ff) != 0)
+            return -1;
+    }
+    for (int i = 0; i < nk; i++)
+        if (sw_quantize_row(vd, gate + (size_t)i * n_ff, aq + (size_t)i * qd, n_ff) != 0)
+            return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                   sw_type_name(vd));
+    /* Down, expert by expert. */
+    for (int e = 0; e < n_exp; e++) {
+        int cnt = 0, counted = 0;
+        for (int i = 0; i < nk; i++)
+            if (sel[i] == e) {
+                rows[cnt++] = i;
+                counted += i / k >= a->count_row0;
+            }
+        if (cnt == 0)
+            continue;
+        if (cnt > n) // a row picks each expert at most once: the buffers hold n rows
+            return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, cnt,
+                                   n);
+        const int tiled = a->prompt && counted >= 8;
+        for (int j = 0; j < cnt; j++)
+            memcpy(gq + (size_t)j * qd, aq + (size_t)rows[j] * qd, qd);
+        sw_buf_t bd;
+        sw_weight_t wd;
+        s_expert(a->down, e, &wd, &bd);
+        const sw_weight_t *ws[1] = {&wd};
+        float *ys[1] = {y0};
+        s_mm_rows(c, 1, ws, gq, qd, cnt, ys, tiled);
+        for (int j = 0; j < cnt; j++)
+            memcpy(eo + (size_t)rows[j] * n_embd, y0 + (size_t)j * n_embd, (size_t)n_embd * 4);
+    }
+    /* Each expert's output times its weight, then added left to right. */
+    float *out = s_f32(a->out);
+    for (int r = 0; r < n; r++) {
+        float *o = out + (size_t)r * n_embd;
+        for (int j = 0; j < k; j++) {
+            const float *er = eo + ((size_t)r * k + j) * n_embd;
+            const float w = wts[(size_t)r * k + j];
+            for (int64_t i = 0; i < n_embd; i++) {
+                const float t = er[i] * w; // ggml_mul, then ggml_add: two roundings
+                o[i] = j == 0 ? t : o[i] + t;
+            }
+        }
+    }
+    return 0;
+}
+
 /* ---- attention ---------------------------------------------------------------- */
 
 struct s_attn_job {
@@ -485,17 +703,24 @@ static void s_attn_body(void *ctx, int ith, int nth)
             tail = rec + 2;
         }
         const int n_pos = lin + m;
+        /* Entry p of the visible list is at position p (a tree's ancestors
+         * continue its plain prefix), so a window hides p < n_pos - swa;
+         * hidden entries count as -inf, exactly like llama.cpp's mask. */
+        const int lo = a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0;
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
-        /* The prompt order never has tree rows: slots [0, n_pos), K rows kv_dim
-         * apart, V rows n_ctx apart, the dots 8 at a time. */
+        /* The prompt order never has tree rows: slots [lo, n_pos), K rows
+         * kv_dim apart, V rows n_ctx apart, the dots 8 at a time. */
         const int batched = a->prompt_order && c->avx2;
         if (batched) {
             sw_cpu_f16_to_f32_avx2(q16, qf, hd);
-            sw_cpu_dots_f16_tiled_avx2(kc + (size_t)g * hd, kv_dim, n_pos, qf, hd, score);
+            sw_cpu_dots_f16_tiled_avx2(kc + (size_t)lo * kv_dim + (size_t)g * hd, kv_dim,
+                                       n_pos - lo, qf, hd, score + lo);
         }
-        for (int p = 0; p < n_pos; p++) {
+        for (int p = 0; p < lo; p++)
+            score[p] = -INFINITY;
+        for (int p = lo; p < n_pos; p++) {
             const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
             const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
             float s = batched            ? score[p]
@@ -512,10 +737,14 @@ static void s_attn_body(void *ctx, int ith, int nth)
             score[p] *= inv;
         s_to_f16(c, score, prob, n_pos);
         float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        /* Hidden entries (below the sliding window) have probability 0 and
+         * add exact zeros: the V dots start at a multiple of 32 below it, on
+         * the same lanes. */
+        const int lo32 = lo & ~31;
         if (batched) {
-            sw_cpu_f16_to_f32_avx2(prob, score, n_pos);
-            sw_cpu_dots_f16_tiled_avx2(vc + (size_t)g * hd * (size_t)a->n_ctx, (size_t)a->n_ctx, hd,
-                                       score, n_pos, out);
+            sw_cpu_f16_to_f32_avx2(prob + lo32, score + lo32, n_pos - lo32);
+            sw_cpu_dots_f16_tiled_avx2(vc + (size_t)g * hd * (size_t)a->n_ctx + lo32,
+                                       (size_t)a->n_ctx, hd, score + lo32, n_pos - lo32, out);
             continue;
         }
         /* A tree row reads V of its prefix in place up to a multiple of 32
@@ -532,8 +761,8 @@ static void s_attn_body(void *ctx, int ith, int nth)
                 out[d] = s_dot_split(c, vrow, lin32, vg, prob, n_pos);
                 continue;
             }
-            out[d] = !a->prompt_order ? s_dot_f16(c, vrow, prob, n_pos, 1)
-                                      : sw_dot_f16_tiled(vrow, prob, n_pos);
+            out[d] = !a->prompt_order ? s_dot_f16(c, vrow + lo32, prob + lo32, n_pos - lo32, 1)
+                                      : sw_dot_f16_tiled(vrow + lo32, prob + lo32, n_pos - lo32);
         }
     }
 }
@@ -662,6 +891,7 @@ static void s_destroy(sw_backend_t *be)
     sw_pool_destroy(&c->pool);
     free(c->qbuf);
     free(c->scratch);
+    free(c->moe);
     free(c);
     be->impl = NULL;
 }
@@ -684,12 +914,16 @@ static const sw_backend_ops_t s_cpu_ops = {
     .attention = s_attention,
     .add = s_add,
     .swiglu = s_swiglu,
+    .scale = s_scale,
+    .geglu = s_geglu,
+    .moe = s_moe,
     .argmax = s_argmax,
     .sync = NULL,
     .graph_run = NULL,
     .graph_reset = NULL,
     .transfer = NULL,
     .mem_free = NULL,
+    .attn_swa = 1,
 };
 
 sw_backend_t *sw_backend_cpu_new(int n_threads)

@@ -77,6 +77,8 @@ static __global__ void k_argmax(const float *x, int dim, int32_t *tok, int32_t *
 int swc_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
                sw_buf_t *ids, sw_buf_t *prob, size_t ids_off)
 {
+    if (swc_use(be) != 0)
+        return -1;
     k_argmax<<<1, S_THREADS, 0, swc_of(be)->stream>>>(
         swc_ptr<float>(x), dim, tok ? swc_ptr<int32_t>(tok) + tok_off : NULL,
         swc_ptr<int32_t>(ids) + ids_off, prob ? swc_ptr<float>(prob) + ids_off : NULL);

@@ -11,8 +11,15 @@
  *            checked by sw_softmax_inv_stable, else left to right), the
  *            normaliser, the f16 probabilities
  *   pv       one warp per output element: lane t accumulates slots t, t+32, ...
- *            (the accumulators of sw_dot_f16_4x8 with padding), lane 0 reduces;
- *            the prompt order uses 8 lanes (sw_dot_f16_tiled)
+ *            (the accumulators of sw_dot_f16_4x8 with padding), lane 0 reduces
+ *            them from shared memory; the prompt order uses 8 lanes
+ *            (sw_dot_f16_tiled)
+ *
+ * A sliding window (Gemma 3's local layers, sw_attn_args_t.swa) hides the
+ * row's positions p < n_pos - swa as the CPU does: their scores are -inf
+ * (probability 0), and a row without a tree starts its P.V sums at the
+ * multiple of 32 below the window, on the same lanes; a tree row sums over
+ * all its positions, the hidden ones adding exact zeros.
  *
  * Row r of a chunk attends to slots [0, slot0 + r] with slot0 read from the
  * control block, so a recorded graph serves every step. A token tree row
@@ -21,7 +28,13 @@
  * that order and reads slot(p), which is exactly what a chain holding the
  * same path computes (slot(p) = p), as the CPU backend does. Scores and
  * probabilities live in a scratch area of (rows, heads, n_ctx); long chunks
- * are processed a few rows at a time so that it stays below S_SCRATCH_MAX.
+ * are processed a few rows at a time so that it stays below the backend's
+ * attn_scratch_max (256 MiB; SW_CUDA_ATTN_MIB for tests). Every pass over
+ * rows computes each row as a pass of one row would.
+ *
+ * In a recorded step (c->in_graph) the kernels take the caches from an entry
+ * of the backend's cache table instead of their arguments, so that the graph
+ * serves every session: backend_cuda.cu fills the table before each launch.
  *
  * kv_move (token trees: the accepted path is kept) moves K rows and
  * transposed V columns in one kernel, each thread one element in all moves
@@ -29,7 +42,6 @@
  */
 #include "common.cuh"
 
-#define S_SCRATCH_MAX ((size_t)256 << 20)
 #define S_MOVES 64 // slot moves per kv_move kernel (longer lists take several, in order)
 
 /* The positions row r of an n-row chunk attends to: [0, lin), then tail[0..n_pos - lin). */
@@ -58,9 +70,25 @@ static __device__ int s_slot(const s_vis &v, int p)
     return p < v.lin ? p : v.tail[p - v.lin];
 }
 
-static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f16 *vc,
-                                const int32_t *ctl, int kv_dim, int n_ctx)
+/* The first position a window of swa (0 = none) leaves visible. */
+static __device__ int s_window_lo(const s_vis &v, int swa)
 {
+    return swa > 0 && v.n_pos > swa ? v.n_pos - swa : 0;
+}
+
+/* The caches: the arguments, or in a recorded step the entries of the cache table. */
+static __device__ void s_caches(sw_f16 *const *tab, sw_f16 **kc, sw_f16 **vc)
+{
+    if (tab) {
+        *kc = tab[0];
+        *vc = tab[1];
+    }
+}
+
+static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f16 *vc,
+                                sw_f16 *const *tab, const int32_t *ctl, int kv_dim, int n_ctx)
+{
+    s_caches(tab, &kc, &vc);
     const int r = blockIdx.y;
     const int slot = ctl[SW_CTL_SLOT0] + r;
     for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < kv_dim; d += gridDim.x * blockDim.x) {
@@ -70,11 +98,13 @@ static __global__ void k_append(const float *k, const float *v, sw_f16 *kc, sw_f
 }
 
 /* Block (slot tile, h, rr): scores of row r0 + rr, head h, for the tile's slots. */
-static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t *ctl, int n,
-                                int tree, int r0, int n_head, int group, int hd, int kv_dim,
-                                int n_ctx, float scale, int prompt_order, float *S)
+static __global__ void k_scores(const float *q, sw_f16 *kc, sw_f16 *const *tab, const int32_t *ctl,
+                                int n, int tree, int r0, int n_head, int group, int hd, int kv_dim,
+                                int n_ctx, float scale, int prompt_order, int swa, float *S)
 {
     extern __shared__ sw_f16 q16[];
+    sw_f16 *vc_unused = NULL;
+    s_caches(tab, &kc, &vc_unused);
     const int rr = blockIdx.z, r = r0 + rr, h = blockIdx.y;
     const s_vis vis = s_row_vis(ctl, n, tree, r);
     const int n_pos = vis.n_pos;
@@ -88,6 +118,10 @@ static __global__ void k_scores(const float *q, const sw_f16 *kc, const int32_t 
     const int p = p0 + threadIdx.x;
     if (p >= n_pos)
         return;
+    if (p < s_window_lo(vis, swa)) { // hidden by the window, as llama.cpp's mask
+        S[((size_t)rr * n_head + h) * n_ctx + p] = -INFINITY;
+        return;
+    }
     const sw_f16 *krow = kc + (size_t)s_slot(vis, p) * kv_dim + (size_t)(h / group) * hd;
     const float s =
         prompt_order ? sw_dot_f16_tiled(krow, q16, hd) : sw_dot_f16_4x8(krow, q16, hd, 0);
@@ -161,41 +195,43 @@ static __global__ void k_softmax(float *S, float *G, sw_f16 *P, const int32_t *c
 
 /* Block (d tile, h, rr), 4 warps: output elements d of row r0 + rr, head h.
  * Decode order: a warp per element; prompt order: 8 lanes per element. */
-static __global__ void k_pv(const sw_f16 *vc, const sw_f16 *P, const int32_t *ctl, int n, int tree,
-                            int r0, int n_head, int group, int hd, int n_ctx, int prompt_order,
-                            float *out)
+static __global__ void k_pv(sw_f16 *vc, sw_f16 *const *tab, const sw_f16 *P, const int32_t *ctl,
+                            int n, int tree, int r0, int n_head, int group, int hd, int n_ctx,
+                            int prompt_order, int swa, float *out)
 {
+    sw_f16 *kc_unused = NULL;
+    s_caches(tab, &kc_unused, &vc);
     const int rr = blockIdx.y, h = blockIdx.z;
     const s_vis vis = s_row_vis(ctl, n, tree, r0 + rr);
     const int n_pos = vis.n_pos;
+    const int lo32 = tree ? 0 : s_window_lo(vis, swa) & ~31; // the window's zeros skipped
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const sw_f16 *pr = P + ((size_t)rr * n_head + h) * n_ctx;
     float *o = out + ((size_t)(r0 + rr) * n_head + h) * hd;
+    __shared__ float s_acc[128]; // the lanes' sums, read by the lane that reduces them
     if (!prompt_order) {
         const int d = blockIdx.x * 4 + warp;
-        const int dd = d < hd ? d : hd - 1; // every lane takes part in the shuffles
+        const int dd = d < hd ? d : hd - 1; // every lane reaches the __syncwarp
         const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
         float acc = 0.0f;
-        for (int p = lane; p < n_pos; p += 32)
+        for (int p = lo32 + lane; p < n_pos; p += 32)
             acc = fmaf(sw_h2f(vrow[s_slot(vis, p)]), sw_h2f(pr[p]), acc);
-        float a[32];
-        for (int j = 0; j < 32; j++)
-            a[j] = __shfl_sync(0xffffffffu, acc, j);
+        s_acc[threadIdx.x] = acc;
+        __syncwarp();
         if (lane == 0 && d < hd)
-            o[d] = (float)(double)sw_reduce4x8(a);
+            o[d] = (float)(double)sw_reduce4x8(&s_acc[threadIdx.x]);
     } else {
         const int l = lane % 8;
         const int d = (blockIdx.x * 4 + warp) * 4 + lane / 8;
         const int dd = d < hd ? d : hd - 1;
         const sw_f16 *vrow = vc + ((size_t)(h / group) * hd + dd) * n_ctx;
         float acc = 0.0f;
-        for (int p = l; p < n_pos; p += 8)
+        for (int p = lo32 + l; p < n_pos; p += 8)
             acc = fmaf(sw_h2f(vrow[s_slot(vis, p)]), sw_h2f(pr[p]), acc);
-        float a[8];
-        for (int j = 0; j < 8; j++)
-            a[j] = __shfl_sync(0xffffffffu, acc, (lane & ~7) | j);
+        s_acc[threadIdx.x] = acc;
+        __syncwarp();
         if (l == 0 && d < hd)
-            o[d] = sw_hsum8(a);
+            o[d] = sw_hsum8(&s_acc[threadIdx.x]);
     }
 }
 
@@ -204,14 +240,29 @@ int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
     swc *c = swc_of(be);
     if (a->tree && a->prompt_order)
         return sw_backend_fail(be, "cuda: a tree chunk in prompt order");
+    if (swc_use(be) != 0)
+        return -1;
     const int tree = a->tree ? 1 : 0;
     const int kv_dim = a->n_kv_head * a->head_dim, hd = a->head_dim;
     const int group = a->n_head / a->n_kv_head;
     const int32_t *ctl = swc_ptr<int32_t>(a->ctl);
     sw_f16 *kc = swc_ptr<sw_f16>(a->k_cache), *vc = swc_ptr<sw_f16>(a->v_cache);
+    sw_f16 *const *tab = NULL;
+    if (c->in_graph) { // a recorded step: the caches come from the table (backend_cuda.cu)
+        if (c->kv_n >= SWC_KV_TAB) {
+            c->capture_broken = 1;
+            return sw_backend_fail(be, "cuda:%d: a step of more than %d attention calls", c->dev,
+                                   SWC_KV_TAB);
+        }
+        c->kv_host[2 * c->kv_n] = kc;
+        c->kv_host[2 * c->kv_n + 1] = vc;
+        tab = (sw_f16 *const *)(c->kv_dev + 2 * c->kv_n);
+        c->kv_n++;
+        kc = vc = NULL;
+    }
 
     k_append<<<dim3(swc_blocks(kv_dim, 256), a->n), 256, 0, c->stream>>>(
-        swc_ptr<float>(a->k), swc_ptr<float>(a->v), kc, vc, ctl, kv_dim, a->n_ctx);
+        swc_ptr<float>(a->k), swc_ptr<float>(a->v), kc, vc, tab, ctl, kv_dim, a->n_ctx);
     if (swc_launched(be, "attention append") != 0)
         return -1;
 
@@ -219,7 +270,7 @@ int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
     const size_t per_head =
         (size_t)a->n_ctx * 4 + (size_t)a->n_ctx * 2 + ((size_t)a->n_ctx / 8 + 1) * 4;
     const size_t per_row = per_head * (size_t)a->n_head;
-    int rows = (int)(S_SCRATCH_MAX / per_row);
+    int rows = (int)(c->attn_scratch_max / per_row);
     if (rows < 1)
         rows = 1;
     if (rows > a->n)
@@ -235,14 +286,14 @@ int swc_attention(sw_backend_t *be, const sw_attn_args_t *a)
     for (int r0 = 0; r0 < a->n; r0 += rows) {
         const int nr = a->n - r0 < rows ? a->n - r0 : rows;
         k_scores<<<dim3(swc_blocks(a->n_ctx, 128), a->n_head, nr), 128, (size_t)hd * 2,
-                   c->stream>>>(swc_ptr<float>(a->q), kc, ctl, a->n, tree, r0, a->n_head, group, hd,
-                                kv_dim, a->n_ctx, a->scale, a->prompt_order, S);
+                   c->stream>>>(swc_ptr<float>(a->q), kc, tab, ctl, a->n, tree, r0, a->n_head,
+                                group, hd, kv_dim, a->n_ctx, a->scale, a->prompt_order, a->swa, S);
         k_softmax<<<dim3(a->n_head, nr), S_SM_THREADS, 0, c->stream>>>(
             S, G, P, ctl, a->n, tree, r0, a->n_head, a->n_ctx, c->seq_sums);
         const int per_block = a->prompt_order ? 16 : 4; // outputs per 4-warp block
         k_pv<<<dim3(swc_blocks(hd, per_block), nr, a->n_head), 128, 0, c->stream>>>(
-            vc, P, ctl, a->n, tree, r0, a->n_head, group, hd, a->n_ctx, a->prompt_order,
-            swc_ptr<float>(a->out));
+            vc, tab, P, ctl, a->n, tree, r0, a->n_head, group, hd, a->n_ctx, a->prompt_order,
+            a->swa, swc_ptr<float>(a->out));
         if (swc_launched(be, "attention") != 0)
             return -1;
     }
@@ -274,7 +325,8 @@ int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ct
         if (src[i] < 0 || src[i] >= n_ctx || dst[i] < 0 || dst[i] > src[i] ||
             (i && dst[i] <= dst[i - 1]))
             return sw_backend_fail(be, "cuda: cache move %d -> %d", src[i], dst[i]);
-    SWC_CHECK(be, cudaSetDevice(c->dev));
+    if (swc_use(be) != 0)
+        return -1;
     sw_f16 *kc = swc_ptr<sw_f16>(k_cache), *vc = swc_ptr<sw_f16>(v_cache);
     for (int i = 0; i < n;) {
         s_moves mv;

@@ -11,7 +11,12 @@
  * records them into a CUDA graph the second time, and replays the graph from
  * then on. The operations read per-step values (slots, positions, tokens)
  * from the row control block in device memory, so one graph serves every
- * step of the same shape.
+ * step of the same shape. The KV caches are per session: a recorded step's
+ * attention reads their addresses from the cache table (kv_dev), which a
+ * dry run of the step's operations (s_dry_ops: nothing runs, attention
+ * notes its caches) refills before every launch; the key leaves the session
+ * out, so one graph serves every session of a model, and closing a session
+ * forgets nothing.
  */
 #include "backend_cuda.h"
 #include "common.cuh"
@@ -35,8 +40,7 @@ struct swc_peer {
 
 static int s_set_device(sw_backend_t *be)
 {
-    SWC_CHECK(be, cudaSetDevice(swc_of(be)->dev));
-    return 0;
+    return swc_use(be);
 }
 
 /* ---- memory ---------------------------------------------------------------------------- */
@@ -75,6 +79,7 @@ static sw_buf_t *s_buf_weight(sw_backend_t *be, const void *host, size_t bytes)
     if (e != cudaSuccess) {
         swc_fail_cuda(be, "copying a weight to the GPU", e);
         cudaFree(swc_b(b)->d);
+        cudaGetLastError();
         free(b);
         return NULL;
     }
@@ -103,6 +108,7 @@ static void s_buf_free(sw_backend_t *be, sw_buf_t *buf)
     if (b->owned) {
         cudaSetDevice(swc_of(be)->dev);
         cudaFree(b->d);
+        cudaGetLastError(); // nothing to report from a free: no later launch must see it
     }
     free(b);
 }
@@ -160,6 +166,84 @@ static int s_sync(sw_backend_t *be)
 
 /* ---- graphs ------------------------------------------------------------------------------ */
 
+/* What a step's operations do in a dry run: nothing, except that attention
+ * notes the caches it would use in the cache table (kv_host). An operation
+ * added to the table without a dry version here would launch its kernels in
+ * the dry run: swc_launched then fails the step (c->dry). */
+static int s_dry_get_rows(sw_backend_t *, const sw_weight_t *, const sw_buf_t *, int, sw_buf_t *)
+{
+    return 0;
+}
+static int s_dry_rmsnorm(sw_backend_t *, const sw_buf_t *, const sw_buf_t *, int, int, float,
+                         sw_buf_t *)
+{
+    return 0;
+}
+static int s_dry_matmul(sw_backend_t *, int, const sw_weight_t *const *, const sw_buf_t *const *,
+                        const sw_buf_t *, int, int, sw_buf_t *const *, int)
+{
+    return 0;
+}
+static int s_dry_rope(sw_backend_t *, sw_buf_t *, const sw_buf_t *, int, int, int, int,
+                      const sw_buf_t *, int)
+{
+    return 0;
+}
+static int s_dry_head_norm(sw_backend_t *, sw_buf_t *, int, int, int, const sw_buf_t *, float)
+{
+    return 0;
+}
+static int s_dry_attention(sw_backend_t *be, const sw_attn_args_t *a)
+{
+    swc *c = swc_of(be);
+    if (c->kv_n >= SWC_KV_TAB)
+        return sw_backend_fail(be, "cuda:%d: a step of more than %d attention calls", c->dev,
+                               SWC_KV_TAB);
+    c->kv_host[2 * c->kv_n] = swc_b(a->k_cache)->d;
+    c->kv_host[2 * c->kv_n + 1] = swc_b(a->v_cache)->d;
+    c->kv_n++;
+    return 0;
+}
+static int s_dry_add(sw_backend_t *, sw_buf_t *, const sw_buf_t *, size_t)
+{
+    return 0;
+}
+static int s_dry_scale(sw_backend_t *, sw_buf_t *, size_t, float)
+{
+    return 0;
+}
+static int s_dry_moe(sw_backend_t *, const sw_moe_args_t *)
+{
+    return 0;
+}
+static int s_dry_argmax(sw_backend_t *, const sw_buf_t *, int, sw_buf_t *, size_t, sw_buf_t *,
+                        sw_buf_t *, size_t)
+{
+    return 0;
+}
+
+/* The backend's table with the operations above (made from it once, thread-safely). */
+static const sw_backend_ops_t *s_dry_ops(const sw_backend_ops_t *real)
+{
+    static const sw_backend_ops_t dry = [real]() {
+        sw_backend_ops_t t = *real;
+        t.get_rows = s_dry_get_rows;
+        t.rmsnorm = s_dry_rmsnorm;
+        t.matmul = s_dry_matmul;
+        t.rope = s_dry_rope;
+        t.head_norm = s_dry_head_norm;
+        t.attention = s_dry_attention;
+        t.add = s_dry_add;
+        t.swiglu = s_dry_add;
+        t.scale = s_dry_scale;
+        t.geglu = s_dry_add;
+        t.moe = s_dry_moe;
+        t.argmax = s_dry_argmax;
+        return t;
+    }();
+    return &dry;
+}
+
 static swc_graph *s_graph_slot(swc *c, uint64_t key)
 {
     swc_graph *free_slot = NULL, *oldest = NULL;
@@ -180,6 +264,19 @@ static swc_graph *s_graph_slot(swc *c, uint64_t key)
     return g;
 }
 
+/* The cache table of the step (kv_host, filled by recording or a dry run), then the graph. */
+static int s_graph_launch(sw_backend_t *be, const swc_graph *g)
+{
+    swc *c = swc_of(be);
+    /* From pageable memory: taken before this returns, so the next step may refill kv_host. */
+    if (g->kv_n > 0)
+        SWC_CHECK(be, cudaMemcpyAsync(c->kv_dev, c->kv_host, (size_t)g->kv_n * 2 * sizeof(void *),
+                                      cudaMemcpyHostToDevice, c->stream));
+    SWC_CHECK(be, cudaGraphLaunch(g->exec, c->stream));
+    c->n_replayed++;
+    return 0;
+}
+
 static int s_graph_run(sw_backend_t *be, uint64_t key, int (*record)(void *ctx), void *ctx)
 {
     swc *c = swc_of(be);
@@ -190,8 +287,22 @@ static int s_graph_run(sw_backend_t *be, uint64_t key, int (*record)(void *ctx),
     swc_graph *g = s_graph_slot(c, key);
     g->last_use = ++c->use_clock;
     if (g->state == 2) {
-        SWC_CHECK(be, cudaGraphLaunch(g->exec, c->stream));
-        return 0;
+        /* The step's caches: a dry run of its operations notes them. */
+        const sw_backend_ops_t *real = be->ops;
+        c->kv_n = 0;
+        c->dry = 1;
+        be->ops = s_dry_ops(real);
+        const int rc = record(ctx);
+        be->ops = real;
+        c->dry = 0;
+        if (rc != 0)
+            return rc;
+        if (c->kv_n != g->kv_n) // the key did not identify the step: never record it
+            return sw_backend_fail(be,
+                                   "cuda:%d: a step of %d attention calls replays a graph "
+                                   "of %d",
+                                   c->dev, c->kv_n, g->kv_n);
+        return s_graph_launch(be, g);
     }
     if (g->state != 1) { // first sight (or never record): run the operations directly
         if (g->state == 0)
@@ -202,9 +313,12 @@ static int s_graph_run(sw_backend_t *be, uint64_t key, int (*record)(void *ctx),
     cudaGraph_t graph = NULL;
     SWC_CHECK(be, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->recording = 1;
+    c->in_graph = 1;
+    c->kv_n = 0;
     c->capture_broken = 0;
     int rc = record(ctx);
     c->recording = 0;
+    c->in_graph = 0;
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     if (rc != 0 || e != cudaSuccess || !graph) {
         cudaGetLastError();
@@ -228,14 +342,16 @@ static int s_graph_run(sw_backend_t *be, uint64_t key, int (*record)(void *ctx),
         return record(ctx);
     }
     g->state = 2;
-    SWC_CHECK(be, cudaGraphLaunch(g->exec, c->stream));
-    return 0;
+    g->kv_n = c->kv_n;
+    c->n_recorded++;
+    return s_graph_launch(be, g);
 }
 
 static void s_graph_reset(sw_backend_t *be)
 {
     cudaSetDevice(swc_of(be)->dev);
     swc_graphs_reset(be);
+    cudaGetLastError();
 }
 
 /* ---- hand-over between GPUs ---------------------------------------------------------------- */
@@ -311,6 +427,7 @@ static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_
         if (r != ncclSuccess || r2 != ncclSuccess)
             return sw_backend_fail(be, "cuda:%d -> cuda:%d: NCCL: %s", a->dev, b->dev,
                                    nc->error_string(r != ncclSuccess ? r : r2));
+        a->n_nccl++;
         return 0;
     }
 #endif
@@ -323,6 +440,7 @@ static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_
     cudaSetDevice(a->dev);
     if (e != cudaSuccess)
         return swc_fail_cuda(be, "cudaStreamWaitEvent", e);
+    a->n_peer++;
     return 0;
 }
 
@@ -366,10 +484,15 @@ static void s_destroy(sw_backend_t *be)
     for (int i = 0; i < SWC_SCRATCH_COUNT; i++)
         if (c->scratch[i])
             cudaFree(c->scratch[i]);
+    cudaFree(c->kv_dev);
+    if (c->gelu)
+        cudaFree(c->gelu);
+    free(c->kv_host);
     if (c->pinned)
         cudaFreeHost(c->pinned);
     if (c->stream)
         cudaStreamDestroy(c->stream);
+    cudaGetLastError(); // what failed here has no one to report to
     free(c);
     be->impl = NULL;
 }
@@ -398,6 +521,10 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* graph_reset */ s_graph_reset,
     /* transfer */ s_transfer,
     /* mem_free */ s_mem_free,
+    /* scale */ swc_scale,
+    /* geglu */ swc_geglu,
+    /* moe */ swc_moe,
+    /* attn_swa */ 1,
 };
 
 int sw_cuda_devices(void)
@@ -452,9 +579,20 @@ sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
         return NULL;
     }
     c->dev = dev;
-    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    c->kv_host = (void **)calloc(2 * SWC_KV_TAB, sizeof(void *));
+    if (!c->kv_host) {
+        snprintf(err, err_len, "out of memory");
+        free(be);
+        free(c);
+        return NULL;
+    }
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&c->kv_dev, 2 * SWC_KV_TAB * sizeof(void *))) != cudaSuccess) {
         cudaGetLastError();
         snprintf(err, err_len, "cuda:%d: cannot create a stream: %s", dev, cudaGetErrorString(e));
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
+        free(c->kv_host);
         free(be);
         free(c);
         return NULL;
@@ -463,6 +601,9 @@ sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
     c->seq_sums = s_env_int("SW_CUDA_SEQ_SUMS", 0) != 0;
     c->gemm_rows = s_env_int("SW_CUDA_GEMM", 64);
     c->nccl = s_env_int("SW_NCCL", 1) != 0;
+    c->attn_scratch_max = (size_t)s_env_int("SW_CUDA_ATTN_MIB", 256) << 20;
+    if (c->attn_scratch_max == 0)
+        c->attn_scratch_max = 1; // one row per pass
     c->sm_count = prop.multiProcessorCount;
     c->mem_total = prop.totalGlobalMem;
     be->ops = &s_cuda_ops;
@@ -472,6 +613,22 @@ sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
     snprintf(be->desc, sizeof be->desc, "cuda:%d (%.60s, %.0f GiB, sm_%d%d)", dev, prop.name,
              (double)prop.totalGlobalMem / (1u << 30), prop.major, prop.minor);
     return be;
+}
+
+void sw_cuda_paths(sw_backend_t *be, sw_cuda_paths_t *out)
+{
+    sw_backend_t **devs;
+    const int n = sw_backend_devices(be, &devs);
+    for (int i = 0; i < n; i++) {
+        if (devs[i]->ops != &s_cuda_ops)
+            continue;
+        const swc *c = swc_of(devs[i]);
+        out->gemm += c->n_gemm;
+        out->nccl += c->n_nccl;
+        out->peer += c->n_peer;
+        out->recorded += c->n_recorded;
+        out->replayed += c->n_replayed;
+    }
 }
 
 double sw_cuda_measure_copy(int dev)

@@ -52,16 +52,19 @@ enum swc_scratch_id {
     SWC_SCRATCH_XQ = 0,   // quantized matmul inputs
     SWC_SCRATCH_ATTN = 1, // attention scores, probabilities, group sums
     SWC_SCRATCH_GEMM = 2, // the prompt path's f16 weight tile and inputs
+    SWC_SCRATCH_MOE = 3,  // a mixture of experts' routing, plan and expert rows (moe.cu)
     SWC_SCRATCH_COUNT
 };
 
 #define SWC_MAX_GRAPHS 48 // recorded graphs kept per backend (least recently used dropped)
+#define SWC_KV_TAB 4096   // attention calls one recorded step may make
 
 typedef struct swc_graph {
     uint64_t key;         // 0 = free slot
     int state;            // 1 = seen once, 2 = recorded, -1 = never record this key
     cudaGraphExec_t exec; // when recorded
     uint64_t last_use;    // for eviction
+    int kv_n;             // attention calls of its step (entries of the cache table)
 } swc_graph;
 
 typedef struct swc_peer swc_peer;
@@ -86,6 +89,18 @@ typedef struct swc {
     swc_peer *peers;                  // links to other devices (transfer)
     int sm_count;                     // multiprocessors
     size_t mem_total;                 // device memory
+    size_t attn_scratch_max;          // attention's scratch for one pass of rows (SW_CUDA_ATTN_MIB)
+    /* A recorded step reads the KV caches of its attention calls from a table
+     * that is refreshed before every launch, so that one graph serves every
+     * session (backend_cuda.cu, graphs). */
+    int in_graph;   // 1 while recording: attention takes its caches from kv_dev
+    void **kv_host; // (SWC_KV_TAB, 2) K and V cache addresses, in call order
+    void **kv_dev;  // the same on the device
+    int kv_n;       // entries of the step being recorded or dry-run
+    int dry;        // 1 during a dry run: a kernel launched then is a missing dry operation
+    sw_f16 *gelu;   // (65536) GGML's f16 GELU table on the device (GEGLU), made on first use
+    /* What ran (sw_cuda_paths). */
+    uint64_t n_gemm, n_nccl, n_peer, n_recorded, n_replayed;
 } swc;
 
 static inline swc *swc_of(sw_backend_t *be)
@@ -103,8 +118,13 @@ static inline swc *swc_of(sw_backend_t *be)
 
 /* ---- helpers (context.cu) ---- */
 
-/* Records "cuda:N: what: error" on be; returns -1. */
+/* Records "cuda:N: what: error" on be and clears the thread's last CUDA
+ * error (it is reported here, not by the next launch); returns -1. */
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e);
+/* Selects be's device for the calling thread, as every entry point does
+ * first (the current device is per thread, and two backends may share one).
+ * 0 or -1. */
+int swc_use(sw_backend_t *be);
 /* After a kernel launch: 0, or -1 with the launch error recorded. */
 int swc_launched(sw_backend_t *be, const char *kernel);
 /* Makes scratch area id at least bytes long; *out is its device pointer. Growing
@@ -139,12 +159,32 @@ int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ct
 /* elementwise.cu */
 int swc_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n);
 int swc_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
+int swc_scale(sw_backend_t *be, sw_buf_t *x, size_t n, float v);
+int swc_geglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);
 /* argmax.cu */
 int swc_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
                sw_buf_t *ids, sw_buf_t *prob, size_t ids_off);
 /* mmv.cu: the exact matmul (quantized activations, one lane per thread) */
 int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_buf_t *const *bias,
                const sw_buf_t *x, int x_row0, int n, sw_buf_t *const *y, int flags);
+/* mmv.cu: n rows of x (n_in f32 each) quantized to vt, row r at xq + r * stride. */
+int swc_quantize(sw_backend_t *be, enum sw_type vt, const float *x, int64_t n_in, int n,
+                 uint8_t *xq, size_t stride);
+/* The plan of a gathered expert matmul (moe.cu writes it on the device):
+ * plan[0] = chunks, then from plan[SWC_PLAN_HEAD] per chunk SWC_PLAN_CHUNK
+ * int32 {expert, first entry of order, rows (1..8), tiled (0/1)}; order
+ * holds (row, slot) pair ids grouped by expert. */
+#define SWC_PLAN_HEAD 4
+#define SWC_PLAN_CHUNK 4
+/* mmv.cu: y[p] = W_e . x[p / x_div] for every pair p (y rows of w->n_out f32),
+ * e the pair's expert: quantized experts by the plan's chunks (grid of
+ * max_chunks, the plan's bound), float experts by sel[p] (n_pairs). xq holds
+ * x quantized to w's vec-dot type, rows xs bytes apart. 0 or -1. */
+int swc_matmul_experts(sw_backend_t *be, const sw_weight_t *w, const uint8_t *xq, size_t xs,
+                       int x_div, int n_pairs, const int32_t *plan, const int32_t *order,
+                       const int32_t *sel, int max_chunks, float *y);
+/* moe.cu: the mixture-of-experts feed-forward block (sw_moe_args_t) */
+int swc_moe(sw_backend_t *be, const sw_moe_args_t *a);
 /* gemm.cu: the prompt path (f16 weight tiles and cuBLAS) for one weight; -2 when
  * cuBLAS is not installed (then nothing was queued: use the exact kernels) */
 int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const float *x, int n,

@@ -13,11 +13,21 @@
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e)
 {
     const swc *c = swc_of(be);
+    cudaGetLastError(); // reported now: the next launch's check must not see it again
     return sw_backend_fail(be, "cuda:%d: %s: %s", c ? c->dev : -1, what, cudaGetErrorString(e));
+}
+
+int swc_use(sw_backend_t *be)
+{
+    SWC_CHECK(be, cudaSetDevice(swc_of(be)->dev));
+    return 0;
 }
 
 int swc_launched(sw_backend_t *be, const char *kernel)
 {
+    if (swc_of(be)->dry) // an operation s_dry_ops (backend_cuda.cu) does not stub
+        return sw_backend_fail(be, "cuda:%d: %s launched during a graph's dry run", swc_of(be)->dev,
+                               kernel);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return swc_fail_cuda(be, kernel, e);

@@ -76,8 +76,10 @@ static int s_cublas_fail(sw_backend_t *be, const swc_cublas *cb, const char *wha
 
 void swc_gemm_free(swc *c)
 {
+    if (!c->cublas) // never used: do not load cuBLAS just to find nothing to free
+        return;
     const swc_cublas *cb = swc_cublas_get(NULL);
-    if (c->cublas && cb)
+    if (cb)
         cb->destroy((cublasHandle_t)c->cublas);
     c->cublas = NULL;
 }
@@ -139,5 +141,8 @@ int swc_gemm(sw_backend_t *be, const sw_weight_t *w, const sw_buf_t *bias, const
     }
     k_finish<<<dim3(swc_blocks(n_out, 256) < 64 ? swc_blocks(n_out, 256) : 64, n), 256, 0,
                c->stream>>>(y, n_out, scale, bias ? swc_ptr<float>(bias) : NULL);
-    return swc_launched(be, "gemm finish");
+    if (swc_launched(be, "gemm finish") != 0)
+        return -1;
+    c->n_gemm++;
+    return 0;
 }

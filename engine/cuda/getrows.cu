@@ -23,6 +23,8 @@ static __global__ void k_get_rows(int type, const uint8_t *emb, size_t row_bytes
 int swc_get_rows(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *ctl, int n,
                  sw_buf_t *out)
 {
+    if (swc_use(be) != 0)
+        return -1;
     const dim3 grid(swc_blocks(emb->n_in, 256) < 64 ? swc_blocks(emb->n_in, 256) : 64, n);
     k_get_rows<<<grid, 256, 0, swc_of(be)->stream>>>((int)emb->type, swc_ptr<uint8_t>(emb->buf),
                                                      emb->row_bytes, emb->n_in, emb->n_out,

@@ -11,6 +11,16 @@
 #define S_STR2(x) #x
 #define S_STR(x) S_STR2(x)
 
+/* The names dlopen tries, in order: the major version this code was compiled
+ * against, then the unversioned name. The CPU emulation's headers
+ * (emu/cublas_v2.h, emu/nccl.h) name its stand-ins instead. */
+#ifndef SWC_CUBLAS_NAMES
+#define SWC_CUBLAS_NAMES "libcublas.so." S_STR(CUBLAS_VER_MAJOR), "libcublas.so"
+#endif
+#ifndef SWC_NCCL_NAMES
+#define SWC_NCCL_NAMES "libnccl.so." S_STR(NCCL_MAJOR), "libnccl.so"
+#endif
+
 static pthread_once_t s_cublas_once = PTHREAD_ONCE_INIT;
 static swc_cublas s_cublas;
 static int s_cublas_ok;
@@ -25,8 +35,7 @@ template <typename F> static int s_sym(void *h, const char *name, F *out)
 
 static void s_cublas_load(void)
 {
-    /* The major version this code was compiled against, then the unversioned name. */
-    const char *names[] = {"libcublas.so." S_STR(CUBLAS_VER_MAJOR), "libcublas.so"};
+    const char *names[] = {SWC_CUBLAS_NAMES};
     void *h = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++)
         h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -60,12 +69,12 @@ static char s_nccl_why[256];
 
 static void s_nccl_load(void)
 {
-    void *h = dlopen("libnccl.so." S_STR(NCCL_MAJOR), RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    const char *names[] = {SWC_NCCL_NAMES};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(s_nccl_why, sizeof s_nccl_why, "cannot open libnccl.so.%d: %s", NCCL_MAJOR,
-                 dlerror());
+        snprintf(s_nccl_why, sizeof s_nccl_why, "cannot open %s: %s", names[0], dlerror());
         return;
     }
     s_nccl_ok = s_sym(h, "ncclCommInitAll", &s_nccl.comm_init_all) &&

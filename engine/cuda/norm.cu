@@ -81,6 +81,8 @@ int swc_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *w, int n, i
                 sw_buf_t *out)
 {
     swc *c = swc_of(be);
+    if (swc_use(be) != 0)
+        return -1;
     k_rmsnorm<<<n, S_THREADS, 0, c->stream>>>(swc_ptr<float>(x), swc_ptr<float>(w), dim, eps,
                                               swc_ptr<float>(out), c->seq_sums);
     return swc_launched(be, "rmsnorm");
@@ -90,6 +92,8 @@ int swc_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int head_di
                   const sw_buf_t *w, float eps)
 {
     swc *c = swc_of(be);
+    if (swc_use(be) != 0)
+        return -1;
     k_head_norm<<<dim3(n_heads, n), S_THREADS, 0, c->stream>>>(swc_ptr<float>(x), n_heads, head_dim,
                                                                swc_ptr<float>(w), eps, c->seq_sums);
     return swc_launched(be, "head_norm");

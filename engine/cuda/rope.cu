@@ -22,6 +22,8 @@ static __global__ void k_rope(float *x, const int32_t *ctl, int n_heads, int hd,
 int swc_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_heads, int head_dim,
              int n_rot, const sw_buf_t *cs, int neox)
 {
+    if (swc_use(be) != 0)
+        return -1;
     k_rope<<<dim3(n_heads, n), 64, 0, swc_of(be)->stream>>>(
         swc_ptr<float>(x), swc_ptr<int32_t>(ctl), n_heads, head_dim, n_rot, swc_ptr<float>(cs),
         neox);

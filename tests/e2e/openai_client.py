@@ -3,9 +3,12 @@
 Usage: python openai_client.py BASE_URL API_KEY MODEL PROMPT N_TOKENS
 
 Prints one JSON object: the text of a chat completion and of a completion, both
-plain and streamed (greedy), the usage of each, the finish reasons, the text of a
+plain and streamed (temperature 0, no other sampling field: OpenAI's semantics
+make that greedy decoding), the usage of each, the finish reasons, the text of a
 greedy chat with n-gram speculation asked for through the "shardwire" extension,
-and the exception class names the client raised for a wrong key and a wrong model.
+of one with llama.cpp's "repeat_penalty" 1.1 and one with frequency_penalty 0
+(OpenAI's default, no effect), and the exception class names the client raised
+for a wrong key, a wrong model and a frequency_penalty the gateway cannot honour.
 """
 import json
 import sys
@@ -56,6 +59,17 @@ def main() -> None:
     out["chat_ngram"] = r.choices[0].message.content
     out["chat_ngram_drafted"] = (r.model_extra or {}).get("shardwire", {}).get("drafted", -1)
 
+    r = c.chat.completions.create(model=model, messages=msgs, max_tokens=n, temperature=0,
+                                  extra_body={"repeat_penalty": 1.1})
+    out["chat_repeat_penalty"] = r.choices[0].message.content
+    r = c.chat.completions.create(model=model, messages=msgs, max_tokens=n, temperature=0,
+                                  frequency_penalty=0, presence_penalty=0)
+    out["chat_zero_penalties"] = r.choices[0].message.content
+    try:
+        c.chat.completions.create(model=model, messages=msgs, max_tokens=2, frequency_penalty=0.5)
+        out["frequency_penalty"] = "no error"
+    except openai.APIError as e:
+        out["frequency_penalty"] = type(e).__name__
     try:
         openai.OpenAI(base_url=base + "/v1", api_key="wrong-key-0123456789", max_retries=0) \
             .chat.completions.create(model=model, messages=msgs, max_tokens=2)

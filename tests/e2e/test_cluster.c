@@ -5,7 +5,8 @@
  *
  *  - relay + 2 nodes with f32 hidden states: tokens and the logits digest
  *    (every logits row, bit for bit) equal the single-process run;
- *  - relay + 3 nodes with the default f16 hidden states: tokens equal;
+ *  - relay + 3 nodes with f32 hidden states: tokens and the logits digest
+ *    equal the single-process run too;
  *  - exactly one traversal per round: the relay's per-peer message counters
  *    show each stage receives one Forward and sends one message per round;
  *  - two clients at once each get their own correct output;
@@ -208,16 +209,17 @@ int main(void)
     }
     s_stop(&c);
 
-    /* 3 stages, default-width (f16) hidden states: same tokens; and the
+    /* 3 stages, f32 hidden states: bit-identical logits again; and the
      * message count of one traversal per round. */
     const char *three[] = {"0:10", "10:20", "20:30"};
-    SW_CHECK_INT(s_start(&c, model, three, NULL, 3, "f16", 3), 0);
+    SW_CHECK_INT(s_start(&c, model, three, NULL, 3, "f32", 3), 0);
     long mid_in0, mid_out0, tail_in0, tail_out0, mid_in1, mid_out1, tail_in1, tail_out1;
     SW_CHECK_INT(s_counters(c.ep, "stage1", &mid_in0, &mid_out0), 0);
     SW_CHECK_INT(s_counters(c.ep, "stage2", &tail_in0, &tail_out0), 0);
     for (int i = 0; i < N_PROMPTS; i++) {
         SW_CHECK_INT(s_run(c.ep, s_prompts[i], N_GEN, &got, NULL), 0);
         SW_CHECK(s_same(&got, &ref[i]));
+        SW_CHECK(got.digest[0] && !strcmp(got.digest, ref[i].digest));
         if (i == 0) {
             /* The relay counts msgs_in from a peer and msgs_out to it. Per
              * request each stage is sent (rounds + 1 prefill) Forwards and

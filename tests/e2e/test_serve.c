@@ -7,7 +7,10 @@
  *  - /health and a completion answer 503 while no head is connected;
  *  - greedy and seeded-sampling completions and chat completions equal
  *    `shardwire run` for the same request, streamed (SSE ending with
- *    "data: [DONE]", usage chunk) and not;
+ *    "data: [DONE]", usage chunk) and not; OpenAI's semantics: temperature 0
+ *    without a penalty field is `run --greedy` (also through the openai
+ *    client), "repeat_penalty" asks for run's --repeat-penalty, and
+ *    frequency/presence penalties other than 0 are refused;
  *  - token trees and drafting ahead asked for per request (shardwire.draft_tree,
  *    .draft_ahead; the head drafts with its own model) give the same greedy text, and
  *    the response counts tree rounds and rounds drafted ahead (none with it off);
@@ -384,9 +387,9 @@ int main(void)
     SW_CHECK_INT(s_run(prompts[3], 0, "0.7", "42", ref_sample, sizeof ref_sample), 0);
     SW_CHECK(ref[0][0] && ref_chat[0] && ref_sample[0]);
 
-    json_t *jb =
-        json_pack("{s:s,s:s,s:i,s:i,s:{s:f}}", "model", MODEL, "prompt", prompts[0], "max_tokens",
-                  N_GEN, "temperature", 0, "shardwire", "repeat_penalty", 1.0);
+    /* temperature 0 and no penalty field: greedy, as OpenAI's API means it */
+    json_t *jb = json_pack("{s:s,s:s,s:i,s:i}", "model", MODEL, "prompt", prompts[0], "max_tokens",
+                           N_GEN, "temperature", 0);
     char *req = json_dumps(jb, JSON_COMPACT);
     SW_CHECK_INT(s_http("/v1/completions", KEY, req, &resp, NULL), 200);
     s_choice_text(resp, got, sizeof got);
@@ -539,6 +542,14 @@ int main(void)
          400, "stream"},
         {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"max_tokens\":5000}",
          400, "context"},
+        {"/v1/completions", KEY,
+         "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"frequency_penalty\":0.5}", 400,
+         "repeat_penalty"},
+        {"/v1/completions", KEY,
+         "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"presence_penalty\":-1}", 400,
+         "presence_penalty"},
+        {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"repeat_penalty\":0}",
+         400, "repeat_penalty"},
         {"/v1/completions", NULL, "{}", 401, "API key"},
         {"/v1/completions", "wrong-key-0123456789", "{}", 401, "invalid_api_key"},
         {"/metrics", "wrong-key-0123456789", NULL, 401, "API key"},
@@ -604,8 +615,13 @@ int main(void)
     const char *longreq = "{\"model\":\"" MODEL "\",\"prompt\":\"Count from 1 to 1000: 1, 2, 3,\","
                           "\"max_tokens\":1500,\"temperature\":0,\"stream\":true,"
                           "\"shardwire\":{\"repeat_penalty\":1}}";
+    /* one streamed, one not: a streamed client's absence shows when a write
+     * fails; a waiting one's only when the gateway looks (every 200 ms) */
+    const char *longreq_whole =
+        "{\"model\":\"" MODEL "\",\"prompt\":\"Count from 1 to 1000: 1, 2, 3,\","
+        "\"max_tokens\":1500,\"temperature\":0,\"shardwire\":{\"repeat_penalty\":1}}";
     bg[0] = s_curl_bg("/v1/completions", longreq, sw_test_log("long0"));
-    bg[1] = s_curl_bg("/v1/completions", longreq, sw_test_log("long1"));
+    bg[1] = s_curl_bg("/v1/completions", longreq_whole, sw_test_log("long1"));
     for (int i = 0; i < 100; i++) { /* until the first has tokens streaming */
         size_t len = 0;
         char *b = sw_test_read_file(sw_test_log("long0"), &len);
@@ -618,17 +634,34 @@ int main(void)
         s_http("/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\"}", &resp, NULL),
         429);
     free(resp);
+    const int cancels0 = sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client");
+    double t_gone = s_now_ms();
     sw_test_kill(bg[0]); /* both clients go away */
     sw_test_kill(bg[1]);
     bg[0] = bg[1] = 0;
-    for (int i = 0; i < 30; i++) { /* the gateway sees it within 200 ms */
+    /* the gateway looks at a waiting client every 200 ms (S_POLL_MS): both
+     * generations end on the gateway and are cancelled on the cluster (the
+     * head logs each). The wait allows a loaded machine 5 s; the time it
+     * took is printed. */
+    int idle = 0;
+    for (int i = 0; i < 100 && !idle; i++) {
         SW_CHECK_INT(s_http("/metrics", KEY, NULL, &resp, NULL), 200);
-        int idle = strstr(resp, "\nshardwire_gateway_inflight 0\n") != NULL;
+        idle = strstr(resp, "\nshardwire_gateway_inflight 0\n") != NULL;
         free(resp);
-        if (idle)
+        if (!idle)
+            usleep(50000);
+    }
+    fprintf(stderr, "two disconnected clients: inflight 0 after %.0f ms\n", s_now_ms() - t_gone);
+    SW_CHECK(idle);
+    SW_CHECK(s_now_ms() - t_gone < 5000);
+    for (int i = 0; i < 50; i++) {
+        if (sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client") >=
+            cancels0 + 2)
             break;
         usleep(100000);
     }
+    SW_CHECK(sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client") >=
+             cancels0 + 2);
     t0 = s_now_ms();
     snprintf(body, sizeof body,
              "{\"model\":\"%s\",\"prompt\":\"Hello\",\"max_tokens\":4,\"temperature\":0}", MODEL);
@@ -710,6 +743,12 @@ int main(void)
                       (n > 0 && (buf[n] = 0, strstr(buf, " 408 ") != NULL));
         }
         SW_CHECK(closed);
+        /* and the gateway says why: a 408 (counted in /metrics) */
+        SW_CHECK_INT(s_http("/metrics", KEY, NULL, &resp, NULL), 200);
+        SW_CHECK(strstr(resp, "status=\"408\"") != NULL);
+        if (!strstr(resp, "status=\"408\""))
+            fprintf(stderr, "no 408 in /metrics after the slow body\n");
+        free(resp);
     }
     for (int i = 0; i < n_loris; i++)
         close(loris[i]);
@@ -732,9 +771,9 @@ int main(void)
         snprintf(py_out, sizeof py_out, "%s", py);
         char n_gen[16];
         snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
-        /* greedy with the gateway's default repeat penalty (1.1, also run's): compare
-         * with a run that uses it */
-        char ref_chat_rp[2048], ref_rp[2048];
+        /* OpenAI's semantics: temperature 0 and no penalty field is `run --greedy`; a
+         * "repeat_penalty" asks for llama.cpp's penalty (compared with run's) */
+        char ref_chat_rp[2048], ref_greedy[2048], ref_greedy_chat[2048];
         char *ra2[] = {(char *)sw_test_bin("shardwire"),
                        "run",
                        "--relay",
@@ -745,20 +784,30 @@ int main(void)
                        "-n",
                        n_gen,
                        "--json",
-                       "--temp",
-                       "0",
-                       "--repeat-penalty",
-                       "1.1",
+                       "--greedy",
                        "--chat",
+                       NULL,
+                       NULL,
+                       NULL,
                        NULL};
         char *o = NULL;
         SW_CHECK_INT(sw_test_run(ra2, 120, &o, NULL), 0);
+        s_jstr(o, "text", NULL, ref_greedy_chat, sizeof ref_greedy_chat);
+        free(o);
+        ra2[11] = NULL; /* without --chat */
+        SW_CHECK_INT(sw_test_run(ra2, 120, &o, NULL), 0);
+        s_jstr(o, "text", NULL, ref_greedy, sizeof ref_greedy);
+        free(o);
+        ra2[10] = "--chat"; /* --temp 0 --repeat-penalty 1.1 --chat */
+        ra2[11] = "--temp";
+        ra2[12] = "0";
+        ra2[13] = "--repeat-penalty";
+        ra2[14] = "1.1";
+        SW_CHECK_INT(sw_test_run(ra2, 120, &o, NULL), 0);
         s_jstr(o, "text", NULL, ref_chat_rp, sizeof ref_chat_rp);
         free(o);
-        ra2[14] = NULL; /* without --chat */
-        SW_CHECK_INT(sw_test_run(ra2, 120, &o, NULL), 0);
-        s_jstr(o, "text", NULL, ref_rp, sizeof ref_rp);
-        free(o);
+        SW_CHECK(!strcmp(ref_greedy_chat, ref_chat)); /* --greedy = --temp 0 --repeat-penalty 1 */
+        SW_CHECK(strcmp(ref_chat_rp, ref_greedy_chat) != 0); /* the penalty changes this text */
         char *pa[] = {py_out, pyscript, s_base, KEY, MODEL, (char *)prompts[0], n_gen, NULL};
         char *err = NULL;
         o = NULL;
@@ -769,24 +818,31 @@ int main(void)
         json_t *j = o ? json_loads(o, JSON_DISABLE_EOF_CHECK, &je) : NULL;
         SW_CHECK(j != NULL);
         const char *chat = json_string_value(json_object_get(j, "chat"));
-        SW_CHECK(chat && !strcmp(chat, ref_chat_rp));
+        SW_CHECK(chat && !strcmp(chat, ref_greedy_chat));
         const char *cs = json_string_value(json_object_get(j, "chat_stream"));
-        SW_CHECK(cs && !strcmp(cs, ref_chat_rp));
+        SW_CHECK(cs && !strcmp(cs, ref_greedy_chat));
         SW_CHECK(json_integer_value(json_object_get(j, "chat_stream_chunks")) > 2);
         SW_CHECK(json_integer_value(json_array_get(json_object_get(j, "chat_stream_usage"), 1)) ==
                  N_GEN);
         const char *cm = json_string_value(json_object_get(j, "completion"));
-        SW_CHECK(cm && !strcmp(cm, ref_rp));
+        SW_CHECK(cm && !strcmp(cm, ref_greedy));
         const char *cms = json_string_value(json_object_get(j, "completion_stream"));
-        SW_CHECK(cms && !strcmp(cms, ref_rp));
+        SW_CHECK(cms && !strcmp(cms, ref_greedy));
         const char *ng = json_string_value(json_object_get(j, "chat_ngram"));
-        SW_CHECK(ng && !strcmp(ng, ref_chat_rp)); /* speculation is lossless */
+        SW_CHECK(ng && !strcmp(ng, ref_greedy_chat)); /* speculation is lossless */
+        const char *rp = json_string_value(json_object_get(j, "chat_repeat_penalty"));
+        SW_CHECK(rp && !strcmp(rp, ref_chat_rp));
+        const char *zp = json_string_value(json_object_get(j, "chat_zero_penalties"));
+        SW_CHECK(zp && !strcmp(zp, ref_greedy_chat));
+        const char *fp = json_string_value(json_object_get(j, "frequency_penalty"));
+        SW_CHECK(fp && !strcmp(fp, "BadRequestError"));
         const char *wk = json_string_value(json_object_get(j, "wrong_key"));
         SW_CHECK(wk && !strcmp(wk, "AuthenticationError"));
         const char *wm = json_string_value(json_object_get(j, "wrong_model"));
         SW_CHECK(wm && !strcmp(wm, "NotFoundError"));
-        if (!j || !chat || strcmp(chat, ref_chat_rp))
-            fprintf(stderr, "openai client said: %s\nrun said: '%s'\n", o ? o : "", ref_chat_rp);
+        if (!j || !chat || strcmp(chat, ref_greedy_chat))
+            fprintf(stderr, "openai client said: %s\nrun --greedy said: '%s'\n", o ? o : "",
+                    ref_greedy_chat);
         json_decref(j);
         free(o);
         free(err);

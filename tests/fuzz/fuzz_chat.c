@@ -4,7 +4,8 @@
  * clients, so both are outside input.
  *
  * Input: NUL-separated fields. Field 0 is the template: its first byte picks
- * a family name ("chatml", "llama3", "llama2") when < 3, else the field itself
+ * a family name ("chatml", "llama3", "llama2", "llama3.1", "qwen3", "gemma")
+ * when < 6, else the field itself
  * is the template text (the renderer detects the family by its markers). Each
  * further field is one message: its first byte picks the role (system, user,
  * assistant, tool, or the rest of the field as a free role name), the rest is
@@ -44,10 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         field[nf++] = p;
         p += strlen(p) + 1;
     }
-    static const char *const families[] = {"chatml", "llama3", "llama2"};
+    static const char *const families[] = {"chatml",   "llama3", "llama2",
+                                           "llama3.1", "qwen3",  "gemma"};
     const char *tmpl = field[0];
     size_t tmpl_len = strlen(tmpl);
-    if (tmpl_len >= 1 && (unsigned char)tmpl[0] < 3) {
+    if (tmpl_len >= 1 && (unsigned char)tmpl[0] < 6) {
         tmpl = families[(unsigned char)tmpl[0]];
         tmpl_len = strlen(tmpl);
     }

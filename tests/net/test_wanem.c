@@ -6,7 +6,11 @@
  *   - 5 MB random streams on 3 concurrent connections come back byte-exact,
  *     through jitter, and each close travels through the proxy,
  *   - jitter spreads round trips but never reorders a stream,
- *   - 1 MB at 8000 kbit/s takes about a second,
+ *   - 1 MB at 8000 kbit/s takes about a second, and arrives paced: most 20 ms
+ *     windows carry about 20 kB, not bursts of a whole chunk and then nothing,
+ *   - with --buffer-mib 1 and a server that never reads, the sender is held
+ *     back (TCP backpressure) after far less than the default 64 MiB queue,
+ *   - --flag=value is read as --flag value (the start line says so),
  *   - a server that closes closes the client; a refused upstream too,
  *   - libzmq (loaded at run time) DEALER -> proxy -> ROUTER works,
  *   - bad flags exit 2, SIGTERM exits 0.
@@ -16,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -513,8 +518,35 @@ static void s_check_rate(int echo_port)
         pthread_t t;
         double t0 = s_now_ms();
         SW_CHECK_INT(pthread_create(&t, NULL, s_sender, &snd), 0);
-        int rc = s_recv_all(fd, back, len);
+        /* bytes received per 20 ms window from t0 (how the pacing looks) */
+        enum { WIN_MS = 20, N_WIN = 400 };
+        static size_t win[N_WIN];
+        memset(win, 0, sizeof win);
+        size_t got = 0;
+        int rc = 0;
+        while (got < len) {
+            ssize_t n = recv(fd, back + got, len - got, 0);
+            if (n <= 0) {
+                rc = -1;
+                break;
+            }
+            got += (size_t)n;
+            int w = (int)((s_now_ms() - t0) / WIN_MS);
+            win[w < N_WIN ? w : N_WIN - 1] += (size_t)n;
+        }
         double dt = s_now_ms() - t0;
+        /* the windows between the first bytes and the last: paced means most
+         * of them carry 20 kB give or take (1/4..2x); bursts of 64 kB chunks
+         * every 64 ms would leave most windows empty or at 64 kB */
+        int first = 0, last = N_WIN - 1, paced = 0, n_win = 0;
+        while (first < N_WIN && !win[first])
+            first++;
+        while (last > first && !win[last])
+            last--;
+        for (int w = first + 1; w < last; w++, n_win++)
+            paced += win[w] >= 5000 && win[w] <= 40000;
+        printf("pacing: %d of %d windows of 20 ms carried 5-40 kB\n", paced, n_win);
+        SW_CHECK(n_win >= 20 && paced * 10 >= n_win * 7);
         pthread_join(t, NULL);
         SW_CHECK_INT(rc, 0);
         SW_CHECK_INT(snd.rc, 0);
@@ -528,6 +560,66 @@ static void s_check_rate(int echo_port)
         close(fd);
     free(data);
     free(back);
+    s_wanem_stop(&wp);
+}
+
+/* --buffer-mib 1 in front of a server that accepts nothing and reads nothing:
+ * the proxy stops reading once 1 MiB is queued, so what a non-blocking
+ * sender gets rid of is that MiB plus the kernel's socket buffers on the
+ * way (a few MiB each on loopback), far below the default queue of 64 MiB;
+ * without the limit the proxy would take everything offered (256 MiB). */
+static void s_check_backpressure(void)
+{
+    int port = 0, lfd = s_listen_any(&port); /* never accepted, never read */
+    const char *flags[] = {"--delay-ms", "1", "--buffer-mib", "1", NULL};
+    struct wanem_proc wp;
+    SW_CHECK(lfd >= 0);
+    if (lfd < 0 || s_wanem_start(&wp, port, flags) != 0) {
+        SW_CHECK(!"the proxy started");
+        if (lfd >= 0)
+            close(lfd);
+        return;
+    }
+    int fd = s_dial(wp.port);
+    SW_CHECK(fd >= 0);
+    size_t sent = 0;
+    const size_t cap = (size_t)256 << 20;
+    static unsigned char chunk[1 << 16];
+    if (fd >= 0) {
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        while (sent < cap) {
+            ssize_t n = send(fd, chunk, sizeof chunk, MSG_NOSIGNAL);
+            if (n > 0) {
+                sent += (size_t)n;
+                continue;
+            }
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                break;
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            if (poll(&p, 1, 1500) == 0)
+                break; /* held back for 1.5 s: the backpressure reached the sender */
+        }
+        close(fd);
+    }
+    printf("backpressure: --buffer-mib 1 let %.1f MiB through before the sender was held\n",
+           (double)sent / (1 << 20));
+    SW_CHECK(sent > ((size_t)1 << 20) && sent < ((size_t)40 << 20));
+    s_wanem_stop(&wp);
+    close(lfd);
+}
+
+/* --flag=value is --flag value: the start line shows the values. */
+static void s_check_flag_equals(int echo_port)
+{
+    const char *flags[] = {"--delay-ms=7.5", "--jitter-ms=2", "--seed=42", "--buffer-mib=3", NULL};
+    struct wanem_proc wp;
+    SW_CHECK_INT(s_wanem_start(&wp, echo_port, flags), 0);
+    if (wp.port <= 0)
+        return;
+    SW_CHECK(strstr(wp.line, "one-way 7.5 ms") && strstr(wp.line, "jitter +-2 ms") &&
+             strstr(wp.line, "seed 42") && strstr(wp.line, "buffer 3 MiB"));
+    if (!strstr(wp.line, "seed 42"))
+        fprintf(stderr, "start line: %s", wp.line);
     s_wanem_stop(&wp);
 }
 
@@ -778,6 +870,8 @@ int main(void)
     s_check_integrity(echo_port);
     s_check_jitter_order(echo_port);
     s_check_rate(echo_port);
+    s_check_backpressure();
+    s_check_flag_equals(echo_port);
     s_check_close(bye_port);
     s_check_zmq();
     printf("total %.1f s\n", (s_now_ms() - t0) / 1e3);

@@ -35,6 +35,9 @@ int main(void)
 
     /* The secrets each bundle lists are the ones its notebook reads. */
     const char *dir = sw_test_tmpdir();
+    /* the notebooks write their keys into mkdtemp folders: inside this test's
+     * folder, removed with it (a passing suite leaves nothing in /tmp) */
+    setenv("TMPDIR", dir, 1);
     char keys[1024];
     snprintf(keys, sizeof keys, "%s/keys", dir);
     int port = sw_test_free_port();

@@ -5,6 +5,11 @@
  *   - SmolLM2's own template read from the GGUF (tests/fixtures/tokenizer/
  *     smollm2_chat.json), including its default system prompt;
  *   - Llama 3, Llama 2 and Qwen2.5 templates (chat_templates.json);
+ *   - the families of issue 24 (chat_families.json, made by
+ *     scripts/fixtures/make_chat_family_fixtures.py): Qwen3's template (also
+ *     Qwen3-MoE's) with reasoning kept or dropped and tool results, Llama 3.1
+ *     and 3.2's with their system preamble, Gemma 3's; and a gemma3 GGUF
+ *     without a template falling back to Gemma's;
  *   - template detection, buffer sizing and invalid conversations.
  * Also checks that a rendered SmolLM2 prompt tokenizes into control tokens.
  */
@@ -182,11 +187,66 @@ static void test_other_templates(void)
     json_decref(root);
 }
 
+static void test_families(void)
+{
+    json_t *root = load_fixture("chat_families.json");
+    SW_CHECK(root != NULL);
+    if (!root)
+        return;
+    static const struct {
+        const char *name;
+        enum sw_chat_format f;
+    } expect[] = {{"qwen3", SW_CHAT_QWEN3},
+                  {"llama3.2", SW_CHAT_LLAMA31},
+                  {"llama3.1", SW_CHAT_LLAMA31},
+                  {"gemma3", SW_CHAT_GEMMA}};
+    json_t *tmpls = json_object_get(root, "templates");
+    SW_CHECK_INT(json_array_size(tmpls), 4);
+    for (size_t k = 0; k < json_array_size(tmpls) && k < 4; k++) {
+        json_t *e = json_array_get(tmpls, k);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *tmpl = json_string_value(json_object_get(e, "template"));
+        SW_CHECK(name && tmpl && strcmp(name, expect[k].name) == 0);
+        if (!name || !tmpl)
+            continue;
+        SW_CHECK_INT(sw_chat_detect(tmpl, strlen(tmpl)), expect[k].f);
+        check_cases(name, json_object_get(e, "cases"), NULL, tmpl);
+    }
+    json_decref(root);
+
+    /* Gemma's turns must alternate; a gemma3 GGUF without a template gets
+     * Gemma's (the Gemma 3 270M from PyPI has none), any other model none. */
+    char out[512];
+    size_t needed;
+    sw_chat_msg_t twice[2] = {{"user", "a"}, {"user", "b"}};
+    SW_CHECK_INT(sw_chat_apply("gemma", 5, twice, 2, 1, out, sizeof out, &needed), SW_CHAT_ERR);
+    const char *dir = getenv("SW_MODELS_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gemma-3-270m-q4_k_m.gguf", dir ? dir : "");
+    char err[256];
+    sw_gguf_t *g = access(path, R_OK) == 0 ? sw_gguf_open(path, err, sizeof err) : NULL;
+    if (!g) {
+        sw_test_skip_part("gemma3 fallback: gemma-3-270m-q4_k_m.gguf is absent (run: bash "
+                          "scripts/fetch_model.sh gemma3-270m)");
+        return;
+    }
+    sw_gguf_str_t t;
+    SW_CHECK(sw_gguf_get_str(g, "tokenizer.chat_template", &t) != 0); // really none
+    sw_chat_msg_t msgs[2] = {{"system", "Be brief."}, {"user", " Hi! "}};
+    SW_CHECK_INT(sw_chat_format(g, msgs, 2, 1, out, sizeof out, &needed), 0);
+    SW_CHECK(strcmp(out, "<start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n"
+                         "<start_of_turn>model\n") == 0);
+    sw_gguf_close(&g);
+}
+
 static void test_detect_and_errors(void)
 {
     SW_CHECK_INT(sw_chat_detect("chatml", 6), SW_CHAT_CHATML);
     SW_CHECK_INT(sw_chat_detect("llama3", 6), SW_CHAT_LLAMA3);
     SW_CHECK_INT(sw_chat_detect("llama2", 6), SW_CHAT_LLAMA2);
+    SW_CHECK_INT(sw_chat_detect("qwen3", 5), SW_CHAT_QWEN3);
+    SW_CHECK_INT(sw_chat_detect("llama3.1", 8), SW_CHAT_LLAMA31);
+    SW_CHECK_INT(sw_chat_detect("gemma", 5), SW_CHAT_GEMMA);
     SW_CHECK_INT(sw_chat_detect("{{ messages }}", 14), SW_CHAT_UNKNOWN);
     SW_CHECK_INT(sw_chat_detect(NULL, 0), SW_CHAT_UNKNOWN);
     SW_CHECK(strcmp(sw_chat_format_name(SW_CHAT_LLAMA3), "llama3") == 0);
@@ -221,6 +281,7 @@ int main(void)
 {
     test_detect_and_errors();
     test_other_templates();
+    test_families();
     const char *model = getenv("SW_TEST_MODEL");
     if (model && model[0] && access(model, R_OK) == 0)
         test_smollm2(model);

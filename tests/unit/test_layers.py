@@ -175,6 +175,11 @@ def source_of(obj):
     return os.path.join(SRC, re.sub(r"CMakeFiles/[^/]+\.dir/", "", rel)[: -len(".o")])
 
 
+# Not the product: the CPU emulation of the CUDA runtime (SW_CUDA=EMU), test
+# infrastructure that ships in no program (engine/cuda/emu/CMakeLists.txt).
+NOT_PRODUCT = (os.path.join("engine", "cuda", "emu") + os.sep,)
+
+
 def objects():
     """The object files of the product's folders whose source still exists (a
     build folder keeps the object of a file that was removed or moved)."""
@@ -184,7 +189,10 @@ def objects():
         for root, _, names in os.walk(top):
             for n in names:
                 path = os.path.join(root, n)
-                if n.endswith(".o") and "CMakeFiles" in root and os.path.exists(source_of(path)):
+                src = source_of(path)
+                if os.path.relpath(src, SRC).startswith(NOT_PRODUCT):
+                    continue
+                if n.endswith(".o") and "CMakeFiles" in root and os.path.exists(src):
                     objs.append(path)
     return objs
 

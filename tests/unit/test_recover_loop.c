@@ -31,6 +31,8 @@
 #include "sw_test.h"
 
 #define N_CTX 4096
+
+static int s_max_q_seen; /* the most rounds in flight in any run (the window reached?) */
 #define V 97
 
 /* The "model": the next token after seq[0..n) depends on all of it. */
@@ -332,6 +334,8 @@ static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, 
         SW_CHECK(st->tree_rounds > 0 && st->kv_moves > 0); // accepted paths were moved
     /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered */
     SW_CHECK(s.max_q <= NODE_REC_WINDOW + 1);
+    if (s.max_q > s_max_q_seen)
+        s_max_q_seen = s.max_q;
     sw_gen_free(&g);
     node_recover_free(&rec);
     return recs;
@@ -339,7 +343,7 @@ static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, 
 
 int main(void)
 {
-    enum { N_GEN = 120 };
+    enum { N_GEN = 300 };
     int32_t ref[N_GEN], got[N_GEN];
     /* The model's own continuation, one token at a time; chains, then trees. */
     for (int run = 0; run < 4; run++) {
@@ -358,12 +362,14 @@ int main(void)
         static const int mid[] = {9, 0};           // mid-generation
         static const int twice[] = {9, 10, 0};     // the retry fails again
         static const int later[] = {6, 15, 22, 0}; // three separate failures
+        static const int late[] = {45, 0};         // a replay longer than the window
         const struct {
             const int *kills;
             int at_replay;
             int want;
         } cases[] = {
-            {prefill, 0, 1}, {mid, 0, 1}, {twice, 0, 1}, {later, 0, 3}, {mid, 1, 1},
+            {prefill, 0, 1}, {mid, 0, 1},  {twice, 0, 1}, {later, 0, 3},
+            {mid, 1, 1},     {late, 0, 1}, {late, 1, 1},
         };
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int max_chunks = 0;
@@ -377,5 +383,10 @@ int main(void)
                 SW_CHECK(max_chunks >= 2); // prefill and replays went in chunks
         }
     }
+    /* the window was reached, so the bound above was tested (a replay of
+     * more than NODE_REC_WINDOW rounds ran) */
+    printf("most replayed rounds in flight at once: %d (window %d)\n", s_max_q_seen,
+           NODE_REC_WINDOW);
+    SW_CHECK(s_max_q_seen >= NODE_REC_WINDOW);
     return sw_test_done();
 }

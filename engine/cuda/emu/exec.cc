@@ -1,0 +1,632 @@
+/*
+ * exec.cc - how the emulation runs a kernel's grid: the blocks one after
+ * another, the threads of a block as cooperative fibers on one host thread.
+ * A thread runs until it reaches __syncthreads, a warp operation (shuffle,
+ * vote, __syncwarp) or its end; when every thread has stopped, the warp
+ * operations whose lanes have all arrived complete (each lane gets its
+ * value), and __syncthreads releases once every thread that has not exited
+ * waits at it. Threads that wait at different barriers, or a warp operation
+ * a lane of its mask has exited before, are reported as a deadlock.
+ *
+ * The order check: before a kernel runs, the allocations its non-const
+ * pointer arguments point into are copied; the grid runs once with the
+ * blocks and the threads of every barrier interval in forward order, its
+ * results are kept, the copies restored, and the grid runs again with the
+ * blocks and threads in reverse order. The two results must be identical to
+ * the bit: a missing __syncthreads, a race between blocks or threads, or an
+ * order-dependent atomic shows up as a difference, reported with the kernel,
+ * the argument and the first differing byte.
+ *
+ * Memory faults (SIGSEGV/SIGBUS) while a kernel runs are reported with the
+ * kernel, block and thread, and the address described against the
+ * allocations (past the end, another device's memory, freed memory, past the
+ * dynamic shared memory, a thread's stack overflowing).
+ */
+#include "emu_impl.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+namespace swemu
+{
+
+Lane *g_lane;
+Block g_block;
+
+static const int S_MAX_THREADS = 1024;
+static const size_t S_STACK = (size_t)32 << 10; // per thread
+static const size_t S_PAGE = 4096;
+
+enum State { READY, AT_WARP, AT_BLOCK, DONE };
+
+struct Fiber {
+#if defined(__x86_64__)
+    void *sp; // saved stack pointer
+#else
+    ucontext_t uc;
+#endif
+    State state;
+    Lane lane;
+    int linear; // index in the block
+    /* A warp operation waited at. */
+    int wop;
+    unsigned wmask;
+    uint64_t wval, wres;
+    int warg, wwidth;
+    /* __syncthreads variant waited at. */
+    int bop, bpred, bres;
+};
+
+static Fiber g_fib[S_MAX_THREADS];
+static char *g_stacks;         // S_MAX_THREADS stacks, each below a guard page
+static Fiber *g_cur;           // the fiber running now
+static const Kernel *g_kernel; // the kernel running now (NULL: none)
+static int g_kdev;
+static char *g_dyn_map; // dynamic shared memory mapping (with a guard page after)
+static size_t g_dyn_map_bytes;
+static uint64_t g_gen;
+
+/* ---- fibers ---------------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+extern "C" void swemu_swap(void **save, void *load);
+/* Saves the callee-saved registers and the stack pointer in *save, loads the
+ * other stack and returns into it. */
+asm(".text\n"
+    ".globl swemu_swap\n"
+    ".hidden swemu_swap\n"
+    ".type swemu_swap,@function\n"
+    "swemu_swap:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size swemu_swap,.-swemu_swap\n");
+static void *g_sched_sp;
+#else
+static ucontext_t g_sched_uc;
+#endif
+
+static int g_n;    // threads in the running block
+static bool g_rev; // its threads run in reverse order
+
+/* From the running fiber f to fiber n (NULL: the scheduler); returns when
+ * some fiber or the scheduler switches back to f. */
+static void s_switch(Fiber *f, Fiber *n)
+{
+    if (n == f)
+        return;
+    g_cur = n;
+    g_lane = n ? &n->lane : nullptr;
+#if defined(__x86_64__)
+    swemu_swap(&f->sp, n ? n->sp : g_sched_sp);
+#else
+    swapcontext(&f->uc, n ? &n->uc : &g_sched_uc);
+#endif
+}
+
+/* The first runnable lane of f's warp after f in the running order (all of
+ * them with from_start), or NULL. */
+static Fiber *s_next_lane(const Fiber *f, bool from_start)
+{
+    const int l0 = f->linear & ~31, l1 = l0 + 32 < g_n ? l0 + 32 : g_n;
+    if (!from_start) { // the usual case: the very next lane
+        const int l = g_rev ? f->linear - 1 : f->linear + 1;
+        if (l >= l0 && l < l1 && g_fib[l].state == READY)
+            return &g_fib[l];
+    }
+    if (!g_rev) {
+        for (int l = from_start ? l0 : f->linear + 1; l < l1; l++)
+            if (g_fib[l].state == READY)
+                return &g_fib[l];
+    } else {
+        for (int l = from_start ? l1 - 1 : f->linear - 1; l >= l0; l--)
+            if (g_fib[l].state == READY)
+                return &g_fib[l];
+    }
+    return nullptr;
+}
+
+static bool s_warp_resolve(int w, int n);
+
+/* The running fiber has stopped (at a barrier, a warp operation or its
+ * end): the next lane of its warp runs, else the warp's operation completes
+ * when this was its last lane, else the scheduler takes over. */
+static void s_stop(Fiber *f)
+{
+    Fiber *n = s_next_lane(f, false);
+    if (!n && f->state == AT_WARP && s_warp_resolve(f->linear >> 5, g_n))
+        n = s_next_lane(f, true);
+    s_switch(f, n);
+}
+
+[[noreturn]] static void s_fiber_main(void)
+{
+    Fiber *f = g_cur;
+    g_kernel->body();
+    f->state = DONE;
+    s_stop(f);
+    abort(); // a finished fiber is never resumed
+}
+
+static char *s_stack_top(int i)
+{
+    return g_stacks + (size_t)(i + 1) * (S_STACK + S_PAGE);
+}
+
+static void s_fiber_reset(Fiber *f, int i)
+{
+#if defined(__x86_64__)
+    void **sp = (void **)(void *)s_stack_top(i);
+    *--sp = nullptr;               // s_fiber_main's return address (never used)
+    *--sp = (void *)&s_fiber_main; // where swemu_swap's ret goes
+    for (int r = 0; r < 6; r++)
+        *--sp = nullptr; // rbp rbx r12 r13 r14 r15
+    f->sp = sp;
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = s_stack_top(i) - S_STACK;
+    f->uc.uc_stack.ss_size = S_STACK;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, (void (*)(void))s_fiber_main, 0);
+#endif
+}
+
+/* From the scheduler: runs f (and the lanes it hands over to) until control
+ * comes back. */
+static void s_resume(Fiber *f)
+{
+    g_cur = f;
+    g_lane = &f->lane;
+#if defined(__x86_64__)
+    swemu_swap(&g_sched_sp, f->sp);
+#else
+    swapcontext(&g_sched_uc, &f->uc);
+#endif
+    g_cur = nullptr;
+}
+
+static void s_where_str(char *out, size_t len)
+{
+    if (!g_kernel) {
+        snprintf(out, len, "host code");
+        return;
+    }
+    if (g_cur)
+        snprintf(out, len, "kernel %s (%s:%d) on cuda:%d, block (%u,%u,%u) thread (%u,%u,%u)",
+                 g_kernel->name, g_kernel->file, g_kernel->line, g_kdev, g_block.bid.x,
+                 g_block.bid.y, g_block.bid.z, g_cur->lane.tid.x, g_cur->lane.tid.y,
+                 g_cur->lane.tid.z);
+    else
+        snprintf(out, len, "kernel %s (%s:%d) on cuda:%d, block (%u,%u,%u)", g_kernel->name,
+                 g_kernel->file, g_kernel->line, g_kdev, g_block.bid.x, g_block.bid.y,
+                 g_block.bid.z);
+}
+
+uint64_t warp_op(int op, unsigned mask, uint64_t value, int arg, int width)
+{
+    Fiber *f = g_cur;
+    if (!f)
+        fatal("a warp operation outside a kernel");
+    if (width <= 0 || width > 32 || (width & (width - 1)))
+        fatal("a warp operation with width %d in kernel %s", width, g_kernel->name);
+    if (!(mask & (1u << (f->linear & 31)))) {
+        char w[300];
+        s_where_str(w, sizeof w);
+        fatal("%s: a warp operation whose mask 0x%08x leaves out the calling lane", w, mask);
+    }
+    f->wop = op;
+    f->wmask = mask;
+    f->wval = value;
+    f->warg = arg;
+    f->wwidth = width;
+    f->state = AT_WARP;
+    s_stop(f);
+    return f->wres;
+}
+
+int block_sync(int op, int pred)
+{
+    Fiber *f = g_cur;
+    if (!f)
+        fatal("__syncthreads outside a kernel");
+    f->bop = op;
+    f->bpred = pred;
+    f->state = AT_BLOCK;
+    s_stop(f);
+    return f->bres;
+}
+
+void shared_init(void *p, size_t n, unsigned long long *gen)
+{
+    if (*gen != g_block.gen) { // the first thread of this block to get here
+        memset(p, 0xff, n);
+        *gen = g_block.gen;
+    }
+}
+
+static const char *s_op_name(int op)
+{
+    static const char *names[] = {"__syncwarp",       "__shfl_sync",     "__shfl_up_sync",
+                                  "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
+                                  "__any_sync",       "__all_sync"};
+    return op >= 0 && op < 8 ? names[op] : "?";
+}
+
+/* Completes warp w's operation when every lane of its mask waits at it. */
+static bool s_warp_resolve(int w, int n)
+{
+    const int l0 = w * 32, l1 = l0 + 32 < n ? l0 + 32 : n;
+    int first = -1;
+    for (int l = l0; l < l1; l++)
+        if (g_fib[l].state == AT_WARP) {
+            first = l;
+            break;
+        }
+    if (first < 0)
+        return false;
+    const unsigned mask = g_fib[first].wmask;
+    const int op = g_fib[first].wop;
+    for (int l = l0; l < l1; l++) {
+        if (!(mask & (1u << (l - l0))))
+            continue;
+        const Fiber &x = g_fib[l];
+        if (x.state == DONE) {
+            char where[300];
+            s_where_str(where, sizeof where);
+            fatal("%s: lane %d of warp %d has exited, but lane %d waits for it at %s (mask "
+                  "0x%08x)",
+                  where, l - l0, w, first - l0, s_op_name(op), mask);
+        }
+        if (x.state != AT_WARP)
+            return false; // not there yet (or at __syncthreads: a deadlock, reported later)
+        if (x.wop != op || x.wmask != mask) {
+            char where[300];
+            s_where_str(where, sizeof where);
+            fatal("%s: lanes of warp %d wait at different warp operations (%s mask 0x%08x, %s "
+                  "mask 0x%08x)",
+                  where, w, s_op_name(op), mask, s_op_name(x.wop), x.wmask);
+        }
+    }
+    uint64_t vote = 0;
+    int any = 0, all = 1;
+    for (int l = l0; l < l1; l++)
+        if (mask & (1u << (l - l0))) {
+            const int p = g_fib[l].wval != 0;
+            vote |= (uint64_t)p << (l - l0);
+            any |= p;
+            all &= p;
+        }
+    for (int l = l0; l < l1; l++) {
+        if (!(mask & (1u << (l - l0))))
+            continue;
+        Fiber &x = g_fib[l];
+        const int lane = l - l0, wd = x.wwidth, seg = lane & ~(wd - 1);
+        int src = lane;
+        switch (op) {
+        case W_IDX:
+            src = seg + (x.warg & (wd - 1));
+            break;
+        case W_UP:
+            src = lane - x.warg >= seg ? lane - x.warg : lane;
+            break;
+        case W_DOWN:
+            src = lane + x.warg < seg + wd ? lane + x.warg : lane;
+            break;
+        case W_XOR:
+            src = (lane ^ x.warg) < seg + wd && (lane ^ x.warg) >= seg ? lane ^ x.warg : lane;
+            break;
+        default:
+            break;
+        }
+        if (op >= W_IDX && op <= W_XOR) {
+            if (l0 + src >= l1 || !(mask & (1u << src))) {
+                char where[300];
+                s_where_str(where, sizeof where);
+                fatal("%s: lane %d reads lane %d, which is not in the mask 0x%08x of %s", where,
+                      lane, src, mask, s_op_name(op));
+            }
+            x.wres = g_fib[l0 + src].wval;
+        } else {
+            x.wres = op == W_BALLOT ? vote
+                     : op == W_ANY  ? (uint64_t)any
+                     : op == W_ALL  ? (uint64_t)all
+                                    : 0;
+        }
+    }
+    for (int l = l0; l < l1; l++)
+        if (mask & (1u << (l - l0)))
+            g_fib[l].state = READY;
+    return true;
+}
+
+[[noreturn]] static void s_deadlock(int n)
+{
+    int at_block = 0, at_warp = 0, done = 0, ex_block = -1, ex_warp = -1;
+    for (int i = 0; i < n; i++) {
+        if (g_fib[i].state == AT_BLOCK) {
+            at_block++;
+            ex_block = ex_block < 0 ? i : ex_block;
+        } else if (g_fib[i].state == AT_WARP) {
+            at_warp++;
+            ex_warp = ex_warp < 0 ? i : ex_warp;
+        } else if (g_fib[i].state == DONE) {
+            done++;
+        }
+    }
+    char where[300];
+    s_where_str(where, sizeof where);
+    fatal("%s: the block cannot go on: %d threads wait at __syncthreads (thread %d first), %d at "
+          "a warp operation (thread %d first), %d have exited",
+          where, at_block, ex_block, at_warp, ex_warp, done);
+}
+
+/* Runs one block to its end, the warps and the lanes of each taken in
+ * forward or reverse order: a warp's lanes run one after another, each up to
+ * its next barrier or warp operation, the last to arrive at a warp operation
+ * completes it, and the warp goes on until it waits at __syncthreads or
+ * ends; then the next warp. */
+static void s_run_block(int n, bool reverse)
+{
+    g_block.gen = ++g_gen;
+    g_n = n;
+    g_rev = reverse;
+    if (g_block.ndyn)
+        memset(g_block.dyn, 0xff, g_block.ndyn); // shared memory starts undefined
+    const dim3 bd = g_block.bdim;
+    for (int i = 0; i < n; i++) {
+        Fiber *f = &g_fib[i];
+        f->state = READY;
+        f->linear = i;
+        f->lane.tid.x = (unsigned)i % bd.x;
+        f->lane.tid.y = (unsigned)i / bd.x % bd.y;
+        f->lane.tid.z = (unsigned)i / (bd.x * bd.y);
+        s_fiber_reset(f, i);
+    }
+    const int n_warps = (n + 31) / 32;
+    for (;;) {
+        for (int k = 0; k < n_warps; k++) {
+            const int w = reverse ? n_warps - 1 - k : k;
+            Fiber *f = s_next_lane(&g_fib[w * 32], true);
+            if (f)
+                s_resume(f);
+        }
+        int done = 0;
+        for (int i = 0; i < n; i++)
+            done += g_fib[i].state == DONE;
+        if (done == n)
+            return;
+        bool progress = false;
+        for (int w = 0; w < n_warps; w++)
+            progress |= s_warp_resolve(w, n);
+        if (progress)
+            continue;
+        int waiting = 0, cnt = 0, all = 1, any = 0;
+        for (int i = 0; i < n; i++) {
+            const Fiber &f = g_fib[i];
+            if (f.state == AT_BLOCK) {
+                waiting++;
+                cnt += f.bpred != 0;
+                all &= f.bpred != 0;
+                any |= f.bpred != 0;
+            }
+        }
+        if (waiting != n - done)
+            s_deadlock(n);
+        for (int i = 0; i < n; i++) {
+            Fiber &f = g_fib[i];
+            if (f.state != AT_BLOCK)
+                continue;
+            f.bres = f.bop == B_COUNT ? cnt : f.bop == B_AND ? all : f.bop == B_OR ? any : 0;
+            f.state = READY;
+        }
+    }
+}
+
+/* ---- memory faults ------------------------------------------------------------------------- */
+
+static void s_fault(int sig, siginfo_t *si, void *ctx)
+{
+    const void *addr = si->si_addr;
+    const bool in_stacks =
+        g_stacks && (const char *)addr >= g_stacks &&
+        (const char *)addr < g_stacks + (size_t)S_MAX_THREADS * (S_STACK + S_PAGE);
+    const bool in_dyn = g_dyn_map && (const char *)addr >= g_dyn_map &&
+                        (const char *)addr < g_dyn_map + g_dyn_map_bytes;
+    Alloc *a = find_mapping(addr);
+    if (!g_kernel && !a) {
+        /* Not ours: the default action (a crash with a core file). */
+        signal(sig, SIG_DFL);
+        return;
+    }
+    int is_write = -1;
+#if defined(__x86_64__)
+    const ucontext_t *uc = (const ucontext_t *)ctx;
+    is_write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+    (void)ctx;
+#endif
+    char where[300], what[300];
+    s_where_str(where, sizeof where);
+    if (in_stacks)
+        snprintf(what, sizeof what, "a thread's stack overflowed (%zu KiB each)", S_STACK >> 10);
+    else if (in_dyn)
+        snprintf(what, sizeof what,
+                 "%zu bytes past the end of the %zu bytes of dynamic shared "
+                 "memory",
+                 (size_t)((const char *)addr - (g_dyn_map + g_dyn_map_bytes - S_PAGE)),
+                 g_block.ndyn);
+    else if (a && !a->freed && (const char *)addr >= a->base &&
+             (const char *)addr < a->base + a->bytes)
+        snprintf(what, sizeof what,
+                 "byte %zu of a %zu-byte allocation of cuda:%d, another "
+                 "device's memory (no peer access from cuda:%d)",
+                 (size_t)((const char *)addr - a->base), a->bytes, a->dev, g_kdev);
+    else
+        describe(addr, what, sizeof what);
+    char line[900];
+    const int len = snprintf(line, sizeof line, "swemu: %s: %s %p: %s\n", where,
+                             is_write < 0 ? "access to"
+                             : is_write   ? "write to"
+                                          : "read of",
+                             addr, what);
+    if (len > 0)
+        (void)!write(2, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+    abort();
+}
+
+static void s_install(void)
+{
+    static bool done = false;
+    static thread_local bool alt = false;
+    if (!alt) { // the handler runs on its own stack: a fiber's may be the one that overflowed
+        alt = true;
+        stack_t ss;
+        ss.ss_sp = malloc(1 << 16);
+        ss.ss_size = 1 << 16;
+        ss.ss_flags = 0;
+        sigaltstack(&ss, nullptr);
+    }
+    if (done)
+        return;
+    done = true;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = s_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+    void *m = mmap(nullptr, (size_t)S_MAX_THREADS * (S_STACK + S_PAGE), PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        fatal("cannot map the threads' stacks");
+    g_stacks = (char *)m;
+    for (int i = 0; i < S_MAX_THREADS; i++) // each stack above its guard page
+        mprotect(g_stacks + (size_t)i * (S_STACK + S_PAGE) + S_PAGE, S_STACK,
+                 PROT_READ | PROT_WRITE);
+}
+
+/* ---- a grid ------------------------------------------------------------------------------- */
+
+struct Region {
+    Alloc *a;
+    int index; // argument
+    std::vector<char> before, first;
+};
+
+static void s_run_grid(const Kernel &k, bool reverse)
+{
+    const dim3 g = k.grid;
+    const int n = (int)(k.block.x * k.block.y * k.block.z);
+    const uint64_t blocks = (uint64_t)g.x * g.y * g.z;
+    for (uint64_t i = 0; i < blocks; i++) {
+        const uint64_t b = reverse ? blocks - 1 - i : i;
+        g_block.bid.x = (unsigned)(b % g.x);
+        g_block.bid.y = (unsigned)(b / g.x % g.y);
+        g_block.bid.z = (unsigned)(b / ((uint64_t)g.x * g.y));
+        s_run_block(n, reverse);
+    }
+}
+
+void exec_kernel(const Kernel &k, int dev)
+{
+    s_install();
+    protect_for(reach(dev));
+    char where[300];
+    /* Every pointer argument must be memory this device can touch. */
+    std::vector<Region> regions;
+    for (const ArgPtr &p : k.ptrs) {
+        if (!p.p)
+            continue;
+        Alloc *a = find(p.p, 0);
+        if (!a || (a->dev >= 0 && !((reach(dev) >> a->dev) & 1u))) {
+            char what[300];
+            describe(p.p, what, sizeof what);
+            fatal("kernel %s (%s:%d) on cuda:%d: argument %d points to %s%s", k.name, k.file,
+                  k.line, dev, p.index, what, a ? " (no peer access to that device)" : "");
+        }
+        if (!p.writable)
+            continue;
+        bool seen = false;
+        for (const Region &r : regions)
+            seen |= r.a == a;
+        if (!seen)
+            regions.push_back(Region{a, p.index, {}, {}});
+    }
+    const bool check = !getenv("SW_CUDA_EMU_CHECK") || strcmp(getenv("SW_CUDA_EMU_CHECK"), "0");
+    if (check)
+        for (Region &r : regions)
+            r.before.assign(r.a->base, r.a->base + r.a->bytes);
+
+    /* Dynamic shared memory ends at a guard page. */
+    if (k.shmem) {
+        g_dyn_map_bytes = (k.shmem + S_PAGE - 1) / S_PAGE * S_PAGE + S_PAGE;
+        void *m = mmap(nullptr, g_dyn_map_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            fatal("cannot map %zu bytes of shared memory", k.shmem);
+        g_dyn_map = (char *)m;
+        mprotect(g_dyn_map + g_dyn_map_bytes - S_PAGE, S_PAGE, PROT_NONE);
+        g_block.dyn = g_dyn_map + g_dyn_map_bytes - S_PAGE - k.shmem;
+    } else {
+        g_block.dyn = nullptr;
+    }
+    g_block.ndyn = k.shmem;
+    g_block.bdim = k.block;
+    g_block.gdim = k.grid;
+    g_kernel = &k;
+    g_kdev = dev;
+
+    s_run_grid(k, false);
+    if (check && !regions.empty()) {
+        for (Region &r : regions) {
+            r.first.assign(r.a->base, r.a->base + r.a->bytes);
+            memcpy(r.a->base, r.before.data(), r.a->bytes);
+        }
+        s_run_grid(k, true);
+        for (Region &r : regions) {
+            if (!memcmp(r.a->base, r.first.data(), r.a->bytes))
+                continue;
+            size_t off = 0;
+            while (r.a->base[off] == r.first[off])
+                off++;
+            g_cur = nullptr;
+            snprintf(where, sizeof where,
+                     "kernel %s (%s:%d) on cuda:%d, grid (%u,%u,%u) block "
+                     "(%u,%u,%u)",
+                     k.name, k.file, k.line, dev, k.grid.x, k.grid.y, k.grid.z, k.block.x,
+                     k.block.y, k.block.z);
+            fatal("%s: the result depends on the order of threads or blocks (a missing "
+                  "__syncthreads or a race): argument %d's %zu-byte allocation differs at byte "
+                  "%zu (0x%02x forward, 0x%02x reversed)",
+                  where, r.index, r.a->bytes, off, (unsigned char)r.first[off],
+                  (unsigned char)r.a->base[off]);
+        }
+    }
+    g_kernel = nullptr;
+    g_lane = nullptr;
+    if (g_dyn_map) {
+        munmap(g_dyn_map, g_dyn_map_bytes);
+        g_dyn_map = nullptr;
+        g_dyn_map_bytes = 0;
+    }
+}
+
+} // namespace swemu

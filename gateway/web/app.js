@@ -1,0 +1,497 @@
+// shardwire's web page (gateway/web/, served by `shardwire serve`; docs/api.md, "Web page").
+//
+// Chat: POST /v1/chat/completions with "stream": true, read as server-sent
+// events; Stop aborts the fetch, which closes the connection, and the gateway
+// cancels the generation on the cluster (the head frees the session at every
+// stage). Cluster: GET /v1/cluster every second. The API key is asked once
+// and kept in sessionStorage (this tab only); every API call sends it as a
+// Bearer token. Text from the model or the cluster is only ever set as
+// textContent, never parsed as HTML.
+"use strict";
+(() => {
+  const KEY = "shardwire-api-key";
+  const $ = (id) => document.getElementById(id);
+  let apiKey = sessionStorage.getItem(KEY) || "";
+  let noKey = false; // the gateway runs with --insecure-no-api-key (loopback only)
+  let convo = []; // the conversation: {role, content}
+  let running = null; // the AbortController of the generation in flight
+  let clusterTimer = null;
+  let prev = null; // the previous /v1/cluster answer and when it came (for rates)
+
+  // ---- the key ------------------------------------------------------------------------------
+
+  function authHeaders() {
+    return { Authorization: "Bearer " + apiKey, "Content-Type": "application/json" };
+  }
+
+  function askKey(message) {
+    sessionStorage.removeItem(KEY);
+    apiKey = "";
+    $("key-error").textContent = message || "";
+    $("key-dialog").hidden = false;
+    $("key-input").focus();
+  }
+
+  $("key-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const k = $("key-input").value.trim();
+    if (!k) return;
+    $("key-error").textContent = "checking the key…";
+    let r;
+    try {
+      r = await fetch("/v1/models", { headers: { Authorization: "Bearer " + k } });
+    } catch (err) {
+      $("key-error").textContent = "the gateway did not answer: " + err.message;
+      return;
+    }
+    if (r.status === 401) {
+      $("key-error").textContent =
+        "Refused: the gateway does not know this key (401). Use a line of its --api-key-file.";
+      $("key-input").select();
+      return;
+    }
+    apiKey = k;
+    sessionStorage.setItem(KEY, k);
+    $("key-input").value = "";
+    $("key-error").textContent = "";
+    $("key-dialog").hidden = true;
+    document.body.dataset.authorized = "1";
+    await showModels(r);
+    if (!$("view-cluster").hidden) pollCluster();
+  });
+  $("change-key").addEventListener("click", () => askKey(""));
+
+  // ---- models and health ------------------------------------------------------------------
+
+  async function showModels(r) {
+    const sel = $("model");
+    const keep = sel.value;
+    sel.textContent = "";
+    let ids = [];
+    if (r.ok) {
+      const j = await r.json();
+      ids = (j.data || []).map((m) => m.id);
+    }
+    for (const id of ids) {
+      const o = document.createElement("option");
+      o.value = o.textContent = id;
+      sel.appendChild(o);
+    }
+    if (!ids.length) {
+      const o = document.createElement("option");
+      o.value = "";
+      o.textContent = r.ok ? "(no head is connected yet)" : "(the relay does not answer)";
+      sel.appendChild(o);
+    } else if (ids.includes(keep)) {
+      sel.value = keep;
+    }
+  }
+
+  async function refreshModels() {
+    if (!apiKey && !noKey) return;
+    try {
+      const r = await fetch("/v1/models", { headers: authHeaders() });
+      if (r.status === 401) return askKey("The gateway no longer accepts this key (401).");
+      await showModels(r);
+    } catch (err) {
+      /* the health line says so */
+    }
+  }
+
+  async function health() {
+    const h = $("health");
+    try {
+      const r = await fetch("/health");
+      const j = await r.json();
+      h.className = "health " + (r.ok ? "ok" : "bad");
+      h.textContent = r.ok
+        ? `${j.nodes} node${j.nodes === 1 ? "" : "s"}, ${j.heads} head${j.heads === 1 ? "" : "s"}`
+        : j.error || "unavailable";
+      if (r.ok && (apiKey || noKey) && !$("model").value) refreshModels();
+    } catch (err) {
+      h.className = "health bad";
+      h.textContent = "the gateway does not answer";
+    }
+  }
+
+  // ---- chat -------------------------------------------------------------------------------
+
+  function addMessage(role, text) {
+    const el = document.createElement("div");
+    el.className = "msg " + role;
+    const who = document.createElement("div");
+    who.className = "who";
+    who.textContent = role === "user" ? "you" : $("model").value || "assistant";
+    const body = document.createElement("div");
+    body.className = "text";
+    body.textContent = text;
+    const stats = document.createElement("div");
+    stats.className = "stats";
+    el.append(who, body, stats);
+    $("messages").appendChild(el);
+    el.scrollIntoView({ block: "end" });
+    return { el, body, stats };
+  }
+
+  // A number from an input, or undefined when it is empty or not a number.
+  function num(id, integer) {
+    const v = $(id).value.trim();
+    if (v === "") return undefined;
+    const x = integer ? parseInt(v, 10) : parseFloat(v);
+    return Number.isFinite(x) ? x : undefined;
+  }
+
+  function requestBody() {
+    const sys = $("system").value.trim();
+    const msgs = (sys ? [{ role: "system", content: sys }] : []).concat(convo);
+    const body = {
+      model: $("model").value,
+      messages: msgs,
+      stream: true,
+      stream_options: { include_usage: true },
+      temperature: num("temperature"),
+      top_p: num("top-p"),
+      max_tokens: num("max-tokens", true),
+      seed: num("seed", true),
+      repeat_penalty: num("repeat-penalty"),
+      shardwire: { top_k: num("top-k", true), min_p: num("min-p"), draft: $("draft").value },
+    };
+    return JSON.stringify(body); // undefined fields are left out: the gateway's defaults
+  }
+
+  function statsLine(n, sw, finish) {
+    if (!sw) return `${n} tokens`;
+    const tpr = sw.rounds > 0 ? ((n - 1) / sw.rounds).toFixed(2) : "–";
+    const parts = [
+      `${n} tokens`,
+      `${sw.decode_tok_s.toFixed(1)} tok/s`,
+      `${tpr} tokens per round trip (${sw.rounds} rounds)`,
+    ];
+    if (sw.drafted > 0) parts.push(`${sw.accepted} of ${sw.drafted} drafts accepted`);
+    parts.push(`first token ${Math.round(sw.ttft_ms)} ms`);
+    if (finish === "length") parts.push("max_tokens reached");
+    return parts.join(" · ");
+  }
+
+  function setRunning(on) {
+    $("send").disabled = on;
+    $("stop").disabled = !on;
+    document.body.dataset.generating = on ? "1" : "";
+  }
+
+  async function send() {
+    const text = $("prompt").value.trim();
+    if (!text || running) return;
+    if (!apiKey && !noKey) return askKey("");
+    if (!$("model").value) await refreshModels();
+    $("prompt").value = "";
+    convo.push({ role: "user", content: text });
+    addMessage("user", text);
+    const m = addMessage("assistant", "");
+    m.el.classList.add("streaming");
+    m.el.dataset.state = "streaming";
+    m.el.dataset.chunks = "0";
+    const ctl = new AbortController();
+    running = ctl;
+    setRunning(true);
+    let got = "";
+    let chunks = 0;
+    let usage = null;
+    let sw = null;
+    let finish = null;
+    try {
+      const r = await fetch("/v1/chat/completions", {
+        method: "POST",
+        headers: authHeaders(),
+        body: requestBody(),
+        signal: ctl.signal,
+      });
+      if (!r.ok) {
+        const e = await r.json().catch(() => null);
+        if (r.status === 401) askKey("The gateway refused this key (401).");
+        throw new Error(e && e.error ? e.error.message : "HTTP " + r.status);
+      }
+      const reader = r.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let at;
+        while ((at = buf.indexOf("\n\n")) >= 0) {
+          const event = buf.slice(0, at);
+          buf = buf.slice(at + 2);
+          for (const line of event.split("\n")) {
+            if (!line.startsWith("data: ")) continue; // ": keep-alive" comments
+            const data = line.slice(6);
+            if (data === "[DONE]") continue;
+            const j = JSON.parse(data);
+            if (j.error) throw new Error(j.error.message);
+            const c = j.choices && j.choices[0];
+            if (c && c.delta && c.delta.content) {
+              got += c.delta.content;
+              chunks++;
+              m.body.textContent = got;
+              m.el.dataset.chunks = String(chunks);
+              m.el.scrollIntoView({ block: "end" });
+            }
+            if (c && c.finish_reason) finish = c.finish_reason;
+            if (j.usage) {
+              usage = j.usage;
+              sw = j.shardwire || null;
+            }
+          }
+        }
+      }
+      convo.push({ role: "assistant", content: got });
+      m.stats.textContent = statsLine(usage ? usage.completion_tokens : chunks, sw, finish);
+      m.el.dataset.state = "done";
+    } catch (err) {
+      if (err.name === "AbortError") {
+        m.el.dataset.state = "stopped";
+        m.stats.textContent = "stopped: the generation was cancelled on the cluster";
+        convo.push({ role: "assistant", content: got });
+      } else {
+        m.el.dataset.state = "error";
+        const p = document.createElement("p");
+        p.className = "error";
+        p.textContent = err.message;
+        m.el.appendChild(p);
+        convo.pop(); // the turn that failed is not part of the conversation
+      }
+    } finally {
+      running = null;
+      setRunning(false);
+      m.el.classList.remove("streaming");
+    }
+  }
+
+  $("chat-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    send();
+  });
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      send();
+    }
+  });
+  $("stop").addEventListener("click", () => {
+    if (running) running.abort();
+  });
+  $("clear").addEventListener("click", () => {
+    if (running) running.abort();
+    convo = [];
+    $("messages").textContent = "";
+  });
+
+  // ---- cluster ----------------------------------------------------------------------------
+
+  function fmtMs(ms) {
+    if (ms < 1000) return Math.round(ms) + " ms";
+    const s = ms / 1000;
+    if (s < 120) return s.toFixed(1) + " s";
+    const m = Math.floor(s / 60);
+    return m < 120 ? `${m} min ${Math.floor(s % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+  }
+
+  function cell(tr, text) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    tr.appendChild(td);
+    return td;
+  }
+
+  function drawPipeline(nodes) {
+    const box = $("pipeline");
+    box.textContent = "";
+    const total = nodes.length ? nodes[0].n_layers : 0;
+    if (!total) {
+      box.textContent = "no node is connected";
+      return;
+    }
+    let at = 0;
+    const seg = (cls, from, to, label, title) => {
+      const d = document.createElement("div");
+      d.className = "seg " + cls;
+      d.style.flex = String(Math.max(to - from, 0.5));
+      d.textContent = label;
+      d.title = title;
+      box.appendChild(d);
+    };
+    for (const n of nodes) {
+      if (n.layer_begin > at) seg("gap", at, n.layer_begin, "missing", `no node holds layers ${at}:${n.layer_begin}`);
+      seg(n.role, n.layer_begin, n.layer_end, `${n.name} ${n.layer_begin}:${n.layer_end}`,
+          `${n.name}: ${n.role}, layers ${n.layer_begin}:${n.layer_end} of ${n.n_layers}, ${n.backend}`);
+      at = Math.max(at, n.layer_end);
+    }
+    if (at < total) seg("gap", at, total, "missing", `no node holds layers ${at}:${total}`);
+  }
+
+  // Stacked bars: each recent generation's ms per round trip, split four ways.
+  function drawChart(recent) {
+    const cv = $("split-chart");
+    const ctx = cv.getContext("2d");
+    const W = cv.width;
+    const H = cv.height;
+    const css = getComputedStyle(document.documentElement);
+    const colors = ["--draft", "--head", "--stages", "--network"].map((v) => css.getPropertyValue(v).trim());
+    const keys = ["draft", "head", "stages", "network"];
+    const rows = recent.filter((r) => r.split_ms_per_trip).slice(-20);
+    ctx.clearRect(0, 0, W, H);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = "#667085";
+    cv.dataset.bars = String(rows.length);
+    if (!rows.length) {
+      ctx.fillText("no generation has completed through this gateway yet", 12, H / 2);
+      return;
+    }
+    const totals = rows.map((r) => keys.reduce((s, k) => s + r.split_ms_per_trip[k], 0));
+    const max = Math.max(...totals, 1);
+    const left = 44;
+    const bottom = H - 18;
+    const top = 10;
+    const bw = Math.min(30, (W - left - 10) / rows.length - 6);
+    ctx.strokeStyle = "#dde1e7";
+    for (let i = 0; i <= 4; i++) {
+      const y = bottom - ((bottom - top) * i) / 4;
+      ctx.beginPath();
+      ctx.moveTo(left, y);
+      ctx.lineTo(W - 4, y);
+      ctx.stroke();
+      ctx.fillText(Math.round((max * i) / 4) + " ms", 2, y + 4);
+    }
+    rows.forEach((r, i) => {
+      const x = left + 6 + i * (bw + 6);
+      let y = bottom;
+      keys.forEach((k, j) => {
+        const h = ((bottom - top) * r.split_ms_per_trip[k]) / max;
+        ctx.fillStyle = colors[j];
+        ctx.fillRect(x, y - h, bw, h);
+        y -= h;
+      });
+      ctx.fillStyle = "#667085";
+      ctx.fillText(r.tokens_per_round.toFixed(1), x, H - 4);
+    });
+  }
+
+  function render(j, now) {
+    const rl = j.relay;
+    const g = j.gateway || {};
+    $("cluster-error").textContent = rl.connected ? "" : "the relay does not answer: " + (rl.error || "");
+    $("c-relay").textContent = rl.connected ? "up " + fmtMs(rl.uptime_ms) : "down";
+    $("c-relay-sub").textContent = rl.connected
+      ? `${rl.endpoint} · ${rl.forwarded} forwarded · ${rl.dropped} dropped · ${j.clients} client(s)`
+      : rl.endpoint;
+    const head = j.nodes.find((n) => n.role === "head" || n.role === "full");
+    $("c-sessions").textContent = `${g.inflight} / ${g.max_inflight}`;
+    $("c-sessions-sub").textContent =
+      `generating now through this gateway${head ? ` · the head holds up to ${head.max_sessions}` : ""}`;
+    if (prev && g.streamed_tokens !== undefined) {
+      const dt = (now - prev.at) / 1000;
+      const rate = dt > 0 ? (g.streamed_tokens - prev.j.gateway.streamed_tokens) / dt : 0;
+      $("c-rate").textContent = rate.toFixed(1);
+    }
+    $("c-rate-sub").textContent = `${g.streamed_tokens} tokens streamed · ${g.generations} generations`;
+    const rec = g.recent || [];
+    const last = rec[rec.length - 1];
+    $("c-last-tps").textContent = last ? last.decode_tok_s.toFixed(1) + " tok/s" : "–";
+    $("c-last-sub").textContent = last
+      ? `${last.tokens} tokens · first token ${Math.round(last.ttft_ms)} ms · ${fmtMs(now - last.t_ms)} ago`
+      : "none yet";
+    $("c-tpr").textContent = last ? last.tokens_per_round.toFixed(2) : "–";
+    $("c-tpr-sub").textContent = g.drafted
+      ? `drafts accepted ${g.accepted} of ${g.drafted} (${((100 * g.accepted) / g.drafted).toFixed(0)} %)`
+      : "no drafts yet";
+
+    drawPipeline(j.nodes);
+    const tb = $("nodes").tBodies[0];
+    tb.textContent = "";
+    for (const n of j.nodes) {
+      const tr = document.createElement("tr");
+      tr.dataset.node = n.name;
+      cell(tr, n.name);
+      cell(tr, n.role);
+      cell(tr, `${n.layer_begin}:${n.layer_end} of ${n.n_layers}`);
+      cell(tr, n.backend);
+      cell(tr, fmtMs(n.heartbeat_age_ms)).className = "hb";
+      cell(tr, fmtMs(n.idle_ms));
+      cell(tr, `${n.msgs_in} / ${n.msgs_out}`).className = "msgs";
+      cell(tr, String(n.max_sessions));
+      cell(tr, n.key_bound ? "bound" : "–");
+      tb.appendChild(tr);
+    }
+    drawChart(rec);
+    const rt = $("recent").tBodies[0];
+    rt.textContent = "";
+    for (const r of rec.slice(-8).reverse()) {
+      const tr = document.createElement("tr");
+      const s = r.split_ms_per_trip;
+      cell(tr, new Date(r.t_ms).toLocaleTimeString());
+      cell(tr, String(r.tokens));
+      cell(tr, r.decode_tok_s.toFixed(1));
+      cell(tr, r.tokens_per_round.toFixed(2));
+      cell(tr, r.drafted ? `${r.accepted} / ${r.drafted}` : "–");
+      for (const k of ["draft", "head", "stages", "network"]) cell(tr, s ? s[k].toFixed(1) + " ms" : "–");
+      rt.appendChild(tr);
+    }
+    $("c-updated").textContent = new Date(now).toLocaleTimeString();
+    document.body.dataset.clusterPolls = String((+document.body.dataset.clusterPolls || 0) + 1);
+  }
+
+  async function pollCluster() {
+    clearTimeout(clusterTimer);
+    if ($("view-cluster").hidden) return;
+    if (apiKey || noKey) {
+      try {
+        const r = await fetch("/v1/cluster", { headers: authHeaders() });
+        if (r.status === 401) {
+          askKey("The gateway refused this key (401).");
+        } else if (r.ok) {
+          const j = await r.json();
+          const now = Date.now();
+          render(j, now);
+          prev = { j, at: now };
+        } else {
+          $("cluster-error").textContent = "GET /v1/cluster: HTTP " + r.status;
+        }
+      } catch (err) {
+        $("cluster-error").textContent = "the gateway does not answer: " + err.message;
+      }
+    }
+    clusterTimer = setTimeout(pollCluster, 1000);
+  }
+
+  // ---- views ------------------------------------------------------------------------------
+
+  function show(view) {
+    for (const b of document.querySelectorAll(".tab")) b.classList.toggle("active", b.dataset.view === view);
+    $("view-chat").hidden = view !== "chat";
+    $("view-cluster").hidden = view !== "cluster";
+    if (view === "cluster") pollCluster();
+    if (location.hash !== "#" + view) window.history.replaceState(null, "", "#" + view);
+  }
+  for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => show(b.dataset.view));
+
+  // ---- start ------------------------------------------------------------------------------
+
+  health();
+  setInterval(health, 5000);
+  show(location.hash === "#cluster" ? "cluster" : "chat");
+  if (apiKey) {
+    fetch("/v1/models", { headers: authHeaders() }).then((r) => {
+      if (r.status === 401) return askKey("The stored key was refused (401): enter it again.");
+      document.body.dataset.authorized = "1";
+      return showModels(r);
+    }, () => {});
+  } else {
+    // a gateway without keys (--insecure-no-api-key) answers without one: no dialog
+    fetch("/v1/models").then((r) => {
+      if (r.status === 401) return askKey("");
+      noKey = true;
+      document.body.dataset.authorized = "1";
+      return showModels(r);
+    }, () => askKey(""));
+  }
+})();

@@ -1,0 +1,477 @@
+/*
+ * test_cuda_emu.cu - the CPU emulation of the CUDA runtime checked against
+ * what it claims (label cuda; built only with SW_CUDA=EMU, through
+ * swemu-cu2cc like the backend's sources): that correct kernels compute
+ * what a GPU computes, and that each error it promises to find is found,
+ * with the kernel named:
+ *
+ *  - barriers, warp shuffles and votes, static and dynamic shared memory,
+ *    atomics, a grid of several blocks, graphs replayed with new data;
+ *  - in a child process each (it aborts): a read one element past an
+ *    allocation, a tree reduction without its __syncthreads (the reversed
+ *    run differs), a read of another device's memory, a shuffle whose lane
+ *    has exited, a write past the dynamic shared memory;
+ *  - returned errors: a launch into another device's stream, a bad launch
+ *    shape, a synchronisation inside a capture (the capture is invalidated),
+ *    the last error cleared by cudaGetLastError, an injected failure;
+ *  - lazy streams: a consumer stream that does not wait for the producer's
+ *    event reads stale data (the emulation does not hide the missing wait),
+ *    with the wait it reads the new data;
+ *  - the cuBLAS and NCCL stand-ins: a GEMM against a plain loop, a send/recv
+ *    pair between two emulated devices.
+ */
+#include <cublas_v2.h>
+#include <nccl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dlfcn.h>
+
+#include "quant_math.h" // sw_f2h
+extern "C" {
+#include "sw_test.h" // a C header without extern "C" of its own
+}
+
+#define S_OK(call) SW_CHECK_INT((int)(call), 0)
+
+/* ---- kernels that are right ----------------------------------------------------------------- */
+
+/* Block b: out[b] = sum of x[256 b .. 256 b + 255], a tree in shared memory. */
+static __global__ void k_sum(const float *x, float *out, int skip_sync)
+{
+    __shared__ float part[256];
+    part[threadIdx.x] = x[blockIdx.x * 256 + threadIdx.x];
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            part[threadIdx.x] += part[threadIdx.x + w];
+        if (!skip_sync)
+            __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = part[0];
+}
+
+/* Warp w: the lanes' values summed with xor shuffles, the ballot of odd values,
+ * a broadcast from lane 5, a count with an atomic. */
+static __global__ void k_warp(const int *x, int *sum, unsigned *ballot, int *bcast, int *count)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int v = x[threadIdx.x];
+    const unsigned b = __ballot_sync(0xffffffffu, v & 1);
+    const int from5 = __shfl_sync(0xffffffffu, v, 5);
+    for (int s = 16; s > 0; s >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, s);
+    if (lane == 0) {
+        sum[w] = v;
+        ballot[w] = b;
+    }
+    bcast[threadIdx.x] = from5;
+    atomicAdd(count, 1);
+}
+
+/* Dynamic shared memory: reversed within the block. */
+static __global__ void k_reverse(const float *x, float *y, int n)
+{
+    extern __shared__ float buf[];
+    buf[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    y[threadIdx.x] = buf[n - 1 - threadIdx.x];
+}
+
+/* Uninitialised shared memory reads as 0xff bytes. */
+static __global__ void k_uninit(unsigned *out)
+{
+    __shared__ unsigned junk[4];
+    if (threadIdx.x == 0)
+        *out = junk[2];
+}
+
+static __global__ void k_scale(float *x, int n, float f)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] *= f;
+}
+
+static __global__ void k_copy(const float *x, float *y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = x[i];
+}
+
+/* ---- kernels that are wrong ---------------------------------------------------------------- */
+
+static __global__ void k_read_past(const float *x, float *y, int n)
+{
+    const int i = threadIdx.x;
+    y[i] = x[i + 1]; // one past the end for the last thread
+    (void)n;
+}
+
+static __global__ void k_lane_exits(float *y)
+{
+    if (threadIdx.x == 3)
+        return;
+    y[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 3);
+}
+
+static __global__ void k_shared_past(int n)
+{
+    extern __shared__ float buf[];
+    buf[threadIdx.x + n] = 1.0f;
+}
+
+/* ---- helpers -----------------------------------------------------------------------------------
+ */
+
+/* Runs fn in a child with stderr in a file: 1 when the child aborted and its
+ * stderr holds every one of the needles. */
+static int s_dies(void (*fn)(void), const char *n1, const char *n2)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s", sw_test_log("child_stderr.txt"));
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(path, "w", stderr);
+        (void)f;
+        fn();
+        fflush(stderr);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char *err = sw_test_read_file(path, NULL);
+    const int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && err && strstr(err, n1) &&
+                   (!n2 || strstr(err, n2));
+    if (!ok)
+        fprintf(stderr, "expected an abort with \"%s\" and \"%s\"; got status 0x%x and:\n%s\n", n1,
+                n2 ? n2 : "", st, err ? err : "(nothing)");
+    else
+        printf("caught: %s", strstr(err, "swemu:") ? strstr(err, "swemu:") : err);
+    free(err);
+    return ok;
+}
+
+static float *s_dev_floats(const float *host, int n)
+{
+    float *d = NULL;
+    if (cudaMalloc(&d, (size_t)n * sizeof *d) != cudaSuccess)
+        return NULL;
+    if (host && cudaMemcpy(d, host, (size_t)n * sizeof *d, cudaMemcpyHostToDevice) != cudaSuccess)
+        return NULL;
+    return d;
+}
+
+static void s_case_read_past(void)
+{
+    float h[64] = {0};
+    float *x = s_dev_floats(h, 64), *y = s_dev_floats(NULL, 64);
+    k_read_past<<<1, 64>>>(x, y, 64);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_no_sync(void)
+{
+    float h[256];
+    for (int i = 0; i < 256; i++)
+        h[i] = (float)(i % 7) + 0.25f;
+    float *x = s_dev_floats(h, 256), *o = s_dev_floats(NULL, 1);
+    k_sum<<<1, 256>>>(x, o, 1);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_other_device(void)
+{
+    cudaSetDevice(1);
+    float *far = s_dev_floats(NULL, 64);
+    cudaSetDevice(0);
+    float *near = s_dev_floats(NULL, 64);
+    k_copy<<<1, 64>>>(far, near, 64);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_lane_exits(void)
+{
+    float *y = s_dev_floats(NULL, 32);
+    k_lane_exits<<<1, 32>>>(y);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_shared_past(void)
+{
+    k_shared_past<<<1, 32, 32 * sizeof(float)>>>(1);
+    cudaDeviceSynchronize();
+}
+
+int main(void)
+{
+    setenv("SW_CUDA_EMU_DEVICES", "2", 1); // before the runtime starts
+    int n_dev = 0;
+    S_OK(cudaGetDeviceCount(&n_dev));
+    SW_CHECK_INT(n_dev, 2);
+
+    /* A reduction over 4 blocks. */
+    {
+        float h[1024], want[4] = {0}, got[4];
+        for (int i = 0; i < 1024; i++) {
+            h[i] = (float)((i * 37) % 101) * 0.5f;
+            want[i / 256] += h[i]; // exact: small multiples of 0.5
+        }
+        float *x = s_dev_floats(h, 1024), *o = s_dev_floats(NULL, 4);
+        k_sum<<<4, 256>>>(x, o, 0);
+        S_OK(cudaGetLastError());
+        S_OK(cudaMemcpy(got, o, sizeof got, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < 4; b++)
+            SW_CHECK(got[b] == want[b]);
+        cudaFree(x);
+        cudaFree(o);
+    }
+    /* Warp operations and an atomic. */
+    {
+        int h[64], *x, *sum, *bcast, *count;
+        unsigned *ballot;
+        for (int i = 0; i < 64; i++)
+            h[i] = i * 3 + (i % 5);
+        S_OK(cudaMalloc(&x, sizeof h));
+        S_OK(cudaMalloc(&sum, 2 * sizeof(int)));
+        S_OK(cudaMalloc(&ballot, 2 * sizeof(unsigned)));
+        S_OK(cudaMalloc(&bcast, 64 * sizeof(int)));
+        S_OK(cudaMalloc(&count, sizeof(int)));
+        S_OK(cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice));
+        S_OK(cudaMemset(count, 0, sizeof(int)));
+        k_warp<<<1, 64>>>(x, sum, ballot, bcast, count);
+        int gs[2], gb[64], gc;
+        unsigned gbal[2];
+        S_OK(cudaMemcpy(gs, sum, sizeof gs, cudaMemcpyDeviceToHost));
+        S_OK(cudaMemcpy(gbal, ballot, sizeof gbal, cudaMemcpyDeviceToHost));
+        S_OK(cudaMemcpy(gb, bcast, sizeof gb, cudaMemcpyDeviceToHost));
+        S_OK(cudaMemcpy(&gc, count, sizeof gc, cudaMemcpyDeviceToHost));
+        for (int w = 0; w < 2; w++) {
+            int s = 0;
+            unsigned b = 0;
+            for (int l = 0; l < 32; l++) {
+                s += h[32 * w + l];
+                b |= (unsigned)(h[32 * w + l] & 1) << l;
+            }
+            SW_CHECK_INT(gs[w], s);
+            SW_CHECK(gbal[w] == b);
+        }
+        for (int i = 0; i < 64; i++)
+            SW_CHECK_INT(gb[i], h[(i & ~31) + 5]);
+        SW_CHECK_INT(gc, 64);
+        cudaFree(x);
+        cudaFree(sum);
+        cudaFree(ballot);
+        cudaFree(bcast);
+        cudaFree(count);
+    }
+    /* Dynamic shared memory; uninitialised shared memory. */
+    {
+        float h[48], got[48];
+        for (int i = 0; i < 48; i++)
+            h[i] = (float)i;
+        float *x = s_dev_floats(h, 48), *y = s_dev_floats(NULL, 48);
+        k_reverse<<<1, 48, 48 * sizeof(float)>>>(x, y, 48);
+        S_OK(cudaMemcpy(got, y, sizeof got, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 48; i++)
+            SW_CHECK(got[i] == h[47 - i]);
+        unsigned *u, gu = 0;
+        S_OK(cudaMalloc(&u, sizeof *u));
+        k_uninit<<<1, 32>>>(u);
+        S_OK(cudaMemcpy(&gu, u, sizeof gu, cudaMemcpyDeviceToHost));
+        SW_CHECK(gu == 0xffffffffu);
+        cudaFree(x);
+        cudaFree(y);
+        cudaFree(u);
+    }
+    /* Returned errors. */
+    {
+        cudaStream_t s1;
+        S_OK(cudaSetDevice(1));
+        S_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+        S_OK(cudaSetDevice(0));
+        float *x = s_dev_floats(NULL, 32);
+        k_scale<<<1, 32, 0, s1>>>(x, 32, 2.0f); // cuda:1's stream while cuda:0 is current
+        SW_CHECK_INT((int)cudaGetLastError(), (int)cudaErrorInvalidResourceHandle);
+        SW_CHECK_INT((int)cudaGetLastError(), 0); // cleared
+        k_scale<<<1, 2048>>>(x, 32, 2.0f);        // too many threads
+        SW_CHECK_INT((int)cudaGetLastError(), (int)cudaErrorInvalidConfiguration);
+        /* A failed call stays the last error until read. */
+        SW_CHECK_INT((int)cudaSetDevice(7), (int)cudaErrorInvalidDevice);
+        SW_CHECK_INT((int)cudaPeekAtLastError(), (int)cudaErrorInvalidDevice);
+        SW_CHECK_INT((int)cudaGetLastError(), (int)cudaErrorInvalidDevice);
+        SW_CHECK_INT((int)cudaGetLastError(), 0);
+        /* An injected failure, once. */
+        swemu_fail("cudaMemcpy", 1, cudaErrorMemoryAllocation);
+        float h[32] = {0};
+        S_OK(cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice));
+        SW_CHECK_INT((int)cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice),
+                     (int)cudaErrorMemoryAllocation);
+        S_OK(cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice));
+        cudaGetLastError();
+        /* A synchronisation inside a capture invalidates it. */
+        cudaStream_t s;
+        cudaGraph_t g = NULL;
+        S_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        S_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        k_scale<<<1, 32, 0, s>>>(x, 32, 2.0f);
+        SW_CHECK_INT((int)cudaStreamSynchronize(s), (int)cudaErrorStreamCaptureUnsupported);
+        SW_CHECK_INT((int)cudaStreamEndCapture(s, &g), (int)cudaErrorStreamCaptureInvalidated);
+        SW_CHECK(g == NULL);
+        cudaGetLastError();
+        /* A graph replays its kernels with the captured arguments on new data. */
+        S_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        k_scale<<<1, 32, 0, s>>>(x, 32, 3.0f);
+        S_OK(cudaStreamEndCapture(s, &g));
+        cudaGraphExec_t ge;
+        S_OK(cudaGraphInstantiate(&ge, g, 0));
+        for (int i = 0; i < 32; i++)
+            h[i] = (float)i;
+        S_OK(cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice));
+        S_OK(cudaGraphLaunch(ge, s));
+        S_OK(cudaGraphLaunch(ge, s));
+        float got[32];
+        S_OK(cudaMemcpyAsync(got, x, sizeof got, cudaMemcpyDeviceToHost, s)); // pageable: waits
+        for (int i = 0; i < 32; i++)
+            SW_CHECK(got[i] == 9.0f * (float)i);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        cudaStreamDestroy(s);
+        cudaStreamDestroy(s1);
+        cudaFree(x);
+    }
+    /* Lazy streams: without the wait the consumer reads stale data. */
+    {
+        float h[32], got[32];
+        for (int i = 0; i < 32; i++)
+            h[i] = 1.0f;
+        float *a = s_dev_floats(h, 32), *b = s_dev_floats(NULL, 32);
+        cudaStream_t prod, cons;
+        cudaEvent_t e;
+        S_OK(cudaStreamCreateWithFlags(&prod, cudaStreamNonBlocking));
+        S_OK(cudaStreamCreateWithFlags(&cons, cudaStreamNonBlocking));
+        S_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        for (int wait = 0; wait < 2; wait++) {
+            S_OK(cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice));
+            k_scale<<<1, 32, 0, prod>>>(a, 32, 5.0f);
+            S_OK(cudaEventRecord(e, prod));
+            if (wait)
+                S_OK(cudaStreamWaitEvent(cons, e, 0));
+            k_copy<<<1, 32, 0, cons>>>(a, b, 32);
+            S_OK(cudaStreamSynchronize(cons));
+            S_OK(cudaMemcpy(got, b, sizeof got, cudaMemcpyDeviceToHost));
+            SW_CHECK(got[0] == (wait ? 5.0f : 1.0f));
+            S_OK(cudaStreamSynchronize(prod));
+        }
+        cudaEventDestroy(e);
+        cudaStreamDestroy(prod);
+        cudaStreamDestroy(cons);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    /* The stand-ins, opened as libs.cu opens them. */
+    {
+        void *hb = dlopen(swemu_lib("cublas"), RTLD_NOW | RTLD_LOCAL);
+        void *hn = dlopen(swemu_lib("nccl"), RTLD_NOW | RTLD_LOCAL);
+        SW_CHECK(hb && hn);
+        SW_CHECK(swemu_count("dlopen_cublas") == 1 && swemu_count("dlopen_nccl") == 1);
+        typedef cublasStatus_t (*create_t)(cublasHandle_t *);
+        typedef cublasStatus_t (*gemm_t)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                         int, int, const void *, const void *, cudaDataType, int,
+                                         const void *, cudaDataType, int, const void *, void *,
+                                         cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+        create_t create = hb ? (create_t)dlsym(hb, "cublasCreate_v2") : NULL;
+        gemm_t gemm = hb ? (gemm_t)dlsym(hb, "cublasGemmEx") : NULL;
+        SW_CHECK(create && gemm);
+        enum { M = 5, N = 3, K = 37 };
+        sw_f16 ha[M * K], hbm[K * N];
+        float want[M * N], got[M * N];
+        for (int i = 0; i < M * K; i++)
+            ha[i] = sw_f2h((float)(i % 9) - 4.0f);
+        for (int i = 0; i < K * N; i++)
+            hbm[i] = sw_f2h((float)(i % 5) * 0.5f);
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < M; i++) {
+                float s = 0; // small integers and halves: exact in any order
+                for (int p = 0; p < K; p++)
+                    s += sw_h2f(ha[i * K + p]) * sw_h2f(hbm[j * K + p]);
+                want[j * M + i] = s;
+            }
+        sw_f16 *da, *db;
+        float *dc;
+        S_OK(cudaMalloc(&da, sizeof ha));
+        S_OK(cudaMalloc(&db, sizeof hbm));
+        S_OK(cudaMalloc(&dc, sizeof got));
+        S_OK(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
+        S_OK(cudaMemcpy(db, hbm, sizeof hbm, cudaMemcpyHostToDevice));
+        cublasHandle_t cb = NULL;
+        const float one = 1, zero = 0;
+        if (create && gemm && create(&cb) == CUBLAS_STATUS_SUCCESS) {
+            SW_CHECK_INT(gemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, da, CUDA_R_16F, K, db,
+                              CUDA_R_16F, K, &zero, dc, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                         0);
+            S_OK(cudaMemcpy(got, dc, sizeof got, cudaMemcpyDeviceToHost));
+            SW_CHECK(!memcmp(got, want, sizeof got));
+            /* An operand beyond its allocation is refused. */
+            SW_CHECK(gemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, M + 1, N, K, &one, da, CUDA_R_16F, K, db,
+                          CUDA_R_16F, K, &zero, dc, CUDA_R_32F, M + 1, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS);
+        } else {
+            SW_CHECK(!"cublasCreate");
+        }
+        /* NCCL: cuda:0 sends 64 floats to cuda:1. */
+        typedef ncclResult_t (*init_t)(ncclComm_t *, int, const int *);
+        typedef ncclResult_t (*grp_t)(void);
+        typedef ncclResult_t (*send_t)(const void *, size_t, ncclDataType_t, int, ncclComm_t,
+                                       cudaStream_t);
+        typedef ncclResult_t (*recv_t)(void *, size_t, ncclDataType_t, int, ncclComm_t,
+                                       cudaStream_t);
+        init_t init = hn ? (init_t)dlsym(hn, "ncclCommInitAll") : NULL;
+        grp_t gs = hn ? (grp_t)dlsym(hn, "ncclGroupStart") : NULL;
+        grp_t ge = hn ? (grp_t)dlsym(hn, "ncclGroupEnd") : NULL;
+        send_t send = hn ? (send_t)dlsym(hn, "ncclSend") : NULL;
+        recv_t recv = hn ? (recv_t)dlsym(hn, "ncclRecv") : NULL;
+        SW_CHECK(init && gs && ge && send && recv);
+        if (init && gs && ge && send && recv) {
+            ncclComm_t comm[2];
+            const int devs[2] = {0, 1};
+            SW_CHECK_INT(init(comm, 2, devs), 0);
+            float h[64], out[64];
+            for (int i = 0; i < 64; i++)
+                h[i] = (float)i * 1.5f;
+            cudaStream_t s0, s1;
+            S_OK(cudaSetDevice(0));
+            float *src = s_dev_floats(h, 64);
+            S_OK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+            S_OK(cudaSetDevice(1));
+            float *dst = s_dev_floats(NULL, 64);
+            S_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+            SW_CHECK_INT(gs(), 0);
+            SW_CHECK_INT(send(src, 64 * 4, ncclUint8, 1, comm[0], s0), 0);
+            SW_CHECK_INT(recv(dst, 64 * 4, ncclUint8, 0, comm[1], s1), 0);
+            SW_CHECK_INT(ge(), 0);
+            S_OK(cudaStreamSynchronize(s1));
+            S_OK(cudaMemcpy(out, dst, sizeof out, cudaMemcpyDeviceToHost));
+            SW_CHECK(!memcmp(out, h, sizeof h));
+            /* A send alone in its group would hang a real NCCL: refused. */
+            SW_CHECK(send(src, 4, ncclUint8, 1, comm[0], s0) != 0);
+            S_OK(cudaSetDevice(0));
+        }
+    }
+    /* Errors found in kernels, each in a child process. */
+    SW_CHECK(s_dies(s_case_read_past, "kernel k_read_past", "0 bytes past the end of a 256-byte"));
+    SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "depends on the order"));
+    SW_CHECK(s_dies(s_case_other_device, "kernel k_copy", "cuda:1"));
+    SW_CHECK(s_dies(s_case_lane_exits, "kernel k_lane_exits", "has exited"));
+    SW_CHECK(s_dies(s_case_shared_past, "kernel k_shared_past", "dynamic shared memory"));
+    return sw_test_done();
+}

@@ -1,0 +1,287 @@
+"""Drives `shardwire serve`'s web page in a real headless Chromium (test_web.c runs it).
+
+Usage: python web_driver.py BASE_URL API_KEY MODEL PROMPT N_TOKENS SHOT_DIR [CHROMIUM]
+
+Chromium is started headless with the DevTools protocol on a port of its own
+(read from DevToolsActivePort) and driven over its WebSocket with the
+`websocket-client` package (scripts/py_venv.sh installs it). Like a user, the
+driver types into the page's fields and clicks its buttons, and reads what the
+page shows. It prints one JSON object:
+
+  key_refused        the message shown for a wrong key; key_stored_after_wrong
+                     what sessionStorage held then (null); cluster_wrong_key the
+                     HTTP status of /v1/cluster with that key
+  chat_text          the reply to PROMPT (temperature 0, N_TOKENS tokens)
+  chat_steps         how many different lengths the reply's text had while it
+                     grew (a reply that arrives in one piece has 1), and
+                     chat_span_ms the time from its first to its last growth
+  chat_stats         the stats line under the reply
+  stop_len_at_click, stop_len_after, stop_state
+                     a long generation stopped with the Stop button
+  nodes_before, nodes_after   the node table's rows (cells) before and after
+                     one more generation, cluster_before / cluster_after the
+                     cards' text, numbers_before / numbers_after the numbers read
+                     off both (messages forwarded by the relay, tokens streamed,
+                     generations, each node's messages in + out), chart_bars the
+                     bars drawn
+  screenshots        the PNG files written into SHOT_DIR
+
+Any failure to drive the page raises (exit 1) with what was seen.
+"""
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import websocket
+
+
+class Page:
+    def __init__(self, ws_url):
+        self.ws = websocket.create_connection(ws_url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+
+    def call(self, method, **params):
+        self.next_id += 1
+        mid = self.next_id
+        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+        while True:
+            m = json.loads(self.ws.recv())
+            if m.get("id") == mid:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+
+    def js(self, expr, await_promise=False):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True,
+                      awaitPromise=await_promise)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"page script failed: {expr[:120]}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def wait(self, expr, timeout_s, what):
+        end = time.time() + timeout_s
+        while time.time() < end:
+            v = self.js(expr)
+            if v:
+                return v
+            time.sleep(0.05)
+        raise RuntimeError(f"timed out after {timeout_s} s waiting for {what} ({expr})")
+
+    def shot(self, path):
+        r = self.call("Page.captureScreenshot", format="png")
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(r["data"]))
+        return path
+
+
+def chromium_path(given):
+    for c in ([given] if given else []) + ["chromium", "chromium-browser", "google-chrome"]:
+        p = shutil.which(c)
+        if p:
+            return p
+    raise SystemExit("web_driver: no chromium (scripts/deps.sh installs Debian's: SW_DEPS_EXTRA=chromium)")
+
+
+def start_browser(binary, profile):
+    argv = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--no-default-browser-check", "--disable-extensions", "--disable-dev-shm-usage",
+            "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
+            f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port_file = os.path.join(profile, "DevToolsActivePort")
+    end = time.time() + 60
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"web_driver: {binary} exited ({proc.returncode}) at start")
+        try:
+            with open(port_file) as f:
+                port = int(f.readline().strip())
+            break
+        except (OSError, ValueError):
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise SystemExit("web_driver: chromium did not open its DevTools port in 60 s")
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
+                targets = json.load(r)
+            pages = [t for t in targets if t.get("type") == "page"]
+            if pages:
+                return proc, pages[0]["webSocketDebuggerUrl"]
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("web_driver: chromium has no page target")
+
+
+def set_value(p, elem_id, value):
+    """Types a value into a field as a user would: value, then input/change events."""
+    p.js(f"(() => {{ const e = document.getElementById({json.dumps(elem_id)});"
+         f" e.value = {json.dumps(str(value))};"
+         " e.dispatchEvent(new Event('input', {bubbles: true}));"
+         " e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()")
+
+
+def click(p, elem_id):
+    p.js(f"document.getElementById({json.dumps(elem_id)}).click()")
+
+
+def cards(p):
+    return p.js("""(() => { const o = {};
+        for (const id of ['c-relay', 'c-relay-sub', 'c-sessions', 'c-rate', 'c-rate-sub',
+                          'c-last-tps', 'c-last-sub', 'c-tpr', 'c-tpr-sub', 'c-updated'])
+            o[id] = document.getElementById(id).textContent;
+        o.polls = +document.body.dataset.clusterPolls || 0; return o; })()""")
+
+
+def numbers(c, rows):
+    """The numbers a user reads off the page: from the cards' text and the node table."""
+    def grab(pattern, text):
+        m = re.search(pattern, text)
+        return int(m.group(1)) if m else -1
+    n = {"forwarded": grab(r"(\d+) forwarded", c["c-relay-sub"]),
+         "streamed": grab(r"(\d+) tokens streamed", c["c-rate-sub"]),
+         "generations": grab(r"(\d+) generations", c["c-rate-sub"])}
+    for r in rows:
+        m = re.fullmatch(r"(\d+) / (\d+)", r[6])
+        n[r[0] + "_msgs"] = int(m.group(1)) + int(m.group(2)) if m else -1
+    return n
+
+
+def node_rows(p):
+    return p.js("[...document.querySelectorAll('#nodes tbody tr')]"
+                ".map(tr => [...tr.cells].map(td => td.textContent))")
+
+
+def main():
+    base, key, model, prompt, n_tok, shots = sys.argv[1:7]
+    binary = chromium_path(sys.argv[7] if len(sys.argv) > 7 else None)
+    os.makedirs(shots, exist_ok=True)
+    profile = tempfile.mkdtemp(prefix="sw_web_chromium.")
+    proc, ws_url = start_browser(binary, profile)
+    out = {"chromium": subprocess.run([binary, "--version"], capture_output=True,
+                                      text=True).stdout.strip(), "screenshots": []}
+    try:
+        p = Page(ws_url)
+        p.call("Page.enable")
+        p.call("Runtime.enable")
+        p.call("Page.navigate", url=base + "/")
+        p.wait("document.readyState === 'complete' && !!document.getElementById('key-dialog')",
+               30, "the page to load")
+        p.wait("!document.getElementById('key-dialog').hidden", 10, "the key dialog")
+
+        # A wrong key is refused, and not kept.
+        set_value(p, "key-input", "wrong-key-0123456789")
+        click(p, "key-submit")
+        out["key_refused"] = p.wait(
+            "(t => t.startsWith('Refused') && t)(document.getElementById('key-error').textContent)",
+            20, "the wrong key's refusal")
+        out["key_dialog_after_wrong"] = p.js("!document.getElementById('key-dialog').hidden")
+        out["key_stored_after_wrong"] = p.js("sessionStorage.getItem('shardwire-api-key')")
+        out["cluster_wrong_key"] = p.js(
+            "fetch('/v1/cluster', {headers: {Authorization: 'Bearer wrong-key-0123456789'}})"
+            ".then(r => r.status)", await_promise=True)
+        out["screenshots"].append(p.shot(os.path.join(shots, "1-key-refused.png")))
+
+        # The right key: the dialog closes and the model list fills.
+        set_value(p, "key-input", key)
+        click(p, "key-submit")
+        p.wait("document.getElementById('key-dialog').hidden && document.body.dataset.authorized",
+               20, "the key to be accepted")
+        out["key_stored"] = p.js("sessionStorage.getItem('shardwire-api-key')") == key
+        out["models"] = p.wait(
+            f"(o => o.includes({json.dumps(model)}) && o)([...document.getElementById('model')"
+            ".options].map(x => x.value))", 30, "the model list")
+
+        # A message streams, piece by piece: every change of the reply's text is recorded.
+        set_value(p, "temperature", "0")
+        set_value(p, "max-tokens", n_tok)
+        set_value(p, "draft", "none")  # one token per round trip: it streams token by token
+        p.js("""window.__steps = []; new MutationObserver(() => {
+                const t = [...document.querySelectorAll('.msg.assistant .text')].pop();
+                if (t) window.__steps.push([performance.now(), t.textContent.length]);
+            }).observe(document.getElementById('messages'),
+                       {subtree: true, childList: true, characterData: true});""")
+        set_value(p, "prompt", prompt)
+        click(p, "send")
+        p.wait("(m => m && m.dataset.state === 'done')"
+               "([...document.querySelectorAll('.msg.assistant')].pop())", 180, "the reply")
+        steps = p.js("window.__steps")
+        lengths = sorted({n for _, n in steps if n > 0})
+        grow = [t for t, n in steps if n > 0]
+        out["chat_steps"] = len(lengths)
+        out["chat_span_ms"] = (grow[-1] - grow[0]) if grow else 0
+        out["chat_chunks"] = int(p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
+                                      ".dataset.chunks"))
+        out["chat_text"] = p.js("[...document.querySelectorAll('.msg.assistant .text')]"
+                                ".pop().textContent")
+        out["chat_stats"] = p.js("[...document.querySelectorAll('.msg.assistant .stats')]"
+                                 ".pop().textContent")
+        out["screenshots"].append(p.shot(os.path.join(shots, "2-chat.png")))
+
+        # Stop: a long generation, stopped while it streams.
+        click(p, "clear")
+        set_value(p, "draft", "auto")
+        set_value(p, "max-tokens", "1500")
+        set_value(p, "prompt", "Count from 1 to 1000: 1, 2, 3,")
+        click(p, "send")
+        last_len = "[...document.querySelectorAll('.msg.assistant .text')].pop().textContent.length"
+        p.wait(f"document.querySelector('.msg.assistant') && {last_len} > 40", 120,
+               "the long reply to stream")
+        out["stop_enabled"] = p.js("!document.getElementById('stop').disabled")
+        click(p, "stop")
+        out["stop_len_at_click"] = p.js(last_len)
+        out["stop_state"] = p.wait("(m => m.dataset.state !== 'streaming' && m.dataset.state)"
+                                   "([...document.querySelectorAll('.msg.assistant')].pop())", 10,
+                                   "the stop")
+        time.sleep(2)
+        out["stop_len_after"] = p.js(last_len)
+        out["stop_send_enabled"] = p.js("!document.getElementById('send').disabled")
+        out["screenshots"].append(p.shot(os.path.join(shots, "3-stopped.png")))
+
+        # The cluster page: its nodes, and numbers that move with one more generation.
+        click(p, "tab-cluster")
+        p.wait("document.querySelectorAll('#nodes tbody tr').length >= 2 && "
+               "document.body.dataset.clusterPolls >= 2", 20, "the cluster page")
+        out["nodes_before"] = node_rows(p)
+        out["cluster_before"] = cards(p)
+        out["more_status"] = p.js(
+            "fetch('/v1/chat/completions', {method: 'POST', headers: {Authorization: 'Bearer ' + "
+            "sessionStorage.getItem('shardwire-api-key'), 'Content-Type': 'application/json'}, "
+            f"body: JSON.stringify({{model: {json.dumps(model)}, max_tokens: 24, temperature: 0, "
+            "messages: [{role: 'user', content: 'Name three planets.'}]})}).then(r => r.status)",
+            await_promise=True)
+        # two updates that began after the generation ended (one may have been in flight)
+        polls = p.js("+document.body.dataset.clusterPolls || 0")
+        p.wait(f"document.body.dataset.clusterPolls >= {polls + 2}", 30, "two more updates")
+        out["nodes_after"] = node_rows(p)
+        out["cluster_after"] = cards(p)
+        out["numbers_before"] = numbers(out["cluster_before"], out["nodes_before"])
+        out["numbers_after"] = numbers(out["cluster_after"], out["nodes_after"])
+        out["chart_bars"] = int(p.js("document.getElementById('split-chart').dataset.bars || 0"))
+        out["pipeline"] = p.js("[...document.querySelectorAll('#pipeline .seg')]"
+                               ".map(s => s.textContent)")
+        out["recent_rows"] = p.js("document.querySelectorAll('#recent tbody tr').length")
+        out["screenshots"].append(p.shot(os.path.join(shots, "4-cluster.png")))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
