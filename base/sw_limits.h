@@ -40,6 +40,12 @@
 /* ---- the wire protocol (common/wire.c checks every message against these) -------------------- */
 
 #define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
+/* A key's fingerprint: BLAKE2b-128 of its 32-byte CURVE public key in lower-case hex
+ * (keys.h, sw_keys_fingerprint). The relay writes the sender's after its name in
+ * the source frame ("NAME@FP"), and a peer may pin a destination to a key the same
+ * way (docs/protocol.md section 2). */
+#define SW_WIRE_KEY_FP_LEN 32
+#define SW_WIRE_ADDR_MAX (SW_WIRE_NAME_MAX + 1 + SW_WIRE_KEY_FP_LEN) /* bytes of "NAME@FP" */
 
 #define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
 #define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
@@ -100,12 +106,23 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 
 #define SW_NODE_DEFAULT_MAX_SESSIONS 8          /* --max-sessions */
 #define SW_NODE_DEFAULT_MAX_QUEUE 64            /* --max-queue: requests waiting at a head */
-#define SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT 16 /* --max-queue-per-client */
-#define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256      /* --max-batch-rows */
-#define SW_NODE_DEFAULT_IDLE_TIMEOUT_S 300      /* --idle-timeout-s */
-#define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000  /* --round-timeout-ms */
-#define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60    /* --recover-timeout-s */
+#define SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT 16 /* --max-queue-per-client (one client key) */
+/* --max-sessions-per-client's default: a client key runs at most all but a quarter of the
+ * sessions (at least one kept for others), so one tenant never holds every slot. */
+#define SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(max)                                                   \
+    ((max) > 1 ? (max) - ((max) > 7 ? (max) / 4 : 1) : 1)
+#define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256                        /* --max-batch-rows */
+#define SW_NODE_DEFAULT_IDLE_TIMEOUT_S 300                        /* --idle-timeout-s */
+#define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000                    /* --round-timeout-ms */
+#define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60                      /* --recover-timeout-s */
 #define SW_NODE_DEFAULT_HEARTBEAT_MS SW_PEER_DEFAULT_HEARTBEAT_MS /* --heartbeat-ms */
+
+/* What a Resume may cost (node/head_stream.c): the chunks a head sends again are paced per
+ * client key (this many a second, a second's worth at once), and one request's chunks are sent
+ * again at most SW_HEAD_RESEND_PER_REQUEST times over (plus 64 chunks); past that its Resumes are
+ * refused with ERR_BUSY. A client that floods Resumes only slows its own resends. */
+#define SW_HEAD_RESEND_CHUNKS_S 200
+#define SW_HEAD_RESEND_PER_REQUEST 4
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,
@@ -123,6 +140,16 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
+/* --name-hold-s: a client's name stays held for its key after its connection left, longer than
+ * a head keeps the requests of a client that vanished (its 60 s linger for a Resume and the
+ * seconds it takes to see the client gone), so that no other key can answer to that name. */
+#define SW_RELAY_DEFAULT_NAME_HOLD_S 90
+/* --announce-ms: a connection must announce this soon after it opened (a status query needs no
+ * announce and takes milliseconds), else the relay shuts it down; and a key holds at most
+ * SW_RELAY_UNANNOUNCED_PER_KEY connections that have not announced (beyond: its handshake is
+ * refused for now, ZAP status 300, and the peer redials). */
+#define SW_RELAY_DEFAULT_ANNOUNCE_MS 10000
+#define SW_RELAY_UNANNOUNCED_PER_KEY 4
 /* The relay's largest message from a client key: a GenerateRequest of the
  * largest prompt, sealed, with room for its other fields and the destination
  * frame (no payload frame). */

@@ -16,8 +16,9 @@
  *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
  *                                  client.env kaggle-secrets.txt
  *
- * The allow-list binds each node key to its name (`KEY node NAME`) and gives
- * each client key the client role (`KEY client`). The head (the first node,
+ * The allow-list binds each node key to its name (`KEY node NAME`) and each
+ * client key to its name (`KEY client NAME`: it announces NAME-SUFFIX, no
+ * other key may). The head (the first node,
  * layers from 0) holds both sealing keys, the other nodes the cluster key,
  * the clients the access key; the relay none.
  *
@@ -474,7 +475,9 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
     char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[256], rel2[256];
     if (s_mkdir(in, name) != 0 || s_keypair(in, name, name, pub, sec) != 0)
         return -1;
-    s_cat(allow, allow_cap, ovf, "# client '%s'\n%s client\n", name, pub);
+    /* bound to its name: only this key may announce NAME or NAME-SUFFIX (shardwire.sh sets
+     * SW_CLIENT_NAME, the prefix the client library takes), across relay restarts too */
+    s_cat(allow, allow_cap, ovf, "# client '%s'\n%s client %s\n", name, pub, name);
     s_fmt(rel, sizeof rel, "%s/relay.pub", name);
     s_fmt(rel2, sizeof rel2, "%s/access.key", name);
     if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "access.key", rel2) != 0)
@@ -492,10 +495,13 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
           "[ $# -ge 1 ] || { echo \"usage: sh $0 run|status|serve [options]\" >&2; exit 2; }\n"
           "cmd=$1\n"
           "shift\n"
+          "# the relay's allow-list binds this key to the name '%s' (and '%s-...')\n"
+          "SW_CLIENT_NAME=${SW_CLIENT_NAME:-%s}\n"
+          "export SW_CLIENT_NAME\n"
           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire\" \"$cmd\" --relay %s --key "
           "\"$here/%s.key\" \\\n"
           "    --relay-key \"$here/relay.pub\" --access-key \"$here/access.key\" \"$@\"\n",
-          name, in->nodes[0], s_shq(in->relay_ep), name);
+          name, in->nodes[0], name, name, name, s_shq(in->relay_ep), name);
     s_cat(env, sizeof env, ovf,
           "# shardwire client '%s': made by shardwire cluster init.\n"
           "# SECRET: this file holds the client's secret key and the access key.\n"

@@ -249,6 +249,7 @@ static void s_print_json(const char *text, size_t text_len, json_t *ids,
     json_object_set_new(j, "drafted", json_integer(st->n_drafted));
     json_object_set_new(j, "accepted", json_integer(st->n_accepted));
     json_object_set_new(j, "resumes", json_integer(st->n_resumes));
+    json_object_set_new(j, "failovers", json_integer(st->n_failovers));
     json_object_set_new(j, "tree_rounds", json_integer(st->n_tree_rounds));
     json_object_set_new(j, "kv_moves", json_integer(st->n_kv_moves));
     json_object_set_new(j, "ahead_hits", json_integer(st->n_ahead_hits));

@@ -18,9 +18,12 @@
  * request timeout and the sampling defaults are sw_limits.h's). */
 #define S_LISTEN "127.0.0.1:8080"
 #define S_BODY_MB 8
-#define S_CONNECTIONS 64
-#define S_PER_IP 16
+#define S_BODIES_MB 64    /* every body buffered at once: 8 of the largest */
+#define S_CONNECTIONS 512 /* with 8 per address: 64 addresses to fill them, each for 10 s */
+#define S_PER_IP 8
+#define S_HEADER_TIMEOUT_S 10
 #define S_INFLIGHT 32
+#define S_INFLIGHT_PER_KEY 4 /* a tenant's share: the head runs 6 of the gateway's at once */
 #define S_IDLE_S 30
 #define S_BODY_TIMEOUT_S 30
 #define S_MAX_TOKENS 512
@@ -41,10 +44,13 @@ enum {
     O_KEYS,
     O_NOKEY,
     O_BODY,
+    O_BODIES,
     O_CONNS,
     O_PERIP,
     O_INFLIGHT,
+    O_KEYINFLIGHT,
     O_IDLE,
+    O_HDRT,
     O_BODYT,
     O_MAXTOK,
     O_TIMEOUT,
@@ -56,13 +62,20 @@ static const sw_opt_t s_opts[] = {
     {"api-key-file", O_KEYS, "FILE", "bearer keys, one per line (mode 0600)"},
     {"insecure-no-api-key", O_NOKEY, NULL, "no keys: only with a loopback --listen address"},
     {"max-body-mb", O_BODY, "N", "largest request body (default " SW_STR(S_BODY_MB) ")"},
+    {"max-bodies-mb", O_BODIES, "N",
+     "request bodies buffered at once, all together\n(default " SW_STR(S_BODIES_MB) ")"},
     {"max-connections", O_CONNS, "N", "open HTTP connections (default " SW_STR(S_CONNECTIONS) ")"},
     {"max-per-ip", O_PERIP, "N",
      "open connections from one address (default " SW_STR(S_PER_IP) ")"},
     {"max-inflight", O_INFLIGHT, "N",
      "generations at once; beyond: 429 (default " SW_STR(S_INFLIGHT) ")"},
+    {"max-inflight-per-key", O_KEYINFLIGHT, "N",
+     "of them with one API key; beyond: 429 (default " SW_STR(S_INFLIGHT_PER_KEY) ")"},
     {"idle-timeout-s", O_IDLE, "S",
      "close a connection idle this long (default " SW_STR(S_IDLE_S) ")"},
+    {"header-timeout-s", O_HDRT, "S",
+     "a request's headers must arrive within S, however\nslowly (default " SW_STR(
+         S_HEADER_TIMEOUT_S) ")"},
     {"body-timeout-s", O_BODYT, "S",
      "a request body must arrive within S (default " SW_STR(S_BODY_TIMEOUT_S) ")"},
     {"max-tokens", O_MAXTOK, "N",
@@ -96,8 +109,8 @@ static const sw_args_spec_t s_spec = {
     .about = "  An OpenAI-compatible HTTP API (POST /v1/chat/completions, /v1/completions,\n"
              "  GET /v1/models, /health, /metrics) in front of a cluster; docs/api.md.\n"
              "  The gateway is a client of the cluster: it needs a client key and the\n"
-             "  access key (security below). GET / serves a web chat and a live page\n"
-             "  of the cluster (docs/api.md, \"Web page\").\n",
+             "  access key, never the cluster key (security below). GET / serves a web\n"
+             "  chat and a live page of the cluster (docs/api.md, \"Web page\").\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
 };
@@ -112,7 +125,9 @@ int cmd_serve(int argc, char **argv)
         .max_connections = S_CONNECTIONS,
         .max_per_ip = S_PER_IP,
         .max_inflight = S_INFLIGHT,
+        .max_inflight_per_key = S_INFLIGHT_PER_KEY,
         .idle_timeout_s = S_IDLE_S,
+        .header_timeout_s = S_HEADER_TIMEOUT_S,
         .body_timeout_s = S_BODY_TIMEOUT_S,
         .defaults = {.max_tokens = S_MAX_TOKENS, .timeout_ms = SW_REQUEST_DEFAULT_TIMEOUT_S * 1000},
     };
@@ -121,7 +136,8 @@ int cmd_serve(int argc, char **argv)
     sw_sec_args_t sargs = {0};
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     char listen[SW_ARGS_ENDPOINT_MAX];
-    int c, rc = 0, mb = S_BODY_MB, timeout_s = SW_REQUEST_DEFAULT_TIMEOUT_S;
+    int c, rc = 0, mb = S_BODY_MB, bodies_mb = S_BODIES_MB,
+           timeout_s = SW_REQUEST_DEFAULT_TIMEOUT_S;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
@@ -149,6 +165,9 @@ int cmd_serve(int argc, char **argv)
         case O_BODY:
             rc = sw_arg_int(P, "--max-body-mb", v, 1, 1024, &mb);
             break;
+        case O_BODIES:
+            rc = sw_arg_int(P, "--max-bodies-mb", v, 1, 65536, &bodies_mb);
+            break;
         case O_CONNS:
             rc = sw_arg_int(P, "--max-connections", v, 1, 10000, &o.max_connections);
             break;
@@ -158,8 +177,15 @@ int cmd_serve(int argc, char **argv)
         case O_INFLIGHT:
             rc = sw_arg_int(P, "--max-inflight", v, 1, SW_CLIENT_MAX_INFLIGHT, &o.max_inflight);
             break;
+        case O_KEYINFLIGHT:
+            rc = sw_arg_int(P, "--max-inflight-per-key", v, 1, SW_CLIENT_MAX_INFLIGHT,
+                            &o.max_inflight_per_key);
+            break;
         case O_IDLE:
             rc = sw_arg_int(P, "--idle-timeout-s", v, 1, 3600, &o.idle_timeout_s);
+            break;
+        case O_HDRT:
+            rc = sw_arg_int(P, "--header-timeout-s", v, 1, 3600, &o.header_timeout_s);
             break;
         case O_BODYT:
             rc = sw_arg_int(P, "--body-timeout-s", v, 1, 3600, &o.body_timeout_s);
@@ -191,6 +217,9 @@ int cmd_serve(int argc, char **argv)
     o.defaults.min_p = sp.min_p;
     o.defaults.repeat_penalty = sp.rep_penalty;
     o.max_body = (size_t)mb << 20;
+    o.max_bodies = (size_t)bodies_mb << 20;
+    if (o.max_bodies < o.max_body + 1)
+        o.max_bodies = o.max_body + 1; /* one largest body always fits */
     o.defaults.timeout_ms = timeout_s * 1000;
     if (o.max_per_ip > o.max_connections)
         o.max_per_ip = o.max_connections;

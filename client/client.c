@@ -22,6 +22,8 @@
 #define S_RESUME_GAP_MS 300 /* between two Resumes of one request while a gap lasts */
 #define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
 #define S_STATUS_MS 5000    /* wait for a peer table */
+#define S_HEADS_KNOWN 16    /* heads remembered from the last peer table */
+#define S_FAILOVER_MS 30000 /* a request whose head left waits this long for another */
 #define S_DEFAULT_TIMEOUT_MS (SW_REQUEST_DEFAULT_TIMEOUT_S * 1000)
 
 typedef struct s_req {
@@ -40,6 +42,16 @@ typedef struct s_req {
     sw_client_stats_t stats;   /* counters so far */
     double resume_at;          /* when to ask the head to send again (Resume), 0 = no need */
     double resumed_at;         /* when we last asked */
+    /* failover: what it takes to ask another head for the rest */
+    sw_client_request_t q;                  /* the request, its strings in blob and stop */
+    char *blob;                             /* the prompt or the turns' strings, q points into it */
+    sw_client_msg_t *turns;                 /* (q.n_messages) q.messages */
+    const char *stop_p[SW_CLIENT_MAX_STOP]; /* q.stop: r->stop's rows */
+    uint32_t *toks;                         /* (stats.n_generated) tokens received, in order */
+    size_t toks_cap;                        /* entries allocated in toks */
+    char model[65]; /* its head's model fingerprint, "" unknown: another head
+                       serving it may take over */
+    double gone_at; /* when its head was found gone (0: it is there) */
 } s_req_t;
 
 struct sw_client {
@@ -49,7 +61,12 @@ struct sw_client {
     s_req_t *reqs;     /* SW_CLIENT_MAX_INFLIGHT slots */
     int n_inflight;    /* slots in use */
     double next_watch; /* next time the watches run (ms) */
-    int connects;      /* handshakes with the relay seen (a new one: it may have restarted) */
+    int announces;     /* announces the relay acked (a new one: it may have restarted) */
+    struct {
+        char name[SW_CLIENT_NAME_LEN]; /* a head seen in the last peer table */
+        char model[65];                /* its model fingerprint */
+    } heads[S_HEADS_KNOWN];            /* (n_heads): the model a request's head serves */
+    int n_heads;                       /* entries in heads */
     /* the current event's storage (valid until the next sw_client_next) */
     uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
     char *ev_text;              /* released text */
@@ -160,7 +177,10 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
         s_fail(0, err, err_len, "libsodium cannot start");
         return NULL;
     }
-    const char *prefix = o->name && o->name[0] ? o->name : "client";
+    /* SW_CLIENT_NAME (cluster init's shardwire.sh sets it: the name the relay's
+     * allow-list binds our key to) comes before the program's own default */
+    const char *env = getenv("SW_CLIENT_NAME");
+    const char *prefix = env && env[0] ? env : o->name && o->name[0] ? o->name : "client";
     char name[SW_CLIENT_NAME_LEN];
     char hex[13];
     s_random_hex(hex, 6);
@@ -184,7 +204,8 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
                          .stop = o->stop,
-                         .accept_clear_errors = 1};
+                         .accept_clear_errors = 1,
+                         .rename_on_taken = 1};
     c->peer = sw_peer_new(&po);
     if (!c->peer) {
         s_fail(0, err, err_len,
@@ -197,14 +218,47 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
     }
     c->sealed = o->sec && o->sec->n_access > 0; /* also with --insecure-loopback */
     c->secure = o->sec && !o->sec->insecure;
-    c->connects = sw_peer_connects(c->peer);
+    c->announces = sw_peer_announces(c->peer);
     return c;
 }
 
 static void s_req_free(s_req_t *r)
 {
     free(r->text);
+    free(r->blob);
+    free(r->turns);
+    free(r->toks);
     memset(r, 0, sizeof *r);
+}
+
+/* Keeps a copy of q in r (its strings in r->blob), for a failover. 0, or -1 out of memory. */
+static int s_req_keep(s_req_t *r, const sw_client_request_t *q)
+{
+    size_t need = q->prompt ? strlen(q->prompt) + 1 : 0;
+    for (int i = 0; i < q->n_messages; i++)
+        need += strlen(q->messages[i].role) + 1 +
+                strlen(q->messages[i].content ? q->messages[i].content : "") + 1;
+    r->q = *q;
+    r->blob = malloc(need ? need : 1);
+    r->turns = q->n_messages ? calloc((size_t)q->n_messages, sizeof *r->turns) : NULL;
+    if (!r->blob || (q->n_messages && !r->turns))
+        return -1;
+    char *at = r->blob;
+    if (q->prompt) {
+        r->q.prompt = strcpy(at, q->prompt);
+        at += strlen(at) + 1;
+    }
+    for (int i = 0; i < q->n_messages; i++) {
+        r->turns[i].role = strcpy(at, q->messages[i].role);
+        at += strlen(at) + 1;
+        r->turns[i].content = strcpy(at, q->messages[i].content ? q->messages[i].content : "");
+        at += strlen(at) + 1;
+    }
+    r->q.messages = r->turns;
+    for (int i = 0; i < q->n_stop; i++)
+        r->stop_p[i] = r->stop[i];
+    r->q.stop = q->n_stop ? r->stop_p : NULL;
+    return 0;
 }
 
 void sw_client_destroy(sw_client_t **self_p)
@@ -249,6 +303,8 @@ void sw_client_table_clear(sw_client_table_t *t)
     free(t->peers);
     memset(t, 0, sizeof *t);
 }
+
+static void s_remember(sw_client_t *c, const sw_client_table_t *t);
 
 int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
                      size_t err_len)
@@ -297,6 +353,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
     out->forwarded = pt->msgs_forwarded;
     out->dropped = pt->msgs_dropped;
     sw_wire_msg_clear(&t);
+    s_remember(c, out);
     return 0;
 }
 
@@ -408,6 +465,18 @@ static int s_pipeline_whole(const sw_client_table_t *t, const sw_client_peer_t *
         at = next->layer_end;
     }
     return 1;
+}
+
+/* Remembers the trusted heads of table t and their models (for a failover). */
+static void s_remember(sw_client_t *c, const sw_client_table_t *t)
+{
+    c->n_heads = 0;
+    for (int i = 0; i < t->n_peers && c->n_heads < S_HEADS_KNOWN; i++)
+        if (s_trusted_head(t, &t->peers[i])) {
+            snprintf(c->heads[c->n_heads].name, sizeof c->heads[0].name, "%s", t->peers[i].name);
+            snprintf(c->heads[c->n_heads].model, sizeof c->heads[0].model, "%s", t->peers[i].model);
+            c->n_heads++;
+        }
 }
 
 int sw_client_find_head(sw_client_t *c, const char *want, const char *model,
@@ -572,25 +641,15 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     return 0;
 }
 
-int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t *q,
-                     char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
+/*
+ * Sends q to head as request rid with a deadline of timeout_ms there; after a
+ * failover, with the n_resume tokens received so far (GenerateRequest.
+ * resume_tokens). The sw_peer_send_msg result.
+ */
+static int s_send_generate(sw_client_t *c, const char *head, const sw_client_request_t *q,
+                           const char *rid, int timeout_ms, const uint32_t *resume,
+                           uint32_t n_resume)
 {
-    int rc = sw_client_request_check(q, err, err_len);
-    if (rc != 0)
-        return rc;
-    if (!head || !sw_wire_name_ok(head, strnlen(head, SW_WIRE_NAME_MAX + 1)))
-        return s_fail(SW_CLIENT_EINVAL, err, err_len, "no head name given");
-    s_req_t *r = NULL;
-    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT && !r; i++)
-        if (!c->reqs[i].id[0])
-            r = &c->reqs[i];
-    if (!r)
-        return s_fail(SW_CLIENT_EBUSY, err, err_len, "%d requests are already in flight",
-                      SW_CLIENT_MAX_INFLIGHT);
-
-    char rid[SW_CLIENT_ID_LEN] = "req-";
-    s_random_hex(rid + 4, 8);
-    const int timeout_ms = q->timeout_ms ? q->timeout_ms : S_DEFAULT_TIMEOUT_MS;
     sw_msg_turn_t turn[SW_CLIENT_MAX_MESSAGES];
     for (int i = 0; i < q->n_messages && i < SW_CLIENT_MAX_MESSAGES; i++) {
         turn[i].role = q->messages[i].role;
@@ -627,7 +686,31 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
         g->stop[i] = q->stop[i];
     g->n_messages = (uint32_t)q->n_messages;
     g->messages = turn;
-    if (sw_peer_send_msg(c->peer, head, &msg) != 0)
+    g->n_resume_tokens = n_resume;
+    g->resume_tokens = resume;
+    return sw_peer_send_msg(c->peer, head, &msg);
+}
+
+int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t *q,
+                     char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
+{
+    int rc = sw_client_request_check(q, err, err_len);
+    if (rc != 0)
+        return rc;
+    if (!head || !sw_wire_name_ok(head, strnlen(head, SW_WIRE_NAME_MAX + 1)))
+        return s_fail(SW_CLIENT_EINVAL, err, err_len, "no head name given");
+    s_req_t *r = NULL;
+    for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT && !r; i++)
+        if (!c->reqs[i].id[0])
+            r = &c->reqs[i];
+    if (!r)
+        return s_fail(SW_CLIENT_EBUSY, err, err_len, "%d requests are already in flight",
+                      SW_CLIENT_MAX_INFLIGHT);
+
+    char rid[SW_CLIENT_ID_LEN] = "req-";
+    s_random_hex(rid + 4, 8);
+    const int timeout_ms = q->timeout_ms ? q->timeout_ms : S_DEFAULT_TIMEOUT_MS;
+    if (s_send_generate(c, head, q, rid, timeout_ms, NULL, 0) != 0)
         return s_fail(SW_CLIENT_ECONNECT, err, err_len,
                       "could not send the request to %s through the relay", head);
 
@@ -643,6 +726,11 @@ int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t
             r->stop_max = n;
     }
     r->n_stop = q->n_stop;
+    if (s_req_keep(r, q) != 0)
+        r->q.n_predict = 0; /* out of memory: no failover for this one */
+    for (int i = 0; i < c->n_heads; i++)
+        if (!strcmp(c->heads[i].name, head))
+            snprintf(r->model, sizeof r->model, "%s", c->heads[i].model);
     c->n_inflight++;
     memcpy(id, rid, SW_CLIENT_ID_LEN);
     return 0;
@@ -824,8 +912,23 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const sw_msg_chunk_t *tc, sw_c
     }
     if (tc->n_tokens && !r->stats.ttft_ms)
         r->stats.ttft_ms = now - r->t_submit;
-    for (uint32_t i = 0; i < tc->n_tokens; i++)
+    if (r->q.n_predict && (size_t)r->stats.n_generated + tc->n_tokens > r->toks_cap) {
+        size_t cap = r->toks_cap ? r->toks_cap : 256;
+        while (cap < (size_t)r->stats.n_generated + tc->n_tokens)
+            cap *= 2;
+        uint32_t *grown = realloc(r->toks, cap * sizeof *grown);
+        if (grown) {
+            r->toks = grown;
+            r->toks_cap = cap;
+        } else {
+            r->q.n_predict = 0; /* out of memory: no failover for this one */
+        }
+    }
+    for (uint32_t i = 0; i < tc->n_tokens; i++) {
         c->ev_tokens[i] = tc->tokens[i];
+        if (r->q.n_predict)
+            r->toks[r->stats.n_generated + i] = tc->tokens[i];
+    }
     ev->tokens = c->ev_tokens;
     ev->n_tokens = (int)tc->n_tokens;
     r->stats.n_generated += (int)tc->n_tokens;
@@ -950,6 +1053,42 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
 }
 
 /*
+ * Failover: r's head left; a trusted head in t of the same name (restarted)
+ * or serving the same model takes r over from the tokens received
+ * (GenerateRequest.resume_tokens), so that the output goes on where it
+ * stopped (greedy: exactly the uninterrupted output). 0 when one did, -1
+ * when none is there (or r cannot be resent).
+ */
+static int s_failover(sw_client_t *c, s_req_t *r, const sw_client_table_t *t, double now)
+{
+    const uint32_t have = (uint32_t)r->stats.n_generated;
+    if (!r->q.n_predict || have >= (uint32_t)r->q.n_predict || r->stopped)
+        return -1;
+    const sw_client_peer_t *to = NULL;
+    for (int k = 0; k < t->n_peers && !to; k++)
+        if (s_trusted_head(t, &t->peers[k]) && !strcmp(t->peers[k].name, r->head) &&
+            (!r->model[0] || !strcmp(t->peers[k].model, r->model)))
+            to = &t->peers[k];
+    for (int k = 0; k < t->n_peers && !to && r->model[0]; k++)
+        if (s_trusted_head(t, &t->peers[k]) && !strcmp(t->peers[k].model, r->model))
+            to = &t->peers[k];
+    const int left_ms = (int)(r->deadline - S_GRACE_MS - now);
+    if (!to || left_ms < 1000)
+        return -1;
+    if (s_send_generate(c, to->name, &r->q, r->id, left_ms, r->toks, have) != 0)
+        return -1;
+    SW_WARN("client: request %s: the head '%s' left after %u tokens; '%s' takes over from there",
+            r->id, r->head, have, to->name);
+    snprintf(r->head, sizeof r->head, "%s", to->name);
+    r->head_missing = 0;
+    r->gone_at = 0;
+    r->last_msg = now;
+    r->resume_at = 0;
+    r->stats.n_failovers++;
+    return 0;
+}
+
+/*
  * The watches: deadlines, and heads that went quiet. 0 with *ev filled for
  * the first request that fails one, 1 when none does.
  */
@@ -989,8 +1128,15 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
             r->resume_at = now; /* a lost last chunk is sent again */
         } else if (++r->head_missing >= 2) {
             /* twice in a row, so that a relay restart (the head announces again
-             * within a second or so) is not taken for a dead head */
-            if (failed < 0)
+             * within a second or so) is not taken for a dead head: another head
+             * serving its model (or the same one restarted) takes it over */
+            if (!r->gone_at)
+                r->gone_at = now;
+            if (s_failover(c, r, &t, now) == 0)
+                continue;
+            if (now - r->gone_at < S_FAILOVER_MS && r->q.n_predict)
+                r->last_msg = now - S_QUIET_MS / 2; /* look again soon */
+            else if (failed < 0)
                 failed = i;
         } else {
             r->last_msg = now - S_QUIET_MS / 2; /* check again soon */
@@ -1000,19 +1146,22 @@ static int s_watch(sw_client_t *c, sw_client_event_t *ev)
     if (failed < 0)
         return 1;
     s_req_t *r = &c->reqs[failed];
-    s_end_error(c, r, ev, SW_CLIENT_EHEADGONE, 0, "the head '%s' left during the request", r->head);
+    s_end_error(c, r, ev, SW_CLIENT_EHEADGONE, 0, "the head '%s' left during the request%s",
+                r->head, r->q.n_predict ? " and no head serving its model came within 30 s" : "");
     return 0;
 }
 
-/* Asks the heads for what may have been lost: after a reconnect to the relay
- * (it may have restarted with chunks in flight) for every request, else for
- * requests whose resume_at has come. A Resume that cannot go out now (no
+/* Asks the heads for what may have been lost: once announced again after a
+ * reconnect to the relay (it may have restarted with chunks in flight; we may
+ * have a new name, which the head then streams to) for every request, else
+ * for requests whose resume_at has come. A Resume that cannot go out now (no
  * connection yet) is tried again half a second later. */
 static void s_resume(sw_client_t *c, double now)
 {
-    const int connects = sw_peer_connects(c->peer);
-    const int reconnected = connects != c->connects;
-    c->connects = connects;
+    (void)sw_peer_connects(c->peer); /* reads the connection's events */
+    const int announces = sw_peer_announces(c->peer);
+    const int reconnected = announces != c->announces;
+    c->announces = announces;
     for (int i = 0; i < SW_CLIENT_MAX_INFLIGHT; i++) {
         s_req_t *r = &c->reqs[i];
         if (!r->id[0] || !(reconnected || (r->resume_at && now >= r->resume_at)))

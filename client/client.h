@@ -92,7 +92,8 @@ typedef struct sw_client sw_client_t;
 typedef struct sw_client_opts {
     const char *relay;           /* relay endpoint, tcp://HOST:PORT */
     const sw_sec_t *sec;         /* keys (copied); NULL or sec->insecure = loopback without keys */
-    const char *name;            /* peer name prefix (default "client"); a random suffix is added */
+    const char *name;            /* peer name prefix (default "client"; the environment's
+                                    SW_CLIENT_NAME comes first); a random suffix is added */
     int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 =
                                     SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one warning
                                     line per attempt (peer.h) */
@@ -265,6 +266,7 @@ typedef struct sw_client_stats {
     int n_drafted;          /* draft tokens proposed */
     int n_accepted;         /* drafts accepted */
     int n_resumes;          /* Resumes sent (tokens lost on the way and sent again) */
+    int n_failovers;        /* times another head took the request over (its head left) */
     double ttft_ms;         /* submit to the first token, measured here */
     double total_ms;        /* submit to the end, measured here */
     int have_head;          /* 1 when the head's statistics below arrived */

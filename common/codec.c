@@ -250,6 +250,7 @@ static int s_peer_in(const Shardwire__PeerInfo *pi, sw_msg_peer_t *out, char *er
     out->msgs_out = pi->msgs_out;
     out->bytes_in = pi->bytes_in;
     out->key_bound = pi->key_bound != 0;
+    out->key_fp = s_in_str(pi->key_fp);
     return SW_WIRE_OK;
 }
 
@@ -358,6 +359,7 @@ static int s_table_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
         info[i].msgs_out = p.msgs_out;
         info[i].bytes_in = p.bytes_in;
         info[i].key_bound = p.key_bound != 0;
+        info[i].key_fp = (char *)(p.key_fp ? p.key_fp : "");
         ptrs[i] = &info[i];
     }
     Shardwire__PeerTable pt = SHARDWIRE__PEER_TABLE__INIT;
@@ -625,6 +627,9 @@ static int s_generate_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size
     o->prompt = s_in_str(g->prompt);
     o->n_prompt_tokens = (uint32_t)g->n_prompt_tokens;
     o->prompt_tokens = g->prompt_tokens;
+    CHECK(g->n_resume_tokens < g->n_predict, "generate has %zu resume tokens", g->n_resume_tokens);
+    o->n_resume_tokens = (uint32_t)g->n_resume_tokens;
+    o->resume_tokens = g->resume_tokens;
     o->n_predict = g->n_predict;
     int rc = s_sampling_in(g->sampling, &o->has_sampling, &o->sampling, err, err_len);
     if (rc)
@@ -664,6 +669,7 @@ static int s_generate_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx,
     char *stop[SW_WIRE_MAX_STOP];
     Shardwire__ChatMessage turn[SW_WIRE_MAX_MESSAGES], *turn_p[SW_WIRE_MAX_MESSAGES];
     CHECK(g->n_prompt_tokens == 0 || g->prompt_tokens, "generate.prompt_tokens missing");
+    CHECK(g->n_resume_tokens == 0 || g->resume_tokens, "generate.resume_tokens missing");
     CHECK(g->n_stop <= SW_WIRE_MAX_STOP, "generate has %u stop strings (max %d)", g->n_stop,
           SW_WIRE_MAX_STOP);
     CHECK(g->n_messages <= SW_WIRE_MAX_MESSAGES, "generate has %u messages (max %d)", g->n_messages,
@@ -693,6 +699,8 @@ static int s_generate_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx,
     pb.prompt = s_out_str(g->prompt);
     pb.n_prompt_tokens = g->n_prompt_tokens;
     pb.prompt_tokens = s_out_u32(g->prompt_tokens);
+    pb.n_resume_tokens = g->n_resume_tokens;
+    pb.resume_tokens = s_out_u32(g->resume_tokens);
     pb.n_predict = g->n_predict;
     pb.chat = g->chat != 0;
     pb.timeout_ms = g->timeout_ms;

@@ -150,6 +150,7 @@ typedef struct sw_msg_peer {
     uint64_t msgs_out;          // messages forwarded to it
     uint64_t bytes_in;          // bytes received from it, all frames
     int key_bound;              // 1: a node bound to its name by its key
+    const char *key_fp;         // its key's fingerprint (SW_WIRE_KEY_FP_LEN hex), "" = none
 } sw_msg_peer_t;
 
 /* PeerTable: the relay's live peers. Read entries with sw_codec_peer_at /
@@ -258,6 +259,8 @@ typedef struct sw_msg_generate {
     const char *prompt;                 // UTF-8 text ("" when none)
     uint32_t n_prompt_tokens;           // 0..SW_WIRE_MAX_PROMPT_TOKENS
     const uint32_t *prompt_tokens;      // (n_prompt_tokens)
+    uint32_t n_resume_tokens;           // 0..n_predict - 1: failover, tokens already generated
+    const uint32_t *resume_tokens;      // (n_resume_tokens)
     uint32_t n_predict;                 // tokens to generate
     int has_sampling;                   // 0: sampling not sent
     sw_sampling_t sampling;             // as sw_codec_decode reads it (below)

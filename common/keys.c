@@ -7,6 +7,7 @@
 #include "keys.h"
 
 #include "log.h"
+#include "sw_limits.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -397,6 +398,21 @@ static int s_allow_unique(const char *path, sw_allow_entry_t *e, int n, char *er
                        by_key[i]->key);
     free(by_key);
     return rc;
+}
+
+_Static_assert(SW_KEY_FP_LEN == SW_WIRE_KEY_FP_LEN, "a fingerprint is what the wire carries");
+
+int sw_keys_fingerprint(const char *z85, char out[SW_KEY_FP_LEN + 1])
+{
+    uint8_t bin[32], h[SW_KEY_FP_LEN / 2];
+    out[0] = 0;
+    if (!z85 || strnlen(z85, SW_KEY_Z85_LEN + 1) != SW_KEY_Z85_LEN || !zmq_z85_decode(bin, z85))
+        return -1;
+    if (crypto_generichash(h, sizeof h, bin, sizeof bin, NULL, 0) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof h; i++)
+        snprintf(out + 2 * i, 3, "%02x", h[i]);
+    return 0;
 }
 
 int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)

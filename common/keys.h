@@ -39,6 +39,7 @@
 #define SW_CLUSTER_KEY_BYTES 32 /* crypto_aead_xchacha20poly1305_ietf_KEYBYTES */
 #define SW_CLUSTER_KEYS_MAX 2   /* keys of one kind accepted at once (rotation) */
 #define SW_ALLOW_MAX 4096       /* entries in an allow-list */
+#define SW_KEY_FP_LEN 32        /* hex digits of a key fingerprint (SW_WIRE_KEY_FP_LEN) */
 
 /* 0 when this libzmq has CURVE; -1 with a line in err otherwise. */
 int sw_keys_curve_check(char *err, size_t err_len) __attribute__((warn_unused_result));
@@ -72,6 +73,15 @@ int sw_keys_load_secret(const char *path, char *pub, char *sec, char *err, size_
 /* Loads a public key given literally (40 Z85 chars) or as a file path. */
 int sw_keys_load_public(const char *file_or_z85, char *pub, char *err, size_t err_len)
     __attribute__((warn_unused_result));
+
+/*
+ * The fingerprint of a CURVE public key given in Z85 (40 characters):
+ * BLAKE2b-128 of its 32 bytes, as 32 lower-case hex digits and a NUL in out.
+ * It is what the relay says a peer's key is (the source frame "NAME@FP",
+ * PeerInfo.key_fp) and what the head binds a client's requests to. 0, or -1
+ * (out "") when z85 is not a key.
+ */
+int sw_keys_fingerprint(const char *z85, char out[SW_KEY_FP_LEN + 1]);
 
 /* Loads a cluster or access key file (0600, Z85 of 32 bytes; both kinds share the format). */
 int sw_cluster_key_load(const char *path, uint8_t key[SW_CLUSTER_KEY_BYTES], char *err,

@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ struct sw_peer {
     int auth_failed;                    /* the relay refused or revoked our key */
     int curve;                          /* 1 = CurveZMQ handshake (keys given) */
     uint64_t drops;                     /* malformed, unsealed, tampered or replayed messages */
+    int n_announces;                    /* announces the relay acknowledged */
+    int rename_on_taken;                /* sw_peer_opts_t.rename_on_taken */
     int64_t wrong_key_told_ms;          /* when we last told a peer we cannot open its messages */
 };
 
@@ -166,6 +169,12 @@ static void s_events(sw_peer_t *p)
                 SW_WARN("peer %s: lost the relay connection", p->announce.name);
             p->announced = 0;
             p->fd = -1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 300) {
+            /* ZAP status 300: for now (our key holds its share of connections that have not
+             * announced yet, or all of them): libzmq redials */
+            SW_WARN("peer %s: the relay refused this connection for now (this key has too many "
+                    "connections open); retrying",
+                    p->announce.name);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             SW_ERR("peer %s: the relay refused our key (not on its allow-list, or revoked)",
                    p->announce.name);
@@ -219,6 +228,24 @@ static void s_maybe_announce(sw_peer_t *p)
         s_send_announce(p);
 }
 
+/* A new random suffix for a name "PREFIX-SUFFIX" (the client library's form):
+ * the suffix keeps its length. 0, or -1 when the name has none. The sealing
+ * takes the new name at once (crypto.self points at it). */
+static int s_rename(sw_peer_t *p)
+{
+    char *dash = strrchr(p->announce.name, '-');
+    size_t n = dash ? strlen(dash + 1) : 0;
+    if (!dash || n == 0)
+        return -1;
+    char old[SW_WIRE_NAME_MAX + 1];
+    snprintf(old, sizeof old, "%s", p->announce.name);
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++)
+        dash[1 + i] = hex[randombytes_uniform(16)];
+    SW_WARN("peer %s: another key holds our name now: announcing as %s", old, p->announce.name);
+    return 0;
+}
+
 /* Handles relay messages meant for this module; 1 when consumed. */
 static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
 {
@@ -230,9 +257,11 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
         sw_codec_decode(m, type, &d, NULL, 0) != 0)
         return 0;
     if (type == SW_MSG_ANNOUNCE_ACK) {
-        if (!p->announced)
+        if (!p->announced) {
             SW_INFO("peer %s: announced to the relay (heartbeat %u ms)", p->announce.name,
                     d.ack.heartbeat_ms);
+            p->n_announces++;
+        }
         p->announced = 1;
         p->announce_at_ms = -1;
         return 1;
@@ -246,6 +275,9 @@ static int s_internal(sw_peer_t *p, const sw_wire_msg_t *m)
                 sw_wire_error_code_name(code), d.error.message);
         p->announced = 0;
         p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS;
+        if (code == SW_ERROR_NAME_TAKEN && !p->constructing && p->rename_on_taken &&
+            s_rename(p) == 0)
+            p->announce_at_ms = s_now_ms();
         return 1;
     }
     if (code == SW_ERROR_UNAUTHORIZED && d.error.dest[0])
@@ -509,6 +541,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         return NULL;
     p->announce_at_ms = 0;
     p->fd = -1;
+    p->rename_on_taken = opts->rename_on_taken;
     p->silent_limit_ms = hb > 600000 / SW_PEER_SILENT_IVLS ? 600000 : SW_PEER_SILENT_IVLS * hb;
     if (sw_codec_announce_copy(&p->announce, opts->announce) != 0) {
         SW_ERR("peer: the announce does not fit its copy");
@@ -720,6 +753,11 @@ int sw_peer_connects(sw_peer_t *peer)
 {
     s_events(peer);
     return peer->n_connects;
+}
+
+int sw_peer_announces(sw_peer_t *peer)
+{
+    return peer->n_announces;
 }
 
 /* Where sw_peer_send_msg / sw_peer_try_send_msg hand the codec's Envelope. */

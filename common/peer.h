@@ -63,6 +63,11 @@ typedef struct sw_peer_opts {
     const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */
     int accept_clear_errors;     /* clients: accept a clear Error from a peer that cannot open
                                     our sealed messages (msg.sealed = 0 tells it apart) */
+    int rename_on_taken;         /* clients whose name ends in a random "-SUFFIX": when the
+                                    relay refuses a re-announce because another key holds the
+                                    name (it took it while we were away, e.g. across a relay
+                                    restart), take a new suffix and announce again at once; a
+                                    head binds requests to the key, not the name (Resume) */
     volatile sig_atomic_t *stop; /* optional: sw_peer_new gives up once it is non-zero */
 } sw_peer_opts_t;
 
@@ -149,5 +154,10 @@ int sw_peer_try_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env
  * reconnects, e.g. a relay restart: a client then asks for what it may have
  * missed). */
 int sw_peer_connects(sw_peer_t *peer);
+
+/* Announces the relay acknowledged so far (1 after sw_peer_new; one more after
+ * each reconnect, under a new name when it was renamed): a client asks for what
+ * it may have missed once it may send again. */
+int sw_peer_announces(sw_peer_t *peer);
 
 #endif

@@ -7,16 +7,27 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#define S_AAD_MAX (16 + 2 + 64 + 64 + 8 + 8 + 4) /* label, channel, kind, 2 names + NULs, ids */
-#define S_WINDOW 64                              /* counters below the highest still accepted */
+#define S_AAD_MAX (16 + 2 + 64 + 64 + 8 + 8 + 8 + 4) /* label, channel, kind, names, ids, time */
+#define S_WINDOW 64                                  /* counters below the highest still accepted */
+#define S_WIN_FIRST 64 /* windows allocated at first; doubled up to SW_SEAL_SENDERS_MAX */
 
+/*
+ * The replay window of one (sender name, sender session). Its messages carry
+ * the sender's clock (time_ms): a window whose newest message is older than
+ * SW_SEAL_MAX_AGE_MS can go, since any replay of its messages is refused for
+ * age; a younger one goes only for another window of the same sender key
+ * (which can only reopen that key's own messages, which it could resend).
+ */
 typedef struct s_window {
-    char sender[64];  /* sender peer name */
-    uint64_t session; /* sender's session id */
-    uint64_t top;     /* highest counter accepted */
-    uint64_t bits;    /* bit i = counter top - i was accepted */
-    uint64_t used;    /* LRU stamp */
+    char sender[64];                  /* sender peer name */
+    char key[SW_SEAL_KEY_FP_MAX + 1]; /* its key's fingerprint (as the relay said), "" unknown */
+    uint64_t session;                 /* sender's session id */
+    uint64_t top;                     /* highest counter accepted */
+    uint64_t bits;                    /* bit i = counter top - i was accepted */
+    uint64_t used;                    /* LRU stamp */
+    int64_t last_ms;                  /* newest time_ms accepted (sender's clock, ms) */
 } s_window_t;
 
 struct sw_seal {
@@ -25,9 +36,11 @@ struct sw_seal {
     uint8_t key_id[SW_CLUSTER_KEYS_MAX][4]; /* BLAKE2b("sw-kid", key)[0..4) */
     uint64_t session;                       /* own sender session (random) */
     uint64_t counter;                       /* own last message counter */
-    s_window_t *win;                        /* (SW_SEAL_SENDERS_MAX) replay windows */
+    s_window_t *win;                        /* (cap_win) replay windows */
     int n_win;                              /* windows in use */
+    int cap_win;                            /* windows allocated (<= SW_SEAL_SENDERS_MAX) */
     uint64_t clock;                         /* LRU clock */
+    int64_t skew_ms;                        /* added to the own clock (tests) */
     char channel;                           /* SW_SEAL_CLUSTER or SW_SEAL_ACCESS */
 };
 
@@ -60,7 +73,8 @@ sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char c
     if (!s)
         return NULL;
     s->keys = sodium_malloc((size_t)n * SW_CLUSTER_KEY_BYTES);
-    s->win = calloc(SW_SEAL_SENDERS_MAX, sizeof *s->win);
+    s->cap_win = S_WIN_FIRST;
+    s->win = calloc((size_t)s->cap_win, sizeof *s->win);
     if (!s->keys || !s->win) {
         sw_seal_destroy(&s);
         return NULL;
@@ -81,6 +95,19 @@ sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char c
     return s;
 }
 
+/* Wall-clock milliseconds of s's clock. */
+static int64_t s_now_ms(const sw_seal_t *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->skew_ms;
+}
+
+void sw_seal_set_skew(sw_seal_t *s, int64_t skew_ms)
+{
+    s->skew_ms = skew_ms;
+}
+
 void sw_seal_destroy(sw_seal_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -96,10 +123,10 @@ void sw_seal_destroy(sw_seal_t **self_p)
 
 /* Builds the AAD; returns its length. */
 static size_t s_aad(uint8_t *aad, char channel, char kind, const char *src, const char *dst,
-                    uint64_t session, uint64_t counter, const uint8_t key_id[4])
+                    uint64_t session, uint64_t counter, int64_t time_ms, const uint8_t key_id[4])
 {
     size_t n = 0;
-    memcpy(aad, "shardwire-seal-2", 16);
+    memcpy(aad, "shardwire-seal-3", 16);
     n = 16;
     aad[n++] = (uint8_t)channel;
     aad[n++] = (uint8_t)kind;
@@ -114,6 +141,8 @@ static size_t s_aad(uint8_t *aad, char channel, char kind, const char *src, cons
     n += 8;
     s_put64(aad + n, counter);
     n += 8;
+    s_put64(aad + n, (uint64_t)time_ms);
+    n += 8;
     memcpy(aad + n, key_id, 4);
     return n + 4;
 }
@@ -125,6 +154,7 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
     uint8_t aad[S_AAD_MAX];
     const uint8_t *key = s->keys;
     uint64_t counter = ++s->counter;
+    const int64_t time_ms = s_now_ms(s);
     if (zmq_msg_init_size(hdr_out, SW_SEAL_HDR_OVERHEAD + hdr_len) != 0)
         return SW_SEAL_ENOMEM;
     uint8_t *h = zmq_msg_data(hdr_out);
@@ -133,9 +163,10 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
     memcpy(h + 2, s->key_id[0], 4);
     s_put64(h + 6, s->session);
     s_put64(h + 14, counter);
-    uint8_t *nonce = h + 22;
+    s_put64(h + 22, (uint64_t)time_ms);
+    uint8_t *nonce = h + 30;
     randombytes_buf(nonce, SW_SEAL_NONCE);
-    size_t alen = s_aad(aad, s->channel, 'H', src, dst, s->session, counter, s->key_id[0]);
+    size_t alen = s_aad(aad, s->channel, 'H', src, dst, s->session, counter, time_ms, s->key_id[0]);
     unsigned long long clen = 0;
     crypto_aead_xchacha20poly1305_ietf_encrypt(h + SW_SEAL_HDR_PREFIX, &clen, hdr, hdr_len, aad,
                                                alen, NULL, nonce, key);
@@ -147,28 +178,58 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
     }
     uint8_t *p = zmq_msg_data(payload_out);
     randombytes_buf(p, SW_SEAL_NONCE);
-    alen = s_aad(aad, s->channel, 'P', src, dst, s->session, counter, s->key_id[0]);
+    alen = s_aad(aad, s->channel, 'P', src, dst, s->session, counter, time_ms, s->key_id[0]);
     crypto_aead_xchacha20poly1305_ietf_encrypt(p + SW_SEAL_NONCE, &clen, payload, payload_len, aad,
                                                alen, NULL, p, key);
     return SW_SEAL_OK;
 }
 
-/* The window of (sender, session), created (LRU-evicting) when absent. */
-static s_window_t *s_window(sw_seal_t *s, const char *sender, uint64_t session)
+/*
+ * The window of (sender, session), or for a new one (sender key `key`) a
+ * free or reusable entry: the key's own least recently used window when it
+ * holds SW_SEAL_SESSIONS_PER_KEY; else a window whose messages are all too
+ * old to be accepted again (its newest older than SW_SEAL_MAX_AGE_MS); else
+ * a new entry; else, the table full of live windows, the key's own least
+ * recently used one. NULL when none: the new session is refused (*fresh
+ * says whether the entry is new and must be set up).
+ */
+static s_window_t *s_window(sw_seal_t *s, const char *sender, const char *key, uint64_t session,
+                            int64_t now, int *fresh)
 {
-    s_window_t *lru = NULL;
+    *fresh = 0;
     for (int i = 0; i < s->n_win; i++) {
         s_window_t *w = &s->win[i];
         if (w->session == session && strcmp(w->sender, sender) == 0)
             return w;
-        if (!lru || w->used < lru->used)
-            lru = w;
     }
-    s_window_t *w = s->n_win < SW_SEAL_SENDERS_MAX ? &s->win[s->n_win++] : lru;
-    memset(w, 0, sizeof *w);
-    snprintf(w->sender, sizeof w->sender, "%s", sender);
-    w->session = session;
-    return w;
+    *fresh = 1;
+    s_window_t *stale = NULL, *mine = NULL;
+    int n_mine = 0;
+    for (int i = 0; i < s->n_win; i++) {
+        s_window_t *w = &s->win[i];
+        if (w->last_ms < now - SW_SEAL_MAX_AGE_MS && (!stale || w->used < stale->used))
+            stale = w;
+        if (strcmp(w->key, key) == 0) {
+            n_mine++;
+            if (!mine || w->used < mine->used)
+                mine = w;
+        }
+    }
+    if (n_mine >= SW_SEAL_SESSIONS_PER_KEY)
+        return mine;
+    if (stale)
+        return stale;
+    if (s->n_win == s->cap_win && s->cap_win < SW_SEAL_SENDERS_MAX) {
+        int cap = s->cap_win * 2 < SW_SEAL_SENDERS_MAX ? s->cap_win * 2 : SW_SEAL_SENDERS_MAX;
+        s_window_t *grown = realloc(s->win, (size_t)cap * sizeof *grown);
+        if (grown) {
+            s->win = grown;
+            s->cap_win = cap;
+        }
+    }
+    if (s->n_win < s->cap_win)
+        return &s->win[s->n_win++];
+    return mine;
 }
 
 /* 1 when counter is new for w (does not change w). */
@@ -205,8 +266,9 @@ int sw_seal_has_key(const sw_seal_t *s, const void *hdr, size_t hdr_len)
     return 0;
 }
 
-int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr, size_t hdr_len,
-                 zmq_msg_t *payload, uint8_t **hdr_plain, size_t *hdr_plain_len)
+int sw_seal_open(sw_seal_t *s, const char *src, const char *src_key, const char *dst,
+                 const void *hdr, size_t hdr_len, zmq_msg_t *payload, uint8_t **hdr_plain,
+                 size_t *hdr_plain_len)
 {
     *hdr_plain = NULL;
     *hdr_plain_len = 0;
@@ -223,15 +285,16 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr
         return SW_SEAL_EAUTH;
     const uint8_t *key = s->keys + (size_t)k * SW_CLUSTER_KEY_BYTES;
     uint64_t session = s_get64(h + 6), counter = s_get64(h + 14);
+    const int64_t time_ms = (int64_t)s_get64(h + 22), now = s_now_ms(s);
     uint8_t aad[S_AAD_MAX];
     size_t plen = hdr_len - SW_SEAL_HDR_OVERHEAD;
     uint8_t *plain = malloc(plen ? plen : 1);
     if (!plain)
         return SW_SEAL_ENOMEM;
-    size_t alen = s_aad(aad, s->channel, 'H', src, dst, session, counter, h + 2);
+    size_t alen = s_aad(aad, s->channel, 'H', src, dst, session, counter, time_ms, h + 2);
     unsigned long long got = 0;
     if (crypto_aead_xchacha20poly1305_ietf_decrypt(plain, &got, NULL, h + SW_SEAL_HDR_PREFIX,
-                                                   hdr_len - SW_SEAL_HDR_PREFIX, aad, alen, h + 22,
+                                                   hdr_len - SW_SEAL_HDR_PREFIX, aad, alen, h + 30,
                                                    key) != 0) {
         free(plain);
         return SW_SEAL_EAUTH;
@@ -246,7 +309,7 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr
             return SW_SEAL_ENOMEM;
         }
         have_clear = 1;
-        alen = s_aad(aad, s->channel, 'P', src, dst, session, counter, h + 2);
+        alen = s_aad(aad, s->channel, 'P', src, dst, session, counter, time_ms, h + 2);
         if (crypto_aead_xchacha20poly1305_ietf_decrypt(
                 zmq_msg_data(&clear), &got, NULL, p + SW_SEAL_NONCE,
                 zmq_msg_size(payload) - SW_SEAL_NONCE, aad, alen, p, key) != 0) {
@@ -255,14 +318,29 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr
             return SW_SEAL_EAUTH;
         }
     }
-    s_window_t *w = s_window(s, src, session);
-    w->used = ++s->clock;
-    if (!s_fresh(w, counter)) {
+    int rc = SW_SEAL_OK, fresh = 0;
+    s_window_t *w = NULL;
+    if (time_ms < now - SW_SEAL_MAX_AGE_MS || time_ms > now + SW_SEAL_MAX_AGE_MS)
+        rc = SW_SEAL_ESTALE; /* a replay of an old message, or clocks far apart */
+    else if (!(w = s_window(s, src, src_key ? src_key : "", session, now, &fresh)))
+        rc = SW_SEAL_EBUSY;
+    else if (!fresh && !s_fresh(w, counter))
+        rc = SW_SEAL_EREPLAY;
+    if (rc != SW_SEAL_OK) {
         if (have_clear)
             zmq_msg_close(&clear);
         free(plain);
-        return SW_SEAL_EREPLAY;
+        return rc;
     }
+    if (fresh) {
+        memset(w, 0, sizeof *w);
+        snprintf(w->sender, sizeof w->sender, "%s", src);
+        snprintf(w->key, sizeof w->key, "%s", src_key ? src_key : "");
+        w->session = session;
+    }
+    w->used = ++s->clock;
+    if (time_ms > w->last_ms)
+        w->last_ms = time_ms;
     s_accept(w, counter);
     if (have_clear) {
         zmq_msg_close(payload);
@@ -287,6 +365,14 @@ const char *sw_seal_strerror(int rc)
         return "replayed or too old (message counter already seen)";
     case SW_SEAL_ENOMEM:
         return "out of memory";
+    case SW_SEAL_ESTALE:
+        return "sent more than " SW_SEAL_STR(
+            SW_SEAL_MAX_AGE_MS) " ms ago or ahead (a replay, or "
+                                "the two machines' clocks are that far apart: run NTP)";
+    case SW_SEAL_EBUSY:
+        return "a new sender session, but " SW_SEAL_STR(
+            SW_SEAL_SENDERS_MAX) " sessions of other "
+                                 "keys sent here within " SW_SEAL_STR(SW_SEAL_MAX_AGE_MS) " ms";
     default:
         return "unknown";
     }

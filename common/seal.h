@@ -14,19 +14,25 @@
  * Envelope can start with (field number 0 does not exist), so anyone can tell
  * the two kinds apart without a key. docs/protocol.md has the byte layout:
  *
- *   header frame  = 00 | 01 | key id (4) | sender session (8) | counter (8) |
- *                   nonce (24) | XChaCha20-Poly1305(Envelope) + tag (16)
+ *   header frame  = 00 | 02 | key id (4) | sender session (8) | counter (8) |
+ *                   time (8) | nonce (24) | XChaCha20-Poly1305(Envelope) + tag (16)
  *   payload frame = nonce (24) | XChaCha20-Poly1305(tensor) + tag (16)
  *
- * Both are authenticated with AAD = "shardwire-seal-2" | channel ('C' or 'A') |
+ * Both are authenticated with AAD = "shardwire-seal-3" | channel ('C' or 'A') |
  * kind ('H' or 'P') | source name | 0 | destination name | 0 | sender session |
- * counter | key id, so a frame cannot be moved to another channel, sender,
+ * counter | time | key id, so a frame cannot be moved to another channel, sender,
  * receiver, message or position. The key id is BLAKE2b-128(key, "sw-kid-" |
  * channel)[0..4).
  * The sender session is random per process; the counter grows by one per
- * message. A receiver keeps, per (sender name, sender session), the highest
- * counter seen and a 64-message window below it and drops anything it has
- * seen or that is older than the window (replays).
+ * message; time is the sender's wall clock (ms since 1970). A receiver drops
+ * a message whose time is more than SW_SEAL_MAX_AGE_MS from its own clock,
+ * and keeps, per (sender name, sender session), the highest counter seen and
+ * a 64-message window below it, dropping anything it has seen or that is
+ * older than the window (replays). Such a window is given up only when its
+ * newest message is too old to be accepted again, or for a newer window of
+ * the same sender key (SW_SEAL_SESSIONS_PER_KEY per key): so no volume of
+ * messages from other keys reopens a replay; with SW_SEAL_SENDERS_MAX live
+ * windows of other keys a new session is refused instead.
  *
  * One owner thread (the peer's).
  */
@@ -40,15 +46,23 @@
 #include <zmq.h>
 
 #define SW_SEAL_MAGIC0 0x00u
-#define SW_SEAL_MAGIC1 0x01u /* layout version */
+#define SW_SEAL_MAGIC1 0x02u /* layout version (1: no time) */
 #define SW_SEAL_NONCE 24
 #define SW_SEAL_TAG 16
-#define SW_SEAL_HDR_PREFIX (2 + 4 + 8 + 8 + SW_SEAL_NONCE)      /* 46 bytes before the ciphertext */
-#define SW_SEAL_HDR_OVERHEAD (SW_SEAL_HDR_PREFIX + SW_SEAL_TAG) /* 62 bytes added to a header */
+#define SW_SEAL_HDR_PREFIX                                                                         \
+    (2 + 4 + 8 + 8 + 8 + SW_SEAL_NONCE)                         /* 54 bytes before the ciphertext  \
+                                                                 */
+#define SW_SEAL_HDR_OVERHEAD (SW_SEAL_HDR_PREFIX + SW_SEAL_TAG) /* 70 bytes added to a header */
 #define SW_SEAL_PAYLOAD_OVERHEAD (SW_SEAL_NONCE + SW_SEAL_TAG)  /* 40 bytes added to a payload */
-#define SW_SEAL_SENDERS_MAX 1024 /* (sender, session) replay windows kept; LRU beyond */
-#define SW_SEAL_CLUSTER 'C'      /* channel: stage-to-stage traffic, the cluster key */
-#define SW_SEAL_ACCESS 'A'       /* channel: client <-> head traffic, the access key */
+#define SW_SEAL_SENDERS_MAX 16384    /* (sender, session) replay windows kept at most */
+#define SW_SEAL_SESSIONS_PER_KEY 256 /* windows of one sender key (its oldest goes beyond) */
+#define SW_SEAL_MAX_AGE_MS                                                                         \
+    120000                    /* a message older or newer than this (sender's clock) is dropped */
+#define SW_SEAL_KEY_FP_MAX 64 /* bytes of a sender key fingerprint kept */
+#define SW_SEAL_STR_(x) #x
+#define SW_SEAL_STR(x) SW_SEAL_STR_(x)
+#define SW_SEAL_CLUSTER 'C' /* channel: stage-to-stage traffic, the cluster key */
+#define SW_SEAL_ACCESS 'A'  /* channel: client <-> head traffic, the access key */
 
 enum sw_seal_rc {
     SW_SEAL_OK = 0,
@@ -56,6 +70,8 @@ enum sw_seal_rc {
     SW_SEAL_EAUTH = -2,   /* no key opens it: tampered, wrong key, wrong sender or receiver */
     SW_SEAL_EREPLAY = -3, /* authentic, but seen before or too old */
     SW_SEAL_ENOMEM = -4,
+    SW_SEAL_ESTALE = -5, /* authentic, but its time is more than SW_SEAL_MAX_AGE_MS off */
+    SW_SEAL_EBUSY = -6,  /* authentic, a new sender session, and no window free for it */
 };
 
 typedef struct sw_seal sw_seal_t;
@@ -71,6 +87,9 @@ int sw_seal_is_sealed(const void *frame, size_t len);
 sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char channel)
     __attribute__((warn_unused_result));
 
+/* Tests: s's clock (what it seals, what it opens against) runs skew_ms ahead. */
+void sw_seal_set_skew(sw_seal_t *s, int64_t skew_ms);
+
 /* 1 when the sealed header frame names one of s's keys (of s's channel). */
 int sw_seal_has_key(const sw_seal_t *s, const void *hdr, size_t hdr_len);
 void sw_seal_destroy(sw_seal_t **self_p);
@@ -85,14 +104,17 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
                     zmq_msg_t *payload_out) __attribute__((warn_unused_result));
 
 /*
- * Opens one message that the relay delivered from src to dst (this peer).
- * *hdr_plain is a malloc'd copy of the Envelope bytes (caller frees) of
- * *hdr_plain_len bytes; when payload is not NULL it is replaced in place by
- * its plaintext. The replay window moves only when everything authenticated.
+ * Opens one message that the relay delivered from src to dst (this peer);
+ * src_key is the sender's key fingerprint as the relay authenticated it (the
+ * name frame's NAME@FP; NULL or "" when unknown: all such senders share one
+ * key's windows). *hdr_plain is a malloc'd copy of the Envelope bytes
+ * (caller frees) of *hdr_plain_len bytes; when payload is not NULL it is
+ * replaced in place by its plaintext. The replay window moves only when
+ * everything authenticated.
  */
-int sw_seal_open(sw_seal_t *s, const char *src, const char *dst, const void *hdr, size_t hdr_len,
-                 zmq_msg_t *payload, uint8_t **hdr_plain, size_t *hdr_plain_len)
-    __attribute__((warn_unused_result));
+int sw_seal_open(sw_seal_t *s, const char *src, const char *src_key, const char *dst,
+                 const void *hdr, size_t hdr_len, zmq_msg_t *payload, uint8_t **hdr_plain,
+                 size_t *hdr_plain_len) __attribute__((warn_unused_result));
 
 /* Printable reason for an sw_seal_rc. */
 const char *sw_seal_strerror(int rc);

@@ -99,6 +99,42 @@ int sw_wire_name_ok(const char *name, size_t len)
     return 1;
 }
 
+int sw_wire_key_fp_ok(const char *fp, size_t len)
+{
+    if (!fp || len != SW_WIRE_KEY_FP_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((fp[i] >= '0' && fp[i] <= '9') || (fp[i] >= 'a' && fp[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+int sw_wire_addr_split(const char *addr, size_t len, char *name, char *key)
+{
+    const char *at = addr ? memchr(addr, '@', len) : NULL;
+    size_t nlen = at ? (size_t)(at - addr) : len;
+    if (!sw_wire_name_ok(addr, nlen))
+        return -1;
+    if (at && !sw_wire_key_fp_ok(at + 1, len - nlen - 1))
+        return -1;
+    memcpy(name, addr, nlen);
+    name[nlen] = 0;
+    key[0] = 0;
+    if (at) {
+        memcpy(key, at + 1, SW_WIRE_KEY_FP_LEN);
+        key[SW_WIRE_KEY_FP_LEN] = 0;
+    }
+    return 0;
+}
+
+void sw_wire_addr(char *out, const char *name, const char *key)
+{
+    if (key && key[0])
+        snprintf(out, SW_WIRE_ADDR_MAX + 1, "%.63s@%.32s", name, key);
+    else
+        snprintf(out, SW_WIRE_ADDR_MAX + 1, "%.63s", name);
+}
+
 /* ---- field validators ------------------------------------------------------ */
 
 static size_t s_strlen_max(const char *s, size_t max)
@@ -432,6 +468,12 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
         return rc;
     CHECK(g->n_predict >= 1 && g->n_predict <= SW_WIRE_MAX_POS,
           "generate.n_predict %u not in 1..%u", g->n_predict, SW_WIRE_MAX_POS);
+    CHECK(g->n_resume_tokens < g->n_predict,
+          "generate has %zu resume tokens, not fewer than n_predict %u", g->n_resume_tokens,
+          g->n_predict);
+    if ((rc = s_tokens("generate.resume_tokens", g->resume_tokens, g->n_resume_tokens, err,
+                       err_len)))
+        return rc;
     if ((rc = s_sampling(g->sampling, err, err_len)))
         return rc;
     if (g->draft) {
@@ -541,6 +583,11 @@ static int s_check_peer_table(const Shardwire__Envelope *env, int has_payload, s
         int rc = s_announce(t->peers[i]->announce, err, err_len);
         if (rc)
             return rc;
+        const char *fp = t->peers[i]->key_fp;
+        size_t fl = s_strlen_max(fp, SW_WIRE_KEY_FP_LEN);
+        CHECK(fl == 0 || sw_wire_key_fp_ok(fp, fl),
+              "peer_table.peers[%zu].key_fp is not %d lower-case hex digits", i,
+              SW_WIRE_KEY_FP_LEN);
     }
     return SW_WIRE_OK;
 }
@@ -849,8 +896,10 @@ int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, cons
                     size_t payload_len, int has_payload, int flags, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len)
 {
-    size_t nlen = s_strlen_max(name, SW_WIRE_NAME_MAX);
-    CHECK(sw_wire_name_ok(name, nlen), "send: bad peer name");
+    size_t nlen = s_strlen_max(name, SW_WIRE_ADDR_MAX);
+    char dname[SW_WIRE_NAME_MAX + 1], dkey[SW_WIRE_KEY_FP_LEN + 1];
+    CHECK(nlen <= SW_WIRE_ADDR_MAX && sw_wire_addr_split(name, nlen, dname, dkey) == 0,
+          "send: bad peer name");
     CHECK(!has_payload || payload || payload_len == 0, "send: payload pointer missing");
     zmq_msg_t hdr;
     int rc = sw_wire_encode(env, has_payload, payload_len, &hdr, err, err_len);
@@ -858,7 +907,7 @@ int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, cons
         return rc;
     zmq_msg_t sealed_payload;
     int use_sealed_payload = 0;
-    if (crypto && (crypto->seal || crypto->access) && !s_is_relay(name)) {
+    if (crypto && (crypto->seal || crypto->access) && !s_is_relay(dname)) {
         zmq_msg_t sealed_hdr;
         sw_seal_t *seal = s_send_seal(crypto, env);
         if (!seal) {
@@ -869,7 +918,7 @@ int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, cons
                           name, sw_wire_body_name(env),
                           sw_wire_body_channel(env) == SW_WIRE_CH_ACCESS ? "access" : "cluster");
         }
-        int src = sw_seal_message(seal, crypto->self, name, zmq_msg_data(&hdr), zmq_msg_size(&hdr),
+        int src = sw_seal_message(seal, crypto->self, dname, zmq_msg_data(&hdr), zmq_msg_size(&hdr),
                                   payload, payload_len, has_payload, &sealed_hdr, &sealed_payload);
         zmq_msg_close(&hdr);
         if (src != SW_SEAL_OK)
@@ -981,7 +1030,7 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         n++;
     }
     int rc;
-    char name[SW_WIRE_NAME_MAX + 1];
+    char name[SW_WIRE_NAME_MAX + 1], key[SW_WIRE_KEY_FP_LEN + 1];
     size_t nlen = zmq_msg_size(&f[0]);
     if (n == 1 && nlen == 0) {
         rc = SW_WIRE_PROBE;
@@ -997,13 +1046,12 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
                     (unsigned long long)total, SW_WIRE_MAX_TOTAL);
         goto done;
     }
-    if (!sw_wire_name_ok(zmq_msg_data(&f[0]), nlen)) {
+    if (nlen > SW_WIRE_ADDR_MAX || sw_wire_addr_split(zmq_msg_data(&f[0]), nlen, name, key) != 0) {
         rc = s_fail(SW_WIRE_EMALFORMED, err, err_len, "name frame (%zu bytes) is not a peer name",
                     nlen);
         goto done;
     }
-    memcpy(name, zmq_msg_data(&f[0]), nlen);
-    name[nlen] = '\0';
+    nlen = strlen(name);
     int has_payload = n == 3;
     int sealed = sw_seal_is_sealed(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
     const int from_relay = s_is_relay(name);
@@ -1053,8 +1101,8 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         }
         uint8_t *plain = NULL;
         size_t plain_len = 0;
-        int src = sw_seal_open(seal, name, crypto->self, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]),
-                               has_payload ? &f[2] : NULL, &plain, &plain_len);
+        int src = sw_seal_open(seal, name, key, crypto->self, zmq_msg_data(&f[1]),
+                               zmq_msg_size(&f[1]), has_payload ? &f[2] : NULL, &plain, &plain_len);
         if (src != SW_SEAL_OK) {
             rc = s_fail(src == SW_SEAL_EAUTH ? SW_WIRE_EKEY : SW_WIRE_ESEAL, err, err_len,
                         "sealed message from %s dropped: %s", name, sw_seal_strerror(src));
@@ -1088,6 +1136,7 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
 deliver:
     sw_wire_msg_clear(msg);
     memcpy(msg->peer, name, nlen + 1);
+    memcpy(msg->peer_key, key, sizeof msg->peer_key);
     msg->env = env;
     zmq_msg_init(&msg->payload);
     if (has_payload)
@@ -1138,6 +1187,7 @@ void sw_wire_msg_move(sw_wire_msg_t *dst, sw_wire_msg_t *src)
         return;
     sw_wire_msg_clear(dst);
     memcpy(dst->peer, src->peer, sizeof dst->peer);
+    memcpy(dst->peer_key, src->peer_key, sizeof dst->peer_key);
     dst->env = src->env;
     dst->has_payload = src->has_payload;
     dst->sealed = src->sealed;

@@ -37,8 +37,9 @@
 #include <zmq.h>
 
 /* Envelope.version; any other is refused (3: trees, 4: cancel, 5: tree and
- * draft-ahead requests and stats). */
-#define SW_WIRE_VERSION 5u
+ * draft-ahead requests and stats, 6: key fingerprints in the name frames and
+ * PeerInfo.key_fp). */
+#define SW_WIRE_VERSION 6u
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 #define SW_WIRE_ERR_LEN 256        /* a good size for the err buffers below */
 
@@ -78,12 +79,14 @@ typedef struct sw_wire_crypto {
 
 /* One received message. Zero-initialise before the first sw_wire_recv. */
 typedef struct sw_wire_msg {
-    char peer[SW_WIRE_NAME_MAX + 1]; /* the name frame: source (from the relay) */
-    Shardwire__Envelope *env;        /* decoded and validated; owned (read: sw_codec_decode) */
-    zmq_msg_t payload;               /* raw tensor frame, valid when has_payload */
-    int has_payload;                 /* 1 when a payload frame came */
-    int sealed;                      /* 1 when it arrived sealed (and was opened) */
-    int channel;                     /* SW_WIRE_CH_*: the channel it was sealed on */
+    char peer[SW_WIRE_NAME_MAX + 1];       /* the name frame: source (from the relay) */
+    char peer_key[SW_WIRE_KEY_FP_LEN + 1]; /* the source's key fingerprint as the relay
+                                              authenticated it ("NAME@FP"); "" = none given */
+    Shardwire__Envelope *env; /* decoded and validated; owned (read: sw_codec_decode) */
+    zmq_msg_t payload;        /* raw tensor frame, valid when has_payload */
+    int has_payload;          /* 1 when a payload frame came */
+    int sealed;               /* 1 when it arrived sealed (and was opened) */
+    int channel;              /* SW_WIRE_CH_*: the channel it was sealed on */
 } sw_wire_msg_t;
 
 #define SW_WIRE_CH_CLEAR 0     /* not sealed (the relay's messages, insecure mode) */
@@ -138,6 +141,20 @@ const char *sw_wire_role_name(int role);
 int sw_wire_model_name_ok(const char *name);
 /* 1 when name[0..len) is a valid peer name (1..63 bytes of [A-Za-z0-9._-]). */
 int sw_wire_name_ok(const char *name, size_t len);
+/* 1 when fp is a key fingerprint: SW_WIRE_KEY_FP_LEN lower-case hex digits. */
+int sw_wire_key_fp_ok(const char *fp, size_t len);
+/*
+ * A name frame: a peer name, optionally followed by '@' and the fingerprint of
+ * the key that holds it ("head", "client-3fa2@0123...cdef"). From the relay,
+ * the fingerprint says who sent the message; to the relay, it pins the
+ * destination: the message goes only to a peer of that name holding that key.
+ * Splits addr[0..len) into name (SW_WIRE_NAME_MAX + 1 bytes) and key
+ * (SW_WIRE_KEY_FP_LEN + 1 bytes, "" when absent); 0, or -1 when it is not a
+ * valid name frame.
+ */
+int sw_wire_addr_split(const char *addr, size_t len, char *name, char *key);
+/* "NAME@KEY", or NAME when key is NULL or "", into out (SW_WIRE_ADDR_MAX + 1 bytes). */
+void sw_wire_addr(char *out, const char *name, const char *key);
 
 /*
  * Checks every field of env against the protocol's limits, including the

@@ -10,9 +10,11 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +33,27 @@
 #define S_POLL_MS 200        /* how often a waiting request looks at its client */
 #define S_KEEPALIVE_MS 15000 /* SSE comment after this much silence */
 #define S_STREAM_BLOCK 16384 /* bytes MHD asks the stream reader for at most */
+/* A request body is parsed (jansson: about 100 bytes per value, kept while its generation runs)
+ * only when it holds at most this many JSON values: a chat of 256 turns needs a few thousand,
+ * and 8 MB of tiny content parts (230,000 of them) took 120 MB each before. */
+#define S_JSON_MAX_VALUES 16384
+#define S_PARSE_AT_ONCE 4 /* request bodies parsed at once */
+
+/*
+ * One open HTTP connection, for the deadlines libmicrohttpd does not keep:
+ * its idle timeout restarts with every byte, so a client sending one byte
+ * every few seconds (slow-loris) would hold a connection forever. The main
+ * loop shuts a connection down (s_sweep) whose request headers have not all
+ * arrived header_timeout_s after it opened or after its last answer, or whose
+ * body has not arrived body_timeout_s after its headers.
+ */
+typedef struct s_link {
+    int fd;         /* its socket, -1 = free entry */
+    int phase;      /* S_PHASE_* */
+    double t_phase; /* when it entered that phase (ms) */
+} s_link_t;
+
+enum { S_PHASE_HEADERS = 0, S_PHASE_BODY = 1, S_PHASE_ANSWER = 2 };
 
 typedef struct gw {
     const gw_opts_t *o;
@@ -39,6 +62,13 @@ typedef struct gw {
     gw_metrics_t *metrics;             /* /metrics */
     unsigned char (*keys)[S_KEY_HASH]; /* hashes of the API keys */
     int n_keys;                        /* entries in keys */
+    pthread_mutex_t key_mu;            /* guards key_inflight and links (a thread per connection) */
+    s_link_t *links;                   /* (n_links) open connections' deadlines */
+    int n_links;                       /* max_connections */
+    size_t bodies;                     /* bytes of request bodies buffered (max_bodies) */
+    int parsing;                       /* bodies being parsed now (S_PARSE_AT_ONCE) */
+    pthread_cond_t parse_cv;           /* signalled when a parse ends */
+    int *key_inflight;                 /* (n_keys) generations in flight per API key */
 } gw_t;
 
 typedef struct s_conn s_conn_t;
@@ -57,6 +87,8 @@ struct s_conn {
     size_t cap;          /* its capacity */
     int too_large;       /* the body passed max_body: it is dropped */
     int answered;        /* a response was queued early */
+    int key;             /* the API key it carried (index into keys), -1 = none */
+    int no_room;         /* the gateway's buffered bodies passed --max-bodies-mb: refused */
 };
 
 /* One endpoint: a path that is not in this table is a 404, a method that
@@ -226,9 +258,11 @@ static int s_load_keys(gw_t *g, const char *path, char *err, size_t err_len)
     return rc;
 }
 
-/* 1 when the request carries one of the keys ("Authorization: Bearer KEY"). */
-static int s_authorized(const gw_t *g, struct MHD_Connection *c)
+/* 1 when the request carries one of the keys ("Authorization: Bearer KEY"),
+ * its index in *key (-1 without keys). */
+static int s_authorized(const gw_t *g, struct MHD_Connection *c, int *index)
 {
+    *index = -1;
     if (g->o->no_api_key)
         return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -241,9 +275,37 @@ static int s_authorized(const gw_t *g, struct MHD_Connection *c)
     crypto_generichash(hash, sizeof hash, (const unsigned char *)key, strlen(key), NULL, 0);
     /* every stored hash is compared, in constant time, whichever matches */
     int ok = 0;
-    for (int i = 0; i < g->n_keys; i++)
-        ok |= sodium_memcmp(hash, g->keys[i], S_KEY_HASH) == 0;
+    for (int i = 0; i < g->n_keys; i++) {
+        const int same = sodium_memcmp(hash, g->keys[i], S_KEY_HASH) == 0;
+        ok |= same;
+        *index = same ? i : *index;
+    }
     return ok;
+}
+
+/* One more generation of API key `key` (-1: none in use): 0, or -1 when it has
+ * --max-inflight-per-key in flight already, so that one tenant cannot take
+ * every generation the gateway (one client to the head) may run. */
+static int s_key_take(gw_t *g, int key)
+{
+    if (key < 0 || !g->key_inflight)
+        return 0;
+    pthread_mutex_lock(&g->key_mu);
+    const int ok = g->key_inflight[key] < g->o->max_inflight_per_key;
+    g->key_inflight[key] += ok;
+    pthread_mutex_unlock(&g->key_mu);
+    return ok ? 0 : -1;
+}
+
+/* A generation of API key `key` ended (counted in the metrics too). */
+static void s_inflight_end(gw_t *g, int key)
+{
+    gw_metrics_inflight(g->metrics, -1, 0);
+    if (key < 0 || !g->key_inflight)
+        return;
+    pthread_mutex_lock(&g->key_mu);
+    g->key_inflight[key]--;
+    pthread_mutex_unlock(&g->key_mu);
 }
 
 /* Parses HOST:PORT (or [V6]:PORT) into *sa. */
@@ -309,6 +371,104 @@ static int s_conn_fd(struct MHD_Connection *c)
     return ci ? ci->connect_fd : -1;
 }
 
+/* ---- what a request body may cost --------------------------------------------------------- */
+
+/*
+ * An upper bound of the JSON values in body (objects, arrays, members and
+ * elements: one more than its ',' ':' '{' '[' outside strings), read in one
+ * pass before jansson allocates anything.
+ */
+static size_t s_json_values(const char *body, size_t len)
+{
+    size_t n = 1;
+    int in_str = 0, esc = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char ch = body[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (ch == '\\')
+                esc = 1;
+            else if (ch == '"')
+                in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else {
+            n += ch == ',' || ch == ':' || ch == '{' || ch == '[';
+        }
+    }
+    return n;
+}
+
+/* Counts delta bytes of request bodies in (or out, negative); 0, or -1 when taking them would
+ * pass --max-bodies-mb (then nothing is counted). */
+static int s_bodies(gw_t *g, long long delta)
+{
+    pthread_mutex_lock(&g->key_mu);
+    const int ok = delta <= 0 || g->bodies + (size_t)delta <= g->o->max_bodies;
+    if (ok)
+        g->bodies = (size_t)((long long)g->bodies + delta);
+    pthread_mutex_unlock(&g->key_mu);
+    return ok ? 0 : -1;
+}
+
+/* A parse slot: at most S_PARSE_AT_ONCE bodies become jansson trees at once (waits). */
+static void s_parse_begin(gw_t *g)
+{
+    pthread_mutex_lock(&g->key_mu);
+    while (g->parsing >= S_PARSE_AT_ONCE)
+        pthread_cond_wait(&g->parse_cv, &g->key_mu);
+    g->parsing++;
+    pthread_mutex_unlock(&g->key_mu);
+}
+
+static void s_parse_end(gw_t *g)
+{
+    pthread_mutex_lock(&g->key_mu);
+    g->parsing--;
+    pthread_cond_signal(&g->parse_cv);
+    pthread_mutex_unlock(&g->key_mu);
+}
+
+/* ---- connection deadlines (s_link_t) ------------------------------------------------------ */
+
+/* Moves connection c into phase (S_PHASE_*), now. */
+static void s_link_phase(gw_t *g, struct MHD_Connection *c, int phase)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    pthread_mutex_lock(&g->key_mu);
+    s_link_t *l = ci ? ci->socket_context : NULL;
+    if (l && l->fd >= 0) {
+        l->phase = phase;
+        l->t_phase = s_now_ms();
+    }
+    pthread_mutex_unlock(&g->key_mu);
+}
+
+/* Shuts down every connection past its phase's deadline (the main loop, every 100 ms). A
+ * shut-down socket makes its thread see the end of the stream and close it. */
+static void s_sweep(gw_t *g)
+{
+    const double now = s_now_ms();
+    int closed = 0;
+    pthread_mutex_lock(&g->key_mu);
+    for (int i = 0; i < g->n_links; i++) {
+        s_link_t *l = &g->links[i];
+        const double limit = l->phase == S_PHASE_HEADERS ? g->o->header_timeout_s * 1e3
+                             : l->phase == S_PHASE_BODY  ? g->o->body_timeout_s * 1e3
+                                                         : -1;
+        if (l->fd < 0 || limit < 0 || now - l->t_phase <= limit)
+            continue;
+        shutdown(l->fd, SHUT_RDWR);
+        l->phase = S_PHASE_ANSWER; /* once */
+        closed++;
+    }
+    pthread_mutex_unlock(&g->key_mu);
+    for (int i = 0; i < closed; i++)
+        gw_metrics_error(g->metrics, "request_timeout");
+}
+
 /* ---- generation -------------------------------------------------------------------------- */
 
 /* A streamed response's state (MHD's content reader owns it; s_stream_free frees it). */
@@ -324,6 +484,7 @@ typedef struct s_stream {
     size_t out_off;    /* bytes of out already written */
     int ended;         /* the last bytes are in out */
     double last_out;   /* when bytes were last produced (ms) */
+    int key;           /* the API key it counts against (-1 = none) */
 } s_stream_t;
 
 /* Appends s (taken over) to the stream's output. */
@@ -416,7 +577,7 @@ static void s_stream_free(void *cls)
     if (!st->ended) /* MHD saw the client go when a write failed */
         gw_metrics_error(st->g->metrics, "client_gone");
     gw_call_destroy(&st->call); /* cancels a generation still running */
-    gw_metrics_inflight(st->g->metrics, -1, 0);
+    s_inflight_end(st->g, st->key);
     gw_req_clear(st->req);
     free(st->req);
     free(st->out);
@@ -483,11 +644,19 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     char err[640];
     const char *param = NULL;
     enum MHD_Result res;
+    if (s_json_values(sc->body ? sc->body : "", sc->len) > S_JSON_MAX_VALUES) {
+        snprintf(err, sizeof err, "the body holds more than %d JSON values", S_JSON_MAX_VALUES);
+        return s_error(g, c, ep, MHD_HTTP_CONTENT_TOO_LARGE, err, "invalid_request_error", NULL,
+                       "request_too_large");
+    }
     gw_req_t *r = calloc(1, sizeof *r);
     if (!r)
         return s_send(g, c, ep, 500, NULL, "application/json", 0);
-    if (gw_req_parse(r, sc->body ? sc->body : "", sc->len, chat, &g->o->defaults, err, sizeof err,
-                     &param) != 0) {
+    s_parse_begin(g);
+    const int prc = gw_req_parse(r, sc->body ? sc->body : "", sc->len, chat, &g->o->defaults, err,
+                                 sizeof err, &param);
+    s_parse_end(g);
+    if (prc != 0) {
         gw_req_clear(r);
         free(r);
         return s_error(g, c, ep, MHD_HTTP_BAD_REQUEST, err, "invalid_request_error", param,
@@ -510,10 +679,20 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
                       "too_many_requests");
         goto out;
     }
+    if (s_key_take(g, sc->key) != 0) {
+        gw_metrics_inflight(g->metrics, -1, 0);
+        snprintf(err, sizeof err,
+                 "this API key has %d generations in flight, its share of the gateway (shardwire "
+                 "serve --max-inflight-per-key): retry when one has ended",
+                 g->o->max_inflight_per_key);
+        res = s_error(g, c, ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error", NULL,
+                      "too_many_requests");
+        goto out;
+    }
     char rid[SW_CLIENT_ID_LEN];
     int rc = gw_call_submit(call, &r->q, r->model, r->head, rid, err, sizeof err);
     if (rc != 0) {
-        gw_metrics_inflight(g->metrics, -1, 0);
+        s_inflight_end(g, sc->key);
         const char *type;
         int status = s_status_of(rc, 0, &type);
         gw_metrics_error(g->metrics, sw_client_strerror(rc));
@@ -532,12 +711,12 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     size_t text_len = 0;
     for (;;) {
         if (s_wait_event(g, call, fd, &ev) != 0) {
-            gw_metrics_inflight(g->metrics, -1, 0);
+            s_inflight_end(g, sc->key);
             res = MHD_NO; /* the client is gone: close */
             goto out_text;
         }
         if (ev.type == SW_CLIENT_EV_ERROR) {
-            gw_metrics_inflight(g->metrics, -1, 0);
+            s_inflight_end(g, sc->key);
             gw_metrics_error(g->metrics, s_code_of(&ev));
             const char *type;
             int status = s_status_of(ev.code, ev.wire_code, &type);
@@ -550,7 +729,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
         if (ev.text_len) {
             char *t = realloc(text, text_len + ev.text_len + 1);
             if (!t) {
-                gw_metrics_inflight(g->metrics, -1, 0);
+                s_inflight_end(g, sc->key);
                 res = s_send(g, c, ep, 500, NULL, "application/json", 0);
                 goto out_text;
             }
@@ -560,7 +739,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
             text[text_len] = 0;
         }
         if (ev.type == SW_CLIENT_EV_DONE) {
-            gw_metrics_inflight(g->metrics, -1, 0);
+            s_inflight_end(g, sc->key);
             gw_metrics_generation(g->metrics, &ev.stats);
             res = s_send(g, c, ep, MHD_HTTP_OK,
                          gw_json_completion(r, id, created, text, text_len, ev.finish, &ev.stats),
@@ -577,7 +756,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
            : NULL;
     if (!resp) {
         free(st);
-        gw_metrics_inflight(g->metrics, -1, 0);
+        s_inflight_end(g, sc->key);
         res = s_send(g, c, ep, 500, NULL, "application/json", 0);
         goto out;
     }
@@ -587,6 +766,7 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, s_conn_t *s
     snprintf(st->id, sizeof st->id, "%s", id);
     st->created = created;
     st->fd = fd;
+    st->key = sc->key;
     if (chat) /* the first chunk names the role, as OpenAI's do */
         s_out(st, gw_sse_chunk(r, id, created, "", 0, 0, 1, NULL));
     s_stream_event(st, &ev);
@@ -797,6 +977,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             return MHD_NO;
         *con_cls = sc;
         sc->t0 = s_now_ms();
+        sc->key = -1;
+        s_link_phase(g, c, S_PHASE_BODY);
         sc->rt = s_route_find(url);
         enum MHD_Result r = MHD_YES;
         if (!sc->rt)
@@ -806,7 +988,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             r = s_error(g, c, s_ep(sc), MHD_HTTP_METHOD_NOT_ALLOWED,
                         "this endpoint does not take that method", "invalid_request_error", NULL,
                         "method_not_allowed");
-        else if (sc->rt->auth && !s_authorized(g, c))
+        else if (sc->rt->auth && !s_authorized(g, c, &sc->key))
             r = s_error(g, c, s_ep(sc), MHD_HTTP_UNAUTHORIZED,
                         "a valid API key is required: send the header 'Authorization: Bearer "
                         "KEY' with a key from the gateway's --api-key-file",
@@ -837,8 +1019,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
                            "the request body did not arrive in time", "invalid_request_error", NULL,
                            "request_timeout");
         }
-        if (sc->too_large || sc->len + n > g->o->max_body) {
-            sc->too_large = 1;
+        if (sc->too_large || sc->no_room || sc->len + n > g->o->max_body) {
+            sc->too_large |= !sc->no_room;
             return MHD_YES;
         }
         if (sc->len + n + 1 > sc->cap) {
@@ -847,6 +1029,10 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
                 cap *= 2;
             if (cap > g->o->max_body + 1)
                 cap = g->o->max_body + 1;
+            if (s_bodies(g, (long long)cap - (long long)sc->cap) != 0) {
+                sc->no_room = 1; /* every buffered body together stays within the budget */
+                return MHD_YES;
+            }
             char *b = realloc(sc->body, cap);
             if (!b)
                 return MHD_NO;
@@ -858,6 +1044,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
         sc->body[sc->len] = 0;
         return MHD_YES;
     }
+    s_link_phase(g, c, S_PHASE_ANSWER); /* the whole request is in */
     if (sc->answered)
         return MHD_YES;
     sc->answered = 1;
@@ -867,18 +1054,23 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
         return s_error(g, c, s_ep(sc), MHD_HTTP_CONTENT_TOO_LARGE, msg, "invalid_request_error",
                        NULL, "request_too_large");
     }
+    if (sc->no_room)
+        return s_error(g, c, s_ep(sc), MHD_HTTP_SERVICE_UNAVAILABLE,
+                       "the gateway holds its budget of request bodies now (shardwire serve "
+                       "--max-bodies-mb): retry",
+                       "server_error", NULL, "busy");
     return sc->rt->handler(g, c, sc, url);
 }
 
 static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                         enum MHD_RequestTerminationCode why)
 {
-    (void)cls;
-    (void)c;
     (void)why;
+    s_link_phase(cls, c, S_PHASE_HEADERS); /* kept alive: the next request's headers are due */
     s_conn_t *sc = *con_cls;
     if (!sc)
         return;
+    (void)s_bodies(cls, -(long long)sc->cap);
     free(sc->body);
     free(sc);
     *con_cls = NULL;
@@ -887,10 +1079,23 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void s_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
                          enum MHD_ConnectionNotificationCode code)
 {
-    (void)c;
-    (void)socket_ctx;
     gw_t *g = cls;
     gw_metrics_connection(g->metrics, code == MHD_CONNECTION_NOTIFY_STARTED ? +1 : -1);
+    pthread_mutex_lock(&g->key_mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (int i = 0; ci && i < g->n_links; i++)
+            if (g->links[i].fd < 0) {
+                g->links[i] = (s_link_t){ci->connect_fd, S_PHASE_HEADERS, s_now_ms()};
+                *socket_ctx = &g->links[i];
+                break;
+            }
+    } else if (*socket_ctx) {
+        ((s_link_t *)*socket_ctx)->fd = -1; /* before libmicrohttpd closes the socket */
+        *socket_ctx = NULL;
+    }
+    pthread_mutex_unlock(&g->key_mu);
 }
 
 static void s_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -931,6 +1136,19 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         free(g.keys);
         return 2;
     }
+    pthread_mutex_init(&g.key_mu, NULL);
+    pthread_cond_init(&g.parse_cv, NULL);
+    g.n_links = o->max_connections + 16; /* MHD refuses beyond max_connections */
+    g.links = calloc((size_t)g.n_links, sizeof *g.links);
+    for (int i = 0; g.links && i < g.n_links; i++)
+        g.links[i].fd = -1;
+    if (!g.links ||
+        (g.n_keys > 0 && !(g.key_inflight = calloc((size_t)g.n_keys, sizeof *g.key_inflight)))) {
+        fprintf(stderr, "shardwire serve: out of memory\n");
+        free(g.keys);
+        free(g.links);
+        return 1;
+    }
     struct MHD_Daemon *d = NULL;
     g.metrics = gw_metrics_new();
     g.zctx = zmq_ctx_new();
@@ -949,7 +1167,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         goto out;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     d = MHD_start_daemon(
         flags, 0, NULL, NULL, s_handler, &g, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
@@ -969,8 +1187,10 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
     fflush(stdout);
     SW_INFO("serving the cluster at %s over HTTP on %s (%s)", o->relay, o->listen,
             o->no_api_key ? "no API keys: loopback only" : "API keys required");
-    while (!*stop)
+    while (!*stop) {
         usleep(100000);
+        s_sweep(&g);
+    }
     rc = 0;
 out:
     if (d)
@@ -982,5 +1202,9 @@ out:
     if (g.keys)
         sodium_memzero(g.keys, S_MAX_KEYS * sizeof *g.keys);
     free(g.keys);
+    free(g.key_inflight);
+    free(g.links);
+    pthread_cond_destroy(&g.parse_cv);
+    pthread_mutex_destroy(&g.key_mu);
     return rc;
 }

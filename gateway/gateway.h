@@ -9,9 +9,10 @@
  * binary at / and /web/ (no key; web.h).
  *
  * HTTP is libmicrohttpd with one thread per connection, bounded by a
- * connection limit, a per-address limit, an idle timeout, a body deadline
- * and a body size limit; every generation goes through the one relay
- * connection of dispatch.h. Bearer API keys are required unless the listen
+ * connection limit, a per-address limit (chosen so that a few addresses
+ * cannot take every connection), an idle timeout, a header deadline and a
+ * body deadline that no trickle of bytes extends, and a body size limit; every generation goes
+ * through the one relay connection of dispatch.h. Bearer API keys are required unless the listen
  * address is loopback and the caller asked for no keys explicitly; keys are
  * compared as BLAKE2b hashes in constant time. A client that disconnects
  * (seen within 200 ms) cancels its generation on the cluster.
@@ -32,10 +33,14 @@ typedef struct gw_opts {
     const char *api_key_file; /* one bearer key per line; NULL = none */
     int no_api_key;           /* 1 = serve without keys (loopback listen address only) */
     size_t max_body;          /* bytes of a request body */
+    size_t max_bodies;        /* bytes of all request bodies buffered at once */
     int max_connections;      /* open HTTP connections at once */
     int max_per_ip;           /* open connections from one address */
     int max_inflight;         /* generations in flight at once (beyond: 429) */
+    int max_inflight_per_key; /* of them, with one API key at most (beyond: 429) */
     int idle_timeout_s;       /* an HTTP connection idle this long is closed */
+    int header_timeout_s;     /* a request's headers must arrive within this of the connection's
+                                 start (or its previous answer), however slowly bytes trickle */
     int body_timeout_s;       /* a request body must arrive within this */
     gw_defaults_t defaults;   /* for fields a request leaves out */
 } gw_opts_t;

@@ -48,13 +48,15 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     h->sess = calloc((size_t)h->n_slots, sizeof *h->sess);
     h->queue = calloc((size_t)(n->o.max_queue > 0 ? n->o.max_queue : 1), sizeof *h->queue);
     h->bout = malloc((size_t)n->rows_cap * n->hp->n_embd * sizeof(float));
+    h->resend = calloc((size_t)h->n_slots, sizeof *h->resend);
     if (sw_model_is_last(n->model)) {
         /* a node holding every layer verifies itself: logits of every
          * session's last rows in one batch */
         h->logit_rows = n->logit_cap;
         h->logits = malloc((size_t)h->logit_rows * n->hp->n_vocab * sizeof(float));
     }
-    if (!h->sess || !h->queue || !h->bout || (sw_model_is_last(n->model) && !h->logits)) {
+    if (!h->sess || !h->queue || !h->bout || !h->resend ||
+        (sw_model_is_last(n->model) && !h->logits)) {
         snprintf(err, err_len, "out of memory for %d sessions", n->o.max_sessions);
         goto fail;
     }
@@ -78,6 +80,7 @@ fail:
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->resend);
     free(h);
     return -1;
 }
@@ -90,7 +93,7 @@ void node_head_free(node_t *n)
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && n->peer) {
-            head_send_error(n, s->client, SW_ERROR_INTERNAL, s->rid, s->id, 0,
+            head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,
                             "the head is shutting down");
             head_close_stages(n, s, "head shutting down");
         }
@@ -98,9 +101,10 @@ void node_head_free(node_t *n)
     }
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        char addr[SW_WIRE_ADDR_MAX + 1];
         if (n->peer)
-            head_send_error(n, w->msg.peer, SW_ERROR_INTERNAL, w->g.request_id, 0,
-                            (uint32_t)(i + 1), "the head is shutting down");
+            head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_INTERNAL, w->g.request_id,
+                            0, (uint32_t)(i + 1), "the head is shutting down");
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
@@ -110,6 +114,7 @@ void node_head_free(node_t *n)
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->resend);
     free(h);
     n->head = NULL;
 }
@@ -145,7 +150,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         }
         if (s->state != HEAD_RUN)
             continue;
-        if (head_client_gone(h, pt, s->client, &s->client_missing, now)) {
+        if (head_client_gone(h, pt, s->client, s->client_key, &s->client_missing, now)) {
             head_end(n, s, SW_FINISH_CANCELLED, 0, "the client left the relay");
             continue;
         }
@@ -157,7 +162,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                          "the head now holds every layer");
                 continue;
-            } else if (!sw_codec_peer_find(pt, s->client, &(sw_msg_peer_t){0})) {
+            } else if (!head_client_present(pt, s->client, s->client_key)) {
                 /* After a relay restart the client must have announced again
                  * too, or the next TokenChunk would be dropped. */
                 char why[128];
@@ -185,7 +190,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     }
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        if (head_client_gone(h, pt, w->msg.peer, &w->client_missing, now)) {
+        if (head_client_gone(h, pt, w->msg.peer, w->msg.peer_key, &w->client_missing, now)) {
             SW_INFO("request '%s': the client %s left while it waited", w->g.request_id,
                     w->msg.peer);
             head_dequeue(n, i--);
@@ -214,6 +219,7 @@ void node_head_step(node_t *n)
     h->rr = (h->rr + 1) % h->n_slots;
     if (n_ready > 0)
         head_batch(n, ready, n_ready);
+    head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
     for (int k = 0; k < h->n_slots && !h->busy; k++)
         h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0;
@@ -227,7 +233,7 @@ int node_head_timeout(const node_t *n)
     if (h->busy || (h->status_want && !h->status_out))
         return 0;
     const double now = sw_now_ms();
-    double next = now + 200;
+    double next = now + (h->resend_pending ? 5 : 200); // paced resends go on soon
     for (int i = 0; i < h->n_slots; i++) {
         const head_sess_t *s = &h->sess[i];
         if (s->state != HEAD_RUN)

@@ -200,6 +200,24 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
                  g->n_predict, n->o.n_ctx);
         goto fail;
     }
+    if (g->n_resume_tokens && g->sampling.temp > 0) {
+        /* failover of a sampled request: what a head that died generated goes
+         * after the prompt (the context still holds n_prompt + n_predict
+         * positions) and the rest is sampled from there; a greedy one replays
+         * them as drafts instead (s_forced_propose) */
+        int32_t *grown = realloc(prompt, ((size_t)n_prompt + g->n_resume_tokens) * sizeof *grown);
+        if (!grown)
+            goto oom;
+        prompt = grown;
+        for (uint32_t i = 0; i < g->n_resume_tokens; i++) {
+            if (g->resume_tokens[i] >= (uint32_t)n->hp->n_vocab) {
+                snprintf(err, err_len, "resume token %u is outside the vocabulary",
+                         g->resume_tokens[i]);
+                goto fail;
+            }
+            prompt[n_prompt++] = (int32_t)g->resume_tokens[i];
+        }
+    }
     free(chat_text);
     *prompt_out = prompt;
     *n_out = n_prompt;
@@ -223,13 +241,26 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->state = HEAD_ROUTE;
     h->n_active++;
     snprintf(s->client, sizeof s->client, "%s", msg->peer);
+    snprintf(s->client_key, sizeof s->client_key, "%s", msg->peer_key);
+    sw_wire_addr(s->client_addr, s->client, s->client_key);
     snprintf(s->rid, sizeof s->rid, "%s", g->request_id);
     s->t_start = t_arrive;
     s->t_gen = sw_now_ms();
     s->deadline = g->timeout_ms ? t_arrive + g->timeout_ms : 0;
     s->sp = *sp;
-    s->n_predict = (int)g->n_predict;
+    /* failover (codec: fewer resume tokens than n_predict): a sampled request
+     * has them in its prompt and generates the rest; a greedy one generates
+     * all again, the first n_resume as drafts the tail accepts, and streams
+     * only the rest (numbered from n_resume either way) */
+    const int sampled = g->sampling.temp > 0;
+    s->n_predict = (int)g->n_predict - (sampled ? (int)g->n_resume_tokens : 0);
+    s->index_base = g->n_resume_tokens;
+    s->n_skip = sampled ? 0 : g->n_resume_tokens;
+    if (g->n_resume_tokens)
+        SW_INFO("request '%s' from %s: taken over from a head that left, after %u tokens",
+                g->request_id, msg->peer, g->n_resume_tokens);
     s->send_idx = -1;
+    s->resend_at = -1;
     randombytes_buf(&s->id, sizeof s->id);
     s->id |= 1;
 }
@@ -249,6 +280,36 @@ static int s_alloc(node_t *n, head_sess_t *s, size_t kv_bytes)
     s->drafter = draft_new(h->dmodel);
     if (!s->kv || !s->rec || !s->detok || !s->toks || !s->drafter)
         return -1;
+    if (s->n_skip && !(s->skip = malloc(s->n_skip * sizeof *s->skip)))
+        return -1;
+    return 0;
+}
+
+/*
+ * sw_proposer_t of a greedy request taken over from a head that died: the
+ * tokens the client holds (s->skip) are proposed as drafts, which the tail
+ * accepts as its own argmax, since decode and verification rows compute
+ * exactly what the first head computed (docs/architecture.md,
+ * "Determinism"); then the session's own proposer.
+ */
+static int s_forced_propose(void *self, const int32_t *ctx, int n_ctx, int k_max, int guess,
+                            sw_proposal_t *out)
+{
+    head_sess_t *s = self;
+    const int at = n_ctx - s->n_prompt; /* generated tokens before these drafts */
+    if (at >= (int)s->n_skip)
+        return s->proposer.propose(s->proposer.self, ctx, n_ctx, k_max, guess, out);
+    out->guess = -1;
+    out->tree = 0;
+    out->q_used = 0;
+    out->kind = 0;
+    out->n = 0;
+    if (!guess) /* no drafting ahead while catching up */
+        for (int i = at; i < (int)s->n_skip && out->n < k_max; i++) {
+            out->conf[out->n] = -1;
+            out->tokens[out->n++] = s->skip[i];
+        }
+    out->n_main = out->n;
     return 0;
 }
 
@@ -265,9 +326,11 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
     if (draft_begin(s->drafter, &dc, err, err_len) != 0)
         return -1;
     s->proposer = draft_proposer(s->drafter);
+    s->forced = (sw_proposer_t){.propose = s_forced_propose, .self = s};
+    const int k = draft_gen_k(s->drafter);
     sw_gen_opts_t go = {
-        .k = draft_gen_k(s->drafter),
-        .proposer = &s->proposer,
+        .k = s->n_skip && k < SW_MAX_DRAFT ? SW_MAX_DRAFT : k,
+        .proposer = s->n_skip ? &s->forced : &s->proposer,
         .ahead = dc.ahead,
         .n_predict = s->n_predict,
         .stop_at_eog = 1,
@@ -332,7 +395,8 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     }
     if (s_prompt(n, g, &prompt, &n_prompt, &code, err, sizeof err) != 0)
         goto fail;
-    const int n_ctx = n_prompt + (int)g->n_predict;
+    const int appended = g->sampling.temp > 0 ? (int)g->n_resume_tokens : 0;
+    const int n_ctx = n_prompt + (int)g->n_predict - appended;
     const size_t kv_bytes = sw_kv_bytes(n->model, n_ctx);
     if (n->o.kv_bytes > 0 && kv_bytes > (size_t)n->o.kv_bytes) {
         snprintf(err, sizeof err,
@@ -356,6 +420,14 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     s->n_ctx = n_ctx;
     if (s_alloc(n, s, kv_bytes) != 0)
         goto oom;
+    for (uint32_t i = 0; i < s->n_skip; i++) {
+        if (g->resume_tokens[i] >= (uint32_t)n->hp->n_vocab) {
+            snprintf(err, sizeof err, "resume token %u is outside the vocabulary",
+                     g->resume_tokens[i]);
+            goto fail;
+        }
+        s->skip[i] = (int32_t)g->resume_tokens[i];
+    }
     if (s_gen_begin(n, s, g, &sp, err, sizeof err) != 0)
         goto fail;
     s_route_first(n, s);
@@ -368,37 +440,48 @@ fail:
     if (s) {
         head_end(n, s, SW_FINISH_ERROR, code, err);
     } else {
+        char addr[SW_WIRE_ADDR_MAX + 1];
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
-        head_send_error(n, msg->peer, code, g->request_id, 0, 0, err);
+        head_send_error(n, head_reply_addr(msg, addr), code, g->request_id, 0, 0, err);
     }
     return S_REFUSED;
 }
 
-/* Sessions running (or routing) for client. */
-static int s_client_running(const node_head_t *h, const char *client)
+/* Sessions running (or routing) for client (head_who: its key, else its name). */
+static int s_client_running(const node_head_t *h, const char *who)
 {
     int k = 0;
     for (int i = 0; i < h->n_slots; i++)
         k += (h->sess[i].state == HEAD_ROUTE || h->sess[i].state == HEAD_RUN) &&
-             !strcmp(h->sess[i].client, client);
+             !strcmp(head_sess_who(&h->sess[i]), who);
     return k;
 }
 
-/* 1 when client may start another session now (its --max-sessions-per-client). */
-static int s_client_may_start(const node_t *n, const char *client)
+/* 1 when client `who` may start another session now (its --max-sessions-per-client). */
+static int s_client_may_start(const node_t *n, const char *who)
 {
     const int quota = n->o.max_sessions_per_client;
-    return quota <= 0 || s_client_running(n->head, client) < quota;
+    return quota <= 0 || s_client_running(n->head, who) < quota;
 }
 
-/* The oldest queued request whose client may start a session now, or -1. */
+/* The queued request to start next, or -1: of those whose client may start a
+ * session now, the one whose client runs the fewest (a fair share between
+ * client keys), the oldest of them. */
 static int s_queue_next(const node_t *n)
 {
     const node_head_t *h = n->head;
-    for (int i = 0; i < h->q_len; i++)
-        if (s_client_may_start(n, h->queue[(h->q_head + i) % n->o.max_queue].msg.peer))
-            return i;
-    return -1;
+    int best = -1, best_running = 0;
+    for (int i = 0; i < h->q_len; i++) {
+        const char *who = head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg);
+        if (!s_client_may_start(n, who))
+            continue;
+        const int running = s_client_running(h, who);
+        if (best < 0 || running < best_running) {
+            best = i;
+            best_running = running;
+        }
+    }
+    return best;
 }
 
 void node_head_request(node_t *n, sw_wire_msg_t *msg)
@@ -408,16 +491,18 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
         return;
     const sw_msg_generate_t *g = &d.generate;
+    char addr[SW_WIRE_ADDR_MAX + 1];
+    head_reply_addr(msg, addr);
     if (!h) {
-        head_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
+        head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
                         "this node is not a head (its layers do not start at 0)");
         return;
     }
     for (int i = 0; i < h->n_slots; i++) {
         const head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && !strcmp(s->client, msg->peer) &&
-            !strcmp(s->rid, g->request_id)) {
-            head_send_error(n, msg->peer, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) &&
+            !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, g->request_id)) {
+            head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
                             "a request with this id is already running");
             return;
         }
@@ -426,13 +511,13 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     /* Queued requests that may start go first; a client at its session quota waits in the
      * queue while others' requests pass it. */
     if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 &&
-        s_client_may_start(n, msg->peer)) {
+        s_client_may_start(n, head_who(msg))) {
         if (s_start(n, msg, now) != S_WAIT_MEMORY)
             return;
     }
     int mine = 0;
     for (int i = 0; i < h->q_len; i++)
-        mine += !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer);
+        mine += !strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), head_who(msg));
     if (n->o.max_queue_per_client > 0 && mine >= n->o.max_queue_per_client) {
         char text[256];
         snprintf(text, sizeof text,
@@ -440,8 +525,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "--max-queue-per-client): retry when one has started",
                  mine);
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1,
-                        text);
+        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
         return;
     }
     if (h->q_len >= n->o.max_queue) {
@@ -451,8 +535,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "retry later",
                  h->n_active, h->q_len);
         SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, msg->peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1,
-                        text);
+        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
         return;
     }
     head_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];
@@ -498,8 +581,10 @@ void head_queue_step(node_t *n, double now)
                  "the head stayed busy: the request waited %.0f s at position %d of the queue "
                  "until its deadline (%d requests running)",
                  (now - w->t_arrive) / 1e3, i + 1, h->n_active);
+        char addr[SW_WIRE_ADDR_MAX + 1];
         SW_WARN("request '%s' from %s: %s", g->request_id, w->msg.peer, text);
-        head_send_error(n, w->msg.peer, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)i + 1, text);
+        head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_BUSY, g->request_id, 0,
+                        (uint32_t)i + 1, text);
         head_dequeue(n, i--);
     }
     while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
@@ -522,7 +607,7 @@ void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
         return;
     const sw_msg_cancel_t *c = &d.cancel;
     const char *why = c->reason[0] ? c->reason : "no reason given";
-    head_sess_t *s = head_find(h, msg->peer, c->request_id, 0);
+    head_sess_t *s = head_find(h, msg, c->request_id, 0);
     if (s) {
         char text[400];
         snprintf(text, sizeof text, "cancelled by the client (%s)", why);
@@ -531,10 +616,12 @@ void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
     }
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
-        if (strcmp(w->msg.peer, msg->peer) != 0 || strcmp(w->g.request_id, c->request_id) != 0)
+        if (strcmp(head_who(&w->msg), head_who(msg)) != 0 ||
+            strcmp(w->g.request_id, c->request_id) != 0)
             continue;
+        char addr[SW_WIRE_ADDR_MAX + 1];
         SW_INFO("request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer, why);
-        head_final_chunk(n, msg->peer, c->request_id, 0, SW_FINISH_CANCELLED);
+        head_final_chunk(n, head_reply_addr(msg, addr), c->request_id, 0, SW_FINISH_CANCELLED);
         head_dequeue(n, i);
         return;
     }

@@ -55,57 +55,69 @@ typedef struct head_chunk {
 } head_chunk_t;
 
 typedef struct head_sess {
-    int state;                         // HEAD_*
-    node_t *n;                         // the node (for callbacks)
-    uint64_t id;                       // session id at the stages
-    char client[SW_WIRE_NAME_MAX + 1]; // who asked (tokens stream there)
-    char rid[SW_WIRE_NAME_MAX + 1];    // its request_id
-    double t_start;                    // the request reached the head (ms)
-    double t_gen;                      // the session started (ms)
-    double deadline;                   // absolute, 0 = none
-    sw_sampling_t sp;                  // the verifier's sampling, as sent to the tail
-    int32_t *prompt;                   // (n_prompt) tokens
-    int n_prompt, n_predict;           //
-    int n_ctx;                         // positions the session may reach
-    draft_t *drafter;                  // its proposer
-    sw_proposer_t proposer;            //
-    sw_gen_t *gen;                     // the round logic (decode.h)
-    int logged;                        // 1 when the current round is logged in rec
-    sw_kv_t *kv;                       // this stage's cache for it
-    size_t kv_bytes;                   // its memory
-    sw_verifier_t *ver;                // route of one stage: the head verifies itself
-    node_recover_t *rec;               // the round log and recovery (recover.h)
-    head_route_t route;                // head .. tail
-    int opened;                        // 1 once a Forward went out (stages may hold it)
-    uint64_t round_no;                 // last round number used
-    int send_idx;                      // logged round being sent, -1 = none
-    int send_row;                      // its rows computed and sent so far
-    int send_chunks;                   // its Forwards so far
-    uint64_t send_round;               // its round number
-    sw_round_t send_r;                 // its rows (pointing into rec)
-    sw_draft_q_t send_q[SW_MAX_DRAFT]; // and draft distributions
-    int32_t send_tp[SW_MAX_DRAFT + 1]; // tree rounds: the slot each row hangs under
-    double t_round;                    // the current round's first chunk went out
-    double t_limit;                    // no verdict by then: recover
-    double t_check;                    // verdict late: route check then
-    int want_route;                    // recovery asked for the route
-    int want_check;                    // a route check is due with the next table
-    double client_missing;             // since when the client seems gone (0 = present)
-    sw_detok_t *detok;                 // token -> text
-    int32_t *toks;                     // (n_predict) tokens streamed
-    uint32_t n_streamed;               //
-    head_chunk_t *chunks;              // (cap_chunks) every chunk sent
-    int n_chunks, cap_chunks;          //
-    char *text;                        // (text_cap) their text
-    size_t text_len, text_cap;         //
-    int finish;                        // FINISH_* once the request ended
-    int err_code;                      // ERROR / DEADLINE: the Error sent
-    char err[SW_WIRE_MAX_ERROR_TEXT];  //
+    int state;                               // HEAD_*
+    node_t *n;                               // the node (for callbacks)
+    uint64_t id;                             // session id at the stages
+    char client[SW_WIRE_NAME_MAX + 1];       // who asked: its name (tokens stream there)
+    char client_key[SW_WIRE_KEY_FP_LEN + 1]; // and its key's fingerprint: who it is ("" = none)
+    char client_addr[SW_WIRE_ADDR_MAX + 1];  // "NAME@KEY": the relay delivers only to that key
+    char rid[SW_WIRE_NAME_MAX + 1];          // its request_id
+    double t_start;                          // the request reached the head (ms)
+    double t_gen;                            // the session started (ms)
+    double deadline;                         // absolute, 0 = none
+    sw_sampling_t sp;                        // the verifier's sampling, as sent to the tail
+    int32_t *prompt;                         // (n_prompt) tokens
+    int n_prompt, n_predict;                 //
+    int n_ctx;                               // positions the session may reach
+    draft_t *drafter;                        // its proposer
+    sw_proposer_t proposer;                  //
+    sw_gen_t *gen;                           // the round logic (decode.h)
+    int logged;                              // 1 when the current round is logged in rec
+    sw_kv_t *kv;                             // this stage's cache for it
+    size_t kv_bytes;                         // its memory
+    sw_verifier_t *ver;                      // route of one stage: the head verifies itself
+    node_recover_t *rec;                     // the round log and recovery (recover.h)
+    head_route_t route;                      // head .. tail
+    int opened;                              // 1 once a Forward went out (stages may hold it)
+    uint64_t round_no;                       // last round number used
+    int send_idx;                            // logged round being sent, -1 = none
+    int send_row;                            // its rows computed and sent so far
+    int send_chunks;                         // its Forwards so far
+    uint64_t send_round;                     // its round number
+    sw_round_t send_r;                       // its rows (pointing into rec)
+    sw_draft_q_t send_q[SW_MAX_DRAFT];       // and draft distributions
+    int32_t send_tp[SW_MAX_DRAFT + 1];       // tree rounds: the slot each row hangs under
+    double t_round;                          // the current round's first chunk went out
+    double t_limit;                          // no verdict by then: recover
+    int sent_announces;                      // sw_peer_announces when the round went out
+    double t_check;                          // verdict late: route check then
+    int want_route;                          // recovery asked for the route
+    int want_check;                          // a route check is due with the next table
+    double client_missing;                   // since when the client seems gone (0 = present)
+    sw_detok_t *detok;                       // token -> text
+    int32_t *toks;                           // (n_predict) tokens streamed
+    uint32_t n_streamed;                     //
+    uint32_t n_skip;                         // failover, greedy: generated tokens not to
+                                             // stream (the client holds them)
+    int32_t *skip;                           // (n_skip) those tokens, proposed as drafts
+    uint32_t n_seen;                         // generated tokens committed so far
+    sw_proposer_t forced;                    // s_forced_propose (head_admit.c)
+    uint32_t index_base;                     // failover: tokens the client held before this
+                                             // head (GenerateRequest.resume_tokens): chunk
+                                             // indices and n_generated count from there
+    head_chunk_t *chunks;                    // (cap_chunks) every chunk sent
+    int n_chunks, cap_chunks;                //
+    char *text;                              // (text_cap) their text
+    size_t text_len, text_cap;               //
+    int finish;                              // FINISH_* once the request ended
+    int err_code;                            // ERROR / DEADLINE: the Error sent
+    char err[SW_WIRE_MAX_ERROR_TEXT];        //
     /* the final chunk's stats */
     sw_msg_stats_t stats;
     int have_stats;                        //
     double t_end;                          // the request ended (ms)
-    double t_resume;                       // last Resume served
+    int resend_at;                         // next chunk to send again for a Resume, -1 = none
+    int resent;                            // chunks sent again so far (the request's budget)
     double head_ms, stage_ms, net_ms;      // totals over the request
     double stage_total[SW_WIRE_MAX_ROUTE]; // compute per stage (ms)
     double round_head_ms;                  // the current round's compute: head
@@ -148,6 +160,12 @@ struct node_head {
         char name[SW_WIRE_NAME_MAX + 1];
         double until;            // avoided until then (0 = free entry)
     } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
+    struct head_bucket {
+        char who[SW_WIRE_NAME_MAX + 1]; // a client (head_who), "" = free entry
+        double chunks;                  // chunks it may have sent again now
+        double t;                       // when last refilled (ms)
+    } * resend;                         // (n_slots) Resume budgets, one per client with requests
+    int resend_pending;                 // 1 when some session has chunks to send again
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -167,11 +185,32 @@ int head_emit(node_t *n, head_sess_t *s, const int32_t *tokens, int n_tok, const
 int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok);
 /* sw_gen_opts_t.is_eog (ctx: the tokenizer). */
 int head_is_eog(void *ctx, int32_t token);
+/* Sends again what Resumes asked for, paced: each client key within its own
+ * budget (SW_HEAD_RESEND_CHUNKS_S), at most HEAD_RESEND_PASS chunks a pass. */
+void head_resend_step(node_t *n, double now);
 /* The final chunk's stats of s from its generation's. */
 void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs);
-/* The session of client's request rid (running, or with lingering also a
- * finished one), or NULL. */
-head_sess_t *head_find(node_head_t *h, const char *client, const char *rid, int lingering);
+/* The session of request rid from the client that msg came from (running,
+ * or with lingering also a finished one), or NULL. A client is its key (the
+ * fingerprint the relay authenticated, msg->peer_key): any connection of
+ * that key finds its requests, no other does; without keys, its name. */
+head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid, int lingering);
+/* Who sent msg, as requests are bound to it: its key's fingerprint, else its name. */
+static inline const char *head_who(const sw_wire_msg_t *msg)
+{
+    return msg->peer_key[0] ? msg->peer_key : msg->peer;
+}
+/* Who a session belongs to, the same way. */
+static inline const char *head_sess_who(const head_sess_t *s)
+{
+    return s->client_key[0] ? s->client_key : s->client;
+}
+/* Where to answer msg's sender: "NAME@KEY" (out: SW_WIRE_ADDR_MAX + 1 bytes). */
+static inline const char *head_reply_addr(const sw_wire_msg_t *msg, char *out)
+{
+    sw_wire_addr(out, msg->peer, msg->peer_key);
+    return out;
+}
 
 /* ---- head_route.c: routes, suspects, clients, the status query ----------------------------- */
 
@@ -187,10 +226,13 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
                      size_t err_len);
 /* Gives s the head's current route and pt's counter baseline (pt may be NULL). */
 void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt);
-/* 1 when client has been missing from the relay's tables long enough to be
- * gone (*since: when it was first missed, 0 = present). */
-int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, double *since,
-                     double now);
+/* 1 when the table lists client holding key ("" = any key). */
+int head_client_present(const sw_msg_table_t *t, const char *client, const char *key);
+/* 1 when client (with its key, "" = any) has been missing from the relay's
+ * tables long enough to be gone (*since: when it was first missed, 0 =
+ * present). A peer of that name holding another key is not it. */
+int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, const char *key,
+                     double *since, double now);
 /* The periodic status query (and the ones sessions asked for). */
 void head_status_step(node_t *n, double now);
 

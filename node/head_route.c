@@ -200,14 +200,19 @@ void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
         s->ver = sw_verifier_new(&s->sp, n->hp->n_vocab);
 }
 
-/* A client that is not in the relay's table, on a relay that has been up
+/* A client that is not in the relay's table (its name with its key), on a relay that has been up
  * long enough for it to announce again after a restart, for
  * S_CLIENT_GONE_MS: gone. *since tracks when it was first missed. */
-int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, double *since,
-                     double now)
+int head_client_present(const sw_msg_table_t *t, const char *client, const char *key)
 {
     sw_msg_peer_t p;
-    if (sw_codec_peer_find(t, client, &p)) {
+    return sw_codec_peer_find(t, client, &p) && (!key[0] || !strcmp(p.key_fp, key));
+}
+
+int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client, const char *key,
+                     double *since, double now)
+{
+    if (head_client_present(t, client, key)) {
         *since = 0;
         return 0;
     }

@@ -52,6 +52,7 @@ void head_forget(node_head_t *h, head_sess_t *s)
 {
     s_release(h, s);
     free(s->toks);
+    free(s->skip);
     free(s->chunks);
     free(s->text);
     memset(s, 0, sizeof *s);
@@ -87,7 +88,7 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
         snprintf(s->err, sizeof s->err, "%s", why);
         SW_WARN("request '%s' from %s failed: %s (%s)", s->rid, s->client, why,
                 sw_wire_error_code_name(code));
-        head_send_error(n, s->client, code, s->rid, s->id, 0, why);
+        head_send_error(n, s->client_addr, code, s->rid, s->id, 0, why);
     } else if (finish == SW_FINISH_CANCELLED) {
         SW_INFO("request '%s' from %s ended: %s", s->rid, s->client, why);
     } else {
@@ -96,7 +97,8 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
                 gs->n_gen, gs->rounds, gs->accepted, gs->drafted);
     }
     if (!s->toks || head_emit(n, s, NULL, 0, tail, tl, finish) != 0)
-        head_final_chunk(n, s->client, s->rid, s->n_streamed, finish); // no record to keep
+        head_final_chunk(n, s->client_addr, s->rid, s->index_base + s->n_streamed,
+                         finish); // no record to keep
     head_close_stages(n, s,
                       finish == SW_FINISH_CANCELLED  ? "cancelled"
                       : finish == SW_FINISH_ERROR    ? "failed"
@@ -399,6 +401,18 @@ int head_advance(node_t *n, head_sess_t *s, double now)
                     HEAD_SUSPECT_MS / 60000);
             node_recover_failed(s->rec, now, err);
             h->busy = 1;
+        } else if (sw_peer_announces(n->peer) != s->sent_announces) {
+            /* The head's relay connection was renewed while the round travelled (the
+             * relay dropped us, e.g. after packets to us were lost for seconds): what
+             * the relay held for us went with it, the Verdict maybe too. Replay now
+             * rather than after --round-timeout-ms. */
+            snprintf(err, sizeof err,
+                     "the head's relay connection was renewed while the round "
+                     "travelled");
+            SW_WARN("session %016llx: %s: replaying it", (unsigned long long)s->id, err);
+            s->sent_announces = sw_peer_announces(n->peer);
+            node_recover_failed(s->rec, now, err);
+            h->busy = 1;
         } else if (now >= s->t_check) {
             s->want_check = 1; // is every stage still there? (the next table says)
             head_want_status(h);
@@ -449,6 +463,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
     s->send_idx = -1;
     node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
     if (current) {
+        s->sent_announces = sw_peer_announces(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
         n->head->busy = 1; // the next pass starts drafting ahead while the round travels

@@ -8,8 +8,16 @@
  * client that sees a gap, reconnects or hears nothing asks with Resume from
  * the last index it holds and gets the chunks again (it drops duplicates by
  * index). Nothing here waits: a chunk the relay cannot take now is dropped
- * and asked for again. A request is found by the names its client gave it
- * (client, request id), here for Resume and Cancel alike.
+ * and asked for again. A request is found by its client's key and its id,
+ * here for Resume and Cancel alike; the stream goes to "NAME@KEY", so the
+ * relay delivers it to that key only.
+ *
+ * A Resume costs its sender, not the others: it only moves the request's
+ * resend cursor; head_resend_step sends the chunks from there at the
+ * client key's pace (SW_HEAD_RESEND_CHUNKS_S), HEAD_RESEND_PASS chunks a pass
+ * at most, and a request's chunks go again SW_HEAD_RESEND_PER_REQUEST times
+ * over at most. So a flood of Resumes never floods the relay with the head's
+ * messages (it used to drop the head's Forwards with them).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +26,7 @@
 #include "head_impl.h"
 #include "log.h"
 
-#define S_RESUME_MS 100 // one request's Resumes served this often at most
+#define HEAD_RESEND_PASS 64 // chunks sent again per pass of the loop, all clients together
 
 void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
                      uint64_t session, uint32_t queue_pos, const char *text)
@@ -67,7 +75,7 @@ static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
     sw_msg_t msg = {.type = SW_MSG_TOKEN_CHUNK};
     sw_msg_chunk_t *tc = &msg.chunk;
     tc->request_id = s->rid;
-    tc->index = c->index;
+    tc->index = s->index_base + c->index;
     tc->n_tokens = c->n;
     tc->tokens = (const uint32_t *)(s->toks + c->index);
     tc->text = s->text + c->text_at;
@@ -79,7 +87,7 @@ static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
         tc->stats = s->stats;
     /* Never waits: a chunk the relay cannot take now is lost, and the client
      * asks for it again (Resume). */
-    if (sw_peer_try_send_msg(n->peer, s->client, &msg) != 0)
+    if (sw_peer_try_send_msg(n->peer, s->client_addr, &msg) != 0)
         SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
                  s->client);
 }
@@ -118,17 +126,32 @@ int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok)
     head_sess_t *s = ctx;
     char text[SW_WIRE_MAX_CHUNK_TEXT];
     size_t len = 0;
+    int skipped = 0;
     for (int i = 0; i < n_tok; i++) {
         const char *piece;
         size_t pl;
         if (sw_detok_push(s->detok, tokens[i], &piece, &pl) != 0)
             return 1;
+        if (s->n_seen < s->n_skip) { /* failover: the client holds this one */
+            if (tokens[i] != s->skip[s->n_seen]) {
+                SW_WARN("request '%s': taken over after %u tokens, but token %u came out %d, "
+                        "not the %d the client holds",
+                        s->rid, s->n_skip, s->n_seen, tokens[i], s->skip[s->n_seen]);
+                return 1;
+            }
+            s->n_seen++;
+            skipped++;
+            continue;
+        }
+        s->n_seen++;
         if (len + pl <= sizeof text) {
             memcpy(text + len, piece, pl);
             len += pl;
         }
     }
-    return head_emit(s->n, s, tokens, n_tok, text, len, SW_FINISH_NONE) != 0;
+    if (skipped == n_tok)
+        return 0;
+    return head_emit(s->n, s, tokens + skipped, n_tok - skipped, text, len, SW_FINISH_NONE) != 0;
 }
 
 int head_is_eog(void *ctx, int32_t token)
@@ -141,7 +164,8 @@ void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
     sw_msg_stats_t *st = &s->stats;
     memset(st, 0, sizeof *st);
     st->n_prompt = (uint32_t)gs->n_prompt;
-    st->n_generated = (uint32_t)gs->n_gen;
+    /* a greedy failover generated the client's tokens again (n_skip) */
+    st->n_generated = s->index_base - s->n_skip + (uint32_t)gs->n_gen;
     st->n_rounds = (uint32_t)gs->rounds;
     st->n_drafted = (uint32_t)gs->drafted;
     st->n_accepted = (uint32_t)gs->accepted;
@@ -166,13 +190,13 @@ void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
     s->have_stats = 1;
 }
 
-head_sess_t *head_find(node_head_t *h, const char *client, const char *rid, int lingering)
+head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid, int lingering)
 {
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN ||
              (lingering && s->state == HEAD_LINGER)) &&
-            !strcmp(s->client, client) && !strcmp(s->rid, rid))
+            !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, rid))
             return s;
     }
     return NULL;
@@ -185,31 +209,103 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     if (!h || sw_codec_decode(msg, SW_MSG_RESUME, &d, NULL, 0) != 0)
         return;
     const sw_msg_resume_t *r = &d.resume;
-    head_sess_t *s = head_find(h, msg->peer, r->request_id, 1);
+    head_sess_t *s = head_find(h, msg, r->request_id, 1);
+    char addr[SW_WIRE_ADDR_MAX + 1];
     if (!s) {
         for (int i = 0; i < h->q_len; i++) // still waiting: nothing to send yet
-            if (!strcmp(h->queue[(h->q_head + i) % n->o.max_queue].msg.peer, msg->peer) &&
+            if (!strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), head_who(msg)) &&
                 !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].g.request_id, r->request_id))
                 return;
-        head_send_error(n, msg->peer, SW_ERROR_UNKNOWN_SESSION, r->request_id, 0, 0,
+        head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id, 0,
+                        0,
                         "the head holds no such request (it ended more than a minute ago, or the "
                         "head restarted)");
         return;
     }
-    const double now = sw_now_ms();
-    if (now - s->t_resume < S_RESUME_MS)
-        return; // a burst of Resumes: the first one is being answered
-    s->t_resume = now;
-    int sent = 0;
-    if (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)
-        head_send_error(n, s->client, s->err_code, s->rid, s->id, 0, s->err);
-    for (int i = 0; i < s->n_chunks; i++) {
-        const head_chunk_t *c = &s->chunks[i];
-        if (c->index + c->n > r->from_index || (c->n == 0 && c->index >= r->from_index)) {
-            s_send_chunk(n, s, c);
-            sent++;
-        }
+    if (strcmp(s->client, msg->peer) != 0) {
+        /* The same key under another name (it reconnected and renamed itself, its
+         * old name being taken): the stream follows the key. */
+        SW_INFO("request '%s': its client %s is now %s (same key)", s->rid, s->client, msg->peer);
+        snprintf(s->client, sizeof s->client, "%s", msg->peer);
+        sw_wire_addr(s->client_addr, s->client, s->client_key);
+        s->client_missing = 0;
     }
-    SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) sent again", s->rid, msg->peer,
-            r->from_index, sent);
+    const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
+    if (s->resent >= budget) {
+        if (s->resent++ == budget) { /* said once; later Resumes get nothing */
+            SW_WARN("request '%s': %s asked for it again past its budget (%d chunks sent "
+                    "again): refused",
+                    s->rid, msg->peer, budget);
+            head_send_error(n, s->client_addr, SW_ERROR_BUSY, s->rid, s->id, 0,
+                            "this request's chunks were sent again too often (Resume budget "
+                            "spent)");
+        }
+        return;
+    }
+    /* indices as the client counts them (from index_base after a failover) */
+    const uint32_t from = r->from_index > s->index_base ? r->from_index - s->index_base : 0;
+    int first = s->n_chunks;
+    for (int i = 0; i < s->n_chunks && first == s->n_chunks; i++) {
+        const head_chunk_t *c = &s->chunks[i];
+        if (c->index + c->n > from || (c->n == 0 && c->index >= from))
+            first = i;
+    }
+    if (s->resend_at < 0 && (s->finish == SW_FINISH_ERROR || s->finish == SW_FINISH_DEADLINE)) {
+        head_send_error(n, s->client_addr, s->err_code, s->rid, s->id, 0, s->err);
+        s->resent++;
+    }
+    if (s->resend_at < 0)
+        SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
+                msg->peer, r->from_index, s->n_chunks - first);
+    if (first < s->n_chunks) {
+        s->resend_at = first;
+        h->resend_pending = 1;
+    }
+}
+
+/* The Resume budget of client `who`, refilled to now: its entry, a free one,
+ * or the one refilled longest ago (a client with no chunks to send again for
+ * that long has a full budget anyway). */
+static struct head_bucket *s_bucket(node_head_t *h, const char *who, double now)
+{
+    struct head_bucket *b = NULL;
+    for (int i = 0; i < h->n_slots && (!b || strcmp(b->who, who) != 0); i++)
+        if (!strcmp(h->resend[i].who, who) || !b || h->resend[i].t < b->t)
+            b = &h->resend[i];
+    if (strcmp(b->who, who) != 0) {
+        snprintf(b->who, sizeof b->who, "%s", who);
+        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+        b->t = now;
+    }
+    b->chunks += (now - b->t) / 1e3 * SW_HEAD_RESEND_CHUNKS_S;
+    if (b->chunks > SW_HEAD_RESEND_CHUNKS_S)
+        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+    b->t = now;
+    return b;
+}
+
+void head_resend_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    if (!h->resend_pending)
+        return;
+    int left = HEAD_RESEND_PASS, pending = 0;
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state == HEAD_FREE || s->resend_at < 0)
+            continue;
+        struct head_bucket *b = s_bucket(h, head_sess_who(s), now);
+        const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
+        while (s->resend_at < s->n_chunks && b->chunks >= 1 && left > 0 && s->resent < budget) {
+            s_send_chunk(n, s, &s->chunks[s->resend_at++]);
+            b->chunks -= 1;
+            s->resent++;
+            left--;
+        }
+        if (s->resend_at >= s->n_chunks || s->resent >= budget)
+            s->resend_at = -1;
+        else
+            pending = 1;
+    }
+    h->resend_pending = pending;
 }

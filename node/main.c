@@ -59,9 +59,8 @@ static const sw_opt_t s_opts[] = {
      "head: of those, from one client at most (default " //
      SW_STR(SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT) ",\n0 = any)"},
     {"max-sessions-per-client", O_SPC, "N",
-     "head: sessions one client runs at once; its other\nrequests wait while others' pass (default "
-     "0 "
-     "= any)"},
+     "head: sessions one client key runs at once; its other\nrequests wait while others' pass "
+     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers; 0 = any)"},
     {"max-batch-rows", O_MAXROWS, "N",
      "rows run through the layers in one batch, summed over\nsessions (default " //
      SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
@@ -278,11 +277,14 @@ int main(int argc, char **argv)
         .heartbeat_ms = SW_NODE_DEFAULT_HEARTBEAT_MS,
         .max_queue = SW_NODE_DEFAULT_MAX_QUEUE,
         .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
+        .max_sessions_per_client = -1,
         .max_batch_rows = SW_NODE_DEFAULT_MAX_BATCH_ROWS,
     };
     const int rc = s_parse(argc, argv, &o, &cli);
     if (rc >= 0)
         return rc;
+    if (o.max_sessions_per_client < 0)
+        o.max_sessions_per_client = SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(o.max_sessions);
     s_apply(&o, &cli);
     char err[512];
     cli.sargs.role = o.layer_begin == 0 ? SW_SEC_HEAD : SW_SEC_STAGE;

@@ -62,7 +62,7 @@ typedef struct node_opts {
     const sw_sec_t *sec; // keys for the relay connection (keys.h); NULL = loopback only
     int max_queue;       // head: requests waiting for a session slot at most
     int max_queue_per_client;    // head: of them from one client at most (0 = no limit)
-    int max_sessions_per_client; // head: sessions one client runs at once (0 = no limit)
+    int max_sessions_per_client; // head: sessions one client key runs at once (0 = no limit)
     int max_batch_rows;          // rows in one batched forward (a larger prefill chunk runs alone)
     int64_t kv_bytes;            // memory for the sessions' KV caches, bytes (0 = no cap)
 } node_opts_t;

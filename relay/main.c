@@ -80,6 +80,8 @@ enum {
     O_QTOTAL,
     O_CMIBS,
     O_NMIBS,
+    O_HOLD,
+    O_ANNOUNCE,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -112,6 +114,12 @@ static const sw_opt_t s_opts[] = {
      "MiB/s one client peer may send (default " SW_STR(SW_RELAY_DEFAULT_CLIENT_MIB_S) ")"},
     {"node-mib-s", O_NMIBS, "N",
      "MiB/s one node peer may send (default " SW_STR(SW_RELAY_DEFAULT_NODE_MIB_S) ")"},
+    {"name-hold-s", O_HOLD, "S",
+     "a client's name stays held for its key this long after\nit left (default " //
+     SW_STR(SW_RELAY_DEFAULT_NAME_HOLD_S) ", 0 = not at all)"},
+    {"announce-ms", O_ANNOUNCE, "MS",
+     "a connection that has not announced this long after\nit opened is shut down (default " //
+     SW_STR(SW_RELAY_DEFAULT_ANNOUNCE_MS) ")"},
 };
 
 static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
@@ -179,6 +187,14 @@ int main(int argc, char **argv)
         case O_NMIBS:
             rc =
                 sw_arg_int(P, "--node-mib-s", v, SW_RELAY_MIN_FRAME_MIB, 1048576, &opts.node_mib_s);
+            break;
+        case O_ANNOUNCE:
+            rc = sw_arg_int(P, "--announce-ms", v, 100, 600000, &opts.announce_ms);
+            break;
+        case O_HOLD:
+            rc = sw_arg_int(P, "--name-hold-s", v, 0, 86400, &opts.name_hold_s);
+            if (rc == 0 && opts.name_hold_s == 0)
+                opts.name_hold_s = -1;
             break;
         default:
             return 2;

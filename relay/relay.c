@@ -34,6 +34,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sodium.h>
@@ -59,34 +60,55 @@
 #define RELAY_PARK_MS 5000                    /* held longer: dropped with ERR_DEST_BUSY */
 #define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
 #define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
+#define RELAY_HOLD_MAX 1024                   /* client names held for their key after they left */
+#define RELAY_NOTE_PER_S 20  /* lines a second about what peers did; the rest are counted */
+#define RELAY_CONNS_MAX 8192 /* TCP connections tracked (beyond: shut down at once) */
+/* A connection that has not announced may send only this much in one message (an announce, a
+ * status query); more shuts it down, so that a key cannot make the relay take 16 MiB frames on
+ * connections no limit counts. */
+#define RELAY_UNANNOUNCED_MSG_MAX (64u << 10)
+#define RELAY_TELL_MS 50 /* a node hears of its dropped control messages this often at most */
+/*
+ * Traffic classes: what a node sends to other nodes (Forwards, Verdicts,
+ * session messages: the pipeline) and what it sends to clients (TokenChunks,
+ * resends for a Resume) are paced by separate buckets, so that a node
+ * streaming to clients never spends the budget its Forwards need. A client
+ * sends only to heads: one class.
+ */
+#define RELAY_CLASS_NODES 0
+#define RELAY_CLASS_CLIENTS 1
 /* A client's message is at most SW_RELAY_CLIENT_MSG_MAX bytes (sw_limits.h): a
  * GenerateRequest of the largest prompt, sealed, and the destination frame;
  * no payload frame. */
 
 typedef struct relay_peer {
-    uint8_t id[RELAY_ID_MAX];      /* ROUTER routing id of its connection */
-    size_t id_len;                 /* bytes in id */
-    sw_announce_copy_t ann;        /* its announce (ann.a), strings its own */
-    const char *name;              /* ann.name */
-    int64_t joined_ms;             /* when it announced (monotonic ms) */
-    int64_t alive_ms;              /* when last known alive (message or probe) */
-    int64_t msg_ms;                /* when its last message came */
-    uint64_t msgs_in;              /* messages received from it */
-    uint64_t msgs_out;             /* messages forwarded to it */
-    uint64_t bytes_in;             /* bytes received from it, all frames */
-    uint64_t busy_drops;           /* messages to it dropped because its queue was full */
-    char user[SW_KEY_Z85_LEN + 1]; /* authenticated CURVE public key (\"\" when insecure) */
-    double tokens;                 /* rate limit bucket: messages it may still send now */
-    int64_t refill_ms;             /* when the bucket was last refilled */
-    uint64_t rate_drops;           /* messages dropped for going over the rate */
-    int fd;                        /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
-    struct sockaddr_storage addr;  /* the fd's remote address when learnt (guards fd reuse) */
-    socklen_t addr_len;            /* bytes of addr */
-    int client;                    /* 1: a client (its key's role; insecure: its announce) */
-    int key_bound;                 /* 1: its key is a node key bound to its name (secure only) */
-    double byte_tokens;            /* byte-rate bucket: bytes it may still send now */
-    uint64_t byte_drops;           /* messages dropped for going over the byte rate */
-    struct relay_queue *q;         /* bytes libzmq still holds for it (shared, see below) */
+    uint8_t id[RELAY_ID_MAX];          /* ROUTER routing id of its connection */
+    size_t id_len;                     /* bytes in id */
+    sw_announce_copy_t ann;            /* its announce (ann.a), strings its own */
+    const char *name;                  /* ann.name */
+    int64_t joined_ms;                 /* when it announced (monotonic ms) */
+    int64_t alive_ms;                  /* when last known alive (message or probe) */
+    int64_t msg_ms;                    /* when its last message came */
+    uint64_t msgs_in;                  /* messages received from it */
+    uint64_t msgs_out;                 /* messages forwarded to it */
+    uint64_t bytes_in;                 /* bytes received from it, all frames */
+    uint64_t busy_drops;               /* messages to it dropped because its queue was full */
+    char user[SW_KEY_Z85_LEN + 1];     /* authenticated CURVE public key (\"\" when insecure) */
+    char fp[SW_WIRE_KEY_FP_LEN + 1];   /* its fingerprint (keys.h), "" when insecure */
+    char source[SW_WIRE_ADDR_MAX + 1]; /* the source frame of what it sends: "NAME@FP" or NAME */
+    double tokens[2];                  /* rate limit buckets (RELAY_CLASS_*): messages it may still
+                                          send now */
+    int64_t refill_ms;                 /* when the bucket was last refilled */
+    uint64_t rate_drops;               /* messages dropped for going over the rate */
+    int fd;                       /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
+    struct sockaddr_storage addr; /* the fd's remote address when learnt (guards fd reuse) */
+    socklen_t addr_len;           /* bytes of addr */
+    int client;                   /* 1: a client (its key's role; insecure: its announce) */
+    int key_bound;                /* 1: its key is a node key bound to its name (secure only) */
+    double byte_tokens[2];        /* byte-rate buckets: bytes it may still send now */
+    int64_t told_ms;              /* when it was last told of a dropped control message */
+    uint64_t byte_drops;          /* messages dropped for going over the byte rate */
+    struct relay_queue *q;        /* bytes libzmq still holds for it (shared, see below) */
 } relay_peer_t;
 
 /*
@@ -119,16 +141,49 @@ typedef struct relay_frame {
  * being dropped (fairness that libzmq's per-connection queue cannot give).
  */
 typedef struct relay_parked {
-    char src[SW_WIRE_NAME_MAX + 1];  /* sender name (the source frame to write) */
-    uint8_t src_id[RELAY_ID_MAX];    /* sender routing id, for an error reply */
-    size_t src_id_len;               /* bytes in src_id */
-    char dest[SW_WIRE_NAME_MAX + 1]; /* destination name */
-    zmq_msg_t hdr;                   /* header frame, owned */
-    zmq_msg_t payload;               /* payload frame, owned when has_payload */
-    int has_payload;                 /* 1 when payload holds a frame */
-    size_t bytes;                    /* header + payload bytes */
-    int64_t since_ms;                /* when it was parked */
+    char src[SW_WIRE_ADDR_MAX + 1];    /* sender address (the source frame to write) */
+    uint8_t src_id[RELAY_ID_MAX];      /* sender routing id, for an error reply */
+    size_t src_id_len;                 /* bytes in src_id */
+    char dest[SW_WIRE_NAME_MAX + 1];   /* destination name */
+    char dkey[SW_WIRE_KEY_FP_LEN + 1]; /* the key it was pinned to, "" = any */
+    zmq_msg_t hdr;                     /* header frame, owned */
+    zmq_msg_t payload;                 /* payload frame, owned when has_payload */
+    int has_payload;                   /* 1 when payload holds a frame */
+    size_t bytes;                      /* header + payload bytes */
+    int64_t since_ms;                  /* when it was parked */
 } relay_parked_t;
+
+/*
+ * One TCP connection the relay accepted (socket monitor: ACCEPTED), until it
+ * goes (DISCONNECTED). The ZAP handler gives it the key it authenticated
+ * with (matched by the peer's address: ZAP does not say which socket), so
+ * that a key's connections count before they announce: a key holds at most
+ * SW_RELAY_UNANNOUNCED_PER_KEY connections that have not announced (and
+ * max_conns_per_key announced ones), and a connection that has not announced
+ * SW_RELAY_DEFAULT_ANNOUNCE_MS after it opened is shut down.
+ */
+typedef struct relay_conn {
+    int fd;                          /* its socket (libzmq's), -1 = free entry */
+    struct sockaddr_storage addr;    /* its remote address (guards against fd reuse) */
+    socklen_t addr_len;              /* bytes of addr */
+    char ip[64];                     /* the address as ZAP names it */
+    char fp[SW_WIRE_KEY_FP_LEN + 1]; /* its key's fingerprint, "" until ZAP said */
+    int64_t since_ms;                /* when it was accepted */
+    int refused;                     /* 1: ZAP refused it (it is going) */
+    int shut;                        /* 1: the relay shut it down */
+} relay_conn_t;
+
+/*
+ * A client name whose connection left, held for the key that used it: the
+ * head keeps that client's requests (and their output) a while after it
+ * vanished, and another key announcing the name meanwhile must not look
+ * like it. Only the same key may take it back until `until_ms`.
+ */
+typedef struct relay_hold {
+    char name[SW_WIRE_NAME_MAX + 1]; /* the name */
+    char fp[SW_WIRE_KEY_FP_LEN + 1]; /* the key that held it */
+    int64_t until_ms;                /* held until then (monotonic ms); 0 = free entry */
+} relay_hold_t;
 
 struct relay {
     void *ctx;          /* ZeroMQ context */
@@ -169,6 +224,16 @@ struct relay {
     atomic_size_t queued;       /* bytes libzmq holds for all destinations (relay_frame_t) */
     uint64_t budget_drops;      /* messages dropped for a destination over its byte budget */
     uint64_t refused_announces; /* announces refused for the key's role, name or count */
+    relay_hold_t *holds;        /* (RELAY_HOLD_MAX) client names held for their key */
+    relay_conn_t *conns;        /* (RELAY_CONNS_MAX) accepted TCP connections */
+    int announce_ms;            /* a connection must announce within this of its accept */
+    uint64_t conn_refusals;     /* handshakes refused for a key's connection counts */
+    int lost;                   /* a DISCONNECTED event came: probe the peers soon */
+    int64_t note_since;         /* start of the current second of notes (s_note) */
+    int note_lines;             /* lines written in it */
+    uint64_t note_held;         /* lines left out in it */
+    char note_last[256];        /* the last line left out */
+    int64_t hold_ms;            /* how long a client's name stays held after it left */
 };
 
 /* Counts one more event; 1 when it is the 1st, 2nd, 4th, 8th, ... (a flood cannot flood the
@@ -186,6 +251,210 @@ static int64_t s_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Ends a second of notes: one line for what it left out. */
+static void s_note_flush(relay_t *r, int64_t now)
+{
+    if (now - r->note_since < 1000)
+        return;
+    if (r->note_held)
+        SW_WARN("relay: %llu more lines about peers in the last %.1f s were left out (at most %d a "
+                "second); the last: %s",
+                (unsigned long long)r->note_held, (double)(now - r->note_since) / 1e3,
+                RELAY_NOTE_PER_S, r->note_last);
+    r->note_held = 0;
+    r->note_lines = 0;
+    r->note_since = now;
+}
+
+/*
+ * Logs one line about something a peer did (level SW_LOG_WARN or INFO), at
+ * most RELAY_NOTE_PER_S a second: what any authenticated connection can make
+ * the relay say (a malformed message, a bad destination, an announce of a
+ * taken name, joining and leaving) must not flood the log. The lines left out
+ * are counted and said in one line when the second is over. Lines about a
+ * peer name its key's fingerprint (keys.h), the thing to revoke.
+ */
+static void s_note(relay_t *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_note(relay_t *r, int level, const char *fmt, ...)
+{
+    s_note_flush(r, s_now_ms());
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (r->note_lines >= RELAY_NOTE_PER_S) {
+        r->note_held++;
+        snprintf(r->note_last, sizeof r->note_last, "%.255s", line);
+        return;
+    }
+    r->note_lines++;
+    sw_log_write((enum sw_log_level)level, "%s", line);
+}
+
+/* The fingerprint of Z85 key `user` for a log line (a static buffer: one call per line), or
+ * "-" without one. */
+static const char *s_who_key(const char *user)
+{
+    static char fp[SW_WIRE_KEY_FP_LEN + 1];
+    if (!user || sw_keys_fingerprint(user, fp) != 0)
+        return "-";
+    return fp;
+}
+
+/* ---- connections (relay_conn_t) ------------------------------------------------ */
+
+/* A connection libzmq accepted (monitor event ACCEPTED, fd). */
+static void s_conn_accepted(relay_t *r, int fd)
+{
+    relay_conn_t *c = NULL;
+    for (int i = 0; i < RELAY_CONNS_MAX && !c; i++)
+        if (r->conns[i].fd < 0)
+            c = &r->conns[i];
+    if (!c) {
+        shutdown(fd, SHUT_RDWR);
+        s_note(r, SW_LOG_WARN, "relay: %d connections open: shut a new one down", RELAY_CONNS_MAX);
+        return;
+    }
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->since_ms = s_now_ms();
+    c->addr_len = sizeof c->addr;
+    if (getpeername(fd, (struct sockaddr *)&c->addr, &c->addr_len) != 0 ||
+        getnameinfo((struct sockaddr *)&c->addr, c->addr_len, c->ip, sizeof c->ip, NULL, 0,
+                    NI_NUMERICHOST) != 0)
+        c->ip[0] = 0;
+}
+
+/* The connection went (monitor event DISCONNECTED, fd). */
+static void s_conn_gone(relay_t *r, int fd)
+{
+    for (int i = 0; i < RELAY_CONNS_MAX; i++)
+        if (r->conns[i].fd == fd)
+            r->conns[i].fd = -1;
+}
+
+/* 1 when c's socket still is the connection it was accepted as. */
+static int s_conn_same(const relay_conn_t *c)
+{
+    struct sockaddr_storage now;
+    socklen_t len = sizeof now;
+    return c->addr_len > 0 && getpeername(c->fd, (struct sockaddr *)&now, &len) == 0 &&
+           len == c->addr_len && memcmp(&now, &c->addr, len) == 0;
+}
+
+static int s_conn_announced(const relay_t *r, const relay_conn_t *c);
+
+/* A key's connections: *open those that are not going, *unannounced of them not announced. */
+static void s_conn_count(const relay_t *r, const char *fp, int *open, int *unannounced)
+{
+    *open = *unannounced = 0;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        const relay_conn_t *c = &r->conns[i];
+        if (c->fd < 0 || c->refused || c->shut || strcmp(c->fp, fp) != 0)
+            continue;
+        ++*open;
+        *unannounced += !s_conn_announced(r, c);
+    }
+}
+
+/*
+ * The ZAP handler admitted key z85 for a connection from ip: gives the
+ * connection (the oldest from ip without a key yet) its key and checks the
+ * key's counts. 0, or -1 (the handshake is refused, for now: ZAP status 300)
+ * with the reason in why when the key has SW_RELAY_UNANNOUNCED_PER_KEY
+ * connections that have not announced, or max_conns_per_key + that many in
+ * all.
+ */
+static int s_conn_key(relay_t *r, const char *ip, const char *z85, char *why, size_t why_len)
+{
+    char fp[SW_WIRE_KEY_FP_LEN + 1];
+    if (sw_keys_fingerprint(z85, fp) != 0)
+        return 0;
+    relay_conn_t *c = NULL;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *k = &r->conns[i];
+        if (k->fd >= 0 && !k->fp[0] && !k->refused && !strcmp(k->ip, ip) &&
+            (!c || k->since_ms < c->since_ms))
+            c = k;
+    }
+    if (c)
+        snprintf(c->fp, sizeof c->fp, "%s", fp);
+    int open = 0, unannounced = 0;
+    s_conn_count(r, fp, &open, &unannounced);
+    if (!c)
+        open++, unannounced++; /* its ACCEPTED event is still on its way */
+    if (unannounced <= SW_RELAY_UNANNOUNCED_PER_KEY &&
+        open <= r->max_conns_per_key + SW_RELAY_UNANNOUNCED_PER_KEY)
+        return 0;
+    if (c)
+        c->refused = 1;
+    r->conn_refusals++;
+    snprintf(why, why_len,
+             "this key has %d connections open, %d of them not announced (at most %d not "
+             "announced, %d in all: the relay's --max-conns-per-key): retry later",
+             open, unannounced, SW_RELAY_UNANNOUNCED_PER_KEY,
+             r->max_conns_per_key + SW_RELAY_UNANNOUNCED_PER_KEY);
+    s_note(r, SW_LOG_WARN, "relay: refused a connection of key %s from %s: %s (%llu so far)", fp,
+           ip, why, (unsigned long long)r->conn_refusals);
+    return -1;
+}
+
+/* Shuts down the connections that did not announce in time, forgets stale entries. */
+static void s_conn_sweep(relay_t *r)
+{
+    const int64_t now = s_now_ms();
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *c = &r->conns[i];
+        if (c->fd < 0)
+            continue;
+        if (!s_conn_same(c)) { /* closed (its event was lost) and maybe reused */
+            c->fd = -1;
+            continue;
+        }
+        if (c->shut || c->refused || now - c->since_ms <= r->announce_ms || s_conn_announced(r, c))
+            continue;
+        shutdown(c->fd, SHUT_RDWR);
+        c->shut = 1;
+        s_note(r, SW_LOG_WARN,
+               "relay: a connection of key %s from %s did not announce within %d ms: shut down",
+               c->fp[0] ? c->fp : "-", c->ip, r->announce_ms);
+    }
+}
+
+/*
+ * A message from a connection that has not announced came on frame's socket
+ * (ZMQ_SRCFD) with the key user: the connection's entry takes that key. The
+ * ZAP handler can only guess it by address (two handshakes from one address
+ * at once may swap their keys); the first message settles it.
+ */
+static void s_conn_label(relay_t *r, zmq_msg_t *frame, const char *user)
+{
+    char fp[SW_WIRE_KEY_FP_LEN + 1];
+    const int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    if (fd < 0 || !user || sw_keys_fingerprint(user, fp) != 0)
+        return;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *c = &r->conns[i];
+        if (c->fd == fd && strcmp(c->fp, fp) != 0 && s_conn_same(c))
+            snprintf(c->fp, sizeof c->fp, "%s", fp);
+    }
+}
+
+/* Shuts down the connection a received frame came on (ZMQ_SRCFD), when known. */
+static void s_conn_shut_frame(relay_t *r, zmq_msg_t *frame)
+{
+    const int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    for (int i = 0; fd >= 0 && i < RELAY_CONNS_MAX; i++) {
+        relay_conn_t *c = &r->conns[i];
+        if (c->fd == fd && s_conn_same(c) && !c->shut) {
+            shutdown(fd, SHUT_RDWR);
+            c->shut = 1;
+        }
+    }
+}
+
 /* ---- allow-list and ZAP -------------------------------------------------------- */
 
 static const sw_allow_entry_t *s_allowed(const relay_t *r, const char *key)
@@ -199,12 +468,21 @@ static const sw_allow_entry_t *s_allowed(const relay_t *r, const char *key)
 }
 
 static void s_remove(relay_t *r, struct relay_peer *p, const char *why);
+static void s_events(relay_t *r);
 static void s_reply_error(relay_t *r, const void *id, size_t id_len, int code, const char *dest,
                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 static int s_is_node_role(int role)
 {
     return role >= SW_ROLE_HEAD && role <= SW_ROLE_FULL;
+}
+
+/* 1 when name is base or base-SUFFIX: a client key bound to the name base may announce both
+ * (a client adds a random suffix to its name), and no other key may. */
+static int s_name_in(const char *base, const char *name)
+{
+    size_t n = strlen(base);
+    return n > 0 && !strncmp(base, name, n) && (name[n] == 0 || name[n] == '-');
 }
 
 /*
@@ -234,13 +512,15 @@ static int s_permit(const relay_t *r, const char *user, const char *name, int ro
                  "node needs its own key, listed as 'KEY node NAME' in the allow-list)");
         return -1;
     }
-    if (e->role == SW_ALLOW_CLIENT && e->name[0] && strcmp(e->name, name) != 0) {
-        snprintf(why, why_len, "this client key may only announce as '%s'", e->name);
+    if (e->role == SW_ALLOW_CLIENT && e->name[0] && !s_name_in(e->name, name)) {
+        snprintf(why, why_len, "this client key may only announce as '%s' or '%s-...'", e->name,
+                 e->name);
         return -1;
     }
     if (!e->name[0]) {
         for (int i = 0; i < r->n_allow; i++)
-            if (!strcmp(r->allow[i].name, name)) {
+            if (!strcmp(r->allow[i].name, name) ||
+                (r->allow[i].role == SW_ALLOW_CLIENT && s_name_in(r->allow[i].name, name))) {
                 snprintf(why, why_len,
                          "the name '%s' is reserved in the relay's allow-list for another key",
                          name);
@@ -322,7 +602,8 @@ static int s_allow_reload(relay_t *r, int force)
         relay_peer_t *p = r->peers[i];
         char why[256];
         if (s_permit(r, p->user, p->name, p->ann.a.role, why, sizeof why) != 0) {
-            SW_WARN("relay: key of %s revoked or changed (%s): dropping it", p->name, why);
+            s_note(r, SW_LOG_WARN, "relay: key of %s revoked or changed (%s; key %s): dropping it",
+                   p->name, why, p->fp);
             s_reply_error(r, p->id, p->id_len, SW_ERROR_UNAUTHORIZED, NULL,
                           "the relay's allow-list changed: %s", why);
             s_remove(r, p, "key revoked");
@@ -396,6 +677,7 @@ static void s_zap_reply(relay_t *r, zmq_msg_t *reqid, const char *status, const 
  */
 static void s_zap(relay_t *r)
 {
+    s_events(r); /* the connections being authenticated were accepted before */
     for (;;) {
         zmq_msg_t f[7];
         int n = 0, more = 1;
@@ -426,8 +708,16 @@ static void s_zap(relay_t *r)
                    s_allowed(r, key)) {
             status = "200";
             text = "OK";
+            char ip[64], why[256];
+            size_t il = zmq_msg_size(&f[3]) < sizeof ip - 1 ? zmq_msg_size(&f[3]) : sizeof ip - 1;
+            memcpy(ip, zmq_msg_data(&f[3]), il);
+            ip[il] = 0;
+            if (s_conn_key(r, ip, key, why, sizeof why) != 0) {
+                status = "300"; /* temporary: libzmq tells the peer, which redials */
+                text = "too many connections of this key";
+            }
         }
-        if (status[0] != '2')
+        if (status[0] == '4' || status[0] == '5')
             s_refused_log(r, &f[3], text, key);
         zmq_msg_t reqid;
         zmq_msg_init(&reqid);
@@ -563,11 +853,21 @@ relay_t *relay_new(const relay_opts_t *opts)
         r->queue_total_max = r->queue_max;
     atomic_init(&r->queued, 0);
     r->parked = calloc(RELAY_PARK_MAX, sizeof *r->parked);
-    if (!r->parked) {
+    r->holds = calloc(RELAY_HOLD_MAX, sizeof *r->holds);
+    r->conns = calloc(RELAY_CONNS_MAX, sizeof *r->conns);
+    for (int i = 0; r->conns && i < RELAY_CONNS_MAX; i++)
+        r->conns[i].fd = -1;
+    r->announce_ms = opts->announce_ms > 0 ? opts->announce_ms : SW_RELAY_DEFAULT_ANNOUNCE_MS;
+    r->hold_ms = (int64_t)(opts->name_hold_s > 0   ? opts->name_hold_s
+                           : opts->name_hold_s < 0 ? 0
+                                                   : SW_RELAY_DEFAULT_NAME_HOLD_S) *
+                 1000;
+    if (!r->parked || !r->holds || !r->conns) {
         relay_destroy(&r);
         return NULL;
     }
-    if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED) != 0)
+    if (zmq_socket_monitor(r->router, RELAY_MON_EP, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED) !=
+        0)
         goto err;
     r->mon = zmq_socket(r->ctx, ZMQ_PAIR);
     if (!r->mon || zmq_connect(r->mon, RELAY_MON_EP) != 0)
@@ -674,6 +974,8 @@ void relay_destroy(relay_t **self_p)
         zmq_msg_close(&r->parked[i].payload);
     }
     free(r->parked);
+    free(r->holds);
+    free(r->conns);
     free(r->allow);
     free(r);
     *self_p = NULL;
@@ -694,6 +996,15 @@ static relay_peer_t *s_find_id(relay_t *r, const void *id, size_t len)
     return NULL;
 }
 
+/* 1 when a peer announced on connection c. */
+static int s_conn_announced(const relay_t *r, const relay_conn_t *c)
+{
+    for (int i = 0; i < r->n_peers; i++)
+        if (r->peers[i]->fd == c->fd)
+            return 1;
+    return 0;
+}
+
 static relay_peer_t *s_find_name(relay_t *r, const char *name, size_t len)
 {
     for (int i = 0; i < r->n_peers; i++)
@@ -702,12 +1013,58 @@ static relay_peer_t *s_find_name(relay_t *r, const char *name, size_t len)
     return NULL;
 }
 
+/* The live hold of a client name, or NULL. */
+static relay_hold_t *s_hold_find(relay_t *r, const char *name, int64_t now)
+{
+    for (int i = 0; r->holds && i < RELAY_HOLD_MAX; i++)
+        if (r->holds[i].until_ms > now && !strcmp(r->holds[i].name, name))
+            return &r->holds[i];
+    return NULL;
+}
+
+/*
+ * Holds the name of p, a client that left, for its key (r->hold_ms). A key
+ * keeps at most max_conns_per_key held names (its oldest goes first), so that
+ * one key cycling through names cannot push out the holds of others; a full
+ * table drops the hold that ends first.
+ */
+static void s_hold_add(relay_t *r, const relay_peer_t *p, int64_t now)
+{
+    if (!r->holds || !p->client || !p->fp[0] || r->hold_ms <= 0)
+        return;
+    relay_hold_t *slot = NULL, *first = NULL, *mine_first = NULL;
+    int mine = 0;
+    for (int i = 0; i < RELAY_HOLD_MAX; i++) {
+        relay_hold_t *h = &r->holds[i];
+        if (h->until_ms <= now || !strcmp(h->name, p->name)) {
+            if (!slot || slot->until_ms > now)
+                slot = h; /* a free entry, or this name's old one */
+            continue;
+        }
+        if (!first || h->until_ms < first->until_ms)
+            first = h;
+        if (!strcmp(h->fp, p->fp)) {
+            mine++;
+            if (!mine_first || h->until_ms < mine_first->until_ms)
+                mine_first = h;
+        }
+    }
+    if (mine >= r->max_conns_per_key && mine_first)
+        slot = mine_first;
+    else if (!slot)
+        slot = first;
+    snprintf(slot->name, sizeof slot->name, "%s", p->name);
+    snprintf(slot->fp, sizeof slot->fp, "%s", p->fp);
+    slot->until_ms = now + r->hold_ms;
+}
+
 static void s_remove(relay_t *r, struct relay_peer *p, const char *why)
 {
     for (int i = 0; i < r->n_peers; i++) {
         if (r->peers[i] == p) {
-            SW_INFO("peer %s left (%s) after %.1f s", p->name, why,
-                    (double)(s_now_ms() - p->joined_ms) / 1000.0);
+            s_hold_add(r, p, s_now_ms());
+            s_note(r, SW_LOG_INFO, "peer %s left (%s) after %.1f s", p->name, why,
+                   (double)(s_now_ms() - p->joined_ms) / 1000.0);
             s_peer_free(p);
             r->peers[i] = r->peers[--r->n_peers];
             return;
@@ -721,7 +1078,7 @@ static int s_alive(relay_t *r, relay_peer_t *p)
     if (zmq_send(r->router, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return errno != EHOSTUNREACH; /* EAGAIN: alive, its queue is full */
     if (zmq_send(r->router, "", 0, ZMQ_DONTWAIT) < 0)
-        SW_WARN("relay: probe body to %s: %s", p->name, zmq_strerror(errno));
+        s_note(r, SW_LOG_WARN, "relay: probe body to %s: %s", p->name, zmq_strerror(errno));
     p->alive_ms = s_now_ms();
     return 1;
 }
@@ -762,8 +1119,18 @@ static long s_silent_ms(relay_peer_t *p)
     return (long)ti.tcpi_last_data_recv;
 }
 
+/* Shuts p's TCP connection down when its socket is known and still its own:
+ * libzmq sees the close and forgets the routing id (the relay cannot close one
+ * ROUTER connection otherwise). */
+static void s_shut(relay_peer_t *p)
+{
+    if (s_silent_ms(p) >= 0)
+        shutdown(p->fd, SHUT_RDWR);
+}
+
 static void s_sweep(relay_t *r)
 {
+    s_conn_sweep(r);
     const long limit = (long)SW_RELAY_SILENT_IVLS * r->heartbeat_ms;
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
@@ -773,8 +1140,10 @@ static void s_sweep(relay_t *r)
         }
         long silent = s_silent_ms(p);
         if (silent > limit) {
-            SW_WARN("relay: no data from %s for %ld ms (limit %ld): dropping its connection",
-                    p->name, silent, limit);
+            s_note(r, SW_LOG_WARN,
+                   "relay: no data from %s (key %s) for %ld ms (limit %ld): dropping its "
+                   "connection",
+                   p->name, p->fp[0] ? p->fp : "-", silent, limit);
             shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and forgets the id */
             s_remove(r, p, "heartbeats stopped");
             continue;
@@ -833,6 +1202,7 @@ static void s_reply_table(relay_t *r, const void *id, size_t id_len)
             .msgs_out = p->msgs_out,
             .bytes_in = p->bytes_in,
             .key_bound = p->key_bound,
+            .key_fp = p->fp,
         };
     }
     const sw_msg_t msg = {
@@ -849,6 +1219,9 @@ static void s_reply_table(relay_t *r, const void *id, size_t id_len)
 static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *sender,
                        const char *user, const sw_msg_announce_t *a)
 {
+    char kfp[SW_WIRE_KEY_FP_LEN + 1] = "";
+    if (user)
+        (void)sw_keys_fingerprint(user, kfp);
     if (strcmp(a->name, SW_WIRE_RELAY_NAME) == 0) {
         s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL, "the name '%s' is reserved",
                       SW_WIRE_RELAY_NAME);
@@ -859,10 +1232,11 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         char why[256];
         if (s_permit(r, user, a->name, a->role, why, sizeof why) != 0) {
             if (s_log_due(&r->refused_announces))
-                SW_WARN("relay: key %.8s... may not announce as %s (%s): %s (%llu refused "
-                        "announces so far)",
-                        user ? user : "?", a->name, sw_wire_role_name(a->role), why,
-                        (unsigned long long)r->refused_announces);
+                s_note(r, SW_LOG_WARN,
+                       "relay: key %s may not announce as %s (%s): %s (%llu refused announces so "
+                       "far)",
+                       kfp[0] ? kfp : "?", a->name, sw_wire_role_name(a->role), why,
+                       (unsigned long long)r->refused_announces);
             r->unauthorized++;
             s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL, "%s", why);
             return;
@@ -882,16 +1256,48 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             return;
         }
     } else {
+        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SW_ROLE_CLIENT;
+        char fp[SW_WIRE_KEY_FP_LEN + 1] = "";
+        if (r->secure && sw_keys_fingerprint(user, fp) != 0) {
+            s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL, "no key on this connection");
+            return;
+        }
         relay_peer_t *holder = s_find_name(r, a->name, strlen(a->name));
+        if (holder && client && holder->client && fp[0] && !strcmp(holder->fp, fp)) {
+            /* The same client key again: it reconnected before the relay saw its old
+             * connection go (a NAT that dropped the mapping, a link that went down). */
+            s_shut(holder);
+            s_remove(r, holder, "replaced by a new connection of its key");
+            holder = NULL;
+        }
         if (holder && s_alive(r, holder)) {
-            SW_WARN("relay: refused a second '%s' (held by a live connection)", a->name);
+            if (s_log_due(&r->refused_announces))
+                s_note(r, SW_LOG_WARN,
+                       "relay: key %s may not announce as %s: held by a live connection (%llu "
+                       "refused announces so far)",
+                       fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
             s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
                           "the name %s is held by a live peer", a->name);
             return;
         }
         if (holder)
             s_remove(r, holder, "replaced by a new connection");
-        const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SW_ROLE_CLIENT;
+        const int64_t now = s_now_ms();
+        relay_hold_t *hold = s_hold_find(r, a->name, now);
+        if (hold && strcmp(hold->fp, fp) != 0) {
+            if (s_log_due(&r->refused_announces))
+                s_note(r, SW_LOG_WARN,
+                       "relay: key %s may not announce as %s: the name is held for the key that "
+                       "used it (%llu refused announces so far)",
+                       fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
+            s_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
+                          "the name %s is held for the key that used it for %.0f s more (its "
+                          "requests may still live at a head)",
+                          a->name, (double)(hold->until_ms - now) / 1e3);
+            return;
+        }
+        if (hold)
+            hold->until_ms = 0; /* its key takes it back */
         if (r->secure) {
             int conns = 0, nodes = 0;
             for (int i = 0; i < r->n_peers; i++) {
@@ -900,9 +1306,10 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             }
             if (conns >= r->max_conns_per_key) {
                 if (s_log_due(&r->refused_announces))
-                    SW_WARN("relay: key %.8s... holds %d connections already: refused '%s' (see "
-                            "--max-conns-per-key; %llu refused announces so far)",
-                            user, conns, a->name, (unsigned long long)r->refused_announces);
+                    s_note(r, SW_LOG_WARN,
+                           "relay: key %s holds %d connections already: refused '%s' (see "
+                           "--max-conns-per-key; %llu refused announces so far)",
+                           fp, conns, a->name, (unsigned long long)r->refused_announces);
                 s_reply_error(r, id, id_len, SW_ERROR_RELAY_FULL, NULL,
                               "this key holds %d connections to the relay already, its limit "
                               "(the relay's --max-conns-per-key)",
@@ -943,20 +1350,25 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         if (user)
             snprintf(p->user, sizeof p->user, "%s", user);
         p->name = p->ann.name;
+        snprintf(p->fp, sizeof p->fp, "%s", fp);
+        sw_wire_addr(p->source, p->name, p->fp);
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
-        p->tokens = r->rate;
+        p->tokens[0] = p->tokens[1] = r->rate;
         p->client = client;
         p->key_bound = e && e->role == SW_ALLOW_NODE;
-        p->byte_tokens = client && r->secure ? r->client_rate : r->node_rate;
+        p->byte_tokens[0] = p->byte_tokens[1] = client && r->secure ? r->client_rate : r->node_rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
         if (a->role == SW_ROLE_CLIENT)
-            SW_INFO("peer %s joined: client", a->name);
+            s_note(r, SW_LOG_INFO, "peer %s joined: client (key %s)", a->name,
+                   p->fp[0] ? p->fp : "-");
         else
-            SW_INFO("peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions",
-                    a->name, sw_wire_role_name((int)a->role),
-                    p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
-                    a->n_layers, a->backend, a->max_sessions);
+            s_note(r, SW_LOG_INFO,
+                   "peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions (key "
+                   "%s)",
+                   a->name, sw_wire_role_name((int)a->role),
+                   p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
+                   a->n_layers, a->backend, a->max_sessions, p->fp[0] ? p->fp : "-");
     }
     const sw_msg_t ack = {
         .type = SW_MSG_ANNOUNCE_ACK,
@@ -981,7 +1393,7 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
     int rc = sw_wire_decode_msg(zmq_msg_data(hdr), zmq_msg_size(hdr), has_payload,
                                 has_payload ? 1 : 0, &m, err, sizeof err);
     if (rc == SW_WIRE_EVERSION) {
-        SW_WARN("relay: refused a peer: %s", err);
+        s_note(r, SW_LOG_WARN, "relay: refused a peer (key %s): %s", s_who_key(user), err);
         s_reply_error(r, id, id_len, SW_ERROR_VERSION_MISMATCH, NULL, "%s", err);
         return;
     }
@@ -990,7 +1402,8 @@ static void s_control(relay_t *r, const void *id, size_t id_len, relay_peer_t *s
     if (rc == SW_WIRE_OK && (type == SW_MSG_ANNOUNCE || type == SW_MSG_STATUS_QUERY))
         rc = sw_codec_decode(&m, type, &d, err, sizeof err);
     if (rc) {
-        SW_WARN("relay: malformed control message from %s: %s", sender ? sender->name : "?", err);
+        s_note(r, SW_LOG_WARN, "relay: malformed control message from %s (key %s): %s",
+               sender ? sender->name : "an unannounced connection", s_who_key(user), err);
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL, "%s", err);
         sw_wire_msg_clear(&m);
         return;
@@ -1049,19 +1462,20 @@ static int s_parked_for(const relay_t *r, const char *dest, const char *from)
 }
 
 /* Holds hdr and payload (moved in) for a later try; 0 when there is no room. */
-static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, zmq_msg_t *hdr,
-                  zmq_msg_t *payload)
+static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, const char *dkey,
+                  zmq_msg_t *hdr, zmq_msg_t *payload)
 {
     size_t bytes = zmq_msg_size(hdr) + (payload ? zmq_msg_size(payload) : 0);
     if (r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||
-        s_parked_for(r, dest, sender->name) >= RELAY_PARK_PER_PAIR)
+        s_parked_for(r, dest, sender->source) >= RELAY_PARK_PER_PAIR)
         return 0;
     relay_parked_t *p = &r->parked[r->n_parked++];
     memset(p, 0, sizeof *p);
-    snprintf(p->src, sizeof p->src, "%s", sender->name);
+    snprintf(p->src, sizeof p->src, "%s", sender->source);
     memcpy(p->src_id, sender->id, sender->id_len);
     p->src_id_len = sender->id_len;
     snprintf(p->dest, sizeof p->dest, "%s", dest);
+    snprintf(p->dkey, sizeof p->dkey, "%s", dkey);
     zmq_msg_init(&p->hdr);
     zmq_msg_move(&p->hdr, hdr);
     zmq_msg_init(&p->payload);
@@ -1095,6 +1509,8 @@ static void s_flush_parked(relay_t *r)
     for (int i = 0; i < r->n_parked;) {
         relay_parked_t *p = &r->parked[i];
         relay_peer_t *to = s_find_name(r, p->dest, strlen(p->dest));
+        if (to && p->dkey[0] && strcmp(to->fp, p->dkey) != 0)
+            to = NULL; /* pinned to a key that no longer holds the name */
         int is_blocked = 0;
         for (int b = 0; to && b < n_blocked; b++)
             is_blocked |= blocked[b] == to;
@@ -1129,20 +1545,24 @@ static void s_flush_parked(relay_t *r)
     }
 }
 
-/* Forwards [dest][header][payload]? from sender as [src][header][payload]?. */
-static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
+/*
+ * Forwards [dest][header][payload]? from sender as [src][header][payload]?
+ * (src: the sender's name and key fingerprint). dname is the destination's
+ * name; with dkey (not "") the sender pinned it to a key: a peer of that name
+ * holding another key is not it (the head sends a client's tokens this way,
+ * so that a name taken over by another key gets nothing).
+ */
+static void s_forward(relay_t *r, relay_peer_t *sender, const char *dname, const char *dkey,
+                      zmq_msg_t *f, int n)
 {
-    const char *dest = zmq_msg_data(&f[1]);
-    size_t dlen = zmq_msg_size(&f[1]);
-    char dname[SW_WIRE_NAME_MAX + 1];
-    memcpy(dname, dest, dlen);
-    dname[dlen] = '\0';
-    relay_peer_t *to = s_find_name(r, dest, dlen);
-    if (!to) {
+    relay_peer_t *to = s_find_name(r, dname, strlen(dname));
+    if (!to || (dkey[0] && strcmp(to->fp, dkey) != 0)) {
         r->dropped++;
         SW_DEBUG("relay: %s -> %s: unknown destination", sender->name, dname);
         s_reply_error(r, sender->id, sender->id_len, SW_ERROR_UNKNOWN_DEST, dname,
-                      "no live peer is called %s", dname);
+                      to ? "no live peer called %s holds the key it was sent to"
+                         : "no live peer is called %s",
+                      dname);
         return;
     }
     if (r->secure && sender->client &&
@@ -1160,13 +1580,14 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
     const int over = s_over_budget(r, to, bytes);
     int e = s_parked_for(r, dname, NULL) || over
                 ? EAGAIN
-                : s_try_send(r, to, sender->name, &f[2], n == 4 ? &f[3] : NULL);
-    if (e == EAGAIN && s_park(r, sender, dname, &f[2], n == 4 ? &f[3] : NULL))
+                : s_try_send(r, to, sender->source, &f[2], n == 4 ? &f[3] : NULL);
+    if (e == EAGAIN && s_park(r, sender, dname, dkey, &f[2], n == 4 ? &f[3] : NULL))
         return;
     if (e != 0) {
         r->dropped++;
         if (e == EHOSTUNREACH) {
-            SW_WARN("relay: %s -> %s: destination gone, dropped", sender->name, dname);
+            s_note(r, SW_LOG_WARN, "relay: %s -> %s: destination gone, dropped", sender->name,
+                   dname);
             s_remove(r, to, "connection closed");
             s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_GONE, dname,
                           "%s disconnected; message dropped", dname);
@@ -1174,10 +1595,12 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
             r->budget_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
             size_t held = atomic_load(&to->q->bytes), all = atomic_load(&r->queued);
             if ((r->budget_drops & (r->budget_drops - 1)) == 0)
-                SW_WARN("relay: %s -> %s: %.1f MiB queued for it, %.1f MiB in all (budgets %zu "
-                        "and %zu MiB): dropped (%llu so far)",
-                        sender->name, dname, held / 1048576.0, all / 1048576.0, r->queue_max >> 20,
-                        r->queue_total_max >> 20, (unsigned long long)r->budget_drops);
+                s_note(r, SW_LOG_WARN,
+                       "relay: %s (key %s) -> %s: %.1f MiB queued for it, %.1f MiB in all "
+                       "(budgets %zu and %zu MiB): dropped (%llu so far)",
+                       sender->name, sender->fp[0] ? sender->fp : "-", dname, held / 1048576.0,
+                       all / 1048576.0, r->queue_max >> 20, r->queue_total_max >> 20,
+                       (unsigned long long)r->budget_drops);
             s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_BUSY, dname,
                           "the relay holds %.1f MiB for %s already (%.1f MiB in all; budgets "
                           "--queue-mib %zu, --queue-total-mib %zu): message dropped",
@@ -1186,9 +1609,10 @@ static void s_forward(relay_t *r, relay_peer_t *sender, zmq_msg_t *f, int n)
         } else {
             to->busy_drops++; /* log 1, 2, 4, 8, ... so a flood cannot flood the log */
             if ((to->busy_drops & (to->busy_drops - 1)) == 0)
-                SW_WARN("relay: %s -> %s: queue full (%s), dropped (%llu so far to %s)",
-                        sender->name, dname, zmq_strerror(e), (unsigned long long)to->busy_drops,
-                        dname);
+                s_note(r, SW_LOG_WARN,
+                       "relay: %s (key %s) -> %s: queue full (%s), dropped (%llu so far to %s)",
+                       sender->name, sender->fp[0] ? sender->fp : "-", dname, zmq_strerror(e),
+                       (unsigned long long)to->busy_drops, dname);
             s_reply_error(r, sender->id, sender->id_len, SW_ERROR_DEST_BUSY, dname,
                           "queue to %s is full; message dropped", dname);
         }
@@ -1232,8 +1656,9 @@ static int s_handle_one(relay_t *r)
             r->unauthorized++;
             r->dropped++;
             if ((r->unauthorized & (r->unauthorized - 1)) == 0)
-                SW_WARN("relay: refused a message from an unknown or revoked key %s (%llu so far)",
-                        user ? user : "?", (unsigned long long)r->unauthorized);
+                s_note(r, SW_LOG_WARN,
+                       "relay: refused a message from an unknown or revoked key %s (%llu so far)",
+                       s_who_key(user), (unsigned long long)r->unauthorized);
             if (sender)
                 s_remove(r, sender, "key revoked");
             s_reply_error(r, id, id_len, SW_ERROR_UNAUTHORIZED, NULL,
@@ -1241,18 +1666,38 @@ static int s_handle_one(relay_t *r)
             goto done;
         }
     }
+    if (!sender && n >= 2)
+        s_conn_label(r, &f[1], user);
     int64_t now = s_now_ms();
     if (sender) {
         sender->bytes_in += total - id_len;
         sender->msg_ms = sender->alive_ms = now;
     }
-    const char *who = sender ? sender->name : "an unannounced connection";
+    /* who sent it, for a log line (the key's fingerprint is worked out only then) */
+#define S_WHO sender ? sender->name : "an unannounced connection", s_who_key(user)
     if (too_many || n < 3) {
-        SW_WARN("relay: dropped a message of %d frames from %s", n - 1, who);
+        s_note(r, SW_LOG_WARN, "relay: dropped a message of %d frames from %s (key %s)", n - 1,
+               S_WHO);
         r->dropped++;
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
                       "a message is [dest][header] or [dest][header][payload]; got %d frames",
                       n - 1);
+        goto done;
+    }
+    if (!sender && total - id_len > RELAY_UNANNOUNCED_MSG_MAX) {
+        /* an announce or a status query is small: a connection that has not announced and
+         * sends more is cut off (the next try costs it a handshake, and its key holds few such
+         * connections: s_conn_key) */
+        r->dropped++;
+        s_note(r, SW_LOG_WARN,
+               "relay: an unannounced connection of key %s sent a message of %llu bytes (at most "
+               "%u before announcing): shut down",
+               s_who_key(user), (unsigned long long)(total - id_len), RELAY_UNANNOUNCED_MSG_MAX);
+        s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
+                      "at most %u bytes in a message before the announce",
+                      RELAY_UNANNOUNCED_MSG_MAX);
+        if (n >= 2)
+            s_conn_shut_frame(r, &f[1]);
         goto done;
     }
     if (total - id_len > SW_WIRE_MAX_TOTAL) {
@@ -1268,12 +1713,17 @@ static int s_handle_one(relay_t *r)
                       "header (%zu bytes) or payload frame too large", zmq_msg_size(&f[2]));
         goto done;
     }
-    if (!sw_wire_name_ok(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]))) {
-        SW_WARN("relay: dropped a message from %s: bad destination frame (%zu bytes)", who,
-                zmq_msg_size(&f[1]));
+    char dname[SW_WIRE_NAME_MAX + 1], dkey[SW_WIRE_KEY_FP_LEN + 1];
+    if (zmq_msg_size(&f[1]) > SW_WIRE_ADDR_MAX ||
+        sw_wire_addr_split(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), dname, dkey) != 0) {
+        s_note(r, SW_LOG_WARN,
+               "relay: dropped a message from %s (key %s): bad destination frame (%zu bytes)",
+               S_WHO, zmq_msg_size(&f[1]));
         r->dropped++;
         s_reply_error(r, id, id_len, SW_ERROR_MALFORMED, NULL,
-                      "destination frame is not 1..%d bytes of [A-Za-z0-9._-]", SW_WIRE_NAME_MAX);
+                      "destination frame is not 1..%d bytes of [A-Za-z0-9._-] (and maybe @ and "
+                      "a key fingerprint)",
+                      SW_WIRE_NAME_MAX);
         goto done;
     }
     if (r->secure && sender && sender->client &&
@@ -1305,43 +1755,54 @@ static int s_handle_one(relay_t *r)
      * per power of two. A byte bucket always holds one whole message of the largest size. */
     const double elapsed_s = (double)(now - sender->refill_ms) / 1000.0;
     sender->refill_ms = now;
-    sender->tokens += elapsed_s * r->rate;
-    if (sender->tokens > r->rate)
-        sender->tokens = r->rate;
     const int client_rate = r->secure && sender->client;
     const double brate = client_rate ? r->client_rate : r->node_rate;
     const double bmax = client_rate ? SW_RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
-    sender->byte_tokens += elapsed_s * brate;
-    if (sender->byte_tokens > (brate > bmax ? brate : bmax))
-        sender->byte_tokens = brate > bmax ? brate : bmax;
-    if (sender->tokens < 1.0) {
+    for (int k = 0; k < 2; k++) {
+        sender->tokens[k] += elapsed_s * r->rate;
+        if (sender->tokens[k] > r->rate)
+            sender->tokens[k] = r->rate;
+        sender->byte_tokens[k] += elapsed_s * brate;
+        if (sender->byte_tokens[k] > (brate > bmax ? brate : bmax))
+            sender->byte_tokens[k] = brate > bmax ? brate : bmax;
+    }
+    const relay_peer_t *dest_peer = s_find_name(r, dname, strlen(dname));
+    const int cls =
+        !sender->client && dest_peer && dest_peer->client ? RELAY_CLASS_CLIENTS : RELAY_CLASS_NODES;
+    const int over_rate = sender->tokens[cls] < 1.0;
+    if (over_rate || sender->byte_tokens[cls] < (double)(total - id_len)) {
         r->dropped++;
-        sender->rate_drops++;
-        if ((sender->rate_drops & (sender->rate_drops - 1)) == 0) {
-            SW_WARN("relay: %s sends more than %d messages/s: dropped %llu so far", sender->name,
-                    r->rate, (unsigned long long)sender->rate_drops);
-            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL,
-                          "over the relay's rate limit of %d messages/s; message dropped", r->rate);
+        uint64_t *drops = over_rate ? &sender->rate_drops : &sender->byte_drops;
+        ++*drops;
+        char why[200];
+        if (over_rate)
+            snprintf(why, sizeof why, "over the relay's rate limit of %d messages/s", r->rate);
+        else
+            snprintf(why, sizeof why,
+                     "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s)",
+                     brate / 1048576.0, client_rate ? "client" : "node",
+                     client_rate ? "client" : "node");
+        if ((*drops & (*drops - 1)) == 0)
+            s_note(r, SW_LOG_WARN, "relay: %s (key %s) -> %s: %s: dropped %llu so far",
+                   sender->name, sender->fp[0] ? sender->fp : "-", dname, why,
+                   (unsigned long long)*drops);
+        if (cls == RELAY_CLASS_NODES && !sender->client) {
+            /* A node's Forward or Verdict: its sender hears of it at once (the head then
+             * recovers the round instead of waiting for its round timeout) */
+            if (now - sender->told_ms >= RELAY_TELL_MS) {
+                sender->told_ms = now;
+                s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, dname, "%s; message to %s dropped",
+                              why, dname);
+            }
+        } else if ((*drops & (*drops - 1)) == 0) {
+            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL, "%s; message dropped", why);
         }
         goto done;
     }
-    if (sender->byte_tokens < (double)(total - id_len)) {
-        r->dropped++;
-        sender->byte_drops++;
-        if ((sender->byte_drops & (sender->byte_drops - 1)) == 0) {
-            SW_WARN("relay: %s sends more than %.0f MiB/s: dropped %llu so far", sender->name,
-                    brate / 1048576.0, (unsigned long long)sender->byte_drops);
-            s_reply_error(r, id, id_len, SW_ERROR_DEST_BUSY, NULL,
-                          "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s); "
-                          "message dropped",
-                          brate / 1048576.0, client_rate ? "client" : "node",
-                          client_rate ? "client" : "node");
-        }
-        goto done;
-    }
-    sender->byte_tokens -= (double)(total - id_len);
-    sender->tokens -= 1.0;
-    s_forward(r, sender, f, n);
+    sender->byte_tokens[cls] -= (double)(total - id_len);
+    sender->tokens[cls] -= 1.0;
+    s_forward(r, sender, dname, dkey, f, n);
+#undef S_WHO
 done:
     if (n >= 2)
         s_learn_fd(r, id, id_len, &f[1]);
@@ -1350,33 +1811,40 @@ done:
     return 0;
 }
 
-/* Reads every pending monitor event; 1 when a connection went away. */
-static int s_events(relay_t *r)
+/* Reads every pending monitor event: connections accepted and gone (r->lost set when one
+ * went away). */
+static void s_events(relay_t *r)
 {
-    int lost = 0;
     for (;;) {
         zmq_msg_t ev;
         zmq_msg_init(&ev);
         if (zmq_msg_recv(&ev, r->mon, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&ev);
-            return lost;
+            return;
         }
         uint16_t event = 0;
-        if (zmq_msg_size(&ev) >= 2)
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
             memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
+        }
         int more = zmq_msg_more(&ev);
         zmq_msg_close(&ev);
         while (more) {
             zmq_msg_init(&ev);
             if (zmq_msg_recv(&ev, r->mon, 0) < 0) {
                 zmq_msg_close(&ev);
-                return lost;
+                return;
             }
             more = zmq_msg_more(&ev);
             zmq_msg_close(&ev);
         }
-        if (event == ZMQ_EVENT_DISCONNECTED)
-            lost = 1;
+        if (event == ZMQ_EVENT_ACCEPTED) {
+            s_conn_accepted(r, (int)value);
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            s_conn_gone(r, (int)value);
+            r->lost = 1;
+        }
     }
 }
 
@@ -1407,11 +1875,14 @@ int relay_run(relay_t *r, volatile sig_atomic_t *stop)
                 r->allow_check_at_ms = s_now_ms() + RELAY_ALLOW_CHECK_MS;
             }
         }
+        s_note_flush(r, s_now_ms());
         s_flush_parked(r); /* what waited goes before what is new */
         for (int i = 0; i < RELAY_BATCH && !*stop; i++)
             if (s_handle_one(r) < 0)
                 break;
-        if (s_events(r)) {
+        s_events(r);
+        if (r->lost) {
+            r->lost = 0;
             int64_t soon = s_now_ms() + RELAY_RECHECK_MS;
             if (soon < r->sweep_at_ms)
                 r->sweep_at_ms = soon;

@@ -49,6 +49,10 @@ typedef struct relay_opts {
     int queue_total_mib;   /* ... for all destinations together, MiB */
     int client_mib_s;      /* bytes/s a client key's peer may send, MiB (keys only) */
     int node_mib_s;        /* bytes/s any other peer may send, MiB */
+    int name_hold_s;       /* a client's name stays held for its key this long after it left
+                              (keys only; -1 = not at all) */
+    int announce_ms;       /* a connection that has not announced this long after it opened is
+                              shut down */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */

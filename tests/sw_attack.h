@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+#include <zmq.h>
 
 #include "keys.h"
 #include "peer.h"
@@ -56,6 +60,108 @@ static __attribute__((unused)) int swa_fingerprint(swa_t *a)
     }
     free(out);
     return strlen(a->fp) == 64 ? 0 : -1;
+}
+
+/*
+ * A keyed relay for an attack test: skips the test when libzmq lacks CURVE, makes a, keys
+ * (sw_test_keys: nodes, clients, NULL-terminated or NULL) in a fresh folder held by dir (64
+ * bytes) and a free loopback endpoint held by ep (64 bytes), and starts the relay with extra
+ * arguments (or NULL), logging to relay.log. The relay's pid once it listens, or -1.
+ */
+static __attribute__((unused)) pid_t swa_relay(swa_t *a, char *dir, char *ep, const char **nodes,
+                                               const char **clients, const char *const *extra)
+{
+    char e[256];
+    if (sw_keys_curve_check(e, sizeof e) != 0)
+        sw_test_skip(e);
+    snprintf(dir, 64, "%s", sw_test_tmpdir());
+    snprintf(ep, 64, "tcp://127.0.0.1:%d", sw_test_free_port());
+    a->dir = dir;
+    a->ep = ep;
+    if (sw_test_keys(dir, nodes, clients) != 0)
+        return -1;
+    pid_t relay = sw_test_relay(ep, dir, sw_test_log("relay.log"), extra);
+    return relay > 0 && sw_test_wait_listen(ep, 20) == 0 ? relay : -1;
+}
+
+/* Seconds on the monotonic clock. */
+static __attribute__((unused)) double swa_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * A raw DEALER socket in ctx with `who`'s client key, connecting to the relay (it announces
+ * nothing): send high-water mark hwm, redial interval redial_ms (-1: never). Close it with
+ * zmq_close(); NULL when the keys do not load.
+ */
+static __attribute__((unused)) void *swa_raw(const swa_t *a, void *ctx, const char *who, int hwm,
+                                             int redial_ms)
+{
+    char pub[41], sec[41], rpub[41], err[256];
+    if (sw_keys_load_secret(swa_path(a, who, ".key"), pub, sec, err, sizeof err) != 0 ||
+        sw_keys_load_public(swa_path(a, "relay", ".pub"), rpub, err, sizeof err) != 0)
+        return NULL;
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(d, ZMQ_RECONNECT_IVL, &redial_ms, sizeof redial_ms);
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, rpub, 41);
+    zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, pub, 41);
+    zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, sec, 41);
+    sodium_memzero(sec, sizeof sec);
+    zmq_connect(d, a->ep);
+    return d;
+}
+
+/* Starts `shardwire serve` on listen (HOST:PORT) with client `who`'s keys and the access key,
+ * the API keys of keyfile, logging to log: its pid, or -1. */
+static __attribute__((unused)) pid_t swa_serve(const swa_t *a, const char *who, const char *listen,
+                                               const char *keyfile, const char *log)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "serve",
+                    "--relay",
+                    (char *)a->ep,
+                    "--key",
+                    (char *)swa_path(a, who, ".key"),
+                    "--relay-key",
+                    (char *)swa_path(a, "relay", ".pub"),
+                    "--access-key",
+                    (char *)swa_path(a, "access.key", ""),
+                    "--listen",
+                    (char *)listen,
+                    "--api-key-file",
+                    (char *)keyfile,
+                    NULL};
+    return sw_test_spawn(argv, log);
+}
+
+/* Removes the test's folder (swa_relay's dir) and what it holds. */
+static __attribute__((unused)) void swa_rmdir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Resident memory of pid, KiB (-1: unknown). */
+static __attribute__((unused)) long swa_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
 }
 
 /* A peer with `who`'s node key and the cluster key, announced as a head of layers [0, end),

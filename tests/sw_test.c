@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -236,12 +237,55 @@ int sw_test_free_port(void)
     return port;
 }
 
+/* The network namespace the next processes start in ("" = the test's own). */
+static char s_netns[64];
+
+void sw_test_netns(const char *name)
+{
+    snprintf(s_netns, sizeof s_netns, "%s", name ? name : "");
+}
+
+/* In a child before execv: enters s_netns (exits 126 when it cannot). */
+static void s_enter_netns(void)
+{
+    char path[128];
+    if (!s_netns[0])
+        return;
+    snprintf(path, sizeof path, "/var/run/netns/%s", s_netns);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        _exit(126);
+    close(fd);
+}
+
+void sw_test_run_argv(char *argv[SW_TEST_RUN_ARGC], const char *ep, const char *prompt,
+                      const char *n_gen, const char *timeout_s)
+{
+    const char *a[SW_TEST_RUN_ARGC] = {sw_test_bin("shardwire"),
+                                       "run",
+                                       "--greedy",
+                                       "--relay",
+                                       ep,
+                                       "-p",
+                                       prompt,
+                                       "-n",
+                                       n_gen,
+                                       "--json",
+                                       "--timeout-s",
+                                       timeout_s,
+                                       NULL,
+                                       NULL};
+    for (int i = 0; i < SW_TEST_RUN_ARGC; i++)
+        argv[i] = (char *)a[i];
+}
+
 pid_t sw_test_spawn(char *const argv[], const char *log_path)
 {
     pid_t pid = fork();
     if (pid != 0)
         return pid;
     setpgid(0, 0);
+    s_enter_netns();
     int fd = open(log_path ? log_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
         dup2(fd, STDOUT_FILENO);
@@ -258,6 +302,7 @@ pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err
     if (pid != 0)
         return pid;
     setpgid(0, 0);
+    s_enter_netns();
     int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fo < 0 || fe < 0)
@@ -383,6 +428,7 @@ int sw_test_run(char *const argv[], int timeout_s, char **out, char **err)
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        s_enter_netns();
         dup2(po[1], STDOUT_FILENO);
         dup2(pe[1], STDERR_FILENO);
         close(po[0]);

@@ -88,6 +88,14 @@ int sw_test_free_port(void);
 /* Starts argv[0] with stdout+stderr appended to log_path (or /dev/null when
  * NULL), in its own process group. Returns the pid or -1. */
 pid_t sw_test_spawn(char *const argv[], const char *log_path);
+/* Processes that sw_test_spawn, sw_test_spawn_io and sw_test_run start from now on run in
+ * the network namespace `name` (ip netns: /var/run/netns/NAME); NULL or "": the test's own. */
+void sw_test_netns(const char *name);
+/* Fills argv (SW_TEST_RUN_ARGC entries) with `shardwire run --greedy --relay ep -p prompt -n
+ * n_gen --json --timeout-s timeout_s`, NULL-terminated; the strings stay the caller's. */
+#define SW_TEST_RUN_ARGC 14
+void sw_test_run_argv(char *argv[SW_TEST_RUN_ARGC], const char *ep, const char *prompt,
+                      const char *n_gen, const char *timeout_s);
 /* Like sw_test_spawn, with stdout to out_path and stderr to err_path (truncated). */
 pid_t sw_test_spawn_io(char *const argv[], const char *out_path, const char *err_path);
 /* Waits up to timeout_s for pid to exit: its exit code, 128+signal when a

@@ -43,8 +43,8 @@ static void s_open_garbage(const uint8_t *hdr, size_t hdr_len, int has_payload, 
         memcpy(zmq_msg_data(&payload), hdr + hdr_len - pl, pl);
     uint8_t *plain = NULL;
     size_t plain_len = 0;
-    int rc = sw_seal_open(s_rx, "head", "tail", hdr, hdr_len - pl, has_payload ? &payload : NULL,
-                          &plain, &plain_len);
+    int rc = sw_seal_open(s_rx, "head", NULL, "tail", hdr, hdr_len - pl,
+                          has_payload ? &payload : NULL, &plain, &plain_len);
     if (rc == SW_SEAL_OK)
         __builtin_trap(); /* forged without the key */
     if (plain)
@@ -67,17 +67,17 @@ static void s_seal_trip(const zmq_msg_t *frame, size_t at)
     copy[at % n] ^= 0x20;
     uint8_t *plain = NULL;
     size_t plain_len = 0;
-    if (sw_seal_open(s_rx, "head", "tail", copy, n, NULL, &plain, &plain_len) == SW_SEAL_OK)
+    if (sw_seal_open(s_rx, "head", NULL, "tail", copy, n, NULL, &plain, &plain_len) == SW_SEAL_OK)
         __builtin_trap(); /* a flipped byte must not open */
-    if (sw_seal_open(s_rx, "head", "tail", zmq_msg_data(&sealed), n, NULL, &plain, &plain_len) !=
-            SW_SEAL_OK ||
+    if (sw_seal_open(s_rx, "head", NULL, "tail", zmq_msg_data(&sealed), n, NULL, &plain,
+                     &plain_len) != SW_SEAL_OK ||
         plain_len != zmq_msg_size((zmq_msg_t *)frame) ||
         memcmp(plain, zmq_msg_data((zmq_msg_t *)frame), plain_len) != 0)
         __builtin_trap();
     free(plain);
     plain = NULL;
-    if (sw_seal_open(s_rx, "head", "tail", zmq_msg_data(&sealed), n, NULL, &plain, &plain_len) !=
-        SW_SEAL_EREPLAY)
+    if (sw_seal_open(s_rx, "head", NULL, "tail", zmq_msg_data(&sealed), n, NULL, &plain,
+                     &plain_len) != SW_SEAL_EREPLAY)
         __builtin_trap();
     free(copy);
     zmq_msg_close(&sealed);

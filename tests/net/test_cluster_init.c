@@ -118,7 +118,7 @@ int main(void)
     SW_CHECK(allow && strstr(allow, line));
     snprintf(line, sizeof line, "%s node tail\n", s_key("tail/tail.pub"));
     SW_CHECK(allow && strstr(allow, line));
-    snprintf(line, sizeof line, "%s client\n", s_key("client/client.pub"));
+    snprintf(line, sizeof line, "%s client client\n", s_key("client/client.pub"));
     SW_CHECK(allow && strstr(allow, line));
     free(allow);
     /* The even split of the model's 30 layers, and the env file's values. */

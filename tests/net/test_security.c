@@ -520,7 +520,9 @@ int main(void)
         int n = s_raw_recv(mallory, f, 3);
         SW_CHECK_INT(n, 2);
         if (n == 2) {
-            SW_CHECK(zmq_msg_size(&f[0]) == 5 && !memcmp(zmq_msg_data(&f[0]), "alice", 5));
+            /* the source frame: alice's name and her key's fingerprint ("alice@FP") */
+            SW_CHECK(zmq_msg_size(&f[0]) == 6 + SW_WIRE_KEY_FP_LEN &&
+                     !memcmp(zmq_msg_data(&f[0]), "alice@", 6));
             SW_CHECK(sw_seal_is_sealed(zmq_msg_data(&f[1]), zmq_msg_size(&f[1])));
             SW_CHECK(!s_memmem(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), "SWORDFISH", 9));
             SW_CHECK(!s_memmem(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), "req-1", 5));

@@ -232,8 +232,11 @@ static void s_test_peer_table(void)
          .msgs_in = 56,
          .msgs_out = 78,
          .bytes_in = 1ull << 40,
-         .key_bound = 1},
-        {.announce = {.name = "client-7", .role = SW_ROLE_CLIENT}, .idle_ms = 9},
+         .key_bound = 1,
+         .key_fp = "00112233445566778899aabbccddeeff"},
+        {.announce = {.name = "client-7", .role = SW_ROLE_CLIENT},
+         .idle_ms = 9,
+         .key_fp = "ffeeddccbbaa99887766554433221100"},
         {.announce = {.name = "tail",
                       .role = SW_ROLE_TAIL,
                       .model_fingerprint = FP,
@@ -265,6 +268,20 @@ static void s_test_peer_table(void)
         SW_CHECK(p.msgs_in == peers[i].msgs_in && p.msgs_out == peers[i].msgs_out);
         SW_CHECK(p.bytes_in == peers[i].bytes_in);
         SW_CHECK_INT(p.key_bound, peers[i].key_bound);
+        SW_CHECK(!strcmp(p.key_fp, peers[i].key_fp ? peers[i].key_fp : ""));
+    }
+    /* a key fingerprint is 32 lower-case hex digits or nothing */
+    {
+        char err[SW_WIRE_ERR_LEN];
+        static const char *const bad[] = {"00112233445566778899aabbccddeef",
+                                          "00112233445566778899AABBCCDDEEFF",
+                                          "00112233445566778899aabbccddeeffa", "client@x"};
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            sw_msg_peer_t one = peers[1];
+            one.key_fp = bad[b];
+            sw_msg_t bad_msg = {.type = SW_MSG_PEER_TABLE, .table = {.n_peers = 1, .peers = &one}};
+            SW_CHECK_INT(sw_codec_validate(&bad_msg, err, sizeof err), SW_WIRE_EMALFORMED);
+        }
     }
     sw_msg_peer_t p;
     SW_CHECK_INT(sw_codec_peer_at(t, 3, &p), -1);

@@ -37,7 +37,7 @@ static int s_trip(sw_seal_t *from, sw_seal_t *to, const char *src, const char *d
         ((uint8_t *)zmq_msg_data(&p))[tamper_payload_at] ^= 0x01;
     uint8_t *plain = NULL;
     size_t plain_len = 0;
-    int rc = sw_seal_open(to, open_src, open_dst, zmq_msg_data(&h), zmq_msg_size(&h),
+    int rc = sw_seal_open(to, open_src, NULL, open_dst, zmq_msg_data(&h), zmq_msg_size(&h),
                           pl ? &p : NULL, &plain, &plain_len);
     if (rc == SW_SEAL_OK) {
         SW_CHECK_INT(plain_len, strlen(hdr));
@@ -85,6 +85,8 @@ static void s_test_roundtrip_and_tamper(const uint8_t k[][32])
     SW_CHECK(a == NULL);
 }
 
+static void s_test_full(const uint8_t k[][32]);
+
 static void s_test_replay(const uint8_t k[][32])
 {
     sw_seal_t *a = sw_seal_new(k, 1, SW_SEAL_CLUSTER), *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
@@ -97,7 +99,8 @@ static void s_test_replay(const uint8_t k[][32])
     uint8_t *plain;
     size_t pl;
 #define OPEN(i)                                                                                    \
-    sw_seal_open(b, "head", "tail", zmq_msg_data(&h[i]), zmq_msg_size(&h[i]), NULL, &plain, &pl)
+    sw_seal_open(b, "head", "alice", "tail", zmq_msg_data(&h[i]), zmq_msg_size(&h[i]), NULL,       \
+                 &plain, &pl)
     /* out of order inside the window: fine, once each */
     int order[] = {5, 3, 4, 0, 1, 2, 70, 69, 40};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
@@ -117,29 +120,104 @@ static void s_test_replay(const uint8_t k[][32])
     sw_seal_t *a2 = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
     zmq_msg_t h2, p2;
     SW_CHECK_INT(sw_seal_message(a2, "head", "tail", "y", 1, NULL, 0, 0, &h2, &p2), 0);
-    SW_CHECK_INT(
-        sw_seal_open(b, "head", "tail", zmq_msg_data(&h2), zmq_msg_size(&h2), NULL, &plain, &pl),
-        SW_SEAL_OK);
+    SW_CHECK_INT(sw_seal_open(b, "head", NULL, "tail", zmq_msg_data(&h2), zmq_msg_size(&h2), NULL,
+                              &plain, &pl),
+                 SW_SEAL_OK);
     free(plain);
     zmq_msg_close(&h2);
-    /* more senders than windows: the oldest are evicted, nothing breaks */
-    for (int i = 0; i < SW_SEAL_SENDERS_MAX + 10; i++) {
+    /* issue 21, finding 8: sessions of another key never flush a window: 1,100 (and then
+     * SW_SEAL_SESSIONS_PER_KEY more) fresh sessions of key "mallory", then the replay of an
+     * earlier message of "head" (key "alice") is still refused; mallory's own oldest windows
+     * went instead */
+    for (int i = 0; i < 1100 + SW_SEAL_SESSIONS_PER_KEY; i++) {
         sw_seal_t *x = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
         char name[32];
         snprintf(name, sizeof name, "peer%d", i);
         zmq_msg_t hx, px;
         SW_CHECK(sw_seal_message(x, name, "tail", "z", 1, NULL, 0, 0, &hx, &px) == 0);
-        SW_CHECK(sw_seal_open(b, name, "tail", zmq_msg_data(&hx), zmq_msg_size(&hx), NULL, &plain,
-                              &pl) == SW_SEAL_OK);
+        SW_CHECK(sw_seal_open(b, name, "mallory", "tail", zmq_msg_data(&hx), zmq_msg_size(&hx),
+                              NULL, &plain, &pl) == SW_SEAL_OK);
         free(plain);
         zmq_msg_close(&hx);
         sw_seal_destroy(&x);
     }
+    SW_CHECK_INT(OPEN(99), SW_SEAL_EREPLAY);
+    SW_CHECK_INT(OPEN(98), SW_SEAL_OK); /* never seen, inside the window: the window is there */
+    free(plain);
+    /* a message sealed more than SW_SEAL_MAX_AGE_MS ago (or ahead): refused whatever the
+     * windows say (the sender's clock is in the sealed header) */
+    sw_seal_t *old = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    sw_seal_set_skew(old, -SW_SEAL_MAX_AGE_MS - 5000);
+    zmq_msg_t ho, po;
+    SW_CHECK_INT(sw_seal_message(old, "head", "tail", "o", 1, NULL, 0, 0, &ho, &po), 0);
+    SW_CHECK_INT(sw_seal_open(b, "head", NULL, "tail", zmq_msg_data(&ho), zmq_msg_size(&ho), NULL,
+                              &plain, &pl),
+                 SW_SEAL_ESTALE);
+    zmq_msg_close(&ho);
+    sw_seal_set_skew(old, SW_SEAL_MAX_AGE_MS + 5000);
+    SW_CHECK_INT(sw_seal_message(old, "head", "tail", "o", 1, NULL, 0, 0, &ho, &po), 0);
+    SW_CHECK_INT(sw_seal_open(b, "head", NULL, "tail", zmq_msg_data(&ho), zmq_msg_size(&ho), NULL,
+                              &plain, &pl),
+                 SW_SEAL_ESTALE);
+    zmq_msg_close(&ho);
+    sw_seal_destroy(&old);
 #undef OPEN
     for (int i = 0; i < N; i++)
         zmq_msg_close(&h[i]);
     sw_seal_destroy(&a);
     sw_seal_destroy(&a2);
+    sw_seal_destroy(&b);
+    s_test_full(k);
+}
+
+/* SW_SEAL_SENDERS_MAX live windows of many keys: a new session is refused (not one of them
+ * given up); once they are older than SW_SEAL_MAX_AGE_MS, their entries are reused. */
+static void s_test_full(const uint8_t k[][32])
+{
+    sw_seal_t *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    sw_seal_t *x = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    uint8_t *plain;
+    size_t pl;
+    int ok = 0;
+    zmq_msg_t h0, p0;
+    SW_CHECK_INT(sw_seal_message(x, "first", "tail", "z", 1, NULL, 0, 0, &h0, &p0), 0);
+    /* distinct (sender name, session) pairs: one sealer, a name each */
+    for (int i = 0; i < SW_SEAL_SENDERS_MAX; i++) {
+        char name[32], key[32];
+        snprintf(name, sizeof name, "p%d", i);
+        snprintf(key, sizeof key, "key%d", i / SW_SEAL_SESSIONS_PER_KEY);
+        zmq_msg_t hx, px;
+        if (sw_seal_message(x, name, "tail", "z", 1, NULL, 0, 0, &hx, &px) != 0)
+            continue;
+        if (sw_seal_open(b, name, key, "tail", zmq_msg_data(&hx), zmq_msg_size(&hx), NULL, &plain,
+                         &pl) == SW_SEAL_OK) {
+            ok++;
+            free(plain);
+        }
+        zmq_msg_close(&hx);
+    }
+    SW_CHECK_INT(ok, SW_SEAL_SENDERS_MAX);
+    zmq_msg_t hn, pn;
+    SW_CHECK_INT(sw_seal_message(x, "newcomer", "tail", "z", 1, NULL, 0, 0, &hn, &pn), 0);
+    SW_CHECK_INT(sw_seal_open(b, "newcomer", "other", "tail", zmq_msg_data(&hn), zmq_msg_size(&hn),
+                              NULL, &plain, &pl),
+                 SW_SEAL_EBUSY);
+    zmq_msg_close(&hn);
+    /* later: every window is too old to matter, the newcomer gets one */
+    sw_seal_set_skew(b, SW_SEAL_MAX_AGE_MS + 1000);
+    sw_seal_set_skew(x, SW_SEAL_MAX_AGE_MS + 1000);
+    SW_CHECK_INT(sw_seal_message(x, "newcomer", "tail", "z", 1, NULL, 0, 0, &hn, &pn), 0);
+    SW_CHECK_INT(sw_seal_open(b, "newcomer", "other", "tail", zmq_msg_data(&hn), zmq_msg_size(&hn),
+                              NULL, &plain, &pl),
+                 SW_SEAL_OK);
+    free(plain);
+    zmq_msg_close(&hn);
+    /* and the first message, replayed now, is refused for its age */
+    SW_CHECK_INT(sw_seal_open(b, "first", "key0", "tail", zmq_msg_data(&h0), zmq_msg_size(&h0),
+                              NULL, &plain, &pl),
+                 SW_SEAL_ESTALE);
+    zmq_msg_close(&h0);
+    sw_seal_destroy(&x);
     sw_seal_destroy(&b);
 }
 
@@ -279,8 +357,8 @@ static void s_bench(const uint8_t k[][32])
             memset(hdr, 'h', sizeof hdr);
             if (sw_seal_message(a, "head", "tail", hdr, sizeof hdr, pl, sizes[s], 1, &h, &p) != 0)
                 break;
-            SW_CHECK(sw_seal_open(b, "head", "tail", zmq_msg_data(&h), zmq_msg_size(&h), &p, &plain,
-                                  &n) == SW_SEAL_OK);
+            SW_CHECK(sw_seal_open(b, "head", NULL, "tail", zmq_msg_data(&h), zmq_msg_size(&h), &p,
+                                  &plain, &n) == SW_SEAL_OK);
             free(plain);
             zmq_msg_close(&h);
             zmq_msg_close(&p);

@@ -680,6 +680,32 @@ static void test_bad_bytes(void)
     memset(longname, 'x', sizeof longname);
     SW_CHECK(sw_wire_name_ok(longname, SW_WIRE_NAME_MAX));
     SW_CHECK(!sw_wire_name_ok(longname, SW_WIRE_NAME_MAX + 1));
+
+    /* name frames with a key: "NAME@FP", FP exactly 32 lower-case hex digits */
+    char name[SW_WIRE_NAME_MAX + 1], key[SW_WIRE_KEY_FP_LEN + 1], addr[SW_WIRE_ADDR_MAX + 1];
+    const char *fp = "0123456789abcdef0123456789abcdef";
+    snprintf(addr, sizeof addr, "client-1@%s", fp);
+    SW_CHECK_INT(sw_wire_addr_split(addr, strlen(addr), name, key), 0);
+    SW_CHECK(!strcmp(name, "client-1") && !strcmp(key, fp));
+    SW_CHECK_INT(sw_wire_addr_split("head", 4, name, key), 0);
+    SW_CHECK(!strcmp(name, "head") && key[0] == 0);
+    char again[SW_WIRE_ADDR_MAX + 1];
+    sw_wire_addr(again, "client-1", fp);
+    SW_CHECK(!strcmp(again, addr));
+    sw_wire_addr(again, "head", "");
+    SW_CHECK(!strcmp(again, "head"));
+    static const char *const bad_addr[] = {
+        "@0123456789abcdef0123456789abcdef",   "c@",
+        "c@0123456789abcdef0123456789abcde",   "c@0123456789abcdef0123456789abcdef0",
+        "c@0123456789ABCDEF0123456789abcdef",  "c@0123456789abcdef0123456789abcdef@",
+        "c/x@0123456789abcdef0123456789abcdef"};
+    for (size_t i = 0; i < sizeof bad_addr / sizeof bad_addr[0]; i++)
+        SW_CHECK_INT(sw_wire_addr_split(bad_addr[i], strlen(bad_addr[i]), name, key), -1);
+    char longaddr[SW_WIRE_ADDR_MAX + 2];
+    memset(longaddr, 'x', SW_WIRE_NAME_MAX + 1); /* a name one byte too long */
+    longaddr[SW_WIRE_NAME_MAX + 1] = '@';
+    memcpy(longaddr + SW_WIRE_NAME_MAX + 2, fp, SW_WIRE_KEY_FP_LEN - 1);
+    SW_CHECK_INT(sw_wire_addr_split(longaddr, sizeof longaddr - 1, name, key), -1);
 }
 
 /* Framing over a real socket pair: payload bytes survive; bad shapes are drained whole. */
