@@ -69,10 +69,11 @@ typedef struct sw_hparams {
 typedef struct sw_model sw_model_t;
 typedef struct sw_kv sw_kv_t;
 
-/* Most rows one forward call processes internally at once on the CPU (a
- * device backend says its own, sw_backend_t.max_rows); longer inputs are
- * split into chunks of this size (results do not depend on the split). Also
- * the most rows of logits one LM-head call computes. */
+/* Most rows one forward call processes internally at once when a backend
+ * does not say (sw_backend_t.max_rows: the CPU and CUDA backends take a whole
+ * prompt window, SW_MODEL_PROMPT_WINDOW); longer inputs are split into chunks
+ * of that size (results do not depend on the split). Also the most rows of
+ * logits one LM-head call computes. */
 #define SW_MODEL_BATCH 64
 
 /* A prompt is evaluated in windows of SW_MODEL_PROMPT_WINDOW rows from its

@@ -366,7 +366,10 @@ int sw_quantize_row(enum sw_type t, const float *src, void *dst, int64_t n)
             s_quant_q8_1(src, dst, n / SW_QK);
         return 0;
     case SW_TYPE_Q8_K:
-        s_quant_q8_k(src, dst, n / SW_QK_K);
+        if (s_use_avx2_quant)
+            sw_quantize_q8_k_avx2(src, dst, n);
+        else
+            s_quant_q8_k(src, dst, n / SW_QK_K);
         return 0;
     case SW_TYPE_Q4_0:
         s_quant_q4_0(src, dst, n / SW_QK);
@@ -758,12 +761,12 @@ static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-static struct sw_kernels s_scalar;
-static struct sw_kernels s_best;
-static const struct sw_kernels *s_cur;
-static const char *s_best_name = "scalar";
-static const char *s_cur_name = "scalar";
-static int s_best_avx2_quant;
+/* The kernel tables of every level up to the best (filled once), and the
+ * active one (changed only by the test hooks below). */
+static struct sw_kernels s_levels[SW_KLEVEL_AVX512 + 1];
+static const char *const s_level_names[] = {"scalar", "avx2", "avx512"};
+static enum sw_kernel_level s_best_level = SW_KLEVEL_SCALAR;
+static enum sw_kernel_level s_cur_level = SW_KLEVEL_SCALAR;
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
 /* Multi-row matmul by calls to one dot kernel; each weight row stays in L1
@@ -791,55 +794,89 @@ static int s_cpu_has_f16c(void)
 
 static void s_init(void)
 {
-    s_scalar.dot[SW_TYPE_F32] = s_dot_f32;
-    s_scalar.dot[SW_TYPE_F16] = s_dot_f16;
-    s_scalar.dot[SW_TYPE_BF16] = s_dot_bf16;
-    s_scalar.dot[SW_TYPE_Q4_0] = s_dot_q4_0;
-    s_scalar.dot[SW_TYPE_Q4_1] = s_dot_q4_1;
-    s_scalar.dot[SW_TYPE_Q5_0] = s_dot_q5_0;
-    s_scalar.dot[SW_TYPE_Q5_1] = s_dot_q5_1;
-    s_scalar.dot[SW_TYPE_Q8_0] = s_dot_q8_0;
-    s_scalar.dot[SW_TYPE_Q4_K] = s_dot_q4_k;
-    s_scalar.dot[SW_TYPE_Q5_K] = s_dot_q5_k;
-    s_scalar.dot[SW_TYPE_Q6_K] = s_dot_q6_k;
-    s_scalar.tdot[SW_TYPE_Q4_K] = s_tdot_q4_k;
-    s_scalar.tdot[SW_TYPE_Q5_K] = s_tdot_q5_k;
-    s_scalar.tdot[SW_TYPE_Q6_K] = s_tdot_q6_k;
-    s_best = s_scalar;
+    struct sw_kernels *sc = &s_levels[SW_KLEVEL_SCALAR];
+    sc->dot[SW_TYPE_F32] = s_dot_f32;
+    sc->dot[SW_TYPE_F16] = s_dot_f16;
+    sc->dot[SW_TYPE_BF16] = s_dot_bf16;
+    sc->dot[SW_TYPE_Q4_0] = s_dot_q4_0;
+    sc->dot[SW_TYPE_Q4_1] = s_dot_q4_1;
+    sc->dot[SW_TYPE_Q5_0] = s_dot_q5_0;
+    sc->dot[SW_TYPE_Q5_1] = s_dot_q5_1;
+    sc->dot[SW_TYPE_Q8_0] = s_dot_q8_0;
+    sc->dot[SW_TYPE_Q4_K] = s_dot_q4_k;
+    sc->dot[SW_TYPE_Q5_K] = s_dot_q5_k;
+    sc->dot[SW_TYPE_Q6_K] = s_dot_q6_k;
+    sc->tdot[SW_TYPE_Q4_K] = s_tdot_q4_k;
+    sc->tdot[SW_TYPE_Q5_K] = s_tdot_q5_k;
+    sc->tdot[SW_TYPE_Q6_K] = s_tdot_q6_k;
     const char *env = getenv("SW_CPU");
-    int want_scalar = env != NULL && strcmp(env, "scalar") == 0;
+    enum sw_kernel_level cap = SW_KLEVEL_AVX512;
+    if (env != NULL && strcmp(env, "scalar") == 0)
+        cap = SW_KLEVEL_SCALAR;
+    else if (env != NULL && strcmp(env, "avx2") == 0)
+        cap = SW_KLEVEL_AVX2;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (!want_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+    if (cap >= SW_KLEVEL_AVX2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         s_cpu_has_f16c()) {
-        sw_kernels_avx2(&s_best);
-        s_best_name = "avx2";
-        s_best_avx2_quant = 1;
+        s_levels[SW_KLEVEL_AVX2] = *sc;
+        sw_kernels_avx2(&s_levels[SW_KLEVEL_AVX2]);
+        s_best_level = SW_KLEVEL_AVX2;
+        /* libgcc reports the AVX-512 features only when the OS saves the ZMM state */
+        if (cap >= SW_KLEVEL_AVX512 && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni")) {
+            s_levels[SW_KLEVEL_AVX512] = s_levels[SW_KLEVEL_AVX2];
+            sw_kernels_avx512(&s_levels[SW_KLEVEL_AVX512]);
+            s_best_level = SW_KLEVEL_AVX512;
+        }
     }
+#else
+    (void)cap;
 #endif
-    s_cur = &s_best;
-    s_cur_name = s_best_name;
-    s_use_avx2_quant = s_best_avx2_quant;
+    s_cur_level = s_best_level;
+    s_use_avx2_quant = s_cur_level >= SW_KLEVEL_AVX2;
 }
 
 static const struct sw_kernels *s_active(void)
 {
     pthread_once(&s_once, s_init);
-    return s_cur;
+    return &s_levels[s_cur_level];
 }
 
 void sw_quant_force_scalar(int on)
 {
     pthread_once(&s_once, s_init);
-    s_cur = on ? &s_scalar : &s_best;
-    s_cur_name = on ? "scalar" : s_best_name;
-    s_use_avx2_quant = on ? 0 : s_best_avx2_quant;
+    s_cur_level = on ? SW_KLEVEL_SCALAR : s_best_level;
+    s_use_avx2_quant = s_cur_level >= SW_KLEVEL_AVX2;
+}
+
+int sw_quant_force_level(enum sw_kernel_level l)
+{
+    pthread_once(&s_once, s_init);
+    if (l < SW_KLEVEL_SCALAR || l > s_best_level)
+        return -1;
+    s_cur_level = l;
+    s_use_avx2_quant = s_cur_level >= SW_KLEVEL_AVX2;
+    return 0;
+}
+
+enum sw_kernel_level sw_quant_level(void)
+{
+    pthread_once(&s_once, s_init);
+    return s_cur_level;
+}
+
+enum sw_kernel_level sw_quant_best_level(void)
+{
+    pthread_once(&s_once, s_init);
+    return s_best_level;
 }
 
 const char *sw_cpu_kernels(void)
 {
-    s_active();
-    return s_cur_name;
+    pthread_once(&s_once, s_init);
+    return s_level_names[s_cur_level];
 }
 
 void sw_vec_dot(enum sw_type t, int64_t n, float *s, const void *w, const void *x)
@@ -874,7 +911,9 @@ void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, 
     }
     if (o1 <= o0 || nr <= 0)
         return;
-    if (k->mmt[t] != NULL)
+    if (k->mmtw[t] != NULL && nr >= SW_MMTW_ROWS)
+        k->mmtw[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else if (k->mmt[t] != NULL)
         k->mmt[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
     else
         s_mm_generic(k->tdot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);

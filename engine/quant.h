@@ -14,11 +14,14 @@
  * sw_matmul() for n rows gives bit-identical results to n calls of
  * sw_vec_dot().
  *
- * Kernels are chosen once at start-up: AVX2+FMA+F16C when the CPU has them
- * (using AVX-VNNI's vpdpbusd when present, which yields the same integers),
- * portable scalar C otherwise (SW_CPU=scalar forces the fallback). Both
- * levels reproduce the arithmetic of GGML's AVX2 CPU kernels to the bit
- * (scripts/ggml_bits.sh checks it against a llama.cpp tree).
+ * Kernels are chosen once at start-up, the best level the CPU has: "avx512"
+ * (the AVX2 level plus AVX-512 VNNI kernels for sw_matmul_tiled's K-quants),
+ * "avx2" (AVX2+FMA+F16C, using AVX-VNNI's vpdpbusd when present, which yields
+ * the same integers), portable scalar C otherwise. SW_CPU=avx2 or
+ * SW_CPU=scalar caps the level. Every level reproduces the arithmetic of
+ * GGML's AVX2 CPU kernels to the bit (scripts/ggml_bits.sh checks it against
+ * a llama.cpp tree; tests/unit/test_quant.c checks the levels against each
+ * other).
  */
 #ifndef SW_QUANT_H
 #define SW_QUANT_H
@@ -114,13 +117,26 @@ void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, 
                      int64_t o1, const void *x, size_t x_stride, int nr, float *y,
                      int64_t y_stride);
 
-/* Which kernel level is active: "avx2" or "scalar". */
+/* Kernel levels, each a superset of the one before. */
+enum sw_kernel_level {
+    SW_KLEVEL_SCALAR = 0, // portable C
+    SW_KLEVEL_AVX2 = 1,   // AVX2 + FMA + F16C (+ AVX-VNNI where present)
+    SW_KLEVEL_AVX512 = 2, // the AVX2 level + AVX-512 VNNI tiled K-quant kernels
+};
+
+/* Which kernel level is active: "avx512", "avx2" or "scalar". */
 const char *sw_cpu_kernels(void);
+/* The active level, and the best one this CPU (and SW_CPU) allows. */
+enum sw_kernel_level sw_quant_level(void);
+enum sw_kernel_level sw_quant_best_level(void);
 
 /* Tests and benchmarks only: on != 0 switches to the scalar kernels, 0 back to
  * the best level the CPU (and SW_CPU) allow. Not safe while other threads run
  * kernels. */
 void sw_quant_force_scalar(int on);
+/* Tests and benchmarks only: switches to level l; -1 (and no change) when l is
+ * above sw_quant_best_level(). Not safe while other threads run kernels. */
+int sw_quant_force_level(enum sw_kernel_level l) __attribute__((warn_unused_result));
 
 #ifdef __cplusplus
 }

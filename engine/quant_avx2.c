@@ -815,6 +815,74 @@ void sw_quantize_q8_1_avx2(const float *x, void *vy, int64_t n)
     }
 }
 
+/* sw_quant_block_q8_k with AVX2, the very same operations per element: the
+ * largest |x| (NaN never wins, as in the scalar comparison), the first
+ * element that has it, iscale * x rounded through the 1.5 * 2^23 trick,
+ * capped at 127, the group sums in integers. */
+void sw_quantize_q8_k_avx2(const float *x, void *vy, int64_t n)
+{
+    sw_block_q8_k *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / SW_QK_K; b++, x += SW_QK_K) {
+        __m256 am = _mm256_setzero_ps();
+        for (int j = 0; j < SW_QK_K; j += 8)
+            am = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), am);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 av = _mm256_set1_ps(amax);
+        for (int j = 0; j < SW_QK_K; j += 8) {
+            const __m256 v = _mm256_loadu_ps(x + j);
+            const int m =
+                _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, v), av, _CMP_EQ_OQ));
+            if (m != 0) {
+                max = x[j + __builtin_ctz((unsigned)m)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 is = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.f);
+        const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000);
+        const __m256i cap = _mm256_set1_epi32(127);
+        const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+        __m256i s4[8]; // per 32 elements: the sums of 4 consecutive quants
+        for (int c = 0; c < 8; c++) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                const __m256 t =
+                    _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * c + 8 * k)), magic);
+                const __m256i i =
+                    _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(t), mant), half);
+                q[k] = _mm256_min_epi32(i, cap);
+            }
+            const __m256i p = s_pack8(q);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + 32 * c), p);
+            s4[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16);
+        }
+        int32_t g[16];
+        for (int c = 0; c < 8; c += 4) {
+            /* [c: lanes 0-3, c+1: 0-3, c+2, c+3 | the same of lanes 4-7] */
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s4[c], s4[c + 1]),
+                                                _mm256_hadd_epi32(s4[c + 2], s4[c + 3]));
+            int32_t t[8];
+            _mm256_storeu_si256((__m256i *)t, h);
+            for (int k = 0; k < 4; k++) {
+                g[2 * (c + k)] = t[k];
+                g[2 * (c + k) + 1] = t[4 + k];
+            }
+        }
+        for (int k = 0; k < 16; k++)
+            y[b].bsums[k] = (int16_t)g[k];
+        y[b].d = 1 / iscale;
+    }
+}
+
 int sw_cpu_has_avxvnni(void)
 {
     unsigned a, b, c, d;

@@ -95,15 +95,27 @@ struct sw_kernels {
     sw_mm_fn mm[SW_TYPE_COUNT];    // indexed by weight type
     sw_dot_fn tdot[SW_TYPE_COUNT]; // the tiled order (sw_matmul_tiled): K-quants only
     sw_mm_fn mmt[SW_TYPE_COUNT];   // its multi-row kernel
+    sw_mm_fn mmtw[SW_TYPE_COUNT];  // optional: its kernel for batches of SW_MMTW_ROWS rows or
+                                   // more (the same bits; faster when the rows are many)
 };
+
+/* Below this many activation rows the AVX-512 tiled kernels' unpacking of the
+ * weights costs more than it saves (bench_quant tiled: 8 rows of the 8960 x
+ * 1536 q4_K matrix 0.86x the AVX2 kernel's speed, 16 rows 1.03x). */
+#define SW_MMTW_ROWS 16
 
 /* Fills the AVX2+FMA+F16C kernels (quant_avx2.c); only call when the CPU has them. */
 void sw_kernels_avx2(struct sw_kernels *k);
+/* Adds the AVX-512 VNNI tiled K-quant kernels (quant_avx512.c) to an AVX2
+ * table (mmtw); only call when the CPU and OS have AVX512F/BW/VL/DQ and
+ * AVX512_VNNI. */
+void sw_kernels_avx512(struct sw_kernels *k);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
-/* Quantizes activations to Q8_0/Q8_1 with AVX2 (bit-identical to the scalar code). */
+/* Quantizes activations to Q8_0/Q8_1/Q8_K with AVX2 (bit-identical to the scalar code). */
 void sw_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
 void sw_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
+void sw_quantize_q8_k_avx2(const float *x, void *y, int64_t n);
 
 /* The 6-bit scale and minimum of sub-block j (0..7) of a q4_K/q5_K block. */
 SW_HD void sw_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)

@@ -19,7 +19,17 @@ Usage (from the repository root):
         --model models/SmolLM2-135M-Instruct.Q4_1.gguf --bin build/bin/shardwire --json out.json
 
 Needs a venv with llama-cpp-python and numpy (on AMX-reporting CPUs in a VM,
-build it without AMX: see scripts/ref/make_greedy_fixtures.py). OpenMP waits
+build it without AMX: see scripts/ref/make_greedy_fixtures.py), or, with
+--llama-bin (and when llama_cpp cannot be imported), llama.cpp's own programs
+as scripts/llama_peer.py builds them from the same sdist's vendored source:
+llama-bench times the prompt (-p N) and the generation after N tokens
+(-n M -d N), with --llama-fa (default off, llama-cpp-python's default and the
+attention shardwire reproduces) and --llama-repack (default 0: no weight
+repacking, the plain K-quant path; 1 = llama.cpp's repacked buffers); the
+prompt text of exactly N tokens comes from llama-tokenize.
+
+    python3 scripts/bench_engine.py --llama-bin auto --threads 2 --reps 3 --pp 128,512 \
+        --n-gen 32 --model models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf OpenMP waits
 are passive by default (--omp-wait-policy). shardwire is run as
     <bin> generate --greedy --model M -p PROMPT -n N --threads T --json
 which must print one JSON object {"text","tokens","n_prompt","n_gen","ttft_ms",
@@ -34,12 +44,16 @@ of exactly the N tokens llama.cpp evaluated; shardwire's own n_prompt is shown.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # only the llama-cpp-python side needs it
+    np = None
 
 PARAGRAPHS = [
     "The history of the printing press begins long before Gutenberg, with carved wooden blocks used to press "
@@ -111,6 +125,71 @@ class LlamaBench:
     def detok(self, toks):
         return self.llm.detokenize(list(toks)).decode("utf-8", "replace")
 
+    def prompt_text(self, n):
+        self.toks = getattr(self, "toks", {})
+        self.toks[n] = make_prompt_tokens(self.llm, n)
+        return self.detok(self.toks[n])
+
+    def warm_up(self, n):
+        self.run(self.toks[n][:16], 4)
+
+    def run_all(self, pps, n_gen):
+        return {n: self.run(self.toks[n], n_gen) for n in pps}
+
+    def describe(self):
+        import llama_cpp
+        return f"llama.cpp = llama-cpp-python {llama_cpp.__version__}"
+
+
+class LlamaBinBench:
+    """llama.cpp's programs: llama-bench for the times, llama-tokenize for the prompts."""
+
+    def __init__(self, bindir, model, threads, fa, repack):
+        self.bin, self.model, self.threads, self.fa, self.repack = bindir, model, threads, fa, repack
+
+    def _pieces(self, text):
+        r = subprocess.run([os.path.join(self.bin, "llama-tokenize"), "-m", self.model, "-p", text,
+                            "--log-disable"], capture_output=True, text=True, check=True)
+        out = []
+        for ln in r.stdout.splitlines():
+            m = re.match(r"^\s*(\d+) -> '(.*)'$", ln)
+            if m:
+                out.append(m.group(2))
+        return out
+
+    def prompt_text(self, n):
+        """Plain English text of exactly n llama.cpp tokens (paragraphs repeated as needed)."""
+        text, i = "", 0
+        while True:
+            text += (" " if text else "") + PARAGRAPHS[i % len(PARAGRAPHS)]
+            i += 1
+            pieces = self._pieces(text)
+            if len(pieces) >= n:
+                return "".join(pieces[:n])
+
+    def warm_up(self, n):
+        pass  # every llama-bench run is a fresh process with its own warm-up run
+
+    def describe(self):
+        return f"llama.cpp = llama-bench (-fa {self.fa} --repack {self.repack})"
+
+    def _bench(self, extra):
+        argv = [os.path.join(self.bin, "llama-bench"), "-m", self.model, "-t", str(self.threads),
+                "-r", "1", "-fa", self.fa, "--repack", self.repack, "-o", "json", *extra]
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"llama-bench exited {r.returncode}: {r.stderr.strip()[-500:]}")
+        return json.loads(r.stdout)
+
+    def run_all(self, pps, n_gen):
+        """{n: {"prefill_tok_s", "decode_tok_s"}} for every prompt length, one pass."""
+        res = {n: {"n_prompt": n, "n_gen": n_gen} for n in pps}
+        for t in self._bench(["-p", ",".join(map(str, pps)), "-n", "0"]):
+            res[t["n_prompt"]]["prefill_tok_s"] = t["avg_ts"]
+        for t in self._bench(["-p", "0", "-n", str(n_gen), "-d", ",".join(map(str, pps))]):
+            res[t["n_depth"]]["decode_tok_s"] = t["avg_ts"]
+        return res
+
 
 def run_shardwire(binary, model, prompt, n_gen, threads, timeout):
     cmd = [binary, "generate", "--greedy", "--model", model, "-p", prompt, "-n", str(n_gen), "--threads", str(threads), "--json"]
@@ -150,6 +229,11 @@ def main():
     ap.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
                     help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads (default passive: on a shared, "
                          "oversubscribed machine spinning waits make llama.cpp several times slower)")
+    ap.add_argument("--llama-bin", help="llama.cpp's programs instead of llama-cpp-python: a bin "
+                    "folder, or 'auto' (scripts/llama_peer.py builds or finds them); also used when "
+                    "llama_cpp cannot be imported")
+    ap.add_argument("--llama-fa", default="off", help="llama-bench -fa (default off)")
+    ap.add_argument("--llama-repack", default="0", help="llama-bench --repack (default 0)")
     args = ap.parse_args()
     if not os.path.isfile(args.model):
         sys.exit(f"bench_engine: no model at {args.model} (run scripts/fetch_model.sh first)")
@@ -159,32 +243,47 @@ def main():
 
     if args.omp_wait_policy != "unset":
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # read when libgomp loads
-    # llama.cpp is always loaded: it also makes the prompts (exact token counts).
-    lb = LlamaBench(args.model, args.threads, n_ctx=max(pps) + args.n_gen + 16, n_batch=max(pps) + 8)
+    if args.llama_bin is None:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            args.llama_bin = "auto"
+    if args.llama_bin == "auto":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import llama_peer
+        args.llama_bin = llama_peer.ensure()
+    if args.llama_bin is not None:
+        lb = LlamaBinBench(args.llama_bin, args.model, args.threads, args.llama_fa, args.llama_repack)
+    else:  # llama.cpp is always loaded: it also makes the prompts (exact token counts)
+        lb = LlamaBench(args.model, args.threads, n_ctx=max(pps) + args.n_gen + 16,
+                        n_batch=max(pps) + 8)
     use_llama = args.only in ("both", "llama")
     use_sw = args.only in ("both", "shardwire") and os.access(args.bin, os.X_OK)
     if args.only in ("both", "shardwire") and not use_sw:
         print(f"bench_engine: {args.bin} not found or not executable: shardwire column is n/a", file=sys.stderr)
 
-    prompts = {n: make_prompt_tokens(lb.llm, n) for n in pps}
+    prompts = {n: lb.prompt_text(n) for n in pps}
     results = {n: {"llama": [], "shardwire": []} for n in pps}
+    load0 = os.getloadavg()
     # one untimed warm-up of each engine (page in the mmap, spin up threads)
     if use_llama:
-        lb.run(prompts[pps[0]][:16], 4)
+        lb.warm_up(pps[0])
     if use_sw:
         try:
-            run_shardwire(args.bin, args.model, lb.detok(prompts[pps[0]][:16]), 4, args.threads, args.timeout)
+            run_shardwire(args.bin, args.model, prompts[pps[0]][:64], 4, args.threads, args.timeout)
         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
             print(f"bench_engine: shardwire warm-up failed ({e}): shardwire column is n/a", file=sys.stderr)
             use_sw = False
     for rep in range(args.reps):
+        if use_llama:
+            res = lb.run_all(pps, args.n_gen)
+            for n in pps:
+                results[n]["llama"].append(res[n])
         for n in pps:
-            if use_llama:
-                results[n]["llama"].append(lb.run(prompts[n], args.n_gen))
             if use_sw:
                 try:
                     results[n]["shardwire"].append(
-                        run_shardwire(args.bin, args.model, lb.detok(prompts[n]), args.n_gen, args.threads,
+                        run_shardwire(args.bin, args.model, prompts[n], args.n_gen, args.threads,
                                       args.timeout))
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     print(f"bench_engine: shardwire run failed: {e}", file=sys.stderr)
@@ -193,8 +292,9 @@ def main():
 
     load = os.getloadavg()
     print(f"model {os.path.basename(args.model)}, threads {args.threads}, reps {args.reps} (median), "
-          f"tg = {args.n_gen} tokens after the prompt, load average {load[0]:.2f} {load[1]:.2f} "
-          f"on {os.cpu_count()} CPUs, OMP_WAIT_POLICY {args.omp_wait_policy}")
+          f"{lb.describe()}, tg = {args.n_gen} tokens after the prompt, load average "
+          f"{load0[0]:.2f} at the start, {load[0]:.2f} {load[1]:.2f} at the end, on {os.cpu_count()} "
+          f"CPUs, OMP_WAIT_POLICY {args.omp_wait_policy}")
     print(f"{'test':<16}{'llama.cpp':>12}{'shardwire':>12}{'sw/llama':>10}   llama perf-ctr  sw n_prompt")
     summary = {}
     for n in pps:
@@ -208,13 +308,11 @@ def main():
                   f"{'n/a' if snp is None else int(snp)}")
             summary[label] = {"llama_tok_s": lv, "shardwire_tok_s": sv}
     if args.json:
-        import llama_cpp
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "threads": args.threads, "reps": args.reps, "n_gen": args.n_gen,
                        "loadavg": load, "n_cpus": os.cpu_count(), "omp_wait_policy": args.omp_wait_policy,
-                       "llama_cpp_python_version": llama_cpp.__version__, "summary": summary,
+                       "llama": lb.describe(), "summary": summary,
                        "samples": {str(n): results[n] for n in pps}}, f, indent=1)
-
 
 if __name__ == "__main__":
     main()

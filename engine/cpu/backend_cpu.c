@@ -26,6 +26,7 @@
 #include "backend_impl.h"
 #include "log.h"
 #include "op_math.h"
+#include "sw_limits.h"
 #include "threadpool.h"
 
 struct sw_buf {
@@ -682,6 +683,7 @@ static void s_attn_body(void *ctx, int ith, int nth)
     sw_f16 *prob = (void *)((char *)mine + a->n_ctx * 4); // (n_ctx) f16
     sw_f16 *q16 = prob + pad_ctx;                         // (head_dim) f16
     sw_f16 *vg = q16 + ((hd + 31) & ~31);                 // (n_ctx + 32) f16, tree gather
+    float *qf = (float *)(void *)(vg + pad_ctx + 32);     // (head_dim) f32: q16 as f32
     const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
@@ -708,14 +710,22 @@ static void s_attn_body(void *ctx, int ith, int nth)
         const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         s_to_f16(c, q, q16, hd);
         float max = -INFINITY;
+        /* The prompt order never has tree rows: slots [lo, n_pos), K rows
+         * kv_dim apart, V rows n_ctx apart, the dots 8 at a time. */
+        const int batched = a->prompt_order && c->avx2;
+        if (batched) {
+            sw_cpu_f16_to_f32_avx2(q16, qf, hd);
+            sw_cpu_dots_f16_tiled_avx2(kc + (size_t)lo * kv_dim + (size_t)g * hd, kv_dim,
+                                       n_pos - lo, qf, hd, score + lo);
+        }
         for (int p = 0; p < lo; p++)
             score[p] = -INFINITY;
         for (int p = lo; p < n_pos; p++) {
             const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
             const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
-            float s = !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
-                      : c->avx2        ? sw_cpu_dot_f16_tiled_avx2(krow, q16, hd)
-                                       : sw_dot_f16_tiled(krow, q16, hd);
+            float s = batched            ? score[p]
+                      : !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
+                                         : sw_dot_f16_tiled(krow, q16, hd);
             s *= a->scale;
             score[p] = s;
             if (s > max)
@@ -727,6 +737,16 @@ static void s_attn_body(void *ctx, int ith, int nth)
             score[p] *= inv;
         s_to_f16(c, score, prob, n_pos);
         float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        /* Hidden entries (below the sliding window) have probability 0 and
+         * add exact zeros: the V dots start at a multiple of 32 below it, on
+         * the same lanes. */
+        const int lo32 = lo & ~31;
+        if (batched) {
+            sw_cpu_f16_to_f32_avx2(prob + lo32, score + lo32, n_pos - lo32);
+            sw_cpu_dots_f16_tiled_avx2(vc + (size_t)g * hd * (size_t)a->n_ctx + lo32,
+                                       (size_t)a->n_ctx, hd, score + lo32, n_pos - lo32, out);
+            continue;
+        }
         /* A tree row reads V of its prefix in place up to a multiple of 32
          * and gathers the rest, so the sum runs in the chain's order. */
         const int lin32 = lin & ~31;
@@ -741,12 +761,8 @@ static void s_attn_body(void *ctx, int ith, int nth)
                 out[d] = s_dot_split(c, vrow, lin32, vg, prob, n_pos);
                 continue;
             }
-            /* Hidden entries have probability 0 and add exact zeros: start
-             * at a multiple of 32 below the window, on the same lanes. */
-            const int lo32 = lo & ~31;
             out[d] = !a->prompt_order ? s_dot_f16(c, vrow + lo32, prob + lo32, n_pos - lo32, 1)
-                     : c->avx2 ? sw_cpu_dot_f16_tiled_avx2(vrow + lo32, prob + lo32, n_pos - lo32)
-                               : sw_dot_f16_tiled(vrow + lo32, prob + lo32, n_pos - lo32);
+                                      : sw_dot_f16_tiled(vrow + lo32, prob + lo32, n_pos - lo32);
         }
     }
 }
@@ -799,7 +815,8 @@ static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
 
     const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
     size_t each = (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
-                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 + 64;
+                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 +
+                  (size_t)a->head_dim * 4 + 64;
     each = (each + 63) & ~(size_t)63;
     if (each > c->scratch_each) {
         void *p = aligned_alloc(64, each * (size_t)c->n_threads);
@@ -923,10 +940,13 @@ sw_backend_t *sw_backend_cpu_new(int n_threads)
     c->pool = sw_pool_new(n_threads);
     if (!c->pool)
         goto err;
-    c->avx2 = strcmp(sw_cpu_kernels(), "avx2") == 0;
+    c->avx2 = sw_quant_level() >= SW_KLEVEL_AVX2;
     be->ops = &s_cpu_ops;
     be->impl = c;
-    be->max_rows = 64;
+    /* A whole prompt window (512 rows) in one forward chunk: each weight is
+     * then read and unpacked once per window, not once per 64 rows (the
+     * results do not depend on the chunking). */
+    be->max_rows = SW_MODEL_PROMPT_WINDOW;
     snprintf(be->name, sizeof be->name, "cpu");
     snprintf(be->desc, sizeof be->desc, "cpu (%d thread%s, %s kernels)", n_threads,
              n_threads == 1 ? "" : "s", sw_cpu_kernels());

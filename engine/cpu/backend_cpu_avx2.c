@@ -93,6 +93,82 @@ float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n)
     return _mm_cvtss_f32(x);
 }
 
+/* Lanes summed as sw_cpu_dot_f16_tiled_avx2 does, for 8 accumulators at
+ * once: out[k] = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) of acc[k]. The same
+ * additions of the same pairs (addition commutes bit for bit), so the same
+ * bits. */
+static void s_hsum8x8(const __m256 acc[8], float *out, int k)
+{
+    __m256 b[4], c[2];
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm256_add_ps(_mm256_permute2f128_ps(acc[2 * i], acc[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(acc[2 * i], acc[2 * i + 1], 0x31));
+    /* b[i] = [r0..r3 of acc 2i | r0..r3 of acc 2i+1], r_j = l_j + l_(j+4) */
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* c[i] = [r0+r2, r1+r3 of acc 4i, of acc 4i+2 | of acc 4i+1, of acc 4i+3] */
+    const __m256 d = _mm256_hadd_ps(c[0], c[1]); // accs 0 2 4 6 | 1 3 5 7
+    const __m256 o = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (k == 8) {
+        _mm256_storeu_ps(out, o);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, o);
+    memcpy(out, t, (size_t)k * sizeof *t);
+}
+
+void sw_cpu_dots_f16_tiled_avx2(const sw_f16 *a, size_t a_stride, int na, const float *b, int n,
+                                float *out)
+{
+    const int n8 = n & ~7;
+    float tb[8] = {0};
+    if (n8 < n)
+        memcpy(tb, b + n8, (size_t)(n - n8) * sizeof *tb);
+    for (int j = 0; j < na; j += 8) {
+        const int k = na - j < 8 ? na - j : 8;
+        const sw_f16 *r[8];
+        __m256 acc[8];
+        for (int i = 0; i < 8; i++) {
+            r[i] = a + (size_t)(j + (i < k ? i : 0)) * a_stride;
+            acc[i] = _mm256_setzero_ps();
+        }
+        if (k == 8) {
+            for (int i = 0; i < n8; i += 8) {
+                const __m256 bv = _mm256_loadu_ps(b + i);
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++)
+                    acc[q] = _mm256_fmadd_ps(s_load8(r[q] + i), bv, acc[q]);
+            }
+        } else {
+            for (int i = 0; i < n8; i += 8) {
+                const __m256 bv = _mm256_loadu_ps(b + i);
+                for (int q = 0; q < k; q++)
+                    acc[q] = _mm256_fmadd_ps(s_load8(r[q] + i), bv, acc[q]);
+            }
+        }
+        if (n8 < n) {
+            const __m256 bv = _mm256_loadu_ps(tb);
+            for (int q = 0; q < k; q++) {
+                sw_f16 ta[8] = {0};
+                memcpy(ta, r[q] + n8, (size_t)(n - n8) * sizeof *ta);
+                acc[q] = _mm256_fmadd_ps(s_load8(ta), bv, acc[q]);
+            }
+        }
+        s_hsum8x8(acc, out + j, k);
+    }
+}
+
+void sw_cpu_f16_to_f32_avx2(const sw_f16 *x, float *y, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, s_load8(x + i));
+    for (; i < n; i++)
+        y[i] = _cvtsh_ss(x[i]);
+}
+
 void sw_cpu_f32_to_f16_avx2(const float *x, sw_f16 *y, int n)
 {
     int i = 0;

@@ -21,11 +21,18 @@ float sw_cpu_dot_f16_avx2(const sw_f16 *a, const sw_f16 *b, int n, int pad32); /
 float sw_cpu_dot2_f16_avx2(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n);
 float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n);
 void sw_cpu_f32_to_f16_avx2(const float *x, sw_f16 *y, int n);
+void sw_cpu_f16_to_f32_avx2(const sw_f16 *x, float *y, int n); // exact
 /* dot(a, b) over n f16 values the way GGML's batched (llamafile tinyBLAS)
  * path does it: one accumulator of eight f32 lanes takes 8 elements per step
  * (the tail zero-padded), lanes summed as ((l0+l4)+(l2+l6)) +
  * ((l1+l5)+(l3+l7)). */
 float sw_cpu_dot_f16_tiled_avx2(const sw_f16 *a, const sw_f16 *b, int n); // sw_dot_f16_tiled
+/* out[j] = sw_cpu_dot_f16_tiled_avx2(a + j * a_stride, b16, n) for j < na, where
+ * b holds the f16 values b16 as f32 (exact): the same bits, with 8 rows in
+ * flight at a time (one accumulator chain per dot is bound by the latency of
+ * its multiply-adds) and b converted once. */
+void sw_cpu_dots_f16_tiled_avx2(const sw_f16 *a, size_t a_stride, int na, const float *b, int n,
+                                float *out);
 
 /* exp(x) for 8 values with GGML's vectorised approximation (ggml_v_expf);
  * the scalar twin computes the same roundings one value at a time. */

@@ -6,8 +6,12 @@
  * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0, with each batch's
  * time as a multiple of the nr = 1 time). Not a test: prints a table.
  *
- *   bench_quant [min_seconds_per_case [smol|qwen|all [threads [type]]]]
- *   (defaults: 0.15, all, 1, every type; type is a name like q4_K)
+ * A third set, "tiled", times sw_matmul_tiled (prompt windows of K-quant
+ * weights) at each kernel level from AVX2 up on the 1.5B's matrices.
+ *
+ *   bench_quant [min_seconds_per_case [smol|qwen|tiled|all [threads [type]]]]
+ *   (defaults: 0.15, all, 1, every type; type is a name like q4_K; "all" is
+ *   smol and qwen)
  */
 #include "quant.h"
 #include "threadpool.h"
@@ -35,6 +39,7 @@ struct job {
     int nr;           // activation rows
     float *y;         // nr x rows
     int plain;        // 1: sw_vec_dot loop instead of sw_matmul
+    int tiled;        // 1: sw_matmul_tiled (the prompt windows' K-quant order)
 };
 
 static void s_body(void *ctx, int ith, int nth)
@@ -51,7 +56,8 @@ static void s_body(void *ctx, int ith, int nth)
                 sw_vec_dot(j->t, j->n, &j->y[r * j->rows + o], j->w + o * j->w_stride,
                            j->x + r * j->x_stride);
     } else {
-        sw_matmul(j->t, j->n, j->w, j->w_stride, o0, o1, j->x, j->x_stride, j->nr, j->y, j->rows);
+        (j->tiled ? sw_matmul_tiled : sw_matmul)(j->t, j->n, j->w, j->w_stride, o0, o1, j->x,
+                                                 j->x_stride, j->nr, j->y, j->rows);
     }
 }
 
@@ -144,15 +150,15 @@ static int s_random_blocks(enum sw_type t, uint8_t *row, int64_t n)
     return 0;
 }
 
-/* Random weights (rows x n of type t) and 64 activation rows; 0 or -1. */
-static int s_make(enum sw_type t, int64_t rows, int64_t n, uint8_t **w, uint64_t *wsb, uint8_t **x,
-                  uint64_t *xsb)
+/* Random weights (rows x n of type t) and nx activation rows; 0 or -1. */
+static int s_make(enum sw_type t, int64_t rows, int64_t n, int nx, uint8_t **w, uint64_t *wsb,
+                  uint8_t **x, uint64_t *xsb)
 {
     enum sw_type at = sw_type_vec_dot(t);
     if (sw_type_row_bytes(t, n, wsb) != 0 || sw_type_row_bytes(at, n, xsb) != 0)
         return -1;
     *w = malloc(*wsb * rows);
-    *x = malloc(*xsb * 64);
+    *x = malloc(*xsb * nx);
     float *f = malloc(sizeof(float) * n);
     if (*w == NULL || *x == NULL || f == NULL) {
         free(f);
@@ -166,7 +172,7 @@ static int s_make(enum sw_type t, int64_t rows, int64_t n, uint8_t **w, uint64_t
             s_random_blocks(t, *w + o * *wsb, n) != 0)
             return -1;
     }
-    for (int r = 0; r < 64; r++) {
+    for (int r = 0; r < nx; r++) {
         for (int64_t i = 0; i < n; i++)
             f[i] = (float)rand() / RAND_MAX - 0.5f;
         if (sw_quantize_row(at, f, *x + r * *xsb, n) != 0)
@@ -197,11 +203,11 @@ static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
             continue;
         const int64_t rows = cases[ci].rows, n = cases[ci].n;
         float *y = malloc(sizeof(float) * rows * 64);
-        if (y == NULL || s_make(cases[ci].t, rows, n, &w, &wsb, &x, &xsb) != 0)
+        if (y == NULL || s_make(cases[ci].t, rows, n, 64, &w, &wsb, &x, &xsb) != 0)
             return -1;
         double one = 0.0;
         for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
-            struct job j = {cases[ci].t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0};
+            struct job j = {cases[ci].t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0, 0};
             double sec = s_time(pool, &j, min_s);
             if (ni == 0)
                 one = sec;
@@ -217,6 +223,64 @@ static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
     return 0;
 }
 
+/* The prompt windows' K-quant matmul (sw_matmul_tiled) on Qwen2.5-Coder-1.5B's
+ * matrices, at every kernel level from AVX2 up, side by side: time per call
+ * and integer multiply-adds per second. */
+static int s_tiled(sw_pool_t *pool, double min_s, const char *only)
+{
+    const struct {
+        enum sw_type t;
+        int64_t rows, n;
+    } cases[] = {
+        {SW_TYPE_Q4_K, 1536, 1536},
+        {SW_TYPE_Q4_K, 8960, 1536},
+        {SW_TYPE_Q5_K, 1536, 1536},
+        {SW_TYPE_Q6_K, 1536, 8960},
+    };
+    const int nrs[] = {8, 16, 64, 512};
+    const enum sw_kernel_level best = sw_quant_best_level();
+    printf("%-5s %6s %5s %3s %3s", "type", "rows", "n", "nr", "thr");
+    for (int l = SW_KLEVEL_AVX2; l <= (int)best; l++) {
+        if (sw_quant_force_level((enum sw_kernel_level)l) != 0)
+            return -1;
+        printf(" %8s us %6s GMAC/s", sw_cpu_kernels(), "");
+    }
+    printf(" %8s\n", "speed-up");
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        uint8_t *w, *x;
+        uint64_t wsb, xsb;
+        if (only != NULL && strcmp(only, sw_type_name(cases[ci].t)) != 0)
+            continue;
+        const int64_t rows = cases[ci].rows, n = cases[ci].n;
+        float *y = malloc(sizeof(float) * rows * 512);
+        if (y == NULL || s_make(cases[ci].t, rows, n, 512, &w, &wsb, &x, &xsb) != 0)
+            return -1;
+        for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+            struct job j = {cases[ci].t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0, 1};
+            printf("%-5s %6lld %5lld %3d %3d", sw_type_name(cases[ci].t), (long long)rows,
+                   (long long)n, nrs[ni], sw_pool_size(pool));
+            double first = 0.0, last = 0.0;
+            for (int l = SW_KLEVEL_AVX2; l <= (int)best; l++) {
+                if (sw_quant_force_level((enum sw_kernel_level)l) != 0)
+                    return -1;
+                // fewer repetitions for the big batches: each call is long already
+                double sec = s_time(pool, &j, nrs[ni] >= 64 ? min_s * 2 : min_s);
+                if (l == SW_KLEVEL_AVX2)
+                    first = sec;
+                last = sec;
+                printf(" %11.1f %13.1f", sec * 1e6, (double)rows * n * nrs[ni] / sec / 1e9);
+            }
+            printf(" %7.2fx\n", first / last);
+            fflush(stdout);
+        }
+        free(w);
+        free(x);
+        free(y);
+    }
+    sw_quant_force_scalar(0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double min_s = argc > 1 ? atof(argv[1]) : 0.15;
@@ -227,6 +291,15 @@ int main(int argc, char **argv)
     if (qthreads < 1 || qthreads > 64)
         qthreads = 1;
     printf("kernels: %s\n", sw_cpu_kernels());
+    if (strcmp(set, "tiled") == 0) {
+        sw_pool_t *pool = sw_pool_new(qthreads);
+        if (pool == NULL || s_tiled(pool, min_s, argc > 4 ? argv[4] : NULL) != 0) {
+            fprintf(stderr, "bench_quant: tiled set failed\n");
+            return 1;
+        }
+        sw_pool_destroy(&pool);
+        return 0;
+    }
     if (strcmp(set, "smol") != 0) {
         sw_pool_t *pool = sw_pool_new(qthreads);
         if (pool == NULL || s_qwen(pool, min_s, argc > 4 ? argv[4] : NULL) != 0) {
@@ -276,7 +349,7 @@ int main(int argc, char **argv)
             }
             for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
                 for (int th = 1; th <= 2; th++) {
-                    struct job j = {t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0};
+                    struct job j = {t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0, 0};
                     double sec = s_time(pools[th - 1], &j, min_s);
                     j.plain = 1;
                     double plain = s_time(pools[th - 1], &j, min_s);

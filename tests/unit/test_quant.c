@@ -720,7 +720,12 @@ static void test_shared_math(void)
         uint8_t *row = s_row_alloc(acts[a], n, 1, &rs), *blk = s_row_alloc(acts[a], n, 1, &rs);
         for (int trial = 0; trial < 20; trial++) {
             for (int64_t i = 0; i < n; i++)
-                x[i] = trial == 0 ? 0.0f : s_uniform(-3.0f, 3.0f) * (trial % 3 ? 1.0f : 100.0f);
+                x[i] = trial == 0   ? 0.0f
+                       : trial == 1 ? (i % 5 == 3   ? -2.5f
+                                       : i % 7 == 1 ? 2.5f
+                                                    : 0.5f)            // ties
+                       : trial == 2 ? (i % 256 == 255 ? 1e-30f : 0.0f) // one tiny value
+                                    : s_uniform(-3.0f, 3.0f) * (trial % 3 ? 1.0f : 100.0f);
             SW_CHECK(sw_quantize_row(acts[a], x, row, n) == 0);
             for (int64_t b = 0; b < n / qk; b++) {
                 if (acts[a] == SW_TYPE_Q8_0)
@@ -760,7 +765,7 @@ static void test_shared_math(void)
             const float split = (float)sum;
             bad_dot += memcmp(&split, &ref, sizeof ref) != 0;
 #ifdef HAVE_X86
-            if (!strcmp(sw_cpu_kernels(), "avx2")) {
+            if (sw_quant_level() >= SW_KLEVEL_AVX2) {
                 const float v = sw_cpu_dot_f16_avx2(a, b, n, pad);
                 bad_dot += memcmp(&v, &ref, sizeof ref) != 0;
             }
@@ -776,7 +781,7 @@ static void test_shared_math(void)
         const float tsplit = sw_hsum8(lane);
         bad_dot += memcmp(&tsplit, &tref, sizeof tref) != 0;
 #ifdef HAVE_X86
-        if (!strcmp(sw_cpu_kernels(), "avx2")) {
+        if (sw_quant_level() >= SW_KLEVEL_AVX2) {
             const float v = sw_cpu_dot_f16_tiled_avx2(a, b, n);
             bad_dot += memcmp(&v, &tref, sizeof tref) != 0;
         }
@@ -785,8 +790,35 @@ static void test_shared_math(void)
     SW_CHECK_INT(bad_dot, 0);
 
 #ifdef HAVE_X86
+    /* The prompt attention's dots 8 rows at a time = one at a time, bit for
+     * bit: row counts around multiples of 8, lengths with and without a tail,
+     * rows wider than n whose extra elements are NaN (never read). */
+    if (sw_quant_level() >= SW_KLEVEL_AVX2) {
+        enum { W = 304, NR = 19 };
+        sw_f16 *rows = malloc(sizeof(sw_f16) * W * NR);
+        float bf[W], out[NR];
+        int bad_dots = 0;
+        for (int trial = 0; trial < 120; trial++) {
+            const int n = trial < 3 ? 8 * (trial + 1) : 1 + (int)(s_rand() % 299);
+            const int na = 1 + trial % NR;
+            for (int i = 0; i < W * NR; i++)
+                rows[i] = (i % W) < n ? sw_f32_to_f16(s_uniform(-3.0f, 3.0f)) : (sw_f16)0x7E00;
+            for (int i = 0; i < n; i++) {
+                b[i] = sw_f32_to_f16(trial % 4 ? s_uniform(0.0f, 1.0f) : s_uniform(-9.0f, 9.0f));
+                bf[i] = sw_h2f(b[i]);
+            }
+            sw_cpu_dots_f16_tiled_avx2(rows, W, na, bf, n, out);
+            for (int j = 0; j < na; j++) {
+                const float want = sw_dot_f16_tiled(rows + j * W, b, n);
+                bad_dots += memcmp(&out[j], &want, sizeof want) != 0;
+            }
+        }
+        SW_CHECK_INT(bad_dots, 0);
+        free(rows);
+    }
+
     /* GGML's exp: the scalar code = the AVX2 kernel, including the slow paths. */
-    if (!strcmp(sw_cpu_kernels(), "avx2")) {
+    if (sw_quant_level() >= SW_KLEVEL_AVX2) {
         int bad_exp = 0;
         for (int trial = 0; trial < 4000; trial++) {
             float v[8], e[8];
@@ -923,6 +955,153 @@ static void test_matmul_tiled(void)
     }
 }
 
+/* A K-quant row at the integer extremes: every quant at its largest value,
+ * every scale and minimum at its largest (q6_K: alternately -128 and 127),
+ * the super-scales small; the tiled kernels' int32 totals are then as large
+ * as real weights can make them. */
+static void s_extreme_row(enum sw_type t, uint8_t *row, int64_t n)
+{
+    uint64_t bytes;
+    if (sw_type_row_bytes(t, n, &bytes) != 0)
+        abort();
+    memset(row, 0xFF, (size_t)bytes);
+    const size_t bb = sw_type_block_bytes(t);
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t *p = row + b * bb;
+        if (t == SW_TYPE_Q6_K) {
+            for (int j = 0; j < 16; j++)
+                p[192 + j] = j & 1 ? 0x7F : 0x80;
+            s_put_h(p + 208, 0.0005f);
+        } else {
+            s_put_h(p, 0.001f);
+            s_put_h(p + 2, 0.002f);
+        }
+    }
+}
+
+/* Each kernel level's sw_matmul_tiled against the scalar level's one-pair
+ * results, bit for bit, on shapes that miss every blocking boundary of the
+ * SIMD kernels: rows of 1, 3, 5 and 9 super-blocks (the AVX-512 kernel works
+ * in slabs of 4), output ranges that start and end inside its panels of 16
+ * weight rows and tiles of 32, 16 to 40 activation rows (it takes them 8 at a
+ * time; below SW_MMTW_ROWS = 16 the AVX2 kernel runs), a y stride wider than
+ * the output, and random as well as extreme weights and activations. */
+static void test_tiled_levels(void)
+{
+    const enum sw_type types[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    const int64_t ns[] = {256, 768, 1280, 2304};
+    const int rows = 53, nx = 40, nrs[] = {16, 17, 23, 24, 25, 33, 40, 8, 12};
+    const int ranges[][2] = {{0, 53}, {3, 50}, {16, 32}, {17, 18}, {5, 37}, {31, 53}};
+    const enum sw_kernel_level best = sw_quant_best_level();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            for (int extreme = 0; extreme < 2; extreme++) {
+                const enum sw_type t = types[ti];
+                const int64_t n = ns[ni], ys = rows + 5;
+                size_t ws, xs;
+                uint8_t *w = s_row_alloc(t, n, rows, &ws);
+                uint8_t *xq = s_row_alloc(SW_TYPE_Q8_K, n, nx, &xs);
+                float *xf = malloc(n * sizeof(float)), *ref = malloc(sizeof(float) * rows * nx);
+                float *y = malloc(sizeof(float) * ys * nx);
+                for (int o = 0; o < rows; o++) {
+                    if (extreme)
+                        s_extreme_row(t, w + o * ws, n);
+                    else
+                        s_random_row(t, w + o * ws, n);
+                }
+                for (int r = 0; r < nx; r++) {
+                    for (int64_t i = 0; i < n; i++)
+                        xf[i] = extreme ? ((i + r) % 3 == 0 ? -1.0f : 1.0f)
+                                        : s_uniform(-2.0f, 2.0f) * (r % 3 ? 1.0f : 30.0f);
+                    SW_CHECK(sw_quantize_row(SW_TYPE_Q8_K, xf, xq + r * xs, n) == 0);
+                }
+                sw_quant_force_scalar(1);
+                for (int r = 0; r < nx; r++)
+                    for (int o = 0; o < rows; o++)
+                        sw_matmul_tiled(t, n, w, ws, o, o + 1, xq + r * xs, xs, 1, ref + r * rows,
+                                        rows);
+                for (int lv = SW_KLEVEL_AVX2; lv <= (int)best; lv++) {
+                    SW_CHECK(sw_quant_force_level((enum sw_kernel_level)lv) == 0);
+                    int bad = 0;
+                    for (size_t q = 0; q < sizeof nrs / sizeof nrs[0]; q++) {
+                        const int o0 = ranges[q % 6][0], o1 = ranges[q % 6][1];
+                        for (int64_t i = 0; i < ys * nx; i++)
+                            y[i] = -12345.0f;
+                        sw_matmul_tiled(t, n, w, ws, o0, o1, xq, xs, nrs[q], y, ys);
+                        for (int r = 0; r < nx; r++)
+                            for (int o = 0; o < ys; o++) {
+                                const int in = r < nrs[q] && o >= o0 && o < o1;
+                                const float want = in ? ref[r * rows + o] : -12345.0f;
+                                bad += memcmp(&y[r * ys + o], &want, 4) != 0;
+                            }
+                    }
+                    if (bad)
+                        fprintf(stderr, "tiled %s n=%lld%s (%s): %d mismatches\n", sw_type_name(t),
+                                (long long)n, extreme ? " extreme" : "", sw_cpu_kernels(), bad);
+                    SW_CHECK_INT(bad, 0);
+                }
+                sw_quant_force_scalar(0);
+                free(w);
+                free(xq);
+                free(xf);
+                free(ref);
+                free(y);
+            }
+        }
+    }
+}
+
+/* Start-up dispatch picks the best level the CPU offers: AVX-512 (F, BW, VL,
+ * DQ and VNNI, as /proc/cpuinfo lists them) when it is there, else AVX2 with
+ * FMA and F16C; SW_CPU caps it. */
+static void test_dispatch(void)
+{
+    char line[8192];
+    int f512 = 0, favx2 = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL) {
+        fprintf(stderr, "dispatch: no /proc/cpuinfo, not checked\n");
+        return;
+    }
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "flags", 5) != 0)
+            continue;
+        const char *want512[] = {" avx512f ", " avx512bw ", " avx512vl ", " avx512dq ",
+                                 " avx512_vnni "};
+        const char *want2[] = {" avx2 ", " fma ", " f16c "};
+        char *nl = strchr(line, '\n');
+        if (nl != NULL)
+            strcpy(nl, " ");
+        f512 = favx2 = 1;
+        for (size_t i = 0; i < sizeof want512 / sizeof want512[0]; i++)
+            f512 &= strstr(line, want512[i]) != NULL;
+        for (size_t i = 0; i < sizeof want2 / sizeof want2[0]; i++)
+            favx2 &= strstr(line, want2[i]) != NULL;
+        break;
+    }
+    fclose(f);
+    const char *env = getenv("SW_CPU");
+    enum sw_kernel_level want = f512 && favx2 ? SW_KLEVEL_AVX512
+                                : favx2       ? SW_KLEVEL_AVX2
+                                              : SW_KLEVEL_SCALAR;
+    if (env != NULL && strcmp(env, "scalar") == 0)
+        want = SW_KLEVEL_SCALAR;
+    else if (env != NULL && strcmp(env, "avx2") == 0 && want > SW_KLEVEL_AVX2)
+        want = SW_KLEVEL_AVX2;
+    fprintf(stderr, "dispatch: cpuinfo says %s, SW_CPU %s, best level %s\n",
+            f512 && favx2 ? "avx512"
+            : favx2       ? "avx2"
+                          : "scalar",
+            env ? env : "unset", sw_cpu_kernels());
+    SW_CHECK_INT((int)sw_quant_best_level(), (int)want);
+    SW_CHECK_INT((int)sw_quant_level(), (int)want);
+    SW_CHECK(sw_quant_force_level((enum sw_kernel_level)(want + 1)) == -1 ||
+             want == SW_KLEVEL_AVX512);
+    SW_CHECK(sw_quant_force_level(SW_KLEVEL_SCALAR) == 0 && !strcmp(sw_cpu_kernels(), "scalar"));
+    sw_quant_force_scalar(0);
+    SW_CHECK_INT((int)sw_quant_level(), (int)want);
+}
+
 int main(void)
 {
     fprintf(stderr, "kernels: %s\n", sw_cpu_kernels());
@@ -933,6 +1112,8 @@ int main(void)
     test_vec_dot();
     test_matmul_bit_identical();
     test_matmul_tiled();
+    test_tiled_levels();
+    test_dispatch();
     test_matmul_long_rows();
     test_shared_math();
     return sw_test_done();

@@ -1,0 +1,356 @@
+/*
+ * quant_avx512.c - AVX-512 VNNI kernels for the tiled K-quant order
+ * (sw_matmul_tiled: q4_K, q5_K, q6_K weights against q8_K activations, the
+ * prompt windows of 8 rows or more). Compiled with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512dq -mavx512vnni; quant.c only calls in here after
+ * checking the CPU (and the OS's ZMM state) at start-up.
+ *
+ * The tiled order fixes only this per (weight row, activation row) pair and
+ * super-block: the exact int32 total t of the block's dot product with the
+ * sub-block scales applied, for q4_K/q5_K the exact total m of the minimums
+ * times the activation's sub-block sums, then
+ *
+ *   r = d_w * float(t);  r = fma(-dmin_w, float(m), r);  y = fma(r, d_x, y)
+ *
+ * over the super-blocks in order. How the integers are formed is free (they
+ * are exact), so this file forms them the fast way: the weights of 16 rows
+ * are unpacked once into bytes laid out [4-element group][row][4 bytes] (one
+ * zmm = the same 4 elements of 16 rows), and vpdpbusd multiplies that with the
+ * activation's 4 bytes broadcast from the q8_K row as it is: 64 exact
+ * products a instruction, one int32 lane per weight row. The sub-block scale
+ * is applied to each sub-block's total (vpmulld), the minimums and q6_K's -32
+ * offset through the activation's bsums (vpdpwssd); the three float operations
+ * then run on 16 weight rows at once, in exactly the order above. So every
+ * element is bit-identical to the scalar and AVX2 sw_matmul_tiled
+ * (tests/unit/test_quant.c checks it, every type, odd shapes).
+ *
+ * Blocking: weight rows in tiles of 32 (2 panels of 16) and the reduction in
+ * slabs of 4 super-blocks; a tile's slab is unpacked once (45 KiB of stack) and serves
+ * every activation row; activation rows go 1..8 at a time through each panel,
+ * their partial sums kept in registers over the slab and in y between slabs
+ * (y holds exact floats, so storing and reloading it changes nothing).
+ */
+#include "quant.h"
+#include "quant_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* The kernels spell out where the tiled order fuses a multiply-add; the
+ * compiler must not fuse others. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
+#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
+#endif
+
+#define SW_AI static inline __attribute__((always_inline))
+
+enum { K_Q4_K, K_Q5_K, K_Q6_K };
+
+#define S_PANEL 16 // weight rows per panel: the 16 int32 lanes of a zmm
+#define S_SLAB 4   // super-blocks per slab
+#define S_PANELS 2 // panels per tile (32 weight rows)
+#define S_AROWS 8  // most activation rows per microtile (24 zmm of sums)
+
+/* One super-block of a panel, unpacked. 5760 bytes, a multiple of 64. */
+struct s_psb {
+    uint8_t q[64][S_PANEL][4]; // group g, lane i: elements 4g..4g+3 of row i, unsigned
+                               // (q4_K 0..15, q5_K 0..31, q6_K 0..63 before its -32)
+    int32_t sc[16][S_PANEL];   // sub-block scales (q4_K/q5_K: 8 of 0..63; q6_K: 16, signed)
+    int32_t mp[8][S_PANEL];    // int16 pairs: q4_K/q5_K the minimums of sub-blocks 2p, 2p+1
+                               // (4 used); q6_K the scales of its sub-blocks 2p, 2p+1
+    float d[S_PANEL];          // super-scale
+    float dmin[S_PANEL];       // q4_K/q5_K: super-scale of the minimums
+};
+_Static_assert(sizeof(struct s_psb) % 64 == 0, "panel blocks stay 64-byte aligned");
+
+SW_AI uint32_t s_u32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+SW_AI float s_h(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return _cvtsh_ss(v);
+}
+
+SW_AI __m512i s_join(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Elements 64c..64c+63 of one super-block of a weight row, unsigned bytes. */
+SW_AI __m512i s_chunk(int kind, const uint8_t *blk, int c)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    if (kind == K_Q6_K) {
+        /* element 128h + l, l < 32: ql[64h + l] low nibble, qh[32h + l] bits 1..0;
+         * + 32: ql[64h + 32 + l] low, bits 3..2; + 64: ql[64h + l] high, bits 5..4;
+         * + 96: ql[64h + 32 + l] high, bits 7..6 */
+        const sw_block_q6_k *b = (const sw_block_q6_k *)blk;
+        const int h = c >> 1, up = c & 1;
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        const __m256i bb = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        const __m256i m3 = _mm256_set1_epi8(3);
+        __m256i lo = up ? _mm256_srli_epi16(a, 4) : a;
+        __m256i hi = up ? _mm256_srli_epi16(bb, 4) : bb;
+        lo = _mm256_or_si256(
+            _mm256_and_si256(lo, m4),
+            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, up ? 4 : 0), m3), 4));
+        hi = _mm256_or_si256(
+            _mm256_and_si256(hi, m4),
+            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, up ? 6 : 2), m3), 4));
+        return s_join(lo, hi);
+    }
+    /* q4_K/q5_K: chunk c's 32 bytes hold sub-block 2c in the low nibbles and
+     * 2c + 1 in the high; q5_K's 5th bit of element 32s + l is bit s of qh[l] */
+    const uint8_t *qs = blk + (kind == K_Q5_K ? 48 : 16) + 32 * c;
+    const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
+    __m256i lo = _mm256_and_si256(v, m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (kind == K_Q5_K) {
+        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+    }
+    return s_join(lo, hi);
+}
+
+/* In place: v[i] dword j -> v[j] dword i (a 16 x 16 int32 transpose). */
+SW_AI void s_transpose16(__m512i v[16])
+{
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    /* per 128-bit lane L: u[4k + e] = dword 4L + e of rows 4k..4k+3 */
+    __m512i u[16];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        u[4 * k + 0] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512i w0 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i w1 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i w3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        v[e] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(2, 0, 2, 0));      // 128-bit lane 0
+        v[4 + e] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(2, 0, 2, 0));  // lane 1
+        v[8 + e] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(3, 1, 3, 1));  // lane 2
+        v[12 + e] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(3, 1, 3, 1)); // lane 3
+    }
+}
+
+/* Unpacks super-block b of rows [0, nrows) (nrows <= 16; w: row 0, ws bytes
+ * apart) into p; the lanes of missing rows are zero. */
+SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b, struct s_psb *p)
+{
+    const size_t bsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
+    const uint8_t *blk[S_PANEL];
+    for (int i = 0; i < S_PANEL; i++)
+        blk[i] = w + (size_t)(i < nrows ? i : 0) * ws + (size_t)b * bsz;
+    for (int c = 0; c < 4; c++) {
+        __m512i v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < S_PANEL; i++)
+            v[i] = i < nrows ? s_chunk(kind, blk[i], c) : _mm512_setzero_si512();
+        s_transpose16(v);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            _mm512_store_si512((__m512i *)p->q[16 * c + j], v[j]);
+    }
+    for (int i = 0; i < S_PANEL; i++) {
+        if (i >= nrows) {
+            for (int s = 0; s < 16; s++)
+                p->sc[s][i] = 0;
+            for (int s = 0; s < 8; s++)
+                p->mp[s][i] = 0;
+            p->d[i] = p->dmin[i] = 0.0f;
+            continue;
+        }
+        if (kind == K_Q6_K) {
+            const sw_block_q6_k *q6 = (const sw_block_q6_k *)blk[i];
+            for (int s = 0; s < 16; s++)
+                p->sc[s][i] = q6->scales[s];
+            for (int s = 0; s < 8; s++)
+                p->mp[s][i] = (int32_t)((uint32_t)(uint16_t)(int16_t)q6->scales[2 * s] |
+                                        (uint32_t)(uint16_t)(int16_t)q6->scales[2 * s + 1] << 16);
+            p->d[i] = s_h((const uint8_t *)&q6->d);
+            p->dmin[i] = 0.0f;
+        } else {
+            uint8_t sc[8], mn[8];
+            for (int s = 0; s < 8; s++)
+                sw_scale_min_k4(s, blk[i] + 4, &sc[s], &mn[s]);
+            for (int s = 0; s < 8; s++) {
+                p->sc[s][i] = sc[s];
+                p->sc[8 + s][i] = 0;
+            }
+            for (int s = 0; s < 4; s++) {
+                p->mp[s][i] = (int32_t)((uint32_t)mn[2 * s] | (uint32_t)mn[2 * s + 1] << 16);
+                p->mp[4 + s][i] = 0;
+            }
+            p->d[i] = s_h(blk[i]);
+            p->dmin[i] = s_h(blk[i] + 2);
+        }
+    }
+}
+
+/*
+ * y[a * ys + i] (lane i of mask m) for a < ma: the sums of one panel (nsb
+ * super-blocks of it, from p) with activation rows x + a * xs (pointing at
+ * the slab's first q8_K block), continued from y (first == 0) or from zero.
+ */
+SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8_t *x, size_t xs,
+                   int first, float *y, int64_t ys, __mmask16 m)
+{
+    const int nsub = kind == K_Q6_K ? 16 : 8, gps = 64 / nsub;
+    __m512 acc[S_AROWS];
+#pragma GCC unroll 8
+    for (int a = 0; a < ma; a++)
+        acc[a] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + a * ys);
+    for (int sb = 0; sb < nsb; sb++) {
+        const struct s_psb *ps = p + sb;
+        const sw_block_q8_k *xb[S_AROWS];
+#pragma GCC unroll 8
+        for (int a = 0; a < ma; a++)
+            xb[a] = (const sw_block_q8_k *)(x + (size_t)a * xs) + sb;
+        __m512i t[S_AROWS];
+#pragma GCC unroll 8
+        for (int a = 0; a < ma; a++)
+            t[a] = _mm512_setzero_si512();
+        for (int s = 0; s < nsub; s++) {
+            __m512i raw[S_AROWS];
+#pragma GCC unroll 8
+            for (int a = 0; a < ma; a++)
+                raw[a] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = 0; g < gps; g++) {
+                const int kg = s * gps + g;
+                const __m512i wv = _mm512_load_si512((const __m512i *)ps->q[kg]);
+#pragma GCC unroll 8
+                for (int a = 0; a < ma; a++)
+                    raw[a] = _mm512_dpbusd_epi32(raw[a], wv,
+                                                 _mm512_set1_epi32((int)s_u32(xb[a]->qs + 4 * kg)));
+            }
+            const __m512i sc = _mm512_load_si512((const __m512i *)ps->sc[s]);
+#pragma GCC unroll 8
+            for (int a = 0; a < ma; a++)
+                t[a] = _mm512_add_epi32(t[a], _mm512_mullo_epi32(raw[a], sc));
+        }
+        const __m512 dw = _mm512_load_ps(ps->d);
+        const __m512 dmin = _mm512_load_ps(ps->dmin);
+#pragma GCC unroll 8
+        for (int a = 0; a < ma; a++) {
+            __m512i s2 = _mm512_setzero_si512();
+            __m512 r;
+            if (kind == K_Q6_K) {
+                /* t - 32 * sum_s scale_s * bsums_s: the -32 of every quant */
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++)
+                    s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512((const __m512i *)ps->mp[q]),
+                                             _mm512_set1_epi32((int)s_u32(&xb[a]->bsums[2 * q])));
+                r = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_sub_epi32(t[a], _mm512_slli_epi32(s2, 5))), dw);
+            } else {
+                /* the sums of the 32-element sub-blocks, as int16 pairs */
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[a]->bsums);
+                const __m128i b32 =
+                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512((const __m512i *)ps->mp[q]),
+                                             _mm512_set1_epi32(_mm_extract_epi32(b32, q)));
+                r = _mm512_mul_ps(_mm512_cvtepi32_ps(t[a]), dw);
+                r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), r);
+            }
+            acc[a] = _mm512_fmadd_ps(r, _mm512_set1_ps(xb[a]->d), acc[a]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int a = 0; a < ma; a++)
+        _mm512_mask_storeu_ps(y + a * ys, m, acc[a]);
+}
+
+SW_AI void s_mmt(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                 const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const int64_t nb = n / SW_QK_K;
+    const uint8_t *wb = w, *xb = x;
+    _Alignas(64) struct s_psb buf[S_PANELS * S_SLAB];
+    for (int64_t sb0 = 0; sb0 < nb; sb0 += S_SLAB) {
+        const int nsb = nb - sb0 < S_SLAB ? (int)(nb - sb0) : S_SLAB;
+        for (int64_t t0 = o0; t0 < o1; t0 += S_PANEL * S_PANELS) {
+            int np = 0, rows[S_PANELS];
+            for (; np < S_PANELS && t0 + S_PANEL * np < o1; np++) {
+                const int64_t left = o1 - (t0 + S_PANEL * np);
+                rows[np] = left < S_PANEL ? (int)left : S_PANEL;
+                for (int sb = 0; sb < nsb; sb++)
+                    s_unpack(kind, wb + (size_t)(t0 + S_PANEL * np) * w_stride, w_stride, rows[np],
+                             sb0 + sb, &buf[np * S_SLAB + sb]);
+            }
+            /* activation rows in near-equal groups of at most 8 */
+            const int groups = (nr + S_AROWS - 1) / S_AROWS;
+            int r = 0;
+            for (int g = 0; g < groups; g++) {
+                const int ma = nr / groups + (g < nr % groups ? 1 : 0);
+                const uint8_t *xr = xb + (size_t)r * x_stride + (size_t)sb0 * sizeof(sw_block_q8_k);
+                for (int pi = 0; pi < np; pi++) {
+                    const __mmask16 m = (__mmask16)((1u << rows[pi]) - 1u);
+                    float *yr = y + r * y_stride + t0 + S_PANEL * pi;
+                    const struct s_psb *pp = &buf[pi * S_SLAB];
+                    switch (ma) {
+#define SW_CASE(k)                                                                                 \
+    case k:                                                                                        \
+        s_micro(kind, k, pp, nsb, xr, x_stride, sb0 == 0, yr, y_stride, m);                        \
+        break;
+                        SW_CASE(1)
+                        SW_CASE(2)
+                        SW_CASE(3)
+                        SW_CASE(4)
+                        SW_CASE(5)
+                        SW_CASE(6)
+                        SW_CASE(7)
+                        SW_CASE(8)
+#undef SW_CASE
+                    default:
+                        break;
+                    }
+                }
+                r += ma;
+            }
+        }
+    }
+}
+
+#define SW_DEFT(name, kind)                                                                        \
+    static void s_mmt_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,    \
+                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)   \
+    {                                                                                              \
+        s_mmt(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                         \
+    }
+
+SW_DEFT(q4_k, K_Q4_K)
+SW_DEFT(q5_k, K_Q5_K)
+SW_DEFT(q6_k, K_Q6_K)
+
+void sw_kernels_avx512(struct sw_kernels *k)
+{
+    k->mmtw[SW_TYPE_Q4_K] = s_mmt_q4_k;
+    k->mmtw[SW_TYPE_Q5_K] = s_mmt_q5_k;
+    k->mmtw[SW_TYPE_Q6_K] = s_mmt_q6_k;
+}
