@@ -96,7 +96,8 @@ struct sw_verifier {
     int n_vocab;           // logits per row
     int n_hist;            // positions already fed to the history
     float *work;           // (2 * n_vocab) scratch for sw_verify
-    uint64_t digest;       // running digest of every logits row verified
+    uint64_t digest;       // running digest of every logits row verified since the context
+                           // last started (kv_keep == 0)
     uint64_t seed;         // the sampling seed; each round reseeds from (seed, kv_keep)
 };
 
@@ -125,6 +126,17 @@ static uint64_t s_digest(uint64_t h, const float *row, int n)
         h ^= h >> 29;
     }
     return h;
+}
+
+/* The context starts again (kv_keep == 0): the repetition history and the
+ * logits digest with it. A replay after a fault recomputes every row of the
+ * rounds it resends bit for bit, so a tail that survived the fault and
+ * verifies them a second time ends with the digest of a run without it. */
+static void s_restart(sw_verifier_t *v)
+{
+    sw_sampler_clear_history(v->sampler);
+    v->n_hist = 0;
+    v->digest = 0;
 }
 
 sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
@@ -168,11 +180,9 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
         return -1;
     }
     /* A round that keeps nothing starts the context again (a new prefill, or
-     * a replay after a stage failed): the history restarts with it. */
-    if (r->kv_keep == 0) {
-        sw_sampler_clear_history(v->sampler);
-        v->n_hist = 0;
-    }
+     * a replay after a stage failed): the history and the digest restart with it. */
+    if (r->kv_keep == 0)
+        s_restart(v);
     /* Context rows at positions the history has not seen yet. The committed
      * token t0 of the previous verdict was fed when it was committed. */
     for (int i = 0; i < n_ctx_rows; i++) {
@@ -214,10 +224,8 @@ int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n
                 v->n_hist);
         return -1;
     }
-    if (kv_keep == 0) { // the context starts again (see sw_verifier_run)
-        sw_sampler_clear_history(v->sampler);
-        v->n_hist = 0;
-    }
+    if (kv_keep == 0) // the context starts again (see sw_verifier_run)
+        s_restart(v);
     for (int i = 0; i < n; i++) {
         if (kv_keep + i >= v->n_hist) {
             sw_sampler_accept(v->sampler, tokens[i]);

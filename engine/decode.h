@@ -67,7 +67,8 @@ typedef struct sw_verdict {
     int32_t path[SW_MAX_DRAFT];       // (n_commit - 1) node index (1..n_draft) of each accepted
                                       // draft; a chain's are 1, 2, ..
     double compute_ms;                // target compute time of the round
-    uint64_t logits_digest;           // running digest of every logits row verified so far
+    uint64_t logits_digest;           // running digest of every logits row verified since
+                                      // the context last started (kv_keep == 0)
 } sw_verdict_t;
 
 /* Fills path (n_kv_path offsets) for keeping the accepted drafts of a tree
@@ -99,7 +100,7 @@ void sw_verifier_free(sw_verifier_t **self_p);
 /* Verifies a round given the logits of its last n_draft + 1 rows. Feeds the
  * round's context tokens and the committed tokens to the sampler's history
  * (each position once, whatever kv_keep says; kv_keep == 0 restarts the
- * history). The round's random numbers come from the RNG reseeded with a hash
+ * history and the logits digest). The round's random numbers come from the RNG reseeded with a hash
  * of (seed, kv_keep), not from a stream that runs across rounds, so a round
  * retried after its stage restarted and the session was replayed commits the
  * same tokens (each round on its own is still the exact speculative rule).
@@ -213,7 +214,8 @@ typedef struct sw_gen_stats {
     int kv_moves;           // rounds that moved a tree round's accepted path in the caches
     int ahead_hits;         // rounds that left with drafts prepared while the one before travelled
     int ahead_misses;       // rounds whose prepared drafts were dropped (another outcome)
-    uint64_t logits_digest; // the target's running digest of every logits row it verified:
+    uint64_t logits_digest; // the target's running digest of every logits row it verified
+                            // since the context last started (a replay restarts it):
                             // equal digests = bit-identical logits (tests compare runs)
 } sw_gen_stats_t;
 

@@ -34,6 +34,7 @@
  * q_tok that does not fit) are refused.
  */
 #include "chi2.h"
+#include "decode.h"
 #include "sw_test.h"
 #include "verify.h"
 
@@ -1023,6 +1024,54 @@ static void test_tree_chain_same(void)
     SW_CHECK(accepted > 0);
 }
 
+/* The verifier's logits digest after a replay (issue 20): a tail that survives
+ * a fault verifies the replayed rounds (from kv_keep 0, the same rows, bit
+ * for bit) a second time; its digest must end as a run without the fault's,
+ * while another row anywhere must change it. */
+static uint64_t s_replay_digest(int replay_at, int other_row)
+{
+    enum { ROUNDS = 6 };
+    sw_sampling_t sp = s_params(0.0f, 0, 1);
+    sw_verifier_t *v = sw_verifier_new(&sp, NV);
+    if (!v) {
+        SW_CHECK(0);
+        return 0;
+    }
+    uint64_t digest = 0;
+    int32_t toks[ROUNDS + 3] = {1, 2, 3};
+    for (int i = 3; i < ROUNDS + 3; i++)
+        toks[i] = (int32_t)(i % NV);
+    /* Round 0: the prompt (3 rows); round k: one decode row at position k + 2. */
+    for (int k = 0, pass = 0; k < ROUNDS; k++) {
+        float row[NV];
+        s_row(row, toks[k + 3] % NV);
+        if (k == other_row)
+            row[0] += 1e-6f;
+        sw_round_t r = {.kv_keep = k == 0 ? 0 : k + 2,
+                        .n = k == 0 ? 3 : 1,
+                        .tokens = k == 0 ? toks : toks + k + 2};
+        sw_verdict_t out;
+        char err[128];
+        SW_CHECK_INT(sw_verifier_run(v, &r, row, &out, err, sizeof err), 0);
+        SW_CHECK_INT(out.tokens[0], toks[k + 3] % NV);
+        digest = out.logits_digest;
+        if (k == replay_at && pass++ == 0)
+            k = -1; // the fault: every round again from the prompt
+    }
+    sw_verifier_free(&v);
+    return digest;
+}
+
+static void test_replay_digest(void)
+{
+    const uint64_t clean = s_replay_digest(-1, -1);
+    SW_CHECK(clean != 0);
+    SW_CHECK(s_replay_digest(0, -1) == clean);
+    SW_CHECK(s_replay_digest(3, -1) == clean);
+    SW_CHECK(s_replay_digest(5, -1) == clean);
+    SW_CHECK(s_replay_digest(-1, 4) != clean);
+}
+
 int main(void)
 {
     test_greedy();
@@ -1035,5 +1084,6 @@ int main(void)
     test_tree_greedy();
     test_tree_chain_same();
     test_tree_joint();
+    test_replay_digest();
     return sw_test_done();
 }
