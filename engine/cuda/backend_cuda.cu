@@ -617,8 +617,12 @@ sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
 
 void sw_cuda_paths(sw_backend_t *be, sw_cuda_paths_t *out)
 {
-    sw_backend_t **devs;
-    const int n = sw_backend_devices(be, &devs);
+    /* the members of a group, or the backend itself (read here rather than
+     * through sw_backend_devices: backend.c calls into this file, and the
+     * object files must not call each other in a circle, test_layers) */
+    sw_backend_t *one[1] = {be};
+    sw_backend_t **devs = be->n_members > 0 ? be->members : one;
+    const int n = be->n_members > 0 ? be->n_members : 1;
     for (int i = 0; i < n; i++) {
         if (devs[i]->ops != &s_cuda_ops)
             continue;
