@@ -50,8 +50,17 @@ struct sw_prefix {
 
 int sw_prefix_align(const sw_model_t *m)
 {
+    /* The CPU backend gives the same bits however a prompt's dense layers
+     * are chunked (backend_cpu.c takes whole windows only for speed), so a
+     * prefix may end on any block there. A mixture-of-experts layer counts
+     * a window's rows per expert, and a device backend's long-prompt path
+     * depends on its chunks: those prefixes end on a chunk. */
+    int unit = SW_PREFIX_BLOCK;
+    for (int i = 0; i < m->n_dev; i++)
+        if (strcmp(m->devs[i].be->ops->name, "cpu") != 0 || m->hp.n_expert > 0)
+            unit = m->batch;
     int a = SW_PREFIX_BLOCK;
-    while (a % m->batch != 0) // both are powers of two in practice; any common multiple works
+    while (a % unit != 0) // both are powers of two in practice; any common multiple works
         a += SW_PREFIX_BLOCK;
     return a;
 }
