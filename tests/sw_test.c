@@ -668,3 +668,48 @@ int sw_test_sh(const char *cmd, int timeout_s, char **out)
     free(err);
     return rc;
 }
+
+pid_t sw_test_run_bg(const char *ep, const char *head, const char *prompt, int n_gen, int timeout_s,
+                     const char *tag)
+{
+    char n[16], t[16], out[256], err[300];
+    snprintf(n, sizeof n, "%d", n_gen);
+    snprintf(t, sizeof t, "%d", timeout_s);
+    snprintf(out, sizeof out, "%s", sw_test_log(tag));
+    snprintf(err, sizeof err, "%s.err", out);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "run",
+                    "--greedy",
+                    "--relay",
+                    (char *)ep,
+                    "--head",
+                    (char *)head,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--json",
+                    "--timeout-s",
+                    t,
+                    NULL};
+    return sw_test_spawn_io(argv, out, err);
+}
+
+int sw_test_run_exact(pid_t pid, const char *tag, const int32_t *ref, int n, int timeout_s)
+{
+    int rc = sw_test_wait(pid, timeout_s);
+    char *out = sw_test_read_file(sw_test_log(tag), NULL);
+    int32_t *got = malloc(sizeof(int32_t) * (size_t)(n + 8));
+    int k = out && got ? sw_test_json_tokens(out, got, n + 8) : -1;
+    int ok = rc == 0 && k == n && !memcmp(got, ref, sizeof(int32_t) * (size_t)n);
+    if (!ok) {
+        char path[300];
+        snprintf(path, sizeof path, "%s.err", sw_test_log(tag));
+        char *err = sw_test_read_file(path, NULL);
+        fprintf(stderr, "run %s: exit %d, %d tokens: %.2000s\n", tag, rc, k, err ? err : "");
+        free(err);
+    }
+    free(got);
+    free(out);
+    return ok;
+}

@@ -109,6 +109,15 @@ int sw_test_json_tokens(const char *text, int32_t *ids, int max);
 int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
 /* Occurrences of needle in the file at path (0 when it cannot be read). */
 int sw_test_count_in_file(const char *path, const char *needle);
+/* Starts `shardwire run --greedy --relay ep --head head -p prompt -n n_gen
+ * --json --timeout-s timeout_s` in the background, stdout into
+ * sw_test_log(tag) and stderr into that path + ".err" (the caller sets the
+ * client's keys in the environment). The pid. */
+pid_t sw_test_run_bg(const char *ep, const char *head, const char *prompt, int n_gen, int timeout_s,
+                     const char *tag);
+/* Waits up to timeout_s for a sw_test_run_bg run: 1 when it exited 0 with
+ * exactly ref's n tokens; otherwise prints its stderr and returns 0. */
+int sw_test_run_exact(pid_t pid, const char *tag, const int32_t *ref, int n, int timeout_s);
 /* SIGTERM, up to 5 s to exit, then SIGKILL; reaps it. Accepts pid <= 0. */
 void sw_test_kill(pid_t pid);
 /* Runs argv to completion (killed after timeout_s), capturing stdout into

@@ -51,50 +51,6 @@ static double s_now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* `shardwire run -n N_ALICE` as alice in the background. */
-static pid_t s_alice(const char *tag)
-{
-    char n[16], out[256], err[300];
-    snprintf(n, sizeof n, "%d", N_ALICE);
-    snprintf(out, sizeof out, "%s", sw_test_log(tag));
-    snprintf(err, sizeof err, "%s.err", out);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "run",
-                    "--greedy",
-                    "--relay",
-                    s_ep,
-                    "--head",
-                    "head",
-                    "-p",
-                    (char *)s_prompt,
-                    "-n",
-                    n,
-                    "--json",
-                    "--timeout-s",
-                    "50",
-                    NULL};
-    return sw_test_spawn_io(argv, out, err);
-}
-
-/* 1 when alice's run tag ended (within timeout_s) with exactly ref's tokens. */
-static int s_alice_exact(pid_t pid, const char *tag, const int32_t *ref, int timeout_s)
-{
-    int rc = sw_test_wait(pid, timeout_s);
-    char *out = sw_test_read_file(sw_test_log(tag), NULL);
-    int32_t got[N_ALICE + 8];
-    int k = sw_test_json_tokens(out, got, N_ALICE + 8);
-    int ok = rc == 0 && k == N_ALICE && !memcmp(got, ref, sizeof(int32_t) * N_ALICE);
-    if (!ok) {
-        char path[300];
-        snprintf(path, sizeof path, "%s.err", sw_test_log(tag));
-        char *err = sw_test_read_file(path, NULL);
-        fprintf(stderr, "alice %s: exit %d, %d tokens: %.1500s\n", tag, rc, k, err ? err : "");
-        free(err);
-    }
-    free(out);
-    return ok;
-}
-
 /* Messages mallory receives within ms: TokenChunks counted into *chunks, done chunks into
  * *done (NULL = not counted). */
 static void s_drain(sw_peer_t *m, int ms, long *chunks, int *done)
@@ -144,8 +100,8 @@ int main(void)
 
     /* alice alone: the time her request takes without a flood */
     double t0 = s_now();
-    pid_t a = s_alice("alone");
-    SW_CHECK(s_alice_exact(a, "alone", ref, 120));
+    pid_t a = sw_test_run_bg(s_ep, "head", s_prompt, N_ALICE, 50, "alone");
+    SW_CHECK(sw_test_run_exact(a, "alone", ref, N_ALICE, 120));
     const double alone_s = s_now() - t0;
 
     /* mallory's requests: about N_REQ x N_MAL chunks kept at the head */
@@ -175,7 +131,7 @@ int main(void)
     /* the flood, and alice meanwhile */
     long flood_chunks = 0, resumes = 0;
     t0 = s_now();
-    a = s_alice("flood");
+    a = sw_test_run_bg(s_ep, "head", s_prompt, N_ALICE, 50, "flood");
     int alice_done = 0;
     double alice_s = 0, next = t0;
     while (s_now() - t0 < 55) {

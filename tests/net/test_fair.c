@@ -46,51 +46,6 @@ static double s_now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* `shardwire run -n n_gen` in the background; stdout and stderr into files named by tag. */
-static pid_t s_run_bg(const char *tag, int n_gen, int timeout_s)
-{
-    char n[16], t[16], out[256], err[300];
-    snprintf(n, sizeof n, "%d", n_gen);
-    snprintf(t, sizeof t, "%d", timeout_s);
-    snprintf(out, sizeof out, "%s", sw_test_log(tag));
-    snprintf(err, sizeof err, "%s.err", out);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "run",
-                    "--greedy",
-                    "--relay",
-                    s_ep,
-                    "--head",
-                    "head",
-                    "-p",
-                    (char *)s_prompt,
-                    "-n",
-                    n,
-                    "--json",
-                    "--timeout-s",
-                    t,
-                    NULL};
-    return sw_test_spawn_io(argv, out, err);
-}
-
-/* Waits for a background run: 1 when it exited 0 with exactly ref's n tokens. */
-static int s_run_exact(pid_t pid, const char *tag, const int32_t *ref, int n, int timeout_s)
-{
-    int rc = sw_test_wait(pid, timeout_s);
-    char *out = sw_test_read_file(sw_test_log(tag), NULL);
-    int32_t got[N_A + 8];
-    int k = sw_test_json_tokens(out, got, N_A + 8);
-    int ok = rc == 0 && k == n && !memcmp(got, ref, sizeof(int32_t) * (size_t)n);
-    if (!ok) {
-        char path[256];
-        snprintf(path, sizeof path, "%s.err", sw_test_log(tag));
-        char *err = sw_test_read_file(path, NULL);
-        fprintf(stderr, "run %s: exit %d, %d tokens: %s\n", tag, rc, k, err ? err : "");
-        free(err);
-    }
-    free(out);
-    return ok;
-}
-
 /* Lines of the log with both a and b. */
 static int s_lines_with(const char *path, const char *a, const char *b)
 {
@@ -162,17 +117,17 @@ static void s_quotas(const int32_t *ref)
     SW_CHECK_INT(busy, 3);
     SW_CHECK_INT(ended, 3);
     const double t0 = s_now();
-    pid_t a = s_run_bg("runA", N_A, 40);
+    pid_t a = sw_test_run_bg(s_ep, "head", s_prompt, N_A, 40, "runA");
     /* B once A runs: both slots are taken, B waits in the queue */
     for (int i = 0; i < 200 && sw_test_count_in_file(sw_test_log("cluster.log"),
                                                      "prompt tokens, 64 to generate") == 0;
          i++)
         usleep(50000);
-    pid_t b = s_run_bg("runB", N_B, 60);
+    pid_t b = sw_test_run_bg(s_ep, "head", s_prompt, N_B, 60, "runB");
     s_events(mal, 500, &busy, &ended);
-    SW_CHECK(s_run_exact(a, "runA", ref, N_A, 60));
+    SW_CHECK(sw_test_run_exact(a, "runA", ref, N_A, 60));
     const double ta = s_now() - t0;
-    SW_CHECK(s_run_exact(b, "runB", ref, N_B, 60));
+    SW_CHECK(sw_test_run_exact(b, "runB", ref, N_B, 60));
     SW_CHECK_INT(s_lines_with(sw_test_log("cluster.log"), "from client-", "waits (position"), 1);
     s_events(mal, 200, &busy, &ended);
     printf("quotas: client A's %d tokens in %.1f s, then client B's, while mallory's first "
@@ -194,7 +149,7 @@ static void s_huge_prompt(const int32_t *ref)
     for (size_t i = 0; i < big; i++)
         text[i] = "abcdefgh ij"[i % 11];
     text[big] = 0;
-    pid_t a = s_run_bg("runA2", N_B, 60);
+    pid_t a = sw_test_run_bg(s_ep, "head", s_prompt, N_B, 60, "runA2");
     for (int k = 0; k < 2; k++) {
         sw_client_request_t q = sw_client_request_default();
         sw_client_msg_t msgs[2] = {{"system", "You are terse."}, {"user", text}};
@@ -223,7 +178,7 @@ static void s_huge_prompt(const int32_t *ref)
         SW_CHECK(dt < 2.5);
         usleep(700000); /* the client byte rate of the relay (4 MiB/s) */
     }
-    SW_CHECK(s_run_exact(a, "runA2", ref, N_B, 60));
+    SW_CHECK(sw_test_run_exact(a, "runA2", ref, N_B, 60));
     free(text);
     sw_client_destroy(&mal);
 }
@@ -244,13 +199,13 @@ static void s_stage_sessions(const int32_t *ref)
     for (int i = 0; i < 2; i++)
         SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7200 + i, 0), SWA_VERDICT);
     /* ... and fill the tail: a request now fails */
-    pid_t a = s_run_bg("runFull", N_B, 20);
+    pid_t a = sw_test_run_bg(s_ep, "head", s_prompt, N_B, 20, "runFull");
     SW_CHECK_INT(sw_test_wait(a, 40), 1);
     SW_CHECK(sw_test_count_in_file(sw_test_log("cluster.log"), "all in use") >= 1);
     /* once they lie idle long enough the tail makes room */
     usleep((S_EVICT_MS + 1500) * 1000);
-    a = s_run_bg("runEvict", N_B, 30);
-    SW_CHECK(s_run_exact(a, "runEvict", ref, N_B, 60));
+    a = sw_test_run_bg(s_ep, "head", s_prompt, N_B, 30, "runEvict");
+    SW_CHECK(sw_test_run_exact(a, "runEvict", ref, N_B, 60));
     printf("stage sessions: verification failures freed; idle sessions evicted after %.1f s\n",
            S_EVICT_MS / 1e3);
     sw_peer_destroy(&m);

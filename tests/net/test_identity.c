@@ -126,52 +126,14 @@ static int s_steal(sw_peer_t *p, int ms)
 /* `shardwire run --greedy -n N_GEN` in the background under the key `who`. */
 static pid_t s_run_bg(const char *who, const char *tag, const char *name_env)
 {
-    char n[16], out[256], err[300];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    snprintf(out, sizeof out, "%s", sw_test_log(tag));
-    snprintf(err, sizeof err, "%s.err", out);
     sw_test_client_env(s_dir, who);
     if (name_env)
         setenv("SW_CLIENT_NAME", name_env, 1);
     else
         unsetenv("SW_CLIENT_NAME");
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "run",
-                    "--greedy",
-                    "--relay",
-                    s_ep,
-                    "--head",
-                    "head",
-                    "-p",
-                    (char *)s_prompt,
-                    "-n",
-                    n,
-                    "--json",
-                    "--timeout-s",
-                    "240",
-                    NULL};
-    pid_t pid = sw_test_spawn_io(argv, out, err);
+    pid_t pid = sw_test_run_bg(s_ep, "head", s_prompt, N_GEN, 240, tag);
     unsetenv("SW_CLIENT_NAME");
     return pid;
-}
-
-/* 1 when the background run tag exited 0 with exactly ref's tokens. */
-static int s_run_exact(pid_t pid, const char *tag, const int32_t *ref, int timeout_s)
-{
-    int rc = sw_test_wait(pid, timeout_s);
-    char *out = sw_test_read_file(sw_test_log(tag), NULL);
-    int32_t got[N_GEN + 8];
-    int k = sw_test_json_tokens(out, got, N_GEN + 8);
-    int ok = rc == 0 && k == N_GEN && !memcmp(got, ref, sizeof(int32_t) * N_GEN);
-    if (!ok) {
-        char path[300];
-        snprintf(path, sizeof path, "%s.err", sw_test_log(tag));
-        char *err = sw_test_read_file(path, NULL);
-        fprintf(stderr, "run %s: exit %d, %d tokens: %.2000s\n", tag, rc, k, err ? err : "");
-        free(err);
-    }
-    free(out);
-    return ok;
 }
 
 /* Waits until the head logs that it started a request of the run (lines before: `before`). */
@@ -247,7 +209,7 @@ static void s_after_restart(sw_peer_t **obs, pid_t *relay, const int32_t *ref)
            m ? "took" : "could not take", name, t_took, stolen);
     SW_CHECK(m != NULL); /* the race this part is about did happen */
     SW_CHECK_INT(stolen, 0);
-    SW_CHECK(s_run_exact(alice, "alice2", ref, 240));
+    SW_CHECK(sw_test_run_exact(alice, "alice2", ref, N_GEN, 240));
     sw_peer_destroy(&m);
     *obs = s_peer_as("mallory", "mallory-obs", 10000);
 }
@@ -256,7 +218,7 @@ static void s_after_restart(sw_peer_t **obs, pid_t *relay, const int32_t *ref)
 static void s_bound_name(const int32_t *ref)
 {
     pid_t gate = s_run_bg("gate", "gate", "gate");
-    SW_CHECK(s_run_exact(gate, "gate", ref, 240));
+    SW_CHECK(sw_test_run_exact(gate, "gate", ref, N_GEN, 240));
     SW_CHECK(sw_test_count_in_file(sw_test_log("cluster.log"), "from gate-") >= 1);
     sw_peer_t *m = s_peer_as("mallory", "gate", 3000);
     SW_CHECK(m == NULL);
