@@ -1453,6 +1453,8 @@ static int s_fetch_range(const s_env_t *e, const char *url, long long from, long
         CURLcode cc = curl_easy_perform(c);
         curl_easy_cleanup(c);
         curl_slist_free_all(hdrs);
+        if (!g.checked && cc == CURLE_OK && g.resp.status != 206)
+            g.fail = S_RG_STATUS; /* an answer without a body (416, 404, ...) */
         switch (g.fail) {
         case S_RG_NO_RANGES:
             sw_errf(err, err_len,
@@ -1791,7 +1793,7 @@ static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s
         sw_errf(err, err_len, "%s: the header has no usable block_count", label);
         goto out;
     }
-    if (begin == 0 && (end < 0 || end >= n_layer)) { /* every layer: the whole file */
+    if (begin == 0 && (end < 0 || end == n_layer)) { /* every layer: the whole file */
         fprintf(stderr, "pull: layers 0:%d are the whole model: downloading the whole file\n",
                 n_layer);
         rc = 1;
@@ -1804,8 +1806,15 @@ static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s
                                  .size = (uint64_t)m->size,
                                  .sha256 = m->is_sha256 ? m->etag : "",
                                  .fingerprint = fp};
-    if (sw_partial_plan(g, begin, end, &id, &plan, err, err_len) != 0)
+    if (sw_partial_plan(g, begin, end, &id, &plan, err, err_len) != 0) {
+        unlink(headp); /* a range this model does not have: nothing to resume */
+        char dir[S_PATH];
+        snprintf(dir, sizeof dir, "%s", final);
+        if (strrchr(dir, '/'))
+            *strrchr(dir, '/') = 0;
+        rmdir(dir);
         goto out;
+    }
     p.plan = &plan;
     p.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     struct stat st;

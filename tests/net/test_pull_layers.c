@@ -406,6 +406,10 @@ int main(void)
         free(err);
         const char *a3[] = {"pull", "test-org/smol", "--layers", "7", NULL};
         SW_CHECK_INT(s_cli(NULL, NULL, a3), 2);
+        const char *a4[] = {"pull", "test-org/smol", "--layers", "20:40", NULL};
+        SW_CHECK_INT(s_cli(NULL, &err, a4), 1);
+        SW_CHECK(err && strstr(err, "layer range 20:40 is invalid for a 30-layer model"));
+        free(err);
     }
 
     /* 7. every layer: the whole file, checked against the hub's sha256 */
