@@ -11,7 +11,8 @@
  *    pull command that gets it;
  *  - a 2-node cluster whose nodes fetch their own partial files (head 0:15,
  *    tail 15:30) generates greedily exactly what `shardwire generate` gives
- *    on the whole file, both nodes announcing the whole file's fingerprint;
+ *    on the whole file, both nodes announcing the whole file's fingerprint,
+ *    and again when a node with the whole file replaces the tail;
  *  - a pull interrupted (SIGINT while the server stalls) leaves a file the
  *    engine does not load, and the next pull finishes it without fetching
  *    the header or the finished bytes again;
@@ -278,7 +279,7 @@ int main(void)
             SW_CHECK_INT(sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
             char ep[64];
             snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-            const char *nodes[] = {"head", "tail", NULL}, *clients[] = {"client", NULL};
+            const char *nodes[] = {"head", "tail", "tail2", NULL}, *clients[] = {"client", NULL};
             SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
             setenv("HF_HOME", s_path("nodehome"), 1); /* an empty cache: the nodes pull */
             const char *log = sw_test_log("cluster.log");
@@ -295,8 +296,17 @@ int main(void)
             SW_CHECK_INT(sw_test_count_in_file(log, want), 2);
             SW_CHECK_INT(sw_test_count_in_file(log, "layers 0:15: fetched"), 1);
             SW_CHECK_INT(sw_test_count_in_file(log, "layers 15:30: fetched"), 1);
-            sw_test_kill(head);
+            /* a mixed cluster: the partial tail replaced by a node with the whole file */
             sw_test_kill(tail);
+            pid_t tail2 = sw_test_node(ep, s_dir, "tail2", "15:30", log, NULL);
+            for (int i = 0; i < 600 && sw_test_count_in_file(log, want) < 3; i++)
+                usleep(100000);
+            SW_CHECK_INT(sw_test_count_in_file(log, want), 3);
+            SW_CHECK_INT(sw_test_wait_peers(ep, 2, 60), 0);
+            run = sw_test_run_bg(ep, "head", s_prompt, N_GEN, 120, "run2");
+            SW_CHECK(sw_test_run_exact(run, "run2", ref, N_GEN, 150));
+            sw_test_kill(tail2);
+            sw_test_kill(head);
             sw_test_kill(relay);
             setenv("HF_HOME", s_path("hfhome"), 1);
         }
