@@ -816,7 +816,31 @@ out:
     return rc;
 }
 
-/* Offline: the .gguf files of the cached snapshot. */
+/* Adds the names in dir not yet in names (n of them, 64 at most); the new count. */
+static int s_list_names(const char *dir, char buf[64][256], const char *names[64], int n)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && n < 64 && (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (de->d_name[0] == '.' || l >= 256 ||
+            (l > 11 && !strcmp(de->d_name + l - 11, ".incomplete")) ||
+            (l > 16 && !strcmp(de->d_name + l - 16, ".incomplete.head")))
+            continue;
+        int dup = 0;
+        for (int i = 0; i < n && !dup; i++)
+            dup = !strcmp(names[i], de->d_name);
+        if (dup)
+            continue;
+        snprintf(buf[n], 256, "%s", de->d_name);
+        names[n] = buf[n];
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Offline: the .gguf files of the cached snapshot (and of partial downloads). */
 static int s_choose_cached(const s_env_t *e, const sw_hub_ref_t *ref, char *file, size_t len,
                            char *err, size_t err_len)
 {
@@ -831,17 +855,19 @@ static int s_choose_cached(const s_env_t *e, const sw_hub_ref_t *ref, char *file
     }
     char buf[64][256];
     const char *names[64];
-    int n = 0;
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && n < 64 && (de = readdir(d));) {
-        if (de->d_name[0] == '.' || strlen(de->d_name) >= 256)
-            continue;
-        snprintf(buf[n], sizeof buf[n], "%s", de->d_name);
-        names[n] = buf[n];
-        n++;
+    int n = s_list_names(dir, buf, names, 0);
+    /* and the files of partial downloads (shardwire-partial/COMMIT/layers-A-B/FILE) */
+    if (s_pathf(dir, sizeof dir, "%s/shardwire-partial/%s", e->repo_dir, commit) == 0) {
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d));) {
+            char sub[S_PATH];
+            if (!strncmp(de->d_name, "layers-", 7) &&
+                s_pathf(sub, sizeof sub, "%s/%s", dir, de->d_name) == 0)
+                n = s_list_names(sub, buf, names, n);
+        }
+        if (d)
+            closedir(d);
     }
-    if (d)
-        closedir(d);
     return s_pick(ref, names, n, file, len, err, err_len);
 }
 
@@ -1911,7 +1937,7 @@ int sw_hub_fetch_layers(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, int beg
         stat(blob, &st) == 0 && st.st_size == m.size) /* the whole file is here */
         return s_fetch_whole(&e, ref, &m, file, o, path, path_len, err, err_len);
     if (s_cached_partial(&e, m.commit, file, begin, end, path, path_len) == 0)
-        return 0;
+        return s_write_ref(&e, ref, m.commit, err, err_len);
     if (m.size < 0) {
         sw_errf(err, err_len, "the hub announces no size for %s: a partial download needs it",
                 file);
@@ -1943,7 +1969,7 @@ int sw_hub_fetch_layers(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, int beg
     close(lock);
     if (rc == 1)
         return s_fetch_whole(&e, ref, &m, file, o, path, path_len, err, err_len);
-    return rc;
+    return rc == 0 ? s_write_ref(&e, ref, m.commit, err, err_len) : rc;
 }
 
 int sw_hub_model_arg(const char *arg, volatile sig_atomic_t *stop, char *path, size_t path_len,

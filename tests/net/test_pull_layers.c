@@ -7,6 +7,7 @@
  *  - a partial pull asks the CDN for about the bytes of the header plus the
  *    tensors the range needs (computed here from the whole file's header),
  *    reports them, and its file announces the whole file's fingerprint;
+ *  - a cached partial file that holds the range is used again, offline too;
  *  - the engine refuses a range the partial file does not hold, naming the
  *    pull command that gets it;
  *  - a 2-node cluster whose nodes fetch their own partial files (head 0:15,
@@ -256,6 +257,24 @@ int main(void)
         SW_CHECK(out && !strcmp(out, tail_path)); /* 15:30 holds 16:30 */
         SW_CHECK(!s_logged(from, "/cdn/test-org/smol/", NULL));
         free(out);
+        /* offline, and with the hub unreachable: the cached partial file */
+        setenv("HF_HUB_OFFLINE", "1", 1);
+        SW_CHECK_INT(s_cli(&out, NULL, args), 0);
+        SW_CHECK(out && !strcmp(out, tail_path));
+        free(out);
+        const char *a0[] = {"pull", "test-org/smol", "--layers", "0:20", NULL};
+        char *err = NULL;
+        SW_CHECK_INT(s_cli(NULL, &err, a0), 1);
+        SW_CHECK(err && strstr(err, "HF_HUB_OFFLINE"));
+        free(err);
+        unsetenv("HF_HUB_OFFLINE");
+        setenv("HF_ENDPOINT", "http://127.0.0.1:9", 1);
+        SW_CHECK_INT(s_cli(&out, &err, args), 0);
+        SW_CHECK(out && !strcmp(out, tail_path));
+        SW_CHECK(err && strstr(err, "using the cached copy"));
+        free(out);
+        free(err);
+        setenv("HF_ENDPOINT", s_endpoint, 1);
     }
 
     /* 2. a range the partial file does not hold: refused, naming the pull that gets it */
