@@ -45,7 +45,7 @@ static const sw_args_spec_t s_spec = {
              "  download; checks the size and sha256 the hub announces. The file is also\n"
              "  usable as --model hf:ORG/NAME/FILE wherever a model path goes. --layers\n"
              "  downloads a partial file of those layers only (range requests; resumable;\n"
-             "  the whole-file sha256 cannot be checked on a part: docs/architecture.md).\n",
+             "  the whole-file sha256 cannot be checked on a part: docs/deploy.md).\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
     .footer = "environment: HF_HOME, HF_HUB_CACHE (cache folder), HF_TOKEN (private or gated\n"

@@ -1819,11 +1819,11 @@ static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s
         sw_errf(err, err_len, "%s: the header has no usable block_count", label);
         goto out;
     }
-    if (begin == 0 && (end < 0 || end == n_layer)) { /* every layer: the whole file */
+    const int last = end < 0 ? n_layer : end;
+    if (begin == 0 && last == n_layer) { /* every layer: the whole file */
         fprintf(stderr, "pull: layers 0:%d are the whole model: downloading the whole file\n",
                 n_layer);
         rc = 1;
-        goto out;
     }
     char fp[65], source[1024];
     sw_fingerprint_bytes(h.buf, sw_fingerprint_len(g), fp);
@@ -1832,8 +1832,8 @@ static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s
                                  .size = (uint64_t)m->size,
                                  .sha256 = m->is_sha256 ? m->etag : "",
                                  .fingerprint = fp};
-    if (sw_partial_plan(g, begin, end, &id, &plan, err, err_len) != 0) {
-        unlink(headp); /* a range this model does not have: nothing to resume */
+    if (rc == 1 || sw_partial_plan(g, begin, end, &id, &plan, err, err_len) != 0) {
+        unlink(headp); /* the whole file, or a range this model lacks: nothing to resume */
         char dir[S_PATH];
         snprintf(dir, sizeof dir, "%s", final);
         if (strrchr(dir, '/'))
@@ -1858,7 +1858,7 @@ static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s
             p.have = 0;
         else
             fprintf(stderr, "pull: %s layers %d:%d: resuming at %.1f MiB of %.1f MiB\n", label,
-                    begin, end, s_mib(p.have), s_mib((long long)plan.size));
+                    begin, last, s_mib(p.have), s_mib((long long)plan.size));
     }
     if (p.have < (long long)plan.header_len) {
         if (ftruncate(p.fd, 0) != 0 || s_pwrite_all(p.fd, plan.header, plan.header_len, 0) != 0) {
@@ -1905,8 +1905,8 @@ static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s
     if (!o || o->progress != SW_HUB_QUIET)
         fprintf(stderr,
                 "pull: %s layers %d:%d: fetched %.1f MiB of %.1f MiB (%.0f%%), %.1f MiB in this "
-                "run; the whole-file sha256 cannot be checked on a part (docs/architecture.md)\n",
-                label, begin, end < 0 ? n_layer : end, s_mib(need), s_mib(m->size),
+                "run; the whole-file sha256 cannot be checked on a part (docs/deploy.md)\n",
+                label, begin, last, s_mib(need), s_mib(m->size),
                 100.0 * (double)need / (double)m->size, s_mib(head_run + d.have - d.t0_have));
     snprintf(path, path_len, "%s", final);
     rc = 0;
