@@ -354,17 +354,18 @@ int main(void)
     sw_test_kill(relay);
     relay = 0;
     st = 0;
-    for (int i = 0; i < 30; i++) {
+    int hit = 0;
+    for (int i = 0; i < 30 && !hit; i++) {
         b = s_body(id, 4, "", 0);
         st = s_http("/v1/completions", b, &resp, NULL);
         free(b);
-        int hit = st == 503 && strstr(resp, "relay_unreachable") != NULL;
+        hit = st == 503 && strstr(resp, "relay_unreachable") != NULL;
         free(resp);
-        if (hit)
-            break;
-        sleep(1);
+        if (!hit)
+            sleep(1);
     }
     SW_CHECK_INT(st, 503);
+    SW_CHECK(hit); /* the code says what is wrong, not only the status */
 
 out:
     sw_test_kill(bg);
