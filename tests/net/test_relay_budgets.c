@@ -77,8 +77,9 @@ static int s_closes(sw_peer_t *p, const char *dest, int n)
 {
     int sent = 0;
     for (int i = 0; i < n; i++) {
-        const sw_msg_t m = {.type = SW_MSG_SESSION_CLOSE,
-                            .session_close = {.session_id = 1000 + (uint64_t)i, .reason = "budget"}};
+        const sw_msg_t m = {
+            .type = SW_MSG_SESSION_CLOSE,
+            .session_close = {.session_id = 1000 + (uint64_t)i, .reason = "budget"}};
         sent += sw_peer_send_msg(p, dest, &m) == 0;
     }
     return sent;
@@ -108,8 +109,8 @@ static int s_big_forwards(sw_peer_t *p, const char *dest, int n)
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
         env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
         env.forward = &f;
-        sent += sw_peer_send(p, dest, &env, hidden, (size_t)ROWS * SWA_HIDDEN * sizeof *hidden,
-                             1) == 0;
+        sent +=
+            sw_peer_send(p, dest, &env, hidden, (size_t)ROWS * SWA_HIDDEN * sizeof *hidden, 1) == 0;
     }
     free(hidden);
     return sent;
@@ -123,8 +124,8 @@ int main(void)
     snprintf(rate, sizeof rate, "%d", RATE);
     snprintf(nmib, sizeof nmib, "%d", NODE_MIB);
     snprintf(cmib, sizeof cmib, "%d", CLIENT_MIB);
-    const char *const flags[] = {"--rate", rate, "--node-mib-s", nmib, "--client-mib-s", cmib,
-                                 NULL};
+    const char *const flags[] = {"--rate", rate, "--node-mib-s", nmib, "--client-mib-s",
+                                 cmib,     NULL};
     pid_t relay = swa_relay(&s_a, s_dir, s_ep, nodes, clients, flags);
     SW_CHECK(relay > 0);
     if (relay <= 0)
