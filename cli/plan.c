@@ -126,6 +126,21 @@ static int s_view(const sw_client_table_t *t, const char *fp, int L, s_view_t *v
     return 0;
 }
 
+/* Layers [begin, end) split evenly over the n nodes in order (the later ones one
+ * more when it does not divide), into eb / ee: the cost, *fits. */
+static double s_even(const sw_plan_model_t *pm, const sw_plan_node_t *nodes, int n,
+                     const int *order, int begin, int end, int *eb, int *ee, int *fits)
+{
+    const int span = end - begin;
+    for (int j = 0, l = begin; j < n; j++) {
+        const int share = span / n + (j >= n - span % n ? 1 : 0);
+        eb[order[j]] = l;
+        ee[order[j]] = l + share;
+        l += share;
+    }
+    return sw_plan_cost(pm, nodes, n, eb, ee, fits);
+}
+
 /* The fixed stages' cost at rows: the head's and the fixed stages' probed layers (0
  * when they did not probe) and round trips. */
 static double s_fixed_us(const sw_plan_model_t *pm, const s_view_t *v, int rows)
@@ -234,7 +249,9 @@ int cmd_plan(int argc, char **argv)
     const double fixed = s_fixed_us(&pm, &vw, rows), fixed_k = s_fixed_us(&pm, &vw, K1);
     int fits_k, fits_even, fits_cur = 1, placed = 1;
     const double plan_k = sw_plan_cost(&pm, nodes_k, vw.n_auto, b, e, &fits_k);
-    /* the even split of the same layers over the same nodes, in the plan's order */
+    /* the even split of the same layers over the same nodes: in the plan's order, or in
+     * the order (of every one up to SW_PLAN_PERMUTE_MAX nodes) that fits their memory and
+     * costs least */
     int order[SW_PLAN_MAX_NODES], n_ord = 0;
     for (int l = vw.begin; l < vw.end;)
         for (int i = 0; i < vw.n_auto; i++)
@@ -246,14 +263,21 @@ int cmd_plan(int argc, char **argv)
     for (int i = 0; i < vw.n_auto; i++)
         if (b[i] == e[i])
             order[n_ord++] = i;
-    const int span = vw.end - vw.begin;
-    for (int j = 0, l = vw.begin; j < vw.n_auto; j++) {
-        const int share = span / vw.n_auto + (j >= vw.n_auto - span % vw.n_auto ? 1 : 0);
-        eb[order[j]] = l;
-        ee[order[j]] = l + share;
-        l += share;
+    double even = s_even(&pm, nodes, vw.n_auto, order, vw.begin, vw.end, eb, ee, &fits_even);
+    if (vw.n_auto <= SW_PLAN_PERMUTE_MAX) {
+        int perm[SW_PLAN_MAX_NODES], pb[SW_PLAN_MAX_NODES], pe[SW_PLAN_MAX_NODES], pf;
+        for (int i = 0; i < vw.n_auto; i++)
+            perm[i] = i;
+        do {
+            const double c2 = s_even(&pm, nodes, vw.n_auto, perm, vw.begin, vw.end, pb, pe, &pf);
+            if ((pf && !fits_even) || (pf == fits_even && c2 < even)) {
+                even = c2;
+                fits_even = pf;
+                memcpy(eb, pb, sizeof pb[0] * (size_t)vw.n_auto);
+                memcpy(ee, pe, sizeof pe[0] * (size_t)vw.n_auto);
+            }
+        } while (sw_plan_next_perm(perm, vw.n_auto));
     }
-    const double even = sw_plan_cost(&pm, nodes, vw.n_auto, eb, ee, &fits_even);
     for (int i = 0; i < vw.n_auto; i++) {
         cb[i] = (int)vw.autos[i]->layer_begin;
         ce[i] = (int)vw.autos[i]->layer_end;

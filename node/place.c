@@ -14,7 +14,7 @@
 #include "log.h"
 #include "plan.h"
 
-#define S_PROBE_REPS 7 // timed forwards per probe (the fastest counts), after one warm-up
+#define S_PROBE_REPS 9 // timed forwards per probe (the median counts), after one warm-up
 
 struct node_place {
     int auto_node;      // 1: --layers auto
@@ -43,7 +43,7 @@ static int s_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The fastest time (us) of one forward of `rows` decode rows through m's
+/* The median time (us) of one forward of `rows` decode rows through m's
  * layers (and its LM head when it is the last stage). -1 on failure. */
 static double s_time(sw_model_t *m, int rows)
 {
@@ -78,10 +78,11 @@ static double s_time(sw_model_t *m, int rows)
         }
         t[r] = (sw_now_ms() - t0) * 1e3;
     }
-    /* t[0] is the warm-up; of the others the fastest: what the machine can do
-     * (other processes' load on a shared machine only ever adds to it) */
+    /* t[0] is the warm-up; of the others the median: what a round meets on this
+     * machine as it is loaded now (other processes included), one slow or fast
+     * outlier left out */
     qsort(t + 1, S_PROBE_REPS, sizeof t[0], s_cmp_double);
-    best = t[1];
+    best = t[1 + S_PROBE_REPS / 2];
 out:
     free(in);
     free(out);
@@ -166,7 +167,7 @@ int node_place_standby(node_t *n)
     /* the first middle layer tells the model's size; then two layers if there are enough */
     m = sw_model_load(n->o.model, 1, 2, n->be, err, sizeof err);
     if (!m) {
-        SW_ERR("%s: %s (--layers auto needs a model of 3 layers or more)", n->o.model, err);
+        SW_ERR("%s: %s", n->o.model, err);
         return -1;
     }
     const int L = sw_model_hparams(m)->n_layer;

@@ -106,8 +106,7 @@ static double s_dp(const sw_plan_model_t *m, int begin, int end, const sw_plan_n
 #undef C
 }
 
-/* The next permutation of a in lexicographic order; 0 after the last. */
-static int s_next_perm(int *a, int n)
+int sw_plan_next_perm(int *a, int n)
 {
     int i = n - 2;
     while (i >= 0 && a[i] >= a[i + 1])
@@ -170,7 +169,7 @@ double sw_plan_solve(const sw_plan_model_t *m, int begin, int end, const sw_plan
             memcpy(begin_out, b, sizeof b[0] * (size_t)n);
             memcpy(end_out, e, sizeof e[0] * (size_t)n);
         }
-    } while (n <= SW_PLAN_PERMUTE_MAX && s_next_perm(ord, n));
+    } while (n <= SW_PLAN_PERMUTE_MAX && sw_plan_next_perm(ord, n));
     free(g);
     free(choice);
     if (best < 0) {

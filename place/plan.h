@@ -81,6 +81,9 @@ double sw_plan_solve(const sw_plan_model_t *m, int begin, int end, const sw_plan
 double sw_plan_cost(const sw_plan_model_t *m, const sw_plan_node_t *nodes, int n, const int *begin,
                     const int *end, int *fits);
 
+/* The next permutation of a (n entries) in lexicographic order; 0 after the last. */
+int sw_plan_next_perm(int *a, int n);
+
 /* A node of a peer table for the planner at `rows` rows (1, or the probe's
  * K+1 rows; another value interpolates linearly between the two). */
 void sw_plan_node_from(const sw_msg_announce_t *a, int rows, sw_plan_node_t *out);
