@@ -99,8 +99,19 @@ class Cluster:
             try:
                 st = json.loads(self.cli("status", "--json"))
                 peers = {p["name"]: p for p in st["peers"]}
-                if all(n in peers and not peers[n].get("standby", True) and
-                       peers[n]["layer_end"] > peers[n]["layer_begin"] for n in ("fast", "slow")):
+                # placed: a whole route (the plan may leave a node as a standby)
+                at, L = self.a.head_layers, None
+                for p in peers.values():
+                    L = p.get("n_layers") or L
+                moved = True
+                while moved and L and at < L:
+                    moved = False
+                    for n in ("fast", "slow"):
+                        p = peers.get(n)
+                        if p and not p.get("standby") and p["layer_begin"] == at and \
+                                p["layer_end"] > at:
+                            at, moved = p["layer_end"], True
+                if L and at == L and all(n in peers for n in ("fast", "slow")):
                     return peers
             except (RuntimeError, ValueError, subprocess.TimeoutExpired):
                 pass
@@ -133,8 +144,12 @@ class Cluster:
 
 
 def ranges(peers):
-    return "fast %d:%d, slow %d:%d" % (peers["fast"]["layer_begin"], peers["fast"]["layer_end"],
-                                       peers["slow"]["layer_begin"], peers["slow"]["layer_end"])
+    def one(n):
+        p = peers[n]
+        if p.get("standby"):
+            return "%s standby" % n
+        return "%s %d:%d" % (n, p["layer_begin"], p["layer_end"])
+    return one("fast") + ", " + one("slow")
 
 
 def main():
