@@ -20,6 +20,7 @@ static const struct s_cmd s_cmds[] = {
     {"run", cmd_run, "generate through a cluster: send a request to the head via the relay"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP API in front of a cluster (docs/api.md)"},
     {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
+    {"plan", cmd_plan, "the layer ranges that minimise the round time for the relay's nodes"},
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, fingerprint)"},
     {"keygen", cmd_keygen, "make a CURVE key pair (--out PREFIX) or a cluster key (--cluster-key)"},
     {"cluster", cmd_cluster, "set up a cluster's keys: one bundle per machine (cluster init)"},

@@ -81,6 +81,12 @@ static sw_client_t *s_connect(const char *cmd, const sw_sec_args_t *a, const cha
     return c;
 }
 
+sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *relay, int connect_s,
+                         int *exit_code)
+{
+    return s_connect(cmd, a, relay, s_connect_ms(connect_s), exit_code);
+}
+
 /* 1 when every comma-separated name in expect is in the table (missing is
  * then ""); else 0 and the first missing one in missing. */
 static int s_has_names(const sw_client_table_t *t, const char *expect, char *missing, size_t len)
@@ -195,6 +201,18 @@ int cmd_status(int argc, char **argv)
             json_object_set_new(o, "idle_ms", json_integer(p->idle_ms));
             json_object_set_new(o, "msgs_in", json_integer((json_int_t)p->msgs_in));
             json_object_set_new(o, "msgs_out", json_integer((json_int_t)p->msgs_out));
+            if (p->is_node) {
+                json_object_set_new(o, "auto", json_boolean(p->auto_place));
+                json_object_set_new(o, "standby", json_boolean(p->standby));
+                json_object_set_new(o, "mem_mib", json_integer(p->mem_mib));
+                json_object_set_new(o, "us_layer_1", json_integer(p->us_layer_1));
+                json_object_set_new(o, "us_layer_k", json_integer(p->us_layer_k));
+                json_object_set_new(o, "probe_rows", json_integer(p->probe_rows));
+                json_object_set_new(o, "us_out_1", json_integer(p->us_out_1));
+                json_object_set_new(o, "us_out_k", json_integer(p->us_out_k));
+                json_object_set_new(o, "rtt_us", json_integer(p->rtt_us));
+                json_object_set_new(o, "kv_kib_layer", json_integer(p->kv_kib_layer));
+            }
             json_array_append_new(arr, o);
         }
         json_object_set_new(j, "peers", arr);
@@ -213,7 +231,9 @@ int cmd_status(int argc, char **argv)
         for (int i = 0; i < t.n_peers; i++) {
             const sw_client_peer_t *p = &t.peers[i];
             char layers[32] = "-";
-            if (p->is_node)
+            if (p->standby)
+                snprintf(layers, sizeof layers, "auto/%u", p->n_layers);
+            else if (p->is_node)
                 snprintf(layers, sizeof layers, "%u:%u/%u", p->layer_begin, p->layer_end,
                          p->n_layers);
             printf("%-24s %-7s %-12s %-14.1f %.12s\n", p->name, p->role, layers,

@@ -347,6 +347,16 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->idle_ms = pi->idle_ms;
         p->msgs_in = pi->msgs_in;
         p->msgs_out = pi->msgs_out;
+        p->auto_place = a->auto_place;
+        p->standby = sw_wire_standby(a->auto_place, a->layer_begin, a->layer_end);
+        p->mem_mib = a->mem_mib;
+        p->us_layer_1 = a->us_layer_1;
+        p->us_layer_k = a->us_layer_k;
+        p->probe_rows = a->probe_rows;
+        p->us_out_1 = a->us_out_1;
+        p->us_out_k = a->us_out_k;
+        p->rtt_us = a->rtt_us;
+        p->kv_kib_layer = a->kv_kib_layer;
     }
     out->need_key = c->secure;
     out->uptime_ms = pt->uptime_ms;

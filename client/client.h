@@ -130,6 +130,17 @@ typedef struct sw_client_peer {
     uint32_t heartbeat_age_ms;           /* since the relay last knew it alive */
     uint32_t idle_ms;                    /* since its last message */
     uint64_t msgs_in, msgs_out;          /* messages from / to it */
+    /* placement (version 7; 0 = not said): what the node announced it can do */
+    int auto_place;        /* 1: started with --layers auto */
+    int standby;           /* 1: an auto node without a range yet */
+    uint32_t mem_mib;      /* memory for weights and KV cache */
+    uint32_t us_layer_1;   /* probe: us a layer for 1 row */
+    uint32_t us_layer_k;   /* ... for probe_rows rows */
+    uint32_t probe_rows;   /* 0 or 2..512 */
+    uint32_t us_out_1;     /* probe: output norm + LM head, 1 row */
+    uint32_t us_out_k;     /* ... probe_rows rows */
+    uint32_t rtt_us;       /* round trip to the relay */
+    uint32_t kv_kib_layer; /* KV of its sessions per layer, KiB */
 } sw_client_peer_t;
 
 typedef struct sw_client_table {

@@ -67,7 +67,8 @@ _Static_assert(S_SAME(SW_ERROR_UNSPECIFIED, SHARDWIRE__ERROR_CODE__ERR_UNSPECIFI
                    S_SAME(SW_ERROR_INTERNAL, SHARDWIRE__ERROR_CODE__ERR_INTERNAL) &&
                    S_SAME(SW_ERROR_DEADLINE, SHARDWIRE__ERROR_CODE__ERR_DEADLINE) &&
                    S_SAME(SW_ERROR_UNAUTHORIZED, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) &&
-                   S_SAME(SW_ERROR_BUSY, SHARDWIRE__ERROR_CODE__ERR_BUSY),
+                   S_SAME(SW_ERROR_BUSY, SHARDWIRE__ERROR_CODE__ERR_BUSY) &&
+                   S_SAME(SW_ERROR_PLAN_REFUSED, SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED),
                "sw_error_code_t and ErrorCode disagree");
 
 /* Writes one line into err (or logs it) and returns SW_WIRE_EMALFORMED. */
@@ -228,6 +229,15 @@ static int s_announce_in(const Shardwire__PeerAnnounce *a, sw_msg_announce_t *ou
     out->max_sessions = a->max_sessions;
     out->hidden = a->hidden;
     out->model_name = s_in_str(a->model_name);
+    out->mem_mib = a->mem_mib;
+    out->us_layer_1 = a->us_layer_1;
+    out->us_layer_k = a->us_layer_k;
+    out->probe_rows = a->probe_rows;
+    out->rtt_us = a->rtt_us;
+    out->auto_place = a->auto_place != 0;
+    out->kv_kib_layer = a->kv_kib_layer;
+    out->us_out_1 = a->us_out_1;
+    out->us_out_k = a->us_out_k;
     return SW_WIRE_OK;
 }
 
@@ -244,6 +254,15 @@ static void s_announce_out(const sw_msg_announce_t *in, Shardwire__PeerAnnounce 
     a->max_sessions = in->max_sessions;
     a->hidden = in->hidden;
     a->model_name = s_out_str(in->model_name);
+    a->mem_mib = in->mem_mib;
+    a->us_layer_1 = in->us_layer_1;
+    a->us_layer_k = in->us_layer_k;
+    a->probe_rows = in->probe_rows;
+    a->rtt_us = in->rtt_us;
+    a->auto_place = in->auto_place != 0;
+    a->kv_kib_layer = in->kv_kib_layer;
+    a->us_out_1 = in->us_out_1;
+    a->us_out_k = in->us_out_k;
 }
 
 static int s_peer_in(const Shardwire__PeerInfo *pi, sw_msg_peer_t *out, char *err, size_t err_len)
@@ -831,8 +850,9 @@ static int s_error_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t 
 {
     const Shardwire__Error *e = m->env->error;
     CHECK(e != NULL, "error missing");
-    CHECK(e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-              e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY,
+    CHECK((e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
+           e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY) ||
+              e->code == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED,
           "error.code %d unknown", (int)e->code);
     out->error.code = (sw_error_code_t)e->code;
     out->error.message = s_in_str(e->message);
@@ -902,6 +922,33 @@ static int s_resume_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, c
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_RESUME, sink, ctx, NULL, 0);
 }
 
+static int s_plan_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    const Shardwire__PlanAssign *p = m->env->plan_assign;
+    CHECK(p != NULL, "plan_assign missing");
+    out->plan.model_fingerprint = s_in_str(p->model_fingerprint);
+    out->plan.n_layers = p->n_layers;
+    out->plan.layer_begin = p->layer_begin;
+    out->plan.layer_end = p->layer_end;
+    out->plan.plan_us = p->plan_us;
+    return SW_WIRE_OK;
+}
+
+static int s_plan_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                      size_t err_len)
+{
+    (void)err, (void)err_len;
+    Shardwire__PlanAssign pb = SHARDWIRE__PLAN_ASSIGN__INIT;
+    pb.model_fingerprint = s_out_str(msg->plan.model_fingerprint);
+    pb.n_layers = msg->plan.n_layers;
+    pb.layer_begin = msg->plan.layer_begin;
+    pb.layer_end = msg->plan.layer_end;
+    pb.plan_us = msg->plan.plan_us;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.plan_assign = &pb;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PLAN_ASSIGN, sink, ctx, NULL, 0);
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 typedef int (*s_dec_fn)(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len);
@@ -927,6 +974,7 @@ static const struct s_codec {
     [SW_MSG_ERROR] = {s_error_dec, s_error_enc},
     [SW_MSG_CANCEL] = {s_cancel_dec, s_cancel_enc},
     [SW_MSG_RESUME] = {s_resume_dec, s_resume_enc},
+    [SW_MSG_PLAN_ASSIGN] = {s_plan_dec, s_plan_enc},
 };
 _Static_assert(sizeof s_codecs / sizeof s_codecs[0] == SW_MSG_TYPES,
                "codec.c: one row per message type (sw_msg_type_t)");

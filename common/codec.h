@@ -101,6 +101,7 @@ typedef enum sw_error_code {
     SW_ERROR_DEADLINE = 13,
     SW_ERROR_UNAUTHORIZED = 14, /* the sender's key may not do this */
     SW_ERROR_BUSY = 15,         /* the head's queue is full, or a request waited too long */
+    SW_ERROR_PLAN_REFUSED = 20, /* a PlanAssign not from the head, or a range that does not fit */
 } sw_error_code_t;
 
 /* ---- messages ----------------------------------------------------------------------------- */
@@ -135,7 +136,26 @@ typedef struct sw_msg_announce {
     uint32_t max_sessions;         // sessions held at once
     uint32_t hidden;               // model hidden size (0 for clients)
     const char *model_name;        // 0..63 bytes of [A-Za-z0-9._:/-]
+    /* placement (version 7; 0 = not said): what an auto node can do */
+    uint32_t mem_mib;      // memory for weights and KV cache, MiB
+    uint32_t us_layer_1;   // probe: us one layer takes for 1 row
+    uint32_t us_layer_k;   // ... for probe_rows rows
+    uint32_t probe_rows;   // 0 or 2..SW_WIRE_MAX_ROWS
+    uint32_t rtt_us;       // round trip to the relay
+    int auto_place;        // 1: --layers auto (standby while the range is [0, 0))
+    uint32_t kv_kib_layer; // KV memory of its sessions per layer, KiB
+    uint32_t us_out_1;     // probe: output norm + LM head, 1 row
+    uint32_t us_out_k;     // ... probe_rows rows
 } sw_msg_announce_t;
+
+/* PlanAssign: head -> an auto node, the layer range the plan gives it. */
+typedef struct sw_msg_plan {
+    const char *model_fingerprint; // 64 hex, the node's model
+    uint32_t n_layers;             // layers of the whole model
+    uint32_t layer_begin;          // 0 < begin < end <= n_layers
+    uint32_t layer_end;            //
+    uint32_t plan_us;              // predicted round time, us
+} sw_msg_plan_t;
 
 /* AnnounceAck: the relay took an announce. */
 typedef struct sw_msg_ack {
@@ -347,6 +367,7 @@ typedef struct sw_msg {
         sw_msg_error_t error;                 // SW_MSG_ERROR
         sw_msg_cancel_t cancel;               // SW_MSG_CANCEL
         sw_msg_resume_t resume;               // SW_MSG_RESUME
+        sw_msg_plan_t plan;                   // SW_MSG_PLAN_ASSIGN
     };
 } sw_msg_t;
 

@@ -129,6 +129,16 @@ static void s_send_announce(sw_peer_t *p)
     p->announce_at_ms = s_now_ms() + SW_PEER_RETRY_MS; /* again unless acked by then */
 }
 
+int sw_peer_reannounce(sw_peer_t *p, const sw_msg_announce_t *a)
+{
+    if (!a->name || strcmp(a->name, p->announce.name) != 0 ||
+        sw_codec_announce_copy(&p->announce, a) != 0)
+        return -1;
+    p->announced = 0; /* s_maybe_announce sends it again until the ack */
+    s_send_announce(p);
+    return 0;
+}
+
 /* Reads every pending monitor event. */
 static void s_events(sw_peer_t *p)
 {

@@ -85,6 +85,14 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts) __attribute__((warn_unused_re
 /* Closes the connection; accepts NULL and NULLs the caller's pointer. */
 void sw_peer_destroy(sw_peer_t **self_p);
 
+/* Announces again on the live connection with a (the same name): the relay
+ * replaces the fields it holds (a standby auto node that loaded the range
+ * its head assigned, a node that measured its round trip). Sent at once and
+ * again every second until the relay acks. 0, or -1 when a does not fit or
+ * names another peer. */
+int sw_peer_reannounce(sw_peer_t *peer, const sw_msg_announce_t *a)
+    __attribute__((warn_unused_result));
+
 /* The announced name. */
 const char *sw_peer_name(const sw_peer_t *peer);
 

@@ -75,12 +75,29 @@ const char *sw_wire_role_name(int role)
 const char *sw_wire_error_code_name(int code)
 {
     static const char *names[] = {
-        "unspecified",   "version_mismatch", "malformed",    "name_taken",
-        "not_announced", "unknown_dest",     "dest_busy",    "dest_gone",
-        "relay_full",    "unknown_session",  "bad_request",  "model_mismatch",
-        "internal",      "deadline",         "unauthorized", "busy",
+        "unspecified",
+        "version_mismatch",
+        "malformed",
+        "name_taken",
+        "not_announced",
+        "unknown_dest",
+        "dest_busy",
+        "dest_gone",
+        "relay_full",
+        "unknown_session",
+        "bad_request",
+        "model_mismatch",
+        "internal",
+        "deadline",
+        "unauthorized",
+        "busy",
+        NULL,
+        NULL,
+        NULL,
+        NULL,
+        "plan_refused",
     };
-    if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
+    if (code < 0 || (size_t)code >= sizeof names / sizeof names[0] || !names[code])
         return "unknown";
     return names[code];
 }
@@ -245,6 +262,30 @@ static int s_timing(Shardwire__StageTiming **t, size_t n, char *err, size_t err_
     return SW_WIRE_OK;
 }
 
+/* The placement fields of an announce (version 7): bounded, a probe's time
+ * only with its rows, and none of them on a client. */
+static int s_placement(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
+{
+    const int client = a->role == SHARDWIRE__ROLE__ROLE_CLIENT;
+    CHECK(!client ||
+              (!a->auto_place && !a->mem_mib && !a->us_layer_1 && !a->us_layer_k &&
+               !a->probe_rows && !a->rtt_us && !a->kv_kib_layer && !a->us_out_1 && !a->us_out_k),
+          "a client announces no placement fields");
+    CHECK(a->mem_mib <= SW_WIRE_MAX_MEM_MIB, "announce.mem_mib %u > %u", a->mem_mib,
+          SW_WIRE_MAX_MEM_MIB);
+    CHECK(a->us_layer_1 <= SW_WIRE_MAX_PROBE_US && a->us_layer_k <= SW_WIRE_MAX_PROBE_US &&
+              a->us_out_1 <= SW_WIRE_MAX_PROBE_US && a->us_out_k <= SW_WIRE_MAX_PROBE_US &&
+              a->rtt_us <= SW_WIRE_MAX_PROBE_US,
+          "announce: a probe time over %u us", SW_WIRE_MAX_PROBE_US);
+    CHECK(a->probe_rows == 0 || (a->probe_rows >= 2 && a->probe_rows <= SW_WIRE_MAX_ROWS),
+          "announce.probe_rows %u not 0 or 2..%d", a->probe_rows, SW_WIRE_MAX_ROWS);
+    CHECK(a->probe_rows != 0 || (!a->us_layer_1 && !a->us_layer_k && !a->us_out_1 && !a->us_out_k),
+          "announce: probe times without probe_rows");
+    CHECK(a->kv_kib_layer <= SW_WIRE_MAX_KV_KIB_LAYER, "announce.kv_kib_layer %u > %u",
+          a->kv_kib_layer, SW_WIRE_MAX_KV_KIB_LAYER);
+    return SW_WIRE_OK;
+}
+
 static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
 {
     CHECK(a != NULL, "announce missing");
@@ -260,6 +301,8 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     CHECK(a->max_sessions <= 65536, "announce.max_sessions %u > 65536", a->max_sessions);
     CHECK(sw_wire_model_name_ok(a->model_name), "announce.model_name is not 0..63 bytes of "
                                                 "[A-Za-z0-9._:/-]");
+    if ((rc = s_placement(a, err, err_len)))
+        return rc;
     if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT) {
         CHECK(a->layer_begin == 0 && a->layer_end == 0 && a->n_layers == 0,
               "a client announces no layers");
@@ -272,11 +315,15 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
         return rc;
     CHECK(a->n_layers >= 1 && a->n_layers <= SW_WIRE_MAX_LAYERS,
           "announce.n_layers %u not in 1..%d", a->n_layers, SW_WIRE_MAX_LAYERS);
+    CHECK(a->hidden >= 1 && a->hidden <= SW_WIRE_MAX_HIDDEN, "announce.hidden %u not in 1..%d",
+          a->hidden, SW_WIRE_MAX_HIDDEN);
+    if (sw_wire_standby(a->auto_place, a->layer_begin, a->layer_end)) {
+        CHECK(a->role == SHARDWIRE__ROLE__ROLE_MIDDLE, "a standby auto node announces as a middle");
+        return SW_WIRE_OK;
+    }
     CHECK(a->layer_begin < a->layer_end && a->layer_end <= a->n_layers,
           "announce layer range [%u, %u) not inside [0, %u)", a->layer_begin, a->layer_end,
           a->n_layers);
-    CHECK(a->hidden >= 1 && a->hidden <= SW_WIRE_MAX_HIDDEN, "announce.hidden %u not in 1..%d",
-          a->hidden, SW_WIRE_MAX_HIDDEN);
     int first = a->layer_begin == 0, last = a->layer_end == a->n_layers;
     switch (a->role) {
     case SHARDWIRE__ROLE__ROLE_HEAD:
@@ -553,8 +600,9 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
 {
     int rc;
     CHECK(e != NULL, "error missing");
-    CHECK(e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-              e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY,
+    CHECK((e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
+           e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY) ||
+              e->code == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED,
           "error.code %d unknown", (int)e->code);
     CHECK(e->queue_position <= SW_WIRE_MAX_QUEUE, "error.queue_position %u > %d", e->queue_position,
           SW_WIRE_MAX_QUEUE);
@@ -563,6 +611,25 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
     if ((rc = s_name("error.request_id", e->request_id, 0, err, err_len)))
         return rc;
     return s_name("error.dest", e->dest, 0, err, err_len);
+}
+
+static int s_check_plan_assign(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                               char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    const Shardwire__PlanAssign *p = env->plan_assign;
+    CHECK(p != NULL, "plan_assign missing");
+    int rc = s_fingerprint(p->model_fingerprint, err, err_len);
+    if (rc)
+        return rc;
+    CHECK(p->n_layers >= 2 && p->n_layers <= SW_WIRE_MAX_LAYERS,
+          "plan_assign.n_layers %u not in 2..%d", p->n_layers, SW_WIRE_MAX_LAYERS);
+    CHECK(p->layer_begin > 0 && p->layer_begin < p->layer_end && p->layer_end <= p->n_layers,
+          "plan_assign range [%u, %u) not inside [1, %u)", p->layer_begin, p->layer_end,
+          p->n_layers);
+    CHECK(p->plan_us <= SW_WIRE_MAX_PROBE_US, "plan_assign.plan_us %u > %u", p->plan_us,
+          SW_WIRE_MAX_PROBE_US);
+    return SW_WIRE_OK;
 }
 
 static int s_check_announce(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -736,6 +803,8 @@ static const struct s_type {
                        s_check_cancel},
     [SW_MSG_RESUME] = {SHARDWIRE__ENVELOPE__BODY_RESUME, "resume", SW_WIRE_CH_ACCESS, 0,
                        s_check_resume},
+    [SW_MSG_PLAN_ASSIGN] = {SHARDWIRE__ENVELOPE__BODY_PLAN_ASSIGN, "plan_assign",
+                            SW_WIRE_CH_CLUSTER, 0, s_check_plan_assign},
 };
 _Static_assert(sizeof s_types / sizeof s_types[0] == SW_MSG_TYPES,
                "wire.c: one row per message type (sw_msg_type_t)");

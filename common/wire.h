@@ -38,8 +38,13 @@
 
 /* Envelope.version; any other is refused (3: trees, 4: cancel, 5: tree and
  * draft-ahead requests and stats, 6: key fingerprints in the name frames and
- * PeerInfo.key_fp). */
-#define SW_WIRE_VERSION 6u
+ * PeerInfo.key_fp, 7: placement: PeerAnnounce 11..19, PlanAssign). */
+#define SW_WIRE_VERSION 7u
+#define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
+#define SW_WIRE_MAX_PROBE_US 60000000u      /* probe times, rtt_us, plan_us: 60 s */
+#define SW_WIRE_MAX_KV_KIB_LAYER (1u << 26) /* PeerAnnounce.kv_kib_layer: 64 GiB a layer */
+/* A standby auto node: started with --layers auto, no range assigned yet ([0, 0)). */
+#define sw_wire_standby(auto_place, begin, end) ((auto_place) && (begin) == 0 && (end) == 0)
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 #define SW_WIRE_ERR_LEN 256        /* a good size for the err buffers below */
 
@@ -114,6 +119,7 @@ typedef enum sw_msg_type {
     SW_MSG_ERROR,
     SW_MSG_CANCEL,
     SW_MSG_RESUME,
+    SW_MSG_PLAN_ASSIGN,
     SW_MSG_TYPES /* the number of values above, SW_MSG_NONE included */
 } sw_msg_type_t;
 

@@ -32,6 +32,7 @@
 
 #include "head_impl.h"
 #include "log.h"
+#include "place.h"
 
 #define S_LINGER_MS 60000 // a finished request's chunks are kept this long for a Resume
 #define S_LINGER_MAX 64   // finished requests kept at most (the oldest go first)
@@ -152,6 +153,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         snprintf(h->route_err, sizeof h->route_err, "%s", err);
         h->route_code = code;
     }
+    node_place_table(n, pt, h->route_ok); /* a gap and standby auto nodes: a plan */
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_ROUTE) {

@@ -45,11 +45,21 @@ enum {
     O_PREFIX,
     O_DLOAD,
     O_DBATCH,
+    O_MEM,
+    O_AUTO_NODES,
 };
 
 static const sw_opt_t s_opts[] = {
     {"name", O_NAME, "NAME", "this node's name on the relay (1-63 of [A-Za-z0-9._-])"},
-    {"layers", O_LAYERS, "A:B", "serve layers [A, B) (B may be 'end'); from 0 = the head"},
+    {"layers", O_LAYERS, "A:B|auto",
+     "serve layers [A, B) (B may be 'end'); from 0 = the head;\nauto: probe this machine, "
+     "announce it and serve the\nrange the head's plan assigns (docs/deploy.md)"},
+    {"mem-mib", O_MEM, "M",
+     "placement: memory for weights and KV cache that the plan\nmay use (default: half the "
+     "memory available at start)"},
+    {"auto-nodes", O_AUTO_NODES, "N",
+     "head: place the --layers auto nodes (plan the layers\nafter the head's over them); the "
+     "first plan waits\nfor N of them (default 0: no placement)"},
     {"model-name", O_MODEL_NAME, "NAME",
      "the model's name for clients and the HTTP API\n(default: the file name without .gguf)"},
     {"max-sessions", O_MAXS, "N",
@@ -152,7 +162,17 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
     const char *P = s_spec.prog;
     switch (c) {
     case O_LAYERS:
+        if (!strcmp(v, "auto")) {
+            o->layer_auto = 1;
+            o->layer_begin = o->layer_end = 0; /* until the head assigns a range */
+            return 0;
+        }
+        o->layer_auto = 0;
         return s_layers(v, &o->layer_begin, &o->layer_end);
+    case O_MEM:
+        return sw_arg_int(P, "--mem-mib", v, 1, (int)SW_WIRE_MAX_MEM_MIB, &o->mem_mib);
+    case O_AUTO_NODES:
+        return sw_arg_int(P, "--auto-nodes", v, 0, 64, &o->auto_nodes);
     case O_MODEL_NAME:
         o->model_name = v;
         if (!sw_wire_model_name_ok(v)) {
@@ -256,6 +276,10 @@ static int s_parse(int argc, char **argv, node_opts_t *o, s_cli_t *cli)
     }
     if (sw_args_draft_check(&s_spec, &cli->dr) != 0)
         return 2;
+    if (o->auto_nodes > 0 && (o->layer_auto || o->layer_begin != 0)) {
+        fprintf(stderr, "shardwire-node: --auto-nodes is for the head (--layers 0:B)\n");
+        return 2;
+    }
     return -1;
 }
 
@@ -316,7 +340,7 @@ int main(int argc, char **argv)
         o.max_sessions_per_client = SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(o.max_sessions);
     s_apply(&o, &cli);
     char err[512];
-    cli.sargs.role = o.layer_begin == 0 ? SW_SEC_HEAD : SW_SEC_STAGE;
+    cli.sargs.role = o.layer_begin == 0 && !o.layer_auto ? SW_SEC_HEAD : SW_SEC_STAGE;
     if (sw_sec_load(&cli.sargs, o.relay, &sec, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire-node: %s\n", err);
         return 2;

@@ -15,6 +15,7 @@
 
 #include "head.h"
 #include "log.h"
+#include "place.h"
 #include "stage.h"
 
 static sw_role_t s_role(const node_t *n)
@@ -76,10 +77,20 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     }
 }
 
+static void s_on_plan(node_t *n, const sw_wire_msg_t *m);
+
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
 {
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
     const sw_msg_type_t type = sw_wire_msg_type(m);
+    if (type == SW_MSG_PLAN_ASSIGN) {
+        s_on_plan(n, m);
+        return;
+    }
+    if (!n->model && type != SW_MSG_ERROR) { /* a standby holds no layers: nothing to run */
+        SW_DEBUG("standby: ignoring a %s message from %s", sw_wire_type_name(type), m->peer);
+        return;
+    }
     switch (type) {
     case SW_MSG_FORWARD:
         node_stage_forward(n, m);
@@ -177,15 +188,10 @@ static int s_buffers(node_t *n)
 
 /* Loads the layer range on the backend, sizes the KV memory, allocates the
  * buffers and, on the head, the head. 0, or -1 (logged). */
-static int s_open(node_t *n)
+static int s_load(node_t *n)
 {
     const node_opts_t *o = &n->o;
     char err[512] = "";
-    n->be = sw_backend_new(o->backend, o->threads, err, sizeof err);
-    if (!n->be) {
-        SW_ERR("--backend: %s", err);
-        return -1;
-    }
     n->model = sw_model_load(o->model, o->layer_begin, o->layer_end, n->be, err, sizeof err);
     if (!n->model) {
         SW_ERR("%s: %s", o->model, err);
@@ -212,7 +218,71 @@ static int s_open(node_t *n)
         SW_ERR("%s: %s", o->model, err);
         return -1;
     }
+    if (sw_model_is_first(n->model) && o->auto_nodes > 0 && node_place_head(n) != 0)
+        return -1;
     return 0;
+}
+
+/* The backend, then the layer range (s_load), or for an auto node its probe
+ * (it loads a range when its head assigns one). 0, or -1 (logged). */
+static int s_open(node_t *n)
+{
+    const node_opts_t *o = &n->o;
+    char err[512] = "";
+    n->be = sw_backend_new(o->backend, o->threads, err, sizeof err);
+    if (!n->be) {
+        SW_ERR("--backend: %s", err);
+        return -1;
+    }
+    return o->layer_auto ? node_place_standby(n) : s_load(n);
+}
+
+/* What n announces (the strings into backend and model_name). */
+static void s_announce(const node_t *n, sw_msg_announce_t *an, char *backend, char *model_name)
+{
+    const node_opts_t *o = &n->o;
+    snprintf(backend, SW_WIRE_NAME_MAX + 1, "%s", sw_backend_desc(n->be));
+    s_model_name(o, model_name, SW_WIRE_NAME_MAX + 1);
+    *an = (sw_msg_announce_t){
+        .name = o->name,
+        .role = n->model ? s_role(n) : SW_ROLE_MIDDLE,
+        .model_fingerprint = n->fingerprint,
+        .layer_begin = n->model ? (uint32_t)sw_model_layer_begin(n->model) : 0,
+        .layer_end = n->model ? (uint32_t)sw_model_layer_end(n->model) : 0,
+        .n_layers = (uint32_t)n->hp->n_layer,
+        .backend = backend,
+        .max_sessions = (uint32_t)o->max_sessions,
+        .hidden = (uint32_t)n->hp->n_embd,
+        .model_name = model_name,
+    };
+    node_place_announce(n, an);
+}
+
+/* Announces n again on its connection (a measured round trip, a range). */
+static void s_reannounce(node_t *n)
+{
+    char backend[SW_WIRE_NAME_MAX + 1], model_name[SW_WIRE_NAME_MAX + 1];
+    sw_msg_announce_t an;
+    s_announce(n, &an, backend, model_name);
+    if (sw_peer_reannounce(n->peer, &an) != 0)
+        SW_WARN("could not announce again");
+}
+
+/* A PlanAssign: an auto node that takes its range loads it and announces it. */
+static void s_on_plan(node_t *n, const sw_wire_msg_t *m)
+{
+    if (!node_place_assign(n, m))
+        return;
+    if (s_load(n) != 0) {
+        SW_ERR("could not load the assigned layers [%d, %d): stopping", n->o.layer_begin,
+               n->o.layer_end);
+        *n->stop = 1;
+        return;
+    }
+    s_reannounce(n);
+    SW_INFO("serving layers [%d, %d) of %d on %s (%s, placed by %s)",
+            sw_model_layer_begin(n->model), sw_model_layer_end(n->model), n->hp->n_layer,
+            sw_backend_desc(n->be), sw_wire_role_name(s_role(n)), m->peer);
 }
 
 /* Joins the relay and announces the node. 0, 1 when stopped while waiting
@@ -220,22 +290,9 @@ static int s_open(node_t *n)
 static int s_join(node_t *n)
 {
     const node_opts_t *o = &n->o;
-    char backend[SW_WIRE_NAME_MAX + 1];
-    snprintf(backend, sizeof backend, "%s", sw_backend_desc(n->be));
-    char model_name[SW_WIRE_NAME_MAX + 1];
-    s_model_name(o, model_name, sizeof model_name);
-    const sw_msg_announce_t an = {
-        .name = o->name,
-        .role = s_role(n),
-        .model_fingerprint = n->fingerprint,
-        .layer_begin = (uint32_t)sw_model_layer_begin(n->model),
-        .layer_end = (uint32_t)sw_model_layer_end(n->model),
-        .n_layers = (uint32_t)n->hp->n_layer,
-        .backend = backend,
-        .max_sessions = (uint32_t)o->max_sessions,
-        .hidden = (uint32_t)n->hp->n_embd,
-        .model_name = model_name,
-    };
+    char backend[SW_WIRE_NAME_MAX + 1], model_name[SW_WIRE_NAME_MAX + 1];
+    sw_msg_announce_t an;
+    s_announce(n, &an, backend, model_name);
     sw_peer_opts_t po = {.relay = o->relay,
                          .announce = &an,
                          .heartbeat_ms = o->heartbeat_ms,
@@ -248,6 +305,13 @@ static int s_join(node_t *n)
             return 1; /* Ctrl-C while waiting for the relay */
         SW_ERR("could not join the relay at %s", o->relay);
         return -1;
+    }
+    if (node_place_rtt(n))
+        s_reannounce(n);
+    if (!n->model) {
+        SW_INFO("standby auto node (model %.12s..., %d layers) via %s", n->fingerprint,
+                n->hp->n_layer, o->relay);
+        return 0;
     }
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
             sw_model_layer_begin(n->model), sw_model_layer_end(n->model), n->hp->n_layer,
@@ -276,6 +340,8 @@ static int s_loop(node_t *n)
             SW_ERR("lost the relay connection");
             return -1;
         }
+        if (!n->model)
+            continue; /* a standby: only a PlanAssign does anything */
         node_stage_flush(n);
         node_head_step(n);
         double now = sw_now_ms();
@@ -311,6 +377,7 @@ static void s_close(node_t *n)
     free(n->logits);
     sw_prefix_free(&n->prefix);
     sw_model_free(&n->model);
+    node_place_free(n);
     sw_backend_free(&n->be);
 }
 

@@ -70,7 +70,14 @@ typedef struct node_opts {
                                  // kv_bytes; engine/prefix.h)
     int draft_load;              // head: 1 = K and trees follow the load (drafter/load.h)
     int draft_batch;             // head: 1 = the sessions' draft steps run batched
+    int layer_auto;              // 1: --layers auto (a standby until the head assigns a range)
+    int mem_mib;                 // placement: memory for weights and KV, MiB (0 = half the
+                                 // memory available at start)
+    int auto_nodes;              // head: plan for the auto nodes (wait for this many at first;
+                                 // 0 = no placement)
 } node_opts_t;
+
+typedef struct node_place node_place_t; // place.h
 
 typedef struct node_head node_head_t; // head.h
 
@@ -106,6 +113,7 @@ typedef struct node {
     double table_asked_ms;            // a query for it is out since then (0 = none)
     node_pending_t *pending;          // (NODE_PENDING_MAX) Forwards waiting for a table
     int n_pending;                    // entries
+    node_place_t *place;              // placement (auto node, or a head with --auto-nodes)
     volatile sig_atomic_t *stop;      // set by SIGINT/SIGTERM
 } node_t;
 

@@ -1248,7 +1248,12 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         }
     }
     if (sender) {
-        if (strcmp(sender->name, a->name) != 0 || sender->ann.a.role != a->role) {
+        /* a standby auto node takes the role of the range its head assigned
+         * (placement); every other peer keeps the role it joined with */
+        const sw_msg_announce_t *was = &sender->ann.a;
+        const int placed = sw_wire_standby(was->auto_place, was->layer_begin, was->layer_end) &&
+                           a->auto_place && a->role != SW_ROLE_CLIENT;
+        if (strcmp(sender->name, a->name) != 0 || (sender->ann.a.role != a->role && !placed)) {
             s_reply_error(r, id, id_len, SW_ERROR_BAD_REQUEST, NULL,
                           "this connection is already announced as %s (%s)", sender->name,
                           sw_wire_role_name(sender->ann.a.role));
@@ -1256,10 +1261,14 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         }
         /* a repeated announce: its fields replace the old ones (a validated
          * announce always fits the copy) */
+        const int was_standby = sw_wire_standby(was->auto_place, was->layer_begin, was->layer_end);
         if (sw_codec_announce_copy(&sender->ann, a) != 0) {
             s_reply_error(r, id, id_len, SW_ERROR_INTERNAL, NULL, "the announce does not fit");
             return;
         }
+        if (was_standby && !sw_wire_standby(a->auto_place, a->layer_begin, a->layer_end))
+            s_note(r, SW_LOG_INFO, "peer %s placed: %s, layers [%u, %u) of %u", a->name,
+                   sw_wire_role_name((int)a->role), a->layer_begin, a->layer_end, a->n_layers);
     } else {
         const int client = e ? e->role == SW_ALLOW_CLIENT : a->role == SW_ROLE_CLIENT;
         char fp[SW_WIRE_KEY_FP_LEN + 1] = "";

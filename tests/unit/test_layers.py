@@ -41,8 +41,9 @@ MAY_INCLUDE = {
     "client": {"base", "common", "client"},
     "gateway": {"base", "common", "client", "gateway"},
     "relay": {"base", "common", "relay"},
-    "node": {"base", "engine", "drafter", "common", "hub", "node"},
-    "cli": {"base", "engine", "drafter", "common", "hub", "client", "gateway", "cli"},
+    "place": {"base", "engine", "common", "proto", "place"},
+    "node": {"base", "engine", "drafter", "common", "hub", "place", "node"},
+    "cli": {"base", "engine", "drafter", "common", "hub", "client", "gateway", "place", "cli"},
     "tools": {"base", "engine", "common", "tools"},
 }
 
@@ -69,6 +70,8 @@ FORBIDDEN_LINKS = {
     "swengine": NET_LIBS,
     "swcuda": NET_LIBS | {"swengine"},
     "swdrafter": NET_LIBS,
+    "swplace": {"swhub", "swclient", "swgateway", "swdrafter", "PkgConfig::CURL",
+                "PkgConfig::JANSSON", "PkgConfig::MHD"},
     "swhub": {"swdrafter", "swnet", "swproto", "swclient", "swgateway", "PkgConfig::ZMQ",
               "PkgConfig::PROTOBUFC", "PkgConfig::MHD"},
     "swnet": ENGINE_LIBS | {"swhub", "swclient", "swgateway", "PkgConfig::CURL",

@@ -1017,8 +1017,109 @@ static void test_forward_tree(void)
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
 }
 
+/* Version 7: the placement fields of PeerAnnounce and PlanAssign, each bound. */
+static void test_placement(void)
+{
+    static char name[] = "auto-1", be[] = "cpu", fp[65];
+    memcpy(fp, FP, 65);
+    Shardwire__PeerAnnounce a = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    a.name = name;
+    a.role = SHARDWIRE__ROLE__ROLE_MIDDLE;
+    a.model_fingerprint = fp;
+    a.n_layers = 30;
+    a.backend = be;
+    a.max_sessions = 2;
+    a.hidden = 576;
+    a.auto_place = 1; /* a standby: [0, 0) */
+    a.mem_mib = 4096;
+    a.us_layer_1 = 250;
+    a.us_layer_k = 1900;
+    a.probe_rows = 9;
+    a.rtt_us = 180;
+    a.kv_kib_layer = 768;
+    a.us_out_1 = 1400;
+    a.us_out_k = 12000;
+    Shardwire__Envelope ea = SHARDWIRE__ENVELOPE__INIT;
+    ea.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+    ea.announce = &a;
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&ea, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK(out->announce->auto_place);
+        SW_CHECK_INT(out->announce->us_layer_k, 1900);
+        SW_CHECK_INT(out->announce->kv_kib_layer, 768);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    a.auto_place = 0; /* [0, 0) without auto: no range */
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.auto_place = 1;
+    a.role = SHARDWIRE__ROLE__ROLE_TAIL; /* a standby is a middle */
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.role = SHARDWIRE__ROLE__ROLE_MIDDLE;
+    a.mem_mib = SW_WIRE_MAX_MEM_MIB + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.mem_mib = 4096;
+    a.us_layer_1 = SW_WIRE_MAX_PROBE_US + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.us_layer_1 = 250;
+    a.rtt_us = SW_WIRE_MAX_PROBE_US + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.rtt_us = 180;
+    a.probe_rows = 1; /* 0 or 2..512 */
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.probe_rows = SW_WIRE_MAX_ROWS + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.probe_rows = 0; /* times without their rows */
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.probe_rows = 9;
+    a.kv_kib_layer = SW_WIRE_MAX_KV_KIB_LAYER + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.kv_kib_layer = 768;
+    a.layer_begin = 12; /* placed: a middle range */
+    a.layer_end = 20;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
+    /* a client announces none of it */
+    a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
+    a.layer_begin = a.layer_end = a.n_layers = 0;
+    a.model_fingerprint = (char *)"";
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+
+    /* PlanAssign: a range after the head's first layer, inside the model */
+    Shardwire__PlanAssign pa = SHARDWIRE__PLAN_ASSIGN__INIT;
+    pa.model_fingerprint = fp;
+    pa.n_layers = 30;
+    pa.layer_begin = 6;
+    pa.layer_end = 30;
+    pa.plan_us = 12000;
+    Shardwire__Envelope ep = SHARDWIRE__ENVELOPE__INIT;
+    ep.body_case = SHARDWIRE__ENVELOPE__BODY_PLAN_ASSIGN;
+    ep.plan_assign = &pa;
+    SW_CHECK_INT(s_roundtrip(&ep, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->plan_assign->layer_begin, 6);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    SW_CHECK_INT(sw_wire_body_channel(&ep), SW_WIRE_CH_CLUSTER); /* node keys only */
+    pa.layer_begin = 0; /* the head's layers are never assigned */
+    SW_CHECK_INT(s_check(&ep, 0, 0), SW_WIRE_EMALFORMED);
+    pa.layer_begin = 6;
+    pa.layer_end = 31;
+    SW_CHECK_INT(s_check(&ep, 0, 0), SW_WIRE_EMALFORMED);
+    pa.layer_end = 6;
+    SW_CHECK_INT(s_check(&ep, 0, 0), SW_WIRE_EMALFORMED);
+    pa.layer_end = 30;
+    pa.plan_us = SW_WIRE_MAX_PROBE_US + 1;
+    SW_CHECK_INT(s_check(&ep, 0, 0), SW_WIRE_EMALFORMED);
+    pa.plan_us = 0;
+    fp[3] = 'x';
+    SW_CHECK_INT(s_check(&ep, 0, 0), SW_WIRE_EMALFORMED);
+    fp[3] = 'a';
+    SW_CHECK_INT(s_check(&ep, 1, 8), SW_WIRE_EMALFORMED); /* no payload */
+}
+
 int main(void)
 {
+    test_placement();
     test_forward_roundtrip();
     test_forward_refusals();
     test_forward_tree();
