@@ -224,6 +224,9 @@ typedef struct sw_msg_forward {
     uint32_t prefix_len;                       // 0, or positions taken from the prefix caches
                                                // (then start_pos == kv_keep == prefix_len)
     const uint32_t *prefix_tokens;             // (prefix_len) the prompt's first tokens
+    uint32_t n_hop_digests;                    // 0..hop: spot checks (docs/security.md)
+    uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) running digest of what route
+                                               // stage i sent, as stage i + 1 received it
     const void *payload;                       // [n_rows, hidden] of dtype, or NULL: none
     size_t payload_len;                        // its bytes
 } sw_msg_forward_t;
@@ -241,6 +244,8 @@ typedef struct sw_msg_verdict {
     uint32_t n_timing;                         // 0..SW_WIRE_MAX_ROUTE
     sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE]; // (n_timing) every stage of the round
     uint64_t logits_digest;                    // the tail's running logits digest
+    uint32_t n_hop_digests;                    // 0..SW_WIRE_MAX_ROUTE - 1
+    uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) Forward.hop_digests + the tail's
 } sw_msg_verdict_t;
 
 /* ChatMessage: one turn of a conversation. */
@@ -444,5 +449,15 @@ int sw_codec_announce_copy(sw_announce_copy_t *dst, const sw_msg_announce_t *src
 const void *sw_codec_hidden_pack(sw_dtype_t dtype, const float *src, void *scratch, size_t n);
 /* n elements of dtype from the wire into f32 dst (exact). */
 void sw_codec_hidden_unpack(sw_dtype_t dtype, const void *src, float *dst, size_t n);
+
+/*
+ * Spot checks (docs/security.md): the running digest h of a session's
+ * hidden-state payloads folded with one more, len bytes of dtype. Equal
+ * digests mean bit-identical payloads in the same order (64 bits, not
+ * cryptographic: it tells honest nodes apart from a node that computed
+ * something else, not a forger who knows the digest; see the docs). A
+ * session's digest starts at 0.
+ */
+uint64_t sw_codec_digest_fold(uint64_t h, sw_dtype_t dtype, const void *payload, size_t len);
 
 #endif

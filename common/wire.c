@@ -429,6 +429,10 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
         return rc;
     CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
+    /* spot checks: one running digest per stage passed (the receiver adds its own) */
+    CHECK(f->n_hop_digests < SW_WIRE_MAX_ROUTE && f->n_hop_digests <= f->hop,
+          "forward has %zu hop_digests at hop %u (at most one per earlier stage, < %d)",
+          f->n_hop_digests, f->hop, SW_WIRE_MAX_ROUTE);
     if ((rc = s_name("forward.reply_to", f->reply_to, 1, err, err_len)))
         return rc;
     return s_timing(f->timing, f->n_timing, err, err_len);
@@ -454,6 +458,8 @@ static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
         CHECK(v->path[j] >= 1 && v->path[j] <= SW_WIRE_MAX_DRAFT &&
                   (j == 0 || v->path[j] > v->path[j - 1]),
               "verdict.path[%zu] = %u (must increase, in 1..%d)", j, v->path[j], SW_WIRE_MAX_DRAFT);
+    CHECK(v->n_hop_digests < SW_WIRE_MAX_ROUTE, "verdict has %zu hop_digests (max %d)",
+          v->n_hop_digests, SW_WIRE_MAX_ROUTE - 1);
     return s_timing(v->timing, v->n_timing, err, err_len);
 }
 

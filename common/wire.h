@@ -38,8 +38,8 @@
 
 /* Envelope.version; any other is refused (3: trees, 4: cancel, 5: tree and
  * draft-ahead requests and stats, 6: key fingerprints in the name frames and
- * PeerInfo.key_fp). */
-#define SW_WIRE_VERSION 6u
+ * PeerInfo.key_fp, 7: spot checks' hop digests in Forward and Verdict). */
+#define SW_WIRE_VERSION 7u
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */
 #define SW_WIRE_ERR_LEN 256        /* a good size for the err buffers below */
 

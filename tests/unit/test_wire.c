@@ -1017,9 +1017,58 @@ static void test_forward_tree(void)
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
 }
 
+/* Spot checks (version 7): at most one hop digest per stage before the
+ * receiver, fewer than SW_WIRE_MAX_ROUTE; a verdict's list bounded too. */
+static void test_hop_digests(void)
+{
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    uint64_t dg[SW_WIRE_MAX_ROUTE + 1];
+    for (int i = 0; i <= SW_WIRE_MAX_ROUTE; i++)
+        dg[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    x.f.n_hop_digests = 1;
+    x.f.hop_digests = dg;
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&x.env, 1, FWD_BYTES, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->forward->n_hop_digests, 1);
+        SW_CHECK(out->forward->hop_digests[0] == dg[0]);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    x.f.n_hop_digests = 2; // more than the stages before hop 1
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.hop = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_hop_digests = SW_WIRE_MAX_ROUTE; // never that many, whatever the hop
+    x.f.hop = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+
+    uint32_t toks[1] = {9};
+    Shardwire__Verdict v = SHARDWIRE__VERDICT__INIT;
+    v.session_id = 3;
+    v.round = 11;
+    v.n_tokens = 1;
+    v.tokens = toks;
+    v.next_token = 9;
+    v.n_hop_digests = SW_WIRE_MAX_ROUTE - 1;
+    v.hop_digests = dg;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
+    env.verdict = &v;
+    SW_CHECK_INT(s_roundtrip(&env, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->verdict->n_hop_digests, SW_WIRE_MAX_ROUTE - 1);
+        SW_CHECK(out->verdict->hop_digests[SW_WIRE_MAX_ROUTE - 2] == dg[SW_WIRE_MAX_ROUTE - 2]);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    v.n_hop_digests = SW_WIRE_MAX_ROUTE;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+}
+
 int main(void)
 {
     test_forward_roundtrip();
+    test_hop_digests();
     test_forward_refusals();
     test_forward_tree();
     test_other_messages();
