@@ -916,6 +916,68 @@ static int s_resume_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, c
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_RESUME, sink, ctx, NULL, 0);
 }
 
+static int s_spot_query_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    (void)out;
+    CHECK(m->env->spot_query != NULL, "spot_query missing");
+    return SW_WIRE_OK;
+}
+
+static int s_spot_query_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                            size_t err_len)
+{
+    (void)msg, (void)err, (void)err_len;
+    Shardwire__SpotQuery q = SHARDWIRE__SPOT_QUERY__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.spot_query = &q;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_SPOT_QUERY, sink, ctx, NULL, 0);
+}
+
+static int s_spot_report_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    const Shardwire__SpotReport *r = m->env->spot_report;
+    sw_msg_spot_report_t *o = &out->spot;
+    CHECK(r != NULL, "spot_report missing");
+    CHECK(r->n_nodes <= SW_WIRE_MAX_SPOT_NODES, "spot_report has %zu nodes", r->n_nodes);
+    o->share = r->share;
+    o->sessions_checked = r->sessions_checked;
+    o->rounds_compared = r->rounds_compared;
+    o->mismatches = r->mismatches;
+    o->n_nodes = (uint32_t)r->n_nodes;
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        CHECK(r->nodes[i] != NULL, "spot_report.nodes[%zu] missing", i);
+        o->nodes[i].name = s_in_str(r->nodes[i]->name);
+        o->nodes[i].convicted = r->nodes[i]->convicted != 0;
+        o->nodes[i].avoid_s = r->nodes[i]->avoid_s;
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_spot_report_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                             size_t err_len)
+{
+    const sw_msg_spot_report_t *o = &msg->spot;
+    CHECK(o->n_nodes <= SW_WIRE_MAX_SPOT_NODES, "spot_report has %u nodes", o->n_nodes);
+    Shardwire__SpotNode nd[SW_WIRE_MAX_SPOT_NODES], *ndp[SW_WIRE_MAX_SPOT_NODES];
+    for (uint32_t i = 0; i < o->n_nodes; i++) {
+        shardwire__spot_node__init(&nd[i]);
+        nd[i].name = s_out_str(o->nodes[i].name);
+        nd[i].convicted = o->nodes[i].convicted != 0;
+        nd[i].avoid_s = o->nodes[i].avoid_s;
+        ndp[i] = &nd[i];
+    }
+    Shardwire__SpotReport pb = SHARDWIRE__SPOT_REPORT__INIT;
+    pb.share = o->share;
+    pb.sessions_checked = o->sessions_checked;
+    pb.rounds_compared = o->rounds_compared;
+    pb.mismatches = o->mismatches;
+    pb.n_nodes = o->n_nodes;
+    pb.nodes = ndp;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.spot_report = &pb;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT, sink, ctx, NULL, 0);
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 typedef int (*s_dec_fn)(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len);
@@ -941,6 +1003,8 @@ static const struct s_codec {
     [SW_MSG_ERROR] = {s_error_dec, s_error_enc},
     [SW_MSG_CANCEL] = {s_cancel_dec, s_cancel_enc},
     [SW_MSG_RESUME] = {s_resume_dec, s_resume_enc},
+    [SW_MSG_SPOT_QUERY] = {s_spot_query_dec, s_spot_query_enc},
+    [SW_MSG_SPOT_REPORT] = {s_spot_report_dec, s_spot_report_enc},
 };
 _Static_assert(sizeof s_codecs / sizeof s_codecs[0] == SW_MSG_TYPES,
                "codec.c: one row per message type (sw_msg_type_t)");

@@ -335,8 +335,24 @@ typedef struct sw_msg_resume {
     uint32_t from_index;    // tokens the client holds
 } sw_msg_resume_t;
 
+/* SpotReport: head -> client, what its spot checks found (SpotQuery has no fields). */
+typedef struct sw_msg_spot_node {
+    const char *name; // a node the checks reported
+    int convicted;    // 1: convicted, 0: disputed
+    uint32_t avoid_s; // seconds new routes still avoid it, <= SW_WIRE_MAX_SPOT_AVOID_S
+} sw_msg_spot_node_t;
+
+typedef struct sw_msg_spot_report {
+    float share;                                      // --spot-check, [0, 1]
+    uint64_t sessions_checked;                        // since the head started
+    uint64_t rounds_compared;                         //
+    uint64_t mismatches;                              // rounds whose copies disagreed
+    uint32_t n_nodes;                                 // 0..SW_WIRE_MAX_SPOT_NODES
+    sw_msg_spot_node_t nodes[SW_WIRE_MAX_SPOT_NODES]; // (n_nodes)
+} sw_msg_spot_report_t;
+
 /* One message of any type; type says which member holds it (StatusQuery
- * has no fields). */
+ * and SpotQuery have no fields). */
 typedef struct sw_msg {
     sw_msg_type_t type;
     union {
@@ -352,6 +368,7 @@ typedef struct sw_msg {
         sw_msg_error_t error;                 // SW_MSG_ERROR
         sw_msg_cancel_t cancel;               // SW_MSG_CANCEL
         sw_msg_resume_t resume;               // SW_MSG_RESUME
+        sw_msg_spot_report_t spot;            // SW_MSG_SPOT_REPORT
     };
 } sw_msg_t;
 

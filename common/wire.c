@@ -698,6 +698,35 @@ static int s_check_resume(const Shardwire__Envelope *env, int has_payload, size_
     return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
 }
 
+static int s_check_spot_query(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                              char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->spot_query != NULL, "spot_query missing");
+    return SW_WIRE_OK;
+}
+
+static int s_check_spot_report(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                               char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    const Shardwire__SpotReport *r = env->spot_report;
+    CHECK(r != NULL, "spot_report missing");
+    CHECK(r->share >= 0 && r->share <= 1, "spot_report.share %g not in [0, 1]", (double)r->share);
+    CHECK(r->n_nodes <= SW_WIRE_MAX_SPOT_NODES, "spot_report has %zu nodes (max %d)", r->n_nodes,
+          SW_WIRE_MAX_SPOT_NODES);
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        CHECK(r->nodes[i] != NULL, "spot_report.nodes[%zu] missing", i);
+        CHECK(r->nodes[i]->avoid_s <= SW_WIRE_MAX_SPOT_AVOID_S,
+              "spot_report.nodes[%zu].avoid_s %u > %d", i, r->nodes[i]->avoid_s,
+              SW_WIRE_MAX_SPOT_AVOID_S);
+        int rc = s_name("spot_report.nodes.name", r->nodes[i]->name, 1, err, err_len);
+        if (rc)
+            return rc;
+    }
+    return SW_WIRE_OK;
+}
+
 /* ---- the message types ------------------------------------------------------ */
 
 typedef int (*s_check_fn)(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -742,6 +771,10 @@ static const struct s_type {
                        s_check_cancel},
     [SW_MSG_RESUME] = {SHARDWIRE__ENVELOPE__BODY_RESUME, "resume", SW_WIRE_CH_ACCESS, 0,
                        s_check_resume},
+    [SW_MSG_SPOT_QUERY] = {SHARDWIRE__ENVELOPE__BODY_SPOT_QUERY, "spot_query", SW_WIRE_CH_ACCESS, 0,
+                           s_check_spot_query},
+    [SW_MSG_SPOT_REPORT] = {SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT, "spot_report", SW_WIRE_CH_ACCESS,
+                            0, s_check_spot_report},
 };
 _Static_assert(sizeof s_types / sizeof s_types[0] == SW_MSG_TYPES,
                "wire.c: one row per message type (sw_msg_type_t)");

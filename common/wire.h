@@ -114,6 +114,8 @@ typedef enum sw_msg_type {
     SW_MSG_ERROR,
     SW_MSG_CANCEL,
     SW_MSG_RESUME,
+    SW_MSG_SPOT_QUERY,
+    SW_MSG_SPOT_REPORT,
     SW_MSG_TYPES /* the number of values above, SW_MSG_NONE included */
 } sw_msg_type_t;
 

@@ -443,3 +443,33 @@ int head_spot_error(node_t *n, uint64_t session_id, const char *dest)
     }
     return hit;
 }
+
+_Static_assert(HEAD_SPOT_BAD_MAX <= SW_WIRE_MAX_SPOT_NODES,
+               "a SpotReport holds every reported node");
+_Static_assert(HEAD_SPOT_BAD_MS / 1000 <= SW_WIRE_MAX_SPOT_AVOID_S, "SpotNode.avoid_s bound");
+
+void node_head_spot_query(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    if (!h)
+        return; // a stage answers nothing (the relay's table says who the heads are)
+    const double now = sw_now_ms();
+    sw_msg_t r = {.type = SW_MSG_SPOT_REPORT};
+    sw_msg_spot_report_t *o = &r.spot;
+    o->share = (float)n->o.spot_share;
+    o->sessions_checked = h->spot_sessions;
+    o->rounds_compared = h->spot_rounds;
+    o->mismatches = h->spot_mismatches;
+    for (int i = 0; i < HEAD_SPOT_BAD_MAX; i++) {
+        if (h->spot_bad[i].until <= now)
+            continue;
+        sw_msg_spot_node_t *nd = &o->nodes[o->n_nodes++];
+        nd->name = h->spot_bad[i].name;
+        nd->convicted = h->spot_bad[i].rank == HEAD_SPOT_CONVICTED;
+        const double left = (h->spot_bad[i].until - now) / 1e3;
+        nd->avoid_s = left >= SW_WIRE_MAX_SPOT_AVOID_S ? SW_WIRE_MAX_SPOT_AVOID_S : (uint32_t)left;
+    }
+    char addr[SW_WIRE_ADDR_MAX + 1];
+    if (sw_peer_try_send_msg(n->peer, head_reply_addr(msg, addr), &r) != 0)
+        SW_DEBUG("could not answer a spot query from %s", msg->peer);
+}

@@ -96,6 +96,9 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     case SW_MSG_RESUME:
         node_head_resume(n, m);
         break;
+    case SW_MSG_SPOT_QUERY:
+        node_head_spot_query(n, m);
+        break;
     case SW_MSG_VERDICT:
         node_head_verdict(n, m);
         break;

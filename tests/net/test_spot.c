@@ -16,12 +16,14 @@
  *    takes it for the main copy): the head logs its conviction (and no other
  *    node's), naming the round, replays the session under a new id through
  *    an honest route, and the client's tokens are exactly those of
- *    `shardwire generate`;
+ *    `shardwire generate`; `shardwire status --spot head` reports it;
  *  - request 2: the new route and its shadow avoid mid-bad (it passes
  *    nothing on: its relay counter msgs_in stays put), and the tokens are
  *    exact again;
  *  - request 3: a fresh head, mid-bad restarted last (so it computes a
- *    shadow copy): convicted again, its copy dropped, no replay, exact.
+ *    shadow copy): convicted again, its copy dropped, no replay, exact;
+ *  - request 4: a fresh head and mid-b gone: two copies on two nodes cannot
+ *    name the liar: mid-a and mid-bad are both disputed, neither convicted.
  */
 #include "sw_test.h"
 
@@ -52,6 +54,41 @@ static long long s_msgs_in(const char *name)
             const char *nm = json_string_value(json_object_get(p, "name"));
             if (nm && !strcmp(nm, name))
                 v = (long long)json_integer_value(json_object_get(p, "msgs_in"));
+        }
+        json_decref(j);
+    }
+    free(out);
+    return v;
+}
+
+/* From `shardwire status --spot head --json`: 1 when the head reports name
+ * as convicted, 0 when not, -1 when it did not answer; *rounds: its rounds
+ * compared. */
+static int s_spot_convicted(const char *name, long long *rounds)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "status",
+                    "--relay",
+                    s_ep,
+                    "--spot",
+                    "head",
+                    "--json",
+                    NULL};
+    char *out = NULL;
+    int v = -1;
+    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
+        json_t *j = json_loads(out, 0, NULL);
+        json_t *spot = j ? json_object_get(j, "spot") : NULL;
+        json_t *nodes = spot ? json_object_get(spot, "nodes") : NULL;
+        if (nodes) {
+            v = 0;
+            *rounds = (long long)json_integer_value(json_object_get(spot, "rounds_compared"));
+        }
+        for (size_t i = 0; nodes && i < json_array_size(nodes); i++) {
+            json_t *nd = json_array_get(nodes, i);
+            const char *nm = json_string_value(json_object_get(nd, "name"));
+            if (nm && !strcmp(nm, name) && json_is_true(json_object_get(nd, "convicted")))
+                v = 1;
         }
         json_decref(j);
     }
@@ -117,7 +154,8 @@ int main(void)
     const int n_ref = sw_test_generate(model, prompt, N_GEN, ref, N_GEN + 8);
     SW_CHECK_INT(n_ref, N_GEN);
 
-    const char *log = sw_test_log("cluster.log");
+    char log[512]; /* sw_test_log's buffers are reused after 8 calls */
+    snprintf(log, sizeof log, "%s", sw_test_log("cluster.log"));
     char flip[16];
     snprintf(flip, sizeof flip, "%d", FLIP_N);
     static const char *const head_extra[] = {"--spot-check", "1", NULL};
@@ -149,6 +187,11 @@ int main(void)
     SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-bad'", "convicted"), 1);
     SW_CHECK_INT(s_lines_with(log, "spot check: session", "is replayed as"), 1);
     s_no_honest_convicted(log);
+    long long compared = 0;
+    SW_CHECK_INT(s_spot_convicted("mid-bad", &compared), 1); /* shardwire status --spot */
+    SW_CHECK_INT(s_spot_convicted("mid-a", &compared), 0);
+    printf("shardwire status --spot head: mid-bad convicted, %lld rounds compared\n", compared);
+    SW_CHECK(compared >= 4);
 
     /* request 2: routed around the liar, exact */
     const int plans = s_lines_with(log, "spot check: session", "shadow route(s):");
@@ -177,6 +220,27 @@ int main(void)
     SW_CHECK_INT(s_lines_with(log, "spot check: session", "is replayed as"), 1);
     SW_CHECK(s_lines_with(log, "spot check: session", "dropped (its copy diverged)") >= 1);
     s_no_honest_convicted(log);
+
+    /* request 4: a fresh head, mid-b gone: two copies on two nodes cannot name
+     * the liar, both are disputed, nobody convicted, the shadow dropped */
+    sw_test_kill(head);
+    sw_test_kill(mb);
+    sw_test_kill(bad);
+    mb = -1;
+    bad = sw_test_node(s_ep, s_dir, "mid-bad", "10:20", log, bad_extra);
+    head = sw_test_node(s_ep, s_dir, "head", "0:10", log, head_extra);
+    for (int i = 0; i < 100 && s_msgs_in("mid-b") >= 0; i++)
+        usleep(100000); /* the relay forgets mid-b */
+    SW_CHECK_INT(sw_test_wait_peers(s_ep, 4, 90), 0);
+    pid_t r4 = sw_test_run_bg(s_ep, "head", prompt, N_GEN, 120, "run4");
+    SW_CHECK(sw_test_run_exact(r4, "run4", ref, N_GEN, 150));
+    for (int i = 0; i < 100 && s_lines_with(log, "'mid-a' is disputed", "no third node") < 1; i++)
+        usleep(100000);
+    SW_CHECK(s_lines_with(log, "'mid-a' is disputed", "no third node settles it") >= 1);
+    SW_CHECK(s_lines_with(log, "'mid-bad' is disputed", "no third node settles it") >= 1);
+    SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-bad'", "convicted"), 2);
+    SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-a'", "convicted"), 0);
+    SW_CHECK_INT(s_spot_convicted("mid-bad", &compared), 0); /* listed, not convicted */
 
     sw_test_kill(head);
     sw_test_kill(ma);

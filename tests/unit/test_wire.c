@@ -1063,6 +1063,63 @@ static void test_hop_digests(void)
     }
     v.n_hop_digests = SW_WIRE_MAX_ROUTE;
     SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+
+    /* SpotQuery / SpotReport (head <-> client): share in [0, 1], at most 16
+     * nodes with valid names, avoid_s bounded */
+    Shardwire__SpotQuery sq = SHARDWIRE__SPOT_QUERY__INIT;
+    Shardwire__Envelope qe = SHARDWIRE__ENVELOPE__INIT;
+    qe.body_case = SHARDWIRE__ENVELOPE__BODY_SPOT_QUERY;
+    qe.spot_query = &sq;
+    SW_CHECK_INT(s_roundtrip(&qe, 0, 0, &out), SW_WIRE_OK);
+    if (out)
+        shardwire__envelope__free_unpacked(out, NULL);
+    static char nm[] = "mid-bad", bad_nm[] = "mid bad";
+    Shardwire__SpotNode nd[SW_WIRE_MAX_SPOT_NODES + 1], *ndp[SW_WIRE_MAX_SPOT_NODES + 1];
+    for (int i = 0; i <= SW_WIRE_MAX_SPOT_NODES; i++) {
+        shardwire__spot_node__init(&nd[i]);
+        nd[i].name = nm;
+        nd[i].convicted = 1;
+        nd[i].avoid_s = 3599;
+        ndp[i] = &nd[i];
+    }
+    Shardwire__SpotReport sr = SHARDWIRE__SPOT_REPORT__INIT;
+    sr.share = 0.25f;
+    sr.sessions_checked = 3;
+    sr.rounds_compared = 70;
+    sr.mismatches = 1;
+    sr.n_nodes = 1;
+    sr.nodes = ndp;
+    Shardwire__Envelope re = SHARDWIRE__ENVELOPE__INIT;
+    re.body_case = SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT;
+    re.spot_report = &sr;
+    SW_CHECK_INT(s_roundtrip(&re, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->spot_report->n_nodes, 1);
+        SW_CHECK(!strcmp(out->spot_report->nodes[0]->name, "mid-bad"));
+        SW_CHECK_INT(out->spot_report->rounds_compared, 70);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    sr.share = 1.5f;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    sr.share = NAN;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    sr.share = 1;
+    sr.n_nodes = SW_WIRE_MAX_SPOT_NODES + 1;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    sr.n_nodes = SW_WIRE_MAX_SPOT_NODES;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_OK);
+    nd[3].avoid_s = SW_WIRE_MAX_SPOT_AVOID_S + 1;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    nd[3].avoid_s = 1;
+    nd[5].name = bad_nm;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    nd[5].name = NULL;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    nd[5].name = nm;
+    ndp[7] = NULL;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    ndp[7] = &nd[7];
+    sr.n_nodes = 1;
 }
 
 int main(void)
