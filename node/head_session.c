@@ -375,8 +375,7 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
     s->prefix_len = 0;
     /* A spot-checked session sends its whole prompt: its shadow routes'
      * nodes need not hold the prefix (one that does not would drop the check). */
-    if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt ||
-        s->spot)
+    if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt || s->spot)
         return;
     char err[256] = "";
     const int L = sw_prefix_find(n->prefix, "", s->prompt, s->n_prompt, s->n_prompt - 1);

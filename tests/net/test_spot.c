@@ -113,20 +113,6 @@ static long long s_round_of_line(const char *path, const char *a, const char *b)
     return r;
 }
 
-static int s_lines_with(const char *path, const char *a, const char *b)
-{
-    char *text = sw_test_read_file(path, NULL);
-    int n = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = 0;
-        n += strstr(line, a) && strstr(line, b);
-    }
-    free(text);
-    return n;
-}
-
 /* No honest node was ever convicted or disputed. */
 static void s_no_honest_convicted(const char *log)
 {
@@ -134,9 +120,9 @@ static void s_no_honest_convicted(const char *log)
     for (int i = 0; i < 4; i++) {
         char who[64];
         snprintf(who, sizeof who, "spot check: node %s", honest[i]);
-        SW_CHECK_INT(s_lines_with(log, who, "convicted"), 0);
+        SW_CHECK_INT(sw_test_count_lines(log, who, "convicted"), 0);
         snprintf(who, sizeof who, "%s is disputed", honest[i]);
-        SW_CHECK_INT(s_lines_with(log, who, "spot check"), 0);
+        SW_CHECK_INT(sw_test_count_lines(log, who, "spot check"), 0);
     }
 }
 
@@ -184,8 +170,8 @@ int main(void)
            flipped, caught, FLIP_N, 2 * FLIP_N);
     SW_CHECK(flipped >= 1 && flipped <= FLIP_N);
     SW_CHECK(caught >= flipped && caught <= 2 * FLIP_N);
-    SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-bad'", "convicted"), 1);
-    SW_CHECK_INT(s_lines_with(log, "spot check: session", "is replayed as"), 1);
+    SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-bad'", "convicted"), 1);
+    SW_CHECK_INT(sw_test_count_lines(log, "spot check: session", "is replayed as"), 1);
     s_no_honest_convicted(log);
     long long compared = 0;
     SW_CHECK_INT(s_spot_convicted("mid-bad", &compared), 1); /* shardwire status --spot */
@@ -194,15 +180,16 @@ int main(void)
     SW_CHECK(compared >= 4);
 
     /* request 2: routed around the liar, exact */
-    const int plans = s_lines_with(log, "spot check: session", "shadow route(s):");
+    const int plans = sw_test_count_lines(log, "spot check: session", "shadow route(s):");
     const long long in0 = s_msgs_in("mid-bad");
     pid_t r2 = sw_test_run_bg(s_ep, "head", prompt, N_GEN, 120, "run2");
     SW_CHECK(sw_test_run_exact(r2, "run2", ref, N_GEN, 150));
     const long long in1 = s_msgs_in("mid-bad");
     printf("mid-bad passed on %lld message(s) during request 2\n", in1 - in0);
     SW_CHECK(in0 >= 0 && in1 == in0);
-    SW_CHECK(s_lines_with(log, "spot check: session", "shadow route(s):") > plans);
-    SW_CHECK(s_lines_with(log, "round(s) compared with 1 shadow route(s)", "spot check") >= 1);
+    SW_CHECK(sw_test_count_lines(log, "spot check: session", "shadow route(s):") > plans);
+    SW_CHECK(sw_test_count_lines(log, "round(s) compared with 1 shadow route(s)", "spot check") >=
+             1);
 
     /* request 3: a fresh head (it forgets), mid-bad restarted last: the least
      * quiet, so it computes a shadow copy, which is dropped when caught */
@@ -213,12 +200,12 @@ int main(void)
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 5, 90), 0);
     pid_t r3 = sw_test_run_bg(s_ep, "head", prompt, N_GEN, 120, "run3");
     SW_CHECK(sw_test_run_exact(r3, "run3", ref, N_GEN, 150));
-    for (int i = 0; i < 100 && s_lines_with(log, "spot check: node 'mid-bad'", "convicted") < 2;
-         i++)
+    for (int i = 0;
+         i < 100 && sw_test_count_lines(log, "spot check: node 'mid-bad'", "convicted") < 2; i++)
         usleep(100000);
-    SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-bad'", "convicted"), 2);
-    SW_CHECK_INT(s_lines_with(log, "spot check: session", "is replayed as"), 1);
-    SW_CHECK(s_lines_with(log, "spot check: session", "dropped (its copy diverged)") >= 1);
+    SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-bad'", "convicted"), 2);
+    SW_CHECK_INT(sw_test_count_lines(log, "spot check: session", "is replayed as"), 1);
+    SW_CHECK(sw_test_count_lines(log, "spot check: session", "dropped (its copy diverged)") >= 1);
     s_no_honest_convicted(log);
 
     /* request 4: a fresh head, mid-b gone: two copies on two nodes cannot name
@@ -234,12 +221,13 @@ int main(void)
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 4, 90), 0);
     pid_t r4 = sw_test_run_bg(s_ep, "head", prompt, N_GEN, 120, "run4");
     SW_CHECK(sw_test_run_exact(r4, "run4", ref, N_GEN, 150));
-    for (int i = 0; i < 100 && s_lines_with(log, "'mid-a' is disputed", "no third node") < 1; i++)
+    for (int i = 0; i < 100 && sw_test_count_lines(log, "'mid-a' is disputed", "no third node") < 1;
+         i++)
         usleep(100000);
-    SW_CHECK(s_lines_with(log, "'mid-a' is disputed", "no third node settles it") >= 1);
-    SW_CHECK(s_lines_with(log, "'mid-bad' is disputed", "no third node settles it") >= 1);
-    SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-bad'", "convicted"), 2);
-    SW_CHECK_INT(s_lines_with(log, "spot check: node 'mid-a'", "convicted"), 0);
+    SW_CHECK(sw_test_count_lines(log, "'mid-a' is disputed", "no third node settles it") >= 1);
+    SW_CHECK(sw_test_count_lines(log, "'mid-bad' is disputed", "no third node settles it") >= 1);
+    SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-bad'", "convicted"), 2);
+    SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-a'", "convicted"), 0);
     SW_CHECK_INT(s_spot_convicted("mid-bad", &compared), 0); /* listed, not convicted */
 
     sw_test_kill(head);
