@@ -478,7 +478,7 @@ static int s_is_node_role(int role)
 }
 
 /* 1 when name is base or base-SUFFIX: a client key bound to the name base may announce both
- * (a client adds a random suffix to its name), and no other key may. */
+ * (a client adds a random suffix to its name). */
 static int s_name_in(const char *base, const char *name)
 {
     size_t n = strlen(base);
@@ -517,10 +517,15 @@ static int s_permit(const relay_t *r, const char *user, const char *name, int ro
                  e->name);
         return -1;
     }
+    /* A listed name itself is reserved; its suffixed forms are not: a bound
+     * client adds 48 random bits to it, a live name is never taken, a dead
+     * one is held for its key (--name-hold-s) and the head streams a request
+     * only to the key that asked. Reserving the prefix too would refuse every
+     * unnamed client key as soon as the list names a client "client" (cluster
+     * init's default), as clients announce "client-SUFFIX" by default. */
     if (!e->name[0]) {
         for (int i = 0; i < r->n_allow; i++)
-            if (!strcmp(r->allow[i].name, name) ||
-                (r->allow[i].role == SW_ALLOW_CLIENT && s_name_in(r->allow[i].name, name))) {
+            if (!strcmp(r->allow[i].name, name)) {
                 snprintf(why, why_len,
                          "the name '%s' is reserved in the relay's allow-list for another key",
                          name);

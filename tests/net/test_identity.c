@@ -17,8 +17,13 @@
  *    what she holds, and her output equals `shardwire generate`'s;
  *  - a client key bound to a name in the allow-list ("KEY client gate", what
  *    `shardwire cluster init` writes): its run announces gate-SUFFIX and
- *    works; mallory may announce neither "gate" nor "gate-SUFFIX", even
- *    while no peer holds it.
+ *    works; mallory may not announce "gate", even while no peer holds it,
+ *    nor the gate-SUFFIX its run held (held for gate's key, --name-hold-s);
+ *  - throughout, the allow-list also names a client "client" (cluster init's
+ *    default client): alice's and mallory's unnamed keys still announce the
+ *    default "client-SUFFIX" (the name itself is reserved, its suffixed
+ *    forms are not: an earlier rule reserved those too and refused every
+ *    unnamed client key of a cluster init list).
  *
  * Written to fail on the code before this change: there mallory takes the
  * name after the death (and gets the stream), and after the relay restart
@@ -223,11 +228,19 @@ static void s_bound_name(const int32_t *ref)
     sw_peer_t *m = s_peer_as("mallory", "gate", 3000);
     SW_CHECK(m == NULL);
     sw_peer_destroy(&m);
-    m = s_peer_as("mallory", "gate-0123456789ab", 3000);
+    /* the name gate's run held, from the head's "request ... from gate-SUFFIX" line */
+    char held[64] = "";
+    char *text = sw_test_read_file(sw_test_log("cluster.log"), NULL);
+    const char *at = text ? strstr(text, "from gate-") : NULL;
+    if (at)
+        sscanf(at + 5, "%63[A-Za-z0-9._-]", held);
+    free(text);
+    SW_CHECK(held[0] != 0);
+    m = held[0] ? s_peer_as("mallory", held, 3000) : NULL;
     SW_CHECK(m == NULL);
     sw_peer_destroy(&m);
-    printf("bound name: gate's run announced gate-SUFFIX; mallory may take neither gate nor "
-           "gate-SUFFIX\n");
+    printf("bound name: gate's run announced %s; mallory may take neither gate nor %s\n", held,
+           held);
 }
 
 /* Rewrites the allow-list line "KEY client" of `who`'s key as "KEY client who". 0 or -1. */
@@ -266,10 +279,12 @@ int main(void)
     s_a.dir = s_dir;
     s_a.ep = s_ep;
     const char *nodes[] = {"head", "tail", NULL};
-    const char *clients[] = {"alice", "mallory", "gate", NULL};
+    const char *clients[] = {"alice", "mallory", "gate", "client", NULL};
     SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
-    /* gate's key bound to its name, as `shardwire cluster init` writes it */
+    /* gate's key bound to its name, as `shardwire cluster init` writes it; so is a key named
+     * "client", cluster init's default client, whose name is the unnamed clients' prefix */
     SW_CHECK_INT(s_bind_client("gate"), 0);
+    SW_CHECK_INT(s_bind_client("client"), 0);
     char cmd[512];
     int32_t ref[N_GEN + 8];
     SW_CHECK_INT(sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
