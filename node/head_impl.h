@@ -278,9 +278,10 @@ void head_spot_sent(node_t *n, head_sess_t *s, const sw_msg_t *msg, int last);
 void head_spot_main(node_t *n, head_sess_t *s, const sw_msg_verdict_t *vd, double now);
 /* A verdict from peer: 1 when it was a shadow's (handled here), 0 otherwise. */
 int head_spot_verdict(node_t *n, const char *peer, const sw_msg_verdict_t *vd, double now);
-/* An Error about session_id from peer (NULL: the relay could not reach dest):
- * 1 when it concerned a shadow (dropped), 0 otherwise. */
-int head_spot_error(node_t *n, uint64_t session_id, const char *dest);
+/* An Error about session_id from peer from (a stage of the shadow's route,
+ * or it is ignored), or with dest set (session_id 0, from the relay): dest
+ * could not be reached. 1 when it concerned a shadow (dropped), 0 otherwise. */
+int head_spot_error(node_t *n, uint64_t session_id, const char *dest, const char *from);
 /* SessionClose to s's shadows and frees its spot state. */
 void head_spot_close(node_t *n, head_sess_t *s, const char *why);
 

@@ -226,7 +226,7 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
                       code == SW_ERROR_UNKNOWN_SESSION;
     if (from_relay && dest[0]) {
         /* A message of ours did not reach dest: a stage of some route, or a client. */
-        head_spot_error(n, 0, dest);
+        head_spot_error(n, 0, dest, NULL);
         char why[160];
         snprintf(why, sizeof why, "stage '%s' left the pipeline (the relay cannot reach it)", dest);
         for (int i = 0; i < h->n_slots; i++) {
@@ -242,7 +242,7 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
         }
         return;
     }
-    if (!from_relay && e->session_id && head_spot_error(n, e->session_id, NULL)) {
+    if (!from_relay && e->session_id && head_spot_error(n, e->session_id, NULL, msg->peer)) {
         SW_DEBUG("a shadow session's error from %s: %s", msg->peer, e->message);
         return;
     }

@@ -422,7 +422,7 @@ int head_spot_verdict(node_t *n, const char *peer, const sw_msg_verdict_t *vd, d
     return 0;
 }
 
-int head_spot_error(node_t *n, uint64_t session_id, const char *dest)
+int head_spot_error(node_t *n, uint64_t session_id, const char *dest, const char *from)
 {
     node_head_t *h = n->head;
     int hit = 0;
@@ -432,10 +432,13 @@ int head_spot_error(node_t *n, uint64_t session_id, const char *dest)
             continue;
         for (int c = 1; c < s->spot->n_copies; c++) {
             const head_route_t *r = &s->spot->route[c];
+            const char *who = dest ? dest : from;
             int on = 0;
-            for (int k = 1; dest && k < r->n; k++)
-                on |= !strcmp(r->names[k], dest);
+            for (int k = 1; k < r->n; k++)
+                on |= !strcmp(r->names[k], who);
             if (dest ? on : s->spot->id[c] == session_id) {
+                if (!on) // an Error about a shadow from a peer not on its route: ignored
+                    return 1;
                 s_drop(n, s, c, dest ? "a stage of it left" : "a stage of it answered an error");
                 hit = !dest;
             }
