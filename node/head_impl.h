@@ -61,6 +61,7 @@ typedef struct head_spot_round {
                                                      // its logits digest)
     uint64_t head_sent;                              // the head's running digest of what it sent
     int has_sent;                                    // 1 when head_sent is this round's
+    int done;                                        // 1 once its copies were compared
     uint64_t d[HEAD_SPOT_COPIES][SW_WIRE_MAX_ROUTE]; // (copy, stage) running output digests
 } head_spot_round_t;
 

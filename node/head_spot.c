@@ -228,6 +228,12 @@ void head_spot_sent(node_t *n, head_sess_t *s, const sw_msg_t *msg, int last)
     sp->sent_digest = sw_codec_digest_fold(sp->sent_digest, f->dtype, f->payload, f->payload_len);
     if (last) {
         head_spot_round_t *e = &sp->ring[f->round % HEAD_SPOT_RING];
+        /* A shadow whose verdict for the round this entry held never came in
+         * HEAD_SPOT_RING rounds: a later comparison would blame whatever
+         * stage the unseen difference surfaced at, so it is dropped. */
+        for (int c = 1; e->round && !e->done && (e->have & 1u) && c < sp->n_copies; c++)
+            if (sp->live[c] && !(e->have & 1u << c))
+                s_drop(n, s, c, "it fell " SW_STR(HEAD_SPOT_RING) " rounds behind");
         memset(e, 0, sizeof *e);
         e->round = f->round;
         e->head_sent = sp->sent_digest;
@@ -292,6 +298,7 @@ static void s_compare(node_t *n, head_sess_t *s, head_spot_round_t *e, double no
     if (nc < 2 || !e->has_sent)
         return;
     const int S = s->route.n;
+    e->done = 1;
     h->spot_rounds++;
     sp->compared++;
     char what[256];
