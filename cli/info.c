@@ -15,8 +15,10 @@
 #include "backend.h"
 #include "chat.h"
 #include "cmds.h"
+#include "gguf.h"
 #include "hub.h"
 #include "model.h"
+#include "partial.h"
 #include "tokenizer.h"
 
 static const sw_opt_t s_opts[] = {
@@ -71,7 +73,16 @@ int cmd_info(int argc, char **argv)
     }
     /* Loading maps the file and checks every tensor the engine needs; on the
      * CPU no weight page is read. */
-    sw_model_t *m = sw_model_load(path, 0, -1, be, err, sizeof err);
+    sw_partial_info_t part = {0};
+    int partial = 0;
+    {
+        sw_gguf_t *g = sw_gguf_open(path, err, sizeof err);
+        partial = g ? sw_partial_info(g, INT_MAX, &part, err, sizeof err) : 0;
+        sw_gguf_close(&g);
+    }
+    sw_model_t *m = partial >= 0 ? sw_model_load(path, partial ? part.begin : 0,
+                                                 partial ? part.end : -1, be, err, sizeof err)
+                                 : NULL;
     if (!m) {
         fprintf(stderr, "shardwire info: %s: %s\n", path, err);
         sw_backend_free(&be);
@@ -97,6 +108,15 @@ int cmd_info(int argc, char **argv)
     json_object_set_new(j, "tokenizer", json_string(tok ? sw_tokenizer_model(tok) : "?"));
     json_object_set_new(j, "pre_tokenizer", json_string(tok ? sw_tokenizer_pre(tok) : "?"));
     json_object_set_new(j, "fingerprint", json_string(fp));
+    if (partial) { /* a partial file (engine/partial.h): which layers, cut from what */
+        json_t *pj = json_object();
+        json_object_set_new(pj, "layer_begin", json_integer(part.begin));
+        json_object_set_new(pj, "layer_end", json_integer(part.end));
+        json_object_set_new(pj, "source", json_string(part.source));
+        json_object_set_new(pj, "source_size", json_integer((json_int_t)part.source_size));
+        json_object_set_new(pj, "source_sha256", json_string(part.sha256));
+        json_object_set_new(j, "partial", pj);
+    }
     json_object_set_new(j, "backend", json_string(sw_backend_desc(be)));
     if (json) {
         char *s = json_dumps(j, JSON_COMPACT);

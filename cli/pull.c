@@ -3,7 +3,9 @@
  * from the Hugging Face hub into its standard cache (hub.h) and prints the
  * file's path on stdout, so that `M=$(shardwire pull ...)` works. A
  * progress bar on a terminal, a line every 10 % otherwise; Ctrl-C stops the
- * download and a later pull resumes it.
+ * download and a later pull resumes it. With --layers A:B only the GGUF
+ * header and the tensors of those layers are fetched (HTTP range requests)
+ * into a partial file the engine loads for that range (engine/partial.h).
  */
 #include <limits.h>
 #include <signal.h>
@@ -23,20 +25,27 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-enum { O_QUIET = 'q' };
+enum { O_QUIET = 'q', O_LAYERS = 'l' };
 
-static const sw_opt_t s_opts[] = {{"quiet", O_QUIET, NULL, "no progress output"}};
+static const sw_opt_t s_opts[] = {
+    {"quiet", O_QUIET, NULL, "no progress output"},
+    {"layers", O_LAYERS, "A:B",
+     "only what a node of layers [A, B) needs (B may be 'end'):\nthe header, those blocks, the "
+     "embeddings from 0, the\noutput norm and head to the end"},
+};
 
 static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire pull",
-    .usage = "ORG/NAME[:FILE|:TAG][@REVISION] [--quiet]",
+    .usage = "ORG/NAME[:FILE|:TAG][@REVISION] [--layers A:B] [--quiet]",
     .about = "  Downloads a model file from the Hugging Face hub into its cache and prints\n"
              "  the file's path. Without FILE the repository's only .gguf is taken; a TAG\n"
              "  such as Q4_K_M picks the .gguf whose name contains it. Resumes an interrupted\n"
              "  download; checks the size and sha256 the hub announces. The file is also\n"
-             "  usable as --model hf:ORG/NAME/FILE wherever a model path goes.\n",
+             "  usable as --model hf:ORG/NAME/FILE wherever a model path goes. --layers\n"
+             "  downloads a partial file of those layers only (range requests; resumable;\n"
+             "  the whole-file sha256 cannot be checked on a part: docs/deploy.md).\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
     .footer = "environment: HF_HOME, HF_HUB_CACHE (cache folder), HF_TOKEN (private or gated\n"
@@ -45,13 +54,15 @@ static const sw_args_spec_t s_spec = {
 
 int cmd_pull(int argc, char **argv)
 {
-    int quiet = 0, c;
+    int quiet = 0, c, begin = -1, end = -1;
     const char *v;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0)
         if (c == O_QUIET)
             quiet = 1;
+        else if (c == O_LAYERS && sw_arg_layers(s_spec.prog, "--layers", v, &begin, &end) != 0)
+            return 2;
     if ((c = sw_args_finish(&a, c, 1)) >= 0)
         return c;
     if (a.first_arg >= argc)
@@ -74,7 +85,8 @@ int cmd_pull(int argc, char **argv)
                                                            : SW_HUB_LINES,
                        .stop = &s_stop};
     char path[PATH_MAX];
-    if (sw_hub_fetch(&ref, &o, path, sizeof path, err, sizeof err) != 0) {
+    if ((begin >= 0 ? sw_hub_fetch_layers(&ref, &o, begin, end, path, sizeof path, err, sizeof err)
+                    : sw_hub_fetch(&ref, &o, path, sizeof path, err, sizeof err)) != 0) {
         fprintf(stderr, "shardwire pull: %s\n", err);
         return s_stop ? 130 : 1;
     }

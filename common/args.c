@@ -26,6 +26,30 @@ int sw_arg_int(const char *prog, const char *flag, const char *s, long lo, long 
     return 0;
 }
 
+int sw_arg_layers(const char *prog, const char *flag, const char *s, int *a, int *b)
+{
+    const char *colon = strchr(s, ':');
+    char first[32];
+    if (!colon || (size_t)(colon - s) >= sizeof first)
+        goto bad;
+    memcpy(first, s, (size_t)(colon - s));
+    first[colon - s] = 0;
+    if (sw_arg_int(prog, flag, first, 0, SW_WIRE_MAX_LAYERS, a) != 0)
+        return -1;
+    if (!strcmp(colon + 1, "end")) {
+        *b = -1;
+        return 0;
+    }
+    if (sw_arg_int(prog, flag, colon + 1, 1, SW_WIRE_MAX_LAYERS, b) != 0)
+        return -1;
+    if (*b > *a)
+        return 0;
+bad:
+    fprintf(stderr, "%s: %s '%s' must be A:B with A < B (e.g. 0:15; B may be 'end')\n", prog, flag,
+            s);
+    return -1;
+}
+
 int sw_arg_u64(const char *prog, const char *flag, const char *s, uint64_t *out)
 {
     char *end;

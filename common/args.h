@@ -45,6 +45,9 @@
 /* Integer (decimal, or 0x hex) into *out. 0, or -1 after the error line. */
 int sw_arg_int(const char *prog, const char *flag, const char *s, long lo, long hi, int *out)
     __attribute__((warn_unused_result));
+/* A layer range A:B (A < B; B may be 'end', stored as -1). 0, or -1 after the error line. */
+int sw_arg_layers(const char *prog, const char *flag, const char *s, int *a, int *b)
+    __attribute__((warn_unused_result));
 /* Unsigned 64-bit integer (decimal, or 0x hex) into *out. 0, or -1 after the error line. */
 int sw_arg_u64(const char *prog, const char *flag, const char *s, uint64_t *out)
     __attribute__((warn_unused_result));

@@ -68,8 +68,10 @@ struct s_index {
 };
 
 struct sw_gguf {
-    const uint8_t *base;         // (size) the file's bytes
+    const uint8_t *base;         // (buf_len) the file's bytes, or its first buf_len bytes
     uint64_t size;               // file size in bytes
+    uint64_t buf_len;            // bytes at base (size, except for sw_gguf_open_header)
+    uint64_t kv_end;             // file offset of the first tensor info
     int mapped;                  // 1 when base is our own mmap (unmapped at close)
     uint32_t version;            // 2 or 3
     uint64_t alignment;          // general.alignment, power of two
@@ -494,7 +496,10 @@ static int s_place_tensors(sw_gguf_t *g, s_rd_t *rd, const uint64_t *offsets)
                           "%llu, data section at %llu)",
                           (unsigned long long)off, (unsigned long long)t->n_bytes,
                           (unsigned long long)g->size, (unsigned long long)g->data_off);
-        t->data = g->base + g->data_off + off;
+        t->offset = g->data_off + off;
+        t->data = t->n_bytes <= g->buf_len && t->offset <= g->buf_len - t->n_bytes
+                      ? g->base + t->offset
+                      : NULL; /* a header-only open: the data are not here */
         if (s_index_add(&g->tensor_index, g->tensors, sizeof *g->tensors, (uint32_t)i) >= 0)
             return s_fail(rd, "duplicate tensor name");
     }
@@ -510,6 +515,7 @@ static int s_parse_tensors(sw_gguf_t *g, s_rd_t *rd)
         s_fail(rd, "out of memory for %lld tensors", (long long)g->n_tensors);
         goto out;
     }
+    g->kv_end = rd->pos;
     for (int64_t i = 0; i < g->n_tensors; i++)
         if (s_parse_tensor_info(rd, &g->tensors[i], &offsets[i], i) != 0)
             goto out;
@@ -539,11 +545,14 @@ static void s_free(sw_gguf_t *g)
     free(g);
 }
 
-static sw_gguf_t *s_parse(const uint8_t *buf, uint64_t size, char *err, size_t err_len)
+/* Parses the header in buf (len bytes: the whole file, or its first len
+ * bytes of a file of size bytes). */
+static sw_gguf_t *s_parse(const uint8_t *buf, uint64_t len, uint64_t size, char *err,
+                          size_t err_len)
 {
-    s_rd_t rd = {.buf = buf, .size = size, .err = err, .err_len = err_len};
+    s_rd_t rd = {.buf = buf, .size = len, .err = err, .err_len = err_len};
     snprintf(rd.ctx, sizeof rd.ctx, "header");
-    if (size > UINT64_MAX / 4) {
+    if (size > UINT64_MAX / 4 || len > size) {
         s_fail(&rd, "size %llu is absurd", (unsigned long long)size);
         return NULL;
     }
@@ -554,6 +563,7 @@ static sw_gguf_t *s_parse(const uint8_t *buf, uint64_t size, char *err, size_t e
     }
     g->base = buf;
     g->size = size;
+    g->buf_len = len;
     uint64_t at, n_tensors, n_kv;
     if (s_take(&rd, 4, "magic", &at) != 0)
         goto fail;
@@ -572,7 +582,7 @@ static sw_gguf_t *s_parse(const uint8_t *buf, uint64_t size, char *err, size_t e
     }
     if (s_u64(&rd, "tensor count", &n_tensors) != 0 || s_u64(&rd, "kv count", &n_kv) != 0)
         goto fail;
-    uint64_t left = size - rd.pos;
+    uint64_t left = len - rd.pos;
     if (n_kv > S_MAX_KV || n_kv > left / S_MIN_KV_BYTES) {
         s_fail(&rd, "kv count %llu is impossible for %llu header bytes", (unsigned long long)n_kv,
                (unsigned long long)left);
@@ -600,7 +610,17 @@ sw_gguf_t *sw_gguf_open_buffer(const void *buf, size_t len, char *err, size_t er
         return NULL;
     }
     static const uint8_t empty[1];
-    return s_parse(buf ? buf : empty, len, err, err_len);
+    return s_parse(buf ? buf : empty, len, len, err, err_len);
+}
+
+sw_gguf_t *sw_gguf_open_header(const void *buf, size_t len, uint64_t file_size, char *err,
+                               size_t err_len)
+{
+    if (!buf || len == 0) {
+        s_set_err(err, err_len, "gguf: no header bytes");
+        return NULL;
+    }
+    return s_parse(buf, len, file_size, err, err_len);
 }
 
 sw_gguf_t *sw_gguf_open(const char *path, char *err, size_t err_len)
@@ -636,7 +656,7 @@ sw_gguf_t *sw_gguf_open(const char *path, char *err, size_t err_len)
                   strerror(map_errno));
         return NULL;
     }
-    sw_gguf_t *g = s_parse(map, size, err, err_len);
+    sw_gguf_t *g = s_parse(map, size, size, err, err_len);
     if (!g) {
         munmap(map, size);
         return NULL;
@@ -671,6 +691,16 @@ const void *sw_gguf_bytes(const sw_gguf_t *g)
 uint64_t sw_gguf_data_offset(const sw_gguf_t *g)
 {
     return g->data_off;
+}
+
+uint64_t sw_gguf_kv_end(const sw_gguf_t *g)
+{
+    return g->kv_end;
+}
+
+uint64_t sw_gguf_alignment(const sw_gguf_t *g)
+{
+    return g->alignment;
 }
 
 /* ---- metadata accessors ---- */

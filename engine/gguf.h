@@ -55,7 +55,8 @@ typedef struct sw_gguf_tensor {
     int64_t ne[SW_GGUF_MAX_DIMS]; // elements per dim, ne[0] fastest; unused dims = 1
     uint64_t n_elements;          // product of ne
     uint64_t n_bytes;             // bytes of data (validated against type and ne)
-    const void *data;             // inside the mapping, n_bytes long
+    uint64_t offset;              // file offset of the data (aligned, inside the file)
+    const void *data;             // inside the mapping, n_bytes long (NULL: header-only open)
 } sw_gguf_tensor_t;
 
 /* Opens and validates path. Returns NULL and writes a one-line reason into
@@ -66,6 +67,13 @@ sw_gguf_t *sw_gguf_open(const char *path, char *err, size_t err_len)
  * buffer must outlive the returned object. */
 sw_gguf_t *sw_gguf_open_buffer(const void *buf, size_t len, char *err, size_t err_len)
     __attribute__((warn_unused_result));
+/* The header alone: buf holds the first len bytes of a file of file_size
+ * bytes (a download's first range). Everything is validated as by
+ * sw_gguf_open against file_size; tensor data pointers are NULL unless the
+ * tensor lies inside buf (use ->offset). Fails like a truncated file when
+ * buf ends inside the header: fetch more and try again. */
+sw_gguf_t *sw_gguf_open_header(const void *buf, size_t len, uint64_t file_size, char *err,
+                               size_t err_len) __attribute__((warn_unused_result));
 /* Unmaps and frees; accepts NULL and NULLs the caller's pointer. */
 void sw_gguf_close(sw_gguf_t **self_p);
 
@@ -75,6 +83,11 @@ uint64_t sw_gguf_file_size(const sw_gguf_t *g);
  * (everything before it is the validated header). */
 const void *sw_gguf_bytes(const sw_gguf_t *g);
 uint64_t sw_gguf_data_offset(const sw_gguf_t *g);
+/* File offset of the first tensor info (the metadata key/values end there;
+ * they start at 24, after magic, version and the two counts). */
+uint64_t sw_gguf_kv_end(const sw_gguf_t *g);
+/* general.alignment (default 32). */
+uint64_t sw_gguf_alignment(const sw_gguf_t *g);
 
 /* ---- metadata key/values ---- */
 /* Bytes of one value of a scalar type; 0 for strings, arrays and unknown ids. */

@@ -24,7 +24,7 @@
 
 #include "log.h"
 #include "model_impl.h"
-#include "sha256.h"
+#include "partial.h"
 
 /* ---- hyper-parameters ------------------------------------------------------------ */
 
@@ -605,17 +605,33 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     }
     m->begin = layer_begin;
     m->end = layer_end;
+    sw_partial_info_t part;
+    int partial = sw_partial_info(m->gguf, hp->n_layer, &part, err, err_len);
+    if (partial < 0)
+        goto err;
+    if (partial && (layer_begin < part.begin || layer_end > part.end)) {
+        sw_errf(err, err_len,
+                "model: this partial file holds layers %d:%d of the %d-layer model, not %d:%d; "
+                "download them with: shardwire pull %s --layers %d:%d",
+                part.begin, part.end, hp->n_layer, layer_begin, layer_end, part.source, layer_begin,
+                layer_end);
+        goto err;
+    }
 
     /* The vocabulary size comes from the embedding matrix, which every
-     * stage can read the header of without touching its data. */
+     * stage can read the header of without touching its data (a partial
+     * file without it records its row count). */
     const sw_gguf_tensor_t *te = sw_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!te || te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 ||
-        te->ne[1] > (1 << 22)) {
+    if (!te && partial) {
+        hp->n_vocab = part.n_vocab;
+    } else if (!te || te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] < 1 ||
+               te->ne[1] > (1 << 22)) {
         sw_errf(err, err_len, "model: tensor 'token_embd.weight' is missing or not [%d, n_vocab]",
                 hp->n_embd);
         goto err;
+    } else {
+        hp->n_vocab = (int)te->ne[1];
     }
-    hp->n_vocab = (int)te->ne[1];
     if (s_rope_freqs(m, err, err_len) != 0)
         goto err;
 
@@ -804,13 +820,12 @@ int sw_model_trees(const sw_model_t *m)
 
 void sw_model_fingerprint(const sw_model_t *m, char out[65])
 {
-    const uint64_t size = sw_gguf_file_size(m->gguf);
-    uint64_t n = sw_gguf_data_offset(m->gguf) + (1u << 20);
-    if (n > size)
-        n = size;
-    uint8_t h[32];
-    sw_sha256(sw_gguf_bytes(m->gguf), (size_t)n, h);
-    sw_hex(h, sizeof h, out);
+    sw_partial_info_t part;
+    if (sw_partial_info(m->gguf, m->hp.n_layer, &part, NULL, 0) == 1) {
+        memcpy(out, part.fingerprint, 65); /* the whole file's, recorded by the pull */
+        return;
+    }
+    sw_fingerprint_bytes(sw_gguf_bytes(m->gguf), sw_fingerprint_len(m->gguf), out);
 }
 
 static volatile unsigned char s_sink;

@@ -10,7 +10,9 @@
  */
 #include "hub.h"
 
+#include "gguf.h"
 #include "log.h"
+#include "partial.h"
 
 #include <curl/curl.h>
 #include <dirent.h>
@@ -362,12 +364,14 @@ typedef struct s_resp {
     char error_code[64];   /* X-Error-Code */
     char error_msg[256];   /* X-Error-Message */
     long long range_start; /* Content-Range start, -1 = none */
+    long long range_end;   /* its last byte, -1 = none */
+    long long range_total; /* its total size, -1 = none or '*' */
 } s_resp_t;
 
 static void s_resp_reset(s_resp_t *r)
 {
     memset(r, 0, sizeof *r);
-    r->linked_size = r->length = r->range_start = -1;
+    r->linked_size = r->length = r->range_start = r->range_end = r->range_total = -1;
 }
 
 /* Copies a header value (trimmed, quotes and W/ removed) into out. */
@@ -441,9 +445,14 @@ static size_t s_on_header(char *buf, size_t size, size_t n, void *ud)
     else if (S_IS("content-range")) {
         char cr[96];
         s_hval(v, vl, cr, sizeof cr, 0);
-        long long a;
-        if (sscanf(cr, "bytes %lld-", &a) == 1 && a >= 0)
+        long long a, b, t;
+        int got = sscanf(cr, "bytes %lld-%lld/%lld", &a, &b, &t);
+        if (got >= 1 && a >= 0)
             r->range_start = a;
+        if (got == 3 && b >= a && t > b) {
+            r->range_end = b;
+            r->range_total = t;
+        }
     }
 #undef S_IS
     return len;
@@ -807,7 +816,31 @@ out:
     return rc;
 }
 
-/* Offline: the .gguf files of the cached snapshot. */
+/* Adds the names in dir not yet in names (n of them, 64 at most); the new count. */
+static int s_list_names(const char *dir, char buf[64][256], const char *names[64], int n)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && n < 64 && (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (de->d_name[0] == '.' || l >= 256 ||
+            (l > 11 && !strcmp(de->d_name + l - 11, ".incomplete")) ||
+            (l > 16 && !strcmp(de->d_name + l - 16, ".incomplete.head")))
+            continue;
+        int dup = 0;
+        for (int i = 0; i < n && !dup; i++)
+            dup = !strcmp(names[i], de->d_name);
+        if (dup)
+            continue;
+        snprintf(buf[n], 256, "%s", de->d_name);
+        names[n] = buf[n];
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Offline: the .gguf files of the cached snapshot (and of partial downloads). */
 static int s_choose_cached(const s_env_t *e, const sw_hub_ref_t *ref, char *file, size_t len,
                            char *err, size_t err_len)
 {
@@ -822,17 +855,19 @@ static int s_choose_cached(const s_env_t *e, const sw_hub_ref_t *ref, char *file
     }
     char buf[64][256];
     const char *names[64];
-    int n = 0;
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && n < 64 && (de = readdir(d));) {
-        if (de->d_name[0] == '.' || strlen(de->d_name) >= 256)
-            continue;
-        snprintf(buf[n], sizeof buf[n], "%s", de->d_name);
-        names[n] = buf[n];
-        n++;
+    int n = s_list_names(dir, buf, names, 0);
+    /* and the files of partial downloads (shardwire-partial/COMMIT/layers-A-B/FILE) */
+    if (s_pathf(dir, sizeof dir, "%s/shardwire-partial/%s", e->repo_dir, commit) == 0) {
+        DIR *d = opendir(dir);
+        for (struct dirent *de; d && (de = readdir(d));) {
+            char sub[S_PATH];
+            if (!strncmp(de->d_name, "layers-", 7) &&
+                s_pathf(sub, sizeof sub, "%s/%s", dir, de->d_name) == 0)
+                n = s_list_names(sub, buf, names, n);
+        }
+        if (d)
+            closedir(d);
     }
-    if (d)
-        closedir(d);
     return s_pick(ref, names, n, file, len, err, err_len);
 }
 
@@ -1220,13 +1255,8 @@ static int s_write_ref(const s_env_t *e, const sw_hub_ref_t *ref, const char *co
     return 0;
 }
 
-int sw_hub_fetch(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, char *path, size_t path_len,
-                 char *err, size_t err_len)
+static int s_curl_init(char *err, size_t err_len)
 {
-    s_env_t e;
-    char file[400];
-    if (s_env_load(&e, ref, err, err_len) != 0)
-        return -1;
     static int curl_ready;
     if (!curl_ready) {
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || sodium_init() < 0) {
@@ -1235,67 +1265,721 @@ int sw_hub_fetch(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, char *path, si
         }
         curl_ready = 1;
     }
-    snprintf(file, sizeof file, "%s", ref->file);
-    if (e.offline) {
+    return 0;
+}
+
+/* A cached copy that will do when the hub cannot be asked: 0 with path. */
+typedef int (*s_cached_fn)(const s_env_t *e, const sw_hub_ref_t *ref, const char *file, void *ctx,
+                           char *path, size_t len);
+
+static int s_cached_whole(const s_env_t *e, const sw_hub_ref_t *ref, const char *file, void *ctx,
+                          char *path, size_t len)
+{
+    (void)ctx;
+    return s_from_cache(e, ref, file, path, len);
+}
+
+/*
+ * The hub's metadata of ref's file (file receives its name): 0 with m; 1
+ * when a cached copy (found by cached) was used instead, path set; -1 with err.
+ */
+static int s_lookup(s_env_t *e, const sw_hub_ref_t *ref, char *file, size_t file_len, s_meta_t *m,
+                    s_cached_fn cached, void *ctx, char *path, size_t path_len, char *err,
+                    size_t err_len)
+{
+    if (s_env_load(e, ref, err, err_len) != 0 || s_curl_init(err, err_len) != 0)
+        return -1;
+    snprintf(file, file_len, "%s", ref->file);
+    if (e->offline) {
         char why[512];
-        if (!file[0] && s_choose_cached(&e, ref, file, sizeof file, why, sizeof why) != 0) {
+        if (!file[0] && s_choose_cached(e, ref, file, file_len, why, sizeof why) != 0) {
             sw_errf(err, err_len, "HF_HUB_OFFLINE is set and %s", why);
             return -1;
         }
-        if (s_from_cache(&e, ref, file, path, path_len) == 0)
-            return 0;
+        if (cached(e, ref, file, ctx, path, path_len) == 0)
+            return 1;
         sw_errf(err, err_len, "%s/%s@%s is not in the cache %s and HF_HUB_OFFLINE is set",
-                ref->repo, file, ref->revision, e.cache);
+                ref->repo, file, ref->revision, e->cache);
         return -1;
     }
     char why[512];
-    int rc = file[0] ? 0 : s_choose_online(&e, ref, file, sizeof file, why, sizeof why);
-    s_meta_t m = {0};
+    int rc = file[0] ? 0 : s_choose_online(e, ref, file, file_len, why, sizeof why);
+    memset(m, 0, sizeof *m);
     if (rc == 0)
-        rc = s_resolve(&e, ref, file, &m, why, sizeof why);
+        rc = s_resolve(e, ref, file, m, why, sizeof why);
     if (rc == 1) { /* unreachable: a cached copy will do */
-        if ((file[0] || s_choose_cached(&e, ref, file, sizeof file, err, err_len) == 0) &&
-            s_from_cache(&e, ref, file, path, path_len) == 0) {
+        if ((file[0] || s_choose_cached(e, ref, file, file_len, err, err_len) == 0) &&
+            cached(e, ref, file, ctx, path, path_len) == 0) {
             SW_WARN("%s; using the cached copy of %s/%s@%s", why, ref->repo, file, ref->revision);
-            return 0;
+            return 1;
         }
         sw_errf(err, err_len, "%s (and %s%s%s is not in the cache %s)", why, ref->repo,
-                file[0] ? "/" : "", file, e.cache);
+                file[0] ? "/" : "", file, e->cache);
         return -1;
     }
     if (rc != 0) {
         sw_errf(err, err_len, "%s", why);
         return -1;
     }
+    return 0;
+}
+
+/* The whole file of m into the cache (unless there), linked from its snapshot. */
+static int s_fetch_whole(const s_env_t *e, const sw_hub_ref_t *ref, const s_meta_t *m,
+                         const char *file, const sw_hub_opts_t *o, char *path, size_t path_len,
+                         char *err, size_t err_len)
+{
     char blob[S_PATH];
-    if ((size_t)snprintf(blob, sizeof blob, "%s/blobs/%s", e.repo_dir, m.etag) >= sizeof blob) {
+    if ((size_t)snprintf(blob, sizeof blob, "%s/blobs/%s", e->repo_dir, m->etag) >= sizeof blob) {
         sw_errf(err, err_len, "the cache path is too long");
         return -1;
     }
     struct stat st;
-    if (stat(blob, &st) != 0 || (m.size >= 0 && st.st_size != m.size)) {
+    if (stat(blob, &st) != 0 || (m->size >= 0 && st.st_size != m->size)) {
         if (s_mkdirs(blob, 0, err, err_len) != 0)
             return -1;
-        int lock = s_lock(&e, m.etag, o ? o->stop : NULL, err, err_len);
+        int lock = s_lock(e, m->etag, o ? o->stop : NULL, err, err_len);
         if (lock < 0)
             return -1;
-        rc = 0;
-        if (stat(blob, &st) != 0 || (m.size >= 0 && st.st_size != m.size)) {
+        int rc = 0;
+        if (stat(blob, &st) != 0 || (m->size >= 0 && st.st_size != m->size)) {
             const char *base = strrchr(file, '/');
-            rc = s_download(&e, &m, base ? base + 1 : file, blob, o, err, err_len);
+            rc = s_download(e, m, base ? base + 1 : file, blob, o, err, err_len);
         }
         close(lock);
         if (rc != 0)
             return -1;
     }
-    if (s_link(&e, &m, file, path, path_len, err, err_len) != 0 ||
-        s_write_ref(&e, ref, m.commit, err, err_len) != 0)
+    if (s_link(e, m, file, path, path_len, err, err_len) != 0 ||
+        s_write_ref(e, ref, m->commit, err, err_len) != 0)
         return -1;
     return 0;
 }
 
+int sw_hub_fetch(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, char *path, size_t path_len,
+                 char *err, size_t err_len)
+{
+    s_env_t e;
+    s_meta_t m;
+    char file[400];
+    int rc = s_lookup(&e, ref, file, sizeof file, &m, s_cached_whole, NULL, path, path_len, err,
+                      err_len);
+    if (rc != 0)
+        return rc > 0 ? 0 : -1;
+    return s_fetch_whole(&e, ref, &m, file, o, path, path_len, err, err_len);
+}
+
+/* ---- partial downloads: the tensors of a layer range (engine/partial.h) ------------------ */
+
+#define S_HEAD_FIRST (1ll << 20) /* bytes of the first header request (doubled as needed) */
+#define S_HEAD_MAX (1ll << 30)   /* a larger header is refused */
+#define S_RANGE_GAP (1ll << 16)  /* tensors closer than this in the source: one request */
+
+/* Where fetched source bytes go: 0, or an errno. */
+typedef int (*s_sink_fn)(void *ctx, long long pos, const uint8_t *b, size_t n);
+
+enum { S_RG_OK, S_RG_NO_RANGES, S_RG_BAD_RANGE, S_RG_STATUS, S_RG_WRITE, S_RG_TOO_MUCH };
+
+/* One range request. */
+typedef struct s_rg {
+    s_resp_t resp;               /* its headers */
+    long long pos;               /* next source byte expected */
+    long long to;                /* last source byte asked for */
+    long long total;             /* the file's size, which Content-Range must name */
+    int checked;                 /* the status was looked at */
+    int fail;                    /* S_RG_* */
+    int write_err;               /* errno of a failed write */
+    s_sink_fn sink;              /* where the bytes go */
+    void *ctx;                   /* its state */
+    s_dl_t *draw;                /* progress: draw->have counts fetched bytes */
+    volatile sig_atomic_t *stop; /* stop flag */
+} s_rg_t;
+
+static size_t s_on_range(char *buf, size_t size, size_t n, void *ud)
+{
+    s_rg_t *g = ud;
+    size_t len = size * n;
+    if (!g->checked) {
+        g->checked = 1;
+        if (g->resp.status == 200)
+            g->fail = S_RG_NO_RANGES;
+        else if (g->resp.status != 206)
+            g->fail = S_RG_STATUS;
+        else if (g->resp.range_start != g->pos || g->resp.range_end != g->to ||
+                 g->resp.range_total != g->total)
+            g->fail = S_RG_BAD_RANGE;
+        if (g->fail)
+            return 0;
+    }
+    if ((long long)len > g->to + 1 - g->pos) {
+        g->fail = S_RG_TOO_MUCH;
+        return 0;
+    }
+    int we = g->sink(g->ctx, g->pos, (const uint8_t *)buf, len);
+    if (we) {
+        g->write_err = we;
+        g->fail = S_RG_WRITE;
+        return 0;
+    }
+    g->pos += (long long)len;
+    if (g->draw) {
+        g->draw->have += (long long)len;
+        s_draw(g->draw, 0);
+    }
+    return len;
+}
+
+static int s_on_range_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt;
+    (void)dn;
+    (void)ut;
+    (void)un;
+    const s_rg_t *g = ud;
+    return g->stop && *g->stop ? 1 : 0;
+}
+
+/*
+ * Source bytes [from, to] of the file at url (total bytes long) into sink,
+ * with Range requests whose answers must be 206 with exactly that
+ * Content-Range; a response cut short is resumed (S_ATTEMPTS in a row
+ * without progress). 0, or -1 with err.
+ */
+static int s_fetch_range(const s_env_t *e, const char *url, long long from, long long to,
+                         long long total, s_sink_fn sink, void *ctx, s_dl_t *draw,
+                         volatile sig_atomic_t *stop, const char *label, char *err, size_t err_len)
+{
+    s_rg_t g = {.pos = from,
+                .to = to,
+                .total = total,
+                .sink = sink,
+                .ctx = ctx,
+                .draw = draw,
+                .stop = stop};
+    for (int fails = 0; g.pos <= to;) {
+        s_resp_reset(&g.resp);
+        g.checked = g.fail = 0;
+        struct curl_slist *hdrs = NULL;
+        CURL *c = s_curl(e, url, &g.resp, &hdrs);
+        if (!c) {
+            sw_errf(err, err_len, "libcurl cannot start");
+            return -1;
+        }
+        char range[64];
+        snprintf(range, sizeof range, "%lld-%lld", g.pos, to);
+        curl_easy_setopt(c, CURLOPT_RANGE, range);
+        curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_on_range);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &g);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, s_on_range_xfer);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, &g);
+        const long long before = g.pos;
+        CURLcode cc = curl_easy_perform(c);
+        curl_easy_cleanup(c);
+        curl_slist_free_all(hdrs);
+        if (!g.checked && cc == CURLE_OK && g.resp.status != 206)
+            g.fail = S_RG_STATUS; /* an answer without a body (416, 404, ...) */
+        switch (g.fail) {
+        case S_RG_NO_RANGES:
+            sw_errf(err, err_len,
+                    "the download server ignores HTTP range requests (it answered 'Range: "
+                    "bytes=%s' with the whole file): a partial download needs them; pull the "
+                    "whole file (without --layers) or use a mirror that serves ranges",
+                    range);
+            return -1;
+        case S_RG_BAD_RANGE:
+            sw_errf(err, err_len,
+                    "the download server answered 'Range: bytes=%s' of %s with Content-Range "
+                    "bytes %lld-%lld/%lld: not the bytes asked for (nothing of it was kept)",
+                    range, label, g.resp.range_start, g.resp.range_end, g.resp.range_total);
+            return -1;
+        case S_RG_STATUS:
+            sw_errf(err, err_len, "the download server answered HTTP %ld to a range request for %s",
+                    g.resp.status, label);
+            return -1;
+        case S_RG_WRITE:
+            sw_errf(err, err_len, "cannot write the partial file of %s: %s", label,
+                    strerror(g.write_err));
+            return -1;
+        case S_RG_TOO_MUCH:
+            sw_errf(err, err_len,
+                    "the download server sent more than the bytes asked for ('Range: bytes=%s' "
+                    "of %s)",
+                    range, label);
+            return -1;
+        default:
+            break;
+        }
+        if (cc == CURLE_ABORTED_BY_CALLBACK) {
+            sw_errf(err, err_len, "interrupted; run again to resume");
+            return -1;
+        }
+        if (g.pos > to)
+            break;
+        fails = g.pos > before ? 0 : fails + 1;
+        const char *why = cc == CURLE_OK ? "the response ended early" : curl_easy_strerror(cc);
+        if (fails >= S_ATTEMPTS) {
+            sw_errf(err, err_len, "download of %s failed at byte %lld (%s); run again to resume",
+                    label, g.pos, why);
+            return -1;
+        }
+        int wait = 1 << (fails > 0 ? fails - 1 : 0);
+        fprintf(stderr, "pull: %s: range request cut at byte %lld (%s); resuming in %d s\n", label,
+                g.pos, why, wait);
+        for (int i = 0; i < wait * 10 && !(stop && *stop); i++)
+            usleep(100000);
+    }
+    return 0;
+}
+
+/* The header sink: bytes appended in memory and to the .head file (kept for a resume). */
+typedef struct s_head {
+    uint8_t *buf; /* (len) the source's first bytes */
+    size_t len;   /* bytes */
+    size_t cap;   /* allocated */
+    int fd;       /* the .head file */
+} s_head_t;
+
+static int s_head_sink(void *ud, long long pos, const uint8_t *b, size_t n)
+{
+    s_head_t *h = ud;
+    if ((size_t)pos != h->len)
+        return EIO;
+    if (h->len + n > h->cap) {
+        size_t cap = h->cap ? h->cap : (size_t)S_HEAD_FIRST;
+        while (cap < h->len + n)
+            cap *= 2;
+        uint8_t *g = realloc(h->buf, cap);
+        if (!g)
+            return ENOMEM;
+        h->buf = g;
+        h->cap = cap;
+    }
+    memcpy(h->buf + h->len, b, n);
+    h->len += n;
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(h->fd, b + done, n - done);
+        if (w < 0)
+            return errno;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* The data sink: source bytes to their places in the partial file. */
+typedef struct s_part {
+    int fd;                        /* the .incomplete partial file */
+    const sw_partial_plan_t *plan; /* where each tensor goes */
+    int k;                         /* the segment being written */
+    long long have;                /* the file's length: every byte below is final */
+} s_part_t;
+
+static int s_pwrite_all(int fd, const void *b, size_t n, long long at)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(fd, (const uint8_t *)b + done, n - done, (off_t)(at + (long long)done));
+        if (w < 0)
+            return errno;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+static int s_part_sink(void *ud, long long pos, const uint8_t *b, size_t n)
+{
+    static const uint8_t zero[4096];
+    s_part_t *p = ud;
+    const sw_partial_plan_t *pl = p->plan;
+    while (n > 0) {
+        while (p->k < pl->n_segs && (uint64_t)pos >= pl->segs[p->k].src_off + pl->segs[p->k].len)
+            p->k++;
+        if (p->k == pl->n_segs)
+            return 0; /* past the last tensor */
+        const sw_partial_seg_t *s = &pl->segs[p->k];
+        if ((uint64_t)pos < s->src_off) { /* between two tensors of one request */
+            uint64_t skip = s->src_off - (uint64_t)pos;
+            if (skip > n)
+                skip = n;
+            pos += (long long)skip;
+            b += skip;
+            n -= (size_t)skip;
+            continue;
+        }
+        uint64_t in = (uint64_t)pos - s->src_off, take = s->len - in;
+        if (take > n)
+            take = n;
+        long long at = (long long)(s->part_off + in);
+        while (p->have < at) { /* the alignment padding before a tensor */
+            size_t z = at - p->have > (long long)sizeof zero ? sizeof zero : (size_t)(at - p->have);
+            int we = s_pwrite_all(p->fd, zero, z, p->have);
+            if (we)
+                return we;
+            p->have += (long long)z;
+        }
+        if (at == p->have) {
+            int we = s_pwrite_all(p->fd, b, (size_t)take, at);
+            if (we)
+                return we;
+            p->have = at + (long long)take;
+        }
+        pos += (long long)take;
+        b += take;
+        n -= (size_t)take;
+    }
+    return 0;
+}
+
+/*
+ * The source requests that complete a partial file holding its first have
+ * bytes: fetched (ctx set) or only counted. The bytes they ask for, or -1
+ * with err.
+ */
+static long long s_ranges(const s_env_t *e, const s_meta_t *m, s_part_t *ctx, s_dl_t *draw,
+                          volatile sig_atomic_t *stop, const char *label, long long have, char *err,
+                          size_t err_len)
+{
+    const sw_partial_plan_t *pl = ctx->plan;
+    long long bytes = 0;
+    int k = 0;
+    while (k < pl->n_segs && (long long)(pl->segs[k].part_off + pl->segs[k].len) <= have)
+        k++;
+    while (k < pl->n_segs) {
+        const sw_partial_seg_t *s = &pl->segs[k];
+        if (s->len == 0) {
+            k++;
+            continue;
+        }
+        long long from = (long long)s->src_off;
+        if (have > (long long)s->part_off)
+            from += have - (long long)s->part_off;
+        long long to = (long long)(s->src_off + s->len) - 1;
+        int j = k + 1;
+        for (; j < pl->n_segs && (long long)pl->segs[j].src_off - (to + 1) <= S_RANGE_GAP; j++)
+            if (pl->segs[j].len)
+                to = (long long)(pl->segs[j].src_off + pl->segs[j].len) - 1;
+        bytes += to - from + 1;
+        if (ctx->fd >= 0 && s_fetch_range(e, m->url, from, to, m->size, s_part_sink, ctx, draw,
+                                          stop, label, err, err_len) != 0)
+            return -1;
+        k = j;
+    }
+    return bytes;
+}
+
+/* Reads a kept .head file (a resumed pull's header bytes) into h. */
+static void s_head_load(s_head_t *h, long long size)
+{
+    struct stat st;
+    if (fstat(h->fd, &st) != 0 || st.st_size <= 0 || st.st_size > S_HEAD_MAX || st.st_size > size)
+        return;
+    h->buf = malloc((size_t)st.st_size);
+    if (!h->buf)
+        return;
+    h->cap = (size_t)st.st_size;
+    while (h->len < h->cap) {
+        ssize_t r = pread(h->fd, h->buf + h->len, h->cap - h->len, (off_t)h->len);
+        if (r <= 0)
+            break;
+        h->len += (size_t)r;
+    }
+    if (h->len != h->cap || lseek(h->fd, 0, SEEK_END) != (off_t)h->len)
+        h->len = 0;
+}
+
+/*
+ * The source's header and the first MiB of its tensor data (what the
+ * fingerprint hashes) into h, from the .head file and range requests: the
+ * parsed header, or NULL with err.
+ */
+static sw_gguf_t *s_fetch_head(const s_env_t *e, const s_meta_t *m, s_head_t *h, s_dl_t *draw,
+                               volatile sig_atomic_t *stop, const char *label, char *err,
+                               size_t err_len)
+{
+    s_head_load(h, m->size);
+    if (h->len == 0 && ftruncate(h->fd, 0) != 0) {
+        sw_errf(err, err_len, "cannot write the header of %s: %s", label, strerror(errno));
+        return NULL;
+    }
+    long long want = h->len > 0 ? (long long)h->len : S_HEAD_FIRST;
+    char why[512] = "";
+    for (;;) {
+        if (want > m->size)
+            want = m->size;
+        if ((long long)h->len < want &&
+            s_fetch_range(e, m->url, (long long)h->len, want - 1, m->size, s_head_sink, h, draw,
+                          stop, label, err, err_len) != 0)
+            return NULL;
+        sw_gguf_t *g = sw_gguf_open_header(h->buf, h->len, (uint64_t)m->size, why, sizeof why);
+        if (g && (long long)h->len >= (long long)sw_fingerprint_len(g))
+            return g;
+        if (g) {
+            want = (long long)sw_fingerprint_len(g);
+            sw_gguf_close(&g);
+            continue;
+        }
+        if ((long long)h->len >= m->size || (long long)h->len >= S_HEAD_MAX) {
+            sw_errf(err, err_len, "%s is not a GGUF model file a partial pull can cut: %s", label,
+                    why);
+            if (ftruncate(h->fd, 0) != 0) { /* proven useless: the next pull starts over */
+            }
+            return NULL;
+        }
+        want = 2 * (long long)h->len; /* the header goes on past what was fetched */
+    }
+}
+
+/* The cached partial file of ref's file at commit that holds [begin, end): 0 with path. */
+static int s_cached_partial(const s_env_t *e, const char *commit, const char *file, int begin,
+                            int end, char *path, size_t len)
+{
+    char dir[S_PATH];
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    if (s_pathf(dir, sizeof dir, "%s/shardwire-partial/%s", e->repo_dir, commit) != 0)
+        return -1;
+    DIR *d = opendir(dir);
+    int found = -1;
+    for (struct dirent *de; d && found != 0 && (de = readdir(d));) {
+        char p[S_PATH], why[256];
+        if (strncmp(de->d_name, "layers-", 7) != 0)
+            continue;
+        if (s_pathf(p, sizeof p, "%s/%s/%s", dir, de->d_name, base) != 0)
+            continue;
+        sw_gguf_t *g = sw_gguf_open(p, why, sizeof why);
+        sw_partial_info_t pi;
+        int n_layer = 0;
+        if (g && sw_partial_layers(g, &n_layer) == 0 &&
+            sw_partial_info(g, n_layer, &pi, why, sizeof why) == 1 && pi.begin <= begin &&
+            pi.end >= (end >= 0 ? end : n_layer) && strlen(p) < len) {
+            snprintf(path, len, "%s", p);
+            found = 0;
+        }
+        sw_gguf_close(&g);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+typedef struct s_range_req {
+    int begin, end; /* the layers asked for (end -1 = to the last) */
+} s_range_req_t;
+
+/* s_cached_fn for a layer range: the whole cached file, else a partial that holds the range. */
+static int s_cached_layers(const s_env_t *e, const sw_hub_ref_t *ref, const char *file, void *ctx,
+                           char *path, size_t len)
+{
+    const s_range_req_t *r = ctx;
+    char commit[41];
+    if (s_from_cache(e, ref, file, path, len) == 0)
+        return 0;
+    return s_cached_commit(e, ref, commit) == 0
+               ? s_cached_partial(e, commit, file, r->begin, r->end, path, len)
+               : -1;
+}
+
+static double s_mib(long long b)
+{
+    return (double)b / (1 << 20);
+}
+
+/* The partial download proper, under the lock: 0 with the file at final, or -1 with err. */
+static int s_download_partial(const s_env_t *e, const sw_hub_ref_t *ref, const s_meta_t *m,
+                              const char *file, int begin, int end, const sw_hub_opts_t *o,
+                              const char *final, char *path, size_t path_len, char *err,
+                              size_t err_len)
+{
+    const char *label = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    volatile sig_atomic_t *stop = o ? o->stop : NULL;
+    char part[S_PATH], headp[S_PATH + 8];
+    if (s_pathf(part, sizeof part, "%s.incomplete", final) != 0 ||
+        s_pathf(headp, sizeof headp, "%s.head", part) != 0) {
+        sw_errf(err, err_len, "the cache path is too long");
+        return -1;
+    }
+    s_head_t h = {.fd = open(headp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
+    s_part_t p = {.fd = -1};
+    sw_partial_plan_t plan = {0};
+    sw_gguf_t *g = NULL;
+    int rc = -1;
+    if (h.fd < 0) {
+        sw_errf(err, err_len, "cannot write %s: %s", headp, strerror(errno));
+        return -1;
+    }
+    s_dl_t d = {.label = label, .progress = o ? o->progress : SW_HUB_QUIET, .expect = -1};
+    d.t0 = s_now();
+    g = s_fetch_head(e, m, &h, &d, stop, label, err, err_len);
+    const long long head_run = d.have; /* header bytes fetched by this run */
+    if (!g)
+        goto out;
+    int n_layer = 0;
+    if (sw_partial_layers(g, &n_layer) != 0) {
+        sw_errf(err, err_len, "%s: the header has no usable block_count", label);
+        goto out;
+    }
+    const int last = end < 0 ? n_layer : end;
+    if (begin == 0 && last == n_layer) { /* every layer: the whole file */
+        fprintf(stderr, "pull: layers 0:%d are the whole model: downloading the whole file\n",
+                n_layer);
+        rc = 1;
+    }
+    char fp[65], source[1024];
+    sw_fingerprint_bytes(h.buf, sw_fingerprint_len(g), fp);
+    snprintf(source, sizeof source, "hf:%s/%s@%s", ref->repo, file, m->commit);
+    const sw_partial_src_t id = {.source = source,
+                                 .size = (uint64_t)m->size,
+                                 .sha256 = m->is_sha256 ? m->etag : "",
+                                 .fingerprint = fp};
+    if (rc == 1 || sw_partial_plan(g, begin, end, &id, &plan, err, err_len) != 0) {
+        unlink(headp); /* the whole file, or a range this model lacks: nothing to resume */
+        char dir[S_PATH];
+        snprintf(dir, sizeof dir, "%s", final);
+        if (strrchr(dir, '/'))
+            *strrchr(dir, '/') = 0;
+        rmdir(dir);
+        goto out;
+    }
+    p.plan = &plan;
+    p.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    if (p.fd < 0 || fstat(p.fd, &st) != 0) {
+        sw_errf(err, err_len, "cannot write %s: %s", part, strerror(errno));
+        goto out;
+    }
+    p.have = st.st_size;
+    if (p.have > 0) { /* a resume: its header must be this plan's */
+        uint8_t *cur = p.have >= (long long)plan.header_len ? malloc(plan.header_len) : NULL;
+        int same = cur && pread(p.fd, cur, plan.header_len, 0) == (ssize_t)plan.header_len &&
+                   !memcmp(cur, plan.header, plan.header_len) && p.have <= (long long)plan.size;
+        free(cur);
+        if (!same)
+            p.have = 0;
+        else
+            fprintf(stderr, "pull: %s layers %d:%d: resuming at %.1f MiB of %.1f MiB\n", label,
+                    begin, last, s_mib(p.have), s_mib((long long)plan.size));
+    }
+    if (p.have < (long long)plan.header_len) {
+        if (ftruncate(p.fd, 0) != 0 || s_pwrite_all(p.fd, plan.header, plan.header_len, 0) != 0) {
+            sw_errf(err, err_len, "cannot write %s: %s", part, strerror(errno));
+            goto out;
+        }
+        p.have = (long long)plan.header_len;
+    }
+    s_part_t count = {.fd = -1, .plan = &plan};
+    const long long need = (long long)h.len + s_ranges(e, m, &count, NULL, NULL, label,
+                                                       (long long)plan.header_len, err, err_len);
+    const long long left = s_ranges(e, m, &count, NULL, NULL, label, p.have, err, err_len);
+    d.expect = need;
+    d.have = need - left;
+    d.t0 = s_now();
+    d.t0_have = d.have;
+    d.last_decile = -1;
+    if (s_ranges(e, m, &p, &d, stop, label, p.have, err, err_len) < 0)
+        goto out;
+    s_draw(&d, 1);
+    if (ftruncate(p.fd, (off_t)plan.size) != 0 || fsync(p.fd) != 0) {
+        sw_errf(err, err_len, "cannot write %s: %s", part, strerror(errno));
+        goto out;
+    }
+    /* what can be checked without the whole file: the result parses as a GGUF, every tensor's
+     * size matches its type and shape, and it is the plan's */
+    char why[512];
+    sw_gguf_t *chk = sw_gguf_open(part, why, sizeof why);
+    sw_partial_info_t pi;
+    int ok = chk && sw_gguf_tensor_count(chk) == plan.n_segs &&
+             sw_partial_info(chk, n_layer, &pi, why, sizeof why) == 1;
+    sw_gguf_close(&chk);
+    if (!ok) {
+        sw_errf(err, err_len, "the partial file of %s does not check: %s (removed; run again)",
+                label, why);
+        unlink(part);
+        goto out;
+    }
+    if (rename(part, final) != 0) {
+        sw_errf(err, err_len, "cannot move %s into place: %s", part, strerror(errno));
+        goto out;
+    }
+    unlink(headp);
+    if (!o || o->progress != SW_HUB_QUIET)
+        fprintf(stderr,
+                "pull: %s layers %d:%d: fetched %.1f MiB of %.1f MiB (%.0f%%), %.1f MiB in this "
+                "run; the whole-file sha256 cannot be checked on a part (docs/deploy.md)\n",
+                label, begin, last, s_mib(need), s_mib(m->size),
+                100.0 * (double)need / (double)m->size, s_mib(head_run + d.have - d.t0_have));
+    snprintf(path, path_len, "%s", final);
+    rc = 0;
+out:
+    sw_gguf_close(&g);
+    sw_partial_plan_free(&plan);
+    free(h.buf);
+    close(h.fd);
+    if (p.fd >= 0)
+        close(p.fd);
+    return rc;
+}
+
+int sw_hub_fetch_layers(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, int begin, int end,
+                        char *path, size_t path_len, char *err, size_t err_len)
+{
+    s_env_t e;
+    s_meta_t m;
+    char file[400];
+    s_range_req_t req = {begin, end};
+    int rc = s_lookup(&e, ref, file, sizeof file, &m, s_cached_layers, &req, path, path_len, err,
+                      err_len);
+    if (rc != 0)
+        return rc > 0 ? 0 : -1;
+    char blob[S_PATH];
+    struct stat st;
+    if (s_pathf(blob, sizeof blob, "%s/blobs/%s", e.repo_dir, m.etag) == 0 &&
+        stat(blob, &st) == 0 && st.st_size == m.size) /* the whole file is here */
+        return s_fetch_whole(&e, ref, &m, file, o, path, path_len, err, err_len);
+    if (s_cached_partial(&e, m.commit, file, begin, end, path, path_len) == 0)
+        return s_write_ref(&e, ref, m.commit, err, err_len);
+    if (m.size < 0) {
+        sw_errf(err, err_len, "the hub announces no size for %s: a partial download needs it",
+                file);
+        return -1;
+    }
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    char final[S_PATH], lockname[128];
+    char span[32];
+    if (end >= 0)
+        snprintf(span, sizeof span, "%d-%d", begin, end);
+    else
+        snprintf(span, sizeof span, "%d-end", begin);
+    if (s_pathf(final, sizeof final, "%s/shardwire-partial/%s/layers-%s/%s", e.repo_dir, m.commit,
+                span, base) != 0) {
+        sw_errf(err, err_len, "the cache path is too long");
+        return -1;
+    }
+    if (s_mkdirs(final, 0, err, err_len) != 0)
+        return -1;
+    snprintf(lockname, sizeof lockname, "%s.layers-%s", m.etag, span);
+    int lock = s_lock(&e, lockname, o ? o->stop : NULL, err, err_len);
+    if (lock < 0)
+        return -1;
+    if (stat(final, &st) == 0) /* another process finished it while this one waited */
+        rc = snprintf(path, path_len, "%s", final) < (int)path_len ? 0 : -1;
+    else
+        rc = s_download_partial(&e, ref, &m, file, begin, end, o, final, path, path_len, err,
+                                err_len);
+    close(lock);
+    if (rc == 1)
+        return s_fetch_whole(&e, ref, &m, file, o, path, path_len, err, err_len);
+    return rc == 0 ? s_write_ref(&e, ref, m.commit, err, err_len) : rc;
+}
+
 int sw_hub_model_arg(const char *arg, volatile sig_atomic_t *stop, char *path, size_t path_len,
                      char *err, size_t err_len)
+{
+    return sw_hub_model_arg_layers(arg, -1, -1, stop, path, path_len, err, err_len);
+}
+
+int sw_hub_model_arg_layers(const char *arg, int begin, int end, volatile sig_atomic_t *stop,
+                            char *path, size_t path_len, char *err, size_t err_len)
 {
     if (!arg || strncmp(arg, SW_HUB_PREFIX, strlen(SW_HUB_PREFIX)) != 0) {
         if (!arg || strlen(arg) >= path_len) {
@@ -1310,7 +1994,8 @@ int sw_hub_model_arg(const char *arg, volatile sig_atomic_t *stop, char *path, s
         return -1;
     sw_hub_opts_t o = {.progress = SW_HUB_LINES, .stop = stop};
     char why[768];
-    if (sw_hub_fetch(&ref, &o, path, path_len, why, sizeof why) != 0) {
+    if ((begin >= 0 ? sw_hub_fetch_layers(&ref, &o, begin, end, path, path_len, why, sizeof why)
+                    : sw_hub_fetch(&ref, &o, path, path_len, why, sizeof why)) != 0) {
         sw_errf(err, err_len, "%s: %s", arg, why);
         return -1;
     }

@@ -68,11 +68,29 @@ int sw_hub_fetch(const sw_hub_ref_t *ref, const sw_hub_opts_t *opts, char *path,
                  char *err, size_t err_len) __attribute__((warn_unused_result));
 
 /*
+ * Like sw_hub_fetch, for a node of layers [begin, end) (end -1 = to the
+ * last): the GGUF header and only the tensors those layers need, fetched
+ * with HTTP range requests into a partial file (engine/partial.h) under
+ * models--ORG--NAME/shardwire-partial/COMMIT/layers-A-B/FILE, resumable like
+ * a whole download (FILE.incomplete and its .head until it is complete).
+ * The whole file when it is cached already or the range is every layer; a
+ * cached partial that holds the range. A server without range support is
+ * refused with a line. 0 with path, or -1 with err.
+ */
+int sw_hub_fetch_layers(const sw_hub_ref_t *ref, const sw_hub_opts_t *opts, int begin, int end,
+                        char *path, size_t path_len, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
  * For a --model argument: "hf:..." is fetched (progress lines on stderr) and
  * its cache path written to path; anything else is copied as is. 0 or -1
  * with a line in err.
  */
 int sw_hub_model_arg(const char *arg, volatile sig_atomic_t *stop, char *path, size_t path_len,
                      char *err, size_t err_len) __attribute__((warn_unused_result));
+/* The same for a node of layers [begin, end) (sw_hub_fetch_layers); begin < 0 = the whole file. */
+int sw_hub_model_arg_layers(const char *arg, int begin, int end, volatile sig_atomic_t *stop,
+                            char *path, size_t path_len, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
 
 #endif

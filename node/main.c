@@ -341,7 +341,9 @@ int main(int argc, char **argv)
     /* hf:ORG/NAME/FILE: fetched into the Hugging Face cache first (resumable) */
     static char model_path[PATH_MAX], draft_path[PATH_MAX];
     char herr[1024];
-    if (sw_hub_model_arg(o.model, &s_stop, model_path, sizeof model_path, herr, sizeof herr) != 0 ||
+    /* a hub model and a layer range: only the tensors of the range (a partial file) */
+    if (sw_hub_model_arg_layers(o.model, o.layer_begin, o.layer_end, &s_stop, model_path,
+                                sizeof model_path, herr, sizeof herr) != 0 ||
         (o.draft_model && sw_hub_model_arg(o.draft_model, &s_stop, draft_path, sizeof draft_path,
                                            herr, sizeof herr) != 0)) {
         fprintf(stderr, "shardwire-node: %s\n", herr);

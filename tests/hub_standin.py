@@ -12,22 +12,28 @@ it (python stdlib only):
       X-Linked-Size, ETag. Small files: 200 with the git blob sha1 as ETag.
       Errors carry X-Error-Code (RepoNotFound 401 without a valid token,
       EntryNotFound 404, RevisionNotFound 404) like the hub.
-  GET /cdn/ORG/NAME/SHA256   the blob; Range: bytes=N- gives 206 + Content-Range.
+  GET /cdn/ORG/NAME/SHA256   the blob; Range: bytes=N- or bytes=N-M gives 206 +
+      Content-Range (as the hub's CDN does); 416 past the end.
   GET /api/models/ORG/NAME[/revision/REV]   {"id", "sha", "siblings": [{"rfilename"}]}
 
 The configuration (JSON, --config) lists repositories:
   {"repos": {"org/name": {"files": {"a.gguf": "/path/to/file", "README.md": {"text": "..."}},
                           "token": "secret",          # optional: private repo
                           "cut_after": 30000000,      # optional: the first `cuts` CDN
-                          "cuts": 1,                  #   responses stop after N bytes
+                          "cuts": 1,                  #   responses longer than N bytes stop
+                                                      #   after N bytes
                           "stall_after": 3000000,     # optional: the first `stalls` CDN
                           "stalls": 1,                #   responses hang after N bytes
+                          "stall_min_start": 0,       #   (those from this byte on)
                           "corrupt": true,            # optional: serve a flipped byte
                           "bad_commit": "../x",       # optional: a hostile X-Repo-Commit
-                          "redirect_to": "org/other"  # optional: renamed repo (relative 307)
-                          }}}
+                          "redirect_to": "org/other", # optional: renamed repo (relative 307)
+                          "no_range": true,           # optional: the CDN ignores Range (200)
+                          "bad_range": true           # optional: 206 with a Content-Range
+                          }}}                         #   one byte off what was asked
 Every request is appended to --log as one JSON line: method, path, range,
-auth (the Authorization header or null), host. The bound port is written to
+auth (the Authorization header or null), host; each CDN response body, when
+it ends, as {"sent": BYTES, "path": ...}. The bound port is written to
 --port-file once the server listens.
 """
 import argparse
@@ -185,50 +191,72 @@ class Handler(BaseHTTPRequestHandler):
         if entry is None:
             return self._error(404, "NotFound", "no such blob")
         blob, rc = entry
-        start = 0
+        start, last, ranged = 0, blob.size - 1, False
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
-            start = int(rng[6:-1])
-            if start >= blob.size:
+        if rng and rng.startswith("bytes=") and not rc.get("no_range"):
+            a, _, b = rng[6:].partition("-")
+            try:
+                start = int(a)
+                last = min(int(b), blob.size - 1) if b else blob.size - 1
+            except ValueError:
                 return self._reply(416, {"Content-Range": "bytes */%d" % blob.size})
-        status = 206 if start else 200
+            if start >= blob.size or last < start:
+                return self._reply(416, {"Content-Range": "bytes */%d" % blob.size})
+            ranged = start > 0 or last < blob.size - 1
+        status = 206 if ranged else 200
         self.send_response(status)
-        self.send_header("Content-Length", str(blob.size - start))
+        self.send_header("Content-Length", str(last + 1 - start))
         self.send_header("ETag", '"%s"' % blob.sha256)
-        self.send_header("Accept-Ranges", "bytes")
-        if start:
-            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, blob.size - 1, blob.size))
+        if not rc.get("no_range"):
+            self.send_header("Accept-Ranges", "bytes")
+        if ranged:
+            off = 1 if rc.get("bad_range") else 0
+            self.send_header("Content-Range",
+                             "bytes %d-%d/%d" % (start + off, last + off, blob.size))
         self.end_headers()
         if self.command == "HEAD":
             return
         limit = stall = None
         with self.hub.lock:
             done = self.hub.cuts_done.get(("stall", name, sha), 0)
-            if rc.get("stall_after") and done < rc.get("stalls", 1):
+            if rc.get("stall_after") and done < rc.get("stalls", 1) and \
+                    start >= rc.get("stall_min_start", 0):
                 self.hub.cuts_done[("stall", name, sha)] = done + 1
                 stall = rc["stall_after"]
             done = self.hub.cuts_done.get((name, sha), 0)
-            if rc.get("cut_after") and done < rc.get("cuts", 1):
+            if rc.get("cut_after") and done < rc.get("cuts", 1) and \
+                    last + 1 - start > rc["cut_after"]:
                 self.hub.cuts_done[(name, sha)] = done + 1
                 limit = rc["cut_after"]
-        sent, pos = 0, start
+        try:
+            self._send_body(blob, rc, start, last, limit, stall)
+        finally:
+            self.hub.log({"sent": self.sent, "path": self.path})
+
+    def _send_body(self, blob, rc, start, last, limit, stall):
+        self.sent, pos = 0, start
         for chunk in blob.read(start):
+            chunk = chunk[:last + 1 - pos]
+            if not chunk:
+                return
             if rc.get("corrupt") and pos <= blob.size // 2 < pos + len(chunk):
                 i = blob.size // 2 - pos
                 chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1:]
-            if stall is not None and sent + len(chunk) > stall:
-                self.wfile.write(chunk[:stall - sent])
+            if stall is not None and self.sent + len(chunk) > stall:
+                self.wfile.write(chunk[:stall - self.sent])
                 self.wfile.flush()
+                self.sent = stall
                 time.sleep(120)  # the client gives up or is interrupted
                 return
-            if limit is not None and sent + len(chunk) > limit:
-                self.wfile.write(chunk[:limit - sent])
+            if limit is not None and self.sent + len(chunk) > limit:
+                self.wfile.write(chunk[:limit - self.sent])
                 self.wfile.flush()
+                self.sent = limit
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return
             self.wfile.write(chunk)
-            sent += len(chunk)
+            self.sent += len(chunk)
             pos += len(chunk)
 
 
@@ -240,7 +268,11 @@ def main():
     args = ap.parse_args()
     with open(args.config) as f:
         Handler.hub = Hub(json.load(f), args.log)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            pass  # a client that hangs up mid-body (tests interrupt pulls) is no error here
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     tmp = args.port_file + ".tmp"
     with open(tmp, "w") as f:

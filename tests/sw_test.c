@@ -727,3 +727,22 @@ int sw_test_run_exact(pid_t pid, const char *tag, const int32_t *ref, int n, int
     free(out);
     return ok;
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+#define S_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define S_ASAN 1
+#endif
+#endif
+
+void sw_test_memory_bounds(void)
+{
+#ifdef S_ASAN
+    const char *cur = getenv("ASAN_OPTIONS");
+    char opts[1024];
+    snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0:thread_local_quarantine_size_kb=0",
+             cur ? cur : "", cur && cur[0] ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+#endif
+}

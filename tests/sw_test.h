@@ -163,5 +163,9 @@ pid_t sw_test_relay(const char *endpoint, const char *dir, const char *log,
  * SW_CLUSTER_KEY), for the `shardwire run` / `status` calls of the test (and
  * sw_test_wait_peers). */
 void sw_test_client_env(const char *dir, const char *who);
+/* For tests that bound a process's memory: under AddressSanitizer (the CI's sanitizer build)
+ * the processes started after this keep no freed memory in ASan's quarantine (256 MiB by
+ * default), which would otherwise count as theirs. Nothing without ASan. */
+void sw_test_memory_bounds(void);
 
 #endif

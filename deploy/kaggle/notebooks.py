@@ -102,14 +102,17 @@ print("built", ", ".join({targets_py}), "in", BIN, "(CUDA off)" if CPU else "(CU
 '''
 
 MODEL = '''# 3. The model{s}: from the Hugging Face hub into its cache (a path is used as it is).
-def fetch(spec):
+# With layers, only this node's part is downloaded: the header and the tensors of
+# its layers (a partial file; docs/deploy.md, "Models from Hugging Face").
+def fetch(spec, layers=None):
     if not spec or os.path.exists(spec):
         return spec
-    r = subprocess.run([BIN + "/shardwire", "pull", spec], stdout=subprocess.PIPE, text=True)
+    cmd = [BIN + "/shardwire", "pull", spec] + (["--layers", layers] if layers else [])
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        raise RuntimeError("shardwire pull " + spec + " failed (see above)")
+        raise RuntimeError(" ".join(cmd[1:]) + " failed (see above)")
     return r.stdout.strip()
-model = fetch(MODEL)
+model = fetch(MODEL, LAYERS)
 {draft}print("model:", model{draft_print})
 '''
 

@@ -155,6 +155,7 @@ static void s_gateway(pid_t *head, pid_t *head2)
     snprintf(b, sizeof b, "%s", sw_test_log("failover.json"));
     SW_CHECK_INT(sw_test_wait(s_complete(port, a), 150), 0);
     const int before = sw_test_count_in_file(log, "prompt tokens, 160 to generate");
+    const int moved = sw_test_count_in_file(log, "takes over from there");
     pid_t curl = s_complete(port, b);
     for (int i = 0;
          i < 300 && sw_test_count_in_file(log, "prompt tokens, 160 to generate") == before; i++)
@@ -166,13 +167,15 @@ static void s_gateway(pid_t *head, pid_t *head2)
     *head2 = sw_test_node(s_ep, s_dir, "head2", "0:15", log, NULL);
     SW_CHECK_INT(sw_test_wait(curl, 150), 0);
     char *ta = s_text(a), *tb = s_text(b);
-    const int taken = sw_test_count_in_file(log, "taken over from a head that left");
+    /* the gateway's client said it moved the request to the new head ("after N tokens": N is
+     * 0 when the kill came before the first token, as on a slow sanitizer build) */
+    const int taken = sw_test_count_in_file(log, "takes over from there") - moved;
     printf("gateway: a completion answered while its head was killed: %s the one without a "
-           "fault (%zu bytes); %d takeovers in the log\n",
+           "fault (%zu bytes); %d takeover(s) by the gateway in the log\n",
            ta && tb && !strcmp(ta, tb) ? "the same text as" : "DIFFERENT from", ta ? strlen(ta) : 0,
            taken);
     SW_CHECK(ta && tb && strlen(ta) > 100 && !strcmp(ta, tb));
-    SW_CHECK_INT(taken, 3);
+    SW_CHECK_INT(taken, 1);
     free(ta);
     free(tb);
     sw_test_kill(serve);

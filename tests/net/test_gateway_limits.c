@@ -250,6 +250,7 @@ static void s_json_memory(pid_t serve)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    sw_test_memory_bounds(); /* the gateway's resident memory is bounded below */
     char relay_ep[64], listen[64], keyfile[256];
     snprintf(relay_ep, sizeof relay_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
     s_port = sw_test_free_port();

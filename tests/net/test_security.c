@@ -484,6 +484,8 @@ int main(void)
     sw_peer_t *outsider = s_peer("outsider", "outsider", s_path("relay.pub"));
     SW_CHECK(outsider == NULL);
     SW_CHECK(s_now() - t0 < 3.0); /* refused by the handshake, not by a timeout */
+    /* ... by the ZAP handler itself (the announce check behind it would refuse it too) */
+    SW_CHECK(sw_test_count_in_file(sw_test_log("relay.log"), "key not on the allow-list") >= 1);
     sw_peer_destroy(&outsider);
     sw_peer_t *wrong = s_peer("bob2", "other", s_path("bob.pub"));
     SW_CHECK(wrong == NULL);

@@ -158,7 +158,9 @@ int main(void)
     SW_CHECK_INT(s_status(KEY1 "x"), 401);                  /* the commented-out line */
     SW_CHECK_INT(s_status("# the team's keys"), 401);
     sw_test_kill(serve);
-    SW_CHECK(strstr(sw_test_read_file(sw_test_log("serve.log"), NULL), "API keys required"));
+    char *log = sw_test_read_file(sw_test_log("serve.log"), NULL);
+    SW_CHECK(log && strstr(log, "API keys required"));
+    free(log);
 
     /* without keys on loopback it starts, and needs no Authorization */
     char *open_argv[] = {(char *)sw_test_bin("shardwire"),

@@ -136,6 +136,7 @@ static void s_silent(pid_t relay)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    sw_test_memory_bounds(); /* the relay's resident memory is bounded below */
     const char *clients[] = {"alice", "mallory", NULL};
     static const char *const flags[] = {"--announce-ms", "3000", NULL};
     pid_t relay = swa_relay(&s_a, s_dir, s_ep, NULL, clients, flags);

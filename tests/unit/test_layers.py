@@ -35,7 +35,7 @@ CMAKE = os.environ.get("SW_CMAKE") or "cmake"
 MAY_INCLUDE = {
     "base": {"base"},
     "engine": {"base", "engine"},
-    "hub": {"base", "hub"},
+    "hub": {"base", "engine", "hub"},  # the GGUF header and partial files (engine/partial.h)
     "common": {"base", "common", "proto"},
     "drafter": {"base", "engine", "drafter"},
     "client": {"base", "common", "client"},
@@ -69,8 +69,8 @@ FORBIDDEN_LINKS = {
     "swengine": NET_LIBS,
     "swcuda": NET_LIBS | {"swengine"},
     "swdrafter": NET_LIBS,
-    "swhub": ENGINE_LIBS | {"swnet", "swproto", "swclient", "swgateway", "PkgConfig::ZMQ",
-                            "PkgConfig::PROTOBUFC", "PkgConfig::MHD"},
+    "swhub": {"swdrafter", "swnet", "swproto", "swclient", "swgateway", "PkgConfig::ZMQ",
+              "PkgConfig::PROTOBUFC", "PkgConfig::MHD"},
     "swnet": ENGINE_LIBS | {"swhub", "swclient", "swgateway", "PkgConfig::CURL",
                             "PkgConfig::JANSSON", "PkgConfig::MHD"},
     "swclient": ENGINE_LIBS | {"swhub", "swgateway", "PkgConfig::CURL", "PkgConfig::MHD"},

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Mutations that show a test can fail: each applied to the code in turn, the
+test that should catch it built and run, the file restored; prints one line
+per mutation (caught or NOT CAUGHT).
+
+  python3 scripts/mutations.py cuda [BUILD_DIR]      # issue 20's list, default build-emu
+                                                     # (SW_CUDA=EMU)
+  python3 scripts/mutations.py security [BUILD_DIR]  # docs/security.md section 8's
+                                                     # last column, default build
+  python3 scripts/mutations.py claims [BUILD_DIR]    # docs/testing.md's claims table
+
+Each mutation must make its test fail; the script exits 1 when one does not.
+It edits the sources in place and puts them back after each, so run it on a
+clean tree; the build directory is rebuilt at the end.
+"""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# (name, file, old text, new text, test, environment); old and new may be
+# lists of the same length (several edits of one file, one mutation).
+CUDA = [
+    ("an off-by-one in a kernel's indexing (rmsnorm's sum reads one element past the row)",
+     "engine/cuda/norm.cu",
+     "for (int i = threadIdx.x; i < dim; i += S_THREADS)\n        p += (double)(xr[i] * xr[i]);",
+     "for (int i = threadIdx.x; i <= dim; i += S_THREADS)\n        p += (double)(xr[i] * xr[i]);",
+     "test_cuda_ops", {}),
+    ("a removed __syncthreads in a reduction (norm.cu's tree sum)",
+     "engine/cuda/norm.cu",
+     "            part[threadIdx.x] += part[threadIdx.x + w];\n        __syncthreads();",
+     "            part[threadIdx.x] += part[threadIdx.x + w];",
+     "test_cuda_ops", {}),
+    ("a missing cudaSetDevice in one op (rope)",
+     "engine/cuda/rope.cu",
+     "    if (swc_use(be) != 0)\n        return -1;\n    k_rope",
+     "    k_rope",
+     "test_cuda_ops", {"SW_CUDA_EMU_DEVICES": "2"}),
+    ("a kv_move that drops one element (the last of each K row and V column)",
+     "engine/cuda/attention.cu",
+     "    if (d >= kv_dim)\n        return;\n    for (int i = 0; i < mv.n; i++)",
+     "    if (d >= kv_dim - 1)\n        return;\n    for (int i = 0; i < mv.n; i++)",
+     "test_cuda_ops", {}),
+    ("a wrong block layout for one quantization type (q6_K: lane k reads lane k^1's high bits)",
+     "engine/quant_math.h",
+     "const uint32_t qh = sw_ld32(w->qh + 32 * h + 4 * k);",
+     "const uint32_t qh = sw_ld32(w->qh + 32 * h + 4 * (k ^ 1));",
+     "test_cuda_ops", {}),
+]
+
+SECURITY = [
+    ("the permission check of secret key files (a 0644 key loads)",
+     "common/keys.c",
+     "if (secret && (st.st_mode & 077)) {",
+     "if (0 && secret && (st.st_mode & 077)) {",
+     "test_security", {}),
+    ("zmq_curve(7)'s published test keys accepted",
+     "common/keys.c",
+     "        if (z85 && strncmp(z85, s_test_keys[i], SW_KEY_Z85_LEN) == 0)\n            return 1;",
+     "        if (z85 && strncmp(z85, s_test_keys[i], SW_KEY_Z85_LEN) == 0)\n            return 0;",
+     "test_security", {}),
+    ("the relay starting without --allow (and so without a ZAP allow-list)",
+     "relay/relay.c",
+     ["    if (!o->key_file || !o->allow_file) {", "    if (s_allow_reload(r, 1) != 0) {"],
+     ["    if (!o->key_file) {", "    if (o->allow_file && s_allow_reload(r, 1) != 0) {"],
+     "test_security", {}),
+    ("the ZAP handler admitting any CURVE key",
+     "relay/relay.c",
+     "zmq_z85_encode(key, zmq_msg_data(&f[6]), 32) &&\n                   s_allowed(r, key)) {",
+     "zmq_z85_encode(key, zmq_msg_data(&f[6]), 32)) {",
+     "test_security", {}),
+    ("a node key announcing another node's name",
+     "relay/relay.c",
+     "(!s_is_node_role(role) || strcmp(e->name, name) != 0)) {",
+     "(!s_is_node_role(role))) {",
+     "test_security", {}),
+    ("the allow-list reload keeping peers whose key left the list",
+     "relay/relay.c",
+     "        if (s_permit(r, p->user, p->name, p->ann.a.role, why, sizeof why) != 0) {\n"
+     "            s_note(",
+     "        if (0 && s_permit(r, p->user, p->name, p->ann.a.role, why, sizeof why) != 0) {\n"
+     "            s_note(",
+     "test_security", {}),
+    ("peers sending clear instead of sealed frames",
+     "common/wire.c",
+     "    if (crypto && (crypto->seal || crypto->access) && !s_is_relay(dname)) {",
+     "    if (0 && crypto && (crypto->seal || crypto->access) && !s_is_relay(dname)) {",
+     "test_security", {}),
+    ("the replay window's counter check",
+     "common/seal.c",
+     "    else if (!fresh && !s_fresh(w, counter))",
+     "    else if (0 && !fresh && !s_fresh(w, counter))",
+     "test_security", {}),
+    ("--insecure-loopback taking any address",
+     "common/keys.c",
+     "    if (strncmp(h, \"127.\", 4) != 0)\n        return 0;",
+     "    if (strncmp(h, \"127.\", 4) != 0)\n        return 1;",
+     "test_security", {}),
+]
+# docs/testing.md "Claims and the tests that back them": the rows recorded there.
+CLAIMS = [
+    ("a model named by 7 hex digits of its fingerprint (8 are the minimum)",
+     "client/client.c",
+     "(strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));",
+     "(strlen(model) >= 7 && !strncmp(p->model, model, strlen(model)));",
+     "test_serve_api", {}),
+    ("several heads serving the model: the last one is taken",
+     "client/client.c",
+     "    if (n_found == 1)\n        return 0;\n    if (n_found > 1)",
+     "    if (n_found >= 1)\n        return 0;\n    if (n_found > 1)",
+     "test_serve_api", {}),
+    ("'shardwire.head' read and ignored",
+     "gateway/openai.c",
+     "        r->head = json_string_value(v);",
+     "        (void)0;",
+     "test_serve_api", {}),
+    ("the head not told the stop strings (the client still cuts the text)",
+     "client/client.c",
+     "    g->n_stop = (uint32_t)q->n_stop;",
+     "    g->n_stop = 0;",
+     "test_serve_api", {}),
+    ("no Retry-After on 503 busy",
+     "gateway/gateway.c",
+     "    if (retry_after_s > 0) {",
+     "    if (0 && retry_after_s > 0) {",
+     "test_serve_api", {}),
+    ("relay_unreachable reported under another code",
+     "client/client.c",
+     "        return \"relay_unreachable\";",
+     "        return \"head_gone\";",
+     "test_serve_api", {}),
+    ("a head's clear 'unauthorized' error not taken as a wrong access key",
+     "client/client.c",
+     "!strcmp(r->head, m->peer) && er->code == SW_ERROR_UNAUTHORIZED) {",
+     "!strcmp(r->head, m->peer) && er->code == SW_ERROR_UNAUTHORIZED + 100) {",
+     "test_serve", {}),
+    ("a client key announcing as a node (the reload keeps a node whose key became a client key)",
+     "relay/relay.c",
+     "    if (e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {",
+     "    if (0 && e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {",
+     "test_reload", {}),
+]
+
+# the cuda tests run as programs (their environment given here), the others under ctest (the
+# test environment tests/CMakeLists.txt sets: the programs and models they start)
+GROUPS = {"cuda": (CUDA, "build-emu", "program"), "security": (SECURITY, "build", "ctest"),
+          "claims": (CLAIMS, "build", "ctest")}
+
+
+
+def run(cmd, env=None, cwd=None):
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
+        print("usage: python3 scripts/mutations.py cuda|security|claims [BUILD_DIR]", file=sys.stderr)
+        return 2
+    mutations, default_build, how = GROUPS[sys.argv[1]]
+    build = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, default_build))
+    if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+        print(f"{build}: not a build directory (bash scripts/build.sh first)", file=sys.stderr)
+        return 2
+    missed = 0
+    for name, path, old, new, test, env in mutations:
+        full = os.path.join(ROOT, path)
+        src = open(full).read()
+        edits = list(zip(old, new)) if isinstance(old, list) else [(old, new)]
+        mutated = src
+        for o, n in edits:
+            if mutated.count(o) != 1:
+                break
+            mutated = mutated.replace(o, n)
+        else:
+            o = None
+        if o is not None:
+            print(f"SETUP ERROR: {name}: the text to mutate is not in {path} exactly once")
+            missed += 1
+            continue
+        open(full, "w").write(mutated)
+        try:
+            # the programs the test starts are rebuilt with it
+            b = run(["cmake", "--build", build, "-j2", "--target", test, "shardwire",
+                     "shardwire-node", "shardwire-relay"])
+            if b.returncode != 0:
+                print(f"caught at build time: {name}")
+                continue
+            if how == "ctest":
+                t = run(["ctest", "-R", f"^{test}$", "--output-on-failure"], env=env, cwd=build)
+            else:
+                t = run([os.path.join(build, "bin", test)], env=env, cwd=build)
+            lines = [l for l in t.stdout.splitlines()
+                     if l.startswith("swemu:") or "differ" in l or "check failed" in l or
+                     "expected" in l]
+            if t.returncode != 0:
+                why = lines[0] if lines else t.stdout.strip().splitlines()[-1]
+                print(f"caught by {test}: {name}\n    {why[:300]}")
+            else:
+                print(f"NOT CAUGHT by {test}: {name}")
+                missed += 1
+        finally:
+            open(full, "w").write(src)
+    run(["cmake", "--build", build, "-j2"])
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
