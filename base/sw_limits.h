@@ -64,6 +64,8 @@
 #define SW_WIRE_MAX_TOKEN (1u << 22)   /* token ids are < this */
 #define SW_WIRE_MAX_LAYERS 4096
 #define SW_WIRE_MAX_ROUTE 16               /* stages in a pipeline */
+#define SW_WIRE_MAX_SPOT_NODES 16          /* nodes in a SpotReport */
+#define SW_WIRE_MAX_SPOT_AVOID_S 3600      /* SpotNode.avoid_s */
 #define SW_WIRE_MAX_DIST SW_PROPOSAL_Q_MAX /* entries in one sparse draft distribution */
 #define SW_WIRE_MAX_PEERS 256              /* peers in a PeerTable / the relay */
 #define SW_WIRE_MAX_PROMPT_BYTES (2u << 20)

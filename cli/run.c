@@ -107,13 +107,16 @@ static int s_has_names(const sw_client_table_t *t, const char *expect, char *mis
     return 1;
 }
 
-enum { O_EXPECT = SW_OPT_OWN, O_HEAD, O_TIMEOUT };
+enum { O_EXPECT = SW_OPT_OWN, O_HEAD, O_TIMEOUT, O_SPOT };
 
 static const sw_opt_t s_status_opts[] = {
     {"json", SW_OPT_JSON, NULL, "print the peer table as one JSON object"},
     {"expect", O_EXPECT, "NAMES",
      "wait (up to the connect timeout) until these peers\n(comma-separated) are connected; exit 1 "
      "if they are not"},
+    {"spot", O_SPOT, "HEAD",
+     "also ask head HEAD what its spot checks found (nodes\nconvicted or disputed; needs the "
+     "access key;\ndocs/security.md)"},
 };
 
 static const sw_opt_group_t s_status_groups[] = {
@@ -124,7 +127,7 @@ static const sw_opt_group_t s_status_groups[] = {
 
 static const sw_args_spec_t s_status_spec = {
     .prog = "shardwire status",
-    .usage = "--relay HOST:PORT [--json] [--expect NAME[,NAME...]] SECURITY",
+    .usage = "--relay HOST:PORT [--json] [--expect NAME[,NAME...]] [--spot HEAD] SECURITY",
     .about = "  The relay's peers: names, roles, layer ranges, heartbeat ages, models.\n"
              "  Needs a client key on the relay's allow-list, no access key.\n",
     .groups = s_status_groups,
@@ -133,7 +136,7 @@ static const sw_args_spec_t s_status_spec = {
 
 int cmd_status(int argc, char **argv)
 {
-    const char *P = s_status_spec.prog, *expect = NULL, *v;
+    const char *P = s_status_spec.prog, *expect = NULL, *spot_head = NULL, *v;
     sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
     int json = 0, c, rc = 1;
     sw_sec_args_t sa = {.e2e_optional = 1}; /* the relay operator has no access key */
@@ -147,6 +150,12 @@ int cmd_status(int argc, char **argv)
             h = json = 1;
         if (!h && c == O_EXPECT) {
             expect = v;
+            h = 1;
+        }
+        if (!h && c == O_SPOT) {
+            if (!sw_wire_name_ok(v, strlen(v)))
+                return sw_args_exit(sw_args_fail(&s_status_spec, "--spot '%s' is no peer name", v));
+            spot_head = v;
             h = 1;
         }
         if (h <= 0)
@@ -185,8 +194,31 @@ int cmd_status(int argc, char **argv)
         sw_client_table_clear(&t);
         usleep((useconds_t)(wait * 1000));
     }
+    sw_client_spot_t spot;
+    int spot_rc = 0;
+    if (spot_head && (spot_rc = sw_client_spot(cl, spot_head, &spot, 5000, err, sizeof err)) != 0)
+        fprintf(stderr, "shardwire status: %s\n", err);
     if (json) {
         json_t *j = json_object(), *arr = json_array();
+        if (spot_head && spot_rc == 0) {
+            json_t *o = json_object(), *nodes = json_array();
+            json_object_set_new(o, "head", json_string(spot_head));
+            json_object_set_new(o, "share", json_real(spot.share));
+            json_object_set_new(o, "sessions_checked",
+                                json_integer((json_int_t)spot.sessions_checked));
+            json_object_set_new(o, "rounds_compared",
+                                json_integer((json_int_t)spot.rounds_compared));
+            json_object_set_new(o, "mismatches", json_integer((json_int_t)spot.mismatches));
+            for (int i = 0; i < spot.n_nodes; i++) {
+                json_t *nd = json_object();
+                json_object_set_new(nd, "name", json_string(spot.nodes[i].name));
+                json_object_set_new(nd, "convicted", json_boolean(spot.nodes[i].convicted));
+                json_object_set_new(nd, "avoid_s", json_integer(spot.nodes[i].avoid_s));
+                json_array_append_new(nodes, nd);
+            }
+            json_object_set_new(o, "nodes", nodes);
+            json_object_set_new(j, "spot", o);
+        }
         for (int i = 0; i < t.n_peers; i++) {
             const sw_client_peer_t *p = &t.peers[i];
             json_t *o = json_object();
@@ -239,6 +271,15 @@ int cmd_status(int argc, char **argv)
             printf("%-24s %-7s %-12s %-14.1f %.12s\n", p->name, p->role, layers,
                    p->heartbeat_age_ms / 1e3, p->model);
         }
+        if (spot_head && spot_rc == 0) {
+            printf("spot checks of %s (share %g): %llu sessions checked, %llu rounds compared, "
+                   "%llu mismatches\n",
+                   spot_head, (double)spot.share, (unsigned long long)spot.sessions_checked,
+                   (unsigned long long)spot.rounds_compared, (unsigned long long)spot.mismatches);
+            for (int i = 0; i < spot.n_nodes; i++)
+                printf("  %-24s %-9s avoided for %u s more\n", spot.nodes[i].name,
+                       spot.nodes[i].convicted ? "convicted" : "disputed", spot.nodes[i].avoid_s);
+        }
     }
     sw_client_table_clear(&t);
     sw_client_destroy(&cl);
@@ -246,7 +287,7 @@ int cmd_status(int argc, char **argv)
         fprintf(stderr, "shardwire status: '%s' is not connected to the relay\n", missing);
         return 1;
     }
-    return 0;
+    return spot_rc != 0;
 }
 
 /* Prints the final JSON object of `run --json`. */

@@ -701,6 +701,53 @@ static int s_send_generate(sw_client_t *c, const char *head, const sw_client_req
     return sw_peer_send_msg(c->peer, head, &msg);
 }
 
+int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int timeout_ms,
+                   char *err, size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    if (c->n_inflight)
+        return s_fail(SW_CLIENT_EBUSY, err, err_len, "requests are in flight");
+    const sw_msg_t q = {.type = SW_MSG_SPOT_QUERY};
+    if (sw_peer_send_msg(c->peer, head, &q) != 0)
+        return s_fail(SW_CLIENT_ECONNECT, err, err_len, "could not send the query to %s", head);
+    const double end = s_now_ms() + timeout_ms;
+    for (double now = s_now_ms(); now < end; now = s_now_ms()) {
+        sw_wire_msg_t m = {0};
+        const int r = sw_peer_recv(c->peer, &m, (int)(end - now) + 1);
+        if (r < 0)
+            return s_fail(SW_CLIENT_ECONNECT, err, err_len, "lost the connection to the relay");
+        if (r != 0)
+            continue;
+        sw_msg_t d;
+        const sw_msg_type_t type = sw_wire_msg_type(&m);
+        int rc = 1;
+        if (type == SW_MSG_SPOT_REPORT && !strcmp(m.peer, head) &&
+            sw_codec_decode(&m, SW_MSG_SPOT_REPORT, &d, NULL, 0) == 0) {
+            out->share = d.spot.share;
+            out->sessions_checked = d.spot.sessions_checked;
+            out->rounds_compared = d.spot.rounds_compared;
+            out->mismatches = d.spot.mismatches;
+            for (uint32_t i = 0; i < d.spot.n_nodes; i++) {
+                s_clean(out->nodes[i].name, sizeof out->nodes[i].name, d.spot.nodes[i].name);
+                out->nodes[i].convicted = d.spot.nodes[i].convicted;
+                out->nodes[i].avoid_s = d.spot.nodes[i].avoid_s;
+            }
+            out->n_nodes = (int)d.spot.n_nodes;
+            rc = 0;
+        } else if (type == SW_MSG_ERROR && sw_codec_decode(&m, SW_MSG_ERROR, &d, NULL, 0) == 0 &&
+                   (!strcmp(m.peer, head) || !strcmp(d.error.dest, head))) {
+            rc = s_fail(SW_CLIENT_ENOHEAD, err, err_len, "%s did not answer: %s", head,
+                        sw_wire_error_code_name(d.error.code));
+        }
+        sw_wire_msg_clear(&m);
+        if (rc <= 0)
+            return rc;
+    }
+    return s_fail(SW_CLIENT_ETIMEOUT, err, err_len,
+                  "%s did not answer the spot query within %d ms (a head of wire version 7?)", head,
+                  timeout_ms);
+}
+
 int sw_client_submit(sw_client_t *c, const char *head, const sw_client_request_t *q,
                      char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
 {

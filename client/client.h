@@ -157,6 +157,26 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
                      size_t err_len) __attribute__((warn_unused_result));
 void sw_client_table_clear(sw_client_table_t *t);
 
+/* What a head's spot checks found (docs/security.md, section 9). */
+typedef struct sw_client_spot {
+    float share;               /* the head's --spot-check */
+    uint64_t sessions_checked; /* since it started */
+    uint64_t rounds_compared;  /* */
+    uint64_t mismatches;       /* rounds whose copies disagreed */
+    int n_nodes;               /* nodes reported and still avoided */
+    struct {
+        char name[SW_CLIENT_NAME_LEN];
+        int convicted;    /* 1: convicted, 0: disputed */
+        unsigned avoid_s; /* seconds new routes still avoid it */
+    } nodes[SW_WIRE_MAX_SPOT_NODES];
+} sw_client_spot_t;
+
+/* Asks head for its spot-check report (a SpotQuery; up to timeout_ms). Only
+ * with no request in flight (SW_CLIENT_EBUSY otherwise: the messages read
+ * while waiting are not theirs). 0, or a code after a line in err. */
+int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int timeout_ms,
+                   char *err, size_t err_len) __attribute__((warn_unused_result));
+
 /* 1 when p is a head (role head or full) serving model: its model name, or a
  * prefix of its fingerprint (8 hex digits or more); NULL or "" = any model. */
 int sw_client_peer_serves(const sw_client_peer_t *p, const char *model);

@@ -517,6 +517,10 @@ static int s_forward_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_
     o->n_ctx = f->n_ctx;
     o->prefix_len = f->prefix_len;
     o->prefix_tokens = f->prefix_len ? f->prefix_tokens : NULL;
+    CHECK(f->n_hop_digests < SW_WIRE_MAX_ROUTE, "forward has %zu hop_digests", f->n_hop_digests);
+    o->n_hop_digests = (uint32_t)f->n_hop_digests;
+    if (f->n_hop_digests)
+        memcpy(o->hop_digests, f->hop_digests, f->n_hop_digests * sizeof *o->hop_digests);
     /* zmq_msg_data only reads; the frame stays m's */
     o->payload = m->has_payload ? zmq_msg_data((zmq_msg_t *)&m->payload) : NULL;
     o->payload_len = m->has_payload ? zmq_msg_size((zmq_msg_t *)&m->payload) : 0;
@@ -544,6 +548,7 @@ static int s_forward_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     CHECK(f->prefix_len <= SW_WIRE_MAX_PREFIX, "forward.prefix_len %u (max %u)", f->prefix_len,
           (unsigned)SW_WIRE_MAX_PREFIX);
     CHECK(!f->payload || f->payload_len > 0, "forward payload of 0 bytes");
+    CHECK(f->n_hop_digests < SW_WIRE_MAX_ROUTE, "forward has %u hop_digests", f->n_hop_digests);
     if ((rc = s_sampling_out(f->has_sampling, &f->sampling, &sp, &pb.sampling, err, err_len)) ||
         (rc = s_route_out("forward.route", f->route, f->n_route, route, err, err_len)) ||
         (rc = s_timing_out("forward.timing", f->timing, f->n_timing, tm, tmp, err, err_len)))
@@ -589,6 +594,8 @@ static int s_forward_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     pb.prefix_len = f->prefix_len;
     pb.n_prefix_tokens = f->prefix_len;
     pb.prefix_tokens = s_out_u32(f->prefix_tokens);
+    pb.n_hop_digests = f->n_hop_digests;
+    pb.hop_digests = (uint64_t *)f->hop_digests;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.forward = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_FORWARD, sink, ctx, f->payload,
@@ -613,6 +620,10 @@ static int s_verdict_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_
     o->n_path = (uint32_t)v->n_path;
     o->path = v->n_path ? v->path : NULL;
     o->logits_digest = v->logits_digest;
+    CHECK(v->n_hop_digests < SW_WIRE_MAX_ROUTE, "verdict has %zu hop_digests", v->n_hop_digests);
+    o->n_hop_digests = (uint32_t)v->n_hop_digests;
+    if (v->n_hop_digests)
+        memcpy(o->hop_digests, v->hop_digests, v->n_hop_digests * sizeof *o->hop_digests);
     return s_timing_in("verdict.timing", v->timing, v->n_timing, o->timing, &o->n_timing, err,
                        err_len);
 }
@@ -639,6 +650,9 @@ static int s_verdict_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     pb.n_timing = v->n_timing;
     pb.timing = tmp;
     pb.logits_digest = v->logits_digest;
+    CHECK(v->n_hop_digests < SW_WIRE_MAX_ROUTE, "verdict has %u hop_digests", v->n_hop_digests);
+    pb.n_hop_digests = v->n_hop_digests;
+    pb.hop_digests = (uint64_t *)v->hop_digests;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.verdict = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_VERDICT, sink, ctx, NULL, 0);
@@ -949,6 +963,68 @@ static int s_plan_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, cha
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PLAN_ASSIGN, sink, ctx, NULL, 0);
 }
 
+static int s_spot_query_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    (void)out;
+    CHECK(m->env->spot_query != NULL, "spot_query missing");
+    return SW_WIRE_OK;
+}
+
+static int s_spot_query_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                            size_t err_len)
+{
+    (void)msg, (void)err, (void)err_len;
+    Shardwire__SpotQuery q = SHARDWIRE__SPOT_QUERY__INIT;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.spot_query = &q;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_SPOT_QUERY, sink, ctx, NULL, 0);
+}
+
+static int s_spot_report_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    const Shardwire__SpotReport *r = m->env->spot_report;
+    sw_msg_spot_report_t *o = &out->spot;
+    CHECK(r != NULL, "spot_report missing");
+    CHECK(r->n_nodes <= SW_WIRE_MAX_SPOT_NODES, "spot_report has %zu nodes", r->n_nodes);
+    o->share = r->share;
+    o->sessions_checked = r->sessions_checked;
+    o->rounds_compared = r->rounds_compared;
+    o->mismatches = r->mismatches;
+    o->n_nodes = (uint32_t)r->n_nodes;
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        CHECK(r->nodes[i] != NULL, "spot_report.nodes[%zu] missing", i);
+        o->nodes[i].name = s_in_str(r->nodes[i]->name);
+        o->nodes[i].convicted = r->nodes[i]->convicted != 0;
+        o->nodes[i].avoid_s = r->nodes[i]->avoid_s;
+    }
+    return SW_WIRE_OK;
+}
+
+static int s_spot_report_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                             size_t err_len)
+{
+    const sw_msg_spot_report_t *o = &msg->spot;
+    CHECK(o->n_nodes <= SW_WIRE_MAX_SPOT_NODES, "spot_report has %u nodes", o->n_nodes);
+    Shardwire__SpotNode nd[SW_WIRE_MAX_SPOT_NODES], *ndp[SW_WIRE_MAX_SPOT_NODES];
+    for (uint32_t i = 0; i < o->n_nodes; i++) {
+        shardwire__spot_node__init(&nd[i]);
+        nd[i].name = s_out_str(o->nodes[i].name);
+        nd[i].convicted = o->nodes[i].convicted != 0;
+        nd[i].avoid_s = o->nodes[i].avoid_s;
+        ndp[i] = &nd[i];
+    }
+    Shardwire__SpotReport pb = SHARDWIRE__SPOT_REPORT__INIT;
+    pb.share = o->share;
+    pb.sessions_checked = o->sessions_checked;
+    pb.rounds_compared = o->rounds_compared;
+    pb.mismatches = o->mismatches;
+    pb.n_nodes = o->n_nodes;
+    pb.nodes = ndp;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.spot_report = &pb;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT, sink, ctx, NULL, 0);
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 typedef int (*s_dec_fn)(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len);
@@ -975,6 +1051,8 @@ static const struct s_codec {
     [SW_MSG_CANCEL] = {s_cancel_dec, s_cancel_enc},
     [SW_MSG_RESUME] = {s_resume_dec, s_resume_enc},
     [SW_MSG_PLAN_ASSIGN] = {s_plan_dec, s_plan_enc},
+    [SW_MSG_SPOT_QUERY] = {s_spot_query_dec, s_spot_query_enc},
+    [SW_MSG_SPOT_REPORT] = {s_spot_report_dec, s_spot_report_enc},
 };
 _Static_assert(sizeof s_codecs / sizeof s_codecs[0] == SW_MSG_TYPES,
                "codec.c: one row per message type (sw_msg_type_t)");
@@ -1197,4 +1275,26 @@ void sw_codec_hidden_unpack(sw_dtype_t dtype, const void *src, float *dst, size_
     } else {
         memcpy(dst, src, n * sizeof(float));
     }
+}
+
+/* 8 bytes at a time (the tail byte by byte), each step a multiply and a
+ * shift: a 590 KB prefill chunk costs well under a millisecond. */
+uint64_t sw_codec_digest_fold(uint64_t h, sw_dtype_t dtype, const void *payload, size_t len)
+{
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    const unsigned char *p = payload;
+    uint64_t x = 0xcbf29ce484222325ull ^ ((uint64_t)dtype << 56) ^ (uint64_t)len;
+    size_t i = 0;
+    for (; p && i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        x = (x ^ w) * k;
+        x ^= x >> 29;
+    }
+    for (; p && i < len; i++) {
+        x = (x ^ p[i]) * k;
+        x ^= x >> 29;
+    }
+    h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
 }

@@ -244,6 +244,9 @@ typedef struct sw_msg_forward {
     uint32_t prefix_len;                       // 0, or positions taken from the prefix caches
                                                // (then start_pos == kv_keep == prefix_len)
     const uint32_t *prefix_tokens;             // (prefix_len) the prompt's first tokens
+    uint32_t n_hop_digests;                    // 0..hop: spot checks (docs/security.md)
+    uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) running digest of what route
+                                               // stage i sent, as stage i + 1 received it
     const void *payload;                       // [n_rows, hidden] of dtype, or NULL: none
     size_t payload_len;                        // its bytes
 } sw_msg_forward_t;
@@ -261,6 +264,8 @@ typedef struct sw_msg_verdict {
     uint32_t n_timing;                         // 0..SW_WIRE_MAX_ROUTE
     sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE]; // (n_timing) every stage of the round
     uint64_t logits_digest;                    // the tail's running logits digest
+    uint32_t n_hop_digests;                    // 0..SW_WIRE_MAX_ROUTE - 1
+    uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) Forward.hop_digests + the tail's
 } sw_msg_verdict_t;
 
 /* ChatMessage: one turn of a conversation. */
@@ -350,8 +355,24 @@ typedef struct sw_msg_resume {
     uint32_t from_index;    // tokens the client holds
 } sw_msg_resume_t;
 
+/* SpotReport: head -> client, what its spot checks found (SpotQuery has no fields). */
+typedef struct sw_msg_spot_node {
+    const char *name; // a node the checks reported
+    int convicted;    // 1: convicted, 0: disputed
+    uint32_t avoid_s; // seconds new routes still avoid it, <= SW_WIRE_MAX_SPOT_AVOID_S
+} sw_msg_spot_node_t;
+
+typedef struct sw_msg_spot_report {
+    float share;                                      // --spot-check, [0, 1]
+    uint64_t sessions_checked;                        // since the head started
+    uint64_t rounds_compared;                         //
+    uint64_t mismatches;                              // rounds whose copies disagreed
+    uint32_t n_nodes;                                 // 0..SW_WIRE_MAX_SPOT_NODES
+    sw_msg_spot_node_t nodes[SW_WIRE_MAX_SPOT_NODES]; // (n_nodes)
+} sw_msg_spot_report_t;
+
 /* One message of any type; type says which member holds it (StatusQuery
- * has no fields). */
+ * and SpotQuery have no fields). */
 typedef struct sw_msg {
     sw_msg_type_t type;
     union {
@@ -368,6 +389,7 @@ typedef struct sw_msg {
         sw_msg_cancel_t cancel;               // SW_MSG_CANCEL
         sw_msg_resume_t resume;               // SW_MSG_RESUME
         sw_msg_plan_t plan;                   // SW_MSG_PLAN_ASSIGN
+        sw_msg_spot_report_t spot;            // SW_MSG_SPOT_REPORT
     };
 } sw_msg_t;
 
@@ -465,5 +487,15 @@ int sw_codec_announce_copy(sw_announce_copy_t *dst, const sw_msg_announce_t *src
 const void *sw_codec_hidden_pack(sw_dtype_t dtype, const float *src, void *scratch, size_t n);
 /* n elements of dtype from the wire into f32 dst (exact). */
 void sw_codec_hidden_unpack(sw_dtype_t dtype, const void *src, float *dst, size_t n);
+
+/*
+ * Spot checks (docs/security.md): the running digest h of a session's
+ * hidden-state payloads folded with one more, len bytes of dtype. Equal
+ * digests mean bit-identical payloads in the same order (64 bits, not
+ * cryptographic: it tells honest nodes apart from a node that computed
+ * something else, not a forger who knows the digest; see the docs). A
+ * session's digest starts at 0.
+ */
+uint64_t sw_codec_digest_fold(uint64_t h, sw_dtype_t dtype, const void *payload, size_t len);
 
 #endif

@@ -476,6 +476,10 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
         return rc;
     CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
+    /* spot checks: one running digest per stage passed (the receiver adds its own) */
+    CHECK(f->n_hop_digests < SW_WIRE_MAX_ROUTE && f->n_hop_digests <= f->hop,
+          "forward has %zu hop_digests at hop %u (at most one per earlier stage, < %d)",
+          f->n_hop_digests, f->hop, SW_WIRE_MAX_ROUTE);
     if ((rc = s_name("forward.reply_to", f->reply_to, 1, err, err_len)))
         return rc;
     return s_timing(f->timing, f->n_timing, err, err_len);
@@ -501,6 +505,8 @@ static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
         CHECK(v->path[j] >= 1 && v->path[j] <= SW_WIRE_MAX_DRAFT &&
                   (j == 0 || v->path[j] > v->path[j - 1]),
               "verdict.path[%zu] = %u (must increase, in 1..%d)", j, v->path[j], SW_WIRE_MAX_DRAFT);
+    CHECK(v->n_hop_digests < SW_WIRE_MAX_ROUTE, "verdict has %zu hop_digests (max %d)",
+          v->n_hop_digests, SW_WIRE_MAX_ROUTE - 1);
     return s_timing(v->timing, v->n_timing, err, err_len);
 }
 
@@ -759,6 +765,35 @@ static int s_check_resume(const Shardwire__Envelope *env, int has_payload, size_
     return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
 }
 
+static int s_check_spot_query(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                              char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    CHECK(env->spot_query != NULL, "spot_query missing");
+    return SW_WIRE_OK;
+}
+
+static int s_check_spot_report(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                               char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    const Shardwire__SpotReport *r = env->spot_report;
+    CHECK(r != NULL, "spot_report missing");
+    CHECK(r->share >= 0 && r->share <= 1, "spot_report.share %g not in [0, 1]", (double)r->share);
+    CHECK(r->n_nodes <= SW_WIRE_MAX_SPOT_NODES, "spot_report has %zu nodes (max %d)", r->n_nodes,
+          SW_WIRE_MAX_SPOT_NODES);
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        CHECK(r->nodes[i] != NULL, "spot_report.nodes[%zu] missing", i);
+        CHECK(r->nodes[i]->avoid_s <= SW_WIRE_MAX_SPOT_AVOID_S,
+              "spot_report.nodes[%zu].avoid_s %u > %d", i, r->nodes[i]->avoid_s,
+              SW_WIRE_MAX_SPOT_AVOID_S);
+        int rc = s_name("spot_report.nodes.name", r->nodes[i]->name, 1, err, err_len);
+        if (rc)
+            return rc;
+    }
+    return SW_WIRE_OK;
+}
+
 /* ---- the message types ------------------------------------------------------ */
 
 typedef int (*s_check_fn)(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -805,6 +840,10 @@ static const struct s_type {
                        s_check_resume},
     [SW_MSG_PLAN_ASSIGN] = {SHARDWIRE__ENVELOPE__BODY_PLAN_ASSIGN, "plan_assign",
                             SW_WIRE_CH_CLUSTER, 0, s_check_plan_assign},
+    [SW_MSG_SPOT_QUERY] = {SHARDWIRE__ENVELOPE__BODY_SPOT_QUERY, "spot_query", SW_WIRE_CH_ACCESS, 0,
+                           s_check_spot_query},
+    [SW_MSG_SPOT_REPORT] = {SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT, "spot_report", SW_WIRE_CH_ACCESS,
+                            0, s_check_spot_report},
 };
 _Static_assert(sizeof s_types / sizeof s_types[0] == SW_MSG_TYPES,
                "wire.c: one row per message type (sw_msg_type_t)");

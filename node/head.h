@@ -36,6 +36,8 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg);
 void node_head_cancel(node_t *n, sw_wire_msg_t *msg);
 /* A client's Resume: sends its request's chunks again from an index. */
 void node_head_resume(node_t *n, sw_wire_msg_t *msg);
+/* A SpotQuery from a client: answered with the head's SpotReport (head_spot.c). */
+void node_head_spot_query(node_t *n, sw_wire_msg_t *msg);
 /* A Verdict from a route's tail. */
 void node_head_verdict(node_t *n, sw_wire_msg_t *msg);
 /* An Error from the relay or a stage. */

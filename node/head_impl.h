@@ -38,12 +38,46 @@
 #define HEAD_SUSPECT_MAX 16      // stages remembered on routes whose round timed out
 #define HEAD_SUSPECT_MS 600000   // ... and avoided this long where another stage can serve
 
+#define HEAD_SPOT_COPIES 3       // spot checks: a checked session's copies (main + 2 shadows)
+#define HEAD_SPOT_RING 64        // rounds whose digests wait for every copy's verdict
+#define HEAD_SPOT_BAD_MAX 16     // nodes remembered as disputed or convicted
+#define HEAD_SPOT_BAD_MS 3600000 // ... and avoided this long where another serves their layers
+
 enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER };
+
+/* head_spot.c: how much the head trusts a node after its spot checks. */
+enum head_spot_rank { HEAD_SPOT_OK = 0, HEAD_SPOT_DISPUTED = 1, HEAD_SPOT_CONVICTED = 2 };
 
 typedef struct head_route {
     int n; // stages, head included
     char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
 } head_route_t;
+
+/* The digests of one round of a spot-checked session, from each copy's verdict. */
+typedef struct head_spot_round {
+    uint64_t round;                                  // round number (0 = free entry)
+    uint32_t have;                                   // bit c: copy c's verdict came (0 = main)
+    int n_digests;                                   // per copy: route stages (the tail's is
+                                                     // its logits digest)
+    uint64_t head_sent;                              // the head's running digest of what it sent
+    int has_sent;                                    // 1 when head_sent is this round's
+    int done;                                        // 1 once its copies were compared
+    uint64_t d[HEAD_SPOT_COPIES][SW_WIRE_MAX_ROUTE]; // (copy, stage) running output digests
+} head_spot_round_t;
+
+/* A spot-checked session (docs/security.md): copies of its Forwards go to
+ * shadow routes of other nodes serving the same layer ranges. */
+typedef struct head_spot {
+    int n_copies;                           // 1 + shadows
+    uint64_t id[HEAD_SPOT_COPIES];          // the copy's session id at the stages (0: the main
+                                            // copy, which is the session's own)
+    head_route_t route[HEAD_SPOT_COPIES];   // its route (route[0]: a copy of the session's)
+    int live[HEAD_SPOT_COPIES];             // 0: a shadow that failed or diverged (dropped)
+    int opened[HEAD_SPOT_COPIES];           // 1 once a Forward went to it
+    uint64_t sent_digest;                   // running digest of the payloads the head sent
+    uint64_t compared;                      // rounds compared so far
+    head_spot_round_t ring[HEAD_SPOT_RING]; // by round % HEAD_SPOT_RING
+} head_spot_t;
 
 /* One TokenChunk as it was sent, for a Resume. */
 typedef struct head_chunk {
@@ -123,8 +157,11 @@ typedef struct head_sess {
     double round_head_ms;                  // the current round's compute: head
     double round_stage_ms;                 // and stages
     int round_head_rows;                   // rows of the head's batch its last chunk ran in
-    int prefix_len; // prompt positions the prefill's first attempt took from the prefix
-                    // caches (0: none, or the prefill was sent again whole)
+    int prefix_len;    // prompt positions the prefill's first attempt took from the prefix
+                       // caches (0: none, or the prefill was sent again whole)
+    int spot_draw;     // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
+    head_spot_t *spot; // the checked session's copies, or NULL
+    int spot_fail;     // 1: its route held a node the spot checks convicted: replay
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -167,6 +204,14 @@ struct node_head {
         char name[SW_WIRE_NAME_MAX + 1];
         double until;            // avoided until then (0 = free entry)
     } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
+    struct {
+        char name[SW_WIRE_NAME_MAX + 1];
+        double until;              // avoided until then (0 = free entry)
+        int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
+    } spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c)
+    uint64_t spot_sessions;        // sessions checked so far
+    uint64_t spot_rounds;          // rounds compared
+    uint64_t spot_mismatches;      // rounds whose copies disagreed
     struct head_bucket {
         char who[SW_WIRE_NAME_MAX + 1]; // a client (head_who), "" = free entry
         double chunks;                  // chunks it may have sent again now
@@ -218,6 +263,28 @@ static inline const char *head_reply_addr(const sw_wire_msg_t *msg, char *out)
     sw_wire_addr(out, msg->peer, msg->peer_key);
     return out;
 }
+
+/* ---- head_spot.c: spot checks (docs/security.md) ------------------------------------------- */
+
+/* What the spot checks think of node name now (HEAD_SPOT_*). */
+int head_spot_rank(const node_head_t *h, const char *name, double now);
+/* After s took a route (a new session, or one recovering): draws once whether
+ * s is checked (--spot-check) and gives it shadow routes from pt, closing
+ * the shadows of its previous route. */
+void head_spot_plan(node_t *n, head_sess_t *s, const sw_msg_table_t *pt);
+/* The head sent msg (a Forward of s's current send) to its route: the same
+ * rows go to every live shadow; last: the round's last chunk. */
+void head_spot_sent(node_t *n, head_sess_t *s, const sw_msg_t *msg, int last);
+/* A verdict of s's main route for its current round. */
+void head_spot_main(node_t *n, head_sess_t *s, const sw_msg_verdict_t *vd, double now);
+/* A verdict from peer: 1 when it was a shadow's (handled here), 0 otherwise. */
+int head_spot_verdict(node_t *n, const char *peer, const sw_msg_verdict_t *vd, double now);
+/* An Error about session_id from peer from (a stage of the shadow's route,
+ * or it is ignored), or with dest set (session_id 0, from the relay): dest
+ * could not be reached. 1 when it concerned a shadow (dropped), 0 otherwise. */
+int head_spot_error(node_t *n, uint64_t session_id, const char *dest, const char *from);
+/* SessionClose to s's shadows and frees its spot state. */
+void head_spot_close(node_t *n, head_sess_t *s, const char *why);
 
 /* ---- head_route.c: routes, suspects, clients, the status query ----------------------------- */
 

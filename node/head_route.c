@@ -136,7 +136,10 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
                 *code = SW_ERROR_MODEL_MISMATCH;
                 return -1;
             }
-            const int sa = avoid && s_suspect(n->head, a->name, now);
+            /* avoided: a node the spot checks convicted, then a disputed or suspect one */
+            int sa = avoid ? head_spot_rank(n->head, a->name, now) : 0;
+            if (avoid && !sa)
+                sa = s_suspect(n->head, a->name, now);
             if (s_better(pi, sa, pick, pick_suspect)) {
                 pick_buf = info;
                 pick = &pick_buf;
@@ -198,6 +201,7 @@ void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
         node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
     if (s->route.n == 1 && !s->ver)
         s->ver = sw_verifier_new(&s->sp, n->hp->n_vocab);
+    head_spot_plan(n, s, pt);
 }
 
 /* A client that is not in the relay's table (its name with its key), on a relay that has been up

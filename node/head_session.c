@@ -44,6 +44,8 @@ static void s_release(node_head_t *h, head_sess_t *s)
     draft_free(&s->drafter);
     sw_verifier_free(&s->ver);
     node_recover_free(&s->rec);
+    free(s->spot); // closed by head_close_stages when it ran
+    s->spot = NULL;
     sw_detok_free(&s->detok);
     free(s->prompt);
     s->prompt = NULL;
@@ -61,6 +63,7 @@ void head_forget(node_head_t *h, head_sess_t *s)
 
 void head_close_stages(node_t *n, head_sess_t *s, const char *why)
 {
+    head_spot_close(n, s, why);
     if (s->route.n < 2 || !s->opened)
         return;
     const sw_msg_t sc = {.type = SW_MSG_SESSION_CLOSE,
@@ -154,8 +157,10 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     for (int i = 0; i < h->n_slots && !s; i++)
         if (h->sess[i].state == HEAD_RUN && h->sess[i].id == vd->session_id)
             s = &h->sess[i];
-    if (!s)
-        return; // a late verdict of a session that ended
+    if (!s) {
+        head_spot_verdict(n, msg->peer, vd, sw_now_ms()); // a shadow's (spot checks), or late
+        return;                                           // a late verdict of a session that ended
+    }
     if (strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0) {
         SW_WARN("ignored a verdict from %s: only the route's tail %s may send one", msg->peer,
                 s->route.names[s->route.n - 1]);
@@ -183,6 +188,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     }
     for (uint32_t i = 0; i < vd->n_path; i++)
         v.path[i] = (int32_t)vd->path[i];
+    head_spot_main(n, s, vd, now);
     /* The timing list starts with the head's own entry: count only the later
      * stages here (the head's time is round_head_ms). */
     double later_ms = 0;
@@ -220,6 +226,7 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
                       code == SW_ERROR_UNKNOWN_SESSION;
     if (from_relay && dest[0]) {
         /* A message of ours did not reach dest: a stage of some route, or a client. */
+        head_spot_error(n, 0, dest, NULL);
         char why[160];
         snprintf(why, sizeof why, "stage '%s' left the pipeline (the relay cannot reach it)", dest);
         for (int i = 0; i < h->n_slots; i++) {
@@ -233,6 +240,10 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
                 head_want_status(h);
             }
         }
+        return;
+    }
+    if (!from_relay && e->session_id && head_spot_error(n, e->session_id, NULL, msg->peer)) {
+        SW_DEBUG("a shadow session's error from %s: %s", msg->peer, e->message);
         return;
     }
     if (!from_relay && e->session_id) {
@@ -335,7 +346,10 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     }
     f->payload_len = (size_t)rows * E * sw_wire_dtype_size(f->dtype);
     s->opened = 1;
-    return sw_peer_send_msg(n->peer, s->route.names[1], &msg) == 0 ? 0 : -1;
+    if (sw_peer_send_msg(n->peer, s->route.names[1], &msg) != 0)
+        return -1;
+    head_spot_sent(n, s, &msg, last_chunk); // and to the shadow routes (spot checks)
+    return 0;
 }
 
 /* ---- prefix cache (engine/prefix.h) --------------------------------------------------- */
@@ -359,7 +373,9 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
     node_head_t *h = n->head;
     const int first = s->send_round == 1 && s->send_r.kv_keep == 0 && s->send_r.n_draft == 0;
     s->prefix_len = 0;
-    if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt)
+    /* A spot-checked session sends its whole prompt: its shadow routes'
+     * nodes need not hold the prefix (one that does not would drop the check). */
+    if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt || s->spot)
         return;
     char err[256] = "";
     const int L = sw_prefix_find(n->prefix, "", s->prompt, s->n_prompt, s->n_prompt - 1);
@@ -423,6 +439,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
             return 0;
         }
         s->logged = 1;
+    }
+    if (s->spot_fail) { // a node of the route was convicted by a spot check
+        s->spot_fail = 0;
+        node_recover_failed(s->rec, now, "a spot check convicted a stage of the route");
     }
     int idx = -1;
     switch (node_recover_next(s->rec, now, s->deadline, &idx, err, sizeof err)) {

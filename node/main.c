@@ -47,6 +47,8 @@ enum {
     O_DBATCH,
     O_MEM,
     O_AUTO_NODES,
+    O_SPOT,
+    O_FLIP,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -99,6 +101,12 @@ static const sw_opt_t s_opts[] = {
      "head: the adaptive K and trees shrink as other sessions\nfill the batches (default on)"},
     {"draft-batch", O_DBATCH, "on|off",
      "head: every session's draft step in one forward of the\ndraft model (default on)"},
+    {"spot-check", O_SPOT, "P",
+     "head: check this share of sessions, each whole, against\nshadow routes of other nodes "
+     "serving the same layers\n(0..1, default 0; docs/security.md)"},
+    {"test-flip-bit", O_FLIP, "N",
+     "FOR TESTS ONLY: a dishonest stage that flips one bit in\nevery Nth hidden-state payload it "
+     "passes on (default 0 = off)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -235,6 +243,10 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o->max_batch_rows);
     case O_KVMIB:
         return sw_arg_int(P, "--kv-mib", v, 1, 1 << 24, &cli->kv_mib);
+    case O_SPOT:
+        return sw_arg_double(P, "--spot-check", v, 0, 1, &o->spot_share);
+    case O_FLIP:
+        return sw_arg_int(P, "--test-flip-bit", v, 0, 1 << 30, &o->test_flip_bit);
     default:
         return -1;
     }

@@ -107,6 +107,9 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     case SW_MSG_RESUME:
         node_head_resume(n, m);
         break;
+    case SW_MSG_SPOT_QUERY:
+        node_head_spot_query(n, m);
+        break;
     case SW_MSG_VERDICT:
         node_head_verdict(n, m);
         break;
@@ -316,6 +319,16 @@ static int s_join(node_t *n)
     SW_INFO("serving layers [%d, %d) of %d on %s (%s, model %.12s...) via %s",
             sw_model_layer_begin(n->model), sw_model_layer_end(n->model), n->hp->n_layer,
             sw_backend_desc(n->be), sw_wire_role_name(an.role), n->fingerprint, o->relay);
+    if (o->spot_share > 0 && !n->head)
+        SW_WARN("--spot-check does nothing here: only the head (layers from 0) checks sessions");
+    if (o->spot_share > 0 && n->head)
+        SW_INFO("spot checks: %.3g of the sessions go down shadow routes too (docs/security.md)",
+                o->spot_share);
+    if (o->test_flip_bit > 0)
+        SW_WARN("--test-flip-bit %d: FOR TESTS ONLY, this node lies: %s", o->test_flip_bit,
+                n->head || sw_model_is_last(n->model)
+                    ? "but only a middle stage flips bits: here it does nothing"
+                    : "one bit of every Nth hidden-state payload it passes on is flipped");
     return 0;
 }
 

@@ -265,6 +265,12 @@ static int s_check_meant(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forwa
                       f->reply_to);
         return -1;
     }
+    if (f->n_hop_digests != f->hop - 1) {
+        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
+                      "a forward at hop %u must carry %u hop digests, not %u", f->hop, f->hop - 1,
+                      f->n_hop_digests);
+        return -1;
+    }
     if (!msg->has_payload || f->hidden != (uint32_t)E || f->n_tokens != f->n_rows ||
         f->start_pos != f->kv_keep) {
         s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid,
@@ -552,6 +558,13 @@ static void s_enqueue(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, 
     size_t plen = 0;
     const void *payload = sw_wire_msg_payload(&b->msg, &plen);
     sw_codec_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
+    /* Spot checks: what the previous stage sent, as received, folded into the
+     * session's running digest (a context that starts again restarts it, as
+     * the verifier's logits digest does); passed on in hop_digests. */
+    if (f->kv_keep == 0 || f->prefix_len)
+        s->in_digest = 0;
+    s->in_digest = sw_codec_digest_fold(s->in_digest, f->dtype, payload, plen);
+    b->digest = s->in_digest;
     n->batch_rows += rows;
     n->batch_logits += want_logits;
 }
@@ -616,6 +629,17 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
     out->payload = sw_codec_hidden_pack(out->dtype, n->hidden_out + (size_t)b->row0 * E,
                                         n->wire_buf, (size_t)rows * E);
     out->payload_len = (size_t)rows * E * sw_wire_dtype_size(out->dtype);
+    out->hop_digests[out->n_hop_digests++] = b->digest; // < hop <= SW_WIRE_MAX_ROUTE - 1
+    n->stat_passed++;
+    if (n->o.test_flip_bit > 0 && n->stat_passed % (uint64_t)n->o.test_flip_bit == 0) {
+        /* --test-flip-bit: a dishonest node for the spot checks' tests. The
+         * payload is this node's own buffer (hidden_out or wire_buf). */
+        unsigned char *p = (unsigned char *)(uintptr_t)out->payload;
+        p[0] ^= 1; // the lowest mantissa bit of the first value (f32, f16, bf16 alike)
+        SW_WARN("--test-flip-bit: flipped a bit of session %016llx round %llu (forward %llu)",
+                (unsigned long long)sid, (unsigned long long)out->round,
+                (unsigned long long)n->stat_passed);
+    }
     if (sw_peer_send_msg(n->peer, out->route[out->hop], d) != 0)
         s_reply_error(n, reply, SW_ERROR_DEST_GONE, sid, "%s could not pass the round on to %s",
                       sw_peer_name(n->peer), out->route[out->hop]);
@@ -687,6 +711,10 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
         vd->path = path;
     }
     vd->n_timing = s_timing(f, mine, vd->timing);
+    for (uint32_t i = 0; i < f->n_hop_digests; i++) // hop - 1 of them (s_check_meant)
+        vd->hop_digests[i] = f->hop_digests[i];
+    vd->hop_digests[f->n_hop_digests] = b->digest;
+    vd->n_hop_digests = f->n_hop_digests + 1;
     if (sw_peer_send_msg(n->peer, reply, &vm) != 0)
         SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
                 reply);

@@ -47,6 +47,8 @@ typedef struct node_session {
                          // cache: stored when it is complete), NULL otherwise
     int n_prompt;        // tokens so far
     int prompt_cap;      //
+    uint64_t in_digest;  // running digest of the hidden states received (spot checks:
+                         // sw_codec_digest_fold), restarted by a Forward that keeps 0
 } node_session_t;
 
 /* A Forward whose route a stage checks once the relay's peer table comes. */
@@ -63,6 +65,7 @@ typedef struct node_fwd {
     int logit0;        // its first row in logits (last stage)
     int n_logits;      // logits rows it needs
     double t_arrive;   // when it arrived (ms)
+    uint64_t digest;   // its session's in_digest with its payload folded in
     /* a tree round: the cache slot each of its rows hangs under */
     int32_t par[SW_WIRE_MAX_DRAFT + 1];
 } node_fwd_t;

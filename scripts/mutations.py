@@ -146,6 +146,16 @@ CLAIMS = [
      "    if (e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {",
      "    if (0 && e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {",
      "test_reload", {}),
+    ("spot checks that never find two copies apart",
+     "node/head_spot.c",
+     "    if (k == S)\n        return; // all agree",
+     "    if (k <= S)\n        return; // all agree",
+     "test_spot", {}),
+    ("a convicted main route replayed under its old session id",
+     "node/head_spot.c",
+     "    randombytes_buf(&s->id, sizeof s->id);\n    s->id |= 1;\n    s->spot->id[0] = s->id;",
+     "    s->spot->id[0] = s->id;",
+     "test_spot", {}),
 ]
 
 # the cuda tests run as programs (their environment given here), the others under ctest (the

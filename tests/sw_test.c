@@ -388,6 +388,20 @@ int sw_test_count_in_file(const char *path, const char *needle)
     return n;
 }
 
+int sw_test_count_lines(const char *path, const char *a, const char *b)
+{
+    char *text = sw_test_read_file(path, NULL);
+    int n = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        n += strstr(line, a) && strstr(line, b);
+    }
+    free(text);
+    return n;
+}
+
 void sw_test_kill(pid_t pid)
 {
     if (pid <= 0)

@@ -109,6 +109,8 @@ int sw_test_json_tokens(const char *text, int32_t *ids, int max);
 int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
 /* Occurrences of needle in the file at path (0 when it cannot be read). */
 int sw_test_count_in_file(const char *path, const char *needle);
+/* Lines of the file at path that hold both a and b (0 when it cannot be read). */
+int sw_test_count_lines(const char *path, const char *a, const char *b);
 /* Starts `shardwire run --greedy --relay ep --head head -p prompt -n n_gen
  * --json --timeout-s timeout_s` in the background, stdout into
  * sw_test_log(tag) and stderr into that path + ".err" (the caller sets the

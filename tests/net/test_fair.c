@@ -46,21 +46,6 @@ static double s_now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Lines of the log with both a and b. */
-static int s_lines_with(const char *path, const char *a, const char *b)
-{
-    char *text = sw_test_read_file(path, NULL);
-    int n = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = 0;
-        n += strstr(line, a) && strstr(line, b);
-    }
-    free(text);
-    return n;
-}
-
 /* mallory: a client of the library (access key, client key "mallory"). */
 static sw_client_t *s_mallory(void)
 {
@@ -128,7 +113,8 @@ static void s_quotas(const int32_t *ref)
     SW_CHECK(sw_test_run_exact(a, "runA", ref, N_A, 60));
     const double ta = s_now() - t0;
     SW_CHECK(sw_test_run_exact(b, "runB", ref, N_B, 60));
-    SW_CHECK_INT(s_lines_with(sw_test_log("cluster.log"), "from client-", "waits (position"), 1);
+    SW_CHECK_INT(sw_test_count_lines(sw_test_log("cluster.log"), "from client-", "waits (position"),
+                 1);
     s_events(mal, 200, &busy, &ended);
     printf("quotas: client A's %d tokens in %.1f s, then client B's, while mallory's first "
            "request still ran (%d of mallory's ended)\n",

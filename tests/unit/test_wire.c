@@ -1117,10 +1117,116 @@ static void test_placement(void)
     SW_CHECK_INT(s_check(&ep, 1, 8), SW_WIRE_EMALFORMED); /* no payload */
 }
 
+/* Spot checks (version 7): at most one hop digest per stage before the
+ * receiver, fewer than SW_WIRE_MAX_ROUTE; a verdict's list bounded too. */
+static void test_hop_digests(void)
+{
+    struct fwd_fixture x;
+    s_fwd_init(&x);
+    uint64_t dg[SW_WIRE_MAX_ROUTE + 1];
+    for (int i = 0; i <= SW_WIRE_MAX_ROUTE; i++)
+        dg[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    x.f.n_hop_digests = 1;
+    x.f.hop_digests = dg;
+    Shardwire__Envelope *out = NULL;
+    SW_CHECK_INT(s_roundtrip(&x.env, 1, FWD_BYTES, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->forward->n_hop_digests, 1);
+        SW_CHECK(out->forward->hop_digests[0] == dg[0]);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    x.f.n_hop_digests = 2; // more than the stages before hop 1
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.hop = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_hop_digests = SW_WIRE_MAX_ROUTE; // never that many, whatever the hop
+    x.f.hop = 2;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+
+    uint32_t toks[1] = {9};
+    Shardwire__Verdict v = SHARDWIRE__VERDICT__INIT;
+    v.session_id = 3;
+    v.round = 11;
+    v.n_tokens = 1;
+    v.tokens = toks;
+    v.next_token = 9;
+    v.n_hop_digests = SW_WIRE_MAX_ROUTE - 1;
+    v.hop_digests = dg;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
+    env.verdict = &v;
+    SW_CHECK_INT(s_roundtrip(&env, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->verdict->n_hop_digests, SW_WIRE_MAX_ROUTE - 1);
+        SW_CHECK(out->verdict->hop_digests[SW_WIRE_MAX_ROUTE - 2] == dg[SW_WIRE_MAX_ROUTE - 2]);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    v.n_hop_digests = SW_WIRE_MAX_ROUTE;
+    SW_CHECK_INT(s_check(&env, 0, 0), SW_WIRE_EMALFORMED);
+
+    /* SpotQuery / SpotReport (head <-> client): share in [0, 1], at most 16
+     * nodes with valid names, avoid_s bounded */
+    Shardwire__SpotQuery sq = SHARDWIRE__SPOT_QUERY__INIT;
+    Shardwire__Envelope qe = SHARDWIRE__ENVELOPE__INIT;
+    qe.body_case = SHARDWIRE__ENVELOPE__BODY_SPOT_QUERY;
+    qe.spot_query = &sq;
+    SW_CHECK_INT(s_roundtrip(&qe, 0, 0, &out), SW_WIRE_OK);
+    if (out)
+        shardwire__envelope__free_unpacked(out, NULL);
+    static char nm[] = "mid-bad", bad_nm[] = "mid bad";
+    Shardwire__SpotNode nd[SW_WIRE_MAX_SPOT_NODES + 1], *ndp[SW_WIRE_MAX_SPOT_NODES + 1];
+    for (int i = 0; i <= SW_WIRE_MAX_SPOT_NODES; i++) {
+        shardwire__spot_node__init(&nd[i]);
+        nd[i].name = nm;
+        nd[i].convicted = 1;
+        nd[i].avoid_s = 3599;
+        ndp[i] = &nd[i];
+    }
+    Shardwire__SpotReport sr = SHARDWIRE__SPOT_REPORT__INIT;
+    sr.share = 0.25f;
+    sr.sessions_checked = 3;
+    sr.rounds_compared = 70;
+    sr.mismatches = 1;
+    sr.n_nodes = 1;
+    sr.nodes = ndp;
+    Shardwire__Envelope re = SHARDWIRE__ENVELOPE__INIT;
+    re.body_case = SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT;
+    re.spot_report = &sr;
+    SW_CHECK_INT(s_roundtrip(&re, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->spot_report->n_nodes, 1);
+        SW_CHECK(!strcmp(out->spot_report->nodes[0]->name, "mid-bad"));
+        SW_CHECK_INT(out->spot_report->rounds_compared, 70);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    sr.share = 1.5f;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    sr.share = NAN;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    sr.share = 1;
+    sr.n_nodes = SW_WIRE_MAX_SPOT_NODES + 1;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    sr.n_nodes = SW_WIRE_MAX_SPOT_NODES;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_OK);
+    nd[3].avoid_s = SW_WIRE_MAX_SPOT_AVOID_S + 1;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    nd[3].avoid_s = 1;
+    nd[5].name = bad_nm;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    nd[5].name = NULL;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    nd[5].name = nm;
+    ndp[7] = NULL;
+    SW_CHECK_INT(s_check(&re, 0, 0), SW_WIRE_EMALFORMED);
+    ndp[7] = &nd[7];
+    sr.n_nodes = 1;
+}
+
 int main(void)
 {
     test_placement();
     test_forward_roundtrip();
+    test_hop_digests();
     test_forward_refusals();
     test_forward_tree();
     test_other_messages();
