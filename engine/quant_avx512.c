@@ -274,7 +274,10 @@ SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
                     s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512((const __m512i *)ps->mp[q]),
-                                             _mm512_set1_epi32(_mm_extract_epi32(b32, q)));
+                                             /* lane q of b32 in every lane (clang wants a
+                                              * constant for _mm_extract_epi32's lane) */
+                                             _mm512_permutexvar_epi32(_mm512_set1_epi32(q),
+                                                                      _mm512_castsi128_si512(b32)));
                 r = _mm512_mul_ps(_mm512_cvtepi32_ps(t[a]), dw);
                 r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), r);
             }
