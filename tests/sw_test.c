@@ -728,6 +728,37 @@ int sw_test_run_exact(pid_t pid, const char *tag, const int32_t *ref, int n, int
     return ok;
 }
 
+pid_t sw_test_hub(const char *dir, char *endpoint, size_t len)
+{
+    char script[512], config[512], port_file[512], log[512], err[512], home[512];
+    snprintf(script, sizeof script, "%s/tests/hub_standin.py", sw_test_env("SW_SOURCE_DIR"));
+    snprintf(config, sizeof config, "%s/hub.json", dir);
+    snprintf(port_file, sizeof port_file, "%s/hub.port", dir);
+    snprintf(log, sizeof log, "%s/hub.log", dir);
+    snprintf(err, sizeof err, "%s/hub.stderr", dir);
+    snprintf(home, sizeof home, "%s/hfhome", dir);
+    char *argv[] = {"/usr/bin/env", "python3", script,  "--config", config,
+                    "--port-file",  port_file, "--log", log,        NULL};
+    pid_t hub = sw_test_spawn(argv, err);
+    for (int i = 0; i < 300 && access(port_file, R_OK) != 0; i++)
+        usleep(100000);
+    char *port = sw_test_read_file(port_file, NULL);
+    if (!port) {
+        sw_test_kill(hub);
+        sw_test_skip("the hub stand-in (python3) did not start");
+    }
+    snprintf(endpoint, len, "http://127.0.0.1:%s", port);
+    free(port);
+    setenv("HF_ENDPOINT", endpoint, 1);
+    setenv("HF_HOME", home, 1);
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("HUGGINGFACE_HUB_CACHE");
+    unsetenv("HF_TOKEN");
+    unsetenv("HF_TOKEN_PATH");
+    unsetenv("HF_HUB_OFFLINE");
+    return hub;
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 #define S_ASAN 1
 #elif defined(__has_feature)

@@ -167,5 +167,10 @@ void sw_test_client_env(const char *dir, const char *who);
  * the processes started after this keep no freed memory in ASan's quarantine (256 MiB by
  * default), which would otherwise count as theirs. Nothing without ASan. */
 void sw_test_memory_bounds(void);
+/* Starts tests/hub_standin.py (the Hugging Face hub stand-in) serving dir/hub.json, logging to
+ * dir/hub.log, and points this process's hub environment at it: HF_ENDPOINT (also written to
+ * endpoint, len bytes), HF_HOME = dir/hfhome, the cache, token and offline variables unset.
+ * Its pid; skips the test when python3 cannot start it. */
+pid_t sw_test_hub(const char *dir, char *endpoint, size_t len);
 
 #endif

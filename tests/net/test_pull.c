@@ -120,7 +120,6 @@ static int s_same_file(const char *a, const char *b)
 int main(void)
 {
     const char *model = sw_test_model();
-    const char *src = sw_test_env("SW_SOURCE_DIR");
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
     s_make_file(s_path("a.bin"), SMALL, 1);
     s_make_file(s_path("b.bin"), SMALL / 2, 2);
@@ -147,35 +146,7 @@ int main(void)
         s_path("big.bin"), s_path("a.bin"), s_path("b.bin"));
     fclose(cf);
 
-    char script[512];
-    snprintf(script, sizeof script, "%s/tests/hub_standin.py", src);
-    char *hub_argv[] = {"/usr/bin/env",
-                        "python3",
-                        script,
-                        "--config",
-                        (char *)s_path("hub.json"),
-                        "--port-file",
-                        (char *)s_path("hub.port"),
-                        "--log",
-                        (char *)s_path("hub.log"),
-                        NULL};
-    pid_t hub = sw_test_spawn(hub_argv, s_path("hub.stderr"));
-    for (int i = 0; i < 300 && access(s_path("hub.port"), R_OK) != 0; i++)
-        usleep(100000);
-    char *port = sw_test_read_file(s_path("hub.port"), NULL);
-    if (!port) {
-        sw_test_kill(hub);
-        sw_test_skip("the hub stand-in (python3) did not start");
-    }
-    snprintf(s_endpoint, sizeof s_endpoint, "http://127.0.0.1:%s", port);
-    free(port);
-    setenv("HF_ENDPOINT", s_endpoint, 1);
-    setenv("HF_HOME", s_path("hfhome"), 1);
-    unsetenv("HF_HUB_CACHE");
-    unsetenv("HUGGINGFACE_HUB_CACHE");
-    unsetenv("HF_TOKEN");
-    unsetenv("HF_TOKEN_PATH");
-    unsetenv("HF_HUB_OFFLINE");
+    pid_t hub = sw_test_hub(s_dir, s_endpoint, sizeof s_endpoint);
 
     /* 1. the one .gguf of the repository, into $HF_HOME/hub */
     char model_sha[65];

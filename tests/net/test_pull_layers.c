@@ -169,7 +169,6 @@ static int s_near(long long got, long long want, double tol)
 int main(void)
 {
     const char *model = sw_test_model();
-    const char *src = sw_test_env("SW_SOURCE_DIR");
     signal(SIGPIPE, SIG_IGN);
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
     FILE *cf = fopen(s_path("hub.json"), "w");
@@ -187,35 +186,7 @@ int main(void)
             "}}\n",
             model, model, model, model, model);
     fclose(cf);
-    char script[512];
-    snprintf(script, sizeof script, "%s/tests/hub_standin.py", src);
-    char *hub_argv[] = {"/usr/bin/env",
-                        "python3",
-                        script,
-                        "--config",
-                        (char *)s_path("hub.json"),
-                        "--port-file",
-                        (char *)s_path("hub.port"),
-                        "--log",
-                        (char *)s_path("hub.log"),
-                        NULL};
-    pid_t hub = sw_test_spawn(hub_argv, s_path("hub.stderr"));
-    for (int i = 0; i < 300 && access(s_path("hub.port"), R_OK) != 0; i++)
-        usleep(100000);
-    char *port = sw_test_read_file(s_path("hub.port"), NULL);
-    if (!port) {
-        sw_test_kill(hub);
-        sw_test_skip("the hub stand-in (python3) did not start");
-    }
-    snprintf(s_endpoint, sizeof s_endpoint, "http://127.0.0.1:%s", port);
-    free(port);
-    setenv("HF_ENDPOINT", s_endpoint, 1);
-    setenv("HF_HOME", s_path("hfhome"), 1);
-    unsetenv("HF_HUB_CACHE");
-    unsetenv("HUGGINGFACE_HUB_CACHE");
-    unsetenv("HF_TOKEN");
-    unsetenv("HF_TOKEN_PATH");
-    unsetenv("HF_HUB_OFFLINE");
+    pid_t hub = sw_test_hub(s_dir, s_endpoint, sizeof s_endpoint);
 
     char whole_fp[65];
     s_fingerprint(model, whole_fp);
