@@ -992,14 +992,15 @@ static size_t s_on_data(char *buf, size_t size, size_t n, void *ud)
     return len;
 }
 
+/* curl's progress callback of every download: ud is the stop flag (or NULL); 1 aborts. */
 static int s_on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
     (void)dt;
     (void)dn;
     (void)ut;
     (void)un;
-    const s_dl_t *d = ud;
-    return d->stop && *d->stop ? 1 : 0;
+    const volatile sig_atomic_t *stop = ud;
+    return stop && *stop ? 1 : 0;
 }
 
 /*
@@ -1076,7 +1077,7 @@ static int s_download(const s_env_t *e, const s_meta_t *m, const char *label, co
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &d);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, s_on_xfer);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, &d);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)d.stop);
         CURLcode cc = curl_easy_perform(c);
         curl_easy_cleanup(c);
         curl_slist_free_all(hdrs);
@@ -1429,16 +1430,6 @@ static size_t s_on_range(char *buf, size_t size, size_t n, void *ud)
     return len;
 }
 
-static int s_on_range_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
-{
-    (void)dt;
-    (void)dn;
-    (void)ut;
-    (void)un;
-    const s_rg_t *g = ud;
-    return g->stop && *g->stop ? 1 : 0;
-}
-
 /*
  * Source bytes [from, to] of the file at url (total bytes long) into sink,
  * with Range requests whose answers must be 206 with exactly that
@@ -1473,8 +1464,8 @@ static int s_fetch_range(const s_env_t *e, const char *url, long long from, long
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_on_range);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &g);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, s_on_range_xfer);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, &g);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, s_on_xfer);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)g.stop);
         const long long before = g.pos;
         CURLcode cc = curl_easy_perform(c);
         curl_easy_cleanup(c);
