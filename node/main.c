@@ -128,30 +128,6 @@ static const sw_args_spec_t s_spec = {
     .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
-static int s_layers(const char *s, int *a, int *b)
-{
-    const char *colon = strchr(s, ':');
-    char first[32];
-    if (!colon || (size_t)(colon - s) >= sizeof first)
-        goto bad;
-    memcpy(first, s, (size_t)(colon - s));
-    first[colon - s] = 0;
-    if (sw_arg_int("shardwire-node", "--layers", first, 0, SW_WIRE_MAX_LAYERS, a) != 0)
-        return -1;
-    if (!strcmp(colon + 1, "end")) {
-        *b = -1;
-        return 0;
-    }
-    if (sw_arg_int("shardwire-node", "--layers", colon + 1, 1, SW_WIRE_MAX_LAYERS, b) != 0)
-        return -1;
-    if (*b <= *a)
-        goto bad;
-    return 0;
-bad:
-    fprintf(stderr, "shardwire-node: --layers '%s' must be A:B with A < B (e.g. 0:15)\n", s);
-    return -1;
-}
-
 /* What the command line gives beyond node_opts_t: the option groups of
  * args.h and the flags whose units node_opts_t does not take as they are. */
 typedef struct s_cli {
@@ -176,7 +152,7 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
             return 0;
         }
         o->layer_auto = 0;
-        return s_layers(v, &o->layer_begin, &o->layer_end);
+        return sw_arg_layers(P, "--layers", v, &o->layer_begin, &o->layer_end);
     case O_MEM:
         return sw_arg_int(P, "--mem-mib", v, 1, (int)SW_WIRE_MAX_MEM_MIB, &o->mem_mib);
     case O_AUTO_NODES:
