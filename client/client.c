@@ -736,8 +736,13 @@ int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int 
             rc = 0;
         } else if (type == SW_MSG_ERROR && sw_codec_decode(&m, SW_MSG_ERROR, &d, NULL, 0) == 0 &&
                    (!strcmp(m.peer, head) || !strcmp(d.error.dest, head))) {
-            rc = s_fail(SW_CLIENT_ENOHEAD, err, err_len, "%s did not answer: %s", head,
-                        sw_wire_error_code_name(d.error.code));
+            rc = d.error.code == SW_ERROR_UNKNOWN_DEST
+                     ? s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                              "no peer called '%s' is connected to the relay (shardwire status "
+                              "lists the heads)",
+                              head)
+                     : s_fail(SW_CLIENT_ENOHEAD, err, err_len, "%s did not answer: %s (%s)", head,
+                              sw_wire_error_code_name(d.error.code), d.error.message);
         }
         sw_wire_msg_clear(&m);
         if (rc <= 0)
