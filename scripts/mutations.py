@@ -10,6 +10,11 @@ per mutation (caught or NOT CAUGHT).
   python3 scripts/mutations.py claims [BUILD_DIR]    # docs/testing.md's claims table
   python3 scripts/mutations.py GROUP BUILD_DIR TEXT  # only the mutations whose name holds TEXT
 
+A mutation's test is a ctest name, or {"targets": [...], "cmd": [...]}: a
+command run from the repository root after those targets of the build
+directory are built (scripts/fuzz.sh, scripts/tmp_check.sh; BUILD in the
+command is replaced by the build directory).
+
 Each mutation must make its test fail; the script exits 1 when one does not.
 It edits the sources in place and puts them back after each, so run it on a
 clean tree; the build directory is rebuilt at the end.
@@ -151,6 +156,45 @@ CLAIMS = [
      "    if (k == S)\n        return; // all agree",
      "    if (k <= S)\n        return; // all agree",
      "test_spot", {}),
+    ("the relay's hold of 9 messages per sender and destination (8 documented)",
+     "relay/relay.c",
+     "#define RELAY_PARK_PER_PAIR 8 ",
+     "#define RELAY_PARK_PER_PAIR 9 ",
+     "test_relay_hold", {}),
+    ("held messages kept 10 s instead of 5",
+     "relay/relay.c",
+     "#define RELAY_PARK_MS 5000 ",
+     "#define RELAY_PARK_MS 10000 ",
+     "test_relay_hold", {}),
+    ("no hold: a message for a full destination dropped at once",
+     "relay/relay.c",
+     "    if (r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||",
+     "    if (1 || r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||",
+     "test_relay_hold", {}),
+    ("the relay's total byte budget (--queue-total-mib) taken out",
+     "relay/relay.c",
+     "    return mine > 0 && (mine + bytes > r->queue_max || all + bytes > r->queue_total_max);",
+     "    return mine > 0 && (mine + bytes > r->queue_max || (all && 0));",
+     "test_relay_memory", {}),
+    ("the client library not cancelling at the head on a stop string",
+     "client/client.c",
+     "            s_send_cancel(c, r, \"a stop string was generated\");",
+     "            (void)0;",
+     "test_serve_api", {}),
+    ("a test that leaves its folder in /tmp (sw_test_done keeps it after a pass)",
+     "tests/sw_test.c",
+     "    if (s_log_dir[0] && !sw_test_failures)\n        s_log_dir_remove();",
+     "    if (0 && s_log_dir[0] && !sw_test_failures)\n        s_log_dir_remove();",
+     {"targets": ["test_relay_hold"],
+      "cmd": ["bash", "scripts/tmp_check.sh", "test_relay_hold", "ctest", "--test-dir", "BUILD",
+              "-R", "^test_relay_hold$"]}, {}),
+    ("the GGUF reader's bound check (s_take) taken out: fuzz_gguf from its seeds, 60 s",
+     "engine/gguf.c",
+     "    if (n > rd->size - rd->pos)\n        return s_fail(\n            rd, \"%s (%llu bytes at offset",
+     "    if (0 && n > rd->size - rd->pos)\n        return s_fail(\n            rd, \"%s (%llu bytes at offset",
+     {"targets": [],
+      "cmd": ["bash", "scripts/fuzz.sh"]},
+     {"SW_FUZZ_ONLY": "fuzz_gguf", "SW_FUZZ_SECONDS": "60"}),
     ("a convicted main route replayed under its old session id",
      "node/head_spot.c",
      "    randombytes_buf(&s->id, sizeof s->id);\n    s->id |= 1;\n    s->spot->id[0] = s->id;",
@@ -203,24 +247,30 @@ def main():
             continue
         open(full, "w").write(mutated)
         try:
-            # the programs the test starts are rebuilt with it
-            b = run(["cmake", "--build", build, "-j2", "--target", test, "shardwire",
-                     "shardwire-node", "shardwire-relay"])
-            if b.returncode != 0:
-                print(f"caught at build time: {name}")
-                continue
-            if how == "ctest":
+            if isinstance(test, dict):
+                targets, label = test["targets"], " ".join(test["cmd"][:3])
+            else:
+                # the programs the test starts are rebuilt with it
+                targets, label = [test, "shardwire", "shardwire-node", "shardwire-relay"], test
+            if targets:
+                b = run(["cmake", "--build", build, "-j2", "--target"] + targets)
+                if b.returncode != 0:
+                    print(f"caught at build time: {name}")
+                    continue
+            if isinstance(test, dict):
+                t = run([build if a == "BUILD" else a for a in test["cmd"]], env=env, cwd=ROOT)
+            elif how == "ctest":
                 t = run(["ctest", "-R", f"^{test}$", "--output-on-failure"], env=env, cwd=build)
             else:
                 t = run([os.path.join(build, "bin", test)], env=env, cwd=build)
             lines = [l for l in t.stdout.splitlines()
                      if l.startswith("swemu:") or "differ" in l or "check failed" in l or
-                     "expected" in l]
+                     "expected" in l or "tmp_check:" in l or "ERROR: AddressSanitizer" in l]
             if t.returncode != 0:
                 why = lines[0] if lines else t.stdout.strip().splitlines()[-1]
-                print(f"caught by {test}: {name}\n    {why[:300]}")
+                print(f"caught by {label}: {name}\n    {why[:300]}")
             else:
-                print(f"NOT CAUGHT by {test}: {name}")
+                print(f"NOT CAUGHT by {label}: {name}")
                 missed += 1
         finally:
             open(full, "w").write(src)

@@ -117,6 +117,91 @@ static __attribute__((unused)) void *swa_raw(const swa_t *a, void *ctx, const ch
     return d;
 }
 
+/*
+ * A raw DEALER socket in ctx with `who`'s key (node or client), connecting to the relay:
+ * queues of hwm messages each way (0: libzmq's defaults; 1 for a sender keeps no backlog in
+ * this process, for a reader makes it stop reading its TCP link when it does not read),
+ * receive timeout 3 s, frames up to the wire's limit. It announces nothing (swa_raw_announce).
+ * Close it with zmq_close(); NULL when the keys do not load.
+ */
+static __attribute__((unused)) void *swa_raw_peer(const swa_t *a, void *ctx, const char *who,
+                                                  int hwm)
+{
+    char pub[41], sec[41], rpub[41], err[256];
+    if (sw_keys_load_secret(swa_path(a, who, ".key"), pub, sec, err, sizeof err) != 0 ||
+        sw_keys_load_public(swa_path(a, "relay", ".pub"), rpub, err, sizeof err) != 0) {
+        fprintf(stderr, "keys of %s: %s\n", who, err);
+        return NULL;
+    }
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, tmo = 3000;
+    int64_t maxmsg = SW_WIRE_MAX_FRAME;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    if (hwm > 0) {
+        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    }
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, rpub, 41);
+    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 41);
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 41);
+    sodium_memzero(sec, sizeof sec);
+    zmq_connect(s, a->ep);
+    return s;
+}
+
+/* Announces raw socket s as a client, or (node) as a middle stage of [10, 20) of 30 with
+ * model fingerprint fp; 0 when the relay acked within 5 s. */
+static __attribute__((unused)) int swa_raw_announce(void *s, const char *name, int node,
+                                                    const char *fp)
+{
+    Shardwire__PeerAnnounce an = SHARDWIRE__PEER_ANNOUNCE__INIT;
+    an.name = (char *)name;
+    an.role = node ? SHARDWIRE__ROLE__ROLE_MIDDLE : SHARDWIRE__ROLE__ROLE_CLIENT;
+    an.backend = node ? "cpu" : "";
+    an.model_fingerprint = node ? (char *)fp : "";
+    an.layer_begin = node ? 10 : 0;
+    an.layer_end = node ? 20 : 0;
+    an.n_layers = node ? 30 : 0;
+    an.hidden = node ? SWA_HIDDEN : 0;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
+    env.announce = &an;
+    char err[256];
+    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, 0, err, sizeof err) != 0)
+        return -1;
+    for (const double until = swa_now() + 5; swa_now() < until;) {
+        sw_wire_msg_t m = {0};
+        int rc = sw_wire_recv(s, 0, &m, err, sizeof err);
+        if (rc == SW_WIRE_PROBE)
+            continue; /* the relay's probes: the answer is still to come */
+        int ok = rc == SW_WIRE_OK && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
+        sw_wire_msg_clear(&m);
+        return ok ? 0 : -1;
+    }
+    return -1;
+}
+
+/* Messages the relay forwarded to `name` so far (PeerInfo.msgs_out), from its table as the
+ * peer obs reads it; -1 when the table or the peer is missing. */
+static __attribute__((unused)) long swa_msgs_out(sw_peer_t *obs, const char *name)
+{
+    sw_wire_msg_t t = {0};
+    long out = -1;
+    if (sw_peer_status(obs, &t, 3000) != 0)
+        return -1;
+    sw_msg_t d;
+    if (sw_codec_decode(&t, SW_MSG_PEER_TABLE, &d, NULL, 0) == 0)
+        for (uint32_t i = 0; i < d.table.n_peers; i++) {
+            sw_msg_peer_t p;
+            if (sw_codec_peer_at(&d.table, i, &p) == 0 && !strcmp(p.announce.name, name))
+                out = (long)p.msgs_out;
+        }
+    sw_wire_msg_clear(&t);
+    return out;
+}
+
 /* Starts `shardwire serve` on listen (HOST:PORT) with client `who`'s keys and the access key,
  * the API keys of keyfile, logging to log: its pid, or -1. */
 static __attribute__((unused)) pid_t swa_serve(const swa_t *a, const char *who, const char *listen,

@@ -6,8 +6,9 @@
  *  - a model named by a prefix of 8 hex digits of its fingerprint is served;
  *    7 digits are not (404 model_not_found);
  *  - `stop`: the text ends before the first stop string, finish_reason
- *    "stop", and the head stopped generating (fewer completion tokens than
- *    max_tokens);
+ *    "stop", and the head stopped generating: it logs the client's Cancel
+ *    for a stop string (the client library matches stop strings and cancels
+ *    at the head; the completion-token count is the client's own);
  *  - `shardwire.head`: a named head is used; an unknown name is refused;
  *  - several heads serving the model: 503 no_head naming them; with
  *    `shardwire.head` the request runs, with the same text;
@@ -248,13 +249,23 @@ int main(void)
     snprintf(extra, sizeof extra, ",\"stop\":[\"never-in-it\",%s]", qs);
     free(qs);
     json_decref(js);
+    /* the head itself stops: the client library sends it a Cancel at the match, which the
+     * head logs (the usage count below is the client's, which stops reading either way) */
+    const char *stop_line = "cancelled by the client (a stop string was generated)";
+    const int stops0 = sw_test_count_in_file(sw_test_log("nodes.log"), stop_line);
     b = s_body(id, 24, extra, 0);
     SW_CHECK_INT(s_http("/v1/completions", b, &resp, NULL), 200);
     free(b);
     SW_CHECK_INT(s_parse(resp, text, sizeof text, finish, sizeof finish, &n_tok), 0);
     SW_CHECK(!strcmp(text, want));
     SW_CHECK(!strcmp(finish, "stop"));
-    SW_CHECK(n_tok > 0 && n_tok < 24); /* the head stopped, not only the gateway's text */
+    SW_CHECK(n_tok > 0 && n_tok < 24);
+    for (const double until = swf_now_ms() + 5000; swf_now_ms() < until;) {
+        if (sw_test_count_in_file(sw_test_log("nodes.log"), stop_line) > stops0)
+            break;
+        usleep(50000);
+    }
+    SW_CHECK_INT(sw_test_count_in_file(sw_test_log("nodes.log"), stop_line), stops0 + 1);
     printf("stop %s: %d of 24 tokens, text '%s'\n", stop, n_tok, text);
     free(resp);
 
