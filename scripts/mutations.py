@@ -26,7 +26,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # (name, file, old text, new text, test, environment); old and new may be
-# lists of the same length (several edits of one file, one mutation).
+# lists of the same length (several edits of one file, one mutation), and
+# file a list of that length too (edit i in file i; a file may repeat).
 CUDA = [
     ("an off-by-one in a kernel's indexing (rmsnorm's sum reads one element past the row)",
      "engine/cuda/norm.cu",
@@ -195,6 +196,28 @@ CLAIMS = [
      {"targets": [],
       "cmd": ["bash", "scripts/fuzz.sh"]},
      {"SW_FUZZ_ONLY": "fuzz_gguf", "SW_FUZZ_SECONDS": "60"}),
+    ("a Forward's hop not bounded by its route, in the decoder (wire.c) and at the stage",
+     ["common/wire.c", "node/stage.c"],
+     ["    CHECK(f->hop < f->n_route, \"forward.hop %u outside a route of %zu stages\", f->hop, f->n_route);",
+      "        f->hop >= f->n_route || strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {"],
+     ["    (void)0;",
+      "        strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {"],
+     "test_garbage", {}),
+    ("the head pausing the other sessions while one recovers (failure to the round through again)",
+     ["node/recover.h", "node/recover.c", "node/head.c", "node/head.c"],
+     ["int node_recover_failing(const node_recover_t *rec);",
+      "int node_recover_failing(const node_recover_t *rec)\n{\n    return rec->failing;\n}",
+      "    head_sess_t *ready[NODE_MAX_BATCH];\n    int n_ready = 0;\n",
+      "        if (s->state == HEAD_RUN && head_advance(n, s, now) && n_ready < NODE_MAX_BATCH)"],
+     ["int node_recover_failing(const node_recover_t *rec);\nint node_recover_recovering(const node_recover_t *rec);",
+      "int node_recover_failing(const node_recover_t *rec)\n{\n    return rec->failing;\n}\n\n"
+      "int node_recover_recovering(const node_recover_t *rec)\n{\n    return rec->t_fail != 0;\n}",
+      "    head_sess_t *ready[NODE_MAX_BATCH];\n    int n_ready = 0;\n    int any_rec = 0;\n"
+      "    for (int k = 0; k < h->n_slots; k++)\n"
+      "        any_rec |= h->sess[k].state == HEAD_RUN && node_recover_recovering(h->sess[k].rec);\n",
+      "        if (s->state == HEAD_RUN && (!any_rec || node_recover_recovering(s->rec)) &&\n"
+      "            head_advance(n, s, now) && n_ready < NODE_MAX_BATCH)"],
+     "test_recover_others", {}),
     ("a convicted main route replayed under its old session id",
      "node/head_spot.c",
      "    randombytes_buf(&s->id, sizeof s->id);\n    s->id |= 1;\n    s->spot->id[0] = s->id;",
@@ -231,21 +254,27 @@ def main():
     for name, path, old, new, test, env in mutations:
         if only and only not in name:
             continue
-        full = os.path.join(ROOT, path)
-        src = open(full).read()
-        edits = list(zip(old, new)) if isinstance(old, list) else [(old, new)]
-        mutated = src
-        for o, n in edits:
-            if mutated.count(o) != 1:
-                break
-            mutated = mutated.replace(o, n)
+        # several files: path, old and new are lists of the same length, one edit per file
+        if isinstance(path, list):
+            files = [(p, [(o, n)]) for p, o, n in zip(path, old, new)]
         else:
-            o = None
-        if o is not None:
-            print(f"SETUP ERROR: {name}: the text to mutate is not in {path} exactly once")
+            files = [(path, list(zip(old, new)) if isinstance(old, list) else [(old, new)])]
+        saved, mutated, bad = {}, {}, None  # per file: its text, and with the edits so far
+        for p, edits in files:
+            full = os.path.join(ROOT, p)
+            if full not in saved:
+                saved[full] = mutated[full] = open(full).read()
+            for o, n in edits:
+                if mutated[full].count(o) != 1:
+                    bad = p
+                    break
+                mutated[full] = mutated[full].replace(o, n)
+        if bad is not None:
+            print(f"SETUP ERROR: {name}: the text to mutate is not in {bad} exactly once")
             missed += 1
             continue
-        open(full, "w").write(mutated)
+        for full in mutated:
+            open(full, "w").write(mutated[full])
         try:
             if isinstance(test, dict):
                 targets, label = test["targets"], " ".join(test["cmd"][:3])
@@ -273,7 +302,8 @@ def main():
                 print(f"NOT CAUGHT by {label}: {name}")
                 missed += 1
         finally:
-            open(full, "w").write(src)
+            for full in saved:
+                open(full, "w").write(saved[full])
     run(["cmake", "--build", build, "-j2"])
     return 1 if missed else 0
 

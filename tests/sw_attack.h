@@ -183,9 +183,10 @@ static __attribute__((unused)) int swa_raw_announce(void *s, const char *name, i
     return -1;
 }
 
-/* Messages the relay forwarded to `name` so far (PeerInfo.msgs_out), from its table as the
- * peer obs reads it; -1 when the table or the peer is missing. */
-static __attribute__((unused)) long swa_msgs_out(sw_peer_t *obs, const char *name)
+/* Messages the relay forwarded to `name` so far (out: PeerInfo.msgs_out), or took from it for
+ * other peers (!out: msgs_in, counted before any limit), from its table as the peer obs reads
+ * it; -1 when the table or the peer is missing. */
+static __attribute__((unused)) long swa_msgs(sw_peer_t *obs, const char *name, int out_not_in)
 {
     sw_wire_msg_t t = {0};
     long out = -1;
@@ -196,7 +197,7 @@ static __attribute__((unused)) long swa_msgs_out(sw_peer_t *obs, const char *nam
         for (uint32_t i = 0; i < d.table.n_peers; i++) {
             sw_msg_peer_t p;
             if (sw_codec_peer_at(&d.table, i, &p) == 0 && !strcmp(p.announce.name, name))
-                out = (long)p.msgs_out;
+                out = (long)(out_not_in ? p.msgs_out : p.msgs_in);
         }
     sw_wire_msg_clear(&t);
     return out;

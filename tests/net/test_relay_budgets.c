@@ -121,19 +121,19 @@ int main(void)
         goto out;
 
     /* 1. --rate: 600 at once, about RATE pass; a second later the bucket is full again */
-    long t0 = swa_msgs_out(obs, "tail");
+    long t0 = swa_msgs(obs, "tail", 1);
     double t_start = swa_now();
     int sent = s_closes(head, "tail", 600);
     int busy = s_drain(head, 1500);
     (void)s_drain(tail, 200);
-    long t1 = swa_msgs_out(obs, "tail");
+    long t1 = swa_msgs(obs, "tail", 1);
     /* the bucket, and what refills while the relay may still be taking the burst in (on a
      * loaded machine it can lag the sender): every second until the count was read */
     double window_s = swa_now() - t_start;
     int again = s_closes(head, "tail", 50);
     (void)s_drain(head, 700);
     (void)s_drain(tail, 200);
-    long t2 = swa_msgs_out(obs, "tail");
+    long t2 = swa_msgs(obs, "tail", 1);
     printf("--rate %d: %d small messages sent at once, %ld forwarded (%d ERR_DEST_BUSY back); a "
            "second later %d sent, %ld forwarded\n",
            RATE, sent, t1 - t0, busy, again, t2 - t1);
@@ -146,13 +146,13 @@ int main(void)
     /* 2. --node-mib-s: 60 messages of 1.1 MiB at once */
     usleep(1200000); /* the message bucket full again */
     const double mib = 512.0 * SWA_HIDDEN * 4 / 1048576.0;
-    t0 = swa_msgs_out(obs, "tail");
+    t0 = swa_msgs(obs, "tail", 1);
     t_start = swa_now();
     sent = s_big_forwards(head, "tail", 60);
     double burst_s = swa_now() - t_start;
     (void)s_drain(head, 1000);
     (void)s_drain(tail, 500);
-    t1 = swa_msgs_out(obs, "tail");
+    t1 = swa_msgs(obs, "tail", 1);
     window_s = swa_now() - t_start;
     /* the bucket (NODE_MIB) + what refills until the count was read + one message: 60
      * messages (67 MiB) pass without the limit */
@@ -174,7 +174,7 @@ int main(void)
             memset(prompt, 'x', (1 << 20) - 1);
             prompt[(1 << 20) - 1] = 0;
         }
-        t0 = swa_msgs_out(obs, "head");
+        t0 = swa_msgs(obs, "head", 1);
         t_start = swa_now();
         sent = 0;
         for (int i = 0; prompt && i < 12; i++) {
@@ -186,7 +186,7 @@ int main(void)
         }
         burst_s = swa_now() - t_start;
         (void)s_drain(alice, 1000);
-        t1 = swa_msgs_out(obs, "head");
+        t1 = swa_msgs(obs, "head", 1);
         window_s = swa_now() - t_start;
         const double c_allowed = CLIENT_MIB + CLIENT_MIB * window_s + 1.0; /* 12 without it */
         printf("--client-mib-s %d: %d requests of 1 MiB sent in %.2f s, %ld forwarded (allowed "

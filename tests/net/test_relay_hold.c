@@ -61,8 +61,8 @@ static int s_send(void *s, int first, int n)
         int len = snprintf(hdr, sizeof hdr, "seq %d", first + i);
         zmq_msg_t m;
         zmq_msg_init_data(&m, s_payload, MSG_BYTES, s_nofree, NULL);
-        if (zmq_send(s, "dst", 3, ZMQ_SNDMORE) < 0 || zmq_send(s, hdr, (size_t)len, ZMQ_SNDMORE) < 0 ||
-            zmq_msg_send(&m, s, 0) < 0) {
+        if (zmq_send(s, "dst", 3, ZMQ_SNDMORE) < 0 ||
+            zmq_send(s, hdr, (size_t)len, ZMQ_SNDMORE) < 0 || zmq_msg_send(&m, s, 0) < 0) {
             zmq_msg_close(&m);
             break;
         }
@@ -152,12 +152,24 @@ static int s_in_order(const char *from, const int *seq, int n, char who, int fir
     return next == first + count;
 }
 
-/* Fills dst's budget from c (n messages numbered from first) and lets the link settle: c's
- * messages that do not fit are held (8) or refused. The number refused. */
-static int s_fill(void *c, int first, int n)
+/* Waits (up to 20 s) until the relay has taken n more messages from `who` than `before` (its
+ * msgs_in): they are forwarded, held or refused by then. */
+static void s_taken(sw_peer_t *obs, const char *who, long before, int n)
 {
-    SW_CHECK_INT(s_send(c, first, n), n);
-    return s_busy(c, 1000, NULL, NULL, NULL);
+    for (const double until = swa_now() + 20; swa_now() < until; usleep(50000))
+        if (swa_msgs(obs, who, 0) >= before + n)
+            return;
+    SW_CHECK(!"the relay took every message within 20 s");
+}
+
+/* Sends n messages numbered from first from s (peer `who`) and waits until the relay has
+ * taken them all; the number of them refused (ERR_DEST_BUSY). */
+static int s_send_all(sw_peer_t *obs, void *s, const char *who, int first, int n)
+{
+    const long before = swa_msgs(obs, who, 0);
+    SW_CHECK_INT(s_send(s, first, n), n);
+    s_taken(obs, who, before, n);
+    return s_busy(s, 300, NULL, NULL, NULL);
 }
 
 int main(void)
@@ -189,14 +201,15 @@ int main(void)
 
     /* 1. c fills dst (its excess held or refused); then a and b each get 8 held, the rest
      * refused, and nothing of theirs passes (c's held messages go first) */
-    const long out0 = swa_msgs_out(obs, "dst");
-    const int busy_c = s_fill(c, 0, N_FILL);
-    const long fwd_c = swa_msgs_out(obs, "dst") - out0;
+    const long out0 = swa_msgs(obs, "dst", 1);
+    const int busy_c = s_send_all(obs, c, "c", 0, N_FILL);
+    const long fwd_c = swa_msgs(obs, "dst", 1) - out0;
     const double t_park = swa_now();
-    SW_CHECK_INT(s_send(a, 0, N_AB), N_AB);
+    const long in_b = swa_msgs(obs, "b", 0);
+    const int busy_a = s_send_all(obs, a, "a", 0, N_AB);
     SW_CHECK_INT(s_send(b, 0, N_AB), N_AB);
-    const int busy_a = s_busy(a, 600, NULL, NULL, NULL);
-    const int busy_b = s_busy(b, 1, NULL, NULL, NULL);
+    s_taken(obs, "b", in_b, N_AB);
+    const int busy_b = s_busy(b, 300, NULL, NULL, NULL);
     printf("c filled dst: %d sent, %ld forwarded, %d refused; then a and b sent %d each: %d and "
            "%d refused (ERR_DEST_BUSY), so %d and %d held\n",
            N_FILL, fwd_c, busy_c, N_AB, busy_a, busy_b, N_AB - busy_a, N_AB - busy_b);
@@ -205,11 +218,11 @@ int main(void)
     SW_CHECK_INT(N_AB - busy_b, HOLD);
 
     /* 2. dst reads within the 5 s: what c got through, then the held ones, in order */
-    const long before = swa_msgs_out(obs, "dst") - out0;
-    SW_CHECK(swa_now() - t_park < HOLD_S - 2);
+    const long before = swa_msgs(obs, "dst", 1) - out0;
+    SW_CHECK(swa_now() - t_park < HOLD_S - 1.5);
     int got = s_read(dst, 4000, (int)before + 3 * HOLD, from, seq, 4 * N_FILL);
     const double t_read = swa_now() - t_park;
-    const long fwd = swa_msgs_out(obs, "dst") - out0;
+    const long fwd = swa_msgs(obs, "dst", 1) - out0;
     const int late = s_busy(a, 200, NULL, NULL, NULL) + s_busy(b, 1, NULL, NULL, NULL) +
                      s_busy(c, 1, NULL, NULL, NULL);
     int n_a = 0, n_b = 0, n_c = 0;
@@ -229,8 +242,8 @@ int main(void)
     SW_CHECK_INT(s_read(dst, 300, 1, from, seq, 4 * N_FILL), 0); /* nothing else */
 
     /* 3. the same again, and dst reads nothing for longer than 5 s: a's 8 expire */
-    const long out3 = swa_msgs_out(obs, "dst");
-    const int busy_c3 = s_fill(c, SEQ_BASE, N_FILL);
+    const long out3 = swa_msgs(obs, "dst", 1);
+    const int busy_c3 = s_send_all(obs, c, "c", SEQ_BASE, N_FILL);
     const double t_send = swa_now();
     SW_CHECK_INT(s_send(a, SEQ_BASE, N_AB), N_AB);
     int expired = 0;
@@ -244,7 +257,7 @@ int main(void)
     SW_CHECK_INT(N_AB - (busy3 - expired), HOLD);
     SW_CHECK_INT(expired, HOLD);
     SW_CHECK(t_first - t_send >= HOLD_S && t_last - t_send <= HOLD_S + 3.0);
-    const long fwd3 = swa_msgs_out(obs, "dst") - out3;
+    const long fwd3 = swa_msgs(obs, "dst", 1) - out3;
     got = s_read(dst, 4000, (int)fwd3 + 1, from, seq, 4 * N_FILL);
     n_a = 0;
     for (int i = 0; i < got; i++)

@@ -8,8 +8,9 @@
  * log shows one session). One tail is frozen (SIGSTOP): its session stalls
  * until the head's round timeout, then is routed through the other tail and
  * replayed. While it stalls, the other client's text keeps growing and the
- * stalled one's does not; at the end both outputs equal `shardwire
- * generate`'s, token for token.
+ * stalled one's does not, and it keeps growing through the recovery (from
+ * the head's failure line to its "went through again"); at the end both
+ * outputs equal `shardwire generate`'s, token for token.
  */
 #include "sw_test.h"
 
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define N_GEN 1000
@@ -66,6 +68,13 @@ static pid_t s_client(const char *out, const char *err)
                     "400",
                     NULL};
     return sw_test_spawn_io(argv, out, err);
+}
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static long s_size(const char *path)
@@ -148,6 +157,38 @@ int main(void)
     /* exactly one stalled, and the other kept streaming */
     SW_CHECK((b1 == a1) != (b2 == a2));
     SW_CHECK(b1 - a1 > 8 || b2 - a2 > 8);
+    const int stalled_is_1 = b1 == a1;
+    const char *other = stalled_is_1 ? out2 : out1;
+
+    /* and through the recovery itself: from the head's failure line (the round timeout) to
+     * its "went through again" (route found, session replayed through tail-b) */
+    const char *head_log = sw_test_log("head.log");
+    double t_fail = 0, t_route = 0, t_ok = 0;
+    long o_fail = 0, o_route = 0, o_ok = 0, o_mid = -1;
+    for (const double t0 = s_now(), until = t0 + 90; s_now() < until && !t_ok; usleep(50000)) {
+        if (!t_fail && sw_test_count_in_file(head_log, "recovery: round at position") >= 1) {
+            t_fail = s_now() - t0;
+            o_fail = s_size(other);
+        }
+        if (t_fail && o_mid < 0 && s_now() - t0 >= t_fail + 0.5)
+            o_mid = s_size(other); /* past the round the other session had in flight */
+        if (t_fail && !t_route && sw_test_count_in_file(head_log, "recovery: replaying") >= 1) {
+            t_route = s_now() - t0;
+            o_route = s_size(other);
+        }
+        if (t_fail && sw_test_count_in_file(head_log, "went through again") >= 1) {
+            t_ok = s_now() - t0;
+            o_ok = s_size(other);
+        }
+    }
+    printf("recovery of the frozen tail's session: failure seen at +%.1f s, route at +%.1f s, "
+           "through again at +%.1f s; meanwhile the other client +%ld bytes to the route, +%ld "
+           "bytes to the end (+%ld from 0.5 s after the failure)\n",
+           t_fail, t_route, t_ok, o_route - o_fail, o_ok - o_fail, o_ok - o_mid);
+    SW_CHECK(t_fail > 0 && t_ok > 0);
+    /* the other client's text grew while this one recovered, past the round it had in flight
+     * at the failure (a recovery shorter than 1.5 s leaves too little time to tell) */
+    SW_CHECK(t_ok - t_fail < 1.5 || (o_mid >= 0 && o_ok > o_mid));
 
     /* both finish, exact (the stalled one through tail-b after the timeout) */
     SW_CHECK_INT(sw_test_wait(c1, 400), 0);

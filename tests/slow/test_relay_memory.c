@@ -36,9 +36,9 @@
 #define FRAME (16u << 20)
 #define FLOOD_S 10.0
 #define ABORT_KB (1536L << 10) /* stop a flood when the relay holds 1.5 GiB */
-#define N_SEND 3     /* parts 1 and 2 */
-#define N_SEND_MAX 4 /* part 3 */
-#define N_DEST 8     /* part 3 */
+#define N_SEND 3               /* parts 1 and 2 */
+#define N_SEND_MAX 4           /* part 3 */
+#define N_DEST 8               /* part 3 */
 #define FP "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"
 
 static char s_dir[64];
@@ -85,8 +85,8 @@ static void s_nofree(void *data, void *hint)
  * turn, for FLOOD_S seconds (or until the relay passes ABORT_KB). Returns the relay's peak
  * RSS in kB; *sent counts the frames that left.
  */
-static long s_flood(void *ctx, pid_t relay, const char *const *who, const char *const *names,
-                    int n, int node, const char *const *dests, int n_dest, long *sent)
+static long s_flood(void *ctx, pid_t relay, const char *const *who, const char *const *names, int n,
+                    int node, const char *const *dests, int n_dest, long *sent)
 {
     void *s[N_SEND_MAX];
     for (int i = 0; i < n; i++) {
@@ -196,8 +196,7 @@ int main(void)
      * (--queue-total-mib 96) is below the sum of the destinations' (8 x --queue-mib 64): the
      * total is what bounds it */
     snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-    static const char *const flags3[] = {"--heartbeat-ms", "3000", "--queue-total-mib", "96",
-                                         NULL};
+    static const char *const flags3[] = {"--heartbeat-ms", "3000", "--queue-total-mib", "96", NULL};
     relay = sw_test_relay(s_ep, s_dir, sw_test_log("relay3.log"), flags3);
     SW_CHECK_INT(sw_test_wait_listen(s_ep, 30), 0);
     usleep(300000);
