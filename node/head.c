@@ -45,7 +45,6 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         return -1;
     }
     draft_load_init(&h->load);
-    draft_load_gate(&h->load, n->o.draft_gate);
     h->tok = sw_tokenizer_from_gguf(sw_model_gguf(n->model), err, err_len);
     if (!h->tok)
         goto fail;
@@ -89,6 +88,8 @@ int node_head_new(node_t *n, char *err, size_t err_len)
             goto fail;
         }
     }
+    /* With a draft model the gate also tries n-gram lookups in its place. */
+    draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
     return 0;
 fail:
