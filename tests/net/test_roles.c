@@ -9,7 +9,8 @@
  *    a line naming the key's fingerprint, and the peer is told why;
  *  - "rogue" ('KEY node rogue': bound to its name only, the old rule)
  *    announcing as a second head of the model with its real fingerprint: the
- *    relay lets it in (its line permits any node role), `shardwire status
+ *    relay lets it in (its line permits any node role; it announces the
+ *    model's name too), `shardwire status
  *    --json` marks "head" role_bound and "rogue" not, and `shardwire run`
  *    without --head and the HTTP gateway both use "head" and give the exact
  *    tokens of `shardwire generate` (before: "2 heads serve ...", refused);
@@ -208,6 +209,7 @@ int main(void)
 
     s_refused();
 
+    s_a.model_name = "SmolLM2-135M-Instruct.Q4_1"; /* as the real head: the gateway's model */
     sw_peer_t *rogue = swa_member(&s_a, "rogue", 0, 15);
     SW_CHECK(rogue != NULL);
     SW_CHECK(s_marks());
