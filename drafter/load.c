@@ -81,6 +81,13 @@ int draft_load_arm(const draft_load_t *l)
     return !l || !l->gate.on ? DRAFT_ARM_CHOSEN : l->gate.arm;
 }
 
+const char *draft_load_arm_name(int arm)
+{
+    return arm == DRAFT_ARM_PLAIN   ? "plain rounds"
+           : arm == DRAFT_ARM_NGRAM ? "n-gram lookups"
+                                    : "drafts as chosen";
+}
+
 int draft_load_drafts_allowed(const draft_load_t *l)
 {
     return draft_load_arm(l) != DRAFT_ARM_PLAIN;
@@ -126,6 +133,7 @@ static void s_gate_next(draft_gate_t *g)
     if (win != g->arm)
         g->switches++;
     g->arm = win;
+    g->decisions++;
     g->phase = S_GATE_HOLD;
     g->left = g->hold;
     g->m_tok = g->m_sess = 0;

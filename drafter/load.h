@@ -80,6 +80,7 @@ typedef struct draft_gate {
     double m_tok;                 // the measurement in progress: tokens,
     double m_sess;                // and session-ms
     int switches;                 // times the arm changed (reports)
+    int decisions;                // comparisons made (reports: a new one to log)
 } draft_gate_t;
 
 /* The ms of a batch by its rows: a moving average per row bucket. */
@@ -124,6 +125,8 @@ void draft_load_active(draft_load_t *l, int n);
 void draft_load_gate(draft_load_t *l, int on, int n_arms);
 /* The gate's arm now (DRAFT_ARM_CHOSEN with no load or no gate). */
 int draft_load_arm(const draft_load_t *l);
+/* The arm's name: "plain rounds", "drafts as chosen", "n-gram lookups". */
+const char *draft_load_arm_name(int arm);
 /* 1 when sessions may draft now (the arm is not DRAFT_ARM_PLAIN). */
 int draft_load_drafts_allowed(const draft_load_t *l);
 
