@@ -312,9 +312,87 @@ static void test_load(void)
     SW_CHECK(draft_ctl_ahead_k(&loaded, 4) == 4);
 }
 
+/* The gate (load.h): a head with sessions whose tokens come faster under one
+ * arm (drafts as the controllers choose them, or plain rounds for all) ends
+ * up holding that arm nearly all the time, with either arm the winner; one
+ * session keeps the gate open; a closed gate makes the adaptive K 0 and
+ * leaves a fixed K alone. Events every 100 ms, noise-free rates. */
+/* rate[arm]: tokens per session-ms under each arm; n_arms 2 or 3. The share
+ * of the time after the first two seconds spent in arm `best`. */
+static double s_gate_run(const double rate[3], int n_arms, int best, int n_sess, int secs,
+                         int *arm_end)
+{
+    draft_load_t l;
+    draft_load_init(&l);
+    draft_load_gate(&l, 1, n_arms);
+    draft_load_active(&l, n_sess);
+    int in_best = 0, events = 0;
+    for (int i = 1; i <= secs * 10; i++) {
+        const double r = rate[draft_load_arm(&l)];
+        draft_load_verdict(&l, (int)(r * 100 * n_sess + 0.5), 0, 0, 0, 100.0 * i);
+        if (i > 20) { // after the first two seconds
+            events++;
+            in_best += draft_load_arm(&l) == best;
+        }
+    }
+    *arm_end = draft_load_arm(&l);
+    return (double)in_best / events;
+}
+
+static void test_gate(void)
+{
+    int arm;
+    /* drafting slower (0.8x): plain rounds hold most of the time */
+    const double slow[3] = {0.003, 0.0024, 0};
+    const double plain_share = s_gate_run(slow, 2, DRAFT_ARM_PLAIN, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_PLAIN);
+    /* drafting faster (1.5x): it holds most of the time */
+    const double fast[3] = {0.003, 0.0045, 0};
+    const double chosen_share = s_gate_run(fast, 2, DRAFT_ARM_CHOSEN, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_CHOSEN);
+    /* three arms, the n-gram lookup best (1.1x plain, the model 0.8x) */
+    const double ngram[3] = {0.003, 0.0024, 0.0033};
+    const double ngram_share = s_gate_run(ngram, 3, DRAFT_ARM_NGRAM, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_NGRAM);
+    /* three arms, the model best */
+    const double model3[3] = {0.003, 0.0045, 0.0033};
+    const double model3_share = s_gate_run(model3, 3, DRAFT_ARM_CHOSEN, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_CHOSEN);
+    fprintf(stderr,
+            "gate: share of time in the best arm: plain (drafting 0.8x) %.2f, drafting (1.5x) "
+            "%.2f; of three: n-gram %.2f, model %.2f\n",
+            plain_share, chosen_share, ngram_share, model3_share);
+    SW_CHECK(plain_share > 0.85);
+    SW_CHECK(chosen_share > 0.85);
+    SW_CHECK(ngram_share > 0.7);
+    SW_CHECK(model3_share > 0.7);
+    /* one session: always open, whatever the rates */
+    const double alone = s_gate_run(slow, 3, DRAFT_ARM_CHOSEN, 1, 60, &arm);
+    SW_CHECK_NEAR(alone, 1.0, 1e-12);
+    SW_CHECK_INT(arm, DRAFT_ARM_CHOSEN);
+    /* a closed gate: the adaptive K is 0, a fixed K stays */
+    draft_load_t l;
+    draft_load_init(&l);
+    draft_load_gate(&l, 1, 2);
+    l.gate.arm = DRAFT_ARM_PLAIN;
+    draft_ctl_t adaptive, fixed;
+    draft_ctl_init(&adaptive, 0, 8);
+    draft_ctl_init(&fixed, 4, 8);
+    adaptive.load = fixed.load = &l;
+    SW_CHECK_INT(draft_ctl_next_k(&adaptive, 8), 0);
+    SW_CHECK_INT(draft_ctl_next_k(&fixed, 8), 4);
+    l.gate.arm = DRAFT_ARM_CHOSEN;
+    SW_CHECK(draft_ctl_next_k(&adaptive, 8) >= 1);
+    draft_load_gate(&l, 0, 2); // off: never closed
+    l.gate.arm = DRAFT_ARM_PLAIN;
+    SW_CHECK(draft_load_drafts_allowed(&l));
+    SW_CHECK(draft_load_drafts_allowed(NULL));
+}
+
 int main(void)
 {
     test_calibration();
+    test_gate();
     test_load();
     test_thresholds();
     test_ahead();
