@@ -94,22 +94,31 @@ static __attribute__((unused)) double swa_now(void)
 }
 
 /*
- * A raw DEALER socket in ctx with `who`'s client key, connecting to the relay (it announces
- * nothing): send high-water mark hwm, redial interval redial_ms (-1: never). Close it with
- * zmq_close(); NULL when the keys do not load.
+ * A raw DEALER socket in ctx with `who`'s key, connecting to the relay (it announces
+ * nothing): send and receive high-water marks sndhwm and rcvhwm (-1: libzmq's defaults),
+ * redial interval redial_ms (-1: never), receive timeout rcvtimeo_ms and largest message
+ * maxmsg (-1: none). Close it with zmq_close(); NULL when the keys do not load.
  */
-static __attribute__((unused)) void *swa_raw(const swa_t *a, void *ctx, const char *who, int hwm,
-                                             int redial_ms)
+static __attribute__((unused)) void *swa_raw_opts(const swa_t *a, void *ctx, const char *who,
+                                                  int sndhwm, int rcvhwm, int redial_ms,
+                                                  int rcvtimeo_ms, int64_t maxmsg)
 {
     char pub[41], sec[41], rpub[41], err[256];
     if (sw_keys_load_secret(swa_path(a, who, ".key"), pub, sec, err, sizeof err) != 0 ||
-        sw_keys_load_public(swa_path(a, "relay", ".pub"), rpub, err, sizeof err) != 0)
+        sw_keys_load_public(swa_path(a, "relay", ".pub"), rpub, err, sizeof err) != 0) {
+        fprintf(stderr, "keys of %s: %s\n", who, err);
         return NULL;
+    }
     void *d = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(d, ZMQ_RECONNECT_IVL, &redial_ms, sizeof redial_ms);
-    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_RCVTIMEO, &rcvtimeo_ms, sizeof rcvtimeo_ms);
+    zmq_setsockopt(d, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (sndhwm >= 0)
+        zmq_setsockopt(d, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
+    if (rcvhwm >= 0)
+        zmq_setsockopt(d, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
     zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, rpub, 41);
     zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, pub, 41);
     zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, sec, 41);
@@ -118,38 +127,25 @@ static __attribute__((unused)) void *swa_raw(const swa_t *a, void *ctx, const ch
     return d;
 }
 
+/* A raw DEALER with `who`'s client key (swa_raw_opts): send high-water mark hwm, redial
+ * interval redial_ms (-1: never). */
+static __attribute__((unused)) void *swa_raw(const swa_t *a, void *ctx, const char *who, int hwm,
+                                             int redial_ms)
+{
+    return swa_raw_opts(a, ctx, who, hwm, -1, redial_ms, -1, -1);
+}
+
 /*
- * A raw DEALER socket in ctx with `who`'s key (node or client), connecting to the relay:
- * queues of hwm messages each way (0: libzmq's defaults; 1 for a sender keeps no backlog in
- * this process, for a reader makes it stop reading its TCP link when it does not read),
- * receive timeout 3 s, frames up to the wire's limit. It announces nothing (swa_raw_announce).
- * Close it with zmq_close(); NULL when the keys do not load.
+ * A raw DEALER with `who`'s key (node or client; swa_raw_opts): queues of hwm messages each
+ * way (0: libzmq's defaults; 1 for a sender keeps no backlog in this process, for a reader
+ * makes it stop reading its TCP link when it does not read), receive timeout 3 s, frames up
+ * to the wire's limit. It announces nothing (swa_raw_announce).
  */
 static __attribute__((unused)) void *swa_raw_peer(const swa_t *a, void *ctx, const char *who,
                                                   int hwm)
 {
-    char pub[41], sec[41], rpub[41], err[256];
-    if (sw_keys_load_secret(swa_path(a, who, ".key"), pub, sec, err, sizeof err) != 0 ||
-        sw_keys_load_public(swa_path(a, "relay", ".pub"), rpub, err, sizeof err) != 0) {
-        fprintf(stderr, "keys of %s: %s\n", who, err);
-        return NULL;
-    }
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
-    int zero = 0, tmo = 3000;
-    int64_t maxmsg = SW_WIRE_MAX_FRAME;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
-    if (hwm > 0) {
-        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    }
-    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, rpub, 41);
-    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 41);
-    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 41);
-    sodium_memzero(sec, sizeof sec);
-    zmq_connect(s, a->ep);
-    return s;
+    return swa_raw_opts(a, ctx, who, hwm > 0 ? hwm : -1, hwm > 0 ? hwm : -1, 100, 3000,
+                        SW_WIRE_MAX_FRAME);
 }
 
 /* Announces raw socket s as a client, or (node) as a middle stage of [10, 20) of 30 with
