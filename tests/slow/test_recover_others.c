@@ -5,7 +5,8 @@
  *
  * A head and two tails serving the same layers; two `shardwire run` clients
  * whose sessions the head routes through different tails (each tail's debug
- * log shows one session). One tail is frozen (SIGSTOP): its session stalls
+ * log shows one session), each 300 bytes into its text (so that the replay
+ * lasts seconds). One tail is frozen (SIGSTOP): its session stalls
  * until the head's round timeout, then is routed through the other tail and
  * replayed. While it stalls, the other client's text keeps growing and the
  * stalled one's does not, and it keeps growing through the recovery (from
@@ -142,8 +143,8 @@ int main(void)
     int on_a = sw_test_count_in_file(log_a, "opened by head"),
         on_b = sw_test_count_in_file(log_b, "opened by head");
     SW_CHECK(on_a == 1 && on_b == 1); /* one session per tail */
-    /* both streaming */
-    for (int i = 0; i < 300 && (s_size(out1) < 40 || s_size(out2) < 40); i++)
+    /* both streaming, far enough that the replay below lasts (about 100 rounds) */
+    for (int i = 0; i < 600 && (s_size(out1) < 300 || s_size(out2) < 300); i++)
         usleep(100000);
 
     /* freeze tail-a; which client is on it shows in who stops */
@@ -170,7 +171,7 @@ int main(void)
             t_fail = s_now() - t0;
             o_fail = s_size(other);
         }
-        if (t_fail && o_mid < 0 && s_now() - t0 >= t_fail + 0.5)
+        if (t_fail && o_mid < 0 && s_now() - t0 >= t_fail + 0.25)
             o_mid = s_size(other); /* past the round the other session had in flight */
         if (t_fail && !t_route && sw_test_count_in_file(head_log, "recovery: replaying") >= 1) {
             t_route = s_now() - t0;
@@ -183,12 +184,12 @@ int main(void)
     }
     printf("recovery of the frozen tail's session: failure seen at +%.1f s, route at +%.1f s, "
            "through again at +%.1f s; meanwhile the other client +%ld bytes to the route, +%ld "
-           "bytes to the end (+%ld from 0.5 s after the failure)\n",
+           "bytes to the end (+%ld from 0.25 s after the failure)\n",
            t_fail, t_route, t_ok, o_route - o_fail, o_ok - o_fail, o_ok - o_mid);
     SW_CHECK(t_fail > 0 && t_ok > 0);
     /* the other client's text grew while this one recovered, past the round it had in flight
-     * at the failure (a recovery shorter than 1.5 s leaves too little time to tell) */
-    SW_CHECK(t_ok - t_fail < 1.5 || (o_mid >= 0 && o_ok > o_mid));
+     * at the failure (a recovery shorter than 0.75 s leaves too little time to tell) */
+    SW_CHECK(t_ok - t_fail < 0.75 || (o_mid >= 0 && o_ok > o_mid));
 
     /* both finish, exact (the stalled one through tail-b after the timeout) */
     SW_CHECK_INT(sw_test_wait(c1, 400), 0);
