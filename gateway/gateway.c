@@ -1161,7 +1161,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
                            .name = "gateway",
                            .connect_timeout_ms = 15000,
                            .stop = stop};
-    g.disp = gw_disp_new(g.zctx, &co, err, sizeof err);
+    g.disp = gw_disp_new(g.zctx, &co, g.metrics, err, sizeof err);
     if (!g.disp) {
         fprintf(stderr, "shardwire serve: %s\n", err);
         goto out;

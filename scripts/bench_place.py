@@ -21,7 +21,16 @@ time is 1000 / decode tok/s) of --tokens tokens, --runs times after one
 warm-up, the median counted. The table prints per configuration the
 ranges, the predicted and measured round time and their ratio.
 
+With --cpu-quota FAST,SLOW (fractions of one core, e.g. 1.0,0.3; needs root
+and a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu) each auto node
+runs in its own cgroup capped at that share (cpu.cfs_period_us 10000,
+cpu.cfs_quota_us FRACTION x 10000), in both configurations: a really uneven
+cluster on one machine, whose probes measure the cap. The head runs without a
+cap. The groups are removed at the end. Without the controller it says so in
+one line and exits 1. --repeat R runs the whole comparison R times.
+
   python3 scripts/bench_place.py                       # SmolLM2-135M
+  python3 scripts/bench_place.py --cpu-quota 1.0,0.3 --repeat 3
   python3 scripts/bench_place.py --model models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \
       --head-layers 4 --fast-mib 250 --slow-mib 400
 
@@ -41,6 +50,66 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = "Once upon a time, in a land far away,"
+CGROUP_CPU = "/sys/fs/cgroup/cpu"
+CFS_PERIOD_US = 10000
+
+
+class CpuCaps:
+    """One cgroup v1 cpu group per auto node, capped at a fraction of one core."""
+
+    def __init__(self, fast, slow):
+        self.quota = {"fast": fast, "slow": slow}
+        self.dirs = {}
+
+    @staticmethod
+    def unusable():
+        """Why the cgroups cannot be used here, or None."""
+        if os.geteuid() != 0:
+            return "not root"
+        for f in ("cgroup.procs", "cpu.cfs_quota_us", "cpu.cfs_period_us"):
+            if not os.path.exists(os.path.join(CGROUP_CPU, f)):
+                return "no cgroup v1 cpu controller at %s (%s missing)" % (CGROUP_CPU, f)
+        if not os.access(CGROUP_CPU, os.W_OK):
+            return "%s is not writable" % CGROUP_CPU
+        return None
+
+    def create(self):
+        for n, q in self.quota.items():
+            d = os.path.join(CGROUP_CPU, "sw-bench-place-%d-%s" % (os.getpid(), n))
+            os.mkdir(d)
+            self.dirs[n] = d
+            with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
+                f.write(str(CFS_PERIOD_US))
+            with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
+                f.write(str(max(1000, int(round(q * CFS_PERIOD_US)))))
+
+    def wrap(self, name, argv):
+        """argv run inside name's group (the shell joins it, then execs: every thread is in)."""
+        d = self.dirs.get(name)
+        if not d:
+            return argv
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', d] + argv
+
+    def throttled(self, name):
+        """(periods throttled, total periods) of name's group so far."""
+        st = {}
+        with open(os.path.join(self.dirs[name], "cpu.stat")) as f:
+            for line in f:
+                k, v = line.split()
+                st[k] = int(v)
+        return st.get("nr_throttled", 0), st.get("nr_periods", 0)
+
+    def remove(self):
+        for d in self.dirs.values():
+            for _ in range(50):  # the group empties once its processes have exited
+                try:
+                    os.rmdir(d)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                print("could not remove the cgroup %s" % d, file=sys.stderr)
+        self.dirs = {}
 
 
 def free_port():
@@ -52,8 +121,8 @@ def free_port():
 
 
 class Cluster:
-    def __init__(self, a, tmp, tag):
-        self.a, self.tmp, self.tag, self.procs = a, tmp, tag, []
+    def __init__(self, a, tmp, tag, caps=None):
+        self.a, self.tmp, self.tag, self.procs, self.caps = a, tmp, tag, [], caps
         self.ep = "127.0.0.1:%d" % free_port()
 
     def spawn(self, name, argv):
@@ -63,10 +132,11 @@ class Cluster:
 
     def node(self, name, layers, extra, nice=0):
         a = self.a
-        self.spawn(name, (["nice", "-n", str(nice)] if nice else []) + [
-                          os.path.join(a.bin, "shardwire-node"), "-m", a.model, "--layers", layers,
-                          "--relay", self.ep, "--name", name, "--insecure-loopback",
-                          "--ctx", str(a.ctx), "--max-sessions", "2"] + extra)
+        argv = (["nice", "-n", str(nice)] if nice else []) + [
+            os.path.join(a.bin, "shardwire-node"), "-m", a.model, "--layers", layers,
+            "--relay", self.ep, "--name", name, "--insecure-loopback",
+            "--ctx", str(a.ctx), "--max-sessions", "2"] + extra
+        self.spawn(name, self.caps.wrap(name, argv) if self.caps else argv)
 
     def start(self, layers):
         """layers: {name: "A:B" or "auto"} for fast and slow."""
@@ -80,7 +150,7 @@ class Cluster:
         self.node("fast", layers["fast"], ["--threads", str(a.fast_threads), "--mem-mib",
                                            str(a.fast_mib)])
         self.node("slow", layers["slow"], ["--threads", "1", "--mem-mib", str(a.slow_mib)],
-                  nice=a.slow_nice)
+                  nice=0 if self.caps else a.slow_nice)
 
     def cli(self, *args, timeout=60):
         r = subprocess.run([os.path.join(self.a.bin, "shardwire")] + list(args) +
@@ -152,24 +222,10 @@ def ranges(peers):
     return one("fast") + ", " + one("slow")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=os.path.join(
-        os.environ.get("SW_MODELS_DIR", os.path.join(ROOT, "models")),
-        "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
-    ap.add_argument("--head-layers", type=int, default=6)
-    ap.add_argument("--fast-threads", type=int, default=1)
-    ap.add_argument("--slow-nice", type=int, default=19)
-    ap.add_argument("--fast-mib", type=int, default=40)
-    ap.add_argument("--slow-mib", type=int, default=70)
-    ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--runs", type=int, default=3)
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="sw-bench-place-")
+def compare(a, tmp, caps, rep):
+    """One comparison: auto then even. Returns (rows, probe)."""
     rows = []
-    c = Cluster(a, tmp, "auto")
+    c = Cluster(a, tmp, "auto%d" % rep, caps)
     try:
         c.start({"fast": "auto", "slow": "auto"})
         peers = c.wait_placed()
@@ -184,7 +240,7 @@ def main():
         even_fits = plan["even_fits"]
     finally:
         c.stop()
-    c = Cluster(a, tmp, "even")
+    c = Cluster(a, tmp, "even%d" % rep, caps)
     try:
         c.start(even)
         c.cli("status", "--expect", "head,fast,slow", "--connect-timeout-s", "120", timeout=180)
@@ -194,23 +250,94 @@ def main():
                      even_ms, even_all))
     finally:
         c.stop()
-    print("model %s; head [0, %d) 1 thread; fast: %d thread(s), --mem-mib %d, probed %.0f us a "
-          "layer; slow: 1 thread, nice %d, --mem-mib %d, probed %.0f us a layer" %
-          (os.path.basename(a.model), a.head_layers, a.fast_threads, a.fast_mib,
-           probe["fast"]["us_layer"], a.slow_nice, a.slow_mib, probe["slow"]["us_layer"]))
+    if not even_fits:
+        print("(the even split is over a node's --mem-mib: it ran here because mmap'd weights "
+              "are not held to the limit)")
+    return rows, probe
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=os.path.join(
+        os.environ.get("SW_MODELS_DIR", os.path.join(ROOT, "models")),
+        "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--head-layers", type=int, default=6)
+    ap.add_argument("--fast-threads", type=int, default=1)
+    ap.add_argument("--slow-nice", type=int, default=19)
+    ap.add_argument("--fast-mib", type=int, default=40)
+    ap.add_argument("--slow-mib", type=int, default=70)
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="comparisons (auto, then even) one after the other")
+    ap.add_argument("--cpu-quota", metavar="FAST,SLOW",
+                    help="cap each auto node in its own cgroup at these fractions of one core "
+                         "(e.g. 1.0,0.3); replaces --slow-nice")
+    a = ap.parse_args()
+    caps = None
+    if a.cpu_quota:
+        try:
+            fast, slow = (float(x) for x in a.cpu_quota.split(","))
+            if not (0.1 <= fast <= 64 and 0.1 <= slow <= 64):
+                raise ValueError
+        except ValueError:
+            print("bench_place.py: --cpu-quota takes FAST,SLOW, two fractions of one core "
+                  "between 0.1 and 64 (e.g. 1.0,0.3)", file=sys.stderr)
+            sys.exit(2)
+        why = CpuCaps.unusable()
+        if why:
+            print("bench_place.py: --cpu-quota needs a writable cgroup v1 cpu controller as "
+                  "root: %s" % why, file=sys.stderr)
+            sys.exit(1)
+        caps = CpuCaps(fast, slow)
+    tmp = tempfile.mkdtemp(prefix="sw-bench-place-")
+    results = []
+    try:
+        if caps:
+            caps.create()
+        for rep in range(a.repeat):
+            rows, probe = compare(a, tmp, caps, rep)
+            results.append((rows, probe))
+            if caps:
+                thr = {n: caps.throttled(n) for n in ("fast", "slow")}
+            if a.repeat > 1:
+                print("comparison %d of %d done (load average %.2f)" %
+                      (rep + 1, a.repeat, os.getloadavg()[0]), flush=True)
+    finally:
+        if caps:
+            caps.remove()
+    probe = results[-1][1]
+    speed = ("cgroup cap %.2f core" % caps.quota["fast"]) if caps else \
+        "%d thread(s)" % a.fast_threads
+    slow_speed = ("cgroup cap %.2f core" % caps.quota["slow"]) if caps else \
+        "nice %d" % a.slow_nice
+    print("model %s; head [0, %d) 1 thread, no cap; fast: 1 thread, %s, --mem-mib %d, probed "
+          "%.0f us a layer; slow: 1 thread, %s, --mem-mib %d, probed %.0f us a layer" %
+          (os.path.basename(a.model), a.head_layers, speed, a.fast_mib,
+           probe["fast"]["us_layer"], slow_speed, a.slow_mib, probe["slow"]["us_layer"]))
+    if caps:
+        print("cgroup periods throttled over the whole bench: fast %d of %d, slow %d of %d "
+              "(period %d us)" % (thr["fast"][0], thr["fast"][1], thr["slow"][0],
+                                  thr["slow"][1], CFS_PERIOD_US))
     print("machine: %s, %d cores, load average %.2f at the end; %d greedy tokens a request, "
           "no drafts, median of %d requests" %
           (platform.processor() or platform.machine(), os.cpu_count(), os.getloadavg()[0],
            a.tokens, a.runs))
-    print("%-20s %-26s %12s %12s %8s  %s" % ("CONFIG", "LAYERS", "PREDICTED MS", "MEASURED MS",
-                                            "RATIO", "RUNS MS"))
-    for name, lay, pred, meas, all_ in rows:
-        print("%-20s %-26s %12.2f %12.2f %8.2f  %s" % (name, lay, pred, meas, meas / pred,
-                                                     " ".join("%.2f" % x for x in all_)))
-    if not even_fits:
-        print("(the even split is over a node's --mem-mib: it ran here because mmap'd weights "
-              "are not held to the limit)")
-    print("auto vs even: %.2fx the even split's round time" % (rows[0][3] / rows[1][3]))
+    print("%-4s %-20s %-26s %12s %12s %8s  %s" % ("REP", "CONFIG", "LAYERS", "PREDICTED MS",
+                                                 "MEASURED MS", "RATIO", "RUNS MS"))
+    for rep, (rows, _) in enumerate(results):
+        for name, lay, pred, meas, all_ in rows:
+            print("%-4d %-20s %-26s %12.2f %12.2f %8.2f  %s" %
+                  (rep + 1, name, lay, pred, meas, meas / pred,
+                   " ".join("%.2f" % x for x in all_)))
+    ratios = [rows[0][3] / rows[1][3] for rows, _ in results]
+    mp = [r[3] / r[2] for rows, _ in results for r in rows]
+    print("auto vs even: %s (x the even split's round time; median %.2f)" %
+          (" ".join("%.2f" % x for x in ratios), statistics.median(ratios)))
+    print("measured / predicted: min %.2f, median %.2f, max %.2f over %d configurations" %
+          (min(mp), statistics.median(mp), max(mp), len(mp)))
     print("logs: %s" % tmp)
 
 
