@@ -18,14 +18,14 @@
 #include "log.h"
 #include "peer.h"
 
-#define S_QUIET_MS 3000     /* silence from a head before we check it is still there */
-#define S_RESUME_GAP_MS 300 /* between two Resumes of one request while a gap lasts */
-#define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
-#define S_STATUS_MS 5000    /* wait for a peer table */
-#define S_HEADS_KNOWN 16    /* heads remembered from the last peer table */
-#define S_SPOT_HEADS 8      /* heads whose spot reports sw_client_spot_ask awaits or keeps */
+#define S_QUIET_MS 3000      /* silence from a head before we check it is still there */
+#define S_RESUME_GAP_MS 300  /* between two Resumes of one request while a gap lasts */
+#define S_GRACE_MS 5000      /* past the head's own deadline before we give up */
+#define S_STATUS_MS 5000     /* wait for a peer table */
+#define S_HEADS_KNOWN 16     /* heads remembered from the last peer table */
+#define S_SPOT_HEADS 8       /* heads whose spot reports sw_client_spot_ask awaits or keeps */
 #define S_SPOT_WAIT_MS 30000 /* an asked head's report is taken this long after the question */
-#define S_FAILOVER_MS 30000 /* a request whose head left waits this long for another */
+#define S_FAILOVER_MS 30000  /* a request whose head left waits this long for another */
 #define S_DEFAULT_TIMEOUT_MS (SW_REQUEST_DEFAULT_TIMEOUT_S * 1000)
 
 typedef struct s_req {
@@ -72,7 +72,7 @@ struct sw_client {
     struct {
         char head[SW_CLIENT_NAME_LEN]; /* "" = free */
         double asked_at;               /* the last SpotQuery sent (ms) */
-        int fresh;                     /* 1: a report arrived that sw_client_spot_take has not given */
+        int fresh;                     /* 1: its report is not yet taken (sw_client_spot_take) */
         sw_client_spot_t report;       /* the last one that arrived */
     } spot[S_SPOT_HEADS];              /* sw_client_spot_ask's heads */
     /* the current event's storage (valid until the next sw_client_next) */

@@ -305,15 +305,14 @@ static void s_spot_text(s_buf_t *b, const gw_metrics_t *m)
          "sessions the head checked since it started"},
         {"shardwire_gateway_spot_rounds_compared_total", "counter",
          "rounds whose copies the head compared"},
-        {"shardwire_gateway_spot_mismatches_total", "counter",
-         "rounds whose copies disagreed"},
+        {"shardwire_gateway_spot_mismatches_total", "counter", "rounds whose copies disagreed"},
         {"shardwire_gateway_spot_report_age_seconds", "gauge",
          "age of the head's last spot report (asked every 5 s)"},
     };
     const double now = s_mono_ms();
     for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
-        s_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help,
-                 series[k].name, series[k].type);
+        s_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help, series[k].name,
+                 series[k].type);
         for (int i = 0; i < GW_METRICS_SPOT_HEADS; i++) {
             const sw_client_spot_t *r = &m->spot[i].rep;
             if (!m->spot[i].head[0])

@@ -145,12 +145,20 @@ class Cluster:
                              "--insecure-loopback"])
         time.sleep(0.5)
         auto = layers["fast"] == "auto"
+        # one after the other, each announced (so probed) before the next starts: on one
+        # machine probes taken at the same time compete for its cores (nodes on separate
+        # machines would not), and a round of one session runs its stages one at a time
         self.node("head", "0:%d" % a.head_layers,
                   ["--threads", "1"] + (["--auto-nodes", "2"] if auto else []))
+        self.wait_for("head")
         self.node("fast", layers["fast"], ["--threads", str(a.fast_threads), "--mem-mib",
                                            str(a.fast_mib)])
+        self.wait_for("fast")
         self.node("slow", layers["slow"], ["--threads", "1", "--mem-mib", str(a.slow_mib)],
                   nice=0 if self.caps else a.slow_nice)
+
+    def wait_for(self, name):
+        self.cli("status", "--expect", name, "--connect-timeout-s", "120", timeout=180)
 
     def cli(self, *args, timeout=60):
         r = subprocess.run([os.path.join(self.a.bin, "shardwire")] + list(args) +

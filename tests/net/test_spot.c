@@ -203,14 +203,9 @@ int main(void)
     snprintf(s_curl, sizeof s_curl, "%s",
              access("/usr/bin/curl", X_OK) == 0 ? "/usr/bin/curl" : "/bin/curl");
     snprintf(s_listen, sizeof s_listen, "127.0.0.1:%d", sw_test_free_port());
-    char *gw_argv[] = {(char *)sw_test_bin("shardwire"),
-                       "serve",
-                       "--relay",
-                       s_ep,
-                       "--listen",
-                       s_listen,
-                       "--insecure-no-api-key",
-                       NULL};
+    char *gw_argv[] = {
+        (char *)sw_test_bin("shardwire"), "serve", "--relay", s_ep, "--listen", s_listen,
+        "--insecure-no-api-key",          NULL};
     pid_t gw = access(s_curl, X_OK) == 0 ? sw_test_spawn(gw_argv, sw_test_log("serve.log")) : -1;
     if (gw < 0)
         sw_test_skip_part("curl is not installed (scripts/deps.sh installs it): no /metrics check");
