@@ -14,12 +14,19 @@ does not make a node faster on 2 busy cores).
      gives the plan's predicted round time (1 row a round), the head's
      assignment and the even split of the same layers over the same nodes
      (with its predicted time from the same probes).
-  2. even: the same nodes started with those even ranges as fixed --layers.
+  2. even: the same nodes started again next to them (a second relay) with
+     those even ranges as fixed --layers.
 
-In each, greedy requests without drafts (one token a round, so a round's
-time is 1000 / decode tok/s) of --tokens tokens, --runs times after one
-warm-up, the median counted. The table prints per configuration the
-ranges, the predicted and measured round time and their ratio.
+Nodes start one after another, each probed before the next starts (probes
+taken at once on one machine compete for its cores). Then greedy requests
+without drafts (one token a round, so a round's time is 1000 / decode
+tok/s) of --tokens tokens go to the auto and the even cluster in turn,
+--runs times each after one warm-up, the median counted: both meet the
+same load, and only one computes at a time. The table prints per
+configuration the ranges, the predicted and measured round time and their
+ratio, then a round trip's split, measured (the head's statistics: each
+stage's compute, and the rest, "network") against the plan's (probes and
+round trips).
 
 With --cpu-quota FAST,SLOW (fractions of one core, e.g. 1.0,0.3; needs root
 and a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu) each auto node
@@ -73,31 +80,29 @@ class CpuCaps:
             return "%s is not writable" % CGROUP_CPU
         return None
 
-    def create(self):
-        for n, q in self.quota.items():
-            d = os.path.join(CGROUP_CPU, "sw-bench-place-%d-%s" % (os.getpid(), n))
-            os.mkdir(d)
-            self.dirs[n] = d
-            with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
-                f.write(str(CFS_PERIOD_US))
-            with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
-                f.write(str(max(1000, int(round(q * CFS_PERIOD_US)))))
-
-    def wrap(self, name, argv):
-        """argv run inside name's group (the shell joins it, then execs: every thread is in)."""
-        d = self.dirs.get(name)
-        if not d:
-            return argv
+    def wrap(self, tag, name, argv):
+        """argv run inside a new group for node name of cluster tag, capped at name's share
+        (the shell joins it, then execs: every thread of the node is in it)."""
+        d = os.path.join(CGROUP_CPU, "sw-bench-place-%d-%s-%s" % (os.getpid(), tag, name))
+        os.mkdir(d)
+        self.dirs[(tag, name)] = d
+        with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
+            f.write(str(CFS_PERIOD_US))
+        with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(max(1000, int(round(self.quota[name] * CFS_PERIOD_US)))))
         return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', d] + argv
 
     def throttled(self, name):
-        """(periods throttled, total periods) of name's group so far."""
-        st = {}
-        with open(os.path.join(self.dirs[name], "cpu.stat")) as f:
-            for line in f:
-                k, v = line.split()
-                st[k] = int(v)
-        return st.get("nr_throttled", 0), st.get("nr_periods", 0)
+        """(periods throttled, total periods) of name's groups so far."""
+        thr = per = 0
+        for (_, n), d in self.dirs.items():
+            if n != name:
+                continue
+            with open(os.path.join(d, "cpu.stat")) as f:
+                st = dict((k, int(v)) for k, v in (line.split() for line in f))
+            thr += st.get("nr_throttled", 0)
+            per += st.get("nr_periods", 0)
+        return thr, per
 
     def remove(self):
         for d in self.dirs.values():
@@ -136,7 +141,7 @@ class Cluster:
             os.path.join(a.bin, "shardwire-node"), "-m", a.model, "--layers", layers,
             "--relay", self.ep, "--name", name, "--insecure-loopback",
             "--ctx", str(a.ctx), "--max-sessions", "2"] + extra
-        self.spawn(name, self.caps.wrap(name, argv) if self.caps else argv)
+        self.spawn(name, self.caps.wrap(self.tag, name, argv) if self.caps else argv)
 
     def start(self, layers):
         """layers: {name: "A:B" or "auto"} for fast and slow."""
@@ -197,15 +202,19 @@ class Cluster:
         raise RuntimeError("the nodes were not placed within %d s (logs in %s)" %
                            (timeout, self.tmp))
 
-    def round_ms(self):
-        """Median round time (ms) of --runs greedy requests without drafts, after a warm-up."""
-        out = []
-        for i in range(self.a.runs + 1):
-            j = json.loads(self.cli("run", "--greedy", "--draft", "none", "-p", PROMPT, "-n",
-                                    str(self.a.tokens), "--json", timeout=600))
-            if i > 0:
-                out.append(1000.0 / j["decode_tok_s"])
-        return statistics.median(out), out
+    def one(self):
+        """One greedy request without drafts: its round time (ms) and the split of a round
+        trip (ms): each stage's compute (the head's under "head") and the rest ("network":
+        relay hops, waits to be scheduled), the prefill's trip included."""
+        j = json.loads(self.cli("run", "--greedy", "--draft", "none", "-p", PROMPT, "-n",
+                                str(self.a.tokens), "--json", timeout=600))
+        tm, trips = j.get("timing", {}), j["rounds"] + 1.0
+        split = {}
+        if "network_ms" in tm:
+            split = dict(tm.get("stage_compute_ms", {}))
+            split["head"] = tm["head_compute_ms"]
+            split["network"] = tm["network_ms"]
+        return 1000.0 / j["decode_tok_s"], {k: v / trips for k, v in split.items()}
 
     def stop(self):
         for p in reversed(self.procs):
@@ -230,37 +239,61 @@ def ranges(peers):
     return one("fast") + ", " + one("slow")
 
 
+def predicted_split(plan, ranges_):
+    """The plan's round trip split like round_ms's (ms): compute per stage, round trips."""
+    nodes = {p["name"]: p for p in plan["nodes"]}
+    out = {"head": plan["head_us_layer"] * plan["head_layers"] / 1e3,
+           "network": plan["head_rtt_us"] / 1e3}
+    for n, (b, e) in ranges_.items():
+        p = nodes[n]
+        out[n] = ((e - b) * p["us_layer"] + (p["us_out"] if e == plan["n_layers"] else 0)) / 1e3
+        out["network"] += p["rtt_us"] / 1e3
+    return out
+
+
 def compare(a, tmp, caps, rep):
-    """One comparison: auto then even. Returns (rows, probe)."""
-    rows = []
-    c = Cluster(a, tmp, "auto%d" % rep, caps)
+    """One comparison: the auto cluster placed, the even cluster (the same nodes with the even
+    split of the same layers, fixed) started next to it, then requests to one and the other
+    in turn, so that both meet the same load (only one computes at a time). Returns (rows,
+    probe)."""
+    ca = Cluster(a, tmp, "auto%d" % rep, caps)
+    ce = Cluster(a, tmp, "even%d" % rep, caps)
     try:
-        c.start({"fast": "auto", "slow": "auto"})
-        peers = c.wait_placed()
-        plan = json.loads(c.cli("plan", "--model", a.model, "--json"))
+        ca.start({"fast": "auto", "slow": "auto"})
+        peers = ca.wait_placed()
+        plan = json.loads(ca.cli("plan", "--model", a.model, "--json"))
         probe = {p["name"]: p for p in plan["nodes"]}
-        auto_ms, auto_all = c.round_ms()
-        rows.append(("auto (head's plan)", ranges(peers), plan["current_us"] / 1e3, auto_ms,
-                     auto_all))
         even = {n: "%d:%d" % (probe[n]["even_begin"], probe[n]["even_end"])
                 for n in ("fast", "slow")}
-        even_pred = plan["even_us"] / 1e3
-        even_fits = plan["even_fits"]
-    finally:
-        c.stop()
-    c = Cluster(a, tmp, "even%d" % rep, caps)
-    try:
-        c.start(even)
-        c.cli("status", "--expect", "head,fast,slow", "--connect-timeout-s", "120", timeout=180)
+        ce.start(even)
+        ce.cli("status", "--expect", "head,fast,slow", "--connect-timeout-s", "120", timeout=180)
         time.sleep(1)
-        even_ms, even_all = c.round_ms()
-        rows.append(("even split", "fast %s, slow %s" % (even["fast"], even["slow"]), even_pred,
-                     even_ms, even_all))
+        got = {"auto": ([], {}), "even": ([], {})}
+        for i in range(a.runs + 1):  # the first of each is a warm-up
+            for tag, c in (("auto", ca), ("even", ce)):
+                ms, split = c.one()
+                if i > 0:
+                    got[tag][0].append(ms)
+                    for k, v in split.items():
+                        got[tag][1].setdefault(k, []).append(v)
     finally:
-        c.stop()
-    if not even_fits:
+        ca.stop()
+        ce.stop()
+    if not plan["even_fits"]:
         print("(the even split is over a node's --mem-mib: it ran here because mmap'd weights "
               "are not held to the limit)")
+    cur = {n: (peers[n]["layer_begin"], peers[n]["layer_end"]) for n in ("fast", "slow")
+           if not peers[n].get("standby")}
+    ev = {n: tuple(int(x) for x in even[n].split(":")) for n in ("fast", "slow")}
+    rows = []
+    for name, lay, pred, tag, rng in (
+            ("auto (head's plan)", ranges(peers), plan["current_us"] / 1e3, "auto", cur),
+            ("even split", "fast %s, slow %s" % (even["fast"], even["slow"]),
+             plan["even_us"] / 1e3, "even", ev)):
+        runs, split = got[tag]
+        rows.append((name, lay, pred, statistics.median(runs), runs,
+                     {k: statistics.median(v) for k, v in split.items()},
+                     predicted_split(plan, rng)))
     return rows, probe
 
 
@@ -303,8 +336,6 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sw-bench-place-")
     results = []
     try:
-        if caps:
-            caps.create()
         for rep in range(a.repeat):
             rows, probe = compare(a, tmp, caps, rep)
             results.append((rows, probe))
@@ -336,10 +367,17 @@ def main():
     print("%-4s %-20s %-26s %12s %12s %8s  %s" % ("REP", "CONFIG", "LAYERS", "PREDICTED MS",
                                                  "MEASURED MS", "RATIO", "RUNS MS"))
     for rep, (rows, _) in enumerate(results):
-        for name, lay, pred, meas, all_ in rows:
+        for name, lay, pred, meas, all_, _, _ in rows:
             print("%-4d %-20s %-26s %12.2f %12.2f %8.2f  %s" %
                   (rep + 1, name, lay, pred, meas, meas / pred,
                    " ".join("%.2f" % x for x in all_)))
+    print("a round trip split, measured (the head's stats, per trip, prefill's included) / "
+          "predicted (probes), ms:")
+    for rep, (rows, _) in enumerate(results):
+        for name, _, _, _, _, got, want in rows:
+            print("%-4d %-20s %s" % (rep + 1, name, "  ".join(
+                "%s %.2f/%.2f" % (k, got.get(k, float("nan")), want[k])
+                for k in ("head", "fast", "slow", "network") if k in want)))
     ratios = [rows[0][3] / rows[1][3] for rows, _ in results]
     mp = [r[3] / r[2] for rows, _ in results for r in rows]
     print("auto vs even: %s (x the even split's round time; median %.2f)" %
