@@ -82,7 +82,10 @@ class CpuCaps:
 
     def wrap(self, tag, name, argv):
         """argv run inside a new group for node name of cluster tag, capped at name's share
-        (the shell joins it, then execs: every thread of the node is in it)."""
+        (the shell joins it, then execs: every thread of the node is in it). Others (the
+        head) run without a cap."""
+        if name not in self.quota:
+            return argv
         d = os.path.join(CGROUP_CPU, "sw-bench-place-%d-%s-%s" % (os.getpid(), tag, name))
         os.mkdir(d)
         self.dirs[(tag, name)] = d
