@@ -313,6 +313,7 @@ void sw_client_table_clear(sw_client_table_t *t)
 }
 
 static void s_remember(sw_client_t *c, const sw_client_table_t *t);
+static int s_is_head(const sw_client_peer_t *p);
 
 int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
                      size_t err_len)
@@ -344,6 +345,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->role = sw_wire_role_name(a->role);
         p->is_node = a->role >= SW_ROLE_HEAD && a->role <= SW_ROLE_FULL;
         p->key_bound = p->is_node && pi->key_bound;
+        p->role_bound = p->is_node && pi->key_bound == SW_KEY_BOUND_ROLE;
         p->layer_begin = a->layer_begin;
         p->layer_end = a->layer_end;
         p->n_layers = a->n_layers;
@@ -367,6 +369,8 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->kv_kib_layer = a->kv_kib_layer;
     }
     out->need_key = c->secure;
+    for (int i = 0; i < out->n_peers && c->secure; i++)
+        out->role_heads += out->peers[i].role_bound && s_is_head(&out->peers[i]);
     out->uptime_ms = pt->uptime_ms;
     out->forwarded = pt->msgs_forwarded;
     out->dropped = pt->msgs_dropped;
@@ -390,10 +394,16 @@ int sw_client_peer_serves(const sw_client_peer_t *p, const char *model)
            (strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));
 }
 
-/* 1 when p may be sent requests: a head, key-bound where keys are used. */
+/* 1 when p may be sent requests: a head, key-bound where keys are used, and bound to the
+ * head role when any head is (then a node key bound to a name only that announces a head,
+ * a second head of the model, is not one to choose or fail over to). */
 static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
 {
-    return s_is_head(p) && (p->key_bound || !t->need_key);
+    if (!s_is_head(p))
+        return 0;
+    if (!t->need_key)
+        return 1;
+    return p->key_bound && (p->role_bound || t->role_heads == 0);
 }
 
 /* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
@@ -401,7 +411,7 @@ static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
 static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,
                        char *err, size_t err_len)
 {
-    int found = -1, n_found = 0, other_model = 0, unbound = 0;
+    int found = -1, n_found = 0, other_model = 0, unbound = 0, unroled = 0;
     char names[160] = "";
     for (int i = 0; i < t->n_peers; i++) {
         const sw_client_peer_t *p = &t->peers[i];
@@ -409,6 +419,7 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
             continue;
         if (!s_trusted_head(t, p)) {
             unbound++;
+            unroled += p->key_bound;
             continue;
         }
         if (!sw_client_peer_serves(p, model)) {
@@ -429,10 +440,16 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
                       "%d heads serve %s%s (%s%s): name the one to use (shardwire run --head NAME)",
                       n_found, model && model[0] ? "the model " : "requests",
                       model && model[0] ? model : "", names, n_found > 4 ? ", ..." : "");
+    if (want && unroled)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                      "the head '%s' is bound to its name but not to the head role in the relay's "
+                      "allow-list, while %d other head(s) are ('KEY head NAME'): refusing to send "
+                      "it requests",
+                      want, t->role_heads);
     if (want && unbound)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                       "the head '%s' is not bound to its name by a node key in the relay's "
-                      "allow-list ('KEY node %s'): refusing to send it requests",
+                      "allow-list ('KEY head %s'): refusing to send it requests",
                       want, want);
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",

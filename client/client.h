@@ -120,6 +120,7 @@ typedef struct sw_client_peer {
     const char *role;              /* "head", "middle", "tail", "full", "client", "?" */
     int is_node;                   /* 1 for head, middle, tail and full */
     int key_bound;        /* 1: a node bound to its name by its key in the relay's allow-list */
+    int role_bound;       /* 1: ... and to its role ("KEY head NAME" / "KEY stage NAME") */
     uint32_t layer_begin; /* first layer held */
     uint32_t layer_end;   /* one past the last layer held */
     uint32_t n_layers;    /* layers of the whole model */
@@ -150,6 +151,8 @@ typedef struct sw_client_table {
     uint64_t forwarded;      /* messages the relay forwarded */
     uint64_t dropped;        /* messages it dropped */
     int need_key;            /* 1: only key-bound nodes count (the client holds keys) */
+    int role_heads;          /* heads whose key is bound to the head role: when > 0, requests go
+                                only to those (another node key announcing a head is ignored) */
 } sw_client_table_t;
 
 /* Asks the relay for its peer table (up to timeout_ms). 0, or a code after a line in err. */
