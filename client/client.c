@@ -406,6 +406,11 @@ static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
     return p->key_bound && (p->role_bound || t->role_heads == 0);
 }
 
+int sw_client_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
+{
+    return s_trusted_head(t, p);
+}
+
 /* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
  * or SW_CLIENT_ENOHEAD after a line in err. */
 static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,

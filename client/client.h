@@ -183,6 +183,10 @@ typedef struct sw_client_spot {
 int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int timeout_ms,
                    char *err, size_t err_len) __attribute__((warn_unused_result));
 
+/* 1 when p, a peer of table t, is a head this client would send requests to
+ * (key-bound where keys are used, role-bound when any head is). */
+int sw_client_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p);
+
 /*
  * The same without waiting, for a client with requests in flight (the
  * gateway): sends head a SpotQuery now (dropped when it cannot be queued at

@@ -255,9 +255,9 @@ static void s_command(gw_disp_t *d)
     }
 }
 
-/* Every S_SPOT_EVERY_MS: asks the trusted heads of the last peer table (no
- * new table is fetched for it) for their spot reports, without waiting; the
- * reports that arrived go to the metrics. */
+/* Every S_SPOT_EVERY_MS: asks the trusted heads of the last peer table (those
+ * it would send requests to; no new table is fetched for it) for their spot
+ * reports, without waiting; the reports that arrived go to the metrics. */
 static void s_spot(gw_disp_t *d)
 {
     if (!d->metrics || !d->client)
@@ -273,7 +273,7 @@ static void s_spot(gw_disp_t *d)
     int asked = 0;
     for (int i = 0; i < d->table.n_peers && asked < GW_METRICS_SPOT_HEADS; i++) {
         const sw_client_peer_t *p = &d->table.peers[i];
-        if (!sw_client_peer_serves(p, NULL) || (d->table.need_key && !p->key_bound))
+        if (!sw_client_trusted_head(&d->table, p))
             continue;
         asked++;
         if (sw_client_spot_ask(d->client, p->name) != 0)
