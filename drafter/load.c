@@ -202,7 +202,7 @@ static void s_window(draft_load_t *l, double now)
         return;
     }
     if (now > l->t_last) {
-        l->w_sess_ms += l->n_active * (now - l->t_last);
+        l->w_sess_ms += l->n_decoding * (now - l->t_last);
         l->t_last = now;
     }
     const double dt = now - l->w_start;
@@ -246,9 +246,10 @@ void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_
     l->rounds = l->rounds * S_COST_DECAY + later_rounds * (1 - S_COST_DECAY);
 }
 
-void draft_load_active(draft_load_t *l, int n)
+void draft_load_active(draft_load_t *l, int n, int n_decoding)
 {
     l->n_active = n;
+    l->n_decoding = n_decoding;
 }
 
 double draft_load_ext(const draft_load_t *l, double r_own)

@@ -1015,6 +1015,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             return MHD_YES;
         if (s_now_ms() - sc->t0 > g->o->body_timeout_s * 1e3) {
             sc->answered = 1;
+            gw_metrics_error(g->metrics, "request_timeout"); /* as the sweep counts it */
             return s_error(g, c, s_ep(sc), MHD_HTTP_REQUEST_TIMEOUT,
                            "the request body did not arrive in time", "invalid_request_error", NULL,
                            "request_timeout");
