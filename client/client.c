@@ -18,12 +18,14 @@
 #include "log.h"
 #include "peer.h"
 
-#define S_QUIET_MS 3000     /* silence from a head before we check it is still there */
-#define S_RESUME_GAP_MS 300 /* between two Resumes of one request while a gap lasts */
-#define S_GRACE_MS 5000     /* past the head's own deadline before we give up */
-#define S_STATUS_MS 5000    /* wait for a peer table */
-#define S_HEADS_KNOWN 16    /* heads remembered from the last peer table */
-#define S_FAILOVER_MS 30000 /* a request whose head left waits this long for another */
+#define S_QUIET_MS 3000      /* silence from a head before we check it is still there */
+#define S_RESUME_GAP_MS 300  /* between two Resumes of one request while a gap lasts */
+#define S_GRACE_MS 5000      /* past the head's own deadline before we give up */
+#define S_STATUS_MS 5000     /* wait for a peer table */
+#define S_HEADS_KNOWN 16     /* heads remembered from the last peer table */
+#define S_SPOT_HEADS 8       /* heads whose spot reports sw_client_spot_ask awaits or keeps */
+#define S_SPOT_WAIT_MS 30000 /* an asked head's report is taken this long after the question */
+#define S_FAILOVER_MS 30000  /* a request whose head left waits this long for another */
 #define S_DEFAULT_TIMEOUT_MS (SW_REQUEST_DEFAULT_TIMEOUT_S * 1000)
 
 typedef struct s_req {
@@ -67,6 +69,12 @@ struct sw_client {
         char model[65];                /* its model fingerprint */
     } heads[S_HEADS_KNOWN];            /* (n_heads): the model a request's head serves */
     int n_heads;                       /* entries in heads */
+    struct {
+        char head[SW_CLIENT_NAME_LEN]; /* "" = free */
+        double asked_at;               /* the last SpotQuery sent (ms) */
+        int fresh;                     /* 1: its report is not yet taken (sw_client_spot_take) */
+        sw_client_spot_t report;       /* the last one that arrived */
+    } spot[S_SPOT_HEADS];              /* sw_client_spot_ask's heads */
     /* the current event's storage (valid until the next sw_client_next) */
     uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
     char *ev_text;              /* released text */
@@ -398,6 +406,11 @@ static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
     return p->key_bound && (p->role_bound || t->role_heads == 0);
 }
 
+int sw_client_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
+{
+    return s_trusted_head(t, p);
+}
+
 /* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
  * or SW_CLIENT_ENOHEAD after a line in err. */
 static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,
@@ -718,6 +731,74 @@ static int s_send_generate(sw_client_t *c, const char *head, const sw_client_req
     return sw_peer_send_msg(c->peer, head, &msg);
 }
 
+/* A decoded SpotReport into the client's form. */
+static void s_spot_copy(sw_client_spot_t *out, const sw_msg_spot_report_t *r)
+{
+    memset(out, 0, sizeof *out);
+    out->share = r->share;
+    out->sessions_checked = r->sessions_checked;
+    out->rounds_compared = r->rounds_compared;
+    out->mismatches = r->mismatches;
+    for (uint32_t i = 0; i < r->n_nodes && i < SW_WIRE_MAX_SPOT_NODES; i++) {
+        s_clean(out->nodes[i].name, sizeof out->nodes[i].name, r->nodes[i].name);
+        out->nodes[i].convicted = r->nodes[i].convicted;
+        out->nodes[i].avoid_s = r->nodes[i].avoid_s;
+        out->n_nodes++;
+    }
+}
+
+int sw_client_spot_ask(sw_client_t *c, const char *head)
+{
+    if (!head || !sw_wire_name_ok(head, strnlen(head, SW_WIRE_NAME_MAX + 1)))
+        return SW_CLIENT_EINVAL;
+    int at = -1, oldest = 0;
+    for (int i = 0; i < S_SPOT_HEADS && at < 0; i++)
+        if (!strcmp(c->spot[i].head, head))
+            at = i;
+    for (int i = 0; i < S_SPOT_HEADS && at < 0; i++)
+        if (!c->spot[i].head[0])
+            at = i;
+    for (int i = 1; i < S_SPOT_HEADS && at < 0; i++)
+        if (c->spot[i].asked_at < c->spot[oldest].asked_at)
+            oldest = i;
+    if (at < 0) { /* every slot taken: the head asked longest ago gives its place */
+        at = oldest;
+        memset(&c->spot[at], 0, sizeof c->spot[at]);
+    }
+    const sw_msg_t q = {.type = SW_MSG_SPOT_QUERY};
+    if (sw_peer_try_send_msg(c->peer, head, &q) != 0)
+        return SW_CLIENT_ECONNECT;
+    snprintf(c->spot[at].head, sizeof c->spot[at].head, "%s", head);
+    c->spot[at].asked_at = s_now_ms();
+    return 0;
+}
+
+int sw_client_spot_take(sw_client_t *c, char head[SW_CLIENT_NAME_LEN], sw_client_spot_t *out)
+{
+    for (int i = 0; i < S_SPOT_HEADS; i++)
+        if (c->spot[i].head[0] && c->spot[i].fresh) {
+            c->spot[i].fresh = 0;
+            memcpy(head, c->spot[i].head, SW_CLIENT_NAME_LEN);
+            *out = c->spot[i].report;
+            return 0;
+        }
+    return 1;
+}
+
+/* A SpotReport read by sw_client_next: kept when it comes from a head asked
+ * lately (sealed when the cluster seals), else ignored. */
+static void s_on_spot_report(sw_client_t *c, const sw_wire_msg_t *m, const sw_msg_spot_report_t *r)
+{
+    if (c->sealed && !m->sealed)
+        return;
+    for (int i = 0; i < S_SPOT_HEADS; i++)
+        if (c->spot[i].head[0] && !strcmp(c->spot[i].head, m->peer) &&
+            s_now_ms() - c->spot[i].asked_at < S_SPOT_WAIT_MS) {
+            s_spot_copy(&c->spot[i].report, r);
+            c->spot[i].fresh = 1;
+        }
+}
+
 int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int timeout_ms,
                    char *err, size_t err_len)
 {
@@ -740,16 +821,7 @@ int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int 
         int rc = 1;
         if (type == SW_MSG_SPOT_REPORT && !strcmp(m.peer, head) &&
             sw_codec_decode(&m, SW_MSG_SPOT_REPORT, &d, NULL, 0) == 0) {
-            out->share = d.spot.share;
-            out->sessions_checked = d.spot.sessions_checked;
-            out->rounds_compared = d.spot.rounds_compared;
-            out->mismatches = d.spot.mismatches;
-            for (uint32_t i = 0; i < d.spot.n_nodes; i++) {
-                s_clean(out->nodes[i].name, sizeof out->nodes[i].name, d.spot.nodes[i].name);
-                out->nodes[i].convicted = d.spot.nodes[i].convicted;
-                out->nodes[i].avoid_s = d.spot.nodes[i].avoid_s;
-            }
-            out->n_nodes = (int)d.spot.n_nodes;
+            s_spot_copy(out, &d.spot);
             rc = 0;
         } else if (type == SW_MSG_ERROR && sw_codec_decode(&m, SW_MSG_ERROR, &d, NULL, 0) == 0 &&
                    (!strcmp(m.peer, head) || !strcmp(d.error.dest, head))) {
@@ -1069,9 +1141,13 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
 {
     sw_msg_t d;
     const sw_msg_type_t type = sw_wire_msg_type(m);
-    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR) ||
+    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR && type != SW_MSG_SPOT_REPORT) ||
         sw_codec_decode(m, type, &d, NULL, 0) != 0)
         return 1;
+    if (type == SW_MSG_SPOT_REPORT) {
+        s_on_spot_report(c, m, &d.spot);
+        return 1;
+    }
     if (type == SW_MSG_TOKEN_CHUNK) {
         s_req_t *r = s_find(c, d.chunk.request_id);
         if (!r || strcmp(m->peer, r->head) != 0)

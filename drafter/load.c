@@ -146,6 +146,20 @@ static void s_gate_cycle(draft_gate_t *g, int except)
     s_gate_next(g);
 }
 
+/* 1 when the arm being measured already trails another arm's last rate by
+ * far (DRAFT_GATE_CUT): its measurement ends early, since every window of a
+ * losing arm costs all sessions. */
+static int s_gate_losing(const draft_gate_t *g)
+{
+    if (!(g->m_sess > 0))
+        return 0;
+    double best = 0;
+    for (int a = 0; a < g->n_arms; a++)
+        if (a != g->arm && g->rate[a] > best)
+            best = g->rate[a];
+    return g->m_tok / g->m_sess < DRAFT_GATE_CUT * best;
+}
+
 /* One window of the gate (see load.h): tok tokens over sess_ms session-ms in dt ms. */
 static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt)
 {
@@ -186,7 +200,7 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
     default:
         g->m_tok += tok;
         g->m_sess += sess_ms;
-        if (--g->left > 0)
+        if (--g->left > 0 && !s_gate_losing(g))
             return;
         g->rate[g->arm] = g->m_sess > 0 ? g->m_tok / g->m_sess : 0;
         s_gate_next(g);
@@ -202,7 +216,7 @@ static void s_window(draft_load_t *l, double now)
         return;
     }
     if (now > l->t_last) {
-        l->w_sess_ms += l->n_active * (now - l->t_last);
+        l->w_sess_ms += l->n_decoding * (now - l->t_last);
         l->t_last = now;
     }
     const double dt = now - l->w_start;
@@ -246,9 +260,10 @@ void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_
     l->rounds = l->rounds * S_COST_DECAY + later_rounds * (1 - S_COST_DECAY);
 }
 
-void draft_load_active(draft_load_t *l, int n)
+void draft_load_active(draft_load_t *l, int n, int n_decoding)
 {
     l->n_active = n;
+    l->n_decoding = n_decoding;
 }
 
 double draft_load_ext(const draft_load_t *l, double r_own)

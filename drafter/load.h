@@ -54,12 +54,14 @@
  * after one window to settle, the winner holds DRAFT_GATE_HOLD windows
  * (doubled, up to DRAFT_GATE_HOLD_MAX, while the same arm keeps winning) and
  * is measured again at the end of its hold before the others are tried once
- * more. With one session the gate is open: the one-session controller decides
- * alone. */
-#define DRAFT_GATE_MEASURE 2
-#define DRAFT_GATE_HOLD 6
+ * more; a measurement ends after one window when its arm is below
+ * DRAFT_GATE_CUT of another arm's last rate. With one session the gate is open: the one-session
+ * controller decides alone. */
+#define DRAFT_GATE_MEASURE 3
+#define DRAFT_GATE_HOLD 8
 #define DRAFT_GATE_HOLD_MAX 32
 #define DRAFT_GATE_ARMS 3
+#define DRAFT_GATE_CUT 0.7 // an arm below this share of another's rate after a window: cut short
 
 enum {
     DRAFT_ARM_PLAIN = 0,  // no drafts
@@ -98,6 +100,7 @@ typedef struct draft_load {
     double rounds;      // rounds per batch at the last stage (moving average, >= 1)
     double draft_rows;  // rows per batched draft step (moving average)
     int n_active;       // sessions running
+    int n_decoding;     // of them past their first token
     /* the current window */
     double w_start;    // its start (ms, 0 = none yet)
     double w_tokens;   // tokens committed in it
@@ -118,8 +121,10 @@ void draft_load_draft_batch(draft_load_t *l, int rows, double ms, double now);
  * later_rounds rounds (0 = not said: the stage did not report its batch). */
 void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_rows,
                         int later_rounds, double now);
-/* Sessions running now. */
-void draft_load_active(draft_load_t *l, int n);
+/* Sessions running now, and of them those past their first token (the
+ * gate's rates count these: a session waiting for its prefill commits
+ * nothing under any arm, and would only add noise). */
+void draft_load_active(draft_load_t *l, int n, int n_decoding);
 /* Turns the gate on or off (draft_load_init leaves it off), with n_arms 2
  * (plain, chosen) or 3 (and n-gram: a head with a draft model). */
 void draft_load_gate(draft_load_t *l, int on, int n_arms);

@@ -227,7 +227,10 @@ void node_head_step(node_t *n)
     const double now = sw_now_ms();
     h->busy = 0;
     head_queue_step(n, now);
-    draft_load_active(&h->load, h->n_active);
+    int decoding = 0;
+    for (int k = 0; k < h->n_slots; k++)
+        decoding += h->sess[k].state == HEAD_RUN && h->sess[k].n_seen > 0;
+    draft_load_active(&h->load, h->n_active, decoding);
     const draft_gate_t *g = &h->load.gate;
     if (g->decisions != h->gate_logged) { // one line per comparison: every 9 s or more
         h->gate_logged = g->decisions;

@@ -243,6 +243,16 @@ CLAIMS = [
      "    randombytes_buf(&s->id, sizeof s->id);\n    s->id |= 1;\n    s->spot->id[0] = s->id;",
      "    s->spot->id[0] = s->id;",
      "test_spot", {}),
+    ("the gateway's /metrics never shows a head's spot report (the client drops it)",
+     "client/client.c",
+     "            s_spot_copy(&c->spot[i].report, r);\n            c->spot[i].fresh = 1;",
+     "            s_spot_copy(&c->spot[i].report, r);\n            c->spot[i].fresh = 0;",
+     "test_spot", {}),
+    ("a convicted node shown as disputed in the gateway's /metrics",
+     "gateway/metrics.c",
+     "r->nodes[j].convicted ? \"convicted\" : \"disputed\"",
+     "r->nodes[j].convicted ? \"disputed\" : \"disputed\"",
+     "test_spot", {}),
 ]
 
 # the cuda tests run as programs (their environment given here), the others under ctest (the
