@@ -127,6 +127,8 @@ int draft_ctl_next_k(draft_ctl_t *c, int cap)
         return 0;
     if (c->k_fixed > 0)
         return c->k_fixed < cap ? c->k_fixed : cap;
+    if (!draft_load_drafts_allowed(c->load)) // the head measures plain rounds now (load.h)
+        return 0;
     const int hi = c->k_max < cap ? c->k_max : cap;
     /* Three different K first, so the compute table has a shape; but not
      * while the head is so loaded that one draft row costs the other

@@ -166,6 +166,10 @@ int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx)
     if (!d->model || draft_gen_k(d) == 0 ||
         (d->cfg.mode != DRAFT_MODE_MODEL && d->cfg.mode != DRAFT_MODE_MIX))
         return 0;
+    /* While the head's gate holds plain rounds, the draft model reads the
+     * prompt only when drafting resumes (its catch-up, priced by the controller). */
+    if (d->cfg.k == DRAFT_K_AUTO && !draft_load_drafts_allowed(d->cfg.load))
+        return 0;
     return d->seq ? draft_seq_warm(d->seq, ctx, n_ctx) : 0;
 }
 

@@ -63,25 +63,118 @@ void draft_load_init(draft_load_t *l)
 {
     memset(l, 0, sizeof *l);
     l->rounds = 1;
+    l->gate.arm = 1;
+    l->gate.hold = DRAFT_GATE_HOLD;
+    l->gate.last_win = -1;
+}
+
+void draft_load_gate(draft_load_t *l, int on)
+{
+    l->gate.on = on ? 1 : 0;
+    l->gate.arm = 1;
+}
+
+int draft_load_drafts_allowed(const draft_load_t *l)
+{
+    return !l || !l->gate.on || l->gate.arm;
+}
+
+enum { S_GATE_IDLE, S_GATE_SETTLE, S_GATE_MEASURE, S_GATE_HOLD };
+
+/* Measures arm g->arm next, after a window to settle (rounds of the other arm
+ * are still in flight in it). */
+static void s_gate_try(draft_gate_t *g, int arm)
+{
+    if (arm != g->arm)
+        g->switches++;
+    g->arm = arm;
+    g->phase = S_GATE_SETTLE;
+    g->left = 1;
+}
+
+/* One window of the gate (see load.h): tok tokens over sess_ms session-ms in dt ms. */
+static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt)
+{
+    if (!g->on)
+        return;
+    if (sess_ms < 1.5 * dt) { // one session or none on average: the gate is open
+        g->arm = 1;
+        g->phase = S_GATE_IDLE;
+        g->rate[0] = g->rate[1] = 0;
+        g->hold = DRAFT_GATE_HOLD;
+        g->last_win = -1;
+        return;
+    }
+    switch (g->phase) {
+    case S_GATE_IDLE: // the load begins: measure the controllers' rounds first
+        s_gate_try(g, 1);
+        return;
+    case S_GATE_SETTLE:
+        if (--g->left <= 0) {
+            g->phase = S_GATE_MEASURE;
+            g->left = DRAFT_GATE_MEASURE;
+            g->m_tok = g->m_sess = 0;
+        }
+        return;
+    case S_GATE_HOLD:
+        if (g->left <= DRAFT_GATE_MEASURE) { // the hold's last windows measure its arm again
+            g->m_tok += tok;
+            g->m_sess += sess_ms;
+        }
+        if (--g->left > 0)
+            return;
+        if (g->m_sess > 0)
+            g->rate[g->arm] = g->m_tok / g->m_sess;
+        s_gate_try(g, !g->arm);
+        return;
+    case S_GATE_MEASURE:
+    default:
+        g->m_tok += tok;
+        g->m_sess += sess_ms;
+        if (--g->left > 0)
+            return;
+        g->rate[g->arm] = g->m_sess > 0 ? g->m_tok / g->m_sess : 0;
+        if (!(g->rate[!g->arm] > 0)) { // the other arm was never measured
+            s_gate_try(g, !g->arm);
+            return;
+        }
+        const int win = g->rate[1] > g->rate[0] ? 1 : 0;
+        g->hold = win == g->last_win
+                      ? (g->hold * 2 < DRAFT_GATE_HOLD_MAX ? g->hold * 2 : DRAFT_GATE_HOLD_MAX)
+                      : DRAFT_GATE_HOLD;
+        g->last_win = win;
+        if (win != g->arm)
+            g->switches++;
+        g->arm = win;
+        g->phase = S_GATE_HOLD;
+        g->left = g->hold;
+        g->m_tok = g->m_sess = 0;
+        return;
+    }
 }
 
 /* Closes the window when it is over: its rate and busy share into the averages. */
 static void s_window(draft_load_t *l, double now)
 {
     if (!l->w_start) {
-        l->w_start = now;
+        l->w_start = l->t_last = now;
         return;
+    }
+    if (now > l->t_last) {
+        l->w_sess_ms += l->n_active * (now - l->t_last);
+        l->t_last = now;
     }
     const double dt = now - l->w_start;
     if (dt < DRAFT_LOAD_WINDOW_MS)
         return;
+    s_gate_window(&l->gate, l->w_tokens, l->w_sess_ms, dt);
     const double rate = l->w_tokens / dt;
     double busy = (l->w_head_ms > l->w_later_ms ? l->w_head_ms : l->w_later_ms) / dt;
     busy = busy > 1 ? 1 : busy;
     l->rate = l->rate * S_WIN_DECAY + rate * (1 - S_WIN_DECAY);
     l->busy = l->busy * S_WIN_DECAY + busy * (1 - S_WIN_DECAY);
     l->w_start = now;
-    l->w_tokens = l->w_head_ms = l->w_later_ms = 0;
+    l->w_tokens = l->w_head_ms = l->w_later_ms = l->w_sess_ms = 0;
 }
 
 void draft_load_head_batch(draft_load_t *l, int rows, double ms, double now)

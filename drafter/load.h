@@ -42,6 +42,35 @@
 #define DRAFT_LOAD_BUCKETS 16     // row counts with a measured cost (see load.c)
 #define DRAFT_LOAD_WINDOW_MS 1000 // rates and busy time are taken per window this long
 
+/* The gate: whether drafting pays at all is also measured, not only predicted.
+ * The cost model above misses what it cannot see (another process on the same
+ * cores, the draft model's catch-up and prefill, a later stage that slows down
+ * when the head computes more). So while two or more sessions run, the head
+ * alternates between rounds as the controllers choose them (arm 1) and plain
+ * rounds for every session (arm 0), measures the tokens each session commits
+ * per second of running under each, and keeps the better: each arm is measured
+ * for DRAFT_GATE_MEASURE windows after one window to settle, the winner holds
+ * DRAFT_GATE_HOLD windows (doubled, up to DRAFT_GATE_HOLD_MAX, while the same
+ * arm keeps winning) and is measured again at the end of its hold before the
+ * other arm is tried once more. With one session the gate is open: the
+ * one-session controller decides alone. */
+#define DRAFT_GATE_MEASURE 2
+#define DRAFT_GATE_HOLD 6
+#define DRAFT_GATE_HOLD_MAX 32
+
+typedef struct draft_gate {
+    int on;         // 1: the gate is used (node --draft-gate on)
+    int arm;        // 1: rounds as the controllers choose them; 0: plain rounds for all
+    int phase;      // where the cycle stands (load.c)
+    int left;       // windows left in the phase
+    int hold;       // windows the next hold lasts
+    int last_win;   // the arm that won the last comparison (-1 = none yet)
+    double rate[2]; // tokens per session-second measured under each arm (0 = not yet)
+    double m_tok;   // the measurement in progress: tokens,
+    double m_sess;  // and session-ms
+    int switches;   // times the arm changed (reports)
+} draft_gate_t;
+
 /* The ms of a batch by its rows: a moving average per row bucket. */
 typedef struct draft_cost {
     double ms[DRAFT_LOAD_BUCKETS];          // ms of a batch of the bucket's rows
@@ -62,6 +91,9 @@ typedef struct draft_load {
     double w_tokens;   // tokens committed in it
     double w_head_ms;  // the head's compute in it (its layers and the draft model)
     double w_later_ms; // the last stage's batch compute in it (each batch once)
+    double w_sess_ms;  // sessions running x ms, summed over it
+    double t_last;     // the last event (ms)
+    draft_gate_t gate; // whether drafting is allowed at all (see above)
 } draft_load_t;
 
 void draft_load_init(draft_load_t *l);
@@ -76,6 +108,10 @@ void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_
                         int later_rounds, double now);
 /* Sessions running now. */
 void draft_load_active(draft_load_t *l, int n);
+/* Turns the gate on or off (draft_load_init leaves it off). */
+void draft_load_gate(draft_load_t *l, int on);
+/* 1 when sessions may draft now (the gate's arm; always with no load or no gate). */
+int draft_load_drafts_allowed(const draft_load_t *l);
 
 /* The rate (tokens per ms) of the other sessions that one ms of extra work
  * in this session's batches delays, given its own rate r_own (0 when alone). */

@@ -45,6 +45,7 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         return -1;
     }
     draft_load_init(&h->load);
+    draft_load_gate(&h->load, n->o.draft_gate);
     h->tok = sw_tokenizer_from_gguf(sw_model_gguf(n->model), err, err_len);
     if (!h->tok)
         goto fail;

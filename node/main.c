@@ -44,6 +44,7 @@ enum {
     O_HB,
     O_PREFIX,
     O_DLOAD,
+    O_DGATE,
     O_DBATCH,
     O_MEM,
     O_AUTO_NODES,
@@ -99,6 +100,9 @@ static const sw_opt_t s_opts[] = {
      "(default on)"},
     {"draft-load", O_DLOAD, "on|off",
      "head: the adaptive K and trees shrink as other sessions\nfill the batches (default on)"},
+    {"draft-gate", O_DGATE, "on|off",
+     "head: with several sessions, measure rounds with and\nwithout drafts and keep the faster "
+     "(default on)"},
     {"draft-batch", O_DBATCH, "on|off",
      "head: every session's draft step in one forward of the\ndraft model (default on)"},
     {"spot-check", O_SPOT, "P",
@@ -182,12 +186,15 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o->heartbeat_ms);
     case O_PREFIX:
     case O_DLOAD:
+    case O_DGATE:
     case O_DBATCH: {
         const char *flag = c == O_PREFIX  ? "--prefix-cache"
                            : c == O_DLOAD ? "--draft-load"
+                           : c == O_DGATE ? "--draft-gate"
                                           : "--draft-batch";
         int *to = c == O_PREFIX  ? &o->prefix_cache
                   : c == O_DLOAD ? &o->draft_load
+                  : c == O_DGATE ? &o->draft_gate
                                  : &o->draft_batch;
         if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
             fprintf(stderr, "shardwire-node: %s '%s' must be on or off\n", flag, v);
@@ -319,6 +326,7 @@ int main(int argc, char **argv)
         .max_batch_rows = SW_NODE_DEFAULT_MAX_BATCH_ROWS,
         .prefix_cache = 1,
         .draft_load = 1,
+        .draft_gate = 1,
         .draft_batch = 1,
     };
     const int rc = s_parse(argc, argv, &o, &cli);

@@ -69,6 +69,8 @@ typedef struct node_opts {
     int prefix_cache;            // 1: keep prompt prefixes' KV for later requests (within
                                  // kv_bytes; engine/prefix.h)
     int draft_load;              // head: 1 = K and trees follow the load (drafter/load.h)
+    int draft_gate;              // head: 1 = with several sessions, drafting is kept only while it
+                                 // measures faster than plain rounds (drafter/load.h)
     int draft_batch;             // head: 1 = the sessions' draft steps run batched
     int layer_auto;              // 1: --layers auto (a standby until the head assigns a range)
     int mem_mib;                 // placement: memory for weights and KV, MiB (0 = half the

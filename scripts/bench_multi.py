@@ -189,16 +189,24 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write every raw result to this file")
+    ap.add_argument("--keep-logs", metavar="DIR",
+                    help="write the relay's, proxies' and nodes' logs to DIR and keep them")
     args = ap.parse_args()
     args.chat = False
-    args.node_extra = ["--max-sessions", str(args.max_sessions), *args.node_flags.split()]
+    # Every client of the benchmark holds the same client key: without this the
+    # head's per-key quota (12 of 16 sessions by default) would keep 4 of 16
+    # clients waiting, which is not what many users with their own keys see.
+    args.node_extra = ["--max-sessions", str(args.max_sessions), "--max-sessions-per-client",
+                       str(args.max_sessions), *args.node_flags.split()]
     if "model" in args.modes.split(",") and not args.draft:
         raise SystemExit("bench_multi: mode 'model' needs --draft MODEL.gguf")
     for path in (args.target, args.draft):
         if path and not os.path.exists(path):
             raise SystemExit(f"bench_multi: {path} is missing (bash scripts/fetch_model.sh ...)")
     ns = [int(x) for x in args.clients.split(",")]
-    logdir = tempfile.mkdtemp(prefix="bench_multi.")
+    if args.keep_logs:
+        os.makedirs(args.keep_logs, exist_ok=True)
+    logdir = args.keep_logs or tempfile.mkdtemp(prefix="bench_multi.")
     cl = bench_wan.Cluster(args, logdir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rows, raw = [], {}
@@ -245,7 +253,8 @@ def main():
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(raw, f)
-    shutil.rmtree(logdir, ignore_errors=True)
+    if not args.keep_logs:
+        shutil.rmtree(logdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -312,9 +312,70 @@ static void test_load(void)
     SW_CHECK(draft_ctl_ahead_k(&loaded, 4) == 4);
 }
 
+/* The gate (load.h): a head with sessions whose tokens come faster under one
+ * arm (drafts as the controllers choose them, or plain rounds for all) ends
+ * up holding that arm nearly all the time, with either arm the winner; one
+ * session keeps the gate open; a closed gate makes the adaptive K 0 and
+ * leaves a fixed K alone. Events every 100 ms, noise-free rates. */
+static double s_gate_run(double rate_on, double rate_off, int n_sess, int secs, int *arm_end)
+{
+    draft_load_t l;
+    draft_load_init(&l);
+    draft_load_gate(&l, 1);
+    draft_load_active(&l, n_sess);
+    int on_events = 0, events = 0;
+    for (int i = 1; i <= secs * 10; i++) {
+        const double r = l.gate.arm ? rate_on : rate_off; // tokens per session-ms
+        draft_load_verdict(&l, (int)(r * 100 * n_sess + 0.5), 0, 0, 0, 100.0 * i);
+        if (i > 20) { // after the first two seconds
+            events++;
+            on_events += l.gate.arm;
+        }
+    }
+    *arm_end = l.gate.arm;
+    return (double)on_events / events;
+}
+
+static void test_gate(void)
+{
+    int arm;
+    /* drafting slower (0.8x): plain rounds hold most of the time */
+    const double on_slow = s_gate_run(0.0024, 0.003, 16, 120, &arm);
+    SW_CHECK_INT(arm, 0);
+    /* drafting faster (1.5x): it holds most of the time */
+    const double on_fast = s_gate_run(0.0045, 0.003, 16, 120, &arm);
+    SW_CHECK_INT(arm, 1);
+    fprintf(stderr, "gate: share of time drafting %.2f when it is 0.8x, %.2f when 1.5x\n", on_slow,
+            on_fast);
+    SW_CHECK(on_slow < 0.15);
+    SW_CHECK(on_fast > 0.85);
+    /* one session: always open, whatever the rates */
+    const double alone = s_gate_run(0.001, 0.003, 1, 60, &arm);
+    SW_CHECK_NEAR(alone, 1.0, 1e-12);
+    SW_CHECK_INT(arm, 1);
+    /* a closed gate: the adaptive K is 0, a fixed K stays */
+    draft_load_t l;
+    draft_load_init(&l);
+    draft_load_gate(&l, 1);
+    l.gate.arm = 0;
+    draft_ctl_t adaptive, fixed;
+    draft_ctl_init(&adaptive, 0, 8);
+    draft_ctl_init(&fixed, 4, 8);
+    adaptive.load = fixed.load = &l;
+    SW_CHECK_INT(draft_ctl_next_k(&adaptive, 8), 0);
+    SW_CHECK_INT(draft_ctl_next_k(&fixed, 8), 4);
+    l.gate.arm = 1;
+    SW_CHECK(draft_ctl_next_k(&adaptive, 8) >= 1);
+    draft_load_gate(&l, 0); // off: never closed
+    l.gate.arm = 0;
+    SW_CHECK(draft_load_drafts_allowed(&l));
+    SW_CHECK(draft_load_drafts_allowed(NULL));
+}
+
 int main(void)
 {
     test_calibration();
+    test_gate();
     test_load();
     test_thresholds();
     test_ahead();
