@@ -381,8 +381,10 @@ int main(void)
     const int reasked = sw_test_count_in_file(sw_test_log("run.err"), "asked it again from there");
     printf("  the head took the client for gone: %s; the client asked it again: %s\n",
            took_gone ? "yes" : "no", reasked ? "yes" : "no");
-    SW_CHECK(took_gone);
-    SW_CHECK(reasked > 0);
+    /* (without the emulators the head has generated all 96 tokens 1.5 s after the start, before
+     * the relay drops the client: nothing to ask again) */
+    SW_CHECK(!wan || took_gone);
+    SW_CHECK(!wan || reasked > 0);
     SW_CHECK_INT(s_fault("the client's link down 5 s", "ip -n $P-wan link set c0 down",
                          "ip -n $P-wan link set c0 up", 5, &relay, ref, n_ref),
                  1);
