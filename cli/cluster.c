@@ -16,7 +16,8 @@
  *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
  *                                  client.env kaggle-secrets.txt
  *
- * The allow-list binds each node key to its name (`KEY node NAME`) and each
+ * The allow-list binds each node key to its name and role (`KEY head NAME`
+ * for the first node, `KEY stage NAME` for the others) and each
  * client key to its name (`KEY client NAME`: it announces NAME-SUFFIX, no
  * other key may). The head (the first node,
  * layers from 0) holds both sealing keys, the other nodes the cluster key,
@@ -389,7 +390,8 @@ static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int
     char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[256], rel2[256];
     if (s_mkdir(in, name) != 0 || s_keypair(in, name, name, pub, sec) != 0)
         return -1;
-    s_cat(allow, allow_cap, ovf, "%s node %s\n", pub, name);
+    /* bound to its role too: no other node key may announce a second head */
+    s_cat(allow, allow_cap, ovf, "%s %s %s\n", pub, head ? "head" : "stage", name);
     s_fmt(rel, sizeof rel, "%s/relay.pub", name);
     s_fmt(rel2, sizeof rel2, "%s/cluster.key", name);
     if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "cluster.key", rel2) != 0)
@@ -548,7 +550,8 @@ static int s_make(s_init_t *in)
     allow[0] = 0;
     s_cat(allow, sizeof allow, &ovf,
           "# shardwire relay allow-list, made by shardwire cluster init (docs/security.md).\n"
-          "# Each node key is bound to its name; client keys get the client role.\n"
+          "# Each node key is bound to its name and role (head or stage); client keys get\n"
+          "# the client role.\n"
           "# Revoke a key by deleting its line: the relay re-reads this file when it\n"
           "# changes (and on SIGHUP).\n");
     for (int i = 0; i < in->n_nodes; i++)

@@ -299,6 +299,11 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(j, "even_us", json_real(fixed + even));
         json_object_set_new(j, "even_fits", json_boolean(fits_even));
         json_object_set_new(j, "current_us", placed ? json_real(fixed + cur) : json_null());
+        json_object_set_new(j, "fixed_us", json_real(fixed)); /* the head's and fixed stages' */
+        sw_plan_node_t hn;
+        s_node(vw.head, rows, &hn);
+        json_object_set_new(j, "head_us_layer", json_real(hn.us_layer));
+        json_object_set_new(j, "head_rtt_us", json_real(hn.rtt_us));
         for (int i = 0; i < vw.n_auto; i++) {
             json_t *o = json_object();
             json_object_set_new(o, "name", json_string(vw.autos[i]->name));
@@ -309,6 +314,8 @@ int cmd_plan(int argc, char **argv)
             json_object_set_new(o, "now_begin", json_integer(cb[i]));
             json_object_set_new(o, "now_end", json_integer(ce[i]));
             json_object_set_new(o, "us_layer", json_real(nodes[i].us_layer));
+            json_object_set_new(o, "us_out", json_real(nodes[i].us_out));
+            json_object_set_new(o, "rtt_us", json_real(nodes[i].rtt_us));
             json_object_set_new(o, "mem_mib", json_integer(vw.autos[i]->mem_mib));
             json_object_set_new(
                 o, "need_mib",

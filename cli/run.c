@@ -229,6 +229,7 @@ int cmd_status(int argc, char **argv)
             json_object_set_new(o, "n_layers", json_integer(p->n_layers));
             json_object_set_new(o, "model", json_string(p->model));
             json_object_set_new(o, "key_bound", json_boolean(p->key_bound));
+            json_object_set_new(o, "role_bound", json_boolean(p->role_bound));
             json_object_set_new(o, "heartbeat_age_ms", json_integer(p->heartbeat_age_ms));
             json_object_set_new(o, "idle_ms", json_integer(p->idle_ms));
             json_object_set_new(o, "msgs_in", json_integer((json_int_t)p->msgs_in));
@@ -259,7 +260,8 @@ int cmd_status(int argc, char **argv)
     } else {
         printf("relay %s: up %.1f s, %llu forwarded, %llu dropped\n", relay, t.uptime_ms / 1e3,
                (unsigned long long)t.forwarded, (unsigned long long)t.dropped);
-        printf("%-24s %-7s %-12s %-14s %s\n", "NAME", "ROLE", "LAYERS", "HEARTBEAT AGE", "MODEL");
+        printf("%-24s %-7s %-12s %-14s %-12s %s\n", "NAME", "ROLE", "LAYERS", "HEARTBEAT AGE",
+               "MODEL", "KEY BINDS");
         for (int i = 0; i < t.n_peers; i++) {
             const sw_client_peer_t *p = &t.peers[i];
             char layers[32] = "-";
@@ -268,8 +270,10 @@ int cmd_status(int argc, char **argv)
             else if (p->is_node)
                 snprintf(layers, sizeof layers, "%u:%u/%u", p->layer_begin, p->layer_end,
                          p->n_layers);
-            printf("%-24s %-7s %-12s %-14.1f %.12s\n", p->name, p->role, layers,
-                   p->heartbeat_age_ms / 1e3, p->model);
+            /* what the relay's allow-list binds its key to (docs/security.md section 2) */
+            const char *binds = p->role_bound ? "name+role" : p->key_bound ? "name" : "-";
+            printf("%-24s %-7s %-12s %-14.1f %-12.12s %s\n", p->name, p->role, layers,
+                   p->heartbeat_age_ms / 1e3, p->model, binds);
         }
         if (spot_head && spot_rc == 0) {
             printf("spot checks of %s (share %g): %llu sessions checked, %llu rounds compared, "

@@ -23,6 +23,8 @@
 #define S_GRACE_MS 5000       /* past the head's own deadline before we give up */
 #define S_STATUS_MS 5000      /* wait for a peer table */
 #define S_HEADS_KNOWN 16      /* heads remembered from the last peer table */
+#define S_SPOT_HEADS 8        /* heads whose spot reports sw_client_spot_ask awaits or keeps */
+#define S_SPOT_WAIT_MS 30000  /* an asked head's report is taken this long after the question */
 #define S_FAILOVER_MS 30000   /* a request whose head left waits this long for another */
 #define S_REASK_MAX 3         /* a head that took us for gone is asked again this often */
 #define S_REASK_STALE_MS 3000 /* ... and its old end, still on the way, ignored this long */
@@ -71,6 +73,12 @@ struct sw_client {
         char model[65];                /* its model fingerprint */
     } heads[S_HEADS_KNOWN];            /* (n_heads): the model a request's head serves */
     int n_heads;                       /* entries in heads */
+    struct {
+        char head[SW_CLIENT_NAME_LEN]; /* "" = free */
+        double asked_at;               /* the last SpotQuery sent (ms) */
+        int fresh;                     /* 1: its report is not yet taken (sw_client_spot_take) */
+        sw_client_spot_t report;       /* the last one that arrived */
+    } spot[S_SPOT_HEADS];              /* sw_client_spot_ask's heads */
     /* the current event's storage (valid until the next sw_client_next) */
     uint32_t ev_tokens[SW_WIRE_MAX_CHUNK_TOKENS];
     char *ev_text;              /* released text */
@@ -309,6 +317,7 @@ void sw_client_table_clear(sw_client_table_t *t)
 }
 
 static void s_remember(sw_client_t *c, const sw_client_table_t *t);
+static int s_is_head(const sw_client_peer_t *p);
 
 int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
                      size_t err_len)
@@ -340,6 +349,7 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->role = sw_wire_role_name(a->role);
         p->is_node = a->role >= SW_ROLE_HEAD && a->role <= SW_ROLE_FULL;
         p->key_bound = p->is_node && pi->key_bound;
+        p->role_bound = p->is_node && pi->key_bound == SW_KEY_BOUND_ROLE;
         p->layer_begin = a->layer_begin;
         p->layer_end = a->layer_end;
         p->n_layers = a->n_layers;
@@ -363,6 +373,8 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->kv_kib_layer = a->kv_kib_layer;
     }
     out->need_key = c->secure;
+    for (int i = 0; i < out->n_peers && c->secure; i++)
+        out->role_heads += out->peers[i].role_bound && s_is_head(&out->peers[i]);
     out->uptime_ms = pt->uptime_ms;
     out->forwarded = pt->msgs_forwarded;
     out->dropped = pt->msgs_dropped;
@@ -386,10 +398,21 @@ int sw_client_peer_serves(const sw_client_peer_t *p, const char *model)
            (strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));
 }
 
-/* 1 when p may be sent requests: a head, key-bound where keys are used. */
+/* 1 when p may be sent requests: a head, key-bound where keys are used, and bound to the
+ * head role when any head is (then a node key bound to a name only that announces a head,
+ * a second head of the model, is not one to choose or fail over to). */
 static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
 {
-    return s_is_head(p) && (p->key_bound || !t->need_key);
+    if (!s_is_head(p))
+        return 0;
+    if (!t->need_key)
+        return 1;
+    return p->key_bound && (p->role_bound || t->role_heads == 0);
+}
+
+int sw_client_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
+{
+    return s_trusted_head(t, p);
 }
 
 /* The head sw_client_find_head chooses, from a table: 0 with its index in *at,
@@ -397,7 +420,7 @@ static int s_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p)
 static int s_pick_head(const sw_client_table_t *t, const char *want, const char *model, int *at,
                        char *err, size_t err_len)
 {
-    int found = -1, n_found = 0, other_model = 0, unbound = 0;
+    int found = -1, n_found = 0, other_model = 0, unbound = 0, unroled = 0;
     char names[160] = "";
     for (int i = 0; i < t->n_peers; i++) {
         const sw_client_peer_t *p = &t->peers[i];
@@ -405,6 +428,7 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
             continue;
         if (!s_trusted_head(t, p)) {
             unbound++;
+            unroled += p->key_bound;
             continue;
         }
         if (!sw_client_peer_serves(p, model)) {
@@ -425,10 +449,16 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
                       "%d heads serve %s%s (%s%s): name the one to use (shardwire run --head NAME)",
                       n_found, model && model[0] ? "the model " : "requests",
                       model && model[0] ? model : "", names, n_found > 4 ? ", ..." : "");
+    if (want && unroled)
+        return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
+                      "the head '%s' is bound to its name but not to the head role in the relay's "
+                      "allow-list, while %d other head(s) are ('KEY head NAME'): refusing to send "
+                      "it requests",
+                      want, t->role_heads);
     if (want && unbound)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len,
                       "the head '%s' is not bound to its name by a node key in the relay's "
-                      "allow-list ('KEY node %s'): refusing to send it requests",
+                      "allow-list ('KEY head %s'): refusing to send it requests",
                       want, want);
     if (want && other_model)
         return s_fail(SW_CLIENT_ENOHEAD, err, err_len, "the head '%s' serves another model than %s",
@@ -705,6 +735,74 @@ static int s_send_generate(sw_client_t *c, const char *head, const sw_client_req
     return sw_peer_send_msg(c->peer, head, &msg);
 }
 
+/* A decoded SpotReport into the client's form. */
+static void s_spot_copy(sw_client_spot_t *out, const sw_msg_spot_report_t *r)
+{
+    memset(out, 0, sizeof *out);
+    out->share = r->share;
+    out->sessions_checked = r->sessions_checked;
+    out->rounds_compared = r->rounds_compared;
+    out->mismatches = r->mismatches;
+    for (uint32_t i = 0; i < r->n_nodes && i < SW_WIRE_MAX_SPOT_NODES; i++) {
+        s_clean(out->nodes[i].name, sizeof out->nodes[i].name, r->nodes[i].name);
+        out->nodes[i].convicted = r->nodes[i].convicted;
+        out->nodes[i].avoid_s = r->nodes[i].avoid_s;
+        out->n_nodes++;
+    }
+}
+
+int sw_client_spot_ask(sw_client_t *c, const char *head)
+{
+    if (!head || !sw_wire_name_ok(head, strnlen(head, SW_WIRE_NAME_MAX + 1)))
+        return SW_CLIENT_EINVAL;
+    int at = -1, oldest = 0;
+    for (int i = 0; i < S_SPOT_HEADS && at < 0; i++)
+        if (!strcmp(c->spot[i].head, head))
+            at = i;
+    for (int i = 0; i < S_SPOT_HEADS && at < 0; i++)
+        if (!c->spot[i].head[0])
+            at = i;
+    for (int i = 1; i < S_SPOT_HEADS && at < 0; i++)
+        if (c->spot[i].asked_at < c->spot[oldest].asked_at)
+            oldest = i;
+    if (at < 0) { /* every slot taken: the head asked longest ago gives its place */
+        at = oldest;
+        memset(&c->spot[at], 0, sizeof c->spot[at]);
+    }
+    const sw_msg_t q = {.type = SW_MSG_SPOT_QUERY};
+    if (sw_peer_try_send_msg(c->peer, head, &q) != 0)
+        return SW_CLIENT_ECONNECT;
+    snprintf(c->spot[at].head, sizeof c->spot[at].head, "%s", head);
+    c->spot[at].asked_at = s_now_ms();
+    return 0;
+}
+
+int sw_client_spot_take(sw_client_t *c, char head[SW_CLIENT_NAME_LEN], sw_client_spot_t *out)
+{
+    for (int i = 0; i < S_SPOT_HEADS; i++)
+        if (c->spot[i].head[0] && c->spot[i].fresh) {
+            c->spot[i].fresh = 0;
+            memcpy(head, c->spot[i].head, SW_CLIENT_NAME_LEN);
+            *out = c->spot[i].report;
+            return 0;
+        }
+    return 1;
+}
+
+/* A SpotReport read by sw_client_next: kept when it comes from a head asked
+ * lately (sealed when the cluster seals), else ignored. */
+static void s_on_spot_report(sw_client_t *c, const sw_wire_msg_t *m, const sw_msg_spot_report_t *r)
+{
+    if (c->sealed && !m->sealed)
+        return;
+    for (int i = 0; i < S_SPOT_HEADS; i++)
+        if (c->spot[i].head[0] && !strcmp(c->spot[i].head, m->peer) &&
+            s_now_ms() - c->spot[i].asked_at < S_SPOT_WAIT_MS) {
+            s_spot_copy(&c->spot[i].report, r);
+            c->spot[i].fresh = 1;
+        }
+}
+
 int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int timeout_ms,
                    char *err, size_t err_len)
 {
@@ -727,16 +825,7 @@ int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int 
         int rc = 1;
         if (type == SW_MSG_SPOT_REPORT && !strcmp(m.peer, head) &&
             sw_codec_decode(&m, SW_MSG_SPOT_REPORT, &d, NULL, 0) == 0) {
-            out->share = d.spot.share;
-            out->sessions_checked = d.spot.sessions_checked;
-            out->rounds_compared = d.spot.rounds_compared;
-            out->mismatches = d.spot.mismatches;
-            for (uint32_t i = 0; i < d.spot.n_nodes; i++) {
-                s_clean(out->nodes[i].name, sizeof out->nodes[i].name, d.spot.nodes[i].name);
-                out->nodes[i].convicted = d.spot.nodes[i].convicted;
-                out->nodes[i].avoid_s = d.spot.nodes[i].avoid_s;
-            }
-            out->n_nodes = (int)d.spot.n_nodes;
+            s_spot_copy(out, &d.spot);
             rc = 0;
         } else if (type == SW_MSG_ERROR && sw_codec_decode(&m, SW_MSG_ERROR, &d, NULL, 0) == 0 &&
                    (!strcmp(m.peer, head) || !strcmp(d.error.dest, head))) {
@@ -1088,9 +1177,13 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
 {
     sw_msg_t d;
     const sw_msg_type_t type = sw_wire_msg_type(m);
-    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR) ||
+    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR && type != SW_MSG_SPOT_REPORT) ||
         sw_codec_decode(m, type, &d, NULL, 0) != 0)
         return 1;
+    if (type == SW_MSG_SPOT_REPORT) {
+        s_on_spot_report(c, m, &d.spot);
+        return 1;
+    }
     if (type == SW_MSG_TOKEN_CHUNK) {
         s_req_t *r = s_find(c, d.chunk.request_id);
         if (!r || strcmp(m->peer, r->head) != 0)

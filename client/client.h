@@ -120,6 +120,7 @@ typedef struct sw_client_peer {
     const char *role;              /* "head", "middle", "tail", "full", "client", "?" */
     int is_node;                   /* 1 for head, middle, tail and full */
     int key_bound;        /* 1: a node bound to its name by its key in the relay's allow-list */
+    int role_bound;       /* 1: ... and to its role ("KEY head NAME" / "KEY stage NAME") */
     uint32_t layer_begin; /* first layer held */
     uint32_t layer_end;   /* one past the last layer held */
     uint32_t n_layers;    /* layers of the whole model */
@@ -150,6 +151,8 @@ typedef struct sw_client_table {
     uint64_t forwarded;      /* messages the relay forwarded */
     uint64_t dropped;        /* messages it dropped */
     int need_key;            /* 1: only key-bound nodes count (the client holds keys) */
+    int role_heads;          /* heads whose key is bound to the head role: when > 0, requests go
+                                only to those (another node key announcing a head is ignored) */
 } sw_client_table_t;
 
 /* Asks the relay for its peer table (up to timeout_ms). 0, or a code after a line in err. */
@@ -171,11 +174,35 @@ typedef struct sw_client_spot {
     } nodes[SW_WIRE_MAX_SPOT_NODES];
 } sw_client_spot_t;
 
-/* Asks head for its spot-check report (a SpotQuery; up to timeout_ms). Only
- * with no request in flight (SW_CLIENT_EBUSY otherwise: the messages read
- * while waiting are not theirs). 0, or a code after a line in err. */
+/* Asks head for its spot-check report (a SpotQuery; up to timeout_ms) and
+ * waits for it, for a client with no request in flight (`shardwire status
+ * --spot`: SW_CLIENT_EBUSY otherwise, since the messages read while waiting
+ * would be lost to them; such a client uses sw_client_spot_ask below). The
+ * head answers at any time, also while it serves requests. 0, or a code
+ * after a line in err. */
 int sw_client_spot(sw_client_t *c, const char *head, sw_client_spot_t *out, int timeout_ms,
                    char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/* 1 when p, a peer of table t, is a head this client would send requests to
+ * (key-bound where keys are used, role-bound when any head is). */
+int sw_client_trusted_head(const sw_client_table_t *t, const sw_client_peer_t *p);
+
+/*
+ * The same without waiting, for a client with requests in flight (the
+ * gateway): sends head a SpotQuery now (dropped when it cannot be queued at
+ * once) and returns 0, or SW_CLIENT_EINVAL / ECONNECT. The SpotReport is read
+ * by sw_client_next like any message (making no event) and kept, for up to 8
+ * heads (a 9th takes the place of the one asked longest ago); a report comes
+ * from the head asked, within 30 s of the question, sealed when the cluster
+ * seals, or it is ignored. The head's errors about the query are ignored too
+ * (no answer: the caller's copy grows old).
+ */
+int sw_client_spot_ask(sw_client_t *c, const char *head) __attribute__((warn_unused_result));
+
+/* A report that arrived since the last call: 0 with the head's name and the
+ * report, or 1 when none did. Call it until it returns 1. */
+int sw_client_spot_take(sw_client_t *c, char head[SW_CLIENT_NAME_LEN], sw_client_spot_t *out)
+    __attribute__((warn_unused_result));
 
 /* 1 when p is a head (role head or full) serving model: its model name, or a
  * prefix of its fingerprint (8 hex digits or more); NULL or "" = any model. */

@@ -276,7 +276,10 @@ static int s_peer_in(const Shardwire__PeerInfo *pi, sw_msg_peer_t *out, char *er
     out->msgs_in = pi->msgs_in;
     out->msgs_out = pi->msgs_out;
     out->bytes_in = pi->bytes_in;
-    out->key_bound = pi->key_bound != 0;
+    /* a value this reader does not know binds no more than the name */
+    out->key_bound = pi->key_bound == SW_KEY_BOUND_ROLE ? SW_KEY_BOUND_ROLE
+                     : pi->key_bound                    ? SW_KEY_BOUND_NAME
+                                                        : 0;
     out->key_fp = s_in_str(pi->key_fp);
     return SW_WIRE_OK;
 }
@@ -385,7 +388,7 @@ static int s_table_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
         info[i].msgs_in = p.msgs_in;
         info[i].msgs_out = p.msgs_out;
         info[i].bytes_in = p.bytes_in;
-        info[i].key_bound = p.key_bound != 0;
+        info[i].key_bound = (uint32_t)p.key_bound;
         info[i].key_fp = (char *)(p.key_fp ? p.key_fp : "");
         ptrs[i] = &info[i];
     }

@@ -165,6 +165,12 @@ typedef struct sw_msg_ack {
 } sw_msg_ack_t;
 
 /* PeerInfo: one live peer in the relay's table. */
+/* PeerInfo.key_bound: what the relay's allow-list binds a node's key to. */
+enum sw_key_bound {
+    SW_KEY_BOUND_NAME = 1, /* its name ("KEY node NAME"): it may announce any node role */
+    SW_KEY_BOUND_ROLE = 2, /* its name and role ("KEY head|stage NAME", version 8) */
+};
+
 typedef struct sw_msg_peer {
     sw_msg_announce_t announce; // its announce
     uint32_t heartbeat_age_ms;  // since the relay last knew it alive
@@ -172,7 +178,7 @@ typedef struct sw_msg_peer {
     uint64_t msgs_in;           // messages from it for other peers
     uint64_t msgs_out;          // messages forwarded to it
     uint64_t bytes_in;          // bytes received from it, all frames
-    int key_bound;              // 1: a node bound to its name by its key
+    int key_bound;              // 0, SW_KEY_BOUND_NAME or SW_KEY_BOUND_ROLE (below)
     const char *key_fp;         // its key's fingerprint (SW_WIRE_KEY_FP_LEN hex), "" = none
 } sw_msg_peer_t;
 

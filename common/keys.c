@@ -415,6 +415,16 @@ int sw_keys_fingerprint(const char *z85, char out[SW_KEY_FP_LEN + 1])
     return 0;
 }
 
+/* The roles a node key's allow-list word gives it (enum sw_allow_bind), -1: not a node word. */
+static int s_node_word(const char *w)
+{
+    if (!strcmp(w, "head"))
+        return SW_BIND_HEAD;
+    if (!strcmp(w, "stage"))
+        return SW_BIND_STAGE;
+    return !strcmp(w, "node") ? SW_BIND_ANY : -1;
+}
+
 int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)
 {
     *entries = NULL;
@@ -454,28 +464,31 @@ int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *er
             s_err(err, err_len, "%s:%d: a published ZeroMQ test key is not allowed", path, lineno);
             goto out;
         }
-        int role = SW_ALLOW_CLIENT, legacy = 0;
+        int role = SW_ALLOW_CLIENT, bind = SW_BIND_ANY, legacy = 0;
         const char *name = NULL;
         if (nt == 4) {
             s_err(err, err_len,
-                  "%s:%d: expected 'KEY node NAME' or 'KEY client [NAME]', found more", path,
-                  lineno);
+                  "%s:%d: expected 'KEY head|stage|node NAME' or 'KEY client [NAME]', found more",
+                  path, lineno);
             goto out;
         }
-        if (nt >= 2 && !strcmp(tok[1], "node")) {
-            if (nt != 3) {
-                s_err(err, err_len, "%s:%d: a node key needs its name: 'KEY node NAME'", path,
-                      lineno);
-                goto out;
-            }
+        /* "KEY head" and "KEY stage" alone are the old form of a node called so */
+        const int node_word = nt == 3 ? s_node_word(tok[1]) : -1;
+        if (nt == 2 && !strcmp(tok[1], "node")) {
+            s_err(err, err_len, "%s:%d: a node key needs its name: 'KEY head|stage|node NAME'",
+                  path, lineno);
+            goto out;
+        }
+        if (node_word >= 0) {
             role = SW_ALLOW_NODE;
+            bind = node_word;
             name = tok[2];
         } else if (nt >= 2 && !strcmp(tok[1], "client")) {
             name = nt == 3 ? tok[2] : NULL;
         } else if (nt == 3) {
             s_err(err, err_len,
-                  "%s:%d: '%.20s' is not a role: write 'KEY node NAME' or 'KEY client "
-                  "[NAME]'",
+                  "%s:%d: '%.20s' is not a role: write 'KEY head NAME', 'KEY stage NAME' or "
+                  "'KEY client [NAME]'",
                   path, lineno, tok[1]);
             goto out;
         } else {
@@ -509,6 +522,8 @@ int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *er
         if (name)
             snprintf(out[count].name, sizeof out[count].name, "%s", name);
         out[count].role = role;
+        out[count].bind = bind;
+        out[count].line = lineno;
         out[count].legacy = legacy;
         count++;
     }

@@ -20,7 +20,8 @@
  *   forge stage-to-stage traffic. During a rotation a process may hold two
  *   keys of each kind.
  * - The relay's allow-list: one key per line bound to a role and a name,
- *   "KEY node NAME" or "KEY client [NAME]"; '#' starts a comment.
+ *   "KEY head NAME", "KEY stage NAME" (middle or tail), "KEY client [NAME]"
+ *   ("KEY node NAME": a node key bound to its name only); '#' starts a comment.
  *
  * sw_sec_t bundles what a peer needs; sw_sec_load() fills it from command-line
  * flags (or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY / SW_ACCESS_KEY
@@ -90,7 +91,14 @@ int sw_cluster_key_load(const char *path, uint8_t key[SW_CLUSTER_KEY_BYTES], cha
 /* The role an allow-list entry gives its key. */
 enum sw_allow_role {
     SW_ALLOW_CLIENT = 0, /* "KEY client [NAME]" (or the old "KEY"): may announce as a client only */
-    SW_ALLOW_NODE = 1,   /* "KEY node NAME" (or the old "KEY NAME"): a head, middle or tail node */
+    SW_ALLOW_NODE = 1,   /* "KEY head|stage|node NAME" (or the old "KEY NAME"): a node */
+};
+
+/* The node roles a node key's entry permits (issue 21, finding 9). */
+enum sw_allow_bind {
+    SW_BIND_ANY = 0,   /* "KEY node NAME" (or "KEY NAME"): head, middle or tail, as it likes */
+    SW_BIND_HEAD = 1,  /* "KEY head NAME": a head only (layers from 0, or all of them) */
+    SW_BIND_STAGE = 2, /* "KEY stage NAME": a middle or tail node only (auto nodes too) */
 };
 
 /* One allow-list entry. */
@@ -98,15 +106,18 @@ typedef struct sw_allow_entry {
     char key[SW_KEY_Z85_LEN + 1]; /* Z85 public key */
     char name[64];                /* the only name it may announce; "" = any (clients only) */
     int role;                     /* enum sw_allow_role */
+    int bind;                     /* nodes: enum sw_allow_bind; SW_BIND_ANY for clients */
+    int line;                     /* its line in the file */
     int legacy; /* line number when written in the old "KEY [NAME]" form, else 0 */
 } sw_allow_entry_t;
 
 /*
  * Parses an allow-list file into *entries (malloc'd, caller frees) and *n.
- * Lines: "KEY node NAME", "KEY client [NAME]", and the old forms "KEY NAME"
- * (= node NAME) and "KEY" (= client). A key may appear on one line only. Any
- * bad line fails the whole file (a half-read list could lock out or let in
- * the wrong peer). An empty list is valid (nobody gets in).
+ * Lines: "KEY head NAME", "KEY stage NAME" (a node key bound to its name and
+ * role), "KEY node NAME" (bound to its name only), "KEY client [NAME]", and
+ * the old forms "KEY NAME" (= node NAME) and "KEY" (= client). A key may appear on one line only.
+ * Any bad line fails the whole file (a half-read list could lock out or let in the wrong peer). An
+ * empty list is valid (nobody gets in).
  */
 int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)
     __attribute__((warn_unused_result));

@@ -168,7 +168,7 @@ int draft_warm(draft_t *d, const int32_t *ctx, int n_ctx)
         return 0;
     /* While the head's gate holds plain rounds, the draft model reads the
      * prompt only when drafting resumes (its catch-up, priced by the controller). */
-    if (d->cfg.k == DRAFT_K_AUTO && !draft_load_drafts_allowed(d->cfg.load))
+    if (d->cfg.k == DRAFT_K_AUTO && draft_load_arm(d->cfg.load) != DRAFT_ARM_CHOSEN)
         return 0;
     return d->seq ? draft_seq_warm(d->seq, ctx, n_ctx) : 0;
 }
@@ -239,10 +239,12 @@ static const int32_t *s_with(draft_t *d, const int32_t *ctx, int n_ctx, int32_t 
 }
 
 /* The n-gram proposal after ctx[0..n_ctx) into out (a tree when trees are
- * on); 1 when it found one. */
-static int s_ngram(draft_t *d, const int32_t *ctx, int n_ctx, int k, sw_proposal_t *out)
+ * on), for a round of mode (the session's, or NGRAM when the head's gate says
+ * so); 1 when it found one. */
+static int s_ngram(draft_t *d, enum draft_mode mode, const int32_t *ctx, int n_ctx, int k,
+                   sw_proposal_t *out)
 {
-    const int min_n = d->cfg.mode == DRAFT_MODE_MIX ? DRAFT_MIX_MIN_N : 1;
+    const int min_n = mode == DRAFT_MODE_MIX ? DRAFT_MIX_MIN_N : 1;
     int match = 0, n;
     if (d->cfg.tree > 1) {
         n = draft_ngram_propose_tree(ctx, n_ctx, S_NGRAM_MAX, min_n, k, S_NGRAM_WIDTH, d->cfg.tree,
@@ -273,10 +275,19 @@ static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int gue
     d->out = out;
     d->ahead_job = guess;
     s_apply_pending(d, n_ctx + (guess ? 1 : 0));
+    /* The head's gate (load.h) may have every session that would use the
+     * draft model look up n-grams instead, for now. */
+    enum draft_mode mode = d->cfg.mode;
+    const int uses_model = mode == DRAFT_MODE_MODEL || mode == DRAFT_MODE_MIX;
+    const int gated =
+        uses_model && d->cfg.k == DRAFT_K_AUTO && draft_load_arm(d->cfg.load) == DRAFT_ARM_NGRAM;
+    if (gated)
+        mode = DRAFT_MODE_NGRAM;
+    d->ctl.model_drafts = uses_model && !gated;
     /* Drafting ahead pays for the model only: a lookup is instant after the verdict. */
-    if (guess && (!d->cfg.ahead || d->cfg.mode == DRAFT_MODE_NGRAM))
+    if (guess && (!d->cfg.ahead || mode == DRAFT_MODE_NGRAM))
         return 0;
-    d->ctl.lag = d->seq && d->cfg.mode == DRAFT_MODE_MODEL
+    d->ctl.lag = d->seq && mode == DRAFT_MODE_MODEL
                      ? draft_seq_lag(d->seq, ctx, n_ctx) + (guess ? 1 : 0)
                      : 0;
     d->ctl.left = d->cfg.n_ctx > n_ctx ? d->cfg.n_ctx - n_ctx : 0;
@@ -286,7 +297,6 @@ static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int gue
     d->k = k;
     d->ctx = ctx;
     d->n_ctx = n_ctx;
-    const enum draft_mode mode = d->cfg.mode;
     int32_t extra = -1;
     if (mode == DRAFT_MODE_NGRAM || mode == DRAFT_MODE_MIX) {
         const double t0 = sw_now_ms();
@@ -306,7 +316,7 @@ static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int gue
             }
         }
         if (!guess || extra >= 0) {
-            if (s_ngram(d, c, nc, k, out) || mode == DRAFT_MODE_NGRAM) {
+            if (s_ngram(d, mode, c, nc, k, out) || mode == DRAFT_MODE_NGRAM) {
                 if (out->n > 0 && !guess)
                     draft_ctl_draft_time(&d->ctl, out->n, sw_now_ms() - t0);
                 return 0;
@@ -362,7 +372,7 @@ static int s_step(void *self)
             d->running = 0;
             return -1;
         }
-        if (s_ngram(d, c, d->n_ctx + 1, d->k, &tmp)) {
+        if (s_ngram(d, DRAFT_MODE_MIX, c, d->n_ctx + 1, d->k, &tmp)) {
             tmp.guess = d->out->guess;
             *d->out = tmp;
             d->running = 0;
@@ -396,6 +406,10 @@ static void s_observe(void *self, const sw_round_obs_t *o)
 {
     draft_t *d = self;
     const sw_proposal_t *p = o->prop;
+    /* A lookup the head's gate put in place of the draft model (load.h):
+     * its acceptance is not the model's, which the controller estimates. */
+    if (p && p->kind == S_KIND_NGRAM && d->cfg.mode == DRAFT_MODE_MODEL)
+        return;
     const int n = p ? p->n : 0;
     int depth = n, dep[SW_MAX_DRAFT + 1] = {0};
     if (p && p->tree) {

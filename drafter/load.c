@@ -63,33 +63,87 @@ void draft_load_init(draft_load_t *l)
 {
     memset(l, 0, sizeof *l);
     l->rounds = 1;
-    l->gate.arm = 1;
+    l->gate.arm = DRAFT_ARM_CHOSEN;
+    l->gate.n_arms = 2;
     l->gate.hold = DRAFT_GATE_HOLD;
     l->gate.last_win = -1;
 }
 
-void draft_load_gate(draft_load_t *l, int on)
+void draft_load_gate(draft_load_t *l, int on, int n_arms)
 {
     l->gate.on = on ? 1 : 0;
-    l->gate.arm = 1;
+    l->gate.n_arms = n_arms == DRAFT_GATE_ARMS ? DRAFT_GATE_ARMS : 2;
+    l->gate.arm = DRAFT_ARM_CHOSEN;
+}
+
+int draft_load_arm(const draft_load_t *l)
+{
+    return !l || !l->gate.on ? DRAFT_ARM_CHOSEN : l->gate.arm;
+}
+
+const char *draft_load_arm_name(int arm)
+{
+    return arm == DRAFT_ARM_PLAIN   ? "plain rounds"
+           : arm == DRAFT_ARM_NGRAM ? "n-gram lookups"
+                                    : "drafts as chosen";
 }
 
 int draft_load_drafts_allowed(const draft_load_t *l)
 {
-    return !l || !l->gate.on || l->gate.arm;
+    return draft_load_arm(l) != DRAFT_ARM_PLAIN;
 }
 
 enum { S_GATE_IDLE, S_GATE_SETTLE, S_GATE_MEASURE, S_GATE_HOLD };
 
-/* Measures arm g->arm next, after a window to settle (rounds of the other arm
- * are still in flight in it). */
+/* The order arms are tried in within a cycle. */
+static const int s_arm_order[DRAFT_GATE_ARMS] = {DRAFT_ARM_CHOSEN, DRAFT_ARM_PLAIN,
+                                                 DRAFT_ARM_NGRAM};
+
+/* Measures arm next, after a window to settle (rounds of the arm before are
+ * still in flight in it). */
 static void s_gate_try(draft_gate_t *g, int arm)
 {
     if (arm != g->arm)
         g->switches++;
     g->arm = arm;
+    g->to_try &= ~(1u << arm);
     g->phase = S_GATE_SETTLE;
     g->left = 1;
+}
+
+/* The next arm of the cycle to measure, or the best one to hold when every
+ * arm has its measurement of this cycle. */
+static void s_gate_next(draft_gate_t *g)
+{
+    for (int i = 0; i < DRAFT_GATE_ARMS; i++) {
+        const int a = s_arm_order[i];
+        if (a < g->n_arms && (g->to_try & (1u << a))) {
+            s_gate_try(g, a);
+            return;
+        }
+    }
+    int win = g->last_win >= 0 ? g->last_win : g->arm; // ties keep the holder
+    for (int a = 0; a < g->n_arms; a++)
+        if (g->rate[a] > g->rate[win])
+            win = a;
+    g->hold = win == g->last_win
+                  ? (g->hold * 2 < DRAFT_GATE_HOLD_MAX ? g->hold * 2 : DRAFT_GATE_HOLD_MAX)
+                  : DRAFT_GATE_HOLD;
+    g->last_win = win;
+    if (win != g->arm)
+        g->switches++;
+    g->arm = win;
+    g->decisions++;
+    g->phase = S_GATE_HOLD;
+    g->left = g->hold;
+    g->m_tok = g->m_sess = 0;
+}
+
+/* Every arm but `except` is measured next (except = -1: all of them). */
+static void s_gate_cycle(draft_gate_t *g, int except)
+{
+    g->to_try = ((1u << g->n_arms) - 1) & ~(except >= 0 ? 1u << except : 0u);
+    s_gate_next(g);
 }
 
 /* One window of the gate (see load.h): tok tokens over sess_ms session-ms in dt ms. */
@@ -98,16 +152,17 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
     if (!g->on)
         return;
     if (sess_ms < 1.5 * dt) { // one session or none on average: the gate is open
-        g->arm = 1;
+        g->arm = DRAFT_ARM_CHOSEN;
         g->phase = S_GATE_IDLE;
-        g->rate[0] = g->rate[1] = 0;
+        for (int a = 0; a < DRAFT_GATE_ARMS; a++)
+            g->rate[a] = 0;
         g->hold = DRAFT_GATE_HOLD;
         g->last_win = -1;
         return;
     }
     switch (g->phase) {
-    case S_GATE_IDLE: // the load begins: measure the controllers' rounds first
-        s_gate_try(g, 1);
+    case S_GATE_IDLE: // the load begins: measure every arm, the controllers' rounds first
+        s_gate_cycle(g, -1);
         return;
     case S_GATE_SETTLE:
         if (--g->left <= 0) {
@@ -125,7 +180,7 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
             return;
         if (g->m_sess > 0)
             g->rate[g->arm] = g->m_tok / g->m_sess;
-        s_gate_try(g, !g->arm);
+        s_gate_cycle(g, g->arm);
         return;
     case S_GATE_MEASURE:
     default:
@@ -134,21 +189,7 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
         if (--g->left > 0)
             return;
         g->rate[g->arm] = g->m_sess > 0 ? g->m_tok / g->m_sess : 0;
-        if (!(g->rate[!g->arm] > 0)) { // the other arm was never measured
-            s_gate_try(g, !g->arm);
-            return;
-        }
-        const int win = g->rate[1] > g->rate[0] ? 1 : 0;
-        g->hold = win == g->last_win
-                      ? (g->hold * 2 < DRAFT_GATE_HOLD_MAX ? g->hold * 2 : DRAFT_GATE_HOLD_MAX)
-                      : DRAFT_GATE_HOLD;
-        g->last_win = win;
-        if (win != g->arm)
-            g->switches++;
-        g->arm = win;
-        g->phase = S_GATE_HOLD;
-        g->left = g->hold;
-        g->m_tok = g->m_sess = 0;
+        s_gate_next(g);
         return;
     }
 }
@@ -161,7 +202,7 @@ static void s_window(draft_load_t *l, double now)
         return;
     }
     if (now > l->t_last) {
-        l->w_sess_ms += l->n_active * (now - l->t_last);
+        l->w_sess_ms += l->n_decoding * (now - l->t_last);
         l->t_last = now;
     }
     const double dt = now - l->w_start;
@@ -205,9 +246,10 @@ void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_
     l->rounds = l->rounds * S_COST_DECAY + later_rounds * (1 - S_COST_DECAY);
 }
 
-void draft_load_active(draft_load_t *l, int n)
+void draft_load_active(draft_load_t *l, int n, int n_decoding)
 {
     l->n_active = n;
+    l->n_decoding = n_decoding;
 }
 
 double draft_load_ext(const draft_load_t *l, double r_own)

@@ -47,28 +47,40 @@
  * cores, the draft model's catch-up and prefill, a later stage that slows down
  * when the head computes more). So while two or more sessions run, the head
  * alternates between rounds as the controllers choose them (arm 1) and plain
- * rounds for every session (arm 0), measures the tokens each session commits
- * per second of running under each, and keeps the better: each arm is measured
- * for DRAFT_GATE_MEASURE windows after one window to settle, the winner holds
- * DRAFT_GATE_HOLD windows (doubled, up to DRAFT_GATE_HOLD_MAX, while the same
- * arm keeps winning) and is measured again at the end of its hold before the
- * other arm is tried once more. With one session the gate is open: the
- * one-session controller decides alone. */
-#define DRAFT_GATE_MEASURE 2
-#define DRAFT_GATE_HOLD 6
+ * rounds for every session (arm 0) and, on a head with a draft model, rounds
+ * whose drafts come from the n-gram lookup only (arm 2: no draft model work),
+ * measures the tokens each session commits per second of running under each,
+ * and keeps the best: each arm is measured for DRAFT_GATE_MEASURE windows
+ * after one window to settle, the winner holds DRAFT_GATE_HOLD windows
+ * (doubled, up to DRAFT_GATE_HOLD_MAX, while the same arm keeps winning) and
+ * is measured again at the end of its hold before the others are tried once
+ * more. With one session the gate is open: the one-session controller decides
+ * alone. */
+#define DRAFT_GATE_MEASURE 3
+#define DRAFT_GATE_HOLD 8
 #define DRAFT_GATE_HOLD_MAX 32
+#define DRAFT_GATE_ARMS 3
+
+enum {
+    DRAFT_ARM_PLAIN = 0,  // no drafts
+    DRAFT_ARM_CHOSEN = 1, // the sessions' own proposers and controllers
+    DRAFT_ARM_NGRAM = 2,  // the n-gram lookup for sessions that would use the draft model
+};
 
 typedef struct draft_gate {
-    int on;         // 1: the gate is used (node --draft-gate on)
-    int arm;        // 1: rounds as the controllers choose them; 0: plain rounds for all
-    int phase;      // where the cycle stands (load.c)
-    int left;       // windows left in the phase
-    int hold;       // windows the next hold lasts
-    int last_win;   // the arm that won the last comparison (-1 = none yet)
-    double rate[2]; // tokens per session-second measured under each arm (0 = not yet)
-    double m_tok;   // the measurement in progress: tokens,
-    double m_sess;  // and session-ms
-    int switches;   // times the arm changed (reports)
+    int on;                       // 1: the gate is used (node --draft-gate on)
+    int n_arms;                   // 2 (plain, chosen) or 3 (and n-gram)
+    int arm;                      // DRAFT_ARM_*: what the sessions' rounds do now
+    int phase;                    // where the cycle stands (load.c)
+    int left;                     // windows left in the phase
+    int hold;                     // windows the next hold lasts
+    int last_win;                 // the arm that won the last comparison (-1 = none yet)
+    unsigned to_try;              // arms still to measure in this cycle (bit per arm)
+    double rate[DRAFT_GATE_ARMS]; // tokens per session-ms measured under each arm (0 = not yet)
+    double m_tok;                 // the measurement in progress: tokens,
+    double m_sess;                // and session-ms
+    int switches;                 // times the arm changed (reports)
+    int decisions;                // comparisons made (reports: a new one to log)
 } draft_gate_t;
 
 /* The ms of a batch by its rows: a moving average per row bucket. */
@@ -86,6 +98,7 @@ typedef struct draft_load {
     double rounds;      // rounds per batch at the last stage (moving average, >= 1)
     double draft_rows;  // rows per batched draft step (moving average)
     int n_active;       // sessions running
+    int n_decoding;     // of them past their first token
     /* the current window */
     double w_start;    // its start (ms, 0 = none yet)
     double w_tokens;   // tokens committed in it
@@ -106,11 +119,18 @@ void draft_load_draft_batch(draft_load_t *l, int rows, double ms, double now);
  * later_rounds rounds (0 = not said: the stage did not report its batch). */
 void draft_load_verdict(draft_load_t *l, int tokens, double later_ms, int later_rows,
                         int later_rounds, double now);
-/* Sessions running now. */
-void draft_load_active(draft_load_t *l, int n);
-/* Turns the gate on or off (draft_load_init leaves it off). */
-void draft_load_gate(draft_load_t *l, int on);
-/* 1 when sessions may draft now (the gate's arm; always with no load or no gate). */
+/* Sessions running now, and of them those past their first token (the
+ * gate's rates count these: a session waiting for its prefill commits
+ * nothing under any arm, and would only add noise). */
+void draft_load_active(draft_load_t *l, int n, int n_decoding);
+/* Turns the gate on or off (draft_load_init leaves it off), with n_arms 2
+ * (plain, chosen) or 3 (and n-gram: a head with a draft model). */
+void draft_load_gate(draft_load_t *l, int on, int n_arms);
+/* The gate's arm now (DRAFT_ARM_CHOSEN with no load or no gate). */
+int draft_load_arm(const draft_load_t *l);
+/* The arm's name: "plain rounds", "drafts as chosen", "n-gram lookups". */
+const char *draft_load_arm_name(int arm);
+/* 1 when sessions may draft now (the arm is not DRAFT_ARM_PLAIN). */
 int draft_load_drafts_allowed(const draft_load_t *l);
 
 /* The rate (tokens per ms) of the other sessions that one ms of extra work

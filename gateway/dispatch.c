@@ -27,6 +27,7 @@
 #define S_REJOIN_MS 2000 /* between attempts to join the relay again */
 #define S_IDENT_MAX 32   /* bytes of a ROUTER identity kept */
 #define S_REPLY_TIMEOUT_MS 15000
+#define S_SPOT_EVERY_MS 5000 /* between two spot queries to a head (metrics.h) */
 
 struct s_submit {
     const sw_client_request_t *q; /* the request (the caller's memory) */
@@ -62,6 +63,8 @@ struct gw_disp {
     double next_join;        /* next attempt to join the relay (ms) */
     sw_client_table_t table; /* cached peer table */
     double table_at;         /* when it was fetched (ms); 0 = none */
+    gw_metrics_t *metrics;   /* where heads' spot reports go (the caller's), or NULL */
+    double spot_at;          /* when the heads were last asked for them (ms) */
     struct s_route routes[SW_CLIENT_MAX_INFLIGHT];
 };
 
@@ -252,6 +255,32 @@ static void s_command(gw_disp_t *d)
     }
 }
 
+/* Every S_SPOT_EVERY_MS: asks the trusted heads of the last peer table (those
+ * it would send requests to; no new table is fetched for it) for their spot
+ * reports, without waiting; the reports that arrived go to the metrics. */
+static void s_spot(gw_disp_t *d)
+{
+    if (!d->metrics || !d->client)
+        return;
+    char head[SW_CLIENT_NAME_LEN];
+    sw_client_spot_t rep;
+    while (sw_client_spot_take(d->client, head, &rep) == 0)
+        gw_metrics_spot(d->metrics, head, &rep);
+    const double now = s_now_ms();
+    if (now - d->spot_at < S_SPOT_EVERY_MS)
+        return;
+    d->spot_at = now;
+    int asked = 0;
+    for (int i = 0; i < d->table.n_peers && asked < GW_METRICS_SPOT_HEADS; i++) {
+        const sw_client_peer_t *p = &d->table.peers[i];
+        if (!sw_client_trusted_head(&d->table, p))
+            continue;
+        asked++;
+        if (sw_client_spot_ask(d->client, p->name) != 0)
+            SW_DEBUG("gateway: could not ask %s for its spot checks now", p->name);
+    }
+}
+
 /* The relay connection broke: fail the generations in flight and join again later. */
 static void s_lost(gw_disp_t *d)
 {
@@ -312,11 +341,13 @@ static void *s_thread(void *arg)
                 s_lost(d);
             break;
         }
+        s_spot(d);
     }
     return NULL;
 }
 
-gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, char *err, size_t err_len)
+gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, gw_metrics_t *metrics, char *err,
+                       size_t err_len)
 {
     gw_disp_t *d = calloc(1, sizeof *d);
     if (!d) {
@@ -324,6 +355,7 @@ gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, char *err, size
         return NULL;
     }
     d->zctx = zctx;
+    d->metrics = metrics;
     snprintf(d->relay, sizeof d->relay, "%s", opts->relay);
     snprintf(d->name, sizeof d->name, "%s", opts->name ? opts->name : "gateway");
     if (opts->sec)

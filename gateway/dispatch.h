@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "client.h"
+#include "metrics.h"
 
 typedef struct gw_disp gw_disp_t;
 
@@ -25,9 +26,13 @@ typedef struct gw_disp gw_disp_t;
  * Starts the dispatcher thread and joins the relay (opts is copied, keys
  * included). NULL after a line in err when the first join fails. zctx is the
  * ZeroMQ context the inproc sockets live in (the caller's, outlives this).
+ * Every 5 s the thread also asks the trusted heads of its last peer table
+ * (at most GW_METRICS_SPOT_HEADS) for their spot-check reports, without
+ * waiting (sw_client_spot_ask), and hands those that arrive to metrics (the
+ * caller's, outlives this; NULL = none asked).
  */
-gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, char *err, size_t err_len)
-    __attribute__((warn_unused_result));
+gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, gw_metrics_t *metrics, char *err,
+                       size_t err_len) __attribute__((warn_unused_result));
 
 /* Stops the thread (requests in flight are cancelled); accepts NULL, NULLs *self_p. */
 void gw_disp_destroy(gw_disp_t **self_p);

@@ -1015,6 +1015,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
             return MHD_YES;
         if (s_now_ms() - sc->t0 > g->o->body_timeout_s * 1e3) {
             sc->answered = 1;
+            gw_metrics_error(g->metrics, "request_timeout"); /* as the sweep counts it */
             return s_error(g, c, s_ep(sc), MHD_HTTP_REQUEST_TIMEOUT,
                            "the request body did not arrive in time", "invalid_request_error", NULL,
                            "request_timeout");
@@ -1161,7 +1162,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
                            .name = "gateway",
                            .connect_timeout_ms = 15000,
                            .stop = stop};
-    g.disp = gw_disp_new(g.zctx, &co, err, sizeof err);
+    g.disp = gw_disp_new(g.zctx, &co, g.metrics, err, sizeof err);
     if (!g.disp) {
         fprintf(stderr, "shardwire serve: %s\n", err);
         goto out;

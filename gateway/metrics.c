@@ -69,6 +69,11 @@ struct gw_metrics {
     s_hist_t ttft; /* seconds to the first token (seen by the gateway) */
     s_hist_t dur;  /* seconds per generation */
     s_hist_t tps;  /* decode tokens per second per generation (the head's clock) */
+    struct {
+        char head[SW_CLIENT_NAME_LEN]; /* "" = free */
+        double at;                     /* when it arrived (monotonic, ms) */
+        sw_client_spot_t rep;          /* the head's last report */
+    } spot[GW_METRICS_SPOT_HEADS];     /* spot checks of the heads the gateway uses */
 };
 
 gw_metrics_t *gw_metrics_new(void)
@@ -208,6 +213,34 @@ void gw_metrics_connection(gw_metrics_t *m, int delta)
     pthread_mutex_unlock(&m->mu);
 }
 
+static double s_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void gw_metrics_spot(gw_metrics_t *m, const char *head, const sw_client_spot_t *rep)
+{
+    pthread_mutex_lock(&m->mu);
+    int at = -1, oldest = 0;
+    for (int i = 0; i < GW_METRICS_SPOT_HEADS && at < 0; i++)
+        if (!strcmp(m->spot[i].head, head))
+            at = i;
+    for (int i = 0; i < GW_METRICS_SPOT_HEADS && at < 0; i++)
+        if (!m->spot[i].head[0])
+            at = i;
+    for (int i = 1; i < GW_METRICS_SPOT_HEADS && at < 0; i++)
+        if (m->spot[i].at < m->spot[oldest].at)
+            oldest = i;
+    if (at < 0)
+        at = oldest;
+    snprintf(m->spot[at].head, sizeof m->spot[at].head, "%s", head);
+    m->spot[at].at = s_mono_ms();
+    m->spot[at].rep = *rep;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* A growing text buffer. */
 typedef struct s_buf {
     char *p;
@@ -259,6 +292,57 @@ static void s_hist_text(s_buf_t *b, const char *name, const char *help, const s_
 static void s_counter(s_buf_t *b, const char *name, const char *help, unsigned long long v)
 {
     s_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+/* The heads' spot checks (names are wire names: [A-Za-z0-9._-], nothing to escape). */
+static void s_spot_text(s_buf_t *b, const gw_metrics_t *m)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } series[] = {
+        {"shardwire_gateway_spot_share", "gauge", "the head's --spot-check share of sessions"},
+        {"shardwire_gateway_spot_sessions_checked_total", "counter",
+         "sessions the head checked since it started"},
+        {"shardwire_gateway_spot_rounds_compared_total", "counter",
+         "rounds whose copies the head compared"},
+        {"shardwire_gateway_spot_mismatches_total", "counter", "rounds whose copies disagreed"},
+        {"shardwire_gateway_spot_report_age_seconds", "gauge",
+         "age of the head's last spot report (asked every 5 s)"},
+    };
+    const double now = s_mono_ms();
+    for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
+        s_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help, series[k].name,
+                 series[k].type);
+        for (int i = 0; i < GW_METRICS_SPOT_HEADS; i++) {
+            const sw_client_spot_t *r = &m->spot[i].rep;
+            if (!m->spot[i].head[0])
+                continue;
+            const char *h = m->spot[i].head;
+            if (k == 0)
+                s_printf(b, "%s{head=\"%s\"} %g\n", series[k].name, h, (double)r->share);
+            else if (k == 4)
+                s_printf(b, "%s{head=\"%s\"} %.3f\n", series[k].name, h,
+                         (now - m->spot[i].at) / 1e3);
+            else
+                s_printf(b, "%s{head=\"%s\"} %llu\n", series[k].name, h,
+                         (unsigned long long)(k == 1   ? r->sessions_checked
+                                              : k == 2 ? r->rounds_compared
+                                                       : r->mismatches));
+        }
+    }
+    s_printf(b, "# HELP shardwire_gateway_spot_node_avoid_seconds nodes a head's spot checks "
+                "reported (convicted: outvoted; disputed: one of two copies that disagreed), "
+                "with the seconds new routes still avoid them\n"
+                "# TYPE shardwire_gateway_spot_node_avoid_seconds gauge\n");
+    for (int i = 0; i < GW_METRICS_SPOT_HEADS; i++) {
+        const sw_client_spot_t *r = &m->spot[i].rep;
+        for (int j = 0; m->spot[i].head[0] && j < r->n_nodes && j < SW_WIRE_MAX_SPOT_NODES; j++)
+            s_printf(b,
+                     "shardwire_gateway_spot_node_avoid_seconds{head=\"%s\",node=\"%s\","
+                     "verdict=\"%s\"} %u\n",
+                     m->spot[i].head, r->nodes[j].name,
+                     r->nodes[j].convicted ? "convicted" : "disputed", r->nodes[j].avoid_s);
+    }
 }
 
 char *gw_metrics_text(gw_metrics_t *m)
@@ -314,6 +398,7 @@ char *gw_metrics_text(gw_metrics_t *m)
              "# HELP shardwire_gateway_connections open HTTP connections\n"
              "# TYPE shardwire_gateway_connections gauge\nshardwire_gateway_connections %d\n",
              m->inflight, m->connections);
+    s_spot_text(&b, m);
     s_hist_text(&b, "shardwire_gateway_time_to_first_token_seconds",
                 "request received to first token", &m->ttft);
     s_hist_text(&b, "shardwire_gateway_generation_seconds", "request received to last token",

@@ -38,6 +38,16 @@ int gw_metrics_inflight(gw_metrics_t *m, int delta, int limit);
 /* Open HTTP connections: delta +1 / -1. */
 void gw_metrics_connection(gw_metrics_t *m, int delta);
 
+/*
+ * The spot-check report of head (sw_client_spot_ask, dispatch.c), shown in
+ * the text as shardwire_gateway_spot_* series labelled with the head and,
+ * for reported nodes, the node: at most GW_METRICS_SPOT_HEADS heads (a new
+ * one takes the place of the one reported longest ago) of at most
+ * SW_WIRE_MAX_SPOT_NODES nodes each, so the label sets stay bounded.
+ */
+#define GW_METRICS_SPOT_HEADS 4
+void gw_metrics_spot(gw_metrics_t *m, const char *head, const sw_client_spot_t *rep);
+
 /* The exposition text (malloc'd, the caller frees); NULL when out of memory. */
 char *gw_metrics_text(gw_metrics_t *m);
 

@@ -31,6 +31,7 @@ static json_t *s_node(const sw_client_peer_t *p)
     json_object_set_new(n, "msgs_in", json_integer((json_int_t)p->msgs_in));
     json_object_set_new(n, "msgs_out", json_integer((json_int_t)p->msgs_out));
     json_object_set_new(n, "key_bound", json_boolean(p->key_bound));
+    json_object_set_new(n, "role_bound", json_boolean(p->role_bound));
     return n;
 }
 

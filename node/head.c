@@ -45,7 +45,6 @@ int node_head_new(node_t *n, char *err, size_t err_len)
         return -1;
     }
     draft_load_init(&h->load);
-    draft_load_gate(&h->load, n->o.draft_gate);
     h->tok = sw_tokenizer_from_gguf(sw_model_gguf(n->model), err, err_len);
     if (!h->tok)
         goto fail;
@@ -89,6 +88,8 @@ int node_head_new(node_t *n, char *err, size_t err_len)
             goto fail;
         }
     }
+    /* With a draft model the gate also tries n-gram lookups in its place. */
+    draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
     return 0;
 fail:
@@ -226,7 +227,20 @@ void node_head_step(node_t *n)
     const double now = sw_now_ms();
     h->busy = 0;
     head_queue_step(n, now);
-    draft_load_active(&h->load, h->n_active);
+    int decoding = 0;
+    for (int k = 0; k < h->n_slots; k++)
+        decoding += h->sess[k].state == HEAD_RUN && h->sess[k].n_seen > 0;
+    draft_load_active(&h->load, h->n_active, decoding);
+    const draft_gate_t *g = &h->load.gate;
+    if (g->decisions != h->gate_logged) { // one line per comparison: every 9 s or more
+        h->gate_logged = g->decisions;
+        char arms[192] = "";
+        for (int a = 0, o = 0; a < g->n_arms && o < (int)sizeof arms; a++)
+            o += snprintf(arms + o, sizeof arms - o, "%s%s %.2f", a ? ", " : "",
+                          draft_load_arm_name(a), g->rate[a] * 1000);
+        SW_INFO("draft gate: tokens per session-second: %s; %s for the next %d s", arms,
+                draft_load_arm_name(g->arm), g->hold * DRAFT_LOAD_WINDOW_MS / 1000);
+    }
     head_sess_t *ready[NODE_MAX_BATCH];
     int n_ready = 0;
     for (int k = 0; k < h->n_slots; k++) {

@@ -167,7 +167,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
                      "one with --layers %u:END%s",
                      need_key ? " key-bound" : "", at, L, at,
                      unbound ? " (a peer there is not bound to its name by a node key in the "
-                               "relay's allow-list: 'KEY node NAME')"
+                               "relay's allow-list: 'KEY stage NAME')"
                              : "");
             return -1;
         }

@@ -55,7 +55,7 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     const sw_msg_session_close_t *sc = &d.session_close;
     node_session_t *s = NULL;
     const char *why;
-    s = node_session_get(n, sc->session_id, 0, 0, &why);
+    s = node_session_get(n, sc->session_id, NULL, 0, &why);
     if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;

@@ -14,7 +14,11 @@
 #include "log.h"
 #include "plan.h"
 
-#define S_PROBE_REPS 9 // timed forwards per probe (the median counts), after one warm-up
+#define S_PROBE_MIN_REPS 9      // timed forwards per probe at least, after one warm-up ...
+#define S_PROBE_WINDOW_MS 300.0 // ... and for at least this long (3 default CFS periods) ...
+#define S_PROBE_MAX_REPS 2000   // ... but no more forwards than this (sw_plan_probe_us)
+#define S_RTT_QUERIES 16        // status queries timed for the round trip to the relay ...
+#define S_RTT_PAUSE_US 5000     // ... each after this pause
 
 struct node_place {
     int auto_node;      // 1: --layers auto
@@ -37,14 +41,36 @@ struct node_place {
 
 /* ---- the probe ------------------------------------------------------------------------------ */
 
-static int s_cmp_double(const void *a, const void *b)
+/* One probe forward (sw_plan_probe_us's run): the KV emptied, then the forward. */
+typedef struct s_probe_ctx {
+    sw_model_t *m;
+    sw_kv_t *kv;
+    const sw_forward_t *f;
+} s_probe_ctx_t;
+
+static int s_probe_run(void *ctx)
 {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    s_probe_ctx_t *c = ctx;
+    char err[256];
+    if (sw_kv_truncate(c->kv, 0) != 0)
+        return -1;
+    if (sw_model_forward(c->m, c->kv, c->f, err, sizeof err) != 0) {
+        SW_WARN("probe: %s", err);
+        return -1;
+    }
+    return 0;
 }
 
-/* The median time (us) of one forward of `rows` decode rows through m's
- * layers (and its LM head when it is the last stage). -1 on failure. */
+static double s_probe_now(void *ctx)
+{
+    (void)ctx;
+    return sw_now_ms();
+}
+
+/* The sustained time (us) of one forward of `rows` decode rows through m's
+ * layers (and its LM head when it is the last stage): what a round meets on
+ * this machine as it is loaded now, other processes and CPU quotas included
+ * (sw_plan_probe_us says why not the median). -1 on failure. */
 static double s_time(sw_model_t *m, int rows)
 {
     const sw_hparams_t *hp = sw_model_hparams(m);
@@ -54,7 +80,7 @@ static double s_time(sw_model_t *m, int rows)
     float *in = calloc((size_t)rows * E, sizeof *in), *out = calloc((size_t)rows * E, sizeof *out);
     float *logits = last ? calloc((size_t)rows * (size_t)hp->n_vocab, sizeof *logits) : NULL;
     int32_t tok[SW_WIRE_MAX_ROWS];
-    double t[S_PROBE_REPS + 1], best = -1;
+    double best = -1;
     if (!kv || !in || !out || (last && !logits))
         goto out;
     for (size_t i = 0; i < (size_t)rows * E; i++)
@@ -67,22 +93,9 @@ static double s_time(sw_model_t *m, int rows)
                             .out_hidden = last ? NULL : out,
                             .logits = logits,
                             .n_logits = last ? rows : 0};
-    for (int r = 0; r <= S_PROBE_REPS; r++) {
-        char err[256];
-        if (sw_kv_truncate(kv, 0) != 0)
-            goto out;
-        const double t0 = sw_now_ms();
-        if (sw_model_forward(m, kv, &f, err, sizeof err) != 0) {
-            SW_WARN("probe: %s", err);
-            goto out;
-        }
-        t[r] = (sw_now_ms() - t0) * 1e3;
-    }
-    /* t[0] is the warm-up; of the others the median: what a round meets on this
-     * machine as it is loaded now (other processes included), one slow or fast
-     * outlier left out */
-    qsort(t + 1, S_PROBE_REPS, sizeof t[0], s_cmp_double);
-    best = t[1 + S_PROBE_REPS / 2];
+    s_probe_ctx_t ctx = {.m = m, .kv = kv, .f = &f};
+    const sw_plan_probe_t pr = {.run = s_probe_run, .now_ms = s_probe_now, .ctx = &ctx};
+    best = sw_plan_probe_us(&pr, S_PROBE_WINDOW_MS, S_PROBE_MIN_REPS, S_PROBE_MAX_REPS);
 out:
     free(in);
     free(out);
@@ -247,20 +260,28 @@ int node_place_rtt(node_t *n)
     node_place_t *p = n->place;
     if (!p)
         return 0;
-    double best = -1;
-    for (int i = 0; i < 3; i++) {
+    /* the mean, not the fastest: every hop of every round pays the waits of
+     * a loaded machine (the relay and the receiver woken, scheduled, perhaps
+     * throttled), which the fastest of a few queries left out (measured: 0.1
+     * ms predicted for 4 ms a hop, docs/benchmarks.md); each query after a
+     * pause, as a stage waits between rounds */
+    double sum = 0;
+    int got = 0;
+    for (int i = 0; i < S_RTT_QUERIES; i++) {
+        usleep(S_RTT_PAUSE_US);
         sw_wire_msg_t t = {0};
         const double t0 = sw_now_ms();
         if (sw_peer_status(n->peer, &t, 3000) != 0)
             continue;
-        const double us = (sw_now_ms() - t0) * 1e3;
+        sum += (sw_now_ms() - t0) * 1e3;
+        got++;
         sw_wire_msg_clear(&t);
-        if (best < 0 || us < best)
-            best = us;
     }
-    if (best < 0)
+    if (!got)
         return 0;
-    p->rtt_us = s_us(best < 1 ? 1 : best);
+    const double mean = sum / got;
+    p->rtt_us = s_us(mean < 1 ? 1 : mean);
+    SW_DEBUG("placement: round trip to the relay %.0f us (the mean of %d)", mean, got);
     return 1;
 }
 

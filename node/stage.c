@@ -356,7 +356,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     const char *reply = f->reply_to; /* the route's head, which handles failed rounds */
     /* A stage opens a session only on its first round (nothing kept): a later
      * round for a session it does not hold means it restarted and lost it. */
-    node_session_t *s = node_session_get(n, sid, 0, 0, &(const char *){""});
+    node_session_t *s = node_session_get(n, sid, NULL, 0, &(const char *){""});
     if (!s && f->kv_keep > 0 && !f->prefix_len) {
         s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the round keeps %u positions of a session this stage does not hold "
@@ -366,7 +366,8 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     }
     if (!s) {
         const char *why = "";
-        s = node_session_get(n, sid, 1, (int)f->n_ctx, &why);
+        s = node_session_get(n, sid, msg->peer_key[0] ? msg->peer_key : msg->peer, (int)f->n_ctx,
+                             &why);
         if (!s) {
             /* closed: the head replays or ends it; "needs more": it never fits this
              * stage, a bad request (retrying cannot help); else full for now: busy */
@@ -596,7 +597,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
          (n->batch_rows + rows > n->rows_cap || n->batch_rows + rows > n->o.max_batch_rows ||
           n->batch_logits + want_logits > n->logit_cap)))
         node_stage_flush(n);
-    s = node_session_get(n, sid, 0, 0, &(const char *){""}); /* the flush may have freed it */
+    s = node_session_get(n, sid, NULL, 0, &(const char *){""}); /* the flush may have freed it */
     if (!s) {
         s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the session failed in the previous batch", sw_peer_name(n->peer));

@@ -42,6 +42,8 @@ typedef struct node_session {
     double last_used_ms; // for the idle timeout
     uint64_t round;      // last round seen
     char creator[64];    // peer whose Forward created it; only it may send more
+    char by[64];         // the creator's key fingerprint (its name without keys): the sessions
+                         // of one key share the stage fairly with other keys' (stage_session.c)
     char owner[64];      // route[0] of that Forward (the head): may close it too
     int32_t *prompt;     // (prompt_cap) its prompt's tokens while the prefill comes (prefix
                          // cache: stored when it is complete), NULL otherwise
@@ -70,9 +72,13 @@ typedef struct node_fwd {
     int32_t par[SW_WIRE_MAX_DRAFT + 1];
 } node_fwd_t;
 
-/* The session id, or with create a new one with a cache of n_ctx positions
- * (0 = --ctx), counted against --kv-mib; NULL with why. */
-node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why);
+/* The session id, or with `by` (the creator's key fingerprint, or its name
+ * without keys; NULL = only look it up) a new one with a cache of n_ctx
+ * positions (0 = --ctx), counted against --kv-mib; NULL with why. When the
+ * stage is full, an idle session makes room, else one of the key holding the
+ * most sessions when `by` holds at least two fewer (stage_session.c). */
+node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx,
+                                 const char **why);
 /* Prefix cache (engine/prefix.h): frees cached prefixes, least recently
  * used first, until the sessions' caches (kv_used), need bytes more and the
  * prefixes fit --kv-mib. */

@@ -2,12 +2,17 @@
  * stage_session.c - the sessions a stage holds (stage.h): one KV cache each,
  * sized from the session's first Forward (n_ctx) and counted against
  * --kv-mib. When the stage is full, sessions nobody used for
- * NODE_EVICT_IDLE_MS make room, least recently used first. A session is
+ * NODE_EVICT_IDLE_MS make room, least recently used first; then the creators'
+ * keys share the stage max-min fairly: a key holding at least two sessions
+ * fewer than the key holding the most takes that key's least recently used
+ * session (issue 21, finding 9: one node key touching every session it holds
+ * every 2 s kept them all). A session is
  * freed when its owner closes it (its id is remembered a while, so that a
  * Forward of it still in flight does not open it again), when a round of it
  * fails at this stage (the head replays it from its prefill), and after
  * --idle-timeout-s unused.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +38,55 @@ static int s_recently_closed(const node_t *n, uint64_t id)
     return 0;
 }
 
-node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, const char **why)
+/* 1 when a Forward of s waits in the next batch (freeing s would drop it unanswered). */
+static int s_batched(const node_t *n, const node_session_t *s)
+{
+    for (int i = 0; i < n->n_batch; i++)
+        if (n->batch[i].s == s)
+            return 1;
+    return 0;
+}
+
+/*
+ * Max-min fairness between the creators' keys when the stage is full: the
+ * key holding the most sessions gives up its least recently used one (none
+ * with a Forward waiting) to `by` when `by` holds at least two fewer. So a
+ * key below its share of the slots (max_sessions over the keys that want
+ * sessions, rounded down) always gets one, and no key is taken below the
+ * count of the key it gives to. NULL when no key holds that many more.
+ */
+static node_session_t *s_fair_victim(const node_t *n, const char *by)
+{
+    int mine = 0, most = 0;
+    const node_session_t *top = NULL; /* a session of the key holding the most */
+    for (int i = 0; i < n->o.max_sessions; i++) {
+        const node_session_t *s = &n->sessions[i];
+        if (!s->id)
+            continue;
+        int same = 0;
+        for (int j = 0; j < n->o.max_sessions; j++)
+            same += n->sessions[j].id && !strcmp(n->sessions[j].by, s->by);
+        if (!strcmp(s->by, by))
+            mine = same;
+        else if (same > most) {
+            most = same;
+            top = s;
+        }
+    }
+    if (!top || mine + 2 > most)
+        return NULL;
+    node_session_t *lru = NULL;
+    for (int i = 0; i < n->o.max_sessions; i++) {
+        node_session_t *v = &n->sessions[i];
+        if (v->id && !strcmp(v->by, top->by) && !s_batched(n, v) &&
+            (!lru || v->last_used_ms < lru->last_used_ms))
+            lru = v;
+    }
+    return lru;
+}
+
+node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx,
+                                 const char **why)
 {
     node_session_t *free_slot = NULL;
     for (int i = 0; i < n->o.max_sessions; i++) {
@@ -43,7 +96,7 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
         if (!s->id && !free_slot)
             free_slot = s;
     }
-    if (!create) {
+    if (!by) {
         *why = "unknown session";
         return NULL;
     }
@@ -75,10 +128,16 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
                 (!lru || v->last_used_ms < lru->last_used_ms))
                 lru = v;
         }
-        if (!lru)
+        if (lru) {
+            SW_INFO("session %016llx of %s unused for %.1f s: freed to make room for a new one",
+                    (unsigned long long)lru->id, lru->creator, (now - lru->last_used_ms) / 1e3);
+        } else if ((lru = s_fair_victim(n, by)) != NULL) {
+            SW_INFO("session %016llx of %s (key %.12s) freed for a session of key %.12s: the "
+                    "stage is full and that key held the most sessions (fair share)",
+                    (unsigned long long)lru->id, lru->creator, lru->by, by);
+        } else {
             break;
-        SW_INFO("session %016llx of %s unused for %.1f s: freed to make room for a new one",
-                (unsigned long long)lru->id, lru->creator, (now - lru->last_used_ms) / 1e3);
+        }
         node_session_free(n, lru);
         if (!free_slot)
             free_slot = lru;
@@ -97,6 +156,7 @@ node_session_t *node_session_get(node_t *n, uint64_t id, int create, int n_ctx, 
         return NULL;
     }
     free_slot->id = id;
+    snprintf(free_slot->by, sizeof free_slot->by, "%s", by);
     free_slot->round = 0;
     free_slot->kv_bytes = bytes;
     free_slot->last_used_ms = sw_now_ms();

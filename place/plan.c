@@ -220,3 +220,19 @@ void sw_plan_node_from(const sw_msg_announce_t *a, int rows, sw_plan_node_t *out
     out->mem_bytes = (uint64_t)a->mem_mib << 20;
     out->kv_layer_bytes = (uint64_t)a->kv_kib_layer << 10;
 }
+
+double sw_plan_probe_us(const sw_plan_probe_t *p, double window_ms, int min_reps, int max_reps)
+{
+    if (p->run(p->ctx) != 0) /* the warm-up: caches, page faults, lazy allocations */
+        return -1;
+    const double t0 = p->now_ms(p->ctx);
+    int reps = 0;
+    double t = t0;
+    while (reps < max_reps && (reps < min_reps || t - t0 < window_ms)) {
+        if (p->run(p->ctx) != 0)
+            return -1;
+        reps++;
+        t = p->now_ms(p->ctx);
+    }
+    return reps ? (t - t0) * 1e3 / reps : -1;
+}

@@ -84,6 +84,27 @@ double sw_plan_cost(const sw_plan_model_t *m, const sw_plan_node_t *nodes, int n
 /* The next permutation of a (n entries) in lexicographic order; 0 after the last. */
 int sw_plan_next_perm(int *a, int n);
 
+/*
+ * The probe's timing (node/place.c): after one warm-up call, calls run until
+ * at least window_ms of wall time (now_ms) have passed and it ran min_reps
+ * times (at most max_reps), and returns the SUSTAINED time of one call in
+ * us: the wall time from the first timed call's start to the last one's end
+ * over the calls. Not the median of single calls: a node held to a share of
+ * a CPU (a cgroup quota, a container's --cpus, other processes on the same
+ * cores) runs some calls at full speed and stalls others for the rest of
+ * the scheduler's period; the median hides the stalls, which every round of
+ * a loaded stage meets (measured: a 0.3-core cgroup probed at the speed of
+ * a whole core, 4x below the measured round, docs/benchmarks.md). The window
+ * should span several scheduler periods (CFS: 100 ms by default). -1 when a
+ * call fails.
+ */
+typedef struct sw_plan_probe {
+    int (*run)(void *ctx);       /* one timed call: 0, or -1 on failure */
+    double (*now_ms)(void *ctx); /* a monotonic clock, ms */
+    void *ctx;
+} sw_plan_probe_t;
+double sw_plan_probe_us(const sw_plan_probe_t *p, double window_ms, int min_reps, int max_reps);
+
 /* A node of a peer table for the planner at `rows` rows (1, or the probe's
  * K+1 rows; another value interpolates linearly between the two). */
 void sw_plan_node_from(const sw_msg_announce_t *a, int rows, sw_plan_node_t *out);

@@ -90,7 +90,8 @@ static const sw_opt_t s_opts[] = {
      "= any free port"},
     {"key", O_KEY, "FILE", "the relay's CURVE secret key file (shardwire keygen)"},
     {"allow", O_ALLOW, "FILE",
-     "allow-list: 'KEY node NAME' or 'KEY client [NAME]' per\nline; # comments. Re-read when it "
+     "allow-list: 'KEY head|stage NAME' or 'KEY client [NAME]'\nper line; # comments. Re-read when "
+     "it "
      "changes and on\nSIGHUP (docs/security.md)."},
     {"insecure-loopback", O_INSECURE, NULL, "no keys, no encryption; loopback endpoints only"},
     {"heartbeat-ms", O_HB, "MS",

@@ -104,7 +104,7 @@ typedef struct relay_peer {
     struct sockaddr_storage addr; /* the fd's remote address when learnt (guards fd reuse) */
     socklen_t addr_len;           /* bytes of addr */
     int client;                   /* 1: a client (its key's role; insecure: its announce) */
-    int key_bound;                /* 1: its key is a node key bound to its name (secure only) */
+    int key_bound;                /* what its node key binds: SW_KEY_BOUND_NAME, _ROLE, or 0 */
     double byte_tokens[2];        /* byte-rate buckets: bytes it may still send now */
     int64_t told_ms;              /* when it was last told of a dropped control message */
     uint64_t byte_drops;          /* messages dropped for going over the byte rate */
@@ -506,10 +506,29 @@ static int s_permit(const relay_t *r, const char *user, const char *name, int ro
                  e->name, e->name);
         return -1;
     }
+    /* a node key bound to a role too ("KEY head NAME", "KEY stage NAME"): any other node key
+     * could otherwise announce a second head of a model and make the clients refuse to
+     * choose (issue 21, finding 9) */
+    if (e->role == SW_ALLOW_NODE && e->bind == SW_BIND_HEAD && role != SW_ROLE_HEAD &&
+        role != SW_ROLE_FULL) {
+        snprintf(why, why_len,
+                 "the allow-list binds this key to the head role ('KEY head %s'): it may only "
+                 "announce as a head (layers from 0)",
+                 e->name);
+        return -1;
+    }
+    if (e->role == SW_ALLOW_NODE && e->bind == SW_BIND_STAGE && role != SW_ROLE_MIDDLE &&
+        role != SW_ROLE_TAIL) {
+        snprintf(why, why_len,
+                 "the allow-list binds this key to a stage ('KEY stage %s'): it may only announce "
+                 "as a middle or tail node, not as a head",
+                 e->name);
+        return -1;
+    }
     if (e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {
         snprintf(why, why_len,
                  "this is a client key: it cannot announce as a head, middle or tail node (a "
-                 "node needs its own key, listed as 'KEY node NAME' in the allow-list)");
+                 "node needs its own key, listed as 'KEY head|stage NAME' in the allow-list)");
         return -1;
     }
     if (e->role == SW_ALLOW_CLIENT && e->name[0] && !s_name_in(e->name, name)) {
@@ -533,6 +552,16 @@ static int s_permit(const relay_t *r, const char *user, const char *name, int ro
             }
     }
     return 0;
+}
+
+/* What the peer table says of a peer announced under entry e (NULL: none, insecure):
+ * SW_KEY_BOUND_ROLE for a node key bound to its name and role, SW_KEY_BOUND_NAME for one
+ * bound to its name only, 0 otherwise. */
+static int s_key_bound(const sw_allow_entry_t *e)
+{
+    if (!e || e->role != SW_ALLOW_NODE)
+        return 0;
+    return e->bind == SW_BIND_ANY ? SW_KEY_BOUND_NAME : SW_KEY_BOUND_ROLE;
 }
 
 static int s_name_cmp(const void *a, const void *b)
@@ -590,11 +619,13 @@ static int s_allow_reload(relay_t *r, int force)
     r->n_allow = list ? n : 0;
     if (!r->allow)
         return -1;
-    int nodes = 0, legacy = 0, legacy_line = 0;
+    int nodes = 0, legacy = 0, legacy_line = 0, unbound = 0, unbound_line = 0;
     for (int i = 0; i < r->n_allow; i++) {
         nodes += r->allow[i].role == SW_ALLOW_NODE;
         if (r->allow[i].legacy && !legacy++)
             legacy_line = r->allow[i].legacy;
+        if (r->allow[i].role == SW_ALLOW_NODE && r->allow[i].bind == SW_BIND_ANY && !unbound++)
+            unbound_line = r->allow[i].line;
     }
     r->node_names = s_count_node_names(r);
     SW_INFO("relay: allow-list %s: %d keys (%d node, %d client)%s", r->allow_path, r->n_allow,
@@ -603,6 +634,11 @@ static int s_allow_reload(relay_t *r, int force)
         SW_WARN("relay: %s: %d line(s) in the old 'KEY [NAME]' form (the first on line %d), read "
                 "as 'KEY node NAME' and 'KEY client': write them that way (docs/security.md)",
                 r->allow_path, legacy, legacy_line);
+    if (unbound)
+        SW_WARN("relay: %s: %d node key(s) bound to a name but not to a role (the first on line "
+                "%d): each may announce as a head too; write 'KEY head NAME' or 'KEY stage NAME' "
+                "(docs/security.md)",
+                r->allow_path, unbound, unbound_line);
     for (int i = 0; i < r->n_peers;) {
         relay_peer_t *p = r->peers[i];
         char why[256];
@@ -615,7 +651,7 @@ static int s_allow_reload(relay_t *r, int force)
             continue;
         }
         const sw_allow_entry_t *e = s_allowed(r, p->user);
-        p->key_bound = e->role == SW_ALLOW_NODE;
+        p->key_bound = s_key_bound(e);
         p->client = e->role == SW_ALLOW_CLIENT;
         i++;
     }
@@ -1316,7 +1352,7 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
             int conns = 0, nodes = 0;
             for (int i = 0; i < r->n_peers; i++) {
                 conns += !strcmp(r->peers[i]->user, user);
-                nodes += r->peers[i]->key_bound;
+                nodes += r->peers[i]->key_bound != 0;
             }
             if (conns >= r->max_conns_per_key) {
                 if (s_log_due(&r->refused_announces))
@@ -1369,7 +1405,7 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
         p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = s_now_ms();
         p->tokens[0] = p->tokens[1] = r->rate;
         p->client = client;
-        p->key_bound = e && e->role == SW_ALLOW_NODE;
+        p->key_bound = s_key_bound(e);
         p->byte_tokens[0] = p->byte_tokens[1] = client && r->secure ? r->client_rate : r->node_rate;
         p->fd = -1;
         r->peers[r->n_peers++] = p;
@@ -1381,8 +1417,11 @@ static void s_announce(relay_t *r, const void *id, size_t id_len, relay_peer_t *
                    "peer %s joined: %s%s, layers [%u, %u) of %u, backend '%s', %u sessions (key "
                    "%s)",
                    a->name, sw_wire_role_name((int)a->role),
-                   p->key_bound ? " (key-bound node)" : "", a->layer_begin, a->layer_end,
-                   a->n_layers, a->backend, a->max_sessions, p->fp[0] ? p->fp : "-");
+                   p->key_bound == SW_KEY_BOUND_ROLE ? " (key-bound node, name and role)"
+                   : p->key_bound                    ? " (key-bound node)"
+                                                     : "",
+                   a->layer_begin, a->layer_end, a->n_layers, a->backend, a->max_sessions,
+                   p->fp[0] ? p->fp : "-");
     }
     const sw_msg_t ack = {
         .type = SW_MSG_ANNOUNCE_ACK,

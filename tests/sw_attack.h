@@ -28,9 +28,10 @@
 #define SWA_VERDICT 100 /* swa_shape: a Verdict came back */
 
 typedef struct swa {
-    const char *dir; /* sw_test_keys' folder */
-    const char *ep;  /* the relay */
-    char fp[65];     /* the nodes' model fingerprint */
+    const char *dir;        /* sw_test_keys' folder */
+    const char *ep;         /* the relay */
+    char fp[65];            /* the nodes' model fingerprint */
+    const char *model_name; /* the model's name swa_member announces (NULL: none) */
 } swa_t;
 
 static __attribute__((unused)) const char *swa_path(const swa_t *a, const char *name,
@@ -183,6 +184,7 @@ static __attribute__((unused)) sw_peer_t *swa_member(const swa_t *a, const char 
     an.name = who;
     an.role = begin ? SW_ROLE_MIDDLE : SW_ROLE_HEAD;
     an.model_fingerprint = (char *)a->fp;
+    an.model_name = a->model_name ? a->model_name : "";
     an.layer_begin = begin;
     an.layer_end = end;
     an.n_layers = SWA_LAYERS;

@@ -602,10 +602,14 @@ int sw_test_keys(const char *dir, const char *const *nodes, const char *const *c
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         const char *const *list = pass == 0 ? nodes : clients;
         for (int i = 0; list && list[i] && rc == 0; i++) {
+            /* "head:NAME" / "stage:NAME": a node key bound to its role too */
+            const char *colon = pass == 0 ? strchr(list[i], ':') : NULL;
+            const char *name = colon ? colon + 1 : list[i];
             char pub[41];
-            rc = s_keygen(dir, list[i]) != 0 || s_pub(dir, list[i], pub) != 0 ? -1 : 0;
+            rc = s_keygen(dir, name) != 0 || s_pub(dir, name, pub) != 0 ? -1 : 0;
             if (rc == 0 && pass == 0)
-                fprintf(f, "%s node %s\n", pub, list[i]);
+                fprintf(f, "%s %.*s %s\n", pub, colon ? (int)(colon - list[i]) : 4,
+                        colon ? list[i] : "node", name);
             else if (rc == 0)
                 fprintf(f, "%s client\n", pub);
         }

@@ -144,8 +144,9 @@ int sw_test_wait_peers(const char *endpoint, int n_peers, int timeout_s);
  * relay.pub, NAME.key / NAME.pub for each name of the NULL-terminated lists
  * nodes and clients, cluster.key (the nodes'), access.key (the clients' and
  * the heads'), and the relay's allow-list dir/allow.txt (docs/security.md:
- * "KEY node NAME" for each node, "KEY client" for each client). 0, or -1
- * after a line on stderr.
+ * "KEY node NAME" for each node, "KEY ROLE NAME" for a node given as
+ * "ROLE:NAME" (ROLE head or stage: bound to its role too), "KEY client" for
+ * each client). 0, or -1 after a line on stderr.
  */
 int sw_test_keys(const char *dir, const char *const *nodes, const char *const *clients);
 /*

@@ -419,7 +419,7 @@
       cell(tr, fmtMs(n.idle_ms));
       cell(tr, `${n.msgs_in} / ${n.msgs_out}`).className = "msgs";
       cell(tr, String(n.max_sessions));
-      cell(tr, n.key_bound ? "bound" : "–");
+      cell(tr, n.role_bound ? "name+role" : n.key_bound ? "name" : "–");
       tb.appendChild(tr);
     }
     drawChart(rec);

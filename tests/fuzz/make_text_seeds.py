@@ -116,6 +116,11 @@ def keys_seeds():
              f"{pubs[1]} client gateway   # a named client\n"
              f"{pubs[2]} client\n")
     write(d, "allow_roles.bin", bytes([0]) + roles.encode())
+    bound = ("# node keys bound to a role\n"
+             f"{pubs[0]} head head\n"
+             f"{pubs[1]} stage tail   # a middle or tail only\n"
+             f"{pubs[2]} client\n")
+    write(d, "allow_bound.bin", bytes([0]) + bound.encode())
     write(d, "allow_empty.bin", bytes([0]) + b"# nobody\n")
     secret = "# shardwire CURVE secret key\n" + z85(fixed_bytes("seed secret")) + "\n"
     write(d, "secret.bin", bytes([1]) + secret.encode())

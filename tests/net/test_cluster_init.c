@@ -111,12 +111,13 @@ int main(void)
     char pub[41], sec[41], e[512];
     SW_CHECK_INT(sw_keys_load_secret(s_p("relay/relay.key"), pub, sec, e, sizeof e), 0);
     SW_CHECK(strcmp(pub, s_key("relay.pub")) == 0 && strcmp(pub, s_key("head/relay.pub")) == 0);
-    /* The allow-list: node keys bound to names, the client key with the client role. */
+    /* The allow-list: node keys bound to names and roles (issue 21, finding 9), the client key
+     * with the client role. */
     char *allow = sw_test_read_file(s_p("relay/allow.txt"), NULL);
     char line[128];
-    snprintf(line, sizeof line, "%s node head\n", s_key("head/head.pub"));
+    snprintf(line, sizeof line, "%s head head\n", s_key("head/head.pub"));
     SW_CHECK(allow && strstr(allow, line));
-    snprintf(line, sizeof line, "%s node tail\n", s_key("tail/tail.pub"));
+    snprintf(line, sizeof line, "%s stage tail\n", s_key("tail/tail.pub"));
     SW_CHECK(allow && strstr(allow, line));
     snprintf(line, sizeof line, "%s client client\n", s_key("client/client.pub"));
     SW_CHECK(allow && strstr(allow, line));

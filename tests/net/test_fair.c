@@ -17,8 +17,14 @@
  *  - a stage's sessions: "member" (a node key with the cluster key) sends the
  *    tail two rounds whose verification fails: the tail frees both sessions,
  *    so two good rounds right after get verdicts; those two sessions then
- *    fill the tail: a request fails at once, but after 5 s (NODE_EVICT_IDLE_MS) the
- *    tail evicts the idle sessions and the same request gives exact tokens.
+ *    fill the tail, and a third of the member's is refused as busy. The
+ *    member then touches both every half second (as if in use, never idle for
+ *    NODE_EVICT_IDLE_MS) while a request runs: the tail gives the head, whose
+ *    key holds none, the member's least recently used session (fair share,
+ *    issue 21 finding 9; before, the request failed at once and kept failing
+ *    while the member touched its sessions) and the request gives exact
+ *    tokens. Last, the member fills the tail again, leaves both idle, and
+ *    after 5 s its next session finds room.
  */
 #include "client.h"
 #include "sw_attack.h"
@@ -184,14 +190,41 @@ static void s_stage_sessions(const int32_t *ref)
     /* their sessions are gone: two good rounds find room at once */
     for (int i = 0; i < 2; i++)
         SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7200 + i, 0), SWA_VERDICT);
-    /* ... and fill the tail: a request now fails */
-    pid_t a = sw_test_run_bg(s_ep, "head", s_prompt, N_B, 20, "runFull");
-    SW_CHECK_INT(sw_test_wait(a, 40), 1);
-    SW_CHECK(sw_test_count_in_file(sw_test_log("cluster.log"), "all in use") >= 1);
-    /* once they lie idle long enough the tail makes room */
+    /* ... and fill the tail: a third session of the member's is refused */
+    SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7300, 0),
+                 SHARDWIRE__ERROR_CODE__ERR_BUSY);
+    /* the member keeps both in use; the head's request still gets a session */
+    const char *log = sw_test_log("cluster.log");
+    const int fair0 = sw_test_count_in_file(log, "(fair share)");
+    int touches = 0, verdicts = 0;
+    for (int i = 0; i < 2; i++)
+        SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7200 + i, 0), SWA_VERDICT);
+    const double t0 = s_now();
+    pid_t a = sw_test_run_bg(s_ep, "head", s_prompt, N_A, 30, "runHeld");
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    while (waitid(P_PID, (id_t)a, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0 &&
+           s_now() - t0 < 60) {
+        for (int i = 0; i < 2; i++, touches++)
+            verdicts += swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7200 + i, 0) == SWA_VERDICT;
+        usleep(500000);
+    }
+    const int held_ok = sw_test_run_exact(a, "runHeld", ref, N_A, 60);
+    const int fair = sw_test_count_in_file(log, "(fair share)") - fair0;
+    printf("stage sessions: the member touching its 2 sessions (%d touches, %d verdicts) during "
+           "the run: the head's request %s in %.1f s, %d session(s) given up for the fair "
+           "share\n",
+           touches, verdicts, held_ok ? "exact" : "FAILED", s_now() - t0, fair);
+    SW_CHECK(held_ok);
+    SW_CHECK(fair >= 1);
+    /* the member fills the tail again; once its sessions lie idle its next one finds room */
+    usleep(1500000); /* the head closes its session at the tail */
+    for (int i = 0; i < 2; i++)
+        SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7200 + i, 0), SWA_VERDICT);
+    SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7500, 0),
+                 SHARDWIRE__ERROR_CODE__ERR_BUSY);
     usleep((S_EVICT_MS + 1500) * 1000);
-    a = sw_test_run_bg(s_ep, "head", s_prompt, N_B, 30, "runEvict");
-    SW_CHECK(sw_test_run_exact(a, "runEvict", ref, N_B, 60));
+    SW_CHECK_INT(swa_shape(m, "tail", 15, r, 2, 1, "member", 0x7500, 0), SWA_VERDICT);
     printf("stage sessions: verification failures freed; idle sessions evicted after %.1f s\n",
            S_EVICT_MS / 1e3);
     sw_peer_destroy(&m);

@@ -16,14 +16,17 @@
  *    takes it for the main copy): the head logs its conviction (and no other
  *    node's), naming the round, replays the session under a new id through
  *    an honest route, and the client's tokens are exactly those of
- *    `shardwire generate`; `shardwire status --spot head` reports it;
+ *    `shardwire generate`; `shardwire status --spot head` reports it, and so
+ *    does the gateway's /metrics (`shardwire serve` in front of the cluster
+ *    asks the head every 5 s, without waiting: sw_client_spot_ask);
  *  - request 2: the new route and its shadow avoid mid-bad (it passes
  *    nothing on: its relay counter msgs_in stays put), and the tokens are
  *    exact again;
  *  - request 3: a fresh head, mid-bad restarted last (so it computes a
  *    shadow copy): convicted again, its copy dropped, no replay, exact;
  *  - request 4: a fresh head and mid-b gone: two copies on two nodes cannot
- *    name the liar: mid-a and mid-bad are both disputed, neither convicted.
+ *    name the liar: mid-a and mid-bad are both disputed, neither convicted,
+ *    and /metrics follows the new head's report (disputed, not convicted).
  */
 #include "sw_test.h"
 
@@ -39,6 +42,45 @@
 
 static char s_dir[64];
 static char s_ep[64];
+static char s_listen[64]; /* the gateway's HOST:PORT */
+static char s_curl[32];
+
+/* GET path from the gateway: its body (malloc'd), or NULL. */
+static char *s_get(const char *path)
+{
+    char url[160];
+    snprintf(url, sizeof url, "http://%s%s", s_listen, path);
+    char *argv[] = {s_curl, "-s", "--max-time", "10", url, NULL};
+    char *out = NULL;
+    if (sw_test_run(argv, 20, &out, NULL) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Waits up to timeout_s for a line of /metrics starting with want; 1 when
+ * one came (its value in *value when not NULL), 0 when not. */
+static int s_metrics_line(const char *want, int timeout_s, double *value)
+{
+    for (int i = 0; i < timeout_s * 4; i++) {
+        char *text = s_get("/metrics");
+        for (char *line = text, *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next)
+                *next++ = 0;
+            if (!strncmp(line, want, strlen(want))) {
+                if (value)
+                    *value = atof(line + strlen(want));
+                free(text);
+                return 1;
+            }
+        }
+        free(text);
+        usleep(250000);
+    }
+    return 0;
+}
 
 /* msgs_in of peer name in `shardwire status --json`, or -1. */
 static long long s_msgs_in(const char *name)
@@ -157,6 +199,20 @@ int main(void)
     pid_t mb = sw_test_node(s_ep, s_dir, "mid-b", "10:20", log, NULL);
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:10", log, head_extra);
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 5, 90), 0);
+    /* the gateway (the client's keys, from the environment), no API keys on loopback */
+    snprintf(s_curl, sizeof s_curl, "%s",
+             access("/usr/bin/curl", X_OK) == 0 ? "/usr/bin/curl" : "/bin/curl");
+    snprintf(s_listen, sizeof s_listen, "127.0.0.1:%d", sw_test_free_port());
+    char *gw_argv[] = {
+        (char *)sw_test_bin("shardwire"), "serve", "--relay", s_ep, "--listen", s_listen,
+        "--insecure-no-api-key",          NULL};
+    pid_t gw = access(s_curl, X_OK) == 0 ? sw_test_spawn(gw_argv, sw_test_log("serve.log")) : -1;
+    if (gw < 0)
+        sw_test_skip_part("curl is not installed (scripts/deps.sh installs it): no /metrics check");
+    char gw_ep[80];
+    snprintf(gw_ep, sizeof gw_ep, "tcp://%s", s_listen);
+    SW_CHECK(gw < 0 || sw_test_wait_listen(gw_ep, 30) == 0);
+    free(gw < 0 ? NULL : s_get("/v1/models")); /* the gateway's peer table: it sees the head */
 
     /* request 1: the liar carries the main copy and is caught; the session is
      * replayed through an honest route */
@@ -178,6 +234,21 @@ int main(void)
     SW_CHECK_INT(s_spot_convicted("mid-a", &compared), 0);
     printf("shardwire status --spot head: mid-bad convicted, %lld rounds compared\n", compared);
     SW_CHECK(compared >= 4);
+    if (gw > 0) { /* the same in the gateway's /metrics */
+        double avoid = 0, gw_rounds = 0;
+        SW_CHECK(s_metrics_line("shardwire_gateway_spot_node_avoid_seconds{head=\"head\","
+                                "node=\"mid-bad\",verdict=\"convicted\"} ",
+                                20, &avoid));
+        SW_CHECK(s_metrics_line("shardwire_gateway_spot_rounds_compared_total{head=\"head\"} ", 5,
+                                &gw_rounds));
+        SW_CHECK(!s_metrics_line("shardwire_gateway_spot_node_avoid_seconds{head=\"head\","
+                                 "node=\"mid-a\"",
+                                 1, NULL));
+        printf("/metrics: mid-bad convicted, avoided %.0f s more, %.0f rounds compared\n", avoid,
+               gw_rounds);
+        SW_CHECK(avoid > 3000 && avoid <= 3600);
+        SW_CHECK(gw_rounds >= 4);
+    }
 
     /* request 2: routed around the liar, exact */
     const int plans = sw_test_count_lines(log, "spot check: session", "shadow route(s):");
@@ -229,7 +300,17 @@ int main(void)
     SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-bad'", "convicted"), 2);
     SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-a'", "convicted"), 0);
     SW_CHECK_INT(s_spot_convicted("mid-bad", &compared), 0); /* listed, not convicted */
+    if (gw > 0) { /* /metrics follows the new head's report */
+        SW_CHECK(s_metrics_line("shardwire_gateway_spot_node_avoid_seconds{head=\"head\","
+                                "node=\"mid-bad\",verdict=\"disputed\"} ",
+                                20, NULL));
+        SW_CHECK(!s_metrics_line("shardwire_gateway_spot_node_avoid_seconds{head=\"head\","
+                                 "node=\"mid-bad\",verdict=\"convicted\"} ",
+                                 1, NULL));
+    }
 
+    if (gw > 0)
+        sw_test_kill(gw);
     sw_test_kill(head);
     sw_test_kill(ma);
     sw_test_kill(mb);

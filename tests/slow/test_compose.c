@@ -236,8 +236,8 @@ int main(void)
      * image; two stages, no middle key. */
     snprintf(cmd, sizeof cmd,
              "podman exec %s_head_1 sh -c 'stat -c %%a /keys/cluster/head/head.key; "
-             "grep -c \" node head$\" /keys/cluster/relay/allow.txt; "
-             "grep -c \" node middle$\" /keys/cluster/relay/allow.txt; "
+             "grep -c \" head head$\" /keys/cluster/relay/allow.txt; "
+             "grep -c \" stage middle$\" /keys/cluster/relay/allow.txt; "
              "test -e /keys/cluster/middle && echo middle || echo no-middle'",
              s_project);
     sw_test_sh(cmd, 60, &out); /* grep -c exits 1 when it counts 0 */

@@ -317,57 +317,74 @@ static void test_load(void)
  * up holding that arm nearly all the time, with either arm the winner; one
  * session keeps the gate open; a closed gate makes the adaptive K 0 and
  * leaves a fixed K alone. Events every 100 ms, noise-free rates. */
-static double s_gate_run(double rate_on, double rate_off, int n_sess, int secs, int *arm_end)
+/* rate[arm]: tokens per session-ms under each arm; n_arms 2 or 3. The share
+ * of the time after the first two seconds spent in arm `best`. */
+static double s_gate_run(const double rate[3], int n_arms, int best, int n_sess, int secs,
+                         int *arm_end)
 {
     draft_load_t l;
     draft_load_init(&l);
-    draft_load_gate(&l, 1);
-    draft_load_active(&l, n_sess);
-    int on_events = 0, events = 0;
+    draft_load_gate(&l, 1, n_arms);
+    draft_load_active(&l, n_sess, n_sess);
+    int in_best = 0, events = 0;
     for (int i = 1; i <= secs * 10; i++) {
-        const double r = l.gate.arm ? rate_on : rate_off; // tokens per session-ms
+        const double r = rate[draft_load_arm(&l)];
         draft_load_verdict(&l, (int)(r * 100 * n_sess + 0.5), 0, 0, 0, 100.0 * i);
         if (i > 20) { // after the first two seconds
             events++;
-            on_events += l.gate.arm;
+            in_best += draft_load_arm(&l) == best;
         }
     }
-    *arm_end = l.gate.arm;
-    return (double)on_events / events;
+    *arm_end = draft_load_arm(&l);
+    return (double)in_best / events;
 }
 
 static void test_gate(void)
 {
     int arm;
     /* drafting slower (0.8x): plain rounds hold most of the time */
-    const double on_slow = s_gate_run(0.0024, 0.003, 16, 120, &arm);
-    SW_CHECK_INT(arm, 0);
+    const double slow[3] = {0.003, 0.0024, 0};
+    const double plain_share = s_gate_run(slow, 2, DRAFT_ARM_PLAIN, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_PLAIN);
     /* drafting faster (1.5x): it holds most of the time */
-    const double on_fast = s_gate_run(0.0045, 0.003, 16, 120, &arm);
-    SW_CHECK_INT(arm, 1);
-    fprintf(stderr, "gate: share of time drafting %.2f when it is 0.8x, %.2f when 1.5x\n", on_slow,
-            on_fast);
-    SW_CHECK(on_slow < 0.15);
-    SW_CHECK(on_fast > 0.85);
+    const double fast[3] = {0.003, 0.0045, 0};
+    const double chosen_share = s_gate_run(fast, 2, DRAFT_ARM_CHOSEN, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_CHOSEN);
+    /* three arms, the n-gram lookup best (1.1x plain, the model 0.8x) */
+    const double ngram[3] = {0.003, 0.0024, 0.0033};
+    const double ngram_share = s_gate_run(ngram, 3, DRAFT_ARM_NGRAM, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_NGRAM);
+    /* three arms, the model best */
+    const double model3[3] = {0.003, 0.0045, 0.0033};
+    const double model3_share = s_gate_run(model3, 3, DRAFT_ARM_CHOSEN, 16, 120, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_CHOSEN);
+    fprintf(stderr,
+            "gate: share of time in the best arm: plain (drafting 0.8x) %.2f, drafting (1.5x) "
+            "%.2f; of three: n-gram %.2f, model %.2f\n",
+            plain_share, chosen_share, ngram_share, model3_share);
+    SW_CHECK(plain_share > 0.8);
+    SW_CHECK(chosen_share > 0.8);
+    SW_CHECK(ngram_share > 0.7);
+    SW_CHECK(model3_share > 0.7);
     /* one session: always open, whatever the rates */
-    const double alone = s_gate_run(0.001, 0.003, 1, 60, &arm);
+    const double alone = s_gate_run(slow, 3, DRAFT_ARM_CHOSEN, 1, 60, &arm);
     SW_CHECK_NEAR(alone, 1.0, 1e-12);
-    SW_CHECK_INT(arm, 1);
+    SW_CHECK_INT(arm, DRAFT_ARM_CHOSEN);
     /* a closed gate: the adaptive K is 0, a fixed K stays */
     draft_load_t l;
     draft_load_init(&l);
-    draft_load_gate(&l, 1);
-    l.gate.arm = 0;
+    draft_load_gate(&l, 1, 2);
+    l.gate.arm = DRAFT_ARM_PLAIN;
     draft_ctl_t adaptive, fixed;
     draft_ctl_init(&adaptive, 0, 8);
     draft_ctl_init(&fixed, 4, 8);
     adaptive.load = fixed.load = &l;
     SW_CHECK_INT(draft_ctl_next_k(&adaptive, 8), 0);
     SW_CHECK_INT(draft_ctl_next_k(&fixed, 8), 4);
-    l.gate.arm = 1;
+    l.gate.arm = DRAFT_ARM_CHOSEN;
     SW_CHECK(draft_ctl_next_k(&adaptive, 8) >= 1);
-    draft_load_gate(&l, 0); // off: never closed
-    l.gate.arm = 0;
+    draft_load_gate(&l, 0, 2); // off: never closed
+    l.gate.arm = DRAFT_ARM_PLAIN;
     SW_CHECK(draft_load_drafts_allowed(&l));
     SW_CHECK(draft_load_drafts_allowed(NULL));
 }

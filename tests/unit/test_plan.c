@@ -166,10 +166,60 @@ static void test_model(void)
     SW_CHECK(nd.mem_bytes == 3u << 20 && nd.kv_layer_bytes == 2048 && nd.rtt_us == 7);
 }
 
+/* A fake clock and forward: every 5th timed call stalls 8 ms (a CPU quota's
+ * throttled rest of a period), the others take 0.5 ms. */
+typedef struct {
+    double now;
+    int calls, fail_at;
+} s_fake_t;
+
+static int s_fake_run(void *ctx)
+{
+    s_fake_t *f = ctx;
+    if (++f->calls == f->fail_at)
+        return -1;
+    f->now += (f->calls - 1) % 5 == 0 && f->calls > 1 ? 8.0 : 0.5; /* timed call k: k % 5 == 0 */
+    return 0;
+}
+
+static double s_fake_now(void *ctx)
+{
+    return ((s_fake_t *)ctx)->now;
+}
+
+/* The probe reports the sustained time of a call, stalls included: the
+ * median (the old probe) would say 0.5 ms where a round meets 2 ms. */
+static void test_probe(void)
+{
+    s_fake_t f = {0};
+    const sw_plan_probe_t p = {.run = s_fake_run, .now_ms = s_fake_now, .ctx = &f};
+    /* the warm-up (call 1) is not counted; timed calls 1..100 span 20 periods of 5 */
+    double us = sw_plan_probe_us(&p, 199.0, 9, 2000);
+    const int reps = f.calls - 1;
+    printf("probe: %d timed calls, %.1f us a call (median of single calls: 500)\n", reps, us);
+    SW_CHECK(reps >= 9 && reps % 5 == 0); /* the window ends on a stall at 200 ms */
+    SW_CHECK_NEAR(us, 2000.0, 1e-6);
+    /* at least min_reps even when the window is over sooner */
+    f = (s_fake_t){0};
+    us = sw_plan_probe_us(&p, 0.1, 9, 2000);
+    SW_CHECK_INT(f.calls, 10);
+    SW_CHECK_NEAR(us, (8.0 + 8 * 0.5) * 1e3 / 9, 1e-6); /* timed calls 1..9: the 5th stalls */
+    /* no more than max_reps */
+    f = (s_fake_t){0};
+    (void)sw_plan_probe_us(&p, 1e9, 9, 50);
+    SW_CHECK_INT(f.calls, 51);
+    /* a failing call: -1, in the warm-up or later */
+    f = (s_fake_t){.fail_at = 1};
+    SW_CHECK(sw_plan_probe_us(&p, 100, 9, 2000) < 0);
+    f = (s_fake_t){.fail_at = 7};
+    SW_CHECK(sw_plan_probe_us(&p, 100, 9, 2000) < 0);
+}
+
 int main(void)
 {
     test_cases();
     test_against_brute();
     test_model();
+    test_probe();
     return sw_test_done();
 }

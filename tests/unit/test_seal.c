@@ -279,13 +279,36 @@ static void s_test_files(void)
     SW_CHECK_INT(n, 2);
     if (n == 2) {
         SW_CHECK(!strcmp(e[0].key, z) && !strcmp(e[0].name, "head"));
+        /* "KEY head" alone is the old form of a node called head, bound to no role */
+        SW_CHECK(e[0].role == SW_ALLOW_NODE && e[0].bind == SW_BIND_ANY && e[0].legacy == 4);
         SW_CHECK(e[1].name[0] == 0);
     }
     free(e);
+    /* node keys bound to a role (issue 21, finding 9): head, stage, and node (name only) */
+    {
+        char k[3][41];
+        for (int i = 0; i < 3; i++) {
+            randombytes_buf(bin, sizeof bin);
+            zmq_z85_encode(k[i], bin, 32);
+            k[i][0] = 'a'; /* never '#' first */
+        }
+        snprintf(text, sizeof text, "%s head h1\n%s stage tail\n%s node n1\n", k[0], k[1], k[2]);
+        s_write(path, text, 0644);
+        SW_CHECK_INT(sw_allow_load(path, &e, &n, err, sizeof err), 0);
+        SW_CHECK_INT(n, 3);
+        if (n == 3) {
+            SW_CHECK(e[0].bind == SW_BIND_HEAD && !strcmp(e[0].name, "h1") && e[0].line == 1);
+            SW_CHECK(e[1].bind == SW_BIND_STAGE && !strcmp(e[1].name, "tail"));
+            SW_CHECK(e[2].bind == SW_BIND_ANY && e[2].role == SW_ALLOW_NODE && !e[2].legacy);
+        }
+        free(e);
+    }
     const char *bad[] = {
         "notakey\n",
         "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H9]yf7 bad/name\n",
         "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H9]yf7 a b\n",
+        "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H9]yf7 node\n",
+        "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H9]yf7 head h extra\n",
         "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\n", /* the zmq_curve(7) server public key */
         "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H9]yf7 ok\nshort\n",
     };

@@ -1,0 +1,233 @@
+/*
+ * test_roles.c - node keys bound to a role (issue 21, finding 9; docs/security.md
+ * section 2). A keyed cluster of real processes (relay; "head" 0:15 listed as
+ * 'KEY head head', "tail" 15:30 as 'KEY stage tail'; SmolLM2, CURVE and
+ * sealing on) and three node keys that hold the cluster key:
+ *
+ *  - "stagey" ('KEY stage stagey') announcing as a head and "head2" ('KEY
+ *    head head2') announcing as a middle stage: the relay refuses both with
+ *    a line naming the key's fingerprint, and the peer is told why;
+ *  - "rogue" ('KEY node rogue': bound to its name only, the old rule)
+ *    announcing as a second head of the model with its real fingerprint: the
+ *    relay lets it in (its line permits any node role; it announces the
+ *    model's name too), `shardwire status
+ *    --json` marks "head" role_bound and "rogue" not, and `shardwire run`
+ *    without --head and the HTTP gateway both use "head" and give the exact
+ *    tokens of `shardwire generate` (before: "2 heads serve ...", refused);
+ *  - failover: "head2" ('KEY head head2') starts as a second real head;
+ *    "head" is killed while `run --head head` streams: the client moves the
+ *    request to head2, not to the rogue (which sits before head2 in the
+ *    relay's table and would never answer), and the output is exact.
+ */
+#include "sw_attack.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define N_GEN 160
+#define N_SHORT 16
+
+static char s_dir[64];
+static char s_ep[64];
+static swa_t s_a;
+static const char *s_prompt = "Once upon a time, in a land far away,";
+
+/* The relay refuses a role the key is not bound to, naming the key. */
+static void s_refused(void)
+{
+    const char *log = sw_test_log("relay.log");
+    const struct {
+        const char *who;
+        uint32_t begin, end;
+        const char *said;
+    } cases[] = {
+        {"stagey", 0, 15, "binds this key to a stage"},       /* a stage key as a head */
+        {"head2", 10, 20, "binds this key to the head role"}, /* a head key as a middle */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int before = sw_test_count_in_file(log, cases[i].said);
+        sw_peer_t *p = swa_member(&s_a, cases[i].who, cases[i].begin, cases[i].end);
+        char pub[41], fp[SW_KEY_FP_LEN + 1], e[256], line[256];
+        SW_CHECK_INT(sw_keys_load_public(swa_path(&s_a, cases[i].who, ".pub"), pub, e, sizeof e),
+                     0);
+        SW_CHECK_INT(sw_keys_fingerprint(pub, fp), 0);
+        snprintf(line, sizeof line, "key %s may not announce as %s", fp, cases[i].who);
+        usleep(300000);
+        const int logged = sw_test_count_in_file(log, cases[i].said) - before;
+        printf("%s announcing as a %s: %s; relay lines naming its key: %d\n", cases[i].who,
+               cases[i].begin ? "middle stage" : "head", p ? "ADMITTED" : "refused",
+               sw_test_count_in_file(log, line));
+        SW_CHECK(p == NULL);
+        SW_CHECK(logged >= 1);
+        SW_CHECK(sw_test_count_in_file(log, line) >= 1);
+        sw_peer_destroy(&p);
+    }
+}
+
+/* status --json: 1 when "head" is marked role-bound and "rogue" key-bound but not role-bound. */
+static int s_marks(void)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json", NULL};
+    char *out = NULL;
+    int head = 0, rogue = 0;
+    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        json_t *peers = j ? json_object_get(j, "peers") : NULL;
+        for (size_t i = 0; i < json_array_size(peers); i++) {
+            json_t *p = json_array_get(peers, i);
+            const char *name = json_string_value(json_object_get(p, "name"));
+            const int kb = json_is_true(json_object_get(p, "key_bound"));
+            const int rb = json_is_true(json_object_get(p, "role_bound"));
+            if (name && !strcmp(name, "head"))
+                head = kb && rb;
+            if (name && !strcmp(name, "rogue"))
+                rogue = kb && !rb;
+        }
+        json_decref(j);
+    }
+    free(out);
+    return head && rogue;
+}
+
+/* `shardwire run` without --head: 1 when it gives ref's N_SHORT tokens exactly. */
+static int s_run_unnamed(const int32_t *ref)
+{
+    char n[16], out[256], err[300];
+    snprintf(n, sizeof n, "%d", N_SHORT);
+    snprintf(out, sizeof out, "%s", sw_test_log("unnamed"));
+    snprintf(err, sizeof err, "%s.err", out);
+    char *argv[SW_TEST_RUN_ARGC];
+    sw_test_run_argv(argv, s_ep, s_prompt, n, "60");
+    return sw_test_run_exact(sw_test_spawn_io(argv, out, err), "unnamed", ref, N_SHORT, 90);
+}
+
+/* A greedy /v1/completions of N_SHORT tokens through `shardwire serve`: the HTTP status line
+ * and body into out_path; 1 when it answered 200 with a completion. */
+static int s_gateway(void)
+{
+    if (access("/usr/bin/curl", X_OK) != 0) {
+        sw_test_skip_part("no curl: the gateway part is not run");
+        return 1;
+    }
+    const char *log = sw_test_log("cluster.log");
+    char keyfile[256], listen[64], ep[80], url[64], body[256], out[256];
+    snprintf(keyfile, sizeof keyfile, "%s/api.keys", s_dir);
+    FILE *kf = fopen(keyfile, "w");
+    if (kf) {
+        fprintf(kf, "sk-roles-test-0123456789\n");
+        fclose(kf);
+    }
+    chmod(keyfile, 0600);
+    const int port = sw_test_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t serve = swa_serve(&s_a, "alice", listen, keyfile, log);
+    snprintf(ep, sizeof ep, "tcp://%s", listen);
+    SW_CHECK_INT(sw_test_wait_listen(ep, 30), 0);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+    snprintf(body, sizeof body,
+             "{\"model\":\"SmolLM2-135M-Instruct.Q4_1\",\"prompt\":\"%s\",\"max_tokens\":%d,"
+             "\"temperature\":0}",
+             s_prompt, N_SHORT);
+    snprintf(out, sizeof out, "%s", sw_test_log("gateway.json"));
+    char *argv[] = {"/usr/bin/curl",
+                    "-s",
+                    "-m",
+                    "60",
+                    "-w",
+                    "\nHTTP %{http_code}\n",
+                    "-H",
+                    "Authorization: Bearer sk-roles-test-0123456789",
+                    "-H",
+                    "Content-Type: application/json",
+                    "-d",
+                    body,
+                    url,
+                    NULL};
+    const int rc = sw_test_wait(sw_test_spawn_io(argv, out, sw_test_log("curl.err")), 90);
+    char *r = sw_test_read_file(out, NULL);
+    const int ok = rc == 0 && r && strstr(r, "HTTP 200") && strstr(r, "\"text\":\"");
+    printf("gateway: %s\n", ok ? "200 with a completion" : r ? r : "(no answer)");
+    free(r);
+    sw_test_kill(serve);
+    return ok;
+}
+
+/* Kills the head while `run --head head` streams: 1 when head2 took the request over and the
+ * output equals ref exactly. */
+static int s_failover(pid_t *head, const int32_t *ref)
+{
+    const char *log = sw_test_log("cluster.log");
+    const int before = sw_test_count_in_file(log, "prompt tokens, 160 to generate");
+    pid_t run = sw_test_run_bg(s_ep, "head", s_prompt, N_GEN, 60, "failover");
+    for (int i = 0;
+         i < 300 && sw_test_count_in_file(log, "prompt tokens, 160 to generate") == before; i++)
+        usleep(20000);
+    usleep(700000); /* some tokens streamed */
+    kill(*head, SIGKILL);
+    waitpid(*head, NULL, 0);
+    *head = 0;
+    const int exact = sw_test_run_exact(run, "failover", ref, N_GEN, 90);
+    char *text = sw_test_read_file(sw_test_log("failover"), NULL);
+    const char *fo = text ? strstr(text, "\"failovers\":") : NULL;
+    const int failovers = fo ? atoi(fo + 12) : 0;
+    char *err = sw_test_read_file(sw_test_log("failover.err"), NULL);
+    const int to_head2 = err && strstr(err, "'head2' takes over");
+    printf("failover: the head killed mid-stream: %s, %d failover(s), %s\n",
+           exact ? "exact" : "NOT exact", failovers,
+           to_head2 ? "to head2" : "not to head2 (the rogue?)");
+    free(text);
+    free(err);
+    return exact && failovers == 1 && to_head2;
+}
+
+int main(void)
+{
+    const char *model = sw_test_model();
+    signal(SIGPIPE, SIG_IGN);
+    const char *nodes[] = {"head:head", "head:head2", "stage:tail", "stage:stagey", "rogue", NULL};
+    const char *clients[] = {"alice", NULL};
+    pid_t relay = swa_relay(&s_a, s_dir, s_ep, nodes, clients, NULL);
+    SW_CHECK(relay > 0 && model);
+    int32_t ref[N_GEN + 8];
+    SW_CHECK_INT(sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
+    const char *log = sw_test_log("cluster.log");
+    pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", log, NULL);
+    pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", log, NULL);
+    sw_test_client_env(s_dir, "alice");
+    SW_CHECK_INT(sw_test_wait_peers(s_ep, 2, 60), 0);
+    SW_CHECK_INT(swa_fingerprint(&s_a), 0);
+    /* the relay's hint at load: "rogue" is bound to its name only */
+    SW_CHECK(sw_test_count_in_file(sw_test_log("relay.log"),
+                                   "1 node key(s) bound to a name but not to a role") >= 1);
+
+    s_refused();
+
+    s_a.model_name = "SmolLM2-135M-Instruct.Q4_1"; /* as the real head: the gateway's model */
+    sw_peer_t *rogue = swa_member(&s_a, "rogue", 0, 15);
+    SW_CHECK(rogue != NULL);
+    SW_CHECK(s_marks());
+    const int unnamed = s_run_unnamed(ref);
+    printf("run without --head next to a rogue head: %s\n",
+           unnamed ? "exact, on 'head'" : "FAILED");
+    SW_CHECK(unnamed);
+    SW_CHECK(s_gateway());
+
+    pid_t head2 = sw_test_node(s_ep, s_dir, "head2", "0:15", log, NULL);
+    SW_CHECK_INT(sw_test_wait_peers(s_ep, 4, 60), 0); /* head, tail, rogue, head2 */
+    SW_CHECK(s_failover(&head, ref));
+
+    sw_peer_destroy(&rogue);
+    sw_test_kill(head);
+    sw_test_kill(head2);
+    sw_test_kill(tail);
+    sw_test_kill(relay);
+    swa_rmdir(s_dir);
+    return sw_test_done();
+}
