@@ -146,6 +146,20 @@ static void s_gate_cycle(draft_gate_t *g, int except)
     s_gate_next(g);
 }
 
+/* 1 when the arm being measured already trails another arm's last rate by
+ * far (DRAFT_GATE_CUT): its measurement ends early, since every window of a
+ * losing arm costs all sessions. */
+static int s_gate_losing(const draft_gate_t *g)
+{
+    if (!(g->m_sess > 0))
+        return 0;
+    double best = 0;
+    for (int a = 0; a < g->n_arms; a++)
+        if (a != g->arm && g->rate[a] > best)
+            best = g->rate[a];
+    return g->m_tok / g->m_sess < DRAFT_GATE_CUT * best;
+}
+
 /* One window of the gate (see load.h): tok tokens over sess_ms session-ms in dt ms. */
 static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt)
 {
@@ -186,7 +200,7 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
     default:
         g->m_tok += tok;
         g->m_sess += sess_ms;
-        if (--g->left > 0)
+        if (--g->left > 0 && !s_gate_losing(g))
             return;
         g->rate[g->arm] = g->m_sess > 0 ? g->m_tok / g->m_sess : 0;
         s_gate_next(g);

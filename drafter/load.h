@@ -54,12 +54,14 @@
  * after one window to settle, the winner holds DRAFT_GATE_HOLD windows
  * (doubled, up to DRAFT_GATE_HOLD_MAX, while the same arm keeps winning) and
  * is measured again at the end of its hold before the others are tried once
- * more. With one session the gate is open: the one-session controller decides
- * alone. */
+ * more; a measurement ends after one window when its arm is below
+ * DRAFT_GATE_CUT of another arm's last rate. With one session the gate is open: the one-session
+ * controller decides alone. */
 #define DRAFT_GATE_MEASURE 3
 #define DRAFT_GATE_HOLD 8
 #define DRAFT_GATE_HOLD_MAX 32
 #define DRAFT_GATE_ARMS 3
+#define DRAFT_GATE_CUT 0.7 // an arm below this share of another's rate after a window: cut short
 
 enum {
     DRAFT_ARM_PLAIN = 0,  // no drafts
