@@ -18,14 +18,16 @@
 #include "log.h"
 #include "peer.h"
 
-#define S_QUIET_MS 3000      /* silence from a head before we check it is still there */
-#define S_RESUME_GAP_MS 300  /* between two Resumes of one request while a gap lasts */
-#define S_GRACE_MS 5000      /* past the head's own deadline before we give up */
-#define S_STATUS_MS 5000     /* wait for a peer table */
-#define S_HEADS_KNOWN 16     /* heads remembered from the last peer table */
-#define S_SPOT_HEADS 8       /* heads whose spot reports sw_client_spot_ask awaits or keeps */
-#define S_SPOT_WAIT_MS 30000 /* an asked head's report is taken this long after the question */
-#define S_FAILOVER_MS 30000  /* a request whose head left waits this long for another */
+#define S_QUIET_MS 3000       /* silence from a head before we check it is still there */
+#define S_RESUME_GAP_MS 300   /* between two Resumes of one request while a gap lasts */
+#define S_GRACE_MS 5000       /* past the head's own deadline before we give up */
+#define S_STATUS_MS 5000      /* wait for a peer table */
+#define S_HEADS_KNOWN 16      /* heads remembered from the last peer table */
+#define S_SPOT_HEADS 8        /* heads whose spot reports sw_client_spot_ask awaits or keeps */
+#define S_SPOT_WAIT_MS 30000  /* an asked head's report is taken this long after the question */
+#define S_FAILOVER_MS 30000   /* a request whose head left waits this long for another */
+#define S_REASK_MAX 3         /* a head that took us for gone is asked again this often */
+#define S_REASK_STALE_MS 3000 /* ... and its old end, still on the way, ignored this long */
 #define S_DEFAULT_TIMEOUT_MS (SW_REQUEST_DEFAULT_TIMEOUT_S * 1000)
 
 typedef struct s_req {
@@ -51,9 +53,11 @@ typedef struct s_req {
     const char *stop_p[SW_CLIENT_MAX_STOP]; /* q.stop: r->stop's rows */
     uint32_t *toks;                         /* (stats.n_generated) tokens received, in order */
     size_t toks_cap;                        /* entries allocated in toks */
-    char model[65]; /* its head's model fingerprint, "" unknown: another head
-                       serving it may take over */
-    double gone_at; /* when its head was found gone (0: it is there) */
+    char model[65];  /* its head's model fingerprint, "" unknown: another head
+                        serving it may take over */
+    double gone_at;  /* when its head was found gone (0: it is there) */
+    int n_reasks;    /* times its head ended it, taking us for gone, and was asked again */
+    double reask_at; /* the last time (0: a token came since): an end then is the old one's */
 } s_req_t;
 
 struct sw_client {
@@ -1045,6 +1049,29 @@ static void s_copy_stats(sw_client_stats_t *s, const sw_msg_stats_t *st)
     }
 }
 
+/* r's head ended it as cancelled, which we did not ask for: it took us for
+ * gone (the relay dropped us while our link was down). The same head is asked
+ * for the rest, from the tokens received (GenerateRequest.resume_tokens), at
+ * most S_REASK_MAX times. 0 when it was asked, -1 when r cannot be resent. */
+static int s_reask(sw_client_t *c, s_req_t *r, double now)
+{
+    const uint32_t have = (uint32_t)r->stats.n_generated;
+    const int left_ms = (int)(r->deadline - S_GRACE_MS - now);
+    if (!r->q.n_predict || have >= (uint32_t)r->q.n_predict || r->stopped ||
+        r->n_reasks >= S_REASK_MAX || left_ms < 1000)
+        return -1;
+    if (s_send_generate(c, r->head, &r->q, r->id, left_ms, r->toks, have) != 0)
+        return -1;
+    SW_WARN("client: request %s: the head '%s' ended it after %u tokens, taking this client for "
+            "gone (its link to the relay was down?); asked it again from there",
+            r->id, r->head, have);
+    r->n_reasks++;
+    r->reask_at = now;
+    r->last_msg = now;
+    r->resume_at = 0;
+    return 0;
+}
+
 /* One TokenChunk for r. 0 with *ev filled, 1 when it makes no event. */
 static int s_on_chunk(sw_client_t *c, s_req_t *r, const sw_msg_chunk_t *tc, sw_client_event_t *ev)
 {
@@ -1062,6 +1089,8 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const sw_msg_chunk_t *tc, sw_c
                 r->resumed_at + S_RESUME_GAP_MS > now ? r->resumed_at + S_RESUME_GAP_MS : now;
         return 1;
     }
+    if (tc->n_tokens)
+        r->reask_at = 0; /* the request goes on at its head: a later end is this one's */
     if (tc->n_tokens && !r->stats.ttft_ms)
         r->stats.ttft_ms = now - r->t_submit;
     if (r->q.n_predict && (size_t)r->stats.n_generated + tc->n_tokens > r->toks_cap) {
@@ -1106,7 +1135,14 @@ static int s_on_chunk(sw_client_t *c, s_req_t *r, const sw_msg_chunk_t *tc, sw_c
     }
     if (tc->finish == SW_FINISH_CANCELLED) {
         /* we did not cancel it (that slot would be free): the head did, e.g. it
-         * took us for gone */
+         * took us for gone while our link to the relay was down. It is asked
+         * again from the tokens we hold (as in a failover: the rest equals the
+         * uninterrupted run's); the old end, sent again for our Resumes, may
+         * still be on the way when the new request runs. */
+        if (r->reask_at && now - r->reask_at < S_REASK_STALE_MS)
+            return 1;
+        if (s_reask(c, r, now) == 0)
+            return 1;
         s_end_error(c, r, ev, SW_CLIENT_ECANCELLED, 0, "the head '%s' cancelled the request",
                     r->head);
         return 0;

@@ -509,6 +509,16 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
             return;
         }
     }
+    /* The same key asks again for a request that ended here (the head took the
+     * client for gone while its link was down, and the client goes on from the
+     * tokens it holds): the old record goes, so that a Resume finds the new one
+     * and never the old end again. */
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state == HEAD_LINGER && !strcmp(head_sess_who(s), head_who(msg)) &&
+            !strcmp(s->rid, g->request_id))
+            head_forget(h, s);
+    }
     const double now = sw_now_ms();
     /* Queued requests that may start go first; a client at its session quota waits in the
      * queue while others' requests pass it. */
