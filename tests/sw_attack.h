@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <sodium.h>
@@ -200,11 +201,18 @@ static __attribute__((unused)) long swa_msgs(sw_peer_t *obs, const char *name, i
     return out;
 }
 
-/* Starts `shardwire serve` on listen (HOST:PORT) with client `who`'s keys and the access key,
- * the API keys of keyfile, logging to log: its pid, or -1. */
-static __attribute__((unused)) pid_t swa_serve(const swa_t *a, const char *who, const char *listen,
-                                               const char *keyfile, const char *log)
+/* Starts `shardwire serve` on 127.0.0.1:port with client `who`'s keys and the access key,
+ * the API keys in api_keys (one per line, written to the test folder's api.keys, 0600),
+ * logging to log: its pid, or -1. */
+static __attribute__((unused)) pid_t swa_serve(const swa_t *a, const char *who, int port,
+                                               const char *api_keys, const char *log)
 {
+    char keyfile[256], listen[32];
+    snprintf(keyfile, sizeof keyfile, "%s/api.keys", a->dir);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    FILE *kf = fopen(keyfile, "w");
+    if (!kf || fputs(api_keys, kf) < 0 || fclose(kf) != 0 || chmod(keyfile, 0600) != 0)
+        return -1;
     char *argv[] = {(char *)sw_test_bin("shardwire"),
                     "serve",
                     "--relay",
@@ -216,9 +224,9 @@ static __attribute__((unused)) pid_t swa_serve(const swa_t *a, const char *who, 
                     "--access-key",
                     (char *)swa_path(a, "access.key", ""),
                     "--listen",
-                    (char *)listen,
+                    listen,
                     "--api-key-file",
-                    (char *)keyfile,
+                    keyfile,
                     NULL};
     return sw_test_spawn(argv, log);
 }

@@ -249,20 +249,11 @@ static inline int swf_start(swf_cluster_t *c, const char *model, int n, const ch
     }
     if (c->wan_ms > 0) {
         int wport = sw_test_free_port();
-        char listen[32], up[32], delay[16], log_w[200];
+        char listen[32], up[32], log_w[200];
         snprintf(listen, sizeof listen, "127.0.0.1:%d", wport);
         snprintf(up, sizeof up, "127.0.0.1:%d", c->port);
-        snprintf(delay, sizeof delay, "%d", c->wan_ms);
         snprintf(log_w, sizeof log_w, "%s.wanem", c->log);
-        char *wa[] = {(char *)sw_test_bin("shardwire-wanem"),
-                      "--listen",
-                      listen,
-                      "--connect",
-                      up,
-                      "--delay-ms",
-                      delay,
-                      NULL};
-        c->wanem = sw_test_spawn(wa, log_w);
+        c->wanem = sw_test_spawn_wanem(listen, up, c->wan_ms, log_w);
         if (c->wanem <= 0)
             return -1;
         snprintf(c->ep, sizeof c->ep, "tcp://%s", listen);

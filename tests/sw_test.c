@@ -279,6 +279,21 @@ void sw_test_run_argv(char *argv[SW_TEST_RUN_ARGC], const char *ep, const char *
         argv[i] = (char *)a[i];
 }
 
+pid_t sw_test_spawn_wanem(const char *listen, const char *up, int ms, const char *log_path)
+{
+    char delay[16];
+    snprintf(delay, sizeof delay, "%d", ms);
+    char *argv[] = {(char *)sw_test_bin("shardwire-wanem"),
+                    "--listen",
+                    (char *)listen,
+                    "--connect",
+                    (char *)up,
+                    "--delay-ms",
+                    delay,
+                    NULL};
+    return sw_test_spawn(argv, log_path);
+}
+
 pid_t sw_test_spawn(char *const argv[], const char *log_path)
 {
     pid_t pid = fork();

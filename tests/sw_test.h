@@ -88,6 +88,9 @@ int sw_test_free_port(void);
 /* Starts argv[0] with stdout+stderr appended to log_path (or /dev/null when
  * NULL), in its own process group. Returns the pid or -1. */
 pid_t sw_test_spawn(char *const argv[], const char *log_path);
+/* Starts shardwire-wanem relaying listen (HOST:PORT) to up with ms of delay each way, logging
+ * to log_path (sw_test_spawn; in the namespace sw_test_netns set). The pid or -1. */
+pid_t sw_test_spawn_wanem(const char *listen, const char *up, int ms, const char *log_path);
 /* Processes that sw_test_spawn, sw_test_spawn_io and sw_test_run start from now on run in
  * the network namespace `name` (ip netns: /var/run/netns/NAME); NULL or "": the test's own. */
 void sw_test_netns(const char *name);

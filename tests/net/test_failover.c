@@ -137,19 +137,11 @@ static void s_gateway(pid_t *head, pid_t *head2)
         return;
     }
     const char *log = sw_test_log("cluster.log");
-    char keyfile[256], listen[64], a[256], b[256];
-    snprintf(keyfile, sizeof keyfile, "%s/api.keys", s_dir);
-    FILE *kf = fopen(keyfile, "w");
-    if (kf) {
-        fprintf(kf, "sk-failover-test\n");
-        fclose(kf);
-    }
-    chmod(keyfile, 0600);
+    char a[256], b[256];
     const int port = sw_test_free_port();
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    pid_t serve = swa_serve(&s_a, "alice", listen, keyfile, log);
+    pid_t serve = swa_serve(&s_a, "alice", port, "sk-failover-test\n", log);
     char ep[80];
-    snprintf(ep, sizeof ep, "tcp://%s", listen);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     SW_CHECK_INT(sw_test_wait_listen(ep, 30), 0);
     snprintf(a, sizeof a, "%s", sw_test_log("plain.json"));
     snprintf(b, sizeof b, "%s", sw_test_log("failover.json"));

@@ -252,17 +252,8 @@ int main(void)
     s_head_quotas(ref);
     usleep(3000000); /* the head sees mallory's requests cancelled */
 
-    char keyfile[256], listen[64];
-    snprintf(keyfile, sizeof keyfile, "%s/api.keys", s_dir);
-    FILE *kf = fopen(keyfile, "w");
-    if (kf) {
-        fprintf(kf, "%s\n%s\n", KEY1, KEY2);
-        fclose(kf);
-    }
-    chmod(keyfile, 0600);
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", s_http_port);
     unsetenv("SW_KEY");
-    pid_t serve = swa_serve(&s_a, "gw", listen, keyfile, log);
+    pid_t serve = swa_serve(&s_a, "gw", s_http_port, KEY1 "\n" KEY2 "\n", log);
     int up = 0;
     for (int i = 0; i < 200 && !up; i++) {
         int fd = s_connect(1);

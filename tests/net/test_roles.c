@@ -117,18 +117,10 @@ static int s_gateway(void)
         return 1;
     }
     const char *log = sw_test_log("cluster.log");
-    char keyfile[256], listen[64], ep[80], url[64], body[256], out[256];
-    snprintf(keyfile, sizeof keyfile, "%s/api.keys", s_dir);
-    FILE *kf = fopen(keyfile, "w");
-    if (kf) {
-        fprintf(kf, "sk-roles-test-0123456789\n");
-        fclose(kf);
-    }
-    chmod(keyfile, 0600);
+    char ep[80], url[64], body[256], out[256];
     const int port = sw_test_free_port();
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    pid_t serve = swa_serve(&s_a, "alice", listen, keyfile, log);
-    snprintf(ep, sizeof ep, "tcp://%s", listen);
+    pid_t serve = swa_serve(&s_a, "alice", port, "sk-roles-test-0123456789\n", log);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     SW_CHECK_INT(sw_test_wait_listen(ep, 30), 0);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
     snprintf(body, sizeof body,

@@ -138,7 +138,7 @@ static int s_build(void)
  * to a shardwire-wanem at `addr`:port that passes them on `ms` later. Its pid, or -1. */
 static pid_t s_wanem(const char *dev, const char *addr, int port, int ms)
 {
-    char cmd[256], listen[32], up[32], delay[16], log[64];
+    char cmd[256], listen[32], up[32], log[64];
     snprintf(cmd, sizeof cmd,
              "ip netns exec $P-wan nft add rule ip nat pre iifname %s ip daddr 10.0.0.2 tcp dport "
              "%d redirect to :%d",
@@ -147,21 +147,12 @@ static pid_t s_wanem(const char *dev, const char *addr, int port, int ms)
         return -1;
     snprintf(listen, sizeof listen, "%s:%d", addr, port);
     snprintf(up, sizeof up, "10.0.0.2:%d", RELAY_PORT);
-    snprintf(delay, sizeof delay, "%d", ms);
     snprintf(log, sizeof log, "wanem-%s.log", dev);
-    char *argv[] = {(char *)sw_test_bin("shardwire-wanem"),
-                    "--listen",
-                    listen,
-                    "--connect",
-                    up,
-                    "--delay-ms",
-                    delay,
-                    NULL};
     char ns[64];
     snprintf(ns, sizeof ns, "%s-wan", s_pfx);
     sw_test_netns(ns);
     const char *path = sw_test_log(log);
-    pid_t pid = sw_test_spawn(argv, path);
+    pid_t pid = sw_test_spawn_wanem(listen, up, ms, path);
     sw_test_netns(NULL);
     if (pid > 0 && !sw_test_wait_text(path, "wanem: ", 10)) {
         sw_test_kill(pid);
