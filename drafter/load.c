@@ -103,8 +103,6 @@ static const int s_arm_order[DRAFT_GATE_ARMS] = {DRAFT_ARM_CHOSEN, DRAFT_ARM_PLA
  * still in flight in it). */
 static void s_gate_try(draft_gate_t *g, int arm)
 {
-    if (arm != g->arm)
-        g->switches++;
     g->arm = arm;
     g->to_try &= ~(1u << arm);
     g->phase = S_GATE_SETTLE;
@@ -130,8 +128,6 @@ static void s_gate_next(draft_gate_t *g)
                   ? (g->hold * 2 < DRAFT_GATE_HOLD_MAX ? g->hold * 2 : DRAFT_GATE_HOLD_MAX)
                   : DRAFT_GATE_HOLD;
     g->last_win = win;
-    if (win != g->arm)
-        g->switches++;
     g->arm = win;
     g->decisions++;
     g->phase = S_GATE_HOLD;

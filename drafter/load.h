@@ -81,7 +81,6 @@ typedef struct draft_gate {
     double rate[DRAFT_GATE_ARMS]; // tokens per session-ms measured under each arm (0 = not yet)
     double m_tok;                 // the measurement in progress: tokens,
     double m_sess;                // and session-ms
-    int switches;                 // times the arm changed (reports)
     int decisions;                // comparisons made (reports: a new one to log)
 } draft_gate_t;
 

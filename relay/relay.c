@@ -597,8 +597,11 @@ static int s_allow_reload(relay_t *r, int force)
 {
     struct stat st;
     if (stat(r->allow_path, &st) != 0) {
-        SW_ERR("relay: allow-list %s: %s (keeping the %d keys loaded)", r->allow_path,
-               strerror(errno), r->n_allow);
+        if (r->allow)
+            SW_ERR("relay: allow-list %s: %s (keeping the %d keys loaded)", r->allow_path,
+                   strerror(errno), r->n_allow);
+        else
+            SW_ERR("relay: allow-list %s: %s", r->allow_path, strerror(errno));
         return r->allow ? 0 : -1;
     }
     if (!force && r->allow && st.st_mtim.tv_sec == r->allow_st.st_mtim.tv_sec &&
@@ -610,7 +613,10 @@ static int s_allow_reload(relay_t *r, int force)
     int n = 0;
     char err[512];
     if (sw_allow_load(r->allow_path, &list, &n, err, sizeof err) != 0) {
-        SW_ERR("relay: %s (keeping the %d keys loaded before)", err, r->n_allow);
+        if (r->allow)
+            SW_ERR("relay: %s (keeping the %d keys loaded before)", err, r->n_allow);
+        else
+            SW_ERR("relay: %s", err);
         return r->allow ? 0 : -1;
     }
     int first = r->allow == NULL;
