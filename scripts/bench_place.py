@@ -49,6 +49,7 @@ import os
 import platform
 import signal
 import socket
+import shutil
 import statistics
 import subprocess
 import sys
@@ -319,6 +320,8 @@ def main():
     ap.add_argument("--cpu-quota", metavar="FAST,SLOW",
                     help="cap each auto node in its own cgroup at these fractions of one core "
                          "(e.g. 1.0,0.3); replaces --slow-nice")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep the relay's and nodes' logs (their folder is printed at the end)")
     a = ap.parse_args()
     caps = None
     if a.cpu_quota:
@@ -338,6 +341,7 @@ def main():
         caps = CpuCaps(fast, slow)
     tmp = tempfile.mkdtemp(prefix="sw-bench-place-")
     results = []
+    done = False
     try:
         for rep in range(a.repeat):
             rows, probe = compare(a, tmp, caps, rep)
@@ -347,9 +351,12 @@ def main():
             if a.repeat > 1:
                 print("comparison %d of %d done (load average %.2f)" %
                       (rep + 1, a.repeat, os.getloadavg()[0]), flush=True)
+        done = True
     finally:
         if caps:
             caps.remove()
+        if done and not a.keep_logs:  # a failure's message names the logs: they stay
+            shutil.rmtree(tmp, ignore_errors=True)
     probe = results[-1][1]
     speed = ("cgroup cap %.2f core" % caps.quota["fast"]) if caps else \
         "%d thread(s)" % a.fast_threads
@@ -387,7 +394,8 @@ def main():
           (" ".join("%.2f" % x for x in ratios), statistics.median(ratios)))
     print("measured / predicted: min %.2f, median %.2f, max %.2f over %d configurations" %
           (min(mp), statistics.median(mp), max(mp), len(mp)))
-    print("logs: %s" % tmp)
+    if a.keep_logs:
+        print("logs: %s" % tmp)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -94,11 +95,14 @@ def start_browser(binary, profile):
             "--no-default-browser-check", "--disable-extensions", "--disable-dev-shm-usage",
             "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
             f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # its own process group: stop_browser ends every helper process it started
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     port_file = os.path.join(profile, "DevToolsActivePort")
     end = time.time() + 60
     while time.time() < end:
         if proc.poll() is not None:
+            stop_browser(proc, profile)
             raise SystemExit(f"web_driver: {binary} exited ({proc.returncode}) at start")
         try:
             with open(port_file) as f:
@@ -107,7 +111,7 @@ def start_browser(binary, profile):
         except (OSError, ValueError):
             time.sleep(0.1)
     else:
-        proc.kill()
+        stop_browser(proc, profile)
         raise SystemExit("web_driver: chromium did not open its DevTools port in 60 s")
     for _ in range(100):
         try:
@@ -119,8 +123,47 @@ def start_browser(binary, profile):
         except OSError:
             pass
         time.sleep(0.1)
-    proc.kill()
+    stop_browser(proc, profile)
     raise SystemExit("web_driver: chromium has no page target")
+
+
+def stop_browser(proc, profile):
+    """Ends chromium and all its helpers, then removes its profile. A helper that outlives
+    the main process (the network service) can write into the profile after a plain rmtree,
+    which left a folder in /tmp (tmp_check caught it), so the group is waited for first."""
+    def group_alive():
+        try:
+            os.killpg(proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    end = time.time() + 10
+    while group_alive() and time.time() < end:
+        if time.time() > end - 5:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for _ in range(50):
+        shutil.rmtree(profile, ignore_errors=True)
+        if not os.path.exists(profile):
+            return
+        time.sleep(0.1)
+    print(f"web_driver: could not remove {profile}", file=sys.stderr)
 
 
 def set_value(p, elem_id, value):
@@ -273,13 +316,7 @@ def main():
         out["recent_rows"] = p.js("document.querySelectorAll('#recent tbody tr').length")
         out["screenshots"].append(p.shot(os.path.join(shots, "4-cluster.png")))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+        stop_browser(proc, profile)
     print(json.dumps(out))
 
 
