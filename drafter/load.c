@@ -95,9 +95,12 @@ int draft_load_drafts_allowed(const draft_load_t *l)
 
 enum { S_GATE_IDLE, S_GATE_SETTLE, S_GATE_MEASURE, S_GATE_HOLD };
 
-/* The order arms are tried in within a cycle. */
-static const int s_arm_order[DRAFT_GATE_ARMS] = {DRAFT_ARM_CHOSEN, DRAFT_ARM_PLAIN,
-                                                 DRAFT_ARM_NGRAM};
+/* The order arms are tried in within a cycle: the controllers' rounds first
+ * (alone they win by far at low load, where the load is often over before a
+ * cycle ends), then the n-gram lookup (at no cost to the others, usually at
+ * least plain's rate: a plain arm measured after it can be cut short). */
+static const int s_arm_order[DRAFT_GATE_ARMS] = {DRAFT_ARM_CHOSEN, DRAFT_ARM_NGRAM,
+                                                 DRAFT_ARM_PLAIN};
 
 /* Measures arm next, after a window to settle (rounds of the arm before are
  * still in flight in it). */
@@ -105,6 +108,7 @@ static void s_gate_try(draft_gate_t *g, int arm)
 {
     g->arm = arm;
     g->to_try &= ~(1u << arm);
+    g->measured |= 1u << arm;
     g->phase = S_GATE_SETTLE;
     g->left = 1;
 }
@@ -127,6 +131,18 @@ static void s_gate_next(draft_gate_t *g)
     g->hold = win == g->last_win
                   ? (g->hold * 2 < DRAFT_GATE_HOLD_MAX ? g->hold * 2 : DRAFT_GATE_HOLD_MAX)
                   : DRAFT_GATE_HOLD;
+    /* An arm measured far behind the winner sits out cycles (load.h). */
+    for (int a = 0; a < g->n_arms; a++) {
+        if (a == win) {
+            g->skip[a] = g->wait[a] = 0;
+        } else if (g->measured & (1u << a)) {
+            const int far = g->rate[a] < DRAFT_GATE_FAR * g->rate[win];
+            const int next = 2 * g->skip[a] + 1;
+            g->skip[a] = !far ? 0 : next > DRAFT_GATE_SKIP_MAX ? DRAFT_GATE_SKIP_MAX : next;
+            g->wait[a] = g->skip[a];
+        }
+    }
+    g->measured = 0;
     g->last_win = win;
     g->arm = win;
     g->decisions++;
@@ -135,10 +151,16 @@ static void s_gate_next(draft_gate_t *g)
     g->m_tok = g->m_sess = 0;
 }
 
-/* Every arm but `except` is measured next (except = -1: all of them). */
+/* Every arm but `except` (-1: none) and those sitting out is measured next. */
 static void s_gate_cycle(draft_gate_t *g, int except)
 {
     g->to_try = ((1u << g->n_arms) - 1) & ~(except >= 0 ? 1u << except : 0u);
+    g->measured = except >= 0 ? 1u << except : 0u;
+    for (int a = 0; a < g->n_arms; a++)
+        if (a != except && g->wait[a] > 0) {
+            g->wait[a]--;
+            g->to_try &= ~(1u << a);
+        }
     s_gate_next(g);
 }
 
@@ -165,7 +187,7 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
         g->arm = DRAFT_ARM_CHOSEN;
         g->phase = S_GATE_IDLE;
         for (int a = 0; a < DRAFT_GATE_ARMS; a++)
-            g->rate[a] = 0;
+            g->rate[a] = g->skip[a] = g->wait[a] = 0;
         g->hold = DRAFT_GATE_HOLD;
         g->last_win = -1;
         return;

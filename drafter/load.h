@@ -55,13 +55,18 @@
  * (doubled, up to DRAFT_GATE_HOLD_MAX, while the same arm keeps winning) and
  * is measured again at the end of its hold before the others are tried once
  * more; a measurement ends after one window when its arm is below
- * DRAFT_GATE_CUT of another arm's last rate. With one session the gate is open: the one-session
- * controller decides alone. */
+ * DRAFT_GATE_CUT of another arm's last rate. An arm that lost by far (below
+ * DRAFT_GATE_FAR of the winner's rate) sits out the next cycle, and twice
+ * that many after each further such loss, up to DRAFT_GATE_SKIP_MAX cycles:
+ * at 16 sessions every window of the draft model's arm costs them all. With
+ * one session the gate is open: the one-session controller decides alone. */
 #define DRAFT_GATE_MEASURE 3
 #define DRAFT_GATE_HOLD 8
 #define DRAFT_GATE_HOLD_MAX 32
 #define DRAFT_GATE_ARMS 3
-#define DRAFT_GATE_CUT 0.7 // an arm below this share of another's rate after a window: cut short
+#define DRAFT_GATE_CUT 0.7    // an arm below this share of another's rate after a window: cut short
+#define DRAFT_GATE_FAR 0.85   // an arm that lost below this share of the winner's rate: skipped
+#define DRAFT_GATE_SKIP_MAX 3 // cycles a far-losing arm sits out at most
 
 enum {
     DRAFT_ARM_PLAIN = 0,  // no drafts
@@ -78,6 +83,9 @@ typedef struct draft_gate {
     int hold;                     // windows the next hold lasts
     int last_win;                 // the arm that won the last comparison (-1 = none yet)
     unsigned to_try;              // arms still to measure in this cycle (bit per arm)
+    unsigned measured;            // arms measured in this cycle (bit per arm)
+    int skip[DRAFT_GATE_ARMS];    // cycles each arm sits out after its last far loss
+    int wait[DRAFT_GATE_ARMS];    // of them, cycles left to sit out
     double rate[DRAFT_GATE_ARMS]; // tokens per session-ms measured under each arm (0 = not yet)
     double m_tok;                 // the measurement in progress: tokens,
     double m_sess;                // and session-ms

@@ -236,8 +236,9 @@ void node_head_step(node_t *n)
         h->gate_logged = g->decisions;
         char arms[192] = "";
         for (int a = 0, o = 0; a < g->n_arms && o < (int)sizeof arms; a++)
-            o += snprintf(arms + o, sizeof arms - o, "%s%s %.2f", a ? ", " : "",
-                          draft_load_arm_name(a), g->rate[a] * 1000);
+            o += snprintf(arms + o, sizeof arms - o, "%s%s %.2f%s", a ? ", " : "",
+                          draft_load_arm_name(a), g->rate[a] * 1000,
+                          g->wait[a] > 0 ? " (far behind: sits out)" : "");
         SW_INFO("draft gate: tokens per session-second: %s; %s for the next %d s", arms,
                 draft_load_arm_name(g->arm), g->hold * DRAFT_LOAD_WINDOW_MS / 1000);
     }

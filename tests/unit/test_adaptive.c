@@ -319,22 +319,31 @@ static void test_load(void)
  * leaves a fixed K alone. Events every 100 ms, noise-free rates. */
 /* rate[arm]: tokens per session-ms under each arm; n_arms 2 or 3. The share
  * of the time after the first two seconds spent in arm `best`. */
+static double s_gate_ratio; // of the last s_gate_run: tokens over the best arm's, whole run
+
 static double s_gate_run(const double rate[3], int n_arms, int best, int n_sess, int secs,
                          int *arm_end)
 {
+    double all = 0;
     draft_load_t l;
     draft_load_init(&l);
     draft_load_gate(&l, 1, n_arms);
     draft_load_active(&l, n_sess, n_sess);
     int in_best = 0, events = 0;
+    double owed = 0; // the fraction of a token carried to the next event (rates that differ
+                     // by less than a token per event must still differ)
     for (int i = 1; i <= secs * 10; i++) {
-        const double r = rate[draft_load_arm(&l)];
-        draft_load_verdict(&l, (int)(r * 100 * n_sess + 0.5), 0, 0, 0, 100.0 * i);
+        owed += rate[draft_load_arm(&l)] * 100 * n_sess;
+        const int tokens = (int)owed;
+        owed -= tokens;
+        all += tokens;
+        draft_load_verdict(&l, tokens, 0, 0, 0, 100.0 * i);
         if (i > 20) { // after the first two seconds
             events++;
             in_best += draft_load_arm(&l) == best;
         }
     }
+    s_gate_ratio = all / (rate[best] * n_sess * 1000.0 * secs);
     *arm_end = l.gate.last_win; // the last decision (the arm now may be on trial)
     return (double)in_best / events;
 }
@@ -366,7 +375,22 @@ static void test_gate(void)
             "gate: share of time in the best arm: plain (drafting 0.8x) %.2f, drafting (1.5x) "
             "%.2f; of three: n-gram %.2f, model %.2f, plain (model 0.5x) %.2f\n",
             plain_share, chosen_share, ngram_share, model3_share, bad_share);
-    SW_CHECK(bad_share > ngram_share);
+    SW_CHECK(bad_share > 0.75);
+    /* the 16-client bench's case: the n-gram lookup best (1.18x plain), the
+     * draft model far behind (0.73x n-gram): sits out cycles after its loss,
+     * so over a minute's load it runs only its first measurement and about
+     * every third cycle after */
+    const double bench16[3] = {0.0029, 0.0025, 0.0034};
+    const double bench16_share = s_gate_run(bench16, 3, DRAFT_ARM_NGRAM, 16, 60, &arm);
+    SW_CHECK_INT(arm, DRAFT_ARM_NGRAM);
+    SW_CHECK(bench16_share > 0.68); // 0.58 when every arm was measured every cycle
+    /* and over the 30 s such a step of the bench lasts: the tokens of the best arm's rate */
+    s_gate_run(bench16, 3, DRAFT_ARM_NGRAM, 16, 30, &arm);
+    fprintf(stderr,
+            "gate: n-gram best, model far behind: %.2f of one minute in n-gram; over 30 s "
+            "%.3f of its rate\n",
+            bench16_share, s_gate_ratio);
+    SW_CHECK(s_gate_ratio > 0.91); // 0.88 when every arm was measured every cycle
     SW_CHECK(plain_share > 0.8);
     SW_CHECK(chosen_share > 0.8);
     SW_CHECK(ngram_share > 0.7);
