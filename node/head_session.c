@@ -378,12 +378,13 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
     if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt || s->spot)
         return;
     char err[256] = "";
+    const double t0 = sw_now_ms();
     const int L = sw_prefix_find(n->prefix, "", s->prompt, s->n_prompt, s->n_prompt - 1);
     if (L > 0 && sw_prefix_restore(n->prefix, "", s->prompt, L, s->kv, err, sizeof err) == 0) {
         s->prefix_len = L;
         s->send_row = L;
-        SW_DEBUG("session %016llx: %d of %d prompt positions from the prefix cache",
-                 (unsigned long long)s->id, L, s->n_prompt);
+        SW_DEBUG("session %016llx: %d of %d prompt positions from the prefix cache in %.1f ms",
+                 (unsigned long long)s->id, L, s->n_prompt, sw_now_ms() - t0);
     } else if (L > 0) {
         SW_WARN("prefix cache: %s", err);
     }
@@ -521,7 +522,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
 {
     const int idx = s->send_idx;
     const int current = idx == node_recover_n_rounds(s->rec) - 1;
-    const int first = s->send_row == 0;
+    const int first = s->send_chunks == 0; // after a cached prefix, send_row starts past 0
     if (current && first)
         s->t_round = now - batch_ms;
     if (current)

@@ -444,6 +444,7 @@ static int s_prefix_take(node_t *n, node_session_t *s, const sw_msg_forward_t *f
     const int L = (int)f->prefix_len;
     char ns[SW_PREFIX_NS_LEN + 1], err[256] = "";
     const int32_t *toks = (const int32_t *)f->prefix_tokens; // token ids < 2^22 (wire.c)
+    const double t0 = sw_now_ms();
     int ok = n->prefix && s_prefix_ns(f, ns, sizeof ns) == 0 && sw_kv_truncate(s->kv, 0) == 0 &&
              L < sw_kv_capacity(s->kv) && sw_prefix_find(n->prefix, ns, toks, L, L) == L &&
              sw_prefix_restore(n->prefix, ns, toks, L, s->kv, err, sizeof err) == 0;
@@ -454,6 +455,9 @@ static int s_prefix_take(node_t *n, node_session_t *s, const sw_msg_forward_t *f
     }
     if (ok)
         ok = s_prompt_set(s, f->prefix_tokens, L, 0) == 0;
+    if (ok)
+        SW_DEBUG("session %016llx: %d prompt positions from the prefix cache in %.1f ms",
+                 (unsigned long long)f->session_id, L, sw_now_ms() - t0);
     if (!ok) {
         s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id,
                       "%s: the %d-position prompt prefix is not in its prefix cache%s%s",

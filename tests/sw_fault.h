@@ -31,6 +31,8 @@ typedef struct swf_result {
     char digest[17];          // logits_digest: equal digests = bit-identical logits
     int prefix_reused;        // prompt tokens the stages took from their prefix caches
     double ttft_ms;           // the client's time to the first token
+    double network_ms;        // the head's round time not spent computing, summed (timing)
+    double total_ms;          // the client's time for the whole request (timing)
     char err[2048];           // client stderr (start of it)
 } swf_result_t;
 
@@ -81,6 +83,8 @@ static inline void swf_parse(const char *json_text, swf_result_t *r)
     json_t *tm = json_object_get(j, "timing");
     json_t *sc = tm ? json_object_get(tm, "stage_compute_ms") : NULL;
     r->tail_ms = sc ? json_real_value(json_object_get(sc, "tail")) : 0;
+    r->network_ms = tm ? json_number_value(json_object_get(tm, "network_ms")) : 0;
+    r->total_ms = tm ? json_number_value(json_object_get(tm, "total_ms")) : 0;
     const char *dg = json_string_value(json_object_get(j, "logits_digest"));
     snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
     r->prefix_reused = (int)json_integer_value(json_object_get(j, "prefix_reused"));

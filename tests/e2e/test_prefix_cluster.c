@@ -106,6 +106,11 @@ int main(void)
             b1.prefix_reused);
     SW_CHECK(b1.prefix_reused >= 512); // the system prompt is about 600 tokens
     SW_CHECK(swf_same(&b1, &ref_b));
+    /* the stats of a warm request: its prefill round starts past row 0 and is
+     * still timed (its network time was "now minus 0", the host's uptime) */
+    fprintf(stderr, "warm request: network %.1f ms of %.1f ms in all\n", b1.network_ms,
+            b1.total_ms);
+    SW_CHECK(b1.total_ms > 0 && b1.network_ms >= 0 && b1.network_ms < b1.total_ms);
     s_run(&c, pa, plain, "a2", &a2); // the first request again: its whole prompt but the end
     SW_CHECK(a2.prefix_reused > b1.prefix_reused);
     fprintf(stderr, "the first request again reused %d positions\n", a2.prefix_reused);
