@@ -149,6 +149,7 @@ static void s_gate_next(draft_gate_t *g)
     g->phase = S_GATE_HOLD;
     g->left = g->hold;
     g->m_tok = g->m_sess = 0;
+    g->m_wait = 0;
 }
 
 /* Every arm but `except` (-1: none) and those sitting out is measured next. */
@@ -178,12 +179,22 @@ static int s_gate_losing(const draft_gate_t *g)
     return g->m_tok / g->m_sess < DRAFT_GATE_CUT * best;
 }
 
-/* One window of the gate (see load.h): tok tokens over sess_ms session-ms in dt ms. */
-static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt)
+/* One window of the gate (see load.h): tok tokens over sess_ms session-ms in dt ms;
+ * steady: the sessions changed by an eighth at most in it. */
+static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt, int steady)
 {
     if (!g->on)
         return;
+    g->windows++;
+    g->w_rate = sess_ms > 0 ? tok / sess_ms : 0;
+    g->w_sess = dt > 0 ? sess_ms / dt : 0;
+    g->w_counted = 0;
+    g->calm = steady ? g->calm + 1 : 0;
+    /* a window that counts: calm, or the measurement waited long enough */
+    const int counts = g->calm >= 2 || g->m_wait >= DRAFT_GATE_UNCALM_MAX;
     if (sess_ms < 1.5 * dt) { // one session or none on average: the gate is open
+        if (!steady)          // unless requests end and begin together
+            return;
         g->arm = DRAFT_ARM_CHOSEN;
         g->phase = S_GATE_IDLE;
         for (int a = 0; a < DRAFT_GATE_ARMS; a++)
@@ -201,12 +212,14 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
             g->phase = S_GATE_MEASURE;
             g->left = DRAFT_GATE_MEASURE;
             g->m_tok = g->m_sess = 0;
+            g->m_wait = 0;
         }
         return;
     case S_GATE_HOLD:
-        if (g->left <= DRAFT_GATE_MEASURE) { // the hold's last windows measure its arm again
+        if (g->left <= DRAFT_GATE_MEASURE && counts) { // the hold's last windows measure again
             g->m_tok += tok;
             g->m_sess += sess_ms;
+            g->w_counted = 1;
         }
         if (--g->left > 0)
             return;
@@ -216,8 +229,13 @@ static void s_gate_window(draft_gate_t *g, double tok, double sess_ms, double dt
         return;
     case S_GATE_MEASURE:
     default:
+        if (!counts) {
+            g->m_wait++;
+            return;
+        }
         g->m_tok += tok;
         g->m_sess += sess_ms;
+        g->w_counted = 1;
         if (--g->left > 0 && !s_gate_losing(g))
             return;
         g->rate[g->arm] = g->m_sess > 0 ? g->m_tok / g->m_sess : 0;
@@ -231,6 +249,8 @@ static void s_window(draft_load_t *l, double now)
 {
     if (!l->w_start) {
         l->w_start = l->t_last = now;
+        l->w_lo = l->n_decoding;
+        l->w_hi = l->n_active;
         return;
     }
     if (now > l->t_last) {
@@ -240,7 +260,8 @@ static void s_window(draft_load_t *l, double now)
     const double dt = now - l->w_start;
     if (dt < DRAFT_LOAD_WINDOW_MS)
         return;
-    s_gate_window(&l->gate, l->w_tokens, l->w_sess_ms, dt);
+    const int change = l->w_hi - l->w_lo;
+    s_gate_window(&l->gate, l->w_tokens, l->w_sess_ms, dt, change <= 1 || change * 8 <= l->w_hi);
     const double rate = l->w_tokens / dt;
     double busy = (l->w_head_ms > l->w_later_ms ? l->w_head_ms : l->w_later_ms) / dt;
     busy = busy > 1 ? 1 : busy;
@@ -248,6 +269,8 @@ static void s_window(draft_load_t *l, double now)
     l->busy = l->busy * S_WIN_DECAY + busy * (1 - S_WIN_DECAY);
     l->w_start = now;
     l->w_tokens = l->w_head_ms = l->w_later_ms = l->w_sess_ms = 0;
+    l->w_lo = l->n_decoding;
+    l->w_hi = l->n_active;
 }
 
 void draft_load_head_batch(draft_load_t *l, int rows, double ms, double now)
@@ -282,6 +305,8 @@ void draft_load_active(draft_load_t *l, int n, int n_decoding)
 {
     l->n_active = n;
     l->n_decoding = n_decoding;
+    l->w_lo = n_decoding < l->w_lo ? n_decoding : l->w_lo;
+    l->w_hi = n > l->w_hi ? n : l->w_hi;
 }
 
 double draft_load_ext(const draft_load_t *l, double r_own)

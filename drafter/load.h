@@ -59,7 +59,13 @@
  * DRAFT_GATE_FAR of the winner's rate) sits out the next cycle, and twice
  * that many after each further such loss, up to DRAFT_GATE_SKIP_MAX cycles:
  * at 16 sessions every window of the draft model's arm costs them all. With
- * one session the gate is open: the one-session controller decides alone. */
+ * one session the gate is open: the one-session controller decides alone.
+ * Only calm windows measure: a window counts when neither it nor the one
+ * before it saw the sessions change by more than an eighth (sessions that
+ * start, end or wait for their prefill: when many requests end and begin
+ * together, the rate of the few still decoding says nothing of the arm);
+ * a measurement waits for at most DRAFT_GATE_UNCALM_MAX such windows, and
+ * only a calm window with one session or none opens the gate. */
 #define DRAFT_GATE_MEASURE 3
 #define DRAFT_GATE_HOLD 8
 #define DRAFT_GATE_HOLD_MAX 32
@@ -67,6 +73,7 @@
 #define DRAFT_GATE_CUT 0.7    // an arm below this share of another's rate after a window: cut short
 #define DRAFT_GATE_FAR 0.85   // an arm that lost below this share of the winner's rate: skipped
 #define DRAFT_GATE_SKIP_MAX 3 // cycles a far-losing arm sits out at most
+#define DRAFT_GATE_UNCALM_MAX 3 // windows a measurement waits for calm ones at most
 
 enum {
     DRAFT_ARM_PLAIN = 0,  // no drafts
@@ -89,7 +96,14 @@ typedef struct draft_gate {
     double rate[DRAFT_GATE_ARMS]; // tokens per session-ms measured under each arm (0 = not yet)
     double m_tok;                 // the measurement in progress: tokens,
     double m_sess;                // and session-ms
+    int m_wait;                   // windows the measurement in progress passed over
+    int calm;                     // calm windows in a row (see above)
     int decisions;                // comparisons made (reports: a new one to log)
+    /* the last window, for the head's debug log */
+    int windows;   // windows seen
+    double w_rate; // its tokens per session-ms
+    double w_sess; // its mean decoding sessions
+    int w_counted; // 1: it counted in a measurement
 } draft_gate_t;
 
 /* The ms of a batch by its rows: a moving average per row bucket. */
@@ -114,6 +128,7 @@ typedef struct draft_load {
     double w_head_ms;  // the head's compute in it (its layers and the draft model)
     double w_later_ms; // the last stage's batch compute in it (each batch once)
     double w_sess_ms;  // sessions running x ms, summed over it
+    int w_lo, w_hi;    // the fewest decoding and the most running sessions in it
     double t_last;     // the last event (ms)
     draft_gate_t gate; // whether drafting is allowed at all (see above)
 } draft_load_t;

@@ -232,6 +232,12 @@ void node_head_step(node_t *n)
         decoding += h->sess[k].state == HEAD_RUN && h->sess[k].n_seen > 0;
     draft_load_active(&h->load, h->n_active, decoding);
     const draft_gate_t *g = &h->load.gate;
+    if (g->windows != h->gate_windows) {
+        h->gate_windows = g->windows;
+        SW_DEBUG("draft gate window: %s, %.2f tokens per session-second, %.1f sessions%s",
+                 draft_load_arm_name(g->arm), g->w_rate * 1000, g->w_sess,
+                 g->w_counted ? " (measured)" : "");
+    }
     if (g->decisions != h->gate_logged) { // one line per comparison: every 9 s or more
         h->gate_logged = g->decisions;
         char arms[192] = "";

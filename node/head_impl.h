@@ -197,6 +197,7 @@ struct node_head {
     int busy;                // 1 when node_head_step left work for the next pass
     int rr;                  // where the next batch starts (round robin)
     int gate_logged;         // the gate's decisions already logged
+    int gate_windows;        // and its windows (debug log)
     draft_load_t load;       // what the sessions cost each other (drafter/load.h): the K
                              // controllers of all sessions read it
     double prefix_off_until; // a stage said it did not hold a prefix: none is asked for until
