@@ -162,6 +162,9 @@ def step(cl, n_clients, flags, args, logdir):
         "drafted": sum(r["drafted"] for r in results) / max(rounds, 1),
         "draft_ms": sum(r["timing"]["draft_ms"] for r in results) / max(rounds, 1),
         "ahead_ms": sum(r["timing"]["draft_ahead_ms"] for r in results) / max(rounds, 1),
+        # each request: [sent, ended] in s from the step's first start, and its tokens
+        "spans": sorted([round(r["_end"] - r["timing"]["total_ms"] / 1e3 - (t_first[0] or start), 3),
+                         round(r["_end"] - (t_first[0] or start), 3), r["n_gen"]] for r in results),
     }
 
 
