@@ -130,7 +130,8 @@ def step(cl, n_clients, flags, args, logdir):
                 results.append(res)
 
     f0, b0 = tail_batches(logdir)
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
+    # daemon: an interrupted benchmark does not wait for its clients (Cluster.stop ends them)
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(n_clients)]
     start = time.time()
     for i, t in enumerate(threads):
         t.start()
@@ -140,7 +141,8 @@ def step(cl, n_clients, flags, args, logdir):
     if errors:
         raise SystemExit(f"bench_multi: {len(errors)} request(s) failed: {errors[0]}")
     f1, b1 = tail_batches(logdir)
-    step_wall = max(r["_end"] for r in results) - (t_first[0] or start)
+    t_step = t_first[0] or start
+    step_wall = max(r["_end"] for r in results) - t_step
     wall = busy_time(results)
     n_gen = sum(r["n_gen"] for r in results)
     rounds = sum(r["rounds"] for r in results)
@@ -163,8 +165,8 @@ def step(cl, n_clients, flags, args, logdir):
         "draft_ms": sum(r["timing"]["draft_ms"] for r in results) / max(rounds, 1),
         "ahead_ms": sum(r["timing"]["draft_ahead_ms"] for r in results) / max(rounds, 1),
         # each request: [sent, ended] in s from the step's first start, and its tokens
-        "spans": sorted([round(r["_end"] - r["timing"]["total_ms"] / 1e3 - (t_first[0] or start), 3),
-                         round(r["_end"] - (t_first[0] or start), 3), r["n_gen"]] for r in results),
+        "spans": sorted([round(r["_end"] - r["timing"]["total_ms"] / 1e3 - t_step, 3),
+                         round(r["_end"] - t_step, 3), r["n_gen"]] for r in results),
     }
 
 
@@ -201,12 +203,22 @@ def main():
     # clients waiting, which is not what many users with their own keys see.
     args.node_extra = ["--max-sessions", str(args.max_sessions), "--max-sessions-per-client",
                        str(args.max_sessions), *args.node_flags.split()]
+    bad = [m for m in args.modes.split(",") if m not in MODES]
+    if bad:
+        raise SystemExit(f"bench_multi: unknown mode '{bad[0]}' (--modes takes "
+                         f"{', '.join(MODES)}, comma-separated)")
     if "model" in args.modes.split(",") and not args.draft:
         raise SystemExit("bench_multi: mode 'model' needs --draft MODEL.gguf")
     for path in (args.target, args.draft):
         if path and not os.path.exists(path):
             raise SystemExit(f"bench_multi: {path} is missing (bash scripts/fetch_model.sh ...)")
-    ns = [int(x) for x in args.clients.split(",")]
+    try:
+        ns = [int(x) for x in args.clients.split(",")]
+    except ValueError:
+        raise SystemExit(f"bench_multi: --clients takes client counts, comma-separated "
+                         f"(1,2,4), not '{args.clients}'") from None
+    if any(n < 1 for n in ns):
+        raise SystemExit("bench_multi: every client count in --clients must be at least 1")
     if args.keep_logs:
         os.makedirs(args.keep_logs, exist_ok=True)
     logdir = args.keep_logs or tempfile.mkdtemp(prefix="bench_multi.")
@@ -249,6 +261,8 @@ def main():
                              f"{r['tail_ms']:.1f}", f"{r['per_batch']:.1f}"])
     finally:
         cl.stop()
+        if not args.keep_logs:  # a failed run says what failed; --keep-logs DIR keeps the logs
+            shutil.rmtree(logdir, ignore_errors=True)
     hdr = ["mode", "clients", "agg tok/s", "vs 1 client", "TTFT p50 ms", "TTFT p95 ms",
            "2 RTT + prefill ms", "tok/round", "head ms/round", "tail ms/round",
            "rounds per tail batch"]
@@ -256,8 +270,6 @@ def main():
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(raw, f)
-    if not args.keep_logs:
-        shutil.rmtree(logdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

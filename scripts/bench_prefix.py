@@ -95,6 +95,8 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     args.chat, args.draft, args.n = False, None, 1
+    if not os.path.exists(args.target):
+        raise SystemExit(f"bench_prefix: {args.target} is missing (bash scripts/fetch_model.sh ...)")
     rows = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     for label, cache in (("prefix cache on", "on"), ("prefix cache off", "off")):
@@ -112,7 +114,7 @@ def main():
             measure(cl, args, label, rows)
         finally:
             cl.stop()
-        shutil.rmtree(logdir, ignore_errors=True)
+            shutil.rmtree(logdir, ignore_errors=True)
     hdr = ["cluster", "request", "prompt tokens", "reused", "TTFT ms", "prefill compute ms",
            "2 RTT + prefill ms", "within"]
     bench_wan.print_table(hdr, rows, args.markdown)

@@ -45,6 +45,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,6 +126,10 @@ def free_port():
 class Cluster:
     def __init__(self, args, logdir):
         self.args, self.logdir, self.procs = args, logdir, []
+        # clients in flight (run() may be called from several threads): stop()
+        # ends them too, so that Ctrl-C never waits for a client retrying a
+        # relay that is gone
+        self.clients, self.lock, self.stopped = set(), threading.Lock(), False
 
     def spawn(self, name, argv, cpus=None):
         """cpus: the CPU set the process may run on (--pin), or None for all."""
@@ -135,6 +140,12 @@ class Cluster:
         return p
 
     def stop(self):
+        with self.lock:
+            self.stopped = True
+            clients = list(self.clients)
+        for p in clients:
+            if p.poll() is None:
+                p.kill()
         for _name, p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
@@ -147,6 +158,12 @@ class Cluster:
 
     def start(self):
         a, b = self.args, os.path.join(HERE, self.args.build, "bin")
+        missing = [p for p in ("shardwire", "shardwire-relay", "shardwire-node", "shardwire-wanem")
+                   if not os.access(os.path.join(b, p), os.X_OK)]
+        if missing:
+            raise SystemExit(f"{os.path.basename(sys.argv[0])}: no {missing[0]} in {b}: build "
+                             f"first (bash scripts/build.sh) or pass --build DIR, the folder "
+                             f"whose bin/ holds the programs")
         pr, pa, pb = free_port(), free_port(), free_port()
         self.relay = f"tcp://127.0.0.1:{pr}"
         # Real keys, as deployed: CURVE to the relay and sealed payloads.
@@ -212,10 +229,23 @@ class Cluster:
                 str(n or self.args.n), "--json", "--timeout-s", "900", *self.sec["client"], *flags]
         if self.args.chat:
             argv.append("--chat")
-        r = subprocess.run(argv, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"bench_wan: shardwire run failed: {r.stderr.strip()}")
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        with self.lock:
+            if self.stopped:
+                raise SystemExit("bench_wan: the cluster was stopped")
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.clients.add(p)
+        try:
+            out, err = p.communicate()
+        except BaseException:  # interrupted here (Ctrl-C, SIGTERM): the client goes too
+            p.kill()
+            p.wait()
+            raise
+        finally:
+            with self.lock:
+                self.clients.discard(p)
+        if p.returncode != 0:
+            raise SystemExit(f"bench_wan: shardwire run failed: {err.strip()}")
+        return json.loads(out.strip().splitlines()[-1])
 
 
 def time_split(r):
