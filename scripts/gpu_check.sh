@@ -90,7 +90,9 @@ if [ -n "${SW_GPU_FORCE_DEBS:-}" ] || ! have_deps; then
         case " ${DIRECT[*]} " in *" $pkg "*) continue ;; esac
         for so in $(dpkg-deb -c "$f" | awk '{print $6}' | grep -E '\.so\.[0-9]' || true); do
             base=$(basename "$so")
-            if ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$base "; then
+            # grep without -q reads all of ldconfig's output: with -q it could
+            # stop early and pipefail would see ldconfig's SIGPIPE as a miss.
+            if ldconfig -p 2>/dev/null | grep "^[[:space:]]*$base " >/dev/null; then
                 rm -f "$prefix/${so#./}"
             fi
         done
