@@ -45,7 +45,8 @@
  * error ("recovery gave up", "deadline") within BOUND_S; then the next
  * request must be exact. Prints, for each, the seconds from the fault and
  * from the heal to the end of the request, against a run without a fault.
- * Needs root (ip netns, nft): skipped without.
+ * Needs root (ip netns, nft): skipped without. Installs iproute2, nftables
+ * and conntrack with scripts/deps.sh when they are missing.
  */
 #include "sw_test.h"
 
@@ -277,6 +278,14 @@ int main(void)
         sw_test_skip("needs root (ip netns, nft)");
     if (sw_keys_curve_check(e, sizeof e) != 0)
         sw_test_skip(e);
+    /* The tools: ip, nft and conntrack (a fresh Debian machine may lack the
+     * last two; CI's did once, and the NAT flushes were skipped). */
+    char deps[1024];
+    snprintf(deps, sizeof deps,
+             "SW_DEPS_EXTRA='iproute2 nftables conntrack' bash %s/scripts/deps.sh",
+             sw_test_env("SW_SOURCE_DIR"));
+    if (sw_test_sh(deps, 900, NULL) != 0)
+        sw_test_skip("iproute2, nftables or conntrack could not be installed (scripts/deps.sh)");
     if (system("ip netns list >/dev/null 2>&1 && nft --version >/dev/null 2>&1") != 0)
         sw_test_skip("ip netns or nft missing");
     signal(SIGPIPE, SIG_IGN);
@@ -348,7 +357,8 @@ int main(void)
                              ref, n_ref),
                      1);
     } else {
-        sw_test_skip_part("conntrack missing: the NAT flushes are not tried");
+        sw_test_skip_part("conntrack missing (apt-get install conntrack): the NAT flushes are "
+                          "not tried");
     }
     SW_CHECK_INT(s_fault("relay killed and started again", NULL, "true", 0, &relay, ref, n_ref), 1);
     SW_CHECK_INT(s_fault("blackhole 5 s on the head's router",
