@@ -91,14 +91,21 @@ def chromium_path(given):
 
 
 def start_browser(binary, profile):
+    """Starts chromium with everything it writes under the folder `profile`: its user data
+    in profile/data, and its temporary files in profile/tmp (TMPDIR). Without the latter,
+    chromium's singleton socket folder (/tmp/org.chromium.Chromium.XXXXXX) outlived a
+    passing suite, out of tmp_check's sight."""
+    data, tmp = os.path.join(profile, "data"), os.path.join(profile, "tmp")
+    os.makedirs(data, exist_ok=True)
+    os.makedirs(tmp, exist_ok=True)
     argv = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
             "--no-default-browser-check", "--disable-extensions", "--disable-dev-shm-usage",
             "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-            f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"]
+            f"--user-data-dir={data}", "--window-size=1280,900", "about:blank"]
     # its own process group: stop_browser ends every helper process it started
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    port_file = os.path.join(profile, "DevToolsActivePort")
+                            start_new_session=True, env=dict(os.environ, TMPDIR=tmp))
+    port_file = os.path.join(data, "DevToolsActivePort")
     end = time.time() + 60
     while time.time() < end:
         if proc.poll() is not None:
@@ -128,7 +135,7 @@ def start_browser(binary, profile):
 
 
 def stop_browser(proc, profile):
-    """Ends chromium and all its helpers, then removes its profile. A helper that outlives
+    """Ends chromium and all its helpers, then removes its folder (profile and TMPDIR). A helper that outlives
     the main process (the network service) can write into the profile after a plain rmtree,
     which left a folder in /tmp (tmp_check caught it), so the group is waited for first."""
     def group_alive():
@@ -211,8 +218,9 @@ def main():
     os.makedirs(shots, exist_ok=True)
     profile = tempfile.mkdtemp(prefix="sw_web_chromium.")
     proc, ws_url = start_browser(binary, profile)
-    out = {"chromium": subprocess.run([binary, "--version"], capture_output=True,
-                                      text=True).stdout.strip(), "screenshots": []}
+    out = {"chromium": subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                      env=dict(os.environ, TMPDIR=os.path.join(profile, "tmp"))
+                                      ).stdout.strip(), "screenshots": []}
     try:
         p = Page(ws_url)
         p.call("Page.enable")
