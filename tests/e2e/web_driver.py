@@ -135,9 +135,10 @@ def start_browser(binary, profile):
 
 
 def stop_browser(proc, profile):
-    """Ends chromium and all its helpers, then removes its folder (profile and TMPDIR). A helper that outlives
-    the main process (the network service) can write into the profile after a plain rmtree,
-    which left a folder in /tmp (tmp_check caught it), so the group is waited for first."""
+    """Ends chromium and all its helpers, then removes its folder (user data and TMPDIR). A
+    helper that outlives the main process (the network service) can write into the profile
+    after a plain rmtree, which left a folder in /tmp (tmp_check caught it), so the group is
+    waited for first."""
     def group_alive():
         try:
             os.killpg(proc.pid, 0)
@@ -218,9 +219,8 @@ def main():
     os.makedirs(shots, exist_ok=True)
     profile = tempfile.mkdtemp(prefix="sw_web_chromium.")
     proc, ws_url = start_browser(binary, profile)
-    out = {"chromium": subprocess.run([binary, "--version"], capture_output=True, text=True,
-                                      env=dict(os.environ, TMPDIR=os.path.join(profile, "tmp"))
-                                      ).stdout.strip(), "screenshots": []}
+    out = {"chromium": subprocess.run([binary, "--version"], capture_output=True,
+                                      text=True).stdout.strip(), "screenshots": []}
     try:
         p = Page(ws_url)
         p.call("Page.enable")

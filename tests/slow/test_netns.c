@@ -278,8 +278,8 @@ int main(void)
         sw_test_skip("needs root (ip netns, nft)");
     if (sw_keys_curve_check(e, sizeof e) != 0)
         sw_test_skip(e);
-    /* The tools: ip, nft and conntrack (a fresh Debian machine may lack the
-     * last two; CI's did once, and the NAT flushes were skipped). */
+    /* The tools: ip, nft and conntrack. A fresh machine once lacked
+     * conntrack, and the NAT flushes were skipped. */
     char deps[1024];
     snprintf(deps, sizeof deps,
              "SW_DEPS_EXTRA='iproute2 nftables conntrack' bash %s/scripts/deps.sh",
