@@ -32,7 +32,9 @@
 # CAP_NET_ADMIN and CAP_SYS_PTRACE in the container, which a VM's root has).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-bin=$(cd "${1:-$here/build/bin}" && pwd)
+bin=${1:-$here/build/bin}
+[ -d "$bin" ] || { echo "vm_systemd: no folder $bin: build first (bash scripts/build.sh) or name the programs' folder" >&2; exit 1; }
+bin=$(cd "$bin" && pwd)
 model=${2:-${SW_MODELS_DIR:-$here/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -x "$bin/shardwire-relay" ] || { echo "vm_systemd: no $bin/shardwire-relay: build first" >&2; exit 1; }
 [ -f "$model" ] || { echo "vm_systemd: no model $model (bash scripts/fetch_model.sh)" >&2; exit 1; }
