@@ -5,7 +5,7 @@
  * Header only and compiled by the C compiler and by nvcc (SW_HD), because
  * three layers convert the same way: the engine's kernels (engine/quant_math.h,
  * the CPU and CUDA backends), and the network runtime, which packs hidden
- * states as f16 or bf16 for the wire (common/codec.c) without linking the
+ * states as f16 or bf16 for the wire (net/codec.c) without linking the
  * engine. One definition keeps a stage's unpacked rows exactly what another
  * stage packed.
  */

@@ -32,12 +32,12 @@
 
 /* A prompt is evaluated in windows of this many rows from its start, as
  * llama.cpp evaluates a prompt in micro-batches of its default n_ubatch
- * (engine/model.h says why the window decides a row's reduction order). A
+ * (engine/include/model.h says why the window decides a row's reduction order). A
  * stage that receives a prompt in Forwards of at most this many rows
  * (SW_WIRE_MAX_ROWS) therefore computes what one process computes. */
 #define SW_MODEL_PROMPT_WINDOW 512
 
-/* ---- the wire protocol (common/wire.c checks every message against these) -------------------- */
+/* ---- the wire protocol (net/wire.c checks every message against these) -------------------- */
 
 #define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
 /* A key's fingerprint: BLAKE2b-128 of its 32-byte CURVE public key in lower-case hex
@@ -80,7 +80,7 @@
 #define SW_WIRE_MAX_BATCH_ROWS 65536   /* StageTiming.batch_rows */
 #define SW_WIRE_MAX_BATCH_ROUNDS 65536 /* StageTiming.batch_rounds */
 /* Forward.prefix_len: a prefix reused from the stages' caches is part of a
- * prompt, in blocks of SW_PREFIX_BLOCK tokens (engine/prefix.h says why). */
+ * prompt, in blocks of SW_PREFIX_BLOCK tokens (engine/include/prefix.h says why). */
 #define SW_PREFIX_BLOCK 64
 #define SW_WIRE_MAX_PREFIX SW_WIRE_MAX_PROMPT_TOKENS
 
@@ -104,7 +104,7 @@ _Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
 
 _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a valid K");
 
-/* ---- a peer's link to the relay (common/peer.h; a 0 in sw_peer_opts_t) ----------------------- */
+/* ---- a peer's link to the relay (net/peer.h; a 0 in sw_peer_opts_t) ----------------------- */
 
 #define SW_PEER_DEFAULT_HEARTBEAT_MS 1000 /* ZMTP heartbeat interval */
 #define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay = gone */
@@ -213,7 +213,7 @@ _Static_assert(SW_SAMPLING_HTTP_REP_PENALTY == SW_SAMPLING_REP_OFF,
 #define SW_SAMPLING_MAX_TEMP 100         /* --temp, temperature of a request */
 #define SW_SAMPLING_MAX_REP_PENALTY 10   /* --repeat-penalty, repeat_penalty of a request */
 
-/* Sampling parameters (engine/sampler.h applies them; clients send them in a
+/* Sampling parameters (engine/include/sampler.h applies them; clients send them in a
  * GenerateRequest). */
 typedef struct sw_sampling {
     float temp;        // temperature, >= 0; 0 = greedy argmax

@@ -108,7 +108,7 @@ int cmd_info(int argc, char **argv)
     json_object_set_new(j, "tokenizer", json_string(tok ? sw_tokenizer_model(tok) : "?"));
     json_object_set_new(j, "pre_tokenizer", json_string(tok ? sw_tokenizer_pre(tok) : "?"));
     json_object_set_new(j, "fingerprint", json_string(fp));
-    if (partial) { /* a partial file (engine/partial.h): which layers, cut from what */
+    if (partial) { /* a partial file (engine/include/partial.h): which layers, cut from what */
         json_t *pj = json_object();
         json_object_set_new(pj, "layer_begin", json_integer(part.begin));
         json_object_set_new(pj, "layer_end", json_integer(part.end));

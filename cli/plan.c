@@ -1,7 +1,7 @@
 /*
  * plan.c - `shardwire plan`: reads the relay's peer table and prints the
  * layer ranges that minimise the round time for the nodes there
- * (docs/architecture.md, "Placement"; the planner is place/plan.h).
+ * (docs/architecture.md, "Placement"; the planner is placement/planner.h).
  *
  *   shardwire plan --model M.gguf --relay HOST:PORT [--rows N] [--json] SECURITY
  *
@@ -24,7 +24,7 @@
 #include "cmds.h"
 #include "hub.h"
 #include "model.h"
-#include "plan.h"
+#include "planner.h"
 
 enum { O_ROWS = SW_OPT_OWN };
 

@@ -5,7 +5,7 @@
  * progress bar on a terminal, a line every 10 % otherwise; Ctrl-C stops the
  * download and a later pull resumes it. With --layers A:B only the GGUF
  * header and the tensors of those layers are fetched (HTTP range requests)
- * into a partial file the engine loads for that range (engine/partial.h).
+ * into a partial file the engine loads for that range (engine/include/partial.h).
  */
 #include <limits.h>
 #include <signal.h>

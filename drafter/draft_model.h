@@ -186,7 +186,7 @@ typedef struct draft_batch_stats {
     double last_ms;   // ms
 } draft_batch_stats_t;
 const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *d);
-/* A prefix cache for the draft model (engine/prefix.h) of at most max_bytes
+/* A prefix cache for the draft model (engine/include/prefix.h) of at most max_bytes
  * (0: none, the default): a sequence's prompt then takes the positions the
  * cache holds and evaluates the rest as the prompt's continuation (the same
  * logits, so the same drafts, as without), and leaves its blocks there.

@@ -1370,7 +1370,7 @@ int sw_hub_fetch(const sw_hub_ref_t *ref, const sw_hub_opts_t *o, char *path, si
     return s_fetch_whole(&e, ref, &m, file, o, path, path_len, err, err_len);
 }
 
-/* ---- partial downloads: the tensors of a layer range (engine/partial.h) ------------------ */
+/* ---- partial downloads: the tensors of a layer range (engine/include/partial.h) ------------------ */
 
 #define S_HEAD_FIRST (1ll << 20) /* bytes of the first header request (doubled as needed) */
 #define S_HEAD_MAX (1ll << 30)   /* a larger header is refused */

@@ -70,7 +70,7 @@ int sw_hub_fetch(const sw_hub_ref_t *ref, const sw_hub_opts_t *opts, char *path,
 /*
  * Like sw_hub_fetch, for a node of layers [begin, end) (end -1 = to the
  * last): the GGUF header and only the tensors those layers need, fetched
- * with HTTP range requests into a partial file (engine/partial.h) under
+ * with HTTP range requests into a partial file (engine/include/partial.h) under
  * models--ORG--NAME/shardwire-partial/COMMIT/layers-A-B/FILE, resumable like
  * a whole download (FILE.incomplete and its .head until it is complete).
  * The whole file when it is cached already or the range is every layer; a

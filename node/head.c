@@ -32,7 +32,7 @@
 
 #include "head_impl.h"
 #include "log.h"
-#include "place.h"
+#include "placement.h"
 
 #define S_LINGER_MS 60000 // a finished request's chunks are kept this long for a Resume
 #define S_LINGER_MAX 64   // finished requests kept at most (the oldest go first)

@@ -15,7 +15,7 @@
 
 #include "head.h"
 #include "log.h"
-#include "place.h"
+#include "placement.h"
 #include "stage.h"
 
 static sw_role_t s_role(const node_t *n)
@@ -208,7 +208,7 @@ static int s_load(node_t *n)
         return -1;
     if (o->prefix_cache) {
         /* Prompt prefixes' KV, in --kv-mib beside the sessions' caches
-         * (engine/prefix.h); its hash buckets keyed by a secret. */
+         * (engine/include/prefix.h); its hash buckets keyed by a secret. */
         uint64_t seed;
         randombytes_buf(&seed, sizeof seed);
         n->prefix = sw_prefix_new(n->model, 0, seed);

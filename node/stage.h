@@ -79,7 +79,7 @@ typedef struct node_fwd {
  * most sessions when `by` holds at least two fewer (stage_session.c). */
 node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx,
                                  const char **why);
-/* Prefix cache (engine/prefix.h): frees cached prefixes, least recently
+/* Prefix cache (engine/include/prefix.h): frees cached prefixes, least recently
  * used first, until the sessions' caches (kv_used), need bytes more and the
  * prefixes fit --kv-mib. */
 void node_prefix_room(node_t *n, size_t kv_used, size_t need);

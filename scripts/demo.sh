@@ -91,13 +91,13 @@ common=(-p "$prompt" -n "$n_gen" --delay-ms "$delay" --threads "$threads" --buil
 echo >&2
 echo "== 1. SmolLM2-135M, the default model: the draft model is the model itself (every draft" >&2
 echo "==    is accepted: the ceiling of what a round trip can carry, not a real drafter)" >&2
-python3 "$here/scripts/demo_wan.py" --target "$model" --draft "$model" \
+python3 "$here/scripts/bench/demo_wan.py" --target "$model" --draft "$model" \
     --draft-label "SmolLM2-135M drafting for itself" "${common[@]}"
 if [ "$qwen" = yes ]; then
     echo >&2
     echo "== 2. Qwen2.5-Coder-1.5B split over the two nodes, Qwen2.5-Coder-0.5B drafting:" >&2
     echo "==    a real drafter (its own, smaller model), what a deployment runs" >&2
-    python3 "$here/scripts/demo_wan.py" --target "$target_q" --draft "$draft_q" \
+    python3 "$here/scripts/bench/demo_wan.py" --target "$target_q" --draft "$draft_q" \
         --draft-label "Qwen2.5-Coder-0.5B for the 1.5B" --modes plain,model "${common[@]}"
 else
     echo >&2

@@ -167,7 +167,7 @@ set +e
     "$m/qwen2.5-0.5b.gguf" "$m/smollm2-135m.gguf" >"$log_dir/gpu_check_bench.log" 2>&1
 bench_rc=$?
 # What rounds of R rows can give with GPU stages at the seed's 172 ms round trip (the
-# acceptance is the real pair's, measured by scripts/bench_wan.py on the CPU: the synthetic
+# acceptance is the real pair's, measured by scripts/bench/bench_wan.py on the CPU: the synthetic
 # models' own drafts mean nothing).
 "$bin/bench_rows" --backend cuda:0 --rtt-ms 172 --accept 0.84 --max-rows 64 \
     --draft "$m/qwen2.5-0.5b.gguf" "$m/qwen2.5-1.5b.gguf" >>"$log_dir/gpu_check_bench.log" 2>&1 ||

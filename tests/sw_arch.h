@@ -102,7 +102,7 @@ static inline int swa_model(const json_t *doc, char *out, size_t out_len)
     char vpath[1024], dir[512], tmp[1100], seed_s[32];
     snprintf(vpath, sizeof vpath, "%s/%s", vdir ? vdir : "", vocab ? vocab : "");
     if (!preset || !vocab || access(vpath, R_OK) != 0) {
-        snprintf(why, sizeof why, "tokenizer file %s is absent (scripts/fetch_vocab.sh)", vpath);
+        snprintf(why, sizeof why, "tokenizer file %s is absent (scripts/ci/fetch_vocab.sh)", vpath);
         sw_test_skip_part(why);
         return 1;
     }

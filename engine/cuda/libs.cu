@@ -13,7 +13,7 @@
 
 /* The names dlopen tries, in order: the major version this code was compiled
  * against, then the unversioned name. The CPU emulation's headers
- * (emu/cublas_v2.h, emu/nccl.h) name its stand-ins instead. */
+ * (tests/cudaemu/cublas_v2.h, nccl.h) name its stand-ins instead. */
 #ifndef SWC_CUBLAS_NAMES
 #define SWC_CUBLAS_NAMES "libcublas.so." S_STR(CUBLAS_VER_MAJOR), "libcublas.so"
 #endif

@@ -1,6 +1,6 @@
 /*
  * test_demo.c - the core of the README's first command (scripts/demo.sh runs
- * scripts/demo_wan.py after installing, fetching and building): the default
+ * scripts/bench/demo_wan.py after installing, fetching and building): the default
  * model split over two nodes behind shardwire-wanem at 86 ms per round trip,
  * plain decoding next to n-gram drafts and the draft model (the model itself).
  *
@@ -38,7 +38,7 @@ int main(void)
     const char *model = sw_test_model();
     const char *src = sw_test_env("SW_SOURCE_DIR");
     char script[512];
-    snprintf(script, sizeof script, "%s/scripts/demo_wan.py", src);
+    snprintf(script, sizeof script, "%s/scripts/bench/demo_wan.py", src);
     char *argv[] = {"/usr/bin/env",
                     "python3",
                     script,

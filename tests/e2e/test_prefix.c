@@ -1,5 +1,5 @@
 /*
- * test_prefix.c - the prefix cache (engine/prefix.h) is exact: a prompt
+ * test_prefix.c - the prefix cache (engine/include/prefix.h) is exact: a prompt
  * whose first positions are restored from the cache and whose other rows are
  * evaluated as the prompt's continuation (sw_forward_t.prompt_cont) gives bit
  * for bit the KV of every position, the logits of its last row and the

@@ -1,7 +1,7 @@
 /*
  * test_serve.c - `shardwire serve` (the OpenAI-compatible HTTP API) against a
  * real relay and two nodes on loopback, with curl and the official `openai`
- * Python client (installed by scripts/py_venv.sh; that part is reported as
+ * Python client (installed by scripts/dev/py_venv.sh; that part is reported as
  * skipped when PyPI cannot be reached).
  *
  *  - /health and a completion answer 503 while no head is connected;
@@ -768,7 +768,7 @@ int main(void)
     if (!getenv("SW_VENV"))
         setenv("SW_VENV", venv_env, 1);
     char script[512], pyscript[512];
-    snprintf(script, sizeof script, "%s/scripts/py_venv.sh", getenv("SW_SOURCE_DIR"));
+    snprintf(script, sizeof script, "%s/scripts/dev/py_venv.sh", getenv("SW_SOURCE_DIR"));
     snprintf(pyscript, sizeof pyscript, "%s/tests/e2e/openai_client.py", getenv("SW_SOURCE_DIR"));
     char *va[] = {"/bin/bash", script, NULL};
     char *py = NULL;

@@ -20,7 +20,7 @@
  *
  * Screenshots go to the build's Testing/web/ folder. Chromium and the
  * driver's websocket-client package are installed by scripts/deps.sh and
- * scripts/py_venv.sh the first time; without them the test is skipped.
+ * scripts/dev/py_venv.sh the first time; without them the test is skipped.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -89,7 +89,7 @@ int main(void)
     snprintf(venv, sizeof venv, "%s/venv", sw_test_env("SW_BUILD_DIR"));
     if (!getenv("SW_VENV"))
         setenv("SW_VENV", venv, 1);
-    snprintf(cmd, sizeof cmd, "bash %s/scripts/py_venv.sh websocket-client:websocket", src);
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/dev/py_venv.sh websocket-client:websocket", src);
     char *py = NULL;
     if (sw_test_sh(cmd, 600, &py) != 0 || !py || !py[0])
         sw_test_skip("the websocket-client package could not be installed (PyPI unreachable?)");

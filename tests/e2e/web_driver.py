@@ -4,7 +4,7 @@ Usage: python web_driver.py BASE_URL API_KEY MODEL PROMPT N_TOKENS SHOT_DIR [CHR
 
 Chromium is started headless with the DevTools protocol on a port of its own
 (read from DevToolsActivePort) and driven over its WebSocket with the
-`websocket-client` package (scripts/py_venv.sh installs it). Like a user, the
+`websocket-client` package (scripts/dev/py_venv.sh installs it). Like a user, the
 driver types into the page's fields and clicks its buttons, and reads what the
 page shows. It prints one JSON object:
 

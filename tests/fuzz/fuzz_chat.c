@@ -1,6 +1,6 @@
 /*
  * fuzz_chat.c - libFuzzer target for the chat template renderer
- * (common/chat.c): templates come from model files and message contents from
+ * (net/chat.c): templates come from model files and message contents from
  * clients, so both are outside input.
  *
  * Input: NUL-separated fields. Field 0 is the template: its first byte picks

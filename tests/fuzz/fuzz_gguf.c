@@ -3,7 +3,7 @@
  * with sw_gguf_open_buffer(); when it parses, every key is read through every
  * typed getter, every string-array element and both ends of every numeric
  * array and of every tensor's data are touched, so that ASan/UBSan see any
- * accessor that would step outside the input. Run by scripts/fuzz.sh.
+ * accessor that would step outside the input. Run by scripts/ci/fuzz.sh.
  */
 #include "gguf.h"
 

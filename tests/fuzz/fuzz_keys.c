@@ -1,6 +1,6 @@
 /*
  * fuzz_keys.c - libFuzzer target for the key-file and allow-list parsers
- * (common/keys.c): the relay reads its allow-list again whenever the file
+ * (net/keys.c): the relay reads its allow-list again whenever the file
  * changes, and every process reads key files that a user (or a deployment
  * script) wrote, so their contents are outside input.
  *

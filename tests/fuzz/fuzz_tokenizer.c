@@ -1,5 +1,5 @@
 /*
- * fuzz_tokenizer.c - libFuzzer target for the tokenizer (common/tokenizer.c):
+ * fuzz_tokenizer.c - libFuzzer target for the tokenizer (net/tokenizer.c):
  * prompts arrive from clients, so any byte string must tokenize and come back.
  *
  * The tokenizer is built once: from the SmolLM2 GGUF when SW_TEST_MODEL (or

@@ -1,16 +1,16 @@
 /*
- * fuzz_wire.c - libFuzzer target over the wire decoder (common/wire.c).
+ * fuzz_wire.c - libFuzzer target over the wire decoder (net/wire.c).
  *
  * Input layout: byte 0 bit 0 = a payload frame is present; bytes 1..4 = its
  * length (little endian); the rest is the header frame. Whatever decodes
  * must validate again, re-encode, and decode to the same bytes; a failure of
  * that property traps.
  *
- * The codec (common/codec.c) must read whatever validated: sw_codec_decode
+ * The codec (net/codec.c) must read whatever validated: sw_codec_decode
  * never refuses it, and what it read encodes again into an Envelope that
  * validates (the sampling it reads may differ in bytes: top_p 0 is read as 1).
  *
- * Sealed framing (common/seal.c): with byte 0 bit 1 set, the header bytes go
+ * Sealed framing (net/seal.c): with byte 0 bit 1 set, the header bytes go
  * to sw_seal_open as a received sealed frame (with the tail of the input as a
  * sealed payload when bit 0 is set): it must refuse without a crash (nobody
  * can forge the tag). And every Envelope that decodes is sealed, must open to
@@ -18,7 +18,7 @@
  * and must be refused as a replay when opened twice.
  *
  * Build: clang -fsanitize=fuzzer,address,undefined, linked with swcommon (see
- * scripts/fuzz.sh / -DSW_FUZZ=ON).
+ * scripts/ci/fuzz.sh / -DSW_FUZZ=ON).
  */
 #include "codec.h"
 #include "log.h"

@@ -24,7 +24,7 @@
  *    equals the uninterrupted run.
  *
  * Timing (auto against the even split, measured against the plan's
- * prediction) is scripts/bench_place.py's, not this test's: a loaded
+ * prediction) is scripts/bench/bench_place.py's, not this test's: a loaded
  * machine would make a timed assertion flaky.
  */
 #include "sw_attack.h"
@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
-#include "plan.h"
+#include "planner.h"
 
 #define N_GEN 160
 /* SmolLM2 at --ctx 512, 2 sessions: 2.86 MiB a layer with its KV, 28.7 MiB of LM head.
@@ -102,7 +102,7 @@ static int s_wait_placed(const char *const *names, int timeout_s)
     return -1;
 }
 
-/* The bytes a node of status entry p needs for its range (place/plan.h). */
+/* The bytes a node of status entry p needs for its range (placement/planner.h). */
 static double s_need_mib(const sw_plan_model_t *pm, json_t *p)
 {
     sw_plan_node_t nd = {.kv_layer_bytes = (uint64_t)s_int(p, "kv_kib_layer") << 10};

@@ -1,6 +1,6 @@
 /*
  * test_relay.c - the real shardwire-relay binary (from SW_BIN_DIR) on a free
- * loopback port, with real peers (common/peer): messages and tensor payloads
+ * loopback port, with real peers (net/peer): messages and tensor payloads
  * are forwarded both ways byte for byte, an unknown destination is answered
  * with an Error, a second peer with a taken name is refused, a peer that
  * disconnects leaves the status list (and its name can be taken again), a

@@ -5,7 +5,7 @@
  *
  *  1. docs/deploy.md's podman block, as written: the lines between its
  *     "podman-block" markers run in one bash (-e: every line must succeed)
- *     from the repo root: scripts/containers.sh (podman, podman-compose,
+ *     from the repo root: scripts/deploy/containers.sh (podman, podman-compose,
  *     runc, the Debian base image with bookworm-updates and -security, this
  *     shell's CONTAINERS_CONF), the model, the image from the Dockerfile, up
  *     with the client, the client's logs (its generation), status, a run,
@@ -156,7 +156,7 @@ int main(void)
     SW_CHECK_INT(s_nothing_left(doc_project), 0);
 
     /* The test's own podman commands need the block's environment too. */
-    snprintf(cmd, sizeof cmd, "bash %s/scripts/containers.sh", s_src);
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/deploy/containers.sh", s_src);
     SW_CHECK_INT(sw_test_sh(cmd, 900, &out), 0);
     char *conf = out ? strstr(out, "export CONTAINERS_CONF=") : NULL;
     SW_CHECK(conf != NULL);

@@ -58,7 +58,7 @@ int main(void)
     }
 
     /* nbclient and a kernel, in the repo's venv. */
-    snprintf(cmd, sizeof cmd, "bash %s/scripts/py_venv.sh nbclient nbformat ipykernel", src);
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/dev/py_venv.sh nbclient nbformat ipykernel", src);
     SW_CHECK_INT(sw_test_sh(cmd, 900, &out), 0);
     char py[1024] = "";
     if (out)
@@ -115,7 +115,7 @@ int main(void)
         setenv("SW_KAGGLE_SECRETS", sec, 1);
         setenv("SW_NB_LAYERS", layers[i], 1);
         char runner[1100];
-        snprintf(runner, sizeof runner, "%s/scripts/run_notebook.py", src);
+        snprintf(runner, sizeof runner, "%s/scripts/deploy/run_notebook.py", src);
         char *argv[] = {py, runner, nb, NULL};
         pids[i] = sw_test_spawn(argv, sw_test_log(log));
         SW_CHECK(pids[i] > 0);

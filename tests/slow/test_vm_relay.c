@@ -1,11 +1,11 @@
 /*
  * test_vm_relay.c - the relay on a small VM (label slow, about 3 minutes):
  *
- *  1. scripts/vm_check.sh: `systemd-analyze verify` passes on
+ *  1. scripts/deploy/vm_check.sh: `systemd-analyze verify` passes on
  *     deploy/vm/shardwire-relay.service, its exposure (systemd-analyze
  *     security) is at most 2.0, cloud-init's schema check passes on
  *     deploy/vm/cloud-init.yaml and nft accepts deploy/vm/relay.nft;
- *  1b. scripts/vm_systemd.sh: the unit under a real systemd (PID 1 of a podman
+ *  1b. scripts/deploy/vm_systemd.sh: the unit under a real systemd (PID 1 of a podman
  *     container set up as cloud-init sets up the VM): the relay starts from
  *     it as the shardwire user with its hardening in force (no capabilities,
  *     NoNewPrivs, seccomp, / read-only, private /tmp, no /home), answers a
@@ -84,7 +84,7 @@ int main(void)
 
     /* 1. the unit, cloud-init and firewall files, with the real tools. */
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "bash %s/scripts/vm_check.sh %s", sw_test_env("SW_SOURCE_DIR"),
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/deploy/vm_check.sh %s", sw_test_env("SW_SOURCE_DIR"),
              sw_test_env("SW_BIN_DIR"));
     char *argv_c[] = {"/bin/sh", "-c", cmd, NULL};
     char *out = NULL, *err = NULL;
@@ -102,7 +102,7 @@ int main(void)
     free(err);
 
     /* 1b. the unit under a real systemd. */
-    snprintf(cmd, sizeof cmd, "bash %s/scripts/vm_systemd.sh %s %s", sw_test_env("SW_SOURCE_DIR"),
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/deploy/vm_systemd.sh %s %s", sw_test_env("SW_SOURCE_DIR"),
              sw_test_env("SW_BIN_DIR"), sw_test_model());
     out = err = NULL;
     rc = sw_test_run(argv_c, 900, &out, &err);

@@ -1,5 +1,5 @@
 /*
- * test_args.c - the shared command line (common/args.h), in process:
+ * test_args.c - the shared command line (base/args.h), in process:
  *  - the endpoint parser takes HOST:PORT and tcp://HOST:PORT alike, and for
  *    each way an endpoint can be wrong says exactly what is wrong;
  *  - the parser over a table of groups stores each group's values, answers

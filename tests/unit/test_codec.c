@@ -1,5 +1,5 @@
 /*
- * test_codec.c - the wire codec (common/codec.h): every message type makes
+ * test_codec.c - the wire codec (net/codec.h): every message type makes
  * the whole trip plain struct -> sw_codec_send -> a real ZeroMQ socket ->
  * sw_wire_recv (validation) -> sw_codec_decode with every field intact, and
  * the relay's path (sw_codec_encode -> sw_wire_decode_msg) too; values the

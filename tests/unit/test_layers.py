@@ -8,7 +8,7 @@ dependency is added, at any of the three places one can be added:
    the relay the engine or curl; the client library the engine; ... Read from
    `cmake --graphviz`, which lists every target's transitive dependencies.
 2. Source: a file includes a header of a folder its folder may not depend on
-   (engine/ including common/wire.h), or a system header of a library its
+   (engine/ including net/wire.h), or a system header of a library its
    layer may not use (engine/ including <zmq.h>).
 3. Objects: the symbols the built object files define and use. An engine
    object uses no ZeroMQ / libsodium / protobuf / jansson / curl symbol; a
@@ -35,16 +35,16 @@ CMAKE = os.environ.get("SW_CMAKE") or "cmake"
 MAY_INCLUDE = {
     "base": {"base"},
     "engine": {"base", "engine"},
-    "hub": {"base", "engine", "hub"},  # the GGUF header and partial files (engine/partial.h)
-    "common": {"base", "common", "proto"},
+    "hub": {"base", "engine", "hub"},  # the GGUF header and partial files (engine/include/partial.h)
+    "net": {"base", "net", "proto"},
     "drafter": {"base", "engine", "drafter"},
-    "client": {"base", "common", "client"},
-    "gateway": {"base", "common", "client", "gateway"},
-    "relay": {"base", "common", "relay"},
-    "place": {"base", "engine", "common", "proto", "place"},
-    "node": {"base", "engine", "drafter", "common", "hub", "place", "node"},
-    "cli": {"base", "engine", "drafter", "common", "hub", "client", "gateway", "place", "cli"},
-    "tools": {"base", "engine", "common", "tools"},
+    "client": {"base", "net", "client"},
+    "gateway": {"base", "net", "client", "gateway"},
+    "relay": {"base", "net", "relay"},
+    "placement": {"base", "engine", "net", "proto", "placement"},
+    "node": {"base", "engine", "drafter", "net", "hub", "placement", "node"},
+    "cli": {"base", "engine", "drafter", "net", "hub", "client", "gateway", "placement", "cli"},
+    "tools": {"base", "engine", "tools"},
 }
 
 # System headers of the libraries a layer may not use.
@@ -55,7 +55,7 @@ FORBIDDEN_SYSTEM = {
     "engine": NET_HEADERS,
     "drafter": NET_HEADERS,
     "hub": {"zmq.h", "protobuf-c/protobuf-c.h", "microhttpd.h"},
-    "common": {"curl/curl.h", "microhttpd.h", "jansson.h"},
+    "net": {"curl/curl.h", "microhttpd.h", "jansson.h"},
     "client": {"curl/curl.h", "microhttpd.h"},
     "relay": {"curl/curl.h", "microhttpd.h", "jansson.h"},
 }
@@ -66,11 +66,11 @@ NET_LIBS = {"swnet", "swproto", "swclient", "swgateway", "swhub", "PkgConfig::ZM
             "PkgConfig::SODIUM", "PkgConfig::PROTOBUFC", "PkgConfig::JANSSON", "PkgConfig::CURL",
             "PkgConfig::MHD"}
 FORBIDDEN_LINKS = {
-    "swbase": ENGINE_LIBS | NET_LIBS | {"swversion"},
+    "swbase": ENGINE_LIBS | NET_LIBS,
     "swengine": NET_LIBS,
     "swcuda": NET_LIBS | {"swengine"},
     "swdrafter": NET_LIBS,
-    "swplace": {"swhub", "swclient", "swgateway", "swdrafter", "PkgConfig::CURL",
+    "swplacement": {"swhub", "swclient", "swgateway", "swdrafter", "PkgConfig::CURL",
                 "PkgConfig::JANSSON", "PkgConfig::MHD"},
     "swhub": {"swdrafter", "swnet", "swproto", "swclient", "swgateway", "PkgConfig::ZMQ",
               "PkgConfig::PROTOBUFC", "PkgConfig::MHD"},
@@ -178,11 +178,6 @@ def source_of(obj):
     return os.path.join(SRC, re.sub(r"CMakeFiles/[^/]+\.dir/", "", rel)[: -len(".o")])
 
 
-# Not the product: the CPU emulation of the CUDA runtime (SW_CUDA=EMU), test
-# infrastructure that ships in no program (engine/cuda/emu/CMakeLists.txt).
-NOT_PRODUCT = (os.path.join("engine", "cuda", "emu") + os.sep,)
-
-
 def objects():
     """The object files of the product's folders whose source still exists (a
     build folder keeps the object of a file that was removed or moved)."""
@@ -193,8 +188,6 @@ def objects():
             for n in names:
                 path = os.path.join(root, n)
                 src = source_of(path)
-                if os.path.relpath(src, SRC).startswith(NOT_PRODUCT):
-                    continue
                 if n.endswith(".o") and "CMakeFiles" in root and os.path.exists(src):
                     objs.append(path)
     return objs
@@ -246,7 +239,7 @@ def check_objects():
                 fail("%s uses %s: the engine links no network library" % (short(o), ", ".join(bad[:4])))
     # the relay and the client library use nothing of the engine or the hub
     for o in objs:
-        if folder_of(o) in ("relay", "client", "common", "gateway"):
+        if folder_of(o) in ("relay", "client", "net", "gateway"):
             for s in sorted(undef[o]):
                 w = owner.get(s)
                 if w and folder_of(w) in ("engine", "drafter", "hub"):

@@ -1,5 +1,5 @@
 /*
- * test_partial.c - partial GGUF files (engine/partial.h) without a network:
+ * test_partial.c - partial GGUF files (engine/include/partial.h) without a network:
  * the plan of a range of the default model (SmolLM2, 30 layers, tied
  * embeddings) applied to the local file as the download would, then loaded.
  *

@@ -1,5 +1,5 @@
 /*
- * test_plan.c - the placement planner (place/plan.h) on hand-made nodes and
+ * test_plan.c - the placement planner (placement/planner.h) on hand-made nodes and
  * on the test model's real layer sizes: the dynamic programme against an
  * exhaustive search of every assignment of contiguous runs, memory limits,
  * the LM head's node, a standby left out when its stage costs more than it
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "plan.h"
+#include "planner.h"
 #include "sw_test.h"
 
 static sw_plan_model_t s_m;

@@ -1,6 +1,6 @@
 /*
- * test_seal.c - end-to-end sealing (common/seal.c) and the key-file parsers
- * (common/keys.c) without sockets: round trips, every byte of a sealed frame
+ * test_seal.c - end-to-end sealing (net/seal.c) and the key-file parsers
+ * (net/keys.c) without sockets: round trips, every byte of a sealed frame
  * tampered, frames moved to another sender or receiver, replays inside and
  * outside the window, out-of-order delivery, key rotation with two keys,
  * allow-list syntax (Z85 keys contain '#'), and the cost of sealing a decode

@@ -96,7 +96,7 @@ static sw_tokenizer_t *load_tokenizer(const char *path, sw_gguf_t **g_out)
 /* ---- 1. conformance vectors ---- */
 
 /* The 12 vocabularies of llama.cpp's test data (../shared/testdata/vocab or
- * scripts/fetch_vocab.sh): all must be present and match. */
+ * scripts/ci/fetch_vocab.sh): all must be present and match. */
 static const char *const k_vocabs[] = {"gpt-2",        "llama-spm", "starcoder", "deepseek-coder",
                                        "deepseek-llm", "falcon",    "llama-bpe", "qwen2",
                                        "refact",       "command-r", "mpt",       "phi-3"};
@@ -131,7 +131,7 @@ static void check_vocab(const char *dir, const char *name)
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
     if (access(path, R_OK) != 0 || access(inp_path, R_OK) != 0 || access(out_path, R_OK) != 0) {
-        fprintf(stderr, "vocab %s: files missing in %s (run: bash scripts/fetch_vocab.sh)\n", name,
+        fprintf(stderr, "vocab %s: files missing in %s (run: bash scripts/ci/fetch_vocab.sh)\n", name,
                 dir);
         SW_CHECK(!"vocab files present");
         return;
@@ -211,7 +211,7 @@ static void test_vocab_dir(void)
     if (!dir || !dir[0] || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         char why[1200];
         snprintf(why, sizeof why,
-                 "vocab conformance: no folder %s (run: bash scripts/fetch_vocab.sh, then "
+                 "vocab conformance: no folder %s (run: bash scripts/ci/fetch_vocab.sh, then "
                  "configure again)",
                  dir && dir[0] ? dir : "(SW_TEST_VOCAB_DIR unset)");
         sw_test_skip_part(why);

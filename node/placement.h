@@ -1,0 +1,59 @@
+/*
+ * placement.h - placement on the node (docs/architecture.md, "Placement").
+ *
+ * An auto node (--layers auto) starts as a standby: it probes its speed on
+ * the model's own layers (a middle pair, and the last layer with the LM
+ * head, each loaded, timed at 1 and NODE_PROBE_ROWS rows and freed again),
+ * joins the relay holding no layers (ROLE_MIDDLE, [0, 0), its probe times,
+ * memory and round trip in the announce) and waits for its head's
+ * PlanAssign; then it loads that range and announces again as a stage.
+ * Before it has a range it holds the backend and the planner's table of
+ * layer sizes, no weights: the probe's layers are unmapped again.
+ *
+ * A head started with --auto-nodes N probes its own layers too and, when its
+ * route has a gap (at start, when the auto nodes have no range yet; later,
+ * when a stage left), plans the gap over the standby auto nodes (placement/planner.h)
+ * and sends each its range; with N, the first plan waits for N standbys.
+ */
+#ifndef SW_NODE_PLACE_H
+#define SW_NODE_PLACE_H
+
+#include "codec.h"
+#include "node.h"
+
+#define NODE_PROBE_ROWS 9        // the probe's K+1 rows (K = 8 drafts)
+#define NODE_PLACE_LOAD_MS 30000 // a node assigned a range is awaited this long before re-planning
+
+/* The auto node's probe, before it joins: loads and times the probe
+ * layers, sets n->fingerprint, n->hp (a copy), the planner's layer sizes.
+ * 0, or -1 (logged). */
+int node_place_standby(node_t *n);
+
+/* The head's own probe and planner state (--auto-nodes). 0, or -1 (logged). */
+int node_place_head(node_t *n);
+
+/* The placement fields of n's announce (probe, memory, round trip, auto). */
+void node_place_announce(const node_t *n, sw_msg_announce_t *an);
+
+/* After joining: measures the round trip to the relay (the mean of 16
+ * status queries, each after a 5 ms pause: what a hop of a round meets on
+ * the machine as it is loaded). 1 when the caller should announce again with it,
+ * 0 otherwise (no placement state, or no answer). */
+int node_place_rtt(node_t *n);
+
+/* A PlanAssign arrived: checks that this is a standby auto node, that the
+ * sender is the key-bound head of this model in the relay's table now, and
+ * that the range fits the model and the node's memory. 1 with
+ * n->o.layer_begin / layer_end set (the caller loads them and announces
+ * again); 0 when refused (logged, answered with ERR_PLAN_REFUSED) or
+ * ignored. */
+int node_place_assign(node_t *n, const sw_wire_msg_t *m);
+
+/* The head read a peer table (route_ok: it had a whole pipeline): plans a
+ * gap over the standby auto nodes when there is one. */
+void node_place_table(node_t *n, const sw_msg_table_t *pt, int route_ok);
+
+/* Frees the placement state. */
+void node_place_free(node_t *n);
+
+#endif

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""demo_wan.py - the main job's cluster (scripts/demo.sh runs it): one model
+split over two nodes that talk across the project's WAN emulator, plain
+decoding next to speculative decoding.
+
+It starts what scripts/bench/bench_wan.py starts (a relay with real keys, two
+shardwire-wanem proxies, one per node<->relay link, each DELAY ms one way, so
+that a round head -> relay -> tail -> relay -> head crosses 4 x DELAY; a head
+node with the draft model and a tail node; the client dials the head's proxy)
+and sends the same greedy request once per mode:
+
+  plain     no speculation: one token per round trip
+  ngram     prompt lookup (drafts copied from the text so far; no model)
+  model     the head's draft model proposes up to K tokens per round (adaptive K)
+
+It prints the reply (the same text in every mode: speculation is lossless,
+and the demo checks it) and one table: decode tokens per second, tokens per
+round trip, the speed-up over plain decoding, drafts accepted, time to the
+first token and the wall time of the request. Every process is stopped at the
+end, also on failure and Ctrl-C.
+
+  python3 scripts/bench/demo_wan.py --target M.gguf --draft D.gguf --draft-label "..." -p "..."
+"""
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_wan  # noqa: E402  (the cluster behind the WAN emulator)
+
+MODES = [
+    ("plain", "plain decoding", ["--draft", "none"]),
+    ("ngram", "n-gram drafts (prompt lookup)", ["--draft", "ngram", "--draft-ahead", "off"]),
+    ("model", "draft model", ["--draft", "model"]),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", required=True, help="the model the two nodes split (GGUF)")
+    ap.add_argument("--draft", required=True, help="the head's draft model (GGUF)")
+    ap.add_argument("--draft-label", default="", help="how the table names the draft model")
+    ap.add_argument("-p", "--prompt", required=True)
+    ap.add_argument("-n", type=int, default=64, help="tokens per request (default 64)")
+    ap.add_argument("--delay-ms", type=float, default=21.5,
+                    help="one way per node<->relay link (default 21.5: 86 ms per round trip)")
+    ap.add_argument("--modes", default="plain,ngram,model")
+    ap.add_argument("--threads", type=int, default=1, help="threads per node (default 1)")
+    ap.add_argument("--repeat-penalty", type=float, default=1.0,
+                    help="the repetition penalty of the greedy requests (default 1: off)")
+    ap.add_argument("--build", default="build", help="build folder (default build)")
+    args = ap.parse_args()
+    keys = args.modes.split(",")
+    unknown = [k for k in keys if k not in [m[0] for m in MODES]]
+    if unknown or keys[0] != "plain":
+        raise SystemExit(f"demo_wan: --modes is plain followed by any of ngram, model (got {args.modes})")
+    # what bench_wan.Cluster reads
+    args.draft_threads = args.threads
+    args.dtype = "f32"
+    args.split = 0
+    args.k_max = 16
+    args.chat = True
+    args.n = max(2, args.n)
+    logdir = tempfile.mkdtemp(prefix="shardwire-demo-wan.")
+    cl = bench_wan.Cluster(args, logdir)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    rows, text = [], None
+    t_start = time.time()
+    ok = False  # the logs are kept only when the demo failed, not when it was stopped
+    try:
+        n_layers, split = cl.start()
+        rtt = 4 * args.delay_ms
+        print(f"demo: {os.path.basename(args.target)} split over two nodes: head = layers "
+              f"0:{split} + the draft model, tail = layers {split}:{n_layers}; every message "
+              f"crosses shardwire-wanem, {args.delay_ms:g} ms one way per link, {rtt:g} ms per "
+              f"round trip (started in {time.time() - t_start:.1f} s)", file=sys.stderr)
+        cl.run(args.prompt, ["--draft", "none"], n=1)  # warm-up: page cache, first touch
+        for key in keys:
+            label, flags = next((m[1], m[2]) for m in MODES if m[0] == key)
+            if key == "model" and args.draft_label:
+                label = f"draft model: {args.draft_label}"
+            print(f"demo: {label} ...", end="", file=sys.stderr, flush=True)
+            t0 = time.time()
+            r = cl.run(args.prompt, flags + ["--repeat-penalty", f"{args.repeat_penalty:g}"])
+            wall = time.time() - t0
+            print(f" {r['n_gen']} tokens in {wall:.1f} s", file=sys.stderr)
+            rows.append((key, label, r, wall))
+            if text is None:
+                text = r["text"]
+        ok = True
+    except (KeyboardInterrupt, SystemExit):
+        ok = True  # Ctrl-C or SIGTERM: the user stopped it; nothing to keep
+        raise
+    finally:
+        cl.stop()
+        if ok:
+            import shutil
+            shutil.rmtree(logdir, ignore_errors=True)
+        else:
+            print(f"demo: the cluster's logs are kept in {logdir}", file=sys.stderr)
+
+    print()
+    print(text.strip())
+    print()
+    base = rows[0][2]["decode_tok_s"]
+    hdr = ["mode", "tok/s", "tokens per round trip", "speed-up", "drafts accepted",
+           "first token", "request"]
+    table = []
+    for key, label, r, wall in rows:
+        tpr = (r["n_gen"] - 1) / r["rounds"] if r["rounds"] else 0
+        acc = f"{r['accepted']} / {r['drafted']}" if r["drafted"] else "-"
+        table.append([label, f"{r['decode_tok_s']:.1f}", f"{tpr:.2f}",
+                      f"{r['decode_tok_s'] / base:.2f}x" if base else "-", acc,
+                      f"{r['ttft_ms']:.0f} ms", f"{wall:.1f} s"])
+    w = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(hdr)]
+    print("  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(hdr)))
+    for t in table:
+        print("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(t)))
+    same = all(r["tokens"] == rows[0][2]["tokens"] for _, _, r, _ in rows)
+    print(f"\n{4 * args.delay_ms:g} ms per round trip (shardwire-wanem between each node and the "
+          f"relay); greedy decoding, {args.n} tokens; every mode gave the same tokens: "
+          f"{'yes' if same else 'NO'}")
+    if not same:
+        sys.exit("demo: speculation changed the text: this is a bug, please report it")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:  # the cluster was stopped on the way out
+        print("\ndemo: interrupted; the relay, proxies and nodes were stopped", file=sys.stderr)
+        sys.exit(130)
