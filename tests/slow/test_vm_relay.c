@@ -102,8 +102,8 @@ int main(void)
     free(err);
 
     /* 1b. the unit under a real systemd. */
-    snprintf(cmd, sizeof cmd, "bash %s/scripts/deploy/vm_systemd.sh %s %s", sw_test_env("SW_SOURCE_DIR"),
-             sw_test_env("SW_BIN_DIR"), sw_test_model());
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/deploy/vm_systemd.sh %s %s",
+             sw_test_env("SW_SOURCE_DIR"), sw_test_env("SW_BIN_DIR"), sw_test_model());
     out = err = NULL;
     rc = sw_test_run(argv_c, 900, &out, &err);
     SW_CHECK_INT(rc, 0);

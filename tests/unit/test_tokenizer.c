@@ -131,8 +131,8 @@ static void check_vocab(const char *dir, const char *name)
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
     if (access(path, R_OK) != 0 || access(inp_path, R_OK) != 0 || access(out_path, R_OK) != 0) {
-        fprintf(stderr, "vocab %s: files missing in %s (run: bash scripts/ci/fetch_vocab.sh)\n", name,
-                dir);
+        fprintf(stderr, "vocab %s: files missing in %s (run: bash scripts/ci/fetch_vocab.sh)\n",
+                name, dir);
         SW_CHECK(!"vocab files present");
         return;
     }
