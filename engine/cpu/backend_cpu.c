@@ -329,14 +329,12 @@ static int s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int he
 
 /* ---- matmul ------------------------------------------------------------------- */
 
-#define S_MAX_W 4
-
 struct s_mm_job {
     int n_w;
-    const sw_weight_t *w[S_MAX_W];
-    float *y[S_MAX_W];
-    const void *xq[S_MAX_W]; // quantized input per weight (shared when types agree)
-    size_t xq_stride[S_MAX_W];
+    const sw_weight_t *w[SW_MATMUL_MAX_W];
+    float *y[SW_MATMUL_MAX_W];
+    const void *xq[SW_MATMUL_MAX_W]; // quantized input per weight (shared when types agree)
+    size_t xq_stride[SW_MATMUL_MAX_W];
     int n;
     int tiled;         // SW_MM_TILED: sw_matmul_tiled
     int64_t total;     // sum of n_out
@@ -392,8 +390,9 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
                     sw_buf_t *const *y, int flags)
 {
     s_cpu_t *c = s_impl(be);
-    if (n_w < 1 || n_w > S_MAX_W)
-        return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w, S_MAX_W);
+    if (n_w < 1 || n_w > SW_MATMUL_MAX_W)
+        return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w,
+                               SW_MATMUL_MAX_W);
     struct s_mm_job job = {.n_w = n_w,
                            .n = n,
                            .tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) ==
@@ -402,8 +401,8 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
     const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
 
     /* Quantize the input once per distinct vec-dot type. */
-    enum sw_type types[S_MAX_W];
-    size_t offs[S_MAX_W], strides[S_MAX_W], need = 0;
+    enum sw_type types[SW_MATMUL_MAX_W];
+    size_t offs[SW_MATMUL_MAX_W], strides[SW_MATMUL_MAX_W], need = 0;
     int n_types = 0;
     for (int i = 0; i < n_w; i++) {
         enum sw_type vt = sw_type_vec_dot(w[i]->type);
