@@ -1,125 +1,22 @@
 /*
- * draft_model.c - the draft model proposer (see draft_model.h).
+ * draft_model.c - the draft model proposer (see draft_model.h): loading the
+ * model and its vocabulary check, sequences and their caches, the catch-up
+ * that feeds what a sequence's cache lacks, chain proposals, and the step
+ * machine that drives a proposal. Batched forwards are draft_batch.c's,
+ * token trees draft_tree.c's (draft_model_impl.h: what they share).
  */
 #include "draft_model.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "decode.h"
+#include "draft_model_impl.h"
 #include "log.h"
-#include "model.h"
-#include "prefix.h"
 
 /* Mixed into the target's seed for the draft's RNG: the draft's draws must be
  * independent of the verifier's acceptance tests, which use the seed itself. */
 #define S_SEED_MIX 0xd1b54a32d192ed03ull
-#define S_TREE_WIDTH 2                      // nodes expanded per tree step (one draft forward)
-#define S_TREE_CHILDREN 3                   // candidates taken from each expanded node
-#define S_TREE_NODES (4 * SW_MAX_DRAFT + 1) // nodes a tree proposal may find
-#define S_SLICE_MS 30.0                     // drafting per step of a chain, at most about
-#define S_REQ_ROWS 8                        // most rows one sequence puts into a batched forward
-
-/* Batched drafting (draft_model_set_batching): a step that needs a forward of
- * the draft model posts it as a request and returns; draft_model_flush runs
- * every posted request of the model's sequences as ONE engine call (each
- * sequence on its own cache: sw_model_forward_batch, whose rows are computed
- * as alone), and the sequence's next step takes the result. Without batching
- * (and when a sequence steps again before a flush) the request runs at once. */
-enum { S_REQ_NONE = 0, S_REQ_POSTED, S_REQ_DONE, S_REQ_FAILED };
-
-typedef struct s_req {
-    int state;                 // S_REQ_*
-    int n;                     // rows, 1..S_REQ_ROWS
-    int32_t tok[S_REQ_ROWS];   // (n) their tokens
-    int32_t par[S_REQ_ROWS];   // (n) tree rows: the slot each hangs under
-    int tree;                  // 1: par is set
-    int slot0;                 // the cache length when posted (the first row's slot)
-    float *logits;             // (n_logits, n_vocab) the sequence's buffer for the last rows
-    int n_logits;              //
-    int steps;                 // > 0: a greedy chain step; alone it may run up to this many
-                               // steps on the backend (sw_model_greedy_steps)
-    int n_out;                 // greedy chain: steps run (argmax after each)
-    int32_t out[SW_MAX_DRAFT]; // (n_out) their argmax
-    float prob[SW_MAX_DRAFT];  // (n_out) its softmax probability at temperature 1
-    struct draft_seq *next;    // the model's list of posted requests
-} s_req_t;
-
-struct draft_model {
-    char *path;                  // the GGUF path (for messages)
-    sw_backend_t *be;            // own backend
-    sw_model_t *m;               // all layers
-    int cap;                     // default cache positions of a sequence
-    int n_vocab;                 // vocabulary size
-    float *probs;                // (n_vocab) sampling distribution scratch
-    int32_t *heap_id;            // (DRAFT_Q_MAX) top-support selection
-    float *heap_val;             // (DRAFT_Q_MAX)
-    int trees;                   // 1 when its backend runs token trees
-    draft_ahead_mem_t ahead;     // what drafting ahead reached so far (all sessions)
-    int batching;                // 1: steps post their forwards (draft_model_flush runs them)
-    struct draft_seq *pend;      // posted requests, oldest first
-    struct draft_seq *pend_tail; //
-    sw_kv_t **b_kvs;             // (b_cap) draft_model_flush's arguments
-    sw_forward_t *b_fs;          // (b_cap)
-    int b_cap;                   //
-    draft_batch_stats_t stats;   // what the flushes did
-    draft_load_t *load;          // where the steps' costs go (not owned), or NULL
-    sw_prefix_t *prefix;         // prompt prefixes' KV (draft_model_set_prefix), or NULL
-    size_t prefix_max;           // its bytes at most
-};
-
-/* A tree node of a proposal being built: node 0 is the root (the token the
- * drafts follow), the others candidates found by expanding a node. */
-typedef struct s_node {
-    int32_t tok;  // its token
-    int32_t par;  // its parent node
-    float q;      // the draft's probability of tok after its parent
-    double value; // estimated probability that the target accepts it (its path's)
-    int depth;    // 1 for the root's children
-    int slot;     // cache slot once fed (expanded), else -1
-    int main;     // 1 on the main path: the draft's top token under a main node (the chain)
-} s_node_t;
-
-enum { S_IDLE = 0, S_CATCHUP, S_FEED, S_CHAIN, S_TREE, S_DONE };
-
-struct draft_seq {
-    draft_model_t *dm;    // the model (not owned)
-    sw_kv_t *kv;          // this sequence's cache; kv_len positions hold cached[0..kv_len)
-    int32_t *cached;      // (cap) tokens whose K/V the cache holds
-    int cap;              // cache positions
-    sw_sampler_t *s;      // the draft's sampler (target's parameters, mixed seed)
-    sw_sampling_t params; // the target's sampling parameters
-    int32_t *q_ids;       // (SW_MAX_DRAFT, DRAFT_Q_MAX) sparse supports
-    float *q_vals;        // (SW_MAX_DRAFT, DRAFT_Q_MAX) their probabilities
-    double last_ms;       // last propose: drafting time (ms)
-    int last_n;           // last propose: drafts made
-    double step_ms;       // moving average of one greedy step (slices the chain loop)
-    float *logits;        // (n_vocab) the last fed row's logits (each sequence its own: the
-                          // proposals of several sessions advance in turns)
-    float *tree_logits;   // (S_TREE_WIDTH, n_vocab) the rows of one tree step
-    /* the proposal in progress (draft_seq_start .. draft_seq_step) */
-    int phase;                    // S_*
-    const int32_t *ctx;           // the sequence it follows (caller's)
-    int n_ctx;                    //
-    draft_shape_t sh;             // its shape
-    sw_proposal_t *out;           // where it goes (caller's)
-    int32_t feed;                 // S_FEED: the token fed after ctx (guess or extra)
-    int n;                        // drafts so far (chain)
-    int n_eff;                    // positions the drafts follow (ctx and the fed token)
-    double t0, t_catch;           // start, end of the catch-up (ms)
-    int catch_n;                  // tokens the catch-up fed
-    s_node_t nodes[S_TREE_NODES]; // tree: nodes found (0 = the root)
-    int n_nodes;                  //
-    int tree_steps;               // tree: expansion steps done
-    int pick[S_TREE_WIDTH];       // tree: the nodes the posted step feeds
-    int n_pick;                   //
-    s_req_t rq;                   // the forward it posted (batched drafting)
-};
-
-static void s_unlink(draft_seq_t *d);
 
 int draft_vocab_check(const sw_gguf_t *draft, const sw_gguf_t *target, char *err, size_t err_len)
 {
@@ -248,7 +145,7 @@ draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx)
     s->q_ids = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_ids);
     s->q_vals = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_vals);
     s->logits = malloc((size_t)dm->n_vocab * sizeof *s->logits);
-    s->tree_logits = malloc((size_t)S_TREE_WIDTH * dm->n_vocab * sizeof *s->tree_logits);
+    s->tree_logits = malloc((size_t)DRAFT_TREE_WIDTH * dm->n_vocab * sizeof *s->tree_logits);
     sw_sampling_t greedy = sw_sampling_default();
     greedy.temp = 0;
     if (!s->kv || !s->cached || !s->q_ids || !s->q_vals || !s->logits || !s->tree_logits ||
@@ -262,7 +159,7 @@ void draft_seq_free(draft_seq_t **self_p)
     if (!self_p || !*self_p)
         return;
     draft_seq_t *s = *self_p;
-    s_unlink(s);
+    draft_req_unlink(s);
     sw_sampler_free(&s->s);
     sw_kv_free(&s->kv);
     free(s->cached);
@@ -298,8 +195,8 @@ int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
     sw_sampler_free(&d->s);
     d->s = s;
     d->params = *params;
-    s_unlink(d);
-    d->phase = S_IDLE;
+    draft_req_unlink(d);
+    d->phase = DRAFT_PHASE_IDLE;
     /* A new request starts from an empty cache: its prompt must be evaluated
      * as one prompt batch, as the target evaluates it, and rows reused from
      * another request's prompt or decode rows would not be. */
@@ -327,200 +224,6 @@ void draft_seq_last_cost(const draft_seq_t *d, double *ms, int *n_tokens)
 {
     *ms = d->last_ms;
     *n_tokens = d->last_n;
-}
-
-/* The largest softmax probability of the logits at temperature 1 (the sum
- * the CPU backend's argmax takes, so a step run here or there agrees). */
-static float s_top_prob(const float *l, int n)
-{
-    float mx = l[0];
-    for (int i = 1; i < n; i++)
-        if (l[i] > mx)
-            mx = l[i];
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)(l[i] - mx));
-    return (float)(1.0 / sum);
-}
-
-/* ---- batched drafting --------------------------------------------------------------- */
-
-/* Takes d's posted request out of the model's list (it will not run). */
-static void s_unlink(draft_seq_t *d)
-{
-    draft_model_t *dm = d->dm;
-    if (d->rq.state == S_REQ_POSTED) {
-        draft_seq_t *prev = NULL, *x = dm->pend;
-        while (x && x != d) {
-            prev = x;
-            x = x->rq.next;
-        }
-        if (x) {
-            if (prev)
-                prev->rq.next = d->rq.next;
-            else
-                dm->pend = d->rq.next;
-            if (dm->pend_tail == d)
-                dm->pend_tail = prev;
-        }
-    }
-    d->rq.next = NULL;
-    d->rq.state = S_REQ_NONE;
-}
-
-/* A greedy chain request alone: as many steps on the backend as take about
- * S_SLICE_MS (sw_model_greedy_steps), at most rq.steps. 0 or -1. */
-static int s_run_greedy(draft_seq_t *d)
-{
-    s_req_t *q = &d->rq;
-    int steps = d->step_ms > 0 ? (int)(S_SLICE_MS / d->step_ms) : 1;
-    if (steps < 1)
-        steps = 1;
-    if (steps > q->steps)
-        steps = q->steps;
-    char err[256] = "";
-    const double t = sw_now_ms();
-    if (sw_model_greedy_steps(d->dm->m, d->kv, q->tok[0], steps, q->out, q->prob, err,
-                              sizeof err) != 0) {
-        SW_WARN("draft model: %s", err);
-        return -1;
-    }
-    const double now = sw_now_ms(), per = (now - t) / steps;
-    d->step_ms = d->step_ms > 0 ? 0.7 * d->step_ms + 0.3 * per : per;
-    q->n_out = steps;
-    draft_batch_stats_t *st = &d->dm->stats; // steps of one row each
-    st->flushes += (uint64_t)steps;
-    st->seqs += (uint64_t)steps;
-    st->rows += (uint64_t)steps;
-    st->ms += now - t;
-    st->last_seqs = st->last_rows = 1;
-    st->last_ms = per;
-    if (d->dm->load)
-        for (int i = 0; i < steps; i++)
-            draft_load_draft_batch(d->dm->load, 1, per, now);
-    /* The cache grew by tok and every argmax but the last. */
-    d->cached[q->slot0] = q->tok[0];
-    for (int i = 0; i + 1 < steps; i++)
-        d->cached[q->slot0 + 1 + i] = q->out[i];
-    return 0;
-}
-
-/* Runs the requests of seqs[0..n) (one each, distinct caches) as one engine
- * call; a greedy chain request takes the argmax of its row (the first
- * largest logit, as the backend's loop does). 0, or -1 (a failed forward
- * changed no cache). */
-static int s_run_batch(draft_model_t *dm, draft_seq_t **seqs, int n)
-{
-    if (n > dm->b_cap) {
-        sw_kv_t **k = realloc(dm->b_kvs, (size_t)n * sizeof *k);
-        if (k)
-            dm->b_kvs = k;
-        sw_forward_t *f = k ? realloc(dm->b_fs, (size_t)n * sizeof *f) : NULL;
-        if (!k || !f) {
-            SW_WARN("draft model: out of memory for a batch of %d sequences", n);
-            return -1;
-        }
-        dm->b_fs = f;
-        dm->b_cap = n;
-    }
-    int rows = 0;
-    for (int i = 0; i < n; i++) {
-        const s_req_t *q = &seqs[i]->rq;
-        dm->b_kvs[i] = seqs[i]->kv;
-        dm->b_fs[i] = (sw_forward_t){.n = q->n,
-                                     .tokens = q->tok,
-                                     .logits = q->logits,
-                                     .n_logits = q->n_logits,
-                                     .parent = q->tree ? q->par : NULL};
-        rows += q->n;
-    }
-    char err[256] = "";
-    const double t0 = sw_now_ms();
-    if (sw_model_forward_batch(dm->m, dm->b_kvs, dm->b_fs, n, err, sizeof err) != 0) {
-        SW_WARN("draft model: %s", err);
-        return -1;
-    }
-    const double ms = sw_now_ms() - t0;
-    dm->stats.flushes++;
-    dm->stats.seqs += (uint64_t)n;
-    dm->stats.rows += (uint64_t)rows;
-    dm->stats.ms += ms;
-    dm->stats.last_seqs = n;
-    dm->stats.last_rows = rows;
-    dm->stats.last_ms = ms;
-    if (dm->load)
-        draft_load_draft_batch(dm->load, rows, ms, t0 + ms);
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        draft_seq_t *d = seqs[i];
-        s_req_t *q = &d->rq;
-        if (q->steps <= 0)
-            continue;
-        q->out[0] = sw_sampler_argmax(d->s, q->logits);
-        q->prob[0] = s_top_prob(q->logits, dm->n_vocab);
-        q->n_out = 1;
-        d->cached[q->slot0] = q->tok[0];
-        if (q->out[0] < 0) {
-            q->state = S_REQ_FAILED;
-            rc = -1;
-        }
-    }
-    return rc;
-}
-
-int draft_model_flush(draft_model_t *dm)
-{
-    int n = 0;
-    for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
-        n++;
-    if (n == 0)
-        return 0;
-    draft_seq_t *one[1], **seqs = n == 1 ? one : malloc((size_t)n * sizeof *seqs);
-    if (!seqs) {
-        for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
-            x->rq.state = S_REQ_FAILED;
-        dm->pend = dm->pend_tail = NULL;
-        return -1;
-    }
-    int i = 0;
-    for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
-        seqs[i++] = x;
-    dm->pend = dm->pend_tail = NULL;
-    for (i = 0; i < n; i++) {
-        seqs[i]->rq.next = NULL;
-        seqs[i]->rq.state = S_REQ_DONE;
-    }
-    int rc;
-    if (n == 1 && seqs[0]->rq.steps > 0)
-        rc = s_run_greedy(seqs[0]);
-    else
-        rc = s_run_batch(dm, seqs, n);
-    if (rc != 0 && n > 1) { // which one fails: each alone (none of them ran)
-        rc = 0;
-        for (i = 0; i < n; i++)
-            if (seqs[i]->rq.state == S_REQ_DONE && seqs[i]->rq.n_out == 0 &&
-                s_run_batch(dm, seqs + i, 1) != 0) {
-                seqs[i]->rq.state = S_REQ_FAILED;
-                rc = -1;
-            }
-    } else if (rc != 0) {
-        seqs[0]->rq.state = S_REQ_FAILED;
-    }
-    if (seqs != one)
-        free(seqs);
-    return rc < 0 ? -1 : n;
-}
-
-void draft_model_set_batching(draft_model_t *dm, int on)
-{
-    if (!on)
-        (void)draft_model_flush(dm);
-    dm->batching = on != 0;
-}
-
-const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *dm)
-{
-    return &dm->stats;
 }
 
 void draft_model_set_load(draft_model_t *dm, draft_load_t *load)
@@ -568,55 +271,19 @@ static int s_prompt(draft_seq_t *d, const int32_t *tokens, int n, int logits)
     return 0;
 }
 
-/* Posts d->rq (its fields set): with batching it waits for a flush (1);
- * otherwise it runs now and its result is in d->rq (0); -1 on error. */
-static int s_post(draft_seq_t *d)
-{
-    draft_model_t *dm = d->dm;
-    s_req_t *q = &d->rq;
-    q->slot0 = sw_kv_len(d->kv);
-    q->n_out = 0;
-    q->next = NULL;
-    if (dm->batching) {
-        q->state = S_REQ_POSTED;
-        if (dm->pend_tail)
-            dm->pend_tail->rq.next = d;
-        else
-            dm->pend = d;
-        dm->pend_tail = d;
-        return 1;
-    }
-    q->state = S_REQ_NONE;
-    const int rc = q->steps > 0 ? s_run_greedy(d) : s_run_batch(dm, &d, 1);
-    q->state = S_REQ_NONE;
-    return rc == 0 ? 0 : -1;
-}
-
-/* The result of the request d posted in its last step: 1 (it ran: the
- * result is in d->rq), 0 (none posted), -1 (it failed). One still waiting
- * runs now, with every other request posted. */
-static int s_taken(draft_seq_t *d)
-{
-    if (d->rq.state == S_REQ_POSTED)
-        (void)draft_model_flush(d->dm);
-    const int st = d->rq.state;
-    d->rq.state = S_REQ_NONE;
-    return st == S_REQ_DONE ? 1 : st == S_REQ_FAILED ? -1 : 0;
-}
-
 /* Appends n tokens to the cache and leaves the last row's logits in d->logits.
  * The first n_prompt of them are prompt rows: they are evaluated together in
  * prompt mode, as the target evaluates a prompt, so that a draft model equal
  * to the target reproduces the target's logits bit for bit. may_post: a few
- * rows without prompt rows become a request (s_post). 0 (done), 1 (posted)
+ * rows without prompt rows become a request (draft_req_post). 0 (done), 1 (posted)
  * or -1. */
 static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt, int may_post)
 {
     const int len = sw_kv_len(d->kv);
     if (n < 1 || len + n > d->cap)
         return -1;
-    if (may_post && n_prompt == 0 && n <= S_REQ_ROWS) {
-        s_req_t *q = &d->rq;
+    if (may_post && n_prompt == 0 && n <= DRAFT_REQ_ROWS) {
+        draft_req_t *q = &d->rq;
         memcpy(q->tok, tokens, (size_t)n * sizeof *tokens);
         q->n = n;
         q->tree = 0;
@@ -624,7 +291,7 @@ static int s_feed(draft_seq_t *d, const int32_t *tokens, int n, int n_prompt, in
         q->n_logits = 1;
         q->steps = 0;
         memcpy(d->cached + len, tokens, (size_t)n * sizeof *tokens);
-        return s_post(d);
+        return draft_req_post(d);
     }
     char err[256] = "";
     const int n_prompt_rows = n_prompt < n ? n_prompt : n;
@@ -771,8 +438,8 @@ int draft_seq_warm(draft_seq_t *d, const int32_t *ctx, int n_ctx)
 {
     if (n_ctx < 1 || n_ctx > d->cap - 1)
         return -1;
-    s_unlink(d);
-    d->phase = S_IDLE; // a proposal in progress is dropped
+    draft_req_unlink(d);
+    d->phase = DRAFT_PHASE_IDLE; // a proposal in progress is dropped
     return s_catch_up(d, ctx, n_ctx, 1, NULL) < 0 ? -1 : 0;
 }
 
@@ -797,8 +464,8 @@ int draft_seq_start(draft_seq_t *d, const int32_t *ctx, int n_ctx, const draft_s
 {
     memset(out, 0, sizeof *out);
     out->guess = -1;
-    s_unlink(d); // a posted forward of the dropped proposal does not run
-    d->phase = S_IDLE;
+    draft_req_unlink(d); // a posted forward of the dropped proposal does not run
+    d->phase = DRAFT_PHASE_IDLE;
     d->last_ms = 0;
     d->last_n = 0;
     if (n_ctx < 1 || sh->k < 1 || (sh->extra >= 0 && sh->guess))
@@ -823,7 +490,7 @@ int draft_seq_start(draft_seq_t *d, const int32_t *ctx, int n_ctx, const draft_s
     d->feed = sh->extra;
     d->n = 0;
     d->t0 = sw_now_ms();
-    d->phase = S_CATCHUP;
+    d->phase = DRAFT_PHASE_CATCHUP;
     return 1;
 }
 
@@ -845,7 +512,7 @@ static int s_finish(draft_seq_t *d)
     const double t = sw_now_ms();
     d->last_ms = d->catch_n <= 2 ? t - d->t0 : t - d->t_catch;
     d->last_n = d->out->n;
-    d->phase = S_DONE;
+    d->phase = DRAFT_PHASE_DONE;
     return 0;
 }
 
@@ -854,7 +521,7 @@ static int s_finish(draft_seq_t *d)
 static int s_chain_take(draft_seq_t *d)
 {
     sw_proposal_t *o = d->out;
-    const s_req_t *q = &d->rq;
+    const draft_req_t *q = &d->rq;
     for (int i = 0; i < q->n_out && d->n < d->sh.k; i++) {
         o->tokens[d->n] = q->out[i];
         o->conf[d->n] = q->prob[i];
@@ -883,20 +550,20 @@ static int s_chain_step(draft_seq_t *d, int have)
             o->tokens[0] = sw_sampler_argmax(d->s, d->logits);
             if (o->tokens[0] < 0)
                 return -1;
-            o->conf[0] = s_top_prob(d->logits, d->dm->n_vocab);
+            o->conf[0] = draft_top_prob(d->logits, d->dm->n_vocab);
             d->n = 1;
             if (k == 1)
                 goto done;
             return 1;
         }
-        s_req_t *q = &d->rq;
+        draft_req_t *q = &d->rq;
         q->n = 1;
         q->tok[0] = o->tokens[d->n - 1];
         q->tree = 0;
         q->logits = d->logits;
         q->n_logits = 1;
         q->steps = k - d->n;
-        const int rc = s_post(d);
+        const int rc = draft_req_post(d);
         if (rc != 0)
             return rc; // posted (1) or failed (-1)
         if (s_chain_take(d))
@@ -910,7 +577,7 @@ static int s_chain_step(draft_seq_t *d, int have)
         float conf;
         if (greedy) {
             tok = sw_sampler_argmax(d->s, d->logits);
-            conf = s_top_prob(d->logits, d->dm->n_vocab);
+            conf = draft_top_prob(d->logits, d->dm->n_vocab);
         } else {
             if (sw_sampler_probs(d->s, d->logits, d->dm->probs) != 0)
                 return -1;
@@ -949,226 +616,21 @@ done:
     return s_finish(d);
 }
 
-/* The largest `m` entries of the softmax of l (n_vocab) at temperature 1:
- * ids (by logit, the lower id first on ties) and probabilities. Returns m. */
-static int s_top(const float *l, int n_vocab, int m, int32_t *ids, float *p)
-{
-    float mx = l[0];
-    for (int i = 1; i < n_vocab; i++)
-        mx = l[i] > mx ? l[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++)
-        sum += exp((double)(l[i] - mx));
-    int got = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        if (!(l[i] == l[i]))
-            continue; // NaN never ranks
-        if (got == m && !(l[i] > l[ids[m - 1]]))
-            continue;
-        int at = got < m ? got++ : m - 1;
-        while (at > 0 && l[i] > l[ids[at - 1]]) {
-            ids[at] = ids[at - 1];
-            at--;
-        }
-        ids[at] = i;
-    }
-    for (int j = 0; j < got; j++)
-        p[j] = (float)(exp((double)(l[ids[j]] - mx)) / sum);
-    return got;
-}
-
-static double s_calib(const draft_seq_t *d, double q)
-{
-    return d->sh.calib ? d->sh.calib(d->sh.ctx, q) : q;
-}
-
-/* Adds the candidates of node `at` from its logits row. */
-static void s_expand(draft_seq_t *d, int at, const float *logits)
-{
-    int32_t ids[S_TREE_CHILDREN];
-    float p[S_TREE_CHILDREN];
-    const int m = s_top(logits, d->dm->n_vocab, S_TREE_CHILDREN, ids, p);
-    const s_node_t *par = &d->nodes[at];
-    for (int j = 0; j < m && d->n_nodes < S_TREE_NODES; j++) {
-        s_node_t *c = &d->nodes[d->n_nodes++];
-        c->tok = ids[j];
-        c->par = at;
-        c->q = p[j];
-        c->value = (at ? par->value : 1.0) * s_calib(d, p[j]);
-        c->depth = par->depth + 1;
-        c->slot = -1;
-        c->main = j == 0 && (at == 0 || par->main);
-    }
-}
-
-/* Node indices (not the root) ordered by value, the earlier found first on ties. */
-static void s_rank(const draft_seq_t *d, int *order, int *n)
-{
-    *n = 0;
-    for (int i = 1; i < d->n_nodes; i++) {
-        int at = (*n)++;
-        while (at > 0 && d->nodes[i].value > d->nodes[order[at - 1]].value) {
-            order[at] = order[at - 1];
-            at--;
-        }
-        order[at] = i;
-    }
-}
-
-/* Writes the tree: the best nodes by value whose parents are in it, each
- * worth its row (node_min), at most max_nodes and k deep, in depth-first
- * order with the better child first (so nodes 1..n_main are the best path). */
-static int s_tree_emit(draft_seq_t *d)
-{
-    sw_proposal_t *o = d->out;
-    int order[S_TREE_NODES], n_order;
-    s_rank(d, order, &n_order);
-    unsigned char in[S_TREE_NODES] = {0};
-    in[0] = 1;
-    int count = 0;
-    /* The main path (the chain the K controller chose) always, then the
-     * best other nodes that are worth their rows. */
-    for (int i = 1; i < d->n_nodes && count < d->sh.max_nodes; i++)
-        if (d->nodes[i].main && d->nodes[i].depth <= d->sh.k) {
-            in[i] = 1;
-            count++;
-        }
-    for (int r = 0; r < n_order && count < d->sh.max_nodes; r++) {
-        const s_node_t *x = &d->nodes[order[r]];
-        const double need = d->sh.node_min ? d->sh.node_min(d->sh.ctx, 1 + count) : 0;
-        if (in[order[r]] || !in[x->par] || x->depth > d->sh.k || x->value < need)
-            continue;
-        in[order[r]] = 1;
-        count++;
-    }
-    /* Depth first; a node's children in rank order. */
-    int rank_of[S_TREE_NODES];
-    for (int r = 0; r < n_order; r++)
-        rank_of[order[r]] = r;
-    int stack[S_TREE_NODES], sp = 0, idx_of[S_TREE_NODES];
-    idx_of[0] = 0;
-    stack[sp++] = 0;
-    int n = 0;
-    while (sp > 0) {
-        const int at = stack[--sp];
-        if (at) {
-            idx_of[at] = n + 1;
-            o->tokens[n] = d->nodes[at].tok;
-            o->parent[n] = idx_of[d->nodes[at].par];
-            o->conf[n] = d->nodes[at].q;
-            n++;
-        }
-        /* children, pushed worst first so the best pops first */
-        int kids[S_TREE_NODES], nk = 0;
-        for (int i = 1; i < d->n_nodes; i++)
-            if (in[i] && d->nodes[i].par == at) {
-                int p = nk++;
-                while (p > 0 && (d->nodes[i].main || (!d->nodes[kids[p - 1]].main &&
-                                                      rank_of[i] < rank_of[kids[p - 1]]))) {
-                    kids[p] = kids[p - 1];
-                    p--;
-                }
-                kids[p] = i;
-            }
-        for (int j = nk - 1; j >= 0; j--)
-            stack[sp++] = kids[j];
-    }
-    o->n = n;
-    o->tree = 1;
-    o->n_main = 0;
-    while (o->n_main < n && o->parent[o->n_main] == o->n_main)
-        o->n_main++;
-    return s_finish(d);
-}
-
-/* Takes the rows of the tree step posted last: their slots, and their
- * candidates from the logits. */
-static void s_tree_take(draft_seq_t *d)
-{
-    for (int j = 0; j < d->n_pick; j++)
-        d->nodes[d->pick[j]].slot = d->rq.slot0 + j;
-    for (int j = 0; j < d->n_pick; j++)
-        s_expand(d, d->pick[j], d->tree_logits + (size_t)j * d->dm->n_vocab);
-    d->tree_steps++;
-}
-
-/* One tree step: feeds the best nodes worth expanding (up to S_TREE_WIDTH,
- * in one forward call, each under its parent's slot) and adds their
- * candidates; when none is worth it, or after k steps, writes the tree.
- * have: the rows posted by the last step ran (their candidates come first). */
-static int s_tree_step(draft_seq_t *d, int have)
-{
-    if (have)
-        s_tree_take(d);
-    if (d->n_nodes == 0) { // the root: the token the drafts follow, fed by now
-        s_node_t *r = &d->nodes[d->n_nodes++];
-        r->tok = d->feed >= 0 ? d->feed : d->ctx[d->n_ctx - 1];
-        r->par = -1;
-        r->q = 1;
-        r->value = 1;
-        r->depth = 0;
-        r->slot = sw_kv_len(d->kv) - 1;
-        s_expand(d, 0, d->logits);
-        d->tree_steps = 0;
-        return 1;
-    }
-    int order[S_TREE_NODES], n_order, n_pick = 0;
-    int *pick = d->pick;
-    s_rank(d, order, &n_order);
-    const int len = sw_kv_len(d->kv);
-    /* The main path grows by one node per step, as a chain would (the
-     * confidence stop ends it); the other row of a step goes to the best
-     * other node worth expanding. */
-    for (int i = 1; i < d->n_nodes; i++) {
-        const s_node_t *x = &d->nodes[i];
-        if (x->main && x->slot < 0 && x->depth < d->sh.k && len < d->cap &&
-            d->n_nodes + S_TREE_CHILDREN <= S_TREE_NODES &&
-            !(d->sh.p_min > 0 && x->q < d->sh.p_min && x->depth > 1))
-            pick[n_pick++] = i;
-    }
-    for (int r = 0; r < n_order && r < d->sh.max_nodes && n_pick < S_TREE_WIDTH; r++) {
-        const s_node_t *x = &d->nodes[order[r]];
-        if (x->slot < 0 && !x->main && x->depth < d->sh.k && x->value >= d->sh.expand_min &&
-            d->nodes[x->par].slot >= 0 && len + n_pick < d->cap &&
-            d->n_nodes + S_TREE_CHILDREN <= S_TREE_NODES)
-            pick[n_pick++] = order[r];
-    }
-    d->n_pick = n_pick;
-    if (n_pick == 0 || d->tree_steps >= d->sh.k)
-        return s_tree_emit(d);
-    s_req_t *q = &d->rq;
-    for (int j = 0; j < n_pick; j++) {
-        q->tok[j] = d->nodes[pick[j]].tok;
-        q->par[j] = d->nodes[d->nodes[pick[j]].par].slot;
-        d->cached[len + j] = q->tok[j];
-    }
-    q->n = n_pick;
-    q->tree = 1;
-    q->logits = d->tree_logits;
-    q->n_logits = n_pick;
-    q->steps = 0;
-    const int rc = s_post(d);
-    if (rc != 0)
-        return rc; // posted (1) or failed (-1)
-    s_tree_take(d);
-    return 1;
-}
-
 int draft_seq_step(draft_seq_t *d)
 {
-    const int have = s_taken(d);
+    const int have = draft_req_taken(d);
     if (have < 0) {
-        d->phase = S_IDLE;
+        d->phase = DRAFT_PHASE_IDLE;
         return -1;
     }
     switch (d->phase) {
-    case S_CATCHUP: {
+    case DRAFT_PHASE_CATCHUP: {
         const int fed = d->sh.guess || d->sh.extra >= 0;
         if (!have) {
             int posted = 0;
             const int n = s_catch_up(d, d->ctx, d->n_ctx, fed, &posted);
             if (n < 0) {
-                d->phase = S_IDLE;
+                d->phase = DRAFT_PHASE_IDLE;
                 return -1;
             }
             d->catch_n = n;
@@ -1182,34 +644,36 @@ int draft_seq_step(draft_seq_t *d)
              * as the draft model sees it. */
             d->feed = sw_sampler_argmax(d->s, d->logits);
             if (d->feed < 0) {
-                d->phase = S_IDLE;
+                d->phase = DRAFT_PHASE_IDLE;
                 return -1;
             }
             d->out->guess = d->feed;
         }
         if (d->feed >= 0) {
             sw_sampler_accept(d->s, d->feed);
-            d->phase = S_FEED;
+            d->phase = DRAFT_PHASE_FEED;
             return 1;
         }
         break;
     }
-    case S_FEED:
+    case DRAFT_PHASE_FEED:
         if (!have) {
             const int rc = s_feed(d, &d->feed, 1, 0, 1);
             if (rc < 0) {
-                d->phase = S_IDLE;
+                d->phase = DRAFT_PHASE_IDLE;
                 return -1;
             }
             if (rc > 0)
                 return 1;
         }
         break;
-    case S_CHAIN:
-    case S_TREE: {
-        const int rc = d->phase == S_CHAIN ? s_chain_step(d, have) : s_tree_step(d, have);
+    case DRAFT_PHASE_CHAIN:
+    case DRAFT_PHASE_TREE: {
+        int rc = d->phase == DRAFT_PHASE_CHAIN ? s_chain_step(d, have) : draft_tree_step(d, have);
+        if (rc == 0 && d->phase == DRAFT_PHASE_TREE)
+            rc = s_finish(d); // the tree is written
         if (rc < 0)
-            d->phase = S_IDLE;
+            d->phase = DRAFT_PHASE_IDLE;
         return rc;
     }
     default:
@@ -1218,7 +682,7 @@ int draft_seq_step(draft_seq_t *d)
     /* Caught up: the logits of the token the drafts follow are there. */
     sw_rng_seed(sw_sampler_rng(d->s), s_pos_seed(d->params.seed, d->n_eff));
     d->n_nodes = 0;
-    d->phase = d->sh.max_nodes > 1 ? S_TREE : S_CHAIN;
+    d->phase = d->sh.max_nodes > 1 ? DRAFT_PHASE_TREE : DRAFT_PHASE_CHAIN;
     return 1;
 }
 

@@ -115,7 +115,7 @@ typedef struct draft_shape {
  * be advanced by draft_seq_step. Trees: the draft model's top candidates
  * (S_TREE_CHILDREN of each expanded node, point masses) where it is
  * uncertain: every step feeds the best nodes not yet expanded
- * (S_TREE_WIDTH rows in one forward call, each attending to its ancestors)
+ * (DRAFT_TREE_WIDTH rows in one forward call, each attending to its ancestors)
  * whose value, the product of calibrated acceptances along the path, is at
  * least expand_min; after k steps or when none is left, the best nodes by
  * value that are worth their rows form the tree, depth first with the best

@@ -159,6 +159,10 @@ typedef struct sw_moe_args {
 #define SW_MOE_MAX_USED 16
 #define SW_MOE_MAX_EXPERTS 512
 
+/* Most weights one matmul call takes (forward.c passes up to 3: Q, K, V); the
+ * backends size their per-call arrays by it. */
+#define SW_MATMUL_MAX_W 4
+
 /* matmul flags */
 #define SW_MM_PROMPT 1 // the rows are a prompt chunk: a batch-dependent faster path is allowed
 /* With SW_MM_PROMPT, in a prompt window of 8 rows or more: K-quant weights
@@ -191,7 +195,7 @@ typedef struct sw_backend_ops {
     /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of dim f32, w (dim) f32. */
     int (*rmsnorm)(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *w, int n, int dim,
                    float eps, sw_buf_t *out);
-    /* For each of the n_w (<= 4) weights: y_i[r, o] = W_i[o] . x[x_row0 + r]
+    /* For each of the n_w (<= SW_MATMUL_MAX_W) weights: y_i[r, o] = W_i[o] . x[x_row0 + r]
      * (+ bias_i[o] when bias and bias[i] are non-NULL) for r in [0, n). x rows
      * are W_i->n_in f32 (all W_i share n_in); y_i is (n, W_i->n_out) f32.
      * Weights that read the same input (Q/K/V, gate/up) go in one call so the

@@ -114,9 +114,10 @@ static int s_swa_pattern(const sw_gguf_t *g, const sw_hparams_t *hp, int il, int
     return 0;
 }
 
-static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
+/* hp->arch_name and hp->arch from general.architecture; -1 (err) when it is
+ * missing, too long or not one the engine runs. */
+static int s_load_arch(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
 {
-    memset(hp, 0, sizeof *hp);
     sw_gguf_str_t a;
     if (sw_gguf_get_str(g, "general.architecture", &a) != 0) {
         sw_errf(err, err_len, "model: 'general.architecture' is missing: not a model GGUF?");
@@ -140,76 +141,64 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
         return -1;
     }
     hp->arch = s_archs[ai].arch;
-    const int moe = hp->arch == SW_ARCH_QWEN3MOE;
-    if (s_get_int(g, arch, "block_count", &hp->n_layer, 0, 1, err, err_len) ||
-        s_get_int(g, arch, "embedding_length", &hp->n_embd, 0, 1, err, err_len) ||
-        s_get_int(g, arch, "feed_forward_length", &hp->n_ff, 0, !moe, err, err_len) ||
-        s_get_int(g, arch, "attention.head_count", &hp->n_head, 0, 1, err, err_len) ||
-        s_get_int(g, arch, "attention.head_count_kv", &hp->n_kv_head, hp->n_head, 0, err,
-                  err_len) ||
-        s_get_int(g, arch, "context_length", &hp->n_ctx_train, 4096, 0, err, err_len) ||
-        s_get_int(g, arch, "expert_count", &hp->n_expert, 0, 0, err, err_len) ||
-        s_get_int(g, arch, "expert_used_count", &hp->n_expert_used, 0, 0, err, err_len))
+    return 0;
+}
+
+/* The mixture-of-experts keys (qwen3moe): the expert feed-forward size and
+ * counts, checked against what the engine runs (no shared experts, softmax
+ * gating without scale, a router over a hidden size divisible by 8). */
+static int s_load_moe(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
+{
+    const char *arch = hp->arch_name;
+    int shared = 0;
+    if (s_get_int(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, 0, 0, err, err_len) ||
+        s_get_int(g, arch, "expert_shared_feed_forward_length", &shared, 0, 0, err, err_len))
         return -1;
-    if (hp->n_layer < 1 || hp->n_embd < 1 || (hp->n_ff < 1 && !moe) || hp->n_head < 1 ||
-        hp->n_kv_head < 1 || hp->n_head % hp->n_kv_head != 0) {
+    if (hp->n_ff_exp == 0 && hp->n_expert_used > 0) // llama.cpp's default
+        hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+    if (hp->n_expert < 1 || hp->n_expert > SW_MOE_MAX_EXPERTS || hp->n_expert_used < 1 ||
+        hp->n_expert_used > hp->n_expert || hp->n_expert_used > SW_MOE_MAX_USED ||
+        hp->n_ff_exp < 1) {
         sw_errf(err, err_len,
-                "model: inconsistent sizes (layers %d, embd %d, ff %d, heads %d, kv heads %d)",
-                hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_kv_head);
+                "model: expert counts not supported (%d experts, %d used per token, expert "
+                "ff %d; at most %d experts and %d used)",
+                hp->n_expert, hp->n_expert_used, hp->n_ff_exp, SW_MOE_MAX_EXPERTS, SW_MOE_MAX_USED);
         return -1;
     }
-    if (!moe && hp->n_expert > 0) {
+    if (shared > 0) {
         sw_errf(err, err_len,
-                "model: %s with %d experts per layer (a mixture of experts such as Mixtral) is "
-                "not supported; of the mixture-of-experts families only qwen3moe is",
-                arch, hp->n_expert);
+                "model: shared experts (%s.expert_shared_feed_forward_length) "
+                "are not supported",
+                arch);
         return -1;
     }
-    if (moe) {
-        int shared = 0;
-        if (s_get_int(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, 0, 0, err, err_len) ||
-            s_get_int(g, arch, "expert_shared_feed_forward_length", &shared, 0, 0, err, err_len))
-            return -1;
-        if (hp->n_ff_exp == 0 && hp->n_expert_used > 0) // llama.cpp's default
-            hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
-        if (hp->n_expert < 1 || hp->n_expert > SW_MOE_MAX_EXPERTS || hp->n_expert_used < 1 ||
-            hp->n_expert_used > hp->n_expert || hp->n_expert_used > SW_MOE_MAX_USED ||
-            hp->n_ff_exp < 1) {
-            sw_errf(err, err_len,
-                    "model: expert counts not supported (%d experts, %d used per token, expert "
-                    "ff %d; at most %d experts and %d used)",
-                    hp->n_expert, hp->n_expert_used, hp->n_ff_exp, SW_MOE_MAX_EXPERTS,
-                    SW_MOE_MAX_USED);
-            return -1;
-        }
-        if (shared > 0) {
-            sw_errf(err, err_len,
-                    "model: shared experts (%s.expert_shared_feed_forward_length) "
-                    "are not supported",
-                    arch);
-            return -1;
-        }
-        float w_scale = 0;
-        if (s_get_float_in(g, arch, "expert_weights_scale", &w_scale, 0, 0, 1e9f, err, err_len))
-            return -1;
-        int gating = 1;
-        if (s_get_int(g, arch, "expert_gating_func", &gating, 1, 0, err, err_len))
-            return -1;
-        if ((w_scale != 0 && w_scale != 1) || gating != 1) {
-            sw_errf(err, err_len,
-                    "model: expert weight scale %g / gating function %d are not supported "
-                    "(softmax gating, no scale)",
-                    (double)w_scale, gating);
-            return -1;
-        }
-        if (hp->n_embd % 8) {
-            sw_errf(err, err_len, "model: the router needs a hidden size divisible by 8 (has %d)",
-                    hp->n_embd);
-            return -1;
-        }
-        if (hp->n_ff < 1)
-            hp->n_ff = hp->n_ff_exp;
+    float w_scale = 0;
+    if (s_get_float_in(g, arch, "expert_weights_scale", &w_scale, 0, 0, 1e9f, err, err_len))
+        return -1;
+    int gating = 1;
+    if (s_get_int(g, arch, "expert_gating_func", &gating, 1, 0, err, err_len))
+        return -1;
+    if ((w_scale != 0 && w_scale != 1) || gating != 1) {
+        sw_errf(err, err_len,
+                "model: expert weight scale %g / gating function %d are not supported "
+                "(softmax gating, no scale)",
+                (double)w_scale, gating);
+        return -1;
     }
+    if (hp->n_embd % 8) {
+        sw_errf(err, err_len, "model: the router needs a hidden size divisible by 8 (has %d)",
+                hp->n_embd);
+        return -1;
+    }
+    if (hp->n_ff < 1)
+        hp->n_ff = hp->n_ff_exp;
+    return 0;
+}
+
+/* Head size, rotary dimensions, rms epsilon, rope base and scaling. */
+static int s_load_rope(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
+{
+    const char *arch = hp->arch_name;
     int dflt_hd = hp->n_embd / hp->n_head, v_len = 0;
     if (s_get_int(g, arch, "attention.key_length", &hp->head_dim, dflt_hd, 0, err, err_len) ||
         s_get_int(g, arch, "attention.value_length", &v_len, hp->head_dim, 0, err, err_len) ||
@@ -240,29 +229,77 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
         sw_errf(err, err_len, "model: bad rms epsilon or rope base");
         return -1;
     }
-    if (hp->arch == SW_ARCH_GEMMA3) {
-        /* llama.cpp's gemma3 graph: embeddings times sqrt(n_embd), queries
-         * times 1/sqrt(head_dim) (1/sqrt(n_embd / n_head) for the 62-layer
-         * 27B) before an attention that scales by 1, local layers with their
-         * own rope base (default 10000) and no rope scaling. */
-        if (s_get_int(g, arch, "attention.sliding_window", &hp->n_swa, 0, 0, err, err_len) ||
-            s_get_float_in(g, arch, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f, 1e-3f,
-                           1e12f, err, err_len))
-            return -1;
-        float softcap = 0;
-        if (s_get_float_in(g, arch, "final_logit_softcapping", &softcap, 0, -1e9f, 1e9f, err,
-                           err_len) ||
-            s_get_float_in(g, arch, "attn_logit_softcapping", &softcap, softcap, -1e9f, 1e9f, err,
-                           err_len))
-            return -1;
-        if (softcap != 0) {
-            sw_errf(err, err_len, "model: gemma3 with logit soft-capping is not supported");
-            return -1;
-        }
-        hp->embd_scale = sqrtf((float)hp->n_embd);
-        hp->q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
-                                        : 1.0f / sqrtf((float)hp->head_dim);
+    return 0;
+}
+
+/* Gemma 3: the sliding window, the local layers' rope base, no logit
+ * soft-capping, and the embedding and query scales. */
+static int s_load_gemma3(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
+{
+    const char *arch = hp->arch_name;
+    /* llama.cpp's gemma3 graph: embeddings times sqrt(n_embd), queries
+     * times 1/sqrt(head_dim) (1/sqrt(n_embd / n_head) for the 62-layer
+     * 27B) before an attention that scales by 1, local layers with their
+     * own rope base (default 10000) and no rope scaling. */
+    if (s_get_int(g, arch, "attention.sliding_window", &hp->n_swa, 0, 0, err, err_len) ||
+        s_get_float_in(g, arch, "rope.freq_base_swa", &hp->rope_base_swa, 10000.0f, 1e-3f, 1e12f,
+                       err, err_len))
+        return -1;
+    float softcap = 0;
+    if (s_get_float_in(g, arch, "final_logit_softcapping", &softcap, 0, -1e9f, 1e9f, err,
+                       err_len) ||
+        s_get_float_in(g, arch, "attn_logit_softcapping", &softcap, softcap, -1e9f, 1e9f, err,
+                       err_len))
+        return -1;
+    if (softcap != 0) {
+        sw_errf(err, err_len, "model: gemma3 with logit soft-capping is not supported");
+        return -1;
     }
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                    : 1.0f / sqrtf((float)hp->head_dim);
+    return 0;
+}
+
+/* *hp from g's metadata, every value range checked and each family's own keys
+ * read; 0, or -1 with one line in err. */
+static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_t err_len)
+{
+    memset(hp, 0, sizeof *hp);
+    if (s_load_arch(g, hp, err, err_len) != 0)
+        return -1;
+    const char *arch = hp->arch_name;
+    const int moe = hp->arch == SW_ARCH_QWEN3MOE;
+    if (s_get_int(g, arch, "block_count", &hp->n_layer, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "embedding_length", &hp->n_embd, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "feed_forward_length", &hp->n_ff, 0, !moe, err, err_len) ||
+        s_get_int(g, arch, "attention.head_count", &hp->n_head, 0, 1, err, err_len) ||
+        s_get_int(g, arch, "attention.head_count_kv", &hp->n_kv_head, hp->n_head, 0, err,
+                  err_len) ||
+        s_get_int(g, arch, "context_length", &hp->n_ctx_train, 4096, 0, err, err_len) ||
+        s_get_int(g, arch, "expert_count", &hp->n_expert, 0, 0, err, err_len) ||
+        s_get_int(g, arch, "expert_used_count", &hp->n_expert_used, 0, 0, err, err_len))
+        return -1;
+    if (hp->n_layer < 1 || hp->n_embd < 1 || (hp->n_ff < 1 && !moe) || hp->n_head < 1 ||
+        hp->n_kv_head < 1 || hp->n_head % hp->n_kv_head != 0) {
+        sw_errf(err, err_len,
+                "model: inconsistent sizes (layers %d, embd %d, ff %d, heads %d, kv heads %d)",
+                hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_kv_head);
+        return -1;
+    }
+    if (!moe && hp->n_expert > 0) {
+        sw_errf(err, err_len,
+                "model: %s with %d experts per layer (a mixture of experts such as Mixtral) is "
+                "not supported; of the mixture-of-experts families only qwen3moe is",
+                arch, hp->n_expert);
+        return -1;
+    }
+    if (moe && s_load_moe(g, hp, err, err_len) != 0)
+        return -1;
+    if (s_load_rope(g, hp, err, err_len) != 0)
+        return -1;
+    if (hp->arch == SW_ARCH_GEMMA3 && s_load_gemma3(g, hp, err, err_len) != 0)
+        return -1;
     return 0;
 }
 

@@ -386,6 +386,145 @@ SW_AI __m128i s_bsum_pairs(__m256i bs)
 }
 
 /*
+ * One q6_K weight super-block pw against activation blocks xb[r], r < rx:
+ * d[r] = d_x * d_w (not tiled) and the integer lanes into sumi/sumj (sumj: the odd
+ * chunks when split). Returns the block's d_w.
+ * The -32 offset is applied per lane at the end as 32 * (bsums . scales),
+ * like GGML's AVX2 q6_K kernel, so the lanes hold the same integers as GGML's.
+ */
+SW_AI float s_q6k_block(int vnni, int split, int tiled, int rx, const uint8_t *pw,
+                        const sw_block_q8_k *const *xb, float *d, __m256i *sumi, __m256i *sumj)
+{
+    const sw_block_q6_k *q6 = (const sw_block_q6_k *)pw;
+    const float dw = _cvtsh_ss(q6->d);
+    const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
+    const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+#pragma GCC unroll 8
+    for (int r = 0; r < rx; r++) {
+        if (!tiled) // (tiled: the block's sum is scaled at the end)
+            d[r] = xb[r]->d * dw;
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
+        // sumi starts at -32 * (bsums . scales) (subtracted last by GGML: same integers)
+        sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5));
+    }
+    for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 8
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = s_q6_chunk(q6, h, c);
+            // scales 8h+2c for the chunk's first 16 elements, 8h+2c+1 for the next 16
+            const int j = 8 * h + 2 * c;
+            const __m128i sh =
+                _mm_setr_epi8((char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j,
+                              (char)j, (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
+                              (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1));
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
+#pragma GCC unroll 8
+            for (int r = 0; r < rx; r++) {
+                const __m256i y8 =
+                    _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
+                const __m256i p = _mm256_maddubs_epi16(q, y8);
+                __m256i *sum = split && (c & 1) ? &sumj[r] : &sumi[r];
+                if (vnni)
+                    *sum = s_dpwssd(*sum, sc16, p);
+                else
+                    *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(sc16, p));
+            }
+        }
+    }
+    return dw;
+}
+
+/*
+ * The minimums of a q4_K/q5_K super-block (b of nb, unpacked mins; scales
+ * dw, dminw) against activation blocks xb[r], r < rx: d[r] = d_x * d_w, and
+ * mins . bsums into mt[r] (tiled), accm[r] (q4_K) or summs[r] (q5_K). q8p as
+ * in s_tile_k.
+ */
+SW_AI void s_k45_mins(int kind, int tiled, int rx, int64_t nb, int64_t b, __m128i mins, float dw,
+                      float dminw, const sw_block_q8_k *const *xb, const __m128i *q8p, float *d,
+                      __m128 *accm, float *summs, int32_t *mt)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < rx; r++) {
+        const float yd = xb[r]->d;
+        d[r] = yd * dw;
+        const float dmin = -yd * dminw;
+        __m128i q8s;
+        if (q8p != NULL) {
+            q8s = _mm_load_si128(q8p + (size_t)r * nb + b);
+        } else {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
+            q8s = s_bsum_pairs(bs);
+        }
+        const __m128i prod = _mm_madd_epi16(mins, q8s);
+        if (tiled) {
+            const __m128i z = _mm_setzero_si128();
+            mt[r] = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
+        } else if (kind == K_Q4_K) {
+            accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[r]);
+        } else {
+            const __m128i z = _mm_setzero_si128();
+            const __m128i hs = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
+            summs[r] = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs[r]);
+        }
+    }
+}
+
+/* The quants of a q4_K/q5_K super-block (quants qs, high bits hbits, scales
+ * sc2 in both halves) against activation blocks xb[r], r < rx: the integer
+ * lanes into sumi/sumj (sumj: the odd sub-blocks when split). */
+SW_AI void s_k45_quants(int kind, int vnni, int split, int rx, const uint8_t *qs, __m256i hbits,
+                        __m256i sc2, const sw_block_q8_k *const *xb, __m256i *sumi, __m256i *sumj)
+{
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; c++) {
+        __m256i lo, hi;
+        s_k45_chunk(kind, qs, hbits, c, &lo, &hi);
+        const __m256i scl = s_bcast16(sc2, 2 * c), sch = s_bcast16(sc2, 2 * c + 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < rx; r++) {
+            const int8_t *q8 = xb[r]->qs + 64 * c;
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            if (vnni && split) {
+                sumi[r] = s_dpwssd(sumi[r], scl, pl);
+                sumj[r] = s_dpwssd(sumj[r], sch, ph);
+            } else if (vnni) {
+                sumi[r] = s_dpwssd(s_dpwssd(sumi[r], scl, pl), sch, ph);
+            } else {
+                pl = _mm256_madd_epi16(scl, pl);
+                ph = _mm256_madd_epi16(sch, ph);
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+            }
+        }
+    }
+}
+
+/* s_tile_k's horizontal sums: y[r * ys] for r < rx from the per-row
+ * accumulators (tiled: ty, already summed per block). */
+SW_AI void s_k_store(int kind, int tiled, int rx, const __m256 *acc, const __m128 *accm,
+                     const float *summs, const float *ty, float *y, int64_t ys)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < rx; r++) {
+        if (tiled) {
+            y[r * ys] = ty[r];
+            continue;
+        }
+        float v = s_hsum8(acc[r]);
+        if (kind == K_Q4_K) {
+            __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            v = v + _mm_cvtss_f32(m);
+        } else if (kind == K_Q5_K) {
+            v = v + summs[r];
+        }
+        y[r * ys] = v;
+    }
+}
+
+/*
  * y[r * ys] = dot(one K-quant weight row, activation row r) for r < rx (<= 8,
  * a compile-time constant); x rows xs bytes apart. Per pair this is GGML's
  * AVX2 sequence: per super-block an exact int32 8-lane sum (sub-block scales
@@ -430,45 +569,7 @@ SW_AI void s_tile_k(int kind, int vnni, int tiled, int rx, int64_t nb, const uin
             sumj[r] = _mm256_setzero_si256();
         }
         if (kind == K_Q6_K) {
-            /* The -32 offset is applied per lane at the end as 32 * (bsums .
-             * scales), like GGML's AVX2 q6_K kernel, so the lanes hold the
-             * same integers as GGML's. */
-            const sw_block_q6_k *q6 = (const sw_block_q6_k *)pw;
-            dw = _cvtsh_ss(q6->d);
-            const __m128i scales = _mm_loadu_si128((const __m128i *)q6->scales);
-            const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
-#pragma GCC unroll 8
-            for (int r = 0; r < rx; r++) {
-                d[r] = xb[r]->d * dw;
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
-                // sumi starts at -32 * (bsums . scales) (subtracted last by GGML: same integers)
-                sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                           _mm256_slli_epi32(_mm256_madd_epi16(bs, scales16), 5));
-            }
-            for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 8
-                for (int c = 0; c < 4; c++) {
-                    const __m256i q = s_q6_chunk(q6, h, c);
-                    // scales 8h+2c for the chunk's first 16 elements, 8h+2c+1 for the next 16
-                    const int j = 8 * h + 2 * c;
-                    const __m128i sh = _mm_setr_epi8(
-                        (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j, (char)j,
-                        (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1), (char)(j + 1),
-                        (char)(j + 1), (char)(j + 1), (char)(j + 1));
-                    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sh));
-#pragma GCC unroll 8
-                    for (int r = 0; r < rx; r++) {
-                        const __m256i y8 =
-                            _mm256_loadu_si256((const __m256i *)(xb[r]->qs + 128 * h + 32 * c));
-                        const __m256i p = _mm256_maddubs_epi16(q, y8);
-                        __m256i *sum = split && (c & 1) ? &sumj[r] : &sumi[r];
-                        if (vnni)
-                            *sum = s_dpwssd(*sum, sc16, p);
-                        else
-                            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(sc16, p));
-                    }
-                }
-            }
+            dw = s_q6k_block(vnni, split, tiled, rx, pw, xb, d, sumi, sumj);
         } else {
             const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
             dw = _cvtsh_ss(q4->d);
@@ -480,53 +581,8 @@ SW_AI void s_tile_k(int kind, int vnni, int tiled, int rx, int64_t nb, const uin
             const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
             const __m256i hbits = kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16))
                                                  : _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int r = 0; r < rx; r++) {
-                const float yd = xb[r]->d;
-                d[r] = yd * dw;
-                const float dmin = -yd * dminw;
-                __m128i q8s;
-                if (q8p != NULL) {
-                    q8s = _mm_load_si128(q8p + (size_t)r * nb + b);
-                } else {
-                    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[r]->bsums);
-                    q8s = s_bsum_pairs(bs);
-                }
-                const __m128i prod = _mm_madd_epi16(mins, q8s);
-                if (tiled) {
-                    const __m128i z = _mm_setzero_si128();
-                    mt[r] = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
-                } else if (kind == K_Q4_K) {
-                    accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[r]);
-                } else {
-                    const __m128i z = _mm_setzero_si128();
-                    const __m128i hs = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
-                    summs[r] = fmaf(dmin, (float)_mm_cvtsi128_si32(hs), summs[r]);
-                }
-            }
-#pragma GCC unroll 8
-            for (int c = 0; c < 4; c++) {
-                __m256i lo, hi;
-                s_k45_chunk(kind, qs, hbits, c, &lo, &hi);
-                const __m256i scl = s_bcast16(sc2, 2 * c), sch = s_bcast16(sc2, 2 * c + 1);
-#pragma GCC unroll 8
-                for (int r = 0; r < rx; r++) {
-                    const int8_t *q8 = xb[r]->qs + 64 * c;
-                    __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-                    __m256i ph =
-                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-                    if (vnni && split) {
-                        sumi[r] = s_dpwssd(sumi[r], scl, pl);
-                        sumj[r] = s_dpwssd(sumj[r], sch, ph);
-                    } else if (vnni) {
-                        sumi[r] = s_dpwssd(s_dpwssd(sumi[r], scl, pl), sch, ph);
-                    } else {
-                        pl = _mm256_madd_epi16(scl, pl);
-                        ph = _mm256_madd_epi16(sch, ph);
-                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
-                    }
-                }
-            }
+            s_k45_mins(kind, tiled, rx, nb, b, mins, dw, dminw, xb, q8p, d, accm, summs, mt);
+            s_k45_quants(kind, vnni, split, rx, qs, hbits, sc2, xb, sumi, sumj);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < rx; r++) {
@@ -550,22 +606,7 @@ SW_AI void s_tile_k(int kind, int vnni, int tiled, int rx, int64_t nb, const uin
         for (int r = 0; r < rx; r++)
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < rx; r++) {
-        if (tiled) {
-            y[r * ys] = ty[r];
-            continue;
-        }
-        float v = s_hsum8(acc[r]);
-        if (kind == K_Q4_K) {
-            __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-            v = v + _mm_cvtss_f32(m);
-        } else if (kind == K_Q5_K) {
-            v = v + summs[r];
-        }
-        y[r * ys] = v;
-    }
+    s_k_store(kind, tiled, rx, acc, accm, summs, ty, y, ys);
 }
 
 /* One weight row against rows [r0, r1) of x, in near-equal groups of at most

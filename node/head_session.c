@@ -352,8 +352,7 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     return 0;
 }
 
-/* ---- prefix cache (engine/include/prefix.h) ---------------------------------------------------
- */
+/* ---- prefix cache (engine/include/prefix.h) ------------------------------------------------ */
 
 void head_kv_room(node_t *n, size_t need)
 {

@@ -396,8 +396,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     return s;
 }
 
-/* ---- prefix cache (engine/include/prefix.h) ---------------------------------------------------
- */
+/* ---- prefix cache (engine/include/prefix.h) ------------------------------------------------ */
 
 /* The namespace of this stage's prefix blocks for f's session: what its KV
  * depends on besides the tokens, the dtype of its input and the nodes before

@@ -329,14 +329,12 @@ static int s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int he
 
 /* ---- matmul ------------------------------------------------------------------- */
 
-#define S_MAX_W 4
-
 struct s_mm_job {
     int n_w;
-    const sw_weight_t *w[S_MAX_W];
-    float *y[S_MAX_W];
-    const void *xq[S_MAX_W]; // quantized input per weight (shared when types agree)
-    size_t xq_stride[S_MAX_W];
+    const sw_weight_t *w[SW_MATMUL_MAX_W];
+    float *y[SW_MATMUL_MAX_W];
+    const void *xq[SW_MATMUL_MAX_W]; // quantized input per weight (shared when types agree)
+    size_t xq_stride[SW_MATMUL_MAX_W];
     int n;
     int tiled;         // SW_MM_TILED: sw_matmul_tiled
     int64_t total;     // sum of n_out
@@ -392,8 +390,9 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
                     sw_buf_t *const *y, int flags)
 {
     s_cpu_t *c = s_impl(be);
-    if (n_w < 1 || n_w > S_MAX_W)
-        return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w, S_MAX_W);
+    if (n_w < 1 || n_w > SW_MATMUL_MAX_W)
+        return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w,
+                               SW_MATMUL_MAX_W);
     struct s_mm_job job = {.n_w = n_w,
                            .n = n,
                            .tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) ==
@@ -402,8 +401,8 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
     const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
 
     /* Quantize the input once per distinct vec-dot type. */
-    enum sw_type types[S_MAX_W];
-    size_t offs[S_MAX_W], strides[S_MAX_W], need = 0;
+    enum sw_type types[SW_MATMUL_MAX_W];
+    size_t offs[SW_MATMUL_MAX_W], strides[SW_MATMUL_MAX_W], need = 0;
     int n_types = 0;
     for (int i = 0; i < n_w; i++) {
         enum sw_type vt = sw_type_vec_dot(w[i]->type);
@@ -502,24 +501,33 @@ static size_t s_qrow(enum sw_type t, int64_t n)
     return (size_t)((rb + 63) & ~(uint64_t)63);
 }
 
-static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
+/* The parts of the mixture-of-experts scratch (c->moe) for one call of n rows
+ * of k experts each (nk = n * k (row, slot) pairs), n_exp experts, n_embd
+ * inputs, n_ff expert outputs, quantized rows of qg (gate/up input) and qd
+ * (down input) bytes. */
+struct s_moe_scratch {
+    float *probs;  // (n, n_exp) the router's softmax
+    float *wts;    // (nk) the chosen experts' weights
+    int32_t *sel;  // (nk) the chosen experts
+    int32_t *rows; // (nk) the pairs routed to one expert
+    char *xq;      // (n, qg) the input quantized for gate and up
+    char *gq;      // (n, max(qg, qd)) one expert's rows gathered (a row picks an expert once)
+    float *gate;   // (nk, n_ff) f32
+    float *up;     // (nk, n_ff) f32
+    char *aq;      // (nk, qd) silu(gate) * up quantized for down
+    float *eo;     // (nk, n_embd) f32 each pair's expert output
+    float *y0;     // (n, max(n_ff, n_embd)) f32 one expert's output
+    float *y1;     // (n, max(n_ff, n_embd)) f32
+};
+
+/* Cuts c->moe (grown as needed) into *s for the shapes of a; 0, or -1 with
+ * the backend's error. */
+static int s_moe_scratch(sw_backend_t *be, const sw_moe_args_t *a, size_t qg, size_t qd,
+                         struct s_moe_scratch *s)
 {
     s_cpu_t *c = s_impl(be);
-    const int n = a->n, k = a->n_used, n_exp = a->gate->n_expert;
+    const int n = a->n, nk = n * a->n_used, n_exp = a->gate->n_expert;
     const int64_t n_embd = a->router->n_in, n_ff = a->gate->n_out;
-    if (k < 1 || k > SW_MOE_MAX_USED || n_exp < k || a->router->n_out != n_exp ||
-        a->router->type != SW_TYPE_F32 || n_embd % 8 || a->up->n_expert != n_exp ||
-        a->down->n_expert != n_exp || a->down->n_in != n_ff || a->down->n_out != n_embd)
-        return sw_backend_fail(be, "cpu backend: inconsistent mixture-of-experts shapes");
-    const int nk = n * k;
-    const size_t qg = s_qrow(a->gate->type, n_embd), qd = s_qrow(a->down->type, n_ff);
-    if (!qg || !qd)
-        return sw_backend_fail(be, "cpu backend: expert types %s/%s cannot be multiplied",
-                               sw_type_name(a->gate->type), sw_type_name(a->down->type));
-    /* Scratch: probs (n, n_exp) f32 | wts (nk) f32 | sel (nk) i32 | rows (nk) i32 |
-     * xq (n, qg) | gq (n, max(qg, qd)) one expert's rows gathered (a row picks
-     * an expert once, so at most n) | gate, up (nk, n_ff) f32 | aq (nk, qd) |
-     * eo (nk, n_embd) f32 | y0, y1 (n, max(n_ff, n_embd)) f32 one expert's out. */
     const size_t mx = (size_t)(n_ff > n_embd ? n_ff : n_embd);
     size_t off[12], need = 0;
     const size_t sizes[12] = {
@@ -543,109 +551,171 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
     void *at[12];
     for (int i = 0; i < 12; i++)
         at[i] = (char *)c->moe + off[i];
-    float *probs = at[0], *wts = at[1], *gate = at[6], *up = at[7], *eo = at[9], *y0 = at[10],
-          *y1 = at[11];
-    int32_t *sel = at[2], *rows = at[3];
-    char *xq = at[4], *gq = at[5], *aq = at[8];
+    *s = (struct s_moe_scratch){.probs = at[0],
+                                .wts = at[1],
+                                .sel = at[2],
+                                .rows = at[3],
+                                .xq = at[4],
+                                .gq = at[5],
+                                .gate = at[6],
+                                .up = at[7],
+                                .aq = at[8],
+                                .eo = at[9],
+                                .y0 = at[10],
+                                .y1 = at[11]};
+    return 0;
+}
+
+/* Routing: logits, softmax, the k best in descending order (lowest id first
+ * on ties), their weights normalised by their double-precision sum clamped at
+ * 2^-14 (llama.cpp's weights_sum with its f16 floor), into s->sel and s->wts. */
+static void s_moe_route(const sw_moe_args_t *a, const struct s_moe_scratch *s)
+{
+    const int n = a->n, k = a->n_used, n_exp = a->gate->n_expert;
+    const int64_t n_embd = a->router->n_in;
     const float *x = s_f32(a->x);
     const float *wr = s_f32(a->router->buf);
-
-    /* Routing: logits, softmax, the k best in descending order (lowest id
-     * first on ties), their weights normalised by their double-precision sum
-     * clamped at 2^-14 (llama.cpp's weights_sum with its f16 floor). */
     /* llama.cpp hands a matmul of 2 rows or more to llamafile (prompts; in
      * the last layer only the rows that want logits count), one row to
      * ggml_vec_dot_f32 (sw_matmul's f32 order). */
     const int tinyblas = a->prompt && n - a->count_row0 >= 2;
     for (int r = 0; r < n; r++) {
-        float *p = probs + (size_t)r * n_exp;
+        float *p = s->probs + (size_t)r * n_exp;
         if (tinyblas)
             for (int e = 0; e < n_exp; e++)
                 p[e] = sw_dot_f32_tinyblas(wr + (size_t)e * n_embd, x + (size_t)r * n_embd, n_embd);
         else
             sw_matmul(SW_TYPE_F32, n_embd, wr, a->router->row_bytes, 0, n_exp,
                       x + (size_t)r * n_embd, (size_t)n_embd * sizeof(float), 1, p, n_exp);
-        sw_moe_route(p, n_exp, k, sel + (size_t)r * k, wts + (size_t)r * k);
+        sw_moe_route(p, n_exp, k, s->sel + (size_t)r * k, s->wts + (size_t)r * k);
     }
+}
 
-    /* The input rows quantized once for the gate and up experts. */
-    const enum sw_type vg = sw_type_vec_dot(a->gate->type), vd = sw_type_vec_dot(a->down->type);
-    for (int r = 0; r < n; r++)
-        if (sw_quantize_row(vg, x + (size_t)r * n_embd, xq + (size_t)r * qg, n_embd) != 0)
-            return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
-                                   sw_type_name(vg));
+/* The (row, slot) pairs routed to expert e, ascending, into s->rows; *cnt
+ * their number (0: none), *tiled whether the expert's matmuls take the tiled
+ * order (a prompt window with 8 or more of them counted). 0, or -1 with the
+ * backend's error when more than n pairs picked e. */
+static int s_moe_pick(sw_backend_t *be, const sw_moe_args_t *a, const struct s_moe_scratch *s,
+                      int e, int *cnt, int *tiled)
+{
+    const int n = a->n, k = a->n_used, nk = n * k;
+    int m = 0, counted = 0;
+    for (int i = 0; i < nk; i++)
+        if (s->sel[i] == e) {
+            s->rows[m++] = i;
+            counted += i / k >= a->count_row0;
+        }
+    *cnt = m;
+    *tiled = a->prompt && counted >= 8;
+    if (m > n) // a row picks each expert at most once: the buffers hold n rows
+        return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, m, n);
+    return 0;
+}
 
-    /* Gate and up, expert by expert over the rows routed to it. */
+/* Gate and up, expert by expert over the rows routed to it: s->gate and
+ * s->up from the quantized input s->xq (rows of qg bytes). */
+static int s_moe_gate_up(sw_backend_t *be, const sw_moe_args_t *a, const struct s_moe_scratch *s,
+                         size_t qg)
+{
+    const int k = a->n_used, n_exp = a->gate->n_expert;
+    const int64_t n_ff = a->gate->n_out;
     for (int e = 0; e < n_exp; e++) {
-        int cnt = 0, counted = 0;
-        for (int i = 0; i < nk; i++)
-            if (sel[i] == e) {
-                rows[cnt++] = i;
-                counted += i / k >= a->count_row0;
-            }
+        int cnt, tiled;
+        if (s_moe_pick(be, a, s, e, &cnt, &tiled) != 0)
+            return -1;
         if (cnt == 0)
             continue;
-        if (cnt > n) // a row picks each expert at most once: the buffers hold n rows
-            return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, cnt,
-                                   n);
-        const int tiled = a->prompt && counted >= 8;
         for (int j = 0; j < cnt; j++)
-            memcpy(gq + (size_t)j * qg, xq + (size_t)(rows[j] / k) * qg, qg);
+            memcpy(s->gq + (size_t)j * qg, s->xq + (size_t)(s->rows[j] / k) * qg, qg);
         sw_buf_t bg, bu;
         sw_weight_t wg, wu;
         s_expert(a->gate, e, &wg, &bg);
         s_expert(a->up, e, &wu, &bu);
         const sw_weight_t *ws[2] = {&wg, &wu};
-        float *ys[2] = {y0, y1};
-        s_mm_rows(c, 2, ws, gq, qg, cnt, ys, tiled);
+        float *ys[2] = {s->y0, s->y1};
+        s_mm_rows(s_impl(be), 2, ws, s->gq, qg, cnt, ys, tiled);
         for (int j = 0; j < cnt; j++) {
-            memcpy(gate + (size_t)rows[j] * n_ff, y0 + (size_t)j * n_ff, (size_t)n_ff * 4);
-            memcpy(up + (size_t)rows[j] * n_ff, y1 + (size_t)j * n_ff, (size_t)n_ff * 4);
+            memcpy(s->gate + (size_t)s->rows[j] * n_ff, s->y0 + (size_t)j * n_ff, (size_t)n_ff * 4);
+            memcpy(s->up + (size_t)s->rows[j] * n_ff, s->y1 + (size_t)j * n_ff, (size_t)n_ff * 4);
         }
     }
-    /* SwiGLU, as the dense FFN's (groups of 8 with GGML's exp). */
-    {
-        sw_buf_t g = {.bytes = (size_t)nk * n_ff * 4, .data = gate, .owned = 0};
-        sw_buf_t u = {.bytes = (size_t)nk * n_ff * 4, .data = up, .owned = 0};
-        if (s_swiglu(be, &g, &u, (size_t)nk * (size_t)n_ff) != 0)
-            return -1;
-    }
-    for (int i = 0; i < nk; i++)
-        if (sw_quantize_row(vd, gate + (size_t)i * n_ff, aq + (size_t)i * qd, n_ff) != 0)
-            return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
-                                   sw_type_name(vd));
-    /* Down, expert by expert. */
+    return 0;
+}
+
+/* Down, expert by expert: s->eo from the quantized s->aq (rows of qd bytes). */
+static int s_moe_down(sw_backend_t *be, const sw_moe_args_t *a, const struct s_moe_scratch *s,
+                      size_t qd)
+{
+    const int n_exp = a->gate->n_expert;
+    const int64_t n_embd = a->router->n_in;
     for (int e = 0; e < n_exp; e++) {
-        int cnt = 0, counted = 0;
-        for (int i = 0; i < nk; i++)
-            if (sel[i] == e) {
-                rows[cnt++] = i;
-                counted += i / k >= a->count_row0;
-            }
+        int cnt, tiled;
+        if (s_moe_pick(be, a, s, e, &cnt, &tiled) != 0)
+            return -1;
         if (cnt == 0)
             continue;
-        if (cnt > n) // a row picks each expert at most once: the buffers hold n rows
-            return sw_backend_fail(be, "cpu backend: expert %d picked %d times by %d rows", e, cnt,
-                                   n);
-        const int tiled = a->prompt && counted >= 8;
         for (int j = 0; j < cnt; j++)
-            memcpy(gq + (size_t)j * qd, aq + (size_t)rows[j] * qd, qd);
+            memcpy(s->gq + (size_t)j * qd, s->aq + (size_t)s->rows[j] * qd, qd);
         sw_buf_t bd;
         sw_weight_t wd;
         s_expert(a->down, e, &wd, &bd);
         const sw_weight_t *ws[1] = {&wd};
-        float *ys[1] = {y0};
-        s_mm_rows(c, 1, ws, gq, qd, cnt, ys, tiled);
+        float *ys[1] = {s->y0};
+        s_mm_rows(s_impl(be), 1, ws, s->gq, qd, cnt, ys, tiled);
         for (int j = 0; j < cnt; j++)
-            memcpy(eo + (size_t)rows[j] * n_embd, y0 + (size_t)j * n_embd, (size_t)n_embd * 4);
+            memcpy(s->eo + (size_t)s->rows[j] * n_embd, s->y0 + (size_t)j * n_embd,
+                   (size_t)n_embd * 4);
     }
+    return 0;
+}
+
+static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
+{
+    const int n = a->n, k = a->n_used, n_exp = a->gate->n_expert;
+    const int64_t n_embd = a->router->n_in, n_ff = a->gate->n_out;
+    if (k < 1 || k > SW_MOE_MAX_USED || n_exp < k || a->router->n_out != n_exp ||
+        a->router->type != SW_TYPE_F32 || n_embd % 8 || a->up->n_expert != n_exp ||
+        a->down->n_expert != n_exp || a->down->n_in != n_ff || a->down->n_out != n_embd)
+        return sw_backend_fail(be, "cpu backend: inconsistent mixture-of-experts shapes");
+    const int nk = n * k;
+    const size_t qg = s_qrow(a->gate->type, n_embd), qd = s_qrow(a->down->type, n_ff);
+    if (!qg || !qd)
+        return sw_backend_fail(be, "cpu backend: expert types %s/%s cannot be multiplied",
+                               sw_type_name(a->gate->type), sw_type_name(a->down->type));
+    struct s_moe_scratch s;
+    if (s_moe_scratch(be, a, qg, qd, &s) != 0)
+        return -1;
+    s_moe_route(a, &s);
+
+    /* The input rows quantized once for the gate and up experts. */
+    const float *x = s_f32(a->x);
+    const enum sw_type vg = sw_type_vec_dot(a->gate->type), vd = sw_type_vec_dot(a->down->type);
+    for (int r = 0; r < n; r++)
+        if (sw_quantize_row(vg, x + (size_t)r * n_embd, s.xq + (size_t)r * qg, n_embd) != 0)
+            return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                   sw_type_name(vg));
+    if (s_moe_gate_up(be, a, &s, qg) != 0)
+        return -1;
+    /* SwiGLU, as the dense FFN's (groups of 8 with GGML's exp). */
+    {
+        sw_buf_t g = {.bytes = (size_t)nk * n_ff * 4, .data = s.gate, .owned = 0};
+        sw_buf_t u = {.bytes = (size_t)nk * n_ff * 4, .data = s.up, .owned = 0};
+        if (s_swiglu(be, &g, &u, (size_t)nk * (size_t)n_ff) != 0)
+            return -1;
+    }
+    for (int i = 0; i < nk; i++)
+        if (sw_quantize_row(vd, s.gate + (size_t)i * n_ff, s.aq + (size_t)i * qd, n_ff) != 0)
+            return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                   sw_type_name(vd));
+    if (s_moe_down(be, a, &s, qd) != 0)
+        return -1;
     /* Each expert's output times its weight, then added left to right. */
     float *out = s_f32(a->out);
     for (int r = 0; r < n; r++) {
         float *o = out + (size_t)r * n_embd;
         for (int j = 0; j < k; j++) {
-            const float *er = eo + ((size_t)r * k + j) * n_embd;
-            const float w = wts[(size_t)r * k + j];
+            const float *er = s.eo + ((size_t)r * k + j) * n_embd;
+            const float w = s.wts[(size_t)r * k + j];
             for (int64_t i = 0; i < n_embd; i++) {
                 const float t = er[i] * w; // ggml_mul, then ggml_add: two roundings
                 o[i] = j == 0 ? t : o[i] + t;

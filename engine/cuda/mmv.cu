@@ -33,7 +33,6 @@
  */
 #include "common.cuh"
 
-#define S_MAX_W 4
 #define S_THREADS 128 // 16 outputs per block for quantized weights, 4 for float weights
 
 /* ---- activation quantization ---------------------------------------------------------- */
@@ -497,8 +496,8 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
                const sw_buf_t *x, int x_row0, int n, sw_buf_t *const *y, int flags)
 {
     swc *c = swc_of(be);
-    if (n_w < 1 || n_w > S_MAX_W)
-        return sw_backend_fail(be, "cuda: matmul of %d weights (1..%d)", n_w, S_MAX_W);
+    if (n_w < 1 || n_w > SW_MATMUL_MAX_W)
+        return sw_backend_fail(be, "cuda: matmul of %d weights (1..%d)", n_w, SW_MATMUL_MAX_W);
     if (swc_use(be) != 0)
         return -1;
     const int64_t n_in = w[0]->n_in;
@@ -513,9 +512,9 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
     }
 
     /* Quantize the input once per distinct vec-dot type, rows 16-byte aligned. */
-    enum sw_type types[S_MAX_W];
-    size_t offs[S_MAX_W], strides[S_MAX_W], need = 0;
-    int n_types = 0, which[S_MAX_W];
+    enum sw_type types[SW_MATMUL_MAX_W];
+    size_t offs[SW_MATMUL_MAX_W], strides[SW_MATMUL_MAX_W], need = 0;
+    int n_types = 0, which[SW_MATMUL_MAX_W];
     for (int i = 0; i < n_w; i++) {
         const enum sw_type vt = sw_type_vec_dot(w[i]->type);
         int k = 0;
