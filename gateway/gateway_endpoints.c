@@ -56,15 +56,24 @@ enum MHD_Result gw_http_error(gw_t *g, struct MHD_Connection *c, const char *ep,
 
 /* ---- models ------------------------------------------------------------------------------ */
 
+/* The relay's peer table (gw_call_table, at most 1 s old) into *t: 0, or a client code after a
+ * line in err. The caller clears *t. */
+static int s_table(gw_t *g, sw_client_table_t *t, char *err, size_t err_len)
+{
+    gw_call_t *call = gw_call_new(g->disp);
+    snprintf(err, err_len, "out of memory");
+    int rc = call ? gw_call_table(call, t, err, err_len) : SW_CLIENT_ENOMEM;
+    gw_call_destroy(&call);
+    return rc;
+}
+
 /* /v1/models (url NULL) or /v1/models/{id}. */
 static enum MHD_Result s_models_list(gw_t *g, struct MHD_Connection *c, const char *ep,
                                      const char *url)
 {
-    gw_call_t *call = gw_call_new(g->disp);
     sw_client_table_t t;
-    char err[512] = "out of memory";
-    int rc = call ? gw_call_table(call, &t, err, sizeof err) : SW_CLIENT_ENOMEM;
-    gw_call_destroy(&call);
+    char err[512];
+    int rc = s_table(g, &t, err, sizeof err);
     if (rc != 0)
         return gw_http_error(g, c, ep, MHD_HTTP_SERVICE_UNAVAILABLE, err, "server_error", NULL,
                              sw_client_strerror(rc));
@@ -107,11 +116,9 @@ enum MHD_Result gw_ep_model(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, co
 enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
 {
     (void)url;
-    gw_call_t *call = gw_call_new(g->disp);
     sw_client_table_t t;
-    char err[512] = "out of memory";
-    int rc = call ? gw_call_table(call, &t, err, sizeof err) : SW_CLIENT_ENOMEM;
-    gw_call_destroy(&call);
+    char err[512];
+    int rc = s_table(g, &t, err, sizeof err);
     int heads = 0, nodes = 0;
     if (rc == 0) {
         for (int i = 0; i < t.n_peers; i++) {
@@ -149,11 +156,9 @@ enum MHD_Result gw_ep_metrics(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, 
 enum MHD_Result gw_ep_cluster(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
 {
     (void)url;
-    gw_call_t *call = gw_call_new(g->disp);
     sw_client_table_t t;
-    char err[512] = "out of memory";
-    int rc = call ? gw_call_table(call, &t, err, sizeof err) : SW_CLIENT_ENOMEM;
-    gw_call_destroy(&call);
+    char err[512];
+    int rc = s_table(g, &t, err, sizeof err);
     char *body = gw_web_cluster_json(rc == 0 ? &t : NULL, g->o->relay, err,
                                      gw_metrics_json(g->metrics), g->o->max_inflight);
     if (rc == 0)
