@@ -1,13 +1,14 @@
 // shardwire's web page (gateway/web/, served by `shardwire serve`; docs/api.md, "Web page").
 //
 // Chat: POST /v1/chat/completions with "stream": true, read as server-sent
-// events; the sampling fields start empty and take the gateway's defaults
-// from GET /v1/defaults (never a copy kept here); Stop aborts the fetch, which closes the connection, and the gateway
+// events; Stop aborts the fetch, which closes the connection, and the gateway
 // cancels the generation on the cluster (the head frees the session at every
-// stage). Cluster: GET /v1/cluster every second. The API key is asked once
-// and kept in sessionStorage (this tab only); every API call sends it as a
-// Bearer token. Text from the model or the cluster is only ever set as
-// textContent, never parsed as HTML.
+// stage). The sampling fields start empty and take the gateway's defaults
+// from GET /v1/defaults (the page keeps no copy of them). Cluster: GET
+// /v1/cluster every second. The API key is asked once and kept in
+// sessionStorage (this tab only); every API call sends it as a Bearer token.
+// Text from the model or the cluster is only ever set as textContent, never
+// parsed as HTML.
 "use strict";
 (() => {
   const KEY = "shardwire-api-key";
