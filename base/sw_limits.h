@@ -93,6 +93,7 @@ _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
 #define SW_REQUEST_MAX_N_PREDICT 1048576 /* tokens one request may ask for (-n, max_tokens) */
 #define SW_REQUEST_DEFAULT_TIMEOUT_S 300 /* a request's deadline on the cluster (--timeout-s) */
 #define SW_CLIENT_DEFAULT_CONNECT_S 15   /* run and status keep trying to reach the relay */
+#define SW_REQUEST_MAX_TIMEOUT_S 86400   /* the longest deadline a request may ask for */
 
 _Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
                "a GenerateRequest of the most tokens is valid on the wire");
@@ -177,6 +178,32 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
                    SW_PEER_SILENT_IVLS * SW_PEER_DEFAULT_HEARTBEAT_MS,
                "a peer hears the relay's heartbeat well before it takes the relay for gone");
 
+/* ---- the gateway's defaults (shardwire serve; gw_opts_t in gateway/gateway.h) ---------------- */
+
+/* serve's --help prints these; the gateway's GET /v1/defaults hands the defaults of a request's
+ * fields to the web page (docs/api.md), and tests/e2e/test_web.c checks that the page shows
+ * them. The sampling defaults of a request are the SW_SAMPLING_* values below. */
+#define SW_GATEWAY_DEFAULT_LISTEN "127.0.0.1:8080" /* --listen */
+#define SW_GATEWAY_DEFAULT_BODY_MB 8               /* --max-body-mb */
+#define SW_GATEWAY_DEFAULT_BODIES_MB 64            /* --max-bodies-mb: 8 of the largest at once */
+/* --max-connections: with 8 per address, 64 addresses to fill them, each for 10 s */
+#define SW_GATEWAY_DEFAULT_CONNECTIONS 512
+#define SW_GATEWAY_DEFAULT_PER_IP 8            /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S 10 /* --header-timeout-s */
+#define SW_GATEWAY_DEFAULT_INFLIGHT 32         /* --max-inflight */
+/* --max-inflight-per-key: a tenant's share; the head runs 6 of the gateway's at once
+ * (SW_NODE_DEFAULT_SESSIONS_PER_CLIENT of SW_NODE_DEFAULT_MAX_SESSIONS) */
+#define SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY 4
+#define SW_GATEWAY_DEFAULT_IDLE_S 30         /* --idle-timeout-s */
+#define SW_GATEWAY_DEFAULT_BODY_TIMEOUT_S 30 /* --body-timeout-s */
+#define SW_GATEWAY_DEFAULT_MAX_TOKENS 512    /* --max-tokens: a request's max_tokens */
+
+_Static_assert(SW_GATEWAY_DEFAULT_MAX_TOKENS <= SW_REQUEST_MAX_N_PREDICT,
+               "the default is a valid max_tokens");
+_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY <= SW_GATEWAY_DEFAULT_INFLIGHT,
+               "a share is at most the whole");
+
 /* ---- sampling -------------------------------------------------------------------------------- */
 
 /*
@@ -212,6 +239,7 @@ _Static_assert(SW_SAMPLING_HTTP_REP_PENALTY == SW_SAMPLING_REP_OFF,
 #define SW_SAMPLING_MAX_LAST_N (1 << 20) /* --repeat-last-n, repeat_last_n of a request */
 #define SW_SAMPLING_MAX_TEMP 100         /* --temp, temperature of a request */
 #define SW_SAMPLING_MAX_REP_PENALTY 10   /* --repeat-penalty, repeat_penalty of a request */
+#define SW_SAMPLING_MIN_REP_PENALTY 0.01 /* and the smallest */
 
 /* Sampling parameters (engine/include/sampler.h applies them; clients send them in a
  * GenerateRequest). */

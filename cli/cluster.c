@@ -682,7 +682,21 @@ static void s_usage(FILE *f)
                "  --force             DIR exists: replace the files cluster init writes\n");
 }
 
-static int s_init(int argc, char **argv)
+/* cluster init's options as given (strings point into argv). */
+struct s_init_opts {
+    const char *relay;   /* --relay HOST:PORT */
+    const char *nodes;   /* --nodes A,B,... */
+    const char *clients; /* --clients A,... (default: client) */
+    const char *out;     /* --out DIR */
+    const char *model;   /* --model M, or NULL */
+    const char *layers;  /* --layers A:B,..., or NULL */
+    const char *listen;  /* --listen EP, or NULL */
+    int force;           /* --force */
+};
+
+/* Reads the command line into *o: -1 when it is good, else the exit code (0 after --help, 2
+ * after an error line). */
+static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
 {
     enum { O_RELAY = 256, O_NODES, O_CLIENTS, O_OUT, O_MODEL, O_LAYERS, O_LISTEN, O_FORCE, O_HELP };
     static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
@@ -695,37 +709,34 @@ static int s_init(int argc, char **argv)
                                           {"force", no_argument, 0, O_FORCE},
                                           {"help", no_argument, 0, O_HELP},
                                           {0, 0, 0, 0}};
-    const char *relay = NULL, *nodes = NULL, *clients = "client", *layers = NULL, *listen = NULL;
-    const char *out = NULL;
-    int force = 0, c;
-    static s_init_t in;
-    memset(&in, 0, sizeof in);
+    *o = (struct s_init_opts){.clients = "client"};
+    int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
         case O_RELAY:
-            relay = optarg;
+            o->relay = optarg;
             break;
         case O_NODES:
-            nodes = optarg;
+            o->nodes = optarg;
             break;
         case O_CLIENTS:
-            clients = optarg;
+            o->clients = optarg;
             break;
         case O_OUT:
-            out = optarg;
+            o->out = optarg;
             break;
         case O_MODEL:
-            in.model = optarg;
+            o->model = optarg;
             break;
         case O_LAYERS:
-            layers = optarg;
+            o->layers = optarg;
             break;
         case O_LISTEN:
-            listen = optarg;
+            o->listen = optarg;
             break;
         case O_FORCE:
-            force = 1;
+            o->force = 1;
             break;
         case O_HELP:
             s_usage(stdout);
@@ -734,104 +745,138 @@ static int s_init(int argc, char **argv)
             return 2;
         }
     }
-    if (optind < argc || !relay || !nodes || !out || !*out) {
+    if (optind < argc || !o->relay || !o->nodes || !o->out || !*o->out) {
         fprintf(stderr, "shardwire cluster init: --relay HOST:PORT, --nodes NAME,... and --out "
                         "DIR are required (shardwire cluster init --help)\n");
         return 2;
     }
-    if (strlen(out) >= sizeof in.out - 64) {
+    return -1;
+}
+
+/* The node and client names of o into in: distinct, and none is 'relay'. 0, or -1 after one
+ * line. */
+static int s_init_names(const struct s_init_opts *o, s_init_t *in)
+{
+    if ((in->n_nodes = s_names("nodes", o->nodes, in->nodes, S_NODES_MAX)) < 0 ||
+        (in->n_clients = s_names("clients", o->clients, in->clients, S_CLIENTS_MAX)) < 0)
+        return -1;
+    for (int i = 0; i < in->n_nodes + in->n_clients; i++) {
+        const char *a = i < in->n_nodes ? in->nodes[i] : in->clients[i - in->n_nodes];
+        if (!strcmp(a, "relay"))
+            return s_fail("'relay' is the relay's own folder: choose another node or client name");
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a, j < in->n_nodes ? in->nodes[j] : in->clients[j - in->n_nodes]))
+                return s_fail(
+                    "the name '%s' is given twice (nodes and clients need distinct names)", a);
+    }
+    return 0;
+}
+
+/*
+ * Parses the command line into *in (everything cluster init will write) and *force: -1 when
+ * it is good, else the exit code: 0 after --help, 2 after a usage error's line, 1 when the
+ * model's layer count cannot be read.
+ */
+static int s_init_parse(int argc, char **argv, s_init_t *in, int *force)
+{
+    struct s_init_opts o;
+    int rc = s_init_getopt(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    memset(in, 0, sizeof *in);
+    in->model = o.model;
+    *force = o.force;
+    if (strlen(o.out) >= sizeof in->out - 64) {
         s_fail("--out: path too long");
         return 2;
     }
-    snprintf(in.out, sizeof in.out, "%s", out);
-    for (size_t l = strlen(in.out); l > 1 && in.out[l - 1] == '/'; l--)
-        in.out[l - 1] = 0;
+    snprintf(in->out, sizeof in->out, "%s", o.out);
+    for (size_t l = strlen(in->out); l > 1 && in->out[l - 1] == '/'; l--)
+        in->out[l - 1] = 0;
     int port = 0;
-    if (s_relay_arg(relay, in.relay_ep, sizeof in.relay_ep, &port) != 0)
+    if (s_relay_arg(o.relay, in->relay_ep, sizeof in->relay_ep, &port) != 0)
         return 2;
-    if (listen && (strncmp(listen, "tcp://", 6) != 0 || strlen(listen) >= sizeof in.listen ||
-                   strpbrk(listen, "'\"\\ \t\n$`"))) {
-        s_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", listen);
+    if (o.listen && (strncmp(o.listen, "tcp://", 6) != 0 || strlen(o.listen) >= sizeof in->listen ||
+                     strpbrk(o.listen, "'\"\\ \t\n$`"))) {
+        s_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", o.listen);
         return 2;
     }
-    snprintf(in.listen, sizeof in.listen, "%s", listen ? listen : "");
-    if (!listen)
-        snprintf(in.listen, sizeof in.listen, "tcp://0.0.0.0:%d", port);
-    if (in.model && (strlen(in.model) >= PATH_MAX || strchr(in.model, '\n'))) {
+    snprintf(in->listen, sizeof in->listen, "%s", o.listen ? o.listen : "");
+    if (!o.listen)
+        snprintf(in->listen, sizeof in->listen, "tcp://0.0.0.0:%d", port);
+    if (in->model && (strlen(in->model) >= PATH_MAX || strchr(in->model, '\n'))) {
         s_fail("--model: not a usable path");
         return 2;
     }
-    if ((in.n_nodes = s_names("nodes", nodes, in.nodes, S_NODES_MAX)) < 0 ||
-        (in.n_clients = s_names("clients", clients, in.clients, S_CLIENTS_MAX)) < 0)
+    if (s_init_names(&o, in) != 0)
         return 2;
-    for (int i = 0; i < in.n_nodes + in.n_clients; i++) {
-        const char *a = i < in.n_nodes ? in.nodes[i] : in.clients[i - in.n_nodes];
-        if (!strcmp(a, "relay")) {
-            s_fail("'relay' is the relay's own folder: choose another node or client name");
-            return 2;
-        }
-        for (int j = 0; j < i; j++)
-            if (!strcmp(a, j < in.n_nodes ? in.nodes[j] : in.clients[j - in.n_nodes])) {
-                s_fail("the name '%s' is given twice (nodes and clients need distinct names)", a);
-                return 2;
-            }
-    }
     int n_layer = -1;
-    if (in.model && strncmp(in.model, "hf:", 3) != 0 && (n_layer = s_model_layers(in.model)) < 0)
+    if (in->model && strncmp(in->model, "hf:", 3) != 0 && (n_layer = s_model_layers(in->model)) < 0)
         return 1;
-    if (s_layers(&in, layers, n_layer) != 0)
-        return 2;
+    return s_layers(in, o.layers, n_layer) != 0 ? 2 : -1;
+}
 
+/* Where in->out is made: a fresh folder beside it (in->tmp), after checking that out may be
+ * written (a folder, and --force when it exists). 0, or -1 after one line. */
+static int s_init_tmp(s_init_t *in, int force)
+{
     struct stat st;
-    if (stat(in.out, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) {
-            s_fail("%s exists and is not a folder", in.out);
-            return 1;
-        }
-        if (!force) {
-            s_fail("%s exists: not overwriting a cluster's keys (pass --force to replace the "
-                   "files cluster init writes there, or choose another --out)",
-                   in.out);
-            return 1;
-        }
+    if (stat(in->out, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return s_fail("%s exists and is not a folder", in->out);
+        if (!force)
+            return s_fail("%s exists: not overwriting a cluster's keys (pass --force to replace "
+                          "the files cluster init writes there, or choose another --out)",
+                          in->out);
     } else if (errno != ENOENT) {
-        s_fail("%s: %s", in.out, strerror(errno));
-        return 1;
+        return s_fail("%s: %s", in->out, strerror(errno));
     }
-    int tl = snprintf(in.tmp, sizeof in.tmp, "%s.tmp-XXXXXX", in.out);
-    if (tl < 0 || (size_t)tl >= sizeof in.tmp) {
-        s_fail("--out %s: the path is too long", in.out);
+    int tl = snprintf(in->tmp, sizeof in->tmp, "%s.tmp-XXXXXX", in->out);
+    if (tl < 0 || (size_t)tl >= sizeof in->tmp)
+        return s_fail("--out %s: the path is too long", in->out);
+    if (!mkdtemp(in->tmp))
+        return s_fail("cannot make a folder beside %s: %s", in->out, strerror(errno));
+    return 0;
+}
+
+/* Makes every key and bundle of in and moves them into in->out: the exit code. */
+static int s_init_run(s_init_t *in, int force)
+{
+    if (s_init_tmp(in, force) != 0)
         return 1;
-    }
-    if (!mkdtemp(in.tmp)) {
-        s_fail("cannot make a folder beside %s: %s", in.out, strerror(errno));
-        return 1;
-    }
     if (sodium_init() < 0) {
         s_fail("libsodium failed to initialise");
-        rmdir(in.tmp);
+        rmdir(in->tmp);
         return 1;
     }
-    int rc = s_make(&in);
+    int rc = s_make(in);
     if (rc == 0)
-        rc = s_install(&in);
+        rc = s_install(in);
     else
-        s_cleanup(&in);
-    for (int i = 0; i < in.n_files; i++)
-        free(in.files[i]);
-    sodium_memzero(in.cluster_z85, sizeof in.cluster_z85);
-    sodium_memzero(in.access_z85, sizeof in.access_z85);
+        s_cleanup(in);
+    for (int i = 0; i < in->n_files; i++)
+        free(in->files[i]);
+    sodium_memzero(in->cluster_z85, sizeof in->cluster_z85);
+    sodium_memzero(in->access_z85, sizeof in->access_z85);
     if (rc != 0)
         return 1;
-    printf("cluster keys and bundles in %s (see %s/README.txt):\n", in.out, in.out);
+    printf("cluster keys and bundles in %s (see %s/README.txt):\n", in->out, in->out);
     printf("  relay/   -> the relay machine (listens on %s; nodes and clients dial %s)\n",
-           in.listen, in.relay_ep);
-    for (int i = 0; i < in.n_nodes; i++)
-        printf("  %s/ -> node %d (layers %s)\n", in.nodes[i], i,
-               in.layers[i][0] ? in.layers[i] : "not set: SW_LAYERS");
-    for (int i = 0; i < in.n_clients; i++)
-        printf("  %s/ -> a client\n", in.clients[i]);
+           in->listen, in->relay_ep);
+    for (int i = 0; i < in->n_nodes; i++)
+        printf("  %s/ -> node %d (layers %s)\n", in->nodes[i], i,
+               in->layers[i][0] ? in->layers[i] : "not set: SW_LAYERS");
+    for (int i = 0; i < in->n_clients; i++)
+        printf("  %s/ -> a client\n", in->clients[i]);
     return 0;
+}
+
+static int s_init(int argc, char **argv)
+{
+    static s_init_t in;
+    int force = 0;
+    const int rc = s_init_parse(argc, argv, &in, &force);
+    return rc >= 0 ? rc : s_init_run(&in, force);
 }
 
 int cmd_cluster(int argc, char **argv)

@@ -1,7 +1,9 @@
 /*
  * cmds.h - the subcommands of the `shardwire` program. Each takes the
  * arguments after its name (argv[0] is the subcommand) and returns the
- * process exit code: 0 success, 1 runtime failure, 2 usage error.
+ * process exit code: 0 success, 1 runtime failure, 2 usage error. Each
+ * file parses its command's options into a struct (s_<cmd>_parse) and then
+ * runs it (s_<cmd>_run), so that no function does both.
  */
 #ifndef SW_CLI_CMDS_H
 #define SW_CLI_CMDS_H
@@ -16,12 +18,22 @@ int cmd_serve(int argc, char **argv);
 int cmd_cluster(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 
-/* Joins the relay as a client with a's keys (run.c), trying for connect_s
- * seconds (-1 = the default, 0 = no limit); NULL after one line on stderr,
- * *exit_code set. */
+/* ---- shared by the commands that talk to a cluster (connect.c) ---------------------------- */
+
+#include <signal.h>
+
 #include "client.h"
 #include "keys.h"
+
+/* The monotonic clock in ms. */
+double cli_now_ms(void);
+/* --connect-timeout-s (-1 = not given) in ms: the default (SW_CLIENT_DEFAULT_CONNECT_S), or
+ * -1 for no limit (0 given). */
+int cli_connect_ms(int connect_s);
+/* Loads a's keys and joins the relay as a client, trying for connect_s seconds (-1 = the
+ * default, 0 = no limit) or until *stop is set (stop may be NULL); NULL after one line on
+ * stderr, *exit_code set (2: the keys, 1: the relay). The caller destroys the client. */
 sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *relay, int connect_s,
-                         int *exit_code);
+                         volatile sig_atomic_t *stop, int *exit_code);
 
 #endif

@@ -39,34 +39,102 @@ static const sw_args_spec_t s_spec = {
     .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
-int cmd_info(int argc, char **argv)
+struct s_info_opts {
+    sw_args_model_t m; /* --model, --backend (default cpu) */
+    int json;          /* --json */
+};
+
+/* -1 when the options are good (o filled), else the exit code: 0 after --help /
+ * --version, 2 after a usage error's line. */
+static int s_info_parse(int argc, char **argv, struct s_info_opts *o)
 {
-    sw_args_model_t mo = SW_ARGS_MODEL_DEFAULT;
-    mo.backend = "cpu";
-    int json = 0, c;
+    *o = (struct s_info_opts){.m = SW_ARGS_MODEL_DEFAULT};
+    o->m.backend = "cpu";
+    int c;
     const char *v;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
-        int h = sw_args_model_opt(s_spec.prog, &mo, c, v);
+        int h = sw_args_model_opt(s_spec.prog, &o->m, c, v);
         if (!h && c == SW_OPT_JSON)
-            h = json = 1;
+            h = o->json = 1;
         if (h <= 0)
             return 2;
     }
     if ((c = sw_args_finish(&a, c, 0)) >= 0)
         return c;
-    if (!mo.model)
+    if (!o->m.model)
         return sw_args_exit(sw_args_fail(&s_spec, "--model M.gguf is required"));
-    const char *path = mo.model, *backend = mo.backend;
+    return -1;
+}
+
+/* What the model at path is, as one JSON object (new reference); part: its partial-file
+ * header when partial is 1. */
+static json_t *s_info_json(const char *path, const sw_model_t *m, const sw_tokenizer_t *tok,
+                           const sw_backend_t *be, int partial, const sw_partial_info_t *part)
+{
+    const sw_hparams_t *hp = sw_model_hparams(m);
+    char fp[65];
+    sw_model_fingerprint(m, fp);
+    json_t *j = json_object();
+    json_object_set_new(j, "path", json_string(path));
+    json_object_set_new(j, "arch", json_string(hp->arch_name));
+    json_object_set_new(j, "n_layers", json_integer(hp->n_layer));
+    json_object_set_new(j, "n_embd", json_integer(hp->n_embd));
+    json_object_set_new(j, "n_ff", json_integer(hp->n_ff));
+    json_object_set_new(j, "n_head", json_integer(hp->n_head));
+    json_object_set_new(j, "n_kv_head", json_integer(hp->n_kv_head));
+    json_object_set_new(j, "head_dim", json_integer(hp->head_dim));
+    json_object_set_new(j, "n_vocab", json_integer(hp->n_vocab));
+    json_object_set_new(j, "n_ctx_train", json_integer(hp->n_ctx_train));
+    json_object_set_new(j, "rope_base", json_real(hp->rope_base));
+    json_object_set_new(j, "weight_bytes", json_integer((json_int_t)sw_model_weight_bytes(m)));
+    json_object_set_new(j, "tokenizer", json_string(tok ? sw_tokenizer_model(tok) : "?"));
+    json_object_set_new(j, "pre_tokenizer", json_string(tok ? sw_tokenizer_pre(tok) : "?"));
+    json_object_set_new(j, "fingerprint", json_string(fp));
+    if (partial) { /* a partial file (engine/include/partial.h): which layers, cut from what */
+        json_t *pj = json_object();
+        json_object_set_new(pj, "layer_begin", json_integer(part->begin));
+        json_object_set_new(pj, "layer_end", json_integer(part->end));
+        json_object_set_new(pj, "source", json_string(part->source));
+        json_object_set_new(pj, "source_size", json_integer((json_int_t)part->source_size));
+        json_object_set_new(pj, "source_sha256", json_string(part->sha256));
+        json_object_set_new(j, "partial", pj);
+    }
+    json_object_set_new(j, "backend", json_string(sw_backend_desc(be)));
+    return j;
+}
+
+/* j as one line (--json), or one line per key for people. */
+static void s_info_print(json_t *j, int json)
+{
+    if (json) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        return;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(j, key, val)
+    {
+        char *s = json_dumps(val, JSON_ENCODE_ANY);
+        printf("%-14s %s\n", key, s ? s : "");
+        free(s);
+    }
+}
+
+/* Loads the model on the backend and prints what it is: the exit code. */
+static int s_info_run(const struct s_info_opts *o)
+{
     char err[1024] = "";
-    static char resolved[PATH_MAX];
-    if (sw_hub_model_arg(path, NULL, resolved, sizeof resolved, err, sizeof err) != 0) {
+    static char path[PATH_MAX];
+    if (sw_hub_model_arg(o->m.model, NULL, path, sizeof path, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire info: %s\n", err);
         return 1;
     }
-    path = resolved;
-    sw_backend_t *be = sw_backend_new(backend, 1, err, sizeof err);
+    sw_backend_t *be = sw_backend_new(o->m.backend, 1, err, sizeof err);
     if (!be) {
         fprintf(stderr, "shardwire info: --backend: %s\n", err);
         return 1;
@@ -88,54 +156,19 @@ int cmd_info(int argc, char **argv)
         sw_backend_free(&be);
         return 1;
     }
-    const sw_hparams_t *hp = sw_model_hparams(m);
-    char fp[65];
-    sw_model_fingerprint(m, fp);
     sw_tokenizer_t *tok = sw_tokenizer_from_gguf(sw_model_gguf(m), err, sizeof err);
-    json_t *j = json_object();
-    json_object_set_new(j, "path", json_string(path));
-    json_object_set_new(j, "arch", json_string(hp->arch_name));
-    json_object_set_new(j, "n_layers", json_integer(hp->n_layer));
-    json_object_set_new(j, "n_embd", json_integer(hp->n_embd));
-    json_object_set_new(j, "n_ff", json_integer(hp->n_ff));
-    json_object_set_new(j, "n_head", json_integer(hp->n_head));
-    json_object_set_new(j, "n_kv_head", json_integer(hp->n_kv_head));
-    json_object_set_new(j, "head_dim", json_integer(hp->head_dim));
-    json_object_set_new(j, "n_vocab", json_integer(hp->n_vocab));
-    json_object_set_new(j, "n_ctx_train", json_integer(hp->n_ctx_train));
-    json_object_set_new(j, "rope_base", json_real(hp->rope_base));
-    json_object_set_new(j, "weight_bytes", json_integer((json_int_t)sw_model_weight_bytes(m)));
-    json_object_set_new(j, "tokenizer", json_string(tok ? sw_tokenizer_model(tok) : "?"));
-    json_object_set_new(j, "pre_tokenizer", json_string(tok ? sw_tokenizer_pre(tok) : "?"));
-    json_object_set_new(j, "fingerprint", json_string(fp));
-    if (partial) { /* a partial file (engine/include/partial.h): which layers, cut from what */
-        json_t *pj = json_object();
-        json_object_set_new(pj, "layer_begin", json_integer(part.begin));
-        json_object_set_new(pj, "layer_end", json_integer(part.end));
-        json_object_set_new(pj, "source", json_string(part.source));
-        json_object_set_new(pj, "source_size", json_integer((json_int_t)part.source_size));
-        json_object_set_new(pj, "source_sha256", json_string(part.sha256));
-        json_object_set_new(j, "partial", pj);
-    }
-    json_object_set_new(j, "backend", json_string(sw_backend_desc(be)));
-    if (json) {
-        char *s = json_dumps(j, JSON_COMPACT);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-    } else {
-        const char *key;
-        json_t *val;
-        json_object_foreach(j, key, val)
-        {
-            char *s = json_dumps(val, JSON_ENCODE_ANY);
-            printf("%-14s %s\n", key, s ? s : "");
-            free(s);
-        }
-    }
+    json_t *j = s_info_json(path, m, tok, be, partial, &part);
+    s_info_print(j, o->json);
     json_decref(j);
     sw_tokenizer_free(&tok);
     sw_model_free(&m);
     sw_backend_free(&be);
     return 0;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    struct s_info_opts o;
+    const int rc = s_info_parse(argc, argv, &o);
+    return rc >= 0 ? rc : s_info_run(&o);
 }

@@ -41,40 +41,62 @@ static const sw_args_spec_t s_spec = {
     .n_groups = SW_ARGS_COUNT(s_groups),
 };
 
-int cmd_keygen(int argc, char **argv)
+struct s_keygen_opts {
+    const char *out;     /* --out PREFIX, or NULL */
+    const char *cluster; /* --cluster-key FILE, or NULL */
+    const char *access;  /* --access-key FILE, or NULL */
+};
+
+/* -1 when the options are good (o filled), else the exit code: 0 after --help /
+ * --version, 2 after a usage error's line. */
+static int s_keygen_parse(int argc, char **argv, struct s_keygen_opts *o)
 {
-    const char *out = NULL, *cluster = NULL, *access = NULL, *v;
+    *o = (struct s_keygen_opts){0};
+    const char *v;
     int c;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
         if (c == O_OUT)
-            out = v;
+            o->out = v;
         else if (c == O_CLUSTER)
-            cluster = v;
+            o->cluster = v;
         else if (c == O_ACCESS)
-            access = v;
+            o->access = v;
     }
     if ((c = sw_args_finish(&a, c, 0)) >= 0)
         return c;
-    if (!out && !cluster && !access)
+    if (!o->out && !o->cluster && !o->access)
         return sw_args_exit(sw_args_fail(
             &s_spec, "--out PREFIX, --cluster-key FILE or --access-key FILE is required"));
+    return -1;
+}
+
+/* Writes the keys asked for: the exit code. */
+static int s_keygen_run(const struct s_keygen_opts *o)
+{
     char err[512], pub[SW_KEY_Z85_LEN + 1];
-    if (out) {
-        if (sw_keys_generate(out, pub, err, sizeof err) != 0) {
+    if (o->out) {
+        if (sw_keys_generate(o->out, pub, err, sizeof err) != 0) {
             fprintf(stderr, "shardwire keygen: %s\n", err);
             return 1;
         }
         printf("%s\n", pub);
     }
-    if (cluster && sw_cluster_key_generate(cluster, err, sizeof err) != 0) {
+    if (o->cluster && sw_cluster_key_generate(o->cluster, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire keygen: %s\n", err);
         return 1;
     }
-    if (access && sw_access_key_generate(access, err, sizeof err) != 0) {
+    if (o->access && sw_access_key_generate(o->access, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire keygen: %s\n", err);
         return 1;
     }
     return 0;
+}
+
+int cmd_keygen(int argc, char **argv)
+{
+    struct s_keygen_opts o;
+    const int rc = s_keygen_parse(argc, argv, &o);
+    return rc >= 0 ? rc : s_keygen_run(&o);
 }

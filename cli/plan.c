@@ -155,212 +155,293 @@ static double s_fixed_us(const sw_plan_model_t *pm, const s_view_t *v, int rows)
     return c;
 }
 
-int cmd_plan(int argc, char **argv)
+struct s_plan_opts {
+    const char *model;     /* --model M.gguf (or hf:...) */
+    int rows;              /* --rows */
+    int json;              /* --json */
+    sw_sec_args_t sec;     /* the security flags (no access key needed) */
+    sw_args_relay_t relay; /* --relay, --connect-timeout-s */
+};
+
+/* -1 when the options are good (o filled), else the exit code: 0 after --help /
+ * --version, 2 after a usage error's line. */
+static int s_plan_parse(int argc, char **argv, struct s_plan_opts *o)
 {
-    const char *P = s_spec.prog, *v, *model = NULL;
-    sw_args_relay_t ra = SW_ARGS_RELAY_DEFAULT;
-    sw_sec_args_t sa = {.e2e_optional = 1};
-    int json = 0, rows = 1, c, rc = 1;
+    const char *P = s_spec.prog, *v;
+    *o =
+        (struct s_plan_opts){.rows = 1, .sec = {.e2e_optional = 1}, .relay = SW_ARGS_RELAY_DEFAULT};
+    int c;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0) {
-        int h = sw_sec_args_opt(&sa, c, v);
+        int h = sw_sec_args_opt(&o->sec, c, v);
         if (!h)
-            h = sw_args_relay_opt(P, &ra, c, v);
+            h = sw_args_relay_opt(P, &o->relay, c, v);
         if (!h && c == SW_OPT_JSON)
-            h = json = 1;
+            h = o->json = 1;
         if (!h && c == 'm') {
-            model = v;
+            o->model = v;
             h = 1;
         }
         if (!h && c == O_ROWS)
-            h = sw_arg_int(P, "--rows", v, 1, SW_WIRE_MAX_ROWS, &rows) == 0 ? 1 : -1;
+            h = sw_arg_int(P, "--rows", v, 1, SW_WIRE_MAX_ROWS, &o->rows) == 0 ? 1 : -1;
         if (h <= 0)
             return 2;
     }
     if ((c = sw_args_finish(&a, c, 0)) >= 0)
         return c;
-    if (!model || !ra.relay[0])
+    if (!o->model || !o->relay.relay[0])
         return sw_args_exit(
-            sw_args_fail(&s_spec, "%s is required", !model ? "--model M.gguf" : "--relay"));
+            sw_args_fail(&s_spec, "%s is required", !o->model ? "--model M.gguf" : "--relay"));
+    return -1;
+}
+
+/* The model as the planner needs it (its fingerprint, layer count and sizes), read from its
+ * file mapped on the CPU (no weight read): 0, or -1 after one line. */
+static int s_plan_model(const char *model, char *path, size_t path_len, char fp[65], int *L,
+                        sw_plan_model_t *pm)
+{
     char err[1024] = "";
-    static char path[PATH_MAX];
-    if (sw_hub_model_arg(model, NULL, path, sizeof path, err, sizeof err) != 0) {
+    if (sw_hub_model_arg(model, NULL, path, path_len, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire plan: %s\n", err);
-        return 1;
+        return -1;
     }
-    /* the whole model mapped on the CPU: its fingerprint and layer sizes, no weight read */
     sw_backend_t *be = sw_backend_new("cpu", 1, err, sizeof err);
     sw_model_t *m = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
-    static sw_plan_model_t pm;
-    char fp[65] = "";
-    int L = 0;
     if (m) {
-        L = sw_model_hparams(m)->n_layer;
+        *L = sw_model_hparams(m)->n_layer;
         sw_model_fingerprint(m, fp);
     }
-    if (!m || sw_plan_model_bytes(sw_model_gguf(m), L, &pm, err, sizeof err) != 0) {
+    int rc = 0;
+    if (!m || sw_plan_model_bytes(sw_model_gguf(m), *L, pm, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire plan: %s: %s\n", path, err);
-        sw_model_free(&m);
-        sw_backend_free(&be);
-        return 1;
+        rc = -1;
     }
     sw_model_free(&m);
     sw_backend_free(&be);
-    sw_client_t *cl = cli_connect("plan", &sa, ra.relay, ra.connect_s, &rc);
+    return rc;
+}
+
+/* A plan of the auto nodes of a view, and what it is compared with. Node i is vw.autos[i]. */
+typedef struct s_plan {
+    const sw_plan_model_t *pm;                        /* the model's sizes */
+    const s_view_t *vw;                               /* the table as the planner reads it */
+    int rows, K1;                                     /* rows planned for, the probe's K+1 */
+    sw_plan_node_t nodes[SW_PLAN_MAX_NODES];          /* the auto nodes at rows */
+    sw_plan_node_t nodes_k[SW_PLAN_MAX_NODES];        /* and at K1 rows */
+    int b[SW_PLAN_MAX_NODES], e[SW_PLAN_MAX_NODES];   /* the plan: node i holds [b, e) */
+    int eb[SW_PLAN_MAX_NODES], ee[SW_PLAN_MAX_NODES]; /* the best even split */
+    int cb[SW_PLAN_MAX_NODES], ce[SW_PLAN_MAX_NODES]; /* what they hold now */
+    int order[SW_PLAN_MAX_NODES], n_ord;              /* the nodes in the plan's pipeline order */
+    double cost, plan_k;                              /* the plan's cost (us) at rows and at K1 */
+    double fixed, fixed_k;                            /* the head's and fixed stages' cost */
+    double even, cur;                                 /* the even split's, the current one's */
+    int fits_k, fits_even, fits_cur, placed; /* each fits memory; placed: all hold a range */
+} s_plan_t;
+
+/* The best even split of the plan's layers over its nodes into p->eb / p->ee: in the plan's
+ * order, or in the order (of every one up to SW_PLAN_PERMUTE_MAX nodes) that fits their memory
+ * and costs least. */
+static void s_plan_even(s_plan_t *p)
+{
+    const s_view_t *vw = p->vw;
+    p->even = s_even(p->pm, p->nodes, vw->n_auto, p->order, vw->begin, vw->end, p->eb, p->ee,
+                     &p->fits_even);
+    if (vw->n_auto > SW_PLAN_PERMUTE_MAX)
+        return;
+    int perm[SW_PLAN_MAX_NODES], pb[SW_PLAN_MAX_NODES], pe[SW_PLAN_MAX_NODES], pf;
+    for (int i = 0; i < vw->n_auto; i++)
+        perm[i] = i;
+    do {
+        const double c2 =
+            s_even(p->pm, p->nodes, vw->n_auto, perm, vw->begin, vw->end, pb, pe, &pf);
+        if ((pf && !p->fits_even) || (pf == p->fits_even && c2 < p->even)) {
+            p->even = c2;
+            p->fits_even = pf;
+            memcpy(p->eb, pb, sizeof pb[0] * (size_t)vw->n_auto);
+            memcpy(p->ee, pe, sizeof pe[0] * (size_t)vw->n_auto);
+        }
+    } while (sw_plan_next_perm(perm, vw->n_auto));
+}
+
+/* Plans vw's auto nodes for rows and costs the alternatives into *p: 0, or -1 after one
+ * line. */
+static int s_plan_solve(const sw_plan_model_t *pm, const s_view_t *vw, int rows, s_plan_t *p)
+{
+    char err[1024] = "";
+    memset(p, 0, sizeof *p);
+    p->pm = pm;
+    p->vw = vw;
+    p->rows = rows;
+    p->K1 = (int)vw->autos[0]->probe_rows;
+    for (int i = 0; i < vw->n_auto; i++) {
+        s_node(vw->autos[i], rows, &p->nodes[i]);
+        s_node(vw->autos[i], p->K1, &p->nodes_k[i]);
+    }
+    p->cost =
+        sw_plan_solve(pm, vw->begin, vw->end, p->nodes, vw->n_auto, p->b, p->e, err, sizeof err);
+    if (p->cost < 0) {
+        fprintf(stderr, "shardwire plan: %s\n", err);
+        return -1;
+    }
+    p->fixed = s_fixed_us(pm, vw, rows);
+    p->fixed_k = s_fixed_us(pm, vw, p->K1);
+    p->fits_cur = 1;
+    p->placed = 1;
+    p->plan_k = sw_plan_cost(pm, p->nodes_k, vw->n_auto, p->b, p->e, &p->fits_k);
+    for (int l = vw->begin; l < vw->end;)
+        for (int i = 0; i < vw->n_auto; i++)
+            if (p->b[i] == l && p->e[i] > l) {
+                p->order[p->n_ord++] = i;
+                l = p->e[i];
+                break;
+            }
+    for (int i = 0; i < vw->n_auto; i++)
+        if (p->b[i] == p->e[i])
+            p->order[p->n_ord++] = i;
+    s_plan_even(p);
+    for (int i = 0; i < vw->n_auto; i++) {
+        p->cb[i] = (int)vw->autos[i]->layer_begin;
+        p->ce[i] = (int)vw->autos[i]->layer_end;
+        p->placed &= !vw->autos[i]->standby || p->b[i] == p->e[i];
+    }
+    p->cur = sw_plan_cost(pm, p->nodes, vw->n_auto, p->cb, p->ce, &p->fits_cur);
+    return 0;
+}
+
+/* MiB node i needs for the plan's range (0 on standby). */
+static double s_need_mib(const s_plan_t *p, int i)
+{
+    return p->b[i] < p->e[i]
+               ? (double)sw_plan_need_bytes(p->pm, &p->nodes[i], p->b[i], p->e[i]) / (1 << 20)
+               : 0;
+}
+
+/* --json: the plan as one line. */
+static void s_print_json(const s_plan_t *p, const char *fp, int L)
+{
+    const s_view_t *vw = p->vw;
+    json_t *j = json_object(), *arr = json_array();
+    json_object_set_new(j, "model", json_string(fp));
+    json_object_set_new(j, "n_layers", json_integer(L));
+    json_object_set_new(j, "rows", json_integer(p->rows));
+    json_object_set_new(j, "probe_rows", json_integer(p->K1));
+    json_object_set_new(j, "head", json_string(vw->head->name));
+    json_object_set_new(j, "head_layers", json_integer(vw->head->layer_end));
+    json_object_set_new(j, "plan_begin", json_integer(vw->begin));
+    json_object_set_new(j, "plan_end", json_integer(vw->end));
+    json_object_set_new(j, "predicted_us", json_real(p->fixed + p->cost));
+    json_object_set_new(j, "predicted_us_k", json_real(p->fixed_k + p->plan_k));
+    json_object_set_new(j, "even_us", json_real(p->fixed + p->even));
+    json_object_set_new(j, "even_fits", json_boolean(p->fits_even));
+    json_object_set_new(j, "current_us", p->placed ? json_real(p->fixed + p->cur) : json_null());
+    json_object_set_new(j, "fixed_us", json_real(p->fixed)); /* the head's and fixed stages' */
+    sw_plan_node_t hn;
+    s_node(vw->head, p->rows, &hn);
+    json_object_set_new(j, "head_us_layer", json_real(hn.us_layer));
+    json_object_set_new(j, "head_rtt_us", json_real(hn.rtt_us));
+    for (int i = 0; i < vw->n_auto; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(vw->autos[i]->name));
+        json_object_set_new(o, "begin", json_integer(p->b[i]));
+        json_object_set_new(o, "end", json_integer(p->e[i]));
+        json_object_set_new(o, "even_begin", json_integer(p->eb[i]));
+        json_object_set_new(o, "even_end", json_integer(p->ee[i]));
+        json_object_set_new(o, "now_begin", json_integer(p->cb[i]));
+        json_object_set_new(o, "now_end", json_integer(p->ce[i]));
+        json_object_set_new(o, "us_layer", json_real(p->nodes[i].us_layer));
+        json_object_set_new(o, "us_out", json_real(p->nodes[i].us_out));
+        json_object_set_new(o, "rtt_us", json_real(p->nodes[i].rtt_us));
+        json_object_set_new(o, "mem_mib", json_integer(vw->autos[i]->mem_mib));
+        json_object_set_new(o, "need_mib", json_real(s_need_mib(p, i)));
+        json_array_append_new(arr, o);
+    }
+    json_object_set_new(j, "nodes", arr);
+    char *s = json_dumps(j, JSON_COMPACT);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+/* The plan as a table with the predicted times, for people. */
+static void s_print_text(const s_plan_t *p, const char *path, const char *fp, int L)
+{
+    const s_view_t *vw = p->vw;
+    printf("plan for %s (%.12s..., %d layers), rounds of %d row(s):\n", path, fp, L, p->rows);
+    printf("%-24s %-9s %10s %9s %9s %10s\n", "NODE", "LAYERS", "US/LAYER", "MEM MiB", "NEED MiB",
+           "STAGE MS");
+    sw_plan_node_t hn;
+    s_node(vw->head, p->rows, &hn);
+    printf("%-24s %-9s %10.0f %9s %9s %10.2f  (head, fixed)\n", vw->head->name,
+           s_range(0, (int)vw->head->layer_end), hn.us_layer, "-", "-",
+           sw_plan_stage_us(p->pm, &hn, 0, (int)vw->head->layer_end) / 1e3);
+    for (int k = 0; k < p->n_ord; k++) {
+        const int i = p->order[k];
+        char lay[24] = "standby";
+        if (p->b[i] < p->e[i])
+            snprintf(lay, sizeof lay, "%d:%d", p->b[i], p->e[i]);
+        printf("%-24s %-9s %10.0f %9u %9.1f %10.2f\n", vw->autos[i]->name, lay,
+               p->nodes[i].us_layer, vw->autos[i]->mem_mib, s_need_mib(p, i),
+               p->b[i] < p->e[i] ? sw_plan_stage_us(p->pm, &p->nodes[i], p->b[i], p->e[i]) / 1e3
+                                 : 0.0);
+    }
+    printf("predicted round time: %.2f ms at %d row(s), %.2f ms at %d rows\n",
+           (p->fixed + p->cost) / 1e3, p->rows, (p->fixed_k + p->plan_k) / 1e3, p->K1);
+    printf("even split of layers [%d, %d) over the same nodes: %.2f ms%s\n", vw->begin, vw->end,
+           (p->fixed + p->even) / 1e3, p->fits_even ? "" : " (does not fit their memory)");
+    if (p->placed)
+        printf("the assignment they hold now: %.2f ms%s\n", (p->fixed + p->cur) / 1e3,
+               p->fits_cur ? "" : " (over a node's memory)");
+}
+
+/* Reads the model and the relay's table, plans and prints: the exit code. */
+static int s_plan_run(const struct s_plan_opts *o)
+{
+    static char path[PATH_MAX];
+    static sw_plan_model_t pm;
+    char fp[65] = "", err[1024] = "";
+    int L = 0, rc = 1;
+    if (s_plan_model(o->model, path, sizeof path, fp, &L, &pm) != 0)
+        return 1;
+    sw_client_t *cl = cli_connect("plan", &o->sec, o->relay.relay, o->relay.connect_s, NULL, &rc);
     if (!cl)
         return rc;
     sw_client_table_t t;
     if (sw_client_status(cl, &t, 5000, err, sizeof err) != 0) {
-        fprintf(stderr, "shardwire plan: the relay at %s did not answer: %s\n", ra.relay, err);
+        fprintf(stderr, "shardwire plan: the relay at %s did not answer: %s\n", o->relay.relay,
+                err);
         sw_client_destroy(&cl);
         return 1;
     }
     s_view_t vw;
+    static s_plan_t plan;
     rc = 1;
-    if (s_view(&t, fp, L, &vw) != 0) {
+    if (s_view(&t, fp, L, &vw) != 0)
         fprintf(stderr,
                 "shardwire plan: no head of %s (fingerprint %.12s...) is connected to the relay\n",
                 path, fp);
-        goto out;
-    }
-    if (vw.n_auto == 0 || vw.begin >= vw.end) {
+    else if (vw.n_auto == 0 || vw.begin >= vw.end)
         fprintf(stderr,
                 "shardwire plan: %s: start nodes with --layers auto (the head and the fixed "
                 "stages cover layers [0, %d) of %d)\n",
                 vw.n_auto ? "nothing to plan" : "no auto node of this model is connected", vw.begin,
                 L);
-        goto out;
+    else if (s_plan_solve(&pm, &vw, o->rows, &plan) == 0) {
+        if (o->json)
+            s_print_json(&plan, fp, L);
+        else
+            s_print_text(&plan, path, fp, L);
+        rc = 0;
     }
-    sw_plan_node_t nodes[SW_PLAN_MAX_NODES], nodes_k[SW_PLAN_MAX_NODES];
-    const int K1 = (int)vw.autos[0]->probe_rows;
-    for (int i = 0; i < vw.n_auto; i++) {
-        s_node(vw.autos[i], rows, &nodes[i]);
-        s_node(vw.autos[i], K1, &nodes_k[i]);
-    }
-    int b[SW_PLAN_MAX_NODES], e[SW_PLAN_MAX_NODES], eb[SW_PLAN_MAX_NODES], ee[SW_PLAN_MAX_NODES],
-        cb[SW_PLAN_MAX_NODES], ce[SW_PLAN_MAX_NODES];
-    const double cost =
-        sw_plan_solve(&pm, vw.begin, vw.end, nodes, vw.n_auto, b, e, err, sizeof err);
-    if (cost < 0) {
-        fprintf(stderr, "shardwire plan: %s\n", err);
-        goto out;
-    }
-    const double fixed = s_fixed_us(&pm, &vw, rows), fixed_k = s_fixed_us(&pm, &vw, K1);
-    int fits_k, fits_even, fits_cur = 1, placed = 1;
-    const double plan_k = sw_plan_cost(&pm, nodes_k, vw.n_auto, b, e, &fits_k);
-    /* the even split of the same layers over the same nodes: in the plan's order, or in
-     * the order (of every one up to SW_PLAN_PERMUTE_MAX nodes) that fits their memory and
-     * costs least */
-    int order[SW_PLAN_MAX_NODES], n_ord = 0;
-    for (int l = vw.begin; l < vw.end;)
-        for (int i = 0; i < vw.n_auto; i++)
-            if (b[i] == l && e[i] > l) {
-                order[n_ord++] = i;
-                l = e[i];
-                break;
-            }
-    for (int i = 0; i < vw.n_auto; i++)
-        if (b[i] == e[i])
-            order[n_ord++] = i;
-    double even = s_even(&pm, nodes, vw.n_auto, order, vw.begin, vw.end, eb, ee, &fits_even);
-    if (vw.n_auto <= SW_PLAN_PERMUTE_MAX) {
-        int perm[SW_PLAN_MAX_NODES], pb[SW_PLAN_MAX_NODES], pe[SW_PLAN_MAX_NODES], pf;
-        for (int i = 0; i < vw.n_auto; i++)
-            perm[i] = i;
-        do {
-            const double c2 = s_even(&pm, nodes, vw.n_auto, perm, vw.begin, vw.end, pb, pe, &pf);
-            if ((pf && !fits_even) || (pf == fits_even && c2 < even)) {
-                even = c2;
-                fits_even = pf;
-                memcpy(eb, pb, sizeof pb[0] * (size_t)vw.n_auto);
-                memcpy(ee, pe, sizeof pe[0] * (size_t)vw.n_auto);
-            }
-        } while (sw_plan_next_perm(perm, vw.n_auto));
-    }
-    for (int i = 0; i < vw.n_auto; i++) {
-        cb[i] = (int)vw.autos[i]->layer_begin;
-        ce[i] = (int)vw.autos[i]->layer_end;
-        placed &= !vw.autos[i]->standby || b[i] == e[i];
-    }
-    const double cur = sw_plan_cost(&pm, nodes, vw.n_auto, cb, ce, &fits_cur);
-    if (json) {
-        json_t *j = json_object(), *arr = json_array();
-        json_object_set_new(j, "model", json_string(fp));
-        json_object_set_new(j, "n_layers", json_integer(L));
-        json_object_set_new(j, "rows", json_integer(rows));
-        json_object_set_new(j, "probe_rows", json_integer(K1));
-        json_object_set_new(j, "head", json_string(vw.head->name));
-        json_object_set_new(j, "head_layers", json_integer(vw.head->layer_end));
-        json_object_set_new(j, "plan_begin", json_integer(vw.begin));
-        json_object_set_new(j, "plan_end", json_integer(vw.end));
-        json_object_set_new(j, "predicted_us", json_real(fixed + cost));
-        json_object_set_new(j, "predicted_us_k", json_real(fixed_k + plan_k));
-        json_object_set_new(j, "even_us", json_real(fixed + even));
-        json_object_set_new(j, "even_fits", json_boolean(fits_even));
-        json_object_set_new(j, "current_us", placed ? json_real(fixed + cur) : json_null());
-        json_object_set_new(j, "fixed_us", json_real(fixed)); /* the head's and fixed stages' */
-        sw_plan_node_t hn;
-        s_node(vw.head, rows, &hn);
-        json_object_set_new(j, "head_us_layer", json_real(hn.us_layer));
-        json_object_set_new(j, "head_rtt_us", json_real(hn.rtt_us));
-        for (int i = 0; i < vw.n_auto; i++) {
-            json_t *o = json_object();
-            json_object_set_new(o, "name", json_string(vw.autos[i]->name));
-            json_object_set_new(o, "begin", json_integer(b[i]));
-            json_object_set_new(o, "end", json_integer(e[i]));
-            json_object_set_new(o, "even_begin", json_integer(eb[i]));
-            json_object_set_new(o, "even_end", json_integer(ee[i]));
-            json_object_set_new(o, "now_begin", json_integer(cb[i]));
-            json_object_set_new(o, "now_end", json_integer(ce[i]));
-            json_object_set_new(o, "us_layer", json_real(nodes[i].us_layer));
-            json_object_set_new(o, "us_out", json_real(nodes[i].us_out));
-            json_object_set_new(o, "rtt_us", json_real(nodes[i].rtt_us));
-            json_object_set_new(o, "mem_mib", json_integer(vw.autos[i]->mem_mib));
-            json_object_set_new(
-                o, "need_mib",
-                json_real(b[i] < e[i]
-                              ? (double)sw_plan_need_bytes(&pm, &nodes[i], b[i], e[i]) / (1 << 20)
-                              : 0));
-            json_array_append_new(arr, o);
-        }
-        json_object_set_new(j, "nodes", arr);
-        char *s = json_dumps(j, JSON_COMPACT);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        json_decref(j);
-    } else {
-        printf("plan for %s (%.12s..., %d layers), rounds of %d row(s):\n", path, fp, L, rows);
-        printf("%-24s %-9s %10s %9s %9s %10s\n", "NODE", "LAYERS", "US/LAYER", "MEM MiB",
-               "NEED MiB", "STAGE MS");
-        sw_plan_node_t hn;
-        s_node(vw.head, rows, &hn);
-        printf("%-24s %-9s %10.0f %9s %9s %10.2f  (head, fixed)\n", vw.head->name,
-               s_range(0, (int)vw.head->layer_end), hn.us_layer, "-", "-",
-               sw_plan_stage_us(&pm, &hn, 0, (int)vw.head->layer_end) / 1e3);
-        for (int k = 0; k < n_ord; k++) {
-            const int i = order[k];
-            char lay[24] = "standby";
-            if (b[i] < e[i])
-                snprintf(lay, sizeof lay, "%d:%d", b[i], e[i]);
-            printf("%-24s %-9s %10.0f %9u %9.1f %10.2f\n", vw.autos[i]->name, lay,
-                   nodes[i].us_layer, vw.autos[i]->mem_mib,
-                   b[i] < e[i] ? (double)sw_plan_need_bytes(&pm, &nodes[i], b[i], e[i]) / (1 << 20)
-                               : 0.0,
-                   b[i] < e[i] ? sw_plan_stage_us(&pm, &nodes[i], b[i], e[i]) / 1e3 : 0.0);
-        }
-        printf("predicted round time: %.2f ms at %d row(s), %.2f ms at %d rows\n",
-               (fixed + cost) / 1e3, rows, (fixed_k + plan_k) / 1e3, K1);
-        printf("even split of layers [%d, %d) over the same nodes: %.2f ms%s\n", vw.begin, vw.end,
-               (fixed + even) / 1e3, fits_even ? "" : " (does not fit their memory)");
-        if (placed)
-            printf("the assignment they hold now: %.2f ms%s\n", (fixed + cur) / 1e3,
-                   fits_cur ? "" : " (over a node's memory)");
-    }
-    rc = 0;
-out:
     sw_client_table_clear(&t);
     sw_client_destroy(&cl);
     return rc;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    struct s_plan_opts o;
+    const int rc = s_plan_parse(argc, argv, &o);
+    return rc >= 0 ? rc : s_plan_run(&o);
 }

@@ -52,44 +52,67 @@ static const sw_args_spec_t s_spec = {
               "repositories; else $HF_HOME/token), HF_ENDPOINT (a mirror), HF_HUB_OFFLINE=1.\n",
 };
 
-int cmd_pull(int argc, char **argv)
+struct s_pull_opts {
+    sw_hub_ref_t ref; /* the repository and file */
+    int quiet;        /* --quiet */
+    int begin, end;   /* --layers A:B (end -1 = 'end'); begin -1 = the whole file */
+};
+
+/* -1 when the options are good (o filled), else the exit code: 0 after --help /
+ * --version, 2 after a usage error's line. */
+static int s_pull_parse(int argc, char **argv, struct s_pull_opts *o)
 {
-    int quiet = 0, c, begin = -1, end = -1;
+    *o = (struct s_pull_opts){.begin = -1, .end = -1};
+    int c;
     const char *v;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);
     while ((c = sw_args_next(&a, &v)) >= 0)
         if (c == O_QUIET)
-            quiet = 1;
-        else if (c == O_LAYERS && sw_arg_layers(s_spec.prog, "--layers", v, &begin, &end) != 0)
+            o->quiet = 1;
+        else if (c == O_LAYERS &&
+                 sw_arg_layers(s_spec.prog, "--layers", v, &o->begin, &o->end) != 0)
             return 2;
     if ((c = sw_args_finish(&a, c, 1)) >= 0)
         return c;
     if (a.first_arg >= argc)
         return sw_args_exit(sw_args_fail(&s_spec, "the repository ORG/NAME is required"));
     char err[1024];
-    sw_hub_ref_t ref;
     const char *arg = argv[a.first_arg];
     if (!strncmp(arg, SW_HUB_PREFIX, strlen(SW_HUB_PREFIX))
-            ? sw_hub_uri_parse(arg, &ref, err, sizeof err)
-            : sw_hub_ref_parse(arg, &ref, err, sizeof err)) {
+            ? sw_hub_uri_parse(arg, &o->ref, err, sizeof err)
+            : sw_hub_ref_parse(arg, &o->ref, err, sizeof err)) {
         fprintf(stderr, "shardwire pull: %s\n", err);
         return 2;
     }
+    return -1;
+}
+
+/* Downloads (or resumes) the file and prints its path: the exit code (130 after Ctrl-C). */
+static int s_pull_run(const struct s_pull_opts *o)
+{
     struct sigaction sa = {0};
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sw_hub_opts_t o = {.progress = quiet                   ? SW_HUB_QUIET
-                                   : isatty(STDERR_FILENO) ? SW_HUB_BAR
-                                                           : SW_HUB_LINES,
-                       .stop = &s_stop};
-    char path[PATH_MAX];
-    if ((begin >= 0 ? sw_hub_fetch_layers(&ref, &o, begin, end, path, sizeof path, err, sizeof err)
-                    : sw_hub_fetch(&ref, &o, path, sizeof path, err, sizeof err)) != 0) {
+    sw_hub_opts_t ho = {.progress = o->quiet                ? SW_HUB_QUIET
+                                    : isatty(STDERR_FILENO) ? SW_HUB_BAR
+                                                            : SW_HUB_LINES,
+                        .stop = &s_stop};
+    char path[PATH_MAX], err[1024];
+    if ((o->begin >= 0 ? sw_hub_fetch_layers(&o->ref, &ho, o->begin, o->end, path, sizeof path, err,
+                                             sizeof err)
+                       : sw_hub_fetch(&o->ref, &ho, path, sizeof path, err, sizeof err)) != 0) {
         fprintf(stderr, "shardwire pull: %s\n", err);
         return s_stop ? 130 : 1;
     }
     printf("%s\n", path);
     return 0;
+}
+
+int cmd_pull(int argc, char **argv)
+{
+    static struct s_pull_opts o;
+    const int rc = s_pull_parse(argc, argv, &o);
+    return rc >= 0 ? rc : s_pull_run(&o);
 }

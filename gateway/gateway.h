@@ -4,9 +4,10 @@
  *
  * Endpoints: POST /v1/chat/completions and /v1/completions (JSON, or
  * server-sent events ending with "data: [DONE]"), GET /v1/models,
- * /v1/models/{id}, /v1/cluster (the cluster page's numbers), /health (no
- * key), /metrics (Prometheus text), and the web page compiled into the
- * binary at / and /web/ (no key; web.h).
+ * /v1/models/{id}, /v1/cluster (the cluster page's numbers), /v1/defaults
+ * (what a request gets for the fields it leaves out: the web page's
+ * settings start from it), /health (no key), /metrics (Prometheus text),
+ * and the web page compiled into the binary at / and /web/ (no key; web.h).
  *
  * HTTP is libmicrohttpd with one thread per connection, bounded by a
  * connection limit, a per-address limit (chosen so that a few addresses
@@ -16,6 +17,9 @@
  * address is loopback and the caller asked for no keys explicitly; keys are
  * compared as BLAKE2b hashes in constant time. A client that disconnects
  * (seen within 200 ms) cancels its generation on the cluster.
+ *
+ * shardwire serve fills gw_opts_t; its defaults are sw_limits.h's
+ * (SW_GATEWAY_DEFAULT_*), which serve's --help prints.
  */
 #ifndef GW_GATEWAY_H
 #define GW_GATEWAY_H

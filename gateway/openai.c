@@ -12,6 +12,12 @@
 
 #include <sodium.h>
 
+/* The ranges of a request's fields that no other layer shares (the others are sw_limits.h's):
+ * the parser checks them and GET /v1/defaults hands them to the web page (gw_json_defaults). */
+#define S_MAX_TEMPERATURE                                                                          \
+    2                     /* temperature: OpenAI's range (the CLI's --temp: SW_SAMPLING_MAX_TEMP) */
+#define S_MAX_MIN_P 0.999 /* min_p */
+
 /* Writes one line into err, sets *param and returns -1. */
 static int s_bad(char *err, size_t err_len, const char **param, const char *p, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -292,7 +298,8 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
                          "'shardwire.draft' must be auto, none, model, ngram or mix");
     }
     if ((v = json_object_get(x, "head")) && !json_is_null(v)) {
-        if (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > 63)
+        if (!json_is_string(v) || json_string_length(v) < 1 ||
+            json_string_length(v) > SW_CLIENT_NAME_LEN - 1)
             return s_bad(err, err_len, param, "shardwire.head",
                          "'shardwire.head' must be a peer name");
         r->head = json_string_value(v);
@@ -323,15 +330,16 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
         return -1;
     if (rc)
         r->q.repeat_last_n = (int)i;
-    if ((rc = s_num(x, "min_p", 0, 0.999, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(x, "min_p", 0, S_MAX_MIN_P, &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.min_p = (float)d;
-    if ((rc = s_num(x, "repeat_penalty", 0.01, 10, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(x, "repeat_penalty", SW_SAMPLING_MIN_REP_PENALTY, SW_SAMPLING_MAX_REP_PENALTY,
+                    &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.repeat_penalty = (float)d;
-    if ((rc = s_num(x, "timeout_s", 1, 86400, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(x, "timeout_s", 1, SW_REQUEST_MAX_TIMEOUT_S, &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.timeout_ms = (int)(d * 1000);
@@ -381,12 +389,13 @@ int gw_req_parse(gw_req_t *r, const char *body, size_t len, int chat, const gw_d
         return -1;
     if (rc)
         r->q.n_predict = (int)i;
-    if ((rc = s_num(root, "temperature", 0, 2, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(root, "temperature", 0, S_MAX_TEMPERATURE, &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.temperature = (float)d;
     /* llama.cpp's server's name for the penalty; shardwire.repeat_penalty too (it wins) */
-    if ((rc = s_num(root, "repeat_penalty", 0.01, 10, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(root, "repeat_penalty", SW_SAMPLING_MIN_REP_PENALTY,
+                    SW_SAMPLING_MAX_REP_PENALTY, &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.repeat_penalty = (float)d;
@@ -603,4 +612,56 @@ char *gw_json_models(const sw_client_table_t *t, long long created)
     json_object_set_new(j, "object", json_string("list"));
     json_object_set_new(j, "data", arr);
     return s_dump(j);
+}
+
+/* A float as the shortest decimal that reads back as the same float (0.8f is 0.8, not
+ * 0.800000011920929): the value as serve's flag or sw_limits.h wrote it. */
+static json_t *s_real(float f)
+{
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f)
+            break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+/* [lo, hi] as a JSON array. */
+static json_t *s_range(json_t *lo, json_t *hi)
+{
+    json_t *a = json_array();
+    json_array_append_new(a, lo);
+    json_array_append_new(a, hi);
+    return a;
+}
+
+char *gw_json_defaults(const gw_defaults_t *d)
+{
+    json_t *j = json_object(), *rg = json_object();
+    json_object_set_new(j, "object", json_string("shardwire.defaults"));
+    json_object_set_new(j, "max_tokens", json_integer(d->max_tokens));
+    json_object_set_new(j, "temperature", s_real(d->temperature));
+    json_object_set_new(j, "top_p", s_real(d->top_p));
+    json_object_set_new(j, "top_k", json_integer(d->top_k));
+    json_object_set_new(j, "min_p", s_real(d->min_p));
+    json_object_set_new(j, "repeat_penalty", s_real(d->repeat_penalty));
+    json_object_set_new(j, "timeout_s", json_integer(d->timeout_ms / 1000));
+    json_object_set_new(rg, "max_tokens",
+                        s_range(json_integer(1), json_integer(SW_REQUEST_MAX_N_PREDICT)));
+    json_object_set_new(rg, "temperature", s_range(json_real(0), json_real(S_MAX_TEMPERATURE)));
+    json_object_set_new(rg, "top_p", s_range(json_real(0), json_real(1)));
+    json_object_set_new(rg, "top_k", s_range(json_integer(0), json_integer(SW_SAMPLING_MAX_TOP_K)));
+    json_object_set_new(rg, "min_p", s_range(json_real(0), json_real(S_MAX_MIN_P)));
+    json_object_set_new(
+        rg, "repeat_penalty",
+        s_range(json_real(SW_SAMPLING_MIN_REP_PENALTY), json_real(SW_SAMPLING_MAX_REP_PENALTY)));
+    json_object_set_new(rg, "timeout_s",
+                        s_range(json_integer(1), json_integer(SW_REQUEST_MAX_TIMEOUT_S)));
+    json_object_set_new(j, "ranges", rg);
+    /* 9 digits write each of these (a float's shortest decimal) as it is: 0.7, not
+     * 0.69999999999999996 */
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(j);
+    return s;
 }

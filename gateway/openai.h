@@ -18,7 +18,8 @@
 
 #include "client.h"
 
-/* Defaults a request gets for the fields it leaves out (shardwire serve flags). */
+/* Defaults a request gets for the fields it leaves out (shardwire serve's flags; their defaults
+ * are sw_limits.h's SW_GATEWAY_DEFAULT_MAX_TOKENS, SW_SAMPLING_*, SW_REQUEST_DEFAULT_TIMEOUT_S). */
 typedef struct gw_defaults {
     int max_tokens;       /* tokens to generate */
     float temperature;    /* 0 = greedy */
@@ -71,6 +72,10 @@ char *gw_sse_chunk(const gw_req_t *r, const char *id, long long created, const c
 char *gw_json_error(const char *message, const char *type, const char *param, const char *code);
 /* {"object": "list", "data": [models served by the heads in t]} */
 char *gw_json_models(const sw_client_table_t *t, long long created);
+/* GET /v1/defaults: {"object": "shardwire.defaults", each field of d (timeout_s in seconds),
+ * "ranges": {field: [lo, hi], ...}: the values a request may give}. Floats are written as the
+ * shortest decimal that reads back as the same float (0.8, not 0.800000011920929). */
+char *gw_json_defaults(const gw_defaults_t *d);
 
 /* The shardwire extension object of a finished request's statistics (new reference). */
 json_t *gw_json_stats(const sw_client_stats_t *st);

@@ -3,10 +3,12 @@
 // Chat: POST /v1/chat/completions with "stream": true, read as server-sent
 // events; Stop aborts the fetch, which closes the connection, and the gateway
 // cancels the generation on the cluster (the head frees the session at every
-// stage). Cluster: GET /v1/cluster every second. The API key is asked once
-// and kept in sessionStorage (this tab only); every API call sends it as a
-// Bearer token. Text from the model or the cluster is only ever set as
-// textContent, never parsed as HTML.
+// stage). The sampling fields start empty and take the gateway's defaults
+// from GET /v1/defaults (the page keeps no copy of them). Cluster: GET
+// /v1/cluster every second. The API key is asked once and kept in
+// sessionStorage (this tab only); every API call sends it as a Bearer token.
+// Text from the model or the cluster is only ever set as textContent, never
+// parsed as HTML.
 "use strict";
 (() => {
   const KEY = "shardwire-api-key";
@@ -55,11 +57,51 @@
     $("key-input").value = "";
     $("key-error").textContent = "";
     $("key-dialog").hidden = true;
-    document.body.dataset.authorized = "1";
-    await showModels(r);
+    await authorized(r);
     if (!$("view-cluster").hidden) pollCluster();
   });
   $("change-key").addEventListener("click", () => askKey(""));
+
+  // ---- the gateway's defaults -------------------------------------------------------------
+
+  // The request fields the side panel holds: their names in GET /v1/defaults, their inputs.
+  const FIELDS = {
+    temperature: "temperature",
+    top_p: "top-p",
+    top_k: "top-k",
+    min_p: "min-p",
+    repeat_penalty: "repeat-penalty",
+    max_tokens: "max-tokens",
+  };
+
+  // Fills the empty fields with what the gateway gives a request that leaves them out, and
+  // sets each field's range; a field the user already filled keeps its value.
+  async function loadDefaults() {
+    try {
+      const r = await fetch("/v1/defaults", { headers: authHeaders() });
+      if (!r.ok) return;
+      const j = await r.json();
+      for (const [name, id] of Object.entries(FIELDS)) {
+        const e = $(id);
+        const range = (j.ranges || {})[name];
+        if (range) {
+          e.min = String(range[0]);
+          e.max = String(range[1]);
+        }
+        if (e.value === "" && typeof j[name] === "number") e.value = String(j[name]);
+      }
+      document.body.dataset.defaults = "1";
+    } catch (err) {
+      /* the fields stay empty: a request leaves them out and gets the same defaults */
+    }
+  }
+
+  // The gateway took the key (or needs none): the defaults and the models.
+  function authorized(r) {
+    document.body.dataset.authorized = "1";
+    loadDefaults();
+    return showModels(r);
+  }
 
   // ---- models and health ------------------------------------------------------------------
 
@@ -482,16 +524,14 @@
   if (apiKey) {
     fetch("/v1/models", { headers: authHeaders() }).then((r) => {
       if (r.status === 401) return askKey("The stored key was refused (401): enter it again.");
-      document.body.dataset.authorized = "1";
-      return showModels(r);
+      return authorized(r);
     }, () => {});
   } else {
     // a gateway without keys (--insecure-no-api-key) answers without one: no dialog
     fetch("/v1/models").then((r) => {
       if (r.status === 401) return askKey("");
       noKey = true;
-      document.body.dataset.authorized = "1";
-      return showModels(r);
+      return authorized(r);
     }, () => askKey(""));
   }
 })();

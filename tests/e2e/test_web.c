@@ -7,6 +7,11 @@
  *  - the page and its files come from the binary, with a Content-Security-Policy
  *    that allows only the gateway's own origin; /v1/cluster needs the key;
  *  - a wrong key is refused on the page (and not kept), and by /v1/cluster;
+ *  - the side panel's sampling fields are empty until the key is accepted,
+ *    then show the gateway's defaults (GET /v1/defaults, which needs the key):
+ *    the max_tokens a request gets (SW_GATEWAY_DEFAULT_MAX_TOKENS), the
+ *    sampling defaults of sw_limits.h, the penalty off; the page keeps no
+ *    copy of them;
  *  - a message streams token by token (one token per round trip: many
  *    growth steps over time) and its text, at temperature 0, equals
  *    `shardwire run --greedy --chat` (the HTTP API's OpenAI semantics: no
@@ -23,12 +28,14 @@
  * scripts/dev/py_venv.sh the first time; without them the test is skipped.
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sw_limits.h"
 #include "sw_test.h"
 
 #define KEY "web-test-key-0123456789abcdef"
@@ -65,6 +72,14 @@ static json_t *s_get_obj(json_t *j, const char *a, const char *b)
 static long long s_num(json_t *j, const char *a, const char *b)
 {
     return json_integer_value(s_get_obj(j, a, b));
+}
+
+/* The value the page shows in its field id (an object of id -> value), as a number; NAN when
+ * it shows none. */
+static double s_setting(json_t *settings, const char *id)
+{
+    const char *v = json_string_value(json_object_get(settings, id));
+    return v && v[0] ? strtod(v, NULL) : NAN;
 }
 
 /* Cell c of row r of a node table (an array of arrays of strings), or "". */
@@ -175,6 +190,8 @@ int main(void)
     SW_CHECK_INT(s_get("/v1/cluster", NULL, NULL), 401);
     SW_CHECK_INT(s_get("/v1/cluster", "wrong-key-0123456789", NULL), 401);
     SW_CHECK_INT(s_get("/v1/cluster", KEY, NULL), 200);
+    SW_CHECK_INT(s_get("/v1/defaults", NULL, NULL), 401);
+    SW_CHECK_INT(s_get("/v1/defaults", KEY, NULL), 200);
     snprintf(cmd, sizeof cmd,
              "grep -c 'https\\?://' %s/gateway/web/*.html %s/gateway/web/*.js | "
              "grep -v ':0$' || true",
@@ -234,6 +251,26 @@ int main(void)
     SW_CHECK(json_is_null(json_object_get(j, "key_stored_after_wrong")));
     SW_CHECK_INT(s_num(j, "cluster_wrong_key", NULL), 401);
     SW_CHECK(json_is_true(json_object_get(j, "key_stored")));
+
+    /* the settings: empty before the key, then the gateway's defaults, never the page's own */
+    static const char *fields[] = {"temperature", "top-p",          "top-k",
+                                   "min-p",       "repeat-penalty", "max-tokens"};
+    json_t *set0 = json_object_get(j, "settings_before_key"), *set = json_object_get(j, "settings");
+    SW_CHECK_INT(json_object_size(set0), 6);
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+        const char *v = json_string_value(json_object_get(set0, fields[f]));
+        SW_CHECK(v && !v[0]);
+        if (v && v[0])
+            fprintf(stderr, "the page shows %s = '%s' before the gateway said\n", fields[f], v);
+    }
+    SW_CHECK(s_setting(set, "max-tokens") == SW_GATEWAY_DEFAULT_MAX_TOKENS);
+    SW_CHECK(s_setting(set, "temperature") == SW_SAMPLING_TEMP);
+    SW_CHECK(s_setting(set, "top-p") == SW_SAMPLING_TOP_P);
+    SW_CHECK(s_setting(set, "top-k") == SW_SAMPLING_TOP_K);
+    SW_CHECK(s_setting(set, "min-p") == SW_SAMPLING_MIN_P);
+    SW_CHECK(s_setting(set, "repeat-penalty") == SW_SAMPLING_HTTP_REP_PENALTY);
+    const char *rp_max = json_string_value(json_object_get(j, "repeat_penalty_max"));
+    SW_CHECK(rp_max && strtod(rp_max, NULL) == SW_SAMPLING_MAX_REP_PENALTY);
 
     /* a message, token by token, equal to run --greedy */
     const char *text = json_string_value(json_object_get(j, "chat_text"));

@@ -8,6 +8,11 @@ Chromium is started headless with the DevTools protocol on a port of its own
 driver types into the page's fields and clicks its buttons, and reads what the
 page shows. It prints one JSON object:
 
+  settings_before_key  the side panel's sampling fields (id -> value) before any key
+                     was accepted (empty: the page keeps no defaults of its own);
+                     settings the same fields once the gateway's defaults came
+                     (GET /v1/defaults), and repeat_penalty_max the repeat_penalty
+                     field's upper bound from there
   key_refused        the message shown for a wrong key; key_stored_after_wrong
                      what sessionStorage held then (null); cluster_wrong_key the
                      HTTP status of /v1/cluster with that key
@@ -208,6 +213,15 @@ def numbers(c, rows):
     return n
 
 
+SETTINGS = ["temperature", "top-p", "top-k", "min-p", "repeat-penalty", "max-tokens"]
+
+
+def settings(p):
+    """The side panel's sampling fields as the page shows them: id -> value."""
+    return p.js(f"Object.fromEntries({json.dumps(SETTINGS)}"
+                ".map(id => [id, document.getElementById(id).value]))")
+
+
 def node_rows(p):
     return p.js("[...document.querySelectorAll('#nodes tbody tr')]"
                 ".map(tr => [...tr.cells].map(td => td.textContent))")
@@ -229,6 +243,7 @@ def main():
         p.wait("document.readyState === 'complete' && !!document.getElementById('key-dialog')",
                30, "the page to load")
         p.wait("!document.getElementById('key-dialog').hidden", 10, "the key dialog")
+        out["settings_before_key"] = settings(p)
 
         # A wrong key is refused, and not kept.
         set_value(p, "key-input", "wrong-key-0123456789")
@@ -249,6 +264,9 @@ def main():
         p.wait("document.getElementById('key-dialog').hidden && document.body.dataset.authorized",
                20, "the key to be accepted")
         out["key_stored"] = p.js("sessionStorage.getItem('shardwire-api-key')") == key
+        p.wait("document.body.dataset.defaults", 20, "the gateway's defaults")
+        out["settings"] = settings(p)
+        out["repeat_penalty_max"] = p.js("document.getElementById('repeat-penalty').max")
         out["models"] = p.wait(
             f"(o => o.includes({json.dumps(model)}) && o)([...document.getElementById('model')"
             ".options].map(x => x.value))", 30, "the model list")

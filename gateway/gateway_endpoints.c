@@ -1,0 +1,203 @@
+/*
+ * gateway_endpoints.c - the responses every endpoint of the gateway sends
+ * (gw_http_send, gw_http_error) and the endpoints that generate nothing:
+ * the models the heads serve, /health, /metrics, the cluster page's numbers,
+ * the defaults of a request's fields (the web page fills its settings from
+ * them) and the web page's files (gateway_impl.h; docs/api.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gateway_impl.h"
+#include "web.h"
+
+/* ---- responses --------------------------------------------------------------------------- */
+
+enum MHD_Result gw_http_send(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
+                             char *body, const char *ctype, int retry_after_s)
+{
+    if (!body) {
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                      "\"param\":null,\"code\":null}}");
+        if (!body)
+            return MHD_NO;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (retry_after_s > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", retry_after_s);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    gw_metrics_response(g->metrics, ep, status);
+    return rc;
+}
+
+enum MHD_Result gw_http_error(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
+                              const char *message, const char *type, const char *param,
+                              const char *code)
+{
+    return gw_http_send(
+        g, c, ep, status, gw_json_error(message, type, param, code), "application/json",
+        status == MHD_HTTP_SERVICE_UNAVAILABLE || status == MHD_HTTP_TOO_MANY_REQUESTS ? 1 : 0);
+}
+
+/* ---- models ------------------------------------------------------------------------------ */
+
+/* The relay's peer table (gw_call_table, at most 1 s old) into *t: 0, or a client code after a
+ * line in err. The caller clears *t. */
+static int s_table(gw_t *g, sw_client_table_t *t, char *err, size_t err_len)
+{
+    gw_call_t *call = gw_call_new(g->disp);
+    snprintf(err, err_len, "out of memory");
+    int rc = call ? gw_call_table(call, t, err, err_len) : SW_CLIENT_ENOMEM;
+    gw_call_destroy(&call);
+    return rc;
+}
+
+/* /v1/models (url NULL) or /v1/models/{id}. */
+static enum MHD_Result s_models_list(gw_t *g, struct MHD_Connection *c, const char *ep,
+                                     const char *url)
+{
+    sw_client_table_t t;
+    char err[512];
+    int rc = s_table(g, &t, err, sizeof err);
+    if (rc != 0)
+        return gw_http_error(g, c, ep, MHD_HTTP_SERVICE_UNAVAILABLE, err, "server_error", NULL,
+                             sw_client_strerror(rc));
+    char *body = gw_json_models(&t, (long long)time(NULL));
+    sw_client_table_clear(&t);
+    if (!url || !body)
+        return gw_http_send(g, c, ep, MHD_HTTP_OK, body, "application/json", 0);
+    /* /v1/models/{id}: that entry of the list, or 404 */
+    const char *want = url + strlen("/v1/models/");
+    json_error_t je;
+    json_t *list = json_loads(body, 0, &je), *m;
+    free(body);
+    size_t i;
+    char *one = NULL;
+    json_array_foreach(json_object_get(list, "data"), i, m)
+    {
+        if (!strcmp(json_string_value(json_object_get(m, "id")), want))
+            one = json_dumps(m, JSON_COMPACT);
+    }
+    json_decref(list);
+    if (one)
+        return gw_http_send(g, c, ep, MHD_HTTP_OK, one, "application/json", 0);
+    return gw_http_error(g, c, ep, MHD_HTTP_NOT_FOUND, "no such model here",
+                         "invalid_request_error", "model", "model_not_found");
+}
+
+enum MHD_Result gw_ep_models(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    (void)url;
+    return s_models_list(g, c, gw_conn_ep(sc), NULL);
+}
+
+enum MHD_Result gw_ep_model(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    return s_models_list(g, c, gw_conn_ep(sc), url);
+}
+
+/* ---- health, metrics, the cluster page, the defaults --------------------------------------- */
+
+enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    (void)url;
+    sw_client_table_t t;
+    char err[512];
+    int rc = s_table(g, &t, err, sizeof err);
+    int heads = 0, nodes = 0;
+    if (rc == 0) {
+        for (int i = 0; i < t.n_peers; i++) {
+            heads += sw_client_peer_serves(&t.peers[i], NULL);
+            nodes += t.peers[i].is_node;
+        }
+        sw_client_table_clear(&t);
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "status", json_string(rc == 0 && heads ? "ok" : "unavailable"));
+    json_object_set_new(j, "relay", json_string(g->o->relay));
+    json_object_set_new(j, "relay_connected", json_boolean(rc == 0));
+    json_object_set_new(j, "heads", json_integer(heads));
+    json_object_set_new(j, "nodes", json_integer(nodes));
+    if (rc != 0)
+        json_object_set_new(j, "error", json_string(err));
+    else if (!heads)
+        json_object_set_new(j, "error", json_string("no head node is connected to the relay"));
+    char *body = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return gw_http_send(g, c, gw_conn_ep(sc),
+                        rc == 0 && heads ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, body,
+                        "application/json", 0);
+}
+
+enum MHD_Result gw_ep_metrics(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    (void)url;
+    return gw_http_send(g, c, gw_conn_ep(sc), MHD_HTTP_OK, gw_metrics_text(g->metrics),
+                        "text/plain; version=0.0.4", 0);
+}
+
+/* The cluster page's numbers: the relay's peer table and the gateway's own (web.h). A relay
+ * that does not answer is part of the answer (relay.connected false), not an error. */
+enum MHD_Result gw_ep_cluster(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    (void)url;
+    sw_client_table_t t;
+    char err[512];
+    int rc = s_table(g, &t, err, sizeof err);
+    char *body = gw_web_cluster_json(rc == 0 ? &t : NULL, g->o->relay, err,
+                                     gw_metrics_json(g->metrics), g->o->max_inflight);
+    if (rc == 0)
+        sw_client_table_clear(&t);
+    return gw_http_send(g, c, gw_conn_ep(sc), MHD_HTTP_OK, body, "application/json", 0);
+}
+
+/* What a request gets for the fields it leaves out (serve's flags), with each field's range:
+ * the web page fills its settings from it, so that it never keeps a copy of its own. */
+enum MHD_Result gw_ep_defaults(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    (void)url;
+    return gw_http_send(g, c, gw_conn_ep(sc), MHD_HTTP_OK, gw_json_defaults(&g->o->defaults),
+                        "application/json", 0);
+}
+
+/* ---- the web page ------------------------------------------------------------------------ */
+
+/* One file of the embedded web page (web.h): no key, the API calls it makes need one. */
+enum MHD_Result gw_ep_web(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
+{
+    const gw_web_file_t *f = gw_web_find(url);
+    if (!f)
+        return gw_http_error(g, c, gw_conn_ep(sc), MHD_HTTP_NOT_FOUND,
+                             "no such file in the web page", "invalid_request_error", NULL,
+                             "not_found");
+    /* PERSISTENT: MHD reads the static bytes and never writes or frees them */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->ctype);
+    MHD_add_response_header(r, "Content-Security-Policy", GW_WEB_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    gw_metrics_response(g->metrics, gw_conn_ep(sc), MHD_HTTP_OK);
+    return rc;
+}
