@@ -584,10 +584,10 @@ int sw_args_sampling_opt(const char *prog, sw_sampling_t *s, int key, const char
         }
         return 1;
     case SW_OPT_MINP:
-        return sw_arg_float(prog, "--min-p", val, 0, 0.99, &s->min_p) ? -1 : 1;
+        return sw_arg_float(prog, "--min-p", val, 0, SW_SAMPLING_MAX_MIN_P, &s->min_p) ? -1 : 1;
     case SW_OPT_REP:
-        return sw_arg_float(prog, "--repeat-penalty", val, 0.01, SW_SAMPLING_MAX_REP_PENALTY,
-                            &s->rep_penalty)
+        return sw_arg_float(prog, "--repeat-penalty", val, SW_SAMPLING_MIN_REP_PENALTY,
+                            SW_SAMPLING_MAX_REP_PENALTY, &s->rep_penalty)
                    ? -1
                    : 1;
     case SW_OPT_REP_N:

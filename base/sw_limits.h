@@ -240,6 +240,8 @@ _Static_assert(SW_SAMPLING_HTTP_REP_PENALTY == SW_SAMPLING_REP_OFF,
 #define SW_SAMPLING_MAX_TEMP 100         /* --temp, temperature of a request */
 #define SW_SAMPLING_MAX_REP_PENALTY 10   /* --repeat-penalty, repeat_penalty of a request */
 #define SW_SAMPLING_MIN_REP_PENALTY 0.01 /* and the smallest */
+#define SW_SAMPLING_MAX_MIN_P                                                                      \
+    0.999 /* --min-p, min_p of a request (1 would keep the top token alone) */
 
 /* Sampling parameters (engine/include/sampler.h applies them; clients send them in a
  * GenerateRequest). */

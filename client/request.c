@@ -111,9 +111,9 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
             return client_fail(SW_CLIENT_EINVAL, err, err_len, "stop string %d is not 1..%d bytes",
                                i, SW_CLIENT_MAX_STOP_LEN);
     }
-    if (q->timeout_ms < 0 || q->timeout_ms > 86400000)
-        return client_fail(SW_CLIENT_EINVAL, err, err_len, "timeout %d ms not in [0, 86400000]",
-                           q->timeout_ms);
+    if (q->timeout_ms < 0 || q->timeout_ms > SW_REQUEST_MAX_TIMEOUT_S * 1000)
+        return client_fail(SW_CLIENT_EINVAL, err, err_len, "timeout %d ms not in [0, %d]",
+                           q->timeout_ms, SW_REQUEST_MAX_TIMEOUT_S * 1000);
     return 0;
 }
 

@@ -15,8 +15,7 @@
 /* The ranges of a request's fields that no other layer shares (the others are sw_limits.h's):
  * the parser checks them and GET /v1/defaults hands them to the web page (gw_json_defaults). */
 #define S_MAX_TEMPERATURE                                                                          \
-    2                     /* temperature: OpenAI's range (the CLI's --temp: SW_SAMPLING_MAX_TEMP) */
-#define S_MAX_MIN_P 0.999 /* min_p */
+    2 /* temperature: OpenAI's range (the CLI's --temp: SW_SAMPLING_MAX_TEMP) */
 
 /* Writes one line into err, sets *param and returns -1. */
 static int s_bad(char *err, size_t err_len, const char **param, const char *p, const char *fmt, ...)
@@ -330,7 +329,7 @@ static int s_extension(gw_req_t *r, json_t *root, char *err, size_t err_len, con
         return -1;
     if (rc)
         r->q.repeat_last_n = (int)i;
-    if ((rc = s_num(x, "min_p", 0, S_MAX_MIN_P, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(x, "min_p", 0, SW_SAMPLING_MAX_MIN_P, &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.min_p = (float)d;
@@ -652,7 +651,7 @@ char *gw_json_defaults(const gw_defaults_t *d)
     json_object_set_new(rg, "temperature", s_range(json_real(0), json_real(S_MAX_TEMPERATURE)));
     json_object_set_new(rg, "top_p", s_range(json_real(0), json_real(1)));
     json_object_set_new(rg, "top_k", s_range(json_integer(0), json_integer(SW_SAMPLING_MAX_TOP_K)));
-    json_object_set_new(rg, "min_p", s_range(json_real(0), json_real(S_MAX_MIN_P)));
+    json_object_set_new(rg, "min_p", s_range(json_real(0), json_real(SW_SAMPLING_MAX_MIN_P)));
     json_object_set_new(
         rg, "repeat_penalty",
         s_range(json_real(SW_SAMPLING_MIN_REP_PENALTY), json_real(SW_SAMPLING_MAX_REP_PENALTY)));
