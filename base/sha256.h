@@ -1,7 +1,8 @@
 /*
- * sha256.h - SHA-256 (FIPS 180-4) for the engine's model fingerprint, so that
- * the engine needs no crypto library. Not for secrets: it makes no attempt
- * at constant time or at wiping its state (the network code uses libsodium).
+ * sha256.h - SHA-256 (FIPS 180-4) for the engine's model fingerprint and the
+ * hub's check of a download, so that neither needs a crypto library. Not for
+ * secrets: it makes no attempt at constant time or at wiping its state (the
+ * network code uses libsodium).
  */
 #ifndef SW_SHA256_H
 #define SW_SHA256_H

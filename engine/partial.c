@@ -1,6 +1,7 @@
 /*
  * partial.c - partial GGUF files (partial.h): which tensors a layer range
- * keeps, the partial file's header, and reading its keys back.
+ * keeps, the partial file's header (written with gguf_write.h), and reading
+ * its keys back.
  */
 #include "partial.h"
 
@@ -8,77 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf_write.h"
 #include "log.h"
 #include "sha256.h"
-
-/* A growing byte buffer for the header. */
-typedef struct s_out {
-    uint8_t *p;
-    size_t len, cap;
-    int oom;
-} s_out_t;
-
-static void s_put(s_out_t *o, const void *b, size_t n)
-{
-    if (o->oom)
-        return;
-    if (o->len + n > o->cap) {
-        size_t cap = o->cap ? o->cap : 4096;
-        while (cap < o->len + n)
-            cap *= 2;
-        uint8_t *g = realloc(o->p, cap);
-        if (!g) {
-            o->oom = 1;
-            return;
-        }
-        o->p = g;
-        o->cap = cap;
-    }
-    memcpy(o->p + o->len, b, n);
-    o->len += n;
-}
-
-static void s_u32(s_out_t *o, uint32_t v)
-{
-    s_put(o, &v, 4);
-}
-
-static void s_u64(s_out_t *o, uint64_t v)
-{
-    s_put(o, &v, 8);
-}
-
-static void s_str(s_out_t *o, const char *s, size_t n)
-{
-    s_u64(o, n);
-    s_put(o, s, n);
-}
-
-static void s_key(s_out_t *o, const char *suffix, enum sw_gguf_vtype t)
-{
-    char k[96];
-    int n = snprintf(k, sizeof k, SW_PARTIAL_KEY "%s", suffix);
-    s_str(o, k, (size_t)n);
-    s_u32(o, (uint32_t)t);
-}
-
-static void s_kv_u32(s_out_t *o, const char *suffix, uint32_t v)
-{
-    s_key(o, suffix, SW_GGUF_UINT32);
-    s_u32(o, v);
-}
-
-static void s_kv_u64(s_out_t *o, const char *suffix, uint64_t v)
-{
-    s_key(o, suffix, SW_GGUF_UINT64);
-    s_u64(o, v);
-}
-
-static void s_kv_str(s_out_t *o, const char *suffix, const char *v)
-{
-    s_key(o, suffix, SW_GGUF_STRING);
-    s_str(o, v, strlen(v));
-}
 
 /* The block number of a "blk.N." tensor name, or -1 for any other name. */
 static long s_block(sw_gguf_str_t name)
@@ -182,57 +115,46 @@ int sw_partial_plan(const sw_gguf_t *src, int begin, int end, const sw_partial_s
         }
     }
     const uint64_t align = sw_gguf_alignment(src);
-    s_out_t o = {0};
+    sw_gguf_out_t o = {0};
     const uint8_t *bytes = sw_gguf_bytes(src);
     uint64_t n_kv = (uint64_t)sw_gguf_kv_count(src) + 8;
-    s_put(&o, "GGUF", 4);
-    s_u32(&o, sw_gguf_version(src));
-    s_u64(&o, (uint64_t)n);
-    s_u64(&o, n_kv);
-    s_put(&o, bytes + 24, (size_t)(sw_gguf_kv_end(src) - 24)); /* the source's kvs as they are */
-    s_kv_u32(&o, "layer_begin", (uint32_t)begin);
-    s_kv_u32(&o, "layer_end", (uint32_t)end);
-    s_kv_str(&o, "source", id->source);
-    s_kv_u64(&o, "source_size", id->size);
-    s_kv_str(&o, "source_sha256", id->sha256 ? id->sha256 : "");
-    s_kv_u64(&o, "source_tensors", (uint64_t)nt);
-    s_kv_str(&o, "fingerprint", id->fingerprint);
-    s_kv_u32(&o, "n_vocab", (uint32_t)te->ne[1]);
+    sw_gguf_out_header(&o, sw_gguf_version(src), (uint64_t)n, n_kv);
+    /* the source's kvs as they are */
+    sw_gguf_out_bytes(&o, bytes + 24, (size_t)(sw_gguf_kv_end(src) - 24));
+    sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "layer_begin", (uint32_t)begin);
+    sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "layer_end", (uint32_t)end);
+    sw_gguf_out_kv_str(&o, SW_PARTIAL_KEY "source", id->source);
+    sw_gguf_out_kv_u64(&o, SW_PARTIAL_KEY "source_size", id->size);
+    sw_gguf_out_kv_str(&o, SW_PARTIAL_KEY "source_sha256", id->sha256 ? id->sha256 : "");
+    sw_gguf_out_kv_u64(&o, SW_PARTIAL_KEY "source_tensors", (uint64_t)nt);
+    sw_gguf_out_kv_str(&o, SW_PARTIAL_KEY "fingerprint", id->fingerprint);
+    sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "n_vocab", (uint32_t)te->ne[1]);
     plan->segs = calloc((size_t)(n ? n : 1), sizeof *plan->segs);
     if (!plan->segs) {
         free(idx);
-        free(o.p);
+        free(o.buf);
         sw_errf(err, err_len, "partial: out of memory");
         return -1;
     }
     uint64_t off = 0;
     for (int64_t i = 0; i < n; i++) {
         const sw_gguf_tensor_t *t = sw_gguf_tensor(src, idx[i]);
-        s_str(&o, t->name.ptr, t->name.len);
-        s_u32(&o, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            s_u64(&o, (uint64_t)t->ne[d]);
-        s_u32(&o, (uint32_t)t->type);
-        off = (off + align - 1) / align * align;
-        s_u64(&o, off);
-        plan->segs[i] =
-            (sw_partial_seg_t){.src_off = t->offset, .part_off = off, .len = t->n_bytes};
-        off += t->n_bytes;
+        const uint64_t at = sw_gguf_out_tensor_info(&o, t->name.ptr, (size_t)t->name.len, t->n_dims,
+                                                    t->ne, t->type, t->n_bytes, align, &off);
+        plan->segs[i] = (sw_partial_seg_t){.src_off = t->offset, .part_off = at, .len = t->n_bytes};
         plan->data_bytes += t->n_bytes;
     }
     free(idx);
-    static const uint8_t zero[64] = {0};
-    while (!o.oom && o.len % align)
-        s_put(&o, zero, align - o.len % align < sizeof zero ? align - o.len % align : sizeof zero);
-    if (o.oom) {
-        free(o.p);
+    sw_gguf_out_pad(&o, align);
+    if (o.failed) {
+        free(o.buf);
         sw_partial_plan_free(plan);
         sw_errf(err, err_len, "partial: out of memory");
         return -1;
     }
     for (int64_t i = 0; i < n; i++)
         plan->segs[i].part_off += o.len;
-    plan->header = o.p;
+    plan->header = o.buf;
     plan->header_len = o.len;
     plan->n_segs = (int)n;
     plan->size = o.len + off;

@@ -41,9 +41,10 @@
 
 #include "args.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "quant.h"
 
-/* ---- a GGUF v3 writer ------------------------------------------------------------------ */
+/* ---- writing (the engine's GGUF writer, gguf_write.h) ----------------------------------- */
 
 typedef struct s_tensor {
     char name[96];
@@ -54,172 +55,39 @@ typedef struct s_tensor {
     uint64_t bytes;
 } s_tensor_t;
 
-typedef struct s_out {
-    FILE *f;
-    int failed;
-} s_out_t;
-
-static void s_put(s_out_t *o, const void *p, size_t n)
-{
-    if (n && fwrite(p, 1, n, o->f) != n)
-        o->failed = 1;
-}
-
-static void s_u32(s_out_t *o, uint32_t v)
-{
-    s_put(o, &v, 4);
-}
-
-static void s_u64(s_out_t *o, uint64_t v)
-{
-    s_put(o, &v, 8);
-}
-
-static void s_str(s_out_t *o, const char *p, uint64_t n)
-{
-    s_u64(o, n);
-    s_put(o, p, (size_t)n);
-}
-
 /* Creates path and writes the GGUF v3 header's counts. 0 or -1 (printed). */
-static int s_open(s_out_t *o, const char *path, int64_t n_tensors, int64_t n_kv)
+static int s_open(sw_gguf_out_t *o, const char *path, int64_t n_tensors, int64_t n_kv)
 {
-    o->f = fopen(path, "wb");
-    o->failed = 0;
+    *o = (sw_gguf_out_t){.f = fopen(path, "wb")};
     if (!o->f) {
         fprintf(stderr, "shardwire-mkmodel: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
-    s_u32(o, 0x46554747u); // "GGUF"
-    s_u32(o, 3);
-    s_u64(o, (uint64_t)n_tensors);
-    s_u64(o, (uint64_t)n_kv);
+    sw_gguf_out_header(o, 3, (uint64_t)n_tensors, (uint64_t)n_kv);
     return 0;
 }
 
-/* One key/value of src, re-serialized (block_count replaced by n_layers when >= 0). */
-static int s_copy_kv(s_out_t *o, const sw_gguf_t *g, int64_t i, const char *block_key, int n_layers)
+/* Closes the file of s_open: 0, or -1 (printed) when a write failed. */
+static int s_close(sw_gguf_out_t *o, const char *path)
 {
-    sw_gguf_str_t k = sw_gguf_kv_key(g, i);
-    char key[256];
-    if (k.len >= sizeof key)
+    if (fclose(o->f) != 0 || o->failed) {
+        fprintf(stderr, "shardwire-mkmodel: writing %s failed\n", path);
         return -1;
-    memcpy(key, k.ptr, k.len);
-    key[k.len] = 0;
-    enum sw_gguf_vtype t = sw_gguf_kv_type(g, i);
-    s_str(o, key, k.len);
-    if (n_layers >= 0 && !strcmp(key, block_key)) {
-        s_u32(o, SW_GGUF_UINT32);
-        s_u32(o, (uint32_t)n_layers);
-        return 0;
     }
-    s_u32(o, (uint32_t)t);
-    if (t == SW_GGUF_STRING) {
-        sw_gguf_str_t v;
-        if (sw_gguf_get_str(g, key, &v) != 0)
-            return -1;
-        s_str(o, v.ptr, v.len);
-        return 0;
-    }
-    if (t == SW_GGUF_ARRAY) {
-        enum sw_gguf_vtype et;
-        uint64_t n;
-        if (sw_gguf_get_arr(g, key, &et, &n) != 0)
-            return -1;
-        s_u32(o, (uint32_t)et);
-        s_u64(o, n);
-        if (et == SW_GGUF_STRING) {
-            for (uint64_t j = 0; j < n; j++) {
-                sw_gguf_str_t v;
-                if (sw_gguf_arr_str(g, key, j, &v) != 0)
-                    return -1;
-                s_str(o, v.ptr, v.len);
-            }
-            return 0;
-        }
-        const size_t es = (size_t)sw_gguf_vtype_size(et);
-        const void *data = sw_gguf_arr_data(g, key);
-        if (!es || !data)
-            return -1;
-        s_put(o, data, (size_t)n * es);
-        return 0;
-    }
-    /* Scalars: read back through the typed getters in the stored width. */
-    const size_t es = (size_t)sw_gguf_vtype_size(t);
-    unsigned char buf[8] = {0};
-    if (t == SW_GGUF_FLOAT32 || t == SW_GGUF_FLOAT64) {
-        double d;
-        if (sw_gguf_get_f64(g, key, &d) != 0)
-            return -1;
-        float f = (float)d;
-        memcpy(buf, t == SW_GGUF_FLOAT32 ? (void *)&f : (void *)&d, es);
-    } else if (t == SW_GGUF_BOOL) {
-        int b;
-        if (sw_gguf_get_bool(g, key, &b) != 0)
-            return -1;
-        buf[0] = (unsigned char)(b != 0);
-    } else if (t == SW_GGUF_UINT64) {
-        uint64_t u;
-        if (sw_gguf_get_u64(g, key, &u) != 0)
-            return -1;
-        memcpy(buf, &u, 8);
-    } else {
-        int64_t v;
-        if (sw_gguf_get_i64(g, key, &v) != 0)
-            return -1;
-        memcpy(buf, &v, es); // little-endian: the low bytes hold the value
-    }
-    s_put(o, buf, es);
     return 0;
 }
 
-/* Header key/values written by the synthetic mode. */
-typedef struct s_kv {
-    const char *key;
-    int is_str;
-    const char *s;
-    uint32_t u;
-    float f;
-    int is_f;
-} s_kv_t;
-
-static void s_write_kv(s_out_t *o, const s_kv_t *kv)
-{
-    s_str(o, kv->key, strlen(kv->key));
-    if (kv->is_str) {
-        s_u32(o, SW_GGUF_STRING);
-        s_str(o, kv->s, strlen(kv->s));
-    } else if (kv->is_f) {
-        s_u32(o, SW_GGUF_FLOAT32);
-        s_put(o, &kv->f, 4);
-    } else {
-        s_u32(o, SW_GGUF_UINT32);
-        s_u32(o, kv->u);
-    }
-}
-
-static void s_write_tensors(s_out_t *o, const s_tensor_t *ts, int n)
+/* The tensor infos, then the tensors' data, each 32-aligned (the default alignment). */
+static void s_write_tensors(sw_gguf_out_t *o, const s_tensor_t *ts, int n)
 {
     uint64_t off = 0;
+    for (int i = 0; i < n; i++)
+        sw_gguf_out_tensor_info(o, ts[i].name, strlen(ts[i].name), (uint32_t)ts[i].n_dims, ts[i].ne,
+                                ts[i].type, ts[i].bytes, 32, &off);
+    sw_gguf_out_pad(o, 32);
     for (int i = 0; i < n; i++) {
-        s_str(o, ts[i].name, strlen(ts[i].name));
-        s_u32(o, (uint32_t)ts[i].n_dims);
-        for (int d = 0; d < ts[i].n_dims; d++)
-            s_u64(o, (uint64_t)ts[i].ne[d]);
-        s_u32(o, (uint32_t)ts[i].type);
-        s_u64(o, off);
-        off += (ts[i].bytes + 31) & ~(uint64_t)31;
-    }
-    static const unsigned char zero[32] = {0};
-    long pos = ftell(o->f);
-    if (pos < 0)
-        o->failed = 1;
-    else if (pos % 32)
-        s_put(o, zero, (size_t)(32 - pos % 32));
-    for (int i = 0; i < n; i++) {
-        s_put(o, ts[i].data, (size_t)ts[i].bytes);
-        if (ts[i].bytes % 32)
-            s_put(o, zero, (size_t)(32 - ts[i].bytes % 32));
+        sw_gguf_out_bytes(o, ts[i].data, (size_t)ts[i].bytes);
+        sw_gguf_out_pad(o, 32);
     }
 }
 
@@ -634,11 +502,154 @@ static int s_vocab_keys(const sw_gguf_t *v, int64_t *keys, int *n_keys, int *n_v
     return 0;
 }
 
+/* Adds a random matrix (n_out rows of n_in) of type t to ts. 0 or -1. */
+static int s_mat(s_tensor_t *ts, int *n, const char *name, enum sw_type t, int64_t n_in,
+                 int64_t n_out, float sd)
+{
+    void *d;
+    uint64_t b;
+    if (s_random_matrix(t, n_in, n_out, sd, &d, &b) != 0)
+        return -1;
+    return s_add(ts, n, name, 2, n_in, n_out, 1, t, d, b);
+}
+
+/* Adds the random matrices of p's experts, one 3-D tensor. 0 or -1. */
+static int s_exps(s_tensor_t *ts, int *n, const s_preset_t *p, const char *name, enum sw_type t,
+                  int64_t n_in, int64_t n_out, float sd)
+{
+    void *d;
+    uint64_t b;
+    if (s_random_matrix(t, n_in, n_out * p->n_expert, sd, &d, &b) != 0)
+        return -1;
+    return s_add(ts, n, name, 3, n_in, n_out, p->n_expert, t, d, b);
+}
+
+/* Adds an f32 vector of len values in center +- spread. 0 or -1. */
+static int s_vec(s_tensor_t *ts, int *n, const char *name, int64_t len, float center, float spread)
+{
+    void *d;
+    uint64_t b;
+    if (s_random_vec(len, center, spread, &d, &b) != 0)
+        return -1;
+    return s_add(ts, n, name, 1, len, 1, 1, SW_TYPE_F32, d, b);
+}
+
+/* The random tensors of layer l (blk.l.*) of p with head size hd. 0 or -1. */
+static int s_synth_layer(const s_preset_t *p, int l, int hd, s_tensor_t *ts, int *n)
+{
+    const int qd = hd * p->n_head, kvd = hd * p->n_kv_head, gemma = !strcmp(p->arch, "gemma3");
+    const float sd_e = 1.0f / sqrtf((float)p->n_embd), sd_f = 1.0f / sqrtf((float)p->n_ff);
+    const float sd_q = 1.0f / sqrtf((float)qd);
+    char nm[96];
+#define S_NM(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if (s_vec(ts, n, S_NM("attn_norm.weight"), p->n_embd, 1.0f, 0.1f) != 0 ||
+        s_mat(ts, n, S_NM("attn_q.weight"), p->q, p->n_embd, qd, sd_e) != 0 ||
+        s_mat(ts, n, S_NM("attn_k.weight"), p->k, p->n_embd, kvd, sd_e) != 0 ||
+        s_mat(ts, n, S_NM("attn_v.weight"), l < 2 ? p->v_first : p->v, p->n_embd, kvd, sd_e) != 0 ||
+        s_mat(ts, n, S_NM("attn_output.weight"), p->o, qd, p->n_embd, sd_q) != 0)
+        return -1;
+    if (p->bias && (s_vec(ts, n, S_NM("attn_q.bias"), qd, 0.0f, 0.1f) != 0 ||
+                    s_vec(ts, n, S_NM("attn_k.bias"), kvd, 0.0f, 0.1f) != 0 ||
+                    s_vec(ts, n, S_NM("attn_v.bias"), kvd, 0.0f, 0.1f) != 0))
+        return -1;
+    if (p->qk_norm && (s_vec(ts, n, S_NM("attn_q_norm.weight"), hd, 1.0f, 0.1f) != 0 ||
+                       s_vec(ts, n, S_NM("attn_k_norm.weight"), hd, 1.0f, 0.1f) != 0))
+        return -1;
+    if (gemma && s_vec(ts, n, S_NM("post_attention_norm.weight"), p->n_embd, 1.0f, 0.1f) != 0)
+        return -1;
+    if (s_vec(ts, n, S_NM("ffn_norm.weight"), p->n_embd, 1.0f, 0.1f) != 0)
+        return -1;
+    if (p->n_expert > 0) {
+        const float sd_x = 1.0f / sqrtf((float)p->n_ff_exp);
+        if (s_mat(ts, n, S_NM("ffn_gate_inp.weight"), SW_TYPE_F32, p->n_embd, p->n_expert, sd_e) !=
+                0 ||
+            s_exps(ts, n, p, S_NM("ffn_gate_exps.weight"), p->gate_exps, p->n_embd, p->n_ff_exp,
+                   sd_e) != 0 ||
+            s_exps(ts, n, p, S_NM("ffn_up_exps.weight"), p->gate_exps, p->n_embd, p->n_ff_exp,
+                   sd_e) != 0 ||
+            s_exps(ts, n, p, S_NM("ffn_down_exps.weight"), p->down_exps, p->n_ff_exp, p->n_embd,
+                   sd_x) != 0)
+            return -1;
+    } else if (s_mat(ts, n, S_NM("ffn_gate.weight"), p->gate, p->n_embd, p->n_ff, sd_e) != 0 ||
+               s_mat(ts, n, S_NM("ffn_up.weight"), p->up, p->n_embd, p->n_ff, sd_e) != 0 ||
+               s_mat(ts, n, S_NM("ffn_down.weight"), l < 2 ? p->down_first : p->down, p->n_ff,
+                     p->n_embd, sd_f) != 0) {
+        return -1;
+    }
+    if (gemma && s_vec(ts, n, S_NM("post_ffw_norm.weight"), p->n_embd, 1.0f, 0.1f) != 0)
+        return -1;
+#undef S_NM
+    return 0;
+}
+
+/* The random tensors of p with L layers and n_vocab rows, in the order of the real files:
+ * 0, or -1 with the tensors made so far in ts[0..*n) (the caller frees them). */
+static int s_synth_tensors(const s_preset_t *p, int L, int hd, int n_vocab, s_tensor_t *ts, int *n)
+{
+    const float sd_e = 1.0f / sqrtf((float)p->n_embd);
+    if (s_mat(ts, n, "token_embd.weight", p->embd, p->n_embd, n_vocab, sd_e) != 0 ||
+        s_vec(ts, n, "output_norm.weight", p->n_embd, 1.0f, 0.1f) != 0)
+        return -1;
+    if (p->out != SW_TYPE_COUNT &&
+        s_mat(ts, n, "output.weight", p->out, p->n_embd, n_vocab, sd_e) != 0)
+        return -1;
+    if (p->rope_factor > 0) {
+        float *d = s_llama3_rope_freqs(p, hd);
+        if (!d)
+            return -1;
+        s_add(ts, n, "rope_freqs.weight", 1, hd / 2, 1, 1, SW_TYPE_F32, d,
+              (uint64_t)(hd / 2) * sizeof(float));
+    }
+    for (int l = 0; l < L; l++)
+        if (s_synth_layer(p, l, hd, ts, n) != 0)
+            return -1;
+    return 0;
+}
+
+/* The synthetic model's key/values (general.*, then <arch>.*) into o: their count. */
+static int s_synth_kvs(sw_gguf_out_t *o, const s_preset_t *p, int L, int hd)
+{
+    char label[96], key[96];
+    snprintf(label, sizeof label, "synthetic %s (shardwire-mkmodel)", p->name);
+    sw_gguf_out_kv_str(o, "general.architecture", p->arch);
+    sw_gguf_out_kv_str(o, "general.name", label);
+    int n = 2;
+#define S_KEY(sfx) (snprintf(key, sizeof key, "%s.%s", p->arch, (sfx)), n++, key)
+#define S_U32(sfx, v) sw_gguf_out_kv_u32(o, S_KEY(sfx), (uint32_t)(v))
+#define S_F32(sfx, v) sw_gguf_out_kv_f32(o, S_KEY(sfx), (v))
+    S_U32("block_count", L);
+    S_U32("embedding_length", p->n_embd);
+    S_U32("feed_forward_length", p->n_ff);
+    S_U32("attention.head_count", p->n_head);
+    S_U32("attention.head_count_kv", p->n_kv_head);
+    S_U32("context_length", p->n_ctx);
+    S_F32("rope.freq_base", p->rope_base);
+    S_F32("attention.layer_norm_rms_epsilon", p->eps);
+    if (p->head_dim) {
+        S_U32("attention.key_length", hd);
+        S_U32("attention.value_length", hd);
+        S_U32("rope.dimension_count", hd);
+    }
+    if (p->n_expert > 0) {
+        S_U32("expert_count", p->n_expert);
+        S_U32("expert_used_count", p->n_expert_used);
+        S_U32("expert_feed_forward_length", p->n_ff_exp);
+    }
+    if (p->n_swa > 0) {
+        S_U32("attention.sliding_window", p->n_swa);
+        S_U32("attention.sliding_window_pattern", p->swa_pattern);
+        S_F32("rope.freq_base_swa", p->rope_base_swa);
+    }
+#undef S_F32
+#undef S_U32
+#undef S_KEY
+    return n;
+}
+
 static int s_synth(const s_preset_t *p, int n_layers, const sw_gguf_t *vocab, const char *path)
 {
     const int L = n_layers > 0 ? n_layers : p->n_layer;
     const int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
-    const int qd = hd * p->n_head, kvd = hd * p->n_kv_head;
     int64_t vkeys[64];
     int n_vkeys = 0, n_vocab = p->n_vocab;
     if (vocab && s_vocab_keys(vocab, vkeys, &n_vkeys, &n_vocab) != 0) {
@@ -649,144 +660,23 @@ static int s_synth(const s_preset_t *p, int n_layers, const sw_gguf_t *vocab, co
     if (!ts)
         return -1;
     int n = 0, rc = -1;
-    void *d;
-    uint64_t b;
-    const float sd_e = 1.0f / sqrtf((float)p->n_embd), sd_f = 1.0f / sqrtf((float)p->n_ff);
-    const float sd_q = 1.0f / sqrtf((float)qd);
-#define S_MAT(name, t, n_in, n_out, sd)                                                            \
-    do {                                                                                           \
-        if (s_random_matrix((t), (n_in), (n_out), (sd), &d, &b) != 0)                              \
-            goto out;                                                                              \
-        s_add(ts, &n, (name), 2, (n_in), (n_out), 1, (t), d, b);                                   \
-    } while (0)
-#define S_EXPS(name, t, n_in, n_out, sd)                                                           \
-    do {                                                                                           \
-        if (s_random_matrix((t), (n_in), (int64_t)(n_out)*p->n_expert, (sd), &d, &b) != 0)         \
-            goto out;                                                                              \
-        s_add(ts, &n, (name), 3, (n_in), (n_out), p->n_expert, (t), d, b);                         \
-    } while (0)
-#define S_VEC(name, len, c, s)                                                                     \
-    do {                                                                                           \
-        if (s_random_vec((len), (c), (s), &d, &b) != 0)                                            \
-            goto out;                                                                              \
-        s_add(ts, &n, (name), 1, (len), 1, 1, SW_TYPE_F32, d, b);                                  \
-    } while (0)
-    S_MAT("token_embd.weight", p->embd, p->n_embd, n_vocab, sd_e);
-    S_VEC("output_norm.weight", p->n_embd, 1.0f, 0.1f);
-    if (p->out != SW_TYPE_COUNT)
-        S_MAT("output.weight", p->out, p->n_embd, n_vocab, sd_e);
-    if (p->rope_factor > 0) {
-        if (!(d = s_llama3_rope_freqs(p, hd)))
-            goto out;
-        s_add(ts, &n, "rope_freqs.weight", 1, hd / 2, 1, 1, SW_TYPE_F32, d,
-              (uint64_t)(hd / 2) * sizeof(float));
-    }
-    char nm[96];
-    const int gemma = !strcmp(p->arch, "gemma3");
-    for (int l = 0; l < L; l++) {
-#define S_NM(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
-        S_VEC(S_NM("attn_norm.weight"), p->n_embd, 1.0f, 0.1f);
-        S_MAT(S_NM("attn_q.weight"), p->q, p->n_embd, qd, sd_e);
-        S_MAT(S_NM("attn_k.weight"), p->k, p->n_embd, kvd, sd_e);
-        S_MAT(S_NM("attn_v.weight"), l < 2 ? p->v_first : p->v, p->n_embd, kvd, sd_e);
-        S_MAT(S_NM("attn_output.weight"), p->o, qd, p->n_embd, sd_q);
-        if (p->bias) {
-            S_VEC(S_NM("attn_q.bias"), qd, 0.0f, 0.1f);
-            S_VEC(S_NM("attn_k.bias"), kvd, 0.0f, 0.1f);
-            S_VEC(S_NM("attn_v.bias"), kvd, 0.0f, 0.1f);
-        }
-        if (p->qk_norm) {
-            S_VEC(S_NM("attn_q_norm.weight"), hd, 1.0f, 0.1f);
-            S_VEC(S_NM("attn_k_norm.weight"), hd, 1.0f, 0.1f);
-        }
-        if (gemma)
-            S_VEC(S_NM("post_attention_norm.weight"), p->n_embd, 1.0f, 0.1f);
-        S_VEC(S_NM("ffn_norm.weight"), p->n_embd, 1.0f, 0.1f);
-        if (p->n_expert > 0) {
-            const float sd_x = 1.0f / sqrtf((float)p->n_ff_exp);
-            S_MAT(S_NM("ffn_gate_inp.weight"), SW_TYPE_F32, p->n_embd, p->n_expert, sd_e);
-            S_EXPS(S_NM("ffn_gate_exps.weight"), p->gate_exps, p->n_embd, p->n_ff_exp, sd_e);
-            S_EXPS(S_NM("ffn_up_exps.weight"), p->gate_exps, p->n_embd, p->n_ff_exp, sd_e);
-            S_EXPS(S_NM("ffn_down_exps.weight"), p->down_exps, p->n_ff_exp, p->n_embd, sd_x);
-        } else {
-            S_MAT(S_NM("ffn_gate.weight"), p->gate, p->n_embd, p->n_ff, sd_e);
-            S_MAT(S_NM("ffn_up.weight"), p->up, p->n_embd, p->n_ff, sd_e);
-            S_MAT(S_NM("ffn_down.weight"), l < 2 ? p->down_first : p->down, p->n_ff, p->n_embd,
-                  sd_f);
-        }
-        if (gemma)
-            S_VEC(S_NM("post_ffw_norm.weight"), p->n_embd, 1.0f, 0.1f);
-#undef S_NM
-    }
-#undef S_MAT
-#undef S_EXPS
-#undef S_VEC
-    char label[96];
-    snprintf(label, sizeof label, "synthetic %s (shardwire-mkmodel)", p->name);
-    /* The architecture's keys: (suffix, value) pairs, written as <arch>.<suffix>. */
-    struct {
-        const char *suffix;
-        int is_f;
-        uint32_t u;
-        float f;
-    } ak[16];
-    int n_ak = 0;
-#define S_AK(sfx, isf, uv, fv)                                                                     \
-    do {                                                                                           \
-        ak[n_ak].suffix = (sfx);                                                                   \
-        ak[n_ak].is_f = (isf);                                                                     \
-        ak[n_ak].u = (uint32_t)(uv);                                                               \
-        ak[n_ak++].f = (fv);                                                                       \
-    } while (0)
-    S_AK("block_count", 0, L, 0);
-    S_AK("embedding_length", 0, p->n_embd, 0);
-    S_AK("feed_forward_length", 0, p->n_ff, 0);
-    S_AK("attention.head_count", 0, p->n_head, 0);
-    S_AK("attention.head_count_kv", 0, p->n_kv_head, 0);
-    S_AK("context_length", 0, p->n_ctx, 0);
-    S_AK("rope.freq_base", 1, 0, p->rope_base);
-    S_AK("attention.layer_norm_rms_epsilon", 1, 0, p->eps);
-    if (p->head_dim) {
-        S_AK("attention.key_length", 0, hd, 0);
-        S_AK("attention.value_length", 0, hd, 0);
-        S_AK("rope.dimension_count", 0, hd, 0);
-    }
-    if (p->n_expert > 0) {
-        S_AK("expert_count", 0, p->n_expert, 0);
-        S_AK("expert_used_count", 0, p->n_expert_used, 0);
-        S_AK("expert_feed_forward_length", 0, p->n_ff_exp, 0);
-    }
-    if (p->n_swa > 0) {
-        S_AK("attention.sliding_window", 0, p->n_swa, 0);
-        S_AK("attention.sliding_window_pattern", 0, p->swa_pattern, 0);
-        S_AK("rope.freq_base_swa", 1, 0, p->rope_base_swa);
-    }
-#undef S_AK
-    char keys[16][96];
-    s_kv_t kvs[24] = {{"general.architecture", 1, p->arch, 0, 0, 0},
-                      {"general.name", 1, label, 0, 0, 0}};
-    int n_kv = 2;
-    for (int i = 0; i < n_ak; i++) {
-        snprintf(keys[i], sizeof keys[i], "%s.%s", p->arch, ak[i].suffix);
-        kvs[n_kv++] = (s_kv_t){keys[i], 0, NULL, ak[i].u, ak[i].f, ak[i].is_f};
-    }
-    s_out_t o;
-    if (s_open(&o, path, n, n_kv + n_vkeys) != 0)
+    sw_gguf_out_t kv = {0}, o; /* the key/values in memory: the header counts them first */
+    if (s_synth_tensors(p, L, hd, n_vocab, ts, &n) != 0)
         goto out;
-    for (int i = 0; i < n_kv; i++)
-        s_write_kv(&o, &kvs[i]);
+    const int n_kv = s_synth_kvs(&kv, p, L, hd);
+    if (kv.failed || s_open(&o, path, n, n_kv + n_vkeys) != 0)
+        goto out;
+    sw_gguf_out_bytes(&o, kv.buf, kv.len);
     for (int i = 0; i < n_vkeys; i++)
-        if (s_copy_kv(&o, vocab, vkeys[i], "", -1) != 0)
-            o.failed = 1;
+        if (sw_gguf_out_kv_copy(&o, vocab, vkeys[i]) != 0)
+            break;
     s_write_tensors(&o, ts, n);
-    if (fclose(o.f) != 0 || o.failed)
-        fprintf(stderr, "shardwire-mkmodel: writing %s failed\n", path);
-    else
-        rc = 0;
+    rc = s_close(&o, path);
 out:
     for (int i = 0; i < n; i++)
         free(ts[i].data);
     free(ts);
+    free(kv.buf);
     return rc;
 }
 
@@ -861,17 +751,19 @@ static int s_truncate(const char *in, int n_layers, enum sw_type embd_type, cons
     }
     const int64_t nkv = sw_gguf_kv_count(g);
     const int64_t skip = sw_gguf_find_key(g, "general.alignment"); // our tensors are 32-aligned
-    s_out_t o;
+    sw_gguf_out_t o;
     if (s_open(&o, path, n, nkv - (skip >= 0)) != 0)
         goto out;
-    for (int64_t i = 0; i < nkv; i++)
-        if (i != skip && s_copy_kv(&o, g, i, block_key, n_layers) != 0)
-            o.failed = 1;
+    for (int64_t i = 0; i < nkv; i++) {
+        if (i == skip)
+            continue;
+        if (sw_gguf_str_eq(sw_gguf_kv_key(g, i), block_key))
+            sw_gguf_out_kv_u32(&o, block_key, (uint32_t)n_layers); // the layers kept
+        else if (sw_gguf_out_kv_copy(&o, g, i) != 0)
+            break;
+    }
     s_write_tensors(&o, ts, n);
-    if (fclose(o.f) != 0 || o.failed)
-        fprintf(stderr, "shardwire-mkmodel: writing %s failed\n", path);
-    else
-        rc = 0;
+    rc = s_close(&o, path);
 out:
     for (int i = 0; i < n; i++)
         free(ts[i].data);
