@@ -1,8 +1,11 @@
 /*
  * codec.h - the one place where shardwire's protobuf messages
  * (proto/shardwire.proto) become the plain C structs that the node, relay,
- * client and gateway logic use, and back. Outside net/ no program names a
- * protobuf type (tests do, to craft malformed messages).
+ * client and gateway logic use, and back. Only the codec files (codec.c,
+ * codec_encode.c, wire.c, wire_check.c) name a protobuf type, through the
+ * private codec_pb.h; everything else sees the plain structs below and the
+ * opaque sw_envelope_t of wire.h (tests include codec_pb.h to craft
+ * malformed messages).
  *
  * Receiving: sw_wire_recv() (wire.h) has checked every field of a message
  * against the protocol's limits; sw_codec_decode() then gives a plain view
@@ -12,7 +15,7 @@
  * sw_codec_send() (a socket, through sw_wire_send_ex: sealing included) or
  * sw_codec_encode() (one header frame, for the relay's own replies). The
  * protobuf structs are built on the codec's stack, pointing into the
- * caller's memory, and validated (wire.c) before anything is sent.
+ * caller's memory, and validated (wire_check.c) before anything is sent.
  *
  * The hidden-state tensor of a Forward travels in its own frame as
  * [n_rows, hidden] of the Forward's dtype; sw_codec_hidden_pack / _unpack
@@ -24,9 +27,9 @@
  * inside the zmq_msg_t). A sw_msg_t to send points into the caller's memory,
  * which the codec only reads during the call. Nothing here allocates.
  *
- * A new message type is a row in wire.c's table (body case, name, channel,
- * validator), a struct and its member of sw_msg_t below, and its two
- * functions (decode, encode) in codec.c's table.
+ * A new message type is a row in wire_check.c's table (body case, name,
+ * channel, validator), a struct and its member of sw_msg_t below, its
+ * decoder in codec.c's table and its encoder in codec_encode.c's.
  */
 #ifndef SW_CODEC_H
 #define SW_CODEC_H
@@ -407,7 +410,8 @@ typedef struct sw_msg {
  * protocol says: top_p 0 and repeat_penalty 0 are 1 (off); absent ones are
  * has_sampling 0 with every field as if 0 had been sent (greedy). Returns
  * SW_WIRE_OK, or SW_WIRE_EMALFORMED (another type, no message, or a count
- * that wire.c should have refused) after a line in err (logged when NULL).
+ * that wire_check.c should have refused) after a line in err (logged when
+ * NULL).
  */
 int sw_codec_decode(const sw_wire_msg_t *m, sw_msg_type_t want, sw_msg_t *out, char *err,
                     size_t err_len) __attribute__((warn_unused_result));
@@ -437,14 +441,14 @@ int sw_codec_turn_at(const sw_msg_generate_t *g, uint32_t i, sw_msg_turn_t *out)
  * into msg): send it, pack it or check it, and return 0 or a negative
  * sw_wire_rc. The Envelope and payload are valid only during the call.
  */
-typedef int (*sw_codec_sink_fn)(void *ctx, Shardwire__Envelope *env, const void *payload,
+typedef int (*sw_codec_sink_fn)(void *ctx, sw_envelope_t *env, const void *payload,
                                 size_t payload_len, int has_payload);
 
 /*
  * Builds msg's Envelope and gives it to sink(ctx, ...); a Forward's payload
  * goes with it (has_payload = payload != NULL). Values the protobuf cannot
  * carry (a negative top_k, more entries than a plain array holds) are
- * refused here; everything else is wire.c's validation, run by the sink's
+ * refused here; everything else is wire_check.c's validation, run by the sink's
  * send. Returns what the sink returned, or SW_WIRE_EMALFORMED after a line
  * in err (logged when NULL).
  */

@@ -682,7 +682,7 @@ int sw_peer_pending(const sw_peer_t *peer)
     return peer->q_len;
 }
 
-int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, const void *payload,
+int sw_peer_send(sw_peer_t *peer, const char *dest, sw_envelope_t *env, const void *payload,
                  size_t payload_len, int has_payload)
 {
     /* A reconnect seen now must be followed by the announce before this message. */
@@ -745,7 +745,7 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
     }
 }
 
-int sw_peer_try_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env)
+int sw_peer_try_send(sw_peer_t *peer, const char *dest, sw_envelope_t *env)
 {
     s_events(peer);
     s_maybe_announce(peer);
@@ -777,7 +777,7 @@ typedef struct s_msg_ctx {
     int try_send; /* 1: sw_peer_try_send (no payload) */
 } s_msg_ctx_t;
 
-static int s_msg_sink(void *ctx, Shardwire__Envelope *env, const void *payload, size_t payload_len,
+static int s_msg_sink(void *ctx, sw_envelope_t *env, const void *payload, size_t payload_len,
                       int has_payload)
 {
     const s_msg_ctx_t *c = ctx;

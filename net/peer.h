@@ -101,9 +101,10 @@ const char *sw_peer_name(const sw_peer_t *peer);
  * to SW_WIRE_RELAY_NAME. env is validated first (its version is set here) and
  * stays the caller's. Returns 0 or a negative sw_wire_rc after one error line.
  * The transport under sw_peer_send_msg: programs send plain messages with
- * that; tests call this one to send hand-made (hostile) Envelopes.
+ * that; tests call this one to send hand-made (hostile) Envelopes
+ * (codec_pb.h's sw_envelope_of).
  */
-int sw_peer_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env, const void *payload,
+int sw_peer_send(sw_peer_t *peer, const char *dest, sw_envelope_t *env, const void *payload,
                  size_t payload_len, int has_payload) __attribute__((warn_unused_result));
 
 /*
@@ -155,7 +156,7 @@ int sw_peer_pending(const sw_peer_t *peer);
  * TokenChunks with Resume), so that one unreachable destination never stalls
  * an event loop.
  */
-int sw_peer_try_send(sw_peer_t *peer, const char *dest, Shardwire__Envelope *env)
+int sw_peer_try_send(sw_peer_t *peer, const char *dest, sw_envelope_t *env)
     __attribute__((warn_unused_result));
 
 /* Handshakes completed with the relay so far (1 after sw_peer_new; more after

@@ -21,7 +21,10 @@
  *
  * Programs do not read or build Envelopes themselves: codec.h turns a
  * received sw_wire_msg_t into a plain struct and a plain struct into an
- * Envelope sent through sw_wire_send_ex.
+ * Envelope sent through sw_wire_send_ex. Here an Envelope is an opaque
+ * sw_envelope_t; only the codec files (codec_pb.h) see its protobuf type,
+ * and the validation, decode and encode of single Envelopes are declared
+ * there.
  *
  * Ownership: a sw_wire_msg_t owns its Envelope and payload until
  * sw_wire_msg_clear(); envelopes the caller builds stay the caller's.
@@ -29,7 +32,6 @@
 #ifndef SW_WIRE_H
 #define SW_WIRE_H
 
-#include "shardwire.pb-c.h"
 #include "sw_limits.h"
 
 #include <stddef.h>
@@ -63,6 +65,10 @@ enum sw_wire_rc {
 
 typedef struct sw_seal sw_seal_t;
 
+/* One protobuf Envelope (the header frame), opaque outside the codec files
+ * (codec_pb.h defines it). */
+typedef struct sw_envelope sw_envelope_t;
+
 /*
  * End-to-end sealing of one peer's messages (seal.h): with seal or access set,
  * messages to any destination but the relay are sealed on send, and messages
@@ -88,11 +94,11 @@ typedef struct sw_wire_msg {
     char peer[SW_WIRE_NAME_MAX + 1];       /* the name frame: source (from the relay) */
     char peer_key[SW_WIRE_KEY_FP_LEN + 1]; /* the source's key fingerprint as the relay
                                               authenticated it ("NAME@FP"); "" = none given */
-    Shardwire__Envelope *env; /* decoded and validated; owned (read: sw_codec_decode) */
-    zmq_msg_t payload;        /* raw tensor frame, valid when has_payload */
-    int has_payload;          /* 1 when a payload frame came */
-    int sealed;               /* 1 when it arrived sealed (and was opened) */
-    int channel;              /* SW_WIRE_CH_*: the channel it was sealed on */
+    sw_envelope_t *env; /* decoded and validated; owned (read: sw_codec_decode) */
+    zmq_msg_t payload;  /* raw tensor frame, valid when has_payload */
+    int has_payload;    /* 1 when a payload frame came */
+    int sealed;         /* 1 when it arrived sealed (and was opened) */
+    int channel;        /* SW_WIRE_CH_*: the channel it was sealed on */
 } sw_wire_msg_t;
 
 #define SW_WIRE_CH_CLEAR 0     /* not sealed (the relay's messages, insecure mode) */
@@ -101,9 +107,9 @@ typedef struct sw_wire_msg {
 
 /*
  * The message types of Envelope.body, as the rest of the program names them
- * (codec.h turns each into a plain struct). wire.c holds one table of them:
- * each type's body case, name, channel and validator. A body case without
- * a row there is refused as malformed, on send and on receive.
+ * (codec.h turns each into a plain struct). wire_check.c holds one table of
+ * them: each type's body case, name, channel and validator. A body case
+ * without a row there is refused as malformed, on send and on receive.
  */
 typedef enum sw_msg_type {
     SW_MSG_NONE = 0, /* no body, or one this build does not know */
@@ -126,23 +132,11 @@ typedef enum sw_msg_type {
     SW_MSG_TYPES /* the number of values above, SW_MSG_NONE included */
 } sw_msg_type_t;
 
-/* The type of an Envelope's body (SW_MSG_NONE: none, or not in the table). */
-sw_msg_type_t sw_wire_body_type(const Shardwire__Envelope *env);
-/* The body case (SHARDWIRE__ENVELOPE__BODY_*) of a type; 0 for none. */
-int sw_wire_type_body(sw_msg_type_t type);
 /* Printable name of a type ("forward", "verdict", ...; "none"). */
 const char *sw_wire_type_name(sw_msg_type_t type);
 
-/* The channel a message type travels on between peers: SW_WIRE_CH_CLUSTER
- * (Forward, Verdict, SessionOpen/Close, and the relay's own types),
- * SW_WIRE_CH_ACCESS (GenerateRequest, TokenChunk, Cancel, Resume), or 0 for
- * an Error (either). */
-int sw_wire_body_channel(const Shardwire__Envelope *env);
-
 /* Bytes per element of a payload dtype; 0 for an unknown value. */
 size_t sw_wire_dtype_size(int dtype);
-/* Printable name of the Envelope's body ("forward", "verdict", ...). */
-const char *sw_wire_body_name(const Shardwire__Envelope *env);
 const char *sw_wire_error_code_name(int code);
 /* "head", "middle", "tail", "full", "client", or "?" for an unknown value. */
 const char *sw_wire_role_name(int role);
@@ -166,41 +160,18 @@ int sw_wire_addr_split(const char *addr, size_t len, char *name, char *key);
 void sw_wire_addr(char *out, const char *name, const char *key);
 
 /*
- * Checks every field of env against the protocol's limits, including the
- * version and, for a Forward, that the payload (has_payload, payload_len)
- * matches dtype x [n_rows, hidden]. Returns SW_WIRE_OK, SW_WIRE_EVERSION or
- * SW_WIRE_EMALFORMED.
- */
-int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t payload_len, char *err,
-                     size_t err_len) __attribute__((warn_unused_result));
-
-/*
- * Unpacks and validates one header frame. On success *out is a new Envelope
- * the caller frees with shardwire__envelope__free_unpacked(*out, NULL).
- */
-int sw_wire_decode(const void *header, size_t header_len, int has_payload, size_t payload_len,
-                   Shardwire__Envelope **out, char *err, size_t err_len)
-    __attribute__((warn_unused_result));
-
-/*
- * Sets env->version, validates env and packs it into *frame (initialised here;
- * the caller closes it or sends it).
- */
-int sw_wire_encode(Shardwire__Envelope *env, int has_payload, size_t payload_len, zmq_msg_t *frame,
-                   char *err, size_t err_len) __attribute__((warn_unused_result));
-
-/*
  * Sends [name][header][payload]? on sock with zmq flags (0 or ZMQ_DONTWAIT).
- * name is the destination (peer -> relay) or source (relay -> peer). The
- * payload is copied into the outgoing frame; payload may be NULL when
- * has_payload is 0. Nothing is sent when validation fails.
+ * name is the destination (peer -> relay) or source (relay -> peer). env's
+ * version is set and every field validated first (sw_wire_encode); env stays
+ * the caller's. The payload is copied into the outgoing frame; payload may be
+ * NULL when has_payload is 0. Nothing is sent when validation fails.
  */
-int sw_wire_send(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
+int sw_wire_send(void *sock, const char *name, sw_envelope_t *env, const void *payload,
                  size_t payload_len, int has_payload, int flags, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
 /* sw_wire_send with end-to-end sealing (crypto may be NULL: same as sw_wire_send). */
-int sw_wire_send_ex(void *sock, const char *name, Shardwire__Envelope *env, const void *payload,
+int sw_wire_send_ex(void *sock, const char *name, sw_envelope_t *env, const void *payload,
                     size_t payload_len, int has_payload, int flags, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len) __attribute__((warn_unused_result));
 
@@ -231,10 +202,11 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
                     char *err, size_t err_len) __attribute__((warn_unused_result));
 
 /*
- * sw_wire_decode into a message that owns the Envelope (for a header frame
- * that did not come through sw_wire_recv: the relay's control messages).
- * msg is cleared first; on success the caller clears it when done. The name
- * frame is not part of it: msg->peer is "".
+ * Unpacks and validates one header frame (sw_wire_decode, codec_pb.h) into a
+ * message that owns the Envelope, for a header frame that did not come
+ * through sw_wire_recv (the relay's control messages). msg is cleared first;
+ * on success the caller clears it when done. The name frame is not part of
+ * it: msg->peer is "".
  */
 int sw_wire_decode_msg(const void *header, size_t header_len, int has_payload, size_t payload_len,
                        sw_wire_msg_t *msg, char *err, size_t err_len)

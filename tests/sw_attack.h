@@ -19,6 +19,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "codec_pb.h"
 #include "keys.h"
 #include "peer.h"
 #include "sw_test.h"
@@ -167,14 +168,15 @@ static __attribute__((unused)) int swa_raw_announce(void *s, const char *name, i
     env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
     env.announce = &an;
     char err[256];
-    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, 0, err, sizeof err) != 0)
+    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, sw_envelope_of(&env), NULL, 0, 0, 0, err, sizeof err) !=
+        0)
         return -1;
     for (const double until = swa_now() + 5; swa_now() < until;) {
         sw_wire_msg_t m = {0};
         int rc = sw_wire_recv(s, 0, &m, err, sizeof err);
         if (rc == SW_WIRE_PROBE)
             continue; /* the relay's probes: the answer is still to come */
-        int ok = rc == SW_WIRE_OK && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
+        int ok = rc == SW_WIRE_OK && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK;
         sw_wire_msg_clear(&m);
         return ok ? 0 : -1;
     }
@@ -345,7 +347,7 @@ static __attribute__((unused)) int swa_shape(sw_peer_t *p, const char *dest, uin
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
     env.forward = &f;
-    if (sw_peer_send(p, dest, &env, hidden, sizeof hidden, 1) != 0)
+    if (sw_peer_send(p, dest, sw_envelope_of(&env), hidden, sizeof hidden, 1) != 0)
         return -2;
     int wait_ms = 3000;
     for (;;) {
@@ -353,10 +355,10 @@ static __attribute__((unused)) int swa_shape(sw_peer_t *p, const char *dest, uin
         if (sw_peer_recv(p, &m, wait_ms) != 0)
             return -1;
         int got = -1;
-        if (!strcmp(m.peer, dest) && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-            got = m.env->error->code;
-        else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT &&
-                 m.env->verdict->session_id == sid)
+        if (!strcmp(m.peer, dest) && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+            got = m.env->pb.error->code;
+        else if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT &&
+                 m.env->pb.verdict->session_id == sid)
             got = SWA_VERDICT;
         sw_wire_msg_clear(&m);
         if (got != -1)

@@ -1,5 +1,5 @@
 /*
- * fuzz_wire.c - libFuzzer target over the wire decoder (net/wire.c).
+ * fuzz_wire.c - libFuzzer target over the wire decoder (net/wire_check.c).
  *
  * Input layout: byte 0 bit 0 = a payload frame is present; bytes 1..4 = its
  * length (little endian); the rest is the header frame. Whatever decodes
@@ -17,10 +17,11 @@
  * the same bytes, must be refused when one byte (chosen by byte 1) is flipped,
  * and must be refused as a replay when opened twice.
  *
- * Build: clang -fsanitize=fuzzer,address,undefined, linked with swcommon (see
+ * Build: clang -fsanitize=fuzzer,address,undefined, linked with swnet (see
  * scripts/ci/fuzz.sh / -DSW_FUZZ=ON).
  */
 #include "codec.h"
+#include "codec_pb.h"
 #include "log.h"
 #include "seal.h"
 #include "wire.h"
@@ -89,21 +90,21 @@ typedef struct s_shape {
     size_t payload_len;
 } s_shape_t;
 
-static int s_validate_sink(void *ctx, Shardwire__Envelope *env, const void *payload,
-                           size_t payload_len, int has_payload)
+static int s_validate_sink(void *ctx, sw_envelope_t *env, const void *payload, size_t payload_len,
+                           int has_payload)
 {
     (void)payload, (void)payload_len, (void)has_payload;
     const s_shape_t *shape = ctx;
     char err[SW_WIRE_ERR_LEN];
-    env->version = SW_WIRE_VERSION;
-    return sw_wire_validate(env, shape->has_payload, shape->payload_len, err, sizeof err);
+    env->pb.version = SW_WIRE_VERSION;
+    return sw_wire_validate(&env->pb, shape->has_payload, shape->payload_len, err, sizeof err);
 }
 
 /* env validated: the codec reads it, and what it read validates again. */
 static void s_codec_trip(Shardwire__Envelope *env, int has_payload, size_t payload_len)
 {
     sw_wire_msg_t m = {0};
-    m.env = env; /* no payload frame here: the view's tensor pointer stays NULL */
+    m.env = sw_envelope_of(env); /* no payload frame here: the view's tensor pointer stays NULL */
     sw_msg_t d;
     char err[SW_WIRE_ERR_LEN];
     if (sw_codec_decode(&m, SW_MSG_NONE, &d, err, sizeof err) != SW_WIRE_OK)

@@ -13,6 +13,7 @@
  *  - a head that answers with escape sequences in its text and its Error
  *    (ESC, BEL, the C1 CSI U+009B) gets them stripped from what run prints.
  */
+#include "codec_pb.h"
 #include "keys.h"
 #include "peer.h"
 #include "sw_test.h"
@@ -133,7 +134,7 @@ static int s_forge(sw_peer_t *p, const char *dest, const char *request_id)
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
     env.error = &er;
-    int rc = sw_peer_send(p, dest, &env, NULL, 0, 0);
+    int rc = sw_peer_send(p, dest, sw_envelope_of(&env), NULL, 0, 0);
     Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
     c.request_id = (char *)request_id;
     c.text.data = (uint8_t *)"FORGED";
@@ -142,7 +143,7 @@ static int s_forge(sw_peer_t *p, const char *dest, const char *request_id)
     c.finish = SHARDWIRE__FINISH_REASON__FINISH_ERROR;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
     env.token_chunk = &c;
-    rc |= sw_peer_send(p, dest, &env, NULL, 0, 0);
+    rc |= sw_peer_send(p, dest, sw_envelope_of(&env), NULL, 0, 0);
     return rc;
 }
 
@@ -172,9 +173,9 @@ static int s_refusals(sw_peer_t *p, const char *dest)
     sw_wire_msg_t m = {0};
     while (sw_peer_recv(p, &m, 0) == 0) {
         n += !strcmp(m.peer, SW_WIRE_RELAY_NAME) &&
-             m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-             m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED && m.env->error->dest &&
-             !strcmp(m.env->error->dest, dest);
+             m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+             m.env->pb.error->code == SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED &&
+             m.env->pb.error->dest && !strcmp(m.env->pb.error->dest, dest);
         sw_wire_msg_clear(&m);
     }
     return n;
@@ -277,28 +278,28 @@ static void s_escapes(sw_peer_t *evil)
         sw_wire_msg_t m = {0};
         if (sw_peer_recv(evil, &m, 500) != 0)
             continue;
-        if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE) {
+        if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_GENERATE) {
             Shardwire__TokenChunk c = SHARDWIRE__TOKEN_CHUNK__INIT;
             const char *txt = "hello \x1b[31mred\x1b[0m \xc2\x9b"
                               "31m world\x07\n\xc2";
-            c.request_id = m.env->generate->request_id;
+            c.request_id = m.env->pb.generate->request_id;
             c.text.data = (uint8_t *)txt;
             c.text.len = strlen(txt);
             Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
             env.body_case = SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK;
             env.token_chunk = &c;
-            SW_CHECK_INT(sw_peer_send(evil, m.peer, &env, NULL, 0, 0), 0);
+            SW_CHECK_INT(sw_peer_send(evil, m.peer, sw_envelope_of(&env), NULL, 0, 0), 0);
             c.text.data = (uint8_t *)"\x9b"
                                      "2J tail";
             c.text.len = 8;
-            SW_CHECK_INT(sw_peer_send(evil, m.peer, &env, NULL, 0, 0), 0);
+            SW_CHECK_INT(sw_peer_send(evil, m.peer, sw_envelope_of(&env), NULL, 0, 0), 0);
             Shardwire__Error er = SHARDWIRE__ERROR__INIT;
             er.code = SHARDWIRE__ERROR_CODE__ERR_INTERNAL;
             er.message = "\x1b]0;pwned\x07 the head \x1b[5mfailed";
-            er.request_id = m.env->generate->request_id;
+            er.request_id = m.env->pb.generate->request_id;
             env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
             env.error = &er;
-            SW_CHECK_INT(sw_peer_send(evil, m.peer, &env, NULL, 0, 0), 0);
+            SW_CHECK_INT(sw_peer_send(evil, m.peer, sw_envelope_of(&env), NULL, 0, 0), 0);
             answered = 1;
         }
         sw_wire_msg_clear(&m);

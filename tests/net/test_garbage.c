@@ -17,6 +17,7 @@
  * Nothing may crash or hang, and every good session's tokens must equal
  * `shardwire generate` exactly. Bounded to about a minute.
  */
+#include "codec_pb.h"
 #include "keys.h"
 #include "seal.h"
 #include "sw_test.h"
@@ -162,8 +163,8 @@ static void s_announce(void *s, const char *name, int node)
     env.announce = &an;
     char err[256];
     for (int i = 0; i < 50; i++) { /* until the handshake is through */
-        if (sw_wire_send(s, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, ZMQ_DONTWAIT, err, sizeof err) ==
-            0)
+        if (sw_wire_send(s, SW_WIRE_RELAY_NAME, sw_envelope_of(&env), NULL, 0, 0, ZMQ_DONTWAIT, err,
+                         sizeof err) == 0)
             break;
         usleep(20000);
     }

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "codec_pb.h"
 #include "peer.h"
 #include "sw_fault.h"
 
@@ -64,7 +65,8 @@ static int s_send_big(sw_peer_t *from, const char *to, const float *payload)
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
     env.forward = &f;
-    return sw_peer_send(from, to, &env, payload, (size_t)ROWS * HIDDEN * sizeof(float), 1);
+    return sw_peer_send(from, to, sw_envelope_of(&env), payload,
+                        (size_t)ROWS * HIDDEN * sizeof(float), 1);
 }
 
 /* Waits for the frame on `at` while checking every 200 ms that `slow` stays
@@ -82,10 +84,10 @@ static double s_transfer(const char *relay_ep, sw_peer_t *at, const char *slow,
         if (rc == 0) {
             size_t len = 0;
             const void *p = sw_wire_msg_payload(&m, &len);
-            int ok = m.env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD && p &&
+            int ok = m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD && p &&
                      len == (size_t)ROWS * HIDDEN * sizeof(float) && !memcmp(p, payload, len);
-            if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-                fprintf(stderr, "error: %s\n", m.env->error->message);
+            if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+                fprintf(stderr, "error: %s\n", m.env->pb.error->message);
             sw_wire_msg_clear(&m);
             if (ok)
                 return swf_now_ms() - t0;

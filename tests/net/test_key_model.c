@@ -23,6 +23,7 @@
  *
  * After each part the cluster answers exactly what `shardwire generate` does.
  */
+#include "codec_pb.h"
 #include "keys.h"
 #include "peer.h"
 #include "seal.h"
@@ -163,7 +164,8 @@ static int s_raw_announce(void *s, const char *name, int role, uint32_t begin, u
     env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
     env.announce = &an;
     char err[256];
-    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, ZMQ_DONTWAIT, err, sizeof err) != 0)
+    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, sw_envelope_of(&env), NULL, 0, 0, ZMQ_DONTWAIT, err,
+                     sizeof err) != 0)
         return -1;
     if (!answer)
         return 0;
@@ -171,10 +173,10 @@ static int s_raw_announce(void *s, const char *name, int role, uint32_t begin, u
     if (s_raw_recv(s, &m) != 0)
         return -1;
     int rc = -1;
-    if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK)
+    if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK)
         rc = 0;
-    else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-        rc = m.env->error->code;
+    else if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+        rc = m.env->pb.error->code;
     sw_wire_msg_clear(&m);
     return rc;
 }
@@ -193,8 +195,8 @@ static int s_raw_frames(void *s, const char *dest, size_t hdr_len, size_t pl, in
     sw_wire_msg_t m = {0};
     int rc = 0;
     if (s_raw_recv(s, &m) == 0) {
-        if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-            rc = m.env->error->code;
+        if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+            rc = m.env->pb.error->code;
         sw_wire_msg_clear(&m);
     }
     int tmo = 3000;
@@ -322,8 +324,9 @@ static void s_least_privilege(void *ctx)
     sw_peer_t *p = s_client("mal1");
     SW_CHECK(p != NULL);
     if (p)
-        SW_CHECK_INT(sw_peer_send(p, "tail", s_forward(1), hidden, sizeof hidden, 1),
-                     SW_WIRE_ESEAL);
+        SW_CHECK_INT(
+            sw_peer_send(p, "tail", sw_envelope_of(s_forward(1)), hidden, sizeof hidden, 1),
+            SW_WIRE_ESEAL);
     sw_peer_destroy(&p);
     /* sealed by hand with the access key and sent to the head: it opens it and refuses the
      * type on that channel */
@@ -458,8 +461,8 @@ static void s_full_table(void *ctx, pid_t *tail, const int32_t *ref, int n_ref)
             sw_wire_msg_t m = {0};
             char err[256];
             while (sw_wire_recv(raw[i], ZMQ_DONTWAIT, &m, err, sizeof err) >= 0 && m.env) {
-                took += m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK &&
-                        !strncmp(m.env->announce_ack->name, "late-", 5);
+                took += m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK &&
+                        !strncmp(m.env->pb.announce_ack->name, "late-", 5);
                 sw_wire_msg_clear(&m);
             }
         }

@@ -12,6 +12,7 @@
  *    it and logs that only the route's tail may send one;
  *  - the request's tokens equal `shardwire generate`'s.
  */
+#include "codec_pb.h"
 #include "sw_attack.h"
 #include "sw_test.h"
 
@@ -111,7 +112,7 @@ int main(void)
         env.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
         env.verdict = &v;
         for (int i = 0; i < 3; i++)
-            SW_CHECK_INT(sw_peer_send(evil, "head", &env, NULL, 0, 0), 0);
+            SW_CHECK_INT(sw_peer_send(evil, "head", sw_envelope_of(&env), NULL, 0, 0), 0);
         SW_CHECK_INT(sw_test_wait_text(hlog, "ignored a verdict from evil", 10), 1);
     }
 

@@ -11,6 +11,7 @@
  * stops the relay cleanly. After the relay is killed and restarted on the
  * same port, the peers announce again by themselves and traffic flows.
  */
+#include "codec_pb.h"
 #include "peer.h"
 #include "sw_test.h"
 
@@ -100,7 +101,7 @@ static int s_status_has(sw_peer_t *p, const char *name, int *n_peers)
     if (sw_peer_status(p, &t, 2000) != 0)
         return -1;
     int found = 0;
-    const Shardwire__PeerTable *pt = t.env->peer_table;
+    const Shardwire__PeerTable *pt = t.env->pb.peer_table;
     for (size_t i = 0; i < pt->n_peers; i++)
         if (strcmp(pt->peers[i]->announce->name, name) == 0)
             found = 1;
@@ -133,8 +134,8 @@ static int s_raw_error(void *s)
         return -1;
     int code = -1;
     if (strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0 &&
-        m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-        code = m.env->error->code;
+        m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+        code = m.env->pb.error->code;
     sw_wire_msg_clear(&m);
     return code;
 }
@@ -187,17 +188,17 @@ int main(void)
         float hidden[2 * 576];
         for (int i = 0; i < 2 * 576; i++)
             hidden[i] = (float)i * 0.25f - 7.0f;
-        SW_CHECK_INT(sw_peer_send(head, "tail", &env, hidden, sizeof hidden, 1), 0);
+        SW_CHECK_INT(sw_peer_send(head, "tail", sw_envelope_of(&env), hidden, sizeof hidden, 1), 0);
         sw_wire_msg_t m = {0};
         SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
         SW_CHECK(strcmp(m.peer, "head") == 0);
-        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD);
+        SW_CHECK(m.env && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_FORWARD);
         size_t plen = 0;
         const void *p = sw_wire_msg_payload(&m, &plen);
         SW_CHECK_INT(plen, sizeof hidden);
         SW_CHECK(p && memcmp(p, hidden, sizeof hidden) == 0);
-        if (m.env && m.env->forward)
-            SW_CHECK_INT(m.env->forward->draft_tokens[0], 99);
+        if (m.env && m.env->pb.forward)
+            SW_CHECK_INT(m.env->pb.forward->draft_tokens[0], 99);
         sw_wire_msg_clear(&m);
 
         /* tail -> head: the Verdict */
@@ -212,22 +213,22 @@ int main(void)
         Shardwire__Envelope ev = SHARDWIRE__ENVELOPE__INIT;
         ev.body_case = SHARDWIRE__ENVELOPE__BODY_VERDICT;
         ev.verdict = &v;
-        SW_CHECK_INT(sw_peer_send(tail, "head", &ev, NULL, 0, 0), 0);
+        SW_CHECK_INT(sw_peer_send(tail, "head", sw_envelope_of(&ev), NULL, 0, 0), 0);
         SW_CHECK_INT(s_recv(head, &m, 3000), 0);
         SW_CHECK(strcmp(m.peer, "tail") == 0);
-        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT);
-        if (m.env && m.env->verdict)
-            SW_CHECK_INT(m.env->verdict->next_token, 5);
+        SW_CHECK(m.env && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_VERDICT);
+        if (m.env && m.env->pb.verdict)
+            SW_CHECK_INT(m.env->pb.verdict->next_token, 5);
         sw_wire_msg_clear(&m);
 
         /* unknown destination: the relay answers with an Error naming it */
-        SW_CHECK_INT(sw_peer_send(head, "nobody", &ev, NULL, 0, 0), 0);
+        SW_CHECK_INT(sw_peer_send(head, "nobody", sw_envelope_of(&ev), NULL, 0, 0), 0);
         SW_CHECK_INT(s_recv(head, &m, 3000), 0);
         SW_CHECK(strcmp(m.peer, SW_WIRE_RELAY_NAME) == 0);
-        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR);
-        if (m.env && m.env->error) {
-            SW_CHECK_INT(m.env->error->code, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST);
-            SW_CHECK(strcmp(m.env->error->dest, "nobody") == 0);
+        SW_CHECK(m.env && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR);
+        if (m.env && m.env->pb.error) {
+            SW_CHECK_INT(m.env->pb.error->code, SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST);
+            SW_CHECK(strcmp(m.env->pb.error->dest, "nobody") == 0);
         }
         sw_wire_msg_clear(&m);
     }
@@ -263,8 +264,8 @@ int main(void)
         sw_wire_msg_t t = {0};
         SW_CHECK_INT(sw_peer_status(tail, &t, 2000), 0);
         int seen = 0;
-        for (size_t i = 0; t.env && i < t.env->peer_table->n_peers; i++) {
-            const Shardwire__PeerInfo *pi = t.env->peer_table->peers[i];
+        for (size_t i = 0; t.env && i < t.env->pb.peer_table->n_peers; i++) {
+            const Shardwire__PeerInfo *pi = t.env->pb.peer_table->peers[i];
             if (strcmp(pi->announce->name, "head") == 0) {
                 seen = 1;
                 SW_CHECK(pi->heartbeat_age_ms < 1000); /* probed every 200 ms */
@@ -332,7 +333,9 @@ int main(void)
             he.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
             he.announce = &ha;
             char herr[SW_WIRE_ERR_LEN];
-            SW_CHECK_INT(sw_wire_send(huge_s, "relay", &he, NULL, 0, 0, 0, herr, sizeof herr), 0);
+            SW_CHECK_INT(sw_wire_send(huge_s, "relay", sw_envelope_of(&he), NULL, 0, 0, 0, herr,
+                                      sizeof herr),
+                         0);
             int joined = 0;
             for (int i = 0; i < 40 && !joined; i++) {
                 usleep(25 * 1000);
@@ -388,7 +391,7 @@ int main(void)
         while (rc == SW_WIRE_PROBE)
             rc = sw_wire_recv(raw, 0, &ack, err, sizeof err);
         SW_CHECK_INT(rc, SW_WIRE_OK);
-        SW_CHECK(ack.env && ack.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK);
+        SW_CHECK(ack.env && ack.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK);
         sw_wire_msg_clear(&ack);
         char *route[2] = {"head", "tail"};
         uint32_t tokens[2] = {17, 99};
@@ -408,8 +411,8 @@ int main(void)
         f.n_rows = 1;
         f.n_tokens = 1;
         f.n_draft_tokens = 0;
-        SW_CHECK_INT(sw_wire_send(raw, "tail", &ef, short_payload, sizeof short_payload, 1, 0, err,
-                                  sizeof err),
+        SW_CHECK_INT(sw_wire_send(raw, "tail", sw_envelope_of(&ef), short_payload,
+                                  sizeof short_payload, 1, 0, err, sizeof err),
                      0);
         SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
         SW_CHECK(strcmp(m.peer, "rawpeer") == 0);
@@ -434,7 +437,8 @@ int main(void)
         env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
         env.announce = &a;
         char err[SW_WIRE_ERR_LEN];
-        SW_CHECK_INT(sw_wire_send(sink, "relay", &env, NULL, 0, 0, 0, err, sizeof err), 0);
+        SW_CHECK_INT(
+            sw_wire_send(sink, "relay", sw_envelope_of(&env), NULL, 0, 0, 0, err, sizeof err), 0);
         usleep(200 * 1000); /* its ack (and probes) stay unread from here on */
         char *route[2] = {"head", "sink"};
         Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
@@ -452,7 +456,7 @@ int main(void)
         static uint8_t big[32 * 1024 * 2];
         int busy = 0, other = 0;
         for (int i = 0; i < 600; i++)
-            if (sw_peer_send(head, "sink", &ef, big, sizeof big, 1) != 0)
+            if (sw_peer_send(head, "sink", sw_envelope_of(&ef), big, sizeof big, 1) != 0)
                 other++;
         /* fairness: the flood's excess is dropped, but another sender's message to the
          * same full destination is held and delivered once the sink reads again. The
@@ -465,7 +469,7 @@ int main(void)
         Shardwire__Envelope en = SHARDWIRE__ENVELOPE__INIT;
         en.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
         en.error = &note;
-        SW_CHECK_INT(sw_peer_send(tail, "sink", &en, NULL, 0, 0), 0);
+        SW_CHECK_INT(sw_peer_send(tail, "sink", sw_envelope_of(&en), NULL, 0, 0), 0);
         int from_tail = 0, n_frames = 0, tmo = 50; /* "tail": the held message's source frame */
         zmq_setsockopt(sink, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
         struct timespec t_end;
@@ -490,9 +494,9 @@ int main(void)
         SW_CHECK_INT(from_tail, 1);
         sw_wire_msg_t m = {0};
         while (sw_peer_recv(head, &m, 300) == 0) {
-            if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-                m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY &&
-                strcmp(m.env->error->dest, "sink") == 0)
+            if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                m.env->pb.error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY &&
+                strcmp(m.env->pb.error->dest, "sink") == 0)
                 busy++;
             else
                 other++;
@@ -504,8 +508,8 @@ int main(void)
 
         int tail_busy = 0;
         while (sw_peer_recv(tail, &m, 300) == 0) {
-            tail_busy += m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-                         m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY;
+            tail_busy += m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                         m.env->pb.error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY;
             sw_wire_msg_clear(&m);
         }
         SW_CHECK_INT(tail_busy, 0);
@@ -541,12 +545,12 @@ int main(void)
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
         env.body_case = SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE;
         env.session_close = &c;
-        SW_CHECK_INT(sw_peer_send(head, "tail", &env, NULL, 0, 0), 0);
+        SW_CHECK_INT(sw_peer_send(head, "tail", sw_envelope_of(&env), NULL, 0, 0), 0);
         SW_CHECK_INT(s_recv(tail, &m, 3000), 0);
         SW_CHECK(strcmp(m.peer, "head") == 0);
-        SW_CHECK(m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE);
-        if (m.env && m.env->session_close)
-            SW_CHECK_INT(m.env->session_close->session_id, 77);
+        SW_CHECK(m.env && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE);
+        if (m.env && m.env->pb.session_close)
+            SW_CHECK_INT(m.env->pb.session_close->session_id, 77);
         sw_wire_msg_clear(&m);
     }
 

@@ -21,6 +21,7 @@
  * Each limit taken out of the relay makes its part fail (checked with the
  * relay's bucket test made always true: every message passes).
  */
+#include "codec_pb.h"
 #include "sw_attack.h"
 
 #include <signal.h>
@@ -46,8 +47,8 @@ static int s_drain(sw_peer_t *p, int ms)
         sw_wire_msg_t m = {0};
         if (sw_peer_recv(p, &m, 50) != 0)
             continue;
-        busy += m.env && m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-                m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY;
+        busy += m.env && m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                m.env->pb.error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY;
         sw_wire_msg_clear(&m);
     }
     return busy;
@@ -90,8 +91,8 @@ static int s_big_forwards(sw_peer_t *p, const char *dest, int n)
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
         env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
         env.forward = &f;
-        sent +=
-            sw_peer_send(p, dest, &env, hidden, (size_t)ROWS * SWA_HIDDEN * sizeof *hidden, 1) == 0;
+        sent += sw_peer_send(p, dest, sw_envelope_of(&env), hidden,
+                             (size_t)ROWS * SWA_HIDDEN * sizeof *hidden, 1) == 0;
     }
     free(hidden);
     return sent;

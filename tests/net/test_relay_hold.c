@@ -27,6 +27,7 @@
  * The relay's heartbeat is 5 s (a peer silent for 25 s is dropped), so dst's
  * pauses do not end it.
  */
+#include "codec_pb.h"
 #include "sw_attack.h"
 
 #include <signal.h>
@@ -85,11 +86,11 @@ static int s_busy(void *s, int ms, int *expired, double *first, double *last)
         char err[256];
         if (sw_wire_recv(s, 0, &m, err, sizeof err) != SW_WIRE_OK)
             continue;
-        if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-            m.env->error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY &&
-            !strcmp(m.env->error->dest, "dst")) {
+        if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+            m.env->pb.error->code == SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY &&
+            !strcmp(m.env->pb.error->dest, "dst")) {
             busy++;
-            if (expired && strstr(m.env->error->message, "took no messages for 5000 ms")) {
+            if (expired && strstr(m.env->pb.error->message, "took no messages for 5000 ms")) {
                 ++*expired;
                 if (first && *first == 0)
                     *first = swa_now();

@@ -52,7 +52,8 @@ static int s_quiet(sw_peer_t *p, int ms)
     sw_wire_msg_t m = {0};
     int rc = sw_peer_recv(p, &m, ms);
     if (rc == 0) {
-        fprintf(stderr, "bystander got a %s from %s\n", sw_wire_body_name(m.env), m.peer);
+        fprintf(stderr, "bystander got a %s from %s\n", sw_wire_type_name(sw_wire_msg_type(&m)),
+                m.peer);
         sw_wire_msg_clear(&m);
         return 0;
     }

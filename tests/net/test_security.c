@@ -16,6 +16,7 @@
  *    token ids, no tensor bytes), and a member replaying or tampering with a
  *    sealed frame gets it dropped.
  */
+#include "codec_pb.h"
 #include "keys.h"
 #include "peer.h"
 #include "seal.h"
@@ -164,16 +165,17 @@ static int s_raw_announce(void *s, const char *name, int node)
     env.body_case = SHARDWIRE__ENVELOPE__BODY_ANNOUNCE;
     env.announce = &an;
     char err[256];
-    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, &env, NULL, 0, 0, 0, err, sizeof err) != 0)
+    if (sw_wire_send(s, SW_WIRE_RELAY_NAME, sw_envelope_of(&env), NULL, 0, 0, 0, err, sizeof err) !=
+        0)
         return -1;
     sw_wire_msg_t m = {0};
     if (sw_wire_recv(s, 0, &m, err, sizeof err) != SW_WIRE_OK)
         return -1;
     int rc = -1;
-    if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK)
+    if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ANNOUNCE_ACK)
         rc = 0;
-    else if (m.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
-        rc = m.env->error->code;
+    else if (m.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR)
+        rc = m.env->pb.error->code;
     sw_wire_msg_clear(&m);
     return rc;
 }
@@ -517,7 +519,7 @@ int main(void)
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
         env.body_case = SHARDWIRE__ENVELOPE__BODY_GENERATE;
         env.generate = &g;
-        SW_CHECK_INT(sw_peer_send(alice, "mallory", &env, NULL, 0, 0), 0);
+        SW_CHECK_INT(sw_peer_send(alice, "mallory", sw_envelope_of(&env), NULL, 0, 0), 0);
         zmq_msg_t f[3];
         int n = s_raw_recv(mallory, f, 3);
         SW_CHECK_INT(n, 2);
@@ -540,7 +542,8 @@ int main(void)
         float tensor[32];
         for (int i = 0; i < 32; i++)
             tensor[i] = 1000.0f + (float)i;
-        SW_CHECK_INT(sw_peer_send(alice, "mallory", fe, tensor, sizeof tensor, 1), 0);
+        SW_CHECK_INT(sw_peer_send(alice, "mallory", sw_envelope_of(fe), tensor, sizeof tensor, 1),
+                     0);
         n = s_raw_recv(mallory, f, 3);
         SW_CHECK_INT(n, 3);
         if (n == 3) {
@@ -597,12 +600,13 @@ int main(void)
         sw_wire_msg_t got = {0};
         SW_CHECK_INT(s_expect(bob, 2000, &got), 0);
         SW_CHECK(got.env && got.sealed && !strcmp(got.peer, "carol") &&
-                 got.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-                 !strcmp(got.env->error->message, "hello bob"));
+                 got.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                 !strcmp(got.env->pb.error->message, "hello bob"));
         sw_wire_msg_clear(&got);
         SW_CHECK_INT(s_expect(bob, 700, NULL), 1); /* two replays and a tampered copy: dropped */
         /* a clear message from a peer is refused too */
-        SW_CHECK_INT(sw_wire_send(carol, "bob", &env, NULL, 0, 0, 0, e, sizeof e), 0);
+        SW_CHECK_INT(sw_wire_send(carol, "bob", sw_envelope_of(&env), NULL, 0, 0, 0, e, sizeof e),
+                     0);
         SW_CHECK_INT(s_expect(bob, 500, NULL), 1);
         zmq_msg_close(&hdr);
         zmq_msg_close(&sealed);
@@ -616,7 +620,7 @@ int main(void)
         Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
         env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
         env.error = &er;
-        SW_CHECK_INT(sw_peer_send(bob, "alice", &env, NULL, 0, 0), 0);
+        SW_CHECK_INT(sw_peer_send(bob, "alice", sw_envelope_of(&env), NULL, 0, 0), 0);
         sw_wire_msg_t got = {0};
         SW_CHECK_INT(s_expect(alice, 2000, &got), 0);
         SW_CHECK(got.env && got.sealed && !strcmp(got.peer, "bob"));
@@ -666,13 +670,13 @@ int main(void)
         env.body_case = SHARDWIRE__ENVELOPE__BODY_ERROR;
         env.error = &er;
         while (!cut && s_now() - t_rev < 3.0) {
-            if (sw_peer_send(bob, "alice", &env, NULL, 0, 0) != 0)
+            if (sw_peer_send(bob, "alice", sw_envelope_of(&env), NULL, 0, 0) != 0)
                 break;
             sw_wire_msg_t got = {0};
             if (s_expect(bob, 200, &got) == 0) {
                 if (!strcmp(got.peer, SW_WIRE_RELAY_NAME) &&
-                    got.env->body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
-                    got.env->error->code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST)
+                    got.env->pb.body_case == SHARDWIRE__ENVELOPE__BODY_ERROR &&
+                    got.env->pb.error->code == SHARDWIRE__ERROR_CODE__ERR_UNKNOWN_DEST)
                     cut = 1;
                 sw_wire_msg_clear(&got);
             }
@@ -687,7 +691,7 @@ int main(void)
         /* alice's own messages are refused, and her peer object gives up */
         int alice_dead = 0;
         for (int i = 0; i < 20 && !alice_dead; i++) {
-            if (sw_peer_send(alice, "bob", &env, NULL, 0, 0) != 0) {
+            if (sw_peer_send(alice, "bob", sw_envelope_of(&env), NULL, 0, 0) != 0) {
                 alice_dead = 1;
                 break;
             }

@@ -5,11 +5,13 @@
  * the relay's path (sw_codec_encode -> sw_wire_decode_msg) too; values the
  * protobuf cannot carry or the protocol refuses are refused on the way out,
  * and hand-made Envelopes with counts beyond the plain arrays are refused on
- * the way in; the message-type tables of wire.c and codec.c cover every body
- * case of the schema; the hidden-state conversions match the engine's bit
- * for bit; sealing still happens below the codec.
+ * the way in; the message-type tables of wire_check.c, codec.c and
+ * codec_encode.c cover every body case of the schema; the hidden-state
+ * conversions match the engine's bit for bit; sealing still happens below
+ * the codec.
  */
 #include "codec.h"
+#include "codec_pb.h"
 #include "quant.h"
 #include "seal.h"
 #include "sw_test.h"
@@ -31,7 +33,7 @@ static int s_trip_failed(const char *what, const char *err)
     exit(sw_test_done());
 }
 
-/* Sends msg from a, receives it at b (wire.c validates) and decodes it into
+/* Sends msg from a, receives it at b (wire_check.c validates) and decodes it into
  * *out; *m keeps the received message (its views point into it). */
 static int s_trip(const sw_msg_t *msg, sw_wire_msg_t *m, sw_msg_t *out)
 {
@@ -120,6 +122,18 @@ static void s_check_timing(const sw_msg_timing_t *a, const sw_msg_timing_t *b, u
 
 /* ---- the tables -------------------------------------------------------------------------- */
 
+/* A sink that hands the encoder's Envelope straight to the decoder (ctx: an
+ * err buffer of SW_WIRE_ERR_LEN bytes). */
+static int s_decode_sink(void *ctx, sw_envelope_t *env, const void *payload, size_t payload_len,
+                         int has_payload)
+{
+    (void)payload, (void)payload_len, (void)has_payload;
+    sw_wire_msg_t m = {0};
+    m.env = env;
+    sw_msg_t out;
+    return sw_codec_decode(&m, SW_MSG_NONE, &out, ctx, SW_WIRE_ERR_LEN);
+}
+
 static void s_test_tables(void)
 {
     /* every body case of the schema's oneof has a type, and back */
@@ -138,9 +152,10 @@ static void s_test_tables(void)
         SW_CHECK(!strcmp(sw_wire_type_name(t), f->name));
     }
     SW_CHECK_INT(n_body, SW_MSG_TYPES - 1);
-    /* every type has a row in wire.c and in codec.c (an empty message of each
-     * type gets as far as validation: refused for its content, never "no
-     * known type") */
+    /* every type has a row in wire_check.c, in codec_encode.c and in
+     * codec.c (an empty message of each type gets as far as validation:
+     * refused for its content, never "no known type"; and the encoder's
+     * Envelope of it reaches a decoder) */
     for (int t = SW_MSG_NONE + 1; t < SW_MSG_TYPES; t++) {
         SW_CHECK(sw_wire_type_body((sw_msg_type_t)t) != 0);
         sw_msg_t msg;
@@ -149,6 +164,9 @@ static void s_test_tables(void)
         char err[SW_WIRE_ERR_LEN] = "";
         (void)!sw_codec_validate(&msg, err, sizeof err);
         SW_CHECK(strstr(err, "no known type") == NULL);
+        char derr[SW_WIRE_ERR_LEN] = "";
+        (void)!sw_codec_emit(&msg, s_decode_sink, derr, derr, sizeof derr);
+        SW_CHECK(strstr(derr, "no known type") == NULL);
     }
     /* none of both: refused */
     SW_CHECK(!strcmp(sw_wire_type_name(SW_MSG_NONE), "none"));
@@ -745,7 +763,7 @@ static void s_test_error_cancel_resume(void)
 /* ---- refusals ------------------------------------------------------------------------------- */
 
 /* On the way out: what the protobuf cannot carry (the codec) and what the
- * protocol refuses (wire.c, through the codec). Nothing is sent. */
+ * protocol refuses (wire_check.c, through the codec). Nothing is sent. */
 static void s_test_refused_out(void)
 {
     static const uint32_t toks[2] = {1, 2};
@@ -933,13 +951,13 @@ static void s_test_refused_out(void)
     SW_CHECK_INT(sw_wire_recv(s_b, ZMQ_DONTWAIT, &m, NULL, 0), SW_WIRE_ESOCKET);
 }
 
-/* Hand-made Envelopes that wire.c would refuse, handed to the decoder
+/* Hand-made Envelopes that wire_check.c would refuse, handed to the decoder
  * directly: counts beyond the plain arrays and values beyond the plain
  * enums are refused, never copied. */
 static int s_decode_raw(Shardwire__Envelope *env, sw_msg_t *out)
 {
     sw_wire_msg_t m = {0};
-    m.env = env;
+    m.env = sw_envelope_of(env);
     char err[SW_WIRE_ERR_LEN] = "";
     int rc = sw_codec_decode(&m, SW_MSG_NONE, out, err, sizeof err);
     if (rc)

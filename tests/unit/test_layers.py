@@ -9,7 +9,10 @@ dependency is added, at any of the three places one can be added:
    `cmake --graphviz`, which lists every target's transitive dependencies.
 2. Source: a file includes a header of a folder its folder may not depend on
    (engine/ including net/wire.h), or a system header of a library its
-   layer may not use (engine/ including <zmq.h>).
+   layer may not use (engine/ including <zmq.h>); a file outside the codec
+   files of net/ names a protobuf-c type or includes the codec's private
+   header (node/stage.c building a Shardwire__Envelope by hand, net/peer.h
+   taking one).
 3. Objects: the symbols the built object files define and use. An engine
    object uses no ZeroMQ / libsodium / protobuf / jansson / curl symbol; a
    relay or client-library object uses no symbol that the engine or the hub
@@ -59,6 +62,18 @@ FORBIDDEN_SYSTEM = {
     "client": {"curl/curl.h", "microhttpd.h"},
     "relay": {"curl/curl.h", "microhttpd.h", "jansson.h"},
 }
+
+# The codec files: the only product files that name a protobuf-c type
+# (docs/architecture.md: protobuf lives in one codec). Every other file,
+# net/'s other headers included, sees the plain structs of net/codec.h and
+# the opaque sw_envelope_t of net/wire.h; CODEC_HEADER is the codec's private
+# header, which only the codec files (and tests, to craft hostile Envelopes)
+# include.
+CODEC_FILES = {"net/codec.c", "net/codec_encode.c", "net/wire.c", "net/wire_check.c",
+               "net/codec_pb.h"}
+CODEC_HEADER = "net/codec_pb.h"
+PROTOBUF_TOKEN = re.compile(r"\w*(?:Shardwire__|shardwire__|SHARDWIRE__|ProtobufC|protobuf_c_|"
+                            r"PROTOBUF_C_)\w*|protobuf-c/[\w.-]*|shardwire\.pb-c\.h")
 
 # Targets and what none of their (transitive) dependencies may be.
 ENGINE_LIBS = {"swengine", "swcuda", "swdrafter"}
@@ -168,6 +183,30 @@ def check_includes(files):
                 fail('%s:%d includes "%s" of %s/: %s/ may not depend on %s/'
                      % (rel, ln, name, to, folder, to))
     print("includes: %d lines in %d files checked" % (n_inc, len(files)))
+
+
+def check_codec(files):
+    assert CODEC_HEADER in CODEC_FILES
+    n_files = 0
+    for f in files:
+        rel = os.path.relpath(f, SRC)
+        if rel.replace(os.sep, "/") in CODEC_FILES:
+            continue
+        n_files += 1
+        for ln, line in enumerate(open(f, errors="replace"), 1):
+            m = PROTOBUF_TOKEN.search(line)
+            if m:
+                what = ("a header of net/ shows it to every program"
+                        if rel.startswith("net" + os.sep) and rel.endswith(".h") else
+                        "only the codec files may")
+                fail("%s:%d names %s: %s (protobuf lives in %s; the rest uses codec.h's plain "
+                     "structs and wire.h's opaque sw_envelope_t)"
+                     % (rel, ln, m.group(0), what, ", ".join(sorted(CODEC_FILES))))
+            m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
+            if m and os.path.basename(m.group(1)) == os.path.basename(CODEC_HEADER):
+                fail('%s:%d includes "%s": the codec\'s private header, for the codec files only'
+                     % (rel, ln, m.group(1)))
+    print("codec: %d files outside the codec files checked" % n_files)
 
 
 # ---- 3. objects -----------------------------------------------------------------------------
@@ -307,7 +346,9 @@ def check_objects():
 
 def main():
     check_links()
-    check_includes(product_files())
+    files = product_files()
+    check_includes(files)
+    check_codec(files)
     check_objects()
     if failures:
         print("test_layers: %d violation(s) of the module map (docs/architecture.md)" % len(failures))

@@ -11,6 +11,7 @@
  * committed corpus was made:
  *     SW_WIRE_SEED_DIR=tests/fuzz/corpus/wire build/bin/test_wire
  */
+#include "codec_pb.h"
 #include "sw_test.h"
 #include "wire.h"
 
@@ -721,7 +722,9 @@ static void test_framing(void)
     uint8_t payload[FWD_BYTES];
     for (int i = 0; i < FWD_BYTES; i++)
         payload[i] = (uint8_t)(i * 13 + 1);
-    SW_CHECK_INT(sw_wire_send(a, "tail", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err), 0);
+    SW_CHECK_INT(
+        sw_wire_send(a, "tail", sw_envelope_of(&x.env), payload, FWD_BYTES, 1, 0, err, sizeof err),
+        0);
     sw_wire_msg_t m = {0};
     SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_OK);
     SW_CHECK(strcmp(m.peer, "tail") == 0);
@@ -729,15 +732,17 @@ static void test_framing(void)
     const uint8_t *p = sw_wire_msg_payload(&m, &plen);
     SW_CHECK_INT(plen, FWD_BYTES);
     SW_CHECK(p && memcmp(p, payload, FWD_BYTES) == 0);
-    SW_CHECK_INT(m.env->forward->round, 7);
+    SW_CHECK_INT(m.env->pb.forward->round, 7);
     sw_wire_msg_clear(&m);
 
     /* an invalid envelope is never sent */
     x.f.n_rows = 0;
-    SW_CHECK_INT(sw_wire_send(a, "tail", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err),
-                 SW_WIRE_EMALFORMED);
+    SW_CHECK_INT(
+        sw_wire_send(a, "tail", sw_envelope_of(&x.env), payload, FWD_BYTES, 1, 0, err, sizeof err),
+        SW_WIRE_EMALFORMED);
     s_fwd_init(&x);
-    SW_CHECK_INT(sw_wire_send(a, "bad name", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err),
+    SW_CHECK_INT(sw_wire_send(a, "bad name", sw_envelope_of(&x.env), payload, FWD_BYTES, 1, 0, err,
+                              sizeof err),
                  SW_WIRE_EMALFORMED);
 
     /* probe; payload size mismatch; too many frames; bad name; one non-empty frame */
@@ -764,7 +769,9 @@ static void test_framing(void)
     zmq_send(a, "src", 3, 0);
     SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_EMALFORMED);
     /* and the stream is still in step */
-    SW_CHECK_INT(sw_wire_send(a, "tail", &x.env, payload, FWD_BYTES, 1, 0, err, sizeof err), 0);
+    SW_CHECK_INT(
+        sw_wire_send(a, "tail", sw_envelope_of(&x.env), payload, FWD_BYTES, 1, 0, err, sizeof err),
+        0);
     SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_OK);
     SW_CHECK(m.env != NULL && m.has_payload);
     sw_wire_msg_clear(&m);
@@ -775,9 +782,9 @@ static void test_framing(void)
                                     "bad name!", "queue full", 0),
                  0);
     SW_CHECK_INT(sw_wire_recv(b, 0, &m, err, sizeof err), SW_WIRE_OK);
-    SW_CHECK_INT(m.env->error->code, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY);
-    SW_CHECK(strcmp(m.env->error->request_id, "r-1") == 0);
-    SW_CHECK(strcmp(m.env->error->dest, "") == 0);
+    SW_CHECK_INT(m.env->pb.error->code, SHARDWIRE__ERROR_CODE__ERR_DEST_BUSY);
+    SW_CHECK(strcmp(m.env->pb.error->request_id, "r-1") == 0);
+    SW_CHECK(strcmp(m.env->pb.error->dest, "") == 0);
     sw_wire_msg_clear(&m);
 
     zmq_close(a);

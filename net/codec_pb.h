@@ -1,0 +1,92 @@
+/*
+ * codec_pb.h - the protobuf side of the codec, private to the codec files:
+ * wire.c (framing), wire_check.c (the message-type table and validation),
+ * codec.c and codec_encode.c (protobuf <-> the plain structs of codec.h).
+ * They are the only product files that name a protobuf-c type; every other
+ * file sees the plain structs of codec.h and the opaque sw_envelope_t of
+ * wire.h (tests/unit/test_layers.py fails when a protobuf-c type or this
+ * header appears anywhere else in the product). Tests include it to craft
+ * hostile Envelopes by hand.
+ *
+ * Ownership is as in wire.h: an Envelope from sw_wire_decode is the caller's
+ * (shardwire__envelope__free_unpacked); envelopes the caller builds stay the
+ * caller's.
+ */
+#ifndef SW_CODEC_PB_H
+#define SW_CODEC_PB_H
+
+#include "codec.h"
+#include "shardwire.pb-c.h"
+#include "wire.h"
+
+#include <stddef.h>
+
+/* wire.h's opaque envelope: a protobuf Envelope, its only member. */
+struct sw_envelope {
+    Shardwire__Envelope pb; /* the message; &env->pb is the protobuf Envelope */
+};
+
+/* The handle of a protobuf Envelope (NULL stays NULL): pb is the first member
+ * of struct sw_envelope, so the two pointers are one (C11 6.7.2.1); the way
+ * back is &env->pb. The one cast between the two. */
+static inline sw_envelope_t *sw_envelope_of(Shardwire__Envelope *pb)
+{
+    return (sw_envelope_t *)pb;
+}
+
+/* ---- the message-type table (wire_check.c) ------------------------------------------------- */
+
+/* The type of an Envelope's body (SW_MSG_NONE: none, or not in the table). */
+sw_msg_type_t sw_wire_body_type(const Shardwire__Envelope *env);
+/* The body case (SHARDWIRE__ENVELOPE__BODY_*) of a type; 0 for none. */
+int sw_wire_type_body(sw_msg_type_t type);
+
+/* The channel a message type travels on between peers: SW_WIRE_CH_CLUSTER
+ * (Forward, Verdict, SessionOpen/Close, and the relay's own types),
+ * SW_WIRE_CH_ACCESS (GenerateRequest, TokenChunk, Cancel, Resume), or 0 for
+ * an Error (either). */
+int sw_wire_body_channel(const Shardwire__Envelope *env);
+
+/* Printable name of the Envelope's body ("forward", "verdict", ...). */
+const char *sw_wire_body_name(const Shardwire__Envelope *env);
+
+/*
+ * Checks every field of env against the protocol's limits, including the
+ * version and, for a Forward, that the payload (has_payload, payload_len)
+ * matches dtype x [n_rows, hidden]. Returns SW_WIRE_OK, SW_WIRE_EVERSION or
+ * SW_WIRE_EMALFORMED.
+ */
+int sw_wire_validate(const Shardwire__Envelope *env, int has_payload, size_t payload_len, char *err,
+                     size_t err_len) __attribute__((warn_unused_result));
+
+/*
+ * Unpacks and validates one header frame. On success *out is a new Envelope
+ * the caller frees with shardwire__envelope__free_unpacked(*out, NULL).
+ */
+int sw_wire_decode(const void *header, size_t header_len, int has_payload, size_t payload_len,
+                   Shardwire__Envelope **out, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
+
+/*
+ * Sets env->version, validates env and packs it into *frame (initialised here;
+ * the caller closes it or sends it).
+ */
+int sw_wire_encode(Shardwire__Envelope *env, int has_payload, size_t payload_len, zmq_msg_t *frame,
+                   char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/* ---- inside the codec files ---------------------------------------------------------------- */
+
+/* Writes one error line into err (or logs it as "who: line" when err is
+ * NULL) and returns rc. */
+int sw_pb_fail(const char *who, int rc, char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Inside a checker (err and err_len in scope): return SW_WIRE_EMALFORMED
+ * after one line (logged as "who: ...") unless cond holds. */
+#define SW_PB_CHECK(who, cond, ...)                                                                \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return sw_pb_fail(who, SW_WIRE_EMALFORMED, err, err_len, __VA_ARGS__);                 \
+    } while (0)
+
+#endif
