@@ -1,23 +1,33 @@
 #!/usr/bin/env python3
 """test_layers.py - the module map of docs/architecture.md, checked on the
 source tree and on the build that ctest runs in. It fails when a forbidden
-dependency is added, at any of the three places one can be added:
+dependency is added, at any of the places one can be added, and when a file
+or a function outgrows the house's bounds:
 
 1. CMake: a target links (directly or through another) a library its layer
    may not link -- the engine ZeroMQ, libsodium, protobuf, jansson or curl;
    the relay the engine or curl; the client library the engine; ... Read from
-   `cmake --graphviz`, which lists every target's transitive dependencies.
+   `cmake --graphviz`, which lists every target's transitive dependencies. A
+   library counts whether it is linked by its pkg-config label
+   (PkgConfig::ZMQ) or by raw name (zmq, -lzmq, a path to libzmq.so).
 2. Source: a file includes a header of a folder its folder may not depend on
    (engine/ including net/wire.h), or a system header of a library its
-   layer may not use (engine/ including <zmq.h>); a file outside the codec
-   files of net/ names a protobuf-c type or includes the codec's private
-   header (node/stage.c building a Shardwire__Envelope by hand, net/peer.h
-   taking one).
-3. Objects: the symbols the built object files define and use. An engine
+   layer may not use (engine/ including <zmq.h>), or a header private to
+   another folder: an *_impl.h, or an engine header outside engine/include/;
+   a file outside the codec files of net/ names a protobuf-c type or includes
+   the codec's private header (node/stage.c building a Shardwire__Envelope by
+   hand, net/peer.h taking one).
+3. Shape: no product file over MAX_FILE_LINES lines and no function over
+   MAX_FUNCTION_LINES, but those named in LONG_FILES / LONG_FUNCTIONS with
+   their reason (and in docs/architecture.md, "Sizes").
+4. Objects: the symbols the built object files define and use. An engine
    object uses no ZeroMQ / libsodium / protobuf / jansson / curl symbol; a
    relay or client-library object uses no symbol that the engine or the hub
    defines; and no two object files of the product call each other in a
    circle (node/head.c calling node/stage.c calling node/head.c).
+
+The planted violations each rule was shown to catch are listed in
+docs/testing.md ("test_layers").
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR,
 SW_CMAKE. Needs nm (binutils).
@@ -50,6 +60,12 @@ MAY_INCLUDE = {
     "tools": {"base", "engine", "tools"},
 }
 
+# Headers private to their folder: an *_impl.h is never included from another
+# folder. A folder listed in PUBLIC_DIR shows other folders only the headers of
+# that subfolder (engine/CMakeLists.txt makes only engine/include/ public).
+PRIVATE_HEADER = re.compile(r"_impl\.(h|cuh)$")
+PUBLIC_DIR = {"engine": os.path.join("engine", "include")}
+
 # System headers of the libraries a layer may not use.
 NET_HEADERS = {"zmq.h", "sodium.h", "protobuf-c/protobuf-c.h", "jansson.h", "curl/curl.h",
                "microhttpd.h"}
@@ -77,6 +93,17 @@ PROTOBUF_TOKEN = re.compile(r"\w*(?:Shardwire__|shardwire__|SHARDWIRE__|Protobuf
 
 # Targets and what none of their (transitive) dependencies may be.
 ENGINE_LIBS = {"swengine", "swcuda", "swdrafter"}
+# A library can be linked by its pkg-config label or by its raw name
+# (`target_link_libraries(x zmq)`, `-lzmq`, a path to libzmq.so): RAW maps each
+# label to the names and files that mean the same library (see raw_link_name).
+RAW = {
+    "PkgConfig::ZMQ": "zmq",
+    "PkgConfig::SODIUM": "sodium",
+    "PkgConfig::PROTOBUFC": "protobuf-c",
+    "PkgConfig::JANSSON": "jansson",
+    "PkgConfig::CURL": "curl",
+    "PkgConfig::MHD": "microhttpd",
+}
 NET_LIBS = {"swnet", "swproto", "swclient", "swgateway", "swhub", "PkgConfig::ZMQ",
             "PkgConfig::SODIUM", "PkgConfig::PROTOBUFC", "PkgConfig::JANSSON", "PkgConfig::CURL",
             "PkgConfig::MHD"}
@@ -112,6 +139,19 @@ def fail(msg):
 
 # ---- 1. CMake's target graph ----------------------------------------------------------------
 
+RAW_LABEL = {raw: label for label, raw in RAW.items()}
+
+
+def raw_link_name(label):
+    """The library a raw link item names: "zmq", "-lzmq", "/usr/lib/x86_64-linux-gnu/libzmq.so"
+    and "libzmq.so.5" all give "zmq"; anything else is returned unchanged."""
+    name = os.path.basename(label)
+    if name.startswith("-l"):
+        return name[2:]
+    m = re.match(r"lib(.+?)\.(so|a)(\.[0-9.]*)?$", name)
+    return m.group(1) if m else name
+
+
 def check_links():
     with tempfile.TemporaryDirectory(prefix="sw-layers-") as tmp:
         dot = os.path.join(tmp, "deps.dot")
@@ -130,7 +170,10 @@ def check_links():
                 continue
             labels = set(re.findall(r'label = "([^"]+)"', open(path).read()))
             labels.discard(target)
-            bad = sorted(labels & forbidden)
+            named = {RAW_LABEL[raw_link_name(x)]: x for x in labels if raw_link_name(x) in RAW_LABEL}
+            labels |= set(named)
+            bad = sorted((x if x not in named else "%s (as %s)" % (named[x], x))
+                         for x in labels & forbidden)
             if bad:
                 fail("target %s links %s (directly or through another target): %s may not"
                      % (target, ", ".join(bad), target))
@@ -153,10 +196,12 @@ def product_files():
 
 def check_includes(files):
     owner = {}  # header basename -> folder
+    where = {}  # header basename -> its path below SRC
     for f in files:
         if f.endswith((".h", ".cuh")):
             folder = os.path.relpath(f, SRC).split(os.sep)[0]
             owner.setdefault(os.path.basename(f), folder)
+            where.setdefault(os.path.basename(f), os.path.relpath(f, SRC))
     owner["shardwire.pb-c.h"] = "proto"
     n_inc = 0
     for f in files:
@@ -182,6 +227,14 @@ def check_includes(files):
             if to not in MAY_INCLUDE[folder]:
                 fail('%s:%d includes "%s" of %s/: %s/ may not depend on %s/'
                      % (rel, ln, name, to, folder, to))
+            elif to != folder and PRIVATE_HEADER.search(name):
+                fail('%s:%d includes "%s", private to %s/ (an *_impl.h stays inside its folder)'
+                     % (rel, ln, name, to))
+            elif to != folder and to in PUBLIC_DIR:
+                path = where.get(os.path.basename(name), "")
+                if not path.startswith(PUBLIC_DIR[to] + os.sep):
+                    fail('%s:%d includes "%s" (%s), private to %s/: only %s/ is public'
+                         % (rel, ln, name, path, to, PUBLIC_DIR[to]))
     print("includes: %d lines in %d files checked" % (n_inc, len(files)))
 
 
@@ -209,7 +262,67 @@ def check_codec(files):
     print("codec: %d files outside the codec files checked" % n_files)
 
 
-# ---- 3. objects -----------------------------------------------------------------------------
+# ---- 3. shape: one concern per file, functions that fit a screen or two ----------------------
+
+MAX_FUNCTION_LINES = 120
+MAX_FILE_LINES = 1000
+# Files and functions allowed past those bounds, each with its reason; docs/architecture.md
+# ("Sizes") names the same ones (checked below), so an exception is a decision on the page.
+LONG_FILES = {}
+LONG_FUNCTIONS = {}
+
+
+def functions(path):
+    """(name, first line, number of lines) of each function definition in a C or CUDA
+    file formatted by .clang-format (BreakBeforeBraces Linux: a definition's body opens
+    with "{" alone in column 0 and closes with "}" in column 0)."""
+    lines = open(path, errors="replace").read().split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        if lines[i] == "{" and i > 0:
+            j = i - 1  # back over the declarator's continuation lines to its first line
+            while j > 0 and lines[j][:1] in " \t":
+                j -= 1
+            if j > 0 and lines[j - 1][:1].isalpha() and not lines[j - 1].rstrip().endswith((";", "*/")) \
+                    and "(" not in lines[j - 1]:
+                j -= 1  # a return type on a line of its own
+            m = re.search(r"(\w+)\s*\(", " ".join(lines[j:i]))
+            k = i + 1
+            while k < len(lines) and lines[k] != "}":
+                k += 1
+            out.append((m.group(1) if m else "?", i + 1, k - i + 1))
+            i = k
+        i += 1
+    return out
+
+
+def check_shape(files):
+    doc = open(os.path.join(SRC, "docs", "architecture.md"), errors="replace").read()
+    for name in sorted(set(LONG_FILES) | set(LONG_FUNCTIONS)):
+        if "`%s`" % name not in doc:
+            fail("%s is allowed past the size bounds here but docs/architecture.md (\"Sizes\") "
+                 "does not name it" % name)
+    n_fn = 0
+    for f in files:
+        rel = os.path.relpath(f, SRC)
+        n = sum(1 for _ in open(f, errors="replace"))
+        if n > MAX_FILE_LINES and rel not in LONG_FILES:
+            fail("%s has %d lines (bound %d): split it by concern, or name it with its reason "
+                 "in LONG_FILES and docs/architecture.md" % (rel, n, MAX_FILE_LINES))
+        if not f.endswith((".c", ".cu", ".cc")):
+            continue
+        for name, ln, length in functions(f):
+            n_fn += 1
+            key = "%s:%s" % (rel, name)
+            if length > MAX_FUNCTION_LINES and key not in LONG_FUNCTIONS:
+                fail("%s:%d %s() has %d lines (bound %d): split it (parse, then run)"
+                     % (rel, ln, name, length, MAX_FUNCTION_LINES))
+    print("shape: %d files and %d functions checked (bounds: %d lines a file, %d a function)"
+          % (len(files), n_fn, MAX_FILE_LINES, MAX_FUNCTION_LINES))
+
+
+# ---- 4. objects -----------------------------------------------------------------------------
 
 def source_of(obj):
     """engine/CMakeFiles/swengine.dir/cpu/backend_cpu.c.o -> SRC/engine/cpu/backend_cpu.c"""
@@ -349,6 +462,7 @@ def main():
     files = product_files()
     check_includes(files)
     check_codec(files)
+    check_shape(files)
     check_objects()
     if failures:
         print("test_layers: %d violation(s) of the module map (docs/architecture.md)" % len(failures))
