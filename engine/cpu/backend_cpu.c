@@ -22,103 +22,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend_cpu_impl.h"
-#include "backend_impl.h"
+#include "cpu_state_impl.h"
 #include "log.h"
 #include "op_math.h"
 #include "sw_limits.h"
 #include "threadpool.h"
-
-struct sw_buf {
-    size_t bytes; // usable size
-    void *data;   // 64-byte aligned and zeroed when owned; else host memory of a weight or a view
-    int owned;    // 1 = data is freed with the buffer
-};
-
-typedef struct s_cpu {
-    sw_pool_t *pool;   // compute threads (the caller is thread 0)
-    int n_threads;     // pool size
-    int avx2;          // 1 = AVX2/FMA/F16C kernels
-    void *qbuf;        // quantized matmul input, qbuf_bytes long
-    size_t qbuf_bytes; //
-    void *scratch;     // per-thread attention scratch, n_threads * scratch_each bytes
-    size_t scratch_each;
-    void *moe;        // mixture-of-experts scratch (s_moe_layout), moe_bytes long
-    size_t moe_bytes; //
-} s_cpu_t;
-
-static s_cpu_t *s_impl(sw_backend_t *be)
-{
-    return be->impl;
-}
-
-static float *s_f32(const sw_buf_t *b)
-{
-    return (float *)b->data;
-}
-
-static const int32_t *s_i32(const sw_buf_t *b)
-{
-    return (const int32_t *)b->data;
-}
-
-/* ---- kernels: AVX2, or the scalar code shared with the GPU (op_math.h) ---- */
-
-float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n)
-{
-    float acc[32] = {0}; // as sw_dot_f16_4x8 (op_math.h) with pad32
-    for (int i = 0; i < n; i++) {
-        const sw_f16 ai = i < n1 ? a1[i] : a2[i - n1];
-        acc[i & 31] = fmaf(sw_f16_to_f32(ai), sw_f16_to_f32(b[i]), acc[i & 31]);
-    }
-    float lane[8];
-    for (int l = 0; l < 8; l++) {
-        float s02 = acc[l] + acc[16 + l], s13 = acc[8 + l] + acc[24 + l];
-        lane[l] = s02 + s13;
-    }
-    float t[4];
-    for (int l = 0; l < 4; l++)
-        t[l] = lane[l] + lane[l + 4];
-    double sum = (t[0] + t[1]) + (t[2] + t[3]);
-    return (float)sum;
-}
-
-static float s_dot_f16(const s_cpu_t *c, const sw_f16 *a, const sw_f16 *b, int n, int pad32)
-{
-    return c->avx2 ? sw_cpu_dot_f16_avx2(a, b, n, pad32) : sw_dot_f16_4x8(a, b, n, pad32);
-}
-
-/* In place: x[i] = exp(x[i] - max) over n values; returns their sum. Values
- * go 8 at a time (the tail padded with exp(-inf) = 0), each group summed in
- * f32 and the groups in double, as GGML's soft_max does. */
-static double s_softmax_exp(const s_cpu_t *c, float *x, int n, float max)
-{
-    double sum = 0.0;
-    for (int i = 0; i < n; i += 8) {
-        float v[8], e[8];
-        for (int l = 0; l < 8; l++)
-            v[l] = i + l < n ? x[i + l] - max : -INFINITY;
-        if (c->avx2)
-            sw_cpu_expf8_avx2(v, e);
-        else
-            for (int l = 0; l < 8; l++)
-                e[l] = sw_expf_ggml(v[l]);
-        for (int l = 0; l < 8 && i + l < n; l++)
-            x[i + l] = e[l];
-        sum += (double)sw_hsum8(e);
-    }
-    return sum;
-}
-
-static void s_to_f16(const s_cpu_t *c, const float *x, sw_f16 *y, int n)
-{
-    if (c->avx2) {
-        sw_cpu_f32_to_f16_avx2(x, y, n);
-        return;
-    }
-    for (int i = 0; i < n; i++)
-        y[i] = sw_f32_to_f16(x[i]);
-}
 
 /* ---- memory ---------------------------------------------------------------- */
 
@@ -207,10 +115,10 @@ static int s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *
                       sw_buf_t *out)
 {
     (void)be;
-    const int32_t *ids = s_i32(ctl) + SW_CTL_POS + n;
+    const int32_t *ids = cpu_i32(ctl) + SW_CTL_POS + n;
     for (int r = 0; r < n; r++) {
         const char *row = (const char *)emb->buf->data + (size_t)ids[r] * emb->row_bytes;
-        sw_dequantize_row(emb->type, row, s_f32(out) + (size_t)r * emb->n_in, emb->n_in);
+        sw_dequantize_row(emb->type, row, cpu_f32(out) + (size_t)r * emb->n_in, emb->n_in);
     }
     return 0;
 }
@@ -219,10 +127,10 @@ static int s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *wb, in
                      float eps, sw_buf_t *out)
 {
     (void)be;
-    const float *w = s_f32(wb);
+    const float *w = cpu_f32(wb);
     for (int r = 0; r < n; r++) {
-        const float *xr = s_f32(x) + (size_t)r * dim;
-        float *yr = s_f32(out) + (size_t)r * dim;
+        const float *xr = cpu_f32(x) + (size_t)r * dim;
+        float *yr = cpu_f32(out) + (size_t)r * dim;
         const float mean = sw_rms_mean(sw_sumsq_seq(xr, dim), dim);
         const float scale = 1.0f / sqrtf(mean + eps);
         for (int i = 0; i < dim; i++) {
@@ -236,8 +144,8 @@ static int s_rmsnorm(sw_backend_t *be, const sw_buf_t *x, const sw_buf_t *wb, in
 static int s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
 {
     (void)be;
-    float *a = s_f32(x);
-    const float *b = s_f32(y);
+    float *a = cpu_f32(x);
+    const float *b = cpu_f32(y);
     for (size_t i = 0; i < n; i++)
         a[i] += b[i];
     return 0;
@@ -245,9 +153,9 @@ static int s_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n)
 
 static int s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n)
 {
-    const s_cpu_t *c = s_impl(be);
-    float *g = s_f32(gate);
-    const float *u = s_f32(up);
+    const cpu_state_t *c = cpu_impl(be);
+    float *g = cpu_f32(gate);
+    const float *u = cpu_f32(up);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         if (c->avx2) {
@@ -269,7 +177,7 @@ static int s_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t
 static int s_scale(sw_backend_t *be, sw_buf_t *x, size_t n, float v)
 {
     (void)be;
-    float *a = s_f32(x);
+    float *a = cpu_f32(x);
     for (size_t i = 0; i < n; i++)
         a[i] *= v;
     return 0;
@@ -280,8 +188,8 @@ static int s_geglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t 
 {
     (void)be;
     const sw_f16 *table = sw_gelu_f16_table();
-    float *g = s_f32(gate);
-    const float *u = s_f32(up);
+    float *g = cpu_f32(gate);
+    const float *u = cpu_f32(up);
     for (size_t i = 0; i < n; i++)
         g[i] = sw_geglu_ggml(table, g[i], u[i]);
     return 0;
@@ -292,10 +200,10 @@ static int s_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int
                   int head_dim, int n_rot, const sw_buf_t *cs_buf, int neox)
 {
     (void)be;
-    const int32_t *pos = s_i32(ctl) + SW_CTL_POS;
+    const int32_t *pos = cpu_i32(ctl) + SW_CTL_POS;
     for (int r = 0; r < n; r++) {
-        const float *cs = s_f32(cs_buf) + (size_t)pos[r] * (size_t)n_rot;
-        float *row = s_f32(x) + (size_t)r * n_heads * head_dim;
+        const float *cs = cpu_f32(cs_buf) + (size_t)pos[r] * (size_t)n_rot;
+        float *row = cpu_f32(x) + (size_t)r * n_heads * head_dim;
         for (int h = 0; h < n_heads; h++) {
             float *v = row + (size_t)h * head_dim;
             for (int i = 0; i < n_rot / 2; i++) {
@@ -312,10 +220,10 @@ static int s_head_norm(sw_backend_t *be, sw_buf_t *x, int n, int n_heads, int he
                        const sw_buf_t *wb, float eps)
 {
     (void)be;
-    const float *w = s_f32(wb);
+    const float *w = cpu_f32(wb);
     for (int r = 0; r < n; r++) {
         for (int h = 0; h < n_heads; h++) {
-            float *v = s_f32(x) + ((size_t)r * n_heads + h) * head_dim;
+            float *v = cpu_f32(x) + ((size_t)r * n_heads + h) * head_dim;
             const float scale =
                 1.0f / sqrtf(sw_head_norm_arg(sw_sumsq_seq(v, head_dim), head_dim, eps));
             for (int i = 0; i < head_dim; i++) {
@@ -372,7 +280,7 @@ static void s_mm_body(void *ctx, int ith, int nth)
     }
 }
 
-static int s_qbuf_reserve(s_cpu_t *c, size_t bytes)
+static int s_qbuf_reserve(cpu_state_t *c, size_t bytes)
 {
     if (bytes <= c->qbuf_bytes)
         return 0;
@@ -389,7 +297,7 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
                     const sw_buf_t *const *bias, const sw_buf_t *x, int x_row0, int n,
                     sw_buf_t *const *y, int flags)
 {
-    s_cpu_t *c = s_impl(be);
+    cpu_state_t *c = cpu_impl(be);
     if (n_w < 1 || n_w > SW_MATMUL_MAX_W)
         return sw_backend_fail(be, "cpu backend: matmul of %d weights (1..%d)", n_w,
                                SW_MATMUL_MAX_W);
@@ -398,7 +306,7 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
                            .tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) ==
                                     (SW_MM_PROMPT | SW_MM_TILED)};
     const int64_t n_in = w[0]->n_in;
-    const float *xs = s_f32(x) + (size_t)x_row0 * n_in;
+    const float *xs = cpu_f32(x) + (size_t)x_row0 * n_in;
 
     /* Quantize the input once per distinct vec-dot type. */
     enum sw_type types[SW_MATMUL_MAX_W];
@@ -425,7 +333,7 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
         job.xq_stride[i] = strides[k];
         job.xq[i] = (const void *)(uintptr_t)offs[k]; // rebased below
         job.w[i] = w[i];
-        job.y[i] = s_f32(y[i]);
+        job.y[i] = cpu_f32(y[i]);
         job.total += w[i]->n_out;
     }
     if (s_qbuf_reserve(c, need) != 0)
@@ -449,7 +357,7 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
         for (int i = 0; i < n_w; i++) {
             if (!bias[i])
                 continue;
-            const float *bi = s_f32(bias[i]);
+            const float *bi = cpu_f32(bias[i]);
             for (int r = 0; r < n; r++) {
                 float *yr = job.y[i] + (size_t)r * w[i]->n_out;
                 for (int64_t o = 0; o < w[i]->n_out; o++)
@@ -475,8 +383,8 @@ static void s_expert(const sw_weight_t *w, int e, sw_weight_t *out, sw_buf_t *bu
 
 /* Multiplies the n_w (<= 2) weights by the nr quantized rows xq (stride
  * xs) into y_i (nr, n_out), over the pool. */
-static void s_mm_rows(s_cpu_t *c, int n_w, const sw_weight_t *const *w, const void *xq, size_t xs,
-                      int nr, float *const *y, int tiled)
+static void s_mm_rows(cpu_state_t *c, int n_w, const sw_weight_t *const *w, const void *xq,
+                      size_t xs, int nr, float *const *y, int tiled)
 {
     struct s_mm_job job = {.n_w = n_w, .n = nr, .tiled = tiled};
     for (int i = 0; i < n_w; i++) {
@@ -525,7 +433,7 @@ struct s_moe_scratch {
 static int s_moe_scratch(sw_backend_t *be, const sw_moe_args_t *a, size_t qg, size_t qd,
                          struct s_moe_scratch *s)
 {
-    s_cpu_t *c = s_impl(be);
+    cpu_state_t *c = cpu_impl(be);
     const int n = a->n, nk = n * a->n_used, n_exp = a->gate->n_expert;
     const int64_t n_embd = a->router->n_in, n_ff = a->gate->n_out;
     const size_t mx = (size_t)(n_ff > n_embd ? n_ff : n_embd);
@@ -573,8 +481,8 @@ static void s_moe_route(const sw_moe_args_t *a, const struct s_moe_scratch *s)
 {
     const int n = a->n, k = a->n_used, n_exp = a->gate->n_expert;
     const int64_t n_embd = a->router->n_in;
-    const float *x = s_f32(a->x);
-    const float *wr = s_f32(a->router->buf);
+    const float *x = cpu_f32(a->x);
+    const float *wr = cpu_f32(a->router->buf);
     /* llama.cpp hands a matmul of 2 rows or more to llamafile (prompts; in
      * the last layer only the rows that want logits count), one row to
      * ggml_vec_dot_f32 (sw_matmul's f32 order). */
@@ -633,7 +541,7 @@ static int s_moe_gate_up(sw_backend_t *be, const sw_moe_args_t *a, const struct 
         s_expert(a->up, e, &wu, &bu);
         const sw_weight_t *ws[2] = {&wg, &wu};
         float *ys[2] = {s->y0, s->y1};
-        s_mm_rows(s_impl(be), 2, ws, s->gq, qg, cnt, ys, tiled);
+        s_mm_rows(cpu_impl(be), 2, ws, s->gq, qg, cnt, ys, tiled);
         for (int j = 0; j < cnt; j++) {
             memcpy(s->gate + (size_t)s->rows[j] * n_ff, s->y0 + (size_t)j * n_ff, (size_t)n_ff * 4);
             memcpy(s->up + (size_t)s->rows[j] * n_ff, s->y1 + (size_t)j * n_ff, (size_t)n_ff * 4);
@@ -661,7 +569,7 @@ static int s_moe_down(sw_backend_t *be, const sw_moe_args_t *a, const struct s_m
         s_expert(a->down, e, &wd, &bd);
         const sw_weight_t *ws[1] = {&wd};
         float *ys[1] = {s->y0};
-        s_mm_rows(s_impl(be), 1, ws, s->gq, qd, cnt, ys, tiled);
+        s_mm_rows(cpu_impl(be), 1, ws, s->gq, qd, cnt, ys, tiled);
         for (int j = 0; j < cnt; j++)
             memcpy(s->eo + (size_t)s->rows[j] * n_embd, s->y0 + (size_t)j * n_embd,
                    (size_t)n_embd * 4);
@@ -688,7 +596,7 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
     s_moe_route(a, &s);
 
     /* The input rows quantized once for the gate and up experts. */
-    const float *x = s_f32(a->x);
+    const float *x = cpu_f32(a->x);
     const enum sw_type vg = sw_type_vec_dot(a->gate->type), vd = sw_type_vec_dot(a->down->type);
     for (int r = 0; r < n; r++)
         if (sw_quantize_row(vg, x + (size_t)r * n_embd, s.xq + (size_t)r * qg, n_embd) != 0)
@@ -710,7 +618,7 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
     if (s_moe_down(be, a, &s, qd) != 0)
         return -1;
     /* Each expert's output times its weight, then added left to right. */
-    float *out = s_f32(a->out);
+    float *out = cpu_f32(a->out);
     for (int r = 0; r < n; r++) {
         float *o = out + (size_t)r * n_embd;
         for (int j = 0; j < k; j++) {
@@ -725,208 +633,12 @@ static int s_moe(sw_backend_t *be, const sw_moe_args_t *a)
     return 0;
 }
 
-/* ---- attention ---------------------------------------------------------------- */
-
-struct s_attn_job {
-    const sw_attn_args_t *a;
-    s_cpu_t *c;
-    atomic_int next; // next (row, head) pair
-};
-
-static float s_dot_split(const s_cpu_t *c, const sw_f16 *a1, int n1, const sw_f16 *a2,
-                         const sw_f16 *b, int n)
-{
-    return c->avx2 ? sw_cpu_dot2_f16_avx2(a1, n1, a2, b, n)
-                   : sw_cpu_dot2_f16_scalar(a1, n1, a2, b, n);
-}
-
-static void s_attn_body(void *ctx, int ith, int nth)
-{
-    struct s_attn_job *j = ctx;
-    const sw_attn_args_t *a = j->a;
-    const s_cpu_t *c = j->c;
-    const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
-    const size_t kv_dim = (size_t)a->n_kv_head * hd;
-    const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
-    void *mine = (char *)c->scratch + c->scratch_each * (size_t)ith;
-    float *score = mine;                                  // (n_ctx) f32
-    sw_f16 *prob = (void *)((char *)mine + a->n_ctx * 4); // (n_ctx) f16
-    sw_f16 *q16 = prob + pad_ctx;                         // (head_dim) f16
-    sw_f16 *vg = q16 + ((hd + 31) & ~31);                 // (n_ctx + 32) f16, tree gather
-    float *qf = (float *)(void *)(vg + pad_ctx + 32);     // (head_dim) f32: q16 as f32
-    const sw_f16 *kc = (const sw_f16 *)a->k_cache->data;
-    const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
-
-    const int32_t *ctl = s_i32(a->ctl);
-    const int slot0 = ctl[SW_CTL_SLOT0];
-    (void)nth;
-    for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
-        const int r = job / a->n_head, h = job % a->n_head, g = h / group;
-        /* Visible slots: [0, lin) then tail[0..m) (a tree row's ancestors),
-         * or causally [0, slot0 + r]. */
-        int lin = slot0 + r + 1, m = 0;
-        const int32_t *tail = NULL;
-        if (a->tree) {
-            const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
-            lin = rec[0];
-            m = rec[1];
-            tail = rec + 2;
-        }
-        const int n_pos = lin + m;
-        /* Entry p of the visible list is at position p (a tree's ancestors
-         * continue its plain prefix), so a window hides p < n_pos - swa;
-         * hidden entries count as -inf, exactly like llama.cpp's mask. */
-        const int lo = a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0;
-        const float *q = s_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
-        s_to_f16(c, q, q16, hd);
-        float max = -INFINITY;
-        /* The prompt order never has tree rows: slots [lo, n_pos), K rows
-         * kv_dim apart, V rows n_ctx apart, the dots 8 at a time. */
-        const int batched = a->prompt_order && c->avx2;
-        if (batched) {
-            sw_cpu_f16_to_f32_avx2(q16, qf, hd);
-            sw_cpu_dots_f16_tiled_avx2(kc + (size_t)lo * kv_dim + (size_t)g * hd, kv_dim,
-                                       n_pos - lo, qf, hd, score + lo);
-        }
-        for (int p = 0; p < lo; p++)
-            score[p] = -INFINITY;
-        for (int p = lo; p < n_pos; p++) {
-            const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
-            const sw_f16 *krow = kc + slot * kv_dim + (size_t)g * hd;
-            float s = batched            ? score[p]
-                      : !a->prompt_order ? s_dot_f16(c, krow, q16, hd, 0)
-                                         : sw_dot_f16_tiled(krow, q16, hd);
-            s *= a->scale;
-            score[p] = s;
-            if (s > max)
-                max = s;
-        }
-        double sum = s_softmax_exp(c, score, n_pos, max);
-        const float inv = (float)(1.0 / sum);
-        for (int p = 0; p < n_pos; p++)
-            score[p] *= inv;
-        s_to_f16(c, score, prob, n_pos);
-        float *out = s_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
-        /* Hidden entries (below the sliding window) have probability 0 and
-         * add exact zeros: the V dots start at a multiple of 32 below it, on
-         * the same lanes. */
-        const int lo32 = lo & ~31;
-        if (batched) {
-            sw_cpu_f16_to_f32_avx2(prob + lo32, score + lo32, n_pos - lo32);
-            sw_cpu_dots_f16_tiled_avx2(vc + (size_t)g * hd * (size_t)a->n_ctx + lo32,
-                                       (size_t)a->n_ctx, hd, score + lo32, n_pos - lo32, out);
-            continue;
-        }
-        /* A tree row reads V of its prefix in place up to a multiple of 32
-         * and gathers the rest, so the sum runs in the chain's order. */
-        const int lin32 = lin & ~31;
-        for (int d = 0; d < hd; d++) {
-            const sw_f16 *vrow = vc + ((size_t)g * hd + d) * a->n_ctx;
-            if (m > 0) {
-                int k = 0;
-                for (int p = lin32; p < lin; p++)
-                    vg[k++] = vrow[p];
-                for (int t = 0; t < m; t++)
-                    vg[k++] = vrow[tail[t]];
-                out[d] = s_dot_split(c, vrow, lin32, vg, prob, n_pos);
-                continue;
-            }
-            out[d] = !a->prompt_order ? s_dot_f16(c, vrow + lo32, prob + lo32, n_pos - lo32, 1)
-                                      : sw_dot_f16_tiled(vrow + lo32, prob + lo32, n_pos - lo32);
-        }
-    }
-}
-
-/* Checks every visibility record of a tree chunk (they come from the model's
- * metadata, but a bad one would read outside the cache). */
-static int s_check_tree(sw_backend_t *be, const sw_attn_args_t *a, int slot0)
-{
-    const int32_t *ctl = s_i32(a->ctl);
-    const int64_t cap = SW_CTL_CAP(a->n);
-    for (int r = 0; r < a->n; r++) {
-        const int64_t off = ctl[SW_CTL_VIS(a->n) + r];
-        if (off < SW_CTL_VIS(a->n) + a->n || off + 2 > cap)
-            return sw_backend_fail(be, "cpu backend: tree record of row %d at %lld", r,
-                                   (long long)off);
-        const int32_t *rec = ctl + off;
-        const int lin = rec[0], m = rec[1];
-        if (lin < 0 || m < 1 || off + 2 + m > cap || (int64_t)lin + m > a->n_ctx ||
-            rec[2 + m - 1] != slot0 + r)
-            return sw_backend_fail(be, "cpu backend: bad tree record of row %d", r);
-        for (int t = 0; t < m; t++)
-            if (rec[2 + t] < lin || rec[2 + t] > slot0 + r || (t && rec[2 + t] <= rec[1 + t]))
-                return sw_backend_fail(be, "cpu backend: tree row %d sees slot %d", r, rec[2 + t]);
-    }
-    return 0;
-}
-
-static int s_attention(sw_backend_t *be, const sw_attn_args_t *a)
-{
-    s_cpu_t *c = s_impl(be);
-    const size_t kv_dim = (size_t)a->n_kv_head * a->head_dim;
-    sw_f16 *kc = (sw_f16 *)a->k_cache->data;
-    sw_f16 *vc = (sw_f16 *)a->v_cache->data;
-    const int slot0 = s_i32(a->ctl)[SW_CTL_SLOT0];
-    if (slot0 < 0 || slot0 + a->n > a->n_ctx)
-        return sw_backend_fail(be, "cpu backend: %d rows at slot %d overrun a %d-slot cache", a->n,
-                               slot0, a->n_ctx);
-    if (a->tree && (a->prompt_order || s_check_tree(be, a, slot0) != 0))
-        return a->prompt_order ? sw_backend_fail(be, "cpu backend: a tree chunk in prompt order")
-                               : -1;
-
-    /* Append the new rows: K row-major, V transposed. */
-    for (int r = 0; r < a->n; r++) {
-        const int pos = slot0 + r;
-        s_to_f16(c, s_f32(a->k) + (size_t)r * kv_dim, kc + (size_t)pos * kv_dim, (int)kv_dim);
-        const float *v = s_f32(a->v) + (size_t)r * kv_dim;
-        for (size_t d = 0; d < kv_dim; d++)
-            vc[d * (size_t)a->n_ctx + (size_t)pos] = sw_f32_to_f16(v[d]);
-    }
-
-    const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
-    size_t each = (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
-                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 +
-                  (size_t)a->head_dim * 4 + 64;
-    each = (each + 63) & ~(size_t)63;
-    if (each > c->scratch_each) {
-        void *p = aligned_alloc(64, each * (size_t)c->n_threads);
-        if (!p)
-            return sw_backend_fail(be, "cpu backend: out of memory for attention scratch");
-        free(c->scratch);
-        c->scratch = p;
-        c->scratch_each = each;
-    }
-    struct s_attn_job job = {.a = a, .c = c};
-    atomic_init(&job.next, 0);
-    sw_pool_run(c->pool, s_attn_body, &job);
-    return 0;
-}
-
-/* Moves cache slots (token trees: the accepted path is kept). */
-static int s_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
-                     const int32_t *src, const int32_t *dst, int n)
-{
-    sw_f16 *kc = (sw_f16 *)k_cache->data, *vc = (sw_f16 *)v_cache->data;
-    for (int i = 0; i < n; i++) {
-        if (src[i] < 0 || src[i] >= n_ctx || dst[i] < 0 || dst[i] > src[i] ||
-            (i && dst[i] <= dst[i - 1]))
-            return sw_backend_fail(be, "cpu backend: cache move %d -> %d", src[i], dst[i]);
-        if (src[i] == dst[i])
-            continue;
-        memmove(kc + (size_t)dst[i] * kv_dim, kc + (size_t)src[i] * kv_dim,
-                (size_t)kv_dim * sizeof *kc);
-        for (size_t d = 0; d < (size_t)kv_dim; d++)
-            vc[d * (size_t)n_ctx + (size_t)dst[i]] = vc[d * (size_t)n_ctx + (size_t)src[i]];
-    }
-    return 0;
-}
-
 /* The draft loop's greedy step: the first largest value and its softmax
  * probability, computed as the draft model's host code does. */
 static int s_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok, size_t tok_off,
                     sw_buf_t *ids, sw_buf_t *prob, size_t ids_off)
 {
-    const float *l = s_f32(x);
+    const float *l = cpu_f32(x);
     float best = -INFINITY;
     int32_t best_id = -1;
     for (int i = 0; i < dim; i++) {
@@ -946,7 +658,7 @@ static int s_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok,
         double sum = 0;
         for (int i = 0; i < dim; i++)
             sum += exp((double)(l[i] - best));
-        s_f32(prob)[ids_off] = (float)(1.0 / sum);
+        cpu_f32(prob)[ids_off] = (float)(1.0 / sum);
     }
     return 0;
 }
@@ -955,7 +667,7 @@ static int s_argmax(sw_backend_t *be, const sw_buf_t *x, int dim, sw_buf_t *tok,
 
 static void s_destroy(sw_backend_t *be)
 {
-    s_cpu_t *c = s_impl(be);
+    cpu_state_t *c = cpu_impl(be);
     if (!c)
         return;
     sw_pool_destroy(&c->pool);
@@ -979,9 +691,9 @@ static const sw_backend_ops_t s_cpu_ops = {
     .rmsnorm = s_rmsnorm,
     .matmul = s_matmul,
     .rope = s_rope,
-    .kv_move = s_kv_move,
+    .kv_move = cpu_kv_move,
     .head_norm = s_head_norm,
-    .attention = s_attention,
+    .attention = cpu_attention,
     .add = s_add,
     .swiglu = s_swiglu,
     .scale = s_scale,
@@ -1003,7 +715,7 @@ sw_backend_t *sw_backend_cpu_new(int n_threads)
         n_threads = n > 0 ? (int)n : 1;
     }
     sw_backend_t *be = calloc(1, sizeof *be);
-    s_cpu_t *c = calloc(1, sizeof *c);
+    cpu_state_t *c = calloc(1, sizeof *c);
     if (!be || !c)
         goto err;
     c->n_threads = n_threads;
