@@ -100,7 +100,9 @@ _Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
 
 /* ---- programs' shared flags (args.h) --------------------------------------------------------- */
 
-#define SW_ARGS_DEFAULT_CTX 2048  /* -c: context positions per session */
+/* -c: context positions per session; 0 = the model's trained context (a node cuts it to what
+ * its KV memory holds) */
+#define SW_ARGS_DEFAULT_CTX 0
 #define SW_DRAFT_DEFAULT_K_MAX 16 /* --draft-k-max: the adaptive K's ceiling */
 
 _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a valid K");

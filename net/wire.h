@@ -46,6 +46,7 @@
 #define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
 #define SW_WIRE_MAX_PROBE_US 60000000u      /* probe times, rtt_us, plan_us: 60 s */
 #define SW_WIRE_MAX_KV_KIB_LAYER (1u << 26) /* PeerAnnounce.kv_kib_layer: 64 GiB a layer */
+#define SW_WIRE_MAX_KV_TYPE 1u              /* PeerAnnounce.kv_type: f16 0, q8_0 1 */
 /* A standby auto node: started with --layers auto, no range assigned yet ([0, 0)). */
 #define sw_wire_standby(auto_place, begin, end) ((auto_place) && (begin) == 0 && (end) == 0)
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */

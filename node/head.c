@@ -151,6 +151,19 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     int code = 0;
     h->route_ok = head_route_build(n, pt, &h->route, &code, err, sizeof err) == 0;
     h->route_ms = now;
+    if (h->route_ok && h->route.n_ctx != h->ctx_said) {
+        /* Contexts disagree: the head uses the smallest on the route, so a request
+         * longer than a stage can hold is refused at once, naming that stage. */
+        if (h->route.ctx_at > 0)
+            SW_WARN("stage '%s' holds sessions of up to %d positions, this head %d: requests "
+                    "are limited to %d (the smallest context on the route; give it more "
+                    "--kv-mib or a larger --ctx to raise it)",
+                    h->route.names[h->route.ctx_at], h->route.n_ctx, n->o.n_ctx, h->route.n_ctx);
+        else if (h->ctx_said)
+            SW_INFO("the route's stages hold this head's context again: %d positions",
+                    h->route.n_ctx);
+        h->ctx_said = h->route.n_ctx;
+    }
     if (!h->route_ok) {
         snprintf(h->route_err, sizeof h->route_err, "%s", err);
         h->route_code = code;

@@ -141,10 +141,30 @@ static char *s_chat_text(const node_t *n, const sw_msg_generate_t *g, int *code,
     return chat_text;
 }
 
+/* The positions a session may reach: this head's context, or the route's
+ * when a stage on it holds fewer (head_route_t.n_ctx: the head uses the
+ * smallest context of its route, so that a request longer than a stage can
+ * hold is refused before any work, with the stage named). what: how to say
+ * it in an error. */
+static int s_ctx(const node_t *n, char *what, size_t len)
+{
+    const node_head_t *h = n->head;
+    if (h->route_ok && h->route.ctx_at > 0 && h->route.n_ctx < n->o.n_ctx) {
+        snprintf(what, len,
+                 "the %d-position context of stage '%s' (its --ctx, or what its --kv-mib holds; "
+                 "the smallest on the route)",
+                 h->route.n_ctx, h->route.names[h->route.ctx_at]);
+        return h->route.n_ctx;
+    }
+    snprintf(what, len, "the %d-position context of this head (%s%s)", n->o.n_ctx, n->ctx_from,
+             strcmp(n->ctx_from, "--ctx") ? "; --ctx sets it" : "");
+    return n->o.n_ctx;
+}
+
 /* The request's prompt as tokens: its token ids, or its text (a
  * conversation through the chat template) tokenized; checked against the
- * vocabulary and --ctx. 0 with *prompt_out (the caller frees it), or -1
- * with err (*code ERR_INTERNAL when out of memory). */
+ * vocabulary and the context (s_ctx). 0 with *prompt_out (the caller frees
+ * it), or -1 with err (*code ERR_INTERNAL when out of memory). */
 static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **prompt_out, int *n_out,
                     int *code, char *err, size_t err_len)
 {
@@ -152,6 +172,8 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
     int32_t *prompt = NULL;
     char *chat_text = NULL;
     int n_prompt = 0;
+    char ctx_what[256];
+    const int ctx = s_ctx(n, ctx_what, sizeof ctx_what);
     if (g->n_prompt_tokens) {
         prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
         if (!prompt)
@@ -176,15 +198,18 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
         }
         /* Stop as soon as the prompt cannot fit: a 2 MiB prompt would otherwise
          * hold the head in the tokenizer for seconds before this is known. */
-        const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
+        const int64_t room = (int64_t)ctx - g->n_predict;
         int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
                            : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
                                              &prompt, &n_prompt);
         if (trc == SW_TOK_ERR_TOO_LONG) {
-            snprintf(err, err_len,
-                     "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
-                     "context (node --ctx)",
-                     (long long)(room > 0 ? room : 0), g->n_predict, n->o.n_ctx);
+            if (room < 1)
+                snprintf(err, err_len, "%u new tokens and a prompt exceed %s", g->n_predict,
+                         ctx_what);
+            else
+                snprintf(err, err_len,
+                         "the prompt (more than %lld tokens) + %u new tokens exceed %s",
+                         (long long)room, g->n_predict, ctx_what);
             goto fail;
         }
         if (trc != 0)
@@ -194,10 +219,9 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
         snprintf(err, err_len, "the prompt is empty");
         goto fail;
     }
-    if ((int64_t)n_prompt + g->n_predict > n->o.n_ctx) {
-        snprintf(err, err_len,
-                 "%d prompt + %u new tokens exceed the %d-position context (node --ctx)", n_prompt,
-                 g->n_predict, n->o.n_ctx);
+    if ((int64_t)n_prompt + g->n_predict > ctx) {
+        snprintf(err, err_len, "%d prompt + %u new tokens exceed %s", n_prompt, g->n_predict,
+                 ctx_what);
         goto fail;
     }
     if (g->n_resume_tokens && g->sampling.temp > 0) {
@@ -265,15 +289,13 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->id |= 1;
 }
 
-/* The session's memory: its KV cache (counted in the head's kv_used), round
- * log, detokenizer, streamed tokens and proposer. 0, or -1 when out of memory. */
-static int s_alloc(node_t *n, head_sess_t *s, size_t kv_bytes)
+/* The session's memory: its KV cache (growing as its rounds use positions,
+ * counted in n->kv), round log, detokenizer, streamed tokens and proposer.
+ * 0, or -1 when out of memory. */
+static int s_alloc(node_t *n, head_sess_t *s)
 {
     node_head_t *h = n->head;
-    s->kv = sw_kv_new(n->model, s->n_ctx);
-    s->kv_bytes = kv_bytes;
-    if (s->kv)
-        h->kv_used += kv_bytes;
+    s->kv = sw_kv_new_grow(n->model, s->n_ctx, &n->kv);
     s->rec = node_recover_new(n->o.recover_timeout_ms);
     s->detok = sw_detok_new(h->tok, 0);
     s->toks = malloc(((size_t)s->n_predict + 1) * sizeof *s->toks);
@@ -406,8 +428,12 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
                  n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
         goto fail;
     }
-    head_kv_room(n, kv_bytes); /* cached prompt prefixes give way first */
-    if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
+    /* It starts when its prompt's cache fits (the cache grows with the rounds,
+     * engine/include/kv.h; one that cannot grow later ends with an error that
+     * says so): cached prompt prefixes give way first. */
+    const size_t prompt_bytes = sw_kv_bytes(n->model, sw_kv_step(n_prompt, n_ctx));
+    head_kv_room(n, prompt_bytes);
+    if (n->o.kv_bytes > 0 && (size_t)n->kv.used + prompt_bytes > (size_t)n->o.kv_bytes) {
         free(prompt);
         return S_WAIT_MEMORY;
     }
@@ -420,7 +446,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     prompt = NULL;
     s->n_prompt = n_prompt;
     s->n_ctx = n_ctx;
-    if (s_alloc(n, s, kv_bytes) != 0)
+    if (s_alloc(n, s) != 0)
         goto oom;
     for (uint32_t i = 0; i < s->n_skip; i++) {
         if (g->resume_tokens[i] >= (uint32_t)n->hp->n_vocab) {

@@ -51,6 +51,9 @@ enum head_spot_rank { HEAD_SPOT_OK = 0, HEAD_SPOT_DISPUTED = 1, HEAD_SPOT_CONVIC
 typedef struct head_route {
     int n; // stages, head included
     char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
+    int n_ctx;  // positions a session may reach on it: the smallest context of its stages
+                // (PeerAnnounce.n_ctx; this head's own when none is smaller)
+    int ctx_at; // the stage that has it (0: the head)
 } head_route_t;
 
 /* The digests of one round of a spot-checked session, from each copy's verdict. */
@@ -108,7 +111,6 @@ typedef struct head_sess {
     sw_gen_t *gen;                           // the round logic (decode.h)
     int logged;                              // 1 when the current round is logged in rec
     sw_kv_t *kv;                             // this stage's cache for it
-    size_t kv_bytes;                         // its memory
     sw_verifier_t *ver;                      // route of one stage: the head verifies itself
     node_recover_t *rec;                     // the round log and recovery (recover.h)
     head_route_t route;                      // head .. tail
@@ -178,10 +180,10 @@ struct node_head {
     head_sess_t *sess;       // (n_slots) sessions: running ones and lingering ones
     int n_slots;             // --max-sessions + S_LINGER_MAX (head.c)
     int n_active;            // sessions in ROUTE or RUN
-    size_t kv_used;          // bytes of their caches
     head_wait_t *queue;      // (--max-queue) ring of waiting requests
     int q_head, q_len;       //
     head_route_t route;      // the route built from the last peer table
+    int ctx_said;            // the route context last logged (node_head_table)
     int route_ok;            // 1 when that table had a whole pipeline
     int route_code;          // else the error code
     char route_err[512];     // and why

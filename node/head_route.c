@@ -105,6 +105,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
+    r->n_ctx = n->o.n_ctx;
     const uint32_t L = (uint32_t)n->hp->n_layer;
     const int need_key = s_need_key(n);
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
@@ -175,6 +176,10 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             snprintf(err, err_len, "the pipeline has more than %d stages", SW_WIRE_MAX_ROUTE);
             *code = SW_ERROR_INTERNAL;
             return -1;
+        }
+        if (pick->announce.n_ctx && (int)pick->announce.n_ctx < r->n_ctx) { // 0: not said
+            r->n_ctx = (int)pick->announce.n_ctx;
+            r->ctx_at = r->n;
         }
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
         at = pick->announce.layer_end;

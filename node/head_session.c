@@ -34,10 +34,7 @@
 /* Frees what a session holds but its record of what it streamed. */
 static void s_release(node_head_t *h, head_sess_t *s)
 {
-    if (s->kv) {
-        h->kv_used -= s->kv_bytes;
-        sw_kv_free(&s->kv);
-    }
+    sw_kv_free(&s->kv); // its bytes leave n->kv
     if (s->state == HEAD_ROUTE || s->state == HEAD_RUN)
         h->n_active--;
     sw_gen_free(&s->gen);
@@ -358,7 +355,7 @@ void head_kv_room(node_t *n, size_t need)
 {
     if (!n->prefix || n->o.kv_bytes <= 0)
         return;
-    const size_t cap = (size_t)n->o.kv_bytes, used = n->head->kv_used;
+    const size_t cap = (size_t)n->o.kv_bytes, used = (size_t)n->kv.used;
     sw_prefix_evict(n->prefix, used + need < cap ? cap - used - need : 0);
 }
 
@@ -397,7 +394,7 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
 {
     if (!n->prefix)
         return;
-    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = n->head->kv_used;
+    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = (size_t)n->kv.used;
     char err[256] = "";
     if (sw_prefix_store(n->prefix, "", s->prompt, s->n_prompt, s->kv,
                         cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
@@ -598,6 +595,11 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
             break; // the rest go first next pass
         if (s->route.n == 1 && want > h->logit_rows) {
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
+            continue;
+        }
+        char kerr[256]; /* the cache's next step, alone: a session that cannot grow fails alone */
+        if (node_kv_grow(n, s->kv, sw_kv_len(s->kv) + rows, s->id, kerr, sizeof kerr) != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_BUSY, kerr);
             continue;
         }
         sw_forward_t f = {
