@@ -172,7 +172,10 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_ROUTE) {
-            if (h->route_ok) {
+            char why[320];
+            if (h->route_ok && !head_route_fits(n, s, why, sizeof why)) {
+                head_end(n, s, SW_FINISH_ERROR, SW_ERROR_BAD_REQUEST, why); // never fits there
+            } else if (h->route_ok) {
                 head_route_take(n, s, pt);
                 s->state = HEAD_RUN;
                 h->busy = 1;

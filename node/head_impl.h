@@ -304,6 +304,9 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
                      size_t err_len);
 /* Gives s the head's current route and pt's counter baseline (pt may be NULL). */
 void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt);
+/* 1 when s's positions fit the head's route (head_route_t.n_ctx: its smallest
+ * context); else 0 with why, naming the stage. */
+int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len);
 /* 1 when the table lists client holding key ("" = any key). */
 int head_client_present(const sw_msg_table_t *t, const char *client, const char *key);
 /* 1 when client (with its key, "" = any) has been missing from the relay's

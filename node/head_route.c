@@ -197,6 +197,18 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
     return s_build_route_ex(n, pt, 0, r, code, err, err_len);
 }
 
+int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len)
+{
+    const head_route_t *r = &n->head->route;
+    if (s->n_ctx <= r->n_ctx)
+        return 1;
+    snprintf(why, len,
+             "%d positions (prompt + new tokens) exceed the %d-position context of stage '%s' "
+             "(its --ctx, or what its --kv-mib holds; the smallest on the route)",
+             s->n_ctx, r->n_ctx, r->names[r->ctx_at]);
+    return 0;
+}
+
 /* Gives s the head's current route (a fresh table's) and the counter
  * baseline of that table (recover.h). */
 void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)

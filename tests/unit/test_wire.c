@@ -1085,6 +1085,32 @@ static void test_placement(void)
     a.layer_begin = 12; /* placed: a middle range */
     a.layer_end = 20;
     SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
+    /* its KV cache (issue 33): bounded, kv_full <= max_sessions, a known type */
+    a.n_ctx = 32768;
+    a.kv_mib = 1024;
+    a.kv_full = 2;
+    a.kv_type = 1;
+    SW_CHECK_INT(s_roundtrip(&ea, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->announce->n_ctx, 32768);
+        SW_CHECK_INT(out->announce->kv_mib, 1024);
+        SW_CHECK_INT(out->announce->kv_full, 2);
+        SW_CHECK_INT(out->announce->kv_type, 1);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    a.n_ctx = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.n_ctx = 32768;
+    a.kv_mib = SW_WIRE_MAX_MEM_MIB + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.kv_mib = 1024;
+    a.kv_full = 3; /* more than max_sessions 2 */
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.kv_full = 2;
+    a.kv_type = SW_WIRE_MAX_KV_TYPE + 1;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+    a.kv_type = 0;
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
     /* a client announces none of it */
     a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
     a.layer_begin = a.layer_end = a.n_layers = 0;
