@@ -264,10 +264,6 @@ int sw_kv_reserve(sw_kv_t *kv, int n, char *err, size_t err_len)
                 (double)b->limit / (1 << 20));
         return -1;
     }
-    if (s_rope_reserve(m, cap) != 0 || s_grow_meta(kv, cap) != 0) {
-        sw_errf(err, err_len, "model: out of memory for the tables of %d cache positions", cap);
-        return -1;
-    }
     sw_buf_t **k = calloc((size_t)kv->n_layers, sizeof *k);
     sw_buf_t **v = calloc((size_t)kv->n_layers, sizeof *v);
     const size_t each = s_bytes(m, kv->type, cap) / (size_t)kv->n_layers / 2;
@@ -288,6 +284,12 @@ int sw_kv_reserve(sw_kv_t *kv, int n, char *err, size_t err_len)
             sw_model_fail(be, err, err_len);
             ok = 0;
         }
+    }
+    /* The rope tables cover every slot of the largest cache, and the metadata
+     * this one's (after the cache itself fits: they are a small fraction of it). */
+    if (ok && (s_rope_reserve(m, cap) != 0 || s_grow_meta(kv, cap) != 0)) {
+        sw_errf(err, err_len, "model: out of memory for the tables of %d cache positions", cap);
+        ok = 0;
     }
     if (!ok) {
         if (k && v)
