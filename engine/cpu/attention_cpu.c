@@ -49,6 +49,28 @@ static float s_dot_split(const cpu_state_t *c, const sw_f16 *a1, int n1, const s
                    : sw_cpu_dot2_f16_scalar(a1, n1, a2, b, n);
 }
 
+/* The slots row r attends to: [0, *lin) then tail[0..*m) (a tree row's
+ * ancestors, its visibility record), or causally [0, slot0 + r]. Returns the
+ * first entry a sliding window leaves visible: entry p of the list is at
+ * position p (a tree's ancestors continue its plain prefix), so a window
+ * hides p < n_pos - swa; hidden entries count as -inf, exactly like
+ * llama.cpp's mask. */
+static int s_row_vis(const sw_attn_args_t *a, const int32_t *ctl, int r, int *lin, int *m,
+                     const int32_t **tail)
+{
+    *lin = ctl[SW_CTL_SLOT0] + r + 1;
+    *m = 0;
+    *tail = NULL;
+    if (a->tree) {
+        const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
+        *lin = rec[0];
+        *m = rec[1];
+        *tail = rec + 2;
+    }
+    const int n_pos = *lin + *m;
+    return a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0;
+}
+
 static void s_attn_body(void *ctx, int ith, int nth)
 {
     struct s_attn_job *j = ctx;
@@ -67,25 +89,12 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
     const int32_t *ctl = cpu_i32(a->ctl);
-    const int slot0 = ctl[SW_CTL_SLOT0];
     (void)nth;
     for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head, g = h / group;
-        /* Visible slots: [0, lin) then tail[0..m) (a tree row's ancestors),
-         * or causally [0, slot0 + r]. */
-        int lin = slot0 + r + 1, m = 0;
-        const int32_t *tail = NULL;
-        if (a->tree) {
-            const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
-            lin = rec[0];
-            m = rec[1];
-            tail = rec + 2;
-        }
-        const int n_pos = lin + m;
-        /* Entry p of the visible list is at position p (a tree's ancestors
-         * continue its plain prefix), so a window hides p < n_pos - swa;
-         * hidden entries count as -inf, exactly like llama.cpp's mask. */
-        const int lo = a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0;
+        int lin, m;
+        const int32_t *tail;
+        const int lo = s_row_vis(a, ctl, r, &lin, &m, &tail), n_pos = lin + m;
         const float *q = cpu_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         cpu_to_f16(c, q, q16, hd);
         float max = -INFINITY;
@@ -186,21 +195,13 @@ static void s_attn_q8_body(void *ctx, int ith, int nth)
     sw_block_q8_0 *qq = (sw_block_q8_0 *)(void *)(v32 + hd);                            // (nb)
     const char *kc = a->k_cache->data, *vc = a->v_cache->data;
     const int32_t *ctl = cpu_i32(a->ctl);
-    const int slot0 = ctl[SW_CTL_SLOT0];
     (void)nth;
     for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head;
         const size_t head = (size_t)(h / group) * (size_t)nb * sizeof(sw_block_q8_0);
-        int lin = slot0 + r + 1, m = 0;
-        const int32_t *tail = NULL;
-        if (a->tree) {
-            const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
-            lin = rec[0];
-            m = rec[1];
-            tail = rec + 2;
-        }
-        const int n_pos = lin + m;
-        const int lo = a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0; // hidden: skipped
+        int lin, m;
+        const int32_t *tail;
+        const int lo = s_row_vis(a, ctl, r, &lin, &m, &tail), n_pos = lin + m; // hidden: skipped
         s_q8(cpu_f32(a->q) + ((size_t)r * a->n_head + h) * hd, qq, hd);
         float S = 0.0f, M = -INFINITY;
         memset(acc, 0, (size_t)hd * sizeof *acc);

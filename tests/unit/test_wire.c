@@ -1098,18 +1098,16 @@ static void test_placement(void)
         SW_CHECK_INT(out->announce->kv_type, 1);
         shardwire__envelope__free_unpacked(out, NULL);
     }
-    a.n_ctx = SW_WIRE_MAX_POS + 1;
-    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
-    a.n_ctx = 32768;
-    a.kv_mib = SW_WIRE_MAX_MEM_MIB + 1;
-    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
-    a.kv_mib = 1024;
-    a.kv_full = 3; /* more than max_sessions 2 */
-    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
-    a.kv_full = 2;
-    a.kv_type = SW_WIRE_MAX_KV_TYPE + 1;
-    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
-    a.kv_type = 0;
+    /* each field one past its bound (kv_full: more than max_sessions 2) is refused */
+    uint32_t *const kv_field[4] = {&a.n_ctx, &a.kv_mib, &a.kv_full, &a.kv_type};
+    const uint32_t kv_bad[4] = {SW_WIRE_MAX_POS + 1, SW_WIRE_MAX_MEM_MIB + 1, 3,
+                                SW_WIRE_MAX_KV_TYPE + 1};
+    for (int i = 0; i < 4; i++) {
+        const uint32_t keep = *kv_field[i];
+        *kv_field[i] = kv_bad[i];
+        SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+        *kv_field[i] = keep;
+    }
     SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
     /* a client announces none of it */
     a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
