@@ -7,8 +7,8 @@
  *    cache in q8_0): each node says at start how many sessions of what
  *    length fit (2 of 32768 positions on the head, 5 on the q8_0 tail; the
  *    rest of --max-sessions 8 only while sessions are shorter), and
- *    `status --json` shows n_ctx, kv_mib, kv_full, kv_type and
- *    max_sessions; a request that may reach 32,000 positions allocates the
+ *    `status --json` and the gateway's /v1/cluster show n_ctx, kv_mib,
+ *    kv_full, kv_type and max_sessions; a request that may reach 32,000 positions allocates the
  *    first step (256 positions) on each node for its short prompt before it
  *    generates, not its whole context (the nodes' debug log of each step:
  *    2.81 MiB on the head where the whole 32,010 positions would take 352 MiB);
@@ -23,6 +23,8 @@
  * `shardwire generate`; the tail stays up.
  */
 #include <jansson.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "sw_fault.h"
@@ -52,6 +54,58 @@ static json_t *s_status_peer(const char *ep, const char *name)
         json_decref(j);
     }
     free(out);
+    return found;
+}
+
+/* The gateway's GET /v1/cluster (`shardwire serve` on relay ep, key KEY) ->
+ * its node named name (a new reference), or NULL. */
+static json_t *s_cluster_node(const char *ep, const char *name)
+{
+    char listen[64], keyfile[256], cmd[512];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", sw_test_free_port());
+    snprintf(keyfile, sizeof keyfile, "%s", sw_test_log("api.keys"));
+    FILE *kf = fopen(keyfile, "w");
+    if (!kf)
+        return NULL;
+    fprintf(kf, "kv-node-test-key-0123456789\n");
+    fclose(kf);
+    chmod(keyfile, 0600);
+    char *sa[] = {(char *)sw_test_bin("shardwire"),
+                  "serve",
+                  "--relay",
+                  (char *)ep,
+                  "--insecure-loopback",
+                  "--listen",
+                  listen,
+                  "--api-key-file",
+                  keyfile,
+                  NULL};
+    pid_t ps = sw_test_spawn(sa, sw_test_log("serve.log"));
+    snprintf(cmd, sizeof cmd, "tcp://%s", listen);
+    SW_CHECK_INT(sw_test_wait_listen(cmd, 30), 0);
+    json_t *found = NULL;
+    char *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "curl -s -H 'Authorization: Bearer kv-node-test-key-0123456789' http://%s/v1/cluster",
+             listen);
+    for (int tries = 0; tries < 40 && !found; tries++) { /* the gateway's first table */
+        if (tries)
+            usleep(250000);
+        free(out);
+        out = NULL;
+        if (sw_test_sh(cmd, 30, &out) != 0 || !out)
+            continue;
+        json_t *j = json_loads(out, 0, NULL), *nodes = json_object_get(j, "nodes");
+        for (size_t i = 0; i < json_array_size(nodes) && !found; i++) {
+            json_t *nd = json_array_get(nodes, i);
+            const char *nm = json_string_value(json_object_get(nd, "name"));
+            if (nm && !strcmp(nm, name))
+                found = json_incref(nd);
+        }
+        json_decref(j);
+    }
+    free(out);
+    sw_test_kill(ps);
     return found;
 }
 
@@ -93,6 +147,16 @@ static void s_long_context(const char *model)
     }
     json_decref(h);
     json_decref(t);
+    h = s_cluster_node(c.ep, "head");
+    SW_CHECK(h != NULL); /* the gateway's cluster page says the same */
+    if (h) {
+        SW_CHECK_INT(s_int(h, "n_ctx"), 32768);
+        SW_CHECK_INT(s_int(h, "kv_mib"), 1024);
+        SW_CHECK_INT(s_int(h, "kv_full"), 2);
+        SW_CHECK_INT(s_int(h, "max_sessions"), 8);
+        SW_CHECK(!strcmp(json_string_value(json_object_get(h, "kv_type")), "f16"));
+    }
+    json_decref(h);
     /* a request that may reach 32,000 positions: the short prompt's first step only */
     swf_client_t cl = {0};
     swf_result_t r;
