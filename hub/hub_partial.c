@@ -532,7 +532,7 @@ int hub_download_partial(const hub_env_t *e, const sw_hub_ref_t *ref, const hub_
         rc = 1;
     }
     char fp[65], source[1024];
-    sw_fingerprint_bytes(h.buf, sw_fingerprint_len(g), fp);
+    sw_fingerprint_of(g, h.buf + sw_gguf_data_offset(g), fp);
     snprintf(source, sizeof source, "hf:%s/%s@%s", ref->repo, file, m->commit);
     const sw_partial_src_t id = {.source = source,
                                  .size = (uint64_t)m->size,
