@@ -647,6 +647,24 @@ static int s_fingerprint(sw_model_t *m, const sw_partial_info_t *part, char *err
     return rc;
 }
 
+/* What a partial file says (sw_partial_info), checked against m's range, and
+ * m->fingerprint: 1 for a partial file, 0 for a whole one, -1 with err. */
+static int s_partial(sw_model_t *m, sw_partial_info_t *part, char *err, size_t err_len)
+{
+    const int partial = sw_partial_info(m->gguf, m->hp.n_layer, part, err, err_len);
+    if (partial < 0)
+        return -1;
+    if (partial && (m->begin < part->begin || m->end > part->end)) {
+        sw_errf(err, err_len,
+                "model: this partial file holds layers %d:%d of the %d-layer model, not %d:%d; "
+                "download them with: shardwire pull %s --layers %d:%d",
+                part->begin, part->end, m->hp.n_layer, m->begin, m->end, part->source, m->begin,
+                m->end);
+        return -1;
+    }
+    return s_fingerprint(m, partial ? part : NULL, err, err_len) == 0 ? partial : -1;
+}
+
 sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
                           char *err, size_t err_len)
 {
@@ -672,19 +690,8 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     m->begin = layer_begin;
     m->end = layer_end;
     sw_partial_info_t part;
-    int partial = sw_partial_info(m->gguf, hp->n_layer, &part, err, err_len);
+    const int partial = s_partial(m, &part, err, err_len);
     if (partial < 0)
-        goto err;
-    if (partial && (layer_begin < part.begin || layer_end > part.end)) {
-        sw_errf(err, err_len,
-                "model: this partial file holds layers %d:%d of the %d-layer model, not %d:%d; "
-                "download them with: shardwire pull %s --layers %d:%d",
-                part.begin, part.end, hp->n_layer, layer_begin, layer_end, part.source, layer_begin,
-                layer_end);
-        goto err;
-    }
-
-    if (s_fingerprint(m, partial ? &part : NULL, err, err_len) != 0)
         goto err;
 
     /* The vocabulary size comes from the embedding matrix, which every

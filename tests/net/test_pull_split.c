@@ -1,0 +1,361 @@
+/*
+ * test_pull_split.c - split GGUF sets from the hub stand-in
+ * (tests/hub_standin.py), as the hub's GGUF repositories ship big models:
+ * the default model as the 3 parts of the split_models fixture
+ * (llama.cpp gguf-split's layout) in a folder of the repository, beside
+ * another quantization of its own.
+ *
+ *  - `shardwire pull REPO:TAG` takes the set as one file (the listing of an
+ *    untagged pull names it with its part count), downloads every part
+ *    (each checked against the hub's sha256) and prints part 1's path; the
+ *    set opens and generates the unsplit file's tokens;
+ *  - a pull naming part 2 is the same set (nothing fetched again); offline
+ *    too; `--model hf:.../PART-00003-of-00003.gguf` generates from it;
+ *  - `--layers A:B` fetches about each part's header and the tensors of the
+ *    range across the parts, into one partial file that announces the set's
+ *    fingerprint; --layers 0:30 is the whole set;
+ *  - a 2-node cluster whose nodes pull their own partial files of the set
+ *    (--model hf:... naming a part, --layers) gives `shardwire generate`'s
+ *    tokens on the unsplit file;
+ *  - a part missing on the hub, a part of another set (same count, other
+ *    tensors) and a part of a set of another count: one line each, naming
+ *    the part, whole and with --layers.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "keys.h"
+#include "sw_test.h"
+
+#define N_GEN 16
+
+static char s_dir[256];
+static char s_endpoint[64];
+static const char *s_prompt = "The capital of France is";
+
+static const char *s_path(const char *name)
+{
+    static char buf[8][512];
+    static int slot;
+    char *p = buf[slot++ & 7];
+    snprintf(p, 512, "%s/%s", s_dir, name);
+    return p;
+}
+
+/* `shardwire ARGS...` (NULL-terminated); exit code, stdout's first line, stderr. */
+static int s_cli(char **out, char **err, const char *const *args)
+{
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)sw_test_bin("shardwire");
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    char *o = NULL, *e = NULL;
+    int rc = sw_test_run(argv, 300, &o, &e);
+    if (o)
+        o[strcspn(o, "\n")] = 0;
+    if (out)
+        *out = o;
+    else
+        free(o);
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return rc;
+}
+
+/* Body bytes the CDN sent for repo from log line `from` on; *lines the log's line count. */
+static long long s_sent(const char *repo, int from, int *lines)
+{
+    char *text = sw_test_read_file(s_path("hub.log"), NULL);
+    long long sum = 0;
+    int i = 0;
+    char needle[128];
+    snprintf(needle, sizeof needle, "\"path\": \"/cdn/%s/", repo);
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"), i++) {
+        const char *s = strstr(line, "{\"sent\": ");
+        if (i >= from && s && strstr(line, needle))
+            sum += atoll(s + 9);
+    }
+    free(text);
+    if (lines)
+        *lines = i;
+    return sum;
+}
+
+/* Bytes a partial pull of [begin, end) from the set must fetch at least: every
+ * part's header and the data of the tensors the range needs. */
+static long long s_expected(const char *part, int begin, int end)
+{
+    char err[512];
+    sw_gguf_t *g = sw_gguf_open(part, err, sizeof err);
+    if (!g)
+        return -1;
+    long long sum = 0;
+    for (int i = 0; i < sw_gguf_part_count(g); i++) {
+        uint64_t len;
+        sw_gguf_part_header(g, i, &len);
+        sum += (long long)len;
+    }
+    for (int64_t i = 0; i < sw_gguf_tensor_count(g); i++) {
+        const sw_gguf_tensor_t *t = sw_gguf_tensor(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        int blk = -1;
+        const int need = sscanf(name, "blk.%d.", &blk) == 1   ? blk >= begin && blk < end
+                         : !strcmp(name, "token_embd.weight") ? begin == 0 || end == 30
+                                                              : end == 30;
+        if (need)
+            sum += (long long)t->n_bytes;
+    }
+    sw_gguf_close(&g);
+    return sum;
+}
+
+static void s_fingerprint(const char *path, char fp[65])
+{
+    char *o = NULL;
+    fp[0] = 0;
+    char *argv[] = {
+        (char *)sw_test_bin("shardwire"), "info", "--model", (char *)path, "--json", NULL};
+    if (sw_test_run(argv, 60, &o, NULL) == 0 && o) {
+        const char *f = strstr(o, "\"fingerprint\"");
+        f = f ? strchr(f + 13, '"') : NULL;
+        if (f && strlen(f + 1) >= 64) {
+            memcpy(fp, f + 1, 64);
+            fp[64] = 0;
+        }
+    }
+    free(o);
+}
+
+/* 1 when err (progress lines, then the error) ends in one error line holding
+ * a and b (b may be NULL). */
+static int s_line(const char *err, const char *a, const char *b)
+{
+    const char *line = err ? strstr(err, "shardwire pull: ") : NULL;
+    const int ok = line && strchr(line, '\n') == err + strlen(err) - 1 && strstr(line, a) &&
+                   (!b || strstr(line, b));
+    if (!ok)
+        fprintf(stderr, "error: %s", err ? err : "(none)\n");
+    return ok;
+}
+
+static void s_write_config(const char *fx, const char *whole)
+{
+    char p[3][600], h2[600], nf3[600];
+    for (int i = 0; i < 3; i++)
+        snprintf(p[i], sizeof p[i], "%s/smol-%05d-of-00003.gguf", fx, i + 1);
+    snprintf(h2, sizeof h2, "%s/smol100-00002-of-00003.gguf", fx);
+    snprintf(nf3, sizeof nf3, "%s/smolnf-00003-of-00004.gguf", fx);
+    FILE *cf = fopen(s_path("hub.json"), "w");
+    if (!cf)
+        sw_test_skip("cannot write the hub configuration");
+    fprintf(cf,
+            "{\"repos\": {\n"
+            " \"test-org/smol-split\": {\"files\": {\"README.md\": {\"text\": \"a model\"},\n"
+            "   \"smol-Q8_0.gguf\": \"%s\",\n"
+            "   \"Q4_1/smol-Q4_1-00001-of-00003.gguf\": \"%s\",\n"
+            "   \"Q4_1/smol-Q4_1-00002-of-00003.gguf\": \"%s\",\n"
+            "   \"Q4_1/smol-Q4_1-00003-of-00003.gguf\": \"%s\"}},\n"
+            " \"test-org/missing\": {\"files\": {\"smol-Q4_1-00001-of-00003.gguf\": \"%s\",\n"
+            "   \"smol-Q4_1-00003-of-00003.gguf\": \"%s\"}},\n"
+            " \"test-org/mixed\": {\"files\": {\"smol-Q4_1-00001-of-00003.gguf\": \"%s\",\n"
+            "   \"smol-Q4_1-00002-of-00003.gguf\": \"%s\", \"smol-Q4_1-00003-of-00003.gguf\": "
+            "\"%s\"}},\n"
+            " \"test-org/count\": {\"files\": {\"smol-Q4_1-00001-of-00003.gguf\": \"%s\",\n"
+            "   \"smol-Q4_1-00002-of-00003.gguf\": \"%s\", \"smol-Q4_1-00003-of-00003.gguf\": "
+            "\"%s\"}}\n"
+            "}}\n",
+            whole, p[0], p[1], p[2], p[0], p[2], p[0], h2, p[2], p[0], p[1], nf3);
+    fclose(cf);
+}
+
+/* The broken sets: one line naming the part, whole and with --layers. */
+static void s_check_broken(void)
+{
+    static const struct {
+        const char *repo, *a, *b;
+    } cases[] = {
+        {"test-org/missing", "part 2 of 3 of the split set", "smol-Q4_1-00002-of-00003.gguf"},
+        {"test-org/mixed", "is in both", "a part of another split set"},
+        {"test-org/count", "smol-Q4_1-00003-of-00003.gguf' is part 3 of a set of 4",
+         "another split set"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ref[200];
+        snprintf(ref, sizeof ref, "%s:smol-Q4_1-00001-of-00003.gguf", cases[i].repo);
+        const char *whole[] = {"pull", ref, NULL};
+        const char *layers[] = {"pull", ref, "--layers", "15:30", NULL};
+        char *err = NULL;
+        setenv("HF_HOME", s_path("brokenhome"), 1);
+        SW_CHECK_INT(s_cli(NULL, &err, whole), 1);
+        SW_CHECK(s_line(err, cases[i].a, cases[i].b));
+        free(err);
+        setenv("HF_HOME", s_path("brokenlayers"), 1); /* no part cached: the partial pull */
+        SW_CHECK_INT(s_cli(NULL, &err, layers), 1);
+        SW_CHECK(s_line(err, cases[i].a, cases[i].b));
+        free(err);
+    }
+    setenv("HF_HOME", s_path("hfhome"), 1);
+}
+
+static void s_check_cluster(const char *whole, const char *set_fp)
+{
+    char e[256];
+    if (sw_keys_curve_check(e, sizeof e) != 0) {
+        sw_test_skip_part(e);
+        return;
+    }
+    int32_t ref[N_GEN + 8];
+    SW_CHECK_INT(sw_test_generate(whole, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", sw_test_free_port());
+    const char *nodes[] = {"head", "tail", NULL}, *clients[] = {"client", NULL};
+    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
+    setenv("HF_HOME", s_path("nodehome"), 1); /* an empty cache: the nodes pull */
+    const char *log = sw_test_log("cluster.log");
+    static const char *const hf[] = {
+        "--model", "hf:test-org/smol-split/Q4_1/smol-Q4_1-00002-of-00003.gguf", NULL};
+    pid_t relay = sw_test_relay(ep, s_dir, log, NULL);
+    pid_t head = sw_test_node(ep, s_dir, "head", "0:15", log, hf);
+    pid_t tail = sw_test_node(ep, s_dir, "tail", "15:30", log, hf);
+    sw_test_client_env(s_dir, "client");
+    SW_CHECK_INT(sw_test_wait_peers(ep, 2, 180), 0);
+    pid_t run = sw_test_run_bg(ep, "head", s_prompt, N_GEN, 150, "run");
+    SW_CHECK(sw_test_run_exact(run, "run", ref, N_GEN, 180));
+    char want[64];
+    snprintf(want, sizeof want, "model %.12s...", set_fp);
+    SW_CHECK_INT(sw_test_count_in_file(log, want), 2);
+    SW_CHECK_INT(sw_test_count_in_file(log, "layers 0:15: fetched"), 1);
+    SW_CHECK_INT(sw_test_count_in_file(log, "layers 15:30: fetched"), 1);
+    sw_test_kill(tail);
+    sw_test_kill(head);
+    sw_test_kill(relay);
+    setenv("HF_HOME", s_path("hfhome"), 1);
+}
+
+int main(void)
+{
+    const char *whole = sw_test_model();
+    const char *fx = getenv("SW_SPLIT_DIR");
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/smol-00001-of-00003.gguf", fx ? fx : "");
+    if (!fx || access(probe, R_OK) != 0)
+        sw_test_skip("the split_models fixture is absent (scripts/ci/split_models.sh)");
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
+    s_write_config(fx, whole);
+    pid_t hub = sw_test_hub(s_dir, s_endpoint, sizeof s_endpoint);
+    char set_fp[65];
+    s_fingerprint(probe, set_fp);
+    SW_CHECK_INT(strlen(set_fp), 64);
+
+    /* 1. untagged: two choices, the set named once; tagged: every part */
+    {
+        const char *a0[] = {"pull", "test-org/smol-split", NULL};
+        char *err = NULL;
+        SW_CHECK_INT(s_cli(NULL, &err, a0), 1);
+        SW_CHECK(s_line(err, "has 2 .gguf files",
+                        "Q4_1/smol-Q4_1-00001-of-00003.gguf (a split set of 3 parts)"));
+        free(err);
+        const char *a1[] = {"pull", "test-org/smol-split:Q4_1", NULL};
+        char *out = NULL;
+        SW_CHECK_INT(s_cli(&out, &err, a1), 0);
+        SW_CHECK(out && strstr(out, "/snapshots/") &&
+                 strstr(out, "/Q4_1/smol-Q4_1-00001-of-00003.gguf"));
+        SW_CHECK(err && strstr(err, "a split set of 3 parts"));
+        const long long got = s_sent("test-org/smol-split", 0, NULL);
+        long long total = 0;
+        for (int i = 1; i <= 3; i++) {
+            char p[600];
+            struct stat st;
+            snprintf(p, sizeof p, "%s/smol-%05d-of-00003.gguf", fx, i);
+            total += stat(p, &st) == 0 ? (long long)st.st_size : 0;
+        }
+        SW_CHECK_INT(got, total);
+        char fp[65];
+        s_fingerprint(out ? out : "", fp);
+        SW_CHECK(!strcmp(fp, set_fp));
+        int32_t ref[N_GEN + 8], ids[N_GEN + 8];
+        SW_CHECK_INT(sw_test_generate(whole, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
+        SW_CHECK_INT(sw_test_generate(out ? out : "", s_prompt, N_GEN, ids, N_GEN + 8), N_GEN);
+        SW_CHECK(!memcmp(ids, ref, N_GEN * sizeof *ids));
+        /* part 2 by name: the same set, nothing fetched again; offline too */
+        int from = 0;
+        s_sent("test-org/smol-split", 0, &from);
+        const char *a2[] = {"pull", "test-org/smol-split:Q4_1/smol-Q4_1-00002-of-00003.gguf", NULL};
+        char *out2 = NULL;
+        SW_CHECK_INT(s_cli(&out2, NULL, a2), 0);
+        SW_CHECK(out && out2 && !strcmp(out, out2));
+        SW_CHECK(s_sent("test-org/smol-split", from, NULL) == 0);
+        free(out2);
+        setenv("HF_HUB_OFFLINE", "1", 1);
+        SW_CHECK_INT(s_cli(&out2, NULL, a1), 0);
+        SW_CHECK(out && out2 && !strcmp(out, out2));
+        unsetenv("HF_HUB_OFFLINE");
+        free(out2);
+        /* --model hf: naming the last part */
+        SW_CHECK_INT(sw_test_generate("hf:test-org/smol-split/Q4_1/smol-Q4_1-00003-of-00003.gguf",
+                                      s_prompt, N_GEN, ids, N_GEN + 8),
+                     N_GEN);
+        SW_CHECK(!memcmp(ids, ref, N_GEN * sizeof *ids));
+        free(out);
+        free(err);
+    }
+
+    /* 2. --layers across the parts: about the bytes needed, the set's fingerprint */
+    setenv("HF_HOME", s_path("layershome"), 1);
+    const char *halves[2] = {"0:15", "15:30"};
+    for (int h = 0; h < 2; h++) {
+        int from = 0;
+        s_sent("test-org/smol-split", 0, &from);
+        const char *args[] = {"pull", "test-org/smol-split:Q4_1", "--layers", halves[h], NULL};
+        char *out = NULL, *err = NULL;
+        SW_CHECK_INT(s_cli(&out, &err, args), 0);
+        SW_CHECK(out && strstr(out, "/shardwire-partial/") &&
+                 strstr(out, "/smol-Q4_1-00001-of-00003.gguf"));
+        SW_CHECK(err && strstr(err, " MiB of 93.8 MiB of the split set ("));
+        const long long want = h == 0 ? s_expected(probe, 0, 15) : s_expected(probe, 15, 30);
+        const long long got = s_sent("test-org/smol-split", from, NULL);
+        SW_CHECK(want > 0 && got >= want && got <= want + want * 3 / 100);
+        fprintf(stderr, "layers %s of the set: fetched %lld bytes, needed %lld\n", halves[h], got,
+                want);
+        char fp[65];
+        s_fingerprint(out ? out : "", fp);
+        SW_CHECK(!strcmp(fp, set_fp));
+        free(out);
+        free(err);
+    }
+    {
+        const char *args[] = {"pull", "test-org/smol-split:Q4_1", "--layers", "0:30", NULL};
+        char *out = NULL, *err = NULL;
+        SW_CHECK_INT(s_cli(&out, &err, args), 0);
+        SW_CHECK(out && strstr(out, "/snapshots/") && strstr(out, "-00001-of-00003.gguf"));
+        SW_CHECK(err && strstr(err, "the whole split set"));
+        free(out);
+        free(err);
+    }
+    setenv("HF_HOME", s_path("hfhome"), 1);
+
+    /* 3. a cluster of two nodes that pull their partial files of the set */
+    s_check_cluster(whole, set_fp);
+
+    /* 4. broken sets on the hub */
+    s_check_broken();
+
+    sw_test_kill(hub);
+    if (sw_test_failures) {
+        char *t = sw_test_read_file(s_path("hub.stderr"), NULL);
+        fprintf(stderr, "---- hub stand-in stderr\n%s", t ? t : "");
+        free(t);
+    }
+    return sw_test_done();
+}
