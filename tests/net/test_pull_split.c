@@ -12,8 +12,8 @@
  *  - a pull naming part 2 is the same set (nothing fetched again); offline
  *    too; `--model hf:.../PART-00003-of-00003.gguf` generates from it;
  *  - `--layers A:B` fetches about each part's header and the tensors of the
- *    range across the parts, into one partial file that announces the set's
- *    fingerprint; --layers 0:30 is the whole set;
+ *    range across the parts, into one partial file that holds the set's bytes
+ *    and announces the set's fingerprint; --layers 0:30 is the whole set;
  *  - a 2-node cluster whose nodes pull their own partial files of the set
  *    (--model hf:... naming a part, --layers) gives `shardwire generate`'s
  *    tokens on the unsplit file;
@@ -117,6 +117,28 @@ static long long s_expected(const char *part, int begin, int end)
     }
     sw_gguf_close(&g);
     return sum;
+}
+
+/* 1 when every tensor of the partial file at path holds the set's bytes. */
+static int s_same_data(const char *path, const char *set_part)
+{
+    char err[512];
+    sw_gguf_t *p = sw_gguf_open(path, err, sizeof err),
+              *s = sw_gguf_open(set_part, err, sizeof err);
+    int same = p && s && sw_gguf_tensor_count(p) > 0;
+    for (int64_t i = 0; same && i < sw_gguf_tensor_count(p); i++) {
+        const sw_gguf_tensor_t *a = sw_gguf_tensor(p, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)a->name.len, a->name.ptr);
+        const sw_gguf_tensor_t *b = sw_gguf_find_tensor(s, name);
+        const void *d = b ? sw_gguf_tensor_data(s, b, err, sizeof err) : NULL;
+        same = d && b->n_bytes == a->n_bytes && !memcmp(a->data, d, (size_t)a->n_bytes);
+        if (!same)
+            fprintf(stderr, "tensor %s differs from the set's\n", name);
+    }
+    sw_gguf_close(&p);
+    sw_gguf_close(&s);
+    return same;
 }
 
 static void s_fingerprint(const char *path, char fp[65])
@@ -331,6 +353,7 @@ int main(void)
         char fp[65];
         s_fingerprint(out ? out : "", fp);
         SW_CHECK(!strcmp(fp, set_fp));
+        SW_CHECK(s_same_data(out ? out : "", probe));
         free(out);
         free(err);
     }
