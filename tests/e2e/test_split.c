@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "sw_fault.h"
 #include "sw_greedy.h"
 #include "sw_test.h"
 
@@ -42,88 +43,23 @@ static const char *s_prompts[2] = {
     "The capital of France is",
     "Write a short story about a robot who learns to paint. Once upon a time,"};
 
-struct s_result {
-    int ok, n;
-    int32_t ids[256];
-    char digest[17];
-    int drafted;
-};
-
-static void s_parse(const char *text, struct s_result *r)
+/* Tokens and logits digest equal. */
+static int s_exact(const swf_result_t *a, const swf_result_t *b)
 {
+    return swf_same(a, b) && a->digest[0] && !strcmp(a->digest, b->digest);
+}
+
+/* `shardwire run` of prompt on c, drafting with draft: the result. */
+static void s_run(const swf_cluster_t *c, const char *prompt, const char *draft, int timeout_s,
+                  swf_result_t *r)
+{
+    swf_client_t cl;
+    const char *extra[] = {"--draft", draft, NULL};
     memset(r, 0, sizeof *r);
-    json_error_t je;
-    const char *brace = text ? strchr(text, '{') : NULL;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *ids = j ? json_object_get(j, "tokens") : NULL;
-    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < 256; i++)
-        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
-    const char *dg = j ? json_string_value(json_object_get(j, "logits_digest")) : NULL;
-    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
-    r->drafted = j ? (int)json_integer_value(json_object_get(j, "drafted")) : 0;
-    r->ok = json_is_array(ids) && r->digest[0];
-    json_decref(j);
-}
-
-static int s_same(const struct s_result *a, const struct s_result *b, int digest)
-{
-    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4) &&
-           (!digest || !strcmp(a->digest, b->digest));
-}
-
-static void s_generate(const char *model, const char *prompt, struct s_result *r)
-{
-    char n[16];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--greedy",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    NULL};
-    char *out = NULL, *err = NULL;
-    if (sw_test_run(argv, 300, &out, &err) != 0)
-        fprintf(stderr, "generate %s failed: %s\n", model, err ? err : "");
-    s_parse(out, r);
-    free(out);
-    free(err);
-}
-
-static int s_run(const char *ep, const char *prompt, const char *draft, struct s_result *r)
-{
-    char n[16];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "run",
-                    "--greedy",
-                    "--relay",
-                    (char *)ep,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--json",
-                    "--timeout-s",
-                    "250",
-                    "--insecure-loopback",
-                    "--draft",
-                    (char *)draft,
-                    NULL};
-    char *out = NULL, *err = NULL;
-    const int rc = sw_test_run(argv, 300, &out, &err);
-    if (rc != 0)
-        fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
-    s_parse(out, r);
-    free(out);
-    free(err);
-    return rc;
+    if (swf_client_start(&cl, c->ep, prompt, N_GEN, timeout_s, extra, draft) == 0)
+        swf_client_wait(&cl, r);
+    if (r->rc != 0)
+        fprintf(stderr, "run exit %d: %s", r->rc, r->err);
 }
 
 /* `shardwire info --json` of path: its fingerprint, layer count and split parts. */
@@ -146,31 +82,6 @@ static int s_info(const char *path, char fp[65], int *n_layer, int *parts)
     free(out);
     free(err);
     return j ? 0 : -1;
-}
-
-static pid_t s_node(const char *ep, const char *name, const char *model, const char *layers,
-                    const char *draft)
-{
-    char *na[] = {(char *)sw_test_bin("shardwire-node"),
-                  "--model",
-                  (char *)model,
-                  "--layers",
-                  (char *)layers,
-                  "--relay",
-                  (char *)ep,
-                  "--name",
-                  (char *)name,
-                  "--threads",
-                  "1",
-                  "--dtype",
-                  "f32",
-                  "--round-timeout-ms",
-                  "60000",
-                  "--insecure-loopback",
-                  draft ? "--draft-model" : NULL,
-                  (char *)draft,
-                  NULL};
-    return sw_test_spawn(na, sw_test_log("nodes.log"));
 }
 
 /* The set of the model under test: any part of it into set (made here when needed). */
@@ -257,74 +168,53 @@ int main(void)
         SW_CHECK(!"the fixture is readable");
 
     /* generate: the set == the whole file */
-    struct s_result ref[2], got;
+    swf_result_t ref[2], got;
     for (int i = 0; i < 2; i++) {
-        s_generate(whole, s_prompts[i], &ref[i]);
+        swf_reference(whole, s_prompts[i], N_GEN, NULL, &ref[i]);
         SW_CHECK(ref[i].ok && ref[i].n == N_GEN);
-        s_generate(i == 0 ? first : last, s_prompts[i], &got);
-        SW_CHECK(s_same(&got, &ref[i], 1));
+        swf_reference(i == 0 ? first : last, s_prompts[i], N_GEN, NULL, &got);
+        SW_CHECK(s_exact(&got, &ref[i]));
     }
 
     /* a cluster of two stages, each opening the set from another part */
-    char ep[64], mid[32], tail[32];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", sw_test_free_port());
+    static swf_cluster_t c;
+    char mid[32], tail[32];
     snprintf(mid, sizeof mid, "0:%d", n_layer / 2);
     snprintf(tail, sizeof tail, "%d:%d", n_layer / 2, n_layer);
-    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", ep, "--insecure-loopback",
-                  NULL};
-    pid_t relay = sw_test_spawn(ra, sw_test_log("relay.log"));
-    pid_t head = s_node(ep, "head", first, mid, first);
-    pid_t t1 = s_node(ep, "tail", last, tail, NULL);
-    const int up = sw_test_wait_peers(ep, 2, 120);
+    const char *head_flags[] = {"--dtype", "f32", "--round-timeout-ms", "60000", "--draft-model",
+                                first,     NULL};
+    const char *tail_flags[] = {"--dtype", "f32", "--round-timeout-ms", "60000", "--model",
+                                last,      NULL};
+    swf_node(&c.nodes[0], "head", mid, head_flags);
+    swf_node(&c.nodes[1], "tail", tail, tail_flags);
+    const int up = swf_start(&c, first, 2, sw_test_log("nodes.log"));
     SW_CHECK_INT(up, 0);
     char want[96];
     snprintf(want, sizeof want, "model %.12s...", fp);
-    SW_CHECK_INT(sw_test_count_in_file(sw_test_log("nodes.log"), want), 2);
+    SW_CHECK_INT(sw_test_count_in_file(c.log, want), 2);
     for (int i = 0; up == 0 && i < 2; i++) {
-        SW_CHECK_INT(s_run(ep, s_prompts[i], "none", &got), 0);
-        const int same = s_same(&got, &ref[i], 1);
-        if (!same)
+        s_run(&c, s_prompts[i], "none", 250, &got);
+        if (!s_exact(&got, &ref[i]))
             fprintf(stderr, "2 stages of the set differ from the whole file on prompt %d\n", i);
-        SW_CHECK(same);
-        SW_CHECK_INT(s_run(ep, s_prompts[i], "model", &got), 0);
-        SW_CHECK(s_same(&got, &ref[i], 0));
-        SW_CHECK(got.drafted > 0);
+        SW_CHECK(s_exact(&got, &ref[i]));
+        s_run(&c, s_prompts[i], "model", 250, &got);
+        SW_CHECK(swf_same(&got, &ref[i]));
     }
     /* the unsplit file in the tail's place: another model, never routed to */
-    sw_test_kill(t1);
-    pid_t t2 = s_node(ep, "tail2", whole, tail, NULL);
+    sw_test_kill(c.nodes[1].pid);
+    const char *whole_flags[] = {"--dtype", "f32", "--model", whole, NULL};
+    swf_node(&c.nodes[1], "tail2", tail, whole_flags);
+    swf_start_node(&c, 1);
     char other[96];
     snprintf(other, sizeof other, "model %.12s...", whole_fp);
-    SW_CHECK(sw_test_wait_text(sw_test_log("nodes.log"), other, 60));
-    {
-        char n[16];
-        snprintf(n, sizeof n, "%d", 4);
-        char *argv[] = {(char *)sw_test_bin("shardwire"),
-                        "run",
-                        "--greedy",
-                        "--relay",
-                        ep,
-                        "-p",
-                        (char *)s_prompts[0],
-                        "-n",
-                        n,
-                        "--timeout-s",
-                        "8",
-                        "--insecure-loopback",
-                        NULL};
-        char *out = NULL, *err = NULL;
-        SW_CHECK(sw_test_run(argv, 60, &out, &err) != 0);
-        fprintf(stderr, "the set's head with an unsplit tail: %s", err ? err : "");
-        char line[128];
-        snprintf(line, sizeof line, "peer 'tail2' serves layers [%d, %d) of a different model file",
-                 n_layer / 2, n_layer);
-        SW_CHECK(sw_test_count_in_file(sw_test_log("nodes.log"), line) >= 1);
-        free(out);
-        free(err);
-    }
-    sw_test_kill(t2);
-    sw_test_kill(head);
-    sw_test_kill(relay);
+    SW_CHECK(sw_test_wait_text(c.log, other, 60));
+    s_run(&c, s_prompts[0], "none", 8, &got);
+    SW_CHECK(got.rc != 0);
+    char line[128];
+    snprintf(line, sizeof line, "peer 'tail2' serves layers [%d, %d) of a different model file",
+             n_layer / 2, n_layer);
+    SW_CHECK(sw_test_count_in_file(c.log, line) >= 1);
+    swf_stop(&c);
     printf("set == whole: info (one fingerprint over %d parts), generate (tokens, digest), 2 "
            "stages from different parts, draft model from the set%s\n",
            count, fixture[0] ? ", llama.cpp's fixture" : "");

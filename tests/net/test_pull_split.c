@@ -30,64 +30,23 @@
 
 #include "gguf.h"
 #include "keys.h"
+#include "sw_hub.h"
 #include "sw_test.h"
 
 #define N_GEN 16
 
-static char s_dir[256];
+static char s_dir[256]; /* this test's folder: the stand-in's configuration and log */
 static char s_endpoint[64];
 static const char *s_prompt = "The capital of France is";
 
-static const char *s_path(const char *name)
-{
-    static char buf[8][512];
-    static int slot;
-    char *p = buf[slot++ & 7];
-    snprintf(p, 512, "%s/%s", s_dir, name);
-    return p;
-}
-
-/* `shardwire ARGS...` (NULL-terminated); exit code, stdout's first line, stderr. */
 static int s_cli(char **out, char **err, const char *const *args)
 {
-    char *argv[16];
-    int n = 0;
-    argv[n++] = (char *)sw_test_bin("shardwire");
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    char *o = NULL, *e = NULL;
-    int rc = sw_test_run(argv, 300, &o, &e);
-    if (o)
-        o[strcspn(o, "\n")] = 0;
-    if (out)
-        *out = o;
-    else
-        free(o);
-    if (err)
-        *err = e;
-    else
-        free(e);
-    return rc;
+    return swh_cli(out, err, 300, args);
 }
 
-/* Body bytes the CDN sent for repo from log line `from` on; *lines the log's line count. */
 static long long s_sent(const char *repo, int from, int *lines)
 {
-    char *text = sw_test_read_file(s_path("hub.log"), NULL);
-    long long sum = 0;
-    int i = 0;
-    char needle[128];
-    snprintf(needle, sizeof needle, "\"path\": \"/cdn/%s/", repo);
-    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"), i++) {
-        const char *s = strstr(line, "{\"sent\": ");
-        if (i >= from && s && strstr(line, needle))
-            sum += atoll(s + 9);
-    }
-    free(text);
-    if (lines)
-        *lines = i;
-    return sum;
+    return swh_sent(sw_test_log("hub.log"), repo, from, lines);
 }
 
 /* Bytes a partial pull of [begin, end) from the set must fetch at least: every
@@ -141,23 +100,6 @@ static int s_same_data(const char *path, const char *set_part)
     return same;
 }
 
-static void s_fingerprint(const char *path, char fp[65])
-{
-    char *o = NULL;
-    fp[0] = 0;
-    char *argv[] = {
-        (char *)sw_test_bin("shardwire"), "info", "--model", (char *)path, "--json", NULL};
-    if (sw_test_run(argv, 60, &o, NULL) == 0 && o) {
-        const char *f = strstr(o, "\"fingerprint\"");
-        f = f ? strchr(f + 13, '"') : NULL;
-        if (f && strlen(f + 1) >= 64) {
-            memcpy(fp, f + 1, 64);
-            fp[64] = 0;
-        }
-    }
-    free(o);
-}
-
 /* 1 when err (progress lines, then the error) ends in one error line holding
  * a and b (b may be NULL). */
 static int s_line(const char *err, const char *a, const char *b)
@@ -177,9 +119,7 @@ static void s_write_config(const char *fx, const char *whole)
         snprintf(p[i], sizeof p[i], "%s/smol-%05d-of-00003.gguf", fx, i + 1);
     snprintf(h2, sizeof h2, "%s/smol100-00002-of-00003.gguf", fx);
     snprintf(nf3, sizeof nf3, "%s/smolnf-00003-of-00004.gguf", fx);
-    FILE *cf = fopen(s_path("hub.json"), "w");
-    if (!cf)
-        sw_test_skip("cannot write the hub configuration");
+    FILE *cf = swh_config(sw_test_log("hub.json"));
     fprintf(cf,
             "{\"repos\": {\n"
             " \"test-org/smol-split\": {\"files\": {\"README.md\": {\"text\": \"a model\"},\n"
@@ -217,16 +157,16 @@ static void s_check_broken(void)
         const char *whole[] = {"pull", ref, NULL};
         const char *layers[] = {"pull", ref, "--layers", "15:30", NULL};
         char *err = NULL;
-        setenv("HF_HOME", s_path("brokenhome"), 1);
+        setenv("HF_HOME", sw_test_log("brokenhome"), 1);
         SW_CHECK_INT(s_cli(NULL, &err, whole), 1);
         SW_CHECK(s_line(err, cases[i].a, cases[i].b));
         free(err);
-        setenv("HF_HOME", s_path("brokenlayers"), 1); /* no part cached: the partial pull */
+        setenv("HF_HOME", sw_test_log("brokenlayers"), 1); /* no part cached: the partial pull */
         SW_CHECK_INT(s_cli(NULL, &err, layers), 1);
         SW_CHECK(s_line(err, cases[i].a, cases[i].b));
         free(err);
     }
-    setenv("HF_HOME", s_path("hfhome"), 1);
+    setenv("HF_HOME", sw_test_log("hfhome"), 1);
 }
 
 static void s_check_cluster(const char *whole, const char *set_fp)
@@ -238,30 +178,15 @@ static void s_check_cluster(const char *whole, const char *set_fp)
     }
     int32_t ref[N_GEN + 8];
     SW_CHECK_INT(sw_test_generate(whole, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
-    char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-    const char *nodes[] = {"head", "tail", NULL}, *clients[] = {"client", NULL};
-    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
-    setenv("HF_HOME", s_path("nodehome"), 1); /* an empty cache: the nodes pull */
-    const char *log = sw_test_log("cluster.log");
-    static const char *const hf[] = {
-        "--model", "hf:test-org/smol-split/Q4_1/smol-Q4_1-00002-of-00003.gguf", NULL};
-    pid_t relay = sw_test_relay(ep, s_dir, log, NULL);
-    pid_t head = sw_test_node(ep, s_dir, "head", "0:15", log, hf);
-    pid_t tail = sw_test_node(ep, s_dir, "tail", "15:30", log, hf);
-    sw_test_client_env(s_dir, "client");
-    SW_CHECK_INT(sw_test_wait_peers(ep, 2, 180), 0);
-    pid_t run = sw_test_run_bg(ep, "head", s_prompt, N_GEN, 150, "run");
-    SW_CHECK(sw_test_run_exact(run, "run", ref, N_GEN, 180));
-    char want[64];
-    snprintf(want, sizeof want, "model %.12s...", set_fp);
-    SW_CHECK_INT(sw_test_count_in_file(log, want), 2);
-    SW_CHECK_INT(sw_test_count_in_file(log, "layers 0:15: fetched"), 1);
-    SW_CHECK_INT(sw_test_count_in_file(log, "layers 15:30: fetched"), 1);
-    sw_test_kill(tail);
-    sw_test_kill(head);
-    sw_test_kill(relay);
-    setenv("HF_HOME", s_path("hfhome"), 1);
+    const char *nodes[] = {"head", "tail", NULL};
+    swh_cluster_t c;
+    swh_partial_cluster(&c, s_dir, nodes, sw_test_log("nodehome"),
+                        "hf:test-org/smol-split/Q4_1/smol-Q4_1-00002-of-00003.gguf", s_prompt, ref,
+                        N_GEN, set_fp);
+    sw_test_kill(c.tail);
+    sw_test_kill(c.head);
+    sw_test_kill(c.relay);
+    setenv("HF_HOME", sw_test_log("hfhome"), 1);
 }
 
 int main(void)
@@ -273,11 +198,12 @@ int main(void)
     if (!fx || access(probe, R_OK) != 0)
         sw_test_skip("the split_models fixture is absent (scripts/ci/split_models.sh)");
     signal(SIGPIPE, SIG_IGN);
-    snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
+    snprintf(s_dir, sizeof s_dir, "%s", sw_test_log("hub.json"));
+    *strrchr(s_dir, '/') = 0;
     s_write_config(fx, whole);
     pid_t hub = sw_test_hub(s_dir, s_endpoint, sizeof s_endpoint);
     char set_fp[65];
-    s_fingerprint(probe, set_fp);
+    swh_fingerprint(probe, set_fp);
     SW_CHECK_INT(strlen(set_fp), 64);
 
     /* 1. untagged: two choices, the set named once; tagged: every part */
@@ -304,7 +230,7 @@ int main(void)
         }
         SW_CHECK_INT(got, total);
         char fp[65];
-        s_fingerprint(out ? out : "", fp);
+        swh_fingerprint(out ? out : "", fp);
         SW_CHECK(!strcmp(fp, set_fp));
         int32_t ref[N_GEN + 8], ids[N_GEN + 8];
         SW_CHECK_INT(sw_test_generate(whole, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
@@ -334,7 +260,7 @@ int main(void)
     }
 
     /* 2. --layers across the parts: about the bytes needed, the set's fingerprint */
-    setenv("HF_HOME", s_path("layershome"), 1);
+    setenv("HF_HOME", sw_test_log("layershome"), 1);
     const char *halves[2] = {"0:15", "15:30"};
     for (int h = 0; h < 2; h++) {
         int from = 0;
@@ -351,7 +277,7 @@ int main(void)
         fprintf(stderr, "layers %s of the set: fetched %lld bytes, needed %lld\n", halves[h], got,
                 want);
         char fp[65];
-        s_fingerprint(out ? out : "", fp);
+        swh_fingerprint(out ? out : "", fp);
         SW_CHECK(!strcmp(fp, set_fp));
         SW_CHECK(s_same_data(out ? out : "", probe));
         free(out);
@@ -366,7 +292,7 @@ int main(void)
         free(out);
         free(err);
     }
-    setenv("HF_HOME", s_path("hfhome"), 1);
+    setenv("HF_HOME", sw_test_log("hfhome"), 1);
 
     /* 3. a cluster of two nodes that pull their partial files of the set */
     s_check_cluster(whole, set_fp);
@@ -374,11 +300,5 @@ int main(void)
     /* 4. broken sets on the hub */
     s_check_broken();
 
-    sw_test_kill(hub);
-    if (sw_test_failures) {
-        char *t = sw_test_read_file(s_path("hub.stderr"), NULL);
-        fprintf(stderr, "---- hub stand-in stderr\n%s", t ? t : "");
-        free(t);
-    }
-    return sw_test_done();
+    return swh_done(hub, sw_test_log("hub.stderr"));
 }

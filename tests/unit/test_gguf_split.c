@@ -291,95 +291,110 @@ static void s_check_partial(const sw_gguf_t *w, int b, int e, const char *fp)
         free(bufs[i]);
 }
 
+/* Part 3 with its split.count made 4, into path. */
+static void s_count4(const char *p3, const char *path)
+{
+    SW_CHECK_INT(s_copy(p3, path, -1), 0);
+    size_t len = 0;
+    char *b = sw_test_read_file(path, &len);
+    char *k = NULL;
+    for (size_t i = 0; b && !k && i + 11 < 200 && i + 11 < len; i++)
+        if (!memcmp(b + i, "split.count", 11))
+            k = b + i;
+    SW_CHECK(k != NULL);
+    if (k) {
+        k[11 + 4] = 4; /* the u16 after the value type */
+        FILE *f = fopen(path, "wb");
+        SW_CHECK(f && fwrite(b, 1, len, f) == len);
+        if (f)
+            fclose(f);
+    }
+    free(b);
+}
+
 static void s_check_errors(const char *whole)
 {
-    char path[800], p1[600], p2[600], p3[600], nf2[600], h2[600];
-    snprintf(p1, sizeof p1, "%s", s_part("smol", 1, 3));
-    snprintf(p2, sizeof p2, "%s", s_part("smol", 2, 3));
-    snprintf(p3, sizeof p3, "%s", s_part("smol", 3, 3));
-    snprintf(nf2, sizeof nf2, "%s", s_part("smolnf", 2, 4));
-    snprintf(h2, sizeof h2, "%s", s_part("smol100", 2, 3));
-    /* a missing part */
-    const char *miss[] = {p1, NULL, p3};
-    const char *d = s_dir("missing", "m", miss, 3);
-    snprintf(path, sizeof path, "%s/m-00003-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "part 2 of 3 of the split set is missing",
-                    "m-00002-of-00003.gguf'", "beside the others"));
-    /* a wrong split.count: part 3 says 4 */
-    snprintf(path, sizeof path, "%s/count-p3.gguf", s_tmp);
-    SW_CHECK_INT(s_copy(p3, path, -1), 0);
-    {
-        size_t len = 0;
-        char *b = sw_test_read_file(path, &len);
-        char *k = NULL;
-        for (size_t i = 0; b && !k && i + 11 < 200 && i + 11 < len; i++)
-            if (!memcmp(b + i, "split.count", 11))
-                k = b + i;
-        SW_CHECK(k != NULL);
-        if (k) {
-            k[11 + 4] = 4; /* the u16 after the value type */
-            FILE *f = fopen(path, "wb");
-            SW_CHECK(f && fwrite(b, 1, len, f) == len);
-            if (f)
-                fclose(f);
-        }
-        free(b);
+    char p[6][600], count4[700], cut[700], changed[700];
+    snprintf(p[0], sizeof p[0], "%s", s_part("smol", 1, 3));
+    snprintf(p[1], sizeof p[1], "%s", s_part("smol", 2, 3));
+    snprintf(p[2], sizeof p[2], "%s", s_part("smol", 3, 3));
+    snprintf(p[3], sizeof p[3], "%s", s_part("smolnf", 2, 4));
+    snprintf(p[4], sizeof p[4], "%s", s_part("smol100", 2, 3));
+    snprintf(p[5], sizeof p[5], "%s", whole);
+    snprintf(count4, sizeof count4, "%s/count-p3.gguf", s_tmp);
+    s_count4(p[2], count4);
+    snprintf(cut, sizeof cut, "%s/cut-p3.gguf", s_tmp);
+    SW_CHECK_INT(s_copy(p[2], cut, 3000000), 0);
+    /* sets of 3 links name-0000i-of-00003.gguf to targets (-1: none), opened from part `open` */
+    const struct {
+        const char *name;
+        const char *targets[3];
+        int open;
+        const char *a, *b, *c;
+    } cases[] = {
+        {"m",
+         {p[0], NULL, p[2]},
+         3,
+         "part 2 of 3 of the split set is missing",
+         "m-00002-of-00003.gguf'",
+         "beside the others"},
+        {"c",
+         {p[0], p[1], count4},
+         1,
+         "c-00003-of-00003.gguf' is part 3 of a set of 4",
+         "is of a set of 3",
+         "another split set"},
+        {"o",
+         {p[0], p[3], p[2]},
+         1,
+         "o-00002-of-00003.gguf' is part 2 of a set of 4",
+         "another split set",
+         NULL},
+        {"s",
+         {p[0], p[4], p[2]},
+         2,
+         "is in both",
+         "s-00002-of-00003.gguf",
+         "a part of another split set"},
+        {"w",
+         {p[0], p[2], p[2]},
+         1,
+         "w-00002-of-00003.gguf' holds part 3 of its set",
+         "not part 2 as its name says",
+         NULL},
+        {"f",
+         {p[5], p[1], p[2]},
+         2,
+         "f-00001-of-00003.gguf' is not part 1 of a split set of 3",
+         NULL,
+         NULL},
+        {"t",
+         {p[0], p[1], cut},
+         1,
+         "part 3 of 3 of a split set",
+         "t-00003-of-00003.gguf'",
+         "runs past the end of the file"},
+    };
+    char path[900];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *d = s_dir(cases[i].name, cases[i].name, cases[i].targets, 3);
+        snprintf(path, sizeof path, "%s/%s-%05d-of-00003.gguf", d, cases[i].name, cases[i].open);
+        SW_CHECK(s_line(s_fails(path), cases[i].a, cases[i].b, cases[i].c));
     }
-    const char *count[] = {p1, p2, path};
-    d = s_dir("count", "c", count, 3);
-    snprintf(path, sizeof path, "%s/c-00001-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "c-00003-of-00003.gguf' is part 3 of a set of 4",
-                    "is of a set of 3", "another split set"));
-    /* a part of another set: another count */
-    const char *other[] = {p1, nf2, p3};
-    d = s_dir("other", "o", other, 3);
-    snprintf(path, sizeof path, "%s/o-00001-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "o-00002-of-00003.gguf' is part 2 of a set of 4",
-                    "another split set", NULL));
-    /* a part of another set of the same count and tensor count: tensors twice */
-    const char *same[] = {p1, h2, p3};
-    d = s_dir("same", "s", same, 3);
-    snprintf(path, sizeof path, "%s/s-00002-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "is in both", "s-00002-of-00003.gguf",
-                    "a part of another split set"));
-    /* part 3 under part 2's name */
-    const char *swap[] = {p1, p3, p3};
-    d = s_dir("swap", "w", swap, 3);
-    snprintf(path, sizeof path, "%s/w-00001-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "w-00002-of-00003.gguf' holds part 3 of its set",
-                    "not part 2 as its name says", NULL));
-    /* a file of its own under the first part's name */
-    const char *own[] = {whole, p2, p3};
-    d = s_dir("own", "f", own, 3);
-    snprintf(path, sizeof path, "%s/f-00002-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "f-00001-of-00003.gguf' is not part 1 of a split set of 3", NULL,
-                    NULL));
     /* a part whose name does not say which part it is */
     snprintf(path, sizeof path, "%s/renamed.gguf", s_tmp);
-    SW_CHECK_INT(symlink(p2, path), 0);
+    SW_CHECK_INT(symlink(p[1], path), 0);
     SW_CHECK(s_line(s_fails(path), "renamed.gguf' is part 2 of a split set of 3",
                     "-00002-of-00003.gguf", NULL));
-    /* a truncated part */
-    snprintf(path, sizeof path, "%s/t-00003-of-00003.gguf", s_tmp);
-    SW_CHECK_INT(s_copy(p3, path, 3000000), 0);
-    const char *cut[] = {p1, p2, NULL};
-    d = s_dir("trunc", "t", cut, 3);
-    char link[900];
-    snprintf(link, sizeof link, "%s/t-00003-of-00003.gguf", d);
-    SW_CHECK_INT(symlink(path, link), 0);
-    snprintf(path, sizeof path, "%s/t-00001-of-00003.gguf", d);
-    SW_CHECK(s_line(s_fails(path), "part 3 of 3 of a split set", "t-00003-of-00003.gguf'",
-                    "runs past the end of the file"));
     /* a part changed after the set was opened */
     char err[512];
-    snprintf(path, sizeof path, "%s/changed-p3.gguf", s_tmp);
-    SW_CHECK_INT(s_copy(p3, path, -1), 0);
-    const char *chg[] = {p1, p2, path};
-    d = s_dir("changed", "x", chg, 3);
-    snprintf(link, sizeof link, "%s/x-00001-of-00003.gguf", d);
-    sw_gguf_t *g = sw_gguf_open(link, err, sizeof err);
+    snprintf(changed, sizeof changed, "%s/changed-p3.gguf", s_tmp);
+    SW_CHECK_INT(s_copy(p[2], changed, -1), 0);
+    const char *chg[] = {p[0], p[1], changed};
+    snprintf(path, sizeof path, "%s/x-00001-of-00003.gguf", s_dir("x", "x", chg, 3));
+    sw_gguf_t *g = sw_gguf_open(path, err, sizeof err);
     SW_CHECK(g != NULL);
-    SW_CHECK_INT(s_copy(p2, path, -1), 0); /* another file in its place */
+    SW_CHECK_INT(s_copy(p[1], changed, -1), 0); /* another file in its place */
     const sw_gguf_tensor_t *t = g ? sw_gguf_tensor(g, sw_gguf_tensor_count(g) - 1) : NULL;
     SW_CHECK(t && t->part == 2);
     err[0] = 0;
@@ -409,7 +424,7 @@ int main(void)
     s_check_set(w, "smolnf", 4, 4);
 
     /* 2. ranges map their parts; 3. one fingerprint */
-    char fp[3][65], want[65], whole_fp[65];
+    char fp[3][65], want[65], whole_fp[65] = "";
     s_check_range("smol", 0, 5, 2, fp[0]);
     s_check_range("smol", 20, 30, 1, fp[1]);
     s_check_range("smol", 10, 20, 3, fp[2]);
