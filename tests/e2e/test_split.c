@@ -53,7 +53,7 @@ static int s_exact(const swf_result_t *a, const swf_result_t *b)
 static void s_run(const swf_cluster_t *c, const char *prompt, const char *draft, int timeout_s,
                   swf_result_t *r)
 {
-    swf_client_t cl;
+    swf_client_t cl = {0};
     const char *extra[] = {"--draft", draft, NULL};
     memset(r, 0, sizeof *r);
     if (swf_client_start(&cl, c->ep, prompt, N_GEN, timeout_s, extra, draft) == 0)

@@ -217,7 +217,7 @@ int main(void)
             int32_t ref[N_GEN + 8];
             SW_CHECK_INT(sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
             const char *nodes[] = {"head", "tail", "tail2", NULL};
-            swh_cluster_t c;
+            swh_cluster_t c = {0};
             swh_partial_cluster(&c, s_dir, nodes, s_path("nodehome"), "hf:test-org/smol/smol.gguf",
                                 s_prompt, ref, N_GEN, whole_fp);
             const char *ep = c.ep, *log = c.log;

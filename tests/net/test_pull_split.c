@@ -179,7 +179,7 @@ static void s_check_cluster(const char *whole, const char *set_fp)
     int32_t ref[N_GEN + 8];
     SW_CHECK_INT(sw_test_generate(whole, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
     const char *nodes[] = {"head", "tail", NULL};
-    swh_cluster_t c;
+    swh_cluster_t c = {0};
     swh_partial_cluster(&c, s_dir, nodes, sw_test_log("nodehome"),
                         "hf:test-org/smol-split/Q4_1/smol-Q4_1-00002-of-00003.gguf", s_prompt, ref,
                         N_GEN, set_fp);
