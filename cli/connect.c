@@ -36,12 +36,16 @@ sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *re
         *exit_code = 2;
         return NULL;
     }
-    sw_client_opts_t co = {
-        .relay = relay, .sec = &sec, .connect_timeout_ms = cli_connect_ms(connect_s), .stop = stop};
+    sw_client_opts_t co = {.relay = relay,
+                           .sec = &sec,
+                           .connect_timeout_ms = cli_connect_ms(connect_s),
+                           .stop = stop,
+                           .join_err_logged = 1};
     sw_client_t *c = sw_client_new(&co, err, sizeof err);
     sw_sec_wipe(&sec);
     if (!c) {
-        fprintf(stderr, "shardwire %s: %s\n", cmd, err);
+        if (err[0]) /* else the peer's line said why */
+            fprintf(stderr, "shardwire %s: %s\n", cmd, err);
         *exit_code = 1;
     }
     return c;

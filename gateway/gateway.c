@@ -23,6 +23,9 @@
 #include "gateway_impl.h"
 #include "log.h"
 
+/* How long a stopped gateway waits for its streams' last events to leave (ms). */
+#define S_DRAIN_MS 3000
+
 _Static_assert(SW_GATEWAY_DEFAULT_INFLIGHT <= SW_CLIENT_MAX_INFLIGHT,
                "the gateway's one client holds them all");
 
@@ -355,7 +358,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         fprintf(stderr, "shardwire serve: libsodium cannot start\n");
         return 1;
     }
-    gw_t g = {.o = o};
+    gw_t g = {.o = o, .stop = stop};
     if (o->api_key_file && gw_keys_load(&g, o->api_key_file, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire serve: %s\n", err);
         gw_keys_free(&g);
@@ -416,6 +419,10 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         usleep(100000);
         s_sweep(&g);
     }
+    /* The generations in flight see the stop flag and end with an error event
+     * (gateway_generate.c); give their last bytes a moment to leave. */
+    for (int i = 0; i < S_DRAIN_MS / 50 && gw_metrics_inflight(g.metrics, 0, 0) > 0; i++)
+        usleep(50000);
     rc = 0;
 out:
     if (d)
