@@ -387,11 +387,14 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
     sw_client_opts_t co = {.relay = o->relay,
                            .sec = o->sec,
                            .name = "gateway",
-                           .connect_timeout_ms = SW_CLIENT_DEFAULT_CONNECT_S * 1000,
-                           .stop = stop};
+                           .connect_timeout_ms = o->connect_timeout_ms,
+                           .stop = stop,
+                           .join_err_logged = 1};
+    err[0] = 0;
     g.disp = gw_disp_new(g.zctx, &co, g.metrics, err, sizeof err);
     if (!g.disp) {
-        fprintf(stderr, "shardwire serve: %s\n", err);
+        if (err[0]) /* else the peer's line said why */
+            fprintf(stderr, "shardwire serve: %s\n", err);
         goto out;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |

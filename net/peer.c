@@ -441,7 +441,7 @@ static int s_mech_check(const sw_peer_t *p, const char *relay, const char *mech)
 
 /*
  * Before the first dial: waits until a relay greets us at the endpoint
- * (probe.h), retrying with a doubling delay and one line per attempt. 0 = dial
+ * (probe.h), retrying with a doubling delay and one progress line (sw_log_progress). 0 = dial
  * now, -1 = give up (logged). Endpoints that cannot be probed pass at once.
  */
 static int s_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
