@@ -140,6 +140,7 @@ static const gw_route_t s_routes[] = {
     {"GET", "/health", 0, 0, "health", gw_ep_health},
     {"GET", "/metrics", 0, 1, "metrics", gw_ep_metrics},
     {"GET", "/", 0, 0, "web", gw_ep_web},
+    {"GET", "/favicon.ico", 0, 0, "web", gw_ep_web},
     {"GET", "/web/", 1, 0, "web", gw_ep_web},
 };
 
