@@ -27,6 +27,15 @@ enum sw_log_level sw_log_get_level(void);
 void sw_log_set_tag(const char *tag);
 void sw_log_write(enum sw_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/*
+ * A progress line that updates while something is awaited (a relay that does
+ * not answer yet): on a terminal each call rewrites the same line (\r, no
+ * newline; the next sw_log_write ends it first); elsewhere (a file, a pipe,
+ * journald) only the call with first = 1 writes a line, so that a log holds
+ * one line per wait, not one per attempt.
+ */
+void sw_log_progress(enum sw_log_level level, int first, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Writes one formatted error line into a caller's buffer: the convention of
  * every fallible function that takes (char *err, size_t err_len). err may be

@@ -91,7 +91,7 @@ static const sw_opt_group_t s_groups[] = {
     /* the defaults of the fields a request leaves out (its seed is random) */
     SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, MIN_P),
     SW_ARGS_GROUP("repetition penalty (OpenAI's semantics: off unless asked)", s_rep_opts),
-    SW_ARGS_SHARED_TO("relay", RELAY, RELAY),
+    SW_ARGS_GROUP_RELAY,
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -172,6 +172,7 @@ static void s_serve_finish(struct s_serve_opts *o)
 {
     gw_opts_t *g = &o->gw;
     g->relay = o->relay.relay;
+    g->connect_timeout_ms = cli_connect_ms(o->relay.connect_s);
     g->defaults.temperature = o->sampling.temp;
     g->defaults.top_k = o->sampling.top_k;
     g->defaults.top_p = o->sampling.top_p;

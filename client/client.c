@@ -103,6 +103,13 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
                          .accept_clear_errors = 1,
                          .rename_on_taken = 1};
     c->peer = sw_peer_new(&po);
+    if (!c->peer && o->join_err_logged) {
+        if (err && err_len)
+            err[0] = 0;
+        free(c->reqs);
+        free(c);
+        return NULL;
+    }
     if (!c->peer) {
         client_fail(0, err, err_len,
                     "cannot join the relay at %s (is it running and is the address right? the line "

@@ -95,14 +95,18 @@ typedef struct sw_client_opts {
     const char *name;            /* peer name prefix (default "client"; the environment's
                                     SW_CLIENT_NAME comes first); a random suffix is added */
     int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 =
-                                    SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one warning
-                                    line per attempt (peer.h) */
+                                    SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one progress
+                                    line while waiting (peer.h) */
     volatile sig_atomic_t *stop; /* optional: joining gives up once it is non-zero */
+    int join_err_logged;         /* 1: when the relay cannot be joined, err is left empty:
+                                    the peer's error line (logged) is the one line a user
+                                    needs (a command line tool sets it) */
 } sw_client_opts_t;
 
 /*
  * Joins the relay. NULL after one line in err (the relay is unreachable,
- * refused our key, or the endpoint is malformed). Free with sw_client_destroy.
+ * refused our key, or the endpoint is malformed; empty with join_err_logged
+ * when the peer has logged why it could not join). Free with sw_client_destroy.
  */
 sw_client_t *sw_client_new(const sw_client_opts_t *opts, char *err, size_t err_len)
     __attribute__((warn_unused_result));

@@ -23,6 +23,9 @@
 #include "gateway_impl.h"
 #include "log.h"
 
+/* How long a stopped gateway waits for its streams' last events to leave (ms). */
+#define S_DRAIN_MS 3000
+
 _Static_assert(SW_GATEWAY_DEFAULT_INFLIGHT <= SW_CLIENT_MAX_INFLIGHT,
                "the gateway's one client holds them all");
 
@@ -137,6 +140,7 @@ static const gw_route_t s_routes[] = {
     {"GET", "/health", 0, 0, "health", gw_ep_health},
     {"GET", "/metrics", 0, 1, "metrics", gw_ep_metrics},
     {"GET", "/", 0, 0, "web", gw_ep_web},
+    {"GET", "/favicon.ico", 0, 0, "web", gw_ep_web},
     {"GET", "/web/", 1, 0, "web", gw_ep_web},
 };
 
@@ -355,7 +359,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         fprintf(stderr, "shardwire serve: libsodium cannot start\n");
         return 1;
     }
-    gw_t g = {.o = o};
+    gw_t g = {.o = o, .stop = stop};
     if (o->api_key_file && gw_keys_load(&g, o->api_key_file, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire serve: %s\n", err);
         gw_keys_free(&g);
@@ -384,11 +388,14 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
     sw_client_opts_t co = {.relay = o->relay,
                            .sec = o->sec,
                            .name = "gateway",
-                           .connect_timeout_ms = SW_CLIENT_DEFAULT_CONNECT_S * 1000,
-                           .stop = stop};
+                           .connect_timeout_ms = o->connect_timeout_ms,
+                           .stop = stop,
+                           .join_err_logged = 1};
+    err[0] = 0;
     g.disp = gw_disp_new(g.zctx, &co, g.metrics, err, sizeof err);
     if (!g.disp) {
-        fprintf(stderr, "shardwire serve: %s\n", err);
+        if (err[0]) /* else the peer's line said why */
+            fprintf(stderr, "shardwire serve: %s\n", err);
         goto out;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
@@ -416,6 +423,10 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         usleep(100000);
         s_sweep(&g);
     }
+    /* The generations in flight see the stop flag and end with an error event
+     * (gateway_generate.c); give their last bytes a moment to leave. */
+    for (int i = 0; i < S_DRAIN_MS / 50 && gw_metrics_inflight(g.metrics, 0, 0) > 0; i++)
+        usleep(50000);
     rc = 0;
 out:
     if (d)

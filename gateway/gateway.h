@@ -33,6 +33,7 @@
 typedef struct gw_opts {
     const char *listen;       /* HOST:PORT (port 0 = any free port; printed at start) */
     const char *relay;        /* relay endpoint */
+    int connect_timeout_ms;   /* how long the first join may wait for the relay (-1 = no limit) */
     const sw_sec_t *sec;      /* keys for the relay (NULL or insecure = loopback only) */
     const char *api_key_file; /* one bearer key per line; NULL = none */
     int no_api_key;           /* 1 = serve without keys (loopback listen address only) */

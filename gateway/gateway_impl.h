@@ -26,6 +26,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -58,14 +59,15 @@ typedef struct gw {
     gw_metrics_t *metrics;              /* /metrics */
     unsigned char (*keys)[GW_KEY_HASH]; /* hashes of the API keys (gateway_keys.c) */
     int n_keys;                         /* entries in keys */
-    pthread_mutex_t key_mu;  /* guards key_inflight, links, bodies and parsing (a thread per
-                                connection) */
-    gw_link_t *links;        /* (n_links) open connections' deadlines */
-    int n_links;             /* max_connections */
-    size_t bodies;           /* bytes of request bodies buffered (max_bodies) */
-    int parsing;             /* bodies being parsed now (gateway_generate.c) */
-    pthread_cond_t parse_cv; /* signalled when a parse ends */
-    int *key_inflight;       /* (n_keys) generations in flight per API key */
+    pthread_mutex_t key_mu;      /* guards key_inflight, links, bodies and parsing (a thread per
+                                    connection) */
+    gw_link_t *links;            /* (n_links) open connections' deadlines */
+    int n_links;                 /* max_connections */
+    size_t bodies;               /* bytes of request bodies buffered (max_bodies) */
+    int parsing;                 /* bodies being parsed now (gateway_generate.c) */
+    pthread_cond_t parse_cv;     /* signalled when a parse ends */
+    int *key_inflight;           /* (n_keys) generations in flight per API key */
+    volatile sig_atomic_t *stop; /* set by SIGINT/SIGTERM: generations end with an error */
 } gw_t;
 
 typedef struct gw_conn gw_conn_t;

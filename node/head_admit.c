@@ -180,6 +180,13 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
         int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
                            : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
                                              &prompt, &n_prompt);
+        if (trc == SW_TOK_ERR_TOO_LONG && room < 1) {
+            snprintf(err, err_len,
+                     "%u new tokens (max_tokens) leave no room for any prompt in the %d-position "
+                     "context (node --ctx): ask for at most %d",
+                     g->n_predict, n->o.n_ctx, n->o.n_ctx > 1 ? n->o.n_ctx - 1 : 0);
+            goto fail;
+        }
         if (trc == SW_TOK_ERR_TOO_LONG) {
             snprintf(err, err_len,
                      "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds with warnings as errors,
-# fetches the default model and runs the default CTest suite (everything but
-# the slow and cuda labels). Exits non-zero on any failure. Every run ends
+# The test command: installs what is missing, fetches the data the suite
+# needs (scripts/fetch_test_data.sh: the models and the tokenizer conformance
+# data, cached), builds with warnings as errors and runs the default CTest
+# suite (everything but the slow and cuda labels): on a fresh clone it ends
+# "skipped: nothing". Exits non-zero on any failure. Every run ends
 # with one line listing what was skipped (whole tests and parts of tests) and
 # why; with SW_TEST_STRICT=1 (what .ci/run sets) any skip is a failure.
 #
@@ -17,7 +19,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/deps.sh"
-bash "$here/scripts/fetch_model.sh" >/dev/null
+SW_TEST_VOCAB_DIR=$(bash "$here/scripts/fetch_test_data.sh" "${SW_TEST_LABELS:-}")
+export SW_TEST_VOCAB_DIR
 build=${SW_BUILD_DIR:-$here/build}
 SW_BUILD_DIR=$build bash "$here/scripts/build.sh" -DSW_WERROR=ON -DSW_CUDA="${SW_CUDA:-AUTO}" \
     -DCMAKE_CUDA_ARCHITECTURES="${SW_CUDA_ARCH:-75}" "$@"
