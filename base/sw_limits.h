@@ -132,6 +132,11 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
  * refused with ERR_BUSY. A client that floods Resumes only slows its own resends. */
 #define SW_HEAD_RESEND_CHUNKS_S 200
 #define SW_HEAD_RESEND_PER_REQUEST 4
+/* What the head answers that starts no work (node/head_stream.c: a SpotReport, an Error for a
+ * request id it does not hold or a refused request): at most this many a second per client key,
+ * as many at once; the rest get no answer. So however many connections a key floods from, its
+ * answers cost the head's link to the relay at most this. */
+#define SW_HEAD_ANSWERS_S 20
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,

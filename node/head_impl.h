@@ -30,6 +30,7 @@
 #include "decode.h"
 #include "drafter.h"
 #include "head.h"
+#include "log.h"
 #include "node.h"
 #include "recover.h"
 #include "tokenizer.h"
@@ -42,6 +43,10 @@
 #define HEAD_SPOT_RING 64        // rounds whose digests wait for every copy's verdict
 #define HEAD_SPOT_BAD_MAX 16     // nodes remembered as disputed or convicted
 #define HEAD_SPOT_BAD_MS 3600000 // ... and avoided this long where another serves their layers
+
+#define HEAD_REFUSED_LOG_KEY 5    // refused requests: log lines per client key per window
+#define HEAD_REFUSED_LOG_ALL 20   // ... all keys together (then a summary line per key)
+#define HEAD_REFUSED_LOG_MS 10000 // ... the window
 
 enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER };
 
@@ -220,6 +225,9 @@ struct node_head {
         double t;                       // when last refilled (ms)
     } * resend;                         // (n_slots) Resume budgets, one per client with requests
     int resend_pending;                 // 1 when some session has chunks to send again
+    struct head_bucket *answer;         // (n_slots) budgets for answers that start no work, per
+                                        // client key (SW_HEAD_ANSWERS_S; head_answer_take)
+    sw_log_gate_t refused_log;          // log lines of refused requests and unsent answers
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -228,6 +236,17 @@ struct node_head {
  * queue, 0 = none); never waits. */
 void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
                      uint64_t session, uint32_t queue_pos, const char *text);
+/* May the head answer msg, which starts no work (a SpotQuery; a Resume for
+ * an id it does not hold; a refused request)? Takes one answer from its
+ * sender key's budget (SW_HEAD_ANSWERS_S a second, as many at once): 1, or 0
+ * when it is spent (the answer is then not sent; what names it in the
+ * head's gated log). */
+int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what);
+/* Refuses request rid of msg's sender: one line in the head's gated log
+ * (refused_log, per key), and an Error (code, queue_pos, text) when its key's
+ * answer budget allows (head_answer_take). */
+void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
+                 const char *text);
 /* A last chunk with no tokens (done, finish): for requests with no record. */
 void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish);
 /* Records and sends the next chunk: tokens (n_tok of them) with their text,

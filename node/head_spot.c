@@ -463,6 +463,8 @@ void node_head_spot_query(node_t *n, sw_wire_msg_t *msg)
     node_head_t *h = n->head;
     if (!h)
         return; // a stage answers nothing (the relay's table says who the heads are)
+    if (!head_answer_take(n, msg, "a spot query"))
+        return;
     const double now = sw_now_ms();
     sw_msg_t r = {.type = SW_MSG_SPOT_REPORT};
     sw_msg_spot_report_t *o = &r.spot;
