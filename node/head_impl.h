@@ -215,6 +215,7 @@ struct node_head {
         char name[SW_WIRE_NAME_MAX + 1];
         double until;              // avoided until then (0 = free entry)
         int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
+        uint64_t by;               // who accused it last (head_spot.c: s_accusers)
     } spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c)
     uint64_t spot_sessions;        // sessions checked so far
     uint64_t spot_rounds;          // rounds compared
