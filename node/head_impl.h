@@ -38,6 +38,8 @@
 #define HEAD_ROUTE_FRESH_MS 5000 // a route built from a table this recent serves a new request
 #define HEAD_SUSPECT_MAX 16      // stages remembered on routes whose round timed out
 #define HEAD_SUSPECT_MS 600000   // ... and avoided this long where another stage can serve
+#define HEAD_PROVEN_MAX 32       // stages remembered on routes that delivered a verdict ...
+#define HEAD_PROVEN_MS 600000    // ... for this long: preferred over equals that did not
 
 #define HEAD_SPOT_COPIES 3       // spot checks: a checked session's copies (main + 2 shadows)
 #define HEAD_SPOT_RING 64        // rounds whose digests wait for every copy's verdict
@@ -213,6 +215,10 @@ struct node_head {
     } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
     struct {
         char name[SW_WIRE_NAME_MAX + 1];
+        double until;          // preferred until then (0 = free entry)
+    } proven[HEAD_PROVEN_MAX]; // stages of routes that delivered this head a verdict
+    struct {
+        char name[SW_WIRE_NAME_MAX + 1];
         double until;              // avoided until then (0 = free entry)
         int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
         uint64_t by;               // who accused it last (head_spot.c: s_accusers)
@@ -316,6 +322,9 @@ void head_want_status(node_head_t *h);
 int head_route_has(const head_route_t *r, const char *name);
 /* Remembers name as a stage of a route whose round got no verdict in time. */
 void head_suspect_add(node_head_t *h, const char *name, double now);
+/* Remembers the stages of r (a verdict came through it) as proven: route
+ * choice prefers them over equals this head has no verdict from. */
+void head_proven_add(node_head_t *h, const head_route_t *r, double now);
 /* head -> ... -> tail from a peer table (head_route.c says how); 0, or -1
  * with *code and err. */
 int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *code, char *err,

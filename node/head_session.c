@@ -169,6 +169,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     const double now = sw_now_ms();
     if (!node_recover_verdict(s->rec, vd->round, now))
         return; // a replayed round's, or an attempt that failed
+    head_proven_add(h, &s->route, now);
     if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
         head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                  "the tail sent a verdict that does not fit the round");
