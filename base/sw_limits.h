@@ -150,7 +150,10 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_RATE 2000         /* --rate: messages/s one peer may send */
 #define SW_RELAY_DEFAULT_HANDSHAKE_MS 5000 /* --handshake-ms: to finish the CURVE handshake */
 #define SW_RELAY_DEFAULT_CONNS_PER_KEY 16  /* --max-conns-per-key */
-#define SW_RELAY_DEFAULT_QUEUE_MIB 64      /* --queue-mib: held for one destination */
+/* --max-conns-per-prefix: TCP connections the relay keeps open from one address prefix (an IPv4
+ * /24, an IPv6 /64), authenticated or not; beyond, a new one is shut down at once. */
+#define SW_RELAY_DEFAULT_CONNS_PER_PREFIX 256
+#define SW_RELAY_DEFAULT_QUEUE_MIB 64        /* --queue-mib: held for one destination */
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */

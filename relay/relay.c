@@ -80,6 +80,8 @@ relay_t *relay_new(const relay_opts_t *opts)
     r->rate = opts->rate > 0 ? opts->rate : SW_RELAY_DEFAULT_RATE;
     r->max_conns_per_key =
         opts->max_conns_per_key > 0 ? opts->max_conns_per_key : SW_RELAY_DEFAULT_CONNS_PER_KEY;
+    r->max_conns_per_prefix = opts->max_conns_per_prefix > 0 ? opts->max_conns_per_prefix
+                                                             : SW_RELAY_DEFAULT_CONNS_PER_PREFIX;
     r->client_rate =
         (double)(opts->client_mib_s > 0 ? opts->client_mib_s : SW_RELAY_DEFAULT_CLIENT_MIB_S) *
         (1 << 20);

@@ -188,6 +188,8 @@ struct relay {
     int64_t refused_since_ms;   /* start of the current log window */
     char refused_last[160];     /* the last one not logged: address and key */
     int max_conns_per_key;      /* live peers one key may hold */
+    int max_conns_per_prefix;   /* TCP connections kept from one IPv4 /24 or IPv6 /64 */
+    uint64_t prefix_refusals;   /* connections shut down for their prefix */
     int node_names;             /* distinct node names in the allow-list (their table room) */
     double client_rate;         /* bytes/s a client peer may send (bucket: max(1 s, a message)) */
     double node_rate;           /* bytes/s a node peer may send (bucket: 1 s of it, >= a frame) */
