@@ -196,7 +196,11 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 #define SW_GATEWAY_DEFAULT_BODIES_MB 64            /* --max-bodies-mb: 8 of the largest at once */
 /* --max-connections: with 8 per address, 64 addresses to fill them, each for 10 s */
 #define SW_GATEWAY_DEFAULT_CONNECTIONS 512
-#define SW_GATEWAY_DEFAULT_PER_IP 8            /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_PER_IP 8      /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_PER_PREFIX 64 /* --max-per-prefix: one IPv4 /24 or IPv6 /64 */
+/* --max-slow: connections still sending their headers or body, all addresses together; a new
+ * connection beyond it closes the one that has been at it longest (issue 35, finding 8) */
+#define SW_GATEWAY_DEFAULT_SLOW 256
 #define SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S 10 /* --header-timeout-s */
 #define SW_GATEWAY_DEFAULT_INFLIGHT 32         /* --max-inflight */
 /* --max-inflight-per-key: a tenant's share; the head runs 6 of the gateway's at once
@@ -208,7 +212,10 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 
 _Static_assert(SW_GATEWAY_DEFAULT_MAX_TOKENS <= SW_REQUEST_MAX_N_PREDICT,
                "the default is a valid max_tokens");
-_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_PER_PREFIX &&
+                   SW_GATEWAY_DEFAULT_PER_PREFIX <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_SLOW < SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
                    SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY <= SW_GATEWAY_DEFAULT_INFLIGHT,
                "a share is at most the whole");
 

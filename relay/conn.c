@@ -9,6 +9,7 @@
  */
 #include "relay_impl.h"
 
+#include "addr.h"
 #include "log.h"
 
 #include <netdb.h>
@@ -16,39 +17,19 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/* The address prefix of a: an IPv4 /24 (an IPv4-mapped IPv6 address counts as IPv4) or an
- * IPv6 /64, into out (8 bytes); 0, or -1 for another family. */
-static int s_prefix(const struct sockaddr_storage *a, uint8_t out[8])
-{
-    memset(out, 0, 8);
-    if (a->ss_family == AF_INET) {
-        memcpy(out, &((const struct sockaddr_in *)a)->sin_addr, 3);
-        return 0;
-    }
-    if (a->ss_family != AF_INET6)
-        return -1;
-    const uint8_t *b = ((const struct sockaddr_in6 *)a)->sin6_addr.s6_addr;
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (!memcmp(b, mapped, 12)) {
-        memcpy(out, b + 12, 3);
-        return 0;
-    }
-    out[7] = 1; /* never equal to an IPv4 prefix (whose last 5 bytes are 0) */
-    memcpy(out, b, 8);
-    return 0;
-}
-
 /* 1 when the connections open from c's prefix (c included) are over the relay's
  * --max-conns-per-prefix. */
 static int s_prefix_full(const relay_t *r, const relay_conn_t *c)
 {
-    uint8_t mine[8], other[8];
-    if (s_prefix(&c->addr, mine) != 0)
+    uint8_t mine[SW_ADDR_PREFIX_LEN], other[SW_ADDR_PREFIX_LEN];
+    if (sw_addr_prefix((const struct sockaddr *)&c->addr, mine) != 0)
         return 0;
     int open = 0;
     for (int i = 0; i < RELAY_CONNS_MAX; i++) {
         const relay_conn_t *k = &r->conns[i];
-        if (k->fd >= 0 && !k->shut && s_prefix(&k->addr, other) == 0 && !memcmp(mine, other, 8))
+        if (k->fd >= 0 && !k->shut &&
+            sw_addr_prefix((const struct sockaddr *)&k->addr, other) == 0 &&
+            !memcmp(mine, other, sizeof mine))
             open++;
     }
     return open > r->max_conns_per_prefix;
@@ -79,11 +60,13 @@ static void s_conn_accepted(relay_t *r, int fd)
         shutdown(fd, SHUT_RDWR);
         c->shut = 1;
         r->prefix_refusals++;
+        uint8_t p[SW_ADDR_PREFIX_LEN];
+        char net[64];
+        sw_addr_prefix((const struct sockaddr *)&c->addr, p);
         relay_note(r, SW_LOG_WARN,
-                   "relay: %d connections open from the prefix of %s (%s): shut a new one down "
+                   "relay: %d connections open from %s: shut a new one from %s down "
                    "(--max-conns-per-prefix; %llu so far)",
-                   r->max_conns_per_prefix, c->ip,
-                   c->addr.ss_family == AF_INET6 && !strchr(c->ip, '.') ? "its /64" : "its /24",
+                   r->max_conns_per_prefix, sw_addr_prefix_str(p, net, sizeof net), c->ip,
                    (unsigned long long)r->prefix_refusals);
     }
 }
