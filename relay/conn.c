@@ -18,9 +18,14 @@
 #include <sys/socket.h>
 
 /* 1 when the connections open from c's prefix (c included) are over the relay's
- * --max-conns-per-prefix. */
+ * --max-conns-per-prefix. The relay's own machine (127.0.0.1, ::1) is not
+ * limited: what runs there (a local node, a test cluster) holds the relay's
+ * keys' machine already. */
 static int s_prefix_full(const relay_t *r, const relay_conn_t *c)
 {
+    if (!strcmp(c->ip, "127.0.0.1") || !strcmp(c->ip, "::1") ||
+        !strcmp(c->ip, "::ffff:127.0.0.1"))
+        return 0;
     uint8_t mine[SW_ADDR_PREFIX_LEN], other[SW_ADDR_PREFIX_LEN];
     if (sw_addr_prefix((const struct sockaddr *)&c->addr, mine) != 0)
         return 0;
