@@ -369,10 +369,12 @@ void head_kv_room(node_t *n, size_t need)
  * so neither `prefix_reused` nor the time to the first token tells one
  * tenant what another sent. (The stages need no namespace of their own: they
  * restore only the prefix the head asks for, which the head found in the
- * tenant's namespace, and equal tokens give equal KV.) */
+ * tenant's namespace, and equal tokens give equal KV.) Without keys
+ * (--insecure-loopback, development only) nobody can be told apart: one
+ * namespace for all. */
 static const char *s_prefix_ns(const head_sess_t *s, char *out, size_t len)
 {
-    snprintf(out, len, "tenant:%s", head_sess_who(s));
+    snprintf(out, len, "%s%s", s->client_key[0] ? "tenant:" : "", s->client_key);
     return out;
 }
 
