@@ -23,8 +23,7 @@
  * keys' machine already. */
 static int s_prefix_full(const relay_t *r, const relay_conn_t *c)
 {
-    if (!strcmp(c->ip, "127.0.0.1") || !strcmp(c->ip, "::1") ||
-        !strcmp(c->ip, "::ffff:127.0.0.1"))
+    if (!strcmp(c->ip, "127.0.0.1") || !strcmp(c->ip, "::1") || !strcmp(c->ip, "::ffff:127.0.0.1"))
         return 0;
     uint8_t mine[SW_ADDR_PREFIX_LEN], other[SW_ADDR_PREFIX_LEN];
     if (sw_addr_prefix((const struct sockaddr *)&c->addr, mine) != 0)
