@@ -132,6 +132,11 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
  * refused with ERR_BUSY. A client that floods Resumes only slows its own resends. */
 #define SW_HEAD_RESEND_CHUNKS_S 200
 #define SW_HEAD_RESEND_PER_REQUEST 4
+/* What the head answers that starts no work (node/head_stream.c: a SpotReport, an Error for a
+ * request id it does not hold or a refused request): at most this many a second per client key,
+ * as many at once; the rest get no answer. So however many connections a key floods from, its
+ * answers cost the head's link to the relay at most this. */
+#define SW_HEAD_ANSWERS_S 20
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,
@@ -145,7 +150,10 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_RATE 2000         /* --rate: messages/s one peer may send */
 #define SW_RELAY_DEFAULT_HANDSHAKE_MS 5000 /* --handshake-ms: to finish the CURVE handshake */
 #define SW_RELAY_DEFAULT_CONNS_PER_KEY 16  /* --max-conns-per-key */
-#define SW_RELAY_DEFAULT_QUEUE_MIB 64      /* --queue-mib: held for one destination */
+/* --max-conns-per-prefix: TCP connections the relay keeps open from one address prefix (an IPv4
+ * /24, an IPv6 /64), authenticated or not; beyond, a new one is shut down at once. */
+#define SW_RELAY_DEFAULT_CONNS_PER_PREFIX 256
+#define SW_RELAY_DEFAULT_QUEUE_MIB 64        /* --queue-mib: held for one destination */
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
@@ -188,7 +196,11 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 #define SW_GATEWAY_DEFAULT_BODIES_MB 64            /* --max-bodies-mb: 8 of the largest at once */
 /* --max-connections: with 8 per address, 64 addresses to fill them, each for 10 s */
 #define SW_GATEWAY_DEFAULT_CONNECTIONS 512
-#define SW_GATEWAY_DEFAULT_PER_IP 8            /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_PER_IP 8      /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_PER_PREFIX 64 /* --max-per-prefix: one IPv4 /24 or IPv6 /64 */
+/* --max-slow: connections still sending their headers or body, all addresses together; a new
+ * connection beyond it closes the one that has been at it longest (issue 35, finding 8) */
+#define SW_GATEWAY_DEFAULT_SLOW 256
 #define SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S 10 /* --header-timeout-s */
 #define SW_GATEWAY_DEFAULT_INFLIGHT 32         /* --max-inflight */
 /* --max-inflight-per-key: a tenant's share; the head runs 6 of the gateway's at once
@@ -200,7 +212,10 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 
 _Static_assert(SW_GATEWAY_DEFAULT_MAX_TOKENS <= SW_REQUEST_MAX_N_PREDICT,
                "the default is a valid max_tokens");
-_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_PER_PREFIX &&
+                   SW_GATEWAY_DEFAULT_PER_PREFIX <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_SLOW < SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
                    SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY <= SW_GATEWAY_DEFAULT_INFLIGHT,
                "a share is at most the whole");
 

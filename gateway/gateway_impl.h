@@ -30,8 +30,10 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "addr.h"
 #include "dispatch.h"
 #include "gateway.h"
+#include "log.h"
 #include "metrics.h"
 
 #define GW_KEY_HASH 32 /* BLAKE2b-256 of an API key */
@@ -45,9 +47,11 @@
  * or whose body has not arrived body_timeout_s after its headers.
  */
 typedef struct gw_link {
-    int fd;         /* its socket, -1 = free entry */
-    int phase;      /* GW_PHASE_* */
-    double t_phase; /* when it entered that phase (ms) */
+    int fd;                             /* its socket, -1 = free entry */
+    int phase;                          /* GW_PHASE_* */
+    double t_phase;                     /* when it entered that phase (ms) */
+    double t_start;                     /* when it opened (ms) */
+    uint8_t prefix[SW_ADDR_PREFIX_LEN]; /* its address's /24 or /64 (sw_addr_prefix), 0s unknown */
 } gw_link_t;
 
 enum { GW_PHASE_HEADERS = 0, GW_PHASE_BODY = 1, GW_PHASE_ANSWER = 2 };
@@ -68,6 +72,7 @@ typedef struct gw {
     pthread_cond_t parse_cv;     /* signalled when a parse ends */
     int *key_inflight;           /* (n_keys) generations in flight per API key */
     volatile sig_atomic_t *stop; /* set by SIGINT/SIGTERM: generations end with an error */
+    sw_log_gate_t conn_log;      /* connections refused for their prefix or closed as slow */
 } gw_t;
 
 typedef struct gw_conn gw_conn_t;

@@ -53,13 +53,16 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     h->queue = calloc((size_t)(n->o.max_queue > 0 ? n->o.max_queue : 1), sizeof *h->queue);
     h->bout = malloc((size_t)n->rows_cap * n->hp->n_embd * sizeof(float));
     h->resend = calloc((size_t)h->n_slots, sizeof *h->resend);
+    h->answer = calloc((size_t)h->n_slots, sizeof *h->answer);
+    sw_log_gate_init(&h->refused_log, "head: refusals and Resumes", HEAD_REFUSED_LOG_KEY,
+                     HEAD_REFUSED_LOG_ALL, HEAD_REFUSED_LOG_MS);
     if (sw_model_is_last(n->model)) {
         /* a node holding every layer verifies itself: logits of every
          * session's last rows in one batch */
         h->logit_rows = n->logit_cap;
         h->logits = malloc((size_t)h->logit_rows * n->hp->n_vocab * sizeof(float));
     }
-    if (!h->sess || !h->queue || !h->bout || !h->resend ||
+    if (!h->sess || !h->queue || !h->bout || !h->resend || !h->answer ||
         (sw_model_is_last(n->model) && !h->logits)) {
         snprintf(err, err_len, "out of memory for %d sessions", n->o.max_sessions);
         goto fail;
@@ -100,6 +103,7 @@ fail:
     free(h->bout);
     free(h->logits);
     free(h->resend);
+    free(h->answer);
     free(h);
     return -1;
 }
@@ -134,6 +138,7 @@ void node_head_free(node_t *n)
     free(h->bout);
     free(h->logits);
     free(h->resend);
+    free(h->answer);
     free(h);
     n->head = NULL;
 }
@@ -267,6 +272,7 @@ void node_head_step(node_t *n)
         h->busy = 1;
     head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
+    sw_log_gate_tick(&h->refused_log, sw_now_ms());
     for (int k = 0; k < h->n_slots && !h->busy; k++)
         h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0;
 }

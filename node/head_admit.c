@@ -449,9 +449,7 @@ fail:
     if (s) {
         head_end(n, s, SW_FINISH_ERROR, code, err);
     } else {
-        char addr[SW_WIRE_ADDR_MAX + 1];
-        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
-        head_send_error(n, head_reply_addr(msg, addr), code, g->request_id, 0, 0, err);
+        head_refuse(n, msg, code, g->request_id, 0, err);
     }
     return S_REFUSED;
 }
@@ -500,19 +498,17 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
         return;
     const sw_msg_generate_t *g = &d.generate;
-    char addr[SW_WIRE_ADDR_MAX + 1];
-    head_reply_addr(msg, addr);
     if (!h) {
-        head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
-                        "this node is not a head (its layers do not start at 0)");
+        head_refuse(n, msg, SW_ERROR_BAD_REQUEST, g->request_id, 0,
+                    "this node is not a head (its layers do not start at 0)");
         return;
     }
     for (int i = 0; i < h->n_slots; i++) {
         const head_sess_t *s = &h->sess[i];
         if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) &&
             !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, g->request_id)) {
-            head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
-                            "a request with this id is already running");
+            head_refuse(n, msg, SW_ERROR_BAD_REQUEST, g->request_id, 0,
+                        "a request with this id is already running");
             return;
         }
     }
@@ -543,8 +539,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "the head holds %d waiting requests of yours already (its "
                  "--max-queue-per-client): retry when one has started",
                  mine);
-        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
+        head_refuse(n, msg, SW_ERROR_BUSY, g->request_id, (uint32_t)h->q_len + 1, text);
         return;
     }
     if (h->q_len >= n->o.max_queue) {
@@ -553,8 +548,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "the head is busy: %d requests running and %d waiting (its --max-queue): "
                  "retry later",
                  h->n_active, h->q_len);
-        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
+        head_refuse(n, msg, SW_ERROR_BUSY, g->request_id, (uint32_t)h->q_len + 1, text);
         return;
     }
     head_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];

@@ -30,6 +30,7 @@
 #include "decode.h"
 #include "drafter.h"
 #include "head.h"
+#include "log.h"
 #include "node.h"
 #include "recover.h"
 #include "tokenizer.h"
@@ -37,11 +38,17 @@
 #define HEAD_ROUTE_FRESH_MS 5000 // a route built from a table this recent serves a new request
 #define HEAD_SUSPECT_MAX 16      // stages remembered on routes whose round timed out
 #define HEAD_SUSPECT_MS 600000   // ... and avoided this long where another stage can serve
+#define HEAD_PROVEN_MAX 32       // stages remembered on routes that delivered a verdict ...
+#define HEAD_PROVEN_MS 600000    // ... for this long: preferred over equals that did not
 
 #define HEAD_SPOT_COPIES 3       // spot checks: a checked session's copies (main + 2 shadows)
 #define HEAD_SPOT_RING 64        // rounds whose digests wait for every copy's verdict
 #define HEAD_SPOT_BAD_MAX 16     // nodes remembered as disputed or convicted
 #define HEAD_SPOT_BAD_MS 3600000 // ... and avoided this long where another serves their layers
+
+#define HEAD_REFUSED_LOG_KEY 5    // refused requests: log lines per client key per window
+#define HEAD_REFUSED_LOG_ALL 20   // ... all keys together (then a summary line per key)
+#define HEAD_REFUSED_LOG_MS 10000 // ... the window
 
 enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER };
 
@@ -208,8 +215,13 @@ struct node_head {
     } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
     struct {
         char name[SW_WIRE_NAME_MAX + 1];
+        double until;          // preferred until then (0 = free entry)
+    } proven[HEAD_PROVEN_MAX]; // stages of routes that delivered this head a verdict
+    struct {
+        char name[SW_WIRE_NAME_MAX + 1];
         double until;              // avoided until then (0 = free entry)
         int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
+        uint64_t by;               // who accused it last (head_spot.c: s_accusers)
     } spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c)
     uint64_t spot_sessions;        // sessions checked so far
     uint64_t spot_rounds;          // rounds compared
@@ -220,6 +232,9 @@ struct node_head {
         double t;                       // when last refilled (ms)
     } * resend;                         // (n_slots) Resume budgets, one per client with requests
     int resend_pending;                 // 1 when some session has chunks to send again
+    struct head_bucket *answer;         // (n_slots) budgets for answers that start no work, per
+                                        // client key (SW_HEAD_ANSWERS_S; head_answer_take)
+    sw_log_gate_t refused_log;          // log lines of refused requests and unsent answers
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -228,6 +243,17 @@ struct node_head {
  * queue, 0 = none); never waits. */
 void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
                      uint64_t session, uint32_t queue_pos, const char *text);
+/* May the head answer msg, which starts no work (a SpotQuery; a Resume for
+ * an id it does not hold; a refused request)? Takes one answer from its
+ * sender key's budget (SW_HEAD_ANSWERS_S a second, as many at once): 1, or 0
+ * when it is spent (the answer is then not sent; what names it in the
+ * head's gated log). */
+int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what);
+/* Refuses request rid of msg's sender: one line in the head's gated log
+ * (refused_log, per key), and an Error (code, queue_pos, text) when its key's
+ * answer budget allows (head_answer_take). */
+void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
+                 const char *text);
 /* A last chunk with no tokens (done, finish): for requests with no record. */
 void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish);
 /* Records and sends the next chunk: tokens (n_tok of them) with their text,
@@ -296,6 +322,9 @@ void head_want_status(node_head_t *h);
 int head_route_has(const head_route_t *r, const char *name);
 /* Remembers name as a stage of a route whose round got no verdict in time. */
 void head_suspect_add(node_head_t *h, const char *name, double now);
+/* Remembers the stages of r (a verdict came through it) as proven: route
+ * choice prefers them over equals this head has no verdict from. */
+void head_proven_add(node_head_t *h, const head_route_t *r, double now);
 /* head -> ... -> tail from a peer table (head_route.c says how); 0, or -1
  * with *code and err. */
 int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *code, char *err,

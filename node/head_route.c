@@ -61,6 +61,31 @@ void head_suspect_add(node_head_t *h, const char *name, double now)
     h->suspect[at].until = now + HEAD_SUSPECT_MS;
 }
 
+void head_proven_add(node_head_t *h, const head_route_t *r, double now)
+{
+    for (int k = 1; k < r->n; k++) {
+        int at = 0;
+        for (int i = 0; i < HEAD_PROVEN_MAX; i++) {
+            if (!strcmp(h->proven[i].name, r->names[k])) {
+                at = i;
+                break;
+            }
+            if (h->proven[i].until < h->proven[at].until)
+                at = i; // a free entry (0) or the one that expires first
+        }
+        snprintf(h->proven[at].name, sizeof h->proven[at].name, "%s", r->names[k]);
+        h->proven[at].until = now + HEAD_PROVEN_MS;
+    }
+}
+
+static int s_proven(const node_head_t *h, const char *name, double now)
+{
+    for (int i = 0; i < HEAD_PROVEN_MAX; i++)
+        if (h->proven[i].until > now && !strcmp(h->proven[i].name, name))
+            return 1;
+    return 0;
+}
+
 static int s_suspect(const node_head_t *h, const char *name, double now)
 {
     for (int i = 0; i < HEAD_SUSPECT_MAX; i++)
@@ -69,10 +94,12 @@ static int s_suspect(const node_head_t *h, const char *name, double now)
     return 0;
 }
 
-/* 1 when a (sa: a suspect) makes a better next stage than the pick so far b
- * (sb): not a suspect, then reaching furthest, then quiet longest (idle_ms),
- * then by name. */
-static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int sb)
+/* 1 when a (sa: a suspect, pa: proven) makes a better next stage than the
+ * pick so far b (sb, pb): not a suspect, then reaching furthest, then one
+ * that delivered this head a verdict lately (issue 35: a silent stand-in is
+ * the quietest, and quiet alone must not win), then quiet longest
+ * (idle_ms: the least busy), then by name. */
+static int s_better(const sw_msg_peer_t *a, int sa, int pa, const sw_msg_peer_t *b, int sb, int pb)
 {
     if (!b)
         return 1;
@@ -80,6 +107,8 @@ static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int 
         return sa < sb;
     if (a->announce.layer_end != b->announce.layer_end)
         return a->announce.layer_end > b->announce.layer_end;
+    if (pa != pb)
+        return pa > pb;
     if (a->idle_ms != b->idle_ms)
         return a->idle_ms > b->idle_ms;
     return strcmp(a->announce.name, b->announce.name) < 0;
@@ -87,8 +116,9 @@ static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int 
 
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
  * range, the next stage is a key-bound node (sw_codec_peer_routable) whose
- * range begins there: the one whose range reaches furthest, then the one
- * quiet longest (idle_ms: the least busy), then by name only between exact
+ * range begins there: the one whose range reaches furthest, then one that
+ * delivered this head a verdict lately, then the one quiet longest
+ * (idle_ms: the least busy), then by name only between exact
  * equals, so that nobody gets picked for the name it chose. Peers that are
  * not key-bound are never routed to (a client key cannot announce as a node
  * at a keyed relay anyway). Refuses gaps, overlaps and other models with a
@@ -111,7 +141,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     while (at < L) {
         sw_msg_peer_t pick_buf;
         const sw_msg_peer_t *pick = NULL;
-        int pick_suspect = 0, unbound = 0;
+        int pick_suspect = 0, pick_proven = 0, unbound = 0;
         for (uint32_t i = 0; i < pt->n_peers; i++) {
             sw_msg_peer_t info;
             if (sw_codec_peer_at(pt, i, &info) != 0)
@@ -140,10 +170,12 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             int sa = avoid ? head_spot_rank(n->head, a->name, now) : 0;
             if (avoid && !sa)
                 sa = s_suspect(n->head, a->name, now);
-            if (s_better(pi, sa, pick, pick_suspect)) {
+            const int pa = s_proven(n->head, a->name, now);
+            if (s_better(pi, sa, pa, pick, pick_suspect, pick_proven)) {
                 pick_buf = info;
                 pick = &pick_buf;
                 pick_suspect = sa;
+                pick_proven = pa;
             }
         }
         if (!pick) {

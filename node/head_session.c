@@ -169,6 +169,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     const double now = sw_now_ms();
     if (!node_recover_verdict(s->rec, vd->round, now))
         return; // a replayed round's, or an attempt that failed
+    head_proven_add(h, &s->route, now);
     if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
         head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                  "the tail sent a verdict that does not fit the round");
@@ -362,6 +363,21 @@ void head_kv_room(node_t *n, size_t need)
     sw_prefix_evict(n->prefix, used + need < cap ? cap - used - need : 0);
 }
 
+/* The namespace of s's prompts in the head's prefix cache: its tenant (issue
+ * 35, finding 3). A prefix is reused only for the client key (the
+ * fingerprint the relay authenticated; its name without keys) that sent it,
+ * so neither `prefix_reused` nor the time to the first token tells one
+ * tenant what another sent. (The stages need no namespace of their own: they
+ * restore only the prefix the head asks for, which the head found in the
+ * tenant's namespace, and equal tokens give equal KV.) Without keys
+ * (--insecure-loopback, development only) nobody can be told apart: one
+ * namespace for all. */
+static const char *s_prefix_ns(const head_sess_t *s, char *out, size_t len)
+{
+    snprintf(out, len, "%s%s", s->client_key[0] ? "tenant:" : "", s->client_key);
+    return out;
+}
+
 /* The prefill is about to be sent (its cache just emptied): on its first
  * attempt, the longest prefix of the prompt this head holds comes from its
  * prefix cache and the rows start after it; the Forward asks every stage to
@@ -377,10 +393,11 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
      * nodes need not hold the prefix (one that does not would drop the check). */
     if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt || s->spot)
         return;
-    char err[256] = "";
+    char err[256] = "", ns[SW_PREFIX_NS_LEN];
+    s_prefix_ns(s, ns, sizeof ns);
     const double t0 = sw_now_ms();
-    const int L = sw_prefix_find(n->prefix, "", s->prompt, s->n_prompt, s->n_prompt - 1);
-    if (L > 0 && sw_prefix_restore(n->prefix, "", s->prompt, L, s->kv, err, sizeof err) == 0) {
+    const int L = sw_prefix_find(n->prefix, ns, s->prompt, s->n_prompt, s->n_prompt - 1);
+    if (L > 0 && sw_prefix_restore(n->prefix, ns, s->prompt, L, s->kv, err, sizeof err) == 0) {
         s->prefix_len = L;
         s->send_row = L;
         SW_DEBUG("session %016llx: %d of %d prompt positions from the prefix cache in %.1f ms",
@@ -398,8 +415,8 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
     if (!n->prefix)
         return;
     const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = n->head->kv_used;
-    char err[256] = "";
-    if (sw_prefix_store(n->prefix, "", s->prompt, s->n_prompt, s->kv,
+    char err[256] = "", ns[SW_PREFIX_NS_LEN];
+    if (sw_prefix_store(n->prefix, s_prefix_ns(s, ns, sizeof ns), s->prompt, s->n_prompt, s->kv,
                         cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
         SW_WARN("prefix cache: %s", err);
 }

@@ -202,6 +202,13 @@ head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid
     return NULL;
 }
 
+/* "key FP" or "client NAME": who sent msg, for a log line. */
+static const char *s_who_label(const sw_wire_msg_t *msg, char *out, size_t len)
+{
+    snprintf(out, len, "%s %s", msg->peer_key[0] ? "key" : "client", head_who(msg));
+    return out;
+}
+
 void node_head_resume(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
@@ -216,10 +223,11 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
             if (!strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), head_who(msg)) &&
                 !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].g.request_id, r->request_id))
                 return;
-        head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id, 0,
-                        0,
-                        "the head holds no such request (it ended more than a minute ago, or the "
-                        "head restarted)");
+        if (head_answer_take(n, msg, "a Resume for an unknown request"))
+            head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id,
+                            0, 0,
+                            "the head holds no such request (it ended more than a minute ago, "
+                            "or the head restarted)");
         return;
     }
     if (strcmp(s->client, msg->peer) != 0) {
@@ -254,34 +262,78 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
         head_send_error(n, s->client_addr, s->err_code, s->rid, s->id, 0, s->err);
         s->resent++;
     }
-    if (s->resend_at < 0)
-        SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
-                msg->peer, r->from_index, s->n_chunks - first);
+    if (s->resend_at < 0) {
+        char who[SW_WIRE_NAME_MAX + 16];
+        sw_log_gated(&h->refused_log, SW_LOG_INFO, s_who_label(msg, who, sizeof who), sw_now_ms(),
+                     "request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
+                     msg->peer, r->from_index, s->n_chunks - first);
+    }
     if (first < s->n_chunks) {
         s->resend_at = first;
         h->resend_pending = 1;
     }
 }
 
-/* The Resume budget of client `who`, refilled to now: its entry, a free one,
- * or the one refilled longest ago (a client with no chunks to send again for
- * that long has a full budget anyway). */
-static struct head_bucket *s_bucket(node_head_t *h, const char *who, double now)
+/* The budget of client `who` in table (n entries) that refills rate a
+ * second up to rate, refilled to now: its entry, a free one, or the one
+ * refilled longest ago (a client that used none of it for that long has a
+ * full budget anyway). */
+static struct head_bucket *s_bucket(struct head_bucket *table, int n, const char *who, double rate,
+                                    double now)
 {
     struct head_bucket *b = NULL;
-    for (int i = 0; i < h->n_slots && (!b || strcmp(b->who, who) != 0); i++)
-        if (!strcmp(h->resend[i].who, who) || !b || h->resend[i].t < b->t)
-            b = &h->resend[i];
+    for (int i = 0; i < n && (!b || strcmp(b->who, who) != 0); i++)
+        if (!strcmp(table[i].who, who) || !b || table[i].t < b->t)
+            b = &table[i];
     if (strcmp(b->who, who) != 0) {
         snprintf(b->who, sizeof b->who, "%s", who);
-        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+        b->chunks = rate;
         b->t = now;
     }
-    b->chunks += (now - b->t) / 1e3 * SW_HEAD_RESEND_CHUNKS_S;
-    if (b->chunks > SW_HEAD_RESEND_CHUNKS_S)
-        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+    b->chunks += (now - b->t) / 1e3 * rate;
+    if (b->chunks > rate)
+        b->chunks = rate;
     b->t = now;
     return b;
+}
+
+/* Takes one answer from the budget of msg's sender key: 1, or 0 when it is spent. */
+static int s_answer_take(node_head_t *h, const sw_wire_msg_t *msg, double now)
+{
+    struct head_bucket *b = s_bucket(h->answer, h->n_slots, head_who(msg), SW_HEAD_ANSWERS_S, now);
+    if (b->chunks < 1)
+        return 0;
+    b->chunks -= 1;
+    return 1;
+}
+
+int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what)
+{
+    node_head_t *h = n->head;
+    const double now = sw_now_ms();
+    if (s_answer_take(h, msg, now))
+        return 1;
+    char who[SW_WIRE_NAME_MAX + 16];
+    sw_log_gated(&h->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
+                 "%s from %s not answered: over its key's %d answers a second", what, msg->peer,
+                 SW_HEAD_ANSWERS_S);
+    return 0;
+}
+
+void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
+                 const char *text)
+{
+    char who[SW_WIRE_NAME_MAX + 16], addr[SW_WIRE_ADDR_MAX + 1];
+    const double now = sw_now_ms();
+    const int answer = !n->head || s_answer_take(n->head, msg, now);
+    if (n->head)
+        sw_log_gated(&n->head->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
+                     "request '%s' from %s refused%s: %s", rid, msg->peer,
+                     answer ? "" : " (not told: over its key's answers a second)", text);
+    else
+        SW_DEBUG("request '%s' from %s refused: %s", rid, msg->peer, text);
+    if (answer)
+        head_send_error(n, head_reply_addr(msg, addr), code, rid, 0, queue_pos, text);
 }
 
 void head_resend_step(node_t *n, double now)
@@ -294,7 +346,8 @@ void head_resend_step(node_t *n, double now)
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_FREE || s->resend_at < 0)
             continue;
-        struct head_bucket *b = s_bucket(h, head_sess_who(s), now);
+        struct head_bucket *b =
+            s_bucket(h->resend, h->n_slots, head_sess_who(s), SW_HEAD_RESEND_CHUNKS_S, now);
         const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
         while (s->resend_at < s->n_chunks && b->chunks >= 1 && left > 0 && s->resent < budget) {
             s_send_chunk(n, s, &s->chunks[s->resend_at++]);

@@ -329,6 +329,11 @@ static int s_join(node_t *n)
                 n->head || sw_model_is_last(n->model)
                     ? "but only a middle stage flips bits: here it does nothing"
                     : "one bit of every Nth hidden-state payload it passes on is flipped");
+    if (o->test_fake_digest > 0)
+        SW_WARN("--test-fake-digest %d: FOR TESTS ONLY, this node lies: %s", o->test_fake_digest,
+                !n->head && sw_model_is_last(n->model)
+                    ? "every Nth verdict reports a made-up digest of what it received"
+                    : "but only a tail reports digests: here it does nothing");
     return 0;
 }
 

@@ -80,6 +80,8 @@ typedef struct node_opts {
     double spot_share;           // head: share of sessions spot-checked, [0, 1] (0 = off)
     int test_flip_bit;           // TESTING ONLY: flip one bit in every Nth hidden-state
                                  // payload passed on (0 = honest)
+    int test_fake_digest;        // TESTING ONLY: a tail that reports a made-up digest of what it
+                                 // received in every Nth verdict (0 = honest)
 } node_opts_t;
 
 typedef struct node_place node_place_t; // place.h
@@ -111,6 +113,7 @@ typedef struct node {
     uint64_t stat_batched;            // Forwards run in them
     int stat_shared_rows;             // most rows in one batch of 2 or more Forwards
     uint64_t stat_passed;             // Forwards passed on (--test-flip-bit counts them)
+    uint64_t stat_verdicts;           // verdicts sent (--test-fake-digest counts them)
     node_head_t *head;                // head state (first stage only)
     sw_prefix_t *prefix;              // KV of prompt prefixes computed here (NULL = off), in
                                       // kv_bytes with the sessions' caches

@@ -720,6 +720,8 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
         vd->hop_digests[i] = f->hop_digests[i];
     vd->hop_digests[f->n_hop_digests] = b->digest;
     vd->n_hop_digests = f->n_hop_digests + 1;
+    if (n->o.test_fake_digest > 0 && ++n->stat_verdicts % (uint64_t)n->o.test_fake_digest == 0)
+        vd->hop_digests[f->n_hop_digests] ^= 1; // --test-fake-digest: frames the stage before
     if (sw_peer_send_msg(n->peer, reply, &vm) != 0)
         SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
                 reply);

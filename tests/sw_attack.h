@@ -289,8 +289,10 @@ static __attribute__((unused)) sw_peer_t *swa_member(const swa_t *a, const char 
     return p;
 }
 
-/* A client peer with `who`'s client key and the access key. */
-static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char *who)
+/* A client peer with `who`'s client key and the access key, announced as name (one key may
+ * hold several connections, each under its own name). */
+static __attribute__((unused)) sw_peer_t *swa_client_named(const swa_t *a, const char *who,
+                                                           const char *name)
 {
     sw_sec_args_t sa = {.key_file = swa_path(a, who, ".key"),
                         .relay_key = swa_path(a, "relay", ".pub"),
@@ -302,7 +304,7 @@ static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char 
         return NULL;
     }
     sw_msg_announce_t an = {0};
-    an.name = who;
+    an.name = name;
     an.role = SW_ROLE_CLIENT;
     an.backend = "";
     an.model_fingerprint = "";
@@ -314,6 +316,12 @@ static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char 
     sw_peer_t *p = sw_peer_new(&o);
     sw_sec_wipe(&sec);
     return p;
+}
+
+/* A client peer with `who`'s client key and the access key, announced as who. */
+static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char *who)
+{
+    return swa_client_named(a, who, who);
 }
 
 /*
