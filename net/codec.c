@@ -305,6 +305,8 @@ static int s_forward_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_
     o->n_hop_digests = (uint32_t)f->n_hop_digests;
     if (f->n_hop_digests)
         memcpy(o->hop_digests, f->hop_digests, f->n_hop_digests * sizeof *o->hop_digests);
+    o->fair_client = f->fair_client;
+    o->fair_tenant = f->fair_tenant;
     /* zmq_msg_data only reads; the frame stays m's */
     o->payload = m->has_payload ? zmq_msg_data((zmq_msg_t *)&m->payload) : NULL;
     o->payload_len = m->has_payload ? zmq_msg_size((zmq_msg_t *)&m->payload) : 0;
@@ -383,6 +385,7 @@ static int s_generate_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size
         o->stop[i] = s_in_str(g->stop[i]);
     o->n_messages = (uint32_t)g->n_messages;
     o->messages = NULL;
+    o->tenant = s_in_str(g->tenant);
     o->pb = g;
     return SW_WIRE_OK;
 }

@@ -256,6 +256,8 @@ typedef struct sw_msg_forward {
     uint32_t n_hop_digests;                    // 0..hop: spot checks (docs/security.md)
     uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) running digest of what route
                                                // stage i sent, as stage i + 1 received it
+    uint64_t fair_client;                      // the head's opaque id of the client key (0 = none)
+    uint64_t fair_tenant;                      // and of its tenant (node/sched.h)
     const void *payload;                       // [n_rows, hidden] of dtype, or NULL: none
     size_t payload_len;                        // its bytes
 } sw_msg_forward_t;
@@ -312,6 +314,8 @@ typedef struct sw_msg_generate {
     const char *stop[SW_WIRE_MAX_STOP]; // (n_stop) stop strings, 1..SW_WIRE_MAX_STOP_LEN bytes each
     uint32_t n_messages;                // 0..SW_WIRE_MAX_MESSAGES
     const sw_msg_turn_t *messages;      // to send: (n_messages) turns; NULL once decoded
+    const char *tenant;                 // 0..SW_WIRE_NAME_MAX bytes of the name alphabet ("" =
+                                        // the key's own; NULL to send = "")
     const void *pb;                     // decoded: the message it views (codec.c's business)
 } sw_msg_generate_t;
 

@@ -282,6 +282,8 @@ static int s_forward_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     pb.prefix_tokens = s_out_u32(f->prefix_tokens);
     pb.n_hop_digests = f->n_hop_digests;
     pb.hop_digests = (uint64_t *)f->hop_digests;
+    pb.fair_client = f->fair_client;
+    pb.fair_tenant = f->fair_tenant;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.forward = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_FORWARD, sink, ctx, f->payload,
@@ -367,6 +369,7 @@ static int s_generate_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx,
     pb.stop = stop;
     pb.n_messages = g->n_messages;
     pb.messages = turn_p;
+    pb.tenant = s_out_str(g->tenant);
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.generate = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_GENERATE, sink, ctx, NULL, 0);

@@ -438,6 +438,8 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
     CHECK(g != NULL, "generate missing");
     if ((rc = s_name("generate.request_id", g->request_id, 1, err, err_len)))
         return rc;
+    if ((rc = s_name("generate.tenant", g->tenant, 0, err, err_len)))
+        return rc;
     size_t plen = s_strlen_max(g->prompt, SW_WIRE_MAX_PROMPT_BYTES);
     CHECK(plen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.prompt longer than %u bytes",
           SW_WIRE_MAX_PROMPT_BYTES);

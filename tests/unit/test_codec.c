@@ -422,10 +422,13 @@ static void s_test_forward(void)
     f->n_kv_path = 2;
     f->kv_path = kv_path;
     f->n_ctx = 4096;
+    f->fair_client = 0xfedcba9876543210ull;
+    f->fair_tenant = 7;
     f->payload = tensor;
     f->payload_len = sizeof tensor;
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     const sw_msg_forward_t *g = &out.forward;
+    SW_CHECK(g->fair_client == 0xfedcba9876543210ull && g->fair_tenant == 7);
     SW_CHECK(g->session_id == 0xabcdef && g->round == 42);
     SW_CHECK_INT(g->start_pos, 100);
     SW_CHECK_INT(g->kv_keep, 100);
@@ -590,9 +593,11 @@ static void s_test_generate(void)
                                            .ahead = SW_AHEAD_ON},
                                  .timeout_ms = 30000,
                                  .n_stop = 2,
-                                 .stop = {"\n\n", "END"}}};
+                                 .stop = {"\n\n", "END"},
+                                 .tenant = "api-3f2a"}};
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     const sw_msg_generate_t *g = &out.generate;
+    SW_CHECK(!strcmp(g->tenant, "api-3f2a"));
     SW_CHECK(!strcmp(g->request_id, "req-1"));
     SW_CHECK(!strcmp(g->prompt, "Once upon a time"));
     SW_CHECK_INT(g->n_prompt_tokens, 0);
@@ -633,6 +638,7 @@ static void s_test_generate(void)
     SW_CHECK(g->sampling.temp == 0 && g->sampling.top_p == 1.0f);
     SW_CHECK_INT(g->has_draft, 0);
     SW_CHECK(!strcmp(g->prompt, ""));
+    SW_CHECK(!strcmp(g->tenant, "")); /* not sent: the key's own */
 
     /* prompt tokens */
     static const uint32_t ptoks[4] = {1, 2, 3, (1u << 22) - 1};
@@ -921,6 +927,13 @@ static void s_test_refused_out(void)
     g.generate.n_messages = SW_WIRE_MAX_MESSAGES + 1;
     SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
     g.generate.n_messages = 0;
+    g.generate.tenant = "no spaces"; /* a tenant is a name: 0..63 of [A-Za-z0-9._-] */
+    SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
+    g.generate.tenant = "0123456789012345678901234567890123456789012345678901234567890123";
+    SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
+    g.generate.tenant = "012345678901234567890123456789012345678901234567890123456789012";
+    SW_CHECK_INT(s_refused(&g), 0);
+    g.generate.tenant = NULL;
     g.generate.n_predict = 0;
     SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
 
