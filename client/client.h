@@ -284,6 +284,10 @@ typedef struct sw_client_request {
                                         bytes), or NULL */
     int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
     int timeout_ms;                  /* deadline at the head; 0 = SW_REQUEST_DEFAULT_TIMEOUT_S */
+    const char *tenant;              /* who it is for under this client's key (the gateway: an
+                                        API key's id): the head shares its compute fairly
+                                        between the tenants of a key; 0..SW_WIRE_NAME_MAX of
+                                        [A-Za-z0-9._-], NULL or "" = the key's own */
 } sw_client_request_t;
 
 /* A request with the library's defaults: greedy (temperature 0, the

@@ -64,6 +64,7 @@ typedef struct client_req {
     char *blob;                             /* the prompt or the turns' strings, q points into it */
     sw_client_msg_t *turns;                 /* (q.n_messages) q.messages */
     const char *stop_p[SW_CLIENT_MAX_STOP]; /* q.stop: r->stop's rows */
+    char tenant[SW_WIRE_NAME_MAX + 1];      /* q.tenant */
     uint32_t *toks;                         /* (stats.n_generated) tokens received, in order */
     size_t toks_cap;                        /* entries allocated in toks */
     char model[65];  /* its head's model fingerprint, "" unknown: another head

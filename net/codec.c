@@ -335,6 +335,7 @@ static int s_verdict_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_
     o->n_hop_digests = (uint32_t)v->n_hop_digests;
     if (v->n_hop_digests)
         memcpy(o->hop_digests, v->hop_digests, v->n_hop_digests * sizeof *o->hop_digests);
+    o->prefill_at = v->prefill_at;
     return s_timing_in("verdict.timing", v->timing, v->n_timing, o->timing, &o->n_timing, err,
                        err_len);
 }

@@ -277,6 +277,8 @@ typedef struct sw_msg_verdict {
     uint64_t logits_digest;                    // the tail's running logits digest
     uint32_t n_hop_digests;                    // 0..SW_WIRE_MAX_ROUTE - 1
     uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) Forward.hop_digests + the tail's
+    uint32_t prefill_at;                       // > 0: a prefill piece's acknowledgement (no
+                                               // tokens): the prompt computed up to here
 } sw_msg_verdict_t;
 
 /* ChatMessage: one turn of a conversation. */

@@ -315,6 +315,7 @@ static int s_verdict_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     CHECK(v->n_hop_digests < SW_WIRE_MAX_ROUTE, "verdict has %u hop_digests", v->n_hop_digests);
     pb.n_hop_digests = v->n_hop_digests;
     pb.hop_digests = (uint64_t *)v->hop_digests;
+    pb.prefill_at = v->prefill_at;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.verdict = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_VERDICT, sink, ctx, NULL, 0);

@@ -413,6 +413,14 @@ static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
     CHECK(v->session_id != 0, "verdict.session_id is 0");
     CHECK(v->n_accepted <= SW_WIRE_MAX_DRAFT, "verdict.n_accepted %u > %d", v->n_accepted,
           SW_WIRE_MAX_DRAFT);
+    if (v->prefill_at) { // a prefill piece's acknowledgement: a position, nothing else
+        CHECK(v->prefill_at <= SW_WIRE_MAX_POS && v->n_tokens == 0 && v->n_accepted == 0 &&
+                  v->n_path == 0 && v->n_hop_digests == 0,
+              "verdict acknowledging a prefill piece at %u carries tokens, a path or digests "
+              "(or the position passes %u)",
+              v->prefill_at, SW_WIRE_MAX_POS);
+        return s_timing(v->timing, v->n_timing, err, err_len);
+    }
     CHECK(v->n_tokens == (size_t)v->n_accepted + 1,
           "verdict has %zu tokens, n_accepted %u needs %u", v->n_tokens, v->n_accepted,
           v->n_accepted + 1);

@@ -91,8 +91,13 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
+    if (head_sched_init(n, err, err_len) != 0) {
+        n->head = NULL;
+        goto fail;
+    }
     return 0;
 fail:
+    head_sched_free(h);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h->sess);
@@ -127,6 +132,7 @@ void node_head_free(node_t *n)
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
+    head_sched_free(h);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h->sess);
@@ -267,8 +273,10 @@ void node_head_step(node_t *n)
         h->busy = 1;
     head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
-    for (int k = 0; k < h->n_slots && !h->busy; k++)
-        h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0;
+    const double end = sw_now_ms();
+    for (int k = 0; k < h->n_slots && !h->busy; k++) // chunks to send (not waiting for acks)
+        h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0 &&
+                  head_sched_may_send(n, &h->sess[k], end);
 }
 
 int node_head_timeout(const node_t *n)

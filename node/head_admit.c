@@ -263,6 +263,7 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->resend_at = -1;
     randombytes_buf(&s->id, sizeof s->id);
     s->id |= 1;
+    head_sched_open(h, s, g->tenant); /* its flows in the fair queue */
 }
 
 /* The session's memory: its KV cache (counted in the head's kv_used), round
@@ -449,38 +450,66 @@ fail:
     return S_REFUSED;
 }
 
-/* Sessions running (or routing) for client (head_who: its key, else its name). */
-static int s_client_running(const node_head_t *h, const char *who)
+/* Sessions running (or routing) for client (head_who: its key, else its name),
+ * and of them for tenant (NULL: not counted). */
+static int s_client_running(const node_head_t *h, const char *who, const char *tenant,
+                            int *of_tenant)
 {
-    int k = 0;
-    for (int i = 0; i < h->n_slots; i++)
-        k += (h->sess[i].state == HEAD_ROUTE || h->sess[i].state == HEAD_RUN) &&
-             !strcmp(head_sess_who(&h->sess[i]), who);
+    int k = 0, t = 0;
+    for (int i = 0; i < h->n_slots; i++) {
+        const head_sess_t *s = &h->sess[i];
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && !strcmp(head_sess_who(s), who)) {
+            k++;
+            t += tenant && !strcmp(s->tenant, tenant);
+        }
+    }
+    if (of_tenant)
+        *of_tenant = t;
     return k;
 }
 
-/* 1 when client `who` may start another session now (its --max-sessions-per-client). */
+/* 1 when a request of another client than `who` waits in the queue. */
+static int s_other_waiting(const node_t *n, const char *who)
+{
+    const node_head_t *h = n->head;
+    for (int i = 0; i < h->q_len; i++)
+        if (strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), who) != 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when client `who` may start another session now. Below its share
+ * (--max-sessions-per-client) always; above it only when no other key's
+ * request waits (work-conserving: a key alone may take every session) and
+ * the operator did not set the share as a hard cap. */
 static int s_client_may_start(const node_t *n, const char *who)
 {
     const int quota = n->o.max_sessions_per_client;
-    return quota <= 0 || s_client_running(n->head, who) < quota;
+    if (quota <= 0 || s_client_running(n->head, who, NULL, NULL) < quota)
+        return 1;
+    return !n->o.sessions_per_client_hard && !s_other_waiting(n, who);
 }
 
 /* The queued request to start next, or -1: of those whose client may start a
  * session now, the one whose client runs the fewest (a fair share between
- * client keys), the oldest of them. */
+ * client keys), then whose tenant under that key runs the fewest, the
+ * oldest of them. */
 static int s_queue_next(const node_t *n)
 {
     const node_head_t *h = n->head;
-    int best = -1, best_running = 0;
+    int best = -1, best_running = 0, best_tenant = 0;
     for (int i = 0; i < h->q_len; i++) {
-        const char *who = head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg);
+        const head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        const char *who = head_who(&w->msg);
         if (!s_client_may_start(n, who))
             continue;
-        const int running = s_client_running(h, who);
-        if (best < 0 || running < best_running) {
+        int tenant = 0;
+        const int running = s_client_running(h, who, w->g.tenant, &tenant);
+        if (best < 0 || running < best_running ||
+            (running == best_running && tenant < best_tenant)) {
             best = i;
             best_running = running;
+            best_tenant = tenant;
         }
     }
     return best;

@@ -15,6 +15,8 @@
  *                   vanished clients, the status query
  *   head_stream.c   what a client receives: TokenChunks (kept for Resume),
  *                   the final chunk and its stats, Errors; Resume
+ *   head_sched.c    the head's part of the fair queue (sched.h): each
+ *                   session's flows, prompt pieces, the batch's order
  *
  * A session's slot (head_sess_t) and everything it points to belong to the
  * head: head_forget frees them all, head_end all but the record of what the
@@ -32,6 +34,7 @@
 #include "head.h"
 #include "node.h"
 #include "recover.h"
+#include "sched.h"
 #include "tokenizer.h"
 
 #define HEAD_ROUTE_FRESH_MS 5000 // a route built from a table this recent serves a new request
@@ -162,6 +165,17 @@ typedef struct head_sess {
     int spot_draw;     // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
     head_spot_t *spot; // the checked session's copies, or NULL
     int spot_fail;     // 1: its route held a node the spot checks convicted: replay
+    /* the fair queue (head_sched.c) */
+    char tenant[SW_WIRE_NAME_MAX + 1];       // GenerateRequest.tenant: who it is for under its key
+    uint64_t flow[NODE_SCHED_LEVELS];        // its flows: client key, tenant, session (sched.h)
+    int piece_rows;                          // its last prompt piece: rows (0 = none yet)
+    double piece_ms;                         // and the ms of the batch it ran in
+    uint64_t piece_round[SW_WIRE_MAX_ROUTE]; // ring of its last pieces sent: their round,
+    uint32_t piece_end[SW_WIRE_MAX_ROUTE];   // and the position each ends at
+    int piece_at;                            // the ring's next entry
+    uint64_t ack_round;                      // the round the tail's last acknowledgement was of
+    uint32_t acked;                          // ... and the prompt positions it had computed
+    double t_progress;                       // a piece went out or was acknowledged then (ms)
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -220,6 +234,9 @@ struct node_head {
         double t;                       // when last refilled (ms)
     } * resend;                         // (n_slots) Resume budgets, one per client with requests
     int resend_pending;                 // 1 when some session has chunks to send again
+    node_sched_t *sched;                // the fair queue of the head's batches (head_sched.c)
+    int pieces;                         // 1: prompts go in pieces (--prefill-pieces, the model)
+    double w_ms;                        // a one-row forward of the head's layers (ms, 0 = unknown)
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -265,6 +282,27 @@ static inline const char *head_reply_addr(const sw_wire_msg_t *msg, char *out)
     sw_wire_addr(out, msg->peer, msg->peer_key);
     return out;
 }
+
+/* ---- head_sched.c: the fair queue (sched.h) ------------------------------------------------ */
+
+/* Makes the head's scheduler and measures its one-row forward. 0, or -1 with err. */
+int head_sched_init(node_t *n, char *err, size_t err_len);
+void head_sched_free(node_head_t *h);
+/* A new session's flows (its key, tenant, id; tenant may be NULL = the key's own). */
+void head_sched_open(node_head_t *h, head_sess_t *s, const char *tenant);
+/* Rows of s's next chunk: rows (at most to the window's end) as a prompt piece. */
+int head_sched_rows(const node_t *n, const head_sess_t *s, int rows);
+/* This pass's batch out of ready[0..n_ready), their next chunks rows[]: indices into ready in
+ * pick, in the order they run; returns their count. */
+int head_sched_pick(node_t *n, head_sess_t *const *ready, const int *rows, int n_ready, int *pick);
+/* The batch in[0..nb) ran rows[] each in ms: each session's flows are charged its share. */
+void head_sched_ran(node_t *n, head_sess_t *const *in, const int *rows, int nb, double ms);
+/* 1 when s, which has rows to send, may run its next chunk now: a prompt's next piece waits
+ * while route.n of its pieces are unacknowledged by the tail (at most NODE_SCHED_ACK_WAIT_MS
+ * since the last progress). */
+int head_sched_may_send(const node_t *n, const head_sess_t *s, double now);
+/* A Verdict acknowledging a prefill piece (prefill_at > 0) from peer: s's window moves on. */
+void head_sched_ack(node_t *n, const char *peer, const sw_msg_verdict_t *vd);
 
 /* ---- head_spot.c: spot checks (docs/security.md) ------------------------------------------- */
 

@@ -153,6 +153,10 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     if (!h || sw_codec_decode(msg, SW_MSG_VERDICT, &d, NULL, 0) != 0)
         return;
     const sw_msg_verdict_t *vd = &d.verdict;
+    if (vd->prefill_at) { // the tail computed a prefill piece: the next may go (head_sched.c)
+        head_sched_ack(n, msg->peer, vd);
+        return;
+    }
     head_sess_t *s = NULL;
     for (int i = 0; i < h->n_slots && !s; i++)
         if (h->sess[i].state == HEAD_RUN && h->sess[i].id == vd->session_id)
@@ -332,6 +336,8 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     f->timing[0] =
         (sw_msg_timing_t){.name = s->route.names[0], .compute_us = (uint32_t)(head_ms * 1e3)};
     f->n_ctx = (uint32_t)s->n_ctx;
+    f->fair_client = s->flow[0]; // the stages share their compute per key and tenant too
+    f->fair_tenant = s->flow[1];
     if (row0 > 0 && row0 == s->prefix_len && r->kv_keep == 0) {
         /* the prompt's first row0 positions come from every stage's prefix cache */
         f->prefix_len = (uint32_t)row0;
@@ -418,8 +424,8 @@ int head_advance(node_t *n, head_sess_t *s, double now)
     }
     if (s->send_idx >= 0 && node_recover_failing(s->rec))
         s->send_idx = -1; // the attempt failed while its rows went out: recovery resends
-    if (s->send_idx >= 0)
-        return 1; // rows of a round left to send
+    if (s->send_idx >= 0) // rows of a round left to send (a prompt's pieces: while few wait)
+        return head_sched_may_send(n, s, now);
     if (!s->logged) {
         /* Drafting in bounded pieces: the other sessions' messages are read
          * between two (node_head_timeout says 0 while pieces are left). */
@@ -581,22 +587,31 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     sw_kv_t *kvs[NODE_MAX_BATCH];
     sw_forward_t fs[NODE_MAX_BATCH];
     head_sess_t *in[NODE_MAX_BATCH];
-    int nb = 0, rows_total = 0, logit_rows = 0;
-    for (int i = 0; i < n_ready && nb < NODE_MAX_BATCH; i++) {
-        head_sess_t *s = ready[i];
-        const sw_round_t *r = &s->send_r;
+    int want[NODE_MAX_BATCH], pick[NODE_MAX_BATCH], in_rows[NODE_MAX_BATCH];
+    if (n_ready > NODE_MAX_BATCH)
+        n_ready = NODE_MAX_BATCH;
+    for (int i = 0; i < n_ready; i++) {
+        const head_sess_t *s = ready[i];
         /* Chunks of SW_WIRE_MAX_ROWS go on the wire; a route of one stage runs
          * the whole round at once (as a single process would). */
-        int rows = r->n - s->send_row;
+        int rows = s->send_r.n - s->send_row;
         if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS)
             rows = SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS; // to a window's end
-
+        want[i] = head_sched_rows(n, s, rows); // a prompt in pieces (head_sched.c)
+    }
+    /* which of them run now, fairly between keys (head_sched.c) */
+    const int n_pick = head_sched_pick(n, ready, want, n_ready, pick);
+    int nb = 0, rows_total = 0, logit_rows = 0;
+    for (int j = 0; j < n_pick; j++) {
+        head_sess_t *s = ready[pick[j]];
+        const sw_round_t *r = &s->send_r;
+        const int rows = want[pick[j]];
         const int last = s->send_row + rows == r->n;
-        const int want = s->route.n == 1 && last ? r->n_draft + 1 : 0;
+        const int want_logits = s->route.n == 1 && last ? r->n_draft + 1 : 0;
         if (nb > 0 && (rows_total + rows > n->o.max_batch_rows || rows_total + rows > n->rows_cap ||
-                       logit_rows + want > h->logit_rows))
-            break; // the rest go first next pass
-        if (s->route.n == 1 && want > h->logit_rows) {
+                       logit_rows + want_logits > h->logit_rows))
+            continue; // it goes first next pass
+        if (s->route.n == 1 && want_logits > h->logit_rows) {
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
             continue;
         }
@@ -604,19 +619,20 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
             .n = rows,
             .tokens = r->tokens + s->send_row,
             .out_hidden = s->route.n > 1 ? h->bout + (size_t)rows_total * E : NULL,
-            .logits = want ? h->logits + (size_t)logit_rows * V : NULL,
-            .n_logits = want,
+            .logits = want_logits ? h->logits + (size_t)logit_rows * V : NULL,
+            .n_logits = want_logits,
             .prompt = r->n_draft == 0,
-            /* after a cached prefix: the prompt's windows from position 0 */
+            /* after a cached prefix or an earlier piece: the prompt's windows from position 0 */
             .prompt_cont = r->kv_keep == 0 && r->n_draft == 0 && s->send_row > 0,
         };
         if (sw_round_parents(r, s->send_row, rows, s->send_tp))
             f.parent = s->send_tp;
         kvs[nb] = s->kv;
         fs[nb] = f;
+        in_rows[nb] = rows;
         in[nb++] = s;
         rows_total += s->route.n > 1 ? rows : 0;
-        logit_rows += want;
+        logit_rows += want_logits;
     }
     if (nb == 0)
         return;
@@ -629,8 +645,10 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     int all_rows = 0;
     for (int i = 0; i < nb; i++)
         all_rows += fs[i].n;
-    if (rc == 0)
+    if (rc == 0) {
         draft_load_head_batch(&h->load, all_rows, batch_ms, t0 + batch_ms);
+        head_sched_ran(n, in, in_rows, nb, batch_ms); // each key's share of the time
+    }
     for (int i = 0; i < nb; i++)
         in[i]->round_head_rows = all_rows;
     for (int i = 0; i < nb; i++) {

@@ -17,6 +17,7 @@
 #include "hub.h"
 #include "keys.h"
 #include "node.h"
+#include "sched.h"
 #include "wire.h"
 
 static volatile sig_atomic_t s_stop;
@@ -50,6 +51,7 @@ enum {
     O_AUTO_NODES,
     O_SPOT,
     O_FLIP,
+    O_PIECES,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -76,7 +78,15 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT) ",\n0 = any)"},
     {"max-sessions-per-client", O_SPC, "N",
      "head: sessions one client key runs at once; its other\nrequests wait while others' pass "
-     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers; 0 = any)"},
+     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers, and only "
+     "while another key's request waits:\na key alone may take every session; given: a hard\n"
+     "cap; 0 = any)"},
+    {"prefill-pieces", O_PIECES, "N",
+     "head: long prompts go in pieces of about N one-row\nforwards' time while alone, each "
+     "stage interleaving\nthem fairly with other sessions' rounds: a request\nthat arrives "
+     "meanwhile waits about that long at\neach stage, the prompt loses about 1/N of its speed\n"
+     "(while others run: " SW_STR(NODE_SCHED_PIECE_SHARED) "; default " SW_STR(
+         NODE_SCHED_PIECE_ALONE) ";\n0: whole windows of " SW_STR(SW_WIRE_MAX_ROWS) " rows)"},
     {"max-batch-rows", O_MAXROWS, "N",
      "rows run through the layers in one batch, summed over\nsessions (default " //
      SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
@@ -222,6 +232,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
                           &o->max_queue_per_client);
     case O_SPC:
         return sw_arg_int(P, "--max-sessions-per-client", v, 0, 4096, &o->max_sessions_per_client);
+    case O_PIECES:
+        return sw_arg_int(P, "--prefill-pieces", v, 0, 64, &o->prefill_pieces);
     case O_MAXROWS:
         return sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o->max_batch_rows);
     case O_KVMIB:
@@ -328,10 +340,12 @@ int main(int argc, char **argv)
         .draft_load = 1,
         .draft_gate = 1,
         .draft_batch = 1,
+        .prefill_pieces = NODE_SCHED_PIECE_ALONE,
     };
     const int rc = s_parse(argc, argv, &o, &cli);
     if (rc >= 0)
         return rc;
+    o.sessions_per_client_hard = o.max_sessions_per_client >= 0;
     if (o.max_sessions_per_client < 0)
         o.max_sessions_per_client = SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(o.max_sessions);
     s_apply(&o, &cli);

@@ -16,6 +16,7 @@
 #include "head.h"
 #include "log.h"
 #include "placement.h"
+#include "sched.h"
 #include "stage.h"
 
 static sw_role_t s_role(const node_t *n)
@@ -341,7 +342,8 @@ static int s_loop(node_t *n)
     double next_expire = sw_now_ms() + 1000;
     while (!*n->stop) {
         sw_wire_msg_t m = {0};
-        int r = sw_peer_recv(n->peer, &m, node_head_timeout(n));
+        /* Forwards waiting at the stage: a batch each pass, new messages read between */
+        int r = sw_peer_recv(n->peer, &m, node_stage_busy(n) ? 0 : node_head_timeout(n));
         for (int budget = 1024; r == 0; budget--) {
             s_dispatch(n, &m);
             sw_wire_msg_clear(&m);
@@ -389,6 +391,7 @@ static void s_close(node_t *n)
     free(n->wire_buf);
     free(n->logits);
     sw_prefix_free(&n->prefix);
+    node_sched_free(&n->sched);
     sw_model_free(&n->model);
     node_place_free(n);
     sw_backend_free(&n->be);

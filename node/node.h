@@ -62,24 +62,28 @@ typedef struct node_opts {
     int draft_ahead;     // head: 1 = draft ahead while rounds travel by default
     const sw_sec_t *sec; // keys for the relay connection (keys.h); NULL = loopback only
     int max_queue;       // head: requests waiting for a session slot at most
-    int max_queue_per_client;    // head: of them from one client at most (0 = no limit)
-    int max_sessions_per_client; // head: sessions one client key runs at once (0 = no limit)
-    int max_batch_rows;          // rows in one batched forward (a larger prefill chunk runs alone)
-    int64_t kv_bytes;            // memory for the sessions' KV caches, bytes (0 = no cap)
-    int prefix_cache;            // 1: keep prompt prefixes' KV for later requests (within
-                                 // kv_bytes; engine/include/prefix.h)
-    int draft_load;              // head: 1 = K and trees follow the load (drafter/load.h)
-    int draft_gate;              // head: 1 = with several sessions, drafting is kept only while it
-                                 // measures faster than plain rounds (drafter/load.h)
-    int draft_batch;             // head: 1 = the sessions' draft steps run batched
-    int layer_auto;              // 1: --layers auto (a standby until the head assigns a range)
-    int mem_mib;                 // placement: memory for weights and KV, MiB (0 = half the
-                                 // memory available at start)
-    int auto_nodes;              // head: plan for the auto nodes (wait for this many at first;
-                                 // 0 = no placement)
-    double spot_share;           // head: share of sessions spot-checked, [0, 1] (0 = off)
-    int test_flip_bit;           // TESTING ONLY: flip one bit in every Nth hidden-state
-                                 // payload passed on (0 = honest)
+    int max_queue_per_client;     // head: of them from one client at most (0 = no limit)
+    int max_sessions_per_client;  // head: sessions one client key runs at once (0 = no limit)
+    int sessions_per_client_hard; // head: 1 = that is a hard cap (the flag was given); 0 = it
+                                  // applies only while another key's request waits
+    int prefill_pieces;           // head: prompts go in pieces of about this many one-row
+                                  // forwards while alone (node/head_sched.c); 0 = whole windows
+    int max_batch_rows;           // rows in one batched forward (a larger prefill chunk runs alone)
+    int64_t kv_bytes;             // memory for the sessions' KV caches, bytes (0 = no cap)
+    int prefix_cache;             // 1: keep prompt prefixes' KV for later requests (within
+                                  // kv_bytes; engine/include/prefix.h)
+    int draft_load;               // head: 1 = K and trees follow the load (drafter/load.h)
+    int draft_gate;               // head: 1 = with several sessions, drafting is kept only while it
+                                  // measures faster than plain rounds (drafter/load.h)
+    int draft_batch;              // head: 1 = the sessions' draft steps run batched
+    int layer_auto;               // 1: --layers auto (a standby until the head assigns a range)
+    int mem_mib;                  // placement: memory for weights and KV, MiB (0 = half the
+                                  // memory available at start)
+    int auto_nodes;               // head: plan for the auto nodes (wait for this many at first;
+                                  // 0 = no placement)
+    double spot_share;            // head: share of sessions spot-checked, [0, 1] (0 = off)
+    int test_flip_bit;            // TESTING ONLY: flip one bit in every Nth hidden-state
+                                  // payload passed on (0 = honest)
 } node_opts_t;
 
 typedef struct node_place node_place_t; // place.h
@@ -103,10 +107,13 @@ typedef struct node {
     float *hidden_out;                // (rows_cap, n_embd) f32, its output
     void *wire_buf;                   // (SW_WIRE_MAX_ROWS, n_embd) f32-sized dtype buffer
     float *logits;                    // (logit_cap, n_vocab), last stage
-    node_fwd_t *batch;                // (NODE_MAX_BATCH) Forwards waiting for the batch
+    node_fwd_t *batch;                // (NODE_MAX_BATCH) the queue: Forwards waiting for a batch
     int n_batch;                      // entries
-    int batch_rows;                   // their rows
-    int batch_logits;                 // their logits rows
+    size_t queue_bytes;               // their payloads' bytes (<= NODE_QUEUE_BYTES)
+    int n_batch_run;                  // of them, taken into the batch being built
+    int batch_rows;                   // its rows
+    int batch_logits;                 // its logits rows
+    struct node_sched *sched;         // the fair queue of the stage's batches (stage_sched.c)
     uint64_t stat_batches;            // batches run (for logs and tests)
     uint64_t stat_batched;            // Forwards run in them
     int stat_shared_rows;             // most rows in one batch of 2 or more Forwards

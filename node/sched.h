@@ -31,10 +31,11 @@
  * Prompt pieces (node_sched_piece_rows): the head cuts a prompt into pieces
  * that each cost about k of its one-row forwards (w_ms): the weights are
  * read once per call, so a piece of that cost spends about 1/k of its time
- * on that read; k is NODE_SCHED_PIECE_ALONE while the prefill is the only
- * work at the head (little lost to reading the weights) and
- * NODE_SCHED_PIECE_SHARED while other sessions run (a round that arrives
- * behind a piece waits about that long at each stage).
+ * on that read; k is NODE_SCHED_PIECE_ALONE (--prefill-pieces) while the
+ * prefill is the only work at the head (a request that arrives meanwhile
+ * waits about that long at each stage) and NODE_SCHED_PIECE_SHARED while
+ * other sessions run (a round that arrives behind a piece waits about two
+ * rounds' time at each stage).
  *
  * One thread; node_sched_new's result is freed by node_sched_free.
  */
@@ -44,15 +45,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define NODE_SCHED_LEVELS 3       // client key, tenant, session
-#define NODE_SCHED_FLOWS 1024     // flows remembered, all levels together
-#define NODE_SCHED_CREDIT_MS 500  // compute a competing flow may be behind its most served sibling
-#define NODE_SCHED_PIECE_ALONE 8  // a prefill alone: pieces of ~8 one-row forwards
-#define NODE_SCHED_PIECE_SHARED 2 // with other sessions running: ~2
-#define NODE_SCHED_PIECE_MIN                                                                       \
-    8 // rows of a piece at a prompt window's start at least (the
-      // window's arithmetic depends on its first piece reaching 8
-      // rows: engine/include/model.h)
+/* The levels of flows, and how many flows the table remembers (all levels). */
+#define NODE_SCHED_LEVELS 3
+#define NODE_SCHED_FLOWS 1024
+/* Compute (ms) a competing flow may be behind its most served sibling. */
+#define NODE_SCHED_CREDIT_MS 500
+/* Prompt pieces of about this many one-row forwards: alone (--prefill-pieces' default), with
+ * other sessions running. */
+#define NODE_SCHED_PIECE_ALONE 4
+#define NODE_SCHED_PIECE_SHARED 2
+/* Rows of a piece at a prompt window's start at least: the window's arithmetic depends on
+ * its first piece reaching 8 rows (engine/include/model.h). */
+#define NODE_SCHED_PIECE_MIN 8
+/* A prompt's next piece waits this long at most for the tail's acknowledgement of an
+ * earlier one (so one that was lost costs no more). */
+#define NODE_SCHED_ACK_WAIT_MS 5000
 
 typedef struct node_sched node_sched_t;
 

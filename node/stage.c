@@ -4,9 +4,12 @@
  *
  * A Forward is first checked against this stage's configuration, its route
  * and its session (node_stage_forward); an accepted one waits in the stage's
- * batch. When the node has read what the relay had for it,
- * node_stage_flush() runs every waiting Forward through this stage's layers
- * in ONE call of the engine (each session with its own cache and positions:
+ * queue. Once a pass of the event loop, node_stage_flush() takes the next
+ * batch out of the queue (stage_sched.c: fairly between the client keys and
+ * tenants the Forwards belong to, a prompt piece alone or first), checks
+ * what depends on the session's cache (its earlier Forwards have run by
+ * then), runs the batch through this stage's layers in ONE call of the
+ * engine (each session with its own cache and positions:
  * sw_model_forward_batch), then passes each session's hidden states on to
  * the next stage or, on the last stage, verifies each round and answers its
  * head with a Verdict. While a WAN round trip is in flight a stage would sit
@@ -14,11 +17,13 @@
  * throughput, and the engine's batch invariance keeps each session's output
  * exactly what it would be alone.
  *
- * Bounds: one Forward per session per batch (a second one of the same session
- * runs in the next), at most --max-batch-rows rows per batch (a prefill chunk
- * larger than that runs alone), and a session's cache is sized from the
- * Forward's n_ctx and counted against --kv-mib: a session that does not fit
- * is refused with an error that says so, never an out-of-memory crash.
+ * Bounds: one Forward per session per batch (a session's next one runs in a
+ * later batch), at most --max-batch-rows rows per batch (a prefill chunk
+ * larger than that runs alone), NODE_MAX_BATCH Forwards and NODE_QUEUE_BYTES
+ * of payload waiting (beyond, a batch runs before the next is taken), and a
+ * session's cache is sized from the Forward's n_ctx and counted against
+ * --kv-mib: a session that does not fit is refused with an error that says
+ * so, never an out-of-memory crash.
  *
  * Every field of a Forward that this stage relies on is checked against its
  * own configuration before anything changes; a bad message is answered with
@@ -545,21 +550,16 @@ static int s_check_round(node_t *n, node_session_t *s, const sw_msg_forward_t *f
     return 0;
 }
 
-/* Takes the checked Forward (moved from msg) into the batch, its hidden
- * states unpacked into hidden_in. */
-static void s_enqueue(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, node_session_t *s,
-                      int want_logits, double t_arrive)
+/* Puts waiting Forward b (its message decoded as f) into the batch: its
+ * hidden states unpacked into hidden_in after the batch's rows so far. */
+static void s_enqueue(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f, int want_logits)
 {
     const int E = n->hp->n_embd;
     const int rows = (int)f->n_rows;
-    node_fwd_t *b = &n->batch[n->n_batch++];
-    memset(b, 0, sizeof *b);
-    sw_wire_msg_move(&b->msg, msg);
-    b->s = s;
+    node_session_t *s = b->s;
     b->row0 = n->batch_rows;
     b->logit0 = n->batch_logits;
     b->n_logits = want_logits;
-    b->t_arrive = t_arrive;
     size_t plen = 0;
     const void *payload = sw_wire_msg_payload(&b->msg, &plen);
     sw_codec_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
@@ -580,8 +580,6 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
     if (sw_codec_decode(msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
         return;
     const sw_msg_forward_t *f = &d.forward;
-    const int rows = (int)f->n_rows;
-    const int n_draft = (int)f->n_draft;
     const uint64_t sid = f->session_id;
     if (s_check_meant(n, msg, f) != 0 || s_check_route(n, msg, f, t_arrive) != 0 ||
         s_check_fits(n, msg, f) != 0)
@@ -590,16 +588,12 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
     node_session_t *s = s_session_of(n, msg, f);
     if (!s)
         return;
-    /* A second round of a session already in the batch waits for the next one;
-     * so does a round that would make the batch too large. */
-    int dup = 0;
-    for (int i = 0; i < n->n_batch; i++)
-        dup |= n->batch[i].s == s;
-    const int want_logits = node_is_last(n) && !f->prefill_more ? n_draft + 1 : 0;
-    if (dup || n->n_batch == NODE_MAX_BATCH ||
-        (n->n_batch > 0 &&
-         (n->batch_rows + rows > n->rows_cap || n->batch_rows + rows > n->o.max_batch_rows ||
-          n->batch_logits + want_logits > n->logit_cap)))
+    /* Into the queue, behind the session's earlier Forwards; a full queue runs
+     * a batch first (its Forwards wait in the relay and the socket meanwhile). */
+    size_t plen = 0;
+    sw_wire_msg_payload(msg, &plen);
+    while (n->n_batch > 0 &&
+           (n->n_batch == NODE_MAX_BATCH || n->queue_bytes + plen > NODE_QUEUE_BYTES))
         node_stage_flush(n);
     s = node_session_get(n, sid, NULL, 0, &(const char *){""}); /* the flush may have freed it */
     if (!s) {
@@ -608,12 +602,13 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         return;
     }
     s->last_used_ms = t_arrive;
-    if (f->prefix_len && s_prefix_take(n, s, f) != 0)
-        return;
-    if (s_check_round(n, s, f) != 0)
-        return;
-    /* Accepted: into the batch. */
-    s_enqueue(n, msg, f, s, want_logits, t_arrive);
+    node_fwd_t *b = &n->batch[n->n_batch++];
+    memset(b, 0, sizeof *b);
+    sw_wire_msg_move(&b->msg, msg);
+    b->s = s;
+    b->t_arrive = t_arrive;
+    b->bytes = plen;
+    n->queue_bytes += plen;
 }
 
 /* After the batch's compute: passes one session's rows on to the next stage
@@ -667,7 +662,9 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
         if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0) {
             s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s", err);
             node_session_free(n, s);
+            return;
         }
+        node_stage_ack(n, f); // the head sends the prompt's next pieces (stage_sched.c)
         return;
     }
     sw_draft_q_t q[SW_MAX_DRAFT];
@@ -725,6 +722,56 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
                 reply);
 }
 
+/* Picked Forward b (decoded as f) goes into the batch once the checks that
+ * depend on its session's cache pass (its earlier Forwards have run by now):
+ * 1 when taken, 0 when it waits for the next batch (no room for its rows or
+ * logits), -1 when it was answered with an Error and goes. */
+static int s_take(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f)
+{
+    const int rows = (int)f->n_rows;
+    const int want_logits = node_is_last(n) && !f->prefill_more ? (int)f->n_draft + 1 : 0;
+    if (n->n_batch_run > 0 &&
+        (n->batch_rows + rows > n->rows_cap || n->batch_logits + want_logits > n->logit_cap))
+        return 0;
+    if (f->prefix_len && s_prefix_take(n, b->s, f) != 0)
+        return -1;
+    if (!b->s || s_check_round(n, b->s, f) != 0)
+        return -1;
+    sw_round_t r;
+    int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
+    s_round_of(f, &r, parents, kv_path);
+    char kerr[256] = "";
+    if (sw_round_kv(b->s->kv, &r, kerr, sizeof kerr) != 0) {
+        /* the previous round's path is not in this cache (restarted?): replay */
+        s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id, "%s: %s",
+                      sw_peer_name(n->peer), kerr);
+        node_session_free(n, b->s);
+        return -1;
+    }
+    s_enqueue(n, b, f, want_logits);
+    return 1;
+}
+
+/* Removes the queue's entries whose done[i] is set (their messages freed),
+ * keeping the others in order. */
+static void s_queue_drop(node_t *n, const char *done)
+{
+    int k = 0;
+    for (int i = 0; i < n->n_batch; i++) {
+        if (done[i]) {
+            n->queue_bytes -= n->batch[i].bytes;
+            sw_wire_msg_clear(&n->batch[i].msg);
+            continue;
+        }
+        if (k != i) {
+            n->batch[k] = n->batch[i];
+            memset(&n->batch[i].msg, 0, sizeof n->batch[i].msg); // moved: owned by entry k
+        }
+        k++;
+    }
+    n->n_batch = k;
+}
+
 void node_stage_flush(node_t *n)
 {
     if (n->n_batch == 0)
@@ -734,24 +781,30 @@ void node_stage_flush(node_t *n)
     sw_kv_t *kvs[NODE_MAX_BATCH];
     sw_forward_t fs[NODE_MAX_BATCH];
     node_fwd_t *live[NODE_MAX_BATCH];
+    int sel[NODE_MAX_BATCH];
+    char done[NODE_MAX_BATCH] = {0};
+    /* which waiting Forwards run now, fairly between keys (stage_sched.c) */
+    const int n_sel = node_stage_pick(n, sel, done);
     int nl = 0;
-    for (int i = 0; i < n->n_batch; i++) {
-        node_fwd_t *b = &n->batch[i];
+    n->batch_rows = n->batch_logits = n->n_batch_run = 0;
+    for (int j = 0; j < n_sel; j++) {
+        node_fwd_t *b = &n->batch[sel[j]];
         sw_msg_t d;
-        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
-            continue; // closed while it waited
+        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0) {
+            done[sel[j]] = 1; // closed while it waited
+            continue;
+        }
         const sw_msg_forward_t *f = &d.forward;
+        const int took = s_take(n, b, f);
+        if (took <= 0) {
+            done[sel[j]] = took < 0;
+            continue;
+        }
+        done[sel[j]] = 1;
+        n->n_batch_run++;
         sw_round_t r;
         int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
         s_round_of(f, &r, parents, kv_path);
-        char kerr[256] = "";
-        if (sw_round_kv(b->s->kv, &r, kerr, sizeof kerr) != 0) {
-            /* the previous round's path is not in this cache (restarted?): replay */
-            s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id, "%s: %s",
-                          sw_peer_name(n->peer), kerr);
-            node_session_free(n, b->s);
-            continue;
-        }
         sw_forward_t fw = {
             .n = (int)f->n_rows,
             .hidden = n->hidden_in + (size_t)b->row0 * E,
@@ -759,7 +812,8 @@ void node_stage_flush(node_t *n)
             .logits = n->logits ? n->logits + (size_t)b->logit0 * V : NULL,
             .n_logits = b->n_logits,
             .prompt = f->n_draft == 0,
-            .prompt_cont = f->prefix_len > 0, /* the prompt's windows from position 0 */
+            /* the prompt's windows from position 0: after a prefix, or a later piece */
+            .prompt_cont = f->prefix_len > 0 || node_stage_prefill_cont(b->s, f),
         };
         if (sw_round_parents(&r, 0, fw.n, b->par))
             fw.parent = b->par;
@@ -780,6 +834,8 @@ void node_stage_flush(node_t *n)
         rows_run += fs[i].n;
     if (nl > 1 && rows_run > n->stat_shared_rows)
         n->stat_shared_rows = rows_run;
+    if (rc == 0)
+        node_stage_ran(n, live, nl, t1 - t0); // each key's share of the time (stage_sched.c)
     for (int i = 0; i < nl; i++) {
         node_fwd_t *b = live[i];
         sw_msg_t d;
@@ -793,6 +849,7 @@ void node_stage_flush(node_t *n)
             continue;
         }
         b->s->round = f->round;
+        node_stage_prefill_ran(b->s, f);
         s_prompt_track(n, b->s, f);
         const sw_msg_timing_t mine = {
             .name = sw_peer_name(n->peer),
@@ -807,7 +864,6 @@ void node_stage_flush(node_t *n)
         else
             s_pass_on(n, b, &d, &mine);
     }
-    for (int i = 0; i < n->n_batch; i++)
-        sw_wire_msg_clear(&n->batch[i].msg);
-    n->n_batch = n->batch_rows = n->batch_logits = 0;
+    s_queue_drop(n, done);
+    n->batch_rows = n->batch_logits = n->n_batch_run = 0;
 }

@@ -564,6 +564,11 @@ static void s_test_verdict(void)
     msg.verdict.path = NULL;
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     SW_CHECK(out.verdict.n_path == 0 && out.verdict.path == NULL);
+    SW_CHECK_INT(out.verdict.prefill_at, 0);
+    /* a prefill piece's acknowledgement: a position, no tokens */
+    msg.verdict = (sw_msg_verdict_t){.session_id = 9, .round = 3, .prefill_at = 1536};
+    SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
+    SW_CHECK(out.verdict.prefill_at == 1536 && out.verdict.n_tokens == 0 && out.verdict.round == 3);
     sw_wire_msg_clear(&m);
 }
 
@@ -950,6 +955,13 @@ static void s_test_refused_out(void)
     v.verdict.next_token = 1;
     v.verdict.n_path = 1; /* path missing */
     SW_CHECK_INT(s_refused(&v), SW_WIRE_EMALFORMED);
+    v.verdict.n_path = 0;
+    v.verdict.prefill_at = 64; /* an acknowledgement carries no tokens */
+    SW_CHECK_INT(s_refused(&v), SW_WIRE_EMALFORMED);
+    v.verdict = (sw_msg_verdict_t){.session_id = 1, .prefill_at = SW_WIRE_MAX_POS + 1};
+    SW_CHECK_INT(s_refused(&v), SW_WIRE_EMALFORMED);
+    v.verdict.prefill_at = SW_WIRE_MAX_POS;
+    SW_CHECK_INT(s_refused(&v), 0);
 
     sw_msg_t t = {.type = SW_MSG_PEER_TABLE, .table = {.n_peers = SW_WIRE_MAX_PEERS + 1}};
     SW_CHECK_INT(s_refused(&t), SW_WIRE_EMALFORMED);

@@ -215,18 +215,18 @@ static void s_test_flows(void)
 static void s_test_pieces(void)
 {
     /* no measurement yet: 64 rows, or what is left */
-    SW_CHECK_INT(node_sched_piece_rows(512, 1, 0, 0, 0, NODE_SCHED_PIECE_ALONE), 64);
-    SW_CHECK_INT(node_sched_piece_rows(20, 1, 5, 0, 0, NODE_SCHED_PIECE_ALONE), 20);
-    SW_CHECK_INT(node_sched_piece_rows(1, 0, 5, 8, 40, NODE_SCHED_PIECE_ALONE), 1);
+    SW_CHECK_INT(node_sched_piece_rows(512, 1, 0, 0, 0, 8), 64);
+    SW_CHECK_INT(node_sched_piece_rows(20, 1, 5, 0, 0, 8), 20);
+    SW_CHECK_INT(node_sched_piece_rows(1, 0, 5, 8, 40, 8), 1);
     /* previous piece: 64 rows in 5 + 64 x 2 ms: about (k - 1) x 5 / 2 rows */
-    SW_CHECK_INT(node_sched_piece_rows(448, 0, 5, 64, 133, NODE_SCHED_PIECE_ALONE), 17);
+    SW_CHECK_INT(node_sched_piece_rows(448, 0, 5, 64, 133, 8), 17);
     SW_CHECK_INT(node_sched_piece_rows(448, 0, 5, 64, 133, NODE_SCHED_PIECE_SHARED), 2);
     /* a window's first piece reaches NODE_SCHED_PIECE_MIN rows */
     SW_CHECK_INT(node_sched_piece_rows(512, 1, 5, 64, 133, NODE_SCHED_PIECE_SHARED),
                  NODE_SCHED_PIECE_MIN);
     SW_CHECK_INT(node_sched_piece_rows(5, 1, 5, 64, 133, NODE_SCHED_PIECE_SHARED), 5);
     /* a big model: one-row forwards of 250 ms, 20 ms a row: ~87 rows alone, ~12 shared */
-    SW_CHECK_INT(node_sched_piece_rows(512, 0, 250, 64, 250 + 64 * 20, NODE_SCHED_PIECE_ALONE), 87);
+    SW_CHECK_INT(node_sched_piece_rows(512, 0, 250, 64, 250 + 64 * 20, 8), 87);
     SW_CHECK_INT(node_sched_piece_rows(512, 0, 250, 64, 250 + 64 * 20, NODE_SCHED_PIECE_SHARED),
                  12);
     /* a piece measured faster than a one-row forward (noise): a quarter of it counts */
