@@ -116,7 +116,8 @@ void node_head_free(node_t *n)
         return;
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && n->peer) {
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED) &&
+            n->peer) {
             head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,
                             "the head is shutting down");
             head_close_stages(n, s, "head shutting down");

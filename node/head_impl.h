@@ -46,7 +46,7 @@
 #define HEAD_SPOT_BAD_MAX 16     // nodes remembered as disputed or convicted
 #define HEAD_SPOT_BAD_MS 3600000 // ... and avoided this long where another serves their layers
 
-enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER };
+enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER, HEAD_PARKED };
 
 /* head_spot.c: how much the head trusts a node after its spot checks. */
 enum head_spot_rank { HEAD_SPOT_OK = 0, HEAD_SPOT_DISPUTED = 1, HEAD_SPOT_CONVICTED = 2 };
@@ -176,6 +176,9 @@ typedef struct head_sess {
     uint64_t ack_round;                      // the round the tail's last acknowledgement was of
     uint32_t acked;                          // ... and the prompt positions it had computed
     double t_progress;                       // a piece went out or was acknowledged then (ms)
+    double t_parked;                         // HEAD_PARKED: since when (head_admit.c)
+    const char *replay_why;                  // set: replayed (recovery) for this reason at the
+                                             // next advance (a parked session going on)
 } head_sess_t;
 
 /* A request waiting for a session slot. */

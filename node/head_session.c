@@ -451,6 +451,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         s->spot_fail = 0;
         node_recover_failed(s->rec, now, "a spot check convicted a stage of the route");
     }
+    if (s->replay_why) { // its stages' caches are gone (it was parked): replay
+        node_recover_failed(s->rec, now, s->replay_why);
+        s->replay_why = NULL;
+    }
     int idx = -1;
     switch (node_recover_next(s->rec, now, s->deadline, &idx, err, sizeof err)) {
     case NODE_REC_SEND:

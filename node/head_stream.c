@@ -194,7 +194,7 @@ head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid
 {
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN ||
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED ||
              (lingering && s->state == HEAD_LINGER)) &&
             !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, rid))
             return s;

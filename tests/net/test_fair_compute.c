@@ -18,6 +18,13 @@
  *     attack); alice's 64-token request then takes at most 3x its time
  *     alone and gives `shardwire generate`'s tokens (before: it failed at
  *     its deadline).
+ *  C. A key that took every session while nobody waited gives one back:
+ *     mallory's 8 requests of 48 tokens run at once (the head's 8
+ *     sessions); alice's short request then starts at once (one of
+ *     mallory's sessions is parked: its caches freed, the head's log says
+ *     so), and the parked one goes on afterwards (its rounds sent again)
+ *     and ends with exactly `shardwire generate`'s tokens, like the 7
+ *     others.
  *
  * The timings are medians of several requests measured by the client
  * library (request sent to first token, to the last); the bounds are the
@@ -236,6 +243,74 @@ static void s_key_against_key(sw_client_t *alice, const int32_t *ref_alice)
     }
 }
 
+#define N_PARK 48 /* tokens of mallory's requests in part C */
+
+/* Part C: mallory takes every session; alice's request makes one of them park. */
+static void s_parking(sw_client_t *alice, const int32_t *ref_short, const int32_t *ref_alice)
+{
+    sw_client_t *mal = s_client("mallory");
+    SW_CHECK(mal != NULL);
+    if (!mal)
+        return;
+    const char *log = sw_test_log("cluster.log");
+    const int parked0 = sw_test_count_in_file(log, "parked after");
+    const int resumed0 = sw_test_count_in_file(log, "goes on after");
+    sw_client_request_t q = sw_client_request_default();
+    q.prompt = s_alice;
+    q.n_predict = N_PARK;
+    q.timeout_ms = 240000;
+    char ids[8][SW_CLIENT_ID_LEN], err[256];
+    for (int i = 0; i < 8; i++)
+        SW_CHECK_INT(sw_client_submit(mal, "head", &q, ids[i], err, sizeof err), 0);
+    /* all 8 running: each has a token */
+    int32_t got[8][N_PARK];
+    int n_got[8] = {0}, done = 0, exact = 0, first = 0;
+    const double t0 = swa_now();
+    while (first < 8 && swa_now() - t0 < 60) {
+        sw_client_event_t ev;
+        if (sw_client_next(mal, &ev, 100) != 0)
+            continue;
+        for (int k = 0; k < 8; k++)
+            if (!strcmp(ev.id, ids[k])) {
+                first += n_got[k] == 0 && ev.n_tokens > 0;
+                for (int j = 0; j < ev.n_tokens && n_got[k] < N_PARK; j++)
+                    got[k][n_got[k]++] = (int32_t)ev.tokens[j];
+            }
+    }
+    SW_CHECK_INT(first, 8); /* one key alone took every session */
+    double ttft, total;
+    int32_t s_got[N_SHORT];
+    int n_s;
+    SW_CHECK_INT(s_run(alice, s_short, N_SHORT, &ttft, &total, s_got, &n_s), 0);
+    SW_CHECK(n_s == N_SHORT && !memcmp(s_got, ref_short, sizeof s_got));
+    while (done < 8 && swa_now() - t0 < 240) {
+        sw_client_event_t ev;
+        if (sw_client_next(mal, &ev, 200) != 0)
+            continue;
+        for (int k = 0; k < 8; k++) {
+            if (strcmp(ev.id, ids[k]) != 0)
+                continue;
+            for (int j = 0; j < ev.n_tokens && n_got[k] < N_PARK; j++)
+                got[k][n_got[k]++] = (int32_t)ev.tokens[j];
+            if (ev.type == SW_CLIENT_EV_ERROR)
+                fprintf(stderr, "mallory's request failed: %s\n", ev.message);
+            if (ev.type == SW_CLIENT_EV_DONE || ev.type == SW_CLIENT_EV_ERROR) {
+                done++;
+                exact += ev.type == SW_CLIENT_EV_DONE && n_got[k] == N_PARK &&
+                         !memcmp(got[k], ref_alice, sizeof got[k]);
+            }
+        }
+    }
+    const int parked = sw_test_count_in_file(log, "parked after") - parked0;
+    const int resumed = sw_test_count_in_file(log, "goes on after") - resumed0;
+    printf("C: mallory's 8 requests took the 8 sessions; alice's short request: first token in "
+           "%.0f ms, %d of mallory's parked for it and went on after; %d of 8 exact\n",
+           ttft, parked, exact);
+    SW_CHECK(parked >= 1 && resumed == parked);
+    SW_CHECK_INT(exact, 8);
+    sw_client_destroy(&mal);
+}
+
 int main(void)
 {
     const char *model = sw_test_model();
@@ -271,6 +346,8 @@ int main(void)
         s_short_during_prefill(alice, ref_short);
         usleep(1000000);
         s_key_against_key(alice, ref_alice);
+        usleep(3000000); /* mallory's requests end at the head (its clients were killed) */
+        s_parking(alice, ref_short, ref_alice);
         sw_client_destroy(&alice);
     }
     sw_test_kill(head);
