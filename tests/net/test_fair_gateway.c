@@ -54,8 +54,18 @@ static double s_post(const char *key, const char *path, char **out)
     snprintf(url, sizeof url, "http://%s/v1/completions", s_listen);
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
     snprintf(data, sizeof data, "@%s", path);
-    char *argv[] = {s_curl, "-s", "--max-time", "240", "-H", auth, "-H",
-                    "Content-Type: application/json", "--data-binary", data, url, NULL};
+    char *argv[] = {s_curl,
+                    "-s",
+                    "--max-time",
+                    "240",
+                    "-H",
+                    auth,
+                    "-H",
+                    "Content-Type: application/json",
+                    "--data-binary",
+                    data,
+                    url,
+                    NULL};
     const double t0 = swa_now();
     *out = NULL;
     const int rc = sw_test_run(argv, 250, out, NULL);
