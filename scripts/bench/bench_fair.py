@@ -63,35 +63,15 @@ def long_prompt(seed, words):
     return " ".join(rnd.choice(WORDS) + str(rnd.randint(0, 99)) for _ in range(words))
 
 
-class Cluster:
-    """A relay with real keys (one client key per name in clients), a head and a tail; with
-    delay_ms > 0 each node and the clients reach the relay through a shardwire-wanem proxy."""
+class Cluster(bench_wan.Cluster):
+    """A relay with real keys (one client key per name in names), a head and a tail; with
+    delay_ms > 0 each node and the clients reach the relay through a shardwire-wanem proxy.
+    bench_wan.Cluster's spawn and stop (every process it started, clients in flight too)."""
 
-    def __init__(self, args, logdir, clients, delay_ms=0):
-        self.args, self.logdir, self.clients, self.delay = args, logdir, clients, delay_ms
-        self.procs, self.running, self.lock = [], set(), threading.Lock()
+    def __init__(self, args, logdir, names, delay_ms=0):
+        super().__init__(args, logdir)
+        self.names, self.delay = names, delay_ms
         self.bin = os.path.join(HERE, args.build, "bin")
-
-    def spawn(self, name, argv):
-        log = open(os.path.join(self.logdir, name + ".log"), "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append((name, p))
-        return p
-
-    def stop(self):
-        with self.lock:
-            for p in list(self.running):
-                if p.poll() is None:
-                    p.kill()
-        for _name, p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for _name, p in reversed(self.procs):
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
     def start(self):
         a, b = self.args, self.bin
@@ -100,20 +80,14 @@ class Cluster:
                 raise SystemExit(f"bench_fair: no {prog} in {b}: build first "
                                  f"(bash scripts/build.sh) or pass --build DIR")
         kd = os.path.join(self.logdir, "keys")
-        os.makedirs(kd, mode=0o700, exist_ok=True)
-        for k in ("relay", "head", "tail", *self.clients):
-            subprocess.run([f"{b}/shardwire", "keygen", "--out", f"{kd}/{k}"], check=True,
-                           capture_output=True)
-        for kind in ("cluster", "access"):
-            subprocess.run([f"{b}/shardwire", "keygen", f"--{kind}-key", f"{kd}/{kind}.key"],
-                           check=True, capture_output=True)
+        bench_wan.keygen(b, kd, ("relay", "head", "tail", *self.names))
         with open(f"{kd}/allow.txt", "w") as f:
             for k, role in (("head", "node head"), ("tail", "node tail"),
-                            *((c, "client") for c in self.clients)):
+                            *((c, "client") for c in self.names)):
                 f.write(open(f"{kd}/{k}.pub").read().strip() + " " + role + "\n")
         rk = ["--relay-key", f"{kd}/relay.pub"]
         self.sec = {c: ["--key", f"{kd}/{c}.key", *rk, "--access-key", f"{kd}/access.key"]
-                    for c in self.clients}
+                    for c in self.names}
         self.kd = kd
         pr = bench_wan.free_port()
         self.relay = f"tcp://127.0.0.1:{pr}"
@@ -149,7 +123,7 @@ class Cluster:
                     raise SystemExit(f"bench_fair: {name} exited ({p.returncode}); its log: "
                                      f"{self.logdir}/{name}.log")
             st = subprocess.run([f"{b}/shardwire", "status", "--relay", self.relay, "--json",
-                                 *self.sec[self.clients[0]]], capture_output=True, text=True)
+                                 *self.sec[self.names[0]]], capture_output=True, text=True)
             if '"name":"head"' in st.stdout and '"name":"tail"' in st.stdout:
                 return
             time.sleep(1)
@@ -160,14 +134,16 @@ class Cluster:
         argv = [f"{self.bin}/shardwire", "run", "--greedy", "--draft", "none", "--relay",
                 self.client_ep, "-p", prompt, "-n", str(n), "--json", "--timeout-s", "1800",
                 *self.sec[who]]
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         with self.lock:
-            self.running.add(p)
+            if self.stopped:
+                raise RuntimeError("the cluster was stopped")
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.clients.add(p)
         try:
             out, err = p.communicate()
         finally:
             with self.lock:
-                self.running.discard(p)
+                self.clients.discard(p)
         if p.returncode != 0:
             raise RuntimeError(f"shardwire run failed: {err.strip()[-300:]}")
         return json.loads(out.strip().splitlines()[-1])
@@ -382,18 +358,18 @@ def main():
                 rows.append(["API key 1, 64 tokens", "API key 2: 4 x 450-token prompts",
                              f"{r['alone_ms']:.0f} ms", f"{r['during_ms']:.0f} ms",
                              f"{r['ratio']:.2f}x"])
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                json.dump(raw, f)
     finally:
         if not args.keep_logs:
             shutil.rmtree(root, ignore_errors=True)
     bench_wan.print_table(["measure", "against", "alone", "during", "ratio"], rows,
                           args.markdown)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(raw, f)
 
 
 if __name__ == "__main__":
     try:
         main()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # every part stops its processes on the way out
         sys.exit("bench_fair: interrupted; every process it started was stopped")

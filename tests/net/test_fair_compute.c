@@ -54,19 +54,7 @@ static const char *s_alice = "Once upon a time";
 /* A client of the library with `who`'s client key and the access key. */
 static sw_client_t *s_client(const char *who)
 {
-    sw_sec_args_t sa = {.key_file = swa_path(&s_a, who, ".key"),
-                        .relay_key = swa_path(&s_a, "relay", ".pub"),
-                        .access_key = {swa_path(&s_a, "access.key", ""), NULL}};
-    sw_sec_t sec;
-    char err[512];
-    if (sw_sec_load(&sa, s_ep, &sec, err, sizeof err) != 0)
-        return NULL;
-    sw_client_opts_t o = {.relay = s_ep, .sec = &sec, .name = who, .connect_timeout_ms = 5000};
-    sw_client_t *c = sw_client_new(&o, err, sizeof err);
-    sw_sec_wipe(&sec);
-    if (!c)
-        fprintf(stderr, "%s: %s\n", who, err);
-    return c;
+    return swa_client_lib(&s_a, who, NULL);
 }
 
 /* A prompt of about 2,000 tokens of random words (seed: which). */
@@ -155,7 +143,7 @@ static void s_wait_log(const char *needle, int count, int timeout_s)
 /* Part A: alice's short requests while bob's 2,000-token prompt is prefilled. */
 static void s_short_during_prefill(sw_client_t *alice, const int32_t *ref_short)
 {
-    double alone[5], during[12], total;
+    double alone[5] = {0}, during[12] = {0}, total;
     int32_t got[N_SHORT];
     int n_got, ok = 1;
     for (int i = 0; i < 5; i++) {
@@ -197,7 +185,7 @@ static void s_short_during_prefill(sw_client_t *alice, const int32_t *ref_short)
 /* Part B: alice's 64-token request while mallory's 6 long prompts are prefilled. */
 static void s_key_against_key(sw_client_t *alice, const int32_t *ref_alice)
 {
-    double alone[3], ttft, total;
+    double alone[3] = {0}, ttft, total;
     int32_t got[N_ALICE];
     int n_got, ok = 1;
     for (int i = 0; i < 3; i++) {
@@ -218,7 +206,7 @@ static void s_key_against_key(sw_client_t *alice, const int32_t *ref_alice)
     }
     s_wait_log("prompt tokens, 1 to", started + 6, 60);
     usleep(500000);
-    double during[3];
+    double during[3] = {0};
     int k = 0;
     for (int i = 0; i < 3; i++) {
         const int r = s_run(alice, s_alice, N_ALICE, &ttft, &total, got, &n_got);
@@ -314,24 +302,17 @@ static void s_parking(sw_client_t *alice, const int32_t *ref_short, const int32_
 int main(void)
 {
     const char *model = sw_test_model();
-    char e[256];
-    if (sw_keys_curve_check(e, sizeof e) != 0)
-        sw_test_skip(e);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
-    snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-    s_a.dir = s_dir;
-    s_a.ep = s_ep;
     const char *nodes[] = {"head", "tail", NULL};
     const char *clients[] = {"alice", "bob", "mallory", NULL};
-    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
+    pid_t relay = swa_relay(&s_a, s_dir, s_ep, nodes, clients, NULL);
+    SW_CHECK(relay > 0);
     int32_t ref_short[N_SHORT + 8], ref_alice[N_ALICE + 8];
     SW_CHECK_INT(sw_test_generate(model, s_short, N_SHORT, ref_short, N_SHORT + 8), N_SHORT);
     SW_CHECK_INT(sw_test_generate(model, s_alice, N_ALICE, ref_alice, N_ALICE + 8), N_ALICE);
 
     const char *log = sw_test_log("cluster.log");
     static const char *const flags[] = {"--ctx", "4096", NULL};
-    pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", log, flags);
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", log, flags);
     sw_test_client_env(s_dir, "alice");

@@ -39,20 +39,7 @@ static const char *s_prompt = "The capital of France is";
 /* The client, through the head's emulated WAN link. */
 static sw_client_t *s_client(void)
 {
-    sw_sec_args_t sa = {.key_file = swa_path(&s_a, "client", ".key"),
-                        .relay_key = swa_path(&s_a, "relay", ".pub"),
-                        .access_key = {swa_path(&s_a, "access.key", ""), NULL}};
-    sw_sec_t sec;
-    char err[512];
-    if (sw_sec_load(&sa, s_head_ep, &sec, err, sizeof err) != 0)
-        return NULL;
-    sw_client_opts_t o = {
-        .relay = s_head_ep, .sec = &sec, .name = "client", .connect_timeout_ms = 10000};
-    sw_client_t *c = sw_client_new(&o, err, sizeof err);
-    sw_sec_wipe(&sec);
-    if (!c)
-        fprintf(stderr, "client: %s\n", err);
-    return c;
+    return swa_client_lib(&s_a, "client", s_head_ep);
 }
 
 /* Sends n greedy requests of N_TOK tokens at once and waits for all: the
@@ -112,30 +99,22 @@ static int s_cmp(const void *a, const void *b)
 int main(void)
 {
     const char *model = sw_test_model();
-    char e[256];
-    if (sw_keys_curve_check(e, sizeof e) != 0)
-        sw_test_skip(e);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
-    const int pr = sw_test_free_port(), ph = sw_test_free_port(), pt = sw_test_free_port();
-    char relay_addr[32], head_addr[32], tail_addr[32], tail_ep[64];
-    snprintf(s_relay, sizeof s_relay, "tcp://127.0.0.1:%d", pr);
-    snprintf(relay_addr, sizeof relay_addr, "127.0.0.1:%d", pr);
+    const char *nodes[] = {"head", "tail", NULL};
+    const char *clients[] = {"client", NULL};
+    pid_t relay = swa_relay(&s_a, s_dir, s_relay, nodes, clients, NULL);
+    SW_CHECK(relay > 0);
+    const int ph = sw_test_free_port(), pt = sw_test_free_port();
+    char relay_addr[64], head_addr[32], tail_addr[32], tail_ep[64];
+    snprintf(relay_addr, sizeof relay_addr, "%s", s_relay + strlen("tcp://"));
     snprintf(head_addr, sizeof head_addr, "127.0.0.1:%d", ph);
     snprintf(tail_addr, sizeof tail_addr, "127.0.0.1:%d", pt);
     snprintf(s_head_ep, sizeof s_head_ep, "tcp://%s", head_addr);
     snprintf(tail_ep, sizeof tail_ep, "tcp://%s", tail_addr);
-    s_a.dir = s_dir;
-    s_a.ep = s_relay;
-    const char *nodes[] = {"head", "tail", NULL};
-    const char *clients[] = {"client", NULL};
-    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
     int32_t ref[N_TOK + 8];
     SW_CHECK_INT(sw_test_generate(model, s_prompt, N_TOK, ref, N_TOK + 8), N_TOK);
 
     const char *log = sw_test_log("cluster.log");
-    pid_t relay = sw_test_relay(s_relay, s_dir, log, NULL);
-    SW_CHECK_INT(sw_test_wait_listen(s_relay, 20), 0);
     pid_t wh = sw_test_spawn_wanem(head_addr, relay_addr, DELAY_MS, sw_test_log("wanem.log"));
     pid_t wt = sw_test_spawn_wanem(tail_addr, relay_addr, DELAY_MS, sw_test_log("wanem.log"));
     SW_CHECK_INT(sw_test_wait_listen(s_head_ep, 20), 0);
@@ -147,7 +126,7 @@ int main(void)
     sw_client_t *c = s_client();
     SW_CHECK(c != NULL);
     if (c) {
-        double ttft1, ttft8, ttft8_max = 0, one[3], eight[2];
+        double ttft1, ttft8, ttft8_max = 0, one[3] = {0}, eight[2] = {0};
         int exact1, exact8, exact = 0;
         SW_CHECK(s_batch(c, 1, ref, &ttft1, &exact1) > 0); /* warm-up: first touch, routes */
         for (int i = 0; i < 5; i++) {

@@ -57,6 +57,8 @@ static void s_test_order(void)
 {
     node_sched_t *q = node_sched_new();
     SW_CHECK(q != NULL);
+    if (!q)
+        return;
     int sel[8];
     /* mallory has prefilled a while; alice decodes */
     node_sched_item_t m = s_item(q, "mallory", "", 1, 64, 1);
