@@ -363,10 +363,12 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     if (has_payload) {
         CHECK(f->hidden >= 1 && f->hidden <= SW_WIRE_MAX_HIDDEN, "forward.hidden %u not in 1..%d",
               f->hidden, SW_WIRE_MAX_HIDDEN);
-        /* n_rows <= 2^9, hidden <= 2^16, esize <= 4: the product fits 64 bits easily. */
+        /* n_rows <= 2^9, hidden <= 2^15, esize <= 4: the product fits 64 bits easily. */
         uint64_t want = (uint64_t)f->n_rows * (uint64_t)f->hidden * (uint64_t)esize;
-        CHECK(want <= SW_WIRE_MAX_PAYLOAD, "forward tensor [%u, %u] x %zu B exceeds %u bytes",
-              f->n_rows, f->hidden, esize, SW_WIRE_MAX_PAYLOAD);
+        CHECK(want <= SW_WIRE_MAX_PAYLOAD,
+              "a forward of %u rows x %u x %zu B = %llu bytes exceeds the payload limit of %u "
+              "bytes (SW_WIRE_MAX_PAYLOAD)",
+              f->n_rows, f->hidden, esize, (unsigned long long)want, SW_WIRE_MAX_PAYLOAD);
         CHECK((uint64_t)payload_len == want,
               "forward payload has %zu bytes, [%u, %u] x %zu B needs %llu", payload_len, f->n_rows,
               f->hidden, esize, (unsigned long long)want);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunk.h"
 #include "codec.h"
 #include "decode.h"
 #include "drafter.h"
@@ -323,6 +324,11 @@ void head_close_stages(node_t *n, head_sess_t *s, const char *why);
 void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why);
 /* Advances one running session; 1 when it has rows to send in this pass's batch. */
 int head_advance(node_t *n, head_sess_t *s, double now);
+/* Rows of the next Forward of s's round (send_row on): never past a prompt
+ * window's end nor over SW_WIRE_MAX_PAYLOAD at any dtype (sw_wire_prompt_rows),
+ * a prefill in small pieces first and last (pipelining); the whole round on a
+ * route of one stage. */
+int head_chunk_rows(const node_t *n, const head_sess_t *s);
 /* Runs the next chunk of every ready session through this stage's layers as
  * one batch, then sends each on. */
 void head_batch(node_t *n, head_sess_t **ready, int n_ready);

@@ -267,17 +267,29 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
     SW_DEBUG("error from %s: %s (%s)", msg->peer, e->message, sw_wire_error_code_name(code));
 }
 
-/* The head cuts a prompt into Forwards of SW_WIRE_MAX_ROWS rows from its
- * start; a stage evaluates each as one prompt window, which is what a single
- * process does only when the two lengths agree. */
+/* The head cuts a prompt into Forwards that never cross a prompt window's end
+ * (SW_WIRE_MAX_ROWS rows from the prompt's start); a stage evaluates each as
+ * part of its window, which is what a single process does only when the two
+ * lengths agree. */
 _Static_assert(SW_WIRE_MAX_ROWS == SW_MODEL_PROMPT_WINDOW,
                "a prompt Forward must be one engine prompt window");
 
+int head_chunk_rows(const node_t *n, const head_sess_t *s)
+{
+    const sw_round_t *r = &s->send_r;
+    if (s->route.n == 1)
+        return r->n - s->send_row; // the head holds every layer: the round at once, as alone
+    /* A mixture of experts counts a window's rows per expert: its windows go whole. */
+    return node_chunk_rows(s->send_row, r->n - s->send_row, s->send_chunks, (uint32_t)n->hp->n_embd,
+                           r->kv_keep == 0 && r->n_draft == 0 && n->hp->n_expert == 0);
+}
+
 /* Sends one chunk of s's round (its rows just ran through this stage's
- * layers into hidden) to the next stage. 0, or -1 when the relay would not
- * take it. */
+ * layers into hidden) to the next stage. 0, -1 when the relay would not take
+ * it (recovery may help), or -2 with why filled when the message itself was
+ * refused before it went (too large, malformed: sending it again cannot help). */
 static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, int rows,
-                     double head_ms)
+                     double head_ms, char *why, size_t why_len)
 {
     const int E = n->hp->n_embd;
     const sw_round_t *r = &s->send_r;
@@ -345,8 +357,23 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
         f->kv_path = kv_path;
     }
     f->payload_len = (size_t)rows * E * sw_wire_dtype_size(f->dtype);
+    if (f->payload_len > SW_WIRE_MAX_PAYLOAD) { // head_chunk_rows keeps this from happening
+        snprintf(why, why_len,
+                 "a forward of %d rows x %d x %zu B = %zu bytes exceeds the payload limit of %u "
+                 "bytes (SW_WIRE_MAX_PAYLOAD): not sent",
+                 rows, E, sw_wire_dtype_size(f->dtype), f->payload_len, SW_WIRE_MAX_PAYLOAD);
+        return -2;
+    }
     s->opened = 1;
-    if (sw_peer_send_msg(n->peer, s->route.names[1], &msg) != 0)
+    const int rc = sw_peer_send_msg(n->peer, s->route.names[1], &msg);
+    if (rc == SW_WIRE_EMALFORMED) {
+        snprintf(why, why_len,
+                 "the round's forward to '%s' was refused before it went (see the "
+                 "node's log)",
+                 s->route.names[1]);
+        return -2;
+    }
+    if (rc != 0)
         return -1;
     head_spot_sent(n, s, &msg, last_chunk); // and to the shadow routes (spot checks)
     return 0;
@@ -546,8 +573,13 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         }
         return;
     }
-    if (s_forward(n, s, hidden, s->send_row, rows, batch_ms) != 0) {
-        char why[160];
+    char why[256] = "";
+    const int sent = s_forward(n, s, hidden, s->send_row, rows, batch_ms, why, sizeof why);
+    if (sent == -2) {
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, why);
+        return;
+    }
+    if (sent != 0) {
         snprintf(why, sizeof why, "could not send the round to stage '%s'", s->route.names[1]);
         s->send_idx = -1;
         node_recover_failed(s->rec, now, why);
@@ -585,11 +617,7 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     for (int i = 0; i < n_ready && nb < NODE_MAX_BATCH; i++) {
         head_sess_t *s = ready[i];
         const sw_round_t *r = &s->send_r;
-        /* Chunks of SW_WIRE_MAX_ROWS go on the wire; a route of one stage runs
-         * the whole round at once (as a single process would). */
-        int rows = r->n - s->send_row;
-        if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS)
-            rows = SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS; // to a window's end
+        const int rows = head_chunk_rows(n, s); // sized by bytes, never past a window's end
 
         const int last = s->send_row + rows == r->n;
         const int want = s->route.n == 1 && last ? r->n_draft + 1 : 0;

@@ -50,6 +50,7 @@ enum {
     O_AUTO_NODES,
     O_SPOT,
     O_FLIP,
+    O_SLOW,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -111,6 +112,9 @@ static const sw_opt_t s_opts[] = {
     {"test-flip-bit", O_FLIP, "N",
      "FOR TESTS ONLY: a dishonest stage that flips one bit in\nevery Nth hidden-state payload it "
      "passes on (default 0 = off)"},
+    {"test-slow-ms", O_SLOW, "MS",
+     "FOR TESTS ONLY: a slow stage: every batch it runs holds\nits event loop MS ms longer, as a "
+     "slow computation\nwould (default 0 = off)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -230,6 +234,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_double(P, "--spot-check", v, 0, 1, &o->spot_share);
     case O_FLIP:
         return sw_arg_int(P, "--test-flip-bit", v, 0, 1 << 30, &o->test_flip_bit);
+    case O_SLOW:
+        return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
     default:
         return -1;
     }

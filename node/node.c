@@ -169,6 +169,12 @@ static int s_buffers(node_t *n)
 {
     const node_opts_t *o = &n->o;
     const size_t E = (size_t)n->hp->n_embd;
+    if (E > SW_WIRE_MAX_HIDDEN) {
+        SW_ERR("the model's hidden states are %zu wide; the protocol carries at most %d "
+               "(SW_WIRE_MAX_HIDDEN), so it cannot be split over nodes",
+               E, SW_WIRE_MAX_HIDDEN);
+        return -1;
+    }
     n->rows_cap = o->max_batch_rows > SW_WIRE_MAX_ROWS ? o->max_batch_rows : SW_WIRE_MAX_ROWS;
     n->logit_cap = o->max_batch_rows > SW_MAX_DRAFT + 1 ? o->max_batch_rows : SW_MAX_DRAFT + 1;
     n->sessions = calloc((size_t)o->max_sessions, sizeof *n->sessions);
@@ -324,6 +330,9 @@ static int s_join(node_t *n)
     if (o->spot_share > 0 && n->head)
         SW_INFO("spot checks: %.3g of the sessions go down shadow routes too (docs/security.md)",
                 o->spot_share);
+    if (o->test_slow_ms > 0)
+        SW_WARN("--test-slow-ms %d: FOR TESTS ONLY, every batch of this stage takes %d ms longer",
+                o->test_slow_ms, o->test_slow_ms);
     if (o->test_flip_bit > 0)
         SW_WARN("--test-flip-bit %d: FOR TESTS ONLY, this node lies: %s", o->test_flip_bit,
                 n->head || sw_model_is_last(n->model)

@@ -80,6 +80,8 @@ typedef struct node_opts {
     double spot_share;           // head: share of sessions spot-checked, [0, 1] (0 = off)
     int test_flip_bit;           // TESTING ONLY: flip one bit in every Nth hidden-state
                                  // payload passed on (0 = honest)
+    int test_slow_ms;            // TESTING ONLY: every stage batch holds the loop this much
+                                 // longer, ms (0 = off)
 } node_opts_t;
 
 typedef struct node_place node_place_t; // place.h

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "node.h"
@@ -770,6 +771,11 @@ void node_stage_flush(node_t *n)
     char err[256] = "";
     const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
+    if (n->o.test_slow_ms > 0 && nl > 0) { // --test-slow-ms: a slow computation, loop blocked
+        const struct timespec ts = {n->o.test_slow_ms / 1000,
+                                    (n->o.test_slow_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
