@@ -36,6 +36,7 @@
 #include "tokenizer.h"
 
 #define HEAD_ROUTE_FRESH_MS 5000 // a route built from a table this recent serves a new request
+#define HEAD_PROGRESS_MS 1000    // a running request's client hears from the head this often
 #define HEAD_SUSPECT_MAX 16      // stages remembered on routes whose round timed out
 #define HEAD_SUSPECT_MS 600000   // ... and avoided this long where another stage can serve
 
@@ -158,11 +159,21 @@ typedef struct head_sess {
     double round_head_ms;                  // the current round's compute: head
     double round_stage_ms;                 // and stages
     int round_head_rows;                   // rows of the head's batch its last chunk ran in
-    int prefix_len;    // prompt positions the prefill's first attempt took from the prefix
-                       // caches (0: none, or the prefill was sent again whole)
-    int spot_draw;     // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
-    head_spot_t *spot; // the checked session's copies, or NULL
-    int spot_fail;     // 1: its route held a node the spot checks convicted: replay
+    int prefix_len;         // prompt positions the prefill's first attempt took from the prefix
+                            // caches (0: none, or the prefill was sent again whole)
+    int spot_draw;          // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
+    head_spot_t *spot;      // the checked session's copies, or NULL
+    int spot_fail;          // 1: its route held a node the spot checks convicted: replay
+    double t_told;          // the head last sent the client something (ms): a Progress after
+                            // HEAD_PROGRESS_MS of silence
+    int prompt_through;     // prefill rows that went through the head's layers (Progress)
+    int prompt_finished;    // ... and through every stage (the tail's PrefillAcks)
+    double t_sent_all;      // the current round's last chunk went (ms): a route check needs a
+                            // peer table asked for after it
+    double round_head_crit; // the head's part of the round's critical path (ms)
+    double round_crit_ms;   // and the stages' (the verdict's timing entries)
+    double crit_total[SW_WIRE_MAX_ROUTE]; // the request's critical paths per stage (ms)
+    double overlap_ms;                    // compute beside another node's (timing)
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -221,6 +232,8 @@ struct node_head {
         double t;                       // when last refilled (ms)
     } * resend;                         // (n_slots) Resume budgets, one per client with requests
     int resend_pending;                 // 1 when some session has chunks to send again
+    double batch_ms_max;                // the longest head batch lately (decays 5 % a batch)
+    double ms_per_row;                  // and the most a row of one cost (the same way)
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -235,6 +248,10 @@ void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t ind
  * finish NONE until the last. 0 or -1 (out of memory). */
 int head_emit(node_t *n, head_sess_t *s, const int32_t *tokens, int n_tok, const char *text,
               size_t len, int finish);
+/* A Progress to s's client (docs/protocol.md, "Progress"): where its request
+ * is and that the head speaks again within busy_ms plus a margin (busy_ms 0:
+ * its longest batch lately). Never waits. */
+void head_progress(node_t *n, head_sess_t *s, double busy_ms, double now);
 /* sw_gen_opts_t.on_tokens (ctx: the session): the committed tokens of a
  * round, as one chunk. */
 int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok);

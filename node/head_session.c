@@ -119,13 +119,19 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
 /* Commits a verdict of the current round and moves the session on. */
 static void s_commit(node_t *n, head_sess_t *s, sw_verdict_t *v, double now)
 {
+    /* The round's time is its critical path (the head's and each stage's parts, from the
+     * verdict's timing entries) plus the network; what the nodes computed beside it ran
+     * overlapped (docs/protocol.md, "Timing"). */
     const double wall = now - s->t_round;
+    const double crit =
+        (s->route.n == 1 ? s->round_head_ms : s->round_head_crit) + s->round_crit_ms;
+    const double net = wall > crit ? wall - crit : 0;
     v->compute_ms = s->round_head_ms + s->round_stage_ms;
     s->head_ms += s->round_head_ms;
     s->stage_ms += s->round_stage_ms;
-    if (wall > v->compute_ms)
-        s->net_ms += wall - v->compute_ms;
-    s->round_head_ms = s->round_stage_ms = 0;
+    s->net_ms += net;
+    s->overlap_ms += s->round_head_ms + s->round_stage_ms + net - wall;
+    s->round_head_ms = s->round_stage_ms = s->round_head_crit = s->round_crit_ms = 0;
     s->logged = 0;
     char err[256] = "";
     const int32_t *toks;
@@ -193,11 +199,15 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
      * stages here (the head's time is round_head_ms). */
     double later_ms = 0;
     for (uint32_t i = 0; i < vd->n_timing; i++) {
-        double ms = vd->timing[i].compute_us / 1e3;
+        const double ms = vd->timing[i].compute_us / 1e3, cr = vd->timing[i].critical_us / 1e3;
+        if (i == 0 && !strcmp(s->route.names[0], vd->timing[i].name))
+            s->round_head_crit = cr; // the head's part, as the chain of chunks carried it
         for (int st = 1; st < s->route.n; st++)
             if (!strcmp(s->route.names[st], vd->timing[i].name)) {
                 s->stage_total[st] += ms;
+                s->crit_total[st] += cr;
                 s->round_stage_ms += ms;
+                s->round_crit_ms += cr;
                 later_ms += ms;
             }
     }
@@ -208,6 +218,38 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     draft_load_verdict(&h->load, (int)vd->n_tokens, later_ms, lrows, lrounds, now);
     draft_observe_batch(s->drafter, s->send_r.n, s->round_head_rows, lrows);
     s_commit(n, s, &v, now);
+}
+
+void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_PREFILL_ACK, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_prefill_ack_t *a = &d.prefill_ack;
+    head_sess_t *s = NULL;
+    for (int i = 0; i < h->n_slots && !s; i++)
+        if (h->sess[i].state == HEAD_RUN && h->sess[i].id == a->session_id)
+            s = &h->sess[i];
+    /* only the route's tail speaks for the round in flight (a shadow's or a stale ack: none) */
+    if (!s || s->route.n < 2 || strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0 ||
+        a->round != s->send_round) {
+        SW_DEBUG("prefill ack of session %016llx round %llu from %s: not the round in flight",
+                 (unsigned long long)a->session_id, (unsigned long long)a->round, msg->peer);
+        return;
+    }
+    const double now = sw_now_ms();
+    if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
+        s->prompt_finished = (int)a->done;
+    SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
+             (unsigned long long)s->id, a->done,
+             node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");
+    if (node_recover_waiting(s->rec)) {
+        /* A slow round is not a lost one: the timeout and the route check count from the
+         * last sign that it moves (docs/fault-tolerance.md, "Slow is not gone"). */
+        s->t_limit = now + n->o.round_timeout_ms;
+        s->t_check = now + S_CHECK_MS;
+    }
 }
 
 void node_head_error(node_t *n, sw_wire_msg_t *msg)
@@ -340,9 +382,12 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     f->hop = 1;
     f->reply_to = s->route.names[0];
     f->prefill_more = !last_chunk;
+    /* the head's entry: its compute (the last chunk: the round's, every chunk) and its part of
+     * the round's critical path, from the round's first row to this chunk */
     f->n_timing = 1;
-    f->timing[0] =
-        (sw_msg_timing_t){.name = s->route.names[0], .compute_us = (uint32_t)(head_ms * 1e3)};
+    f->timing[0] = (sw_msg_timing_t){.name = s->route.names[0],
+                                     .compute_us = node_us(last_chunk ? s->round_head_ms : head_ms),
+                                     .critical_us = node_us(sw_now_ms() - s->t_round)};
     f->n_ctx = (uint32_t)s->n_ctx;
     if (row0 > 0 && row0 == s->prefix_len && r->kv_keep == 0) {
         /* the prompt's first row0 positions come from every stage's prefix cache */
@@ -443,6 +488,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
                                               : "the request's deadline passed");
         return 0;
     }
+    if (!s->t_told)
+        s->t_told = now;
+    if (now - s->t_told >= HEAD_PROGRESS_MS)
+        head_progress(n, s, 0, now); // the client hears that its request is alive
     if (s->send_idx >= 0 && node_recover_failing(s->rec))
         s->send_idx = -1; // the attempt failed while its rows went out: recovery resends
     if (s->send_idx >= 0)
@@ -556,6 +605,10 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         s->round_head_ms += batch_ms;
     if (idx == 0 && s->send_row + rows == s->send_r.n)
         s_prefix_store(n, s);
+    if (idx == 0 && s->send_r.kv_keep == 0 && s->send_r.n_draft == 0) {
+        s->prompt_through = s->send_row + rows; // (a replay sends the prompt again from 0)
+        head_progress(n, s, 0, now);
+    }
     if (s->route.n == 1) {
         /* The head holds every layer: verify here, no message. */
         sw_verdict_t v;
@@ -592,6 +645,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
     s->send_idx = -1;
     node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
     if (current) {
+        s->t_sent_all = now;
         s->sent_announces = sw_peer_announces(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
@@ -648,10 +702,23 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     }
     if (nb == 0)
         return;
+    /* A prefill's client hears before the batch how long the head will be busy (its rows at
+     * the most a row cost lately; a minute before it knows). */
+    int rows_in = 0;
+    for (int i = 0; i < nb; i++)
+        rows_in += fs[i].n;
+    const double busy = h->ms_per_row > 0 ? rows_in * h->ms_per_row : 60000;
+    for (int i = 0; i < nb; i++)
+        if (in[i]->send_idx == 0 && fs[i].prompt)
+            head_progress(n, in[i], busy, sw_now_ms());
     char err[256] = "";
     const double t0 = sw_now_ms();
     const int rc = sw_model_forward_batch(n->model, kvs, fs, nb, err, sizeof err);
     const double batch_ms = sw_now_ms() - t0;
+    h->batch_ms_max = batch_ms > 0.95 * h->batch_ms_max ? batch_ms : 0.95 * h->batch_ms_max;
+    if (rows_in >= SW_PREFIX_BLOCK) // prompt pieces: the cost of a row where rows share weights
+        h->ms_per_row =
+            batch_ms / rows_in > 0.95 * h->ms_per_row ? batch_ms / rows_in : 0.95 * h->ms_per_row;
     if (nb > 1)
         SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
     int all_rows = 0;

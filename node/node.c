@@ -113,6 +113,9 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     case SW_MSG_VERDICT:
         node_head_verdict(n, m);
         break;
+    case SW_MSG_PREFILL_ACK:
+        node_head_prefill_ack(n, m);
+        break;
     case SW_MSG_PEER_TABLE:
         if (from_relay && n->head)
             node_head_table(n, m);

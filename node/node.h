@@ -125,6 +125,12 @@ typedef struct node {
     volatile sig_atomic_t *stop;      // set by SIGINT/SIGTERM
 } node_t;
 
+/* A duration in ms as the microseconds of a timing field, 0..UINT32_MAX (71 minutes). */
+static inline uint32_t node_us(double ms)
+{
+    return !(ms > 0) ? 0 : ms >= 4294967.295 ? UINT32_MAX : (uint32_t)(ms * 1e3);
+}
+
 /* Serves o until *stop is set (SIGINT/SIGTERM) or the relay connection is
  * lost: loads the layer range, joins the relay, runs the event loop. o's
  * strings must outlive the call. 0 on a clean stop, 1 on a failure (logged). */

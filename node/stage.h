@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "codec.h"
 #include "decode.h"
 #include "model.h"
 #include "wire.h"
@@ -51,6 +52,14 @@ typedef struct node_session {
     int prompt_cap;      //
     uint64_t in_digest;  // running digest of the hidden states received (spot checks:
                          // sw_codec_digest_fold), restarted by a Forward that keeps 0
+    /* timing (stage_timing.c) */
+    int prefill_open;                    // 1: the last chunk said more of the prefill comes
+    uint32_t prefill_next;               // ... from this position
+    double round_work_ms;                // the round's earlier chunks' compute here
+    double stretch_t0;                   // its current busy stretch here began (ms)
+    double last_end;                     // its last chunk was done and sent on (ms)
+    uint32_t crit_up[SW_WIRE_MAX_ROUTE]; // (n_crit_up) the stretch's first chunk's critical_us
+    uint32_t n_crit_up;                  //   of the nodes before this one
 } node_session_t;
 
 /* A Forward whose route a stage checks once the relay's peer table comes. */
@@ -103,6 +112,14 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
 void node_stage_table(node_t *n, sw_wire_msg_t *msg);
 /* Timers of a stage: waiting Forwards whose table did not come. */
 void node_stage_step(node_t *n, double now_ms);
+/* The timing entries (SW_WIRE_MAX_ROUTE) a stage sends on for Forward f of
+ * session s, which arrived at t_arrive and ran in a batch from t0 to t1 (ms):
+ * the entries f carried, their critical parts from the chunk that began this
+ * stage's busy stretch, and mine with its compute_us (a prefill's last chunk:
+ * the whole round's) and critical_us (stage_timing.c). Returns the count. */
+uint32_t node_stage_timing(node_session_t *s, const sw_msg_forward_t *f,
+                           const sw_msg_timing_t *mine, double t_arrive, double t0, double t1,
+                           sw_msg_timing_t *out);
 /* Runs the batch through this stage's layers and sends the results on. */
 void node_stage_flush(node_t *n);
 int node_is_last(const node_t *n);
