@@ -93,8 +93,9 @@ _Static_assert(SW_WIRE_MAX_PAYLOAD + SW_WIRE_SEAL_OVERHEAD + SW_WIRE_CURVE_OVERH
 #define SW_WIRE_MAX_QUEUE 65536        /* Error.queue_position */
 #define SW_WIRE_MAX_BATCH_ROWS 65536   /* StageTiming.batch_rows */
 #define SW_WIRE_MAX_BATCH_ROUNDS 65536 /* StageTiming.batch_rounds */
-#define SW_WIRE_MAX_PROGRESS_MS 600000 /* Progress.next_ms: the longest silence a head announces   \
-                                        */
+#define SW_WIRE_MAX_PROGRESS_MS                                                                    \
+    600000 /* Progress.next_ms: the longest silence a head announces                               \
+            */
 /* Forward.prefix_len: a prefix reused from the stages' caches is part of a
  * prompt, in blocks of SW_PREFIX_BLOCK tokens (engine/include/prefix.h says why). */
 #define SW_PREFIX_BLOCK 64
