@@ -354,7 +354,9 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
                                               r->q[i].vals};
         }
     }
-    f->payload = sw_codec_hidden_pack(n->o.dtype, hidden, n->wire_buf, (size_t)rows * E);
+    /* a prefill's hidden states may travel narrower (--prefill-dtype, not bit-exact) */
+    const sw_dtype_t dtype = r->kv_keep == 0 && r->n_draft == 0 ? n->o.prefill_dtype : n->o.dtype;
+    f->payload = sw_codec_hidden_pack(dtype, hidden, n->wire_buf, (size_t)rows * E);
     f->session_id = s->id;
     f->round = s->send_round;
     f->start_pos = f->kv_keep = (uint32_t)(r->kv_keep + row0);
@@ -373,7 +375,7 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
             f->n_dists = (uint32_t)r->n_draft;
         }
     }
-    f->dtype = n->o.dtype;
+    f->dtype = dtype;
     f->hidden = (uint32_t)E;
     f->layer_begin = (uint32_t)sw_model_layer_end(n->model);
     f->n_route = (uint32_t)s->route.n;

@@ -142,6 +142,11 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     }
 }
 
+static const char *s_dtype_name(sw_dtype_t t)
+{
+    return t == SW_DTYPE_F16 ? "f16" : t == SW_DTYPE_BF16 ? "bf16" : "f32";
+}
+
 /* KV memory: by default what --max-sessions full caches take, but never
  * more than half the memory available now (a session that does not fit is
  * refused with an error, instead of the kernel killing the node): the GPUs'
@@ -333,6 +338,11 @@ static int s_join(node_t *n)
     if (o->spot_share > 0 && n->head)
         SW_INFO("spot checks: %.3g of the sessions go down shadow routes too (docs/security.md)",
                 o->spot_share);
+    if (o->prefill_dtype != o->dtype)
+        SW_WARN("--prefill-dtype %s: a prompt's hidden states leave this node as %s, other rounds "
+                "as %s: output is not bit-identical to a single process (docs/benchmarks.md)",
+                s_dtype_name(o->prefill_dtype), s_dtype_name(o->prefill_dtype),
+                s_dtype_name(o->dtype));
     if (o->test_slow_ms > 0)
         SW_WARN("--test-slow-ms %d: FOR TESTS ONLY, every batch of this stage takes %d ms longer",
                 o->test_slow_ms, o->test_slow_ms);

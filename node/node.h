@@ -48,6 +48,7 @@ typedef struct node_opts {
     int round_timeout_ms;    // head: a round with no verdict after this long is recovered
     int recover_timeout_ms;  // head: how long one recovery waits for the pipeline
     sw_dtype_t dtype;        // hidden-state dtype sent on
+    sw_dtype_t prefill_dtype; // ... in a prefill's Forwards (--prefill-dtype; default: dtype)
     int heartbeat_ms;        // ZMTP heartbeat interval
     int connect_timeout_ms;  // keep trying to reach the relay at start this long (-1 = forever)
     const char *draft_model; // head: draft GGUF (NULL = none)

@@ -608,7 +608,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
 /* After the batch's compute: passes one session's rows on to the next stage
  * (d: its Forward, decoded; changed into the next hop's). */
 static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing_t *timing,
-                      uint32_t n_timing)
+                      uint32_t n_timing, sw_dtype_t dtype)
 {
     sw_msg_forward_t *out = &d->forward;
     const int E = n->hp->n_embd, rows = (int)out->n_rows;
@@ -618,7 +618,7 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
     out->n_timing = n_timing;
     out->hop++;
     out->layer_begin = (uint32_t)sw_model_layer_end(n->model);
-    out->dtype = n->o.dtype;
+    out->dtype = dtype;
     out->payload = sw_codec_hidden_pack(out->dtype, n->hidden_out + (size_t)b->row0 * E,
                                         n->wire_buf, (size_t)rows * E);
     out->payload_len = (size_t)rows * E * sw_wire_dtype_size(out->dtype);
@@ -810,11 +810,16 @@ void node_stage_flush(node_t *n)
         };
         sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE];
         node_session_t *s = b->s;
+        /* a chunk of a prefill (its first, one after a prefix, or one that more follow): it may
+         * travel narrower (--prefill-dtype) */
+        const int prefill =
+            f->n_draft == 0 && (f->kv_keep == 0 || f->prefix_len || f->prefill_more ||
+                                (s->prefill_open && f->kv_keep == s->prefill_next));
         const uint32_t nt = node_stage_timing(s, f, &mine, b->t_arrive, t0, t1, timing);
         if (node_is_last(n))
             s_verify(n, b, f, timing, nt);
         else
-            s_pass_on(n, b, &d, timing, nt);
+            s_pass_on(n, b, &d, timing, nt, prefill ? n->o.prefill_dtype : n->o.dtype);
         if (s->id == f->session_id)
             s->last_end = sw_now_ms(); // done with it (and its sending): stage_timing.c
     }
