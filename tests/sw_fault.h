@@ -132,8 +132,8 @@ static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
 /* The single-process reference: `shardwire generate --greedy`, with extra
  * flags (NULL-terminated, may be NULL) such as the sampling ones, which
  * override it (--temp T keeps the repetition penalty off). */
-static inline void swf_reference(const char *model, const char *prompt, int n_gen,
-                                 const char *const *extra, swf_result_t *r)
+static inline void swf_reference_s(const char *model, const char *prompt, int n_gen,
+                                   const char *const *extra, int timeout_s, swf_result_t *r)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
@@ -155,12 +155,19 @@ static inline void swf_reference(const char *model, const char *prompt, int n_ge
     argv[k] = NULL;
     char *out = NULL, *err = NULL;
     memset(r, 0, sizeof *r);
-    r->rc = sw_test_run(argv, 300, &out, &err);
+    r->rc = sw_test_run(argv, timeout_s, &out, &err);
     if (r->rc != 0)
         fprintf(stderr, "generate failed (%d): %s\n", r->rc, err ? err : "");
     swf_parse(out, r);
     free(out);
     free(err);
+}
+
+/* swf_reference within 300 s. */
+static inline void swf_reference(const char *model, const char *prompt, int n_gen,
+                                 const char *const *extra, swf_result_t *r)
+{
+    swf_reference_s(model, prompt, n_gen, extra, 300, r);
 }
 
 /* Sets a node's name, layers and extra flags (NULL-terminated, up to 10). */
