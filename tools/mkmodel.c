@@ -264,47 +264,25 @@ static int s_more_bits(int l, int n)
 /* Qwen2.5 7B/14B/32B Instruct and Llama 3.1 70B Instruct as llama.cpp quantizes them to
  * Q4_K_M: q4_K matrices, q6_K attn_v and ffn_down in s_more_bits layers (Llama 70B: q5_K
  * attn_v elsewhere, llama.cpp's rule for 80-layer GQA llamas), q4_K embedding, q6_K output. */
-#define S_Q4KM(nm, ar, L, E, F, H, KV, V, C, RB, EPS, B)                                           \
+#define S_Q4KM(nm, ar, L, E, F, H, KV, V, C, RB, EPS, B, VT, ...)                                  \
     {                                                                                              \
         .name = nm, .arch = ar, .n_layer = L, .n_embd = E, .n_ff = F, .n_head = H,                 \
         .n_kv_head = KV, .n_vocab = V, .n_ctx = C, .rope_base = RB, .eps = EPS,                    \
-        .embd = SW_TYPE_Q4_K, .out = SW_TYPE_Q6_K, .q = SW_TYPE_Q4_K, .k = SW_TYPE_Q4_K,           \
-        .v = SW_TYPE_Q4_K, .o = SW_TYPE_Q4_K, .gate = SW_TYPE_Q4_K, .up = SW_TYPE_Q4_K,            \
-        .down = SW_TYPE_Q4_K, .v_first = SW_TYPE_Q6_K, .down_first = SW_TYPE_Q6_K, .bias = B,      \
-        .q4km = 1                                                                                  \
+        .embd = SW_TYPE_Q4_K, .out = SW_TYPE_Q6_K, .q = SW_TYPE_Q4_K, .k = SW_TYPE_Q4_K, .v = VT,  \
+        .o = SW_TYPE_Q4_K, .gate = SW_TYPE_Q4_K, .up = SW_TYPE_Q4_K, .down = SW_TYPE_Q4_K,         \
+        .v_first = SW_TYPE_Q6_K, .down_first = SW_TYPE_Q6_K, .bias = B, .q4km = 1, __VA_ARGS__     \
     }
 
 static const s_preset_t s_presets[] = {
-    S_Q4KM("qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 32768, 1e6f, 1e-6f, 1),
-    S_Q4KM("qwen2.5-14b", "qwen2", 48, 5120, 13824, 40, 8, 152064, 32768, 1e6f, 1e-5f, 1),
-    S_Q4KM("qwen2.5-32b", "qwen2", 64, 5120, 27648, 40, 8, 152064, 32768, 1e6f, 1e-5f, 1),
-    {.name = "llama3.1-70b",
-     .arch = "llama",
-     .n_layer = 80,
-     .n_embd = 8192,
-     .n_ff = 28672,
-     .n_head = 64,
-     .n_kv_head = 8,
-     .n_vocab = 128256,
-     .n_ctx = 131072,
-     .rope_base = 500000.0f,
-     .eps = 1e-5f,
-     .embd = SW_TYPE_Q4_K,
-     .out = SW_TYPE_Q6_K,
-     .q = SW_TYPE_Q4_K,
-     .k = SW_TYPE_Q4_K,
-     .v = SW_TYPE_Q5_K,
-     .o = SW_TYPE_Q4_K,
-     .gate = SW_TYPE_Q4_K,
-     .up = SW_TYPE_Q4_K,
-     .down = SW_TYPE_Q4_K,
-     .v_first = SW_TYPE_Q6_K,
-     .down_first = SW_TYPE_Q6_K,
-     .rope_factor = 8.0f,
-     .rope_low = 1.0f,
-     .rope_high = 4.0f,
-     .rope_orig_ctx = 8192,
-     .q4km = 1},
+    S_Q4KM("qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 32768, 1e6f, 1e-6f, 1,
+           SW_TYPE_Q4_K),
+    S_Q4KM("qwen2.5-14b", "qwen2", 48, 5120, 13824, 40, 8, 152064, 32768, 1e6f, 1e-5f, 1,
+           SW_TYPE_Q4_K),
+    S_Q4KM("qwen2.5-32b", "qwen2", 64, 5120, 27648, 40, 8, 152064, 32768, 1e6f, 1e-5f, 1,
+           SW_TYPE_Q4_K),
+    S_Q4KM("llama3.1-70b", "llama", 80, 8192, 28672, 64, 8, 128256, 131072, 500000.0f, 1e-5f, 0,
+           SW_TYPE_Q5_K, .rope_factor = 8.0f, .rope_low = 1.0f, .rope_high = 4.0f,
+           .rope_orig_ctx = 8192),
     {.name = "qwen2.5-1.5b",
      .arch = "qwen2",
      .n_layer = 28,

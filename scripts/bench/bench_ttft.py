@@ -69,16 +69,14 @@ class Cluster:
         a, b, kd = self.a, self.b, os.path.join(self.logdir, "keys")
         os.makedirs(kd, mode=0o700, exist_ok=True)
         names = [f"st{i}" for i in range(self.n)]
-        for k in ["relay", "client", *names]:
-            subprocess.run([f"{b}/shardwire", "keygen", "--out", f"{kd}/{k}"], check=True,
-                           capture_output=True)
-        for kind in ("cluster", "access"):
-            subprocess.run([f"{b}/shardwire", "keygen", f"--{kind}-key", f"{kd}/{kind}.key"],
-                           check=True, capture_output=True)
+        # real keys: a pair per program, the nodes' cluster key and the clients' access key
+        jobs = [["--out", f"{kd}/{k}"] for k in ["relay", "client", *names]] + \
+            [[f"--{kind}-key", f"{kd}/{kind}.key"] for kind in ("cluster", "access")]
+        for job in jobs:
+            subprocess.run([f"{b}/shardwire", "keygen", *job], check=True, capture_output=True)
+        allow = [(k, f"node {k}") for k in names] + [("client", "client")]
         with open(f"{kd}/allow.txt", "w") as f:
-            for k in names:
-                f.write(open(f"{kd}/{k}.pub").read().strip() + f" node {k}\n")
-            f.write(open(f"{kd}/client.pub").read().strip() + " client\n")
+            f.writelines(open(f"{kd}/{k}.pub").read().strip() + f" {role}\n" for k, role in allow)
         pr = free_port()
         self.relay = f"tcp://127.0.0.1:{pr}"
         self.spawn("relay", [f"{b}/shardwire-relay", "--listen", self.relay, "--key",

@@ -25,24 +25,17 @@
 
 static char s_dir[256], s_ep[64];
 
-static const char *s_path(const char *name)
-{
-    static char buf[4][320];
-    static int slot;
-    char *p = buf[slot++ % 4];
-    snprintf(p, 320, "%s/%s", s_dir, name);
-    return p;
-}
-
-/* A node peer `name` with its CURVE key, the relay's public key and the cluster key. */
+/* A node peer `name` with its CURVE key, the relay's public key and the cluster key (the
+ * files sw_test_keys made in s_dir). */
 static sw_peer_t *s_peer(const char *name)
 {
-    char key[320];
-    snprintf(key, sizeof key, "%s", s_path(name));
-    strcat(key, ".key");
+    char key[320], relay_pub[320], cluster[320];
+    snprintf(key, sizeof key, "%s/%s.key", s_dir, name);
+    snprintf(relay_pub, sizeof relay_pub, "%s/relay.pub", s_dir);
+    snprintf(cluster, sizeof cluster, "%s/cluster.key", s_dir);
     sw_sec_args_t a = {.key_file = key,
-                       .relay_key = s_path("relay.pub"),
-                       .cluster_key = {s_path("cluster.key"), NULL},
+                       .relay_key = relay_pub,
+                       .cluster_key = {cluster, NULL},
                        .role = SW_SEC_STAGE};
     sw_sec_t sec;
     char err[512];
@@ -121,15 +114,18 @@ int main(void)
     SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
     sw_test_client_env(s_dir, "client"); /* shardwire status reads the relay's table */
     snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
+    char relay_key[320], allow[320];
+    snprintf(relay_key, sizeof relay_key, "%s/relay.key", s_dir);
+    snprintf(allow, sizeof allow, "%s/allow.txt", s_dir);
     char *ra[] = {(char *)sw_test_bin("shardwire-relay"),
                   "--listen",
                   s_ep,
                   "--heartbeat-ms",
                   "200",
                   "--key",
-                  (char *)s_path("relay.key"),
+                  relay_key,
                   "--allow",
-                  (char *)s_path("allow.txt"),
+                  allow,
                   NULL};
     pid_t relay = sw_test_spawn(ra, sw_test_log("relay.log"));
     SW_CHECK_INT(sw_test_wait_listen(s_ep, 30), 0);
