@@ -49,6 +49,7 @@ typedef struct client_req {
     double t_submit;               /* when it was sent (ms) */
     double deadline;               /* when we give up (ms) */
     double last_msg;               /* last message from its head, or last check (ms) */
+    double quiet_until;            /* its head promised its next message by then (Progress) */
     int head_missing;              /* consecutive checks that did not find the head */
     char stop[SW_CLIENT_MAX_STOP][SW_CLIENT_MAX_STOP_LEN + 1]; /* stop strings */
     int n_stop;                                                /* entries in stop */
@@ -82,6 +83,7 @@ struct sw_client {
     int n_inflight;     /* slots in use */
     double next_watch;  /* next time the watches run (ms) */
     int announces;      /* announces the relay acked (a new one: it may have restarted) */
+    int progress;       /* 1: Progress messages become SW_CLIENT_EV_PROGRESS events */
     struct {
         char name[SW_CLIENT_NAME_LEN]; /* a head seen in the last peer table */
         char model[65];                /* its model fingerprint */

@@ -153,6 +153,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         return;
     const sw_msg_table_t *pt = &d.table;
     const double now = sw_now_ms();
+    const double asked = h->status_sent; // the query this table answers went then
     h->status_out = 0;
     char err[512] = "";
     int code = 0;
@@ -202,7 +203,9 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 h->busy = 1;
             }
         }
-        if (s->want_check) {
+        if (s->want_check && asked < s->t_sent_all) {
+            head_want_status(h); // asked before the round's last chunk went: it cannot tell
+        } else if (s->want_check) {
             s->want_check = 0;
             char why[160];
             if (node_recover_waiting(s->rec) &&

@@ -746,6 +746,8 @@ static void s_park_step(node_t *n, double now)
         if (s->state == HEAD_PARKED && s->deadline && now >= s->deadline)
             head_end(n, s, SW_FINISH_DEADLINE, SW_ERROR_DEADLINE,
                      "the request's deadline passed while it was parked for another key's");
+        else if (s->state == HEAD_PARKED && now - s->t_told >= HEAD_PROGRESS_MS)
+            head_progress(n, s, 0, now); // alive: its client does not ask again (Resume)
     }
     head_sess_t *v = s_share_waits(n) ? s_park_victim(n) : NULL;
     if (v)
@@ -761,8 +763,11 @@ void head_queue_step(node_t *n, double now)
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
         const sw_msg_generate_t *g = &w->g;
-        if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms)
+        if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms) {
+            if (now - w->t_told >= HEAD_PROGRESS_MS)
+                head_progress_queued(n, w, now); // waiting: its client does not ask again
             continue;
+        }
         char text[256];
         snprintf(text, sizeof text,
                  "the head stayed busy: the request waited %.0f s at position %d of the queue "

@@ -12,17 +12,20 @@
  * NODE_SCHED_PIECE_SHARED while other sessions run or wait (a round of
  * another session that arrives behind a piece waits about two rounds' time
  * at each stage). The tail acknowledges every piece but the last (a
- * Verdict with prefill_at); a session has at most route.n pieces
- * unacknowledged, so the stages' queues never fill with one prompt's pieces
- * and a round of another session is read and run at once. The one-row forward
- * (w_ms) is measured at start and follows the head's one-row batches; the
- * cost of a row, from the session's previous piece. A piece never crosses
- * a prompt window's end and has NODE_SCHED_PIECE_MIN rows or more at a
- * window's start, so every stage computes each row as the whole window
- * would (engine/include/model.h: windows counted from the prompt's start).
- * Models whose window arithmetic depends on how it is cut (a mixture of
- * experts counts a window's rows per expert; a GPU's long-prompt path) and
- * routes of one stage send windows whole; so does --prefill-pieces off.
+ * PrefillAck, which also tells the head that a slow round moves); a session
+ * has at most route.n pieces unacknowledged, so the stages' queues never
+ * fill with one prompt's pieces and a round of another session is read and
+ * run at once. The one-row forward (w_ms) is measured at start and follows
+ * the head's one-row batches; the cost of a row, from the session's previous
+ * piece. The piece itself is cut by node/chunk.c (head_chunk_rows): never
+ * over the bytes a Forward may carry, never past a prompt window's end,
+ * NODE_CHUNK_START_ROWS rows or more at a window's start and no larger than
+ * the ramp of small first and last pieces, so every stage computes each row
+ * as the whole window would (engine/include/model.h: windows counted from
+ * the prompt's start). Models whose window arithmetic depends on how it is
+ * cut (a mixture of experts counts a window's rows per expert; a GPU's
+ * long-prompt path) and routes of one stage take no fair pieces (the ramp
+ * alone, or whole windows); neither does --prefill-pieces 0.
  *
  * Calls nothing of the other head files (head_impl.h: the order of calls).
  */
@@ -115,16 +118,16 @@ static int s_prompt_rows(const head_sess_t *s)
     return s->send_r.kv_keep == 0 && s->send_r.n_draft == 0 && s->route.n > 1;
 }
 
-int head_sched_rows(const node_t *n, const head_sess_t *s, int rows)
+int head_sched_rows(const node_t *n, const head_sess_t *s)
 {
     const node_head_t *h = n->head;
     if (!h->pieces || !s_prompt_rows(s))
-        return rows;
+        return 0;
     const int others = h->n_active > 1 || h->q_len > 0;
-    return node_sched_piece_rows(
-        rows, s->send_row % SW_MODEL_PROMPT_WINDOW == 0, h->w_ms, s->piece_rows, s->piece_ms,
-        others && n->o.prefill_pieces > NODE_SCHED_PIECE_SHARED ? NODE_SCHED_PIECE_SHARED
-                                                                : n->o.prefill_pieces);
+    return node_sched_piece_rows(h->w_ms, s->piece_rows, s->piece_ms,
+                                 others && n->o.prefill_pieces > NODE_SCHED_PIECE_SHARED
+                                     ? NODE_SCHED_PIECE_SHARED
+                                     : n->o.prefill_pieces);
 }
 
 int head_sched_pick(node_t *n, head_sess_t *const *ready, const int *rows, int n_ready, int *pick)
@@ -184,22 +187,11 @@ int head_sched_may_send(const node_t *n, const head_sess_t *s, double now)
     return out < s->route.n || now - s->t_progress > NODE_SCHED_ACK_WAIT_MS;
 }
 
-void head_sched_ack(node_t *n, const char *peer, const sw_msg_verdict_t *vd)
+void head_sched_ack(node_t *n, head_sess_t *s, uint32_t done, double now)
 {
-    node_head_t *h = n->head;
-    for (int i = 0; i < h->n_slots; i++) {
-        head_sess_t *s = &h->sess[i];
-        if (s->state != HEAD_RUN || s->id != vd->session_id)
-            continue;
-        /* only the route's tail acknowledges, and only the attempt being sent */
-        if (strcmp(peer, s->route.names[s->route.n - 1]) != 0 || vd->round != s->send_round)
-            return;
-        if (s->ack_round != vd->round || vd->prefill_at > s->acked)
-            s->acked = vd->prefill_at;
-        s->ack_round = vd->round;
-        s->t_progress = sw_now_ms();
-        h->busy = 1;
-        return;
-    }
-    /* a shadow route's (spot checks) or a session that ended: nothing to do */
+    if (s->ack_round != s->send_round || done > s->acked)
+        s->acked = done;
+    s->ack_round = s->send_round;
+    s->t_progress = now;
+    n->head->busy = 1; // its next piece may go
 }

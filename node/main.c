@@ -52,6 +52,8 @@ enum {
     O_SPOT,
     O_FLIP,
     O_PIECES,
+    O_PDTYPE,
+    O_SLOW,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -95,6 +97,9 @@ static const sw_opt_t s_opts[] = {
      "(default: what\n--max-sessions caches of --ctx positions take, at most\nthe GPUs' free "
      "memory)"},
     {"dtype", O_DTYPE, "T", "hidden states sent as f32, f16 or bf16 (default f32)"},
+    {"prefill-dtype", O_PDTYPE, "T",
+     "a prompt's hidden states sent as f32, f16 or bf16\n(default: --dtype); f16 and bf16 halve "
+     "a long prompt's\nbytes but are not bit-exact (docs/benchmarks.md)"},
     {"idle-timeout-s", O_IDLE, "S",
      "free a session unused for S seconds (default " SW_STR(SW_NODE_DEFAULT_IDLE_TIMEOUT_S) ")"},
     {"round-timeout-ms", O_ROUND, "MS",
@@ -121,6 +126,9 @@ static const sw_opt_t s_opts[] = {
     {"test-flip-bit", O_FLIP, "N",
      "FOR TESTS ONLY: a dishonest stage that flips one bit in\nevery Nth hidden-state payload it "
      "passes on (default 0 = off)"},
+    {"test-slow-ms", O_SLOW, "MS",
+     "FOR TESTS ONLY: a slow stage: every batch it runs holds\nits event loop MS ms longer, as a "
+     "slow computation\nwould (default 0 = off)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -214,17 +222,21 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return 0;
     }
     case O_DTYPE:
+    case O_PDTYPE: {
+        sw_dtype_t *to = c == O_DTYPE ? &o->dtype : &o->prefill_dtype;
         if (!strcmp(v, "f32"))
-            o->dtype = SW_DTYPE_F32;
+            *to = SW_DTYPE_F32;
         else if (!strcmp(v, "f16"))
-            o->dtype = SW_DTYPE_F16;
+            *to = SW_DTYPE_F16;
         else if (!strcmp(v, "bf16"))
-            o->dtype = SW_DTYPE_BF16;
+            *to = SW_DTYPE_BF16;
         else {
-            fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
+            fprintf(stderr, "shardwire-node: %s '%s' must be f32, f16 or bf16\n",
+                    c == O_DTYPE ? "--dtype" : "--prefill-dtype", v);
             return -1;
         }
         return 0;
+    }
     case O_MAXQ:
         return sw_arg_int(P, "--max-queue", v, 0, SW_WIRE_MAX_QUEUE, &o->max_queue);
     case O_QPC:
@@ -242,6 +254,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_double(P, "--spot-check", v, 0, 1, &o->spot_share);
     case O_FLIP:
         return sw_arg_int(P, "--test-flip-bit", v, 0, 1 << 30, &o->test_flip_bit);
+    case O_SLOW:
+        return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
     default:
         return -1;
     }
@@ -331,6 +345,7 @@ int main(int argc, char **argv)
         .max_sessions = SW_NODE_DEFAULT_MAX_SESSIONS,
         .round_timeout_ms = SW_NODE_DEFAULT_ROUND_TIMEOUT_MS,
         .dtype = SW_DTYPE_F32,
+        .prefill_dtype = (sw_dtype_t)-1,
         .heartbeat_ms = SW_NODE_DEFAULT_HEARTBEAT_MS,
         .max_queue = SW_NODE_DEFAULT_MAX_QUEUE,
         .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
@@ -346,6 +361,8 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     o.sessions_per_client_hard = o.max_sessions_per_client >= 0;
+    if ((int)o.prefill_dtype < 0)
+        o.prefill_dtype = o.dtype;
     if (o.max_sessions_per_client < 0)
         o.max_sessions_per_client = SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(o.max_sessions);
     s_apply(&o, &cli);

@@ -16,6 +16,8 @@
 
 #include <sodium.h>
 
+#include "sw_limits.h"
+
 #define S_SLOTS (2 * NODE_SCHED_FLOWS) // a power of two
 
 typedef struct s_flow {
@@ -230,11 +232,8 @@ int node_sched_pick(node_sched_t *q, const node_sched_item_t *items, int n, int 
     return k;
 }
 
-int node_sched_piece_rows(int part, int window_start, double w_ms, int prev_rows, double prev_ms,
-                          int k)
+int node_sched_piece_rows(double w_ms, int prev_rows, double prev_ms, int k)
 {
-    if (part <= 1)
-        return part < 1 ? 0 : 1;
     int rows = 64;
     if (w_ms > 0 && prev_rows > 0 && prev_ms > 0) {
         /* the previous piece cost w_ms (the weights' reading, the call) + its rows x c */
@@ -242,9 +241,7 @@ int node_sched_piece_rows(int part, int window_start, double w_ms, int prev_rows
         if (per_row < prev_ms / 4 / prev_rows)
             per_row = prev_ms / 4 / prev_rows; // noise: a piece faster than a one-row forward
         const double want = (k - 1) * w_ms / per_row;
-        rows = want >= part ? part : want < 1 ? 1 : (int)want;
+        rows = want >= SW_WIRE_MAX_ROWS ? SW_WIRE_MAX_ROWS : want < 1 ? 1 : (int)want;
     }
-    if (window_start && rows < NODE_SCHED_PIECE_MIN)
-        rows = NODE_SCHED_PIECE_MIN;
-    return rows < part ? rows : part;
+    return rows;
 }

@@ -54,9 +54,6 @@
  * other sessions running. */
 #define NODE_SCHED_PIECE_ALONE 4
 #define NODE_SCHED_PIECE_SHARED 2
-/* Rows of a piece at a prompt window's start at least: the window's arithmetic depends on
- * its first piece reaching 8 rows (engine/include/model.h). */
-#define NODE_SCHED_PIECE_MIN 8
 /* A prompt's next piece waits this long at most for the tail's acknowledgement of an
  * earlier one (so one that was lost costs no more). */
 #define NODE_SCHED_ACK_WAIT_MS 5000
@@ -92,15 +89,13 @@ void node_sched_charge(node_sched_t *q, const node_sched_item_t *item, double ms
 /* The service of a flow (ms; 0 for one not remembered), for tests. */
 double node_sched_served(const node_sched_t *q, uint64_t flow);
 
-/* Rows of the next piece of a prompt: part rows are left before the
- * prompt window's end (or the prompt's), window_start = 1 when the piece
- * starts a window; w_ms: the node's one-row forward (0 = not known); the
- * session's previous piece: prev_rows rows in prev_ms (0 = none yet); k:
- * NODE_SCHED_PIECE_*. About (k - 1) one-row forwards' worth of the previous
- * piece's cost per row, at least 1 row (NODE_SCHED_PIECE_MIN at a window's
- * start), at most part; the first piece of a prompt, and any piece when
- * w_ms or the previous piece is unknown, takes min(part, 64). */
-int node_sched_piece_rows(int part, int window_start, double w_ms, int prev_rows, double prev_ms,
-                          int k);
+/* Rows the next piece of a prompt should have: w_ms: the node's one-row
+ * forward (0 = not known); the session's previous piece: prev_rows rows in
+ * prev_ms (0 = none yet); k: NODE_SCHED_PIECE_*. About (k - 1) one-row
+ * forwards' worth of the previous piece's cost per row, at least 1 row; 64
+ * for the first piece of a prompt, and for any piece while w_ms or the
+ * previous piece is unknown. The piece itself is cut by node/chunk.c
+ * (node_chunk_rows: the bytes, the windows, 8 rows at a window's start). */
+int node_sched_piece_rows(double w_ms, int prev_rows, double prev_ms, int k);
 
 #endif

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "node.h"
@@ -64,18 +65,6 @@ static void s_reply_error(node_t *n, const char *dest, int code, uint64_t sessio
     };
     if (dest && dest[0] && sw_peer_send_msg(n->peer, dest, &er) != 0)
         SW_WARN("could not send the error to %s", dest);
-}
-
-/* Copies the timing entries of f into buf (SW_WIRE_MAX_ROUTE) and appends
- * this stage's; returns the count. */
-static uint32_t s_timing(const sw_msg_forward_t *f, const sw_msg_timing_t *mine,
-                         sw_msg_timing_t *buf)
-{
-    uint32_t n = f->n_timing < SW_WIRE_MAX_ROUTE - 1 ? f->n_timing : SW_WIRE_MAX_ROUTE - 1;
-    for (uint32_t i = 0; i < n; i++)
-        buf[i] = f->timing[i];
-    buf[n++] = *mine;
-    return n;
 }
 
 /* The verifier of a session on the last stage, made from the Forward's
@@ -613,19 +602,18 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
 
 /* After the batch's compute: passes one session's rows on to the next stage
  * (d: its Forward, decoded; changed into the next hop's). */
-static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing_t *mine)
+static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing_t *timing,
+                      uint32_t n_timing, sw_dtype_t dtype)
 {
     sw_msg_forward_t *out = &d->forward;
     const int E = n->hp->n_embd, rows = (int)out->n_rows;
     const uint64_t sid = out->session_id;
     const char *reply = out->reply_to;
-    sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE];
-    const uint32_t n_timing = s_timing(out, mine, timing);
     memcpy(out->timing, timing, n_timing * sizeof *timing);
     out->n_timing = n_timing;
     out->hop++;
     out->layer_begin = (uint32_t)sw_model_layer_end(n->model);
-    out->dtype = n->o.dtype;
+    out->dtype = dtype;
     out->payload = sw_codec_hidden_pack(out->dtype, n->hidden_out + (size_t)b->row0 * E,
                                         n->wire_buf, (size_t)rows * E);
     out->payload_len = (size_t)rows * E * sw_wire_dtype_size(out->dtype);
@@ -648,7 +636,7 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
 /* After the batch's compute, on the last stage: verifies one session's round
  * (or records a prefill chunk) and answers its head. */
 static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
-                     const sw_msg_timing_t *mine)
+                     const sw_msg_timing_t *timing, uint32_t n_timing)
 {
     node_session_t *s = b->s;
     const uint64_t sid = f->session_id;
@@ -664,7 +652,16 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
             node_session_free(n, s);
             return;
         }
-        node_stage_ack(n, f); // the head sends the prompt's next pieces (stage_sched.c)
+        /* the chunk went through every stage: the head sees the round move (slow is not
+         * gone), tells its client and sends the prompt's next pieces (head_sched.c paces
+         * them by these) */
+        const sw_msg_t ack = {.type = SW_MSG_PREFILL_ACK,
+                              .prefill_ack = {.session_id = sid,
+                                              .round = f->round,
+                                              .done = f->kv_keep + (uint32_t)rows}};
+        if (sw_peer_try_send_msg(n->peer, reply, &ack) != 0)
+            SW_DEBUG("session %016llx: the prefill ack to %s was not sent", (unsigned long long)sid,
+                     reply);
         return;
     }
     sw_draft_q_t q[SW_MAX_DRAFT];
@@ -712,7 +709,8 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
         vd->n_path = (uint32_t)(v.n_commit - 1);
         vd->path = path;
     }
-    vd->n_timing = s_timing(f, mine, vd->timing);
+    memcpy(vd->timing, timing, n_timing * sizeof *timing);
+    vd->n_timing = n_timing;
     for (uint32_t i = 0; i < f->n_hop_digests; i++) // hop - 1 of them (s_check_meant)
         vd->hop_digests[i] = f->hop_digests[i];
     vd->hop_digests[f->n_hop_digests] = b->digest;
@@ -824,6 +822,13 @@ void node_stage_flush(node_t *n)
     char err[256] = "";
     const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
+    if (n->o.test_slow_ms > 0 && nl > 0) { // --test-slow-ms: a slow computation, loop blocked
+        const struct timespec ts = {n->o.test_slow_ms / 1000,
+                                    (n->o.test_slow_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        SW_INFO("--test-slow-ms: held the loop %d ms more (a batch of %d rows)", n->o.test_slow_ms,
+                n->batch_rows);
+    }
     const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
@@ -849,20 +854,29 @@ void node_stage_flush(node_t *n)
             continue;
         }
         b->s->round = f->round;
-        node_stage_prefill_ran(b->s, f);
         s_prompt_track(n, b->s, f);
         const sw_msg_timing_t mine = {
             .name = sw_peer_name(n->peer),
-            .compute_us = (uint32_t)((t1 - t0) * 1e3),
-            .queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3),
+            .compute_us = node_us(t1 - t0),
+            .queue_us = node_us(t0 - b->t_arrive),
             .batch_rows =
                 (uint32_t)(rows_run < SW_WIRE_MAX_BATCH_ROWS ? rows_run : SW_WIRE_MAX_BATCH_ROWS),
             .batch_rounds = (uint32_t)nl,
         };
+        sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE];
+        node_session_t *s = b->s;
+        /* a chunk of a prefill (its first, one after a prefix, one that more follow, or one
+         * that continues it): it may travel narrower (--prefill-dtype); prefill_open and
+         * prefill_next move on in node_stage_timing */
+        const int prefill = f->n_draft == 0 && (f->kv_keep == 0 || f->prefix_len ||
+                                                f->prefill_more || node_stage_prefill_cont(s, f));
+        const uint32_t nt = node_stage_timing(s, f, &mine, b->t_arrive, t0, t1, timing);
         if (node_is_last(n))
-            s_verify(n, b, f, &mine);
+            s_verify(n, b, f, timing, nt);
         else
-            s_pass_on(n, b, &d, &mine);
+            s_pass_on(n, b, &d, timing, nt, prefill ? n->o.prefill_dtype : n->o.dtype);
+        if (s->id == f->session_id)
+            s->last_end = sw_now_ms(); // done with it (and its sending): stage_timing.c
     }
     s_queue_drop(n, done);
     n->batch_rows = n->batch_logits = n->n_batch_run = 0;

@@ -39,24 +39,31 @@ typedef struct node node_t; // node.h
 
 /* One session's state on a stage. */
 typedef struct node_session {
-    uint64_t id;           // 0 = free slot
-    sw_kv_t *kv;           // this stage's cache
-    size_t kv_bytes;       // its memory
-    sw_verifier_t *ver;    // last stage only
-    double last_used_ms;   // for the idle timeout
-    uint64_t round;        // last round seen
-    char creator[64];      // peer whose Forward created it; only it may send more
-    char by[64];           // the creator's key fingerprint (its name without keys): the sessions
-                           // of one key share the stage fairly with other keys' (stage_session.c)
-    char owner[64];        // route[0] of that Forward (the head): may close it too
-    int32_t *prompt;       // (prompt_cap) its prompt's tokens while the prefill comes (prefix
-                           // cache: stored when it is complete), NULL otherwise
-    int n_prompt;          // tokens so far
-    int prompt_cap;        //
-    uint64_t in_digest;    // running digest of the hidden states received (spot checks:
-                           // sw_codec_digest_fold), restarted by a Forward that keeps 0
-    int prefill_open;      // 1: the last Forward said more of the prefill comes (stage_sched.c)
-    uint32_t prefill_next; // ... from this position: a Forward there continues the prompt
+    uint64_t id;         // 0 = free slot
+    sw_kv_t *kv;         // this stage's cache
+    size_t kv_bytes;     // its memory
+    sw_verifier_t *ver;  // last stage only
+    double last_used_ms; // for the idle timeout
+    uint64_t round;      // last round seen
+    char creator[64];    // peer whose Forward created it; only it may send more
+    char by[64];         // the creator's key fingerprint (its name without keys): the sessions
+                         // of one key share the stage fairly with other keys' (stage_session.c)
+    char owner[64];      // route[0] of that Forward (the head): may close it too
+    int32_t *prompt;     // (prompt_cap) its prompt's tokens while the prefill comes (prefix
+                         // cache: stored when it is complete), NULL otherwise
+    int n_prompt;        // tokens so far
+    int prompt_cap;      //
+    uint64_t in_digest;  // running digest of the hidden states received (spot checks:
+                         // sw_codec_digest_fold), restarted by a Forward that keeps 0
+    /* where its prefill stands and timing (stage_timing.c) */
+    int prefill_open;                    // 1: the last chunk said more of the prefill comes
+    uint32_t prefill_next;               // ... from this position (a piece there continues the
+                                         // prompt: stage_sched.c)
+    double round_work_ms;                // the round's earlier chunks' compute here
+    double stretch_t0;                   // its current busy stretch here began (ms)
+    double last_end;                     // its last chunk was done and sent on (ms)
+    uint32_t crit_up[SW_WIRE_MAX_ROUTE]; // (n_crit_up) the stretch's first chunk's critical_us
+    uint32_t n_crit_up;                  //   of the nodes before this one
 } node_session_t;
 
 /* A Forward whose route a stage checks once the relay's peer table comes. */
@@ -112,6 +119,16 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
 void node_stage_table(node_t *n, sw_wire_msg_t *msg);
 /* Timers of a stage: waiting Forwards whose table did not come. */
 void node_stage_step(node_t *n, double now_ms);
+/* The timing entries (SW_WIRE_MAX_ROUTE) a stage sends on for Forward f of
+ * session s, which arrived at t_arrive and ran in a batch from t0 to t1 (ms):
+ * the entries f carried, their critical parts from the chunk that began this
+ * stage's busy stretch, and mine with its compute_us (a prefill's last chunk:
+ * the whole round's) and critical_us (stage_timing.c); notes where s's prefill
+ * stands (prefill_open, prefill_next: its next piece continues the prompt).
+ * Returns the count. */
+uint32_t node_stage_timing(node_session_t *s, const sw_msg_forward_t *f,
+                           const sw_msg_timing_t *mine, double t_arrive, double t0, double t1,
+                           sw_msg_timing_t *out);
 /* Runs the next batch of the queue (which Forwards: stage_sched.c) through
  * this stage's layers and sends the results on; the event loop calls it
  * once a pass while node_stage_busy. */
@@ -128,13 +145,9 @@ int node_stage_pick(node_t *n, int *sel, char *done);
 /* The batch live[0..nl) ran in ms: each entry's flows are charged its rows' share. */
 void node_stage_ran(node_t *n, node_fwd_t *const *live, int nl, double ms);
 /* 1 when f continues the prompt whose earlier piece s ran last (its windows
- * are counted from the prompt's start: engine/include/model.h). */
+ * are counted from the prompt's start: engine/include/model.h; where the last
+ * piece ended: node_stage_timing). */
 int node_stage_prefill_cont(const node_session_t *s, const sw_msg_forward_t *f);
-/* The last stage computed prefill piece f: a Verdict acknowledging it
- * (prefill_at) goes to its head, which paces the prompt's pieces by them. */
-void node_stage_ack(node_t *n, const sw_msg_forward_t *f);
-/* f ran for s: whether a prefill is open and where its next piece starts. */
-void node_stage_prefill_ran(node_session_t *s, const sw_msg_forward_t *f);
 int node_is_last(const node_t *n);
 
 #endif

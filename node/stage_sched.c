@@ -12,10 +12,12 @@
  * hashed under its own key). A Forward of a prompt (the prefill's pieces)
  * runs in a chunk of its own in the engine: it starts a batch or waits.
  *
- * A prefill's later pieces continue its prompt: the stage notes where the
- * last piece ended (prefill_open, prefill_next) so that the next one is
- * evaluated with its windows counted from the prompt's start, as the head
- * evaluated it and as one process would.
+ * A prefill's later pieces continue its prompt: where the last piece ended
+ * (prefill_open, prefill_next, noted by node_stage_timing) says that the
+ * next one is evaluated with its windows counted from the prompt's start, as
+ * the head evaluated it and as one process would. The tail acknowledges each
+ * piece that more follow with a PrefillAck (stage.c), by which the head paces
+ * the prompt's pieces.
  */
 #include <stdio.h>
 #include <string.h>
@@ -34,23 +36,6 @@ int node_stage_prefill_cont(const node_session_t *s, const sw_msg_forward_t *f)
 {
     return s && f->n_draft == 0 && f->kv_keep > 0 && s->prefill_open &&
            f->kv_keep == s->prefill_next && f->start_pos == f->kv_keep;
-}
-
-void node_stage_prefill_ran(node_session_t *s, const sw_msg_forward_t *f)
-{
-    s->prefill_open = f->n_draft == 0 && f->prefill_more;
-    s->prefill_next = f->start_pos + f->n_rows;
-}
-
-void node_stage_ack(node_t *n, const sw_msg_forward_t *f)
-{
-    const sw_msg_t ack = {.type = SW_MSG_VERDICT,
-                          .verdict = {.session_id = f->session_id,
-                                      .round = f->round,
-                                      .prefill_at = f->start_pos + f->n_rows}};
-    if (sw_peer_send_msg(n->peer, f->reply_to, &ack) != 0)
-        SW_DEBUG("session %016llx: could not acknowledge a prefill piece to %s",
-                 (unsigned long long)f->session_id, f->reply_to);
 }
 
 /* The flows of waiting Forward b (decoded as f) in the stage's fair queue. */

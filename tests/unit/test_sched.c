@@ -19,7 +19,8 @@
  *    forgets the least recently used flow beyond NODE_SCHED_FLOWS and keeps
  *    working;
  *  - prompt pieces: their rows follow the cost of the previous piece, at
- *    least NODE_SCHED_PIECE_MIN at a window's start, at most what is left.
+ *    least 1 and at most a window (node/chunk.c cuts the piece: at least 8
+ *    rows at a window's start, at most what is left; tests/unit/test_chunk.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -216,23 +217,19 @@ static void s_test_flows(void)
 
 static void s_test_pieces(void)
 {
-    /* no measurement yet: 64 rows, or what is left */
-    SW_CHECK_INT(node_sched_piece_rows(512, 1, 0, 0, 0, 8), 64);
-    SW_CHECK_INT(node_sched_piece_rows(20, 1, 5, 0, 0, 8), 20);
-    SW_CHECK_INT(node_sched_piece_rows(1, 0, 5, 8, 40, 8), 1);
+    /* no measurement yet: 64 rows (node/chunk.c cuts them to what is left) */
+    SW_CHECK_INT(node_sched_piece_rows(0, 0, 0, 8), 64);
+    SW_CHECK_INT(node_sched_piece_rows(5, 0, 0, 8), 64);
     /* previous piece: 64 rows in 5 + 64 x 2 ms: about (k - 1) x 5 / 2 rows */
-    SW_CHECK_INT(node_sched_piece_rows(448, 0, 5, 64, 133, 8), 17);
-    SW_CHECK_INT(node_sched_piece_rows(448, 0, 5, 64, 133, NODE_SCHED_PIECE_SHARED), 2);
-    /* a window's first piece reaches NODE_SCHED_PIECE_MIN rows */
-    SW_CHECK_INT(node_sched_piece_rows(512, 1, 5, 64, 133, NODE_SCHED_PIECE_SHARED),
-                 NODE_SCHED_PIECE_MIN);
-    SW_CHECK_INT(node_sched_piece_rows(5, 1, 5, 64, 133, NODE_SCHED_PIECE_SHARED), 5);
+    SW_CHECK_INT(node_sched_piece_rows(5, 64, 133, 8), 17);
+    SW_CHECK_INT(node_sched_piece_rows(5, 64, 133, NODE_SCHED_PIECE_SHARED), 2);
     /* a big model: one-row forwards of 250 ms, 20 ms a row: ~87 rows alone, ~12 shared */
-    SW_CHECK_INT(node_sched_piece_rows(512, 0, 250, 64, 250 + 64 * 20, 8), 87);
-    SW_CHECK_INT(node_sched_piece_rows(512, 0, 250, 64, 250 + 64 * 20, NODE_SCHED_PIECE_SHARED),
-                 12);
+    SW_CHECK_INT(node_sched_piece_rows(250, 64, 250 + 64 * 20, 8), 87);
+    SW_CHECK_INT(node_sched_piece_rows(250, 64, 250 + 64 * 20, NODE_SCHED_PIECE_SHARED), 12);
     /* a piece measured faster than a one-row forward (noise): a quarter of it counts */
-    SW_CHECK(node_sched_piece_rows(512, 0, 50, 8, 10, NODE_SCHED_PIECE_SHARED) >= 1);
+    SW_CHECK(node_sched_piece_rows(50, 8, 10, NODE_SCHED_PIECE_SHARED) >= 1);
+    /* a row far cheaper than the weights' reading: at most a window */
+    SW_CHECK_INT(node_sched_piece_rows(1000, 64, 1000.5, 8), SW_WIRE_MAX_ROWS);
 }
 
 int main(void)
