@@ -42,9 +42,12 @@ int main(void)
     snprintf(c.keys, sizeof c.keys, "%s", sw_test_tmpdir());
     c.wan_ms = 20;
     /* a round timeout far below the slow stage's backlog after the head's last chunk (6 x
-     * 2.5 s): the tail's PrefillAcks show that the round moves */
-    static const char *const head_flags[] = {"--draft", "none", "--round-timeout-ms", "10000",
-                                             NULL};
+     * 2.5 s): the tail's PrefillAcks show that the round moves. The prompt goes in the
+     * byte-sized chunks (--prefill-pieces 0): the fair queue's pieces, sized by the head's
+     * compute, would each cost the slow stage its 2.5 s of loop (a stall per batch, not per
+     * row: docs/architecture.md, "The scheduler") */
+    static const char *const head_flags[] = {
+        "--draft", "none", "--round-timeout-ms", "10000", "--prefill-pieces", "0", NULL};
     static const char *const slow_flags[] = {"--test-slow-ms", "2500", NULL};
     swf_node(&c.nodes[0], "head", "0:10", head_flags);
     swf_node(&c.nodes[1], "mid", "10:20", slow_flags);

@@ -19,6 +19,9 @@ int main(void)
     SW_CHECK_INT(sw_wire_prompt_rows(8192), 512); // whole windows: 16 MiB each
     static const int ranges[2][2] = {{0, 2}, {2, 4}};
     swf_result_t got;
-    swb_cluster_test(model, 2, ranges, 1, swb_prompt(125), 4, 2100, 0, NULL, &got);
+    /* whole windows (--prefill-pieces 0): the fair queue's pieces of a prompt that shares
+     * the pipeline are smaller than 16 MiB */
+    static const char *const flags[] = {"--prefill-pieces", "0", NULL};
+    swb_cluster_test(model, 2, ranges, 1, swb_prompt(125), 4, 2100, 0, flags, &got);
     return sw_test_done();
 }
