@@ -195,11 +195,10 @@ def part_short(args, logdir):
         t, res = cl.background("bob", long_prompt(2, args.long_words), 1)
         time.sleep(1.0)
         during, rs = [], []
-        while t.is_alive():
+        while t.is_alive():  # every short request sent while the long prompt runs
             r = cl.run_capped("alice", SHORT, 4, args.cap_s)
-            if t.is_alive():
-                during.append(r["ttft_ms"])
-                rs.append(r)
+            during.append(r["ttft_ms"])
+            rs.append(r)
         t.join()
         if not res or "error" in res[0]:
             raise SystemExit(f"bench_fair: the long prompt failed: {res}")
