@@ -29,6 +29,8 @@ its part names) and prints one row of the table:
   python3 scripts/bench/bench_fair.py                         # SmolLM2-135M, every part
   python3 scripts/bench/bench_fair.py --parts short,keys --node-flags '--prefill-pieces 0'
   python3 scripts/bench/bench_fair.py --build /path/to/other/build    # another commit's programs
+  python3 scripts/bench/bench_fair.py --build /path/to/old/build --reps 3 --cap-s 120
+                                     # before: requests that starve count as 120 s ('>=')
   python3 scripts/bench/bench_fair.py --target models/synth/qwen2.5-7b.gguf --parts short \\
           --long-words 650                                   # the 7B shape of issue 33
 
@@ -129,11 +131,11 @@ class Cluster(bench_wan.Cluster):
             time.sleep(1)
         raise SystemExit("bench_fair: the nodes did not join the relay within 900 s")
 
-    def run(self, who, prompt, n):
+    def run(self, who, prompt, n, timeout_s=1800):
         """One greedy request of client `who`, plain decoding: its JSON result."""
         argv = [f"{self.bin}/shardwire", "run", "--greedy", "--draft", "none", "--relay",
-                self.client_ep, "-p", prompt, "-n", str(n), "--json", "--timeout-s", "1800",
-                *self.sec[who]]
+                self.client_ep, "-p", prompt, "-n", str(n), "--json", "--timeout-s",
+                str(int(timeout_s)), *self.sec[who]]
         with self.lock:
             if self.stopped:
                 raise RuntimeError("the cluster was stopped")
@@ -147,6 +149,17 @@ class Cluster(bench_wan.Cluster):
         if p.returncode != 0:
             raise RuntimeError(f"shardwire run failed: {err.strip()[-300:]}")
         return json.loads(out.strip().splitlines()[-1])
+
+    def run_capped(self, who, prompt, n, cap_s):
+        """run() with a deadline of cap_s: a request that gets no answer by then counts as
+        cap_s (ttft_ms and timing.total_ms), marked "capped" (a lower bound)."""
+        t0 = time.time()
+        try:
+            return self.run(who, prompt, n, cap_s)
+        except RuntimeError:
+            if time.time() - t0 < cap_s - 1:
+                raise
+            return {"ttft_ms": cap_s * 1e3, "timing": {"total_ms": cap_s * 1e3}, "capped": 1}
 
     def background(self, who, prompt, n):
         """Starts run(who, prompt, n) on a thread; returns (thread, results list)."""
@@ -166,6 +179,11 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def capped(rs):
+    """How many of results rs hit --cap-s (their times are lower bounds)."""
+    return sum(1 for r in rs if r.get("capped"))
+
+
 def part_short(args, logdir):
     cl = Cluster(args, logdir, ["alice", "bob"])
     try:
@@ -176,15 +194,16 @@ def part_short(args, logdir):
         long_alone = cl.run("bob", prompt, 1)
         t, res = cl.background("bob", long_prompt(2, args.long_words), 1)
         time.sleep(1.0)
-        during = []
-        while t.is_alive():
-            r = cl.run("alice", SHORT, 4)
-            if t.is_alive():
-                during.append(r["ttft_ms"])
+        during, rs = [], []
+        while t.is_alive():  # every short request sent while the long prompt runs
+            r = cl.run_capped("alice", SHORT, 4, args.cap_s)
+            during.append(r["ttft_ms"])
+            rs.append(r)
         t.join()
         if not res or "error" in res[0]:
             raise SystemExit(f"bench_fair: the long prompt failed: {res}")
         return {"alone_ms": med(alone), "during_ms": med(during), "n_during": len(during),
+                "capped": capped(rs),
                 "ratio": med(during) / med(alone), "long_tokens": long_alone["n_prompt"],
                 "long_ttft_s": long_alone["ttft_ms"] / 1e3,
                 "long_during_ttft_s": res[0]["ttft_ms"] / 1e3}
@@ -200,11 +219,12 @@ def part_keys(args, logdir):
         alone = [cl.run("alice", ALICE, 64)["timing"]["total_ms"] for _ in range(args.reps)]
         bg = [cl.background("mallory", long_prompt(10 + i, args.long_words), 1) for i in range(6)]
         time.sleep(2.0)
-        during = [cl.run("alice", ALICE, 64)["timing"]["total_ms"] for _ in range(args.reps)]
+        rs = [cl.run_capped("alice", ALICE, 64, args.cap_s) for _ in range(args.reps)]
+        during = [r["timing"]["total_ms"] for r in rs]
         still = sum(t.is_alive() for t, _ in bg)
         cl.stop()  # mallory's requests are not waited for
         return {"alone_ms": med(alone), "during_ms": med(during), "n_during": len(during),
-                "ratio": med(during) / med(alone), "still": still}
+                "ratio": med(during) / med(alone), "still": still, "capped": capped(rs)}
     finally:
         cl.stop()
 
@@ -252,14 +272,16 @@ def part_gateway(args, logdir):
         model = os.path.basename(args.target).removesuffix(".gguf")
         url = f"http://127.0.0.1:{port}/v1/completions"
 
-        def post(key, prompt, n):
+        def post(key, prompt, n, cap_s=1800):
             body = json.dumps({"model": model, "prompt": prompt, "max_tokens": n,
                                "temperature": 0})
             t0 = time.time()
-            r = subprocess.run(["curl", "-s", "--max-time", "1800", "-H",
+            r = subprocess.run(["curl", "-s", "--max-time", str(int(cap_s)), "-H",
                                 f"Authorization: Bearer {key}", "-H",
                                 "Content-Type: application/json", "--data-binary", body, url],
                                capture_output=True, text=True)
+            if '"text"' not in r.stdout and time.time() - t0 >= cap_s - 1 and cap_s < 1800:
+                return -float(cap_s)  # no answer within the cap: a lower bound
             if '"text"' not in r.stdout:
                 raise RuntimeError(f"completion failed: {r.stdout[:200]} {r.stderr[:200]}")
             return time.time() - t0
@@ -283,11 +305,13 @@ def part_gateway(args, logdir):
         for t in ths:
             t.start()
         time.sleep(2.0)
-        during = [post(keys[0], ALICE, 64) for _ in range(args.reps)]
+        during = [post(keys[0], ALICE, 64, args.cap_s) for _ in range(args.reps)]
         stop.set()
         cl.stop()
+        n_capped = sum(1 for d in during if d < 0)
+        during = [abs(d) for d in during]
         return {"alone_ms": med(alone) * 1e3, "during_ms": med(during) * 1e3,
-                "ratio": med(during) / med(alone)}
+                "ratio": med(during) / med(alone), "capped": n_capped}
     finally:
         cl.stop()
 
@@ -310,6 +334,9 @@ def main():
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--node-flags", default="", help="more flags for both nodes, one string")
     ap.add_argument("--build", default="build")
+    ap.add_argument("--cap-s", type=float, default=300,
+                    help="a request measured against contention that has no answer after this "
+                         "long counts as this long, shown as '>=' (default 300)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write the raw results to this file")
     ap.add_argument("--keep-logs", metavar="DIR", help="keep the processes' logs in DIR")
@@ -336,18 +363,19 @@ def main():
             r = PARTS[p](args, d)
             raw[p] = r
             print(f"  {p}: {r}", file=sys.stderr)
+            ge = ">= " if r.get("capped", 0) * 2 > r.get("n_during", args.reps) else ""
             if p == "short":
                 rows.append(["short request, TTFT", "another client's "
                              f"{r['long_tokens']}-token prompt prefilled",
-                             f"{r['alone_ms']:.0f} ms", f"{r['during_ms']:.0f} ms "
-                             f"(n={r['n_during']})", f"{r['ratio']:.2f}x"])
+                             f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms "
+                             f"(n={r['n_during']})", f"{ge}{r['ratio']:.2f}x"])
                 rows.append(["long prompt alone, TTFT", f"{r['long_tokens']} tokens",
                              f"{r['long_ttft_s']:.1f} s", f"{r['long_during_ttft_s']:.1f} s "
                              "(with the short ones)", ""])
             elif p == "keys":
                 rows.append(["alice, 64 tokens", "mallory: 6 prompts of ~2,000 tokens",
-                             f"{r['alone_ms']:.0f} ms", f"{r['during_ms']:.0f} ms",
-                             f"{r['ratio']:.2f}x"])
+                             f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms",
+                             f"{ge}{r['ratio']:.2f}x"])
             elif p == "one-key":
                 rows.append([f"one key, 8 requests of {args.n} tokens",
                              f"{4 * args.delay_ms:g} ms round trip",
@@ -356,8 +384,8 @@ def main():
                              f"{r['ratio']:.2f}x tok/s"])
             elif p == "gateway":
                 rows.append(["API key 1, 64 tokens", "API key 2: 4 x 450-token prompts",
-                             f"{r['alone_ms']:.0f} ms", f"{r['during_ms']:.0f} ms",
-                             f"{r['ratio']:.2f}x"])
+                             f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms",
+                             f"{ge}{r['ratio']:.2f}x"])
         if args.json_out:
             with open(args.json_out, "w") as f:
                 json.dump(raw, f)
