@@ -34,27 +34,27 @@
 #include "stage.h"
 
 typedef struct node_opts {
-    const char *model;       // GGUF path
-    int layer_begin;         // first layer held
-    int layer_end;           // one past the last layer held (-1 = to the end)
-    const char *relay;       // relay endpoint
-    const char *name;        // peer name
-    const char *model_name;  // name clients ask for (NULL = the file name without .gguf)
-    const char *backend;     // compute backend name (sw_backend_new; NULL = auto)
-    int threads;             // CPU compute threads (0 = all cores)
-    int n_ctx;               // positions per session
-    int max_sessions;        // sessions held at once
-    int idle_timeout_ms;     // a session unused this long is freed
-    int round_timeout_ms;    // head: a round with no verdict after this long is recovered
-    int recover_timeout_ms;  // head: how long one recovery waits for the pipeline
-    sw_dtype_t dtype;        // hidden-state dtype sent on
+    const char *model;        // GGUF path
+    int layer_begin;          // first layer held
+    int layer_end;            // one past the last layer held (-1 = to the end)
+    const char *relay;        // relay endpoint
+    const char *name;         // peer name
+    const char *model_name;   // name clients ask for (NULL = the file name without .gguf)
+    const char *backend;      // compute backend name (sw_backend_new; NULL = auto)
+    int threads;              // CPU compute threads (0 = all cores)
+    int n_ctx;                // positions per session
+    int max_sessions;         // sessions held at once
+    int idle_timeout_ms;      // a session unused this long is freed
+    int round_timeout_ms;     // head: a round with no verdict after this long is recovered
+    int recover_timeout_ms;   // head: how long one recovery waits for the pipeline
+    sw_dtype_t dtype;         // hidden-state dtype sent on
     sw_dtype_t prefill_dtype; // ... in a prefill's Forwards (--prefill-dtype; default: dtype)
-    int heartbeat_ms;        // ZMTP heartbeat interval
-    int connect_timeout_ms;  // keep trying to reach the relay at start this long (-1 = forever)
-    const char *draft_model; // head: draft GGUF (NULL = none)
-    const char *draft_mode;  // head: "model", "ngram", "none" or NULL (= model if given)
-    int draft_k;             // head: default drafts per round (0 = off, -1 = adaptive)
-    int draft_threads;       // head: threads of the draft model
+    int heartbeat_ms;         // ZMTP heartbeat interval
+    int connect_timeout_ms;   // keep trying to reach the relay at start this long (-1 = forever)
+    const char *draft_model;  // head: draft GGUF (NULL = none)
+    const char *draft_mode;   // head: "model", "ngram", "none" or NULL (= model if given)
+    int draft_k;              // head: default drafts per round (0 = off, -1 = adaptive)
+    int draft_threads;        // head: threads of the draft model
     const char
         *draft_backend;  // head: the draft model's backend (NULL = the first device of backend)
     int draft_k_max;     // head: largest adaptive K (0 = the drafter's default)
