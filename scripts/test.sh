@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds with warnings as errors,
 # fetches the default model and runs the default CTest suite (everything but
-# the slow and cuda labels). Exits non-zero on any failure. Every run ends
+# the slow, big and cuda labels). Exits non-zero on any failure. Every run ends
 # with one line listing what was skipped (whole tests and parts of tests) and
 # why; with SW_TEST_STRICT=1 (what .ci/run sets) any skip is a failure.
 #
 #   bash scripts/test.sh                        # default suite
 #   SW_TEST_LABELS=slow bash scripts/test.sh    # only the slow suite
+#   SW_TEST_LABELS=big bash scripts/test.sh     # only the big-model tests (~17 GB of models)
 #   SW_TEST_STRICT=1 bash scripts/test.sh       # a skip fails the run
 #   SW_CTEST_ARGS="-R test_relay" bash scripts/test.sh   # extra ctest arguments
 #   bash scripts/test.sh -DSW_SANITIZE=ON       # arguments go to cmake's configure step
@@ -25,7 +26,7 @@ cd "$build"
 skipped=Testing/skipped.txt
 mkdir -p Testing
 rm -f "$skipped"
-labels=(-LE 'slow|cuda')
+labels=(-LE 'slow|big|cuda')
 [ -n "${SW_TEST_LABELS:-}" ] && labels=(-L "$SW_TEST_LABELS")
 read -r -a extra <<<"${SW_CTEST_ARGS:-}"
 rc=0

@@ -1,5 +1,5 @@
 /*
- * sw_big.h - the big-model tests' helpers (tests/slow/test_big_*.c, issue 33):
+ * sw_big.h - the big-model tests' helpers (tests/big/test_big_*.c, issue 33):
  * models of real shapes with random weights made once by shardwire-mkmodel
  * into $SW_MODELS_DIR/synth/ (several checkouts and test runs share them; one
  * maker at a time under a lock, the file renamed into place only when
