@@ -89,7 +89,8 @@ int head_sched_init(node_t *n, char *err, size_t err_len)
                     NODE_SCHED_PIECE_SHARED) " while other sessions run",
                 n->o.prefill_pieces, h->w_ms);
     else
-        SW_INFO("prompts: in whole windows of " SW_STR(SW_WIRE_MAX_ROWS) " rows%s",
+        SW_INFO("prompts: in chunks sized by bytes, windows of at most " SW_STR(
+                    SW_WIRE_MAX_ROWS) " rows%s",
                 n->o.prefill_pieces ? " (this model's windows are not cut: a mixture of experts "
                                       "or a GPU)"
                                     : "");

@@ -88,7 +88,7 @@ static const sw_opt_t s_opts[] = {
      "stage interleaving\nthem fairly with other sessions' rounds: a request\nthat arrives "
      "meanwhile waits about that long at\neach stage, the prompt loses about 1/N of its speed\n"
      "(while others run: " SW_STR(NODE_SCHED_PIECE_SHARED) "; default " SW_STR(
-         NODE_SCHED_PIECE_ALONE) ";\n0: whole windows of " SW_STR(SW_WIRE_MAX_ROWS) " rows)"},
+         NODE_SCHED_PIECE_ALONE) ";\n0: chunks sized by bytes)"},
     {"max-batch-rows", O_MAXROWS, "N",
      "rows run through the layers in one batch, summed over\nsessions (default " //
      SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
