@@ -27,7 +27,7 @@ int cli_connect_ms(int connect_s)
 }
 
 sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *relay, int connect_s,
-                         volatile sig_atomic_t *stop, int *exit_code)
+                         volatile sig_atomic_t *stop, int progress, int *exit_code)
 {
     char err[512];
     sw_sec_t sec;
@@ -40,7 +40,8 @@ sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *re
                            .sec = &sec,
                            .connect_timeout_ms = cli_connect_ms(connect_s),
                            .stop = stop,
-                           .join_err_logged = 1};
+                           .join_err_logged = 1,
+                           .progress = progress};
     sw_client_t *c = sw_client_new(&co, err, sizeof err);
     sw_sec_wipe(&sec);
     if (!c) {

@@ -406,7 +406,12 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
                              NULL, "too_many_requests");
         return -1;
     }
-    int rc = gw_call_submit(rp->call, &r->q, r->model, r->head, rid, err, sizeof err);
+    /* the head shares its compute between this gateway's API keys (its tenants) */
+    sw_client_request_t q = r->q;
+    char tenant[GW_TENANT_LEN];
+    gw_keys_tenant(g, rp->key, tenant);
+    q.tenant = tenant;
+    int rc = gw_call_submit(rp->call, &q, r->model, r->head, rid, err, sizeof err);
     if (rc != 0) {
         gw_inflight_end(g, rp->key);
         const char *type;

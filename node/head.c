@@ -94,8 +94,13 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
+    if (head_sched_init(n, err, err_len) != 0) {
+        n->head = NULL;
+        goto fail;
+    }
     return 0;
 fail:
+    head_sched_free(h);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h->sess);
@@ -115,7 +120,8 @@ void node_head_free(node_t *n)
         return;
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && n->peer) {
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED) &&
+            n->peer) {
             head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,
                             "the head is shutting down");
             head_close_stages(n, s, "head shutting down");
@@ -131,6 +137,7 @@ void node_head_free(node_t *n)
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
+    head_sched_free(h);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h->sess);
@@ -151,6 +158,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         return;
     const sw_msg_table_t *pt = &d.table;
     const double now = sw_now_ms();
+    const double asked = h->status_sent; // the query this table answers went then
     h->status_out = 0;
     char err[512] = "";
     int code = 0;
@@ -200,7 +208,9 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 h->busy = 1;
             }
         }
-        if (s->want_check) {
+        if (s->want_check && asked < s->t_sent_all) {
+            head_want_status(h); // asked before the round's last chunk went: it cannot tell
+        } else if (s->want_check) {
             s->want_check = 0;
             char why[160];
             if (node_recover_waiting(s->rec) &&
@@ -273,8 +283,10 @@ void node_head_step(node_t *n)
     head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
     sw_log_gate_tick(&h->refused_log, sw_now_ms());
-    for (int k = 0; k < h->n_slots && !h->busy; k++)
-        h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0;
+    const double end = sw_now_ms();
+    for (int k = 0; k < h->n_slots && !h->busy; k++) // chunks to send (not waiting for acks)
+        h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0 &&
+                  head_sched_may_send(n, &h->sess[k], end);
 }
 
 int node_head_timeout(const node_t *n)

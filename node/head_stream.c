@@ -69,6 +69,49 @@ static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
+/* Progress.next_ms: silent at most for the head's next batch (busy_ms, or its longest lately),
+ * twice, and its own period: a client does not ask again before that (client/failover.c). */
+static uint32_t s_next_ms(const node_head_t *h, double busy_ms)
+{
+    const double busy = busy_ms > 0 ? busy_ms : h->batch_ms_max;
+    double next = 2 * busy + 2 * HEAD_PROGRESS_MS;
+    next = next < 3 * HEAD_PROGRESS_MS ? 3 * HEAD_PROGRESS_MS : next;
+    return (uint32_t)(next > SW_WIRE_MAX_PROGRESS_MS ? SW_WIRE_MAX_PROGRESS_MS : next);
+}
+
+void head_progress(node_t *n, head_sess_t *s, double busy_ms, double now)
+{
+    const node_head_t *h = n->head;
+    const uint32_t next = s_next_ms(h, busy_ms);
+    const uint32_t total = (uint32_t)s->n_prompt;
+    const uint32_t done = s->prompt_through < s->n_prompt ? (uint32_t)s->prompt_through : total;
+    const uint32_t finished = s->prompt_finished < (int)done ? (uint32_t)s->prompt_finished : done;
+    const sw_msg_t msg = {.type = SW_MSG_PROGRESS,
+                          .progress = {.request_id = s->rid,
+                                       .prompt_done = done,
+                                       .prompt_total = total,
+                                       .generated = s->index_base + s->n_streamed,
+                                       .prompt_finished = finished,
+                                       .next_ms = next}};
+    s->t_told = now;
+    if (sw_peer_try_send_msg(n->peer, s->client_addr, &msg) != 0)
+        SW_DEBUG("request '%s': a progress report to %s was not sent", s->rid, s->client);
+}
+
+void head_progress_queued(node_t *n, head_wait_t *w, double now)
+{
+    char addr[SW_WIRE_ADDR_MAX + 1];
+    const uint32_t done = w->g.n_resume_tokens; // < n_predict <= 1<<24 (wire_check.c)
+    const sw_msg_t msg = {.type = SW_MSG_PROGRESS,
+                          .progress = {.request_id = w->g.request_id,
+                                       .generated = done,
+                                       .next_ms = s_next_ms(n->head, 0)}};
+    w->t_told = now;
+    if (sw_peer_try_send_msg(n->peer, head_reply_addr(&w->msg, addr), &msg) != 0)
+        SW_DEBUG("request '%s': a progress report to %s was not sent", w->g.request_id,
+                 w->msg.peer);
+}
+
 /* Sends chunk c of s (again, for a Resume). */
 static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
 {
@@ -87,6 +130,7 @@ static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
         tc->stats = s->stats;
     /* Never waits: a chunk the relay cannot take now is lost, and the client
      * asks for it again (Resume). */
+    s->t_told = sw_now_ms();
     if (sw_peer_try_send_msg(n->peer, s->client_addr, &msg) != 0)
         SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
                  s->client);
@@ -181,9 +225,11 @@ void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
     st->n_kv_moves = (uint32_t)gs->kv_moves;
     st->head_ms = (float)(s->route.n == 1 ? gs->target_ms : s->head_ms);
     st->network_ms = (float)s->net_ms;
+    st->overlap_ms = (float)s->overlap_ms;
     for (int i = 1; i < s->route.n; i++) {
         st->stages[i - 1].name = s->route.names[i];
-        st->stages[i - 1].compute_us = (uint32_t)(s->stage_total[i] * 1e3);
+        st->stages[i - 1].compute_us = node_us(s->stage_total[i]);
+        st->stages[i - 1].critical_us = node_us(s->crit_total[i]);
     }
     st->n_stages = (uint32_t)(s->route.n > 1 ? s->route.n - 1 : 0);
     st->logits_digest = gs->logits_digest;
@@ -194,7 +240,7 @@ head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid
 {
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN ||
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED ||
              (lingering && s->state == HEAD_LINGER)) &&
             !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, rid))
             return s;
