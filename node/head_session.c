@@ -453,7 +453,10 @@ void head_kv_room(node_t *n, size_t need)
  * namespace for all. */
 static const char *s_prefix_ns(const head_sess_t *s, char *out, size_t len)
 {
-    snprintf(out, len, "%s%s", s->client_key[0] ? "tenant:" : "", s->client_key);
+    /* the client key, and under it the tenant it named (the gateway's API key): a tenant shares
+     * prefixes only with itself, and a key can name no tenant of another key */
+    snprintf(out, len, "%s%s%s%s", s->client_key[0] ? "tenant:" : "", s->client_key,
+             s->tenant[0] ? "/" : "", s->tenant);
     return out;
 }
 

@@ -13,20 +13,68 @@
  *    its first blocks from alice's cache entries and said so
  *    (`prefix_reused` 128 or 192); now bob's key is another tenant: 0;
  *  - alice sends it again: her own prefix is still reused (> 0), and every
- *    answer equals `shardwire generate`'s.
+ *    answer equals `shardwire generate`'s;
+ *  - through the gateway (`shardwire serve`, one client key, two API keys,
+ *    each its own tenant: GenerateRequest.tenant): API key 2 sends API key
+ *    1's prompt: before, reused 192 (one namespace for the gateway's key);
+ *    now 0; API key 1 again: still reused.
  */
-#include "sw_test.h"
+#include "sw_attack.h"
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define MODEL "SmolLM2-135M-Instruct.Q4_1"
+#define KEY1 "oracle-one-0123456789abcdef"
+#define KEY2 "oracle-two-0123456789abcdef"
 
 #define N_GEN 4
 
 static char s_dir[64];
 static char s_ep[64];
 static char s_prompt[4096];
+static swa_t s_a;
+static int s_http_port;
+
+/* POST /v1/completions of s_prompt (greedy, N_GEN tokens) with API key `key`: its
+ * prefix_reused (-1: no answer or none in it). */
+static int s_gateway_ask(const char *key)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s_http_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {.tv_sec = 60};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    static char body[8192], req[12288], ans[65536];
+    snprintf(body, sizeof body,
+             "{\"model\":\"" MODEL "\",\"prompt\":\"%s\",\"max_tokens\":%d,"
+             "\"temperature\":0}",
+             s_prompt, N_GEN);
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: "
+                     "close\r\n\r\n%s",
+                     key, strlen(body), body);
+    size_t got = 0;
+    if (write(fd, req, (size_t)n) == n)
+        for (ssize_t r; got < sizeof ans - 1 && (r = read(fd, ans + got, sizeof ans - 1 - got)) > 0;)
+            got += (size_t)r;
+    close(fd);
+    ans[got] = 0;
+    const char *at = strstr(ans, "\"prefix_reused\":");
+    return at ? atoi(at + strlen("\"prefix_reused\":")) : -1;
+}
 
 /* `shardwire run` as client who: 1 when exact; *reused: its prefix_reused (-1 when absent). */
 static int s_ask(const char *who, const char *tag, const int32_t *ref, int *reused)
@@ -48,7 +96,7 @@ int main(void)
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
     snprintf(s_ep, sizeof s_ep, "tcp://127.0.0.1:%d", sw_test_free_port());
     const char *nodes[] = {"head:head", "stage:tail", NULL};
-    const char *clients[] = {"alice", "bob", NULL};
+    const char *clients[] = {"alice", "bob", "gw", NULL};
     SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
     size_t o = 0;
     o += (size_t)snprintf(s_prompt + o, sizeof s_prompt - o,
@@ -79,6 +127,28 @@ int main(void)
     SW_CHECK_INT(r_alice, 0);
     SW_CHECK_INT(r_bob, 0);
     SW_CHECK(r_again >= 64);
+
+    /* the gateway: two API keys, one client key */
+    s_a.dir = s_dir;
+    s_a.ep = s_ep;
+    s_http_port = sw_test_free_port();
+    unsetenv("SW_KEY");
+    pid_t serve = swa_serve(&s_a, "gw", s_http_port, KEY1 "\n" KEY2 "\n", log);
+    int g1 = -1, g2 = -1, g3 = -1;
+    for (int i = 0; i < 100 && g1 < 0; i++) {
+        g1 = s_gateway_ask(KEY1);
+        if (g1 < 0)
+            usleep(200000);
+    }
+    g2 = s_gateway_ask(KEY2);
+    g3 = s_gateway_ask(KEY1);
+    printf("prefix oracle through the gateway: API key 1 reused %d; API key 2's right guess %d; "
+           "API key 1 again %d\n",
+           g1, g2, g3);
+    SW_CHECK(g1 >= 0);
+    SW_CHECK_INT(g2, 0);
+    SW_CHECK(g3 >= 64);
+    sw_test_kill(serve);
 
     sw_test_kill(head);
     sw_test_kill(tail);
