@@ -68,7 +68,8 @@ static int s_gateway_ask(const char *key)
                      key, strlen(body), body);
     size_t got = 0;
     if (write(fd, req, (size_t)n) == n)
-        for (ssize_t r; got < sizeof ans - 1 && (r = read(fd, ans + got, sizeof ans - 1 - got)) > 0;)
+        for (ssize_t r;
+             got < sizeof ans - 1 && (r = read(fd, ans + got, sizeof ans - 1 - got)) > 0;)
             got += (size_t)r;
     close(fd);
     ans[got] = 0;
