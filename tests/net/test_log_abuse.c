@@ -1,9 +1,8 @@
 /*
  * test_log_abuse.c - a client key cannot write the head's log (issue 35,
  * findings 6 and 7). A keyed cluster of real processes (relay, head 0:15
- * with --max-sessions 2 --max-queue-per-client 2, tail 15:30; SmolLM2, CURVE
- * and sealing on); "mallory" (a client key and the access key) is the
- * test's own peer:
+ * with --max-sessions 2 --max-queue-per-client 2 --max-sessions-per-client 1, tail 15:30; SmolLM2,
+ * CURVE and sealing on); "mallory" (a client key and the access key) is the test's own peer:
  *
  *  - injection (7): mallory starts a request and cancels it with a reason
  *    holding a newline, a forged head log line ("spot check: node 'tail' ...
@@ -67,7 +66,14 @@ int main(void)
     if (relay <= 0)
         return sw_test_done();
     const char *hlog = sw_test_log("head.log");
-    static const char *const head_flags[] = {"--max-sessions", "2", "--max-queue-per-client", "2",
+    /* an explicit per-client cap is a hard one (node --help): mallory's second request waits even
+     * while no other key does, so her queue fills */
+    static const char *const head_flags[] = {"--max-sessions",
+                                             "2",
+                                             "--max-queue-per-client",
+                                             "2",
+                                             "--max-sessions-per-client",
+                                             "1",
                                              NULL};
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", hlog, head_flags);
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", sw_test_log("tail.log"), NULL);
