@@ -67,20 +67,25 @@ static size_t s_format(char *line, size_t cap, enum sw_log_level level, const ch
     return len > cap - 8 ? cap - 8 : len;
 }
 
+/* The formatted line, escaped (sw_log_escape), into out (4 x 1024 + 1 bytes); its length. */
+static size_t s_render(char *out, enum sw_log_level level, const char *fmt, va_list ap)
+{
+    char line[1024];
+    return sw_log_escape(out, line, s_format(line, sizeof line, level, fmt, ap));
+}
+
 void sw_log_write(enum sw_log_level level, const char *fmt, ...)
 {
     if ((int)level > (int)sw_log_get_level())
         return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t len = s_format(line, sizeof line, level, fmt, ap);
-    va_end(ap);
-    char out[4 * sizeof line + 3];
+    char out[4 * 1024 + 3];
     size_t o = 0;
     if (atomic_exchange(&s_progress_open, 0))
         out[o++] = '\n'; /* ends the terminal's progress line */
-    o += sw_log_escape(out + o, line, len);
+    va_list ap;
+    va_start(ap, fmt);
+    o += s_render(out + o, level, fmt, ap);
+    va_end(ap);
     out[o++] = '\n';
     ssize_t w = write(STDERR_FILENO, out, o);
     (void)w;
@@ -95,16 +100,14 @@ void sw_log_progress(enum sw_log_level level, int first, const char *fmt, ...)
     int tty = atomic_load(&s_tty);
     if (!tty && !first)
         return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    size_t len = s_format(line, sizeof line, level, fmt, ap);
-    va_end(ap);
-    char out[4 * sizeof line + 5];
+    char out[4 * 1024 + 5];
     size_t o = 0;
     if (tty)
         out[o++] = '\r';
-    o += sw_log_escape(out + o, line, len);
+    va_list ap;
+    va_start(ap, fmt);
+    o += s_render(out + o, level, fmt, ap);
+    va_end(ap);
     if (tty) {
         memcpy(out + o, "\033[K", 3); /* clears what a longer line left */
         o += 3;
