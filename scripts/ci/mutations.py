@@ -127,6 +127,16 @@ SECURITY = [
 ]
 # docs/testing.md "Claims and the tests that back them": the rows recorded there.
 CLAIMS = [
+    ("prompt Forwards cut by windows only, not by bytes (issue 33)",
+     "node/chunk.c",
+     "    const int cap = sw_wire_prompt_rows(hidden);",
+     "    const int cap = SW_WIRE_MAX_ROWS + 0 * (int)hidden;",
+     "test_chunk", {}),
+    ("no Progress from the head: the client asks again during a slow prefill (issue 33)",
+     "node/head_stream.c",
+     "    const node_head_t *h = n->head;\n    /* Silent at most",
+     "    const node_head_t *h = n->head;\n    if (h)\n        return;\n    /* Silent at most",
+     "test_slow_stage", {}),
     ("a model named by 7 hex digits of its fingerprint (8 are the minimum)",
      "client/join.c",
      "(strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));",
@@ -285,6 +295,13 @@ CLAIMS = [
      "        const hub_meta_t *m = &metas[s->part];",
      "        const hub_meta_t *m = &metas[0];",
      "test_pull_split", {}),
+    ("a parked session keeping its growing KV cache (issue 33, issue 35)",
+     ["node/head_admit.c", "node/head_admit.c"],
+     ["    sw_kv_free(&s->kv); // its bytes leave n->kv, for the request that takes the slot\n",
+      "    if (!(s->kv = sw_kv_new_grow(n->model, s->n_ctx, &n->kv)))"],
+     ["",
+      "    if (!s->kv && !(s->kv = sw_kv_new_grow(n->model, s->n_ctx, &n->kv)))"],
+     "test_park_kv", {}),
 ]
 
 # the cuda tests run as programs (their environment given here), the others under ctest (the
