@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "expiry.h"
 #include "kv.h"
 #include "log.h"
 #include "planner.h"
@@ -35,36 +36,21 @@ struct node_place {
         char name[SW_WIRE_NAME_MAX + 1];
         uint32_t begin, end;
     } pend[SW_PLAN_MAX_NODES];
-    double pend_ms; // when they were sent
-    char said[512]; // the last waiting line logged (logged once)
-    struct {
-        char name[SW_WIRE_NAME_MAX + 1];
-        double until;              // left out of plans until then (0 = free entry)
-    } bench[NODE_PLACE_BENCH_MAX]; // nodes that did not take a range in time (issue 35)
+    double pend_ms;                          // when they were sent
+    char said[512];                          // the last waiting line logged (logged once)
+    sw_expiry_t bench[NODE_PLACE_BENCH_MAX]; // nodes that did not take a range in time, left
+                                             // out of plans until then (issue 35)
 };
 
 /* Leaves name out of plans for NODE_PLACE_BENCH_MS (its claims are not believed meanwhile). */
 static void s_bench(node_place_t *p, const char *name, double now)
 {
-    int at = 0;
-    for (int i = 0; i < NODE_PLACE_BENCH_MAX; i++) {
-        if (!strcmp(p->bench[i].name, name)) {
-            at = i;
-            break;
-        }
-        if (p->bench[i].until < p->bench[at].until)
-            at = i; // a free entry (0) or the one that expires first
-    }
-    snprintf(p->bench[at].name, sizeof p->bench[at].name, "%s", name);
-    p->bench[at].until = now + NODE_PLACE_BENCH_MS;
+    sw_expiry_put(p->bench, NODE_PLACE_BENCH_MAX, name, now + NODE_PLACE_BENCH_MS);
 }
 
 static int s_benched(const node_place_t *p, const char *name, double now)
 {
-    for (int i = 0; i < NODE_PLACE_BENCH_MAX; i++)
-        if (p->bench[i].until > now && !strcmp(p->bench[i].name, name))
-            return 1;
-    return 0;
+    return sw_expiry_find(p->bench, NODE_PLACE_BENCH_MAX, name, now) >= 0;
 }
 
 /* ---- the probe ------------------------------------------------------------------------------ */
