@@ -29,6 +29,7 @@
 #include "chat.h"
 #include "head_impl.h"
 #include "log.h"
+#include "placement.h"
 
 #define S_CHECK_MS 1000       // while a verdict is late: route checks this often
 #define S_PREFIX_OFF_MS 60000 // after a stage missed a prefix: none asked for this long
@@ -212,6 +213,12 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
                 s->round_stage_ms += ms;
                 s->round_crit_ms += cr;
                 later_ms += ms;
+                /* a decoding round: against what the stage's probe claimed (placement) */
+                const int rows =
+                    vd->timing[i].batch_rows ? (int)vd->timing[i].batch_rows : s->send_r.n;
+                if (s->send_r.kv_keep > 0 && s->send_r.n <= SW_MAX_DRAFT + 1 &&
+                    node_place_observe(n, s->route.names[st], rows, ms, now))
+                    head_suspect_add(h, s->route.names[st], now);
             }
     }
     /* What the round cost the batches it shared (load-adaptive speculation,
