@@ -2,19 +2,18 @@
  * test_park_kv.c - parking under a full KV memory (issue 33 point 5 with
  * issue 35's work-conserving admission, node/head_admit.c). A keyed cluster
  * of real processes on loopback: relay, head 0:15 and tail 15:30 of SmolLM2;
- * the head's KV memory is --kv-mib 23 with --ctx 512: its caches grow, so
+ * the head's KV memory is --kv-mib 22 with --ctx 512: its caches grow, so
  * its 8 sessions fit while each holds less than one 256-position step.
  *
- * "mallory" (one client key) takes all 8 sessions with 240-token requests
- * (a cache of 244 positions each: 2.7 MiB at the head's 15 layers, 21.5 MiB
- * for 8); then "alice" (another key) asks for 4 tokens after a prompt of
- * about 200 (2.3 MiB: it does not fit beside mallory's 8). One of mallory's sessions is
- * parked: its slot AND its cache go back (the cache's bytes leave the
- * head's budget), so alice's request starts at once, before any of
- * mallory's ends (a park that kept the cache would leave her waiting for
- * memory until one of them ended). The parked session goes on when a slot
- * frees and the cache it held fits again, and every request ends with
- * exactly `shardwire generate`'s tokens.
+ * "mallory" (one client key) takes all 8 sessions with requests of an
+ * 89-token prompt and 150 tokens (a cache of 239 positions each: 2.6 MiB at
+ * the head's 15 layers, 21 MiB for 8); then "alice" (another key) asks for
+ * 4 tokens after a 201-token prompt (2.3 MiB: it does not fit beside them). One of mallory's
+ * sessions is parked: its slot AND its cache go back (the cache's bytes leave the head's budget),
+ * so alice's request starts at once, before any of mallory's ends (a park that kept the cache would
+ * leave her waiting for memory until one of them ended). The parked session goes on when a slot
+ * frees and the cache it held fits again, and every request ends with exactly `shardwire
+ * generate`'s tokens.
  */
 #include "client.h"
 #include "sw_attack.h"
@@ -25,15 +24,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define N_MAL 240 /* tokens of each of mallory's 8 requests: prompt + them < 256 */
+#define N_MAL 150 /* tokens of each of mallory's 8 requests: 89 prompt + them < 256 */
 #define N_ALICE 4
 
 static char s_dir[64];
 static char s_ep[64];
 static swa_t s_a;
-static const char *s_prompt_mal = "Once upon a time";
-static char s_prompt_alice[2048]; /* about 200 tokens: its cache, 2.3 MiB, does not fit beside
-                                     mallory's 8 (21.5 MiB of 23) */
+/* mallory's prompt, 89 tokens: her caches (239 positions, 2.6 MiB each) fill 21 MiB of the
+ * head's 22; alice's, 201 tokens (205 positions with hers, 2.3 MiB), does not fit beside them */
+static char s_prompt_mal[1024], s_prompt_alice[2048];
 
 /* Byte offset of the first line of file path holding both a and b, or -1. */
 static long s_line_at(const char *path, const char *a, const char *b)
@@ -77,12 +76,15 @@ int main(void)
     for (int i = 0; i < 28; i++)
         strcat(s_prompt_alice, "The capital of France is Paris. ");
     strcat(s_prompt_alice, "The capital of France is");
+    for (int i = 0; i < 12; i++)
+        strcat(s_prompt_mal, "The capital of France is Paris. ");
+    strcat(s_prompt_mal, "The capital of France is");
     int32_t ref_mal[N_MAL + 8], ref_alice[N_ALICE + 8];
     SW_CHECK_INT(sw_test_generate(model, s_prompt_mal, N_MAL, ref_mal, N_MAL + 8), N_MAL);
     SW_CHECK_INT(sw_test_generate(model, s_prompt_alice, N_ALICE, ref_alice, N_ALICE + 8), N_ALICE);
 
     const char *log = sw_test_log("cluster.log");
-    static const char *const head_flags[] = {"--ctx", "512", "--kv-mib", "23", NULL};
+    static const char *const head_flags[] = {"--ctx", "512", "--kv-mib", "22", NULL};
     static const char *const tail_flags[] = {"--ctx", "512", NULL};
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", log, head_flags);
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", log, tail_flags);
@@ -165,7 +167,7 @@ int main(void)
            a_exact ? "exact" : "NOT exact");
     /* the head started alice's request before any of mallory's ended (its log, in its order) */
     const long a_start = s_line_at(log, "from alice", "prompt tokens, 4 to generate");
-    const long m_end = s_line_at(log, "[head]", "done: 240 tokens");
+    const long m_end = s_line_at(log, "[head]", "done: 150 tokens");
     printf("head log: alice's request started at byte %ld, mallory's first ended at byte %ld\n",
            a_start, m_end);
     SW_CHECK(a_start >= 0 && m_end >= 0 && a_start < m_end);
