@@ -111,7 +111,7 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
-    if (head_sched_init(n, err, err_len) != 0 || head_public_load(n, err, err_len) != 0) {
+    if (head_sched_init(n, err, err_len) != 0) {
         n->head = NULL;
         goto fail;
     }
