@@ -101,7 +101,9 @@ static const sw_opt_t s_opts[] = {
          SW_KV_BLOCK) " positions, then 1.5x/2x\nsteps); a session whose prompt does not fit waits "
                       "(head)\nor is refused, one that cannot grow ends with an error\n(default: "
                       "what --max-sessions sessions of --ctx\npositions take, at most half the "
-                      "memory available;\nthe node says at start how many full sessions fit)"},
+                      "memory available at\nstart: the GPUs' free memory when the caches live "
+                      "there,\nelse the host's; the node says at start how many full\nsessions "
+                      "fit)"},
     {"kv-type", O_KVTYPE, "T",
      "KV cache type: f16 (default; llama.cpp's) or q8_0 (half\nthe memory, CPU only; not "
      "bit-exact with f16,\nllama.cpp's -ctk q8_0 -ctv q8_0 arithmetic)"},
