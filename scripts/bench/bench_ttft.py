@@ -20,11 +20,16 @@ For each stage count it prints, from the request's `timing` JSON:
     python3 scripts/bench/bench_ttft.py --model models/synth/qwen2.5-7b.gguf --markdown
     python3 scripts/bench/bench_ttft.py --build /tmp/base/build ...   # another build, same run
 
+The result file (--json-out, default build/bench/ttft-<UTC time>.json) records the
+commit, the machine (CPU model, CPUs), the date, the command, the load average at the
+start and the end of each run and every row, also of a run that failed (its error).
+
 Every process it starts is stopped at the end, also on failure or Ctrl-C.
 """
 import argparse
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -38,6 +43,27 @@ from bench_wan import free_port  # noqa: E402
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
+
+
+def machine():
+    """The CPU model and count, for the result file."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} CPUs"
+
+
+def commit(build):
+    """The source commit of the build (and whether the tree had changes)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", HERE, *args], capture_output=True,
+                              text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def prompt_of(n_words):
@@ -136,7 +162,21 @@ def main():
                     help="extra node flag, e.g. --node-flag=--prefill-dtype --node-flag=f16")
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--json-out", help="result file (default build/bench/ttft-<UTC time>.json)")
     a = ap.parse_args()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out_path = a.json_out or os.path.join(HERE, "build", "bench",
+                                          f"ttft-{started.replace(':', '')}.json")
+    result = {"commit": commit(a.build), "machine": machine(), "date": started,
+              "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+              "model": a.model, "delay_ms": a.delay_ms, "rate_kbps": a.rate_kbps,
+              "threads": a.threads, "node_flags": a.node_flag, "runs": []}
+
+    def save():
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1)
+
     b = os.path.join(HERE, a.build, "bin") if not os.path.isabs(a.build) else \
         os.path.join(a.build, "bin")
     info = json.loads(subprocess.check_output([f"{b}/shardwire", "info", "--model", a.model,
@@ -148,12 +188,20 @@ def main():
     for n in (int(x) for x in a.stages.split(",")):
         logdir = tempfile.mkdtemp(prefix="bench_ttft.")
         c = Cluster(a, b, logdir, n, L)
+        run = {"stages": n, "load_start": os.getloadavg()}
+        result["runs"].append(run)
         try:
             c.start()
             log(f"{n} stages up; the prompt...")
             j = c.run(prompt)
+        except SystemExit as e:
+            run.update(error=str(e), logs=logdir, load_end=os.getloadavg())
+            save()
+            raise
         finally:
             c.stop()
+        run.update(load_end=os.getloadavg(), result=j)
+        save()
         tm, P = j["timing"], j["n_prompt"]
         work = {"head": tm.get("head_compute_ms", 0), **tm.get("stage_compute_ms", {})}
         crit = tm.get("stage_critical_ms", {})
@@ -173,6 +221,9 @@ def main():
                  ", ".join(f"{k} {v / 1e3:.1f}" for k, v in crit.items()) + f" ({net / 1e3:.1f})",
                  str(res)]
         print(("| " + " | ".join(cells) + " |") if a.markdown else "  ".join(cells))
+    loads = ", ".join(f"{r['load_start'][0]:.1f}-{r['load_end'][0]:.1f}" for r in result["runs"])
+    print(f"\n{result['machine']}; commit {result['commit']}; {started}; load average {loads}; "
+          f"result file {os.path.relpath(out_path, HERE)}")
 
 
 if __name__ == "__main__":
