@@ -29,7 +29,6 @@ Every process it starts is stopped at the end, also on failure or Ctrl-C.
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -38,32 +37,11 @@ import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_wan import free_port  # noqa: E402
+from bench_wan import free_port, run_info  # noqa: E402
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-def machine():
-    """The CPU model and count, for the result file."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                         model)
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} CPUs"
-
-
-def commit(build):
-    """The source commit of the build (and whether the tree had changes)."""
-    def git(*args):
-        return subprocess.run(["git", "-C", HERE, *args], capture_output=True,
-                              text=True).stdout.strip()
-    head = git("rev-parse", "--short", "HEAD")
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def prompt_of(n_words):
@@ -164,13 +142,12 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="result file (default build/bench/ttft-<UTC time>.json)")
     a = ap.parse_args()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result = run_info()
+    started = result["date"]
     out_path = a.json_out or os.path.join(HERE, "build", "bench",
                                           f"ttft-{started.replace(':', '')}.json")
-    result = {"commit": commit(a.build), "machine": machine(), "date": started,
-              "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
-              "model": a.model, "delay_ms": a.delay_ms, "rate_kbps": a.rate_kbps,
-              "threads": a.threads, "node_flags": a.node_flag, "runs": []}
+    result.update({"model": a.model, "delay_ms": a.delay_ms, "rate_kbps": a.rate_kbps,
+              "threads": a.threads, "node_flags": a.node_flag, "runs": []})
 
     def save():
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
