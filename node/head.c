@@ -94,7 +94,7 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
-    if (head_sched_init(n, err, err_len) != 0) {
+    if (head_sched_init(n, err, err_len) != 0 || head_public_load(n, err, err_len) != 0) {
         n->head = NULL;
         goto fail;
     }
@@ -107,6 +107,8 @@ fail:
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->pub[0]);
+    free(h->pub[1]);
     free(h->resend);
     free(h->answer);
     free(h);
@@ -144,6 +146,8 @@ void node_head_free(node_t *n)
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->pub[0]);
+    free(h->pub[1]);
     free(h->resend);
     free(h->answer);
     free(h);

@@ -20,6 +20,10 @@
 
 #include "wire.h"
 
+/* Bytes of a --public-prefix file at most (the system prompt a cluster's
+ * tenants may share in the prefix cache). */
+#define HEAD_PUBLIC_PREFIX_MAX 1048576
+
 typedef struct node node_t;           // node.h
 typedef struct node_head node_head_t; // head_impl.h
 

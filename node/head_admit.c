@@ -332,6 +332,8 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
         return -1;
     dc.n_ctx = s->n_ctx;
     dc.load = n->o.draft_load ? &h->load : NULL;
+    char ns[SW_PREFIX_NS_LEN];
+    dc.prefix_ns = head_prefix_ns(s, ns, sizeof ns);
     if (draft_begin(s->drafter, &dc, err, err_len) != 0)
         return -1;
     s->proposer = draft_proposer(s->drafter);

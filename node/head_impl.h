@@ -32,6 +32,7 @@
 #include "codec.h"
 #include "decode.h"
 #include "drafter.h"
+#include "expiry.h"
 #include "head.h"
 #include "log.h"
 #include "node.h"
@@ -240,22 +241,20 @@ struct node_head {
     int gate_windows;        // and its windows (debug log)
     draft_load_t load;       // what the sessions cost each other (drafter/load.h): the K
                              // controllers of all sessions read it
+    int32_t *pub[2];         // --public-prefix as tokens: its text, and its text as the system
+    int n_pub[2];            // turn of the chat template (NULL/0 = none; head_session.c)
     double prefix_off_until; // a stage said it did not hold a prefix: none is asked for until
                              // then (ms)
+    sw_expiry_t suspect[HEAD_SUSPECT_MAX];   // stages of routes whose round got no verdict in
+                                             // time: avoided until then
+    sw_expiry_t proven[HEAD_PROVEN_MAX];     // stages of routes that delivered this head a
+                                             // verdict: preferred until then
+    sw_expiry_t spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c):
+                                             // avoided until then, and with each
     struct {
-        char name[SW_WIRE_NAME_MAX + 1];
-        double until;            // avoided until then (0 = free entry)
-    } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
-    struct {
-        char name[SW_WIRE_NAME_MAX + 1];
-        double until;          // preferred until then (0 = free entry)
-    } proven[HEAD_PROVEN_MAX]; // stages of routes that delivered this head a verdict
-    struct {
-        char name[SW_WIRE_NAME_MAX + 1];
-        double until;              // avoided until then (0 = free entry)
         int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
         uint64_t by;               // who accused it last (head_spot.c: s_accusers)
-    } spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c)
+    } spot_why[HEAD_SPOT_BAD_MAX]; //
     uint64_t spot_sessions;        // sessions checked so far
     uint64_t spot_rounds;          // rounds compared
     uint64_t spot_mismatches;      // rounds whose copies disagreed
@@ -430,6 +429,13 @@ int head_chunk_rows(const node_t *n, const head_sess_t *s);
 void head_batch(node_t *n, head_sess_t **ready, int n_ready);
 /* Frees cached prompt prefixes until the sessions' caches and need bytes
  * more fit --kv-mib with them (a new session comes first). */
+/* Reads --public-prefix (n->o.public_prefix) into h->pub: its text as a
+ * prompt and as the chat template's system turn, as tokens. 0 (also
+ * without the flag), or -1 with err (one line: the file, what is wrong). */
+int head_public_load(node_t *n, char *err, size_t err_len);
+/* The namespace of s's prompts in the head's prefix cache and its draft
+ * model's: its tenant (head_session.c). out, filled. */
+const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len);
 void head_kv_room(node_t *n, size_t need);
 
 /* ---- head_admit.c: requests and the queue -------------------------------------------------- */

@@ -48,50 +48,23 @@ static int s_need_key(const node_t *n)
  * route it was cannot be told from here, so all of them are remembered. */
 void head_suspect_add(node_head_t *h, const char *name, double now)
 {
-    int at = 0;
-    for (int i = 0; i < HEAD_SUSPECT_MAX; i++) {
-        if (!strcmp(h->suspect[i].name, name)) {
-            at = i;
-            break;
-        }
-        if (h->suspect[i].until < h->suspect[at].until)
-            at = i; // a free entry (0) or the one that expires first
-    }
-    snprintf(h->suspect[at].name, sizeof h->suspect[at].name, "%s", name);
-    h->suspect[at].until = now + HEAD_SUSPECT_MS;
+    sw_expiry_put(h->suspect, HEAD_SUSPECT_MAX, name, now + HEAD_SUSPECT_MS);
 }
 
 void head_proven_add(node_head_t *h, const head_route_t *r, double now)
 {
-    for (int k = 1; k < r->n; k++) {
-        int at = 0;
-        for (int i = 0; i < HEAD_PROVEN_MAX; i++) {
-            if (!strcmp(h->proven[i].name, r->names[k])) {
-                at = i;
-                break;
-            }
-            if (h->proven[i].until < h->proven[at].until)
-                at = i; // a free entry (0) or the one that expires first
-        }
-        snprintf(h->proven[at].name, sizeof h->proven[at].name, "%s", r->names[k]);
-        h->proven[at].until = now + HEAD_PROVEN_MS;
-    }
+    for (int k = 1; k < r->n; k++)
+        sw_expiry_put(h->proven, HEAD_PROVEN_MAX, r->names[k], now + HEAD_PROVEN_MS);
 }
 
 static int s_proven(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_PROVEN_MAX; i++)
-        if (h->proven[i].until > now && !strcmp(h->proven[i].name, name))
-            return 1;
-    return 0;
+    return sw_expiry_find(h->proven, HEAD_PROVEN_MAX, name, now) >= 0;
 }
 
 static int s_suspect(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_SUSPECT_MAX; i++)
-        if (h->suspect[i].until > now && !strcmp(h->suspect[i].name, name))
-            return 1;
-    return 0;
+    return sw_expiry_find(h->suspect, HEAD_SUSPECT_MAX, name, now) >= 0;
 }
 
 /* How many of this head's sessions (routed, running or parked) go through
@@ -192,8 +165,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             int sa = avoid ? head_spot_rank(n->head, a->name, now) : 0;
             if (avoid && !sa)
                 sa = s_suspect(n->head, a->name, now);
-            const int ca =
-                s_sessions_through(n->head, a->name) + !s_proven(n->head, a->name, now);
+            const int ca = s_sessions_through(n->head, a->name) + !s_proven(n->head, a->name, now);
             if (s_better(pi, sa, ca, pick, pick_suspect, pick_cost)) {
                 pick_buf = info;
                 pick = &pick_buf;

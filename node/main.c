@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "head.h"
 #include "hub.h"
 #include "keys.h"
 #include "node.h"
@@ -56,6 +57,7 @@ enum {
     O_PDTYPE,
     O_SLOW,
     O_SKEW,
+    O_PUBPREFIX,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -115,6 +117,10 @@ static const sw_opt_t s_opts[] = {
     {"prefix-cache", O_PREFIX, "on|off",
      "keep the KV of prompt prefixes for later requests that\nstart the same way, within --kv-mib "
      "(default on)"},
+    {"public-prefix", O_PUBPREFIX, "FILE",
+     "head: the start of prompts (a system prompt, as text)\nthat every tenant may reuse from the "
+     "prefix cache;\nother prefixes are reused only by whoever sent them\n(docs/security.md; at "
+     "most " SW_STR(HEAD_PUBLIC_PREFIX_MAX) " bytes)"},
     {"draft-load", O_DLOAD, "on|off",
      "head: the adaptive K and trees shrink as other sessions\nfill the batches (default on)"},
     {"draft-gate", O_DGATE, "on|off",
@@ -210,6 +216,9 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &cli->recover_s);
     case O_HB:
         return sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o->heartbeat_ms);
+    case O_PUBPREFIX:
+        o->public_prefix = v;
+        return 0;
     case O_PREFIX:
     case O_DLOAD:
     case O_DGATE:
@@ -311,6 +320,10 @@ static int s_parse(int argc, char **argv, node_opts_t *o, s_cli_t *cli)
         return 2;
     if (o->auto_nodes > 0 && (o->layer_auto || o->layer_begin != 0)) {
         fprintf(stderr, "shardwire-node: --auto-nodes is for the head (--layers 0:B)\n");
+        return 2;
+    }
+    if (o->public_prefix && (o->layer_auto || o->layer_begin != 0)) {
+        fprintf(stderr, "shardwire-node: --public-prefix is for the head (--layers 0:B)\n");
         return 2;
     }
     return -1;

@@ -73,6 +73,8 @@ typedef struct node_opts {
     int64_t kv_bytes;             // memory for the sessions' KV caches, bytes (0 = no cap)
     int prefix_cache;             // 1: keep prompt prefixes' KV for later requests (within
                                   // kv_bytes; engine/include/prefix.h)
+    const char *public_prefix;    // head: a file whose text starts prompts every tenant may
+                                  // reuse from the prefix cache (NULL = none)
     int draft_load;               // head: 1 = K and trees follow the load (drafter/load.h)
     int draft_gate;               // head: 1 = with several sessions, drafting is kept only while it
                                   // measures faster than plain rounds (drafter/load.h)
