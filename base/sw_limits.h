@@ -66,7 +66,7 @@ _Static_assert(SW_WIRE_MAX_PAYLOAD + SW_WIRE_SEAL_OVERHEAD + SW_WIRE_CURVE_OVERH
                "the largest payload and header, sealed and in CURVE's framing, pass "
                "ZMQ_MAXMSGSIZE");
 /* All frames of one message after the relay's identity: names, a sealed
- * header (62 bytes more than the Envelope) and a sealed payload. */
+ * header (SW_WIRE_SEAL_HDR_OVERHEAD, 70 bytes more than the Envelope) and a sealed payload. */
 #define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
 #define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
 

@@ -37,6 +37,23 @@
 #define S_LINGER_MS 60000 // a finished request's chunks are kept this long for a Resume
 #define S_LINGER_MAX 64   // finished requests kept at most (the oldest go first)
 
+/* Frees h and what it owns (its sessions' records are the caller's to end first). */
+static void s_free(node_head_t *h)
+{
+    head_sched_free(h);
+    draft_model_free(&h->dmodel);
+    sw_tokenizer_free(&h->tok);
+    free(h->sess);
+    free(h->queue);
+    free(h->bout);
+    free(h->logits);
+    free(h->pub[0]);
+    free(h->pub[1]);
+    free(h->resend);
+    free(h->answer);
+    free(h);
+}
+
 int node_head_new(node_t *n, char *err, size_t err_len)
 {
     node_head_t *h = calloc(1, sizeof *h);
@@ -94,24 +111,13 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
-    if (head_sched_init(n, err, err_len) != 0 || head_public_load(n, err, err_len) != 0) {
+    if (head_sched_init(n, err, err_len) != 0) {
         n->head = NULL;
         goto fail;
     }
     return 0;
 fail:
-    head_sched_free(h);
-    draft_model_free(&h->dmodel);
-    sw_tokenizer_free(&h->tok);
-    free(h->sess);
-    free(h->queue);
-    free(h->bout);
-    free(h->logits);
-    free(h->pub[0]);
-    free(h->pub[1]);
-    free(h->resend);
-    free(h->answer);
-    free(h);
+    s_free(h);
     return -1;
 }
 
@@ -139,18 +145,7 @@ void node_head_free(node_t *n)
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
-    head_sched_free(h);
-    draft_model_free(&h->dmodel);
-    sw_tokenizer_free(&h->tok);
-    free(h->sess);
-    free(h->queue);
-    free(h->bout);
-    free(h->logits);
-    free(h->pub[0]);
-    free(h->pub[1]);
-    free(h->resend);
-    free(h->answer);
-    free(h);
+    s_free(h);
     n->head = NULL;
 }
 

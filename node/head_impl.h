@@ -427,15 +427,11 @@ int head_chunk_rows(const node_t *n, const head_sess_t *s);
 /* Runs the next chunk of every ready session through this stage's layers as
  * one batch, then sends each on. */
 void head_batch(node_t *n, head_sess_t **ready, int n_ready);
-/* Frees cached prompt prefixes until the sessions' caches and need bytes
- * more fit --kv-mib with them (a new session comes first). */
-/* Reads --public-prefix (n->o.public_prefix) into h->pub: its text as a
- * prompt and as the chat template's system turn, as tokens. 0 (also
- * without the flag), or -1 with err (one line: the file, what is wrong). */
-int head_public_load(node_t *n, char *err, size_t err_len);
 /* The namespace of s's prompts in the head's prefix cache and its draft
  * model's: its tenant (head_session.c). out, filled. */
 const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len);
+/* Frees cached prompt prefixes until the sessions' caches and need bytes
+ * more fit --kv-mib with them (a new session comes first). */
 void head_kv_room(node_t *n, size_t need);
 
 /* ---- head_admit.c: requests and the queue -------------------------------------------------- */

@@ -457,7 +457,7 @@ void head_kv_room(node_t *n, size_t need)
  * or "/TENANT" without). */
 #define S_PUBLIC_NS "public:"
 
-int head_public_load(node_t *n, char *err, size_t err_len)
+int node_head_public_prefix(node_t *n, char *err, size_t err_len)
 {
     node_head_t *h = n->head;
     const char *path = n->o.public_prefix;

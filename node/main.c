@@ -98,8 +98,9 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
     {"kv-mib", O_KVMIB, "M",
      "memory for the sessions' KV caches; a session that does\nnot fit waits (head) or is refused "
-     "(default: what\n--max-sessions caches of --ctx positions take, at most\nthe GPUs' free "
-     "memory)"},
+     "(default: what\n--max-sessions caches of --ctx positions take, at most\nhalf the "
+     "memory available at start: the GPUs' free\nmemory when the caches live there, else the "
+     "host's)"},
     {"dtype", O_DTYPE, "T", "hidden states sent as f32, f16 or bf16 (default f32)"},
     {"prefill-dtype", O_PDTYPE, "T",
      "a prompt's hidden states sent as f32, f16 or bf16\n(default: --dtype); f16 and bf16 halve "

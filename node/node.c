@@ -236,6 +236,10 @@ static int s_load(node_t *n)
         SW_ERR("%s: %s", o->model, err);
         return -1;
     }
+    if (sw_model_is_first(n->model) && node_head_public_prefix(n, err, sizeof err) != 0) {
+        SW_ERR("%s", err);
+        return -1;
+    }
     if (sw_model_is_first(n->model) && o->auto_nodes > 0 && node_place_head(n) != 0)
         return -1;
     return 0;

@@ -332,7 +332,8 @@ static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, 
         SW_CHECK(st->accepted > 0); // drafts really were accepted along the way
     if (s_tree_mode && st)
         SW_CHECK(st->tree_rounds > 0 && st->kv_moves > 0); // accepted paths were moved
-    /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered */
+    /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered, plus
+     * the session's last round, which the window does not count (node_recover_sent) */
     SW_CHECK(s.max_q <= NODE_REC_WINDOW + 1);
     if (s.max_q > s_max_q_seen)
         s_max_q_seen = s.max_q;
