@@ -189,20 +189,22 @@ typedef struct head_sess {
     double crit_total[SW_WIRE_MAX_ROUTE]; // the request's critical paths per stage (ms)
     double overlap_ms;                    // compute beside another node's (timing)
     /* the fair queue (head_sched.c) */
-    char tenant[SW_WIRE_NAME_MAX + 1];       // GenerateRequest.tenant: who it is for under its key
-    uint64_t flow[NODE_SCHED_LEVELS];        // its flows: client key, tenant, session (sched.h)
-    int piece_rows;                          // its last prompt piece: rows (0 = none yet)
-    double piece_ms;                         // and the ms of the batch it ran in
-    uint64_t piece_round[SW_WIRE_MAX_ROUTE]; // ring of its last pieces sent: their round,
-    uint32_t piece_end[SW_WIRE_MAX_ROUTE];   // and the position each ends at
-    int piece_at;                            // the ring's next entry
-    uint64_t ack_round;                      // the round the tail's last acknowledgement was of
-    uint32_t acked;                          // ... and the prompt positions it had computed
-    double t_progress;                       // a piece went out or was acknowledged then (ms)
-    double t_parked;                         // HEAD_PARKED: since when (head_admit.c)
-    int park_pos;                            // ... and the positions its cache held then
-    const char *replay_why;                  // set: replayed (recovery) for this reason at the
-                                             // next advance (a parked session going on)
+    char tenant[SW_WIRE_NAME_MAX + 1]; // GenerateRequest.tenant: who it is for under its key
+    uint64_t flow[NODE_SCHED_LEVELS];  // its flows: client key, tenant, session (sched.h)
+    int piece_rows;                    // its last prompt piece: rows (0 = none yet)
+    double piece_ms;                   // and the ms of the batch it ran in
+    uint64_t piece_round[NODE_SCHED_WINDOW_MAX]; // ring of its last pieces sent: their round,
+    uint32_t piece_end[NODE_SCHED_WINDOW_MAX];   // the position each ends at
+    double piece_t[NODE_SCHED_WINDOW_MAX];       // and when it went (ms)
+    int piece_at;                                // the ring's next entry
+    double ack_lat_ms;  // least time from a piece's sending to its acknowledgement (0: none yet)
+    uint64_t ack_round; // the round the tail's last acknowledgement was of
+    uint32_t acked;     // ... and the prompt positions it had computed
+    double t_progress;  // a piece went out or was acknowledged then (ms)
+    double t_parked;    // HEAD_PARKED: since when (head_admit.c)
+    int park_pos;       // ... and the positions its cache held then
+    const char *replay_why; // set: replayed (recovery) for this reason at the
+                            // next advance (a parked session going on)
 } head_sess_t;
 
 /* A request waiting for a session slot. */

@@ -249,6 +249,7 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
         s->prompt_finished = (int)a->done;
     head_sched_ack(n, s, a->done, now); // the prompt's next pieces may go (head_sched.c)
+    node_recover_progress(s->rec, now); // a replay that moves has not failed yet
     SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
              (unsigned long long)s->id, a->done,
              node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");

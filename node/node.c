@@ -391,7 +391,8 @@ static int s_join(node_t *n)
                          .heartbeat_ms = o->heartbeat_ms,
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
-                         .stop = n->stop};
+                         .stop = n->stop,
+                         .test_clock_skew_ms = o->test_skew_ms};
     n->peer = sw_peer_new(&po);
     if (!n->peer) {
         if (*n->stop)
@@ -422,6 +423,10 @@ static int s_join(node_t *n)
     if (o->test_slow_ms > 0)
         SW_WARN("--test-slow-ms %d: FOR TESTS ONLY, every batch of this stage takes %d ms longer",
                 o->test_slow_ms, o->test_slow_ms);
+    if (o->test_skew_ms)
+        SW_WARN("--test-clock-skew-ms %d: FOR TESTS ONLY, this node seals and opens messages as if "
+                "its clock were %d ms off",
+                o->test_skew_ms, o->test_skew_ms);
     if (o->test_flip_bit > 0)
         SW_WARN("--test-flip-bit %d: FOR TESTS ONLY, this node lies: %s", o->test_flip_bit,
                 n->head || sw_model_is_last(n->model)

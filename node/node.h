@@ -91,6 +91,7 @@ typedef struct node_opts {
                                   // payload passed on (0 = honest)
     int test_slow_ms;             // TESTING ONLY: every stage batch holds the loop this much
                                   // longer, ms (0 = off)
+    int test_skew_ms;             // TESTING ONLY: the sealing clock runs this far ahead, ms
     int test_fake_digest;         // TESTING ONLY: a tail that reports a made-up digest of what it
                                   // received in every Nth verdict (0 = honest)
 } node_opts_t;
