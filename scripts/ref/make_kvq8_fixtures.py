@@ -6,7 +6,7 @@ llama.cpp's KV cache in q8_0 for keys and values (`-ctk q8_0 -ctv q8_0`, which
 needs its flash attention: on, as llama.cpp requires for a quantized V). Every
 generated step's whole logits row is recorded as the sha256 of its
 little-endian float32 bytes (logits_sha256), and the first position's top-5 at
-full precision, so tests/e2e/test_kv_q8.c compares shardwire's q8_0 cache
+full precision, so tests/slow/test_kv_q8.c compares shardwire's q8_0 cache
 with llama.cpp's bit for bit.
 
 llama.cpp 0.3.36 by default rotates queries, keys and values with a Hadamard
