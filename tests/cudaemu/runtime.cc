@@ -125,6 +125,9 @@ static void s_init(void)
         fatal("SW_CUDA_EMU_DEVICES=%d: at most 8", g_cfg.n_dev);
     g_cfg.mem = (size_t)s_env_int("SW_CUDA_EMU_MEM_MIB", 4096) << 20;
     g_cfg.peer = s_env_int("SW_CUDA_EMU_PEER", 0) != 0;
+    if (!sched_set(getenv("SW_CUDA_EMU_STREAMS")))
+        fatal("SW_CUDA_EMU_STREAMS=%s: lazy, eager, late=DEVICE, late=waiters or random=SEED",
+              getenv("SW_CUDA_EMU_STREAMS"));
     const char *libs = getenv("SW_CUDA_EMU_LIBS");
     if (libs && *libs) {
         g_cfg.no_cublas = !strstr(libs, "cublas");
@@ -397,8 +400,11 @@ cudaError_t enqueue(Stream *s, Op op)
         s->capture->nodes.push_back(std::move(op));
         return cudaSuccess;
     }
+    s->waited |= op.kind == Op::WAIT && op.on != s;
     s->q.push_back(std::move(op));
     s->enq++;
+    if (!s->running && sched_runs_now(s)) // an eager stream: the GPU takes it at once
+        run_until(s, s->enq);
     return cudaSuccess;
 }
 
