@@ -51,8 +51,10 @@ static int s_run(sw_model_t *m, float *logits, int V)
  * late, the sender ahead of it); lazy is the default's; eager and a random
  * one on the peer copies between two GPUs, the path Kaggle's T4s take
  * without NCCL. */
+#ifdef SW_CUDA_EMU
 static const char *const s_sched_short[] = {"lazy", "late=waiters"};
 static const char *const s_sched_long[] = {"lazy", "late=waiters", "eager", "random=1"};
+#endif
 
 /* The group `name` (NCCL off when nccl is 0) against ref. */
 static void s_group(const char *path, const char *name, int nccl, const float *ref, float *got,
