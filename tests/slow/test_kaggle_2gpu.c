@@ -148,11 +148,13 @@ int main(void)
     for (int i = 0; i < got_n && i < n_ref; i++)
         SW_CHECK_INT(got[i], ref[i]);
     /* Both GPUs of each notebook, as the rule says. */
-    SW_CHECK(sw_test_count_in_file(sw_test_log("head.nb.log"), "on cuda:0 (2 GPU(s)) | draft on cuda:1") == 1);
+    SW_CHECK(sw_test_count_in_file(sw_test_log("head.nb.log"),
+                                   "on cuda:0 (2 GPU(s)) | draft on cuda:1") == 1);
     SW_CHECK(sw_test_count_in_file(sw_test_log("tail.nb.log"), "on cuda:0,1 (2 GPU(s))") == 1);
     char node_log[1100];
     snprintf(node_log, sizeof node_log, "%s/shardwire-tail.log", outdir);
-    SW_CHECK(sw_test_count_in_file(node_log, "cuda:0 -> cuda:1: hidden states move over NCCL") >= 1);
+    SW_CHECK(sw_test_count_in_file(node_log, "cuda:0 -> cuda:1: hidden states move over NCCL") >=
+             1);
     snprintf(node_log, sizeof node_log, "%s/shardwire-head.log", outdir);
     SW_CHECK(sw_test_count_in_file(node_log, "cuda:1") >= 1);
     SW_CHECK(sw_test_count_in_file(sw_test_log("tail.nb.log"), "tail: running") >= 1);
