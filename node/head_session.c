@@ -641,4 +641,6 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
         }
         s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, sw_now_ms());
     }
+    if (rc != 0 && sw_backend_failed(n->be)) // the head's GPU: its sessions ended above
+        node_gpu_failed(n, err);
 }

@@ -780,6 +780,9 @@ void node_stage_flush(node_t *n)
         rows_run += fs[i].n;
     if (nl > 1 && rows_run > n->stat_shared_rows)
         n->stat_shared_rows = rows_run;
+    /* A GPU that failed for good: the heads replay these rounds elsewhere
+     * (an error they recover from), and this node leaves. */
+    const int dead = rc != 0 && sw_backend_failed(n->be);
     for (int i = 0; i < nl; i++) {
         node_fwd_t *b = live[i];
         sw_msg_t d;
@@ -787,8 +790,9 @@ void node_stage_flush(node_t *n)
             continue; // freed by an earlier entry's failure
         const sw_msg_forward_t *f = &d.forward;
         if (rc != 0) {
-            s_reply_error(n, f->reply_to, SW_ERROR_BAD_REQUEST, f->session_id, "%s: %s",
-                          sw_peer_name(n->peer), err);
+            s_reply_error(n, f->reply_to, dead ? SW_ERROR_DEST_GONE : SW_ERROR_BAD_REQUEST,
+                          f->session_id, "%s: %s%s", sw_peer_name(n->peer), err,
+                          dead ? " (the node leaves)" : "");
             node_session_free(n, b->s); /* its cache is half written */
             continue;
         }
@@ -810,4 +814,6 @@ void node_stage_flush(node_t *n)
     for (int i = 0; i < n->n_batch; i++)
         sw_wire_msg_clear(&n->batch[i].msg);
     n->n_batch = n->batch_rows = n->batch_logits = 0;
+    if (dead)
+        node_gpu_failed(n, err);
 }

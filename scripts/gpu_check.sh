@@ -17,10 +17,13 @@
 # SmolLM2-135M Q4_1, plus two 4-layer models with the remaining types, and
 # the miniatures of Gemma 3 (sliding windows, GEGLU) and Qwen3-MoE (experts).
 #
-# Takes about 5 minutes on one GPU (build 1-2, tests 2, benchmark 1). Strict:
-# a test or a part of one that skips (cuBLAS or NCCL missing, a model absent)
-# fails the check. With one GPU the two-GPU parts are left out (the table's
-# "paths" rows show which ran); CI runs them on two emulated GPUs.
+# Takes about 5 minutes on one GPU (build 1-2, tests 2, benchmark 1), plus the
+# sanitizers (compute-sanitizer's memcheck, racecheck and synccheck on
+# test_cuda_ops and test_cuda_model with the smallest model, when
+# compute-sanitizer is there: tens of minutes). Strict: a test or a part of one
+# that skips (cuBLAS or NCCL missing, a model absent, the two-GPU parts on a
+# machine with one GPU, compute-sanitizer missing) fails the check; every skip
+# is a row of the table. SW_GPU_SANITIZERS=0 leaves the sanitizers out (a skip).
 # Environment: SW_GPU_ARCH (default: the GPU's compute capability),
 # SW_GPU_BUILD (default build-gpu), SW_GPU_WORK (default /tmp/sw_gpu_check), SW_GPU_FORCE_DEBS=1
 # (use gpu-debs/ even when the system has the libraries: a dry run of that path).
@@ -119,7 +122,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSW_CUDA=ON -DCMAKE_CUDA_ARCH
     "${cmake_extra[@]}" >"$log_dir/gpu_check_cmake.log" 2>&1 ||
     { tail -30 "$log_dir/gpu_check_cmake.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target shardwire shardwire-node shardwire-relay \
-    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops bench_gpu bench_rows \
+    shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops test_cuda_handover \
+    bench_gpu bench_rows \
     >"$log_dir/gpu_check_build.log" 2>&1 || { tail -40 "$log_dir/gpu_check_build.log"; exit 1; }
 t_build=$(( $(date +%s) - t0 ))
 bin=$build/bin
@@ -159,6 +163,43 @@ set +e
 tests_rc=$?
 set -e
 t_tests=$(( $(date +%s) - t0 ))
+n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+
+# ---- 4b. compute-sanitizer: memcheck, racecheck, synccheck on the op and model tests
+# (the smallest model with K-quants and the miniatures: the tools slow kernels 10-100x)
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+san_rows=()
+san_fail=0 # a sanitizer found an error
+san_skip=0 # the sanitizers did not run (strict: a failure)
+t0=$(date +%s)
+if [ "${SW_GPU_SANITIZERS:-1}" = 0 ]; then
+    san_rows+=("| compute-sanitizer | skipped (SW_GPU_SANITIZERS=0) |")
+    san_skip=1
+elif [ -z "$san" ]; then
+    san_rows+=("| compute-sanitizer | skipped: not found (it comes with the CUDA Toolkit) |")
+    san_skip=1
+else
+    for tool in memcheck racecheck synccheck; do
+        for t in test_cuda_ops test_cuda_model; do
+            [ -x "$bin/$t" ] || continue
+            set +e
+            SW_CUDA_TEST_MODELS="$m/tiny-qwen3.gguf" SW_CUDA_TEST_QUICK=1 SW_TEST_STRICT=0 \
+                "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$bin/$t" \
+                >"$log_dir/gpu_check_${tool}_$t.log" 2>&1
+            rc=$?
+            set -e
+            summary=$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' \
+                      "$log_dir/gpu_check_${tool}_$t.log" | tail -1 | sed 's/^========= //')
+            if [ $rc -eq 0 ]; then
+                san_rows+=("| $tool $t | passed (${summary:-no errors}) |")
+            else
+                san_rows+=("| $tool $t | FAILED (exit $rc: ${summary:-see the log}) |")
+                san_fail=1
+            fi
+        done
+    done
+fi
+t_san=$(( $(date +%s) - t0 ))
 
 # ---- 5. the benchmark
 t0=$(date +%s)
@@ -184,16 +225,30 @@ echo
 echo "| check | result |"
 echo "|---|---|"
 echo "| driver / runtime | ${driver:-?} (up to CUDA ${driver_cuda:-?}) / CUDA ${runtime:-?} |"
-for t in test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops; do
+for t in test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops test_cuda_handover; do
     echo "| $t | $(status $t) |"
 done
+if [ "${n_gpus:-0}" -lt 2 ]; then
+    echo "| two-GPU parts | skipped: ${n_gpus:-0} GPU visible (each test recorded its parts; strict fails) |"
+else
+    echo "| two-GPU parts | ran on $n_gpus GPUs |"
+fi
+# every part a test left out, as it recorded it (SW_TEST_SKIP_LOG)
+skipped=$build/Testing/skipped.txt
+if [ -s "$skipped" ]; then
+    sed 's/|/\\|/g; s/^/| skipped | /; s/$/ |/' "$skipped"
+fi
+printf '%s\n' "${san_rows[@]}"
 # The tests' own rows ("| what | result |"), in order, without repeats of the same row;
 # the "paths of ..." rows say what ran (cuBLAS, NCCL or peer copies, graphs).
 grep -E '^[0-9]+: \|' "$log_dir/gpu_check_tests.log" | sed -E 's/^[0-9]+: //' | awk '!seen[$0]++' || true
-echo "| build / models / tests / benchmark | ${t_build} s / ${t_models} s / ${t_tests} s / ${t_bench} s (total $(( $(date +%s) - t_start )) s) |"
+echo "| build / models / tests / sanitizers / benchmark | ${t_build} s / ${t_models} s / ${t_tests} s / ${t_san} s / ${t_bench} s (total $(( $(date +%s) - t_start )) s) |"
 echo
 grep -vE '^(bench_gpu|shardwire)' "$log_dir/gpu_check_bench.log" || true
 echo
-echo "logs: $log_dir/gpu_check_{tests,bench,build}.log"
-[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] || { echo "gpu_check: FAILED (tests $tests_rc, bench $bench_rc)"; exit 1; }
+echo "logs: $log_dir/gpu_check_{tests,bench,build}.log, $log_dir/gpu_check_<tool>_<test>.log"
+san_rc=$san_fail
+[ "${SW_TEST_STRICT:-1}" = 1 ] && [ $san_skip = 1 ] && san_rc=1
+[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $san_rc -eq 0 ] ||
+    { echo "gpu_check: FAILED (tests $tests_rc, bench $bench_rc, sanitizers $san_rc)"; exit 1; }
 echo "gpu_check: all cuda tests passed"

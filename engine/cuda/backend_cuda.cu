@@ -619,7 +619,14 @@ sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->kv_dev, 2 * SWC_KV_TAB * sizeof(void *))) != cudaSuccess) {
         cudaGetLastError();
-        snprintf(err, err_len, "cuda:%d: cannot create a stream: %s", dev, cudaGetErrorString(e));
+        if (swc_sticky(e))
+            snprintf(err, err_len,
+                     "cuda:%d: the GPU failed for good earlier in this process (%s, error %d); "
+                     "restart the process to use it again",
+                     dev, cudaGetErrorString(e), (int)e);
+        else
+            snprintf(err, err_len, "cuda:%d: cannot create a stream: %s", dev,
+                     cudaGetErrorString(e));
         if (c->stream)
             cudaStreamDestroy(c->stream);
         free(c->kv_host);

@@ -16,7 +16,11 @@
  *    the last error cleared by cudaGetLastError, an injected failure;
  *  - lazy streams: a consumer stream that does not wait for the producer's
  *    event reads stale data (the emulation does not hide the missing wait),
- *    with the wait it reads the new data;
+ *    with the wait it reads the new data; the late=waiters schedule: a
+ *    producer that overwrites what a late consumer still reads shows it,
+ *    unless it waits for the read;
+ *  - a fatal error (700) stays on its device: every later call returns it,
+ *    cudaGetLastError never clears it, the other device works;
  *  - the cuBLAS and NCCL stand-ins: a GEMM against a plain loop, a send/recv
  *    pair between two emulated devices.
  */
@@ -209,6 +213,57 @@ static void s_case_shared_past(void)
 {
     k_shared_past<<<1, 32, 32 * sizeof(float)>>>(1);
     cudaDeviceSynchronize();
+}
+
+/* A fatal error (700) stays, as on a GPU: every later call on the device
+ * returns it, cudaGetLastError included, and its queued work never runs;
+ * the other device still works. Exits 0 when all of that holds (a child:
+ * the device stays failed). */
+static void s_case_sticky(void)
+{
+    float h[32], got[32];
+    for (int i = 0; i < 32; i++)
+        h[i] = (float)i;
+    cudaSetDevice(1);
+    float *x1 = s_dev_floats(h, 32);
+    cudaSetDevice(0);
+    float *x = s_dev_floats(h, 32);
+    int bad = x && x1 ? 0 : 1;
+    k_scale<<<1, 32>>>(x, 32, 2.0f); // queued, never run: the device fails before
+    swemu_fail("cudaStreamSynchronize", 0, 700);
+    bad |= (cudaStreamSynchronize(0) != 700) << 1;
+    bad |= (cudaGetLastError() != 700 || cudaGetLastError() != 700) << 2; // never cleared
+    bad |= (cudaMemcpy(got, x, sizeof got, cudaMemcpyDeviceToHost) != 700) << 3;
+    float *y = NULL;
+    bad |= (cudaMalloc(&y, 64) != 700) << 4;
+    k_scale<<<1, 32>>>(x, 32, 2.0f);
+    bad |= (cudaGetLastError() != 700) << 5;
+    cudaSetDevice(1); // the other device is not touched: the thread's last error clears there
+    cudaGetLastError();
+    bad |= (cudaGetLastError() != cudaSuccess) << 6;
+    bad |=
+        (cudaMemcpy(got, x1, sizeof got, cudaMemcpyDeviceToHost) != cudaSuccess || got[5] != 5.0f)
+        << 7;
+    if (bad)
+        fprintf(stderr, "s_case_sticky: checks 0x%x failed\n", bad);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(bad ? 3 : 0);
+}
+
+/* Runs fn in a child: 1 when it exits 0. */
+static int s_child_ok(void (*fn)(void))
+{
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 int main(void)
@@ -467,6 +522,48 @@ int main(void)
             S_OK(cudaSetDevice(0));
         }
     }
+    /* Schedules: with the producer's stream eager and the consumer's late
+     * (late=waiters), a consumer that reads, then a producer that
+     * overwrites without waiting for it, shows the overwrite; with the wait
+     * it does not. */
+    {
+        SW_CHECK_INT(swemu_streams("no such schedule"), -1);
+        SW_CHECK_INT(swemu_streams("late=waiters"), 0);
+        float h[32], got[32];
+        for (int i = 0; i < 32; i++)
+            h[i] = 1.0f;
+        float *a = s_dev_floats(h, 32), *b = s_dev_floats(NULL, 32);
+        cudaStream_t prod, cons;
+        cudaEvent_t e, free_e;
+        S_OK(cudaStreamCreateWithFlags(&prod, cudaStreamNonBlocking));
+        S_OK(cudaStreamCreateWithFlags(&cons, cudaStreamNonBlocking));
+        S_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        S_OK(cudaEventCreateWithFlags(&free_e, cudaEventDisableTiming));
+        for (int wait = 0; wait < 2; wait++) {
+            S_OK(cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice));
+            S_OK(cudaEventRecord(e, prod));
+            S_OK(cudaStreamWaitEvent(cons, e, 0)); // cons waits: it is late from now on
+            k_copy<<<1, 32, 0, cons>>>(a, b, 32);  // reads a (1.0)
+            if (wait) {                            // the producer waits for the read
+                S_OK(cudaEventRecord(free_e, cons));
+                S_OK(cudaStreamWaitEvent(prod, free_e, 0));
+            }
+            k_scale<<<1, 32, 0, prod>>>(a, 32, 5.0f); // overwrites a
+            S_OK(cudaStreamSynchronize(cons));
+            S_OK(cudaStreamSynchronize(prod));
+            S_OK(cudaMemcpy(got, b, sizeof got, cudaMemcpyDeviceToHost));
+            SW_CHECK(got[0] == (wait ? 1.0f : 5.0f));
+        }
+        SW_CHECK_INT(swemu_streams("lazy"), 0);
+        cudaEventDestroy(e);
+        cudaEventDestroy(free_e);
+        cudaStreamDestroy(prod);
+        cudaStreamDestroy(cons);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    /* A fatal error stays (a child: it leaves the device failed). */
+    SW_CHECK(s_child_ok(s_case_sticky));
     /* Errors found in kernels, each in a child process. */
     SW_CHECK(s_dies(s_case_read_past, "kernel k_read_past", "0 bytes past the end of a 256-byte"));
     SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "depends on the order"));

@@ -130,7 +130,7 @@ int main(void)
             s_group(path, "cuda:0,1", 0, ref, got, V);
             s_group(path, "cuda:0,1", 1, ref, got, V);
         } else {
-            sw_test_skip_part("cuda:0,1: one GPU visible (the group cuda:0,0 ran)");
+            cuda_test_one_gpu("cuda:0,1 (the group cuda:0,0 ran)");
         }
     } else {
         SW_CHECK(!"the reference run on cuda:0");

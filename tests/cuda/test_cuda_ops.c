@@ -805,6 +805,7 @@ int main(void)
     s_be[s_n_be++] = cuda_test_backend("cuda:0");
     if (sw_cuda_device_count() > 1)
         s_be[s_n_be++] = cuda_test_backend("cuda:1");
+    cuda_test_one_gpu("every op on cuda:1");
     for (int i = 0; i < s_n_be; i++)
         if (!s_be[i]) {
             SW_CHECK(!"backend");

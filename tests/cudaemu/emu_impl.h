@@ -121,8 +121,15 @@ int device_count();
 void count(const char *what);
 /* Sets the calling thread's last error (when e != cudaSuccess) and returns e. */
 cudaError_t ret(cudaError_t e);
-/* An injected failure for api (swemu_fail), else cudaSuccess. */
+/* An injected failure for api (swemu_fail, SW_CUDA_EMU_FAIL), else the
+ * current device's fatal error, else cudaSuccess. An injected error that is
+ * fatal on a GPU (700, 702, 710, 714-719: is_sticky) stays: the device's
+ * queued work is dropped and every later call on it returns the error, as
+ * CUDA does after such an error until the process restarts. */
 cudaError_t injected(const char *api);
+bool is_sticky(cudaError_t e);
+/* The fatal error of device dev, or cudaSuccess. */
+cudaError_t sticky_of(int dev);
 /* Prints "swemu: ..." and aborts. */
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
