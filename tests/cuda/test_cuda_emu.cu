@@ -8,9 +8,13 @@
  *  - barriers, warp shuffles and votes, static and dynamic shared memory,
  *    atomics, a grid of several blocks, graphs replayed with new data;
  *  - in a child process each (it aborts): a read one element past an
- *    allocation, a tree reduction without its __syncthreads (the reversed
- *    run differs), a read of another device's memory, a shuffle whose lane
- *    has exited, a write past the dynamic shared memory;
+ *    allocation, a write one element before one (its red zone), a read one
+ *    element before one that fills its pages (the guard page before it), a tree reduction without
+ * its __syncthreads (the reversed run differs), a read of another device's memory, a shuffle whose
+ * lane has exited, a write past the dynamic shared memory, a float loaded 2 bytes into an
+ * allocation (misaligned: a GPU faults, x86 would not), 256 threads adding 1 to a shared counter
+ * without an atomic and a read of another thread's shared slot without a barrier (races in shared
+ *    memory the fibers' order cannot show);
  *  - returned errors: a launch into another device's stream, a bad launch
  *    shape, a synchronisation inside a capture (the capture is invalidated),
  *    the last error cleared by cudaGetLastError, an injected failure;
@@ -111,6 +115,16 @@ static __global__ void k_copy(const float *x, float *y, int n)
 
 /* ---- kernels that are wrong ---------------------------------------------------------------- */
 
+static __global__ void k_write_before(float *y)
+{
+    y[(int)threadIdx.x - 1] = 1.0f; // thread 0 writes one float before the start
+}
+
+static __global__ void k_read_before(const float *x, float *y)
+{
+    y[threadIdx.x] = x[(int)threadIdx.x - 1]; // thread 0 reads one float before the start
+}
+
 static __global__ void k_read_past(const float *x, float *y, int n)
 {
     const int i = threadIdx.x;
@@ -123,6 +137,48 @@ static __global__ void k_lane_exits(float *y)
     if (threadIdx.x == 3)
         return;
     y[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 3);
+}
+
+/* 256 threads add 1 to one shared counter without an atomic: 256 in any
+ * order of the fibers, a race on a GPU. */
+static __global__ void k_shared_rmw(int *out)
+{
+    __shared__ int s;
+    if (threadIdx.x == 0)
+        s = 0;
+    __syncthreads();
+    s += 1;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *out = s;
+}
+
+/* Each thread writes its slot, then reads its neighbour's without a barrier. */
+static __global__ void k_shared_nobarrier(float *out)
+{
+    __shared__ float v[64];
+    v[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = v[(threadIdx.x + 1) & 63];
+}
+
+/* The same with __syncthreads, and a warp's lanes ordered by __syncwarp: no race. */
+static __global__ void k_shared_ok(float *out)
+{
+    __shared__ float v[64];
+    v[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    float a = v[(threadIdx.x + 1) & 63];
+    __syncthreads();
+    v[threadIdx.x] = a;
+    __syncwarp();
+    out[threadIdx.x] = v[threadIdx.x ^ 1];
+}
+
+/* A float read 2 bytes into a byte buffer: x86 reads it, a GPU faults (716). */
+static __global__ void k_misaligned(const char *p, float *y)
+{
+    const float *f = (const float *)(const void *)(p + 2);
+    y[threadIdx.x] = f[threadIdx.x];
 }
 
 static __global__ void k_shared_past(int n)
@@ -182,6 +238,21 @@ static void s_case_read_past(void)
     cudaDeviceSynchronize();
 }
 
+static void s_case_write_before(void)
+{
+    float *y = s_dev_floats(NULL, 48);
+    k_write_before<<<1, 48>>>(y);
+    cudaDeviceSynchronize();
+}
+
+/* A read before an allocation that fills its pages: the guard page before it. */
+static void s_case_read_before(void)
+{
+    float *x = s_dev_floats(NULL, 1024), *y = s_dev_floats(NULL, 1024); // 4096 bytes each
+    k_read_before<<<1, 32>>>(x, y);
+    cudaDeviceSynchronize();
+}
+
 static void s_case_no_sync(void)
 {
     float h[256];
@@ -190,6 +261,13 @@ static void s_case_no_sync(void)
     float *x = s_dev_floats(h, 256), *o = s_dev_floats(NULL, 1);
     k_sum<<<1, 256>>>(x, o, 1);
     cudaDeviceSynchronize();
+}
+
+/* The same without the shared-memory race check: the order check sees it. */
+static void s_case_no_sync_order(void)
+{
+    setenv("SW_CUDA_EMU_RACECHECK", "0", 1);
+    s_case_no_sync();
 }
 
 static void s_case_other_device(void)
@@ -212,6 +290,31 @@ static void s_case_lane_exits(void)
 static void s_case_shared_past(void)
 {
     k_shared_past<<<1, 32, 32 * sizeof(float)>>>(1);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_shared_rmw(void)
+{
+    int *o = NULL;
+    cudaMalloc(&o, sizeof(int));
+    k_shared_rmw<<<1, 256>>>(o);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_shared_nobarrier(void)
+{
+    float *o = s_dev_floats(NULL, 64);
+    k_shared_nobarrier<<<1, 64>>>(o);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_misaligned(void)
+{
+    char *p = NULL;
+    float *y = s_dev_floats(NULL, 8);
+    cudaMalloc(&p, 64);
+    cudaMemset(p, 0, 64);
+    k_misaligned<<<1, 8>>>(p, y);
     cudaDeviceSynchronize();
 }
 
@@ -522,6 +625,17 @@ int main(void)
             S_OK(cudaSetDevice(0));
         }
     }
+    /* Shared memory written and read across a barrier and a __syncwarp: no race. */
+    {
+        float *o = s_dev_floats(NULL, 64), got[64];
+        k_shared_ok<<<1, 64>>>(o);
+        S_OK(cudaMemcpy(got, o, sizeof got, cudaMemcpyDeviceToHost));
+        int ok = 1;
+        for (int i = 0; i < 64; i++)
+            ok &= got[i] == (float)(((i ^ 1) + 1) & 63);
+        SW_CHECK(ok);
+        cudaFree(o);
+    }
     /* Schedules: with the producer's stream eager and the consumer's late
      * (late=waiters), a consumer that reads, then a producer that
      * overwrites without waiting for it, shows the overwrite; with the wait
@@ -566,9 +680,19 @@ int main(void)
     SW_CHECK(s_child_ok(s_case_sticky));
     /* Errors found in kernels, each in a child process. */
     SW_CHECK(s_dies(s_case_read_past, "kernel k_read_past", "0 bytes past the end of a 256-byte"));
-    SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "depends on the order"));
+    SW_CHECK(
+        s_dies(s_case_write_before, "kernel k_write_before", "written 4 bytes before its start"));
+    SW_CHECK(s_dies(s_case_read_before, "kernel k_read_before",
+                    "4 bytes before the start of a 4096-byte"));
+    SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "a race in shared memory"));
+    SW_CHECK(s_dies(s_case_no_sync_order, "kernel k_sum", "depends on the order"));
     SW_CHECK(s_dies(s_case_other_device, "kernel k_copy", "cuda:1"));
     SW_CHECK(s_dies(s_case_lane_exits, "kernel k_lane_exits", "has exited"));
     SW_CHECK(s_dies(s_case_shared_past, "kernel k_shared_past", "dynamic shared memory"));
+    SW_CHECK(s_dies(s_case_shared_rmw, "kernel k_shared_rmw", "a race in shared memory"));
+    SW_CHECK(
+        s_dies(s_case_shared_nobarrier, "kernel k_shared_nobarrier", "a race in shared memory"));
+    SW_CHECK(
+        s_dies(s_case_misaligned, "kernel k_misaligned", "a misaligned load of 'const float'"));
     return sw_test_done();
 }

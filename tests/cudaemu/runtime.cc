@@ -43,6 +43,7 @@ namespace swemu
 {
 
 static const size_t S_PAGE = 4096;
+static const int S_REDZONE = 0xff;                    // NaN in f32 and f16 (exec.cc checks for it)
 static const size_t S_QUARANTINE = (size_t)256 << 20; // freed device memory kept inaccessible
 
 struct Graph {
@@ -694,6 +695,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         return ret(cudaErrorMemoryAllocation);
     }
     memset(a->base, 0xff, bytes); // uninitialised device memory: NaN in f16 and f32
+    /* Before the start, in the first data page: a red zone a kernel must not
+     * write (exec.cc checks it after each launch) and whose reads give NaN. */
+    memset(a->data, S_REDZONE, (size_t)(a->base - a->data));
     if (!s_accessible(a))
         mprotect(a->data, data_bytes, PROT_NONE);
     g_maps[(uintptr_t)a->map] = a;
