@@ -332,14 +332,6 @@ static int s_join(node_t *n)
     return 0;
 }
 
-void node_gpu_failed(node_t *n, const char *err)
-{
-    if (n->gpu_failed)
-        return;
-    n->gpu_failed = 1;
-    SW_ERR("%s; this node leaves the cluster so that the head routes around it", err);
-}
-
 /* The event loop: read everything the relay has for us (Forwards wait in
  * the stage's batch), run the batch, advance the head's sessions, and wait
  * for the next message only as long as no timer is due. 0 when stopped, -1
@@ -365,8 +357,11 @@ static int s_loop(node_t *n)
             continue; /* a standby: only a PlanAssign does anything */
         node_stage_flush(n);
         node_head_step(n);
-        if (n->gpu_failed)
-            return -1; /* said by node_gpu_failed */
+        if (n->gpu_failed) {
+            SW_ERR("%s; this node leaves the cluster so that the head routes around it",
+                   n->gpu_err);
+            return -1;
+        }
         double now = sw_now_ms();
         node_stage_step(n, now);
         if (now > next_expire) {

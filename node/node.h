@@ -121,14 +121,13 @@ typedef struct node {
     int n_pending;                    // entries
     node_place_t *place;              // placement (auto node, or a head with --auto-nodes)
     volatile sig_atomic_t *stop;      // set by SIGINT/SIGTERM
-    int gpu_failed;                   // the backend failed for good: leave (node_gpu_failed)
+    /* The backend failed for good (sw_backend_failed: a GPU's fatal error):
+     * the stage or the head sets these after telling the sessions' heads;
+     * the event loop (node.c) then says so in one line and the node leaves
+     * the relay, so that the head routes around it (a standby takes over). */
+    int gpu_failed;    // 1 once it did
+    char gpu_err[256]; // the forward's error
 } node_t;
-
-/* The node's backend failed for good (sw_backend_failed: a GPU's fatal
- * error): says so in one line (err: the forward's error) and makes the event
- * loop end, so that the node leaves the relay and the head routes around it
- * (a standby takes its range). The caller has told the sessions' heads. */
-void node_gpu_failed(node_t *n, const char *err);
 
 /* Serves o until *stop is set (SIGINT/SIGTERM) or the relay connection is
  * lost: loads the layer range, joins the relay, runs the event loop. o's

@@ -814,6 +814,8 @@ void node_stage_flush(node_t *n)
     for (int i = 0; i < n->n_batch; i++)
         sw_wire_msg_clear(&n->batch[i].msg);
     n->n_batch = n->batch_rows = n->batch_logits = 0;
-    if (dead)
-        node_gpu_failed(n, err);
+    if (dead && !n->gpu_failed) { /* node.c's loop says it and leaves */
+        n->gpu_failed = 1;
+        snprintf(n->gpu_err, sizeof n->gpu_err, "%s", err);
+    }
 }
