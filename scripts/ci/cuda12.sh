@@ -42,7 +42,7 @@ if ! command -v "$CLANG" >/dev/null; then
     echo "cuda12: installing clang-19 (Debian)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -qq clang-19 >/dev/null 2>&1 ||
-        { apt-get update -qq && apt-get install -y -qq clang-19 >/dev/null; }
+        { apt-get update -qq && apt-get install -y -qq clang-19 >/dev/null; } || true
 fi
 command -v "$CLANG" >/dev/null || { echo "cuda12: $CLANG is missing (apt-get install clang-19)" >&2; exit 1; }
 real_fatbinary=${SW_FATBINARY:-/usr/local/cuda/bin/fatbinary}
@@ -57,7 +57,9 @@ for w in "${WHEELS[@]}"; do
 done
 if [ $have = 0 ]; then
     echo "cuda12: downloading ${WHEELS[*]} (about 1 GB, once)"
-    python3 -m pip download --quiet --no-deps --dest "$cache/wheels" "${WHEELS[@]}"
+    python3 -m pip download --quiet --no-deps --dest "$cache/wheels" "${WHEELS[@]}" \
+        >"$cache/download.log" 2>&1 ||
+        { echo "cuda12: downloading the CUDA 12 wheels from PyPI failed (network or PyPI; $cache/download.log says which): rerun when PyPI is reachable, or set SW_CUDA12_CACHE to a folder that holds them" >&2; exit 1; }
 fi
 
 # The tree, made once per set of wheels.
