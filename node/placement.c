@@ -37,7 +37,35 @@ struct node_place {
     } pend[SW_PLAN_MAX_NODES];
     double pend_ms; // when they were sent
     char said[512]; // the last waiting line logged (logged once)
+    struct {
+        char name[SW_WIRE_NAME_MAX + 1];
+        double until;              // left out of plans until then (0 = free entry)
+    } bench[NODE_PLACE_BENCH_MAX]; // nodes that did not take a range in time (issue 35)
 };
+
+/* Leaves name out of plans for NODE_PLACE_BENCH_MS (its claims are not believed meanwhile). */
+static void s_bench(node_place_t *p, const char *name, double now)
+{
+    int at = 0;
+    for (int i = 0; i < NODE_PLACE_BENCH_MAX; i++) {
+        if (!strcmp(p->bench[i].name, name)) {
+            at = i;
+            break;
+        }
+        if (p->bench[i].until < p->bench[at].until)
+            at = i; // a free entry (0) or the one that expires first
+    }
+    snprintf(p->bench[at].name, sizeof p->bench[at].name, "%s", name);
+    p->bench[at].until = now + NODE_PLACE_BENCH_MS;
+}
+
+static int s_benched(const node_place_t *p, const char *name, double now)
+{
+    for (int i = 0; i < NODE_PLACE_BENCH_MAX; i++)
+        if (p->bench[i].until > now && !strcmp(p->bench[i].name, name))
+            return 1;
+    return 0;
+}
 
 /* ---- the probe ------------------------------------------------------------------------------ */
 
@@ -409,7 +437,10 @@ static uint32_t s_gap(const node_t *n, const sw_msg_table_t *pt, int need_key, u
     return at;
 }
 
-/* 1 while ranges sent are not announced yet (and not NODE_PLACE_LOAD_MS old). */
+/* 1 while ranges sent are not announced yet (and not NODE_PLACE_LOAD_MS old).
+ * A node still a standby after that is left out of plans for
+ * NODE_PLACE_BENCH_MS: a claim it did not live up to is not believed again at
+ * once (a rogue announcing an impossible probe is chosen once, not forever). */
 static int s_pending(node_place_t *p, const sw_msg_table_t *pt, double now)
 {
     if (!p->n_pend)
@@ -423,10 +454,18 @@ static int s_pending(node_place_t *p, const sw_msg_table_t *pt, double now)
     }
     if (waiting && now - p->pend_ms < NODE_PLACE_LOAD_MS)
         return 1;
-    if (waiting)
-        SW_WARN("placement: assigned node(s) did not announce their range within %d s: "
-                "planning again",
-                NODE_PLACE_LOAD_MS / 1000);
+    for (int i = 0; waiting && i < p->n_pend; i++) {
+        sw_msg_peer_t pi;
+        if (!sw_codec_peer_find(pt, p->pend[i].name, &pi) ||
+            !sw_wire_standby(pi.announce.auto_place, pi.announce.layer_begin,
+                             pi.announce.layer_end))
+            continue;
+        SW_WARN("placement: '%s' did not announce layers [%u, %u) within %d s: left out of plans "
+                "for %d s, planning again",
+                p->pend[i].name, p->pend[i].begin, p->pend[i].end, NODE_PLACE_LOAD_MS / 1000,
+                NODE_PLACE_BENCH_MS / 1000);
+        s_bench(p, p->pend[i].name, now);
+    }
     p->n_pend = 0;
     return 0;
 }
@@ -453,8 +492,8 @@ void node_place_table(node_t *n, const sw_msg_table_t *pt, int route_ok)
         const sw_msg_announce_t *a = &pi->announce;
         if (!sw_wire_standby(a->auto_place, a->layer_begin, a->layer_end) ||
             strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != L ||
-            !a->probe_rows || !a->rtt_us)
-            continue; /* not probed, or its round trip not measured yet */
+            !a->probe_rows || !a->rtt_us || s_benched(p, a->name, now))
+            continue; /* not probed, its round trip not measured yet, or benched */
         sw_plan_node_from(a, 1, &nodes[k]);
         k++;
     }

@@ -23,6 +23,9 @@
 
 #define NODE_PROBE_ROWS 9        // the probe's K+1 rows (K = 8 drafts)
 #define NODE_PLACE_LOAD_MS 30000 // a node assigned a range is awaited this long before re-planning
+#define NODE_PLACE_BENCH_MS                                                                        \
+    600000                      // ... and one that did not take it is left out of plans this long
+#define NODE_PLACE_BENCH_MAX 16 // nodes remembered so
 
 /* The auto node's probe, before it joins: loads and times the probe
  * layers, sets n->fingerprint, n->hp (a copy), the planner's layer sizes.
