@@ -22,7 +22,8 @@
 # Then: the programs the notebooks build and the cuda tests, with -Werror,
 # the sm_75 code checked in the programs (the fatbin holds an sm_75 image),
 # and `shardwire generate --backend cuda` run here, where no GPU exists: the
-# statically linked CUDA 12 runtime must start and say so in one line.
+# statically linked CUDA 12 runtime must start and its error (no driver it
+# can use) come out in one line.
 #
 #   bash scripts/ci/cuda12.sh          # SW_CUDA12_CACHE (default ~/.cache/shardwire/cuda12),
 #                                      # SW_BUILD_DIR (default build-cu12)
@@ -162,10 +163,15 @@ print("cuda12: device code in shardwire-node:", ", ".join(sorted(archs)) or "non
 sys.exit(0 if "ELF sm_75" in archs else 1)
 EOF
 
-# Here, without a GPU or driver, the CUDA 12 runtime starts and says why it cannot run.
-out=$("$build/bin/shardwire" generate --model "${SW_TEST_MODEL:-$here/models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
+# Here, without a GPU or driver, the CUDA 12 runtime starts and says why it cannot run. The
+# backend names a missing driver from /proc/driver/nvidia/version before it quotes the
+# runtime, so a stand-in file (SW_NVIDIA_PROC) makes it quote the runtime's own error.
+proc=$build/nvidia-version
+echo "NVRM version: none (scripts/ci/cuda12.sh: no driver here)" >"$proc"
+out=$(SW_NVIDIA_PROC=$proc "$build/bin/shardwire" generate \
+      --model "${SW_TEST_MODEL:-$here/models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
       -p hi -n 1 --backend cuda 2>&1 || true)
 echo "cuda12: shardwire generate --backend cuda here: $(echo "$out" | grep -m1 'cuda:0')"
-echo "$out" | grep -q "cuda:0: no usable GPU driver" ||
+echo "$out" | grep -q "cuda:0: the NVIDIA driver cannot run this build (CUDA driver version is insufficient" ||
     { echo "$out" | tail -5; echo "cuda12: expected the runtime's one line about the driver" >&2; exit 1; }
 echo "cuda12: passed (tree $t_tree s, build $t_build s: $build)"
