@@ -192,8 +192,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             int sa = avoid ? head_spot_rank(n->head, a->name, now) : 0;
             if (avoid && !sa)
                 sa = s_suspect(n->head, a->name, now);
-            const int ca =
-                s_sessions_through(n->head, a->name) + !s_proven(n->head, a->name, now);
+            const int ca = s_sessions_through(n->head, a->name) + !s_proven(n->head, a->name, now);
             if (s_better(pi, sa, ca, pick, pick_suspect, pick_cost)) {
                 pick_buf = info;
                 pick = &pick_buf;
