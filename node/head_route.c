@@ -48,50 +48,23 @@ static int s_need_key(const node_t *n)
  * route it was cannot be told from here, so all of them are remembered. */
 void head_suspect_add(node_head_t *h, const char *name, double now)
 {
-    int at = 0;
-    for (int i = 0; i < HEAD_SUSPECT_MAX; i++) {
-        if (!strcmp(h->suspect[i].name, name)) {
-            at = i;
-            break;
-        }
-        if (h->suspect[i].until < h->suspect[at].until)
-            at = i; // a free entry (0) or the one that expires first
-    }
-    snprintf(h->suspect[at].name, sizeof h->suspect[at].name, "%s", name);
-    h->suspect[at].until = now + HEAD_SUSPECT_MS;
+    sw_expiry_put(h->suspect, HEAD_SUSPECT_MAX, name, now + HEAD_SUSPECT_MS);
 }
 
 void head_proven_add(node_head_t *h, const head_route_t *r, double now)
 {
-    for (int k = 1; k < r->n; k++) {
-        int at = 0;
-        for (int i = 0; i < HEAD_PROVEN_MAX; i++) {
-            if (!strcmp(h->proven[i].name, r->names[k])) {
-                at = i;
-                break;
-            }
-            if (h->proven[i].until < h->proven[at].until)
-                at = i; // a free entry (0) or the one that expires first
-        }
-        snprintf(h->proven[at].name, sizeof h->proven[at].name, "%s", r->names[k]);
-        h->proven[at].until = now + HEAD_PROVEN_MS;
-    }
+    for (int k = 1; k < r->n; k++)
+        sw_expiry_put(h->proven, HEAD_PROVEN_MAX, r->names[k], now + HEAD_PROVEN_MS);
 }
 
 static int s_proven(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_PROVEN_MAX; i++)
-        if (h->proven[i].until > now && !strcmp(h->proven[i].name, name))
-            return 1;
-    return 0;
+    return sw_expiry_find(h->proven, HEAD_PROVEN_MAX, name, now) >= 0;
 }
 
 static int s_suspect(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_SUSPECT_MAX; i++)
-        if (h->suspect[i].until > now && !strcmp(h->suspect[i].name, name))
-            return 1;
-    return 0;
+    return sw_expiry_find(h->suspect, HEAD_SUSPECT_MAX, name, now) >= 0;
 }
 
 /* How many of this head's sessions (routed, running or parked) go through
@@ -157,6 +130,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
+    r->n_ctx = n->o.n_ctx;
     const uint32_t L = (uint32_t)n->hp->n_layer;
     const int need_key = s_need_key(n);
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
@@ -230,6 +204,10 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             *code = SW_ERROR_INTERNAL;
             return -1;
         }
+        if (pick->announce.n_ctx && (int)pick->announce.n_ctx < r->n_ctx) { // 0: not said
+            r->n_ctx = (int)pick->announce.n_ctx;
+            r->ctx_at = r->n;
+        }
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
         at = pick->announce.layer_end;
     }
@@ -244,6 +222,18 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
     if (s_build_route_ex(n, pt, 1, r, code, err, err_len) == 0)
         return 0;
     return s_build_route_ex(n, pt, 0, r, code, err, err_len);
+}
+
+int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len)
+{
+    const head_route_t *r = &n->head->route;
+    if (s->n_ctx <= r->n_ctx)
+        return 1;
+    snprintf(why, len,
+             "%d positions (prompt + new tokens) exceed the %d-position context of stage '%s' "
+             "(its --ctx, or what its --kv-mib holds; the smallest on the route)",
+             s->n_ctx, r->n_ctx, r->names[r->ctx_at]);
+    return 0;
 }
 
 /* Gives s the head's current route (a fresh table's) and the counter

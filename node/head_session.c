@@ -21,12 +21,15 @@
  * state; head_advance looks at the timers (deadline, round timeout, route
  * checks) once per pass.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "head_impl.h"
 #include "log.h"
+#include "placement.h"
 
 #define S_CHECK_MS 1000       // while a verdict is late: route checks this often
 #define S_PREFIX_OFF_MS 60000 // after a stage missed a prefix: none asked for this long
@@ -34,10 +37,7 @@
 /* Frees what a session holds but its record of what it streamed. */
 static void s_release(node_head_t *h, head_sess_t *s)
 {
-    if (s->kv) {
-        h->kv_used -= s->kv_bytes;
-        sw_kv_free(&s->kv);
-    }
+    sw_kv_free(&s->kv); // its bytes leave n->kv
     if (s->state == HEAD_ROUTE || s->state == HEAD_RUN)
         h->n_active--;
     sw_gen_free(&s->gen);
@@ -210,6 +210,12 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
                 s->round_stage_ms += ms;
                 s->round_crit_ms += cr;
                 later_ms += ms;
+                /* a decoding round: against what the stage's probe claimed (placement) */
+                const int rows =
+                    vd->timing[i].batch_rows ? (int)vd->timing[i].batch_rows : s->send_r.n;
+                if (s->send_r.kv_keep > 0 && s->send_r.n <= SW_MAX_DRAFT + 1 &&
+                    node_place_observe(n, s->route.names[st], rows, ms, now))
+                    head_suspect_add(h, s->route.names[st], now);
             }
     }
     /* What the round cost the batches it shared (load-adaptive speculation,
@@ -243,6 +249,7 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
         s->prompt_finished = (int)a->done;
     head_sched_ack(n, s, a->done, now); // the prompt's next pieces may go (head_sched.c)
+    node_recover_progress(s->rec, now); // a replay that moves has not failed yet
     SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
              (unsigned long long)s->id, a->done,
              node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");
@@ -438,8 +445,85 @@ void head_kv_room(node_t *n, size_t need)
 {
     if (!n->prefix || n->o.kv_bytes <= 0)
         return;
-    const size_t cap = (size_t)n->o.kv_bytes, used = n->head->kv_used;
+    const size_t cap = (size_t)n->o.kv_bytes, used = (size_t)n->kv.used;
     sw_prefix_evict(n->prefix, used + need < cap ? cap - used - need : 0);
+}
+
+/* The namespace of the operator's public prefix (--public-prefix): no
+ * tenant's equals it (head_prefix_ns: "tenant:KEY[/TENANT]" with keys, ""
+ * or "/TENANT" without). */
+#define S_PUBLIC_NS "public:"
+
+int node_head_public_prefix(node_t *n, char *err, size_t err_len)
+{
+    node_head_t *h = n->head;
+    const char *path = n->o.public_prefix;
+    if (!path)
+        return 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "--public-prefix %s: cannot open it: %s", path, strerror(errno));
+        return -1;
+    }
+    char *text = malloc(HEAD_PUBLIC_PREFIX_MAX + 2);
+    const size_t len = text ? fread(text, 1, HEAD_PUBLIC_PREFIX_MAX + 1, f) : 0;
+    const int bad = ferror(f);
+    fclose(f);
+    if (!text || bad || len == 0 || len > HEAD_PUBLIC_PREFIX_MAX) {
+        snprintf(err, err_len,
+                 !text  ? "--public-prefix %s: out of memory"
+                 : bad  ? "--public-prefix %s: cannot read it"
+                 : !len ? "--public-prefix %s: the file is empty: write the system prompt "
+                          "every tenant may share into it"
+                        : "--public-prefix %s: larger than " SW_STR(
+                              HEAD_PUBLIC_PREFIX_MAX) " bytes: it is the start of prompts "
+                                                      "(a system prompt), not a corpus",
+                 path);
+        free(text);
+        return -1;
+    }
+    text[len] = 0;
+    /* as a plain prompt, and as the system turn of the chat template (the
+     * gateway's and `run --chat`'s prompts start so) */
+    sw_chat_msg_t sys = {.role = "system", .content = text};
+    char *chat = sw_chat_format_alloc(sw_model_gguf(n->model), &sys, 1, 0);
+    const char *forms[2] = {text, chat};
+    for (int k = 0; k < 2; k++) {
+        if (forms[k] && sw_tokenize_max(h->tok, forms[k], strlen(forms[k]), 1, k == 1, n->o.n_ctx,
+                                        &h->pub[k], &h->n_pub[k]) != 0) {
+            h->pub[k] = NULL;
+            h->n_pub[k] = 0;
+        }
+    }
+    free(chat);
+    free(text);
+    if (h->n_pub[0] < SW_PREFIX_BLOCK && h->n_pub[1] < SW_PREFIX_BLOCK) {
+        snprintf(err, err_len,
+                 "--public-prefix %s: %d tokens, fewer than one prefix-cache block (%d): nothing "
+                 "of it could be shared; leave the flag out or give the whole system prompt",
+                 path, h->n_pub[0] > h->n_pub[1] ? h->n_pub[0] : h->n_pub[1], SW_PREFIX_BLOCK);
+        return -1;
+    }
+    SW_INFO("public prefix: %s, %d tokens (%d as the chat template's system turn): every tenant "
+            "may reuse it from the prefix cache",
+            path, h->n_pub[0], h->n_pub[1]);
+    return 0;
+}
+
+/* The positions of s's prompt that start like the public prefix (the longer
+ * of its two forms), whole prefix-cache blocks only: what may come from, and
+ * go to, the public namespace. */
+static int s_public_len(const node_head_t *h, const head_sess_t *s)
+{
+    int best = 0;
+    for (int k = 0; k < 2; k++) {
+        int c = 0;
+        while (c < h->n_pub[k] && c < s->n_prompt && h->pub[k][c] == s->prompt[c])
+            c++;
+        if (c > best)
+            best = c;
+    }
+    return best / SW_PREFIX_BLOCK * SW_PREFIX_BLOCK;
 }
 
 /* The namespace of s's prompts in the head's prefix cache: its tenant (issue
@@ -450,8 +534,11 @@ void head_kv_room(node_t *n, size_t need)
  * restore only the prefix the head asks for, which the head found in the
  * tenant's namespace, and equal tokens give equal KV.) Without keys
  * (--insecure-loopback, development only) nobody can be told apart: one
- * namespace for all. */
-static const char *s_prefix_ns(const head_sess_t *s, char *out, size_t len)
+ * namespace for all. Only the operator's public prefix (--public-prefix)
+ * is shared: its blocks, and only they, are also kept in S_PUBLIC_NS, and a
+ * prompt that starts with them reuses them from there (s_prefix_start). The
+ * draft model's cache takes the same namespace (draft_cfg_t.prefix_ns). */
+const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len)
 {
     /* the client key, and under it the tenant it named (the gateway's API key): a tenant shares
      * prefixes only with itself, and a key can name no tenant of another key */
@@ -476,9 +563,18 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
     if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt || s->spot)
         return;
     char err[256] = "", ns[SW_PREFIX_NS_LEN];
-    s_prefix_ns(s, ns, sizeof ns);
+    head_prefix_ns(s, ns, sizeof ns);
     const double t0 = sw_now_ms();
-    const int L = sw_prefix_find(n->prefix, ns, s->prompt, s->n_prompt, s->n_prompt - 1);
+    int L = sw_prefix_find(n->prefix, ns, s->prompt, s->n_prompt, s->n_prompt - 1);
+    const int pub = s_public_len(h, s);
+    if (pub > L) { /* the public blocks reach further than the tenant's own */
+        const int P = sw_prefix_find(n->prefix, S_PUBLIC_NS, s->prompt, s->n_prompt,
+                                     pub < s->n_prompt - 1 ? pub : s->n_prompt - 1);
+        if (P > L) {
+            L = P;
+            snprintf(ns, sizeof ns, "%s", S_PUBLIC_NS);
+        }
+    }
     if (L > 0 && sw_prefix_restore(n->prefix, ns, s->prompt, L, s->kv, err, sizeof err) == 0) {
         s->prefix_len = L;
         s->send_row = L;
@@ -496,10 +592,14 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
 {
     if (!n->prefix)
         return;
-    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = n->head->kv_used;
+    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = (size_t)n->kv.used;
     char err[256] = "", ns[SW_PREFIX_NS_LEN];
-    if (sw_prefix_store(n->prefix, s_prefix_ns(s, ns, sizeof ns), s->prompt, s->n_prompt, s->kv,
+    if (sw_prefix_store(n->prefix, head_prefix_ns(s, ns, sizeof ns), s->prompt, s->n_prompt, s->kv,
                         cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
+        SW_WARN("prefix cache: %s", err);
+    const int pub = s_public_len(n->head, s);
+    if (pub > 0 && sw_prefix_store(n->prefix, S_PUBLIC_NS, s->prompt, pub, s->kv,
+                                   cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
         SW_WARN("prefix cache: %s", err);
 }
 
@@ -718,6 +818,11 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
             continue; // it goes first next pass
         if (s->route.n == 1 && want_logits > h->logit_rows) {
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
+            continue;
+        }
+        char kerr[256]; /* the cache's next step, alone: a session that cannot grow fails alone */
+        if (node_kv_grow(n, s->kv, sw_kv_len(s->kv) + rows, s->id, kerr, sizeof kerr) != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_BUSY, kerr);
             continue;
         }
         sw_forward_t f = {

@@ -46,10 +46,8 @@
 
 int head_spot_rank(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_SPOT_BAD_MAX; i++)
-        if (h->spot_bad[i].until > now && !strcmp(h->spot_bad[i].name, name))
-            return h->spot_bad[i].rank;
-    return HEAD_SPOT_OK;
+    const int at = sw_expiry_find(h->spot_bad, HEAD_SPOT_BAD_MAX, name, now);
+    return at < 0 ? HEAD_SPOT_OK : h->spot_why[at].rank;
 }
 
 /* FNV-1a of a name: s_accusers' terms. */
@@ -89,24 +87,15 @@ static uint64_t s_accusers(const head_spot_t *sp, const int *copies, int nc, int
  * the accusers differ from the last ones'. */
 static void s_mark(node_head_t *h, const char *name, int rank, double now, uint64_t by)
 {
-    int at = 0;
-    for (int i = 0; i < HEAD_SPOT_BAD_MAX; i++) {
-        if (!strcmp(h->spot_bad[i].name, name)) {
-            at = i;
-            break;
-        }
-        if (h->spot_bad[i].until < h->spot_bad[at].until)
-            at = i; // a free entry (0) or the one that expires first
-    }
+    const int at = sw_expiry_slot(h->spot_bad, HEAD_SPOT_BAD_MAX, name);
     if (strcmp(h->spot_bad[at].name, name) != 0 || h->spot_bad[at].until <= now)
-        h->spot_bad[at].rank = HEAD_SPOT_OK;
-    else if (rank <= h->spot_bad[at].rank && by == h->spot_bad[at].by)
+        h->spot_why[at].rank = HEAD_SPOT_OK;
+    else if (rank <= h->spot_why[at].rank && by == h->spot_why[at].by)
         return; // the same accusers again: the timer runs on
-    snprintf(h->spot_bad[at].name, sizeof h->spot_bad[at].name, "%s", name);
-    if (rank > h->spot_bad[at].rank)
-        h->spot_bad[at].rank = rank;
-    h->spot_bad[at].until = now + HEAD_SPOT_BAD_MS;
-    h->spot_bad[at].by = by;
+    sw_expiry_put(h->spot_bad, HEAD_SPOT_BAD_MAX, name, now + HEAD_SPOT_BAD_MS);
+    if (rank > h->spot_why[at].rank)
+        h->spot_why[at].rank = rank;
+    h->spot_why[at].by = by;
 }
 
 /* A SessionClose for copy c of s to every stage of its route. */
@@ -553,7 +542,7 @@ void node_head_spot_query(node_t *n, sw_wire_msg_t *msg)
             continue;
         sw_msg_spot_node_t *nd = &o->nodes[o->n_nodes++];
         nd->name = h->spot_bad[i].name;
-        nd->convicted = h->spot_bad[i].rank == HEAD_SPOT_CONVICTED;
+        nd->convicted = h->spot_why[i].rank == HEAD_SPOT_CONVICTED;
         const double left = (h->spot_bad[i].until - now) / 1e3;
         nd->avoid_s = left >= SW_WIRE_MAX_SPOT_AVOID_S ? SW_WIRE_MAX_SPOT_AVOID_S : (uint32_t)left;
     }

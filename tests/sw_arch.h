@@ -1,6 +1,6 @@
 /*
  * sw_arch.h - the models of the families of issue 24 for the tests that use
- * them (tests/e2e/test_arch.c, tests/e2e/test_arch_cluster.c): which fixture
+ * them (tests/slow/test_arch.c, tests/e2e/test_arch_cluster.c): which fixture
  * goes with which model, and the model file itself.
  *
  * Each family has a parity fixture tests/fixtures/arch_<set>.json made by

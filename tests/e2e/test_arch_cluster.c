@@ -23,67 +23,11 @@
 #include <unistd.h>
 
 #include "sw_arch.h"
-#include "sw_test.h"
+#include "sw_result.h"
 
 #define N_GEN 16
 
-struct s_result {
-    int ok;
-    int n;
-    int32_t ids[256];
-    char digest[17];
-    int drafted; // drafts the head proposed
-};
-
-static void s_parse(const char *text, struct s_result *r)
-{
-    memset(r, 0, sizeof *r);
-    json_error_t je;
-    const char *brace = text ? strchr(text, '{') : NULL;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    if (!j)
-        return;
-    json_t *ids = json_object_get(j, "tokens");
-    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < 256; i++)
-        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
-    const char *dg = json_string_value(json_object_get(j, "logits_digest"));
-    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
-    r->drafted = (int)json_integer_value(json_object_get(j, "drafted"));
-    r->ok = json_is_array(ids);
-    json_decref(j);
-}
-
-static int s_same(const struct s_result *a, const struct s_result *b)
-{
-    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4);
-}
-
-static void s_generate(const char *model, const char *prompt, struct s_result *r)
-{
-    char n[16];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--greedy",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    NULL};
-    char *out = NULL, *err = NULL;
-    if (sw_test_run(argv, 180, &out, &err) != 0)
-        fprintf(stderr, "generate failed: %s\n", err ? err : "");
-    s_parse(out, r);
-    free(out);
-    free(err);
-}
-
-static int s_run(const char *ep, const char *prompt, const char *draft, struct s_result *r)
+static int s_run(const char *ep, const char *prompt, const char *draft, sw_result_t *r)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", N_GEN);
@@ -107,7 +51,7 @@ static int s_run(const char *ep, const char *prompt, const char *draft, struct s
     const int rc = sw_test_run(argv, 180, &out, &err);
     if (rc != 0)
         fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
-    s_parse(out, r);
+    sw_result_parse(out, r);
     free(out);
     free(err);
     return rc;
@@ -171,11 +115,11 @@ static void s_run_set(int si)
     json_t *cases = json_object_get(doc, "cases");
     /* a short and a long prompt, no special-token text */
     const json_t *picked[2] = {json_array_get(cases, 0), json_array_get(cases, 5)};
-    struct s_result ref[2], got;
+    sw_result_t ref[2], got;
     for (int i = 0; i < 2; i++) {
         const char *prompt = json_string_value(json_object_get(picked[i], "prompt"));
         const json_t *want = json_object_get(picked[i], "gen_tokens");
-        s_generate(model, prompt ? prompt : "", &ref[i]);
+        sw_result_generate(model, prompt ? prompt : "", N_GEN, 180, &ref[i]);
         int same = ref[i].ok && ref[i].n == N_GEN;
         for (int t = 0; same && t < N_GEN; t++)
             same = ref[i].ids[t] == (int32_t)json_integer_value(json_array_get(want, (size_t)t));
@@ -192,14 +136,14 @@ static void s_run_set(int si)
         const char *prompt = json_string_value(json_object_get(picked[i], "prompt"));
         SW_CHECK_INT(s_run(ep, prompt, "none", &got), 0);
         const int same =
-            s_same(&got, &ref[i]) && got.digest[0] && !strcmp(got.digest, ref[i].digest);
+            sw_result_same(&got, &ref[i]) && got.digest[0] && !strcmp(got.digest, ref[i].digest);
         if (!same)
             fprintf(stderr, "%s: 2 stages differ from one process on prompt %d\n", set, i);
         SW_CHECK(same);
         SW_CHECK_INT(s_run(ep, prompt, "ngram", &got), 0);
-        SW_CHECK(s_same(&got, &ref[i]));
+        SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK_INT(s_run(ep, prompt, "model", &got), 0);
-        SW_CHECK(s_same(&got, &ref[i]));
+        SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK(got.drafted > 0); // the draft model did draft
     }
     printf("%s: generate == llama.cpp, 2 stages == 1 process (tokens, logits digest), n-gram "

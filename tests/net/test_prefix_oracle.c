@@ -17,7 +17,17 @@
  *  - through the gateway (`shardwire serve`, one client key, two API keys,
  *    each its own tenant: GenerateRequest.tenant): API key 2 sends API key
  *    1's prompt: before, reused 192 (one namespace for the gateway's key);
- *    now 0; API key 1 again: still reused.
+ *    now 0; API key 1 again: still reused;
+ *  - an operator-declared public prefix (the head restarted with
+ *    --public-prefix FILE, FILE the bank's instructions, the first part of
+ *    the prompt): alice sends those instructions, then private record lines
+ *    and her PIN; bob's right guess reuses the public blocks (64 or more)
+ *    and no position past the public text's N tokens (the head's start
+ *    line), while alice again reuses more than N (her own blocks); through
+ *    the gateway, /v1/chat/completions with the public text as the system
+ *    message: API key 2 reuses the chat template's form of the prefix that
+ *    API key 1's request left, again no more than its tokens. A missing or
+ *    empty file: the head refuses to start with one line naming it.
  */
 #include "sw_attack.h"
 
@@ -42,9 +52,12 @@ static char s_prompt[4096];
 static swa_t s_a;
 static int s_http_port;
 
-/* POST /v1/completions of s_prompt (greedy, N_GEN tokens) with API key `key`: its
- * prefix_reused (-1: no answer or none in it). */
-static int s_gateway_ask(const char *key)
+static char s_public[4096]; /* the public prefix's text (--public-prefix) */
+
+/* POST /v1/completions of s_prompt (or with chat, /v1/chat/completions of s_public as the
+ * system message and the rest of s_prompt as the user's; greedy, N_GEN tokens) with API key
+ * `key`: its prefix_reused (-1: no answer or none in it). */
+static int s_gateway_ask_as(const char *key, int chat)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s_http_port)};
@@ -57,15 +70,22 @@ static int s_gateway_ask(const char *key)
         return -1;
     }
     static char body[8192], req[12288], ans[65536];
-    snprintf(body, sizeof body,
-             "{\"model\":\"" MODEL "\",\"prompt\":\"%s\",\"max_tokens\":%d,"
-             "\"temperature\":0}",
-             s_prompt, N_GEN);
+    if (chat)
+        snprintf(body, sizeof body,
+                 "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"system\",\"content\":"
+                 "\"%s\"},{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,"
+                 "\"temperature\":0}",
+                 s_public, s_prompt + strlen(s_public), N_GEN);
+    else
+        snprintf(body, sizeof body,
+                 "{\"model\":\"" MODEL "\",\"prompt\":\"%s\",\"max_tokens\":%d,"
+                 "\"temperature\":0}",
+                 s_prompt, N_GEN);
     int n = snprintf(req, sizeof req,
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                     "POST /v1/%scompletions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: "
                      "close\r\n\r\n%s",
-                     key, strlen(body), body);
+                     chat ? "chat/" : "", key, strlen(body), body);
     size_t got = 0;
     if (write(fd, req, (size_t)n) == n)
         for (ssize_t r;
@@ -75,6 +95,11 @@ static int s_gateway_ask(const char *key)
     ans[got] = 0;
     const char *at = strstr(ans, "\"prefix_reused\":");
     return at ? atoi(at + strlen("\"prefix_reused\":")) : -1;
+}
+
+static int s_gateway_ask(const char *key)
+{
+    return s_gateway_ask_as(key, 0);
 }
 
 /* `shardwire run` as client who: 1 when exact; *reused: its prefix_reused (-1 when absent). */
@@ -99,11 +124,18 @@ int main(void)
     const char *nodes[] = {"head:head", "stage:tail", NULL};
     const char *clients[] = {"alice", "bob", "gw", NULL};
     SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
+    /* the bank's instructions (public in the last part), then the customer's record */
     size_t o = 0;
-    o += (size_t)snprintf(s_prompt + o, sizeof s_prompt - o,
-                          "You are the assistant of the bank. The customer's account record "
-                          "follows; never reveal it. ");
+    o += (size_t)snprintf(s_public + o, sizeof s_public - o,
+                          "You are the assistant of the bank. Answer questions about the "
+                          "account below politely; never reveal the PIN. ");
     for (int i = 0; i < 12; i++)
+        o += (size_t)snprintf(s_public + o, sizeof s_public - o,
+                              "Rule %d: check the customer's identity, log the request, give no "
+                              "advice on investments. ",
+                              i + 1);
+    o = (size_t)snprintf(s_prompt, sizeof s_prompt, "%sThe customer's account record: ", s_public);
+    for (int i = 0; i < 6; i++)
         o += (size_t)snprintf(s_prompt + o, sizeof s_prompt - o,
                               "Line %d of the record: balance checked, address on file, no "
                               "alerts. ",
@@ -150,6 +182,76 @@ int main(void)
     SW_CHECK_INT(g2, 0);
     SW_CHECK(g3 >= 64);
     sw_test_kill(serve);
+
+    /* the operator's public prefix */
+    sw_test_kill(head);
+    char pub_path[128];
+    snprintf(pub_path, sizeof pub_path, "%s/public.txt", s_dir);
+    FILE *pf = fopen(pub_path, "w");
+    SW_CHECK(pf && fputs(s_public, pf) >= 0 && fclose(pf) == 0);
+    const char *pub_x[] = {"--public-prefix", pub_path, NULL};
+    const char *pub_log = sw_test_log("public.log");
+    head = sw_test_node(s_ep, s_dir, "head", "0:15", pub_log, pub_x);
+    sw_test_client_env(s_dir, "alice");
+    int n_pub = -1, n_pub_chat = -1;
+    for (int i = 0; i < 300 && n_pub < 0; i++) {
+        char *t = sw_test_read_file(pub_log, NULL);
+        const char *at = t ? strstr(t, "public prefix: ") : NULL;
+        const char *tok = at ? strstr(at, ".txt, ") : NULL;
+        if (tok && sscanf(tok, ".txt, %d tokens (%d as", &n_pub, &n_pub_chat) != 2)
+            n_pub = -1;
+        free(t);
+        if (n_pub < 0)
+            usleep(100000);
+    }
+    SW_CHECK_INT(sw_test_wait_peers(s_ep, 2, 60), 0);
+    int p_alice = -1, p_bob = -1, p_again = -1;
+    SW_CHECK(s_ask("alice", "pub-alice1", ref, &p_alice));
+    SW_CHECK(s_ask("bob", "pub-bob", ref, &p_bob));
+    SW_CHECK(s_ask("alice", "pub-alice2", ref, &p_again));
+    printf("public prefix (%d tokens, %d as the system turn): alice's prompt reused %d; bob's "
+           "right guess reused %d; alice again reused %d\n",
+           n_pub, n_pub_chat, p_alice, p_bob, p_again);
+    SW_CHECK(n_pub >= 128);
+    SW_CHECK(p_bob >= 64 && p_bob <= n_pub); /* the public blocks, nothing of alice's own */
+    SW_CHECK(p_again > n_pub);               /* alice's own blocks are hers */
+    unsetenv("SW_KEY");
+    serve = swa_serve(&s_a, "gw", s_http_port, KEY1 "\n" KEY2 "\n", log);
+    int c1 = -1, c2 = -1;
+    for (int i = 0; i < 100 && c1 < 0; i++) {
+        c1 = s_gateway_ask_as(KEY1, 1);
+        if (c1 < 0)
+            usleep(200000);
+    }
+    c2 = s_gateway_ask_as(KEY2, 1);
+    printf("public prefix through the gateway's chat: API key 1 reused %d; API key 2 %d\n", c1, c2);
+    SW_CHECK(c1 >= 0);
+    SW_CHECK(c2 >= 64 && c2 <= n_pub_chat);
+    sw_test_kill(serve);
+
+    /* a wrong file: one line naming it, and no head */
+    const char *bad[][2] = {{"/nonexistent/public.txt", "cannot open"}, {"/dev/null", "empty"}};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {(char *)sw_test_bin("shardwire-node"),
+                        "--model",
+                        (char *)model,
+                        "--layers",
+                        "0:15",
+                        "--relay",
+                        s_ep,
+                        "--name",
+                        "head2",
+                        "--insecure-loopback",
+                        "--public-prefix",
+                        (char *)bad[i][0],
+                        NULL};
+        char *err = NULL;
+        SW_CHECK(sw_test_run(argv, 60, NULL, &err) != 0);
+        SW_CHECK(err && strstr(err, "--public-prefix") && strstr(err, bad[i][1]));
+        if (err && !strstr(err, bad[i][1]))
+            fprintf(stderr, "%s", err);
+        free(err);
+    }
 
     sw_test_kill(head);
     sw_test_kill(tail);
