@@ -26,8 +26,13 @@
  *   float(mins . bsum pairs), accm) over 4, then GGML's horizontal sums. So
  *   every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  *   compares this level with the others, every shape).
- * - the interleaving: 4 weight rows at a time share each super-block's
- *   activation vectors (loaded and rearranged once) and bsum pairs.
+ * - the interleaving: 2 weight rows at a time share each super-block's
+ *   activation vectors (loaded and rearranged once) and bsum pairs. With 4
+ *   the kernel computes faster from cache (27.9 against 21.5 GB/s a core) but
+ *   reads DRAM worse: 4 rows read side by side (super-block b of each, then b
+ *   + 1) defeat the hardware prefetcher. Two threads on the 2-core Zen 4 VM,
+ *   a 200 MB q4_K matrix (x1536), load average ~1.8: 2 rows 33.9-34.7 GB/s,
+ *   4 rows 17.9-22.2, the AVX2 kernel 16.9-17.8; a plain read 33.5 (median).
  */
 #include "quant.h"
 #include "quant_impl.h"
@@ -48,13 +53,13 @@
  * sw_kernels_avx512_mv(). */
 #define SW_VBMI __attribute__((target("avx512vbmi")))
 
-#define S_ROWS 4 // weight rows interleaved
-/* Software prefetch distance in groups of S_ROWS rows. Reading 4 rows side
- * by side (super-block b of each, then b + 1) defeats the hardware prefetcher:
- * without help this kernel read 8 GB/s from DRAM on one Zen 4 core where a
- * sequential read makes 27. So each super-block step prefetches its share of
- * the group S_PF_GROUPS groups below, in address order (26 GB/s measured,
- * 4 groups ahead; 2: 21, 8: 21). */
+#define S_ROWS 2 // weight rows interleaved (the lanes below have room for 4)
+/* Software prefetch distance in groups of S_ROWS rows: each super-block step
+ * prefetches its share of the group S_PF_GROUPS groups below, in address
+ * order (the hardware prefetcher does not follow rows read side by side:
+ * without this, 4 rows read 8 GB/s from DRAM on one Zen 4 core where a
+ * sequential read makes 27). One core, 200 MB matrix: 2 rows 20.7 GB/s at 3
+ * or 4 groups ahead, 20.1 at 6. */
 #ifndef S_PF_GROUPS
 #define S_PF_GROUPS 4
 #endif
@@ -129,7 +134,7 @@ SW_AI uint32_t s_u32(const void *p)
  * constant): q4_K rows of nb super-blocks ws bytes apart, x one q8_K row.
  * Per super-block: vpdpbusd makes each sub-block's 4-element sums (exact,
  * within int16), s_pair joins two sub-blocks' sums as int16 pairs and
- * vpdpwssd applies both scales; the minimums of the 4 rows go through one zmm
+ * vpdpwssd applies both scales; the minimums of the rows go through one zmm
  * (a row per 128-bit lane), so do their accm (4 floats each, as in s_tile_k).
  */
 SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
@@ -178,7 +183,7 @@ SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, u
             q4[i] = (const sw_block_q4_k *)(w + (size_t)(i < rw ? i : 0) * ws) + b;
             sp[i] = q4[i]->scales;
         }
-        /* d_x * d_w and -d_x * dmin_w of the 4 rows: [d0, m0, d1, m1, ...] */
+        /* d_x * d_w and -d_x * dmin_w of the rows: [d0, m0, d1, m1, ...] */
         const __m128i dh = _mm_setr_epi32((int)s_u32(q4[0]), (int)s_u32(q4[1]), (int)s_u32(q4[2]),
                                           (int)s_u32(q4[3]));
         const __m256 dd =

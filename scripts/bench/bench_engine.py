@@ -383,14 +383,18 @@ def bench_block(args, model, threads, pps):
     use_sw = args.only in ("both", "shardwire") and os.access(args.bin, os.X_OK)
     prompts = {n: llamas[0][1].prompt_text(n) for n in pps}
     cols = [name for name, _ in llamas] if use_llama else []
-    results = {n: {c: [] for c in cols + ["shardwire"]} for n in pps}
+    sws = [("shardwire", args.bin)]
+    if args.bin_base and use_sw:
+        sws.insert(0, ("sw base", args.bin_base))
+    results = {n: {c: [] for c in cols + [name for name, _ in sws]} for n in pps}
     load0 = os.getloadavg()
     if use_llama:
         for _, lb in llamas:
             lb.warm_up(pps[0])
     if use_sw:
         try:
-            run_shardwire(args.bin, model, prompts[pps[0]][:64], 4, threads, args.timeout)
+            for _, binary in sws:
+                run_shardwire(binary, model, prompts[pps[0]][:64], 4, threads, args.timeout)
         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
             print(f"bench_engine: shardwire warm-up failed ({e}): shardwire column is n/a", file=sys.stderr)
             use_sw = False
@@ -401,18 +405,19 @@ def bench_block(args, model, threads, pps):
                 for n in pps:
                     results[n][name].append(res[n])
         for n in pps:
-            if use_sw:
+            for name, binary in sws if use_sw else []:
                 try:
-                    results[n]["shardwire"].append(
-                        run_shardwire(args.bin, model, prompts[n], args.n_gen, threads, args.timeout))
+                    results[n][name].append(
+                        run_shardwire(binary, model, prompts[n], args.n_gen, threads, args.timeout))
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                    print(f"bench_engine: shardwire run failed: {e}", file=sys.stderr)
-                    results[n]["shardwire"].append(None)
+                    print(f"bench_engine: {name} run failed: {e}", file=sys.stderr)
+                    results[n][name].append(None)
         print(f"{os.path.basename(model)} t{threads}: rep {rep + 1}/{args.reps} done", file=sys.stderr)
     load1 = os.getloadavg()
     bw1 = membw(args.membw_bin, threads)
     bws = [b for b in (bw0, bw1) if b is not None]
-    return {"model": model, "threads": threads, "columns": cols + ["shardwire"],
+    return {"model": model, "threads": threads, "columns": cols + [name for name, _ in sws],
+            "shardwire_bins": dict(sws),
             "llama": [lb.describe() for _, lb in llamas], "use_sw": use_sw,
             "bandwidth_gbs": max(bws) if bws else None, "bandwidth_samples_gbs": [bw0, bw1],
             "loadavg_start": load0, "loadavg_end": load1,
@@ -428,9 +433,11 @@ def print_block(args, blk, pps):
           f"tg = {args.n_gen} tokens after the prompt; read bandwidth with {threads} thread(s) "
           f"{'n/a' if bw is None else f'{bw:.1f} GB/s'} (bench_membw, best of the block's start and end); "
           f"load average {l0[0]:.2f} at the start, {l1[0]:.2f} {l1[1]:.2f} at the end")
-    llama_cols = [c for c in cols if c != "shardwire"]
+    llama_cols = [c for c in cols if c.startswith("llama")]
     head = f"{'test':<14}" + "".join(f"{c:>16}" for c in cols) + f"{'sw/best llama':>15}"
-    head += f"{'MB/token':>10}{'bound tok/s':>13}" + "".join(f"{'% bound ' + ('sw' if c == 'shardwire' else 'rp' + c.split()[-1]):>16}" for c in cols)
+    if "sw base" in cols:
+        head += f"{'sw/base':>9}"
+    head += f"{'MB/token':>10}{'bound tok/s':>13}" + "".join(f"{'% bound ' + (c if not c.startswith('llama') else 'rp' + c.split()[-1]):>16}" for c in cols)
     print(head)
     summary = {}
     for n in pps:
@@ -443,6 +450,11 @@ def print_block(args, blk, pps):
             ratio = f"{sv / best_l:15.2f}" if best_l and sv else f"{'n/a':>15}"
             line = f"{label:<14}" + "".join(f"{fmt(vals[c]):>16}" for c in cols) + ratio
             row = {"tok_s": vals, "shardwire_vs_best_llama": sv / best_l if best_l and sv else None}
+            if "sw base" in cols:
+                bv = vals["sw base"]
+                row["shardwire_vs_base"] = sv / bv if bv and sv else None
+                rb = row["shardwire_vs_base"]
+                line += f"{'n/a' if rb is None else f'{rb:.2f}':>9}"
             if key == "decode_tok_s":
                 bound = bw * 1e9 / bpt["total"] if bw else None
                 line += f"{bpt['total'] / 1e6:10.1f}{fmt(bound):>13}"
@@ -459,6 +471,8 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf",
                     help="a GGUF file, or several separated by commas")
     ap.add_argument("--bin", default="build/bin/shardwire")
+    ap.add_argument("--bin-base", help="a second shardwire binary (the baseline: another commit's build), "
+                    "run beside --bin rep by rep in its own column, 'sw base'")
     ap.add_argument("--membw-bin", default="build/bin/bench_membw",
                     help="the bandwidth probe (tests/bench/bench_membw.c); absent: no bound is printed")
     ap.add_argument("--threads", default="2", help="a thread count, or several separated by commas")

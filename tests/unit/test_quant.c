@@ -1052,9 +1052,9 @@ static void test_tiled_levels(void)
 }
 
 /* Generation's one-row matmul (nr = 1; the AVX-512 level has its own kernel,
- * 4 weight rows at a time) at each kernel level against the scalar level's
+ * 2 weight rows at a time) at each kernel level against the scalar level's
  * sw_vec_dot, bit for bit: rows of 1, 3, 6 and 9 super-blocks, output ranges
- * that start and end inside its groups of 4 rows and cross the groups its
+ * that start and end inside its groups of 2 rows and cross the groups its
  * prefetch reads ahead, random as well as extreme weights and activations
  * (all quants 15 against -128 and 127: the sums it joins as int16 pairs at
  * their largest), and sw_vec_dot itself at every level. */
