@@ -105,8 +105,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_membw: cannot allocate %ld MiB: give a smaller size\n", mib);
         return 1;
     }
-    for (size_t i = 0; i < bytes; i += 4096) // touch every page: the passes then only read
-        memset(buf + i, (int)(i >> 12), 4096);
+    /* Pseudo-random bytes on every page: the passes then only read, and no two pages are alike
+     * (pages of one repeated byte get merged by the kernel's same-page merging, or are the
+     * zero page: the reads then come from cache, 77 GB/s "measured" on the 2-vCPU VM). */
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        memcpy(buf + i, &r, 8);
+    }
     /* one untimed pass, then the timed ones: as many as fit the time given */
     double t0 = s_now();
     volatile uint64_t sink = s_read(buf, bytes);
