@@ -135,7 +135,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    double gbs[MAX_PASSES];
+    double gbs[MAX_PASSES] = {0};
     for (int k = 0; k < passes; k++) {
         pthread_barrier_wait(&start);
         t0 = s_now();
