@@ -110,6 +110,9 @@ void sw_kernels_avx2(struct sw_kernels *k);
  * table (mmtw); only call when the CPU and OS have AVX512F/BW/VL/DQ and
  * AVX512_VNNI. */
 void sw_kernels_avx512(struct sw_kernels *k);
+/* Adds the AVX-512 one-row (generation) kernels (quant_mv_avx512.c) to the
+ * table sw_kernels_avx512 filled; same conditions. */
+void sw_kernels_avx512_mv(struct sw_kernels *k);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
 /* Quantizes activations to Q8_0/Q8_1/Q8_K with AVX2 (bit-identical to the scalar code). */
