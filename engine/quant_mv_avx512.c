@@ -36,19 +36,8 @@
  */
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_x86.h"
 
-#include <immintrin.h>
-#include <string.h>
-
-/* The kernels spell out where GGML's order fuses a multiply-add; the compiler
- * must not fuse others. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
-#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
-#endif
-
-#define SW_AI static inline __attribute__((always_inline))
 /* vpermb (AVX512_VBMI): only these functions, called after the check in
  * sw_kernels_avx512_mv(). */
 #define SW_VBMI __attribute__((target("avx512vbmi")))
@@ -111,15 +100,6 @@ SW_AI __m512i s_pick(int i, int s)
 SW_AI __m512i s_pair(__m512i r0, __m512i r1)
 {
     return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, r0, _mm512_slli_epi32(r1, 12));
-}
-
-/* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
-SW_AI float s_hsum8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
 }
 
 SW_AI uint32_t s_u32(const void *p)
@@ -220,7 +200,7 @@ SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, u
         const __m128 am = _mm_loadu_ps(m4s + 4 * i);
         __m128 m = _mm_add_ps(am, _mm_movehl_ps(am, am));
         m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        y[i] = s_hsum8(acc[i]) + _mm_cvtss_f32(m);
+        y[i] = sw_x86_hsum8(acc[i]) + _mm_cvtss_f32(m);
     }
 }
 
