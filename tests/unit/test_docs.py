@@ -21,6 +21,12 @@ that a number or a name changed on one side alone fails the default suite:
    docs/results/NAME.json, and every other table of docs/benchmarks.md is
    history: a date (YYYY-MM-DD) stands in its heading or between the heading
    and the table.
+6. Cross-references: a part of a page a doc cites by name (`docs/X.md,
+   "Heading"`, `X.md "Heading"`) is a heading, a bold run-in title or a list
+   item's opening words of that page, and one cited by number (`X.md section
+   N`) is a numbered heading there; a function or variable of the code a doc
+   names (a word with one of CODE_PREFIXES: sw_model_fingerprint,
+   s_allow_reload) occurs in the code, but the few CODE_EXAMPLES.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
@@ -69,6 +75,17 @@ MACRO_VALUE = [re.compile(r"`([A-Z][A-Z0-9_]+)`\s*\(" + NUM + UNIT + r"\s*[),;]"
                re.compile(r"\(`([A-Z][A-Z0-9_]+)`,\s*" + NUM + UNIT + r"\s*[),;]")]
 TESTING = os.path.join(SRC, "docs", "testing.md")
 NO_MUTATION = ("by hand", "not shown", "not a code mutation")
+
+# Prefixes of this code's functions and variables: a doc's `name` or `name()` with one is looked up.
+CODE_PREFIXES = ("sw_", "s_", "node_", "relay_", "head_", "stage_", "gw_", "client_", "wire_", "draft_",
+                 "place_", "hub_", "cli_", "swemu_")
+CODE_NAME = re.compile(r"(?<![\w./-])((?:%s)[a-z0-9_]*[a-z0-9])(?![\w/.-]*\.(?:c|h|cc|py|sh|md)\b)(?=\W)"
+                       % "|".join(CODE_PREFIXES))
+# Such names a doc uses that are not the code's: test_layers' planted violations (testing.md).
+CODE_EXAMPLES = {"s_plant", "sw_plant", "relay_plant"}
+# A page part cited by name or number: `docs/X.md, "Heading"`, `X.md "Heading"`, `X.md section N`.
+CITED_NAME = re.compile(r"((?:docs/)?([a-z-]+|README)\.md)(?:'s)?,?\s*(?:section\s+\d+,?\s*)?\"([^\"\n]{2,80})\"")
+CITED_NUMBER = re.compile(r"((?:docs/)?([a-z-]+|README)\.md)(?:'s)?,?\s*sections?\s+(\d+)")
 
 failures = []
 
@@ -268,6 +285,52 @@ def check_bench():
           f"{n} typed tables of docs/benchmarks.md dated")
 
 
+def s_parts(text):
+    """A page's parts a doc may cite by name: headings, bold run-in titles (**Split sets.**)
+    and list items' opening words (- Compute shared per key (...)), lower-case, without `*`."""
+    parts = re.findall(r"^#+\s+(.*)$", text, re.M) + re.findall(r"\*\*([^*\n]{2,80})\*\*", text)
+    parts += re.findall(r"^\s*- ([^\n]{2,80})", text, re.M)
+    return [re.sub(r"[`*]", "", p).strip().lower() for p in parts]
+
+
+def check_xrefs():
+    pages = {os.path.basename(d): read_doc(d) for d in docs()}
+    parts = {name: s_parts(text) for name, text in pages.items()}
+    c_files = [f for f in source_files() if f.endswith((".c", ".h", ".cu", ".cuh", ".cc"))]
+    names = set()
+    for f in c_files:  # the C sources alone: a script's text (a mutation) is no definition
+        try:
+            names.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", open(os.path.join(SRC, f), errors="replace").read()))
+        except (IsADirectoryError, FileNotFoundError):
+            pass
+    n_cited = n_named = 0
+    for doc in docs():
+        if doc.endswith("reference.md"):
+            continue  # generated from the code
+        raw = read_doc(doc)
+        text = re.sub(r"\s*\n\s*", " ", raw)
+        for m in CITED_NAME.finditer(text):
+            page, quoted = m.group(2) + ".md", re.sub(r"[`*]", "", m.group(3)).strip().lower()
+            if page not in parts:
+                continue  # a link check's matter (check_paths)
+            n_cited += 1
+            if not any(p.startswith(quoted) or quoted in p for p in parts[page]):
+                fail(f"{rel(doc)}: cites {m.group(1)} \"{m.group(3)}\", which is no heading, bold title "
+                     "or list item of that page")
+        for m in CITED_NUMBER.finditer(text):
+            page, n = m.group(2) + ".md", m.group(3)
+            if page not in pages:
+                continue
+            n_cited += 1
+            if not re.search(r"^#+\s+%s\.\s" % n, pages[page], re.M):
+                fail(f"{rel(doc)}: cites {m.group(1)} section {n}, which has no heading '{n}.'")
+        for m in CODE_NAME.finditer(raw):
+            n_named += 1
+            if m.group(1) not in names and m.group(1) not in CODE_EXAMPLES:
+                fail(f"{rel(doc)}:{line_of(raw, m.start())}: names {m.group(1)}, which the code lacks")
+    print(f"cross-references: {n_cited} page parts cited, {n_named} code names looked up")
+
+
 def main():
     if not os.path.isfile(os.path.join(BUILD, "bin", "shardwire")):
         print(f"{BUILD}/bin/shardwire: not built", file=sys.stderr)
@@ -277,6 +340,7 @@ def main():
     check_mutations()
     check_reference()
     check_bench()
+    check_xrefs()
     print(f"{len(failures)} failures" if failures else "docs agree with the code")
     return 1 if failures else 0
 
