@@ -3,7 +3,9 @@
 that a number or a name changed on one side alone fails the default suite:
 
 1. Paths: every repository path a doc names (engine/gguf.c, tests/unit/..., a
-   relative link [x](deploy.md)) exists, but the few examples in PATH_EXAMPLES.
+   relative link [x](deploy.md)) exists, but the few examples in PATH_EXAMPLES,
+   and a file it names without its folder (`stage_timing.c`) is one some file
+   of the repository is called, but the few FILE_EXAMPLES.
 2. Defaults: a default a doc states for a flag ("`--flag` (N)", "`--flag`
    (default N)", "`--flag` (`MACRO`, N)", "`--flag`, default N") is one that
    some program's --help prints for that flag (the built programs print the
@@ -49,6 +51,13 @@ PATH_EXAMPLES = {
     "client/api.keys",  # docs/deploy.md: a file in the keys volume `shardwire cluster init` writes
     "docs/results/NAME.json",  # docs/benchmarks.md: how a rendered table names its result file
 }
+# A file a doc names without its folder (`stage.c`, `seal.[ch]`, `vm_systemd.sh`) is one of the
+# repository's, but these, which programs write or systems hold (keep short; say why).
+FILE_EXAMPLES = {
+    "start.sh", "shardwire.sh",  # docs/deploy.md: the bundles `shardwire cluster init` writes
+    "podman-restart.service",  # docs/deploy.md: podman's own systemd unit
+}
+FILE_NAME = re.compile(r"(?<![\w/.-])([A-Za-z0-9_+-]+)\.(\[ch\]|c|h|cu|cuh|cc|py|sh|cmake|ipynb|service|nft|yaml)\b")
 # Upper-case words a doc uses that look like this code's macros but are placeholders.
 MACRO_EXAMPLES = {
     "RELAY_HOST",  # docs/deploy.md: `--relay RELAY_HOST:5555`, the relay machine's address
@@ -121,6 +130,7 @@ def line_of(text, pos):
 
 def check_paths():
     cmake = [os.path.join(SRC, f) for f in source_files() if os.path.basename(f) == "CMakeLists.txt"]
+    basenames = {os.path.basename(f) for f in source_files()}
     for doc in docs() + sorted(cmake):
         text = read_doc(doc)
         for m in PATH.finditer(text):
@@ -132,6 +142,11 @@ def check_paths():
                     fail(f"{rel(doc)}:{line_of(text, m.start())}: names {p}, which does not exist")
         if not doc.endswith(".md"):
             continue
+        for m in FILE_NAME.finditer(text):  # a file named without its folder: some file has that name
+            name, ext = m.group(1), m.group(2)
+            names = [name + ".c", name + ".h"] if ext == "[ch]" else [name + "." + ext]
+            if not any(n in basenames or n in FILE_EXAMPLES for n in names) and not name.startswith("_"):
+                fail(f"{rel(doc)}:{line_of(text, m.start())}: names {m.group(0)}, which no file is called")
         for m in LINK.finditer(text):
             target = m.group(1)
             if target.startswith(("http", "mailto")):
