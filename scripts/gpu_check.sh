@@ -7,7 +7,7 @@
 #
 #   bash scripts/gpu_check.sh --prepare   # here (apt and the models at hand):
 #                                         #   gpu-debs/   the Debian packages of the dependencies
-#                                         #   gpu-models/ SmolLM2 cut to 4 layers (real tokenizer, 27 MB)
+#                                         #   gpu-models/ SmolLM2 cut to 4 layers (real tokenizer, 26 MB)
 #   bash scripts/gpu_check.sh             # on the GPU machine, with gpu-debs/ and gpu-models/
 #
 # Both folders are git-ignored (.gitignore); copy them along with the checkout
