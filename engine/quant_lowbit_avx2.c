@@ -1,0 +1,332 @@
+/*
+ * quant_lowbit_avx2.c - AVX2 + FMA + F16C kernels of q2_K, q3_K, iq4_xs (x
+ * q8_K) and iq4_nl (x q8_0). Compiled with -mavx2 -mfma -mf16c; quant.c only
+ * calls in here after checking the CPU at start-up.
+ *
+ * Per (weight row, activation row) pair these are GGML's AVX2 kernels'
+ * float operations in their order (quant_math_lowbit.h's header); the
+ * integer lanes are formed in whatever way is fastest (they are exact).
+ * A weight super-block is unpacked once and serves up to 4 activation rows
+ * (S_ROWS), so a verification or prompt chunk reads the weights once per 4
+ * rows; a row's value never depends on the others. The tiled order
+ * (sw_matmul_tiled) and iq4_nl's sgemm order (sw_matmul_sgemm) run the same
+ * integer code and end each block differently.
+ */
+#include "quant.h"
+#include "quant_impl.h"
+#include "quant_math.h" // sw_q3_k_scale
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
+#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
+#endif
+
+#define SW_AI static inline __attribute__((always_inline))
+
+#define S_ROWS 4 // activation rows one pass over a weight row serves
+
+enum { K_Q2_K, K_Q3_K, K_IQ4_XS, K_IQ4_NL };
+enum { O_DOT, O_TILED, O_SGEMM }; // the one-row order, sw_matmul_tiled's, sw_matmul_sgemm's
+
+SW_AI float s_f16(const sw_f16 *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return _cvtsh_ss(v);
+}
+
+/* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
+SW_AI float s_hsum8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* The exact sum of 8 int32 lanes. */
+SW_AI int32_t s_hsum_i32(__m256i v)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(t);
+}
+
+/* The non-linear levels as a byte table. */
+SW_AI __m128i s_levels(void)
+{
+    return _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
+/* 16 bytes of nibbles -> 32 int8 levels (low nibbles first, as the elements). */
+SW_AI __m256i s_nl32(const uint8_t *qs, __m128i tab)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0xF);
+    const __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(v, m4));
+    const __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+/* Pairwise int16 sums of signed w times signed y (|w|, |y| <= 127: no saturation). */
+SW_AI __m256i s_mul_pairs(__m256i w, __m256i aw, __m256i y)
+{
+    return _mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w));
+}
+
+/* A weight super-block unpacked for every activation row. */
+typedef struct {
+    __m256i q[8];  // 32-element group g: q2_K/q3_K unsigned quants (q3_K 0..7), iq4_* levels
+    __m256i aq[8]; // iq4_*: |levels|; q3_K: 4 where the third bit is clear, else 0
+    __m256i sc[8]; // group g's int16 scales (q2_K/q3_K: lower half sub-block 2g, upper 2g+1)
+    __m256i mins;  // q2_K: the 16 minimums as int16
+    float d, dmin; // super-scales
+} s_wblk;
+
+/* The int16 scale pair of group g: a in the lower 128 bits, b in the upper. */
+SW_AI __m256i s_sc_pair(int a, int b)
+{
+    return _mm256_setr_m128i(_mm_set1_epi16((short)a), _mm_set1_epi16((short)b));
+}
+
+SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
+{
+    const __m256i m3 = _mm256_set1_epi8(3);
+    if (kind == K_Q2_K) {
+        const sw_block_q2_k *b = (const sw_block_q2_k *)blk;
+        for (int h = 0; h < 2; h++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+            for (int i = 0; i < 4; i++)
+                u->q[4 * h + i] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3);
+        }
+        for (int g = 0; g < 8; g++)
+            u->sc[g] = s_sc_pair(b->scales[2 * g] & 0xF, b->scales[2 * g + 1] & 0xF);
+        const __m128i sm = _mm_loadu_si128((const __m128i *)b->scales);
+        u->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0xF)));
+        u->d = s_f16(&b->d);
+        u->dmin = s_f16(&b->dmin);
+    } else if (kind == K_Q3_K) {
+        const sw_block_q3_k *b = (const sw_block_q3_k *)blk;
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)b->hmask);
+        const __m256i one = _mm256_set1_epi8(1);
+        for (int h = 0; h < 2; h++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+            for (int i = 0; i < 4; i++) {
+                const int g = 4 * h + i;
+                u->q[g] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3);
+                const __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(hb, g), one);
+                u->aq[g] = _mm256_slli_epi16(_mm256_xor_si256(hbit, one), 2); // 4 when clear
+            }
+        }
+        for (int g = 0; g < 8; g++)
+            u->sc[g] =
+                s_sc_pair(sw_q3_k_scale(b->scales, 2 * g), sw_q3_k_scale(b->scales, 2 * g + 1));
+        u->d = s_f16(&b->d);
+    } else { // iq4_xs
+        const sw_block_iq4_xs *b = (const sw_block_iq4_xs *)blk;
+        const __m128i tab = s_levels();
+        for (int s = 0; s < 8; s++) {
+            u->q[s] = s_nl32(b->qs + 16 * s, tab);
+            u->aq[s] = _mm256_sign_epi8(u->q[s], u->q[s]);
+            const int ls = (((b->scales_l[s / 2] >> (4 * (s % 2))) & 0xF) |
+                            (((b->scales_h >> (2 * s)) & 3) << 4)) -
+                           32;
+            u->sc[s] = _mm256_set1_epi16((short)ls);
+        }
+        u->d = s_f16(&b->d);
+    }
+}
+
+/* The integer lanes of unpacked block u against activation block x: *sumi
+ * (lane k: elements 4k..4k+3 of every group, scales applied) and, q2_K,
+ * *prod (lane k: minimums 2k, 2k+1 times their bsums). */
+SW_AI void s_ints(int kind, const s_wblk *u, const sw_block_q8_k *x, __m256i *sumi, __m256i *prod)
+{
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+        __m256i p;
+        if (kind == K_Q2_K)
+            p = _mm256_maddubs_epi16(u->q[g], y);
+        else if (kind == K_Q3_K)
+            p = _mm256_sub_epi16(_mm256_maddubs_epi16(u->q[g], y),
+                                 _mm256_maddubs_epi16(u->aq[g], y));
+        else
+            p = s_mul_pairs(u->q[g], u->aq[g], y);
+        p = _mm256_madd_epi16(u->sc[g], p);
+        if (g & 1) // two chains (exact: the same integers)
+            b = _mm256_add_epi32(b, p);
+        else
+            a = _mm256_add_epi32(a, p);
+    }
+    *sumi = _mm256_add_epi32(a, b);
+    if (kind == K_Q2_K)
+        *prod = _mm256_madd_epi16(u->mins, _mm256_loadu_si256((const __m256i *)x->bsums));
+}
+
+/*
+ * y[r * ys] = dot(one weight row w, activation row r) for r < R (a
+ * compile-time constant), the rows xs bytes apart, nb super-blocks, in
+ * order ord (O_DOT or O_TILED).
+ */
+SW_AI void s_tile(int kind, int ord, int R, int64_t nb, const uint8_t *w, const uint8_t *x,
+                  size_t xs, float *y, int64_t ys)
+{
+    const size_t wsz = kind == K_Q2_K ? 84 : kind == K_Q3_K ? 110 : 136;
+    __m256 acc[S_ROWS];
+    float ty[S_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < S_ROWS; r++) {
+        acc[r] = _mm256_setzero_ps();
+        ty[r] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        s_wblk u;
+        s_unpack(kind, w + (size_t)b * wsz, &u);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const sw_block_q8_k *xb = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
+            __m256i sumi, prod = _mm256_setzero_si256();
+            s_ints(kind, &u, xb, &sumi, &prod);
+            if (ord == O_TILED) {
+                float v = u.d * (float)s_hsum_i32(sumi);
+                if (kind == K_Q2_K)
+                    v = fmaf(-u.dmin, (float)s_hsum_i32(prod), v);
+                ty[r] = fmaf(v, xb->d, ty[r]);
+                continue;
+            }
+            if (kind == K_Q2_K) {
+                const float dmin = -xb->d * u.dmin;
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc[r]);
+            }
+            const float d = kind == K_IQ4_XS ? u.d * xb->d : xb->d * u.d;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        y[r * ys] = ord == O_TILED ? ty[r] : s_hsum8(acc[r]);
+}
+
+/* iq4_nl: y[r * ys] for r < R over nb 32-element blocks, in order ord
+ * (O_DOT: two chains and the odd tail; O_SGEMM: one chain). */
+SW_AI void s_tile_nl(int ord, int R, int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs,
+                     float *y, int64_t ys)
+{
+    const __m128i tab = s_levels();
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[2][S_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < S_ROWS; r++)
+        acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+    const sw_block_iq4_nl *wb = (const sw_block_iq4_nl *)w;
+    const int64_t nchain = ord == O_DOT ? nb & ~(int64_t)1 : nb;
+    for (int64_t b = 0; b < nchain; b++) {
+        const __m256i q = s_nl32(wb[b].qs, tab), aq = _mm256_sign_epi8(q, q);
+        const float dw = s_f16(&wb[b].d);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const sw_block_q8_0 *xb = (const sw_block_q8_0 *)(x + (size_t)r * xs) + b;
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            const __m256i l = _mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones);
+            const float d = s_f16(&xb->d) * dw;
+            __m256 *a = &acc[ord == O_DOT ? (int)(b & 1) : 0][r];
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), *a);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        if (ord != O_DOT) {
+            y[r * ys] = s_hsum8(acc[0][r]);
+            continue;
+        }
+        float v = s_hsum8(_mm256_add_ps(acc[0][r], acc[1][r]));
+        if (nb & 1) { // the odd last block: one fused multiply-add of its total
+            const int64_t b = nb - 1;
+            const sw_block_q8_0 *xb = (const sw_block_q8_0 *)(x + (size_t)r * xs) + b;
+            const __m256i q = s_nl32(wb[b].qs, tab), aq = _mm256_sign_epi8(q, q);
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            const int32_t t = s_hsum_i32(_mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones));
+            v = fmaf(s_f16(&xb->d) * s_f16(&wb[b].d), (float)t, v);
+        }
+        y[r * ys] = v;
+    }
+}
+
+/* Rows [o0, o1) of W against nr activation rows, S_ROWS at a time. */
+SW_AI void s_mm(int kind, int ord, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const int64_t nb = n / (kind == K_IQ4_NL ? SW_QK : SW_QK_K);
+    const uint8_t *wb = w, *xb = x;
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *wo = wb + (size_t)o * w_stride;
+        for (int r = 0; r < nr; r += S_ROWS) {
+            const int R = nr - r < S_ROWS ? nr - r : S_ROWS;
+            const uint8_t *xr = xb + (size_t)r * x_stride;
+            float *yr = y + r * y_stride + o;
+            switch (R) {
+#define S_CASE(m)                                                                                  \
+    case m:                                                                                        \
+        if (kind == K_IQ4_NL)                                                                      \
+            s_tile_nl(ord, m, nb, wo, xr, x_stride, yr, y_stride);                                 \
+        else                                                                                       \
+            s_tile(kind, ord, m, nb, wo, xr, x_stride, yr, y_stride);                              \
+        break;
+                S_CASE(1)
+                S_CASE(2)
+                S_CASE(3)
+                S_CASE(4)
+#undef S_CASE
+            default:
+                break;
+            }
+        }
+    }
+}
+
+#define S_DEF(name, kind, ord)                                                                     \
+    static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
+    {                                                                                              \
+        s_mm(kind, ord, n, w, 0, 0, 1, x, 0, 1, s, 1);                                             \
+    }                                                                                              \
+    static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
+                            const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
+    {                                                                                              \
+        s_mm(kind, ord, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                     \
+    }
+
+S_DEF(q2_k, K_Q2_K, O_DOT)
+S_DEF(q3_k, K_Q3_K, O_DOT)
+S_DEF(iq4_xs, K_IQ4_XS, O_DOT)
+S_DEF(iq4_nl, K_IQ4_NL, O_DOT)
+S_DEF(q2_k_t, K_Q2_K, O_TILED)
+S_DEF(q3_k_t, K_Q3_K, O_TILED)
+S_DEF(iq4_xs_t, K_IQ4_XS, O_TILED)
+S_DEF(iq4_nl_g, K_IQ4_NL, O_SGEMM)
+
+void sw_kernels_lowbit_avx2(struct sw_kernels *k)
+{
+    k->dot[SW_TYPE_Q2_K] = s_dot_q2_k;
+    k->dot[SW_TYPE_Q3_K] = s_dot_q3_k;
+    k->dot[SW_TYPE_IQ4_XS] = s_dot_iq4_xs;
+    k->dot[SW_TYPE_IQ4_NL] = s_dot_iq4_nl;
+    k->mm[SW_TYPE_Q2_K] = s_mm_q2_k;
+    k->mm[SW_TYPE_Q3_K] = s_mm_q3_k;
+    k->mm[SW_TYPE_IQ4_XS] = s_mm_iq4_xs;
+    k->mm[SW_TYPE_IQ4_NL] = s_mm_iq4_nl;
+    k->tdot[SW_TYPE_Q2_K] = s_dot_q2_k_t;
+    k->tdot[SW_TYPE_Q3_K] = s_dot_q3_k_t;
+    k->tdot[SW_TYPE_IQ4_XS] = s_dot_iq4_xs_t;
+    k->mmt[SW_TYPE_Q2_K] = s_mm_q2_k_t;
+    k->mmt[SW_TYPE_Q3_K] = s_mm_q3_k_t;
+    k->mmt[SW_TYPE_IQ4_XS] = s_mm_iq4_xs_t;
+    k->gdot[SW_TYPE_IQ4_NL] = s_dot_iq4_nl_g;
+    k->mmg[SW_TYPE_IQ4_NL] = s_mm_iq4_nl_g;
+}
