@@ -937,3 +937,16 @@ void sw_matmul_sgemm(enum sw_type t, int64_t n, const void *w, size_t w_stride, 
     else
         s_mm_generic(k->gdot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
 }
+
+void sw_matmul_batch(enum sw_type t, int batch_rows, int64_t n, const void *w, size_t w_stride,
+                     int64_t o0, int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                     int64_t y_stride)
+{
+    const struct sw_kernels *k = s_active();
+    if (batch_rows >= 8 && t >= 0 && t < SW_TYPE_COUNT && k->tdot[t] != NULL)
+        sw_matmul_tiled(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else if (batch_rows >= 2)
+        sw_matmul_sgemm(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else
+        sw_matmul(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+}

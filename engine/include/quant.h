@@ -136,6 +136,14 @@ void sw_matmul_sgemm(enum sw_type t, int64_t n, const void *w, size_t w_stride, 
                      int64_t o1, const void *x, size_t x_stride, int nr, float *y,
                      int64_t y_stride);
 
+/* The matmul llama.cpp's CPU backend runs for weight type t in a batch of
+ * batch_rows rows (MUL_MAT, its counting): sw_matmul_tiled when it has 8
+ * rows or more and t is a type of its tiled matmul, sw_matmul_sgemm when it
+ * has 2 or more, else sw_matmul. */
+void sw_matmul_batch(enum sw_type t, int batch_rows, int64_t n, const void *w, size_t w_stride,
+                     int64_t o0, int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                     int64_t y_stride);
+
 /* Kernel levels, each a superset of the one before. */
 enum sw_kernel_level {
     SW_KLEVEL_SCALAR = 0, // portable C
