@@ -4,11 +4,10 @@
  *  - rows as f32 against an independent per-element decode of GGML's
  *    layouts (written here from the block descriptions, not from
  *    quant_math_lowbit.h), and sw_deq_elem (the GPU's) equal to them;
- *  - every kernel level (scalar, avx2, avx512 where the CPU has them) gives
- *    the same bits for sw_vec_dot, sw_matmul (per element equal to
- *    sw_vec_dot, any row count and output split), sw_matmul_tiled and
- *    sw_matmul_sgemm; the dot products are close to the f64 dot of the
- *    dequantized rows with the dequantized activations;
+ *  - every kernel level (scalar, avx2, avx512 where the CPU has them; 17
+ *    rows for the AVX-512 tiled kernels) gives the same bits for sw_vec_dot, sw_matmul (per element
+ * equal to sw_vec_dot, any row count and output split), sw_matmul_tiled and sw_matmul_sgemm; the
+ * dot products are close to the f64 dot of the dequantized rows with the dequantized activations;
  *  - the GPU's shape of the same arithmetic (quant_math_lowbit.h: one lane
  *    per thread, iq4_nl's two chains and odd tail) equals the CPU's bits;
  *  - the orders differ where llama.cpp's differ (iq4_nl's one-row order and
@@ -340,6 +339,8 @@ static void test_kernels(void)
         const int64_t ns[] = {blk, 2 * blk, 3 * blk, 1536, blk == 32 ? 896 : 4864};
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
             s_check_type(t, ns[i], 11, 1 + (int)(i * 2));
+        /* 17 rows: the AVX-512 tiled kernels (SW_MMTW_ROWS), over 2 panels and a partial one */
+        s_check_type(t, 1280, 40, 17);
     }
 }
 
