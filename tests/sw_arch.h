@@ -19,6 +19,7 @@
 #define SW_ARCH_H
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +256,142 @@ static inline int32_t *swa_ids(const json_t *a, int *n)
     for (int i = 0; v && i < *n; i++)
         v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     return v;
+}
+
+/* ---- through the programs: shardwire generate, and a relay with two stages ---- */
+
+struct swa_result {
+    int ok;
+    int n;
+    int32_t ids[256];
+    char digest[17];
+    int drafted; // drafts the head proposed
+};
+
+static inline void swa_parse(const char *text, struct swa_result *r)
+{
+    memset(r, 0, sizeof *r);
+    json_error_t je;
+    const char *brace = text ? strchr(text, '{') : NULL;
+    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    if (!j)
+        return;
+    json_t *ids = json_object_get(j, "tokens");
+    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < 256; i++)
+        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
+    const char *dg = json_string_value(json_object_get(j, "logits_digest"));
+    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
+    r->drafted = (int)json_integer_value(json_object_get(j, "drafted"));
+    r->ok = json_is_array(ids);
+    json_decref(j);
+}
+
+static inline int swa_same(const struct swa_result *a, const struct swa_result *b)
+{
+    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4);
+}
+
+static inline void swa_generate(const char *model, const char *prompt, int n_gen,
+                                struct swa_result *r)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "generate",
+                    "--greedy",
+                    "--model",
+                    (char *)model,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--threads",
+                    "1",
+                    "--json",
+                    NULL};
+    char *out = NULL, *err = NULL;
+    if (sw_test_run(argv, 180, &out, &err) != 0)
+        fprintf(stderr, "generate failed: %s\n", err ? err : "");
+    swa_parse(out, r);
+    free(out);
+    free(err);
+}
+
+static inline int swa_run(const char *ep, const char *prompt, int n_gen, const char *draft,
+                          struct swa_result *r)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "run",
+                    "--greedy",
+                    "--relay",
+                    (char *)ep,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--json",
+                    "--timeout-s",
+                    "150",
+                    "--insecure-loopback",
+                    draft ? "--draft" : NULL,
+                    (char *)draft,
+                    NULL};
+    char *out = NULL, *err = NULL;
+    const int rc = sw_test_run(argv, 180, &out, &err);
+    if (rc != 0)
+        fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
+    swa_parse(out, r);
+    free(out);
+    free(err);
+    return rc;
+}
+
+/* A relay and two stages [0, mid) and [mid, L) of model; -1 when they did not come up. */
+static inline int swa_start(const char *model, const char *mid, const char *n_layer, char *ep,
+                            size_t ep_len, pid_t *relay, pid_t nodes[2])
+{
+    snprintf(ep, ep_len, "tcp://127.0.0.1:%d", sw_test_free_port());
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", ep, "--insecure-loopback",
+                  NULL};
+    *relay = sw_test_spawn(ra, sw_test_log("relay.log"));
+    char r0[32], r1[32];
+    snprintf(r0, sizeof r0, "0:%s", mid);
+    snprintf(r1, sizeof r1, "%s:%s", mid, n_layer);
+    const char *ranges[2] = {r0, r1};
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "stage%d", i);
+        char *na[] = {(char *)sw_test_bin("shardwire-node"),
+                      "--model",
+                      (char *)model,
+                      "--layers",
+                      (char *)ranges[i],
+                      "--relay",
+                      ep,
+                      "--name",
+                      name,
+                      "--threads",
+                      "1",
+                      "--dtype",
+                      "f32",
+                      "--round-timeout-ms",
+                      "30000",
+                      "--insecure-loopback",
+                      i == 0 ? "--draft-model" : NULL, // the head drafts with the model itself
+                      (char *)model,
+                      NULL};
+        nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
+    }
+    return sw_test_wait_peers(ep, 2, 90);
+}
+
+static inline void swa_stop(pid_t relay, pid_t nodes[2])
+{
+    for (int i = 0; i < 2; i++)
+        sw_test_kill(nodes[i]);
+    sw_test_kill(relay);
 }
 
 #endif

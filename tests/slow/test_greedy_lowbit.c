@@ -15,13 +15,18 @@
  *    step, its whole logits row to the bit (sha256 of the float32 bytes);
  *    the first position's top-5 logits equal to the float;
  *  - the model in two stages ([0, L/2) then [L/2, L), f32 hidden states
- *    handed over) gives the same bits.
+ *    handed over) gives the same bits;
+ *  - through the programs, on the first prompt: `shardwire generate` gives
+ *    llama.cpp's tokens, and a relay with two shardwire-node stages
+ *    ([0, L/2), [L/2, L)) gives `shardwire run` the same tokens and logits
+ *    digest, plainly and with n-gram speculation.
  *
  * Label slow: the four models are 2.5 GB and a minute or two each to check.
  * A model that is absent skips its part (run: bash scripts/requant_model.sh
  * NAME); SW_LOWBIT_SETS=qwen05_iq4_nl,... runs only those.
  */
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +58,44 @@ static int s_count_type(const sw_model_t *m, enum sw_type t)
     for (int64_t i = 0; i < sw_gguf_tensor_count(g); i++)
         n += sw_gguf_tensor(g, i)->type == t;
     return n;
+}
+
+/* Through the programs: `shardwire generate` on case cs's text gives
+ * llama.cpp's tokens; a relay and two shardwire-node stages split at mid
+ * give `shardwire run` the same tokens and logits digest, plainly and with
+ * the n-gram proposer. */
+static void s_cluster(const char *set, const char *model, const json_t *cs, int mid, int L)
+{
+    const char *prompt = json_string_value(json_object_get(cs, "prompt"));
+    const json_t *want = json_object_get(cs, "gen_tokens");
+    const int n_gen = (int)json_array_size(want);
+    struct swa_result ref, got;
+    swa_generate(model, prompt ? prompt : "", n_gen, &ref);
+    int same = ref.ok && ref.n == n_gen;
+    for (int t = 0; same && t < n_gen; t++)
+        same = ref.ids[t] == (int32_t)json_integer_value(json_array_get(want, (size_t)t));
+    if (!same)
+        fprintf(stderr, "%s: shardwire generate differs from llama.cpp\n", set);
+    SW_CHECK(same);
+    char ep[64], mid_s[16], l_s[16];
+    snprintf(mid_s, sizeof mid_s, "%d", mid);
+    snprintf(l_s, sizeof l_s, "%d", L);
+    pid_t relay = 0, nodes[2] = {0, 0};
+    const int up = swa_start(model, mid_s, l_s, ep, sizeof ep, &relay, nodes);
+    SW_CHECK_INT(up, 0);
+    int plain = 0, ngram = 0;
+    if (up == 0) {
+        SW_CHECK_INT(swa_run(ep, prompt, n_gen, "none", &got), 0);
+        plain = swa_same(&got, &ref) && got.digest[0] && !strcmp(got.digest, ref.digest);
+        SW_CHECK_INT(swa_run(ep, prompt, n_gen, "ngram", &got), 0);
+        ngram = swa_same(&got, &ref);
+    }
+    SW_CHECK(plain && ngram);
+    printf("%s: generate == llama.cpp (%d tokens); relay + 2 nodes [0, %d) [%d, %d): %s, "
+           "n-gram speculation %s\n",
+           set, n_gen, mid, mid, L, plain ? "same tokens and logits digest" : "DIFFERENT",
+           ngram ? "same tokens" : "DIFFERENT");
+    swa_stop(relay, nodes);
 }
 
 static void s_run_set(int si)
@@ -119,6 +162,7 @@ static void s_run_set(int si)
         free(c.prompt);
         free(c.gen);
     }
+    s_cluster(set, path, json_array_get(cases, 0), mid, L);
     printf("%s (%s, %d %s tensors): %d/%d cases bit-identical to llama.cpp\n", set,
            json_string_value(json_object_get(doc, "model_file")), n_of_type,
            sw_type_name(s_sets[si].type), n_same, n_cases);
@@ -133,6 +177,7 @@ static void s_run_set(int si)
 
 int main(void)
 {
+    signal(SIGPIPE, SIG_IGN);
     const char *only = getenv("SW_LOWBIT_SETS");
     for (int i = 0; i < (int)(sizeof s_sets / sizeof s_sets[0]); i++)
         if (!only || strstr(only, s_sets[i].set))
