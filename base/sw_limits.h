@@ -37,7 +37,7 @@
  * (SW_WIRE_MAX_ROWS) therefore computes what one process computes. */
 #define SW_MODEL_PROMPT_WINDOW 512
 
-/* ---- the wire protocol (net/wire.c checks every message against these) -------------------- */
+/* ---- the wire protocol (net/wire_check.c checks every message against these) -------------- */
 
 #define SW_WIRE_NAME_MAX 63 /* bytes in a peer name / request id */
 /* A key's fingerprint: BLAKE2b-128 of its 32-byte CURVE public key in lower-case hex

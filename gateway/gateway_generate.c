@@ -248,16 +248,16 @@ static ssize_t s_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (st->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        gw_event_t ev;
-        if (gw_call_next(st->call, &ev, S_POLL_MS) == 0) {
-            s_stream_event(st, &ev);
-            continue;
-        }
-        if (s_client_gone(st->fd)) {
+        if (s_client_gone(st->fd)) { /* each time: tokens may come faster than S_POLL_MS */
             gw_call_cancel(st->call);
             gw_metrics_error(st->g->metrics, "client_gone");
             st->ended = 1;
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        gw_event_t ev;
+        if (gw_call_next(st->call, &ev, S_POLL_MS) == 0) {
+            s_stream_event(st, &ev);
+            continue;
         }
         if (gw_now_ms() - st->last_out > S_KEEPALIVE_MS)
             s_out(st, strdup(": keep-alive\n\n"));
@@ -291,17 +291,21 @@ typedef struct s_reply {
     int key;                  /* the API key it counts against (-1 = none) */
 } s_reply_t;
 
-/* Waits for the generation's next event, watching the HTTP client. 0, or -1 when it left. */
+/* Waits for the generation's next event, watching the HTTP client: also after an event, since
+ * a generation whose tokens come faster than S_POLL_MS would otherwise never look. 0, or -1 when
+ * it left. */
 static int s_wait_event(gw_t *g, gw_call_t *call, int fd, gw_event_t *ev)
 {
-    while (gw_call_next(call, ev, S_POLL_MS) != 0) {
+    for (;;) {
+        const int got = gw_call_next(call, ev, S_POLL_MS) == 0;
         if (s_client_gone(fd)) {
             gw_call_cancel(call);
             gw_metrics_error(g->metrics, "client_gone");
             return -1;
         }
+        if (got)
+            return 0;
     }
-    return 0;
 }
 
 /* 0 when some head serves r->model; otherwise an error response was queued (*res). */

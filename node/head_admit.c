@@ -107,7 +107,7 @@ static head_sess_t *s_free_slot(node_head_t *h)
 enum { S_STARTED = 0, S_WAIT_MEMORY = 1, S_REFUSED = -1 };
 
 /* A conversation's turns, or the prompt as one user turn, through the
- * model's chat template (wire.c bounds both). The text (the caller frees
+ * model's chat template (net/wire_check.c bounds both). The text (the caller frees
  * it), or NULL with err (*code ERR_INTERNAL when out of memory). */
 static char *s_chat_text(const node_t *n, const sw_msg_generate_t *g, int *code, char *err,
                          size_t err_len)
@@ -123,7 +123,7 @@ static char *s_chat_text(const node_t *n, const sw_msg_generate_t *g, int *code,
         }
         for (uint32_t i = 0; i < g->n_messages; i++) {
             sw_msg_turn_t t;
-            if (sw_codec_turn_at(g, i, &t) != 0) { /* wire.c checked every turn */
+            if (sw_codec_turn_at(g, i, &t) != 0) { /* wire_check.c checked every turn */
                 free(turns);
                 snprintf(err, err_len, "messages[%u] is unreadable", i);
                 return NULL;

@@ -73,7 +73,7 @@ FORBIDDEN_SYSTEM = {
     "base": NET_HEADERS,
     "engine": NET_HEADERS,
     "drafter": NET_HEADERS,
-    "hub": {"zmq.h", "protobuf-c/protobuf-c.h", "microhttpd.h"},
+    "hub": {"zmq.h", "sodium.h", "protobuf-c/protobuf-c.h", "microhttpd.h"},  # sha256 from base/
     "net": {"curl/curl.h", "microhttpd.h", "jansson.h"},
     "client": {"curl/curl.h", "microhttpd.h"},
     "relay": {"curl/curl.h", "microhttpd.h", "jansson.h"},
@@ -115,7 +115,7 @@ FORBIDDEN_LINKS = {
     "swplacement": {"swhub", "swclient", "swgateway", "swdrafter", "PkgConfig::CURL",
                 "PkgConfig::JANSSON", "PkgConfig::MHD"},
     "swhub": {"swdrafter", "swnet", "swproto", "swclient", "swgateway", "PkgConfig::ZMQ",
-              "PkgConfig::PROTOBUFC", "PkgConfig::MHD"},
+              "PkgConfig::PROTOBUFC", "PkgConfig::MHD", "PkgConfig::SODIUM"},
     "swnet": ENGINE_LIBS | {"swhub", "swclient", "swgateway", "PkgConfig::CURL",
                             "PkgConfig::JANSSON", "PkgConfig::MHD"},
     "swclient": ENGINE_LIBS | {"swhub", "swgateway", "PkgConfig::CURL", "PkgConfig::MHD"},
