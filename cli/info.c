@@ -92,6 +92,13 @@ static json_t *s_info_json(const char *path, const sw_model_t *m, const sw_token
     json_object_set_new(j, "tokenizer", json_string(tok ? sw_tokenizer_model(tok) : "?"));
     json_object_set_new(j, "pre_tokenizer", json_string(tok ? sw_tokenizer_pre(tok) : "?"));
     json_object_set_new(j, "fingerprint", json_string(fp));
+    const sw_gguf_t *g = sw_model_gguf(m);
+    if (sw_gguf_part_count(g) > 1) { /* a split set: its parts, in order */
+        json_t *pa = json_array();
+        for (int i = 0; i < sw_gguf_part_count(g); i++)
+            json_array_append_new(pa, json_string(sw_gguf_part_path(g, i)));
+        json_object_set_new(j, "split_parts", pa);
+    }
     if (partial) { /* a partial file (engine/include/partial.h): which layers, cut from what */
         json_t *pj = json_object();
         json_object_set_new(pj, "layer_begin", json_integer(part->begin));
@@ -99,6 +106,8 @@ static json_t *s_info_json(const char *path, const sw_model_t *m, const sw_token
         json_object_set_new(pj, "source", json_string(part->source));
         json_object_set_new(pj, "source_size", json_integer((json_int_t)part->source_size));
         json_object_set_new(pj, "source_sha256", json_string(part->sha256));
+        if (part->source_parts > 1)
+            json_object_set_new(pj, "source_parts", json_integer(part->source_parts));
         json_object_set_new(j, "partial", pj);
     }
     json_object_set_new(j, "backend", json_string(sw_backend_desc(be)));

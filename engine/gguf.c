@@ -18,6 +18,7 @@
  * u64 count, then the elements.
  */
 #include "gguf.h"
+#include "gguf_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +35,8 @@
 #error "gguf.c reads little-endian integers with memcpy: port it for big-endian hosts"
 #endif
 
-_Static_assert(offsetof(sw_gguf_tensor_t, name) == 0, "s_index needs the name first");
+_Static_assert(offsetof(sw_gguf_tensor_t, name) == 0, "the index needs the name first");
+_Static_assert(offsetof(struct sw_gguf_kv, key) == 0, "the index needs the name first");
 
 #define S_DEFAULT_ALIGNMENT 32
 #define S_N_VTYPES 13
@@ -49,40 +51,6 @@ _Static_assert(offsetof(sw_gguf_tensor_t, name) == 0, "s_index needs the name fi
 #define S_MIN_TENSOR_BYTES 32u
 /* Longest name quoted in an error message. */
 #define S_NAME_QUOTE 80
-
-struct s_kv {
-    sw_gguf_str_t key;            // key bytes inside the mapping
-    enum sw_gguf_vtype type;      // value type
-    enum sw_gguf_vtype elem_type; // arrays: element type
-    uint64_t count;               // arrays: element count; 1 otherwise
-    uint64_t off;                 // file offset of the value (arrays: of element 0)
-    uint64_t *str_off;            // (count) string arrays: file offset of each element's
-                                  // u64 length; NULL otherwise. Owned.
-};
-_Static_assert(offsetof(struct s_kv, key) == 0, "s_index needs the name first");
-
-/* Open-addressing hash set of indices into an array of names. */
-struct s_index {
-    uint32_t *slots; // (mask + 1) entry index + 1, 0 = empty
-    uint64_t mask;   // slot count - 1 (slot count a power of two)
-};
-
-struct sw_gguf {
-    const uint8_t *base;         // (buf_len) the file's bytes, or its first buf_len bytes
-    uint64_t size;               // file size in bytes
-    uint64_t buf_len;            // bytes at base (size, except for sw_gguf_open_header)
-    uint64_t kv_end;             // file offset of the first tensor info
-    int mapped;                  // 1 when base is our own mmap (unmapped at close)
-    uint32_t version;            // 2 or 3
-    uint64_t alignment;          // general.alignment, power of two
-    uint64_t data_off;           // file offset of the (aligned) data section
-    int64_t n_kv;                // metadata entries
-    struct s_kv *kv;             // (n_kv)
-    int64_t n_tensors;           // tensor infos
-    sw_gguf_tensor_t *tensors;   // (n_tensors)
-    struct s_index kv_index;     // key -> kv index
-    struct s_index tensor_index; // name -> tensor index
-};
 
 /* ---- bounded cursor ---- */
 
@@ -197,7 +165,7 @@ static uint64_t s_hash(const char *p, uint64_t len)
     return h;
 }
 
-static int s_index_init(struct s_index *ix, uint64_t n)
+static int s_index_init(struct sw_gguf_index *ix, uint64_t n)
 {
     uint64_t slots = 16;
     while (slots < 2 * n)
@@ -209,7 +177,7 @@ static int s_index_init(struct s_index *ix, uint64_t n)
 
 /* Finds name among entries (structs stride bytes apart whose first field is
  * their sw_gguf_str_t name); returns its index or -1. */
-static int64_t s_index_find(const struct s_index *ix, const void *entries, size_t stride,
+static int64_t s_index_find(const struct sw_gguf_index *ix, const void *entries, size_t stride,
                             const char *name, uint64_t len)
 {
     if (!ix->slots)
@@ -227,7 +195,7 @@ static int64_t s_index_find(const struct s_index *ix, const void *entries, size_
 
 /* Inserts entry i; returns the index of an entry with the same name, or -1
  * when the name was new. */
-static int64_t s_index_add(struct s_index *ix, const void *entries, size_t stride, uint32_t i)
+static int64_t s_index_add(struct sw_gguf_index *ix, const void *entries, size_t stride, uint32_t i)
 {
     const sw_gguf_str_t *name = (const sw_gguf_str_t *)((const char *)entries + (size_t)i * stride);
     uint64_t s = s_hash(name->ptr, name->len) & ix->mask;
@@ -269,7 +237,7 @@ uint64_t sw_gguf_vtype_size(enum sw_gguf_vtype t)
     }
 }
 
-static int s_parse_value(s_rd_t *rd, struct s_kv *kv, uint32_t type)
+static int s_parse_value(s_rd_t *rd, struct sw_gguf_kv *kv, uint32_t type)
 {
     uint64_t at;
     if (type >= S_N_VTYPES)
@@ -328,7 +296,7 @@ static int s_parse_kvs(sw_gguf_t *g, s_rd_t *rd)
     if (!g->kv || s_index_init(&g->kv_index, (uint64_t)g->n_kv) != 0)
         return s_fail(rd, "out of memory for %lld kvs", (long long)g->n_kv);
     for (int64_t i = 0; i < g->n_kv; i++) {
-        struct s_kv *kv = &g->kv[i];
+        struct sw_gguf_kv *kv = &g->kv[i];
         uint32_t type;
         snprintf(rd->ctx, sizeof rd->ctx, "kv %lld", (long long)i);
         if (s_str(rd, "key", &kv->key) != 0)
@@ -345,7 +313,7 @@ static int s_parse_kvs(sw_gguf_t *g, s_rd_t *rd)
 
 /* Reads an integer value of any width; -1 if not an integer or it does not
  * fit. */
-static int s_kv_int(const sw_gguf_t *g, const struct s_kv *kv, int is_signed, uint64_t *u,
+static int s_kv_int(const sw_gguf_t *g, const struct sw_gguf_kv *kv, int is_signed, uint64_t *u,
                     int64_t *s)
 {
     const uint8_t *p = g->base + kv->off;
@@ -540,15 +508,22 @@ static void s_free(sw_gguf_t *g)
     free(g->tensors);
     free(g->kv_index.slots);
     free(g->tensor_index.slots);
+    for (int i = 0; i < g->n_parts; i++) {
+        struct sw_gguf_part *p = &g->parts[i];
+        free(p->path);
+        s_free(p->hdr);
+        if (p->map)
+            munmap((void *)p->map, (size_t)p->size);
+    }
+    free(g->parts);
     if (g->mapped)
         munmap((void *)g->base, (size_t)g->size);
+    if (g->owns_base)
+        free((void *)g->base);
     free(g);
 }
 
-/* Parses the header in buf (len bytes: the whole file, or its first len
- * bytes of a file of size bytes). */
-static sw_gguf_t *s_parse(const uint8_t *buf, uint64_t len, uint64_t size, char *err,
-                          size_t err_len)
+sw_gguf_t *sw_gguf_parse(const uint8_t *buf, uint64_t len, uint64_t size, char *err, size_t err_len)
 {
     s_rd_t rd = {.buf = buf, .size = len, .err = err, .err_len = err_len};
     snprintf(rd.ctx, sizeof rd.ctx, "header");
@@ -610,7 +585,7 @@ sw_gguf_t *sw_gguf_open_buffer(const void *buf, size_t len, char *err, size_t er
         return NULL;
     }
     static const uint8_t empty[1];
-    return s_parse(buf ? buf : empty, len, len, err, err_len);
+    return sw_gguf_parse(buf ? buf : empty, len, len, err, err_len);
 }
 
 sw_gguf_t *sw_gguf_open_header(const void *buf, size_t len, uint64_t file_size, char *err,
@@ -620,10 +595,10 @@ sw_gguf_t *sw_gguf_open_header(const void *buf, size_t len, uint64_t file_size, 
         s_set_err(err, err_len, "gguf: no header bytes");
         return NULL;
     }
-    return s_parse(buf, len, file_size, err, err_len);
+    return sw_gguf_parse(buf, len, file_size, err, err_len);
 }
 
-sw_gguf_t *sw_gguf_open(const char *path, char *err, size_t err_len)
+sw_gguf_t *sw_gguf_open_file(const char *path, char *err, size_t err_len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -656,7 +631,7 @@ sw_gguf_t *sw_gguf_open(const char *path, char *err, size_t err_len)
                   strerror(map_errno));
         return NULL;
     }
-    sw_gguf_t *g = s_parse(map, size, size, err, err_len);
+    sw_gguf_t *g = sw_gguf_parse(map, size, size, err, err_len);
     if (!g) {
         munmap(map, size);
         return NULL;
@@ -727,7 +702,7 @@ enum sw_gguf_vtype sw_gguf_kv_type(const sw_gguf_t *g, int64_t i)
     return i >= 0 && i < g->n_kv ? g->kv[i].type : SW_GGUF_ARRAY;
 }
 
-static const struct s_kv *s_kv_get(const sw_gguf_t *g, const char *key)
+static const struct sw_gguf_kv *s_kv_get(const sw_gguf_t *g, const char *key)
 {
     int64_t i = sw_gguf_find_key(g, key);
     return i >= 0 ? &g->kv[i] : NULL;
@@ -735,19 +710,19 @@ static const struct s_kv *s_kv_get(const sw_gguf_t *g, const char *key)
 
 int sw_gguf_get_u64(const sw_gguf_t *g, const char *key, uint64_t *out)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     return kv ? s_kv_int(g, kv, 0, out, NULL) : -1;
 }
 
 int sw_gguf_get_i64(const sw_gguf_t *g, const char *key, int64_t *out)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     return kv ? s_kv_int(g, kv, 1, NULL, out) : -1;
 }
 
 int sw_gguf_get_f64(const sw_gguf_t *g, const char *key, double *out)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     if (!kv)
         return -1;
     if (kv->type == SW_GGUF_FLOAT32) {
@@ -765,7 +740,7 @@ int sw_gguf_get_f64(const sw_gguf_t *g, const char *key, double *out)
 
 int sw_gguf_get_bool(const sw_gguf_t *g, const char *key, int *out)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     if (!kv || kv->type != SW_GGUF_BOOL)
         return -1;
     *out = g->base[kv->off] != 0;
@@ -783,7 +758,7 @@ static sw_gguf_str_t s_str_at(const sw_gguf_t *g, uint64_t off)
 
 int sw_gguf_get_str(const sw_gguf_t *g, const char *key, sw_gguf_str_t *out)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     if (!kv || kv->type != SW_GGUF_STRING)
         return -1;
     *out = s_str_at(g, kv->off);
@@ -793,7 +768,7 @@ int sw_gguf_get_str(const sw_gguf_t *g, const char *key, sw_gguf_str_t *out)
 int sw_gguf_get_arr(const sw_gguf_t *g, const char *key, enum sw_gguf_vtype *elem_type,
                     uint64_t *count)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     if (!kv || kv->type != SW_GGUF_ARRAY)
         return -1;
     *elem_type = kv->elem_type;
@@ -803,7 +778,7 @@ int sw_gguf_get_arr(const sw_gguf_t *g, const char *key, enum sw_gguf_vtype *ele
 
 int sw_gguf_arr_str(const sw_gguf_t *g, const char *key, uint64_t i, sw_gguf_str_t *out)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     if (!kv || kv->type != SW_GGUF_ARRAY || kv->elem_type != SW_GGUF_STRING || i >= kv->count)
         return -1;
     *out = s_str_at(g, kv->str_off[i]);
@@ -812,14 +787,46 @@ int sw_gguf_arr_str(const sw_gguf_t *g, const char *key, uint64_t i, sw_gguf_str
 
 const void *sw_gguf_arr_data(const sw_gguf_t *g, const char *key)
 {
-    const struct s_kv *kv = s_kv_get(g, key);
+    const struct sw_gguf_kv *kv = s_kv_get(g, key);
     if (!kv || kv->type != SW_GGUF_ARRAY ||
         sw_gguf_vtype_size((enum sw_gguf_vtype)kv->elem_type) == 0)
         return NULL;
     return g->base + kv->off;
 }
 
+int sw_gguf_kv_span(const sw_gguf_t *g, int64_t i, uint64_t *off, uint64_t *len)
+{
+    if (i < 0 || i >= g->n_kv)
+        return -1;
+    /* a key/value starts with its key's u64 length, 8 bytes before the key */
+    *off = (uint64_t)((const uint8_t *)g->kv[i].key.ptr - g->base) - 8;
+    const uint64_t end = i + 1 < g->n_kv
+                             ? (uint64_t)((const uint8_t *)g->kv[i + 1].key.ptr - g->base) - 8
+                             : g->kv_end;
+    *len = end - *off;
+    return 0;
+}
+
 /* ---- tensor accessors ---- */
+
+int sw_gguf_index_tensors(sw_gguf_t *g, int64_t *first, int64_t *second)
+{
+    free(g->tensor_index.slots);
+    g->tensor_index.slots = NULL;
+    if (g->n_tensors > (int64_t)UINT32_MAX - 1 ||
+        s_index_init(&g->tensor_index, (uint64_t)g->n_tensors) != 0)
+        return -1;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        const int64_t dup =
+            s_index_add(&g->tensor_index, g->tensors, sizeof *g->tensors, (uint32_t)i);
+        if (dup >= 0) {
+            *first = dup;
+            *second = i;
+            return 1;
+        }
+    }
+    return 0;
+}
 
 int64_t sw_gguf_tensor_count(const sw_gguf_t *g)
 {

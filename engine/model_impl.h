@@ -82,7 +82,8 @@ typedef struct sw_owned {
 } sw_owned_t;
 
 struct sw_model {
-    sw_gguf_t *gguf;       // owns the mapping
+    sw_gguf_t *gguf;       // owns the mapping (the parts' mappings of a split set)
+    char fingerprint[65];  // sw_model_fingerprint, computed at load
     sw_backend_t *be;      // what the model was loaded on (a group or one device); not owned
     sw_hparams_t hp;       // hyper-parameters
     int begin, end;        // layer range [begin, end)

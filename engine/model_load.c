@@ -305,13 +305,17 @@ static int s_load_hparams(const sw_gguf_t *g, sw_hparams_t *hp, char *err, size_
 
 /* ---- tensors ----------------------------------------------------------------------- */
 
-static const sw_gguf_tensor_t *s_tensor(sw_model_t *m, const char *name, int required, char *err,
-                                        size_t err_len)
+/* Tensor name, its data in reach (a split set maps the part holding it): 0
+ * with *t; 1 when it is absent and not required; -1 with err. */
+static int s_tensor(sw_model_t *m, const char *name, int required, const sw_gguf_tensor_t **t,
+                    char *err, size_t err_len)
 {
-    const sw_gguf_tensor_t *t = sw_gguf_find_tensor(m->gguf, name);
-    if (!t && required)
+    *t = sw_gguf_find_tensor(m->gguf, name);
+    if (!*t && required)
         sw_errf(err, err_len, "model: tensor '%s' is missing from the file", name);
-    return t;
+    if (!*t)
+        return required ? -1 : 1;
+    return sw_gguf_tensor_data(m->gguf, *t, err, err_len) ? 0 : -1;
 }
 
 /* A backend buffer holding bytes of the file (in place on the CPU), freed with the model. */
@@ -343,9 +347,10 @@ static int s_vec(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n, i
                  sw_buf_t **out, char *err, size_t err_len)
 {
     *out = NULL;
-    const sw_gguf_tensor_t *t = s_tensor(m, name, required, err, err_len);
-    if (!t)
-        return required ? -1 : 0;
+    const sw_gguf_tensor_t *t;
+    const int found = s_tensor(m, name, required, &t, err, err_len);
+    if (found != 0)
+        return found < 0 ? -1 : 0;
     if (t->type != SW_TYPE_F32 || t->n_elements != (uint64_t)n) {
         sw_errf(err, err_len, "model: tensor '%s' must be f32 with %lld elements (has %s, %llu)",
                 name, (long long)n, sw_type_name(t->type), (unsigned long long)t->n_elements);
@@ -389,9 +394,10 @@ static int s_mat(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in
                  int required, sw_weight_t *w, char *err, size_t err_len)
 {
     memset(w, 0, sizeof *w);
-    const sw_gguf_tensor_t *t = s_tensor(m, name, required, err, err_len);
-    if (!t)
-        return required ? -1 : 0;
+    const sw_gguf_tensor_t *t;
+    const int found = s_tensor(m, name, required, &t, err, err_len);
+    if (found != 0)
+        return found < 0 ? -1 : 0;
     if (t->n_dims > 2 || t->ne[0] != n_in || t->ne[1] != n_out) {
         sw_errf(err, err_len, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
                 name, (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
@@ -424,8 +430,8 @@ static int s_mat3(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_i
                   int64_t n_expert, sw_weight_t *w, char *err, size_t err_len)
 {
     memset(w, 0, sizeof *w);
-    const sw_gguf_tensor_t *t = s_tensor(m, name, 1, err, err_len);
-    if (!t)
+    const sw_gguf_tensor_t *t;
+    if (s_tensor(m, name, 1, &t, err, err_len) != 0)
         return -1;
     if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert) {
         sw_errf(err, err_len,
@@ -563,9 +569,10 @@ static int s_check_backends(sw_model_t *m, char *err, size_t err_len)
 static int s_rope_freqs(sw_model_t *m, char *err, size_t err_len)
 {
     const sw_hparams_t *hp = &m->hp;
-    const sw_gguf_tensor_t *t = sw_gguf_find_tensor(m->gguf, "rope_freqs.weight");
-    if (!t)
-        return 0;
+    const sw_gguf_tensor_t *t;
+    const int found = s_tensor(m, "rope_freqs.weight", 0, &t, err, err_len);
+    if (found != 0)
+        return found < 0 ? -1 : 0;
     if (hp->arch != SW_ARCH_LLAMA) {
         sw_errf(err, err_len, "model: rope_freqs.weight in a %s model is not supported",
                 hp->arch_name);
@@ -637,6 +644,46 @@ static int s_dev_buffers(sw_model_t *m, sw_dev_t *d, int last, char *err, size_t
     return 0;
 }
 
+/* m->fingerprint: a partial file's records the whole file's; a file or a
+ * split set hashes its headers and first MiB of data (partial.h). */
+static int s_fingerprint(sw_model_t *m, const sw_partial_info_t *part, char *err, size_t err_len)
+{
+    if (part) {
+        memcpy(m->fingerprint, part->fingerprint, 65); /* the whole file's, recorded by the pull */
+        return 0;
+    }
+    const uint64_t n = sw_fingerprint_data_len(m->gguf);
+    uint8_t *data = malloc(n ? (size_t)n : 1);
+    if (!data) {
+        sw_errf(err, err_len, "model: out of memory");
+        return -1;
+    }
+    const int rc =
+        sw_gguf_read(m->gguf, 0, sw_gguf_data_offset(m->gguf), data, (size_t)n, err, err_len);
+    if (rc == 0)
+        sw_fingerprint_of(m->gguf, data, m->fingerprint);
+    free(data);
+    return rc;
+}
+
+/* What a partial file says (sw_partial_info), checked against m's range, and
+ * m->fingerprint: 1 for a partial file, 0 for a whole one, -1 with err. */
+static int s_partial(sw_model_t *m, sw_partial_info_t *part, char *err, size_t err_len)
+{
+    const int partial = sw_partial_info(m->gguf, m->hp.n_layer, part, err, err_len);
+    if (partial < 0)
+        return -1;
+    if (partial && (m->begin < part->begin || m->end > part->end)) {
+        sw_errf(err, err_len,
+                "model: this partial file holds layers %d:%d of the %d-layer model, not %d:%d; "
+                "download them with: shardwire pull %s --layers %d:%d",
+                part->begin, part->end, m->hp.n_layer, m->begin, m->end, part->source, m->begin,
+                m->end);
+        return -1;
+    }
+    return s_fingerprint(m, partial ? part : NULL, err, err_len) == 0 ? partial : -1;
+}
+
 sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
                           char *err, size_t err_len)
 {
@@ -662,17 +709,9 @@ sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_b
     m->begin = layer_begin;
     m->end = layer_end;
     sw_partial_info_t part;
-    int partial = sw_partial_info(m->gguf, hp->n_layer, &part, err, err_len);
+    const int partial = s_partial(m, &part, err, err_len);
     if (partial < 0)
         goto err;
-    if (partial && (layer_begin < part.begin || layer_end > part.end)) {
-        sw_errf(err, err_len,
-                "model: this partial file holds layers %d:%d of the %d-layer model, not %d:%d; "
-                "download them with: shardwire pull %s --layers %d:%d",
-                part.begin, part.end, hp->n_layer, layer_begin, layer_end, part.source, layer_begin,
-                layer_end);
-        goto err;
-    }
 
     /* The vocabulary size comes from the embedding matrix, which every
      * stage can read the header of without touching its data (a partial
@@ -876,12 +915,7 @@ int sw_model_trees(const sw_model_t *m)
 
 void sw_model_fingerprint(const sw_model_t *m, char out[65])
 {
-    sw_partial_info_t part;
-    if (sw_partial_info(m->gguf, m->hp.n_layer, &part, NULL, 0) == 1) {
-        memcpy(out, part.fingerprint, 65); /* the whole file's, recorded by the pull */
-        return;
-    }
-    sw_fingerprint_bytes(sw_gguf_bytes(m->gguf), sw_fingerprint_len(m->gguf), out);
+    memcpy(out, m->fingerprint, 65);
 }
 
 static volatile unsigned char s_sink;

@@ -1,7 +1,7 @@
 /*
  * partial.c - partial GGUF files (partial.h): which tensors a layer range
- * keeps, the partial file's header (written with gguf_write.h), and reading
- * its keys back.
+ * keeps, the partial file's header (written with gguf_write.h), reading its
+ * keys back, and the model fingerprint of a file or split set.
  */
 #include "partial.h"
 
@@ -36,6 +36,37 @@ static int s_keep(sw_gguf_str_t name, int begin, int end, int n_layer, int tied)
     if (sw_gguf_str_eq(name, "output_norm.weight") || sw_gguf_str_eq(name, "output.weight"))
         return end == n_layer;
     return 1; /* rope_freqs.weight and whatever else sits outside the blocks: small, kept */
+}
+
+/* 1 when tensor a's data come after b's (by part, then offset). */
+static int s_after(const sw_gguf_tensor_t *a, const sw_gguf_tensor_t *b)
+{
+    return a->part != b->part ? a->part > b->part : a->offset > b->offset;
+}
+
+/* 1 for a split.* key, which a partial file (one file) leaves out. */
+static int s_is_split_key(sw_gguf_str_t k)
+{
+    return k.len > 6 && !memcmp(k.ptr, "split.", 6);
+}
+
+static int64_t s_split_keys(const sw_gguf_t *g)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < sw_gguf_kv_count(g); i++)
+        n += s_is_split_key(sw_gguf_kv_key(g, i));
+    return n;
+}
+
+/* The source's key/values as they are, but for the split.* keys. */
+static void s_copy_kvs(sw_gguf_out_t *o, const sw_gguf_t *src)
+{
+    const uint8_t *bytes = sw_gguf_bytes(src);
+    for (int64_t i = 0; i < sw_gguf_kv_count(src); i++) {
+        uint64_t off, len;
+        if (!s_is_split_key(sw_gguf_kv_key(src, i)) && sw_gguf_kv_span(src, i, &off, &len) == 0)
+            sw_gguf_out_bytes(o, bytes + off, (size_t)len);
+    }
 }
 
 int sw_partial_layers_err(const sw_gguf_t *g, int *n_layer, char *err, size_t err_len)
@@ -97,8 +128,7 @@ int sw_partial_plan(const sw_gguf_t *src, int begin, int end, const sw_partial_s
             idx[n++] = i;
     for (int64_t i = 1; i < n; i++) /* insertion sort: files are almost always in order */
         for (int64_t j = i;
-             j > 0 && sw_gguf_tensor(src, idx[j - 1])->offset > sw_gguf_tensor(src, idx[j])->offset;
-             j--) {
+             j > 0 && s_after(sw_gguf_tensor(src, idx[j - 1]), sw_gguf_tensor(src, idx[j])); j--) {
             int64_t t = idx[j];
             idx[j] = idx[j - 1];
             idx[j - 1] = t;
@@ -106,7 +136,7 @@ int sw_partial_plan(const sw_gguf_t *src, int begin, int end, const sw_partial_s
     for (int64_t i = 1; i < n; i++) {
         const sw_gguf_tensor_t *a = sw_gguf_tensor(src, idx[i - 1]),
                                *b = sw_gguf_tensor(src, idx[i]);
-        if (b->offset < a->offset + a->n_bytes) {
+        if (a->part == b->part && b->offset < a->offset + a->n_bytes) {
             sw_errf(err, err_len, "partial: the data of tensors '%.*s' and '%.*s' overlap",
                     (int)(a->name.len < 80 ? a->name.len : 80), a->name.ptr,
                     (int)(b->name.len < 80 ? b->name.len : 80), b->name.ptr);
@@ -115,12 +145,11 @@ int sw_partial_plan(const sw_gguf_t *src, int begin, int end, const sw_partial_s
         }
     }
     const uint64_t align = sw_gguf_alignment(src);
+    const int parts = sw_gguf_part_count(src);
     sw_gguf_out_t o = {0};
-    const uint8_t *bytes = sw_gguf_bytes(src);
-    uint64_t n_kv = (uint64_t)sw_gguf_kv_count(src) + 8;
+    uint64_t n_kv = (uint64_t)(sw_gguf_kv_count(src) - s_split_keys(src)) + 8 + (parts > 1);
     sw_gguf_out_header(&o, sw_gguf_version(src), (uint64_t)n, n_kv);
-    /* the source's kvs as they are */
-    sw_gguf_out_bytes(&o, bytes + 24, (size_t)(sw_gguf_kv_end(src) - 24));
+    s_copy_kvs(&o, src);
     sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "layer_begin", (uint32_t)begin);
     sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "layer_end", (uint32_t)end);
     sw_gguf_out_kv_str(&o, SW_PARTIAL_KEY "source", id->source);
@@ -129,6 +158,8 @@ int sw_partial_plan(const sw_gguf_t *src, int begin, int end, const sw_partial_s
     sw_gguf_out_kv_u64(&o, SW_PARTIAL_KEY "source_tensors", (uint64_t)nt);
     sw_gguf_out_kv_str(&o, SW_PARTIAL_KEY "fingerprint", id->fingerprint);
     sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "n_vocab", (uint32_t)te->ne[1]);
+    if (parts > 1)
+        sw_gguf_out_kv_u32(&o, SW_PARTIAL_KEY "source_parts", (uint32_t)parts);
     plan->segs = calloc((size_t)(n ? n : 1), sizeof *plan->segs);
     if (!plan->segs) {
         free(idx);
@@ -141,7 +172,8 @@ int sw_partial_plan(const sw_gguf_t *src, int begin, int end, const sw_partial_s
         const sw_gguf_tensor_t *t = sw_gguf_tensor(src, idx[i]);
         const uint64_t at = sw_gguf_out_tensor_info(&o, t->name.ptr, (size_t)t->name.len, t->n_dims,
                                                     t->ne, t->type, t->n_bytes, align, &off);
-        plan->segs[i] = (sw_partial_seg_t){.src_off = t->offset, .part_off = at, .len = t->n_bytes};
+        plan->segs[i] = (sw_partial_seg_t){
+            .part = t->part, .src_off = t->offset, .part_off = at, .len = t->n_bytes};
         plan->data_bytes += t->n_bytes;
     }
     free(idx);
@@ -212,22 +244,48 @@ int sw_partial_info(const sw_gguf_t *g, int n_layer, sw_partial_info_t *info, ch
                 "again");
         return -1;
     }
+    uint64_t np = 1;
+    if (sw_gguf_find_key(g, SW_PARTIAL_KEY "source_parts") >= 0 &&
+        (sw_gguf_get_u64(g, SW_PARTIAL_KEY "source_parts", &np) != 0 || np < 2 ||
+         np > SW_GGUF_SPLIT_MAX)) {
+        sw_errf(err, err_len,
+                "model: this partial file's " SW_PARTIAL_KEY "source_parts is malformed; pull it "
+                "again");
+        return -1;
+    }
+    info->source_parts = (int)np;
     info->begin = (int)b;
     info->end = (int)e;
     info->n_vocab = (int)nv;
     return 1;
 }
 
-uint64_t sw_fingerprint_len(const sw_gguf_t *g)
+uint64_t sw_fingerprint_data_len(const sw_gguf_t *g)
 {
-    const uint64_t size = sw_gguf_file_size(g);
-    uint64_t n = sw_gguf_data_offset(g) + SW_FINGERPRINT_DATA;
-    return n > size ? size : n;
+    const uint64_t size = sw_gguf_file_size(g), at = sw_gguf_data_offset(g);
+    if (at >= size)
+        return 0;
+    return size - at < SW_FINGERPRINT_DATA ? size - at : SW_FINGERPRINT_DATA;
 }
 
-void sw_fingerprint_bytes(const void *bytes, uint64_t len, char out[65])
+uint64_t sw_fingerprint_len(const sw_gguf_t *g)
 {
+    uint64_t head;
+    sw_gguf_part_header(g, 0, &head);
+    return head + sw_fingerprint_data_len(g);
+}
+
+void sw_fingerprint_of(const sw_gguf_t *g, const void *data, char out[65])
+{
+    sw_sha256_t s;
     uint8_t h[32];
-    sw_sha256(bytes, (size_t)len, h);
+    sw_sha256_init(&s);
+    for (int i = 0; i < sw_gguf_part_count(g); i++) {
+        uint64_t len;
+        const void *head = sw_gguf_part_header(g, i, &len);
+        sw_sha256_update(&s, head, (size_t)len);
+    }
+    sw_sha256_update(&s, data, (size_t)sw_fingerprint_data_len(g));
+    sw_sha256_final(&s, h);
     sw_hex(h, sizeof h, out);
 }

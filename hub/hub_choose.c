@@ -1,11 +1,13 @@
 /*
  * hub_choose.c - which file of a repository `shardwire pull ORG/NAME[:TAG]`
  * means: the one .gguf file (matching the tag) in the hub's listing of the
- * revision, or offline in the cached snapshot and partial downloads. More
- * than one is an error that lists them.
+ * revision, or offline in the cached snapshot and partial downloads. The
+ * parts of a split set (PREFIX-NNNNN-of-MMMMM.gguf) count as one file, named
+ * by its first part. More than one is an error that lists them.
  */
 #include "hub_impl.h"
 
+#include "gguf.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #define S_MAX_API_BODY (8u << 20) /* bytes of a repo listing */
 
@@ -58,22 +61,54 @@ static int s_is_gguf(const char *name)
     return n > 5 && !strcasecmp(name + n - 5, ".gguf");
 }
 
-/* Picks the one .gguf file (matching ref->tag) from names; 0 with file, -1 with err. */
+static int s_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* 1 when name is a part other than the first of a split set whose first
+ * part is among sorted (n names, sorted with s_cmp): the set counts once,
+ * as its first part. */
+static int s_later_part(const char *name, const char *const *sorted, int n)
+{
+    int idx, count;
+    size_t plen;
+    char first[400];
+    if (!sw_gguf_split_name(name, &idx, &count, &plen) || count < 2 || idx == 0 ||
+        sw_gguf_split_path(first, sizeof first, name, plen, 0, count) != 0)
+        return 0;
+    const char *key = first;
+    return sorted && bsearch(&key, sorted, (size_t)n, sizeof *sorted, s_cmp) != NULL;
+}
+
+/* Picks the one .gguf file (matching ref->tag) from names, a split set's
+ * parts counting as its first part; 0 with file, -1 with err. */
 static int s_pick(const sw_hub_ref_t *ref, const char *const *names, int n, char *file, size_t len,
                   char *err, size_t err_len)
 {
     int found = 0, pick = -1;
     char list[1024] = "";
+    const char **sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
+    if (sorted) {
+        memcpy(sorted, names, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, s_cmp);
+    }
     for (int i = 0; i < n; i++) {
-        if (!s_is_gguf(names[i]) || !s_tag_match(names[i], ref->tag))
+        if (!s_is_gguf(names[i]) || !s_tag_match(names[i], ref->tag) ||
+            s_later_part(names[i], sorted, n))
             continue;
         if (found < 8) {
             size_t l = strlen(list);
+            const int parts = hub_set_count(names[i]);
             snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", names[i]);
+            l = strlen(list);
+            if (parts > 1)
+                snprintf(list + l, sizeof list - l, " (a split set of %d parts)", parts);
         }
         found++;
         pick = i;
     }
+    free(sorted);
     if (found == 1)
         return snprintf(file, len, "%s", names[pick]) < (int)len ? 0 : -1;
     if (found == 0)
@@ -160,19 +195,35 @@ out:
     return rc;
 }
 
-/* Adds the names in dir not yet in names (n of them, 64 at most); the new count. */
-static int s_list_names(const char *dir, char buf[64][256], const char *names[64], int n)
+/* Adds the names in dir (and, with sub, in its folders, as FOLDER/NAME: a
+ * split set's parts often sit in one) not yet in names (n of them, 64 at
+ * most); the new count. */
+static int s_list_names(const char *dir, int sub, char buf[64][256], const char *names[64], int n)
 {
     DIR *d = opendir(dir);
     for (struct dirent *de; d && n < 64 && (de = readdir(d));) {
         size_t l = strlen(de->d_name);
-        if (de->d_name[0] == '.' || l >= 256 ||
-            (l > 11 && !strcmp(de->d_name + l - 11, ".incomplete")) ||
-            (l > 16 && !strcmp(de->d_name + l - 16, ".incomplete.head")))
+        if (de->d_name[0] == '.' || l >= 128 || strstr(de->d_name, ".incomplete"))
+            continue; /* a download in progress (and its .head files) */
+        char p[HUB_PATH];
+        struct stat st;
+        if (sub && hub_pathf(p, sizeof p, "%s/%s", dir, de->d_name) == 0 && stat(p, &st) == 0 &&
+            S_ISDIR(st.st_mode)) {
+            const int before = n;
+            n = s_list_names(p, 0, buf, names, n);
+            for (int i = before; i < n; i++) { /* FOLDER/NAME */
+                char tmp[256];
+                if (snprintf(tmp, sizeof tmp, "%s/%s", de->d_name, buf[i]) < (int)sizeof tmp)
+                    memcpy(buf[i], tmp, sizeof tmp);
+            }
             continue;
-        int dup = 0;
-        for (int i = 0; i < n && !dup; i++)
-            dup = !strcmp(names[i], de->d_name);
+        }
+        int dup = 0; /* the same name, or a partial download of a file in a folder */
+        for (int i = 0; i < n && !dup; i++) {
+            const size_t li = strlen(names[i]);
+            dup = !strcmp(names[i], de->d_name) ||
+                  (li > l && names[i][li - l - 1] == '/' && !strcmp(names[i] + li - l, de->d_name));
+        }
         if (dup)
             continue;
         snprintf(buf[n], 256, "%s", de->d_name);
@@ -199,7 +250,7 @@ int hub_choose_cached(const hub_env_t *e, const sw_hub_ref_t *ref, char *file, s
     }
     char buf[64][256];
     const char *names[64];
-    int n = s_list_names(dir, buf, names, 0);
+    int n = s_list_names(dir, 1, buf, names, 0);
     /* and the files of partial downloads (shardwire-partial/COMMIT/layers-A-B/FILE) */
     if (hub_pathf(dir, sizeof dir, "%s/shardwire-partial/%s", e->repo_dir, commit) == 0) {
         DIR *d = opendir(dir);
@@ -207,7 +258,7 @@ int hub_choose_cached(const hub_env_t *e, const sw_hub_ref_t *ref, char *file, s
             char sub[HUB_PATH];
             if (!strncmp(de->d_name, "layers-", 7) &&
                 hub_pathf(sub, sizeof sub, "%s/%s", dir, de->d_name) == 0)
-                n = s_list_names(sub, buf, names, n);
+                n = s_list_names(sub, 0, buf, names, n);
         }
         if (d)
             closedir(d);

@@ -8,7 +8,9 @@
  *   hub.c          the API's fetches: the hub's metadata or a cached copy,
  *                  a whole file into the cache, a layer range, --model hf:
  *   hub_partial.c  partial downloads: a layer range's tensors by HTTP range
- *                  requests into a partial GGUF (engine/include/partial.h)
+ *                  requests into a partial GGUF (engine/include/partial.h),
+ *                  from a file or across the parts of a split set
+ *   hub_set.c      split GGUF sets: the parts' names, metadata and cache
  *   hub_download.c the resumable, sha256-checked download of a whole file,
  *                  and the progress shown while bytes come in
  *   hub_choose.c   which .gguf file of a repository (its listing, or the cache)
@@ -39,6 +41,7 @@
 #define HUB_ATTEMPTS 5            /* download attempts in one run (each resumes) */
 #define HUB_PATH 4096
 #define HUB_FILE_CHARS "._-+()[] " /* what a file name in a repository may hold */
+#define HUB_MAX_PARTS 1024         /* parts of a split set a pull takes */
 
 typedef struct hub_meta hub_meta_t; /* the hub's metadata for a file (below) */
 
@@ -189,10 +192,30 @@ int hub_cached_partial(const hub_env_t *e, const char *commit, const char *file,
  * file, else a partial that holds the range. */
 int hub_cached_layers(const hub_env_t *e, const sw_hub_ref_t *ref, const char *file, void *ctx,
                       char *path, size_t len);
-/* The partial download of [begin, end) into final, under the lock: 0 with
- * path; 1 when the whole file is wanted instead (every layer); -1 with err. */
-int hub_download_partial(const hub_env_t *e, const sw_hub_ref_t *ref, const hub_meta_t *m,
-                         const char *file, int begin, int end, const sw_hub_opts_t *o,
+/* The partial download of [begin, end) of file (metas[0]), or of the split
+ * set of n_parts parts whose part 1 file is (metas[i] part i + 1's), into
+ * final, under the lock: 0 with path; 1 when the whole file is wanted
+ * instead (every layer); -1 with err. */
+int hub_download_partial(const hub_env_t *e, const sw_hub_ref_t *ref, const hub_meta_t *metas,
+                         int n_parts, const char *file, int begin, int end, const sw_hub_opts_t *o,
                          const char *final, char *path, size_t path_len, char *err, size_t err_len);
+
+/* ---- split sets (hub_set.c) ---- */
+
+/* The parts of the split set file is a part of (PREFIX-NNNNN-of-MMMMM.gguf,
+ * M > 1), or 0 for a file of its own. */
+int hub_set_count(const char *file);
+/* The repository path of part i (from 0) of file's set: 0, or -1. */
+int hub_set_part(const char *file, int i, char *out, size_t len);
+/* 0, or -1 with err when file's set has more than HUB_MAX_PARTS parts. */
+int hub_set_check(const char *file, char *err, size_t err_len);
+/* The hub's metadata of every part of file's set into metas (hub_set_count
+ * of them), all at one commit, every size known: 0; 1 when the hub is
+ * unreachable; -1 with err naming the part. */
+int hub_set_resolve(const hub_env_t *e, const sw_hub_ref_t *ref, const char *file,
+                    hub_meta_t *metas, char *err, size_t err_len);
+/* Every part of file's set in the cache: 0 with part 1's path. */
+int hub_set_from_cache(const hub_env_t *e, const sw_hub_ref_t *ref, const char *file, char *path,
+                       size_t len);
 
 #endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #define S_HEAD_FIRST (1ll << 20) /* bytes of the first header request (doubled as needed) */
+#define S_HEAD_PART (1ll << 16)  /* the same for a split set's other parts (headers alone) */
 #define S_HEAD_MAX (1ll << 30)   /* a larger header is refused */
 #define S_RANGE_GAP (1ll << 16)  /* tensors closer than this in the source: one request */
 
@@ -213,6 +214,7 @@ typedef struct s_part {
     int fd;                        /* the .incomplete partial file */
     const sw_partial_plan_t *plan; /* where each tensor goes */
     int k;                         /* the segment being written */
+    int part;                      /* the source's split part being fetched (0: a file) */
     long long have;                /* the file's length: every byte below is final */
 } s_part_t;
 
@@ -233,10 +235,13 @@ static int s_part_sink(void *ud, long long pos, const uint8_t *b, size_t n)
     s_part_t *p = ud;
     const sw_partial_plan_t *pl = p->plan;
     while (n > 0) {
-        while (p->k < pl->n_segs && (uint64_t)pos >= pl->segs[p->k].src_off + pl->segs[p->k].len)
+        while (p->k < pl->n_segs &&
+               (pl->segs[p->k].part < p->part ||
+                (pl->segs[p->k].part == p->part &&
+                 (uint64_t)pos >= pl->segs[p->k].src_off + pl->segs[p->k].len)))
             p->k++;
-        if (p->k == pl->n_segs)
-            return 0; /* past the last tensor */
+        if (p->k == pl->n_segs || pl->segs[p->k].part != p->part)
+            return 0; /* past the part's last tensor */
         const sw_partial_seg_t *s = &pl->segs[p->k];
         if ((uint64_t)pos < s->src_off) { /* between two tensors of one request */
             uint64_t skip = s->src_off - (uint64_t)pos;
@@ -276,9 +281,9 @@ static int s_part_sink(void *ud, long long pos, const uint8_t *b, size_t n)
  * bytes: fetched (ctx set) or only counted. The bytes they ask for, or -1
  * with err.
  */
-static long long s_ranges(const hub_env_t *e, const hub_meta_t *m, s_part_t *ctx, hub_dl_t *draw,
-                          volatile sig_atomic_t *stop, const char *label, long long have, char *err,
-                          size_t err_len)
+static long long s_ranges(const hub_env_t *e, const hub_meta_t *metas, s_part_t *ctx,
+                          hub_dl_t *draw, volatile sig_atomic_t *stop, const char *const *labels,
+                          long long have, char *err, size_t err_len)
 {
     const sw_partial_plan_t *pl = ctx->plan;
     long long bytes = 0;
@@ -296,12 +301,16 @@ static long long s_ranges(const hub_env_t *e, const hub_meta_t *m, s_part_t *ctx
             from += have - (long long)s->part_off;
         long long to = (long long)(s->src_off + s->len) - 1;
         int j = k + 1;
-        for (; j < pl->n_segs && (long long)pl->segs[j].src_off - (to + 1) <= S_RANGE_GAP; j++)
+        for (; j < pl->n_segs && pl->segs[j].part == s->part &&
+               (long long)pl->segs[j].src_off - (to + 1) <= S_RANGE_GAP;
+             j++)
             if (pl->segs[j].len)
                 to = (long long)(pl->segs[j].src_off + pl->segs[j].len) - 1;
         bytes += to - from + 1;
+        const hub_meta_t *m = &metas[s->part];
+        ctx->part = s->part;
         if (ctx->fd >= 0 && s_fetch_range(e, m->url, from, to, m->size, s_part_sink, ctx, draw,
-                                          stop, label, err, err_len) != 0)
+                                          stop, labels[s->part], err, err_len) != 0)
             return -1;
         k = j;
     }
@@ -329,20 +338,21 @@ static void s_head_load(s_head_t *h, long long size)
 }
 
 /*
- * The source's header and the first MiB of its tensor data (what the
- * fingerprint hashes) into h, from the .head file and range requests: the
- * parsed header, or NULL with err.
+ * The source's header and, with data, the first MiB of its tensor data (what
+ * the fingerprint hashes; the other parts of a split set give their header
+ * alone) into h, from the .head file and range requests: the parsed header,
+ * or NULL with err.
  */
-static sw_gguf_t *s_fetch_head(const hub_env_t *e, const hub_meta_t *m, s_head_t *h, hub_dl_t *draw,
-                               volatile sig_atomic_t *stop, const char *label, char *err,
-                               size_t err_len)
+static sw_gguf_t *s_fetch_head(const hub_env_t *e, const hub_meta_t *m, s_head_t *h, int data,
+                               hub_dl_t *draw, volatile sig_atomic_t *stop, const char *label,
+                               char *err, size_t err_len)
 {
     s_head_load(h, m->size);
     if (h->len == 0 && ftruncate(h->fd, 0) != 0) {
         sw_errf(err, err_len, "cannot write the header of %s: %s", label, strerror(errno));
         return NULL;
     }
-    long long want = h->len > 0 ? (long long)h->len : S_HEAD_FIRST;
+    long long want = h->len > 0 ? (long long)h->len : data ? S_HEAD_FIRST : S_HEAD_PART;
     char why[512] = "";
     for (;;) {
         if (want > m->size)
@@ -352,7 +362,7 @@ static sw_gguf_t *s_fetch_head(const hub_env_t *e, const hub_meta_t *m, s_head_t
                           stop, label, err, err_len) != 0)
             return NULL;
         sw_gguf_t *g = sw_gguf_open_header(h->buf, h->len, (uint64_t)m->size, why, sizeof why);
-        if (g && (long long)h->len >= (long long)sw_fingerprint_len(g))
+        if (g && (!data || (long long)h->len >= (long long)sw_fingerprint_len(g)))
             return g;
         if (g) {
             want = (long long)sw_fingerprint_len(g);
@@ -408,29 +418,21 @@ int hub_cached_layers(const hub_env_t *e, const sw_hub_ref_t *ref, const char *f
                       char *path, size_t len)
 {
     const hub_range_req_t *r = ctx;
-    char commit[41];
-    if (hub_from_cache(e, ref, file, path, len) == 0)
+    char commit[41], first[400];
+    const int set = hub_set_count(file) > 1;
+    if (set ? hub_set_from_cache(e, ref, file, path, len) == 0
+            : hub_from_cache(e, ref, file, path, len) == 0)
         return 0;
+    if (set && hub_set_part(file, 0, first, sizeof first) != 0)
+        return -1;
     return hub_cached_commit(e, ref, commit) == 0
-               ? hub_cached_partial(e, commit, file, r->begin, r->end, path, len)
+               ? hub_cached_partial(e, commit, set ? first : file, r->begin, r->end, path, len)
                : -1;
 }
 
 static double s_mib(long long b)
 {
     return (double)b / (1 << 20);
-}
-
-/* A plan refused (a range this model lacks) or not wanted (the whole file):
- * nothing to resume, so the .head and the empty layers folder go. */
-static void s_drop_head(const char *headp, const char *final)
-{
-    unlink(headp);
-    char dir[HUB_PATH];
-    snprintf(dir, sizeof dir, "%s", final);
-    if (strrchr(dir, '/'))
-        *strrchr(dir, '/') = 0;
-    rmdir(dir);
 }
 
 /* Opens the .incomplete partial file part for p (p->plan set): a resume
@@ -490,71 +492,201 @@ static int s_part_check(const char *part, const sw_partial_plan_t *plan, int n_l
     return 0;
 }
 
+/* The source of a partial download: a file, or the parts of a split set. */
+typedef struct s_src {
+    int n;                   /* parts (1: a file of its own) */
+    const hub_meta_t *metas; /* (n) the hub's metadata of each */
+    char **names;            /* (n) their paths in the repository */
+    const char **labels;     /* (n) their file names, for messages */
+    char **headp;            /* (n) their .head files (a resumed pull's header bytes) */
+    s_head_t *heads;         /* (n) their first bytes */
+    sw_gguf_t **hdrs;        /* (n) their headers */
+    sw_gguf_t *set;          /* the set of them (n > 1) */
+    const sw_gguf_t *g;      /* what the plan cuts: hdrs[0], or the set */
+    long long size;          /* bytes of all parts */
+} s_src_t;
+
+static void s_src_free(s_src_t *src)
+{
+    for (int i = 0; i < src->n; i++) {
+        if (src->names)
+            free(src->names[i]);
+        if (src->headp)
+            free(src->headp[i]);
+        if (src->heads) {
+            free(src->heads[i].buf);
+            if (src->heads[i].fd >= 0)
+                close(src->heads[i].fd);
+        }
+        if (src->hdrs)
+            sw_gguf_close(&src->hdrs[i]);
+    }
+    sw_gguf_close(&src->set);
+    free(src->names);
+    free(src->labels);
+    free(src->headp);
+    free(src->heads);
+    free(src->hdrs);
+}
+
+/* The n parts of file (its set's part 1 when n > 1) with their .head files
+ * beside part (FILE.incomplete): 0, or -1 with err. */
+static int s_src_open(s_src_t *src, const char *file, const hub_meta_t *metas, int n,
+                      const char *part, char *err, size_t err_len)
+{
+    *src = (s_src_t){.n = n, .metas = metas};
+    if (n < 1 || n > HUB_MAX_PARTS) {
+        sw_errf(err, err_len, "a split set of %d parts", n);
+        src->n = 0;
+        return -1;
+    }
+    src->names = calloc((size_t)n, sizeof *src->names);
+    src->labels = calloc((size_t)n, sizeof *src->labels);
+    src->headp = calloc((size_t)n, sizeof *src->headp);
+    src->heads = calloc((size_t)n, sizeof *src->heads);
+    src->hdrs = calloc((size_t)n, sizeof *src->hdrs);
+    for (int i = 0; src->heads && i < n; i++)
+        src->heads[i].fd = -1;
+    if (!src->names || !src->labels || !src->headp || !src->heads || !src->hdrs) {
+        sw_errf(err, err_len, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        src->names[i] = malloc(400);
+        src->headp[i] = malloc(HUB_PATH + 16);
+        if (!src->names[i] || !src->headp[i] ||
+            (n > 1 ? hub_set_part(file, i, src->names[i], 400)
+                   : snprintf(src->names[i], 400, "%s", file) >= 400) ||
+            (i == 0 ? hub_pathf(src->headp[i], HUB_PATH + 16, "%s.head", part)
+                    : hub_pathf(src->headp[i], HUB_PATH + 16, "%s.head.%05d", part, i + 1))) {
+            sw_errf(err, err_len, "the cache path is too long");
+            return -1;
+        }
+        const char *slash = strrchr(src->names[i], '/');
+        src->labels[i] = slash ? slash + 1 : src->names[i];
+        src->heads[i].fd = open(src->headp[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (src->heads[i].fd < 0) {
+            sw_errf(err, err_len, "cannot write %s: %s", src->headp[i], strerror(errno));
+            return -1;
+        }
+        src->size += metas[i].size;
+    }
+    return 0;
+}
+
+/* Every part's header (and the first part's first MiB of data), and the set
+ * of them: 0 with src->g, or -1 with err. */
+static int s_src_heads(s_src_t *src, const hub_env_t *e, hub_dl_t *d, volatile sig_atomic_t *stop,
+                       char *err, size_t err_len)
+{
+    for (int i = 0; i < src->n; i++)
+        if (!(src->hdrs[i] = s_fetch_head(e, &src->metas[i], &src->heads[i], i == 0, d, stop,
+                                          src->labels[i], err, err_len)))
+            return -1;
+    if (src->n == 1) {
+        src->g = src->hdrs[0];
+        return 0;
+    }
+    const size_t n = src->n > 1 && src->n <= HUB_MAX_PARTS ? (size_t)src->n : 1;
+    const void **bufs = calloc(n, sizeof *bufs);
+    size_t *lens = calloc(n, sizeof *lens);
+    uint64_t *sizes = calloc(n, sizeof *sizes);
+    for (int i = 0; bufs && lens && sizes && i < (int)n; i++) {
+        bufs[i] = src->heads[i].buf;
+        lens[i] = src->heads[i].len;
+        sizes[i] = (uint64_t)src->metas[i].size;
+    }
+    char why[768] = "out of memory";
+    if (bufs && lens && sizes)
+        src->set = sw_gguf_open_split_headers(bufs, lens, sizes, (const char *const *)src->names,
+                                              (int)n, why, sizeof why);
+    free(bufs);
+    free(lens);
+    free(sizes);
+    if (!src->set) {
+        sw_errf(err, err_len, "the split set %s cannot be cut: %s", src->names[0], why);
+        return -1;
+    }
+    src->g = src->set;
+    return 0;
+}
+
+/* A plan refused (a range this model lacks) or not wanted (the whole file):
+ * nothing to resume, so the .head files and the empty layers folder go. */
+static void s_src_drop(const s_src_t *src, const char *final)
+{
+    for (int i = 0; i < src->n; i++)
+        unlink(src->headp[i]);
+    char dir[HUB_PATH];
+    snprintf(dir, sizeof dir, "%s", final);
+    if (strrchr(dir, '/'))
+        *strrchr(dir, '/') = 0;
+    rmdir(dir);
+}
+
 /* The partial download proper, under the lock: 0 with the file at final; 1
  * when the range is every layer (the caller fetches the whole file); -1 with
  * err. */
-int hub_download_partial(const hub_env_t *e, const sw_hub_ref_t *ref, const hub_meta_t *m,
-                         const char *file, int begin, int end, const sw_hub_opts_t *o,
+int hub_download_partial(const hub_env_t *e, const sw_hub_ref_t *ref, const hub_meta_t *metas,
+                         int n_parts, const char *file, int begin, int end, const sw_hub_opts_t *o,
                          const char *final, char *path, size_t path_len, char *err, size_t err_len)
 {
-    const char *label = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
     volatile sig_atomic_t *stop = o ? o->stop : NULL;
-    char part[HUB_PATH], headp[HUB_PATH + 8];
-    if (hub_pathf(part, sizeof part, "%s.incomplete", final) != 0 ||
-        hub_pathf(headp, sizeof headp, "%s.head", part) != 0) {
+    char part[HUB_PATH];
+    s_src_t src = {0};
+    s_part_t p = {.fd = -1};
+    sw_partial_plan_t plan = {0};
+    int rc = -1;
+    if (hub_pathf(part, sizeof part, "%s.incomplete", final) != 0) {
         sw_errf(err, err_len, "the cache path is too long");
         return -1;
     }
-    s_head_t h = {.fd = open(headp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
-    s_part_t p = {.fd = -1};
-    sw_partial_plan_t plan = {0};
-    sw_gguf_t *g = NULL;
-    int rc = -1;
-    if (h.fd < 0) {
-        sw_errf(err, err_len, "cannot write %s: %s", headp, strerror(errno));
-        return -1;
-    }
+    if (s_src_open(&src, file, metas, n_parts, part, err, err_len) != 0)
+        goto out;
+    const char *label = src.labels[0];
     hub_dl_t d = {.label = label, .progress = o ? o->progress : SW_HUB_QUIET, .expect = -1};
     d.t0 = hub_now();
-    g = s_fetch_head(e, m, &h, &d, stop, label, err, err_len);
+    const int got_heads = s_src_heads(&src, e, &d, stop, err, err_len);
     const long long head_run = d.have; /* header bytes fetched by this run */
-    if (!g)
+    if (got_heads != 0)
         goto out;
     int n_layer = 0;
-    if (sw_partial_layers(g, &n_layer) != 0) {
+    if (sw_partial_layers(src.g, &n_layer) != 0) {
         sw_errf(err, err_len, "%s: the header has no usable block_count", label);
         goto out;
     }
     const int last = end < 0 ? n_layer : end;
     if (begin == 0 && last == n_layer) { /* every layer: the whole file */
-        fprintf(stderr, "pull: layers 0:%d are the whole model: downloading the whole file\n",
-                n_layer);
+        fprintf(stderr, "pull: layers 0:%d are the whole model: downloading the whole %s\n",
+                n_layer, n_parts > 1 ? "split set" : "file");
         rc = 1;
     }
     char fp[65], source[1024];
-    sw_fingerprint_bytes(h.buf, sw_fingerprint_len(g), fp);
-    snprintf(source, sizeof source, "hf:%s/%s@%s", ref->repo, file, m->commit);
+    sw_fingerprint_of(src.g, src.heads[0].buf + sw_gguf_data_offset(src.hdrs[0]), fp);
+    snprintf(source, sizeof source, "hf:%s/%s@%s", ref->repo, src.names[0], metas[0].commit);
     const sw_partial_src_t id = {.source = source,
-                                 .size = (uint64_t)m->size,
-                                 .sha256 = m->is_sha256 ? m->etag : "",
+                                 .size = (uint64_t)src.size,
+                                 .sha256 = n_parts == 1 && metas[0].is_sha256 ? metas[0].etag : "",
                                  .fingerprint = fp};
-    if (rc == 1 || sw_partial_plan(g, begin, end, &id, &plan, err, err_len) != 0) {
-        s_drop_head(headp, final);
+    if (rc == 1 || sw_partial_plan(src.g, begin, end, &id, &plan, err, err_len) != 0) {
+        s_src_drop(&src, final);
         goto out;
     }
     p.plan = &plan;
     if (s_part_open(&p, part, label, begin, last, err, err_len) != 0)
         goto out;
     s_part_t count = {.fd = -1, .plan = &plan};
-    const long long need = (long long)h.len + s_ranges(e, m, &count, NULL, NULL, label,
-                                                       (long long)plan.header_len, err, err_len);
-    const long long left = s_ranges(e, m, &count, NULL, NULL, label, p.have, err, err_len);
+    long long need = s_ranges(e, metas, &count, NULL, NULL, src.labels, (long long)plan.header_len,
+                              err, err_len);
+    for (int i = 0; i < n_parts; i++)
+        need += (long long)src.heads[i].len;
+    const long long left = s_ranges(e, metas, &count, NULL, NULL, src.labels, p.have, err, err_len);
     d.expect = need;
     d.have = need - left;
     d.t0 = hub_now();
     d.t0_have = d.have;
     d.last_decile = -1;
-    if (s_ranges(e, m, &p, &d, stop, label, p.have, err, err_len) < 0)
+    if (s_ranges(e, metas, &p, &d, stop, src.labels, p.have, err, err_len) < 0)
         goto out;
     hub_draw(&d, 1);
     if (ftruncate(p.fd, (off_t)plan.size) != 0 || fsync(p.fd) != 0) {
@@ -567,20 +699,20 @@ int hub_download_partial(const hub_env_t *e, const sw_hub_ref_t *ref, const hub_
         sw_errf(err, err_len, "cannot move %s into place: %s", part, strerror(errno));
         goto out;
     }
-    unlink(headp);
+    for (int i = 0; i < n_parts; i++)
+        unlink(src.headp[i]);
     if (!o || o->progress != SW_HUB_QUIET)
         fprintf(stderr,
-                "pull: %s layers %d:%d: fetched %.1f MiB of %.1f MiB (%.0f%%), %.1f MiB in this "
+                "pull: %s layers %d:%d: fetched %.1f MiB of %.1f MiB%s (%.0f%%), %.1f MiB in this "
                 "run; the whole-file sha256 cannot be checked on a part (docs/deploy.md)\n",
-                label, begin, last, s_mib(need), s_mib(m->size),
-                100.0 * (double)need / (double)m->size, s_mib(head_run + d.have - d.t0_have));
+                label, begin, last, s_mib(need), s_mib(src.size),
+                n_parts > 1 ? " of the split set" : "", 100.0 * (double)need / (double)src.size,
+                s_mib(head_run + d.have - d.t0_have));
     snprintf(path, path_len, "%s", final);
     rc = 0;
 out:
-    sw_gguf_close(&g);
+    s_src_free(&src);
     sw_partial_plan_free(&plan);
-    free(h.buf);
-    close(h.fd);
     if (p.fd >= 0)
         close(p.fd);
     return rc;

@@ -228,10 +228,12 @@ class Handler(BaseHTTPRequestHandler):
                     last + 1 - start > rc["cut_after"]:
                 self.hub.cuts_done[(name, sha)] = done + 1
                 limit = rc["cut_after"]
+        self.logged = False
         try:
             self._send_body(blob, rc, start, last, limit, stall)
         finally:
-            self.hub.log({"sent": self.sent, "path": self.path})
+            if not self.logged:
+                self.hub.log({"sent": self.sent, "path": self.path})
 
     def _send_body(self, blob, rc, start, last, limit, stall):
         self.sent, pos = 0, start
@@ -246,6 +248,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk[:stall - self.sent])
                 self.wfile.flush()
                 self.sent = stall
+                # logged now, not after the sleep: a test counting the bytes of a later
+                # (resumed) pull from this point of the log must not find this response's
+                self.hub.log({"sent": self.sent, "path": self.path})
+                self.logged = True
                 time.sleep(120)  # the client gives up or is interrupted
                 return
             if limit is not None and self.sent + len(chunk) > limit:

@@ -87,7 +87,9 @@ typedef struct sw_kv sw_kv_t;
 
 /* Opens path and loads layers [layer_begin, layer_end) (layer_end = -1: to the
  * last layer) onto be; on a backend group the layers are split evenly over
- * its devices, in order. NULL with a one-line reason in err on failure. */
+ * its devices, in order. path may be any part of a split set (gguf.h): the
+ * range maps only the parts holding its tensors. NULL with a one-line reason
+ * in err on failure. */
 sw_model_t *sw_model_load(const char *path, int layer_begin, int layer_end, sw_backend_t *be,
                           char *err, size_t err_len) __attribute__((warn_unused_result));
 /* Accepts NULL and NULLs the caller's pointer. */
@@ -101,7 +103,10 @@ int sw_model_is_first(const sw_model_t *m);
 int sw_model_is_last(const sw_model_t *m);
 /* The model's identity, the same on every stage whatever its range: sha256
  * over the GGUF header (metadata and tensor table) and the first MiB of
- * tensor data, as 64 lower-case hex digits and a NUL. */
+ * tensor data, as 64 lower-case hex digits and a NUL; for a split set over
+ * every part's header and the first MiB of the first part's data, whichever
+ * part the set was opened from (partial.h, sw_fingerprint_of). Computed at
+ * load. */
 void sw_model_fingerprint(const sw_model_t *m, char out[65]);
 /* Bytes of weights this range uses (what it keeps resident). */
 uint64_t sw_model_weight_bytes(const sw_model_t *m);

@@ -18,13 +18,7 @@ set -eu
 mk=$1
 smol=$2
 out=$3
-if [ ! -f "$smol" ]; then
-    why="cudaemu_models: $smol is absent (run: bash scripts/fetch_model.sh)"
-    echo "$why" >&2
-    [ -n "${SW_TEST_SKIP_LOG:-}" ] && echo "$why" >>"$SW_TEST_SKIP_LOG"
-    [ "${SW_TEST_STRICT:-0}" = 1 ] && exit 1
-    exit 77
-fi
+sh "$(dirname "$0")/need_model.sh" cudaemu_models "$smol" || exit $?
 mkdir -p "$out"
 for p in tiny-float tiny-qwen3; do
     [ -f "$out/$p.gguf" ] || "$mk" --synth "$p" --layers 2 -o "$out/$p.gguf" >/dev/null

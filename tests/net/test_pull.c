@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "sha256.h"
+#include "sw_hub.h"
 #include "sw_test.h"
 
 #define SMALL (3 << 20) /* bytes of the small stand-in files */
@@ -70,23 +71,11 @@ static void s_sha_hex(const char *path, char hex[65])
     free(data);
 }
 
-/* `shardwire pull ARGS...` (NULL-terminated); exit code, stdout (trimmed) and stderr. */
+/* `shardwire pull A1 A2` (A2 may be NULL); exit code, stdout (trimmed) and stderr. */
 static int s_pull(char **out, char **err, const char *a1, const char *a2)
 {
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "pull", (char *)a1, (char *)a2, NULL};
-    char *o = NULL, *e = NULL;
-    int rc = sw_test_run(argv, 120, &o, &e);
-    if (o)
-        o[strcspn(o, "\n")] = 0;
-    if (out)
-        *out = o;
-    else
-        free(o);
-    if (err)
-        *err = e;
-    else
-        free(e);
-    return rc;
+    const char *args[] = {"pull", a1, a2, NULL};
+    return swh_cli(out, err, 120, args);
 }
 
 /* Lines of the hub's request log containing all of a, b (b may be NULL). */
@@ -359,11 +348,5 @@ int main(void)
         unsetenv("HF_HUB_CACHE");
     }
 
-    sw_test_kill(hub);
-    if (sw_test_failures) {
-        char *t = sw_test_read_file(s_path("hub.stderr"), NULL);
-        fprintf(stderr, "---- hub stand-in stderr\n%s", t ? t : "");
-        free(t);
-    }
-    return sw_test_done();
+    return swh_done(hub, s_path("hub.stderr"));
 }

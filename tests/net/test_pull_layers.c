@@ -30,6 +30,7 @@
 
 #include "gguf.h"
 #include "keys.h"
+#include "sw_hub.h"
 #include "sw_test.h"
 
 #define N_GEN 24
@@ -56,45 +57,13 @@ static long long s_size(const char *path)
 /* `shardwire ARGS...` (NULL-terminated); exit code, stdout's first line, stderr. */
 static int s_cli(char **out, char **err, const char *const *args)
 {
-    char *argv[16];
-    int n = 0;
-    argv[n++] = (char *)sw_test_bin("shardwire");
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    char *o = NULL, *e = NULL;
-    int rc = sw_test_run(argv, 180, &o, &e);
-    if (o)
-        o[strcspn(o, "\n")] = 0;
-    if (out)
-        *out = o;
-    else
-        free(o);
-    if (err)
-        *err = e;
-    else
-        free(e);
-    return rc;
+    return swh_cli(out, err, 180, args);
 }
 
-/* Sum of the body bytes the CDN sent for repo (its "sent" log lines) from log line `from` on;
- * *lines receives the log's line count. */
+/* Sum of the body bytes the CDN sent for repo from log line `from` on. */
 static long long s_sent(const char *repo, int from, int *lines)
 {
-    char *text = sw_test_read_file(s_path("hub.log"), NULL);
-    long long sum = 0;
-    int i = 0;
-    char needle[128];
-    snprintf(needle, sizeof needle, "\"path\": \"/cdn/%s/", repo);
-    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"), i++) {
-        const char *s = strstr(line, "{\"sent\": ");
-        if (i >= from && s && strstr(line, needle))
-            sum += atoll(s + 9);
-    }
-    free(text);
-    if (lines)
-        *lines = i;
-    return sum;
+    return swh_sent(s_path("hub.log"), repo, from, lines);
 }
 
 /* 1 when a log line from `from` on holds both a and b. */
@@ -139,24 +108,6 @@ static long long s_expected(const char *model, int begin, int end, int n_layer)
     return sum;
 }
 
-/* The "fingerprint" of `shardwire info --model path --json`, into fp. */
-static void s_fingerprint(const char *path, char fp[65])
-{
-    char *o = NULL;
-    fp[0] = 0;
-    char *argv[] = {
-        (char *)sw_test_bin("shardwire"), "info", "--model", (char *)path, "--json", NULL};
-    if (sw_test_run(argv, 60, &o, NULL) == 0 && o) {
-        const char *f = strstr(o, "\"fingerprint\"");
-        f = f ? strchr(f + 13, '"') : NULL;
-        if (f && strlen(f + 1) >= 64) {
-            memcpy(fp, f + 1, 64);
-            fp[64] = 0;
-        }
-    }
-    free(o);
-}
-
 static int s_near(long long got, long long want, double tol)
 {
     if (got < want || got > want + (long long)(tol * (double)want)) {
@@ -171,9 +122,7 @@ int main(void)
     const char *model = sw_test_model();
     signal(SIGPIPE, SIG_IGN);
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
-    FILE *cf = fopen(s_path("hub.json"), "w");
-    if (!cf)
-        sw_test_skip("cannot write the hub configuration");
+    FILE *cf = swh_config(s_path("hub.json"));
     fprintf(cf,
             "{\"repos\": {\n"
             " \"test-org/smol\": {\"files\": {\"smol.gguf\": \"%s\"}},\n"
@@ -189,7 +138,7 @@ int main(void)
     pid_t hub = sw_test_hub(s_dir, s_endpoint, sizeof s_endpoint);
 
     char whole_fp[65];
-    s_fingerprint(model, whole_fp);
+    swh_fingerprint(model, whole_fp);
     SW_CHECK_INT(strlen(whole_fp), 64);
     const long long whole = s_size(model);
 
@@ -213,7 +162,7 @@ int main(void)
         fprintf(stderr, "layers %s: fetched %lld of %lld bytes (%.1f%%), needed %lld\n",
                 halves[h][0], got, whole, 100.0 * (double)got / (double)whole, want);
         char fp[65];
-        s_fingerprint(halves[h][1], fp);
+        swh_fingerprint(halves[h][1], fp);
         SW_CHECK(!strcmp(fp, whole_fp));
         free(out);
         free(err);
@@ -267,25 +216,14 @@ int main(void)
         } else {
             int32_t ref[N_GEN + 8];
             SW_CHECK_INT(sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN + 8), N_GEN);
-            char ep[64];
-            snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-            const char *nodes[] = {"head", "tail", "tail2", NULL}, *clients[] = {"client", NULL};
-            SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
-            setenv("HF_HOME", s_path("nodehome"), 1); /* an empty cache: the nodes pull */
-            const char *log = sw_test_log("cluster.log");
-            static const char *const hf[] = {"--model", "hf:test-org/smol/smol.gguf", NULL};
-            pid_t relay = sw_test_relay(ep, s_dir, log, NULL);
-            pid_t head = sw_test_node(ep, s_dir, "head", "0:15", log, hf);
-            pid_t tail = sw_test_node(ep, s_dir, "tail", "15:30", log, hf);
-            sw_test_client_env(s_dir, "client");
-            SW_CHECK_INT(sw_test_wait_peers(ep, 2, 120), 0);
-            pid_t run = sw_test_run_bg(ep, "head", s_prompt, N_GEN, 120, "run");
-            SW_CHECK(sw_test_run_exact(run, "run", ref, N_GEN, 150));
+            const char *nodes[] = {"head", "tail", "tail2", NULL};
+            swh_cluster_t c = {0};
+            swh_partial_cluster(&c, s_dir, nodes, s_path("nodehome"), "hf:test-org/smol/smol.gguf",
+                                s_prompt, ref, N_GEN, whole_fp);
+            const char *ep = c.ep, *log = c.log;
+            pid_t relay = c.relay, head = c.head, tail = c.tail;
             char want[64];
             snprintf(want, sizeof want, "model %.12s...", whole_fp);
-            SW_CHECK_INT(sw_test_count_in_file(log, want), 2);
-            SW_CHECK_INT(sw_test_count_in_file(log, "layers 0:15: fetched"), 1);
-            SW_CHECK_INT(sw_test_count_in_file(log, "layers 15:30: fetched"), 1);
             /* a mixed cluster: the partial tail replaced by a node with the whole file */
             sw_test_kill(tail);
             pid_t tail2 = sw_test_node(ep, s_dir, "tail2", "15:30", log, NULL);
@@ -293,7 +231,7 @@ int main(void)
                 usleep(100000);
             SW_CHECK_INT(sw_test_count_in_file(log, want), 3);
             SW_CHECK_INT(sw_test_wait_peers(ep, 2, 60), 0);
-            run = sw_test_run_bg(ep, "head", s_prompt, N_GEN, 120, "run2");
+            pid_t run = sw_test_run_bg(ep, "head", s_prompt, N_GEN, 120, "run2");
             SW_CHECK(sw_test_run_exact(run, "run2", ref, N_GEN, 150));
             sw_test_kill(tail2);
             sw_test_kill(head);
@@ -360,7 +298,7 @@ int main(void)
         SW_CHECK(llabs(again - (want - kept)) < (want - kept) / 100);
         fprintf(stderr, "resume: the rerun fetched %lld bytes of %lld needed\n", again, want);
         char fp[65];
-        s_fingerprint(out ? out : "", fp);
+        swh_fingerprint(out ? out : "", fp);
         SW_CHECK(!strcmp(fp, whole_fp));
         SW_CHECK_INT(s_size(part), -1);
         /* the data are those of the uninterrupted pull of the same range */
@@ -384,7 +322,7 @@ int main(void)
         SW_CHECK_INT(s_cli(&out, &err, args), 0);
         SW_CHECK(err && strstr(err, "range request cut at byte"));
         char fp[65];
-        s_fingerprint(out ? out : "", fp);
+        swh_fingerprint(out ? out : "", fp);
         SW_CHECK(!strcmp(fp, whole_fp));
         free(out);
         free(err);
@@ -424,11 +362,5 @@ int main(void)
         free(err);
     }
 
-    sw_test_kill(hub);
-    if (sw_test_failures) {
-        char *t = sw_test_read_file(s_path("hub.stderr"), NULL);
-        fprintf(stderr, "---- hub stand-in stderr\n%s", t ? t : "");
-        free(t);
-    }
-    return sw_test_done();
+    return swh_done(hub, s_path("hub.stderr"));
 }

@@ -6,7 +6,7 @@
  *  - sw_gguf_open_header validates a header from the file's first bytes
  *    alone (tensor data NULL) and fails on a prefix that ends inside it;
  *  - the fingerprint of the first sw_fingerprint_len bytes is the whole
- *    model's, and a partial file announces it;
+ *    model's (their sha256), and a partial file announces it;
  *  - head (0:15), middle (5:10, no embeddings: n_vocab from its key) and tail
  *    (15:30, the tied embeddings as LM head) partial files load for their
  *    range and any range inside it, hold only the tensors they need, with
@@ -22,6 +22,7 @@
 #include "gguf.h"
 #include "model.h"
 #include "partial.h"
+#include "sha256.h"
 #include "sw_test.h"
 
 static sw_backend_t *s_be;
@@ -134,7 +135,12 @@ int main(void)
     SW_CHECK(h != NULL);
     if (h) {
         SW_CHECK(sw_fingerprint_len(h) == hl + (1u << 20));
-        sw_fingerprint_bytes(bytes, sw_fingerprint_len(h), fp);
+        sw_fingerprint_of(h, bytes + hl, fp);
+        SW_CHECK(!strcmp(fp, whole_fp));
+        /* a file of its own: the sha256 of its first sw_fingerprint_len bytes, as always */
+        uint8_t d[32];
+        sw_sha256(bytes, (size_t)sw_fingerprint_len(h), d);
+        sw_hex(d, sizeof d, fp);
         SW_CHECK(!strcmp(fp, whole_fp));
     }
 
