@@ -88,10 +88,20 @@ typedef struct {
     float d, dmin; // super-scales
 } s_wblk;
 
-/* The int16 scale pair of group g: a in the lower 128 bits, b in the upper. */
-SW_AI __m256i s_sc_pair(int a, int b)
+/* 16 int16 scales (sub-blocks 0..15) -> group g's pair: sub-block 2g's scale
+ * in the lower 128 bits, 2g+1's in the upper (byte shuffles, no scalar work). */
+SW_AI void s_sc_pairs16(__m256i s16, __m256i *sc)
 {
-    return _mm256_setr_m128i(_mm_set1_epi16((short)a), _mm_set1_epi16((short)b));
+    const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00);
+    const __m256i hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const int j = g & 3;
+        const __m256i ctrl =
+            _mm256_setr_m128i(_mm_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))),
+                              _mm_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
+        sc[g] = _mm256_shuffle_epi8(g < 4 ? lo : hi, ctrl);
+    }
 }
 
 SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
@@ -104,9 +114,8 @@ SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
             for (int i = 0; i < 4; i++)
                 u->q[4 * h + i] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3);
         }
-        for (int g = 0; g < 8; g++)
-            u->sc[g] = s_sc_pair(b->scales[2 * g] & 0xF, b->scales[2 * g + 1] & 0xF);
         const __m128i sm = _mm_loadu_si128((const __m128i *)b->scales);
+        s_sc_pairs16(_mm256_cvtepu8_epi16(_mm_and_si128(sm, _mm_set1_epi8(0xF))), u->sc);
         u->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0xF)));
         u->d = s_f16(&b->d);
         u->dmin = s_f16(&b->dmin);
@@ -123,9 +132,10 @@ SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
                 u->aq[g] = _mm256_slli_epi16(_mm256_xor_si256(hbit, one), 2); // 4 when clear
             }
         }
-        for (int g = 0; g < 8; g++)
-            u->sc[g] =
-                s_sc_pair(sw_q3_k_scale(b->scales, 2 * g), sw_q3_k_scale(b->scales, 2 * g + 1));
+        int16_t s16[16];
+        for (int i = 0; i < 16; i++)
+            s16[i] = (int16_t)sw_q3_k_scale(b->scales, i);
+        s_sc_pairs16(_mm256_loadu_si256((const __m256i *)s16), u->sc);
         u->d = s_f16(&b->d);
     } else { // iq4_xs
         const sw_block_iq4_xs *b = (const sw_block_iq4_xs *)blk;
@@ -214,8 +224,26 @@ SW_AI void s_tile(int kind, int ord, int R, int64_t nb, const uint8_t *w, const 
         y[r * ys] = ord == O_TILED ? ty[r] : s_hsum8(acc[r]);
 }
 
+/* iq4_nl block b of R activation rows into the accumulators a[r]. */
+SW_AI void s_nl_block(int R, int64_t b, const sw_block_iq4_nl *wb, const uint8_t *x, size_t xs,
+                      __m128i tab, __m256i ones, __m256 *a)
+{
+    const __m256i q = s_nl32(wb[b].qs, tab), aq = _mm256_sign_epi8(q, q);
+    const float dw = s_f16(&wb[b].d);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const sw_block_q8_0 *xb = (const sw_block_q8_0 *)(x + (size_t)r * xs) + b;
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)xb->qs);
+        const __m256i l = _mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones);
+        const float d = s_f16(&xb->d) * dw;
+        a[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), a[r]);
+    }
+}
+
 /* iq4_nl: y[r * ys] for r < R over nb 32-element blocks, in order ord
- * (O_DOT: two chains and the odd tail; O_SGEMM: one chain). */
+ * (O_DOT: two chains, even and odd blocks, and the odd tail; O_SGEMM: one
+ * chain). The chains are unrolled so that their accumulators stay in
+ * registers. */
 SW_AI void s_tile_nl(int ord, int R, int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs,
                      float *y, int64_t ys)
 {
@@ -226,19 +254,14 @@ SW_AI void s_tile_nl(int ord, int R, int64_t nb, const uint8_t *w, const uint8_t
     for (int r = 0; r < S_ROWS; r++)
         acc[0][r] = acc[1][r] = _mm256_setzero_ps();
     const sw_block_iq4_nl *wb = (const sw_block_iq4_nl *)w;
-    const int64_t nchain = ord == O_DOT ? nb & ~(int64_t)1 : nb;
-    for (int64_t b = 0; b < nchain; b++) {
-        const __m256i q = s_nl32(wb[b].qs, tab), aq = _mm256_sign_epi8(q, q);
-        const float dw = s_f16(&wb[b].d);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const sw_block_q8_0 *xb = (const sw_block_q8_0 *)(x + (size_t)r * xs) + b;
-            const __m256i yv = _mm256_loadu_si256((const __m256i *)xb->qs);
-            const __m256i l = _mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones);
-            const float d = s_f16(&xb->d) * dw;
-            __m256 *a = &acc[ord == O_DOT ? (int)(b & 1) : 0][r];
-            *a = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), *a);
+    if (ord == O_DOT) {
+        for (int64_t b = 0; b + 1 < nb; b += 2) {
+            s_nl_block(R, b, wb, x, xs, tab, ones, acc[0]);
+            s_nl_block(R, b + 1, wb, x, xs, tab, ones, acc[1]);
         }
+    } else {
+        for (int64_t b = 0; b < nb; b++)
+            s_nl_block(R, b, wb, x, xs, tab, ones, acc[0]);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
