@@ -322,7 +322,7 @@ const sw_opt_t sw_opts_relay[] = {
     {"relay", SW_OPT_RELAY, "ENDPOINT", "the relay: HOST:PORT or tcp://HOST:PORT"},
     [SW_OPTS_RELAY_CONNECT] = //
     {"connect-timeout-s", SW_OPT_CONNECT, "S",
-     "keep trying to reach the relay for S s, one line per\nattempt; 0 = no limit "
+     "keep trying to reach the relay for S s, one progress\nline while waiting; 0 = no limit "
      "(default: " SW_STR(SW_CLIENT_DEFAULT_CONNECT_S) " for clients,\n0 for a node)"},
 };
 _Static_assert(sizeof sw_opts_relay / sizeof sw_opts_relay[0] == SW_OPTS_RELAY_N,

@@ -48,10 +48,23 @@
 #define SW_WIRE_ADDR_MAX (SW_WIRE_NAME_MAX + 1 + SW_WIRE_KEY_FP_LEN) /* bytes of "NAME@FP" */
 
 #define SW_WIRE_MAX_HEADER (4u << 20)   /* bytes in a header frame */
-#define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes in a tensor payload frame */
-/* ZMQ_MAXMSGSIZE: larger frames drop the link. The 64 bytes leave room for the
- * 40 bytes sealing adds to a payload (seal.h). */
-#define SW_WIRE_MAX_FRAME (SW_WIRE_MAX_PAYLOAD + 64u)
+#define SW_WIRE_MAX_PAYLOAD (16u << 20) /* bytes of hidden states in one Forward (a payload) */
+/* What a frame gains on its way: sealing adds 40 bytes to a payload (net/seal.h's
+ * SW_SEAL_PAYLOAD_OVERHEAD, tied to this in seal.c) and 70 to a header; CURVE sends each frame
+ * as a MESSAGE command, 33 bytes more (libzmq: "\x07MESSAGE", an 8-byte nonce, a 16-byte MAC,
+ * a flags byte), and the limit below applies to that encrypted frame. */
+#define SW_WIRE_SEAL_OVERHEAD 40
+#define SW_WIRE_SEAL_HDR_OVERHEAD 70
+#define SW_WIRE_CURVE_OVERHEAD 33
+/* ZMQ_MAXMSGSIZE of every socket: a larger frame drops the link (at the relay, the sender's
+ * whole connection), so every frame a valid message makes must fit, sealed and encrypted. */
+#define SW_WIRE_MAX_FRAME (SW_WIRE_MAX_PAYLOAD + 128u)
+_Static_assert(SW_WIRE_MAX_PAYLOAD + SW_WIRE_SEAL_OVERHEAD + SW_WIRE_CURVE_OVERHEAD <=
+                       SW_WIRE_MAX_FRAME &&
+                   SW_WIRE_MAX_HEADER + SW_WIRE_SEAL_HDR_OVERHEAD + SW_WIRE_CURVE_OVERHEAD <=
+                       SW_WIRE_MAX_FRAME,
+               "the largest payload and header, sealed and in CURVE's framing, pass "
+               "ZMQ_MAXMSGSIZE");
 /* All frames of one message after the relay's identity: names, a sealed
  * header (62 bytes more than the Envelope) and a sealed payload. */
 #define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
@@ -59,7 +72,8 @@
 
 #define SW_WIRE_MAX_ROWS SW_MODEL_PROMPT_WINDOW /* rows in one Forward: one prompt window */
 #define SW_WIRE_MAX_DRAFT SW_MAX_DRAFT /* drafts per round (a Forward of them and one token) */
-#define SW_WIRE_MAX_HIDDEN 65536       /* hidden size */
+#define SW_WIRE_MAX_HIDDEN 32768       /* hidden size (the widest model, Llama 3.1 405B: 16384) */
+#define SW_WIRE_MAX_VALUE_BYTES 4      /* bytes of the widest hidden-state value (f32) */
 #define SW_WIRE_MAX_POS (1u << 24)     /* positions in a session */
 #define SW_WIRE_MAX_TOKEN (1u << 22)   /* token ids are < this */
 #define SW_WIRE_MAX_LAYERS 4096
@@ -79,6 +93,9 @@
 #define SW_WIRE_MAX_QUEUE 65536        /* Error.queue_position */
 #define SW_WIRE_MAX_BATCH_ROWS 65536   /* StageTiming.batch_rows */
 #define SW_WIRE_MAX_BATCH_ROUNDS 65536 /* StageTiming.batch_rounds */
+#define SW_WIRE_MAX_PROGRESS_MS                                                                    \
+    600000 /* Progress.next_ms: the longest silence a head announces                               \
+            */
 /* Forward.prefix_len: a prefix reused from the stages' caches is part of a
  * prompt, in blocks of SW_PREFIX_BLOCK tokens (engine/include/prefix.h says why). */
 #define SW_PREFIX_BLOCK 64
@@ -86,6 +103,28 @@
 
 _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
                "a drafting Forward (the last token and its drafts) is one Forward");
+/* Messages sized by bytes: a decoding round (the last token and its drafts) always fits one
+ * Forward, and a prompt goes in Forwards of sw_wire_prompt_rows() rows (at least a block), at
+ * any hidden size and dtype; the sender checks every Forward against SW_WIRE_MAX_PAYLOAD before
+ * it goes (net/wire_check.c), so one that would not fit is refused there, never sent. */
+_Static_assert((uint64_t)(SW_WIRE_MAX_DRAFT + 1) * SW_WIRE_MAX_HIDDEN * SW_WIRE_MAX_VALUE_BYTES <=
+                       SW_WIRE_MAX_PAYLOAD &&
+                   (uint64_t)SW_PREFIX_BLOCK * SW_WIRE_MAX_HIDDEN * SW_WIRE_MAX_VALUE_BYTES <=
+                       SW_WIRE_MAX_PAYLOAD,
+               "a decoding round and a block of prompt rows fit one payload at any width");
+
+/* The most rows of a prompt Forward for hidden states of width hidden (1..SW_WIRE_MAX_HIDDEN):
+ * a whole prompt window (SW_WIRE_MAX_ROWS) when it fits SW_WIRE_MAX_PAYLOAD at the widest value
+ * (f32; a stage may pass on wider values than it received), else the most whole blocks of
+ * SW_PREFIX_BLOCK rows that do (Llama 3.1 405B, 16384 wide: 256 rows). */
+static inline int sw_wire_prompt_rows(uint32_t hidden)
+{
+    const uint64_t row = (uint64_t)(hidden ? hidden : 1) * SW_WIRE_MAX_VALUE_BYTES;
+    const uint64_t fit = SW_WIRE_MAX_PAYLOAD / row;
+    if (fit >= SW_WIRE_MAX_ROWS)
+        return SW_WIRE_MAX_ROWS;
+    return (int)(fit / SW_PREFIX_BLOCK * SW_PREFIX_BLOCK);
+}
 
 /* ---- clients and their requests -------------------------------------------------------------- */
 
@@ -132,6 +171,11 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
  * refused with ERR_BUSY. A client that floods Resumes only slows its own resends. */
 #define SW_HEAD_RESEND_CHUNKS_S 200
 #define SW_HEAD_RESEND_PER_REQUEST 4
+/* What the head answers that starts no work (node/head_stream.c: a SpotReport, an Error for a
+ * request id it does not hold or a refused request): at most this many a second per client key,
+ * as many at once; the rest get no answer. So however many connections a key floods from, its
+ * answers cost the head's link to the relay at most this. */
+#define SW_HEAD_ANSWERS_S 20
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,
@@ -145,7 +189,10 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_RATE 2000         /* --rate: messages/s one peer may send */
 #define SW_RELAY_DEFAULT_HANDSHAKE_MS 5000 /* --handshake-ms: to finish the CURVE handshake */
 #define SW_RELAY_DEFAULT_CONNS_PER_KEY 16  /* --max-conns-per-key */
-#define SW_RELAY_DEFAULT_QUEUE_MIB 64      /* --queue-mib: held for one destination */
+/* --max-conns-per-prefix: TCP connections the relay keeps open from one address prefix (an IPv4
+ * /24, an IPv6 /64), authenticated or not; beyond, a new one is shut down at once. */
+#define SW_RELAY_DEFAULT_CONNS_PER_PREFIX 256
+#define SW_RELAY_DEFAULT_QUEUE_MIB 64        /* --queue-mib: held for one destination */
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
@@ -188,7 +235,11 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 #define SW_GATEWAY_DEFAULT_BODIES_MB 64            /* --max-bodies-mb: 8 of the largest at once */
 /* --max-connections: with 8 per address, 64 addresses to fill them, each for 10 s */
 #define SW_GATEWAY_DEFAULT_CONNECTIONS 512
-#define SW_GATEWAY_DEFAULT_PER_IP 8            /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_PER_IP 8      /* --max-per-ip */
+#define SW_GATEWAY_DEFAULT_PER_PREFIX 64 /* --max-per-prefix: one IPv4 /24 or IPv6 /64 */
+/* --max-slow: connections still sending their headers or body, all addresses together; a new
+ * connection beyond it closes the one that has been at it longest (issue 35, finding 8) */
+#define SW_GATEWAY_DEFAULT_SLOW 256
 #define SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S 10 /* --header-timeout-s */
 #define SW_GATEWAY_DEFAULT_INFLIGHT 32         /* --max-inflight */
 /* --max-inflight-per-key: a tenant's share; the head runs 6 of the gateway's at once
@@ -200,7 +251,10 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 
 _Static_assert(SW_GATEWAY_DEFAULT_MAX_TOKENS <= SW_REQUEST_MAX_N_PREDICT,
                "the default is a valid max_tokens");
-_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+_Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_PER_PREFIX &&
+                   SW_GATEWAY_DEFAULT_PER_PREFIX <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_SLOW < SW_GATEWAY_DEFAULT_CONNECTIONS &&
+                   SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_CONNECTIONS &&
                    SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY <= SW_GATEWAY_DEFAULT_INFLIGHT,
                "a share is at most the whole");
 

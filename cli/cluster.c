@@ -14,7 +14,8 @@
  *   NODE/ (each node)              NODE.key NODE.pub relay.pub cluster.key [access.key: head]
  *                                  start.sh node.env kaggle-secrets.txt
  *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
- *                                  client.env kaggle-secrets.txt
+ *                                  client.env kaggle-secrets.txt api.keys (one HTTP API key
+ *                                  for `shardwire.sh serve --api-key-file`)
  *
  * The allow-list binds each node key to its name and role (`KEY head NAME`
  * for the first node, `KEY stage NAME` for the others) and each
@@ -483,6 +484,24 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
     s_fmt(rel, sizeof rel, "%s/relay.pub", name);
     s_fmt(rel2, sizeof rel2, "%s/access.key", name);
     if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "access.key", rel2) != 0)
+        return -1;
+    /* an HTTP API key for the client's `serve` (the compose file's serve service reads it):
+     * 32 random bytes, URL-safe base64 without padding (43 characters) */
+    unsigned char api_bin[32];
+    char api_line[160],
+        api_b64[sodium_base64_ENCODED_LEN(32, sodium_base64_VARIANT_URLSAFE_NO_PADDING)];
+    randombytes_buf(api_bin, sizeof api_bin);
+    sodium_bin2base64(api_b64, sizeof api_b64, api_bin, sizeof api_bin,
+                      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    s_fmt(api_line, sizeof api_line,
+          "# shardwire serve --api-key-file: the HTTP API key of client '%s' (SECRET)\n%s\n", name,
+          api_b64);
+    s_fmt(rel, sizeof rel, "%s/api.keys", name);
+    int api_rc = s_write(in, rel, api_line, 0600);
+    sodium_memzero(api_bin, sizeof api_bin);
+    sodium_memzero(api_b64, sizeof api_b64);
+    sodium_memzero(api_line, sizeof api_line);
+    if (api_rc != 0)
         return -1;
     char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "", kag[S_TEXT_MAX] = "";
     s_cat(sh, sizeof sh, ovf,

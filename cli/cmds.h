@@ -31,9 +31,10 @@ double cli_now_ms(void);
  * -1 for no limit (0 given). */
 int cli_connect_ms(int connect_s);
 /* Loads a's keys and joins the relay as a client, trying for connect_s seconds (-1 = the
- * default, 0 = no limit) or until *stop is set (stop may be NULL); NULL after one line on
- * stderr, *exit_code set (2: the keys, 1: the relay). The caller destroys the client. */
+ * default, 0 = no limit) or until *stop is set (stop may be NULL); progress: the client
+ * returns SW_CLIENT_EV_PROGRESS events. NULL after one line on stderr, *exit_code set (2: the
+ * keys, 1: the relay). The caller destroys the client. */
 sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *relay, int connect_s,
-                         volatile sig_atomic_t *stop, int *exit_code);
+                         volatile sig_atomic_t *stop, int progress, int *exit_code);
 
 #endif

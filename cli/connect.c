@@ -2,7 +2,7 @@
  * connect.c - the relay connection of the commands that talk to a cluster
  * (run, status, plan; cmds.h): the keys loaded from the security flags, and
  * the join retried for --connect-timeout-s (default
- * SW_CLIENT_DEFAULT_CONNECT_S; 0 = no limit), one line per attempt, so that a
+ * SW_CLIENT_DEFAULT_CONNECT_S; 0 = no limit), one progress line while it waits, so that a
  * client started before the relay keeps trying.
  */
 #include <stdio.h>
@@ -27,7 +27,7 @@ int cli_connect_ms(int connect_s)
 }
 
 sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *relay, int connect_s,
-                         volatile sig_atomic_t *stop, int *exit_code)
+                         volatile sig_atomic_t *stop, int progress, int *exit_code)
 {
     char err[512];
     sw_sec_t sec;
@@ -36,12 +36,17 @@ sw_client_t *cli_connect(const char *cmd, const sw_sec_args_t *a, const char *re
         *exit_code = 2;
         return NULL;
     }
-    sw_client_opts_t co = {
-        .relay = relay, .sec = &sec, .connect_timeout_ms = cli_connect_ms(connect_s), .stop = stop};
+    sw_client_opts_t co = {.relay = relay,
+                           .sec = &sec,
+                           .connect_timeout_ms = cli_connect_ms(connect_s),
+                           .stop = stop,
+                           .join_err_logged = 1,
+                           .progress = progress};
     sw_client_t *c = sw_client_new(&co, err, sizeof err);
     sw_sec_wipe(&sec);
     if (!c) {
-        fprintf(stderr, "shardwire %s: %s\n", cmd, err);
+        if (err[0]) /* else the peer's line said why */
+            fprintf(stderr, "shardwire %s: %s\n", cmd, err);
         *exit_code = 1;
     }
     return c;

@@ -404,7 +404,8 @@ static int s_plan_run(const struct s_plan_opts *o)
     int L = 0, rc = 1;
     if (s_plan_model(o->model, path, sizeof path, fp, &L, &pm) != 0)
         return 1;
-    sw_client_t *cl = cli_connect("plan", &o->sec, o->relay.relay, o->relay.connect_s, NULL, &rc);
+    sw_client_t *cl =
+        cli_connect("plan", &o->sec, o->relay.relay, o->relay.connect_s, NULL, 0, &rc);
     if (!cl)
         return rc;
     sw_client_table_t t;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "client.h"
@@ -35,12 +36,15 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-enum { O_HEAD = SW_OPT_OWN, O_TIMEOUT };
+enum { O_HEAD = SW_OPT_OWN, O_TIMEOUT, O_PROGRESS };
 
 static const sw_opt_t s_opts[] = {
     {"head", O_HEAD, "NAME", "send the request to this head (default: the first one\nserving)"},
     {"timeout-s", O_TIMEOUT, "S",
      "the request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
+    {"progress", O_PROGRESS, "on|off",
+     "a long prompt's progress on one updating line of stderr\n(default: on when stderr is a "
+     "terminal and not --json)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -70,6 +74,7 @@ struct s_run_opts {
     sw_args_relay_t relay; /* --relay, --connect-timeout-s */
     const char *head;      /* --head NAME, or NULL: the first one serving */
     int json;              /* --json */
+    int progress;          /* --progress: 1 on, 0 off, -1 on a terminal */
     sw_client_request_t q; /* the request (its strings point into argv), checked */
 };
 
@@ -107,7 +112,7 @@ static sw_client_request_t s_request(const sw_args_request_t *rq, const sw_sampl
 static int s_run_parse(int argc, char **argv, struct s_run_opts *o)
 {
     const char *P = s_spec.prog, *v;
-    *o = (struct s_run_opts){.relay = SW_ARGS_RELAY_DEFAULT};
+    *o = (struct s_run_opts){.relay = SW_ARGS_RELAY_DEFAULT, .progress = -1};
     sw_args_request_t rq = SW_ARGS_REQUEST_DEFAULT;
     sw_sampling_t sp = sw_args_sampling_default();
     sw_args_draft_t dr = SW_ARGS_DRAFT_DEFAULT;
@@ -128,6 +133,14 @@ static int s_run_parse(int argc, char **argv, struct s_run_opts *o)
             o->head = v;
             h = 1;
         }
+        if (!h && c == O_PROGRESS) {
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+                fprintf(stderr, "%s: --progress '%s' must be on or off\n", P, v);
+                return 2;
+            }
+            o->progress = !strcmp(v, "on");
+            h = 1;
+        }
         if (!h && c == O_TIMEOUT)
             h = sw_arg_int(P, "--timeout-s", v, 1, SW_REQUEST_MAX_TIMEOUT_S, &timeout_s) ? -1 : 1;
         if (h <= 0)
@@ -139,6 +152,8 @@ static int s_run_parse(int argc, char **argv, struct s_run_opts *o)
         return sw_args_exit(sw_args_fail(&s_spec, "%s is required",
                                          !o->relay.relay[0] ? "--relay HOST:PORT" : "-p TEXT"));
     o->json = rq.json;
+    if (o->progress < 0)
+        o->progress = !o->json && isatty(STDERR_FILENO);
     o->q = s_request(&rq, &sp, &dr, timeout_s);
     char err[512];
     if (sw_client_request_check(&o->q, err, sizeof err) != 0) {
@@ -184,10 +199,14 @@ static void s_print_json(const char *text, size_t text_len, json_t *ids,
         json_object_set_new(tm, "draft_ahead_ms", json_real(st->draft_ahead_ms));
         json_object_set_new(tm, "head_compute_ms", json_real(st->head_compute_ms));
         json_object_set_new(tm, "network_ms", json_real(st->network_ms));
-        json_t *stages = json_object();
-        for (int i = 0; i < st->n_stages; i++)
+        json_object_set_new(tm, "overlap_ms", json_real(st->overlap_ms));
+        json_t *stages = json_object(), *crit = json_object();
+        for (int i = 0; i < st->n_stages; i++) {
             json_object_set_new(stages, st->stages[i].name, json_real(st->stages[i].compute_ms));
+            json_object_set_new(crit, st->stages[i].name, json_real(st->stages[i].critical_ms));
+        }
         json_object_set_new(tm, "stage_compute_ms", stages);
+        json_object_set_new(tm, "stage_critical_ms", crit);
         json_object_set_new(tm, "per_round_ms",
                             json_real(st->n_rounds ? st->decode_ms / st->n_rounds : 0));
     }
@@ -252,12 +271,37 @@ static int s_take(s_got_t *got, const sw_client_event_t *ev, int json)
     return 0;
 }
 
+/* The progress line (stderr, rewritten in place): where a long prompt is. shown: 1 while a
+ * line is up. */
+static void s_progress(const sw_client_event_t *ev, double waited_ms, int *shown)
+{
+    if (ev->generated > 0 || ev->prompt_total <= 0 || waited_ms < 1000)
+        return;
+    char line[128];
+    snprintf(line, sizeof line,
+             "prompt: %d of %d tokens through the head, %d through every stage (%d %%), %.0f s",
+             ev->prompt_done, ev->prompt_total, ev->prompt_finished,
+             (int)(100.0 * ev->prompt_finished / ev->prompt_total), waited_ms / 1e3);
+    fprintf(stderr, "\r%-78s", line);
+    fflush(stderr);
+    *shown = 1;
+}
+
+/* Clears the progress line before anything else goes to the terminal. */
+static void s_progress_clear(int *shown)
+{
+    if (*shown)
+        fprintf(stderr, "\r%-78s\r", "");
+    *shown = 0;
+}
+
 /* Receives request id's events until it ends (or Ctrl-C cancels it), showing the text as it
  * comes and the statistics at the end: the exit code. */
-static int s_receive(sw_client_t *cl, const char *id, int json)
+static int s_receive(sw_client_t *cl, const char *id, int json, int progress)
 {
     s_got_t got = {.ids = json_array()};
-    int exit_code = 1;
+    int exit_code = 1, shown = 0;
+    const double t0 = cli_now_ms();
     for (;;) {
         if (s_stop) {
             /* sw_client_cancel tells the head at once, so that the cluster stops
@@ -272,6 +316,12 @@ static int s_receive(sw_client_t *cl, const char *id, int json)
         int r = sw_client_next(cl, &ev, 500);
         if (r == 1)
             continue;
+        if (r == 0 && ev.type == SW_CLIENT_EV_PROGRESS) {
+            if (progress)
+                s_progress(&ev, cli_now_ms() - t0, &shown);
+            continue;
+        }
+        s_progress_clear(&shown);
         if (r < 0) {
             fprintf(stderr, "shardwire run: lost the connection to the relay\n");
             break;
@@ -298,6 +348,7 @@ static int s_receive(sw_client_t *cl, const char *id, int json)
         exit_code = 0;
         break;
     }
+    s_progress_clear(&shown);
     json_decref(got.ids);
     free(got.text);
     return exit_code;
@@ -316,7 +367,7 @@ static int s_run_run(const struct s_run_opts *o)
     const double t_start = cli_now_ms();
     const int connect_ms = cli_connect_ms(o->relay.connect_s);
     sw_client_t *cl =
-        cli_connect("run", &o->sec, o->relay.relay, o->relay.connect_s, &s_stop, &exit_code);
+        cli_connect("run", &o->sec, o->relay.relay, o->relay.connect_s, &s_stop, 1, &exit_code);
     if (!cl)
         return exit_code;
     char head[SW_CLIENT_NAME_LEN], id[SW_CLIENT_ID_LEN], err[512];
@@ -328,7 +379,7 @@ static int s_run_run(const struct s_run_opts *o)
         fprintf(stderr, "shardwire run: %s\n", err);
         exit_code = 1;
     } else {
-        exit_code = s_receive(cl, id, o->json);
+        exit_code = s_receive(cl, id, o->json, o->progress);
     }
     sw_client_destroy(&cl);
     return exit_code;

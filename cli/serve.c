@@ -32,6 +32,8 @@ enum {
     O_BODIES,
     O_CONNS,
     O_PERIP,
+    O_PERPREFIX,
+    O_SLOW,
     O_INFLIGHT,
     O_KEYINFLIGHT,
     O_IDLE,
@@ -55,6 +57,12 @@ static const sw_opt_t s_opts[] = {
      "open HTTP connections (default " SW_STR(SW_GATEWAY_DEFAULT_CONNECTIONS) ")"},
     {"max-per-ip", O_PERIP, "N",
      "open connections from one address (default " SW_STR(SW_GATEWAY_DEFAULT_PER_IP) ")"},
+    {"max-per-prefix", O_PERPREFIX, "N",
+     "open connections from one IPv4 /24 or IPv6 /64\n(default " SW_STR(
+         SW_GATEWAY_DEFAULT_PER_PREFIX) ")"},
+    {"max-slow", O_SLOW, "N",
+     "connections still sending their request; a new one\nbeyond closes the oldest "
+     "(default " SW_STR(SW_GATEWAY_DEFAULT_SLOW) ")"},
     {"max-inflight", O_INFLIGHT, "N",
      "generations at once; beyond: 429 (default " SW_STR(SW_GATEWAY_DEFAULT_INFLIGHT) ")"},
     {"max-inflight-per-key", O_KEYINFLIGHT, "N",
@@ -91,7 +99,7 @@ static const sw_opt_group_t s_groups[] = {
     /* the defaults of the fields a request leaves out (its seed is random) */
     SW_ARGS_SHARED_TO("sampling defaults", SAMPLING, MIN_P),
     SW_ARGS_GROUP("repetition penalty (OpenAI's semantics: off unless asked)", s_rep_opts),
-    SW_ARGS_SHARED_TO("relay", RELAY, RELAY),
+    SW_ARGS_GROUP_RELAY,
     SW_ARGS_GROUP_SECURITY,
 };
 
@@ -146,6 +154,10 @@ static int s_serve_opt(struct s_serve_opts *o, int c, const char *v)
         return sw_arg_int(P, "--max-connections", v, 1, 10000, &g->max_connections);
     case O_PERIP:
         return sw_arg_int(P, "--max-per-ip", v, 1, 10000, &g->max_per_ip);
+    case O_PERPREFIX:
+        return sw_arg_int(P, "--max-per-prefix", v, 1, 10000, &g->max_per_prefix);
+    case O_SLOW:
+        return sw_arg_int(P, "--max-slow", v, 1, 10000, &g->max_slow);
     case O_INFLIGHT:
         return sw_arg_int(P, "--max-inflight", v, 1, SW_CLIENT_MAX_INFLIGHT, &g->max_inflight);
     case O_KEYINFLIGHT:
@@ -172,6 +184,7 @@ static void s_serve_finish(struct s_serve_opts *o)
 {
     gw_opts_t *g = &o->gw;
     g->relay = o->relay.relay;
+    g->connect_timeout_ms = cli_connect_ms(o->relay.connect_s);
     g->defaults.temperature = o->sampling.temp;
     g->defaults.top_k = o->sampling.top_k;
     g->defaults.top_p = o->sampling.top_p;
@@ -184,6 +197,10 @@ static void s_serve_finish(struct s_serve_opts *o)
     g->defaults.timeout_ms = o->timeout_s * 1000;
     if (g->max_per_ip > g->max_connections)
         g->max_per_ip = g->max_connections;
+    if (g->max_per_prefix < g->max_per_ip)
+        g->max_per_prefix = g->max_per_ip;
+    if (g->max_slow > g->max_connections)
+        g->max_slow = g->max_connections;
 }
 
 /* -1 when the options are good (o filled), else the exit code: 0 after --help /
@@ -195,6 +212,8 @@ static int s_serve_parse(int argc, char **argv, struct s_serve_opts *o)
         .gw = {.listen = SW_GATEWAY_DEFAULT_LISTEN,
                .max_connections = SW_GATEWAY_DEFAULT_CONNECTIONS,
                .max_per_ip = SW_GATEWAY_DEFAULT_PER_IP,
+               .max_per_prefix = SW_GATEWAY_DEFAULT_PER_PREFIX,
+               .max_slow = SW_GATEWAY_DEFAULT_SLOW,
                .max_inflight = SW_GATEWAY_DEFAULT_INFLIGHT,
                .max_inflight_per_key = SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY,
                .idle_timeout_s = SW_GATEWAY_DEFAULT_IDLE_S,

@@ -254,7 +254,8 @@ static int s_status_run(const struct s_status_opts *o)
 {
     int rc = 1;
     const double t_start = cli_now_ms();
-    sw_client_t *cl = cli_connect("status", &o->sec, o->relay.relay, o->relay.connect_s, NULL, &rc);
+    sw_client_t *cl =
+        cli_connect("status", &o->sec, o->relay.relay, o->relay.connect_s, NULL, 0, &rc);
     if (!cl)
         return rc;
     sw_client_table_t t;

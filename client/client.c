@@ -103,6 +103,13 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
                          .accept_clear_errors = 1,
                          .rename_on_taken = 1};
     c->peer = sw_peer_new(&po);
+    if (!c->peer && o->join_err_logged) {
+        if (err && err_len)
+            err[0] = 0;
+        free(c->reqs);
+        free(c);
+        return NULL;
+    }
     if (!c->peer) {
         client_fail(0, err, err_len,
                     "cannot join the relay at %s (is it running and is the address right? the line "
@@ -115,6 +122,7 @@ sw_client_t *sw_client_new(const sw_client_opts_t *o, char *err, size_t err_len)
     c->sealed = o->sec && o->sec->n_access > 0; /* also with --insecure-loopback */
     c->secure = o->sec && !o->sec->insecure;
     c->announces = sw_peer_announces(c->peer);
+    c->progress = o->progress;
     return c;
 }
 
@@ -160,9 +168,30 @@ static int s_on_message(sw_client_t *c, sw_wire_msg_t *m, sw_client_event_t *ev)
 {
     sw_msg_t d;
     const sw_msg_type_t type = sw_wire_msg_type(m);
-    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR && type != SW_MSG_SPOT_REPORT) ||
+    if ((type != SW_MSG_TOKEN_CHUNK && type != SW_MSG_ERROR && type != SW_MSG_SPOT_REPORT &&
+         type != SW_MSG_PROGRESS) ||
         sw_codec_decode(m, type, &d, NULL, 0) != 0)
         return 1;
+    if (type == SW_MSG_PROGRESS) {
+        /* The head is alive and says when it speaks next: no Resume before then. */
+        client_req_t *r = client_req_find(c, d.progress.request_id);
+        if (!r || strcmp(m->peer, r->head) != 0)
+            return 1;
+        const double now = client_now_ms();
+        r->last_msg = now;
+        r->head_missing = 0;
+        r->quiet_until = now + d.progress.next_ms; // <= SW_WIRE_MAX_PROGRESS_MS (wire_check.c)
+        if (!c->progress)
+            return 1;
+        memset(ev, 0, sizeof *ev);
+        ev->type = SW_CLIENT_EV_PROGRESS;
+        snprintf(ev->id, sizeof ev->id, "%s", r->id);
+        ev->prompt_done = (int)d.progress.prompt_done;
+        ev->prompt_total = (int)d.progress.prompt_total;
+        ev->prompt_finished = (int)d.progress.prompt_finished;
+        ev->generated = (int)d.progress.generated;
+        return 0;
+    }
     if (type == SW_MSG_SPOT_REPORT) {
         client_on_spot_report(c, m, &d.spot);
         return 1;

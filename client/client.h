@@ -95,14 +95,19 @@ typedef struct sw_client_opts {
     const char *name;            /* peer name prefix (default "client"; the environment's
                                     SW_CLIENT_NAME comes first); a random suffix is added */
     int connect_timeout_ms;      /* how long to keep trying to reach the relay (0 =
-                                    SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one warning
-                                    line per attempt (peer.h) */
+                                    SW_PEER_DEFAULT_CONNECT_MS, -1 = no limit); one progress
+                                    line while waiting (peer.h) */
     volatile sig_atomic_t *stop; /* optional: joining gives up once it is non-zero */
+    int join_err_logged;         /* 1: when the relay cannot be joined, err is left empty:
+                                    the peer's error line (logged) is the one line a user
+                                    needs (a command line tool sets it) */
+    int progress;                /* 1: sw_client_next also returns SW_CLIENT_EV_PROGRESS */
 } sw_client_opts_t;
 
 /*
  * Joins the relay. NULL after one line in err (the relay is unreachable,
- * refused our key, or the endpoint is malformed). Free with sw_client_destroy.
+ * refused our key, or the endpoint is malformed; empty with join_err_logged
+ * when the peer has logged why it could not join). Free with sw_client_destroy.
  */
 sw_client_t *sw_client_new(const sw_client_opts_t *opts, char *err, size_t err_len)
     __attribute__((warn_unused_result));
@@ -284,6 +289,10 @@ typedef struct sw_client_request {
                                         bytes), or NULL */
     int n_stop;                      /* 0 .. SW_CLIENT_MAX_STOP */
     int timeout_ms;                  /* deadline at the head; 0 = SW_REQUEST_DEFAULT_TIMEOUT_S */
+    const char *tenant;              /* who it is for under this client's key (the gateway: an
+                                        API key's id): the head shares its compute fairly
+                                        between the tenants of a key; 0..SW_WIRE_NAME_MAX of
+                                        [A-Za-z0-9._-], NULL or "" = the key's own */
 } sw_client_request_t;
 
 /* A request with the library's defaults: greedy (temperature 0, the
@@ -340,18 +349,23 @@ typedef struct sw_client_stats {
     int n_prefix_reused;    /* prompt tokens every stage took from its prefix cache */
     double head_compute_ms; /* head: time computing its layers */
     double network_ms;      /* head: round time not spent computing */
+    double overlap_ms;      /* head: compute that ran beside another node's (pipelined
+                               prefill): head + stages + network - overlap = the rounds */
     uint64_t logits_digest; /* the tail's running digest of every verified logits row */
     int n_stages;           /* entries in stages */
     struct {
         char name[SW_CLIENT_NAME_LEN]; /* stage peer name */
         double compute_ms;             /* its compute over the whole request */
+        double critical_ms;            /* of it, on the rounds' critical paths */
     } stages[SW_CLIENT_MAX_STAGES];
 } sw_client_stats_t;
 
 enum sw_client_event_type {
-    SW_CLIENT_EV_TOKENS = 1, /* tokens and text arrived */
-    SW_CLIENT_EV_DONE = 2,   /* the request ended well: finish and stats are set */
-    SW_CLIENT_EV_ERROR = 3,  /* the request failed: code, wire_code and message are set */
+    SW_CLIENT_EV_TOKENS = 1,   /* tokens and text arrived */
+    SW_CLIENT_EV_DONE = 2,     /* the request ended well: finish and stats are set */
+    SW_CLIENT_EV_ERROR = 3,    /* the request failed: code, wire_code and message are set */
+    SW_CLIENT_EV_PROGRESS = 4, /* the head reports where the request is (opts.progress): the
+                                  prompt_* and generated fields are set */
 };
 
 typedef struct sw_client_event {
@@ -367,6 +381,9 @@ typedef struct sw_client_event {
     int wire_code;                  /* EV_ERROR from the head: its ErrorCode; else 0 */
     const char *wire_code_name;     /* its name ("bad_request", ...), or "" */
     const char *message;            /* EV_ERROR: one line (control characters removed) */
+    int prompt_done, prompt_total;  /* EV_PROGRESS: prompt positions through the head's layers */
+    int prompt_finished;            /* EV_PROGRESS: of them, through every stage */
+    int generated;                  /* EV_PROGRESS: tokens generated so far */
 } sw_client_event_t;
 
 /*

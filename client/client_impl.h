@@ -49,6 +49,7 @@ typedef struct client_req {
     double t_submit;               /* when it was sent (ms) */
     double deadline;               /* when we give up (ms) */
     double last_msg;               /* last message from its head, or last check (ms) */
+    double quiet_until;            /* its head promised its next message by then (Progress) */
     int head_missing;              /* consecutive checks that did not find the head */
     char stop[SW_CLIENT_MAX_STOP][SW_CLIENT_MAX_STOP_LEN + 1]; /* stop strings */
     int n_stop;                                                /* entries in stop */
@@ -64,6 +65,7 @@ typedef struct client_req {
     char *blob;                             /* the prompt or the turns' strings, q points into it */
     sw_client_msg_t *turns;                 /* (q.n_messages) q.messages */
     const char *stop_p[SW_CLIENT_MAX_STOP]; /* q.stop: r->stop's rows */
+    char tenant[SW_WIRE_NAME_MAX + 1];      /* q.tenant */
     uint32_t *toks;                         /* (stats.n_generated) tokens received, in order */
     size_t toks_cap;                        /* entries allocated in toks */
     char model[65];  /* its head's model fingerprint, "" unknown: another head
@@ -81,6 +83,7 @@ struct sw_client {
     int n_inflight;     /* slots in use */
     double next_watch;  /* next time the watches run (ms) */
     int announces;      /* announces the relay acked (a new one: it may have restarted) */
+    int progress;       /* 1: Progress messages become SW_CLIENT_EV_PROGRESS events */
     struct {
         char name[SW_CLIENT_NAME_LEN]; /* a head seen in the last peer table */
         char model[65];                /* its model fingerprint */

@@ -106,7 +106,8 @@ int client_watch(sw_client_t *c, sw_client_event_t *ev)
         if (present) {
             r->head_missing = 0;
             r->last_msg = now;
-            r->resume_at = now; /* a lost last chunk is sent again */
+            if (now > r->quiet_until) /* not while it said it is busy (Progress.next_ms) */
+                r->resume_at = now;   /* a lost last chunk is sent again */
         } else if (++r->head_missing >= 2) {
             /* twice in a row, so that a relay restart (the head announces again
              * within a second or so) is not taken for a dead head: another head

@@ -114,6 +114,10 @@ int sw_client_request_check(const sw_client_request_t *q, char *err, size_t err_
     if (q->timeout_ms < 0 || q->timeout_ms > SW_REQUEST_MAX_TIMEOUT_S * 1000)
         return client_fail(SW_CLIENT_EINVAL, err, err_len, "timeout %d ms not in [0, %d]",
                            q->timeout_ms, SW_REQUEST_MAX_TIMEOUT_S * 1000);
+    const size_t tl = q->tenant ? strnlen(q->tenant, SW_WIRE_NAME_MAX + 1) : 0;
+    if (tl && !sw_wire_name_ok(q->tenant, tl))
+        return client_fail(SW_CLIENT_EINVAL, err, err_len,
+                           "tenant is not 0..%d characters of [A-Za-z0-9._-]", SW_WIRE_NAME_MAX);
     return 0;
 }
 
@@ -163,6 +167,7 @@ int client_send_generate(sw_client_t *c, const char *head, const sw_client_reque
     g->messages = turn;
     g->n_resume_tokens = n_resume;
     g->resume_tokens = resume;
+    g->tenant = q->tenant;
     return sw_peer_send_msg(c->peer, head, &msg);
 }
 
@@ -202,6 +207,8 @@ static int s_req_keep(client_req_t *r, const sw_client_request_t *q)
     for (int i = 0; i < q->n_stop; i++)
         r->stop_p[i] = r->stop[i];
     r->q.stop = q->n_stop ? r->stop_p : NULL;
+    snprintf(r->tenant, sizeof r->tenant, "%s", q->tenant ? q->tenant : "");
+    r->q.tenant = r->tenant;
     return 0;
 }
 

@@ -105,11 +105,13 @@ static void s_copy_stats(sw_client_stats_t *s, const sw_msg_stats_t *st)
     s->n_prefix_reused = s_count(st->n_prefix_reused);
     s->head_compute_ms = st->head_ms;
     s->network_ms = st->network_ms;
+    s->overlap_ms = st->overlap_ms;
     s->logits_digest = st->logits_digest;
     s->n_stages = 0;
     for (uint32_t i = 0; i < st->n_stages && i < SW_CLIENT_MAX_STAGES; i++) {
         snprintf(s->stages[i].name, sizeof s->stages[i].name, "%s", st->stages[i].name);
         s->stages[i].compute_ms = st->stages[i].compute_us / 1e3;
+        s->stages[i].critical_ms = st->stages[i].critical_us / 1e3;
         s->n_stages++;
     }
 }

@@ -185,6 +185,11 @@ int draft_seq_lag(const draft_seq_t *s, const int32_t *ctx, int n_ctx)
     return n_ctx - same;
 }
 
+void draft_seq_set_prefix_ns(draft_seq_t *s, const char *ns)
+{
+    snprintf(s->prefix_ns, sizeof s->prefix_ns, "%s", ns ? ns : "");
+}
+
 int draft_seq_begin(draft_seq_t *d, const sw_sampling_t *params)
 {
     sw_sampling_t p = *params;
@@ -231,6 +236,11 @@ void draft_model_set_load(draft_model_t *dm, draft_load_t *load)
     dm->load = load;
 }
 
+const sw_prefix_stats_t *draft_model_prefix_stats(const draft_model_t *dm)
+{
+    return dm->prefix ? sw_prefix_stats(dm->prefix) : NULL;
+}
+
 int draft_model_set_prefix(draft_model_t *dm, size_t max_bytes, uint64_t seed)
 {
     sw_prefix_free(&dm->prefix);
@@ -251,8 +261,9 @@ static int s_prompt(draft_seq_t *d, const int32_t *tokens, int n, int logits)
     char err[256] = "";
     int from = 0;
     if (dm->prefix && sw_kv_len(d->kv) == 0 && n >= 2) {
-        from = sw_prefix_find(dm->prefix, "", tokens, n, n - 1);
-        if (from > 0 && sw_prefix_restore(dm->prefix, "", tokens, from, d->kv, err, sizeof err))
+        from = sw_prefix_find(dm->prefix, d->prefix_ns, tokens, n, n - 1);
+        if (from > 0 &&
+            sw_prefix_restore(dm->prefix, d->prefix_ns, tokens, from, d->kv, err, sizeof err))
             from = 0;
     }
     sw_forward_t p = {.n = n - from,
@@ -265,8 +276,8 @@ static int s_prompt(draft_seq_t *d, const int32_t *tokens, int n, int logits)
         SW_WARN("draft model: %s", err);
         return -1;
     }
-    if (dm->prefix &&
-        sw_prefix_store(dm->prefix, "", tokens, n, d->kv, dm->prefix_max, err, sizeof err) < 0)
+    if (dm->prefix && sw_prefix_store(dm->prefix, d->prefix_ns, tokens, n, d->kv, dm->prefix_max,
+                                      err, sizeof err) < 0)
         SW_WARN("draft model: prefix cache: %s", err);
     return 0;
 }

@@ -52,6 +52,7 @@
 #include "decode.h"
 #include "gguf.h"
 #include "load.h"
+#include "prefix.h"
 #include "sampler.h"
 #include "verify.h"
 
@@ -85,6 +86,10 @@ int draft_seq_capacity(const draft_seq_t *s);
 /* Tokens of ctx[0..n_ctx) the sequence's cache does not hold yet: what its
  * next draft must read first (its catch-up). */
 int draft_seq_lag(const draft_seq_t *s, const int32_t *ctx, int n_ctx);
+/* The namespace of s's prompts in the draft model's prefix cache (the
+ * tenant's, as the head's own cache: a prefix is reused only for whoever
+ * sent it); "" until set. Longer names are cut (SW_PREFIX_NS_LEN). */
+void draft_seq_set_prefix_ns(draft_seq_t *s, const char *ns);
 /* Starts a generation with the target's sampling parameters (reseeds the
  * draft's RNG) and an empty cache: the prompt is then evaluated as one
  * prompt batch, as the target evaluates it (rows kept from another request
@@ -186,6 +191,8 @@ typedef struct draft_batch_stats {
     double last_ms;   // ms
 } draft_batch_stats_t;
 const draft_batch_stats_t *draft_model_batch_stats(const draft_model_t *d);
+/* What its prefix cache did (NULL when it has none: draft_model_set_prefix). */
+const sw_prefix_stats_t *draft_model_prefix_stats(const draft_model_t *d);
 /* A prefix cache for the draft model (engine/include/prefix.h) of at most max_bytes
  * (0: none, the default): a sequence's prompt then takes the positions the
  * cache holds and evaluates the rest as the prompt's continuation (the same

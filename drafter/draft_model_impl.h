@@ -103,9 +103,10 @@ struct draft_seq {
     double last_ms;       // last propose: drafting time (ms)
     int last_n;           // last propose: drafts made
     double step_ms;       // moving average of one greedy step (slices the chain loop)
-    float *logits;        // (n_vocab) the last fed row's logits (each sequence its own: the
-                          // proposals of several sessions advance in turns)
-    float *tree_logits;   // (DRAFT_TREE_WIDTH, n_vocab) the rows of one tree step
+    char prefix_ns[SW_PREFIX_NS_LEN]; // its prompts' namespace in the model's prefix cache
+    float *logits;      // (n_vocab) the last fed row's logits (each sequence its own: the
+                        // proposals of several sessions advance in turns)
+    float *tree_logits; // (DRAFT_TREE_WIDTH, n_vocab) the rows of one tree step
     /* the proposal in progress (draft_seq_start .. draft_seq_step) */
     int phase;          // DRAFT_PHASE_*
     const int32_t *ctx; // the sequence it follows (caller's)

@@ -112,6 +112,7 @@ int draft_begin(draft_t *d, const draft_cfg_t *cfg, char *err, size_t err_len)
         return -1;
     }
     d->cfg = *cfg;
+    d->cfg.prefix_ns = NULL; /* the caller's: copied into the sequence below */
     if (d->cfg.k_max == 0)
         d->cfg.k_max = DRAFT_K_MAX_AUTO;
     if (cfg->n_ctx < 0) {
@@ -128,6 +129,8 @@ int draft_begin(draft_t *d, const draft_cfg_t *cfg, char *err, size_t err_len)
             return -1;
         }
     }
+    if (d->seq)
+        draft_seq_set_prefix_ns(d->seq, cfg->prefix_ns);
     if (d->seq && draft_seq_begin(d->seq, &cfg->sampling) != 0) {
         snprintf(err, err_len, "draft: cannot start the draft sampler");
         return -1;

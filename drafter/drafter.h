@@ -68,6 +68,8 @@ typedef struct draft_cfg {
     int ahead;                // 1: draft ahead while a round travels (sw_gen_opts_t.ahead)
     const draft_load_t *load; // the head's sessions' costs (load.h): K and trees shrink as the
                               // stages fill; NULL = as alone
+    const char *prefix_ns;    // the draft model's prefix cache namespace for this generation
+                              // (the tenant's; NULL = ""), copied at draft_begin
 } draft_cfg_t;
 
 typedef struct draft draft_t;

@@ -23,6 +23,9 @@
 #include "gateway_impl.h"
 #include "log.h"
 
+/* How long a stopped gateway waits for its streams' last events to leave (ms). */
+#define S_DRAIN_MS 3000
+
 _Static_assert(SW_GATEWAY_DEFAULT_INFLIGHT <= SW_CLIENT_MAX_INFLIGHT,
                "the gateway's one client holds them all");
 
@@ -137,6 +140,7 @@ static const gw_route_t s_routes[] = {
     {"GET", "/health", 0, 0, "health", gw_ep_health},
     {"GET", "/metrics", 0, 1, "metrics", gw_ep_metrics},
     {"GET", "/", 0, 0, "web", gw_ep_web},
+    {"GET", "/favicon.ico", 0, 0, "web", gw_ep_web},
     {"GET", "/web/", 1, 0, "web", gw_ep_web},
 };
 
@@ -301,6 +305,62 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/*
+ * The accept policy (libmicrohttpd's, called before a connection is taken):
+ * at most --max-per-prefix connections from one IPv4 /24 or IPv6 /64 (beyond:
+ * refused), and at most --max-slow connections still sending their headers
+ * or body, all addresses together: a new one beyond closes the one that has
+ * been at it longest (a slow-loris connection, never a client that sends its
+ * request at once), so that slow connections from many addresses cannot hold
+ * every slot (issue 35, finding 8). The lines go through conn_log.
+ */
+static enum MHD_Result s_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    gw_t *g = cls;
+    uint8_t p[SW_ADDR_PREFIX_LEN];
+    if (addrlen < sizeof(sa_family_t) || sw_addr_prefix(addr, p) != 0)
+        return MHD_YES; /* not an IP address: the per-address limit is libmicrohttpd's */
+    char net[64];
+    sw_addr_prefix_str(p, net, sizeof net);
+    const double now = gw_now_ms();
+    int same = 0, slow = 0, evict = -1;
+    pthread_mutex_lock(&g->key_mu);
+    for (int i = 0; i < g->n_links; i++) {
+        const gw_link_t *l = &g->links[i];
+        if (l->fd < 0)
+            continue;
+        same += !memcmp(l->prefix, p, sizeof p);
+        if (l->phase == GW_PHASE_HEADERS || l->phase == GW_PHASE_BODY) {
+            slow++;
+            if (evict < 0 || l->t_start < g->links[evict].t_start)
+                evict = i;
+        }
+    }
+    if (same >= g->o->max_per_prefix) {
+        sw_log_gated(&g->conn_log, SW_LOG_WARN, net, now,
+                     "refused a connection from %s: %d open from it (--max-per-prefix)", net, same);
+        pthread_mutex_unlock(&g->key_mu);
+        gw_metrics_error(g->metrics, "prefix_full");
+        return MHD_NO;
+    }
+    if (slow >= g->o->max_slow && evict >= 0) {
+        gw_link_t *l = &g->links[evict];
+        char old[64];
+        sw_addr_prefix_str(l->prefix, old, sizeof old);
+        sw_log_gated(&g->conn_log, SW_LOG_WARN, old, now,
+                     "closed a connection from %s still sending its request after %.1f s: %d "
+                     "such connections open (--max-slow)",
+                     old, (now - l->t_start) / 1e3, slow);
+        shutdown(l->fd, SHUT_RDWR);
+        l->phase = GW_PHASE_ANSWER; /* once */
+    }
+    sw_log_gate_tick(&g->conn_log, now);
+    pthread_mutex_unlock(&g->key_mu);
+    if (slow >= g->o->max_slow && evict >= 0)
+        gw_metrics_error(g->metrics, "slow_closed");
+    return MHD_YES;
+}
+
 static void s_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
                          enum MHD_ConnectionNotificationCode code)
 {
@@ -310,9 +370,14 @@ static void s_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const double now = gw_now_ms();
         for (int i = 0; ci && i < g->n_links; i++)
             if (g->links[i].fd < 0) {
-                g->links[i] = (gw_link_t){ci->connect_fd, GW_PHASE_HEADERS, gw_now_ms()};
+                g->links[i] = (gw_link_t){ci->connect_fd, GW_PHASE_HEADERS, now, now, {0}};
+                if (ai && ai->client_addr)
+                    (void)sw_addr_prefix(ai->client_addr, g->links[i].prefix);
                 *socket_ctx = &g->links[i];
                 break;
             }
@@ -355,7 +420,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         fprintf(stderr, "shardwire serve: libsodium cannot start\n");
         return 1;
     }
-    gw_t g = {.o = o};
+    gw_t g = {.o = o, .stop = stop};
     if (o->api_key_file && gw_keys_load(&g, o->api_key_file, err, sizeof err) != 0) {
         fprintf(stderr, "shardwire serve: %s\n", err);
         gw_keys_free(&g);
@@ -384,17 +449,21 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
     sw_client_opts_t co = {.relay = o->relay,
                            .sec = o->sec,
                            .name = "gateway",
-                           .connect_timeout_ms = SW_CLIENT_DEFAULT_CONNECT_S * 1000,
-                           .stop = stop};
+                           .connect_timeout_ms = o->connect_timeout_ms,
+                           .stop = stop,
+                           .join_err_logged = 1};
+    err[0] = 0;
     g.disp = gw_disp_new(g.zctx, &co, g.metrics, err, sizeof err);
     if (!g.disp) {
-        fprintf(stderr, "shardwire serve: %s\n", err);
+        if (err[0]) /* else the peer's line said why */
+            fprintf(stderr, "shardwire serve: %s\n", err);
         goto out;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+    sw_log_gate_init(&g.conn_log, "serve: connections refused or closed", 5, 20, 10000);
     d = MHD_start_daemon(
-        flags, 0, NULL, NULL, s_handler, &g, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        flags, 0, s_accept, &g, s_handler, &g, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)o->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, s_completed, &g,
@@ -416,6 +485,10 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
         usleep(100000);
         s_sweep(&g);
     }
+    /* The generations in flight see the stop flag and end with an error event
+     * (gateway_generate.c); give their last bytes a moment to leave. */
+    for (int i = 0; i < S_DRAIN_MS / 50 && gw_metrics_inflight(g.metrics, 0, 0) > 0; i++)
+        usleep(50000);
     rc = 0;
 out:
     if (d)

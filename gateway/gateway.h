@@ -33,6 +33,7 @@
 typedef struct gw_opts {
     const char *listen;       /* HOST:PORT (port 0 = any free port; printed at start) */
     const char *relay;        /* relay endpoint */
+    int connect_timeout_ms;   /* how long the first join may wait for the relay (-1 = no limit) */
     const sw_sec_t *sec;      /* keys for the relay (NULL or insecure = loopback only) */
     const char *api_key_file; /* one bearer key per line; NULL = none */
     int no_api_key;           /* 1 = serve without keys (loopback listen address only) */
@@ -40,6 +41,9 @@ typedef struct gw_opts {
     size_t max_bodies;        /* bytes of all request bodies buffered at once */
     int max_connections;      /* open HTTP connections at once */
     int max_per_ip;           /* open connections from one address */
+    int max_per_prefix;       /* open connections from one IPv4 /24 or IPv6 /64 */
+    int max_slow;             /* connections still sending headers or body, all together;
+                                 beyond: the one at it longest is closed */
     int max_inflight;         /* generations in flight at once (beyond: 429) */
     int max_inflight_per_key; /* of them, with one API key at most (beyond: 429) */
     int idle_timeout_s;       /* an HTTP connection idle this long is closed */

@@ -113,35 +113,98 @@ enum MHD_Result gw_ep_model(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, co
 
 /* ---- health, metrics, the cluster page, the defaults --------------------------------------- */
 
+/*
+ * The first layer of [0, n_layers) that no node of the head's model holds
+ * (standby nodes hold none), or -1 when every layer is held: a head whose
+ * pipeline has such a gap cannot answer a request. *gap_end: where it ends.
+ */
+static int64_t s_gap(const sw_client_table_t *t, const sw_client_peer_t *head, int64_t *gap_end)
+{
+    int64_t at = 0;
+    for (;;) {
+        int64_t reach = at;
+        for (int i = 0; i < t->n_peers; i++) {
+            const sw_client_peer_t *p = &t->peers[i];
+            if (p->is_node && !p->standby && !strcmp(p->model, head->model) &&
+                p->n_layers == head->n_layers && p->layer_begin <= at && p->layer_end > reach)
+                reach = p->layer_end;
+        }
+        if (reach >= head->n_layers)
+            return -1;
+        if (reach == at) { /* nothing starts at or before at: the gap runs to the next start */
+            int64_t next = head->n_layers;
+            for (int i = 0; i < t->n_peers; i++) {
+                const sw_client_peer_t *p = &t->peers[i];
+                if (p->is_node && !p->standby && !strcmp(p->model, head->model) &&
+                    p->layer_begin > at && p->layer_begin < next)
+                    next = p->layer_begin;
+            }
+            *gap_end = next;
+            return at;
+        }
+        at = reach;
+    }
+}
+
+/*
+ * GET /health (docs/api.md): "status" is "ok" (the relay answers and every
+ * head's pipeline holds all its model's layers), "degraded" (the relay
+ * answers, but a node is there without a head, or a pipeline has a gap:
+ * "gaps" names them) or "down" (no relay, or no node at all). The HTTP status
+ * is 200 when some head can answer a request (ok, or degraded with a complete
+ * pipeline beside a broken one), else 503, so that a load balancer sends
+ * requests only where they can run.
+ */
 enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
 {
     (void)url;
     sw_client_table_t t;
     char err[512];
     int rc = s_table(g, &t, err, sizeof err);
-    int heads = 0, nodes = 0;
+    int heads = 0, nodes = 0, complete = 0;
+    json_t *j = json_object(), *gaps = json_array();
     if (rc == 0) {
         for (int i = 0; i < t.n_peers; i++) {
-            heads += sw_client_peer_serves(&t.peers[i], NULL);
-            nodes += t.peers[i].is_node;
+            const sw_client_peer_t *p = &t.peers[i];
+            nodes += p->is_node;
+            if (!sw_client_peer_serves(p, NULL))
+                continue;
+            heads++;
+            int64_t end = 0, gap = s_gap(&t, p, &end);
+            if (gap < 0) {
+                complete++;
+                continue;
+            }
+            char line[256];
+            snprintf(line, sizeof line, "head %s (%s): no node holds layers %lld:%lld of %u",
+                     p->name, p->model_name[0] ? p->model_name : p->model, (long long)gap,
+                     (long long)end, p->n_layers);
+            json_array_append_new(gaps, json_string(line));
         }
         sw_client_table_clear(&t);
     }
-    json_t *j = json_object();
-    json_object_set_new(j, "status", json_string(rc == 0 && heads ? "ok" : "unavailable"));
+    const char *status = rc != 0 || !nodes            ? "down"
+                         : heads && complete == heads ? "ok"
+                                                      : "degraded";
+    json_object_set_new(j, "status", json_string(status));
     json_object_set_new(j, "relay", json_string(g->o->relay));
     json_object_set_new(j, "relay_connected", json_boolean(rc == 0));
     json_object_set_new(j, "heads", json_integer(heads));
+    json_object_set_new(j, "complete_heads", json_integer(complete));
     json_object_set_new(j, "nodes", json_integer(nodes));
+    json_object_set_new(j, "gaps", gaps);
     if (rc != 0)
         json_object_set_new(j, "error", json_string(err));
+    else if (!nodes)
+        json_object_set_new(j, "error", json_string("no node is connected to the relay"));
     else if (!heads)
         json_object_set_new(j, "error", json_string("no head node is connected to the relay"));
+    else if (json_array_size(gaps))
+        json_object_set_new(j, "error", json_incref(json_array_get(gaps, 0)));
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    return gw_http_send(g, c, gw_conn_ep(sc),
-                        rc == 0 && heads ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, body,
-                        "application/json", 0);
+    return gw_http_send(g, c, gw_conn_ep(sc), complete ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                        body, "application/json", 0);
 }
 
 enum MHD_Result gw_ep_metrics(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)

@@ -180,6 +180,21 @@ typedef struct s_stream {
     int key;           /* the API key it counts against (-1 = none) */
 } s_stream_t;
 
+/* The error a generation still running gets when the gateway is told to stop
+ * (SIGINT/SIGTERM): a stream ends with it as an error event, a plain request
+ * answers 503; the generation is cancelled at its head. */
+static void s_shutdown_event(gw_call_t *call, gw_event_t *ev)
+{
+    gw_call_cancel(call);
+    memset(ev, 0, sizeof *ev);
+    ev->type = SW_CLIENT_EV_ERROR;
+    ev->code = SW_CLIENT_EBUSY;
+    snprintf(ev->wire_code_name, sizeof ev->wire_code_name, "shutting_down");
+    snprintf(ev->message, sizeof ev->message,
+             "the gateway is shutting down (shardwire serve was stopped): the generation was "
+             "cancelled; send it again to a running gateway");
+}
+
 /* Appends s (taken over) to the stream's output. */
 static void s_out(s_stream_t *st, char *s)
 {
@@ -248,6 +263,12 @@ static ssize_t s_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (st->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
+        if (*st->g->stop) {
+            gw_event_t ev;
+            s_shutdown_event(st->call, &ev);
+            s_stream_event(st, &ev);
+            continue;
+        }
         if (s_client_gone(st->fd)) { /* each time: tokens may come faster than S_POLL_MS */
             gw_call_cancel(st->call);
             gw_metrics_error(st->g->metrics, "client_gone");
@@ -305,6 +326,10 @@ static int s_wait_event(gw_t *g, gw_call_t *call, int fd, gw_event_t *ev)
         }
         if (got)
             return 0;
+        if (*g->stop) {
+            s_shutdown_event(call, ev);
+            return 0;
+        }
     }
 }
 
@@ -381,7 +406,12 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
                              NULL, "too_many_requests");
         return -1;
     }
-    int rc = gw_call_submit(rp->call, &r->q, r->model, r->head, rid, err, sizeof err);
+    /* the head shares its compute between this gateway's API keys (its tenants) */
+    sw_client_request_t q = r->q;
+    char tenant[GW_TENANT_LEN];
+    gw_keys_tenant(g, rp->key, tenant);
+    q.tenant = tenant;
+    int rc = gw_call_submit(rp->call, &q, r->model, r->head, rid, err, sizeof err);
     if (rc != 0) {
         gw_inflight_end(g, rp->key);
         const char *type;

@@ -26,11 +26,14 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <time.h>
 
+#include "addr.h"
 #include "dispatch.h"
 #include "gateway.h"
+#include "log.h"
 #include "metrics.h"
 
 #define GW_KEY_HASH 32 /* BLAKE2b-256 of an API key */
@@ -44,9 +47,11 @@
  * or whose body has not arrived body_timeout_s after its headers.
  */
 typedef struct gw_link {
-    int fd;         /* its socket, -1 = free entry */
-    int phase;      /* GW_PHASE_* */
-    double t_phase; /* when it entered that phase (ms) */
+    int fd;                             /* its socket, -1 = free entry */
+    int phase;                          /* GW_PHASE_* */
+    double t_phase;                     /* when it entered that phase (ms) */
+    double t_start;                     /* when it opened (ms) */
+    uint8_t prefix[SW_ADDR_PREFIX_LEN]; /* its address's /24 or /64 (sw_addr_prefix), 0s unknown */
 } gw_link_t;
 
 enum { GW_PHASE_HEADERS = 0, GW_PHASE_BODY = 1, GW_PHASE_ANSWER = 2 };
@@ -58,14 +63,17 @@ typedef struct gw {
     gw_metrics_t *metrics;              /* /metrics */
     unsigned char (*keys)[GW_KEY_HASH]; /* hashes of the API keys (gateway_keys.c) */
     int n_keys;                         /* entries in keys */
-    pthread_mutex_t key_mu;  /* guards key_inflight, links, bodies and parsing (a thread per
-                                connection) */
-    gw_link_t *links;        /* (n_links) open connections' deadlines */
-    int n_links;             /* max_connections */
-    size_t bodies;           /* bytes of request bodies buffered (max_bodies) */
-    int parsing;             /* bodies being parsed now (gateway_generate.c) */
-    pthread_cond_t parse_cv; /* signalled when a parse ends */
-    int *key_inflight;       /* (n_keys) generations in flight per API key */
+    pthread_mutex_t key_mu;       /* guards key_inflight, links, bodies and parsing (a thread per
+                                     connection) */
+    gw_link_t *links;             /* (n_links) open connections' deadlines */
+    int n_links;                  /* max_connections */
+    size_t bodies;                /* bytes of request bodies buffered (max_bodies) */
+    int parsing;                  /* bodies being parsed now (gateway_generate.c) */
+    pthread_cond_t parse_cv;      /* signalled when a parse ends */
+    int *key_inflight;            /* (n_keys) generations in flight per API key */
+    volatile sig_atomic_t *stop;  /* set by SIGINT/SIGTERM: generations end with an error */
+    sw_log_gate_t conn_log;       /* connections refused for their prefix or closed as slow */
+    unsigned char tenant_key[32]; /* the secret of the keys' tenant ids (gateway_keys.c) */
 } gw_t;
 
 typedef struct gw_conn gw_conn_t;
@@ -137,6 +145,14 @@ enum MHD_Result gw_ep_metrics(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, 
 enum MHD_Result gw_ep_web(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url);
 
 /* ---- API keys (gateway_keys.c) ----------------------------------------------------------- */
+
+#define GW_TENANT_LEN 18 /* "k" + 16 hex digits + NUL */
+
+/* The tenant id of API key index key (GenerateRequest.tenant: the head shares its compute
+ * fairly between the API keys of this gateway, docs/api.md): "k" and 16 hex digits of a keyed
+ * hash of the key's hash under a secret drawn at start, so it says nothing of the key; "" for
+ * -1 (no keys). */
+void gw_keys_tenant(const gw_t *g, int key, char out[GW_TENANT_LEN]);
 
 /* Reads the key file at path into g->keys (their hashes). 0, or -1 with one line in err;
  * gw_keys_free frees g->keys either way. */

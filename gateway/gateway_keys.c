@@ -4,7 +4,8 @@
  * key a request carries, compared with every hash in constant time; and each
  * key's share of the generations in flight (--max-inflight-per-key), so that
  * one tenant cannot take every generation the gateway (one client to the
- * head) may run.
+ * head) may run; and each key's tenant id, which the head's fair queue shares
+ * its compute by.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ int gw_keys_load(gw_t *g, const char *path, char *err, size_t err_len)
         snprintf(err, err_len, "--api-key-file %s: %s", path, strerror(errno));
         return -1;
     }
+    randombytes_buf(g->tenant_key, sizeof g->tenant_key);
     g->keys = calloc(S_MAX_KEYS, sizeof *g->keys);
     if (!g->keys) {
         fclose(f);
@@ -80,8 +82,21 @@ int gw_keys_load(gw_t *g, const char *path, char *err, size_t err_len)
     return rc;
 }
 
+void gw_keys_tenant(const gw_t *g, int key, char out[GW_TENANT_LEN])
+{
+    out[0] = 0;
+    if (key < 0 || key >= g->n_keys)
+        return;
+    unsigned char id[8];
+    crypto_generichash(id, sizeof id, g->keys[key], GW_KEY_HASH, g->tenant_key,
+                       sizeof g->tenant_key);
+    out[0] = 'k';
+    sodium_bin2hex(out + 1, GW_TENANT_LEN - 1, id, sizeof id);
+}
+
 void gw_keys_free(gw_t *g)
 {
+    sodium_memzero(g->tenant_key, sizeof g->tenant_key);
     if (g->keys)
         sodium_memzero(g->keys, S_MAX_KEYS * sizeof *g->keys);
     free(g->keys);

@@ -5,7 +5,7 @@
 #   cmake -DOUT=web_files.c -DFILES="a.html|b.js" -P web_embed.cmake
 #
 # Each file becomes a row of gw_web_files (web.h): its URL path ("/web/NAME",
-# index.html also "/"), its Content-Type from the extension, its bytes. A
+# index.html also "/", favicon.svg also "/favicon.ico"), its Content-Type from the extension, its bytes. A
 # file with another extension stops the build: a type guessed wrong would be
 # served wrong.
 if(NOT OUT OR NOT FILES)
@@ -42,6 +42,10 @@ foreach(f ${FILES})
     string(APPEND rows "    {\"/web/${name}\", \"${ctype}\", s_f${i}, ${len}},\n")
     if(name STREQUAL "index.html")
         string(APPEND rows "    {\"/\", \"${ctype}\", s_f${i}, ${len}},\n")
+    endif()
+    # what a browser asks for when a page names no icon (a 404 counted in /metrics otherwise)
+    if(name STREQUAL "favicon.svg")
+        string(APPEND rows "    {\"/favicon.ico\", \"${ctype}\", s_f${i}, ${len}},\n")
     endif()
     math(EXPR i "${i} + 1")
 endforeach()

@@ -111,6 +111,7 @@ static int s_timing_in(const char *what, Shardwire__StageTiming *const *t, size_
         out[i].queue_us = t[i]->queue_us;
         out[i].batch_rows = t[i]->batch_rows;
         out[i].batch_rounds = t[i]->batch_rounds;
+        out[i].critical_us = t[i]->critical_us;
     }
     *n_out = (uint32_t)n;
     return SW_WIRE_OK;
@@ -305,6 +306,8 @@ static int s_forward_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_
     o->n_hop_digests = (uint32_t)f->n_hop_digests;
     if (f->n_hop_digests)
         memcpy(o->hop_digests, f->hop_digests, f->n_hop_digests * sizeof *o->hop_digests);
+    o->fair_client = f->fair_client;
+    o->fair_tenant = f->fair_tenant;
     /* zmq_msg_data only reads; the frame stays m's */
     o->payload = m->has_payload ? zmq_msg_data((zmq_msg_t *)&m->payload) : NULL;
     o->payload_len = m->has_payload ? zmq_msg_size((zmq_msg_t *)&m->payload) : 0;
@@ -383,6 +386,7 @@ static int s_generate_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size
         o->stop[i] = s_in_str(g->stop[i]);
     o->n_messages = (uint32_t)g->n_messages;
     o->messages = NULL;
+    o->tenant = s_in_str(g->tenant);
     o->pb = g;
     return SW_WIRE_OK;
 }
@@ -429,6 +433,7 @@ static int s_chunk_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t 
     s->n_tree_rounds = st->n_tree_rounds;
     s->n_kv_moves = st->n_kv_moves;
     s->n_prefix_reused = st->n_prefix_reused;
+    s->overlap_ms = st->overlap_ms;
     s->logits_digest = st->logits_digest;
     return s_timing_in("token_chunk.stats.stages", st->stages, st->n_stages, s->stages,
                        &s->n_stages, err, err_len);
@@ -466,6 +471,29 @@ static int s_resume_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t
     CHECK(r != NULL, "resume missing");
     out->resume.request_id = s_in_str(r->request_id);
     out->resume.from_index = r->from_index;
+    return SW_WIRE_OK;
+}
+
+static int s_progress_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    const Shardwire__Progress *p = m->env->pb.progress;
+    CHECK(p != NULL, "progress missing");
+    out->progress.request_id = s_in_str(p->request_id);
+    out->progress.prompt_done = p->prompt_done;
+    out->progress.prompt_total = p->prompt_total;
+    out->progress.generated = p->generated;
+    out->progress.next_ms = p->next_ms;
+    out->progress.prompt_finished = p->prompt_finished;
+    return SW_WIRE_OK;
+}
+
+static int s_prefill_ack_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t err_len)
+{
+    const Shardwire__PrefillAck *p = m->env->pb.prefill_ack;
+    CHECK(p != NULL, "prefill_ack missing");
+    out->prefill_ack.session_id = p->session_id;
+    out->prefill_ack.round = p->round;
+    out->prefill_ack.done = p->done;
     return SW_WIRE_OK;
 }
 
@@ -532,6 +560,8 @@ static const s_dec_fn s_decoders[] = {
     [SW_MSG_PLAN_ASSIGN] = s_plan_dec,
     [SW_MSG_SPOT_QUERY] = s_spot_query_dec,
     [SW_MSG_SPOT_REPORT] = s_spot_report_dec,
+    [SW_MSG_PROGRESS] = s_progress_dec,
+    [SW_MSG_PREFILL_ACK] = s_prefill_ack_dec,
 };
 _Static_assert(sizeof s_decoders / sizeof s_decoders[0] == SW_MSG_TYPES,
                "codec.c: one decoder per message type (sw_msg_type_t)");

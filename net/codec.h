@@ -117,6 +117,7 @@ typedef struct sw_msg_timing {
     uint32_t batch_rows;   // rows of the batch the round ran in, 0..SW_WIRE_MAX_BATCH_ROWS (0 =
                            // not said)
     uint32_t batch_rounds; // rounds in that batch, 0..SW_WIRE_MAX_BATCH_ROUNDS
+    uint32_t critical_us;  // its part of the round's critical path (docs/protocol.md, "Timing")
 } sw_msg_timing_t;
 
 /* DraftDist: the sparse draft distribution of one draft position. */
@@ -256,6 +257,8 @@ typedef struct sw_msg_forward {
     uint32_t n_hop_digests;                    // 0..hop: spot checks (docs/security.md)
     uint64_t hop_digests[SW_WIRE_MAX_ROUTE];   // (n_hop_digests) running digest of what route
                                                // stage i sent, as stage i + 1 received it
+    uint64_t fair_client;                      // the head's opaque id of the client key (0 = none)
+    uint64_t fair_tenant;                      // and of its tenant (node/sched.h)
     const void *payload;                       // [n_rows, hidden] of dtype, or NULL: none
     size_t payload_len;                        // its bytes
 } sw_msg_forward_t;
@@ -312,6 +315,8 @@ typedef struct sw_msg_generate {
     const char *stop[SW_WIRE_MAX_STOP]; // (n_stop) stop strings, 1..SW_WIRE_MAX_STOP_LEN bytes each
     uint32_t n_messages;                // 0..SW_WIRE_MAX_MESSAGES
     const sw_msg_turn_t *messages;      // to send: (n_messages) turns; NULL once decoded
+    const char *tenant;                 // 0..SW_WIRE_NAME_MAX bytes of the name alphabet ("" =
+                                        // the key's own; NULL to send = "")
     const void *pb;                     // decoded: the message it views (codec.c's business)
 } sw_msg_generate_t;
 
@@ -322,8 +327,9 @@ typedef struct sw_msg_stats {
     float ttft_ms, decode_ms, draft_ms, head_ms, network_ms;          // ms
     float draft_ahead_ms;                                             // ms
     uint32_t n_ahead_hits, n_ahead_misses, n_tree_rounds, n_kv_moves; // counts
-    uint32_t n_prefix_reused;                  // prompt tokens taken from the prefix caches
-    uint32_t n_stages;                         // 0..SW_WIRE_MAX_ROUTE
+    uint32_t n_prefix_reused; // prompt tokens taken from the prefix caches
+    float overlap_ms;         // compute that ran beside another node's (pipelined prefill chunks)
+    uint32_t n_stages;        // 0..SW_WIRE_MAX_ROUTE
     sw_msg_timing_t stages[SW_WIRE_MAX_ROUTE]; // (n_stages) compute per stage (compute_us)
     uint64_t logits_digest;                    // the tail's digest at the end
 } sw_msg_stats_t;
@@ -364,6 +370,23 @@ typedef struct sw_msg_resume {
     uint32_t from_index;    // tokens the client holds
 } sw_msg_resume_t;
 
+/* Progress: head -> client, a running request's heartbeat. */
+typedef struct sw_msg_progress {
+    const char *request_id;   // the request
+    uint32_t prompt_done;     // prompt positions through the head's layers, <= prompt_total
+    uint32_t prompt_total;    // the prompt's positions, <= SW_WIRE_MAX_POS
+    uint32_t generated;       // tokens generated so far, <= SW_WIRE_MAX_POS
+    uint32_t prompt_finished; // of prompt_done, positions through every stage
+    uint32_t next_ms; // the head's next message comes within this, <= SW_WIRE_MAX_PROGRESS_MS
+} sw_msg_progress_t;
+
+/* PrefillAck: last stage -> head, a prefill chunk through every stage. */
+typedef struct sw_msg_prefill_ack {
+    uint64_t session_id; //
+    uint64_t round;      // the Forward's round
+    uint32_t done;       // positions computed on every stage, <= SW_WIRE_MAX_POS
+} sw_msg_prefill_ack_t;
+
 /* SpotReport: head -> client, what its spot checks found (SpotQuery has no fields). */
 typedef struct sw_msg_spot_node {
     const char *name; // a node the checks reported
@@ -399,6 +422,8 @@ typedef struct sw_msg {
         sw_msg_resume_t resume;               // SW_MSG_RESUME
         sw_msg_plan_t plan;                   // SW_MSG_PLAN_ASSIGN
         sw_msg_spot_report_t spot;            // SW_MSG_SPOT_REPORT
+        sw_msg_progress_t progress;           // SW_MSG_PROGRESS
+        sw_msg_prefill_ack_t prefill_ack;     // SW_MSG_PREFILL_ACK
     };
 } sw_msg_t;
 

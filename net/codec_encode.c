@@ -65,6 +65,7 @@ static int s_timing_out(const char *what, const sw_msg_timing_t *in, uint32_t n,
         pb[i].queue_us = in[i].queue_us;
         pb[i].batch_rows = in[i].batch_rows;
         pb[i].batch_rounds = in[i].batch_rounds;
+        pb[i].critical_us = in[i].critical_us;
         ptrs[i] = &pb[i];
     }
     return SW_WIRE_OK;
@@ -282,6 +283,8 @@ static int s_forward_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, 
     pb.prefix_tokens = s_out_u32(f->prefix_tokens);
     pb.n_hop_digests = f->n_hop_digests;
     pb.hop_digests = (uint64_t *)f->hop_digests;
+    pb.fair_client = f->fair_client;
+    pb.fair_tenant = f->fair_tenant;
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.forward = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_FORWARD, sink, ctx, f->payload,
@@ -367,6 +370,7 @@ static int s_generate_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx,
     pb.stop = stop;
     pb.n_messages = g->n_messages;
     pb.messages = turn_p;
+    pb.tenant = s_out_str(g->tenant);
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.generate = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_GENERATE, sink, ctx, NULL, 0);
@@ -405,6 +409,7 @@ static int s_chunk_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
         st.n_tree_rounds = s->n_tree_rounds;
         st.n_kv_moves = s->n_kv_moves;
         st.n_prefix_reused = s->n_prefix_reused;
+        st.overlap_ms = s->overlap_ms;
         st.n_stages = s->n_stages;
         st.stages = tmp;
         st.logits_digest = s->logits_digest;
@@ -462,6 +467,36 @@ static int s_resume_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, c
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.resume = &pb;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_RESUME, sink, ctx, NULL, 0);
+}
+
+static int s_progress_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                          size_t err_len)
+{
+    (void)err, (void)err_len;
+    const sw_msg_progress_t *p = &msg->progress;
+    Shardwire__Progress pb = SHARDWIRE__PROGRESS__INIT;
+    pb.request_id = s_out_str(p->request_id);
+    pb.prompt_done = p->prompt_done;
+    pb.prompt_total = p->prompt_total;
+    pb.generated = p->generated;
+    pb.next_ms = p->next_ms;
+    pb.prompt_finished = p->prompt_finished;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.progress = &pb;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PROGRESS, sink, ctx, NULL, 0);
+}
+
+static int s_prefill_ack_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
+                             size_t err_len)
+{
+    (void)err, (void)err_len;
+    Shardwire__PrefillAck pb = SHARDWIRE__PREFILL_ACK__INIT;
+    pb.session_id = msg->prefill_ack.session_id;
+    pb.round = msg->prefill_ack.round;
+    pb.done = msg->prefill_ack.done;
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.prefill_ack = &pb;
+    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PREFILL_ACK, sink, ctx, NULL, 0);
 }
 
 static int s_plan_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
@@ -539,6 +574,8 @@ static const s_enc_fn s_encoders[] = {
     [SW_MSG_PLAN_ASSIGN] = s_plan_enc,
     [SW_MSG_SPOT_QUERY] = s_spot_query_enc,
     [SW_MSG_SPOT_REPORT] = s_spot_report_enc,
+    [SW_MSG_PROGRESS] = s_progress_enc,
+    [SW_MSG_PREFILL_ACK] = s_prefill_ack_enc,
 };
 _Static_assert(sizeof s_encoders / sizeof s_encoders[0] == SW_MSG_TYPES,
                "codec_encode.c: one encoder per message type (sw_msg_type_t)");

@@ -280,6 +280,14 @@ int sw_access_key_generate(const char *path, char *err, size_t err_len)
 
 int sw_keys_load_secret(const char *path, char *pub, char *sec, char *err, size_t err_len)
 {
+    /* keygen writes NAME.key (secret) and NAME.pub: the .pub given here is a
+     * mix-up that the permission check would misreport as "too open". */
+    size_t plen = strlen(path);
+    if (plen > 4 && strcmp(path + plen - 4, ".pub") == 0)
+        return s_err(err, err_len,
+                     "%s is a public key: give the secret key file (%.*s.key, made next to it by "
+                     "'shardwire keygen') with --key; the .pub goes to the relay's allow-list",
+                     path, (int)(plen - 4), path);
     char *text = s_read_file(path, 1, err, err_len);
     if (!text)
         return -1;

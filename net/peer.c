@@ -441,13 +441,14 @@ static int s_mech_check(const sw_peer_t *p, const char *relay, const char *mech)
 
 /*
  * Before the first dial: waits until a relay greets us at the endpoint
- * (probe.h), retrying with a doubling delay and one line per attempt. 0 = dial
+ * (probe.h), retrying with a doubling delay and one progress line (sw_log_progress). 0 = dial
  * now, -1 = give up (logged). Endpoints that cannot be probed pass at once.
  */
 static int s_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
                             volatile sig_atomic_t *stop, int *attempt)
 {
     int64_t backoff = SW_PEER_BACKOFF_MIN_MS;
+    sw_probe_rc said = SW_PROBE_OK; /* the reason the progress line gave last */
     for (;;) {
         char mech[SW_PROBE_MECH_MAX + 1], why[256], left[64];
         int64_t now = s_now_ms();
@@ -473,17 +474,27 @@ static int s_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
         }
         now = s_now_ms();
         if (deadline >= 0 && now >= deadline) {
-            SW_ERR("peer %s: the relay at %s is not reachable: %s (%d attempts): start it, check "
-                   "the address and the firewall, or wait longer (--connect-timeout-s)",
-                   p->announce.name, relay, why, *attempt);
+            if (rc == SW_PROBE_RESOLVE)
+                SW_ERR("peer %s: the relay at %s is not reachable: %s (%d attempts): give the "
+                       "relay machine's host name or IP address (tcp://HOST:PORT)",
+                       p->announce.name, relay, why, *attempt);
+            else
+                SW_ERR("peer %s: the relay at %s is not reachable: %s (%d attempts): start it, "
+                       "check the address and the firewall, or wait longer (--connect-timeout-s)",
+                       p->announce.name, relay, why, *attempt);
             return -1;
         }
         int64_t delay = backoff;
         if (deadline >= 0 && deadline - now < delay)
             delay = deadline - now;
         s_left_text(deadline, left, sizeof left);
-        SW_WARN("peer %s: relay %s: %s (attempt %d); retrying in %.1f s (%s)", p->announce.name,
-                relay, why, *attempt, delay / 1e3, left);
+        /* One line per wait (updated in place on a terminal), not one per
+         * attempt; a log gets a new line only when the reason changes. */
+        const int changed = rc != said;
+        said = rc;
+        sw_log_progress(SW_LOG_WARN, changed,
+                        "peer %s: waiting for the relay at %s: %s (attempt %d, %s)",
+                        p->announce.name, relay, why, *attempt, left);
         if (s_nap(delay, stop)) {
             SW_ERR("peer %s: interrupted while waiting for the relay", p->announce.name);
             return -1;
@@ -516,8 +527,9 @@ static int s_on_cut(sw_peer_t *p, const char *relay, int64_t deadline, int *cuts
     *cuts = 0;
     ++*attempt;
     s_left_text(deadline, left, sizeof left);
-    SW_WARN("peer %s: relay %s: %s (attempt %d); redialling (%s)", p->announce.name, relay, why,
-            *attempt, left);
+    sw_log_progress(SW_LOG_WARN, *attempt == 1,
+                    "peer %s: waiting for the relay at %s: %s (attempt %d, %s)", p->announce.name,
+                    relay, why, *attempt, left);
     return 0;
 }
 

@@ -75,10 +75,11 @@ typedef struct sw_peer_opts {
  * Connects to the relay, announces and waits for the AnnounceAck. A relay that
  * is not up yet (refused, name not resolving, a forwarder that accepts and
  * closes: see probe.h) is retried with a growing delay (0.25 s doubling to
- * 5 s) and one warning line per attempt, until connect_timeout_ms. Returns
- * NULL (after one error line) when the time is up, *stop was set, or the relay
- * refuses us for good: our key (not allowed, or the relay's key is not the one
- * pinned), the name, the protocol version. Free with sw_peer_destroy().
+ * 5 s) and one progress line (sw_log_progress: updated in place on a
+ * terminal), until connect_timeout_ms. Returns NULL (after one error line)
+ * when the time is up, *stop was set, or the relay refuses us for good: our
+ * key (not allowed, or the relay's key is not the one pinned), the name, the
+ * protocol version. Free with sw_peer_destroy().
  */
 sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts) __attribute__((warn_unused_result));
 

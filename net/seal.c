@@ -4,10 +4,16 @@
  */
 #include "seal.h"
 
+#include "sw_limits.h"
+
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+_Static_assert(SW_SEAL_PAYLOAD_OVERHEAD == SW_WIRE_SEAL_OVERHEAD &&
+                   SW_SEAL_HDR_OVERHEAD == SW_WIRE_SEAL_HDR_OVERHEAD,
+               "sw_limits.h sizes frames with the bytes sealing adds");
 
 #define S_AAD_MAX (16 + 2 + 64 + 64 + 8 + 8 + 8 + 4) /* label, channel, kind, names, ids, time */
 #define S_WINDOW 64                                  /* counters below the highest still accepted */

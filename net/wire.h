@@ -41,8 +41,10 @@
 /* Envelope.version; any other is refused (3: trees, 4: cancel, 5: tree and
  * draft-ahead requests and stats, 6: key fingerprints in the name frames and
  * PeerInfo.key_fp, 7: placement: PeerAnnounce 11..19, PlanAssign; spot checks' hop
- * digests in Forward and Verdict, SpotQuery / SpotReport). */
-#define SW_WIRE_VERSION 7u
+ * digests in Forward and Verdict, SpotQuery / SpotReport; 8: Progress, PrefillAck,
+ * StageTiming.critical_us, GenerateStats.overlap_ms, hidden sizes up to 32768; fair shares:
+ * Forward.fair_client and fair_tenant, GenerateRequest.tenant). */
+#define SW_WIRE_VERSION 8u
 #define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
 #define SW_WIRE_MAX_PROBE_US 60000000u      /* probe times, rtt_us, plan_us: 60 s */
 #define SW_WIRE_MAX_KV_KIB_LAYER (1u << 26) /* PeerAnnounce.kv_kib_layer: 64 GiB a layer */
@@ -129,6 +131,8 @@ typedef enum sw_msg_type {
     SW_MSG_PLAN_ASSIGN,
     SW_MSG_SPOT_QUERY,
     SW_MSG_SPOT_REPORT,
+    SW_MSG_PROGRESS,
+    SW_MSG_PREFILL_ACK,
     SW_MSG_TYPES /* the number of values above, SW_MSG_NONE included */
 } sw_msg_type_t;
 

@@ -363,10 +363,12 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     if (has_payload) {
         CHECK(f->hidden >= 1 && f->hidden <= SW_WIRE_MAX_HIDDEN, "forward.hidden %u not in 1..%d",
               f->hidden, SW_WIRE_MAX_HIDDEN);
-        /* n_rows <= 2^9, hidden <= 2^16, esize <= 4: the product fits 64 bits easily. */
+        /* n_rows <= 2^9, hidden <= 2^15, esize <= 4: the product fits 64 bits easily. */
         uint64_t want = (uint64_t)f->n_rows * (uint64_t)f->hidden * (uint64_t)esize;
-        CHECK(want <= SW_WIRE_MAX_PAYLOAD, "forward tensor [%u, %u] x %zu B exceeds %u bytes",
-              f->n_rows, f->hidden, esize, SW_WIRE_MAX_PAYLOAD);
+        CHECK(want <= SW_WIRE_MAX_PAYLOAD,
+              "a forward of %u rows x %u x %zu B = %llu bytes exceeds the payload limit of %u "
+              "bytes (SW_WIRE_MAX_PAYLOAD)",
+              f->n_rows, f->hidden, esize, (unsigned long long)want, SW_WIRE_MAX_PAYLOAD);
         CHECK((uint64_t)payload_len == want,
               "forward payload has %zu bytes, [%u, %u] x %zu B needs %llu", payload_len, f->n_rows,
               f->hidden, esize, (unsigned long long)want);
@@ -437,6 +439,8 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
     int rc;
     CHECK(g != NULL, "generate missing");
     if ((rc = s_name("generate.request_id", g->request_id, 1, err, err_len)))
+        return rc;
+    if ((rc = s_name("generate.tenant", g->tenant, 0, err, err_len)))
         return rc;
     size_t plen = s_strlen_max(g->prompt, SW_WIRE_MAX_PROMPT_BYTES);
     CHECK(plen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.prompt longer than %u bytes",
@@ -687,6 +691,37 @@ static int s_check_resume(const Shardwire__Envelope *env, int has_payload, size_
     return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
 }
 
+static int s_check_progress(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                            char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    const Shardwire__Progress *p = env->progress;
+    CHECK(p != NULL, "progress missing");
+    CHECK(p->prompt_total <= SW_WIRE_MAX_POS && p->prompt_done <= p->prompt_total,
+          "progress: %u of %u prompt positions (at most %u)", p->prompt_done, p->prompt_total,
+          SW_WIRE_MAX_POS);
+    CHECK(p->generated <= SW_WIRE_MAX_POS, "progress.generated %u > %u", p->generated,
+          SW_WIRE_MAX_POS);
+    CHECK(p->next_ms <= SW_WIRE_MAX_PROGRESS_MS, "progress.next_ms %u > %u", p->next_ms,
+          SW_WIRE_MAX_PROGRESS_MS);
+    CHECK(p->prompt_finished <= p->prompt_done,
+          "progress: %u positions through every stage, %u "
+          "through the head",
+          p->prompt_finished, p->prompt_done);
+    return s_name("progress.request_id", p->request_id, 1, err, err_len);
+}
+
+static int s_check_prefill_ack(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                               char *err, size_t err_len)
+{
+    (void)has_payload, (void)payload_len;
+    const Shardwire__PrefillAck *p = env->prefill_ack;
+    CHECK(p != NULL, "prefill_ack missing");
+    CHECK(p->done >= 1 && p->done <= SW_WIRE_MAX_POS, "prefill_ack.done %u not in 1..%u", p->done,
+          SW_WIRE_MAX_POS);
+    return SW_WIRE_OK;
+}
+
 static int s_check_spot_query(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
                               char *err, size_t err_len)
 {
@@ -766,6 +801,10 @@ static const struct s_type {
                            s_check_spot_query},
     [SW_MSG_SPOT_REPORT] = {SHARDWIRE__ENVELOPE__BODY_SPOT_REPORT, "spot_report", SW_WIRE_CH_ACCESS,
                             0, s_check_spot_report},
+    [SW_MSG_PROGRESS] = {SHARDWIRE__ENVELOPE__BODY_PROGRESS, "progress", SW_WIRE_CH_ACCESS, 0,
+                         s_check_progress},
+    [SW_MSG_PREFILL_ACK] = {SHARDWIRE__ENVELOPE__BODY_PREFILL_ACK, "prefill_ack",
+                            SW_WIRE_CH_CLUSTER, 0, s_check_prefill_ack},
 };
 _Static_assert(sizeof s_types / sizeof s_types[0] == SW_MSG_TYPES,
                "wire_check.c: one row per message type (sw_msg_type_t)");

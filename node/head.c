@@ -53,13 +53,16 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     h->queue = calloc((size_t)(n->o.max_queue > 0 ? n->o.max_queue : 1), sizeof *h->queue);
     h->bout = malloc((size_t)n->rows_cap * n->hp->n_embd * sizeof(float));
     h->resend = calloc((size_t)h->n_slots, sizeof *h->resend);
+    h->answer = calloc((size_t)h->n_slots, sizeof *h->answer);
+    sw_log_gate_init(&h->refused_log, "head: refusals and Resumes", HEAD_REFUSED_LOG_KEY,
+                     HEAD_REFUSED_LOG_ALL, HEAD_REFUSED_LOG_MS);
     if (sw_model_is_last(n->model)) {
         /* a node holding every layer verifies itself: logits of every
          * session's last rows in one batch */
         h->logit_rows = n->logit_cap;
         h->logits = malloc((size_t)h->logit_rows * n->hp->n_vocab * sizeof(float));
     }
-    if (!h->sess || !h->queue || !h->bout || !h->resend ||
+    if (!h->sess || !h->queue || !h->bout || !h->resend || !h->answer ||
         (sw_model_is_last(n->model) && !h->logits)) {
         snprintf(err, err_len, "out of memory for %d sessions", n->o.max_sessions);
         goto fail;
@@ -91,15 +94,23 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
+    if (head_sched_init(n, err, err_len) != 0 || head_public_load(n, err, err_len) != 0) {
+        n->head = NULL;
+        goto fail;
+    }
     return 0;
 fail:
+    head_sched_free(h);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h->sess);
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->pub[0]);
+    free(h->pub[1]);
     free(h->resend);
+    free(h->answer);
     free(h);
     return -1;
 }
@@ -111,7 +122,8 @@ void node_head_free(node_t *n)
         return;
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && n->peer) {
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED) &&
+            n->peer) {
             head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,
                             "the head is shutting down");
             head_close_stages(n, s, "head shutting down");
@@ -127,13 +139,17 @@ void node_head_free(node_t *n)
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
+    head_sched_free(h);
     draft_model_free(&h->dmodel);
     sw_tokenizer_free(&h->tok);
     free(h->sess);
     free(h->queue);
     free(h->bout);
     free(h->logits);
+    free(h->pub[0]);
+    free(h->pub[1]);
     free(h->resend);
+    free(h->answer);
     free(h);
     n->head = NULL;
 }
@@ -146,6 +162,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         return;
     const sw_msg_table_t *pt = &d.table;
     const double now = sw_now_ms();
+    const double asked = h->status_sent; // the query this table answers went then
     h->status_out = 0;
     char err[512] = "";
     int code = 0;
@@ -195,7 +212,9 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 h->busy = 1;
             }
         }
-        if (s->want_check) {
+        if (s->want_check && asked < s->t_sent_all) {
+            head_want_status(h); // asked before the round's last chunk went: it cannot tell
+        } else if (s->want_check) {
             s->want_check = 0;
             char why[160];
             if (node_recover_waiting(s->rec) &&
@@ -267,8 +286,11 @@ void node_head_step(node_t *n)
         h->busy = 1;
     head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
-    for (int k = 0; k < h->n_slots && !h->busy; k++)
-        h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0;
+    sw_log_gate_tick(&h->refused_log, sw_now_ms());
+    const double end = sw_now_ms();
+    for (int k = 0; k < h->n_slots && !h->busy; k++) // chunks to send (not waiting for acks)
+        h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0 &&
+                  head_sched_may_send(n, &h->sess[k], end);
 }
 
 int node_head_timeout(const node_t *n)

@@ -20,6 +20,10 @@
 
 #include "wire.h"
 
+/* Bytes of a --public-prefix file at most (the system prompt a cluster's
+ * tenants may share in the prefix cache). */
+#define HEAD_PUBLIC_PREFIX_MAX 1048576
+
 typedef struct node node_t;           // node.h
 typedef struct node_head node_head_t; // head_impl.h
 
@@ -40,6 +44,8 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg);
 void node_head_spot_query(node_t *n, sw_wire_msg_t *msg);
 /* A Verdict from a route's tail. */
 void node_head_verdict(node_t *n, sw_wire_msg_t *msg);
+/* A PrefillAck from a route's tail: the round in flight moves. */
+void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg);
 /* An Error from the relay or a stage. */
 void node_head_error(node_t *n, sw_wire_msg_t *msg);
 /* The relay's PeerTable (the answer to the head's status query); msg is

@@ -180,6 +180,13 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
         int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
                            : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
                                              &prompt, &n_prompt);
+        if (trc == SW_TOK_ERR_TOO_LONG && room < 1) {
+            snprintf(err, err_len,
+                     "%u new tokens (max_tokens) leave no room for any prompt in the %d-position "
+                     "context (node --ctx): ask for at most %d",
+                     g->n_predict, n->o.n_ctx, n->o.n_ctx > 1 ? n->o.n_ctx - 1 : 0);
+            goto fail;
+        }
         if (trc == SW_TOK_ERR_TOO_LONG) {
             snprintf(err, err_len,
                      "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
@@ -263,6 +270,7 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->resend_at = -1;
     randombytes_buf(&s->id, sizeof s->id);
     s->id |= 1;
+    head_sched_open(h, s, g->tenant); /* its flows in the fair queue */
 }
 
 /* The session's memory: its KV cache (counted in the head's kv_used), round
@@ -324,6 +332,8 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
         return -1;
     dc.n_ctx = s->n_ctx;
     dc.load = n->o.draft_load ? &h->load : NULL;
+    char ns[SW_PREFIX_NS_LEN];
+    dc.prefix_ns = head_prefix_ns(s, ns, sizeof ns);
     if (draft_begin(s->drafter, &dc, err, err_len) != 0)
         return -1;
     s->proposer = draft_proposer(s->drafter);
@@ -442,49 +452,77 @@ fail:
     if (s) {
         head_end(n, s, SW_FINISH_ERROR, code, err);
     } else {
-        char addr[SW_WIRE_ADDR_MAX + 1];
-        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, err);
-        head_send_error(n, head_reply_addr(msg, addr), code, g->request_id, 0, 0, err);
+        head_refuse(n, msg, code, g->request_id, 0, err);
     }
     return S_REFUSED;
 }
 
-/* Sessions running (or routing) for client (head_who: its key, else its name). */
-static int s_client_running(const node_head_t *h, const char *who)
+/* Sessions running (or routing) for client (head_who: its key, else its name),
+ * and of them for tenant (NULL: not counted). */
+static int s_client_running(const node_head_t *h, const char *who, const char *tenant,
+                            int *of_tenant)
 {
-    int k = 0;
-    for (int i = 0; i < h->n_slots; i++)
-        k += (h->sess[i].state == HEAD_ROUTE || h->sess[i].state == HEAD_RUN) &&
-             !strcmp(head_sess_who(&h->sess[i]), who);
+    int k = 0, t = 0;
+    for (int i = 0; i < h->n_slots; i++) {
+        const head_sess_t *s = &h->sess[i];
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) && !strcmp(head_sess_who(s), who)) {
+            k++;
+            t += tenant && !strcmp(s->tenant, tenant);
+        }
+    }
+    if (of_tenant)
+        *of_tenant = t;
     return k;
 }
 
-/* 1 when client `who` may start another session now (its --max-sessions-per-client). */
+/* 1 when a request of another client than `who` waits in the queue. */
+static int s_other_waiting(const node_t *n, const char *who)
+{
+    const node_head_t *h = n->head;
+    for (int i = 0; i < h->q_len; i++)
+        if (strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), who) != 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when client `who` may start another session now. Below its share
+ * (--max-sessions-per-client) always; above it only when no other key's
+ * request waits (work-conserving: a key alone may take every session) and
+ * the operator did not set the share as a hard cap. */
 static int s_client_may_start(const node_t *n, const char *who)
 {
     const int quota = n->o.max_sessions_per_client;
-    return quota <= 0 || s_client_running(n->head, who) < quota;
+    if (quota <= 0 || s_client_running(n->head, who, NULL, NULL) < quota)
+        return 1;
+    return !n->o.sessions_per_client_hard && !s_other_waiting(n, who);
 }
 
 /* The queued request to start next, or -1: of those whose client may start a
  * session now, the one whose client runs the fewest (a fair share between
- * client keys), the oldest of them. */
+ * client keys), then whose tenant under that key runs the fewest, the
+ * oldest of them. */
 static int s_queue_next(const node_t *n)
 {
     const node_head_t *h = n->head;
-    int best = -1, best_running = 0;
+    int best = -1, best_running = 0, best_tenant = 0;
     for (int i = 0; i < h->q_len; i++) {
-        const char *who = head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg);
+        const head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
+        const char *who = head_who(&w->msg);
         if (!s_client_may_start(n, who))
             continue;
-        const int running = s_client_running(h, who);
-        if (best < 0 || running < best_running) {
+        int tenant = 0;
+        const int running = s_client_running(h, who, w->g.tenant, &tenant);
+        if (best < 0 || running < best_running ||
+            (running == best_running && tenant < best_tenant)) {
             best = i;
             best_running = running;
+            best_tenant = tenant;
         }
     }
     return best;
 }
+
+static head_sess_t *s_park_next(const node_t *n, int *running);
 
 void node_head_request(node_t *n, sw_wire_msg_t *msg)
 {
@@ -493,19 +531,17 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     if (sw_codec_decode(msg, SW_MSG_GENERATE, &d, NULL, 0) != 0)
         return;
     const sw_msg_generate_t *g = &d.generate;
-    char addr[SW_WIRE_ADDR_MAX + 1];
-    head_reply_addr(msg, addr);
     if (!h) {
-        head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
-                        "this node is not a head (its layers do not start at 0)");
+        head_refuse(n, msg, SW_ERROR_BAD_REQUEST, g->request_id, 0,
+                    "this node is not a head (its layers do not start at 0)");
         return;
     }
     for (int i = 0; i < h->n_slots; i++) {
         const head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN) &&
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED) &&
             !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, g->request_id)) {
-            head_send_error(n, addr, SW_ERROR_BAD_REQUEST, g->request_id, 0, 0,
-                            "a request with this id is already running");
+            head_refuse(n, msg, SW_ERROR_BAD_REQUEST, g->request_id, 0,
+                        "a request with this id is already running");
             return;
         }
     }
@@ -522,7 +558,8 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     const double now = sw_now_ms();
     /* Queued requests that may start go first; a client at its session quota waits in the
      * queue while others' requests pass it. */
-    if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 &&
+    int p_running = 0;
+    if (h->n_active < n->o.max_sessions && s_queue_next(n) < 0 && !s_park_next(n, &p_running) &&
         s_client_may_start(n, head_who(msg))) {
         if (s_start(n, msg, now) != S_WAIT_MEMORY)
             return;
@@ -536,8 +573,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "the head holds %d waiting requests of yours already (its "
                  "--max-queue-per-client): retry when one has started",
                  mine);
-        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
+        head_refuse(n, msg, SW_ERROR_BUSY, g->request_id, (uint32_t)h->q_len + 1, text);
         return;
     }
     if (h->q_len >= n->o.max_queue) {
@@ -546,8 +582,7 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
                  "the head is busy: %d requests running and %d waiting (its --max-queue): "
                  "retry later",
                  h->n_active, h->q_len);
-        SW_WARN("request '%s' from %s refused: %s", g->request_id, msg->peer, text);
-        head_send_error(n, addr, SW_ERROR_BUSY, g->request_id, 0, (uint32_t)h->q_len + 1, text);
+        head_refuse(n, msg, SW_ERROR_BUSY, g->request_id, (uint32_t)h->q_len + 1, text);
         return;
     }
     head_wait_t *w = &h->queue[(h->q_head + h->q_len) % n->o.max_queue];
@@ -578,16 +613,164 @@ void head_dequeue(node_t *n, int i)
     h->q_len--;
 }
 
+/* ---- parking: a key's sessions beyond its share give their slot back ------------------- */
+
+/*
+ * A key may take every free session while no other key waits (work-conserving);
+ * once another key's request waits for a session and the key runs more than its
+ * --max-sessions-per-client share, the youngest of its sessions beyond the share is
+ * parked: its caches are freed at the head and the stages (SessionClose), its round log,
+ * generation and what it streamed are kept, and the waiting request takes the slot. A
+ * parked session goes on when a slot frees and its key may start one (the same order as
+ * the queue: the key running the fewest first): a new cache, a new session id (the
+ * stages remember the old one as closed), and recovery replays its rounds from the
+ * prefill (recover.h), so the client's stream continues with exactly the tokens it would
+ * have had. What it costs: the parked session's rounds computed again, and its time
+ * parked (which counts against its deadline).
+ */
+
+/* 1 when s may be parked now: running, past its first round, neither recovering nor in the
+ * middle of sending a round. */
+static int s_parkable(const head_sess_t *s)
+{
+    return s->state == HEAD_RUN && s->round_no > 0 && !node_recover_failing(s->rec) &&
+           s->send_idx < 0;
+}
+
+/* The session to give its slot back: of the key running the most sessions beyond its
+ * share, its youngest that may be parked; or NULL. */
+static head_sess_t *s_park_victim(const node_t *n)
+{
+    node_head_t *h = n->head;
+    const char *key = NULL;
+    int most = n->o.max_sessions_per_client;
+    for (int i = 0; i < h->n_slots; i++) {
+        const head_sess_t *s = &h->sess[i];
+        if (!s_parkable(s))
+            continue;
+        const int running = s_client_running(h, head_sess_who(s), NULL, NULL);
+        if (running > most) {
+            most = running;
+            key = head_sess_who(s);
+        }
+    }
+    head_sess_t *young = NULL;
+    for (int i = 0; key && i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s_parkable(s) && !strcmp(head_sess_who(s), key) && (!young || s->t_gen > young->t_gen))
+            young = s;
+    }
+    return young;
+}
+
+/* 1 when a queued request of a key below its share waits for a session slot. */
+static int s_share_waits(const node_t *n)
+{
+    const node_head_t *h = n->head;
+    const int quota = n->o.max_sessions_per_client;
+    if (quota <= 0 || n->o.sessions_per_client_hard || h->n_active < n->o.max_sessions)
+        return 0;
+    for (int i = 0; i < h->q_len; i++) {
+        const char *who = head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg);
+        if (s_client_running(h, who, NULL, NULL) < quota)
+            return 1;
+    }
+    return 0;
+}
+
+/* Parks s (above): its slot and caches go back, the rest stays. */
+static void s_park(node_t *n, head_sess_t *s, double now)
+{
+    node_head_t *h = n->head;
+    const int running = s_client_running(h, head_sess_who(s), NULL, NULL);
+    head_close_stages(n, s, "parked: its slot went to another key's request");
+    s->opened = 0;
+    if (s->kv) {
+        h->kv_used -= s->kv_bytes;
+        sw_kv_free(&s->kv);
+    }
+    s->send_idx = -1;
+    s->state = HEAD_PARKED;
+    s->t_parked = now;
+    h->n_active--;
+    SW_INFO("request '%s' of %s parked after %u tokens: its key ran %d sessions, more than its "
+            "share (%d, --max-sessions-per-client), while another key's request waited; it goes "
+            "on when a session frees",
+            s->rid, s->client, s->n_seen, running, n->o.max_sessions_per_client);
+}
+
+/* Resumes parked s: 0, or -1 when its cache does not fit now (it stays parked). */
+static int s_unpark(node_t *n, head_sess_t *s, double now)
+{
+    node_head_t *h = n->head;
+    head_kv_room(n, s->kv_bytes);
+    if (n->o.kv_bytes > 0 && h->kv_used + s->kv_bytes > (size_t)n->o.kv_bytes)
+        return -1;
+    if (!(s->kv = sw_kv_new(n->model, s->n_ctx)))
+        return -1;
+    h->kv_used += s->kv_bytes;
+    randombytes_buf(&s->id, sizeof s->id); /* the stages remember the old id as closed */
+    s->id |= 1;
+    s->state = HEAD_RUN;
+    h->n_active++;
+    h->busy = 1;
+    SW_INFO("request '%s' of %s goes on after %.1f s parked: its rounds are sent again", s->rid,
+            s->client, (now - s->t_parked) / 1e3);
+    s->replay_why = "the session was parked for another key's request"; /* head_advance */
+    return 0;
+}
+
+/* The parked session to resume next: of those whose key may start a session now, the one
+ * whose key runs the fewest (its count in *running), the longest parked; or NULL. */
+static head_sess_t *s_park_next(const node_t *n, int *running)
+{
+    node_head_t *h = n->head;
+    head_sess_t *best = NULL;
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state != HEAD_PARKED || !s_client_may_start(n, head_sess_who(s)))
+            continue;
+        const int r = s_client_running(h, head_sess_who(s), NULL, NULL);
+        if (!best || r < *running || (r == *running && s->t_parked < best->t_parked)) {
+            best = s;
+            *running = r;
+        }
+    }
+    return best;
+}
+
+/* Parked sessions past their deadline end; one session of a key above its share is parked
+ * when a request of a key below its share waits for a slot. */
+static void s_park_step(node_t *n, double now)
+{
+    node_head_t *h = n->head;
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state == HEAD_PARKED && s->deadline && now >= s->deadline)
+            head_end(n, s, SW_FINISH_DEADLINE, SW_ERROR_DEADLINE,
+                     "the request's deadline passed while it was parked for another key's");
+        else if (s->state == HEAD_PARKED && now - s->t_told >= HEAD_PROGRESS_MS)
+            head_progress(n, s, 0, now); // alive: its client does not ask again (Resume)
+    }
+    head_sess_t *v = s_share_waits(n) ? s_park_victim(n) : NULL;
+    if (v)
+        s_park(n, v, now);
+}
+
 /* The queue: requests past their deadline get a busy error with their
- * place; the oldest start while slots and memory allow. */
+ * place; parked sessions and the oldest requests start while slots and
+ * memory allow, the key running the fewest first. */
 void head_queue_step(node_t *n, double now)
 {
     node_head_t *h = n->head;
     for (int i = 0; i < h->q_len; i++) {
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
         const sw_msg_generate_t *g = &w->g;
-        if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms)
+        if (!g->timeout_ms || now - w->t_arrive < g->timeout_ms) {
+            if (now - w->t_told >= HEAD_PROGRESS_MS)
+                head_progress_queued(n, w, now); // waiting: its client does not ask again
             continue;
+        }
         char text[256];
         snprintf(text, sizeof text,
                  "the head stayed busy: the request waited %.0f s at position %d of the queue "
@@ -599,8 +782,20 @@ void head_queue_step(node_t *n, double now)
                         (uint32_t)i + 1, text);
         head_dequeue(n, i--);
     }
-    while (h->q_len > 0 && h->n_active < n->o.max_sessions) {
+    s_park_step(n, now);
+    while (h->n_active < n->o.max_sessions) {
+        int p_running = 0;
+        head_sess_t *p = s_park_next(n, &p_running);
         const int i = s_queue_next(n); // the oldest whose client is under its session quota
+        const int q_running =
+            i < 0 ? 0
+                  : s_client_running(h, head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg),
+                                     NULL, NULL);
+        if (p && (i < 0 || p_running <= q_running)) { // a parked session goes on first
+            if (s_unpark(n, p, now) != 0)
+                break; // its cache does not fit yet
+            continue;
+        }
         if (i < 0)
             break;
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];

@@ -15,6 +15,8 @@
  *                   vanished clients, the status query
  *   head_stream.c   what a client receives: TokenChunks (kept for Resume),
  *                   the final chunk and its stats, Errors; Resume
+ *   head_sched.c    the head's part of the fair queue (sched.h): each
+ *                   session's flows, prompt pieces, the batch's order
  *
  * A session's slot (head_sess_t) and everything it points to belong to the
  * head: head_forget frees them all, head_end all but the record of what the
@@ -26,24 +28,36 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunk.h"
 #include "codec.h"
 #include "decode.h"
 #include "drafter.h"
+#include "expiry.h"
 #include "head.h"
+#include "log.h"
 #include "node.h"
 #include "recover.h"
+#include "sched.h"
 #include "tokenizer.h"
 
-#define HEAD_ROUTE_FRESH_MS 5000 // a route built from a table this recent serves a new request
-#define HEAD_SUSPECT_MAX 16      // stages remembered on routes whose round timed out
-#define HEAD_SUSPECT_MS 600000   // ... and avoided this long where another stage can serve
+#define HEAD_ROUTE_FRESH_MS 5000   // a route built from a table this recent serves a new request
+#define HEAD_PROGRESS_MS 1000      // a request's client hears from the head this often (queued too)
+#define HEAD_PROGRESS_PIECE_MS 250 // ... and after a prompt piece, at most this often
+#define HEAD_SUSPECT_MAX 16        // stages remembered on routes whose round timed out
+#define HEAD_SUSPECT_MS 600000     // ... and avoided this long where another stage can serve
+#define HEAD_PROVEN_MAX 32         // stages remembered on routes that delivered a verdict ...
+#define HEAD_PROVEN_MS 600000      // ... for this long: preferred over equals that did not
 
 #define HEAD_SPOT_COPIES 3       // spot checks: a checked session's copies (main + 2 shadows)
 #define HEAD_SPOT_RING 64        // rounds whose digests wait for every copy's verdict
 #define HEAD_SPOT_BAD_MAX 16     // nodes remembered as disputed or convicted
 #define HEAD_SPOT_BAD_MS 3600000 // ... and avoided this long where another serves their layers
 
-enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER };
+#define HEAD_REFUSED_LOG_KEY 5    // refused requests: log lines per client key per window
+#define HEAD_REFUSED_LOG_ALL 20   // ... all keys together (then a summary line per key)
+#define HEAD_REFUSED_LOG_MS 10000 // ... the window
+
+enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER, HEAD_PARKED };
 
 /* head_spot.c: how much the head trusts a node after its spot checks. */
 enum head_spot_rank { HEAD_SPOT_OK = 0, HEAD_SPOT_DISPUTED = 1, HEAD_SPOT_CONVICTED = 2 };
@@ -157,11 +171,35 @@ typedef struct head_sess {
     double round_head_ms;                  // the current round's compute: head
     double round_stage_ms;                 // and stages
     int round_head_rows;                   // rows of the head's batch its last chunk ran in
-    int prefix_len;    // prompt positions the prefill's first attempt took from the prefix
-                       // caches (0: none, or the prefill was sent again whole)
-    int spot_draw;     // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
-    head_spot_t *spot; // the checked session's copies, or NULL
-    int spot_fail;     // 1: its route held a node the spot checks convicted: replay
+    int prefix_len;         // prompt positions the prefill's first attempt took from the prefix
+                            // caches (0: none, or the prefill was sent again whole)
+    int spot_draw;          // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
+    head_spot_t *spot;      // the checked session's copies, or NULL
+    int spot_fail;          // 1: its route held a node the spot checks convicted: replay
+    double t_told;          // the head last sent the client something (ms): a Progress after
+                            // HEAD_PROGRESS_MS of silence
+    int prompt_through;     // prefill rows that went through the head's layers (Progress)
+    int prompt_finished;    // ... and through every stage (the tail's PrefillAcks)
+    double t_sent_all;      // the current round's last chunk went (ms): a route check needs a
+                            // peer table asked for after it
+    double round_head_crit; // the head's part of the round's critical path (ms)
+    double round_crit_ms;   // and the stages' (the verdict's timing entries)
+    double crit_total[SW_WIRE_MAX_ROUTE]; // the request's critical paths per stage (ms)
+    double overlap_ms;                    // compute beside another node's (timing)
+    /* the fair queue (head_sched.c) */
+    char tenant[SW_WIRE_NAME_MAX + 1];       // GenerateRequest.tenant: who it is for under its key
+    uint64_t flow[NODE_SCHED_LEVELS];        // its flows: client key, tenant, session (sched.h)
+    int piece_rows;                          // its last prompt piece: rows (0 = none yet)
+    double piece_ms;                         // and the ms of the batch it ran in
+    uint64_t piece_round[SW_WIRE_MAX_ROUTE]; // ring of its last pieces sent: their round,
+    uint32_t piece_end[SW_WIRE_MAX_ROUTE];   // and the position each ends at
+    int piece_at;                            // the ring's next entry
+    uint64_t ack_round;                      // the round the tail's last acknowledgement was of
+    uint32_t acked;                          // ... and the prompt positions it had computed
+    double t_progress;                       // a piece went out or was acknowledged then (ms)
+    double t_parked;                         // HEAD_PARKED: since when (head_admit.c)
+    const char *replay_why;                  // set: replayed (recovery) for this reason at the
+                                             // next advance (a parked session going on)
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -170,6 +208,7 @@ typedef struct head_wait {
     sw_msg_generate_t g;   // msg decoded (views into it)
     double t_arrive;       // ms
     double client_missing; // since when its client seems gone (0 = present)
+    double t_told;         // the head last told its client it waits (a Progress, ms)
 } head_wait_t;
 
 struct node_head {
@@ -200,17 +239,20 @@ struct node_head {
     int gate_windows;        // and its windows (debug log)
     draft_load_t load;       // what the sessions cost each other (drafter/load.h): the K
                              // controllers of all sessions read it
+    int32_t *pub[2];         // --public-prefix as tokens: its text, and its text as the system
+    int n_pub[2];            // turn of the chat template (NULL/0 = none; head_session.c)
     double prefix_off_until; // a stage said it did not hold a prefix: none is asked for until
                              // then (ms)
+    sw_expiry_t suspect[HEAD_SUSPECT_MAX];   // stages of routes whose round got no verdict in
+                                             // time: avoided until then
+    sw_expiry_t proven[HEAD_PROVEN_MAX];     // stages of routes that delivered this head a
+                                             // verdict: preferred until then
+    sw_expiry_t spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c):
+                                             // avoided until then, and with each
     struct {
-        char name[SW_WIRE_NAME_MAX + 1];
-        double until;            // avoided until then (0 = free entry)
-    } suspect[HEAD_SUSPECT_MAX]; // stages of routes whose round got no verdict in time
-    struct {
-        char name[SW_WIRE_NAME_MAX + 1];
-        double until;              // avoided until then (0 = free entry)
         int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
-    } spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c)
+        uint64_t by;               // who accused it last (head_spot.c: s_accusers)
+    } spot_why[HEAD_SPOT_BAD_MAX]; //
     uint64_t spot_sessions;        // sessions checked so far
     uint64_t spot_rounds;          // rounds compared
     uint64_t spot_mismatches;      // rounds whose copies disagreed
@@ -220,6 +262,14 @@ struct node_head {
         double t;                       // when last refilled (ms)
     } * resend;                         // (n_slots) Resume budgets, one per client with requests
     int resend_pending;                 // 1 when some session has chunks to send again
+    struct head_bucket *answer;         // (n_slots) budgets for answers that start no work, per
+                                        // client key (SW_HEAD_ANSWERS_S; head_answer_take)
+    sw_log_gate_t refused_log;          // log lines of refused requests and unsent answers
+    node_sched_t *sched;                // the fair queue of the head's batches (head_sched.c)
+    int pieces;                         // 1: prompts go in pieces (--prefill-pieces, the model)
+    double w_ms;                        // a one-row forward of the head's layers (ms, 0 = unknown)
+    double batch_ms_max;                // the longest head batch lately (decays 5 % a batch)
+    double ms_per_row;                  // and the most a row of one cost (the same way)
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */
@@ -228,12 +278,30 @@ struct node_head {
  * queue, 0 = none); never waits. */
 void head_send_error(node_t *n, const char *dest, int code, const char *request_id,
                      uint64_t session, uint32_t queue_pos, const char *text);
+/* May the head answer msg, which starts no work (a SpotQuery; a Resume for
+ * an id it does not hold; a refused request)? Takes one answer from its
+ * sender key's budget (SW_HEAD_ANSWERS_S a second, as many at once): 1, or 0
+ * when it is spent (the answer is then not sent; what names it in the
+ * head's gated log). */
+int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what);
+/* Refuses request rid of msg's sender: one line in the head's gated log
+ * (refused_log, per key), and an Error (code, queue_pos, text) when its key's
+ * answer budget allows (head_answer_take). */
+void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
+                 const char *text);
 /* A last chunk with no tokens (done, finish): for requests with no record. */
 void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish);
 /* Records and sends the next chunk: tokens (n_tok of them) with their text,
  * finish NONE until the last. 0 or -1 (out of memory). */
 int head_emit(node_t *n, head_sess_t *s, const int32_t *tokens, int n_tok, const char *text,
               size_t len, int finish);
+/* A Progress to s's client (docs/protocol.md, "Progress"): where its request
+ * is and that the head speaks again within busy_ms plus a margin (busy_ms 0:
+ * its longest batch lately). Never waits. */
+void head_progress(node_t *n, head_sess_t *s, double busy_ms, double now);
+/* A Progress to the client of queued request w (nothing done yet): it waits, and the head
+ * speaks again within next_ms, so its client does not ask again meanwhile. Never waits. */
+void head_progress_queued(node_t *n, head_wait_t *w, double now);
 /* sw_gen_opts_t.on_tokens (ctx: the session): the committed tokens of a
  * round, as one chunk. */
 int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok);
@@ -266,6 +334,29 @@ static inline const char *head_reply_addr(const sw_wire_msg_t *msg, char *out)
     return out;
 }
 
+/* ---- head_sched.c: the fair queue (sched.h) ------------------------------------------------ */
+
+/* Makes the head's scheduler and measures its one-row forward. 0, or -1 with err. */
+int head_sched_init(node_t *n, char *err, size_t err_len);
+void head_sched_free(node_head_t *h);
+/* A new session's flows (its key, tenant, id; tenant may be NULL = the key's own). */
+void head_sched_open(node_head_t *h, head_sess_t *s, const char *tenant);
+/* Rows the fair queue gives s's next prompt piece (node_sched_piece_rows; head_chunk_rows cuts
+ * it), or 0: s sends no prompt, or prompts go whole (h->pieces 0). */
+int head_sched_rows(const node_t *n, const head_sess_t *s);
+/* This pass's batch out of ready[0..n_ready), their next chunks rows[]: indices into ready in
+ * pick, in the order they run; returns their count. */
+int head_sched_pick(node_t *n, head_sess_t *const *ready, const int *rows, int n_ready, int *pick);
+/* The batch in[0..nb) ran rows[] each in ms: each session's flows are charged its share. */
+void head_sched_ran(node_t *n, head_sess_t *const *in, const int *rows, int nb, double ms);
+/* 1 when s, which has rows to send, may run its next chunk now: a prompt's next piece waits
+ * while route.n of its pieces are unacknowledged by the tail (at most NODE_SCHED_ACK_WAIT_MS
+ * since the last progress). */
+int head_sched_may_send(const node_t *n, const head_sess_t *s, double now);
+/* The route's tail acknowledged s's prompt up to done (a PrefillAck of the round being sent,
+ * now): the window of s's unacknowledged pieces moves on. */
+void head_sched_ack(node_t *n, head_sess_t *s, uint32_t done, double now);
+
 /* ---- head_spot.c: spot checks (docs/security.md) ------------------------------------------- */
 
 /* What the spot checks think of node name now (HEAD_SPOT_*). */
@@ -296,6 +387,9 @@ void head_want_status(node_head_t *h);
 int head_route_has(const head_route_t *r, const char *name);
 /* Remembers name as a stage of a route whose round got no verdict in time. */
 void head_suspect_add(node_head_t *h, const char *name, double now);
+/* Remembers the stages of r (a verdict came through it) as proven: route
+ * choice prefers them over equals this head has no verdict from. */
+void head_proven_add(node_head_t *h, const head_route_t *r, double now);
 /* head -> ... -> tail from a peer table (head_route.c says how); 0, or -1
  * with *code and err. */
 int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *code, char *err,
@@ -323,11 +417,23 @@ void head_close_stages(node_t *n, head_sess_t *s, const char *why);
 void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why);
 /* Advances one running session; 1 when it has rows to send in this pass's batch. */
 int head_advance(node_t *n, head_sess_t *s, double now);
+/* Rows of the next Forward of s's round (send_row on): never past a prompt
+ * window's end nor over SW_WIRE_MAX_PAYLOAD at any dtype (sw_wire_prompt_rows),
+ * a prefill in small pieces first and last (pipelining) and no larger than the
+ * fair queue's (head_sched_rows); the whole round on a route of one stage. */
+int head_chunk_rows(const node_t *n, const head_sess_t *s);
 /* Runs the next chunk of every ready session through this stage's layers as
  * one batch, then sends each on. */
 void head_batch(node_t *n, head_sess_t **ready, int n_ready);
 /* Frees cached prompt prefixes until the sessions' caches and need bytes
  * more fit --kv-mib with them (a new session comes first). */
+/* Reads --public-prefix (n->o.public_prefix) into h->pub: its text as a
+ * prompt and as the chat template's system turn, as tokens. 0 (also
+ * without the flag), or -1 with err (one line: the file, what is wrong). */
+int head_public_load(node_t *n, char *err, size_t err_len);
+/* The namespace of s's prompts in the head's prefix cache and its draft
+ * model's: its tenant (head_session.c). out, filled. */
+const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len);
 void head_kv_room(node_t *n, size_t need);
 
 /* ---- head_admit.c: requests and the queue -------------------------------------------------- */

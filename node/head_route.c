@@ -48,31 +48,52 @@ static int s_need_key(const node_t *n)
  * route it was cannot be told from here, so all of them are remembered. */
 void head_suspect_add(node_head_t *h, const char *name, double now)
 {
-    int at = 0;
-    for (int i = 0; i < HEAD_SUSPECT_MAX; i++) {
-        if (!strcmp(h->suspect[i].name, name)) {
-            at = i;
-            break;
-        }
-        if (h->suspect[i].until < h->suspect[at].until)
-            at = i; // a free entry (0) or the one that expires first
-    }
-    snprintf(h->suspect[at].name, sizeof h->suspect[at].name, "%s", name);
-    h->suspect[at].until = now + HEAD_SUSPECT_MS;
+    sw_expiry_put(h->suspect, HEAD_SUSPECT_MAX, name, now + HEAD_SUSPECT_MS);
+}
+
+void head_proven_add(node_head_t *h, const head_route_t *r, double now)
+{
+    for (int k = 1; k < r->n; k++)
+        sw_expiry_put(h->proven, HEAD_PROVEN_MAX, r->names[k], now + HEAD_PROVEN_MS);
+}
+
+static int s_proven(const node_head_t *h, const char *name, double now)
+{
+    return sw_expiry_find(h->proven, HEAD_PROVEN_MAX, name, now) >= 0;
 }
 
 static int s_suspect(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_SUSPECT_MAX; i++)
-        if (h->suspect[i].until > now && !strcmp(h->suspect[i].name, name))
-            return 1;
-    return 0;
+    return sw_expiry_find(h->suspect, HEAD_SUSPECT_MAX, name, now) >= 0;
 }
 
-/* 1 when a (sa: a suspect) makes a better next stage than the pick so far b
- * (sb): not a suspect, then reaching furthest, then quiet longest (idle_ms),
- * then by name. */
-static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int sb)
+/* How many of this head's sessions (routed, running or parked) go through
+ * the stage named name. */
+static int s_sessions_through(const node_head_t *h, const char *name)
+{
+    int k = 0;
+    for (int i = 0; i < h->n_slots; i++) {
+        const head_sess_t *s = &h->sess[i];
+        if (s->state != HEAD_ROUTE && s->state != HEAD_RUN && s->state != HEAD_PARKED)
+            continue;
+        for (int j = 1; j < s->route.n; j++)
+            if (!strcmp(s->route.names[j], name)) {
+                k++;
+                break;
+            }
+    }
+    return k;
+}
+
+/* 1 when a (sa: a suspect, ca: its cost) makes a better next stage than the
+ * pick so far b (sb, cb): not a suspect, then reaching furthest, then the
+ * lower cost: this head's sessions through it, plus one when it has not
+ * delivered this head a verdict lately (issue 35: a silent stand-in is the
+ * quietest, and quiet alone must not win, so an unproven stage counts as
+ * one session more; a proven stage that carries a session ties with an
+ * unproven idle one, so that load still spreads), then quiet longest
+ * (idle_ms: the least busy), then by name. */
+static int s_better(const sw_msg_peer_t *a, int sa, int ca, const sw_msg_peer_t *b, int sb, int cb)
 {
     if (!b)
         return 1;
@@ -80,6 +101,8 @@ static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int 
         return sa < sb;
     if (a->announce.layer_end != b->announce.layer_end)
         return a->announce.layer_end > b->announce.layer_end;
+    if (ca != cb)
+        return ca < cb;
     if (a->idle_ms != b->idle_ms)
         return a->idle_ms > b->idle_ms;
     return strcmp(a->announce.name, b->announce.name) < 0;
@@ -88,6 +111,8 @@ static int s_better(const sw_msg_peer_t *a, int sa, const sw_msg_peer_t *b, int 
 /* Builds head -> ... -> tail from a peer table: from the end of this stage's
  * range, the next stage is a key-bound node (sw_codec_peer_routable) whose
  * range begins there: the one whose range reaches furthest, then the one
+ * carrying the fewest of this head's sessions, counting one more for a stage
+ * that has not delivered this head a verdict lately (s_better), then the one
  * quiet longest (idle_ms: the least busy), then by name only between exact
  * equals, so that nobody gets picked for the name it chose. Peers that are
  * not key-bound are never routed to (a client key cannot announce as a node
@@ -111,7 +136,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     while (at < L) {
         sw_msg_peer_t pick_buf;
         const sw_msg_peer_t *pick = NULL;
-        int pick_suspect = 0, unbound = 0;
+        int pick_suspect = 0, pick_cost = 0, unbound = 0;
         for (uint32_t i = 0; i < pt->n_peers; i++) {
             sw_msg_peer_t info;
             if (sw_codec_peer_at(pt, i, &info) != 0)
@@ -140,10 +165,12 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             int sa = avoid ? head_spot_rank(n->head, a->name, now) : 0;
             if (avoid && !sa)
                 sa = s_suspect(n->head, a->name, now);
-            if (s_better(pi, sa, pick, pick_suspect)) {
+            const int ca = s_sessions_through(n->head, a->name) + !s_proven(n->head, a->name, now);
+            if (s_better(pi, sa, ca, pick, pick_suspect, pick_cost)) {
                 pick_buf = info;
                 pick = &pick_buf;
                 pick_suspect = sa;
+                pick_cost = ca;
             }
         }
         if (!pick) {
@@ -193,10 +220,19 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
 }
 
 /* Gives s the head's current route (a fresh table's) and the counter
- * baseline of that table (recover.h). */
+ * baseline of that table (recover.h). With the table, the route is chosen
+ * again for s alone, so that the sessions this head holds now (not those of
+ * when the table came) weigh in s_better; the head's route when that fails. */
 void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
 {
-    s->route = n->head->route;
+    head_route_t r;
+    int code;
+    char err[256];
+    s->route.n = 0; /* s does not count against the stages of its own old route */
+    if (pt && head_route_build(n, pt, &r, &code, err, sizeof err) == 0)
+        s->route = r;
+    else
+        s->route = n->head->route;
     if (pt)
         node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
     if (s->route.n == 1 && !s->ver)

@@ -21,12 +21,15 @@
  * state; head_advance looks at the timers (deadline, round timeout, route
  * checks) once per pass.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "head_impl.h"
 #include "log.h"
+#include "placement.h"
 
 #define S_CHECK_MS 1000       // while a verdict is late: route checks this often
 #define S_PREFIX_OFF_MS 60000 // after a stage missed a prefix: none asked for this long
@@ -119,13 +122,19 @@ void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why)
 /* Commits a verdict of the current round and moves the session on. */
 static void s_commit(node_t *n, head_sess_t *s, sw_verdict_t *v, double now)
 {
+    /* The round's time is its critical path (the head's and each stage's parts, from the
+     * verdict's timing entries) plus the network; what the nodes computed beside it ran
+     * overlapped (docs/protocol.md, "Timing"). */
     const double wall = now - s->t_round;
+    const double crit =
+        (s->route.n == 1 ? s->round_head_ms : s->round_head_crit) + s->round_crit_ms;
+    const double net = wall > crit ? wall - crit : 0;
     v->compute_ms = s->round_head_ms + s->round_stage_ms;
     s->head_ms += s->round_head_ms;
     s->stage_ms += s->round_stage_ms;
-    if (wall > v->compute_ms)
-        s->net_ms += wall - v->compute_ms;
-    s->round_head_ms = s->round_stage_ms = 0;
+    s->net_ms += net;
+    s->overlap_ms += s->round_head_ms + s->round_stage_ms + net - wall;
+    s->round_head_ms = s->round_stage_ms = s->round_head_crit = s->round_crit_ms = 0;
     s->logged = 0;
     char err[256] = "";
     const int32_t *toks;
@@ -169,6 +178,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     const double now = sw_now_ms();
     if (!node_recover_verdict(s->rec, vd->round, now))
         return; // a replayed round's, or an attempt that failed
+    head_proven_add(h, &s->route, now);
     if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
         head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                  "the tail sent a verdict that does not fit the round");
@@ -193,12 +203,22 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
      * stages here (the head's time is round_head_ms). */
     double later_ms = 0;
     for (uint32_t i = 0; i < vd->n_timing; i++) {
-        double ms = vd->timing[i].compute_us / 1e3;
+        const double ms = vd->timing[i].compute_us / 1e3, cr = vd->timing[i].critical_us / 1e3;
+        if (i == 0 && !strcmp(s->route.names[0], vd->timing[i].name))
+            s->round_head_crit = cr; // the head's part, as the chain of chunks carried it
         for (int st = 1; st < s->route.n; st++)
             if (!strcmp(s->route.names[st], vd->timing[i].name)) {
                 s->stage_total[st] += ms;
+                s->crit_total[st] += cr;
                 s->round_stage_ms += ms;
+                s->round_crit_ms += cr;
                 later_ms += ms;
+                /* a decoding round: against what the stage's probe claimed (placement) */
+                const int rows =
+                    vd->timing[i].batch_rows ? (int)vd->timing[i].batch_rows : s->send_r.n;
+                if (s->send_r.kv_keep > 0 && s->send_r.n <= SW_MAX_DRAFT + 1 &&
+                    node_place_observe(n, s->route.names[st], rows, ms, now))
+                    head_suspect_add(h, s->route.names[st], now);
             }
     }
     /* What the round cost the batches it shared (load-adaptive speculation,
@@ -208,6 +228,39 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     draft_load_verdict(&h->load, (int)vd->n_tokens, later_ms, lrows, lrounds, now);
     draft_observe_batch(s->drafter, s->send_r.n, s->round_head_rows, lrows);
     s_commit(n, s, &v, now);
+}
+
+void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
+{
+    node_head_t *h = n->head;
+    sw_msg_t d;
+    if (!h || sw_codec_decode(msg, SW_MSG_PREFILL_ACK, &d, NULL, 0) != 0)
+        return;
+    const sw_msg_prefill_ack_t *a = &d.prefill_ack;
+    head_sess_t *s = NULL;
+    for (int i = 0; i < h->n_slots && !s; i++)
+        if (h->sess[i].state == HEAD_RUN && h->sess[i].id == a->session_id)
+            s = &h->sess[i];
+    /* only the route's tail speaks for the round in flight (a shadow's or a stale ack: none) */
+    if (!s || s->route.n < 2 || strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0 ||
+        a->round != s->send_round) {
+        SW_DEBUG("prefill ack of session %016llx round %llu from %s: not the round in flight",
+                 (unsigned long long)a->session_id, (unsigned long long)a->round, msg->peer);
+        return;
+    }
+    const double now = sw_now_ms();
+    if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
+        s->prompt_finished = (int)a->done;
+    head_sched_ack(n, s, a->done, now); // the prompt's next pieces may go (head_sched.c)
+    SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
+             (unsigned long long)s->id, a->done,
+             node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");
+    if (node_recover_waiting(s->rec)) {
+        /* A slow round is not a lost one: the timeout and the route check count from the
+         * last sign that it moves (docs/fault-tolerance.md, "Slow is not gone"). */
+        s->t_limit = now + n->o.round_timeout_ms;
+        s->t_check = now + S_CHECK_MS;
+    }
 }
 
 void node_head_error(node_t *n, sw_wire_msg_t *msg)
@@ -267,17 +320,31 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
     SW_DEBUG("error from %s: %s (%s)", msg->peer, e->message, sw_wire_error_code_name(code));
 }
 
-/* The head cuts a prompt into Forwards of SW_WIRE_MAX_ROWS rows from its
- * start; a stage evaluates each as one prompt window, which is what a single
- * process does only when the two lengths agree. */
+/* The head cuts a prompt into Forwards that never cross a prompt window's end
+ * (SW_WIRE_MAX_ROWS rows from the prompt's start); a stage evaluates each as
+ * part of its window, which is what a single process does only when the two
+ * lengths agree. */
 _Static_assert(SW_WIRE_MAX_ROWS == SW_MODEL_PROMPT_WINDOW,
                "a prompt Forward must be one engine prompt window");
 
+int head_chunk_rows(const node_t *n, const head_sess_t *s)
+{
+    const sw_round_t *r = &s->send_r;
+    if (s->route.n == 1)
+        return r->n - s->send_row; // the head holds every layer: the round at once, as alone
+    /* A mixture of experts counts a window's rows per expert: its windows go whole. A prompt
+     * that shares the pipeline goes in the fair queue's pieces (head_sched.c). */
+    return node_chunk_rows(s->send_row, r->n - s->send_row, s->send_chunks, (uint32_t)n->hp->n_embd,
+                           r->kv_keep == 0 && r->n_draft == 0 && n->hp->n_expert == 0,
+                           head_sched_rows(n, s));
+}
+
 /* Sends one chunk of s's round (its rows just ran through this stage's
- * layers into hidden) to the next stage. 0, or -1 when the relay would not
- * take it. */
+ * layers into hidden) to the next stage. 0, -1 when the relay would not take
+ * it (recovery may help), or -2 with why filled when the message itself was
+ * refused before it went (too large, malformed: sending it again cannot help). */
 static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, int rows,
-                     double head_ms)
+                     double head_ms, char *why, size_t why_len)
 {
     const int E = n->hp->n_embd;
     const sw_round_t *r = &s->send_r;
@@ -300,7 +367,9 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
                                               r->q[i].vals};
         }
     }
-    f->payload = sw_codec_hidden_pack(n->o.dtype, hidden, n->wire_buf, (size_t)rows * E);
+    /* a prefill's hidden states may travel narrower (--prefill-dtype, not bit-exact) */
+    const sw_dtype_t dtype = r->kv_keep == 0 && r->n_draft == 0 ? n->o.prefill_dtype : n->o.dtype;
+    f->payload = sw_codec_hidden_pack(dtype, hidden, n->wire_buf, (size_t)rows * E);
     f->session_id = s->id;
     f->round = s->send_round;
     f->start_pos = f->kv_keep = (uint32_t)(r->kv_keep + row0);
@@ -319,7 +388,7 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
             f->n_dists = (uint32_t)r->n_draft;
         }
     }
-    f->dtype = n->o.dtype;
+    f->dtype = dtype;
     f->hidden = (uint32_t)E;
     f->layer_begin = (uint32_t)sw_model_layer_end(n->model);
     f->n_route = (uint32_t)s->route.n;
@@ -328,10 +397,15 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
     f->hop = 1;
     f->reply_to = s->route.names[0];
     f->prefill_more = !last_chunk;
+    /* the head's entry: its compute (the last chunk: the round's, every chunk) and its part of
+     * the round's critical path, from the round's first row to this chunk */
     f->n_timing = 1;
-    f->timing[0] =
-        (sw_msg_timing_t){.name = s->route.names[0], .compute_us = (uint32_t)(head_ms * 1e3)};
+    f->timing[0] = (sw_msg_timing_t){.name = s->route.names[0],
+                                     .compute_us = node_us(last_chunk ? s->round_head_ms : head_ms),
+                                     .critical_us = node_us(sw_now_ms() - s->t_round)};
     f->n_ctx = (uint32_t)s->n_ctx;
+    f->fair_client = s->flow[0]; // the stages share their compute per key and tenant too
+    f->fair_tenant = s->flow[1];
     if (row0 > 0 && row0 == s->prefix_len && r->kv_keep == 0) {
         /* the prompt's first row0 positions come from every stage's prefix cache */
         f->prefix_len = (uint32_t)row0;
@@ -345,8 +419,23 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
         f->kv_path = kv_path;
     }
     f->payload_len = (size_t)rows * E * sw_wire_dtype_size(f->dtype);
+    if (f->payload_len > SW_WIRE_MAX_PAYLOAD) { // head_chunk_rows keeps this from happening
+        snprintf(why, why_len,
+                 "a forward of %d rows x %d x %zu B = %zu bytes exceeds the payload limit of %u "
+                 "bytes (SW_WIRE_MAX_PAYLOAD): not sent",
+                 rows, E, sw_wire_dtype_size(f->dtype), f->payload_len, SW_WIRE_MAX_PAYLOAD);
+        return -2;
+    }
     s->opened = 1;
-    if (sw_peer_send_msg(n->peer, s->route.names[1], &msg) != 0)
+    const int rc = sw_peer_send_msg(n->peer, s->route.names[1], &msg);
+    if (rc == SW_WIRE_EMALFORMED) {
+        snprintf(why, why_len,
+                 "the round's forward to '%s' was refused before it went (see the "
+                 "node's log)",
+                 s->route.names[1]);
+        return -2;
+    }
+    if (rc != 0)
         return -1;
     head_spot_sent(n, s, &msg, last_chunk); // and to the shadow routes (spot checks)
     return 0;
@@ -360,6 +449,104 @@ void head_kv_room(node_t *n, size_t need)
         return;
     const size_t cap = (size_t)n->o.kv_bytes, used = n->head->kv_used;
     sw_prefix_evict(n->prefix, used + need < cap ? cap - used - need : 0);
+}
+
+/* The namespace of the operator's public prefix (--public-prefix): no
+ * tenant's equals it (head_prefix_ns: "tenant:KEY[/TENANT]" with keys, ""
+ * or "/TENANT" without). */
+#define S_PUBLIC_NS "public:"
+
+int head_public_load(node_t *n, char *err, size_t err_len)
+{
+    node_head_t *h = n->head;
+    const char *path = n->o.public_prefix;
+    if (!path)
+        return 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "--public-prefix %s: cannot open it: %s", path, strerror(errno));
+        return -1;
+    }
+    char *text = malloc(HEAD_PUBLIC_PREFIX_MAX + 2);
+    const size_t len = text ? fread(text, 1, HEAD_PUBLIC_PREFIX_MAX + 1, f) : 0;
+    const int bad = ferror(f);
+    fclose(f);
+    if (!text || bad || len == 0 || len > HEAD_PUBLIC_PREFIX_MAX) {
+        snprintf(err, err_len,
+                 !text  ? "--public-prefix %s: out of memory"
+                 : bad  ? "--public-prefix %s: cannot read it"
+                 : !len ? "--public-prefix %s: the file is empty: write the system prompt "
+                          "every tenant may share into it"
+                        : "--public-prefix %s: larger than " SW_STR(
+                              HEAD_PUBLIC_PREFIX_MAX) " bytes: it is the start of prompts "
+                                                      "(a system prompt), not a corpus",
+                 path);
+        free(text);
+        return -1;
+    }
+    text[len] = 0;
+    /* as a plain prompt, and as the system turn of the chat template (the
+     * gateway's and `run --chat`'s prompts start so) */
+    sw_chat_msg_t sys = {.role = "system", .content = text};
+    char *chat = sw_chat_format_alloc(sw_model_gguf(n->model), &sys, 1, 0);
+    const char *forms[2] = {text, chat};
+    for (int k = 0; k < 2; k++) {
+        if (forms[k] && sw_tokenize_max(h->tok, forms[k], strlen(forms[k]), 1, k == 1, n->o.n_ctx,
+                                        &h->pub[k], &h->n_pub[k]) != 0) {
+            h->pub[k] = NULL;
+            h->n_pub[k] = 0;
+        }
+    }
+    free(chat);
+    free(text);
+    if (h->n_pub[0] < SW_PREFIX_BLOCK && h->n_pub[1] < SW_PREFIX_BLOCK) {
+        snprintf(err, err_len,
+                 "--public-prefix %s: %d tokens, fewer than one prefix-cache block (%d): nothing "
+                 "of it could be shared; leave the flag out or give the whole system prompt",
+                 path, h->n_pub[0] > h->n_pub[1] ? h->n_pub[0] : h->n_pub[1], SW_PREFIX_BLOCK);
+        return -1;
+    }
+    SW_INFO("public prefix: %s, %d tokens (%d as the chat template's system turn): every tenant "
+            "may reuse it from the prefix cache",
+            path, h->n_pub[0], h->n_pub[1]);
+    return 0;
+}
+
+/* The positions of s's prompt that start like the public prefix (the longer
+ * of its two forms), whole prefix-cache blocks only: what may come from, and
+ * go to, the public namespace. */
+static int s_public_len(const node_head_t *h, const head_sess_t *s)
+{
+    int best = 0;
+    for (int k = 0; k < 2; k++) {
+        int c = 0;
+        while (c < h->n_pub[k] && c < s->n_prompt && h->pub[k][c] == s->prompt[c])
+            c++;
+        if (c > best)
+            best = c;
+    }
+    return best / SW_PREFIX_BLOCK * SW_PREFIX_BLOCK;
+}
+
+/* The namespace of s's prompts in the head's prefix cache: its tenant (issue
+ * 35, finding 3). A prefix is reused only for the client key (the
+ * fingerprint the relay authenticated; its name without keys) that sent it,
+ * so neither `prefix_reused` nor the time to the first token tells one
+ * tenant what another sent. (The stages need no namespace of their own: they
+ * restore only the prefix the head asks for, which the head found in the
+ * tenant's namespace, and equal tokens give equal KV.) Without keys
+ * (--insecure-loopback, development only) nobody can be told apart: one
+ * namespace for all. Only the operator's public prefix (--public-prefix)
+ * is shared: its blocks, and only they, are also kept in S_PUBLIC_NS, and a
+ * prompt that starts with them reuses them from there (s_prefix_start). The
+ * draft model's cache takes the same namespace (draft_cfg_t.prefix_ns). */
+const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len)
+{
+    /* the client key, and under it the tenant it named (the gateway's API key): a tenant shares
+     * prefixes only with itself, and a key can name no tenant of another key */
+    snprintf(out, len, "%s%s%s%s", s->client_key[0] ? "tenant:" : "", s->client_key,
+             s->tenant[0] ? "/" : "", s->tenant);
+    return out;
 }
 
 /* The prefill is about to be sent (its cache just emptied): on its first
@@ -377,10 +564,20 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
      * nodes need not hold the prefix (one that does not would drop the check). */
     if (!first || !n->prefix || now < h->prefix_off_until || s->send_r.n != s->n_prompt || s->spot)
         return;
-    char err[256] = "";
+    char err[256] = "", ns[SW_PREFIX_NS_LEN];
+    head_prefix_ns(s, ns, sizeof ns);
     const double t0 = sw_now_ms();
-    const int L = sw_prefix_find(n->prefix, "", s->prompt, s->n_prompt, s->n_prompt - 1);
-    if (L > 0 && sw_prefix_restore(n->prefix, "", s->prompt, L, s->kv, err, sizeof err) == 0) {
+    int L = sw_prefix_find(n->prefix, ns, s->prompt, s->n_prompt, s->n_prompt - 1);
+    const int pub = s_public_len(h, s);
+    if (pub > L) { /* the public blocks reach further than the tenant's own */
+        const int P = sw_prefix_find(n->prefix, S_PUBLIC_NS, s->prompt, s->n_prompt,
+                                     pub < s->n_prompt - 1 ? pub : s->n_prompt - 1);
+        if (P > L) {
+            L = P;
+            snprintf(ns, sizeof ns, "%s", S_PUBLIC_NS);
+        }
+    }
+    if (L > 0 && sw_prefix_restore(n->prefix, ns, s->prompt, L, s->kv, err, sizeof err) == 0) {
         s->prefix_len = L;
         s->send_row = L;
         SW_DEBUG("session %016llx: %d of %d prompt positions from the prefix cache in %.1f ms",
@@ -398,9 +595,13 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
     if (!n->prefix)
         return;
     const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = n->head->kv_used;
-    char err[256] = "";
-    if (sw_prefix_store(n->prefix, "", s->prompt, s->n_prompt, s->kv,
+    char err[256] = "", ns[SW_PREFIX_NS_LEN];
+    if (sw_prefix_store(n->prefix, head_prefix_ns(s, ns, sizeof ns), s->prompt, s->n_prompt, s->kv,
                         cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
+        SW_WARN("prefix cache: %s", err);
+    const int pub = s_public_len(n->head, s);
+    if (pub > 0 && sw_prefix_store(n->prefix, S_PUBLIC_NS, s->prompt, pub, s->kv,
+                                   cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
         SW_WARN("prefix cache: %s", err);
 }
 
@@ -416,10 +617,14 @@ int head_advance(node_t *n, head_sess_t *s, double now)
                                               : "the request's deadline passed");
         return 0;
     }
+    if (!s->t_told)
+        s->t_told = now;
+    if (now - s->t_told >= HEAD_PROGRESS_MS)
+        head_progress(n, s, 0, now); // the client hears that its request is alive
     if (s->send_idx >= 0 && node_recover_failing(s->rec))
         s->send_idx = -1; // the attempt failed while its rows went out: recovery resends
-    if (s->send_idx >= 0)
-        return 1; // rows of a round left to send
+    if (s->send_idx >= 0) // rows of a round left to send (a prompt's pieces: while few wait)
+        return head_sched_may_send(n, s, now);
     if (!s->logged) {
         /* Drafting in bounded pieces: the other sessions' messages are read
          * between two (node_head_timeout says 0 while pieces are left). */
@@ -444,6 +649,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
     if (s->spot_fail) { // a node of the route was convicted by a spot check
         s->spot_fail = 0;
         node_recover_failed(s->rec, now, "a spot check convicted a stage of the route");
+    }
+    if (s->replay_why) { // its stages' caches are gone (it was parked): replay
+        node_recover_failed(s->rec, now, s->replay_why);
+        s->replay_why = NULL;
     }
     int idx = -1;
     switch (node_recover_next(s->rec, now, s->deadline, &idx, err, sizeof err)) {
@@ -529,6 +738,11 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         s->round_head_ms += batch_ms;
     if (idx == 0 && s->send_row + rows == s->send_r.n)
         s_prefix_store(n, s);
+    if (idx == 0 && s->send_r.kv_keep == 0 && s->send_r.n_draft == 0) {
+        s->prompt_through = s->send_row + rows;        // (a replay sends the prompt again from 0)
+        if (now - s->t_told >= HEAD_PROGRESS_PIECE_MS) // (a fair piece may take milliseconds)
+            head_progress(n, s, 0, now);
+    }
     if (s->route.n == 1) {
         /* The head holds every layer: verify here, no message. */
         sw_verdict_t v;
@@ -546,8 +760,13 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         }
         return;
     }
-    if (s_forward(n, s, hidden, s->send_row, rows, batch_ms) != 0) {
-        char why[160];
+    char why[256] = "";
+    const int sent = s_forward(n, s, hidden, s->send_row, rows, batch_ms, why, sizeof why);
+    if (sent == -2) {
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, why);
+        return;
+    }
+    if (sent != 0) {
         snprintf(why, sizeof why, "could not send the round to stage '%s'", s->route.names[1]);
         s->send_idx = -1;
         node_recover_failed(s->rec, now, why);
@@ -560,6 +779,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
     s->send_idx = -1;
     node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
     if (current) {
+        s->t_sent_all = now;
         s->sent_announces = sw_peer_announces(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
@@ -581,22 +801,24 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
     sw_kv_t *kvs[NODE_MAX_BATCH];
     sw_forward_t fs[NODE_MAX_BATCH];
     head_sess_t *in[NODE_MAX_BATCH];
+    int want[NODE_MAX_BATCH], pick[NODE_MAX_BATCH], in_rows[NODE_MAX_BATCH];
+    if (n_ready > NODE_MAX_BATCH)
+        n_ready = NODE_MAX_BATCH;
+    for (int i = 0; i < n_ready; i++) // by bytes, windows and the fair share (node/chunk.c)
+        want[i] = head_chunk_rows(n, ready[i]);
+    /* which of them run now, fairly between keys (head_sched.c) */
+    const int n_pick = head_sched_pick(n, ready, want, n_ready, pick);
     int nb = 0, rows_total = 0, logit_rows = 0;
-    for (int i = 0; i < n_ready && nb < NODE_MAX_BATCH; i++) {
-        head_sess_t *s = ready[i];
+    for (int j = 0; j < n_pick; j++) {
+        head_sess_t *s = ready[pick[j]];
         const sw_round_t *r = &s->send_r;
-        /* Chunks of SW_WIRE_MAX_ROWS go on the wire; a route of one stage runs
-         * the whole round at once (as a single process would). */
-        int rows = r->n - s->send_row;
-        if (s->route.n > 1 && rows > SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS)
-            rows = SW_WIRE_MAX_ROWS - s->send_row % SW_WIRE_MAX_ROWS; // to a window's end
-
+        const int rows = want[pick[j]];
         const int last = s->send_row + rows == r->n;
-        const int want = s->route.n == 1 && last ? r->n_draft + 1 : 0;
+        const int want_logits = s->route.n == 1 && last ? r->n_draft + 1 : 0;
         if (nb > 0 && (rows_total + rows > n->o.max_batch_rows || rows_total + rows > n->rows_cap ||
-                       logit_rows + want > h->logit_rows))
-            break; // the rest go first next pass
-        if (s->route.n == 1 && want > h->logit_rows) {
+                       logit_rows + want_logits > h->logit_rows))
+            continue; // it goes first next pass
+        if (s->route.n == 1 && want_logits > h->logit_rows) {
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
             continue;
         }
@@ -604,33 +826,49 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
             .n = rows,
             .tokens = r->tokens + s->send_row,
             .out_hidden = s->route.n > 1 ? h->bout + (size_t)rows_total * E : NULL,
-            .logits = want ? h->logits + (size_t)logit_rows * V : NULL,
-            .n_logits = want,
+            .logits = want_logits ? h->logits + (size_t)logit_rows * V : NULL,
+            .n_logits = want_logits,
             .prompt = r->n_draft == 0,
-            /* after a cached prefix: the prompt's windows from position 0 */
+            /* after a cached prefix or an earlier piece: the prompt's windows from position 0 */
             .prompt_cont = r->kv_keep == 0 && r->n_draft == 0 && s->send_row > 0,
         };
         if (sw_round_parents(r, s->send_row, rows, s->send_tp))
             f.parent = s->send_tp;
         kvs[nb] = s->kv;
         fs[nb] = f;
+        in_rows[nb] = rows;
         in[nb++] = s;
         rows_total += s->route.n > 1 ? rows : 0;
-        logit_rows += want;
+        logit_rows += want_logits;
     }
     if (nb == 0)
         return;
+    /* A prefill's client hears before the batch how long the head will be busy (its rows at
+     * the most a row cost lately; a minute before it knows). */
+    int rows_in = 0;
+    for (int i = 0; i < nb; i++)
+        rows_in += fs[i].n;
+    const double busy = h->ms_per_row > 0 ? rows_in * h->ms_per_row : 60000;
+    for (int i = 0; i < nb; i++)
+        if (in[i]->send_idx == 0 && fs[i].prompt)
+            head_progress(n, in[i], busy, sw_now_ms());
     char err[256] = "";
     const double t0 = sw_now_ms();
     const int rc = sw_model_forward_batch(n->model, kvs, fs, nb, err, sizeof err);
     const double batch_ms = sw_now_ms() - t0;
+    h->batch_ms_max = batch_ms > 0.95 * h->batch_ms_max ? batch_ms : 0.95 * h->batch_ms_max;
+    if (rows_in >= SW_PREFIX_BLOCK) // prompt pieces: the cost of a row where rows share weights
+        h->ms_per_row =
+            batch_ms / rows_in > 0.95 * h->ms_per_row ? batch_ms / rows_in : 0.95 * h->ms_per_row;
     if (nb > 1)
         SW_DEBUG("head batch: %d sessions, %.1f ms", nb, batch_ms);
     int all_rows = 0;
     for (int i = 0; i < nb; i++)
         all_rows += fs[i].n;
-    if (rc == 0)
+    if (rc == 0) {
         draft_load_head_batch(&h->load, all_rows, batch_ms, t0 + batch_ms);
+        head_sched_ran(n, in, in_rows, nb, batch_ms); // each key's share of the time
+    }
     for (int i = 0; i < nb; i++)
         in[i]->round_head_rows = all_rows;
     for (int i = 0; i < nb; i++) {

@@ -16,12 +16,18 @@
  *
  * Who lied: at the first stage k where the copies disagree (their inputs,
  * entry k - 1, agreed, in this round and every earlier one), a value that
- * two copies computed on two distinct nodes outvotes the third copy's: that
- * node is convicted (reported, avoided for new routes where another serves
- * its layers). A node that gave two answers to the same input is convicted
- * alone. With two copies on two nodes the liar cannot be told: both are
- * reported as disputed, and new routes prefer a third node for the main
- * route while one serves. Copies that diverged are dropped (their caches
+ * two copies computed on two distinct nodes, neither of them the accused
+ * (distinct names: the allow-list binds each key to one name), outvotes the
+ * third copy's: that node is convicted (reported, avoided for new routes
+ * where another serves its layers). Anything less never convicts (issue 35,
+ * finding 5): two copies, or a node that seems to have given two answers to
+ * one input (entry k is reported by the stage after it, which may lie about
+ * what it received), make the nodes disputed: the stage-k nodes, and where
+ * one node served every copy, the stages after it that differ between the
+ * copies. New routes prefer a third node for the main route while one
+ * serves. An accusation repeated by the same accusers (the other nodes of
+ * the compared copies from stage k on) does not restart a node's avoid
+ * timer: only new accusers or a higher rank do. Copies that diverged are dropped (their caches
  * differ from then on); a main route that held a convicted node is replayed
  * through another route (recover.c), so the client still gets honest tokens
  * for what follows.
@@ -40,30 +46,56 @@
 
 int head_spot_rank(const node_head_t *h, const char *name, double now)
 {
-    for (int i = 0; i < HEAD_SPOT_BAD_MAX; i++)
-        if (h->spot_bad[i].until > now && !strcmp(h->spot_bad[i].name, name))
-            return h->spot_bad[i].rank;
-    return HEAD_SPOT_OK;
+    const int at = sw_expiry_find(h->spot_bad, HEAD_SPOT_BAD_MAX, name, now);
+    return at < 0 ? HEAD_SPOT_OK : h->spot_why[at].rank;
 }
 
-/* Records name at rank (a conviction is never lowered to a dispute). */
-static void s_mark(node_head_t *h, const char *name, int rank, double now)
+/* FNV-1a of a name: s_accusers' terms. */
+static uint64_t s_name_hash(const char *name)
 {
-    int at = 0;
-    for (int i = 0; i < HEAD_SPOT_BAD_MAX; i++) {
-        if (!strcmp(h->spot_bad[i].name, name)) {
-            at = i;
-            break;
+    uint64_t x = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        x = (x ^ *p) * 1099511628211ull;
+    return x;
+}
+
+/* Who accuses `who` at stage k of the compared copies (nc of them): every
+ * node of their routes from stage k on other than who, each counted once, as
+ * one order-free 64-bit value. */
+static uint64_t s_accusers(const head_spot_t *sp, const int *copies, int nc, int k, int S,
+                           const char *who)
+{
+    const char *seen[HEAD_SPOT_COPIES * SW_WIRE_MAX_ROUTE];
+    int n_seen = 0;
+    uint64_t by = 0;
+    for (int i = 0; i < nc; i++)
+        for (int j = k; j < S; j++) {
+            const char *name = sp->route[copies[i]].names[j];
+            int dup = !strcmp(name, who);
+            for (int q = 0; q < n_seen && !dup; q++)
+                dup = !strcmp(seen[q], name);
+            if (dup)
+                continue;
+            seen[n_seen++] = name;
+            by += s_name_hash(name);
         }
-        if (h->spot_bad[i].until < h->spot_bad[at].until)
-            at = i; // a free entry (0) or the one that expires first
-    }
+    return by;
+}
+
+/* Records name at rank (a conviction is never lowered to a dispute), accused
+ * by `by` (s_accusers): its hour starts again only when the rank rises or
+ * the accusers differ from the last ones'. */
+static void s_mark(node_head_t *h, const char *name, int rank, double now, uint64_t by)
+{
+    const int at = sw_expiry_slot(h->spot_bad, HEAD_SPOT_BAD_MAX, name);
     if (strcmp(h->spot_bad[at].name, name) != 0 || h->spot_bad[at].until <= now)
-        h->spot_bad[at].rank = HEAD_SPOT_OK;
-    snprintf(h->spot_bad[at].name, sizeof h->spot_bad[at].name, "%s", name);
-    if (rank > h->spot_bad[at].rank)
-        h->spot_bad[at].rank = rank;
-    h->spot_bad[at].until = now + HEAD_SPOT_BAD_MS;
+        h->spot_why[at].rank = HEAD_SPOT_OK;
+    else if (rank <= h->spot_why[at].rank && by == h->spot_why[at].by)
+        return; // the same accusers again: the timer runs on
+    sw_expiry_put(h->spot_bad, HEAD_SPOT_BAD_MAX, name, now + HEAD_SPOT_BAD_MS);
+    if (rank > h->spot_why[at].rank)
+        h->spot_why[at].rank = rank;
+    h->spot_why[at].by = by;
 }
 
 /* A SessionClose for copy c of s to every stage of its route. */
@@ -282,6 +314,29 @@ static void s_replay(node_t *n, head_sess_t *s)
     n->head->busy = 1;
 }
 
+/* One node served every compared copy at stage k and they disagree: the
+ * difference may come from what a later stage reported it received, so the
+ * later stages that differ between the copies are disputed too. */
+static void s_dispute_reporters(node_head_t *h, const head_sess_t *s, const head_spot_round_t *e,
+                                const int *copies, int nc, int k, double now)
+{
+    const head_spot_t *sp = s->spot;
+    const int S = s->route.n;
+    for (int j = k + 1; j < S; j++)
+        for (int i = 0; i < nc; i++) {
+            const char *who = sp->route[copies[i]].names[j];
+            int same = 1;
+            for (int q = 0; q < nc; q++)
+                same &= !strcmp(sp->route[copies[q]].names[j], who);
+            if (same)
+                continue;
+            SW_WARN("spot check: stage %d of round %llu of session %016llx: '%s' reported one "
+                    "of the copies that disagree: disputed",
+                    j, (unsigned long long)e->round, (unsigned long long)s->id, who);
+            s_mark(h, who, HEAD_SPOT_DISPUTED, now, s_accusers(sp, copies, nc, k, S, who));
+        }
+}
+
 /* Compares the copies of round entry e once every live copy reported it. */
 static void s_compare(node_t *n, head_sess_t *s, head_spot_round_t *e, double now)
 {
@@ -312,7 +367,7 @@ static void s_compare(node_t *n, head_sess_t *s, head_spot_round_t *e, double no
                  (unsigned long long)e->round);
         SW_WARN("spot check: node '%s' %s (session %016llx): convicted; new routes avoid it", who,
                 what, (unsigned long long)s->id);
-        s_mark(h, who, HEAD_SPOT_CONVICTED, now);
+        s_mark(h, who, HEAD_SPOT_CONVICTED, now, 0); // the head's own evidence
         h->spot_mismatches++;
         if (c == 0)
             s_replay(n, s);
@@ -332,7 +387,13 @@ static void s_compare(node_t *n, head_sess_t *s, head_spot_round_t *e, double no
     if (k == S)
         return; // all agree
     h->spot_mismatches++;
-    /* The value two copies on two distinct nodes computed, if any. */
+    char nodes[3 * (SW_WIRE_NAME_MAX + 4)] = "";
+    for (int i = 0; i < nc; i++) {
+        const size_t at = strlen(nodes);
+        snprintf(nodes + at, sizeof nodes - at, "%s'%s'", i ? " vs " : "",
+                 sp->route[copies[i]].names[k]);
+    }
+    /* A value that copies on at least two distinct nodes computed (the majority), if any. */
     int major = -1;
     for (int i = 0; i < nc && major < 0; i++)
         for (int j = i + 1; j < nc; j++)
@@ -341,40 +402,44 @@ static void s_compare(node_t *n, head_sess_t *s, head_spot_round_t *e, double no
                 major = copies[i];
                 break;
             }
-    char nodes[3 * (SW_WIRE_NAME_MAX + 4)] = "";
-    for (int i = 0; i < nc; i++) {
-        const size_t at = strlen(nodes);
-        snprintf(nodes + at, sizeof nodes - at, "%s'%s'", i ? " vs " : "",
-                 sp->route[copies[i]].names[k]);
-    }
-    int main_bad = 0;
+    int main_bad = 0, one_node = 1;
+    for (int i = 1; i < nc; i++)
+        one_node &= !strcmp(sp->route[copies[i]].names[k], sp->route[copies[0]].names[k]);
     for (int i = 0; i < nc; i++) {
         const int c = copies[i];
         const char *who = sp->route[c].names[k];
         if (major >= 0 && e->d[c][k] == e->d[major][k])
             continue;
-        /* a node that gave two answers to one input (two copies on it) is convicted alone */
-        int twice = 0;
-        for (int j = 0; j < nc; j++)
-            twice |= copies[j] != c && !strcmp(sp->route[copies[j]].names[k], who) &&
-                     e->d[copies[j]][k] != e->d[c][k];
-        if (major >= 0 || twice) {
+        /* convicted only by two distinct nodes other than itself that agree */
+        int witnesses = 0;
+        for (int j = 0; j < nc && major >= 0; j++) {
+            const char *wn = sp->route[copies[j]].names[k];
+            int dup = !strcmp(wn, who) || e->d[copies[j]][k] != e->d[major][k];
+            for (int q = 0; q < j && !dup; q++)
+                dup = e->d[copies[q]][k] == e->d[major][k] &&
+                      !strcmp(sp->route[copies[q]].names[k], wn);
+            witnesses += !dup;
+        }
+        const uint64_t by = s_accusers(sp, copies, nc, k, S, who);
+        if (witnesses >= 2) {
             SW_WARN("spot check: node '%s' computed stage %d of round %llu of session %016llx "
-                    "differently from %s (%s): convicted; new routes avoid it",
-                    who, k, (unsigned long long)e->round, (unsigned long long)s->id,
-                    major >= 0 ? "the copies of two other nodes, which agree" : "itself", nodes);
-            s_mark(h, who, HEAD_SPOT_CONVICTED, now);
+                    "differently from the copies of two other nodes, which agree (%s): "
+                    "convicted; new routes avoid it",
+                    who, k, (unsigned long long)e->round, (unsigned long long)s->id, nodes);
+            s_mark(h, who, HEAD_SPOT_CONVICTED, now, by);
         } else {
             SW_WARN("spot check: stage %d of round %llu of session %016llx: %s disagree and no "
                     "third node settles it: '%s' is disputed (routes prefer another node)",
                     k, (unsigned long long)e->round, (unsigned long long)s->id, nodes, who);
-            s_mark(h, who, HEAD_SPOT_DISPUTED, now);
+            s_mark(h, who, HEAD_SPOT_DISPUTED, now, by);
         }
         if (c == 0)
             main_bad = 1;
         else
             s_drop(n, s, c, "its copy diverged");
     }
+    if (one_node && major < 0)
+        s_dispute_reporters(h, s, e, copies, nc, k, now);
     if (major < 0) {
         for (int c = 1; c < sp->n_copies; c++)
             s_drop(n, s, c, "the copies diverged");
@@ -463,6 +528,8 @@ void node_head_spot_query(node_t *n, sw_wire_msg_t *msg)
     node_head_t *h = n->head;
     if (!h)
         return; // a stage answers nothing (the relay's table says who the heads are)
+    if (!head_answer_take(n, msg, "a spot query"))
+        return;
     const double now = sw_now_ms();
     sw_msg_t r = {.type = SW_MSG_SPOT_REPORT};
     sw_msg_spot_report_t *o = &r.spot;
@@ -475,7 +542,7 @@ void node_head_spot_query(node_t *n, sw_wire_msg_t *msg)
             continue;
         sw_msg_spot_node_t *nd = &o->nodes[o->n_nodes++];
         nd->name = h->spot_bad[i].name;
-        nd->convicted = h->spot_bad[i].rank == HEAD_SPOT_CONVICTED;
+        nd->convicted = h->spot_why[i].rank == HEAD_SPOT_CONVICTED;
         const double left = (h->spot_bad[i].until - now) / 1e3;
         nd->avoid_s = left >= SW_WIRE_MAX_SPOT_AVOID_S ? SW_WIRE_MAX_SPOT_AVOID_S : (uint32_t)left;
     }

@@ -69,6 +69,49 @@ static int s_grow(void **buf, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
+/* Progress.next_ms: silent at most for the head's next batch (busy_ms, or its longest lately),
+ * twice, and its own period: a client does not ask again before that (client/failover.c). */
+static uint32_t s_next_ms(const node_head_t *h, double busy_ms)
+{
+    const double busy = busy_ms > 0 ? busy_ms : h->batch_ms_max;
+    double next = 2 * busy + 2 * HEAD_PROGRESS_MS;
+    next = next < 3 * HEAD_PROGRESS_MS ? 3 * HEAD_PROGRESS_MS : next;
+    return (uint32_t)(next > SW_WIRE_MAX_PROGRESS_MS ? SW_WIRE_MAX_PROGRESS_MS : next);
+}
+
+void head_progress(node_t *n, head_sess_t *s, double busy_ms, double now)
+{
+    const node_head_t *h = n->head;
+    const uint32_t next = s_next_ms(h, busy_ms);
+    const uint32_t total = (uint32_t)s->n_prompt;
+    const uint32_t done = s->prompt_through < s->n_prompt ? (uint32_t)s->prompt_through : total;
+    const uint32_t finished = s->prompt_finished < (int)done ? (uint32_t)s->prompt_finished : done;
+    const sw_msg_t msg = {.type = SW_MSG_PROGRESS,
+                          .progress = {.request_id = s->rid,
+                                       .prompt_done = done,
+                                       .prompt_total = total,
+                                       .generated = s->index_base + s->n_streamed,
+                                       .prompt_finished = finished,
+                                       .next_ms = next}};
+    s->t_told = now;
+    if (sw_peer_try_send_msg(n->peer, s->client_addr, &msg) != 0)
+        SW_DEBUG("request '%s': a progress report to %s was not sent", s->rid, s->client);
+}
+
+void head_progress_queued(node_t *n, head_wait_t *w, double now)
+{
+    char addr[SW_WIRE_ADDR_MAX + 1];
+    const uint32_t done = w->g.n_resume_tokens; // < n_predict <= 1<<24 (wire_check.c)
+    const sw_msg_t msg = {.type = SW_MSG_PROGRESS,
+                          .progress = {.request_id = w->g.request_id,
+                                       .generated = done,
+                                       .next_ms = s_next_ms(n->head, 0)}};
+    w->t_told = now;
+    if (sw_peer_try_send_msg(n->peer, head_reply_addr(&w->msg, addr), &msg) != 0)
+        SW_DEBUG("request '%s': a progress report to %s was not sent", w->g.request_id,
+                 w->msg.peer);
+}
+
 /* Sends chunk c of s (again, for a Resume). */
 static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
 {
@@ -87,6 +130,7 @@ static void s_send_chunk(node_t *n, head_sess_t *s, const head_chunk_t *c)
         tc->stats = s->stats;
     /* Never waits: a chunk the relay cannot take now is lost, and the client
      * asks for it again (Resume). */
+    s->t_told = sw_now_ms();
     if (sw_peer_try_send_msg(n->peer, s->client_addr, &msg) != 0)
         SW_DEBUG("request '%s': a chunk to %s was not sent (the client resumes)", s->rid,
                  s->client);
@@ -181,9 +225,11 @@ void head_fill_stats(head_sess_t *s, const sw_gen_stats_t *gs)
     st->n_kv_moves = (uint32_t)gs->kv_moves;
     st->head_ms = (float)(s->route.n == 1 ? gs->target_ms : s->head_ms);
     st->network_ms = (float)s->net_ms;
+    st->overlap_ms = (float)s->overlap_ms;
     for (int i = 1; i < s->route.n; i++) {
         st->stages[i - 1].name = s->route.names[i];
-        st->stages[i - 1].compute_us = (uint32_t)(s->stage_total[i] * 1e3);
+        st->stages[i - 1].compute_us = node_us(s->stage_total[i]);
+        st->stages[i - 1].critical_us = node_us(s->crit_total[i]);
     }
     st->n_stages = (uint32_t)(s->route.n > 1 ? s->route.n - 1 : 0);
     st->logits_digest = gs->logits_digest;
@@ -194,12 +240,19 @@ head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid
 {
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
-        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN ||
+        if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED ||
              (lingering && s->state == HEAD_LINGER)) &&
             !strcmp(head_sess_who(s), head_who(msg)) && !strcmp(s->rid, rid))
             return s;
     }
     return NULL;
+}
+
+/* "key FP" or "client NAME": who sent msg, for a log line. */
+static const char *s_who_label(const sw_wire_msg_t *msg, char *out, size_t len)
+{
+    snprintf(out, len, "%s %s", msg->peer_key[0] ? "key" : "client", head_who(msg));
+    return out;
 }
 
 void node_head_resume(node_t *n, sw_wire_msg_t *msg)
@@ -216,10 +269,11 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
             if (!strcmp(head_who(&h->queue[(h->q_head + i) % n->o.max_queue].msg), head_who(msg)) &&
                 !strcmp(h->queue[(h->q_head + i) % n->o.max_queue].g.request_id, r->request_id))
                 return;
-        head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id, 0,
-                        0,
-                        "the head holds no such request (it ended more than a minute ago, or the "
-                        "head restarted)");
+        if (head_answer_take(n, msg, "a Resume for an unknown request"))
+            head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id,
+                            0, 0,
+                            "the head holds no such request (it ended more than a minute ago, "
+                            "or the head restarted)");
         return;
     }
     if (strcmp(s->client, msg->peer) != 0) {
@@ -254,34 +308,78 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
         head_send_error(n, s->client_addr, s->err_code, s->rid, s->id, 0, s->err);
         s->resent++;
     }
-    if (s->resend_at < 0)
-        SW_INFO("request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
-                msg->peer, r->from_index, s->n_chunks - first);
+    if (s->resend_at < 0) {
+        char who[SW_WIRE_NAME_MAX + 16];
+        sw_log_gated(&h->refused_log, SW_LOG_INFO, s_who_label(msg, who, sizeof who), sw_now_ms(),
+                     "request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
+                     msg->peer, r->from_index, s->n_chunks - first);
+    }
     if (first < s->n_chunks) {
         s->resend_at = first;
         h->resend_pending = 1;
     }
 }
 
-/* The Resume budget of client `who`, refilled to now: its entry, a free one,
- * or the one refilled longest ago (a client with no chunks to send again for
- * that long has a full budget anyway). */
-static struct head_bucket *s_bucket(node_head_t *h, const char *who, double now)
+/* The budget of client `who` in table (n entries) that refills rate a
+ * second up to rate, refilled to now: its entry, a free one, or the one
+ * refilled longest ago (a client that used none of it for that long has a
+ * full budget anyway). */
+static struct head_bucket *s_bucket(struct head_bucket *table, int n, const char *who, double rate,
+                                    double now)
 {
     struct head_bucket *b = NULL;
-    for (int i = 0; i < h->n_slots && (!b || strcmp(b->who, who) != 0); i++)
-        if (!strcmp(h->resend[i].who, who) || !b || h->resend[i].t < b->t)
-            b = &h->resend[i];
+    for (int i = 0; i < n && (!b || strcmp(b->who, who) != 0); i++)
+        if (!strcmp(table[i].who, who) || !b || table[i].t < b->t)
+            b = &table[i];
     if (strcmp(b->who, who) != 0) {
         snprintf(b->who, sizeof b->who, "%s", who);
-        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+        b->chunks = rate;
         b->t = now;
     }
-    b->chunks += (now - b->t) / 1e3 * SW_HEAD_RESEND_CHUNKS_S;
-    if (b->chunks > SW_HEAD_RESEND_CHUNKS_S)
-        b->chunks = SW_HEAD_RESEND_CHUNKS_S;
+    b->chunks += (now - b->t) / 1e3 * rate;
+    if (b->chunks > rate)
+        b->chunks = rate;
     b->t = now;
     return b;
+}
+
+/* Takes one answer from the budget of msg's sender key: 1, or 0 when it is spent. */
+static int s_answer_take(node_head_t *h, const sw_wire_msg_t *msg, double now)
+{
+    struct head_bucket *b = s_bucket(h->answer, h->n_slots, head_who(msg), SW_HEAD_ANSWERS_S, now);
+    if (b->chunks < 1)
+        return 0;
+    b->chunks -= 1;
+    return 1;
+}
+
+int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what)
+{
+    node_head_t *h = n->head;
+    const double now = sw_now_ms();
+    if (s_answer_take(h, msg, now))
+        return 1;
+    char who[SW_WIRE_NAME_MAX + 16];
+    sw_log_gated(&h->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
+                 "%s from %s not answered: over its key's %d answers a second", what, msg->peer,
+                 SW_HEAD_ANSWERS_S);
+    return 0;
+}
+
+void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
+                 const char *text)
+{
+    char who[SW_WIRE_NAME_MAX + 16], addr[SW_WIRE_ADDR_MAX + 1];
+    const double now = sw_now_ms();
+    const int answer = !n->head || s_answer_take(n->head, msg, now);
+    if (n->head)
+        sw_log_gated(&n->head->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
+                     "request '%s' from %s refused%s: %s", rid, msg->peer,
+                     answer ? "" : " (not told: over its key's answers a second)", text);
+    else
+        SW_DEBUG("request '%s' from %s refused: %s", rid, msg->peer, text);
+    if (answer)
+        head_send_error(n, head_reply_addr(msg, addr), code, rid, 0, queue_pos, text);
 }
 
 void head_resend_step(node_t *n, double now)
@@ -294,7 +392,8 @@ void head_resend_step(node_t *n, double now)
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_FREE || s->resend_at < 0)
             continue;
-        struct head_bucket *b = s_bucket(h, head_sess_who(s), now);
+        struct head_bucket *b =
+            s_bucket(h->resend, h->n_slots, head_sess_who(s), SW_HEAD_RESEND_CHUNKS_S, now);
         const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
         while (s->resend_at < s->n_chunks && b->chunks >= 1 && left > 0 && s->resent < budget) {
             s_send_chunk(n, s, &s->chunks[s->resend_at++]);

@@ -14,9 +14,11 @@
 #include <string.h>
 
 #include "args.h"
+#include "head.h"
 #include "hub.h"
 #include "keys.h"
 #include "node.h"
+#include "sched.h"
 #include "wire.h"
 
 static volatile sig_atomic_t s_stop;
@@ -50,6 +52,11 @@ enum {
     O_AUTO_NODES,
     O_SPOT,
     O_FLIP,
+    O_FAKE,
+    O_PIECES,
+    O_PDTYPE,
+    O_SLOW,
+    O_PUBPREFIX,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -76,7 +83,15 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT) ",\n0 = any)"},
     {"max-sessions-per-client", O_SPC, "N",
      "head: sessions one client key runs at once; its other\nrequests wait while others' pass "
-     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers; 0 = any)"},
+     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers, and only "
+     "while another key's request waits:\na key alone may take every session; given: a hard\n"
+     "cap; 0 = any)"},
+    {"prefill-pieces", O_PIECES, "N",
+     "head: long prompts go in pieces of about N one-row\nforwards' time while alone, each "
+     "stage interleaving\nthem fairly with other sessions' rounds: a request\nthat arrives "
+     "meanwhile waits about that long at\neach stage, the prompt loses about 1/N of its speed\n"
+     "(while others run: " SW_STR(NODE_SCHED_PIECE_SHARED) "; default " SW_STR(
+         NODE_SCHED_PIECE_ALONE) ";\n0: chunks sized by bytes)"},
     {"max-batch-rows", O_MAXROWS, "N",
      "rows run through the layers in one batch, summed over\nsessions (default " //
      SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
@@ -85,6 +100,9 @@ static const sw_opt_t s_opts[] = {
      "(default: what\n--max-sessions caches of --ctx positions take, at most\nthe GPUs' free "
      "memory)"},
     {"dtype", O_DTYPE, "T", "hidden states sent as f32, f16 or bf16 (default f32)"},
+    {"prefill-dtype", O_PDTYPE, "T",
+     "a prompt's hidden states sent as f32, f16 or bf16\n(default: --dtype); f16 and bf16 halve "
+     "a long prompt's\nbytes but are not bit-exact (docs/benchmarks.md)"},
     {"idle-timeout-s", O_IDLE, "S",
      "free a session unused for S seconds (default " SW_STR(SW_NODE_DEFAULT_IDLE_TIMEOUT_S) ")"},
     {"round-timeout-ms", O_ROUND, "MS",
@@ -98,6 +116,10 @@ static const sw_opt_t s_opts[] = {
     {"prefix-cache", O_PREFIX, "on|off",
      "keep the KV of prompt prefixes for later requests that\nstart the same way, within --kv-mib "
      "(default on)"},
+    {"public-prefix", O_PUBPREFIX, "FILE",
+     "head: the start of prompts (a system prompt, as text)\nthat every tenant may reuse from the "
+     "prefix cache;\nother prefixes are reused only by whoever sent them\n(docs/security.md; at "
+     "most " SW_STR(HEAD_PUBLIC_PREFIX_MAX) " bytes)"},
     {"draft-load", O_DLOAD, "on|off",
      "head: the adaptive K and trees shrink as other sessions\nfill the batches (default on)"},
     {"draft-gate", O_DGATE, "on|off",
@@ -111,6 +133,12 @@ static const sw_opt_t s_opts[] = {
     {"test-flip-bit", O_FLIP, "N",
      "FOR TESTS ONLY: a dishonest stage that flips one bit in\nevery Nth hidden-state payload it "
      "passes on (default 0 = off)"},
+    {"test-fake-digest", O_FAKE, "N",
+     "FOR TESTS ONLY: a dishonest tail that reports a made-up\ndigest of what it received in every "
+     "Nth verdict (default 0 = off)"},
+    {"test-slow-ms", O_SLOW, "MS",
+     "FOR TESTS ONLY: a slow stage: every batch it runs holds\nits event loop MS ms longer, as a "
+     "slow computation\nwould (default 0 = off)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -184,6 +212,9 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &cli->recover_s);
     case O_HB:
         return sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o->heartbeat_ms);
+    case O_PUBPREFIX:
+        o->public_prefix = v;
+        return 0;
     case O_PREFIX:
     case O_DLOAD:
     case O_DGATE:
@@ -204,17 +235,21 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return 0;
     }
     case O_DTYPE:
+    case O_PDTYPE: {
+        sw_dtype_t *to = c == O_DTYPE ? &o->dtype : &o->prefill_dtype;
         if (!strcmp(v, "f32"))
-            o->dtype = SW_DTYPE_F32;
+            *to = SW_DTYPE_F32;
         else if (!strcmp(v, "f16"))
-            o->dtype = SW_DTYPE_F16;
+            *to = SW_DTYPE_F16;
         else if (!strcmp(v, "bf16"))
-            o->dtype = SW_DTYPE_BF16;
+            *to = SW_DTYPE_BF16;
         else {
-            fprintf(stderr, "shardwire-node: --dtype '%s' must be f32, f16 or bf16\n", v);
+            fprintf(stderr, "shardwire-node: %s '%s' must be f32, f16 or bf16\n",
+                    c == O_DTYPE ? "--dtype" : "--prefill-dtype", v);
             return -1;
         }
         return 0;
+    }
     case O_MAXQ:
         return sw_arg_int(P, "--max-queue", v, 0, SW_WIRE_MAX_QUEUE, &o->max_queue);
     case O_QPC:
@@ -222,6 +257,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
                           &o->max_queue_per_client);
     case O_SPC:
         return sw_arg_int(P, "--max-sessions-per-client", v, 0, 4096, &o->max_sessions_per_client);
+    case O_PIECES:
+        return sw_arg_int(P, "--prefill-pieces", v, 0, 64, &o->prefill_pieces);
     case O_MAXROWS:
         return sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o->max_batch_rows);
     case O_KVMIB:
@@ -230,6 +267,10 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_double(P, "--spot-check", v, 0, 1, &o->spot_share);
     case O_FLIP:
         return sw_arg_int(P, "--test-flip-bit", v, 0, 1 << 30, &o->test_flip_bit);
+    case O_FAKE:
+        return sw_arg_int(P, "--test-fake-digest", v, 0, 1 << 30, &o->test_fake_digest);
+    case O_SLOW:
+        return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
     default:
         return -1;
     }
@@ -273,6 +314,10 @@ static int s_parse(int argc, char **argv, node_opts_t *o, s_cli_t *cli)
         return 2;
     if (o->auto_nodes > 0 && (o->layer_auto || o->layer_begin != 0)) {
         fprintf(stderr, "shardwire-node: --auto-nodes is for the head (--layers 0:B)\n");
+        return 2;
+    }
+    if (o->public_prefix && (o->layer_auto || o->layer_begin != 0)) {
+        fprintf(stderr, "shardwire-node: --public-prefix is for the head (--layers 0:B)\n");
         return 2;
     }
     return -1;
@@ -319,6 +364,7 @@ int main(int argc, char **argv)
         .max_sessions = SW_NODE_DEFAULT_MAX_SESSIONS,
         .round_timeout_ms = SW_NODE_DEFAULT_ROUND_TIMEOUT_MS,
         .dtype = SW_DTYPE_F32,
+        .prefill_dtype = (sw_dtype_t)-1,
         .heartbeat_ms = SW_NODE_DEFAULT_HEARTBEAT_MS,
         .max_queue = SW_NODE_DEFAULT_MAX_QUEUE,
         .max_queue_per_client = SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT,
@@ -328,10 +374,14 @@ int main(int argc, char **argv)
         .draft_load = 1,
         .draft_gate = 1,
         .draft_batch = 1,
+        .prefill_pieces = NODE_SCHED_PIECE_ALONE,
     };
     const int rc = s_parse(argc, argv, &o, &cli);
     if (rc >= 0)
         return rc;
+    o.sessions_per_client_hard = o.max_sessions_per_client >= 0;
+    if ((int)o.prefill_dtype < 0)
+        o.prefill_dtype = o.dtype;
     if (o.max_sessions_per_client < 0)
         o.max_sessions_per_client = SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(o.max_sessions);
     s_apply(&o, &cli);

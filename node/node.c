@@ -16,6 +16,7 @@
 #include "head.h"
 #include "log.h"
 #include "placement.h"
+#include "sched.h"
 #include "stage.h"
 
 static sw_role_t s_role(const node_t *n)
@@ -113,6 +114,9 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     case SW_MSG_VERDICT:
         node_head_verdict(n, m);
         break;
+    case SW_MSG_PREFILL_ACK:
+        node_head_prefill_ack(n, m);
+        break;
     case SW_MSG_PEER_TABLE:
         if (from_relay && n->head)
             node_head_table(n, m);
@@ -137,6 +141,11 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
         SW_DEBUG("ignoring a %s message from %s", sw_wire_type_name(type), m->peer);
         break;
     }
+}
+
+static const char *s_dtype_name(sw_dtype_t t)
+{
+    return t == SW_DTYPE_F16 ? "f16" : t == SW_DTYPE_BF16 ? "bf16" : "f32";
 }
 
 /* KV memory: by default what --max-sessions full caches take, but never
@@ -169,6 +178,12 @@ static int s_buffers(node_t *n)
 {
     const node_opts_t *o = &n->o;
     const size_t E = (size_t)n->hp->n_embd;
+    if (E > SW_WIRE_MAX_HIDDEN) {
+        SW_ERR("the model's hidden states are %zu wide; the protocol carries at most %d "
+               "(SW_WIRE_MAX_HIDDEN), so it cannot be split over nodes",
+               E, SW_WIRE_MAX_HIDDEN);
+        return -1;
+    }
     n->rows_cap = o->max_batch_rows > SW_WIRE_MAX_ROWS ? o->max_batch_rows : SW_WIRE_MAX_ROWS;
     n->logit_cap = o->max_batch_rows > SW_MAX_DRAFT + 1 ? o->max_batch_rows : SW_MAX_DRAFT + 1;
     n->sessions = calloc((size_t)o->max_sessions, sizeof *n->sessions);
@@ -324,11 +339,24 @@ static int s_join(node_t *n)
     if (o->spot_share > 0 && n->head)
         SW_INFO("spot checks: %.3g of the sessions go down shadow routes too (docs/security.md)",
                 o->spot_share);
+    if (o->prefill_dtype != o->dtype)
+        SW_WARN("--prefill-dtype %s: a prompt's hidden states leave this node as %s, other rounds "
+                "as %s: output is not bit-identical to a single process (docs/benchmarks.md)",
+                s_dtype_name(o->prefill_dtype), s_dtype_name(o->prefill_dtype),
+                s_dtype_name(o->dtype));
+    if (o->test_slow_ms > 0)
+        SW_WARN("--test-slow-ms %d: FOR TESTS ONLY, every batch of this stage takes %d ms longer",
+                o->test_slow_ms, o->test_slow_ms);
     if (o->test_flip_bit > 0)
         SW_WARN("--test-flip-bit %d: FOR TESTS ONLY, this node lies: %s", o->test_flip_bit,
                 n->head || sw_model_is_last(n->model)
                     ? "but only a middle stage flips bits: here it does nothing"
                     : "one bit of every Nth hidden-state payload it passes on is flipped");
+    if (o->test_fake_digest > 0)
+        SW_WARN("--test-fake-digest %d: FOR TESTS ONLY, this node lies: %s", o->test_fake_digest,
+                !n->head && sw_model_is_last(n->model)
+                    ? "every Nth verdict reports a made-up digest of what it received"
+                    : "but only a tail reports digests: here it does nothing");
     return 0;
 }
 
@@ -341,7 +369,8 @@ static int s_loop(node_t *n)
     double next_expire = sw_now_ms() + 1000;
     while (!*n->stop) {
         sw_wire_msg_t m = {0};
-        int r = sw_peer_recv(n->peer, &m, node_head_timeout(n));
+        /* Forwards waiting at the stage: a batch each pass, new messages read between */
+        int r = sw_peer_recv(n->peer, &m, node_stage_busy(n) ? 0 : node_head_timeout(n));
         for (int budget = 1024; r == 0; budget--) {
             s_dispatch(n, &m);
             sw_wire_msg_clear(&m);
@@ -389,6 +418,7 @@ static void s_close(node_t *n)
     free(n->wire_buf);
     free(n->logits);
     sw_prefix_free(&n->prefix);
+    node_sched_free(&n->sched);
     sw_model_free(&n->model);
     node_place_free(n);
     sw_backend_free(&n->be);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "expiry.h"
 #include "kv.h"
 #include "log.h"
 #include "planner.h"
@@ -19,6 +20,15 @@
 #define S_PROBE_MAX_REPS 2000   // ... but no more forwards than this (sw_plan_probe_us)
 #define S_RTT_QUERIES 16        // status queries timed for the round trip to the relay ...
 #define S_RTT_PAUSE_US 5000     // ... each after this pause
+
+/* An auto node serving a range, as its head sees it: what it claimed, what its rounds took. */
+typedef struct place_watch {
+    char name[SW_WIRE_NAME_MAX + 1];
+    uint32_t begin, end;                                 // its range
+    uint32_t us_layer_1, us_layer_k, us_out_1, us_out_k; // its probe
+    uint32_t probe_rows;                                 //
+    int seen, slow;                                      // rounds in this window, slow ones
+} s_watch_t;
 
 struct node_place {
     int auto_node;      // 1: --layers auto
@@ -35,9 +45,109 @@ struct node_place {
         char name[SW_WIRE_NAME_MAX + 1];
         uint32_t begin, end;
     } pend[SW_PLAN_MAX_NODES];
-    double pend_ms; // when they were sent
-    char said[512]; // the last waiting line logged (logged once)
+    double pend_ms;                          // when they were sent
+    char said[512];                          // the last waiting line logged (logged once)
+    sw_expiry_t bench[NODE_PLACE_BENCH_MAX]; // nodes that did not take a range in time, left
+                                             // out of plans until then (issue 35)
+    /* the head: what the auto nodes serving a range claimed (their probe) and what their
+     * rounds took (node_place_observe) */
+    int n_watch;
+    s_watch_t watch[SW_PLAN_MAX_NODES];
 };
+
+/* Leaves name out of plans for NODE_PLACE_BENCH_MS (its claims are not believed meanwhile). */
+static void s_bench(node_place_t *p, const char *name, double now)
+{
+    sw_expiry_put(p->bench, NODE_PLACE_BENCH_MAX, name, now + NODE_PLACE_BENCH_MS);
+}
+
+static int s_benched(const node_place_t *p, const char *name, double now)
+{
+    return sw_expiry_find(p->bench, NODE_PLACE_BENCH_MAX, name, now) >= 0;
+}
+
+/* The head keeps the claims of every auto node that serves a range of its
+ * model (from each peer table), its measurements kept while name, range and
+ * claims stay the same. */
+static void s_watch(node_place_t *p, const node_t *n, const sw_msg_table_t *pt, int need_key)
+{
+    const uint32_t L = (uint32_t)n->hp->n_layer;
+    int k = 0;
+    const int n_old = p->n_watch;
+    s_watch_t old[SW_PLAN_MAX_NODES];
+    memcpy(old, p->watch, sizeof old);
+    for (uint32_t i = 0; i < pt->n_peers && k < SW_PLAN_MAX_NODES; i++) {
+        sw_msg_peer_t pi;
+        if (sw_codec_peer_at(pt, i, &pi) != 0 || !sw_codec_peer_routable(&pi, need_key))
+            continue;
+        const sw_msg_announce_t *a = &pi.announce;
+        if (!a->auto_place || a->layer_end <= a->layer_begin || a->n_layers != L ||
+            !a->probe_rows || strcmp(a->model_fingerprint, n->fingerprint) != 0)
+            continue;
+        int seen = 0, slow = 0;
+        for (int j = 0; j < n_old; j++)
+            if (!strcmp(old[j].name, a->name) && old[j].begin == a->layer_begin &&
+                old[j].end == a->layer_end && old[j].us_layer_1 == a->us_layer_1 &&
+                old[j].us_layer_k == a->us_layer_k) {
+                seen = old[j].seen;
+                slow = old[j].slow;
+            }
+        snprintf(p->watch[k].name, sizeof p->watch[k].name, "%s", a->name);
+        p->watch[k].begin = a->layer_begin;
+        p->watch[k].end = a->layer_end;
+        p->watch[k].us_layer_1 = a->us_layer_1;
+        p->watch[k].us_layer_k = a->us_layer_k;
+        p->watch[k].us_out_1 = a->us_out_1;
+        p->watch[k].us_out_k = a->us_out_k;
+        p->watch[k].probe_rows = a->probe_rows;
+        p->watch[k].seen = seen;
+        p->watch[k].slow = slow;
+        k++;
+    }
+    p->n_watch = k;
+}
+
+int node_place_observe(node_t *n, const char *name, int rows, double compute_ms, double now)
+{
+    node_place_t *p = n->place;
+    if (!p || rows < 1)
+        return 0;
+    for (int j = 0; j < p->n_watch; j++) {
+        if (strcmp(p->watch[j].name, name) != 0)
+            continue;
+        const sw_msg_announce_t a = {.name = p->watch[j].name,
+                                     .us_layer_1 = p->watch[j].us_layer_1,
+                                     .us_layer_k = p->watch[j].us_layer_k,
+                                     .us_out_1 = p->watch[j].us_out_1,
+                                     .us_out_k = p->watch[j].us_out_k,
+                                     .probe_rows = p->watch[j].probe_rows};
+        sw_plan_node_t nd;
+        sw_plan_node_from(&a, rows, &nd);
+        nd.rtt_us = 0;
+        const double claim_ms =
+            sw_plan_stage_us(&p->pm, &nd, (int)p->watch[j].begin, (int)p->watch[j].end) / 1e3;
+        p->watch[j].seen++;
+        p->watch[j].slow += compute_ms > NODE_PLACE_SLOW_X * claim_ms &&
+                            compute_ms - claim_ms > NODE_PLACE_SLOW_MIN_MS;
+        if (p->watch[j].seen < NODE_PLACE_SLOW_WINDOW)
+            return 0;
+        const int slow = p->watch[j].slow >= NODE_PLACE_SLOW_ROUNDS;
+        p->watch[j].seen = p->watch[j].slow = 0;
+        if (!slow)
+            return 0;
+        SW_WARN("placement: '%s' computed layers [%u, %u) more than %dx slower than its probe "
+                "claimed (%.1f ms for %d rows, claimed %.1f ms) in %d of its last %d rounds: its "
+                "claims are left out of plans for %d s and its range is planned again over "
+                "the standby nodes",
+                name, p->watch[j].begin, p->watch[j].end, NODE_PLACE_SLOW_X, compute_ms, rows,
+                claim_ms, NODE_PLACE_SLOW_ROUNDS, NODE_PLACE_SLOW_WINDOW,
+                NODE_PLACE_BENCH_MS / 1000);
+        s_bench(p, name, now);
+        p->said[0] = 0;
+        return 1;
+    }
+    return 0;
+}
 
 /* ---- the probe ------------------------------------------------------------------------------ */
 
@@ -377,8 +487,11 @@ static void s_say(node_place_t *p, const char *line)
 }
 
 /* The first layer no stage of this model covers after the head's range, and
- * where the next covered part begins (*gap_end, n_layers when none). */
-static uint32_t s_gap(const node_t *n, const sw_msg_table_t *pt, int need_key, uint32_t *gap_end)
+ * where the next covered part begins (*gap_end, n_layers when none). A
+ * benched stage (slower than it claimed: node_place_observe) covers nothing,
+ * so that its range is planned again over the standbys. */
+static uint32_t s_gap(const node_place_t *p, const node_t *n, const sw_msg_table_t *pt,
+                      int need_key, double now, uint32_t *gap_end)
 {
     const uint32_t L = (uint32_t)n->hp->n_layer;
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
@@ -386,7 +499,8 @@ static uint32_t s_gap(const node_t *n, const sw_msg_table_t *pt, int need_key, u
         moved = 0;
         for (uint32_t i = 0; i < pt->n_peers; i++) {
             sw_msg_peer_t pi;
-            if (sw_codec_peer_at(pt, i, &pi) != 0 || !sw_codec_peer_routable(&pi, need_key))
+            if (sw_codec_peer_at(pt, i, &pi) != 0 || !sw_codec_peer_routable(&pi, need_key) ||
+                s_benched(p, pi.announce.name, now))
                 continue;
             const sw_msg_announce_t *a = &pi.announce;
             if ((a->role == SW_ROLE_MIDDLE || a->role == SW_ROLE_TAIL) && a->layer_begin == at &&
@@ -399,7 +513,8 @@ static uint32_t s_gap(const node_t *n, const sw_msg_table_t *pt, int need_key, u
     *gap_end = L;
     for (uint32_t i = 0; i < pt->n_peers; i++) {
         sw_msg_peer_t pi;
-        if (sw_codec_peer_at(pt, i, &pi) != 0 || !sw_codec_peer_routable(&pi, need_key))
+        if (sw_codec_peer_at(pt, i, &pi) != 0 || !sw_codec_peer_routable(&pi, need_key) ||
+            s_benched(p, pi.announce.name, now))
             continue;
         const sw_msg_announce_t *a = &pi.announce;
         if ((a->role == SW_ROLE_MIDDLE || a->role == SW_ROLE_TAIL) && a->layer_begin > at &&
@@ -409,7 +524,10 @@ static uint32_t s_gap(const node_t *n, const sw_msg_table_t *pt, int need_key, u
     return at;
 }
 
-/* 1 while ranges sent are not announced yet (and not NODE_PLACE_LOAD_MS old). */
+/* 1 while ranges sent are not announced yet (and not NODE_PLACE_LOAD_MS old).
+ * A node still a standby after that is left out of plans for
+ * NODE_PLACE_BENCH_MS: a claim it did not live up to is not believed again at
+ * once (a rogue announcing an impossible probe is chosen once, not forever). */
 static int s_pending(node_place_t *p, const sw_msg_table_t *pt, double now)
 {
     if (!p->n_pend)
@@ -423,10 +541,18 @@ static int s_pending(node_place_t *p, const sw_msg_table_t *pt, double now)
     }
     if (waiting && now - p->pend_ms < NODE_PLACE_LOAD_MS)
         return 1;
-    if (waiting)
-        SW_WARN("placement: assigned node(s) did not announce their range within %d s: "
-                "planning again",
-                NODE_PLACE_LOAD_MS / 1000);
+    for (int i = 0; waiting && i < p->n_pend; i++) {
+        sw_msg_peer_t pi;
+        if (!sw_codec_peer_find(pt, p->pend[i].name, &pi) ||
+            !sw_wire_standby(pi.announce.auto_place, pi.announce.layer_begin,
+                             pi.announce.layer_end))
+            continue;
+        SW_WARN("placement: '%s' did not announce layers [%u, %u) within %d s: left out of plans "
+                "for %d s, planning again",
+                p->pend[i].name, p->pend[i].begin, p->pend[i].end, NODE_PLACE_LOAD_MS / 1000,
+                NODE_PLACE_BENCH_MS / 1000);
+        s_bench(p, p->pend[i].name, now);
+    }
     p->n_pend = 0;
     return 0;
 }
@@ -435,14 +561,17 @@ void node_place_table(node_t *n, const sw_msg_table_t *pt, int route_ok)
 {
     node_place_t *p = n->place;
     const double now = sw_now_ms();
-    if (!p || s_pending(p, pt, now) || route_ok)
+    if (!p)
         return;
     const int need_key = n->o.sec && !n->o.sec->insecure;
+    s_watch(p, n, pt, need_key);
+    if (s_pending(p, pt, now))
+        return;
     uint32_t gap_end;
-    const uint32_t gap = s_gap(n, pt, need_key, &gap_end);
+    const uint32_t gap = s_gap(p, n, pt, need_key, now, &gap_end);
     const uint32_t L = (uint32_t)n->hp->n_layer;
     if (gap >= L)
-        return; /* the route fails for another reason (head_route.c says which) */
+        return; /* whole, or the route fails for another reason (head_route.c says which) */
     sw_plan_node_t nodes[SW_PLAN_MAX_NODES];
     sw_msg_peer_t peers[SW_PLAN_MAX_NODES];
     int k = 0;
@@ -453,13 +582,15 @@ void node_place_table(node_t *n, const sw_msg_table_t *pt, int route_ok)
         const sw_msg_announce_t *a = &pi->announce;
         if (!sw_wire_standby(a->auto_place, a->layer_begin, a->layer_end) ||
             strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != L ||
-            !a->probe_rows || !a->rtt_us)
-            continue; /* not probed, or its round trip not measured yet */
+            !a->probe_rows || !a->rtt_us || s_benched(p, a->name, now))
+            continue; /* not probed, its round trip not measured yet, or benched */
         sw_plan_node_from(a, 1, &nodes[k]);
         k++;
     }
     char line[256];
     const int want = p->planned ? 1 : (n->o.auto_nodes > 0 ? n->o.auto_nodes : 1);
+    if (k < want && route_ok)
+        return; /* only a benched stage's range is open, and no standby can take it */
     if (k < want) {
         snprintf(line, sizeof line,
                  "layers [%u, %u) have no stage: waiting for %d standby auto "

@@ -23,6 +23,13 @@
 
 #define NODE_PROBE_ROWS 9        // the probe's K+1 rows (K = 8 drafts)
 #define NODE_PLACE_LOAD_MS 30000 // a node assigned a range is awaited this long before re-planning
+#define NODE_PLACE_BENCH_MS                                                                        \
+    600000                        // ... and one that did not take it is left out of plans this long
+#define NODE_PLACE_BENCH_MAX 16   // nodes remembered so
+#define NODE_PLACE_SLOW_X 8       // a placed node whose stage computes more than this many times
+#define NODE_PLACE_SLOW_MIN_MS 20 // ... and this many ms slower than its probe claimed
+#define NODE_PLACE_SLOW_ROUNDS 16 // ... in this many of NODE_PLACE_SLOW_WINDOW rounds is benched
+#define NODE_PLACE_SLOW_WINDOW 20 // (node_place_observe)
 
 /* The auto node's probe, before it joins: loads and times the probe
  * layers, sets n->fingerprint, n->hp (a copy), the planner's layer sizes.
@@ -52,6 +59,15 @@ int node_place_assign(node_t *n, const sw_wire_msg_t *m);
 /* The head read a peer table (route_ok: it had a whole pipeline): plans a
  * gap over the standby auto nodes when there is one. */
 void node_place_table(node_t *n, const sw_msg_table_t *pt, int route_ok);
+
+/* The head's verdict said that stage `name` computed its part of a round of
+ * `rows` rows (its batch's) in compute_ms: for an auto node serving a range,
+ * compared with what its probe claimed for those rows. One that is slower
+ * than it claimed (NODE_PLACE_SLOW_*) in most rounds of a window is benched
+ * (its claims left out of plans for NODE_PLACE_BENCH_MS) and its range
+ * counts as a gap, planned again over the standby nodes: 1 then (the head
+ * avoids it on routes), else 0. */
+int node_place_observe(node_t *n, const char *name, int rows, double compute_ms, double now);
 
 /* Frees the placement state. */
 void node_place_free(node_t *n);

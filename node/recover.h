@@ -91,10 +91,12 @@ int node_recover_failing(const node_recover_t *rec);
  * connection, whose relay counters start again from zero. At route build the
  * head records each stage's msgs_out / msgs_in. A later table is implausible
  * for the same connection when a stage was delivered fewer messages than
- * were surely sent to it since: for the first stage after the head, every
- * chunk the head sent (the head's status query travels behind them); for a
- * later stage, every message the stage before it sent; for all, the chunks
- * of every round whose verdict came back. Then the round in flight may be
+ * were surely sent to it since: for every stage, the chunks of every round
+ * whose verdict came back, and for the first stage after the head also every
+ * chunk the head sent (the caller asks for the table after they went). What
+ * the stage before a later one sent proves nothing: it may serve other
+ * routes, or its chunk may wait at the relay for a slow stage's link (issue
+ * 33: that took slow rounds for restarts). Then the round in flight may be
  * lost. names[0] is the head (not checked). */
 void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n);

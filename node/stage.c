@@ -4,9 +4,12 @@
  *
  * A Forward is first checked against this stage's configuration, its route
  * and its session (node_stage_forward); an accepted one waits in the stage's
- * batch. When the node has read what the relay had for it,
- * node_stage_flush() runs every waiting Forward through this stage's layers
- * in ONE call of the engine (each session with its own cache and positions:
+ * queue. Once a pass of the event loop, node_stage_flush() takes the next
+ * batch out of the queue (stage_sched.c: fairly between the client keys and
+ * tenants the Forwards belong to, a prompt piece alone or first), checks
+ * what depends on the session's cache (its earlier Forwards have run by
+ * then), runs the batch through this stage's layers in ONE call of the
+ * engine (each session with its own cache and positions:
  * sw_model_forward_batch), then passes each session's hidden states on to
  * the next stage or, on the last stage, verifies each round and answers its
  * head with a Verdict. While a WAN round trip is in flight a stage would sit
@@ -14,11 +17,13 @@
  * throughput, and the engine's batch invariance keeps each session's output
  * exactly what it would be alone.
  *
- * Bounds: one Forward per session per batch (a second one of the same session
- * runs in the next), at most --max-batch-rows rows per batch (a prefill chunk
- * larger than that runs alone), and a session's cache is sized from the
- * Forward's n_ctx and counted against --kv-mib: a session that does not fit
- * is refused with an error that says so, never an out-of-memory crash.
+ * Bounds: one Forward per session per batch (a session's next one runs in a
+ * later batch), at most --max-batch-rows rows per batch (a prefill chunk
+ * larger than that runs alone), NODE_MAX_BATCH Forwards and NODE_QUEUE_BYTES
+ * of payload waiting (beyond, a batch runs before the next is taken), and a
+ * session's cache is sized from the Forward's n_ctx and counted against
+ * --kv-mib: a session that does not fit is refused with an error that says
+ * so, never an out-of-memory crash.
  *
  * Every field of a Forward that this stage relies on is checked against its
  * own configuration before anything changes; a bad message is answered with
@@ -30,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "node.h"
@@ -59,18 +65,6 @@ static void s_reply_error(node_t *n, const char *dest, int code, uint64_t sessio
     };
     if (dest && dest[0] && sw_peer_send_msg(n->peer, dest, &er) != 0)
         SW_WARN("could not send the error to %s", dest);
-}
-
-/* Copies the timing entries of f into buf (SW_WIRE_MAX_ROUTE) and appends
- * this stage's; returns the count. */
-static uint32_t s_timing(const sw_msg_forward_t *f, const sw_msg_timing_t *mine,
-                         sw_msg_timing_t *buf)
-{
-    uint32_t n = f->n_timing < SW_WIRE_MAX_ROUTE - 1 ? f->n_timing : SW_WIRE_MAX_ROUTE - 1;
-    for (uint32_t i = 0; i < n; i++)
-        buf[i] = f->timing[i];
-    buf[n++] = *mine;
-    return n;
 }
 
 /* The verifier of a session on the last stage, made from the Forward's
@@ -545,21 +539,16 @@ static int s_check_round(node_t *n, node_session_t *s, const sw_msg_forward_t *f
     return 0;
 }
 
-/* Takes the checked Forward (moved from msg) into the batch, its hidden
- * states unpacked into hidden_in. */
-static void s_enqueue(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *f, node_session_t *s,
-                      int want_logits, double t_arrive)
+/* Puts waiting Forward b (its message decoded as f) into the batch: its
+ * hidden states unpacked into hidden_in after the batch's rows so far. */
+static void s_enqueue(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f, int want_logits)
 {
     const int E = n->hp->n_embd;
     const int rows = (int)f->n_rows;
-    node_fwd_t *b = &n->batch[n->n_batch++];
-    memset(b, 0, sizeof *b);
-    sw_wire_msg_move(&b->msg, msg);
-    b->s = s;
+    node_session_t *s = b->s;
     b->row0 = n->batch_rows;
     b->logit0 = n->batch_logits;
     b->n_logits = want_logits;
-    b->t_arrive = t_arrive;
     size_t plen = 0;
     const void *payload = sw_wire_msg_payload(&b->msg, &plen);
     sw_codec_hidden_unpack(f->dtype, payload, n->hidden_in + (size_t)b->row0 * E, (size_t)rows * E);
@@ -580,8 +569,6 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
     if (sw_codec_decode(msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
         return;
     const sw_msg_forward_t *f = &d.forward;
-    const int rows = (int)f->n_rows;
-    const int n_draft = (int)f->n_draft;
     const uint64_t sid = f->session_id;
     if (s_check_meant(n, msg, f) != 0 || s_check_route(n, msg, f, t_arrive) != 0 ||
         s_check_fits(n, msg, f) != 0)
@@ -590,16 +577,12 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
     node_session_t *s = s_session_of(n, msg, f);
     if (!s)
         return;
-    /* A second round of a session already in the batch waits for the next one;
-     * so does a round that would make the batch too large. */
-    int dup = 0;
-    for (int i = 0; i < n->n_batch; i++)
-        dup |= n->batch[i].s == s;
-    const int want_logits = node_is_last(n) && !f->prefill_more ? n_draft + 1 : 0;
-    if (dup || n->n_batch == NODE_MAX_BATCH ||
-        (n->n_batch > 0 &&
-         (n->batch_rows + rows > n->rows_cap || n->batch_rows + rows > n->o.max_batch_rows ||
-          n->batch_logits + want_logits > n->logit_cap)))
+    /* Into the queue, behind the session's earlier Forwards; a full queue runs
+     * a batch first (its Forwards wait in the relay and the socket meanwhile). */
+    size_t plen = 0;
+    sw_wire_msg_payload(msg, &plen);
+    while (n->n_batch > 0 &&
+           (n->n_batch == NODE_MAX_BATCH || n->queue_bytes + plen > NODE_QUEUE_BYTES))
         node_stage_flush(n);
     s = node_session_get(n, sid, NULL, 0, &(const char *){""}); /* the flush may have freed it */
     if (!s) {
@@ -608,29 +591,29 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
         return;
     }
     s->last_used_ms = t_arrive;
-    if (f->prefix_len && s_prefix_take(n, s, f) != 0)
-        return;
-    if (s_check_round(n, s, f) != 0)
-        return;
-    /* Accepted: into the batch. */
-    s_enqueue(n, msg, f, s, want_logits, t_arrive);
+    node_fwd_t *b = &n->batch[n->n_batch++];
+    memset(b, 0, sizeof *b);
+    sw_wire_msg_move(&b->msg, msg);
+    b->s = s;
+    b->t_arrive = t_arrive;
+    b->bytes = plen;
+    n->queue_bytes += plen;
 }
 
 /* After the batch's compute: passes one session's rows on to the next stage
  * (d: its Forward, decoded; changed into the next hop's). */
-static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing_t *mine)
+static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing_t *timing,
+                      uint32_t n_timing, sw_dtype_t dtype)
 {
     sw_msg_forward_t *out = &d->forward;
     const int E = n->hp->n_embd, rows = (int)out->n_rows;
     const uint64_t sid = out->session_id;
     const char *reply = out->reply_to;
-    sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE];
-    const uint32_t n_timing = s_timing(out, mine, timing);
     memcpy(out->timing, timing, n_timing * sizeof *timing);
     out->n_timing = n_timing;
     out->hop++;
     out->layer_begin = (uint32_t)sw_model_layer_end(n->model);
-    out->dtype = n->o.dtype;
+    out->dtype = dtype;
     out->payload = sw_codec_hidden_pack(out->dtype, n->hidden_out + (size_t)b->row0 * E,
                                         n->wire_buf, (size_t)rows * E);
     out->payload_len = (size_t)rows * E * sw_wire_dtype_size(out->dtype);
@@ -653,7 +636,7 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
 /* After the batch's compute, on the last stage: verifies one session's round
  * (or records a prefill chunk) and answers its head. */
 static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
-                     const sw_msg_timing_t *mine)
+                     const sw_msg_timing_t *timing, uint32_t n_timing)
 {
     node_session_t *s = b->s;
     const uint64_t sid = f->session_id;
@@ -667,7 +650,18 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
         if (sw_verifier_feed(s->ver, (int)f->kv_keep, toks, rows, err, sizeof err) != 0) {
             s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s", err);
             node_session_free(n, s);
+            return;
         }
+        /* the chunk went through every stage: the head sees the round move (slow is not
+         * gone), tells its client and sends the prompt's next pieces (head_sched.c paces
+         * them by these) */
+        const sw_msg_t ack = {.type = SW_MSG_PREFILL_ACK,
+                              .prefill_ack = {.session_id = sid,
+                                              .round = f->round,
+                                              .done = f->kv_keep + (uint32_t)rows}};
+        if (sw_peer_try_send_msg(n->peer, reply, &ack) != 0)
+            SW_DEBUG("session %016llx: the prefill ack to %s was not sent", (unsigned long long)sid,
+                     reply);
         return;
     }
     sw_draft_q_t q[SW_MAX_DRAFT];
@@ -715,14 +709,67 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
         vd->n_path = (uint32_t)(v.n_commit - 1);
         vd->path = path;
     }
-    vd->n_timing = s_timing(f, mine, vd->timing);
+    memcpy(vd->timing, timing, n_timing * sizeof *timing);
+    vd->n_timing = n_timing;
     for (uint32_t i = 0; i < f->n_hop_digests; i++) // hop - 1 of them (s_check_meant)
         vd->hop_digests[i] = f->hop_digests[i];
     vd->hop_digests[f->n_hop_digests] = b->digest;
     vd->n_hop_digests = f->n_hop_digests + 1;
+    if (n->o.test_fake_digest > 0 && ++n->stat_verdicts % (uint64_t)n->o.test_fake_digest == 0)
+        vd->hop_digests[f->n_hop_digests] ^= 1; // --test-fake-digest: frames the stage before
     if (sw_peer_send_msg(n->peer, reply, &vm) != 0)
         SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
                 reply);
+}
+
+/* Picked Forward b (decoded as f) goes into the batch once the checks that
+ * depend on its session's cache pass (its earlier Forwards have run by now):
+ * 1 when taken, 0 when it waits for the next batch (no room for its rows or
+ * logits), -1 when it was answered with an Error and goes. */
+static int s_take(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f)
+{
+    const int rows = (int)f->n_rows;
+    const int want_logits = node_is_last(n) && !f->prefill_more ? (int)f->n_draft + 1 : 0;
+    if (n->n_batch_run > 0 &&
+        (n->batch_rows + rows > n->rows_cap || n->batch_logits + want_logits > n->logit_cap))
+        return 0;
+    if (f->prefix_len && s_prefix_take(n, b->s, f) != 0)
+        return -1;
+    if (!b->s || s_check_round(n, b->s, f) != 0)
+        return -1;
+    sw_round_t r;
+    int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
+    s_round_of(f, &r, parents, kv_path);
+    char kerr[256] = "";
+    if (sw_round_kv(b->s->kv, &r, kerr, sizeof kerr) != 0) {
+        /* the previous round's path is not in this cache (restarted?): replay */
+        s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id, "%s: %s",
+                      sw_peer_name(n->peer), kerr);
+        node_session_free(n, b->s);
+        return -1;
+    }
+    s_enqueue(n, b, f, want_logits);
+    return 1;
+}
+
+/* Removes the queue's entries whose done[i] is set (their messages freed),
+ * keeping the others in order. */
+static void s_queue_drop(node_t *n, const char *done)
+{
+    int k = 0;
+    for (int i = 0; i < n->n_batch; i++) {
+        if (done[i]) {
+            n->queue_bytes -= n->batch[i].bytes;
+            sw_wire_msg_clear(&n->batch[i].msg);
+            continue;
+        }
+        if (k != i) {
+            n->batch[k] = n->batch[i];
+            memset(&n->batch[i].msg, 0, sizeof n->batch[i].msg); // moved: owned by entry k
+        }
+        k++;
+    }
+    n->n_batch = k;
 }
 
 void node_stage_flush(node_t *n)
@@ -734,24 +781,30 @@ void node_stage_flush(node_t *n)
     sw_kv_t *kvs[NODE_MAX_BATCH];
     sw_forward_t fs[NODE_MAX_BATCH];
     node_fwd_t *live[NODE_MAX_BATCH];
+    int sel[NODE_MAX_BATCH];
+    char done[NODE_MAX_BATCH] = {0};
+    /* which waiting Forwards run now, fairly between keys (stage_sched.c) */
+    const int n_sel = node_stage_pick(n, sel, done);
     int nl = 0;
-    for (int i = 0; i < n->n_batch; i++) {
-        node_fwd_t *b = &n->batch[i];
+    n->batch_rows = n->batch_logits = n->n_batch_run = 0;
+    for (int j = 0; j < n_sel; j++) {
+        node_fwd_t *b = &n->batch[sel[j]];
         sw_msg_t d;
-        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
-            continue; // closed while it waited
+        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0) {
+            done[sel[j]] = 1; // closed while it waited
+            continue;
+        }
         const sw_msg_forward_t *f = &d.forward;
+        const int took = s_take(n, b, f);
+        if (took <= 0) {
+            done[sel[j]] = took < 0;
+            continue;
+        }
+        done[sel[j]] = 1;
+        n->n_batch_run++;
         sw_round_t r;
         int32_t parents[SW_WIRE_MAX_DRAFT], kv_path[SW_WIRE_MAX_DRAFT];
         s_round_of(f, &r, parents, kv_path);
-        char kerr[256] = "";
-        if (sw_round_kv(b->s->kv, &r, kerr, sizeof kerr) != 0) {
-            /* the previous round's path is not in this cache (restarted?): replay */
-            s_reply_error(n, f->reply_to, SW_ERROR_UNKNOWN_SESSION, f->session_id, "%s: %s",
-                          sw_peer_name(n->peer), kerr);
-            node_session_free(n, b->s);
-            continue;
-        }
         sw_forward_t fw = {
             .n = (int)f->n_rows,
             .hidden = n->hidden_in + (size_t)b->row0 * E,
@@ -759,7 +812,8 @@ void node_stage_flush(node_t *n)
             .logits = n->logits ? n->logits + (size_t)b->logit0 * V : NULL,
             .n_logits = b->n_logits,
             .prompt = f->n_draft == 0,
-            .prompt_cont = f->prefix_len > 0, /* the prompt's windows from position 0 */
+            /* the prompt's windows from position 0: after a prefix, or a later piece */
+            .prompt_cont = f->prefix_len > 0 || node_stage_prefill_cont(b->s, f),
         };
         if (sw_round_parents(&r, 0, fw.n, b->par))
             fw.parent = b->par;
@@ -770,6 +824,13 @@ void node_stage_flush(node_t *n)
     char err[256] = "";
     const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
+    if (n->o.test_slow_ms > 0 && nl > 0) { // --test-slow-ms: a slow computation, loop blocked
+        const struct timespec ts = {n->o.test_slow_ms / 1000,
+                                    (n->o.test_slow_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        SW_INFO("--test-slow-ms: held the loop %d ms more (a batch of %d rows)", n->o.test_slow_ms,
+                n->batch_rows);
+    }
     const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
@@ -780,6 +841,8 @@ void node_stage_flush(node_t *n)
         rows_run += fs[i].n;
     if (nl > 1 && rows_run > n->stat_shared_rows)
         n->stat_shared_rows = rows_run;
+    if (rc == 0)
+        node_stage_ran(n, live, nl, t1 - t0); // each key's share of the time (stage_sched.c)
     for (int i = 0; i < nl; i++) {
         node_fwd_t *b = live[i];
         sw_msg_t d;
@@ -796,18 +859,27 @@ void node_stage_flush(node_t *n)
         s_prompt_track(n, b->s, f);
         const sw_msg_timing_t mine = {
             .name = sw_peer_name(n->peer),
-            .compute_us = (uint32_t)((t1 - t0) * 1e3),
-            .queue_us = (uint32_t)((t0 - b->t_arrive) * 1e3),
+            .compute_us = node_us(t1 - t0),
+            .queue_us = node_us(t0 - b->t_arrive),
             .batch_rows =
                 (uint32_t)(rows_run < SW_WIRE_MAX_BATCH_ROWS ? rows_run : SW_WIRE_MAX_BATCH_ROWS),
             .batch_rounds = (uint32_t)nl,
         };
+        sw_msg_timing_t timing[SW_WIRE_MAX_ROUTE];
+        node_session_t *s = b->s;
+        /* a chunk of a prefill (its first, one after a prefix, one that more follow, or one
+         * that continues it): it may travel narrower (--prefill-dtype); prefill_open and
+         * prefill_next move on in node_stage_timing */
+        const int prefill = f->n_draft == 0 && (f->kv_keep == 0 || f->prefix_len ||
+                                                f->prefill_more || node_stage_prefill_cont(s, f));
+        const uint32_t nt = node_stage_timing(s, f, &mine, b->t_arrive, t0, t1, timing);
         if (node_is_last(n))
-            s_verify(n, b, f, &mine);
+            s_verify(n, b, f, timing, nt);
         else
-            s_pass_on(n, b, &d, &mine);
+            s_pass_on(n, b, &d, timing, nt, prefill ? n->o.prefill_dtype : n->o.dtype);
+        if (s->id == f->session_id)
+            s->last_end = sw_now_ms(); // done with it (and its sending): stage_timing.c
     }
-    for (int i = 0; i < n->n_batch; i++)
-        sw_wire_msg_clear(&n->batch[i].msg);
-    n->n_batch = n->batch_rows = n->batch_logits = 0;
+    s_queue_drop(n, done);
+    n->batch_rows = n->batch_logits = n->n_batch_run = 0;
 }

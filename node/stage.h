@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "codec.h"
 #include "decode.h"
 #include "model.h"
 #include "wire.h"
@@ -30,6 +31,9 @@
 #define NODE_TABLE_WAIT_MS 3000 // ... for this long at most
 #define NODE_TABLE_OLD_MS 30000 // a stage's cached peer table this old is refreshed when used
 #define NODE_EVICT_IDLE_MS 5000 // a session unused this long makes room for a new one when full
+#define NODE_QUEUE_BYTES                                                                           \
+    (256u << 20) // payload bytes of the Forwards a stage holds waiting; beyond,
+                 // it runs a batch before it takes another
 
 typedef struct node node_t; // node.h
 
@@ -51,6 +55,15 @@ typedef struct node_session {
     int prompt_cap;      //
     uint64_t in_digest;  // running digest of the hidden states received (spot checks:
                          // sw_codec_digest_fold), restarted by a Forward that keeps 0
+    /* where its prefill stands and timing (stage_timing.c) */
+    int prefill_open;                    // 1: the last chunk said more of the prefill comes
+    uint32_t prefill_next;               // ... from this position (a piece there continues the
+                                         // prompt: stage_sched.c)
+    double round_work_ms;                // the round's earlier chunks' compute here
+    double stretch_t0;                   // its current busy stretch here began (ms)
+    double last_end;                     // its last chunk was done and sent on (ms)
+    uint32_t crit_up[SW_WIRE_MAX_ROUTE]; // (n_crit_up) the stretch's first chunk's critical_us
+    uint32_t n_crit_up;                  //   of the nodes before this one
 } node_session_t;
 
 /* A Forward whose route a stage checks once the relay's peer table comes. */
@@ -59,11 +72,14 @@ typedef struct node_pending {
     double t_arrive;   // when it arrived (ms)
 } node_pending_t;
 
-/* A Forward the stage accepted, waiting for the next batch (stage.c). */
+/* A Forward the stage accepted, waiting in its queue for a batch (stage.c;
+ * stage_sched.c says which run next). */
 typedef struct node_fwd {
     sw_wire_msg_t msg; // the message (owns the payload)
     node_session_t *s; // its session; NULL when it was closed meanwhile
-    int row0;          // its first row in hidden_in / hidden_out
+    size_t bytes;      // its payload's bytes (counted in node_t.queue_bytes)
+    uint64_t flow[3];  // its flows in the stage's fair queue (stage_sched.c)
+    int row0;          // taken into a batch: its first row in hidden_in / hidden_out
     int logit0;        // its first row in logits (last stage)
     int n_logits;      // logits rows it needs
     double t_arrive;   // when it arrived (ms)
@@ -103,8 +119,35 @@ void node_stage_forward(node_t *n, sw_wire_msg_t *msg);
 void node_stage_table(node_t *n, sw_wire_msg_t *msg);
 /* Timers of a stage: waiting Forwards whose table did not come. */
 void node_stage_step(node_t *n, double now_ms);
-/* Runs the batch through this stage's layers and sends the results on. */
+/* The timing entries (SW_WIRE_MAX_ROUTE) a stage sends on for Forward f of
+ * session s, which arrived at t_arrive and ran in a batch from t0 to t1 (ms):
+ * the entries f carried, their critical parts from the chunk that began this
+ * stage's busy stretch, and mine with its compute_us (a prefill's last chunk:
+ * the whole round's) and critical_us (stage_timing.c); notes where s's prefill
+ * stands (prefill_open, prefill_next: its next piece continues the prompt).
+ * Returns the count. */
+uint32_t node_stage_timing(node_session_t *s, const sw_msg_forward_t *f,
+                           const sw_msg_timing_t *mine, double t_arrive, double t0, double t1,
+                           sw_msg_timing_t *out);
+/* Runs the next batch of the queue (which Forwards: stage_sched.c) through
+ * this stage's layers and sends the results on; the event loop calls it
+ * once a pass while node_stage_busy. */
 void node_stage_flush(node_t *n);
+/* 1 while Forwards wait in the queue. */
+int node_stage_busy(const node_t *n);
+
+/* ---- stage_sched.c: the stage's part of the fair queue (sched.h) ---- */
+
+/* The next batch out of the queue: indices into n->batch in sel, in the
+ * order they run, one Forward per session (its oldest); entries of sessions
+ * freed meanwhile get done[i] = 1. Returns the count. */
+int node_stage_pick(node_t *n, int *sel, char *done);
+/* The batch live[0..nl) ran in ms: each entry's flows are charged its rows' share. */
+void node_stage_ran(node_t *n, node_fwd_t *const *live, int nl, double ms);
+/* 1 when f continues the prompt whose earlier piece s ran last (its windows
+ * are counted from the prompt's start: engine/include/model.h; where the last
+ * piece ended: node_stage_timing). */
+int node_stage_prefill_cont(const node_session_t *s, const sw_msg_forward_t *f);
 int node_is_last(const node_t *n);
 
 #endif

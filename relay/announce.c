@@ -166,11 +166,12 @@ static int s_join(relay_t *r, const void *id, size_t id_len, const char *user, c
     p->name = p->ann.name;
     snprintf(p->fp, sizeof p->fp, "%s", fp);
     sw_wire_addr(p->source, p->name, p->fp);
-    p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = relay_now_ms();
-    p->tokens[0] = p->tokens[1] = r->rate;
+    p->joined_ms = p->alive_ms = p->msg_ms = p->refill_ms = p->in_refill_ms = relay_now_ms();
+    p->tokens = p->in_tokens = r->rate;
     p->client = client;
     p->key_bound = relay_key_bound(e);
-    p->byte_tokens[0] = p->byte_tokens[1] = client && r->secure ? r->client_rate : r->node_rate;
+    p->byte_tokens = client && r->secure ? r->client_rate : r->node_rate;
+    p->in_bytes = r->node_rate;
     p->fd = -1;
     r->peers[r->n_peers++] = p;
     if (a->role == SW_ROLE_CLIENT)

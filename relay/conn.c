@@ -9,12 +9,35 @@
  */
 #include "relay_impl.h"
 
+#include "addr.h"
 #include "log.h"
 
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+
+/* 1 when the connections open from c's prefix (c included) are over the relay's
+ * --max-conns-per-prefix. The relay's own machine (127.0.0.1, ::1) is not
+ * limited: what runs there (a local node, a test cluster) holds the relay's
+ * keys' machine already. */
+static int s_prefix_full(const relay_t *r, const relay_conn_t *c)
+{
+    if (!strcmp(c->ip, "127.0.0.1") || !strcmp(c->ip, "::1") || !strcmp(c->ip, "::ffff:127.0.0.1"))
+        return 0;
+    uint8_t mine[SW_ADDR_PREFIX_LEN], other[SW_ADDR_PREFIX_LEN];
+    if (sw_addr_prefix((const struct sockaddr *)&c->addr, mine) != 0)
+        return 0;
+    int open = 0;
+    for (int i = 0; i < RELAY_CONNS_MAX; i++) {
+        const relay_conn_t *k = &r->conns[i];
+        if (k->fd >= 0 && !k->shut &&
+            sw_addr_prefix((const struct sockaddr *)&k->addr, other) == 0 &&
+            !memcmp(mine, other, sizeof mine))
+            open++;
+    }
+    return open > r->max_conns_per_prefix;
+}
 
 /* A connection libzmq accepted (monitor event ACCEPTED, fd). */
 static void s_conn_accepted(relay_t *r, int fd)
@@ -37,6 +60,19 @@ static void s_conn_accepted(relay_t *r, int fd)
         getnameinfo((struct sockaddr *)&c->addr, c->addr_len, c->ip, sizeof c->ip, NULL, 0,
                     NI_NUMERICHOST) != 0)
         c->ip[0] = 0;
+    if (c->ip[0] && s_prefix_full(r, c)) {
+        shutdown(fd, SHUT_RDWR);
+        c->shut = 1;
+        r->prefix_refusals++;
+        uint8_t p[SW_ADDR_PREFIX_LEN];
+        char net[64];
+        sw_addr_prefix((const struct sockaddr *)&c->addr, p);
+        relay_note(r, SW_LOG_WARN,
+                   "relay: %d connections open from %s: shut a new one from %s down "
+                   "(--max-conns-per-prefix; %llu so far)",
+                   r->max_conns_per_prefix, sw_addr_prefix_str(p, net, sizeof net), c->ip,
+                   (unsigned long long)r->prefix_refusals);
+    }
 }
 
 /* The connection went (monitor event DISCONNECTED, fd). */

@@ -85,6 +85,7 @@ enum {
     O_NMIBS,
     O_HOLD,
     O_ANNOUNCE,
+    O_PREFIX,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -110,6 +111,9 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_RELAY_DEFAULT_HANDSHAKE_MS) ")"},
     {"max-conns-per-key", O_CONNS, "N",
      "peers one key may hold at once (default " SW_STR(SW_RELAY_DEFAULT_CONNS_PER_KEY) ")"},
+    {"max-conns-per-prefix", O_PREFIX, "N",
+     "TCP connections kept open from one IPv4 /24 or IPv6\n/64, authenticated or not "
+     "(default " SW_STR(SW_RELAY_DEFAULT_CONNS_PER_PREFIX) ")"},
     {"queue-mib", O_QMIB, "N",
      "MiB queued for one destination (default " SW_STR(SW_RELAY_DEFAULT_QUEUE_MIB) ")"},
     {"queue-total-mib", O_QTOTAL, "N",
@@ -185,6 +189,9 @@ int main(int argc, char **argv)
             break;
         case O_CONNS:
             rc = sw_arg_int(P, "--max-conns-per-key", v, 1, 256, &opts.max_conns_per_key);
+            break;
+        case O_PREFIX:
+            rc = sw_arg_int(P, "--max-conns-per-prefix", v, 1, 65536, &opts.max_conns_per_prefix);
             break;
         case O_QMIB:
             rc = sw_arg_int(P, "--queue-mib", v, SW_RELAY_MIN_FRAME_MIB, 65536, &opts.queue_mib);

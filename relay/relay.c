@@ -80,6 +80,8 @@ relay_t *relay_new(const relay_opts_t *opts)
     r->rate = opts->rate > 0 ? opts->rate : SW_RELAY_DEFAULT_RATE;
     r->max_conns_per_key =
         opts->max_conns_per_key > 0 ? opts->max_conns_per_key : SW_RELAY_DEFAULT_CONNS_PER_KEY;
+    r->max_conns_per_prefix = opts->max_conns_per_prefix > 0 ? opts->max_conns_per_prefix
+                                                             : SW_RELAY_DEFAULT_CONNS_PER_PREFIX;
     r->client_rate =
         (double)(opts->client_mib_s > 0 ? opts->client_mib_s : SW_RELAY_DEFAULT_CLIENT_MIB_S) *
         (1 << 20);
@@ -304,41 +306,55 @@ static int s_check(relay_t *r, const void *id, size_t id_len, const relay_peer_t
 }
 #undef S_WHO
 
+/* Refills a message bucket (rate a second, as many at most) and a byte
+ * bucket (brate a second, at most max(brate, bmax)) for the time since *t. */
+static void s_refill(double *msgs, double *bytes, int64_t *t, int64_t now, double rate,
+                     double brate, double bmax)
+{
+    const double elapsed_s = (double)(now - *t) / 1000.0;
+    *t = now;
+    *msgs += elapsed_s * rate;
+    if (*msgs > rate)
+        *msgs = rate;
+    *bytes += elapsed_s * brate;
+    if (*bytes > (brate > bmax ? brate : bmax))
+        *bytes = brate > bmax ? brate : bmax;
+}
+
 /*
- * Rate limits per sender, in messages and in bytes: one flooding peer cannot
- * fill the queues of the others. Takes one message of total - id_len bytes
- * for dname from sender's buckets (refilled up to now): 0, or -1 when over a
- * limit (the message is dropped; the sender hears about it once per power of
- * two, a node's pipeline message at once). A byte bucket always holds one
- * whole message of the largest size.
+ * Rate limits, in messages and in bytes: one flooding peer cannot fill the
+ * queues of the others. Takes one message of total - id_len bytes for dname
+ * from its bucket (refilled up to now): the sender's, or for a node's message
+ * to a client the destination's (relay_impl.h, "Buckets"). 0, or -1 when
+ * over a limit (the message is dropped; the sender hears about it once per
+ * power of two, a node's pipeline message at once). A byte bucket always
+ * holds one whole message of the largest size.
  */
 static int s_rate_take(relay_t *r, relay_peer_t *sender, const void *id, size_t id_len,
                        uint64_t total, const char *dname, int64_t now)
 {
-    const double elapsed_s = (double)(now - sender->refill_ms) / 1000.0;
-    sender->refill_ms = now;
     const int client_rate = r->secure && sender->client;
     const double brate = client_rate ? r->client_rate : r->node_rate;
-    const double bmax = client_rate ? SW_RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL;
-    for (int k = 0; k < 2; k++) {
-        sender->tokens[k] += elapsed_s * r->rate;
-        if (sender->tokens[k] > r->rate)
-            sender->tokens[k] = r->rate;
-        sender->byte_tokens[k] += elapsed_s * brate;
-        if (sender->byte_tokens[k] > (brate > bmax ? brate : bmax))
-            sender->byte_tokens[k] = brate > bmax ? brate : bmax;
+    s_refill(&sender->tokens, &sender->byte_tokens, &sender->refill_ms, now, r->rate, brate,
+             client_rate ? SW_RELAY_CLIENT_MSG_MAX : SW_WIRE_MAX_TOTAL);
+    relay_peer_t *dest_peer = relay_peer_find_name(r, dname, strlen(dname));
+    const int to_client = !sender->client && dest_peer && dest_peer->client;
+    double *msgs = &sender->tokens, *bytes = &sender->byte_tokens;
+    if (to_client) {
+        s_refill(&dest_peer->in_tokens, &dest_peer->in_bytes, &dest_peer->in_refill_ms, now,
+                 r->rate, r->node_rate, SW_WIRE_MAX_TOTAL);
+        msgs = &dest_peer->in_tokens;
+        bytes = &dest_peer->in_bytes;
     }
-    const relay_peer_t *dest_peer = relay_peer_find_name(r, dname, strlen(dname));
-    const int cls =
-        !sender->client && dest_peer && dest_peer->client ? RELAY_CLASS_CLIENTS : RELAY_CLASS_NODES;
-    const int over_rate = sender->tokens[cls] < 1.0;
-    if (over_rate || sender->byte_tokens[cls] < (double)(total - id_len)) {
+    const int over_rate = *msgs < 1.0;
+    if (over_rate || *bytes < (double)(total - id_len)) {
         r->dropped++;
         uint64_t *drops = over_rate ? &sender->rate_drops : &sender->byte_drops;
         ++*drops;
         char why[200];
         if (over_rate)
-            snprintf(why, sizeof why, "over the relay's rate limit of %d messages/s", r->rate);
+            snprintf(why, sizeof why, "over the relay's rate limit of %d messages/s%s", r->rate,
+                     to_client ? " toward this client" : "");
         else
             snprintf(why, sizeof why,
                      "over the relay's byte rate of %.0f MiB/s for a %s (--%s-mib-s)",
@@ -348,7 +364,7 @@ static int s_rate_take(relay_t *r, relay_peer_t *sender, const void *id, size_t 
             relay_note(r, SW_LOG_WARN, "relay: %s (key %s) -> %s: %s: dropped %llu so far",
                        sender->name, sender->fp[0] ? sender->fp : "-", dname, why,
                        (unsigned long long)*drops);
-        if (cls == RELAY_CLASS_NODES && !sender->client) {
+        if (!to_client && !sender->client) {
             /* A node's Forward or Verdict: its sender hears of it at once (the head then
              * recovers the round instead of waiting for its round timeout) */
             if (now - sender->told_ms >= RELAY_TELL_MS) {
@@ -361,8 +377,8 @@ static int s_rate_take(relay_t *r, relay_peer_t *sender, const void *id, size_t 
         }
         return -1;
     }
-    sender->byte_tokens[cls] -= (double)(total - id_len);
-    sender->tokens[cls] -= 1.0;
+    *bytes -= (double)(total - id_len);
+    *msgs -= 1.0;
     return 0;
 }
 

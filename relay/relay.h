@@ -45,14 +45,15 @@ typedef struct relay_opts {
     int rate;              /* messages per second one peer may send to other peers (burst = 1 s) */
     int handshake_ms;      /* time a new connection has to finish the CURVE handshake */
     int max_conns_per_key; /* live peers one key may hold at once (keys only) */
-    int queue_mib;         /* bytes libzmq may hold for one destination, MiB */
-    int queue_total_mib;   /* ... for all destinations together, MiB */
-    int client_mib_s;      /* bytes/s a client key's peer may send, MiB (keys only) */
-    int node_mib_s;        /* bytes/s any other peer may send, MiB */
-    int name_hold_s;       /* a client's name stays held for its key this long after it left
-                              (keys only; -1 = not at all) */
-    int announce_ms;       /* a connection that has not announced this long after it opened is
-                              shut down */
+    int max_conns_per_prefix; /* TCP connections from one IPv4 /24 or IPv6 /64 (0: default) */
+    int queue_mib;            /* bytes libzmq may hold for one destination, MiB */
+    int queue_total_mib;      /* ... for all destinations together, MiB */
+    int client_mib_s;         /* bytes/s a client key's peer may send, MiB (keys only) */
+    int node_mib_s;           /* bytes/s any other peer may send, MiB */
+    int name_hold_s;          /* a client's name stays held for its key this long after it left
+                                 (keys only; -1 = not at all) */
+    int announce_ms;          /* a connection that has not announced this long after it opened is
+                                 shut down */
 } relay_opts_t;
 
 /* Binds and sets up the relay; NULL after one error line. Free with relay_destroy(). */

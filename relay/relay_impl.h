@@ -46,14 +46,14 @@
 #define RELAY_HOLD_MAX 1024  /* client names held for their key after they left */
 #define RELAY_CONNS_MAX 8192 /* TCP connections tracked (beyond: shut down at once) */
 /*
- * Traffic classes: what a node sends to other nodes (Forwards, Verdicts,
- * session messages: the pipeline) and what it sends to clients (TokenChunks,
- * resends for a Resume) are paced by separate buckets, so that a node
- * streaming to clients never spends the budget its Forwards need. A client
- * sends only to heads: one class.
+ * Buckets: what a peer sends to nodes (a node's Forwards, Verdicts, session
+ * messages: the pipeline; a client's requests) is paced per sender
+ * (relay_peer_t.tokens); what nodes send to a client (TokenChunks, resends,
+ * answers) per destination client (relay_peer_t.in_tokens), so that a node
+ * streaming to clients never spends the budget its Forwards need, and what a
+ * head answers one client key (however hard it asks) never spends the budget
+ * of its replies to another (issue 35, finding 2).
  */
-#define RELAY_CLASS_NODES 0
-#define RELAY_CLASS_CLIENTS 1
 /* A client's message is at most SW_RELAY_CLIENT_MSG_MAX bytes (sw_limits.h): a
  * GenerateRequest of the largest prompt, sealed, and the destination frame;
  * no payload frame. */
@@ -73,16 +73,19 @@ typedef struct relay_peer {
     char user[SW_KEY_Z85_LEN + 1];     /* authenticated CURVE public key (\"\" when insecure) */
     char fp[SW_WIRE_KEY_FP_LEN + 1];   /* its fingerprint (keys.h), "" when insecure */
     char source[SW_WIRE_ADDR_MAX + 1]; /* the source frame of what it sends: "NAME@FP" or NAME */
-    double tokens[2];                  /* rate limit buckets (RELAY_CLASS_*): messages it may still
-                                          send now */
-    int64_t refill_ms;                 /* when the bucket was last refilled */
+    double tokens;                     /* rate bucket: messages it may still send to nodes now */
+    int64_t refill_ms;                 /* when its buckets were last refilled */
     uint64_t rate_drops;               /* messages dropped for going over the rate */
     int fd;                       /* its TCP socket (ZMQ_SRCFD, owned by libzmq), -1 = unknown */
     struct sockaddr_storage addr; /* the fd's remote address when learnt (guards fd reuse) */
     socklen_t addr_len;           /* bytes of addr */
     int client;                   /* 1: a client (its key's role; insecure: its announce) */
     int key_bound;                /* what its node key binds: SW_KEY_BOUND_NAME, _ROLE, or 0 */
-    double byte_tokens[2];        /* byte-rate buckets: bytes it may still send now */
+    double byte_tokens;           /* byte-rate bucket: bytes it may still send to nodes now */
+    double in_tokens;             /* a client: messages nodes may still send it now (--rate a
+                                     second, a second's worth at once) */
+    double in_bytes;              /* ... and bytes (--node-mib-s a second, >= one frame) */
+    int64_t in_refill_ms;         /* when in_tokens and in_bytes were last refilled */
     int64_t told_ms;              /* when it was last told of a dropped control message */
     uint64_t byte_drops;          /* messages dropped for going over the byte rate */
     struct relay_queue *q;        /* bytes libzmq still holds for it (shared, see below) */
@@ -185,6 +188,8 @@ struct relay {
     int64_t refused_since_ms;   /* start of the current log window */
     char refused_last[160];     /* the last one not logged: address and key */
     int max_conns_per_key;      /* live peers one key may hold */
+    int max_conns_per_prefix;   /* TCP connections kept from one IPv4 /24 or IPv6 /64 */
+    uint64_t prefix_refusals;   /* connections shut down for their prefix */
     int node_names;             /* distinct node names in the allow-list (their table room) */
     double client_rate;         /* bytes/s a client peer may send (bucket: max(1 s, a message)) */
     double node_rate;           /* bytes/s a node peer may send (bucket: 1 s of it, >= a frame) */

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds with warnings as errors,
-# fetches the default model and runs the default CTest suite (everything but
-# the slow and cuda labels). Exits non-zero on any failure. Every run ends
+# The test command: installs what is missing, fetches the data the suite
+# needs (scripts/fetch_test_data.sh: the models and the tokenizer conformance
+# data, cached), builds with warnings as errors and runs the default CTest
+# suite (everything but the slow, big and cuda labels): on a fresh clone it ends
+# "skipped: nothing". Exits non-zero on any failure. Every run ends
 # with one line listing what was skipped (whole tests and parts of tests) and
 # why; with SW_TEST_STRICT=1 (what .ci/run sets) any skip is a failure.
 #
 #   bash scripts/test.sh                        # default suite
 #   SW_TEST_LABELS=slow bash scripts/test.sh    # only the slow suite
+#   SW_TEST_LABELS=big bash scripts/test.sh     # only the big-model tests (~17 GB of models)
 #   SW_TEST_STRICT=1 bash scripts/test.sh       # a skip fails the run
 #   SW_CTEST_ARGS="-R test_relay" bash scripts/test.sh   # extra ctest arguments
 #   bash scripts/test.sh -DSW_SANITIZE=ON       # arguments go to cmake's configure step
@@ -17,7 +20,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/deps.sh"
-bash "$here/scripts/fetch_model.sh" >/dev/null
+SW_TEST_VOCAB_DIR=$(bash "$here/scripts/fetch_test_data.sh" "${SW_TEST_LABELS:-}")
+export SW_TEST_VOCAB_DIR
 build=${SW_BUILD_DIR:-$here/build}
 SW_BUILD_DIR=$build bash "$here/scripts/build.sh" -DSW_WERROR=ON -DSW_CUDA="${SW_CUDA:-AUTO}" \
     -DCMAKE_CUDA_ARCHITECTURES="${SW_CUDA_ARCH:-75}" "$@"
@@ -25,7 +29,7 @@ cd "$build"
 skipped=Testing/skipped.txt
 mkdir -p Testing
 rm -f "$skipped"
-labels=(-LE 'slow|cuda')
+labels=(-LE 'slow|big|cuda')
 [ -n "${SW_TEST_LABELS:-}" ] && labels=(-L "$SW_TEST_LABELS")
 read -r -a extra <<<"${SW_CTEST_ARGS:-}"
 rc=0

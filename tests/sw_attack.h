@@ -19,6 +19,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "client.h"
 #include "codec_pb.h"
 #include "keys.h"
 #include "peer.h"
@@ -289,8 +290,34 @@ static __attribute__((unused)) sw_peer_t *swa_member(const swa_t *a, const char 
     return p;
 }
 
-/* A client peer with `who`'s client key and the access key. */
-static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char *who)
+/* A client of the client library with `who`'s client key and the access key, joined through
+ * ep (NULL: a->ep, the relay) within 10 s; NULL after a line on stderr. Free it with
+ * sw_client_destroy(). */
+static __attribute__((unused)) sw_client_t *swa_client_lib(const swa_t *a, const char *who,
+                                                           const char *ep)
+{
+    sw_sec_args_t sa = {.key_file = swa_path(a, who, ".key"),
+                        .relay_key = swa_path(a, "relay", ".pub"),
+                        .access_key = {swa_path(a, "access.key", ""), NULL}};
+    sw_sec_t sec;
+    char err[512];
+    if (sw_sec_load(&sa, ep ? ep : a->ep, &sec, err, sizeof err) != 0) {
+        fprintf(stderr, "%s keys: %s\n", who, err);
+        return NULL;
+    }
+    sw_client_opts_t o = {
+        .relay = ep ? ep : a->ep, .sec = &sec, .name = who, .connect_timeout_ms = 10000};
+    sw_client_t *c = sw_client_new(&o, err, sizeof err);
+    sw_sec_wipe(&sec);
+    if (!c)
+        fprintf(stderr, "%s: %s\n", who, err);
+    return c;
+}
+
+/* A client peer with `who`'s client key and the access key, announced as name (one key may
+ * hold several connections, each under its own name). */
+static __attribute__((unused)) sw_peer_t *swa_client_named(const swa_t *a, const char *who,
+                                                           const char *name)
 {
     sw_sec_args_t sa = {.key_file = swa_path(a, who, ".key"),
                         .relay_key = swa_path(a, "relay", ".pub"),
@@ -302,7 +329,7 @@ static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char 
         return NULL;
     }
     sw_msg_announce_t an = {0};
-    an.name = who;
+    an.name = name;
     an.role = SW_ROLE_CLIENT;
     an.backend = "";
     an.model_fingerprint = "";
@@ -314,6 +341,12 @@ static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char 
     sw_peer_t *p = sw_peer_new(&o);
     sw_sec_wipe(&sec);
     return p;
+}
+
+/* A client peer with `who`'s client key and the access key, announced as who. */
+static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char *who)
+{
+    return swa_client_named(a, who, who);
 }
 
 /*

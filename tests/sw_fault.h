@@ -23,17 +23,24 @@
 #define SWF_MAX_NODES 6
 
 typedef struct swf_result {
-    int ok;                   // parsed a JSON result
-    int n;                    // tokens
-    int32_t ids[SWF_MAX_TOK]; // generated ids
-    int rc;                   // client exit code
-    double tail_ms;           // compute time the stage named "tail" reported (ms), 0 = none
-    char digest[17];          // logits_digest: equal digests = bit-identical logits
-    int prefix_reused;        // prompt tokens the stages took from their prefix caches
-    double ttft_ms;           // the client's time to the first token
-    double network_ms;        // the head's round time not spent computing, summed (timing)
-    double total_ms;          // the client's time for the whole request (timing)
-    char err[2048];           // client stderr (start of it)
+    int ok;                           // parsed a JSON result
+    int n;                            // tokens
+    int32_t ids[SWF_MAX_TOK];         // generated ids
+    int rc;                           // client exit code
+    double tail_ms;                   // compute time the stage named "tail" reported (ms), 0 = none
+    char digest[17];                  // logits_digest: equal digests = bit-identical logits
+    int prefix_reused;                // prompt tokens the stages took from their prefix caches
+    double ttft_ms;                   // the client's time to the first token
+    double network_ms;                // the head's round time not spent computing, summed (timing)
+    double total_ms;                  // the client's time for the whole request (timing)
+    int resumes;                      // Resumes the client sent
+    double head_ms;                   // timing: the head's compute
+    double overlap_ms;                // timing: compute that ran beside another node's
+    int n_stages;                     // timing: stages reported
+    char stage[SWF_MAX_NODES][32];    // (n_stages) their names
+    double stage_ms[SWF_MAX_NODES];   // their compute
+    double stage_crit[SWF_MAX_NODES]; // their parts of the critical paths
+    char err[2048];                   // client stderr (start of it)
 } swf_result_t;
 
 typedef struct swf_node {
@@ -84,6 +91,22 @@ static inline void swf_parse(const char *json_text, swf_result_t *r)
     json_t *sc = tm ? json_object_get(tm, "stage_compute_ms") : NULL;
     r->tail_ms = sc ? json_real_value(json_object_get(sc, "tail")) : 0;
     r->network_ms = tm ? json_number_value(json_object_get(tm, "network_ms")) : 0;
+    r->head_ms = tm ? json_number_value(json_object_get(tm, "head_compute_ms")) : 0;
+    r->overlap_ms = tm ? json_number_value(json_object_get(tm, "overlap_ms")) : 0;
+    json_t *cr = tm ? json_object_get(tm, "stage_critical_ms") : NULL;
+    const char *key;
+    json_t *val;
+    r->n_stages = 0;
+    json_object_foreach(sc, key, val)
+    {
+        if (r->n_stages == SWF_MAX_NODES)
+            break;
+        snprintf(r->stage[r->n_stages], sizeof r->stage[0], "%s", key);
+        r->stage_ms[r->n_stages] = json_number_value(val);
+        r->stage_crit[r->n_stages] = cr ? json_number_value(json_object_get(cr, key)) : 0;
+        r->n_stages++;
+    }
+    r->resumes = (int)json_integer_value(json_object_get(j, "resumes"));
     r->total_ms = tm ? json_number_value(json_object_get(tm, "total_ms")) : 0;
     const char *dg = json_string_value(json_object_get(j, "logits_digest"));
     snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
@@ -109,8 +132,8 @@ static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
 /* The single-process reference: `shardwire generate --greedy`, with extra
  * flags (NULL-terminated, may be NULL) such as the sampling ones, which
  * override it (--temp T keeps the repetition penalty off). */
-static inline void swf_reference(const char *model, const char *prompt, int n_gen,
-                                 const char *const *extra, swf_result_t *r)
+static inline void swf_reference_s(const char *model, const char *prompt, int n_gen,
+                                   const char *const *extra, int timeout_s, swf_result_t *r)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
@@ -132,12 +155,19 @@ static inline void swf_reference(const char *model, const char *prompt, int n_ge
     argv[k] = NULL;
     char *out = NULL, *err = NULL;
     memset(r, 0, sizeof *r);
-    r->rc = sw_test_run(argv, 300, &out, &err);
+    r->rc = sw_test_run(argv, timeout_s, &out, &err);
     if (r->rc != 0)
         fprintf(stderr, "generate failed (%d): %s\n", r->rc, err ? err : "");
     swf_parse(out, r);
     free(out);
     free(err);
+}
+
+/* swf_reference within 300 s. */
+static inline void swf_reference(const char *model, const char *prompt, int n_gen,
+                                 const char *const *extra, swf_result_t *r)
+{
+    swf_reference_s(model, prompt, n_gen, extra, 300, r);
 }
 
 /* Sets a node's name, layers and extra flags (NULL-terminated, up to 10). */

@@ -14,6 +14,11 @@
  *       ggml-vocab-*.gguf), whose token count then sets the vocabulary size
  *
  * Presets (shapes and the type mix of the files named):
+ *   qwen2.5-7b    Qwen2.5-7B-Instruct as llama.cpp's Q4_K_M (4.68 GB), and
+ *   qwen2.5-14b   the 14B (8.99 GB), qwen2.5-32b (19.9 GB) and
+ *   llama3.1-70b  Llama-3.1-70B-Instruct (42.5 GB): q4_K, q6_K attn_v and
+ *                 ffn_down in llama.cpp's more-bits layers of the whole model
+ *                 (also when --layers N makes a slice of its first N layers)
  *   qwen2.5-1.5b  Qwen2.5-Coder-1.5B-Instruct.Q4_K_M (q4_K, q6_K, biases)
  *   qwen2.5-0.5b  Qwen2.5-Coder-0.5B-Instruct.Q4_K_M (q5_0, q8_0, q6_K)
  *   smollm2-135m  SmolLM2-135M-Instruct.Q4_1 (q4_1, q8_0 tied embedding)
@@ -46,13 +51,20 @@
 
 /* ---- writing (the engine's GGUF writer, gguf_write.h) ----------------------------------- */
 
+/* A tensor to write: its data, or (data NULL) the recipe of its random
+ * values, made only when it is written so that a model of tens of GB never
+ * sits in memory whole (the values come from the one random stream in
+ * tensor order, as if all were made first). */
 typedef struct s_tensor {
     char name[96];
     int n_dims;
     int64_t ne[3];
     enum sw_type type;
-    void *data; // owned
+    void *data; // owned; NULL: made from the recipe below when written
     uint64_t bytes;
+    int vec;              // recipe: 1 = an f32 vector of center +- spread, 0 = a random matrix
+    float sd;             // matrix: the elements' standard deviation
+    float center, spread; // vector
 } s_tensor_t;
 
 /* Creates path and writes the GGUF v3 header's counts. 0 or -1 (printed). */
@@ -77,8 +89,12 @@ static int s_close(sw_gguf_out_t *o, const char *path)
     return 0;
 }
 
-/* The tensor infos, then the tensors' data, each 32-aligned (the default alignment). */
-static void s_write_tensors(sw_gguf_out_t *o, const s_tensor_t *ts, int n)
+static int s_make(s_tensor_t *t);
+
+/* The tensor infos, then the tensors' data, each 32-aligned (the default
+ * alignment); a tensor with a recipe is made, written and freed in turn.
+ * 0, or -1 when one could not be made (out of memory). */
+static int s_write_tensors(sw_gguf_out_t *o, s_tensor_t *ts, int n)
 {
     uint64_t off = 0;
     for (int i = 0; i < n; i++)
@@ -86,9 +102,20 @@ static void s_write_tensors(sw_gguf_out_t *o, const s_tensor_t *ts, int n)
                                 ts[i].type, ts[i].bytes, 32, &off);
     sw_gguf_out_pad(o, 32);
     for (int i = 0; i < n; i++) {
+        const int made = !ts[i].data;
+        if (made && s_make(&ts[i]) != 0) {
+            fprintf(stderr, "shardwire-mkmodel: out of memory making %s (%llu bytes)\n", ts[i].name,
+                    (unsigned long long)ts[i].bytes);
+            return -1;
+        }
         sw_gguf_out_bytes(o, ts[i].data, (size_t)ts[i].bytes);
         sw_gguf_out_pad(o, 32);
+        if (made) {
+            free(ts[i].data);
+            ts[i].data = NULL;
+        }
     }
+    return 0;
 }
 
 /* ---- random weights ------------------------------------------------------------------------ */
@@ -114,24 +141,19 @@ static void s_put_f16(uint8_t *p, float f)
     memcpy(p, &h, 2);
 }
 
-/* Random blocks of type t whose elements have about standard deviation sd. */
-static int s_random_matrix(enum sw_type t, int64_t n_in, int64_t n_out, float sd, void **out,
-                           uint64_t *bytes)
+/* Random blocks of type t (bytes of them) whose elements have about standard deviation sd. */
+static int s_random_matrix(enum sw_type t, uint64_t bytes, float sd, void **out)
 {
-    uint64_t rb;
-    if (sw_type_row_bytes(t, n_in, &rb) != 0)
-        return -1;
-    *bytes = rb * (uint64_t)n_out;
-    uint8_t *p = malloc((size_t)*bytes);
+    uint8_t *p = malloc((size_t)bytes);
     if (!p)
         return -1;
-    for (uint64_t i = 0; i + 4 <= *bytes; i += 4) {
+    for (uint64_t i = 0; i + 4 <= bytes; i += 4) {
         uint32_t r = s_rand();
         memcpy(p + i, &r, 4);
     }
     const float a = sd * 1.7320508f; // uniform [-a, a) has deviation sd
     const size_t bb = sw_type_block_bytes(t);
-    const uint64_t nb = *bytes / bb;
+    const uint64_t nb = bytes / bb;
     for (uint64_t b = 0; b < nb; b++) {
         uint8_t *q = p + b * bb;
         switch (t) {
@@ -188,7 +210,7 @@ static int s_random_matrix(enum sw_type t, int64_t n_in, int64_t n_out, float sd
     return 0;
 }
 
-static int s_random_vec(int64_t n, float center, float spread, void **out, uint64_t *bytes)
+static int s_random_vec(int64_t n, float center, float spread, void **out)
 {
     float *v = malloc((size_t)n * sizeof *v);
     if (!v)
@@ -196,8 +218,14 @@ static int s_random_vec(int64_t n, float center, float spread, void **out, uint6
     for (int64_t i = 0; i < n; i++)
         v[i] = center + s_unif(spread);
     *out = v;
-    *bytes = (uint64_t)n * sizeof *v;
     return 0;
+}
+
+/* Makes t's data from its recipe. 0 or -1 (out of memory). */
+static int s_make(s_tensor_t *t)
+{
+    return t->vec ? s_random_vec(t->ne[0], t->center, t->spread, &t->data)
+                  : s_random_matrix(t->type, t->bytes, t->sd, &t->data);
 }
 
 /* ---- presets -------------------------------------------------------------------------------- */
@@ -221,9 +249,40 @@ typedef struct s_preset {
     enum sw_type gate_exps, down_exps; // expert types (gate and up share one)
     int n_swa, swa_pattern;            // Gemma 3: sliding window and its period
     float rope_base_swa;               // the sliding-window layers' rope base
+    /* The big shapes of issue 33. */
+    int q4km; // 1: attn_v and ffn_down take v_first / down_first in the layers where
+              // llama.cpp's Q4_K_M gives them more bits (s_more_bits), else only in 0 and 1
 } s_preset_t;
 
+/* The layers of an n-layer model whose attn_v and ffn_down llama.cpp's
+ * Q4_K_M quantizes with more bits (use_more_bits in its llama-quant.cpp). */
+static int s_more_bits(int l, int n)
+{
+    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+/* Qwen2.5 7B/14B/32B Instruct and Llama 3.1 70B Instruct as llama.cpp quantizes them to
+ * Q4_K_M: q4_K matrices, q6_K attn_v and ffn_down in s_more_bits layers (Llama 70B: q5_K
+ * attn_v elsewhere, llama.cpp's rule for 80-layer GQA llamas), q4_K embedding, q6_K output. */
+#define S_Q4KM(nm, ar, L, E, F, H, KV, V, C, RB, EPS, B, VT, ...)                                  \
+    {                                                                                              \
+        .name = nm, .arch = ar, .n_layer = L, .n_embd = E, .n_ff = F, .n_head = H,                 \
+        .n_kv_head = KV, .n_vocab = V, .n_ctx = C, .rope_base = RB, .eps = EPS,                    \
+        .embd = SW_TYPE_Q4_K, .out = SW_TYPE_Q6_K, .q = SW_TYPE_Q4_K, .k = SW_TYPE_Q4_K, .v = VT,  \
+        .o = SW_TYPE_Q4_K, .gate = SW_TYPE_Q4_K, .up = SW_TYPE_Q4_K, .down = SW_TYPE_Q4_K,         \
+        .v_first = SW_TYPE_Q6_K, .down_first = SW_TYPE_Q6_K, .bias = B, .q4km = 1, __VA_ARGS__     \
+    }
+
 static const s_preset_t s_presets[] = {
+    S_Q4KM("qwen2.5-7b", "qwen2", 28, 3584, 18944, 28, 4, 152064, 32768, 1e6f, 1e-6f, 1,
+           SW_TYPE_Q4_K),
+    S_Q4KM("qwen2.5-14b", "qwen2", 48, 5120, 13824, 40, 8, 152064, 32768, 1e6f, 1e-5f, 1,
+           SW_TYPE_Q4_K),
+    S_Q4KM("qwen2.5-32b", "qwen2", 64, 5120, 27648, 40, 8, 152064, 32768, 1e6f, 1e-5f, 1,
+           SW_TYPE_Q4_K),
+    S_Q4KM("llama3.1-70b", "llama", 80, 8192, 28672, 64, 8, 128256, 131072, 500000.0f, 1e-5f, 0,
+           SW_TYPE_Q5_K, .rope_factor = 8.0f, .rope_low = 1.0f, .rope_high = 4.0f,
+           .rope_orig_ctx = 8192),
     {.name = "qwen2.5-1.5b",
      .arch = "qwen2",
      .n_layer = 28,
@@ -502,36 +561,41 @@ static int s_vocab_keys(const sw_gguf_t *v, int64_t *keys, int *n_keys, int *n_v
     return 0;
 }
 
+/* Adds the recipe of a random tensor of type t, n_exp matrices of n_out rows
+ * of n_in (n_dims 2 or 3), to ts. 0 or -1 (a row that t cannot hold). */
+static int s_mat3(s_tensor_t *ts, int *n, const char *name, int n_dims, enum sw_type t,
+                  int64_t n_in, int64_t n_out, int64_t n_exp, float sd)
+{
+    uint64_t rb;
+    if (sw_type_row_bytes(t, n_in, &rb) != 0)
+        return -1;
+    s_add(ts, n, name, n_dims, n_in, n_out, n_exp, t, NULL, rb * (uint64_t)(n_out * n_exp));
+    ts[*n - 1].sd = sd;
+    return 0;
+}
+
 /* Adds a random matrix (n_out rows of n_in) of type t to ts. 0 or -1. */
 static int s_mat(s_tensor_t *ts, int *n, const char *name, enum sw_type t, int64_t n_in,
                  int64_t n_out, float sd)
 {
-    void *d;
-    uint64_t b;
-    if (s_random_matrix(t, n_in, n_out, sd, &d, &b) != 0)
-        return -1;
-    return s_add(ts, n, name, 2, n_in, n_out, 1, t, d, b);
+    return s_mat3(ts, n, name, 2, t, n_in, n_out, 1, sd);
 }
 
 /* Adds the random matrices of p's experts, one 3-D tensor. 0 or -1. */
 static int s_exps(s_tensor_t *ts, int *n, const s_preset_t *p, const char *name, enum sw_type t,
                   int64_t n_in, int64_t n_out, float sd)
 {
-    void *d;
-    uint64_t b;
-    if (s_random_matrix(t, n_in, n_out * p->n_expert, sd, &d, &b) != 0)
-        return -1;
-    return s_add(ts, n, name, 3, n_in, n_out, p->n_expert, t, d, b);
+    return s_mat3(ts, n, name, 3, t, n_in, n_out, p->n_expert, sd);
 }
 
 /* Adds an f32 vector of len values in center +- spread. 0 or -1. */
 static int s_vec(s_tensor_t *ts, int *n, const char *name, int64_t len, float center, float spread)
 {
-    void *d;
-    uint64_t b;
-    if (s_random_vec(len, center, spread, &d, &b) != 0)
-        return -1;
-    return s_add(ts, n, name, 1, len, 1, 1, SW_TYPE_F32, d, b);
+    s_add(ts, n, name, 1, len, 1, 1, SW_TYPE_F32, NULL, (uint64_t)len * sizeof(float));
+    ts[*n - 1].vec = 1;
+    ts[*n - 1].center = center;
+    ts[*n - 1].spread = spread;
+    return 0;
 }
 
 /* The random tensors of layer l (blk.l.*) of p with head size hd. 0 or -1. */
@@ -540,12 +604,13 @@ static int s_synth_layer(const s_preset_t *p, int l, int hd, s_tensor_t *ts, int
     const int qd = hd * p->n_head, kvd = hd * p->n_kv_head, gemma = !strcmp(p->arch, "gemma3");
     const float sd_e = 1.0f / sqrtf((float)p->n_embd), sd_f = 1.0f / sqrtf((float)p->n_ff);
     const float sd_q = 1.0f / sqrtf((float)qd);
+    const int more = p->q4km ? s_more_bits(l, p->n_layer) : l < 2; // layer l of the whole model
     char nm[96];
 #define S_NM(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
     if (s_vec(ts, n, S_NM("attn_norm.weight"), p->n_embd, 1.0f, 0.1f) != 0 ||
         s_mat(ts, n, S_NM("attn_q.weight"), p->q, p->n_embd, qd, sd_e) != 0 ||
         s_mat(ts, n, S_NM("attn_k.weight"), p->k, p->n_embd, kvd, sd_e) != 0 ||
-        s_mat(ts, n, S_NM("attn_v.weight"), l < 2 ? p->v_first : p->v, p->n_embd, kvd, sd_e) != 0 ||
+        s_mat(ts, n, S_NM("attn_v.weight"), more ? p->v_first : p->v, p->n_embd, kvd, sd_e) != 0 ||
         s_mat(ts, n, S_NM("attn_output.weight"), p->o, qd, p->n_embd, sd_q) != 0)
         return -1;
     if (p->bias && (s_vec(ts, n, S_NM("attn_q.bias"), qd, 0.0f, 0.1f) != 0 ||
@@ -572,7 +637,7 @@ static int s_synth_layer(const s_preset_t *p, int l, int hd, s_tensor_t *ts, int
             return -1;
     } else if (s_mat(ts, n, S_NM("ffn_gate.weight"), p->gate, p->n_embd, p->n_ff, sd_e) != 0 ||
                s_mat(ts, n, S_NM("ffn_up.weight"), p->up, p->n_embd, p->n_ff, sd_e) != 0 ||
-               s_mat(ts, n, S_NM("ffn_down.weight"), l < 2 ? p->down_first : p->down, p->n_ff,
+               s_mat(ts, n, S_NM("ffn_down.weight"), more ? p->down_first : p->down, p->n_ff,
                      p->n_embd, sd_f) != 0) {
         return -1;
     }
@@ -670,8 +735,8 @@ static int s_synth(const s_preset_t *p, int n_layers, const sw_gguf_t *vocab, co
     for (int i = 0; i < n_vkeys; i++)
         if (sw_gguf_out_kv_copy(&o, vocab, vkeys[i]) != 0)
             break;
-    s_write_tensors(&o, ts, n);
-    rc = s_close(&o, path);
+    rc = s_write_tensors(&o, ts, n);
+    rc = s_close(&o, path) == 0 ? rc : -1;
 out:
     for (int i = 0; i < n; i++)
         free(ts[i].data);
@@ -762,8 +827,8 @@ static int s_truncate(const char *in, int n_layers, enum sw_type embd_type, cons
         else if (sw_gguf_out_kv_copy(&o, g, i) != 0)
             break;
     }
-    s_write_tensors(&o, ts, n);
-    rc = s_close(&o, path);
+    rc = s_write_tensors(&o, ts, n);
+    rc = s_close(&o, path) == 0 ? rc : -1;
 out:
     for (int i = 0; i < n; i++)
         free(ts[i].data);
@@ -777,9 +842,9 @@ enum { O_FROM = SW_OPT_OWN, O_SYNTH, O_LAYERS, O_EMBD, O_SEED, O_VOCAB, O_OUT = 
 static const sw_opt_t s_opts[] = {
     {"from", O_FROM, "IN.gguf", "cut a real model to its first --layers N layers"},
     {"synth", O_SYNTH, "PRESET",
-     "random weights in the shapes and types of a preset:\nqwen2.5-1.5b, qwen2.5-0.5b, "
-     "smollm2-135m, tiny-float,\ntiny-qwen3, llama3.2-mini, qwen3-mini, qwen3moe-mini,\n"
-     "gemma3-mini"},
+     "random weights in the shapes and types of a preset:\nqwen2.5-7b, qwen2.5-14b, qwen2.5-32b, "
+     "llama3.1-70b,\nqwen2.5-1.5b, qwen2.5-0.5b, smollm2-135m, tiny-float,\ntiny-qwen3, "
+     "llama3.2-mini, qwen3-mini, qwen3moe-mini,\ngemma3-mini"},
     {"layers", O_LAYERS, "N", "layers to keep (--from, required) or to make (--synth)"},
     {"embd-type", O_EMBD, "T", "--from: re-quantize the embedding to q4_0 or q8_0"},
     {"seed", O_SEED, "S", "--synth: weight seed (default 1)"},

@@ -549,13 +549,48 @@ static int s_env_int(const char *name, int dflt)
     return *end || x < 0 || x > 1 << 20 ? dflt : (int)x;
 }
 
+/*
+ * Why cudaGetDeviceCount failed, as the advice a user needs: the runtime says
+ * "CUDA driver version is insufficient" also where no NVIDIA driver is
+ * installed at all, so the kernel module's /proc file tells the two apart.
+ */
+static void s_no_driver_text(int dev, cudaError_t e, char *err, size_t err_len)
+{
+    const char *proc = getenv("SW_NVIDIA_PROC"); /* tests point it elsewhere */
+    if (!proc || !*proc)
+        proc = "/proc/driver/nvidia/version";
+    char ver[256] = "";
+    FILE *f = fopen(proc, "r");
+    if (f) {
+        if (!fgets(ver, sizeof ver, f))
+            ver[0] = 0;
+        fclose(f);
+        ver[strcspn(ver, "\n")] = 0;
+    }
+    if (!f)
+        snprintf(err, err_len,
+                 "cuda:%d: no NVIDIA driver on this machine (%s not found): install the NVIDIA "
+                 "driver, or use --backend cpu",
+                 dev, proc);
+    else if (e == cudaErrorNoDevice)
+        snprintf(err, err_len,
+                 "cuda:%d: the NVIDIA driver sees no GPU (check nvidia-smi and "
+                 "CUDA_VISIBLE_DEVICES), or use --backend cpu",
+                 dev);
+    else
+        snprintf(err, err_len,
+                 "cuda:%d: the NVIDIA driver cannot run this build (%s; driver: %.120s): update "
+                 "the driver, or use --backend cpu",
+                 dev, cudaGetErrorString(e), ver);
+}
+
 sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        snprintf(err, err_len, "cuda:%d: no usable GPU driver (%s)", dev, cudaGetErrorString(e));
+        s_no_driver_text(dev, e, err, err_len);
         return NULL;
     }
     if (dev < 0 || dev >= n) {

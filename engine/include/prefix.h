@@ -25,7 +25,7 @@
  * so any block boundary; 512 on a GPU, whose prompt path depends on the
  * chunk). So a prompt evaluated after a restored prefix gives bit for bit
  * the KV and logits of the whole prompt evaluated at once
- * (tests/e2e/test_prefix.c).
+ * (tests/slow/test_prefix.c).
  *
  * Bounded: at most max_blocks blocks and SW_PREFIX_MAX_NS namespaces; the
  * caller bounds the bytes (sw_prefix_evict: least recently used first, a

@@ -7,8 +7,10 @@
 // from GET /v1/defaults (the page keeps no copy of them). Cluster: GET
 // /v1/cluster every second. The API key is asked once and kept in
 // sessionStorage (this tab only); every API call sends it as a Bearer token.
-// Text from the model or the cluster is only ever set as textContent, never
-// parsed as HTML.
+// The chats (a list of past conversations) and the settings stay in this
+// browser's localStorage across reloads. Replies are shown as Markdown
+// (md.js); text from the model or the cluster is only ever set as
+// textContent, never parsed as HTML.
 "use strict";
 (() => {
   const KEY = "shardwire-api-key";
@@ -16,6 +18,11 @@
   let apiKey = sessionStorage.getItem(KEY) || "";
   let noKey = false; // the gateway runs with --insecure-no-api-key (loopback only)
   let convo = []; // the conversation: {role, content}
+  const STORE = "shardwire-chats"; // localStorage: [{id, title, updated, convo}]
+  const CURRENT = "shardwire-chat-current";
+  const SETTINGS = "shardwire-settings"; // localStorage: {input id: value}
+  const MAX_CHATS = 50; // the oldest beyond this are dropped
+  let chatId = localStorage.getItem(CURRENT) || "";
   let running = null; // the AbortController of the generation in flight
   let clusterTimer = null;
   let prev = null; // the previous /v1/cluster answer and when it came (for rates)
@@ -126,6 +133,14 @@
       sel.appendChild(o);
     } else if (ids.includes(keep)) {
       sel.value = keep;
+    } else {
+      let kept = "";
+      try {
+        kept = (JSON.parse(localStorage.getItem(SETTINGS) || "{}") || {}).model || "";
+      } catch (err) {
+        kept = "";
+      }
+      if (ids.includes(kept)) sel.value = kept;
     }
   }
 
@@ -140,23 +155,143 @@
     }
   }
 
+  // /health's three states (docs/api.md): ok, degraded (a gap in a pipeline, no head), down.
   async function health() {
     const h = $("health");
     try {
       const r = await fetch("/health");
       const j = await r.json();
-      h.className = "health " + (r.ok ? "ok" : "bad");
-      h.textContent = r.ok
-        ? `${j.nodes} node${j.nodes === 1 ? "" : "s"}, ${j.heads} head${j.heads === 1 ? "" : "s"}`
-        : j.error || "unavailable";
+      const st = ["ok", "degraded", "down"].includes(j.status) ? j.status : "down";
+      h.className = "health " + st;
+      h.dataset.status = st;
+      const n = `${j.nodes} node${j.nodes === 1 ? "" : "s"}, ${j.heads} head${j.heads === 1 ? "" : "s"}`;
+      h.textContent = st === "ok" ? `ok · ${n}` : `${st}: ${j.error || n}`;
+      h.title = (j.gaps || []).join("\n") || "the gateway's /health";
       if (r.ok && (apiKey || noKey) && !$("model").value) refreshModels();
     } catch (err) {
-      h.className = "health bad";
-      h.textContent = "the gateway does not answer";
+      h.className = "health down";
+      h.dataset.status = "down";
+      h.textContent = "down: the gateway does not answer";
     }
   }
 
+  // ---- chats kept in the browser ----------------------------------------------------------
+
+  function loadChats() {
+    try {
+      const list = JSON.parse(localStorage.getItem(STORE) || "[]");
+      return Array.isArray(list) ? list.filter((c) => c && c.id && Array.isArray(c.convo)) : [];
+    } catch (err) {
+      return [];
+    }
+  }
+
+  // Stores the current conversation (a chat without a message is not kept).
+  function saveChat() {
+    let list = loadChats().filter((c) => c.id !== chatId);
+    if (convo.length) {
+      if (!chatId) chatId = "c" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
+      const first = convo.find((m) => m.role === "user");
+      const title = (first ? first.content : "chat").replace(/\s+/g, " ").trim().slice(0, 60);
+      list.unshift({ id: chatId, title, updated: Date.now(), convo });
+    }
+    list = list.slice(0, MAX_CHATS);
+    try {
+      localStorage.setItem(STORE, JSON.stringify(list));
+      localStorage.setItem(CURRENT, chatId);
+    } catch (err) {
+      /* storage full or off: the chat still works, it is only not kept */
+    }
+    drawChats();
+  }
+
+  function drawChats() {
+    const ul = $("chats");
+    ul.textContent = "";
+    const list = loadChats();
+    if (!list.length) {
+      const li = document.createElement("li");
+      li.className = "empty";
+      li.textContent = "no chats yet";
+      ul.appendChild(li);
+    }
+    for (const c of list) {
+      const li = document.createElement("li");
+      li.dataset.chat = c.id;
+      if (c.id === chatId) li.className = "current";
+      const open = document.createElement("button");
+      open.type = "button";
+      open.className = "open";
+      open.textContent = c.title || "chat";
+      open.title = `${c.title}\n${new Date(c.updated).toLocaleString()} · ${c.convo.length} messages`;
+      open.addEventListener("click", () => switchChat(c.id));
+      const del = document.createElement("button");
+      del.type = "button";
+      del.className = "del";
+      del.textContent = "×";
+      del.title = "delete this chat";
+      del.setAttribute("aria-label", "delete chat " + c.title);
+      del.addEventListener("click", () => deleteChat(c.id));
+      li.append(open, del);
+      ul.appendChild(li);
+    }
+  }
+
+  function switchChat(id) {
+    if (running) running.abort();
+    const c = loadChats().find((x) => x.id === id);
+    chatId = c ? c.id : "";
+    convo = c ? c.convo.slice() : [];
+    localStorage.setItem(CURRENT, chatId);
+    drawConvo();
+    drawChats();
+    document.body.classList.remove("settings-open");
+  }
+
+  function deleteChat(id) {
+    const list = loadChats().filter((c) => c.id !== id);
+    localStorage.setItem(STORE, JSON.stringify(list));
+    if (id === chatId) switchChat("");
+    else drawChats();
+  }
+
+  // The settings panel's fields, kept as the user leaves them.
+  const KEPT = ["temperature", "top-p", "top-k", "min-p", "repeat-penalty", "max-tokens", "seed",
+    "draft", "system", "model"];
+
+  function restoreSettings() {
+    let s = {};
+    try {
+      s = JSON.parse(localStorage.getItem(SETTINGS) || "{}") || {};
+    } catch (err) {
+      s = {};
+    }
+    for (const id of KEPT) {
+      if (typeof s[id] !== "string" || id === "model") continue;
+      $(id).value = s[id];
+    }
+    return s;
+  }
+
+  function saveSettings() {
+    const s = {};
+    for (const id of KEPT) s[id] = $(id).value;
+    try {
+      localStorage.setItem(SETTINGS, JSON.stringify(s));
+    } catch (err) {
+      /* not kept */
+    }
+  }
+  for (const id of KEPT) $(id).addEventListener("change", saveSettings);
+
   // ---- chat -------------------------------------------------------------------------------
+
+  // Shows text in a message: Markdown for the model's replies, plain text for the user's.
+  function setText(m, role, text) {
+    m.el.dataset.raw = text;
+    if (role === "assistant") window.swMarkdown.render(text, m.body);
+    else m.body.textContent = text;
+  }
 
   function addMessage(role, text) {
     const el = document.createElement("div");
@@ -166,13 +301,79 @@
     who.textContent = role === "user" ? "you" : $("model").value || "assistant";
     const body = document.createElement("div");
     body.className = "text";
-    body.textContent = text;
     const stats = document.createElement("div");
     stats.className = "stats";
-    el.append(who, body, stats);
+    const actions = document.createElement("div");
+    actions.className = "actions";
+    el.append(who, body, stats, actions);
     $("messages").appendChild(el);
-    el.scrollIntoView({ block: "end" });
-    return { el, body, stats };
+    const m = { el, body, stats, actions };
+    setText(m, role, text);
+    return m;
+  }
+
+  function action(m, label, id, fn) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "link";
+    b.id = id;
+    b.textContent = label;
+    b.addEventListener("click", fn);
+    m.actions.appendChild(b);
+  }
+
+  // Redraws the conversation; the last turn gets Edit (the user's message) and Regenerate.
+  function drawConvo() {
+    $("messages").textContent = "";
+    for (const msg of convo) {
+      const m = addMessage(msg.role, msg.content);
+      m.el.dataset.state = "done";
+      if (msg.stats) m.stats.textContent = msg.stats;
+    }
+    lastTurnActions();
+    scrollEnd();
+  }
+
+  // Edit on the last user message and Regenerate on the reply after it, among the turns that
+  // are part of the conversation (a failed turn is not).
+  function lastTurnActions() {
+    for (const b of document.querySelectorAll(".msg .actions button")) b.remove();
+    const kept = [...document.querySelectorAll(".msg:not(.failed)")];
+    const u = kept.filter((e) => e.classList.contains("user")).pop();
+    const a = kept.filter((e) => e.classList.contains("assistant")).pop();
+    const wrap = (e) => ({ actions: e.querySelector(".actions") });
+    if (u) action(wrap(u), "Edit", "edit-last", editLast);
+    if (a && u && u.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING)
+      action(wrap(a), "Regenerate", "regenerate", regenerate);
+  }
+
+  // The end of the conversation (the last reply's stats or error line) in view.
+  function scrollEnd() {
+    const box = $("messages");
+    box.scrollTop = box.scrollHeight;
+  }
+
+  // The last user message back into the composer, it and its reply out of the conversation.
+  function editLast() {
+    if (running) return;
+    const i = convo.map((m) => m.role).lastIndexOf("user");
+    if (i < 0) return;
+    $("prompt").value = convo[i].content;
+    convo = convo.slice(0, i);
+    saveChat();
+    drawConvo();
+    $("prompt").focus();
+  }
+
+  // The last reply asked for again (same conversation, the settings as they are now).
+  function regenerate() {
+    if (running) return;
+    if (convo.length && convo[convo.length - 1].role === "assistant") convo.pop();
+    const i = convo.map((m) => m.role).lastIndexOf("user");
+    if (i < 0) return;
+    const text = convo[i].content;
+    convo = convo.slice(0, i);
+    send(text);
   }
 
   // A number from an input, or undefined when it is empty or not a number.
@@ -185,7 +386,8 @@
 
   function requestBody() {
     const sys = $("system").value.trim();
-    const msgs = (sys ? [{ role: "system", content: sys }] : []).concat(convo);
+    const msgs = (sys ? [{ role: "system", content: sys }] : []).concat(
+      convo.map((m) => ({ role: m.role, content: m.content })));
     const body = {
       model: $("model").value,
       messages: msgs,
@@ -221,18 +423,23 @@
     document.body.dataset.generating = on ? "1" : "";
   }
 
-  async function send() {
-    const text = $("prompt").value.trim();
+  // Sends a user message (the composer's, or `again` for Regenerate) and streams the reply.
+  async function send(again) {
+    const text = typeof again === "string" ? again : $("prompt").value.trim();
     if (!text || running) return;
     if (!apiKey && !noKey) return askKey("");
     if (!$("model").value) await refreshModels();
-    $("prompt").value = "";
+    if (typeof again !== "string") $("prompt").value = "";
     convo.push({ role: "user", content: text });
-    addMessage("user", text);
+    saveChat();
+    drawConvo();
+    for (const b of document.querySelectorAll(".msg .actions button")) b.remove();
+    const u = [...document.querySelectorAll(".msg.user")].pop();
     const m = addMessage("assistant", "");
     m.el.classList.add("streaming");
     m.el.dataset.state = "streaming";
     m.el.dataset.chunks = "0";
+    scrollEnd();
     const ctl = new AbortController();
     running = ctl;
     setRunning(true);
@@ -241,6 +448,13 @@
     let usage = null;
     let sw = null;
     let finish = null;
+    let drawn = false;
+    const draw = () => {
+      drawn = false;
+      setText(m, "assistant", got);
+      const box = $("messages");
+      if (box.scrollHeight - box.scrollTop - box.clientHeight < 120) scrollEnd();
+    };
     try {
       const r = await fetch("/v1/chat/completions", {
         method: "POST",
@@ -274,9 +488,12 @@
             if (c && c.delta && c.delta.content) {
               got += c.delta.content;
               chunks++;
-              m.body.textContent = got;
+              m.el.dataset.raw = got;
               m.el.dataset.chunks = String(chunks);
-              m.el.scrollIntoView({ block: "end" });
+              if (!drawn) {
+                drawn = true;
+                requestAnimationFrame(draw);
+              }
             }
             if (c && c.finish_reason) finish = c.finish_reason;
             if (j.usage) {
@@ -286,26 +503,38 @@
           }
         }
       }
-      convo.push({ role: "assistant", content: got });
-      m.stats.textContent = statsLine(usage ? usage.completion_tokens : chunks, sw, finish);
+      const stats = statsLine(usage ? usage.completion_tokens : chunks, sw, finish);
+      convo.push({ role: "assistant", content: got, stats });
+      setText(m, "assistant", got);
+      m.stats.textContent = stats;
       m.el.dataset.state = "done";
+      saveChat();
     } catch (err) {
+      setText(m, "assistant", got);
       if (err.name === "AbortError") {
         m.el.dataset.state = "stopped";
-        m.stats.textContent = "stopped: the generation was cancelled on the cluster";
-        convo.push({ role: "assistant", content: got });
+        const stats = "stopped: the generation was cancelled on the cluster";
+        m.stats.textContent = stats;
+        convo.push({ role: "assistant", content: got, stats });
+        saveChat();
       } else {
+        // The failed turn is marked and left out of the conversation (the next request does
+        // not send it, and it is not kept); its text goes back into the composer to retry.
         m.el.dataset.state = "error";
-        const p = document.createElement("p");
-        p.className = "error";
-        p.textContent = err.message;
-        m.el.appendChild(p);
-        convo.pop(); // the turn that failed is not part of the conversation
+        m.el.classList.add("failed");
+        if (u) u.classList.add("failed", "excluded");
+        m.stats.textContent = "failed: " + err.message + " · this turn is not part of the chat;" +
+          " the message is back in the box below to send again";
+        convo.pop();
+        saveChat();
+        if (!$("prompt").value) $("prompt").value = text;
       }
     } finally {
       running = null;
       setRunning(false);
       m.el.classList.remove("streaming");
+      lastTurnActions();
+      scrollEnd();
     }
   }
 
@@ -322,10 +551,13 @@
   $("stop").addEventListener("click", () => {
     if (running) running.abort();
   });
-  $("clear").addEventListener("click", () => {
-    if (running) running.abort();
-    convo = [];
-    $("messages").textContent = "";
+  $("new-chat").addEventListener("click", () => {
+    switchChat("");
+    $("prompt").focus();
+  });
+  $("toggle-settings").addEventListener("click", () => {
+    const open = document.body.classList.toggle("settings-open");
+    $("toggle-settings").setAttribute("aria-expanded", open ? "true" : "false");
   });
 
   // ---- cluster ----------------------------------------------------------------------------
@@ -391,9 +623,21 @@
     }
     const totals = rows.map((r) => keys.reduce((s, k) => s + r.split_ms_per_trip[k], 0));
     const max = Math.max(...totals, 1);
-    const left = 44;
-    const bottom = H - 18;
+    const left = 62;
+    const bottom = H - 36;
     const top = 10;
+    // the axes' titles: y, ms per round trip; x, each bar one generation with its tokens per trip
+    ctx.save();
+    ctx.translate(11, (top + bottom) / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "center";
+    ctx.fillText("ms per round trip", 0, 0);
+    ctx.restore();
+    ctx.textAlign = "center";
+    const xTitle = "one bar per generation, oldest first; the number under a bar: its tokens per round trip";
+    ctx.fillText(xTitle, left + (W - left) / 2, H - 4);
+    cv.dataset.axes = "ms per round trip|" + xTitle;
+    ctx.textAlign = "left";
     const bw = Math.min(30, (W - left - 10) / rows.length - 6);
     ctx.strokeStyle = "#dde1e7";
     for (let i = 0; i <= 4; i++) {
@@ -402,7 +646,7 @@
       ctx.moveTo(left, y);
       ctx.lineTo(W - 4, y);
       ctx.stroke();
-      ctx.fillText(Math.round((max * i) / 4) + " ms", 2, y + 4);
+      ctx.fillText(String(Math.round((max * i) / 4)), 22, y + 4);
     }
     rows.forEach((r, i) => {
       const x = left + 6 + i * (bw + 6);
@@ -414,7 +658,7 @@
         y -= h;
       });
       ctx.fillStyle = "#667085";
-      ctx.fillText(r.tokens_per_round.toFixed(1), x, H - 4);
+      ctx.fillText(r.tokens_per_round.toFixed(1), x, bottom + 13);
     });
   }
 
@@ -427,6 +671,11 @@
       ? `${rl.endpoint} · ${rl.forwarded} forwarded · ${rl.dropped} dropped · ${j.clients} client(s)`
       : rl.endpoint;
     const head = j.nodes.find((n) => n.role === "head" || n.role === "full");
+    const models = [...new Set(j.nodes.map((n) => n.model))];
+    $("c-model").textContent = models.length ? models.join(", ") : "–";
+    $("c-model-sub").textContent = head
+      ? `fingerprint ${head.fingerprint.slice(0, 12)}… · ${head.n_layers} layers`
+      : j.nodes.length ? "no head connected" : "no node connected";
     $("c-sessions").textContent = `${g.inflight} / ${g.max_inflight}`;
     $("c-sessions-sub").textContent =
       `generating now through this gateway${head ? ` · the head holds up to ${head.max_sessions}` : ""}`;
@@ -511,6 +760,7 @@
     for (const b of document.querySelectorAll(".tab")) b.classList.toggle("active", b.dataset.view === view);
     $("view-chat").hidden = view !== "chat";
     $("view-cluster").hidden = view !== "cluster";
+    document.body.dataset.view = view;
     if (view === "cluster") pollCluster();
     if (location.hash !== "#" + view) window.history.replaceState(null, "", "#" + view);
   }
@@ -518,6 +768,8 @@
 
   // ---- start ------------------------------------------------------------------------------
 
+  restoreSettings();
+  switchChat(chatId);
   health();
   setInterval(health, 5000);
   show(location.hash === "#cluster" ? "cluster" : "chat");

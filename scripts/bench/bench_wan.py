@@ -123,6 +123,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def keygen(b, kd, names):
+    """`shardwire keygen` (programs in b) into folder kd: NAME.key / NAME.pub for each of
+    names, cluster.key and access.key."""
+    os.makedirs(kd, mode=0o700, exist_ok=True)
+    for k in names:
+        subprocess.run([f"{b}/shardwire", "keygen", "--out", f"{kd}/{k}"], check=True,
+                       capture_output=True)
+    for kind in ("cluster", "access"):
+        subprocess.run([f"{b}/shardwire", "keygen", f"--{kind}-key", f"{kd}/{kind}.key"],
+                       check=True, capture_output=True)
+
+
 class Cluster:
     def __init__(self, args, logdir):
         self.args, self.logdir, self.procs = args, logdir, []

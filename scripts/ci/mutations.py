@@ -127,6 +127,16 @@ SECURITY = [
 ]
 # docs/testing.md "Claims and the tests that back them": the rows recorded there.
 CLAIMS = [
+    ("prompt Forwards cut by windows only, not by bytes (issue 33)",
+     "node/chunk.c",
+     "    const int cap = sw_wire_prompt_rows(hidden);",
+     "    const int cap = SW_WIRE_MAX_ROWS + 0 * (int)hidden;",
+     "test_chunk", {}),
+    ("no Progress from the head: the client asks again during a slow prefill (issue 33)",
+     "node/head_stream.c",
+     "    const node_head_t *h = n->head;\n    /* Silent at most",
+     "    const node_head_t *h = n->head;\n    if (h)\n        return;\n    /* Silent at most",
+     "test_slow_stage", {}),
     ("a model named by 7 hex digits of its fingerprint (8 are the minimum)",
      "client/join.c",
      "(strlen(model) >= 8 && !strncmp(p->model, model, strlen(model)));",

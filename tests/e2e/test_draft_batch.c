@@ -24,9 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "draft_model.h"
-#include "gguf.h"
-#include "sw_test.h"
+#include "sw_draft.h"
 
 #define NSEQ 7
 #define ROUNDS 3
@@ -184,19 +182,10 @@ static void s_free(run_t *rn)
 
 int main(void)
 {
-    const char *path = sw_test_model();
-    char err[512] = "";
-    sw_gguf_t *g = sw_gguf_open(path, err, sizeof err);
-    SW_CHECK(g != NULL);
-    if (!g)
+    sw_gguf_t *g = NULL;
+    draft_model_t *dm = sw_test_draft_model(&g, 2, N_CTX);
+    if (!dm)
         return sw_test_done();
-    draft_model_t *dm = draft_model_new(path, g, "cpu", 2, N_CTX, err, sizeof err);
-    SW_CHECK(dm != NULL);
-    if (!dm) {
-        fprintf(stderr, "%s\n", err);
-        sw_gguf_close(&g);
-        return sw_test_done();
-    }
     run_t *alone = calloc(1, sizeof *alone), *batch = calloc(1, sizeof *batch);
     SW_CHECK_INT(s_run(dm, alone, 0), 0);
     const draft_batch_stats_t st0 = *draft_model_batch_stats(dm);

@@ -4,7 +4,9 @@
  * Python client (installed by scripts/dev/py_venv.sh; that part is reported as
  * skipped when PyPI cannot be reached).
  *
- *  - /health and a completion answer 503 while no head is connected;
+ *  - /health and a completion answer 503 while no head is connected
+ *    (status "down"), /health 503 "degraded" naming the missing layers while
+ *    the head is alone, 200 "ok" with the whole pipeline;
  *  - greedy and seeded-sampling completions and chat completions equal
  *    `shardwire run` for the same request, streamed (SSE ending with
  *    "data: [DONE]", usage chunk) and not; OpenAI's semantics: temperature 0
@@ -331,8 +333,9 @@ int main(void)
     pid_t nodes[2] = {0, 0}, bg[4] = {0};
     char *resp = NULL;
 
-    /* no head yet: 503 */
+    /* no node yet: 503 "down" */
     SW_CHECK_INT(s_http("/health", NULL, NULL, &resp, NULL), 503);
+    SW_CHECK(resp && strstr(resp, "\"status\":\"down\""));
     free(resp);
     char body[2048];
     snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"Hi\",\"max_tokens\":2}", MODEL);
@@ -362,11 +365,39 @@ int main(void)
             na[13] = (char *)model;
         }
         nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
+        if (i == 0 && sw_test_wait_peers(s_relay, 1, 60) == 0) {
+            /* the head alone: its pipeline has a gap (layers 15:30): 503 "degraded" naming it */
+            int st = 0;
+            for (int k = 0; k < 30; k++) { /* the gateway's table cache catches up */
+                st = s_http("/health", NULL, NULL, &resp, NULL);
+                if (k == 29 || (resp && strstr(resp, "degraded")))
+                    break;
+                free(resp);
+                resp = NULL;
+                usleep(200000);
+            }
+            SW_CHECK_INT(st, 503);
+            SW_CHECK(resp && strstr(resp, "\"status\":\"degraded\"") &&
+                     strstr(resp, "no node holds layers 15:30 of 30"));
+            if (resp && !strstr(resp, "degraded"))
+                fprintf(stderr, "/health with the head alone: %s\n", resp);
+            free(resp);
+            resp = NULL;
+        }
     }
     if (sw_test_wait_peers(s_relay, 2, 60) != 0) {
         SW_CHECK(!"the nodes came up");
         goto out;
     }
+    for (int k = 0; k < 30; k++) { /* the cached table may still lack the tail */
+        int st = s_http("/health", NULL, NULL, &resp, NULL);
+        if (st == 200 || k == 29)
+            break;
+        free(resp);
+        usleep(200000);
+    }
+    SW_CHECK(resp && strstr(resp, "\"status\":\"ok\"") && strstr(resp, "\"gaps\":[]"));
+    free(resp);
     SW_CHECK_INT(s_http("/health", NULL, NULL, &resp, NULL), 200);
     free(resp);
     SW_CHECK_INT(s_http("/v1/models", KEY, NULL, &resp, NULL), 200);

@@ -17,7 +17,10 @@
  *  - a stream that goes idle gets ": keep-alive" comments (15 s), and an
  *    error after the stream started (the tail killed, recovery given up)
  *    arrives as `data: {"error": ...}` followed by `data: [DONE]`;
- *  - the relay gone: 503 relay_unreachable.
+ *  - the relay gone: 503 relay_unreachable;
+ *  - max_tokens beyond the context: 400 naming max_tokens and its most;
+ *  - SIGINT (Ctrl-C) on a gateway mid-stream: the stream ends with an error
+ *    event (code shutting_down) and [DONE]; the gateway exits 0.
  */
 #include "sw_fault.h"
 #include "sw_test.h"
@@ -204,7 +207,7 @@ int main(void)
     SW_CHECK_INT(sw_test_wait_listen(gw_ep, 30), 0);
 
     char id[256], fp[80], text[4096], ref[4096], finish[32], *resp, *hdrs, *b;
-    int n_tok = 0;
+    int n_tok = 0, st = 0;
     if (s_model_ids(id, sizeof id, fp, sizeof fp) != 0) {
         SW_CHECK(!"the model's id and fingerprint");
         goto out;
@@ -218,6 +221,77 @@ int main(void)
     SW_CHECK_INT(n_tok, 24);
     SW_CHECK(!strcmp(finish, "length"));
     free(resp);
+
+    /* max_tokens beyond the context: one line naming max_tokens and the most
+     * it can be, not "the prompt (more than 0 tokens) + ..." */
+    b = s_body(id, 100000, "", 0);
+    SW_CHECK_INT(s_http("/v1/completions", b, &resp, NULL), 400);
+    SW_CHECK(strstr(resp, "max_tokens") && strstr(resp, "ask for at most") &&
+             !strstr(resp, "more than 0"));
+    printf("max_tokens 100000: %s\n", resp);
+    free(b);
+    free(resp);
+
+    /* Ctrl-C on a second gateway while it streams: the stream ends with an
+     * error event (shutting_down) and [DONE], and the gateway exits 0 */
+    {
+        int port2 = sw_test_free_port();
+        char listen2[64], url2[160];
+        snprintf(listen2, sizeof listen2, "127.0.0.1:%d", port2);
+        snprintf(url2, sizeof url2, "http://%s/v1/completions", listen2);
+        char *g2a[] = {(char *)sw_test_bin("shardwire"),
+                       "serve",
+                       "--relay",
+                       s_relay,
+                       "--insecure-loopback",
+                       "--listen",
+                       listen2,
+                       "--insecure-no-api-key",
+                       NULL};
+        pid_t serve2 = sw_test_spawn(g2a, sw_test_log("serve2.log"));
+        char ep2[80];
+        snprintf(ep2, sizeof ep2, "tcp://%s", listen2);
+        SW_CHECK_INT(sw_test_wait_listen(ep2, 30), 0);
+        const char *sse2 = sw_test_log("sigint.sse");
+        b = s_body(id, 400, "", 1);
+        char *c2[] = {s_curl,
+                      "-s",
+                      "-N",
+                      "--max-time",
+                      "120",
+                      "-H",
+                      "Content-Type: application/json",
+                      "--data-binary",
+                      b,
+                      url2,
+                      NULL};
+        pid_t cl = sw_test_spawn_io(c2, sse2, sw_test_log("sigint.err"));
+        free(b);
+        for (int i = 0; i < 300 && sw_test_count_in_file(sse2, "\"text\":") < 2; i++)
+            usleep(100000);
+        SW_CHECK(sw_test_count_in_file(sse2, "\"text\":") >= 2);
+        kill(serve2, SIGINT);
+        SW_CHECK_INT(sw_test_wait(cl, 30), 0);
+        SW_CHECK_INT(sw_test_wait(serve2, 30), 0);
+        char *s2 = sw_test_read_file(sse2, NULL);
+        const char *e2 = s2 ? strstr(s2, "data: {\"error\"") : NULL;
+        SW_CHECK(e2 && strstr(e2, "shutting_down") && strstr(e2, "data: [DONE]"));
+        if (!e2)
+            fprintf(stderr, "the stream after SIGINT: %s\n",
+                    s2 ? s2 + (strlen(s2) > 600 ? strlen(s2) - 600 : 0) : "(nothing)");
+        free(s2);
+        /* the head's one session is free again once the cancel reached it */
+        st = 0;
+        for (int i = 0; i < 50 && st != 200; i++) {
+            if (i)
+                usleep(200000);
+            b = s_body(id, 4, "", 0);
+            st = s_http("/v1/completions", b, &resp, NULL);
+            free(b);
+            free(resp);
+        }
+        SW_CHECK_INT(st, 200);
+    }
 
     /* a fingerprint prefix of 8 hex digits names the model; 7 do not */
     char pre[16];
@@ -285,7 +359,7 @@ int main(void)
     /* several heads: refused, naming them, unless one is named */
     head2 = s_node("head2", "0:15", NULL);
     SW_CHECK_INT(sw_test_wait_peers(s_relay, 3, 60), 0);
-    int st = 0;
+    st = 0;
     for (int i = 0; i < 20 && st != 503; i++) { /* the gateway's table cache catches up */
         if (i)
             usleep(500000);

@@ -21,9 +21,22 @@
  *  - the cluster page lists both nodes with their roles, layer ranges and
  *    backend, and its numbers (messages the relay forwarded, tokens
  *    streamed, generations, the nodes' messages) move with one more
- *    generation; the round-trip chart draws a bar per generation.
+ *    generation; the round-trip chart draws a bar per generation; the page
+ *    names the model and the chart's axes; the health dot says "ok";
+ *  - the end of a reply is in view; a reload keeps the conversation, the list
+ *    of chats and the settings; Regenerate gives the same greedy reply;
+ *    a failed turn (max_tokens beyond the context) is marked, left out of the
+ *    stored chat and its text put back; Edit takes the last turn back;
+ *  - Markdown: a stored chat picked from the list shows bold, italics, lists,
+ *    a quote and a C code block in a monospace font, highlighted (comments,
+ *    keywords, numbers, strings), whose Copy button copies its text; the
+ *    model and draft selects show their whole option text;
+ *  - at 390 px (a phone): no sideways scrolling, the chat gets the width and
+ *    the settings open over it; the cluster page fits too;
+ *  - /favicon.ico is the page's icon (no 404).
  *
- * Screenshots go to the build's Testing/web/ folder. Chromium and the
+ * Screenshots (1280 px, and 390 px for 6-8) go to the build's Testing/web/
+ * folder: look at them after a change to the page. Chromium and the
  * driver's websocket-client package are installed by scripts/deps.sh and
  * scripts/dev/py_venv.sh the first time; without them the test is skipped.
  */
@@ -71,7 +84,7 @@ static json_t *s_get_obj(json_t *j, const char *a, const char *b)
 
 static long long s_num(json_t *j, const char *a, const char *b)
 {
-    return json_integer_value(s_get_obj(j, a, b));
+    return (long long)json_number_value(s_get_obj(j, a, b)); /* an integer or a real */
 }
 
 /* The value the page shows in its field id (an object of id -> value), as a number; NAN when
@@ -185,6 +198,14 @@ int main(void)
     free(hdr);
     SW_CHECK_INT(s_get("/web/app.js", NULL, NULL), 200);
     SW_CHECK_INT(s_get("/web/style.css", NULL, NULL), 200);
+    SW_CHECK_INT(s_get("/web/md.js", NULL, NULL), 200);
+    SW_CHECK_INT(s_get("/favicon.ico", NULL, &hdr), 200); /* no 404 in /metrics for it */
+    SW_CHECK(hdr && strstr(hdr, "Content-Type: image/svg+xml"));
+    free(hdr);
+    hdr = NULL;
+    SW_CHECK_INT(s_get("/health", NULL, &hdr), 200);
+    free(hdr);
+    hdr = NULL;
     SW_CHECK_INT(s_get("/web/../../etc/passwd", NULL, NULL), 404);
     SW_CHECK_INT(s_get("/web/nothing.js", NULL, NULL), 404);
     SW_CHECK_INT(s_get("/v1/cluster", NULL, NULL), 401);
@@ -243,6 +264,8 @@ int main(void)
     else
         fprintf(stderr, "web_driver: %s\n", out);
     free(err);
+    if (!j)
+        goto out; /* nothing to check (the driver's error is above) */
 
     /* a wrong key */
     const char *refused = json_string_value(json_object_get(j, "key_refused"));
@@ -326,10 +349,84 @@ int main(void)
              !strcmp(json_string_value(json_array_get(pipe, 0)), "head 0:15") &&
              !strcmp(json_string_value(json_array_get(pipe, 1)), "tail 15:30"));
 
+    /* the end of a reply in view; a reload keeps the chat, the list and the settings */
+    SW_CHECK(json_is_true(json_object_get(j, "chat_stats_in_view")));
+    json_t *rm = json_object_get(j, "reload_msgs");
+    SW_CHECK(json_array_size(rm) == 2 &&
+             !strcmp(json_string_value(json_array_get(rm, 0)), "user") &&
+             !strcmp(json_string_value(json_array_get(rm, 1)), "assistant"));
+    SW_CHECK(json_is_true(json_object_get(j, "reload_text_same")));
+    SW_CHECK_INT(s_num(j, "reload_chats", NULL), 1);
+    json_t *rs = json_object_get(j, "reload_settings");
+    SW_CHECK(s_setting(rs, "temperature") == 0 && s_setting(rs, "max-tokens") == N_GEN);
+    SW_CHECK(!strcmp(json_string_value(json_object_get(j, "reload_draft")), "none"));
+    /* regenerate: the same greedy reply in place of the first, its end in view */
+    SW_CHECK(json_is_true(json_object_get(j, "regen_same")));
+    SW_CHECK_INT(s_num(j, "regen_msgs", NULL), 2);
+    SW_CHECK(json_is_true(json_object_get(j, "regen_stats_in_view")));
+    /* a failed turn: marked (the user's message and the error), not stored, its text back
+     * in the composer, the error line in view and naming max_tokens */
+    const char *fl = json_string_value(json_object_get(j, "failed_line"));
+    SW_CHECK(fl && strstr(fl, "failed:") && strstr(fl, "max_tokens") && strstr(fl, "not part"));
+    SW_CHECK_INT(s_num(j, "failed_marked", NULL), 2);
+    SW_CHECK_INT(json_array_size(json_object_get(j, "failed_stored")), 2);
+    SW_CHECK(!strcmp(json_string_value(json_object_get(j, "failed_prompt_back")), "Say hello."));
+    SW_CHECK(json_is_true(json_object_get(j, "failed_in_view")));
+    /* edit: the last message back in the composer, the turn out of the chat */
+    SW_CHECK(!strcmp(json_string_value(json_object_get(j, "edit_prompt")), s_prompt));
+    SW_CHECK_INT(s_num(j, "edit_msgs", NULL), 0);
+    SW_CHECK(json_is_null(json_object_get(j, "edit_stored")));
+
+    /* the cluster page names the model, the chart its axes; health and favicon on the page */
+    const char *cm = json_string_value(json_object_get(j, "cluster_model"));
+    SW_CHECK(cm && strstr(cm, MODEL));
+    const char *ax = json_string_value(json_object_get(j, "chart_axes"));
+    SW_CHECK(ax && strstr(ax, "ms per round trip") && strstr(ax, "tokens per round trip"));
+    SW_CHECK(!strcmp(json_string_value(json_object_get(j, "health_page")), "ok"));
+    const char *fav = json_string_value(json_object_get(j, "favicon_link"));
+    SW_CHECK(fav && strstr(fav, "/web/favicon.svg"));
+
+    /* Markdown: a stored chat (from the list) renders code in monospace, highlighted, with
+     * Copy; nothing as HTML, no literal fences */
+    json_t *ids = json_object_get(j, "chats_listed"), *md = json_object_get(j, "md");
+    SW_CHECK(json_array_size(ids) >= 2 &&
+             !strcmp(json_string_value(json_array_get(ids, 0)), "cmd"));
+    SW_CHECK(!strcmp(json_string_value(json_object_get(md, "strong")), "bold"));
+    SW_CHECK(!strcmp(json_string_value(json_object_get(md, "em")), "italic"));
+    SW_CHECK(!strcmp(json_string_value(json_object_get(md, "inline_code")), "inline code"));
+    const char *code = json_string_value(json_object_get(md, "code"));
+    SW_CHECK(code && !strncmp(code, "#include <stdio.h>\nint main(void) {", 34));
+    const char *font = json_string_value(json_object_get(md, "font"));
+    SW_CHECK(font && strstr(font, "monospace"));
+    SW_CHECK(s_num(md, "tokens", NULL) >= 8);
+    json_t *kinds = json_object_get(md, "kinds");
+    SW_CHECK_INT(json_array_size(kinds), 4); /* comment, keyword, number, string */
+    json_t *items = json_object_get(md, "items");
+    SW_CHECK(json_array_size(items) == 2 &&
+             !strcmp(json_string_value(json_array_get(items, 1)), "second"));
+    SW_CHECK(!strcmp(json_string_value(json_object_get(md, "quote")), "a quote"));
+    SW_CHECK(json_is_false(json_object_get(md, "fences")));
+    SW_CHECK_INT(s_num(md, "html", NULL), 0);
+    const char *copied = json_string_value(json_object_get(j, "copied"));
+    SW_CHECK(copied && code && !strcmp(copied, code));
+    json_t *fit = json_object_get(j, "selects_fit");
+    SW_CHECK(json_is_true(json_object_get(fit, "model")) &&
+             json_is_true(json_object_get(fit, "draft")));
+
+    /* 390 px: no sideways scrolling, the chat gets the width, the settings open over it */
+    json_t *nw = json_object_get(j, "narrow");
+    SW_CHECK(s_num(nw, "page_width", NULL) <= 390 && s_num(nw, "cluster_width", NULL) <= 390);
+    SW_CHECK(s_num(nw, "messages_width", NULL) >= 370 && s_num(nw, "prompt_width", NULL) >= 200);
+    SW_CHECK(!strcmp(json_string_value(json_object_get(nw, "settings_hidden")), "none"));
+    SW_CHECK(!strcmp(json_string_value(json_object_get(nw, "settings_open")), "block"));
+    fit = json_object_get(nw, "selects_fit");
+    SW_CHECK(json_is_true(json_object_get(fit, "model")) &&
+             json_is_true(json_object_get(fit, "draft")));
+
     /* the screenshots */
     size_t i;
     json_t *shot;
-    SW_CHECK_INT(json_array_size(json_object_get(j, "screenshots")), 4);
+    SW_CHECK_INT(json_array_size(json_object_get(j, "screenshots")), 9);
     json_array_foreach(json_object_get(j, "screenshots"), i, shot)
     {
         size_t len = 0;

@@ -227,6 +227,147 @@ def node_rows(p):
                 ".map(tr => [...tr.cells].map(td => td.textContent))")
 
 
+# The last reply's stats (or error) line lies inside the messages' visible box.
+IN_VIEW = """(() => { const box = document.getElementById('messages').getBoundingClientRect();
+    const m = [...document.querySelectorAll('.msg.assistant')].pop();
+    const r = m.querySelector('.stats').getBoundingClientRect();
+    return r.height > 0 && r.bottom <= box.bottom + 1 && r.top >= box.top - 1; })()"""
+
+LAST_STATE = "([...document.querySelectorAll('.msg.assistant')].pop() || {dataset: {}}).dataset.state"
+
+
+def stored_chat(p):
+    """The current chat as localStorage keeps it: its messages' roles."""
+    return p.js("""(() => { const id = localStorage.getItem('shardwire-chat-current');
+        const c = JSON.parse(localStorage.getItem('shardwire-chats') || '[]').find(x => x.id === id);
+        return c ? c.convo.map(m => m.role) : null; })()""")
+
+
+def reload(p):
+    p.call("Page.reload")
+    time.sleep(0.3)
+    p.wait("document.readyState === 'complete' && document.body.dataset.authorized", 30,
+           "the page after a reload")
+    p.wait("document.body.dataset.defaults", 20, "the defaults after a reload")
+
+
+def chat_part(p, out, prompt, shots):
+    """Reload, regenerate, edit and a failed turn, after the first reply."""
+    first = p.js("[...document.querySelectorAll('.msg.assistant')].pop().dataset.raw")
+    # a reload keeps the conversation, the list of chats and the settings
+    reload(p)
+    out["reload_msgs"] = p.js("[...document.querySelectorAll('.msg')].map(m => m.classList[1])")
+    out["reload_text_same"] = p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
+                                   ".dataset.raw") == first
+    out["reload_chats"] = p.js("[...document.querySelectorAll('#chats li[data-chat]')].length")
+    out["reload_settings"] = settings(p)
+    out["reload_draft"] = p.js("document.getElementById('draft').value")
+    # Regenerate: at temperature 0 the same reply again, in place of the first
+    click(p, "regenerate")
+    p.wait(f"{LAST_STATE} === 'streaming'", 20, "the regenerated reply to start")
+    p.wait(f"{LAST_STATE} === 'done'", 180, "the regenerated reply")
+    out["regen_same"] = p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
+                             ".dataset.raw") == first
+    out["regen_msgs"] = p.js("document.querySelectorAll('.msg').length")
+    out["regen_stats_in_view"] = p.js(IN_VIEW)
+    # a failed turn (max_tokens beyond the context: 400): marked, out of the conversation
+    set_value(p, "max-tokens", "100000")
+    set_value(p, "prompt", "Say hello.")
+    click(p, "send")
+    p.wait(f"{LAST_STATE} === 'error'", 30, "the failed turn")
+    out["failed_line"] = p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
+                              ".querySelector('.stats').textContent")
+    out["failed_marked"] = p.js("[...document.querySelectorAll('.msg')].filter("
+                                "m => m.classList.contains('failed')).length")
+    out["failed_stored"] = stored_chat(p)
+    out["failed_prompt_back"] = p.js("document.getElementById('prompt').value")
+    out["failed_in_view"] = p.js(IN_VIEW)
+    out["screenshots"].append(p.shot(os.path.join(shots, "2b-failed-turn.png")))
+    p.js("document.getElementById('prompt').value = ''")
+    # Edit: the last message back into the composer, out of the conversation
+    click(p, "edit-last")
+    out["edit_prompt"] = p.js("document.getElementById('prompt').value")
+    out["edit_msgs"] = p.js("document.querySelectorAll('.msg').length")
+    out["edit_stored"] = stored_chat(p)
+
+
+MARKDOWN = ("Here is **bold**, *italic* and `inline code`:\n\n"
+            "```c\n#include <stdio.h>\nint main(void) {\n    printf(\"hello %d\\n\", 42); // greet\n"
+            "    return 0;\n}\n```\n\n1. first\n2. second\n\n> a quote")
+
+
+def markdown_part(p, out, shots):
+    """A stored chat whose reply holds Markdown: rendered after a reload, code in a
+    monospace font with a Copy button and highlighted tokens; the chat list switches."""
+    click(p, "tab-chat")
+    chat = {"id": "cmd", "title": "Markdown test", "updated": 1,
+            "convo": [{"role": "user", "content": "Show me C."},
+                      {"role": "assistant", "content": MARKDOWN, "stats": "stored"}]}
+    p.js(f"""(() => {{ const l = JSON.parse(localStorage.getItem('shardwire-chats') || '[]');
+        l.unshift({json.dumps(chat)}); localStorage.setItem('shardwire-chats', JSON.stringify(l));
+        return true; }})()""")
+    reload(p)
+    out["chats_listed"] = p.js("[...document.querySelectorAll('#chats li[data-chat]')]"
+                               ".map(li => li.dataset.chat)")
+    p.js("document.querySelector('#chats li[data-chat=cmd] button.open').click()")
+    p.wait("!!document.querySelector('.msg.assistant .code')", 10, "the Markdown reply")
+    out["md"] = p.js("""(() => { const t = [...document.querySelectorAll('.msg.assistant .text')].pop();
+        const pre = t.querySelector('.code pre code');
+        return {strong: (t.querySelector('strong') || {}).textContent,
+                em: (t.querySelector('em') || {}).textContent,
+                inline_code: (t.querySelector('p code') || {}).textContent,
+                code: pre.textContent, font: getComputedStyle(pre).fontFamily,
+                tokens: +t.querySelector('.code').dataset.tokens,
+                kinds: [...new Set([...pre.querySelectorAll('span')].map(s => s.className))].sort(),
+                items: [...t.querySelectorAll('ol li')].map(li => li.textContent),
+                quote: (t.querySelector('blockquote') || {}).textContent,
+                fences: t.textContent.includes('```'), html: t.querySelectorAll('script').length}; })()""")
+    # Copy puts the code on the clipboard (read back from it; headless Chromium lets a
+    # focused page use the clipboard once permitted)
+    p.call("Browser.grantPermissions", origin=p.js("location.origin"),
+           permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])
+    p.call("Emulation.setFocusEmulationEnabled", enabled=True)
+    p.js("document.querySelector('.msg.assistant .code .copy').click()")
+    p.wait("document.body.dataset.copied !== undefined", 5, "the copy")
+    out["copied"] = p.js("navigator.clipboard.readText()", await_promise=True)
+    out["screenshots"].append(p.shot(os.path.join(shots, "5-markdown-1280.png")))
+    # the selects show their whole option text
+    out["selects_fit"] = p.js(SELECTS_FIT)
+
+
+# Whether each select's chosen option fits its box (text width + room for the arrow).
+SELECTS_FIT = """(() => { const c = document.createElement('canvas').getContext('2d');
+    return Object.fromEntries(['model', 'draft'].map(id => { const s = document.getElementById(id);
+        c.font = getComputedStyle(s).font;
+        const w = c.measureText(s.options[s.selectedIndex].textContent).width;
+        return [id, w + 24 <= s.clientWidth]; })); })()"""
+
+
+def narrow_part(p, out, shots):
+    """A phone's width (390 px): the chat takes the screen, the settings open over it."""
+    p.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1,
+           mobile=True)
+    time.sleep(0.5)
+    n = {}
+    n["page_width"] = p.js("document.documentElement.scrollWidth")
+    n["messages_width"] = p.js("document.getElementById('messages').getBoundingClientRect().width")
+    n["prompt_width"] = p.js("document.getElementById('prompt').getBoundingClientRect().width")
+    n["settings_hidden"] = p.js("getComputedStyle(document.getElementById('settings')).display")
+    out["screenshots"].append(p.shot(os.path.join(shots, "6-chat-390.png")))
+    click(p, "toggle-settings")
+    time.sleep(0.3)
+    n["settings_open"] = p.js("getComputedStyle(document.getElementById('settings')).display")
+    n["selects_fit"] = p.js(SELECTS_FIT)
+    out["screenshots"].append(p.shot(os.path.join(shots, "7-settings-390.png")))
+    click(p, "toggle-settings")
+    click(p, "tab-cluster")
+    p.wait("document.body.dataset.clusterPolls >= 1", 10, "the cluster page")
+    time.sleep(1.2)
+    n["cluster_width"] = p.js("document.documentElement.scrollWidth")
+    out["screenshots"].append(p.shot(os.path.join(shots, "8-cluster-390.png")))
+    out["narrow"] = n
+
+
 def main():
     base, key, model, prompt, n_tok, shots = sys.argv[1:7]
     binary = chromium_path(sys.argv[7] if len(sys.argv) > 7 else None)
@@ -291,14 +432,16 @@ def main():
         out["chat_span_ms"] = (grow[-1] - grow[0]) if grow else 0
         out["chat_chunks"] = int(p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
                                       ".dataset.chunks"))
-        out["chat_text"] = p.js("[...document.querySelectorAll('.msg.assistant .text')]"
-                                ".pop().textContent")
+        out["chat_text"] = p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
+                                ".dataset.raw")
         out["chat_stats"] = p.js("[...document.querySelectorAll('.msg.assistant .stats')]"
                                  ".pop().textContent")
+        out["chat_stats_in_view"] = p.js(IN_VIEW)
         out["screenshots"].append(p.shot(os.path.join(shots, "2-chat.png")))
+        chat_part(p, out, prompt, shots)
 
         # Stop: a long generation, stopped while it streams.
-        click(p, "clear")
+        click(p, "new-chat")
         set_value(p, "draft", "auto")
         set_value(p, "max-tokens", "1500")
         set_value(p, "prompt", "Count from 1 to 1000: 1, 2, 3,")
@@ -340,7 +483,13 @@ def main():
         out["pipeline"] = p.js("[...document.querySelectorAll('#pipeline .seg')]"
                                ".map(s => s.textContent)")
         out["recent_rows"] = p.js("document.querySelectorAll('#recent tbody tr').length")
+        out["cluster_model"] = p.js("document.getElementById('c-model').textContent")
+        out["chart_axes"] = p.js("document.getElementById('split-chart').dataset.axes || ''")
+        out["health_page"] = p.js("document.getElementById('health').dataset.status || ''")
+        out["favicon_link"] = p.js("(document.querySelector('link[rel=icon]') || {}).href || ''")
         out["screenshots"].append(p.shot(os.path.join(shots, "4-cluster.png")))
+        markdown_part(p, out, shots)
+        narrow_part(p, out, shots)
     finally:
         stop_browser(proc, profile)
     print(json.dumps(out))

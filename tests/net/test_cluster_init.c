@@ -4,7 +4,8 @@
  * bundles, no sealing key on the relay, refusal to overwrite, --force, and a
  * clear line for each bad argument. Then a cluster started with the bundles'
  * own scripts (relay/start.sh, head/start.sh, tail/start.sh,
- * client/shardwire.sh) generates what `shardwire generate` does.
+ * client/shardwire.sh) generates what `shardwire generate` does, and the
+ * client's api.keys opens its `shardwire.sh serve` (200 with it, 401 without).
  */
 #include "keys.h"
 #include "sw_test.h"
@@ -89,6 +90,7 @@ int main(void)
                            "client/access.key",
                            "client/client.env",
                            "client/kaggle-secrets.txt",
+                           "client/api.keys",
                            NULL};
     for (int i = 0; files[i]; i++)
         if (s_mode(files[i]) != 0600) {
@@ -206,6 +208,30 @@ int main(void)
     for (int i = 0; i < n && i < n_ref; i++)
         SW_CHECK_INT(got[i], ref[i]);
     free(out);
+
+    /* the client's api.keys is the HTTP API key of its `serve` (compose's serve service) */
+    int hport = sw_test_free_port();
+    char hlisten[64], hep[80], key_file[512], cmd[2048];
+    snprintf(hlisten, sizeof hlisten, "127.0.0.1:%d", hport);
+    snprintf(hep, sizeof hep, "tcp://%s", hlisten);
+    snprintf(key_file, sizeof key_file, "%s", s_p("client/api.keys"));
+    char *asv[] = {"/bin/sh", (char *)s_p("client/shardwire.sh"),
+                   "serve",   "--listen",
+                   hlisten,   "--api-key-file",
+                   key_file,  NULL};
+    pid_t serve = sw_test_spawn(asv, sw_test_log("serve.log"));
+    SW_CHECK_INT(sw_test_wait_listen(hep, 60), 0);
+    snprintf(cmd, sizeof cmd,
+             "curl -s -o /dev/null -w '%%{http_code}' -H \"Authorization: Bearer $(grep -v '^#' "
+             "'%s')\" http://%s/v1/models; echo; "
+             "curl -s -o /dev/null -w '%%{http_code}' http://%s/v1/models",
+             key_file, hlisten, hlisten);
+    SW_CHECK_INT(sw_test_sh(cmd, 30, &out), 0);
+    SW_CHECK(out && !strcmp(out, "200\n401"));
+    if (out && strcmp(out, "200\n401"))
+        fprintf(stderr, "serve with the bundle's api.keys: %s\n", out);
+    free(out);
+    sw_test_kill(serve);
     sw_test_kill(head);
     sw_test_kill(tail);
     sw_test_kill(relay);

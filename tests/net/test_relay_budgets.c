@@ -14,7 +14,11 @@
  *    --node-mib-s 20: at most about 20 MiB (the bucket) + what refills
  *    during the burst gets through;
  *  - client bytes: a client key sends 12 GenerateRequests with a 1 MiB
- *    prompt each to the key-bound head with --client-mib-s 3: about 3 pass.
+ *    prompt each to the key-bound head with --client-mib-s 3: about 3 pass;
+ *  - per destination: the member sends 600 messages to client obs, then 50
+ *    to client alice, at once: obs gets about 100, alice all 50 (what a node
+ *    sends to clients is paced per destination client, so one key's replies
+ *    cannot spend another's; with one bucket per sender alice got none).
  *
  * What reached a peer is read from the relay's own table (PeerInfo.msgs_out,
  * messages forwarded to it), so nothing depends on the receiver's speed.
@@ -197,6 +201,22 @@ int main(void)
         SW_CHECK(t1 - t0 >= 1 && (double)(t1 - t0) <= c_allowed);
         SW_CHECK(sw_test_count_in_file(sw_test_log("relay.log"), "--client-mib-s") >= 1);
         free(prompt);
+
+        /* 4. what a node sends to clients is paced per destination (issue 35, finding 2):
+         * 600 messages from the head to obs at once spend obs's bucket, not alice's */
+        usleep(1200000);
+        long o0 = swa_msgs(obs, "obs", 1), a0 = swa_msgs(obs, "alice", 1);
+        int to_obs = s_closes(head, "obs", 600);
+        int to_alice = s_closes(head, "alice", 50);
+        (void)s_drain(head, 1000);
+        (void)s_drain(alice, 300);
+        (void)s_drain(obs, 300);
+        long o1 = swa_msgs(obs, "obs", 1), a1 = swa_msgs(obs, "alice", 1);
+        printf("to clients: %d messages to obs then %d to alice at once: %ld and %ld forwarded\n",
+               to_obs, to_alice, o1 - o0, a1 - a0);
+        SW_CHECK_INT(to_obs + to_alice, 650);
+        SW_CHECK(o1 - o0 >= RATE * 8 / 10 && o1 - o0 < 600);
+        SW_CHECK(a1 - a0 >= 50); /* with one bucket per sender: none */
         sw_peer_destroy(&alice);
     }
 

@@ -288,6 +288,26 @@ static void s_refusals(void)
     SW_CHECK(err && strstr(err, "too open"));
     free(err);
     err = NULL;
+    /* a .pub (mode 0644, as keygen writes it) given as --key: one line that names
+     * it a public key and the .key to give, not "too open ... chmod 600" */
+    char *c1p[] = {(char *)sw_test_bin("shardwire"),
+                   "status",
+                   "--relay",
+                   s_ep,
+                   "--key",
+                   (char *)s_path("bob.pub"),
+                   "--relay-key",
+                   (char *)s_path("relay.pub"),
+                   "--access-key",
+                   (char *)s_path("access.key"),
+                   NULL};
+    SW_CHECK_INT(s_exit_code(c1p, &err), 2);
+    SW_CHECK(err && strstr(err, "bob.pub is a public key") && strstr(err, "bob.key"));
+    SW_CHECK(err && !strstr(err, "too open") && strchr(err, '\n') == err + strlen(err) - 1);
+    if (err)
+        fprintf(stderr, "the .pub as --key: %s", err);
+    free(err);
+    err = NULL;
 
     /* the zmq_curve(7) test keys: as a secret key, as a pinned relay key, in the allow-list */
     const char *test_sec = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6";

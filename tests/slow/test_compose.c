@@ -8,9 +8,12 @@
  *     from the repo root: scripts/deploy/containers.sh (podman, podman-compose,
  *     runc, the Debian base image with bookworm-updates and -security, this
  *     shell's CONTAINERS_CONF), the model, the image from the Dockerfile, up
- *     with the client, the client's logs (its generation), status, a run,
- *     ps, a healthcheck by hand, down -v and the network. Afterwards no
- *     container, volume or network of the project is left;
+ *     with the client and serve, the client's logs (its generation), status
+ *     and runs through `podman exec` into serve (`run --json` clean JSON),
+ *     serve's /health on the published port and its API key from the
+ *     client bundle, ps, a healthcheck by hand, and compose_down.sh -v
+ *     (quiet). Afterwards no container, volume or network of the project is
+ *     left;
  *  2. docker-compose validates compose.yaml's cpu and gpu profiles: the GPU
  *     nodes use the CUDA image and reserve an NVIDIA GPU;
  *  3. a second project with the head drafting with SW_DRAFT_MODEL (the model
@@ -22,10 +25,12 @@
  *     reconnect and a second generation is again identical; `podman kill`
  *     on the tail does not restart it (the restart policy acts on a crash
  *     only, as the doc says);
- *  5. everything is torn down (containers, volumes, network).
+ *  5. everything is torn down (containers, volumes, network) by
+ *     scripts/deploy/compose_down.sh, which prints nothing.
  */
 #include "sw_test.h"
 
+#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -44,14 +49,20 @@ static int s_compose_cmd(const char *args, int timeout_s, char **out)
     return sw_test_sh(cmd, timeout_s, out);
 }
 
-/* The tokens of the client service's `run --json` (and its drafts), through the compose file. */
+/* The tokens of `run --json` (and its drafts) with the client's keys, run in the serve
+ * container as docs/deploy.md shows: its stdout must be the JSON alone (one object). */
 static int s_generate(int32_t *ids, int max, long *drafted, long *accepted)
 {
-    char args[512], *out = NULL;
-    snprintf(args, sizeof args,
-             "run --no-deps --rm client run --greedy --json -p '%s' -n %d --connect-timeout-s 120",
-             s_prompt, N_GEN);
-    int rc = s_compose_cmd(args, 300, &out);
+    char cmd[512], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "podman exec %s_serve_1 sh /keys/cluster/client/shardwire.sh run --greedy --json "
+             "-p '%s' -n %d --connect-timeout-s 120 2>/dev/null",
+             s_project, s_prompt, N_GEN);
+    int rc = sw_test_sh(cmd, 300, &out);
+    json_error_t je;
+    json_t *whole = rc == 0 && out ? json_loads(out, 0, &je) : NULL; /* nothing else on stdout */
+    SW_CHECK(whole != NULL);
+    json_decref(whole);
     int n = rc == 0 && out ? sw_test_json_tokens(out, ids, max) : -1;
     const char *d = out ? strstr(out, "\"drafted\":") : NULL;
     const char *a = out ? strstr(out, "\"accepted\":") : NULL;
@@ -74,13 +85,18 @@ static int s_nothing_left(const char *project)
     return sw_test_sh(cmd, 60, NULL);
 }
 
+/* scripts/deploy/compose_down.sh -v: 0 when it succeeded and printed nothing at all. */
 static int s_teardown(void)
 {
-    char cmd[256];
-    int rc = s_compose_cmd("down -v", 300, NULL);
-    snprintf(cmd, sizeof cmd, "podman network rm -f %s_default >/dev/null 2>&1; true", s_project);
-    sw_test_sh(cmd, 60, NULL);
-    return rc;
+    char cmd[PATH_MAX + 128], *out = NULL;
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/deploy/compose_down.sh %s -v 2>&1", s_src,
+             s_project);
+    int rc = sw_test_sh(cmd, 300, &out);
+    if (out && out[0])
+        fprintf(stderr, "compose_down.sh said:\n%s\n", out);
+    int quiet = out && !out[0];
+    free(out);
+    return rc == 0 && quiet ? 0 : -1;
 }
 
 /* The sh block of docs/deploy.md between the podman-block markers (malloc'd), or NULL. */
@@ -118,6 +134,9 @@ int main(void)
     setenv("SW_MODELS_DIR", mdir, 1);
     setenv("SW_MODEL", mpath, 1);
     setenv("SW_THREADS", "1", 1);
+    char web_port[16];
+    snprintf(web_port, sizeof web_port, "%d", sw_test_free_port());
+    setenv("SW_WEB_PORT", web_port, 1); /* serve's page on the host */
 
     /* 1. the doc's block, as written (its project name from the environment). */
     char *block = s_doc_block();
@@ -147,6 +166,15 @@ int main(void)
         tables++;
     SW_CHECK(tables >= 2);
     SW_CHECK(out && strstr(out, "head: healthy"));
+    /* run --json through podman exec is clean JSON; the web page's /health and the API with
+     * the bundle's key answer on the published port; the quiet down said nothing */
+    SW_CHECK(out && strstr(out, "run --json: clean JSON"));
+    SW_CHECK(out && strstr(out, "{\"status\":\"ok\""));
+    SW_CHECK(out && strstr(out, "API key: accepted"));
+    const char *down = out ? strstr(out, "compose_down.sh") : NULL;
+    const char *after = down ? strchr(down, '\n') : NULL; /* its `bash -x` line is the last */
+    SW_CHECK(down && (!after || !after[strspn(after, "\n")]));
+    SW_CHECK(out && !strstr(out, "no such container"));
     /* status listed both nodes; ps listed the containers */
     SW_CHECK(out && strstr(out, " head ") && strstr(out, " tail "));
     snprintf(tmp, sizeof tmp, "%s_relay_1", doc_project);
@@ -218,7 +246,7 @@ int main(void)
     long drafted = 0, accepted = 0;
     int n_ref = sw_test_generate(model, s_prompt, N_GEN, ref, N_GEN);
     SW_CHECK_INT(n_ref, N_GEN);
-    SW_CHECK_INT(s_compose_cmd("up -d --no-build init relay head tail", 300, NULL), 0);
+    SW_CHECK_INT(s_compose_cmd("up -d --no-build init relay head tail serve", 300, NULL), 0);
     int n = s_generate(got, N_GEN, &drafted, &accepted);
     SW_CHECK_INT(n, n_ref);
     for (int i = 0; i < n && i < n_ref; i++)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* This test checks the implementations (their operations, buffers, the rope
  * table), so it reads the engine's private headers, as tests/cuda and
@@ -108,6 +109,13 @@ static void s_test_registry(void)
         be = sw_backend_new("cuda:0", 1, err, sizeof err);
         SW_CHECK(be == NULL && err[0] != 0);
         printf("cuda without a GPU: %s\n", err);
+        /* The advice fits the machine: a build without CUDA says so; a CUDA
+         * build on a machine with no NVIDIA driver says that (the runtime's
+         * own text, "CUDA driver version is insufficient", points at an update). */
+        SW_CHECK(strstr(err, "insufficient") == NULL && strstr(err, "--backend cpu") != NULL);
+        if (!strstr(err, "this build has no CUDA backend") &&
+            access("/proc/driver/nvidia/version", F_OK) != 0)
+            SW_CHECK(strstr(err, "no NVIDIA driver on this machine") != NULL);
         be = sw_backend_new("auto", 1, err, sizeof err);
         SW_CHECK(be != NULL && !strcmp(sw_backend_name(be), "cpu"));
         sw_backend_free(&be);

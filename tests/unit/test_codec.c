@@ -117,6 +117,7 @@ static void s_check_timing(const sw_msg_timing_t *a, const sw_msg_timing_t *b, u
         SW_CHECK_INT(a[i].queue_us, b[i].queue_us);
         SW_CHECK_INT(a[i].batch_rows, b[i].batch_rows);
         SW_CHECK_INT(a[i].batch_rounds, b[i].batch_rounds);
+        SW_CHECK_INT(a[i].critical_us, b[i].critical_us);
     }
 }
 
@@ -417,15 +418,18 @@ static void s_test_forward(void)
     f->hop = 1;
     f->reply_to = "head";
     f->n_timing = 1;
-    f->timing[0] = (sw_msg_timing_t){"head", 1500, 20, 12, 3};
+    f->timing[0] = (sw_msg_timing_t){"head", 1500, 20, 12, 3, 4200};
     f->kv_path_from = 98;
     f->n_kv_path = 2;
     f->kv_path = kv_path;
     f->n_ctx = 4096;
+    f->fair_client = 0xfedcba9876543210ull;
+    f->fair_tenant = 7;
     f->payload = tensor;
     f->payload_len = sizeof tensor;
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     const sw_msg_forward_t *g = &out.forward;
+    SW_CHECK(g->fair_client == 0xfedcba9876543210ull && g->fair_tenant == 7);
     SW_CHECK(g->session_id == 0xabcdef && g->round == 42);
     SW_CHECK_INT(g->start_pos, 100);
     SW_CHECK_INT(g->kv_keep, 100);
@@ -472,7 +476,7 @@ static void s_test_forward(void)
     sw_msg_t next = out;
     next.forward.hop = 2;
     next.forward.layer_begin = 20;
-    next.forward.timing[next.forward.n_timing++] = (sw_msg_timing_t){"mid", 900, 5, 37, 4};
+    next.forward.timing[next.forward.n_timing++] = (sw_msg_timing_t){"mid", 900, 5, 37, 4, 7100};
     sw_wire_msg_t m2 = {0};
     sw_msg_t out2;
     SW_CHECK_INT(s_trip(&next, &m2, &out2), 0);
@@ -590,9 +594,11 @@ static void s_test_generate(void)
                                            .ahead = SW_AHEAD_ON},
                                  .timeout_ms = 30000,
                                  .n_stop = 2,
-                                 .stop = {"\n\n", "END"}}};
+                                 .stop = {"\n\n", "END"},
+                                 .tenant = "api-3f2a"}};
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     const sw_msg_generate_t *g = &out.generate;
+    SW_CHECK(!strcmp(g->tenant, "api-3f2a"));
     SW_CHECK(!strcmp(g->request_id, "req-1"));
     SW_CHECK(!strcmp(g->prompt, "Once upon a time"));
     SW_CHECK_INT(g->n_prompt_tokens, 0);
@@ -633,6 +639,7 @@ static void s_test_generate(void)
     SW_CHECK(g->sampling.temp == 0 && g->sampling.top_p == 1.0f);
     SW_CHECK_INT(g->has_draft, 0);
     SW_CHECK(!strcmp(g->prompt, ""));
+    SW_CHECK(!strcmp(g->tenant, "")); /* not sent: the key's own */
 
     /* prompt tokens */
     static const uint32_t ptoks[4] = {1, 2, 3, (1u << 22) - 1};
@@ -690,8 +697,9 @@ static void s_test_chunk(void)
                          .n_tree_rounds = 16,
                          .n_kv_moves = 17,
                          .n_prefix_reused = 18,
+                         .overlap_ms = 19.5f,
                          .n_stages = 2,
-                         .stages = {{"mid", 100, 0, 0, 0}, {"tail", 200, 0, 0, 0}},
+                         .stages = {{"mid", 100, 0, 0, 0, 90}, {"tail", 200, 0, 0, 0, 150}},
                          .logits_digest = 0xdeadbeefull};
     msg = (sw_msg_t){.type = SW_MSG_TOKEN_CHUNK,
                      .chunk = {.request_id = "req-9",
@@ -713,11 +721,63 @@ static void s_test_chunk(void)
     SW_CHECK(s->ttft_ms == 8.5f && s->decode_ms == 9.5f && s->draft_ms == 10.5f &&
              s->head_ms == 11.5f && s->network_ms == 12.5f && s->draft_ahead_ms == 13.5f);
     SW_CHECK(s->n_ahead_hits == 14 && s->n_ahead_misses == 15 && s->n_tree_rounds == 16 &&
-             s->n_kv_moves == 17 && s->n_prefix_reused == 18);
+             s->n_kv_moves == 17 && s->n_prefix_reused == 18 && s->overlap_ms == 19.5f);
     SW_CHECK_INT(s->n_stages, 2);
     s_check_timing(s->stages, st.stages, 2);
     SW_CHECK(s->logits_digest == 0xdeadbeefull);
     sw_wire_msg_clear(&m);
+}
+
+/* Progress (version 8): every field through, and the bounds refused on the way out. */
+static void s_test_progress(void)
+{
+    sw_wire_msg_t m = {0};
+    sw_msg_t out;
+    const sw_msg_t msg = {.type = SW_MSG_PROGRESS,
+                          .progress = {.request_id = "req-7",
+                                       .prompt_done = 1024,
+                                       .prompt_total = 1900,
+                                       .generated = 3,
+                                       .next_ms = 15000,
+                                       .prompt_finished = 640}};
+    SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
+    SW_CHECK(!strcmp(out.progress.request_id, "req-7"));
+    SW_CHECK_INT(out.progress.prompt_done, 1024);
+    SW_CHECK_INT(out.progress.prompt_total, 1900);
+    SW_CHECK_INT(out.progress.generated, 3);
+    SW_CHECK_INT(out.progress.next_ms, 15000);
+    SW_CHECK_INT(out.progress.prompt_finished, 640);
+    SW_CHECK_INT(sw_wire_body_channel(&m.env->pb), SW_WIRE_CH_ACCESS); // head <-> client keys
+    sw_wire_msg_clear(&m);
+    sw_msg_t bad = msg;
+    bad.progress.prompt_done = 1901; // more done than there is
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = msg;
+    bad.progress.prompt_done = bad.progress.prompt_total = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = msg;
+    bad.progress.generated = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = msg;
+    bad.progress.next_ms = SW_WIRE_MAX_PROGRESS_MS + 1; // a promise of more than 10 minutes
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = msg;
+    bad.progress.request_id = "no spaces";
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+    bad = msg;
+    bad.progress.prompt_finished = 1025; // more through every stage than through the head
+    SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
+
+    const sw_msg_t ack = {.type = SW_MSG_PREFILL_ACK,
+                          .prefill_ack = {.session_id = 77, .round = 3, .done = 448}};
+    SW_CHECK_INT(s_trip(&ack, &m, &out), 0);
+    SW_CHECK(out.prefill_ack.session_id == 77 && out.prefill_ack.round == 3);
+    SW_CHECK_INT(out.prefill_ack.done, 448);
+    SW_CHECK_INT(sw_wire_body_channel(&m.env->pb), SW_WIRE_CH_CLUSTER); // stage -> head
+    sw_wire_msg_clear(&m);
+    sw_msg_t bad_ack = ack;
+    bad_ack.prefill_ack.done = 0;
+    SW_CHECK_INT(s_refused(&bad_ack), SW_WIRE_EMALFORMED);
 }
 
 static void s_test_error_cancel_resume(void)
@@ -835,7 +895,7 @@ static void s_test_refused_out(void)
     SW_CHECK_INT(s_refused(&pre), SW_WIRE_EMALFORMED);
     prefix[0] = 0;
     bad = ok;
-    bad.forward.timing[0] = (sw_msg_timing_t){"a", 1, 1, SW_WIRE_MAX_BATCH_ROWS + 1, 1};
+    bad.forward.timing[0] = (sw_msg_timing_t){"a", 1, 1, SW_WIRE_MAX_BATCH_ROWS + 1, 1, 0};
     bad.forward.n_timing = 1;
     SW_CHECK_INT(s_refused(&bad), SW_WIRE_EMALFORMED);
     bad = ok;
@@ -921,6 +981,13 @@ static void s_test_refused_out(void)
     g.generate.n_messages = SW_WIRE_MAX_MESSAGES + 1;
     SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
     g.generate.n_messages = 0;
+    g.generate.tenant = "no spaces"; /* a tenant is a name: 0..63 of [A-Za-z0-9._-] */
+    SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
+    g.generate.tenant = "0123456789012345678901234567890123456789012345678901234567890123";
+    SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
+    g.generate.tenant = "012345678901234567890123456789012345678901234567890123456789012";
+    SW_CHECK_INT(s_refused(&g), 0);
+    g.generate.tenant = NULL;
     g.generate.n_predict = 0;
     SW_CHECK_INT(s_refused(&g), SW_WIRE_EMALFORMED);
 
@@ -937,6 +1004,7 @@ static void s_test_refused_out(void)
     v.verdict.next_token = 1;
     v.verdict.n_path = 1; /* path missing */
     SW_CHECK_INT(s_refused(&v), SW_WIRE_EMALFORMED);
+    v.verdict.n_path = 0;
 
     sw_msg_t t = {.type = SW_MSG_PEER_TABLE, .table = {.n_peers = SW_WIRE_MAX_PEERS + 1}};
     SW_CHECK_INT(s_refused(&t), SW_WIRE_EMALFORMED);
@@ -1219,6 +1287,7 @@ int main(void)
     s_test_generate();
     s_test_chunk();
     s_test_error_cancel_resume();
+    s_test_progress();
     s_test_refused_out();
     s_test_refused_in();
     s_test_sealed();

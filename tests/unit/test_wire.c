@@ -891,6 +891,39 @@ static void test_remaining_messages(void)
         SW_CHECK_INT(out->session_close->session_id, 9);
         shardwire__envelope__free_unpacked(out, NULL);
     }
+
+    static char rid[] = "req-1";
+    Shardwire__Progress pg = SHARDWIRE__PROGRESS__INIT;
+    pg.request_id = rid;
+    pg.prompt_done = 512;
+    pg.prompt_total = 1900;
+    pg.next_ms = 4000;
+    Shardwire__Envelope e6 = SHARDWIRE__ENVELOPE__INIT;
+    e6.body_case = SHARDWIRE__ENVELOPE__BODY_PROGRESS;
+    e6.progress = &pg;
+    SW_CHECK_INT(s_roundtrip(&e6, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->progress->prompt_done, 512);
+        SW_CHECK_INT(out->progress->next_ms, 4000);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+
+    Shardwire__PrefillAck pa = SHARDWIRE__PREFILL_ACK__INIT;
+    pa.session_id = 9;
+    pa.round = 1;
+    pa.done = 448;
+    Shardwire__Envelope e7 = SHARDWIRE__ENVELOPE__INIT;
+    e7.body_case = SHARDWIRE__ENVELOPE__BODY_PREFILL_ACK;
+    e7.prefill_ack = &pa;
+    SW_CHECK_INT(s_roundtrip(&e7, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->prefill_ack->done, 448);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    pa.done = 0; // a chunk acknowledges at least one position
+    SW_CHECK_INT(s_roundtrip(&e7, 0, 0, &out), SW_WIRE_EMALFORMED);
+    pa.done = SW_WIRE_MAX_POS + 1;
+    SW_CHECK_INT(s_roundtrip(&e7, 0, 0, &out), SW_WIRE_EMALFORMED);
 }
 
 /* Every seed of tests/fuzz/corpus/wire/ decodes, and every body type has one. */

@@ -1,0 +1,27 @@
+/*
+ * expiry.h - a small fixed table of names, each remembered until a time: the
+ * head's suspect, proven and spot-checked stages, placement's benched nodes.
+ * A full table forgets the entry that expires first, so a peer that makes
+ * up names cannot grow it.
+ */
+#ifndef SW_EXPIRY_H
+#define SW_EXPIRY_H
+
+#include "sw_limits.h"
+
+typedef struct sw_expiry {
+    char name[SW_WIRE_NAME_MAX + 1];
+    double until; /* remembered until then (ms); 0: a free entry */
+} sw_expiry_t;
+
+/* The entry of name among t[0, n): its own (live or expired), else a free
+ * one or the one that expires first. */
+int sw_expiry_slot(const sw_expiry_t *t, int n, const char *name);
+
+/* Remembers name until `until` in its entry (sw_expiry_slot); returns it. */
+int sw_expiry_put(sw_expiry_t *t, int n, const char *name, double until);
+
+/* The entry of name when it is still remembered at now, else -1. */
+int sw_expiry_find(const sw_expiry_t *t, int n, const char *name, double now);
+
+#endif
