@@ -5,7 +5,7 @@
 # scripts/ref/README.md). Nothing of them is committed or downloaded: the
 # source comes from scripts/fetch_model.sh, the tool is built from the
 # llama-cpp-python 0.3.36 sdist the benchmarks' peer comes from
-# (scripts/bench/llama_peer.py), into the same cache build folder.
+# (scripts/bench/llama_peer.py), into the same cache folder.
 #
 #   bash scripts/requant_model.sh qwen-coder-0.5b-iq4_nl   # 431 MB, iq4_nl (and q5_1, q5_K)
 #   bash scripts/requant_model.sh qwen-coder-0.5b-iq4_xs   # 428 MB, iq4_xs ffn_down, iq4_nl
@@ -16,9 +16,10 @@
 # second call only re-checks the hash. llama-quantize's quantizers live in
 # ggml-base, which is compiled without the host's instruction-set flags, so
 # the bytes are the same on every x86-64 machine; the hash check says so
-# loudly if they ever are not. Building the tool the first time: a few
-# minutes when the peer's build folder exists, else the peer's whole build
-# (llama_peer.py, about 40 minutes of CPU).
+# loudly if they ever are not. The tool: the peer's (scripts/bench/llama_peer.py)
+# where its build folder has it, else llama-quantize alone in a minimal
+# configuration (`llama_peer.py --quantize`: about 4.5 CPU-minutes the first
+# time, cached in ~/.cache/shardwire/peer/build-quantize).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SW_MODELS_DIR:-$here/models}
@@ -64,16 +65,11 @@ fi
 
 source_gguf=$(bash "$here/scripts/fetch_model.sh" "$src")
 
-# llama-quantize, a target of the peer's llama.cpp build folder
-cache=${SW_LLAMA_CACHE:-$HOME/.cache/shardwire/peer}
-quantize=$cache/build-rpc/bin/llama-quantize
-if [ ! -x "$quantize" ]; then
-    if [ ! -f "$cache/build-rpc/CMakeCache.txt" ]; then
-        echo "requant_model: no llama.cpp build in $cache yet: building the peer first (scripts/bench/llama_peer.py)" >&2
-        python3 "$here/scripts/bench/llama_peer.py" >/dev/null
-    fi
-    echo "requant_model: building llama-quantize in $cache/build-rpc" >&2
-    cmake --build "$cache/build-rpc" --target llama-quantize -j "${SW_JOBS:-2}" >&2
+# llama-quantize: the peer's when its build folder has it, else a build of
+# that one program in the cache (scripts/bench/llama_peer.py --quantize)
+if ! quantize=$(python3 "$here/scripts/bench/llama_peer.py" --quantize) || [ ! -x "$quantize" ]; then
+    echo "requant_model: could not build llama.cpp's llama-quantize (scripts/bench/llama_peer.py --quantize; its log: ${SW_LLAMA_CACHE:-$HOME/.cache/shardwire/peer}/build.log)" >&2
+    exit 1
 fi
 
 tmp=$(mktemp "$dir/.requant.XXXXXX")
