@@ -232,7 +232,8 @@ const sw_opt_t sw_opts_model[] = {
     {"threads", SW_OPT_THREADS, "N", "CPU compute threads (default: every core)"},
     [SW_OPTS_MODEL_CTX] = //
     {"ctx", SW_OPT_CTX, "N",
-     "context size in tokens, per session (default " SW_STR(SW_ARGS_DEFAULT_CTX) ")"},
+     "context size in tokens, per session (default: the model's\ntrained context; a node cuts it "
+     "to what its --kv-mib\nholds)"},
 };
 _Static_assert(sizeof sw_opts_model / sizeof sw_opts_model[0] == SW_OPTS_MODEL_N,
                "SW_OPTS_MODEL_* indexes every option");

@@ -282,7 +282,7 @@ typedef struct sw_args_model {
     const char *model;   /* -m: GGUF path or hf:ORG/NAME/FILE; NULL = not given */
     const char *backend; /* -b: cpu, cuda, cuda:N, cuda:0,1; NULL = auto */
     int threads;         /* -t: CPU threads, 0 = every core */
-    int n_ctx;           /* -c: positions (default SW_ARGS_DEFAULT_CTX) */
+    int n_ctx;           /* -c: positions (default SW_ARGS_DEFAULT_CTX: 0 = the model's) */
 } sw_args_model_t;
 #define SW_ARGS_MODEL_DEFAULT                                                                      \
     {                                                                                              \

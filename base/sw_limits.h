@@ -66,7 +66,7 @@ _Static_assert(SW_WIRE_MAX_PAYLOAD + SW_WIRE_SEAL_OVERHEAD + SW_WIRE_CURVE_OVERH
                "the largest payload and header, sealed and in CURVE's framing, pass "
                "ZMQ_MAXMSGSIZE");
 /* All frames of one message after the relay's identity: names, a sealed
- * header (62 bytes more than the Envelope) and a sealed payload. */
+ * header (SW_WIRE_SEAL_HDR_OVERHEAD, 70 bytes more than the Envelope) and a sealed payload. */
 #define SW_WIRE_MAX_TOTAL (SW_WIRE_MAX_HEADER + SW_WIRE_MAX_PAYLOAD + 2 * 256 + 128)
 #define SW_WIRE_MAX_FRAMES 3 /* name + header + payload, after the relay's identity */
 
@@ -139,7 +139,9 @@ _Static_assert(SW_REQUEST_MAX_N_PREDICT <= SW_WIRE_MAX_POS,
 
 /* ---- programs' shared flags (args.h) --------------------------------------------------------- */
 
-#define SW_ARGS_DEFAULT_CTX 2048  /* -c: context positions per session */
+/* -c: context positions per session; 0 = the model's trained context (a node cuts it to what
+ * its KV memory holds) */
+#define SW_ARGS_DEFAULT_CTX 0
 #define SW_DRAFT_DEFAULT_K_MAX 16 /* --draft-k-max: the adaptive K's ceiling */
 
 _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a valid K");

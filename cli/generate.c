@@ -159,6 +159,7 @@ struct s_gen {
     char *chat;            // the prompt in the chat template (--chat), or NULL
     int32_t *prompt;       // (n_prompt) the prompt's tokens
     int n_prompt;          //
+    int n_ctx;             // the context: --ctx, else the model's trained one
     int32_t *out;          // (n_predict + 1) the generated tokens
     struct s_stream st;    // the text as it streams
 };
@@ -239,11 +240,14 @@ static int s_gen_prompt(const struct s_gen_opts *o, struct s_gen *g)
         fprintf(stderr, "shardwire generate: out of memory\n");
         return -1;
     }
-    if (g->n_prompt + o->rq.n_predict > o->m.n_ctx) {
+    /* the cache grows as it is used (engine/include/kv.h): the whole trained
+     * context costs nothing up front */
+    g->n_ctx = o->m.n_ctx > 0 ? o->m.n_ctx : sw_model_hparams(g->m)->n_ctx_train;
+    if ((int64_t)g->n_prompt + o->rq.n_predict > g->n_ctx) {
         fprintf(stderr,
                 "shardwire generate: %d prompt + %d new tokens exceed the %d-token context "
                 "(use --ctx or -n)\n",
-                g->n_prompt, o->rq.n_predict, o->m.n_ctx);
+                g->n_prompt, o->rq.n_predict, g->n_ctx);
         return -1;
     }
     return 0;
@@ -334,7 +338,7 @@ static int s_gen_run(struct s_gen_opts *o)
     memset(&g, 0, sizeof g);
     if (s_gen_load(o, &g) != 0 || s_gen_prompt(o, &g) != 0)
         goto done;
-    g.lt = sw_local_target_new(g.m, o->m.n_ctx, &o->sampling, err, sizeof err);
+    g.lt = sw_local_target_new(g.m, g.n_ctx, &o->sampling, err, sizeof err);
     if (!g.lt) {
         fprintf(stderr, "shardwire generate: %s\n", err);
         goto done;

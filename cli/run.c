@@ -39,7 +39,9 @@ static void s_on_signal(int sig)
 enum { O_HEAD = SW_OPT_OWN, O_TIMEOUT, O_PROGRESS };
 
 static const sw_opt_t s_opts[] = {
-    {"head", O_HEAD, "NAME", "send the request to this head (default: the first one\nserving)"},
+    {"head", O_HEAD, "NAME",
+     "send the request to this head (default: the one serving\nthe model; refused, naming them, "
+     "when several do)"},
     {"timeout-s", O_TIMEOUT, "S",
      "the request's deadline on the cluster (default " SW_STR(SW_REQUEST_DEFAULT_TIMEOUT_S) ")"},
     {"progress", O_PROGRESS, "on|off",
@@ -72,7 +74,7 @@ static const sw_args_spec_t s_spec = {
 struct s_run_opts {
     sw_sec_args_t sec;     /* the security flags */
     sw_args_relay_t relay; /* --relay, --connect-timeout-s */
-    const char *head;      /* --head NAME, or NULL: the first one serving */
+    const char *head;      /* --head NAME, or NULL: the one serving (several: refused) */
     int json;              /* --json */
     int progress;          /* --progress: 1 on, 0 off, -1 on a terminal */
     sw_client_request_t q; /* the request (its strings point into argv), checked */

@@ -195,6 +195,11 @@ static json_t *s_peer_json(const sw_client_peer_t *p)
         json_object_set_new(o, "us_out_k", json_integer(p->us_out_k));
         json_object_set_new(o, "rtt_us", json_integer(p->rtt_us));
         json_object_set_new(o, "kv_kib_layer", json_integer(p->kv_kib_layer));
+        json_object_set_new(o, "max_sessions", json_integer(p->max_sessions));
+        json_object_set_new(o, "n_ctx", json_integer(p->n_ctx));
+        json_object_set_new(o, "kv_mib", json_integer(p->kv_mib));
+        json_object_set_new(o, "kv_full", json_integer(p->kv_full));
+        json_object_set_new(o, "kv_type", json_string(p->kv_type));
     }
     return o;
 }
@@ -224,8 +229,8 @@ static void s_print_text(const char *relay, const sw_client_table_t *t, const ch
 {
     printf("relay %s: up %.1f s, %llu forwarded, %llu dropped\n", relay, t->uptime_ms / 1e3,
            (unsigned long long)t->forwarded, (unsigned long long)t->dropped);
-    printf("%-24s %-7s %-12s %-14s %-12s %s\n", "NAME", "ROLE", "LAYERS", "HEARTBEAT AGE", "MODEL",
-           "KEY BINDS");
+    printf("%-24s %-7s %-12s %-14s %-12s %-10s %s\n", "NAME", "ROLE", "LAYERS", "HEARTBEAT AGE",
+           "MODEL", "KEY BINDS", "SESSIONS");
     for (int i = 0; i < t->n_peers; i++) {
         const sw_client_peer_t *p = &t->peers[i];
         char layers[32] = "-";
@@ -235,8 +240,14 @@ static void s_print_text(const char *relay, const sw_client_table_t *t, const ch
             snprintf(layers, sizeof layers, "%u:%u/%u", p->layer_begin, p->layer_end, p->n_layers);
         /* what the relay's allow-list binds its key to (docs/security.md section 2) */
         const char *binds = p->role_bound ? "name+role" : p->key_bound ? "name" : "-";
-        printf("%-24s %-7s %-12s %-14.1f %-12.12s %s\n", p->name, p->role, layers,
-               p->heartbeat_age_ms / 1e3, p->model, binds);
+        /* "8, 5 of 32768 positions (f16, 2500 MiB)": slots, and how many of them
+         * fit at full length in the KV memory (issue 33) */
+        char sessions[96] = "-";
+        if (p->is_node && p->n_ctx)
+            snprintf(sessions, sizeof sessions, "%u, %u of %u positions (%s, %u MiB)",
+                     p->max_sessions, p->kv_full, p->n_ctx, p->kv_type, p->kv_mib);
+        printf("%-24s %-7s %-12s %-14.1f %-12.12s %-10s %s\n", p->name, p->role, layers,
+               p->heartbeat_age_ms / 1e3, p->model, binds, sessions);
     }
     if (!spot)
         return;

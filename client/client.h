@@ -147,6 +147,11 @@ typedef struct sw_client_peer {
     uint32_t us_out_k;     /* ... probe_rows rows */
     uint32_t rtt_us;       /* round trip to the relay */
     uint32_t kv_kib_layer; /* KV of its sessions per layer, KiB */
+    /* KV cache (issue 33; 0 = not said) */
+    uint32_t n_ctx;      /* positions a session may reach there */
+    uint32_t kv_mib;     /* KV memory its sessions share, MiB */
+    uint32_t kv_full;    /* sessions of n_ctx positions that fit at once */
+    const char *kv_type; /* "f16" or "q8_0" (static) */
 } sw_client_peer_t;
 
 typedef struct sw_client_table {

@@ -75,6 +75,10 @@ int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, cha
         p->us_out_k = a->us_out_k;
         p->rtt_us = a->rtt_us;
         p->kv_kib_layer = a->kv_kib_layer;
+        p->n_ctx = a->n_ctx;
+        p->kv_mib = a->kv_mib;
+        p->kv_full = a->kv_full;
+        p->kv_type = a->kv_type == 1 ? "q8_0" : "f16";
     }
     out->need_key = c->secure;
     for (int i = 0; i < out->n_peers && c->secure; i++)

@@ -140,7 +140,7 @@ draft_seq_t *draft_seq_new(draft_model_t *dm, int n_ctx)
         return NULL;
     s->dm = dm;
     s->cap = n_ctx ? n_ctx + SW_MAX_DRAFT + 1 : dm->cap;
-    s->kv = sw_kv_new(dm->m, s->cap);
+    s->kv = sw_kv_new_grow(dm->m, s->cap, NULL); // grows as the sequence does
     s->cached = malloc((size_t)s->cap * sizeof *s->cached);
     s->q_ids = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_ids);
     s->q_vals = malloc((size_t)SW_MAX_DRAFT * DRAFT_Q_MAX * sizeof *s->q_vals);

@@ -101,16 +101,18 @@ typedef struct sw_weight {
 
 /* Attention over one layer's cache for the n rows of a chunk. The cache holds
  * K as (n_ctx, n_kv_head * head_dim) f16 and V transposed as
- * (n_kv_head * head_dim, n_ctx) f16. The call first stores the n new rows at
+ * (n_kv_head * head_dim, n_ctx) f16, or with kv_q8 both as (n_ctx) rows of
+ * n_kv_head * head_dim in q8_0 blocks. The call first stores the n new rows at
  * slots [slot0, slot0 + n), then row r attends to slots [0, slot0 + r], or
- * with tree to the slots of its visibility record. */
+ * with tree to the slots of its visibility record. n_ctx is the cache's
+ * allocated size (kv.h: a growing cache's grows), never a limit on results. */
 typedef struct sw_attn_args {
     sw_buf_t *q;         // (n, n_head * head_dim) f32, roped
     sw_buf_t *k;         // (n, n_kv_head * head_dim) f32, roped
     sw_buf_t *v;         // (n, n_kv_head * head_dim) f32
     sw_buf_t *out;       // (n, n_head * head_dim) f32
-    sw_buf_t *k_cache;   // (n_ctx, n_kv_head * head_dim) f16
-    sw_buf_t *v_cache;   // (n_kv_head * head_dim, n_ctx) f16, transposed
+    sw_buf_t *k_cache;   // (n_ctx, n_kv_head * head_dim) f16, or q8_0 rows (kv_q8)
+    sw_buf_t *v_cache;   // (n_kv_head * head_dim, n_ctx) f16, transposed, or q8_0 rows
     const sw_buf_t *ctl; // row control block (slot0, visibility records)
     int n;               // rows
     int n_ctx;           // cache capacity in slots
@@ -128,6 +130,8 @@ typedef struct sw_attn_args {
                          // sums still run over every visible slot's index as without the
                          // window, the hidden ones adding exact zeros. 0 = no window. Only
                          // backends whose ops say attn_swa get a non-zero window.
+    int kv_q8;           // 1: a q8_0 cache (kv.h, SW_KV_Q8_0), in llama.cpp's flash attention
+                         // arithmetic; only backends whose ops say attn_q8_0 get it
 } sw_attn_args_t;
 
 /* The feed-forward block of a mixture-of-experts layer (Qwen3-MoE), as
@@ -270,6 +274,14 @@ typedef struct sw_backend_ops {
     /* 1: attention honours sw_attn_args_t.swa (sliding windows); 0: the model refuses
      * architectures with sliding-window layers on this backend. */
     int attn_swa;
+    /* Optional (growing KV caches, kv.c): copies rows strided bytes of src
+     * (from src_off, src_pitch apart) to dst (from dst_off, dst_pitch apart),
+     * both on be; NULL = kv.c copies through the host. */
+    int (*copy2d)(sw_backend_t *be, sw_buf_t *dst, size_t dst_off, size_t dst_pitch,
+                  const sw_buf_t *src, size_t src_off, size_t src_pitch, size_t width, int rows);
+    /* 1: attention and kv_move take q8_0 caches (sw_attn_args_t.kv_q8); 0: the
+     * model refuses SW_KV_Q8_0 on this backend. */
+    int attn_q8_0;
 } sw_backend_ops_t;
 
 #define SW_BACKEND_MAX_DEVICES 8 // members of one backend group

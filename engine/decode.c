@@ -283,7 +283,7 @@ sw_local_target_t *sw_local_target_new(sw_model_t *m, int n_ctx, const sw_sampli
     if (!t)
         goto oom;
     t->m = m;
-    t->kv = sw_kv_new(m, n_ctx);
+    t->kv = sw_kv_new_grow(m, n_ctx, NULL);
     t->ver = sw_verifier_new(params, n_vocab);
     t->logits = malloc((size_t)(SW_MAX_DRAFT + 1) * n_vocab * sizeof(float));
     if (!t->kv || !t->ver || !t->logits)

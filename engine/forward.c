@@ -79,7 +79,7 @@ static int s_attention(const s_step_t *s, int li)
             .v_cache = kv->v[li],
             .ctl = s->pieces ? d->pctl_v[j] : s->ctl,
             .n = s->pieces ? s->pieces[j].n : s->n,
-            .n_ctx = kv->n_ctx,
+            .n_ctx = kv->cap,
             .n_head = hp->n_head,
             .n_kv_head = hp->n_kv_head,
             .head_dim = hp->head_dim,
@@ -87,6 +87,7 @@ static int s_attention(const s_step_t *s, int li)
             .prompt_order = s->prompt_order,
             .tree = s->pieces ? s->pieces[j].tree : s->tree,
             .swa = s->m->layers[li].swa ? hp->n_swa : 0,
+            .kv_q8 = kv->type == SW_KV_Q8_0,
         };
         S_TRY(d->be->ops->attention(d->be, &a));
     }
@@ -225,10 +226,11 @@ static int s_run_step(s_step_t *s, int dev_index)
         return s_step_record(s);
     uint64_t key = 0;
     if (s->n <= S_GRAPH_MAX_ROWS && !s->prompt_order && !s->pieces) {
-        /* The model and the cache's size, not the cache: a backend that records
-         * graphs takes each session's caches at replay (backend_impl.h, graph_run). */
+        /* The model and the cache's allocated size, not the cache: a backend that
+         * records graphs takes each session's caches at replay (backend_impl.h,
+         * graph_run); growing caches share a few sizes (sw_kv_step). */
         const uint64_t w[] = {(uint64_t)(uintptr_t)s->m,
-                              (uint64_t)s->kv->n_ctx,
+                              (uint64_t)s->kv->cap,
                               (uint64_t)dev_index,
                               (uint64_t)s->n,
                               (uint64_t)s->prompt_order,
@@ -642,6 +644,10 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                 return -1;
             }
     }
+    /* Growing caches take their next step first (nothing else changes when one cannot). */
+    for (int s = 0; s < n_seg; s++)
+        if (sw_kv_reserve(kvs[s], kvs[s]->len + fs[s].n, err, err_len) != 0)
+            return -1;
     for (int s = 0; s < n_seg; s++)
         kvs[s]->fwd_plain = s_meta(kvs[s], &fs[s]);
     const size_t row_bytes = (size_t)hp->n_embd * sizeof(float);
@@ -787,6 +793,8 @@ int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, 
         sw_errf(err, err_len, "model: greedy steps need a cache without a token tree part");
         return -1;
     }
+    if (sw_kv_reserve(kv, kv->len + n_steps, err, err_len) != 0)
+        return -1;
     sw_dev_t *d = &m->devs[0];
     sw_backend_t *be = d->be;
     int32_t *c = m->ctl_host;
@@ -798,7 +806,7 @@ int sw_model_greedy_steps(sw_model_t *m, sw_kv_t *kv, int32_t tok, int n_steps, 
         b[SW_CTL_POS + 1] = i == 0 ? tok : 0;
     }
     s_loop_t lp = {.m = m, .kv = kv, .n_steps = n_steps, .want_prob = prob != NULL};
-    const uint64_t w[] = {(uint64_t)(uintptr_t)m, (uint64_t)kv->n_ctx, (uint64_t)n_steps,
+    const uint64_t w[] = {(uint64_t)(uintptr_t)m, (uint64_t)kv->cap, (uint64_t)n_steps,
                           (uint64_t)lp.want_prob, 0x100b};
     if (be->ops->upload(be, d->loop_ctl, 0, c, (size_t)n_steps * SW_CTL_LEN(1) * sizeof *c) != 0 ||
         (be->ops->graph_run ? be->ops->graph_run(be, s_key(w, 5), s_loop_record, &lp)

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend_impl.h"
+#include "kv.h"
 #include "model.h"
 
 typedef struct sw_layer {
@@ -97,6 +98,7 @@ struct sw_model {
     int batch;                             // B: rows per forward chunk
     int logit_rows;                        // LB: rows of the logits buffer
     int rope_n;                            // positions the rope tables cover
+    int kv_type;                           // sw_kv_type_t of the caches made for it (kv.h)
     float *rope_freqs;                     // (n_rot / 2) rope frequency factors, or NULL
     int32_t *ctl_host;      // (SW_CTL_CAP(B) + SW_MODEL_LOOP_MAX * SW_CTL_LEN(1)) staging
     float *gather_host;     // (B, n_embd) staging of a shared chunk's LM-head rows, or NULL
@@ -106,15 +108,20 @@ struct sw_model {
 
 struct sw_kv {
     sw_model_t *m; // owner model
-    int n_ctx;     // capacity in positions
+    int n_ctx;     // positions the cache may reach (its context)
+    int cap;       // positions allocated: the stride of the buffers below (<= n_ctx)
     int len;       // positions filled
     int lin;       // slots [0, lin) are a plain sequence (slot s under s - 1, at position s)
     int fwd_plain; // during a forward call: 1 when its rows continue the plain sequence
-    int32_t *par;  // (n_ctx) parent slot of each slot, -1 = none (token trees)
-    int32_t *pos;  // (n_ctx) position of each slot (rope): its parent's + 1
-    sw_buf_t **k;  // (n_layers) each (n_ctx, n_kv_head * head_dim) f16, on its layer's device
-    sw_buf_t **v;  // (n_layers) each (n_kv_head * head_dim, n_ctx) f16
+    int type;      // sw_kv_type_t, the model's when the cache was made
+    int32_t *par;  // (cap) parent slot of each slot, -1 = none (token trees)
+    int32_t *pos;  // (cap) position of each slot (rope): its parent's + 1
+    sw_buf_t **k;  // (n_layers) each (cap, n_kv_head * head_dim) f16, or (cap) q8_0 rows of
+                   // n_kv_head * head_dim, on its layer's device; NULL while cap is 0
+    sw_buf_t **v;  // (n_layers) each (n_kv_head * head_dim, cap) f16, or q8_0 rows as k
     int n_layers;  // end - begin
+    size_t bytes;  // bytes of k and v allocated now
+    sw_kv_budget_t *budget; // counts bytes (not owned), or NULL
 };
 
 /* Frees *b on be when set and NULLs it (model_load.c). */

@@ -26,6 +26,10 @@ static json_t *s_node(const sw_client_peer_t *p)
     json_object_set_new(n, "fingerprint", json_string(p->model));
     json_object_set_new(n, "backend", json_string(p->backend));
     json_object_set_new(n, "max_sessions", json_integer(p->max_sessions));
+    json_object_set_new(n, "n_ctx", json_integer(p->n_ctx));
+    json_object_set_new(n, "kv_mib", json_integer(p->kv_mib));
+    json_object_set_new(n, "kv_full", json_integer(p->kv_full));
+    json_object_set_new(n, "kv_type", json_string(p->kv_type ? p->kv_type : "f16"));
     json_object_set_new(n, "heartbeat_age_ms", json_integer(p->heartbeat_age_ms));
     json_object_set_new(n, "idle_ms", json_integer(p->idle_ms));
     json_object_set_new(n, "msgs_in", json_integer((json_int_t)p->msgs_in));

@@ -152,6 +152,10 @@ static int s_announce_in(const Shardwire__PeerAnnounce *a, sw_msg_announce_t *ou
     out->kv_kib_layer = a->kv_kib_layer;
     out->us_out_1 = a->us_out_1;
     out->us_out_k = a->us_out_k;
+    out->n_ctx = a->n_ctx;
+    out->kv_mib = a->kv_mib;
+    out->kv_full = a->kv_full;
+    out->kv_type = a->kv_type;
     return SW_WIRE_OK;
 }
 

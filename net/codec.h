@@ -150,6 +150,11 @@ typedef struct sw_msg_announce {
     uint32_t kv_kib_layer; // KV memory of its sessions per layer, KiB
     uint32_t us_out_1;     // probe: output norm + LM head, 1 row
     uint32_t us_out_k;     // ... probe_rows rows
+    /* KV cache (issue 33; 0 = not said) */
+    uint32_t n_ctx;   // positions a session may reach here, <= SW_WIRE_MAX_POS
+    uint32_t kv_mib;  // KV memory its sessions share, MiB, <= SW_WIRE_MAX_MEM_MIB
+    uint32_t kv_full; // sessions of n_ctx positions that fit at once, <= max_sessions
+    uint32_t kv_type; // 0 = f16, 1 = q8_0
 } sw_msg_announce_t;
 
 /* PlanAssign: head -> an auto node, the layer range the plan gives it. */

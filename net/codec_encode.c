@@ -102,6 +102,10 @@ static void s_announce_out(const sw_msg_announce_t *in, Shardwire__PeerAnnounce 
     a->kv_kib_layer = in->kv_kib_layer;
     a->us_out_1 = in->us_out_1;
     a->us_out_k = in->us_out_k;
+    a->n_ctx = in->n_ctx;
+    a->kv_mib = in->kv_mib;
+    a->kv_full = in->kv_full;
+    a->kv_type = in->kv_type;
 }
 
 /* ---- one encoder per message type ------------------------------------------------------- */

@@ -69,6 +69,8 @@ typedef struct sw_peer_opts {
                                     restart), take a new suffix and announce again at once; a
                                     head binds requests to the key, not the name (Resume) */
     volatile sig_atomic_t *stop; /* optional: sw_peer_new gives up once it is non-zero */
+    int test_clock_skew_ms;      /* TESTS ONLY: seal and open as if this machine's clock ran
+                                    this far ahead (negative: behind) */
 } sw_peer_opts_t;
 
 /*

@@ -47,6 +47,7 @@ struct sw_seal {
     int cap_win;                            /* windows allocated (<= SW_SEAL_SENDERS_MAX) */
     uint64_t clock;                         /* LRU clock */
     int64_t skew_ms;                        /* added to the own clock (tests) */
+    int64_t arrived_ms;                     /* sw_seal_arrived's last time (0 = never) */
     char channel;                           /* SW_SEAL_CLUSTER or SW_SEAL_ACCESS */
 };
 
@@ -112,6 +113,13 @@ static int64_t s_now_ms(const sw_seal_t *s)
 void sw_seal_set_skew(sw_seal_t *s, int64_t skew_ms)
 {
     s->skew_ms = skew_ms;
+}
+
+void sw_seal_arrived(sw_seal_t *s)
+{
+    const int64_t now = s_now_ms(s);
+    if (now > s->arrived_ms)
+        s->arrived_ms = now; // never back: a window given up stays given up (see sw_seal_open)
 }
 
 void sw_seal_destroy(sw_seal_t **self_p)
@@ -324,11 +332,18 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *src_key, const char 
             return SW_SEAL_EAUTH;
         }
     }
+    /* A message's age is judged when it reached this peer, not when its owner got round to
+     * reading it: whatever is read after the receive queue was last seen empty (arrived_ms)
+     * reached us after that, so a message that waited in our own queue while this process
+     * computed is not taken for a replay (issue 33: a slow tail dropped a prompt chunk that
+     * way, and the next chunk found a hole). The same time gives windows up, so a window is
+     * forgotten only once every replay of it is refused for age. */
+    const int64_t at = s->arrived_ms && s->arrived_ms < now ? s->arrived_ms : now;
     int rc = SW_SEAL_OK, fresh = 0;
     s_window_t *w = NULL;
-    if (time_ms < now - SW_SEAL_MAX_AGE_MS || time_ms > now + SW_SEAL_MAX_AGE_MS)
+    if (time_ms < at - SW_SEAL_MAX_AGE_MS || time_ms > now + SW_SEAL_MAX_AGE_MS)
         rc = SW_SEAL_ESTALE; /* a replay of an old message, or clocks far apart */
-    else if (!(w = s_window(s, src, src_key ? src_key : "", session, now, &fresh)))
+    else if (!(w = s_window(s, src, src_key ? src_key : "", session, at, &fresh)))
         rc = SW_SEAL_EBUSY;
     else if (!fresh && !s_fresh(w, counter))
         rc = SW_SEAL_EREPLAY;

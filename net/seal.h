@@ -25,10 +25,11 @@
  * channel)[0..4).
  * The sender session is random per process; the counter grows by one per
  * message; time is the sender's wall clock (ms since 1970). A receiver drops
- * a message whose time is more than SW_SEAL_MAX_AGE_MS from its own clock,
- * and keeps, per (sender name, sender session), the highest counter seen and
- * a 64-message window below it, dropping anything it has seen or that is
- * older than the window (replays). Such a window is given up only when its
+ * a message whose time is more than SW_SEAL_MAX_AGE_MS from its own clock
+ * when the message reached it (sw_seal_arrived), and keeps, per (sender
+ * name, sender session), the highest counter seen and a 64-message window
+ * below it, dropping anything it has seen or that is older than the window
+ * (replays). Such a window is given up only when its
  * newest message is too old to be accepted again, or for a newer window of
  * the same sender key (SW_SEAL_SESSIONS_PER_KEY per key): so no volume of
  * messages from other keys reopens a replay; with SW_SEAL_SENDERS_MAX live
@@ -89,6 +90,16 @@ sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char c
 
 /* Tests: s's clock (what it seals, what it opens against) runs skew_ms ahead. */
 void sw_seal_set_skew(sw_seal_t *s, int64_t skew_ms);
+
+/*
+ * The receiver's queue was just seen empty: every message opened from now on
+ * reached this peer after now, and its age (SW_SEAL_MAX_AGE_MS) is judged at
+ * that time, not when it is read. A peer that computes for minutes between
+ * two reads (a slow stage's batch) would otherwise drop the messages that
+ * waited in its own queue as replays. Replays stay refused: windows are given
+ * up by the same time. Never called: ages are judged when a message is read.
+ */
+void sw_seal_arrived(sw_seal_t *s);
 
 /* 1 when the sealed header frame names one of s's keys (of s's channel). */
 int sw_seal_has_key(const sw_seal_t *s, const void *hdr, size_t hdr_len);

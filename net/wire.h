@@ -43,11 +43,13 @@
  * PeerInfo.key_fp, 7: placement: PeerAnnounce 11..19, PlanAssign; spot checks' hop
  * digests in Forward and Verdict, SpotQuery / SpotReport; 8: Progress, PrefillAck,
  * StageTiming.critical_us, GenerateStats.overlap_ms, hidden sizes up to 32768; fair shares:
- * Forward.fair_client and fair_tenant, GenerateRequest.tenant). */
-#define SW_WIRE_VERSION 8u
+ * Forward.fair_client and fair_tenant, GenerateRequest.tenant; 9: the KV cache's
+ * PeerAnnounce 20..23). */
+#define SW_WIRE_VERSION 9u
 #define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
 #define SW_WIRE_MAX_PROBE_US 60000000u      /* probe times, rtt_us, plan_us: 60 s */
 #define SW_WIRE_MAX_KV_KIB_LAYER (1u << 26) /* PeerAnnounce.kv_kib_layer: 64 GiB a layer */
+#define SW_WIRE_MAX_KV_TYPE 1u              /* PeerAnnounce.kv_type: f16 0, q8_0 1 */
 /* A standby auto node: started with --layers auto, no range assigned yet ([0, 0)). */
 #define sw_wire_standby(auto_place, begin, end) ((auto_place) && (begin) == 0 && (end) == 0)
 #define SW_WIRE_RELAY_NAME "relay" /* reserved destination: the relay itself */

@@ -185,7 +185,8 @@ static int s_timing(Shardwire__StageTiming **t, size_t n, char *err, size_t err_
 }
 
 /* The placement fields of an announce (version 7): bounded, a probe's time
- * only with its rows, and none of them on a client. */
+ * only with its rows, and none of them on a client; so are its KV cache
+ * fields (issue 33). */
 static int s_placement(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
 {
     const int client = a->role == SHARDWIRE__ROLE__ROLE_CLIENT;
@@ -205,6 +206,15 @@ static int s_placement(const Shardwire__PeerAnnounce *a, char *err, size_t err_l
           "announce: probe times without probe_rows");
     CHECK(a->kv_kib_layer <= SW_WIRE_MAX_KV_KIB_LAYER, "announce.kv_kib_layer %u > %u",
           a->kv_kib_layer, SW_WIRE_MAX_KV_KIB_LAYER);
+    /* the KV cache fields (issue 33): bounded, none on a client */
+    CHECK(!client || (!a->n_ctx && !a->kv_mib && !a->kv_full && !a->kv_type),
+          "a client announces no KV cache fields");
+    CHECK(a->n_ctx <= SW_WIRE_MAX_POS && a->kv_mib <= SW_WIRE_MAX_MEM_MIB &&
+              a->kv_full <= a->max_sessions && a->kv_type <= SW_WIRE_MAX_KV_TYPE,
+          "announce: n_ctx %u (max %u), kv_mib %u (max %u), kv_full %u (max_sessions %u), "
+          "kv_type %u (max %u)",
+          a->n_ctx, SW_WIRE_MAX_POS, a->kv_mib, SW_WIRE_MAX_MEM_MIB, a->kv_full, a->max_sessions,
+          a->kv_type, SW_WIRE_MAX_KV_TYPE);
     return SW_WIRE_OK;
 }
 

@@ -37,6 +37,23 @@
 #define S_LINGER_MS 60000 // a finished request's chunks are kept this long for a Resume
 #define S_LINGER_MAX 64   // finished requests kept at most (the oldest go first)
 
+/* Frees h and what it owns (its sessions' records are the caller's to end first). */
+static void s_free(node_head_t *h)
+{
+    head_sched_free(h);
+    draft_model_free(&h->dmodel);
+    sw_tokenizer_free(&h->tok);
+    free(h->sess);
+    free(h->queue);
+    free(h->bout);
+    free(h->logits);
+    free(h->pub[0]);
+    free(h->pub[1]);
+    free(h->resend);
+    free(h->answer);
+    free(h);
+}
+
 int node_head_new(node_t *n, char *err, size_t err_len)
 {
     node_head_t *h = calloc(1, sizeof *h);
@@ -94,24 +111,13 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     /* With a draft model the gate also tries n-gram lookups in its place. */
     draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
-    if (head_sched_init(n, err, err_len) != 0 || head_public_load(n, err, err_len) != 0) {
+    if (head_sched_init(n, err, err_len) != 0) {
         n->head = NULL;
         goto fail;
     }
     return 0;
 fail:
-    head_sched_free(h);
-    draft_model_free(&h->dmodel);
-    sw_tokenizer_free(&h->tok);
-    free(h->sess);
-    free(h->queue);
-    free(h->bout);
-    free(h->logits);
-    free(h->pub[0]);
-    free(h->pub[1]);
-    free(h->resend);
-    free(h->answer);
-    free(h);
+    s_free(h);
     return -1;
 }
 
@@ -139,18 +145,7 @@ void node_head_free(node_t *n)
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);
-    head_sched_free(h);
-    draft_model_free(&h->dmodel);
-    sw_tokenizer_free(&h->tok);
-    free(h->sess);
-    free(h->queue);
-    free(h->bout);
-    free(h->logits);
-    free(h->pub[0]);
-    free(h->pub[1]);
-    free(h->resend);
-    free(h->answer);
-    free(h);
+    s_free(h);
     n->head = NULL;
 }
 
@@ -168,6 +163,19 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     int code = 0;
     h->route_ok = head_route_build(n, pt, &h->route, &code, err, sizeof err) == 0;
     h->route_ms = now;
+    if (h->route_ok && h->route.n_ctx != h->ctx_said) {
+        /* Contexts disagree: the head uses the smallest on the route, so a request
+         * longer than a stage can hold is refused at once, naming that stage. */
+        if (h->route.ctx_at > 0)
+            SW_WARN("stage '%s' holds sessions of up to %d positions, this head %d: requests "
+                    "are limited to %d (the smallest context on the route; give it more "
+                    "--kv-mib or a larger --ctx to raise it)",
+                    h->route.names[h->route.ctx_at], h->route.n_ctx, n->o.n_ctx, h->route.n_ctx);
+        else if (h->ctx_said)
+            SW_INFO("the route's stages hold this head's context again: %d positions",
+                    h->route.n_ctx);
+        h->ctx_said = h->route.n_ctx;
+    }
     if (!h->route_ok) {
         snprintf(h->route_err, sizeof h->route_err, "%s", err);
         h->route_code = code;
@@ -176,7 +184,10 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_ROUTE) {
-            if (h->route_ok) {
+            char why[320];
+            if (h->route_ok && !head_route_fits(n, s, why, sizeof why)) {
+                head_end(n, s, SW_FINISH_ERROR, SW_ERROR_BAD_REQUEST, why); // never fits there
+            } else if (h->route_ok) {
                 head_route_take(n, s, pt);
                 s->state = HEAD_RUN;
                 h->busy = 1;

@@ -30,6 +30,11 @@ typedef struct node_head node_head_t; // head_impl.h
 /* The head's state on n->head (its tokenizer, draft model, session slots,
  * queue and batch buffers). 0, or -1 with err. */
 int node_head_new(node_t *n, char *err, size_t err_len);
+/* Reads --public-prefix (n->o.public_prefix) into the head, after
+ * node_head_new: its text as a prompt and as the chat template's system
+ * turn, as tokens (head_session.c). 0 (also without the flag), or -1 with
+ * one line in err naming the file and what is wrong. */
+int node_head_public_prefix(node_t *n, char *err, size_t err_len);
 /* Ends every running session (the client gets an Error, the stages a
  * SessionClose), refuses every waiting request, frees n->head. NULL-safe. */
 void node_head_free(node_t *n);

@@ -141,10 +141,30 @@ static char *s_chat_text(const node_t *n, const sw_msg_generate_t *g, int *code,
     return chat_text;
 }
 
+/* The positions a session may reach: this head's context, or the route's
+ * when a stage on it holds fewer (head_route_t.n_ctx: the head uses the
+ * smallest context of its route, so that a request longer than a stage can
+ * hold is refused before any work, with the stage named). what: how to say
+ * it in an error. */
+static int s_ctx(const node_t *n, char *what, size_t len)
+{
+    const node_head_t *h = n->head;
+    if (h->route_ok && h->route.ctx_at > 0 && h->route.n_ctx < n->o.n_ctx) {
+        snprintf(what, len,
+                 "the %d-position context of stage '%s' (its --ctx, or what its --kv-mib holds; "
+                 "the smallest on the route)",
+                 h->route.n_ctx, h->route.names[h->route.ctx_at]);
+        return h->route.n_ctx;
+    }
+    snprintf(what, len, "the %d-position context of this head (%s%s)", n->o.n_ctx, n->ctx_from,
+             strcmp(n->ctx_from, "--ctx") ? "; --ctx sets it" : "");
+    return n->o.n_ctx;
+}
+
 /* The request's prompt as tokens: its token ids, or its text (a
  * conversation through the chat template) tokenized; checked against the
- * vocabulary and --ctx. 0 with *prompt_out (the caller frees it), or -1
- * with err (*code ERR_INTERNAL when out of memory). */
+ * vocabulary and the context (s_ctx). 0 with *prompt_out (the caller frees
+ * it), or -1 with err (*code ERR_INTERNAL when out of memory). */
 static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **prompt_out, int *n_out,
                     int *code, char *err, size_t err_len)
 {
@@ -152,6 +172,8 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
     int32_t *prompt = NULL;
     char *chat_text = NULL;
     int n_prompt = 0;
+    char ctx_what[256];
+    const int ctx = s_ctx(n, ctx_what, sizeof ctx_what);
     if (g->n_prompt_tokens) {
         prompt = malloc(g->n_prompt_tokens * sizeof *prompt);
         if (!prompt)
@@ -176,22 +198,20 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
         }
         /* Stop as soon as the prompt cannot fit: a 2 MiB prompt would otherwise
          * hold the head in the tokenizer for seconds before this is known. */
-        const int64_t room = (int64_t)n->o.n_ctx - g->n_predict;
+        const int64_t room = (int64_t)ctx - g->n_predict;
         int trc = room < 1 ? SW_TOK_ERR_TOO_LONG
                            : sw_tokenize_max(h->tok, text, strlen(text), 1, chat, (int)room,
                                              &prompt, &n_prompt);
         if (trc == SW_TOK_ERR_TOO_LONG && room < 1) {
             snprintf(err, err_len,
-                     "%u new tokens (max_tokens) leave no room for any prompt in the %d-position "
-                     "context (node --ctx): ask for at most %d",
-                     g->n_predict, n->o.n_ctx, n->o.n_ctx > 1 ? n->o.n_ctx - 1 : 0);
+                     "%u new tokens (max_tokens) leave no room for any prompt in %s: ask for at "
+                     "most %d",
+                     g->n_predict, ctx_what, ctx > 1 ? ctx - 1 : 0);
             goto fail;
         }
         if (trc == SW_TOK_ERR_TOO_LONG) {
-            snprintf(err, err_len,
-                     "the prompt (more than %lld tokens) + %u new tokens exceed the %d-position "
-                     "context (node --ctx)",
-                     (long long)(room > 0 ? room : 0), g->n_predict, n->o.n_ctx);
+            snprintf(err, err_len, "the prompt (more than %lld tokens) + %u new tokens exceed %s",
+                     (long long)room, g->n_predict, ctx_what);
             goto fail;
         }
         if (trc != 0)
@@ -201,10 +221,9 @@ static int s_prompt(const node_t *n, const sw_msg_generate_t *g, int32_t **promp
         snprintf(err, err_len, "the prompt is empty");
         goto fail;
     }
-    if ((int64_t)n_prompt + g->n_predict > n->o.n_ctx) {
-        snprintf(err, err_len,
-                 "%d prompt + %u new tokens exceed the %d-position context (node --ctx)", n_prompt,
-                 g->n_predict, n->o.n_ctx);
+    if ((int64_t)n_prompt + g->n_predict > ctx) {
+        snprintf(err, err_len, "%d prompt + %u new tokens exceed %s", n_prompt, g->n_predict,
+                 ctx_what);
         goto fail;
     }
     if (g->n_resume_tokens && g->sampling.temp > 0) {
@@ -273,15 +292,13 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     head_sched_open(h, s, g->tenant); /* its flows in the fair queue */
 }
 
-/* The session's memory: its KV cache (counted in the head's kv_used), round
- * log, detokenizer, streamed tokens and proposer. 0, or -1 when out of memory. */
-static int s_alloc(node_t *n, head_sess_t *s, size_t kv_bytes)
+/* The session's memory: its KV cache (growing as its rounds use positions,
+ * counted in n->kv), round log, detokenizer, streamed tokens and proposer.
+ * 0, or -1 when out of memory. */
+static int s_alloc(node_t *n, head_sess_t *s)
 {
     node_head_t *h = n->head;
-    s->kv = sw_kv_new(n->model, s->n_ctx);
-    s->kv_bytes = kv_bytes;
-    if (s->kv)
-        h->kv_used += kv_bytes;
+    s->kv = sw_kv_new_grow(n->model, s->n_ctx, &n->kv);
     s->rec = node_recover_new(n->o.recover_timeout_ms);
     s->detok = sw_detok_new(h->tok, 0);
     s->toks = malloc(((size_t)s->n_predict + 1) * sizeof *s->toks);
@@ -416,8 +433,12 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
                  n_ctx, (double)kv_bytes / (1 << 20), (double)n->o.kv_bytes / (1 << 20));
         goto fail;
     }
-    head_kv_room(n, kv_bytes); /* cached prompt prefixes give way first */
-    if (n->o.kv_bytes > 0 && h->kv_used + kv_bytes > (size_t)n->o.kv_bytes) {
+    /* It starts when its prompt's cache fits (the cache grows with the rounds,
+     * engine/include/kv.h; one that cannot grow later ends with an error that
+     * says so): cached prompt prefixes give way first. */
+    const size_t prompt_bytes = sw_kv_bytes(n->model, sw_kv_step(n_prompt, n_ctx));
+    head_kv_room(n, prompt_bytes);
+    if (n->o.kv_bytes > 0 && (size_t)n->kv.used + prompt_bytes > (size_t)n->o.kv_bytes) {
         free(prompt);
         return S_WAIT_MEMORY;
     }
@@ -430,7 +451,7 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     prompt = NULL;
     s->n_prompt = n_prompt;
     s->n_ctx = n_ctx;
-    if (s_alloc(n, s, kv_bytes) != 0)
+    if (s_alloc(n, s) != 0)
         goto oom;
     for (uint32_t i = 0; i < s->n_skip; i++) {
         if (g->resume_tokens[i] >= (uint32_t)n->hp->n_vocab) {
@@ -619,10 +640,12 @@ void head_dequeue(node_t *n, int i)
  * A key may take every free session while no other key waits (work-conserving);
  * once another key's request waits for a session and the key runs more than its
  * --max-sessions-per-client share, the youngest of its sessions beyond the share is
- * parked: its caches are freed at the head and the stages (SessionClose), its round log,
- * generation and what it streamed are kept, and the waiting request takes the slot. A
- * parked session goes on when a slot frees and its key may start one (the same order as
- * the queue: the key running the fewest first): a new cache, a new session id (the
+ * parked: its caches are freed at the head and the stages (SessionClose; their bytes
+ * leave each node's KV budget, --kv-mib, for the request that takes the slot), its round
+ * log, generation and what it streamed are kept, and the waiting request takes the slot.
+ * A parked session goes on when a slot frees, its key may start one (the same order as
+ * the queue: the key running the fewest first) and the cache it held fits the head's KV
+ * budget again: a new growing cache given those positions at once, a new session id (the
  * stages remember the old one as closed), and recovery replays its rounds from the
  * prefill (recover.h), so the client's stream continues with exactly the tokens it would
  * have had. What it costs: the parked session's rounds computed again, and its time
@@ -685,10 +708,8 @@ static void s_park(node_t *n, head_sess_t *s, double now)
     const int running = s_client_running(h, head_sess_who(s), NULL, NULL);
     head_close_stages(n, s, "parked: its slot went to another key's request");
     s->opened = 0;
-    if (s->kv) {
-        h->kv_used -= s->kv_bytes;
-        sw_kv_free(&s->kv);
-    }
+    s->park_pos = s->kv ? sw_kv_len(s->kv) : 0;
+    sw_kv_free(&s->kv); // its bytes leave n->kv, for the request that takes the slot
     s->send_idx = -1;
     s->state = HEAD_PARKED;
     s->t_parked = now;
@@ -699,16 +720,26 @@ static void s_park(node_t *n, head_sess_t *s, double now)
             s->rid, s->client, s->n_seen, running, n->o.max_sessions_per_client);
 }
 
-/* Resumes parked s: 0, or -1 when its cache does not fit now (it stays parked). */
+/* Resumes parked s: 0, or -1 when the cache it held does not fit now (it
+ * stays parked). Its new cache grows (n->kv) and is given at once the
+ * positions it held when parked, which its replay fills again: once going
+ * on, it does not fail for memory another session took meanwhile. */
 static int s_unpark(node_t *n, head_sess_t *s, double now)
 {
     node_head_t *h = n->head;
-    head_kv_room(n, s->kv_bytes);
-    if (n->o.kv_bytes > 0 && h->kv_used + s->kv_bytes > (size_t)n->o.kv_bytes)
+    const int pos = s->park_pos > 0 ? s->park_pos : s->n_prompt;
+    const size_t bytes = sw_kv_bytes(n->model, sw_kv_step(pos, s->n_ctx));
+    head_kv_room(n, bytes);
+    if (n->o.kv_bytes > 0 && (size_t)n->kv.used + bytes > (size_t)n->o.kv_bytes)
         return -1;
-    if (!(s->kv = sw_kv_new(n->model, s->n_ctx)))
+    char err[256];
+    if (!(s->kv = sw_kv_new_grow(n->model, s->n_ctx, &n->kv)))
         return -1;
-    h->kv_used += s->kv_bytes;
+    if (sw_kv_reserve(s->kv, pos, err, sizeof err) != 0) {
+        SW_DEBUG("request '%s' stays parked: %s", s->rid, err);
+        sw_kv_free(&s->kv);
+        return -1;
+    }
     randombytes_buf(&s->id, sizeof s->id); /* the stages remember the old id as closed */
     s->id |= 1;
     s->state = HEAD_RUN;

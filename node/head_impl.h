@@ -65,6 +65,9 @@ enum head_spot_rank { HEAD_SPOT_OK = 0, HEAD_SPOT_DISPUTED = 1, HEAD_SPOT_CONVIC
 typedef struct head_route {
     int n; // stages, head included
     char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
+    int n_ctx;  // positions a session may reach on it: the smallest context of its stages
+                // (PeerAnnounce.n_ctx; this head's own when none is smaller)
+    int ctx_at; // the stage that has it (0: the head)
 } head_route_t;
 
 /* The digests of one round of a spot-checked session, from each copy's verdict. */
@@ -122,7 +125,6 @@ typedef struct head_sess {
     sw_gen_t *gen;                           // the round logic (decode.h)
     int logged;                              // 1 when the current round is logged in rec
     sw_kv_t *kv;                             // this stage's cache for it
-    size_t kv_bytes;                         // its memory
     sw_verifier_t *ver;                      // route of one stage: the head verifies itself
     node_recover_t *rec;                     // the round log and recovery (recover.h)
     head_route_t route;                      // head .. tail
@@ -187,19 +189,22 @@ typedef struct head_sess {
     double crit_total[SW_WIRE_MAX_ROUTE]; // the request's critical paths per stage (ms)
     double overlap_ms;                    // compute beside another node's (timing)
     /* the fair queue (head_sched.c) */
-    char tenant[SW_WIRE_NAME_MAX + 1];       // GenerateRequest.tenant: who it is for under its key
-    uint64_t flow[NODE_SCHED_LEVELS];        // its flows: client key, tenant, session (sched.h)
-    int piece_rows;                          // its last prompt piece: rows (0 = none yet)
-    double piece_ms;                         // and the ms of the batch it ran in
-    uint64_t piece_round[SW_WIRE_MAX_ROUTE]; // ring of its last pieces sent: their round,
-    uint32_t piece_end[SW_WIRE_MAX_ROUTE];   // and the position each ends at
-    int piece_at;                            // the ring's next entry
-    uint64_t ack_round;                      // the round the tail's last acknowledgement was of
-    uint32_t acked;                          // ... and the prompt positions it had computed
-    double t_progress;                       // a piece went out or was acknowledged then (ms)
-    double t_parked;                         // HEAD_PARKED: since when (head_admit.c)
-    const char *replay_why;                  // set: replayed (recovery) for this reason at the
-                                             // next advance (a parked session going on)
+    char tenant[SW_WIRE_NAME_MAX + 1]; // GenerateRequest.tenant: who it is for under its key
+    uint64_t flow[NODE_SCHED_LEVELS];  // its flows: client key, tenant, session (sched.h)
+    int piece_rows;                    // its last prompt piece: rows (0 = none yet)
+    double piece_ms;                   // and the ms of the batch it ran in
+    uint64_t piece_round[NODE_SCHED_WINDOW_MAX]; // ring of its last pieces sent: their round,
+    uint32_t piece_end[NODE_SCHED_WINDOW_MAX];   // the position each ends at
+    double piece_t[NODE_SCHED_WINDOW_MAX];       // and when it went (ms)
+    int piece_at;                                // the ring's next entry
+    double ack_lat_ms;  // least time from a piece's sending to its acknowledgement (0: none yet)
+    uint64_t ack_round; // the round the tail's last acknowledgement was of
+    uint32_t acked;     // ... and the prompt positions it had computed
+    double t_progress;  // a piece went out or was acknowledged then (ms)
+    double t_parked;    // HEAD_PARKED: since when (head_admit.c)
+    int park_pos;       // ... and the positions its cache held then
+    const char *replay_why; // set: replayed (recovery) for this reason at the
+                            // next advance (a parked session going on)
 } head_sess_t;
 
 /* A request waiting for a session slot. */
@@ -217,10 +222,10 @@ struct node_head {
     head_sess_t *sess;       // (n_slots) sessions: running ones and lingering ones
     int n_slots;             // --max-sessions + S_LINGER_MAX (head.c)
     int n_active;            // sessions in ROUTE or RUN
-    size_t kv_used;          // bytes of their caches
     head_wait_t *queue;      // (--max-queue) ring of waiting requests
     int q_head, q_len;       //
     head_route_t route;      // the route built from the last peer table
+    int ctx_said;            // the route context last logged (node_head_table)
     int route_ok;            // 1 when that table had a whole pipeline
     int route_code;          // else the error code
     char route_err[512];     // and why
@@ -396,6 +401,9 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
                      size_t err_len);
 /* Gives s the head's current route and pt's counter baseline (pt may be NULL). */
 void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt);
+/* 1 when s's positions fit the head's route (head_route_t.n_ctx: its smallest
+ * context); else 0 with why, naming the stage. */
+int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len);
 /* 1 when the table lists client holding key ("" = any key). */
 int head_client_present(const sw_msg_table_t *t, const char *client, const char *key);
 /* 1 when client (with its key, "" = any) has been missing from the relay's
@@ -425,15 +433,11 @@ int head_chunk_rows(const node_t *n, const head_sess_t *s);
 /* Runs the next chunk of every ready session through this stage's layers as
  * one batch, then sends each on. */
 void head_batch(node_t *n, head_sess_t **ready, int n_ready);
-/* Frees cached prompt prefixes until the sessions' caches and need bytes
- * more fit --kv-mib with them (a new session comes first). */
-/* Reads --public-prefix (n->o.public_prefix) into h->pub: its text as a
- * prompt and as the chat template's system turn, as tokens. 0 (also
- * without the flag), or -1 with err (one line: the file, what is wrong). */
-int head_public_load(node_t *n, char *err, size_t err_len);
 /* The namespace of s's prompts in the head's prefix cache and its draft
  * model's: its tenant (head_session.c). out, filled. */
 const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len);
+/* Frees cached prompt prefixes until the sessions' caches and need bytes
+ * more fit --kv-mib with them (a new session comes first). */
 void head_kv_room(node_t *n, size_t need);
 
 /* ---- head_admit.c: requests and the queue -------------------------------------------------- */

@@ -130,6 +130,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     memset(r, 0, sizeof *r);
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
+    r->n_ctx = n->o.n_ctx;
     const uint32_t L = (uint32_t)n->hp->n_layer;
     const int need_key = s_need_key(n);
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
@@ -203,6 +204,10 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             *code = SW_ERROR_INTERNAL;
             return -1;
         }
+        if (pick->announce.n_ctx && (int)pick->announce.n_ctx < r->n_ctx) { // 0: not said
+            r->n_ctx = (int)pick->announce.n_ctx;
+            r->ctx_at = r->n;
+        }
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
         at = pick->announce.layer_end;
     }
@@ -217,6 +222,18 @@ int head_route_build(node_t *n, const sw_msg_table_t *pt, head_route_t *r, int *
     if (s_build_route_ex(n, pt, 1, r, code, err, err_len) == 0)
         return 0;
     return s_build_route_ex(n, pt, 0, r, code, err, err_len);
+}
+
+int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len)
+{
+    const head_route_t *r = &n->head->route;
+    if (s->n_ctx <= r->n_ctx)
+        return 1;
+    snprintf(why, len,
+             "%d positions (prompt + new tokens) exceed the %d-position context of stage '%s' "
+             "(its --ctx, or what its --kv-mib holds; the smallest on the route)",
+             s->n_ctx, r->n_ctx, r->names[r->ctx_at]);
+    return 0;
 }
 
 /* Gives s the head's current route (a fresh table's) and the counter

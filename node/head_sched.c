@@ -13,9 +13,12 @@
  * another session that arrives behind a piece waits about two rounds' time
  * at each stage). The tail acknowledges every piece but the last (a
  * PrefillAck, which also tells the head that a slow round moves); a session
- * has at most route.n pieces unacknowledged, so the stages' queues never
- * fill with one prompt's pieces and a round of another session is read and
- * run at once. The one-row forward (w_ms) is measured at start and follows
+ * has at most route.n pieces unacknowledged, or as many as the head computes
+ * in the least time a piece took to be acknowledged (the route's round trip
+ * and the stages' work on one piece; NODE_SCHED_WINDOW_MAX at most), so the
+ * stages' queues never fill with one prompt's pieces and a round of another
+ * session is read and run at once, while the WAN's latency is not paid once
+ * per piece. The one-row forward (w_ms) is measured at start and follows
  * the head's one-row batches; the cost of a row, from the session's previous
  * piece. The piece itself is cut by node/chunk.c (head_chunk_rows): never
  * over the bytes a Forward may carry, never past a prompt window's end,
@@ -111,6 +114,7 @@ void head_sched_open(node_head_t *h, head_sess_t *s, const char *tenant)
     s->flow[2] = node_sched_flow(h->sched, s->flow[1], &s->id, sizeof s->id);
     s->piece_rows = 0;
     s->piece_ms = 0;
+    s->ack_lat_ms = 0;
 }
 
 /* 1 when the rows s sends next are a piece of its prompt (the prefill round). */
@@ -168,7 +172,8 @@ void head_sched_ran(node_t *n, head_sess_t *const *in, const int *rows, int nb, 
             s->piece_ms = ms;
             s->piece_round[s->piece_at] = s->send_round; // in flight until the tail says
             s->piece_end[s->piece_at] = (uint32_t)(s->send_row + rows[i]);
-            s->piece_at = (s->piece_at + 1) % SW_WIRE_MAX_ROUTE;
+            s->piece_t[s->piece_at] = sw_now_ms();
+            s->piece_at = (s->piece_at + 1) % NODE_SCHED_WINDOW_MAX;
             s->t_progress = sw_now_ms();
             SW_DEBUG("session %016llx: a prompt piece of %d rows at %d in %.1f ms (batch of %d, "
                      "%d sessions; one-row forward %.1f ms)",
@@ -177,19 +182,40 @@ void head_sched_ran(node_t *n, head_sess_t *const *in, const int *rows, int nb, 
     }
 }
 
+/* A prompt's pieces that may be unacknowledged: route.n (one at each stage), and enough to
+ * keep the head busy for the pieces' round trip (issue 33: with two, a prompt over 20 ms links
+ * spent three quarters of its time waiting for acknowledgements of pieces of a few ms); the
+ * round trip is the least seen, so pieces queued at a slower stage do not widen it. */
+static int s_window(const head_sess_t *s)
+{
+    int w = s->route.n;
+    if (s->ack_lat_ms > 0 && s->piece_ms > 0) {
+        const double cover = s->ack_lat_ms / s->piece_ms + 1;
+        if (cover > w)
+            w = cover >= NODE_SCHED_WINDOW_MAX ? NODE_SCHED_WINDOW_MAX : (int)cover;
+    }
+    return w;
+}
+
 int head_sched_may_send(const node_t *n, const head_sess_t *s, double now)
 {
     if (!n->head->pieces || !s_prompt_rows(s) || s->send_chunks == 0)
         return 1;
     const uint32_t acked = s->ack_round == s->send_round ? s->acked : 0;
     int out = 0; // pieces of this round sent and not acknowledged
-    for (int i = 0; i < SW_WIRE_MAX_ROUTE; i++)
+    for (int i = 0; i < NODE_SCHED_WINDOW_MAX; i++)
         out += s->piece_round[i] == s->send_round && s->piece_end[i] > acked;
-    return out < s->route.n || now - s->t_progress > NODE_SCHED_ACK_WAIT_MS;
+    return out < s_window(s) || now - s->t_progress > NODE_SCHED_ACK_WAIT_MS;
 }
 
 void head_sched_ack(node_t *n, head_sess_t *s, uint32_t done, double now)
 {
+    for (int i = 0; i < NODE_SCHED_WINDOW_MAX; i++) // the piece this acknowledges: its round trip
+        if (s->piece_round[i] == s->send_round && s->piece_end[i] == done && s->piece_t[i] > 0) {
+            const double lat = now - s->piece_t[i];
+            if (s->ack_lat_ms <= 0 || lat < s->ack_lat_ms)
+                s->ack_lat_ms = lat;
+        }
     if (s->ack_round != s->send_round || done > s->acked)
         s->acked = done;
     s->ack_round = s->send_round;

@@ -37,10 +37,7 @@
 /* Frees what a session holds but its record of what it streamed. */
 static void s_release(node_head_t *h, head_sess_t *s)
 {
-    if (s->kv) {
-        h->kv_used -= s->kv_bytes;
-        sw_kv_free(&s->kv);
-    }
+    sw_kv_free(&s->kv); // its bytes leave n->kv
     if (s->state == HEAD_ROUTE || s->state == HEAD_RUN)
         h->n_active--;
     sw_gen_free(&s->gen);
@@ -252,6 +249,7 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
         s->prompt_finished = (int)a->done;
     head_sched_ack(n, s, a->done, now); // the prompt's next pieces may go (head_sched.c)
+    node_recover_progress(s->rec, now); // a replay that moves has not failed yet
     SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
              (unsigned long long)s->id, a->done,
              node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");
@@ -447,7 +445,7 @@ void head_kv_room(node_t *n, size_t need)
 {
     if (!n->prefix || n->o.kv_bytes <= 0)
         return;
-    const size_t cap = (size_t)n->o.kv_bytes, used = n->head->kv_used;
+    const size_t cap = (size_t)n->o.kv_bytes, used = (size_t)n->kv.used;
     sw_prefix_evict(n->prefix, used + need < cap ? cap - used - need : 0);
 }
 
@@ -456,7 +454,7 @@ void head_kv_room(node_t *n, size_t need)
  * or "/TENANT" without). */
 #define S_PUBLIC_NS "public:"
 
-int head_public_load(node_t *n, char *err, size_t err_len)
+int node_head_public_prefix(node_t *n, char *err, size_t err_len)
 {
     node_head_t *h = n->head;
     const char *path = n->o.public_prefix;
@@ -594,7 +592,7 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
 {
     if (!n->prefix)
         return;
-    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = n->head->kv_used;
+    const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0, used = (size_t)n->kv.used;
     char err[256] = "", ns[SW_PREFIX_NS_LEN];
     if (sw_prefix_store(n->prefix, head_prefix_ns(s, ns, sizeof ns), s->prompt, s->n_prompt, s->kv,
                         cap ? (cap > used ? cap - used : 1) : 0, err, sizeof err) < 0)
@@ -820,6 +818,11 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
             continue; // it goes first next pass
         if (s->route.n == 1 && want_logits > h->logit_rows) {
             head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, "the round needs more logits rows");
+            continue;
+        }
+        char kerr[256]; /* the cache's next step, alone: a session that cannot grow fails alone */
+        if (node_kv_grow(n, s->kv, sw_kv_len(s->kv) + rows, s->id, kerr, sizeof kerr) != 0) {
+            head_end(n, s, SW_FINISH_ERROR, SW_ERROR_BUSY, kerr);
             continue;
         }
         sw_forward_t f = {

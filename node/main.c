@@ -39,6 +39,7 @@ enum {
     O_SPC,
     O_MAXROWS,
     O_KVMIB,
+    O_KVTYPE,
     O_DTYPE,
     O_IDLE,
     O_ROUND,
@@ -56,6 +57,7 @@ enum {
     O_PIECES,
     O_PDTYPE,
     O_SLOW,
+    O_SKEW,
     O_PUBPREFIX,
 };
 
@@ -96,9 +98,16 @@ static const sw_opt_t s_opts[] = {
      "rows run through the layers in one batch, summed over\nsessions (default " //
      SW_STR(SW_NODE_DEFAULT_MAX_BATCH_ROWS) ")"},
     {"kv-mib", O_KVMIB, "M",
-     "memory for the sessions' KV caches; a session that does\nnot fit waits (head) or is refused "
-     "(default: what\n--max-sessions caches of --ctx positions take, at most\nthe GPUs' free "
-     "memory)"},
+     "memory for the sessions' KV caches, which grow as they\nare used (" SW_STR(
+         SW_KV_BLOCK) " positions, then 1.5x/2x\nsteps); a session whose prompt does not fit waits "
+                      "(head)\nor is refused, one that cannot grow ends with an error\n(default: "
+                      "what --max-sessions sessions of --ctx\npositions take, at most half the "
+                      "memory available at\nstart: the GPUs' free memory when the caches live "
+                      "there,\nelse the host's; the node says at start how many full\nsessions "
+                      "fit)"},
+    {"kv-type", O_KVTYPE, "T",
+     "KV cache type: f16 (default; llama.cpp's) or q8_0 (half\nthe memory, CPU only; not "
+     "bit-exact with f16,\nllama.cpp's -ctk q8_0 -ctv q8_0 arithmetic)"},
     {"dtype", O_DTYPE, "T", "hidden states sent as f32, f16 or bf16 (default f32)"},
     {"prefill-dtype", O_PDTYPE, "T",
      "a prompt's hidden states sent as f32, f16 or bf16\n(default: --dtype); f16 and bf16 halve "
@@ -139,6 +148,9 @@ static const sw_opt_t s_opts[] = {
     {"test-slow-ms", O_SLOW, "MS",
      "FOR TESTS ONLY: a slow stage: every batch it runs holds\nits event loop MS ms longer, as a "
      "slow computation\nwould (default 0 = off)"},
+    {"test-clock-skew-ms", O_SKEW, "MS",
+     "FOR TESTS ONLY: seal and open messages as if this\nmachine's clock ran MS ms ahead "
+     "(negative: behind;\ndefault 0)"},
 };
 
 static const sw_opt_group_t s_groups[] = {
@@ -263,6 +275,12 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--max-batch-rows", v, 1, 65536, &o->max_batch_rows);
     case O_KVMIB:
         return sw_arg_int(P, "--kv-mib", v, 1, 1 << 24, &cli->kv_mib);
+    case O_KVTYPE:
+        if ((o->kv_type = sw_kv_type_parse(v)) < 0) {
+            fprintf(stderr, "shardwire-node: --kv-type '%s' must be f16 or q8_0\n", v);
+            return -1;
+        }
+        return 0;
     case O_SPOT:
         return sw_arg_double(P, "--spot-check", v, 0, 1, &o->spot_share);
     case O_FLIP:
@@ -271,6 +289,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--test-fake-digest", v, 0, 1 << 30, &o->test_fake_digest);
     case O_SLOW:
         return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
+    case O_SKEW:
+        return sw_arg_int(P, "--test-clock-skew-ms", v, -600000, 600000, &o->test_skew_ms);
     default:
         return -1;
     }

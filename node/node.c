@@ -56,7 +56,7 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
     const sw_msg_session_close_t *sc = &d.session_close;
     node_session_t *s = NULL;
     const char *why;
-    s = node_session_get(n, sc->session_id, NULL, 0, &why);
+    s = node_session_get(n, sc->session_id, NULL, 0, 0, &why);
     if (s && s->creator[0] && strcmp(s->creator, m->peer) != 0 && strcmp(s->owner, m->peer) != 0) {
         SW_WARN("ignored a session_close from %s: the session belongs to %s", m->peer, s->creator);
         return;
@@ -148,28 +148,94 @@ static const char *s_dtype_name(sw_dtype_t t)
     return t == SW_DTYPE_F16 ? "f16" : t == SW_DTYPE_BF16 ? "bf16" : "f32";
 }
 
-/* KV memory: by default what --max-sessions full caches take, but never
- * more than half the memory available now (a session that does not fit is
- * refused with an error, instead of the kernel killing the node): the GPUs'
- * free memory when the caches live there, else the host's. */
-static void s_kv_budget(node_t *n)
+/* The budget's make_room (kv.h): cached prompt prefixes give way to the sessions. */
+static void s_kv_room(void *ctx, int64_t need)
 {
-    const node_opts_t *o = &n->o;
-    const int64_t one = (int64_t)sw_kv_bytes(n->model, o->n_ctx);
+    node_t *n = ctx;
+    node_prefix_room(n, (size_t)n->kv.used, (size_t)need);
+}
+
+/*
+ * The sessions' context and KV memory, said in one line at start: the
+ * context is --ctx, else the model's trained one; the KV memory --kv-mib,
+ * else what --max-sessions sessions of that context take, but never more
+ * than half the memory available now (the GPUs' free memory when the caches
+ * live there, else the host's). A default context that does not fit that
+ * memory once is cut to what does (said); an explicit --ctx that does not
+ * is refused. Caches grow as they are used (engine/include/kv.h), so
+ * sessions shorter than the context fit beyond the count of full ones, up
+ * to --max-sessions; when fewer full ones fit than --max-sessions, the line
+ * is a warning (never a silent cut). 0, or -1 (logged).
+ */
+static int s_kv_budget(node_t *n)
+{
+    node_opts_t *o = &n->o;
+    char err[256] = "";
+    if (sw_model_set_kv_type(n->model, (sw_kv_type_t)o->kv_type, err, sizeof err) != 0) {
+        SW_ERR("--kv-type %s: %s", sw_kv_type_name((sw_kv_type_t)o->kv_type), err);
+        return -1;
+    }
+    const int trained = n->hp->n_ctx_train, given = o->n_ctx > 0;
+    if (!given)
+        o->n_ctx = trained;
+    else if (o->n_ctx > trained)
+        SW_WARN("--ctx %d is beyond the %d positions the model was trained for: output past "
+                "them may degrade",
+                o->n_ctx, trained);
+    const int64_t per_pos = (int64_t)sw_kv_bytes(n->model, 1);
     const int64_t dev_free = sw_backend_mem_free(n->be);
     const int64_t avail = dev_free >= 0
                               ? dev_free
                               : (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
-    if (n->o.kv_bytes == 0) {
-        n->o.kv_bytes = one * o->max_sessions;
-        if (avail > 0 && n->o.kv_bytes > avail / 2)
-            n->o.kv_bytes = avail / 2;
-    } else if (avail > 0 && n->o.kv_bytes > avail) {
-        SW_WARN("--kv-mib %lld is more than the %lld MiB of memory available now",
-                (long long)(n->o.kv_bytes >> 20), (long long)(avail >> 20));
+    char from[128];
+    if (o->kv_bytes == 0) {
+        o->kv_bytes = per_pos * o->n_ctx * o->max_sessions;
+        snprintf(from, sizeof from, "--max-sessions %d full sessions", o->max_sessions);
+        if (avail > 0 && o->kv_bytes > avail / 2) {
+            o->kv_bytes = avail / 2;
+            snprintf(from, sizeof from, "half of the %lld MiB %s free now (--kv-mib to change)",
+                     (long long)(avail >> 20), dev_free >= 0 ? "of GPU memory" : "of memory");
+        }
+    } else {
+        snprintf(from, sizeof from, "--kv-mib");
+        if (avail > 0 && o->kv_bytes > avail)
+            SW_WARN("--kv-mib %lld is more than the %lld MiB of memory available now",
+                    (long long)(o->kv_bytes >> 20), (long long)(avail >> 20));
     }
-    SW_INFO("KV cache memory: up to %lld MiB (%lld MiB per %d-position session, %d sessions)",
-            (long long)(n->o.kv_bytes >> 20), (long long)(one >> 20), o->n_ctx, o->max_sessions);
+    if (per_pos * o->n_ctx > o->kv_bytes) {
+        const int64_t fit = o->kv_bytes / per_pos;
+        if (given || fit < 1) {
+            SW_ERR("--ctx %d needs %.1f MiB of KV cache for one session, more than the %.1f "
+                   "MiB of KV memory (%s): lower --ctx or raise --kv-mib",
+                   o->n_ctx, (double)(per_pos * o->n_ctx) / (1 << 20),
+                   (double)o->kv_bytes / (1 << 20), from);
+            return -1;
+        }
+        SW_WARN("context cut to %lld positions: the %d the model was trained for take %.1f MiB "
+                "of KV cache, more than the %.1f MiB of KV memory (%s)",
+                (long long)fit, o->n_ctx, (double)(per_pos * o->n_ctx) / (1 << 20),
+                (double)o->kv_bytes / (1 << 20), from);
+        o->n_ctx = (int)fit;
+    }
+    n->ctx_from = given                 ? "--ctx"
+                  : o->n_ctx == trained ? "the model's trained context"
+                                        : "what --kv-mib holds";
+    const int64_t full = o->kv_bytes / (per_pos * o->n_ctx);
+    n->kv_full = full < o->max_sessions ? (int)full : o->max_sessions;
+    n->kv = (sw_kv_budget_t){.limit = o->kv_bytes, .make_room = s_kv_room, .ctx = n};
+    char line[512];
+    snprintf(line, sizeof line,
+             "KV cache: %s, %lld MiB (%s), %.1f KiB a position: %d session%s of %d positions "
+             "(%s) fit%s at full length; caches grow as sessions use them",
+             sw_kv_type_name((sw_kv_type_t)o->kv_type), (long long)(o->kv_bytes >> 20), from,
+             (double)per_pos / 1024, n->kv_full, n->kv_full == 1 ? "" : "s", o->n_ctx, n->ctx_from,
+             n->kv_full == 1 ? "s" : "");
+    if (n->kv_full < o->max_sessions)
+        SW_WARN("%s; %d of the --max-sessions %d fit only while sessions are shorter", line,
+                o->max_sessions - n->kv_full, o->max_sessions);
+    else
+        SW_INFO("%s (--max-sessions %d)", line, o->max_sessions);
+    return 0;
 }
 
 /* The stage's session slots, batch and pending list and the hidden-state
@@ -218,7 +284,8 @@ static int s_load(node_t *n)
     n->hp = sw_model_hparams(n->model);
     sw_model_fingerprint(n->model, n->fingerprint);
     sw_model_prefault(n->model, NULL, NULL);
-    s_kv_budget(n);
+    if (s_kv_budget(n) != 0)
+        return -1;
     if (s_buffers(n) != 0)
         return -1;
     if (o->prefix_cache) {
@@ -234,6 +301,10 @@ static int s_load(node_t *n)
     }
     if (sw_model_is_first(n->model) && node_head_new(n, err, sizeof err) != 0) {
         SW_ERR("%s: %s", o->model, err);
+        return -1;
+    }
+    if (sw_model_is_first(n->model) && node_head_public_prefix(n, err, sizeof err) != 0) {
+        SW_ERR("%s", err);
         return -1;
     }
     if (sw_model_is_first(n->model) && o->auto_nodes > 0 && node_place_head(n) != 0)
@@ -272,6 +343,10 @@ static void s_announce(const node_t *n, sw_msg_announce_t *an, char *backend, ch
         .max_sessions = (uint32_t)o->max_sessions,
         .hidden = (uint32_t)n->hp->n_embd,
         .model_name = model_name,
+        .n_ctx = n->model ? (uint32_t)o->n_ctx : 0,
+        .kv_mib = n->model ? (uint32_t)(o->kv_bytes >> 20) : 0,
+        .kv_full = n->model ? (uint32_t)n->kv_full : 0,
+        .kv_type = (uint32_t)o->kv_type,
     };
     node_place_announce(n, an);
 }
@@ -316,7 +391,8 @@ static int s_join(node_t *n)
                          .heartbeat_ms = o->heartbeat_ms,
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
-                         .stop = n->stop};
+                         .stop = n->stop,
+                         .test_clock_skew_ms = o->test_skew_ms};
     n->peer = sw_peer_new(&po);
     if (!n->peer) {
         if (*n->stop)
@@ -347,6 +423,10 @@ static int s_join(node_t *n)
     if (o->test_slow_ms > 0)
         SW_WARN("--test-slow-ms %d: FOR TESTS ONLY, every batch of this stage takes %d ms longer",
                 o->test_slow_ms, o->test_slow_ms);
+    if (o->test_skew_ms)
+        SW_WARN("--test-clock-skew-ms %d: FOR TESTS ONLY, this node seals and opens messages as if "
+                "its clock were %d ms off",
+                o->test_skew_ms, o->test_skew_ms);
     if (o->test_flip_bit > 0)
         SW_WARN("--test-flip-bit %d: FOR TESTS ONLY, this node lies: %s", o->test_flip_bit,
                 n->head || sw_model_is_last(n->model)

@@ -42,7 +42,9 @@ typedef struct node_opts {
     const char *model_name;   // name clients ask for (NULL = the file name without .gguf)
     const char *backend;      // compute backend name (sw_backend_new; NULL = auto)
     int threads;              // CPU compute threads (0 = all cores)
-    int n_ctx;                // positions per session
+    int n_ctx;                // positions a session may reach (0 = the model's trained
+                              // context, capped by the KV memory; resolved at load)
+    int kv_type;              // sw_kv_type_t of the sessions' caches (--kv-type)
     int max_sessions;         // sessions held at once
     int idle_timeout_ms;      // a session unused this long is freed
     int round_timeout_ms;     // head: a round with no verdict after this long is recovered
@@ -89,6 +91,7 @@ typedef struct node_opts {
                                   // payload passed on (0 = honest)
     int test_slow_ms;             // TESTING ONLY: every stage batch holds the loop this much
                                   // longer, ms (0 = off)
+    int test_skew_ms;             // TESTING ONLY: the sealing clock runs this far ahead, ms
     int test_fake_digest;         // TESTING ONLY: a tail that reports a made-up digest of what it
                                   // received in every Nth verdict (0 = honest)
 } node_opts_t;
@@ -105,7 +108,10 @@ typedef struct node {
     char fingerprint[65];             // model identity
     sw_peer_t *peer;                  // relay connection
     node_session_t *sessions;         // (max_sessions)
-    size_t kv_used;                   // bytes of the sessions' caches
+    sw_kv_budget_t kv;                // the sessions' caches against --kv-mib (kv.h): bytes
+                                      // allocated, cached prefixes give way (stage_session.c)
+    int kv_full;                      // sessions of n_ctx positions --kv-mib holds at once
+    const char *ctx_from;             // why o.n_ctx is what it is ("--ctx", ...; static)
     uint64_t closed[NODE_CLOSED_IDS]; // ring of recently closed session ids
     int closed_at;                    // next slot of the ring
     int rows_cap;                     // rows of hidden_in / hidden_out: max(--max-batch-rows, 512)

@@ -261,7 +261,10 @@ static uint32_t s_mem_mib(const node_t *n)
 static uint32_t s_kv_kib_layer(const node_t *n, const sw_model_t *m)
 {
     const int nl = sw_model_layer_end(m) - sw_model_layer_begin(m);
-    const uint64_t b = (uint64_t)sw_kv_bytes(m, n->o.n_ctx) * (uint64_t)n->o.max_sessions;
+    /* --max-sessions full sessions of the node's context (--ctx, else the model's trained one;
+     * its caches grow as they are used, this is what they may reach) */
+    const int ctx = n->o.n_ctx > 0 ? n->o.n_ctx : sw_model_hparams(m)->n_ctx_train;
+    const uint64_t b = (uint64_t)sw_kv_bytes(m, ctx) * (uint64_t)n->o.max_sessions;
     const uint64_t kib = (b / (uint64_t)nl + 1023) >> 10;
     return kib > SW_WIRE_MAX_KV_KIB_LAYER ? SW_WIRE_MAX_KV_KIB_LAYER : (uint32_t)kib;
 }

@@ -61,9 +61,10 @@ struct node_recover {
     double next_poll;      // failing: when to ask for the route again
     double t_sent;         // the current round was first sent
     double t_fail;         // its first failure (0 = none)
-    double give_up;        // t_fail + timeout
+    double give_up;        // the round's first failure (or one after progress) + timeout
     int attempts;          // sends of the current round
     int route_logged;      // "waiting for the pipeline" logged for this failure
+    int moved;             // the attempt after a failure moved (node_recover_progress)
     char why[256];         // the current round's last failure
     char route_why[256];   // why the route is not whole yet
 };
@@ -252,6 +253,7 @@ int node_recover_log(node_recover_t *rec, const sw_round_t *r)
     rec->cur_round_no = rec->window_round = 0;
     rec->unanswered = rec->failing = rec->attempts = 0;
     rec->t_sent = rec->t_fail = 0;
+    rec->moved = 0;
     rec->why[0] = rec->route_why[0] = 0;
     return 0;
 }
@@ -367,11 +369,14 @@ void node_recover_failed(node_recover_t *rec, double now, const char *why)
     if (rec->failing)
         return; // already recovering: later reports of the same failure add nothing
     const int cur = rec->n_rounds - 1;
-    if (!rec->t_fail) {
+    const int first = !rec->t_fail;
+    if (first) {
         rec->t_fail = now;
-        rec->give_up = now + rec->timeout_ms;
         rec->st.detect_ms = rec->t_sent ? now - rec->t_sent : 0;
     }
+    if (first || rec->moved) // the round's first failure, or one after the replay moved
+        rec->give_up = now + rec->timeout_ms;
+    rec->moved = 0;
     snprintf(rec->why, sizeof rec->why, "%s", why);
     rec->route_why[0] = 0;
     const double left = (rec->give_up - now) / 1e3;
@@ -386,6 +391,13 @@ void node_recover_failed(node_recover_t *rec, double now, const char *why)
     rec->cur_round_no = rec->window_round = 0;
     rec->unanswered = 0;
     rec->inflight_chunks = 0;
+}
+
+void node_recover_progress(node_recover_t *rec, double now)
+{
+    (void)now;
+    if (!rec->failing && rec->t_fail)
+        rec->moved = 1; // the next failure waits a whole timeout
 }
 
 void node_recover_routed(node_recover_t *rec, double now, int ok, const char *why)

@@ -77,6 +77,11 @@ int node_recover_verdict(node_recover_t *rec, uint64_t round_no, double now);
  * restarted, the relay restarted, a message was lost, no verdict in time):
  * node_recover_next asks for the route, then for the replay. */
 void node_recover_failed(node_recover_t *rec, double now, const char *why);
+/* The current attempt moves (the tail acknowledged a piece of it): a later failure of the
+ * round waits its own timeout for the pipeline, not what was left of an earlier failure's
+ * (issue 33: a replay of a long prompt that moved for 14 minutes gave up at its next failure
+ * at once, "waiting up to 0 s"). */
+void node_recover_progress(node_recover_t *rec, double now);
 /* The answer to NODE_REC_ROUTE: ok = 1 when a whole pipeline is back (the
  * rounds before the current one are sent again, then the current one), 0
  * when not yet (why), asked again NODE_REC_POLL_MS later. */

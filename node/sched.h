@@ -57,6 +57,9 @@
 /* A prompt's next piece waits this long at most for the tail's acknowledgement of an
  * earlier one (so one that was lost costs no more). */
 #define NODE_SCHED_ACK_WAIT_MS 5000
+/* A prompt's pieces sent and not yet acknowledged at most: the window covers the route's
+ * round trip (issue 33), but the stages' queues hold no more of one prompt than this. */
+#define NODE_SCHED_WINDOW_MAX 32
 
 typedef struct node_sched node_sched_t;
 

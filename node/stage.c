@@ -350,7 +350,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     const char *reply = f->reply_to; /* the route's head, which handles failed rounds */
     /* A stage opens a session only on its first round (nothing kept): a later
      * round for a session it does not hold means it restarted and lost it. */
-    node_session_t *s = node_session_get(n, sid, NULL, 0, &(const char *){""});
+    node_session_t *s = node_session_get(n, sid, NULL, 0, 0, &(const char *){""});
     if (!s && f->kv_keep > 0 && !f->prefix_len) {
         s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the round keeps %u positions of a session this stage does not hold "
@@ -361,7 +361,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
     if (!s) {
         const char *why = "";
         s = node_session_get(n, sid, msg->peer_key[0] ? msg->peer_key : msg->peer, (int)f->n_ctx,
-                             &why);
+                             (int)(f->start_pos + f->n_rows), &why);
         if (!s) {
             /* closed: the head replays or ends it; "needs more": it never fits this
              * stage, a bad request (retrying cannot help); else full for now: busy */
@@ -371,7 +371,7 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
             s_reply_error(n, reply, code, sid,
                           "%s: %s (%d positions; %d sessions, %.1f of %.1f MiB of KV cache in use)",
                           sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,
-                          node_sessions_held(n), (double)n->kv_used / (1 << 20),
+                          node_sessions_held(n), (double)n->kv.used / (1 << 20),
                           (double)n->o.kv_bytes / (1 << 20));
             return NULL;
         }
@@ -485,7 +485,8 @@ static void s_prompt_track(node_t *n, node_session_t *s, const sw_msg_forward_t 
         return;
     char ns[SW_PREFIX_NS_LEN + 1], err[256] = "";
     const size_t cap = n->o.kv_bytes > 0 ? (size_t)n->o.kv_bytes : 0;
-    const size_t room = cap > n->kv_used ? cap - n->kv_used : 1; // 1: no room for a block
+    const size_t used = (size_t)n->kv.used;
+    const size_t room = cap > used ? cap - used : 1; // 1: no room for a block
     if (s_prefix_ns(f, ns, sizeof ns) == 0 &&
         sw_prefix_store(n->prefix, ns, s->prompt, s->n_prompt, s->kv, cap ? room : 0, err,
                         sizeof err) < 0)
@@ -513,6 +514,14 @@ static int s_check_round(node_t *n, node_session_t *s, const sw_msg_forward_t *f
                       "%s: rows [%u, %u) do not fit the session's %d positions",
                       sw_peer_name(n->peer), f->start_pos, f->start_pos + (uint32_t)rows,
                       sw_kv_capacity(s->kv));
+        node_session_free(n, s);
+        return -1;
+    }
+    char err[256];
+    if (node_kv_grow(n, s->kv, (int)f->start_pos + rows, sid, err, sizeof err) != 0) {
+        /* the session cannot grow here now: it fails alone (busy: memory may free later) */
+        s_reply_error(n, reply, SW_ERROR_BUSY, sid, "%s: %s (--kv-mib)", sw_peer_name(n->peer),
+                      err);
         node_session_free(n, s);
         return -1;
     }
@@ -584,7 +593,7 @@ static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive)
     while (n->n_batch > 0 &&
            (n->n_batch == NODE_MAX_BATCH || n->queue_bytes + plen > NODE_QUEUE_BYTES))
         node_stage_flush(n);
-    s = node_session_get(n, sid, NULL, 0, &(const char *){""}); /* the flush may have freed it */
+    s = node_session_get(n, sid, NULL, 0, 0, &(const char *){""}); /* the flush may have freed it */
     if (!s) {
         s_reply_error(n, reply, SW_ERROR_UNKNOWN_SESSION, sid,
                       "%s: the session failed in the previous batch", sw_peer_name(n->peer));

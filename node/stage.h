@@ -41,7 +41,6 @@ typedef struct node node_t; // node.h
 typedef struct node_session {
     uint64_t id;         // 0 = free slot
     sw_kv_t *kv;         // this stage's cache
-    size_t kv_bytes;     // its memory
     sw_verifier_t *ver;  // last stage only
     double last_used_ms; // for the idle timeout
     uint64_t round;      // last round seen
@@ -89,12 +88,18 @@ typedef struct node_fwd {
 } node_fwd_t;
 
 /* The session id, or with `by` (the creator's key fingerprint, or its name
- * without keys; NULL = only look it up) a new one with a cache of n_ctx
- * positions (0 = --ctx), counted against --kv-mib; NULL with why. When the
- * stage is full, an idle session makes room, else one of the key holding the
- * most sessions when `by` holds at least two fewer (stage_session.c). */
-node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx,
+ * without keys; NULL = only look it up) a new one with a cache that may
+ * reach n_ctx positions (0 = the node's context) and has room for `first`
+ * at once, counted against --kv-mib; NULL with why. When the stage is full,
+ * an idle session makes room, else one of the key holding the most sessions
+ * when `by` holds at least two fewer (stage_session.c). */
+node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx, int first,
                                  const char **why);
+/* Grows session id's cache kv to hold need positions (a step of
+ * engine/include/kv.h, counted in n->kv; cached prefixes give way). 0, or -1
+ * with err ("KV cache memory is full: ..."). */
+int node_kv_grow(node_t *n, sw_kv_t *kv, int need, uint64_t id, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
 /* Prefix cache (engine/include/prefix.h): frees cached prefixes, least recently
  * used first, until the sessions' caches (kv_used), need bytes more and the
  * prefixes fit --kv-mib. */

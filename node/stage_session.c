@@ -1,7 +1,10 @@
 /*
  * stage_session.c - the sessions a stage holds (stage.h): one KV cache each,
- * sized from the session's first Forward (n_ctx) and counted against
- * --kv-mib. When the stage is full, sessions nobody used for
+ * that may reach the session's first Forward's n_ctx and grows as its
+ * rounds use positions (engine/include/kv.h), its bytes counted against
+ * --kv-mib (node_t.kv): a session opens when its first step fits, and a
+ * round whose growth does not fit fails that session alone with an error
+ * that says so (node_session_grow). When the stage is full, sessions nobody used for
  * NODE_EVICT_IDLE_MS make room, least recently used first; then the creators'
  * keys share the stage max-min fairly: a key holding at least two sessions
  * fewer than the key holding the most takes that key's least recently used
@@ -85,7 +88,7 @@ static node_session_t *s_fair_victim(const node_t *n, const char *by)
     return lru;
 }
 
-node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx,
+node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx, int first,
                                  const char **why)
 {
     node_session_t *free_slot = NULL;
@@ -106,21 +109,24 @@ node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_c
     }
     const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
     if (cap > n->o.n_ctx) {
-        *why = "the session needs more positions than this node's --ctx";
+        *why = "the session needs more positions than this node's context (--ctx, or what its "
+               "--kv-mib holds)";
         return NULL;
     }
-    const size_t bytes = sw_kv_bytes(n->model, cap);
-    if (n->o.kv_bytes > 0 && bytes > (size_t)n->o.kv_bytes) {
+    if (n->o.kv_bytes > 0 && sw_kv_bytes(n->model, cap) > (size_t)n->o.kv_bytes) {
         *why = "the session needs more KV memory than this node's --kv-mib";
         return NULL;
     }
-    /* Cached prefixes make room first (they are only worth time), */
-    node_prefix_room(n, n->kv_used, bytes);
+    /* Room for its first step (it grows from there): cached prefixes make
+     * room first (they are only worth time), */
+    const size_t bytes = sw_kv_bytes(n->model, sw_kv_step(first > 1 ? first : 1, cap));
+    node_prefix_room(n, (size_t)n->kv.used, bytes);
     /* then, when full, sessions nobody used for a while (whoever created them), least
      * recently used first, so that a peer that opened sessions and left them idle
      * cannot hold the stage until the idle timeout. */
     const double now = sw_now_ms();
-    while (!free_slot || (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes)) {
+    while (!free_slot ||
+           (n->o.kv_bytes > 0 && (size_t)n->kv.used + bytes > (size_t)n->o.kv_bytes)) {
         node_session_t *lru = NULL;
         for (int i = 0; i < n->o.max_sessions; i++) {
             node_session_t *v = &n->sessions[i];
@@ -146,11 +152,11 @@ node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_c
         *why = "this node holds its maximum number of sessions, all in use (see --max-sessions)";
         return NULL;
     }
-    if (n->o.kv_bytes > 0 && n->kv_used + bytes > (size_t)n->o.kv_bytes) {
+    if (n->o.kv_bytes > 0 && (size_t)n->kv.used + bytes > (size_t)n->o.kv_bytes) {
         *why = "this node's KV memory is full (see --kv-mib)";
         return NULL;
     }
-    free_slot->kv = sw_kv_new(n->model, cap);
+    free_slot->kv = sw_kv_new_grow(n->model, cap, &n->kv);
     if (!free_slot->kv) {
         *why = "out of memory for the session's KV cache";
         return NULL;
@@ -158,9 +164,7 @@ node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_c
     free_slot->id = id;
     snprintf(free_slot->by, sizeof free_slot->by, "%s", by);
     free_slot->round = 0;
-    free_slot->kv_bytes = bytes;
     free_slot->last_used_ms = sw_now_ms();
-    n->kv_used += bytes;
     return free_slot;
 }
 
@@ -181,8 +185,7 @@ void node_session_free(node_t *n, node_session_t *s)
     for (int i = 0; i < n->n_batch; i++)
         if (n->batch[i].s == s)
             n->batch[i].s = NULL; // its waiting Forward is dropped
-    n->kv_used -= s->kv_bytes;
-    sw_kv_free(&s->kv);
+    sw_kv_free(&s->kv);           // its bytes leave n->kv
     sw_verifier_free(&s->ver);
     free(s->prompt);
     memset(s, 0, sizeof *s);
@@ -206,4 +209,18 @@ void node_prefix_room(node_t *n, size_t kv_used, size_t need)
         return;
     const size_t cap = (size_t)n->o.kv_bytes;
     sw_prefix_evict(n->prefix, kv_used + need < cap ? cap - kv_used - need : 0);
+}
+
+int node_kv_grow(node_t *n, sw_kv_t *kv, int need, uint64_t id, char *err, size_t err_len)
+{
+    const int before = sw_kv_allocated(kv);
+    if (sw_kv_reserve(kv, need, err, err_len) != 0)
+        return -1;
+    if (sw_kv_allocated(kv) != before)
+        SW_DEBUG("session %016llx: KV cache %d -> %d positions (%.2f MiB; %.1f of %.1f MiB in "
+                 "use, context %d)",
+                 (unsigned long long)id, before, sw_kv_allocated(kv),
+                 (double)sw_kv_alloc_bytes(kv) / (1 << 20), (double)n->kv.used / (1 << 20),
+                 (double)n->kv.limit / (1 << 20), sw_kv_capacity(kv));
+    return 0;
 }

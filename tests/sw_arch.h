@@ -1,6 +1,6 @@
 /*
  * sw_arch.h - the models of the families of issue 24 for the tests that use
- * them (tests/e2e/test_arch.c, tests/e2e/test_arch_cluster.c): which fixture
+ * them (tests/slow/test_arch.c, tests/e2e/test_arch_cluster.c): which fixture
  * goes with which model, and the model file itself.
  *
  * Each family has a parity fixture tests/fixtures/arch_<set>.json made by
@@ -29,6 +29,7 @@
 #include "decode.h"
 #include "model.h"
 #include "sha256.h"
+#include "sw_result.h"
 #include "sw_test.h"
 
 /* The sets, in the order the tests run them, and the layer split of each
@@ -260,65 +261,10 @@ static inline int32_t *swa_ids(const json_t *a, int *n)
 
 /* ---- through the programs: shardwire generate, and a relay with two stages ---- */
 
-struct swa_result {
-    int ok;
-    int n;
-    int32_t ids[256];
-    char digest[17];
-    int drafted; // drafts the head proposed
-};
-
-static inline void swa_parse(const char *text, struct swa_result *r)
-{
-    memset(r, 0, sizeof *r);
-    json_error_t je;
-    const char *brace = text ? strchr(text, '{') : NULL;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    if (!j)
-        return;
-    json_t *ids = json_object_get(j, "tokens");
-    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < 256; i++)
-        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
-    const char *dg = json_string_value(json_object_get(j, "logits_digest"));
-    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
-    r->drafted = (int)json_integer_value(json_object_get(j, "drafted"));
-    r->ok = json_is_array(ids);
-    json_decref(j);
-}
-
-static inline int swa_same(const struct swa_result *a, const struct swa_result *b)
-{
-    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4);
-}
-
-static inline void swa_generate(const char *model, const char *prompt, int n_gen,
-                                struct swa_result *r)
-{
-    char n[16];
-    snprintf(n, sizeof n, "%d", n_gen);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--greedy",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    NULL};
-    char *out = NULL, *err = NULL;
-    if (sw_test_run(argv, 180, &out, &err) != 0)
-        fprintf(stderr, "generate failed: %s\n", err ? err : "");
-    swa_parse(out, r);
-    free(out);
-    free(err);
-}
+/* The answers: sw_result.h (tokens, logits digest, drafts; `generate` as the reference). */
 
 static inline int swa_run(const char *ep, const char *prompt, int n_gen, const char *draft,
-                          struct swa_result *r)
+                          sw_result_t *r)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
@@ -342,7 +288,7 @@ static inline int swa_run(const char *ep, const char *prompt, int n_gen, const c
     const int rc = sw_test_run(argv, 180, &out, &err);
     if (rc != 0)
         fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
-    swa_parse(out, r);
+    sw_result_parse(out, r);
     free(out);
     free(err);
     return rc;

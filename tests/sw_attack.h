@@ -10,12 +10,18 @@
 #ifndef SW_ATTACK_H
 #define SW_ATTACK_H
 
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <jansson.h>
 #include <sodium.h>
 #include <zmq.h>
 
@@ -398,6 +404,98 @@ static __attribute__((unused)) int swa_shape(sw_peer_t *p, const char *dest, uin
             return got;
         wait_ms = 1000;
     }
+}
+
+/* Node `name` in the head's spot-check report (`shardwire status --spot head --json` at
+ * ep): 1 when listed (*convicted, *avoid_s: its mark and seconds left), 0 when not, -1 when
+ * the head did not answer; *rounds (NULL: not wanted) its rounds compared. */
+static __attribute__((unused)) int swa_spot_node(const char *ep, const char *name, int *convicted,
+                                                 long *avoid_s, long long *rounds)
+{
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "status",
+                    "--relay",
+                    (char *)ep,
+                    "--spot",
+                    "head",
+                    "--json",
+                    NULL};
+    char *out = NULL;
+    int v = -1;
+    *convicted = 0;
+    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
+        json_t *j = json_loads(out, 0, NULL);
+        json_t *spot = j ? json_object_get(j, "spot") : NULL;
+        json_t *nodes = spot ? json_object_get(spot, "nodes") : NULL;
+        if (nodes) {
+            v = 0;
+            if (rounds)
+                *rounds = (long long)json_integer_value(json_object_get(spot, "rounds_compared"));
+        }
+        for (size_t i = 0; nodes && i < json_array_size(nodes); i++) {
+            json_t *nd = json_array_get(nodes, i);
+            const char *nm = json_string_value(json_object_get(nd, "name"));
+            if (nm && !strcmp(nm, name)) {
+                v = 1;
+                *convicted = json_is_true(json_object_get(nd, "convicted"));
+                if (avoid_s)
+                    *avoid_s = (long)json_integer_value(json_object_get(nd, "avoid_s"));
+            }
+        }
+        json_decref(j);
+    }
+    free(out);
+    return v;
+}
+
+/* A TCP connection to 127.0.0.1:port bound to the source address 127.0.0.0 | addr (host
+ * order: 0x0105 is 127.0.1.5), reads timing out after timeout_s; -1 when it could not connect. */
+static __attribute__((unused)) int swa_tcp_from(int port, uint32_t addr, int timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(0x7f000000u | addr);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {.tv_sec = timeout_s};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+        connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 while the server has not closed fd (nothing to read yet, no end of stream). */
+static __attribute__((unused)) int swa_tcp_open(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* GET /health on 127.0.0.1:port from source address addr (swa_tcp_from): the HTTP status
+ * (0 = no answer within timeout_s). */
+static __attribute__((unused)) int swa_http_health(int port, uint32_t addr, int timeout_s)
+{
+    int fd = swa_tcp_from(port, addr, timeout_s);
+    if (fd < 0)
+        return 0;
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int status = 0;
+    if (write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+        char line[64] = "";
+        ssize_t r = read(fd, line, sizeof line - 1);
+        if (r > 0)
+            line[r] = 0;
+        if (sscanf(line, "HTTP/1.%*d %d", &status) != 1)
+            status = 0;
+    }
+    close(fd);
+    return status;
 }
 
 #endif

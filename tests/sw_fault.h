@@ -135,27 +135,9 @@ static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
 static inline void swf_reference_s(const char *model, const char *prompt, int n_gen,
                                    const char *const *extra, int timeout_s, swf_result_t *r)
 {
-    char n[16];
-    snprintf(n, sizeof n, "%d", n_gen);
-    char *argv[24] = {(char *)sw_test_bin("shardwire"),
-                      "generate",
-                      "--greedy",
-                      "--model",
-                      (char *)model,
-                      "-p",
-                      (char *)prompt,
-                      "-n",
-                      n,
-                      "--threads",
-                      "1",
-                      "--json"};
-    int k = 12;
-    for (int i = 0; extra && extra[i] && k < 23; i++)
-        argv[k++] = (char *)extra[i];
-    argv[k] = NULL;
     char *out = NULL, *err = NULL;
     memset(r, 0, sizeof *r);
-    r->rc = sw_test_run(argv, timeout_s, &out, &err);
+    r->rc = sw_test_generate_run(model, prompt, n_gen, extra, timeout_s, &out, &err);
     if (r->rc != 0)
         fprintf(stderr, "generate failed (%d): %s\n", r->rc, err ? err : "");
     swf_parse(out, r);

@@ -366,25 +366,34 @@ int sw_test_json_tokens(const char *text, int32_t *ids, int max)
     return *p == ']' ? n : -1;
 }
 
-int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max)
+int sw_test_generate_run(const char *model, const char *prompt, int n_gen, const char *const *extra,
+                         int timeout_s, char **out, char **err)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--greedy",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    NULL};
+    char *argv[24] = {(char *)sw_test_bin("shardwire"),
+                      "generate",
+                      "--greedy",
+                      "--model",
+                      (char *)model,
+                      "-p",
+                      (char *)prompt,
+                      "-n",
+                      n,
+                      "--threads",
+                      "1",
+                      "--json"};
+    int k = 12;
+    for (int i = 0; extra && extra[i] && k < 22; i++)
+        argv[k++] = (char *)extra[i];
+    argv[k] = NULL;
+    return sw_test_run(argv, timeout_s, out, err);
+}
+
+int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max)
+{
     char *out = NULL, *err = NULL;
-    int rc = sw_test_run(argv, 300, &out, &err);
+    int rc = sw_test_generate_run(model, prompt, n_gen, NULL, 300, &out, &err);
     int count = rc == 0 ? sw_test_json_tokens(out, ids, max) : -1;
     if (count < 0)
         fprintf(stderr, "shardwire generate failed (exit %d): %s\n", rc, err ? err : "");

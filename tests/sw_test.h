@@ -110,6 +110,11 @@ int sw_test_json_tokens(const char *text, int32_t *ids, int max);
 /* The reference: `shardwire generate --greedy --model model -p prompt -n n_gen
  * --threads 1 --json` into ids: the count, or -1 after a line. */
 int sw_test_generate(const char *model, const char *prompt, int n_gen, int32_t *ids, int max);
+/* `shardwire generate --greedy --json` of prompt, n_gen tokens, one thread, extra flags after
+ * (NULL-terminated, up to 10; NULL = none), within timeout_s: its exit code (sw_test_run), its
+ * stdout and stderr into *out and *err (the caller frees them; err may be NULL). */
+int sw_test_generate_run(const char *model, const char *prompt, int n_gen, const char *const *extra,
+                         int timeout_s, char **out, char **err);
 /* Occurrences of needle in the file at path (0 when it cannot be read). */
 int sw_test_count_in_file(const char *path, const char *needle);
 /* Lines of the file at path that hold both a and b (0 when it cannot be read). */

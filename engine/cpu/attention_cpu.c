@@ -5,6 +5,7 @@
  * for plain rows and token-tree rows; and the KV cache move that keeps an
  * accepted tree path. The numerics are llama.cpp's (backend_cpu.c's header).
  */
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 
 #include "cpu_state_impl.h"
 #include "log.h"
+#include "quant.h"
+#include "quant_impl.h"
 #include "sw_limits.h"
 
 struct s_attn_job {
@@ -46,6 +49,28 @@ static float s_dot_split(const cpu_state_t *c, const sw_f16 *a1, int n1, const s
                    : sw_cpu_dot2_f16_scalar(a1, n1, a2, b, n);
 }
 
+/* The slots row r attends to: [0, *lin) then tail[0..*m) (a tree row's
+ * ancestors, its visibility record), or causally [0, slot0 + r]. Returns the
+ * first entry a sliding window leaves visible: entry p of the list is at
+ * position p (a tree's ancestors continue its plain prefix), so a window
+ * hides p < n_pos - swa; hidden entries count as -inf, exactly like
+ * llama.cpp's mask. */
+static int s_row_vis(const sw_attn_args_t *a, const int32_t *ctl, int r, int *lin, int *m,
+                     const int32_t **tail)
+{
+    *lin = ctl[SW_CTL_SLOT0] + r + 1;
+    *m = 0;
+    *tail = NULL;
+    if (a->tree) {
+        const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
+        *lin = rec[0];
+        *m = rec[1];
+        *tail = rec + 2;
+    }
+    const int n_pos = *lin + *m;
+    return a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0;
+}
+
 static void s_attn_body(void *ctx, int ith, int nth)
 {
     struct s_attn_job *j = ctx;
@@ -64,25 +89,12 @@ static void s_attn_body(void *ctx, int ith, int nth)
     const sw_f16 *vc = (const sw_f16 *)a->v_cache->data;
 
     const int32_t *ctl = cpu_i32(a->ctl);
-    const int slot0 = ctl[SW_CTL_SLOT0];
     (void)nth;
     for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
         const int r = job / a->n_head, h = job % a->n_head, g = h / group;
-        /* Visible slots: [0, lin) then tail[0..m) (a tree row's ancestors),
-         * or causally [0, slot0 + r]. */
-        int lin = slot0 + r + 1, m = 0;
-        const int32_t *tail = NULL;
-        if (a->tree) {
-            const int32_t *rec = ctl + ctl[SW_CTL_VIS(a->n) + r];
-            lin = rec[0];
-            m = rec[1];
-            tail = rec + 2;
-        }
-        const int n_pos = lin + m;
-        /* Entry p of the visible list is at position p (a tree's ancestors
-         * continue its plain prefix), so a window hides p < n_pos - swa;
-         * hidden entries count as -inf, exactly like llama.cpp's mask. */
-        const int lo = a->swa > 0 && n_pos > a->swa ? n_pos - a->swa : 0;
+        int lin, m;
+        const int32_t *tail;
+        const int lo = s_row_vis(a, ctl, r, &lin, &m, &tail), n_pos = lin + m;
         const float *q = cpu_f32(a->q) + ((size_t)r * a->n_head + h) * hd;
         cpu_to_f16(c, q, q16, hd);
         float max = -INFINITY;
@@ -143,6 +155,82 @@ static void s_attn_body(void *ctx, int ith, int nth)
     }
 }
 
+/* ---- q8_0 cache (kv.h, SW_KV_Q8_0): llama.cpp's flash attention ------------------------------
+ *
+ * The arithmetic of GGML's CPU flash attention over a q8_0 cache
+ * (ggml_compute_forward_flash_attn_ext_f16_one_chunk, which every row of a
+ * q8_0 cache takes, decode and prompt alike): the query quantized to q8_0,
+ * per visible slot in order the q8_0 dot with its key times the scale, an
+ * online softmax (expf of the new maximum's step; the sums in f32, fused as
+ * GCC fuses them), the slot's V row dequantized and added with a fused
+ * multiply-add per element, the total divided by the sum at the end. */
+
+/* x (n, a multiple of SW_QK) as q8_0 blocks into y, as GGML's quantize_row_q8_0. */
+static void s_q8(const float *x, void *y, int64_t n)
+{
+    const int rc = sw_quantize_row(SW_TYPE_Q8_0, x, y, n);
+    assert(rc == 0); // q8_0 rows of whole blocks always quantize
+    (void)rc;
+}
+
+static void s_mad(const cpu_state_t *c, float *y, const float *x, float v, int n)
+{
+    if (c->avx2) {
+        sw_cpu_mad_f32_avx2(y, x, v, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        y[i] = fmaf(x[i], v, y[i]);
+}
+
+static void s_attn_q8_body(void *ctx, int ith, int nth)
+{
+    struct s_attn_job *j = ctx;
+    const sw_attn_args_t *a = j->a;
+    const cpu_state_t *c = j->c;
+    const int hd = a->head_dim, group = a->n_head / a->n_kv_head, nb = hd / SW_QK;
+    const size_t row = (size_t)a->n_kv_head * (size_t)nb * sizeof(sw_block_q8_0);
+    float *acc = (float *)(void *)((char *)c->scratch + c->scratch_each * (size_t)ith); // (hd)
+    float *v32 = acc + hd;                                                              // (hd)
+    sw_block_q8_0 *qq = (sw_block_q8_0 *)(void *)(v32 + hd);                            // (nb)
+    const char *kc = a->k_cache->data, *vc = a->v_cache->data;
+    const int32_t *ctl = cpu_i32(a->ctl);
+    (void)nth;
+    for (int job; (job = atomic_fetch_add(&j->next, 1)) < a->n * a->n_head;) {
+        const int r = job / a->n_head, h = job % a->n_head;
+        const size_t head = (size_t)(h / group) * (size_t)nb * sizeof(sw_block_q8_0);
+        int lin, m;
+        const int32_t *tail;
+        const int lo = s_row_vis(a, ctl, r, &lin, &m, &tail), n_pos = lin + m; // hidden: skipped
+        s_q8(cpu_f32(a->q) + ((size_t)r * a->n_head + h) * hd, qq, hd);
+        float S = 0.0f, M = -INFINITY;
+        memset(acc, 0, (size_t)hd * sizeof *acc);
+        for (int p = lo; p < n_pos; p++) {
+            const size_t slot = (size_t)(p < lin ? p : tail[p - lin]);
+            float s;
+            sw_vec_dot(SW_TYPE_Q8_0, hd, &s, kc + slot * row + head, qq);
+            s = s * a->scale;
+            const float m_old = M;
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                M = s;
+                ms = expf(m_old - M);
+                for (int d = 0; d < hd; d++)
+                    acc[d] *= ms;
+            } else {
+                vs = expf(s - M);
+            }
+            sw_dequantize_row(SW_TYPE_Q8_0, vc + slot * row + head, v32, hd);
+            s_mad(c, acc, v32, vs, hd);
+            S = fmaf(S, ms, vs);
+        }
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float *out = cpu_f32(a->out) + ((size_t)r * a->n_head + h) * hd;
+        for (int d = 0; d < hd; d++)
+            out[d] = acc[d] * inv;
+    }
+}
+
 /* Checks every visibility record of a tree chunk (they come from the model's
  * metadata, but a bad one would read outside the cache). */
 static int s_check_tree(sw_backend_t *be, const sw_attn_args_t *a, int slot0)
@@ -166,6 +254,26 @@ static int s_check_tree(sw_backend_t *be, const sw_attn_args_t *a, int slot0)
     return 0;
 }
 
+/* Runs body over the (row, head) pairs on the pool, each thread with
+ * `need` bytes of scratch. */
+static int s_run(sw_backend_t *be, cpu_state_t *c, const sw_attn_args_t *a,
+                 void (*body)(void *, int, int), size_t need)
+{
+    const size_t each = (need + 64 + 63) & ~(size_t)63;
+    if (each > c->scratch_each) {
+        void *p = aligned_alloc(64, each * (size_t)c->n_threads);
+        if (!p)
+            return sw_backend_fail(be, "cpu backend: out of memory for attention scratch");
+        free(c->scratch);
+        c->scratch = p;
+        c->scratch_each = each;
+    }
+    struct s_attn_job job = {.a = a, .c = c};
+    atomic_init(&job.next, 0);
+    sw_pool_run(c->pool, body, &job);
+    return 0;
+}
+
 int cpu_attention(sw_backend_t *be, const sw_attn_args_t *a)
 {
     cpu_state_t *c = cpu_impl(be);
@@ -180,6 +288,18 @@ int cpu_attention(sw_backend_t *be, const sw_attn_args_t *a)
         return a->prompt_order ? sw_backend_fail(be, "cpu backend: a tree chunk in prompt order")
                                : -1;
 
+    if (a->kv_q8) { /* the new rows as q8_0 rows, then llama.cpp's flash attention */
+        const size_t row = kv_dim / SW_QK * sizeof(sw_block_q8_0);
+        for (int r = 0; r < a->n; r++) {
+            const size_t at = (size_t)(slot0 + r) * row;
+            s_q8(cpu_f32(a->k) + (size_t)r * kv_dim, (char *)a->k_cache->data + at,
+                 (int64_t)kv_dim);
+            s_q8(cpu_f32(a->v) + (size_t)r * kv_dim, (char *)a->v_cache->data + at,
+                 (int64_t)kv_dim);
+        }
+        return s_run(be, c, a, s_attn_q8_body,
+                     (size_t)a->head_dim * 8 + (size_t)a->head_dim / SW_QK * sizeof(sw_block_q8_0));
+    }
     /* Append the new rows: K row-major, V transposed. */
     for (int r = 0; r < a->n; r++) {
         const int pos = slot0 + r;
@@ -190,22 +310,10 @@ int cpu_attention(sw_backend_t *be, const sw_attn_args_t *a)
     }
 
     const size_t pad_ctx = (size_t)((a->n_ctx + 31) & ~31);
-    size_t each = (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
-                  (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 +
-                  (size_t)a->head_dim * 4 + 64;
-    each = (each + 63) & ~(size_t)63;
-    if (each > c->scratch_each) {
-        void *p = aligned_alloc(64, each * (size_t)c->n_threads);
-        if (!p)
-            return sw_backend_fail(be, "cpu backend: out of memory for attention scratch");
-        free(c->scratch);
-        c->scratch = p;
-        c->scratch_each = each;
-    }
-    struct s_attn_job job = {.a = a, .c = c};
-    atomic_init(&job.next, 0);
-    sw_pool_run(c->pool, s_attn_body, &job);
-    return 0;
+    return s_run(be, c, a, s_attn_body,
+                 (size_t)a->n_ctx * sizeof(float) + pad_ctx * 2 +
+                     (size_t)((a->head_dim + 31) & ~31) * 2 + (pad_ctx + 32) * 2 +
+                     (size_t)a->head_dim * 4);
 }
 
 /* Moves cache slots (token trees: the accepted path is kept). */

@@ -109,6 +109,22 @@ static int s_download(sw_backend_t *be, void *dst, const sw_buf_t *src, size_t o
     return 0;
 }
 
+static int s_copy2d(sw_backend_t *be, sw_buf_t *dst, size_t dst_off, size_t dst_pitch,
+                    const sw_buf_t *src, size_t src_off, size_t src_pitch, size_t width, int rows)
+{
+    if (rows < 1)
+        return 0;
+    const size_t last = (size_t)(rows - 1);
+    if (dst_off + last * dst_pitch + width > dst->bytes ||
+        src_off + last * src_pitch + width > src->bytes)
+        return sw_backend_fail(be, "cpu backend: a copy of %d rows of %zu bytes overruns a buffer",
+                               rows, width);
+    for (int r = 0; r < rows; r++)
+        memmove((char *)dst->data + dst_off + (size_t)r * dst_pitch,
+                (const char *)src->data + src_off + (size_t)r * src_pitch, width);
+    return 0;
+}
+
 /* ---- elementwise ops ---------------------------------------------------------- */
 
 static int s_get_rows(sw_backend_t *be, const sw_weight_t *emb, const sw_buf_t *ctl, int n,
@@ -711,6 +727,8 @@ static const sw_backend_ops_t s_cpu_ops = {
     .transfer = NULL,
     .mem_free = NULL,
     .attn_swa = 1,
+    .copy2d = s_copy2d,
+    .attn_q8_0 = 1,
 };
 
 sw_backend_t *sw_backend_cpu_new(int n_threads)

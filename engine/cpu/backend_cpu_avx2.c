@@ -11,6 +11,7 @@
 #include "backend_cpu_impl.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static float s_hsum(__m256 v)
@@ -226,4 +227,15 @@ void sw_cpu_swiglu8_avx2(float *g, const float *u)
     const __m256 e = s_expf8(_mm256_sub_ps(_mm256_setzero_ps(), x));
     const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
     _mm256_storeu_ps(g, _mm256_mul_ps(silu, _mm256_loadu_ps(u)));
+}
+
+void sw_cpu_mad_f32_avx2(float *y, const float *x, float v, int n)
+{
+    const __m256 vv = _mm256_set1_ps(v);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] = fmaf(x[i], v, y[i]);
 }

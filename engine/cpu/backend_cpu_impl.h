@@ -39,5 +39,8 @@ void sw_cpu_dots_f16_tiled_avx2(const sw_f16 *a, size_t a_stride, int na, const 
 void sw_cpu_expf8_avx2(const float *x, float *y); // sw_expf_ggml
 /* y[i] = silu(g[i]) * u[i] for 8 values, silu(x) = x / (1 + exp(-x)). */
 void sw_cpu_swiglu8_avx2(float *g, const float *u);
+/* y[i] = fma(x[i], v, y[i]) over n values: GGML's ggml_vec_mad_f32 on AVX2
+ * with FMA (the q8_0 cache's flash attention, attention_cpu.c). */
+void sw_cpu_mad_f32_avx2(float *y, const float *x, float v, int n);
 
 #endif

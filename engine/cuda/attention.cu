@@ -344,3 +344,38 @@ int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ct
     }
     return 0;
 }
+
+/* copy2d (a growing KV cache's step, kv.c): rows of `width` bytes in 2-byte
+ * units (every cache row is), one block row per copied row. */
+static __global__ void k_copy2d(uint16_t *dst, size_t dst_pitch, const uint16_t *src,
+                                size_t src_pitch, size_t width)
+{
+    const size_t r = blockIdx.y;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < width;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[r * dst_pitch + i] = src[r * src_pitch + i];
+}
+
+int swc_copy2d(sw_backend_t *be, sw_buf_t *dst, size_t dst_off, size_t dst_pitch,
+               const sw_buf_t *src, size_t src_off, size_t src_pitch, size_t width, int rows)
+{
+    if (rows < 1 || width == 0)
+        return 0;
+    const size_t last = (size_t)(rows - 1);
+    if ((dst_off | dst_pitch | src_off | src_pitch | width) & 1 || rows > 65535 ||
+        dst_off + last * dst_pitch + width > swc_b(dst)->bytes ||
+        src_off + last * src_pitch + width > swc_b(src)->bytes)
+        return sw_backend_fail(be, "cuda: a copy of %d rows of %zu bytes does not fit its buffers",
+                               rows, width);
+    if (swc_use(be) != 0)
+        return -1;
+    swc *c = swc_of(be);
+    const size_t w = width / 2;
+    int blocks = (int)((w + 255) / 256);
+    if (blocks > 1024)
+        blocks = 1024;
+    k_copy2d<<<dim3(blocks, rows), 256, 0, c->stream>>>(
+        (uint16_t *)(void *)(swc_ptr<char>(dst) + dst_off), dst_pitch / 2,
+        (const uint16_t *)(const void *)(swc_ptr<char>(src) + src_off), src_pitch / 2, w);
+    return swc_launched(be, "copy2d");
+}

@@ -525,6 +525,8 @@ static const sw_backend_ops_t s_cuda_ops = {
     /* geglu */ swc_geglu,
     /* moe */ swc_moe,
     /* attn_swa */ 1,
+    /* copy2d */ swc_copy2d,
+    /* attn_q8_0 */ 0,
 };
 
 int sw_cuda_devices(void)

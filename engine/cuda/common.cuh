@@ -156,6 +156,8 @@ int swc_rope(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *ctl, int n, int n_he
 int swc_attention(sw_backend_t *be, const sw_attn_args_t *a);
 int swc_kv_move(sw_backend_t *be, sw_buf_t *k_cache, sw_buf_t *v_cache, int n_ctx, int kv_dim,
                 const int32_t *src, const int32_t *dst, int n);
+int swc_copy2d(sw_backend_t *be, sw_buf_t *dst, size_t dst_off, size_t dst_pitch,
+               const sw_buf_t *src, size_t src_off, size_t src_pitch, size_t width, int rows);
 /* elementwise.cu */
 int swc_add(sw_backend_t *be, sw_buf_t *x, const sw_buf_t *y, size_t n);
 int swc_swiglu(sw_backend_t *be, sw_buf_t *gate, const sw_buf_t *up, size_t n);

@@ -199,9 +199,13 @@ class LlamaSide:
         return n
 
 
+RUN_INFO = bench_wan.run_info()  # commit, machine, date, command, load at the start
+
+
 def s_dump(path, counts, raw):
     with open(path, "w") as f:
-        json.dump({"counts": counts, "runs": {f"{k[0]:g}/{k[1]}": v for k, v in raw.items()}}, f)
+        json.dump({**RUN_INFO, "loadavg_end": os.getloadavg(), "counts": counts,
+                   "runs": {f"{k[0]:g}/{k[1]}": v for k, v in raw.items()}}, f)
 
 
 def med(xs):

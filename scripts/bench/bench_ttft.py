@@ -20,6 +20,10 @@ For each stage count it prints, from the request's `timing` JSON:
     python3 scripts/bench/bench_ttft.py --model models/synth/qwen2.5-7b.gguf --markdown
     python3 scripts/bench/bench_ttft.py --build /tmp/base/build ...   # another build, same run
 
+The result file (--json-out, default build/bench/ttft-<UTC time>.json) records the
+commit, the machine (CPU model, CPUs), the date, the command, the load average at the
+start and the end of each run and every row, also of a run that failed (its error).
+
 Every process it starts is stopped at the end, also on failure or Ctrl-C.
 """
 import argparse
@@ -33,7 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_wan import free_port  # noqa: E402
+from bench_wan import free_port, run_info  # noqa: E402
 
 
 def log(msg):
@@ -136,7 +140,20 @@ def main():
                     help="extra node flag, e.g. --node-flag=--prefill-dtype --node-flag=f16")
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--json-out", help="result file (default build/bench/ttft-<UTC time>.json)")
     a = ap.parse_args()
+    result = run_info()
+    started = result["date"]
+    out_path = a.json_out or os.path.join(HERE, "build", "bench",
+                                          f"ttft-{started.replace(':', '')}.json")
+    result.update({"model": a.model, "delay_ms": a.delay_ms, "rate_kbps": a.rate_kbps,
+              "threads": a.threads, "node_flags": a.node_flag, "runs": []})
+
+    def save():
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1)
+
     b = os.path.join(HERE, a.build, "bin") if not os.path.isabs(a.build) else \
         os.path.join(a.build, "bin")
     info = json.loads(subprocess.check_output([f"{b}/shardwire", "info", "--model", a.model,
@@ -148,12 +165,20 @@ def main():
     for n in (int(x) for x in a.stages.split(",")):
         logdir = tempfile.mkdtemp(prefix="bench_ttft.")
         c = Cluster(a, b, logdir, n, L)
+        run = {"stages": n, "load_start": os.getloadavg()}
+        result["runs"].append(run)
         try:
             c.start()
             log(f"{n} stages up; the prompt...")
             j = c.run(prompt)
+        except SystemExit as e:
+            run.update(error=str(e), logs=logdir, load_end=os.getloadavg())
+            save()
+            raise
         finally:
             c.stop()
+        run.update(load_end=os.getloadavg(), result=j)
+        save()
         tm, P = j["timing"], j["n_prompt"]
         work = {"head": tm.get("head_compute_ms", 0), **tm.get("stage_compute_ms", {})}
         crit = tm.get("stage_critical_ms", {})
@@ -173,6 +198,9 @@ def main():
                  ", ".join(f"{k} {v / 1e3:.1f}" for k, v in crit.items()) + f" ({net / 1e3:.1f})",
                  str(res)]
         print(("| " + " | ".join(cells) + " |") if a.markdown else "  ".join(cells))
+    loads = ", ".join(f"{r['load_start'][0]:.1f}-{r['load_end'][0]:.1f}" for r in result["runs"])
+    print(f"\n{result['machine']}; commit {result['commit']}; {started}; load average {loads}; "
+          f"result file {os.path.relpath(out_path, HERE)}")
 
 
 if __name__ == "__main__":

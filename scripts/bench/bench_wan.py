@@ -117,6 +117,27 @@ def gguf_block_count(path):
         return blocks.get(f"{arch}.block_count")
 
 
+def run_info():
+    """What a result file records of the run: the source commit (and whether the tree had
+    changes), the machine (CPU model, CPUs), the UTC date, the command and the load average."""
+    def git(*args):
+        return subprocess.run(["git", "-C", HERE, *args], capture_output=True,
+                              text=True).stdout.strip()
+    model = os.uname().machine
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else ""),
+            "machine": f"{model}, {os.cpu_count()} CPUs",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+            "loadavg": os.getloadavg()}
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -152,8 +152,10 @@ def make_set(name, cfg, args):
         made = None
     if not os.path.isfile(model):
         sys.exit(f"make_arch_fixtures: no model at {model}")
+    # cfg may add llama.cpp context options and their notes (make_kvq8_fixtures.py)
     llm = llama_cpp.Llama(model_path=model, n_ctx=512, n_threads=args.threads,
-                          n_threads_batch=args.threads, seed=0, logits_all=False, verbose=False)
+                          n_threads_batch=args.threads, seed=0, logits_all=False, verbose=False,
+                          **cfg.get("llama_kwargs", {}))
     vocab_h = llama_cpp.llama_model_get_vocab(llm.model)
     add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab_h))
     n_vocab = llm.n_vocab()
@@ -178,7 +180,7 @@ def make_set(name, cfg, args):
         print(f"{name}/{cname}: {len(ptoks)} prompt tokens, {len(gen)} generated, "
               f"{len(set(gen))} distinct, min margin {min(margins):.4f}", file=sys.stderr)
     doc = {
-        "generator": "scripts/ref/make_arch_fixtures.py --set " + name,
+        "generator": cfg.get("generator", "scripts/ref/make_arch_fixtures.py --set " + name),
         "llama_cpp_python_version": llama_cpp.__version__,
         "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
         "model_file": os.path.basename(model),
@@ -200,6 +202,7 @@ def make_set(name, cfg, args):
             "flash_attn": {-1: "auto", 0: "disabled", 1: "enabled"}.get(cp.flash_attn_type, cp.flash_attn_type),
             "kv_type_k": GGML_TYPE_NAMES.get(cp.type_k, cp.type_k),
             "kv_type_v": GGML_TYPE_NAMES.get(cp.type_v, cp.type_v),
+            **cfg.get("settings", {}),
             "prompt_eval": "whole prompt in one llama_decode batch, then one token per llama_decode",
             "selection": "argmax of the raw last-position logits (lowest id on ties); stop after "
                          "n_gen tokens or after (and including) an EOG token",

@@ -39,11 +39,11 @@ static void s_run_set(int si)
     json_t *cases = json_object_get(doc, "cases");
     /* a short and a long prompt, no special-token text */
     const json_t *picked[2] = {json_array_get(cases, 0), json_array_get(cases, 5)};
-    struct swa_result ref[2], got;
+    sw_result_t ref[2], got;
     for (int i = 0; i < 2; i++) {
         const char *prompt = json_string_value(json_object_get(picked[i], "prompt"));
         const json_t *want = json_object_get(picked[i], "gen_tokens");
-        swa_generate(model, prompt ? prompt : "", N_GEN, &ref[i]);
+        sw_result_generate(model, prompt ? prompt : "", N_GEN, 180, &ref[i]);
         int same = ref[i].ok && ref[i].n == N_GEN;
         for (int t = 0; same && t < N_GEN; t++)
             same = ref[i].ids[t] == (int32_t)json_integer_value(json_array_get(want, (size_t)t));
@@ -60,14 +60,14 @@ static void s_run_set(int si)
         const char *prompt = json_string_value(json_object_get(picked[i], "prompt"));
         SW_CHECK_INT(swa_run(ep, prompt, N_GEN, "none", &got), 0);
         const int same =
-            swa_same(&got, &ref[i]) && got.digest[0] && !strcmp(got.digest, ref[i].digest);
+            sw_result_same(&got, &ref[i]) && got.digest[0] && !strcmp(got.digest, ref[i].digest);
         if (!same)
             fprintf(stderr, "%s: 2 stages differ from one process on prompt %d\n", set, i);
         SW_CHECK(same);
         SW_CHECK_INT(swa_run(ep, prompt, N_GEN, "ngram", &got), 0);
-        SW_CHECK(swa_same(&got, &ref[i]));
+        SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK_INT(swa_run(ep, prompt, N_GEN, "model", &got), 0);
-        SW_CHECK(swa_same(&got, &ref[i]));
+        SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK(got.drafted > 0); // the draft model did draft
     }
     printf("%s: generate == llama.cpp, 2 stages == 1 process (tokens, logits digest), n-gram "

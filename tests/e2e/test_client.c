@@ -151,25 +151,10 @@ static void s_drain(sw_client_t *c, char ids[][SW_CLIENT_ID_LEN], struct s_out *
 /* `shardwire generate --json` token ids and text. */
 static int s_reference(const char *model, const char *prompt, int chat, struct s_out *r)
 {
-    char n[16];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--greedy",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    chat ? "--chat" : NULL,
-                    NULL};
+    const char *chat_x[] = {"--chat", NULL};
     char *out = NULL;
     memset(r, 0, sizeof *r);
-    int rc = sw_test_run(argv, 120, &out, NULL);
+    int rc = sw_test_generate_run(model, prompt, N_GEN, chat ? chat_x : NULL, 120, &out, NULL);
     json_error_t je;
     json_t *j = rc == 0 && out ? json_loads(out, JSON_DISABLE_EOF_CHECK, &je) : NULL;
     json_t *ids = j ? json_object_get(j, "tokens") : NULL;

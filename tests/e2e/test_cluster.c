@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "sw_fault.h"
+#include "sw_result.h"
 
 #define N_GEN 24
 
@@ -36,65 +37,8 @@ static const char *s_prompts[] = {
 };
 #define N_PROMPTS (int)(sizeof s_prompts / sizeof s_prompts[0])
 
-struct s_result {
-    int ok;
-    int n;            // tokens
-    int32_t ids[512]; // generated ids
-    char digest[17];  // logits digest
-    int rounds;       // rounds after the prefill
-};
-
-static void s_parse(const char *json_text, struct s_result *r)
-{
-    memset(r, 0, sizeof *r);
-    json_error_t je;
-    const char *brace = json_text ? strchr(json_text, '{') : NULL;
-    json_t *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    if (!j)
-        return;
-    json_t *ids = json_object_get(j, "tokens");
-    for (size_t i = 0; json_is_array(ids) && i < json_array_size(ids) && i < 512; i++)
-        r->ids[r->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
-    const char *dg = json_string_value(json_object_get(j, "logits_digest"));
-    snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
-    r->rounds = (int)json_integer_value(json_object_get(j, "rounds"));
-    r->ok = json_is_array(ids);
-    json_decref(j);
-}
-
-static int s_same(const struct s_result *a, const struct s_result *b)
-{
-    return a->ok && b->ok && a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * 4);
-}
-
-static void s_generate(const char *model, const char *prompt, struct s_result *r)
-{
-    char n[16];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "generate",
-                    "--greedy",
-                    "--model",
-                    (char *)model,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--threads",
-                    "1",
-                    "--json",
-                    NULL};
-    char *out = NULL, *err = NULL;
-    int rc = sw_test_run(argv, 120, &out, &err);
-    if (rc != 0)
-        fprintf(stderr, "generate failed (%d): %s\n", rc, err ? err : "");
-    s_parse(out, r);
-    free(out);
-    free(err);
-}
-
 /* `shardwire run`; returns its exit code, stderr into *err_out if wanted. */
-static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result *r, char **err_out)
+static int s_run(const char *ep, const char *prompt, int n_gen, sw_result_t *r, char **err_out)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", n_gen);
@@ -117,7 +61,7 @@ static int s_run(const char *ep, const char *prompt, int n_gen, struct s_result 
     char *out = NULL, *err = NULL;
     int rc = sw_test_run(argv, 150, &out, &err);
     if (r)
-        s_parse(out, r);
+        sw_result_parse(out, r);
     if (rc != 0)
         fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
     free(out);
@@ -192,9 +136,9 @@ int main(void)
 {
     const char *model = sw_test_model();
     signal(SIGPIPE, SIG_IGN);
-    struct s_result ref[N_PROMPTS], got;
+    sw_result_t ref[N_PROMPTS], got;
     for (int i = 0; i < N_PROMPTS; i++) {
-        s_generate(model, s_prompts[i], &ref[i]);
+        sw_result_generate(model, s_prompts[i], N_GEN, 120, &ref[i]);
         SW_CHECK(ref[i].ok && ref[i].n == N_GEN);
     }
 
@@ -204,7 +148,7 @@ int main(void)
     SW_CHECK_INT(s_start(&c, model, two, NULL, 2, "f32", 2), 0);
     for (int i = 0; i < N_PROMPTS; i++) {
         SW_CHECK_INT(s_run(c.ep, s_prompts[i], N_GEN, &got, NULL), 0);
-        SW_CHECK(s_same(&got, &ref[i]));
+        SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK(got.digest[0] && !strcmp(got.digest, ref[i].digest));
     }
     s_stop(&c);
@@ -218,7 +162,7 @@ int main(void)
     SW_CHECK_INT(s_counters(c.ep, "stage2", &tail_in0, &tail_out0), 0);
     for (int i = 0; i < N_PROMPTS; i++) {
         SW_CHECK_INT(s_run(c.ep, s_prompts[i], N_GEN, &got, NULL), 0);
-        SW_CHECK(s_same(&got, &ref[i]));
+        SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK(got.digest[0] && !strcmp(got.digest, ref[i].digest));
         if (i == 0) {
             /* The relay counts msgs_in from a peer and msgs_out to it. Per
@@ -240,9 +184,9 @@ int main(void)
     for (int k = 0; k < 2; k++) {
         kids[k] = fork();
         if (kids[k] == 0) {
-            struct s_result r;
+            sw_result_t r;
             int rc = s_run(c.ep, s_prompts[k], N_GEN, &r, NULL);
-            _exit(rc == 0 && s_same(&r, &ref[k]) ? 0 : 1);
+            _exit(rc == 0 && sw_result_same(&r, &ref[k]) ? 0 : 1);
         }
     }
     for (int k = 0; k < 2; k++) {

@@ -571,7 +571,7 @@ int main(void)
         {"/v1/completions", KEY,
          "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}",
          400, "stream"},
-        {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"max_tokens\":5000}",
+        {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"max_tokens\":9000}",
          400, "context"},
         {"/v1/completions", KEY,
          "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"frequency_penalty\":0.5}", 400,

@@ -23,7 +23,7 @@
  * together stay within --max-bodies-mb (64; beyond: 503): the gateway's
  * resident memory grows by less than 64 MB + 64 MB of threads and slack.
  */
-#include "sw_test.h"
+#include "sw_attack.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,48 +54,18 @@ static double s_now(void)
 /* A TCP connection to the gateway from 127.0.0.`host`; -1 when refused. */
 static int s_connect_from(int host)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in src = {.sin_family = AF_INET};
-    src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)host);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s_port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
-        connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
+    return swa_tcp_from(s_port, (uint32_t)host, 10);
 }
 
-/* 1 while the server has not closed fd (nothing to read yet, no end of stream). */
 static int s_open(int fd)
 {
-    char b;
-    ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
-    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    return swa_tcp_open(fd);
 }
 
 /* GET /health from 127.0.0.`host`: the HTTP status (0 = no answer within 10 s). */
 static int s_health(int host)
 {
-    int fd = s_connect_from(host);
-    if (fd < 0)
-        return 0;
-    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    int status = 0;
-    if (write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
-        char line[64] = "";
-        ssize_t r = read(fd, line, sizeof line - 1);
-        if (r > 0)
-            line[r] = 0;
-        if (sscanf(line, "HTTP/1.%*d %d", &status) != 1)
-            status = 0;
-    }
-    close(fd);
-    return status;
+    return swa_http_health(s_port, (uint32_t)host, 10);
 }
 
 /* Part 1: slow-loris from a few addresses. */

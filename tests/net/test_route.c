@@ -82,21 +82,8 @@ int main(void)
     char n_gen[16];
     snprintf(n_gen, sizeof n_gen, "%d", N_GEN);
     int32_t ref[N_GEN + 8], got[N_GEN + 8];
-    char *ga[] = {(char *)sw_test_bin("shardwire"),
-                  "generate",
-                  "--greedy",
-                  "--model",
-                  (char *)model,
-                  "-p",
-                  (char *)prompt,
-                  "-n",
-                  n_gen,
-                  "--threads",
-                  "1",
-                  "--json",
-                  NULL};
     char *out = NULL;
-    SW_CHECK_INT(sw_test_run(ga, 120, &out, NULL), 0);
+    SW_CHECK_INT(sw_test_generate_run(model, prompt, N_GEN, NULL, 120, &out, NULL), 0);
     int n_ref = sw_test_json_tokens(out, ref, N_GEN + 8);
     free(out);
     SW_CHECK(n_ref > 0);

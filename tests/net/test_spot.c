@@ -28,7 +28,7 @@
  *    name the liar: mid-a and mid-bad are both disputed, neither convicted,
  *    and /metrics follows the new head's report (disputed, not convicted).
  */
-#include "sw_test.h"
+#include "sw_attack.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -108,34 +108,9 @@ static long long s_msgs_in(const char *name)
  * compared. */
 static int s_spot_convicted(const char *name, long long *rounds)
 {
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "status",
-                    "--relay",
-                    s_ep,
-                    "--spot",
-                    "head",
-                    "--json",
-                    NULL};
-    char *out = NULL;
-    int v = -1;
-    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
-        json_t *j = json_loads(out, 0, NULL);
-        json_t *spot = j ? json_object_get(j, "spot") : NULL;
-        json_t *nodes = spot ? json_object_get(spot, "nodes") : NULL;
-        if (nodes) {
-            v = 0;
-            *rounds = (long long)json_integer_value(json_object_get(spot, "rounds_compared"));
-        }
-        for (size_t i = 0; nodes && i < json_array_size(nodes); i++) {
-            json_t *nd = json_array_get(nodes, i);
-            const char *nm = json_string_value(json_object_get(nd, "name"));
-            if (nm && !strcmp(nm, name) && json_is_true(json_object_get(nd, "convicted")))
-                v = 1;
-        }
-        json_decref(j);
-    }
-    free(out);
-    return v;
+    int convicted;
+    const int r = swa_spot_node(s_ep, name, &convicted, NULL, rounds);
+    return r < 0 ? -1 : r == 1 && convicted;
 }
 
 /* The round of the first line of the log with both a and b ("round R "), or -1. */

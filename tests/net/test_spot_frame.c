@@ -18,7 +18,7 @@
  *    timer (`shardwire status --spot head --json`, avoid_s) runs on instead of
  *    starting its hour again.
  */
-#include "sw_test.h"
+#include "sw_attack.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -36,35 +36,9 @@ static char s_ep[64];
  * answer); *convicted its mark. */
 static long s_avoid(const char *name, int *convicted)
 {
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "status",
-                    "--relay",
-                    s_ep,
-                    "--spot",
-                    "head",
-                    "--json",
-                    NULL};
-    char *out = NULL;
-    long v = -2;
-    *convicted = 0;
-    if (sw_test_run(argv, 20, &out, NULL) == 0 && out) {
-        json_t *j = json_loads(out, 0, NULL);
-        json_t *spot = j ? json_object_get(j, "spot") : NULL;
-        json_t *nodes = spot ? json_object_get(spot, "nodes") : NULL;
-        if (nodes)
-            v = -1;
-        for (size_t i = 0; nodes && i < json_array_size(nodes); i++) {
-            json_t *nd = json_array_get(nodes, i);
-            const char *nm = json_string_value(json_object_get(nd, "name"));
-            if (nm && !strcmp(nm, name)) {
-                v = (long)json_integer_value(json_object_get(nd, "avoid_s"));
-                *convicted = json_is_true(json_object_get(nd, "convicted"));
-            }
-        }
-        json_decref(j);
-    }
-    free(out);
-    return v;
+    long avoid = -1;
+    const int r = swa_spot_node(s_ep, name, convicted, &avoid, NULL);
+    return r < 0 ? -2 : r == 0 ? -1 : avoid;
 }
 
 int main(void)

@@ -69,8 +69,8 @@ static void s_cluster(const char *set, const char *model, const json_t *cs, int 
     const char *prompt = json_string_value(json_object_get(cs, "prompt"));
     const json_t *want = json_object_get(cs, "gen_tokens");
     const int n_gen = (int)json_array_size(want);
-    struct swa_result ref, got;
-    swa_generate(model, prompt ? prompt : "", n_gen, &ref);
+    sw_result_t ref, got;
+    sw_result_generate(model, prompt ? prompt : "", n_gen, 180, &ref);
     int same = ref.ok && ref.n == n_gen;
     for (int t = 0; same && t < n_gen; t++)
         same = ref.ids[t] == (int32_t)json_integer_value(json_array_get(want, (size_t)t));
@@ -86,9 +86,9 @@ static void s_cluster(const char *set, const char *model, const json_t *cs, int 
     int plain = 0, ngram = 0;
     if (up == 0) {
         SW_CHECK_INT(swa_run(ep, prompt, n_gen, "none", &got), 0);
-        plain = swa_same(&got, &ref) && got.digest[0] && !strcmp(got.digest, ref.digest);
+        plain = sw_result_same(&got, &ref) && got.digest[0] && !strcmp(got.digest, ref.digest);
         SW_CHECK_INT(swa_run(ep, prompt, n_gen, "ngram", &got), 0);
-        ngram = swa_same(&got, &ref);
+        ngram = sw_result_same(&got, &ref);
     }
     SW_CHECK(plain && ngram);
     printf("%s: generate == llama.cpp (%d tokens); relay + 2 nodes [0, %d) [%d, %d): %s, "

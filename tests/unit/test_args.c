@@ -250,7 +250,8 @@ static void s_check_parser(void)
     SW_CHECK(v.first_arg == 1);
     SW_CHECK(v.sp.temp == 0.8f && v.sp.top_k == 40 && v.sp.top_p == 0.95f && v.sp.min_p == 0.05f &&
              v.sp.rep_penalty == 1.1f && v.sp.rep_last_n == 64 && v.sp.seed == 0x5eed);
-    SW_CHECK(v.rq.n_predict == 128 && v.m.n_ctx == 2048 && v.d.k == -1 && v.d.k_max == 16);
+    SW_CHECK(v.rq.n_predict == 128 && v.m.n_ctx == 0 /* the model's */ && v.d.k == -1 &&
+             v.d.k_max == 16);
     SW_CHECK(!v.d.mode && !v.r.relay[0] && v.r.connect_s == -1);
     char *greedy[] = {"cmd", "--greedy", NULL};
     SW_CHECK_INT(s_parse(greedy, &v, err, sizeof err), SW_ARGS_END);

@@ -107,6 +107,10 @@ static void s_check_announce(const sw_msg_announce_t *a, const sw_msg_announce_t
     SW_CHECK_INT(a->max_sessions, b->max_sessions);
     SW_CHECK_INT(a->hidden, b->hidden);
     SW_CHECK(!strcmp(a->model_name, s_str(b->model_name)));
+    SW_CHECK_INT(a->n_ctx, b->n_ctx);
+    SW_CHECK_INT(a->kv_mib, b->kv_mib);
+    SW_CHECK_INT(a->kv_full, b->kv_full);
+    SW_CHECK_INT(a->kv_type, b->kv_type);
 }
 
 static void s_check_timing(const sw_msg_timing_t *a, const sw_msg_timing_t *b, uint32_t n)
@@ -206,7 +210,11 @@ static void s_test_announce_ack_status(void)
                                     .backend = "cpu (4 threads)",
                                     .max_sessions = 17,
                                     .hidden = 576,
-                                    .model_name = "smol/135m:q4"};
+                                    .model_name = "smol/135m:q4",
+                                    .n_ctx = 32768,
+                                    .kv_mib = 2500,
+                                    .kv_full = 5,
+                                    .kv_type = 1};
     sw_msg_t msg = {.type = SW_MSG_ANNOUNCE, .announce = node};
     SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
     s_check_announce(&out.announce, &node);

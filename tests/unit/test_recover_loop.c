@@ -332,7 +332,8 @@ static int s_run(int n_prompt, int n_gen, const int *kills, int kill_at_replay, 
         SW_CHECK(st->accepted > 0); // drafts really were accepted along the way
     if (s_tree_mode && st)
         SW_CHECK(st->tree_rounds > 0 && st->kv_moves > 0); // accepted paths were moved
-    /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered */
+    /* the replay window held: never more than NODE_REC_WINDOW replayed rounds unanswered, plus
+     * the session's last round, which the window does not count (node_recover_sent) */
     SW_CHECK(s.max_q <= NODE_REC_WINDOW + 1);
     if (s.max_q > s_max_q_seen)
         s_max_q_seen = s.max_q;
@@ -408,9 +409,40 @@ static void s_test_route_check(void)
     node_recover_free(&rec);
 }
 
+/* A replay that moves gets a whole timeout again at its next failure (issue 33: a long
+ * prompt's replay moved for minutes, failed once more and gave up at once). */
+static void s_test_progress(void)
+{
+    node_recover_t *rec = node_recover_new(60000);
+    SW_CHECK(rec != NULL);
+    if (!rec)
+        return;
+    const sw_round_t r = {.n = 2, .tokens = (const int32_t[]){1, 2}};
+    SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    int idx = -1;
+    char err[256] = "";
+    SW_CHECK_INT(node_recover_next(rec, 0, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    node_recover_sent(rec, idx, 1, 4, 0);
+    node_recover_failed(rec, 1000, "a chunk was lost");
+    SW_CHECK_INT(node_recover_next(rec, 1000, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 1000, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 1000, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    node_recover_sent(rec, idx, 2, 4, 1000);
+    node_recover_progress(rec, 500000); /* its pieces are acknowledged for minutes */
+    node_recover_failed(rec, 520000, "no verdict within 60000 ms");
+    SW_CHECK_INT(node_recover_next(rec, 520000, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 520000, 0, "stage 'tail' left the pipeline");
+    SW_CHECK_INT(node_recover_next(rec, 570000, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    /* without progress the timeout counts from the failure: given up 60 s later */
+    SW_CHECK_INT(node_recover_next(rec, 580001, 0, &idx, err, sizeof err), NODE_REC_FAIL);
+    SW_CHECK(strstr(err, "recovery gave up after 60 s") != NULL);
+    node_recover_free(&rec);
+}
+
 int main(void)
 {
     s_test_route_check();
+    s_test_progress();
     enum { N_GEN = 300 };
     int32_t ref[N_GEN], got[N_GEN];
     /* The model's own continuation, one token at a time; chains, then trees. */

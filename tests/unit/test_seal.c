@@ -2,7 +2,8 @@
  * test_seal.c - end-to-end sealing (net/seal.c) and the key-file parsers
  * (net/keys.c) without sockets: round trips, every byte of a sealed frame
  * tampered, frames moved to another sender or receiver, replays inside and
- * outside the window, out-of-order delivery, key rotation with two keys,
+ * outside the window, out-of-order delivery, ages judged when a frame reached
+ * the receiver, not when it read it (issue 33), key rotation with two keys,
  * allow-list syntax (Z85 keys contain '#'), and the cost of sealing a decode
  * round's hidden states.
  */
@@ -221,6 +222,52 @@ static void s_test_full(const uint8_t k[][32])
     sw_seal_destroy(&b);
 }
 
+/* Opens frame h (from "head" to "tail") at b: the rc. */
+static int s_open_at(sw_seal_t *b, zmq_msg_t *h)
+{
+    uint8_t *plain = NULL;
+    size_t pl = 0;
+    const int rc = sw_seal_open(b, "head", "alice", "tail", zmq_msg_data(h), zmq_msg_size(h), NULL,
+                                &plain, &pl);
+    free(plain);
+    return rc;
+}
+
+/*
+ * Ages are judged when a message reached the receiver (issue 33): a frame that waited in the
+ * receiver's own queue while it computed for minutes opens, as long as it was younger than
+ * SW_SEAL_MAX_AGE_MS when the queue was last seen empty (sw_seal_arrived); one that was
+ * already too old then does not, and replays stay refused, also of a window that would have
+ * been given up by the reading time.
+ */
+static void s_test_arrived(const uint8_t k[][32])
+{
+    sw_seal_t *a = sw_seal_new(k, 1, SW_SEAL_CLUSTER), *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    sw_seal_t *old = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    zmq_msg_t h[3], p, ho;
+    for (int i = 0; i < 3; i++)
+        SW_CHECK_INT(sw_seal_message(a, "head", "tail", "chunk", 5, NULL, 0, 0, &h[i], &p), 0);
+    SW_CHECK_INT(s_open_at(b, &h[0]), SW_SEAL_OK); /* the first chunk, read at once */
+    /* a frame sealed 10 s more than the limit before the queue was seen empty */
+    sw_seal_set_skew(old, -SW_SEAL_MAX_AGE_MS - 10000);
+    SW_CHECK_INT(sw_seal_message(old, "head", "tail", "o", 1, NULL, 0, 0, &ho, &p), 0);
+    sw_seal_arrived(b); /* the queue is empty now; then the receiver computes ... */
+    sw_seal_set_skew(b, SW_SEAL_MAX_AGE_MS + 30000); /* ... for 150 s before it reads again */
+    SW_CHECK_INT(s_open_at(b, &h[1]), SW_SEAL_OK);   /* it waited in our queue: not a replay */
+    SW_CHECK_INT(s_open_at(b, &h[1]), SW_SEAL_EREPLAY);
+    SW_CHECK_INT(s_open_at(b, &h[0]), SW_SEAL_EREPLAY); /* the window was not given up */
+    SW_CHECK_INT(s_open_at(b, &ho), SW_SEAL_ESTALE);    /* too old when it could have come */
+    /* once the queue is seen empty again (150 s later), the same rule as before */
+    sw_seal_arrived(b);
+    SW_CHECK_INT(s_open_at(b, &h[2]), SW_SEAL_ESTALE);
+    for (int i = 0; i < 3; i++)
+        zmq_msg_close(&h[i]);
+    zmq_msg_close(&ho);
+    sw_seal_destroy(&old);
+    sw_seal_destroy(&a);
+    sw_seal_destroy(&b);
+}
+
 static void s_test_rotation(const uint8_t k[][32])
 {
     /* k[0] = old, k[1] = new. During the rotation receivers hold both. */
@@ -403,6 +450,7 @@ int main(void)
     randombytes_buf(k, sizeof k);
     s_test_roundtrip_and_tamper(k);
     s_test_replay(k);
+    s_test_arrived(k);
     s_test_rotation(k);
     s_test_files();
     s_bench(k);

@@ -1118,6 +1118,30 @@ static void test_placement(void)
     a.layer_begin = 12; /* placed: a middle range */
     a.layer_end = 20;
     SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
+    /* its KV cache (issue 33): bounded, kv_full <= max_sessions, a known type */
+    a.n_ctx = 32768;
+    a.kv_mib = 1024;
+    a.kv_full = 2;
+    a.kv_type = 1;
+    SW_CHECK_INT(s_roundtrip(&ea, 0, 0, &out), SW_WIRE_OK);
+    if (out) {
+        SW_CHECK_INT(out->announce->n_ctx, 32768);
+        SW_CHECK_INT(out->announce->kv_mib, 1024);
+        SW_CHECK_INT(out->announce->kv_full, 2);
+        SW_CHECK_INT(out->announce->kv_type, 1);
+        shardwire__envelope__free_unpacked(out, NULL);
+    }
+    /* each field one past its bound (kv_full: more than max_sessions 2) is refused */
+    uint32_t *const kv_field[4] = {&a.n_ctx, &a.kv_mib, &a.kv_full, &a.kv_type};
+    const uint32_t kv_bad[4] = {SW_WIRE_MAX_POS + 1, SW_WIRE_MAX_MEM_MIB + 1, 3,
+                                SW_WIRE_MAX_KV_TYPE + 1};
+    for (int i = 0; i < 4; i++) {
+        const uint32_t keep = *kv_field[i];
+        *kv_field[i] = kv_bad[i];
+        SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_EMALFORMED);
+        *kv_field[i] = keep;
+    }
+    SW_CHECK_INT(s_check(&ea, 0, 0), SW_WIRE_OK);
     /* a client announces none of it */
     a.role = SHARDWIRE__ROLE__ROLE_CLIENT;
     a.layer_begin = a.layer_end = a.n_layers = 0;

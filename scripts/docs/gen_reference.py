@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""gen_reference.py - docs/reference.md from the code: every program's options
+with their defaults (parsed from the built programs' --help, which print the
+macros of base/sw_limits.h and of each program) and every limit of
+base/sw_limits.h (name, value, comment). Numbers the docs would otherwise type
+by hand are read here, so they cannot drift.
+
+  python3 scripts/docs/gen_reference.py [BUILD_DIR]          # write docs/reference.md
+  python3 scripts/docs/gen_reference.py --check [BUILD_DIR]  # exit 1 when it is stale
+
+BUILD_DIR defaults to $SW_BUILD_DIR, else build/. tests/unit/test_docs.py runs
+the check in the default suite, and imports the --help parser below.
+"""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "docs", "reference.md")
+LIMITS = os.path.join(ROOT, "base", "sw_limits.h")
+
+# (program, arguments before --help); the shardwire commands are those its --help lists.
+PROGRAMS = ["shardwire-node", "shardwire-relay", "shardwire-wanem", "shardwire-mkmodel",
+            "shardwire-mksplit"]
+ENTRY = re.compile(r"^\s{2,}(?:-(\w), )?(--[a-z0-9][a-z0-9-]*)(.*)$")
+SECTION = re.compile(r"^(\S.*|\s{0,2}[a-z][^:]*):\s*$")
+
+
+def help_text(bin_dir, prog, args=()):
+    """The --help of a program (stdout and stderr: some print usage on stderr)."""
+    r = subprocess.run([os.path.join(bin_dir, prog)] + list(args) + ["--help"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    return r.stdout
+
+
+def commands(bin_dir):
+    """The shardwire commands its --help lists."""
+    text = help_text(bin_dir, "shardwire")
+    body = text.split("commands:", 1)[1].split("\n\n", 1)[0]
+    return [l.split()[0] for l in body.splitlines() if l.strip()]
+
+
+def parse_help(text):
+    """[(section, flag, short, metavar, description)] of one --help text."""
+    out, section, cur = [], "", None
+    for line in text.splitlines():
+        m = ENTRY.match(line)
+        if m and line.lstrip().startswith("-"):
+            if cur:
+                out.append(cur)
+            rest = m.group(3)
+            parts = re.split(r"\s{2,}", rest.strip(), maxsplit=1) if rest.strip() else [""]
+            if not rest.strip() or rest.startswith("  "):
+                meta, desc = "", rest.strip()  # no metavar: the description follows the flag
+            else:
+                meta, desc = parts[0], parts[1] if len(parts) > 1 else ""
+            cur = [section, m.group(2), m.group(1) or "", meta, desc]
+        elif cur and line.startswith(" " * 10) and line.strip():
+            cur[4] = (cur[4] + " " + line.strip()).strip()
+        else:
+            if cur:
+                out.append(cur)
+                cur = None
+            s = SECTION.match(line)
+            if s and not line.startswith("usage"):
+                section = s.group(1).strip()
+    if cur:
+        out.append(cur)
+    return [tuple(e) for e in out]
+
+
+def default_of(desc):
+    """The default a description states: the text after 'default' up to its closing
+    parenthesis ('' when it states none)."""
+    m = re.search(r"\(default:? ([^()]*(?:\([^()]*\)[^()]*)*)\)", desc)
+    if m:
+        return m.group(1).strip()
+    m = re.search(r"\(([^()]*?), default:? ([^()]*)\)", desc)
+    return m.group(2).strip() if m else ""
+
+
+def numbers(text):
+    """The numbers of a default's text (0x5eed included) as floats."""
+    out = []
+    for n in re.findall(r"(?<![\w.])(0x[0-9a-f]+|\d+(?:\.\d+)?)(?![\w.])", text):
+        out.append(float(int(n, 16)) if n.startswith("0x") else float(n))
+    return out
+
+
+def all_help(bin_dir):
+    """{program label: [entries]} for every program and shardwire command."""
+    progs = {}
+    for cmd in commands(bin_dir):
+        progs["shardwire " + cmd] = parse_help(help_text(bin_dir, "shardwire", [cmd]))
+    for p in PROGRAMS:
+        progs[p] = parse_help(help_text(bin_dir, p))
+    return progs
+
+
+def limits():
+    """[(name, value, comment)] of base/sw_limits.h's #defines (the SW_STR helpers left out)."""
+    out, pending = [], []
+    text = open(LIMITS).read()
+    lines = text.splitlines()
+    i = 0
+    block = []  # the comment lines just above a #define
+    while i < len(lines):
+        line = lines[i]
+        st = line.strip()
+        if st.startswith("/*") and "*/" not in st or st.startswith("/*") and not st.startswith("/* ----"):
+            block = []
+            while True:
+                block.append(lines[i].strip().lstrip("/*").rstrip("*/").strip())
+                if "*/" in lines[i]:
+                    break
+                i += 1
+            i += 1
+            continue
+        m = re.match(r"#define\s+([A-Z][A-Z0-9_]+)\s+(.*)$", st)
+        if m and not m.group(1).startswith(("SW_STR", "SW_LIMITS_H")):
+            name, rest = m.group(1), m.group(2)
+            comment = ""
+            c = re.search(r"(//|/\*)(.*?)(\*/)?$", rest)
+            if c:
+                comment = c.group(2).strip()
+                rest = rest[:c.start()].strip()
+            while rest.endswith("\\"):
+                i += 1
+                rest = rest[:-1].strip() + " " + lines[i].strip()
+            if not comment and block:
+                comment = " ".join(b for b in block if b)
+            out.append((name, rest.strip(), comment))
+            block = []
+        elif not st:
+            block = []
+        i += 1
+    return out
+
+
+def cell(s):
+    return s.replace("|", "\\|").strip()
+
+
+def render(bin_dir):
+    lines = ["# Reference: options, defaults and limits", "",
+             "Generated from the code by `python3 scripts/docs/gen_reference.py` (the built",
+             "programs' `--help`, which print the macros, and `base/sw_limits.h`); do not edit",
+             "by hand. `tests/unit/test_docs.py` fails when this page is stale, when a doc",
+             "states a default that differs from `--help`, names a macro the code lacks or a",
+             "path that does not exist. The other pages link here instead of retyping numbers.",
+             "", "## Programs", ""]
+    progs = all_help(bin_dir)
+    lines.append(", ".join(f"[`{p}`](#{p.replace(' ', '-')})" for p in progs))
+    for prog, entries in progs.items():
+        lines += ["", f"### {prog}", "", "| option | argument | default | what |", "|---|---|---|---|"]
+        for section, flag, short, meta, desc in entries:
+            name = f"`{flag}`" + (f" (`-{short}`)" if short else "")
+            lines.append(f"| {name} | {cell(meta)} | {cell(default_of(desc))} | {cell(desc)} |")
+    lines += ["", "## Limits: base/sw_limits.h", "",
+              "Each `#define` of the header with its value as written and its comment (or the",
+              "comment block above it).", "", "| name | value | comment |", "|---|---|---|"]
+    for name, value, comment in limits():
+        lines.append(f"| `{name}` | `{cell(value)}` | {cell(comment)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    check = "--check" in argv
+    rest = [a for a in argv if a != "--check"]
+    build = rest[0] if rest else os.environ.get("SW_BUILD_DIR") or os.path.join(ROOT, "build")
+    bin_dir = os.path.join(build, "bin")
+    if not os.path.isfile(os.path.join(bin_dir, "shardwire")):
+        print(f"{bin_dir}/shardwire: not built (bash scripts/build.sh first)", file=sys.stderr)
+        return 2
+    text = render(bin_dir)
+    if check:
+        old = open(OUT).read() if os.path.exists(OUT) else ""
+        if old != text:
+            print("docs/reference.md is stale: run python3 scripts/docs/gen_reference.py")
+            return 1
+        return 0
+    open(OUT, "w").write(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
