@@ -42,12 +42,25 @@ const char *sw_backend_error(const sw_backend_t *be)
 {
     if (!be)
         return "no backend";
+    for (int i = 0; i < be->n_members; i++) // a member that failed for good says it first
+        if (be->members[i]->fatal)
+            return be->members[i]->err;
     if (be->err[0])
         return be->err;
     for (int i = 0; i < be->n_members; i++)
         if (be->members[i]->err[0])
             return be->members[i]->err;
     return "unknown backend error";
+}
+
+int sw_backend_failed(const sw_backend_t *be)
+{
+    if (!be)
+        return 0;
+    int dead = be->fatal;
+    for (int i = 0; i < be->n_members; i++)
+        dead |= be->members[i]->fatal;
+    return dead;
 }
 
 const char *sw_backend_desc(const sw_backend_t *be)

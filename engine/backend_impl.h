@@ -292,6 +292,8 @@ struct sw_backend {
     char name[64];               // "cpu", "cuda:0", "cuda:0,1": what PeerAnnounce carries
     char desc[128];              // "cuda:0 (Tesla T4, 15 GiB)", "cpu (4 threads, avx2)"
     char err[256];               // the last error, one line
+    int fatal;                   // 1 after an error the device cannot recover from (CUDA's
+                                 // sticky errors, 700 and the like): every later call fails
     int max_rows;                // most rows one forward chunk should hold
     /* A group ("cuda:0,1"): the devices a model's layer range is split over,
      * in order. n_members is 0 for a single backend. */

@@ -882,4 +882,8 @@ void head_batch(node_t *n, head_sess_t **ready, int n_ready)
         }
         s_after_chunk(n, s, fs[i].out_hidden, fs[i].logits, fs[i].n, batch_ms, sw_now_ms());
     }
+    if (rc != 0 && sw_backend_failed(n->be) && !n->gpu_failed) { // the head's GPU: ended above
+        n->gpu_failed = 1;
+        snprintf(n->gpu_err, sizeof n->gpu_err, "%s", err);
+    }
 }

@@ -443,7 +443,7 @@ static int s_join(node_t *n)
 /* The event loop: read everything the relay has for us (Forwards wait in
  * the stage's batch), run the batch, advance the head's sessions, and wait
  * for the next message only as long as no timer is due. 0 when stopped, -1
- * when the relay connection is lost (logged). */
+ * when the relay connection is lost or the GPU failed for good (logged). */
 static int s_loop(node_t *n)
 {
     double next_expire = sw_now_ms() + 1000;
@@ -466,6 +466,11 @@ static int s_loop(node_t *n)
             continue; /* a standby: only a PlanAssign does anything */
         node_stage_flush(n);
         node_head_step(n);
+        if (n->gpu_failed) {
+            SW_ERR("%s; this node leaves the cluster so that the head routes around it",
+                   n->gpu_err);
+            return -1;
+        }
         double now = sw_now_ms();
         node_stage_step(n, now);
         if (now > next_expire) {

@@ -142,6 +142,12 @@ typedef struct node {
     int n_pending;                    // entries
     node_place_t *place;              // placement (auto node, or a head with --auto-nodes)
     volatile sig_atomic_t *stop;      // set by SIGINT/SIGTERM
+    /* The backend failed for good (sw_backend_failed: a GPU's fatal error):
+     * the stage or the head sets these after telling the sessions' heads;
+     * the event loop (node.c) then says so in one line and the node leaves
+     * the relay, so that the head routes around it (a standby takes over). */
+    int gpu_failed;    // 1 once it did
+    char gpu_err[256]; // the forward's error
 } node_t;
 
 /* A duration in ms as the microseconds of a timing field, 0..UINT32_MAX (71 minutes). */

@@ -781,6 +781,25 @@ static void s_queue_drop(node_t *n, const char *done)
     n->n_batch = k;
 }
 
+/* The GPU failed for good: the Forwards still waiting (not picked for the batch
+ * that failed) get the same Error, so that their heads replay them elsewhere at
+ * once instead of waiting for a node that leaves. */
+static void s_queue_fail(node_t *n, const char *err)
+{
+    char done[NODE_MAX_BATCH];
+    for (int i = 0; i < n->n_batch; i++) {
+        node_fwd_t *b = &n->batch[i];
+        sw_msg_t d;
+        done[i] = 1;
+        if (!b->s || sw_codec_decode(&b->msg, SW_MSG_FORWARD, &d, NULL, 0) != 0)
+            continue;
+        s_reply_error(n, d.forward.reply_to, SW_ERROR_DEST_GONE, d.forward.session_id,
+                      "%s: %s (the node leaves)", sw_peer_name(n->peer), err);
+        node_session_free(n, b->s);
+    }
+    s_queue_drop(n, done);
+}
+
 void node_stage_flush(node_t *n)
 {
     if (n->n_batch == 0)
@@ -850,6 +869,9 @@ void node_stage_flush(node_t *n)
         rows_run += fs[i].n;
     if (nl > 1 && rows_run > n->stat_shared_rows)
         n->stat_shared_rows = rows_run;
+    /* A GPU that failed for good: the heads replay these rounds elsewhere
+     * (an error they recover from), and this node leaves. */
+    const int dead = rc != 0 && sw_backend_failed(n->be);
     if (rc == 0)
         node_stage_ran(n, live, nl, t1 - t0); // each key's share of the time (stage_sched.c)
     for (int i = 0; i < nl; i++) {
@@ -859,8 +881,9 @@ void node_stage_flush(node_t *n)
             continue; // freed by an earlier entry's failure
         const sw_msg_forward_t *f = &d.forward;
         if (rc != 0) {
-            s_reply_error(n, f->reply_to, SW_ERROR_BAD_REQUEST, f->session_id, "%s: %s",
-                          sw_peer_name(n->peer), err);
+            s_reply_error(n, f->reply_to, dead ? SW_ERROR_DEST_GONE : SW_ERROR_BAD_REQUEST,
+                          f->session_id, "%s: %s%s", sw_peer_name(n->peer), err,
+                          dead ? " (the node leaves)" : "");
             node_session_free(n, b->s); /* its cache is half written */
             continue;
         }
@@ -891,4 +914,9 @@ void node_stage_flush(node_t *n)
     }
     s_queue_drop(n, done);
     n->batch_rows = n->batch_logits = n->n_batch_run = 0;
+    if (dead && !n->gpu_failed) { /* node.c's loop says it and leaves */
+        n->gpu_failed = 1;
+        snprintf(n->gpu_err, sizeof n->gpu_err, "%s", err);
+        s_queue_fail(n, err);
+    }
 }

@@ -320,6 +320,59 @@ static __attribute__((unused)) sw_client_t *swa_client_lib(const swa_t *a, const
     return c;
 }
 
+/* Up to SWA_REQS_MAX requests of one client in flight, each to give the tokens ref (cap of
+ * them): swa_reqs_take files each event of theirs, keeping its tokens in got (the caller's
+ * n x cap array), and counts the requests that gave a token, that ended, and that ended with
+ * ref's tokens; t_done is swa_now() when the first one ended (-1 before). */
+#define SWA_REQS_MAX 8
+typedef struct {
+    int n, cap;
+    const int32_t *ref;
+    int32_t *got;
+    const char *who; /* named in the line of a failed request */
+    char ids[SWA_REQS_MAX][SW_CLIENT_ID_LEN];
+    int n_got[SWA_REQS_MAX];
+    int first, done, exact;
+    double t_done;
+} swa_reqs_t;
+
+/* The index of the request ev belongs to (its tokens kept, its end counted), or -1. */
+static __attribute__((unused)) int swa_reqs_take(swa_reqs_t *r, const sw_client_event_t *ev)
+{
+    for (int k = 0; k < r->n; k++) {
+        if (strcmp(ev->id, r->ids[k]) != 0)
+            continue;
+        int32_t *got = r->got + (size_t)k * (size_t)r->cap;
+        r->first += r->n_got[k] == 0 && ev->n_tokens > 0;
+        for (int j = 0; j < ev->n_tokens && r->n_got[k] < r->cap; j++)
+            got[r->n_got[k]++] = (int32_t)ev->tokens[j];
+        if (ev->type == SW_CLIENT_EV_ERROR)
+            fprintf(stderr, "%s's request %d failed: %s\n", r->who, k, ev->message);
+        if (ev->type == SW_CLIENT_EV_DONE || ev->type == SW_CLIENT_EV_ERROR) {
+            r->done++;
+            if (r->t_done < 0)
+                r->t_done = swa_now();
+            r->exact += ev->type == SW_CLIENT_EV_DONE && r->n_got[k] == r->cap &&
+                        !memcmp(got, r->ref, (size_t)r->cap * sizeof *got);
+        }
+        return k;
+    }
+    return -1;
+}
+
+/* Takes c's events until every request of r has given a token or timeout_s passed: how many
+ * have. */
+static __attribute__((unused)) int swa_reqs_first(swa_reqs_t *r, sw_client_t *c, double timeout_s)
+{
+    const double t0 = swa_now();
+    while (r->first < r->n && swa_now() - t0 < timeout_s) {
+        sw_client_event_t ev;
+        if (sw_client_next(c, &ev, 100) == 0)
+            swa_reqs_take(r, &ev);
+    }
+    return r->first;
+}
+
 /* A client peer with `who`'s client key and the access key, announced as name (one key may
  * hold several connections, each under its own name). */
 static __attribute__((unused)) sw_peer_t *swa_client_named(const swa_t *a, const char *who,

@@ -6,7 +6,8 @@ client.ipynb) from the cells below, so the three share one source:
     python3 deploy/kaggle/notebooks.py --check   # exit 1 when they differ (the test runs it)
 
 Each notebook: installs the Debian packages, builds shardwire with the
-notebook's own nvcc for its GPU (T4 = sm_75), fetches the model from the
+notebook's own nvcc for its GPU (T4 = sm_75) with NCCL from PyPI's CUDA 12
+wheel, puts the node on both T4s (RULE_HEAD, RULE_NODE), fetches the model from the
 Hugging Face hub, reads its keys from Kaggle Secrets (the values of the
 kaggle-secrets.txt that `shardwire cluster init` wrote for it), starts its
 process and keeps printing a status line so that Kaggle does not stop the
@@ -14,7 +15,8 @@ session as idle. docs/deploy.md ("Kaggle") has the walk-through.
 
 Test hooks (tests/slow/test_kaggle.c; environment variables, all optional):
 SW_NB_SRC (a local checkout instead of git clone), SW_NB_BUILD_DIR,
-SW_NB_CPU=1 (build and run on the CPU), SW_NB_MODEL / SW_NB_DRAFT_MODEL (model
+SW_NB_CPU=1 (CPU_ONLY), SW_NB_CUDA=EMU (build on the CPU emulation of the CUDA
+runtime: its GPUs are SW_CUDA_EMU_DEVICES), SW_NB_MODEL / SW_NB_DRAFT_MODEL (model
 paths), SW_NB_LAYERS, SW_NB_EXTRA (more node arguments), SW_NB_RUN_S (end the
 status loop after that many seconds), SW_NB_STOP_FILE (end it when the file
 appears), SW_NB_STATUS_S, SW_NB_OUT_DIR, SW_NB_PROMPT, SW_NB_N, SW_NB_CHAT, SW_NB_GREEDY.
@@ -32,12 +34,14 @@ LAYERS = "{layers}"    # this node's layers (Qwen2.5-Coder-1.5B has 28)
 MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M"  # hub ORG/NAME[:FILE|:TAG], or a path
 {draft}REPO = "https://github.com/YOUR-ORG/shardwire.git"   # your shardwire repository
 CUDA_ARCH = "75"     # the notebook's GPU: T4 = 75
-BACKEND = "cuda"     # cuda (GPU 0), cuda:0,1 (this node's layers over both T4s), cpu
+BACKEND = "auto"     # auto: both T4s ({rule}); or cuda:0, cuda:0,1, cpu
+{draft_backend}CPU_ONLY = False     # True: build without CUDA and run on the CPU (when the CUDA build fails)
 STATUS_EVERY_S = 60  # a status line this often keeps the session from idling out
 
-# Test hooks (tests/slow/test_kaggle.c): a local checkout, a CPU build, local files.
+# Test hooks (tests/slow/test_kaggle*.c): a local checkout, a CPU or emulated-GPU build, local files.
 SRC = os.environ.get("SW_NB_SRC", "")
-CPU = os.environ.get("SW_NB_CPU") == "1"
+CPU_ONLY = CPU_ONLY or os.environ.get("SW_NB_CPU") == "1"
+EMU = os.environ.get("SW_NB_CUDA") == "EMU"  # the CPU emulation of the CUDA runtime (tests/cudaemu/)
 MODEL = os.environ.get("SW_NB_MODEL", MODEL)
 {draft_env}LAYERS = os.environ.get("SW_NB_LAYERS", LAYERS)
 EXTRA = os.environ.get("SW_NB_EXTRA", "").split()
@@ -56,7 +60,8 @@ REPO = "https://github.com/YOUR-ORG/shardwire.git"   # your shardwire repository
 
 # Test hooks (tests/slow/test_kaggle.c).
 SRC = os.environ.get("SW_NB_SRC", "")
-CPU = True               # the client runs no model: no CUDA needed
+EMU = os.environ.get("SW_NB_CUDA") == "EMU"  # the test's emulated-GPU build, shared with the nodes
+CPU_ONLY = not EMU       # the client runs no model: no CUDA needed
 PROMPT = os.environ.get("SW_NB_PROMPT", PROMPT)
 N_PREDICT = int(os.environ.get("SW_NB_N", N_PREDICT))
 CHAT = os.environ.get("SW_NB_CHAT", "1" if CHAT else "0") == "1"
@@ -80,14 +85,27 @@ if missing:
 print("packages:", ("installed " + " ".join(missing)) if missing else "all present")
 '''
 
-BUILD = '''# 2. Build with this notebook's own nvcc, for its GPU (a CPU build in the test).
-import fcntl
+BUILD = '''# 2. Build with this notebook's own nvcc, for its GPU (CPU_ONLY: without CUDA). NCCL
+# (GPU to GPU inside the node) comes from PyPI's CUDA 12 wheel, as CI builds it.
+import fcntl, glob, sys
 src = SRC or "/kaggle/working/shardwire"
 if not SRC and not os.path.isdir(src):
     subprocess.run(["git", "clone", "--depth", "1", REPO, src], check=True)
 build = os.environ.get("SW_NB_BUILD_DIR") or os.path.join(src, "build-kaggle")
 os.makedirs(build, exist_ok=True)
-flags = ["-DSW_CUDA=OFF"] if CPU else ["-DSW_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=" + CUDA_ARCH]
+NCCL_LIB = ""
+flags = ["-DSW_CUDA=OFF"] if CPU_ONLY else ["-DSW_CUDA=EMU"] if EMU else ["-DSW_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=" + CUDA_ARCH]
+if not CPU_ONLY and not EMU:
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "nvidia-nccl-cu12"], capture_output=True, text=True)
+    import site  # where pip put it: the site folders (also the user's) and sys.path
+    roots = site.getsitepackages() + [site.getusersitepackages()] + sys.path
+    inc = [d for p in roots for d in glob.glob(os.path.join(p, "nvidia", "nccl", "include"))]
+    if r.returncode == 0 and inc:
+        flags.append("-DSW_NCCL_INCLUDE=" + inc[0])
+        NCCL_LIB = os.path.join(os.path.dirname(inc[0]), "lib")
+        print("NCCL:", inc[0])
+    else:
+        print("NCCL: not installed (" + (r.stderr.strip()[-200:] or "no nccl.h") + "): the GPUs exchange by peer copies")
 env = dict(os.environ, PATH=os.environ["PATH"] + ":/usr/local/cuda/bin")
 with open(os.path.join(build, ".lock"), "w") as lock:  # notebooks sharing a folder take turns
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -96,9 +114,11 @@ with open(os.path.join(build, ".lock"), "w") as lock:  # notebooks sharing a fol
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout[-3000:], r.stderr[-3000:])
-            raise RuntimeError("build failed: " + " ".join(cmd))
+            raise RuntimeError("build failed: " + " ".join(cmd) + (
+                "" if CPU_ONLY else " (set CPU_ONLY = True to run on the CPU: docs/deploy.md, Kaggle)"))
 BIN = os.path.join(build, "bin")
-print("built", ", ".join({targets_py}), "in", BIN, "(CUDA off)" if CPU else "(CUDA sm_" + CUDA_ARCH + ")")
+print("built", ", ".join({targets_py}), "in", BIN,
+      "(CUDA off)" if CPU_ONLY else "(emulated CUDA)" if EMU else "(CUDA sm_" + CUDA_ARCH + ")")
 '''
 
 MODEL = '''# 3. The model{s}: from the Hugging Face hub into its cache (a path is used as it is).
@@ -167,14 +187,28 @@ key_flags = ["--relay", RELAY, "--key", put("client.key", secret(own)),
 print("keys: from Kaggle secrets into", keys, "| relay", RELAY)
 '''
 
-START = '''# 5. Start the node. It dials out to the relay and retries until it answers:
+START = '''# 5. Start the node on its GPUs. It dials out to the relay and retries until it answers:
 # the relay, the nodes and the client may start in any order.
+def gpu_count():
+    if CPU_ONLY:
+        return 0
+    if EMU:
+        return int(os.environ.get("SW_CUDA_EMU_DEVICES", "1"))
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(1 for l in r.stdout.splitlines() if l.startswith("GPU ")) if r.returncode == 0 else 0
+gpus = gpu_count()
+if CPU_ONLY:
+    BACKEND = {cpu_only}"cpu"
+{draft_rule}if BACKEND == "auto":  # {rule}
+    BACKEND = "cpu" if gpus == 0 else {auto_backend}
 log_path = os.path.join(OUT_DIR, "shardwire-" + NODE_NAME + ".log")
 cmd = [BIN + "/shardwire-node", "--model", model, "--layers", LAYERS, "--relay", RELAY,
-       "--name", NODE_NAME, "--backend", "cpu" if CPU else BACKEND, *key_flags, {draft_flags}*EXTRA]
+       "--name", NODE_NAME, "--backend", BACKEND, *key_flags, {draft_flags}*EXTRA]
+node_env = dict(os.environ, LD_LIBRARY_PATH=":".join(p for p in (NCCL_LIB, os.environ.get("LD_LIBRARY_PATH", "")) if p))
 log = open(log_path, "a")
-proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-print("started", NODE_NAME, "(pid", proc.pid, ") layers", LAYERS, "| log", log_path)
+proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=node_env)
+print("started", NODE_NAME, "(pid", proc.pid, ") layers", LAYERS, "on", BACKEND, f"({{gpus}} GPU(s))"{draft_print_start},
+      "| log", log_path)
 '''
 
 LOOP = '''# 6. Keep the session alive: one status line every STATUS_EVERY_S seconds until the node
@@ -238,6 +272,10 @@ def code(text):
             "source": text.strip("\n").splitlines(True)}
 
 
+# The two-GPU rule of docs/deploy.md ("Kaggle"), in the notebooks' words.
+RULE_HEAD = "the layers on cuda:0 and the drafter on cuda:1; without a drafter the layers over cuda:0,1"
+RULE_NODE = "the layers over cuda:0,1"
+
 ORDER = ("Start order: any. The relay, the node notebooks and the client may come up in any "
          "order: every process dials out to the relay and retries until it answers, and the client "
          "waits until the whole pipeline is there (`shardwire status --expect`).")
@@ -260,8 +298,11 @@ to this notebook (Add-ons > Secrets), set the parameters below and run all cells
 
 {ORDER}"""
     draft = 'DRAFT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M"  # its drafter; "" = n-gram drafts\n'
+    rule = RULE_HEAD if head else RULE_NODE
     params = PARAMS_NODE.format(
-        name=name, layers="0:14" if head else "14:28", draft=draft if head else "",
+        name=name, layers="0:14" if head else "14:28", draft=draft if head else "", rule=rule,
+        draft_backend=('DRAFT_BACKEND = "auto"  # auto: cuda:1 with two GPUs, else the layers\' '
+                       'first device; or cuda:N, cpu\n') if head else "",
         draft_env='DRAFT_MODEL = os.environ.get("SW_NB_DRAFT_MODEL", DRAFT_MODEL)\n' if head else "")
     cells = [md(intro), code(params), code(INSTALL),
              code(BUILD.format(targets='"shardwire", "shardwire-node"',
@@ -273,7 +314,17 @@ to this notebook (Add-ons > Secrets), set the parameters below and run all cells
                  name_hint="head" if head else "NODE",
                  access=('key_flags += ["--access-key", put("access.key", secret("SHARDWIRE_ACCESS_KEY"))]\n'
                          if head else ""))),
-             code(START.format(draft_flags='*(["--draft-model", draft] if draft else []), ' if head else "")),
+             code(START.format(
+                 rule=rule,
+                 cpu_only="DRAFT_BACKEND = " if head else "",
+                 draft_rule=('if DRAFT_BACKEND == "auto":  # the drafter on the second T4\n'
+                             '    DRAFT_BACKEND = "cpu" if gpus == 0 else "cuda:1" if gpus > 1 and draft else "cuda:0"\n'
+                             if head else ""),
+                 auto_backend=('"cuda:0" if gpus == 1 or draft else "cuda:0,1"' if head else
+                               '"cuda:0" if gpus == 1 else "cuda:0,1"'),
+                 draft_flags=('*(["--draft-model", draft, "--draft-backend", DRAFT_BACKEND] if draft else []), '
+                              if head else ""),
+                 draft_print_start=', "| draft on", DRAFT_BACKEND if draft else "(n-gram)"' if head else "")),
              code(LOOP)]
     return cells
 

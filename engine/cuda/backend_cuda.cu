@@ -27,10 +27,12 @@
 
 #include "libs.cuh"
 
-/* A link from this device to another for hidden-state hand-over. */
+/* A link from this backend to another for hidden-state hand-over. */
 struct swc_peer {
-    int to;           // the other device
-    cudaEvent_t done; // recorded on this stream after a copy
+    swc *other;        // the receiving backend (its device and stream)
+    int to;            // its device
+    cudaEvent_t done;  // this device: recorded on this stream after a copy
+    cudaEvent_t ready; // the other device: recorded on its stream before a copy
 #ifdef SW_HAVE_NCCL
     ncclComm_t comm[2]; // rank 0 = this device, rank 1 = the other
     int have_comm;
@@ -356,18 +358,35 @@ static void s_graph_reset(sw_backend_t *be)
 
 /* ---- hand-over between GPUs ---------------------------------------------------------------- */
 
-static swc_peer *s_peer(sw_backend_t *be, int to)
+/* The events of a link: done on this device, ready on the other's (an event
+ * is recorded only on a stream of the device it was made on). 0 or -1. */
+static int s_peer_events(swc *c, swc_peer *p)
+{
+    cudaError_t e = cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming);
+    if (e == cudaSuccess && (e = cudaSetDevice(p->to)) == cudaSuccess)
+        e = cudaEventCreateWithFlags(&p->ready, cudaEventDisableTiming);
+    cudaSetDevice(c->dev);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    if (p->done)
+        cudaEventDestroy(p->done);
+    return -1;
+}
+
+static swc_peer *s_peer(sw_backend_t *be, swc *other)
 {
     swc *c = swc_of(be);
+    const int to = other->dev;
     for (swc_peer *p = c->peers; p; p = p->next)
-        if (p->to == to)
+        if (p->other == other)
             return p;
     swc_peer *p = (swc_peer *)calloc(1, sizeof *p);
     if (!p)
         return NULL;
+    p->other = other;
     p->to = to;
-    if (cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming) != cudaSuccess) {
-        cudaGetLastError();
+    if (s_peer_events(c, p) != 0) {
         free(p);
         return NULL;
     }
@@ -412,7 +431,7 @@ static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_
                                bytes);
     if (s_set_device(be) != 0)
         return -1;
-    swc_peer *p = s_peer(be, b->dev);
+    swc_peer *p = s_peer(be, b);
     if (!p)
         return sw_backend_fail(be, "cuda:%d: cannot link to cuda:%d", a->dev, b->dev);
 #ifdef SW_HAVE_NCCL
@@ -431,12 +450,20 @@ static int s_transfer(sw_backend_t *be, const sw_buf_t *src, size_t src_off, sw_
         return 0;
     }
 #endif
-    /* A peer copy on this stream; the receiving stream waits for it. */
+    /* A peer copy on this stream, after the receiving stream's work so far
+     * (the receiver may still read the previous chunk from dst: forward.c
+     * synchronises only for logits); the receiving stream waits for it. */
+    SWC_CHECK(be, cudaSetDevice(b->dev));
+    cudaError_t e = cudaEventRecord(p->ready, b->stream);
+    cudaSetDevice(a->dev);
+    if (e != cudaSuccess)
+        return swc_fail_cuda(be, "cudaEventRecord on the receiving GPU", e);
+    SWC_CHECK(be, cudaStreamWaitEvent(a->stream, p->ready, 0));
     SWC_CHECK(
         be, cudaMemcpyPeerAsync(d->d + dst_off, b->dev, s->d + src_off, a->dev, bytes, a->stream));
     SWC_CHECK(be, cudaEventRecord(p->done, a->stream));
     SWC_CHECK(be, cudaSetDevice(b->dev));
-    cudaError_t e = cudaStreamWaitEvent(b->stream, p->done, 0);
+    e = cudaStreamWaitEvent(b->stream, p->done, 0);
     cudaSetDevice(a->dev);
     if (e != cudaSuccess)
         return swc_fail_cuda(be, "cudaStreamWaitEvent", e);
@@ -477,6 +504,9 @@ static void s_destroy(sw_backend_t *be)
         }
 #endif
         cudaEventDestroy(p->done);
+        cudaSetDevice(p->to); // an event is destroyed on its device
+        cudaEventDestroy(p->ready);
+        cudaSetDevice(c->dev);
         free(p);
     }
     cudaSetDevice(c->dev);
@@ -626,7 +656,14 @@ sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len)
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->kv_dev, 2 * SWC_KV_TAB * sizeof(void *))) != cudaSuccess) {
         cudaGetLastError();
-        snprintf(err, err_len, "cuda:%d: cannot create a stream: %s", dev, cudaGetErrorString(e));
+        if (swc_sticky(e))
+            snprintf(err, err_len,
+                     "cuda:%d: the GPU failed for good earlier in this process (%s, error %d); "
+                     "restart the process to use it again",
+                     dev, cudaGetErrorString(e), (int)e);
+        else
+            snprintf(err, err_len, "cuda:%d: cannot create a stream: %s", dev,
+                     cudaGetErrorString(e));
         if (c->stream)
             cudaStreamDestroy(c->stream);
         free(c->kv_host);

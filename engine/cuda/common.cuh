@@ -93,12 +93,13 @@ typedef struct swc {
     /* A recorded step reads the KV caches of its attention calls from a table
      * that is refreshed before every launch, so that one graph serves every
      * session (backend_cuda.cu, graphs). */
-    int in_graph;   // 1 while recording: attention takes its caches from kv_dev
-    void **kv_host; // (SWC_KV_TAB, 2) K and V cache addresses, in call order
-    void **kv_dev;  // the same on the device
-    int kv_n;       // entries of the step being recorded or dry-run
-    int dry;        // 1 during a dry run: a kernel launched then is a missing dry operation
-    sw_f16 *gelu;   // (65536) GGML's f16 GELU table on the device (GEGLU), made on first use
+    int in_graph;     // 1 while recording: attention takes its caches from kv_dev
+    void **kv_host;   // (SWC_KV_TAB, 2) K and V cache addresses, in call order
+    void **kv_dev;    // the same on the device
+    int kv_n;         // entries of the step being recorded or dry-run
+    int dry;          // 1 during a dry run: a kernel launched then is a missing dry operation
+    cudaError_t dead; // a sticky error (700 and the like): the context is lost, every call fails
+    sw_f16 *gelu;     // (65536) GGML's f16 GELU table on the device (GEGLU), made on first use
     /* What ran (sw_cuda_paths). */
     uint64_t n_gemm, n_nccl, n_peer, n_recorded, n_replayed;
 } swc;
@@ -119,11 +120,22 @@ static inline swc *swc_of(sw_backend_t *be)
 /* ---- helpers (context.cu) ---- */
 
 /* Records "cuda:N: what: error" on be and clears the thread's last CUDA
- * error (it is reported here, not by the next launch); returns -1. */
+ * error (it is reported here, not by the next launch); returns -1. A sticky
+ * error (swc_sticky) marks the backend failed for good (be->fatal): the
+ * GPU's context is lost, so every later entry point fails at once with it. */
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e);
+/* 1 for the errors after which CUDA fails every later call of the process on
+ * that device (CUDA runtime API, cudaError: "the process must be terminated
+ * and relaunched"): an illegal address, a launch timeout, a device assert, a
+ * hardware stack error, an illegal or misaligned instruction or address, an
+ * invalid PC, a launch failure. */
+static inline int swc_sticky(cudaError_t e)
+{
+    return e == 700 || e == 702 || e == 710 || (e >= 714 && e <= 719);
+}
 /* Selects be's device for the calling thread, as every entry point does
- * first (the current device is per thread, and two backends may share one).
- * 0 or -1. */
+ * first (the current device is per thread, and two backends may share one);
+ * fails at once on a backend whose GPU failed for good. 0 or -1. */
 int swc_use(sw_backend_t *be);
 /* After a kernel launch: 0, or -1 with the launch error recorded. */
 int swc_launched(sw_backend_t *be, const char *kernel);

@@ -12,14 +12,28 @@
 
 int swc_fail_cuda(sw_backend_t *be, const char *what, cudaError_t e)
 {
-    const swc *c = swc_of(be);
+    swc *c = swc_of(be);
     cudaGetLastError(); // reported now: the next launch's check must not see it again
+    if (c && swc_sticky(e) && !c->dead) {
+        c->dead = e;
+        be->fatal = 1;
+        return sw_backend_fail(be,
+                               "cuda:%d: %s: %s (error %d): the GPU failed for good; restart "
+                               "the process to use it again",
+                               c->dev, what, cudaGetErrorString(e), (int)e);
+    }
     return sw_backend_fail(be, "cuda:%d: %s: %s", c ? c->dev : -1, what, cudaGetErrorString(e));
 }
 
 int swc_use(sw_backend_t *be)
 {
-    SWC_CHECK(be, cudaSetDevice(swc_of(be)->dev));
+    const swc *c = swc_of(be);
+    if (c->dead)
+        return sw_backend_fail(be,
+                               "cuda:%d: the GPU failed for good earlier (%s, error %d); restart "
+                               "the process to use it again",
+                               c->dev, cudaGetErrorString(c->dead), (int)c->dead);
+    SWC_CHECK(be, cudaSetDevice(c->dev));
     return 0;
 }
 

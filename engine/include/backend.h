@@ -54,6 +54,10 @@ const char *sw_backend_desc(const sw_backend_t *be);
 const char *sw_backend_name(const sw_backend_t *be);
 /* The last error of be or of one of its members. */
 const char *sw_backend_error(const sw_backend_t *be);
+/* 1 when be (or a member of its group) has failed for good: a GPU whose
+ * context a fatal error destroyed (an illegal address, a launch failure)
+ * fails every later call until the process restarts. Its error says why. */
+int sw_backend_failed(const sw_backend_t *be);
 /* Free memory where be keeps KV caches: the sum over a group's GPUs of their
  * free device memory, or -1 when the caches live in host memory (any member
  * on the CPU). */

@@ -63,6 +63,23 @@ static inline void cuda_test_require_gpu(void)
         sw_test_skip("no GPU visible (or a build without CUDA)");
 }
 
+/* A part that needs two GPUs, on a machine with one: recorded as skipped
+ * (scripts/gpu_check.sh, strict, then fails: a one-GPU check is not a
+ * two-GPU one). On the emulation the *_2gpu copies run those parts, so the
+ * one-GPU runs record nothing. */
+static inline void cuda_test_one_gpu(const char *part)
+{
+#ifdef SW_CUDA_EMU
+    (void)part;
+#else
+    if (sw_cuda_device_count() < 2) {
+        char why[256];
+        snprintf(why, sizeof why, "%s: one GPU visible (run on two)", part);
+        sw_test_skip_part(why);
+    }
+#endif
+}
+
 /* The models to test: fills paths (at most max), returns the count (skips when none). */
 static inline int cuda_test_models(char paths[][512], int max)
 {

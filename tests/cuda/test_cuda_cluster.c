@@ -89,6 +89,7 @@ int main(void)
     sw_model_free(&m);
     sw_backend_free(&cpu);
     const char *second = sw_cuda_device_count() > 1 ? "cuda:1" : "cuda:0";
+    cuda_test_one_gpu("the second GPU node on cuda:1");
 
     static const char *const on_gpu[] = {"--backend", "cuda:0", NULL};
     static const char *const on_cpu[] = {"--backend", "cpu", NULL};

@@ -8,15 +8,23 @@
  *  - barriers, warp shuffles and votes, static and dynamic shared memory,
  *    atomics, a grid of several blocks, graphs replayed with new data;
  *  - in a child process each (it aborts): a read one element past an
- *    allocation, a tree reduction without its __syncthreads (the reversed
- *    run differs), a read of another device's memory, a shuffle whose lane
- *    has exited, a write past the dynamic shared memory;
+ *    allocation, a write one element before one (its red zone), a read one
+ *    element before one that fills its pages (the guard page before it), a tree reduction without
+ * its __syncthreads (the reversed run differs), a read of another device's memory, a shuffle whose
+ * lane has exited, a write past the dynamic shared memory, a float loaded 2 bytes into an
+ * allocation (misaligned: a GPU faults, x86 would not), 256 threads adding 1 to a shared counter
+ * without an atomic and a read of another thread's shared slot without a barrier (races in shared
+ *    memory the fibers' order cannot show);
  *  - returned errors: a launch into another device's stream, a bad launch
  *    shape, a synchronisation inside a capture (the capture is invalidated),
  *    the last error cleared by cudaGetLastError, an injected failure;
  *  - lazy streams: a consumer stream that does not wait for the producer's
  *    event reads stale data (the emulation does not hide the missing wait),
- *    with the wait it reads the new data;
+ *    with the wait it reads the new data; the late=waiters schedule: a
+ *    producer that overwrites what a late consumer still reads shows it,
+ *    unless it waits for the read;
+ *  - a fatal error (700) stays on its device: every later call returns it,
+ *    cudaGetLastError never clears it, the other device works;
  *  - the cuBLAS and NCCL stand-ins: a GEMM against a plain loop, a send/recv
  *    pair between two emulated devices.
  */
@@ -107,6 +115,16 @@ static __global__ void k_copy(const float *x, float *y, int n)
 
 /* ---- kernels that are wrong ---------------------------------------------------------------- */
 
+static __global__ void k_write_before(float *y)
+{
+    y[(int)threadIdx.x - 1] = 1.0f; // thread 0 writes one float before the start
+}
+
+static __global__ void k_read_before(const float *x, float *y)
+{
+    y[threadIdx.x] = x[(int)threadIdx.x - 1]; // thread 0 reads one float before the start
+}
+
 static __global__ void k_read_past(const float *x, float *y, int n)
 {
     const int i = threadIdx.x;
@@ -119,6 +137,48 @@ static __global__ void k_lane_exits(float *y)
     if (threadIdx.x == 3)
         return;
     y[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 3);
+}
+
+/* 256 threads add 1 to one shared counter without an atomic: 256 in any
+ * order of the fibers, a race on a GPU. */
+static __global__ void k_shared_rmw(int *out)
+{
+    __shared__ int s;
+    if (threadIdx.x == 0)
+        s = 0;
+    __syncthreads();
+    s += 1;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *out = s;
+}
+
+/* Each thread writes its slot, then reads its neighbour's without a barrier. */
+static __global__ void k_shared_nobarrier(float *out)
+{
+    __shared__ float v[64];
+    v[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = v[(threadIdx.x + 1) & 63];
+}
+
+/* The same with __syncthreads, and a warp's lanes ordered by __syncwarp: no race. */
+static __global__ void k_shared_ok(float *out)
+{
+    __shared__ float v[64];
+    v[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    float a = v[(threadIdx.x + 1) & 63];
+    __syncthreads();
+    v[threadIdx.x] = a;
+    __syncwarp();
+    out[threadIdx.x] = v[threadIdx.x ^ 1];
+}
+
+/* A float read 2 bytes into a byte buffer: x86 reads it, a GPU faults (716). */
+static __global__ void k_misaligned(const char *p, float *y)
+{
+    const float *f = (const float *)(const void *)(p + 2);
+    y[threadIdx.x] = f[threadIdx.x];
 }
 
 static __global__ void k_shared_past(int n)
@@ -178,6 +238,21 @@ static void s_case_read_past(void)
     cudaDeviceSynchronize();
 }
 
+static void s_case_write_before(void)
+{
+    float *y = s_dev_floats(NULL, 48);
+    k_write_before<<<1, 48>>>(y);
+    cudaDeviceSynchronize();
+}
+
+/* A read before an allocation that fills its pages: the guard page before it. */
+static void s_case_read_before(void)
+{
+    float *x = s_dev_floats(NULL, 1024), *y = s_dev_floats(NULL, 1024); // 4096 bytes each
+    k_read_before<<<1, 32>>>(x, y);
+    cudaDeviceSynchronize();
+}
+
 static void s_case_no_sync(void)
 {
     float h[256];
@@ -186,6 +261,13 @@ static void s_case_no_sync(void)
     float *x = s_dev_floats(h, 256), *o = s_dev_floats(NULL, 1);
     k_sum<<<1, 256>>>(x, o, 1);
     cudaDeviceSynchronize();
+}
+
+/* The same without the shared-memory race check: the order check sees it. */
+static void s_case_no_sync_order(void)
+{
+    setenv("SW_CUDA_EMU_RACECHECK", "0", 1);
+    s_case_no_sync();
 }
 
 static void s_case_other_device(void)
@@ -209,6 +291,82 @@ static void s_case_shared_past(void)
 {
     k_shared_past<<<1, 32, 32 * sizeof(float)>>>(1);
     cudaDeviceSynchronize();
+}
+
+static void s_case_shared_rmw(void)
+{
+    int *o = NULL;
+    cudaMalloc(&o, sizeof(int));
+    k_shared_rmw<<<1, 256>>>(o);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_shared_nobarrier(void)
+{
+    float *o = s_dev_floats(NULL, 64);
+    k_shared_nobarrier<<<1, 64>>>(o);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_misaligned(void)
+{
+    char *p = NULL;
+    float *y = s_dev_floats(NULL, 8);
+    cudaMalloc(&p, 64);
+    cudaMemset(p, 0, 64);
+    k_misaligned<<<1, 8>>>(p, y);
+    cudaDeviceSynchronize();
+}
+
+/* A fatal error (700) stays, as on a GPU: every later call on the device
+ * returns it, cudaGetLastError included, and its queued work never runs;
+ * the other device still works. Exits 0 when all of that holds (a child:
+ * the device stays failed). */
+static void s_case_sticky(void)
+{
+    float h[32], got[32];
+    for (int i = 0; i < 32; i++)
+        h[i] = (float)i;
+    cudaSetDevice(1);
+    float *x1 = s_dev_floats(h, 32);
+    cudaSetDevice(0);
+    float *x = s_dev_floats(h, 32);
+    int bad = x && x1 ? 0 : 1;
+    k_scale<<<1, 32>>>(x, 32, 2.0f); // queued, never run: the device fails before
+    swemu_fail("cudaStreamSynchronize", 0, 700);
+    bad |= (cudaStreamSynchronize(0) != 700) << 1;
+    bad |= (cudaGetLastError() != 700 || cudaGetLastError() != 700) << 2; // never cleared
+    bad |= (cudaMemcpy(got, x, sizeof got, cudaMemcpyDeviceToHost) != 700) << 3;
+    float *y = NULL;
+    bad |= (cudaMalloc(&y, 64) != 700) << 4;
+    k_scale<<<1, 32>>>(x, 32, 2.0f);
+    bad |= (cudaGetLastError() != 700) << 5;
+    cudaSetDevice(1); // the other device is not touched: the thread's last error clears there
+    cudaGetLastError();
+    bad |= (cudaGetLastError() != cudaSuccess) << 6;
+    bad |=
+        (cudaMemcpy(got, x1, sizeof got, cudaMemcpyDeviceToHost) != cudaSuccess || got[5] != 5.0f)
+        << 7;
+    if (bad)
+        fprintf(stderr, "s_case_sticky: checks 0x%x failed\n", bad);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(bad ? 3 : 0);
+}
+
+/* Runs fn in a child: 1 when it exits 0. */
+static int s_child_ok(void (*fn)(void))
+{
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 int main(void)
@@ -467,11 +625,74 @@ int main(void)
             S_OK(cudaSetDevice(0));
         }
     }
+    /* Shared memory written and read across a barrier and a __syncwarp: no race. */
+    {
+        float *o = s_dev_floats(NULL, 64), got[64];
+        k_shared_ok<<<1, 64>>>(o);
+        S_OK(cudaMemcpy(got, o, sizeof got, cudaMemcpyDeviceToHost));
+        int ok = 1;
+        for (int i = 0; i < 64; i++)
+            ok &= got[i] == (float)(((i ^ 1) + 1) & 63);
+        SW_CHECK(ok);
+        cudaFree(o);
+    }
+    /* Schedules: with the producer's stream eager and the consumer's late
+     * (late=waiters), a consumer that reads, then a producer that
+     * overwrites without waiting for it, shows the overwrite; with the wait
+     * it does not. */
+    {
+        SW_CHECK_INT(swemu_streams("no such schedule"), -1);
+        SW_CHECK_INT(swemu_streams("late=waiters"), 0);
+        float h[32], got[32];
+        for (int i = 0; i < 32; i++)
+            h[i] = 1.0f;
+        float *a = s_dev_floats(h, 32), *b = s_dev_floats(NULL, 32);
+        cudaStream_t prod, cons;
+        cudaEvent_t e, free_e;
+        S_OK(cudaStreamCreateWithFlags(&prod, cudaStreamNonBlocking));
+        S_OK(cudaStreamCreateWithFlags(&cons, cudaStreamNonBlocking));
+        S_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        S_OK(cudaEventCreateWithFlags(&free_e, cudaEventDisableTiming));
+        for (int wait = 0; wait < 2; wait++) {
+            S_OK(cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice));
+            S_OK(cudaEventRecord(e, prod));
+            S_OK(cudaStreamWaitEvent(cons, e, 0)); // cons waits: it is late from now on
+            k_copy<<<1, 32, 0, cons>>>(a, b, 32);  // reads a (1.0)
+            if (wait) {                            // the producer waits for the read
+                S_OK(cudaEventRecord(free_e, cons));
+                S_OK(cudaStreamWaitEvent(prod, free_e, 0));
+            }
+            k_scale<<<1, 32, 0, prod>>>(a, 32, 5.0f); // overwrites a
+            S_OK(cudaStreamSynchronize(cons));
+            S_OK(cudaStreamSynchronize(prod));
+            S_OK(cudaMemcpy(got, b, sizeof got, cudaMemcpyDeviceToHost));
+            SW_CHECK(got[0] == (wait ? 1.0f : 5.0f));
+        }
+        SW_CHECK_INT(swemu_streams("lazy"), 0);
+        cudaEventDestroy(e);
+        cudaEventDestroy(free_e);
+        cudaStreamDestroy(prod);
+        cudaStreamDestroy(cons);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    /* A fatal error stays (a child: it leaves the device failed). */
+    SW_CHECK(s_child_ok(s_case_sticky));
     /* Errors found in kernels, each in a child process. */
     SW_CHECK(s_dies(s_case_read_past, "kernel k_read_past", "0 bytes past the end of a 256-byte"));
-    SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "depends on the order"));
+    SW_CHECK(
+        s_dies(s_case_write_before, "kernel k_write_before", "written 4 bytes before its start"));
+    SW_CHECK(s_dies(s_case_read_before, "kernel k_read_before",
+                    "4 bytes before the start of a 4096-byte"));
+    SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "a race in shared memory"));
+    SW_CHECK(s_dies(s_case_no_sync_order, "kernel k_sum", "depends on the order"));
     SW_CHECK(s_dies(s_case_other_device, "kernel k_copy", "cuda:1"));
     SW_CHECK(s_dies(s_case_lane_exits, "kernel k_lane_exits", "has exited"));
     SW_CHECK(s_dies(s_case_shared_past, "kernel k_shared_past", "dynamic shared memory"));
+    SW_CHECK(s_dies(s_case_shared_rmw, "kernel k_shared_rmw", "a race in shared memory"));
+    SW_CHECK(
+        s_dies(s_case_shared_nobarrier, "kernel k_shared_nobarrier", "a race in shared memory"));
+    SW_CHECK(
+        s_dies(s_case_misaligned, "kernel k_misaligned", "a misaligned load of 'const float'"));
     return sw_test_done();
 }

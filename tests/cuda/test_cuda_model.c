@@ -27,8 +27,9 @@
  *    (SW_CUDA_ATTN_MIB=0) equals one pass and the CPU;
  *  - a kept tree path of 70 slots (two kv_move kernels) continues exactly
  *    like the sequence;
- *  - a failed CUDA call is reported once, by the call that failed, not by
- *    the next launch (on the emulation, which injects the failures);
+ *  - a failed CUDA call (an error the GPU recovers from) is reported once, by
+ *    the call that failed, not by the next launch (on the emulation, which
+ *    injects the failures; a fatal one: test_cuda_fatal);
  *  - destroying a backend that never ran a long prompt does not load cuBLAS;
  *  - the families whose operations came with issue 24 (SW_CUDA_ARCH_MODELS:
  *    Gemma 3 with sliding windows shorter than the sequence, Qwen3-MoE):
@@ -371,7 +372,9 @@ static void s_failed_calls(const char *path, sw_model_t *mg, int V, float *ref, 
     if (!kv)
         return;
     SW_CHECK_INT(cuda_test_fwd(mg, kv, s_tok, NULL, 4, NULL, ref, 1, 1), 0);
-    swemu_fail("cudaStreamSynchronize", 0, 700 /* cudaErrorIllegalAddress */);
+    /* an error a GPU recovers from (701: too many resources requested); a
+     * fatal one (700) fails every later call: test_cuda_fatal */
+    swemu_fail("cudaStreamSynchronize", 0, 701 /* cudaErrorLaunchOutOfResources */);
     sw_forward_t f = {.n = 1, .tokens = &s_tok[4], .logits = got, .n_logits = 1};
     SW_CHECK(sw_model_forward(mg, kv, &f, err, sizeof err) != 0);
     /* The next operations work and compute what they should. */
@@ -508,6 +511,7 @@ static void s_model(const char *path)
 
     /* Groups: two backends on one GPU, two GPUs (NCCL, then peer copies), GPU + CPU. */
     const int n_gpu = sw_cuda_device_count();
+    cuda_test_one_gpu("groups cuda:0,1 with NCCL and with peer copies");
     const char *groups[] = {"cuda:0,0", n_gpu > 1 ? "cuda:0,1" : NULL,
                             n_gpu > 1 ? "cuda:0,1 nccl off" : NULL, "cuda:0,cpu"};
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
@@ -713,6 +717,7 @@ static void s_arch_model(const char *path)
     /* The whole sequence on one GPU as the reference; the group must equal it. */
     SW_CHECK_INT(s_run(mg, 16, ref, V), 0);
     const char *group = sw_cuda_device_count() > 1 ? "cuda:0,1" : "cuda:0,0";
+    cuda_test_one_gpu("the model over cuda:0,1");
     sw_backend_t *gb = cuda_test_backend(group);
     sw_model_t *gm = cuda_test_load(path, gb, 0, -1);
     const int same =

@@ -178,6 +178,7 @@ static void s_model(const char *path)
     if (!dpath || !*dpath)
         dpath = path;
     const char *dbe = sw_cuda_device_count() > 1 ? "cuda:1" : "cuda:0";
+    cuda_test_one_gpu("the draft model on cuda:1");
     draft_model_t *dm = draft_model_new(dpath, sw_model_gguf(mg), dbe, 0, N_CTX, err, sizeof err);
     if (!dm && dpath != path) { // a draft model for another vocabulary: the target drafts
         printf("draft model %s does not fit %s (%s): the target drafts for itself\n", dpath, path,

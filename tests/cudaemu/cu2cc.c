@@ -10,7 +10,7 @@
  *       -> T *name = (T *)swemu_dyn_shared();
  *   __shared__ T name[N];   (inside a function)
  *       -> static T name[N]; static unsigned long long swemu_gen_name;
- *          swemu_shared_init(&name, sizeof name, &swemu_gen_name);
+ *          swemu_shared_init(&name, sizeof name, &swemu_gen_name, "name");
  *
  * (the last poisons the static array once per block, as shared memory
  * starts undefined on a GPU). Comments, strings and character literals are
@@ -236,7 +236,9 @@ static size_t s_shared(s_buf_t *out, const char *s, int is_extern, int depth)
                                    name,
                                    ", &swemu_gen_",
                                    name,
-                                   ");"};
+                                   ", \"",
+                                   name,
+                                   "\");"};
             for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
                 s_puts(out, parts[i]);
         }

@@ -125,6 +125,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     Stream *s = stream(h->stream);
     if (!s)
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (sticky_of(s->dev)) // the device's context is lost
+        return CUBLAS_STATUS_EXECUTION_FAILED;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     Op op;
     op.kind = Op::HOST;

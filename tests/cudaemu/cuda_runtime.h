@@ -221,7 +221,7 @@ enum WarpOp { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL };
 enum BlockOp { B_SYNC, B_COUNT, B_AND, B_OR };
 uint64_t warp_op(int op, unsigned mask, uint64_t value, int arg, int width);
 int block_sync(int op, int pred);
-void shared_init(void *p, size_t n, unsigned long long *gen);
+void shared_init(void *p, size_t n, unsigned long long *gen, const char *name);
 
 /* A pointer argument of a launch: checked against the device's memory, and
  * snapshotted for the order check when the kernel may write through it. */
@@ -305,9 +305,10 @@ static inline void *swemu_dyn_shared(void)
     return swemu::g_block.dyn;
 }
 
-template <typename T> static inline void swemu_shared_init(T *p, size_t n, unsigned long long *gen)
+template <typename T>
+static inline void swemu_shared_init(T *p, size_t n, unsigned long long *gen, const char *name)
 {
-    swemu::shared_init((void *)p, n, gen);
+    swemu::shared_init((void *)p, n, gen, name);
 }
 
 static inline void __syncthreads(void)
@@ -372,38 +373,40 @@ static inline void __threadfence_block(void)
 }
 
 /* Atomics: a block's threads are fibers of one OS thread that switch only
- * at barriers and warp operations, so a read-modify-write is atomic. */
-template <typename T> static inline T atomicAdd(T *p, T v)
+ * at barriers and warp operations, so a read-modify-write is atomic. Not
+ * seen by the shared-memory race check (exec.cc): an atomic is no race. */
+#define SWEMU_ATOMIC __attribute__((no_sanitize_thread, noinline))
+template <typename T> SWEMU_ATOMIC static T atomicAdd(T *p, T v)
 {
     T old = *p;
     *p = old + v;
     return old;
 }
-template <typename T> static inline T atomicSub(T *p, T v)
+template <typename T> SWEMU_ATOMIC static T atomicSub(T *p, T v)
 {
     T old = *p;
     *p = old - v;
     return old;
 }
-template <typename T> static inline T atomicExch(T *p, T v)
+template <typename T> SWEMU_ATOMIC static T atomicExch(T *p, T v)
 {
     T old = *p;
     *p = v;
     return old;
 }
-template <typename T> static inline T atomicMax(T *p, T v)
+template <typename T> SWEMU_ATOMIC static T atomicMax(T *p, T v)
 {
     T old = *p;
     *p = old > v ? old : v;
     return old;
 }
-template <typename T> static inline T atomicMin(T *p, T v)
+template <typename T> SWEMU_ATOMIC static T atomicMin(T *p, T v)
 {
     T old = *p;
     *p = old < v ? old : v;
     return old;
 }
-template <typename T> static inline T atomicCAS(T *p, T cmp, T v)
+template <typename T> SWEMU_ATOMIC static T atomicCAS(T *p, T cmp, T v)
 {
     T old = *p;
     if (old == cmp)

@@ -9,12 +9,14 @@
  * touched under it, and kernels run under it, one at a time, which is also
  * what makes a kernel's static __shared__ arrays private to its block.
  *
- * Work is lazy: a stream keeps its operations queued until the host waits
- * for them (cudaStreamSynchronize, an event, a copy to pageable memory,
- * cudaFree, ...), and a stream that waits for an event runs the other
- * stream up to that event first. So a GPU that is arbitrarily late is what
- * the code runs against: a missing wait or synchronisation reads stale data
- * here instead of working by luck.
+ * Work is lazy by default: a stream keeps its operations queued until the
+ * host waits for them (cudaStreamSynchronize, an event, a copy to pageable
+ * memory, cudaFree, ...), and a stream that waits for an event runs the
+ * other stream up to that event first. So a GPU that is arbitrarily late is
+ * what the code runs against: a missing wait or synchronisation reads stale
+ * data here instead of working by luck. sched.cc's other policies
+ * (SW_CUDA_EMU_STREAMS) run some or all streams eagerly, which shows the
+ * opposite race: a producer overwriting what a late consumer still reads.
  */
 #ifndef SWEMU_IMPL_H
 #define SWEMU_IMPL_H
@@ -97,6 +99,8 @@ struct Stream {
     bool capture_bad = false; // an unsupported call invalidated it
     int capture_mode = 0;
     const void *capture_owner = nullptr; // the capturing thread (a thread-local's address)
+    int sched_eager = -1;                // random=SEED: 1 while this stream runs eagerly
+    bool waited = false;                 // it has queued a wait for another stream
 };
 
 /* The stream behind a handle (NULL: the current device's legacy stream), or
@@ -104,6 +108,10 @@ struct Stream {
 Stream *stream(cudaStream_t s);
 /* Queues op on s (into its graph while s is captured). 0 or an error. */
 cudaError_t enqueue(Stream *s, Op op);
+/* sched.cc: the policy of SW_CUDA_EMU_STREAMS (false for a spec it does not
+ * know), and whether work just queued on s runs at once under it. */
+bool sched_set(const char *spec);
+bool sched_runs_now(Stream *s);
 /* Runs s until `upto` of its operations have run. */
 void run_until(Stream *s, uint64_t upto);
 /* The device the calling thread has selected. */
@@ -113,8 +121,15 @@ int device_count();
 void count(const char *what);
 /* Sets the calling thread's last error (when e != cudaSuccess) and returns e. */
 cudaError_t ret(cudaError_t e);
-/* An injected failure for api (swemu_fail), else cudaSuccess. */
+/* An injected failure for api (swemu_fail, SW_CUDA_EMU_FAIL), else the
+ * current device's fatal error, else cudaSuccess. An injected error that is
+ * fatal on a GPU (700, 702, 710, 714-719: is_sticky) stays: the device's
+ * queued work is dropped and every later call on it returns the error, as
+ * CUDA does after such an error until the process restarts. */
 cudaError_t injected(const char *api);
+bool is_sticky(cudaError_t e);
+/* The fatal error of device dev, or cudaSuccess. */
+cudaError_t sticky_of(int dev);
 /* Prints "swemu: ..." and aborts. */
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -17,6 +17,15 @@
  * order-dependent atomic shows up as a difference, reported with the kernel,
  * the argument and the first differing byte.
  *
+ * Misaligned loads and stores: the kernels are compiled with
+ * -fsanitize=alignment, whose checks call s_misaligned (below) instead of
+ * UBSan's runtime, which judges an address as a GPU would.
+ *
+ * An allocation's end is a guard page; the bytes before its start in its
+ * first page are a red zone (NaN to read, checked after each launch for
+ * writes through a writable argument): an allocation that fills whole pages
+ * has a guard page right before its start too.
+ *
  * Memory faults (SIGSEGV/SIGBUS) while a kernel runs are reported with the
  * kernel, block and thread, and the address described against the
  * allocations (past the end, another device's memory, freed memory, past the
@@ -105,6 +114,98 @@ static ucontext_t g_sched_uc;
 
 static int g_n;    // threads in the running block
 static bool g_rev; // its threads run in reverse order
+
+/* ---- shared-memory races ------------------------------------------------------------------
+ * The kernels are compiled with -fsanitize=thread's instrumentation (no
+ * ThreadSanitizer runtime: the __tsan_* calls land below), so every load and
+ * store of a kernel reaches s_access first. While a block runs forward, each
+ * byte of its shared memory (the static __shared__ arrays as they are
+ * declared, the dynamic part) remembers the last thread that wrote it and
+ * the last that read it, with the barrier interval (g_epoch: __syncthreads
+ * ends one) and their warp's synchronisations (g_wsync: a completed warp
+ * operation, __syncwarp or a shuffle, orders the lanes of its warp). A read
+ * of a byte another thread wrote, or a write of a byte another thread read,
+ * in the same interval and not ordered by a warp synchronisation, is a race
+ * a GPU may or may not show (the fibers of a block switch only at barriers,
+ * so `s += 1` by 256 threads gives 256 here in either order): reported with
+ * the kernel, the two threads, the array and the byte. Two writes alone are
+ * left to the order check (same values are benign; different ones differ
+ * between the forward and the reversed run). */
+struct ShCell {
+    int16_t w = -1, r = -1;      // last writer and reader (thread in the block), -1 none
+    uint32_t w_ep = 0, r_ep = 0; // their barrier intervals
+    uint32_t w_ws = 0, r_ws = 0; // their warps' synchronisation counts then
+    bool r_many = false;         // another thread read it in r_ep too
+};
+struct ShRegion {
+    char *p;
+    size_t n;
+    const char *name;
+    std::vector<ShCell> cells;
+};
+static std::vector<ShRegion> g_sh; // the running block's shared memory
+static bool g_track;               // checking now (the forward run of a block)
+static bool g_racecheck = true;    // SW_CUDA_EMU_RACECHECK=0 turns the checks off
+static uint32_t g_epoch;           // barrier intervals of the block so far
+static uint32_t g_wsync[32];       // completed warp operations per warp
+
+static void s_where_str(char *out, size_t len);
+
+static void s_race(const ShRegion &r, size_t off, int other, bool other_wrote, bool write)
+{
+    char where[300];
+    s_where_str(where, sizeof where);
+    g_track = false;
+    fatal("%s: a race in shared memory: this thread %s byte %zu of %s (%zu bytes) that thread %d "
+          "%s in the same barrier interval (no __syncthreads or warp synchronisation between)",
+          where, write ? "writes" : "reads", off, r.name, r.n, other,
+          other_wrote ? "wrote" : "read");
+}
+
+static void s_check(ShRegion &r, size_t off, size_t n, bool write)
+{
+    const int t = g_cur->linear, w = t >> 5;
+    auto ordered = [&](int other, uint32_t ws) { return (other >> 5) == w && g_wsync[w] != ws; };
+    for (size_t i = off; i < off + n && i < r.n; i++) {
+        ShCell &c = r.cells[i];
+        if (c.w >= 0 && c.w != t && c.w_ep == g_epoch && !ordered(c.w, c.w_ws))
+            s_race(r, i, c.w, true, write);
+        if (write) {
+            if (c.r >= 0 && c.r_ep == g_epoch && (c.r != t || c.r_many) && !ordered(c.r, c.r_ws))
+                s_race(r, i, c.r, false, true);
+            c.w = (int16_t)t;
+            c.w_ep = g_epoch;
+            c.w_ws = g_wsync[w];
+        } else {
+            c.r_many = c.r_ep == g_epoch && c.r >= 0 && (c.r != t || c.r_many);
+            c.r = (int16_t)t;
+            c.r_ep = g_epoch;
+            c.r_ws = g_wsync[w];
+        }
+    }
+}
+
+static inline void s_access(const void *p, size_t n, bool write)
+{
+    if (!g_track || !g_cur)
+        return;
+    const uintptr_t a = (uintptr_t)p;
+    for (ShRegion &r : g_sh)
+        if (a >= (uintptr_t)r.p && a < (uintptr_t)r.p + r.n) {
+            s_check(r, a - (uintptr_t)r.p, n, write);
+            return;
+        }
+}
+
+static void s_shared_region(void *p, size_t n, const char *name)
+{
+    ShRegion r;
+    r.p = (char *)p;
+    r.n = n;
+    r.name = name;
+    r.cells.assign(n, ShCell());
+    g_sh.push_back(std::move(r));
+}
 
 /* From the running fiber f to fiber n (NULL: the scheduler); returns when
  * some fiber or the scheduler switches back to f. */
@@ -253,11 +354,13 @@ int block_sync(int op, int pred)
     return f->bres;
 }
 
-void shared_init(void *p, size_t n, unsigned long long *gen)
+void shared_init(void *p, size_t n, unsigned long long *gen, const char *name)
 {
     if (*gen != g_block.gen) { // the first thread of this block to get here
         memset(p, 0xff, n);
         *gen = g_block.gen;
+        if (g_track)
+            s_shared_region(p, n, name);
     }
 }
 
@@ -353,6 +456,7 @@ static bool s_warp_resolve(int w, int n)
     for (int l = l0; l < l1; l++)
         if (mask & (1u << (l - l0)))
             g_fib[l].state = READY;
+    g_wsync[w & 31]++;
     return true;
 }
 
@@ -389,6 +493,12 @@ static void s_run_block(int n, bool reverse)
     g_rev = reverse;
     if (g_block.ndyn)
         memset(g_block.dyn, 0xff, g_block.ndyn); // shared memory starts undefined
+    g_sh.clear();
+    g_track = !reverse && g_racecheck;
+    g_epoch = 1;
+    memset(g_wsync, 0, sizeof g_wsync);
+    if (g_track && g_block.ndyn)
+        s_shared_region(g_block.dyn, g_block.ndyn, "the dynamic shared memory");
     const dim3 bd = g_block.bdim;
     for (int i = 0; i < n; i++) {
         Fiber *f = &g_fib[i];
@@ -436,6 +546,7 @@ static void s_run_block(int n, bool reverse)
             f.bres = f.bop == B_COUNT ? cnt : f.bop == B_AND ? all : f.bop == B_OR ? any : 0;
             f.state = READY;
         }
+        g_epoch++; // a new barrier interval
     }
 }
 
@@ -545,6 +656,22 @@ static void s_run_grid(const Kernel &k, bool reverse)
     }
 }
 
+/* The bytes before an allocation's start in its first page (runtime.cc's
+ * red zone): a kernel that wrote there wrote before the allocation. */
+static void s_redzones(const Kernel &k, int dev, const std::vector<Region> &regions)
+{
+    for (const Region &r : regions) {
+        const Alloc *a = r.a;
+        if (!a->map)
+            continue; // pinned host memory
+        for (const char *p = a->data; p < a->base; p++)
+            if (*(const unsigned char *)p != 0xff)
+                fatal("kernel %s (%s:%d) on cuda:%d: argument %d's %zu-byte allocation was "
+                      "written %zu bytes before its start",
+                      k.name, k.file, k.line, dev, r.index, a->bytes, (size_t)(a->base - p));
+    }
+}
+
 void exec_kernel(const Kernel &k, int dev)
 {
     s_install();
@@ -571,6 +698,8 @@ void exec_kernel(const Kernel &k, int dev)
             regions.push_back(Region{a, p.index, {}, {}});
     }
     const bool check = !getenv("SW_CUDA_EMU_CHECK") || strcmp(getenv("SW_CUDA_EMU_CHECK"), "0");
+    g_racecheck =
+        !getenv("SW_CUDA_EMU_RACECHECK") || strcmp(getenv("SW_CUDA_EMU_RACECHECK"), "0") != 0;
     if (check)
         for (Region &r : regions)
             r.before.assign(r.a->base, r.a->base + r.a->bytes);
@@ -595,6 +724,7 @@ void exec_kernel(const Kernel &k, int dev)
     g_kdev = dev;
 
     s_run_grid(k, false);
+    s_redzones(k, dev, regions);
     if (check && !regions.empty()) {
         for (Region &r : regions) {
             r.first.assign(r.a->base, r.a->base + r.a->bytes);
@@ -622,6 +752,8 @@ void exec_kernel(const Kernel &k, int dev)
     }
     g_kernel = nullptr;
     g_lane = nullptr;
+    g_track = false;
+    g_sh.clear();
     if (g_dyn_map) {
         munmap(g_dyn_map, g_dyn_map_bytes);
         g_dyn_map = nullptr;
@@ -629,4 +761,152 @@ void exec_kernel(const Kernel &k, int dev)
     }
 }
 
+/* ---- alignment (the kernels are compiled with -fsanitize=alignment) ------------------------ */
+
+/* UBSan's description of a checked access (its ABI, ubsan_handlers.h). */
+struct UbsanLoc {
+    const char *file;
+    uint32_t line, column;
+};
+struct UbsanType {
+    uint16_t kind, info;
+    char name[1];
+};
+struct UbsanMismatch {
+    UbsanLoc loc;
+    const UbsanType *type;
+    unsigned char log_alignment;
+    unsigned char check_kind; // 0 load, 1 store, 2 reference binding, 3 member access, ...
+};
+
+/* A GPU faults (716, misaligned address) on a load or store that is not
+ * aligned to its size. The compiler's check sees the host address, and the
+ * emulation places an allocation's end, not its start, at a page boundary:
+ * so an address is judged by its offset from its allocation's start (which
+ * cudaMalloc aligns to 256 bytes) or from the block's dynamic shared memory,
+ * and by itself elsewhere (static shared arrays, registers, host memory). */
+static void s_misaligned(const UbsanMismatch *d, uintptr_t ptr)
+{
+    const uintptr_t align = (uintptr_t)1 << d->log_alignment;
+    if (!ptr || align <= 1)
+        return;
+    std::lock_guard<std::recursive_mutex> g(lock());
+    uintptr_t off = ptr;
+    const Alloc *a = find_mapping((const void *)ptr);
+    const char *dyn = (const char *)g_block.dyn;
+    if (a && ptr >= (uintptr_t)a->base)
+        off = ptr - (uintptr_t)a->base;
+    else if (g_kernel && dyn && ptr >= (uintptr_t)dyn && ptr < (uintptr_t)dyn + g_block.ndyn)
+        off = ptr - (uintptr_t)dyn;
+    if ((off & (align - 1)) == 0)
+        return; // aligned on a GPU: only the emulation's placement made it look otherwise
+    static const char *const kinds[] = {"load", "store", "reference", "member access"};
+    char where[300], what[300] = "";
+    s_where_str(where, sizeof where);
+    if (a)
+        describe((const void *)ptr, what, sizeof what);
+    fatal("%s: a misaligned %s of %s (%zu-byte alignment) at %p%s%s, %s:%u (a GPU stops with "
+          "error 716, misaligned address)",
+          where, d->check_kind < 4 ? kinds[d->check_kind] : "access", d->type ? d->type->name : "?",
+          (size_t)align, (void *)ptr, a ? ": " : "", what, d->loc.file ? d->loc.file : "?",
+          d->loc.line);
+}
+
 } // namespace swemu
+
+/* ThreadSanitizer's instrumentation of the kernels (tests/cudaemu/CMakeLists.txt):
+ * the shared-memory race check, and nothing else (no ThreadSanitizer runtime). */
+#define S_TSAN(n)                                                                                  \
+    extern "C" void __tsan_read##n(void *p)                                                        \
+    {                                                                                              \
+        swemu::s_access(p, n, false);                                                              \
+    }                                                                                              \
+    extern "C" void __tsan_write##n(void *p)                                                       \
+    {                                                                                              \
+        swemu::s_access(p, n, true);                                                               \
+    }                                                                                              \
+    extern "C" void __tsan_unaligned_read##n(void *p)                                              \
+    {                                                                                              \
+        swemu::s_access(p, n, false);                                                              \
+    }                                                                                              \
+    extern "C" void __tsan_unaligned_write##n(void *p)                                             \
+    {                                                                                              \
+        swemu::s_access(p, n, true);                                                               \
+    }
+S_TSAN(1)
+S_TSAN(2)
+S_TSAN(4)
+S_TSAN(8)
+S_TSAN(16)
+#undef S_TSAN
+extern "C" void __tsan_read_range(void *p, unsigned long n)
+{
+    swemu::s_access(p, n, false);
+}
+extern "C" void __tsan_write_range(void *p, unsigned long n)
+{
+    swemu::s_access(p, n, true);
+}
+/* The atomics the instrumented code makes (std::shared_ptr's counts, static
+ * initialisation guards): done, sequentially consistent, unseen by the check. */
+#define S_TSAN_ATOMIC(bits, T)                                                                     \
+    extern "C" T __tsan_atomic##bits##_load(const volatile T *p, int)                              \
+    {                                                                                              \
+        return __atomic_load_n(p, __ATOMIC_SEQ_CST);                                               \
+    }                                                                                              \
+    extern "C" void __tsan_atomic##bits##_store(volatile T *p, T v, int)                           \
+    {                                                                                              \
+        __atomic_store_n(p, v, __ATOMIC_SEQ_CST);                                                  \
+    }                                                                                              \
+    extern "C" T __tsan_atomic##bits##_fetch_add(volatile T *p, T v, int)                          \
+    {                                                                                              \
+        return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);                                         \
+    }                                                                                              \
+    extern "C" T __tsan_atomic##bits##_fetch_sub(volatile T *p, T v, int)                          \
+    {                                                                                              \
+        return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST);                                         \
+    }                                                                                              \
+    extern "C" T __tsan_atomic##bits##_exchange(volatile T *p, T v, int)                           \
+    {                                                                                              \
+        return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);                                        \
+    }                                                                                              \
+    extern "C" int __tsan_atomic##bits##_compare_exchange_strong(volatile T *p, T *e, T v, int,    \
+                                                                 int)                              \
+    {                                                                                              \
+        return __atomic_compare_exchange_n(p, e, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);    \
+    }
+S_TSAN_ATOMIC(8, uint8_t)
+S_TSAN_ATOMIC(16, uint16_t)
+S_TSAN_ATOMIC(32, uint32_t)
+S_TSAN_ATOMIC(64, uint64_t)
+#undef S_TSAN_ATOMIC
+extern "C" void __tsan_atomic_thread_fence(int)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+extern "C" void __tsan_init(void)
+{
+}
+extern "C" void __tsan_func_entry(void *)
+{
+}
+extern "C" void __tsan_func_exit(void)
+{
+}
+extern "C" void __tsan_vptr_update(void **, void *)
+{
+}
+extern "C" void __tsan_vptr_read(void **)
+{
+}
+
+extern "C" void __ubsan_handle_type_mismatch_v1(void *data, uintptr_t ptr)
+{
+    swemu::s_misaligned((const swemu::UbsanMismatch *)data, ptr);
+}
+
+extern "C" void __ubsan_handle_type_mismatch_v1_abort(void *data, uintptr_t ptr)
+{
+    swemu::s_misaligned((const swemu::UbsanMismatch *)data, ptr);
+}

@@ -172,6 +172,8 @@ static ncclResult_t s_p2p(bool send, const void *buf, size_t count_, ncclDataTyp
         return s_fail(ncclInvalidArgument, "a send/recv with a bad communicator, stream or peer");
     if (s->dev != comm->dev)
         return s_fail(ncclInvalidArgument, "a stream of another device than the communicator's");
+    if (sticky_of(s->dev))
+        return s_fail(ncclUnhandledCudaError, "the device failed for good (a fatal CUDA error)");
     if (s->capture)
         return s_fail(ncclInvalidUsage, "send/recv inside a stream capture is not emulated");
     Alloc *a = find(buf, count_ * size);

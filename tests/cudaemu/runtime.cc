@@ -43,6 +43,7 @@ namespace swemu
 {
 
 static const size_t S_PAGE = 4096;
+static const int S_REDZONE = 0xff;                    // NaN in f32 and f16 (exec.cc checks for it)
 static const size_t S_QUARANTINE = (size_t)256 << 20; // freed device memory kept inaccessible
 
 struct Graph {
@@ -51,7 +52,8 @@ struct Graph {
 };
 
 struct Device {
-    size_t used = 0;    // bytes allocated
+    size_t used = 0;                  // bytes allocated
+    cudaError_t sticky = cudaSuccess; // a fatal error: every later call on it returns it
     unsigned peers = 0; // devices whose memory kernels here may touch (enabled peer access)
     Stream *legacy = nullptr;
 };
@@ -125,6 +127,16 @@ static void s_init(void)
         fatal("SW_CUDA_EMU_DEVICES=%d: at most 8", g_cfg.n_dev);
     g_cfg.mem = (size_t)s_env_int("SW_CUDA_EMU_MEM_MIB", 4096) << 20;
     g_cfg.peer = s_env_int("SW_CUDA_EMU_PEER", 0) != 0;
+    if (const char *f = getenv("SW_CUDA_EMU_FAIL")) { // API:SKIP:ERROR, as swemu_fail()
+        char api[64];
+        int skip = 0, err = 0;
+        if (sscanf(f, "%63[^:]:%d:%d", api, &skip, &err) != 3 || skip < 0 || err <= 0)
+            fatal("SW_CUDA_EMU_FAIL=%s: API:SKIP:ERROR (e.g. cudaStreamSynchronize:20:700)", f);
+        g_inject[api] = Inject{skip, (cudaError_t)err};
+    }
+    if (!sched_set(getenv("SW_CUDA_EMU_STREAMS")))
+        fatal("SW_CUDA_EMU_STREAMS=%s: lazy, eager, late=DEVICE, late=waiters or random=SEED",
+              getenv("SW_CUDA_EMU_STREAMS"));
     const char *libs = getenv("SW_CUDA_EMU_LIBS");
     if (libs && *libs) {
         g_cfg.no_cublas = !strstr(libs, "cublas");
@@ -179,8 +191,37 @@ cudaError_t ret(cudaError_t e)
     return e;
 }
 
+bool is_sticky(cudaError_t e)
+{
+    return e == 700 || e == 702 || e == 710 || (e >= 714 && e <= 719);
+}
+
+cudaError_t sticky_of(int dev)
+{
+    return dev >= 0 && dev < (int)g_dev.size() ? g_dev[(size_t)dev].sticky : cudaSuccess;
+}
+
+/* A fatal error on dev: its context is lost, its queued work never runs. */
+static void s_poison(int dev, cudaError_t e)
+{
+    if (dev < 0 || dev >= (int)g_dev.size() || g_dev[(size_t)dev].sticky)
+        return;
+    g_dev[(size_t)dev].sticky = e;
+    for (Stream *s : g_streams)
+        if (s->dev == dev) {
+            s->done += s->q.size();
+            s->q.clear();
+        }
+    fprintf(stderr, "swemu: cuda:%d: error %d is fatal: every later call on this device fails\n",
+            dev, (int)e);
+}
+
 cudaError_t injected(const char *api)
 {
+    /* selecting and counting devices always work: the error shows at the device's next call */
+    const bool any = !strcmp(api, "cudaSetDevice") || !strcmp(api, "cudaGetDeviceCount");
+    if (cudaError_t e = any ? cudaSuccess : sticky_of(t_dev))
+        return e;
     auto it = g_inject.find(api);
     if (it == g_inject.end())
         return cudaSuccess;
@@ -188,6 +229,8 @@ cudaError_t injected(const char *api)
         return cudaSuccess;
     cudaError_t e = it->second.err;
     g_inject.erase(it);
+    if (is_sticky(e))
+        s_poison(t_dev, e);
     return e;
 }
 
@@ -397,8 +440,11 @@ cudaError_t enqueue(Stream *s, Op op)
         s->capture->nodes.push_back(std::move(op));
         return cudaSuccess;
     }
+    s->waited |= op.kind == Op::WAIT && op.on != s;
     s->q.push_back(std::move(op));
     s->enq++;
+    if (!s->running && sched_runs_now(s)) // an eager stream: the GPU takes it at once
+        run_until(s, s->enq);
     return cudaSuccess;
 }
 
@@ -491,13 +537,19 @@ const char *cudaGetErrorString(cudaError_t e)
 
 cudaError_t cudaGetLastError(void)
 {
+    Guard g;
     cudaError_t e = t_last;
     t_last = cudaSuccess;
+    if (cudaError_t s = sticky_of(t_dev)) // the device's fatal error is never cleared
+        return s;
     return e;
 }
 
 cudaError_t cudaPeekAtLastError(void)
 {
+    Guard g;
+    if (cudaError_t e = sticky_of(t_dev))
+        return e;
     return t_last;
 }
 
@@ -561,6 +613,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
 cudaError_t cudaDeviceSynchronize(void)
 {
     Guard g;
+    if (cudaError_t e = sticky_of(t_dev))
+        return ret(e);
     if (cudaError_t e = s_capture_violation("cudaDeviceSynchronize"))
         return ret(e);
     s_run_all(t_dev);
@@ -641,6 +695,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         return ret(cudaErrorMemoryAllocation);
     }
     memset(a->base, 0xff, bytes); // uninitialised device memory: NaN in f16 and f32
+    /* Before the start, in the first data page: a red zone a kernel must not
+     * write (exec.cc checks it after each launch) and whose reads give NaN. */
+    memset(a->data, S_REDZONE, (size_t)(a->base - a->data));
     if (!s_accessible(a))
         mprotect(a->data, data_bytes, PROT_NONE);
     g_maps[(uintptr_t)a->map] = a;
@@ -654,6 +711,8 @@ cudaError_t cudaFree(void *p)
     Guard g;
     if (!p)
         return cudaSuccess;
+    if (cudaError_t e = sticky_of(t_dev))
+        return ret(e);
     if (cudaError_t e = s_capture_violation("cudaFree"))
         return ret(e);
     Alloc *a = find_mapping(p);
@@ -922,6 +981,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
 cudaError_t cudaStreamQuery(cudaStream_t h)
 {
     Guard g;
+    if (cudaError_t e = sticky_of(t_dev))
+        return ret(e);
     Stream *s = stream(h);
     if (!s)
         return ret(cudaErrorInvalidResourceHandle);
@@ -932,6 +993,8 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
 cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags)
 {
     Guard g;
+    if (cudaError_t err = sticky_of(t_dev))
+        return ret(err);
     Stream *s = stream(h);
     if (!s || !g_events.count(e) || flags != 0)
         return ret(!s || !g_events.count(e) ? cudaErrorInvalidResourceHandle
@@ -1048,6 +1111,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     Guard g;
+    if (cudaError_t err = sticky_of(t_dev))
+        return ret(err);
     if (!g_events.count(e))
         return ret(cudaErrorInvalidResourceHandle);
     if (e->s)

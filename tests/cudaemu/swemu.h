@@ -13,6 +13,13 @@
  *                            for benchmarks of the emulation only)
  *   SW_CUDA_EMU_LIBS=none    cuBLAS and NCCL are absent (dlopen fails), as on a
  *                            machine without them; "nccl" or "cublas" keeps only that one
+ *   SW_CUDA_EMU_FAIL=A:S:E   swemu_fail(A, S, E) at start (a fault for a whole program:
+ *                            e.g. cudaStreamSynchronize:20:700)
+ *   SW_CUDA_EMU_STREAMS=P    when streams run their work (sched.cc): lazy (default:
+ *                            only when waited for), eager (at once), late=D (device
+ *                            D's streams lazy, the others eager), late=waiters (a
+ *                            stream that waited for another lazy, the others
+ *                            eager), random=SEED
  * Every error the emulation finds in a kernel (an access outside device
  * memory, to another GPU's memory, a result that depends on the order of
  * threads, a barrier some threads never reach) is printed with the kernel's
@@ -39,8 +46,13 @@ extern "C" {
 uint64_t swemu_count(const char *what);
 /* The next call of the runtime function `api` (e.g. "cudaMemcpy") after
  * `skip` more successful ones fails with error `err` (a cudaError_t value),
- * once. */
+ * once. An error that is fatal on a GPU (700 an illegal address, 702, 710,
+ * 714-719) stays, as on a GPU: the device drops its queued work and every
+ * later call on it, cudaGetLastError included, returns that error. */
 void swemu_fail(const char *api, int skip, int err);
+/* Switches the streams' policy (as SW_CUDA_EMU_STREAMS) from now on; work
+ * already queued stays queued. 0, or -1 for a spec it does not know. */
+int swemu_streams(const char *spec);
 /* The path of the stand-in library `which` ("cublas" or "nccl") for dlopen,
  * or a path that does not exist when SW_CUDA_EMU_LIBS leaves it out. */
 const char *swemu_lib(const char *which);

@@ -247,55 +247,31 @@ static void s_parking(sw_client_t *alice, const int32_t *ref_short, const int32_
     q.prompt = s_alice;
     q.n_predict = N_PARK;
     q.timeout_ms = 240000;
-    char ids[8][SW_CLIENT_ID_LEN], err[256];
-    for (int i = 0; i < 8; i++)
-        SW_CHECK_INT(sw_client_submit(mal, "head", &q, ids[i], err, sizeof err), 0);
-    /* all 8 running: each has a token */
+    char err[256];
     int32_t got[8][N_PARK];
-    int n_got[8] = {0}, done = 0, exact = 0, first = 0;
+    swa_reqs_t m = {
+        .n = 8, .cap = N_PARK, .ref = ref_alice, .got = &got[0][0], .who = "mallory", .t_done = -1};
+    for (int i = 0; i < 8; i++)
+        SW_CHECK_INT(sw_client_submit(mal, "head", &q, m.ids[i], err, sizeof err), 0);
     const double t0 = swa_now();
-    while (first < 8 && swa_now() - t0 < 60) {
-        sw_client_event_t ev;
-        if (sw_client_next(mal, &ev, 100) != 0)
-            continue;
-        for (int k = 0; k < 8; k++)
-            if (!strcmp(ev.id, ids[k])) {
-                first += n_got[k] == 0 && ev.n_tokens > 0;
-                for (int j = 0; j < ev.n_tokens && n_got[k] < N_PARK; j++)
-                    got[k][n_got[k]++] = (int32_t)ev.tokens[j];
-            }
-    }
-    SW_CHECK_INT(first, 8); /* one key alone took every session */
+    SW_CHECK_INT(swa_reqs_first(&m, mal, 60), 8); /* one key alone took every session */
     double ttft, total;
     int32_t s_got[N_SHORT];
     int n_s;
     SW_CHECK_INT(s_run(alice, s_short, N_SHORT, &ttft, &total, s_got, &n_s), 0);
     SW_CHECK(n_s == N_SHORT && !memcmp(s_got, ref_short, sizeof s_got));
-    while (done < 8 && swa_now() - t0 < 240) {
+    while (m.done < 8 && swa_now() - t0 < 240) {
         sw_client_event_t ev;
-        if (sw_client_next(mal, &ev, 200) != 0)
-            continue;
-        for (int k = 0; k < 8; k++) {
-            if (strcmp(ev.id, ids[k]) != 0)
-                continue;
-            for (int j = 0; j < ev.n_tokens && n_got[k] < N_PARK; j++)
-                got[k][n_got[k]++] = (int32_t)ev.tokens[j];
-            if (ev.type == SW_CLIENT_EV_ERROR)
-                fprintf(stderr, "mallory's request failed: %s\n", ev.message);
-            if (ev.type == SW_CLIENT_EV_DONE || ev.type == SW_CLIENT_EV_ERROR) {
-                done++;
-                exact += ev.type == SW_CLIENT_EV_DONE && n_got[k] == N_PARK &&
-                         !memcmp(got[k], ref_alice, sizeof got[k]);
-            }
-        }
+        if (sw_client_next(mal, &ev, 200) == 0)
+            swa_reqs_take(&m, &ev);
     }
     const int parked = sw_test_count_in_file(log, "parked after") - parked0;
     const int resumed = sw_test_count_in_file(log, "goes on after") - resumed0;
     printf("C: mallory's 8 requests took the 8 sessions; alice's short request: first token in "
            "%.0f ms, %d of mallory's parked for it and went on after; %d of 8 exact\n",
-           ttft, parked, exact);
+           ttft, parked, m.exact);
     SW_CHECK(parked >= 1 && resumed == parked);
-    SW_CHECK_INT(exact, 8);
+    SW_CHECK_INT(m.exact, 8);
     sw_client_destroy(&mal);
 }
 

@@ -96,36 +96,22 @@ int main(void)
     if (!alice || !mal)
         goto out;
 
-    char ids[8][SW_CLIENT_ID_LEN], aid[SW_CLIENT_ID_LEN];
-    for (int i = 0; i < 8; i++)
-        SW_CHECK_INT(s_submit(mal, s_prompt_mal, N_MAL, ids[i]), 0);
+    char aid[SW_CLIENT_ID_LEN];
     int32_t got[8][N_MAL], a_got[N_ALICE];
-    int n_got[8] = {0}, first = 0, done = 0, exact = 0, a_n = 0, a_done = 0, a_exact = 0;
-    double t_mal_done = -1, t_alice_first = -1;
+    swa_reqs_t m = {
+        .n = 8, .cap = N_MAL, .ref = ref_mal, .got = &got[0][0], .who = "mallory", .t_done = -1};
+    for (int i = 0; i < 8; i++)
+        SW_CHECK_INT(s_submit(mal, s_prompt_mal, N_MAL, m.ids[i]), 0);
+    int a_n = 0, a_done = 0, a_exact = 0;
+    double t_alice_first = -1;
     const double t0 = swa_now();
     /* all 8 of mallory's run (each has a token) before alice asks */
-    while (first < 8 && swa_now() - t0 < 60) {
-        sw_client_event_t ev;
-        if (sw_client_next(mal, &ev, 100) != 0)
-            continue;
-        for (int k = 0; k < 8; k++)
-            if (!strcmp(ev.id, ids[k])) {
-                first += n_got[k] == 0 && ev.n_tokens > 0;
-                for (int j = 0; j < ev.n_tokens && n_got[k] < N_MAL; j++)
-                    got[k][n_got[k]++] = (int32_t)ev.tokens[j];
-                if (ev.type == SW_CLIENT_EV_DONE || ev.type == SW_CLIENT_EV_ERROR) {
-                    done++;
-                    if (t_mal_done < 0)
-                        t_mal_done = swa_now();
-                }
-            }
-    }
-    SW_CHECK_INT(first, 8);
-    SW_CHECK_INT(done, 0); /* none ended yet: else the test proves nothing */
+    SW_CHECK_INT(swa_reqs_first(&m, mal, 60), 8);
+    SW_CHECK_INT(m.done, 0); /* none ended yet: else the test proves nothing */
     const double t_ask = swa_now();
     SW_CHECK_INT(s_submit(alice, s_prompt_alice, N_ALICE, aid), 0);
     /* both clients read in turn, so that each event is timed when it comes */
-    while ((done < 8 || !a_done) && swa_now() - t0 < 240) {
+    while ((m.done < 8 || !a_done) && swa_now() - t0 < 240) {
         sw_client_event_t ev;
         if (!a_done && sw_client_next(alice, &ev, 10) == 0 && !strcmp(ev.id, aid)) {
             if (ev.n_tokens > 0 && t_alice_first < 0)
@@ -140,30 +126,15 @@ int main(void)
                           !memcmp(a_got, ref_alice, sizeof a_got);
             }
         }
-        if (sw_client_next(mal, &ev, 10) != 0)
-            continue;
-        for (int k = 0; k < 8; k++) {
-            if (strcmp(ev.id, ids[k]) != 0)
-                continue;
-            for (int j = 0; j < ev.n_tokens && n_got[k] < N_MAL; j++)
-                got[k][n_got[k]++] = (int32_t)ev.tokens[j];
-            if (ev.type == SW_CLIENT_EV_ERROR)
-                fprintf(stderr, "mallory's request failed: %s\n", ev.message);
-            if (ev.type == SW_CLIENT_EV_DONE || ev.type == SW_CLIENT_EV_ERROR) {
-                done++;
-                if (t_mal_done < 0)
-                    t_mal_done = swa_now();
-                exact += ev.type == SW_CLIENT_EV_DONE && n_got[k] == N_MAL &&
-                         !memcmp(got[k], ref_mal, sizeof got[k]);
-            }
-        }
+        if (sw_client_next(mal, &ev, 10) == 0)
+            swa_reqs_take(&m, &ev);
     }
     const int parked = sw_test_count_in_file(log, "parked after");
     const int resumed = sw_test_count_in_file(log, "goes on after");
     printf("mallory's 8 requests took the 8 sessions and the head's KV memory; alice's first "
            "token %.0f ms after she asked, mallory's first end %.0f ms after; %d parked, %d went "
            "on; mallory %d of 8 exact, alice %s\n",
-           (t_alice_first - t_ask) * 1e3, (t_mal_done - t_ask) * 1e3, parked, resumed, exact,
+           (t_alice_first - t_ask) * 1e3, (m.t_done - t_ask) * 1e3, parked, resumed, m.exact,
            a_exact ? "exact" : "NOT exact");
     /* the head started alice's request before any of mallory's ended (its log, in its order) */
     const long a_start = s_line_at(log, "from alice", "prompt tokens, 4 to generate");
@@ -171,9 +142,9 @@ int main(void)
     printf("head log: alice's request started at byte %ld, mallory's first ended at byte %ld\n",
            a_start, m_end);
     SW_CHECK(a_start >= 0 && m_end >= 0 && a_start < m_end);
-    SW_CHECK(t_alice_first > 0 && t_mal_done > 0);
+    SW_CHECK(t_alice_first > 0 && m.t_done > 0);
     SW_CHECK(parked >= 1 && resumed == parked);
-    SW_CHECK_INT(exact, 8);
+    SW_CHECK_INT(m.exact, 8);
     SW_CHECK(a_exact);
     SW_CHECK_INT(sw_test_count_in_file(log, "KV cache memory is full"), 0);
 out:
