@@ -831,6 +831,7 @@ static void s_init(void)
             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni")) {
             s_levels[SW_KLEVEL_AVX512] = s_levels[SW_KLEVEL_AVX2];
             sw_kernels_avx512(&s_levels[SW_KLEVEL_AVX512]);
+            sw_kernels_lowbit_avx512(&s_levels[SW_KLEVEL_AVX512]);
             s_best_level = SW_KLEVEL_AVX512;
         }
     }

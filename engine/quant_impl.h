@@ -144,6 +144,9 @@ void sw_kernels_avx512(struct sw_kernels *k);
 void sw_kernels_lowbit(struct sw_kernels *k);
 /* Their AVX2 kernels (quant_lowbit_avx2.c); only call when the CPU has AVX2+FMA+F16C. */
 void sw_kernels_lowbit_avx2(struct sw_kernels *k);
+/* Their AVX-512 VNNI one-row kernels (quant_lowbit_avx512.c) over an AVX2 table; only
+ * call when sw_kernels_avx512 may be called. */
+void sw_kernels_lowbit_avx512(struct sw_kernels *k);
 /* Their rows as f32 (sw_dequantize_row); 0, or -1 for another type. */
 int sw_dequantize_lowbit(enum sw_type t, const void *src, float *dst, int64_t n);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
