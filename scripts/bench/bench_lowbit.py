@@ -22,8 +22,10 @@ has it). The prompt text given to shardwire is exactly N llama.cpp tokens.
     python3 scripts/bench/bench_lowbit.py --reps 5 --pp 128,512 --n-gen 32 --out result.json
 
 Prints one table and writes a result file (--out, default
-build/bench_lowbit.json): the commit, the machine (CPU model, cores, load
-averages at the start and the end), the date, the command and every sample.
+build/bench_lowbit.json): the commit (or --label's words for the binary),
+the machine (CPU model, cores, load averages and `uptime` at the start and
+the end; the end's include this run's own threads), the date, the command
+and every sample.
 """
 import argparse
 import datetime
@@ -66,6 +68,11 @@ def commit():
     return r.stdout.strip() or "unknown"
 
 
+def uptime():
+    r = subprocess.run(["uptime"], capture_output=True, text=True)
+    return r.stdout.strip()
+
+
 def model_path(name):
     r = subprocess.run(["bash", os.path.join(root, "scripts", "requant_model.sh"), name],
                        capture_output=True, text=True)
@@ -85,6 +92,9 @@ def main():
                     help="which of IQ4_NL,IQ4_XS,Q2_K,Q3_K_M (default all)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per shardwire run")
     ap.add_argument("--out", default=os.path.join(root, "build", "bench_lowbit.json"))
+    ap.add_argument("--label", default="",
+                    help="what the shardwire binary is (e.g. the commit it was built from, when --bin "
+                         "is not this tree's build); recorded in the result file")
     args = ap.parse_args()
     pps = [int(x) for x in args.pp.split(",") if x.strip()]
     if not pps or min(pps) < 1 or args.n_gen < 2 or args.reps < 1 or args.threads < 1:
@@ -100,6 +110,7 @@ def main():
     bindir = llama_peer.ensure()
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = os.getloadavg()
+    uptime0 = uptime()
     paths = {t: model_path(n) for n, t in models}
     peers = {t: {"llama repack 0": bench_engine.LlamaBinBench(bindir, paths[t], args.threads, "off", "0"),
                  "llama default": bench_engine.LlamaBinBench(bindir, paths[t], args.threads, "off", "1")}
@@ -121,6 +132,7 @@ def main():
                                                args.threads, args.timeout))
         print(f"bench_lowbit: rep {rep + 1}/{args.reps} done", file=sys.stderr)
     load = os.getloadavg()
+    uptime1 = uptime()
     ended = datetime.datetime.now(datetime.timezone.utc)
 
     def med(rows, key):
@@ -129,7 +141,8 @@ def main():
 
     print(f"{cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads, {args.reps} reps (medians), "
           f"commit {commit()}, {started:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC, load average "
-          f"{load0[0]:.2f} at the start, {load[0]:.2f} {load[1]:.2f} at the end")
+          f"{load0[0]:.2f} at the start, {load[0]:.2f} {load[1]:.2f} at the end"
+          + (f"; shardwire: {args.label}" if args.label else ""))
     print(f"{'type':<8}{'test':<12}{'shardwire':>11}{'llama rp0':>11}{'ratio':>7}"
           f"{'llama def':>11}{'ratio':>7}")
     table = []
@@ -151,7 +164,10 @@ def main():
         "started_utc": started.isoformat(timespec="seconds"),
         "ended_utc": ended.isoformat(timespec="seconds"),
         "command": " ".join([os.path.relpath(sys.argv[0], root)] + sys.argv[1:]),
-        "loadavg_start": load0, "loadavg_end": load, "threads": args.threads, "reps": args.reps,
+        "loadavg_start": load0, "loadavg_end": load, "uptime_start": uptime0, "uptime_end": uptime1,
+        # the end's load averages include this run's own threads
+        "machine_note": "shared machine" if load0[0] >= 1.5 else "quiet at the start (load under 1.5)",
+        "bin": os.path.relpath(os.path.abspath(args.bin), root), "label": args.label, "threads": args.threads, "reps": args.reps,
         "n_gen": args.n_gen, "llama": f"llama-bench from {bindir}, -fa off, --repack 0 and 1",
         "omp_wait_policy": "passive", "models": paths, "table": table,
         "samples": {t: {str(n): samples[t][n] for n in pps} for _, t in models},
