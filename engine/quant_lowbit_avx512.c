@@ -269,7 +269,8 @@ static float s_dot1_iq4_nl(int64_t nb, const sw_block_iq4_nl *w, const sw_block_
  * every block in order, then hsum_float_8. A tile of W weight rows and RP
  * pairs of activation rows, a pair in the two halves of a zmm (odd: the last
  * pair's upper half repeats its row and is dropped); a weight block's levels
- * serve every pair, an activation block's 4-element sums every weight row.
+ * serve every pair, an activation block's 4-element sums (the levels' +128
+ * times them, negated: where each row's vpdpbusd starts) every weight row.
  */
 SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, size_t ws,
                       const uint8_t *x, size_t xs, float *y, int64_t ys)
@@ -295,7 +296,7 @@ SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, siz
             yv[p] = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->qs)),
                 _mm256_loadu_si256((const __m256i *)x1->qs), 1);
-            yo[p] = _mm512_dpbusd_epi32(zero, off, yv[p]);
+            yo[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, yv[p])); // -128 sums
             dx[p] =
                 _mm512_insertf32x8(_mm512_set1_ps(s_f16(&x0->d)), _mm256_set1_ps(s_f16(&x1->d)), 1);
         }
@@ -308,7 +309,7 @@ SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, siz
             const __m512 dw = _mm512_set1_ps(s_f16(&wb->d));
 #pragma GCC unroll 2
             for (int p = 0; p < RP; p++) {
-                const __m512i l = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, q2, yv[p]), yo[p]);
+                const __m512i l = _mm512_dpbusd_epi32(yo[p], q2, yv[p]);
                 acc[i][p] =
                     _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(l), acc[i][p]);
             }
