@@ -15,48 +15,16 @@
 #include "quant.h"
 #include "quant_impl.h"
 #include "quant_math.h" // sw_q3_k_scale
+#include "quant_x86.h"  // SW_AI, sw_x86_f16, sw_x86_hsum8, sw_x86_hsum_i32; no contraction
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
-#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
-#endif
-
-#define SW_AI static inline __attribute__((always_inline))
-
 #define S_ROWS 4 // activation rows one pass over a weight row serves
 
 enum { K_Q2_K, K_Q3_K, K_IQ4_XS, K_IQ4_NL };
 enum { O_DOT, O_TILED, O_SGEMM }; // the one-row order, sw_matmul_tiled's, sw_matmul_sgemm's
-
-SW_AI float s_f16(const sw_f16 *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return _cvtsh_ss(v);
-}
-
-/* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
-SW_AI float s_hsum8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-/* The exact sum of 8 int32 lanes. */
-SW_AI int32_t s_hsum_i32(__m256i v)
-{
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(t);
-}
 
 /* The non-linear levels as a byte table. */
 SW_AI __m128i s_levels(void)
@@ -117,8 +85,8 @@ SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
         const __m128i sm = _mm_loadu_si128((const __m128i *)b->scales);
         s_sc_pairs16(_mm256_cvtepu8_epi16(_mm_and_si128(sm, _mm_set1_epi8(0xF))), u->sc);
         u->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0xF)));
-        u->d = s_f16(&b->d);
-        u->dmin = s_f16(&b->dmin);
+        u->d = sw_x86_f16(&b->d);
+        u->dmin = sw_x86_f16(&b->dmin);
     } else if (kind == K_Q3_K) {
         const sw_block_q3_k *b = (const sw_block_q3_k *)blk;
         const __m256i hb = _mm256_loadu_si256((const __m256i *)b->hmask);
@@ -136,7 +104,7 @@ SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
         for (int i = 0; i < 16; i++)
             s16[i] = (int16_t)sw_q3_k_scale(b->scales, i);
         s_sc_pairs16(_mm256_loadu_si256((const __m256i *)s16), u->sc);
-        u->d = s_f16(&b->d);
+        u->d = sw_x86_f16(&b->d);
     } else { // iq4_xs
         const sw_block_iq4_xs *b = (const sw_block_iq4_xs *)blk;
         const __m128i tab = s_levels();
@@ -148,7 +116,7 @@ SW_AI void s_unpack(int kind, const uint8_t *blk, s_wblk *u)
                            32;
             u->sc[s] = _mm256_set1_epi16((short)ls);
         }
-        u->d = s_f16(&b->d);
+        u->d = sw_x86_f16(&b->d);
     }
 }
 
@@ -205,9 +173,9 @@ SW_AI void s_tile(int kind, int ord, int R, int64_t nb, const uint8_t *w, const 
             __m256i sumi, prod = _mm256_setzero_si256();
             s_ints(kind, &u, xb, &sumi, &prod);
             if (ord == O_TILED) {
-                float v = u.d * (float)s_hsum_i32(sumi);
+                float v = u.d * (float)sw_x86_hsum_i32(sumi);
                 if (kind == K_Q2_K)
-                    v = fmaf(-u.dmin, (float)s_hsum_i32(prod), v);
+                    v = fmaf(-u.dmin, (float)sw_x86_hsum_i32(prod), v);
                 ty[r] = fmaf(v, xb->d, ty[r]);
                 continue;
             }
@@ -221,7 +189,7 @@ SW_AI void s_tile(int kind, int ord, int R, int64_t nb, const uint8_t *w, const 
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        y[r * ys] = ord == O_TILED ? ty[r] : s_hsum8(acc[r]);
+        y[r * ys] = ord == O_TILED ? ty[r] : sw_x86_hsum8(acc[r]);
 }
 
 /* iq4_nl block b of R activation rows into the accumulators a[r]. */
@@ -229,13 +197,13 @@ SW_AI void s_nl_block(int R, int64_t b, const sw_block_iq4_nl *wb, const uint8_t
                       __m128i tab, __m256i ones, __m256 *a)
 {
     const __m256i q = s_nl32(wb[b].qs, tab), aq = _mm256_sign_epi8(q, q);
-    const float dw = s_f16(&wb[b].d);
+    const float dw = sw_x86_f16(&wb[b].d);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const sw_block_q8_0 *xb = (const sw_block_q8_0 *)(x + (size_t)r * xs) + b;
         const __m256i yv = _mm256_loadu_si256((const __m256i *)xb->qs);
         const __m256i l = _mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones);
-        const float d = s_f16(&xb->d) * dw;
+        const float d = sw_x86_f16(&xb->d) * dw;
         a[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), a[r]);
     }
 }
@@ -266,17 +234,17 @@ SW_AI void s_tile_nl(int ord, int R, int64_t nb, const uint8_t *w, const uint8_t
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         if (ord != O_DOT) {
-            y[r * ys] = s_hsum8(acc[0][r]);
+            y[r * ys] = sw_x86_hsum8(acc[0][r]);
             continue;
         }
-        float v = s_hsum8(_mm256_add_ps(acc[0][r], acc[1][r]));
+        float v = sw_x86_hsum8(_mm256_add_ps(acc[0][r], acc[1][r]));
         if (nb & 1) { // the odd last block: one fused multiply-add of its total
             const int64_t b = nb - 1;
             const sw_block_q8_0 *xb = (const sw_block_q8_0 *)(x + (size_t)r * xs) + b;
             const __m256i q = s_nl32(wb[b].qs, tab), aq = _mm256_sign_epi8(q, q);
             const __m256i yv = _mm256_loadu_si256((const __m256i *)xb->qs);
-            const int32_t t = s_hsum_i32(_mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones));
-            v = fmaf(s_f16(&xb->d) * s_f16(&wb[b].d), (float)t, v);
+            const int32_t t = sw_x86_hsum_i32(_mm256_madd_epi16(s_mul_pairs(q, aq, yv), ones));
+            v = fmaf(sw_x86_f16(&xb->d) * sw_x86_f16(&wb[b].d), (float)t, v);
         }
         y[r * ys] = v;
     }

@@ -22,48 +22,16 @@
  */
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_x86.h" // SW_AI, sw_x86_f16, sw_x86_hsum8, sw_x86_hsum_i32; no contraction
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
-#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
-#endif
-
-#define SW_AI static inline __attribute__((always_inline))
-
-SW_AI float s_f16(const sw_f16 *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return _cvtsh_ss(v);
-}
-
-/* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
-SW_AI float s_hsum8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 /* The two 8-lane halves of v added (exact int32). */
 SW_AI __m256i s_fold(__m512i v)
 {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-/* The exact sum of 8 int32 lanes. */
-SW_AI int32_t s_hsum_i32(__m256i v)
-{
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(t);
 }
 
 /* GGML's kvalues_iq4nl + 128 (unsigned, for vpdpbusd) in every 128-bit lane. */
@@ -90,14 +58,28 @@ SW_AI __m512i s_idx4(int a, int b, int c, int d)
     return _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d);
 }
 
+/* q2_K/q3_K: the low 2 bits of groups 2j and 2j + 1 (bits 2g..2g+1 of
+ * qs[32h..32h+31], group 4h + g), one group a half. */
+SW_AI __m512i s_low2x2(const uint8_t *qs, int j)
+{
+    const __m512i bits =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (j >> 1))));
+    const __m512i sh = j & 1 ? _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6)
+                             : _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+    return _mm512_and_si512(_mm512_srlv_epi64(bits, sh), _mm512_set1_epi8(3));
+}
+
+/* sum + raw times the scales of its sub-blocks 4j..4j+3 (one a 128-bit lane; sc: 16 int32). */
+SW_AI __m512i s_add_scaled16(__m512i sum, __m512i raw, __m512i sc, int j)
+{
+    const __m512i idx = s_idx4(4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3);
+    return _mm512_add_epi32(sum, _mm512_mullo_epi32(raw, _mm512_permutexvar_epi32(idx, sc)));
+}
+
 /* q2_K: groups 2j and 2j + 1 in zmm j (bits 2g..2g+1 of qs[32h..32h+31]). */
 static float s_dot1_q2_k(int64_t nb, const sw_block_q2_k *w, const sw_block_q8_k *x)
 {
-    const __m512i m3 = _mm512_set1_epi8(3), zero = _mm512_setzero_si512();
-    const __m512i sh[2] = {_mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2),
-                           _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6)};
-    const __m512i idx[4] = {s_idx4(0, 1, 2, 3), s_idx4(4, 5, 6, 7), s_idx4(8, 9, 10, 11),
-                            s_idx4(12, 13, 14, 15)};
+    const __m512i zero = _mm512_setzero_si512();
     const __m128i m4 = _mm_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -111,20 +93,17 @@ static float s_dot1_q2_k(int64_t nb, const sw_block_q2_k *w, const sw_block_q8_k
         __m512i sum = zero;
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m512i bits = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (j >> 1))));
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(bits, sh[j & 1]), m3);
+            const __m512i q = s_low2x2(wb->qs, j);
             const __m512i y = _mm512_loadu_si512((const void *)(xb->qs + 64 * j));
             const __m512i raw = _mm512_dpbusd_epi32(zero, q, y);
-            sum = _mm512_add_epi32(sum,
-                                   _mm512_mullo_epi32(raw, _mm512_permutexvar_epi32(idx[j], sc)));
+            sum = s_add_scaled16(sum, raw, sc, j);
         }
-        const float dmin = -xb->d * s_f16(&wb->dmin);
-        const float d = xb->d * s_f16(&wb->d);
+        const float dmin = -xb->d * sw_x86_f16(&wb->dmin);
+        const float d = xb->d * sw_x86_f16(&wb->d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s_fold(sum)), acc);
     }
-    return s_hsum8(acc);
+    return sw_x86_hsum8(acc);
 }
 
 /* q3_K's 16 6-bit scales, minus 32, as int32 (sw_q3_k_scale's arithmetic). */
@@ -149,12 +128,8 @@ SW_AI __m512i s_q3_k_scales(const uint8_t *s)
  * integer is sum (u - 4) y = vpdpbusd(u, y) - vpdpbusd(4, y). */
 static float s_dot1_q3_k(int64_t nb, const sw_block_q3_k *w, const sw_block_q8_k *x)
 {
-    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
+    const __m512i one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i sh[2] = {_mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2),
-                           _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6)};
-    const __m512i idx[4] = {s_idx4(0, 1, 2, 3), s_idx4(4, 5, 6, 7), s_idx4(8, 9, 10, 11),
-                            s_idx4(12, 13, 14, 15)};
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const sw_block_q3_k *wb = w + b;
@@ -164,9 +139,7 @@ static float s_dot1_q3_k(int64_t nb, const sw_block_q3_k *w, const sw_block_q8_k
         __m512i sum = zero;
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m512i bits = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * (j >> 1))));
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(bits, sh[j & 1]), m3);
+            const __m512i q = s_low2x2(wb->qs, j);
             /* groups 2j, 2j + 1: bits 2j and 2j + 1 of hmask */
             const __m512i hsh = _mm512_setr_epi64(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1,
                                                   2 * j + 1, 2 * j + 1);
@@ -175,13 +148,12 @@ static float s_dot1_q3_k(int64_t nb, const sw_block_q3_k *w, const sw_block_q8_k
             const __m512i y = _mm512_loadu_si512((const void *)(xb->qs + 64 * j));
             const __m512i raw = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, u, y),
                                                  _mm512_dpbusd_epi32(zero, four, y));
-            sum = _mm512_add_epi32(sum,
-                                   _mm512_mullo_epi32(raw, _mm512_permutexvar_epi32(idx[j], sc)));
+            sum = s_add_scaled16(sum, raw, sc, j);
         }
-        const float d = xb->d * s_f16(&wb->d);
+        const float d = xb->d * sw_x86_f16(&wb->d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s_fold(sum)), acc);
     }
-    return s_hsum8(acc);
+    return sw_x86_hsum8(acc);
 }
 
 /* iq4_xs: sub-blocks 2j and 2j + 1 in zmm j; the levels + 128 by vpdpbusd,
@@ -221,10 +193,10 @@ static float s_dot1_iq4_xs(int64_t nb, const sw_block_iq4_xs *w, const sw_block_
             sum = _mm512_add_epi32(sum,
                                    _mm512_mullo_epi32(raw, _mm512_permutexvar_epi32(idx[j], sc)));
         }
-        const float d = s_f16(&wb->d) * xb->d;
+        const float d = sw_x86_f16(&wb->d) * xb->d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s_fold(sum)), acc);
     }
-    return s_hsum8(acc);
+    return sw_x86_hsum8(acc);
 }
 
 /* iq4_nl: blocks b (lower half: the even chain) and b + 1 (upper: the odd
@@ -245,12 +217,13 @@ static float s_dot1_iq4_nl(int64_t nb, const sw_block_iq4_nl *w, const sw_block_
                                _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
         const __m512i p =
             _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, q, y), _mm512_dpbusd_epi32(zero, off, y));
-        const float d0 = s_f16(&x[b].d) * s_f16(&w[b].d);
-        const float d1 = s_f16(&x[b + 1].d) * s_f16(&w[b + 1].d);
+        const float d0 = sw_x86_f16(&x[b].d) * sw_x86_f16(&w[b].d);
+        const float d1 = sw_x86_f16(&x[b + 1].d) * sw_x86_f16(&w[b + 1].d);
         const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
     }
-    float v = s_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
+    float v =
+        sw_x86_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
     if (b < nb) { // the odd last block: one fused multiply-add of its total
         const __m256i q = _mm512_castsi512_si256(
             s_nl64(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)w[b].qs)), lut));
@@ -258,7 +231,7 @@ static float s_dot1_iq4_nl(int64_t nb, const sw_block_iq4_nl *w, const sw_block_
         const __m256i p = _mm256_sub_epi32(
             _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y),
             _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), y));
-        v = fmaf(s_f16(&x[b].d) * s_f16(&w[b].d), (float)s_hsum_i32(p), v);
+        v = fmaf(sw_x86_f16(&x[b].d) * sw_x86_f16(&w[b].d), (float)sw_x86_hsum_i32(p), v);
     }
     return v;
 }
@@ -297,8 +270,8 @@ SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, siz
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->qs)),
                 _mm256_loadu_si256((const __m256i *)x1->qs), 1);
             yo[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, yv[p])); // -128 sums
-            dx[p] =
-                _mm512_insertf32x8(_mm512_set1_ps(s_f16(&x0->d)), _mm256_set1_ps(s_f16(&x1->d)), 1);
+            dx[p] = _mm512_insertf32x8(_mm512_set1_ps(sw_x86_f16(&x0->d)),
+                                       _mm256_set1_ps(sw_x86_f16(&x1->d)), 1);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < W; i++) {
@@ -306,7 +279,7 @@ SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, siz
             const __m512i q =
                 s_nl64(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)wb->qs)), lut);
             const __m512i q2 = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m512 dw = _mm512_set1_ps(s_f16(&wb->d));
+            const __m512 dw = _mm512_set1_ps(sw_x86_f16(&wb->d));
 #pragma GCC unroll 2
             for (int p = 0; p < RP; p++) {
                 const __m512i l = _mm512_dpbusd_epi32(yo[p], q2, yv[p]);
@@ -319,9 +292,9 @@ SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, siz
     for (int i = 0; i < W; i++)
 #pragma GCC unroll 2
         for (int p = 0; p < RP; p++) {
-            y[(2 * p) * ys + i] = s_hsum8(_mm512_castps512_ps256(acc[i][p]));
+            y[(2 * p) * ys + i] = sw_x86_hsum8(_mm512_castps512_ps256(acc[i][p]));
             if (p < RP - 1 || last == 2)
-                y[(2 * p + 1) * ys + i] = s_hsum8(_mm512_extractf32x8_ps(acc[i][p], 1));
+                y[(2 * p + 1) * ys + i] = sw_x86_hsum8(_mm512_extractf32x8_ps(acc[i][p], 1));
         }
 }
 
