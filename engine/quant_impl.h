@@ -149,6 +149,9 @@ void sw_kernels_lowbit_avx2(struct sw_kernels *k);
 void sw_kernels_lowbit_avx512(struct sw_kernels *k);
 /* Their rows as f32 (sw_dequantize_row); 0, or -1 for another type. */
 int sw_dequantize_lowbit(enum sw_type t, const void *src, float *dst, int64_t n);
+/* Adds the AVX-512 one-row (generation) kernels (quant_mv_avx512.c) to the
+ * table sw_kernels_avx512 filled; same conditions. */
+void sw_kernels_avx512_mv(struct sw_kernels *k);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
 /* Quantizes activations to Q8_0/Q8_1/Q8_K with AVX2 (bit-identical to the scalar code). */

@@ -160,6 +160,10 @@ static int s_allow_reload(relay_t *r, int force)
 {
     struct stat st;
     if (stat(r->allow_path, &st) != 0) {
+        /* said once until the file is back or the reason changes (the relay checks each second) */
+        if (r->allow && errno == r->allow_errno)
+            return 0;
+        r->allow_errno = errno;
         if (r->allow)
             SW_ERR("relay: allow-list %s: %s (keeping the %d keys loaded)", r->allow_path,
                    strerror(errno), r->n_allow);
@@ -167,6 +171,9 @@ static int s_allow_reload(relay_t *r, int force)
             SW_ERR("relay: allow-list %s: %s", r->allow_path, strerror(errno));
         return r->allow ? 0 : -1;
     }
+    if (r->allow_errno && r->allow)
+        SW_INFO("relay: allow-list %s is back", r->allow_path);
+    r->allow_errno = 0;
     if (!force && r->allow && st.st_mtim.tv_sec == r->allow_st.st_mtim.tv_sec &&
         st.st_mtim.tv_nsec == r->allow_st.st_mtim.tv_nsec && st.st_size == r->allow_st.st_size &&
         st.st_ino == r->allow_st.st_ino)

@@ -176,6 +176,7 @@ struct relay {
     sw_allow_entry_t *allow; /* current allow-list, n_allow entries */
     int n_allow;
     struct stat allow_st;          /* the file's stat when last read (change detection) */
+    int allow_errno;               /* why the file could not be found, once said (0: found) */
     int64_t allow_check_at_ms;     /* next change check */
     volatile sig_atomic_t *reload; /* set from outside: re-read now */
     uint64_t unauthorized;         /* messages refused for an unknown or revoked key */

@@ -33,7 +33,23 @@ prompt text of exactly N tokens comes from llama-tokenize.
 are passive by default (--omp-wait-policy). shardwire is run as
     <bin> generate --greedy --model M -p PROMPT -n N --threads T --json
 which must print one JSON object {"text","tokens","n_prompt","n_gen","ttft_ms",
-"prefill_tok_s","decode_tok_s"} as the last line of its stdout. When the binary
+"prefill_tok_s","decode_tok_s"} as the last line of its stdout.
+
+Where each number stands (issue 37): the header names the CPU (model, family,
+and the SIMD flags the kernels choose by) and the kernel level shardwire runs;
+for every thread count the machine's read bandwidth is measured in the same run
+at that thread count (build/bin/bench_membw, the best of its passes over 1 GiB,
+at the start and the end of that thread count's block: the larger counts);
+each model's bytes read per generated token come from its GGUF tensor table
+(every weight a decode step reads: all layer weights and the output matrix,
+the token embedding too when it is also the output; plus the f16 KV cache rows
+read at the average position of the generation), so every tg row prints the
+bandwidth bound (bandwidth / bytes per token) and each engine's fraction of it.
+--model and --threads take comma-separated lists; with llama.cpp's programs
+both configurations run by default (--llama-repack 0,1: its plain K-quant path
+and its repacked buffers, llama-bench's default), and the ratio column compares
+shardwire with the faster of them. --json writes the result file: commit,
+machine, date, command, load averages, every sample. When the binary
 is missing (or --only llama), its column says n/a. The llama.cpp side uses the
 low-level API: llama_decode of the prompt batch timed with time.perf_counter,
 then one llama_decode per generated token; llama.cpp's own perf counters are
@@ -206,6 +222,135 @@ def run_shardwire(binary, model, prompt, n_gen, threads, timeout):
     return d
 
 
+# ---- where the numbers stand: CPU, bandwidth, bytes per token -------------------------------
+
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+              "avx512dq", "avx512_vnni", "avx512_bf16", "avx512vbmi", "amx_tile", "amx_int8", "amx_bf16",
+              "asimd", "asimddp", "sve", "i8mm")
+
+
+def cpu_info():
+    """{"model", "family", "flags" (the SIMD ones), "all_flags_count", "n_cpus"} from /proc/cpuinfo."""
+    info = {"model": "unknown", "family": "", "flags": [], "n_cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return info
+    first = text.split("\n\n")[0]
+    fields = {}
+    for ln in first.splitlines():
+        if ":" in ln:
+            k, v = ln.split(":", 1)
+            fields[k.strip()] = v.strip()
+    info["model"] = fields.get("model name", fields.get("Model", "unknown"))
+    info["family"] = (f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model "
+                      f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}")
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    info["flags"] = [f for f in SIMD_FLAGS if f in flags]
+    return info
+
+
+# GGML type id -> (elements per block, bytes per block)
+GGML_TYPES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+              9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+              14: (256, 210), 15: (256, 292), 20: (32, 18), 23: (256, 136), 30: (1, 2)}
+
+
+def gguf_tensors(path):
+    """({key: value} of the scalar metadata, {tensor name: (type, dims)}) of a GGUF v2/v3 file."""
+    import struct
+    with open(path, "rb") as f:
+        def rd(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+
+        def rstr():
+            return f.read(rd("Q")).decode("utf-8", "replace")
+        scal = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+        def rval(t):
+            if t in scal:
+                return rd(scal[t])
+            if t == 8:
+                return rstr()
+            if t == 9:
+                et, n = rd("I"), rd("Q")
+                if et in scal:  # skip the array's bytes
+                    f.seek(n * struct.calcsize("<" + scal[et]), 1)
+                    return None
+                for _ in range(n):
+                    rval(et)
+                return None
+            raise ValueError(f"{path}: unknown GGUF value type {t}")
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        if rd("I") < 2:
+            raise ValueError(f"{path}: GGUF version 1 is not supported")
+        n_t, n_kv = rd("Q"), rd("Q")
+        meta = {}
+        for _ in range(n_kv):
+            k = rstr()
+            meta[k] = rval(rd("I"))
+        tensors = {}
+        for _ in range(n_t):
+            name = rstr()
+            dims = [rd("Q") for _ in range(rd("I"))]
+            t = rd("I")
+            rd("Q")  # offset
+            tensors[name] = (t, dims)
+    return meta, tensors
+
+
+def bytes_per_token(path, position):
+    """What one decode step reads at the given position: {"weights", "kv", "total"} in bytes."""
+    meta, tensors = gguf_tensors(path)
+    weights = 0
+    tied = "output.weight" not in tensors
+    for name, (t, dims) in tensors.items():
+        if t not in GGML_TYPES:
+            raise ValueError(f"{path}: tensor {name} has GGML type {t}, unknown to this script")
+        be, bb = GGML_TYPES[t]
+        n = 1
+        for d in dims:
+            n *= d
+        size = n // be * bb
+        if name == "token_embd.weight" and not tied:
+            size = dims[0] // be * bb  # only the looked-up row
+        weights += size
+    arch = meta.get("general.architecture", "")
+    n_layer = meta.get(f"{arch}.block_count", 0)
+    n_head = meta.get(f"{arch}.attention.head_count", 1) or 1
+    n_kv = meta.get(f"{arch}.attention.head_count_kv", n_head) or n_head
+    n_embd = meta.get(f"{arch}.embedding_length", 0)
+    head_dim = meta.get(f"{arch}.attention.key_length", n_embd // n_head if n_head else 0)
+    kv = 2 * n_layer * n_kv * head_dim * 2 * position  # K and V, f16, every cached position
+    return {"weights": weights, "kv": kv, "total": weights + kv}
+
+
+def membw(binary, threads):
+    """The best read bandwidth (GB/s) of bench_membw at this thread count, or None."""
+    if not os.access(binary, os.X_OK):
+        return None
+    r = subprocess.run([binary, str(threads), "1024", "1.0"], capture_output=True, text=True)
+    m = re.search(r"best_gbs ([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        print(f"bench_engine: {binary} failed: {r.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return float(m.group(1))
+
+
+def git_commit():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        c = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip() != ""
+        return c + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def med(rows, key):
     vals = [r[key] for r in rows if r is not None and r.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -215,17 +360,131 @@ def fmt(v):
     return "n/a" if v is None else f"{v:9.1f}"
 
 
+def sw_kernels(binary, model):
+    """The kernel level shardwire runs here ('avx512 kernels' ...), from `shardwire info`."""
+    try:
+        r = subprocess.run([binary, "info", "--model", model, "--json"], capture_output=True, text=True,
+                           timeout=120)
+        return json.loads(r.stdout.strip().splitlines()[-1]).get("backend", "?")
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def bench_block(args, model, threads, pps):
+    """Every engine on one model at one thread count, rep by rep; returns the block's record."""
+    bw0 = membw(args.membw_bin, threads)
+    if args.llama_bin is not None:
+        llamas = [(f"llama repack {rp}", LlamaBinBench(args.llama_bin, model, threads, args.llama_fa, rp))
+                  for rp in args.llama_repack.split(",") if rp.strip()]
+    else:  # llama.cpp is always loaded: it also makes the prompts (exact token counts)
+        llamas = [("llama", LlamaBench(model, threads, n_ctx=max(pps) + args.n_gen + 16,
+                                       n_batch=max(pps) + 8))]
+    use_llama = args.only in ("both", "llama")
+    use_sw = args.only in ("both", "shardwire") and os.access(args.bin, os.X_OK)
+    prompts = {n: llamas[0][1].prompt_text(n) for n in pps}
+    cols = [name for name, _ in llamas] if use_llama else []
+    sws = [("shardwire", args.bin)]
+    if args.bin_base and use_sw:
+        sws.insert(0, ("sw base", args.bin_base))
+    results = {n: {c: [] for c in cols + [name for name, _ in sws]} for n in pps}
+    load0 = os.getloadavg()
+    if use_llama:
+        for _, lb in llamas:
+            lb.warm_up(pps[0])
+    if use_sw:
+        try:
+            for _, binary in sws:
+                run_shardwire(binary, model, prompts[pps[0]][:64], 4, threads, args.timeout)
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+            print(f"bench_engine: shardwire warm-up failed ({e}): shardwire column is n/a", file=sys.stderr)
+            use_sw = False
+    for rep in range(args.reps):
+        if use_llama:
+            for name, lb in llamas:
+                res = lb.run_all(pps, args.n_gen)
+                for n in pps:
+                    results[n][name].append(res[n])
+        for n in pps:
+            for name, binary in sws if use_sw else []:
+                try:
+                    results[n][name].append(
+                        run_shardwire(binary, model, prompts[n], args.n_gen, threads, args.timeout))
+                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                    print(f"bench_engine: {name} run failed: {e}", file=sys.stderr)
+                    results[n][name].append(None)
+        print(f"{os.path.basename(model)} t{threads}: rep {rep + 1}/{args.reps} done", file=sys.stderr)
+    load1 = os.getloadavg()
+    bw1 = membw(args.membw_bin, threads)
+    bws = [b for b in (bw0, bw1) if b is not None]
+    return {"model": model, "threads": threads, "columns": cols + [name for name, _ in sws],
+            "shardwire_bins": dict(sws),
+            "llama": [lb.describe() for _, lb in llamas], "use_sw": use_sw,
+            "bandwidth_gbs": max(bws) if bws else None, "bandwidth_samples_gbs": [bw0, bw1],
+            "loadavg_start": load0, "loadavg_end": load1,
+            "samples": {str(n): results[n] for n in pps}}
+
+
+def print_block(args, blk, pps):
+    """The block's table; returns its summary (medians, bounds, ratios)."""
+    model, threads, cols = blk["model"], blk["threads"], blk["columns"]
+    bw = blk["bandwidth_gbs"]
+    l0, l1 = blk["loadavg_start"], blk["loadavg_end"]
+    print(f"\nmodel {os.path.basename(model)}, threads {threads}, reps {args.reps} (median), "
+          f"tg = {args.n_gen} tokens after the prompt; read bandwidth with {threads} thread(s) "
+          f"{'n/a' if bw is None else f'{bw:.1f} GB/s'} (bench_membw, best of the block's start and end); "
+          f"load average {l0[0]:.2f} at the start, {l1[0]:.2f} {l1[1]:.2f} at the end")
+    llama_cols = [c for c in cols if c.startswith("llama")]
+    head = f"{'test':<14}" + "".join(f"{c:>16}" for c in cols) + f"{'sw/best llama':>15}"
+    if "sw base" in cols:
+        head += f"{'sw/base':>9}"
+    head += f"{'MB/token':>10}{'bound tok/s':>13}" + "".join(f"{'% bound ' + (c if not c.startswith('llama') else 'rp' + c.split()[-1]):>16}" for c in cols)
+    print(head)
+    summary = {}
+    for n in pps:
+        S = blk["samples"][str(n)]
+        bpt = bytes_per_token(model, n + args.n_gen // 2)
+        for label, key in ((f"pp{n}", "prefill_tok_s"), (f"tg{args.n_gen}@{n}", "decode_tok_s")):
+            vals = {c: med(S[c], key) for c in cols}
+            best_l = max([vals[c] for c in llama_cols if vals[c] is not None], default=None)
+            sv = vals.get("shardwire")
+            ratio = f"{sv / best_l:15.2f}" if best_l and sv else f"{'n/a':>15}"
+            line = f"{label:<14}" + "".join(f"{fmt(vals[c]):>16}" for c in cols) + ratio
+            row = {"tok_s": vals, "shardwire_vs_best_llama": sv / best_l if best_l and sv else None}
+            if "sw base" in cols:
+                bv = vals["sw base"]
+                row["shardwire_vs_base"] = sv / bv if bv and sv else None
+                rb = row["shardwire_vs_base"]
+                line += f"{'n/a' if rb is None else f'{rb:.2f}':>9}"
+            if key == "decode_tok_s":
+                bound = bw * 1e9 / bpt["total"] if bw else None
+                line += f"{bpt['total'] / 1e6:10.1f}{fmt(bound):>13}"
+                fr = {c: (vals[c] / bound if bound and vals[c] else None) for c in cols}
+                line += "".join(f"{'n/a' if fr[c] is None else f'{100 * fr[c]:.1f} %':>16}" for c in cols)
+                row.update({"bytes_per_token": bpt, "bound_tok_s": bound, "fraction_of_bound": fr})
+            print(line)
+            summary[label] = row
+    return summary
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                    help="a GGUF file, or several separated by commas")
     ap.add_argument("--bin", default="build/bin/shardwire")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bin-base", help="a second shardwire binary (the baseline: another commit's build), "
+                    "run beside --bin rep by rep in its own column, 'sw base'")
+    ap.add_argument("--membw-bin", default="build/bin/bench_membw",
+                    help="the bandwidth probe (tests/bench/bench_membw.c); absent: no bound is printed")
+    ap.add_argument("--threads", default="2", help="a thread count, or several separated by commas")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pp", default="128,512", help="comma-separated prompt lengths in tokens")
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--only", choices=["both", "llama", "shardwire"], default="both")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per shardwire run")
-    ap.add_argument("--json", help="also write all samples and medians to this file")
+    ap.add_argument("--json", help="also write the result file (commit, machine, date, command, load, "
+                    "every sample and the medians) here")
+    ap.add_argument("--dedicated", action="store_true",
+                    help="the machine ran nothing else: the result file says so instead of 'shared machine'")
     ap.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
                     help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads (default passive: on a shared, "
                          "oversubscribed machine spinning waits make llama.cpp several times slower)")
@@ -233,13 +492,20 @@ def main():
                     "folder, or 'auto' (scripts/bench/llama_peer.py builds or finds them); also used when "
                     "llama_cpp cannot be imported")
     ap.add_argument("--llama-fa", default="off", help="llama-bench -fa (default off)")
-    ap.add_argument("--llama-repack", default="0", help="llama-bench --repack (default 0)")
+    ap.add_argument("--llama-repack", default="0,1",
+                    help="llama-bench --repack values, each a column (default 0,1: both configurations)")
     args = ap.parse_args()
-    if not os.path.isfile(args.model):
-        sys.exit(f"bench_engine: no model at {args.model} (run scripts/fetch_model.sh first)")
-    pps = [int(x) for x in args.pp.split(",") if x.strip()]
-    if not pps or min(pps) < 1 or args.n_gen < 2 or args.reps < 1:
-        sys.exit("bench_engine: --pp values must be >= 1, --n-gen >= 2, --reps >= 1")
+    models = [m for m in args.model.split(",") if m.strip()]
+    for m in models:
+        if not os.path.isfile(m):
+            sys.exit(f"bench_engine: no model at {m} (run scripts/fetch_model.sh first)")
+    try:
+        pps = [int(x) for x in args.pp.split(",") if x.strip()]
+        threads = [int(x) for x in args.threads.split(",") if x.strip()]
+    except ValueError:
+        sys.exit("bench_engine: --pp and --threads take comma-separated integers")
+    if not pps or min(pps) < 1 or args.n_gen < 2 or args.reps < 1 or not threads or min(threads) < 1:
+        sys.exit("bench_engine: --pp values must be >= 1, --n-gen >= 2, --reps >= 1, --threads >= 1")
 
     if args.omp_wait_policy != "unset":
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # read when libgomp loads
@@ -252,67 +518,30 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import llama_peer
         args.llama_bin = llama_peer.ensure()
-    if args.llama_bin is not None:
-        lb = LlamaBinBench(args.llama_bin, args.model, args.threads, args.llama_fa, args.llama_repack)
-    else:  # llama.cpp is always loaded: it also makes the prompts (exact token counts)
-        lb = LlamaBench(args.model, args.threads, n_ctx=max(pps) + args.n_gen + 16,
-                        n_batch=max(pps) + 8)
-    use_llama = args.only in ("both", "llama")
-    use_sw = args.only in ("both", "shardwire") and os.access(args.bin, os.X_OK)
-    if args.only in ("both", "shardwire") and not use_sw:
+    if args.only in ("both", "shardwire") and not os.access(args.bin, os.X_OK):
         print(f"bench_engine: {args.bin} not found or not executable: shardwire column is n/a", file=sys.stderr)
 
-    prompts = {n: lb.prompt_text(n) for n in pps}
-    results = {n: {"llama": [], "shardwire": []} for n in pps}
-    load0 = os.getloadavg()
-    # one untimed warm-up of each engine (page in the mmap, spin up threads)
-    if use_llama:
-        lb.warm_up(pps[0])
-    if use_sw:
-        try:
-            run_shardwire(args.bin, args.model, prompts[pps[0]][:64], 4, args.threads, args.timeout)
-        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-            print(f"bench_engine: shardwire warm-up failed ({e}): shardwire column is n/a", file=sys.stderr)
-            use_sw = False
-    for rep in range(args.reps):
-        if use_llama:
-            res = lb.run_all(pps, args.n_gen)
-            for n in pps:
-                results[n]["llama"].append(res[n])
-        for n in pps:
-            if use_sw:
-                try:
-                    results[n]["shardwire"].append(
-                        run_shardwire(args.bin, args.model, prompts[n], args.n_gen, args.threads,
-                                      args.timeout))
-                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                    print(f"bench_engine: shardwire run failed: {e}", file=sys.stderr)
-                    results[n]["shardwire"].append(None)
-        print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
-
-    load = os.getloadavg()
-    print(f"model {os.path.basename(args.model)}, threads {args.threads}, reps {args.reps} (median), "
-          f"{lb.describe()}, tg = {args.n_gen} tokens after the prompt, load average "
-          f"{load0[0]:.2f} at the start, {load[0]:.2f} {load[1]:.2f} at the end, on {os.cpu_count()} "
-          f"CPUs, OMP_WAIT_POLICY {args.omp_wait_policy}")
-    print(f"{'test':<16}{'llama.cpp':>12}{'shardwire':>12}{'sw/llama':>10}   llama perf-ctr  sw n_prompt")
-    summary = {}
-    for n in pps:
-        L, S = results[n]["llama"], results[n]["shardwire"]
-        for label, key, pkey in ((f"pp{n}", "prefill_tok_s", "perf_pp_tok_s"),
-                                 (f"tg{args.n_gen}@{n}", "decode_tok_s", "perf_tg_tok_s")):
-            lv, sv = med(L, key), med(S, key)
-            ratio = f"{sv / lv:10.2f}" if lv and sv else f"{'n/a':>10}"
-            snp = med(S, "n_prompt")
-            print(f"{label:<16}{fmt(lv):>12}{fmt(sv):>12}{ratio}   {fmt(med(L, pkey))}      "
-                  f"{'n/a' if snp is None else int(snp)}")
-            summary[label] = {"llama_tok_s": lv, "shardwire_tok_s": sv}
+    cpu = cpu_info()
+    kernels = sw_kernels(args.bin, models[0]) if os.access(args.bin, os.X_OK) else "n/a"
+    date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    print(f"CPU {cpu['model']} ({cpu['family']}), {cpu['n_cpus']} CPUs; SIMD flags: {' '.join(cpu['flags'])}")
+    print(f"shardwire {git_commit()} ({kernels}); OMP_WAIT_POLICY {args.omp_wait_policy}; {date}; "
+          f"{'dedicated' if args.dedicated else 'shared machine'}")
+    blocks = []
+    for m in models:
+        for t in threads:
+            blk = bench_block(args, m, t, pps)
+            blk["summary"] = print_block(args, blk, pps)
+            blocks.append(blk)
+            sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "threads": args.threads, "reps": args.reps, "n_gen": args.n_gen,
-                       "loadavg": load, "n_cpus": os.cpu_count(), "omp_wait_policy": args.omp_wait_policy,
-                       "llama": lb.describe(), "summary": summary,
-                       "samples": {str(n): results[n] for n in pps}}, f, indent=1)
+            json.dump({"commit": git_commit(), "date": date, "command": " ".join(sys.argv),
+                       "machine": {"hostname": os.uname().nodename, "cpu": cpu, "shardwire_kernels": kernels,
+                                   "note": "dedicated" if args.dedicated else "shared machine"},
+                       "reps": args.reps, "n_gen": args.n_gen, "pp": pps, "threads": threads,
+                       "omp_wait_policy": args.omp_wait_policy, "blocks": blocks}, f, indent=1)
+
 
 if __name__ == "__main__":
     main()

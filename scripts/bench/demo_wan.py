@@ -20,8 +20,14 @@ first token and the wall time of the request. Every process is stopped at the
 end, also on failure and Ctrl-C.
 
   python3 scripts/bench/demo_wan.py --target M.gguf --draft D.gguf --draft-label "..." -p "..."
+
+--json-out FILE writes a result file: the commit, the machine, the date, the command and
+the load average (bench_wan.run_info), --note (e.g. "shared machine"), the settings and
+every request's raw result; scripts/docs/render_bench.py renders the table from it with
+table() below into the README and docs/benchmarks.md.
 """
 import argparse
+import json
 import os
 import signal
 import sys
@@ -38,6 +44,31 @@ MODES = [
 ]
 
 
+def table(rows, delay_ms, n):
+    """The demo's table from (label, the request's --json result, wall seconds) per mode, plain
+    first: its lines (a fixed-width table and the line under it) and whether every mode gave the
+    same tokens."""
+    base = rows[0][1]["decode_tok_s"]
+    hdr = ["mode", "tok/s", "tokens per round trip", "speed-up", "drafts accepted",
+           "first token", "request"]
+    cells = []
+    for label, r, wall in rows:
+        tpr = (r["n_gen"] - 1) / r["rounds"] if r["rounds"] else 0
+        acc = f"{r['accepted']} / {r['drafted']}" if r["drafted"] else "-"
+        cells.append([label, f"{r['decode_tok_s']:.1f}", f"{tpr:.2f}",
+                      f"{r['decode_tok_s'] / base:.2f}x" if base else "-", acc,
+                      f"{r['ttft_ms']:.0f} ms", f"{wall:.1f} s"])
+    w = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(hdr)]
+    lines = ["  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(hdr))]
+    lines += ["  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(row))
+              for row in cells]
+    same = all(r["tokens"] == rows[0][1]["tokens"] for _, r, _ in rows)
+    lines += ["", f"{4 * delay_ms:g} ms per round trip (shardwire-wanem between each node and the "
+              f"relay); greedy decoding, {n} tokens; every mode gave the same tokens: "
+              f"{'yes' if same else 'NO'}"]
+    return lines, same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", required=True, help="the model the two nodes split (GGUF)")
@@ -52,6 +83,10 @@ def main():
     ap.add_argument("--repeat-penalty", type=float, default=1.0,
                     help="the repetition penalty of the greedy requests (default 1: off)")
     ap.add_argument("--build", default="build", help="build folder (default build)")
+    ap.add_argument("--json-out", help="write the result file here (commit, machine, date, "
+                    "command, load, every request's result)")
+    ap.add_argument("--note", default="", help="recorded in the result file, e.g. 'shared machine'")
+    info = bench_wan.run_info()  # commit, machine, date, command, load at the start
     args = ap.parse_args()
     keys = args.modes.split(",")
     unknown = [k for k in keys if k not in [m[0] for m in MODES]]
@@ -105,24 +140,19 @@ def main():
     print()
     print(text.strip())
     print()
-    base = rows[0][2]["decode_tok_s"]
-    hdr = ["mode", "tok/s", "tokens per round trip", "speed-up", "drafts accepted",
-           "first token", "request"]
-    table = []
-    for key, label, r, wall in rows:
-        tpr = (r["n_gen"] - 1) / r["rounds"] if r["rounds"] else 0
-        acc = f"{r['accepted']} / {r['drafted']}" if r["drafted"] else "-"
-        table.append([label, f"{r['decode_tok_s']:.1f}", f"{tpr:.2f}",
-                      f"{r['decode_tok_s'] / base:.2f}x" if base else "-", acc,
-                      f"{r['ttft_ms']:.0f} ms", f"{wall:.1f} s"])
-    w = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(hdr)]
-    print("  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(hdr)))
-    for t in table:
-        print("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(t)))
-    same = all(r["tokens"] == rows[0][2]["tokens"] for _, _, r, _ in rows)
-    print(f"\n{4 * args.delay_ms:g} ms per round trip (shardwire-wanem between each node and the "
-          f"relay); greedy decoding, {args.n} tokens; every mode gave the same tokens: "
-          f"{'yes' if same else 'NO'}")
+    lines, same = table([(label, r, wall) for _, label, r, wall in rows], args.delay_ms, args.n)
+    print("\n".join(lines))
+    if args.json_out:
+        info.update({"note": args.note, "load_end": os.getloadavg(), "target": args.target,
+                     "draft": args.draft, "prompt": args.prompt, "n": args.n,
+                     "delay_ms": args.delay_ms, "threads": args.threads,
+                     "repeat_penalty": args.repeat_penalty,
+                     "rows": [{"mode": k, "label": label, "wall_s": wall, "result": r}
+                              for k, label, r, wall in rows]})
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        with open(args.json_out, "w") as f:
+            json.dump(info, f, indent=1)
+        print(f"demo: result file {args.json_out}", file=sys.stderr)
     if not same:
         sys.exit("demo: speculation changed the text: this is a bug, please report it")
 

@@ -7,7 +7,8 @@ per mutation (caught or NOT CAUGHT).
                                                      # (SW_CUDA=EMU)
   python3 scripts/ci/mutations.py security [BUILD_DIR]  # docs/security.md section 8's
                                                      # last column, default build
-  python3 scripts/ci/mutations.py claims [BUILD_DIR]    # docs/testing.md's claims table
+  python3 scripts/ci/mutations.py claims [BUILD_DIR]    # docs/testing.md's claims table: the
+                                                     # mutations its rows name (`m:ID`)
   python3 scripts/ci/mutations.py GROUP BUILD_DIR TEXT  # only the mutations whose name holds TEXT
 
 A mutation's test is a ctest name, or {"targets": [...], "cmd": [...]}: a
@@ -15,13 +16,16 @@ command run from the repository root after those targets of the build
 directory are built (scripts/ci/fuzz.sh, scripts/ci/tmp_check.sh; BUILD in the
 command is replaced by the build directory).
 
-Each mutation must make its test fail; the script exits 1 when one does not.
+Each mutation must make its test fail; the script exits 1 when one does not. The last
+line counts them: "GROUP: N of M mutations caught (S s)". SW_MUTATION_JOBS sets the
+build's jobs (default 2).
 It edits the sources in place and puts them back after each, so run it on a
 clean tree; the build directory is rebuilt at the end.
 """
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -339,7 +343,21 @@ def main():
     if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
         print(f"{build}: not a build directory (bash scripts/build.sh first)", file=sys.stderr)
         return 2
-    missed = 0
+    if sys.argv[1] == "claims":  # the ids docs/testing.md's claims table names, in its order
+        import re
+        with open(os.path.join(ROOT, "docs", "testing.md")) as f:
+            rows = f.read().split("## Claims and the tests that back them", 1)[-1]
+        named = list(dict.fromkeys(re.findall(r"`m:([a-z0-9-]+)`", rows)))
+        by_id = {m[0].split(":", 1)[0]: m for m in mutations}
+        for mid in named:
+            if mid not in by_id:
+                print(f"SETUP ERROR: docs/testing.md names m:{mid}, which the claims group lacks")
+        mutations = [by_id[mid] for mid in named if mid in by_id]
+        missed_ids = len(named) - len(mutations)
+    else:
+        missed_ids = 0
+    jobs = os.environ.get("SW_MUTATION_JOBS", "2")
+    missed, total, t_start = missed_ids, missed_ids, time.time()
     for name, path, old, new, test, env in mutations:
         if only and only not in name:
             continue
@@ -358,6 +376,8 @@ def main():
                     bad = p
                     break
                 mutated[full] = mutated[full].replace(o, n)
+        total += 1
+        t_one = time.time()
         if bad is not None:
             print(f"SETUP ERROR: {name}: the text to mutate is not in {bad} exactly once")
             missed += 1
@@ -371,7 +391,7 @@ def main():
                 # the programs the test starts are rebuilt with it
                 targets, label = [test, "shardwire", "shardwire-node", "shardwire-relay"], test
             if targets:
-                b = run(["cmake", "--build", build, "-j2", "--target"] + targets)
+                b = run(["cmake", "--build", build, "-j" + jobs, "--target"] + targets)
                 if b.returncode != 0:
                     print(f"caught at build time: {name}")
                     continue
@@ -386,14 +406,16 @@ def main():
                      "expected" in l or "tmp_check:" in l or "ERROR: AddressSanitizer" in l]
             if t.returncode != 0:
                 why = lines[0] if lines else t.stdout.strip().splitlines()[-1]
-                print(f"caught by {label}: {name}\n    {why[:300]}")
+                print(f"caught by {label} ({time.time() - t_one:.0f} s): {name}\n    {why[:300]}")
             else:
                 print(f"NOT CAUGHT by {label}: {name}")
                 missed += 1
         finally:
             for full in saved:
                 open(full, "w").write(saved[full])
-    run(["cmake", "--build", build, "-j2"])
+    run(["cmake", "--build", build, "-j" + jobs])
+    print(f"{sys.argv[1]}: {total - missed} of {total} mutations caught "
+          f"({time.time() - t_start:.0f} s)")
     return 1 if missed else 0
 
 

@@ -3,7 +3,9 @@
  * with real keys, a real relay and two real nodes:
  *
  *  - a file that fails to parse is not applied: the relay logs one error,
- *    keeps the keys it had, and both nodes stay in its table;
+ *    keeps the keys it had, and both nodes stay in its table; a file moved
+ *    away likewise, with one error line (not one per second) and one line
+ *    when it is back;
  *  - SIGHUP re-reads the file at once: a change written in place with the
  *    file's old size, inode and modification time (so that the once-a-second
  *    check cannot see it) takes effect only at the signal;
@@ -107,6 +109,17 @@ int main(void)
     s_replace(orig); /* good again (a reload that changes nothing) */
     SW_CHECK_INT(sw_test_wait_text(log, "(reloaded)", 10), 1);
     SW_CHECK_INT(swf_peer(s_ep, "tail", NULL, NULL), 1);
+
+    /* 1b. the file gone (moved away): one error line, not one a second, and the keys stay */
+    char away[320];
+    snprintf(away, sizeof away, "%s.away", s_allow);
+    SW_CHECK(rename(s_allow, away) == 0);
+    SW_CHECK_INT(sw_test_wait_text(log, "No such file or directory (keeping the 3 keys", 10), 1);
+    sleep(3); /* three of the relay's file checks */
+    SW_CHECK_INT(sw_test_count_in_file(log, "No such file or directory (keeping the 3 keys"), 1);
+    SW_CHECK_INT(swf_peer(s_ep, "tail", NULL, NULL), 1);
+    SW_CHECK(rename(away, s_allow) == 0);
+    SW_CHECK_INT(sw_test_wait_text(log, "allow.txt is back", 10), 1);
 
     /* 2. a rename written unseen: nothing happens until SIGHUP */
     char *renamed = strdup(orig);

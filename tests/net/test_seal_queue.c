@@ -90,14 +90,15 @@ int main(void)
     swa_t a = {0};
     const char *nodes[] = {"head", "tail", "late", NULL};
     const char *clients[] = {NULL};
-    SW_CHECK(swa_relay(&a, dir, ep, nodes, clients, NULL) > 0);
+    const pid_t relay = swa_relay(&a, dir, ep, nodes, clients, NULL);
+    SW_CHECK(relay > 0);
     memset(a.fp, 'a', 64);
     sw_peer_t *head = s_peer(&a, "head", SW_ROLE_HEAD, -(SW_SEAL_MAX_AGE_MS - 5000));
     sw_peer_t *late = s_peer(&a, "late", SW_ROLE_HEAD, -(SW_SEAL_MAX_AGE_MS + 3000));
     sw_peer_t *tail = s_peer(&a, "tail", SW_ROLE_TAIL, 0);
     SW_CHECK(head && late && tail);
     if (!head || !late || !tail)
-        return sw_test_done();
+        goto out;
 
     /* read at once: 115 s old by tail's clock, within the limit */
     SW_CHECK_INT(s_send(head, 1), 0);
@@ -114,8 +115,11 @@ int main(void)
     SW_CHECK_INT(s_send(head, 4), 0);
     SW_CHECK(s_read(tail, 3000) == 4);
 
+out:
     sw_peer_destroy(&head);
     sw_peer_destroy(&late);
     sw_peer_destroy(&tail);
+    sw_test_kill(relay);
+    swa_rmdir(dir);
     return sw_test_done();
 }

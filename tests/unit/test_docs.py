@@ -16,6 +16,11 @@ that a number or a name changed on one side alone fails the default suite:
    mutation of the group is named by a row.
 4. docs/reference.md is what scripts/docs/gen_reference.py writes from this
    build (the programs' options and defaults, base/sw_limits.h).
+5. Benchmarks: every region between `<!-- bench:NAME -->` and `<!-- /bench -->`
+   (README.md, docs/*.md) is what scripts/docs/render_bench.py renders from
+   docs/results/NAME.json, and every other table of docs/benchmarks.md is
+   history: a date (YYYY-MM-DD) stands in its heading or between the heading
+   and the table.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
@@ -36,6 +41,7 @@ import gen_reference  # noqa: E402
 # Paths a doc names that are examples, not files of the repository (keep short; say why).
 PATH_EXAMPLES = {
     "client/api.keys",  # docs/deploy.md: a file in the keys volume `shardwire cluster init` writes
+    "docs/results/NAME.json",  # docs/benchmarks.md: how a rendered table names its result file
 }
 # Upper-case words a doc uses that look like this code's macros but are placeholders.
 MACRO_EXAMPLES = {
@@ -243,6 +249,25 @@ def check_reference():
         fail("docs/reference.md is stale: run python3 scripts/docs/gen_reference.py")
 
 
+def check_bench():
+    import render_bench
+    for problem in render_bench.run(check=True):
+        fail(problem)
+    text = render_bench.REGION.sub("", open(os.path.join(SRC, "docs", "benchmarks.md")).read())
+    lines, start, in_table, n = text.splitlines(), 0, False, 0
+    for i, line in enumerate(lines):
+        if line.startswith("#"):
+            start = i
+        if line.startswith("|") and not in_table:
+            n += 1
+            if not re.search(r"20\d\d-\d\d-\d\d", "\n".join(lines[start:i])):
+                fail(f"docs/benchmarks.md: the table under '{lines[start][:60]}' is neither "
+                     "rendered (<!-- bench:NAME -->) nor dated history (a date above it)")
+        in_table = line.startswith("|")
+    print(f"benchmarks: {len(render_bench.docs())} pages' bench regions rendered, "
+          f"{n} typed tables of docs/benchmarks.md dated")
+
+
 def main():
     if not os.path.isfile(os.path.join(BUILD, "bin", "shardwire")):
         print(f"{BUILD}/bin/shardwire: not built", file=sys.stderr)
@@ -251,6 +276,7 @@ def main():
     check_defaults()
     check_mutations()
     check_reference()
+    check_bench()
     print(f"{len(failures)} failures" if failures else "docs agree with the code")
     return 1 if failures else 0
 

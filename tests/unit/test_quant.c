@@ -1051,6 +1051,82 @@ static void test_tiled_levels(void)
     }
 }
 
+/* Generation's one-row matmul (nr = 1; the AVX-512 level has its own kernel,
+ * 2 weight rows at a time) at each kernel level against the scalar level's
+ * sw_vec_dot, bit for bit: rows of 1, 3, 6 and 9 super-blocks, output ranges
+ * that start and end inside its groups of 2 rows and cross the groups its
+ * prefetch reads ahead, random as well as extreme weights and activations
+ * (all quants 15 against -128 and 127: the sums it joins as int16 pairs at
+ * their largest), and sw_vec_dot itself at every level. */
+static void test_onerow_levels(void)
+{
+    const int64_t ns[] = {256, 768, 1536, 2304};
+    const int rows = 45, nx = 3;
+    const int ranges[][2] = {{0, 45}, {1, 44}, {3, 4}, {2, 9}, {5, 38}, {40, 45}};
+    const enum sw_kernel_level best = sw_quant_best_level();
+    const enum sw_type t = SW_TYPE_Q4_K;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        for (int extreme = 0; extreme < 2; extreme++) {
+            const int64_t n = ns[ni];
+            size_t ws, xs;
+            uint8_t *w = s_row_alloc(t, n, rows, &ws);
+            uint8_t *xq = s_row_alloc(SW_TYPE_Q8_K, n, nx, &xs);
+            float *xf = malloc(n * sizeof(float)), *ref = malloc(sizeof(float) * rows * nx);
+            float *y = malloc(sizeof(float) * (rows + 2));
+            for (int o = 0; o < rows; o++) {
+                if (extreme)
+                    s_extreme_row(t, w + o * ws, n);
+                else
+                    s_random_row(t, w + o * ws, n);
+            }
+            for (int r = 0; r < nx; r++) {
+                for (int64_t i = 0; i < n; i++)
+                    xf[i] = extreme ? (r == 0   ? -1.0f
+                                       : r == 1 ? 1.0f
+                                                : ((i / 3) % 2 ? -1.0f : 1.0f))
+                                    : s_uniform(-2.0f, 2.0f) * (r % 2 ? 1.0f : 30.0f);
+                SW_CHECK(sw_quantize_row(SW_TYPE_Q8_K, xf, xq + r * xs, n) == 0);
+            }
+            sw_quant_force_scalar(1);
+            for (int r = 0; r < nx; r++)
+                for (int o = 0; o < rows; o++)
+                    sw_vec_dot(t, n, &ref[r * rows + o], w + o * ws, xq + r * xs);
+            for (int lv = SW_KLEVEL_AVX2; lv <= (int)best; lv++) {
+                SW_CHECK(sw_quant_force_level((enum sw_kernel_level)lv) == 0);
+                int bad = 0;
+                for (int r = 0; r < nx; r++) {
+                    for (size_t q = 0; q < sizeof ranges / sizeof ranges[0]; q++) {
+                        const int o0 = ranges[q][0], o1 = ranges[q][1];
+                        for (int o = 0; o < rows + 2; o++)
+                            y[o] = -12345.0f;
+                        sw_matmul(t, n, w, ws, o0, o1, xq + r * xs, xs, 1, y, rows + 2);
+                        for (int o = 0; o < rows + 2; o++) {
+                            const int in = o >= o0 && o < o1;
+                            const float want = in ? ref[r * rows + o] : -12345.0f;
+                            bad += memcmp(&y[o], &want, 4) != 0;
+                        }
+                    }
+                    for (int o = 0; o < rows; o++) {
+                        float v;
+                        sw_vec_dot(t, n, &v, w + o * ws, xq + r * xs);
+                        bad += memcmp(&v, &ref[r * rows + o], 4) != 0;
+                    }
+                }
+                if (bad)
+                    fprintf(stderr, "one-row %s n=%lld%s (%s): %d mismatches\n", sw_type_name(t),
+                            (long long)n, extreme ? " extreme" : "", sw_cpu_kernels(), bad);
+                SW_CHECK_INT(bad, 0);
+            }
+            sw_quant_force_scalar(0);
+            free(w);
+            free(xq);
+            free(xf);
+            free(ref);
+            free(y);
+        }
+    }
+}
+
 /* Start-up dispatch picks the best level the CPU offers: AVX-512 (F, BW, VL,
  * DQ and VNNI, as /proc/cpuinfo lists them) when it is there, else AVX2 with
  * FMA and F16C; SW_CPU caps it. */
@@ -1113,6 +1189,7 @@ int main(void)
     test_matmul_bit_identical();
     test_matmul_tiled();
     test_tiled_levels();
+    test_onerow_levels();
     test_dispatch();
     test_matmul_long_rows();
     test_shared_math();

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""render_bench.py - benchmark tables rendered from the result files the benchmark scripts
+write (docs/results/NAME.json: commit, machine, date, command, load and the raw results),
+into the marked regions of README.md and docs/*.md:
+
+    <!-- bench:NAME -->
+    (what this script renders from docs/results/NAME.json; do not edit by hand)
+    <!-- /bench -->
+
+The script that wrote a file is the first word of its "command": demo_wan.py (the main job's
+table, rendered with demo_wan.table itself) and bench_ttft.py (time to first token per stage
+count) are known. A table anywhere else in the docs is typed by hand and belongs in a dated
+history section (tests/unit/test_docs.py checks docs/benchmarks.md for that).
+
+    python3 scripts/docs/render_bench.py           # rewrite every region
+    python3 scripts/docs/render_bench.py --check   # exit 1, naming each stale region
+
+tests/unit/test_docs.py runs the check: a number changed in a result file or in a rendered
+region alone fails the default suite.
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "scripts", "bench"))
+REGION = re.compile(r"(<!-- bench:([A-Za-z0-9_.-]+) -->\n)(.*?)(<!-- /bench -->)", re.S)
+
+
+def s_provenance(r, name):
+    load = r.get("loadavg")
+    note = f"; {r['note']}" if r.get("note") else ""
+    la = f", load average {load[0]:.1f} at the start" if load else ""
+    return (f"From `docs/results/{name}.json`: commit {r['commit']}, {r['machine']}, "
+            f"{r['date']}{la}{note}; `{r['command']}`.")
+
+
+def s_demo(r):
+    import demo_wan
+    rows = [(x["label"], x["result"], x["wall_s"]) for x in r["rows"]]
+    lines, _ = demo_wan.table(rows, r["delay_ms"], r["n"])
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def s_ttft(r):
+    hdr = ["stages", "prompt", "TTFT s", "busiest node's compute s", "compute per node s",
+           "critical path s (network)", "Resumes"]
+    out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    for run in r["runs"]:
+        if "result" not in run:
+            out.append(f"| {run['stages']} | | no number: {run.get('error', 'no result')} |"
+                       " | | | |")
+            continue
+        j = run["result"]
+        tm = j["timing"]
+        work = {"head": tm.get("head_compute_ms", 0), **tm.get("stage_compute_ms", {})}
+        crit = tm.get("stage_critical_ms", {})
+        cells = [str(run["stages"]), str(j["n_prompt"]), f"{j['ttft_ms'] / 1e3:.1f}",
+                 f"{max(work.values()) / 1e3:.1f}",
+                 ", ".join(f"{k} {v / 1e3:.1f}" for k, v in work.items()),
+                 ", ".join(f"{k} {v / 1e3:.1f}" for k, v in crit.items()) +
+                 f" ({tm.get('network_ms', 0) / 1e3:.1f})", str(j.get("resumes", 0))]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+RENDERERS = {"demo_wan.py": s_demo, "bench_ttft.py": s_ttft}
+
+
+def render(name):
+    """The region's text for docs/results/NAME.json, or raises ValueError saying why not."""
+    path = os.path.join(SRC, "docs", "results", name + ".json")
+    if not os.path.exists(path):
+        raise ValueError(f"docs/results/{name}.json does not exist")
+    with open(path) as f:
+        r = json.load(f)
+    script = os.path.basename(r.get("command", "").split(" ")[0])
+    if script not in RENDERERS:
+        raise ValueError(f"docs/results/{name}.json: no renderer for '{script}' "
+                         f"(known: {', '.join(RENDERERS)})")
+    return RENDERERS[script](r) + "\n" + s_provenance(r, name) + "\n"
+
+
+def docs():
+    return [os.path.join(SRC, "README.md")] + sorted(glob.glob(os.path.join(SRC, "docs", "*.md")))
+
+
+def regions(text):
+    """(name, its text now, start, end of the text) of every marked region."""
+    return [(m.group(2), m.group(3), m.start(3), m.end(3)) for m in REGION.finditer(text)]
+
+
+def run(check):
+    """Rewrites (or with check, compares) every region; returns the problems, one line each."""
+    problems = []
+    for path in docs():
+        text = open(path).read()
+        new, pos = [], 0
+        for name, now, start, end in regions(text):
+            try:
+                want = render(name)
+            except ValueError as e:
+                problems.append(f"{os.path.relpath(path, SRC)}: bench:{name}: {e}")
+                want = now
+            if check and want != now:
+                problems.append(f"{os.path.relpath(path, SRC)}: bench:{name} differs from what "
+                                f"docs/results/{name}.json renders: run python3 "
+                                "scripts/docs/render_bench.py")
+            new += [text[pos:start], want]
+            pos = end
+        new.append(text[pos:])
+        if not check and "".join(new) != text:
+            with open(path, "w") as f:
+                f.write("".join(new))
+            print(f"wrote {os.path.relpath(path, SRC)}")
+    return problems
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    problems = run(check)
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
