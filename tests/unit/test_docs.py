@@ -29,12 +29,15 @@ that a number or a name changed on one side alone fails the default suite:
    N`) is a numbered heading there; a function or variable of the code a doc
    names (a word with one of CODE_PREFIXES: sw_model_fingerprint,
    s_allow_reload) occurs in the code, but the few CODE_EXAMPLES.
+7. Fixtures: a table cell naming greedy fixtures (`greedy_smollm2.json`) with
+   "P prompts x T tokens" states the prompts and n_gen the files hold.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
 ("test_docs").
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -346,6 +349,50 @@ def check_xrefs():
     print(f"cross-references: {n_cited} page parts cited, {n_named} code names looked up")
 
 
+FIXTURE = re.compile(r"([a-z][a-z0-9_]*?)(\d+(?:/\d+)+)?\.json")
+PROMPTS_X_TOKENS = re.compile(r"(\d+) (?:prompts )?x (\d+)")
+
+
+def s_fixture(name):
+    """(prompts, tokens each) of tests/fixtures/NAME.json, or None when there is no such file."""
+    path = os.path.join(SRC, "tests", "fixtures", name + ".json")
+    if not os.path.isfile(path):
+        return None
+    d = json.load(open(path))
+    cases = next((v for v in d.values() if isinstance(v, list)), [])
+    return len(cases), d.get("n_gen")
+
+
+def check_fixtures():
+    """A table cell that names greedy fixtures (greedy_smollm2.json, greedy_qwen05/15.json) and
+    states "P prompts x T tokens" (or "P x T", one pair for all of them or one each, in order)
+    states what the fixture files hold: their number of prompts and n_gen."""
+    n = 0
+    for doc in docs():
+        for ln, line in enumerate(read_doc(doc).splitlines(), 1):
+            for cell in line.split(" | ") if line.startswith("|") else []:
+                names = []
+                for m in FIXTURE.finditer(cell):
+                    names.append(m.group(1) + (m.group(2) or "").split("/")[0])
+                    names += [m.group(1) + x for x in (m.group(2) or "").split("/")[1:]]
+                names = [x for x in names if s_fixture(x)]
+                pairs = PROMPTS_X_TOKENS.findall(cell)
+                if not names or not pairs:
+                    continue
+                if len(pairs) == 1:
+                    pairs = pairs * len(names)
+                if len(pairs) != len(names):
+                    fail(f"{rel(doc)}:{ln}: {len(names)} fixtures but {len(pairs)} 'P x T' counts in one cell")
+                    continue
+                for name, (p, t) in zip(names, pairs):
+                    n += 1
+                    if s_fixture(name) != (int(p), int(t)):
+                        got = s_fixture(name)
+                        fail(f"{rel(doc)}:{ln}: {name}.json: the doc says {p} prompts x {t} tokens, "
+                             f"the fixture holds {got[0]} x {got[1]}")
+    print(f"fixtures: {n} stated prompt and token counts compared with tests/fixtures/")
+
+
 def main():
     if not os.path.isfile(os.path.join(BUILD, "bin", "shardwire")):
         print(f"{BUILD}/bin/shardwire: not built", file=sys.stderr)
@@ -356,6 +403,7 @@ def main():
     check_reference()
     check_bench()
     check_xrefs()
+    check_fixtures()
     print(f"{len(failures)} failures" if failures else "docs agree with the code")
     return 1 if failures else 0
 
