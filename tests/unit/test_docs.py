@@ -31,6 +31,8 @@ that a number or a name changed on one side alone fails the default suite:
    s_allow_reload) occurs in the code, but the few CODE_EXAMPLES.
 7. Fixtures: a table cell naming greedy fixtures (`greedy_smollm2.json`) with
    "P prompts x T tokens" states the prompts and n_gen the files hold.
+8. Weight types: "N weight types" and the list "F32/F16/..." are the types
+   engine/quant_types.c marks supported, but the activation-only q8_1, q8_K.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
@@ -393,6 +395,34 @@ def check_fixtures():
     print(f"fixtures: {n} stated prompt and token counts compared with tests/fixtures/")
 
 
+# Types the engine computes only as activations (the vec of a weight type), never as weights.
+ACTIVATION_ONLY = {"q8_1", "q8_K"}
+
+
+def check_types():
+    """The weight types the docs count and list are those engine/quant_types.c supports."""
+    traits = open(os.path.join(SRC, "engine", "quant_types.c")).read()
+    weights = {t for t in re.findall(r'\{"([A-Za-z0-9_]+)", \d+, \d+, 1, ', traits)} - ACTIVATION_ONLY
+    if not weights:
+        fail("engine/quant_types.c: no supported type found (did its table's layout change?)")
+        return
+    n = 0
+    for doc in docs():
+        text = re.sub(r"\s*\n\s*", " ", read_doc(doc))
+        for m in re.finditer(r"(\d+) weight types", text):
+            n += 1
+            if int(m.group(1)) != len(weights):
+                fail(f"{rel(doc)}: '{m.group(0)}', engine/quant_types.c supports {len(weights)}")
+        for m in re.finditer(r"\bF32/F16(?:/[A-Z0-9_]+)+", text):  # status.md's list of them
+            n += 1
+            listed = {t.lower() for t in m.group(0).split("/")}
+            want = {t.lower() for t in weights}
+            if listed != want:
+                fail(f"{rel(doc)}: lists {m.group(0)}; engine/quant_types.c supports "
+                     f"{'/'.join(sorted(weights))} (missing {sorted(want - listed)}, extra {sorted(listed - want)})")
+    print(f"weight types: {n} counts and lists compared with engine/quant_types.c ({len(weights)} types)")
+
+
 def main():
     if not os.path.isfile(os.path.join(BUILD, "bin", "shardwire")):
         print(f"{BUILD}/bin/shardwire: not built", file=sys.stderr)
@@ -404,6 +434,7 @@ def main():
     check_bench()
     check_xrefs()
     check_fixtures()
+    check_types()
     print(f"{len(failures)} failures" if failures else "docs agree with the code")
     return 1 if failures else 0
 
