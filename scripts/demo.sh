@@ -75,6 +75,8 @@ threads=${SW_THREADS:-1}
 build=${SW_BUILD_DIR:-$here/build}
 results=${SW_DEMO_RESULTS:-$build/demo}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 command="demo.sh${*:+ $*}"
 trap 'echo; echo "demo: interrupted" >&2; exit 130' INT TERM
 
@@ -120,5 +122,6 @@ else
 fi
 t_total=$(($(date +%s) - t0))
 python3 "$here/scripts/bench/demo_result.py" "$results/demo-$stamp.json" --command "$command" \
-    --ready-s "$t_ready" --total-s "$t_total" --note "${SW_DEMO_NOTE:-}" "${parts[@]}"
+    --ready-s "$t_ready" --total-s "$t_total" --note "${SW_DEMO_NOTE:-}" --started "$started" \
+    --load "$load0" "${parts[@]}"
 echo "demo: done in $t_total s" >&2

@@ -25,6 +25,9 @@ def main():
                     help="seconds until ready (dependencies, models, build)")
     ap.add_argument("--total-s", type=float, required=True, help="seconds in all")
     ap.add_argument("--note", default="", help="recorded in the file, e.g. 'shared machine'")
+    ap.add_argument("--started", help="the UTC date the demo started (default: now)")
+    ap.add_argument("--load", help="/proc/loadavg's first three fields when it started "
+                    "(default: now)")
     a = ap.parse_args()
     parts = []
     for p in a.parts:
@@ -34,7 +37,14 @@ def main():
         except (OSError, ValueError) as e:
             raise SystemExit(f"demo_result: {p}: {e} (demo_wan.py --json-out writes it)") from None
     info = bench_wan.run_info()
-    info.update({"command": a.command, "note": a.note, "ready_s": a.ready_s,
+    if a.started:
+        info["date"] = a.started
+    if a.load:
+        try:
+            info["loadavg"] = [float(x) for x in a.load.split()[:3]]
+        except ValueError:
+            raise SystemExit(f"demo_result: --load takes three numbers, not '{a.load}'") from None
+    info.update({"load_end": os.getloadavg(), "command": a.command, "note": a.note, "ready_s": a.ready_s,
                  "total_s": a.total_s, "parts": parts})
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:

@@ -326,6 +326,13 @@ CLAIMS = [
      "test_park_kv", {}),
 ]
 
+# Left out of --budget runs (CI), with why: a mutation its test does not catch every time
+# would fail CI by chance. The full run (no --budget) still applies them.
+NOT_IN_BUDGET = {
+    "recover-pause": "caught in 3 of 4 runs with the check of its second half (4 of 7 in "
+                     "all) on 2026-12-05: not every time",
+}
+
 # the cuda tests run as programs (their environment given here), the others under ctest (the
 # test environment tests/CMakeLists.txt sets: the programs and models they start)
 GROUPS = {"cuda": (CUDA, "build-emu", "program"), "security": (SECURITY, "build", "ctest"),
@@ -460,6 +467,10 @@ def main():
             runnable.append(m)
     cost = test_cost(build)
     if budget is not None:
+        for m in [m for m in runnable if m[0].split(":", 1)[0] in NOT_IN_BUDGET]:
+            mid = m[0].split(":", 1)[0]
+            print(f"left out under --budget: {mid}: {NOT_IN_BUDGET[mid]}")
+            runnable.remove(m)
         runnable, k = seeded_window(runnable, seed or "0")
         print(f"{group}: --budget {budget:g} s, --seed {seed or '0'}: from entry {k + 1} of "
               f"{len(runnable)}, each mutation started when its estimate (its test's last "
