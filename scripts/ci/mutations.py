@@ -525,6 +525,13 @@ def main():
                      "expected" in l or "tmp_check:" in l or "ERROR: AddressSanitizer" in l]
             secs = (f"{time.time() - t_one:.0f} s: build {t_test - t_one:.0f}, "
                     f"test {time.time() - t_test:.0f}")
+            # a failing test keeps its folder in /tmp (tests/sw_test.c): expected here, so it
+            # goes (kept with SW_MUTATION_VERBOSE, to be read)
+            if not os.environ.get("SW_MUTATION_VERBOSE"):
+                import re
+                import shutil
+                for d in re.findall(r"kept because it failed\): (/tmp/swtest\.\w+)", t.stdout):
+                    shutil.rmtree(d, ignore_errors=True)
             if t.returncode == 124 and limit is not None:
                 print(f"STOPPED after {limit:.0f} s (neither caught nor missed): {name}")
                 stopped += 1
