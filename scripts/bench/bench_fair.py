@@ -373,10 +373,7 @@ def main():
                          "delay_ms": args.delay_ms, "ctx": args.ctx,
                          "node_flags": args.node_flags, "cap_s": args.cap_s, "parts": parts,
                          "raw": raw})
-            os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-            with open(args.json_out, "w") as f:
-                json.dump(info, f, indent=1)
-            print(f"bench_fair: result file {args.json_out}", file=sys.stderr)
+            bench_wan.write_result(args.json_out, info, "bench_fair")
     finally:
         if not args.keep_logs:
             shutil.rmtree(root, ignore_errors=True)

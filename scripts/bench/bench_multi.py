@@ -26,7 +26,6 @@ batch (how much the stages batched).
 Every process it starts is stopped at the end, also on failure or Ctrl-C.
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -269,10 +268,7 @@ def main():
                      "delay_ms": args.delay_ms, "threads": args.threads,
                      "max_sessions": args.max_sessions, "node_flags": args.node_flags,
                      "clients": ns, "prefill_ms": prefill, "goal_ms": goal, "raw": raw})
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as f:
-            json.dump(info, f, indent=1)
-        print(f"bench_multi: result file {args.json_out}", file=sys.stderr)
+        bench_wan.write_result(args.json_out, info, "bench_multi")
 
 
 def table(raw, ns, goal):

@@ -138,6 +138,14 @@ def run_info():
             "loadavg": os.getloadavg()}
 
 
+def write_result(path, info, who):
+    """Writes a result file (JSON, its folder made) and says where on stderr."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1)
+    print(f"{who}: result file {path}", file=sys.stderr)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -435,10 +443,7 @@ def main():
                      "delay_ms": args.delay_ms, "threads": args.threads,
                      "draft_threads": args.draft_threads, "pin": args.pin, "reps": args.reps,
                      "configs": keys, "prefill": prefill_raw, "raw": raw})
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as f:
-            json.dump(info, f, indent=1)
-        print(f"bench_wan: result file {args.json_out}", file=sys.stderr)
+        write_result(args.json_out, info, "bench_wan")
     shutil.rmtree(logdir, ignore_errors=True)
 
 

@@ -44,12 +44,9 @@ def main():
             info["loadavg"] = [float(x) for x in a.load.split()[:3]]
         except ValueError:
             raise SystemExit(f"demo_result: --load takes three numbers, not '{a.load}'") from None
-    info.update({"load_end": os.getloadavg(), "command": a.command, "note": a.note, "ready_s": a.ready_s,
-                 "total_s": a.total_s, "parts": parts})
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(info, f, indent=1)
-    print(f"demo: result file {a.out}", file=sys.stderr)
+    info.update({"load_end": os.getloadavg(), "command": a.command, "note": a.note,
+                 "ready_s": a.ready_s, "total_s": a.total_s, "parts": parts})
+    bench_wan.write_result(a.out, info, "demo")
 
 
 if __name__ == "__main__":
