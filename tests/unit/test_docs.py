@@ -250,14 +250,22 @@ def check_defaults():
     print(f"defaults: {checked} stated defaults and macro values compared with the code")
 
 
+def mutation_parts(entry):
+    """(name, [files], old, new, test, env) of a claims entry of scripts/ci/mutations.py: a
+    mutation edits one file or a list of them; its test is a ctest name or a command."""
+    name, files, old, new, test, env = entry
+    return name, files if isinstance(files, list) else [files], old, new, test, env
+
+
 def check_mutations():
     import mutations
     ids = {}
-    for name, *_ in mutations.CLAIMS:
+    for entry in mutations.CLAIMS:
+        name = entry[0]
         mid = name.split(":", 1)[0]
         if not re.fullmatch(r"[a-z0-9-]+", mid) or mid in ids:
             fail(f"scripts/ci/mutations.py: claims mutation '{name[:60]}' has no unique 'id: ' prefix")
-        ids[mid] = name
+        ids[mid] = entry
     text = open(TESTING).read()
     section = text.split("## Claims and the tests that back them", 1)[1]
     rows = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith("| claim |")]
@@ -273,6 +281,20 @@ def check_mutations():
         if not tags and not any(k in cells[-1] for k in NO_MUTATION):
             fail(f"docs/testing.md: row '{cells[0][:50]}' names no `m:ID` of scripts/ci/mutations.py "
                  f"and does not say {' / '.join(NO_MUTATION)}")
+        for t in tags:
+            if t not in ids:
+                continue
+            # the row names the ctest the script runs for it (in its test cell) and every file
+            # the mutation edits, so that a row cannot describe a mutation of another file or
+            # one the script checks with another test
+            _, files, _, _, test, _ = mutation_parts(ids[t])
+            if isinstance(test, str) and len(cells) >= 3 and not re.search(r"\b%s\b" % re.escape(test), cells[2]):
+                fail(f"docs/testing.md: row '{cells[0][:50]}' names m:{t}, which "
+                     f"scripts/ci/mutations.py checks with {test}, not named in its test cell")
+            for f in files:
+                if not re.search(r"(?<![\w.-])%s\b" % re.escape(os.path.basename(f)), row):
+                    fail(f"docs/testing.md: row '{cells[0][:50]}' names m:{t}, which edits {f}; "
+                         "the row does not name that file")
     for mid in ids:
         if mid not in named:
             fail(f"scripts/ci/mutations.py: claims mutation {mid} is named by no row of docs/testing.md")
