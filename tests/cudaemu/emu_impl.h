@@ -50,6 +50,14 @@ struct Alloc {
 Alloc *find(const void *p, size_t n);
 /* The allocation whose mapping (guards included) holds address a, or NULL. */
 Alloc *find_mapping(const void *a);
+/* redzone.cc: the red zone before an allocation that does not fill its
+ * pages (from its first page's start to its own), in a shadow an access
+ * looks up in O(1). redzone_add and redzone_drop under the lock (cudaMalloc,
+ * cudaFree); redzone_of gives the allocation whose red zone holds p, or NULL. */
+#define SWEMU_HIDDEN __attribute__((visibility("hidden")))
+SWEMU_HIDDEN void redzone_add(const Alloc *a);
+SWEMU_HIDDEN void redzone_drop(const Alloc *a);
+SWEMU_HIDDEN const Alloc *redzone_of(const void *p);
 /* Makes a's pages accessible to the host for the object's lifetime. */
 struct Access {
     explicit Access(Alloc *a);
