@@ -23,12 +23,12 @@
  *
  * Both ends of an allocation, to the byte, whatever its size: its end is a
  * guard page (an access past it faults); the bytes before its start in its
- * first page are a red zone that every instrumented load and store is
- * checked against before it happens (s_access asks redzone.cc's shadow, O(1)
- * an access), the atomics too (atomic_access); one that fills whole pages
- * has a guard page right before its start instead. The red zone reads as NaN
- * and is also checked after each launch (stores the instrumentation does not
- * see: none in the kernels today).
+ * first page are a red zone that every instrumented load and store of the
+ * forward run is checked against before it happens (s_access asks
+ * redzone.cc's shadow, O(1) an access), the atomics too (atomic_access); an
+ * allocation that fills whole pages has a guard page right before its start
+ * instead. The red zone reads as NaN and is also checked after each launch
+ * (stores the instrumentation does not see: none in the kernels today).
  *
  * Memory faults (SIGSEGV/SIGBUS) while a kernel runs are reported with the
  * kernel, block and thread, and the address described against the
@@ -80,8 +80,11 @@ static char *g_stacks;         // S_MAX_THREADS stacks, each below a guard page
 static Fiber *g_cur;           // the fiber running now
 static const Kernel *g_kernel; // the kernel running now (NULL: none)
 static int g_kdev;
-/* The host thread running a kernel now (the hooks below also run in the
- * instrumented host code of other threads, which they leave alone). */
+/* Set on the host thread running a kernel's forward run: its accesses are
+ * checked against the red zones (the hooks below also run in the instrumented
+ * host code of other threads, which they leave alone; the reversed run of the
+ * order check repeats the forward run's accesses unchecked, as the race
+ * check does). */
 static __thread bool t_in_kernel __attribute__((tls_model("initial-exec")));
 static char *g_dyn_map; // dynamic shared memory mapping (with a guard page after)
 static size_t g_dyn_map_bytes;
@@ -770,9 +773,10 @@ void exec_kernel(const Kernel &k, int dev)
     g_block.gdim = k.grid;
     g_kernel = &k;
     g_kdev = dev;
-    t_in_kernel = true;
 
+    t_in_kernel = true;
     s_run_grid(k, false);
+    t_in_kernel = false;
     s_redzones(k, dev, regions);
     if (check && !regions.empty()) {
         for (Region &r : regions) {
@@ -800,7 +804,6 @@ void exec_kernel(const Kernel &k, int dev)
         }
     }
     g_kernel = nullptr;
-    t_in_kernel = false;
     g_lane = nullptr;
     g_track = false;
     g_sh.clear();

@@ -7,15 +7,21 @@
  * fill its pages therefore starts inside its first page, after a red zone
  * (the bytes from the page's start to the allocation's). The shadow is a
  * hash table of those first pages (open addressing, linear probing, kept at
- * most a quarter full): an access looks up its page, one probe or two, and
- * touches a red zone when the page is there and the address is below the
- * allocation's start. O(1) an access, however many allocations there are;
- * a search of the allocations (find_mapping) only to describe an error.
+ * most a quarter full) behind a direct-mapped cache of the pages looked up
+ * last (g_rz_cache, 64 entries by the page's low bits: the table is as big
+ * as the allocations are many, the cache stays in L1). An access looks up
+ * its page in the cache (emu_impl.h's redzone_of), on a miss in the table,
+ * and touches a red zone when the page is a first page and the address is
+ * below the allocation's start. O(1) an access, however many allocations
+ * there are; a search of the allocations (find_mapping) only to describe an
+ * error.
  *
  * Changed only under the runtime's lock (cudaMalloc, cudaFree), read by the
  * thread that runs a kernel, which holds that lock.
  */
 #include "emu_impl.h"
+
+#include <string.h>
 
 #include <vector>
 
@@ -30,6 +36,7 @@ struct Slot {
     const Alloc *a; //
 };
 static std::vector<Slot> g_slots(64);
+RzCache g_rz_cache[S_RZ_CACHE];
 static size_t g_taken; // slots used or removed
 static size_t g_live;  // entries
 
@@ -49,6 +56,7 @@ static void s_put(std::vector<Slot> &t, uintptr_t page, const Alloc *a)
 
 void redzone_add(const Alloc *a)
 {
+    memset(g_rz_cache, 0, sizeof g_rz_cache); // the page may be cached as no first page
     if (a->base == a->data)
         return; // fills its pages: the guard page before it faults instead
     if ((g_taken + 1) * 4 > g_slots.size()) { // rehash without the removed slots
@@ -69,6 +77,7 @@ void redzone_add(const Alloc *a)
 
 void redzone_drop(const Alloc *a)
 {
+    memset(g_rz_cache, 0, sizeof g_rz_cache);
     if (a->base == a->data)
         return;
     const uintptr_t page = (uintptr_t)a->data;
@@ -81,17 +90,19 @@ void redzone_drop(const Alloc *a)
         }
 }
 
-const Alloc *redzone_of(const void *p)
+const Alloc *redzone_miss(uintptr_t x)
 {
-    const uintptr_t x = (uintptr_t)p, page = x & ~S_PAGE_MASK;
+    const uintptr_t page = x & ~S_PAGE_MASK;
     const Slot *t = g_slots.data();
     const size_t mask = g_slots.size() - 1;
-    for (size_t i = s_home(page, mask);; i = (i + 1) & mask) {
-        if (t[i].page == page)
-            return x < (uintptr_t)t[i].a->base ? t[i].a : nullptr;
-        if (t[i].page == 0)
-            return nullptr;
-    }
+    RzCache &c = g_rz_cache[(x >> 12) & (S_RZ_CACHE - 1)];
+    c = RzCache{page, page, nullptr}; // no first page: no address of it is below page
+    for (size_t i = s_home(page, mask); t[i].page != 0; i = (i + 1) & mask)
+        if (t[i].page == page) {
+            c = RzCache{page, (uintptr_t)t[i].a->base, t[i].a};
+            break;
+        }
+    return x < c.limit ? c.a : nullptr;
 }
 
 } // namespace swemu
