@@ -201,7 +201,7 @@ static inline void s_access(const void *p, size_t n, bool write)
 {
     if (!t_in_kernel)
         return;
-    if (const Alloc *a = redzone_of(p))
+    if (const Alloc *a = n ? redzone_of(p) : nullptr) // n: a range's size may be 0
         s_out_of_bounds(a, p, n, write ? "write" : "read");
     if (!g_track || !g_cur)
         return;
