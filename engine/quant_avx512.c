@@ -36,15 +36,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* The kernels spell out where the tiled order fuses a multiply-add; the
- * compiler must not fuse others. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
-#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
-#endif
-
-#define SW_AI static inline __attribute__((always_inline))
+/* SW_AI; the kernels spell out where the tiled order fuses a multiply-add, so
+ * quant_x86.h turns the compiler's contraction off. */
+#include "quant_x86.h"
 
 enum { K_Q4_K, K_Q5_K, K_Q6_K };
 
