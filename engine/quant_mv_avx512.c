@@ -1,6 +1,6 @@
 /*
  * quant_mv_avx512.c - AVX-512 kernels for one activation row (generation:
- * sw_matmul with nr = 1) of q4_K, q5_K, q6_K, q4_0 and q8_0 weights. Compiled with
+ * sw_matmul with nr = 1) of q4_K, q5_K, q4_0 and q8_0 weights. Compiled with
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c
  * rule of engine/CMakeLists.txt); quant.c only calls in here after checking
  * the CPU (and the OS's ZMM state) at start-up. Batches of 2 activation rows
@@ -23,24 +23,19 @@
  *   k sub-block s + 2's. Adding the two halves at the end gives the 8 lanes as
  *   GGML's kernel forms them: the same exact integers (no product or sum can
  *   overflow), so the same floats after.
- * - q6_K: the same scheme on its 6-bit quants (s_q6k_lanes), its -32 offset
- *   through the activation's bsums as in GGML's kernel.
  * - their floats, per (weight row, super-block) exactly as in s_tile_k: acc =
  *   fma(d_x * d_w, float(lanes), acc) over 8 lanes; the minimums q4_K's accm =
  *   fma(-d_x * dmin_w, float(mins . bsum pairs), accm) over 4 lanes, q5_K's
  *   summs = fmaf(-d_x * dmin_w, float(mins . bsums), summs); then GGML's
- *   horizontal sums. One core, 1024 x 1536 matrices from L2 (shared machine,
- *   best of 30): q4_K 24.4 GB/s against the AVX2 kernel's 19.4, q5_K 21.1
- *   against 17.1, q6_K 32.8 against 25.2.
+ *   horizontal sums.
  * - 32-element blocks (q4_0, q8_0 against q8_0 activations): GGML's order
  *   keeps per block 8 int32 lanes (lane k = elements 4k..4k+3) and acc =
  *   fma(d_w * d_x, float(lanes), acc). One zmm holds two weight rows' blocks
  *   (a row a 256-bit half), and one vpdpbusd makes their lanes: unsigned
  *   weights (q4_0's nibbles; q8_0's quants + 128) times the activation,
  *   started from -8 resp. -128 times the activation's 4-element sums (made
- *   once per block for the rows of a call): the same exact integers. The fma then runs
- *   on both rows' 8 lanes at once. q8_0 44.1 GB/s against 36.7, q4_0 21.2
- *   against 16.4 (as above).
+ *   once per block for all rows): the same exact integers. The fma then runs
+ *   on both rows' 8 lanes at once.
  *
  * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  * test_onerow_levels compares this level with the scalar one, every type).
@@ -129,7 +124,7 @@ SW_AI uint16_t s_u16(const void *p)
     return v;
 }
 
-enum { K_Q4_K, K_Q5_K, K_Q6_K };
+enum { K_Q4_K, K_Q5_K };
 
 /* Two vpdpbusd results (true sums that fit int16) as int16 pairs: r0 in the
  * low halves, r1 in the high. */
@@ -267,94 +262,6 @@ SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int64_t nb, const uint8_t *w, si
     }
 }
 
-/* ---- q6_K ------------------------------------------------------------------ */
-
-/* (v & 15) | (b & 0x30): a 6-bit quant from its low nibble and its two high
- * bits already at bits 5..4 of b. */
-SW_AI __m512i s_q6_bits(__m512i v, __m512i b)
-{
-    return _mm512_ternarylogic_epi32(v, _mm512_set1_epi8(0xF),
-                                     _mm512_and_si512(b, _mm512_set1_epi8(0x30)), 0xEA);
-}
-
-/*
- * The 8 int32 lanes of one q6_K super-block blk against the q8_K block xb
- * (y: its 256 quants in 4 zmm). GGML's AVX2 lanes: lane k = sum over the 8
- * 32-element chunks of scale * (elements 4k..4k+3 of the chunk; scale 2j of
- * chunk j for k < 4, 2j + 1 else) - 32 * (bsums . scales) of lane k's pair.
- * Here one zmm holds 2 chunks (64 quants: ql's nibbles with qh's bits 2c,
- * 2c + 1 put at bits 5..4), vpdpbusd makes their 4-element sums (exact within
- * int16), the sums of halves 0 and 1 are joined as int16 pairs and vpdpwssd
- * applies both scales: in 128-bit lane t the scales t and 8 + t (chunks 0, 1
- * and 4, 5), 4 + t and 12 + t (chunks 2, 3 and 6, 7).
- */
-SW_AI __m256i s_q6k_lanes(const uint8_t *blk, const sw_block_q8_k *xb, const __m512i y[4])
-{
-    const sw_block_q6_k *q6 = (const sw_block_q6_k *)blk;
-    const __m512i z = _mm512_setzero_si512();
-    __m512i ra[2], rb[2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        const __m512i l = _mm512_loadu_si512((const void *)(q6->ql + 64 * h));
-        const __m512i hb =
-            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q6->qh + 32 * h)));
-        /* chunks 4h, 4h + 1: low nibbles, qh bits 1..0 and 3..2 to 5..4 */
-        const __m512i a =
-            s_q6_bits(l, _mm512_sllv_epi64(hb, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2)));
-        /* chunks 4h + 2, 4h + 3: high nibbles, qh bits 5..4 and 7..6 */
-        const __m512i b =
-            s_q6_bits(_mm512_srli_epi16(l, 4),
-                      _mm512_srlv_epi64(hb, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2)));
-        ra[h] = _mm512_dpbusd_epi32(z, a, y[2 * h]);
-        rb[h] = _mm512_dpbusd_epi32(z, b, y[2 * h + 1]);
-    }
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q6->scales));
-    const __m512i sc = _mm512_castsi256_si512(sc16);
-    const __m512i ia = _mm512_set_epi16(11, 3, 11, 3, 11, 3, 11, 3, 10, 2, 10, 2, 10, 2, 10, 2, 9,
-                                        1, 9, 1, 9, 1, 9, 1, 8, 0, 8, 0, 8, 0, 8, 0);
-    const __m512i ib = _mm512_add_epi16(ia, _mm512_set1_epi16(4));
-    __m512i s = _mm512_dpwssd_epi32(z, _mm512_permutexvar_epi16(ia, sc), s_pair5(ra[0], ra[1]));
-    s = _mm512_dpwssd_epi32(s, _mm512_permutexvar_epi16(ib, sc), s_pair5(rb[0], rb[1]));
-    const __m256i bias = _mm256_slli_epi32(
-        _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16), 5);
-    return _mm256_sub_epi32(
-        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)), bias);
-}
-
-/* y[i] = dot(weight row i, x) for i < rw (<= S_ROWS): q6_K rows of nb
- * super-blocks ws bytes apart, x one q8_K row; per super-block acc = fma(d_x *
- * d_w, float(lanes), acc), then GGML's horizontal sum. pf as in s_k45_rows. */
-SW_AI void s_q6k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
-                      const sw_block_q8_k *x, float *y)
-{
-    const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
-    __m256 acc[S_ROWS];
-#pragma GCC unroll 4
-    for (int i = 0; i < S_ROWS; i++)
-        acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const sw_block_q8_k *xb = &x[b];
-        const __m512i yv[4] = {_mm512_loadu_si512((const void *)xb->qs),
-                               _mm512_loadu_si512((const void *)(xb->qs + 64)),
-                               _mm512_loadu_si512((const void *)(xb->qs + 128)),
-                               _mm512_loadu_si512((const void *)(xb->qs + 192))};
-        if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
-            for (uintptr_t l = (uintptr_t)b * lines / (uintptr_t)nb;
-                 l < (uintptr_t)(b + 1) * lines / (uintptr_t)nb; l++)
-                _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);
-#pragma GCC unroll 4
-        for (int i = 0; i < rw; i++) {
-            const uint8_t *blk = w + (size_t)i * ws + (size_t)b * sizeof(sw_block_q6_k);
-            const float d = xb->d * sw_x86_f16(&((const sw_block_q6_k *)blk)->d);
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d),
-                                     _mm256_cvtepi32_ps(s_q6k_lanes(blk, xb, yv)), acc[i]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < rw; i++)
-        y[i] = sw_x86_hsum8(acc[i]);
-}
-
 /* ---- 32-element blocks: q4_0, q8_0 against q8_0 activations ------------- */
 
 enum { K_Q4_0, K_Q8_0 };
@@ -445,27 +352,20 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
 /* ---- entry points --------------------------------------------------------- */
 
 /* The previous level's kernels: batches of 2 activation rows or more. */
-static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q8_0;
+static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q4_0, s_rows_q8_0;
 
-SW_AI SW_VBMI void s_mm_k(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
-                          int64_t o1, const void *x, float *y)
+SW_AI SW_VBMI void s_mm_k45(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                            int64_t o1, const void *x, float *y)
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w;
     const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S_ROWS * w_stride;
     int64_t o = o0;
     for (; o + S_ROWS <= o1; o += S_ROWS)
-        if (kind == K_Q6_K)
-            s_q6k_rows(S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
-                       (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
-        else
-            s_k45_rows(kind, S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
-                       (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
+        s_k45_rows(kind, S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
+                   (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
     for (; o < o1; o++)
-        if (kind == K_Q6_K)
-            s_q6k_rows(1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
-        else
-            s_k45_rows(kind, 1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
+        s_k45_rows(kind, 1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
 }
 
 SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
@@ -487,10 +387,7 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
 #define S_DEF_K45(name, kind)                                                                      \
     SW_VBMI static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)            \
     {                                                                                              \
-        if (kind == K_Q6_K)                                                                        \
-            s_q6k_rows(1, n / SW_QK_K, w, 0, 0, x, s);                                             \
-        else                                                                                       \
-            s_k45_rows(kind, 1, n / SW_QK_K, w, 0, 0, x, s);                                       \
+        s_k45_rows(kind, 1, n / SW_QK_K, w, 0, 0, x, s);                                           \
     }                                                                                              \
     SW_VBMI static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0,         \
                                     int64_t o1, const void *x, size_t x_stride, int nr, float *y,  \
@@ -499,7 +396,7 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
         if (nr != 1)                                                                               \
             s_rows_##name(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
         else                                                                                       \
-            s_mm_k(kind, n, w, w_stride, o0, o1, x, y);                                            \
+            s_mm_k45(kind, n, w, w_stride, o0, o1, x, y);                                          \
     }
 
 #define S_DEF_32(name, kind)                                                                       \
@@ -518,7 +415,6 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
 
 S_DEF_K45(q4_k, K_Q4_K)
 S_DEF_K45(q5_k, K_Q5_K)
-S_DEF_K45(q6_k, K_Q6_K)
 S_DEF_32(q4_0, K_Q4_0)
 S_DEF_32(q8_0, K_Q8_0)
 
@@ -542,5 +438,4 @@ void sw_kernels_avx512_mv(struct sw_kernels *k)
         return;
     s_take(k, SW_TYPE_Q4_K, s_dot_q4_k, s_mm_q4_k, &s_rows_q4_k);
     s_take(k, SW_TYPE_Q5_K, s_dot_q5_k, s_mm_q5_k, &s_rows_q5_k);
-    s_take(k, SW_TYPE_Q6_K, s_dot_q6_k, s_mm_q6_k, &s_rows_q6_k);
 }
