@@ -374,14 +374,19 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
     const int64_t nb = n / SW_QK;
     const uint8_t *wb = w;
     const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S32_ROWS * w_stride;
-    int64_t o = o0;
-    for (; o + S32_ROWS <= o1; o += S32_ROWS)
-        s_rows32(kind, S32_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
-                 (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
-    for (; o + 2 <= o1; o += 2)
-        s_rows32(kind, 2, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
-    for (; o < o1; o++)
-        s_rows32(kind, 1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
+    for (int64_t o = o0; o < o1;) { // groups of S32_ROWS, the rest by 2 and 1
+        const uint8_t *wo = wb + (size_t)o * w_stride;
+        if (o1 - o >= S32_ROWS) {
+            s_rows32(kind, S32_ROWS, nb, wo, w_stride, (uintptr_t)wo + ahead, x, y + o);
+            o += S32_ROWS;
+        } else if (o1 - o >= 2) {
+            s_rows32(kind, 2, nb, wo, w_stride, 0, x, y + o);
+            o += 2;
+        } else {
+            s_rows32(kind, 1, nb, wo, w_stride, 0, x, y + o);
+            o++;
+        }
+    }
 }
 
 #define S_DEF_K45(name, kind)                                                                      \
