@@ -101,13 +101,16 @@ struct sw_verifier {
     uint64_t seed;         // the sampling seed; each round reseeds from (seed, kv_keep)
 };
 
-/* The RNG seed of a round that keeps kv_keep positions: a function of the
- * session's seed and the round's position only (splitmix64 finaliser), so a
- * verifier that restarted, had the session replayed and retries the round
- * draws the same numbers as one that never stopped. */
-static uint64_t s_round_seed(uint64_t seed, int kv_keep)
+/* The RNG seed of a round whose first draw is for position pos (the round's
+ * kv_keep plus its context rows): a function of the session's seed and that
+ * position only (splitmix64 finaliser), so a verifier that restarted, had the
+ * session replayed and retries the round draws the same numbers as one that
+ * never stopped, and a prompt draws the same whether it came whole or in
+ * pieces cut by the scheduler's timing (the last piece's kv_keep moves with
+ * the cut; the position after the prompt does not). */
+static uint64_t s_round_seed(uint64_t seed, int pos)
 {
-    uint64_t z = seed ^ ((uint64_t)(uint32_t)kv_keep * 0xbf58476d1ce4e5b9ull);
+    uint64_t z = seed ^ ((uint64_t)(uint32_t)pos * 0xbf58476d1ce4e5b9ull);
     z += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -191,9 +194,10 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
             v->n_hist++;
         }
     }
-    /* The round's random numbers depend on (seed, kv_keep) only, not on the
-     * rounds before it (see s_round_seed). */
-    sw_rng_seed(sw_sampler_rng(v->sampler), s_round_seed(v->seed, r->kv_keep));
+    /* The round's random numbers depend on the seed and the position of its
+     * first draw only, not on the rounds before it or on how the prompt was
+     * cut (see s_round_seed). */
+    sw_rng_seed(sw_sampler_rng(v->sampler), s_round_seed(v->seed, r->kv_keep + n_ctx_rows));
     sw_verify_in_t in = {
         .k = r->n_draft,
         .draft = r->tokens + n_ctx_rows,

@@ -8,7 +8,9 @@
  *    stats as prefix_reused) the same tokens and the same logits digest
  *    (every verified logits row bit for bit) as the same request cold, for
  *    plain decoding, draft-model drafting and seeded sampling (its cold
- *    reference: the cluster with the cache off);
+ *    reference: the cluster with the cache off, the prompt cut in other
+ *    pieces; and the same request in one process: a seeded draw depends on
+ *    its position, not on how the scheduler cut the prompt);
  *  - the repeat of an earlier request reuses its prompt up to its last
  *    whole block before the last token;
  *  - after the tail restarted (its prefix cache empty) a request whose prefix
@@ -143,9 +145,10 @@ int main(void)
             d1.prefix_reused);
     swf_stop(&c);
 
-    /* --prefix-cache off everywhere: never reused */
+    /* --prefix-cache off everywhere: never reused; and the prompt cut into other pieces
+     * (--prefill-pieces 8, the first cluster's default 4) */
     swf_cluster_t o = {0};
-    static const char *const off[] = {"--prefix-cache", "off", NULL};
+    static const char *const off[] = {"--prefix-cache", "off", "--prefill-pieces", "8", NULL};
     swf_node(&o.nodes[0], "head", "0:15", off);
     swf_node(&o.nodes[1], "tail", "15:30", off);
     SW_CHECK_INT(swf_start(&o, model, 2, sw_test_log("off.log")), 0);
@@ -156,9 +159,14 @@ int main(void)
     SW_CHECK_INT(o2.prefix_reused, 0);
     SW_CHECK_INT(o3.prefix_reused, 0);
     SW_CHECK(swf_same(&o1, &ref_a) && swf_same(&o2, &ref_b));
-    /* seeded sampling through a cluster draws as one process does not: its
-     * reference is the same request with nothing cached */
+    /* seeded sampling draws by the position of each draw, not by how the prompt was
+     * cut (a cut that moves with the scheduler's timing): nothing cached, warm, and one
+     * process all give the same tokens and logits */
     s_same(&o3, &s1, "seeded sampling, nothing cached and warm");
+    swf_result_t ref_s;
+    swf_reference(model, pb, N_GEN, sampled, &ref_s);
+    SW_CHECK(ref_s.ok);
+    s_same(&o3, &ref_s, "seeded sampling, nothing cached (pieces of 8) and one process");
     swf_stop(&o);
     return sw_test_done();
 }
