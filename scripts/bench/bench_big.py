@@ -296,9 +296,11 @@ def main():
     ap.add_argument("--json-out", help="result file (default build/bench/big-<UTC time>.json)")
     a = ap.parse_args()
     if not os.path.isfile(a.model):
-        raise SystemExit(f"bench_big: no model file {a.model}: make it with `shardwire-mkmodel "
-                         "--synth qwen2.5-7b --vocab ... --out ...` (docs/benchmarks.md, "
-                         "Big models)")
+        raise SystemExit(f"bench_big: no model file {a.model}: make it with `build/bin/"
+                         "shardwire-mkmodel --synth qwen2.5-7b --vocab DIR/ggml-vocab-qwen2.gguf "
+                         "-o models/synth/qwen2.5-7b.gguf` (DIR: what `bash "
+                         "scripts/fetch_test_data.sh all` prints; or run the big tests once: "
+                         "SW_TEST_LABELS=big bash scripts/test.sh)")
     parts = a.parts.split(",")
     bad = [p for p in parts if p not in ("load", "decode", "ttft", "fair")]
     if bad:
