@@ -17,8 +17,11 @@
  * scales. iq4_nl's two chains (even and odd blocks) are the two halves of
  * one zmm accumulator. sw_matmul of 2 activation rows or more keeps the AVX2
  * kernels (they unpack a super-block once for 4 rows); the K types' tiled
- * order is quant_avx512.c's. tests/unit/test_quant_lowbit.c checks every
- * level against the scalar kernels, every order and row count.
+ * order is quant_avx512.c's. iq4_nl's sgemm order has two kernels: tiles of
+ * 4 weight rows x 4 activation rows for small batches, and panels of
+ * unpacked weights (one zmm = one lane of 16 weight rows) for prompts.
+ * tests/unit/test_quant_lowbit.c checks every level against the scalar
+ * kernels, every order and row count.
  */
 #include "quant.h"
 #include "quant_impl.h"
@@ -298,9 +301,178 @@ SW_AI void s_nlg_tile(int W, int RP, int last, int64_t nb, const uint8_t *w, siz
         }
 }
 
+/*
+ * The same sgemm order for many activation rows (S_GW_ROWS or more): the
+ * weights of 16 rows (a panel) unpacked once per slab of S_GSLAB blocks into
+ * [block][group k][row][4 bytes] (one zmm = lane k of 16 weight rows), and
+ * vpdpbusd against an activation's 4 bytes broadcast from the q8_0 block as
+ * it is: lane k of 16 (weight row, activation row) pairs an instruction,
+ * starting from the activation's -128 x 4-element sum (the levels' +128).
+ * Each pair's 8-lane chain is then 8 zmm accumulators, lane i = weight row
+ * i: the same fma(d_w d_x, float(lane), acc) per block in block order and
+ * the same hsum_float_8 at the end, only across registers. Activation rows
+ * go S_GA at a time (their accumulators live in acc between slabs: floats
+ * stored and reloaded, exact); a tile of S_GP panels shares each
+ * activation's broadcast and offsets (a lone panel: S_GM activation rows
+ * share its weight loads). bench_quant tiled: 75-80 GMAC/s a core against
+ * the 4 x 4 tiles' 36-38 (128 rows, Zen 4).
+ */
+#define S_GW_ROWS 8 // activation rows from which the panel kernel runs
+#define S_GSLAB 16  // blocks a slab
+#define S_GA 64     // activation rows a pass
+#define S_GM 2      // activation rows a microtile of one panel
+#define S_GP 2      // panels a tile (its microtiles: one activation row)
+
+struct s_gpan {
+    uint8_t q[S_GSLAB][8][16][4]; // block b, lane k, weight row i: elements 4k..4k+3, level + 128
+    float d[S_GSLAB][16];         // weight row i's scale of block b (0 past the panel's rows)
+};
+
+/* Blocks [b0, b0 + nsb) of weight rows [0, nrows) (nrows <= 16, ws bytes apart) into p. */
+static void s_gunpack(const uint8_t *w, size_t ws, int nrows, int64_t b0, int nsb, struct s_gpan *p)
+{
+    const __m512i lut = s_levels_u();
+    for (int b = 0; b < nsb; b += 2) {
+        __m512i v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            if (i >= nrows) {
+                v[i] = _mm512_setzero_si512();
+                continue;
+            }
+            const sw_block_iq4_nl *wb = (const sw_block_iq4_nl *)(w + (size_t)i * ws) + b0 + b;
+            const __m128i lo = _mm_loadu_si128((const __m128i *)wb[0].qs);
+            const __m128i hi = b + 1 < nsb ? _mm_loadu_si128((const __m128i *)wb[1].qs) : lo;
+            v[i] = s_nl64(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), lut);
+        }
+        sw_x86_transpose16(v); // v[j]: dword j (block b + j / 8, lane j % 8) of the 16 rows
+        const int nj = b + 1 < nsb ? 16 : 8;
+        for (int j = 0; j < nj; j++)
+            _mm512_store_si512((__m512i *)p->q[b + j / 8][j % 8], v[j]);
+    }
+    for (int b = 0; b < nsb; b++)
+        for (int i = 0; i < 16; i++)
+            p->d[b][i] =
+                i < nrows ? sw_x86_f16(&((const sw_block_iq4_nl *)(w + (size_t)i * ws) + b0 + b)->d)
+                          : 0.0f;
+}
+
+/* M activation rows (x: row 0 at the slab's first block, xs bytes apart) over
+ * the slab's nsb blocks of P panels p; their accumulators in acc (8P a row),
+ * zero at the first slab. */
+SW_AI void s_gmicro(int M, int P, const struct s_gpan *p, int nsb, const uint8_t *x, size_t xs,
+                    int first, __m512 *acc)
+{
+    const __m256i off = _mm256_set1_epi8((char)0x80);
+    __m512 a[S_GM][S_GP][8];
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m++)
+#pragma GCC unroll 2
+        for (int c = 0; c < P; c++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                a[m][c][k] = first ? _mm512_setzero_ps() : acc[8 * (P * m + c) + k];
+    for (int b = 0; b < nsb; b++) {
+        const sw_block_q8_0 *xb[S_GM];
+        __m512 d[S_GM][S_GP];
+        __m512i no[S_GM]; // lanes 0..7: -128 x the activation's 4-element sums
+#pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            xb[m] = (const sw_block_q8_0 *)(x + (size_t)m * xs) + b;
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), off,
+                                                  _mm256_loadu_si256((const __m256i *)xb[m]->qs));
+            no[m] = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), s));
+            const __m512 dx = _mm512_set1_ps(sw_x86_f16(&xb[m]->d));
+#pragma GCC unroll 2
+            for (int c = 0; c < P; c++)
+                d[m][c] = _mm512_mul_ps(_mm512_load_ps(p[c].d[b]), dx);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i q[S_GP];
+#pragma GCC unroll 2
+            for (int c = 0; c < P; c++)
+                q[c] = _mm512_load_si512((const __m512i *)p[c].q[b][k]);
+#pragma GCC unroll 2
+            for (int m = 0; m < M; m++) {
+                uint32_t y4;
+                memcpy(&y4, xb[m]->qs + 4 * k, 4);
+                const __m512i o = _mm512_permutexvar_epi32(_mm512_set1_epi32(k), no[m]);
+                const __m512i yb = _mm512_set1_epi32((int)y4);
+#pragma GCC unroll 2
+                for (int c = 0; c < P; c++) {
+                    const __m512i l = _mm512_dpbusd_epi32(o, q[c], yb);
+                    a[m][c][k] = _mm512_fmadd_ps(d[m][c], _mm512_cvtepi32_ps(l), a[m][c][k]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m++)
+#pragma GCC unroll 2
+        for (int c = 0; c < P; c++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                acc[8 * (P * m + c) + k] = a[m][c][k];
+}
+
+/* Rows [o0, o1) of W against nr activation rows in the sgemm order, by tiles of P panels. */
+static void s_mmgw_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                          const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const int64_t nb = n / SW_QK;
+    const uint8_t *wb = w, *xb = x;
+    _Alignas(64) struct s_gpan pan[S_GP];
+    _Alignas(64) __m512 acc[S_GA * 8 * S_GP];
+    for (int64_t o = o0; o < o1; o += 16 * S_GP) {
+        const int64_t left = o1 - o;
+        const int np = left > 16 && S_GP > 1 ? 2 : 1; // panels in this tile
+        for (int r0 = 0; r0 < nr; r0 += S_GA) {
+            const int na = nr - r0 < S_GA ? nr - r0 : S_GA;
+            for (int64_t b0 = 0; b0 < nb; b0 += S_GSLAB) {
+                const int nsb = nb - b0 < S_GSLAB ? (int)(nb - b0) : S_GSLAB;
+                for (int c = 0; c < np; c++) {
+                    const int64_t lc = left - 16 * c;
+                    s_gunpack(wb + (size_t)(o + 16 * c) * w_stride, w_stride,
+                              lc < 16 ? (int)lc : 16, b0, nsb, &pan[c]);
+                }
+                const uint8_t *xs0 =
+                    xb + (size_t)r0 * x_stride + (size_t)b0 * sizeof(sw_block_q8_0);
+                const int first = b0 == 0;
+                int a = 0;
+                if (np == 2 && S_GP == 2)
+                    for (; a < na; a++)
+                        s_gmicro(1, 2, pan, nsb, xs0 + (size_t)a * x_stride, x_stride, first,
+                                 acc + 16 * a);
+                for (; a + S_GM <= na; a += S_GM)
+                    s_gmicro(S_GM, 1, pan, nsb, xs0 + (size_t)a * x_stride, x_stride, first,
+                             acc + 8 * a);
+                for (; a < na; a++)
+                    s_gmicro(1, 1, pan, nsb, xs0 + (size_t)a * x_stride, x_stride, first,
+                             acc + 8 * a);
+            }
+            for (int c = 0; c < np; c++) {
+                const int64_t lc = left - 16 * c;
+                const __mmask16 mask = (__mmask16)((1u << (lc < 16 ? lc : 16)) - 1u);
+                for (int a = 0; a < na; a++) { // hsum_float_8 of each pair's lanes
+                    const __m512 *v = acc + 8 * (np * a + c);
+                    const __m512 s = _mm512_add_ps(
+                        _mm512_add_ps(_mm512_add_ps(v[0], v[4]), _mm512_add_ps(v[2], v[6])),
+                        _mm512_add_ps(_mm512_add_ps(v[1], v[5]), _mm512_add_ps(v[3], v[7])));
+                    _mm512_mask_storeu_ps(y + (int64_t)(r0 + a) * y_stride + o + 16 * c, mask, s);
+                }
+            }
+        }
+    }
+}
+
 static void s_mmg_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
                          const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
+    if (nr >= S_GW_ROWS) {
+        s_mmgw_iq4_nl(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+        return;
+    }
     const int64_t nb = n / SW_QK;
     const uint8_t *wb = w, *xb = x;
     for (int64_t o = o0; o < o1; o += 4) {
