@@ -33,11 +33,13 @@
 #include "quant.h"
 #include "quant_impl.h"
 #include "quant_math.h" // sw_q3_k_scale, sw_iq4_xs_scale
-#include "quant_x86.h"  // SW_AI, sw_x86_transpose16; no contraction (the kernels spell out
-                        // where the tiled order fuses a multiply-add)
 
 #include <immintrin.h>
 #include <string.h>
+
+/* SW_AI; the kernels spell out where the tiled order fuses a multiply-add, so
+ * quant_x86.h turns the compiler's contraction off. */
+#include "quant_x86.h"
 
 enum { K_Q4_K, K_Q5_K, K_Q6_K, K_Q2_K, K_Q3_K, K_IQ4_XS };
 
