@@ -202,40 +202,111 @@ static float s_dot1_iq4_xs(int64_t nb, const sw_block_iq4_xs *w, const sw_block_
     return sw_x86_hsum8(acc);
 }
 
-/* iq4_nl: blocks b (lower half: the even chain) and b + 1 (upper: the odd
- * chain) in one zmm; the odd last block apart, as GGML's tail. */
+/* 8 f16 values step bytes apart, as floats. */
+SW_AI __m256 s_f16x8(const uint8_t *p, size_t step)
+{
+    uint16_t h[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        memcpy(&h[i], p + (size_t)i * step, 2);
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
+                                          (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+}
+
+/* The levels + 128 of iq4_nl blocks wb[0] (lower half) and wb[1] (upper). */
+SW_AI __m512i s_nl_pair(const sw_block_iq4_nl *wb, __m512i lut)
+{
+    return s_nl64(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)wb[0].qs)),
+                                _mm_loadu_si128((const __m128i *)wb[1].qs), 1),
+        lut);
+}
+
+/* q8_0 blocks xb[0] and xb[1] in one zmm and -128 x their 4-element sums (*no). */
+SW_AI __m512i s_q8_pair(const sw_block_q8_0 *xb, __m512i *no)
+{
+    const __m512i y =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].qs)),
+                           _mm256_loadu_si256((const __m256i *)xb[1].qs), 1);
+    *no = _mm512_sub_epi32(
+        _mm512_setzero_si512(),
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), y));
+    return y;
+}
+
+/*
+ * iq4_nl's one-row order for R weight rows (w, ws bytes apart) against one
+ * activation row: blocks b (lower half: the even chain) and b + 1 (upper:
+ * the odd chain) in one zmm; the odd last block apart, as GGML's tail. The
+ * rows share the activation's loads and offsets; the scales d_x d_w of 8
+ * blocks are made at once (8 f16 each side, one multiply) and each pair's
+ * taken from them by a permute.
+ */
+SW_AI void s_dotr_iq4_nl(int R, int64_t nb, const uint8_t *w, size_t ws, const sw_block_q8_0 *x,
+                         float *out)
+{
+    const __m512i lut = s_levels_u();
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        const __m256 dx = s_f16x8((const uint8_t *)&x[b].d, sizeof(sw_block_q8_0));
+        __m512 d[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)r * ws) + b;
+            d[r] = _mm512_castps256_ps512(
+                _mm256_mul_ps(dx, s_f16x8((const uint8_t *)&wr->d, sizeof(sw_block_iq4_nl))));
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i no;
+            const __m512i y = s_q8_pair(x + b + 2 * j, &no);
+            const __m512i idx =
+                _mm512_inserti64x4(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1), 1);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)r * ws) + b;
+                const __m512i p = _mm512_dpbusd_epi32(no, s_nl_pair(wr + 2 * j, lut), y);
+                acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, d[r]), _mm512_cvtepi32_ps(p),
+                                         acc[r]);
+            }
+        }
+    }
+    for (; b + 1 < nb; b += 2) {
+        __m512i no;
+        const __m512i y = s_q8_pair(x + b, &no);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)r * ws) + b;
+            const __m512i p = _mm512_dpbusd_epi32(no, s_nl_pair(wr, lut), y);
+            const float d0 = sw_x86_f16(&x[b].d) * sw_x86_f16(&wr[0].d);
+            const float d1 = sw_x86_f16(&x[b + 1].d) * sw_x86_f16(&wr[1].d);
+            const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+            acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)r * ws);
+        float v = sw_x86_hsum8(
+            _mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm512_extractf32x8_ps(acc[r], 1)));
+        if (b < nb) { // the odd last block: one fused multiply-add of its total
+            const __m256i q = _mm512_castsi512_si256(
+                s_nl64(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)wr[b].qs)), lut));
+            const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
+            const __m256i p = _mm256_sub_epi32(
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y),
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), y));
+            v = fmaf(sw_x86_f16(&x[b].d) * sw_x86_f16(&wr[b].d), (float)sw_x86_hsum_i32(p), v);
+        }
+        out[r] = v;
+    }
+}
+
 static float s_dot1_iq4_nl(int64_t nb, const sw_block_iq4_nl *w, const sw_block_q8_0 *x)
 {
-    const __m512i lut = s_levels_u(), off = _mm512_set1_epi8((char)0x80);
-    const __m512i zero = _mm512_setzero_si512();
-    __m512 acc = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        const __m256i v = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[b].qs)),
-            _mm_loadu_si128((const __m128i *)w[b + 1].qs), 1);
-        const __m512i q = s_nl64(v, lut);
-        const __m512i y =
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs)),
-                               _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
-        const __m512i p =
-            _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, q, y), _mm512_dpbusd_epi32(zero, off, y));
-        const float d0 = sw_x86_f16(&x[b].d) * sw_x86_f16(&w[b].d);
-        const float d1 = sw_x86_f16(&x[b + 1].d) * sw_x86_f16(&w[b + 1].d);
-        const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
-    }
-    float v =
-        sw_x86_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
-    if (b < nb) { // the odd last block: one fused multiply-add of its total
-        const __m256i q = _mm512_castsi512_si256(
-            s_nl64(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)w[b].qs)), lut));
-        const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
-        const __m256i p = _mm256_sub_epi32(
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y),
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), y));
-        v = fmaf(sw_x86_f16(&x[b].d) * sw_x86_f16(&w[b].d), (float)sw_x86_hsum_i32(p), v);
-    }
+    float v;
+    s_dotr_iq4_nl(1, nb, (const uint8_t *)w, 0, x, &v);
     return v;
 }
 
@@ -525,7 +596,27 @@ static sw_mm_fn s_mm_avx2[SW_TYPE_COUNT];
 S_DEF(q2_k, SW_TYPE_Q2_K, sw_block_q2_k, sw_block_q8_k, SW_QK_K)
 S_DEF(q3_k, SW_TYPE_Q3_K, sw_block_q3_k, sw_block_q8_k, SW_QK_K)
 S_DEF(iq4_xs, SW_TYPE_IQ4_XS, sw_block_iq4_xs, sw_block_q8_k, SW_QK_K)
-S_DEF(iq4_nl, SW_TYPE_IQ4_NL, sw_block_iq4_nl, sw_block_q8_0, SW_QK)
+
+static void s_dot_iq4_nl(int64_t n, float *s, const void *w, const void *x)
+{
+    *s = s_dot1_iq4_nl(n / SW_QK, w, x);
+}
+
+/* iq4_nl: two weight rows a pass share the activation's loads (decode). */
+static void s_mm_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                        const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    if (nr > 1) {
+        s_mm_avx2[SW_TYPE_IQ4_NL](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+        return;
+    }
+    const uint8_t *wb = w;
+    int64_t o = o0;
+    for (; o + 2 <= o1; o += 2)
+        s_dotr_iq4_nl(2, n / SW_QK, wb + (size_t)o * w_stride, w_stride, x, y + o);
+    if (o < o1)
+        s_dotr_iq4_nl(1, n / SW_QK, wb + (size_t)o * w_stride, w_stride, x, y + o);
+}
 
 void sw_kernels_lowbit_avx512(struct sw_kernels *k)
 {

@@ -3,7 +3,7 @@
  * prefill batches. Two sets of matrices: "smol" (SmolLM2-135M-sized, Q4_1 and
  * Q8_0 weights, 1 and 2 threads, next to a plain sw_vec_dot loop and the
  * machine's memcpy bandwidth) and "qwen" (Qwen2.5-Coder-1.5B Q4_K_M-shaped
- * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0, with each batch's
+ * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0 and IQ4_NL, with each batch's
  * time as a multiple of the nr = 1 time). Not a test: prints a table.
  *
  * A third set, "tiled", times sw_matmul_tiled (prompt windows of K-quant
@@ -199,6 +199,7 @@ static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
     } cases[] = {
         {SW_TYPE_Q4_K, 1536, 1536},   {SW_TYPE_Q4_K, 8960, 1536}, {SW_TYPE_Q6_K, 1536, 8960},
         {SW_TYPE_Q6_K, 151936, 1536}, {SW_TYPE_Q5_0, 4864, 896},  {SW_TYPE_Q8_0, 4864, 896},
+        {SW_TYPE_IQ4_NL, 4864, 896},
     };
     const int nrs[] = {1, 2, 5, 9, 17, 33};
     printf("%-5s %6s %5s %3s %3s %10s %9s %7s\n", "type", "rows", "n", "nr", "thr", "us/call",

@@ -346,6 +346,8 @@ static void test_kernels(void)
     /* iq4_nl's AVX-512 sgemm panels: 21 blocks (a slab of 16 and an odd 5), 19 weight rows
      * (a panel and a partial one), 70 activation rows (a pass of 64 and one of 6) */
     s_check_type(SW_TYPE_IQ4_NL, 21 * 32, 19, 70);
+    /* its AVX-512 one-row kernel: 2 groups of 8 blocks, a pair and the odd tail, rows in pairs */
+    s_check_type(SW_TYPE_IQ4_NL, 21 * 32, 11, 1);
 }
 
 /* A copy of the model with tensor `tensor`'s type id set to `type`; its load
