@@ -213,32 +213,43 @@ SW_AI __m256 s_f16x8(const uint8_t *p, size_t step)
                                           (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
 }
 
-/* The levels + 128 of iq4_nl blocks wb[0] (lower half) and wb[1] (upper). */
+/* The levels + 128 of iq4_nl blocks wb[0] and wb[1], 128-bit lanes [elements
+ * 0..15 of wb[0], 0..15 of wb[1], 16..31 of wb[0], 16..31 of wb[1]] (no
+ * cross-lane shuffle: the activations are put in the same order instead). */
 SW_AI __m512i s_nl_pair(const sw_block_iq4_nl *wb, __m512i lut)
 {
-    return s_nl64(
+    const __m256i v =
         _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)wb[0].qs)),
-                                _mm_loadu_si128((const __m128i *)wb[1].qs), 1),
-        lut);
+                                _mm_loadu_si128((const __m128i *)wb[1].qs), 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_shuffle_epi8(lut, _mm512_and_si512(z, _mm512_set1_epi8(0xF)));
 }
 
-/* q8_0 blocks xb[0] and xb[1] in one zmm and -128 x their 4-element sums (*no). */
+/* q8_0 blocks xb[0] and xb[1] in s_nl_pair's order and -128 x their 4-element sums (*no):
+ * int32 lanes [0..3 of xb[0], 0..3 of xb[1], 4..7 of xb[0], 4..7 of xb[1]]. */
 SW_AI __m512i s_q8_pair(const sw_block_q8_0 *xb, __m512i *no)
 {
     const __m512i y =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].qs)),
                            _mm256_loadu_si256((const __m256i *)xb[1].qs), 1);
+    const __m512i yp = _mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 1, 2, 0));
     *no = _mm512_sub_epi32(
         _mm512_setzero_si512(),
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), y));
-    return y;
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), yp));
+    return yp;
+}
+
+/* Float lane i of s_q8_pair's order: entry a (blocks 2j) or b (2j + 1) of a table. */
+SW_AI __m512i s_pair_idx(int a, int b)
+{
+    return _mm512_setr_epi32(a, a, a, a, b, b, b, b, a, a, a, a, b, b, b, b);
 }
 
 /*
  * iq4_nl's one-row order for R weight rows (w, ws bytes apart) against one
- * activation row: blocks b (lower half: the even chain) and b + 1 (upper:
- * the odd chain) in one zmm; the odd last block apart, as GGML's tail. The
- * rows share the activation's loads and offsets; the scales d_x d_w of 8
+ * activation row: blocks b (the even chain) and b + 1 (the odd chain) in one
+ * zmm, lanes in s_q8_pair's order; the odd last block apart, as GGML's tail.
+ * The rows share the activation's loads and offsets; the scales d_x d_w of 8
  * blocks are made at once (8 f16 each side, one multiply) and each pair's
  * taken from them by a permute.
  */
@@ -261,8 +272,7 @@ SW_AI void s_dotr_iq4_nl(int R, int64_t nb, const uint8_t *w, size_t ws, const s
         for (int j = 0; j < 4; j++) {
             __m512i no;
             const __m512i y = s_q8_pair(x + b + 2 * j, &no);
-            const __m512i idx =
-                _mm512_inserti64x4(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1), 1);
+            const __m512i idx = s_pair_idx(2 * j, 2 * j + 1);
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
                 const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)r * ws) + b;
@@ -281,15 +291,18 @@ SW_AI void s_dotr_iq4_nl(int R, int64_t nb, const uint8_t *w, size_t ws, const s
             const __m512i p = _mm512_dpbusd_epi32(no, s_nl_pair(wr, lut), y);
             const float d0 = sw_x86_f16(&x[b].d) * sw_x86_f16(&wr[0].d);
             const float d1 = sw_x86_f16(&x[b + 1].d) * sw_x86_f16(&wr[1].d);
-            const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+            const __m512 d = _mm512_permutexvar_ps(
+                s_pair_idx(0, 1), _mm512_castps128_ps512(_mm_setr_ps(d0, d1, 0.0f, 0.0f)));
             acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[r]);
         }
     }
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)r * ws);
-        float v = sw_x86_hsum8(
-            _mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm512_extractf32x8_ps(acc[r], 1)));
+        /* the even chain's lanes 0..7 and the odd chain's, added lane by lane */
+        const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
+        float v = sw_x86_hsum8(_mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20),
+                                             _mm256_permute2f128_ps(lo, hi, 0x31)));
         if (b < nb) { // the odd last block: one fused multiply-add of its total
             const __m256i q = _mm512_castsi512_si256(
                 s_nl64(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)wr[b].qs)), lut));
