@@ -500,54 +500,146 @@ SW_AI void s_gmicro(int M, int P, const struct s_gpan *p, int nsb, const uint8_t
                 acc[8 * (P * m + c) + k] = a[m][c][k];
 }
 
-/* Rows [o0, o1) of W against nr activation rows in the sgemm order, by tiles of P panels. */
-static void s_mmgw_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                          const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+/* The 8 lanes' exact int32 of block b of panel p (16 weight rows) with q8_0 block xb. */
+SW_AI void s_gints(const struct s_gpan *p, int b, const sw_block_q8_0 *xb, __m512i l[8])
+{
+    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80),
+                                          _mm256_loadu_si256((const __m256i *)xb->qs));
+    const __m512i no = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), s));
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        uint32_t y4;
+        memcpy(&y4, xb->qs + 4 * k, 4);
+        l[k] = _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(_mm512_set1_epi32(k), no),
+                                   _mm512_load_si512((const __m512i *)p->q[b][k]),
+                                   _mm512_set1_epi32((int)y4));
+    }
+}
+
+/* The one-row order (sw_matmul) on the panels: one activation row's two
+ * chains, blocks of even index in acc[0..8) and odd in acc[8..16), over nsb
+ * blocks of panel p (nsb even; the slab starts at an even block), zero at the
+ * first slab. */
+SW_AI void s_dmicro(const struct s_gpan *p, int nsb, const sw_block_q8_0 *x, int first, __m512 *acc)
+{
+    __m512 a[2][8];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        a[i / 8][i % 8] = first ? _mm512_setzero_ps() : acc[i];
+    for (int b = 0; b < nsb; b += 2)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+            __m512i l[8];
+            s_gints(p, b + c, x + b + c, l);
+            const __m512 d =
+                _mm512_mul_ps(_mm512_load_ps(p->d[b + c]), _mm512_set1_ps(sw_x86_f16(&x[b + c].d)));
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                a[c][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l[k]), a[c][k]);
+        }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        acc[i] = a[i / 8][i % 8];
+}
+
+/* GGML's hsum_float_8 across 8 zmm: lane i of the result is weight row i's. */
+SW_AI __m512 s_hsum8x16(const __m512 *v)
+{
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[4]), _mm512_add_ps(v[2], v[6])),
+                         _mm512_add_ps(_mm512_add_ps(v[1], v[5]), _mm512_add_ps(v[3], v[7])));
+}
+
+/* The sums of activation rows [0, na) (x: row 0 at the slab's first block)
+ * over one slab of nsb blocks of the tile's np panels: the sgemm order
+ * (dot = 0) or, one panel, the one-row order's chains without an odd last
+ * block of the row (dot = 1; tail: the slab holds that block last). */
+SW_AI void s_wslab(int dot, int np, const struct s_gpan *pan, int nsb, int tail, const uint8_t *x,
+                   size_t xs, int na, int first, __m512 *acc)
+{
+    int a = 0;
+    if (dot) {
+        for (; a < na; a++)
+            s_dmicro(pan, nsb - tail, (const sw_block_q8_0 *)(x + (size_t)a * xs), first,
+                     acc + 16 * a);
+        return;
+    }
+    if (np == 2)
+        for (; a < na; a++)
+            s_gmicro(1, 2, pan, nsb, x + (size_t)a * xs, xs, first, acc + 16 * a);
+    for (; a + S_GM <= na; a += S_GM)
+        s_gmicro(S_GM, 1, pan, nsb, x + (size_t)a * xs, xs, first, acc + 8 * a);
+    for (; a < na; a++)
+        s_gmicro(1, 1, pan, nsb, x + (size_t)a * xs, xs, first, acc + 8 * a);
+}
+
+/* Rows [o0, o1) of W against nr activation rows by panels: the sgemm order
+ * (dot = 0, tiles of S_GP panels) or the one-row order (dot = 1, one panel:
+ * the chains added lane by lane, hsum_float_8, then the odd last block's
+ * total in one fused multiply-add, as s_dotr_iq4_nl). */
+SW_AI void s_mmw(int dot, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                 const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
     const int64_t nb = n / SW_QK;
     const uint8_t *wb = w, *xb = x;
+    const int tp = dot ? 1 : S_GP, per = dot ? 16 : 8; // panels a tile, accumulators a pair
     _Alignas(64) struct s_gpan pan[S_GP];
-    _Alignas(64) __m512 acc[S_GA * 8 * S_GP];
-    for (int64_t o = o0; o < o1; o += 16 * S_GP) {
+    _Alignas(64) __m512 acc[S_GA * 16];
+    for (int64_t o = o0; o < o1; o += 16 * tp) {
         const int64_t left = o1 - o;
-        const int np = left > 16 && S_GP > 1 ? 2 : 1; // panels in this tile
+        const int np = left > 16 && tp > 1 ? 2 : 1; // panels in this tile
         for (int r0 = 0; r0 < nr; r0 += S_GA) {
             const int na = nr - r0 < S_GA ? nr - r0 : S_GA;
+            int nsb = 0;
             for (int64_t b0 = 0; b0 < nb; b0 += S_GSLAB) {
-                const int nsb = nb - b0 < S_GSLAB ? (int)(nb - b0) : S_GSLAB;
+                nsb = nb - b0 < S_GSLAB ? (int)(nb - b0) : S_GSLAB;
                 for (int c = 0; c < np; c++) {
                     const int64_t lc = left - 16 * c;
                     s_gunpack(wb + (size_t)(o + 16 * c) * w_stride, w_stride,
                               lc < 16 ? (int)lc : 16, b0, nsb, &pan[c]);
                 }
-                const uint8_t *xs0 =
-                    xb + (size_t)r0 * x_stride + (size_t)b0 * sizeof(sw_block_q8_0);
-                const int first = b0 == 0;
-                int a = 0;
-                if (np == 2 && S_GP == 2)
-                    for (; a < na; a++)
-                        s_gmicro(1, 2, pan, nsb, xs0 + (size_t)a * x_stride, x_stride, first,
-                                 acc + 16 * a);
-                for (; a + S_GM <= na; a += S_GM)
-                    s_gmicro(S_GM, 1, pan, nsb, xs0 + (size_t)a * x_stride, x_stride, first,
-                             acc + 8 * a);
-                for (; a < na; a++)
-                    s_gmicro(1, 1, pan, nsb, xs0 + (size_t)a * x_stride, x_stride, first,
-                             acc + 8 * a);
+                s_wslab(dot, np, pan, nsb, b0 + nsb == nb && (nb & 1),
+                        xb + (size_t)r0 * x_stride + (size_t)b0 * sizeof(sw_block_q8_0), x_stride,
+                        na, b0 == 0, acc);
             }
             for (int c = 0; c < np; c++) {
                 const int64_t lc = left - 16 * c;
                 const __mmask16 mask = (__mmask16)((1u << (lc < 16 ? lc : 16)) - 1u);
-                for (int a = 0; a < na; a++) { // hsum_float_8 of each pair's lanes
-                    const __m512 *v = acc + 8 * (np * a + c);
-                    const __m512 s = _mm512_add_ps(
-                        _mm512_add_ps(_mm512_add_ps(v[0], v[4]), _mm512_add_ps(v[2], v[6])),
-                        _mm512_add_ps(_mm512_add_ps(v[1], v[5]), _mm512_add_ps(v[3], v[7])));
+                for (int a = 0; a < na; a++) {
+                    const __m512 *v = acc + per * (np * a + c);
+                    __m512 s;
+                    if (!dot) {
+                        s = s_hsum8x16(v);
+                    } else {
+                        __m512 e[8];
+                        for (int k = 0; k < 8; k++)
+                            e[k] = _mm512_add_ps(v[k], v[8 + k]);
+                        s = s_hsum8x16(e);
+                    }
+                    if (dot && (nb & 1)) { // the odd last block: the last of the last slab
+                        const sw_block_q8_0 *xt =
+                            (const sw_block_q8_0 *)(xb + (size_t)(r0 + a) * x_stride) + nb - 1;
+                        __m512i l[8];
+                        s_gints(&pan[0], nsb - 1, xt, l);
+                        const __m512i t =
+                            _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(l[0], l[1]),
+                                                              _mm512_add_epi32(l[2], l[3])),
+                                             _mm512_add_epi32(_mm512_add_epi32(l[4], l[5]),
+                                                              _mm512_add_epi32(l[6], l[7])));
+                        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(sw_x86_f16(&xt->d)),
+                                                       _mm512_load_ps(pan[0].d[nsb - 1]));
+                        s = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(t), s);
+                    }
                     _mm512_mask_storeu_ps(y + (int64_t)(r0 + a) * y_stride + o + 16 * c, mask, s);
                 }
             }
         }
     }
+}
+
+static void s_mmgw_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                          const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    s_mmw(0, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
 }
 
 static void s_mmg_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
@@ -619,6 +711,10 @@ static void s_dot_iq4_nl(int64_t n, float *s, const void *w, const void *x)
 static void s_mm_iq4_nl(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
                         const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
+    if (nr >= S_GW_ROWS) { // a prompt's last layer (every row, the one-row order)
+        s_mmw(1, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+        return;
+    }
     if (nr > 1) {
         s_mm_avx2[SW_TYPE_IQ4_NL](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
         return;
