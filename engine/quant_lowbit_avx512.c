@@ -441,6 +441,23 @@ static void s_gunpack(const uint8_t *w, size_t ws, int nrows, int64_t b0, int ns
                           : 0.0f;
 }
 
+/* s_gmicro's accumulators a (M x P x 8) from acc (io = 1), zero (0), or into acc (2). */
+SW_AI void s_gacc(int M, int P, __m512 a[S_GM][S_GP][8], __m512 *acc, int io)
+{
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m++)
+#pragma GCC unroll 2
+        for (int c = 0; c < P; c++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512 *v = &acc[8 * (P * m + c) + k];
+                if (io == 2)
+                    *v = a[m][c][k];
+                else
+                    a[m][c][k] = io ? *v : _mm512_setzero_ps();
+            }
+}
+
 /* M activation rows (x: row 0 at the slab's first block, xs bytes apart) over
  * the slab's nsb blocks of P panels p; their accumulators in acc (8P a row),
  * zero at the first slab. */
@@ -449,13 +466,7 @@ SW_AI void s_gmicro(int M, int P, const struct s_gpan *p, int nsb, const uint8_t
 {
     const __m256i off = _mm256_set1_epi8((char)0x80);
     __m512 a[S_GM][S_GP][8];
-#pragma GCC unroll 2
-    for (int m = 0; m < M; m++)
-#pragma GCC unroll 2
-        for (int c = 0; c < P; c++)
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                a[m][c][k] = first ? _mm512_setzero_ps() : acc[8 * (P * m + c) + k];
+    s_gacc(M, P, a, acc, first ? 0 : 1);
     for (int b = 0; b < nsb; b++) {
         const sw_block_q8_0 *xb[S_GM];
         __m512 d[S_GM][S_GP];
@@ -491,13 +502,7 @@ SW_AI void s_gmicro(int M, int P, const struct s_gpan *p, int nsb, const uint8_t
             }
         }
     }
-#pragma GCC unroll 2
-    for (int m = 0; m < M; m++)
-#pragma GCC unroll 2
-        for (int c = 0; c < P; c++)
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                acc[8 * (P * m + c) + k] = a[m][c][k];
+    s_gacc(M, P, a, acc, 2);
 }
 
 /* The 8 lanes' exact int32 of block b of panel p (16 weight rows) with q8_0 block xb. */
