@@ -15,14 +15,19 @@ that a number or a name changed on one side alone fails the default suite:
 3. Mutations: every mutation a row of docs/testing.md's claims table names
    (`m:ID`) is in scripts/ci/mutations.py's claims group, every row names one
    or says why not ("by hand", "not shown", "not a code mutation"), and every
-   mutation of the group is named by a row.
+   mutation of the group is named by a row; a row naming `m:ID` names, in its
+   test cell, the test the script runs for it, and names every file the
+   mutation edits (so a row cannot describe another file's mutation).
 4. docs/reference.md is what scripts/docs/gen_reference.py writes from this
    build (the programs' options and defaults, base/sw_limits.h).
 5. Benchmarks: every region between `<!-- bench:NAME -->` and `<!-- /bench -->`
    (README.md, docs/*.md) is what scripts/docs/render_bench.py renders from
    docs/results/NAME.json, and every other table of docs/benchmarks.md is
    history: a date (YYYY-MM-DD) stands in its heading or between the heading
-   and the table.
+   and the table. A command a doc gives for a result file (`python3
+   scripts/bench/X.py ARGS --json-out docs/results/NAME.json`) is that file's
+   script, and every `--flag value` pair and word of ARGS is in the command the
+   file records.
 6. Cross-references: a part of a page a doc cites by name (`docs/X.md,
    "Heading"`, `X.md "Heading"`) is a heading, a bold run-in title or a list
    item's opening words of that page, and one cited by number (`X.md section
@@ -250,14 +255,22 @@ def check_defaults():
     print(f"defaults: {checked} stated defaults and macro values compared with the code")
 
 
+def mutation_parts(entry):
+    """(name, [files], old, new, test, env) of a claims entry of scripts/ci/mutations.py: a
+    mutation edits one file or a list of them; its test is a ctest name or a command."""
+    name, files, old, new, test, env = entry
+    return name, files if isinstance(files, list) else [files], old, new, test, env
+
+
 def check_mutations():
     import mutations
     ids = {}
-    for name, *_ in mutations.CLAIMS:
+    for entry in mutations.CLAIMS:
+        name = entry[0]
         mid = name.split(":", 1)[0]
         if not re.fullmatch(r"[a-z0-9-]+", mid) or mid in ids:
             fail(f"scripts/ci/mutations.py: claims mutation '{name[:60]}' has no unique 'id: ' prefix")
-        ids[mid] = name
+        ids[mid] = entry
     text = open(TESTING).read()
     section = text.split("## Claims and the tests that back them", 1)[1]
     rows = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith("| claim |")]
@@ -273,6 +286,20 @@ def check_mutations():
         if not tags and not any(k in cells[-1] for k in NO_MUTATION):
             fail(f"docs/testing.md: row '{cells[0][:50]}' names no `m:ID` of scripts/ci/mutations.py "
                  f"and does not say {' / '.join(NO_MUTATION)}")
+        for t in tags:
+            if t not in ids:
+                continue
+            # the row names the ctest the script runs for it (in its test cell) and every file
+            # the mutation edits, so that a row cannot describe a mutation of another file or
+            # one the script checks with another test
+            _, files, _, _, test, _ = mutation_parts(ids[t])
+            if isinstance(test, str) and len(cells) >= 3 and not re.search(r"\b%s\b" % re.escape(test), cells[2]):
+                fail(f"docs/testing.md: row '{cells[0][:50]}' names m:{t}, which "
+                     f"scripts/ci/mutations.py checks with {test}, not named in its test cell")
+            for f in files:
+                if not re.search(r"(?<![\w.-])%s\b" % re.escape(os.path.basename(f)), row):
+                    fail(f"docs/testing.md: row '{cells[0][:50]}' names m:{t}, which edits {f}; "
+                         "the row does not name that file")
     for mid in ids:
         if mid not in named:
             fail(f"scripts/ci/mutations.py: claims mutation {mid} is named by no row of docs/testing.md")
@@ -301,8 +328,48 @@ def check_bench():
                 fail(f"docs/benchmarks.md: the table under '{lines[start][:60]}' is neither "
                      "rendered (<!-- bench:NAME -->) nor dated history (a date above it)")
         in_table = line.startswith("|")
+    n_cmd = check_bench_commands()
     print(f"benchmarks: {len(render_bench.docs())} pages' bench regions rendered, "
-          f"{n} typed tables of docs/benchmarks.md dated")
+          f"{n} typed tables of docs/benchmarks.md dated, {n_cmd} commands of result files compared")
+
+
+# A command a doc gives for a result file: `python3 scripts/bench/X.py ARGS --json-out
+# docs/results/NAME.json` (lines joined at a trailing backslash).
+BENCH_CMD = re.compile(r"python3 scripts/bench/([\w]+\.py)((?:[^\n`]|\\\n)*?)--json-out\s+docs/results/([\w.-]+)\.json")
+
+
+def check_bench_commands():
+    """Every argument of a command a doc gives for docs/results/NAME.json is in the command the
+    file records (the file may hold more: --build, --note), and it is the same script."""
+    n = 0
+    for path in docs():
+        text = read_doc(path)
+        for m in BENCH_CMD.finditer(text):
+            script, args, name = m.group(1), m.group(2).replace("\\\n", " "), m.group(3)
+            res = os.path.join(SRC, "docs", "results", name + ".json")
+            if not os.path.exists(res):
+                continue  # a path check names it
+            n += 1
+            recorded = json.load(open(res)).get("command", "")
+            words = recorded.split()
+            if not words or words[0] != script:
+                fail(f"{rel(path)}:{line_of(text, m.start())}: gives {script} for {name}.json, "
+                     f"whose command is '{recorded[:60]}'")
+                continue
+            given = [a for a in args.split() if a != "\\"]
+            pairs = {(a, b) for a, b in zip(words, words[1:])}
+            for i, a in enumerate(given):
+                # a flag with its value is a pair of the recorded command, anything else a word
+                if a.startswith("--") and i + 1 < len(given) and not given[i + 1].startswith("--"):
+                    ok, what = (a, given[i + 1]) in pairs, f"{a} {given[i + 1]}"
+                elif i > 0 and given[i - 1].startswith("--") and not a.startswith("--"):
+                    continue  # the value of the pair above
+                else:
+                    ok, what = a in words, a
+                if not ok:
+                    fail(f"{rel(path)}:{line_of(text, m.start())}: the command for {name}.json has "
+                         f"'{what}', which the command the file records lacks: '{recorded[:200]}'")
+    return n
 
 
 def s_parts(text):
