@@ -37,7 +37,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* SW_AI, sw_x86_f16, sw_x86_u32; the kernels spell out where the tiled order
+/* SW_AI, sw_x86_f16, sw_x86_u32, sw_x86_transpose16; the kernels spell out where the tiled order
  * fuses a multiply-add, so quant_x86.h turns the compiler's contraction off. */
 #include "quant_x86.h"
 
@@ -161,37 +161,6 @@ SW_AI __m512i s_chunk(int kind, const uint8_t *blk, int c)
     return s_join(lo, hi);
 }
 
-/* In place: v[i] dword j -> v[j] dword i (a 16 x 16 int32 transpose). */
-SW_AI void s_transpose16(__m512i v[16])
-{
-    __m512i t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    /* per 128-bit lane L: u[4k + e] = dword 4L + e of rows 4k..4k+3 */
-    __m512i u[16];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        u[4 * k + 0] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-        u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-        u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-        u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-    }
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        const __m512i w0 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i w1 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(3, 1, 3, 1));
-        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i w3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(3, 1, 3, 1));
-        v[e] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(2, 0, 2, 0));      // 128-bit lane 0
-        v[4 + e] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(2, 0, 2, 0));  // lane 1
-        v[8 + e] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(3, 1, 3, 1));  // lane 2
-        v[12 + e] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(3, 1, 3, 1)); // lane 3
-    }
-}
-
 /* The int16 pair (a, b) as one int32 lane. */
 SW_AI int32_t s_pair16(int a, int b)
 {
@@ -242,7 +211,7 @@ SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b,
 #pragma GCC unroll 16
         for (int i = 0; i < S_PANEL; i++)
             v[i] = i < nrows ? s_chunk(kind, blk[i], c) : _mm512_setzero_si512();
-        s_transpose16(v);
+        sw_x86_transpose16(v);
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++)
             _mm512_store_si512((__m512i *)p->q[16 * c + j], v[j]);

@@ -56,4 +56,37 @@ SW_AI int32_t sw_x86_hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(t);
 }
 
+#if defined(__AVX512F__)
+/* In place: v[i] dword j -> v[j] dword i (a 16 x 16 int32 transpose; AVX-512 files). */
+SW_AI void sw_x86_transpose16(__m512i v[16])
+{
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    /* per 128-bit lane L: u[4k + e] = dword 4L + e of rows 4k..4k+3 */
+    __m512i u[16];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        u[4 * k + 0] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512i w0 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i w1 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i w3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(3, 1, 3, 1));
+        v[e] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(2, 0, 2, 0));      // 128-bit lane 0
+        v[4 + e] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(2, 0, 2, 0));  // lane 1
+        v[8 + e] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(3, 1, 3, 1));  // lane 2
+        v[12 + e] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(3, 1, 3, 1)); // lane 3
+    }
+}
+#endif
+
 #endif

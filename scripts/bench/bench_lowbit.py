@@ -20,6 +20,18 @@ has it). The prompt text given to shardwire is exactly N llama.cpp tokens.
 
     python3 scripts/bench/bench_lowbit.py                       # 2 threads, 3 reps, pp128, tg32
     python3 scripts/bench/bench_lowbit.py --reps 5 --pp 128,512 --n-gen 32 --out result.json
+    python3 scripts/bench/bench_lowbit.py --cpu-time --types IQ4_NL,IQ4_XS
+
+--cpu-time measures CPU seconds instead of the wall clock, on one thread (for
+a machine shared with other jobs: time slices taken by others do not count;
+caches and memory bandwidth still are shared): each engine's run with K more
+prompt tokens or generated tokens minus the same run without them, so that
+loading, warm-up and tokenizing cancel. shardwire: `generate` with the
+N-token prompt and -n 1 minus a 1-token prompt and -n 1 (N - 1 prompt
+tokens), and -n M+1 minus -n 1 after a 1-token prompt (M generated tokens);
+llama-bench: -r 6 minus -r 1 of -p N -n 0 and of -p 0 -n M (5 repetitions).
+The table gives milliseconds a token and the speed ratio (llama.cpp's CPU
+time over shardwire's).
 
 Prints one table and writes a result file (--out, default
 build/bench_lowbit.json): the commit (or --label's words for the binary),
@@ -32,6 +44,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -81,6 +94,80 @@ def model_path(name):
     return r.stdout.strip().splitlines()[-1]
 
 
+def child_cpu(argv):
+    """CPU seconds (user + system) of one run of argv."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def cpu_time(args, models, bindir, pps):
+    """--cpu-time: ms of CPU a token on one thread, by differences; prints the table, writes --out."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load0, uptime0 = os.getloadavg(), uptime()
+    rows, samples = [], {}
+    for name, t in models:
+        path = model_path(name)
+        peer = bench_engine.LlamaBinBench(bindir, path, 1, "off", "0")
+        one = peer.prompt_text(1)
+        sw = [args.bin, "generate", "--greedy", "--model", path, "--threads", "1", "--json"]
+        samples[t] = {}
+        for n in pps:
+            text = peer.prompt_text(n)
+            tests = [(f"pp{n}", n - 1,
+                      lambda: child_cpu(sw + ["-p", text, "-n", "1"]) - child_cpu(sw + ["-p", one, "-n", "1"]),
+                      ["-p", str(n), "-n", "0"], n),
+                     (f"tg{args.n_gen}", args.n_gen,
+                      lambda: child_cpu(sw + ["-p", one, "-n", str(args.n_gen + 1)]) -
+                      child_cpu(sw + ["-p", one, "-n", "1"]),
+                      ["-p", "0", "-n", str(args.n_gen)], args.n_gen)]
+            for label, sw_tokens, sw_run, lb_args, lb_tokens in tests:
+                if label in samples[t]:
+                    continue
+                got = {e: [] for e in ENGINES}
+                for _ in range(args.reps):
+                    got["shardwire"].append(1e3 * sw_run() / sw_tokens)
+                    for e, rp in (("llama repack 0", "0"), ("llama default", "1")):
+                        base = [os.path.join(bindir, "llama-bench"), "-m", path, "-t", "1", "-fa", "off",
+                                "--repack", rp] + lb_args
+                        cpu = child_cpu(base + ["-r", "6"]) - child_cpu(base + ["-r", "1"])
+                        got[e].append(1e3 * cpu / 5 / lb_tokens)
+                samples[t][label] = got
+                med = {e: statistics.median(v) for e, v in got.items()}
+                rows.append({"type": t, "test": label, "shardwire_cpu_ms_per_tok": med["shardwire"],
+                             "llama_repack0_cpu_ms_per_tok": med["llama repack 0"],
+                             "llama_default_cpu_ms_per_tok": med["llama default"],
+                             "ratio_repack0": med["llama repack 0"] / med["shardwire"],
+                             "ratio_default": med["llama default"] / med["shardwire"]})
+    load, uptime1 = os.getloadavg(), uptime()
+    ended = datetime.datetime.now(datetime.timezone.utc)
+    print(f"{cpu_model()}, 1 thread, CPU ms a token (medians of {args.reps}), commit {commit()}, "
+          f"{started:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC, load average {load0[0]:.2f} -> {load[0]:.2f}"
+          + (f"; shardwire: {args.label}" if args.label else ""))
+    print(f"{'type':<8}{'test':<8}{'shardwire':>11}{'llama rp0':>11}{'ratio':>7}{'llama def':>11}{'ratio':>7}")
+    for r in rows:
+        print(f"{r['type']:<8}{r['test']:<8}{r['shardwire_cpu_ms_per_tok']:>11.2f}"
+              f"{r['llama_repack0_cpu_ms_per_tok']:>11.2f}{r['ratio_repack0']:>7.2f}"
+              f"{r['llama_default_cpu_ms_per_tok']:>11.2f}{r['ratio_default']:>7.2f}")
+    result = {
+        "benchmark": "bench_lowbit --cpu-time", "commit": commit(), "cpu": cpu_model(),
+        "n_cpus": os.cpu_count(), "started_utc": started.isoformat(timespec="seconds"),
+        "ended_utc": ended.isoformat(timespec="seconds"),
+        "command": " ".join([os.path.relpath(sys.argv[0], root)] + sys.argv[1:]),
+        "loadavg_start": load0, "loadavg_end": load, "uptime_start": uptime0, "uptime_end": uptime1,
+        "machine_note": "shared machine" if load0[0] >= 1.5 else "quiet at the start (load under 1.5)",
+        "bin": os.path.relpath(os.path.abspath(args.bin), root), "label": args.label, "threads": 1,
+        "reps": args.reps, "unit": "CPU milliseconds a token (user + system), by differences",
+        "llama": f"llama-bench from {bindir}, -fa off, --repack 0 and 1", "table": rows,
+        "samples": samples,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"bench_lowbit: result file {args.out}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.path.join(root, "build", "bin", "shardwire"))
@@ -92,6 +179,8 @@ def main():
                     help="which of IQ4_NL,IQ4_XS,Q2_K,Q3_K_M (default all)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per shardwire run")
     ap.add_argument("--out", default=os.path.join(root, "build", "bench_lowbit.json"))
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="CPU seconds on one thread, by differences (see above), instead of the wall clock")
     ap.add_argument("--label", default="",
                     help="what the shardwire binary is (e.g. the commit it was built from, when --bin "
                          "is not this tree's build); recorded in the result file")
@@ -108,6 +197,8 @@ def main():
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # as bench_engine.py's default
 
     bindir = llama_peer.ensure()
+    if args.cpu_time:
+        return cpu_time(args, models, bindir, pps)
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = os.getloadavg()
     uptime0 = uptime()

@@ -3,11 +3,12 @@
  * prefill batches. Two sets of matrices: "smol" (SmolLM2-135M-sized, Q4_1 and
  * Q8_0 weights, 1 and 2 threads, next to a plain sw_vec_dot loop and the
  * machine's memcpy bandwidth) and "qwen" (Qwen2.5-Coder-1.5B Q4_K_M-shaped
- * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0, with each batch's
+ * Q4_K/Q6_K matrices plus the 0.5B drafter's Q5_0/Q8_0 and IQ4_NL, with each batch's
  * time as a multiple of the nr = 1 time). Not a test: prints a table.
  *
  * A third set, "tiled", times sw_matmul_tiled (prompt windows of K-quant
- * weights) at each kernel level from AVX2 up on the 1.5B's matrices.
+ * weights) at each kernel level from AVX2 up on the 1.5B's matrices, and
+ * sw_matmul_sgemm (iq4_nl's prompt order) on the 0.5B's iq4_nl matrices.
  *
  *   bench_quant [min_seconds_per_case [smol|qwen|tiled|all [threads [type]]]]
  *   (defaults: 0.15, all, 1, every type; type is a name like q4_K; "all" is
@@ -39,7 +40,7 @@ struct job {
     int nr;           // activation rows
     float *y;         // nr x rows
     int plain;        // 1: sw_vec_dot loop instead of sw_matmul
-    int tiled;        // 1: sw_matmul_tiled (the prompt windows' K-quant order)
+    int tiled;        // 1: sw_matmul_tiled (the prompt windows' K-quant order), 2: sgemm
 };
 
 static void s_body(void *ctx, int ith, int nth)
@@ -56,8 +57,10 @@ static void s_body(void *ctx, int ith, int nth)
                 sw_vec_dot(j->t, j->n, &j->y[r * j->rows + o], j->w + o * j->w_stride,
                            j->x + r * j->x_stride);
     } else {
-        (j->tiled ? sw_matmul_tiled : sw_matmul)(j->t, j->n, j->w, j->w_stride, o0, o1, j->x,
-                                                 j->x_stride, j->nr, j->y, j->rows);
+        (j->tiled == 2 ? sw_matmul_sgemm
+         : j->tiled    ? sw_matmul_tiled
+                       : sw_matmul)(j->t, j->n, j->w, j->w_stride, o0, o1, j->x, j->x_stride, j->nr,
+                                 j->y, j->rows);
     }
 }
 
@@ -143,6 +146,10 @@ static int s_random_blocks(enum sw_type t, uint8_t *row, int64_t n)
             memcpy(p, &small, 2);
             memcpy(p + 2, &small, 2); // q5_1's m (q5_0: high bits, any value)
             break;
+        case SW_TYPE_IQ4_NL:
+        case SW_TYPE_IQ4_XS:
+            memcpy(p, &small, 2); // d (iq4_xs: its scales any value)
+            break;
         default:
             return -1;
         }
@@ -192,6 +199,7 @@ static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
     } cases[] = {
         {SW_TYPE_Q4_K, 1536, 1536},   {SW_TYPE_Q4_K, 8960, 1536}, {SW_TYPE_Q6_K, 1536, 8960},
         {SW_TYPE_Q6_K, 151936, 1536}, {SW_TYPE_Q5_0, 4864, 896},  {SW_TYPE_Q8_0, 4864, 896},
+        {SW_TYPE_IQ4_NL, 4864, 896},
     };
     const int nrs[] = {1, 2, 5, 9, 17, 33};
     printf("%-5s %6s %5s %3s %3s %10s %9s %7s\n", "type", "rows", "n", "nr", "thr", "us/call",
@@ -224,20 +232,20 @@ static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
 }
 
 /* The prompt windows' K-quant matmul (sw_matmul_tiled) on Qwen2.5-Coder-1.5B's
- * matrices, at every kernel level from AVX2 up, side by side: time per call
- * and integer multiply-adds per second. */
+ * matrices and iq4_nl's sgemm order (sw_matmul_sgemm) on the 0.5B's, at every
+ * kernel level from AVX2 up, side by side: time per call and integer
+ * multiply-adds per second. */
 static int s_tiled(sw_pool_t *pool, double min_s, const char *only)
 {
     const struct {
         enum sw_type t;
         int64_t rows, n;
     } cases[] = {
-        {SW_TYPE_Q4_K, 1536, 1536},
-        {SW_TYPE_Q4_K, 8960, 1536},
-        {SW_TYPE_Q5_K, 1536, 1536},
-        {SW_TYPE_Q6_K, 1536, 8960},
+        {SW_TYPE_Q4_K, 1536, 1536},  {SW_TYPE_Q4_K, 8960, 1536},  {SW_TYPE_Q5_K, 1536, 1536},
+        {SW_TYPE_Q6_K, 1536, 8960},  {SW_TYPE_IQ4_NL, 4864, 896}, {SW_TYPE_IQ4_NL, 896, 4864},
+        {SW_TYPE_IQ4_XS, 896, 4864},
     };
-    const int nrs[] = {8, 16, 64, 512};
+    const int nrs[] = {8, 16, 64, 128, 512};
     const enum sw_kernel_level best = sw_quant_best_level();
     printf("%-5s %6s %5s %3s %3s", "type", "rows", "n", "nr", "thr");
     for (int l = SW_KLEVEL_AVX2; l <= (int)best; l++) {
@@ -256,7 +264,8 @@ static int s_tiled(sw_pool_t *pool, double min_s, const char *only)
         if (y == NULL || s_make(cases[ci].t, rows, n, 512, &w, &wsb, &x, &xsb) != 0)
             return -1;
         for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
-            struct job j = {cases[ci].t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0, 1};
+            const int order = cases[ci].t == SW_TYPE_IQ4_NL ? 2 : 1; // sgemm, tiled
+            struct job j = {cases[ci].t, n, rows, w, wsb, x, xsb, nrs[ni], y, 0, order};
             printf("%-5s %6lld %5lld %3d %3d", sw_type_name(cases[ci].t), (long long)rows,
                    (long long)n, nrs[ni], sw_pool_size(pool));
             double first = 0.0, last = 0.0;

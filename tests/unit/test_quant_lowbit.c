@@ -5,9 +5,10 @@
  *    layouts (written here from the block descriptions, not from
  *    quant_math_lowbit.h), and sw_deq_elem (the GPU's) equal to them;
  *  - every kernel level (scalar, avx2, avx512 where the CPU has them; 17
- *    rows for the AVX-512 tiled kernels) gives the same bits for sw_vec_dot, sw_matmul (per element
- * equal to sw_vec_dot, any row count and output split), sw_matmul_tiled and sw_matmul_sgemm; the
- * dot products are close to the f64 dot of the dequantized rows with the dequantized activations;
+ *    rows for the AVX-512 tiled kernels, 70 for iq4_nl's sgemm panels) gives the same bits for
+ * sw_vec_dot, sw_matmul (per element equal to sw_vec_dot, any row count and output split),
+ * sw_matmul_tiled and sw_matmul_sgemm; the dot products are close to the f64 dot of the dequantized
+ * rows with the dequantized activations;
  *  - the GPU's shape of the same arithmetic (quant_math_lowbit.h: one lane
  *    per thread, iq4_nl's two chains and odd tail) equals the CPU's bits;
  *  - the orders differ where llama.cpp's differ (iq4_nl's one-row order and
@@ -342,6 +343,11 @@ static void test_kernels(void)
         /* 17 rows: the AVX-512 tiled kernels (SW_MMTW_ROWS), over 2 panels and a partial one */
         s_check_type(t, 1280, 40, 17);
     }
+    /* iq4_nl's AVX-512 sgemm panels: 21 blocks (a slab of 16 and an odd 5), 19 weight rows
+     * (a panel and a partial one), 70 activation rows (a pass of 64 and one of 6) */
+    s_check_type(SW_TYPE_IQ4_NL, 21 * 32, 19, 70);
+    /* its AVX-512 one-row kernel: 2 groups of 8 blocks, a pair and the odd tail, rows in pairs */
+    s_check_type(SW_TYPE_IQ4_NL, 21 * 32, 11, 1);
 }
 
 /* A copy of the model with tensor `tensor`'s type id set to `type`; its load
