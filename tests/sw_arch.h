@@ -63,18 +63,24 @@ static inline int swa_file_sha256(const char *path, char out[65])
     return 0;
 }
 
-/* The fixture of set (a new reference the caller frees with json_decref), or
- * NULL after a failed check. */
-static inline json_t *swa_fixture(const char *set)
+/* The fixture tests/fixtures/<kind>_<set>.json (a new reference the caller frees with json_decref),
+ * or NULL after a failed check. */
+static inline json_t *swa_fixture_kind(const char *kind, const char *set)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/arch_%s.json", sw_test_env("SW_FIXTURES"), set);
+    snprintf(path, sizeof path, "%s/%s_%s.json", sw_test_env("SW_FIXTURES"), kind, set);
     json_error_t je;
     json_t *doc = json_load_file(path, 0, &je);
     if (!doc)
         fprintf(stderr, "%s: %s\n", path, je.text);
     SW_CHECK(doc != NULL);
     return doc;
+}
+
+/* tests/fixtures/arch_<set>.json (swa_fixture_kind). */
+static inline json_t *swa_fixture(const char *set)
+{
+    return swa_fixture_kind("arch", set);
 }
 
 /* Writes the path of the fixture's model to out and returns 0 once the file

@@ -159,12 +159,7 @@ static void s_run_set(int si)
 {
     const char *set = s_sets[si].set;
     char path[1024];
-    snprintf(path, sizeof path, "%s/quant_%s.json", sw_test_env("SW_FIXTURES"), set);
-    json_error_t je;
-    json_t *doc = json_load_file(path, 0, &je);
-    if (!doc)
-        fprintf(stderr, "%s: %s\n", path, je.text);
-    SW_CHECK(doc != NULL);
+    json_t *doc = swa_fixture_kind("quant", set);
     if (!doc || swa_model(doc, path, sizeof path) != 0) {
         json_decref(doc);
         return;
