@@ -301,7 +301,10 @@ int main(void)
     if (text && strcmp(text, ref))
         fprintf(stderr, "page: '%s'\nrun:  '%s'\n", text, ref);
     SW_CHECK(s_num(j, "chat_chunks", NULL) >= N_GEN / 2);
-    SW_CHECK(s_num(j, "chat_steps", NULL) >= N_GEN / 2);
+    /* The page draws once per animation frame (app.js), so a fast cluster's
+     * 32 tokens in ~300 ms show in ~15-20 steps; a reply drawn in one piece
+     * shows in 1. At least 4 steps over more than 100 ms is "it grew". */
+    SW_CHECK(s_num(j, "chat_steps", NULL) >= 4);
     SW_CHECK(json_number_value(json_object_get(j, "chat_span_ms")) > 100);
     const char *stats = json_string_value(json_object_get(j, "chat_stats"));
     SW_CHECK(stats && strstr(stats, "32 tokens") && strstr(stats, "tokens per round trip"));
