@@ -10,8 +10,11 @@ that a number or a name changed on one side alone fails the default suite:
    (default N)", "`--flag` (`MACRO`, N)", "`--flag`, default N") is one that
    some program's --help prints for that flag (the built programs print the
    macros); a macro a doc names (SW_*, NODE_*, HEAD_*, GW_*, ERR_* ...) occurs
-   in the code, and where the doc gives its value ("`MACRO`, N") the #define
-   says N.
+   in the code, and where the doc gives its value ("`MACRO`, N", "`MACRO` (N
+   MiB)", "MACRO = N", or a table row "| MACRO | N unit |", e.g.
+   protocol.md's limits) the #define says N (its expression evaluated, the
+   unit converted: 16 MiB, 2^24, 16 MiB + 128 B); an error code a doc numbers
+   ("`ERR_BUSY` 15") is that number in proto/shardwire.proto.
 3. Mutations: every mutation a row of docs/testing.md's claims table names
    (`m:ID`) is in scripts/ci/mutations.py's claims group, every row names one
    or says why not ("by hand", "not shown", "not a code mutation"), and every
@@ -38,6 +41,10 @@ that a number or a name changed on one side alone fails the default suite:
    "P prompts x T tokens" states the prompts and n_gen the files hold.
 8. Weight types: "N weight types" and the list "F32/F16/..." are the types
    engine/quant_types.c marks supported, but the activation-only q8_1, q8_K.
+9. Quoted benchmark numbers: a speed ratio ("1.09-1.63x") or a speed ("7.2
+   tok/s") that README.md, docs/status.md or docs/usage.md quote outside a
+   rendered region is one docs/benchmarks.md holds (a rendered region or a
+   dated history table there), so that it cannot drift from its source.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
@@ -77,9 +84,10 @@ FOLDERS = ("base", "engine", "net", "node", "relay", "client", "gateway", "hub",
 PATH = re.compile(r"(?<![\w./~$-])((?:%s)/[A-Za-z0-9_./+-]*)" % "|".join(re.escape(f) for f in FOLDERS))
 LINK = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")
 # Macro names of this code base a doc may cite (external ones, ZMQ_*, AF_*, are not checked).
-MACRO = re.compile(r"(?<![\w.])((?:SW|NODE|HEAD|GW|RELAY|CLIENT|STAGE|PLACE|HUB|ERR|S)_[A-Z0-9_]*[A-Z0-9])(?![\w(])")
+MACRO_NAME = r"(?:SW|NODE|HEAD|GW|RELAY|CLIENT|STAGE|PLACE|HUB|ERR|S)_[A-Z0-9_]*[A-Z0-9]"
+MACRO = re.compile(r"(?<![\w.])(%s)(?![\w(])" % MACRO_NAME)
 NUM = r"(\d+(?:\.\d+)?)"
-UNIT = r"(?:\s*(ms|s|MiB|MB|GiB|KiB))?"
+UNIT = r"(?:\s*(ms|min|s|MiB|MB|GiB|KiB)(?![\w/]))?"
 # "`--flag` (N)", "`--flag` (N unit)", "`--flag` (default N", "`--flag` (`MACRO`, N)",
 # "`--flag`, default N"; the flag's backticks may hold a metavariable (`--spot-check P`), not a value.
 FLAG = r"`(--[a-z0-9][a-z0-9-]*)(?: [A-Z][A-Za-z|]*)?`"
@@ -202,6 +210,158 @@ def to_unit(flag, value, unit):
     return v
 
 
+def s_macro_values():
+    """{MACRO: value} of every #define of the C sources whose value is a constant expression of
+    numbers and other such macros ((4u << 20), (SW_WIRE_MAX_PAYLOAD + 128u), 10 * 60 * 1000);
+    a name defined twice with different values is left out."""
+    raw = {}
+    for f in source_files():
+        if not f.endswith((".c", ".h", ".cu", ".cuh")):
+            continue
+        try:
+            text = re.sub(r"\\\n", " ", open(os.path.join(SRC, f), errors="replace").read())
+        except (IsADirectoryError, FileNotFoundError):
+            continue
+        for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+([A-Z][A-Z0-9_]+)[ \t]+([^\n]*?)[ \t]*(?://[^\n]*|/\*[^\n]*)?$",
+                             text, re.M):
+            raw.setdefault(m.group(1), set()).add(m.group(2))
+    values = {}
+
+    def value(name, depth=0):
+        if name in values:
+            return values[name]
+        if name not in raw or depth > 20 or len(raw[name]) != 1:
+            return None
+        expr = next(iter(raw[name]))
+        expr = re.sub(r"\b(\d+(?:\.\d+)?)[uUlLfF]+\b", r"\1", expr)
+        expr = re.sub(r"\(\s*(?:u?int\d+_t|size_t|double|float|int|long|unsigned)\s*\)", "", expr)
+        if not re.fullmatch(r"[\sA-Z0-9_().+*/<>-]+", expr):
+            return None
+        names = re.findall(r"\b[A-Z_][A-Z0-9_]*\b", expr)
+        subs = {n: value(n, depth + 1) for n in names}
+        if any(v is None for v in subs.values()):
+            return None
+        expr = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda m: "(%r)" % subs[m.group(0)], expr)
+        try:
+            v = eval(expr.replace("/", "//") if "." not in expr else expr, {"__builtins__": {}})
+        except Exception:  # noqa: BLE001 - not a constant expression
+            return None
+        values[name] = v if isinstance(v, (int, float)) else None
+        return values[name]
+
+    for name in raw:
+        value(name)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+# What a unit a doc writes after a number may stand for in the code: the value as written, or
+# converted (16 MiB is 16777216 bytes for SW_WIRE_MAX_PAYLOAD, 16 for SW_RELAY_DEFAULT_..._MIB).
+SCALES = {"": (1,), "B": (1,), "bytes": (1,), "ms": (1, 1e-3), "s": (1, 1e3), "min": (1, 60, 6e4),
+          "KiB": (1, 1 << 10), "MiB": (1, 1 << 20), "GiB": (1, 1 << 30)}
+AMOUNT = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:\^(\d+))?(?:\s*(ms|min|s|B|bytes|KiB|MiB|GiB)\b)?")
+
+
+def s_amounts(text):
+    """The values a doc's "N unit [+ N unit]" at the start of text may mean, or None when it
+    does not start with one: 2^24, 16 MiB + 128 B (one value: bytes), 1000 ms."""
+    parts = []
+    rest = text.strip()
+    while True:
+        m = AMOUNT.match(rest)
+        if not m:
+            return None
+        v = float(m.group(1).replace(",", ""))
+        if m.group(2):
+            v = v ** int(m.group(2))
+        parts.append((v, m.group(3) or ""))
+        rest = rest[m.end():].lstrip()
+        if not rest.startswith("+ "):
+            break
+        rest = rest[2:]
+    if len(parts) == 1:
+        v, unit = parts[0]
+        return {v * k for k in SCALES[unit]}
+    total = 0.0  # a sum is in bytes (or plain numbers)
+    for v, unit in parts:
+        total += v * (max(SCALES[unit]) if unit in ("KiB", "MiB", "GiB") else 1)
+    return {total}
+
+
+def s_same(code_value, amounts):
+    return any(abs(code_value - a) <= 1e-9 * max(1.0, abs(a)) for a in amounts)
+
+
+def s_macro_cell(cell):
+    """The macros a table cell names (`SW_WIRE_MAX_STOP / _STOP_LEN`: two), or [] when the cell is
+    not only macro names."""
+    names = [n.strip().strip("`") for n in cell.split(" / ")]
+    if not names or not re.fullmatch(MACRO_NAME, names[0]):
+        return []
+    out = [names[0]]
+    for short in names[1:]:
+        if not re.fullmatch(r"_[A-Z0-9_]+", short):
+            return []
+        base = names[0]
+        cands = [base[:i] + short for i in range(len(base)) if base[i] == "_"] + [base + short]
+        out.append(next((c for c in reversed(cands) if c in s_macro_cell.known), cands[-1]))
+    return out
+
+
+s_macro_cell.known = set()
+
+
+def check_macro_values(defines):
+    """The values docs give the code's macros in limits tables ("| SW_WIRE_MAX_POS | 2^24 |",
+    "| `--hwm` | SW_RELAY_DEFAULT_HWM | 128 messages |") and as "MACRO = N"; and the numbers
+    they give error codes ("`ERR_BUSY` 15") against proto/shardwire.proto."""
+    s_macro_cell.known = set(defines)
+    proto = open(os.path.join(SRC, "proto", "shardwire.proto")).read()
+    codes = {k: int(v) for k, v in re.findall(r"\b(ERR_[A-Z_]+)\s*=\s*(\d+);", proto)}
+    n = 0
+    for doc in docs():
+        if doc.endswith("reference.md"):
+            continue  # generated from the code
+        raw = read_doc(doc)
+        for ln, line in enumerate(raw.splitlines(), 1):
+            if not line.startswith("|"):
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            for i, cell in enumerate(cells[:-1]):
+                names = s_macro_cell(cell)
+                if not names:
+                    continue
+                vals = [re.sub(r"\([^)]*\)", "", v).strip() for v in cells[i + 1].split(" / ")]
+                if len(vals) != len(names):
+                    continue
+                for name, val in zip(names, vals):
+                    amounts = s_amounts(val)
+                    if amounts is None or name not in defines:
+                        continue
+                    n += 1
+                    if not s_same(defines[name], amounts):
+                        fail(f"{rel(doc)}:{ln}: the table gives {name} as '{val}'; the code's value is "
+                             f"{defines[name]:.15g}")
+        text = re.sub(r"\s*\n\s*", " ", raw)
+        for m in re.finditer(r"`?\b([A-Z][A-Z0-9_]*_[A-Z0-9_]+)`?\s*=\s*(\d[^\s,;)]*(?:\s*(?:ms|min|s|MiB|KiB|GiB|B|bytes)\b)?)",
+                             text):
+            name, val = m.group(1), m.group(2)
+            amounts = s_amounts(val)
+            if name not in defines or amounts is None:
+                continue  # an environment variable (SW_NCCL=0) or another program's constant
+            n += 1
+            if not s_same(defines[name], amounts):
+                fail(f"{rel(doc)}: '{m.group(0)}': {name} is {defines[name]:.15g} in the code")
+        for m in re.finditer(r"`(ERR_[A-Z_]+)`\s*(?:(\d+)\b(?![\d.]|\s*(?:peers|ms|s\b|bytes|MiB))|\((\d+)\))",
+                             text):
+            name, val = m.group(1), m.group(2) or m.group(3)
+            n += 1
+            if name not in codes:
+                fail(f"{rel(doc)}: names {name}, which proto/shardwire.proto lacks")
+            elif codes[name] != int(val):
+                fail(f"{rel(doc)}: '{m.group(0)}': {name} is {codes[name]} in proto/shardwire.proto")
+    return n
+
+
 def check_defaults():
     progs = gen_reference.all_help(os.path.join(BUILD, "bin"))
     defaults = {}  # flag -> {program: [numbers of its default]}
@@ -209,8 +369,7 @@ def check_defaults():
         for _, flag, _, _, desc in entries:
             defaults.setdefault(flag, {})[prog] = gen_reference.numbers(gen_reference.default_of(desc))
     code = code_text()
-    defines = dict(re.findall(r"#define\s+([A-Z][A-Z0-9_]+)\s+\(?(\d+(?:\.\d+)?)[uUlLfF]*\)?\s*(?://|/\*|$)",
-                              code, re.M))
+    defines = s_macro_values()
     names = set(re.findall(r"[A-Z][A-Z0-9_]+", code))
     checked, seen = 0, set()
     for doc in docs():
@@ -224,9 +383,9 @@ def check_defaults():
         for rx in MACRO_VALUE:
             for m in rx.finditer(text):
                 name, value = m.group(1), m.group(2)
-                v = to_unit(name.lower().replace("_", "-"), value, m.group(3))
-                if name in defines and float(defines[name]) != v:
-                    fail(f"{rel(doc)}: {m.group(0)}: {name} is {defines[name]} in the code, the doc says {value}")
+                amounts = s_amounts(value + (" " + m.group(3) if m.group(3) else ""))
+                if name in defines and not s_same(defines[name], amounts):
+                    fail(f"{rel(doc)}: {m.group(0)}: {name} is {defines[name]:.15g} in the code, the doc says {value}")
                 elif name in defines:
                     checked += 1
         for rx in STATED:
@@ -252,7 +411,8 @@ def check_defaults():
                     got = "; ".join(f"{p}: {gen_reference.default_of(d)}"
                                     for p in stated for _, f, _, _, d in progs[p] if f == flag)
                     fail(f"{where}: the doc says {value}{' ' + unit if unit else ''}, --help says {got}")
-    print(f"defaults: {checked} stated defaults and macro values compared with the code")
+    checked += check_macro_values(defines)
+    print(f"defaults: {checked} stated defaults, macro values and error codes compared with the code")
 
 
 def mutation_parts(entry):
@@ -490,6 +650,60 @@ def check_types():
     print(f"weight types: {n} counts and lists compared with engine/quant_types.c ({len(weights)} types)")
 
 
+# Pages that quote benchmark numbers from docs/benchmarks.md (which holds them rendered from a
+# result file or in a dated history table): a ratio or a speed they give must be in the section
+# of it they cite next (`docs/benchmarks.md "K-quant prompts"`, in the same table cell or
+# paragraph), or, citing none, in the page.
+QUOTING = ("README.md", os.path.join("docs", "status.md"), os.path.join("docs", "usage.md"))
+QUOTED = re.compile(r"(?<![\w.])(\d+\.\d+)(?:-(\d+\.\d+))?(x\b| tok/s\b)")
+CITES_BENCH = re.compile(r"benchmarks\.md,?\s*\"([^\"\n]{2,80})\"")
+
+
+def s_section(text, title):
+    """The text of the section of a page whose heading starts with (or holds) title, to the next
+    heading of its level or above; None when there is none."""
+    lines = text.splitlines()
+    t = title.lower()
+    for i, line in enumerate(lines):
+        m = re.match(r"(#+)\s+(.*)", line)
+        if m and (m.group(2).lower().replace("`", "").startswith(t) or t in m.group(2).lower().replace("`", "")):
+            level = len(m.group(1))
+            j = i + 1
+            while j < len(lines) and not (re.match(r"#+\s", lines[j]) and len(re.match(r"#+", lines[j]).group(0)) <= level):
+                j += 1
+            return "\n".join(lines[i:j])
+    return None
+
+
+def check_quoted_bench():
+    import render_bench
+    bench = open(os.path.join(SRC, "docs", "benchmarks.md")).read()
+    n = 0
+    for page in QUOTING:
+        text = render_bench.REGION.sub("", read_doc(os.path.join(SRC, page)))
+        for m in QUOTED.finditer(text):
+            # the paragraph or table cell the number stands in
+            ends = [e for e in (text.find("\n\n", m.end()), text.find(" | ", m.end())) if e >= 0]
+            end = min(ends or [len(text)])
+            begins = [b + 2 for b in (text.rfind("\n\n", 0, m.start()), text.rfind(" | ", 0, m.start())) if b >= 0]
+            begin = max(begins or [0])
+            after = CITES_BENCH.search(text, m.end(), end)
+            before = [c for c in CITES_BENCH.finditer(text, begin, m.start())][-1:]
+            cites = [c.group(1) for c in ([after] if after else []) + before]
+            scopes = [s_section(bench, c) for c in cites]
+            if cites and all(sc is None for sc in scopes):
+                continue  # check_xrefs names a citation of no section
+            scopes = [sc for sc in scopes if sc is not None] or [bench]
+            where = " or ".join(f'"{c}"' for c in cites) or "the page"
+            for v in (m.group(1), m.group(2)):
+                if not v:
+                    continue
+                n += 1
+                if not any(re.search(r"(?<![\w.])%s(?!\d)" % re.escape(v), sc) for sc in scopes):
+                    fail(f"{page}:{line_of(text, m.start())}: quotes '{m.group(0)}'; docs/benchmarks.md "
+                         f"{where} has no {v} (a quoted number comes from the tables it cites)")
+    print(f"quoted benchmark numbers: {n} ratios and speeds of {', '.join(QUOTING)} found where they cite")
+
 def main():
     if not os.path.isfile(os.path.join(BUILD, "bin", "shardwire")):
         print(f"{BUILD}/bin/shardwire: not built", file=sys.stderr)
@@ -502,6 +716,7 @@ def main():
     check_xrefs()
     check_fixtures()
     check_types()
+    check_quoted_bench()
     print(f"{len(failures)} failures" if failures else "docs agree with the code")
     return 1 if failures else 0
 
