@@ -22,7 +22,8 @@ command is replaced by the build directory).
 
 Each mutation must make its test fail; the script exits 1 when one does not, when its text
 is no longer in its file (checked for every mutation, also those a budget leaves out) or
-when the mutated code does not build (that would show nothing of the test). The last line
+when the mutated code does not build (that would show nothing of the test); a mutation not
+caught is printed with the test's last lines of its own (ctest runs it with -V). The last line
 counts them: "GROUP: N of M mutations caught (S s)", or with a budget or TEXT "GROUP:
 caught N of R run (of M named; E setup errors) in S s". SW_MUTATION_JOBS sets the build's
 jobs (default 2). A mutation rebuilds only its test and the three programs tests start.
@@ -30,6 +31,7 @@ It edits the sources in place and puts them back after each, so run it on a
 clean tree; the programs it rebuilt are rebuilt from the restored sources at the end.
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -441,7 +443,6 @@ def main():
         return 2
     missed_ids = 0
     if group == "claims":  # the ids docs/testing.md's claims table names, in its order
-        import re
         with open(os.path.join(ROOT, "docs", "testing.md")) as f:
             rows = f.read().split("## Claims and the tests that back them", 1)[-1]
         named = list(dict.fromkeys(re.findall(r"`m:([a-z0-9-]+)`", rows)))
@@ -515,8 +516,9 @@ def main():
                 t = run([build if a == "BUILD" else a for a in test["cmd"]], env=env, cwd=ROOT,
                         timeout=limit)
             elif how == "ctest":
-                t = run(["ctest", "-R", f"^{test}$", "--output-on-failure"] +
-                        (["-V"] if os.environ.get("SW_MUTATION_VERBOSE") else []), env=env,
+                # -V: a test that passes shows its own lines too, printed below when it
+                # did not catch the mutation (so that a miss says why)
+                t = run(["ctest", "-R", f"^{test}$", "--output-on-failure", "-V"], env=env,
                         cwd=build, timeout=limit)
             else:
                 t = run([os.path.join(build, "bin", test)], env=env, cwd=build, timeout=limit)
@@ -528,7 +530,6 @@ def main():
             # a failing test keeps its folder in /tmp (tests/sw_test.c): expected here, so it
             # goes (kept with SW_MUTATION_VERBOSE, to be read)
             if not os.environ.get("SW_MUTATION_VERBOSE"):
-                import re
                 import shutil
                 for d in re.findall(r"kept because it failed\): (/tmp/swtest\.\w+)", t.stdout):
                     shutil.rmtree(d, ignore_errors=True)
@@ -540,6 +541,11 @@ def main():
                 print(f"caught by {label} ({secs}): {name}\n    {why[:300]}")
             else:
                 print(f"NOT CAUGHT by {label} ({secs}): {name}")
+                # the test's last lines of its own (ctest -V prefixes them "N: ")
+                own = [re.sub(r"^\d+: ", "", l) for l in t.stdout.splitlines()
+                       if re.match(r"^\d+: (?!Test command|Working Directory|Environment|Test timeout)", l)]
+                for l in own[-6:]:
+                    print("    " + l[:300])
                 missed += 1
             if os.environ.get("SW_MUTATION_VERBOSE"):  # the test's output, to see why
                 print("    | " + "\n    | ".join(t.stdout.rstrip().splitlines()[-40:]))

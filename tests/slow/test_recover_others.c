@@ -11,7 +11,8 @@
  * replayed. While it stalls, the other client's text keeps growing and the
  * stalled one's does not, and it keeps growing through the recovery (from
  * the head's failure line to its "went through again": also in its second
- * half, past the round in flight at the failure); at the end both
+ * half, past the round in flight at the failure, up to the last sample taken
+ * before the end was logged); at the end both
  * outputs equal `shardwire generate`'s, token for token.
  */
 #include "sw_test.h"
@@ -165,8 +166,8 @@ int main(void)
     /* and through the recovery itself: from the head's failure line (the round timeout) to
      * its "went through again" (route found, session replayed through tail-b) */
     const char *head_log = sw_test_log("head.log");
-    double t_fail = 0, t_route = 0, t_ok = 0;
-    long o_fail = 0, o_route = 0, o_ok = 0, o_mid = -1;
+    double t_fail = 0, t_route = 0, t_ok = 0, t_last = 0;
+    long o_fail = 0, o_route = 0, o_ok = 0, o_mid = -1, o_last = -1;
     enum { MAX_SAMPLES = 2000 };
     static double at[MAX_SAMPLES]; /* the other client's text size from the failure on */
     static long size_at[MAX_SAMPLES];
@@ -189,6 +190,13 @@ int main(void)
         if (t_fail && sw_test_count_in_file(head_log, "went through again") >= 1) {
             t_ok = s_now() - t0;
             o_ok = s_size(other);
+            /* the last sample taken before the check that did not find the line yet: surely
+             * before the head logged it (so before a head that paused the others resumed them:
+             * this iteration's sample, or o_ok, may already hold the other's next round) */
+            if (n_samples >= 2) {
+                t_last = at[n_samples - 2];
+                o_last = size_at[n_samples - 2];
+            }
         }
     }
     /* the other client's text when the recovery was half through */
@@ -196,15 +204,24 @@ int main(void)
     for (int i = 0; i < n_samples && o_half < 0; i++)
         if (at[i] >= t_fail + (t_ok - t_fail) / 2)
             o_half = size_at[i];
+    double t_half = t_fail + (t_ok - t_fail) / 2;
     printf("recovery of the frozen tail's session: failure seen at +%.1f s, route at +%.1f s, "
            "through again at +%.1f s; meanwhile the other client +%ld bytes to the route, +%ld "
-           "bytes to the end (+%ld from 0.25 s after the failure, +%ld in the second half)\n",
-           t_fail, t_route, t_ok, o_route - o_fail, o_ok - o_fail, o_ok - o_mid, o_ok - o_half);
+           "bytes to the end (+%ld from 0.25 s after the failure, +%ld in the second half until "
+           "the last sample before the end, %.2f s)\n",
+           t_fail, t_route, t_ok, o_route - o_fail, o_ok - o_fail, o_ok - o_mid, o_last - o_half,
+           t_last - t_half);
     SW_CHECK(t_fail > 0 && t_ok > 0);
-    /* the other client's text grew while this one recovered, in the recovery's second half:
-     * long past the round it had in flight at the failure, which may land late on a loaded
-     * machine (a recovery shorter than 1 s leaves too little time to tell) */
-    SW_CHECK(t_ok - t_fail < 1.0 || (o_half >= 0 && o_ok > o_half));
+    /* the other client's text grew while this one recovered, in the recovery's second half
+     * (long past the round it had in flight at the failure, which may land late on a loaded
+     * machine) and before the recovery ended (the first round the other session sends once
+     * it is over may land before this loop sees the end). A window under 0.5 s leaves too
+     * little time to tell: then it is said, and not checked. */
+    if (t_last - t_half < 0.5)
+        printf("the recovery's second half was too short to tell (%.2f s): not checked\n",
+               t_last - t_half);
+    else
+        SW_CHECK(o_half >= 0 && o_last > o_half);
 
     /* both finish, exact (the stalled one through tail-b after the timeout) */
     SW_CHECK_INT(sw_test_wait(c1, 400), 0);
