@@ -11,7 +11,7 @@ that a number or a name changed on one side alone fails the default suite:
    some program's --help prints for that flag (the built programs print the
    macros); a macro a doc names (SW_*, NODE_*, HEAD_*, GW_*, ERR_* ...) occurs
    in the code, and where the doc gives its value ("`MACRO`, N", "`MACRO` (N
-   MiB)", "MACRO = N", or a table row "| MACRO | N unit |", e.g.
+   MiB)", "N unit (`MACRO`)", "MACRO = N", or a table row "| MACRO | N unit |", e.g.
    protocol.md's limits) the #define says N (its expression evaluated, the
    unit converted: 16 MiB, 2^24, 16 MiB + 128 B); an error code a doc numbers
    ("`ERR_BUSY` 15") is that number in proto/shardwire.proto.
@@ -313,7 +313,8 @@ s_macro_cell.known = set()
 def check_macro_values(defines):
     """The values docs give the code's macros in limits tables ("| SW_WIRE_MAX_POS | 2^24 |",
     "| `--hwm` | SW_RELAY_DEFAULT_HWM | 128 messages |") and as "MACRO = N"; and the numbers
-    they give error codes ("`ERR_BUSY` 15") against proto/shardwire.proto."""
+    they give error codes ("`ERR_BUSY` 15") against proto/shardwire.proto; and a value a doc
+    gives before the macro's name ("every 300 ms (`CLIENT_RESUME_GAP_MS`)")."""
     s_macro_cell.known = set(defines)
     proto = open(os.path.join(SRC, "proto", "shardwire.proto")).read()
     codes = {k: int(v) for k, v in re.findall(r"\b(ERR_[A-Z_]+)\s*=\s*(\d+);", proto)}
@@ -348,6 +349,17 @@ def check_macro_values(defines):
             amounts = s_amounts(val)
             if name not in defines or amounts is None:
                 continue  # an environment variable (SW_NCCL=0) or another program's constant
+            n += 1
+            if not s_same(defines[name], amounts):
+                fail(f"{rel(doc)}: '{m.group(0)}': {name} is {defines[name]:.15g} in the code")
+        # "300 ms (`CLIENT_RESUME_GAP_MS`)", "16 MiB + 128 B (`SW_WIRE_MAX_FRAME`)", "30 s, `MACRO`"
+        for m in re.finditer(r"(?<![\w.^+-])((?:\d[\d,]*(?:\.\d+)?(?:\^\d+)?(?:\s*(?:ms|min|s|MiB|KiB|GiB|B|bytes)\b)?"
+                             r"\s*\+\s*)*\d[\d,]*(?:\.\d+)?(?:\^\d+)?(?:\s*(?:ms|min|s|MiB|KiB|GiB|B|bytes)\b)?)"
+                             r"\s*(?:\(|,\s*)`(%s)`" % MACRO_NAME, text):
+            val, name = m.group(1), m.group(2)
+            amounts = s_amounts(val)
+            if name not in defines or amounts is None:
+                continue
             n += 1
             if not s_same(defines[name], amounts):
                 fail(f"{rel(doc)}: '{m.group(0)}': {name} is {defines[name]:.15g} in the code")
