@@ -7,8 +7,8 @@ that a number or a name changed on one side alone fails the default suite:
    and a file it names without its folder (`stage_timing.c`) is one some file
    of the repository is called, but the few FILE_EXAMPLES.
 2. Defaults: a default a doc states for a flag ("`--flag` (N)", "`--flag`
-   (default N)", "`--flag` (`MACRO`, N)", "`--flag`, default N") is one that
-   some program's --help prints for that flag (the built programs print the
+   (default N)", "`--flag` (`MACRO`, N)", "`--flag`, default N", "N
+   (`serve --flag`)") is one that some program's --help prints for that flag (the built programs print the
    macros); a macro a doc names (SW_*, NODE_*, HEAD_*, GW_*, ERR_* ...) occurs
    in the code, and where the doc gives its value ("`MACRO`, N", "`MACRO` (N
    MiB)", "N unit (`MACRO`)", "MACRO = N", or a table row "| MACRO | N unit |", e.g.
@@ -258,7 +258,7 @@ def s_macro_values():
 # converted (16 MiB is 16777216 bytes for SW_WIRE_MAX_PAYLOAD, 16 for SW_RELAY_DEFAULT_..._MIB).
 SCALES = {"": (1,), "B": (1,), "bytes": (1,), "ms": (1, 1e-3), "s": (1, 1e3), "min": (1, 60, 6e4),
           "KiB": (1, 1 << 10), "MiB": (1, 1 << 20), "GiB": (1, 1 << 30)}
-AMOUNT = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:\^(\d+))?(?:\s*(ms|min|s|B|bytes|KiB|MiB|GiB)\b)?")
+AMOUNT = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:\^(\d+))?(?:\s*(minutes?|seconds?|ms|min|s|B|bytes|KiB|MiB|GiB)\b)?")
 
 
 def s_amounts(text):
@@ -273,7 +273,8 @@ def s_amounts(text):
         v = float(m.group(1).replace(",", ""))
         if m.group(2):
             v = v ** int(m.group(2))
-        parts.append((v, m.group(3) or ""))
+        unit = {"minute": "min", "minutes": "min", "second": "s", "seconds": "s"}.get(m.group(3), m.group(3))
+        parts.append((v, unit or ""))
         rest = rest[m.end():].lstrip()
         if not rest.startswith("+ "):
             break
@@ -353,8 +354,10 @@ def check_macro_values(defines):
             if not s_same(defines[name], amounts):
                 fail(f"{rel(doc)}: '{m.group(0)}': {name} is {defines[name]:.15g} in the code")
         # "300 ms (`CLIENT_RESUME_GAP_MS`)", "16 MiB + 128 B (`SW_WIRE_MAX_FRAME`)", "30 s, `MACRO`"
-        for m in re.finditer(r"(?<![\w.^+-])((?:\d[\d,]*(?:\.\d+)?(?:\^\d+)?(?:\s*(?:ms|min|s|MiB|KiB|GiB|B|bytes)\b)?"
-                             r"\s*\+\s*)*\d[\d,]*(?:\.\d+)?(?:\^\d+)?(?:\s*(?:ms|min|s|MiB|KiB|GiB|B|bytes)\b)?)"
+        # (up to three words between: "16384 such windows (`SW_SEAL_SENDERS_MAX`)")
+        unit = r"(?:\s*(?:minutes?|seconds?|ms|min|s|MiB|KiB|GiB|B|bytes)\b)?"
+        for m in re.finditer(r"(?<![\w.^+-])((?:\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r"\s*\+\s*)*"
+                             r"\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r")(?:\s+[a-z-]+){0,3}"
                              r"\s*(?:\(|,\s*)`(%s)`" % MACRO_NAME, text):
             val, name = m.group(1), m.group(2)
             amounts = s_amounts(val)
@@ -423,6 +426,20 @@ def check_defaults():
                     got = "; ".join(f"{p}: {gen_reference.default_of(d)}"
                                     for p in stated for _, f, _, _, d in progs[p] if f == flag)
                     fail(f"{where}: the doc says {value}{' ' + unit if unit else ''}, --help says {got}")
+    # "512 (`serve --max-tokens`)", "40 (`--top-k`)", "5 s (`--handshake-ms`)": a value before its flag
+    for doc in docs():
+        if doc.endswith("reference.md"):
+            continue
+        text = re.sub(r"\s*\n\s*", " ", read_doc(doc))
+        for m in re.finditer(r"(?<![\w.])" + NUM + UNIT + r"\s*\(`(?:[a-z]+ )?(--[a-z0-9][a-z0-9-]*)`\)", text):
+            value, unit, flag = m.group(1), m.group(2), m.group(3)
+            stated = {p: n for p, n in defaults.get(flag, {}).items() if n}
+            if not stated:
+                continue  # a script's flag, or one whose --help states no numeric default
+            checked += 1
+            if not any(to_unit(flag, value, unit) in n for n in stated.values()):
+                fail(f"{rel(doc)}: '{m.group(0)}': --help gives {flag} the default(s) "
+                     f"{sorted({x for n in stated.values() for x in n})}")
     checked += check_macro_values(defines)
     print(f"defaults: {checked} stated defaults, macro values and error codes compared with the code")
 
