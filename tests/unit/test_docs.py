@@ -517,9 +517,39 @@ def check_bench():
                 fail(f"docs/benchmarks.md: the table under '{lines[start][:60]}' is neither "
                      "rendered (<!-- bench:NAME -->) nor dated history (a date above it)")
         in_table = line.startswith("|")
+    n += check_measured_tables()
     n_cmd = check_bench_commands()
     print(f"benchmarks: {len(render_bench.docs())} pages' bench regions rendered, "
-          f"{n} typed tables of docs/benchmarks.md dated, {n_cmd} commands of result files compared")
+          f"{n} typed tables of measurements dated, {n_cmd} commands of result files compared")
+
+
+# A table of other pages holding measurements of speed, latency or memory (these units) is
+# history too: dated like benchmarks.md's (protocol.md section 9, security.md section 7).
+MEASURED = re.compile(r"tok/s|msg/s|GB/s|MB/s|\d ?us\b|\d ?\u00b5s\b|VmRSS")
+
+
+def check_measured_tables():
+    import render_bench
+    n = 0
+    for doc in docs():
+        if doc.endswith(("reference.md", "benchmarks.md")):
+            continue
+        lines = render_bench.REGION.sub("", read_doc(doc)).splitlines()
+        start, in_table = 0, False
+        for i, line in enumerate(lines):
+            if line.startswith("#"):
+                start = i
+            if line.startswith("|") and not in_table:
+                end = i
+                while end < len(lines) and lines[end].startswith("|"):
+                    end += 1
+                if MEASURED.search("\n".join(lines[i:end])):
+                    n += 1
+                    if not re.search(r"20\d\d-\d\d-\d\d", "\n".join(lines[start:i])):
+                        fail(f"{rel(doc)}:{i + 1}: the table under '{lines[start][:60]}' holds measurements "
+                             "but no date (YYYY-MM-DD in its heading or the text above it)")
+            in_table = line.startswith("|")
+    return n
 
 
 # A command a doc gives for a result file: `python3 scripts/bench/X.py ARGS --json-out
