@@ -317,6 +317,9 @@ def check_macro_values(defines):
     they give error codes ("`ERR_BUSY` 15") against proto/shardwire.proto; and a value a doc
     gives before the macro's name ("every 300 ms (`CLIENT_RESUME_GAP_MS`)")."""
     s_macro_cell.known = set(defines)
+    # test_layers.py's bounds (MAX_FILE_LINES = 1000), which architecture.md "Sizes" states
+    layers = open(os.path.join(SRC, "tests", "unit", "test_layers.py")).read()
+    defines = dict(defines, **{k: int(v) for k, v in re.findall(r"^(MAX_[A-Z_]+) = (\d+)$", layers, re.M)})
     proto = open(os.path.join(SRC, "proto", "shardwire.proto")).read()
     codes = {k: int(v) for k, v in re.findall(r"\b(ERR_[A-Z_]+)\s*=\s*(\d+);", proto)}
     n = 0
@@ -358,7 +361,7 @@ def check_macro_values(defines):
         unit = r"(?:\s*(?:minutes?|seconds?|ms|min|s|MiB|KiB|GiB|B|bytes)\b)?"
         for m in re.finditer(r"(?<![\w.^+-])((?:\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r"\s*\+\s*)*"
                              r"\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r")(?:\s+[a-z-]+){0,3}"
-                             r"\s*(?:\(|,\s*)`(%s)`" % MACRO_NAME, text):
+                             r"\s*(?:\(|,\s*)`(%s|MAX_[A-Z_]+)`" % MACRO_NAME, text):
             val, name = m.group(1), m.group(2)
             amounts = s_amounts(val)
             if name not in defines or amounts is None:
