@@ -717,7 +717,7 @@ def check_types():
 # of it they cite next (`docs/benchmarks.md "K-quant prompts"`, in the same table cell or
 # paragraph), or, citing none, in the page.
 QUOTING = ("README.md", os.path.join("docs", "status.md"), os.path.join("docs", "usage.md"))
-QUOTED = re.compile(r"(?<![\w.])(\d+\.\d+)(?:-(\d+\.\d+))?(x\b| tok/s\b)")
+QUOTED = re.compile(r"(?<![\w.])(\d+\.\d+)(?:-(\d+(?:\.\d+)?))?(x\b| tok/s\b)")
 CITES_BENCH = re.compile(r"benchmarks\.md,?\s*\"([^\"\n]{2,80})\"")
 
 
