@@ -311,6 +311,40 @@ def s_macro_cell(cell):
 s_macro_cell.known = set()
 
 
+def check_default_tables(defaults):
+    """A table with a "default" column whose row names a flag (architecture.md's bounds,
+    fault-tolerance.md's settings, protocol.md's relay defaults): the number the default cell
+    starts with is one --help prints for that flag (a cell without a number is not checked)."""
+    n = 0
+    for doc in docs():
+        if doc.endswith("reference.md"):
+            continue  # generated from the code
+        col = None
+        for ln, line in enumerate(read_doc(doc).splitlines(), 1):
+            if not line.startswith("|"):
+                col = None
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if col is None:
+                low = [c.lower() for c in cells]
+                col = low.index("default") if "default" in low else -1
+                continue
+            if col < 0 or len(cells) <= col or set(cells[0]) <= set("-: "):
+                continue
+            flag = re.search(r"`(--[a-z0-9][a-z0-9-]*)(?: [A-Z][A-Za-z|]*)?`", cells[0])
+            amounts = s_amounts(re.sub(r"\([^)]*\)", "", cells[col]))
+            if not flag or amounts is None:
+                continue
+            stated = {p: v for p, v in defaults.get(flag.group(1), {}).items() if v}
+            if not stated:
+                continue
+            n += 1
+            if not any(any(s_same(x, amounts) for x in v) for v in stated.values()):
+                fail(f"{rel(doc)}:{ln}: the table gives {flag.group(1)} the default '{cells[col]}'; --help "
+                     f"says {sorted({x for v in stated.values() for x in v})}")
+    return n
+
+
 def check_macro_values(defines):
     """The values docs give the code's macros in limits tables ("| SW_WIRE_MAX_POS | 2^24 |",
     "| `--hwm` | SW_RELAY_DEFAULT_HWM | 128 messages |") and as "MACRO = N"; and the numbers
@@ -443,6 +477,7 @@ def check_defaults():
             if not any(to_unit(flag, value, unit) in n for n in stated.values()):
                 fail(f"{rel(doc)}: '{m.group(0)}': --help gives {flag} the default(s) "
                      f"{sorted({x for n in stated.values() for x in n})}")
+    checked += check_default_tables(defaults)
     checked += check_macro_values(defines)
     print(f"defaults: {checked} stated defaults, macro values and error codes compared with the code")
 
