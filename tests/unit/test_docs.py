@@ -393,7 +393,8 @@ def check_macro_values(defines):
         # "300 ms (`CLIENT_RESUME_GAP_MS`)", "16 MiB + 128 B (`SW_WIRE_MAX_FRAME`)", "30 s, `MACRO`"
         # (up to three words between: "16384 such windows (`SW_SEAL_SENDERS_MAX`)")
         unit = r"(?:\s*(?:minutes?|seconds?|ms|min|s|MiB|KiB|GiB|B|bytes)\b)?"
-        for m in re.finditer(r"(?<![\w.^+-])((?:\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r"\s*\+\s*)*"
+        # (the upper end of a range counts: "1..1048576 (`SW_REQUEST_MAX_N_PREDICT`)")
+        for m in re.finditer(r"(?<![\w^+-])(?<![^.]\.)((?:\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r"\s*\+\s*)*"
                              r"\d[\d,]*(?:\.\d+)?(?:\^\d+)?" + unit + r")(?:\s+[a-z-]+){0,3}"
                              r"\s*(?:\(|,\s*)`(%s|MAX_[A-Z_]+)`" % MACRO_NAME, text):
             val, name = m.group(1), m.group(2)
