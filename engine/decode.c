@@ -98,7 +98,8 @@ struct sw_verifier {
     float *work;           // (2 * n_vocab) scratch for sw_verify
     uint64_t digest;       // running digest of every logits row verified since the context
                            // last started (kv_keep == 0)
-    uint64_t seed;         // the sampling seed; each round reseeds from (seed, its first draw's position)
+    uint64_t seed;         // the sampling seed; each round reseeds from it and the
+                           // position of its first draw
 };
 
 /* The RNG seed of a round whose first draw is for position pos (the round's
