@@ -750,8 +750,8 @@ def check_types():
 
 # Pages that quote benchmark numbers from docs/benchmarks.md (which holds them rendered from a
 # result file or in a dated history table): a ratio or a speed they give must be in the section
-# of it they cite next (`docs/benchmarks.md "K-quant prompts"`, in the same table cell or
-# paragraph), or, citing none, in the page.
+# of it they cite next (`docs/benchmarks.md "K-quant prompts"` after it in the same table cell
+# or paragraph; the one before it when none follows), or, citing none there, in the page.
 QUOTING = ("README.md", os.path.join("docs", "status.md"), os.path.join("docs", "usage.md"))
 QUOTED = re.compile(r"(?<![\w.])(\d+\.\d+)(?:-(\d+(?:\.\d+)?))?(x\b| tok/s\b)")
 CITES_BENCH = re.compile(r"benchmarks\.md,?\s*\"([^\"\n]{2,80})\"")
@@ -787,7 +787,7 @@ def check_quoted_bench():
             begin = max(begins or [0])
             after = CITES_BENCH.search(text, m.end(), end)
             before = [c for c in CITES_BENCH.finditer(text, begin, m.start())][-1:]
-            cites = [c.group(1) for c in ([after] if after else []) + before]
+            cites = [c.group(1) for c in ([after] if after else before)]
             scopes = [s_section(bench, c) for c in cites]
             if cites and all(sc is None for sc in scopes):
                 continue  # check_xrefs names a citation of no section
