@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "keys.h"
+#include <zmq.h>
 #include "sw_limits.h"
 
 /* The client's limits are the protocol's (sw_limits.h), except the two of its own. */
@@ -402,11 +403,12 @@ int sw_client_next(sw_client_t *c, sw_client_event_t *ev, int timeout_ms)
     __attribute__((warn_unused_result));
 
 /*
- * The relay connection's ZeroMQ socket, for zmq_poll in a caller's own loop
- * (the gateway): when it is readable, or sw_client_pending() > 0, or a
- * second has passed, call sw_client_next with timeout 0.
+ * The relay connections' ZeroMQ sockets (one per relay) as zmq_poll items in
+ * items[0..max), their count, for zmq_poll in a caller's own loop (the
+ * gateway): when one is readable, or sw_client_pending() > 0, or a second
+ * has passed, call sw_client_next with timeout 0.
  */
-void *sw_client_socket(sw_client_t *c);
+int sw_client_poll_items(sw_client_t *c, zmq_pollitem_t *items, int max);
 int sw_client_pending(const sw_client_t *c);
 
 #endif
