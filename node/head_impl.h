@@ -140,6 +140,7 @@ typedef struct head_sess {
     double t_round;                          // the current round's first chunk went out
     double t_limit;                          // no verdict by then: recover
     int sent_announces;                      // sw_peer_announces when the round went out
+    uint64_t sent_losses;                    // sw_peer_losses when the round went out
     double t_check;                          // verdict late: route check then
     int want_route;                          // recovery asked for the route
     int want_check;                          // a route check is due with the next table
@@ -233,6 +234,7 @@ struct node_head {
     sw_wire_msg_t table;     // that table (its counters are new sessions' route baseline)
     int status_out;          // a status query is unanswered
     double status_sent;      // when it went
+    uint64_t status_losses;  // sw_peer_losses when it went (a lost relay takes its answer)
     double status_next;      // the next periodic one
     int status_want;         // one is wanted as soon as possible
     float *bout;             // (rows_cap, n_embd) hidden states of the head's batch

@@ -292,8 +292,9 @@ int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client
 void head_status_step(node_t *n, double now)
 {
     node_head_t *h = n->head;
-    if (h->status_out && now - h->status_sent > S_STATUS_LOST_MS)
-        h->status_out = 0; // lost (the relay restarted?): ask again
+    if (h->status_out && (now - h->status_sent > S_STATUS_LOST_MS ||
+                          sw_peer_losses(n->peer) != h->status_losses))
+        h->status_out = 0; // lost (the relay restarted? a relay of several was): ask again
     const int active = h->n_active > 0 || h->q_len > 0;
     if (active && now >= h->status_next)
         h->status_want = 1;
@@ -315,5 +316,6 @@ void head_status_step(node_t *n, double now)
     h->status_out = 1;
     h->status_want = 0;
     h->status_sent = now;
+    h->status_losses = sw_peer_losses(n->peer);
     h->status_next = now + (active ? S_STATUS_MS : HEAD_ROUTE_FRESH_MS / 2);
 }

@@ -701,7 +701,18 @@ int head_advance(node_t *n, head_sess_t *s, double now)
                     HEAD_SUSPECT_MS / 60000);
             node_recover_failed(s->rec, now, err);
             h->busy = 1;
-        } else if (sw_peer_announces(n->peer) != s->sent_announces) {
+        } else if (sw_peer_losses(n->peer) != s->sent_losses && sw_peer_links(n->peer) > 1) {
+            /* One of the head's relays was lost while the round travelled (several
+             * relays): what went by it is gone, and the next messages go by
+             * another; the stages kept their caches, so the round alone goes again. */
+            snprintf(err, sizeof err, "a relay link was lost while the round travelled");
+            SW_WARN("session %016llx: %s: sending it again", (unsigned long long)s->id, err);
+            s->sent_losses = sw_peer_losses(n->peer);
+            s->sent_announces = sw_peer_announces(n->peer);
+            node_recover_relay_lost(s->rec, now, err);
+            h->busy = 1;
+        } else if (sw_peer_announces(n->peer) != s->sent_announces &&
+                   (sw_peer_links(n->peer) == 1 || sw_peer_losses(n->peer) != s->sent_losses)) {
             /* The head's relay connection was renewed while the round travelled (the
              * relay dropped us, e.g. after packets to us were lost for seconds): what
              * the relay held for us went with it, the Verdict maybe too. Replay now
@@ -779,6 +790,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
     if (current) {
         s->t_sent_all = now;
         s->sent_announces = sw_peer_announces(n->peer);
+        s->sent_losses = sw_peer_losses(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
         n->head->busy = 1; // the next pass starts drafting ahead while the round travels

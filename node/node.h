@@ -106,7 +106,9 @@ typedef struct node {
     sw_model_t *model;                // layers [begin, end)
     const sw_hparams_t *hp;           // model hyper-parameters
     char fingerprint[65];             // model identity
-    sw_peer_t *peer;                  // relay connection
+    sw_peer_t *peer;                  // relay connection(s)
+    int via; // the relay (link index) the message being handled came by, -1 = none: a stage
+             // answers and passes a Forward on by the relay it came by (peer.h)
     node_session_t *sessions;         // (max_sessions)
     sw_kv_budget_t kv;                // the sessions' caches against --kv-mib (kv.h): bytes
                                       // allocated, cached prefixes give way (stage_session.c)
