@@ -142,6 +142,8 @@ typedef struct head_sess {
     int sent_announces;                      // sw_peer_announces when the round went out
     uint64_t sent_losses;                    // sw_peer_losses when the round went out
     double t_check;                          // verdict late: route check then
+    int base_link; // the relay whose table gave the route check's baseline (counters are per
+                   // relay: a table of another one cannot be compared)
     int want_route;                          // recovery asked for the route
     int want_check;                          // a route check is due with the next table
     double client_missing;                   // since when the client seems gone (0 = present)
@@ -231,6 +233,7 @@ struct node_head {
     int route_code;          // else the error code
     char route_err[512];     // and why
     double route_ms;         // when (0 = never)
+    int table_link;          // the relay (link index) the last table came from (h->table)
     sw_wire_msg_t table;     // that table (its counters are new sessions' route baseline)
     int status_out;          // a status query is unanswered
     double status_sent;      // when it went

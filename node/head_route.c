@@ -250,8 +250,10 @@ void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
         s->route = r;
     else
         s->route = n->head->route;
-    if (pt)
+    if (pt) {
         node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
+        s->base_link = n->head->table_link;
+    }
     if (s->route.n == 1 && !s->ver)
         s->ver = sw_verifier_new(&s->sp, n->hp->n_vocab);
     head_spot_plan(n, s, pt);
