@@ -321,8 +321,9 @@ _Static_assert(sizeof sw_opts_draft / sizeof sw_opts_draft[0] == SW_OPTS_DRAFT_N
 const sw_opt_t sw_opts_relay[] = {
     [SW_OPTS_RELAY_RELAY] = //
     {"relay", SW_OPT_RELAY, "ENDPOINT[,...]",
-     "the relay: HOST:PORT or tcp://HOST:PORT; several relays\n(A,B or the flag again, at most " SW_STR(
-         SW_PEER_MAX_RELAYS) "): a link to each,\nmessages by the live one with the lowest round trip"},
+     "the relay: HOST:PORT or tcp://HOST:PORT; several relays\n(A,B or the flag again, at "
+     "most " SW_STR(SW_PEER_MAX_RELAYS) "): a link to each,\nmessages by the live one with the "
+                                        "lowest round trip"},
     [SW_OPTS_RELAY_CONNECT] = //
     {"connect-timeout-s", SW_OPT_CONNECT, "S",
      "keep trying to reach the relay for S s, one progress\nline while waiting; 0 = no limit "

@@ -2,7 +2,8 @@
  * cluster.c - `shardwire cluster init`: every key of a cluster in one command,
  * and one ready-to-use bundle per machine (docs/deploy.md, docs/security.md).
  *
- *   shardwire cluster init --relay HOST:PORT --nodes head,tail[,...] --out DIR
+ *   shardwire cluster init --relay HOST:PORT [--relay HOST2:PORT2 ...] --nodes head,tail[,...]
+ *                          --out DIR
  *                          [--clients NAME,...] [--model M] [--layers A:B,B:C,...]
  *                          [--listen tcp://0.0.0.0:PORT] [--force]
  *
@@ -11,6 +12,9 @@
  *   allow.txt relay.pub            the relay's allow-list and public key
  *   cluster.key access.key         the two sealing keys (nodes; clients and the head)
  *   relay/                         relay.key relay.pub allow.txt start.sh relay.env
+ *   relay-2/ ... (more --relay)    the same for each further relay: its own key pair, the
+ *                                  same allow-list (relay-2.pub, ... beside relay.pub here
+ *                                  and in every bundle; the start commands name them all)
  *   NODE/ (each node)              NODE.key NODE.pub relay.pub cluster.key [access.key: head]
  *                                  start.sh node.env kaggle-secrets.txt
  *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
@@ -55,18 +59,22 @@
 #define S_TEXT_MAX 16384
 
 typedef struct s_init {
-    char out[PATH_MAX];     /* DIR, without a trailing '/' */
-    char tmp[PATH_MAX];     /* where everything is made first */
-    char relay_ep[300];     /* tcp://HOST:PORT, for peers */
-    char listen[300];       /* the relay's --listen */
-    const char *model;      /* --model as given, or NULL */
-    int n_nodes, n_clients; /* counts */
+    char out[PATH_MAX];                      /* DIR, without a trailing '/' */
+    char tmp[PATH_MAX];                      /* where everything is made first */
+    int n_relays;                            /* --relay given (1..SW_PEER_MAX_RELAYS) */
+    char relay_eps[SW_PEER_MAX_RELAYS][300]; /* each tcp://HOST:PORT, for peers */
+    char listens[SW_PEER_MAX_RELAYS][300];   /* each relay's --listen */
+    char relay_ep[SW_PEER_MAX_RELAYS * 300]; /* the list "A,B" peers are given (--relay) */
+    char listen[300];                        /* the first relay's --listen */
+    const char *model;                       /* --model as given, or NULL */
+    int n_nodes, n_clients;                  /* counts */
     char nodes[S_NODES_MAX][SW_WIRE_NAME_MAX + 1];
     char clients[S_CLIENTS_MAX][SW_WIRE_NAME_MAX + 1];
     char layers[S_NODES_MAX][32]; /* "A:B" per node, "" when unknown */
     int n_files;                  /* files written, relative to tmp */
     char *files[S_FILES_MAX];
-    char relay_pub[SW_KEY_Z85_LEN + 1];
+    char relay_pub[SW_PEER_MAX_RELAYS * (SW_KEY_Z85_LEN + 1)]; /* "Z1,Z2": --relay-key values */
+    char relay_key_sh[SW_PEER_MAX_RELAYS * 32]; /* "$here/relay.pub,$here/relay-2.pub" */
     char cluster_z85[SW_KEY_Z85_LEN + 1];
     char access_z85[SW_KEY_Z85_LEN + 1];
 } s_init_t;
@@ -384,6 +392,48 @@ static int s_write_bundle(s_init_t *in, const char *name, const char *script, co
     return rc ? -1 : 0;
 }
 
+/* Relay r's folder and key name: "relay", "relay-2", ... */
+static void s_relay_name(int r, char *buf, size_t len)
+{
+    if (r == 0)
+        snprintf(buf, len, "relay");
+    else
+        snprintf(buf, len, "relay-%d", r + 1);
+}
+
+/* Relay r's key pair in its folder, its .pub beside the bundles; in->relay_pub and
+ * in->relay_key_sh grow by it. */
+static int s_relay_keys(s_init_t *in, int r)
+{
+    char dir[32], pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[64], top[64];
+    s_relay_name(r, dir, sizeof dir);
+    if (s_mkdir(in, dir) != 0 || s_keypair(in, dir, dir, pub, sec) != 0)
+        return -1;
+    sodium_memzero(sec, sizeof sec);
+    s_fmt(rel, sizeof rel, "%s/%s.pub", dir, dir);
+    s_fmt(top, sizeof top, "%s.pub", dir);
+    if (s_copy(in, rel, top) != 0)
+        return -1;
+    int ovf = 0;
+    s_cat(in->relay_pub, sizeof in->relay_pub, &ovf, "%s%s", r ? "," : "", pub);
+    s_cat(in->relay_key_sh, sizeof in->relay_key_sh, &ovf, "%s$here/%s.pub", r ? "," : "", dir);
+    return ovf ? s_fail("internal: the relay keys do not fit") : 0;
+}
+
+/* Every relay's public key into the bundle folder name. */
+static int s_copy_relay_pubs(s_init_t *in, const char *name)
+{
+    for (int r = 0; r < in->n_relays; r++) {
+        char dir[32], from[64], to[300];
+        s_relay_name(r, dir, sizeof dir);
+        s_fmt(from, sizeof from, "%s.pub", dir);
+        s_fmt(to, sizeof to, "%s/%s.pub", name, dir);
+        if (s_copy(in, from, to) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int *ovf)
 {
     const char *name = in->nodes[i];
@@ -393,9 +443,8 @@ static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int
         return -1;
     /* bound to its role too: no other node key may announce a second head */
     s_cat(allow, allow_cap, ovf, "%s %s %s\n", pub, head ? "head" : "stage", name);
-    s_fmt(rel, sizeof rel, "%s/relay.pub", name);
     s_fmt(rel2, sizeof rel2, "%s/cluster.key", name);
-    if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "cluster.key", rel2) != 0)
+    if (s_copy_relay_pubs(in, name) != 0 || s_copy(in, "cluster.key", rel2) != 0)
         return -1;
     if (head) {
         s_fmt(rel, sizeof rel, "%s/access.key", name);
@@ -424,10 +473,10 @@ static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int
           "2; }\n"
           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-node\" --model \"$model\" --layers "
           "\"$layers\" \\\n"
-          "    --relay %s --name %s --key \"$here/%s.key\" --relay-key \"$here/relay.pub\" \\\n"
+          "    --relay %s --name %s --key \"$here/%s.key\" --relay-key \"%s\" \\\n"
           "    --cluster-key \"$here/cluster.key\"%s \"$@\"\n",
           name, role, in->model ? s_shq(in->model) : "", in->layers[i], s_shq(in->relay_ep), name,
-          name, head ? " --access-key \"$here/access.key\"" : "");
+          name, in->relay_key_sh, head ? " --access-key \"$here/access.key\"" : "");
     /* node.env: the same, as values to paste into an environment. */
     s_cat(env, sizeof env, ovf,
           "# shardwire node '%s', %s: made by shardwire cluster init.\n"
@@ -481,9 +530,8 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
     /* bound to its name: only this key may announce NAME or NAME-SUFFIX (shardwire.sh sets
      * SW_CLIENT_NAME, the prefix the client library takes), across relay restarts too */
     s_cat(allow, allow_cap, ovf, "# client '%s'\n%s client %s\n", name, pub, name);
-    s_fmt(rel, sizeof rel, "%s/relay.pub", name);
     s_fmt(rel2, sizeof rel2, "%s/access.key", name);
-    if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "access.key", rel2) != 0)
+    if (s_copy_relay_pubs(in, name) != 0 || s_copy(in, "access.key", rel2) != 0)
         return -1;
     /* an HTTP API key for the client's `serve` (the compose file's serve service reads it):
      * 32 random bytes, URL-safe base64 without padding (43 characters) */
@@ -521,8 +569,8 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
           "export SW_CLIENT_NAME\n"
           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire\" \"$cmd\" --relay %s --key "
           "\"$here/%s.key\" \\\n"
-          "    --relay-key \"$here/relay.pub\" --access-key \"$here/access.key\" \"$@\"\n",
-          name, in->nodes[0], name, name, name, s_shq(in->relay_ep), name);
+          "    --relay-key \"%s\" --access-key \"$here/access.key\" \"$@\"\n",
+          name, in->nodes[0], name, name, name, s_shq(in->relay_ep), name, in->relay_key_sh);
     s_cat(env, sizeof env, ovf,
           "# shardwire client '%s': made by shardwire cluster init.\n"
           "# SECRET: this file holds the client's secret key and the access key.\n"
@@ -554,15 +602,16 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
                           sizeof kag);
 }
 
+static int s_relay_bundle(s_init_t *in, int r, const char *allow);
+static int s_readme(s_init_t *in);
+
 static int s_make(s_init_t *in)
 {
-    char sec[SW_KEY_Z85_LEN + 1];
     int ovf = 0;
-    if (s_mkdir(in, "relay") != 0 || s_keypair(in, "relay", "relay", in->relay_pub, sec) != 0)
-        return -1;
-    sodium_memzero(sec, sizeof sec);
-    if (s_copy(in, "relay/relay.pub", "relay.pub") != 0 ||
-        s_sealing_key(in, "cluster.key", sw_cluster_key_generate, in->cluster_z85) != 0 ||
+    for (int r = 0; r < in->n_relays; r++)
+        if (s_relay_keys(in, r) != 0)
+            return -1;
+    if (s_sealing_key(in, "cluster.key", sw_cluster_key_generate, in->cluster_z85) != 0 ||
         s_sealing_key(in, "access.key", sw_access_key_generate, in->access_z85) != 0)
         return -1;
     static char allow[S_NODES_MAX * 128 + S_CLIENTS_MAX * 200 + 512];
@@ -581,10 +630,23 @@ static int s_make(s_init_t *in)
             return -1;
     if (ovf)
         return s_fail("internal: a generated file did not fit its buffer");
-    if (s_write(in, "allow.txt", allow, 0600) != 0 ||
-        s_write(in, "relay/allow.txt", allow, 0600) != 0)
+    if (s_write(in, "allow.txt", allow, 0600) != 0)
         return -1;
+    for (int r = 0; r < in->n_relays; r++)
+        if (s_relay_bundle(in, r, allow) != 0)
+            return -1;
+    return s_readme(in);
+}
 
+/* Relay r's folder (relay/, relay-2/, ...): the same allow-list, start.sh and relay.env. */
+static int s_relay_bundle(s_init_t *in, int r, const char *allow)
+{
+    int ovf = 0;
+    char dir[32], rel[64], rel2[64];
+    s_relay_name(r, dir, sizeof dir);
+    s_fmt(rel, sizeof rel, "%s/allow.txt", dir);
+    if (s_write(in, rel, allow, 0600) != 0)
+        return -1;
     char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "";
     s_cat(sh, sizeof sh, &ovf,
           "#!/bin/sh\n"
@@ -593,19 +655,25 @@ static int s_make(s_init_t *in)
           "set -eu\n"
           "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-relay\" --listen %s --key "
-          "\"$here/relay.key\" \\\n"
+          "\"$here/%s.key\" \\\n"
           "    --allow \"$here/allow.txt\" \"$@\"\n",
-          s_shq(in->listen));
+          s_shq(in->listens[r]), dir);
     s_cat(env, sizeof env, &ovf,
           "# The shardwire relay: made by shardwire cluster init. SECRET (the relay's key).\n"
           "# deploy/vm/cloud-init.yaml and deploy/vm/shardwire-relay.service read these.\n"
           "SHARDWIRE_LISTEN='%s'\n",
-          in->listen);
+          in->listens[r]);
     if (ovf)
         return s_fail("internal: a generated file did not fit its buffer");
-    if (s_write(in, "relay/start.sh", sh, 0700) != 0 ||
-        s_write(in, "relay/relay.env", env, 0600) != 0)
-        return -1;
+    s_fmt(rel, sizeof rel, "%s/start.sh", dir);
+    s_fmt(rel2, sizeof rel2, "%s/relay.env", dir);
+    return s_write(in, rel, sh, 0700) != 0 || s_write(in, rel2, env, 0600) != 0 ? -1 : 0;
+}
+
+/* README.txt: what goes where, and the start commands. */
+static int s_readme(s_init_t *in)
+{
+    int ovf = 0;
 
     static char readme[S_TEXT_MAX * 2];
     readme[0] = 0;
@@ -614,9 +682,15 @@ static int s_make(s_init_t *in)
           "Everything here is SECRET except the *.pub files. docs/deploy.md walks through it.\n\n"
           "Relay (reachable at %s, listening on %s):\n"
           "  copy relay/ to the relay machine and run  sh relay/start.sh\n"
-          "  (or deploy/vm/: the relay under systemd with these files in /etc/shardwire)\n\n"
-          "Nodes (copy each folder to its machine; any start order works):\n",
-          in->relay_ep, in->listen);
+          "  (or deploy/vm/: the relay under systemd with these files in /etc/shardwire)\n\n",
+          in->relay_eps[0], in->listens[0]);
+    for (int r = 1; r < in->n_relays; r++)
+        s_cat(readme, sizeof readme, &ovf,
+              "Relay %d (reachable at %s, listening on %s): relay-%d/ on its own machine,\n"
+              "  sh relay-%d/start.sh (every node and client keeps a link to each relay)\n\n",
+              r + 1, in->relay_eps[r], in->listens[r], r + 1, r + 1);
+    s_cat(readme, sizeof readme, &ovf,
+          "Nodes (copy each folder to its machine; any start order works):\n");
     for (int i = 0; i < in->n_nodes; i++)
         s_cat(readme, sizeof readme, &ovf, "  %-16s layers %-10s  sh %s/start.sh%s\n", in->nodes[i],
               in->layers[i][0] ? in->layers[i] : "(SW_LAYERS)", in->nodes[i],
@@ -680,36 +754,51 @@ static int s_install(s_init_t *in)
 
 static void s_usage(FILE *f)
 {
-    fprintf(f, "usage: shardwire cluster init --relay HOST:PORT --nodes head,tail[,...] --out DIR\n"
-               "                              [--clients NAME,...] [--model M] [--layers "
-               "A:B,B:C,...]\n"
-               "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
-               "  Writes every key of a cluster into DIR (0700; files 0600): the relay's key\n"
-               "  pair and allow-list, a key pair per node and client, the cluster key (nodes)\n"
-               "  and the access key (clients and the head), and for each machine a bundle\n"
-               "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
-               "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"
-               "  --relay HOST:PORT   where nodes and clients reach the relay\n"
-               "  --nodes A,B,...     node names in pipeline order: the first is the head,\n"
-               "                      the last the tail\n"
-               "  --clients A,...     client names (default: client)\n"
-               "  --model M           the model the start commands use (a path or\n"
-               "                      hf:ORG/NAME/FILE); a local file also gives the layer\n"
-               "                      count for an even split\n"
-               "  --layers A:B,...    one layer range per node (default: even split of --model)\n"
-               "  --listen EP         the relay's bind endpoint (default tcp://0.0.0.0:PORT)\n"
-               "  --force             DIR exists: replace the files cluster init writes\n");
+    fprintf(
+        f, "usage: shardwire cluster init --relay HOST:PORT [--relay ...] --nodes head,tail[,...]\n"
+           "                              --out DIR\n"
+           "                              [--clients NAME,...] [--model M] [--layers "
+           "A:B,B:C,...]\n"
+           "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
+           "  Writes every key of a cluster into DIR (0700; files 0600): the relay's key\n"
+           "  pair and allow-list, a key pair per node and client, the cluster key (nodes)\n"
+           "  and the access key (clients and the head), and for each machine a bundle\n"
+           "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
+           "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"
+           "  --relay HOST:PORT   where nodes and clients reach the relay; again for each\n"
+           "                      further relay (at most SW_PEER_MAX_RELAYS = " SW_STR(
+               SW_PEER_MAX_RELAYS) "): each its own\n"
+                                   "                      key pair and folder (relay-2/, ...), the "
+                                   "same allow-list\n"
+                                   "  --nodes A,B,...     node names in pipeline order: the first "
+                                   "is the head,\n"
+                                   "                      the last the tail\n"
+                                   "  --clients A,...     client names (default: client)\n"
+                                   "  --model M           the model the start commands use (a path "
+                                   "or\n"
+                                   "                      hf:ORG/NAME/FILE); a local file also "
+                                   "gives the layer\n"
+                                   "                      count for an even split\n"
+                                   "  --layers A:B,...    one layer range per node (default: even "
+                                   "split of --model)\n"
+                                   "  --listen EP         the relay's bind endpoint (default "
+                                   "tcp://0.0.0.0:PORT);\n"
+                                   "                      with several relays one per --relay, in "
+                                   "order\n"
+                                   "  --force             DIR exists: replace the files cluster "
+                                   "init writes\n");
 }
 
 /* cluster init's options as given (strings point into argv). */
 struct s_init_opts {
-    const char *relay;   /* --relay HOST:PORT */
+    const char *relay[SW_PEER_MAX_RELAYS + 1];  /* --relay HOST:PORT, once per relay */
+    const char *listen[SW_PEER_MAX_RELAYS + 1]; /* --listen, once per relay (or none) */
+    int n_relay, n_listen;
     const char *nodes;   /* --nodes A,B,... */
     const char *clients; /* --clients A,... (default: client) */
     const char *out;     /* --out DIR */
     const char *model;   /* --model M, or NULL */
     const char *layers;  /* --layers A:B,..., or NULL */
-    const char *listen;  /* --listen EP, or NULL */
     int force;           /* --force */
 };
 
@@ -734,7 +823,11 @@ static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
         case O_RELAY:
-            o->relay = optarg;
+            if (o->n_relay == SW_PEER_MAX_RELAYS) {
+                s_fail("more than %d --relay (SW_PEER_MAX_RELAYS)", SW_PEER_MAX_RELAYS);
+                return 2;
+            }
+            o->relay[o->n_relay++] = optarg;
             break;
         case O_NODES:
             o->nodes = optarg;
@@ -752,7 +845,11 @@ static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
             o->layers = optarg;
             break;
         case O_LISTEN:
-            o->listen = optarg;
+            if (o->n_listen == SW_PEER_MAX_RELAYS) {
+                s_fail("more than %d --listen (one per --relay)", SW_PEER_MAX_RELAYS);
+                return 2;
+            }
+            o->listen[o->n_listen++] = optarg;
             break;
         case O_FORCE:
             o->force = 1;
@@ -764,7 +861,7 @@ static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
             return 2;
         }
     }
-    if (optind < argc || !o->relay || !o->nodes || !o->out || !*o->out) {
+    if (optind < argc || !o->n_relay || !o->nodes || !o->out || !*o->out) {
         fprintf(stderr, "shardwire cluster init: --relay HOST:PORT, --nodes NAME,... and --out "
                         "DIR are required (shardwire cluster init --help)\n");
         return 2;
@@ -781,14 +878,45 @@ static int s_init_names(const struct s_init_opts *o, s_init_t *in)
         return -1;
     for (int i = 0; i < in->n_nodes + in->n_clients; i++) {
         const char *a = i < in->n_nodes ? in->nodes[i] : in->clients[i - in->n_nodes];
-        if (!strcmp(a, "relay"))
-            return s_fail("'relay' is the relay's own folder: choose another node or client name");
+        if (!strcmp(a, "relay") || (!strncmp(a, "relay-", 6) && a[6] >= '2' && a[6] <= '9'))
+            return s_fail("'%s' is a relay's own folder: choose another node or client name", a);
         for (int j = 0; j < i; j++)
             if (!strcmp(a, j < in->n_nodes ? in->nodes[j] : in->clients[j - in->n_nodes]))
                 return s_fail(
                     "the name '%s' is given twice (nodes and clients need distinct names)", a);
     }
     return 0;
+}
+
+/* The relays of o into in (endpoints, listens, the list peers are given). 0, or -1 after one
+ * line. */
+static int s_init_relays(const struct s_init_opts *o, s_init_t *in)
+{
+    if (o->n_listen && o->n_listen != o->n_relay)
+        return s_fail("%d --relay but %d --listen: give one --listen per --relay, in order, or "
+                      "none (each relay then listens on tcp://0.0.0.0:ITS_PORT)",
+                      o->n_relay, o->n_listen);
+    int ovf = 0;
+    in->n_relays = o->n_relay;
+    for (int r = 0; r < o->n_relay; r++) {
+        int port = 0;
+        const char *l = r < o->n_listen ? o->listen[r] : NULL;
+        if (s_relay_arg(o->relay[r], in->relay_eps[r], sizeof in->relay_eps[r], &port) != 0)
+            return -1;
+        for (int q = 0; q < r; q++)
+            if (!strcmp(in->relay_eps[q], in->relay_eps[r]))
+                return s_fail("--relay %s is given twice", in->relay_eps[r]);
+        if (l && (strncmp(l, "tcp://", 6) != 0 || strlen(l) >= sizeof in->listens[r] ||
+                  strpbrk(l, "'\"\\ \t\n$`")))
+            return s_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", l);
+        if (l)
+            snprintf(in->listens[r], sizeof in->listens[r], "%s", l);
+        else
+            snprintf(in->listens[r], sizeof in->listens[r], "tcp://0.0.0.0:%d", port);
+        s_cat(in->relay_ep, sizeof in->relay_ep, &ovf, "%s%s", r ? "," : "", in->relay_eps[r]);
+    }
+    snprintf(in->listen, sizeof in->listen, "%s", in->listens[0]);
+    return ovf ? s_fail("--relay: the list is too long") : 0;
 }
 
 /*
@@ -812,17 +940,8 @@ static int s_init_parse(int argc, char **argv, s_init_t *in, int *force)
     snprintf(in->out, sizeof in->out, "%s", o.out);
     for (size_t l = strlen(in->out); l > 1 && in->out[l - 1] == '/'; l--)
         in->out[l - 1] = 0;
-    int port = 0;
-    if (s_relay_arg(o.relay, in->relay_ep, sizeof in->relay_ep, &port) != 0)
+    if (s_init_relays(&o, in) != 0)
         return 2;
-    if (o.listen && (strncmp(o.listen, "tcp://", 6) != 0 || strlen(o.listen) >= sizeof in->listen ||
-                     strpbrk(o.listen, "'\"\\ \t\n$`"))) {
-        s_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", o.listen);
-        return 2;
-    }
-    snprintf(in->listen, sizeof in->listen, "%s", o.listen ? o.listen : "");
-    if (!o.listen)
-        snprintf(in->listen, sizeof in->listen, "tcp://0.0.0.0:%d", port);
     if (in->model && (strlen(in->model) >= PATH_MAX || strchr(in->model, '\n'))) {
         s_fail("--model: not a usable path");
         return 2;
@@ -881,7 +1000,10 @@ static int s_init_run(s_init_t *in, int force)
         return 1;
     printf("cluster keys and bundles in %s (see %s/README.txt):\n", in->out, in->out);
     printf("  relay/   -> the relay machine (listens on %s; nodes and clients dial %s)\n",
-           in->listen, in->relay_ep);
+           in->listen, in->relay_eps[0]);
+    for (int r = 1; r < in->n_relays; r++)
+        printf("  relay-%d/ -> relay %d's machine (listens on %s; dialled at %s)\n", r + 1, r + 1,
+               in->listens[r], in->relay_eps[r]);
     for (int i = 0; i < in->n_nodes; i++)
         printf("  %s/ -> node %d (layers %s)\n", in->nodes[i], i,
                in->layers[i][0] ? in->layers[i] : "not set: SW_LAYERS");

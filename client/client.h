@@ -38,8 +38,8 @@
 #include <stdint.h>
 
 #include "keys.h"
-#include <zmq.h>
 #include "sw_limits.h"
+#include <zmq.h>
 
 /* The client's limits are the protocol's (sw_limits.h), except the two of its own. */
 #define SW_CLIENT_ID_LEN 32                         /* bytes of a request id, NUL included */

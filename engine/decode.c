@@ -100,11 +100,11 @@ struct sw_verifier {
                            // last started (kv_keep == 0)
     uint64_t seed;         // the sampling seed; each round reseeds from (seed, kv_keep)
     /* the state before the last sw_verifier_run, for the same round verified again */
-    int last_keep;           // its kv_keep, -1 = none (sw_verifier_feed or a restart since)
-    int last_n_hist;         // n_hist before it
-    uint64_t last_digest;    // digest before it
-    sw_sampler_mark_t mark;  // the history before it
-    int32_t *mark_buf;       // (sw_sampler_history_cap) entries it overwrote
+    int last_keep;          // its kv_keep, -1 = none (sw_verifier_feed or a restart since)
+    int last_n_hist;        // n_hist before it
+    uint64_t last_digest;   // digest before it
+    sw_sampler_mark_t mark; // the history before it
+    int32_t *mark_buf;      // (sw_sampler_history_cap) entries it overwrote
 };
 
 /* The RNG seed of a round that keeps kv_keep positions: a function of the

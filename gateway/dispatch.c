@@ -51,14 +51,14 @@ struct s_route {
 };
 
 struct gw_disp {
-    void *zctx;            /* the caller's context */
-    char endpoint[64];     /* inproc address of the ROUTER */
-    void *router;          /* owned by the thread after start */
-    pthread_t thread;      /* the dispatcher */
-    volatile int stop;     /* set by gw_disp_destroy */
-    sw_client_t *client;   /* NULL while the relay connection is down */
-    sw_client_opts_t opts; /* for joining again */
-    sw_sec_t sec;          /* keys (copied; wiped at the end) */
+    void *zctx;                     /* the caller's context */
+    char endpoint[64];              /* inproc address of the ROUTER */
+    void *router;                   /* owned by the thread after start */
+    pthread_t thread;               /* the dispatcher */
+    volatile int stop;              /* set by gw_disp_destroy */
+    sw_client_t *client;            /* NULL while the relay connection is down */
+    sw_client_opts_t opts;          /* for joining again */
+    sw_sec_t sec;                   /* keys (copied; wiped at the end) */
     char relay[SW_ARGS_RELAYS_MAX]; /* relay endpoint(s) (copied) */
     char name[SW_CLIENT_NAME_LEN];
     double next_join;        /* next attempt to join the relay (ms) */
@@ -241,8 +241,8 @@ static void s_command(gw_disp_t *d)
     } else if (cmd == 'S' && sl == (int)sizeof sub) {
         if (!d->client) {
             char err[512];
-            snprintf(err, sizeof err, "the gateway is not connected to the relay at %.300s (retrying)",
-                     d->relay);
+            snprintf(err, sizeof err,
+                     "the gateway is not connected to the relay at %.300s (retrying)", d->relay);
             s_reply(d, ident, (size_t)il, SW_CLIENT_ECONNECT, err, NULL, 0, NULL, 0);
         } else {
             s_cmd_submit(d, ident, (size_t)il, &sub);

@@ -678,8 +678,8 @@ int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, cha
             return s_err(err, err_len,
                          "the access key is missing: a head (layers from 0) talks to clients and "
                          "needs --access-key FILE (or SW_ACCESS_KEY) besides --cluster-key");
-        if (sw_keys_load_secret(key_file, out->pub, out->sec, err, err_len) != 0 ||
-            s_relay_keys_load(relay_key, endpoint, out, err, err_len) != 0) {
+        if (s_relay_keys_load(relay_key, endpoint, out, err, err_len) != 0 ||
+            sw_keys_load_secret(key_file, out->pub, out->sec, err, err_len) != 0) {
             sw_sec_wipe(out);
             return -1;
         }

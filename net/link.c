@@ -43,7 +43,6 @@ static int s_setopt_int(void *sock, int opt, int val, const char *what)
     return 0;
 }
 
-
 /* CurveZMQ client keys on l's DEALER before it dials (relay_pub pinned for this
  * relay); without keys the relay must be on loopback. */
 static int s_secure(sw_peer_t *p, sw_link_t *l, const char *relay_pub, const sw_sec_t *sec)
@@ -328,7 +327,7 @@ static int s_mech_check(const sw_peer_t *p, const char *relay, const char *mech)
  * now, -1 = give up (logged). Endpoints that cannot be probed pass at once.
  */
 int link_wait_reachable(sw_peer_t *p, const char *relay, int64_t deadline,
-                            volatile sig_atomic_t *stop, int *attempt)
+                        volatile sig_atomic_t *stop, int *attempt)
 {
     int64_t backoff = SW_PEER_BACKOFF_MIN_MS;
     sw_probe_rc said = SW_PROBE_OK; /* the reason the progress line gave last */

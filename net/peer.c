@@ -422,8 +422,7 @@ static int s_join_one(sw_peer_t *p, const sw_peer_opts_t *opts, int64_t deadline
 {
     sw_link_t *l = &p->links[0];
     int attempt = 0;
-    if (link_wait_reachable(p, l->ep, deadline, opts->stop, &attempt) != 0 ||
-        link_dial(p, l) != 0)
+    if (link_wait_reachable(p, l->ep, deadline, opts->stop, &attempt) != 0 || link_dial(p, l) != 0)
         return -1;
     while (!l->announced) {
         if (opts->stop && *opts->stop) {
@@ -432,8 +431,8 @@ static int s_join_one(sw_peer_t *p, const sw_peer_opts_t *opts, int64_t deadline
         }
         int64_t left = deadline < 0 ? 1000 : deadline - s_now_ms();
         if (left <= 0) {
-            SW_ERR("peer %s: no answer from the relay at %s within %d ms", p->announce.name,
-                   l->ep, connect_ms);
+            SW_ERR("peer %s: no answer from the relay at %s within %d ms", p->announce.name, l->ep,
+                   connect_ms);
             return -1;
         }
         sw_wire_msg_t m = {0};
@@ -620,8 +619,8 @@ static int s_send_via(sw_peer_t *peer, int via, const char *dest, sw_envelope_t 
     if (li < 0)
         return SW_WIRE_ESOCKET;
     char err[SW_WIRE_ERR_LEN];
-    int rc = sw_wire_send_ex(peer->links[li].sock, dest, env, payload, payload_len, has_payload,
-                             0, &peer->crypto, err, sizeof err);
+    int rc = sw_wire_send_ex(peer->links[li].sock, dest, env, payload, payload_len, has_payload, 0,
+                             &peer->crypto, err, sizeof err);
     if (rc) {
         if (rc == SW_WIRE_ESOCKET && errno == EAGAIN)
             SW_ERR("peer %s: send to %s timed out (relay unreachable or queue full)",
@@ -768,8 +767,7 @@ static int s_msg_sink(void *ctx, sw_envelope_t *env, const void *payload, size_t
     return s_try_send(c->peer, c->via, c->dest, env);
 }
 
-static int s_send_msg(sw_peer_t *peer, int via, const char *dest, const sw_msg_t *msg,
-                      int try_send)
+static int s_send_msg(sw_peer_t *peer, int via, const char *dest, const sw_msg_t *msg, int try_send)
 {
     char err[SW_WIRE_ERR_LEN] = "";
     s_msg_ctx_t c = {peer, dest, try_send, via};

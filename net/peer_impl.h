@@ -37,7 +37,7 @@ typedef struct sw_link {
 } sw_link_t;
 
 struct sw_peer {
-    void *ctx;                          /* own ZeroMQ context (one I/O thread for every link) */
+    void *ctx;                           /* own ZeroMQ context (one I/O thread for every link) */
     sw_link_t links[SW_PEER_MAX_RELAYS]; /* one per relay, in --relay's order */
     int n_links;                         /* relays given */
     int cur;                             /* the link messages go by (s_pick), -1 = none yet */

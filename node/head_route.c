@@ -294,8 +294,8 @@ int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client
 void head_status_step(node_t *n, double now)
 {
     node_head_t *h = n->head;
-    if (h->status_out && (now - h->status_sent > S_STATUS_LOST_MS ||
-                          sw_peer_losses(n->peer) != h->status_losses))
+    if (h->status_out &&
+        (now - h->status_sent > S_STATUS_LOST_MS || sw_peer_losses(n->peer) != h->status_losses))
         h->status_out = 0; // lost (the relay restarted? a relay of several was): ask again
     const int active = h->n_active > 0 || h->q_len > 0;
     if (active && now >= h->status_next)

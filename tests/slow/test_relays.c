@@ -1,9 +1,11 @@
 /*
  * test_relays.c - several relays (issue 39; label slow). Real processes on
- * loopback: two shardwire-relay processes, each with its own CURVE key and
- * the same allow-list, a head and a tail that keep a link to both
- * (--relay A,B --relay-key A.pub,B.pub), sealed end to end, and `shardwire
- * run` clients that know both relays. Every output is compared token for
+ * loopback, from the bundles of `shardwire cluster init --relay A --relay B`
+ * and their own scripts: two shardwire-relay processes (relay/start.sh,
+ * relay-2/start.sh), each with its own CURVE key and the same allow-list, a
+ * head and a tail (head/start.sh, tail/start.sh: --relay A,B --relay-key
+ * relay.pub,relay-2.pub), sealed end to end, and `shardwire run` clients
+ * with the client bundle's keys for both relays. Every output is compared token for
  * token (and by its logits digest) with the single-process `shardwire
  * generate`.
  *
@@ -26,8 +28,6 @@
 #include "sw_fault.h"
 #include "sw_limits.h"
 
-#include <sys/stat.h>
-
 #define N_GEN 120
 #define HB_MS 200    /* every process's --heartbeat-ms */
 #define STOP_MS 300  /* the relay stopped this long before the SIGKILL: a round is inside it */
@@ -35,7 +35,7 @@
 
 typedef struct s_relay {
     char ep[64];
-    char key[320], pub[320];
+    char script[320], pub[320]; /* its start.sh; its public key */
     pid_t pid;
 } s_relay_t;
 
@@ -45,58 +45,29 @@ static char s_eps[160], s_pubs[700];
 static swf_cluster_t s_c; /* its log (the nodes' log) and swf_log_* */
 static pid_t s_nodes[2];
 
+/* The relay by its bundle's script. The process that runs is the relay (exec), so SIGSTOP
+ * and SIGKILL reach it. */
 static pid_t s_start_relay(s_relay_t *r)
 {
-    char allow[320], log[300];
-    snprintf(allow, sizeof allow, "%s/allow.txt", s_dir);
+    char log[300];
     snprintf(log, sizeof log, "%s.%s", s_c.log, r->ep + 16);
-    char *argv[] = {(char *)sw_test_bin("shardwire-relay"),
-                    "--listen",
-                    r->ep,
-                    "--heartbeat-ms",
-                    "200",
-                    "--key",
-                    r->key,
-                    "--allow",
-                    allow,
-                    NULL};
+    setenv("SHARDWIRE_BIN", sw_test_env("SW_BIN_DIR"), 1);
+    char *argv[] = {"/bin/sh", r->script, "--heartbeat-ms", "200", NULL};
     r->pid = sw_test_spawn(argv, log);
     return r->pid;
 }
 
+/* A node by its bundle's start.sh (the model and layers by SW_MODEL / SW_LAYERS). */
 static void s_start_node(int i, const char *name, const char *layers)
 {
-    char key[320], cluster[320], access[320];
-    snprintf(key, sizeof key, "%s/%s.key", s_dir, name);
-    snprintf(cluster, sizeof cluster, "%s/cluster.key", s_dir);
-    snprintf(access, sizeof access, "%s/access.key", s_dir);
-    char *argv[40] = {(char *)sw_test_bin("shardwire-node"),
-                      "--model",
-                      (char *)sw_test_model(),
-                      "--layers",
-                      (char *)layers,
-                      "--relay",
-                      s_eps,
-                      "--relay-key",
-                      s_pubs,
-                      "--name",
-                      (char *)name,
-                      "--threads",
-                      "1",
-                      "--heartbeat-ms",
-                      "200",
-                      "--key",
-                      key,
-                      "--cluster-key",
-                      cluster,
-                      "--recover-timeout-s",
-                      "60"};
-    int k = 21;
-    if (i == 0) {
-        argv[k++] = "--access-key";
-        argv[k++] = access;
-    }
-    argv[k] = NULL;
+    char script[320];
+    snprintf(script, sizeof script, "%s/%s/start.sh", s_dir, name);
+    setenv("SW_MODEL", sw_test_model(), 1);
+    setenv("SW_LAYERS", layers, 1);
+    setenv("SHARDWIRE_BIN", sw_test_env("SW_BIN_DIR"), 1);
+    char *argv[] = {
+        "/bin/sh", script, "--threads", "1", "--heartbeat-ms", "200", "--recover-timeout-s",
+        "60",      NULL};
     s_nodes[i] = sw_test_spawn(argv, s_c.log);
 }
 
@@ -165,7 +136,8 @@ static double s_fault_run(const char *what, const swf_result_t *ref, double roun
     /* the round alone went again, by the other relay */
     SW_CHECK_INT(swf_log_count(&s_c, "recovery: sending the round") - one_round_before, 1);
     SW_CHECK_INT(swf_log_count(&s_c, "recovery: replaying") - whole_before, 0);
-    const double found = swf_log_ms(&s_c, "failed after "), again = swf_log_ms(&s_c, "went through again ");
+    const double found = swf_log_ms(&s_c, "failed after "),
+                 again = swf_log_ms(&s_c, "went through again ");
     const double extra = found + again - round_ms;
     fprintf(stderr,
             "%s: the round was found lost %.0f ms after it was sent and went through %.0f ms "
@@ -203,24 +175,30 @@ int main(void)
     SW_CHECK(ref.ok && ref.n == N_GEN);
 
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_log("relays_keys"));
-    mkdir(s_dir, 0700);
     snprintf(s_c.log, sizeof s_c.log, "%s", sw_test_log("relays_nodes.log"));
     unlink(s_c.log);
-    const char *nodes[] = {"head:head", "stage:tail", NULL}, *clients[] = {"client", NULL};
-    SW_CHECK_INT(sw_test_keys(s_dir, nodes, clients), 0);
-    char prefix[320];
-    snprintf(prefix, sizeof prefix, "%s/relay2", s_dir);
-    char *kg[] = {(char *)sw_test_bin("shardwire"), "keygen", "--out", prefix, NULL};
-    SW_CHECK_INT(sw_test_run(kg, 20, NULL, NULL), 0);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         snprintf(s_r[i].ep, sizeof s_r[i].ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-        snprintf(s_r[i].key, sizeof s_r[i].key, "%s/%s.key", s_dir, i ? "relay2" : "relay");
-        snprintf(s_r[i].pub, sizeof s_r[i].pub, "%s/%s.pub", s_dir, i ? "relay2" : "relay");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s cluster init --relay %s --relay %s --listen %s --listen %s --nodes head,tail "
+             "--out %s",
+             sw_test_bin("shardwire"), s_r[0].ep + 6, s_r[1].ep + 6, s_r[0].ep, s_r[1].ep, s_dir);
+    SW_CHECK_INT(sw_test_sh(cmd, 60, NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        const char *d = i ? "relay-2" : "relay";
+        snprintf(s_r[i].script, sizeof s_r[i].script, "%s/%s/start.sh", s_dir, d);
+        snprintf(s_r[i].pub, sizeof s_r[i].pub, "%s/client/%s.pub", s_dir, d);
         SW_CHECK(s_start_relay(&s_r[i]) > 0);
     }
     snprintf(s_eps, sizeof s_eps, "%s,%s", s_r[0].ep, s_r[1].ep);
     snprintf(s_pubs, sizeof s_pubs, "%s,%s", s_r[0].pub, s_r[1].pub);
-    sw_test_client_env(s_dir, "client");
+    char path[400];
+    snprintf(path, sizeof path, "%s/client/client.key", s_dir);
+    setenv("SW_KEY", path, 1);
+    snprintf(path, sizeof path, "%s/client/access.key", s_dir);
+    setenv("SW_ACCESS_KEY", path, 1);
+    unsetenv("SW_CLUSTER_KEY");
     setenv("SW_RELAY_KEY", s_pubs, 1);
     s_start_node(0, "head", "0:15");
     s_start_node(1, "tail", "15:30");
