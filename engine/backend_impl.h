@@ -168,7 +168,10 @@ typedef struct sw_moe_args {
 #define SW_MATMUL_MAX_W 4
 
 /* matmul flags */
-#define SW_MM_PROMPT 1 // the rows are a prompt chunk: a batch-dependent faster path is allowed
+/* The rows are a prompt chunk whose matmul llama.cpp runs with 2 rows or
+ * more (its batched path): a batch-dependent faster path is allowed, and
+ * iq4_nl weights take llamafile's sgemm order (sw_matmul_sgemm) on the CPU. */
+#define SW_MM_PROMPT 1
 /* With SW_MM_PROMPT, in a prompt window of 8 rows or more: K-quant weights
  * use llama.cpp's tiled order (sw_matmul_tiled) on the CPU. */
 #define SW_MM_TILED 2

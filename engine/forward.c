@@ -52,6 +52,7 @@ typedef struct s_step {
     int tiled_out;           // SW_MM_TILED for the last layer's FFN before the final norm:
                              // llama.cpp runs that FFN on the rows that want logits only,
                              // so only those rows count
+    int gemm_out;            // SW_MM_PROMPT for that FFN: 2 of those rows or more
     int logit_row0;          // the first of those rows (a mixture of experts counts them)
     int embed;               // 1: get_rows first
     int final_norm;          // 1: output norm last (into d->xn)
@@ -179,7 +180,7 @@ static int s_layer_forward(const s_step_t *s, int li)
 
     S_TRY(ops->rmsnorm(be, d->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, d->xn));
     const int ffn_flags = s->final_norm && li == d->l1 - 1 && s->prompt_order
-                              ? SW_MM_PROMPT | (s->tiled_out ? SW_MM_TILED : 0)
+                              ? (s->gemm_out ? SW_MM_PROMPT : 0) | (s->tiled_out ? SW_MM_TILED : 0)
                               : mm_flags;
     S_TRY(s_ffn(s, li, ffn_flags));
     return s_residual(s, L->ffn_post_norm);
@@ -477,6 +478,7 @@ typedef struct s_chunk {
     int prompt_order; // 1: one prompt segment (alone, as a single call would cut it)
     int tiled;        // its window holds 8 rows or more (SW_MM_TILED)
     int tiled_logits; // its window wants 8 rows of logits or more
+    int gemm_logits;  // its window wants 2 rows of logits or more (llama.cpp's batched path)
 } s_chunk_t;
 
 /* The rows of the prompt window (SW_MODEL_PROMPT_WINDOW) of segment f that
@@ -517,6 +519,7 @@ static void s_next_chunk(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t 
     ch->prompt_order = wr >= 2;
     ch->tiled = wr >= 8;
     ch->tiled_logits = ch->prompt_order && wl >= 8;
+    ch->gemm_logits = ch->prompt_order && wl >= 2;
     while (*seg < n_seg && ch->n < m->batch && ch->np < SW_MODEL_MAX_PIECES) {
         const sw_forward_t *f = &fs[*seg];
         int wl2 = 0;
@@ -563,7 +566,7 @@ static int s_chunk_logits(sw_model_t *m, const sw_forward_t *fs, const s_chunk_t
     const sw_backend_ops_t *ops = dl->be->ops;
     const size_t row_bytes = (size_t)hp->n_embd * sizeof(float);
     const size_t logit_bytes = (size_t)hp->n_vocab * sizeof(float);
-    const int mm_flags = ch->prompt_order ? SW_MM_PROMPT | (ch->tiled_logits ? SW_MM_TILED : 0) : 0;
+    const int mm_flags = ch->gemm_logits ? SW_MM_PROMPT | (ch->tiled_logits ? SW_MM_TILED : 0) : 0;
     const sw_weight_t *out[1] = {&m->output};
     *bad = dl->be;
     /* rows wanted: [lo, n) of piece j, lo relative to the piece */
@@ -683,6 +686,7 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                            .prompt_order = ch.prompt_order,
                            .tiled = ch.tiled,
                            .tiled_out = ch.tiled_logits,
+                           .gemm_out = ch.gemm_logits,
                            .logit_row0 = logit_row0,
                            .embed = i == 0 && sw_model_is_first(m),
                            .final_norm = d == dl && sw_model_is_last(m),

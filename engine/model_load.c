@@ -367,6 +367,28 @@ static int s_vec(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n, i
     return 0;
 }
 
+/* 1 when weights of type t can be computed (Q8_1 and Q8_K are activation types). */
+static int s_weight_type_ok(enum sw_type t)
+{
+    return sw_type_supported(t) && t != SW_TYPE_Q8_1 && t != SW_TYPE_Q8_K;
+}
+
+/* The one line refusing tensor name of type t: the type, the tensor, the
+ * types that can be computed and what to do. */
+static void s_type_refusal(const char *name, enum sw_type t, char *err, size_t err_len)
+{
+    char list[256] = "";
+    size_t at = 0;
+    for (int i = 0; i < SW_TYPE_COUNT && at < sizeof list; i++)
+        if (s_weight_type_ok((enum sw_type)i))
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "",
+                                   sw_type_name((enum sw_type)i));
+    sw_errf(err, err_len,
+            "model: tensor '%s' has type %s, which shardwire cannot compute (it computes %s): "
+            "use a file of one of those types, e.g. llama-quantize --allow-requantize to Q4_K_M",
+            name, sw_type_name(t), list);
+}
+
 /* A 2-D weight of n_out rows by n_in columns, placed on be. */
 static int s_mat(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in, int64_t n_out,
                  int required, sw_weight_t *w, char *err, size_t err_len)
@@ -381,9 +403,8 @@ static int s_mat(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_in
                 name, (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
         return -1;
     }
-    if (!sw_type_supported(t->type) || t->type == SW_TYPE_Q8_1 || t->type == SW_TYPE_Q8_K) {
-        sw_errf(err, err_len, "model: tensor '%s' has type %s, which shardwire cannot compute",
-                name, sw_type_name(t->type));
+    if (!s_weight_type_ok(t->type)) {
+        s_type_refusal(name, t->type, err, err_len);
         return -1;
     }
     uint64_t rb;
@@ -420,10 +441,8 @@ static int s_mat3(sw_model_t *m, sw_backend_t *be, const char *name, int64_t n_i
                 (long long)n_expert);
         return -1;
     }
-    if (!sw_type_supported(t->type) || t->type == SW_TYPE_Q8_1 || t->type == SW_TYPE_Q8_K ||
-        sw_type_vec_dot(t->type) == SW_TYPE_COUNT) {
-        sw_errf(err, err_len, "model: tensor '%s' has type %s, which shardwire cannot compute",
-                name, sw_type_name(t->type));
+    if (!s_weight_type_ok(t->type) || sw_type_vec_dot(t->type) == SW_TYPE_COUNT) {
+        s_type_refusal(name, t->type, err, err_len);
         return -1;
     }
     uint64_t rb;

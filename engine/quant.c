@@ -261,7 +261,8 @@ void sw_dequantize_row(enum sw_type t, const void *src, float *dst, int64_t n)
         break;
     default:
         // Unsupported types never reach here: the loader rejects them.
-        abort();
+        if (sw_dequantize_lowbit(t, src, dst, n) != 0)
+            abort();
     }
 }
 
@@ -809,6 +810,7 @@ static void s_init(void)
     sc->tdot[SW_TYPE_Q4_K] = s_tdot_q4_k;
     sc->tdot[SW_TYPE_Q5_K] = s_tdot_q5_k;
     sc->tdot[SW_TYPE_Q6_K] = s_tdot_q6_k;
+    sw_kernels_lowbit(sc); // q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit.c)
     const char *env = getenv("SW_CPU");
     enum sw_kernel_level cap = SW_KLEVEL_AVX512;
     if (env != NULL && strcmp(env, "scalar") == 0)
@@ -821,6 +823,7 @@ static void s_init(void)
         s_cpu_has_f16c()) {
         s_levels[SW_KLEVEL_AVX2] = *sc;
         sw_kernels_avx2(&s_levels[SW_KLEVEL_AVX2]);
+        sw_kernels_lowbit_avx2(&s_levels[SW_KLEVEL_AVX2]);
         s_best_level = SW_KLEVEL_AVX2;
         /* libgcc reports the AVX-512 features only when the OS saves the ZMM state */
         if (cap >= SW_KLEVEL_AVX512 && __builtin_cpu_supports("avx512f") &&
@@ -828,6 +831,7 @@ static void s_init(void)
             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni")) {
             s_levels[SW_KLEVEL_AVX512] = s_levels[SW_KLEVEL_AVX2];
             sw_kernels_avx512(&s_levels[SW_KLEVEL_AVX512]);
+            sw_kernels_lowbit_avx512(&s_levels[SW_KLEVEL_AVX512]);
             sw_kernels_avx512_mv(&s_levels[SW_KLEVEL_AVX512]);
             s_best_level = SW_KLEVEL_AVX512;
         }
@@ -918,4 +922,33 @@ void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, 
         k->mmt[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
     else
         s_mm_generic(k->tdot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+}
+
+void sw_matmul_sgemm(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                     int64_t o1, const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    const struct sw_kernels *k = s_active();
+    if (t < 0 || t >= SW_TYPE_COUNT || k->gdot[t] == NULL) {
+        sw_matmul(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+        return;
+    }
+    if (o1 <= o0 || nr <= 0)
+        return;
+    if (k->mmg[t] != NULL)
+        k->mmg[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else
+        s_mm_generic(k->gdot[t], t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+}
+
+void sw_matmul_batch(enum sw_type t, int batch_rows, int64_t n, const void *w, size_t w_stride,
+                     int64_t o0, int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                     int64_t y_stride)
+{
+    const struct sw_kernels *k = s_active();
+    if (batch_rows >= 8 && t >= 0 && t < SW_TYPE_COUNT && k->tdot[t] != NULL)
+        sw_matmul_tiled(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else if (batch_rows >= 2)
+        sw_matmul_sgemm(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+    else
+        sw_matmul(t, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
 }

@@ -32,6 +32,7 @@
  */
 #include "quant.h"
 #include "quant_impl.h"
+#include "quant_math.h" // sw_q3_k_scale, sw_iq4_xs_scale
 
 #include <immintrin.h>
 #include <string.h>
@@ -46,7 +47,18 @@
 
 #define SW_AI static inline __attribute__((always_inline))
 
-enum { K_Q4_K, K_Q5_K, K_Q6_K };
+enum { K_Q4_K, K_Q5_K, K_Q6_K, K_Q2_K, K_Q3_K, K_IQ4_XS };
+
+/* 16 sub-blocks of 16 elements (q6_K, q2_K, q3_K), else 8 of 32. */
+#define S_NSUB(kind) ((kind) == K_Q6_K || (kind) == K_Q2_K || (kind) == K_Q3_K ? 16 : 8)
+/* Bytes of a super-block. */
+#define S_BSZ(kind)                                                                                \
+    ((kind) == K_Q4_K   ? 144                                                                      \
+     : (kind) == K_Q5_K ? 176                                                                      \
+     : (kind) == K_Q6_K ? 210                                                                      \
+     : (kind) == K_Q2_K ? 84                                                                       \
+     : (kind) == K_Q3_K ? 110                                                                      \
+                        : 136)
 
 #define S_PANEL 16 // weight rows per panel: the 16 int32 lanes of a zmm
 #define S_SLAB 4   // super-blocks per slab
@@ -56,10 +68,13 @@ enum { K_Q4_K, K_Q5_K, K_Q6_K };
 /* One super-block of a panel, unpacked. 5760 bytes, a multiple of 64. */
 struct s_psb {
     uint8_t q[64][S_PANEL][4]; // group g, lane i: elements 4g..4g+3 of row i, unsigned
-                               // (q4_K 0..15, q5_K 0..31, q6_K 0..63 before its -32)
-    int32_t sc[16][S_PANEL];   // sub-block scales (q4_K/q5_K: 8 of 0..63; q6_K: 16, signed)
+                               // (q4_K 0..15, q5_K 0..31, q6_K 0..63 before its -32,
+                               // q2_K 0..3, q3_K 0..7 before its -4, iq4_xs level + 128)
+    int32_t sc[16][S_PANEL];   // sub-block scales (q4_K/q5_K: 8 of 0..63; q6_K: 16, signed;
+                               // q2_K: 16 of 0..15; q3_K: 16 of -32..31; iq4_xs: 8 of -32..31)
     int32_t mp[8][S_PANEL];    // int16 pairs: q4_K/q5_K the minimums of sub-blocks 2p, 2p+1
-                               // (4 used); q6_K the scales of its sub-blocks 2p, 2p+1
+                               // (4 used); q6_K and q3_K the scales of its sub-blocks 2p, 2p+1;
+                               // q2_K its minimums 2p, 2p+1; iq4_xs its scales 2p, 2p+1 (4 used)
     float d[S_PANEL];          // super-scale
     float dmin[S_PANEL];       // q4_K/q5_K: super-scale of the minimums
 };
@@ -84,9 +99,50 @@ SW_AI __m512i s_join(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* q2_K, q3_K, iq4_xs: elements 64c..64c+63 of one super-block, unsigned
+ * bytes (q2_K/q3_K: element 128h + 32g + l is bits 2g..2g+1 of qs[32h + l],
+ * q3_K's third bit bit 4h + g of hmask[l]; iq4_xs: its levels + 128). */
+SW_AI __m512i s_chunk_lowbit(int kind, const uint8_t *blk, int c)
+{
+    if (kind == K_IQ4_XS) {
+        const sw_block_iq4_xs *b = (const sw_block_iq4_xs *)blk;
+        const __m128i lut = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141,
+                                          (char)153, (char)166, (char)181, (char)197, (char)217,
+                                          (char)241); // kvalues_iq4nl + 128
+        const __m128i m4 = _mm_set1_epi8(0xF);
+        __m128i v[4];
+        for (int j = 0; j < 2; j++) { // sub-blocks 2c + j
+            const __m128i q = _mm_loadu_si128((const __m128i *)(b->qs + 16 * (2 * c + j)));
+            v[2 * j] = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
+            v[2 * j + 1] = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+        }
+        const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(v[0]), v[1], 1);
+        const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(v[2]), v[3], 1);
+        return s_join(lo, hi);
+    }
+    const int h = c >> 1, g0 = 2 * (c & 1);
+    const uint8_t *qs = blk + (kind == K_Q2_K ? 16 : 32) + 32 * h;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
+    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * g0), m3);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 2 * g0 + 2), m3);
+    if (kind == K_Q3_K) {
+        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+        const int bit = 4 * h + g0;
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, bit), one), 2));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, bit + 1), one), 2));
+    }
+    return s_join(lo, hi);
+}
+
 /* Elements 64c..64c+63 of one super-block of a weight row, unsigned bytes. */
 SW_AI __m512i s_chunk(int kind, const uint8_t *blk, int c)
 {
+    if (kind == K_Q2_K || kind == K_Q3_K || kind == K_IQ4_XS)
+        return s_chunk_lowbit(kind, blk, c);
     const __m256i m4 = _mm256_set1_epi8(0xF);
     if (kind == K_Q6_K) {
         /* element 128h + l, l < 32: ql[64h + l] low nibble, qh[32h + l] bits 1..0;
@@ -156,11 +212,48 @@ SW_AI void s_transpose16(__m512i v[16])
     }
 }
 
+/* The int16 pair (a, b) as one int32 lane. */
+SW_AI int32_t s_pair16(int a, int b)
+{
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)a | (uint32_t)(uint16_t)(int16_t)b << 16);
+}
+
+/* Lane i of p's scales, pairs and super-scales from a q2_K, q3_K or iq4_xs block. */
+SW_AI void s_scales_lowbit(int kind, const uint8_t *blk, int i, struct s_psb *p)
+{
+    int sc[16] = {0}, mp[16] = {0};
+    if (kind == K_Q2_K) {
+        const sw_block_q2_k *b = (const sw_block_q2_k *)blk;
+        for (int s = 0; s < 16; s++) {
+            sc[s] = b->scales[s] & 0xF;
+            mp[s] = b->scales[s] >> 4; // the minimums
+        }
+        p->d[i] = s_h((const uint8_t *)&b->d);
+        p->dmin[i] = s_h((const uint8_t *)&b->dmin);
+    } else if (kind == K_Q3_K) {
+        const sw_block_q3_k *b = (const sw_block_q3_k *)blk;
+        for (int s = 0; s < 16; s++)
+            sc[s] = mp[s] = sw_q3_k_scale(b->scales, s);
+        p->d[i] = s_h((const uint8_t *)&b->d);
+        p->dmin[i] = 0.0f;
+    } else {
+        const sw_block_iq4_xs *b = (const sw_block_iq4_xs *)blk;
+        for (int s = 0; s < 8; s++)
+            sc[s] = mp[s] = sw_iq4_xs_scale(b, s);
+        p->d[i] = s_h((const uint8_t *)&b->d);
+        p->dmin[i] = 0.0f;
+    }
+    for (int s = 0; s < 16; s++)
+        p->sc[s][i] = sc[s];
+    for (int q = 0; q < 8; q++)
+        p->mp[q][i] = s_pair16(mp[2 * q], mp[2 * q + 1]);
+}
+
 /* Unpacks super-block b of rows [0, nrows) (nrows <= 16; w: row 0, ws bytes
  * apart) into p; the lanes of missing rows are zero. */
 SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b, struct s_psb *p)
 {
-    const size_t bsz = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
+    const size_t bsz = S_BSZ(kind);
     const uint8_t *blk[S_PANEL];
     for (int i = 0; i < S_PANEL; i++)
         blk[i] = w + (size_t)(i < nrows ? i : 0) * ws + (size_t)b * bsz;
@@ -183,7 +276,9 @@ SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b,
             p->d[i] = p->dmin[i] = 0.0f;
             continue;
         }
-        if (kind == K_Q6_K) {
+        if (kind == K_Q2_K || kind == K_Q3_K || kind == K_IQ4_XS) {
+            s_scales_lowbit(kind, blk[i], i, p);
+        } else if (kind == K_Q6_K) {
             const sw_block_q6_k *q6 = (const sw_block_q6_k *)blk[i];
             for (int s = 0; s < 16; s++)
                 p->sc[s][i] = q6->scales[s];
@@ -218,7 +313,7 @@ SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b,
 SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8_t *x, size_t xs,
                    int first, float *y, int64_t ys, __mmask16 m)
 {
-    const int nsub = kind == K_Q6_K ? 16 : 8, gps = 64 / nsub;
+    const int nsub = S_NSUB(kind), gps = 64 / nsub;
     __m512 acc[S_AROWS];
 #pragma GCC unroll 8
     for (int a = 0; a < ma; a++)
@@ -258,14 +353,21 @@ SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8
         for (int a = 0; a < ma; a++) {
             __m512i s2 = _mm512_setzero_si512();
             __m512 r;
-            if (kind == K_Q6_K) {
-                /* t - 32 * sum_s scale_s * bsums_s: the -32 of every quant */
+            if (nsub == 16) {
+                /* sum_s mp_s * bsums_s over the 16-element sub-blocks: q6_K and q3_K
+                 * subtract their offset (32, 4) times it, q2_K its minimums */
 #pragma GCC unroll 8
                 for (int q = 0; q < 8; q++)
                     s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512((const __m512i *)ps->mp[q]),
                                              _mm512_set1_epi32((int)s_u32(&xb[a]->bsums[2 * q])));
-                r = _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_sub_epi32(t[a], _mm512_slli_epi32(s2, 5))), dw);
+                if (kind == K_Q2_K) {
+                    r = _mm512_mul_ps(_mm512_cvtepi32_ps(t[a]), dw);
+                    r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), r);
+                } else {
+                    r = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(
+                                          t[a], _mm512_slli_epi32(s2, kind == K_Q6_K ? 5 : 2))),
+                                      dw);
+                }
             } else {
                 /* the sums of the 32-element sub-blocks, as int16 pairs */
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[a]->bsums);
@@ -278,8 +380,13 @@ SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8
                                               * constant for _mm_extract_epi32's lane) */
                                              _mm512_permutexvar_epi32(_mm512_set1_epi32(q),
                                                                       _mm512_castsi128_si512(b32)));
-                r = _mm512_mul_ps(_mm512_cvtepi32_ps(t[a]), dw);
-                r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), r);
+                if (kind == K_IQ4_XS) { // the levels' +128 times the scales and sums
+                    r = _mm512_mul_ps(
+                        _mm512_cvtepi32_ps(_mm512_sub_epi32(t[a], _mm512_slli_epi32(s2, 7))), dw);
+                } else {
+                    r = _mm512_mul_ps(_mm512_cvtepi32_ps(t[a]), dw);
+                    r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), r);
+                }
             }
             acc[a] = _mm512_fmadd_ps(r, _mm512_set1_ps(xb[a]->d), acc[a]);
         }
@@ -350,10 +457,16 @@ SW_AI void s_mmt(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0
 SW_DEFT(q4_k, K_Q4_K)
 SW_DEFT(q5_k, K_Q5_K)
 SW_DEFT(q6_k, K_Q6_K)
+SW_DEFT(q2_k, K_Q2_K)
+SW_DEFT(q3_k, K_Q3_K)
+SW_DEFT(iq4_xs, K_IQ4_XS)
 
 void sw_kernels_avx512(struct sw_kernels *k)
 {
     k->mmtw[SW_TYPE_Q4_K] = s_mmt_q4_k;
     k->mmtw[SW_TYPE_Q5_K] = s_mmt_q5_k;
     k->mmtw[SW_TYPE_Q6_K] = s_mmt_q6_k;
+    k->mmtw[SW_TYPE_Q2_K] = s_mmt_q2_k;
+    k->mmtw[SW_TYPE_Q3_K] = s_mmt_q3_k;
+    k->mmtw[SW_TYPE_IQ4_XS] = s_mmt_iq4_xs;
 }

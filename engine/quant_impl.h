@@ -78,6 +78,33 @@ typedef struct {
 } sw_block_q6_k;
 
 typedef struct {
+    uint8_t scales[16]; // sub-block s (16 elements): scale in the low nibble, minimum in the high
+    uint8_t qs[64];     // 2-bit quants: element 128h + 32g + l is bits 2g..2g+1 of qs[32h + l]
+    sw_f16 d;           // super-scale of the scales
+    sw_f16 dmin;        // super-scale of the minimums; x = d * sc * q - dmin * mn
+} sw_block_q2_k;
+
+typedef struct {
+    uint8_t hmask[32];  // third bit: element 128h + 32g + l has bit 4h + g of hmask[l]
+    uint8_t qs[64];     // low 2 bits, laid out as in q2_K
+    uint8_t scales[12]; // 16 6-bit scales, packed (sw_q3_k_scale), stored + 32
+    sw_f16 d;           // super-scale; x = d * (sc - 32) * ((q | bit << 2) - 4)
+} sw_block_q3_k;
+
+typedef struct {
+    sw_f16 d;       // scale; x = d * sw_iq4nl_value(q)
+    uint8_t qs[16]; // 4-bit indices into the non-linear table, laid out as in q4_0
+} sw_block_iq4_nl;
+
+typedef struct {
+    sw_f16 d;            // super-scale
+    uint16_t scales_h;   // bits 2s..2s+1: the top bits of sub-block s's 6-bit scale
+    uint8_t scales_l[4]; // the low 4 bits: sub-block s in nibble s % 2 of byte s / 2
+    uint8_t qs[128];     // sub-block s (32 elements) = qs[16s..16s+15] laid out as in q4_0;
+                         // x = d * (scale - 32) * sw_iq4nl_value(q)
+} sw_block_iq4_xs;
+
+typedef struct {
     float d;           // scale (f32)
     int8_t qs[256];    // x = q * d
     int16_t bsums[16]; // sum of each group of 16 quants
@@ -97,6 +124,9 @@ struct sw_kernels {
     sw_mm_fn mmt[SW_TYPE_COUNT];   // its multi-row kernel
     sw_mm_fn mmtw[SW_TYPE_COUNT];  // optional: its kernel for batches of SW_MMTW_ROWS rows or
                                    // more (the same bits; faster when the rows are many)
+    sw_dot_fn gdot[SW_TYPE_COUNT]; // the order of llamafile's sgemm (sw_matmul_sgemm) where it
+                                   // differs from dot's: iq4_nl only
+    sw_mm_fn mmg[SW_TYPE_COUNT];   // its multi-row kernel
 };
 
 /* Below this many activation rows the AVX-512 tiled kernels' unpacking of the
@@ -110,6 +140,15 @@ void sw_kernels_avx2(struct sw_kernels *k);
  * table (mmtw); only call when the CPU and OS have AVX512F/BW/VL/DQ and
  * AVX512_VNNI. */
 void sw_kernels_avx512(struct sw_kernels *k);
+/* Fills the scalar kernels of q2_K, q3_K, iq4_nl and iq4_xs (quant_lowbit.c). */
+void sw_kernels_lowbit(struct sw_kernels *k);
+/* Their AVX2 kernels (quant_lowbit_avx2.c); only call when the CPU has AVX2+FMA+F16C. */
+void sw_kernels_lowbit_avx2(struct sw_kernels *k);
+/* Their AVX-512 VNNI one-row kernels (quant_lowbit_avx512.c) over an AVX2 table; only
+ * call when sw_kernels_avx512 may be called. */
+void sw_kernels_lowbit_avx512(struct sw_kernels *k);
+/* Their rows as f32 (sw_dequantize_row); 0, or -1 for another type. */
+int sw_dequantize_lowbit(enum sw_type t, const void *src, float *dst, int64_t n);
 /* Adds the AVX-512 one-row (generation) kernels (quant_mv_avx512.c) to the
  * table sw_kernels_avx512 filled; same conditions. */
 void sw_kernels_avx512_mv(struct sw_kernels *k);

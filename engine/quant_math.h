@@ -161,6 +161,9 @@ SW_HD void sw_quant_block_q8_k(const float *x, sw_block_q8_k *y)
     y->d = 1 / iscale;
 }
 
+/* q2_K, q3_K, iq4_nl, iq4_xs: their elements and lanes (uses the helpers above). */
+#include "quant_math_lowbit.h"
+
 /* ---- dequantization: element j of a row ------------------------------------------ */
 
 /* The 6-bit scale and minimum of sub-block j (0..7) of a q4_K/q5_K block as
@@ -283,6 +286,14 @@ SW_HD float sw_deq_elem(enum sw_type t, const void *row, int64_t j)
         const sw_block_q8_k *b = (const sw_block_q8_k *)r + j / SW_QK_K;
         return b->d * (float)b->qs[j % SW_QK_K];
     }
+    case SW_TYPE_Q2_K:
+        return sw_q2_k_elem((const sw_block_q2_k *)r + j / SW_QK_K, (int)(j % SW_QK_K));
+    case SW_TYPE_Q3_K:
+        return sw_q3_k_elem((const sw_block_q3_k *)r + j / SW_QK_K, (int)(j % SW_QK_K));
+    case SW_TYPE_IQ4_NL:
+        return sw_iq4_nl_elem((const sw_block_iq4_nl *)r + j / SW_QK, (int)(j % SW_QK));
+    case SW_TYPE_IQ4_XS:
+        return sw_iq4_xs_elem((const sw_block_iq4_xs *)r + j / SW_QK_K, (int)(j % SW_QK_K));
     default:
         return 0.0f; // the loader admits only the types above
     }

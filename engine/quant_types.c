@@ -4,9 +4,11 @@
  * each weight type is multiplied with. The GGUF reader uses these to size
  * tensors; the kernels (quant.c) use them to walk rows.
  *
- * Ids GGML defines but whose layout shardwire does not know (the IQ and
- * ternary types, the integer and f64 types, removed ids) have a name for error
- * messages and block sizes of 0, so a file that uses them is refused.
+ * The ids GGML defines that shardwire cannot compute (the IQ1/IQ2/IQ3 and
+ * ternary types, MXFP4/NVFP4, Q1_0/Q2_0, the integer and f64 types) have
+ * their name and block layout (GGML's sizes), so a file that uses them opens
+ * and the model loader names each tensor it refuses; removed ids have
+ * neither, and the GGUF reader refuses a tensor that uses one.
  */
 #include "quant.h"
 
@@ -30,29 +32,33 @@ static const struct s_type_traits s_traits[SW_TYPE_COUNT] = {
     [SW_TYPE_Q5_1] = {"q5_1", 32, 24, 1, SW_TYPE_Q8_1},
     [SW_TYPE_Q8_0] = {"q8_0", 32, 34, 1, SW_TYPE_Q8_0},
     [SW_TYPE_Q8_1] = {"q8_1", 32, 36, 1, SW_TYPE_Q8_1},
-    [SW_TYPE_Q2_K] = {"q2_K", 256, 84, 0, SW_TYPE_Q8_K},
-    [SW_TYPE_Q3_K] = {"q3_K", 256, 110, 0, SW_TYPE_Q8_K},
+    [SW_TYPE_Q2_K] = {"q2_K", 256, 84, 1, SW_TYPE_Q8_K},
+    [SW_TYPE_Q3_K] = {"q3_K", 256, 110, 1, SW_TYPE_Q8_K},
     [SW_TYPE_Q4_K] = {"q4_K", 256, 144, 1, SW_TYPE_Q8_K},
     [SW_TYPE_Q5_K] = {"q5_K", 256, 176, 1, SW_TYPE_Q8_K},
     [SW_TYPE_Q6_K] = {"q6_K", 256, 210, 1, SW_TYPE_Q8_K},
     [SW_TYPE_Q8_K] = {"q8_K", 256, 292, 1, SW_TYPE_Q8_K},
-    [16] = {"iq2_xxs", 0, 0, 0, SW_TYPE_COUNT},
-    [17] = {"iq2_xs", 0, 0, 0, SW_TYPE_COUNT},
-    [18] = {"iq3_xxs", 0, 0, 0, SW_TYPE_COUNT},
-    [19] = {"iq1_s", 0, 0, 0, SW_TYPE_COUNT},
-    [20] = {"iq4_nl", 0, 0, 0, SW_TYPE_COUNT},
-    [21] = {"iq3_s", 0, 0, 0, SW_TYPE_COUNT},
-    [22] = {"iq2_s", 0, 0, 0, SW_TYPE_COUNT},
-    [23] = {"iq4_xs", 0, 0, 0, SW_TYPE_COUNT},
-    [24] = {"i8", 0, 0, 0, SW_TYPE_COUNT},
-    [25] = {"i16", 0, 0, 0, SW_TYPE_COUNT},
-    [26] = {"i32", 0, 0, 0, SW_TYPE_COUNT},
-    [27] = {"i64", 0, 0, 0, SW_TYPE_COUNT},
-    [28] = {"f64", 0, 0, 0, SW_TYPE_COUNT},
-    [29] = {"iq1_m", 0, 0, 0, SW_TYPE_COUNT},
+    [16] = {"iq2_xxs", 256, 66, 0, SW_TYPE_COUNT},
+    [17] = {"iq2_xs", 256, 74, 0, SW_TYPE_COUNT},
+    [18] = {"iq3_xxs", 256, 98, 0, SW_TYPE_COUNT},
+    [19] = {"iq1_s", 256, 50, 0, SW_TYPE_COUNT},
+    [SW_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, 1, SW_TYPE_Q8_0},
+    [21] = {"iq3_s", 256, 110, 0, SW_TYPE_COUNT},
+    [22] = {"iq2_s", 256, 82, 0, SW_TYPE_COUNT},
+    [SW_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, 1, SW_TYPE_Q8_K},
+    [24] = {"i8", 1, 1, 0, SW_TYPE_COUNT},
+    [25] = {"i16", 1, 2, 0, SW_TYPE_COUNT},
+    [26] = {"i32", 1, 4, 0, SW_TYPE_COUNT},
+    [27] = {"i64", 1, 8, 0, SW_TYPE_COUNT},
+    [28] = {"f64", 1, 8, 0, SW_TYPE_COUNT},
+    [29] = {"iq1_m", 256, 56, 0, SW_TYPE_COUNT},
     [SW_TYPE_BF16] = {"bf16", 1, 2, 1, SW_TYPE_BF16},
-    [34] = {"tq1_0", 0, 0, 0, SW_TYPE_COUNT},
-    [35] = {"tq2_0", 0, 0, 0, SW_TYPE_COUNT},
+    [34] = {"tq1_0", 256, 54, 0, SW_TYPE_COUNT},
+    [35] = {"tq2_0", 256, 66, 0, SW_TYPE_COUNT},
+    [39] = {"mxfp4", 32, 17, 0, SW_TYPE_COUNT},
+    [40] = {"nvfp4", 64, 36, 0, SW_TYPE_COUNT},
+    [41] = {"q1_0", 128, 18, 0, SW_TYPE_COUNT},
+    [42] = {"q2_0", 64, 18, 0, SW_TYPE_COUNT},
 };
 
 static const struct s_type_traits *s_get(enum sw_type t)
@@ -102,5 +108,5 @@ int sw_type_row_bytes(enum sw_type t, int64_t n, uint64_t *out)
 enum sw_type sw_type_vec_dot(enum sw_type t)
 {
     const struct s_type_traits *tr = s_get(t);
-    return tr && tr->blck ? tr->vec : SW_TYPE_COUNT;
+    return tr && tr->blck && tr->supported ? tr->vec : SW_TYPE_COUNT;
 }

@@ -12,7 +12,9 @@
 #     checkout), else a copy fetched by scripts/ci/fetch_vocab.sh into the
 #     model cache (the same choice tests/CMakeLists.txt makes at configure);
 #   - with "slow" among the arguments (or "all"): Qwen2.5-Coder 1.5B too (the
-#     slow suite's test_greedy_qwen).
+#     slow suite's test_greedy_qwen) and the four low-bit requantizations of
+#     the Qwen pair (test_greedy_lowbit; scripts/requant_model.sh, which builds
+#     llama.cpp's llama-quantize alone the first time: docs/testing.md).
 #
 # Prints the tokenizer conformance data's folder.
 #   bash scripts/fetch_test_data.sh            # the default suite's data
@@ -31,6 +33,12 @@ models=(smollm2 qwen-coder-0.5b gemma3-270m)
 for m in "${models[@]}"; do
     bash scripts/fetch_model.sh "$m" >/dev/null
 done
+if [ "$slow" = 1 ]; then
+    for m in qwen-coder-0.5b-iq4_nl qwen-coder-0.5b-iq4_xs qwen-coder-1.5b-q2_k \
+        qwen-coder-1.5b-q3_k_m; do
+        bash scripts/requant_model.sh "$m" >/dev/null
+    done
+fi
 vocab=${SW_TEST_VOCAB_DIR:-}
 common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
 for cand in ../shared/testdata/vocab ${common:+"$common/../../shared/testdata/vocab"}; do

@@ -7,7 +7,7 @@
 #
 #   bash scripts/gpu_check.sh --prepare   # here (apt and the models at hand):
 #                                         #   gpu-debs/   the Debian packages of the dependencies
-#                                         #   gpu-models/ SmolLM2 cut to 4 layers (real tokenizer, 27 MB)
+#                                         #   gpu-models/ SmolLM2 cut to 4 layers (real tokenizer, 26 MB)
 #   bash scripts/gpu_check.sh             # on the GPU machine, with gpu-debs/ and gpu-models/
 #
 # Both folders are git-ignored (.gitignore); copy them along with the checkout
@@ -173,7 +173,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSW_CUDA=ON -DCMAKE_CUDA_ARCH
     { tail -30 "$log_dir/gpu_check_cmake.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target shardwire shardwire-node shardwire-relay \
     shardwire-mkmodel test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops test_cuda_handover \
-    bench_gpu bench_rows \
+    test_cuda_kv bench_gpu bench_rows \
     >"$log_dir/gpu_check_build.log" 2>&1 || { tail -40 "$log_dir/gpu_check_build.log"; exit 1; }
 t_build=$(( $(date +%s) - t0 ))
 bin=$build/bin
@@ -305,7 +305,8 @@ echo
 echo "| check | result |"
 echo "|---|---|"
 echo "| driver / runtime | ${driver:-?} (up to CUDA ${driver_cuda:-?}) / CUDA ${runtime:-?} |"
-for t in test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops test_cuda_handover; do
+# every test of `ctest -L cuda -LE cudaemu` (built above: one it lacks would be "Not Run")
+for t in test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_ops test_cuda_handover test_cuda_kv; do
     echo "| $t | $(status $t) |"
 done
 if [ "${n_gpus:-0}" -lt 2 ]; then

@@ -11,19 +11,25 @@
  * swa_model() makes it on first use in $SW_BUILD_DIR/arch-models (written to
  * a temporary name and renamed, so tests running at once never read half a
  * file) and checks its sha256 against the fixture's model_sha256, so the
- * model the test runs is the one llama.cpp ran. Header-only.
+ * model the test runs is the one llama.cpp ran. swa_greedy() replays a
+ * fixture's case step by step and checks every step's logits bits.
+ * Header-only.
  */
 #ifndef SW_ARCH_H
 #define SW_ARCH_H
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "decode.h"
+#include "model.h"
 #include "sha256.h"
+#include "sw_result.h"
 #include "sw_test.h"
 
 /* The sets, in the order the tests run them, and the layer split of each
@@ -88,7 +94,12 @@ static inline int swa_model(const json_t *doc, char *out, size_t out_len)
     if (!json_is_object(mk)) { // a real model from the cache
         snprintf(out, out_len, "%s/%s", sw_test_env("SW_MODELS_DIR"), file);
         if (access(out, R_OK) != 0) {
-            snprintf(why, sizeof why, "%s is absent (scripts/fetch_model.sh)", out);
+            const char *rq = json_string_value(json_object_get(doc, "requant"));
+            if (rq) // a model of a low-bit quant type, made from a fetched one
+                snprintf(why, sizeof why, "%s is absent (run: bash scripts/requant_model.sh %s)",
+                         out, rq);
+            else
+                snprintf(why, sizeof why, "%s is absent (scripts/fetch_model.sh)", out);
             sw_test_skip_part(why);
             return 1;
         }
@@ -143,6 +154,190 @@ static inline int swa_model(const json_t *doc, char *out, size_t out_len)
         return -1;
     }
     return 0;
+}
+
+/* The cache size of the parity runs (the fixtures' n_ctx). */
+#define SWA_N_CTX 512
+
+typedef struct swa_case {
+    const char *name;
+    int32_t *prompt; // llama.cpp's prompt ids
+    int n_prompt;
+    int32_t *gen; // llama.cpp's greedy tokens
+    int n_gen;
+    const json_t *hashes; // logits_sha256, one per generated token
+} swa_case_t;
+
+static inline void swa_hash(const float *logits, int n, char out[65])
+{
+    uint8_t h[32];
+    sw_sha256(logits, (size_t)n * sizeof *logits, h); // little-endian float32, as the fixture
+    sw_hex(h, sizeof h, out);
+}
+
+static inline int32_t swa_argmax(const float *l, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best])
+            best = i;
+    return best;
+}
+
+/* Greedy decoding of c on the stages st[0..n_st) (consecutive layer ranges,
+ * f32 hidden states between them) as llama.cpp ran it; checks each step's
+ * token and logits hash. Returns the steps that matched both. */
+static inline int swa_greedy(sw_model_t *const *st, int n_st, const swa_case_t *c,
+                             const json_t *top5, const char *what)
+{
+    char err[512] = "";
+    const sw_hparams_t *hp = sw_model_hparams(st[0]);
+    const int V = hp->n_vocab, E = hp->n_embd;
+    sw_kv_t *kv[2] = {NULL, NULL};
+    for (int i = 0; i < n_st; i++)
+        kv[i] = sw_kv_new(st[i], SWA_N_CTX);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    float *h0 = malloc((size_t)c->n_prompt * E * sizeof *h0);
+    SW_CHECK(kv[0] && (n_st == 1 || kv[1]) && logits && h0);
+    int32_t tok = 0;
+    int ok = 0, first_bad = -1;
+    for (int step = 0; kv[0] && logits && h0 && step < c->n_gen; step++) {
+        const int n = step == 0 ? c->n_prompt : 1;
+        const int32_t *ids = step == 0 ? c->prompt : &tok;
+        int rc = 0;
+        if (n_st == 1) {
+            sw_forward_t f = {
+                .n = n, .tokens = ids, .logits = logits, .n_logits = 1, .prompt = step == 0};
+            rc = sw_model_forward(st[0], kv[0], &f, err, sizeof err);
+        } else {
+            sw_forward_t f0 = {.n = n, .tokens = ids, .out_hidden = h0, .prompt = step == 0};
+            sw_forward_t f1 = {
+                .n = n, .hidden = h0, .logits = logits, .n_logits = 1, .prompt = step == 0};
+            rc = sw_model_forward(st[0], kv[0], &f0, err, sizeof err);
+            if (rc == 0)
+                rc = sw_model_forward(st[1], kv[1], &f1, err, sizeof err);
+        }
+        SW_CHECK_INT(rc, 0);
+        if (rc != 0) {
+            fprintf(stderr, "%s %s: forward: %s\n", what, c->name, err);
+            break;
+        }
+        char h[65];
+        swa_hash(logits, V, h);
+        tok = swa_argmax(logits, V);
+        const char *want = json_string_value(json_array_get(c->hashes, (size_t)step));
+        const int same = tok == c->gen[step] && want && !strcmp(h, want);
+        if (!same && first_bad < 0) {
+            first_bad = step;
+            fprintf(stderr, "%s %s: step %d: token %d (llama.cpp %d), logits %s\n", what, c->name,
+                    step, tok, c->gen[step], want && !strcmp(h, want) ? "equal" : "DIFFER");
+        }
+        ok += same;
+        if (step == 0 && top5) // the first position's best logits, to the float
+            for (size_t k = 0; k < json_array_size(top5); k++) {
+                const json_t *e = json_array_get(top5, k);
+                const int id = (int)json_integer_value(json_object_get(e, "id"));
+                const float ref = (float)json_real_value(json_object_get(e, "logit"));
+                SW_CHECK(id >= 0 && id < V && logits[id] == ref);
+            }
+        tok = c->gen[step]; // llama.cpp's token is fed back, as it was there
+    }
+    SW_CHECK_INT(ok, c->n_gen);
+    for (int i = 0; i < n_st; i++)
+        sw_kv_free(&kv[i]);
+    free(logits);
+    free(h0);
+    return ok;
+}
+
+static inline int32_t *swa_ids(const json_t *a, int *n)
+{
+    *n = (int)json_array_size(a);
+    int32_t *v = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *v);
+    for (int i = 0; v && i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+/* ---- through the programs: shardwire generate, and a relay with two stages ---- */
+
+/* The answers: sw_result.h (tokens, logits digest, drafts; `generate` as the reference). */
+
+static inline int swa_run(const char *ep, const char *prompt, int n_gen, const char *draft,
+                          sw_result_t *r)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", n_gen);
+    char *argv[] = {(char *)sw_test_bin("shardwire"),
+                    "run",
+                    "--greedy",
+                    "--relay",
+                    (char *)ep,
+                    "-p",
+                    (char *)prompt,
+                    "-n",
+                    n,
+                    "--json",
+                    "--timeout-s",
+                    "150",
+                    "--insecure-loopback",
+                    draft ? "--draft" : NULL,
+                    (char *)draft,
+                    NULL};
+    char *out = NULL, *err = NULL;
+    const int rc = sw_test_run(argv, 180, &out, &err);
+    if (rc != 0)
+        fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
+    sw_result_parse(out, r);
+    free(out);
+    free(err);
+    return rc;
+}
+
+/* A relay and two stages [0, mid) and [mid, L) of model; -1 when they did not come up. */
+static inline int swa_start(const char *model, const char *mid, const char *n_layer, char *ep,
+                            size_t ep_len, pid_t *relay, pid_t nodes[2])
+{
+    snprintf(ep, ep_len, "tcp://127.0.0.1:%d", sw_test_free_port());
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", ep, "--insecure-loopback",
+                  NULL};
+    *relay = sw_test_spawn(ra, sw_test_log("relay.log"));
+    char r0[32], r1[32];
+    snprintf(r0, sizeof r0, "0:%s", mid);
+    snprintf(r1, sizeof r1, "%s:%s", mid, n_layer);
+    const char *ranges[2] = {r0, r1};
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "stage%d", i);
+        char *na[] = {(char *)sw_test_bin("shardwire-node"),
+                      "--model",
+                      (char *)model,
+                      "--layers",
+                      (char *)ranges[i],
+                      "--relay",
+                      ep,
+                      "--name",
+                      name,
+                      "--threads",
+                      "1",
+                      "--dtype",
+                      "f32",
+                      "--round-timeout-ms",
+                      "30000",
+                      "--insecure-loopback",
+                      i == 0 ? "--draft-model" : NULL, // the head drafts with the model itself
+                      (char *)model,
+                      NULL};
+        nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
+    }
+    return sw_test_wait_peers(ep, 2, 90);
+}
+
+static inline void swa_stop(pid_t relay, pid_t nodes[2])
+{
+    for (int i = 0; i < 2; i++)
+        sw_test_kill(nodes[i]);
+    sw_test_kill(relay);
 }
 
 #endif

@@ -837,6 +837,9 @@ out:
     return rc;
 }
 
+#define S_DEFAULT_SEED                                                                             \
+    1 /* --seed: the weights the fixtures (tests/fixtures/arch_*.json) were made with */
+
 enum { O_FROM = SW_OPT_OWN, O_SYNTH, O_LAYERS, O_EMBD, O_SEED, O_VOCAB, O_OUT = 'o' };
 
 static const sw_opt_t s_opts[] = {
@@ -847,7 +850,7 @@ static const sw_opt_t s_opts[] = {
      "llama3.2-mini, qwen3-mini, qwen3moe-mini,\ngemma3-mini"},
     {"layers", O_LAYERS, "N", "layers to keep (--from, required) or to make (--synth)"},
     {"embd-type", O_EMBD, "T", "--from: re-quantize the embedding to q4_0 or q8_0"},
-    {"seed", O_SEED, "S", "--synth: weight seed (default 1)"},
+    {"seed", O_SEED, "S", "--synth: weight seed (default " SW_STR(S_DEFAULT_SEED) ")"},
     {"vocab", O_VOCAB, "V.gguf", "--synth: copy the tokenizer of V.gguf (its tokenizer.* keys)"},
     {"out", O_OUT, "OUT.gguf", "the file to write"},
 };
@@ -867,7 +870,7 @@ static const sw_args_spec_t s_spec = {
 int main(int argc, char **argv)
 {
     const char *from = NULL, *synth = NULL, *out = NULL, *vocab = NULL, *v;
-    int layers = -1, seed = 1, c;
+    int layers = -1, seed = S_DEFAULT_SEED, c;
     enum sw_type embd = SW_TYPE_COUNT;
     sw_args_t a;
     sw_args_init(&a, &s_spec, argc, argv);

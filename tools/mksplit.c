@@ -180,10 +180,14 @@ out:
     return rc;
 }
 
+/* --split-max-tensors' default: llama.cpp's gguf-split's (LLAMA_SPLIT_MAX_TENSORS). */
+#define S_DEFAULT_MAX_TENSORS 128
+
 enum { O_TENSORS = SW_OPT_OWN, O_SIZE, O_NO_FIRST };
 
 static const sw_opt_t s_opts[] = {
-    {"split-max-tensors", O_TENSORS, "N", "max tensors in each part (default 128)"},
+    {"split-max-tensors", O_TENSORS, "N",
+     "max tensors in each part (default " SW_STR(S_DEFAULT_MAX_TENSORS) ")"},
     {"split-max-size", O_SIZE, "N(M|G)", "max bytes of tensors in each part (M = 10^6, G = 10^9)"},
     {"no-tensor-first-split", O_NO_FIRST, NULL, "no tensors in the first part"},
 };
@@ -220,7 +224,7 @@ static int s_size_arg(const char *v, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    int max_tensors = 128, no_first = 0, c, by_tensors = 0;
+    int max_tensors = S_DEFAULT_MAX_TENSORS, no_first = 0, c, by_tensors = 0;
     uint64_t max_bytes = 0;
     const char *v;
     sw_args_t a;

@@ -14,10 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WANEM_BUFFER_DEFAULT (64ull << 20) // queued bytes per direction and connection
-#define WANEM_DELAY_MAX_MS 600000.0        // 10 minutes
-#define WANEM_RATE_MAX_KBPS 1000000000ull  // 1 Tbit/s
-#define WANEM_BUFFER_MAX_MIB 65536ull      // 64 GiB
+#define WANEM_BUFFER_DEFAULT_MIB 64 // --buffer-mib: MiB queued per direction and connection
+#define WANEM_BUFFER_DEFAULT ((unsigned long long)WANEM_BUFFER_DEFAULT_MIB << 20)
+#define WANEM_SEED_DEFAULT 1              // --seed: the jitter's random stream
+#define WANEM_DELAY_MAX_MS 600000.0       // 10 minutes
+#define WANEM_RATE_MAX_KBPS 1000000000ull // 1 Tbit/s
+#define WANEM_BUFFER_MAX_MIB 65536ull     // 64 GiB
 
 static volatile sig_atomic_t s_stop;
 
@@ -46,8 +48,10 @@ static const sw_opt_t s_opts[] = {
     {"jitter-ms", O_JITTER, "J",
      "plus a uniform jitter in [-J, +J] ms that never\nreorders a stream (J <= D)"},
     {"rate-kbps", O_RATE, "R", "pace each direction to R kbit/s (default unlimited)"},
-    {"seed", O_SEED, "S", "jitter seed (default 1)"},
-    {"buffer-mib", O_BUFFER, "M", "MiB queued per direction before reading pauses\n(default 64)"},
+    {"seed", O_SEED, "S", "jitter seed (default " SW_STR(WANEM_SEED_DEFAULT) ")"},
+    {"buffer-mib", O_BUFFER, "M",
+     "MiB queued per direction before reading pauses\n(default " SW_STR(
+         WANEM_BUFFER_DEFAULT_MIB) ")"},
 };
 
 static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
@@ -99,7 +103,7 @@ static int s_parse_u64(const char *text, uint64_t lo, uint64_t hi, uint64_t *out
 int main(int argc, char **argv)
 {
     sw_log_set_tag("wanem");
-    struct wanem_config cfg = {.buffer_max = WANEM_BUFFER_DEFAULT, .seed = 1};
+    struct wanem_config cfg = {.buffer_max = WANEM_BUFFER_DEFAULT, .seed = WANEM_SEED_DEFAULT};
     const char *listen_s = NULL, *connect_s = NULL, *delay_s = NULL, *jitter_s = NULL;
     const char *rate_s = NULL;
     char err[256];

@@ -260,7 +260,8 @@ struct s_mm_job {
     const void *xq[SW_MATMUL_MAX_W]; // quantized input per weight (shared when types agree)
     size_t xq_stride[SW_MATMUL_MAX_W];
     int n;
-    int tiled;         // SW_MM_TILED: sw_matmul_tiled
+    int tiled;         // SW_MM_TILED: sw_matmul_tiled (the K-quants)
+    int prompt;        // SW_MM_PROMPT: sw_matmul_sgemm (iq4_nl)
     int64_t total;     // sum of n_out
     int64_t chunk;     // output rows per work item (a multiple of 16)
     atomic_llong next; // next work item
@@ -287,7 +288,10 @@ static void s_mm_body(void *ctx, int ith, int nth)
                 lo = 0;
             if (hi > w->n_out)
                 hi = w->n_out;
-            if (lo < hi)
+            if (lo < hi && j->prompt) // MUL_MAT's batched paths
+                sw_matmul_batch(w->type, j->tiled ? 8 : 2, w->n_in, w->buf->data, w->row_bytes, lo,
+                                hi, j->xq[i], j->xq_stride[i], j->n, j->y[i], w->n_out);
+            else if (lo < hi) // an expert (MUL_MAT_ID: tiled or not, never sgemm), or decode
                 (j->tiled ? sw_matmul_tiled : sw_matmul)(w->type, w->n_in, w->buf->data,
                                                          w->row_bytes, lo, hi, j->xq[i],
                                                          j->xq_stride[i], j->n, j->y[i], w->n_out);
@@ -320,7 +324,8 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
     struct s_mm_job job = {.n_w = n_w,
                            .n = n,
                            .tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) ==
-                                    (SW_MM_PROMPT | SW_MM_TILED)};
+                                    (SW_MM_PROMPT | SW_MM_TILED),
+                           .prompt = (flags & SW_MM_PROMPT) != 0};
     const int64_t n_in = w[0]->n_in;
     const float *xs = cpu_f32(x) + (size_t)x_row0 * n_in;
 

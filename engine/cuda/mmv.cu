@@ -12,6 +12,10 @@
  * so results are batch invariant and equal to the CPU's sw_vec_dot to the
  * bit.
  *
+ * iq4_nl weights run their own body (s_body_nl): two chains in the one-row
+ * order, one in llamafile's sgemm order for prompt matmuls of 2 rows or more
+ * (SW_MM_PROMPT), as the CPU's sw_matmul and sw_matmul_sgemm.
+ *
  * K-quant weights in a prompt window of 8 rows or more (SW_MM_PROMPT |
  * SW_MM_TILED) take the order of the CPU's sw_matmul_tiled instead (llama.cpp's
  * tiled prompt matmul): per block the 8 lanes' integers are summed across
@@ -81,6 +85,7 @@ static __global__ void k_quantize(int vt, const float *x, int64_t n_in, uint8_t 
         typedef XB X;                                                                              \
         typedef WL L;                                                                              \
         static constexpr int QK = qk;                                                              \
+        static constexpr int TYPE = T;                                                             \
         static __device__ void wl(const W *w, int k, L *o)                                         \
         {                                                                                          \
             sw_##fmt##_wl(w, k, o);                                                                \
@@ -102,6 +107,10 @@ S_FMT(SW_TYPE_Q8_0, q8_0, sw_block_q8_0, sw_block_q8_0, sw_wl_q8_0, SW_QK)
 S_FMT(SW_TYPE_Q4_K, q4_k, sw_block_q4_k, sw_block_q8_k, sw_wl_q4_k, SW_QK_K)
 S_FMT(SW_TYPE_Q5_K, q5_k, sw_block_q5_k, sw_block_q8_k, sw_wl_q5_k, SW_QK_K)
 S_FMT(SW_TYPE_Q6_K, q6_k, sw_block_q6_k, sw_block_q8_k, sw_wl_q6_k, SW_QK_K)
+S_FMT(SW_TYPE_Q2_K, q2_k, sw_block_q2_k, sw_block_q8_k, sw_wl_q2_k, SW_QK_K)
+S_FMT(SW_TYPE_Q3_K, q3_k, sw_block_q3_k, sw_block_q8_k, sw_wl_q3_k, SW_QK_K)
+S_FMT(SW_TYPE_IQ4_XS, iq4_xs, sw_block_iq4_xs, sw_block_q8_k, sw_wl_iq4_xs, SW_QK_K)
+S_FMT(SW_TYPE_IQ4_NL, iq4_nl, sw_block_iq4_nl, sw_block_q8_0, sw_wl_iq4_nl, SW_QK)
 #undef S_FMT
 
 /* The K-quants' integer lanes and tiled block update (sw_matmul_tiled's order). */
@@ -119,6 +128,9 @@ S_FMT(SW_TYPE_Q6_K, q6_k, sw_block_q6_k, sw_block_q8_k, sw_wl_q6_k, SW_QK_K)
 S_FMT_K(q4_k)
 S_FMT_K(q5_k)
 S_FMT_K(q6_k)
+S_FMT_K(q2_k)
+S_FMT_K(q3_k)
+S_FMT_K(iq4_xs)
 #undef S_FMT_K
 
 /* The activation rows of one block (r < nr <= NR) and the output rows they
@@ -229,6 +241,72 @@ static __device__ void s_body_qt(const uint8_t *w, size_t w_stride, int64_t n_ou
     }
 }
 
+/* iq4_nl (quant_math_lowbit.h): its one-row order runs two chains, even
+ * blocks in acc and odd ones in acc2, and takes an odd last block apart (its
+ * 8 lanes' integers summed with xor shuffles, as the tiled order does);
+ * sgemm (a prompt matmul of 2 rows or more, llamafile's order) runs one
+ * chain. s_acc, s_acc2 as in s_body_q. */
+template <int NR>
+static __device__ void s_body_nl(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                                 const s_rows<NR> &rw, const float *bias, float *s_acc,
+                                 float *s_acc2, int sgemm)
+{
+    const int k = threadIdx.x & 7;
+    const int64_t o = (int64_t)blockIdx.x * (S_THREADS / 8) + (threadIdx.x >> 3);
+    const int64_t oo = o < n_out ? o : n_out - 1; // every lane takes part in the shuffles
+    const int nr = rw.nr, tail = !sgemm && (nb & 1);
+    float acc[NR], acc2[NR], td[NR];
+    int32_t tt[NR];
+    for (int r = 0; r < NR; r++) {
+        acc[r] = acc2[r] = td[r] = 0.0f;
+        tt[r] = 0;
+    }
+    const sw_block_iq4_nl *wr = (const sw_block_iq4_nl *)(w + (size_t)oo * w_stride);
+    for (int b = 0; b < nb - tail; b++) {
+        sw_wl_iq4_nl l;
+        sw_iq4_nl_wl(&wr[b], k, &l);
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            if (r < nr)
+                sw_iq4_nl_step(&l, (const sw_block_q8_0 *)rw.x[r] + b, k,
+                               sgemm || !(b & 1) ? &acc[r] : &acc2[r], NULL);
+    }
+    if (tail) {
+        sw_wl_iq4_nl l;
+        sw_iq4_nl_wl(&wr[nb - 1], k, &l);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (r >= nr) // the same for every lane
+                break;
+            const sw_block_q8_0 *xb = (const sw_block_q8_0 *)rw.x[r] + nb - 1;
+            int32_t t = sw_iq4_nl_ints(&l, xb, k);
+            for (int sh = 1; sh < 8; sh <<= 1)
+                t += __shfl_xor_sync(0xffffffffu, t, sh);
+            tt[r] = t;
+            td[r] = sw_h2f(xb->d) * l.d;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        s_acc[r * S_THREADS + threadIdx.x] = acc[r];
+        s_acc2[r * S_THREADS + threadIdx.x] = acc2[r];
+    }
+    __syncwarp();
+    if (k != 0 || o >= n_out)
+        return;
+    for (int r = 0; r < nr; r++) {
+        float a[8], a2[8];
+        for (int j = 0; j < 8; j++) {
+            a[j] = s_acc[r * S_THREADS + threadIdx.x + j];
+            a2[j] = s_acc2[r * S_THREADS + threadIdx.x + j];
+        }
+        float v = sgemm ? sw_iq4_nl_combine(a, a2) : sw_iq4_nl_combine2(a, a2, tail, td[r], tt[r]);
+        if (bias)
+            v += bias[o];
+        rw.y[r][o] = v;
+    }
+}
+
 /* y[r * y_stride + o] = dot(W row o, x row r) (+ bias[o]) for r < nr <= NR. */
 template <typename F, int NR>
 static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
@@ -239,6 +317,38 @@ static __global__ void k_mmv_q(const uint8_t *w, size_t w_stride, int64_t n_out,
     __shared__ float s_acc2[NR * S_THREADS];
     s_body_q<F, NR>(w, w_stride, n_out, nb, s_dense_rows<NR>(x, x_stride, y, y_stride, nr), bias,
                     s_acc, s_acc2);
+}
+
+/* k_mmv_q for iq4_nl, in its one-row order or (sgemm) llamafile's. */
+template <int NR>
+static __global__ void k_mmv_nl(const uint8_t *w, size_t w_stride, int64_t n_out, int nb,
+                                const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                                float *y, int64_t y_stride, int sgemm)
+{
+    __shared__ float s_acc[NR * S_THREADS];
+    __shared__ float s_acc2[NR * S_THREADS];
+    s_body_nl<NR>(w, w_stride, n_out, nb, s_dense_rows<NR>(x, x_stride, y, y_stride, nr), bias,
+                  s_acc, s_acc2, sgemm);
+}
+
+static void s_launch_nl(cudaStream_t st, const uint8_t *w, size_t w_stride, int64_t n_out,
+                        int64_t n_in, const uint8_t *x, size_t x_stride, int nr, const float *bias,
+                        float *y, int64_t y_stride, int sgemm)
+{
+    const unsigned grid = swc_blocks(n_out, S_THREADS / 8);
+    const int nb = (int)(n_in / SW_QK);
+    if (nr <= 1)
+        k_mmv_nl<1><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                y_stride, sgemm);
+    else if (nr <= 2)
+        k_mmv_nl<2><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                y_stride, sgemm);
+    else if (nr <= 4)
+        k_mmv_nl<4><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                y_stride, sgemm);
+    else
+        k_mmv_nl<8><<<grid, S_THREADS, 0, st>>>(w, w_stride, n_out, nb, x, x_stride, nr, bias, y,
+                                                y_stride, sgemm);
 }
 
 /* k_mmv_q in the tiled order of the K-quants. */
@@ -366,6 +476,10 @@ static __global__ void k_mmv_experts_q(const uint8_t *w, size_t w_stride, size_t
         rw.y[r] = y + (size_t)p * (size_t)y_stride;
     }
     const uint8_t *we = w + (size_t)expert * w_expert;
+    if constexpr (F::TYPE == SW_TYPE_IQ4_NL) { // its own order (MUL_MAT_ID: never sgemm)
+        s_body_nl<8>(we, w_stride, n_out, nb, rw, NULL, s_acc, s_acc2, 0);
+        return;
+    }
     if constexpr (K) {
         if (tiled) {
             s_body_qt<F, 8>(we, w_stride, n_out, nb, rw, NULL);
@@ -427,6 +541,10 @@ int swc_matmul_experts(sw_backend_t *be, const sw_weight_t *w, const uint8_t *xq
         S_CASE(SW_TYPE_Q4_K, s_fmtk_q4_k, true)
         S_CASE(SW_TYPE_Q5_K, s_fmtk_q5_k, true)
         S_CASE(SW_TYPE_Q6_K, s_fmtk_q6_k, true)
+        S_CASE(SW_TYPE_Q2_K, s_fmtk_q2_k, true)
+        S_CASE(SW_TYPE_Q3_K, s_fmtk_q3_k, true)
+        S_CASE(SW_TYPE_IQ4_XS, s_fmtk_iq4_xs, true)
+        S_CASE(SW_TYPE_IQ4_NL, s_fmt_iq4_nl, false)
 #undef S_CASE
     case SW_TYPE_F16:
     case SW_TYPE_BF16:
@@ -442,7 +560,7 @@ int swc_matmul_experts(sw_backend_t *be, const sw_weight_t *w, const uint8_t *xq
 }
 
 static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bias,
-                        const uint8_t *xq, size_t xs, int n, float *y, int tiled)
+                        const uint8_t *xq, size_t xs, int n, float *y, int tiled, int prompt)
 {
     cudaStream_t st = swc_of(be)->stream;
     const uint8_t *wd = swc_ptr<uint8_t>(w->buf);
@@ -459,6 +577,9 @@ static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bia
             S_CASE(SW_TYPE_Q4_K, q4_k)
             S_CASE(SW_TYPE_Q5_K, q5_k)
             S_CASE(SW_TYPE_Q6_K, q6_k)
+            S_CASE(SW_TYPE_Q2_K, q2_k)
+            S_CASE(SW_TYPE_Q3_K, q3_k)
+            S_CASE(SW_TYPE_IQ4_XS, iq4_xs)
 #undef S_CASE
         default: // every other weight, and K-quants in the decode order
             switch (w->type) {
@@ -475,7 +596,14 @@ static int s_one_weight(sw_backend_t *be, const sw_weight_t *w, const float *bia
                 S_CASE(SW_TYPE_Q4_K, q4_k)
                 S_CASE(SW_TYPE_Q5_K, q5_k)
                 S_CASE(SW_TYPE_Q6_K, q6_k)
+                S_CASE(SW_TYPE_Q2_K, q2_k)
+                S_CASE(SW_TYPE_Q3_K, q3_k)
+                S_CASE(SW_TYPE_IQ4_XS, iq4_xs)
 #undef S_CASE
+            case SW_TYPE_IQ4_NL: // llamafile's sgemm order in a prompt matmul of 2 rows or more
+                s_launch_nl(st, wd, w->row_bytes, w->n_out, w->n_in, xr, xs, nr, bias, yr, w->n_out,
+                            prompt);
+                break;
             case SW_TYPE_F16:
             case SW_TYPE_BF16:
             case SW_TYPE_F32:
@@ -543,8 +671,8 @@ int swc_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w, const sw_
     const int tiled = (flags & (SW_MM_PROMPT | SW_MM_TILED)) == (SW_MM_PROMPT | SW_MM_TILED);
     for (int i = 0; i < n_w; i++)
         if (s_one_weight(be, w[i], bias && bias[i] ? swc_ptr<float>(bias[i]) : NULL,
-                         xq + offs[which[i]], strides[which[i]], n, swc_ptr<float>(y[i]),
-                         tiled) != 0)
+                         xq + offs[which[i]], strides[which[i]], n, swc_ptr<float>(y[i]), tiled,
+                         (flags & SW_MM_PROMPT) != 0) != 0)
             return -1;
     return 0;
 }

@@ -51,12 +51,18 @@ enum sw_type {
     SW_TYPE_Q5_K = 13,
     SW_TYPE_Q6_K = 14,
     SW_TYPE_Q8_K = 15,
+    SW_TYPE_IQ4_NL = 20,
+    SW_TYPE_IQ4_XS = 23,
     SW_TYPE_BF16 = 30,
-    SW_TYPE_COUNT = 39, // one past the largest id GGML defines (for range checks)
+    SW_TYPE_COUNT = 43, // one past the largest id GGML defines (for range checks)
 };
 
 /* 1 when shardwire can load tensors of this type (F32, F16, BF16, Q8_0, Q4_0,
- * Q4_1, Q4_K, Q5_K, Q6_K; also Q5_0, Q5_1, Q8_1, Q8_K where implemented). */
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; Q8_1 and
+ * Q8_K are activation types). The other ids GGML defines (the IQ1/IQ2/IQ3
+ * types, ternary, MXFP4/NVFP4, Q1_0/Q2_0, the integer types) have their
+ * block layouts here, so a file using them opens and the model loader
+ * names the tensor it refuses. */
 int sw_type_supported(enum sw_type t);
 /* Name ("q4_K"), or "unknown". */
 const char *sw_type_name(enum sw_type t);
@@ -109,12 +115,33 @@ void sw_matmul(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_
  *
  *   r = d_w * float(t);  r = fma(-dmin_w, float(m), r);  y = fma(r, d_x, y)
  *
- * over the super-blocks in order (y starts at 0). Other types: sw_matmul.
+ * over the super-blocks in order (y starts at 0); q2_K like q4_K (its
+ * minimums per 16 elements), q3_K and iq4_xs like q6_K (no minimums). Other
+ * types: sw_matmul.
  * Each element still depends only on its two rows (the kernel level aside),
  * but the value differs from sw_matmul's; the model uses it only for prompt
  * windows of 8 rows or more (SW_MM_TILED), where llama.cpp does. */
 void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0,
                      int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                     int64_t y_stride);
+
+/* sw_matmul in the order llama.cpp's CPU backend uses for a matmul of 2 rows
+ * or more that llamafile's sgemm serves (prompt batches): for iq4_nl weights
+ * one 8-lane chain over the blocks, where its one-row vec_dot alternates two
+ * chains (even and odd blocks) and takes an odd last block apart. Other
+ * types: sw_matmul (llamafile's order equals vec_dot's for q4_0, q5_0,
+ * q8_0, and it does not serve the rest). The model uses it for prompt
+ * windows of 2 rows or more (SW_MM_PROMPT), where llama.cpp does. */
+void sw_matmul_sgemm(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                     int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                     int64_t y_stride);
+
+/* The matmul llama.cpp's CPU backend runs for weight type t in a batch of
+ * batch_rows rows (MUL_MAT, its counting): sw_matmul_tiled when it has 8
+ * rows or more and t is a type of its tiled matmul, sw_matmul_sgemm when it
+ * has 2 or more, else sw_matmul. */
+void sw_matmul_batch(enum sw_type t, int batch_rows, int64_t n, const void *w, size_t w_stride,
+                     int64_t o0, int64_t o1, const void *x, size_t x_stride, int nr, float *y,
                      int64_t y_stride);
 
 /* Kernel levels, each a superset of the one before. */

@@ -69,6 +69,19 @@ static void rand_row(enum sw_type t, uint8_t *row, int64_t n)
         case SW_TYPE_Q6_K:
             puth(p + 208, uni(0, 0.0005f));
             break;
+        case SW_TYPE_Q2_K:
+            puth(p + 80, uni(0, 0.002f));
+            puth(p + 82, uni(0, 0.002f));
+            break;
+        case SW_TYPE_Q3_K:
+            puth(p + 108, uni(0, 0.001f));
+            break;
+        case SW_TYPE_IQ4_NL:
+            puth(p, uni(-0.002f, 0.002f));
+            break;
+        case SW_TYPE_IQ4_XS:
+            puth(p, uni(0, 0.0005f));
+            break;
         case SW_TYPE_F32: {
             float f = uni(-1, 1);
             memcpy(p, &f, 4);
@@ -113,7 +126,11 @@ static int mm_check(enum sw_type t, int64_t n, int64_t rows, int nr)
     for (int r = 0; r < nr; r++)
         if (sw_quantize_row(at, (const float *)X->data + r * n, xq + r * xs, n))
             abort();
-    (nr >= 8 ? sw_matmul_tiled : sw_matmul)(t, n, W->data, W->nb[1], 0, rows, xq, xs, nr, y, rows);
+    if (t == SW_TYPE_IQ4_NL && nr >= 2) // llamafile's sgemm serves it
+        sw_matmul_sgemm(t, n, W->data, W->nb[1], 0, rows, xq, xs, nr, y, rows);
+    else
+        (nr >= 8 ? sw_matmul_tiled : sw_matmul)(t, n, W->data, W->nb[1], 0, rows, xq, xs, nr, y,
+                                                rows);
     int bad = 0;
     for (int64_t i = 0; i < rows * nr; i++)
         bad += memcmp(&y[i], (const float *)Y->data + i, 4) != 0;
@@ -126,10 +143,11 @@ static int mm_check(enum sw_type t, int64_t n, int64_t rows, int nr)
 int main(void)
 {
     ggml_cpu_init();
-    const enum sw_type ts[] = {SW_TYPE_Q4_0, SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1,
-                               SW_TYPE_Q8_0, SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K,
-                               SW_TYPE_F16,  SW_TYPE_F32,  SW_TYPE_BF16};
-    const int64_t ns[] = {512, 1536, 576, 1024 + 96, 64 + 7};
+    const enum sw_type ts[] = {SW_TYPE_Q4_0, SW_TYPE_Q4_1,   SW_TYPE_Q5_0,  SW_TYPE_Q5_1,
+                               SW_TYPE_Q8_0, SW_TYPE_Q4_K,   SW_TYPE_Q5_K,  SW_TYPE_Q6_K,
+                               SW_TYPE_F16,  SW_TYPE_F32,    SW_TYPE_BF16,  SW_TYPE_Q2_K,
+                               SW_TYPE_Q3_K, SW_TYPE_IQ4_NL, SW_TYPE_IQ4_XS};
+    const int64_t ns[] = {512, 1536, 576, 1024 + 96, 64 + 7, 96, 32};
     int total_bad = 0;
     for (int level = 0; level < 2; level++) {
         sw_quant_force_scalar(level == 1);
@@ -191,14 +209,45 @@ int main(void)
         }
     }
     sw_quant_force_scalar(0);
-    const enum sw_type kq[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
-    for (size_t k = 0; k < 3; k++)
+    const enum sw_type kq[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K,
+                               SW_TYPE_Q2_K, SW_TYPE_Q3_K, SW_TYPE_IQ4_XS};
+    for (size_t k = 0; k < sizeof kq / sizeof kq[0]; k++)
         for (int nr = 1; nr <= 16; nr += 15) {
             int bad = mm_check(kq[k], 1536, 96, nr);
             printf("%-5s: ggml_mul_mat with %2d rows (%s path): %d/%d mismatches\n",
                    sw_type_name(kq[k]), nr, nr >= 8 ? "tiled" : "vec_dot", bad, 96 * nr);
             total_bad += bad;
         }
+    /* iq4_nl: vec_dot for one row, llamafile's sgemm for 2 or more */
+    for (int nr = 1; nr <= 16; nr = nr * 2 + (nr == 1 ? 0 : 1))
+        for (int64_t n = 96; n <= 1536; n += 1440) {
+            int bad = mm_check(SW_TYPE_IQ4_NL, n, 96, nr);
+            printf("iq4_nl: ggml_mul_mat %4lld x %2d rows (%s path): %d/%d mismatches\n",
+                   (long long)n, nr, nr >= 2 ? "sgemm" : "vec_dot", bad, 96 * nr);
+            total_bad += bad;
+        }
+    /* the rows as f32 (get_rows): GGML's to_float */
+    const enum sw_type dq[] = {SW_TYPE_Q2_K,   SW_TYPE_Q3_K, SW_TYPE_IQ4_NL,
+                               SW_TYPE_IQ4_XS, SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    for (size_t k = 0; k < sizeof dq / sizeof dq[0]; k++) {
+        uint64_t wb;
+        if (sw_type_row_bytes(dq[k], 1536, &wb))
+            abort();
+        uint8_t *w = malloc(wb);
+        float *a = malloc(1536 * 4), *b = malloc(1536 * 4);
+        int bad = 0;
+        for (int tr_i = 0; tr_i < 50; tr_i++) {
+            rand_row(dq[k], w, 1536);
+            sw_dequantize_row(dq[k], w, a, 1536);
+            ggml_get_type_traits((enum ggml_type)dq[k])->to_float(w, b, 1536);
+            bad += memcmp(a, b, 1536 * 4) != 0;
+        }
+        printf("%-6s: dequantize row mismatches %d/50\n", sw_type_name(dq[k]), bad);
+        total_bad += bad;
+        free(w);
+        free(a);
+        free(b);
+    }
     printf("avx2 level total mismatches: %d\n", total_bad);
     return total_bad != 0;
 }

@@ -77,7 +77,10 @@ def default_of(desc):
     if m:
         return m.group(1).strip()
     m = re.search(r"\(([^()]*?), default:? ([^()]*)\)", desc)
-    return m.group(2).strip() if m else ""
+    if m:
+        return m.group(2).strip()
+    m = re.search(r"\([^()]*?; default:? ([^();]*)[;)]", desc)  # "(while others run: 2; default 4; ...)"
+    return m.group(1).strip() if m else ""
 
 
 def numbers(text):

@@ -75,6 +75,10 @@ CHAT = {
                              "<|im_start|>assistant\n<think>\n\n</think>\n\n", True),
     "gemma": ("chat", "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n"
                       "<start_of_turn>model\n", True),
+    "chatml": ("chat", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                       "helpful assistant.<|im_end|>\n<|im_start|>user\nWrite a C function that "
+                       "returns the length of a NUL-terminated string.<|im_end|>\n"
+                       "<|im_start|>assistant\n", True),
 }
 
 SETS = {
@@ -87,6 +91,19 @@ SETS = {
     "gemma3": dict(model="gemma-3-270m-q4_k_m.gguf", cases=COMMON + [CHAT["gemma"]], n_gen=32),
     "gemma3swa": dict(preset="gemma3-mini", vocab="ggml-vocab-llama-spm.gguf",
                       cases=COMMON, n_gen=24),
+    # the low-bit quant types (issue 34): real models requantized by scripts/requant_model.sh
+    "qwen05_iq4_nl": dict(model="Qwen2.5-Coder-0.5B-Instruct.IQ4_NL.from-Q4_K_M.gguf",
+                          cases=COMMON + [CHAT["chatml"]], n_gen=32, out="quant_qwen05_iq4_nl.json",
+                          requant="qwen-coder-0.5b-iq4_nl"),
+    "qwen05_iq4_xs": dict(model="Qwen2.5-Coder-0.5B-Instruct.IQ4_XS.from-Q4_K_M.gguf",
+                          cases=COMMON + [CHAT["chatml"]], n_gen=32, out="quant_qwen05_iq4_xs.json",
+                          requant="qwen-coder-0.5b-iq4_xs"),
+    "qwen15_q2_k": dict(model="Qwen2.5-Coder-1.5B-Instruct.Q2_K.from-Q4_K_M.gguf",
+                        cases=COMMON + [CHAT["chatml"]], n_gen=24, out="quant_qwen15_q2_k.json",
+                        requant="qwen-coder-1.5b-q2_k"),
+    "qwen15_q3_k_m": dict(model="Qwen2.5-Coder-1.5B-Instruct.Q3_K_M.from-Q4_K_M.gguf",
+                          cases=COMMON + [CHAT["chatml"]], n_gen=24, out="quant_qwen15_q3_k_m.json",
+                          requant="qwen-coder-1.5b-q3_k_m"),
 }
 
 
@@ -169,6 +186,7 @@ def make_set(name, cfg, args):
         "model_file": os.path.basename(model),
         "model_sha256": sha256_file(model),
         "mkmodel": made,
+        "requant": cfg.get("requant"),  # scripts/requant_model.sh NAME made the model
         "model": {
             "architecture": meta_str(llm, "general.architecture"),
             "n_vocab": n_vocab,

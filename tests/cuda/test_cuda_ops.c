@@ -6,7 +6,8 @@
  * (12 over 2), the 151,936-entry vocabulary, and every weight type.
  *
  *   matmul     every type x hidden size x {1, 5, 8 rows decode; 8 and 13 rows
- *              prompt; 16 rows prompt in the tiled K-quant order}, bit-identical;
+ *              prompt; 16 rows prompt in the tiled K-quant order}, bit-identical
+ *              (iq4_nl: also rows of an odd number of blocks, decode and sgemm);
  *              1 row of a 151,936 x 1536 q6_K output matrix; a 70-row prompt
  *              chunk through cuBLAS within the margin of cuda_test.h
  *   get_rows   every type, rows 0 and 151,935 of a 151,936-row q8_0/q4_K/q6_K
@@ -117,6 +118,17 @@ static uint8_t *s_matrix(enum sw_type t, int64_t n_in, int64_t n_out, size_t *ro
             break;
         case SW_TYPE_Q6_K:
             s_put_f16(q + 208, 0.001f + 0.002f * (float)(s_rand() & 255) / 255.0f);
+            break;
+        case SW_TYPE_Q2_K:
+            s_put_f16(q + 80, 0.002f + 0.01f * (float)(s_rand() & 255) / 255.0f);
+            s_put_f16(q + 82, 0.01f * (float)(s_rand() & 255) / 255.0f);
+            break;
+        case SW_TYPE_Q3_K:
+            s_put_f16(q + 108, 0.001f + 0.002f * (float)(s_rand() & 255) / 255.0f);
+            break;
+        case SW_TYPE_IQ4_NL:
+        case SW_TYPE_IQ4_XS:
+            s_put_f16(q, 0.0005f + 0.001f * (float)(s_rand() & 255) / 255.0f);
             break;
         case SW_TYPE_F16:
             s_put_f16(q, s_unif(1.0f));
@@ -351,9 +363,10 @@ out:
 /* 3 and 4 rows: the matmul kernel's 4-row variant (NR = 4), every type. */
 static void s_matmul_rows34(void)
 {
-    static const enum sw_type types[] = {SW_TYPE_F32,  SW_TYPE_F16,  SW_TYPE_BF16, SW_TYPE_Q4_0,
-                                         SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0,
-                                         SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    static const enum sw_type types[] = {SW_TYPE_F32,  SW_TYPE_F16,    SW_TYPE_BF16,  SW_TYPE_Q4_0,
+                                         SW_TYPE_Q4_1, SW_TYPE_Q5_0,   SW_TYPE_Q5_1,  SW_TYPE_Q8_0,
+                                         SW_TYPE_Q4_K, SW_TYPE_Q5_K,   SW_TYPE_Q6_K,  SW_TYPE_Q2_K,
+                                         SW_TYPE_Q3_K, SW_TYPE_IQ4_XS, SW_TYPE_IQ4_NL};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         s_matmul_case(types[t], 1536, 56, 3, 0, 0, 1);
         s_matmul_case(types[t], 1536, 56, 4, 0, 0, 0);
@@ -363,9 +376,10 @@ static void s_matmul_rows34(void)
 
 static void s_matmul(void)
 {
-    static const enum sw_type types[] = {SW_TYPE_F32,  SW_TYPE_F16,  SW_TYPE_BF16, SW_TYPE_Q4_0,
-                                         SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0,
-                                         SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    static const enum sw_type types[] = {SW_TYPE_F32,  SW_TYPE_F16,    SW_TYPE_BF16,  SW_TYPE_Q4_0,
+                                         SW_TYPE_Q4_1, SW_TYPE_Q5_0,   SW_TYPE_Q5_1,  SW_TYPE_Q8_0,
+                                         SW_TYPE_Q4_K, SW_TYPE_Q5_K,   SW_TYPE_Q6_K,  SW_TYPE_Q2_K,
+                                         SW_TYPE_Q3_K, SW_TYPE_IQ4_XS, SW_TYPE_IQ4_NL};
     static const int64_t hidden[] = {896, 1536, 3584};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int kq = sw_type_block_elems(types[t]) == 256;
@@ -380,6 +394,10 @@ static void s_matmul(void)
             s_matmul_case(types[t], hidden[h], n_out, 16, SW_MM_PROMPT | SW_MM_TILED, 0, 1);
         }
     }
+    /* iq4_nl rows of an odd number of blocks: its one-row order's tail, and sgemm's */
+    s_matmul_case(SW_TYPE_IQ4_NL, 864, 40, 1, 0, 0, 1);
+    s_matmul_case(SW_TYPE_IQ4_NL, 864, 40, 3, SW_MM_PROMPT, 0, 0);
+    s_matmul_case(SW_TYPE_IQ4_NL, 864, 40, 9, SW_MM_PROMPT | SW_MM_TILED, 0, 1);
     s_matmul_rows34();
     /* The LM head of Qwen2.5-1.5B: 151,936 outputs. */
     s_matmul_case(SW_TYPE_Q6_K, 1536, 151936, 1, 0, 0, 0);
@@ -426,9 +444,10 @@ static void s_getrows_case(enum sw_type t, int64_t n_in, int64_t rows, const int
 
 static void s_getrows(void)
 {
-    static const enum sw_type types[] = {SW_TYPE_F32,  SW_TYPE_F16,  SW_TYPE_BF16, SW_TYPE_Q4_0,
-                                         SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0,
-                                         SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    static const enum sw_type types[] = {SW_TYPE_F32,  SW_TYPE_F16,    SW_TYPE_BF16,  SW_TYPE_Q4_0,
+                                         SW_TYPE_Q4_1, SW_TYPE_Q5_0,   SW_TYPE_Q5_1,  SW_TYPE_Q8_0,
+                                         SW_TYPE_Q4_K, SW_TYPE_Q5_K,   SW_TYPE_Q6_K,  SW_TYPE_Q2_K,
+                                         SW_TYPE_Q3_K, SW_TYPE_IQ4_XS, SW_TYPE_IQ4_NL};
     const int32_t small[4] = {0, 17, 4095, 3};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         s_getrows_case(types[t], 1536, 4096, small, 4);
@@ -859,6 +878,11 @@ static void s_moe(void)
         {SW_TYPE_Q4_K, SW_TYPE_Q6_K, 256, 256, 16, 4, 40, 1, 39}, // only the last row counts
         {SW_TYPE_Q5_0, SW_TYPE_Q8_0, 256, 256, 20, 4, 9, 1, 0},   // a softmax tail of 4
         {SW_TYPE_F16, SW_TYPE_F16, 256, 256, 16, 2, 3, 0, 0},     // float experts
+        /* the low-bit types (issue 34): tiled q2_K/q3_K/iq4_xs experts; iq4_nl
+         * in its one-row order whatever the rows (MUL_MAT_ID never takes sgemm) */
+        {SW_TYPE_Q2_K, SW_TYPE_Q3_K, 256, 256, 16, 4, 40, 1, 0},
+        {SW_TYPE_IQ4_XS, SW_TYPE_IQ4_NL, 256, 288, 16, 4, 40, 1, 0},
+        {SW_TYPE_IQ4_NL, SW_TYPE_Q2_K, 288, 256, 16, 4, 5, 0, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         s_moe_case(&cases[c]);

@@ -23,85 +23,9 @@
 #include <unistd.h>
 
 #include "sw_arch.h"
-#include "sw_result.h"
+#include "sw_test.h"
 
 #define N_GEN 16
-
-static int s_run(const char *ep, const char *prompt, const char *draft, sw_result_t *r)
-{
-    char n[16];
-    snprintf(n, sizeof n, "%d", N_GEN);
-    char *argv[] = {(char *)sw_test_bin("shardwire"),
-                    "run",
-                    "--greedy",
-                    "--relay",
-                    (char *)ep,
-                    "-p",
-                    (char *)prompt,
-                    "-n",
-                    n,
-                    "--json",
-                    "--timeout-s",
-                    "150",
-                    "--insecure-loopback",
-                    draft ? "--draft" : NULL,
-                    (char *)draft,
-                    NULL};
-    char *out = NULL, *err = NULL;
-    const int rc = sw_test_run(argv, 180, &out, &err);
-    if (rc != 0)
-        fprintf(stderr, "run exit %d: %s", rc, err ? err : "");
-    sw_result_parse(out, r);
-    free(out);
-    free(err);
-    return rc;
-}
-
-/* A relay and two stages [0, mid) and [mid, L) of model; -1 when they did not come up. */
-static int s_start(const char *model, const char *mid, const char *n_layer, char *ep, size_t ep_len,
-                   pid_t *relay, pid_t nodes[2])
-{
-    snprintf(ep, ep_len, "tcp://127.0.0.1:%d", sw_test_free_port());
-    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", ep, "--insecure-loopback",
-                  NULL};
-    *relay = sw_test_spawn(ra, sw_test_log("relay.log"));
-    char r0[32], r1[32];
-    snprintf(r0, sizeof r0, "0:%s", mid);
-    snprintf(r1, sizeof r1, "%s:%s", mid, n_layer);
-    const char *ranges[2] = {r0, r1};
-    for (int i = 0; i < 2; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "stage%d", i);
-        char *na[] = {(char *)sw_test_bin("shardwire-node"),
-                      "--model",
-                      (char *)model,
-                      "--layers",
-                      (char *)ranges[i],
-                      "--relay",
-                      ep,
-                      "--name",
-                      name,
-                      "--threads",
-                      "1",
-                      "--dtype",
-                      "f32",
-                      "--round-timeout-ms",
-                      "30000",
-                      "--insecure-loopback",
-                      i == 0 ? "--draft-model" : NULL, // the head drafts with the model itself
-                      (char *)model,
-                      NULL};
-        nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
-    }
-    return sw_test_wait_peers(ep, 2, 90);
-}
-
-static void s_stop(pid_t relay, pid_t nodes[2])
-{
-    for (int i = 0; i < 2; i++)
-        sw_test_kill(nodes[i]);
-    sw_test_kill(relay);
-}
 
 static void s_run_set(int si)
 {
@@ -130,26 +54,26 @@ static void s_run_set(int si)
     char ep[64];
     pid_t relay = 0, nodes[2] = {0, 0};
     const int up =
-        s_start(model, swa_sets[si].mid, swa_sets[si].split, ep, sizeof ep, &relay, nodes);
+        swa_start(model, swa_sets[si].mid, swa_sets[si].split, ep, sizeof ep, &relay, nodes);
     SW_CHECK_INT(up, 0);
     for (int i = 0; up == 0 && i < 2; i++) {
         const char *prompt = json_string_value(json_object_get(picked[i], "prompt"));
-        SW_CHECK_INT(s_run(ep, prompt, "none", &got), 0);
+        SW_CHECK_INT(swa_run(ep, prompt, N_GEN, "none", &got), 0);
         const int same =
             sw_result_same(&got, &ref[i]) && got.digest[0] && !strcmp(got.digest, ref[i].digest);
         if (!same)
             fprintf(stderr, "%s: 2 stages differ from one process on prompt %d\n", set, i);
         SW_CHECK(same);
-        SW_CHECK_INT(s_run(ep, prompt, "ngram", &got), 0);
+        SW_CHECK_INT(swa_run(ep, prompt, N_GEN, "ngram", &got), 0);
         SW_CHECK(sw_result_same(&got, &ref[i]));
-        SW_CHECK_INT(s_run(ep, prompt, "model", &got), 0);
+        SW_CHECK_INT(swa_run(ep, prompt, N_GEN, "model", &got), 0);
         SW_CHECK(sw_result_same(&got, &ref[i]));
         SW_CHECK(got.drafted > 0); // the draft model did draft
     }
     printf("%s: generate == llama.cpp, 2 stages == 1 process (tokens, logits digest), n-gram "
            "and draft-model speculation == plain\n",
            set);
-    s_stop(relay, nodes);
+    swa_stop(relay, nodes);
     json_decref(doc);
 }
 

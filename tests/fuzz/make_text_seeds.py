@@ -2,7 +2,7 @@
 """Writes the seed corpora of the text-input fuzz targets, each in its target's
 input layout (see the comment at the top of each tests/fuzz/fuzz_*.c):
 
-  corpus/chat/       fuzz_chat: the three template families by name, the real
+  corpus/chat/       fuzz_chat: the six template families by name, the real
                      templates of tests/fixtures/tokenizer/chat_templates.json,
                      with system/user/assistant/tool messages;
   corpus/tokenizer/  fuzz_tokenizer: strings of the SmolLM2 corpus fixture
@@ -78,6 +78,12 @@ def chat_seeds():
     for i, fam in enumerate(["chatml", "llama3", "llama2"]):
         write(d, f"family_{fam}.bin", seed(bytes([i]), msgs[:2], 1))
         write(d, f"family_{fam}_long.bin", seed(bytes([i]), msgs, 0))
+    # family bytes 3-5 (llama3.1, qwen3, gemma): their own messages (a think block, a
+    # trailing backslash, leading and trailing blanks), as first written by hand
+    write(d, "family_llama3.1.bin", b'\x03\x00\x00 sys \x00\x01q\x00\x03say "x"\\\n\x00\x01')
+    write(d, "family_qwen3.bin", b'\x04\x00\x01What is 2+2?\x00\x02<think>\nadd\n</think>\n\n4.'
+          b'\x00\x03{"r": 4}\x00\x01')
+    write(d, "family_gemma.bin", b'\x05\x00\x00Be brief.\x00\x01  Hi \x00\x02Hello\x00\x01Bye\x01')
     with open(os.path.join(ROOT, "tests", "fixtures", "tokenizer", "chat_templates.json")) as f:
         templates = json.load(f)["templates"]
     for t in templates:

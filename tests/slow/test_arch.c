@@ -42,98 +42,7 @@
 #include "sw_test.h"
 #include "tokenizer.h"
 
-#define N_CTX 512
-
-typedef struct s_case {
-    const char *name;
-    int32_t *prompt; // llama.cpp's prompt ids
-    int n_prompt;
-    int32_t *gen; // llama.cpp's greedy tokens
-    int n_gen;
-    const json_t *hashes; // logits_sha256, one per generated token
-} s_case_t;
-
-static void s_hash(const float *logits, int n, char out[65])
-{
-    uint8_t h[32];
-    sw_sha256(logits, (size_t)n * sizeof *logits, h); // little-endian float32, as the fixture
-    sw_hex(h, sizeof h, out);
-}
-
-static int32_t s_argmax(const float *l, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[best])
-            best = i;
-    return best;
-}
-
-/* Greedy decoding of c on the stages st[0..n_st) (consecutive layer ranges,
- * f32 hidden states between them) as llama.cpp ran it; checks each step's
- * token and logits hash. Returns the steps that matched both. */
-static int s_greedy(sw_model_t *const *st, int n_st, const s_case_t *c, const json_t *top5,
-                    const char *what)
-{
-    char err[512] = "";
-    const sw_hparams_t *hp = sw_model_hparams(st[0]);
-    const int V = hp->n_vocab, E = hp->n_embd;
-    sw_kv_t *kv[2] = {NULL, NULL};
-    for (int i = 0; i < n_st; i++)
-        kv[i] = sw_kv_new(st[i], N_CTX);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    float *h0 = malloc((size_t)c->n_prompt * E * sizeof *h0);
-    SW_CHECK(kv[0] && (n_st == 1 || kv[1]) && logits && h0);
-    int32_t tok = 0;
-    int ok = 0, first_bad = -1;
-    for (int step = 0; kv[0] && logits && h0 && step < c->n_gen; step++) {
-        const int n = step == 0 ? c->n_prompt : 1;
-        const int32_t *ids = step == 0 ? c->prompt : &tok;
-        int rc = 0;
-        if (n_st == 1) {
-            sw_forward_t f = {
-                .n = n, .tokens = ids, .logits = logits, .n_logits = 1, .prompt = step == 0};
-            rc = sw_model_forward(st[0], kv[0], &f, err, sizeof err);
-        } else {
-            sw_forward_t f0 = {.n = n, .tokens = ids, .out_hidden = h0, .prompt = step == 0};
-            sw_forward_t f1 = {
-                .n = n, .hidden = h0, .logits = logits, .n_logits = 1, .prompt = step == 0};
-            rc = sw_model_forward(st[0], kv[0], &f0, err, sizeof err);
-            if (rc == 0)
-                rc = sw_model_forward(st[1], kv[1], &f1, err, sizeof err);
-        }
-        SW_CHECK_INT(rc, 0);
-        if (rc != 0) {
-            fprintf(stderr, "%s %s: forward: %s\n", what, c->name, err);
-            break;
-        }
-        char h[65];
-        s_hash(logits, V, h);
-        tok = s_argmax(logits, V);
-        const char *want = json_string_value(json_array_get(c->hashes, (size_t)step));
-        const int same = tok == c->gen[step] && want && !strcmp(h, want);
-        if (!same && first_bad < 0) {
-            first_bad = step;
-            fprintf(stderr, "%s %s: step %d: token %d (llama.cpp %d), logits %s\n", what, c->name,
-                    step, tok, c->gen[step], want && !strcmp(h, want) ? "equal" : "DIFFER");
-        }
-        ok += same;
-        if (step == 0 && top5) // the first position's best logits, to the float
-            for (size_t k = 0; k < json_array_size(top5); k++) {
-                const json_t *e = json_array_get(top5, k);
-                const int id = (int)json_integer_value(json_object_get(e, "id"));
-                const float ref = (float)json_real_value(json_object_get(e, "logit"));
-                SW_CHECK(id >= 0 && id < V && logits[id] == ref);
-            }
-        tok = c->gen[step]; // llama.cpp's token is fed back, as it was there
-    }
-    SW_CHECK_INT(ok, c->n_gen);
-    for (int i = 0; i < n_st; i++)
-        sw_kv_free(&kv[i]);
-    free(logits);
-    free(h0);
-    return ok;
-}
+#define N_CTX SWA_N_CTX
 
 /* A proposer that corrupts every third draft of the one it wraps. */
 typedef struct s_noisy {
@@ -161,7 +70,7 @@ static void s_noisy_observe(void *self, const sw_round_obs_t *o)
 }
 
 /* sw_generate on the whole model; the tokens into out, their count or -1. */
-static int s_generate(sw_model_t *m, const s_case_t *c, sw_proposer_t *prop, int k, int32_t *out,
+static int s_generate(sw_model_t *m, const swa_case_t *c, sw_proposer_t *prop, int k, int32_t *out,
                       sw_gen_stats_t *gs)
 {
     char err[256] = "";
@@ -182,7 +91,7 @@ static int s_generate(sw_model_t *m, const s_case_t *c, sw_proposer_t *prop, int
 }
 
 /* Speculation == plain: the fixture's tokens with each proposer. */
-static void s_speculative(sw_model_t *m, const char *path, const s_case_t *c)
+static void s_speculative(sw_model_t *m, const char *path, const swa_case_t *c)
 {
     char err[512] = "";
     draft_model_t *dm = draft_model_new(path, sw_model_gguf(m), "cpu", 2, N_CTX, err, sizeof err);
@@ -235,15 +144,6 @@ static void s_speculative(sw_model_t *m, const char *path, const s_case_t *c)
     draft_model_free(&dm);
 }
 
-static int32_t *s_ids(const json_t *a, int *n)
-{
-    *n = (int)json_array_size(a);
-    int32_t *v = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *v);
-    for (int i = 0; v && i < *n; i++)
-        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
-    return v;
-}
-
 static void s_run_set(int si)
 {
     const char *set = swa_sets[si].set;
@@ -291,10 +191,10 @@ static void s_run_set(int si)
     int n_cases = 0, n_same = 0;
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
         const json_t *cs = json_array_get(cases, ci);
-        s_case_t c = {.name = json_string_value(json_object_get(cs, "name")),
-                      .hashes = json_object_get(cs, "logits_sha256")};
-        c.prompt = s_ids(json_object_get(cs, "prompt_tokens"), &c.n_prompt);
-        c.gen = s_ids(json_object_get(cs, "gen_tokens"), &c.n_gen);
+        swa_case_t c = {.name = json_string_value(json_object_get(cs, "name")),
+                        .hashes = json_object_get(cs, "logits_sha256")};
+        c.prompt = swa_ids(json_object_get(cs, "prompt_tokens"), &c.n_prompt);
+        c.gen = swa_ids(json_object_get(cs, "gen_tokens"), &c.n_gen);
         SW_CHECK_INT((int)json_array_size(c.hashes), c.n_gen);
         const char *text = json_string_value(json_object_get(cs, "prompt"));
         int n_ours = 0;
@@ -311,8 +211,8 @@ static void s_run_set(int si)
         SW_CHECK(tok_same);
         free(ours);
         const json_t *top5 = json_object_get(cs, "first_top5");
-        const int whole = s_greedy(&m, 1, &c, top5, "whole");
-        const int split = st2[0] && st2[1] ? s_greedy(st2, 2, &c, NULL, "2 stages") : 0;
+        const int whole = swa_greedy(&m, 1, &c, top5, "whole");
+        const int split = st2[0] && st2[1] ? swa_greedy(st2, 2, &c, NULL, "2 stages") : 0;
         printf("%-10s %-16s %3d prompt ids %s, %2d/%d steps equal (tokens and logits bits), "
                "2 stages %2d/%d\n",
                set, c.name, c.n_prompt, tok_same ? "equal" : "DIFFER", whole, c.n_gen, split,

@@ -3,7 +3,9 @@
 that a number or a name changed on one side alone fails the default suite:
 
 1. Paths: every repository path a doc names (engine/gguf.c, tests/unit/..., a
-   relative link [x](deploy.md)) exists, but the few examples in PATH_EXAMPLES.
+   relative link [x](deploy.md)) exists, but the few examples in PATH_EXAMPLES,
+   and a file it names without its folder (`stage_timing.c`) is one some file
+   of the repository is called, but the few FILE_EXAMPLES.
 2. Defaults: a default a doc states for a flag ("`--flag` (N)", "`--flag`
    (default N)", "`--flag` (`MACRO`, N)", "`--flag`, default N") is one that
    some program's --help prints for that flag (the built programs print the
@@ -21,12 +23,23 @@ that a number or a name changed on one side alone fails the default suite:
    docs/results/NAME.json, and every other table of docs/benchmarks.md is
    history: a date (YYYY-MM-DD) stands in its heading or between the heading
    and the table.
+6. Cross-references: a part of a page a doc cites by name (`docs/X.md,
+   "Heading"`, `X.md "Heading"`) is a heading, a bold run-in title or a list
+   item's opening words of that page, and one cited by number (`X.md section
+   N`) is a numbered heading there; a function or variable of the code a doc
+   names (a word with one of CODE_PREFIXES: sw_model_fingerprint,
+   s_allow_reload) occurs in the code, but the few CODE_EXAMPLES.
+7. Fixtures: a table cell naming greedy fixtures (`greedy_smollm2.json`) with
+   "P prompts x T tokens" states the prompts and n_gen the files hold.
+8. Weight types: "N weight types" and the list "F32/F16/..." are the types
+   engine/quant_types.c marks supported, but the activation-only q8_1, q8_K.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
 ("test_docs").
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -43,6 +56,13 @@ PATH_EXAMPLES = {
     "client/api.keys",  # docs/deploy.md: a file in the keys volume `shardwire cluster init` writes
     "docs/results/NAME.json",  # docs/benchmarks.md: how a rendered table names its result file
 }
+# A file a doc names without its folder (`stage.c`, `seal.[ch]`, `vm_systemd.sh`) is one of the
+# repository's, but these, which programs write or systems hold (keep short; say why).
+FILE_EXAMPLES = {
+    "start.sh", "shardwire.sh",  # docs/deploy.md: the bundles `shardwire cluster init` writes
+    "podman-restart.service",  # docs/deploy.md: podman's own systemd unit
+}
+FILE_NAME = re.compile(r"(?<![\w/.-])([A-Za-z0-9_+-]+)\.(\[ch\]|c|h|cu|cuh|cc|py|sh|cmake|ipynb|service|nft|yaml)\b")
 # Upper-case words a doc uses that look like this code's macros but are placeholders.
 MACRO_EXAMPLES = {
     "RELAY_HOST",  # docs/deploy.md: `--relay RELAY_HOST:5555`, the relay machine's address
@@ -69,6 +89,17 @@ MACRO_VALUE = [re.compile(r"`([A-Z][A-Z0-9_]+)`\s*\(" + NUM + UNIT + r"\s*[),;]"
                re.compile(r"\(`([A-Z][A-Z0-9_]+)`,\s*" + NUM + UNIT + r"\s*[),;]")]
 TESTING = os.path.join(SRC, "docs", "testing.md")
 NO_MUTATION = ("by hand", "not shown", "not a code mutation")
+
+# Prefixes of this code's functions and variables: a doc's `name` or `name()` with one is looked up.
+CODE_PREFIXES = ("sw_", "s_", "node_", "relay_", "head_", "stage_", "gw_", "client_", "wire_", "draft_",
+                 "place_", "hub_", "cli_", "swemu_")
+CODE_NAME = re.compile(r"(?<![\w./-])((?:%s)[a-z0-9_]*[a-z0-9])(?![\w/.-]*\.(?:c|h|cc|py|sh|md)\b)(?=\W)"
+                       % "|".join(CODE_PREFIXES))
+# Such names a doc uses that are not the code's: test_layers' planted violations (testing.md).
+CODE_EXAMPLES = {"s_plant", "sw_plant", "relay_plant"}
+# A page part cited by name or number: `docs/X.md, "Heading"`, `X.md "Heading"`, `X.md section N`.
+CITED_NAME = re.compile(r"((?:docs/)?([a-z-]+|README)\.md)(?:'s)?,?\s*(?:section\s+\d+,?\s*)?\"([^\"\n]{2,80})\"")
+CITED_NUMBER = re.compile(r"((?:docs/)?([a-z-]+|README)\.md)(?:'s)?,?\s*sections?\s+(\d+)")
 
 failures = []
 
@@ -104,6 +135,7 @@ def line_of(text, pos):
 
 def check_paths():
     cmake = [os.path.join(SRC, f) for f in source_files() if os.path.basename(f) == "CMakeLists.txt"]
+    basenames = {os.path.basename(f) for f in source_files()}
     for doc in docs() + sorted(cmake):
         text = read_doc(doc)
         for m in PATH.finditer(text):
@@ -115,6 +147,11 @@ def check_paths():
                     fail(f"{rel(doc)}:{line_of(text, m.start())}: names {p}, which does not exist")
         if not doc.endswith(".md"):
             continue
+        for m in FILE_NAME.finditer(text):  # a file named without its folder: some file has that name
+            name, ext = m.group(1), m.group(2)
+            names = [name + ".c", name + ".h"] if ext == "[ch]" else [name + "." + ext]
+            if not any(n in basenames or n in FILE_EXAMPLES for n in names) and not name.startswith("_"):
+                fail(f"{rel(doc)}:{line_of(text, m.start())}: names {m.group(0)}, which no file is called")
         for m in LINK.finditer(text):
             target = m.group(1)
             if target.startswith(("http", "mailto")):
@@ -268,6 +305,124 @@ def check_bench():
           f"{n} typed tables of docs/benchmarks.md dated")
 
 
+def s_parts(text):
+    """A page's parts a doc may cite by name: headings, bold run-in titles (**Split sets.**)
+    and list items' opening words (- Compute shared per key (...)), lower-case, without `*`."""
+    parts = re.findall(r"^#+\s+(.*)$", text, re.M) + re.findall(r"\*\*([^*\n]{2,80})\*\*", text)
+    parts += re.findall(r"^\s*- ([^\n]{2,80})", text, re.M)
+    return [re.sub(r"[`*]", "", p).strip().lower() for p in parts]
+
+
+def check_xrefs():
+    pages = {os.path.basename(d): read_doc(d) for d in docs()}
+    parts = {name: s_parts(text) for name, text in pages.items()}
+    c_files = [f for f in source_files() if f.endswith((".c", ".h", ".cu", ".cuh", ".cc"))]
+    names = set()
+    for f in c_files:  # the C sources alone: a script's text (a mutation) is no definition
+        try:
+            names.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", open(os.path.join(SRC, f), errors="replace").read()))
+        except (IsADirectoryError, FileNotFoundError):
+            pass
+    n_cited = n_named = 0
+    for doc in docs():
+        if doc.endswith("reference.md"):
+            continue  # generated from the code
+        raw = read_doc(doc)
+        text = re.sub(r"\s*\n\s*", " ", raw)
+        for m in CITED_NAME.finditer(text):
+            page, quoted = m.group(2) + ".md", re.sub(r"[`*]", "", m.group(3)).strip().lower()
+            if page not in parts:
+                continue  # a link check's matter (check_paths)
+            n_cited += 1
+            if not any(p.startswith(quoted) or quoted in p for p in parts[page]):
+                fail(f"{rel(doc)}: cites {m.group(1)} \"{m.group(3)}\", which is no heading, bold title "
+                     "or list item of that page")
+        for m in CITED_NUMBER.finditer(text):
+            page, n = m.group(2) + ".md", m.group(3)
+            if page not in pages:
+                continue
+            n_cited += 1
+            if not re.search(r"^#+\s+%s\.\s" % n, pages[page], re.M):
+                fail(f"{rel(doc)}: cites {m.group(1)} section {n}, which has no heading '{n}.'")
+        for m in CODE_NAME.finditer(raw):
+            n_named += 1
+            if m.group(1) not in names and m.group(1) not in CODE_EXAMPLES:
+                fail(f"{rel(doc)}:{line_of(raw, m.start())}: names {m.group(1)}, which the code lacks")
+    print(f"cross-references: {n_cited} page parts cited, {n_named} code names looked up")
+
+
+FIXTURE = re.compile(r"([a-z][a-z0-9_]*?)(\d+(?:/\d+)+)?\.json")
+PROMPTS_X_TOKENS = re.compile(r"(\d+) (?:prompts )?x (\d+)")
+
+
+def s_fixture(name):
+    """(prompts, tokens each) of tests/fixtures/NAME.json, or None when there is no such file."""
+    path = os.path.join(SRC, "tests", "fixtures", name + ".json")
+    if not os.path.isfile(path):
+        return None
+    d = json.load(open(path))
+    cases = next((v for v in d.values() if isinstance(v, list)), [])
+    return len(cases), d.get("n_gen")
+
+
+def check_fixtures():
+    """A table cell that names greedy fixtures (greedy_smollm2.json, greedy_qwen05/15.json) and
+    states "P prompts x T tokens" (or "P x T", one pair for all of them or one each, in order)
+    states what the fixture files hold: their number of prompts and n_gen."""
+    n = 0
+    for doc in docs():
+        for ln, line in enumerate(read_doc(doc).splitlines(), 1):
+            for cell in line.split(" | ") if line.startswith("|") else []:
+                names = []
+                for m in FIXTURE.finditer(cell):
+                    names.append(m.group(1) + (m.group(2) or "").split("/")[0])
+                    names += [m.group(1) + x for x in (m.group(2) or "").split("/")[1:]]
+                names = [x for x in names if s_fixture(x)]
+                pairs = PROMPTS_X_TOKENS.findall(cell)
+                if not names or not pairs:
+                    continue
+                if len(pairs) == 1:
+                    pairs = pairs * len(names)
+                if len(pairs) != len(names):
+                    fail(f"{rel(doc)}:{ln}: {len(names)} fixtures but {len(pairs)} 'P x T' counts in one cell")
+                    continue
+                for name, (p, t) in zip(names, pairs):
+                    n += 1
+                    if s_fixture(name) != (int(p), int(t)):
+                        got = s_fixture(name)
+                        fail(f"{rel(doc)}:{ln}: {name}.json: the doc says {p} prompts x {t} tokens, "
+                             f"the fixture holds {got[0]} x {got[1]}")
+    print(f"fixtures: {n} stated prompt and token counts compared with tests/fixtures/")
+
+
+# Types the engine computes only as activations (the vec of a weight type), never as weights.
+ACTIVATION_ONLY = {"q8_1", "q8_K"}
+
+
+def check_types():
+    """The weight types the docs count and list are those engine/quant_types.c supports."""
+    traits = open(os.path.join(SRC, "engine", "quant_types.c")).read()
+    weights = {t for t in re.findall(r'\{"([A-Za-z0-9_]+)", \d+, \d+, 1, ', traits)} - ACTIVATION_ONLY
+    if not weights:
+        fail("engine/quant_types.c: no supported type found (did its table's layout change?)")
+        return
+    n = 0
+    for doc in docs():
+        text = re.sub(r"\s*\n\s*", " ", read_doc(doc))
+        for m in re.finditer(r"(\d+) weight types", text):
+            n += 1
+            if int(m.group(1)) != len(weights):
+                fail(f"{rel(doc)}: '{m.group(0)}', engine/quant_types.c supports {len(weights)}")
+        for m in re.finditer(r"\bF32/F16(?:/[A-Z0-9_]+)+", text):  # status.md's list of them
+            n += 1
+            listed = {t.lower() for t in m.group(0).split("/")}
+            want = {t.lower() for t in weights}
+            if listed != want:
+                fail(f"{rel(doc)}: lists {m.group(0)}; engine/quant_types.c supports "
+                     f"{'/'.join(sorted(weights))} (missing {sorted(want - listed)}, extra {sorted(listed - want)})")
+    print(f"weight types: {n} counts and lists compared with engine/quant_types.c ({len(weights)} types)")
+
+
 def main():
     if not os.path.isfile(os.path.join(BUILD, "bin", "shardwire")):
         print(f"{BUILD}/bin/shardwire: not built", file=sys.stderr)
@@ -277,6 +432,9 @@ def main():
     check_mutations()
     check_reference()
     check_bench()
+    check_xrefs()
+    check_fixtures()
+    check_types()
     print(f"{len(failures)} failures" if failures else "docs agree with the code")
     return 1 if failures else 0
 
