@@ -118,7 +118,7 @@ static double s_fault_run(const char *what, const swf_result_t *ref, double roun
     const int whole_before = swf_log_count(&s_c, "recovery: replaying");
     long in0 = 0;
     SW_CHECK_INT(s_peer(used, "tail", &in0), 1);
-    swf_client_t cl;
+    swf_client_t cl = {0};
     swf_result_t got;
     SW_CHECK_INT(swf_client_start(&cl, s_eps, "Once upon a time,", N_GEN, 300, NULL, what), 0);
     setenv("SW_RELAY_KEY", s_r[used].pub, 1); /* that relay's table, with its own key */
@@ -148,6 +148,16 @@ static double s_fault_run(const char *what, const swf_result_t *ref, double roun
     SW_CHECK(found > 0 && again > 0);
     SW_CHECK(extra <= bound_ms + round_ms + SLACK_MS);
     return extra;
+}
+
+/* Starts the relay that was killed again; both tables list both nodes. */
+static void s_restart_relays(void)
+{
+    for (int i = 0; i < 2; i++)
+        if (!s_r[i].pid)
+            SW_CHECK(s_start_relay(&s_r[i]) > 0);
+    SW_CHECK_INT(s_wait_peers(0, 2), 0);
+    SW_CHECK_INT(s_wait_peers(1, 2), 0);
 }
 
 /* SIGSTOP, STOP_MS, SIGKILL: the round in flight is inside the relay when it dies. */
@@ -206,7 +216,7 @@ int main(void)
     SW_CHECK_INT(s_wait_peers(1, 2), 0);
 
     /* No fault: the time of a round, and the output through the relays. */
-    swf_client_t cl;
+    swf_client_t cl = {0};
     SW_CHECK_INT(swf_client_start(&cl, s_eps, "Once upon a time,", N_GEN, 300, NULL, "base"), 0);
     swf_client_wait(&cl, &base);
     SW_CHECK_INT(base.rc, 0);
@@ -220,17 +230,9 @@ int main(void)
     /* 1. SIGKILL; detection: the kernel closes the connections (one heartbeat allowed). */
     s_fault_run("kill", &ref, round_ms, s_kill, STOP_MS + HB_MS);
     /* 2. restarted, and the other one killed: the request goes by the restarted relay */
-    for (int i = 0; i < 2; i++)
-        if (!s_r[i].pid)
-            SW_CHECK(s_start_relay(&s_r[i]) > 0);
-    SW_CHECK_INT(s_wait_peers(0, 2), 0);
-    SW_CHECK_INT(s_wait_peers(1, 2), 0);
+    s_restart_relays();
     s_fault_run("kill the other", &ref, round_ms, s_kill, STOP_MS + HB_MS);
-    for (int i = 0; i < 2; i++)
-        if (!s_r[i].pid)
-            SW_CHECK(s_start_relay(&s_r[i]) > 0);
-    SW_CHECK_INT(s_wait_peers(0, 2), 0);
-    SW_CHECK_INT(s_wait_peers(1, 2), 0);
+    s_restart_relays();
     /* 3. silent: detection is the silence rule (checked once a heartbeat) */
     s_fault_run("silent", &ref, round_ms, s_silence, (SW_PEER_SILENT_IVLS + 1) * HB_MS);
 
