@@ -615,6 +615,7 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
                       uint32_t n_timing, sw_dtype_t dtype)
 {
     sw_msg_forward_t *out = &d->forward;
+    n->via = b->msg.link; // on by the relay the Forward came by (its head's choice)
     const int E = n->hp->n_embd, rows = (int)out->n_rows;
     const uint64_t sid = out->session_id;
     const char *reply = out->reply_to;
@@ -648,6 +649,7 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
                      const sw_msg_timing_t *timing, uint32_t n_timing)
 {
     node_session_t *s = b->s;
+    n->via = b->msg.link; // answered by the relay the Forward came by (its head's choice)
     const uint64_t sid = f->session_id;
     const int rows = (int)f->n_rows, n_draft = (int)f->n_draft;
     const char *reply = f->reply_to;
@@ -905,16 +907,15 @@ void node_stage_flush(node_t *n)
         const int prefill = f->n_draft == 0 && (f->kv_keep == 0 || f->prefix_len ||
                                                 f->prefill_more || node_stage_prefill_cont(s, f));
         const uint32_t nt = node_stage_timing(s, f, &mine, b->t_arrive, t0, t1, timing);
-        n->via = b->msg.link; // on by the relay the Forward came by (its head's choice)
         if (node_is_last(n))
             s_verify(n, b, f, timing, nt);
         else
             s_pass_on(n, b, &d, timing, nt, prefill ? n->o.prefill_dtype : n->o.dtype);
-        n->via = -1;
         if (s->id == f->session_id)
             s->last_end = sw_now_ms(); // done with it (and its sending): stage_timing.c
     }
     s_queue_drop(n, done);
+    n->via = -1; // (s_pass_on / s_verify set it)
     n->batch_rows = n->batch_logits = n->n_batch_run = 0;
     if (dead && !n->gpu_failed) { /* node.c's loop says it and leaves */
         n->gpu_failed = 1;
