@@ -18,21 +18,13 @@
 #include "quant.h"
 #include "quant_impl.h"
 
+#include "quant_x86.h" // SW_AI, sw_x86_hsum8; turns floating-point contraction off
+
 #include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The kernels spell out where GGML's arithmetic fuses a multiply-add (fmaf,
- * _mm256_fmadd_ps) and where it does not; the compiler must not fuse others. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
-#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
-#endif
-
-#define SW_AI static inline __attribute__((always_inline))
 
 /* Software prefetch distance of the matmul tiles, in weight rows. Measured on
  * the 49152 x 576 q8_0 output matrix (30 MB, streamed from memory): 8 rows
@@ -53,15 +45,6 @@ SW_AI uint16_t s_u16(const uint8_t *p)
 SW_AI void s_prefetch(const uint8_t *p, size_t off)
 {
     _mm_prefetch((const char *)((uintptr_t)p + off), _MM_HINT_T0);
-}
-
-/* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */
-SW_AI float s_hsum8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
 }
 
 /* 32 bits -> 32 bytes, 0xFF where the bit is set. */
@@ -255,7 +238,7 @@ SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_
     for (int r = 0; r < rx; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < rw; i++) {
-            float v = s_hsum8(acc[i][r]);
+            float v = sw_x86_hsum8(acc[i][r]);
             if (hm)
                 v = v + summ[i][r];
             y[r * ys + i] = v;
@@ -512,7 +495,7 @@ SW_AI void s_k_store(int kind, int tiled, int rx, const __m256 *acc, const __m12
             y[r * ys] = ty[r];
             continue;
         }
-        float v = s_hsum8(acc[r]);
+        float v = sw_x86_hsum8(acc[r]);
         if (kind == K_Q4_K) {
             __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
             m = _mm_add_ss(m, _mm_movehdup_ps(m));
@@ -781,7 +764,7 @@ static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
         for (int j = 0; j < 4; j++)
             c[j] = _mm256_fmadd_ps(s_bf16x8(w + i + 8 * j), s_bf16x8(x + i + 8 * j), c[j]);
     const __m256 t = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
-    double sumf = s_hsum8(t);
+    double sumf = sw_x86_hsum8(t);
     for (int64_t i = np; i < n; i++) {
         float a, b;
         uint32_t ua = (uint32_t)w[i] << 16, ub = (uint32_t)x[i] << 16;
@@ -848,10 +831,7 @@ void sw_quantize_q8_1_avx2(const float *x, void *vy, int64_t n)
         y[b].d = _cvtss_sh(d, 0);
         const __m256i s8 =
             _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-        y[b].s = _cvtss_sh(d * (float)_mm_cvtsi128_si32(s4), 0);
+        y[b].s = _cvtss_sh(d * (float)sw_x86_hsum_i32(s8), 0);
         _mm256_storeu_si256((__m256i *)y[b].qs, s_pack8(q));
     }
 }

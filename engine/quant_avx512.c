@@ -37,15 +37,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* The kernels spell out where the tiled order fuses a multiply-add; the
- * compiler must not fuse others. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__) && !defined(__STRICT_ANSI__)
-#error "build with -std=c11: in GNU mode GCC fuses a*b+c, which changes the results"
-#endif
-
-#define SW_AI static inline __attribute__((always_inline))
+/* SW_AI, sw_x86_f16, sw_x86_u32; the kernels spell out where the tiled order
+ * fuses a multiply-add, so quant_x86.h turns the compiler's contraction off. */
+#include "quant_x86.h"
 
 enum { K_Q4_K, K_Q5_K, K_Q6_K, K_Q2_K, K_Q3_K, K_IQ4_XS };
 
@@ -79,20 +73,6 @@ struct s_psb {
     float dmin[S_PANEL];       // q4_K/q5_K: super-scale of the minimums
 };
 _Static_assert(sizeof(struct s_psb) % 64 == 0, "panel blocks stay 64-byte aligned");
-
-SW_AI uint32_t s_u32(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-SW_AI float s_h(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return _cvtsh_ss(v);
-}
 
 SW_AI __m512i s_join(__m256i lo, __m256i hi)
 {
@@ -228,19 +208,19 @@ SW_AI void s_scales_lowbit(int kind, const uint8_t *blk, int i, struct s_psb *p)
             sc[s] = b->scales[s] & 0xF;
             mp[s] = b->scales[s] >> 4; // the minimums
         }
-        p->d[i] = s_h((const uint8_t *)&b->d);
-        p->dmin[i] = s_h((const uint8_t *)&b->dmin);
+        p->d[i] = sw_x86_f16(&b->d);
+        p->dmin[i] = sw_x86_f16(&b->dmin);
     } else if (kind == K_Q3_K) {
         const sw_block_q3_k *b = (const sw_block_q3_k *)blk;
         for (int s = 0; s < 16; s++)
             sc[s] = mp[s] = sw_q3_k_scale(b->scales, s);
-        p->d[i] = s_h((const uint8_t *)&b->d);
+        p->d[i] = sw_x86_f16(&b->d);
         p->dmin[i] = 0.0f;
     } else {
         const sw_block_iq4_xs *b = (const sw_block_iq4_xs *)blk;
         for (int s = 0; s < 8; s++)
             sc[s] = mp[s] = sw_iq4_xs_scale(b, s);
-        p->d[i] = s_h((const uint8_t *)&b->d);
+        p->d[i] = sw_x86_f16(&b->d);
         p->dmin[i] = 0.0f;
     }
     for (int s = 0; s < 16; s++)
@@ -285,7 +265,7 @@ SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b,
             for (int s = 0; s < 8; s++)
                 p->mp[s][i] = (int32_t)((uint32_t)(uint16_t)(int16_t)q6->scales[2 * s] |
                                         (uint32_t)(uint16_t)(int16_t)q6->scales[2 * s + 1] << 16);
-            p->d[i] = s_h((const uint8_t *)&q6->d);
+            p->d[i] = sw_x86_f16(&q6->d);
             p->dmin[i] = 0.0f;
         } else {
             uint8_t sc[8], mn[8];
@@ -299,8 +279,8 @@ SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t b,
                 p->mp[s][i] = (int32_t)((uint32_t)mn[2 * s] | (uint32_t)mn[2 * s + 1] << 16);
                 p->mp[4 + s][i] = 0;
             }
-            p->d[i] = s_h(blk[i]);
-            p->dmin[i] = s_h(blk[i] + 2);
+            p->d[i] = sw_x86_f16((const sw_f16 *)blk[i]);
+            p->dmin[i] = sw_x86_f16((const sw_f16 *)(blk[i] + 2));
         }
     }
 }
@@ -339,8 +319,8 @@ SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8
                 const __m512i wv = _mm512_load_si512((const __m512i *)ps->q[kg]);
 #pragma GCC unroll 8
                 for (int a = 0; a < ma; a++)
-                    raw[a] = _mm512_dpbusd_epi32(raw[a], wv,
-                                                 _mm512_set1_epi32((int)s_u32(xb[a]->qs + 4 * kg)));
+                    raw[a] = _mm512_dpbusd_epi32(
+                        raw[a], wv, _mm512_set1_epi32((int)sw_x86_u32(xb[a]->qs + 4 * kg)));
             }
             const __m512i sc = _mm512_load_si512((const __m512i *)ps->sc[s]);
 #pragma GCC unroll 8
@@ -358,8 +338,9 @@ SW_AI void s_micro(int kind, int ma, const struct s_psb *p, int nsb, const uint8
                  * subtract their offset (32, 4) times it, q2_K its minimums */
 #pragma GCC unroll 8
                 for (int q = 0; q < 8; q++)
-                    s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512((const __m512i *)ps->mp[q]),
-                                             _mm512_set1_epi32((int)s_u32(&xb[a]->bsums[2 * q])));
+                    s2 = _mm512_dpwssd_epi32(
+                        s2, _mm512_load_si512((const __m512i *)ps->mp[q]),
+                        _mm512_set1_epi32((int)sw_x86_u32(&xb[a]->bsums[2 * q])));
                 if (kind == K_Q2_K) {
                     r = _mm512_mul_ps(_mm512_cvtepi32_ps(t[a]), dw);
                     r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), r);

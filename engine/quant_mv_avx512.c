@@ -1,38 +1,53 @@
 /*
  * quant_mv_avx512.c - AVX-512 kernels for one activation row (generation:
- * sw_matmul with nr = 1) of q4_K weights. Compiled with -mavx512f -mavx512bw
- * -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c rule of
- * engine/CMakeLists.txt); quant.c only calls in here after checking the CPU
- * (and the OS's ZMM state) at start-up.
+ * sw_matmul with nr = 1) of q4_K, q5_K, q4_0 and q8_0 weights. Compiled with
+ * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c
+ * rule of engine/CMakeLists.txt); quant.c only calls in here after checking
+ * the CPU (and the OS's ZMM state) at start-up. Batches of 2 activation rows
+ * or more go to the AVX2 level's kernels.
  *
- * The AVX2 kernel (quant_avx2.c, s_tile_k) is compute-bound at about 19 GB/s
- * of weights per Zen 4 core even from cache, barely above the 16 GB/s a core
- * gets from DRAM when two share the memory: generation then runs below the
- * bandwidth bound. This kernel makes the same numbers with about half the
- * instructions:
+ * The AVX2 kernels (quant_avx2.c) are compute-bound near the speed a Zen 4
+ * core gets from DRAM (q4_K about 19 GB/s of weights per core even from
+ * cache, barely above the 16 GB/s a core gets when two share the memory), so
+ * generation ran below the bandwidth bound. These kernels make the same
+ * numbers with about half the instructions:
  *
- * - the integers. GGML's AVX2 order (which sw_vec_dot and every other level
- *   keep) fixes, per super-block, 8 int32 lanes: lane k = sum over the 8
- *   sub-blocks s of scale_s * (elements 4k..4k+3 of s, weights times
- *   activations). Here one zmm holds two sub-blocks (s in its low half, s + 2
- *   in its high half: the low nibbles of 64 quant bytes), vpmaddubsw makes the
- *   pair products and vpdpwssd applies both sub-blocks' scales and adds; int32
- *   lane k of the low half then holds sub-block s's lane k and lane 8 + k
- *   sub-block s + 2's. Adding the two halves at the end gives the 8 lanes as
+ * - K-quants (q4_K, q5_K). GGML's AVX2 order (which sw_vec_dot and every
+ *   other level keep) fixes, per super-block, 8 int32 lanes: lane k = sum
+ *   over the 8 sub-blocks s of scale_s * (elements 4k..4k+3 of s, weights
+ *   times activations). Here one zmm holds two sub-blocks (s in its low half,
+ *   s + 2 in its high half: the low nibbles of 64 quant bytes, q5_K's 5th bits
+ *   or-ed in), vpdpbusd makes the 4-element sums and vpdpwssd applies both
+ *   sub-blocks' scales (two sub-blocks' sums joined as int16 pairs) and adds;
+ *   int32 lane k of the low half then holds sub-block s's lane k and lane 8 +
+ *   k sub-block s + 2's. Adding the two halves at the end gives the 8 lanes as
  *   GGML's kernel forms them: the same exact integers (no product or sum can
  *   overflow), so the same floats after.
- * - the floats, per (weight row, super-block) exactly as in s_tile_k: acc =
- *   fma(d_x * d_w, float(lanes), acc) over 8 lanes, accm = fma(-d_x * dmin_w,
- *   float(mins . bsum pairs), accm) over 4, then GGML's horizontal sums. So
- *   every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
- *   compares this level with the others, every shape).
- * - the interleaving: 2 weight rows at a time share each super-block's
- *   activation vectors (loaded and rearranged once) and bsum pairs. With 4
- *   the kernel computes faster from cache (27.9 against 21.5 GB/s a core) but
- *   reads DRAM worse: 4 rows read side by side (super-block b of each, then b
- *   + 1) defeat the hardware prefetcher. Two threads on the 2-core Zen 4 VM,
- *   a 200 MB q4_K matrix (x1536), load average ~1.8: 2 rows 33.9-34.7 GB/s,
- *   4 rows 17.9-22.2, the AVX2 kernel 16.9-17.8; a plain read 33.5 (median).
+ * - their floats, per (weight row, super-block) exactly as in s_tile_k: acc =
+ *   fma(d_x * d_w, float(lanes), acc) over 8 lanes; the minimums q4_K's accm =
+ *   fma(-d_x * dmin_w, float(mins . bsum pairs), accm) over 4 lanes, q5_K's
+ *   summs = fmaf(-d_x * dmin_w, float(mins . bsums), summs); then GGML's
+ *   horizontal sums.
+ * - 32-element blocks (q4_0, q8_0 against q8_0 activations): GGML's order
+ *   keeps per block 8 int32 lanes (lane k = elements 4k..4k+3) and acc =
+ *   fma(d_w * d_x, float(lanes), acc). One zmm holds two weight rows' blocks
+ *   (a row a 256-bit half), and one vpdpbusd makes their lanes: unsigned
+ *   weights (q4_0's nibbles; q8_0's quants + 128) times the activation,
+ *   started from -8 resp. -128 times the activation's 4-element sums (made
+ *   once per block for all rows): the same exact integers. The fma then runs
+ *   on both rows' 8 lanes at once.
+ *
+ * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
+ * test_onerow_levels compares this level with the scalar one, every type).
+ *
+ * The interleaving: 2 weight rows at a time share each block's activation
+ * vectors (loaded and rearranged once). More rows compute faster from cache
+ * (q4_K 4 rows 27.9 against 21.5 GB/s a core) but read DRAM worse: rows read
+ * side by side (block b of each, then b + 1) defeat the hardware prefetcher,
+ * so the kernels prefetch the group S_PF_GROUPS groups below in address
+ * order. Two threads on the 2-core Zen 4 VM, a 200 MB q4_K matrix (x1536),
+ * load average ~1.8: 2 rows 33.9-34.7 GB/s, 4 rows 17.9-22.2, the AVX2 kernel
+ * 16.9-17.8; a plain read 33.5 (median).
  */
 #include "quant.h"
 #include "quant_impl.h"
@@ -102,27 +117,81 @@ SW_AI __m512i s_pair(__m512i r0, __m512i r1)
     return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, r0, _mm512_slli_epi32(r1, 12));
 }
 
-SW_AI uint32_t s_u32(const void *p)
+SW_AI uint16_t s_u16(const void *p)
 {
-    uint32_t v;
+    uint16_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
+enum { K_Q4_K, K_Q5_K };
+
+/* Two vpdpbusd results (true sums that fit int16) as int16 pairs: r0 in the
+ * low halves, r1 in the high. */
+SW_AI __m512i s_pair5(__m512i r0, __m512i r1)
+{
+    return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, r0, _mm512_slli_epi32(r1, 16));
+}
+
+/* q5_K: (v & 15) | 16 * (bit s of h) for the sub-blocks s = 4 - l of the low
+ * 256-bit half and 4 - hh of the high (shift counts of h, to the left, or with
+ * right != 0 the bits s = 4 + l, 4 + hh to the right). h is qh in both halves;
+ * bits shifted in from the neighbouring byte never reach bit 4. */
+SW_AI __m512i s_q5_bits(__m512i v, __m512i h, int right, int l, int hh)
+{
+    const __m512i sh = _mm512_setr_epi64(l, l, l, l, hh, hh, hh, hh);
+    const __m512i b = right ? _mm512_srlv_epi64(h, sh) : _mm512_sllv_epi64(h, sh);
+    /* (v & 15) | (b & 16): vpternlogd (A & B) | C with C = b & 16 */
+    return _mm512_ternarylogic_epi32(v, _mm512_set1_epi8(0xF),
+                                     _mm512_and_si512(b, _mm512_set1_epi8(0x10)), 0xEA);
+}
+
+/*
+ * The 8 int32 lanes of one q4_K/q5_K super-block blk against the activation
+ * vectors ya..yd (sub-block pairs (0, 2), (1, 3), (4, 6), (5, 7)); sm: the
+ * scales of the group's rows, pk: this row's s_pick indices.
+ */
+SW_AI SW_VBMI __m256i s_k45_lanes(int kind, const uint8_t *blk, const __m512i yv[4],
+                                  const __m512i pk[2], __m512i sm)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i z = _mm512_setzero_si512();
+    const uint8_t *qs = blk + (kind == K_Q5_K ? 48 : 16);
+    const __m512i v0 = _mm512_loadu_si512((const void *)qs);
+    const __m512i v1 = _mm512_loadu_si512((const void *)(qs + 64));
+    __m512i p0, p1;
+    if (kind == K_Q4_K) { // the high nibbles stay in place: 16 times the sums
+        const __m512i mh = _mm512_set1_epi8((char)0xF0);
+        p0 = s_pair(_mm512_dpbusd_epi32(z, _mm512_and_si512(v0, m4), yv[0]),
+                    _mm512_dpbusd_epi32(z, _mm512_and_si512(v0, mh), yv[1]));
+        p1 = s_pair(_mm512_dpbusd_epi32(z, _mm512_and_si512(v1, m4), yv[2]),
+                    _mm512_dpbusd_epi32(z, _mm512_and_si512(v1, mh), yv[3]));
+    } else { // element 32s + l: bit s of qh[l]
+        const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+        const __m512i h0 = _mm512_srli_epi16(v0, 4), h1 = _mm512_srli_epi16(v1, 4);
+        p0 = s_pair5(_mm512_dpbusd_epi32(z, s_q5_bits(v0, h, 0, 4, 2), yv[0]),
+                     _mm512_dpbusd_epi32(z, s_q5_bits(h0, h, 0, 3, 1), yv[1]));
+        p1 = s_pair5(_mm512_dpbusd_epi32(z, s_q5_bits(v1, h, 1, 0, 2), yv[2]),
+                     _mm512_dpbusd_epi32(z, s_q5_bits(h1, h, 1, 1, 3), yv[3]));
+    }
+    const __mmask64 ev = 0x5555555555555555ull;
+    __m512i s = _mm512_dpwssd_epi32(z, _mm512_maskz_permutexvar_epi8(ev, pk[0], sm), p0);
+    s = _mm512_dpwssd_epi32(s, _mm512_maskz_permutexvar_epi8(ev, pk[1], sm), p1);
+    return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+}
+
 /*
  * y[i] = dot(weight row i, x) for i < rw (<= S_ROWS, a compile-time
- * constant): q4_K rows of nb super-blocks ws bytes apart, x one q8_K row.
- * Per super-block: vpdpbusd makes each sub-block's 4-element sums (exact,
- * within int16), s_pair joins two sub-blocks' sums as int16 pairs and
- * vpdpwssd applies both scales; the minimums of the rows go through one zmm
- * (a row per 128-bit lane), so do their accm (4 floats each, as in s_tile_k).
+ * constant): q4_K/q5_K rows of nb super-blocks ws bytes apart, x one q8_K
+ * row. Per super-block: s_k45_lanes makes each row's 8 lanes; the minimums of
+ * the rows go through one zmm (a row per 128-bit lane), so do q4_K's accm (4
+ * floats each, as in s_tile_k) and q5_K's summs (its lanes all equal).
  */
-SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
-                              const sw_block_q8_k *x, float *y)
+SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws,
+                              uintptr_t pf, const sw_block_q8_k *x, float *y)
 {
+    const size_t bsz = kind == K_Q5_K ? sizeof(sw_block_q5_k) : sizeof(sw_block_q4_k);
     const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    const __m512i mh = _mm512_set1_epi8((char)0xF0);
     __m512i pk[S_ROWS][2];
 #pragma GCC unroll 4
     for (int i = 0; i < S_ROWS; i++) {
@@ -133,7 +202,7 @@ SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, u
         s_lanes(_mm_setr_epi8(8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1));
     const __m512i dsel = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
     __m256 acc[S_ROWS];
-    __m512 accm = _mm512_setzero_ps(); // row i's 4 minimum lanes in 128-bit lane i
+    __m512 accm = _mm512_setzero_ps(); // row i's minimum lanes in 128-bit lane i
 #pragma GCC unroll 4
     for (int i = 0; i < S_ROWS; i++)
         acc[i] = _mm256_setzero_ps();
@@ -144,10 +213,9 @@ SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, u
         const __m512i y1 = _mm512_loadu_si512((const void *)(xb->qs + 64));
         const __m512i y2 = _mm512_loadu_si512((const void *)(xb->qs + 128));
         const __m512i y3 = _mm512_loadu_si512((const void *)(xb->qs + 192));
-        const __m512i ya = _mm512_shuffle_i64x2(y0, y1, 0x44);
-        const __m512i yb = _mm512_shuffle_i64x2(y0, y1, 0xEE);
-        const __m512i yc = _mm512_shuffle_i64x2(y2, y3, 0x44);
-        const __m512i yd = _mm512_shuffle_i64x2(y2, y3, 0xEE);
+        const __m512i yv[4] = {
+            _mm512_shuffle_i64x2(y0, y1, 0x44), _mm512_shuffle_i64x2(y0, y1, 0xEE),
+            _mm512_shuffle_i64x2(y2, y3, 0x44), _mm512_shuffle_i64x2(y2, y3, 0xEE)};
         const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
         const __m512i q8s =
             s_lanes(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
@@ -156,42 +224,32 @@ SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, u
             for (uintptr_t l = (uintptr_t)b * lines / (uintptr_t)nb;
                  l < (uintptr_t)(b + 1) * lines / (uintptr_t)nb; l++)
                 _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);
-        const sw_block_q4_k *q4[4];
-        const uint8_t *sp[4];
+        const uint8_t *q4[4], *sp[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
-            q4[i] = (const sw_block_q4_k *)(w + (size_t)(i < rw ? i : 0) * ws) + b;
-            sp[i] = q4[i]->scales;
+            q4[i] = w + (size_t)(i < rw ? i : 0) * ws + (size_t)b * bsz;
+            sp[i] = q4[i] + 4; // the packed scales
         }
         /* d_x * d_w and -d_x * dmin_w of the rows: [d0, m0, d1, m1, ...] */
-        const __m128i dh = _mm_setr_epi32((int)s_u32(q4[0]), (int)s_u32(q4[1]), (int)s_u32(q4[2]),
-                                          (int)s_u32(q4[3]));
+        const __m128i dh = _mm_setr_epi32((int)sw_x86_u32(q4[0]), (int)sw_x86_u32(q4[1]),
+                                          (int)sw_x86_u32(q4[2]), (int)sw_x86_u32(q4[3]));
         const __m256 dd =
             _mm256_mul_ps(_mm256_setr_ps(dx, -dx, dx, -dx, dx, -dx, dx, -dx), _mm256_cvtph_ps(dh));
         const __m512i sm = s_scales_mins4(sp);
-        const __m512i prod = _mm512_madd_epi16(_mm512_shuffle_epi8(sm, pmin), q8s);
+        __m512i prod = _mm512_madd_epi16(_mm512_shuffle_epi8(sm, pmin), q8s);
+        if (kind == K_Q5_K) { // the row's total in each of its 4 lanes (exact)
+            prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, (_MM_PERM_ENUM)0xB1));
+            prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, (_MM_PERM_ENUM)0x4E));
+        }
         accm = _mm512_fmadd_ps(_mm512_permutexvar_ps(dsel, _mm512_castps256_ps512(dd)),
                                _mm512_cvtepi32_ps(prod), accm);
         float d[8];
         _mm256_storeu_ps(d, dd);
 #pragma GCC unroll 4
-        for (int i = 0; i < rw; i++) {
-            const __m512i v0 = _mm512_loadu_si512((const void *)q4[i]->qs);
-            const __m512i v1 = _mm512_loadu_si512((const void *)(q4[i]->qs + 64));
-            const __m512i z = _mm512_setzero_si512();
-            const __m512i ra = _mm512_dpbusd_epi32(z, _mm512_and_si512(v0, m4), ya);
-            const __m512i rb = _mm512_dpbusd_epi32(z, _mm512_and_si512(v0, mh), yb);
-            const __m512i rc = _mm512_dpbusd_epi32(z, _mm512_and_si512(v1, m4), yc);
-            const __m512i rd = _mm512_dpbusd_epi32(z, _mm512_and_si512(v1, mh), yd);
-            const __mmask64 ev = 0x5555555555555555ull;
-            __m512i s = _mm512_dpwssd_epi32(z, _mm512_maskz_permutexvar_epi8(ev, pk[i][0], sm),
-                                            s_pair(ra, rb));
-            s = _mm512_dpwssd_epi32(s, _mm512_maskz_permutexvar_epi8(ev, pk[i][1], sm),
-                                    s_pair(rc, rd));
-            const __m256i lanes =
-                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[2 * i]), _mm256_cvtepi32_ps(lanes), acc[i]);
-        }
+        for (int i = 0; i < rw; i++)
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[2 * i]),
+                                     _mm256_cvtepi32_ps(s_k45_lanes(kind, q4[i], yv, pk[i], sm)),
+                                     acc[i]);
     }
     float m4s[16];
     _mm512_storeu_ps(m4s, accm);
@@ -200,42 +258,189 @@ SW_AI SW_VBMI void s_q4k_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, u
         const __m128 am = _mm_loadu_ps(m4s + 4 * i);
         __m128 m = _mm_add_ps(am, _mm_movehl_ps(am, am));
         m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        y[i] = sw_x86_hsum8(acc[i]) + _mm_cvtss_f32(m);
+        y[i] = sw_x86_hsum8(acc[i]) + (kind == K_Q5_K ? m4s[4 * i] : _mm_cvtss_f32(m));
     }
 }
 
-static sw_mm_fn s_mm_q4_k_rows; // the AVX2 level's kernel: batches of 2 rows or more
+/* ---- 32-element blocks: q4_0, q8_0 against q8_0 activations ------------- */
 
-SW_VBMI static void s_dot_q4_k(int64_t n, float *s, const void *w, const void *x)
+enum { K_Q4_0, K_Q8_0 };
+
+/* Weight rows a call interleaves (2 or 4: two a zmm, their f16 scales in one
+ * 64-bit word). One core, 1024 x 1536 matrices from L2: q4_0 2 rows 16.7 GB/s,
+ * 4 rows 21.4; q8_0 33.8 and 44.4. */
+#ifndef S32_ROWS
+#define S32_ROWS 4
+#endif
+_Static_assert(S32_ROWS == 2 || S32_ROWS == 4, "S32_ROWS: 2 or 4");
+
+/* Two rows' blocks p0, p1 (the quants after the f16 scale) as unsigned bytes,
+ * one row a 256-bit half: q4_0 its nibbles (element j low nibble of byte j,
+ * j + 16 high), q8_0 its quants + 128. */
+SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
 {
-    s_q4k_rows(1, n / SW_QK_K, w, 0, 0, x, s);
+    if (kind == K_Q8_0) {
+        const __m512i v =
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
+                               _mm256_loadu_si256((const __m256i *)p1), 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p0))),
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p1)), 1);
+    // 128-bit lanes 1 and 3 (int16 words 8..15, 24..31) take the high nibbles
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xFF00FF00u, v, 4),
+                            _mm512_set1_epi8(0xF));
 }
 
-SW_VBMI static void s_mm_q4_k(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                              const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+/*
+ * y[i] = dot(weight row i, x) for i < rw (<= S32_ROWS, a compile-time
+ * constant): rows of nb blocks ws bytes apart, x one q8_0 row. Each block's
+ * lanes start from -offset * (4-element sums of the activation), offset 8
+ * (q4_0) or 128 (q8_0), so vpdpbusd on the unsigned weights gives GGML's
+ * integers; then acc = fma(d_w * d_x, float(lanes), acc), two rows a zmm.
+ */
+SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
+                    const uint8_t *x, float *y)
 {
-    if (nr != 1) {
-        s_mm_q4_k_rows(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
-        return;
+    const size_t bsz = kind == K_Q8_0 ? sizeof(sw_block_q8_0) : sizeof(sw_block_q4_0);
+    const int np = (rw + 1) / 2; // zmm pairs in use
+    const uint8_t *wr[S32_ROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < S32_ROWS; i++)
+        wr[i] = w + (size_t)(i < rw ? i : 0) * ws;
+    __m512 acc[S32_ROWS / 2];
+    __m512i pidx[S32_ROWS / 2];
+#pragma GCC unroll 8
+    for (int k = 0; k < S32_ROWS / 2; k++) {
+        acc[k] = _mm512_setzero_ps();
+        pidx[k] = _mm512_inserti64x4(_mm512_set1_epi32(2 * k), _mm256_set1_epi32(2 * k + 1), 1);
     }
+    const __m512i off = _mm512_set1_epi8((char)(kind == K_Q8_0 ? 0x80 : 8));
+    const uintptr_t step = (uintptr_t)rw * ws / (uintptr_t)nb; // of the group at pf, a block
+    uintptr_t pn = pf & ~(uintptr_t)63;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = x + (size_t)b * sizeof(sw_block_q8_0);
+        const __m512i yv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb + 2)));
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i bias = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, yv));
+        if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
+            for (; pn < pf + (uintptr_t)(b + 1) * step; pn += 64)
+                _mm_prefetch((const char *)pn, _MM_HINT_T0);
+        uint64_t dbits = 0; // the rows' f16 scales
+#pragma GCC unroll 8
+        for (int i = 0; i < S32_ROWS; i++)
+            dbits |= (uint64_t)s_u16(wr[i] + (size_t)b * bsz) << (16 * i);
+        const __m128 dwx = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits)),
+                                      _mm_set1_ps(sw_x86_f16((const sw_f16 *)xb)));
+#pragma GCC unroll 8
+        for (int k = 0; k < np; k++) {
+            const __m512i u =
+                s_w32(kind, wr[2 * k] + (size_t)b * bsz + 2, wr[2 * k + 1] + (size_t)b * bsz + 2);
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, u, yv));
+            acc[k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pidx[k], _mm512_castps128_ps512(dwx)), f,
+                                     acc[k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < rw; i++) {
+        const __m512 a = acc[i / 2];
+        y[i] = sw_x86_hsum8(i % 2 ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a));
+    }
+}
+
+/* ---- entry points --------------------------------------------------------- */
+
+/* The previous level's kernels: batches of 2 activation rows or more. */
+static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q4_0, s_rows_q8_0;
+
+SW_AI SW_VBMI void s_mm_k45(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                            int64_t o1, const void *x, float *y)
+{
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w;
     const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S_ROWS * w_stride;
     int64_t o = o0;
     for (; o + S_ROWS <= o1; o += S_ROWS)
-        s_q4k_rows(S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
+        s_k45_rows(kind, S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
                    (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
     for (; o < o1; o++)
-        s_q4k_rows(1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
+        s_k45_rows(kind, 1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
+}
+
+SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                   const void *x, float *y)
+{
+    const int64_t nb = n / SW_QK;
+    const uint8_t *wb = w;
+    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S32_ROWS * w_stride;
+    for (int64_t o = o0; o < o1;) { // groups of S32_ROWS, the rest by 2 and 1
+        const uint8_t *wo = wb + (size_t)o * w_stride;
+        if (o1 - o >= S32_ROWS) {
+            s_rows32(kind, S32_ROWS, nb, wo, w_stride, (uintptr_t)wo + ahead, x, y + o);
+            o += S32_ROWS;
+        } else if (o1 - o >= 2) {
+            s_rows32(kind, 2, nb, wo, w_stride, 0, x, y + o);
+            o += 2;
+        } else {
+            s_rows32(kind, 1, nb, wo, w_stride, 0, x, y + o);
+            o++;
+        }
+    }
+}
+
+#define S_DEF_K45(name, kind)                                                                      \
+    SW_VBMI static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)            \
+    {                                                                                              \
+        s_k45_rows(kind, 1, n / SW_QK_K, w, 0, 0, x, s);                                           \
+    }                                                                                              \
+    SW_VBMI static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0,         \
+                                    int64_t o1, const void *x, size_t x_stride, int nr, float *y,  \
+                                    int64_t y_stride)                                              \
+    {                                                                                              \
+        if (nr != 1)                                                                               \
+            s_rows_##name(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
+        else                                                                                       \
+            s_mm_k45(kind, n, w, w_stride, o0, o1, x, y);                                          \
+    }
+
+#define S_DEF_32(name, kind)                                                                       \
+    static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
+    {                                                                                              \
+        s_rows32(kind, 1, n / SW_QK, w, 0, 0, x, s);                                               \
+    }                                                                                              \
+    static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
+                            const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
+    {                                                                                              \
+        if (nr != 1)                                                                               \
+            s_rows_##name(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
+        else                                                                                       \
+            s_mm_32(kind, n, w, w_stride, o0, o1, x, y);                                           \
+    }
+
+S_DEF_K45(q4_k, K_Q4_K)
+S_DEF_K45(q5_k, K_Q5_K)
+S_DEF_32(q4_0, K_Q4_0)
+S_DEF_32(q8_0, K_Q8_0)
+
+/* Puts dot/mm in k's slots of type t, keeping the slot's kernel in *rows for
+ * batches (once: a second call finds mm there already). */
+static void s_take(struct sw_kernels *k, enum sw_type t, sw_dot_fn dot, sw_mm_fn mm, sw_mm_fn *rows)
+{
+    if (k->mm[t] == NULL || k->mm[t] == mm)
+        return;
+    *rows = k->mm[t];
+    k->dot[t] = dot;
+    k->mm[t] = mm;
 }
 
 void sw_kernels_avx512_mv(struct sw_kernels *k)
 {
+    s_take(k, SW_TYPE_Q4_0, s_dot_q4_0, s_mm_q4_0, &s_rows_q4_0);
+    s_take(k, SW_TYPE_Q8_0, s_dot_q8_0, s_mm_q8_0, &s_rows_q8_0);
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512vbmi") || k->mm[SW_TYPE_Q4_K] == NULL ||
-        k->mm[SW_TYPE_Q4_K] == s_mm_q4_k)
+    if (!__builtin_cpu_supports("avx512vbmi")) // vpermb: the K-quants' scales
         return;
-    s_mm_q4_k_rows = k->mm[SW_TYPE_Q4_K];
-    k->dot[SW_TYPE_Q4_K] = s_dot_q4_k;
-    k->mm[SW_TYPE_Q4_K] = s_mm_q4_k;
+    s_take(k, SW_TYPE_Q4_K, s_dot_q4_k, s_mm_q4_k, &s_rows_q4_k);
+    s_take(k, SW_TYPE_Q5_K, s_dot_q5_k, s_mm_q5_k, &s_rows_q5_k);
 }

@@ -1,10 +1,10 @@
 /*
  * quant_x86.h - the x86 SIMD helpers that the AVX2 and AVX-512 kernel files
- * share (quant_mv_avx512.c, the low-bit types' kernels). Include only
- * from files compiled with -mavx2 -mfma -mf16c or more. It turns
- * floating-point contraction off for the including file: the kernels spell
- * out every fused multiply-add of GGML's order, the compiler must not fuse
- * others.
+ * share (quant_avx2.c, quant_avx512.c, quant_mv_avx512.c, the low-bit types'
+ * kernels). Include only from files compiled with -mavx2 -mfma -mf16c or
+ * more. It turns floating-point contraction off for the including file: the
+ * kernels spell out every fused multiply-add of GGML's order, the compiler
+ * must not fuse others.
  */
 #ifndef SW_QUANT_X86_H
 #define SW_QUANT_X86_H
@@ -28,6 +28,14 @@ SW_AI float sw_x86_f16(const sw_f16 *p)
     uint16_t v;
     memcpy(&v, p, sizeof v);
     return _cvtsh_ss(v);
+}
+
+/* An unaligned 32-bit load. */
+SW_AI uint32_t sw_x86_u32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
 /* GGML's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). */

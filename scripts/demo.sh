@@ -24,8 +24,15 @@
 #
 # Environment: SW_DEMO_N (tokens per request, default 64), SW_DEMO_DELAY_MS
 # (one way per link, default 21.5), SW_THREADS (threads per node, default 1),
-# SW_MODELS_DIR (the model cache), SW_BUILD_DIR (default build/). Ctrl-C stops
-# every process it started. The build and the fetch show their progress.
+# SW_MODELS_DIR (the model cache), SW_BUILD_DIR (default build/), SW_DEMO_RESULTS
+# (where the result files go, default BUILD_DIR/demo/), SW_DEMO_NOTE (recorded in
+# them, e.g. "shared machine"). Ctrl-C stops every process it started. The build
+# and the fetch show their progress.
+#
+# Result files: each part's (demo_wan.py --json-out) and the whole run's,
+# demo-<UTC time>.json (scripts/bench/demo_result.py: commit, machine, date, load,
+# the seconds until ready and in all, the parts); scripts/docs/render_bench.py
+# renders docs tables from them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
@@ -66,6 +73,11 @@ n_gen=${SW_DEMO_N:-64}
 delay=${SW_DEMO_DELAY_MS:-21.5}
 threads=${SW_THREADS:-1}
 build=${SW_BUILD_DIR:-$here/build}
+results=${SW_DEMO_RESULTS:-$build/demo}
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+command="demo.sh${*:+ $*}"
 trap 'echo; echo "demo: interrupted" >&2; exit 130' INT TERM
 
 t0=$(date +%s)
@@ -84,24 +96,32 @@ if [ "$qwen" = yes ]; then
     target_q=$(bash "$here/scripts/fetch_model.sh" qwen-coder-1.5b)
     draft_q=$(bash "$here/scripts/fetch_model.sh" qwen-coder-0.5b)
 fi
-echo "demo: ready in $(($(date +%s) - t0)) s (dependencies, model, build)" >&2
+t_ready=$(($(date +%s) - t0))
+echo "demo: ready in $t_ready s (dependencies, model, build)" >&2
 
 common=(-p "$prompt" -n "$n_gen" --delay-ms "$delay" --threads "$threads" --build "$build"
-    --repeat-penalty 1.1)
+    --repeat-penalty 1.1 --note "${SW_DEMO_NOTE:-}")
+parts=("$results/$stamp-smollm2.json")
 echo >&2
 echo "== 1. SmolLM2-135M, the default model: the draft model is the model itself (every draft" >&2
 echo "==    is accepted: the ceiling of what a round trip can carry, not a real drafter)" >&2
 python3 "$here/scripts/bench/demo_wan.py" --target "$model" --draft "$model" \
-    --draft-label "SmolLM2-135M drafting for itself" "${common[@]}"
+    --draft-label "SmolLM2-135M drafting for itself" --json-out "${parts[0]}" "${common[@]}"
 if [ "$qwen" = yes ]; then
     echo >&2
     echo "== 2. Qwen2.5-Coder-1.5B split over the two nodes, Qwen2.5-Coder-0.5B drafting:" >&2
     echo "==    a real drafter (its own, smaller model), what a deployment runs" >&2
+    parts+=("$results/$stamp-qwen.json")
     python3 "$here/scripts/bench/demo_wan.py" --target "$target_q" --draft "$draft_q" \
-        --draft-label "Qwen2.5-Coder-0.5B for the 1.5B" --modes plain,model "${common[@]}"
+        --draft-label "Qwen2.5-Coder-0.5B for the 1.5B" --modes plain,model \
+        --json-out "${parts[1]}" "${common[@]}"
 else
     echo >&2
     echo "demo: for a real drafter (Qwen2.5-Coder-1.5B drafted by its 0.5B sibling, 1.6 GB" >&2
     echo "      fetched once): bash scripts/demo.sh --qwen" >&2
 fi
-echo "demo: done in $(($(date +%s) - t0)) s" >&2
+t_total=$(($(date +%s) - t0))
+python3 "$here/scripts/bench/demo_result.py" "$results/demo-$stamp.json" --command "$command" \
+    --ready-s "$t_ready" --total-s "$t_total" --note "${SW_DEMO_NOTE:-}" --started "$started" \
+    --load "$load0" "${parts[@]}"
+echo "demo: done in $t_total s" >&2

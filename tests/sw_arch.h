@@ -294,9 +294,10 @@ static inline int swa_run(const char *ep, const char *prompt, int n_gen, const c
     return rc;
 }
 
-/* A relay and two stages [0, mid) and [mid, L) of model; -1 when they did not come up. */
-static inline int swa_start(const char *model, const char *mid, const char *n_layer, char *ep,
-                            size_t ep_len, pid_t *relay, pid_t nodes[2])
+/* A relay and two stages [0, mid) of models[0] and [mid, L) of models[1] (one file, or two
+ * parts of one split set); -1 when they did not come up. */
+static inline int swa_start_files(const char *const models[2], const char *mid, const char *n_layer,
+                                  char *ep, size_t ep_len, pid_t *relay, pid_t nodes[2])
 {
     snprintf(ep, ep_len, "tcp://127.0.0.1:%d", sw_test_free_port());
     char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", ep, "--insecure-loopback",
@@ -311,7 +312,7 @@ static inline int swa_start(const char *model, const char *mid, const char *n_la
         snprintf(name, sizeof name, "stage%d", i);
         char *na[] = {(char *)sw_test_bin("shardwire-node"),
                       "--model",
-                      (char *)model,
+                      (char *)models[i],
                       "--layers",
                       (char *)ranges[i],
                       "--relay",
@@ -326,11 +327,19 @@ static inline int swa_start(const char *model, const char *mid, const char *n_la
                       "30000",
                       "--insecure-loopback",
                       i == 0 ? "--draft-model" : NULL, // the head drafts with the model itself
-                      (char *)model,
+                      (char *)models[i],
                       NULL};
         nodes[i] = sw_test_spawn(na, sw_test_log("nodes.log"));
     }
     return sw_test_wait_peers(ep, 2, 90);
+}
+
+/* A relay and two stages [0, mid) and [mid, L) of model; -1 when they did not come up. */
+static inline int swa_start(const char *model, const char *mid, const char *n_layer, char *ep,
+                            size_t ep_len, pid_t *relay, pid_t nodes[2])
+{
+    const char *const models[2] = {model, model};
+    return swa_start_files(models, mid, n_layer, ep, ep_len, relay, nodes);
 }
 
 static inline void swa_stop(pid_t relay, pid_t nodes[2])

@@ -338,8 +338,12 @@ def main():
                     help="a request measured against contention that has no answer after this "
                          "long counts as this long, shown as '>=' (default 300)")
     ap.add_argument("--markdown", action="store_true")
-    ap.add_argument("--json-out", help="write the raw results to this file")
+    ap.add_argument("--json-out", help="write the result file here: commit, machine, date, "
+                    "command, load (bench_wan.run_info), the settings and each part's result "
+                    "(scripts/docs/render_bench.py renders its table)")
+    ap.add_argument("--note", default="", help="recorded in the result file, e.g. 'shared machine'")
     ap.add_argument("--keep-logs", metavar="DIR", help="keep the processes' logs in DIR")
+    info = bench_wan.run_info()  # commit, machine, date, command, load at the start
     args = ap.parse_args()
     parts = args.parts.split(",")
     bad = [p for p in parts if p not in PARTS]
@@ -355,7 +359,7 @@ def main():
     os.makedirs(root, exist_ok=True)
     print(f"# target {os.path.basename(args.target)}, head and tail one thread each, "
           f"{args.reps} requests per median, node flags '{args.node_flags}'", file=sys.stderr)
-    rows, raw = [], {}
+    raw = {}
     try:
         for p in parts:
             d = os.path.join(root, p)
@@ -363,37 +367,47 @@ def main():
             r = PARTS[p](args, d)
             raw[p] = r
             print(f"  {p}: {r}", file=sys.stderr)
-            ge = ">= " if r.get("capped", 0) * 2 > r.get("n_during", args.reps) else ""
-            if p == "short":
-                rows.append(["short request, TTFT", "another client's "
-                             f"{r['long_tokens']}-token prompt prefilled",
-                             f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms "
-                             f"(n={r['n_during']})", f"{ge}{r['ratio']:.2f}x"])
-                rows.append(["long prompt alone, TTFT", f"{r['long_tokens']} tokens",
-                             f"{r['long_ttft_s']:.1f} s", f"{r['long_during_ttft_s']:.1f} s "
-                             "(with the short ones)", ""])
-            elif p == "keys":
-                rows.append(["alice, 64 tokens", "mallory: 6 prompts of ~2,000 tokens",
-                             f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms",
-                             f"{ge}{r['ratio']:.2f}x"])
-            elif p == "one-key":
-                rows.append([f"one key, 8 requests of {args.n} tokens",
-                             f"{4 * args.delay_ms:g} ms round trip",
-                             f"{r['one_s']:.2f} s (1 request)",
-                             f"{r['eight_s']:.2f} s (8; first token by {r['ttft8_ms']:.0f} ms)",
-                             f"{r['ratio']:.2f}x tok/s"])
-            elif p == "gateway":
-                rows.append(["API key 1, 64 tokens", "API key 2: 4 x 450-token prompts",
-                             f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms",
-                             f"{ge}{r['ratio']:.2f}x"])
         if args.json_out:
-            with open(args.json_out, "w") as f:
-                json.dump(raw, f)
+            info.update({"note": args.note, "load_end": os.getloadavg(), "target": args.target,
+                         "reps": args.reps, "n": args.n, "long_words": args.long_words,
+                         "delay_ms": args.delay_ms, "ctx": args.ctx,
+                         "node_flags": args.node_flags, "cap_s": args.cap_s, "parts": parts,
+                         "raw": raw})
+            bench_wan.write_result(args.json_out, info, "bench_fair")
     finally:
         if not args.keep_logs:
             shutil.rmtree(root, ignore_errors=True)
-    bench_wan.print_table(["measure", "against", "alone", "during", "ratio"], rows,
-                          args.markdown)
+    bench_wan.print_table(*table(raw, args.reps, args.n, args.delay_ms), args.markdown)
+
+
+def table(raw, reps, n, delay_ms):
+    """The table's header and rows from each part's result (raw[part]) and the settings."""
+    rows = []
+    for p, r in raw.items():
+        ge = ">= " if r.get("capped", 0) * 2 > r.get("n_during", reps) else ""
+        if p == "short":
+            rows.append(["short request, TTFT", "another client's "
+                         f"{r['long_tokens']}-token prompt prefilled",
+                         f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms "
+                         f"(n={r['n_during']})", f"{ge}{r['ratio']:.2f}x"])
+            rows.append(["long prompt alone, TTFT", f"{r['long_tokens']} tokens",
+                         f"{r['long_ttft_s']:.1f} s", f"{r['long_during_ttft_s']:.1f} s "
+                         "(with the short ones)", ""])
+        elif p == "keys":
+            rows.append(["alice, 64 tokens", "mallory: 6 prompts of ~2,000 tokens",
+                         f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms",
+                         f"{ge}{r['ratio']:.2f}x"])
+        elif p == "one-key":
+            rows.append([f"one key, 8 requests of {n} tokens",
+                         f"{4 * delay_ms:g} ms round trip",
+                         f"{r['one_s']:.2f} s (1 request)",
+                         f"{r['eight_s']:.2f} s (8; first token by {r['ttft8_ms']:.0f} ms)",
+                         f"{r['ratio']:.2f}x tok/s"])
+        elif p == "gateway":
+            rows.append(["API key 1, 64 tokens", "API key 2: 4 x 450-token prompts",
+                         f"{r['alone_ms']:.0f} ms", f"{ge}{r['during_ms']:.0f} ms",
+                         f"{ge}{r['ratio']:.2f}x"])
+    return ["measure", "against", "alone", "during", "ratio"], rows
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ batch (how much the stages batched).
 Every process it starts is stopped at the end, also on failure or Ctrl-C.
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -193,9 +192,13 @@ def main():
                     help="more flags for both nodes, one string (e.g. '--draft-load off')")
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
-    ap.add_argument("--json-out", help="write every raw result to this file")
+    ap.add_argument("--json-out", help="write the result file here: commit, machine, date, "
+                    "command, load (bench_wan.run_info), the settings and every step's result "
+                    "(scripts/docs/render_bench.py renders its table)")
+    ap.add_argument("--note", default="", help="recorded in the result file, e.g. 'shared machine'")
     ap.add_argument("--keep-logs", metavar="DIR",
                     help="write the relay's, proxies' and nodes' logs to DIR and keep them")
+    info = bench_wan.run_info()  # commit, machine, date, command, load at the start
     args = ap.parse_args()
     args.chat = False
     # Every client of the benchmark holds the same client key: without this the
@@ -224,7 +227,7 @@ def main():
     logdir = args.keep_logs or tempfile.mkdtemp(prefix="bench_multi.")
     cl = bench_wan.Cluster(args, logdir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    rows, raw = [], {}
+    raw = {}
     try:
         n_layers, split = cl.start()
         rtt = 4 * args.delay_ms
@@ -244,32 +247,46 @@ def main():
               f"p95 TTFT: 2 x {rtt:g} + {prefill:.0f} = {goal:.0f} ms", file=sys.stderr)
         for mode in args.modes.split(","):
             label, flags = MODES[mode]
-            base = None
             for n in ns:
                 r = step(cl, n, flags, args, logdir)
                 raw.setdefault(mode, []).append(r)
-                base = base or r["agg"]
                 print(f"  {label}, {n:2d} client(s): {r['tokens']} tokens in {r['wall_s']:.1f} s "
                       f"in flight ({r['step_s']:.1f} s with client start-ups) "
                       f"= {r['agg']:.1f} tok/s, TTFT p50 {pct(r['ttft'], 50):.0f} ms p95 "
                       f"{pct(r['ttft'], 95):.0f} ms; per round {r['drafted']:.1f} drafts, "
                       f"drafting {r['draft_ms']:.0f} ms (+{r['ahead_ms']:.0f} ahead)",
                       file=sys.stderr)
-                rows.append([label, str(n), f"{r['agg']:.1f}", f"{r['agg'] / base:.2f}x",
-                             f"{pct(r['ttft'], 50):.0f}", f"{pct(r['ttft'], 95):.0f}",
-                             f"{goal:.0f}", f"{r['tpr']:.2f}", f"{r['head_ms']:.1f}",
-                             f"{r['tail_ms']:.1f}", f"{r['per_batch']:.1f}"])
     finally:
         cl.stop()
         if not args.keep_logs:  # a failed run says what failed; --keep-logs DIR keeps the logs
             shutil.rmtree(logdir, ignore_errors=True)
+    hdr, rows = table(raw, ns, goal)
+    bench_wan.print_table(hdr, rows, args.markdown)
+    if args.json_out:
+        info.update({"note": args.note, "load_end": os.getloadavg(), "target": args.target,
+                     "draft": args.draft, "n": args.n, "requests": args.requests,
+                     "delay_ms": args.delay_ms, "threads": args.threads,
+                     "max_sessions": args.max_sessions, "node_flags": args.node_flags,
+                     "clients": ns, "prefill_ms": prefill, "goal_ms": goal, "raw": raw})
+        bench_wan.write_result(args.json_out, info, "bench_multi")
+
+
+def table(raw, ns, goal):
+    """The table's header and rows from step()'s results per mode (raw[mode][i]: ns[i]
+    clients) and the TTFT goal (ms)."""
     hdr = ["mode", "clients", "agg tok/s", "vs 1 client", "TTFT p50 ms", "TTFT p95 ms",
            "2 RTT + prefill ms", "tok/round", "head ms/round", "tail ms/round",
            "rounds per tail batch"]
-    bench_wan.print_table(hdr, rows, args.markdown)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(raw, f)
+    rows = []
+    for mode, steps in raw.items():
+        base = steps[0]["agg"] if steps else 0
+        for n, r in zip(ns, steps):
+            rows.append([MODES[mode][0], str(n), f"{r['agg']:.1f}",
+                         f"{r['agg'] / base:.2f}x" if base else "-",
+                         f"{pct(r['ttft'], 50):.0f}", f"{pct(r['ttft'], 95):.0f}",
+                         f"{goal:.0f}", f"{r['tpr']:.2f}", f"{r['head_ms']:.1f}",
+                         f"{r['tail_ms']:.1f}", f"{r['per_batch']:.1f}"])
+    return hdr, rows
 
 
 if __name__ == "__main__":

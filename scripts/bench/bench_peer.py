@@ -202,10 +202,51 @@ class LlamaSide:
 RUN_INFO = bench_wan.run_info()  # commit, machine, date, command, load at the start
 
 
-def s_dump(path, counts, raw):
+def s_dump(path, counts, raw, settings):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({**RUN_INFO, "loadavg_end": os.getloadavg(), "counts": counts,
-                   "runs": {f"{k[0]:g}/{k[1]}": v for k, v in raw.items()}}, f)
+        json.dump({**RUN_INFO, "loadavg_end": os.getloadavg(), **settings, "counts": counts,
+                   "runs": {f"{k[0]:g}/{k[1]}": v for k, v in raw.items()}}, f, indent=1)
+
+
+def table(raw, counts, rtts, keys):
+    """The table's header and rows: raw[(rtt, key)] the per-prompt results of shardwire's
+    configuration key or llama.cpp's ("lplain", "lspec"), counts its round trips per token."""
+    hdr = ["RTT ms", "system", "config", "tok/s", "vs llama.cpp", "RT/token", "TTFT ms",
+           "client TTFT ms", "tok/round", "head ms", "net ms", "tail ms"]
+    rows = []
+    for rtt in rtts:
+        lp = med([r["tok_s"] for r in raw.get((rtt, "lplain"), [])])
+        ls = med([r["tok_s"] for r in raw.get((rtt, "lspec"), [])])
+        for key in ["lplain", "lspec"] + keys:
+            rs = raw.get((rtt, key))
+            if not rs:
+                continue
+            tok = med([r["tok_s"] for r in rs])
+            sw = not key.startswith("l")
+            ref = lp if key in ("none", "lplain") else ls
+            rt = med([r["rt_tok"] for r in rs]) if sw else counts.get(key)
+            tpr = med([r.get("tpr") for r in rs])
+            rows.append([f"{rtt:g}", "shardwire" if sw else "llama.cpp RPC", LABELS[key],
+                         f"{tok:.2f}",
+                         f"{tok / ref:.2f}x" if ref else "-",
+                         "-" if rt is None else f"{rt:.2f}",
+                         f"{med([r['ttft'] for r in rs]):.0f}",
+                         f"{med([r['client_ttft'] for r in rs]):.0f}" if sw else "-",
+                         "-" if tpr is None else f"{tpr:.2f}",
+                         f"{med([r['head_ms'] for r in rs]):.0f}" if sw else "-",
+                         f"{med([r['net_ms'] for r in rs]):.0f}" if sw else "-",
+                         f"{med([r['tail_ms'] for r in rs]):.0f}" if sw else "-"])
+    return hdr, rows
+
+
+def from_file(r):
+    """table()'s arguments from a result file (scripts/docs/render_bench.py)."""
+    raw = {}
+    for k, v in r["runs"].items():
+        rtt, key = k.split("/", 1)
+        raw[(float(rtt), key)] = v
+    return raw, r["counts"], r["rtts"], r["configs"]
 
 
 def med(xs):
@@ -240,7 +281,10 @@ def main():
     ap.add_argument("--no-count", action="store_true", help="skip the untimed run that counts "
                     "llama.cpp's round trips")
     ap.add_argument("--markdown", action="store_true")
-    ap.add_argument("--json-out", help="write every raw result to this file")
+    ap.add_argument("--json-out", help="write the result file here: commit, machine, date, "
+                    "command, load (bench_wan.run_info), the settings and every raw result "
+                    "(scripts/docs/render_bench.py renders its table)")
+    ap.add_argument("--note", default="", help="recorded in the result file, e.g. 'shared machine'")
     args = ap.parse_args()
     args.llama_spec_args = args.llama_spec_args.split()
     rtts = [float(x) for x in args.rtt_ms.split(",") if x.strip()]
@@ -259,6 +303,10 @@ def main():
     if args.omp_wait_policy != "unset":
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
 
+    settings = {"note": args.note, "target": args.target, "draft": args.draft,
+                "split": args.split, "n": args.n, "threads": args.threads, "reps": args.reps,
+                "rtts": rtts, "configs": keys, "llama": lkeys,
+                "llama_version": args.llama_version, "omp_wait_policy": args.omp_wait_policy}
     t_start = time.time()
     log(f"bench_peer: start {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {uptime()}")
     bindir = llama_peer.ensure(args.llama_version) if lkeys else None
@@ -343,7 +391,7 @@ def main():
                 if ll:
                     ll.stop()
                 if args.json_out:  # what is done so far, in case a later pass fails
-                    s_dump(args.json_out, counts, raw)
+                    s_dump(args.json_out, counts, raw, settings)
     finally:
         if cl:
             cl.stop()
@@ -351,31 +399,7 @@ def main():
             ll.stop()
     end_load = uptime()
 
-    hdr = ["RTT ms", "system", "config", "tok/s", "vs llama.cpp", "RT/token", "TTFT ms",
-           "client TTFT ms", "tok/round", "head ms", "net ms", "tail ms"]
-    rows = []
-    for rtt in rtts:
-        lp = med([r["tok_s"] for r in raw.get((rtt, "lplain"), [])])
-        ls = med([r["tok_s"] for r in raw.get((rtt, "lspec"), [])])
-        for key in ["lplain", "lspec"] + keys:
-            rs = raw.get((rtt, key))
-            if not rs:
-                continue
-            tok = med([r["tok_s"] for r in rs])
-            sw = not key.startswith("l")
-            ref = lp if key in ("none", "lplain") else ls
-            rt = med([r["rt_tok"] for r in rs]) if sw else counts.get(key)
-            tpr = med([r.get("tpr") for r in rs])
-            rows.append([f"{rtt:g}", "shardwire" if sw else "llama.cpp RPC", LABELS[key],
-                         f"{tok:.2f}",
-                         f"{tok / ref:.2f}x" if ref else "-",
-                         "-" if rt is None else f"{rt:.2f}",
-                         f"{med([r['ttft'] for r in rs]):.0f}",
-                         f"{med([r['client_ttft'] for r in rs]):.0f}" if sw else "-",
-                         "-" if tpr is None else f"{tpr:.2f}",
-                         f"{med([r['head_ms'] for r in rs]):.0f}" if sw else "-",
-                         f"{med([r['net_ms'] for r in rs]):.0f}" if sw else "-",
-                         f"{med([r['tail_ms'] for r in rs]):.0f}" if sw else "-"])
+    hdr, rows = table(raw, counts, rtts, keys)
     print(f"# {os.path.basename(args.target)} split 0:{args.split} | {args.split}:{n_layers}, "
           f"draft {os.path.basename(args.draft)}, {args.threads} threads per process, "
           f"{args.n} tokens x {len(PROMPTS)} prompts, {args.reps} pass(es), medians over "
@@ -393,7 +417,7 @@ def main():
                 print(f"warning: {rtt:g} ms, {key}: tokens differ from shardwire's plain run",
                       file=sys.stderr)
     if args.json_out:
-        s_dump(args.json_out, counts, raw)
+        s_dump(args.json_out, counts, raw, settings)
     shutil.rmtree(logdir, ignore_errors=True)
 
 

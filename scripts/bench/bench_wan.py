@@ -138,6 +138,14 @@ def run_info():
             "loadavg": os.getloadavg()}
 
 
+def write_result(path, info, who):
+    """Writes a result file (JSON, its folder made) and says where on stderr."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1)
+    print(f"{who}: result file {path}", file=sys.stderr)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -363,7 +371,11 @@ def main():
     ap.add_argument("--reps", type=int, default=1, help="passes over the configurations "
                     "(interleaved, summed; default 1)")
     ap.add_argument("--markdown", action="store_true")
-    ap.add_argument("--json-out", help="write every raw result to this file")
+    ap.add_argument("--json-out", help="write the result file here: commit, machine, date, "
+                    "command, load (run_info), the settings and every raw result "
+                    "(scripts/docs/render_bench.py renders its table)")
+    ap.add_argument("--note", default="", help="recorded in the result file, e.g. 'shared machine'")
+    info = run_info()  # commit, machine, date, command, load at the start
     args = ap.parse_args()
     unknown = [k for k in args.configs.split(",") if k not in CONFIGS]
     if unknown:
@@ -389,6 +401,7 @@ def main():
     cl = Cluster(args, logdir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     results, raw = {}, {}
+    keys = args.configs.split(",")
     try:
         n_layers, split = cl.start()
         print(f"# target {os.path.basename(args.target)} ({n_layers} layers, head [0,{split}) "
@@ -403,8 +416,8 @@ def main():
         # runs' totals.
         for p in prompts:
             cl.run(p, ["--draft", "none"], n=1)
-        prefill = [time_split(cl.run(p, ["--draft", "none"], n=1)) for p in prompts]
-        keys = args.configs.split(",")
+        prefill_raw = [cl.run(p, ["--draft", "none"], n=1) for p in prompts]
+        prefill = [time_split(x) for x in prefill_raw]
         for rep in range(args.reps):
             for key in keys:
                 label, flags = CONFIGS[key]
@@ -418,11 +431,26 @@ def main():
             results[key] = summarize(raw[key], prefill * args.reps)
     finally:
         cl.stop()
-    base = results.get("none")
     for key, r in results.items():
-        if base and r["tokens"] != base["tokens"] and key != "none":
+        if "none" in results and r["tokens"] != results["none"]["tokens"] and key != "none":
             print(f"warning: {key}: tokens differ from the run without speculation",
                   file=sys.stderr)
+    hdr, rows = table(results)
+    print_table(hdr, rows, args.markdown)
+    if args.json_out:
+        info.update({"note": args.note, "load_end": os.getloadavg(), "target": args.target,
+                     "draft": args.draft, "n": args.n, "prompts": prompts,
+                     "delay_ms": args.delay_ms, "threads": args.threads,
+                     "draft_threads": args.draft_threads, "pin": args.pin, "reps": args.reps,
+                     "configs": keys, "prefill": prefill_raw, "raw": raw})
+        write_result(args.json_out, info, "bench_wan")
+    shutil.rmtree(logdir, ignore_errors=True)
+
+
+def table(results):
+    """The table's header and rows from summarize()'s result per configuration ("none",
+    when there, is the speed-up's base)."""
+    base = results.get("none")
     hdr = ["config", "tok/s", "speed-up", "TTFT ms", "tok/round", "accept", "rows",
            "round ms", "draft ms", "head ms", "net ms", "tail ms", "ahead ms", "hit"]
     rows = []
@@ -434,12 +462,13 @@ def main():
                      f"{r['round']:.0f}", f"{r['draft']:.0f}", f"{r['head']:.0f}", f"{r['net']:.0f}",
                      f"{r['tail']:.0f}", f"{r['ahead']:.0f}",
                      "-" if r["hit"] is None else f"{r['hit']:.2f}"])
-    print_table(hdr, rows, args.markdown)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(raw, f)
-    shutil.rmtree(logdir, ignore_errors=True)
+    return hdr, rows
 
+
+def from_file(r):
+    """summarize() per configuration from a result file's raw runs (scripts/docs/render_bench.py)."""
+    prefill = [time_split(x) for x in r["prefill"]]
+    return {key: summarize(r["raw"][key], prefill * r["reps"]) for key in r["configs"]}
 
 if __name__ == "__main__":
     try:

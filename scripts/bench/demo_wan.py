@@ -27,7 +27,6 @@ every request's raw result; scripts/docs/render_bench.py renders the table from 
 table() below into the README and docs/benchmarks.md.
 """
 import argparse
-import json
 import os
 import signal
 import sys
@@ -149,10 +148,7 @@ def main():
                      "repeat_penalty": args.repeat_penalty,
                      "rows": [{"mode": k, "label": label, "wall_s": wall, "result": r}
                               for k, label, r, wall in rows]})
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as f:
-            json.dump(info, f, indent=1)
-        print(f"demo: result file {args.json_out}", file=sys.stderr)
+        bench_wan.write_result(args.json_out, info, "demo")
     if not same:
         sys.exit("demo: speculation changed the text: this is a bug, please report it")
 

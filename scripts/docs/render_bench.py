@@ -7,9 +7,11 @@ into the marked regions of README.md and docs/*.md:
     (what this script renders from docs/results/NAME.json; do not edit by hand)
     <!-- /bench -->
 
-The script that wrote a file is the first word of its "command": demo_wan.py (the main job's
-table, rendered with demo_wan.table itself) and bench_ttft.py (time to first token per stage
-count) are known. A table anywhere else in the docs is typed by hand and belongs in a dated
+The script that wrote a file is the first word of its "command": demo.sh (a whole demo run,
+scripts/bench/demo_result.py: each part's table and the run's times), demo_wan.py (the main
+job's table, rendered with demo_wan.table itself), bench_ttft.py (time to first token per stage
+count), bench_wan.py, bench_multi.py, bench_fair.py and bench_peer.py (each rendered with
+the script's own table(), as a markdown table) are known. A table anywhere else in the docs is typed by hand and belongs in a dated
 history section (tests/unit/test_docs.py checks docs/benchmarks.md for that).
 
     python3 scripts/docs/render_bench.py           # rewrite every region
@@ -66,7 +68,48 @@ def s_ttft(r):
     return "\n".join(out) + "\n"
 
 
-RENDERERS = {"demo_wan.py": s_demo, "bench_ttft.py": s_ttft}
+def s_demo_sh(r):
+    """A whole scripts/demo.sh run (scripts/bench/demo_result.py): each part's table, then its
+    times."""
+    out = []
+    for part in r["parts"]:
+        draft = os.path.basename(part["draft"])
+        out.append(f"{os.path.basename(part['target'])}, drafts by {draft}:\n")
+        out.append(s_demo(part))
+    out.append(f"The whole `{r['command']}`: {r['ready_s']:.0f} s until ready (dependencies, "
+               f"models, build), {r['total_s']:.0f} s in all "
+               f"({int(r['total_s']) // 60} min {int(r['total_s']) % 60} s).\n")
+    return "\n".join(out)
+
+
+def s_markdown(hdr, rows):
+    out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def s_wan(r):
+    import bench_wan
+    return s_markdown(*bench_wan.table(bench_wan.from_file(r)))
+
+
+def s_multi(r):
+    import bench_multi
+    return s_markdown(*bench_multi.table(r["raw"], r["clients"], r["goal_ms"]))
+
+
+def s_fair(r):
+    import bench_fair
+    return s_markdown(*bench_fair.table(r["raw"], r["reps"], r["n"], r["delay_ms"]))
+
+
+def s_peer(r):
+    import bench_peer
+    return s_markdown(*bench_peer.table(*bench_peer.from_file(r)))
+
+
+RENDERERS = {"demo.sh": s_demo_sh, "demo_wan.py": s_demo, "bench_ttft.py": s_ttft, "bench_wan.py": s_wan,
+             "bench_multi.py": s_multi, "bench_fair.py": s_fair, "bench_peer.py": s_peer}
 
 
 def render(name):

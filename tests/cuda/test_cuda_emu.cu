@@ -9,7 +9,11 @@
  *    atomics, a grid of several blocks, graphs replayed with new data;
  *  - in a child process each (it aborts): a read one element past an
  *    allocation, a write one element before one (its red zone), a read one
- *    element before one that fills its pages (the guard page before it), a tree reduction without
+ *    element before one that fills its pages (the guard page before it), a
+ *    byte read and a byte written one byte before and one byte after a 400-byte
+ *    allocation (red zone, guard page: each named with the kernel, the
+ *    argument, the offset; the same bytes just inside pass), an atomicAdd on
+ *    the int before one, a tree reduction without
  * its __syncthreads (the reversed run differs), a read of another device's memory, a shuffle whose
  * lane has exited, a write past the dynamic shared memory, a float loaded 2 bytes into an
  * allocation (misaligned: a GPU faults, x86 would not), 256 threads adding 1 to a shared counter
@@ -132,6 +136,25 @@ static __global__ void k_read_past(const float *x, float *y, int n)
     (void)n;
 }
 
+/* Thread 0 reads the byte at offset `at` of x (into y[0]), or writes 1 there. */
+static __global__ void k_peek(const unsigned char *x, float *y, int at)
+{
+    if (threadIdx.x == 0)
+        y[0] = (float)x[at];
+}
+
+static __global__ void k_poke(unsigned char *x, int at)
+{
+    if (threadIdx.x == 0)
+        x[at] = 1;
+}
+
+static __global__ void k_atomic_at(int *x, int at)
+{
+    if (threadIdx.x == 0)
+        atomicAdd(x + at, 1);
+}
+
 static __global__ void k_lane_exits(float *y)
 {
     if (threadIdx.x == 3)
@@ -191,8 +214,8 @@ static __global__ void k_shared_past(int n)
  */
 
 /* Runs fn in a child with stderr in a file: 1 when the child aborted and its
- * stderr holds every one of the needles. */
-static int s_dies(void (*fn)(void), const char *n1, const char *n2)
+ * stderr holds every one of the needles (n3 may be NULL). */
+static int s_dies3(void (*fn)(void), const char *n1, const char *n2, const char *n3)
 {
     char path[256];
     snprintf(path, sizeof path, "%s", sw_test_log("child_stderr.txt"));
@@ -210,14 +233,20 @@ static int s_dies(void (*fn)(void), const char *n1, const char *n2)
     waitpid(pid, &st, 0);
     char *err = sw_test_read_file(path, NULL);
     const int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && err && strstr(err, n1) &&
-                   (!n2 || strstr(err, n2));
+                   (!n2 || strstr(err, n2)) && (!n3 || strstr(err, n3));
     if (!ok)
-        fprintf(stderr, "expected an abort with \"%s\" and \"%s\"; got status 0x%x and:\n%s\n", n1,
-                n2 ? n2 : "", st, err ? err : "(nothing)");
+        fprintf(stderr,
+                "expected an abort with \"%s\", \"%s\" and \"%s\"; got status 0x%x and:\n%s\n", n1,
+                n2 ? n2 : "", n3 ? n3 : "", st, err ? err : "(nothing)");
     else
         printf("caught: %s", strstr(err, "swemu:") ? strstr(err, "swemu:") : err);
     free(err);
     return ok;
+}
+
+static int s_dies(void (*fn)(void), const char *n1, const char *n2)
+{
+    return s_dies3(fn, n1, n2, NULL);
 }
 
 static float *s_dev_floats(const float *host, int n)
@@ -243,6 +272,70 @@ static void s_case_write_before(void)
     float *y = s_dev_floats(NULL, 48);
     k_write_before<<<1, 48>>>(y);
     cudaDeviceSynchronize();
+}
+
+/* One byte read or written at g_at of a 100-float allocation: it fills no
+ * page, so its start is inside its first page, after the red zone. */
+static int g_at;
+
+static void s_case_peek(void)
+{
+    float *x = s_dev_floats(NULL, 100), *y = s_dev_floats(NULL, 1);
+    k_peek<<<1, 32>>>((const unsigned char *)x, y, g_at);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_poke(void)
+{
+    float *x = s_dev_floats(NULL, 100);
+    k_poke<<<1, 32>>>((unsigned char *)x, g_at);
+    cudaDeviceSynchronize();
+}
+
+static void s_case_atomic(void)
+{
+    float *x = s_dev_floats(NULL, 100);
+    k_atomic_at<<<1, 32>>>((int *)x, g_at);
+    cudaDeviceSynchronize();
+}
+
+/* Both ends of a 400-byte allocation, to the byte: the first and the last byte
+ * read and written in place, the byte before and the byte after each reported
+ * (a child each) with the kernel, the access, the allocation and the offset. */
+static void s_bounds_checks(void)
+{
+    float h[100], *x = s_dev_floats(NULL, 100), *y = s_dev_floats(NULL, 1), got = 0;
+    for (int i = 0; i < 100; i++)
+        h[i] = 0.0f;
+    h[99] = 1.0f / 256; // last byte 0x3b, first 0x00
+    S_OK(cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice));
+    k_poke<<<1, 32>>>((unsigned char *)x, 0);
+    k_peek<<<1, 32>>>((const unsigned char *)x, y, 0);
+    S_OK(cudaMemcpy(&got, y, sizeof got, cudaMemcpyDeviceToHost));
+    SW_CHECK(got == 1.0f);
+    k_peek<<<1, 32>>>((const unsigned char *)x, y, 399);
+    S_OK(cudaMemcpy(&got, y, sizeof got, cudaMemcpyDeviceToHost));
+    SW_CHECK(got == (float)0x3b);
+    k_poke<<<1, 32>>>((unsigned char *)x, 399);
+    k_peek<<<1, 32>>>((const unsigned char *)x, y, 399);
+    S_OK(cudaMemcpy(&got, y, sizeof got, cudaMemcpyDeviceToHost));
+    SW_CHECK(got == 1.0f);
+    cudaFree(x);
+    cudaFree(y);
+    static const char *const before = "1 byte before the start of a 400-byte allocation of cuda:0, "
+                                      "argument 0 (";
+    static const char *const past = "0 bytes past the end of a 400-byte allocation of cuda:0, "
+                                    "argument 0\n";
+    g_at = -1;
+    SW_CHECK(s_dies3(s_case_peek, "kernel k_peek", "thread (0,0,0): out of bounds: a 1-byte read",
+                     before));
+    SW_CHECK(s_dies3(s_case_poke, "kernel k_poke", "thread (0,0,0): out of bounds: a 1-byte write",
+                     before));
+    SW_CHECK(s_dies(s_case_atomic, "kernel k_atomic_at",
+                    "a 4-byte atomic read-modify-write 4 bytes before the start of a 400-byte"));
+    g_at = 400;
+    SW_CHECK(s_dies3(s_case_peek, "kernel k_peek", "thread (0,0,0): read of 0x", past));
+    SW_CHECK(s_dies3(s_case_poke, "kernel k_poke", "thread (0,0,0): write to 0x", past));
 }
 
 /* A read before an allocation that fills its pages: the guard page before it. */
@@ -680,10 +773,11 @@ int main(void)
     SW_CHECK(s_child_ok(s_case_sticky));
     /* Errors found in kernels, each in a child process. */
     SW_CHECK(s_dies(s_case_read_past, "kernel k_read_past", "0 bytes past the end of a 256-byte"));
-    SW_CHECK(
-        s_dies(s_case_write_before, "kernel k_write_before", "written 4 bytes before its start"));
+    SW_CHECK(s_dies(s_case_write_before, "kernel k_write_before",
+                    "a 4-byte write 4 bytes before the start of a 192-byte"));
     SW_CHECK(s_dies(s_case_read_before, "kernel k_read_before",
                     "4 bytes before the start of a 4096-byte"));
+    s_bounds_checks();
     SW_CHECK(s_dies(s_case_no_sync, "kernel k_sum", "a race in shared memory"));
     SW_CHECK(s_dies(s_case_no_sync_order, "kernel k_sum", "depends on the order"));
     SW_CHECK(s_dies(s_case_other_device, "kernel k_copy", "cuda:1"));

@@ -222,6 +222,8 @@ enum BlockOp { B_SYNC, B_COUNT, B_AND, B_OR };
 uint64_t warp_op(int op, unsigned mask, uint64_t value, int arg, int width);
 int block_sync(int op, int pred);
 void shared_init(void *p, size_t n, unsigned long long *gen, const char *name);
+/* An atomic's n bytes at p, checked against the allocations' red zones. */
+void atomic_access(const void *p, size_t n);
 
 /* A pointer argument of a launch: checked against the device's memory, and
  * snapshotted for the order check when the kernel may write through it. */
@@ -374,40 +376,47 @@ static inline void __threadfence_block(void)
 
 /* Atomics: a block's threads are fibers of one OS thread that switch only
  * at barriers and warp operations, so a read-modify-write is atomic. Not
- * seen by the shared-memory race check (exec.cc): an atomic is no race. */
+ * seen by the shared-memory race check (exec.cc): an atomic is no race; its
+ * address is checked against the allocations' red zones (atomic_access). */
 #define SWEMU_ATOMIC __attribute__((no_sanitize_thread, noinline))
 template <typename T> SWEMU_ATOMIC static T atomicAdd(T *p, T v)
 {
+    swemu::atomic_access(p, sizeof *p);
     T old = *p;
     *p = old + v;
     return old;
 }
 template <typename T> SWEMU_ATOMIC static T atomicSub(T *p, T v)
 {
+    swemu::atomic_access(p, sizeof *p);
     T old = *p;
     *p = old - v;
     return old;
 }
 template <typename T> SWEMU_ATOMIC static T atomicExch(T *p, T v)
 {
+    swemu::atomic_access(p, sizeof *p);
     T old = *p;
     *p = v;
     return old;
 }
 template <typename T> SWEMU_ATOMIC static T atomicMax(T *p, T v)
 {
+    swemu::atomic_access(p, sizeof *p);
     T old = *p;
     *p = old > v ? old : v;
     return old;
 }
 template <typename T> SWEMU_ATOMIC static T atomicMin(T *p, T v)
 {
+    swemu::atomic_access(p, sizeof *p);
     T old = *p;
     *p = old < v ? old : v;
     return old;
 }
 template <typename T> SWEMU_ATOMIC static T atomicCAS(T *p, T cmp, T v)
 {
+    swemu::atomic_access(p, sizeof *p);
     T old = *p;
     if (old == cmp)
         *p = v;

@@ -50,6 +50,30 @@ struct Alloc {
 Alloc *find(const void *p, size_t n);
 /* The allocation whose mapping (guards included) holds address a, or NULL. */
 Alloc *find_mapping(const void *a);
+/* redzone.cc: the red zone before an allocation that does not fill its
+ * pages (from its first page's start to its own), in a shadow an access
+ * looks up in O(1). redzone_add and redzone_drop under the lock (cudaMalloc,
+ * cudaFree); redzone_of gives the allocation whose red zone holds p, or NULL
+ * (the kernel's thread only: it fills the cache). */
+#define SWEMU_HIDDEN __attribute__((visibility("hidden")))
+SWEMU_HIDDEN void redzone_add(const Alloc *a);
+SWEMU_HIDDEN void redzone_drop(const Alloc *a);
+struct RzCache {
+    uintptr_t page;  // the page looked up (0: none)
+    uintptr_t limit; // its addresses below this are a red zone (page: none are)
+    const Alloc *a;  // whose
+};
+static const size_t S_RZ_CACHE = 64;
+extern SWEMU_HIDDEN RzCache g_rz_cache[S_RZ_CACHE];
+SWEMU_HIDDEN const Alloc *redzone_miss(uintptr_t x);
+static inline const Alloc *redzone_of(const void *p)
+{
+    const uintptr_t x = (uintptr_t)p;
+    const RzCache &c = g_rz_cache[(x >> 12) & (S_RZ_CACHE - 1)];
+    if (c.page == (x & ~(uintptr_t)4095))
+        return x < c.limit ? c.a : nullptr;
+    return redzone_miss(x);
+}
 /* Makes a's pages accessible to the host for the object's lifetime. */
 struct Access {
     explicit Access(Alloc *a);

@@ -21,10 +21,14 @@
  * -fsanitize=alignment, whose checks call s_misaligned (below) instead of
  * UBSan's runtime, which judges an address as a GPU would.
  *
- * An allocation's end is a guard page; the bytes before its start in its
- * first page are a red zone (NaN to read, checked after each launch for
- * writes through a writable argument): an allocation that fills whole pages
- * has a guard page right before its start too.
+ * Both ends of an allocation, to the byte, whatever its size: its end is a
+ * guard page (an access past it faults); the bytes before its start in its
+ * first page are a red zone that every instrumented load and store of the
+ * forward run is checked against before it happens (s_access asks
+ * redzone.cc's shadow, O(1) an access), the atomics too (atomic_access); an
+ * allocation that fills whole pages has a guard page right before its start
+ * instead. The red zone reads as NaN and is also checked after each launch
+ * (stores the instrumentation does not see: none in the kernels today).
  *
  * Memory faults (SIGSEGV/SIGBUS) while a kernel runs are reported with the
  * kernel, block and thread, and the address described against the
@@ -76,6 +80,12 @@ static char *g_stacks;         // S_MAX_THREADS stacks, each below a guard page
 static Fiber *g_cur;           // the fiber running now
 static const Kernel *g_kernel; // the kernel running now (NULL: none)
 static int g_kdev;
+/* Set on the host thread running a kernel's forward run: its accesses are
+ * checked against the red zones (the hooks below also run in the instrumented
+ * host code of other threads, which they leave alone; the reversed run of the
+ * order check repeats the forward run's accesses unchecked, as the race
+ * check does). */
+static __thread bool t_in_kernel __attribute__((tls_model("initial-exec")));
 static char *g_dyn_map; // dynamic shared memory mapping (with a guard page after)
 static size_t g_dyn_map_bytes;
 static uint64_t g_gen;
@@ -185,8 +195,14 @@ static void s_check(ShRegion &r, size_t off, size_t n, bool write)
     }
 }
 
+[[noreturn]] static void s_out_of_bounds(const Alloc *a, const void *p, size_t n, const char *what);
+
 static inline void s_access(const void *p, size_t n, bool write)
 {
+    if (!t_in_kernel)
+        return;
+    if (const Alloc *a = n ? redzone_of(p) : nullptr) // n: a range's size may be 0
+        s_out_of_bounds(a, p, n, write ? "write" : "read");
     if (!g_track || !g_cur)
         return;
     const uintptr_t a = (uintptr_t)p;
@@ -205,6 +221,39 @@ static void s_shared_region(void *p, size_t n, const char *name)
     r.name = name;
     r.cells.assign(n, ShCell());
     g_sh.push_back(std::move(r));
+}
+
+/* ", argument 2" when argument 2 of the running kernel points into a, else "". */
+static void s_arg_of(const Alloc *a, char *out, size_t len)
+{
+    out[0] = 0;
+    if (g_kernel)
+        for (const ArgPtr &p : g_kernel->ptrs)
+            if (p.p && find_mapping(p.p) == a) {
+                snprintf(out, len, ", argument %d", p.index);
+                return;
+            }
+}
+
+/* An access that touches a's red zone (the bytes before its start). */
+static void s_out_of_bounds(const Alloc *a, const void *p, size_t n, const char *what)
+{
+    char where[300], desc[200], arg[40];
+    s_where_str(where, sizeof where);
+    describe(p, desc, sizeof desc);
+    s_arg_of(a, arg, sizeof arg);
+    g_track = false;
+    fatal("%s: out of bounds: a %zu-byte %s %s%s (at %p: a GPU faults or touches another "
+          "allocation)",
+          where, n, what, desc, arg, p);
+}
+
+void atomic_access(const void *p, size_t n)
+{
+    if (!t_in_kernel)
+        return;
+    if (const Alloc *a = redzone_of(p))
+        s_out_of_bounds(a, p, n, "atomic read-modify-write");
 }
 
 /* From the running fiber f to fiber n (NULL: the scheduler); returns when
@@ -591,12 +640,14 @@ static void s_fault(int sig, siginfo_t *si, void *ctx)
                  (size_t)((const char *)addr - a->base), a->bytes, a->dev, g_kdev);
     else
         describe(addr, what, sizeof what);
-    char line[900];
-    const int len = snprintf(line, sizeof line, "swemu: %s: %s %p: %s\n", where,
+    char line[900], arg[40] = "";
+    if (a)
+        s_arg_of(a, arg, sizeof arg);
+    const int len = snprintf(line, sizeof line, "swemu: %s: %s %p: %s%s\n", where,
                              is_write < 0 ? "access to"
                              : is_write   ? "write to"
                                           : "read of",
-                             addr, what);
+                             addr, what, arg);
     if (len > 0)
         (void)!write(2, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
     abort();
@@ -723,7 +774,9 @@ void exec_kernel(const Kernel &k, int dev)
     g_kernel = &k;
     g_kdev = dev;
 
+    t_in_kernel = true;
     s_run_grid(k, false);
+    t_in_kernel = false;
     s_redzones(k, dev, regions);
     if (check && !regions.empty()) {
         for (Region &r : regions) {

@@ -331,11 +331,11 @@ void describe(const void *addr, char *out, size_t len)
         snprintf(out, len, "byte %zu of a freed %zu-byte allocation of cuda:%d", (size_t)(x - b),
                  a->bytes, a->dev);
     else if (x >= e)
-        snprintf(out, len, "%zu bytes past the end of a %zu-byte allocation of cuda:%d",
-                 (size_t)(x - e), a->bytes, a->dev);
+        snprintf(out, len, "%zu byte%s past the end of a %zu-byte allocation of cuda:%d",
+                 (size_t)(x - e), x - e == 1 ? "" : "s", a->bytes, a->dev);
     else if (x < b)
-        snprintf(out, len, "%zu bytes before the start of a %zu-byte allocation of cuda:%d",
-                 (size_t)(b - x), a->bytes, a->dev);
+        snprintf(out, len, "%zu byte%s before the start of a %zu-byte allocation of cuda:%d",
+                 (size_t)(b - x), b - x == 1 ? "" : "s", a->bytes, a->dev);
     else
         snprintf(out, len, "byte %zu of a %zu-byte allocation of cuda:%d", (size_t)(x - b),
                  a->bytes, a->dev);
@@ -695,12 +695,15 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         return ret(cudaErrorMemoryAllocation);
     }
     memset(a->base, 0xff, bytes); // uninitialised device memory: NaN in f16 and f32
-    /* Before the start, in the first data page: a red zone a kernel must not
-     * write (exec.cc checks it after each launch) and whose reads give NaN. */
+    /* Before the start, in the first data page: a red zone (redzone.cc) that a
+     * kernel's loads and stores are checked against as they happen (exec.cc);
+     * NaN to read, and checked after each launch for the stores that are not
+     * instrumented. */
     memset(a->data, S_REDZONE, (size_t)(a->base - a->data));
     if (!s_accessible(a))
         mprotect(a->data, data_bytes, PROT_NONE);
     g_maps[(uintptr_t)a->map] = a;
+    redzone_add(a);
     d.used += bytes;
     *p = a->base;
     return cudaSuccess;
@@ -724,6 +727,7 @@ cudaError_t cudaFree(void *p)
     s_run_all(-1); // cudaFree waits for the device's work
     g_dev[(size_t)a->dev].used -= a->bytes;
     a->freed = true;
+    redzone_drop(a);
     mprotect(a->data, a->data_bytes, PROT_NONE);
     g_freed.push_back(a);
     g_freed_bytes += a->bytes;

@@ -11,7 +11,8 @@
  *    what goes to the head, of a request's size);
  *  - "member": a peer holding the cluster key (a compromised member): mutated
  *    Forward / Verdict / SessionClose / Error envelopes, properly sealed, to
- *    the tail, and each of them again (replays);
+ *    the tail, every 16th a whole Forward whose hop lies past its route, and
+ *    each of them again (replays);
  *  - "outsiders": connections without CURVE, with an unknown CURVE key, and
  *    raw TCP writing random bytes to the relay port.
  * Nothing may crash or hang, and every good session's tokens must equal
@@ -179,8 +180,9 @@ static const char *s_dest(void)
     return d[s_rand() % (sizeof d / sizeof d[0])];
 }
 
-/* An Envelope worth mutating: a clear one of a kind chosen at random, packed. */
-static size_t s_valid_envelope(uint8_t *buf, size_t cap)
+/* An Envelope of kind 0-5 (a Forward at hop `hop` of its two-stage route, a Verdict, a
+ * SessionClose, an Announce, a StatusQuery, an Error), packed. */
+static size_t s_envelope(uint8_t *buf, size_t cap, int kind, uint32_t hop)
 {
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.version = SW_WIRE_VERSION;
@@ -192,7 +194,7 @@ static size_t s_valid_envelope(uint8_t *buf, size_t cap)
     Shardwire__Error er = SHARDWIRE__ERROR__INIT;
     uint32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     char *route[] = {"stage0", "stage1"};
-    switch (s_rand() % 6) {
+    switch (kind) {
     case 0:
         f.session_id = s_rand() | 1;
         f.round = s_rand() % 100;
@@ -203,7 +205,7 @@ static size_t s_valid_envelope(uint8_t *buf, size_t cap)
         f.tokens = toks;
         f.n_route = 2;
         f.route = route;
-        f.hop = 1;
+        f.hop = hop;
         f.layer_begin = 15;
         f.reply_to = "mallory";
         env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
@@ -248,6 +250,12 @@ static size_t s_valid_envelope(uint8_t *buf, size_t cap)
     if (n > cap)
         return 0;
     return shardwire__envelope__pack(&env, buf);
+}
+
+/* An Envelope worth mutating: a clear one of a kind chosen at random, packed. */
+static size_t s_valid_envelope(uint8_t *buf, size_t cap)
+{
+    return s_envelope(buf, cap, (int)(s_rand() % 6), 1);
 }
 
 static long s_count(const char *who);
@@ -325,9 +333,17 @@ static void s_member(void)
     long sent = 0, iter = 0;
     double t_end = s_now() + FLOOD_MAX_S;
     while (!s_quit && s_now() < t_end) {
-        size_t n = s_valid_envelope(buf, sizeof buf);
-        if (s_rand() % 4)
-            s_mutate(buf, n);
+        size_t n;
+        if (iter % 16 == 0) {
+            /* every 16th: a whole Forward whose hop lies past its 2-stage route (2, 3, 15,
+             * 2^20): random flips reach the hop field too seldom to count on */
+            static const uint32_t bad_hop[] = {2, 3, 15, 1u << 20};
+            n = s_envelope(buf, sizeof buf, 0, bad_hop[(iter / 16) % 4]);
+        } else {
+            n = s_valid_envelope(buf, sizeof buf);
+            if (s_rand() % 4)
+                s_mutate(buf, n);
+        }
         const char *dest = "stage1";
         zmq_msg_t h, p;
         int has_payload = (s_rand() % 4) == 0;

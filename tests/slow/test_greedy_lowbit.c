@@ -19,7 +19,10 @@
  *  - through the programs, on the first prompt: `shardwire generate` gives
  *    llama.cpp's tokens, and a relay with two shardwire-node stages
  *    ([0, L/2), [L/2, L)) gives `shardwire run` the same tokens and logits
- *    digest, plainly and with n-gram speculation.
+ *    digest, plainly and with n-gram speculation;
+ *  - Q3_K_M also as a split set (3 parts, as the hub ships big files): two
+ *    nodes opening it from its first and last parts give the same tokens and
+ *    logits digest.
  *
  * Label slow: the four models are 2.5 GB and a minute or two each to check.
  * A model that is absent skips its part (run: bash scripts/requant_model.sh
@@ -30,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "gguf.h"
@@ -43,11 +47,12 @@ static const struct {
     const char *set;   // tests/fixtures/quant_<set>.json
     enum sw_type type; // the type the model is named for
     int n_layer;       // its layers (the 2-stage split is at half)
+    int split;         // also through a cluster from a split set of the file (s_split_cluster)
 } s_sets[] = {
-    {"qwen05_iq4_nl", SW_TYPE_IQ4_NL, 24},
-    {"qwen05_iq4_xs", SW_TYPE_IQ4_XS, 24},
-    {"qwen15_q2_k", SW_TYPE_Q2_K, 28},
-    {"qwen15_q3_k_m", SW_TYPE_Q3_K, 28},
+    {"qwen05_iq4_nl", SW_TYPE_IQ4_NL, 24, 0},
+    {"qwen05_iq4_xs", SW_TYPE_IQ4_XS, 24, 0},
+    {"qwen15_q2_k", SW_TYPE_Q2_K, 28, 0},
+    {"qwen15_q3_k_m", SW_TYPE_Q3_K, 28, 1},
 };
 
 /* Tensors of type t in the model's file. */
@@ -60,11 +65,61 @@ static int s_count_type(const sw_model_t *m, enum sw_type t)
     return n;
 }
 
+/* The model as the hub ships big files (issue 34): split into 3 parts with
+ * shardwire-mksplit (byte-equal to llama.cpp's gguf-split, test_gguf_split), a
+ * relay and two stages that open the set from different parts (the first part
+ * for [0, mid), the last for [mid, L)) give `shardwire run` the tokens and logits
+ * digest `shardwire generate` gave on the whole file (ref: llama.cpp's tokens). */
+static void s_split_cluster(const char *set, const char *model, const char *prompt, int n_gen,
+                            const sw_result_t *ref, const char *mid_s, const char *l_s)
+{
+    char err[256], per[32], prefix[600], parts[2][700];
+    sw_gguf_t *g = sw_gguf_open_file(model, err, sizeof err);
+    SW_CHECK(g != NULL);
+    if (!g)
+        return;
+    snprintf(per, sizeof per, "%lld", (long long)(sw_gguf_tensor_count(g) / 3 + 1));
+    sw_gguf_close(&g);
+    snprintf(prefix, sizeof prefix, "%s/%s", sw_test_tmpdir(), set);
+    char *argv[] = {(char *)sw_test_bin("shardwire-mksplit"),
+                    "--split-max-tensors",
+                    per,
+                    (char *)model,
+                    prefix,
+                    NULL};
+    char *out = NULL;
+    SW_CHECK_INT(sw_test_run(argv, 600, &out, NULL), 0);
+    free(out);
+    snprintf(parts[0], sizeof parts[0], "%s-00001-of-00003.gguf", prefix);
+    snprintf(parts[1], sizeof parts[1], "%s-00003-of-00003.gguf", prefix);
+    const char *const models[2] = {parts[0], parts[1]};
+    char ep[64];
+    pid_t relay = 0, nodes[2] = {0, 0};
+    const int up = swa_start_files(models, mid_s, l_s, ep, sizeof ep, &relay, nodes);
+    SW_CHECK_INT(up, 0);
+    sw_result_t got;
+    int same = 0;
+    if (up == 0) {
+        SW_CHECK_INT(swa_run(ep, prompt ? prompt : "", n_gen, "none", &got), 0);
+        same = sw_result_same(&got, ref) && got.digest[0] && !strcmp(got.digest, ref->digest);
+    }
+    SW_CHECK(same);
+    printf("%s: split into 3 parts, relay + 2 nodes from parts 1 and 3: %s\n", set,
+           same ? "same tokens and logits digest as the whole file" : "DIFFERENT");
+    swa_stop(relay, nodes);
+    for (int i = 1; i <= 3; i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s-%05d-of-00003.gguf", prefix, i);
+        unlink(p);
+    }
+}
+
 /* Through the programs: `shardwire generate` on case cs's text gives
  * llama.cpp's tokens; a relay and two shardwire-node stages split at mid
  * give `shardwire run` the same tokens and logits digest, plainly and with
  * the n-gram proposer. */
-static void s_cluster(const char *set, const char *model, const json_t *cs, int mid, int L)
+static void s_cluster(const char *set, const char *model, const json_t *cs, int mid, int L,
+                      int split)
 {
     const char *prompt = json_string_value(json_object_get(cs, "prompt"));
     const json_t *want = json_object_get(cs, "gen_tokens");
@@ -96,6 +151,8 @@ static void s_cluster(const char *set, const char *model, const json_t *cs, int 
            set, n_gen, mid, mid, L, plain ? "same tokens and logits digest" : "DIFFERENT",
            ngram ? "same tokens" : "DIFFERENT");
     swa_stop(relay, nodes);
+    if (split)
+        s_split_cluster(set, model, prompt, n_gen, &ref, mid_s, l_s);
 }
 
 static void s_run_set(int si)
@@ -162,7 +219,7 @@ static void s_run_set(int si)
         free(c.prompt);
         free(c.gen);
     }
-    s_cluster(set, path, json_array_get(cases, 0), mid, L);
+    s_cluster(set, path, json_array_get(cases, 0), mid, L, s_sets[si].split);
     printf("%s (%s, %d %s tensors): %d/%d cases bit-identical to llama.cpp\n", set,
            json_string_value(json_object_get(doc, "model_file")), n_of_type,
            sw_type_name(s_sets[si].type), n_same, n_cases);

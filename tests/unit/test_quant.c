@@ -958,7 +958,8 @@ static void test_matmul_tiled(void)
 /* A K-quant row at the integer extremes: every quant at its largest value,
  * every scale and minimum at its largest (q6_K: alternately -128 and 127),
  * the super-scales small; the tiled kernels' int32 totals are then as large
- * as real weights can make them. */
+ * as real weights can make them. q4_0 and q8_0: blocks alternately of the
+ * largest and the smallest quants (q4_0 7 and -8, q8_0 127 and -128). */
 static void s_extreme_row(enum sw_type t, uint8_t *row, int64_t n)
 {
     uint64_t bytes;
@@ -966,6 +967,15 @@ static void s_extreme_row(enum sw_type t, uint8_t *row, int64_t n)
         abort();
     memset(row, 0xFF, (size_t)bytes);
     const size_t bb = sw_type_block_bytes(t);
+    if (t == SW_TYPE_Q4_0 || t == SW_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / 32; b++) {
+            uint8_t *p = row + b * bb;
+            memset(p + 2, t == SW_TYPE_Q4_0 ? (b % 2 ? 0x00 : 0xFF) : (b % 2 ? 0x80 : 0x7F),
+                   bb - 2);
+            s_put_h(p, 0.001f);
+        }
+        return;
+    }
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t *p = row + b * bb;
         if (t == SW_TYPE_Q6_K) {
@@ -1051,26 +1061,17 @@ static void test_tiled_levels(void)
     }
 }
 
-/* Generation's one-row matmul (nr = 1; the AVX-512 level has its own kernel,
- * 2 weight rows at a time) at each kernel level against the scalar level's
- * sw_vec_dot, bit for bit: rows of 1, 3, 6 and 9 super-blocks, output ranges
- * that start and end inside its groups of 2 rows and cross the groups its
- * prefetch reads ahead, random as well as extreme weights and activations
- * (all quants 15 against -128 and 127: the sums it joins as int16 pairs at
- * their largest), and sw_vec_dot itself at every level. */
-static void test_onerow_levels(void)
+/* test_onerow_levels for one weight type t. */
+static void s_onerow_type(enum sw_type t, const int64_t *ns, size_t nns, int rows, int nx,
+                          const int (*ranges)[2], size_t nranges, enum sw_kernel_level best)
 {
-    const int64_t ns[] = {256, 768, 1536, 2304};
-    const int rows = 45, nx = 3;
-    const int ranges[][2] = {{0, 45}, {1, 44}, {3, 4}, {2, 9}, {5, 38}, {40, 45}};
-    const enum sw_kernel_level best = sw_quant_best_level();
-    const enum sw_type t = SW_TYPE_Q4_K;
-    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+    const enum sw_type xt = sw_type_vec_dot(t);
+    for (size_t ni = 0; ni < nns; ni++) {
         for (int extreme = 0; extreme < 2; extreme++) {
             const int64_t n = ns[ni];
             size_t ws, xs;
             uint8_t *w = s_row_alloc(t, n, rows, &ws);
-            uint8_t *xq = s_row_alloc(SW_TYPE_Q8_K, n, nx, &xs);
+            uint8_t *xq = s_row_alloc(xt, n, nx, &xs);
             float *xf = malloc(n * sizeof(float)), *ref = malloc(sizeof(float) * rows * nx);
             float *y = malloc(sizeof(float) * (rows + 2));
             for (int o = 0; o < rows; o++) {
@@ -1085,7 +1086,7 @@ static void test_onerow_levels(void)
                                        : r == 1 ? 1.0f
                                                 : ((i / 3) % 2 ? -1.0f : 1.0f))
                                     : s_uniform(-2.0f, 2.0f) * (r % 2 ? 1.0f : 30.0f);
-                SW_CHECK(sw_quantize_row(SW_TYPE_Q8_K, xf, xq + r * xs, n) == 0);
+                SW_CHECK(sw_quantize_row(xt, xf, xq + r * xs, n) == 0);
             }
             sw_quant_force_scalar(1);
             for (int r = 0; r < nx; r++)
@@ -1095,7 +1096,7 @@ static void test_onerow_levels(void)
                 SW_CHECK(sw_quant_force_level((enum sw_kernel_level)lv) == 0);
                 int bad = 0;
                 for (int r = 0; r < nx; r++) {
-                    for (size_t q = 0; q < sizeof ranges / sizeof ranges[0]; q++) {
+                    for (size_t q = 0; q < nranges; q++) {
                         const int o0 = ranges[q][0], o1 = ranges[q][1];
                         for (int o = 0; o < rows + 2; o++)
                             y[o] = -12345.0f;
@@ -1124,6 +1125,28 @@ static void test_onerow_levels(void)
             free(ref);
             free(y);
         }
+    }
+}
+
+/* Generation's one-row matmul (nr = 1; the AVX-512 level has its own kernels
+ * for q4_K, q5_K, q4_0 and q8_0, 2 or 4 weight rows at a time) at each kernel
+ * level against the scalar level's sw_vec_dot, bit for bit: rows of 8 to 72
+ * blocks (1, 3, 6 and 9 super-blocks), output ranges that start and end
+ * inside its groups of rows and cross the groups its prefetch reads ahead,
+ * random as well as extreme weights and activations (all quants at their
+ * largest against -128 and 127: the sums it joins as int16 pairs at their
+ * largest; q8_0 weights of -128), and sw_vec_dot itself at every level. */
+static void test_onerow_levels(void)
+{
+    const int64_t ns[] = {256, 768, 1536, 2304};
+    const int rows = 45, nx = 3;
+    const int ranges[][2] = {{0, 45}, {1, 44}, {3, 4}, {2, 9}, {5, 38}, {40, 45}, {6, 8}};
+    const enum sw_kernel_level best = sw_quant_best_level();
+    const enum sw_type types[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
+                                  SW_TYPE_Q8_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        s_onerow_type(types[ti], ns, sizeof ns / sizeof ns[0], rows, nx, ranges,
+                      sizeof ranges / sizeof ranges[0], best);
     }
 }
 
