@@ -320,7 +320,10 @@ _Static_assert(sizeof sw_opts_draft / sizeof sw_opts_draft[0] == SW_OPTS_DRAFT_N
 
 const sw_opt_t sw_opts_relay[] = {
     [SW_OPTS_RELAY_RELAY] = //
-    {"relay", SW_OPT_RELAY, "ENDPOINT", "the relay: HOST:PORT or tcp://HOST:PORT"},
+    {"relay", SW_OPT_RELAY, "ENDPOINT[,...]",
+     "the relay: HOST:PORT or tcp://HOST:PORT; several relays\n(A,B or the flag again, at "
+     "most " SW_STR(SW_PEER_MAX_RELAYS) "): a link to each,\nmessages by the live one with the "
+                                        "lowest round trip"},
     [SW_OPTS_RELAY_CONNECT] = //
     {"connect-timeout-s", SW_OPT_CONNECT, "S",
      "keep trying to reach the relay for S s, one progress\nline while waiting; 0 = no limit "
@@ -663,10 +666,72 @@ int sw_args_relay_opt(const char *prog, sw_args_relay_t *r, int key, const char 
 {
     switch (key) {
     case SW_OPT_RELAY:
-        return sw_arg_endpoint(prog, "--relay", val, 0, r->relay, sizeof r->relay) ? -1 : 1;
+        return sw_arg_relays(prog, val, r->relay, sizeof r->relay) ? -1 : 1;
     case SW_OPT_CONNECT:
         return sw_arg_int(prog, "--connect-timeout-s", val, 0, 86400 * 24, &r->connect_s) ? -1 : 1;
     default:
         return 0;
+    }
+}
+
+int sw_relay_at(const char *list, int i, char *out, size_t out_len)
+{
+    int n = 0;
+    for (const char *at = list; at && *at;) {
+        const char *end = strchr(at, ',');
+        const size_t len = end ? (size_t)(end - at) : strlen(at);
+        if (n == i && out && out_len) {
+            snprintf(out, out_len, "%.*s", (int)len, at);
+            return i;
+        }
+        n++;
+        at = end ? end + 1 : at + len;
+    }
+    if (out && out_len)
+        out[0] = 0;
+    return n;
+}
+
+int sw_arg_relays(const char *prog, const char *s, char *out, size_t out_len)
+{
+    char one[SW_ARGS_ENDPOINT_MAX], ep[SW_ARGS_ENDPOINT_MAX];
+    int have = out[0] ? sw_relay_at(out, 1 << 30, NULL, 0) : 0; /* a repeated --relay appends */
+    if (!s || !s[0])
+        return sw_arg_endpoint(prog, "--relay", s, 0, ep, sizeof ep);
+    for (const char *at = s;;) {
+        const char *end = strchr(at, ',');
+        const size_t len = end ? (size_t)(end - at) : strlen(at);
+        if (len >= sizeof one) {
+            fprintf(stderr, "%s: --relay '%.64s...' is too long\n", prog, at);
+            return -1;
+        }
+        snprintf(one, sizeof one, "%.*s", (int)len, at);
+        if (sw_arg_endpoint(prog, "--relay", one, 0, ep, sizeof ep) != 0)
+            return -1;
+        for (int i = 0; i < have; i++) {
+            char prev[SW_ARGS_ENDPOINT_MAX];
+            sw_relay_at(out, i, prev, sizeof prev);
+            if (!strcmp(prev, ep)) {
+                fprintf(stderr, "%s: --relay names %s twice: give each relay once\n", prog, ep);
+                return -1;
+            }
+        }
+        if (have == SW_PEER_MAX_RELAYS) {
+            fprintf(stderr,
+                    "%s: --relay: more than %d relays (SW_PEER_MAX_RELAYS): a process keeps a "
+                    "link to at most that many\n",
+                    prog, SW_PEER_MAX_RELAYS);
+            return -1;
+        }
+        const size_t used = strlen(out);
+        if (used + strlen(ep) + 2 > out_len) {
+            fprintf(stderr, "%s: --relay: the list is too long\n", prog);
+            return -1;
+        }
+        snprintf(out + used, out_len - used, "%s%s", have ? "," : "", ep);
+        have++;
+        if (!end)
+            return 0;
+        at = end + 1;
     }
 }

@@ -58,6 +58,8 @@ int sw_arg_float(const char *prog, const char *flag, const char *s, double lo, d
                  float *out) __attribute__((warn_unused_result));
 
 #define SW_ARGS_ENDPOINT_MAX 256 /* bytes of a normalised endpoint, NUL included */
+/* bytes of a normalised list of relays "tcp://A:1,tcp://B:2" (--relay A,B), NUL included */
+#define SW_ARGS_RELAYS_MAX (SW_PEER_MAX_RELAYS * SW_ARGS_ENDPOINT_MAX)
 
 /*
  * The one endpoint parser: HOST:PORT or tcp://HOST:PORT (HOST a name, an IPv4
@@ -335,7 +337,8 @@ int sw_args_draft_check(const sw_args_spec_t *spec, const sw_args_draft_t *d)
     __attribute__((warn_unused_result));
 
 typedef struct sw_args_relay {
-    char relay[SW_ARGS_ENDPOINT_MAX]; /* --relay, normalised to tcp://HOST:PORT; "" = not given */
+    char relay[SW_ARGS_RELAYS_MAX]; /* --relay: up to SW_PEER_MAX_RELAYS endpoints, each normalised
+                                       to tcp://HOST:PORT, joined by ','; "" = not given */
     int connect_s; /* --connect-timeout-s, -1 = not given (the program's default) */
 } sw_args_relay_t;
 #define SW_ARGS_RELAY_DEFAULT                                                                      \
@@ -343,5 +346,18 @@ typedef struct sw_args_relay {
         .connect_s = -1                                                                            \
     }
 int sw_args_relay_opt(const char *prog, sw_args_relay_t *r, int key, const char *val);
+
+/*
+ * A list of relays "A,B,..." (--relay; also repeated --relay flags, which
+ * append) into out as normalised endpoints joined by ',' (out_len >=
+ * SW_ARGS_RELAYS_MAX). 0, or -1 after one line: an empty or bad endpoint, the
+ * same relay twice, more than SW_PEER_MAX_RELAYS.
+ */
+int sw_arg_relays(const char *prog, const char *s, char *out, size_t out_len)
+    __attribute__((warn_unused_result));
+
+/* The i-th endpoint of a list sw_arg_relays made (or one endpoint) into out; the count of
+ * entries when i is past the end (so sw_relay_at(list, 1 << 30, NULL, 0) counts them). */
+int sw_relay_at(const char *list, int i, char *out, size_t out_len);
 
 #endif

@@ -151,6 +151,12 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 #define SW_PEER_DEFAULT_HEARTBEAT_MS 1000 /* ZMTP heartbeat interval */
 #define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay = gone */
 #define SW_PEER_DEFAULT_CONNECT_MS 5000 /* how long to keep trying to reach the relay */
+/* Relays one process keeps a link to (--relay A,B,...): each link is one ZeroMQ socket with its
+ * monitor and send queue (the peer's one context and I/O thread serve them all). */
+#define SW_PEER_MAX_RELAYS 4
+/* Once one relay has acked at start-up, how long a process waits for the other relays of its
+ * list before it picks the one with the lowest round trip and goes on without the rest. */
+#define SW_PEER_SETTLE_MS 2000
 
 /* ---- the node's defaults (shardwire-node; node_opts_t) --------------------------------------- */
 

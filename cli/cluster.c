@@ -2,7 +2,8 @@
  * cluster.c - `shardwire cluster init`: every key of a cluster in one command,
  * and one ready-to-use bundle per machine (docs/deploy.md, docs/security.md).
  *
- *   shardwire cluster init --relay HOST:PORT --nodes head,tail[,...] --out DIR
+ *   shardwire cluster init --relay HOST:PORT [--relay HOST2:PORT2 ...] --nodes head,tail[,...]
+ *                          --out DIR
  *                          [--clients NAME,...] [--model M] [--layers A:B,B:C,...]
  *                          [--listen tcp://0.0.0.0:PORT] [--force]
  *
@@ -11,6 +12,9 @@
  *   allow.txt relay.pub            the relay's allow-list and public key
  *   cluster.key access.key         the two sealing keys (nodes; clients and the head)
  *   relay/                         relay.key relay.pub allow.txt start.sh relay.env
+ *   relay-2/ ... (more --relay)    the same for each further relay: its own key pair, the
+ *                                  same allow-list (relay-2.pub, ... beside relay.pub here
+ *                                  and in every bundle; the start commands name them all)
  *   NODE/ (each node)              NODE.key NODE.pub relay.pub cluster.key [access.key: head]
  *                                  start.sh node.env kaggle-secrets.txt
  *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
@@ -49,195 +53,7 @@
 #include "model.h"
 #include "wire.h"
 
-#define S_NODES_MAX 64
-#define S_CLIENTS_MAX 16
-#define S_FILES_MAX 1024
-#define S_TEXT_MAX 16384
-
-typedef struct s_init {
-    char out[PATH_MAX];     /* DIR, without a trailing '/' */
-    char tmp[PATH_MAX];     /* where everything is made first */
-    char relay_ep[300];     /* tcp://HOST:PORT, for peers */
-    char listen[300];       /* the relay's --listen */
-    const char *model;      /* --model as given, or NULL */
-    int n_nodes, n_clients; /* counts */
-    char nodes[S_NODES_MAX][SW_WIRE_NAME_MAX + 1];
-    char clients[S_CLIENTS_MAX][SW_WIRE_NAME_MAX + 1];
-    char layers[S_NODES_MAX][32]; /* "A:B" per node, "" when unknown */
-    int n_files;                  /* files written, relative to tmp */
-    char *files[S_FILES_MAX];
-    char relay_pub[SW_KEY_Z85_LEN + 1];
-    char cluster_z85[SW_KEY_Z85_LEN + 1];
-    char access_z85[SW_KEY_Z85_LEN + 1];
-} s_init_t;
-
-static int s_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int s_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "shardwire cluster init: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return -1;
-}
-
-/* snprintf into buf that fails (-1) instead of truncating. */
-static int s_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int s_fmt(char *buf, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf, cap, fmt, ap);
-    va_end(ap);
-    return w < 0 || (size_t)w >= cap ? -1 : 0;
-}
-
-/* Appends printf text to a bounded buffer; sets *ovf on overflow. */
-static void s_cat(char *buf, size_t cap, int *ovf, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void s_cat(char *buf, size_t cap, int *ovf, const char *fmt, ...)
-{
-    size_t n = strlen(buf);
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
-    if (w < 0 || (size_t)w >= cap - n)
-        *ovf = 1;
-}
-
-/* s quoted for sh: '...' with each ' written as '\''. */
-static const char *s_shq(const char *s)
-{
-    static char buf[4][PATH_MAX * 4 + 3];
-    static int slot;
-    char *o = buf[slot++ & 3], *p = o;
-    *p++ = '\'';
-    for (; *s && p < o + sizeof buf[0] - 6; s++) {
-        if (*s == '\'') {
-            memcpy(p, "'\\''", 4);
-            p += 4;
-        } else
-            *p++ = *s;
-    }
-    *p++ = '\'';
-    *p = 0;
-    return o;
-}
-
-static const char *s_path(const s_init_t *in, const char *rel)
-{
-    static char buf[4][PATH_MAX];
-    static int slot;
-    char *p = buf[slot++ & 3];
-    if (s_fmt(p, PATH_MAX, "%s/%s", in->tmp, rel) != 0)
-        p[0] = 0; /* fails at open() with ENOENT; paths are bounded before */
-    return p;
-}
-
-static int s_track(s_init_t *in, const char *rel)
-{
-    if (in->n_files == S_FILES_MAX)
-        return s_fail("too many files");
-    in->files[in->n_files] = strdup(rel);
-    if (!in->files[in->n_files])
-        return s_fail("out of memory");
-    in->n_files++;
-    return 0;
-}
-
-/* Makes tmp/rel a folder (0700). */
-static int s_mkdir(s_init_t *in, const char *rel)
-{
-    if (mkdir(s_path(in, rel), 0700) != 0)
-        return s_fail("%s: %s", s_path(in, rel), strerror(errno));
-    return 0;
-}
-
-/* Writes text to tmp/rel, created exclusively with mode (0600 or 0700). */
-static int s_write(s_init_t *in, const char *rel, const char *text, mode_t mode)
-{
-    const char *path = s_path(in, rel);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0)
-        return s_fail("%s: %s", path, strerror(errno));
-    int rc = fchmod(fd, mode);
-    size_t n = strlen(text), off = 0;
-    while (rc == 0 && off < n) {
-        ssize_t w = write(fd, text + off, n - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            rc = -1;
-        else
-            off += (size_t)w;
-    }
-    if (rc == 0)
-        rc = fsync(fd);
-    if (close(fd) != 0)
-        rc = -1;
-    if (rc != 0) {
-        int e = errno;
-        unlink(path);
-        return s_fail("%s: %s", path, strerror(e));
-    }
-    return s_track(in, rel);
-}
-
-/* A CURVE pair as tmp/dir/name.key + .pub (0600); pub and sec (Z85) out. */
-static int s_keypair(s_init_t *in, const char *dir, const char *name, char *pub, char *sec)
-{
-    char rel[256], err[512];
-    s_fmt(rel, sizeof rel, "%s/%s", dir, name);
-    if (sw_keys_generate(s_path(in, rel), pub, err, sizeof err) != 0)
-        return s_fail("%s", err);
-    char k[300], p[300];
-    s_fmt(k, sizeof k, "%s.key", rel);
-    s_fmt(p, sizeof p, "%s.pub", rel);
-    if (s_track(in, k) != 0 || s_track(in, p) != 0)
-        return -1;
-    if (chmod(s_path(in, p), 0600) != 0)
-        return s_fail("%s: %s", s_path(in, p), strerror(errno));
-    char pub2[SW_KEY_Z85_LEN + 1];
-    if (sw_keys_load_secret(s_path(in, k), pub2, sec, err, sizeof err) != 0)
-        return s_fail("%s", err);
-    return strcmp(pub, pub2) == 0 ? 0 : s_fail("%s: the key read back differs", k);
-}
-
-/* A sealing key (32 random bytes, Z85) in tmp/rel, made by gen (the cluster
- * or the access key's generator); its Z85 text out. */
-static int s_sealing_key(s_init_t *in, const char *rel, int (*gen)(const char *, char *, size_t),
-                         char *z85)
-{
-    char err[512];
-    uint8_t key[SW_CLUSTER_KEY_BYTES];
-    if (gen(s_path(in, rel), err, sizeof err) != 0 || s_track(in, rel) != 0 ||
-        sw_cluster_key_load(s_path(in, rel), key, err, sizeof err) != 0)
-        return s_fail("%s", err);
-    char *ok = zmq_z85_encode(z85, key, sizeof key);
-    sodium_memzero(key, sizeof key);
-    return ok ? 0 : s_fail("Z85 encoding failed");
-}
-
-/* Copies the text of tmp/from into tmp/to (0600). */
-static int s_copy(s_init_t *in, const char *from, const char *to)
-{
-    FILE *f = fopen(s_path(in, from), "r");
-    if (!f)
-        return s_fail("%s: %s", s_path(in, from), strerror(errno));
-    char text[S_TEXT_MAX];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    int rc = s_write(in, to, text, 0600);
-    sodium_memzero(text, sizeof text);
-    return rc;
-}
+#include "cluster_impl.h"
 
 /* Splits a comma list into names (checked as peer names); the count or -1. */
 static int s_names(const char *what, const char *list, char (*out)[SW_WIRE_NAME_MAX + 1], int max)
@@ -247,10 +63,10 @@ static int s_names(const char *what, const char *list, char (*out)[SW_WIRE_NAME_
     while (1) {
         size_t len = strcspn(p, ",");
         if (!sw_wire_name_ok(p, len))
-            return s_fail("--%s: '%.*s' is not a name (1-63 of A-Z a-z 0-9 . _ -)", what,
-                          (int)(len > 80 ? 80 : len), p);
+            return cl_fail("--%s: '%.*s' is not a name (1-63 of A-Z a-z 0-9 . _ -)", what,
+                           (int)(len > 80 ? 80 : len), p);
         if (n == max)
-            return s_fail("--%s: more than %d names", what, max);
+            return cl_fail("--%s: more than %d names", what, max);
         memcpy(out[n], p, len);
         out[n][len] = 0;
         n++;
@@ -276,9 +92,9 @@ static int s_relay_arg(const char *arg, char *ep, size_t ep_len, int *port)
     char *end = NULL;
     long p = ok ? strtol(colon + 1, &end, 10) : 0;
     if (!ok || !end || *end || end == colon + 1 || p < 1 || p > 65535)
-        return s_fail("--relay '%.100s': expected HOST:PORT (the address the nodes and clients "
-                      "dial, e.g. 203.0.113.7:5555 or relay.example.org:5555)",
-                      arg);
+        return cl_fail("--relay '%.100s': expected HOST:PORT (the address the nodes and clients "
+                       "dial, e.g. 203.0.113.7:5555 or relay.example.org:5555)",
+                       arg);
     snprintf(ep, ep_len, "tcp://%.*s:%ld", (int)hl, hp, p);
     *port = (int)p;
     return 0;
@@ -292,7 +108,7 @@ static int s_model_layers(const char *path)
     sw_model_t *m = be ? sw_model_load(path, 0, -1, be, err, sizeof err) : NULL;
     int n = m ? sw_model_hparams(m)->n_layer : -1;
     if (!m)
-        s_fail("--model %s: %s", path, err);
+        cl_fail("--model %s: %s", path, err);
     sw_model_free(&m);
     sw_backend_free(&be);
     return n;
@@ -305,7 +121,7 @@ static int s_layers(s_init_t *in, const char *arg, int n_layer)
         if (n_layer < 0)
             return 0; /* unknown: the bundles leave SW_LAYERS to the user */
         if (n_layer < in->n_nodes)
-            return s_fail("--model has %d layers, fewer than the %d nodes", n_layer, in->n_nodes);
+            return cl_fail("--model has %d layers, fewer than the %d nodes", n_layer, in->n_nodes);
         for (int i = 0; i < in->n_nodes; i++)
             snprintf(in->layers[i], sizeof in->layers[i], "%d:%d", i * n_layer / in->n_nodes,
                      (i + 1) * n_layer / in->n_nodes);
@@ -317,24 +133,24 @@ static int s_layers(s_init_t *in, const char *arg, int n_layer)
         char *e1 = NULL, *e2 = NULL;
         long a = strtol(p, &e1, 10), b = -1;
         if (e1 == p || *e1 != ':')
-            return s_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
+            return cl_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
         if (!strncmp(e1 + 1, "end", 3)) {
             e2 = e1 + 4;
         } else {
             b = strtol(e1 + 1, &e2, 10);
             if (e2 == e1 + 1)
-                return s_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
+                return cl_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
         }
         if (*e2 && *e2 != ',')
-            return s_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
+            return cl_fail("--layers '%.100s': expected A:B,B:C,... (e.g. 0:15,15:30)", arg);
         if (n == in->n_nodes)
-            return s_fail("--layers has more ranges than --nodes has names (%d)", in->n_nodes);
+            return cl_fail("--layers has more ranges than --nodes has names (%d)", in->n_nodes);
         if (a != prev || (b >= 0 && b <= a) || b > 100000)
-            return s_fail("--layers: range %d (%ld:%ld) must start where the previous ends (%d) "
-                          "and be non-empty",
-                          n + 1, a, b, prev);
+            return cl_fail("--layers: range %d (%ld:%ld) must start where the previous ends (%d) "
+                           "and be non-empty",
+                           n + 1, a, b, prev);
         if (b < 0 && e2[0])
-            return s_fail("--layers: only the last range may end at 'end'");
+            return cl_fail("--layers: only the last range may end at 'end'");
         if (b < 0)
             snprintf(in->layers[n], sizeof in->layers[n], "%ld:end", a);
         else
@@ -344,9 +160,9 @@ static int s_layers(s_init_t *in, const char *arg, int n_layer)
         p = *e2 ? e2 + 1 : e2;
     }
     if (n != in->n_nodes)
-        return s_fail("--layers has %d ranges for %d nodes", n, in->n_nodes);
+        return cl_fail("--layers has %d ranges for %d nodes", n, in->n_nodes);
     if (n_layer >= 0 && prev >= 0 && prev != n_layer)
-        return s_fail("--layers ends at %d but --model has %d layers", prev, n_layer);
+        return cl_fail("--layers ends at %d but --model has %d layers", prev, n_layer);
     return 0;
 }
 
@@ -373,15 +189,57 @@ static int s_write_bundle(s_init_t *in, const char *name, const char *script, co
 {
     char rel[256];
     int rc = 0;
-    s_fmt(rel, sizeof rel, "%s/%s", name, script);
-    rc |= s_write(in, rel, sh, 0700);
-    s_fmt(rel, sizeof rel, "%s/%s", name, env_file);
-    rc |= s_write(in, rel, env, 0600);
-    s_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
-    rc |= s_write(in, rel, kag, 0600);
+    cl_fmt(rel, sizeof rel, "%s/%s", name, script);
+    rc |= cl_write(in, rel, sh, 0700);
+    cl_fmt(rel, sizeof rel, "%s/%s", name, env_file);
+    rc |= cl_write(in, rel, env, 0600);
+    cl_fmt(rel, sizeof rel, "%s/kaggle-secrets.txt", name);
+    rc |= cl_write(in, rel, kag, 0600);
     sodium_memzero(env, env_len);
     sodium_memzero(kag, kag_len);
     return rc ? -1 : 0;
+}
+
+/* Relay r's folder and key name: "relay", "relay-2", ... */
+static void s_relay_name(int r, char *buf, size_t len)
+{
+    if (r == 0)
+        snprintf(buf, len, "relay");
+    else
+        snprintf(buf, len, "relay-%d", r + 1);
+}
+
+/* Relay r's key pair in its folder, its .pub beside the bundles; in->relay_pub and
+ * in->relay_key_sh grow by it. */
+static int s_relay_keys(s_init_t *in, int r)
+{
+    char dir[32], pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[64], top[64];
+    s_relay_name(r, dir, sizeof dir);
+    if (cl_mkdir(in, dir) != 0 || cl_keypair(in, dir, dir, pub, sec) != 0)
+        return -1;
+    sodium_memzero(sec, sizeof sec);
+    cl_fmt(rel, sizeof rel, "%s/%s.pub", dir, dir);
+    cl_fmt(top, sizeof top, "%s.pub", dir);
+    if (cl_copy(in, rel, top) != 0)
+        return -1;
+    int ovf = 0;
+    cl_cat(in->relay_pub, sizeof in->relay_pub, &ovf, "%s%s", r ? "," : "", pub);
+    cl_cat(in->relay_key_sh, sizeof in->relay_key_sh, &ovf, "%s$here/%s.pub", r ? "," : "", dir);
+    return ovf ? cl_fail("internal: the relay keys do not fit") : 0;
+}
+
+/* Every relay's public key into the bundle folder name. */
+static int s_copy_relay_pubs(s_init_t *in, const char *name)
+{
+    for (int r = 0; r < in->n_relays; r++) {
+        char dir[32], from[64], to[300];
+        s_relay_name(r, dir, sizeof dir);
+        cl_fmt(from, sizeof from, "%s.pub", dir);
+        cl_fmt(to, sizeof to, "%s/%s.pub", name, dir);
+        if (cl_copy(in, from, to) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int *ovf)
@@ -389,17 +247,16 @@ static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int
     const char *name = in->nodes[i];
     int head = i == 0;
     char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[256], rel2[256];
-    if (s_mkdir(in, name) != 0 || s_keypair(in, name, name, pub, sec) != 0)
+    if (cl_mkdir(in, name) != 0 || cl_keypair(in, name, name, pub, sec) != 0)
         return -1;
     /* bound to its role too: no other node key may announce a second head */
-    s_cat(allow, allow_cap, ovf, "%s %s %s\n", pub, head ? "head" : "stage", name);
-    s_fmt(rel, sizeof rel, "%s/relay.pub", name);
-    s_fmt(rel2, sizeof rel2, "%s/cluster.key", name);
-    if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "cluster.key", rel2) != 0)
+    cl_cat(allow, allow_cap, ovf, "%s %s %s\n", pub, head ? "head" : "stage", name);
+    cl_fmt(rel2, sizeof rel2, "%s/cluster.key", name);
+    if (s_copy_relay_pubs(in, name) != 0 || cl_copy(in, "cluster.key", rel2) != 0)
         return -1;
     if (head) {
-        s_fmt(rel, sizeof rel, "%s/access.key", name);
-        if (s_copy(in, "access.key", rel) != 0)
+        cl_fmt(rel, sizeof rel, "%s/access.key", name);
+        if (cl_copy(in, "access.key", rel) != 0)
             return -1;
     }
     const char *role = head ? "head (layers from 0: owns the sessions, runs the drafter)"
@@ -407,67 +264,68 @@ static int s_node_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, int
                                               : "middle";
     char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "", kag[S_TEXT_MAX] = "";
     /* start.sh: the exact command, with the files beside it. */
-    s_cat(sh, sizeof sh, ovf,
-          "#!/bin/sh\n"
-          "# shardwire node '%s', %s: made by shardwire cluster init.\n"
-          "# Starts the node with the keys in this folder. SW_MODEL and SW_LAYERS override the\n"
-          "# model and layer range below; more arguments go to shardwire-node (e.g. --backend "
-          "cuda).\n"
-          "set -eu\n"
-          "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
-          "model=${SW_MODEL:-%s}\n"
-          "layers=${SW_LAYERS:-%s}\n"
-          "[ -n \"$model\" ] || { echo \"start.sh: set SW_MODEL=FILE.gguf or "
-          "hf:ORG/NAME/FILE.gguf (cluster init had no --model)\" >&2; exit 2; }\n"
-          "[ -n \"$layers\" ] || { echo \"start.sh: set SW_LAYERS=A:B, this node's layer range "
-          "(shardwire info --model M gives the count; cluster init had no --layers)\" >&2; exit "
-          "2; }\n"
-          "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-node\" --model \"$model\" --layers "
-          "\"$layers\" \\\n"
-          "    --relay %s --name %s --key \"$here/%s.key\" --relay-key \"$here/relay.pub\" \\\n"
-          "    --cluster-key \"$here/cluster.key\"%s \"$@\"\n",
-          name, role, in->model ? s_shq(in->model) : "", in->layers[i], s_shq(in->relay_ep), name,
-          name, head ? " --access-key \"$here/access.key\"" : "");
+    cl_cat(sh, sizeof sh, ovf,
+           "#!/bin/sh\n"
+           "# shardwire node '%s', %s: made by shardwire cluster init.\n"
+           "# Starts the node with the keys in this folder. SW_MODEL and SW_LAYERS override the\n"
+           "# model and layer range below; more arguments go to shardwire-node (e.g. --backend "
+           "cuda).\n"
+           "set -eu\n"
+           "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+           "model=${SW_MODEL:-%s}\n"
+           "layers=${SW_LAYERS:-%s}\n"
+           "[ -n \"$model\" ] || { echo \"start.sh: set SW_MODEL=FILE.gguf or "
+           "hf:ORG/NAME/FILE.gguf (cluster init had no --model)\" >&2; exit 2; }\n"
+           "[ -n \"$layers\" ] || { echo \"start.sh: set SW_LAYERS=A:B, this node's layer range "
+           "(shardwire info --model M gives the count; cluster init had no --layers)\" >&2; exit "
+           "2; }\n"
+           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-node\" --model \"$model\" --layers "
+           "\"$layers\" \\\n"
+           "    --relay %s --name %s --key \"$here/%s.key\" --relay-key \"%s\" \\\n"
+           "    --cluster-key \"$here/cluster.key\"%s \"$@\"\n",
+           name, role, in->model ? cl_shq(in->model) : "", in->layers[i], cl_shq(in->relay_ep),
+           name, name, in->relay_key_sh, head ? " --access-key \"$here/access.key\"" : "");
     /* node.env: the same, as values to paste into an environment. */
-    s_cat(env, sizeof env, ovf,
-          "# shardwire node '%s', %s: made by shardwire cluster init.\n"
-          "# SECRET: this file holds the node's secret key and the cluster's sealing key%s.\n"
-          "# Start with the files of this folder:  sh start.sh\n"
-          "# or with these values alone (a shell with this file sourced, `set -a; . ./node.env`):\n"
-          "#   umask 077; d=$(mktemp -d)\n"
-          "#   printf '%%s\\n' \"$%s\" > $d/node.key\n"
-          "#   printf '%%s\\n' \"$SHARDWIRE_CLUSTER_KEY\" > $d/cluster.key\n"
-          "%s"
-          "#   shardwire-node --model \"$SHARDWIRE_MODEL\" --layers \"$SHARDWIRE_LAYERS\" "
-          "--relay \"$SHARDWIRE_RELAY\" --name \"$SHARDWIRE_NAME\" \\\n"
-          "#       --key $d/node.key --relay-key \"$SHARDWIRE_RELAY_PUB\" --cluster-key "
-          "$d/cluster.key%s\n"
-          "SHARDWIRE_NAME='%s'\n"
-          "SHARDWIRE_RELAY='%s'\n"
-          "SHARDWIRE_RELAY_PUB='%s'\n"
-          "%s='%s'\n"
-          "SHARDWIRE_CLUSTER_KEY='%s'\n",
-          name, role, head ? "s" : "", s_key_label(name),
-          head ? "#   printf '%s\\n' \"$SHARDWIRE_ACCESS_KEY\" > $d/access.key\n" : "",
-          head ? " --access-key $d/access.key" : "", name, in->relay_ep, in->relay_pub,
-          s_key_label(name), sec, in->cluster_z85);
+    cl_cat(
+        env, sizeof env, ovf,
+        "# shardwire node '%s', %s: made by shardwire cluster init.\n"
+        "# SECRET: this file holds the node's secret key and the cluster's sealing key%s.\n"
+        "# Start with the files of this folder:  sh start.sh\n"
+        "# or with these values alone (a shell with this file sourced, `set -a; . ./node.env`):\n"
+        "#   umask 077; d=$(mktemp -d)\n"
+        "#   printf '%%s\\n' \"$%s\" > $d/node.key\n"
+        "#   printf '%%s\\n' \"$SHARDWIRE_CLUSTER_KEY\" > $d/cluster.key\n"
+        "%s"
+        "#   shardwire-node --model \"$SHARDWIRE_MODEL\" --layers \"$SHARDWIRE_LAYERS\" "
+        "--relay \"$SHARDWIRE_RELAY\" --name \"$SHARDWIRE_NAME\" \\\n"
+        "#       --key $d/node.key --relay-key \"$SHARDWIRE_RELAY_PUB\" --cluster-key "
+        "$d/cluster.key%s\n"
+        "SHARDWIRE_NAME='%s'\n"
+        "SHARDWIRE_RELAY='%s'\n"
+        "SHARDWIRE_RELAY_PUB='%s'\n"
+        "%s='%s'\n"
+        "SHARDWIRE_CLUSTER_KEY='%s'\n",
+        name, role, head ? "s" : "", s_key_label(name),
+        head ? "#   printf '%s\\n' \"$SHARDWIRE_ACCESS_KEY\" > $d/access.key\n" : "",
+        head ? " --access-key $d/access.key" : "", name, in->relay_ep, in->relay_pub,
+        s_key_label(name), sec, in->cluster_z85);
     if (head)
-        s_cat(env, sizeof env, ovf, "SHARDWIRE_ACCESS_KEY='%s'\n", in->access_z85);
-    s_cat(env, sizeof env, ovf, "SHARDWIRE_MODEL=%s\nSHARDWIRE_LAYERS='%s'\n",
-          s_shq(in->model ? in->model : ""), in->layers[i]);
+        cl_cat(env, sizeof env, ovf, "SHARDWIRE_ACCESS_KEY='%s'\n", in->access_z85);
+    cl_cat(env, sizeof env, ovf, "SHARDWIRE_MODEL=%s\nSHARDWIRE_LAYERS='%s'\n",
+           cl_shq(in->model ? in->model : ""), in->layers[i]);
     /* kaggle-secrets.txt: the secrets deploy/kaggle/node.ipynb reads. */
-    s_cat(kag, sizeof kag, ovf,
-          "# Kaggle secrets of node '%s' (deploy/kaggle/%s.ipynb with NODE_NAME = '%s'):\n"
-          "# in the notebook, Add-ons > Secrets > Add a new secret, one per line below\n"
-          "# (label, then value), and attach each to the notebook. SECRET values.\n"
-          "SHARDWIRE_RELAY     %s\n"
-          "SHARDWIRE_RELAY_PUB %s\n"
-          "%s %s\n"
-          "SHARDWIRE_CLUSTER_KEY %s\n",
-          name, head ? "head" : "node", name, in->relay_ep, in->relay_pub, s_key_label(name), sec,
-          in->cluster_z85);
+    cl_cat(kag, sizeof kag, ovf,
+           "# Kaggle secrets of node '%s' (deploy/kaggle/%s.ipynb with NODE_NAME = '%s'):\n"
+           "# in the notebook, Add-ons > Secrets > Add a new secret, one per line below\n"
+           "# (label, then value), and attach each to the notebook. SECRET values.\n"
+           "SHARDWIRE_RELAY     %s\n"
+           "SHARDWIRE_RELAY_PUB %s\n"
+           "%s %s\n"
+           "SHARDWIRE_CLUSTER_KEY %s\n",
+           name, head ? "head" : "node", name, in->relay_ep, in->relay_pub, s_key_label(name), sec,
+           in->cluster_z85);
     if (head)
-        s_cat(kag, sizeof kag, ovf, "SHARDWIRE_ACCESS_KEY %s\n", in->access_z85);
+        cl_cat(kag, sizeof kag, ovf, "SHARDWIRE_ACCESS_KEY %s\n", in->access_z85);
     sodium_memzero(sec, sizeof sec);
     return s_write_bundle(in, name, "start.sh", sh, "node.env", env, sizeof env, kag, sizeof kag);
 }
@@ -476,14 +334,13 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
 {
     const char *name = in->clients[i];
     char pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1], rel[256], rel2[256];
-    if (s_mkdir(in, name) != 0 || s_keypair(in, name, name, pub, sec) != 0)
+    if (cl_mkdir(in, name) != 0 || cl_keypair(in, name, name, pub, sec) != 0)
         return -1;
     /* bound to its name: only this key may announce NAME or NAME-SUFFIX (shardwire.sh sets
      * SW_CLIENT_NAME, the prefix the client library takes), across relay restarts too */
-    s_cat(allow, allow_cap, ovf, "# client '%s'\n%s client %s\n", name, pub, name);
-    s_fmt(rel, sizeof rel, "%s/relay.pub", name);
-    s_fmt(rel2, sizeof rel2, "%s/access.key", name);
-    if (s_copy(in, "relay.pub", rel) != 0 || s_copy(in, "access.key", rel2) != 0)
+    cl_cat(allow, allow_cap, ovf, "# client '%s'\n%s client %s\n", name, pub, name);
+    cl_fmt(rel2, sizeof rel2, "%s/access.key", name);
+    if (s_copy_relay_pubs(in, name) != 0 || cl_copy(in, "access.key", rel2) != 0)
         return -1;
     /* an HTTP API key for the client's `serve` (the compose file's serve service reads it):
      * 32 random bytes, URL-safe base64 without padding (43 characters) */
@@ -493,86 +350,87 @@ static int s_client_bundle(s_init_t *in, int i, char *allow, size_t allow_cap, i
     randombytes_buf(api_bin, sizeof api_bin);
     sodium_bin2base64(api_b64, sizeof api_b64, api_bin, sizeof api_bin,
                       sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-    s_fmt(api_line, sizeof api_line,
-          "# shardwire serve --api-key-file: the HTTP API key of client '%s' (SECRET)\n%s\n", name,
-          api_b64);
-    s_fmt(rel, sizeof rel, "%s/api.keys", name);
-    int api_rc = s_write(in, rel, api_line, 0600);
+    cl_fmt(api_line, sizeof api_line,
+           "# shardwire serve --api-key-file: the HTTP API key of client '%s' (SECRET)\n%s\n", name,
+           api_b64);
+    cl_fmt(rel, sizeof rel, "%s/api.keys", name);
+    int api_rc = cl_write(in, rel, api_line, 0600);
     sodium_memzero(api_bin, sizeof api_bin);
     sodium_memzero(api_b64, sizeof api_b64);
     sodium_memzero(api_line, sizeof api_line);
     if (api_rc != 0)
         return -1;
     char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "", kag[S_TEXT_MAX] = "";
-    s_cat(sh, sizeof sh, ovf,
-          "#!/bin/sh\n"
-          "# shardwire client '%s': made by shardwire cluster init. Runs a shardwire command\n"
-          "# against the cluster with the keys in this folder:\n"
-          "#   sh shardwire.sh run -p \"Hello\" -n 64 [--chat]\n"
-          "#   sh shardwire.sh status [--expect %s]\n"
-          "#   sh shardwire.sh serve --listen 127.0.0.1:8080 --api-key-file api.keys\n"
-          "set -eu\n"
-          "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
-          "[ $# -ge 1 ] || { echo \"usage: sh $0 run|status|serve [options]\" >&2; exit 2; }\n"
-          "cmd=$1\n"
-          "shift\n"
-          "# the relay's allow-list binds this key to the name '%s' (and '%s-...')\n"
-          "SW_CLIENT_NAME=${SW_CLIENT_NAME:-%s}\n"
-          "export SW_CLIENT_NAME\n"
-          "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire\" \"$cmd\" --relay %s --key "
-          "\"$here/%s.key\" \\\n"
-          "    --relay-key \"$here/relay.pub\" --access-key \"$here/access.key\" \"$@\"\n",
-          name, in->nodes[0], name, name, name, s_shq(in->relay_ep), name);
-    s_cat(env, sizeof env, ovf,
-          "# shardwire client '%s': made by shardwire cluster init.\n"
-          "# SECRET: this file holds the client's secret key and the access key.\n"
-          "# Run with the files of this folder:  sh shardwire.sh run -p \"Hello\"\n"
-          "# or with these values alone (a shell with this file sourced, `set -a; . "
-          "./client.env`):\n"
-          "#   umask 077; d=$(mktemp -d)\n"
-          "#   printf '%%s\\n' \"$%s\" > $d/client.key\n"
-          "#   printf '%%s\\n' \"$SHARDWIRE_ACCESS_KEY\" > $d/access.key\n"
-          "#   shardwire run --relay \"$SHARDWIRE_RELAY\" --key $d/client.key --relay-key "
-          "\"$SHARDWIRE_RELAY_PUB\" --access-key $d/access.key -p \"Hello\"\n"
-          "SHARDWIRE_RELAY='%s'\n"
-          "SHARDWIRE_RELAY_PUB='%s'\n"
-          "%s='%s'\n"
-          "SHARDWIRE_ACCESS_KEY='%s'\n",
-          name, s_key_label(name), in->relay_ep, in->relay_pub, s_key_label(name), sec,
-          in->access_z85);
-    s_cat(kag, sizeof kag, ovf,
-          "# Kaggle secrets of client '%s' (deploy/kaggle/client.ipynb with CLIENT_NAME = '%s'):\n"
-          "# in the notebook, Add-ons > Secrets > Add a new secret, one per line below\n"
-          "# (label, then value), and attach each to the notebook. SECRET values.\n"
-          "SHARDWIRE_RELAY     %s\n"
-          "SHARDWIRE_RELAY_PUB %s\n"
-          "%s %s\n"
-          "SHARDWIRE_ACCESS_KEY %s\n",
-          name, name, in->relay_ep, in->relay_pub, s_key_label(name), sec, in->access_z85);
+    cl_cat(sh, sizeof sh, ovf,
+           "#!/bin/sh\n"
+           "# shardwire client '%s': made by shardwire cluster init. Runs a shardwire command\n"
+           "# against the cluster with the keys in this folder:\n"
+           "#   sh shardwire.sh run -p \"Hello\" -n 64 [--chat]\n"
+           "#   sh shardwire.sh status [--expect %s]\n"
+           "#   sh shardwire.sh serve --listen 127.0.0.1:8080 --api-key-file api.keys\n"
+           "set -eu\n"
+           "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+           "[ $# -ge 1 ] || { echo \"usage: sh $0 run|status|serve [options]\" >&2; exit 2; }\n"
+           "cmd=$1\n"
+           "shift\n"
+           "# the relay's allow-list binds this key to the name '%s' (and '%s-...')\n"
+           "SW_CLIENT_NAME=${SW_CLIENT_NAME:-%s}\n"
+           "export SW_CLIENT_NAME\n"
+           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire\" \"$cmd\" --relay %s --key "
+           "\"$here/%s.key\" \\\n"
+           "    --relay-key \"%s\" --access-key \"$here/access.key\" \"$@\"\n",
+           name, in->nodes[0], name, name, name, cl_shq(in->relay_ep), name, in->relay_key_sh);
+    cl_cat(env, sizeof env, ovf,
+           "# shardwire client '%s': made by shardwire cluster init.\n"
+           "# SECRET: this file holds the client's secret key and the access key.\n"
+           "# Run with the files of this folder:  sh shardwire.sh run -p \"Hello\"\n"
+           "# or with these values alone (a shell with this file sourced, `set -a; . "
+           "./client.env`):\n"
+           "#   umask 077; d=$(mktemp -d)\n"
+           "#   printf '%%s\\n' \"$%s\" > $d/client.key\n"
+           "#   printf '%%s\\n' \"$SHARDWIRE_ACCESS_KEY\" > $d/access.key\n"
+           "#   shardwire run --relay \"$SHARDWIRE_RELAY\" --key $d/client.key --relay-key "
+           "\"$SHARDWIRE_RELAY_PUB\" --access-key $d/access.key -p \"Hello\"\n"
+           "SHARDWIRE_RELAY='%s'\n"
+           "SHARDWIRE_RELAY_PUB='%s'\n"
+           "%s='%s'\n"
+           "SHARDWIRE_ACCESS_KEY='%s'\n",
+           name, s_key_label(name), in->relay_ep, in->relay_pub, s_key_label(name), sec,
+           in->access_z85);
+    cl_cat(kag, sizeof kag, ovf,
+           "# Kaggle secrets of client '%s' (deploy/kaggle/client.ipynb with CLIENT_NAME = '%s'):\n"
+           "# in the notebook, Add-ons > Secrets > Add a new secret, one per line below\n"
+           "# (label, then value), and attach each to the notebook. SECRET values.\n"
+           "SHARDWIRE_RELAY     %s\n"
+           "SHARDWIRE_RELAY_PUB %s\n"
+           "%s %s\n"
+           "SHARDWIRE_ACCESS_KEY %s\n",
+           name, name, in->relay_ep, in->relay_pub, s_key_label(name), sec, in->access_z85);
     sodium_memzero(sec, sizeof sec);
     return s_write_bundle(in, name, "shardwire.sh", sh, "client.env", env, sizeof env, kag,
                           sizeof kag);
 }
 
+static int s_relay_bundle(s_init_t *in, int r, const char *allow);
+static int s_readme(s_init_t *in);
+
 static int s_make(s_init_t *in)
 {
-    char sec[SW_KEY_Z85_LEN + 1];
     int ovf = 0;
-    if (s_mkdir(in, "relay") != 0 || s_keypair(in, "relay", "relay", in->relay_pub, sec) != 0)
-        return -1;
-    sodium_memzero(sec, sizeof sec);
-    if (s_copy(in, "relay/relay.pub", "relay.pub") != 0 ||
-        s_sealing_key(in, "cluster.key", sw_cluster_key_generate, in->cluster_z85) != 0 ||
-        s_sealing_key(in, "access.key", sw_access_key_generate, in->access_z85) != 0)
+    for (int r = 0; r < in->n_relays; r++)
+        if (s_relay_keys(in, r) != 0)
+            return -1;
+    if (cl_sealing_key(in, "cluster.key", sw_cluster_key_generate, in->cluster_z85) != 0 ||
+        cl_sealing_key(in, "access.key", sw_access_key_generate, in->access_z85) != 0)
         return -1;
     static char allow[S_NODES_MAX * 128 + S_CLIENTS_MAX * 200 + 512];
     allow[0] = 0;
-    s_cat(allow, sizeof allow, &ovf,
-          "# shardwire relay allow-list, made by shardwire cluster init (docs/security.md).\n"
-          "# Each node key is bound to its name and role (head or stage); client keys get\n"
-          "# the client role.\n"
-          "# Revoke a key by deleting its line: the relay re-reads this file when it\n"
-          "# changes (and on SIGHUP).\n");
+    cl_cat(allow, sizeof allow, &ovf,
+           "# shardwire relay allow-list, made by shardwire cluster init (docs/security.md).\n"
+           "# Each node key is bound to its name and role (head or stage); client keys get\n"
+           "# the client role.\n"
+           "# Revoke a key by deleting its line: the relay re-reads this file when it\n"
+           "# changes (and on SIGHUP).\n");
     for (int i = 0; i < in->n_nodes; i++)
         if (s_node_bundle(in, i, allow, sizeof allow, &ovf) != 0)
             return -1;
@@ -580,75 +438,100 @@ static int s_make(s_init_t *in)
         if (s_client_bundle(in, i, allow, sizeof allow, &ovf) != 0)
             return -1;
     if (ovf)
-        return s_fail("internal: a generated file did not fit its buffer");
-    if (s_write(in, "allow.txt", allow, 0600) != 0 ||
-        s_write(in, "relay/allow.txt", allow, 0600) != 0)
+        return cl_fail("internal: a generated file did not fit its buffer");
+    if (cl_write(in, "allow.txt", allow, 0600) != 0)
         return -1;
+    for (int r = 0; r < in->n_relays; r++)
+        if (s_relay_bundle(in, r, allow) != 0)
+            return -1;
+    return s_readme(in);
+}
 
-    char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "";
-    s_cat(sh, sizeof sh, &ovf,
-          "#!/bin/sh\n"
-          "# The shardwire relay: made by shardwire cluster init. More arguments go to\n"
-          "# shardwire-relay. On a VM, deploy/vm/ runs it under systemd instead.\n"
-          "set -eu\n"
-          "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
-          "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-relay\" --listen %s --key "
-          "\"$here/relay.key\" \\\n"
-          "    --allow \"$here/allow.txt\" \"$@\"\n",
-          s_shq(in->listen));
-    s_cat(env, sizeof env, &ovf,
-          "# The shardwire relay: made by shardwire cluster init. SECRET (the relay's key).\n"
-          "# deploy/vm/cloud-init.yaml and deploy/vm/shardwire-relay.service read these.\n"
-          "SHARDWIRE_LISTEN='%s'\n",
-          in->listen);
-    if (ovf)
-        return s_fail("internal: a generated file did not fit its buffer");
-    if (s_write(in, "relay/start.sh", sh, 0700) != 0 ||
-        s_write(in, "relay/relay.env", env, 0600) != 0)
+/* Relay r's folder (relay/, relay-2/, ...): the same allow-list, start.sh and relay.env. */
+static int s_relay_bundle(s_init_t *in, int r, const char *allow)
+{
+    int ovf = 0;
+    char dir[32], rel[64], rel2[64];
+    s_relay_name(r, dir, sizeof dir);
+    cl_fmt(rel, sizeof rel, "%s/allow.txt", dir);
+    if (cl_write(in, rel, allow, 0600) != 0)
         return -1;
+    char sh[S_TEXT_MAX] = "", env[S_TEXT_MAX] = "";
+    cl_cat(sh, sizeof sh, &ovf,
+           "#!/bin/sh\n"
+           "# The shardwire relay: made by shardwire cluster init. More arguments go to\n"
+           "# shardwire-relay. On a VM, deploy/vm/ runs it under systemd instead.\n"
+           "set -eu\n"
+           "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+           "exec \"${SHARDWIRE_BIN:+$SHARDWIRE_BIN/}shardwire-relay\" --listen %s --key "
+           "\"$here/%s.key\" \\\n"
+           "    --allow \"$here/allow.txt\" \"$@\"\n",
+           cl_shq(in->listens[r]), dir);
+    cl_cat(env, sizeof env, &ovf,
+           "# The shardwire relay: made by shardwire cluster init. SECRET (the relay's key).\n"
+           "# deploy/vm/cloud-init.yaml and deploy/vm/shardwire-relay.service read these.\n"
+           "SHARDWIRE_LISTEN='%s'\n",
+           in->listens[r]);
+    if (ovf)
+        return cl_fail("internal: a generated file did not fit its buffer");
+    cl_fmt(rel, sizeof rel, "%s/start.sh", dir);
+    cl_fmt(rel2, sizeof rel2, "%s/relay.env", dir);
+    return cl_write(in, rel, sh, 0700) != 0 || cl_write(in, rel2, env, 0600) != 0 ? -1 : 0;
+}
+
+/* README.txt: what goes where, and the start commands. */
+static int s_readme(s_init_t *in)
+{
+    int ovf = 0;
 
     static char readme[S_TEXT_MAX * 2];
     readme[0] = 0;
-    s_cat(readme, sizeof readme, &ovf,
-          "shardwire cluster: keys and one bundle per machine, made by shardwire cluster init.\n"
-          "Everything here is SECRET except the *.pub files. docs/deploy.md walks through it.\n\n"
-          "Relay (reachable at %s, listening on %s):\n"
-          "  copy relay/ to the relay machine and run  sh relay/start.sh\n"
-          "  (or deploy/vm/: the relay under systemd with these files in /etc/shardwire)\n\n"
-          "Nodes (copy each folder to its machine; any start order works):\n",
-          in->relay_ep, in->listen);
+    cl_cat(readme, sizeof readme, &ovf,
+           "shardwire cluster: keys and one bundle per machine, made by shardwire cluster init.\n"
+           "Everything here is SECRET except the *.pub files. docs/deploy.md walks through it.\n\n"
+           "Relay (reachable at %s, listening on %s):\n"
+           "  copy relay/ to the relay machine and run  sh relay/start.sh\n"
+           "  (or deploy/vm/: the relay under systemd with these files in /etc/shardwire)\n\n",
+           in->relay_eps[0], in->listens[0]);
+    for (int r = 1; r < in->n_relays; r++)
+        cl_cat(readme, sizeof readme, &ovf,
+               "Relay %d (reachable at %s, listening on %s): relay-%d/ on its own machine,\n"
+               "  sh relay-%d/start.sh (every node and client keeps a link to each relay)\n\n",
+               r + 1, in->relay_eps[r], in->listens[r], r + 1, r + 1);
+    cl_cat(readme, sizeof readme, &ovf,
+           "Nodes (copy each folder to its machine; any start order works):\n");
     for (int i = 0; i < in->n_nodes; i++)
-        s_cat(readme, sizeof readme, &ovf, "  %-16s layers %-10s  sh %s/start.sh%s\n", in->nodes[i],
-              in->layers[i][0] ? in->layers[i] : "(SW_LAYERS)", in->nodes[i],
-              in->model ? "" : "   (set SW_MODEL=...)");
-    s_cat(readme, sizeof readme, &ovf, "\nClients:\n");
+        cl_cat(readme, sizeof readme, &ovf, "  %-16s layers %-10s  sh %s/start.sh%s\n",
+               in->nodes[i], in->layers[i][0] ? in->layers[i] : "(SW_LAYERS)", in->nodes[i],
+               in->model ? "" : "   (set SW_MODEL=...)");
+    cl_cat(readme, sizeof readme, &ovf, "\nClients:\n");
     char all[S_NODES_MAX * (SW_WIRE_NAME_MAX + 1) + 1] = "";
     for (int i = 0; i < in->n_nodes; i++)
-        s_cat(all, sizeof all, &ovf, "%s%s", i ? "," : "", in->nodes[i]);
+        cl_cat(all, sizeof all, &ovf, "%s%s", i ? "," : "", in->nodes[i]);
     for (int i = 0; i < in->n_clients; i++)
-        s_cat(readme, sizeof readme, &ovf,
-              "  %-16s sh %s/shardwire.sh status --expect %s\n"
-              "  %-16s sh %s/shardwire.sh run -p \"Hello\" -n 64 --chat\n",
-              in->clients[i], in->clients[i], all, "", in->clients[i]);
-    s_cat(readme, sizeof readme, &ovf,
-          "\nWithout files (an environment, Kaggle secrets): each bundle's *.env holds the\n"
-          "same keys as values and kaggle-secrets.txt the secrets deploy/kaggle/ reads.\n"
-          "Keys: the head holds cluster.key and access.key, the other nodes cluster.key,\n"
-          "clients access.key, the relay neither. allow.txt is the relay's allow-list.\n");
+        cl_cat(readme, sizeof readme, &ovf,
+               "  %-16s sh %s/shardwire.sh status --expect %s\n"
+               "  %-16s sh %s/shardwire.sh run -p \"Hello\" -n 64 --chat\n",
+               in->clients[i], in->clients[i], all, "", in->clients[i]);
+    cl_cat(readme, sizeof readme, &ovf,
+           "\nWithout files (an environment, Kaggle secrets): each bundle's *.env holds the\n"
+           "same keys as values and kaggle-secrets.txt the secrets deploy/kaggle/ reads.\n"
+           "Keys: the head holds cluster.key and access.key, the other nodes cluster.key,\n"
+           "clients access.key, the relay neither. allow.txt is the relay's allow-list.\n");
     if (ovf)
-        return s_fail("internal: a generated file did not fit its buffer");
-    return s_write(in, "README.txt", readme, 0600);
+        return cl_fail("internal: a generated file did not fit its buffer");
+    return cl_write(in, "README.txt", readme, 0600);
 }
 
 /* Removes the files written under tmp and the folders, deepest first. */
 static void s_cleanup(s_init_t *in)
 {
     for (int i = in->n_files - 1; i >= 0; i--) {
-        unlink(s_path(in, in->files[i]));
+        unlink(cl_path(in, in->files[i]));
         char *slash = strrchr(in->files[i], '/');
         if (slash) {
             *slash = 0;
-            rmdir(s_path(in, in->files[i]));
+            rmdir(cl_path(in, in->files[i]));
         }
     }
     rmdir(in->tmp);
@@ -659,20 +542,20 @@ static int s_install(s_init_t *in)
 {
     struct stat st;
     if (stat(in->out, &st) != 0)
-        return rename(in->tmp, in->out) == 0 ? 0 : s_fail("%s: %s", in->out, strerror(errno));
+        return rename(in->tmp, in->out) == 0 ? 0 : cl_fail("%s: %s", in->out, strerror(errno));
     for (int i = 0; i < in->n_files; i++) {
         char dst[PATH_MAX];
-        if (s_fmt(dst, sizeof dst, "%s/%s", in->out, in->files[i]) != 0)
-            return s_fail("%s: path too long", in->out);
+        if (cl_fmt(dst, sizeof dst, "%s/%s", in->out, in->files[i]) != 0)
+            return cl_fail("%s: path too long", in->out);
         char *slash = strrchr(dst, '/');
         if (strchr(in->files[i], '/')) {
             *slash = 0;
             if (mkdir(dst, 0700) != 0 && errno != EEXIST)
-                return s_fail("%s: %s", dst, strerror(errno));
+                return cl_fail("%s: %s", dst, strerror(errno));
             *slash = '/';
         }
-        if (rename(s_path(in, in->files[i]), dst) != 0)
-            return s_fail("%s: %s", dst, strerror(errno));
+        if (rename(cl_path(in, in->files[i]), dst) != 0)
+            return cl_fail("%s: %s", dst, strerror(errno));
     }
     s_cleanup(in); /* only the emptied folders are left */
     return 0;
@@ -680,36 +563,51 @@ static int s_install(s_init_t *in)
 
 static void s_usage(FILE *f)
 {
-    fprintf(f, "usage: shardwire cluster init --relay HOST:PORT --nodes head,tail[,...] --out DIR\n"
-               "                              [--clients NAME,...] [--model M] [--layers "
-               "A:B,B:C,...]\n"
-               "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
-               "  Writes every key of a cluster into DIR (0700; files 0600): the relay's key\n"
-               "  pair and allow-list, a key pair per node and client, the cluster key (nodes)\n"
-               "  and the access key (clients and the head), and for each machine a bundle\n"
-               "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
-               "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"
-               "  --relay HOST:PORT   where nodes and clients reach the relay\n"
-               "  --nodes A,B,...     node names in pipeline order: the first is the head,\n"
-               "                      the last the tail\n"
-               "  --clients A,...     client names (default: client)\n"
-               "  --model M           the model the start commands use (a path or\n"
-               "                      hf:ORG/NAME/FILE); a local file also gives the layer\n"
-               "                      count for an even split\n"
-               "  --layers A:B,...    one layer range per node (default: even split of --model)\n"
-               "  --listen EP         the relay's bind endpoint (default tcp://0.0.0.0:PORT)\n"
-               "  --force             DIR exists: replace the files cluster init writes\n");
+    fprintf(
+        f, "usage: shardwire cluster init --relay HOST:PORT [--relay ...] --nodes head,tail[,...]\n"
+           "                              --out DIR\n"
+           "                              [--clients NAME,...] [--model M] [--layers "
+           "A:B,B:C,...]\n"
+           "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
+           "  Writes every key of a cluster into DIR (0700; files 0600): the relay's key\n"
+           "  pair and allow-list, a key pair per node and client, the cluster key (nodes)\n"
+           "  and the access key (clients and the head), and for each machine a bundle\n"
+           "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
+           "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"
+           "  --relay HOST:PORT   where nodes and clients reach the relay; again for each\n"
+           "                      further relay (at most SW_PEER_MAX_RELAYS = " SW_STR(
+               SW_PEER_MAX_RELAYS) "): each its own\n"
+                                   "                      key pair and folder (relay-2/, ...), the "
+                                   "same allow-list\n"
+                                   "  --nodes A,B,...     node names in pipeline order: the first "
+                                   "is the head,\n"
+                                   "                      the last the tail\n"
+                                   "  --clients A,...     client names (default: client)\n"
+                                   "  --model M           the model the start commands use (a path "
+                                   "or\n"
+                                   "                      hf:ORG/NAME/FILE); a local file also "
+                                   "gives the layer\n"
+                                   "                      count for an even split\n"
+                                   "  --layers A:B,...    one layer range per node (default: even "
+                                   "split of --model)\n"
+                                   "  --listen EP         the relay's bind endpoint (default "
+                                   "tcp://0.0.0.0:PORT);\n"
+                                   "                      with several relays one per --relay, in "
+                                   "order\n"
+                                   "  --force             DIR exists: replace the files cluster "
+                                   "init writes\n");
 }
 
 /* cluster init's options as given (strings point into argv). */
 struct s_init_opts {
-    const char *relay;   /* --relay HOST:PORT */
+    const char *relay[SW_PEER_MAX_RELAYS + 1];  /* --relay HOST:PORT, once per relay */
+    const char *listen[SW_PEER_MAX_RELAYS + 1]; /* --listen, once per relay (or none) */
+    int n_relay, n_listen;
     const char *nodes;   /* --nodes A,B,... */
     const char *clients; /* --clients A,... (default: client) */
     const char *out;     /* --out DIR */
     const char *model;   /* --model M, or NULL */
     const char *layers;  /* --layers A:B,..., or NULL */
-    const char *listen;  /* --listen EP, or NULL */
     int force;           /* --force */
 };
 
@@ -734,7 +632,11 @@ static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
         case O_RELAY:
-            o->relay = optarg;
+            if (o->n_relay == SW_PEER_MAX_RELAYS) {
+                cl_fail("more than %d --relay (SW_PEER_MAX_RELAYS)", SW_PEER_MAX_RELAYS);
+                return 2;
+            }
+            o->relay[o->n_relay++] = optarg;
             break;
         case O_NODES:
             o->nodes = optarg;
@@ -752,7 +654,11 @@ static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
             o->layers = optarg;
             break;
         case O_LISTEN:
-            o->listen = optarg;
+            if (o->n_listen == SW_PEER_MAX_RELAYS) {
+                cl_fail("more than %d --listen (one per --relay)", SW_PEER_MAX_RELAYS);
+                return 2;
+            }
+            o->listen[o->n_listen++] = optarg;
             break;
         case O_FORCE:
             o->force = 1;
@@ -764,7 +670,7 @@ static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
             return 2;
         }
     }
-    if (optind < argc || !o->relay || !o->nodes || !o->out || !*o->out) {
+    if (optind < argc || !o->n_relay || !o->nodes || !o->out || !*o->out) {
         fprintf(stderr, "shardwire cluster init: --relay HOST:PORT, --nodes NAME,... and --out "
                         "DIR are required (shardwire cluster init --help)\n");
         return 2;
@@ -781,14 +687,45 @@ static int s_init_names(const struct s_init_opts *o, s_init_t *in)
         return -1;
     for (int i = 0; i < in->n_nodes + in->n_clients; i++) {
         const char *a = i < in->n_nodes ? in->nodes[i] : in->clients[i - in->n_nodes];
-        if (!strcmp(a, "relay"))
-            return s_fail("'relay' is the relay's own folder: choose another node or client name");
+        if (!strcmp(a, "relay") || (!strncmp(a, "relay-", 6) && a[6] >= '2' && a[6] <= '9'))
+            return cl_fail("'%s' is a relay's own folder: choose another node or client name", a);
         for (int j = 0; j < i; j++)
             if (!strcmp(a, j < in->n_nodes ? in->nodes[j] : in->clients[j - in->n_nodes]))
-                return s_fail(
+                return cl_fail(
                     "the name '%s' is given twice (nodes and clients need distinct names)", a);
     }
     return 0;
+}
+
+/* The relays of o into in (endpoints, listens, the list peers are given). 0, or -1 after one
+ * line. */
+static int s_init_relays(const struct s_init_opts *o, s_init_t *in)
+{
+    if (o->n_listen && o->n_listen != o->n_relay)
+        return cl_fail("%d --relay but %d --listen: give one --listen per --relay, in order, or "
+                       "none (each relay then listens on tcp://0.0.0.0:ITS_PORT)",
+                       o->n_relay, o->n_listen);
+    int ovf = 0;
+    in->n_relays = o->n_relay;
+    for (int r = 0; r < o->n_relay; r++) {
+        int port = 0;
+        const char *l = r < o->n_listen ? o->listen[r] : NULL;
+        if (s_relay_arg(o->relay[r], in->relay_eps[r], sizeof in->relay_eps[r], &port) != 0)
+            return -1;
+        for (int q = 0; q < r; q++)
+            if (!strcmp(in->relay_eps[q], in->relay_eps[r]))
+                return cl_fail("--relay %s is given twice", in->relay_eps[r]);
+        if (l && (strncmp(l, "tcp://", 6) != 0 || strlen(l) >= sizeof in->listens[r] ||
+                  strpbrk(l, "'\"\\ \t\n$`")))
+            return cl_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", l);
+        if (l)
+            snprintf(in->listens[r], sizeof in->listens[r], "%s", l);
+        else
+            snprintf(in->listens[r], sizeof in->listens[r], "tcp://0.0.0.0:%d", port);
+        cl_cat(in->relay_ep, sizeof in->relay_ep, &ovf, "%s%s", r ? "," : "", in->relay_eps[r]);
+    }
+    snprintf(in->listen, sizeof in->listen, "%s", in->listens[0]);
+    return ovf ? cl_fail("--relay: the list is too long") : 0;
 }
 
 /*
@@ -806,25 +743,16 @@ static int s_init_parse(int argc, char **argv, s_init_t *in, int *force)
     in->model = o.model;
     *force = o.force;
     if (strlen(o.out) >= sizeof in->out - 64) {
-        s_fail("--out: path too long");
+        cl_fail("--out: path too long");
         return 2;
     }
     snprintf(in->out, sizeof in->out, "%s", o.out);
     for (size_t l = strlen(in->out); l > 1 && in->out[l - 1] == '/'; l--)
         in->out[l - 1] = 0;
-    int port = 0;
-    if (s_relay_arg(o.relay, in->relay_ep, sizeof in->relay_ep, &port) != 0)
+    if (s_init_relays(&o, in) != 0)
         return 2;
-    if (o.listen && (strncmp(o.listen, "tcp://", 6) != 0 || strlen(o.listen) >= sizeof in->listen ||
-                     strpbrk(o.listen, "'\"\\ \t\n$`"))) {
-        s_fail("--listen '%.100s': expected tcp://ADDRESS:PORT", o.listen);
-        return 2;
-    }
-    snprintf(in->listen, sizeof in->listen, "%s", o.listen ? o.listen : "");
-    if (!o.listen)
-        snprintf(in->listen, sizeof in->listen, "tcp://0.0.0.0:%d", port);
     if (in->model && (strlen(in->model) >= PATH_MAX || strchr(in->model, '\n'))) {
-        s_fail("--model: not a usable path");
+        cl_fail("--model: not a usable path");
         return 2;
     }
     if (s_init_names(&o, in) != 0)
@@ -842,19 +770,19 @@ static int s_init_tmp(s_init_t *in, int force)
     struct stat st;
     if (stat(in->out, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            return s_fail("%s exists and is not a folder", in->out);
+            return cl_fail("%s exists and is not a folder", in->out);
         if (!force)
-            return s_fail("%s exists: not overwriting a cluster's keys (pass --force to replace "
-                          "the files cluster init writes there, or choose another --out)",
-                          in->out);
+            return cl_fail("%s exists: not overwriting a cluster's keys (pass --force to replace "
+                           "the files cluster init writes there, or choose another --out)",
+                           in->out);
     } else if (errno != ENOENT) {
-        return s_fail("%s: %s", in->out, strerror(errno));
+        return cl_fail("%s: %s", in->out, strerror(errno));
     }
     int tl = snprintf(in->tmp, sizeof in->tmp, "%s.tmp-XXXXXX", in->out);
     if (tl < 0 || (size_t)tl >= sizeof in->tmp)
-        return s_fail("--out %s: the path is too long", in->out);
+        return cl_fail("--out %s: the path is too long", in->out);
     if (!mkdtemp(in->tmp))
-        return s_fail("cannot make a folder beside %s: %s", in->out, strerror(errno));
+        return cl_fail("cannot make a folder beside %s: %s", in->out, strerror(errno));
     return 0;
 }
 
@@ -864,7 +792,7 @@ static int s_init_run(s_init_t *in, int force)
     if (s_init_tmp(in, force) != 0)
         return 1;
     if (sodium_init() < 0) {
-        s_fail("libsodium failed to initialise");
+        cl_fail("libsodium failed to initialise");
         rmdir(in->tmp);
         return 1;
     }
@@ -881,7 +809,10 @@ static int s_init_run(s_init_t *in, int force)
         return 1;
     printf("cluster keys and bundles in %s (see %s/README.txt):\n", in->out, in->out);
     printf("  relay/   -> the relay machine (listens on %s; nodes and clients dial %s)\n",
-           in->listen, in->relay_ep);
+           in->listen, in->relay_eps[0]);
+    for (int r = 1; r < in->n_relays; r++)
+        printf("  relay-%d/ -> relay %d's machine (listens on %s; dialled at %s)\n", r + 1, r + 1,
+               in->listens[r], in->relay_eps[r]);
     for (int i = 0; i < in->n_nodes; i++)
         printf("  %s/ -> node %d (layers %s)\n", in->nodes[i], i,
                in->layers[i][0] ? in->layers[i] : "not set: SW_LAYERS");

@@ -260,6 +260,47 @@ static void s_print_text(const char *relay, const sw_client_table_t *t, const ch
                spot->nodes[i].convicted ? "convicted" : "disputed", spot->nodes[i].avoid_s);
 }
 
+/* Several relays: a line per relay (live, the round trip from here, whether this process's
+ * messages go by it) and each other live relay's table; the table of the relay in use follows
+ * as with one relay. Every process keeps a link to each relay, so each table should list the
+ * same peers; a node missing from one has lost that relay. */
+static void s_print_relays(sw_client_t *cl)
+{
+    const int n = sw_client_relays(cl);
+    for (int i = 0; i < n; i++) {
+        sw_client_relay_t r;
+        if (sw_client_relay_info(cl, i, &r) != 0)
+            continue;
+        char rtt[32] = "-";
+        if (r.rtt_us >= 0)
+            snprintf(rtt, sizeof rtt, "%.2f ms", r.rtt_us / 1e3);
+        printf("relay %d of %d %s: %s, round trip from here %s%s\n", i + 1, n, r.endpoint,
+               r.live ? "live" : "not reachable now", rtt,
+               r.current ? " (messages go by it: the table below)" : "");
+    }
+    for (int i = 0; i < n; i++) {
+        sw_client_relay_t r;
+        sw_client_table_t t;
+        char err[256];
+        if (sw_client_relay_info(cl, i, &r) != 0 || r.current || !r.live ||
+            sw_client_status_of(cl, i, &t, 5000, err, sizeof err) != 0)
+            continue;
+        s_print_text(r.endpoint, &t, NULL, NULL);
+        sw_client_table_clear(&t);
+        printf("\n");
+    }
+}
+
+/* The endpoint of the relay the table came from: the one messages go by. */
+static const char *s_current(sw_client_t *cl, const char *list)
+{
+    static sw_client_relay_t r;
+    for (int i = 0; i < sw_client_relays(cl); i++)
+        if (sw_client_relay_info(cl, i, &r) == 0 && r.current)
+            return r.endpoint;
+    return list;
+}
+
 /* Asks the relay (and the --spot head) and prints what they answered: the exit code. */
 static int s_status_run(const struct s_status_opts *o)
 {
@@ -275,6 +316,8 @@ static int s_status_run(const struct s_status_opts *o)
         sw_client_destroy(&cl);
         return 1;
     }
+    if (sw_client_relays(cl) > 1 && !o->json)
+        s_print_relays(cl);
     sw_client_spot_t spot;
     int spot_rc = 0;
     if (o->spot_head &&
@@ -284,7 +327,7 @@ static int s_status_run(const struct s_status_opts *o)
     if (o->json)
         s_print_json(&t, o->spot_head, shown);
     else
-        s_print_text(o->relay.relay, &t, o->spot_head, shown);
+        s_print_text(s_current(cl, o->relay.relay), &t, o->spot_head, shown);
     sw_client_table_clear(&t);
     sw_client_destroy(&cl);
     if (o->expect && missing[0]) {

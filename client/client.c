@@ -146,9 +146,9 @@ const char *sw_client_name(const sw_client_t *c)
     return sw_peer_name(c->peer);
 }
 
-void *sw_client_socket(sw_client_t *c)
+int sw_client_poll_items(sw_client_t *c, zmq_pollitem_t *items, int max)
 {
-    return sw_peer_socket(c->peer);
+    return sw_peer_poll_items(c->peer, items, max);
 }
 
 int sw_client_pending(const sw_client_t *c)

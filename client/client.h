@@ -39,6 +39,7 @@
 
 #include "keys.h"
 #include "sw_limits.h"
+#include <zmq.h>
 
 /* The client's limits are the protocol's (sw_limits.h), except the two of its own. */
 #define SW_CLIENT_ID_LEN 32                         /* bytes of a request id, NUL included */
@@ -169,6 +170,19 @@ typedef struct sw_client_table {
 int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
                      size_t err_len) __attribute__((warn_unused_result));
 void sw_client_table_clear(sw_client_table_t *t);
+/* sw_client_status asking relay i of the --relay list (-1: the one messages go by); fails at
+ * once when that relay is not live. */
+int sw_client_status_of(sw_client_t *c, int relay, sw_client_table_t *out, int timeout_ms,
+                        char *err, size_t err_len) __attribute__((warn_unused_result));
+/* The relays of the list and this client's link to each (`shardwire status`). */
+typedef struct sw_client_relay {
+    char endpoint[256]; /* tcp://HOST:PORT */
+    int live;           /* announced on a live connection */
+    int current;        /* this client's messages go by it now */
+    long rtt_us;        /* the kernel's smoothed round trip of the connection, -1 = none */
+} sw_client_relay_t;
+int sw_client_relays(sw_client_t *c);
+int sw_client_relay_info(sw_client_t *c, int i, sw_client_relay_t *out);
 
 /* What a head's spot checks found (docs/security.md, section 9). */
 typedef struct sw_client_spot {
@@ -402,11 +416,12 @@ int sw_client_next(sw_client_t *c, sw_client_event_t *ev, int timeout_ms)
     __attribute__((warn_unused_result));
 
 /*
- * The relay connection's ZeroMQ socket, for zmq_poll in a caller's own loop
- * (the gateway): when it is readable, or sw_client_pending() > 0, or a
- * second has passed, call sw_client_next with timeout 0.
+ * The relay connections' ZeroMQ sockets (one per relay) as zmq_poll items in
+ * items[0..max), their count, for zmq_poll in a caller's own loop (the
+ * gateway): when one is readable, or sw_client_pending() > 0, or a second
+ * has passed, call sw_client_next with timeout 0.
  */
-void *sw_client_socket(sw_client_t *c);
+int sw_client_poll_items(sw_client_t *c, zmq_pollitem_t *items, int max);
 int sw_client_pending(const sw_client_t *c);
 
 #endif

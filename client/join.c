@@ -22,12 +22,36 @@ void sw_client_table_clear(sw_client_table_t *t)
 static void s_remember(sw_client_t *c, const sw_client_table_t *t);
 static int s_is_head(const sw_client_peer_t *p);
 
+int sw_client_relays(sw_client_t *c)
+{
+    return sw_peer_links(c->peer);
+}
+
+int sw_client_relay_info(sw_client_t *c, int i, sw_client_relay_t *out)
+{
+    sw_peer_link_info_t li;
+    memset(out, 0, sizeof *out);
+    if (sw_peer_link_info(c->peer, i, &li) != 0)
+        return -1;
+    snprintf(out->endpoint, sizeof out->endpoint, "%s", li.endpoint);
+    out->live = li.live;
+    out->current = li.current;
+    out->rtt_us = li.rtt_us;
+    return 0;
+}
+
 int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,
                      size_t err_len)
 {
+    return sw_client_status_of(c, -1, out, timeout_ms, err, err_len);
+}
+
+int sw_client_status_of(sw_client_t *c, int relay, sw_client_table_t *out, int timeout_ms,
+                        char *err, size_t err_len)
+{
     memset(out, 0, sizeof *out);
     sw_wire_msg_t t = {0};
-    if (sw_peer_status(c->peer, &t, timeout_ms) != 0)
+    if (sw_peer_status_of(c->peer, relay, &t, timeout_ms) != 0)
         return client_fail(SW_CLIENT_ECONNECT, err, err_len,
                            "the relay did not answer a status query within %d ms", timeout_ms);
     sw_msg_t d;

@@ -100,6 +100,12 @@ struct sw_verifier {
                            // last started (kv_keep == 0)
     uint64_t seed;         // the sampling seed; each round reseeds from it and the
                            // position of its first draw
+    /* the state before the last sw_verifier_run, for the same round verified again */
+    int last_keep;          // its kv_keep, -1 = none (sw_verifier_feed or a restart since)
+    int last_n_hist;        // n_hist before it
+    uint64_t last_digest;   // digest before it
+    sw_sampler_mark_t mark; // the history before it
+    int32_t *mark_buf;      // (sw_sampler_history_cap) entries it overwrote
 };
 
 /* The RNG seed of a round whose first draw is for position pos (the round's
@@ -141,6 +147,7 @@ static void s_restart(sw_verifier_t *v)
     sw_sampler_clear_history(v->sampler);
     v->n_hist = 0;
     v->digest = 0;
+    v->last_keep = -1;
 }
 
 sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
@@ -150,9 +157,12 @@ sw_verifier_t *sw_verifier_new(const sw_sampling_t *params, int n_vocab)
         return NULL;
     v->n_vocab = n_vocab;
     v->seed = params->seed;
+    v->last_keep = -1;
     v->sampler = sw_sampler_new(params, n_vocab);
     v->work = malloc(2 * (size_t)n_vocab * sizeof(float));
-    if (!v->sampler || !v->work) {
+    const int cap = v->sampler ? sw_sampler_history_cap(v->sampler) : 0;
+    v->mark_buf = malloc(((size_t)cap + 1) * sizeof(int32_t));
+    if (!v->sampler || !v->work || !v->mark_buf) {
         sw_verifier_free(&v);
         return NULL;
     }
@@ -166,6 +176,7 @@ void sw_verifier_free(sw_verifier_t **self_p)
     sw_verifier_t *v = *self_p;
     sw_sampler_free(&v->sampler);
     free(v->work);
+    free(v->mark_buf);
     free(v);
     *self_p = NULL;
 }
@@ -178,6 +189,14 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
         sw_errf(err, err_len, "verify: bad round (%d rows, %d drafts)", r->n, r->n_draft);
         return -1;
     }
+    if (r->kv_keep > 0 && r->kv_keep == v->last_keep) {
+        /* The last round again (its verdict went with a lost relay): undo what
+         * it did to the history and the digest. A new round always keeps
+         * more positions than the one before it. */
+        sw_sampler_history_rewind(v->sampler, v->mark_buf, &v->mark);
+        v->n_hist = v->last_n_hist;
+        v->digest = v->last_digest;
+    }
     if (r->kv_keep > v->n_hist) {
         sw_errf(err, err_len, "verify: round keeps %d positions but only %d are known", r->kv_keep,
                 v->n_hist);
@@ -187,6 +206,10 @@ int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, 
      * a replay after a stage failed): the history and the digest restart with it. */
     if (r->kv_keep == 0)
         s_restart(v);
+    v->last_keep = r->kv_keep;
+    v->last_n_hist = v->n_hist;
+    v->last_digest = v->digest;
+    sw_sampler_history_mark(v->sampler, n_ctx_rows + r->n_draft + 1, v->mark_buf, &v->mark);
     /* Context rows at positions the history has not seen yet. The committed
      * token t0 of the previous verdict was fed when it was committed. */
     for (int i = 0; i < n_ctx_rows; i++) {
@@ -231,6 +254,7 @@ int sw_verifier_feed(sw_verifier_t *v, int kv_keep, const int32_t *tokens, int n
     }
     if (kv_keep == 0) // the context starts again (see sw_verifier_run)
         s_restart(v);
+    v->last_keep = -1; // a chunk between: the last round is not the one before any more
     for (int i = 0; i < n; i++) {
         if (kv_keep + i >= v->n_hist) {
             sw_sampler_accept(v->sampler, tokens[i]);

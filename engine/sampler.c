@@ -131,6 +131,30 @@ void sw_sampler_clear_history(sw_sampler_t *s)
     s->hist_pos = 0;
 }
 
+void sw_sampler_history_mark(const sw_sampler_t *s, int n, int32_t *buf, sw_sampler_mark_t *m)
+{
+    const int32_t cap = s->p.rep_last_n;
+    m->len = s->hist_len;
+    m->pos = s->hist_pos;
+    m->n = n < cap ? n : cap;
+    for (int32_t i = 0; i < m->n; i++)
+        buf[i] = s->hist[(m->pos + i) % cap];
+}
+
+void sw_sampler_history_rewind(sw_sampler_t *s, const int32_t *buf, const sw_sampler_mark_t *m)
+{
+    const int32_t cap = s->p.rep_last_n;
+    for (int32_t i = 0; i < m->n; i++)
+        s->hist[(m->pos + i) % cap] = buf[i];
+    s->hist_len = m->len;
+    s->hist_pos = m->pos;
+}
+
+int sw_sampler_history_cap(const sw_sampler_t *s)
+{
+    return s->p.rep_last_n;
+}
+
 void sw_sampler_reset(sw_sampler_t *s)
 {
     sw_sampler_clear_history(s);

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "args.h"
 #include "log.h"
 
 #define S_TABLE_MAX_AGE_MS 1000 /* a peer table (with a head) this old is asked for again */
@@ -50,15 +51,15 @@ struct s_route {
 };
 
 struct gw_disp {
-    void *zctx;            /* the caller's context */
-    char endpoint[64];     /* inproc address of the ROUTER */
-    void *router;          /* owned by the thread after start */
-    pthread_t thread;      /* the dispatcher */
-    volatile int stop;     /* set by gw_disp_destroy */
-    sw_client_t *client;   /* NULL while the relay connection is down */
-    sw_client_opts_t opts; /* for joining again */
-    sw_sec_t sec;          /* keys (copied; wiped at the end) */
-    char relay[256];       /* relay endpoint (copied) */
+    void *zctx;                     /* the caller's context */
+    char endpoint[64];              /* inproc address of the ROUTER */
+    void *router;                   /* owned by the thread after start */
+    pthread_t thread;               /* the dispatcher */
+    volatile int stop;              /* set by gw_disp_destroy */
+    sw_client_t *client;            /* NULL while the relay connection is down */
+    sw_client_opts_t opts;          /* for joining again */
+    sw_sec_t sec;                   /* keys (copied; wiped at the end) */
+    char relay[SW_ARGS_RELAYS_MAX]; /* relay endpoint(s) (copied) */
     char name[SW_CLIENT_NAME_LEN];
     double next_join;        /* next attempt to join the relay (ms) */
     sw_client_table_t table; /* cached peer table */
@@ -107,7 +108,7 @@ static void s_reply(gw_disp_t *d, const unsigned char *ident, size_t ident_len, 
 static int s_table(gw_disp_t *d, char *err, size_t err_len)
 {
     if (!d->client) {
-        snprintf(err, err_len, "the gateway is not connected to the relay at %s (retrying)",
+        snprintf(err, err_len, "the gateway is not connected to the relay at %.300s (retrying)",
                  d->relay);
         return SW_CLIENT_ECONNECT;
     }
@@ -240,8 +241,8 @@ static void s_command(gw_disp_t *d)
     } else if (cmd == 'S' && sl == (int)sizeof sub) {
         if (!d->client) {
             char err[512];
-            snprintf(err, sizeof err, "the gateway is not connected to the relay at %s (retrying)",
-                     d->relay);
+            snprintf(err, sizeof err,
+                     "the gateway is not connected to the relay at %.300s (retrying)", d->relay);
             s_reply(d, ident, (size_t)il, SW_CLIENT_ECONNECT, err, NULL, 0, NULL, 0);
         } else {
             s_cmd_submit(d, ident, (size_t)il, &sub);
@@ -316,11 +317,11 @@ static void *s_thread(void *arg)
             else
                 d->next_join = s_now_ms() + S_REJOIN_MS;
         }
-        zmq_pollitem_t items[2] = {
-            {d->router, 0, ZMQ_POLLIN, 0},
-            {d->client ? sw_client_socket(d->client) : NULL, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[1 + SW_PEER_MAX_RELAYS] = {{d->router, 0, ZMQ_POLLIN, 0}};
+        const int n_items =
+            1 + (d->client ? sw_client_poll_items(d->client, items + 1, SW_PEER_MAX_RELAYS) : 0);
         int wait = d->client && sw_client_pending(d->client) > 0 ? 0 : 100;
-        if (zmq_poll(items, d->client ? 2 : 1, wait) < 0 && errno != EINTR)
+        if (zmq_poll(items, n_items, wait) < 0 && errno != EINTR)
             break;
         if (items[0].revents & ZMQ_POLLIN)
             for (int i = 0; i < 64; i++) {

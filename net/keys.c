@@ -6,6 +6,7 @@
  */
 #include "keys.h"
 
+#include "args.h"
 #include "log.h"
 #include "sw_limits.h"
 
@@ -547,7 +548,23 @@ out:
     return rc;
 }
 
-int sw_endpoint_is_loopback(const char *ep)
+static int s_one_is_loopback(const char *ep);
+
+int sw_endpoint_is_loopback(const char *list)
+{
+    if (!list || !strchr(list, ','))
+        return s_one_is_loopback(list);
+    const int n = sw_relay_at(list, 1 << 30, NULL, 0);
+    for (int i = 0; i < n; i++) {
+        char ep[SW_ARGS_ENDPOINT_MAX];
+        sw_relay_at(list, i, ep, sizeof ep);
+        if (!s_one_is_loopback(ep))
+            return 0;
+    }
+    return n > 0;
+}
+
+static int s_one_is_loopback(const char *ep)
 {
     if (!ep)
         return 0;
@@ -583,6 +600,30 @@ static int s_sym_keys_load(const char *const files[SW_CLUSTER_KEYS_MAX],
             return -1;
         ++*n;
     }
+    return 0;
+}
+
+/* The relay keys "K1,K2" (files or Z85), one per relay of the list endpoint, in its order. */
+static int s_relay_keys_load(const char *keys, const char *endpoint, sw_sec_t *out, char *err,
+                             size_t err_len)
+{
+    const int n_keys = sw_relay_at(keys, 1 << 30, NULL, 0);
+    const int n_relays = endpoint && endpoint[0] ? sw_relay_at(endpoint, 1 << 30, NULL, 0) : 1;
+    if (n_keys != n_relays)
+        return s_err(err, err_len,
+                     "%d relays but %d relay keys: give --relay-key one public key per relay, "
+                     "in --relay's order (K1,K2)",
+                     n_relays, n_keys);
+    if (n_keys > SW_PEER_MAX_RELAYS)
+        return s_err(err, err_len, "more than %d relay keys (SW_PEER_MAX_RELAYS)",
+                     SW_PEER_MAX_RELAYS);
+    for (int i = 0; i < n_keys; i++) {
+        char one[SW_ARGS_ENDPOINT_MAX * 4];
+        sw_relay_at(keys, i, one, sizeof one);
+        if (sw_keys_load_public(one, out->relay_pub[i], err, err_len) != 0)
+            return -1;
+    }
+    out->n_relay_pub = n_keys;
     return 0;
 }
 
@@ -637,8 +678,8 @@ int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, cha
             return s_err(err, err_len,
                          "the access key is missing: a head (layers from 0) talks to clients and "
                          "needs --access-key FILE (or SW_ACCESS_KEY) besides --cluster-key");
-        if (sw_keys_load_secret(key_file, out->pub, out->sec, err, err_len) != 0 ||
-            sw_keys_load_public(relay_key, out->relay_pub, err, err_len) != 0) {
+        if (s_relay_keys_load(relay_key, endpoint, out, err, err_len) != 0 ||
+            sw_keys_load_secret(key_file, out->pub, out->sec, err, err_len) != 0) {
             sw_sec_wipe(out);
             return -1;
         }

@@ -36,6 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sw_limits.h"
+
 #define SW_KEY_Z85_LEN 40       /* characters of a Z85 CURVE key */
 #define SW_CLUSTER_KEY_BYTES 32 /* crypto_aead_xchacha20poly1305_ietf_KEYBYTES */
 #define SW_CLUSTER_KEYS_MAX 2   /* keys of one kind accepted at once (rotation) */
@@ -122,7 +124,8 @@ typedef struct sw_allow_entry {
 int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
-/* 1 when the endpoint is loopback only: tcp://127.x.x.x, localhost, [::1], ipc://, inproc://. */
+/* 1 when the endpoint is loopback only: tcp://127.x.x.x, localhost, [::1], ipc://, inproc://;
+ * a list of relays "A,B" (args.h) when every one of them is. */
 int sw_endpoint_is_loopback(const char *endpoint);
 
 /* What a process is, for the keys it must (not) hold: set by the caller. */
@@ -156,7 +159,8 @@ typedef struct sw_sec_args {
     }
 #define SW_SEC_USAGE                                                                               \
     "  --key FILE             own CURVE secret key (shardwire keygen --out PREFIX; env SW_KEY)\n"  \
-    "  --relay-key FILE|Z85   the relay's public key (PREFIX.pub; env SW_RELAY_KEY)\n"             \
+    "  --relay-key FILE|Z85   the relay's public key (PREFIX.pub; env SW_RELAY_KEY); with\n"       \
+    "                         several relays one per relay, in --relay's order: K1,K2\n"           \
     "  --access-key FILE      clients and heads: the client<->head key; twice while rotating\n"    \
     "                         (shardwire keygen --access-key FILE; env SW_ACCESS_KEY)\n"           \
     "  --cluster-key FILE     nodes only: the stage-to-stage key; twice while rotating\n"          \
@@ -172,11 +176,12 @@ int sw_sec_args_opt(sw_sec_args_t *a, int c, const char *arg);
 
 /* A peer's loaded security settings. */
 typedef struct sw_sec {
-    int insecure;                                               /* 1 = no CURVE (loopback only) */
-    char pub[SW_KEY_Z85_LEN + 1];                               /* own CURVE public key */
-    char sec[SW_KEY_Z85_LEN + 1];                               /* own CURVE secret key */
-    char relay_pub[SW_KEY_Z85_LEN + 1];                         /* the relay's pinned public key */
-    int n_cluster;                                              /* cluster keys held (0..2) */
+    int insecure;                                           /* 1 = no CURVE (loopback only) */
+    char pub[SW_KEY_Z85_LEN + 1];                           /* own CURVE public key */
+    char sec[SW_KEY_Z85_LEN + 1];                           /* own CURVE secret key */
+    char relay_pub[SW_PEER_MAX_RELAYS][SW_KEY_Z85_LEN + 1]; /* each relay's pinned public key */
+    int n_relay_pub;                                        /* keys in relay_pub (one per relay) */
+    int n_cluster;                                          /* cluster keys held (0..2) */
     uint8_t cluster[SW_CLUSTER_KEYS_MAX][SW_CLUSTER_KEY_BYTES]; /* [0] seals; all open */
     int n_access;                                               /* access keys held (0..2) */
     uint8_t access[SW_CLUSTER_KEYS_MAX][SW_CLUSTER_KEY_BYTES];  /* [0] seals; all open */

@@ -1,10 +1,24 @@
 /*
- * peer.h - one process's connection to the shardwire relay.
+ * peer.h - one process's connection to the shardwire relay, or relays.
  *
  * A peer is a ZeroMQ DEALER socket that dials out to the relay (so it works
  * behind NAT), announces its name and role, and then sends and receives
  * framed messages (wire.h) by peer name. What this module handles so that the
  * node and the CLI do not have to:
+ *
+ * - Several relays (opts.relay "A,B", at most SW_PEER_MAX_RELAYS; one pinned
+ *   key per relay in sec->relay_pub): one link (a DEALER and its monitor) to
+ *   each, announced on each; everything below holds per link. Messages are
+ *   taken from every link (sw_wire_msg_t.link says which) and each one sent
+ *   goes by one live relay: the one in use while it stays live; when it is
+ *   lost, the live one with the lowest measured round trip (TCP's smoothed
+ *   RTT), the earlier of the list on a tie. sw_peer_send_msg_via sends by the
+ *   relay a message came by (stages answer a Forward that way, so that a
+ *   round stays on the relay its head chose). sw_peer_losses counts the
+ *   links lost: a head replays the rounds in flight when it moves. Start-up
+ *   returns once one relay acked and the others had SW_PEER_SETTLE_MS; a
+ *   relay that refuses us (key, version) is closed with one line naming it
+ *   and the others go on.
  *
  * - Liveness: ZMTP heartbeats (ZMQ_HEARTBEAT_IVL) run in libzmq's I/O
  *   thread, so a long prefill on the calling thread cannot starve them; the
@@ -52,7 +66,7 @@
 typedef struct sw_peer sw_peer_t;
 
 typedef struct sw_peer_opts {
-    const char *relay;                 /* relay endpoint, "tcp://host:port" */
+    const char *relay; /* relay endpoint "tcp://host:port", or several joined by ',' (args.h) */
     const sw_msg_announce_t *announce; /* who this peer is (name required); copied */
     int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = SW_PEER_DEFAULT_HEARTBEAT_MS. The relay
                                is presumed gone after SW_PEER_SILENT_IVLS x this without data from
@@ -141,15 +155,47 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
     __attribute__((warn_unused_result));
 
 /*
- * The DEALER socket, for zmq_poll readiness in a node's own loop only: read
- * through sw_peer_recv (call it with timeout 0 also when sw_peer_pending() > 0,
- * since kept messages do not make the socket readable). Re-announcing after a
+ * The DEALER sockets (one per relay) as zmq_poll items (POLLIN) in items[0..max):
+ * their count. For readiness in a caller's own loop only: read through
+ * sw_peer_recv (call it with timeout 0 also when sw_peer_pending() > 0,
+ * since kept messages do not make a socket readable). Re-announcing after a
  * reconnect happens inside sw_peer_recv / sw_peer_send, so a loop that polls
- * the socket itself should still call sw_peer_recv at least every second or
+ * the sockets itself should still call sw_peer_recv at least every second or
  * so. Heartbeats need no calls at all (libzmq's I/O thread answers them).
  */
-void *sw_peer_socket(sw_peer_t *peer);
+int sw_peer_poll_items(sw_peer_t *peer, zmq_pollitem_t *items, int max);
 int sw_peer_pending(const sw_peer_t *peer);
+
+/* sw_peer_send_msg / sw_peer_try_send_msg by the relay of index link (a received
+ * message's .link) while it is live; by the usual choice when it is not (the
+ * destination is announced on every relay, so the message is not lost). */
+int sw_peer_send_msg_via(sw_peer_t *peer, int link, const char *dest, const sw_msg_t *msg)
+    __attribute__((warn_unused_result));
+int sw_peer_try_send_msg_via(sw_peer_t *peer, int link, const char *dest, const sw_msg_t *msg)
+    __attribute__((warn_unused_result));
+
+/* sw_peer_status asking the relay of index link (-1 = the one messages go by); -1 at once
+ * when that relay is not live. */
+int sw_peer_status_of(sw_peer_t *peer, int link, sw_wire_msg_t *table_msg, int timeout_ms)
+    __attribute__((warn_unused_result));
+
+/* Relay links lost so far (a relay closed, restarted or fell silent while we were announced
+ * to it): what was in flight through it may be gone. */
+uint64_t sw_peer_losses(sw_peer_t *peer);
+
+/* The relays given, and what a status line shows of each. */
+int sw_peer_links(const sw_peer_t *peer);
+typedef struct sw_peer_link_info {
+    char endpoint[256]; /* tcp://HOST:PORT */
+    int live;           /* announced on a live connection */
+    int refused;        /* closed for good: it refused our key, name or version */
+    int current;        /* messages go by it now */
+    long rtt_us;        /* the kernel's smoothed round trip of its connection, -1 = none */
+    uint64_t losses;    /* times it was lost */
+} sw_peer_link_info_t;
+int sw_peer_link_info(sw_peer_t *peer, int i, sw_peer_link_info_t *out);
+/* The index of the relay messages go by now (-1 when every relay refused us). */
+int sw_peer_current_link(sw_peer_t *peer);
 
 /*
  * sw_peer_send that never waits: when the message cannot be queued at once
@@ -162,7 +208,7 @@ int sw_peer_pending(const sw_peer_t *peer);
 int sw_peer_try_send(sw_peer_t *peer, const char *dest, sw_envelope_t *env)
     __attribute__((warn_unused_result));
 
-/* Handshakes completed with the relay so far (1 after sw_peer_new; more after
+/* Handshakes completed with the relays so far (1 after sw_peer_new; more after
  * reconnects, e.g. a relay restart: a client then asks for what it may have
  * missed). */
 int sw_peer_connects(sw_peer_t *peer);

@@ -468,6 +468,7 @@ void sw_wire_msg_move(sw_wire_msg_t *dst, sw_wire_msg_t *src)
     dst->has_payload = src->has_payload;
     dst->sealed = src->sealed;
     dst->channel = src->channel;
+    dst->link = src->link;
     zmq_msg_init(&dst->payload);
     if (src->has_payload) {
         zmq_msg_move(&dst->payload, &src->payload);

@@ -103,6 +103,7 @@ typedef struct sw_wire_msg {
     int has_payload;    /* 1 when a payload frame came */
     int sealed;         /* 1 when it arrived sealed (and was opened) */
     int channel;        /* SW_WIRE_CH_*: the channel it was sealed on */
+    int link;           /* the relay it came by: its index in the peer's --relay list (peer.h) */
 } sw_wire_msg_t;
 
 #define SW_WIRE_CH_CLEAR 0     /* not sealed (the relay's messages, insecure mode) */

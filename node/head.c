@@ -159,6 +159,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     const double now = sw_now_ms();
     const double asked = h->status_sent; // the query this table answers went then
     h->status_out = 0;
+    h->table_link = msg->link;
     char err[512] = "";
     int code = 0;
     h->route_ok = head_route_build(n, pt, &h->route, &code, err, sizeof err) == 0;
@@ -223,7 +224,10 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 h->busy = 1;
             }
         }
-        if (s->want_check && asked < s->t_sent_all) {
+        if (s->want_check && s->base_link != h->table_link) {
+            s->want_check = 0; // another relay's counters: the head moved relays (a loss,
+                               // which head_session.c replays), nothing to compare here
+        } else if (s->want_check && asked < s->t_sent_all) {
             head_want_status(h); // asked before the round's last chunk went: it cannot tell
         } else if (s->want_check) {
             s->want_check = 0;

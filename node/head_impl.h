@@ -140,28 +140,31 @@ typedef struct head_sess {
     double t_round;                          // the current round's first chunk went out
     double t_limit;                          // no verdict by then: recover
     int sent_announces;                      // sw_peer_announces when the round went out
+    uint64_t sent_losses;                    // sw_peer_losses when the round went out
     double t_check;                          // verdict late: route check then
-    int want_route;                          // recovery asked for the route
-    int want_check;                          // a route check is due with the next table
-    double client_missing;                   // since when the client seems gone (0 = present)
-    sw_detok_t *detok;                       // token -> text
-    int32_t *toks;                           // (n_predict) tokens streamed
-    uint32_t n_streamed;                     //
-    uint32_t n_skip;                         // failover, greedy: generated tokens not to
-                                             // stream (the client holds them)
-    int32_t *skip;                           // (n_skip) those tokens, proposed as drafts
-    uint32_t n_seen;                         // generated tokens committed so far
-    sw_proposer_t forced;                    // s_forced_propose (head_admit.c)
-    uint32_t index_base;                     // failover: tokens the client held before this
-                                             // head (GenerateRequest.resume_tokens): chunk
-                                             // indices and n_generated count from there
-    head_chunk_t *chunks;                    // (cap_chunks) every chunk sent
-    int n_chunks, cap_chunks;                //
-    char *text;                              // (text_cap) their text
-    size_t text_len, text_cap;               //
-    int finish;                              // FINISH_* once the request ended
-    int err_code;                            // ERROR / DEADLINE: the Error sent
-    char err[SW_WIRE_MAX_ERROR_TEXT];        //
+    int base_link;  // the relay whose table gave the route check's baseline (counters are per
+                    // relay: a table of another one cannot be compared)
+    int want_route; // recovery asked for the route
+    int want_check; // a route check is due with the next table
+    double client_missing;            // since when the client seems gone (0 = present)
+    sw_detok_t *detok;                // token -> text
+    int32_t *toks;                    // (n_predict) tokens streamed
+    uint32_t n_streamed;              //
+    uint32_t n_skip;                  // failover, greedy: generated tokens not to
+                                      // stream (the client holds them)
+    int32_t *skip;                    // (n_skip) those tokens, proposed as drafts
+    uint32_t n_seen;                  // generated tokens committed so far
+    sw_proposer_t forced;             // s_forced_propose (head_admit.c)
+    uint32_t index_base;              // failover: tokens the client held before this
+                                      // head (GenerateRequest.resume_tokens): chunk
+                                      // indices and n_generated count from there
+    head_chunk_t *chunks;             // (cap_chunks) every chunk sent
+    int n_chunks, cap_chunks;         //
+    char *text;                       // (text_cap) their text
+    size_t text_len, text_cap;        //
+    int finish;                       // FINISH_* once the request ended
+    int err_code;                     // ERROR / DEADLINE: the Error sent
+    char err[SW_WIRE_MAX_ERROR_TEXT]; //
     /* the final chunk's stats */
     sw_msg_stats_t stats;
     int have_stats;                        //
@@ -230,9 +233,11 @@ struct node_head {
     int route_code;          // else the error code
     char route_err[512];     // and why
     double route_ms;         // when (0 = never)
+    int table_link;          // the relay (link index) the last table came from (h->table)
     sw_wire_msg_t table;     // that table (its counters are new sessions' route baseline)
     int status_out;          // a status query is unanswered
     double status_sent;      // when it went
+    uint64_t status_losses;  // sw_peer_losses when it went (a lost relay takes its answer)
     double status_next;      // the next periodic one
     int status_want;         // one is wanted as soon as possible
     float *bout;             // (rows_cap, n_embd) hidden states of the head's batch

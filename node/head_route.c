@@ -250,8 +250,10 @@ void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
         s->route = r;
     else
         s->route = n->head->route;
-    if (pt)
+    if (pt) {
         node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
+        s->base_link = n->head->table_link;
+    }
     if (s->route.n == 1 && !s->ver)
         s->ver = sw_verifier_new(&s->sp, n->hp->n_vocab);
     head_spot_plan(n, s, pt);
@@ -292,8 +294,9 @@ int head_client_gone(node_head_t *h, const sw_msg_table_t *t, const char *client
 void head_status_step(node_t *n, double now)
 {
     node_head_t *h = n->head;
-    if (h->status_out && now - h->status_sent > S_STATUS_LOST_MS)
-        h->status_out = 0; // lost (the relay restarted?): ask again
+    if (h->status_out &&
+        (now - h->status_sent > S_STATUS_LOST_MS || sw_peer_losses(n->peer) != h->status_losses))
+        h->status_out = 0; // lost (the relay restarted? a relay of several was): ask again
     const int active = h->n_active > 0 || h->q_len > 0;
     if (active && now >= h->status_next)
         h->status_want = 1;
@@ -315,5 +318,6 @@ void head_status_step(node_t *n, double now)
     h->status_out = 1;
     h->status_want = 0;
     h->status_sent = now;
+    h->status_losses = sw_peer_losses(n->peer);
     h->status_next = now + (active ? S_STATUS_MS : HEAD_ROUTE_FRESH_MS / 2);
 }

@@ -603,6 +603,34 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
         SW_WARN("prefix cache: %s", err);
 }
 
+/* While a round travels: one of the head's relays was lost (several relays: what went
+ * by it is gone, the next messages go by another, and the stages kept their caches, so
+ * the round alone goes again), or its one relay connection was renewed (the relay
+ * dropped us, e.g. after packets to us were lost for seconds: what it held for us went
+ * with it, the Verdict maybe too: replay now rather than after --round-timeout-ms).
+ * 1 when the round failed for that. */
+static int s_relay_lost(node_t *n, head_sess_t *s, double now)
+{
+    const int several = sw_peer_links(n->peer) > 1;
+    const uint64_t losses = sw_peer_losses(n->peer);
+    const int announces = sw_peer_announces(n->peer);
+    if (several && losses != s->sent_losses) {
+        const char *why = "a relay link was lost while the round travelled";
+        SW_WARN("session %016llx: %s: sending it again", (unsigned long long)s->id, why);
+        s->sent_losses = losses;
+        s->sent_announces = announces;
+        node_recover_relay_lost(s->rec, now, why);
+        return 1;
+    }
+    if (several || announces == s->sent_announces)
+        return 0;
+    const char *why = "the head's relay connection was renewed while the round travelled";
+    SW_WARN("session %016llx: %s: replaying it", (unsigned long long)s->id, why);
+    s->sent_announces = announces;
+    node_recover_failed(s->rec, now, why);
+    return 1;
+}
+
 /* Advances one running session: deadline, the next round, what recovery
  * says. Returns 1 when it has rows to send in this pass's batch. */
 int head_advance(node_t *n, head_sess_t *s, double now)
@@ -701,17 +729,7 @@ int head_advance(node_t *n, head_sess_t *s, double now)
                     HEAD_SUSPECT_MS / 60000);
             node_recover_failed(s->rec, now, err);
             h->busy = 1;
-        } else if (sw_peer_announces(n->peer) != s->sent_announces) {
-            /* The head's relay connection was renewed while the round travelled (the
-             * relay dropped us, e.g. after packets to us were lost for seconds): what
-             * the relay held for us went with it, the Verdict maybe too. Replay now
-             * rather than after --round-timeout-ms. */
-            snprintf(err, sizeof err,
-                     "the head's relay connection was renewed while the round "
-                     "travelled");
-            SW_WARN("session %016llx: %s: replaying it", (unsigned long long)s->id, err);
-            s->sent_announces = sw_peer_announces(n->peer);
-            node_recover_failed(s->rec, now, err);
+        } else if (s_relay_lost(n, s, now)) {
             h->busy = 1;
         } else if (now >= s->t_check) {
             s->want_check = 1; // is every stage still there? (the next table says)
@@ -779,6 +797,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
     if (current) {
         s->t_sent_all = now;
         s->sent_announces = sw_peer_announces(n->peer);
+        s->sent_losses = sw_peer_losses(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
         n->head->busy = 1; // the next pass starts drafting ahead while the round travels

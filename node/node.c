@@ -80,7 +80,17 @@ static void s_on_close(node_t *n, const sw_wire_msg_t *m)
 
 static void s_on_plan(node_t *n, const sw_wire_msg_t *m);
 
+static void s_dispatch_one(node_t *n, sw_wire_msg_t *m);
+
+/* One message, its answers by the relay it came by (node_t.via). */
 static void s_dispatch(node_t *n, sw_wire_msg_t *m)
+{
+    n->via = m->link;
+    s_dispatch_one(n, m);
+    n->via = -1;
+}
+
+static void s_dispatch_one(node_t *n, sw_wire_msg_t *m)
 {
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
     const sw_msg_type_t type = sw_wire_msg_type(m);
@@ -393,6 +403,7 @@ static int s_join(node_t *n)
                          .sec = o->sec,
                          .stop = n->stop,
                          .test_clock_skew_ms = o->test_skew_ms};
+    n->via = -1;
     n->peer = sw_peer_new(&po);
     if (!n->peer) {
         if (*n->stop)

@@ -101,12 +101,14 @@ typedef struct node_place node_place_t; // place.h
 typedef struct node_head node_head_t; // head.h
 
 typedef struct node {
-    node_opts_t o;                    // options
-    sw_backend_t *be;                 // compute backend (one device or a group)
-    sw_model_t *model;                // layers [begin, end)
-    const sw_hparams_t *hp;           // model hyper-parameters
-    char fingerprint[65];             // model identity
-    sw_peer_t *peer;                  // relay connection
+    node_opts_t o;          // options
+    sw_backend_t *be;       // compute backend (one device or a group)
+    sw_model_t *model;      // layers [begin, end)
+    const sw_hparams_t *hp; // model hyper-parameters
+    char fingerprint[65];   // model identity
+    sw_peer_t *peer;        // relay connection(s)
+    int via; // the relay (link index) the message being handled came by, -1 = none: a stage
+             // answers and passes a Forward on by the relay it came by (peer.h)
     node_session_t *sessions;         // (max_sessions)
     sw_kv_budget_t kv;                // the sessions' caches against --kv-mib (kv.h): bytes
                                       // allocated, cached prefixes give way (stage_session.c)

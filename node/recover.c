@@ -65,6 +65,7 @@ struct node_recover {
     int attempts;          // sends of the current round
     int route_logged;      // "waiting for the pipeline" logged for this failure
     int moved;             // the attempt after a failure moved (node_recover_progress)
+    int one_round;         // failing because a relay was lost: replay the current round only
     char why[256];         // the current round's last failure
     char route_why[256];   // why the route is not whole yet
 };
@@ -366,6 +367,7 @@ int node_recover_verdict(node_recover_t *rec, uint64_t round_no, double now)
 
 void node_recover_failed(node_recover_t *rec, double now, const char *why)
 {
+    rec->one_round = 0; // any failure but a lost relay may have taken a stage's cache
     if (rec->failing)
         return; // already recovering: later reports of the same failure add nothing
     const int cur = rec->n_rounds - 1;
@@ -393,6 +395,13 @@ void node_recover_failed(node_recover_t *rec, double now, const char *why)
     rec->inflight_chunks = 0;
 }
 
+void node_recover_relay_lost(node_recover_t *rec, double now, const char *why)
+{
+    const int was = rec->failing;
+    node_recover_failed(rec, now, why);
+    rec->one_round = !was;
+}
+
 void node_recover_progress(node_recover_t *rec, double now)
 {
     (void)now;
@@ -413,7 +422,13 @@ void node_recover_routed(node_recover_t *rec, double now, int ok, const char *wh
     }
     rec->failing = 0;
     const int cur = rec->n_rounds - 1;
-    if (cur > 0) {
+    if (cur > 0 && rec->one_round) {
+        SW_INFO("recovery: sending the round at position %d again (the stages kept their "
+                "caches)",
+                rec->rounds[cur].kv_keep);
+        rec->st.replays++;
+        rec->next_send = cur;
+    } else if (cur > 0) {
         SW_INFO("recovery: replaying %d rounds (%d positions)", cur, rec->rounds[cur].kv_keep);
         rec->st.replays++;
         rec->next_send = 0;

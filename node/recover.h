@@ -77,6 +77,12 @@ int node_recover_verdict(node_recover_t *rec, uint64_t round_no, double now);
  * restarted, the relay restarted, a message was lost, no verdict in time):
  * node_recover_next asks for the route, then for the replay. */
 void node_recover_failed(node_recover_t *rec, double now, const char *why);
+/* node_recover_failed for a relay link that was lost while the round travelled (the head
+ * has others): the stages kept their caches, so once the route is whole again only the
+ * current round is sent again (the tail verifies it again exactly: sw_verifier_run), not
+ * the whole session. A failure of any other kind before the replay goes out makes it a
+ * whole replay again. */
+void node_recover_relay_lost(node_recover_t *rec, double now, const char *why);
 /* The current attempt moves (the tail acknowledged a piece of it): a later failure of the
  * round waits its own timeout for the pipeline, not what was left of an earlier failure's
  * (issue 33: a replay of a long prompt that moved for 14 minutes gave up at its next failure

@@ -63,7 +63,7 @@ static void s_reply_error(node_t *n, const char *dest, int code, uint64_t sessio
         .type = SW_MSG_ERROR,
         .error = {.code = (sw_error_code_t)code, .message = text, .session_id = session},
     };
-    if (dest && dest[0] && sw_peer_send_msg(n->peer, dest, &er) != 0)
+    if (dest && dest[0] && sw_peer_send_msg_via(n->peer, n->via, dest, &er) != 0)
         SW_WARN("could not send the error to %s", dest);
 }
 
@@ -145,7 +145,7 @@ static void s_ask_table(node_t *n, double now)
     if (n->table_asked_ms && now - n->table_asked_ms < 1000)
         return;
     const sw_msg_t q = {.type = SW_MSG_STATUS_QUERY};
-    if (sw_peer_try_send_msg(n->peer, SW_WIRE_RELAY_NAME, &q) == 0)
+    if (sw_peer_try_send_msg_via(n->peer, n->via, SW_WIRE_RELAY_NAME, &q) == 0)
         n->table_asked_ms = now;
 }
 
@@ -615,6 +615,7 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
                       uint32_t n_timing, sw_dtype_t dtype)
 {
     sw_msg_forward_t *out = &d->forward;
+    n->via = b->msg.link; // on by the relay the Forward came by (its head's choice)
     const int E = n->hp->n_embd, rows = (int)out->n_rows;
     const uint64_t sid = out->session_id;
     const char *reply = out->reply_to;
@@ -637,7 +638,7 @@ static void s_pass_on(node_t *n, node_fwd_t *b, sw_msg_t *d, const sw_msg_timing
                 (unsigned long long)sid, (unsigned long long)out->round,
                 (unsigned long long)n->stat_passed);
     }
-    if (sw_peer_send_msg(n->peer, out->route[out->hop], d) != 0)
+    if (sw_peer_send_msg_via(n->peer, n->via, out->route[out->hop], d) != 0)
         s_reply_error(n, reply, SW_ERROR_DEST_GONE, sid, "%s could not pass the round on to %s",
                       sw_peer_name(n->peer), out->route[out->hop]);
 }
@@ -648,6 +649,7 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
                      const sw_msg_timing_t *timing, uint32_t n_timing)
 {
     node_session_t *s = b->s;
+    n->via = b->msg.link; // answered by the relay the Forward came by (its head's choice)
     const uint64_t sid = f->session_id;
     const int rows = (int)f->n_rows, n_draft = (int)f->n_draft;
     const char *reply = f->reply_to;
@@ -668,7 +670,7 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
                               .prefill_ack = {.session_id = sid,
                                               .round = f->round,
                                               .done = f->kv_keep + (uint32_t)rows}};
-        if (sw_peer_try_send_msg(n->peer, reply, &ack) != 0)
+        if (sw_peer_try_send_msg_via(n->peer, n->via, reply, &ack) != 0)
             SW_DEBUG("session %016llx: the prefill ack to %s was not sent", (unsigned long long)sid,
                      reply);
         return;
@@ -726,7 +728,7 @@ static void s_verify(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f,
     vd->n_hop_digests = f->n_hop_digests + 1;
     if (n->o.test_fake_digest > 0 && ++n->stat_verdicts % (uint64_t)n->o.test_fake_digest == 0)
         vd->hop_digests[f->n_hop_digests] ^= 1; // --test-fake-digest: frames the stage before
-    if (sw_peer_send_msg(n->peer, reply, &vm) != 0)
+    if (sw_peer_send_msg_via(n->peer, n->via, reply, &vm) != 0)
         SW_WARN("session %016llx: could not send the verdict to %s", (unsigned long long)sid,
                 reply);
 }
@@ -913,6 +915,7 @@ void node_stage_flush(node_t *n)
             s->last_end = sw_now_ms(); // done with it (and its sending): stage_timing.c
     }
     s_queue_drop(n, done);
+    n->via = -1; // (s_pass_on / s_verify set it)
     n->batch_rows = n->batch_logits = n->n_batch_run = 0;
     if (dead && !n->gpu_failed) { /* node.c's loop says it and leaves */
         n->gpu_failed = 1;

@@ -61,6 +61,18 @@ void sw_sampler_reset(sw_sampler_t *s);
 /* Clears the history only (a new conversation); the RNG stream goes on. */
 void sw_sampler_clear_history(sw_sampler_t *s);
 
+/* The history as it is before at most n more sw_sampler_accept calls: the
+ * entries those would overwrite go to buf (min(n, rep_last_n) of them), so
+ * that sw_sampler_history_rewind can put the history back exactly (a round
+ * verified a second time, see sw_verifier_run). */
+typedef struct sw_sampler_mark {
+    int32_t len, pos, n; /* the ring's length and write index, entries saved in buf */
+} sw_sampler_mark_t;
+void sw_sampler_history_mark(const sw_sampler_t *s, int n, int32_t *buf, sw_sampler_mark_t *m);
+void sw_sampler_history_rewind(sw_sampler_t *s, const int32_t *buf, const sw_sampler_mark_t *m);
+/* The history's capacity (rep_last_n): a mark's buf needs at most that many entries. */
+int sw_sampler_history_cap(const sw_sampler_t *s);
+
 /* Appends a token to the repetition-penalty history (prompt tokens and every
  * committed token, in order). Ids outside [0, n_vocab) are kept in the window
  * but penalise nothing. */

@@ -68,7 +68,9 @@ static void s_send_raw(sw_peer_t *p, zmq_msg_t *frame)
     zmq_msg_t copy;
     zmq_msg_init(&copy);
     zmq_msg_copy(&copy, frame);
-    void *sock = sw_peer_socket(p);
+    zmq_pollitem_t it;
+    SW_CHECK_INT(sw_peer_poll_items(p, &it, 1), 1); /* its one relay's socket */
+    void *sock = it.socket;
     if (zmq_send(sock, "head", 4, ZMQ_SNDMORE) < 0 || zmq_msg_send(&copy, sock, 0) < 0)
         zmq_msg_close(&copy);
 }

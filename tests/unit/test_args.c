@@ -347,8 +347,51 @@ static void s_check_usage(void)
     SW_CHECK(strlen(sw_version()) >= 5);
 }
 
+/* --relay A,B (issue 39): lists, repeated flags, the bound, duplicates; the loopback rule and
+ * the relay keys hold for every entry. */
+static void s_check_relays(void)
+{
+    char out[SW_ARGS_RELAYS_MAX] = "", why[512], one[SW_ARGS_ENDPOINT_MAX];
+    int saved = s_stderr_begin();
+    SW_CHECK_INT(sw_arg_relays("prog", "127.0.0.1:5555,tcp://[::1]:5556", out, sizeof out), 0);
+    s_stderr_end(saved, why, sizeof why);
+    SW_CHECK(!strcmp(out, "tcp://127.0.0.1:5555,tcp://[::1]:5556"));
+    SW_CHECK_INT(sw_relay_at(out, 1 << 30, NULL, 0), 2);
+    SW_CHECK_INT(sw_relay_at(out, 1, one, sizeof one), 1);
+    SW_CHECK(!strcmp(one, "tcp://[::1]:5556"));
+    SW_CHECK_INT(sw_endpoint_is_loopback(out), 1);
+    saved = s_stderr_begin(); /* a repeated --relay appends */
+    SW_CHECK_INT(sw_arg_relays("prog", "203.0.113.5:5555", out, sizeof out), 0);
+    s_stderr_end(saved, why, sizeof why);
+    SW_CHECK_INT(sw_relay_at(out, 1 << 30, NULL, 0), 3);
+    SW_CHECK_INT(sw_endpoint_is_loopback(out), 0); /* one relay is not loopback */
+    saved = s_stderr_begin();
+    SW_CHECK_INT(sw_arg_relays("prog", "127.0.0.1:5555", out, sizeof out), -1);
+    s_stderr_end(saved, why, sizeof why);
+    SW_CHECK(strstr(why, "twice") != NULL);
+    saved = s_stderr_begin();
+    SW_CHECK_INT(sw_arg_relays("prog", "h:7,h:8", out, sizeof out), -1);
+    s_stderr_end(saved, why, sizeof why);
+    SW_CHECK(strstr(why, "SW_PEER_MAX_RELAYS") != NULL);
+    saved = s_stderr_begin();
+    out[0] = 0;
+    SW_CHECK_INT(sw_arg_relays("prog", "h:7,,h:8", out, sizeof out), -1);
+    s_stderr_end(saved, why, sizeof why);
+    SW_CHECK(strstr(why, "empty") != NULL);
+    /* one key per relay, in order */
+    sw_sec_args_t a = {.key_file = "/nonexistent.key",
+                       .relay_key = "K1",
+                       .role = SW_SEC_CLIENT,
+                       .e2e_optional = 1};
+    sw_sec_t sec;
+    char err[512];
+    SW_CHECK_INT(sw_sec_load(&a, "tcp://h:1,tcp://h:2", &sec, err, sizeof err), -1);
+    SW_CHECK(strstr(err, "2 relays but 1 relay keys") != NULL);
+}
+
 int main(void)
 {
+    s_check_relays();
     s_check_endpoints();
     s_check_parser();
     s_check_usage();
