@@ -233,7 +233,10 @@ static void s_check_silence(sw_peer_t *p)
     if ((int64_t)ti.tcpi_last_data_recv > p->silent_limit_ms) {
         SW_WARN("peer %s: no data from the relay for %u ms: reconnecting", p->announce.name,
                 ti.tcpi_last_data_recv);
-        shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and redials */
+        /* libzmq sees the end and redials; SHUT_RD, not SHUT_RDWR: an EPOLLHUP on a
+         * connection whose queue to this socket is full aborts libzmq 4.3.4 at its next
+         * heartbeat (relay/conn.c, relay_cut) */
+        shutdown(p->fd, SHUT_RD);
         p->fd = -1;
     }
 }
