@@ -15,11 +15,11 @@
  * assertion, and the sweep that shuts connections down, fifty times a
  * second); mallory (an allowed client key) floods it for 5 s on 3 raw DEALER
  * connections that never announce, redialling when closed. Checked:
- *  - the relay shut connections down (its log says so) and is still running
- *    (before: it aborted within the flood in 10 of 10 runs, see
- *    docs/testing.md);
+ *  - the relay is still running and logged no assertion (before: it aborted
+ *    during the flood, see docs/security.md);
  *  - each of mallory's connections was closed by the relay within 20 s after
- *    the flood ended (a cut connection does end);
+ *    the flood ended (mallory never closes one: the relay's announce deadline
+ *    did, so a connection cut while it floods does end);
  *  - the relay still answers `shardwire status`.
  */
 #include "sw_attack.h"
@@ -113,8 +113,8 @@ int main(void)
         s_disconnects(mon[i]); /* count from the end of the flood */
     const double t_end = swa_now();
     const int cuts_flood = sw_test_count_in_file(log, "did not announce within");
-    printf("flood: %ld one-frame messages on %d connections in %.1f s; the relay shut %d "
-           "connection(s) down meanwhile (log lines, at most 20 a second)\n",
+    printf("flood: %ld one-frame messages on %d connections in %.1f s; %d log lines say the relay "
+           "shut one down (its lines about peers are 20 a second, the flood's took most)\n",
            sent, N_CONN, t_end - t0, cuts_flood);
 
     /* every connection the relay shut down closes once its flood stopped */
@@ -138,7 +138,6 @@ int main(void)
                 WIFSIGNALED(st) ? "signal" : "exit status",
                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), log);
     SW_CHECK(sent > 10000);
-    SW_CHECK(cuts_flood >= 1);
     SW_CHECK(!died);
     SW_CHECK_INT(sw_test_count_in_file(log, "Assertion failed"), 0);
     SW_CHECK_INT(n_closed, N_CONN);
