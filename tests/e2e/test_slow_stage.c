@@ -8,9 +8,9 @@
  *
  *  - nothing is taken for a failure: no replay, no recovery, no "new relay
  *    connection" in the head's log, and the tokens equal `shardwire generate`'s,
- *    although the head's --round-timeout-ms (4 holds: 10 s when quiet) is far below the slow stage's
- *    backlog after the head's last chunk (7 chunks of a hold each; the tail's PrefillAcks show the round
- *    moving);
+ *    although the head's --round-timeout-ms (4 holds: 10 s when quiet) is far
+ *    below the slow stage's backlog after the head's last chunk (7 chunks of a
+ *    hold each; the tail's PrefillAcks show the round moving);
  *  - the client never asks again (no Resume): the head's Progress messages
  *    say it is busy and how long for, and `run --progress on` shows the
  *    prompt's progress on one updating line of stderr;
