@@ -48,8 +48,8 @@ int main(void)
      * quiet machine: 2500 ms and 10 s. Under load (CI, load ~8) the fixed 2.5 s and 10 s
      * timed the round out while it moved (a recovery; every timing check then failed). */
     const double chunk_ms = ref.ttft_ms * 512.0 / 1591.0 / 3.0;
-    const int slow_ms = chunk_ms * 2 > SLOW_MIN_MS ? ((int)(chunk_ms * 2) / 100 + 1) * 100
-                                                   : SLOW_MIN_MS;
+    const int slow_ms =
+        chunk_ms * 2 > SLOW_MIN_MS ? ((int)(chunk_ms * 2) / 100 + 1) * 100 : SLOW_MIN_MS;
     char slow_arg[16], timeout_arg[16];
     snprintf(slow_arg, sizeof slow_arg, "%d", slow_ms);
     snprintf(timeout_arg, sizeof timeout_arg, "%d", 4 * slow_ms);

@@ -157,6 +157,9 @@ int main(void)
                   "--draft-model",
                   (char *)model,
                   NULL};
+    /* The tail holds every round 25 ms (--test-slow-ms): a round trip takes that or more on
+     * any machine, so the reply's growth (more than a few animation frames) and Stop (before
+     * the long reply ends) are seen on a fast machine too, where 32 tokens came in < 100 ms. */
     char *ta[] = {(char *)sw_test_bin("shardwire-node"),
                   "--model",
                   (char *)model,
@@ -169,9 +172,6 @@ int main(void)
                   "--threads",
                   "1",
                   "--insecure-loopback",
-                  /* every round trip takes 25 ms or more on any machine: the reply's growth
-                   * (more than a few animation frames) and Stop (before the long reply ends)
-                   * are seen on a fast machine too, where 32 tokens came in under 100 ms */
                   "--test-slow-ms",
                   "25",
                   NULL};

@@ -133,9 +133,8 @@ int main(void)
         died = !s_running(relay, &st);
         usleep(20000);
     }
-    printf("%d of %d connections closed by the relay %.1f s after the flood; relay %s\n",
-           n_closed, N_CONN, swa_now() - t_end,
-           died ? "DIED" : "running");
+    printf("%d of %d connections closed by the relay %.1f s after the flood; relay %s\n", n_closed,
+           N_CONN, swa_now() - t_end, died ? "DIED" : "running");
     if (died)
         fprintf(stderr, "relay ended: %s %d; its log's last line is in %s\n",
                 WIFSIGNALED(st) ? "signal" : "exit status",
@@ -155,8 +154,8 @@ int main(void)
     /* the relay still serves */
     if (!died) {
         sw_test_client_env(s_dir, "mallory");
-        char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json",
-                        NULL};
+        char *argv[] = {
+            (char *)sw_test_bin("shardwire"), "status", "--relay", s_ep, "--json", NULL};
         char *out = NULL;
         SW_CHECK_INT(sw_test_run(argv, 30, &out, NULL), 0);
         SW_CHECK(out && strstr(out, "\"peers\""));
