@@ -152,6 +152,18 @@ static void s_ask_table(node_t *n, double now)
 
 static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive);
 
+/* --test-slow-ms, --test-slow-x: a slow computation, the loop blocked after a batch. */
+static void s_test_hold(node_t *n)
+{
+    const double hold_ms =
+        n->o.test_slow_ms + n->o.test_slow_x * node_place_claim_ms(n, n->batch_rows);
+    const long hold_us = (long)(hold_ms * 1e3);
+    const struct timespec ts = {hold_us / 1000000, (hold_us % 1000000) * 1000L};
+    nanosleep(&ts, NULL);
+    SW_INFO("--test-slow-%s: held the loop %.0f ms more (a batch of %d rows)",
+            n->o.test_slow_x > 0 ? "x" : "ms", hold_ms, n->batch_rows);
+}
+
 /* The round a Forward describes, as far as the cache is concerned (no
  * tokens): kv_keep, the kept path of the previous tree round and the tree.
  * parents and kv_path (SW_WIRE_MAX_DRAFT each) hold the converted arrays. */
@@ -853,16 +865,8 @@ void node_stage_flush(node_t *n)
     char err[256] = "";
     const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
-    if ((n->o.test_slow_ms > 0 || n->o.test_slow_x > 0) && nl > 0) {
-        /* --test-slow-ms, --test-slow-x: a slow computation, loop blocked */
-        const double hold_ms =
-            n->o.test_slow_ms + n->o.test_slow_x * node_place_claim_ms(n, n->batch_rows);
-        const long hold_us = (long)(hold_ms * 1e3);
-        const struct timespec ts = {hold_us / 1000000, (hold_us % 1000000) * 1000L};
-        nanosleep(&ts, NULL);
-        SW_INFO("--test-slow-%s: held the loop %.0f ms more (a batch of %d rows)",
-                n->o.test_slow_x > 0 ? "x" : "ms", hold_ms, n->batch_rows);
-    }
+    if ((n->o.test_slow_ms > 0 || n->o.test_slow_x > 0) && nl > 0)
+        s_test_hold(n);
     const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);
