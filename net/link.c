@@ -266,7 +266,10 @@ void link_check_silence(sw_peer_t *p, sw_link_t *l)
     if ((int64_t)ti.tcpi_last_data_recv > p->silent_limit_ms) {
         SW_WARN("peer %s: no data from the relay %s for %u ms: reconnecting", p->announce.name,
                 l->ep, ti.tcpi_last_data_recv);
-        shutdown(l->fd, SHUT_RDWR); /* libzmq sees the close and redials */
+        /* libzmq sees the end and redials; SHUT_RD, not SHUT_RDWR: an EPOLLHUP on a
+         * connection whose queue to this socket is full aborts libzmq 4.3.4 at its next
+         * heartbeat (relay/conn.c, relay_cut) */
+        shutdown(l->fd, SHUT_RD);
         l->fd = -1;
         if (l->announced) { /* lost now: no message goes by it until it is back */
             l->losses++;

@@ -57,6 +57,7 @@ enum {
     O_PIECES,
     O_PDTYPE,
     O_SLOW,
+    O_SLOWX,
     O_SKEW,
     O_PUBPREFIX,
 };
@@ -148,6 +149,9 @@ static const sw_opt_t s_opts[] = {
     {"test-slow-ms", O_SLOW, "MS",
      "FOR TESTS ONLY: a slow stage: every batch it runs holds\nits event loop MS ms longer, as a "
      "slow computation\nwould (default 0 = off)"},
+    {"test-slow-x", O_SLOWX, "X",
+     "FOR TESTS ONLY: an auto node slower than it claimed: every\nbatch holds its event loop X "
+     "times what its probe\nclaimed for it (default 0 = off)"},
     {"test-clock-skew-ms", O_SKEW, "MS",
      "FOR TESTS ONLY: seal and open messages as if this\nmachine's clock ran MS ms ahead "
      "(negative: behind;\ndefault 0)"},
@@ -289,6 +293,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--test-fake-digest", v, 0, 1 << 30, &o->test_fake_digest);
     case O_SLOW:
         return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
+    case O_SLOWX:
+        return sw_arg_double(P, "--test-slow-x", v, 0, 1000, &o->test_slow_x);
     case O_SKEW:
         return sw_arg_int(P, "--test-clock-skew-ms", v, -600000, 600000, &o->test_skew_ms);
     default:

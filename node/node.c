@@ -434,6 +434,10 @@ static int s_join(node_t *n)
     if (o->test_slow_ms > 0)
         SW_WARN("--test-slow-ms %d: FOR TESTS ONLY, every batch of this stage takes %d ms longer",
                 o->test_slow_ms, o->test_slow_ms);
+    if (o->test_slow_x > 0)
+        SW_WARN("--test-slow-x %g: FOR TESTS ONLY, every batch of this stage is held %g times "
+                "what its probe claimed for it",
+                o->test_slow_x, o->test_slow_x);
     if (o->test_skew_ms)
         SW_WARN("--test-clock-skew-ms %d: FOR TESTS ONLY, this node seals and opens messages as if "
                 "its clock were %d ms off",

@@ -90,6 +90,7 @@ typedef struct node_opts {
     int test_flip_bit;            // TESTING ONLY: flip one bit in every Nth hidden-state
                                   // payload passed on (0 = honest)
     int test_slow_ms;             // TESTING ONLY: every stage batch holds the loop this much
+    double test_slow_x;           // TESTING ONLY: ... or this many times its probe's claim
                                   // longer, ms (0 = off)
     int test_skew_ms;             // TESTING ONLY: the sealing clock runs this far ahead, ms
     int test_fake_digest;         // TESTING ONLY: a tail that reports a made-up digest of what it

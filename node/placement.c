@@ -368,6 +368,21 @@ void node_place_announce(const node_t *n, sw_msg_announce_t *an)
     }
 }
 
+double node_place_claim_ms(const node_t *n, int rows)
+{
+    const node_place_t *p = n->place;
+    if (!p || !p->auto_node || !n->model || rows < 1)
+        return 0;
+    sw_msg_announce_t a = {0};
+    node_place_announce(n, &a);
+    sw_plan_node_t nd;
+    sw_plan_node_from(&a, rows, &nd);
+    nd.rtt_us = 0;
+    return sw_plan_stage_us(&p->pm, &nd, sw_model_layer_begin(n->model),
+                            sw_model_layer_end(n->model)) /
+           1e3;
+}
+
 int node_place_rtt(node_t *n)
 {
     node_place_t *p = n->place;

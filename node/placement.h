@@ -36,6 +36,10 @@
  * 0, or -1 (logged). */
 int node_place_standby(node_t *n);
 
+/* What this auto node's probe claims its range takes for a batch of rows (ms, the
+ * head's sum: node_place_observe), or 0 when it is not an auto node serving a range. */
+double node_place_claim_ms(const node_t *n, int rows);
+
 /* The head's own probe and planner state (--auto-nodes). 0, or -1 (logged). */
 int node_place_head(node_t *n);
 

@@ -39,6 +39,7 @@
 
 #include "log.h"
 #include "node.h"
+#include "placement.h"
 
 int node_is_last(const node_t *n)
 {
@@ -150,6 +151,18 @@ static void s_ask_table(node_t *n, double now)
 }
 
 static void s_forward(node_t *n, sw_wire_msg_t *msg, double t_arrive);
+
+/* --test-slow-ms, --test-slow-x: a slow computation, the loop blocked after a batch. */
+static void s_test_hold(node_t *n)
+{
+    const double hold_ms =
+        n->o.test_slow_ms + n->o.test_slow_x * node_place_claim_ms(n, n->batch_rows);
+    const long hold_us = (long)(hold_ms * 1e3);
+    const struct timespec ts = {hold_us / 1000000, (hold_us % 1000000) * 1000L};
+    nanosleep(&ts, NULL);
+    SW_INFO("--test-slow-%s: held the loop %.0f ms more (a batch of %d rows)",
+            n->o.test_slow_x > 0 ? "x" : "ms", hold_ms, n->batch_rows);
+}
 
 /* The round a Forward describes, as far as the cache is concerned (no
  * tokens): kv_keep, the kept path of the previous tree round and the tree.
@@ -854,13 +867,8 @@ void node_stage_flush(node_t *n)
     char err[256] = "";
     const double t0 = sw_now_ms();
     int rc = nl > 0 ? sw_model_forward_batch(n->model, kvs, fs, nl, err, sizeof err) : 0;
-    if (n->o.test_slow_ms > 0 && nl > 0) { // --test-slow-ms: a slow computation, loop blocked
-        const struct timespec ts = {n->o.test_slow_ms / 1000,
-                                    (n->o.test_slow_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-        SW_INFO("--test-slow-ms: held the loop %d ms more (a batch of %d rows)", n->o.test_slow_ms,
-                n->batch_rows);
-    }
+    if ((n->o.test_slow_ms > 0 || n->o.test_slow_x > 0) && nl > 0)
+        s_test_hold(n);
     const double t1 = sw_now_ms();
     if (nl > 1)
         SW_DEBUG("batch of %d sessions, %d rows: %.1f ms", nl, n->batch_rows, t1 - t0);

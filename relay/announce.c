@@ -60,7 +60,7 @@ static int s_claim_name(relay_t *r, const void *id, size_t id_len, const char *f
     if (holder && client && holder->client && fp[0] && !strcmp(holder->fp, fp)) {
         /* The same client key again: it reconnected before the relay saw its old
          * connection go (a NAT that dropped the mapping, a link that went down). */
-        relay_peer_shut(holder);
+        relay_peer_shut(r, holder);
         relay_peer_remove(r, holder, "replaced by a new connection of its key");
         holder = NULL;
     }

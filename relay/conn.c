@@ -39,6 +39,32 @@ static int s_prefix_full(const relay_t *r, const relay_conn_t *c)
     return open > r->max_conns_per_prefix;
 }
 
+/*
+ * Ends a connection from the relay's thread: shutdown(SHUT_RD) of libzmq's socket fd. Its I/O
+ * thread then reads what the peer had sent, sees the end of the stream, closes the socket and
+ * forgets the routing id (a ROUTER has no call to drop one connection). The connection's entry
+ * (when it has one) is marked shut: until it is gone it counts for its key (s_conn_count), and
+ * what still comes on it is dropped unread (relay_conn_was_cut).
+ *
+ * Not SHUT_RDWR: that makes epoll report EPOLLHUP whatever libzmq polls for, and libzmq 4.3.4
+ * (master too: zeromq/libzmq#4364) aborts the whole relay on it when the connection's queue to
+ * the ROUTER was full (--hwm messages the relay's thread has not read yet: a flood, a relay
+ * behind under load). The engine, which had stopped reading, takes the EPOLLHUP for an I/O
+ * error (`_io_error`), leaves the socket but keeps its timers until the relay's thread drains
+ * the queue, and the next ZMTP heartbeat (--heartbeat-ms) writes a PING through it:
+ * "Assertion failed: !_io_error (src/stream_engine_base.cpp:331)". SHUT_RD alone raises no
+ * EPOLLHUP (only EPOLLIN and EPOLLRDHUP, which a stopped engine does not poll for): the engine
+ * sees the end once it reads again. A peer that goes on sending keeps the connection until it
+ * pauses.
+ */
+void relay_cut(relay_t *r, int fd)
+{
+    shutdown(fd, SHUT_RD);
+    for (int i = 0; i < RELAY_CONNS_MAX; i++)
+        if (r->conns[i].fd == fd)
+            r->conns[i].shut = 1;
+}
+
 /* A connection libzmq accepted (monitor event ACCEPTED, fd). */
 static void s_conn_accepted(relay_t *r, int fd)
 {
@@ -47,7 +73,7 @@ static void s_conn_accepted(relay_t *r, int fd)
         if (r->conns[i].fd < 0)
             c = &r->conns[i];
     if (!c) {
-        shutdown(fd, SHUT_RDWR);
+        relay_cut(r, fd);
         relay_note(r, SW_LOG_WARN, "relay: %d connections open: shut a new one down",
                    RELAY_CONNS_MAX);
         return;
@@ -61,8 +87,7 @@ static void s_conn_accepted(relay_t *r, int fd)
                     NI_NUMERICHOST) != 0)
         c->ip[0] = 0;
     if (c->ip[0] && s_prefix_full(r, c)) {
-        shutdown(fd, SHUT_RDWR);
-        c->shut = 1;
+        relay_cut(r, fd);
         r->prefix_refusals++;
         uint8_t p[SW_ADDR_PREFIX_LEN];
         char net[64];
@@ -101,13 +126,14 @@ static int s_conn_announced(const relay_t *r, const relay_conn_t *c)
     return 0;
 }
 
-/* A key's connections: *open those that are not going, *unannounced of them not announced. */
+/* A key's connections: *open those that are not going (one the relay shut down counts until
+ * it is gone: relay_cut), *unannounced of them not announced. */
 static void s_conn_count(const relay_t *r, const char *fp, int *open, int *unannounced)
 {
     *open = *unannounced = 0;
     for (int i = 0; i < RELAY_CONNS_MAX; i++) {
         const relay_conn_t *c = &r->conns[i];
-        if (c->fd < 0 || c->refused || c->shut || strcmp(c->fp, fp) != 0)
+        if (c->fd < 0 || c->refused || strcmp(c->fp, fp) != 0)
             continue;
         ++*open;
         *unannounced += !s_conn_announced(r, c);
@@ -170,8 +196,7 @@ void relay_conn_sweep(relay_t *r)
         }
         if (c->shut || c->refused || now - c->since_ms <= r->announce_ms || s_conn_announced(r, c))
             continue;
-        shutdown(c->fd, SHUT_RDWR);
-        c->shut = 1;
+        relay_cut(r, c->fd);
         relay_note(r, SW_LOG_WARN,
                    "relay: a connection of key %s from %s did not announce within %d ms: shut down",
                    c->fp[0] ? c->fp : "-", c->ip, r->announce_ms);
@@ -204,10 +229,19 @@ void relay_conn_shut_frame(relay_t *r, zmq_msg_t *frame)
     for (int i = 0; fd >= 0 && i < RELAY_CONNS_MAX; i++) {
         relay_conn_t *c = &r->conns[i];
         if (c->fd == fd && s_conn_same(c) && !c->shut) {
-            shutdown(fd, SHUT_RDWR);
-            c->shut = 1;
+            relay_cut(r, fd);
         }
     }
+}
+
+/* 1 when a received frame came on a connection the relay cut (ZMQ_SRCFD; relay_cut). */
+int relay_conn_was_cut(const relay_t *r, zmq_msg_t *frame)
+{
+    const int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    for (int i = 0; fd >= 0 && i < RELAY_CONNS_MAX; i++)
+        if (r->conns[i].fd == fd && r->conns[i].shut)
+            return s_conn_same(&r->conns[i]);
+    return 0;
 }
 
 /* ---- the socket monitor ---------------------------------------------------------- */

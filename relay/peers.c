@@ -183,13 +183,12 @@ static long s_silent_ms(relay_peer_t *p)
     return (long)ti.tcpi_last_data_recv;
 }
 
-/* Shuts p's TCP connection down when its socket is known and still its own:
- * libzmq sees the close and forgets the routing id (the relay cannot close one
- * ROUTER connection otherwise). */
-void relay_peer_shut(relay_peer_t *p)
+/* Shuts p's TCP connection down when its socket is known and still its own
+ * (relay_cut): libzmq sees the end and forgets the routing id. */
+void relay_peer_shut(relay_t *r, relay_peer_t *p)
 {
     if (s_silent_ms(p) >= 0)
-        shutdown(p->fd, SHUT_RDWR);
+        relay_cut(r, p->fd);
 }
 
 /* The liveness sweep, every heartbeat interval (and soon after a DISCONNECTED event):
@@ -210,7 +209,7 @@ void relay_sweep(relay_t *r)
                        "relay: no data from %s (key %s) for %ld ms (limit %ld): dropping its "
                        "connection",
                        p->name, p->fp[0] ? p->fp : "-", silent, limit);
-            shutdown(p->fd, SHUT_RDWR); /* libzmq sees the close and forgets the id */
+            relay_cut(r, p->fd); /* libzmq sees the end and forgets the id */
             relay_peer_remove(r, p, "heartbeats stopped");
             continue;
         }

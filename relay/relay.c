@@ -402,6 +402,10 @@ static int s_handle_one(relay_t *r)
         if (s_key_check(r, id, id_len, sender, user) != 0)
             goto done;
     }
+    if (!sender && n >= 2 && relay_conn_was_cut(r, &f[1])) {
+        r->dropped++; /* the relay ended that connection (relay_cut): read, not heard */
+        goto done;
+    }
     if (!sender && n >= 2)
         relay_conn_label(r, &f[1], user);
     int64_t now = relay_now_ms();

@@ -251,6 +251,11 @@ void relay_conn_sweep(relay_t *r);
 void relay_conn_label(relay_t *r, zmq_msg_t *frame, const char *user);
 /* Shuts down the connection a received frame came on, when known. */
 void relay_conn_shut_frame(relay_t *r, zmq_msg_t *frame);
+/* Ends a connection (libzmq's socket fd) from the relay's thread: SHUT_RD, never SHUT_RDWR
+ * (conn.c says why: a libzmq abort); its entry is marked shut. */
+void relay_cut(relay_t *r, int fd);
+/* 1 when frame came on a connection the relay cut and that is not gone yet. */
+int relay_conn_was_cut(const relay_t *r, zmq_msg_t *frame);
 
 /* ---- peers.c: the peer table, held names, liveness --------------------------------------- */
 
@@ -271,7 +276,7 @@ int relay_peer_alive(relay_t *r, relay_peer_t *p);
 /* Remembers the TCP socket that a message from the peer with routing id `id` came on. */
 void relay_peer_learn_fd(relay_t *r, const void *id, size_t id_len, zmq_msg_t *frame);
 /* Shuts p's TCP connection down when its socket is known and still its own. */
-void relay_peer_shut(relay_peer_t *p);
+void relay_peer_shut(relay_t *r, relay_peer_t *p);
 /* The liveness sweep: connections, then peers gone or silent. */
 void relay_sweep(relay_t *r);
 

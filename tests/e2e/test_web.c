@@ -157,6 +157,9 @@ int main(void)
                   "--draft-model",
                   (char *)model,
                   NULL};
+    /* The tail holds every round 25 ms (--test-slow-ms): a round trip takes that or more on
+     * any machine, so the reply's growth (more than a few animation frames) and Stop (before
+     * the long reply ends) are seen on a fast machine too, where 32 tokens came in < 100 ms. */
     char *ta[] = {(char *)sw_test_bin("shardwire-node"),
                   "--model",
                   (char *)model,
@@ -169,6 +172,8 @@ int main(void)
                   "--threads",
                   "1",
                   "--insecure-loopback",
+                  "--test-slow-ms",
+                  "25",
                   NULL};
     pid_t ph = sw_test_spawn(ha, head_log), pt = sw_test_spawn(ta, tail_log), ps = 0;
     if (sw_test_wait_peers(relay, 2, 60) != 0) {
@@ -303,7 +308,9 @@ int main(void)
     SW_CHECK(s_num(j, "chat_chunks", NULL) >= N_GEN / 2);
     /* The page draws once per animation frame (app.js), so a fast cluster's
      * 32 tokens in ~300 ms show in ~15-20 steps; a reply drawn in one piece
-     * shows in 1. At least 4 steps over more than 100 ms is "it grew". */
+     * shows in 1. At least 4 steps over more than 100 ms is "it grew" (the
+     * tail's --test-slow-ms 25 makes the 32 tokens last 775 ms or more on
+     * any machine, so a fast one cannot draw them in fewer frames). */
     SW_CHECK(s_num(j, "chat_steps", NULL) >= 4);
     SW_CHECK(json_number_value(json_object_get(j, "chat_span_ms")) > 100);
     const char *stats = json_string_value(json_object_get(j, "chat_stats"));

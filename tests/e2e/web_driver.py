@@ -246,9 +246,9 @@ def stored_chat(p):
 def reload(p):
     p.call("Page.reload")
     time.sleep(0.3)
-    p.wait("document.readyState === 'complete' && document.body.dataset.authorized", 30,
+    p.wait("document.readyState === 'complete' && document.body.dataset.authorized", 60,
            "the page after a reload")
-    p.wait("document.body.dataset.defaults", 20, "the defaults after a reload")
+    p.wait("document.body.dataset.defaults", 60, "the defaults after a reload")
 
 
 def chat_part(p, out, prompt, shots):
@@ -263,9 +263,13 @@ def chat_part(p, out, prompt, shots):
     out["reload_settings"] = settings(p)
     out["reload_draft"] = p.js("document.getElementById('draft').value")
     # Regenerate: at temperature 0 the same reply again, in place of the first
+    # (the new reply is told by its element, not by catching it while it streams: on a fast
+    # machine its 32 tokens can come and go between two looks at the page)
+    p.js("window.__first = [...document.querySelectorAll('.msg.assistant')].pop(); true")
     click(p, "regenerate")
-    p.wait(f"{LAST_STATE} === 'streaming'", 20, "the regenerated reply to start")
-    p.wait(f"{LAST_STATE} === 'done'", 180, "the regenerated reply")
+    p.wait("(m => m && m !== window.__first && m.dataset.state === 'done')"
+           "([...document.querySelectorAll('.msg.assistant')].pop())", 180,
+           "the regenerated reply")
     out["regen_same"] = p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
                              ".dataset.raw") == first
     out["regen_msgs"] = p.js("document.querySelectorAll('.msg').length")
@@ -274,7 +278,7 @@ def chat_part(p, out, prompt, shots):
     set_value(p, "max-tokens", "100000")
     set_value(p, "prompt", "Say hello.")
     click(p, "send")
-    p.wait(f"{LAST_STATE} === 'error'", 30, "the failed turn")
+    p.wait(f"{LAST_STATE} === 'error'", 60, "the failed turn")
     out["failed_line"] = p.js("[...document.querySelectorAll('.msg.assistant')].pop()"
                               ".querySelector('.stats').textContent")
     out["failed_marked"] = p.js("[...document.querySelectorAll('.msg')].filter("
@@ -310,7 +314,7 @@ def markdown_part(p, out, shots):
     out["chats_listed"] = p.js("[...document.querySelectorAll('#chats li[data-chat]')]"
                                ".map(li => li.dataset.chat)")
     p.js("document.querySelector('#chats li[data-chat=cmd] button.open').click()")
-    p.wait("!!document.querySelector('.msg.assistant .code')", 10, "the Markdown reply")
+    p.wait("!!document.querySelector('.msg.assistant .code')", 60, "the Markdown reply")
     out["md"] = p.js("""(() => { const t = [...document.querySelectorAll('.msg.assistant .text')].pop();
         const pre = t.querySelector('.code pre code');
         return {strong: (t.querySelector('strong') || {}).textContent,
@@ -328,7 +332,7 @@ def markdown_part(p, out, shots):
            permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])
     p.call("Emulation.setFocusEmulationEnabled", enabled=True)
     p.js("document.querySelector('.msg.assistant .code .copy').click()")
-    p.wait("document.body.dataset.copied !== undefined", 5, "the copy")
+    p.wait("document.body.dataset.copied !== undefined", 60, "the copy")
     out["copied"] = p.js("navigator.clipboard.readText()", await_promise=True)
     out["screenshots"].append(p.shot(os.path.join(shots, "5-markdown-1280.png")))
     # the selects show their whole option text
@@ -361,7 +365,7 @@ def narrow_part(p, out, shots):
     out["screenshots"].append(p.shot(os.path.join(shots, "7-settings-390.png")))
     click(p, "toggle-settings")
     click(p, "tab-cluster")
-    p.wait("document.body.dataset.clusterPolls >= 1", 10, "the cluster page")
+    p.wait("document.body.dataset.clusterPolls >= 1", 60, "the cluster page")
     time.sleep(1.2)
     n["cluster_width"] = p.js("document.documentElement.scrollWidth")
     out["screenshots"].append(p.shot(os.path.join(shots, "8-cluster-390.png")))
@@ -382,8 +386,8 @@ def main():
         p.call("Runtime.enable")
         p.call("Page.navigate", url=base + "/")
         p.wait("document.readyState === 'complete' && !!document.getElementById('key-dialog')",
-               30, "the page to load")
-        p.wait("!document.getElementById('key-dialog').hidden", 10, "the key dialog")
+               60, "the page to load")
+        p.wait("!document.getElementById('key-dialog').hidden", 60, "the key dialog")
         out["settings_before_key"] = settings(p)
 
         # A wrong key is refused, and not kept.
@@ -391,7 +395,7 @@ def main():
         click(p, "key-submit")
         out["key_refused"] = p.wait(
             "(t => t.startsWith('Refused') && t)(document.getElementById('key-error').textContent)",
-            20, "the wrong key's refusal")
+            60, "the wrong key's refusal")
         out["key_dialog_after_wrong"] = p.js("!document.getElementById('key-dialog').hidden")
         out["key_stored_after_wrong"] = p.js("sessionStorage.getItem('shardwire-api-key')")
         out["cluster_wrong_key"] = p.js(
@@ -403,14 +407,14 @@ def main():
         set_value(p, "key-input", key)
         click(p, "key-submit")
         p.wait("document.getElementById('key-dialog').hidden && document.body.dataset.authorized",
-               20, "the key to be accepted")
+               60, "the key to be accepted")
         out["key_stored"] = p.js("sessionStorage.getItem('shardwire-api-key')") == key
-        p.wait("document.body.dataset.defaults", 20, "the gateway's defaults")
+        p.wait("document.body.dataset.defaults", 60, "the gateway's defaults")
         out["settings"] = settings(p)
         out["repeat_penalty_max"] = p.js("document.getElementById('repeat-penalty').max")
         out["models"] = p.wait(
             f"(o => o.includes({json.dumps(model)}) && o)([...document.getElementById('model')"
-            ".options].map(x => x.value))", 30, "the model list")
+            ".options].map(x => x.value))", 60, "the model list")
 
         # A message streams, piece by piece: every change of the reply's text is recorded.
         set_value(p, "temperature", "0")
@@ -453,7 +457,7 @@ def main():
         click(p, "stop")
         out["stop_len_at_click"] = p.js(last_len)
         out["stop_state"] = p.wait("(m => m.dataset.state !== 'streaming' && m.dataset.state)"
-                                   "([...document.querySelectorAll('.msg.assistant')].pop())", 10,
+                                   "([...document.querySelectorAll('.msg.assistant')].pop())", 60,
                                    "the stop")
         time.sleep(2)
         out["stop_len_after"] = p.js(last_len)
@@ -463,7 +467,7 @@ def main():
         # The cluster page: its nodes, and numbers that move with one more generation.
         click(p, "tab-cluster")
         p.wait("document.querySelectorAll('#nodes tbody tr').length >= 2 && "
-               "document.body.dataset.clusterPolls >= 2", 20, "the cluster page")
+               "document.body.dataset.clusterPolls >= 2", 60, "the cluster page")
         out["nodes_before"] = node_rows(p)
         out["cluster_before"] = cards(p)
         out["more_status"] = p.js(
@@ -474,7 +478,7 @@ def main():
             await_promise=True)
         # two updates that began after the generation ended (one may have been in flight)
         polls = p.js("+document.body.dataset.clusterPolls || 0")
-        p.wait(f"document.body.dataset.clusterPolls >= {polls + 2}", 30, "two more updates")
+        p.wait(f"document.body.dataset.clusterPolls >= {polls + 2}", 60, "two more updates")
         out["nodes_after"] = node_rows(p)
         out["cluster_after"] = cards(p)
         out["numbers_before"] = numbers(out["cluster_before"], out["nodes_before"])
