@@ -313,38 +313,6 @@ static int s_qbuf_reserve(cpu_state_t *c, size_t bytes)
     return 0;
 }
 
-/* The input rows of a matmul quantized to each distinct vec-dot type, rows
- * shared between the threads (each row is quantized on its own: the split
- * changes nothing). */
-struct s_q_job {
-    int n_types;
-    enum sw_type types[SW_MATMUL_MAX_W];
-    char *dst[SW_MATMUL_MAX_W]; // type k's rows, stride[k] bytes apart
-    size_t stride[SW_MATMUL_MAX_W];
-    const float *x; // (n, n_in) f32
-    int64_t n_in;
-    int n;
-    atomic_int next;   // next (type, row)
-    atomic_int failed; // k + 1: a row could not be quantized to types[k]
-};
-
-static void s_q_body(void *ctx, int ith, int nth)
-{
-    struct s_q_job *j = ctx;
-    (void)ith;
-    (void)nth;
-    for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n_types * j->n;) {
-        const int k = i / j->n, r = i % j->n;
-        if (sw_quantize_row(j->types[k], j->x + (size_t)r * j->n_in,
-                            j->dst[k] + j->stride[k] * (size_t)r, j->n_in) != 0)
-            atomic_store(&j->failed, k + 1);
-    }
-}
-
-/* Below this many input values a matmul quantizes its input on the calling
- * thread (decode: waking the pool costs more than it saves). */
-#define S_QUANT_POOL_MIN 8192
-
 static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
                     const sw_buf_t *const *bias, const sw_buf_t *x, int x_row0, int n,
                     sw_buf_t *const *y, int flags)
@@ -391,22 +359,12 @@ static int s_matmul(sw_backend_t *be, int n_w, const sw_weight_t *const *w,
     }
     if (s_qbuf_reserve(c, need) != 0)
         return sw_backend_fail(be, "cpu backend: out of memory for a %zu-byte matmul input", need);
-    struct s_q_job q = {.n_types = n_types, .x = xs, .n_in = n_in, .n = n};
-    for (int k = 0; k < n_types; k++) {
-        q.types[k] = types[k];
-        q.dst[k] = (char *)c->qbuf + offs[k];
-        q.stride[k] = strides[k];
-    }
-    atomic_init(&q.next, 0);
-    atomic_init(&q.failed, 0);
-    if ((int64_t)n * n_in >= S_QUANT_POOL_MIN && c->n_threads > 1)
-        sw_pool_run(c->pool, s_q_body, &q);
-    else
-        s_q_body(&q, 0, 1);
-    const int failed = atomic_load(&q.failed);
-    if (failed)
-        return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
-                               sw_type_name(types[failed - 1]));
+    for (int k = 0; k < n_types; k++)
+        for (int r = 0; r < n; r++)
+            if (sw_quantize_row(types[k], xs + (size_t)r * n_in,
+                                (char *)c->qbuf + offs[k] + strides[k] * (size_t)r, n_in) != 0)
+                return sw_backend_fail(be, "cpu backend: cannot quantize activations to %s",
+                                       sw_type_name(types[k]));
     for (int i = 0; i < n_w; i++)
         job.xq[i] = (const char *)c->qbuf + (uintptr_t)job.xq[i];
 
