@@ -132,6 +132,9 @@ typedef struct sw_attn_args {
                          // backends whose ops say attn_swa get a non-zero window.
     int kv_q8;           // 1: a q8_0 cache (kv.h, SW_KV_Q8_0), in llama.cpp's flash attention
                          // arithmetic; only backends whose ops say attn_q8_0 get it
+    int out_row0;        // rows [0, out_row0) are only stored in the cache: nobody reads
+                         // their output, which a backend may leave unwritten (the last
+                         // layer's rows that want no logits, forward.c); 0 = every row
 } sw_attn_args_t;
 
 /* The feed-forward block of a mixture-of-experts layer (Qwen3-MoE), as

@@ -54,6 +54,10 @@ typedef struct s_step {
                              // so only those rows count
     int gemm_out;            // SW_MM_PROMPT for that FFN: 2 of those rows or more
     int logit_row0;          // the first of those rows (a mixture of experts counts them)
+    int out_row0;            // rows [0, out_row0) are dropped after the last layer's
+                             // attention (final_norm only; llama.cpp's inp_out_ids): their
+                             // K and V are cached, nothing after is computed for them
+    sw_buf_t *x_out;         // a view of d->x from row out_row0 (out_row0 > 0 and rows left)
     int embed;               // 1: get_rows first
     int final_norm;          // 1: output norm last (into d->xn)
     const s_piece_t *pieces; // (n_pieces) sessions of a shared chunk, NULL = one session (kv)
@@ -88,6 +92,7 @@ static int s_attention(const s_step_t *s, int li)
             .tree = s->pieces ? s->pieces[j].tree : s->tree,
             .swa = s->m->layers[li].swa ? hp->n_swa : 0,
             .kv_q8 = kv->type == SW_KV_Q8_0,
+            .out_row0 = s->pieces || li != s->d->l1 - 1 ? 0 : s->out_row0,
         };
         S_TRY(d->be->ops->attention(d->be, &a));
     }
@@ -95,8 +100,9 @@ static int s_attention(const s_step_t *s, int li)
 }
 
 /* The feed-forward block of layer li over the n rows of d->xn into d->tmp:
- * gate/up, SwiGLU (GEGLU for Gemma 3), down; or the mixture of experts. */
-static int s_ffn(const s_step_t *s, int li, int flags)
+ * gate/up, SwiGLU (GEGLU for Gemma 3), down; or the mixture of experts, which
+ * counts rows [count_row0, n) for an expert's tiled order. */
+static int s_ffn(const s_step_t *s, int li, int n, int count_row0, int flags)
 {
     sw_model_t *m = s->m;
     sw_dev_t *d = s->d;
@@ -104,11 +110,7 @@ static int s_ffn(const s_step_t *s, int li, int flags)
     const sw_backend_ops_t *ops = be->ops;
     const sw_hparams_t *hp = &m->hp;
     const sw_layer_t *L = &m->layers[li];
-    const int n = s->n;
     if (hp->n_expert > 0) {
-        /* llama.cpp runs the last layer's FFN on the rows that want logits
-         * only: only they count for an expert's tiled order there. */
-        const int last = s->final_norm && li == d->l1 - 1;
         sw_moe_args_t a = {.x = d->xn,
                            .router = &L->router,
                            .gate = &L->gate_exps,
@@ -117,7 +119,7 @@ static int s_ffn(const s_step_t *s, int li, int flags)
                            .n = n,
                            .n_used = hp->n_expert_used,
                            .prompt = (flags & SW_MM_PROMPT) != 0,
-                           .count_row0 = last ? s->logit_row0 : 0,
+                           .count_row0 = count_row0,
                            .out = d->tmp};
         return ops->moe(be, &a);
     }
@@ -133,17 +135,18 @@ static int s_ffn(const s_step_t *s, int li, int flags)
 }
 
 /* x += out, or x += norm(out) where the layer norms its block's output
- * (Gemma 3's post-attention and post-feed-forward norms). */
-static int s_residual(const s_step_t *s, const sw_buf_t *post_norm)
+ * (Gemma 3's post-attention and post-feed-forward norms); n rows of x, out
+ * in d->tmp. */
+static int s_residual(const s_step_t *s, sw_buf_t *x, int n, const sw_buf_t *post_norm)
 {
     sw_dev_t *d = s->d;
     sw_backend_t *be = d->be;
     const sw_hparams_t *hp = &s->m->hp;
-    const size_t n_el = (size_t)s->n * hp->n_embd;
+    const size_t n_el = (size_t)n * hp->n_embd;
     if (!post_norm)
-        return be->ops->add(be, d->x, d->tmp, n_el);
-    S_TRY(be->ops->rmsnorm(be, d->tmp, post_norm, s->n, hp->n_embd, hp->rms_eps, d->xn));
-    return be->ops->add(be, d->x, d->xn, n_el);
+        return be->ops->add(be, x, d->tmp, n_el);
+    S_TRY(be->ops->rmsnorm(be, d->tmp, post_norm, n, hp->n_embd, hp->rms_eps, d->xn));
+    return be->ops->add(be, x, d->xn, n_el);
 }
 
 /* One layer over the n rows in d->x. */
@@ -174,16 +177,27 @@ static int s_layer_forward(const s_step_t *s, int li)
     if (hp->q_scale != 0)
         S_TRY(ops->scale(be, d->q, (size_t)n * hp->n_head * hp->head_dim, hp->q_scale));
     S_TRY(s_attention(s, li));
+    /* From here on the last layer before the final norm computes only the
+     * rows [out_row0, n) (every op computes each row on its own, with the
+     * flags it had before, so their values do not change). */
+    const int last = s->final_norm && li == d->l1 - 1;
+    const int r0 = last ? s->out_row0 : 0, nr = n - r0;
+    if (nr == 0)
+        return 0;
+    sw_buf_t *x = r0 > 0 ? s->x_out : d->x;
     const sw_weight_t *wo[1] = {&L->wo};
-    S_TRY(ops->matmul(be, 1, wo, NULL, d->att, 0, n, &d->tmp, mm_flags));
-    S_TRY(s_residual(s, L->attn_post_norm));
+    S_TRY(ops->matmul(be, 1, wo, NULL, d->att, r0, nr, &d->tmp, mm_flags));
+    S_TRY(s_residual(s, x, nr, L->attn_post_norm));
 
-    S_TRY(ops->rmsnorm(be, d->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps, d->xn));
-    const int ffn_flags = s->final_norm && li == d->l1 - 1 && s->prompt_order
+    S_TRY(ops->rmsnorm(be, x, L->ffn_norm, nr, hp->n_embd, hp->rms_eps, d->xn));
+    /* llama.cpp runs the last layer's FFN on the rows that want logits only:
+     * its batched paths and an expert's tiled order count those rows */
+    const int ffn_flags = last && s->prompt_order
                               ? (s->gemm_out ? SW_MM_PROMPT : 0) | (s->tiled_out ? SW_MM_TILED : 0)
                               : mm_flags;
-    S_TRY(s_ffn(s, li, ffn_flags));
-    return s_residual(s, L->ffn_post_norm);
+    const int count_row0 = last ? s->logit_row0 - r0 : 0;
+    S_TRY(s_ffn(s, li, nr, count_row0 > 0 ? count_row0 : 0, ffn_flags));
+    return s_residual(s, x, nr, L->ffn_post_norm);
 }
 
 static int s_step_record(void *ctx)
@@ -199,8 +213,9 @@ static int s_step_record(void *ctx)
     }
     for (int li = d->l0; li < d->l1; li++)
         S_TRY(s_layer_forward(s, li));
-    if (s->final_norm)
-        S_TRY(ops->rmsnorm(d->be, d->x, m->out_norm, s->n, m->hp.n_embd, m->hp.rms_eps, d->xn));
+    if (s->final_norm && s->out_row0 < s->n) // the rows the last layer kept
+        S_TRY(ops->rmsnorm(d->be, s->out_row0 > 0 ? s->x_out : d->x, m->out_norm,
+                           s->n - s->out_row0, m->hp.n_embd, m->hp.rms_eps, d->xn));
     return 0;
 }
 
@@ -219,13 +234,19 @@ static uint64_t s_key(const uint64_t *w, int n)
 /* Decode and verification chunks (up to this many rows, not prompts) are recorded as graphs. */
 #define S_GRAPH_MAX_ROWS 65
 
+/* 1 when a chunk's step is recorded as a graph on a backend that has them. */
+static int s_recorded(const sw_backend_t *be, int n, int prompt_order, int shared)
+{
+    return be->ops->graph_run && n <= S_GRAPH_MAX_ROWS && !prompt_order && !shared;
+}
+
 static int s_run_step(s_step_t *s, int dev_index)
 {
     sw_backend_t *be = s->d->be;
     if (!be->ops->graph_run)
         return s_step_record(s);
     uint64_t key = 0;
-    if (s->n <= S_GRAPH_MAX_ROWS && !s->prompt_order && !s->pieces) {
+    if (s_recorded(be, s->n, s->prompt_order, s->pieces != NULL)) {
         /* The model and the cache's allocated size, not the cache: a backend that
          * records graphs takes each session's caches at replay (backend_impl.h,
          * graph_run); growing caches share a few sizes (sw_kv_step). */
@@ -479,6 +500,8 @@ typedef struct s_chunk {
     int tiled;        // its window holds 8 rows or more (SW_MM_TILED)
     int tiled_logits; // its window wants 8 rows of logits or more
     int gemm_logits;  // its window wants 2 rows of logits or more (llama.cpp's batched path)
+    int out_row0;     // rows the last layer dropped (s_step_t): the final norm's rows start
+                      // at this row of the chunk
 } s_chunk_t;
 
 /* The rows of the prompt window (SW_MODEL_PROMPT_WINDOW) of segment f that
@@ -584,7 +607,7 @@ static int s_chunk_logits(sw_model_t *m, const sw_forward_t *fs, const s_chunk_t
     if (n_want == 0)
         return 0;
     const sw_buf_t *src = dl->xn;
-    int src_row0 = only >= 0 ? ch->pc[only].row0 + lo[only] : 0;
+    int src_row0 = only >= 0 ? ch->pc[only].row0 + lo[only] - ch->out_row0 : 0;
     if (only == -2) {
         if (!m->gather_host && !(m->gather_host = malloc((size_t)m->batch * row_bytes)))
             return -1;
@@ -627,6 +650,30 @@ static int s_chunk_logits(sw_model_t *m, const sw_forward_t *fs, const s_chunk_t
     return 0;
 }
 
+/* The last stage drops the rows of chunk ch before logit_row0 after the
+ * last layer's attention, as llama.cpp does with inp_out_ids, when the chunk
+ * holds one session and is not replayed from a graph (*x_out, the view of the
+ * last device's x on the rows kept, is made per chunk; NULL when no row or
+ * every row is dropped). */
+static int s_drop_rows(sw_model_t *m, s_chunk_t *ch, int logit_row0, sw_buf_t **x_out,
+                       sw_backend_t **bad)
+{
+    sw_dev_t *dl = &m->devs[m->n_dev - 1];
+    const size_t row_bytes = (size_t)m->hp.n_embd * sizeof(float);
+    const int n = ch->n;
+    ch->out_row0 = sw_model_is_last(m) && ch->np == 1 && !s_recorded(dl->be, n, ch->prompt_order, 0)
+                       ? logit_row0
+                       : 0;
+    if (ch->out_row0 == 0 || ch->out_row0 == n)
+        return 0;
+    *x_out = dl->be->ops->buf_view(dl->be, dl->x, (size_t)ch->out_row0 * row_bytes,
+                                   (size_t)(n - ch->out_row0) * row_bytes);
+    if (*x_out)
+        return 0;
+    *bad = dl->be;
+    return sw_backend_fail(dl->be, "model: out of memory for a view of the last layer's rows");
+}
+
 int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_t *fs, int n_seg,
                            char *err, size_t err_len)
 {
@@ -658,6 +705,7 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
     while (seg < n_seg) {
         s_next_chunk(m, kvs, fs, n_seg, &seg, &off, &ch);
         const int n = ch.n, shared = ch.np > 1;
+        sw_buf_t *x_out = NULL; // the rows of the last layer that are kept (s_drop_rows)
         const int32_t *tok[SW_MODEL_MAX_PIECES];
         for (int j = 0; j < ch.np; j++)
             tok[j] = sw_model_is_first(m) ? fs[ch.seg[j]].tokens + ch.off[j] : NULL;
@@ -676,6 +724,8 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
         const sw_forward_t *f0 = &fs[ch.seg[0]];
         int logit_row0 = f0->n - f0->n_logits - ch.off[0];
         logit_row0 = logit_row0 < 0 ? 0 : logit_row0 > n ? n : logit_row0;
+        if (s_drop_rows(m, &ch, logit_row0, &x_out, &bad) != 0)
+            goto fail;
         for (int i = 0; i < m->n_dev; i++) {
             sw_dev_t *d = &m->devs[i];
             s_step_t st = {.m = m,
@@ -688,6 +738,8 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                            .tiled_out = ch.tiled_logits,
                            .gemm_out = ch.gemm_logits,
                            .logit_row0 = logit_row0,
+                           .out_row0 = d == dl ? ch.out_row0 : 0,
+                           .x_out = d == dl ? x_out : NULL,
                            .embed = i == 0 && sw_model_is_first(m),
                            .final_norm = d == dl && sw_model_is_last(m),
                            .pieces = shared ? ch.pc : NULL,
@@ -701,6 +753,7 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
                                            (size_t)n * row_bytes) != 0)
                 goto fail;
         }
+        sw_model_buf_free(dl->be, &x_out);
         if (shared)
             s_free_views(m, ch.np, views);
         if (sw_model_is_last(m)) {
@@ -717,6 +770,7 @@ int sw_model_forward_batch(sw_model_t *m, sw_kv_t *const *kvs, const sw_forward_
         }
         continue;
     fail:
+        sw_model_buf_free(dl->be, &x_out);
         if (shared)
             s_free_views(m, ch.np, views);
         return sw_model_fail(bad ? bad : d0->be, err, err_len);

@@ -832,6 +832,7 @@ static void s_init(void)
             s_levels[SW_KLEVEL_AVX512] = s_levels[SW_KLEVEL_AVX2];
             sw_kernels_avx512(&s_levels[SW_KLEVEL_AVX512]);
             sw_kernels_lowbit_avx512(&s_levels[SW_KLEVEL_AVX512]);
+            sw_kernels_avx512_mm(&s_levels[SW_KLEVEL_AVX512]);
             sw_kernels_avx512_mv(&s_levels[SW_KLEVEL_AVX512]);
             s_best_level = SW_KLEVEL_AVX512;
         }

@@ -152,6 +152,15 @@ int sw_dequantize_lowbit(enum sw_type t, const void *src, float *dst, int64_t n)
 /* Adds the AVX-512 one-row (generation) kernels (quant_mv_avx512.c) to the
  * table sw_kernels_avx512 filled; same conditions. */
 void sw_kernels_avx512_mv(struct sw_kernels *k);
+/* From this many activation rows on, sw_matmul of q8_0 and q4_0 weights runs
+ * the AVX-512 batch kernels (quant_mm_avx512.c; the same bits as the AVX2
+ * kernels, which take fewer rows: bench_quant tiled, one Zen 4 core, 8 rows
+ * of the 8960 x 1536 q8_0 matrix 0.88x the AVX2 kernel's speed, 16 rows
+ * 1.26x, 128 rows 1.65x). */
+#define SW_MMB_ROWS 16
+/* Adds those kernels to the table sw_kernels_avx512 filled (before
+ * sw_kernels_avx512_mv); same conditions. */
+void sw_kernels_avx512_mm(struct sw_kernels *k);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
 /* Quantizes activations to Q8_0/Q8_1/Q8_K with AVX2 (bit-identical to the scalar code). */

@@ -20,7 +20,7 @@
 struct s_attn_job {
     const sw_attn_args_t *a;
     cpu_state_t *c;
-    atomic_int next; // next (row, head) pair
+    atomic_int next; // next (row, head) pair, from the first row whose output is read
 };
 
 float sw_cpu_dot2_f16_scalar(const sw_f16 *a1, int n1, const sw_f16 *a2, const sw_f16 *b, int n)
@@ -269,7 +269,7 @@ static int s_run(sw_backend_t *be, cpu_state_t *c, const sw_attn_args_t *a,
         c->scratch_each = each;
     }
     struct s_attn_job job = {.a = a, .c = c};
-    atomic_init(&job.next, 0);
+    atomic_init(&job.next, a->out_row0 * a->n_head);
     sw_pool_run(c->pool, body, &job);
     return 0;
 }
@@ -284,6 +284,9 @@ int cpu_attention(sw_backend_t *be, const sw_attn_args_t *a)
     if (slot0 < 0 || slot0 + a->n > a->n_ctx)
         return sw_backend_fail(be, "cpu backend: %d rows at slot %d overrun a %d-slot cache", a->n,
                                slot0, a->n_ctx);
+    if (a->out_row0 < 0 || a->out_row0 > a->n)
+        return sw_backend_fail(be, "cpu backend: attention output from row %d of %d", a->out_row0,
+                               a->n);
     if (a->tree && (a->prompt_order || s_check_tree(be, a, slot0) != 0))
         return a->prompt_order ? sw_backend_fail(be, "cpu backend: a tree chunk in prompt order")
                                : -1;

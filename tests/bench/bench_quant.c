@@ -7,8 +7,10 @@
  * time as a multiple of the nr = 1 time). Not a test: prints a table.
  *
  * A third set, "tiled", times sw_matmul_tiled (prompt windows of K-quant
- * weights) at each kernel level from AVX2 up on the 1.5B's matrices, and
- * sw_matmul_sgemm (iq4_nl's prompt order) on the 0.5B's iq4_nl matrices.
+ * weights) at each kernel level from AVX2 up on the 1.5B's matrices,
+ * sw_matmul_sgemm (iq4_nl's prompt order) on the 0.5B's iq4_nl matrices, and
+ * the q8_0 and q4_0 prompt matmul (sw_matmul: their prompt order is
+ * generation's) on the 1.5B's shapes.
  *
  *   bench_quant [min_seconds_per_case [smol|qwen|tiled|all [threads [type]]]]
  *   (defaults: 0.15, all, 1, every type; type is a name like q4_K; "all" is
@@ -243,7 +245,8 @@ static int s_tiled(sw_pool_t *pool, double min_s, const char *only)
     } cases[] = {
         {SW_TYPE_Q4_K, 1536, 1536},  {SW_TYPE_Q4_K, 8960, 1536},  {SW_TYPE_Q5_K, 1536, 1536},
         {SW_TYPE_Q6_K, 1536, 8960},  {SW_TYPE_IQ4_NL, 4864, 896}, {SW_TYPE_IQ4_NL, 896, 4864},
-        {SW_TYPE_IQ4_XS, 896, 4864},
+        {SW_TYPE_IQ4_XS, 896, 4864}, {SW_TYPE_Q8_0, 1536, 1536},  {SW_TYPE_Q8_0, 8960, 1536},
+        {SW_TYPE_Q8_0, 1536, 8960},  {SW_TYPE_Q4_0, 8960, 1536},  {SW_TYPE_Q4_0, 1536, 8960},
     };
     const int nrs[] = {8, 16, 64, 128, 512};
     const enum sw_kernel_level best = sw_quant_best_level();

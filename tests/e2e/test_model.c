@@ -5,6 +5,10 @@
  *    logits bit-identical to the whole model, for a prompt and for decode;
  *  - batch invariance: a row's logits are bit-identical computed alone and
  *    inside batches of every size from 2 to 65;
+ *  - the rows that want no logits are dropped after the last layer's
+ *    attention (llama.cpp's inp_out_ids): the kept rows' logits are
+ *    bit-identical to those of a call that keeps every row (with the same
+ *    prompt-window arithmetic), and the dropped rows' K and V are cached;
  *  - truncate and regenerate gives identical logits (O(1) rollback works);
  *  - a backend group ("cpu,cpu": the layer split a node with two GPUs does)
  *    gives logits bit-identical to one backend;
@@ -47,8 +51,9 @@ static sw_model_t *s_load(const char *path, sw_backend_t *be, int a, int b)
     return m;
 }
 
-static int s_fwd(sw_model_t *m, sw_kv_t *kv, const int32_t *tok, const float *hid, int n,
-                 float *out_hidden, float *logits, int n_logits)
+/* prompt = 1: the rows are a prompt (its window's arithmetic) */
+static int s_fwd_p(sw_model_t *m, sw_kv_t *kv, const int32_t *tok, const float *hid, int n,
+                   float *out_hidden, float *logits, int n_logits, int prompt)
 {
     char err[256] = "";
     sw_forward_t f = {.n = n,
@@ -56,11 +61,75 @@ static int s_fwd(sw_model_t *m, sw_kv_t *kv, const int32_t *tok, const float *hi
                       .hidden = hid,
                       .out_hidden = out_hidden,
                       .logits = logits,
-                      .n_logits = n_logits};
+                      .n_logits = n_logits,
+                      .prompt = prompt};
     int rc = sw_model_forward(m, kv, &f, err, sizeof err);
     if (rc)
         fprintf(stderr, "forward: %s\n", err);
     return rc;
+}
+
+static int s_fwd(sw_model_t *m, sw_kv_t *kv, const int32_t *tok, const float *hid, int n,
+                 float *out_hidden, float *logits, int n_logits)
+{
+    return s_fwd_p(m, kv, tok, hid, n, out_hidden, logits, n_logits, 0);
+}
+
+/* The last layer computes only the rows that want logits. ref: the logits of
+ * rows [0, T) computed one at a time; got: T rows of scratch. */
+static void s_check_drop(sw_model_t *m, sw_kv_t *kv, const float *ref, float *got, int V)
+{
+    const size_t row = (size_t)V * sizeof(float);
+    /* Decode arithmetic: rows [T - b, T) in one call, only the last k want logits. */
+    const int bs[] = {2, 9, 40, T}, ks[] = {1, 2, 8};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+            const int b = bs[i], k = ks[j] < b ? ks[j] : b - 1;
+            SW_CHECK_INT(sw_kv_truncate(kv, T - b), 0);
+            SW_CHECK_INT(s_fwd(m, kv, s_tokens + T - b, NULL, b, NULL, got, k), 0);
+            if (memcmp(got, ref + (size_t)(T - k) * V, (size_t)k * row) != 0) {
+                fprintf(stderr, "the last %d of %d rows differ from single rows\n", k, b);
+                bad++;
+            }
+        }
+    SW_CHECK_INT(bad, 0);
+    /* No row wants logits: the last layer's K and V are cached all the same. */
+    SW_CHECK_INT(sw_kv_truncate(kv, 0), 0);
+    SW_CHECK_INT(s_fwd(m, kv, s_tokens, NULL, 40, NULL, NULL, 0), 0);
+    for (int i = 40; i < T; i++)
+        SW_CHECK_INT(s_fwd(m, kv, &s_tokens[i], NULL, 1, NULL, got + (size_t)i * V, 1), 0);
+    SW_CHECK(memcmp(got + 40 * (size_t)V, ref + 40 * (size_t)V, (size_t)(T - 40) * row) == 0);
+    /* Prompt arithmetic: a window's last layer runs its FFN in the order of the
+     * rows that want logits (2 or more: batched, 8 or more: tiled), so the
+     * call that keeps every row of an n-row prompt (n_logits = n) and one
+     * that drops all but the last k (with n and k on the same side of 2 and
+     * 8) compute the same values for those k rows. */
+    float *all = malloc((size_t)T * row);
+    SW_CHECK(all != NULL);
+    const int cases[][2] = {{T, 8}, {T, 20}, {40, 9}, {7, 2}, {7, 5}, {4, 3}, {9, 8}};
+    bad = 0;
+    for (size_t c = 0; all && c < sizeof cases / sizeof cases[0]; c++) {
+        const int n = cases[c][0], k = cases[c][1];
+        SW_CHECK_INT(sw_kv_truncate(kv, 0), 0);
+        SW_CHECK_INT(s_fwd_p(m, kv, s_tokens, NULL, n, NULL, all, n, 1), 0);
+        SW_CHECK_INT(sw_kv_truncate(kv, 0), 0);
+        SW_CHECK_INT(s_fwd_p(m, kv, s_tokens, NULL, n, NULL, got, k, 1), 0);
+        if (memcmp(got, all + (size_t)(n - k) * V, (size_t)k * row) != 0) {
+            fprintf(stderr, "prompt of %d rows: the last %d rows' logits differ\n", n, k);
+            bad++;
+        }
+        /* the cache the dropping call left: the next row as after the full call */
+        if (n < T) {
+            SW_CHECK_INT(s_fwd(m, kv, &s_tokens[n], NULL, 1, NULL, got, 1), 0);
+            SW_CHECK_INT(sw_kv_truncate(kv, 0), 0);
+            SW_CHECK_INT(s_fwd_p(m, kv, s_tokens, NULL, n, NULL, all, n, 1), 0);
+            SW_CHECK_INT(s_fwd(m, kv, &s_tokens[n], NULL, 1, NULL, all, 1), 0);
+            bad += memcmp(got, all, row) != 0;
+        }
+    }
+    SW_CHECK_INT(bad, 0);
+    free(all);
 }
 
 static long s_rss_kb(void)
@@ -155,6 +224,7 @@ int main(void)
         }
     }
     SW_CHECK_INT(bad_b, 0);
+    s_check_drop(whole, kv, ref, got, V);
 
     /* Whole prompt from an empty cache (position 0 inside a 65-row batch). */
     SW_CHECK_INT(sw_kv_truncate(kv, 0), 0);
@@ -221,6 +291,10 @@ int main(void)
         }
         SW_CHECK(ok);
         SW_CHECK(memcmp(got, ref, (size_t)T * V * sizeof(float)) == 0);
+        /* The last device drops the rows that want no logits. */
+        SW_CHECK_INT(sw_kv_truncate(gk, 0), 0);
+        SW_CHECK_INT(s_fwd(gm, gk, s_tokens, NULL, 40, NULL, got, 3), 0);
+        SW_CHECK(memcmp(got, ref + 37 * (size_t)V, 3 * (size_t)V * sizeof(float)) == 0);
         /* A stage range on the group: [L/2, L) from the hidden states of [0, L/2). */
         sw_model_t *s0 = s_load(path, be, 0, L / 2), *s1 = s_load(path, grp, L / 2, L);
         sw_kv_t *k0 = s0 ? sw_kv_new(s0, 128) : NULL, *k1 = s1 ? sw_kv_new(s1, 128) : NULL;
@@ -228,6 +302,10 @@ int main(void)
              s_fwd(s1, k1, NULL, hid, T, NULL, got, T) == 0;
         SW_CHECK(ok);
         SW_CHECK(memcmp(got, ref, (size_t)T * V * sizeof(float)) == 0);
+        /* and a last stage that keeps 5 rows of the hidden states it gets */
+        ok = k1 && sw_kv_truncate(k1, 0) == 0 && s_fwd(s1, k1, NULL, hid, T, NULL, got, 5) == 0;
+        SW_CHECK(ok);
+        SW_CHECK(memcmp(got, ref + (size_t)(T - 5) * V, 5 * (size_t)V * sizeof(float)) == 0);
         /* The greedy loop needs the whole model on one device. */
         int32_t ids[4];
         SW_CHECK(sw_model_greedy_steps(gm, gk, 1, 2, ids, NULL, err, sizeof err) != 0);

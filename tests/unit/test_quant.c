@@ -989,6 +989,76 @@ static void s_extreme_row(enum sw_type t, uint8_t *row, int64_t n)
     }
 }
 
+/* rows weight rows of n elements of type t, ws bytes apart: random or extreme. */
+static void s_weight_rows(enum sw_type t, uint8_t *w, size_t ws, int64_t n, int rows, int extreme)
+{
+    for (int o = 0; o < rows; o++) {
+        if (extreme)
+            s_extreme_row(t, w + o * ws, n);
+        else
+            s_random_row(t, w + o * ws, n);
+    }
+}
+
+typedef void (*s_mm_fn)(enum sw_type t, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                        int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                        int64_t y_stride);
+
+/* Every SIMD level's mm (sw_matmul_tiled or sw_matmul) of weight type t against
+ * the scalar level's one-pair results, bit for bit: rows of n elements, 53
+ * weight rows, 40 activation rows of the vec-dot type, the batch sizes nrs
+ * over the output ranges below, a y stride wider than the output; random or
+ * extreme weights and activations. */
+static void s_levels_case(s_mm_fn mm, const char *what, enum sw_type t, int64_t n, int extreme,
+                          const int *nrs, size_t nnrs)
+{
+    const int rows = 53, nx = 40;
+    const int ranges[][2] = {{0, 53}, {3, 50}, {16, 32}, {17, 18}, {5, 37}, {31, 53}};
+    const enum sw_kernel_level best = sw_quant_best_level();
+    const enum sw_type xt = sw_type_vec_dot(t);
+    const int64_t ys = rows + 5;
+    size_t ws, xs;
+    uint8_t *w = s_row_alloc(t, n, rows, &ws);
+    uint8_t *xq = s_row_alloc(xt, n, nx, &xs);
+    float *xf = malloc(n * sizeof(float)), *ref = malloc(sizeof(float) * rows * nx);
+    float *y = malloc(sizeof(float) * ys * nx);
+    s_weight_rows(t, w, ws, n, rows, extreme);
+    for (int r = 0; r < nx; r++) {
+        for (int64_t i = 0; i < n; i++)
+            xf[i] = extreme ? ((i + r) % 3 == 0 ? -1.0f : 1.0f)
+                            : s_uniform(-2.0f, 2.0f) * (r % 3 ? 1.0f : 30.0f);
+        SW_CHECK(sw_quantize_row(xt, xf, xq + r * xs, n) == 0);
+    }
+    sw_quant_force_scalar(1);
+    for (int r = 0; r < nx; r++)
+        for (int o = 0; o < rows; o++)
+            mm(t, n, w, ws, o, o + 1, xq + r * xs, xs, 1, ref + r * rows, rows);
+    for (int lv = SW_KLEVEL_AVX2; lv <= (int)best; lv++) {
+        SW_CHECK(sw_quant_force_level((enum sw_kernel_level)lv) == 0);
+        int bad = 0;
+        for (size_t q = 0; q < nnrs; q++) {
+            const int o0 = ranges[q % 6][0], o1 = ranges[q % 6][1];
+            for (int64_t i = 0; i < ys * nx; i++)
+                y[i] = -12345.0f;
+            mm(t, n, w, ws, o0, o1, xq, xs, nrs[q], y, ys);
+            for (int r = 0; r < nx; r++)
+                for (int o = 0; o < ys; o++) {
+                    const int in = r < nrs[q] && o >= o0 && o < o1;
+                    const float want = in ? ref[r * rows + o] : -12345.0f;
+                    bad += memcmp(&y[r * ys + o], &want, 4) != 0;
+                }
+        }
+        if (bad)
+            fprintf(stderr, "%s %s n=%lld%s (%s): %d mismatches\n", what, sw_type_name(t),
+                    (long long)n, extreme ? " extreme" : "", sw_cpu_kernels(), bad);
+        SW_CHECK_INT(bad, 0);
+    }
+    sw_quant_force_scalar(0);
+    void *bufs[] = {w, xq, xf, ref, y};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
 /* Each kernel level's sw_matmul_tiled against the scalar level's one-pair
  * results, bit for bit, on shapes that miss every blocking boundary of the
  * SIMD kernels: rows of 1, 3, 5 and 9 super-blocks (the AVX-512 kernel works
@@ -1000,65 +1070,12 @@ static void test_tiled_levels(void)
 {
     const enum sw_type types[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
     const int64_t ns[] = {256, 768, 1280, 2304};
-    const int rows = 53, nx = 40, nrs[] = {16, 17, 23, 24, 25, 33, 40, 8, 12};
-    const int ranges[][2] = {{0, 53}, {3, 50}, {16, 32}, {17, 18}, {5, 37}, {31, 53}};
-    const enum sw_kernel_level best = sw_quant_best_level();
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-            for (int extreme = 0; extreme < 2; extreme++) {
-                const enum sw_type t = types[ti];
-                const int64_t n = ns[ni], ys = rows + 5;
-                size_t ws, xs;
-                uint8_t *w = s_row_alloc(t, n, rows, &ws);
-                uint8_t *xq = s_row_alloc(SW_TYPE_Q8_K, n, nx, &xs);
-                float *xf = malloc(n * sizeof(float)), *ref = malloc(sizeof(float) * rows * nx);
-                float *y = malloc(sizeof(float) * ys * nx);
-                for (int o = 0; o < rows; o++) {
-                    if (extreme)
-                        s_extreme_row(t, w + o * ws, n);
-                    else
-                        s_random_row(t, w + o * ws, n);
-                }
-                for (int r = 0; r < nx; r++) {
-                    for (int64_t i = 0; i < n; i++)
-                        xf[i] = extreme ? ((i + r) % 3 == 0 ? -1.0f : 1.0f)
-                                        : s_uniform(-2.0f, 2.0f) * (r % 3 ? 1.0f : 30.0f);
-                    SW_CHECK(sw_quantize_row(SW_TYPE_Q8_K, xf, xq + r * xs, n) == 0);
-                }
-                sw_quant_force_scalar(1);
-                for (int r = 0; r < nx; r++)
-                    for (int o = 0; o < rows; o++)
-                        sw_matmul_tiled(t, n, w, ws, o, o + 1, xq + r * xs, xs, 1, ref + r * rows,
-                                        rows);
-                for (int lv = SW_KLEVEL_AVX2; lv <= (int)best; lv++) {
-                    SW_CHECK(sw_quant_force_level((enum sw_kernel_level)lv) == 0);
-                    int bad = 0;
-                    for (size_t q = 0; q < sizeof nrs / sizeof nrs[0]; q++) {
-                        const int o0 = ranges[q % 6][0], o1 = ranges[q % 6][1];
-                        for (int64_t i = 0; i < ys * nx; i++)
-                            y[i] = -12345.0f;
-                        sw_matmul_tiled(t, n, w, ws, o0, o1, xq, xs, nrs[q], y, ys);
-                        for (int r = 0; r < nx; r++)
-                            for (int o = 0; o < ys; o++) {
-                                const int in = r < nrs[q] && o >= o0 && o < o1;
-                                const float want = in ? ref[r * rows + o] : -12345.0f;
-                                bad += memcmp(&y[r * ys + o], &want, 4) != 0;
-                            }
-                    }
-                    if (bad)
-                        fprintf(stderr, "tiled %s n=%lld%s (%s): %d mismatches\n", sw_type_name(t),
-                                (long long)n, extreme ? " extreme" : "", sw_cpu_kernels(), bad);
-                    SW_CHECK_INT(bad, 0);
-                }
-                sw_quant_force_scalar(0);
-                free(w);
-                free(xq);
-                free(xf);
-                free(ref);
-                free(y);
-            }
-        }
-    }
+    const int nrs[] = {16, 17, 23, 24, 25, 33, 40, 8, 12};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int extreme = 0; extreme < 2; extreme++)
+                s_levels_case(sw_matmul_tiled, "tiled", types[ti], ns[ni], extreme, nrs,
+                              sizeof nrs / sizeof nrs[0]);
 }
 
 /* test_onerow_levels for one weight type t. */
@@ -1074,12 +1091,7 @@ static void s_onerow_type(enum sw_type t, const int64_t *ns, size_t nns, int row
             uint8_t *xq = s_row_alloc(xt, n, nx, &xs);
             float *xf = malloc(n * sizeof(float)), *ref = malloc(sizeof(float) * rows * nx);
             float *y = malloc(sizeof(float) * (rows + 2));
-            for (int o = 0; o < rows; o++) {
-                if (extreme)
-                    s_extreme_row(t, w + o * ws, n);
-                else
-                    s_random_row(t, w + o * ws, n);
-            }
+            s_weight_rows(t, w, ws, n, rows, extreme);
             for (int r = 0; r < nx; r++) {
                 for (int64_t i = 0; i < n; i++)
                     xf[i] = extreme ? (r == 0   ? -1.0f
@@ -1150,6 +1162,26 @@ static void test_onerow_levels(void)
     }
 }
 
+/* Batches of activation rows (prompts, verification) of q8_0 and q4_0
+ * weights: from SW_MMB_ROWS rows on, the AVX-512 level runs its batch kernels
+ * (panels of 16 weight rows, the activation rows 1 to 3 at a time). Every
+ * level's sw_matmul against the scalar level's sw_vec_dot, bit for bit: rows
+ * of 1, 3, 47 and 48 blocks (the kernel unpacks 2 blocks at a time), output
+ * ranges that start and end inside its panels, batch sizes around
+ * SW_MMB_ROWS and every remainder of its groups of 3, a y stride wider than
+ * the output, random and extreme weights and activations. */
+static void test_batch_levels(void)
+{
+    const enum sw_type types[] = {SW_TYPE_Q8_0, SW_TYPE_Q4_0};
+    const int64_t ns[] = {32, 96, 1504, 1536};
+    const int nrs[] = {SW_MMB_ROWS - 1, SW_MMB_ROWS, 17, 18, 19, 23, 40, 9, 2};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int extreme = 0; extreme < 2; extreme++)
+                s_levels_case(sw_matmul, "batch", types[ti], ns[ni], extreme, nrs,
+                              sizeof nrs / sizeof nrs[0]);
+}
+
 /* Start-up dispatch picks the best level the CPU offers: AVX-512 (F, BW, VL,
  * DQ and VNNI, as /proc/cpuinfo lists them) when it is there, else AVX2 with
  * FMA and F16C; SW_CPU caps it. */
@@ -1213,6 +1245,7 @@ int main(void)
     test_matmul_tiled();
     test_tiled_levels();
     test_onerow_levels();
+    test_batch_levels();
     test_dispatch();
     test_matmul_long_rows();
     test_shared_math();
