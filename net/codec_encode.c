@@ -11,6 +11,8 @@
 
 #include "codec_pb.h"
 
+#include <stdlib.h>
+
 /* Inside the encoders: bail out with a message unless cond holds. */
 #define CHECK(cond, ...) SW_PB_CHECK("codec", cond, __VA_ARGS__)
 
@@ -181,13 +183,17 @@ static int s_table_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
           SW_WIRE_MAX_PEERS);
     Shardwire__PeerAnnounce an[SW_WIRE_MAX_PEERS];
     Shardwire__PeerInfo info[SW_WIRE_MAX_PEERS], *ptrs[SW_WIRE_MAX_PEERS];
-    static _Thread_local s_hops_t hops[SW_WIRE_MAX_PEERS]; /* 128 KiB: off the stack */
-    for (uint32_t i = 0; i < t->n_peers; i++) {
+    s_hops_t *hops = malloc((t->n_peers ? t->n_peers : 1) * sizeof *hops); /* off the stack */
+    CHECK(hops != NULL, "peer_table: out of memory");
+    int rc = SW_WIRE_OK;
+    for (uint32_t i = 0; i < t->n_peers && rc == SW_WIRE_OK; i++) {
         sw_msg_peer_t p;
-        CHECK(sw_codec_peer_at(t, i, &p) == 0, "peer_table entry %u unreadable", i);
-        CHECK(p.announce.n_direct_hops <= SW_DIRECT_MAX_LINKS,
-              "peer_table entry %u: %u direct hops (max %d)", i, p.announce.n_direct_hops,
-              SW_DIRECT_MAX_LINKS);
+        if (sw_codec_peer_at(t, i, &p) != 0 || p.announce.n_direct_hops > SW_DIRECT_MAX_LINKS) {
+            rc = sw_pb_fail("codec", SW_WIRE_EMALFORMED, err, err_len,
+                            "peer_table entry %u unreadable, or more than %d direct hops", i,
+                            SW_DIRECT_MAX_LINKS);
+            break;
+        }
         s_announce_out(&p.announce, &an[i], &hops[i]);
         shardwire__peer_info__init(&info[i]);
         info[i].announce = &an[i];
@@ -200,15 +206,19 @@ static int s_table_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
         info[i].key_fp = (char *)(p.key_fp ? p.key_fp : "");
         ptrs[i] = &info[i];
     }
-    Shardwire__PeerTable pt = SHARDWIRE__PEER_TABLE__INIT;
-    pt.n_peers = t->n_peers;
-    pt.peers = ptrs;
-    pt.uptime_ms = t->uptime_ms;
-    pt.msgs_forwarded = t->msgs_forwarded;
-    pt.msgs_dropped = t->msgs_dropped;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.peer_table = &pt;
-    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PEER_TABLE, sink, ctx, NULL, 0);
+    if (rc == SW_WIRE_OK) {
+        Shardwire__PeerTable pt = SHARDWIRE__PEER_TABLE__INIT;
+        pt.n_peers = t->n_peers;
+        pt.peers = ptrs;
+        pt.uptime_ms = t->uptime_ms;
+        pt.msgs_forwarded = t->msgs_forwarded;
+        pt.msgs_dropped = t->msgs_dropped;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.peer_table = &pt;
+        rc = s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PEER_TABLE, sink, ctx, NULL, 0);
+    }
+    free(hops);
+    return rc;
 }
 
 static int s_session_open_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,

@@ -173,14 +173,14 @@ static int s_send(void *sock, const void *rid, size_t rid_len, const char *name,
                 "wire", SW_WIRE_ESEAL, err, err_len,
                 "send to %s: a %s travels sealed with the %s key, which this peer does "
                 "not hold",
-                name, sw_wire_body_name(pb),
+                dname, sw_wire_body_name(pb),
                 sw_wire_body_channel(pb) == SW_WIRE_CH_ACCESS ? "access" : "cluster");
         }
         int src = sw_seal_message(seal, crypto->self, dname, zmq_msg_data(&hdr), zmq_msg_size(&hdr),
                                   payload, payload_len, has_payload, &sealed_hdr, &sealed_payload);
         zmq_msg_close(&hdr);
         if (src != SW_SEAL_OK)
-            return sw_pb_fail("wire", SW_WIRE_ESEAL, err, err_len, "send to %s: sealing: %s", name,
+            return sw_pb_fail("wire", SW_WIRE_ESEAL, err, err_len, "send to %s: sealing: %s", dname,
                               sw_seal_strerror(src));
         zmq_msg_init(&hdr);
         zmq_msg_move(&hdr, &sealed_hdr);
@@ -195,7 +195,7 @@ static int s_send(void *sock, const void *rid, size_t rid_len, const char *name,
         if (use_sealed_payload)
             zmq_msg_close(&sealed_payload);
         errno = e;
-        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send to %s: %s", name,
+        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send to %s: %s", dname,
                           zmq_strerror(e));
     }
     if (zmq_msg_send(&hdr, sock, has_payload ? ZMQ_SNDMORE : 0) < 0) {
@@ -204,7 +204,7 @@ static int s_send(void *sock, const void *rid, size_t rid_len, const char *name,
         if (use_sealed_payload)
             zmq_msg_close(&sealed_payload);
         errno = e;
-        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send header to %s: %s", name,
+        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send header to %s: %s", dname,
                           zmq_strerror(e));
     }
     if (use_sealed_payload) {
@@ -212,13 +212,13 @@ static int s_send(void *sock, const void *rid, size_t rid_len, const char *name,
             int e = errno;
             zmq_msg_close(&sealed_payload);
             errno = e;
-            return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
+            return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", dname,
                               zmq_strerror(e));
         }
     } else if (has_payload && zmq_send(sock, payload, payload_len, 0) < 0) {
         int e = errno;
         errno = e;
-        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
+        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", dname,
                           zmq_strerror(e));
     }
     return SW_WIRE_OK;
