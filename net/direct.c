@@ -126,8 +126,9 @@ static int s_sockopts(sw_peer_t *p, void *sock)
 /* A monitor on sock at a fresh inproc address into *mon. 0, or -1 logged. */
 static int s_monitor(sw_peer_t *p, void *sock, void *tag, void **mon)
 {
-    char ep[64];
-    snprintf(ep, sizeof ep, "inproc://sw-direct-monitor-%p", tag);
+    static unsigned seq; /* a slot's socket may be opened again: a new address each time */
+    char ep[96];
+    snprintf(ep, sizeof ep, "inproc://sw-direct-monitor-%p-%u", tag, ++seq);
     const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
                        ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED |
                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
