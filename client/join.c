@@ -345,7 +345,7 @@ static void s_hop(const sw_client_peer_t *a, const sw_client_peer_t *b, sw_clien
     snprintf(h->model, sizeof h->model, "%s", a->model);
     const long rtt = s_direct_rtt(a, b);
     h->direct = rtt >= 0;
-    h->rtt_us = h->direct ? (rtt > 0 ? rtt : -1)
+    h->rtt_us = h->direct                            ? (rtt > 0 ? rtt : -1)
                 : a->relay_rtt_us && b->relay_rtt_us ? (long)a->relay_rtt_us + b->relay_rtt_us
                                                      : -1;
 }

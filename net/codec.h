@@ -162,11 +162,11 @@ typedef struct sw_msg_announce {
     uint32_t kv_full; // sessions of n_ctx positions that fit at once, <= max_sessions
     uint32_t kv_type; // 0 = f16, 1 = q8_0
     /* direct paths (version 10, issue 39): "" = none */
-    const char *direct;         // "tcp://HOST:PORT" of its listener (sw_wire_direct_ok)
-    const char *direct_key;     // the listener's CURVE public key, Z85 (40) or ""
-    uint32_t n_direct_hops;     // 0..SW_DIRECT_MAX_LINKS
+    const char *direct;     // "tcp://HOST:PORT" of its listener (sw_wire_direct_ok)
+    const char *direct_key; // the listener's CURVE public key, Z85 (40) or ""
+    uint32_t n_direct_hops; // 0..SW_DIRECT_MAX_LINKS
     sw_msg_direct_hop_t direct_hops[SW_DIRECT_MAX_LINKS]; // its live direct links
-    uint32_t relay_rtt_us;      // round trip of its link to the relay announced to, us (0 = none)
+    uint32_t relay_rtt_us; // round trip of its link to the relay announced to, us (0 = none)
 } sw_msg_announce_t;
 
 /* PlanAssign: head -> an auto node, the layer range the plan gives it. */
@@ -517,13 +517,13 @@ int sw_codec_validate(const sw_msg_t *msg, char *err, size_t err_len)
  * peer): a's strings point into the buffers beside it, so the struct stays
  * where it was filled (copy it again with sw_codec_announce_copy). */
 typedef struct sw_announce_copy {
-    sw_msg_announce_t a;                   // the announce
-    char name[SW_WIRE_NAME_MAX + 1];       // a.name
-    char model_fingerprint[65];            // a.model_fingerprint
-    char backend[SW_WIRE_NAME_MAX + 1];    // a.backend
-    char model_name[SW_WIRE_NAME_MAX + 1]; // a.model_name
-    char direct[SW_WIRE_DIRECT_MAX + 1];   // a.direct
-    char direct_key[41];                   // a.direct_key
+    sw_msg_announce_t a;                                      // the announce
+    char name[SW_WIRE_NAME_MAX + 1];                          // a.name
+    char model_fingerprint[65];                               // a.model_fingerprint
+    char backend[SW_WIRE_NAME_MAX + 1];                       // a.backend
+    char model_name[SW_WIRE_NAME_MAX + 1];                    // a.model_name
+    char direct[SW_WIRE_DIRECT_MAX + 1];                      // a.direct
+    char direct_key[41];                                      // a.direct_key
     char hop_peer[SW_DIRECT_MAX_LINKS][SW_WIRE_NAME_MAX + 1]; // a.direct_hops[i].peer
 } sw_announce_copy_t;
 

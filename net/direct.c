@@ -111,8 +111,7 @@ static int s_sockopts(sw_peer_t *p, void *sock)
         link_setopt_int(sock, ZMQ_SNDHWM, SW_DIRECT_HWM, "ZMQ_SNDHWM") ||
         link_setopt_int(sock, ZMQ_RCVHWM, SW_DIRECT_HWM, "ZMQ_RCVHWM") ||
         link_setopt_int(sock, ZMQ_HEARTBEAT_IVL, p->hb_ms, "ZMQ_HEARTBEAT_IVL") ||
-        link_setopt_int(sock, ZMQ_HEARTBEAT_TIMEOUT, DIRECT_BACKSTOP_MS,
-                        "ZMQ_HEARTBEAT_TIMEOUT") ||
+        link_setopt_int(sock, ZMQ_HEARTBEAT_TIMEOUT, DIRECT_BACKSTOP_MS, "ZMQ_HEARTBEAT_TIMEOUT") ||
         link_setopt_int(sock, ZMQ_HANDSHAKE_IVL, p->direct.dial_ms, "ZMQ_HANDSHAKE_IVL") ||
         link_setopt_int(sock, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
         return -1;
@@ -130,9 +129,8 @@ static int s_monitor(sw_peer_t *p, void *sock, void *tag, void **mon)
     char ep[96];
     snprintf(ep, sizeof ep, "inproc://sw-direct-monitor-%p-%u", tag, ++seq);
     const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                       ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+                       ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     *mon = NULL;
     if (zmq_socket_monitor(sock, ep, events) != 0 || !(*mon = zmq_socket(p->ctx, ZMQ_PAIR)) ||
         zmq_connect(*mon, ep) != 0) {
@@ -282,7 +280,7 @@ void direct_announce_fields(sw_peer_t *p)
         if (rtt > 0) /* the kernel's current smoothed round trip */
             l->rtt_us = rtt;
         c->a.direct_hops[n].peer = c->hop_peer[n];
-        c->a.direct_hops[n].rtt_us = l->rtt_us < 0                              ? 0
+        c->a.direct_hops[n].rtt_us = l->rtt_us < 0                            ? 0
                                      : l->rtt_us > (long)SW_WIRE_MAX_PROBE_US ? SW_WIRE_MAX_PROBE_US
                                                                               : (uint32_t)l->rtt_us;
         n++;
@@ -332,8 +330,8 @@ int sw_peer_direct_dial(sw_peer_t *p, const char *name, const char *ep, const ch
         return 0; /* already dialled (or waiting to retry) */
     /* the key it announced must be the one the relay authenticated for its name */
     char fp[SW_KEY_FP_LEN + 1] = "";
-    if (d->pub[0] && (!key[0] || sw_keys_fingerprint(key, fp) != 0 || !key_fp ||
-                      strcmp(fp, key_fp) != 0)) {
+    if (d->pub[0] &&
+        (!key[0] || sw_keys_fingerprint(key, fp) != 0 || !key_fp || strcmp(fp, key_fp) != 0)) {
         if (!l) /* said once per name: a table comes every few seconds */
             SW_WARN("direct: %s announces a listener whose key is not the one the relay knows "
                     "for it: not dialling it",
@@ -342,7 +340,7 @@ int sw_peer_direct_dial(sw_peer_t *p, const char *name, const char *ep, const ch
     }
     if (!d->pub[0] && !sw_endpoint_is_loopback(ep))
         return -1; /* without keys: loopback only, as with the relay */
-    if (l) { /* it moved, or its key changed: dial anew */
+    if (l) {       /* it moved, or its key changed: dial anew */
         s_down(p, l, "its listener changed");
         s_close_sock(l);
     } else if (!(l = s_free_slot(d))) {
@@ -443,8 +441,9 @@ static void s_conn_add(sw_peer_t *p, int fd)
             d->conn_fd[i] = fd;
             return;
         }
-    s_refused(p, "a new connection", "the listener holds " SW_STR(SW_DIRECT_MAX_CONNS)
-                                      " connections (SW_DIRECT_MAX_CONNS)");
+    s_refused(
+        p, "a new connection",
+        "the listener holds " SW_STR(SW_DIRECT_MAX_CONNS) " connections (SW_DIRECT_MAX_CONNS)");
     shutdown(fd, SHUT_RDWR);
 }
 
@@ -650,10 +649,9 @@ int direct_send(sw_peer_t *p, int via, const char *dest, sw_envelope_t *env, con
         SW_INFO("direct: messages to %s go by the direct link now", dest);
     l->used = 1;
     char err[SW_WIRE_ERR_LEN];
-    const int rc = sw_wire_send_direct(l->dialled ? l->sock : d->router,
-                                       l->dialled ? NULL : l->rid, l->rid_len, dest, env, payload,
-                                       payload_len, has_payload, ZMQ_DONTWAIT, &p->crypto, err,
-                                       sizeof err);
+    const int rc = sw_wire_send_direct(l->dialled ? l->sock : d->router, l->dialled ? NULL : l->rid,
+                                       l->rid_len, dest, env, payload, payload_len, has_payload,
+                                       ZMQ_DONTWAIT, &p->crypto, err, sizeof err);
     if (rc == SW_WIRE_OK)
         return 0;
     if (rc != SW_WIRE_ESOCKET) {

@@ -86,7 +86,7 @@ int link_open(sw_peer_t *p, sw_link_t *l, const char *ep, const char *relay_pub,
         link_setopt_int(l->sock, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE") ||
         link_setopt_int(l->sock, ZMQ_HEARTBEAT_IVL, p->hb_ms, "ZMQ_HEARTBEAT_IVL") ||
         link_setopt_int(l->sock, ZMQ_HEARTBEAT_TIMEOUT, SW_PEER_ZMTP_BACKSTOP_MS,
-                     "ZMQ_HEARTBEAT_TIMEOUT") ||
+                        "ZMQ_HEARTBEAT_TIMEOUT") ||
         link_setopt_int(l->sock, ZMQ_HEARTBEAT_TTL, 0, "ZMQ_HEARTBEAT_TTL") ||
         link_setopt_int(l->sock, ZMQ_RECONNECT_IVL, 100, "ZMQ_RECONNECT_IVL") ||
         link_setopt_int(l->sock, ZMQ_RECONNECT_IVL_MAX, 2000, "ZMQ_RECONNECT_IVL_MAX") ||
@@ -144,8 +144,9 @@ void link_send_announce(sw_peer_t *p, sw_link_t *l)
 {
     sw_msg_t msg = {.type = SW_MSG_ANNOUNCE, .announce = p->announce.a};
     const long rtt = link_rtt_us(l); /* this link's own (status: a hop's time by this relay) */
-    msg.announce.relay_rtt_us =
-        rtt <= 0 ? 0 : rtt > (long)SW_WIRE_MAX_PROBE_US ? SW_WIRE_MAX_PROBE_US : (uint32_t)rtt;
+    msg.announce.relay_rtt_us = rtt <= 0                           ? 0
+                                : rtt > (long)SW_WIRE_MAX_PROBE_US ? SW_WIRE_MAX_PROBE_US
+                                                                   : (uint32_t)rtt;
     char err[SW_WIRE_ERR_LEN];
     int rc = sw_codec_send(l->sock, SW_WIRE_RELAY_NAME, &msg, ZMQ_DONTWAIT, NULL, err, sizeof err);
     if (rc == SW_WIRE_ESOCKET && errno == EAGAIN) {

@@ -714,8 +714,8 @@ static int s_try_send(sw_peer_t *peer, int via, const char *dest, sw_envelope_t 
         return SW_WIRE_ESOCKET;
     char err[SW_WIRE_ERR_LEN];
     direct_note_relay(peer, dest);
-    rc = sw_wire_send_ex(peer->links[li].sock, dest, env, NULL, 0, 0, ZMQ_DONTWAIT,
-                             &peer->crypto, err, sizeof err);
+    rc = sw_wire_send_ex(peer->links[li].sock, dest, env, NULL, 0, 0, ZMQ_DONTWAIT, &peer->crypto,
+                         err, sizeof err);
     if (rc && !(rc == SW_WIRE_ESOCKET && errno == EAGAIN))
         SW_ERR("peer %s: %s", peer->announce.name, err);
     return rc;

@@ -48,32 +48,32 @@ typedef struct sw_dlink {
     void *mon;                       /* dialled: its monitor */
     uint8_t rid[256];                /* accepted: its routing id on our ROUTER */
     size_t rid_len;
-    int fd;                          /* its TCP socket (libzmq's), -1 = none known */
-    int up;                          /* live: handshake done (dialled) / hello seen (accepted) */
-    int used;                        /* messages to it go by this link (the quiet rule met) */
-    int64_t dial_at_ms;              /* dialled: when the current dial began, -1 = none */
-    int64_t retry_at_ms;             /* dialled: dial again at this time, -1 = not waiting */
-    int64_t relay_sent_ms;           /* the last message to it that went by a relay */
-    int64_t check_at_ms;             /* next silence check */
-    long rtt_us;                     /* the round trip measured when it came up, -1 = none */
+    int fd;                /* its TCP socket (libzmq's), -1 = none known */
+    int up;                /* live: handshake done (dialled) / hello seen (accepted) */
+    int used;              /* messages to it go by this link (the quiet rule met) */
+    int64_t dial_at_ms;    /* dialled: when the current dial began, -1 = none */
+    int64_t retry_at_ms;   /* dialled: dial again at this time, -1 = not waiting */
+    int64_t relay_sent_ms; /* the last message to it that went by a relay */
+    int64_t check_at_ms;   /* next silence check */
+    long rtt_us;           /* the round trip measured when it came up, -1 = none */
 } sw_dlink_t;
 
 /* The direct paths of a peer (direct.c): its listener (--listen) and its direct links. */
 typedef struct sw_direct {
-    void *router;                             /* the listener's ROUTER, NULL = no --listen */
-    void *rmon;                               /* its monitor */
-    void *zap;                                /* the ZAP handler of this peer's context */
-    char public_ep[SW_WIRE_DIRECT_MAX + 1];   /* the address announced */
-    char pub[SW_KEY_Z85_LEN + 1];             /* own CURVE key pair ("" without keys) */
+    void *router;                           /* the listener's ROUTER, NULL = no --listen */
+    void *rmon;                             /* its monitor */
+    void *zap;                              /* the ZAP handler of this peer's context */
+    char public_ep[SW_WIRE_DIRECT_MAX + 1]; /* the address announced */
+    char pub[SW_KEY_Z85_LEN + 1];           /* own CURVE key pair ("" without keys) */
     char sec[SW_KEY_Z85_LEN + 1];
-    sw_allow_entry_t *allow;                  /* the listener's allow-list (--allow) */
+    sw_allow_entry_t *allow; /* the listener's allow-list (--allow) */
     int n_allow;
-    int conn_fd[SW_DIRECT_MAX_CONNS];         /* the listener's open connections, -1 = free */
+    int conn_fd[SW_DIRECT_MAX_CONNS]; /* the listener's open connections, -1 = free */
     sw_dlink_t links[SW_DIRECT_MAX_LINKS];
-    int dial_ms;                              /* --direct-dial-ms */
-    uint64_t losses;                          /* live links lost (sw_peer_direct_losses) */
-    uint64_t refused;                         /* connections the listener refused */
-    int changed;                              /* links came up or went: announce the hops */
+    int dial_ms;      /* --direct-dial-ms */
+    uint64_t losses;  /* live links lost (sw_peer_direct_losses) */
+    uint64_t refused; /* connections the listener refused */
+    int changed;      /* links came up or went: announce the hops */
 } sw_direct_t;
 
 /* Messages that came by a direct link carry this as sw_wire_msg_t.link; sending "via" it means

@@ -212,8 +212,8 @@ static int s_send(void *sock, const void *rid, size_t rid_len, const char *name,
             int e = errno;
             zmq_msg_close(&sealed_payload);
             errno = e;
-            return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", dname,
-                              zmq_strerror(e));
+            return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s",
+                              dname, zmq_strerror(e));
         }
     } else if (has_payload && zmq_send(sock, payload, payload_len, 0) < 0) {
         int e = errno;
@@ -498,8 +498,8 @@ static int s_recv_rest(s_frames_t *fr, const char *name, const char *key, sw_wir
     if (sealed || (crypto && (crypto->seal || crypto->access) && !s_is_relay(name)))
         rc = s_recv_sealed(fr, name, key, sealed, crypto, msg, &env, &channel, err, err_len);
     else
-        rc = s_decode_header(fr, zmq_msg_data(&fr->f[1]), zmq_msg_size(&fr->f[1]), has_payload, &env,
-                             err, err_len);
+        rc = s_decode_header(fr, zmq_msg_data(&fr->f[1]), zmq_msg_size(&fr->f[1]), has_payload,
+                             &env, err, err_len);
     if (rc)
         return rc;
     sw_wire_msg_clear(msg);

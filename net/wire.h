@@ -46,7 +46,7 @@
  * Forward.fair_client and fair_tenant, GenerateRequest.tenant; 9: the KV cache's
  * PeerAnnounce 20..23; 10: direct paths, PeerAnnounce 24..26 and DirectHop). */
 #define SW_WIRE_VERSION 10u
-#define SW_WIRE_KEY_Z85_LEN 40 /* PeerAnnounce.direct_key: a Z85 CURVE public key */
+#define SW_WIRE_KEY_Z85_LEN 40              /* PeerAnnounce.direct_key: a Z85 CURVE public key */
 #define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
 #define SW_WIRE_MAX_PROBE_US 60000000u      /* probe times, rtt_us, plan_us: 60 s */
 #define SW_WIRE_MAX_KV_KIB_LAYER (1u << 26) /* PeerAnnounce.kv_kib_layer: 64 GiB a layer */

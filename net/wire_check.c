@@ -262,8 +262,8 @@ static int s_direct(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
     CHECK(!client || (!n && !a->n_direct_hops), "a client announces no direct path");
     CHECK(a->n_direct_hops <= SW_DIRECT_MAX_LINKS, "announce.direct_hops: %zu (max %d)",
           a->n_direct_hops, SW_DIRECT_MAX_LINKS);
-    CHECK(a->relay_rtt_us <= SW_WIRE_MAX_PROBE_US, "announce.relay_rtt_us %u > %u",
-          a->relay_rtt_us, SW_WIRE_MAX_PROBE_US);
+    CHECK(a->relay_rtt_us <= SW_WIRE_MAX_PROBE_US, "announce.relay_rtt_us %u > %u", a->relay_rtt_us,
+          SW_WIRE_MAX_PROBE_US);
     for (size_t i = 0; i < a->n_direct_hops; i++) {
         CHECK(a->direct_hops[i] != NULL, "announce.direct_hops[%zu] missing", i);
         int rc = s_name("announce.direct_hops.peer", a->direct_hops[i]->peer, 1, err, err_len);

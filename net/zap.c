@@ -11,8 +11,7 @@ void *sw_zap_bind(void *ctx, char *err, size_t err_len)
 {
     void *zap = zmq_socket(ctx, ZMQ_REP);
     int zero = 0;
-    if (!zap || zmq_setsockopt(zap, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_bind(zap, SW_ZAP_EP)) {
+    if (!zap || zmq_setsockopt(zap, ZMQ_LINGER, &zero, sizeof zero) || zmq_bind(zap, SW_ZAP_EP)) {
         snprintf(err, err_len, "ZAP handler: %s", zmq_strerror(errno));
         if (zap)
             zmq_close(zap);
@@ -48,11 +47,12 @@ int sw_zap_read(void *zap, sw_zap_req_t *req)
         n == 7 && zmq_msg_size(&f[0]) == 3 && memcmp(zmq_msg_data(&f[0]), "1.0", 3) == 0;
     req->curve = req->well_formed && zmq_msg_size(&f[5]) == 5 &&
                  memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0;
-    if (req->curve && zmq_msg_size(&f[6]) == 32 && !zmq_z85_encode(req->key, zmq_msg_data(&f[6]), 32))
+    if (req->curve && zmq_msg_size(&f[6]) == 32 &&
+        !zmq_z85_encode(req->key, zmq_msg_data(&f[6]), 32))
         req->key[0] = 0;
     if (n >= 4) {
-        size_t il = zmq_msg_size(&f[3]) < sizeof req->addr - 1 ? zmq_msg_size(&f[3])
-                                                                : sizeof req->addr - 1;
+        size_t il =
+            zmq_msg_size(&f[3]) < sizeof req->addr - 1 ? zmq_msg_size(&f[3]) : sizeof req->addr - 1;
         memcpy(req->addr, zmq_msg_data(&f[3]), il);
         req->addr[il] = 0;
         for (size_t i = 0; i < il; i++) /* an address is [0-9a-f.:], but keep logs clean */

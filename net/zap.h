@@ -15,11 +15,11 @@
 
 /* One ZAP request. */
 typedef struct sw_zap_req {
-    zmq_msg_t reqid;                  /* the request id, echoed in the reply */
-    int well_formed;                  /* 0: not a ZAP 1.0 request (answer 500) */
-    int curve;                        /* 1: the CURVE mechanism */
-    char key[SW_KEY_Z85_LEN + 1];     /* the client's public key (Z85), "" if none */
-    char addr[64];                    /* the peer's IP address, printable */
+    zmq_msg_t reqid;              /* the request id, echoed in the reply */
+    int well_formed;              /* 0: not a ZAP 1.0 request (answer 500) */
+    int curve;                    /* 1: the CURVE mechanism */
+    char key[SW_KEY_Z85_LEN + 1]; /* the client's public key (Z85), "" if none */
+    char addr[64];                /* the peer's IP address, printable */
 } sw_zap_req_t;
 
 /* A REP socket bound to SW_ZAP_EP in ctx (bind it before any CURVE server socket), or NULL

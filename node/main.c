@@ -127,20 +127,15 @@ static const sw_opt_t s_opts[] = {
     {"heartbeat-ms", O_HB, "MS",
      "relay heartbeat interval (default " SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"listen", O_LISTEN, "HOST:PORT",
-     "accept direct links from the stages next to this one
-there (CURVE with --key, the keys "
-     "--allow lists); the
-relay stays the fallback (docs/deploy.md)"},
+     "accept direct links from the stages next to this one\nthere (CURVE with --key, the keys "
+     "--allow lists); the\nrelay stays the fallback (docs/deploy.md)"},
     {"listen-public", O_LISTEN_PUB, "HOST:PORT",
-     "the address other nodes reach --listen at, when it is
-not the one bound (0.0.0.0, a "
+     "the address other nodes reach --listen at, when it is\nnot the one bound (0.0.0.0, a "
      "forwarded port)"},
     {"allow", O_ALLOW, "FILE",
-     "with --listen: the allow-list dialling keys are checked
-against (the relay's allow.txt)"},
+     "with --listen: the allow-list dialling keys are checked\nagainst (the relay's allow.txt)"},
     {"direct-dial-ms", O_DIAL, "MS",
-     "a direct dial not through its handshake by then keeps
-the relay path (default " SW_STR(
+     "a direct dial not through its handshake by then keeps\nthe relay path (default " SW_STR(
          SW_DIRECT_DIAL_MS) ")"},
     {"prefix-cache", O_PREFIX, "on|off",
      "keep the KV of prompt prefixes for later requests that\nstart the same way, within --kv-mib "
@@ -247,8 +242,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
     case O_LISTEN:
     case O_LISTEN_PUB: {
         char *to = c == O_LISTEN ? o->listen : o->listen_public;
-        return sw_arg_endpoint(P, c == O_LISTEN ? "--listen" : "--listen-public", v,
-                               c == O_LISTEN, to, SW_ARGS_ENDPOINT_MAX);
+        return sw_arg_endpoint(P, c == O_LISTEN ? "--listen" : "--listen-public", v, c == O_LISTEN,
+                               to, SW_ARGS_ENDPOINT_MAX);
     }
     case O_ALLOW:
         o->allow_file = v;

@@ -18,9 +18,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define RELAY_ALLOW_CHECK_MS 1000             /* allow-list file change check period */
-#define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
-#define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
+#define RELAY_ALLOW_CHECK_MS 1000 /* allow-list file change check period */
+#define RELAY_REFUSE_LOG_MS 60000 /* refused-handshake log window */
+#define RELAY_REFUSE_LOG_LINES 5  /* refusals logged one by one per window */
 
 /* ---- the allow-list ------------------------------------------------------------ */
 

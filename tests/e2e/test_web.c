@@ -336,7 +336,8 @@ int main(void)
      * measured round trip (issue 39) */
     json_t *hops = json_object_get(j, "hops");
     SW_CHECK_INT(json_array_size(hops), 2);
-    SW_CHECK(!strcmp(s_cell(hops, 0, 0), "head → tail") && !strcmp(s_cell(hops, 1, 0), "tail → head"));
+    SW_CHECK(!strcmp(s_cell(hops, 0, 0), "head → tail") &&
+             !strcmp(s_cell(hops, 1, 0), "tail → head"));
     SW_CHECK(!strncmp(s_cell(hops, 0, 1), "relay tcp://", 12));
     SW_CHECK(strstr(s_cell(hops, 0, 2), " ms") != NULL);
     SW_CHECK_INT(s_num(j, "more_status", NULL), 200);

@@ -1226,8 +1226,8 @@ static void s_test_direct_fields(void)
     SW_CHECK(c->a.direct_hops[1].peer == c->hop_peer[1] && !strcmp(c->hop_peer[1], "mid.2"));
     free(c);
     /* a client sends its relay's round trip, nothing else of these */
-    msg.announce = (sw_msg_announce_t){.name = "client-x", .role = SW_ROLE_CLIENT,
-                                       .relay_rtt_us = 5};
+    msg.announce =
+        (sw_msg_announce_t){.name = "client-x", .role = SW_ROLE_CLIENT, .relay_rtt_us = 5};
     SW_CHECK_INT(s_refused(&msg), 0);
     const struct {
         const char *direct, *key;
@@ -1235,12 +1235,18 @@ static void s_test_direct_fields(void)
         const char *hop;
         int client;
     } bad[] = {
-        {"udp://h:1", "", 0, 0, "x", 0},           {"tcp://h", "", 0, 0, "x", 0},
-        {"tcp://h:0", "", 0, 0, "x", 0},           {"tcp://h:65536", "", 0, 0, "x", 0},
-        {"tcp://a b:1", "", 0, 0, "x", 0},         {"tcp://:1", "", 0, 0, "x", 0},
-        {"tcp://[::1:1", "", 0, 0, "x", 0},        {"tcp://h:1", "short", 0, 0, "x", 0},
-        {"", key, 0, 0, "x", 0},                   {"tcp://h:1", "", 1, 0, "bad name", 0},
-        {"tcp://h:1", "", 1, 60000001, "x", 0},    {"tcp://h:1", "", 0, 0, "x", 1},
+        {"udp://h:1", "", 0, 0, "x", 0},
+        {"tcp://h", "", 0, 0, "x", 0},
+        {"tcp://h:0", "", 0, 0, "x", 0},
+        {"tcp://h:65536", "", 0, 0, "x", 0},
+        {"tcp://a b:1", "", 0, 0, "x", 0},
+        {"tcp://:1", "", 0, 0, "x", 0},
+        {"tcp://[::1:1", "", 0, 0, "x", 0},
+        {"tcp://h:1", "short", 0, 0, "x", 0},
+        {"", key, 0, 0, "x", 0},
+        {"tcp://h:1", "", 1, 0, "bad name", 0},
+        {"tcp://h:1", "", 1, 60000001, "x", 0},
+        {"tcp://h:1", "", 0, 0, "x", 1},
         {"tcp://h:1", "", SW_DIRECT_MAX_LINKS + 1, 0, "x", 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1251,8 +1257,8 @@ static void s_test_direct_fields(void)
         for (uint32_t k = 0; k < SW_DIRECT_MAX_LINKS; k++)
             b.announce.direct_hops[k] = (sw_msg_direct_hop_t){bad[i].hop, bad[i].rtt};
         if (bad[i].client)
-            b.announce = (sw_msg_announce_t){.name = "c", .role = SW_ROLE_CLIENT,
-                                             .direct = bad[i].direct};
+            b.announce =
+                (sw_msg_announce_t){.name = "c", .role = SW_ROLE_CLIENT, .direct = bad[i].direct};
         if (s_refused(&b) != SW_WIRE_EMALFORMED)
             fprintf(stderr, "direct case %zu was not refused\n", i);
         SW_CHECK_INT(s_refused(&b), SW_WIRE_EMALFORMED);
