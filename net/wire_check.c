@@ -218,34 +218,6 @@ static int s_placement(const Shardwire__PeerAnnounce *a, char *err, size_t err_l
     return SW_WIRE_OK;
 }
 
-int sw_wire_direct_ok(const char *ep)
-{
-    const size_t n = s_strlen_max(ep, SW_WIRE_DIRECT_MAX);
-    if (n > SW_WIRE_DIRECT_MAX || n < 8 || strncmp(ep, "tcp://", 6) != 0)
-        return 0;
-    const char *host = ep + 6, *colon = strrchr(host, ':');
-    if (!colon || colon == host || !colon[1] || strlen(colon + 1) > 5)
-        return 0;
-    long port = 0;
-    for (const char *c = colon + 1; *c; c++) {
-        if (*c < '0' || *c > '9')
-            return 0;
-        port = port * 10 + (*c - '0');
-    }
-    if (port < 1 || port > 65535 || colon[1] == '0')
-        return 0;
-    const int v6 = host[0] == '[';
-    if (v6 && colon[-1] != ']')
-        return 0;
-    for (const char *c = host + v6; c < colon - v6; c++) {
-        const int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                       (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || (v6 && *c == ':');
-        if (!ok)
-            return 0;
-    }
-    return colon - host > 2 * v6;
-}
-
 /* The direct-path fields of an announce (version 10): a listener's address and key, and the
  * live direct links, all bounded; none on a client. */
 static int s_direct(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
