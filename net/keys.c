@@ -741,6 +741,36 @@ void sw_sec_wipe(sw_sec_t *s)
     if (s)
         sodium_memzero(s, sizeof *s);
 }
+/* wire.h declares it (the announce's check); here beside the other endpoint checks, so that
+ * wire_check.c calls it without a circle between the wire files. */
+int sw_wire_direct_ok(const char *ep)
+{
+    const size_t n = (ep ? strnlen(ep, SW_WIRE_DIRECT_MAX + 1) : 0);
+    if (n > SW_WIRE_DIRECT_MAX || n < 8 || strncmp(ep, "tcp://", 6) != 0)
+        return 0;
+    const char *host = ep + 6, *colon = strrchr(host, ':');
+    if (!colon || colon == host || !colon[1] || strlen(colon + 1) > 5)
+        return 0;
+    long port = 0;
+    for (const char *c = colon + 1; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return 0;
+        port = port * 10 + (*c - '0');
+    }
+    if (port < 1 || port > 65535 || colon[1] == '0')
+        return 0;
+    const int v6 = host[0] == '[';
+    if (v6 && colon[-1] != ']')
+        return 0;
+    for (const char *c = host + v6; c < colon - v6; c++) {
+        const int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                       (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || (v6 && *c == ':');
+        if (!ok)
+            return 0;
+    }
+    return colon - host > 2 * v6;
+}
+
 /* ---- what an allow-list lets a key do (the relay, a node's listener) ------------------- */
 
 const sw_allow_entry_t *sw_allow_find(const sw_allow_entry_t *list, int n, const char *key)
