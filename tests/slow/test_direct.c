@@ -9,8 +9,9 @@
  *  2. the tail restarted with --listen (reached through a shardwire-wanem proxy, its
  *     --listen-public): the head dials it and every message between the two skips the relay
  *     (the tail's relay counters stay still while 120 tokens go by);
- *  3. the direct link cut mid-request (the proxy SIGKILLed: the kernel closes both TCP
- *     connections, as a middlebox dropping the link would): the head finds the link lost,
+ *  3. the direct link cut mid-request (the proxy stopped for STOP_MS, so that a round is
+ *     certainly inside it, then SIGKILLed: the kernel closes both TCP connections, as a
+ *     middlebox dropping the link would; what it held is lost): the head finds the link lost,
  *     sends the round in flight again by the relay (never the whole session), the tail's
  *     counters grow again, output identical;
  *  4. keys that may not dial the listener: a fresh CURVE key (not on the allow-list) and the
@@ -28,6 +29,7 @@
 
 #define N_GEN 120
 #define DIAL_MS 1000
+#define STOP_MS 300 /* the proxy stopped this long before the SIGKILL: a round is inside it */
 
 static char s_dir[256], s_relay[64], s_pub[320], s_allow[320];
 static swf_cluster_t s_c; /* its log: the nodes' */
@@ -230,6 +232,8 @@ int main(void)
     swf_result_t got;
     SW_CHECK_INT(swf_client_start(&cl, s_relay, "Once upon a time,", N_GEN, 300, NULL, "cut"), 0);
     SW_CHECK_INT(swf_wait_msgs_in(s_relay, "head", hin0 + 20, 120), 0); /* tokens flow */
+    kill(wanem, SIGSTOP); /* the round in flight is inside the proxy when it dies */
+    usleep(STOP_MS * 1000);
     swf_kill9(&wanem);
     swf_client_wait(&cl, &got);
     SW_CHECK_INT(got.rc, 0);
