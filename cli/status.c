@@ -22,6 +22,7 @@
 #include "client.h"
 #include "cmds.h"
 #include "keys.h"
+#include "web.h"
 #include "wire.h"
 
 enum { O_EXPECT = SW_OPT_OWN, O_SPOT };
@@ -204,27 +205,6 @@ static json_t *s_peer_json(const sw_client_peer_t *p)
     return o;
 }
 
-/* The pipelines' hops (sw_client_hops): which path carries each and its round trip. */
-static json_t *s_hops_json(const sw_client_table_t *t, const char *relay)
-{
-    sw_client_hop_t hops[4 * SW_WIRE_MAX_ROUTE];
-    const int n = sw_client_hops(t, hops, (int)(sizeof hops / sizeof hops[0]));
-    json_t *arr = json_array();
-    for (int i = 0; i < n && i < (int)(sizeof hops / sizeof hops[0]); i++) {
-        json_t *h = json_object();
-        json_object_set_new(h, "from", json_string(hops[i].from));
-        json_object_set_new(h, "to", json_string(hops[i].to));
-        json_object_set_new(h, "model", json_string(hops[i].model));
-        json_object_set_new(h, "path", json_string(hops[i].direct ? "direct" : "relay"));
-        if (!hops[i].direct)
-            json_object_set_new(h, "relay", json_string(relay));
-        json_object_set_new(h, "rtt_ms",
-                            hops[i].rtt_us >= 0 ? json_real(hops[i].rtt_us / 1e3) : json_null());
-        json_array_append_new(arr, h);
-    }
-    return arr;
-}
-
 /* --json: the table (and the spot report when spot is not NULL) as one line. */
 static void s_print_json(const char *relay, const sw_client_table_t *t, const char *head,
                          const sw_client_spot_t *spot)
@@ -235,7 +215,7 @@ static void s_print_json(const char *relay, const sw_client_table_t *t, const ch
     for (int i = 0; i < t->n_peers; i++)
         json_array_append_new(arr, s_peer_json(&t->peers[i]));
     json_object_set_new(j, "peers", arr);
-    json_object_set_new(j, "hops", s_hops_json(t, relay));
+    json_object_set_new(j, "hops", gw_web_hops_json(t, relay)); /* the web page's list */
     json_object_set_new(j, "uptime_ms", json_integer((json_int_t)t->uptime_ms));
     json_object_set_new(j, "forwarded", json_integer((json_int_t)t->forwarded));
     json_object_set_new(j, "dropped", json_integer((json_int_t)t->dropped));

@@ -164,22 +164,25 @@ void link_maybe_announce(sw_peer_t *p, sw_link_t *l)
         link_send_announce(p, l);
 }
 
-long link_fd_rtt_us(int fd)
+/* TCP_INFO of fd: its smoothed round trip (us) or, with silent, ms since data last came in;
+ * -1 when fd is not a TCP socket. */
+static long s_tcp_info(int fd, int silent)
 {
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
         return -1;
-    return (long)ti.tcpi_rtt;
+    return silent ? (long)ti.tcpi_last_data_recv : (long)ti.tcpi_rtt;
+}
+
+long link_fd_rtt_us(int fd)
+{
+    return s_tcp_info(fd, 0);
 }
 
 long link_fd_silent_ms(int fd)
 {
-    struct tcp_info ti;
-    socklen_t tl = sizeof ti;
-    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
-        return -1;
-    return (long)ti.tcpi_last_data_recv;
+    return s_tcp_info(fd, 1);
 }
 
 long link_rtt_us(const sw_link_t *l)

@@ -512,7 +512,7 @@ static int s_recv_rest(s_frames_t *fr, const char *name, const char *key, sw_wir
     msg->has_payload = has_payload;
     msg->sealed = sealed;
     msg->channel = channel;
-    return rc;
+    return SW_WIRE_OK;
 }
 
 int sw_wire_decode_msg(const void *header, size_t header_len, int has_payload, size_t payload_len,
