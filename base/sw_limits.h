@@ -158,6 +158,27 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
  * list before it picks the one with the lowest round trip and goes on without the rest. */
 #define SW_PEER_SETTLE_MS 2000
 
+/* ---- direct paths between nodes (net/direct.c, issue 39; docs/protocol.md "Direct paths") ---- */
+
+/* bytes of an announced listener address "tcp://HOST:PORT" (PeerAnnounce.direct) */
+#define SW_WIRE_DIRECT_MAX 255
+/* direct links one node keeps (dialled and accepted together; PeerAnnounce.direct_hops) */
+#define SW_DIRECT_MAX_LINKS 8
+/* connections a listener holds at once, authenticated or not; more are closed at once */
+#define SW_DIRECT_MAX_CONNS 16
+/* messages queued per direct connection and direction (ZeroMQ's high-water marks) */
+#define SW_DIRECT_HWM 64
+/* --direct-dial-ms: a dial whose handshake has not completed by then keeps the relay path */
+#define SW_DIRECT_DIAL_MS 3000
+/* a link that failed (or never connected) is dialled again after this long */
+#define SW_DIRECT_RETRY_MS 30000
+/* messages to a peer move from the relay to a new direct link only once none went to it by the
+ * relay for this long, so that a later message cannot overtake an earlier one */
+#define SW_DIRECT_QUIET_MS 1000
+/* a node announces again this often with the measured round trips of its relay and direct
+ * links (PeerAnnounce.relay_rtt_us, direct_hops: what `shardwire status` shows per hop) */
+#define SW_PEER_RTT_REFRESH_MS 30000
+
 /* ---- the node's defaults (shardwire-node; node_opts_t) --------------------------------------- */
 
 #define SW_NODE_DEFAULT_MAX_SESSIONS 8          /* --max-sessions */

@@ -16,6 +16,7 @@
  *                                  same allow-list (relay-2.pub, ... beside relay.pub here
  *                                  and in every bundle; the start commands name them all)
  *   NODE/ (each node)              NODE.key NODE.pub relay.pub cluster.key [access.key: head]
+ *                                  allow.txt (for --listen --allow: direct links)
  *                                  start.sh node.env kaggle-secrets.txt
  *   CLIENT/ (each client)          CLIENT.key CLIENT.pub relay.pub access.key shardwire.sh
  *                                  client.env kaggle-secrets.txt api.keys (one HTTP API key
@@ -441,6 +442,12 @@ static int s_make(s_init_t *in)
         return cl_fail("internal: a generated file did not fit its buffer");
     if (cl_write(in, "allow.txt", allow, 0600) != 0)
         return -1;
+    for (int i = 0; i < in->n_nodes; i++) { /* a node's --listen checks dialling keys with it */
+        char rel[128];
+        cl_fmt(rel, sizeof rel, "%s/allow.txt", in->nodes[i]);
+        if (cl_write(in, rel, allow, 0600) != 0)
+            return -1;
+    }
     for (int r = 0; r < in->n_relays; r++)
         if (s_relay_bundle(in, r, allow) != 0)
             return -1;

@@ -22,6 +22,7 @@
 #include "client.h"
 #include "cmds.h"
 #include "keys.h"
+#include "web.h"
 #include "wire.h"
 
 enum { O_EXPECT = SW_OPT_OWN, O_SPOT };
@@ -205,7 +206,8 @@ static json_t *s_peer_json(const sw_client_peer_t *p)
 }
 
 /* --json: the table (and the spot report when spot is not NULL) as one line. */
-static void s_print_json(const sw_client_table_t *t, const char *head, const sw_client_spot_t *spot)
+static void s_print_json(const char *relay, const sw_client_table_t *t, const char *head,
+                         const sw_client_spot_t *spot)
 {
     json_t *j = json_object(), *arr = json_array();
     if (spot)
@@ -213,6 +215,7 @@ static void s_print_json(const sw_client_table_t *t, const char *head, const sw_
     for (int i = 0; i < t->n_peers; i++)
         json_array_append_new(arr, s_peer_json(&t->peers[i]));
     json_object_set_new(j, "peers", arr);
+    json_object_set_new(j, "hops", gw_web_hops_json(t, relay)); /* the web page's list */
     json_object_set_new(j, "uptime_ms", json_integer((json_int_t)t->uptime_ms));
     json_object_set_new(j, "forwarded", json_integer((json_int_t)t->forwarded));
     json_object_set_new(j, "dropped", json_integer((json_int_t)t->dropped));
@@ -248,6 +251,15 @@ static void s_print_text(const char *relay, const sw_client_table_t *t, const ch
                      p->max_sessions, p->kv_full, p->n_ctx, p->kv_type, p->kv_mib);
         printf("%-24s %-7s %-12s %-14.1f %-12.12s %-10s %s\n", p->name, p->role, layers,
                p->heartbeat_age_ms / 1e3, p->model, binds, sessions);
+    }
+    sw_client_hop_t hops[4 * SW_WIRE_MAX_ROUTE];
+    const int n_hops = sw_client_hops(t, hops, (int)(sizeof hops / sizeof hops[0]));
+    for (int i = 0; i < n_hops && i < (int)(sizeof hops / sizeof hops[0]); i++) {
+        char rtt[32] = "round trip not measured";
+        if (hops[i].rtt_us >= 0)
+            snprintf(rtt, sizeof rtt, "round trip %.2f ms", hops[i].rtt_us / 1e3);
+        printf("hop %s -> %s: %s%s, %s\n", hops[i].from, hops[i].to,
+               hops[i].direct ? "direct" : "relay ", hops[i].direct ? "" : relay, rtt);
     }
     if (!spot)
         return;
@@ -325,7 +337,7 @@ static int s_status_run(const struct s_status_opts *o)
         fprintf(stderr, "shardwire status: %s\n", err);
     const sw_client_spot_t *shown = o->spot_head && spot_rc == 0 ? &spot : NULL;
     if (o->json)
-        s_print_json(&t, o->spot_head, shown);
+        s_print_json(s_current(cl, o->relay.relay), &t, o->spot_head, shown);
     else
         s_print_text(s_current(cl, o->relay.relay), &t, o->spot_head, shown);
     sw_client_table_clear(&t);

@@ -153,6 +153,14 @@ typedef struct sw_client_peer {
     uint32_t kv_mib;     /* KV memory its sessions share, MiB */
     uint32_t kv_full;    /* sessions of n_ctx positions that fit at once */
     const char *kv_type; /* "f16" or "q8_0" (static) */
+    /* direct paths (version 10, issue 39) */
+    char direct[SW_WIRE_DIRECT_MAX + 1]; /* its listener (--listen-public), "" = none */
+    uint32_t relay_rtt_us;               /* its link to this relay: round trip (0 = not said) */
+    int n_hops;                          /* its live direct links */
+    struct {
+        char peer[SW_CLIENT_NAME_LEN];
+        uint32_t rtt_us; /* measured round trip, 0 = not yet */
+    } hops[SW_DIRECT_MAX_LINKS];
 } sw_client_peer_t;
 
 typedef struct sw_client_table {
@@ -165,6 +173,20 @@ typedef struct sw_client_table {
     int role_heads;          /* heads whose key is bound to the head role: when > 0, requests go
                                 only to those (another node key announcing a head is ignored) */
 } sw_client_table_t;
+
+/* One hop of a pipeline as a table shows it (`shardwire status`, the web cluster page): from a
+ * stage to the next one, and from the tail back to the head (the verdicts). */
+typedef struct sw_client_hop {
+    char from[SW_CLIENT_NAME_LEN], to[SW_CLIENT_NAME_LEN];
+    char model[65]; /* the model's fingerprint */
+    int direct;     /* 1: a direct link between the two carries it; 0: the relay */
+    long rtt_us;    /* direct: the link's measured round trip; relay: the sum of both nodes'
+                       round trips to the relay (the detour); -1 = not measured */
+} sw_client_hop_t;
+
+/* The hops of every pipeline in t (each head's chain of nodes by layers, of its model, and the
+ * tail's hop back) into out[0..max): their count. */
+int sw_client_hops(const sw_client_table_t *t, sw_client_hop_t *out, int max);
 
 /* Asks the relay for its peer table (up to timeout_ms). 0, or a code after a line in err. */
 int sw_client_status(sw_client_t *c, sw_client_table_t *out, int timeout_ms, char *err,

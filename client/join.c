@@ -103,6 +103,13 @@ int sw_client_status_of(sw_client_t *c, int relay, sw_client_table_t *out, int t
         p->kv_mib = a->kv_mib;
         p->kv_full = a->kv_full;
         p->kv_type = a->kv_type == 1 ? "q8_0" : "f16";
+        client_clean(p->direct, sizeof p->direct, a->direct);
+        p->relay_rtt_us = a->relay_rtt_us;
+        p->n_hops = (int)(a->n_direct_hops <= SW_DIRECT_MAX_LINKS ? a->n_direct_hops : 0);
+        for (int k = 0; k < p->n_hops; k++) {
+            client_clean(p->hops[k].peer, sizeof p->hops[k].peer, a->direct_hops[k].peer);
+            p->hops[k].rtt_us = a->direct_hops[k].rtt_us;
+        }
     }
     out->need_key = c->secure;
     for (int i = 0; i < out->n_peers && c->secure; i++)
@@ -315,4 +322,58 @@ int sw_client_wait_head(sw_client_t *c, const char *want, const char *model, int
         for (double until = client_now_ms() + wait; client_now_ms() < until && !(stop && *stop);)
             nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
     }
+}
+
+/* The direct link's round trip between a and b as either announces it; -1 when neither lists
+ * the other (the relay carries the hop). */
+static long s_direct_rtt(const sw_client_peer_t *a, const sw_client_peer_t *b)
+{
+    long rtt = -1;
+    for (int k = 0; k < a->n_hops; k++)
+        if (!strcmp(a->hops[k].peer, b->name))
+            rtt = a->hops[k].rtt_us;
+    for (int k = 0; k < b->n_hops && rtt <= 0; k++)
+        if (!strcmp(b->hops[k].peer, a->name))
+            rtt = b->hops[k].rtt_us;
+    return rtt;
+}
+
+static void s_hop(const sw_client_peer_t *a, const sw_client_peer_t *b, sw_client_hop_t *h)
+{
+    snprintf(h->from, sizeof h->from, "%s", a->name);
+    snprintf(h->to, sizeof h->to, "%s", b->name);
+    snprintf(h->model, sizeof h->model, "%s", a->model);
+    const long rtt = s_direct_rtt(a, b);
+    h->direct = rtt >= 0;
+    h->rtt_us = h->direct                            ? (rtt > 0 ? rtt : -1)
+                : a->relay_rtt_us && b->relay_rtt_us ? (long)a->relay_rtt_us + b->relay_rtt_us
+                                                     : -1;
+}
+
+int sw_client_hops(const sw_client_table_t *t, sw_client_hop_t *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < t->n_peers; i++) {
+        const sw_client_peer_t *head = &t->peers[i], *cur = head;
+        if (!s_is_head(head) || head->standby || head->layer_begin != 0)
+            continue;
+        for (int steps = 0; cur->layer_end < cur->n_layers && steps < SW_WIRE_MAX_ROUTE; steps++) {
+            const sw_client_peer_t *next = NULL;
+            for (int k = 0; k < t->n_peers && !next; k++) {
+                const sw_client_peer_t *q = &t->peers[k];
+                if (q->is_node && !q->standby && q->layer_begin == cur->layer_end &&
+                    q->layer_end > q->layer_begin && !strcmp(q->model, head->model))
+                    next = q;
+            }
+            if (!next)
+                break;
+            if (n < max)
+                s_hop(cur, next, &out[n]);
+            n += n < max;
+            cur = next;
+        }
+        if (cur != head && cur->layer_end == cur->n_layers && n < max)
+            s_hop(cur, head, &out[n++]); /* the verdicts go back to the head */
+    }
+    return n;
 }

@@ -39,6 +39,26 @@ static json_t *s_node(const sw_client_peer_t *p)
     return n;
 }
 
+json_t *gw_web_hops_json(const sw_client_table_t *t, const char *relay)
+{
+    json_t *hops = json_array();
+    sw_client_hop_t hv[4 * SW_WIRE_MAX_ROUTE];
+    const int n = sw_client_hops(t, hv, (int)(sizeof hv / sizeof hv[0]));
+    for (int i = 0; i < n && i < (int)(sizeof hv / sizeof hv[0]); i++) {
+        json_t *h = json_object();
+        json_object_set_new(h, "from", json_string(hv[i].from));
+        json_object_set_new(h, "to", json_string(hv[i].to));
+        json_object_set_new(h, "model", json_string(hv[i].model));
+        json_object_set_new(h, "path", json_string(hv[i].direct ? "direct" : "relay"));
+        if (!hv[i].direct)
+            json_object_set_new(h, "relay", json_string(relay));
+        json_object_set_new(h, "rtt_ms",
+                            hv[i].rtt_us >= 0 ? json_real(hv[i].rtt_us / 1e3) : json_null());
+        json_array_append_new(hops, h);
+    }
+    return hops;
+}
+
 char *gw_web_cluster_json(const sw_client_table_t *t, const char *relay, const char *relay_err,
                           json_t *gateway, int max_inflight)
 {
@@ -73,6 +93,8 @@ char *gw_web_cluster_json(const sw_client_table_t *t, const char *relay, const c
         }
         for (int i = 0; i < t->n_peers; i++)
             clients += !t->peers[i].is_node;
+        /* per hop of each pipeline: the path that carries it and its round trip (issue 39) */
+        json_object_set_new(j, "hops", gw_web_hops_json(t, relay));
     } else {
         json_object_set_new(rl, "error", json_string(relay_err ? relay_err : "no answer"));
     }

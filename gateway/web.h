@@ -40,6 +40,11 @@ extern const size_t gw_web_n_files;
 /* The file served at url (a static row), or NULL (404). */
 const gw_web_file_t *gw_web_find(const char *url);
 
+/* Each hop of the pipelines in t (sw_client_hops): from, to, model, path ("direct" or "relay"),
+ * relay (the relay's endpoint, relay path only), rtt_ms (null = not measured). A new array;
+ * `shardwire status --json` prints the same. */
+json_t *gw_web_hops_json(const sw_client_table_t *t, const char *relay);
+
 /*
  * The body of GET /v1/cluster (malloc'd JSON text the caller frees; NULL when
  * out of memory): the relay (endpoint, and uptime and message counts from t),

@@ -156,6 +156,17 @@ static int s_announce_in(const Shardwire__PeerAnnounce *a, sw_msg_announce_t *ou
     out->kv_mib = a->kv_mib;
     out->kv_full = a->kv_full;
     out->kv_type = a->kv_type;
+    out->direct = s_in_str(a->direct);
+    out->direct_key = s_in_str(a->direct_key);
+    CHECK(a->n_direct_hops <= SW_DIRECT_MAX_LINKS, "announce.direct_hops: %zu (max %d)",
+          a->n_direct_hops, SW_DIRECT_MAX_LINKS);
+    out->n_direct_hops = (uint32_t)a->n_direct_hops;
+    out->relay_rtt_us = a->relay_rtt_us;
+    for (size_t i = 0; i < a->n_direct_hops; i++) {
+        CHECK(a->direct_hops[i] != NULL, "announce.direct_hops[%zu] missing", i);
+        out->direct_hops[i].peer = s_in_str(a->direct_hops[i]->peer);
+        out->direct_hops[i].rtt_us = a->direct_hops[i]->rtt_us;
+    }
     return SW_WIRE_OK;
 }
 
@@ -666,14 +677,25 @@ int sw_codec_announce_copy(sw_announce_copy_t *dst, const sw_msg_announce_t *src
         s_keep(c.model_fingerprint, sizeof c.model_fingerprint, src->model_fingerprint,
                &c.a.model_fingerprint) ||
         s_keep(c.backend, sizeof c.backend, src->backend, &c.a.backend) ||
-        s_keep(c.model_name, sizeof c.model_name, src->model_name, &c.a.model_name))
+        s_keep(c.model_name, sizeof c.model_name, src->model_name, &c.a.model_name) ||
+        s_keep(c.direct, sizeof c.direct, src->direct, &c.a.direct) ||
+        s_keep(c.direct_key, sizeof c.direct_key, src->direct_key, &c.a.direct_key) ||
+        src->n_direct_hops > SW_DIRECT_MAX_LINKS)
         return -1;
+    for (uint32_t i = 0; i < src->n_direct_hops; i++)
+        if (s_keep(c.hop_peer[i], sizeof c.hop_peer[i], src->direct_hops[i].peer,
+                   &c.a.direct_hops[i].peer))
+            return -1;
     /* the views must point into dst, not into this copy */
     *dst = c;
     dst->a.name = dst->name;
     dst->a.model_fingerprint = dst->model_fingerprint;
     dst->a.backend = dst->backend;
     dst->a.model_name = dst->model_name;
+    dst->a.direct = dst->direct;
+    dst->a.direct_key = dst->direct_key;
+    for (uint32_t i = 0; i < src->n_direct_hops; i++)
+        dst->a.direct_hops[i].peer = dst->hop_peer[i];
     return 0;
 }
 

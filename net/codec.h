@@ -127,6 +127,12 @@ typedef struct sw_msg_dist {
     const float *probs;     // (n) their probabilities, [0, 1]
 } sw_msg_dist_t;
 
+/* DirectHop: one live direct link of a node (version 10). */
+typedef struct sw_msg_direct_hop {
+    const char *peer; // the node at the other end (a peer name)
+    uint32_t rtt_us;  // its measured round trip, <= SW_WIRE_MAX_PROBE_US (0 = none yet)
+} sw_msg_direct_hop_t;
+
 /* PeerAnnounce: who a peer is. Strings are never NULL once decoded; NULL
  * strings are sent as "". */
 typedef struct sw_msg_announce {
@@ -155,6 +161,12 @@ typedef struct sw_msg_announce {
     uint32_t kv_mib;  // KV memory its sessions share, MiB, <= SW_WIRE_MAX_MEM_MIB
     uint32_t kv_full; // sessions of n_ctx positions that fit at once, <= max_sessions
     uint32_t kv_type; // 0 = f16, 1 = q8_0
+    /* direct paths (version 10, issue 39): "" = none */
+    const char *direct;     // "tcp://HOST:PORT" of its listener (sw_wire_direct_ok)
+    const char *direct_key; // the listener's CURVE public key, Z85 (40) or ""
+    uint32_t n_direct_hops; // 0..SW_DIRECT_MAX_LINKS
+    sw_msg_direct_hop_t direct_hops[SW_DIRECT_MAX_LINKS]; // its live direct links
+    uint32_t relay_rtt_us; // round trip of its link to the relay announced to, us (0 = none)
 } sw_msg_announce_t;
 
 /* PlanAssign: head -> an auto node, the layer range the plan gives it. */
@@ -505,11 +517,14 @@ int sw_codec_validate(const sw_msg_t *msg, char *err, size_t err_len)
  * peer): a's strings point into the buffers beside it, so the struct stays
  * where it was filled (copy it again with sw_codec_announce_copy). */
 typedef struct sw_announce_copy {
-    sw_msg_announce_t a;                   // the announce
-    char name[SW_WIRE_NAME_MAX + 1];       // a.name
-    char model_fingerprint[65];            // a.model_fingerprint
-    char backend[SW_WIRE_NAME_MAX + 1];    // a.backend
-    char model_name[SW_WIRE_NAME_MAX + 1]; // a.model_name
+    sw_msg_announce_t a;                                      // the announce
+    char name[SW_WIRE_NAME_MAX + 1];                          // a.name
+    char model_fingerprint[65];                               // a.model_fingerprint
+    char backend[SW_WIRE_NAME_MAX + 1];                       // a.backend
+    char model_name[SW_WIRE_NAME_MAX + 1];                    // a.model_name
+    char direct[SW_WIRE_DIRECT_MAX + 1];                      // a.direct
+    char direct_key[41];                                      // a.direct_key
+    char hop_peer[SW_DIRECT_MAX_LINKS][SW_WIRE_NAME_MAX + 1]; // a.direct_hops[i].peer
 } sw_announce_copy_t;
 
 /* Copies src into dst. 0, or -1 when a string is longer than its buffer

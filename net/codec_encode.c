@@ -11,6 +11,8 @@
 
 #include "codec_pb.h"
 
+#include <stdlib.h>
+
 /* Inside the encoders: bail out with a message unless cond holds. */
 #define CHECK(cond, ...) SW_PB_CHECK("codec", cond, __VA_ARGS__)
 
@@ -80,7 +82,13 @@ static int s_route_out(const char *what, const char *const *route, uint32_t n, c
     return SW_WIRE_OK;
 }
 
-static void s_announce_out(const sw_msg_announce_t *in, Shardwire__PeerAnnounce *a)
+/* Room for an announce's direct hops (version 10) while it is encoded. */
+typedef struct s_hops {
+    Shardwire__DirectHop h[SW_DIRECT_MAX_LINKS];
+    Shardwire__DirectHop *p[SW_DIRECT_MAX_LINKS];
+} s_hops_t;
+
+static void s_announce_out(const sw_msg_announce_t *in, Shardwire__PeerAnnounce *a, s_hops_t *hops)
 {
     shardwire__peer_announce__init(a);
     a->name = s_out_str(in->name);
@@ -106,6 +114,19 @@ static void s_announce_out(const sw_msg_announce_t *in, Shardwire__PeerAnnounce 
     a->kv_mib = in->kv_mib;
     a->kv_full = in->kv_full;
     a->kv_type = in->kv_type;
+    a->direct = s_out_str(in->direct);
+    a->direct_key = s_out_str(in->direct_key);
+    a->relay_rtt_us = in->relay_rtt_us;
+    /* more than the room is refused by the validator: the count stays, the entries do not */
+    const uint32_t n = in->n_direct_hops;
+    for (uint32_t i = 0; i < n && i < SW_DIRECT_MAX_LINKS; i++) {
+        shardwire__direct_hop__init(&hops->h[i]);
+        hops->h[i].peer = s_out_str(in->direct_hops[i].peer);
+        hops->h[i].rtt_us = in->direct_hops[i].rtt_us;
+        hops->p[i] = &hops->h[i];
+    }
+    a->n_direct_hops = n <= SW_DIRECT_MAX_LINKS ? n : 0;
+    a->direct_hops = n ? hops->p : NULL;
 }
 
 /* ---- one encoder per message type ------------------------------------------------------- */
@@ -121,9 +142,11 @@ static int s_emit_env(Shardwire__Envelope *env, int body, sw_codec_sink_fn sink,
 static int s_announce_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,
                           size_t err_len)
 {
-    (void)err, (void)err_len;
     Shardwire__PeerAnnounce a;
-    s_announce_out(&msg->announce, &a);
+    s_hops_t hops;
+    CHECK(msg->announce.n_direct_hops <= SW_DIRECT_MAX_LINKS, "announce.direct_hops: %u (max %d)",
+          msg->announce.n_direct_hops, SW_DIRECT_MAX_LINKS);
+    s_announce_out(&msg->announce, &a, &hops);
     Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
     env.announce = &a;
     return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_ANNOUNCE, sink, ctx, NULL, 0);
@@ -160,10 +183,18 @@ static int s_table_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
           SW_WIRE_MAX_PEERS);
     Shardwire__PeerAnnounce an[SW_WIRE_MAX_PEERS];
     Shardwire__PeerInfo info[SW_WIRE_MAX_PEERS], *ptrs[SW_WIRE_MAX_PEERS];
-    for (uint32_t i = 0; i < t->n_peers; i++) {
+    s_hops_t *hops = malloc((t->n_peers ? t->n_peers : 1) * sizeof *hops); /* off the stack */
+    CHECK(hops != NULL, "peer_table: out of memory");
+    int rc = SW_WIRE_OK;
+    for (uint32_t i = 0; i < t->n_peers && rc == SW_WIRE_OK; i++) {
         sw_msg_peer_t p;
-        CHECK(sw_codec_peer_at(t, i, &p) == 0, "peer_table entry %u unreadable", i);
-        s_announce_out(&p.announce, &an[i]);
+        if (sw_codec_peer_at(t, i, &p) != 0 || p.announce.n_direct_hops > SW_DIRECT_MAX_LINKS) {
+            rc = sw_pb_fail("codec", SW_WIRE_EMALFORMED, err, err_len,
+                            "peer_table entry %u unreadable, or more than %d direct hops", i,
+                            SW_DIRECT_MAX_LINKS);
+            break;
+        }
+        s_announce_out(&p.announce, &an[i], &hops[i]);
         shardwire__peer_info__init(&info[i]);
         info[i].announce = &an[i];
         info[i].heartbeat_age_ms = p.heartbeat_age_ms;
@@ -175,15 +206,19 @@ static int s_table_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, ch
         info[i].key_fp = (char *)(p.key_fp ? p.key_fp : "");
         ptrs[i] = &info[i];
     }
-    Shardwire__PeerTable pt = SHARDWIRE__PEER_TABLE__INIT;
-    pt.n_peers = t->n_peers;
-    pt.peers = ptrs;
-    pt.uptime_ms = t->uptime_ms;
-    pt.msgs_forwarded = t->msgs_forwarded;
-    pt.msgs_dropped = t->msgs_dropped;
-    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-    env.peer_table = &pt;
-    return s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PEER_TABLE, sink, ctx, NULL, 0);
+    if (rc == SW_WIRE_OK) {
+        Shardwire__PeerTable pt = SHARDWIRE__PEER_TABLE__INIT;
+        pt.n_peers = t->n_peers;
+        pt.peers = ptrs;
+        pt.uptime_ms = t->uptime_ms;
+        pt.msgs_forwarded = t->msgs_forwarded;
+        pt.msgs_dropped = t->msgs_dropped;
+        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+        env.peer_table = &pt;
+        rc = s_emit_env(&env, SHARDWIRE__ENVELOPE__BODY_PEER_TABLE, sink, ctx, NULL, 0);
+    }
+    free(hops);
+    return rc;
 }
 
 static int s_session_open_enc(const sw_msg_t *msg, sw_codec_sink_fn sink, void *ctx, char *err,

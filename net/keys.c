@@ -7,6 +7,7 @@
 #include "keys.h"
 
 #include "args.h"
+#include "codec.h"
 #include "log.h"
 #include "sw_limits.h"
 
@@ -739,4 +740,127 @@ void sw_sec_wipe(sw_sec_t *s)
 {
     if (s)
         sodium_memzero(s, sizeof *s);
+}
+/* wire.h declares it (the announce's check); here beside the other endpoint checks, so that
+ * wire_check.c calls it without a circle between the wire files. */
+int sw_wire_direct_ok(const char *ep)
+{
+    const size_t n = (ep ? strnlen(ep, SW_WIRE_DIRECT_MAX + 1) : 0);
+    if (n > SW_WIRE_DIRECT_MAX || n < 8 || strncmp(ep, "tcp://", 6) != 0)
+        return 0;
+    const char *host = ep + 6, *colon = strrchr(host, ':');
+    if (!colon || colon == host || !colon[1] || strlen(colon + 1) > 5)
+        return 0;
+    long port = 0;
+    for (const char *c = colon + 1; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return 0;
+        port = port * 10 + (*c - '0');
+    }
+    if (port < 1 || port > 65535 || colon[1] == '0')
+        return 0;
+    const int v6 = host[0] == '[';
+    if (v6 && colon[-1] != ']')
+        return 0;
+    for (const char *c = host + v6; c < colon - v6; c++) {
+        const int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                       (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || (v6 && *c == ':');
+        if (!ok)
+            return 0;
+    }
+    return colon - host > 2 * v6;
+}
+
+/* ---- what an allow-list lets a key do (the relay, a node's listener) ------------------- */
+
+const sw_allow_entry_t *sw_allow_find(const sw_allow_entry_t *list, int n, const char *key)
+{
+    if (!key)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        if (strncmp(list[i].key, key, SW_KEY_Z85_LEN) == 0 && strlen(key) == SW_KEY_Z85_LEN)
+            return &list[i];
+    return NULL;
+}
+
+static int s_is_node_role(int role)
+{
+    return role >= SW_ROLE_HEAD && role <= SW_ROLE_FULL;
+}
+
+/* 1 when name is base or base-SUFFIX: a client key bound to the name base may announce both
+ * (a client adds a random suffix to its name). */
+static int s_name_in(const char *base, const char *name)
+{
+    size_t n = strlen(base);
+    return n > 0 && !strncmp(base, name, n) && (name[n] == 0 || name[n] == '-');
+}
+
+/*
+ * Whether key `user` may announce as `name` with `role` (secure relays): its
+ * allow-list entry binds a role and maybe a name, and a name listed for some
+ * key is reserved for the keys that list it, even while no peer holds it. 0,
+ * or -1 with the reason in why.
+ */
+int sw_allow_permit(const sw_allow_entry_t *list, int n, const char *user, const char *name,
+                    int role, char *why, size_t why_len)
+{
+    const sw_allow_entry_t *e = sw_allow_find(list, n, user);
+    if (!e) {
+        snprintf(why, why_len, "your key is not on the relay's allow-list");
+        return -1;
+    }
+    if (e->role == SW_ALLOW_NODE && (!s_is_node_role(role) || strcmp(e->name, name) != 0)) {
+        snprintf(why, why_len,
+                 "this key is the node key of '%s': it may only announce as '%s', as a head, "
+                 "middle or tail node",
+                 e->name, e->name);
+        return -1;
+    }
+    /* a node key bound to a role too ("KEY head NAME", "KEY stage NAME"): any other node key
+     * could otherwise announce a second head of a model and make the clients refuse to
+     * choose (issue 21, finding 9) */
+    if (e->role == SW_ALLOW_NODE && e->bind == SW_BIND_HEAD && role != SW_ROLE_HEAD &&
+        role != SW_ROLE_FULL) {
+        snprintf(why, why_len,
+                 "the allow-list binds this key to the head role ('KEY head %s'): it may only "
+                 "announce as a head (layers from 0)",
+                 e->name);
+        return -1;
+    }
+    if (e->role == SW_ALLOW_NODE && e->bind == SW_BIND_STAGE && role != SW_ROLE_MIDDLE &&
+        role != SW_ROLE_TAIL) {
+        snprintf(why, why_len,
+                 "the allow-list binds this key to a stage ('KEY stage %s'): it may only announce "
+                 "as a middle or tail node, not as a head",
+                 e->name);
+        return -1;
+    }
+    if (e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {
+        snprintf(why, why_len,
+                 "this is a client key: it cannot announce as a head, middle or tail node (a "
+                 "node needs its own key, listed as 'KEY head|stage NAME' in the allow-list)");
+        return -1;
+    }
+    if (e->role == SW_ALLOW_CLIENT && e->name[0] && !s_name_in(e->name, name)) {
+        snprintf(why, why_len, "this client key may only announce as '%s' or '%s-...'", e->name,
+                 e->name);
+        return -1;
+    }
+    /* A listed name itself is reserved; its suffixed forms are not: a bound
+     * client adds 48 random bits to it, a live name is never taken, a dead
+     * one is held for its key (--name-hold-s) and the head streams a request
+     * only to the key that asked. Reserving the prefix too would refuse every
+     * unnamed client key as soon as the list names a client "client" (cluster
+     * init's default), as clients announce "client-SUFFIX" by default. */
+    if (!e->name[0]) {
+        for (int i = 0; i < n; i++)
+            if (!strcmp(list[i].name, name)) {
+                snprintf(why, why_len,
+                         "the name '%s' is reserved in the relay's allow-list for another key",
+                         name);
+                return -1;
+            }
+    }
+    return 0;
 }

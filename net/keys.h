@@ -124,6 +124,18 @@ typedef struct sw_allow_entry {
 int sw_allow_load(const char *path, sw_allow_entry_t **entries, int *n, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
+/* The entry of Z85 key `key` in list[0..n), or NULL (not on the list, or key NULL). */
+const sw_allow_entry_t *sw_allow_find(const sw_allow_entry_t *list, int n, const char *key);
+
+/*
+ * Whether key `key` may announce as `name` with `role` (enum sw_role, codec.h) under the
+ * allow-list list[0..n): its entry binds a role and maybe a name, and a name listed for
+ * some key is reserved for the keys that list it. The relay checks every announce with it,
+ * a node's listener every dialling key (net/direct.c). 0, or -1 with the reason in why.
+ */
+int sw_allow_permit(const sw_allow_entry_t *list, int n, const char *key, const char *name,
+                    int role, char *why, size_t why_len);
+
 /* 1 when the endpoint is loopback only: tcp://127.x.x.x, localhost, [::1], ipc://, inproc://;
  * a list of relays "A,B" (args.h) when every one of them is. */
 int sw_endpoint_is_loopback(const char *endpoint);

@@ -34,7 +34,7 @@ int64_t link_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int s_setopt_int(void *sock, int opt, int val, const char *what)
+int link_setopt_int(void *sock, int opt, int val, const char *what)
 {
     if (zmq_setsockopt(sock, opt, &val, sizeof val) != 0) {
         SW_ERR("peer: setting %s = %d: %s", what, val, zmq_strerror(errno));
@@ -82,16 +82,16 @@ int link_open(sw_peer_t *p, sw_link_t *l, const char *ep, const char *relay_pub,
     if (!l->sock)
         goto err;
     int64_t maxmsg = SW_WIRE_MAX_FRAME;
-    if (s_setopt_int(l->sock, ZMQ_LINGER, 500, "ZMQ_LINGER") ||
-        s_setopt_int(l->sock, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE") ||
-        s_setopt_int(l->sock, ZMQ_HEARTBEAT_IVL, p->hb_ms, "ZMQ_HEARTBEAT_IVL") ||
-        s_setopt_int(l->sock, ZMQ_HEARTBEAT_TIMEOUT, SW_PEER_ZMTP_BACKSTOP_MS,
-                     "ZMQ_HEARTBEAT_TIMEOUT") ||
-        s_setopt_int(l->sock, ZMQ_HEARTBEAT_TTL, 0, "ZMQ_HEARTBEAT_TTL") ||
-        s_setopt_int(l->sock, ZMQ_RECONNECT_IVL, 100, "ZMQ_RECONNECT_IVL") ||
-        s_setopt_int(l->sock, ZMQ_RECONNECT_IVL_MAX, 2000, "ZMQ_RECONNECT_IVL_MAX") ||
-        s_setopt_int(l->sock, ZMQ_SNDTIMEO, p->send_ms, "ZMQ_SNDTIMEO") ||
-        s_setopt_int(l->sock, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
+    if (link_setopt_int(l->sock, ZMQ_LINGER, 500, "ZMQ_LINGER") ||
+        link_setopt_int(l->sock, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE") ||
+        link_setopt_int(l->sock, ZMQ_HEARTBEAT_IVL, p->hb_ms, "ZMQ_HEARTBEAT_IVL") ||
+        link_setopt_int(l->sock, ZMQ_HEARTBEAT_TIMEOUT, SW_PEER_ZMTP_BACKSTOP_MS,
+                        "ZMQ_HEARTBEAT_TIMEOUT") ||
+        link_setopt_int(l->sock, ZMQ_HEARTBEAT_TTL, 0, "ZMQ_HEARTBEAT_TTL") ||
+        link_setopt_int(l->sock, ZMQ_RECONNECT_IVL, 100, "ZMQ_RECONNECT_IVL") ||
+        link_setopt_int(l->sock, ZMQ_RECONNECT_IVL_MAX, 2000, "ZMQ_RECONNECT_IVL_MAX") ||
+        link_setopt_int(l->sock, ZMQ_SNDTIMEO, p->send_ms, "ZMQ_SNDTIMEO") ||
+        link_setopt_int(l->sock, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"))
         return -1;
     if (zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         goto err;
@@ -143,6 +143,10 @@ void link_close(sw_link_t *l)
 void link_send_announce(sw_peer_t *p, sw_link_t *l)
 {
     sw_msg_t msg = {.type = SW_MSG_ANNOUNCE, .announce = p->announce.a};
+    const long rtt = link_rtt_us(l); /* this link's own (status: a hop's time by this relay) */
+    msg.announce.relay_rtt_us = rtt <= 0                           ? 0
+                                : rtt > (long)SW_WIRE_MAX_PROBE_US ? SW_WIRE_MAX_PROBE_US
+                                                                   : (uint32_t)rtt;
     char err[SW_WIRE_ERR_LEN];
     int rc = sw_codec_send(l->sock, SW_WIRE_RELAY_NAME, &msg, ZMQ_DONTWAIT, NULL, err, sizeof err);
     if (rc == SW_WIRE_ESOCKET && errno == EAGAIN) {
@@ -160,13 +164,58 @@ void link_maybe_announce(sw_peer_t *p, sw_link_t *l)
         link_send_announce(p, l);
 }
 
-long link_rtt_us(const sw_link_t *l)
+/* TCP_INFO of fd: its smoothed round trip (us) or, with silent, ms since data last came in;
+ * -1 when fd is not a TCP socket. */
+static long s_tcp_info(int fd, int silent)
 {
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
-    if (l->fd < 0 || getsockopt(l->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
         return -1;
-    return (long)ti.tcpi_rtt;
+    return silent ? (long)ti.tcpi_last_data_recv : (long)ti.tcpi_rtt;
+}
+
+long link_fd_rtt_us(int fd)
+{
+    return s_tcp_info(fd, 0);
+}
+
+long link_fd_silent_ms(int fd)
+{
+    return s_tcp_info(fd, 1);
+}
+
+long link_rtt_us(const sw_link_t *l)
+{
+    return link_fd_rtt_us(l->fd);
+}
+
+int link_read_event(void *mon, uint16_t *event, uint32_t *value)
+{
+    zmq_msg_t ev;
+    zmq_msg_init(&ev);
+    if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&ev);
+        return 0;
+    }
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&ev) >= 2)
+        memcpy(event, zmq_msg_data(&ev), 2);
+    if (zmq_msg_size(&ev) >= 6)
+        memcpy(value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
+    int more = zmq_msg_more(&ev);
+    zmq_msg_close(&ev);
+    while (more) { /* the endpoint address frame */
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, mon, 0) < 0) {
+            zmq_msg_close(&ev);
+            return 1;
+        }
+        more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+    }
+    return 1;
 }
 
 int link_live(const sw_link_t *l)
@@ -177,30 +226,9 @@ int link_live(const sw_link_t *l)
 /* Reads every pending monitor event. */
 void link_events(sw_peer_t *p, sw_link_t *l)
 {
-    for (;;) {
-        zmq_msg_t ev;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, l->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 2)
-            memcpy(&event, zmq_msg_data(&ev), 2);
-        if (zmq_msg_size(&ev) >= 6)
-            memcpy(&value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
-        int more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
-        while (more) { /* the endpoint address frame */
-            zmq_msg_init(&ev);
-            if (zmq_msg_recv(&ev, l->mon, 0) < 0) {
-                zmq_msg_close(&ev);
-                return;
-            }
-            more = zmq_msg_more(&ev);
-            zmq_msg_close(&ev);
-        }
+    uint16_t event;
+    uint32_t value;
+    while (link_read_event(l->mon, &event, &value)) {
         if (event == ZMQ_EVENT_CONNECTED) {
             l->fd = (int)value; /* the event's value is the new socket */
         } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
@@ -259,13 +287,10 @@ void link_check_silence(sw_peer_t *p, sw_link_t *l)
     if (l->fd < 0 || now < l->check_at_ms)
         return;
     l->check_at_ms = now + p->silent_limit_ms / SW_PEER_SILENT_IVLS;
-    struct tcp_info ti;
-    socklen_t tl = sizeof ti;
-    if (getsockopt(l->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
-        return;
-    if ((int64_t)ti.tcpi_last_data_recv > p->silent_limit_ms) {
-        SW_WARN("peer %s: no data from the relay %s for %u ms: reconnecting", p->announce.name,
-                l->ep, ti.tcpi_last_data_recv);
+    const long silent = link_fd_silent_ms(l->fd);
+    if (silent > p->silent_limit_ms) {
+        SW_WARN("peer %s: no data from the relay %s for %ld ms: reconnecting", p->announce.name,
+                l->ep, silent);
         /* libzmq sees the end and redials; SHUT_RD, not SHUT_RDWR: an EPOLLHUP on a
          * connection whose queue to this socket is full aborts libzmq 4.3.4 at its next
          * heartbeat (relay/conn.c, relay_cut) */

@@ -47,6 +47,7 @@ int sw_peer_reannounce(sw_peer_t *p, const sw_msg_announce_t *a)
     if (!a->name || strcmp(a->name, p->announce.name) != 0 ||
         sw_codec_announce_copy(&p->announce, a) != 0)
         return -1;
+    direct_announce_fields(p); /* the listener and direct links are this module's to say */
     for (int i = 0; i < p->n_links; i++) {
         sw_link_t *l = &p->links[i];
         if (l->dead)
@@ -184,15 +185,28 @@ static int s_reap(sw_peer_t *p)
     return alive == 0;
 }
 
-/* The upkeep of every link: events, silence, announces. */
+/* The upkeep of every link: events, silence, announces; the direct links, and their
+ * announce to every relay when they came up or went (status shows them). */
 static void s_upkeep(sw_peer_t *p)
 {
+    direct_upkeep(p);
+    const int64_t now = s_now_ms();
+    if (p->announce.a.role != SW_ROLE_CLIENT && now >= p->rtt_refresh_ms) {
+        p->direct.changed = p->rtt_refresh_ms > 0; /* not the first time: the announce is new */
+        p->rtt_refresh_ms = now + SW_PEER_RTT_REFRESH_MS;
+    }
+    const int hops = p->direct.changed;
+    if (hops)
+        direct_announce_fields(p);
+    p->direct.changed = 0;
     for (int i = 0; i < p->n_links; i++) {
         sw_link_t *l = &p->links[i];
         if (l->dead)
             continue;
         link_events(p, l);
         link_check_silence(p, l);
+        if (hops && l->announced)
+            link_send_announce(p, l);
         link_maybe_announce(p, l);
     }
 }
@@ -257,6 +271,10 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
             }
             any |= read;
         }
+        int dread = 0;
+        if (!p->constructing && direct_read(p, out, &dread) == 0)
+            return 0;
+        any |= dread;
         if (until_announced && acked)
             return 1;
         if (any) { /* something was read: go on unless time is up */
@@ -274,8 +292,8 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
         if (deadline >= 0 && now >= deadline)
             return 1;
         int64_t wait = deadline < 0 ? 1000 : deadline - now;
-        zmq_pollitem_t items[2 * SW_PEER_MAX_RELAYS];
-        int n_items = 0;
+        zmq_pollitem_t items[2 * SW_PEER_MAX_RELAYS + 3 + 2 * SW_DIRECT_MAX_LINKS];
+        int n_items = direct_poll_items(p, items, 3 + 2 * SW_DIRECT_MAX_LINKS);
         for (int i = 0; i < p->n_links; i++) {
             const sw_link_t *l = &p->links[i];
             if (l->dead)
@@ -532,12 +550,14 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         SW_ERR("peer: the announce does not fit its copy");
         goto err;
     }
+    p->direct.changed = 0;
     p->ctx = zmq_ctx_new();
     if (!p->ctx) {
         SW_ERR("peer: socket setup failed: %s", zmq_strerror(errno));
         goto err;
     }
-    if (s_peer_secure(p, opts->sec, opts->accept_clear_errors, opts->test_clock_skew_ms) != 0)
+    if (s_peer_secure(p, opts->sec, opts->accept_clear_errors, opts->test_clock_skew_ms) != 0 ||
+        direct_open(p, opts) != 0)
         goto err;
     for (int i = 0; i < p->n_links; i++) {
         char ep[SW_ARGS_ENDPOINT_MAX];
@@ -570,6 +590,7 @@ void sw_peer_destroy(sw_peer_t **self_p)
     }
     for (int i = 0; i < p->n_links; i++)
         link_close(&p->links[i]);
+    direct_close(p);
     if (p->ctx)
         zmq_ctx_term(p->ctx);
     sw_seal_destroy(&p->crypto.seal);
@@ -589,7 +610,7 @@ int sw_peer_poll_items(sw_peer_t *peer, zmq_pollitem_t *items, int max)
     for (int i = 0; i < peer->n_links && n < max; i++)
         if (!peer->links[i].dead)
             items[n++] = (zmq_pollitem_t){peer->links[i].sock, 0, ZMQ_POLLIN, 0};
-    return n;
+    return n + direct_poll_items(peer, items + n, max - n);
 }
 
 int sw_peer_pending(const sw_peer_t *peer)
@@ -615,12 +636,16 @@ static int s_send_link(sw_peer_t *peer, int via, int quiet)
 static int s_send_via(sw_peer_t *peer, int via, const char *dest, sw_envelope_t *env,
                       const void *payload, size_t payload_len, int has_payload)
 {
+    int rc = direct_send(peer, via, dest, env, payload, payload_len, has_payload);
+    if (rc <= 0)
+        return rc;
     const int li = s_send_link(peer, via, 0);
     if (li < 0)
         return SW_WIRE_ESOCKET;
     char err[SW_WIRE_ERR_LEN];
-    int rc = sw_wire_send_ex(peer->links[li].sock, dest, env, payload, payload_len, has_payload, 0,
-                             &peer->crypto, err, sizeof err);
+    direct_note_relay(peer, dest);
+    rc = sw_wire_send_ex(peer->links[li].sock, dest, env, payload, payload_len, has_payload, 0,
+                         &peer->crypto, err, sizeof err);
     if (rc) {
         if (rc == SW_WIRE_ESOCKET && errno == EAGAIN)
             SW_ERR("peer %s: send to %s timed out (relay unreachable or queue full)",
@@ -681,12 +706,16 @@ int sw_peer_status(sw_peer_t *peer, sw_wire_msg_t *table_msg, int timeout_ms)
 
 static int s_try_send(sw_peer_t *peer, int via, const char *dest, sw_envelope_t *env)
 {
+    int rc = direct_send(peer, via, dest, env, NULL, 0, 0);
+    if (rc <= 0)
+        return rc;
     const int li = s_send_link(peer, via, 1);
     if (li < 0)
         return SW_WIRE_ESOCKET;
     char err[SW_WIRE_ERR_LEN];
-    int rc = sw_wire_send_ex(peer->links[li].sock, dest, env, NULL, 0, 0, ZMQ_DONTWAIT,
-                             &peer->crypto, err, sizeof err);
+    direct_note_relay(peer, dest);
+    rc = sw_wire_send_ex(peer->links[li].sock, dest, env, NULL, 0, 0, ZMQ_DONTWAIT, &peer->crypto,
+                         err, sizeof err);
     if (rc && !(rc == SW_WIRE_ESOCKET && errno == EAGAIN))
         SW_ERR("peer %s: %s", peer->announce.name, err);
     return rc;

@@ -85,6 +85,13 @@ typedef struct sw_peer_opts {
     volatile sig_atomic_t *stop; /* optional: sw_peer_new gives up once it is non-zero */
     int test_clock_skew_ms;      /* TESTS ONLY: seal and open as if this machine's clock ran
                                     this far ahead (negative: behind) */
+    /* Direct paths (nodes; docs/protocol.md "Direct paths"): NULL = none. */
+    const char *listen;        /* "tcp://HOST:PORT" to accept direct links on (--listen) */
+    const char *listen_public; /* the address announced for it (NULL = listen) */
+    const char *allow_file;    /* the allow-list dialling keys are checked against (--allow);
+                                  required with listen unless sec is NULL or insecure */
+    int direct_dial_ms;        /* a dial not through its handshake by then keeps the relay
+                                  path; 0 = SW_DIRECT_DIAL_MS */
 } sw_peer_opts_t;
 
 /*
@@ -217,5 +224,25 @@ int sw_peer_connects(sw_peer_t *peer);
  * each reconnect, under a new name when it was renamed): a client asks for what
  * it may have missed once it may send again. */
 int sw_peer_announces(sw_peer_t *peer);
+
+/*
+ * Direct paths (nodes; direct.c). A node started with opts.listen accepts direct links there
+ * (CURVE with its own key; the allow-list's node keys only, each under the name it binds) and
+ * announces the address (PeerAnnounce.direct). sw_peer_direct_dial asks for a link to a node
+ * that announced one (ep, its key in Z85, and the fingerprint the relay authenticated for its
+ * name: the two must agree); from then on messages to that node go by the link while it is
+ * up, once none went to it by a relay for SW_DIRECT_QUIET_MS (so that none overtakes an
+ * earlier one), and by the relay at once when it fails, never connects within
+ * opts.direct_dial_ms (NAT), or is lost. A link carries both directions. 0 (asked, or
+ * already there), -1 when it cannot be (logged once: bad fields, a key that does not match,
+ * no room).
+ */
+int sw_peer_direct_dial(sw_peer_t *peer, const char *name, const char *ep, const char *key_z85,
+                        const char *key_fp);
+/* Live direct links lost so far (what was in flight on them may be gone: a head sends the
+ * round again). */
+uint64_t sw_peer_direct_losses(sw_peer_t *peer);
+/* The live direct links (peer name and measured round trip) into out[0..max): their count. */
+int sw_peer_direct_hops(sw_peer_t *peer, sw_msg_direct_hop_t *out, int max);
 
 #endif

@@ -36,6 +36,50 @@ typedef struct sw_link {
     uint64_t losses; /* times an announced link was lost */
 } sw_link_t;
 
+/* One direct link (direct.c): to a node whose listener we dial (a DEALER of ours), or from one
+ * that dialled ours (its routing id on our listener's ROUTER). */
+typedef struct sw_dlink {
+    char name[SW_WIRE_NAME_MAX + 1]; /* the node at the other end; "" = a free slot */
+    char fp[SW_KEY_FP_LEN + 1];      /* its key's fingerprint ("" without keys) */
+    int dialled;                     /* 1: our DEALER dials its listener; 0: accepted */
+    char ep[SW_WIRE_DIRECT_MAX + 1]; /* dialled: its listener's address */
+    char key[SW_KEY_Z85_LEN + 1];    /* dialled: the listener's public key ("" without keys) */
+    void *sock;                      /* dialled: the DEALER (NULL while waiting to retry) */
+    void *mon;                       /* dialled: its monitor */
+    uint8_t rid[256];                /* accepted: its routing id on our ROUTER */
+    size_t rid_len;
+    int fd;                /* its TCP socket (libzmq's), -1 = none known */
+    int up;                /* live: handshake done (dialled) / hello seen (accepted) */
+    int used;              /* messages to it go by this link (the quiet rule met) */
+    int64_t dial_at_ms;    /* dialled: when the current dial began, -1 = none */
+    int64_t retry_at_ms;   /* dialled: dial again at this time, -1 = not waiting */
+    int64_t relay_sent_ms; /* the last message to it that went by a relay */
+    int64_t check_at_ms;   /* next silence check */
+    long rtt_us;           /* the round trip measured when it came up, -1 = none */
+} sw_dlink_t;
+
+/* The direct paths of a peer (direct.c): its listener (--listen) and its direct links. */
+typedef struct sw_direct {
+    void *router;                           /* the listener's ROUTER, NULL = no --listen */
+    void *rmon;                             /* its monitor */
+    void *zap;                              /* the ZAP handler of this peer's context */
+    char public_ep[SW_WIRE_DIRECT_MAX + 1]; /* the address announced */
+    char pub[SW_KEY_Z85_LEN + 1];           /* own CURVE key pair ("" without keys) */
+    char sec[SW_KEY_Z85_LEN + 1];
+    sw_allow_entry_t *allow; /* the listener's allow-list (--allow) */
+    int n_allow;
+    int conn_fd[SW_DIRECT_MAX_CONNS]; /* the listener's open connections, -1 = free */
+    sw_dlink_t links[SW_DIRECT_MAX_LINKS];
+    int dial_ms;      /* --direct-dial-ms */
+    uint64_t losses;  /* live links lost (sw_peer_direct_losses) */
+    uint64_t refused; /* connections the listener refused */
+    int changed;      /* links came up or went: announce the hops */
+} sw_direct_t;
+
+/* Messages that came by a direct link carry this as sw_wire_msg_t.link; sending "via" it means
+ * "by the direct link to the destination while it is up". */
+#define SW_PEER_VIA_DIRECT 100
+
 struct sw_peer {
     void *ctx;                           /* own ZeroMQ context (one I/O thread for every link) */
     sw_link_t links[SW_PEER_MAX_RELAYS]; /* one per relay, in --relay's order */
@@ -56,6 +100,8 @@ struct sw_peer {
     int n_announces;                     /* announces the relays acknowledged, all links */
     int rename_on_taken;                 /* sw_peer_opts_t.rename_on_taken */
     int64_t wrong_key_told_ms;           /* when we last told a peer we cannot open its messages */
+    sw_direct_t direct;                  /* direct paths (direct.c) */
+    int64_t rtt_refresh_ms;              /* nodes: next announce with fresh round trips */
 };
 
 int64_t link_now_ms(void);
@@ -74,6 +120,13 @@ void link_send_announce(sw_peer_t *p, sw_link_t *l);
 void link_maybe_announce(sw_peer_t *p, sw_link_t *l);
 /* The kernel's smoothed round trip of l's TCP connection in microseconds, -1 = none. */
 long link_rtt_us(const sw_link_t *l);
+/* The same for a TCP socket fd; and how long no data came in on it, ms (-1 = unknown). */
+long link_fd_rtt_us(int fd);
+long link_fd_silent_ms(int fd);
+/* Reads one pending socket-monitor event from mon without waiting: 1 read, 0 none. */
+int link_read_event(void *mon, uint16_t *event, uint32_t *value);
+/* zmq_setsockopt of an int: 0, or -1 after one line naming what. */
+int link_setopt_int(void *sock, int opt, int val, const char *what);
 /* 1 when messages may go by l now (announced on a live connection). */
 int link_live(const sw_link_t *l);
 
@@ -84,5 +137,25 @@ int link_on_cut(sw_peer_t *p, const char *relay, int64_t deadline, int *cuts, in
 /* One probe of l's relay: 0 = dial it (it greets us, or may later), -1 = closed for good
  * (one line said why). why holds the probe's reason when the relay did not greet us. */
 int link_probe_once(sw_peer_t *p, sw_link_t *l, char *why, size_t why_len);
+
+/* Direct paths (direct.c; peer.c calls these, direct.c calls link.c only). */
+/* Sets up the listener (opts->listen) and what the announce says of it. 0, or -1 logged. */
+int direct_open(sw_peer_t *p, const sw_peer_opts_t *opts);
+void direct_close(sw_peer_t *p);
+/* Monitor events, ZAP requests, dial deadlines and retries, silence. */
+void direct_upkeep(sw_peer_t *p);
+/* The direct sockets and monitors to poll (POLLIN) into items[0..max): their count. */
+int direct_poll_items(sw_peer_t *p, zmq_pollitem_t *items, int max);
+/* Reads one message from a direct socket without waiting: 0 one in *out (link
+ * SW_PEER_VIA_DIRECT), 1 none for the caller (*read: something was read). */
+int direct_read(sw_peer_t *p, sw_wire_msg_t *out, int *read);
+/* Sends by the direct link to dest when the rule says so (via: the link asked for): 0 sent,
+ * 1 not by a direct link (send by a relay), or a negative sw_wire_rc after one line. */
+int direct_send(sw_peer_t *p, int via, const char *dest, sw_envelope_t *env, const void *payload,
+                size_t payload_len, int has_payload);
+/* A message to dest went by a relay (the quiet rule). */
+void direct_note_relay(sw_peer_t *p, const char *dest);
+/* The announce's direct fields from the current state (p->announce). */
+void direct_announce_fields(sw_peer_t *p);
 
 #endif

@@ -119,6 +119,12 @@ static sw_seal_t *s_send_seal(const sw_wire_crypto_t *crypto, const Shardwire__E
     }
 }
 
+/* Sends [rid]? [name][header][payload]? sealed for dname (sw_wire_send_ex, sw_wire_send_direct). */
+static int s_send(void *sock, const void *rid, size_t rid_len, const char *name, size_t nlen,
+                  const char *dname, sw_envelope_t *env, const void *payload, size_t payload_len,
+                  int has_payload, int flags, const sw_wire_crypto_t *crypto, char *err,
+                  size_t err_len);
+
 int sw_wire_send_ex(void *sock, const char *name, sw_envelope_t *env, const void *payload,
                     size_t payload_len, int has_payload, int flags, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len)
@@ -127,6 +133,29 @@ int sw_wire_send_ex(void *sock, const char *name, sw_envelope_t *env, const void
     char dname[SW_WIRE_NAME_MAX + 1], dkey[SW_WIRE_KEY_FP_LEN + 1];
     CHECK(nlen <= SW_WIRE_ADDR_MAX && sw_wire_addr_split(name, nlen, dname, dkey) == 0,
           "send: bad peer name");
+    return s_send(sock, NULL, 0, name, nlen, dname, env, payload, payload_len, has_payload, flags,
+                  crypto, err, err_len);
+}
+
+int sw_wire_send_direct(void *sock, const void *rid, size_t rid_len, const char *dest,
+                        sw_envelope_t *env, const void *payload, size_t payload_len,
+                        int has_payload, int flags, const sw_wire_crypto_t *crypto, char *err,
+                        size_t err_len)
+{
+    const char *self = crypto && crypto->self ? crypto->self : "";
+    const size_t slen = strnlen(self, SW_WIRE_NAME_MAX + 1);
+    CHECK(dest && sw_wire_name_ok(dest, strnlen(dest, SW_WIRE_NAME_MAX + 1)) &&
+              sw_wire_name_ok(self, slen),
+          "send: bad peer name");
+    return s_send(sock, rid, rid_len, self, slen, dest, env, payload, payload_len, has_payload,
+                  flags, crypto, err, err_len);
+}
+
+static int s_send(void *sock, const void *rid, size_t rid_len, const char *name, size_t nlen,
+                  const char *dname, sw_envelope_t *env, const void *payload, size_t payload_len,
+                  int has_payload, int flags, const sw_wire_crypto_t *crypto, char *err,
+                  size_t err_len)
+{
     CHECK(!has_payload || payload || payload_len == 0, "send: payload pointer missing");
     Shardwire__Envelope *pb = env ? &env->pb : NULL;
     zmq_msg_t hdr;
@@ -144,27 +173,29 @@ int sw_wire_send_ex(void *sock, const char *name, sw_envelope_t *env, const void
                 "wire", SW_WIRE_ESEAL, err, err_len,
                 "send to %s: a %s travels sealed with the %s key, which this peer does "
                 "not hold",
-                name, sw_wire_body_name(pb),
+                dname, sw_wire_body_name(pb),
                 sw_wire_body_channel(pb) == SW_WIRE_CH_ACCESS ? "access" : "cluster");
         }
         int src = sw_seal_message(seal, crypto->self, dname, zmq_msg_data(&hdr), zmq_msg_size(&hdr),
                                   payload, payload_len, has_payload, &sealed_hdr, &sealed_payload);
         zmq_msg_close(&hdr);
         if (src != SW_SEAL_OK)
-            return sw_pb_fail("wire", SW_WIRE_ESEAL, err, err_len, "send to %s: sealing: %s", name,
+            return sw_pb_fail("wire", SW_WIRE_ESEAL, err, err_len, "send to %s: sealing: %s", dname,
                               sw_seal_strerror(src));
         zmq_msg_init(&hdr);
         zmq_msg_move(&hdr, &sealed_hdr);
         use_sealed_payload = has_payload;
     }
     /* The first frame decides: once it is queued, the others go with it. */
-    if (zmq_send(sock, name, nlen, flags | ZMQ_SNDMORE) < 0) {
+    if ((rid ? zmq_send(sock, rid, rid_len, flags | ZMQ_SNDMORE) < 0
+             : zmq_send(sock, name, nlen, flags | ZMQ_SNDMORE) < 0) ||
+        (rid && zmq_send(sock, name, nlen, ZMQ_SNDMORE) < 0)) {
         int e = errno;
         zmq_msg_close(&hdr);
         if (use_sealed_payload)
             zmq_msg_close(&sealed_payload);
         errno = e;
-        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send to %s: %s", name,
+        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send to %s: %s", dname,
                           zmq_strerror(e));
     }
     if (zmq_msg_send(&hdr, sock, has_payload ? ZMQ_SNDMORE : 0) < 0) {
@@ -173,7 +204,7 @@ int sw_wire_send_ex(void *sock, const char *name, sw_envelope_t *env, const void
         if (use_sealed_payload)
             zmq_msg_close(&sealed_payload);
         errno = e;
-        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send header to %s: %s", name,
+        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send header to %s: %s", dname,
                           zmq_strerror(e));
     }
     if (use_sealed_payload) {
@@ -181,13 +212,13 @@ int sw_wire_send_ex(void *sock, const char *name, sw_envelope_t *env, const void
             int e = errno;
             zmq_msg_close(&sealed_payload);
             errno = e;
-            return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
-                              zmq_strerror(e));
+            return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s",
+                              dname, zmq_strerror(e));
         }
     } else if (has_payload && zmq_send(sock, payload, payload_len, 0) < 0) {
         int e = errno;
         errno = e;
-        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", name,
+        return sw_pb_fail("wire", SW_WIRE_ESOCKET, err, err_len, "send payload to %s: %s", dname,
                           zmq_strerror(e));
     }
     return SW_WIRE_OK;
@@ -387,6 +418,10 @@ static int s_check_frames(s_frames_t *fr, char *name, char *key, char *err, size
     return SW_WIRE_OK;
 }
 
+/* The rest of a receive once the frames are checked and the sender (name, key) is known. */
+static int s_recv_rest(s_frames_t *fr, const char *name, const char *key, sw_wire_msg_t *msg,
+                       const sw_wire_crypto_t *crypto, char *err, size_t err_len);
+
 int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len)
 {
@@ -395,32 +430,89 @@ int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_cry
         return SW_WIRE_ESOCKET;
     char name[SW_WIRE_NAME_MAX + 1], key[SW_WIRE_KEY_FP_LEN + 1];
     int rc = s_check_frames(&fr, name, key, err, err_len);
-    if (rc)
-        goto done;
-    const int has_payload = fr.n == 3;
-    const int sealed = sw_seal_is_sealed(zmq_msg_data(&fr.f[1]), zmq_msg_size(&fr.f[1]));
+    if (rc == SW_WIRE_OK)
+        rc = s_recv_rest(&fr, name, key, msg, crypto, err, err_len);
+    s_frames_close(&fr);
+    return rc;
+}
+
+int sw_wire_recv_direct(void *sock, int flags, int router, sw_wire_msg_t *msg,
+                        const sw_wire_crypto_t *crypto, sw_wire_who_fn who, void *who_ctx,
+                        char *err, size_t err_len)
+{
+    zmq_msg_t rid;
+    zmq_msg_init(&rid);
+    if (router && zmq_msg_recv(&rid, sock, flags) < 0) {
+        int e = errno;
+        zmq_msg_close(&rid);
+        errno = e;
+        return SW_WIRE_ESOCKET;
+    }
+    if (router && !zmq_msg_more(&rid)) {
+        zmq_msg_close(&rid);
+        return sw_pb_fail("wire", SW_WIRE_EMALFORMED, err, err_len, "direct: an empty message");
+    }
+    s_frames_t fr;
+    if (s_recv_frames(sock, router ? 0 : flags, &fr) != SW_WIRE_OK) {
+        int e = errno;
+        zmq_msg_close(&rid);
+        errno = e;
+        return SW_WIRE_ESOCKET;
+    }
+    char name[SW_WIRE_NAME_MAX + 1] = "", key[SW_WIRE_KEY_FP_LEN + 1] = "";
+    const size_t nlen = zmq_msg_size(&fr.f[0]);
+    int rc;
+    if (fr.n == 1) { /* a hello: the dialler's name alone */
+        rc = nlen <= SW_WIRE_NAME_MAX && sw_wire_name_ok(zmq_msg_data(&fr.f[0]), nlen)
+                 ? SW_WIRE_PROBE
+                 : sw_pb_fail("wire", SW_WIRE_EMALFORMED, err, err_len, "direct: a bad hello");
+        if (rc == SW_WIRE_PROBE) {
+            memcpy(name, zmq_msg_data(&fr.f[0]), nlen);
+            name[nlen] = 0;
+        }
+    } else {
+        rc = s_check_frames(&fr, name, key, err, err_len);
+        if (rc == SW_WIRE_OK && key[0])
+            rc = sw_pb_fail("wire", SW_WIRE_EMALFORMED, err, err_len,
+                            "direct: a name frame with a key");
+    }
+    if ((rc == SW_WIRE_OK || rc == SW_WIRE_PROBE) &&
+        who(who_ctx, router ? &rid : NULL, &fr.f[0], name, key) != 0)
+        rc = sw_pb_fail("wire", SW_WIRE_EKEY, err, err_len,
+                        "direct: a message naming '%s' on a connection that is not its", name);
+    if (rc == SW_WIRE_OK)
+        rc = s_recv_rest(&fr, name, key, msg, crypto, err, err_len);
+    zmq_msg_close(&rid);
+    s_frames_close(&fr);
+    return rc;
+}
+
+static int s_recv_rest(s_frames_t *fr, const char *name, const char *key, sw_wire_msg_t *msg,
+                       const sw_wire_crypto_t *crypto, char *err, size_t err_len)
+{
+    int rc;
+    const int has_payload = fr->n == 3;
+    const int sealed = sw_seal_is_sealed(zmq_msg_data(&fr->f[1]), zmq_msg_size(&fr->f[1]));
     Shardwire__Envelope *env = NULL;
     int channel = SW_WIRE_CH_CLEAR;
     if (sealed || (crypto && (crypto->seal || crypto->access) && !s_is_relay(name)))
-        rc = s_recv_sealed(&fr, name, key, sealed, crypto, msg, &env, &channel, err, err_len);
+        rc = s_recv_sealed(fr, name, key, sealed, crypto, msg, &env, &channel, err, err_len);
     else
-        rc = s_decode_header(&fr, zmq_msg_data(&fr.f[1]), zmq_msg_size(&fr.f[1]), has_payload, &env,
-                             err, err_len);
+        rc = s_decode_header(fr, zmq_msg_data(&fr->f[1]), zmq_msg_size(&fr->f[1]), has_payload,
+                             &env, err, err_len);
     if (rc)
-        goto done;
+        return rc;
     sw_wire_msg_clear(msg);
     memcpy(msg->peer, name, strlen(name) + 1);
     memcpy(msg->peer_key, key, sizeof msg->peer_key);
     msg->env = sw_envelope_of(env);
     zmq_msg_init(&msg->payload);
     if (has_payload)
-        zmq_msg_move(&msg->payload, &fr.f[2]);
+        zmq_msg_move(&msg->payload, &fr->f[2]);
     msg->has_payload = has_payload;
     msg->sealed = sealed;
     msg->channel = channel;
-done:
-    s_frames_close(&fr);
-    return rc;
+    return SW_WIRE_OK;
 }
 
 int sw_wire_decode_msg(const void *header, size_t header_len, int has_payload, size_t payload_len,

@@ -44,8 +44,9 @@
  * digests in Forward and Verdict, SpotQuery / SpotReport; 8: Progress, PrefillAck,
  * StageTiming.critical_us, GenerateStats.overlap_ms, hidden sizes up to 32768; fair shares:
  * Forward.fair_client and fair_tenant, GenerateRequest.tenant; 9: the KV cache's
- * PeerAnnounce 20..23). */
-#define SW_WIRE_VERSION 9u
+ * PeerAnnounce 20..23; 10: direct paths, PeerAnnounce 24..26 and DirectHop). */
+#define SW_WIRE_VERSION 10u
+#define SW_WIRE_KEY_Z85_LEN 40              /* PeerAnnounce.direct_key: a Z85 CURVE public key */
 #define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
 #define SW_WIRE_MAX_PROBE_US 60000000u      /* probe times, rtt_us, plan_us: 60 s */
 #define SW_WIRE_MAX_KV_KIB_LAYER (1u << 26) /* PeerAnnounce.kv_kib_layer: 64 GiB a layer */
@@ -149,6 +150,10 @@ const char *sw_wire_error_code_name(int code);
 const char *sw_wire_role_name(int role);
 /* 1 when name (NULL = "") is a valid model name: 0..63 bytes of [A-Za-z0-9._:/-]. */
 int sw_wire_model_name_ok(const char *name);
+/* 1 when ep is a listener address a node may announce (PeerAnnounce.direct, version 10):
+ * "tcp://HOST:PORT", HOST a name, an IPv4 or a bracketed IPv6 address, PORT 1..65535, at most
+ * SW_WIRE_DIRECT_MAX bytes. */
+int sw_wire_direct_ok(const char *ep);
 /* 1 when name[0..len) is a valid peer name (1..63 bytes of [A-Za-z0-9._-]). */
 int sw_wire_name_ok(const char *name, size_t len);
 /* 1 when fp is a key fingerprint: SW_WIRE_KEY_FP_LEN lower-case hex digits. */
@@ -207,6 +212,33 @@ int sw_wire_recv(void *sock, int flags, sw_wire_msg_t *msg, char *err, size_t er
  */
 int sw_wire_recv_ex(void *sock, int flags, sw_wire_msg_t *msg, const sw_wire_crypto_t *crypto,
                     char *err, size_t err_len) __attribute__((warn_unused_result));
+
+/*
+ * Direct links between two nodes (net/direct.c, version 10): the same frames as through the
+ * relay, but the name frame is the SENDER's own name (crypto->self), and on a ROUTER (the
+ * listener's side) a routing id frame rid comes first. The message is sealed for dest as
+ * sw_wire_send_ex seals it.
+ */
+int sw_wire_send_direct(void *sock, const void *rid, size_t rid_len, const char *dest,
+                        sw_envelope_t *env, const void *payload, size_t payload_len,
+                        int has_payload, int flags, const sw_wire_crypto_t *crypto, char *err,
+                        size_t err_len) __attribute__((warn_unused_result));
+
+/* Who is at the other end of a direct connection: rid (NULL on a DEALER) and the name frame
+ * (whose properties hold the ZAP User-Id) for a message whose name frame claims name; 0 with
+ * key (SW_WIRE_KEY_FP_LEN + 1) set to the authenticated key's fingerprint ("" without keys)
+ * when the claim holds, -1 when it does not (the message is dropped). */
+typedef int (*sw_wire_who_fn)(void *ctx, zmq_msg_t *rid, zmq_msg_t *name_frame, const char *name,
+                              char *key);
+
+/*
+ * sw_wire_recv_ex for a direct connection (router: sock is the listener's ROUTER). The sender
+ * is who says, never the frame alone. A hello (the name frame alone, sent by a dialler once
+ * its handshake completed) returns SW_WIRE_PROBE after who accepted it.
+ */
+int sw_wire_recv_direct(void *sock, int flags, int router, sw_wire_msg_t *msg,
+                        const sw_wire_crypto_t *crypto, sw_wire_who_fn who, void *who_ctx,
+                        char *err, size_t err_len) __attribute__((warn_unused_result));
 
 /*
  * Unpacks and validates one header frame (sw_wire_decode, codec_pb.h) into a

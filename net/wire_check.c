@@ -218,6 +218,36 @@ static int s_placement(const Shardwire__PeerAnnounce *a, char *err, size_t err_l
     return SW_WIRE_OK;
 }
 
+/* The direct-path fields of an announce (version 10): a listener's address and key, and the
+ * live direct links, all bounded; none on a client. */
+static int s_direct(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
+{
+    const int client = a->role == SHARDWIRE__ROLE__ROLE_CLIENT;
+    const size_t n = s_strlen_max(a->direct, SW_WIRE_DIRECT_MAX);
+    const size_t k = s_strlen_max(a->direct_key, SW_WIRE_KEY_Z85_LEN);
+    CHECK(n == 0 || sw_wire_direct_ok(a->direct),
+          "announce.direct is not tcp://HOST:PORT of at most %d bytes", SW_WIRE_DIRECT_MAX);
+    uint8_t raw[32];
+    CHECK(k == 0 || (k == SW_WIRE_KEY_Z85_LEN && zmq_z85_decode(raw, a->direct_key)),
+          "announce.direct_key is not a Z85 public key");
+    CHECK(n || !k, "announce.direct_key without announce.direct");
+    CHECK(!client || (!n && !a->n_direct_hops), "a client announces no direct path");
+    CHECK(a->n_direct_hops <= SW_DIRECT_MAX_LINKS, "announce.direct_hops: %zu (max %d)",
+          a->n_direct_hops, SW_DIRECT_MAX_LINKS);
+    CHECK(a->relay_rtt_us <= SW_WIRE_MAX_PROBE_US, "announce.relay_rtt_us %u > %u", a->relay_rtt_us,
+          SW_WIRE_MAX_PROBE_US);
+    for (size_t i = 0; i < a->n_direct_hops; i++) {
+        CHECK(a->direct_hops[i] != NULL, "announce.direct_hops[%zu] missing", i);
+        int rc = s_name("announce.direct_hops.peer", a->direct_hops[i]->peer, 1, err, err_len);
+        if (rc)
+            return rc;
+        CHECK(a->direct_hops[i]->rtt_us <= SW_WIRE_MAX_PROBE_US,
+              "announce.direct_hops[%zu].rtt_us %u > %u", i, a->direct_hops[i]->rtt_us,
+              SW_WIRE_MAX_PROBE_US);
+    }
+    return SW_WIRE_OK;
+}
+
 static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
 {
     CHECK(a != NULL, "announce missing");
@@ -233,7 +263,7 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     CHECK(a->max_sessions <= 65536, "announce.max_sessions %u > 65536", a->max_sessions);
     CHECK(sw_wire_model_name_ok(a->model_name), "announce.model_name is not 0..63 bytes of "
                                                 "[A-Za-z0-9._:/-]");
-    if ((rc = s_placement(a, err, err_len)))
+    if ((rc = s_placement(a, err, err_len)) || (rc = s_direct(a, err, err_len)))
         return rc;
     if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT) {
         CHECK(a->layer_begin == 0 && a->layer_end == 0 && a->n_layers == 0,

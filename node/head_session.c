@@ -614,6 +614,16 @@ static int s_relay_lost(node_t *n, head_sess_t *s, double now)
     const int several = sw_peer_links(n->peer) > 1;
     const uint64_t losses = sw_peer_losses(n->peer);
     const int announces = sw_peer_announces(n->peer);
+    const uint64_t dlosses = sw_peer_direct_losses(n->peer);
+    if (dlosses != s->sent_dlosses) { /* a direct link: the next messages go by the relay */
+        const char *why = "a direct link was lost while the round travelled";
+        SW_WARN("session %016llx: %s: sending it again", (unsigned long long)s->id, why);
+        s->sent_dlosses = dlosses;
+        s->sent_losses = losses;
+        s->sent_announces = announces;
+        node_recover_relay_lost(s->rec, now, why);
+        return 1;
+    }
     if (several && losses != s->sent_losses) {
         const char *why = "a relay link was lost while the round travelled";
         SW_WARN("session %016llx: %s: sending it again", (unsigned long long)s->id, why);
@@ -798,6 +808,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         s->t_sent_all = now;
         s->sent_announces = sw_peer_announces(n->peer);
         s->sent_losses = sw_peer_losses(n->peer);
+        s->sent_dlosses = sw_peer_direct_losses(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + S_CHECK_MS;
         n->head->busy = 1; // the next pass starts drafting ahead while the round travels

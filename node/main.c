@@ -60,6 +60,10 @@ enum {
     O_SLOWX,
     O_SKEW,
     O_PUBPREFIX,
+    O_LISTEN,
+    O_LISTEN_PUB,
+    O_ALLOW,
+    O_DIAL,
 };
 
 static const sw_opt_t s_opts[] = {
@@ -123,6 +127,17 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_RECOVER_TIMEOUT_S) "; 0 = fail at once)"},
     {"heartbeat-ms", O_HB, "MS",
      "relay heartbeat interval (default " SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
+    {"listen", O_LISTEN, "HOST:PORT",
+     "accept direct links from the stages next to this one\nthere (CURVE with --key, the keys "
+     "--allow lists); the\nrelay stays the fallback (docs/deploy.md)"},
+    {"listen-public", O_LISTEN_PUB, "HOST:PORT",
+     "the address other nodes reach --listen at, when it is\nnot the one bound (0.0.0.0, a "
+     "forwarded port)"},
+    {"allow", O_ALLOW, "FILE",
+     "with --listen: the allow-list dialling keys are checked\nagainst (the relay's allow.txt)"},
+    {"direct-dial-ms", O_DIAL, "MS",
+     "a direct dial not through its handshake by then keeps\nthe relay path (default " SW_STR(
+         SW_DIRECT_DIAL_MS) ")"},
     {"prefix-cache", O_PREFIX, "on|off",
      "keep the KV of prompt prefixes for later requests that\nstart the same way, within --kv-mib "
      "(default on)"},
@@ -228,6 +243,17 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return sw_arg_int(P, "--recover-timeout-s", v, 0, 86400, &cli->recover_s);
     case O_HB:
         return sw_arg_int(P, "--heartbeat-ms", v, 50, 60000, &o->heartbeat_ms);
+    case O_LISTEN:
+    case O_LISTEN_PUB: {
+        char *to = c == O_LISTEN ? o->listen : o->listen_public;
+        return sw_arg_endpoint(P, c == O_LISTEN ? "--listen" : "--listen-public", v, c == O_LISTEN,
+                               to, SW_ARGS_ENDPOINT_MAX);
+    }
+    case O_ALLOW:
+        o->allow_file = v;
+        return 0;
+    case O_DIAL:
+        return sw_arg_int(P, "--direct-dial-ms", v, 50, 600000, &o->direct_dial_ms);
     case O_PUBPREFIX:
         o->public_prefix = v;
         return 0;

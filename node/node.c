@@ -90,6 +90,37 @@ static void s_dispatch(node_t *n, sw_wire_msg_t *m)
     n->via = -1;
 }
 
+/*
+ * Direct paths (issue 39): dials the listeners that this node's neighbours announce in a
+ * peer table: the nodes whose layers end where ours begin or begin where ours end, and our
+ * model's head when we are its tail (the verdicts go there); of our model, key-bound at a
+ * keyed relay. A link carries both ways, so one side listening is enough.
+ */
+static void s_direct_table(node_t *n, const sw_wire_msg_t *m)
+{
+    sw_msg_t d;
+    if (!n->model || sw_codec_decode(m, SW_MSG_PEER_TABLE, &d, NULL, 0) != 0)
+        return;
+    const int need_key = n->o.sec && !n->o.sec->insecure;
+    const uint32_t begin = (uint32_t)sw_model_layer_begin(n->model);
+    const uint32_t end = (uint32_t)sw_model_layer_end(n->model);
+    const uint32_t n_layers = (uint32_t)n->hp->n_layer;
+    for (uint32_t i = 0; i < d.table.n_peers; i++) {
+        sw_msg_peer_t pi;
+        if (sw_codec_peer_at(&d.table, i, &pi) != 0 || !pi.announce.direct[0] ||
+            !sw_codec_peer_routable(&pi, need_key))
+            continue;
+        const sw_msg_announce_t *a = &pi.announce;
+        if (strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != n_layers ||
+            a->layer_begin >= a->layer_end)
+            continue;
+        const int next = a->layer_begin == end, prev = a->layer_end == begin;
+        const int head = end == n_layers && a->layer_begin == 0;
+        if (next || prev || head)
+            (void)sw_peer_direct_dial(n->peer, a->name, a->direct, a->direct_key, pi.key_fp);
+    }
+}
+
 static void s_dispatch_one(node_t *n, sw_wire_msg_t *m)
 {
     const int from_relay = !strcmp(m->peer, SW_WIRE_RELAY_NAME);
@@ -128,6 +159,8 @@ static void s_dispatch_one(node_t *n, sw_wire_msg_t *m)
         node_head_prefill_ack(n, m);
         break;
     case SW_MSG_PEER_TABLE:
+        if (from_relay)
+            s_direct_table(n, m);
         if (from_relay && n->head)
             node_head_table(n, m);
         else if (from_relay)
@@ -402,7 +435,11 @@ static int s_join(node_t *n)
                          .connect_timeout_ms = o->connect_timeout_ms,
                          .sec = o->sec,
                          .stop = n->stop,
-                         .test_clock_skew_ms = o->test_skew_ms};
+                         .test_clock_skew_ms = o->test_skew_ms,
+                         .listen = o->listen[0] ? o->listen : NULL,
+                         .listen_public = o->listen_public[0] ? o->listen_public : NULL,
+                         .allow_file = o->allow_file,
+                         .direct_dial_ms = o->direct_dial_ms};
     n->via = -1;
     n->peer = sw_peer_new(&po);
     if (!n->peer) {

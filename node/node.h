@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "args.h"
 #include "backend.h"
 #include "decode.h"
 #include "model.h"
@@ -52,11 +53,15 @@ typedef struct node_opts {
     sw_dtype_t dtype;         // hidden-state dtype sent on
     sw_dtype_t prefill_dtype; // ... in a prefill's Forwards (--prefill-dtype; default: dtype)
     int heartbeat_ms;         // ZMTP heartbeat interval
-    int connect_timeout_ms;   // keep trying to reach the relay at start this long (-1 = forever)
-    const char *draft_model;  // head: draft GGUF (NULL = none)
-    const char *draft_mode;   // head: "model", "ngram", "none" or NULL (= model if given)
-    int draft_k;              // head: default drafts per round (0 = off, -1 = adaptive)
-    int draft_threads;        // head: threads of the draft model
+    char listen[SW_ARGS_ENDPOINT_MAX];        // --listen ("" = none): direct links
+    char listen_public[SW_ARGS_ENDPOINT_MAX]; // --listen-public ("" = --listen)
+    const char *allow_file;                   // --allow: the listener's allow-list
+    int direct_dial_ms;                       // --direct-dial-ms (0 = SW_DIRECT_DIAL_MS)
+    int connect_timeout_ms;  // keep trying to reach the relay at start this long (-1 = forever)
+    const char *draft_model; // head: draft GGUF (NULL = none)
+    const char *draft_mode;  // head: "model", "ngram", "none" or NULL (= model if given)
+    int draft_k;             // head: default drafts per round (0 = off, -1 = adaptive)
+    int draft_threads;       // head: threads of the draft model
     const char
         *draft_backend;  // head: the draft model's backend (NULL = the first device of backend)
     int draft_k_max;     // head: largest adaptive K (0 = the drafter's default)

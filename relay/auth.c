@@ -9,6 +9,7 @@
 #include "relay_impl.h"
 
 #include "log.h"
+#include "zap.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -17,104 +18,23 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define RELAY_ZAP_EP "inproc://zeromq.zap.01" /* fixed by the ZAP spec (RFC 27) */
-#define RELAY_ALLOW_CHECK_MS 1000             /* allow-list file change check period */
-#define RELAY_REFUSE_LOG_MS 60000             /* refused-handshake log window */
-#define RELAY_REFUSE_LOG_LINES 5              /* refusals logged one by one per window */
+#define RELAY_ALLOW_CHECK_MS 1000 /* allow-list file change check period */
+#define RELAY_REFUSE_LOG_MS 60000 /* refused-handshake log window */
+#define RELAY_REFUSE_LOG_LINES 5  /* refusals logged one by one per window */
 
 /* ---- the allow-list ------------------------------------------------------------ */
 
 /* The allow-list entry of Z85 key `key`, or NULL (not on the list, or no key). */
 const sw_allow_entry_t *relay_allowed(const relay_t *r, const char *key)
 {
-    if (!key)
-        return NULL;
-    for (int i = 0; i < r->n_allow; i++)
-        if (strncmp(r->allow[i].key, key, SW_KEY_Z85_LEN) == 0 && strlen(key) == SW_KEY_Z85_LEN)
-            return &r->allow[i];
-    return NULL;
+    return sw_allow_find(r->allow, r->n_allow, key);
 }
 
-static int s_is_node_role(int role)
-{
-    return role >= SW_ROLE_HEAD && role <= SW_ROLE_FULL;
-}
-
-/* 1 when name is base or base-SUFFIX: a client key bound to the name base may announce both
- * (a client adds a random suffix to its name). */
-static int s_name_in(const char *base, const char *name)
-{
-    size_t n = strlen(base);
-    return n > 0 && !strncmp(base, name, n) && (name[n] == 0 || name[n] == '-');
-}
-
-/*
- * Whether key `user` may announce as `name` with `role` (secure relays): its
- * allow-list entry binds a role and maybe a name, and a name listed for some
- * key is reserved for the keys that list it, even while no peer holds it. 0,
- * or -1 with the reason in why.
- */
+/* Whether key `user` may announce as `name` with `role` (keys.h, sw_allow_permit). */
 int relay_permit(const relay_t *r, const char *user, const char *name, int role, char *why,
                  size_t why_len)
 {
-    const sw_allow_entry_t *e = relay_allowed(r, user);
-    if (!e) {
-        snprintf(why, why_len, "your key is not on the relay's allow-list");
-        return -1;
-    }
-    if (e->role == SW_ALLOW_NODE && (!s_is_node_role(role) || strcmp(e->name, name) != 0)) {
-        snprintf(why, why_len,
-                 "this key is the node key of '%s': it may only announce as '%s', as a head, "
-                 "middle or tail node",
-                 e->name, e->name);
-        return -1;
-    }
-    /* a node key bound to a role too ("KEY head NAME", "KEY stage NAME"): any other node key
-     * could otherwise announce a second head of a model and make the clients refuse to
-     * choose (issue 21, finding 9) */
-    if (e->role == SW_ALLOW_NODE && e->bind == SW_BIND_HEAD && role != SW_ROLE_HEAD &&
-        role != SW_ROLE_FULL) {
-        snprintf(why, why_len,
-                 "the allow-list binds this key to the head role ('KEY head %s'): it may only "
-                 "announce as a head (layers from 0)",
-                 e->name);
-        return -1;
-    }
-    if (e->role == SW_ALLOW_NODE && e->bind == SW_BIND_STAGE && role != SW_ROLE_MIDDLE &&
-        role != SW_ROLE_TAIL) {
-        snprintf(why, why_len,
-                 "the allow-list binds this key to a stage ('KEY stage %s'): it may only announce "
-                 "as a middle or tail node, not as a head",
-                 e->name);
-        return -1;
-    }
-    if (e->role == SW_ALLOW_CLIENT && role != SW_ROLE_CLIENT) {
-        snprintf(why, why_len,
-                 "this is a client key: it cannot announce as a head, middle or tail node (a "
-                 "node needs its own key, listed as 'KEY head|stage NAME' in the allow-list)");
-        return -1;
-    }
-    if (e->role == SW_ALLOW_CLIENT && e->name[0] && !s_name_in(e->name, name)) {
-        snprintf(why, why_len, "this client key may only announce as '%s' or '%s-...'", e->name,
-                 e->name);
-        return -1;
-    }
-    /* A listed name itself is reserved; its suffixed forms are not: a bound
-     * client adds 48 random bits to it, a live name is never taken, a dead
-     * one is held for its key (--name-hold-s) and the head streams a request
-     * only to the key that asked. Reserving the prefix too would refuse every
-     * unnamed client key as soon as the list names a client "client" (cluster
-     * init's default), as clients announce "client-SUFFIX" by default. */
-    if (!e->name[0]) {
-        for (int i = 0; i < r->n_allow; i++)
-            if (!strcmp(r->allow[i].name, name)) {
-                snprintf(why, why_len,
-                         "the name '%s' is reserved in the relay's allow-list for another key",
-                         name);
-                return -1;
-            }
-    }
-    return 0;
+    return sw_allow_permit(r->allow, r->n_allow, user, name, role, why, why_len);
 }
 
 /* What the peer table says of a peer announced under entry e (NULL: none, insecure):
@@ -255,17 +175,10 @@ static void s_refused_flush(relay_t *r, int64_t now)
  * Logs a refused handshake: the first few of each minute one line each, the
  * rest as one summary line at the end of the minute, so that a stream of
  * refused connections (anyone on the network can cause one) cannot flood the
- * log. addr is the ZAP request's address frame.
+ * log. where is the ZAP request's address (printable, zap.h).
  */
-static void s_refused_log(relay_t *r, zmq_msg_t *addr, const char *why, const char *key)
+static void s_refused_log(relay_t *r, const char *where, const char *why, const char *key)
 {
-    char where[64];
-    size_t n = zmq_msg_size(addr) < sizeof where - 1 ? zmq_msg_size(addr) : sizeof where - 1;
-    memcpy(where, zmq_msg_data(addr), n);
-    where[n] = 0;
-    for (size_t i = 0; i < n; i++) /* an address is [0-9a-f.:], but keep the log clean */
-        if ((unsigned char)where[i] < 0x20 || (unsigned char)where[i] > 0x7e)
-            where[i] = '?';
     r->unauthorized++;
     r->refused++;
     s_refused_flush(r, relay_now_ms());
@@ -279,74 +192,33 @@ static void s_refused_log(relay_t *r, zmq_msg_t *addr, const char *why, const ch
     snprintf(r->refused_last, sizeof r->refused_last, "%s%s%s", where, key[0] ? " key " : "", key);
 }
 
-/* Sends one ZAP reply (RFC 27): version, request id, status, text, user id, metadata. */
-static void s_zap_reply(relay_t *r, zmq_msg_t *reqid, const char *status, const char *text,
-                        const char *user)
-{
-    zmq_send(r->zap, "1.0", 3, ZMQ_SNDMORE);
-    zmq_msg_send(reqid, r->zap, ZMQ_SNDMORE);
-    zmq_send(r->zap, status, strlen(status), ZMQ_SNDMORE);
-    zmq_send(r->zap, text, strlen(text), ZMQ_SNDMORE);
-    zmq_send(r->zap, user, strlen(user), ZMQ_SNDMORE);
-    zmq_send(r->zap, "", 0, 0);
-}
-
 /*
- * Answers every pending ZAP request: a CURVE client whose public key is on
+ * Answers every pending ZAP request (zap.h): a CURVE client whose public key is on
  * the allow-list gets 200 with the Z85 key as its User-Id; anything else 400.
  */
 static void s_zap(relay_t *r)
 {
     relay_events(r); /* the connections being authenticated were accepted before */
-    for (;;) {
-        zmq_msg_t f[7];
-        int n = 0, more = 1;
-        for (int i = 0; i < 7; i++)
-            zmq_msg_init(&f[i]);
-        while (more) {
-            zmq_msg_t *dst = &f[n < 7 ? n : 6];
-            if (n >= 7) {
-                zmq_msg_close(dst);
-                zmq_msg_init(dst);
-            }
-            if (zmq_msg_recv(dst, r->zap, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
-                for (int i = 0; i < 7; i++)
-                    zmq_msg_close(&f[i]);
-                return;
-            }
-            more = zmq_msg_more(dst);
-            n++;
-        }
-        char key[SW_KEY_Z85_LEN + 1] = "";
+    sw_zap_req_t q;
+    while (sw_zap_read(r->zap, &q)) {
         const char *status = "400", *text = "key not on the allow-list";
-        if (n != 7 || zmq_msg_size(&f[0]) != 3 || memcmp(zmq_msg_data(&f[0]), "1.0", 3) != 0) {
+        if (!q.well_formed) {
             status = "500";
             text = "malformed ZAP request";
-        } else if (zmq_msg_size(&f[5]) != 5 || memcmp(zmq_msg_data(&f[5]), "CURVE", 5) != 0) {
+        } else if (!q.curve) {
             text = "only CURVE clients are admitted";
-        } else if (zmq_msg_size(&f[6]) == 32 && zmq_z85_encode(key, zmq_msg_data(&f[6]), 32) &&
-                   relay_allowed(r, key)) {
+        } else if (q.key[0] && relay_allowed(r, q.key)) {
             status = "200";
             text = "OK";
-            char ip[64], why[256];
-            size_t il = zmq_msg_size(&f[3]) < sizeof ip - 1 ? zmq_msg_size(&f[3]) : sizeof ip - 1;
-            memcpy(ip, zmq_msg_data(&f[3]), il);
-            ip[il] = 0;
-            if (relay_conn_key(r, ip, key, why, sizeof why) != 0) {
+            char why[256];
+            if (relay_conn_key(r, q.addr, q.key, why, sizeof why) != 0) {
                 status = "300"; /* temporary: libzmq tells the peer, which redials */
                 text = "too many connections of this key";
             }
         }
         if (status[0] == '4' || status[0] == '5')
-            s_refused_log(r, &f[3], text, key);
-        zmq_msg_t reqid;
-        zmq_msg_init(&reqid);
-        if (n >= 2)
-            zmq_msg_copy(&reqid, &f[1]);
-        s_zap_reply(r, &reqid, status, text, status[0] == '2' ? key : "");
-        zmq_msg_close(&reqid);
-        for (int i = 0; i < 7; i++)
-            zmq_msg_close(&f[i]);
+            s_refused_log(r, q.addr, text, q.key);
+        sw_zap_reply(r->zap, &q, status, text, status[0] == '2' ? q.key : "");
     }
 }
 
@@ -392,11 +264,9 @@ int relay_auth_setup(relay_t *r, const relay_opts_t *o)
         sodium_memzero(sec, sizeof sec);
         return -1;
     }
-    r->zap = zmq_socket(r->ctx, ZMQ_REP);
-    int one = 1, zero = 0;
-    int rc = !r->zap || zmq_setsockopt(r->zap, ZMQ_LINGER, &zero, sizeof zero) ||
-             zmq_bind(r->zap, RELAY_ZAP_EP) ||
-             zmq_setsockopt(r->router, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+    r->zap = sw_zap_bind(r->ctx, err, sizeof err);
+    int one = 1;
+    int rc = !r->zap || zmq_setsockopt(r->router, ZMQ_CURVE_SERVER, &one, sizeof one) ||
              zmq_setsockopt(r->router, ZMQ_CURVE_SECRETKEY, sec, SW_KEY_Z85_LEN + 1) ||
              zmq_setsockopt(r->router, ZMQ_ZAP_DOMAIN, "shardwire", 9);
     sodium_memzero(sec, sizeof sec);

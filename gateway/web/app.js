@@ -713,6 +713,17 @@
       cell(tr, n.role_bound ? "name+role" : n.key_bound ? "name" : "–");
       tb.appendChild(tr);
     }
+    // each hop of the pipeline: the relay or a direct link, and its measured round trip
+    const hb = $("hops").tBodies[0];
+    hb.textContent = "";
+    for (const h of j.hops || []) {
+      const tr = document.createElement("tr");
+      tr.dataset.path = h.path;
+      cell(tr, `${h.from} → ${h.to}`);
+      cell(tr, h.path === "direct" ? "direct" : `relay ${h.relay}`);
+      cell(tr, h.rtt_ms === null ? "not measured" : h.rtt_ms.toFixed(2) + " ms");
+      hb.appendChild(tr);
+    }
     drawChart(rec);
     const rt = $("recent").tBodies[0];
     rt.textContent = "";

@@ -339,6 +339,14 @@ int main(void)
     SW_CHECK(!strncmp(s_cell(nb, 0, 3), "cpu", 3) && !strncmp(s_cell(nb, 1, 3), "cpu", 3));
     SW_CHECK(strstr(s_cell(nb, 0, 4), "ms") || strstr(s_cell(nb, 0, 4), " s"));
     SW_CHECK_INT(json_array_size(na), 2);
+    /* per hop, the path that carries it (these nodes have no --listen: the relay) and its
+     * measured round trip (issue 39) */
+    json_t *hops = json_object_get(j, "hops");
+    SW_CHECK_INT(json_array_size(hops), 2);
+    SW_CHECK(!strcmp(s_cell(hops, 0, 0), "head → tail") &&
+             !strcmp(s_cell(hops, 1, 0), "tail → head"));
+    SW_CHECK(!strncmp(s_cell(hops, 0, 1), "relay tcp://", 12));
+    SW_CHECK(strstr(s_cell(hops, 0, 2), " ms") != NULL);
     SW_CHECK_INT(s_num(j, "more_status", NULL), 200);
     json_t *b = json_object_get(j, "numbers_before"), *a = json_object_get(j, "numbers_after");
     char *bs = json_dumps(b, JSON_COMPACT), *as = json_dumps(a, JSON_COMPACT);

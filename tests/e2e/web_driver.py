@@ -28,7 +28,8 @@ page shows. It prints one JSON object:
                      cards' text, numbers_before / numbers_after the numbers read
                      off both (messages forwarded by the relay, tokens streamed,
                      generations, each node's messages in + out), chart_bars the
-                     bars drawn
+                     bars drawn; hops the hop table's rows (hop, the path that
+                     carries it, its round trip)
   screenshots        the PNG files written into SHOT_DIR
 
 Any failure to drive the page raises (exit 1) with what was seen.
@@ -480,6 +481,8 @@ def main():
         polls = p.js("+document.body.dataset.clusterPolls || 0")
         p.wait(f"document.body.dataset.clusterPolls >= {polls + 2}", 60, "two more updates")
         out["nodes_after"] = node_rows(p)
+        out["hops"] = p.js("[...document.querySelectorAll('#hops tbody tr')]"
+                           ".map(tr => [...tr.cells].map(td => td.textContent))")
         out["cluster_after"] = cards(p)
         out["numbers_before"] = numbers(out["cluster_before"], out["nodes_before"])
         out["numbers_after"] = numbers(out["cluster_after"], out["nodes_after"])

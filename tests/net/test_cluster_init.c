@@ -86,6 +86,8 @@ int main(void)
                            "tail/tail.key",
                            "tail/cluster.key",
                            "tail/node.env",
+                           "head/allow.txt", /* a node's --listen --allow (issue 39) */
+                           "tail/allow.txt",
                            "client/client.key",
                            "client/access.key",
                            "client/client.env",

@@ -111,6 +111,14 @@ static void s_check_announce(const sw_msg_announce_t *a, const sw_msg_announce_t
     SW_CHECK_INT(a->kv_mib, b->kv_mib);
     SW_CHECK_INT(a->kv_full, b->kv_full);
     SW_CHECK_INT(a->kv_type, b->kv_type);
+    SW_CHECK(!strcmp(a->direct, s_str(b->direct)));
+    SW_CHECK(!strcmp(a->direct_key, s_str(b->direct_key)));
+    SW_CHECK_INT(a->relay_rtt_us, b->relay_rtt_us);
+    SW_CHECK_INT(a->n_direct_hops, b->n_direct_hops);
+    for (uint32_t i = 0; i < a->n_direct_hops && i < b->n_direct_hops; i++) {
+        SW_CHECK(!strcmp(a->direct_hops[i].peer, b->direct_hops[i].peer));
+        SW_CHECK_INT(a->direct_hops[i].rtt_us, b->direct_hops[i].rtt_us);
+    }
 }
 
 static void s_check_timing(const sw_msg_timing_t *a, const sw_msg_timing_t *b, uint32_t n)
@@ -1190,6 +1198,85 @@ static void s_test_sealed(void)
 
 /* ---- keeping an announce ------------------------------------------------------------------- */
 
+/* Direct paths (version 10): the listener's address and key, the live links, the relay's
+ * round trip: round trips, the copy, and every refusal (issue 39). */
+static void s_test_direct_fields(void)
+{
+    sw_wire_msg_t m = {0};
+    sw_msg_t out;
+    const char *key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"; /* zmq_curve(7)'s server key */
+    sw_msg_announce_t a = {.name = "tail",
+                           .role = SW_ROLE_TAIL,
+                           .model_fingerprint = FP,
+                           .layer_begin = 15,
+                           .layer_end = 30,
+                           .n_layers = 30,
+                           .hidden = 576,
+                           .direct = "tcp://[2001:db8::1]:7000",
+                           .direct_key = key,
+                           .n_direct_hops = 2,
+                           .direct_hops = {{"head", 1234}, {"mid.2", 0}},
+                           .relay_rtt_us = 40000};
+    sw_msg_t msg = {.type = SW_MSG_ANNOUNCE, .announce = a};
+    SW_CHECK_INT(s_trip(&msg, &m, &out), 0);
+    s_check_announce(&out.announce, &a);
+    sw_announce_copy_t *c = malloc(sizeof *c);
+    SW_CHECK_INT(sw_codec_announce_copy(c, &a), 0);
+    SW_CHECK(c->a.direct == c->direct && !strcmp(c->direct, a.direct));
+    SW_CHECK(c->a.direct_hops[1].peer == c->hop_peer[1] && !strcmp(c->hop_peer[1], "mid.2"));
+    free(c);
+    /* a client sends its relay's round trip, nothing else of these */
+    msg.announce =
+        (sw_msg_announce_t){.name = "client-x", .role = SW_ROLE_CLIENT, .relay_rtt_us = 5};
+    SW_CHECK_INT(s_refused(&msg), 0);
+    const struct {
+        const char *direct, *key;
+        uint32_t n_hops, rtt;
+        const char *hop;
+        int client;
+    } bad[] = {
+        {"udp://h:1", "", 0, 0, "x", 0},
+        {"tcp://h", "", 0, 0, "x", 0},
+        {"tcp://h:0", "", 0, 0, "x", 0},
+        {"tcp://h:65536", "", 0, 0, "x", 0},
+        {"tcp://a b:1", "", 0, 0, "x", 0},
+        {"tcp://:1", "", 0, 0, "x", 0},
+        {"tcp://[::1:1", "", 0, 0, "x", 0},
+        {"tcp://h:1", "short", 0, 0, "x", 0},
+        {"", key, 0, 0, "x", 0},
+        {"tcp://h:1", "", 1, 0, "bad name", 0},
+        {"tcp://h:1", "", 1, 60000001, "x", 0},
+        {"tcp://h:1", "", 0, 0, "x", 1},
+        {"tcp://h:1", "", SW_DIRECT_MAX_LINKS + 1, 0, "x", 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sw_msg_t b = {.type = SW_MSG_ANNOUNCE, .announce = a};
+        b.announce.direct = bad[i].direct;
+        b.announce.direct_key = bad[i].key;
+        b.announce.n_direct_hops = bad[i].n_hops;
+        for (uint32_t k = 0; k < SW_DIRECT_MAX_LINKS; k++)
+            b.announce.direct_hops[k] = (sw_msg_direct_hop_t){bad[i].hop, bad[i].rtt};
+        if (bad[i].client)
+            b.announce =
+                (sw_msg_announce_t){.name = "c", .role = SW_ROLE_CLIENT, .direct = bad[i].direct};
+        if (s_refused(&b) != SW_WIRE_EMALFORMED)
+            fprintf(stderr, "direct case %zu was not refused\n", i);
+        SW_CHECK_INT(s_refused(&b), SW_WIRE_EMALFORMED);
+    }
+    char longep[SW_WIRE_DIRECT_MAX + 8];
+    memset(longep, 'a', sizeof longep - 1);
+    longep[sizeof longep - 1] = 0;
+    memcpy(longep, "tcp://", 6);
+    memcpy(longep + sizeof longep - 4, ":12", 3);
+    msg.announce = a;
+    msg.announce.direct = longep;
+    SW_CHECK_INT(s_refused(&msg), SW_WIRE_EMALFORMED);
+    SW_CHECK(sw_wire_direct_ok("tcp://node-1.example.org:65535"));
+    SW_CHECK(sw_wire_direct_ok("tcp://10.0.0.1:1"));
+    SW_CHECK(!sw_wire_direct_ok("tcp://*:7000"));
+    sw_wire_msg_clear(&m);
+}
+
 static void s_test_announce_copy(void)
 {
     char name[] = "node-1";
@@ -1299,6 +1386,7 @@ int main(void)
     s_test_refused_out();
     s_test_refused_in();
     s_test_sealed();
+    s_test_direct_fields();
     s_test_announce_copy();
     s_test_hidden();
     zmq_close(s_a);
