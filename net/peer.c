@@ -316,10 +316,9 @@ static int s_best(const sw_peer_t *p, int avoid, long *rtt)
     int best = -1;
     long best_rtt = -1;
     for (int i = 0; i < p->n_links; i++) {
-        const sw_link_t *l = &p->links[i];
-        if (i == avoid || !link_live(l))
+        if (i == avoid || !link_live(&p->links[i]))
             continue;
-        const long r = link_rtt_us(l);
+        const long r = link_rtt_us(&p->links[i]);
         if (best < 0 || (r >= 0 && (best_rtt < 0 || r < best_rtt))) {
             best = i;
             best_rtt = r;

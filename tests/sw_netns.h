@@ -23,8 +23,8 @@
 #define SWN_MAX_HOSTS 12
 
 typedef struct swn_bed {
-    char pfx[32];                    /* the namespaces' prefix ($P in the shell commands) */
-    char hosts[SWN_MAX_HOSTS][16];   /* the names made by swn_build */
+    char pfx[32];                  /* the namespaces' prefix ($P in the shell commands) */
+    char hosts[SWN_MAX_HOSTS][16]; /* the names made by swn_build */
     int n_hosts;
 } swn_bed_t;
 
@@ -95,7 +95,7 @@ static inline int swn_build(swn_bed_t *b, const char *tag, const char *const *ho
     b->n_hosts = 0;
     char script[8192];
     int o = snprintf(script, sizeof script, "set -e\nfor n in");
-    for (int i = 0; hosts[i] && i < SWN_MAX_HOSTS; i++) {
+    for (int i = 0; i < SWN_MAX_HOSTS && hosts[i]; i++) {
         snprintf(b->hosts[b->n_hosts++], sizeof b->hosts[0], "%s", hosts[i]);
         o += snprintf(script + o, sizeof script - (size_t)o, " %s", hosts[i]);
     }

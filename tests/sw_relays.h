@@ -97,8 +97,9 @@ static inline void swr_start_node(swr_t *w, int i, const char *name, const char 
     setenv("SW_MODEL", sw_test_model(), 1);
     setenv("SW_LAYERS", layers, 1);
     setenv("SHARDWIRE_BIN", sw_test_env("SW_BIN_DIR"), 1);
-    char *argv[] = {"/bin/sh", script, "--threads", "1", "--heartbeat-ms", hb, "--recover-timeout-s",
-                    "60",      NULL};
+    char *argv[] = {
+        "/bin/sh", script, "--threads", "1", "--heartbeat-ms", hb, "--recover-timeout-s",
+        "60",      NULL};
     swr_ns(w->node_ns[i]);
     w->nodes[i] = sw_test_spawn(argv, w->c.log);
     swr_ns(w->home);

@@ -88,8 +88,8 @@ static int s_sh(const char *body)
 /* The hosts and routers; 0 when built. */
 static int s_build(void)
 {
-    static const char *const hosts[] = {"wan", "relay", "nath", "head", "natt", "tail", "client",
-                                        NULL};
+    static const char *const hosts[] = {"wan",  "relay", "nath",   "head",
+                                        "natt", "tail",  "client", NULL};
     return swn_build(
         &s_bed, "n", hosts,
         "link wan r0 10.0.0.1/24 relay w0 10.0.0.2/24\n"

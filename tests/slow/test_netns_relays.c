@@ -55,7 +55,7 @@ static const char *const s_addr[2] = {"10.0.0.2", "10.0.4.2"};
 
 static int s_build(void)
 {
-    static const char *const hosts[] = {"wan",  "ra",   "rb",   "nath",   "head",
+    static const char *const hosts[] = {"wan",  "ra",   "rb",     "nath", "head",
                                         "natt", "tail", "client", NULL};
     return swn_build(&s_bed, "r", hosts,
                      "link wan r0 10.0.0.1/24 ra w0 10.0.0.2/24\n"

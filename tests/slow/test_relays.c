@@ -91,8 +91,7 @@ int main(void)
     swr_fault_run(&s_w, "kill", s_prompt, N_GEN, &ref, round_ms, s_kill, STOP_MS + HB_MS);
     /* 2. restarted, and the other one killed: the request goes by the restarted relay */
     s_restart_relays();
-    swr_fault_run(&s_w, "kill the other", s_prompt, N_GEN, &ref, round_ms, s_kill,
-                  STOP_MS + HB_MS);
+    swr_fault_run(&s_w, "kill the other", s_prompt, N_GEN, &ref, round_ms, s_kill, STOP_MS + HB_MS);
     s_restart_relays();
     /* 3. silent: detection is the silence rule (checked once a heartbeat) */
     swr_fault_run(&s_w, "silent", s_prompt, N_GEN, &ref, round_ms, s_silence,
