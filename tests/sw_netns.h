@@ -125,6 +125,41 @@ static inline int swn_build(swn_bed_t *b, const char *tag, const char *const *ho
     return -1;
 }
 
+/* The sites of a cluster on a router `wan` (a swn_build body part; hosts nath, head, natt, tail,
+ * client, wan): a head 192.168.1.2 behind the NAT router nath (10.0.1.2 on wan's link h0), a tail
+ * 192.168.2.2 behind natt (10.0.2.2, t0), a client host 10.0.3.2 on wan's link c0. Each NAT
+ * router has the filter chain `inet f fw` for faults. */
+#define SWN_NAT_SITES                                                                              \
+    "link wan h0 10.0.1.1/24 nath w0 10.0.1.2/24\n"                                                \
+    "link wan t0 10.0.2.1/24 natt w0 10.0.2.2/24\n"                                                \
+    "link wan c0 10.0.3.1/24 client w0 10.0.3.2/24\n"                                              \
+    "link nath l0 192.168.1.1/24 head e0 192.168.1.2/24\n"                                         \
+    "link natt l0 192.168.2.1/24 tail e0 192.168.2.2/24\n"                                         \
+    "ip -n $P-client route add default via 10.0.3.1\n"                                             \
+    "ip -n $P-nath route add default via 10.0.1.1\n"                                               \
+    "ip -n $P-natt route add default via 10.0.2.1\n"                                               \
+    "ip -n $P-head route add default via 192.168.1.1\n"                                            \
+    "ip -n $P-tail route add default via 192.168.2.1\n"                                            \
+    "router wan\n"                                                                                 \
+    "nat nath w0\n"                                                                                \
+    "nat natt w0\n"
+
+/* A silent fault: on host `router`, nft drops what its forward chain `inet f fw` matches by `a`
+ * or by `b` (e.g. "iifname r0", "ip daddr 10.0.0.2") for hold_ms, then the chain is flushed.
+ * 0 when both commands ran. */
+static inline int swn_drop(const swn_bed_t *b, const char *router, const char *a,
+                           const char *b_match, int hold_ms)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "ip netns exec $P-%s nft 'add rule inet f fw %s drop; add rule inet f fw %s drop'",
+             router, a, b_match);
+    int rc = swn_sh(b, cmd);
+    usleep((useconds_t)hold_ms * 1000);
+    snprintf(cmd, sizeof cmd, "ip netns exec $P-%s nft flush chain inet f fw", router);
+    return swn_sh(b, cmd) | rc;
+}
+
 /* Removes every namespace of the bed (also after a failure). */
 static inline void swn_teardown(const swn_bed_t *b)
 {

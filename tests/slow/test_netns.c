@@ -93,20 +93,7 @@ static int s_build(void)
     return swn_build(
         &s_bed, "n", hosts,
         "link wan r0 10.0.0.1/24 relay w0 10.0.0.2/24\n"
-        "link wan h0 10.0.1.1/24 nath w0 10.0.1.2/24\n"
-        "link wan t0 10.0.2.1/24 natt w0 10.0.2.2/24\n"
-        "link wan c0 10.0.3.1/24 client w0 10.0.3.2/24\n"
-        "link nath l0 192.168.1.1/24 head e0 192.168.1.2/24\n"
-        "link natt l0 192.168.2.1/24 tail e0 192.168.2.2/24\n"
-        "ip -n $P-relay route add default via 10.0.0.1\n"
-        "ip -n $P-client route add default via 10.0.3.1\n"
-        "ip -n $P-nath route add default via 10.0.1.1\n"
-        "ip -n $P-natt route add default via 10.0.2.1\n"
-        "ip -n $P-head route add default via 192.168.1.1\n"
-        "ip -n $P-tail route add default via 192.168.2.1\n"
-        "router wan\n"
-        "nat nath w0\n"
-        "nat natt w0\n"
+        "ip -n $P-relay route add default via 10.0.0.1\n" SWN_NAT_SITES
         /* the wan router: a filter table for the blackholes of the client's and the relay's
          * links (what the emulators send and receive is the router's own traffic) */
         "ip netns exec $P-wan nft -f - <<EOF\n"

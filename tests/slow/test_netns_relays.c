@@ -60,21 +60,8 @@ static int s_build(void)
     return swn_build(&s_bed, "r", hosts,
                      "link wan r0 10.0.0.1/24 ra w0 10.0.0.2/24\n"
                      "link wan r1 10.0.4.1/24 rb w0 10.0.4.2/24\n"
-                     "link wan h0 10.0.1.1/24 nath w0 10.0.1.2/24\n"
-                     "link wan t0 10.0.2.1/24 natt w0 10.0.2.2/24\n"
-                     "link wan c0 10.0.3.1/24 client w0 10.0.3.2/24\n"
-                     "link nath l0 192.168.1.1/24 head e0 192.168.1.2/24\n"
-                     "link natt l0 192.168.2.1/24 tail e0 192.168.2.2/24\n"
                      "ip -n $P-ra route add default via 10.0.0.1\n"
-                     "ip -n $P-rb route add default via 10.0.4.1\n"
-                     "ip -n $P-client route add default via 10.0.3.1\n"
-                     "ip -n $P-nath route add default via 10.0.1.1\n"
-                     "ip -n $P-natt route add default via 10.0.2.1\n"
-                     "ip -n $P-head route add default via 192.168.1.1\n"
-                     "ip -n $P-tail route add default via 192.168.2.1\n"
-                     "router wan\n"
-                     "nat nath w0\n"
-                     "nat natt w0\n"
+                     "ip -n $P-rb route add default via 10.0.4.1\n" SWN_NAT_SITES
                      "ip netns exec $P-wan nft -f - <<EOF\n"
                      "table inet f {\n chain fw {\n type filter hook forward priority 0;\n }\n}\n"
                      "EOF\n");
@@ -91,14 +78,10 @@ static void s_settle(void)
 static void s_blackhole(swr_t *w, int used)
 {
     (void)w;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "ip netns exec $P-wan nft 'add rule inet f fw iifname %s drop; add rule inet f fw "
-             "oifname %s drop'",
-             s_dev[used], s_dev[used]);
-    SW_CHECK_INT(swn_sh(&s_bed, cmd), 0);
-    usleep((SW_PEER_SILENT_IVLS * HB_MS + 1500) * 1000);
-    SW_CHECK_INT(swn_sh(&s_bed, "ip netns exec $P-wan nft flush chain inet f fw"), 0);
+    char in[32], out[32];
+    snprintf(in, sizeof in, "iifname %s", s_dev[used]);
+    snprintf(out, sizeof out, "oifname %s", s_dev[used]);
+    SW_CHECK_INT(swn_drop(&s_bed, "wan", in, out, SW_PEER_SILENT_IVLS * HB_MS + 1500), 0);
 }
 
 /* b. the relay's link down on the wan router (its route goes with it) for as long, then up. */
@@ -121,14 +104,10 @@ static void s_link_down(swr_t *w, int used)
 static void s_cut_tail(swr_t *w, int used)
 {
     (void)w;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "ip netns exec $P-natt nft 'add rule inet f fw ip daddr %s drop; add rule inet f fw "
-             "ip saddr %s drop'",
-             s_addr[used], s_addr[used]);
-    SW_CHECK_INT(swn_sh(&s_bed, cmd), 0);
-    usleep(CUT_TAIL_MS * 1000);
-    SW_CHECK_INT(swn_sh(&s_bed, "ip netns exec $P-natt nft flush chain inet f fw"), 0);
+    char to[32], from[32];
+    snprintf(to, sizeof to, "ip daddr %s", s_addr[used]);
+    snprintf(from, sizeof from, "ip saddr %s", s_addr[used]);
+    SW_CHECK_INT(swn_drop(&s_bed, "natt", to, from, CUT_TAIL_MS), 0);
 }
 
 int main(void)
