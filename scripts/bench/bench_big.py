@@ -16,7 +16,9 @@ qwen2.5-7b`, made once into models/synth/ by tests/big or by hand). Parts:
            file (its layers' tensors, the embedding on the first stage, the
            output on the last).
   decode   scripts/bench/bench_peer.py at 172 ms round trips: shardwire plain
-           and speculative (token trees, the 0.5B Qwen drafter) against
+           and speculative (token trees; the drafter: --draft, by default the
+           0.5B Qwen when its tokens are the target's, else a synthetic 0.5B
+           with the target's tokenizer, made once next to it) against
            llama.cpp's RPC backend plain and speculative on the same file,
            OpenMP waiting passively (both share the cores).
   ttft     scripts/bench/bench_ttft.py: ~2,000 tokens through 2 and 3 stages,
@@ -102,6 +104,58 @@ def gguf_tensors(path):
     infos.sort()
     return {n: (infos[i + 1][0] if i + 1 < len(infos) else end) - off
             for i, (off, n) in enumerate(infos)}
+
+
+def gguf_tokens(path):
+    """The tokenizer.ggml.tokens list of a GGUF file ([] when it has none)."""
+    with open(path, "rb") as f:
+        def rd(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+
+        def rstr():
+            return f.read(rd("Q")).decode("utf-8", "replace")
+
+        def skip(t):
+            if t == 8:
+                rstr()
+            elif t == 9:
+                et, n = rd("I"), rd("Q")
+                for _ in range(n):
+                    skip(et)
+            else:
+                rd(GGUF_SCALARS[t])
+        if f.read(4) != b"GGUF":
+            raise SystemExit(f"bench_big: {path} is not a GGUF file")
+        rd("I")
+        rd("Q")
+        for _ in range(rd("Q")):
+            k, t = rstr(), rd("I")
+            if k == "tokenizer.ggml.tokens" and t == 9:
+                et, n = rd("I"), rd("Q")
+                return [rstr() for _ in range(n)] if et == 8 else []
+            skip(t)
+    return []
+
+
+def draft_for(a, bindir):
+    """The drafter of the decode part. With --draft auto: the real Qwen2.5-Coder 0.5B when
+    its vocabulary is the target's, else (a synthetic target made with another tokenizer
+    file, e.g. ggml-vocab-qwen2.gguf) a synthetic qwen2.5-0.5b with the target's own
+    tokenizer, made once next to the target: llama.cpp's speculative refuses a drafter
+    whose tokens differ from the target's."""
+    if a.draft != "auto":
+        return a.draft
+    real = os.path.join(HERE, "models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf")
+    if os.path.isfile(real) and gguf_tokens(real) == gguf_tokens(a.model):
+        return real
+    stem = os.path.splitext(os.path.basename(a.model))[0]
+    path = os.path.join(os.path.dirname(os.path.abspath(a.model)), f"qwen2.5-0.5b-draft-for-{stem}.gguf")
+    if not os.path.isfile(path):
+        log(f"bench_big: making {path} (a synthetic 0.5B drafter with the target's tokenizer)")
+        subprocess.run([f"{bindir}/shardwire-mkmodel", "--synth", "qwen2.5-0.5b", "--vocab",
+                        a.model, "-o", path + ".part"], check=True, stdout=subprocess.DEVNULL)
+        os.replace(path + ".part", path)
+    return path
 
 
 def share(tensors, a, b, n_layers):
@@ -268,6 +322,17 @@ def part_load(a, b, info, result, save):
     shutil.rmtree(logdir, ignore_errors=True)
 
 
+def load_table(load):
+    """(header, rows) of the load part: per load kind and node, the time until all joined,
+    resident memory after joining and after a request, and the node's share of the file."""
+    hdr = ["load", "joined s", "node", "layers", "resident MiB joined / after a request",
+           "share MiB"]
+    rows = [[r["kind"], f"{r['join_s']:.1f}", n, f"{r['ranges'][n][0]}:{r['ranges'][n][1]}",
+             f"{r['rss_joined'][n] / 2**20:.0f} / {r['rss_after_request'][n] / 2**20:.0f}",
+             f"{r['share'][n] / 2**20:.0f}"] for r in load for n in r["share"]]
+    return hdr, rows
+
+
 def sub(argv, result, key, save, out_json):
     """Runs another benchmark script, keeps its printed table and its result file's path."""
     log("bench_big: " + " ".join(argv))
@@ -278,6 +343,9 @@ def sub(argv, result, key, save, out_json):
                    "rc": p.returncode, "seconds": round(time.monotonic() - t0, 1),
                    "table": p.stdout.strip(), "result_file": out_json,
                    "error": p.stderr.strip()[-600:] if p.returncode else ""}
+    if p.returncode == 0 and os.path.isfile(out_json):
+        with open(out_json) as f:  # the part's own result file, for scripts/docs/render_bench.py
+            result[key]["result"] = json.load(f)
     save()
     print(p.stdout.strip() if p.returncode == 0 else
           f"{key}: failed (rc {p.returncode}): {p.stderr.strip()[-300:]}")
@@ -289,12 +357,19 @@ def main():
     ap.add_argument("--stages", type=int, default=2, help="nodes for load (default 2)")
     ap.add_argument("--parts", default="load,decode,ttft,fair")
     ap.add_argument("--threads", type=int, default=1, help="threads per node in load")
-    ap.add_argument("--draft", default=os.path.join(
-        HERE, "models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"))
+    ap.add_argument("--draft", default="auto",
+                    help="drafter of the decode part (default auto: the real Qwen2.5-Coder "
+                    "0.5B when its tokens are the target's, else a synthetic 0.5B with the "
+                    "target's tokenizer)")
     ap.add_argument("--n", type=int, default=32, help="tokens per decode request")
     ap.add_argument("--build", default="build")
     ap.add_argument("--json-out", help="result file (default build/bench/big-<UTC time>.json)")
+    ap.add_argument("--update", action="store_true",
+                    help="run --parts into the existing --json-out file, keeping its other "
+                    "parts (the file lists each update: parts, commit, date, command, load)")
     a = ap.parse_args()
+    if a.update and not (a.json_out and os.path.isfile(a.json_out)):
+        raise SystemExit("bench_big: --update needs --json-out naming an existing result file")
     if not os.path.isfile(a.model):
         raise SystemExit(f"bench_big: no model file {a.model}: make it with `build/bin/"
                          "shardwire-mkmodel --synth qwen2.5-7b --vocab DIR/ggml-vocab-qwen2.gguf "
@@ -308,6 +383,14 @@ def main():
     b = a.build if os.path.isabs(a.build) else os.path.join(HERE, a.build)
     bindir = os.path.join(b, "bin")
     result = run_info()
+    if a.update:
+        with open(a.json_out) as f:
+            first = json.load(f)
+        if os.path.abspath(first.get("model", "")) != os.path.abspath(a.model):
+            raise SystemExit(f"bench_big: --update: {a.json_out} measured {first.get('model')}, "
+                             f"not {a.model}")
+        first.setdefault("updates", []).append({"parts": a.parts, **result})
+        result = first
     out = a.json_out or os.path.join(HERE, "build", "bench",
                                      f"big-{result['date'].replace(':', '')}.json")
     subdir = os.path.splitext(out)[0] + ".parts"
@@ -323,17 +406,15 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     if "load" in parts:
         part_load(a, bindir, info, result, save)
-        hdr = "| load | joined s | node | layers | resident MiB joined / after a request | " \
-            "share MiB |\n|---|---|---|---|---|---|"
-        print(hdr)
-        for r in result["load"]:
-            for n in r["share"]:
-                print(f"| {r['kind']} | {r['join_s']:.1f} | {n} | {r['ranges'][n][0]}:"
-                      f"{r['ranges'][n][1]} | {r['rss_joined'][n] / 2**20:.0f} / "
-                      f"{r['rss_after_request'][n] / 2**20:.0f} | {r['share'][n] / 2**20:.0f} |")
+        hdr, rows = load_table(result["load"])
+        print("| " + " | ".join(hdr) + " |\n|" + "---|" * len(hdr))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
     if "decode" in parts:
         pj = os.path.join(subdir, "peer.json")
-        sub([os.path.join(here, "bench_peer.py"), "--target", a.model, "--draft", a.draft,
+        draft = draft_for(a, bindir)
+        result["draft"] = draft
+        sub([os.path.join(here, "bench_peer.py"), "--target", a.model, "--draft", draft,
              "--split", str(info["n_layers"] // 2), "--rtt-ms", "172", "--n", str(a.n),
              "--configs", "none,tree", "--omp-wait-policy", "passive", "--build", b,
              "--markdown", "--json-out", pj], result, "decode", save, pj)
@@ -347,10 +428,11 @@ def main():
         sub([os.path.join(here, "bench_fair.py"), "--target", a.model, "--parts", "short",
              "--reps", "3", "--long-words", "650", "--ctx", "4096", "--build", b,
              "--markdown", "--json-out", fj], result, "fair", save, fj)
-    result["loadavg_end"] = os.getloadavg()
+    (result["updates"][-1] if a.update else result)["loadavg_end"] = os.getloadavg()
     save()
-    print(f"\n{result['machine']}; commit {result['commit']}; {result['date']}; load average "
-          f"{result['loadavg'][0]:.2f} at the start, {result['loadavg_end'][0]:.2f} at the end; "
+    run = result["updates"][-1] if a.update else result
+    print(f"\n{run['machine']}; commit {run['commit']}; {run['date']}; load average "
+          f"{run['loadavg'][0]:.2f} at the start, {run['loadavg_end'][0]:.2f} at the end; "
           f"result file {os.path.relpath(out, HERE)}")
 
 

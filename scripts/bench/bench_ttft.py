@@ -127,6 +127,35 @@ class Cluster:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def table(result):
+    """(header, rows) of a result file: per stage count the TTFT, the busiest node's compute,
+    the prompt's hidden states over one link at the file's rate (files written before the
+    width was recorded: no transfer, the bound is the compute), the bound and the ratio."""
+    hdr = ["stages", "prompt", "TTFT s", "busiest node's compute s", "transfer s", "bound s",
+           "TTFT / bound", "compute per node s", "critical path s (network)", "Resumes"]
+    rows = []
+    for run in result["runs"]:
+        if "result" not in run:
+            rows.append([str(run["stages"]), "", "no number: " + run.get("error", "no result")]
+                        + [""] * (len(hdr) - 3))
+            continue
+        j = run["result"]
+        tm, P = j["timing"], j["n_prompt"]
+        work = {"head": tm.get("head_compute_ms", 0), **tm.get("stage_compute_ms", {})}
+        crit = tm.get("stage_critical_ms", {})
+        cmax = max(work.values())
+        tr = (P * result["n_embd"] * result["width"] * 8 / (result["rate_kbps"] * 1e3) * 1e3
+              if "n_embd" in result else None)
+        bound = max(cmax, tr or 0)
+        rows.append([str(run["stages"]), str(P), f"{j['ttft_ms'] / 1e3:.1f}", f"{cmax / 1e3:.1f}",
+                     f"{tr / 1e3:.1f}" if tr is not None else "not recorded",
+                     f"{bound / 1e3:.1f}", f"{j['ttft_ms'] / bound:.2f}",
+                     ", ".join(f"{k} {v / 1e3:.1f}" for k, v in work.items()),
+                     ", ".join(f"{k} {v / 1e3:.1f}" for k, v in crit.items()) +
+                     f" ({tm.get('network_ms', 0) / 1e3:.1f})", str(j.get("resumes", 0))])
+    return hdr, rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=os.path.join(HERE, "models/synth/qwen2.5-7b.gguf"))
@@ -161,7 +190,7 @@ def main():
     L, E = info["n_layers"], info["n_embd"]
     width = 2 if "f16" in a.node_flag or "bf16" in a.node_flag else 4
     prompt = prompt_of(a.words)
-    rows = []
+    result.update(n_embd=E, width=width)
     for n in (int(x) for x in a.stages.split(",")):
         logdir = tempfile.mkdtemp(prefix="bench_ttft.")
         c = Cluster(a, b, logdir, n, L)
@@ -179,24 +208,11 @@ def main():
             c.stop()
         run.update(load_end=os.getloadavg(), result=j)
         save()
-        tm, P = j["timing"], j["n_prompt"]
-        work = {"head": tm.get("head_compute_ms", 0), **tm.get("stage_compute_ms", {})}
-        crit = tm.get("stage_critical_ms", {})
-        transfer = P * E * width * 8 / (a.rate_kbps * 1e3) * 1e3
-        bound = max(max(work.values()), transfer)
-        rows.append((n, P, j["ttft_ms"], max(work.values()), transfer, bound, work, crit,
-                     tm.get("network_ms", 0), j.get("resumes", 0)))
         shutil.rmtree(logdir, ignore_errors=True)
-    hdr = ["stages", "prompt", "TTFT s", "busiest node's compute s", "transfer s", "bound s",
-           "TTFT / bound", "compute per node s", "critical path s (network)", "Resumes"]
+    hdr, rows = table(result)
     if a.markdown:
         print("| " + " | ".join(hdr) + " |\n|" + "---|" * len(hdr))
-    for n, P, ttft, cmax, tr, bound, work, crit, net, res in rows:
-        cells = [str(n), str(P), f"{ttft / 1e3:.1f}", f"{cmax / 1e3:.1f}", f"{tr / 1e3:.1f}",
-                 f"{bound / 1e3:.1f}", f"{ttft / bound:.2f}",
-                 ", ".join(f"{k} {v / 1e3:.1f}" for k, v in work.items()),
-                 ", ".join(f"{k} {v / 1e3:.1f}" for k, v in crit.items()) + f" ({net / 1e3:.1f})",
-                 str(res)]
+    for cells in rows:
         print(("| " + " | ".join(cells) + " |") if a.markdown else "  ".join(cells))
     loads = ", ".join(f"{r['load_start'][0]:.1f}-{r['load_end'][0]:.1f}" for r in result["runs"])
     print(f"\n{result['machine']}; commit {result['commit']}; {started}; load average {loads}; "

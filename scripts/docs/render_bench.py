@@ -11,7 +11,8 @@ The script that wrote a file is the first word of its "command": demo.sh (a whol
 scripts/bench/demo_result.py: each part's table and the run's times), demo_wan.py (the main
 job's table, rendered with demo_wan.table itself), bench_ttft.py (time to first token per stage
 count), bench_wan.py, bench_multi.py, bench_fair.py and bench_peer.py (each rendered with
-the script's own table(), as a markdown table) are known. A table anywhere else in the docs is typed by hand and belongs in a dated
+the script's own table(), as a markdown table) and bench_big.py (its load table, then each
+part's result it embeds, rendered as above) are known. A table anywhere else in the docs is typed by hand and belongs in a dated
 history section (tests/unit/test_docs.py checks docs/benchmarks.md for that).
 
     python3 scripts/docs/render_bench.py           # rewrite every region
@@ -47,25 +48,8 @@ def s_demo(r):
 
 
 def s_ttft(r):
-    hdr = ["stages", "prompt", "TTFT s", "busiest node's compute s", "compute per node s",
-           "critical path s (network)", "Resumes"]
-    out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
-    for run in r["runs"]:
-        if "result" not in run:
-            out.append(f"| {run['stages']} | | no number: {run.get('error', 'no result')} |"
-                       " | | | |")
-            continue
-        j = run["result"]
-        tm = j["timing"]
-        work = {"head": tm.get("head_compute_ms", 0), **tm.get("stage_compute_ms", {})}
-        crit = tm.get("stage_critical_ms", {})
-        cells = [str(run["stages"]), str(j["n_prompt"]), f"{j['ttft_ms'] / 1e3:.1f}",
-                 f"{max(work.values()) / 1e3:.1f}",
-                 ", ".join(f"{k} {v / 1e3:.1f}" for k, v in work.items()),
-                 ", ".join(f"{k} {v / 1e3:.1f}" for k, v in crit.items()) +
-                 f" ({tm.get('network_ms', 0) / 1e3:.1f})", str(j.get("resumes", 0))]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    import bench_ttft
+    return s_markdown(*bench_ttft.table(r))
 
 
 def s_demo_sh(r):
@@ -108,7 +92,42 @@ def s_peer(r):
     return s_markdown(*bench_peer.table(*bench_peer.from_file(r)))
 
 
-RENDERERS = {"demo.sh": s_demo_sh, "demo_wan.py": s_demo, "bench_ttft.py": s_ttft, "bench_wan.py": s_wan,
+def s_big(r):
+    """A scripts/bench/bench_big.py run: its load table, then each part's table rendered from
+    the part's own result, embedded in the file."""
+    import bench_big
+    out = []
+    if r.get("load"):
+        out.append(f"Load ({r['stages']} nodes, one thread each; cold: the file dropped from "
+                   "the page cache first):\n")
+        out.append(s_markdown(*bench_big.load_table(r["load"])))
+    names = {"decode": "Decode over 172 ms round trips against llama.cpp's RPC backend "
+                       f"(drafter {os.path.basename(r.get('draft', ''))})",
+             "ttft": "Time to first token of ~2,000 tokens at 50 Mbit/s per link",
+             "fair": "A short request's time to first token during another's ~2,000-token "
+                     "prefill"}
+    for key, title in names.items():
+        part = r.get(key)
+        if not part:
+            continue
+        out.append(f"\n{title} (`{part['command'].split(' ')[0]}`, {part['seconds']:.0f} s):\n")
+        sub = part.get("result")
+        if part["rc"] != 0 or not sub:
+            out.append(f"no number: the part failed ({part['error'].splitlines()[-1][:200]})\n"
+                       if part.get("error") else "no number: the part wrote no result\n")
+            continue
+        if key == "ttft" and "n_embd" not in sub:  # written before bench_ttft recorded it
+            f16 = any(x in sub.get("node_flags", []) for x in ("f16", "bf16"))
+            sub = dict(sub, n_embd=r["n_embd"], width=2 if f16 else 4)
+        out.append(RENDERERS[os.path.basename(sub["command"].split(" ")[0])](sub))
+    for u in r.get("updates", []):
+        out.append(f"\nThe {u['parts']} part(s) above come from a later run into the same file: "
+                   f"commit {u['commit']}, {u['date']}, load average {u['loadavg'][0]:.1f} at "
+                   f"the start; `{u['command']}`.\n")
+    return "".join(out)
+
+
+RENDERERS = {"bench_big.py": s_big, "demo.sh": s_demo_sh, "demo_wan.py": s_demo, "bench_ttft.py": s_ttft, "bench_wan.py": s_wan,
              "bench_multi.py": s_multi, "bench_fair.py": s_fair, "bench_peer.py": s_peer}
 
 
