@@ -193,6 +193,11 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 #define SW_NODE_DEFAULT_ROUND_TIMEOUT_MS 60000                    /* --round-timeout-ms */
 #define SW_NODE_DEFAULT_RECOVER_TIMEOUT_S 60                      /* --recover-timeout-s */
 #define SW_NODE_DEFAULT_HEARTBEAT_MS SW_PEER_DEFAULT_HEARTBEAT_MS /* --heartbeat-ms */
+/* While a round's verdict is late, the head asks its relay's table this often: is every stage of
+ * the route still there with its connection (node/head.c)? A stage gone from the relay in use
+ * while other relays are live moves the head to another (sw_peer_leave): the round alone goes
+ * again, within SW_RELAY_SILENT_IVLS relay heartbeats + this + one round of the cut. */
+#define SW_NODE_ROUTE_CHECK_MS 1000
 
 /* What a Resume may cost (node/head_stream.c): the chunks a head sends again are paced per
  * client key (this many a second, a second's worth at once), and one request's chunks are sent

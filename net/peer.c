@@ -326,30 +326,39 @@ static void s_keep(sw_peer_t *p, sw_wire_msg_t *m)
     }
 }
 
+/* The live link with the lowest measured round trip (the kernel's smoothed RTT of its TCP
+ * connection), the earlier relay of the list on a tie, other than `avoid` (-1 = none); -1 when
+ * none is live. Its round trip into *rtt. */
+static int s_best(const sw_peer_t *p, int avoid, long *rtt)
+{
+    int best = -1;
+    long best_rtt = -1;
+    for (int i = 0; i < p->n_links; i++) {
+        if (i == avoid || !link_live(&p->links[i]))
+            continue;
+        const long r = link_rtt_us(&p->links[i]);
+        if (best < 0 || (r >= 0 && (best_rtt < 0 || r < best_rtt))) {
+            best = i;
+            best_rtt = r;
+        }
+    }
+    *rtt = best_rtt;
+    return best;
+}
+
 /*
  * The link messages go by. The rule: the link in use while it stays live
  * (so that the messages of a round keep their order and their relay); when
- * it is lost (or none was chosen yet), the live link with the lowest
- * measured round trip (the kernel's smoothed RTT of its TCP connection), the
- * earlier relay of the list on a tie. None live: the link last used (its
- * sends wait or fail as with one relay).
+ * it is lost (or none was chosen yet, or sw_peer_leave left it), the live
+ * link with the lowest measured round trip (s_best). None live: the link
+ * last used (its sends wait or fail as with one relay).
  */
 static int s_pick(sw_peer_t *p)
 {
     if (p->cur >= 0 && link_live(&p->links[p->cur]))
         return p->cur;
-    int best = -1;
     long best_rtt = -1;
-    for (int i = 0; i < p->n_links; i++) {
-        const sw_link_t *l = &p->links[i];
-        if (!link_live(l))
-            continue;
-        const long rtt = link_rtt_us(l);
-        if (best < 0 || (rtt >= 0 && (best_rtt < 0 || rtt < best_rtt))) {
-            best = i;
-            best_rtt = rtt;
-        }
-    }
+    const int best = s_best(p, -1, &best_rtt);
     if (best < 0) {
         if (p->cur >= 0)
             return p->cur;
@@ -363,6 +372,23 @@ static int s_pick(sw_peer_t *p)
                 p->links[best].ep, best_rtt / 1e3);
     p->cur = best;
     return best;
+}
+
+int sw_peer_leave(sw_peer_t *peer, int link, const char *why)
+{
+    s_upkeep(peer);
+    if (peer->n_links < 2 || link < 0 || link != peer->cur)
+        return 0;
+    long rtt = -1;
+    const int best = s_best(peer, link, &rtt);
+    if (best < 0)
+        return 0;
+    SW_WARN("peer %s: leaving the relay %s (%s)", peer->announce.name, peer->links[link].ep, why);
+    SW_INFO("peer %s: messages go by the relay %s now (round trip %.1f ms)", peer->announce.name,
+            peer->links[best].ep, rtt / 1e3);
+    peer->cur = best;
+    peer->epoch++; /* what went by the relay left may not arrive: callers count it as lost */
+    return 1;
 }
 
 /* Handshakes cut at start-up (several relays): a relay that closes them while it answers has

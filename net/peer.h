@@ -190,6 +190,13 @@ int sw_peer_status_of(sw_peer_t *peer, int link, sw_wire_msg_t *table_msg, int t
  * to it): what was in flight through it may be gone. */
 uint64_t sw_peer_losses(sw_peer_t *peer);
 
+/* The relay of index link (the one messages go by) can no longer reach a peer that another relay
+ * may still reach (its table lost a stage): messages go by another live relay from now on (the
+ * rule of the lost link: the lowest round trip), and what went by it counts as lost
+ * (sw_peer_losses grows). 1 when it moved; 0 when link is not the one in use or no other relay
+ * is live (nothing changes). */
+int sw_peer_leave(sw_peer_t *peer, int link, const char *why);
+
 /* The relays given, and what a status line shows of each. */
 int sw_peer_links(const sw_peer_t *peer);
 typedef struct sw_peer_link_info {

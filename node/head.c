@@ -232,9 +232,13 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         } else if (s->want_check) {
             s->want_check = 0;
             char why[160];
-            if (node_recover_waiting(s->rec) &&
-                !node_recover_route_check(s->rec, pt, s->route.names, s->route.n, why,
-                                          sizeof why)) {
+            const int ok = node_recover_waiting(s->rec)
+                               ? node_recover_route_check(s->rec, pt, s->route.names, s->route.n,
+                                                          why, sizeof why)
+                               : 1;
+            if (ok < 0 && head_leave_relay(n, msg->link, why, now)) {
+                h->busy = 1; // another relay: the round alone goes again (head_session.c)
+            } else if (ok < 1) {
                 char text[200];
                 snprintf(text, sizeof text, "%s during the round", why);
                 node_recover_failed(s->rec, now, text);

@@ -295,6 +295,12 @@ void head_send_error(node_t *n, const char *dest, int code, const char *request_
  * when it is spent (the answer is then not sent; what names it in the
  * head's gated log). */
 int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what);
+/* Several relays: the relay of index link, the one in use, lost a stage of a route (its
+ * connection to that relay was cut, or that relay dropped it) while others are live and may
+ * still reach it. The head moves to another (sw_peer_leave, which counts as a lost link): every
+ * round waiting for its verdict goes again alone by the new relay (s_relay_lost), and a round
+ * still being sent goes again from its first chunk. 1 when it moved, 0 when nothing changed. */
+int head_leave_relay(node_t *n, int link, const char *why, double now);
 /* Refuses request rid of msg's sender: one line in the head's gated log
  * (refused_log, per key), and an Error (code, queue_pos, text) when its key's
  * answer budget allows (head_answer_take). */

@@ -31,7 +31,6 @@
 #include "log.h"
 #include "placement.h"
 
-#define S_CHECK_MS 1000       // while a verdict is late: route checks this often
 #define S_PREFIX_OFF_MS 60000 // after a stage missed a prefix: none asked for this long
 
 /* Frees what a session holds but its record of what it streamed. */
@@ -257,8 +256,23 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
         /* A slow round is not a lost one: the timeout and the route check count from the
          * last sign that it moves (docs/fault-tolerance.md, "Slow is not gone"). */
         s->t_limit = now + n->o.round_timeout_ms;
-        s->t_check = now + S_CHECK_MS;
+        s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
     }
+}
+
+int head_leave_relay(node_t *n, int link, const char *why, double now)
+{
+    char text[240];
+    snprintf(text, sizeof text, "%s; other relays are live", why);
+    if (!sw_peer_leave(n->peer, link, text))
+        return 0;
+    node_head_t *h = n->head;
+    for (int i = 0; i < h->n_slots; i++) {
+        head_sess_t *s = &h->sess[i];
+        if (s->state == HEAD_RUN && s->send_idx >= 0 && !node_recover_failing(s->rec))
+            node_recover_relay_lost(s->rec, now, "the head left a relay while the round went out");
+    }
+    return 1;
 }
 
 void node_head_error(node_t *n, sw_wire_msg_t *msg)
@@ -280,11 +294,16 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
         head_spot_error(n, 0, dest, NULL);
         char why[160];
         snprintf(why, sizeof why, "stage '%s' left the pipeline (the relay cannot reach it)", dest);
+        int on_route = 0;
+        for (int i = 0; i < h->n_slots; i++)
+            on_route |= h->sess[i].state == HEAD_RUN && head_route_has(&h->sess[i].route, dest);
+        /* several relays: another may still reach it (the rounds go again by that one) */
+        const int left = on_route && head_leave_relay(n, msg->link, why, now);
         for (int i = 0; i < h->n_slots; i++) {
             head_sess_t *s = &h->sess[i];
             if (s->state != HEAD_RUN)
                 continue;
-            if (head_route_has(&s->route, dest))
+            if (!left && head_route_has(&s->route, dest))
                 node_recover_failed(s->rec, now, why);
             if (!strcmp(s->client, dest) && !s->client_missing) {
                 s->client_missing = now; // judged with the next peer tables
@@ -744,7 +763,7 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         } else if (now >= s->t_check) {
             s->want_check = 1; // is every stage still there? (the next table says)
             head_want_status(h);
-            s->t_check = now + S_CHECK_MS;
+            s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
         }
     }
     return 0;
@@ -810,7 +829,7 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         s->sent_losses = sw_peer_losses(n->peer);
         s->sent_dlosses = sw_peer_direct_losses(n->peer);
         s->t_limit = now + n->o.round_timeout_ms;
-        s->t_check = now + S_CHECK_MS;
+        s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
         n->head->busy = 1; // the next pass starts drafting ahead while the round travels
     }
     /* The prefill keeps the later stages busy for a while: feed the prompt to

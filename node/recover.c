@@ -158,7 +158,7 @@ int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
         const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;
         if (!pi) {
             snprintf(why, why_len, "stage '%s' left the pipeline", names[i]);
-            return 0;
+            return -1;
         }
         const s_base_t *b = i - 1 < rec->n_base ? &rec->base[i - 1] : NULL;
         if (!b || strcmp(b->name, names[i]) != 0)

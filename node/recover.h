@@ -111,8 +111,9 @@ int node_recover_failing(const node_recover_t *rec);
  * lost. names[0] is the head (not checked). */
 void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n);
-/* 1 when every stage names[1..n) is in t with a plausible counter; else 0
- * with the stage and the reason in why. */
+/* 1 when every stage names[1..n) is in t with a plausible counter; else the
+ * stage and the reason in why, and 0 (a stage's connection is new: it or the
+ * relay restarted) or -1 (a stage is not in t: it left that relay). */
 int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len);
 

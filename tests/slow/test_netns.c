@@ -48,9 +48,7 @@
  * Needs root (ip netns, nft): skipped without. Installs iproute2, nftables
  * and conntrack with scripts/deps.sh when they are missing.
  */
-#include "sw_test.h"
-
-#include "keys.h"
+#include "sw_netns.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -71,7 +69,7 @@
 #define WAN_CLIENT_MS 20 /* the client's */
 
 static char s_dir[64];
-static char s_pfx[32]; /* namespace prefix: unique per test process */
+static swn_bed_t s_bed; /* the hosts: namespaces with a prefix unique per test process */
 static char s_ep[64];
 static const char *s_prompt = "The history of the printing press";
 
@@ -82,50 +80,20 @@ static double s_now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Runs a shell command (the namespace prefix in $P); 0 when it succeeded. */
 static int s_sh(const char *body)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "P=%s; %s", s_pfx, body);
-    char *out = NULL;
-    int rc = sw_test_sh(cmd, 60, &out);
-    if (rc != 0)
-        fprintf(stderr, "command failed (%d): %s\n%s\n", rc, body, out ? out : "");
-    free(out);
-    return rc;
+    return swn_sh(&s_bed, body);
 }
 
 /* The hosts and routers; 0 when built. */
 static int s_build(void)
 {
-    return s_sh(
-        "set -e\n"
-        "for n in wan relay nath head natt tail client; do ip netns add $P-$n; "
-        "ip -n $P-$n link set lo up; done\n"
-        /* veth between namespace $1 (interface $2, address $3) and $4 ($5, $6) */
-        "link() { ip link add $P-x type veth peer name $P-y; "
-        "ip link set $P-x netns $P-$1 name $2; ip link set $P-y netns $P-$4 name $5; "
-        "ip -n $P-$1 addr add $3 dev $2; ip -n $P-$4 addr add $6 dev $5; "
-        "ip -n $P-$1 link set $2 up; ip -n $P-$4 link set $5 up; }\n"
+    static const char *const hosts[] = {"wan",  "relay", "nath",   "head",
+                                        "natt", "tail",  "client", NULL};
+    return swn_build(
+        &s_bed, "n", hosts,
         "link wan r0 10.0.0.1/24 relay w0 10.0.0.2/24\n"
-        "link wan h0 10.0.1.1/24 nath w0 10.0.1.2/24\n"
-        "link wan t0 10.0.2.1/24 natt w0 10.0.2.2/24\n"
-        "link wan c0 10.0.3.1/24 client w0 10.0.3.2/24\n"
-        "link nath l0 192.168.1.1/24 head e0 192.168.1.2/24\n"
-        "link natt l0 192.168.2.1/24 tail e0 192.168.2.2/24\n"
-        "ip -n $P-relay route add default via 10.0.0.1\n"
-        "ip -n $P-client route add default via 10.0.3.1\n"
-        "ip -n $P-nath route add default via 10.0.1.1\n"
-        "ip -n $P-natt route add default via 10.0.2.1\n"
-        "ip -n $P-head route add default via 192.168.1.1\n"
-        "ip -n $P-tail route add default via 192.168.2.1\n"
-        "for n in wan nath natt; do ip netns exec $P-$n sysctl -qw net.ipv4.ip_forward=1; done\n"
-        "for n in nath natt; do ip netns exec $P-$n nft -f - <<EOF\n"
-        "table ip nat {\n chain post {\n type nat hook postrouting priority 100;\n"
-        " oifname \"w0\" masquerade\n }\n}\n"
-        "table inet f {\n chain fw {\n type filter hook forward priority 0;\n }\n}\n"
-        "EOF\n"
-        "done\n"
+        "ip -n $P-relay route add default via 10.0.0.1\n" SWN_NAT_SITES
         /* the wan router: a filter table for the blackholes of the client's and the relay's
          * links (what the emulators send and receive is the router's own traffic) */
         "ip netns exec $P-wan nft -f - <<EOF\n"
@@ -149,17 +117,7 @@ static pid_t s_wanem(const char *dev, const char *addr, int port, int ms)
     snprintf(listen, sizeof listen, "%s:%d", addr, port);
     snprintf(up, sizeof up, "10.0.0.2:%d", RELAY_PORT);
     snprintf(log, sizeof log, "wanem-%s.log", dev);
-    char ns[64];
-    snprintf(ns, sizeof ns, "%s-wan", s_pfx);
-    sw_test_netns(ns);
-    const char *path = sw_test_log(log);
-    pid_t pid = sw_test_spawn_wanem(listen, up, ms, path);
-    sw_test_netns(NULL);
-    if (pid > 0 && !sw_test_wait_text(path, "wanem: ", 10)) {
-        sw_test_kill(pid);
-        return -1;
-    }
-    return pid;
+    return swn_wanem(&s_bed, "wan", listen, up, ms, log);
 }
 
 /* The three emulators (head's, tail's and client's links); 0 when they run. */
@@ -176,19 +134,7 @@ static int s_wan(pid_t pids[3])
 
 static void s_teardown(void)
 {
-    s_sh("for n in wan relay nath head natt tail client; do ip netns del $P-$n 2>/dev/null; "
-         "done; true");
-}
-
-/* Waits until the relay's log shows `needle` more than `before` times; 0, or -1 after s. */
-static int s_wait_log(const char *log, const char *needle, int before, int s)
-{
-    for (int i = 0; i < s * 10; i++) {
-        if (sw_test_count_in_file(log, needle) > before)
-            return 0;
-        usleep(100000);
-    }
-    return -1;
+    swn_teardown(&s_bed);
 }
 
 /*
@@ -213,13 +159,11 @@ static int s_fault(const char *what, const char *fault, const char *heal, int ho
     snprintf(err, sizeof err, "%s", sw_test_log("run.err"));
     char *argv[SW_TEST_RUN_ARGC];
     sw_test_run_argv(argv, s_ep, s_prompt, n_gen, "80");
-    char ns[64];
-    snprintf(ns, sizeof ns, "%s-client", s_pfx);
-    sw_test_netns(ns);
+    swn_enter(&s_bed, "client");
     pid_t run = sw_test_spawn_io(argv, out, err);
-    sw_test_netns(NULL);
+    swn_enter(&s_bed, NULL);
     const double t0 = s_now();
-    s_wait_log(log, "prompt tokens, 96 to generate", before, 60);
+    swn_wait_log(log, "prompt tokens, 96 to generate", before, 60);
     usleep(1000000);
     const double t_fault = s_now();
     if (fault) {
@@ -229,10 +173,9 @@ static int s_fault(const char *what, const char *fault, const char *heal, int ho
     } else {
         sw_test_kill(*relay);
         sleep(1);
-        snprintf(ns, sizeof ns, "%s-relay", s_pfx);
-        sw_test_netns(ns);
+        swn_enter(&s_bed, "relay");
         *relay = sw_test_relay(s_ep, s_dir, log, NULL);
-        sw_test_netns(NULL);
+        swn_enter(&s_bed, NULL);
     }
     const double t_heal = s_now();
     const int rc = sw_test_wait(run, BOUND_S);
@@ -273,26 +216,11 @@ static int s_fault(const char *what, const char *fault, const char *heal, int ho
 int main(void)
 {
     const char *model = sw_test_model();
-    char e[256];
-    if (getuid() != 0)
-        sw_test_skip("needs root (ip netns, nft)");
-    if (sw_keys_curve_check(e, sizeof e) != 0)
-        sw_test_skip(e);
-    /* The tools: ip, nft and conntrack. A fresh machine once lacked
-     * conntrack, and the NAT flushes were skipped. */
-    char deps[1024];
-    snprintf(deps, sizeof deps,
-             "SW_DEPS_EXTRA='iproute2 nftables conntrack' bash %s/scripts/deps.sh",
-             sw_test_env("SW_SOURCE_DIR"));
-    if (sw_test_sh(deps, 900, NULL) != 0)
-        sw_test_skip("iproute2, nftables or conntrack could not be installed (scripts/deps.sh)");
-    if (system("ip netns list >/dev/null 2>&1 && nft --version >/dev/null 2>&1") != 0)
-        sw_test_skip("ip netns or nft missing");
+    swn_need();
     signal(SIGPIPE, SIG_IGN);
     const char *wan_env = getenv("SW_NETNS_WAN");
     const int wan = !(wan_env && !strcmp(wan_env, "0"));
     snprintf(s_dir, sizeof s_dir, "%s", sw_test_tmpdir());
-    snprintf(s_pfx, sizeof s_pfx, "swn%d", (int)getpid());
     snprintf(s_ep, sizeof s_ep, "tcp://10.0.0.2:%d", RELAY_PORT);
     const char *nodes[] = {"head", "tail", NULL};
     const char *clients[] = {"alice", NULL};
@@ -320,20 +248,16 @@ int main(void)
         printf("no WAN emulators (SW_NETNS_WAN=0)\n");
     char log[256]; /* (sw_test_log's buffers are reused: a copy for the whole test) */
     snprintf(log, sizeof log, "%s", sw_test_log("cluster.log"));
-    char ns[64];
-    snprintf(ns, sizeof ns, "%s-relay", s_pfx);
-    sw_test_netns(ns);
+    swn_enter(&s_bed, "relay");
     pid_t relay = sw_test_relay(s_ep, s_dir, log, NULL);
-    snprintf(ns, sizeof ns, "%s-head", s_pfx);
-    sw_test_netns(ns);
+    swn_enter(&s_bed, "head");
     pid_t head = sw_test_node(s_ep, s_dir, "head", "0:15", log, NULL);
-    snprintf(ns, sizeof ns, "%s-tail", s_pfx);
-    sw_test_netns(ns);
+    swn_enter(&s_bed, "tail");
     pid_t tail = sw_test_node(s_ep, s_dir, "tail", "15:30", log, NULL);
-    sw_test_netns(NULL);
+    swn_enter(&s_bed, NULL);
     sw_test_client_env(s_dir, "alice");
-    SW_CHECK_INT(s_wait_log(log, "peer tail joined", 0, 60), 0);
-    SW_CHECK_INT(s_wait_log(log, "peer head joined", 0, 60), 0);
+    SW_CHECK_INT(swn_wait_log(log, "peer tail joined", 0, 60), 0);
+    SW_CHECK_INT(swn_wait_log(log, "peer head joined", 0, 60), 0);
 
     SW_CHECK_INT(s_fault("no fault", "true", "true", 0, &relay, ref, n_ref), 1);
     s_base = s_total;

@@ -401,10 +401,10 @@ static void s_test_route_check(void)
     t = s_table(p, 0, 3, 50, 45);
     SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 0);
     SW_CHECK(strstr(why, "'mid' has a new relay connection") != NULL);
-    /* a stage gone from the table */
+    /* a stage gone from the table: -1 (with several relays the head may leave that one) */
     t = s_table(p, 105, 95, 50, 45);
     t.n_peers = 2;
-    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 0);
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), -1);
     SW_CHECK(strstr(why, "left the pipeline") != NULL);
     node_recover_free(&rec);
 }
