@@ -202,6 +202,27 @@ typedef struct s_cli {
     int idle_s, recover_s; // --idle-timeout-s, --recover-timeout-s
 } s_cli_t;
 
+/* One of the test-only options (faults planted on purpose): 0, or nonzero
+ * after an error line. */
+static int s_opt_test(node_opts_t *o, int c, const char *v)
+{
+    const char *P = s_spec.prog;
+    switch (c) {
+    case O_FLIP:
+        return sw_arg_int(P, "--test-flip-bit", v, 0, 1 << 30, &o->test_flip_bit);
+    case O_FAKE:
+        return sw_arg_int(P, "--test-fake-digest", v, 0, 1 << 30, &o->test_fake_digest);
+    case O_SLOW:
+        return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
+    case O_SLOWX:
+        return sw_arg_double(P, "--test-slow-x", v, 0, 1000, &o->test_slow_x);
+    case O_SKEW:
+        return sw_arg_int(P, "--test-clock-skew-ms", v, -600000, 600000, &o->test_skew_ms);
+    default:
+        return -1;
+    }
+}
+
 /* One option of this program (not of a shared group): 0, or nonzero after
  * an error line. */
 static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
@@ -313,18 +334,8 @@ static int s_opt(node_opts_t *o, s_cli_t *cli, int c, const char *v)
         return 0;
     case O_SPOT:
         return sw_arg_double(P, "--spot-check", v, 0, 1, &o->spot_share);
-    case O_FLIP:
-        return sw_arg_int(P, "--test-flip-bit", v, 0, 1 << 30, &o->test_flip_bit);
-    case O_FAKE:
-        return sw_arg_int(P, "--test-fake-digest", v, 0, 1 << 30, &o->test_fake_digest);
-    case O_SLOW:
-        return sw_arg_int(P, "--test-slow-ms", v, 0, 600000, &o->test_slow_ms);
-    case O_SLOWX:
-        return sw_arg_double(P, "--test-slow-x", v, 0, 1000, &o->test_slow_x);
-    case O_SKEW:
-        return sw_arg_int(P, "--test-clock-skew-ms", v, -600000, 600000, &o->test_skew_ms);
     default:
-        return -1;
+        return s_opt_test(o, c, v);
     }
 }
 
