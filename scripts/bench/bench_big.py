@@ -149,7 +149,8 @@ def draft_for(a, bindir):
     if os.path.isfile(real) and gguf_tokens(real) == gguf_tokens(a.model):
         return real
     stem = os.path.splitext(os.path.basename(a.model))[0]
-    path = os.path.join(os.path.dirname(os.path.abspath(a.model)), f"qwen2.5-0.5b-draft-for-{stem}.gguf")
+    path = os.path.join(os.path.dirname(os.path.abspath(a.model)),
+                        f"qwen2.5-0.5b-draft-for-{stem}.gguf")
     if not os.path.isfile(path):
         log(f"bench_big: making {path} (a synthetic 0.5B drafter with the target's tokenizer)")
         subprocess.run([f"{bindir}/shardwire-mkmodel", "--synth", "qwen2.5-0.5b", "--vocab",
@@ -426,7 +427,8 @@ def main():
     if "fair" in parts:
         fj = os.path.join(subdir, "fair.json")
         sub([os.path.join(here, "bench_fair.py"), "--target", a.model, "--parts", "short",
-             "--reps", "3", "--long-words", "650", "--ctx", "4096", "--build", b,
+             "--reps", "3", "--long-words", "650", "--ctx", "4096", "--timeout-s", "7200",
+             "--build", b,
              "--markdown", "--json-out", fj], result, "fair", save, fj)
     (result["updates"][-1] if a.update else result)["loadavg_end"] = os.getloadavg()
     save()

@@ -131,11 +131,11 @@ class Cluster(bench_wan.Cluster):
             time.sleep(1)
         raise SystemExit("bench_fair: the nodes did not join the relay within 900 s")
 
-    def run(self, who, prompt, n, timeout_s=1800):
+    def run(self, who, prompt, n, timeout_s=None):
         """One greedy request of client `who`, plain decoding: its JSON result."""
         argv = [f"{self.bin}/shardwire", "run", "--greedy", "--draft", "none", "--relay",
                 self.client_ep, "-p", prompt, "-n", str(n), "--json", "--timeout-s",
-                str(int(timeout_s)), *self.sec[who]]
+                str(int(timeout_s or self.args.timeout_s)), *self.sec[who]]
         with self.lock:
             if self.stopped:
                 raise RuntimeError("the cluster was stopped")
@@ -337,6 +337,9 @@ def main():
     ap.add_argument("--cap-s", type=float, default=300,
                     help="a request measured against contention that has no answer after this "
                          "long counts as this long, shown as '>=' (default 300)")
+    ap.add_argument("--timeout-s", type=float, default=1800,
+                    help="each request's deadline (default 1800; the long prompt of a 14B "
+                    "shape among short requests takes longer on 2 cores)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out", help="write the result file here: commit, machine, date, "
                     "command, load (bench_wan.run_info), the settings and each part's result "

@@ -146,7 +146,8 @@ class LlamaSide:
 
     def _run(self, argv):
         """Runs one llama.cpp program; its stdout and all its output."""
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=self.a.timeout)
+        r = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                           timeout=self.a.timeout)  # a random model prints any bytes
         out = r.stdout + r.stderr
         if r.returncode != 0:
             raise SystemExit(f"bench_peer: {os.path.basename(argv[0])} failed ({r.returncode}): "
