@@ -537,4 +537,39 @@ static inline int swf_relay_restarts(swf_cluster_t *c, int n_gen, int min_ref, i
     return exact;
 }
 
+/* `shardwire status --relay relay --json`'s hop from -> to: its path ("direct" or "relay") into
+ * path and its round trip (ms, -1 = null); 0, or -1 when the hop is not listed. The text form too.
+ */
+static inline int swf_hop(const char *relay, const char *from, const char *to, char *path,
+                          size_t len, double *rtt_ms)
+{
+    char *argv[] = {
+        (char *)sw_test_bin("shardwire"), "status", "--relay", (char *)relay, "--json", NULL};
+    char *o = NULL;
+    int rc = sw_test_run(argv, 20, &o, NULL), found = -1;
+    json_error_t je;
+    json_t *j = rc == 0 && o ? json_loads(o, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *hops = j ? json_object_get(j, "hops") : NULL;
+    for (size_t i = 0; json_is_array(hops) && i < json_array_size(hops); i++) {
+        json_t *h = json_array_get(hops, i);
+        const char *f = json_string_value(json_object_get(h, "from"));
+        const char *t = json_string_value(json_object_get(h, "to"));
+        if (f && t && !strcmp(f, from) && !strcmp(t, to)) {
+            const char *pv = json_string_value(json_object_get(h, "path"));
+            snprintf(path, len, "%s", pv ? pv : "");
+            json_t *r = json_object_get(h, "rtt_ms");
+            *rtt_ms = json_is_number(r) ? json_number_value(r) : -1;
+            found = 0;
+        }
+    }
+    json_decref(j);
+    free(o);
+    char *targv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", (char *)relay, NULL};
+    o = NULL;
+    if (sw_test_run(targv, 20, &o, NULL) == 0 && o && strstr(o, "hop "))
+        fprintf(stderr, "status: %s", strstr(o, "hop "));
+    free(o);
+    return found;
+}
+
 #endif

@@ -95,37 +95,6 @@ static double s_request(const char *what, const swf_result_t *ref, long *in_delt
     return got.total_ms;
 }
 
-/* `shardwire status --json`'s hop from -> to: its path ("direct" or "relay") into path and
- * its round trip (ms, -1 = null); 0, or -1 when the hop is not listed. The text form too. */
-static int s_hop(const char *from, const char *to, char *path, size_t len, double *rtt_ms)
-{
-    char *argv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_relay, "--json", NULL};
-    char *o = NULL;
-    int rc = sw_test_run(argv, 20, &o, NULL), found = -1;
-    json_error_t je;
-    json_t *j = rc == 0 && o ? json_loads(o, JSON_DISABLE_EOF_CHECK, &je) : NULL;
-    json_t *hops = j ? json_object_get(j, "hops") : NULL;
-    for (size_t i = 0; json_is_array(hops) && i < json_array_size(hops); i++) {
-        json_t *h = json_array_get(hops, i);
-        const char *f = json_string_value(json_object_get(h, "from"));
-        const char *t = json_string_value(json_object_get(h, "to"));
-        if (f && t && !strcmp(f, from) && !strcmp(t, to)) {
-            snprintf(path, len, "%s", json_string_value(json_object_get(h, "path")));
-            json_t *r = json_object_get(h, "rtt_ms");
-            *rtt_ms = json_is_number(r) ? json_number_value(r) : -1;
-            found = 0;
-        }
-    }
-    json_decref(j);
-    free(o);
-    char *targv[] = {(char *)sw_test_bin("shardwire"), "status", "--relay", s_relay, NULL};
-    o = NULL;
-    if (sw_test_run(targv, 20, &o, NULL) == 0 && o && strstr(o, "hop "))
-        fprintf(stderr, "status: %s", strstr(o, "hop "));
-    free(o);
-    return found;
-}
-
 /* A CURVE client with the secret key sec (Z85) dials the listener at ep (server key pub): 1
  * when the handshake was refused (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH within 5 s), 0 when it went
  * through, -1 when neither happened. */
@@ -236,9 +205,9 @@ int main(void)
     SW_CHECK_INT(swf_log_count(&s_c, "direct:"), 0);
     char hp[16] = "";
     double rtt = -1;
-    SW_CHECK_INT(s_hop("head", "tail", hp, sizeof hp, &rtt), 0);
+    SW_CHECK_INT(swf_hop(s_relay, "head", "tail", hp, sizeof hp, &rtt), 0);
     SW_CHECK(!strcmp(hp, "relay") && rtt > 0);
-    SW_CHECK_INT(s_hop("tail", "head", hp, sizeof hp, &rtt), 0);
+    SW_CHECK_INT(swf_hop(s_relay, "tail", "head", hp, sizeof hp, &rtt), 0);
     SW_CHECK(!strcmp(hp, "relay"));
 
     /* 2. the tail listens (behind a proxy): the head dials it; nothing goes by the relay */
@@ -258,9 +227,9 @@ int main(void)
     SW_CHECK(in <= 1 && out <= 1);
     SW_CHECK(swf_log_count(&s_c, "direct: messages to tail go by the direct link now") >= 1);
     /* status shows it per hop, both ways, with the link's round trip */
-    SW_CHECK_INT(s_hop("head", "tail", hp, sizeof hp, &rtt), 0);
+    SW_CHECK_INT(swf_hop(s_relay, "head", "tail", hp, sizeof hp, &rtt), 0);
     SW_CHECK(!strcmp(hp, "direct") && rtt > 0);
-    SW_CHECK_INT(s_hop("tail", "head", hp, sizeof hp, &rtt), 0);
+    SW_CHECK_INT(swf_hop(s_relay, "tail", "head", hp, sizeof hp, &rtt), 0);
     SW_CHECK(!strcmp(hp, "direct"));
 
     /* 3. the link cut mid-request: the proxy dies, both its connections close */
