@@ -61,45 +61,45 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def gguf_tensors(path):
-    """{name: bytes} of a GGUF file's tensors (each tensor's bytes up to the next one's
-    offset, the last up to the end of the file: alignment padding included)."""
+def gguf_read(path, keep=()):
+    """The metadata values named in keep ({key: value}; arrays as lists) and the tensor table
+    [(offset, name)] of a GGUF file, and where its data starts."""
     with open(path, "rb") as f:
         def rd(fmt):
             return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
 
-        def rstr():
-            return f.read(rd("Q")).decode("utf-8", "replace")
-
-        def skip(t):
+        def val(t):
             if t == 8:
-                rstr()
-            elif t == 9:
+                return f.read(rd("Q")).decode("utf-8", "replace")
+            if t == 9:
                 et, n = rd("I"), rd("Q")
-                for _ in range(n):
-                    skip(et)
-            else:
-                rd(GGUF_SCALARS[t])
+                return [val(et) for _ in range(n)]
+            return rd(GGUF_SCALARS[t])
         if f.read(4) != b"GGUF":
             raise SystemExit(f"bench_big: {path} is not a GGUF file")
         rd("I")
         n_t, n_kv = rd("Q"), rd("Q")
-        align = 32
+        kv = {}
         for _ in range(n_kv):
-            k, t = rstr(), rd("I")
-            if k == "general.alignment" and t == 4:
-                align = rd("I")
-            else:
-                skip(t)
+            k, v = val(8), val(rd("I"))
+            if k in keep:
+                kv[k] = v
         infos = []
         for _ in range(n_t):
-            name = rstr()
-            nd = rd("I")
-            for _ in range(nd):
+            name = val(8)
+            for _ in range(rd("I")):
                 rd("Q")
             rd("I")
             infos.append((rd("Q"), name))
+        align = kv.get("general.alignment", 32)
         data = (f.tell() + align - 1) // align * align
+    return kv, infos, data
+
+
+def gguf_tensors(path):
+    """{name: bytes} of a GGUF file's tensors (each tensor's bytes up to the next one's
+    offset, the last up to the end of the file: alignment padding included)."""
+    _, infos, data = gguf_read(path, ("general.alignment",))
     end = os.path.getsize(path) - data
     infos.sort()
     return {n: (infos[i + 1][0] if i + 1 < len(infos) else end) - off
@@ -108,33 +108,7 @@ def gguf_tensors(path):
 
 def gguf_tokens(path):
     """The tokenizer.ggml.tokens list of a GGUF file ([] when it has none)."""
-    with open(path, "rb") as f:
-        def rd(fmt):
-            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
-
-        def rstr():
-            return f.read(rd("Q")).decode("utf-8", "replace")
-
-        def skip(t):
-            if t == 8:
-                rstr()
-            elif t == 9:
-                et, n = rd("I"), rd("Q")
-                for _ in range(n):
-                    skip(et)
-            else:
-                rd(GGUF_SCALARS[t])
-        if f.read(4) != b"GGUF":
-            raise SystemExit(f"bench_big: {path} is not a GGUF file")
-        rd("I")
-        rd("Q")
-        for _ in range(rd("Q")):
-            k, t = rstr(), rd("I")
-            if k == "tokenizer.ggml.tokens" and t == 9:
-                et, n = rd("I"), rd("Q")
-                return [rstr() for _ in range(n)] if et == 8 else []
-            skip(t)
-    return []
+    return gguf_read(path, ("tokenizer.ggml.tokens",))[0].get("tokenizer.ggml.tokens", [])
 
 
 def draft_for(a, bindir):
