@@ -129,6 +129,18 @@ static inline int swf_diff_at(const swf_result_t *a, const swf_result_t *b)
     return i;
 }
 
+/* Checks a request's result against the reference: it ended well, the same
+ * tokens and the same logits digest; says where the tokens part when not. */
+#define SWF_CHECK_SAME(what, got, ref)                                                             \
+    do {                                                                                           \
+        SW_CHECK_INT((got)->rc, 0);                                                                \
+        SW_CHECK(swf_same((got), (ref)));                                                          \
+        SW_CHECK(!strcmp((got)->digest, (ref)->digest));                                           \
+        if (!swf_same((got), (ref)))                                                               \
+            fprintf(stderr, "%s: tokens differ at %d: %s\n", (what), swf_diff_at((got), (ref)),    \
+                    (got)->err);                                                                   \
+    } while (0)
+
 /* The single-process reference: `shardwire generate --greedy`, with extra
  * flags (NULL-terminated, may be NULL) such as the sampling ones, which
  * override it (--temp T keeps the repetition penalty off). */

@@ -190,11 +190,7 @@ static inline double swr_fault_run(swr_t *w, const char *what, const char *promp
     fault(w, used);
     const double t_faulted = swf_now_ms();
     swf_client_wait(&cl, &got);
-    SW_CHECK_INT(got.rc, 0);
-    SW_CHECK(swf_same(&got, ref));
-    SW_CHECK(!strcmp(got.digest, ref->digest));
-    if (!swf_same(&got, ref))
-        fprintf(stderr, "%s: tokens differ at %d: %s\n", what, swf_diff_at(&got, ref), got.err);
+    SWF_CHECK_SAME(what, &got, ref);
     const int moved = swr_head_relay(w);
     SW_CHECK(moved >= 0 && moved != used);
     /* the round alone went again, by the other relay */

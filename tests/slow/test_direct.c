@@ -80,11 +80,7 @@ static double s_request(const char *what, const swf_result_t *ref, long *in_delt
     swf_result_t got;
     SW_CHECK_INT(swf_client_start(&cl, s_relay, "Once upon a time,", N_GEN, 300, NULL, what), 0);
     swf_client_wait(&cl, &got);
-    SW_CHECK_INT(got.rc, 0);
-    SW_CHECK(swf_same(&got, ref));
-    SW_CHECK(!strcmp(got.digest, ref->digest));
-    if (!swf_same(&got, ref))
-        fprintf(stderr, "%s: tokens differ at %d: %s\n", what, swf_diff_at(&got, ref), got.err);
+    SWF_CHECK_SAME(what, &got, ref);
     SW_CHECK_INT(swf_peer(s_relay, "tail", &in1, &out1), 1);
     *in_delta = in1 - in0;
     *out_delta = out1 - out0;
