@@ -7,7 +7,7 @@
  *                          [--clients NAME,...] [--model M] [--layers A:B,B:C,...]
  *                          [--listen tcp://0.0.0.0:PORT] [--force]
  *
- * DIR (mode 0700, every file 0600):
+ * DIR (mode 0700, every file 0600 but the start scripts start.sh and shardwire.sh, 0700):
  *   README.txt                     what goes where, and the start commands
  *   allow.txt relay.pub            the relay's allow-list and public key
  *   cluster.key access.key         the two sealing keys (nodes; clients and the head)
@@ -576,8 +576,9 @@ static void s_usage(FILE *f)
            "                              [--clients NAME,...] [--model M] [--layers "
            "A:B,B:C,...]\n"
            "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
-           "  Writes every key of a cluster into DIR (0700; files 0600): the relay's key\n"
-           "  pair and allow-list, a key pair per node and client, the cluster key (nodes)\n"
+           "  Writes every key of a cluster into DIR (0700; files 0600, the start scripts\n"
+           "  0700): the relay's key pair and allow-list, a key pair per node and client,\n"
+           "  the cluster key (nodes)\n"
            "  and the access key (clients and the head), and for each machine a bundle\n"
            "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
            "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"

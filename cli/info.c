@@ -21,11 +21,16 @@
 #include "partial.h"
 #include "tokenizer.h"
 
+/* --backend is info's own: its default is cpu (read no weight), not a node's "cuda when a GPU
+ * is found" of the shared table */
 static const sw_opt_t s_opts[] = {
+    {"backend", SW_OPT_BACKEND, "B",
+     "cpu (reads no weight), or cuda, cuda:N, cuda:0,1: the\nweights placed as a node would "
+     "(default: cpu)"},
     {"json", SW_OPT_JSON, NULL, "print one JSON object instead of a table"}};
 
 static const sw_opt_group_t s_groups[] = {
-    SW_ARGS_SHARED_TO("model", MODEL, BACKEND), /* --model, --backend */
+    SW_ARGS_SHARED_TO("model", MODEL, MODEL), /* --model */
     SW_ARGS_GROUP(NULL, s_opts),
 };
 

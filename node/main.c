@@ -410,6 +410,34 @@ static void s_apply(node_opts_t *o, const s_cli_t *cli)
         cli->ra.connect_s > 0 ? cli->ra.connect_s * 1000 : -1; /* 0, unset: no limit */
 }
 
+/* --listen's allow-list, read before the model loads so that a missing or bad file is one
+ * line at once (net/direct.c reads it again when the listener opens). 0, or 2 (printed). */
+static int s_check_listen(const node_opts_t *o, const sw_sec_t *sec)
+{
+    if (o->allow_file && !o->listen[0]) {
+        fprintf(stderr, "shardwire-node: --allow is the allow-list of --listen's listener: "
+                        "add --listen HOST:PORT, or leave --allow out\n");
+        return 2;
+    }
+    if (!o->listen[0] || sec->insecure)
+        return 0;
+    if (!o->allow_file) {
+        fprintf(stderr, "shardwire-node: --listen needs --allow FILE (the relay's allow-list, "
+                        "allow.txt in the cluster folder): the listener admits the node keys "
+                        "it lists\n");
+        return 2;
+    }
+    char err[512];
+    sw_allow_entry_t *list = NULL;
+    int n = 0;
+    if (sw_allow_load(o->allow_file, &list, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "shardwire-node: --allow: %s\n", err);
+        return 2;
+    }
+    free(list);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     s_cli_t cli = {
@@ -455,6 +483,10 @@ int main(int argc, char **argv)
         return 2;
     }
     o.sec = &sec;
+    if (s_check_listen(&o, &sec) != 0) {
+        sw_sec_wipe(&sec);
+        return 2;
+    }
     struct sigaction sa = {0};
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);

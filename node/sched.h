@@ -9,7 +9,8 @@
  * The rule. Work belongs to flows on three levels: the client key (at a
  * stage: the key of the node that sent the session, with the client key the
  * head said), the tenant under that key (an API key of the gateway), the
- * session. Each flow counts the rows it had computed here (its service).
+ * session. Each flow counts the milliseconds of compute its work took here
+ * (its service: each batch's time shared among the items in it).
  * The next batch starts with the work of the least served client key, of
  * its least served tenant, of that tenant's least served session; the
  * decode and verification rounds of other sessions join it while the batch

@@ -59,11 +59,11 @@ int main(void)
     swf_cluster_t c = {0};
     snprintf(c.keys, sizeof c.keys, "%s", sw_test_tmpdir());
     c.wan_ms = 20;
-    /* a round timeout far below the slow stage's backlog after the head's last chunk (6 x
-     * the hold): the tail's PrefillAcks show that the round moves. The prompt goes in the
-     * byte-sized chunks (--prefill-pieces 0): the fair queue's pieces, sized by the head's
-     * compute, would each cost the slow stage its hold (a stall per batch, not per
-     * row: docs/architecture.md, "The scheduler") */
+    /* a round timeout far below the slow stage's backlog after the head's last chunk (a
+     * hold per chunk still queued: the header above): the tail's PrefillAcks show that the round
+     * moves. The prompt goes in the byte-sized chunks (--prefill-pieces 0): the fair queue's
+     * pieces, sized by the head's compute, would each cost the slow stage its hold (a stall per
+     * batch, not per row: docs/architecture.md, "The scheduler") */
     const char *const head_flags[] = {
         "--draft", "none", "--round-timeout-ms", timeout_arg, "--prefill-pieces", "0", NULL};
     const char *const slow_flags[] = {"--test-slow-ms", slow_arg, NULL};

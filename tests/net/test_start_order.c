@@ -11,6 +11,8 @@
  *    forwarder still fails fast with the key error;
  *  - a node with --insecure-loopback against a relay with keys, and a port
  *    where something else (not a relay) answers: one clear error at once;
+ *  - --listen with a missing --allow file, --allow without --listen, --listen
+ *    without --allow: one line each, exit 2, before the model loads;
  *  - deadlines: `shardwire status` gives up after --connect-timeout-s with
  *    two lines (the wait, the error with its advice); a node with --connect-timeout-s too; a node
  * with no deadline exits cleanly on SIGTERM while it waits;
@@ -327,6 +329,41 @@ int main(void)
     SW_CHECK(s_now() - t0 < 10);
     SW_CHECK(ins_err && strstr(ins_err, "requires keys"));
     free(ins_err);
+
+    /* --listen's allow-list missing, and --allow without --listen: one line each, exit 2,
+     * before the model loads and before any relay is dialled (the node used to add a
+     * second, wrong "could not join the relay" line) */
+    static const struct {
+        const char *listen, *allow, *want;
+    } lcase[] = {{"127.0.0.1:1", "/nonexistent/allow.txt", "--allow: "},
+                 {NULL, "/nonexistent/allow.txt", "--allow is the allow-list of --listen"},
+                 {"127.0.0.1:1", NULL, "--listen needs --allow FILE"}};
+    for (size_t c = 0; c < sizeof lcase / sizeof lcase[0]; c++) {
+        char **av = s_node_argv(model, "tail", "15:end", relay_ep, s_path("relay.pub"), NULL);
+        int k = 0;
+        while (av[k])
+            k++;
+        if (lcase[c].listen) {
+            av[k++] = "--listen";
+            av[k++] = (char *)lcase[c].listen;
+        }
+        if (lcase[c].allow) {
+            av[k++] = "--allow";
+            av[k++] = (char *)lcase[c].allow;
+        }
+        av[k] = NULL;
+        char *l_err = NULL;
+        t0 = s_now();
+        int l_rc = sw_test_run(av, 30, NULL, &l_err);
+        SW_CHECK_INT(l_rc, 2);
+        SW_CHECK(s_now() - t0 < 10);
+        SW_CHECK(l_err && strstr(l_err, lcase[c].want));
+        SW_CHECK(l_err && !strstr(l_err, "could not join the relay"));
+        SW_CHECK(l_err && !strstr(l_err, "loaded"));
+        if (l_err)
+            printf("--listen/--allow case %zu: %s", c, l_err);
+        free(l_err);
+    }
 
     /* something else on the port: one clear line, no retries */
     int other_port = 0;
