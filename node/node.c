@@ -18,6 +18,7 @@
 #include "placement.h"
 #include "sched.h"
 #include "stage.h"
+#include "sysmem.h"
 
 static sw_role_t s_role(const node_t *n)
 {
@@ -227,9 +228,7 @@ static int s_kv_budget(node_t *n)
                 o->n_ctx, trained);
     const int64_t per_pos = (int64_t)sw_kv_bytes(n->model, 1);
     const int64_t dev_free = sw_backend_mem_free(n->be);
-    const int64_t avail = dev_free >= 0
-                              ? dev_free
-                              : (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    const int64_t avail = dev_free >= 0 ? dev_free : sw_host_mem_available();
     char from[128];
     if (o->kv_bytes == 0) {
         o->kv_bytes = per_pos * o->n_ctx * o->max_sessions;

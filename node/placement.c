@@ -14,6 +14,7 @@
 #include "kv.h"
 #include "log.h"
 #include "planner.h"
+#include "sysmem.h"
 
 #define S_PROBE_MIN_REPS 9      // timed forwards per probe at least, after one warm-up ...
 #define S_PROBE_WINDOW_MS 300.0 // ... and for at least this long (3 default CFS periods) ...
@@ -252,8 +253,7 @@ static uint32_t s_mem_mib(const node_t *n)
     if (n->o.mem_mib > 0)
         return (uint32_t)n->o.mem_mib;
     const int64_t dev = sw_backend_mem_free(n->be);
-    const int64_t avail =
-        dev >= 0 ? dev : (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    const int64_t avail = dev >= 0 ? dev : sw_host_mem_available();
     int64_t mib = avail > 0 ? (avail / 2) >> 20 : 0;
     return mib > SW_WIRE_MAX_MEM_MIB ? SW_WIRE_MAX_MEM_MIB : (uint32_t)mib;
 }
