@@ -852,8 +852,11 @@ int sw_allow_permit(const sw_allow_entry_t *list, int n, const char *user, const
      * one is held for its key (--name-hold-s) and the head streams a request
      * only to the key that asked. Reserving the prefix too would refuse every
      * unnamed client key as soon as the list names a client "client" (cluster
-     * init's default), as clients announce "client-SUFFIX" by default. */
-    if (!e->name[0]) {
+     * init's default), as clients announce "client-SUFFIX" by default. A
+     * name the list gives another key is reserved whatever this key's own
+     * name: a client bound to "gate" may announce "gate-SUFFIX", but not a
+     * "gate-admin" that the list gives another key. */
+    if (strcmp(e->name, name) != 0) {
         for (int i = 0; i < n; i++)
             if (!strcmp(list[i].name, name)) {
                 snprintf(why, why_len,
