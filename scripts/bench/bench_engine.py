@@ -24,13 +24,14 @@ build it without AMX: see scripts/ref/make_greedy_fixtures.py), or, with
 as scripts/bench/llama_peer.py builds them from the same sdist's vendored source:
 llama-bench times the prompt (-p N) and the generation after N tokens
 (-n M -d N), with --llama-fa (default off, llama-cpp-python's default and the
-attention shardwire reproduces) and --llama-repack (default 0: no weight
+attention shardwire reproduces) and --llama-repack (default 0,1: both, 0 = no weight
 repacking, the plain K-quant path; 1 = llama.cpp's repacked buffers); the
 prompt text of exactly N tokens comes from llama-tokenize.
 
     python3 scripts/bench/bench_engine.py --llama-bin auto --threads 2 --reps 3 --pp 128,512 \
-        --n-gen 32 --model models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf OpenMP waits
-are passive by default (--omp-wait-policy). shardwire is run as
+        --n-gen 32 --model models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
+
+OpenMP waits are passive by default (--omp-wait-policy). shardwire is run as
     <bin> generate --greedy --model M -p PROMPT -n N --threads T --json
 which must print one JSON object {"text","tokens","n_prompt","n_gen","ttft_ms",
 "prefill_tok_s","decode_tok_s"} as the last line of its stdout.

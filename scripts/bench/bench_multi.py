@@ -201,9 +201,10 @@ def main():
     info = bench_wan.run_info()  # commit, machine, date, command, load at the start
     args = ap.parse_args()
     args.chat = False
-    # Every client of the benchmark holds the same client key: without this the
-    # head's per-key quota (12 of 16 sessions by default) would keep 4 of 16
-    # clients waiting, which is not what many users with their own keys see.
+    # Every client of the benchmark holds the same client key. The head's
+    # default per-key quota binds only while another key's request waits, so a
+    # single key could take every session anyway; the explicit hard quota keeps
+    # the run the same if that default changes (many users with their own keys).
     args.node_extra = ["--max-sessions", str(args.max_sessions), "--max-sessions-per-client",
                        str(args.max_sessions), *args.node_flags.split()]
     bad = [m for m in args.modes.split(",") if m not in MODES]

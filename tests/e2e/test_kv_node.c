@@ -11,7 +11,7 @@
  *    kv_full, kv_type and max_sessions; a request that may reach 32,000 positions allocates the
  *    first step (256 positions) on each node for its short prompt before it
  *    generates, not its whole context (the nodes' debug log of each step:
- *    2.81 MiB on the head where the whole 32,010 positions would take 352 MiB);
+ *    2.81 MiB on the head where the whole 32,006 positions (prompt + 32,000) would take 352 MiB);
  *  - contexts that disagree (a head of the model's 8192 positions, a tail
  *    whose --kv-mib 6 holds 546): the tail says its context was cut, the head
  *    says at join that the tail's is smaller and that requests are limited
