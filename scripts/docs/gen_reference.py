@@ -149,9 +149,15 @@ def render(bin_dir):
     lines = ["# Reference: options, defaults and limits", "",
              "Generated from the code by `python3 scripts/docs/gen_reference.py` (the built",
              "programs' `--help`, which print the macros, and `base/sw_limits.h`); do not edit",
-             "by hand. `tests/unit/test_docs.py` fails when this page is stale, when a doc",
-             "states a default that differs from `--help`, names a macro the code lacks or a",
-             "path that does not exist. The other pages link here instead of retyping numbers.",
+             "by hand. `tests/unit/test_docs.py` fails when this page is stale, and when another",
+             "page states a default that differs from `--help`, names a macro (SW_*, NODE_*,",
+             "ERR_*, ...) the code lacks or a path that does not exist, in the forms its header",
+             "lists. Some pages point here for these numbers; others type them, and what they",
+             "type in those forms is compared with `--help` and the `#define`s.",
+             "",
+             "An option's default is the text its `--help` gives after \"default\" in",
+             "parentheses; the column is empty where the help states none in that form (e.g.",
+             "`--draft-k`, whose help says \"auto = adaptive (default)\").",
              "", "## Programs", ""]
     progs = all_help(bin_dir)
     lines.append(", ".join(f"[`{p}`](#{p.replace(' ', '-')})" for p in progs))
@@ -162,7 +168,9 @@ def render(bin_dir):
             lines.append(f"| {name} | {cell(meta)} | {cell(default_of(desc))} | {cell(desc)} |")
     lines += ["", "## Limits: base/sw_limits.h", "",
               "Each `#define` of the header with its value as written and its comment (or the",
-              "comment block above it).", "", "| name | value | comment |", "|---|---|---|"]
+              "comment block above it), but the include guard and the function-like macros",
+              "(`SW_STR`, `SW_MIB_CEIL`, `SW_NODE_DEFAULT_SESSIONS_PER_CLIENT`).", "",
+              "| name | value | comment |", "|---|---|---|"]
     for name, value, comment in limits():
         lines.append(f"| `{name}` | `{cell(value)}` | {cell(comment)} |")
     return "\n".join(lines) + "\n"
