@@ -37,7 +37,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -48,6 +47,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "args.h"
 #include "backend.h"
 #include "cmds.h"
 #include "keys.h"
@@ -568,43 +568,44 @@ static int s_install(s_init_t *in)
     return 0;
 }
 
-static void s_usage(FILE *f)
-{
-    fprintf(
-        f, "usage: shardwire cluster init --relay HOST:PORT [--relay ...] --nodes head,tail[,...]\n"
-           "                              --out DIR\n"
-           "                              [--clients NAME,...] [--model M] [--layers "
-           "A:B,B:C,...]\n"
-           "                              [--listen tcp://0.0.0.0:PORT] [--force]\n"
-           "  Writes every key of a cluster into DIR (0700; files 0600, the start scripts\n"
-           "  0700): the relay's key pair and allow-list, a key pair per node and client,\n"
-           "  the cluster key (nodes)\n"
-           "  and the access key (clients and the head), and for each machine a bundle\n"
-           "  with its keys, the exact start command (start.sh / shardwire.sh), an env file\n"
-           "  and the Kaggle secret values. docs/deploy.md has the whole walk-through.\n"
-           "  --relay HOST:PORT   where nodes and clients reach the relay; again for each\n"
-           "                      further relay (at most SW_PEER_MAX_RELAYS = " SW_STR(
-               SW_PEER_MAX_RELAYS) "): each its own\n"
-                                   "                      key pair and folder (relay-2/, ...), the "
-                                   "same allow-list\n"
-                                   "  --nodes A,B,...     node names in pipeline order: the first "
-                                   "is the head,\n"
-                                   "                      the last the tail\n"
-                                   "  --clients A,...     client names (default: client)\n"
-                                   "  --model M           the model the start commands use (a path "
-                                   "or\n"
-                                   "                      hf:ORG/NAME/FILE); a local file also "
-                                   "gives the layer\n"
-                                   "                      count for an even split\n"
-                                   "  --layers A:B,...    one layer range per node (default: even "
-                                   "split of --model)\n"
-                                   "  --listen EP         the relay's bind endpoint (default "
-                                   "tcp://0.0.0.0:PORT);\n"
-                                   "                      with several relays one per --relay, in "
-                                   "order\n"
-                                   "  --force             DIR exists: replace the files cluster "
-                                   "init writes\n");
-}
+enum { O_NODES = SW_OPT_OWN, O_CLIENTS, O_OUT, O_LAYERS, O_LISTEN, O_FORCE };
+
+static const sw_opt_t s_init_opts_table[] = {
+    {"relay", SW_OPT_RELAY, "HOST:PORT",
+     "where nodes and clients reach the relay; again for each\nfurther relay (at most "
+     "SW_PEER_MAX_RELAYS = " SW_STR(SW_PEER_MAX_RELAYS) "): each its own\nkey pair and folder "
+                                                        "(relay-2/, ...), the same allow-list"},
+    {"nodes", O_NODES, "A,B,...",
+     "node names in pipeline order: the first is the head,\nthe last "
+     "the tail"},
+    {"clients", O_CLIENTS, "A,...", "client names (default: client)"},
+    {"out", O_OUT, "DIR", "the folder to write (made 0700)"},
+    {"model", SW_OPT_MODEL, "M",
+     "the model the start commands use (a path or\nhf:ORG/NAME/FILE); a local file also gives the "
+     "layer\ncount for an even split"},
+    {"layers", O_LAYERS, "A:B,...", "one layer range per node (default: even split of --model)"},
+    {"listen", O_LISTEN, "EP",
+     "the relay's bind endpoint (default tcp://0.0.0.0:PORT);\nwith several relays one per "
+     "--relay, in order"},
+    {"force", O_FORCE, NULL, "DIR exists: replace the files cluster init writes"},
+};
+
+static const sw_opt_group_t s_init_groups[] = {SW_ARGS_GROUP(NULL, s_init_opts_table)};
+
+static const sw_args_spec_t s_init_spec = {
+    .prog = "shardwire cluster init",
+    .usage = "--relay HOST:PORT [--relay ...] --nodes head,tail[,...] --out DIR\n"
+             "       [--clients NAME,...] [--model M] [--layers A:B,B:C,...]\n"
+             "       [--listen tcp://0.0.0.0:PORT] [--force]",
+    .about = "  Writes every key of a cluster into DIR (0700; files 0600, the start scripts\n"
+             "  0700): the relay's key pair and allow-list, a key pair per node and client,\n"
+             "  the cluster key (nodes) and the access key (clients and the head), and for\n"
+             "  each machine a bundle with its keys, the exact start command (start.sh /\n"
+             "  shardwire.sh), an env file and the Kaggle secret values. docs/deploy.md has\n"
+             "  the whole walk-through.\n",
+    .groups = s_init_groups,
+    .n_groups = SW_ARGS_COUNT(s_init_groups),
+};
 
 /* cluster init's options as given (strings point into argv). */
 struct s_init_opts {
@@ -619,70 +620,58 @@ struct s_init_opts {
     int force;           /* --force */
 };
 
-/* Reads the command line into *o: -1 when it is good, else the exit code (0 after --help, 2
- * after an error line). */
+/* Reads the command line into *o: -1 when it is good, else the exit code (0 after --help or
+ * --version, 2 after an error line). */
 static int s_init_getopt(int argc, char **argv, struct s_init_opts *o)
 {
-    enum { O_RELAY = 256, O_NODES, O_CLIENTS, O_OUT, O_MODEL, O_LAYERS, O_LISTEN, O_FORCE, O_HELP };
-    static const struct option longs[] = {{"relay", required_argument, 0, O_RELAY},
-                                          {"nodes", required_argument, 0, O_NODES},
-                                          {"clients", required_argument, 0, O_CLIENTS},
-                                          {"out", required_argument, 0, O_OUT},
-                                          {"model", required_argument, 0, O_MODEL},
-                                          {"layers", required_argument, 0, O_LAYERS},
-                                          {"listen", required_argument, 0, O_LISTEN},
-                                          {"force", no_argument, 0, O_FORCE},
-                                          {"help", no_argument, 0, O_HELP},
-                                          {0, 0, 0, 0}};
     *o = (struct s_init_opts){.clients = "client"};
+    const char *v;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    sw_args_t a;
+    sw_args_init(&a, &s_init_spec, argc, argv);
+    while ((c = sw_args_next(&a, &v)) >= 0) {
         switch (c) {
-        case O_RELAY:
-            if (o->n_relay == SW_PEER_MAX_RELAYS) {
-                cl_fail("more than %d --relay (SW_PEER_MAX_RELAYS)", SW_PEER_MAX_RELAYS);
-                return 2;
-            }
-            o->relay[o->n_relay++] = optarg;
+        case SW_OPT_RELAY:
+            if (o->n_relay == SW_PEER_MAX_RELAYS)
+                return sw_args_exit(sw_args_fail(
+                    &s_init_spec, "more than %d --relay (SW_PEER_MAX_RELAYS)", SW_PEER_MAX_RELAYS));
+            o->relay[o->n_relay++] = v;
             break;
         case O_NODES:
-            o->nodes = optarg;
+            o->nodes = v;
             break;
         case O_CLIENTS:
-            o->clients = optarg;
+            o->clients = v;
             break;
         case O_OUT:
-            o->out = optarg;
+            o->out = v;
             break;
-        case O_MODEL:
-            o->model = optarg;
+        case SW_OPT_MODEL:
+            o->model = v;
             break;
         case O_LAYERS:
-            o->layers = optarg;
+            o->layers = v;
             break;
         case O_LISTEN:
-            if (o->n_listen == SW_PEER_MAX_RELAYS) {
-                cl_fail("more than %d --listen (one per --relay)", SW_PEER_MAX_RELAYS);
-                return 2;
-            }
-            o->listen[o->n_listen++] = optarg;
+            if (o->n_listen == SW_PEER_MAX_RELAYS)
+                return sw_args_exit(sw_args_fail(&s_init_spec,
+                                                 "more than %d --listen (one per "
+                                                 "--relay)",
+                                                 SW_PEER_MAX_RELAYS));
+            o->listen[o->n_listen++] = v;
             break;
         case O_FORCE:
             o->force = 1;
             break;
-        case O_HELP:
-            s_usage(stdout);
-            return 0;
         default:
             return 2;
         }
     }
-    if (optind < argc || !o->n_relay || !o->nodes || !o->out || !*o->out) {
-        fprintf(stderr, "shardwire cluster init: --relay HOST:PORT, --nodes NAME,... and --out "
-                        "DIR are required (shardwire cluster init --help)\n");
-        return 2;
-    }
+    if ((c = sw_args_finish(&a, c, 0)) >= 0)
+        return c;
+    if (!o->n_relay || !o->nodes || !o->out || !*o->out)
+        return sw_args_exit(sw_args_fail(&s_init_spec, "--relay HOST:PORT, --nodes NAME,... and "
+                                                       "--out DIR are required"));
     return -1;
 }
 
@@ -842,9 +831,13 @@ int cmd_cluster(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "init"))
         return s_init(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        s_usage(stdout);
+        sw_args_usage(&s_init_spec, stdout);
         return 0;
     }
-    fprintf(stderr, "shardwire cluster: expected 'init' (shardwire cluster init --help)\n");
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+        printf("shardwire %s\n", sw_version());
+        return 0;
+    }
+    fprintf(stderr, "shardwire cluster: expected 'init' (see 'shardwire cluster init --help')\n");
     return 2;
 }

@@ -66,7 +66,9 @@ static const sw_args_spec_t s_spec = {
              "  streams the text to stdout, then a stats table to stderr. Ctrl-C cancels\n"
              "  the request on the cluster. --draft, --draft-k, --draft-tree and\n"
              "  --draft-ahead choose the head's speculation for this request (left out:\n"
-             "  the head's defaults).\n",
+             "  the head's defaults). Here --draft-k auto and --draft-tree 0 mean the\n"
+             "  head's --draft-k and --draft-tree, which may be fixed, not adaptive K and\n"
+             "  chains; --draft-k 0 turns drafting off.\n",
     .groups = s_groups,
     .n_groups = SW_ARGS_COUNT(s_groups),
 };

@@ -11,8 +11,9 @@
  *                     tokens occurred before, the draft model otherwise.
  *
  * K: cfg.k > 0 fixes K for every round; cfg.k == DRAFT_K_AUTO lets the
- * controller pick K in [1, cfg.k_max] from the measured acceptance rate,
- * draft time per token and target round time (network included); cfg.k == 0
+ * controller pick K in [0, cfg.k_max] (0: no drafts this round, adaptive.h)
+ * from the measured acceptance rate, draft time per token and target round
+ * time (network included); cfg.k == 0
  * turns speculation off. Set sw_gen_opts_t.k to draft_gen_k() and
  * .proposer to the draft_proposer() result.
  *

@@ -196,8 +196,8 @@ static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};
 
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire-mksplit",
-    .usage = "[--split-max-tensors N | --split-max-size N(M|G)] [--no-tensor-first-split] "
-             "IN.gguf OUT_PREFIX",
+    .usage = "[--split-max-tensors N | --split-max-size N(M|G)]\n"
+             "       [--no-tensor-first-split] IN.gguf OUT_PREFIX",
     .about = "  Writes IN.gguf as the split set OUT_PREFIX-00001-of-0000K.gguf ..., byte for\n"
              "  byte as llama.cpp's gguf-split --split does (for tests: docs/testing.md).\n",
     .groups = s_groups,

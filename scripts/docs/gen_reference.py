@@ -46,7 +46,9 @@ def parse_help(text):
     out, section, cur = [], "", None
     for line in text.splitlines():
         m = ENTRY.match(line)
-        if m and line.lstrip().startswith("-"):
+        # options are listed under a section heading; a flag named in the paragraph under the
+        # usage line ("  --draft-ahead choose ...") is prose, not an entry
+        if m and section and line.lstrip().startswith("-"):
             if cur:
                 out.append(cur)
             rest = m.group(3)
@@ -78,9 +80,14 @@ def default_of(desc):
         return m.group(1).strip()
     m = re.search(r"\(([^()]*?), default:? ([^()]*)\)", desc)
     if m:
-        return m.group(2).strip()
+        return m.group(2).split(";")[0].strip()  # "(0..1, default 0; docs/security.md)"
     m = re.search(r"\([^()]*?; default:? ([^();]*)[;)]", desc)  # "(while others run: 2; default 4; ...)"
-    return m.group(1).strip() if m else ""
+    if m:
+        return m.group(1).strip()
+    # the value named just before "(default...)": "f16 (default; ...)", "auto = adaptive
+    # (default)", "1 (decoding without drafts, default)"
+    m = re.search(r"([\w.]+)(?: = [^,;()]*)? \((?:[^()]*, )?default[;)]", desc)
+    return m.group(1) if m else ""
 
 
 def numbers(text):
@@ -131,6 +138,15 @@ def limits():
             while rest.endswith("\\"):
                 i += 1
                 rest = rest[:-1].strip() + " " + lines[i].strip()
+            # a value on a continued line may carry the comment, which may end lines later
+            c = None if comment else re.search(r"(//|/\*)(.*)$", rest)
+            if c:
+                comment = c.group(2)
+                rest = rest[:c.start()].strip()
+                while c.group(1) == "/*" and "*/" not in comment:
+                    i += 1
+                    comment = comment.rstrip("\\").strip() + " " + lines[i].strip()
+                comment = " ".join(comment.replace("*/", "").replace("\\", " ").split())
             if not comment and block:
                 comment = " ".join(b for b in block if b)
             out.append((name, rest.strip(), comment))
@@ -156,8 +172,9 @@ def render(bin_dir):
              "type in those forms is compared with `--help` and the `#define`s.",
              "",
              "An option's default is the text its `--help` gives after \"default\" in",
-             "parentheses; the column is empty where the help states none in that form (e.g.",
-             "`--draft-k`, whose help says \"auto = adaptive (default)\").",
+             "parentheses, or the value named just before \"(default)\" (`--draft-k`'s",
+             "\"auto = adaptive (default)\" gives auto); the column is empty where the help",
+             "states none in either form.",
              "", "## Programs", ""]
     progs = all_help(bin_dir)
     lines.append(", ".join(f"[`{p}`](#{p.replace(' ', '-')})" for p in progs))

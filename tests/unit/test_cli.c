@@ -22,7 +22,7 @@
 
 struct s_prog {
     const char *bin;  /* file in SW_BIN_DIR */
-    const char *cmd;  /* subcommand, or NULL */
+    const char *cmd;  /* subcommand ("cluster init": two words), or NULL */
     const char *name; /* what --version starts with */
     char *help;       /* its --help output */
 };
@@ -36,21 +36,31 @@ static struct s_prog s_progs[] = {
     {"shardwire", "info", "shardwire", NULL},
     {"shardwire", "keygen", "shardwire", NULL},
     {"shardwire", "pull", "shardwire", NULL},
+    {"shardwire", "plan", "shardwire", NULL},
+    {"shardwire", "cluster init", "shardwire", NULL},
     {"shardwire-node", NULL, "shardwire-node", NULL},
     {"shardwire-relay", NULL, "shardwire-relay", NULL},
     {"shardwire-wanem", NULL, "shardwire-wanem", NULL},
     {"shardwire-mkmodel", NULL, "shardwire-mkmodel", NULL},
+    {"shardwire-mksplit", NULL, "shardwire-mksplit", NULL},
 };
 #define S_N_PROGS ((int)(sizeof s_progs / sizeof s_progs[0]))
 
 /* Runs the program with up to two arguments; exit code, output in *out / *err. */
 static int s_run(const struct s_prog *p, const char *a1, const char *a2, char **out, char **err)
 {
-    char *argv[5];
+    char *argv[6], cmd[32] = "";
     int k = 0;
     argv[k++] = (char *)sw_test_bin(p->bin);
-    if (p->cmd)
-        argv[k++] = (char *)p->cmd;
+    if (p->cmd) {
+        snprintf(cmd, sizeof cmd, "%s", p->cmd);
+        char *sp = strchr(cmd, ' ');
+        argv[k++] = cmd;
+        if (sp) {
+            *sp = 0;
+            argv[k++] = sp + 1;
+        }
+    }
     if (a1)
         argv[k++] = (char *)a1;
     if (a2)
