@@ -153,7 +153,8 @@ static int64_t s_gap(const sw_client_table_t *t, const sw_client_peer_t *head, i
  * "gaps" names them) or "down" (no relay, or no node at all). The HTTP status
  * is 200 when some head can answer a request (ok, or degraded with a complete
  * pipeline beside a broken one), else 503, so that a load balancer sends
- * requests only where they can run.
+ * requests only where they can run. Only heads this gateway would send
+ * requests to count (sw_client_trusted_head); the others are untrusted_heads.
  */
 enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
 {
@@ -161,7 +162,7 @@ enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, c
     sw_client_table_t t;
     char err[512];
     int rc = s_table(g, &t, err, sizeof err);
-    int heads = 0, nodes = 0, complete = 0;
+    int heads = 0, nodes = 0, complete = 0, untrusted = 0;
     json_t *j = json_object(), *gaps = json_array();
     if (rc == 0) {
         for (int i = 0; i < t.n_peers; i++) {
@@ -169,6 +170,12 @@ enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, c
             nodes += p->is_node;
             if (!sw_client_peer_serves(p, NULL))
                 continue;
+            /* a head requests never go to (its key not bound to its name, or not to the
+             * head role while another's is) cannot make the answer 200 */
+            if (!sw_client_trusted_head(&t, p)) {
+                untrusted++;
+                continue;
+            }
             heads++;
             int64_t end = 0, gap = s_gap(&t, p, &end);
             if (gap < 0) {
@@ -190,6 +197,7 @@ enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, c
     json_object_set_new(j, "relay", json_string(g->o->relay));
     json_object_set_new(j, "relay_connected", json_boolean(rc == 0));
     json_object_set_new(j, "heads", json_integer(heads));
+    json_object_set_new(j, "untrusted_heads", json_integer(untrusted));
     json_object_set_new(j, "complete_heads", json_integer(complete));
     json_object_set_new(j, "nodes", json_integer(nodes));
     json_object_set_new(j, "gaps", gaps);
@@ -198,7 +206,11 @@ enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, c
     else if (!nodes)
         json_object_set_new(j, "error", json_string("no node is connected to the relay"));
     else if (!heads)
-        json_object_set_new(j, "error", json_string("no head node is connected to the relay"));
+        json_object_set_new(j, "error",
+                            json_string(untrusted ? "no head this gateway trusts is connected: "
+                                                    "a head's key must be bound to its name "
+                                                    "(and role) in the relay's --allow list"
+                                                  : "no head node is connected to the relay"));
     else if (json_array_size(gaps))
         json_object_set_new(j, "error", json_incref(json_array_get(gaps, 0)));
     char *body = json_dumps(j, JSON_COMPACT);

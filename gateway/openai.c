@@ -587,8 +587,8 @@ char *gw_json_models(const sw_client_table_t *t, long long created)
     json_t *arr = json_array();
     for (int i = 0; i < t->n_peers; i++) {
         const sw_client_peer_t *p = &t->peers[i];
-        if (!sw_client_peer_serves(p, NULL))
-            continue;
+        if (!sw_client_peer_serves(p, NULL) || !sw_client_trusted_head(t, p))
+            continue; /* only the heads requests go to */
         const char *id = p->model_name[0] ? p->model_name : p->model;
         int seen = 0;
         for (size_t k = 0; k < json_array_size(arr) && !seen; k++)

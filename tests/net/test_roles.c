@@ -14,6 +14,9 @@
  *    --json` marks "head" role_bound and "rogue" not, and `shardwire run`
  *    without --head and the HTTP gateway both use "head" and give the exact
  *    tokens of `shardwire generate` (before: "2 heads serve ...", refused);
+ *    the gateway's /health counts 1 head and 1 untrusted head, /v1/models
+ *    names "head" (before: 2 heads, so an untrusted head could make /health
+ *    answer 200 while every request got 503 no_head);
  *  - failover: "head2" ('KEY head head2') starts as a second real head;
  *    "head" is killed while `run --head head` streams: the client moves the
  *    request to head2, not to the rogue (which sits before head2 in the
@@ -147,6 +150,38 @@ static int s_gateway(void)
     const int ok = rc == 0 && r && strstr(r, "HTTP 200") && strstr(r, "\"text\":\"");
     printf("gateway: %s\n", ok ? "200 with a completion" : r ? r : "(no answer)");
     free(r);
+    /* /health and /v1/models count only the heads requests go to: "head", not the rogue */
+    const char *paths[] = {"/health", "/v1/models"};
+    for (int i = 0; i < 2; i++) {
+        char get_url[80];
+        snprintf(get_url, sizeof get_url, "http://127.0.0.1:%d%s", port, paths[i]);
+        char *gargv[] = {"/usr/bin/curl",
+                         "-s",
+                         "-m",
+                         "30",
+                         "-H",
+                         "Authorization: Bearer sk-roles-test-0123456789",
+                         get_url,
+                         NULL};
+        SW_CHECK_INT(sw_test_wait(sw_test_spawn_io(gargv, out, sw_test_log("curl.err")), 60), 0);
+        json_t *j = json_load_file(out, 0, NULL);
+        if (i == 0) {
+            const int heads = (int)json_integer_value(json_object_get(j, "heads"));
+            const int untrusted = (int)json_integer_value(json_object_get(j, "untrusted_heads"));
+            printf("/health: %d head(s), %d untrusted (the rogue)\n", heads, untrusted);
+            SW_CHECK_INT(heads, 1);
+            SW_CHECK_INT(untrusted, 1);
+        } else {
+            json_t *data = json_object_get(j, "data");
+            const json_t *m = json_array_get(data, 0);
+            const char *h =
+                json_string_value(json_object_get(json_object_get(m, "shardwire"), "head"));
+            printf("/v1/models: %zu model(s), head %s\n", json_array_size(data), h ? h : "-");
+            SW_CHECK_INT((int)json_array_size(data), 1);
+            SW_CHECK(h && !strcmp(h, "head"));
+        }
+        json_decref(j);
+    }
     sw_test_kill(serve);
     return ok;
 }
