@@ -25,7 +25,8 @@ as scripts/bench/llama_peer.py builds them from the same sdist's vendored source
 llama-bench times the prompt (-p N) and the generation after N tokens
 (-n M -d N), with --llama-fa (default off, llama-cpp-python's default and the
 attention shardwire reproduces) and --llama-repack (default 0,1: both, 0 = no weight
-repacking, the plain K-quant path; 1 = llama.cpp's repacked buffers); the
+repacking, the plain K-quant path; 1 = llama.cpp's repacked buffers; 0 alone
+on CPUs with AMX, where the repacked buffers crash: llama_peer.py); the
 prompt text of exactly N tokens comes from llama-tokenize.
 
     python3 scripts/bench/bench_engine.py --llama-bin auto --threads 2 --reps 3 --pp 128,512 \
@@ -493,8 +494,10 @@ def main():
                     "folder, or 'auto' (scripts/bench/llama_peer.py builds or finds them); also used when "
                     "llama_cpp cannot be imported")
     ap.add_argument("--llama-fa", default="off", help="llama-bench -fa (default off)")
-    ap.add_argument("--llama-repack", default="0,1",
-                    help="llama-bench --repack values, each a column (default 0,1: both configurations)")
+    ap.add_argument("--llama-repack", default=None,
+                    help="llama-bench --repack values, each a column (default 0,1: both "
+                         "configurations; 0 alone on CPUs with AMX, where repacking crashes: "
+                         "scripts/bench/llama_peer.py)")
     args = ap.parse_args()
     models = [m for m in args.model.split(",") if m.strip()]
     for m in models:
@@ -519,6 +522,12 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import llama_peer
         args.llama_bin = llama_peer.ensure()
+    if args.llama_repack is None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import llama_peer
+        args.llama_repack = "0" if llama_peer.has_amx() else "0,1"
+        if args.llama_bin is not None and llama_peer.has_amx():
+            print(f"bench_engine: {llama_peer.amx_note()}", file=sys.stderr)
     if args.only in ("both", "shardwire") and not os.access(args.bin, os.X_OK):
         print(f"bench_engine: {args.bin} not found or not executable: shardwire column is n/a", file=sys.stderr)
 

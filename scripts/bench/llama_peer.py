@@ -20,9 +20,12 @@ nothing of it belongs in the repository. A build is reused when its stamp
 (about 40 minutes of CPU).
 
 On CPUs with AMX (amx_tile in /proc/cpuinfo) llama.cpp's extra buffer types
-(AMX and the weight repacking) crash in these VMs, so the callers pass
-`--no-repack` (llama-bench: `--repack 0`): repack_flags() says which, and
-`amx_note()` the sentence the benchmarks print.
+(AMX and the weight repacking) crash in these VMs: on the 2-vCPU Xeon of
+2026-12-06 `llama-bench --repack 1` of this build died of SIGILL (exit 132)
+on Qwen2.5-Coder-1.5B Q4_K_M, while AMX tile instructions themselves ran
+there (arch_prctl(ARCH_REQ_XCOMP_PERM) and a tdpbssd gave the right sums).
+So the callers pass `--no-repack` (llama-bench: `--repack 0`): repack_flags()
+says which, and `amx_note()` the sentence the benchmarks print.
 
 The fixtures' requantizer (scripts/requant_model.sh) needs only llama.cpp's
 llama-quantize: `--quantize` builds that one program into <cache>/build-quantize
