@@ -124,9 +124,20 @@ print("built", ", ".join({targets_py}), "in", BIN,
 MODEL = '''# 3. The model{s}: from the Hugging Face hub into its cache (a path is used as it is).
 # With layers, only this node's part is downloaded: the header and the tensors of
 # its layers (a partial file; docs/deploy.md, "Models from Hugging Face").
+# A gated or private repository: add a Kaggle secret HF_TOKEN (optional, never printed).
+def hf_token():
+    if os.environ.get("HF_TOKEN"):
+        return
+    try:
+        from kaggle_secrets import UserSecretsClient
+        os.environ["HF_TOKEN"] = UserSecretsClient().get_secret("HF_TOKEN").strip()
+        print("HF_TOKEN: from the Kaggle secret")
+    except Exception:
+        pass  # no such secret (or not on Kaggle): public models need none
 def fetch(spec, layers=None):
     if not spec or os.path.exists(spec):
         return spec
+    hf_token()
     cmd = [BIN + "/shardwire", "pull", spec] + (["--layers", layers] if layers else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if r.returncode != 0:
