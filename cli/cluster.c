@@ -830,14 +830,9 @@ int cmd_cluster(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "init"))
         return s_init(argc - 1, argv + 1);
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        sw_args_usage(&s_init_spec, stdout);
-        return 0;
-    }
-    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
-        printf("shardwire %s\n", sw_version());
-        return 0;
-    }
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+                      !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
+        return s_init(argc, argv); /* init's help and version */
     fprintf(stderr, "shardwire cluster: expected 'init' (see 'shardwire cluster init --help')\n");
     return 2;
 }

@@ -518,13 +518,11 @@ def main():
             import llama_cpp  # noqa: F401
         except ImportError:
             args.llama_bin = "auto"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama_peer
     if args.llama_bin == "auto":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import llama_peer
         args.llama_bin = llama_peer.ensure()
     if args.llama_repack is None:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import llama_peer
         args.llama_repack = "0" if llama_peer.has_amx() else "0,1"
         if args.llama_bin is not None and llama_peer.has_amx():
             print(f"bench_engine: {llama_peer.amx_note()}", file=sys.stderr)

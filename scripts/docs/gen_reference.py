@@ -130,23 +130,17 @@ def limits():
         m = re.match(r"#define\s+([A-Z][A-Z0-9_]+)\s+(.*)$", st)
         if m and not m.group(1).startswith(("SW_STR", "SW_LIMITS_H")):
             name, rest = m.group(1), m.group(2)
+            while rest.endswith("\\"):  # continued lines (the comment may be on them)
+                i += 1
+                rest = rest[:-1].strip() + " " + lines[i].strip()
+            while "/*" in rest and "*/" not in rest.split("/*", 1)[1]:  # a comment over lines
+                i += 1
+                rest += " " + lines[i].strip()
             comment = ""
             c = re.search(r"(//|/\*)(.*?)(\*/)?$", rest)
             if c:
-                comment = c.group(2).strip()
+                comment = " ".join(c.group(2).split())
                 rest = rest[:c.start()].strip()
-            while rest.endswith("\\"):
-                i += 1
-                rest = rest[:-1].strip() + " " + lines[i].strip()
-            # a value on a continued line may carry the comment, which may end lines later
-            c = None if comment else re.search(r"(//|/\*)(.*)$", rest)
-            if c:
-                comment = c.group(2)
-                rest = rest[:c.start()].strip()
-                while c.group(1) == "/*" and "*/" not in comment:
-                    i += 1
-                    comment = comment.rstrip("\\").strip() + " " + lines[i].strip()
-                comment = " ".join(comment.replace("*/", "").replace("\\", " ").split())
             if not comment and block:
                 comment = " ".join(b for b in block if b)
             out.append((name, rest.strip(), comment))
