@@ -7,6 +7,8 @@
  *
  *  - barriers, warp shuffles and votes, static and dynamic shared memory,
  *    atomics, a grid of several blocks, graphs replayed with new data;
+ *  - the order check's choice of launches: the first two of each distinct
+ *    launch (SW_CUDA_EMU_CHECK: all, 0), counted;
  *  - in a child process each (it aborts): a read one element past an
  *    allocation, a write one element before one (its red zone), a read one
  *    element before one that fills its pages (the guard page before it), a
@@ -542,6 +544,37 @@ int main(void)
         cudaFree(x);
         cudaFree(y);
         cudaFree(u);
+    }
+    /* The order check runs on the first SW_CUDA_EMU_CHECK (default 2) launches of
+     * each distinct launch: another non-pointer argument, grid, or pointer
+     * arguments sharing an allocation make a launch distinct; "all" checks every
+     * launch and 0 none. */
+    {
+        float *x = s_dev_floats(NULL, 128), *y = s_dev_floats(NULL, 128);
+        const uint64_t c0 = swemu_count("order_check");
+        for (int i = 0; i < 5; i++)
+            k_copy<<<1, 64>>>(x, y, 64);
+        S_OK(cudaDeviceSynchronize());
+        SW_CHECK_INT((int)(swemu_count("order_check") - c0), 2);
+        k_copy<<<1, 64>>>(x, y, 63);      // another n
+        k_copy<<<2, 64>>>(x, y, 64);      // another grid
+        k_copy<<<1, 64>>>(y, y + 64, 64); // x and y in one allocation
+        k_copy<<<1, 64>>>(x, y + 64, 64); // the same as the first: pointers are not the key
+        k_copy<<<1, 64>>>(x, y + 64, 64);
+        S_OK(cudaDeviceSynchronize());
+        SW_CHECK_INT((int)(swemu_count("order_check") - c0), 5);
+        setenv("SW_CUDA_EMU_CHECK", "all", 1);
+        k_copy<<<1, 64>>>(x, y, 64);
+        k_copy<<<1, 64>>>(x, y, 64);
+        S_OK(cudaDeviceSynchronize());
+        SW_CHECK_INT((int)(swemu_count("order_check") - c0), 7);
+        setenv("SW_CUDA_EMU_CHECK", "0", 1);
+        k_copy<<<1, 64>>>(x, y, 32);
+        S_OK(cudaDeviceSynchronize());
+        SW_CHECK_INT((int)(swemu_count("order_check") - c0), 7);
+        unsetenv("SW_CUDA_EMU_CHECK");
+        cudaFree(x);
+        cudaFree(y);
     }
     /* Returned errors. */
     {

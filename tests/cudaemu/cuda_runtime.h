@@ -233,30 +233,44 @@ struct ArgPtr {
     bool writable;
 };
 
-/* One launch: name, where, shape, its body with the arguments bound. */
+/* One launch: name, where, shape, its body with the arguments bound, and a
+ * digest of the arguments that are not pointers (exec.cc's order check
+ * tells launches apart by it). */
 struct Kernel {
     const char *name;
     const char *file;
     int line;
+    uintptr_t fn; // the kernel function's address
     dim3 grid, block;
     size_t shmem;
     std::function<void()> body;
     std::vector<ArgPtr> ptrs;
+    uint64_t scalars = 14695981039346656037ull; // FNV-1a of the other arguments' bytes
 };
 void launch(std::shared_ptr<Kernel> k, cudaStream_t s);
 
-template <typename T> static void add_ptr(std::vector<ArgPtr> &v, int i, const T &x)
+static inline uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A pointer argument goes to k.ptrs; any other one's bytes into k.scalars
+ * (padding bytes included: at worst two equal launches look different). */
+template <typename T> static void add_arg(Kernel &k, int i, const T &x)
+{
+    static_assert(std::is_trivially_copyable_v<T>, "a kernel argument is copied to the GPU");
     if constexpr (std::is_pointer_v<T>)
-        v.push_back({(const void *)x, i, !std::is_const_v<std::remove_pointer_t<T>>});
+        k.ptrs.push_back({(const void *)x, i, !std::is_const_v<std::remove_pointer_t<T>>});
     else
-        (void)v, (void)i, (void)x;
+        k.scalars = fnv1a(fnv1a(k.scalars, &i, sizeof i), &x, sizeof x);
 }
 
 template <typename Tuple, size_t... I>
-static void add_ptrs(std::vector<ArgPtr> &v, const Tuple &t, std::index_sequence<I...>)
+static void add_args(Kernel &k, const Tuple &t, std::index_sequence<I...>)
 {
-    (add_ptr(v, (int)I, std::get<I>(t)), ...);
+    (add_arg(k, (int)I, std::get<I>(t)), ...);
 }
 
 template <typename T> static inline uint64_t bits(T v)
@@ -294,11 +308,12 @@ static inline void swemu_launch(const char *name, const char *file, int line, di
     kd->name = name;
     kd->file = file;
     kd->line = line;
+    kd->fn = reinterpret_cast<uintptr_t>(k);
     kd->grid = grid;
     kd->block = block;
     kd->shmem = shmem;
     kd->body = [t, k]() { std::apply(k, *t); };
-    swemu::add_ptrs(kd->ptrs, *t, std::index_sequence_for<P...>{});
+    swemu::add_args(*kd, *t, std::index_sequence_for<P...>{});
     swemu::launch(kd, s);
 }
 

@@ -157,7 +157,8 @@ cudaError_t sticky_of(int dev);
 /* Prints "swemu: ..." and aborts. */
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* exec.cc: runs a kernel's grid on dev (twice, the second time in reverse order). */
+/* exec.cc: runs a kernel's grid on dev (twice, the second time in reverse order,
+ * on the first SW_CUDA_EMU_CHECK launches of each distinct launch). */
 void exec_kernel(const Kernel &k, int dev);
 /* Describes address a ("4 bytes past the end of a 256-byte allocation of cuda:0"). */
 void describe(const void *a, char *out, size_t len);

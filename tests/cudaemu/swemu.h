@@ -9,8 +9,10 @@
  *   SW_CUDA_EMU_MEM_MIB=M    memory of each (default 4096)
  *   SW_CUDA_EMU_PEER=1       GPUs can map each other's memory (cudaDeviceCanAccessPeer;
  *                            default 0, as on two T4s without P2P)
- *   SW_CUDA_EMU_CHECK=0      skip the second, reversed run of every launch (faster,
- *                            for benchmarks of the emulation only)
+ *   SW_CUDA_EMU_CHECK=N      the second, reversed run (the order check) on the first
+ *                            N launches of each distinct launch (default S_CHECK_FIRST, exec.cc);
+ *                            "all" every launch, 0 none (faster, for benchmarks of
+ *                            the emulation only)
  *   SW_CUDA_EMU_LIBS=none    cuBLAS and NCCL are absent (dlopen fails), as on a
  *                            machine without them; "nccl" or "cublas" keeps only that one
  *   SW_CUDA_EMU_FAIL=A:S:E   swemu_fail(A, S, E) at start (a fault for a whole program:
@@ -36,6 +38,7 @@ extern "C" {
 
 /* How often `what` happened in this process:
  *   "launch"        kernel launches executed (graph replays included)
+ *   "order_check"   launches run a second time in reverse order (SW_CUDA_EMU_CHECK)
  *   "capture"       stream captures begun
  *   "graph_launch"  graph launches
  *   "peer_copy"     cudaMemcpyPeerAsync copies
