@@ -128,9 +128,12 @@ int client_watch(sw_client_t *c, sw_client_event_t *ev)
     if (failed < 0)
         return 1;
     client_req_t *r = &c->reqs[failed];
+    char why[80] = "";
+    if (r->q.n_predict)
+        snprintf(why, sizeof why, " and no head serving its model came within %d s",
+                 CLIENT_FAILOVER_MS / 1000);
     client_end_error(c, r, ev, SW_CLIENT_EHEADGONE, 0, "the head '%s' left during the request%s",
-                     r->head,
-                     r->q.n_predict ? " and no head serving its model came within 30 s" : "");
+                     r->head, why);
     return 0;
 }
 

@@ -97,7 +97,8 @@ void sw_seal_set_skew(sw_seal_t *s, int64_t skew_ms);
  * that time, not when it is read. A peer that computes for minutes between
  * two reads (a slow stage's batch) would otherwise drop the messages that
  * waited in its own queue as replays. Replays stay refused: windows are given
- * up by the same time. Never called: ages are judged when a message is read.
+ * up by the same time. Until it is first called, ages are judged when a
+ * message is read.
  */
 void sw_seal_arrived(sw_seal_t *s);
 

@@ -101,14 +101,13 @@ void sw_verifier_free(sw_verifier_t **self_p);
  * round's context tokens and the committed tokens to the sampler's history
  * (each position once, whatever kv_keep says; kv_keep == 0 restarts the
  * history and the logits digest). The round's random numbers come from the RNG reseeded with a hash
- * of (seed, kv_keep), not from a stream that runs across rounds, so a round
- * retried after its stage restarted and the session was replayed commits the
- * same tokens (each round on its own is still the exact speculative rule).
- * The same round verified again at once (its kv_keep is the last run's: the
- * head sent it again because the verdict was lost with a relay) first puts the
- * history and the digest back as they were before that run, so that the
- * second verdict and everything after it equal a run without the loss.
- * 0, or -1 with err. */
+ * of (seed, the round's first drawing position: kv_keep + its context rows), not from a stream that
+ * runs across rounds, so a round retried after its stage restarted and the session was replayed
+ * commits the same tokens (each round on its own is still the exact speculative rule). The same
+ * round verified again at once (its kv_keep is the last run's: the head sent it again because the
+ * verdict was lost with a relay) first puts the history and the digest back as they were before
+ * that run, so that the second verdict and everything after it equal a run without the loss. 0, or
+ * -1 with err. */
 int sw_verifier_run(sw_verifier_t *v, const sw_round_t *r, const float *logits, sw_verdict_t *out,
                     char *err, size_t err_len) __attribute__((warn_unused_result));
 

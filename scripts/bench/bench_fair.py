@@ -84,7 +84,7 @@ class Cluster(bench_wan.Cluster):
         kd = os.path.join(self.logdir, "keys")
         bench_wan.keygen(b, kd, ("relay", "head", "tail", *self.names))
         with open(f"{kd}/allow.txt", "w") as f:
-            for k, role in (("head", "node head"), ("tail", "node tail"),
+            for k, role in (("head", "head head"), ("tail", "stage tail"),
                             *((c, "client") for c in self.names)):
                 f.write(open(f"{kd}/{k}.pub").read().strip() + " " + role + "\n")
         rk = ["--relay-key", f"{kd}/relay.pub"]

@@ -216,7 +216,8 @@ class Cluster:
         for kind in ("cluster", "access"):  # the nodes' key, the clients' and head's key
             subprocess.run([f"{b}/shardwire", "keygen", f"--{kind}-key", f"{kd}/{kind}.key"],
                            check=True, capture_output=True)
-        role = {"head": "node bench-head", "tail": "node bench-tail", "client": "client"}
+        # each node key bound to its name and role, as `shardwire cluster init` writes them
+        role = {"head": "head bench-head", "tail": "stage bench-tail", "client": "client"}
         with open(f"{kd}/allow.txt", "w") as f:
             for k in ("head", "tail", "client"):
                 f.write(open(f"{kd}/{k}.pub").read().strip() + " " + role[k] + "\n")

@@ -15,10 +15,10 @@
  *    and no payload frame;
  *  - squat: the tail is killed and a client key keeps announcing "tail" (as
  *    a tail and as a client): refused every time, the restarted tail joins;
- *  - full table: one client key opens 300 connections: 16 get in (the
- *    relay's --max-conns-per-key), the rest hear relay_full, and another
- *    client still gets in; 17 client keys fill the table, and a restarted
- *    tail still joins while they keep asking (room is kept for the nodes of
+ *  - full table: one client key opens 40 connections: the relay's
+ *    --max-conns-per-key get in, SW_RELAY_UNANNOUNCED_PER_KEY hear relay_full,
+ *    the rest are refused in the handshake, and another client still gets in; 17 client keys fill
+ * the table, and a restarted tail still joins while they keep asking (room is kept for the nodes of
  *    the allow-list).
  *
  * After each part the cluster answers exactly what `shardwire generate` does.
