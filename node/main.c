@@ -126,7 +126,9 @@ static const sw_opt_t s_opts[] = {
      "head: wait up to S s for a failed stage to come back\n(default " //
      SW_STR(SW_NODE_DEFAULT_RECOVER_TIMEOUT_S) "; 0 = fail at once)"},
     {"heartbeat-ms", O_HB, "MS",
-     "relay heartbeat interval (default " SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
+     "this node's heartbeat to the relay, in ms; the relay is\ntaken as gone after " //
+     SW_STR(SW_PEER_SILENT_IVLS) " intervals without data from it\n(default "        //
+     SW_STR(SW_NODE_DEFAULT_HEARTBEAT_MS) ")"},
     {"listen", O_LISTEN, "HOST:PORT",
      "accept direct links from the stages next to this one\nthere (CURVE with --key, the keys "
      "--allow lists); the\nrelay stays the fallback (docs/deploy.md)"},
