@@ -378,9 +378,9 @@ static node_session_t *s_session_of(node_t *n, const sw_wire_msg_t *msg, const s
         if (!s) {
             /* closed: the head replays or ends it; "needs more": it never fits this
              * stage, a bad request (retrying cannot help); else full for now: busy */
-            const int code = strstr(why, "closed") ? SW_ERROR_UNKNOWN_SESSION
-                             : !strncmp(why, "the session needs more", 22) ? SW_ERROR_BAD_REQUEST
-                                                                           : SW_ERROR_BUSY;
+            const int code = why == NODE_WHY_CLOSED                      ? SW_ERROR_UNKNOWN_SESSION
+                             : why == NODE_WHY_CTX || why == NODE_WHY_KV ? SW_ERROR_BAD_REQUEST
+                                                                         : SW_ERROR_BUSY;
             s_reply_error(n, reply, code, sid,
                           "%s: %s (%d positions; %d sessions, %.1f of %.1f MiB of KV cache in use)",
                           sw_peer_name(n->peer), why, f->n_ctx ? (int)f->n_ctx : n->o.n_ctx,

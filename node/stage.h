@@ -95,6 +95,9 @@ typedef struct node_fwd {
  * when `by` holds at least two fewer (stage_session.c). */
 node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx, int first,
                                  const char **why);
+/* The reasons node_session_get gives that the caller tells apart (by address):
+ * a closed session, and a session that can never fit this stage. */
+extern const char NODE_WHY_CLOSED[], NODE_WHY_CTX[], NODE_WHY_KV[];
 /* Grows session id's cache kv to hold need positions (a step of
  * engine/include/kv.h, counted in n->kv; cached prefixes give way). 0, or -1
  * with err ("KV cache memory is full: ..."). */

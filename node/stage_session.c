@@ -88,6 +88,11 @@ static node_session_t *s_fair_victim(const node_t *n, const char *by)
     return lru;
 }
 
+const char NODE_WHY_CLOSED[] = "the session was closed";
+const char NODE_WHY_CTX[] = "the session needs more positions than this node's context (--ctx, or "
+                            "what its --kv-mib holds)";
+const char NODE_WHY_KV[] = "the session needs more KV memory than this node's --kv-mib";
+
 node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_ctx, int first,
                                  const char **why)
 {
@@ -104,17 +109,16 @@ node_session_t *node_session_get(node_t *n, uint64_t id, const char *by, int n_c
         return NULL;
     }
     if (s_recently_closed(n, id)) {
-        *why = "the session was closed";
+        *why = NODE_WHY_CLOSED;
         return NULL;
     }
     const int cap = n_ctx > 0 ? n_ctx : n->o.n_ctx;
     if (cap > n->o.n_ctx) {
-        *why = "the session needs more positions than this node's context (--ctx, or what its "
-               "--kv-mib holds)";
+        *why = NODE_WHY_CTX;
         return NULL;
     }
     if (n->o.kv_bytes > 0 && sw_kv_bytes(n->model, cap) > (size_t)n->o.kv_bytes) {
-        *why = "the session needs more KV memory than this node's --kv-mib";
+        *why = NODE_WHY_KV;
         return NULL;
     }
     /* Room for its first step (it grows from there): cached prefixes make
