@@ -22,7 +22,7 @@
  * I/O thread, so a busy compute thread cannot starve them) and, at each
  * sweep, reads the kernel's time since the last data arrived on the peer's
  * connection (TCP_INFO tcpi_last_data_recv, the socket found through the
- * ZMQ_SRCFD of its messages). A peer silent for 5 heartbeat intervals is
+ * ZMQ_SRCFD of its messages). A peer silent for SW_RELAY_SILENT_IVLS heartbeat intervals is
  * removed and its connection shut down, so that it reconnects and announces
  * again if it ever resumes. libzmq's own timeout stays as a 10-minute backstop.
  */
