@@ -185,6 +185,12 @@ def main():
                     help="what the shardwire binary is (e.g. the commit it was built from, when --bin "
                          "is not this tree's build); recorded in the result file")
     args = ap.parse_args()
+    if llama_peer.has_amx():
+        # its "llama default" column is llama-bench --repack 1, which dies of SIGILL on
+        # these AMX VMs (llama_peer.py); bench_engine.py --llama-repack 0 compares without it
+        raise SystemExit("bench_lowbit: this CPU has AMX, where llama-bench --repack 1 (the "
+                         "'llama default' column) crashes: run it on a CPU without AMX, or "
+                         "compare with bench_engine.py --llama-repack 0")
     pps = [int(x) for x in args.pp.split(",") if x.strip()]
     if not pps or min(pps) < 1 or args.n_gen < 2 or args.reps < 1 or args.threads < 1:
         sys.exit("bench_lowbit: --pp values must be >= 1, --n-gen >= 2, --reps >= 1, --threads >= 1")
