@@ -333,7 +333,9 @@ static int s_wait_event(gw_t *g, gw_call_t *call, int fd, gw_event_t *ev)
     }
 }
 
-/* 0 when some head serves r->model; otherwise an error response was queued (*res). */
+/* 0 when some head the gateway would send to (sw_client_trusted_head, as /v1/models
+ * and /health count them) serves r->model; otherwise an error response was queued
+ * (*res), naming only those heads' models. */
 static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_call_t *call,
                          const gw_req_t *r, enum MHD_Result *res)
 {
@@ -348,7 +350,7 @@ static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_c
     int served = 0, heads = 0;
     char names[512] = "";
     for (int i = 0; i < t.n_peers; i++) {
-        if (!sw_client_peer_serves(&t.peers[i], NULL))
+        if (!sw_client_peer_serves(&t.peers[i], NULL) || !sw_client_trusted_head(&t, &t.peers[i]))
             continue;
         heads++;
         served |= sw_client_peer_serves(&t.peers[i], r->model);

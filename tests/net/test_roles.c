@@ -16,7 +16,8 @@
  *    tokens of `shardwire generate` (before: "2 heads serve ...", refused);
  *    the gateway's /health counts 1 head and 1 untrusted head, /v1/models
  *    names "head" (before: 2 heads, so an untrusted head could make /health
- *    answer 200 while every request got 503 no_head);
+ *    answer 200 while every request got 503 no_head), and a request for a
+ *    model nobody serves gets 404 naming the model once (the rogue's left out);
  *  - failover: "head2" ('KEY head head2') starts as a second real head;
  *    "head" is killed while `run --head head` streams: the client moves the
  *    request to head2, not to the rogue (which sits before head2 in the
@@ -182,6 +183,19 @@ static int s_gateway(void)
         }
         json_decref(j);
     }
+    /* a model nobody serves: 404 naming the models of the heads requests go to, the
+     * rogue's left out (before: 'SmolLM2-...' twice, the second the rogue's) */
+    snprintf(body, sizeof body, "{\"model\":\"no-such-model\",\"prompt\":\"%s\",\"max_tokens\":1}",
+             s_prompt);
+    SW_CHECK_INT(sw_test_wait(sw_test_spawn_io(argv, out, sw_test_log("curl.err")), 90), 0);
+    char *nf = sw_test_read_file(out, NULL);
+    int named = 0;
+    for (const char *q = nf; q && (q = strstr(q, "SmolLM2-135M-Instruct.Q4_1")); q++)
+        named++;
+    printf("unknown model: %s\n", nf ? nf : "(no answer)");
+    SW_CHECK(nf && strstr(nf, "HTTP 404") && strstr(nf, "model_not_found"));
+    SW_CHECK_INT(named, 1);
+    free(nf);
     sw_test_kill(serve);
     return ok;
 }
