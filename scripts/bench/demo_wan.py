@@ -125,8 +125,13 @@ def main():
             if text is None:
                 text = r["text"]
         ok = True
-    except (KeyboardInterrupt, SystemExit):
-        ok = True  # Ctrl-C or SIGTERM: the user stopped it; nothing to keep
+    except KeyboardInterrupt:
+        ok = True  # Ctrl-C: the user stopped it; nothing to keep
+        raise
+    except SystemExit as e:
+        # SIGTERM (exit 143, above) is the user's stop too; any other exit is bench_wan's
+        # failure (a node that died, did not join, a run that failed): its logs are kept
+        ok = e.code == 143
         raise
     finally:
         cl.stop()
