@@ -411,6 +411,18 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
                         "--listen address (127.0.0.1, [::1]); give --api-key-file instead\n");
         return 2;
     }
+    if (o->no_api_key && o->api_key_file) {
+        fprintf(stderr, "shardwire serve: --insecure-no-api-key and --api-key-file contradict each "
+                        "other (with both, no key would be asked for): give one\n");
+        return 2;
+    }
+    if (o->defaults.temperature > GW_MAX_TEMPERATURE) {
+        fprintf(stderr,
+                "shardwire serve: --temp %g is above %d, the most a request's temperature may "
+                "be (OpenAI's range): give --temp 0 to %d\n",
+                (double)o->defaults.temperature, GW_MAX_TEMPERATURE, GW_MAX_TEMPERATURE);
+        return 2;
+    }
     if (!o->no_api_key && !o->api_key_file) {
         fprintf(stderr, "shardwire serve: --api-key-file FILE is required (one key per line; "
                         "for a loopback-only test, --insecure-no-api-key)\n");

@@ -12,11 +12,6 @@
 
 #include <sodium.h>
 
-/* The ranges of a request's fields that no other layer shares (the others are sw_limits.h's):
- * the parser checks them and GET /v1/defaults hands them to the web page (gw_json_defaults). */
-#define S_MAX_TEMPERATURE                                                                          \
-    2 /* temperature: OpenAI's range (the CLI's --temp: SW_SAMPLING_MAX_TEMP) */
-
 /* Writes one line into err, sets *param and returns -1. */
 static int s_bad(char *err, size_t err_len, const char **param, const char *p, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -388,7 +383,7 @@ int gw_req_parse(gw_req_t *r, const char *body, size_t len, int chat, const gw_d
         return -1;
     if (rc)
         r->q.n_predict = (int)i;
-    if ((rc = s_num(root, "temperature", 0, S_MAX_TEMPERATURE, &d, err, err_len, param)) < 0)
+    if ((rc = s_num(root, "temperature", 0, GW_MAX_TEMPERATURE, &d, err, err_len, param)) < 0)
         return -1;
     if (rc)
         r->q.temperature = (float)d;
@@ -648,7 +643,7 @@ char *gw_json_defaults(const gw_defaults_t *d)
     json_object_set_new(j, "timeout_s", json_integer(d->timeout_ms / 1000));
     json_object_set_new(rg, "max_tokens",
                         s_range(json_integer(1), json_integer(SW_REQUEST_MAX_N_PREDICT)));
-    json_object_set_new(rg, "temperature", s_range(json_real(0), json_real(S_MAX_TEMPERATURE)));
+    json_object_set_new(rg, "temperature", s_range(json_real(0), json_real(GW_MAX_TEMPERATURE)));
     json_object_set_new(rg, "top_p", s_range(json_real(0), json_real(1)));
     json_object_set_new(rg, "top_k", s_range(json_integer(0), json_integer(SW_SAMPLING_MAX_TOP_K)));
     json_object_set_new(rg, "min_p", s_range(json_real(0), json_real(SW_SAMPLING_MAX_MIN_P)));

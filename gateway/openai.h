@@ -18,6 +18,11 @@
 
 #include "client.h"
 
+/* The most a request's temperature may be: OpenAI's range (the CLI's --temp goes to
+ * SW_SAMPLING_MAX_TEMP; serve's --temp, a request's default, only to this). The parser checks
+ * it and GET /v1/defaults hands it to the web page (gw_json_defaults). */
+#define GW_MAX_TEMPERATURE 2
+
 /* Defaults a request gets for the fields it leaves out (shardwire serve's flags; their defaults
  * are sw_limits.h's SW_GATEWAY_DEFAULT_MAX_TOKENS, SW_SAMPLING_*, SW_REQUEST_DEFAULT_TIMEOUT_S). */
 typedef struct gw_defaults {

@@ -2,7 +2,8 @@
  * test_serve_keys.c - the API-key rules of `shardwire serve` (docs/api.md,
  * "Limits and safety": mode 0600, one key per line of at least 16
  * characters, `#` comments, no start without keys unless
- * --insecure-no-api-key on a loopback address).
+ * --insecure-no-api-key on a loopback address, never both; a --temp no
+ * request's temperature may have is refused).
  *
  * Each bad configuration must end the gateway at once (exit 2, before it
  * listens) with one line naming the problem. A good file with a comment and
@@ -37,11 +38,13 @@ static const char *s_file(const char *name, const char *text, mode_t mode)
     return path;
 }
 
-/* Runs serve with a key file (or none, or --insecure-no-api-key on listen);
- * expects it to exit 2 with a stderr line that contains want. */
-static void s_refused(const char *keyfile, const char *listen, const char *want)
+/* Runs serve with a key file (or none, or --insecure-no-api-key on listen), also
+ * --insecure-no-api-key when nokey, and flag val when flag; expects it to exit 2
+ * with a stderr line that contains want. */
+static void s_refused_with(const char *keyfile, const char *listen, int nokey, const char *flag,
+                           const char *val, const char *want)
 {
-    char *argv[16];
+    char *argv[20];
     int n = 0;
     argv[n++] = (char *)sw_test_bin("shardwire");
     argv[n++] = "serve";
@@ -53,8 +56,12 @@ static void s_refused(const char *keyfile, const char *listen, const char *want)
     if (keyfile) {
         argv[n++] = "--api-key-file";
         argv[n++] = (char *)keyfile;
-    } else if (listen) {
+    }
+    if (nokey || (!keyfile && listen))
         argv[n++] = "--insecure-no-api-key";
+    if (flag) {
+        argv[n++] = (char *)flag;
+        argv[n++] = (char *)val;
     }
     argv[n] = NULL;
     char *err = NULL;
@@ -70,6 +77,11 @@ static void s_refused(const char *keyfile, const char *listen, const char *want)
     SW_CHECK(found);
     SW_CHECK_INT(lines, 1);
     free(err);
+}
+
+static void s_refused(const char *keyfile, const char *listen, const char *want)
+{
+    s_refused_with(keyfile, listen, 0, NULL, NULL, want);
 }
 
 /* The HTTP status of GET /v1/models with an optional bearer key. */
@@ -117,6 +129,12 @@ int main(void)
     s_refused(s_file("two-words.keys", KEY1 " " KEY2 "\n", 0600), NULL,
               "line 1: a key is one word");
     s_refused(s_file("empty.keys", "# only comments\n\n   \n", 0600), NULL, "holds no key");
+    /* both a key file and no keys: before, every request was let in, the file ignored */
+    s_refused_with(s_file("both.keys", KEY1 "\n", 0600), NULL, 1, NULL, NULL,
+                   "--insecure-no-api-key and --api-key-file contradict each other");
+    /* a default temperature no request may have (before: GET /v1/defaults said 5 of [0, 2]) */
+    s_refused_with(s_file("temp.keys", KEY1 "\n", 0600), NULL, 0, "--temp", "5",
+                   "--temp 5 is above 2");
     enum { MANY = 1100 }; /* over the gateway's 1024 */
     char *many = malloc(MANY * 32);
     SW_CHECK(many != NULL);
