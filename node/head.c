@@ -108,8 +108,10 @@ int node_head_new(node_t *n, char *err, size_t err_len)
             goto fail;
         }
     }
-    /* With a draft model the gate also tries n-gram lookups in its place. */
-    draft_load_gate(&h->load, n->o.draft_gate, h->dmodel ? DRAFT_GATE_ARMS : 2);
+    /* With a draft model the gate also tries n-gram lookups in its place. The sessions
+     * follow its arm through the load (s_gen_begin), which --draft-load off withholds:
+     * then the gate is off too, instead of measuring and logging arms no session takes. */
+    draft_load_gate(&h->load, n->o.draft_gate && n->o.draft_load, h->dmodel ? DRAFT_GATE_ARMS : 2);
     n->head = h;
     if (head_sched_init(n, err, err_len) != 0) {
         n->head = NULL;

@@ -151,7 +151,7 @@ static const sw_opt_t s_opts[] = {
      "head: the adaptive K and trees shrink as other sessions\nfill the batches (default on)"},
     {"draft-gate", O_DGATE, "on|off",
      "head: with several sessions, measure rounds with and\nwithout drafts and keep the faster "
-     "(default on)"},
+     "(default on;\noff with --draft-load off)"},
     {"draft-batch", O_DBATCH, "on|off",
      "head: every session's draft step in one forward of the\ndraft model (default on)"},
     {"spot-check", O_SPOT, "P",
