@@ -763,22 +763,19 @@ void exec_kernel(const Kernel &k, int dev)
     uint64_t key = fnv1a(k.scalars, &k.fn, sizeof k.fn);
     const unsigned shape[6] = {k.grid.x, k.grid.y, k.grid.z, k.block.x, k.block.y, k.block.z};
     key = fnv1a(fnv1a(key, shape, sizeof shape), &k.shmem, sizeof k.shmem);
-    std::vector<const Alloc *> seen_allocs;
+    std::vector<const Alloc *> allocs; // each pointer argument's (NULL for NULL)
     /* Every pointer argument must be memory this device can touch. */
     std::vector<Region> regions;
     for (const ArgPtr &p : k.ptrs) {
-        /* which earlier pointer argument shares its allocation (-1: none; -2: NULL) */
-        int alias = p.p ? -1 : -2;
-        if (!p.p) {
-            key = fnv1a(key, &alias, sizeof alias);
-            continue;
-        }
-        Alloc *a = find(p.p, 0);
-        for (size_t j = 0; j < seen_allocs.size() && alias < 0; j++)
-            if (seen_allocs[j] == a)
-                alias = (int)j;
-        seen_allocs.push_back(a);
+        Alloc *a = p.p ? find(p.p, 0) : nullptr;
+        /* the key holds the first argument sharing its allocation (itself when none) */
+        size_t alias = 0;
+        while (allocs.size() > alias && allocs[alias] != a)
+            alias++;
+        allocs.push_back(a);
         key = fnv1a(key, &alias, sizeof alias);
+        if (!p.p)
+            continue;
         if (!a || (a->dev >= 0 && !((reach(dev) >> a->dev) & 1u))) {
             char what[300];
             describe(p.p, what, sizeof what);
