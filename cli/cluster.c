@@ -475,8 +475,9 @@ static int s_relay_bundle(s_init_t *in, int r, const char *allow)
            "    --allow \"$here/allow.txt\" \"$@\"\n",
            cl_shq(in->listens[r]), dir);
     cl_cat(env, sizeof env, &ovf,
-           "# The shardwire relay: made by shardwire cluster init. SECRET (the relay's key).\n"
-           "# deploy/vm/cloud-init.yaml and deploy/vm/shardwire-relay.service read these.\n"
+           "# The shardwire relay's listen address: made by shardwire cluster init.\n"
+           "# deploy/vm/shardwire-relay.service reads it as /etc/shardwire/relay.env;\n"
+           "# deploy/vm/relay.nft limits port 5555 only (docs/deploy.md).\n"
            "SHARDWIRE_LISTEN='%s'\n",
            in->listens[r]);
     if (ovf)

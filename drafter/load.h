@@ -56,8 +56,9 @@
  * is measured again at the end of its hold before the others are tried once
  * more; a measurement ends after one window when its arm is below
  * DRAFT_GATE_CUT of another arm's last rate. An arm that lost by far (below
- * DRAFT_GATE_FAR of the winner's rate) sits out the next cycle, and twice
- * that many after each further such loss, up to DRAFT_GATE_SKIP_MAX cycles:
+ * DRAFT_GATE_FAR of the winner's rate) sits out the next cycle, and 2n + 1
+ * cycles after each further such loss (n: the last count), up to
+ * DRAFT_GATE_SKIP_MAX cycles:
  * at 16 sessions every window of the draft model's arm costs them all. With
  * one session the gate is open: the one-session controller decides alone.
  * Only calm windows measure: a window counts when neither it nor the one
@@ -65,7 +66,8 @@
  * start, end or wait for their prefill: when many requests end and begin
  * together, the rate of the few still decoding says nothing of the arm);
  * a measurement waits for at most DRAFT_GATE_UNCALM_MAX such windows, and
- * only a calm window with one session or none opens the gate. */
+ * a steady window (the sessions changed by at most an eighth) with one
+ * session or none on average opens the gate. */
 #define DRAFT_GATE_MEASURE 3
 #define DRAFT_GATE_HOLD 8
 #define DRAFT_GATE_HOLD_MAX 32
