@@ -135,9 +135,13 @@ SW_AI __m256i s_wquants(int kind, const uint8_t *p, int raw)
  * acc) block by block, then hsum; for q4_1/q5_1 also summs = fma(m_w, s_x,
  * summs) block by block (an independent chain, run as a second pass), added last.
  *
- * vnni != 0 computes the same integer lanes with vpdpbusd: unsigned quants
- * times signed activations, the offsets of q4_0 (8) and q5_0 (16) folded in
- * as -offset * sum(y) per lane; q8_0 x q8_0 as (y + 128) x w - 128 * sum(w).
+ * q4_0 and q5_0 take their quants unsigned, without the offset (8, 16): the
+ * lanes are their products with the activations plus -offset * sum(y) per
+ * lane, made once per activation block for the tile's weight rows (exact, so
+ * the same integers as GGML's sign trick, with two operations fewer per
+ * weight block). vnni != 0 computes the same integer lanes with vpdpbusd:
+ * unsigned quants times signed activations; q8_0 x q8_0 as (y + 128) x w -
+ * 128 * sum(w).
  */
 SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_t *w, size_t ws,
                     const uint8_t *x, size_t xs, float *y, int64_t ys)
@@ -162,7 +166,7 @@ SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_
             acc[i][r] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
 
-    const int off = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0; // vnni: weight offset
+    const int off = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0; // the weights' offset
     for (int64_t b = 0; b < nb; b++) {
         __m256i qy[2], ybias[2];
         __m256 dy[2];
@@ -171,10 +175,12 @@ SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_
             const uint8_t *px = xr[r] + (size_t)b * xsz;
             qy[r] = _mm256_loadu_si256((const __m256i *)(px + xq));
             dy[r] = _mm256_broadcast_ss(&tab[s_u16(px)]);
-            if (vnni && off) // -off * sum(y) per lane
+            if (off) // -off * sum(y) per lane, once for all weight rows of the tile
                 ybias[r] = _mm256_sub_epi32(
                     _mm256_setzero_si256(),
-                    s_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), qy[r]));
+                    vnni ? s_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), qy[r])
+                         : _mm256_madd_epi16(
+                               _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), qy[r]), ones));
             if (vnni && kind == K_Q8_0) // y + 128 as unsigned bytes
                 qy[r] = _mm256_xor_si256(qy[r], _mm256_set1_epi8((char)0x80));
         }
@@ -183,10 +189,10 @@ SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_
             const uint8_t *p = wr[i] + (size_t)b * wsz;
             // the same block SW_PF_ROWS rows below: two tiles ahead when weights stream from DRAM
             s_prefetch(p, SW_PF_ROWS * ws);
-            const __m256i q = s_wquants(kind, p, vnni);
+            const __m256i q = s_wquants(kind, p, vnni || off);
             const __m256 dw = _mm256_broadcast_ss(&tab[s_u16(p)]);
             __m256i qa = q, wbias = _mm256_setzero_si256();
-            if (!vnni && !hm)
+            if (!vnni && !hm && !off)
                 qa = _mm256_sign_epi8(q, q);
             if (vnni && kind == K_Q8_0) // -128 * sum(w) per lane
                 wbias = _mm256_sub_epi32(
@@ -201,6 +207,9 @@ SW_AI void s_tile32(int kind, int vnni, int rw, int rx, int64_t nb, const uint8_
                     lanes = s_dpbusd(off ? ybias[r] : _mm256_setzero_si256(), q, qy[r]);
                 else if (hm)
                     lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy[r]), ones);
+                else if (off) // the unsigned quants' products, then the offset's
+                    lanes = _mm256_add_epi32(
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy[r]), ones), ybias[r]);
                 else
                     lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(qy[r], q)),
                                               ones);
