@@ -136,6 +136,8 @@ struct sw_kernels {
 
 /* Fills the AVX2+FMA+F16C kernels (quant_avx2.c); only call when the CPU has them. */
 void sw_kernels_avx2(struct sw_kernels *k);
+/* Sets its tiled K-quant matmuls (mmt; quant_mmt_avx2.c), vnni: with AVX-VNNI. */
+void sw_kernels_avx2_mmt(struct sw_kernels *k, int vnni);
 /* Adds the AVX-512 VNNI tiled K-quant kernels (quant_avx512.c) to an AVX2
  * table (mmtw); only call when the CPU and OS have AVX512F/BW/VL/DQ and
  * AVX512_VNNI. */

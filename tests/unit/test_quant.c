@@ -1076,6 +1076,14 @@ static void test_tiled_levels(void)
             for (int extreme = 0; extreme < 2; extreme++)
                 s_levels_case(sw_matmul_tiled, "tiled", types[ti], ns[ni], extreme, nrs,
                               sizeof nrs / sizeof nrs[0]);
+    /* Long rows: the AVX2 kernel's tables of activation blocks hold fewer
+     * groups of rows per pass (40 blocks: 6 groups of 8 rows) or a row in
+     * slices of blocks, each slice's sums continued from y (300 blocks). */
+    const int nrs_long[] = {40, 9, 17};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti += 2) {
+        s_levels_case(sw_matmul_tiled, "tiled", types[ti], 40 * 256, 0, nrs_long, 3);
+        s_levels_case(sw_matmul_tiled, "tiled", types[ti], 300 * 256, 0, nrs_long + 1, 2);
+    }
 }
 
 /* test_onerow_levels for one weight type t. */
