@@ -468,6 +468,36 @@ def print_block(args, blk, pps):
     return summary
 
 
+def table(r):
+    """A result file's summary as a markdown table (scripts/docs/render_bench.py): per file,
+    thread count and test, each engine's median tok/s, shardwire over llama.cpp's faster
+    configuration and, for generation, the read bound and each engine's share of it."""
+    cols = []
+    for blk in r["blocks"]:
+        cols += [c for c in blk["columns"] if c not in cols]
+    hdr = ["file", "threads", "test"] + cols + ["shardwire / best llama.cpp", "read GB/s",
+                                                "MB/token", "bound tok/s"]
+    hdr += [f"% of bound, {c}" for c in cols]
+    rows = []
+    for blk in r["blocks"]:
+        name = os.path.basename(blk["model"]).replace("Qwen2.5-Coder-1.5B-Instruct.", "")
+        for test, row in blk["summary"].items():
+            vals = row["tok_s"]
+            ratio = row.get("shardwire_vs_best_llama")
+            cells = [name, str(blk["threads"]), test]
+            cells += ["n/a" if vals.get(c) is None else f"{vals[c]:.1f}" for c in cols]
+            cells.append("n/a" if ratio is None else f"{ratio:.2f}")
+            if "bound_tok_s" in row and row["bound_tok_s"]:
+                fr = row["fraction_of_bound"]
+                cells += [f"{blk['bandwidth_gbs']:.1f}", f"{row['bytes_per_token']['total'] / 1e6:.0f}",
+                          f"{row['bound_tok_s']:.1f}"]
+                cells += ["n/a" if fr.get(c) is None else f"{100 * fr[c]:.0f} %" for c in cols]
+            else:
+                cells += [""] * (3 + len(cols))
+            rows.append(cells)
+    return hdr, rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf",

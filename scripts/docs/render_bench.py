@@ -10,7 +10,7 @@ into the marked regions of README.md and docs/*.md:
 The script that wrote a file is the first word of its "command": demo.sh (a whole demo run,
 scripts/bench/demo_result.py: each part's table and the run's times), demo_wan.py (the main
 job's table, rendered with demo_wan.table itself), bench_ttft.py (time to first token per stage
-count), bench_wan.py, bench_multi.py, bench_fair.py, bench_peer.py and bench_direct.py (each rendered with
+count), bench_wan.py, bench_multi.py, bench_fair.py, bench_peer.py, bench_direct.py and bench_engine.py (each rendered with
 the script's own table(), as a markdown table) and bench_big.py (its load table, then each
 part's result it embeds, rendered as above) are known. A table anywhere else in the docs is typed by hand and belongs in a dated
 history section (tests/unit/test_docs.py checks docs/benchmarks.md for that).
@@ -36,7 +36,13 @@ def s_provenance(r, name):
     load = r.get("loadavg")
     note = f"; {r['note']}" if r.get("note") else ""
     la = f", load average {load[0]:.1f} at the start" if load else ""
-    return (f"From `docs/results/{name}.json`: commit {r['commit']}, {r['machine']}, "
+    machine = r["machine"]
+    if isinstance(machine, dict):  # bench_engine.py: the CPU as cpu_info() describes it
+        cpu = machine["cpu"]
+        machine = (f"{cpu['model']} ({cpu['family']}; {cpu['n_cpus']} CPUs; SIMD "
+                   f"{' '.join(cpu['flags'])}), shardwire {machine['shardwire_kernels']}, "
+                   f"{machine['note']}")
+    return (f"From `docs/results/{name}.json`: commit {r['commit']}, {machine}, "
             f"{r['date']}{la}{note}; `{r['command']}`.")
 
 
@@ -97,6 +103,11 @@ def s_direct(r):
     return s_markdown(*bench_direct.table(r))
 
 
+def s_engine(r):
+    import bench_engine
+    return s_markdown(*bench_engine.table(r))
+
+
 def s_big(r):
     """A scripts/bench/bench_big.py run: its load table, then each part's table rendered from
     the part's own result, embedded in the file."""
@@ -134,7 +145,7 @@ def s_big(r):
 
 RENDERERS = {"bench_big.py": s_big, "demo.sh": s_demo_sh, "demo_wan.py": s_demo, "bench_ttft.py": s_ttft, "bench_wan.py": s_wan,
              "bench_multi.py": s_multi, "bench_fair.py": s_fair, "bench_peer.py": s_peer,
-             "bench_direct.py": s_direct}
+             "bench_direct.py": s_direct, "bench_engine.py": s_engine}
 
 
 def render(name):
