@@ -21,9 +21,10 @@
  * and the rows after the prefix are evaluated as the continuation of that
  * prompt (sw_forward_t.prompt_cont: windows counted from position 0) in the
  * chunks the whole prompt would have been cut into: a reused length is a
- * multiple of sw_prefix_align() (the model's chunk size, 64 rows on the CPU,
- * so any block boundary; 512 on a GPU, whose prompt path depends on the
- * chunk). So a prompt evaluated after a restored prefix gives bit for bit
+ * multiple of sw_prefix_align() (on the CPU any block boundary,
+ * SW_PREFIX_BLOCK, for a dense model, whose bits do not depend on the
+ * chunking; the model's chunk for a mixture of experts or on a GPU, whose
+ * prompt paths do). So a prompt evaluated after a restored prefix gives bit for bit
  * the KV and logits of the whole prompt evaluated at once
  * (tests/slow/test_prefix.c).
  *
