@@ -513,10 +513,12 @@ def main():
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--only", choices=["both", "llama", "shardwire"], default="both")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per shardwire run")
-    ap.add_argument("--json", help="also write the result file (commit, machine, date, command, load, "
-                    "every sample and the medians) here")
+    ap.add_argument("--json", "--json-out", dest="json",
+                    help="also write the result file (commit, machine, date, command, load, "
+                    "every sample and the medians) here (render_bench.py renders it)")
     ap.add_argument("--dedicated", action="store_true",
                     help="the machine ran nothing else: the result file says so instead of 'shared machine'")
+    ap.add_argument("--note", help="the result file's note instead of 'shared machine' / 'dedicated'")
     ap.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
                     help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads (default passive: on a shared, "
                          "oversubscribed machine spinning waits make llama.cpp several times slower)")
@@ -576,7 +578,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"commit": git_commit(), "date": date, "command": " ".join(sys.argv),
                        "machine": {"hostname": os.uname().nodename, "cpu": cpu, "shardwire_kernels": kernels,
-                                   "note": "dedicated" if args.dedicated else "shared machine"},
+                                   "note": args.note or ("dedicated" if args.dedicated else "shared machine")},
                        "reps": args.reps, "n_gen": args.n_gen, "pp": pps, "threads": threads,
                        "omp_wait_policy": args.omp_wait_policy, "blocks": blocks}, f, indent=1)
 
