@@ -405,15 +405,9 @@ SW_AI void s_tile_k(int kind, int vnni, int tiled, int rx, int64_t nb, const uin
             const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
             dw = _cvtsh_ss(q4->d);
             dminw = _cvtsh_ss(q4->dmin);
-            const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(q4->scales));
-            const __m128i mins = _mm256_extracti128_si256(ms, 1);
-            const __m128i sc = _mm256_castsi256_si128(ms);
-            const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
-            const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
-            const __m256i hbits = kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16))
-                                                 : _mm256_setzero_si256();
-            s_k45_mins(kind, tiled, rx, nb, b, mins, dw, dminw, xb, q8p, d, accm, summs, mt);
-            s_k45_quants(kind, vnni, split, rx, qs, hbits, sc2, xb, sumi, sumj);
+            const __m256i ms = s_k45_block(kind, vnni, split, rx, pw, xb, sumi, sumj);
+            s_k45_mins(kind, tiled, rx, nb, b, _mm256_extracti128_si256(ms, 1), dw, dminw, xb, q8p,
+                       d, accm, summs, mt);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < rx; r++) {

@@ -176,4 +176,22 @@ SW_AI void s_k45_quants(int kind, int vnni, int split, int rx, const uint8_t *qs
     }
 }
 
+/* A q4_K/q5_K super-block pw against activation blocks xb[r], r < rx: its
+ * scales unpacked and its quants' integer lanes into sumi/sumj (as
+ * s_k45_quants). Returns the unpacked 6-bit values as int16: the 8 scales in
+ * the low 128 bits, the 8 minimums in the high. */
+SW_AI __m256i s_k45_block(int kind, int vnni, int split, int rx, const uint8_t *pw,
+                          const sw_block_q8_k *const *xb, __m256i *sumi, __m256i *sumj)
+{
+    const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
+    const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(q4->scales));
+    const __m128i sc = _mm256_castsi256_si128(ms);
+    const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+    const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
+    const __m256i hbits =
+        kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16)) : _mm256_setzero_si256();
+    s_k45_quants(kind, vnni, split, rx, qs, hbits, sc2, xb, sumi, sumj);
+    return ms;
+}
+
 #endif

@@ -86,37 +86,29 @@ SW_AI void s_tile(int kind, int vnni, int rx, int64_t b0, int64_t b1, const uint
             sumj[r] = _mm256_setzero_si256();
         }
         const s_xtab_t *t = &tab[b - b0];
-        __m256 v;
+        const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
+        float dw;
+        __m256i ms = _mm256_setzero_si256();
         if (kind == K_Q6_K) {
-            float d[S_GROUP];
-            const float dw = s_q6k_block(vnni, split, 1, rx, pw, xb, d, sumi, sumj);
-#pragma GCC unroll 8
-            for (int r = 0; r < rx; r++)
-                if (split)
-                    sumi[r] = _mm256_add_epi32(sumi[r], sumj[r]);
-            v = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_cvtepi32_ps(s_totals(sumi, rx)));
+            float d[S_GROUP]; // (not written in the tiled order)
+            dw = s_q6k_block(vnni, split, 1, rx, pw, xb, d, sumi, sumj);
         } else {
-            const sw_block_q4_k *q4 = (const sw_block_q4_k *)pw; // q5_K starts alike
-            const float dw = _cvtsh_ss(q4->d), dminw = _cvtsh_ss(q4->dmin);
-            const __m256i ms = _mm256_cvtepu8_epi16(s_k4_scales(q4->scales));
-            const __m128i sc = _mm256_castsi256_si128(ms);
-            const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
-            const uint8_t *qs = kind == K_Q5_K ? pw + 48 : pw + 16;
-            const __m256i hbits = kind == K_Q5_K ? _mm256_loadu_si256((const __m256i *)(pw + 16))
-                                                 : _mm256_setzero_si256();
-            s_k45_quants(kind, vnni, split, rx, qs, hbits, sc2, xb, sumi, sumj);
+            dw = _cvtsh_ss(q4->d);
+            ms = s_k45_block(kind, vnni, split, rx, pw, xb, sumi, sumj);
+        }
 #pragma GCC unroll 8
-            for (int r = 0; r < rx; r++)
-                if (split)
-                    sumi[r] = _mm256_add_epi32(sumi[r], sumj[r]);
+        for (int r = 0; r < rx; r++)
+            if (split)
+                sumi[r] = _mm256_add_epi32(sumi[r], sumj[r]);
+        __m256 v = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_cvtepi32_ps(s_totals(sumi, rx)));
+        if (kind != K_Q6_K) {
             // the minimums' totals: pairs (min 2j, min 2j + 1) against every row's bsum pairs
             const __m256i m2 = _mm256_permute2x128_si256(ms, ms, 0x11);
             __m256i mt = _mm256_madd_epi16(_mm256_shuffle_epi32(m2, 0x00), t->bp[0]);
             mt = _mm256_add_epi32(mt, _mm256_madd_epi16(_mm256_shuffle_epi32(m2, 0x55), t->bp[1]));
             mt = _mm256_add_epi32(mt, _mm256_madd_epi16(_mm256_shuffle_epi32(m2, 0xAA), t->bp[2]));
             mt = _mm256_add_epi32(mt, _mm256_madd_epi16(_mm256_shuffle_epi32(m2, 0xFF), t->bp[3]));
-            v = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_cvtepi32_ps(s_totals(sumi, rx)));
-            v = _mm256_fmadd_ps(_mm256_set1_ps(-dminw), _mm256_cvtepi32_ps(mt), v);
+            v = _mm256_fmadd_ps(_mm256_set1_ps(-_cvtsh_ss(q4->dmin)), _mm256_cvtepi32_ps(mt), v);
         }
         ty = _mm256_fmadd_ps(v, t->d, ty);
     }
