@@ -584,4 +584,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # subprocess.run has killed the engine it waited on
+        print("bench_engine: interrupted; no result file written", file=sys.stderr)
+        sys.exit(130)
