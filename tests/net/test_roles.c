@@ -100,6 +100,38 @@ static int s_marks(void)
     return head && rogue;
 }
 
+/* `status --spot NAME`: 1 when it refuses the rogue (not role-bound, as the gateway's
+ * spot polling refuses it) and a name nobody holds, each with its line and exit 1, and
+ * shows the real head's report. */
+static int s_spot_trust(void)
+{
+    const struct {
+        const char *who, *line;
+        int rc;
+    } cases[] = {
+        {"rogue", "--spot rogue: not a head clients trust", 1},
+        {"nobody", "--spot nobody: no peer of that name is connected", 1},
+        {"head", "", 0},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {(char *)sw_test_bin("shardwire"),
+                        "status",
+                        "--relay",
+                        s_ep,
+                        "--spot",
+                        (char *)cases[i].who,
+                        NULL};
+        char *err = NULL;
+        const int rc = sw_test_run(argv, 20, NULL, &err);
+        const int good = rc == cases[i].rc && err && strstr(err, cases[i].line);
+        printf("status --spot %s: exit %d, %s\n", cases[i].who, rc, good ? "as expected" : err);
+        ok &= good;
+        free(err);
+    }
+    return ok;
+}
+
 /* `shardwire run` without --head: 1 when it gives ref's N_SHORT tokens exactly. */
 static int s_run_unnamed(const int32_t *ref)
 {
@@ -254,6 +286,7 @@ int main(void)
     sw_peer_t *rogue = swa_member(&s_a, "rogue", 0, 15);
     SW_CHECK(rogue != NULL);
     SW_CHECK(s_marks());
+    SW_CHECK(s_spot_trust());
     const int unnamed = s_run_unnamed(ref);
     printf("run without --head next to a rogue head: %s\n",
            unnamed ? "exact, on 'head'" : "FAILED");
