@@ -39,7 +39,7 @@ typedef struct s_window {
 struct sw_seal {
     uint8_t *keys;                          /* (n_keys, 32) in sodium_malloc'd memory */
     int n_keys;                             /* 1..SW_CLUSTER_KEYS_MAX */
-    uint8_t key_id[SW_CLUSTER_KEYS_MAX][4]; /* BLAKE2b("sw-kid", key)[0..4) */
+    uint8_t key_id[SW_CLUSTER_KEYS_MAX][4]; /* BLAKE2b(key, keyed "sw-kid-"|channel)[0..4) */
     uint64_t session;                       /* own sender session (random) */
     uint64_t counter;                       /* own last message counter */
     s_window_t *win;                        /* (cap_win) replay windows */

@@ -143,14 +143,18 @@ static int s_sampling(const Shardwire__SamplingParams *s, char *err, size_t err_
 {
     if (!s)
         return SW_WIRE_OK;
-    CHECK(isfinite(s->temperature) && s->temperature >= 0.0f && s->temperature <= 100.0f,
-          "sampling.temperature %g not in [0, 100]", (double)s->temperature);
-    CHECK(s->top_k <= (1u << 20), "sampling.top_k %u > %u", s->top_k, 1u << 20);
+    CHECK(isfinite(s->temperature) && s->temperature >= 0.0f &&
+              s->temperature <= (float)SW_SAMPLING_MAX_TEMP,
+          "sampling.temperature %g not in [0, %d]", (double)s->temperature, SW_SAMPLING_MAX_TEMP);
+    CHECK(s->top_k <= (uint32_t)SW_SAMPLING_MAX_TOP_K, "sampling.top_k %u > %u", s->top_k,
+          (uint32_t)SW_SAMPLING_MAX_TOP_K);
     CHECK(s_prob(s->top_p), "sampling.top_p %g not in [0, 1]", (double)s->top_p);
     CHECK(isfinite(s->min_p) && s->min_p >= 0.0f && s->min_p < 1.0f,
           "sampling.min_p %g not in [0, 1)", (double)s->min_p);
-    CHECK(isfinite(s->repeat_penalty) && s->repeat_penalty >= 0.0f && s->repeat_penalty <= 10.0f,
-          "sampling.repeat_penalty %g not in [0, 10]", (double)s->repeat_penalty);
+    CHECK(isfinite(s->repeat_penalty) && s->repeat_penalty >= 0.0f &&
+              s->repeat_penalty <= (float)SW_SAMPLING_MAX_REP_PENALTY,
+          "sampling.repeat_penalty %g not in [0, %d]", (double)s->repeat_penalty,
+          SW_SAMPLING_MAX_REP_PENALTY);
     CHECK(s->repeat_last_n <= SW_WIRE_MAX_POS, "sampling.repeat_last_n %u too large",
           s->repeat_last_n);
     return SW_WIRE_OK;

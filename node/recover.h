@@ -42,7 +42,8 @@ enum node_rec_act {
     NODE_REC_FAIL = 3,  /* give up: err says why */
 };
 
-#define NODE_REC_WINDOW 32   /* replayed rounds in flight at most (the relay queues 128 per peer) */
+/* replayed rounds in flight at most (below SW_RELAY_DEFAULT_HWM, what the relay queues per peer) */
+#define NODE_REC_WINDOW 32
 #define NODE_REC_POLL_MS 250 /* between route checks while waiting for the pipeline */
 
 typedef struct node_recover node_recover_t;
