@@ -14,7 +14,8 @@
  * different order for the two), the head recomputes its own layers the same
  * way, and the tail's verifier sees the same rounds again, so its repetition
  * history is rebuilt and, since it draws each round's random numbers from
- * (seed, kv_keep) (decode.h), it gives the same verdicts. The failed round is
+ * (seed, its first drawing position: kv_keep + its context rows) (decode.h),
+ * it gives the same verdicts. The failed round is
  * then sent again and commits what it would have without the fault. The
  * client only ever sees committed tokens, so nothing is lost or sent twice.
  *
