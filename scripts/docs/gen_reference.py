@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """gen_reference.py - docs/reference.md from the code: every program's options
 with their defaults (parsed from the built programs' --help, which print the
-macros of base/sw_limits.h and of each program) and every limit of
-base/sw_limits.h (name, value, comment). Numbers the docs would otherwise type
-by hand are read here, so they cannot drift.
+macros of base/sw_limits.h and of each program), every limit of
+base/sw_limits.h (name, value, comment) and every CTest test with its labels,
+timeout, RUN_SERIAL and fixtures (what `ctest --show-only=json-v1` lists for
+the source tree configured, not built, in temporary folders with -DSW_CUDA=OFF
+and with -DSW_CUDA=EMU: the same whatever build BUILD_DIR is, a sanitizer
+build of two areas or a GPU one, and no older than tests/CMakeLists.txt).
+Numbers the docs would otherwise type by hand are read here, so they cannot
+drift.
 
   python3 scripts/docs/gen_reference.py [BUILD_DIR]          # write docs/reference.md
   python3 scripts/docs/gen_reference.py --check [BUILD_DIR]  # exit 1 when it is stale
@@ -11,10 +16,13 @@ by hand are read here, so they cannot drift.
 BUILD_DIR defaults to $SW_BUILD_DIR, else build/. tests/unit/test_docs.py runs
 the check in the default suite, and imports the --help parser below.
 """
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "docs", "reference.md")
@@ -151,19 +159,84 @@ def limits():
     return out
 
 
+# The configurations the Tests table is read from: (name, cmake arguments). Neither needs nvcc
+# nor a GPU; a build with a real CUDA backend (nvcc found: .ci/run's build/) is not configured
+# here, since the page would then depend on the machine.
+CONFIGS = [("OFF", ["-DSW_CUDA=OFF"]), ("EMU", ["-DSW_CUDA=EMU"])]
+_tests = None
+
+
+def ctest_tests(args):
+    """{test: {labels, timeout, serial, requires, sets_up}} as CTest lists them for the source
+    tree configured with args in a temporary folder (removed after)."""
+    cmake = os.environ.get("SW_CMAKE") or shutil.which("cmake") or "cmake"
+    ctest = os.path.join(os.path.dirname(cmake), "ctest")
+    if not os.path.isfile(ctest):
+        ctest = shutil.which("ctest") or "ctest"
+    with tempfile.TemporaryDirectory(prefix="swdocs-") as d:
+        r = subprocess.run([cmake, "-S", ROOT, "-B", d] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"cmake {' '.join(args)} (for the Tests table) failed:\n" + r.stdout[-2000:])
+        r = subprocess.run([ctest, "--show-only=json-v1"], cwd=d, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"ctest --show-only=json-v1 ({' '.join(args)}) failed:\n" + r.stderr[-2000:])
+        listed = json.loads(r.stdout)["tests"]
+    out = {}
+    for t in listed:
+        p = {x["name"]: x["value"] for x in t.get("properties", [])}
+        out[t["name"]] = {"labels": list(p.get("LABELS", [])), "timeout": p.get("TIMEOUT"),
+                          "serial": bool(p.get("RUN_SERIAL")), "requires": list(p.get("FIXTURES_REQUIRED", [])),
+                          "sets_up": list(p.get("FIXTURES_SETUP", []))}
+    return out
+
+
+def tests():
+    """{configuration: {test: facts}} for CONFIGS (configured once per process)."""
+    global _tests
+    if _tests is None:
+        _tests = {name: ctest_tests(args) for name, args in CONFIGS}
+    return _tests
+
+
+def test_cells(f):
+    """A test's facts as the table's cells: labels, timeout, run alone, fixtures."""
+    t = f["timeout"]
+    fixtures = f["requires"] + [f"sets up {x}" for x in f["sets_up"]]
+    return [", ".join(f["labels"]), "" if t is None else ("%d" % t if t == int(t) else str(t)),
+            "yes" if f["serial"] else "", ", ".join(fixtures)]
+
+
+def test_rows():
+    """[(test, cells)] of every test any configuration lists, by name: a cell the configurations
+    disagree on reads "OFF's / EMU's"; a test some lack is marked "(EMU only)"."""
+    per = tests()
+    names = sorted(set().union(*per.values()))
+    rows = []
+    for n in names:
+        have = [c for c, _ in CONFIGS if n in per[c]]
+        cols = list(zip(*[test_cells(per[c][n]) for c in have]))
+        cells = [vs[0] if len(set(vs)) == 1 else " / ".join(v or "-" for v in vs) for vs in cols]
+        label = f"`{n}`" + ("" if len(have) == len(CONFIGS) else f" ({', '.join(have)} only)")
+        rows.append((label, cells))
+    return rows
+
+
 def cell(s):
     return s.replace("|", "\\|").strip()
 
 
 def render(bin_dir):
-    lines = ["# Reference: options, defaults and limits", "",
+    lines = ["# Reference: options, defaults, limits and tests", "",
              "Generated from the code by `python3 scripts/docs/gen_reference.py` (the built",
-             "programs' `--help`, which print the macros, and `base/sw_limits.h`); do not edit",
-             "by hand. `tests/unit/test_docs.py` fails when this page is stale, and when another",
-             "page states a default that differs from `--help`, names a macro (SW_*, NODE_*,",
-             "ERR_*, ...) the code lacks or a path that does not exist, in the forms its header",
-             "lists. Some pages point here for these numbers; others type them, and what they",
-             "type in those forms is compared with `--help` and the `#define`s.",
+             "programs' `--help`, which print the macros, `base/sw_limits.h` and CTest's list",
+             "of the tests); do not edit by hand. `tests/unit/test_docs.py` fails when this",
+             "page is stale, and when another page states a default that differs from",
+             "`--help`, names a macro (SW_*, NODE_*, ERR_*, ...) the code lacks or a path that",
+             "does not exist, in the forms its header lists, or types a test's timeout. Some",
+             "pages point here for these numbers; others type them, and what they type in",
+             "those forms is compared with `--help` and the `#define`s.",
              "",
              "An option's default is the text its `--help` gives after \"default\" in",
              "parentheses, or the value named just before \"(default)\" (`--draft-k`'s",
@@ -184,6 +257,23 @@ def render(bin_dir):
               "| name | value | comment |", "|---|---|---|"]
     for name, value, comment in limits():
         lines.append(f"| `{name}` | `{cell(value)}` | {cell(comment)} |")
+    names = " and ".join(f"`-DSW_CUDA={c}`" for c, _ in CONFIGS)
+    lines += ["", "## Tests", "",
+              "Every CTest test with what tests/CMakeLists.txt gives it: its labels, its timeout",
+              "(CTest's `TIMEOUT`, in seconds), whether it runs alone (`RUN_SERIAL`: no other test",
+              "beside it under `ctest -j`) and the fixtures it needs (`FIXTURES_REQUIRED`: the test",
+              "that sets one up runs first). Read from `ctest --show-only=json-v1` with the source",
+              f"tree configured (not built) in temporary folders with {names}, so the",
+              "page is the same whatever build it is generated from. Where the two differ a cell",
+              "reads \"OFF's / EMU's\" (`-` for none), and a test only one lists says so. A",
+              "build with a real CUDA backend (nvcc found, as `.ci/run`'s `build/`) lists the OFF",
+              "build's tests; what tests/CMakeLists.txt sets for any CUDA backend",
+              "(`if(SW_HAVE_CUDA)`) takes the EMU value there, what it sets for the emulation",
+              "alone (`if(SW_CUDA_EMU)`) keeps the OFF one. What the labels mean and which suite",
+              "runs them: [testing.md, \"Suites\"](testing.md#suites).", "",
+              "| test | labels | timeout (s) | run alone | fixtures |", "|---|---|---|---|---|"]
+    for label, cells in test_rows():
+        lines.append(f"| {label} | " + " | ".join(cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
