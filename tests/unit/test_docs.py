@@ -22,7 +22,9 @@ that a number or a name changed on one side alone fails the default suite:
    test cell, the test the script runs for it, and names every file the
    mutation edits (so a row cannot describe another file's mutation).
 4. docs/reference.md is what scripts/docs/gen_reference.py writes from this
-   build (the programs' options and defaults, base/sw_limits.h).
+   build (the programs' options and defaults, base/sw_limits.h) and from CTest's
+   list of the tests (the source tree configured with -DSW_CUDA=OFF and =EMU in
+   temporary folders: it needs cmake, a C and a C++ compiler, not this build).
 5. Benchmarks: every region between `<!-- bench:NAME -->` and `<!-- /bench -->`
    (README.md, docs/*.md) is what scripts/docs/render_bench.py renders from
    docs/results/NAME.json, and every other table of docs/benchmarks.md is
@@ -45,6 +47,11 @@ that a number or a name changed on one side alone fails the default suite:
    tok/s") that README.md, docs/status.md or docs/usage.md quote outside a
    rendered region is one docs/benchmarks.md holds (a rendered region or a
    dated history table there), so that it cannot drift from its source.
+10. Test timeouts: a doc outside reference.md types no CTest timeout: "`test_x`
+   N s" (or "`test_x` (N s", "`test_x`: N s") where N is that test's TIMEOUT in
+   a configuration, or any N in a sentence that speaks of timeouts ("timeout",
+   "TIMEOUT", "may take"), fails; the docs link reference.md's Tests table,
+   which is generated from CTest. Other "`test_x` N s" (measured run times) pass.
 
 Environment (tests/CMakeLists.txt sets it): SW_SOURCE_DIR, SW_BUILD_DIR.
 The planted changes each check was shown to catch are in docs/testing.md
@@ -541,6 +548,42 @@ def check_reference():
         fail("docs/reference.md is stale: run python3 scripts/docs/gen_reference.py")
 
 
+# "`test_x` N s", "`test_x` (N s", "`test_x`: N s": a number of seconds next to a test's name.
+TEST_SECONDS = re.compile(r"`([A-Za-z][\w]*)`[\s:,(]*(\d[\d,]*(?:\.\d+)?) ?s\b")
+TIMEOUT_WORDS = re.compile(r"timeout|TIMEOUT|may take")
+
+
+def check_tests():
+    per = gen_reference.tests()
+    timeouts = {}
+    for facts in per.values():
+        for name, f in facts.items():
+            if f["timeout"] is not None:
+                timeouts.setdefault(name, set()).add(float(f["timeout"]))
+    n, bad = 0, len(failures)
+    for doc in docs():
+        if doc.endswith("reference.md"):
+            continue
+        text = read_doc(doc)
+        for m in TEST_SECONDS.finditer(text):
+            name, secs = m.group(1), float(m.group(2).replace(",", ""))
+            if name not in timeouts:
+                continue
+            n += 1
+            begin = max([text.rfind(sep, 0, m.start()) for sep in (". ", "\n\n", " | ")] + [0])
+            where = f"{rel(doc)}:{line_of(text, m.start())}"
+            table = "/".join("%g" % t for t in sorted(timeouts[name]))
+            if secs in timeouts[name]:
+                fail(f"{where}: types {name}'s CTest timeout ({m.group(2)} s): link the generated "
+                     "table docs/reference.md#tests instead")
+            elif TIMEOUT_WORDS.search(text, begin, m.start()):
+                fail(f"{where}: gives {name} {m.group(2)} s where it speaks of timeouts; its TIMEOUT "
+                     f"is {table} s (docs/reference.md#tests): link the table instead")
+    listed = ", ".join(f"{len(v)} ({c})" for c, v in per.items())
+    print(f"tests: CTest lists {listed}; {n} '`test` N s' in the docs, "
+          f"{len(failures) - bad} of them timeouts")
+
+
 def check_bench():
     import render_bench
     for problem in render_bench.run(check=True):
@@ -810,6 +853,7 @@ def main():
     check_defaults()
     check_mutations()
     check_reference()
+    check_tests()
     check_bench()
     check_xrefs()
     check_fixtures()
