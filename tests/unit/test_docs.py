@@ -544,8 +544,13 @@ def check_mutations():
 def check_reference():
     text = gen_reference.render(os.path.join(BUILD, "bin"))
     path = os.path.join(SRC, "docs", "reference.md")
-    if not os.path.exists(path) or open(path).read() != text:
-        fail("docs/reference.md is stale: run python3 scripts/docs/gen_reference.py")
+    old = open(path).read() if os.path.exists(path) else ""
+    if old != text:
+        was, now = old.splitlines(), text.splitlines()
+        i = next((k for k in range(min(len(was), len(now))) if was[k] != now[k]), min(len(was), len(now)))
+        first = (f" (line {i + 1} is '{was[i] if i < len(was) else ''}', the code gives "
+                 f"'{now[i] if i < len(now) else ''}')")
+        fail("docs/reference.md is stale: run python3 scripts/docs/gen_reference.py" + first)
 
 
 # "`test_x` N s", "`test_x` (N s", "`test_x`: N s": a number of seconds next to a test's name.
