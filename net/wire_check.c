@@ -134,25 +134,23 @@ static int s_tokens(const char *what, const uint32_t *tok, size_t n, char *err, 
     return SW_WIRE_OK;
 }
 
-static int s_prob(float p)
+static int s_upto(float v, float max)
 {
-    return isfinite(p) && p >= 0.0f && p <= 1.0f;
+    return isfinite(v) && v >= 0.0f && v <= max;
 }
 
 static int s_sampling(const Shardwire__SamplingParams *s, char *err, size_t err_len)
 {
     if (!s)
         return SW_WIRE_OK;
-    CHECK(isfinite(s->temperature) && s->temperature >= 0.0f &&
-              s->temperature <= (float)SW_SAMPLING_MAX_TEMP,
-          "sampling.temperature %g not in [0, %d]", (double)s->temperature, SW_SAMPLING_MAX_TEMP);
-    CHECK(s->top_k <= (uint32_t)SW_SAMPLING_MAX_TOP_K, "sampling.top_k %u > %u", s->top_k,
-          (uint32_t)SW_SAMPLING_MAX_TOP_K);
-    CHECK(s_prob(s->top_p), "sampling.top_p %g not in [0, 1]", (double)s->top_p);
+    CHECK(s_upto(s->temperature, SW_SAMPLING_MAX_TEMP), "sampling.temperature %g not in [0, %d]",
+          (double)s->temperature, SW_SAMPLING_MAX_TEMP);
+    CHECK(s->top_k <= SW_SAMPLING_MAX_TOP_K, "sampling.top_k %u > %d", s->top_k,
+          SW_SAMPLING_MAX_TOP_K);
+    CHECK(s_upto(s->top_p, 1.0f), "sampling.top_p %g not in [0, 1]", (double)s->top_p);
     CHECK(isfinite(s->min_p) && s->min_p >= 0.0f && s->min_p < 1.0f,
           "sampling.min_p %g not in [0, 1)", (double)s->min_p);
-    CHECK(isfinite(s->repeat_penalty) && s->repeat_penalty >= 0.0f &&
-              s->repeat_penalty <= (float)SW_SAMPLING_MAX_REP_PENALTY,
+    CHECK(s_upto(s->repeat_penalty, SW_SAMPLING_MAX_REP_PENALTY),
           "sampling.repeat_penalty %g not in [0, %d]", (double)s->repeat_penalty,
           SW_SAMPLING_MAX_REP_PENALTY);
     CHECK(s->repeat_last_n <= SW_WIRE_MAX_POS, "sampling.repeat_last_n %u too large",
@@ -365,7 +363,7 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     CHECK(f->n_draft_probs == 0 || f->n_draft_probs == k,
           "forward has %zu draft_probs for %zu drafts", f->n_draft_probs, k);
     for (size_t i = 0; i < f->n_draft_probs; i++)
-        CHECK(s_prob(f->draft_probs[i]), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
+        CHECK(s_upto(f->draft_probs[i], 1.0f), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
               (double)f->draft_probs[i]);
     CHECK(f->n_draft_parents == 0 || f->n_draft_parents == k,
           "forward has %zu draft_parents for %zu drafts", f->n_draft_parents, k);
@@ -385,7 +383,8 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
         if ((rc = s_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err, err_len)))
             return rc;
         for (size_t j = 0; j < d->n_probs; j++)
-            CHECK(s_prob(d->probs[j]), "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i, j);
+            CHECK(s_upto(d->probs[j], 1.0f), "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i,
+                  j);
     }
     /* The kept path of the previous tree round. */
     CHECK(f->n_kv_path <= SW_WIRE_MAX_DRAFT, "forward.kv_path has %zu entries (max %d)",
@@ -524,7 +523,7 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
               "generate.draft.mode %d unknown", (int)g->draft->mode);
         CHECK(g->draft->n_draft <= SW_WIRE_MAX_DRAFT, "generate.draft.n_draft %u > %d",
               g->draft->n_draft, SW_WIRE_MAX_DRAFT);
-        CHECK(s_prob(g->draft->p_min), "generate.draft.p_min not in [0, 1]");
+        CHECK(s_upto(g->draft->p_min, 1.0f), "generate.draft.p_min not in [0, 1]");
         CHECK(g->draft->tree <= SW_WIRE_MAX_DRAFT, "generate.draft.tree %u > %d", g->draft->tree,
               SW_WIRE_MAX_DRAFT);
         CHECK(g->draft->ahead >= SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT &&
