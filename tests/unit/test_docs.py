@@ -575,13 +575,16 @@ def check_tests():
             if name not in timeouts:
                 continue
             n += 1
+            # the sentence (or table cell) around the number, before it and after it
             begin = max([text.rfind(sep, 0, m.start()) for sep in (". ", "\n\n", " | ")] + [0])
+            ends = [text.find(sep, m.end()) for sep in (". ", "\n\n", " | ")]
+            end = min([e for e in ends if e >= 0] + [len(text)])
             where = f"{rel(doc)}:{line_of(text, m.start())}"
             table = "/".join("%g" % t for t in sorted(timeouts[name]))
             if secs in timeouts[name]:
                 fail(f"{where}: types {name}'s CTest timeout ({m.group(2)} s): link the generated "
                      "table docs/reference.md#tests instead")
-            elif TIMEOUT_WORDS.search(text, begin, m.start()):
+            elif TIMEOUT_WORDS.search(text, begin, end):
                 fail(f"{where}: gives {name} {m.group(2)} s where it speaks of timeouts; its TIMEOUT "
                      f"is {table} s (docs/reference.md#tests): link the table instead")
     listed = ", ".join(f"{len(v)} ({c})" for c, v in per.items())
