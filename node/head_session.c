@@ -667,9 +667,12 @@ int head_advance(node_t *n, head_sess_t *s, double now)
     node_head_t *h = n->head;
     char err[512] = "";
     if (s->deadline && now >= s->deadline) {
-        head_end(n, s, SW_FINISH_DEADLINE, SW_ERROR_DEADLINE,
-                 node_recover_failing(s->rec) ? "the request's deadline passed while recovering"
-                                              : "the request's deadline passed");
+        int unused;
+        /* while recovering, node_recover_next's message: it names what recovery waited for */
+        if (!node_recover_failing(s->rec) ||
+            node_recover_next(s->rec, now, s->deadline, &unused, err, sizeof err) != NODE_REC_FAIL)
+            snprintf(err, sizeof err, "the request's deadline passed");
+        head_end(n, s, SW_FINISH_DEADLINE, SW_ERROR_DEADLINE, err);
         return 0;
     }
     if (!s->t_told)

@@ -433,6 +433,10 @@ static void s_test_progress(void)
     SW_CHECK_INT(node_recover_next(rec, 520000, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
     node_recover_routed(rec, 520000, 0, "stage 'tail' left the pipeline");
     SW_CHECK_INT(node_recover_next(rec, 570000, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    /* a request deadline passed meanwhile: the error says what recovery waited for (the
+     * head ends the session with it, head_advance) */
+    SW_CHECK_INT(node_recover_next(rec, 570000, 565000, &idx, err, sizeof err), NODE_REC_FAIL);
+    SW_CHECK(strstr(err, "deadline passed while recovering (stage 'tail' left") != NULL);
     /* without progress the timeout counts from the failure: given up 60 s later */
     SW_CHECK_INT(node_recover_next(rec, 580001, 0, &idx, err, sizeof err), NODE_REC_FAIL);
     SW_CHECK(strstr(err, "recovery gave up after 60 s") != NULL);
