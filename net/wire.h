@@ -44,7 +44,7 @@
  * digests in Forward and Verdict, SpotQuery / SpotReport; 8: Progress, PrefillAck,
  * StageTiming.critical_us, GenerateStats.overlap_ms, hidden sizes up to 32768; fair shares:
  * Forward.fair_client and fair_tenant, GenerateRequest.tenant; 9: the KV cache's
- * PeerAnnounce 20..23; 10: direct paths, PeerAnnounce 24..26 and DirectHop). */
+ * PeerAnnounce 20..23; 10: direct paths, PeerAnnounce 24..27 and DirectHop). */
 #define SW_WIRE_VERSION 10u
 #define SW_WIRE_KEY_Z85_LEN 40              /* PeerAnnounce.direct_key: a Z85 CURVE public key */
 #define SW_WIRE_MAX_MEM_MIB (1u << 24)      /* PeerAnnounce.mem_mib: 16 TiB */
