@@ -62,7 +62,7 @@
  * at 16 sessions every window of the draft model's arm costs them all. With
  * one session the gate is open: the one-session controller decides alone.
  * Only calm windows measure: a window counts when neither it nor the one
- * before it saw the sessions change by more than an eighth (sessions that
+ * before it saw the sessions change by more than one and more than an eighth (sessions that
  * start, end or wait for their prefill: when many requests end and begin
  * together, the rate of the few still decoding says nothing of the arm);
  * a measurement waits for at most DRAFT_GATE_UNCALM_MAX such windows, and

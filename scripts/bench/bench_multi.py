@@ -5,8 +5,8 @@ The cluster of bench_wan.py (a relay with real keys, two shardwire-wanem
 proxies, a head node and a tail node; 4 x --delay-ms per round trip, 172 ms
 by default), then for each number of concurrent clients N in --clients
 (1, 2, 4, 8, 16) and each mode (plain decoding, drafts): N clients run
---requests requests each, back to back, every request its own prompt and
---n tokens, all `shardwire run --json` processes dialing the head's proxy.
+--requests requests each, back to back, each request the next of 16 prompts
+(a step of 16 clients sends each twice) and --n tokens, all `shardwire run --json` processes dialing the head's proxy.
 It prints one table: aggregate tokens/s (every generated token of the step
 over the time some request was in flight: the union of each request's span
 from sent to last token received, so that a client process's own start-up,

@@ -11,8 +11,8 @@ after the other (greedy, --n tokens each, a different prompt each); the
 shares take turns in --passes passes, so that a drifting machine load hits
 them alike. Then it prints one table: the share, the sessions the head
 checked (read from its log; the share is a probability per session), the
-rounds it compared, the nodes it reported, the client's decode tokens/s
-("decode_tok_s", the mean over a pass's requests; the median and range over
+rounds it compared, the nodes it reported, the decode tokens/s on the head's clock
+("decode_tok_s" of each request's stats, the mean over a pass's requests; the median and range over
 the passes), the wall-clock tokens/s of a pass (first request sent to the
 last one's end; median), and the change of both against share 0. Every run's tokens must equal those of share 0
 (checks never change what is committed): the script fails otherwise.

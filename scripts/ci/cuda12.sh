@@ -136,7 +136,8 @@ PATH=$path_no_cuda CUDAToolkit_ROOT=$tree cmake -S "$here" -B "$build" -DCMAKE_B
 grep -q "FIND_PACKAGE_MESSAGE_DETAILS_CUDAToolkit:INTERNAL=\[$tree/include\].*\[v$CUDA_VERSION" \
     "$build/CMakeCache.txt" || { echo "cuda12: CMake did not take the CUDA 12 tree" >&2; exit 1; }
 PATH=$path_no_cuda cmake --build "$build" -j "$(nproc)" --target shardwire shardwire-node \
-    test_cuda_ops test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_handover bench_gpu \
+    test_cuda_ops test_cuda_model test_cuda_spec test_cuda_cluster test_cuda_handover test_cuda_kv \
+    test_cuda_fatal bench_gpu \
     >"$build.build.log" 2>&1 || { grep -E "error|warning" "$build.build.log" | head -40; exit 1; }
 t_build=$(( $(date +%s) - t1 ))
 

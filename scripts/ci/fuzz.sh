@@ -5,8 +5,9 @@
 # (fuzz_gguf -> corpus/gguf/); targets: GGUF reader, wire decoder and sealed
 # framing, tokenizer, chat templates, key files and the relay's allow-list.
 # Every target must have a seed corpus (tests/fuzz/make_text_seeds.py,
-# tests/fuzz/make_gguf_seed.py and tests/unit/test_wire.c say how each was
-# made). New inputs go to a scratch corpus in the build folder, crashes to
+# tests/fuzz/make_gguf_seed.py, tests/unit/test_gguf.c (synthetic.gguf),
+# tests/fuzz/fuzz_gguf.c (split3.bin) and tests/unit/test_wire.c say how each
+# was made). New inputs go to a scratch corpus in the build folder, crashes to
 # build-fuzz/artifacts/. Exits non-zero on any finding.
 # SW_FUZZ_ONLY=fuzz_wire runs one target. With SW_TEST_STRICT=1 (.ci/run),
 # fuzz_tokenizer refuses to fall back to its synthetic vocabulary when the

@@ -15,7 +15,8 @@ input layout (see the comment at the top of each tests/fuzz/fuzz_*.c):
                      same secret readable by others (to be refused).
 
 The wire seeds (corpus/wire/) come from tests/unit/test_wire.c, which also
-checks them; the GGUF seeds from make_gguf_seed.py. Run from anywhere:
+checks them; the GGUF seeds: make_gguf_seed.py (llama.cpp's writer), test_gguf's
+synthetic writer (synthetic.gguf) and fuzz_gguf.c's mksplit recipe (split3.bin). Run from anywhere:
 
     python3 tests/fuzz/make_text_seeds.py
 
