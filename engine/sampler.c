@@ -15,14 +15,13 @@
 #include "sampler.h"
 
 #include "log.h"
+#include "sw_limits.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Longest repetition window accepted (bounds the history allocation). */
-#define SW_SAMPLER_MAX_LAST_N (1 << 20)
 /* Top-p sorts its candidates when there are at most this many (after top-k). */
 #define SW_SAMPLER_SORT_MAX 1024
 /* Otherwise it buckets them by distance below the max logit: this many
@@ -71,8 +70,8 @@ int sw_sampling_check(const sw_sampling_t *p)
         SW_ERR("sampling: rep_penalty %g must be finite and > 0 (1 = off)", (double)p->rep_penalty);
         return -1;
     }
-    if (p->rep_last_n < 0 || p->rep_last_n > SW_SAMPLER_MAX_LAST_N) {
-        SW_ERR("sampling: rep_last_n %d must be in [0, %d]", p->rep_last_n, SW_SAMPLER_MAX_LAST_N);
+    if (p->rep_last_n < 0 || p->rep_last_n > SW_SAMPLING_MAX_LAST_N) {
+        SW_ERR("sampling: rep_last_n %d must be in [0, %d]", p->rep_last_n, SW_SAMPLING_MAX_LAST_N);
         return -1;
     }
     return 0;

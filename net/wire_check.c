@@ -153,8 +153,8 @@ static int s_sampling(const Shardwire__SamplingParams *s, char *err, size_t err_
     CHECK(s_upto(s->repeat_penalty, SW_SAMPLING_MAX_REP_PENALTY),
           "sampling.repeat_penalty %g not in [0, %d]", (double)s->repeat_penalty,
           SW_SAMPLING_MAX_REP_PENALTY);
-    CHECK(s->repeat_last_n <= SW_WIRE_MAX_POS, "sampling.repeat_last_n %u too large",
-          s->repeat_last_n);
+    CHECK(s->repeat_last_n <= SW_SAMPLING_MAX_LAST_N, "sampling.repeat_last_n %u > %d",
+          s->repeat_last_n, SW_SAMPLING_MAX_LAST_N);
     return SW_WIRE_OK;
 }
 
