@@ -1,6 +1,7 @@
 /*
  * expiry.h - a small fixed table of names, each remembered until a time: the
- * head's suspect, proven and spot-checked stages, placement's benched nodes.
+ * head's suspect and proven stages and the nodes whose spot checks failed,
+ * placement's benched nodes.
  * A full table forgets the entry that expires first, so a peer that makes
  * up names cannot grow it.
  */

@@ -189,7 +189,7 @@ typedef struct sw_msg_ack {
 /* PeerInfo.key_bound: what the relay's allow-list binds a node's key to. */
 enum sw_key_bound {
     SW_KEY_BOUND_NAME = 1, /* its name ("KEY node NAME"): it may announce any node role */
-    SW_KEY_BOUND_ROLE = 2, /* its name and role ("KEY head|stage NAME", version 8) */
+    SW_KEY_BOUND_ROLE = 2, /* its name and role ("KEY head|stage NAME", version 7) */
 };
 
 typedef struct sw_msg_peer {
