@@ -553,8 +553,8 @@ static int s_public_len(const node_head_t *h, const head_sess_t *s)
  * restore only the prefix the head asks for, which the head found in the
  * tenant's namespace, and equal tokens give equal KV.) Without keys
  * (--insecure-loopback, development only) only the tenant a request names
- * tells it apart: one namespace for all requests that name none. Only the operator's public prefix (--public-prefix)
- * is shared: its blocks, and only they, are also kept in S_PUBLIC_NS, and a
+ * tells it apart: one namespace for all requests that name none. Only the operator's public prefix
+ * (--public-prefix) is shared: its blocks, and only they, are also kept in S_PUBLIC_NS, and a
  * prompt that starts with them reuses them from there (s_prefix_start). The
  * draft model's cache takes the same namespace (draft_cfg_t.prefix_ns). */
 const char *head_prefix_ns(const head_sess_t *s, char *out, size_t len)
