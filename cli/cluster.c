@@ -551,6 +551,8 @@ static int s_install(s_init_t *in)
     struct stat st;
     if (stat(in->out, &st) != 0)
         return rename(in->tmp, in->out) == 0 ? 0 : cl_fail("%s: %s", in->out, strerror(errno));
+    if (chmod(in->out, 0700) != 0) /* --force into a folder that was there: 0700 as a new one */
+        return cl_fail("%s: %s", in->out, strerror(errno));
     for (int i = 0; i < in->n_files; i++) {
         char dst[PATH_MAX];
         if (cl_fmt(dst, sizeof dst, "%s/%s", in->out, in->files[i]) != 0)
@@ -558,7 +560,7 @@ static int s_install(s_init_t *in)
         char *slash = strrchr(dst, '/');
         if (strchr(in->files[i], '/')) {
             *slash = 0;
-            if (mkdir(dst, 0700) != 0 && errno != EEXIST)
+            if (mkdir(dst, 0700) != 0 && (errno != EEXIST || chmod(dst, 0700) != 0))
                 return cl_fail("%s: %s", dst, strerror(errno));
             *slash = '/';
         }

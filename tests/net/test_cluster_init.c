@@ -148,8 +148,12 @@ int main(void)
         fclose(f);
     char forced[2200];
     snprintf(forced, sizeof forced, "%s --force", args);
+    SW_CHECK_INT(chmod(s_p(""), 0755), 0); /* opened up since: --force closes them again */
+    SW_CHECK_INT(chmod(s_p("head"), 0755), 0);
     SW_CHECK_INT(s_init(forced, NULL), 0);
     SW_CHECK(strcmp(head_pub, s_key("head/head.pub")) != 0);
+    SW_CHECK_INT(s_mode(""), 0700);
+    SW_CHECK_INT(s_mode("head"), 0700);
     SW_CHECK_INT(s_mode("mine.txt"), 0644 & ~(int)umask(022)); /* left alone */
 
     /* Bad arguments: one clear line each, nothing written. */
