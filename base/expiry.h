@@ -13,11 +13,18 @@
 typedef struct sw_expiry {
     char name[SW_WIRE_NAME_MAX + 1];
     double until; /* remembered until then (ms); 0: a free entry */
+    int rank;     /* its weight for sw_expiry_slot_ranked (0 in the unranked tables) */
 } sw_expiry_t;
 
 /* The entry of name among t[0, n): its own (live or expired), else a free
  * one or the one that expires first. */
 int sw_expiry_slot(const sw_expiry_t *t, int n, const char *name);
+
+/* As sw_expiry_slot, but a live entry (until > now) of a rank higher than `rank` is never
+ * given up for name: name's own entry, else a free or expired one, else the live entry of
+ * rank <= `rank` that expires first; -1 when every other entry is live and ranks higher
+ * (the head's spot marks: a stream of disputes cannot push a conviction out). */
+int sw_expiry_slot_ranked(const sw_expiry_t *t, int n, const char *name, int rank, double now);
 
 /* Remembers name until `until` in its entry (sw_expiry_slot); returns it. */
 int sw_expiry_put(sw_expiry_t *t, int n, const char *name, double until);

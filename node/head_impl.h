@@ -259,9 +259,9 @@ struct node_head {
     sw_expiry_t proven[HEAD_PROVEN_MAX];     // stages of routes that delivered this head a
                                              // verdict: preferred until then
     sw_expiry_t spot_bad[HEAD_SPOT_BAD_MAX]; // nodes whose spot checks failed (head_spot.c):
-                                             // avoided until then, and with each
+                                             // avoided until then; rank HEAD_SPOT_DISPUTED or
+                                             // HEAD_SPOT_CONVICTED, and with each
     struct {
-        int rank;                  // HEAD_SPOT_DISPUTED or HEAD_SPOT_CONVICTED
         uint64_t by;               // who accused it last (head_spot.c: s_accusers)
     } spot_why[HEAD_SPOT_BAD_MAX]; //
     uint64_t spot_sessions;        // sessions checked so far

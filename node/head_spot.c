@@ -47,7 +47,7 @@
 int head_spot_rank(const node_head_t *h, const char *name, double now)
 {
     const int at = sw_expiry_find(h->spot_bad, HEAD_SPOT_BAD_MAX, name, now);
-    return at < 0 ? HEAD_SPOT_OK : h->spot_why[at].rank;
+    return at < 0 ? HEAD_SPOT_OK : h->spot_bad[at].rank;
 }
 
 /* FNV-1a of a name: s_accusers' terms. */
@@ -87,14 +87,22 @@ static uint64_t s_accusers(const head_spot_t *sp, const int *copies, int nc, int
  * the accusers differ from the last ones'. */
 static void s_mark(node_head_t *h, const char *name, int rank, double now, uint64_t by)
 {
-    const int at = sw_expiry_slot(h->spot_bad, HEAD_SPOT_BAD_MAX, name);
-    if (strcmp(h->spot_bad[at].name, name) != 0 || h->spot_bad[at].until <= now)
-        h->spot_why[at].rank = HEAD_SPOT_OK;
-    else if (rank <= h->spot_why[at].rank && by == h->spot_why[at].by)
+    const int at = sw_expiry_slot_ranked(h->spot_bad, HEAD_SPOT_BAD_MAX, name, rank, now);
+    if (at < 0) { // every entry a live conviction: the dispute is not remembered
+        SW_WARN("spot check: node '%s' disputed but not marked: the head remembers %d "
+                "convictions already (HEAD_SPOT_BAD_MAX)",
+                name, HEAD_SPOT_BAD_MAX);
+        return;
+    }
+    sw_expiry_t *e = &h->spot_bad[at];
+    if (strcmp(e->name, name) != 0 || e->until <= now)
+        e->rank = HEAD_SPOT_OK;
+    else if (rank <= e->rank && by == h->spot_why[at].by)
         return; // the same accusers again: the timer runs on
-    sw_expiry_put(h->spot_bad, HEAD_SPOT_BAD_MAX, name, now + HEAD_SPOT_BAD_MS);
-    if (rank > h->spot_why[at].rank)
-        h->spot_why[at].rank = rank;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->until = now + HEAD_SPOT_BAD_MS;
+    if (rank > e->rank)
+        e->rank = rank;
     h->spot_why[at].by = by;
 }
 
@@ -542,7 +550,7 @@ void node_head_spot_query(node_t *n, sw_wire_msg_t *msg)
             continue;
         sw_msg_spot_node_t *nd = &o->nodes[o->n_nodes++];
         nd->name = h->spot_bad[i].name;
-        nd->convicted = h->spot_why[i].rank == HEAD_SPOT_CONVICTED;
+        nd->convicted = h->spot_bad[i].rank == HEAD_SPOT_CONVICTED;
         const double left = (h->spot_bad[i].until - now) / 1e3;
         nd->avoid_s = left >= SW_WIRE_MAX_SPOT_AVOID_S ? SW_WIRE_MAX_SPOT_AVOID_S : (uint32_t)left;
     }
