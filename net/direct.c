@@ -405,7 +405,8 @@ static void s_dialled_upkeep(sw_peer_t *p, sw_dlink_t *l, int64_t now)
 
 /* ---- the listener ------------------------------------------------------------------------ */
 
-/* The ZAP handler: a CURVE key the allow-list gives a node name, while there is room. */
+/* The ZAP handler: a CURVE key the allow-list gives a node name (the room: s_conn_add,
+ * s_who_accepted). */
 static void s_zap(sw_peer_t *p)
 {
     sw_direct_t *d = &p->direct;

@@ -233,6 +233,8 @@ static int s_read(sw_peer_t *p, sw_link_t *l, sw_wire_msg_t *out, int *read, int
         s_tell_wrong_key(p, l, m.peer);
     } else if (rc == SW_WIRE_EMALFORMED || rc == SW_WIRE_EVERSION || rc == SW_WIRE_ESEAL) {
         s_drop_note(p, err);
+    } else if (rc == SW_WIRE_PROBE) {
+        /* the relay's liveness probe: read, nothing to deliver (errno says nothing here) */
     } else if (errno != EAGAIN && errno != EINTR) {
         SW_ERR("peer %s: receive from the relay %s: %s", p->announce.name, l->ep,
                zmq_strerror(errno));

@@ -27,9 +27,9 @@
  * message; time is the sender's wall clock (ms since 1970). A receiver drops
  * a message whose time is more than SW_SEAL_MAX_AGE_MS from its own clock
  * when the message reached it (sw_seal_arrived), and keeps, per (sender
- * name, sender session), the highest counter seen and a 64-message window
- * below it, dropping anything it has seen or that is older than the window
- * (replays). Such a window is given up only when its
+ * name, sender session), the highest counter seen and which of the 63
+ * below it were, dropping anything it has seen or that is 64 or more below
+ * the highest (replays). Such a window is given up only when its
  * newest message is too old to be accepted again, or for a newer window of
  * the same sender key (SW_SEAL_SESSIONS_PER_KEY per key): so no volume of
  * messages from other keys reopens a replay; with SW_SEAL_SENDERS_MAX live
