@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs a command and fails when it left anything in /tmp (docs/testing.md: a
-# passing suite leaves nothing there). What the tests may leave there is named
+# Runs a command and fails when it left anything in /tmp, or in $TMPDIR when
+# that is set (where the tests put their folders: tests/sw_test.c), (docs/testing.md:
+# a passing suite leaves nothing there). What the tests may leave there is named
 # sw* or shardwire* (sw_test_log's swtest.XXXXXX folders and anything a test
 # names itself); anything new of that kind after the command is reported.
 #
@@ -16,7 +17,11 @@ if [ $# -lt 2 ]; then
 fi
 what=$1
 shift
-ours() { find /tmp -mindepth 1 -maxdepth 1 \( -name 'sw*' -o -name 'shardwire*' \) | sort; }
+dirs=(/tmp)
+if [ -n "${TMPDIR:-}" ] && [ -d "$TMPDIR" ] && [ "$(cd "$TMPDIR" && pwd -P)" != "$(cd /tmp && pwd -P)" ]; then
+    dirs+=("$TMPDIR")
+fi
+ours() { find "${dirs[@]}" -mindepth 1 -maxdepth 1 \( -name 'sw*' -o -name 'shardwire*' \) | sort; }
 before=$(ours)
 "$@"
 rc=$?
@@ -25,7 +30,7 @@ if [ "$rc" -ne 0 ]; then
 fi
 left=$(comm -13 <(echo "$before") <(ours))
 if [ -n "$left" ]; then
-    echo "tmp_check: the $what left files in /tmp (docs/testing.md says a passing suite leaves nothing):" >&2
+    echo "tmp_check: the $what left files in ${dirs[*]} (docs/testing.md says a passing suite leaves nothing):" >&2
     echo "$left" >&2
     exit 1
 fi
