@@ -79,7 +79,7 @@
 #include "decode.h"
 #include "load.h"
 
-#define DRAFT_CTL_PROBE 8        // rounds without drafts between two probes
+#define DRAFT_CTL_PROBE 8        // one probe every this many rounds without drafts (the 8th)
 #define DRAFT_CTL_CAL_BUCKETS 10 // calibration buckets of the draft probability
 #define DRAFT_CTL_AHEAD_MIN 0.15 // least hit rate for drafting ahead
 #define DRAFT_CTL_ARM_BLOCK 6    // rounds per block of drafting ahead on or off

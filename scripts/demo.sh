@@ -99,8 +99,13 @@ fi
 t_ready=$(($(date +%s) - t0))
 echo "demo: ready in $t_ready s (dependencies, model, build)" >&2
 
+# greedy with the CLI's own repetition penalty (its default, SW_SAMPLING_REP_PENALTY, read
+# from the built program's help so that the two cannot drift apart)
+penalty=$("$build/bin/shardwire" run --help 2>&1 |
+    sed -n 's/.*repetition penalty.*(default \([0-9.]*\)).*/\1/p' | head -1)
+[ -n "$penalty" ] || { echo "demo: cannot read the repetition penalty's default from shardwire run --help" >&2; exit 1; }
 common=(-p "$prompt" -n "$n_gen" --delay-ms "$delay" --threads "$threads" --build "$build"
-    --repeat-penalty 1.1 --note "${SW_DEMO_NOTE:-}")
+    --repeat-penalty "$penalty" --note "${SW_DEMO_NOTE:-}")
 parts=("$results/$stamp-smollm2.json")
 echo >&2
 echo "== 1. SmolLM2-135M, the default model: the draft model is the model itself (every draft" >&2
