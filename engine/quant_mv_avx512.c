@@ -4,7 +4,8 @@
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c
  * rule of engine/CMakeLists.txt); quant.c only calls in here after checking
  * the CPU (and the OS's ZMM state) at start-up. Batches of 2 activation rows
- * or more go to the AVX2 level's kernels.
+ * or more go to the AVX2 level's kernels (q4_0 and q8_0 batches of SW_MMB_ROWS
+ * or more to quant_mm_avx512.c's panels).
  *
  * The AVX2 kernels (quant_avx2.c) are compute-bound near the speed a Zen 4
  * core gets from DRAM (q4_K about 19 GB/s of weights per core even from

@@ -44,7 +44,8 @@ at that thread count (build/bin/bench_membw, the best of its passes over 1 GiB,
 at the start and the end of that thread count's block: the larger counts);
 each model's bytes read per generated token come from its GGUF tensor table
 (every weight a decode step reads: all layer weights and the output matrix,
-the token embedding too when it is also the output; plus the f16 KV cache rows
+the whole token embedding when it is also the output, else its one looked-up
+row; plus the f16 KV cache rows
 read at the average position of the generation), so every tg row prints the
 bandwidth bound (bandwidth / bytes per token) and each engine's fraction of it.
 --model and --threads take comma-separated lists; with llama.cpp's programs
