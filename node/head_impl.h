@@ -155,6 +155,8 @@ typedef struct head_sess {
                                       // stream (the client holds them)
     int32_t *skip;                    // (n_skip) those tokens, proposed as drafts
     uint32_t n_seen;                  // generated tokens committed so far
+    char skip_bad[160];               // failover: a generated token differed from the client's
+                                      // (why; the request then ends with an Error, not done)
     sw_proposer_t forced;             // s_forced_propose (head_admit.c)
     uint32_t index_base;              // failover: tokens the client held before this
                                       // head (GenerateRequest.resume_tokens): chunk

@@ -139,6 +139,10 @@ static void s_commit(node_t *n, head_sess_t *s, sw_verdict_t *v, double now)
         head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, err);
         return;
     }
+    if (s->skip_bad[0]) { // a failover that could not give the client's tokens again
+        head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL, s->skip_bad);
+        return;
+    }
     if (sw_gen_done(s->gen)) {
         int n_out = 0;
         const int32_t *out = sw_gen_output(s->gen, &n_out);

@@ -178,10 +178,12 @@ int head_on_tokens(void *ctx, const int32_t *tokens, int n_tok)
             return 1;
         if (s->n_seen < s->n_skip) { /* failover: the client holds this one */
             if (tokens[i] != s->skip[s->n_seen]) {
-                SW_WARN("request '%s': taken over after %u tokens, but token %u came out %d, "
-                        "not the %d the client holds",
-                        s->rid, s->n_skip, s->n_seen, tokens[i], s->skip[s->n_seen]);
-                return 1;
+                snprintf(s->skip_bad, sizeof s->skip_bad,
+                         "taken over after %u tokens, but token %u came out %d, not the %d the "
+                         "client holds",
+                         s->n_skip, s->n_seen, tokens[i], s->skip[s->n_seen]);
+                SW_WARN("request '%s': %s", s->rid, s->skip_bad);
+                return 1; // sw_gen_commit stops; the commit ends the request with an Error
             }
             s->n_seen++;
             skipped++;

@@ -18,6 +18,11 @@
  *
  * Written to fail before the change: there the client ended the request
  * with "the head 'head' left during the request" (exit code non-zero).
+ *
+ * And a taken-over request whose resume_tokens are not what greedy decoding
+ * gives (a client holding other tokens): the head ends it with an Error that
+ * names the token, not with a normal finish (before: the stream ended early
+ * as if the request were done).
  */
 #include "sw_attack.h"
 
@@ -173,6 +178,50 @@ static void s_gateway(pid_t *head, pid_t *head2)
     sw_test_kill(serve);
 }
 
+/* A greedy GenerateRequest to head_name whose 4 resume tokens differ from ref at the 3rd: 1 when
+ * the head answers with an Error naming it (and no chunk that finishes the request). */
+static int s_mismatch(const char *head_name, const int32_t *ref)
+{
+    sw_peer_t *p = swa_client(&s_a, "alice");
+    if (!p)
+        return 0;
+    uint32_t resume[4];
+    for (int i = 0; i < 4; i++)
+        resume[i] = (uint32_t)ref[i];
+    resume[2] = (uint32_t)ref[2] == 0 ? 1 : (uint32_t)ref[2] - 1;
+    sw_msg_t g = {.type = SW_MSG_GENERATE};
+    g.generate.request_id = "req-mismatch";
+    g.generate.prompt = s_prompt;
+    g.generate.n_predict = 16;
+    g.generate.timeout_ms = 60000;
+    g.generate.n_resume_tokens = 4;
+    g.generate.resume_tokens = resume;
+    int error = 0, finished = 0;
+    if (sw_peer_send_msg(p, head_name, &g) == 0)
+        for (const double until = swa_now() + 60; swa_now() < until && !error && !finished;) {
+            sw_wire_msg_t m = {0};
+            if (sw_peer_recv(p, &m, 200) != 0)
+                continue;
+            sw_msg_t d;
+            char e[256];
+            if (sw_codec_decode(&m, SW_MSG_NONE, &d, e, sizeof e) == 0) {
+                if (d.type == SW_MSG_ERROR && !strcmp(d.error.request_id, "req-mismatch")) {
+                    printf("a take-over with other tokens: %s\n", d.error.message);
+                    error = strstr(d.error.message, "token 2 came out") != NULL;
+                    finished = !error;
+                } else if (d.type == SW_MSG_TOKEN_CHUNK &&
+                           !strcmp(d.chunk.request_id, "req-mismatch") && d.chunk.done) {
+                    printf("a take-over with other tokens ended as done (finish %d)\n",
+                           (int)d.chunk.finish);
+                    finished = 1;
+                }
+            }
+            sw_wire_msg_clear(&m);
+        }
+    sw_peer_destroy(&p);
+    return error && !finished;
+}
+
 int main(void)
 {
     const char *model = sw_test_model();
@@ -195,6 +244,7 @@ int main(void)
     SW_CHECK(s_kill_mid_stream(&head2, "head", 2000, ref, n_ref, &head));
     if (head)
         s_gateway(&head, &head2);
+    SW_CHECK(s_mismatch(head2 ? "head2" : "head", ref));
 
     if (head)
         sw_test_kill(head);
