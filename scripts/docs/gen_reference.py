@@ -251,9 +251,10 @@ def render(bin_dir):
             name = f"`{flag}`" + (f" (`-{short}`)" if short else "")
             lines.append(f"| {name} | {cell(meta)} | {cell(default_of(desc))} | {cell(desc)} |")
     lines += ["", "## Limits: base/sw_limits.h", "",
-              "Each `#define` of the header with its value as written and its comment (or the",
-              "comment block above it), but the include guard and the function-like macros",
-              "(`SW_STR`, `SW_MIB_CEIL`, `SW_NODE_DEFAULT_SESSIONS_PER_CLIENT`).", "",
+              "Each `#define` of the header with its value as written and its comment: the one on",
+              "its line, else the comment block right above it, which only the first `#define`",
+              "under a block gets; but the include guard and the function-like macros (`SW_STR`,",
+              "`SW_MIB_CEIL`, `SW_NODE_DEFAULT_SESSIONS_PER_CLIENT`).", "",
               "| name | value | comment |", "|---|---|---|"]
     for name, value, comment in limits():
         lines.append(f"| `{name}` | `{cell(value)}` | {cell(comment)} |")
