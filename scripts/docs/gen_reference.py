@@ -251,9 +251,10 @@ def render(bin_dir):
             name = f"`{flag}`" + (f" (`-{short}`)" if short else "")
             lines.append(f"| {name} | {cell(meta)} | {cell(default_of(desc))} | {cell(desc)} |")
     lines += ["", "## Limits: base/sw_limits.h", "",
-              "Each `#define` of the header with its value as written and its comment (or the",
-              "comment block above it), but the include guard and the function-like macros",
-              "(`SW_STR`, `SW_MIB_CEIL`, `SW_NODE_DEFAULT_SESSIONS_PER_CLIENT`).", "",
+              "Each `#define` of the header with its value as written and its comment: the one on",
+              "its line, else the comment block right above it, which only the first `#define`",
+              "under a block gets; but the include guard and the function-like macros (`SW_STR`,",
+              "`SW_MIB_CEIL`, `SW_NODE_DEFAULT_SESSIONS_PER_CLIENT`).", "",
               "| name | value | comment |", "|---|---|---|"]
     for name, value, comment in limits():
         lines.append(f"| `{name}` | `{cell(value)}` | {cell(comment)} |")
@@ -262,7 +263,8 @@ def render(bin_dir):
               "Every CTest test with what tests/CMakeLists.txt gives it: its labels, its timeout",
               "(CTest's `TIMEOUT`, in seconds), whether it runs alone (`RUN_SERIAL`: no other test",
               "beside it under `ctest -j`) and the fixtures it needs (`FIXTURES_REQUIRED`: the test",
-              "that sets one up runs first). Read from `ctest --show-only=json-v1` with the source",
+              "that sets one up runs first) or sets up (`FIXTURES_SETUP`). Read from",
+              "`ctest --show-only=json-v1` with the source",
               f"tree configured (not built) in temporary folders with {names}, so the",
               "page is the same whatever build it is generated from. Where the two differ a cell",
               "reads \"OFF's / EMU's\" (`-` for none), and a test only one lists says so. A",
