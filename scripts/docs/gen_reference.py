@@ -151,8 +151,7 @@ def limits():
                 rest = rest[:c.start()].strip()
             if not comment and block:
                 comment = " ".join(b for b in block if b)
-            out.append((name, rest.strip(), comment))
-            block = []
+            out.append((name, rest.strip(), comment))  # (the block holds for its whole group)
         elif not st:
             block = []
         i += 1
@@ -252,8 +251,8 @@ def render(bin_dir):
             lines.append(f"| {name} | {cell(meta)} | {cell(default_of(desc))} | {cell(desc)} |")
     lines += ["", "## Limits: base/sw_limits.h", "",
               "Each `#define` of the header with its value as written and its comment: the one on",
-              "its line, else the comment block right above it, which only the first `#define`",
-              "under a block gets; but the include guard and the function-like macros (`SW_STR`,",
+              "its line, else the comment block above its group (the `#define`s under it up to a",
+              "blank line); but the include guard and the function-like macros (`SW_STR`,",
               "`SW_MIB_CEIL`, `SW_NODE_DEFAULT_SESSIONS_PER_CLIENT`).", "",
               "| name | value | comment |", "|---|---|---|"]
     for name, value, comment in limits():
