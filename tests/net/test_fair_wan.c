@@ -10,7 +10,7 @@
  *
  * One request of N_TOK tokens (plain decoding), then 8 at once from the
  * same key, in turns (1, 8, 1, 8, 1: the machine's load drifts alike for
- * both): the 8 give at least 7x one request's aggregate tokens per second
+ * both): the 8 give several times one request's aggregate tokens per second
  * (every token over the time from the first request sent to the last
  * token; medians), none of them waited for a session (the head's log has
  * no "waits" line), and each gives `shardwire generate`'s tokens. The
