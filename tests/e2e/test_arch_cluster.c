@@ -2,10 +2,11 @@
  * test_arch_cluster.c - the model families of issue 24 through the programs
  * a user runs (tests/sw_arch.h names the models):
  *
- *  - `shardwire generate --greedy` on two of each model's fixture prompts (the
- *    first and the sixth) gives llama.cpp's first tokens (tests/fixtures/arch_*.json): the
- * Llama 3.2 shape with its rope_freqs, Qwen3, Qwen3-MoE, Gemma 3 270M and the sliding-window
- *    miniature, from the text prompt through our tokenizer;
+ *  - `shardwire generate --greedy` on two of each model's fixture prompts
+ *    (the first and the sixth) gives llama.cpp's first tokens
+ *    (tests/fixtures/arch_*.json): the Llama 3.2 shape with its rope_freqs,
+ *    Qwen3, Qwen3-MoE, Gemma 3 270M and the sliding-window miniature, from
+ *    the text prompt through our tokenizer;
  *  - a relay and two shardwire-node stages splitting the layers in half,
  *    with f32 hidden states, give `shardwire run` the same tokens and the
  *    same logits digest (every logits row, bit for bit) as one process, on
