@@ -10,7 +10,8 @@
  * carries; recover.c's state machine says whether to send it, to replay the
  * session after a failure, or to wait; the head's files do the sending and
  * turn messages into events. A session is ROUTE (waiting for a route), RUN
- * (rounds) or LINGER (finished, its TokenChunks kept for a Resume):
+ * (rounds), PARKED (its slot lent to another key's request, replayed later)
+ * or LINGER (finished, its TokenChunks kept for a Resume):
  * head_session.c. The head's parts and their order: head_impl.h.
  *
  * This file holds the head's lifetime and the entry points that touch every

@@ -4,7 +4,7 @@
  * rounds use positions (engine/include/kv.h), its bytes counted against
  * --kv-mib (node_t.kv): a session opens when its first step fits, and a
  * round whose growth does not fit fails that session alone with an error
- * that says so (node_session_grow). When the stage is full, sessions nobody used for
+ * that says so (node_kv_grow). When the stage is full, sessions nobody used for
  * NODE_EVICT_IDLE_MS make room, least recently used first; then the creators'
  * keys share the stage max-min fairly: a key holding at least two sessions
  * fewer than the key holding the most takes that key's least recently used

@@ -3,8 +3,8 @@
  * for byte as llama.cpp's gguf-split writes it (llama-gguf-split --split of
  * llama.cpp b-version vendored by llama-cpp-python 0.3.36), so that the
  * split-set tests can make their fixture on a machine without llama.cpp
- * (scripts/ci/split_models.sh; its --check compares the two tools' output
- * where llama.cpp is built).
+ * (scripts/ci/split_models.sh, which compares the two tools' output
+ * wherever llama.cpp's llama-gguf-split is built).
  *
  *   shardwire-mksplit [--split-max-tensors N | --split-max-size N(M|G)]
  *                     [--no-tensor-first-split] IN.gguf OUT_PREFIX
