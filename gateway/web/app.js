@@ -81,6 +81,10 @@
     max_tokens: "max-tokens",
   };
 
+  // What /v1/defaults gave each field (by id): a field left at it is not kept (saveSettings),
+  // so that the page follows the gateway when its operator changes a default.
+  const served = {};
+
   // Fills the empty fields with what the gateway gives a request that leaves them out, and
   // sets each field's range; a field the user already filled keeps its value.
   async function loadDefaults() {
@@ -95,6 +99,7 @@
           e.min = String(range[0]);
           e.max = String(range[1]);
         }
+        if (typeof j[name] === "number") served[id] = String(j[name]);
         if (e.value === "" && typeof j[name] === "number") e.value = String(j[name]);
       }
       document.body.dataset.defaults = "1";
@@ -273,9 +278,13 @@
     return s;
   }
 
+  // Keeps what the user set: a field still at the gateway's default is left out.
   function saveSettings() {
     const s = {};
-    for (const id of KEPT) s[id] = $(id).value;
+    for (const id of KEPT) {
+      const v = $(id).value;
+      if (v !== "" && v !== served[id]) s[id] = v;
+    }
     try {
       localStorage.setItem(SETTINGS, JSON.stringify(s));
     } catch (err) {

@@ -375,6 +375,16 @@ int main(void)
              !strcmp(json_string_value(json_array_get(rm, 1)), "assistant"));
     SW_CHECK(json_is_true(json_object_get(j, "reload_text_same")));
     SW_CHECK_INT(s_num(j, "reload_chats", NULL), 1);
+    /* kept: the fields set (temperature, draft), not top-p, left at the gateway's default (a
+     * page that kept it would send the old default after the operator changed it) */
+    json_t *ks = json_object_get(j, "kept_settings");
+    int kept_temp = 0, kept_top_p = 0;
+    for (size_t i = 0; i < json_array_size(ks); i++) {
+        const char *k = json_string_value(json_array_get(ks, i));
+        kept_temp += k && !strcmp(k, "temperature");
+        kept_top_p += k && !strcmp(k, "top-p");
+    }
+    SW_CHECK(kept_temp == 1 && kept_top_p == 0);
     json_t *rs = json_object_get(j, "reload_settings");
     SW_CHECK(s_setting(rs, "temperature") == 0 && s_setting(rs, "max-tokens") == N_GEN);
     SW_CHECK(!strcmp(json_string_value(json_object_get(j, "reload_draft")), "none"));

@@ -421,6 +421,9 @@ def main():
         set_value(p, "temperature", "0")
         set_value(p, "max-tokens", n_tok)
         set_value(p, "draft", "none")  # one token per round trip: it streams token by token
+        # what the page keeps: the fields the user set, not those still at the gateway's default
+        out["kept_settings"] = p.js("Object.keys(JSON.parse(localStorage.getItem("
+                                    "'shardwire-settings') || '{}'))")
         p.js("""window.__steps = []; new MutationObserver(() => {
                 const t = [...document.querySelectorAll('.msg.assistant .text')].pop();
                 if (t) window.__steps.push([performance.now(), t.textContent.length]);
