@@ -185,7 +185,8 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 #define SW_NODE_DEFAULT_MAX_QUEUE 64            /* --max-queue: requests waiting at a head */
 #define SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT 16 /* --max-queue-per-client (one client key) */
 /* --max-sessions-per-client's default: a client key runs at most all but a quarter of the
- * sessions (at least one kept for others), so one tenant never holds every slot. */
+ * sessions (at least one kept for others; with --max-sessions 1 the one), so one tenant
+ * never holds every slot where there are two. */
 #define SW_NODE_DEFAULT_SESSIONS_PER_CLIENT(max)                                                   \
     ((max) > 1 ? (max) - ((max) > 7 ? (max) / 4 : 1) : 1)
 #define SW_NODE_DEFAULT_MAX_BATCH_ROWS 256                        /* --max-batch-rows */

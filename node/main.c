@@ -90,9 +90,9 @@ static const sw_opt_t s_opts[] = {
      SW_STR(SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT) ",\n0 = any)"},
     {"max-sessions-per-client", O_SPC, "N",
      "head: sessions one client key runs at once; its other\nrequests wait while others' pass "
-     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers, and only "
-     "while another key's request waits:\na key alone may take every session; given: a hard\n"
-     "cap; 0 = any)"},
+     "(default: all but a\nquarter of --max-sessions, at least one kept for\nothers (with 1: "
+     "that one), and only while another\nkey's request waits: a key alone may take every\n"
+     "session; given: a hard cap; 0 = any)"},
     {"prefill-pieces", O_PIECES, "N",
      "head: long prompts go in pieces of about N one-row\nforwards' time while alone, each "
      "stage interleaving\nthem fairly with other sessions' rounds: a request\nthat arrives "
