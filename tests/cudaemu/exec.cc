@@ -145,14 +145,14 @@ static bool g_rev; // its threads run in reverse order
  * declared, the dynamic part) remembers the last thread that wrote it and
  * the last that read it, with the barrier interval (g_epoch: __syncthreads
  * ends one) and their warp's synchronisations (g_wsync: a completed warp
- * operation, __syncwarp or a shuffle, orders the lanes of its warp). A read
- * of a byte another thread wrote, or a write of a byte another thread read,
- * in the same interval and not ordered by a warp synchronisation, is a race
+ * operation, __syncwarp or a shuffle, orders the lanes of its warp). Any
+ * access to a byte another thread wrote, or a write of a byte another thread
+ * read, in the same interval and not ordered by a warp synchronisation, is a race
  * a GPU may or may not show (the fibers of a block switch only at barriers,
  * so `s += 1` by 256 threads gives 256 here in either order): reported with
  * the kernel, the two threads, the array and the byte. Two writes alone are
- * left to the order check (same values are benign; different ones differ
- * between the forward and the reversed run). */
+ * reported too (s_check looks at the last writer whatever the access), even
+ * of the same value, which a GPU would leave harmless: no kernel does that. */
 struct ShCell {
     int16_t w = -1, r = -1;      // last writer and reader (thread in the block), -1 none
     uint32_t w_ep = 0, r_ep = 0; // their barrier intervals
