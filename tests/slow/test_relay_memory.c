@@ -11,7 +11,7 @@
  *     from a client to a client;
  *  2. three node keys send the same to a node that stopped (SIGSTOP, a frozen
  *     VM): the relay holds at most its byte budget for that destination
- *     (--queue-mib, 64) and its hold of parked messages (64 MB) for it;
+ *     (--queue-mib, 64) and its hold of parked messages (64 MiB, RELAY_PARK_BYTES) for it;
  *  3. four node keys send the same to eight stopped nodes in turn, on a relay
  *     started with --queue-total-mib 96 (below 8 x --queue-mib): the relay
  *     holds at most its total budget for all of them, one message for each
@@ -20,7 +20,7 @@
  * Each flood stops early when the relay passes 1.5 GiB (so that a relay
  * without the budgets cannot take the machine down). The bound checked is the
  * one docs/security.md states: RSS at start + the queue budget (per
- * destination for one, --queue-total-mib for several) + the park (64 MB) +
+ * destination for one, --queue-total-mib for several) + the park (64 MiB) +
  * two frames per sending connection in flight (received and being decoded).
  */
 #include "sw_attack.h"
@@ -151,7 +151,7 @@ int main(void)
     usleep(300000);
     void *ctx = zmq_ctx_new();
     /* the bound (docs/security.md), over the RSS before a flood: --queue-mib 64 + the park
-     * (64 MB) + two frames in flight per sending connection */
+     * (64 MiB) + two frames in flight per sending connection */
     const long extra = (64L << 10) + (64L << 10) + N_SEND * 2L * (FRAME >> 10);
     const long start = swa_rss_kb(relay);
     long bound = start + extra;
