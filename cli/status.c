@@ -313,25 +313,6 @@ static const char *s_current(sw_client_t *cl, const char *list)
     return list;
 }
 
-/* 0 when the table lists head as a head that clients may trust (sw_client_trusted_head,
- * as the gateway's spot polling asks), else -1 after a line in err: the report of a
- * head that is not would be believed on its word alone. */
-static int s_spot_trusted(const sw_client_table_t *t, const char *head, char *err, size_t err_len)
-{
-    for (int i = 0; i < t->n_peers; i++)
-        if (!strcmp(t->peers[i].name, head)) {
-            if (sw_client_trusted_head(t, &t->peers[i]))
-                return 0;
-            snprintf(err, err_len,
-                     "--spot %s: not a head clients trust (a head, key-bound where keys are "
-                     "used, role-bound where any head is): its report is not shown",
-                     head);
-            return -1;
-        }
-    snprintf(err, err_len, "--spot %s: no peer of that name is connected to the relay", head);
-    return -1;
-}
-
 /* Asks the relay (and the --spot head) and prints what they answered: the exit code. */
 static int s_status_run(const struct s_status_opts *o)
 {
@@ -351,8 +332,9 @@ static int s_status_run(const struct s_status_opts *o)
         s_print_relays(cl);
     sw_client_spot_t spot;
     int spot_rc = 0;
-    if (o->spot_head) {
-        spot_rc = s_spot_trusted(&t, o->spot_head, err, sizeof err);
+    if (o->spot_head) { /* only a head clients trust: run's and the gateway's rule */
+        char name[SW_CLIENT_NAME_LEN];
+        spot_rc = sw_client_pick_head(&t, o->spot_head, NULL, name, err, sizeof err);
         if (spot_rc == 0)
             spot_rc = sw_client_spot(cl, o->spot_head, &spot, 5000, err, sizeof err);
         if (spot_rc != 0)

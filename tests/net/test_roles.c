@@ -109,8 +109,8 @@ static int s_spot_trust(void)
         const char *who, *line;
         int rc;
     } cases[] = {
-        {"rogue", "--spot rogue: not a head clients trust", 1},
-        {"nobody", "--spot nobody: no peer of that name is connected", 1},
+        {"rogue", "the head 'rogue' is bound to its name but not to the head role", 1},
+        {"nobody", "no head node named 'nobody' is connected", 1},
         {"head", "", 0},
     };
     int ok = 1;
