@@ -119,13 +119,17 @@ static void s_silent(pid_t relay)
     SW_CHECK(alice != NULL);
     usleep(4500000); /* past --announce-ms */
     int after = s_fds(relay);
-    for (int i = 0; i < 5 && after > before + 30; i++) {
+    /* a loaded machine tears the refused handshakes down later: wait up to
+     * 8 s more for the count the check asks for (CI once saw 14 extra at
+     * 6.5 s) */
+    int waited = 0;
+    for (; waited < 8 && after > before + 8; waited++) {
         usleep(1000000);
         after = s_fds(relay);
     }
     printf("silent connections: 200 of one key: the relay held %d -> %d file descriptors after "
-           "2 s, %d after 6.5 s; alice %s\n",
-           before, during, after, alice ? "joined" : "could not join");
+           "2 s, %d after %.1f s; alice %s\n",
+           before, during, after, 6.5 + waited, alice ? "joined" : "could not join");
     SW_CHECK(after <= before + 8); /* (after 2 s, 200 handshakes may still be under way) */
     sw_peer_destroy(&alice);
     for (int i = 0; i < 200; i++)
