@@ -223,6 +223,14 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 node_recover_routed(s->rec, now, 0, why);
             } else {
                 head_route_take(n, s, pt);
+                char names[256] = "";
+                for (int k = 0; k < s->route.n; k++) {
+                    size_t at = strlen(names);
+                    snprintf(names + at, sizeof names - at, "%s%s", k ? " -> " : "",
+                             s->route.names[k]);
+                }
+                SW_INFO("session %016llx: recovery: the route is now %s", (unsigned long long)s->id,
+                        names);
                 node_recover_routed(s->rec, now, 1, NULL);
                 h->busy = 1;
             }
@@ -235,7 +243,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
         } else if (s->want_check) {
             s->want_check = 0;
             char why[160];
-            const int ok = node_recover_waiting(s->rec)
+            const int ok = node_recover_waiting(s->rec) || node_recover_stalled(s->rec)
                                ? node_recover_route_check(s->rec, pt, s->route.names, s->route.n,
                                                           why, sizeof why)
                                : 1;
@@ -330,7 +338,7 @@ int node_head_timeout(const node_t *n)
             continue;
         if (s->deadline && s->deadline < next)
             next = s->deadline;
-        if (node_recover_waiting(s->rec)) {
+        if (node_recover_waiting(s->rec) || node_recover_stalled(s->rec)) {
             if (s->t_check < next)
                 next = s->t_check;
             if (s->t_limit < next)

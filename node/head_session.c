@@ -256,7 +256,7 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
              (unsigned long long)s->id, a->done,
              node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");
-    if (node_recover_waiting(s->rec)) {
+    if (node_recover_waiting(s->rec) || node_recover_stalled(s->rec)) {
         /* A slow round is not a lost one: the timeout and the route check count from the
          * last sign that it moves (docs/fault-tolerance.md, "Slow is not gone"). */
         s->t_limit = now + n->o.round_timeout_ms;
@@ -740,7 +740,8 @@ int head_advance(node_t *n, head_sess_t *s, double now)
     default:
         break;
     }
-    if (node_recover_waiting(s->rec)) {
+    const int travels = node_recover_waiting(s->rec);
+    if (travels) {
         /* While the round travels: draft the next one ahead (a piece per pass). */
         const int work = sw_gen_work(s->gen, err, sizeof err);
         if (work < 0) {
@@ -749,6 +750,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         }
         if (work > 0)
             h->busy = 1;
+    }
+    /* While the round travels, or a replay waits for its window's verdict
+     * (the rounds of the window may be lost as the round could be). */
+    if (travels || node_recover_stalled(s->rec)) {
         if (now >= s->t_limit) {
             snprintf(err, sizeof err, "no verdict within %d ms (see --round-timeout-ms)",
                      n->o.round_timeout_ms);
@@ -830,15 +835,19 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         return; // more chunks next pass
     s->send_idx = -1;
     node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
-    if (current) {
-        s->t_sent_all = now;
+    if (current || idx == 0) { // a loss of a relay link counts from here (a replay starts at 0)
         s->sent_announces = sw_peer_announces(n->peer);
         s->sent_losses = sw_peer_losses(n->peer);
         s->sent_dlosses = sw_peer_direct_losses(n->peer);
+    }
+    if (current || node_recover_stalled(s->rec)) { // a verdict is awaited from now
+        s->t_sent_all = now;
         s->t_limit = now + n->o.round_timeout_ms;
         s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
-        n->head->busy = 1; // the next pass starts drafting ahead while the round travels
     }
+    /* the next pass starts drafting ahead while the round travels, or sends the replay's next
+     * round (a replay goes out a window at a time, not a round per verdict) */
+    n->head->busy = 1;
     /* The prefill keeps the later stages busy for a while: feed the prompt to
      * the draft model meanwhile, off the critical path (once). */
     if (idx == 0 && s->send_round == 1 && !draft_cfg(s->drafter)->ahead &&

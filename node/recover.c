@@ -66,6 +66,7 @@ struct node_recover {
     int route_logged;      // "waiting for the pipeline" logged for this failure
     int moved;             // the attempt after a failure moved (node_recover_progress)
     int one_round;         // failing because a relay was lost: replay the current round only
+    int replaying;         // a replay went out and the current round has not committed since
     char why[256];         // the current round's last failure
     char route_why[256];   // why the route is not whole yet
 };
@@ -370,6 +371,7 @@ int node_recover_verdict(node_recover_t *rec, uint64_t round_no, double now)
     if (round_no != rec->cur_round_no)
         return 0;
     rec->cur_round_no = 0;
+    rec->replaying = 0;
     rec->done_chunks += rec->inflight_chunks;
     rec->inflight_chunks = 0;
     if (rec->t_fail) {
@@ -418,7 +420,8 @@ void node_recover_relay_lost(node_recover_t *rec, double now, const char *why)
 {
     const int was = rec->failing;
     node_recover_failed(rec, now, why);
-    rec->one_round = !was;
+    /* the current round alone again, unless a replay's rounds may have been lost with it */
+    rec->one_round = !was && !rec->replaying;
 }
 
 void node_recover_progress(node_recover_t *rec, double now)
@@ -451,6 +454,7 @@ void node_recover_routed(node_recover_t *rec, double now, int ok, const char *wh
         SW_INFO("recovery: replaying %d rounds (%d positions)", cur, rec->rounds[cur].kv_keep);
         rec->st.replays++;
         rec->next_send = 0;
+        rec->replaying = 1;
     } else {
         rec->next_send = cur; // a failed prefill is simply sent again
     }
@@ -459,6 +463,12 @@ void node_recover_routed(node_recover_t *rec, double now, int ok, const char *wh
 int node_recover_waiting(const node_recover_t *rec)
 {
     return !rec->failing && rec->cur_round_no != 0;
+}
+
+int node_recover_stalled(const node_recover_t *rec)
+{
+    return !rec->failing && rec->window_round != 0 && rec->next_send >= 0 &&
+           rec->next_send < rec->n_rounds - 1;
 }
 
 int node_recover_failing(const node_recover_t *rec)

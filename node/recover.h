@@ -96,6 +96,11 @@ void node_recover_progress(node_recover_t *rec, double now);
 void node_recover_routed(node_recover_t *rec, double now, int ok, const char *why);
 /* 1 while the current round was sent and its verdict is awaited. */
 int node_recover_waiting(const node_recover_t *rec);
+/* 1 while a replay waits for the verdict of its window's last round
+ * (NODE_REC_WINDOW replayed rounds unanswered) before it sends more: the
+ * head times it out and checks the route as while the current round
+ * travels. */
+int node_recover_stalled(const node_recover_t *rec);
 /* 1 between a failure and the route being whole again. */
 int node_recover_failing(const node_recover_t *rec);
 

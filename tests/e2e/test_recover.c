@@ -207,5 +207,87 @@ int main(void)
                 swf_log_count(&c4, "idle for"), swf_log_count(&c4, "went through again"));
         swf_stop(&c4);
     }
+
+    /* 5. A replay whose window stalls: the head sends at most NODE_REC_WINDOW
+     * replayed rounds unanswered, then waits for the window's verdict. Here
+     * the tail it replays to is killed while it works through the window:
+     * the rounds it had not run are lost with it, and the relay, which
+     * delivered them, tells nobody. The route check and --round-timeout-ms
+     * must go on in that state (they ran only while the current round
+     * travelled: the request waited for its deadline). Three tails, each made
+     * slow on purpose (--test-slow-ms: a window takes seconds to run, and a
+     * round is slow enough to act mid-generation). */
+    {
+        swf_result_t ref5;
+        swf_reference(model, s_prompt, 96, NULL, &ref5);
+        SW_CHECK(ref5.ok && ref5.n == 96);
+        swf_cluster_t c5 = {0};
+        static const char *const h5[] = {"--recover-timeout-s",
+                                         "30",
+                                         "--round-timeout-ms",
+                                         "10000",
+                                         "--prefill-pieces",
+                                         "0",
+                                         NULL};
+        static const char *const slow[] = {"--test-slow-ms", "60", NULL};
+        swf_node(&c5.nodes[0], "head", "0:15", h5);
+        swf_node(&c5.nodes[1], "t1", "15:30", slow);
+        swf_node(&c5.nodes[2], "t2", "15:30", slow);
+        swf_node(&c5.nodes[3], "t3", "15:30", slow);
+        SW_CHECK_INT(swf_start(&c5, model, 4, sw_test_log("nodes5.log")), 0);
+        long in[4] = {0};
+        for (int i = 1; i < 4; i++)
+            SW_CHECK_INT(swf_peer(c5.ep, c5.nodes[i].name, &in[i], NULL), 1);
+        swf_client_t cl = {0};
+        SW_CHECK_INT(swf_client_start(&cl, c5.ep, s_prompt, 96, 60, NULL, "stall"), 0);
+        /* the tail of the route: the one with more verdicts than a window (the replay needs
+         * two) */
+        int x = 0;
+        for (int k = 0; k < 600 && !x; k++)
+            for (int i = 1; i < 4 && !x; i++) {
+                long v = 0;
+                if (swf_peer(c5.ep, c5.nodes[i].name, &v, NULL) == 1 && v >= in[i] + 40)
+                    x = i;
+            }
+        SW_CHECK(x > 0 && swf_client_running(&cl));
+        if (x < 1)
+            x = 1;
+        swf_kill9(&c5.nodes[x].pid);
+        const double t_kill = swf_now_ms();
+        /* the head replays to one of the others: which one, its log says */
+        const char *needle = "recovery: the route is now head -> t";
+        for (int i = 0; i < 500 && !swf_log_count(&c5, needle); i++)
+            usleep(10000);
+        size_t len = 0;
+        char *text = sw_test_read_file(c5.log, &len);
+        const char *at = text ? strstr(text, needle) : NULL;
+        int y = at ? atoi(at + strlen(needle)) : 0;
+        free(text);
+        SW_CHECK(y >= 1 && y <= 3 && y != x);
+        if (y < 1 || y > 3 || y == x)
+            y = x == 1 ? 2 : 1;
+        const int z = 6 - x - y;
+        usleep(700 * 1000); /* the head sent its window at once; the slow tail is in it */
+        SW_CHECK(swf_client_running(&cl));
+        swf_kill9(&c5.nodes[y].pid);
+        const double t_lost = swf_now_ms();
+        swf_client_wait(&cl, &got);
+        const double t_done = swf_now_ms();
+        SW_CHECK_INT(got.rc, 0);
+        SW_CHECK(swf_same(&got, &ref5));
+        if (!swf_same(&got, &ref5))
+            fprintf(stderr, "stalled replay: tokens differ at %d: %s\n", swf_diff_at(&got, &ref5),
+                    got.err);
+        char gone[64];
+        snprintf(gone, sizeof gone, "stage 't%d' left the pipeline during the round", y);
+        SW_CHECK(swf_log_count(&c5, gone) == 1);
+        SW_CHECK(t_done - t_lost < 20000);
+        fprintf(stderr,
+                "stalled replay: t%d killed, t%d killed %.0f ms later within the replay's window; "
+                "the request ended %.0f ms after that, on t%d (%d replays)\n",
+                x, y, t_lost - t_kill, t_done - t_lost, z,
+                swf_log_count(&c5, "recovery: replaying"));
+        swf_stop(&c5);
+    }
     return sw_test_done();
 }

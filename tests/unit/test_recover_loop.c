@@ -443,10 +443,87 @@ static void s_test_progress(void)
     node_recover_free(&rec);
 }
 
+/* A replay that sent its window waits for the window's verdict: "stalled", not "waiting" (the
+ * current round is not out), so the head times it out and checks its route in that state too
+ * (head_session.c head_advance; tests/e2e/test_recover.c kills a stage then). A relay lost
+ * during the replay replays everything again, not the current round alone: the lost rounds
+ * may be the replay's. */
+static void s_test_stall(void)
+{
+    node_recover_t *rec = node_recover_new(60000);
+    SW_CHECK(rec != NULL);
+    if (!rec)
+        return;
+    enum { N = NODE_REC_WINDOW + 5 };
+    int32_t toks[N + 1];
+    for (int i = 0; i <= N; i++)
+        toks[i] = i + 1;
+    sw_round_t r = {.n = 2, .tokens = toks};
+    SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    for (int i = 1; i < N; i++) { /* a round a token, each committed */
+        r = (sw_round_t){.n = 1, .tokens = toks + i + 1, .kv_keep = i + 1};
+        SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    }
+    int idx = -1;
+    char err[256] = "";
+    uint64_t round_no = 0;
+    SW_CHECK_INT(node_recover_next(rec, 0, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    node_recover_sent(rec, idx, ++round_no, 1, 0);
+    SW_CHECK(node_recover_waiting(rec) && !node_recover_stalled(rec));
+    node_recover_failed(rec, 10, "stage 'tail' left the pipeline");
+    SW_CHECK_INT(node_recover_next(rec, 10, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 10, 1, NULL);
+    int sent = 0;
+    while (node_recover_next(rec, 20, 0, &idx, err, sizeof err) == NODE_REC_SEND) {
+        SW_CHECK(idx == sent && !node_recover_stalled(rec));
+        node_recover_sent(rec, idx, ++round_no, 1, 20);
+        sent++;
+    }
+    SW_CHECK_INT(sent, NODE_REC_WINDOW);
+    SW_CHECK(node_recover_stalled(rec) && !node_recover_waiting(rec));
+    /* a replayed verdict that is not the window's keeps it stalled; the window's opens it */
+    SW_CHECK_INT(node_recover_verdict(rec, round_no - 5, 30), 0);
+    SW_CHECK(node_recover_stalled(rec));
+    SW_CHECK_INT(node_recover_verdict(rec, round_no, 30), 0);
+    SW_CHECK(!node_recover_stalled(rec));
+    SW_CHECK_INT(node_recover_next(rec, 30, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, NODE_REC_WINDOW);
+    node_recover_sent(rec, idx, ++round_no, 1, 30);
+    /* the relay link is lost mid-replay: everything again, from the prefill */
+    node_recover_relay_lost(rec, 40, "a relay link was lost while the round travelled");
+    SW_CHECK(!node_recover_stalled(rec) && !node_recover_waiting(rec));
+    SW_CHECK_INT(node_recover_next(rec, 40, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 40, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 40, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, 0);
+    /* once the current round commits, a lost relay sends the current round alone again */
+    for (;;) {
+        node_recover_sent(rec, idx, ++round_no, 1, 50);
+        if (idx == N - 1)
+            break;
+        if (node_recover_next(rec, 50, 0, &idx, err, sizeof err) != NODE_REC_SEND) {
+            SW_CHECK_INT(node_recover_verdict(rec, round_no, 50), 0); /* the window opens */
+            SW_CHECK_INT(node_recover_next(rec, 50, 0, &idx, err, sizeof err), NODE_REC_SEND);
+        }
+    }
+    SW_CHECK_INT(node_recover_verdict(rec, round_no, 60), 1);
+    r = (sw_round_t){.n = 1, .tokens = toks + N, .kv_keep = N};
+    SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    SW_CHECK_INT(node_recover_next(rec, 70, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    node_recover_sent(rec, idx, ++round_no, 1, 70);
+    node_recover_relay_lost(rec, 80, "a relay link was lost while the round travelled");
+    SW_CHECK_INT(node_recover_next(rec, 80, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 80, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 80, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, N);
+    node_recover_free(&rec);
+}
+
 int main(void)
 {
     s_test_route_check();
     s_test_progress();
+    s_test_stall();
     enum { N_GEN = 300 };
     int32_t ref[N_GEN], got[N_GEN];
     /* The model's own continuation, one token at a time; chains, then trees. */
