@@ -272,8 +272,9 @@ _Static_assert(SW_RELAY_DEFAULT_HEARTBEAT_MS * 2 <=
 #define SW_GATEWAY_DEFAULT_CONNECTIONS 512
 #define SW_GATEWAY_DEFAULT_PER_IP 8      /* --max-per-ip */
 #define SW_GATEWAY_DEFAULT_PER_PREFIX 64 /* --max-per-prefix: one IPv4 /24 or IPv6 /64 */
-/* --max-slow: connections still sending their headers or body, all addresses together; a new
- * connection beyond it closes the one that has been at it longest (issue 35, finding 8) */
+/* --max-slow: connections opened or still sending their headers or body (not kept-alive ones
+ * waiting for their next request), all addresses together; a new connection beyond it closes
+ * the one that has been at its headers or body longest (issue 35, finding 8) */
 #define SW_GATEWAY_DEFAULT_SLOW 256
 #define SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S 10 /* --header-timeout-s */
 #define SW_GATEWAY_DEFAULT_INFLIGHT 32         /* --max-inflight */

@@ -61,18 +61,23 @@ static const sw_opt_t s_opts[] = {
      "open connections from one IPv4 /24 or IPv6 /64\n(default " SW_STR(
          SW_GATEWAY_DEFAULT_PER_PREFIX) ")"},
     {"max-slow", O_SLOW, "N",
-     "connections still sending their request; a new one\nbeyond closes the oldest "
-     "(default " SW_STR(SW_GATEWAY_DEFAULT_SLOW) ")"},
+     "connections opened or sending a request, not the\n"
+     "kept-alive ones waiting for their next; a new one\n"
+     "beyond closes the one longest at its headers or\n"
+     "body (default " SW_STR(SW_GATEWAY_DEFAULT_SLOW) ")"},
     {"max-inflight", O_INFLIGHT, "N",
      "generations at once; beyond: 429 (default " SW_STR(SW_GATEWAY_DEFAULT_INFLIGHT) ")"},
     {"max-inflight-per-key", O_KEYINFLIGHT, "N",
      "of them with one API key; beyond: 429 (default " SW_STR(
          SW_GATEWAY_DEFAULT_INFLIGHT_PER_KEY) ")"},
     {"idle-timeout-s", O_IDLE, "S",
-     "close a connection idle this long (default " SW_STR(SW_GATEWAY_DEFAULT_IDLE_S) ")"},
+     "close a connection that sends nothing for S: a\n"
+     "kept-alive one waits S for its next request\n"
+     "(default " SW_STR(SW_GATEWAY_DEFAULT_IDLE_S) ")"},
     {"header-timeout-s", O_HDRT, "S",
-     "a request's headers must arrive within S, however\nslowly (default " SW_STR(
-         SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S) ")"},
+     "a request's headers must arrive within S of its\n"
+     "first byte (a connection's first request: of its\n"
+     "opening), however slowly (default " SW_STR(SW_GATEWAY_DEFAULT_HEADER_TIMEOUT_S) ")"},
     {"body-timeout-s", O_BODYT, "S",
      "a request body must arrive within S (default " SW_STR(SW_GATEWAY_DEFAULT_BODY_TIMEOUT_S) ")"},
     {"max-tokens", O_MAXTOK, "N",

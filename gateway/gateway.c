@@ -10,7 +10,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's has not) */
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,7 @@
 
 /* How long a stopped gateway waits for its streams' last events to leave (ms). */
 #define S_DRAIN_MS 3000
+#define S_RX_UNKNOWN ULLONG_MAX /* gw_link_t.rx when the kernel did not say */
 
 _Static_assert(SW_GATEWAY_DEFAULT_INFLIGHT <= SW_CLIENT_MAX_INFLIGHT,
                "the gateway's one client holds them all");
@@ -90,7 +94,22 @@ static int s_bodies(gw_t *g, long long delta)
 
 /* ---- connection deadlines (gw_link_t) ------------------------------------------------------ */
 
-/* Moves connection c into phase (GW_PHASE_*), now. */
+/* The bytes socket fd has received (the kernel's count, TCP_INFO): 0, or -1 when the kernel
+ * does not say (before Linux 4.1). */
+static int s_rx_bytes(int fd, unsigned long long *rx)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return -1;
+    *rx = ti.tcpi_bytes_received;
+    return 0;
+}
+
+/* Moves connection c into phase (GW_PHASE_*), now. Into BODY and ANSWER it keeps the bytes
+ * its socket has received so far (the request's), so that s_sweep sees a byte of the next
+ * request once the connection is IDLE (it is HEADERS at once where the kernel cannot tell). */
 static void s_link_phase(gw_t *g, struct MHD_Connection *c, int phase)
 {
     const union MHD_ConnectionInfo *ci =
@@ -100,12 +119,21 @@ static void s_link_phase(gw_t *g, struct MHD_Connection *c, int phase)
     if (l && l->fd >= 0) {
         l->phase = phase;
         l->t_phase = gw_now_ms();
+        if ((phase == GW_PHASE_BODY || phase == GW_PHASE_ANSWER) && s_rx_bytes(l->fd, &l->rx) != 0)
+            l->rx = S_RX_UNKNOWN;
+        if (phase == GW_PHASE_IDLE && l->rx == S_RX_UNKNOWN)
+            l->phase = GW_PHASE_HEADERS;
     }
     pthread_mutex_unlock(&g->key_mu);
 }
 
-/* Shuts down every connection past its phase's deadline (the main loop, every 100 ms). A
- * shut-down socket makes its thread see the end of the stream and close it. */
+/*
+ * Every 100 ms (the main loop): a kept-alive connection (GW_PHASE_IDLE) whose socket has
+ * received a byte since its last request was in is sending its next request: its header
+ * deadline starts now. Then every connection past its phase's deadline is shut down (a
+ * shut-down socket makes its thread see the end of the stream and close it); an idle one is
+ * libmicrohttpd's to close (--idle-timeout-s, MHD_OPTION_CONNECTION_TIMEOUT).
+ */
 static void s_sweep(gw_t *g)
 {
     const double now = gw_now_ms();
@@ -113,6 +141,12 @@ static void s_sweep(gw_t *g)
     pthread_mutex_lock(&g->key_mu);
     for (int i = 0; i < g->n_links; i++) {
         gw_link_t *l = &g->links[i];
+        unsigned long long rx;
+        if (l->fd >= 0 && l->phase == GW_PHASE_IDLE &&
+            (s_rx_bytes(l->fd, &rx) != 0 || rx != l->rx)) {
+            l->phase = GW_PHASE_HEADERS;
+            l->t_phase = now;
+        }
         const double limit = l->phase == GW_PHASE_HEADERS ? g->o->header_timeout_s * 1e3
                              : l->phase == GW_PHASE_BODY  ? g->o->body_timeout_s * 1e3
                                                           : -1;
@@ -295,7 +329,7 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                         enum MHD_RequestTerminationCode why)
 {
     (void)why;
-    s_link_phase(cls, c, GW_PHASE_HEADERS); /* kept alive: the next request's headers are due */
+    s_link_phase(cls, c, GW_PHASE_IDLE); /* kept alive: idle until the next request's first byte */
     gw_conn_t *sc = *con_cls;
     if (!sc)
         return;
@@ -308,11 +342,14 @@ static void s_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 /*
  * The accept policy (libmicrohttpd's, called before a connection is taken):
  * at most --max-per-prefix connections from one IPv4 /24 or IPv6 /64 (beyond:
- * refused), and at most --max-slow connections still sending their headers
- * or body, all addresses together: a new one beyond closes the one that has
- * been at it longest (a slow-loris connection, never a client that sends its
+ * refused), and at most --max-slow connections still sending a request (opened
+ * and its headers not all in, or its body not all in: GW_PHASE_HEADERS and
+ * GW_PHASE_BODY), all addresses together: a new one beyond closes the one
+ * longest in its phase (a slow-loris connection, never a client that sends its
  * request at once), so that slow connections from many addresses cannot hold
- * every slot (issue 35, finding 8). The lines go through conn_log.
+ * every slot (issue 35, finding 8). A kept-alive connection waiting for its
+ * next request (GW_PHASE_IDLE) is not a slow one: a client polling on one
+ * connection is never the one closed. The lines go through conn_log.
  */
 static enum MHD_Result s_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
@@ -332,7 +369,7 @@ static enum MHD_Result s_accept(void *cls, const struct sockaddr *addr, socklen_
         same += !memcmp(l->prefix, p, sizeof p);
         if (l->phase == GW_PHASE_HEADERS || l->phase == GW_PHASE_BODY) {
             slow++;
-            if (evict < 0 || l->t_start < g->links[evict].t_start)
+            if (evict < 0 || l->t_phase < g->links[evict].t_phase)
                 evict = i;
         }
     }
@@ -348,9 +385,10 @@ static enum MHD_Result s_accept(void *cls, const struct sockaddr *addr, socklen_
         char old[64];
         sw_addr_prefix_str(l->prefix, old, sizeof old);
         sw_log_gated(&g->conn_log, SW_LOG_WARN, old, now,
-                     "closed a connection from %s still sending its request after %.1f s: %d "
-                     "such connections open (--max-slow)",
-                     old, (now - l->t_start) / 1e3, slow);
+                     "closed a connection from %s, %.1f s at its request's %s: %d such "
+                     "connections open (--max-slow)",
+                     old, (now - l->t_phase) / 1e3, l->phase == GW_PHASE_BODY ? "body" : "headers",
+                     slow);
         shutdown(l->fd, SHUT_RDWR);
         l->phase = GW_PHASE_ANSWER; /* once */
     }
@@ -375,7 +413,7 @@ static void s_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
         const double now = gw_now_ms();
         for (int i = 0; ci && i < g->n_links; i++)
             if (g->links[i].fd < 0) {
-                g->links[i] = (gw_link_t){ci->connect_fd, GW_PHASE_HEADERS, now, now, {0}};
+                g->links[i] = (gw_link_t){ci->connect_fd, GW_PHASE_HEADERS, now, S_RX_UNKNOWN, {0}};
                 if (ai && ai->client_addr)
                     (void)sw_addr_prefix(ai->client_addr, g->links[i].prefix);
                 *socket_ctx = &g->links[i];

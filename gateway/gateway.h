@@ -42,13 +42,16 @@ typedef struct gw_opts {
     int max_connections;      /* open HTTP connections at once */
     int max_per_ip;           /* open connections from one address */
     int max_per_prefix;       /* open connections from one IPv4 /24 or IPv6 /64 */
-    int max_slow;             /* connections still sending headers or body, all together;
-                                 beyond: the one at it longest is closed */
+    int max_slow;             /* connections opened or sending headers or body (not kept-alive
+                                 ones waiting for their next request), all together; beyond:
+                                 the one longest in its phase is closed */
     int max_inflight;         /* generations in flight at once (beyond: 429) */
     int max_inflight_per_key; /* of them, with one API key at most (beyond: 429) */
-    int idle_timeout_s;       /* an HTTP connection idle this long is closed */
-    int header_timeout_s;     /* a request's headers must arrive within this of the connection's
-                                 start (or its previous answer), however slowly bytes trickle */
+    int idle_timeout_s;       /* an HTTP connection that sends nothing this long is closed: a
+                                 kept-alive one waits this long for its next request */
+    int header_timeout_s;     /* a request's headers must arrive within this of its first byte
+                                 (a connection's first request: of its opening), however slowly
+                                 bytes trickle */
     int body_timeout_s;       /* a request body must arrive within this */
     gw_defaults_t defaults;   /* for fields a request leaves out */
 } gw_opts_t;

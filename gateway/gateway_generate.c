@@ -55,6 +55,28 @@ static int s_status_of(int code, int wire_code, const char **type)
     }
 }
 
+/* A generation refused by the model check or failed on the cluster before its answer started:
+ * counted under code in /metrics' errors, then answered with status, type and code. The model
+ * check, a failed submit and a first event that is an error all answer through here (the 429s
+ * of the gateway's own limits are not counted). */
+static enum MHD_Result s_fail(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
+                              const char *message, const char *type, const char *param,
+                              const char *code)
+{
+    gw_metrics_error(g->metrics, code);
+    return gw_http_error(g, c, ep, status, message, type, param, code);
+}
+
+/* s_fail for a client code rc (SW_CLIENT_*): its status and type (s_status_of) and its name
+ * (SW_CLIENT_ENOMEM: 500 out_of_memory). */
+static enum MHD_Result s_fail_rc(gw_t *g, struct MHD_Connection *c, const char *ep, int rc,
+                                 const char *message)
+{
+    const char *type;
+    const int status = s_status_of(rc, 0, &type);
+    return s_fail(g, c, ep, status, message, type, NULL, sw_client_strerror(rc));
+}
+
 /* The machine-readable code of a failed generation: the head's, else the client's. */
 static const char *s_code_of(const gw_event_t *ev)
 {
@@ -335,7 +357,8 @@ static int s_wait_event(gw_t *g, gw_call_t *call, int fd, gw_event_t *ev)
 
 /* 0 when some head the gateway would send to (sw_client_trusted_head, as /v1/models
  * and /health count them) serves r->model; otherwise an error response was queued
- * (*res), naming only those heads' models. */
+ * (*res; s_fail: 503 no_head, 404 model_not_found naming only those heads' models, or the
+ * table's failure: 503 relay_unreachable, 500 out_of_memory). */
 static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_call_t *call,
                          const gw_req_t *r, enum MHD_Result *res)
 {
@@ -343,8 +366,7 @@ static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_c
     char err[512];
     int rc = gw_call_table(call, &t, err, sizeof err);
     if (rc != 0) {
-        *res = gw_http_error(g, c, ep, MHD_HTTP_SERVICE_UNAVAILABLE, err, "server_error", NULL,
-                             sw_client_strerror(rc));
+        *res = s_fail_rc(g, c, ep, rc, err);
         return -1;
     }
     int served = 0, heads = 0;
@@ -364,15 +386,14 @@ static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_c
         return 0;
     char msg[1024];
     if (!heads) {
-        *res = gw_http_error(g, c, ep, MHD_HTTP_SERVICE_UNAVAILABLE,
-                             "no head node is connected to the cluster's relay", "server_error",
-                             NULL, "no_head");
+        *res = s_fail_rc(g, c, ep, SW_CLIENT_ENOHEAD,
+                         "no head node is connected to the cluster's relay");
         return -1;
     }
     snprintf(msg, sizeof msg, "the model '%.100s' does not exist here; this cluster serves %s",
              r->model, names);
-    *res = gw_http_error(g, c, ep, MHD_HTTP_NOT_FOUND, msg, "invalid_request_error", "model",
-                         "model_not_found");
+    *res = s_fail(g, c, ep, MHD_HTTP_NOT_FOUND, msg, "invalid_request_error", "model",
+                  "model_not_found");
     return -1;
 }
 
@@ -416,10 +437,7 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
     int rc = gw_call_submit(rp->call, &q, r->model, r->head, rid, err, sizeof err);
     if (rc != 0) {
         gw_inflight_end(g, rp->key);
-        const char *type;
-        int status = s_status_of(rc, 0, &type);
-        gw_metrics_error(g->metrics, sw_client_strerror(rc));
-        *res = gw_http_error(g, rp->c, rp->ep, status, err, type, NULL, sw_client_strerror(rc));
+        *res = s_fail_rc(g, rp->c, rp->ep, rc, err);
         return -1;
     }
     return 0;
@@ -443,10 +461,9 @@ static int s_answer(const s_reply_t *rp, gw_event_t *ev, enum MHD_Result *res)
         }
         if (ev->type == SW_CLIENT_EV_ERROR) {
             gw_inflight_end(g, rp->key);
-            gw_metrics_error(g->metrics, s_code_of(ev));
             const char *type;
             int status = s_status_of(ev->code, ev->wire_code, &type);
-            *res = gw_http_error(g, rp->c, rp->ep, status, ev->message, type, NULL, s_code_of(ev));
+            *res = s_fail(g, rp->c, rp->ep, status, ev->message, type, NULL, s_code_of(ev));
             break;
         }
         if (rp->req->stream) {

@@ -43,18 +43,26 @@
  * its idle timeout restarts with every byte, so a client sending one byte
  * every few seconds (slow-loris) would hold a connection forever. The main
  * loop shuts a connection down (gateway.c, s_sweep) whose request headers have
- * not all arrived header_timeout_s after it opened or after its last answer,
- * or whose body has not arrived body_timeout_s after its headers.
+ * not all arrived header_timeout_s after it opened or after the first byte of
+ * a kept-alive connection's next request, or whose body has not arrived
+ * body_timeout_s after its headers. A kept-alive connection waiting for its
+ * next request (GW_PHASE_IDLE: not one byte of it yet) is libmicrohttpd's to
+ * close, idle_timeout_s after its last answer, and is not a slow one
+ * (--max-slow, gateway.c s_accept).
  */
 typedef struct gw_link {
     int fd;                             /* its socket, -1 = free entry */
     int phase;                          /* GW_PHASE_* */
     double t_phase;                     /* when it entered that phase (ms) */
-    double t_start;                     /* when it opened (ms) */
+    unsigned long long rx;              /* bytes its socket had received when its last request
+                                           was in (BODY, ANSWER), ULLONG_MAX unknown */
     uint8_t prefix[SW_ADDR_PREFIX_LEN]; /* its address's /24 or /64 (sw_addr_prefix), 0s unknown */
 } gw_link_t;
 
-enum { GW_PHASE_HEADERS = 0, GW_PHASE_BODY = 1, GW_PHASE_ANSWER = 2 };
+/* A connection's phase: opened or a request's first byte in, until its headers are
+ * (HEADERS); its body arriving (BODY); being answered (ANSWER); kept alive after an answer,
+ * no byte of the next request yet (IDLE). */
+enum { GW_PHASE_HEADERS = 0, GW_PHASE_BODY = 1, GW_PHASE_ANSWER = 2, GW_PHASE_IDLE = 3 };
 
 typedef struct gw {
     const gw_opts_t *o;

@@ -551,4 +551,31 @@ static __attribute__((unused)) int swa_http_health(int port, uint32_t addr, int 
     return status;
 }
 
+/* GET /health on fd, an open connection (swa_tcp_from), kept alive (no "Connection: close"):
+ * reads the whole answer (its headers and Content-Length bytes of body) and leaves fd open for
+ * the next request. The HTTP status, 0 when no whole answer came within fd's timeout. */
+static __attribute__((unused)) int swa_http_health_keep(int fd)
+{
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    if (fd < 0 || send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+        return 0;
+    char buf[4096];
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        if (r <= 0)
+            return 0;
+        len += (size_t)r;
+        buf[len] = 0;
+        const char *end = strstr(buf, "\r\n\r\n");
+        const char *cl = strstr(buf, "\r\nContent-Length: ");
+        if (end && len >= (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 18, NULL, 10) : 0))
+            break;
+        if (len == sizeof buf - 1)
+            return 0;
+    }
+    int status = 0;
+    return sscanf(buf, "HTTP/1.%*d %d", &status) == 1 ? status : 0;
+}
+
 #endif

@@ -25,7 +25,8 @@
  *  - slow-loris connections (headers trickled, a body trickled past the body
  *    deadline) and a 100 MB upload running at the same time do not keep
  *    another address's request from completing promptly;
- *  - /metrics counts what happened.
+ *  - /metrics counts what happened, the refusals of the model check (no_head,
+ *    model_not_found) among the errors.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -341,6 +342,10 @@ int main(void)
     snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"Hi\",\"max_tokens\":2}", MODEL);
     SW_CHECK_INT(s_http("/v1/completions", KEY, body, &resp, NULL), 503);
     SW_CHECK(strstr(resp, "no_head") != NULL);
+    free(resp);
+    /* and /metrics counts the refusal (the model check's), as every failed generation */
+    SW_CHECK_INT(s_http("/metrics", KEY, NULL, &resp, NULL), 200);
+    SW_CHECK(resp && strstr(resp, "shardwire_gateway_errors_total{code=\"no_head\"} 1\n"));
     free(resp);
 
     const char *ranges[2] = {"0:15", "15:end"}, *names[2] = {"head", "tail"};
@@ -894,6 +899,7 @@ int main(void)
     SW_CHECK(strstr(resp, "shardwire_gateway_requests_total{endpoint=\"completions\",status="
                           "\"413\"} ") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_errors_total{code=\"client_gone\"}") != NULL);
+    SW_CHECK(strstr(resp, "shardwire_gateway_errors_total{code=\"model_not_found\"} ") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_time_to_first_token_seconds_count") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_tokens_total{kind=\"completion\"}") != NULL);
     SW_CHECK(strstr(resp, "shardwire_gateway_tree_rounds_total ") != NULL);

@@ -1,8 +1,8 @@
 /*
  * test_gateway_limits.c - a few addresses cannot lock the HTTP gateway
  * (issue 21, finding 4). A relay (loopback, no keys) and `shardwire serve`
- * with its default limits; no nodes are needed (/health answers without a
- * head).
+ * with its default limits (but the idle timeout); no nodes are needed
+ * (/health answers without a head).
  *
  *  - slow-loris: 4 source addresses (127.0.0.2-5) open 16 connections each
  *    and send their request headers one byte a second. The gateway used to
@@ -13,6 +13,11 @@
  *    opened (--header-timeout-s), however slowly they trickle: a fifth
  *    address is answered at once, and every slow connection is closed by the
  *    server within the deadline (and a second).
+ *  - kept alive (--idle-timeout-s 16): a client answered once whose
+ *    connection waits for its next request is closed by the idle timeout,
+ *    not by the header deadline (before, the deadline ran from the answer and
+ *    closed it after 10 s); one that starts its next request's headers and
+ *    trickles them is closed by the header deadline like the others.
  *
  * And its memory (finding 6): 16 clients from 2 addresses send at once a
  * 7.4 MB chat body of 230,000 tiny content parts each. jansson spends about
@@ -41,6 +46,7 @@
 
 #define N_ADDR 4
 #define PER_ADDR 16
+#define IDLE_S 16 /* --idle-timeout-s: past the header deadline (10 s) */
 
 static int s_port;
 
@@ -68,11 +74,45 @@ static int s_health(int host)
     return swa_http_health(s_port, (uint32_t)host, 10);
 }
 
-/* Part 1: slow-loris from a few addresses. */
+/* A kept-alive connection answered at t_idle that sends nothing more: still open past the
+ * header deadline (10 s, +2 s), closed by the idle timeout (IDLE_S, within 4 s more). */
+static void s_idle_kept(int fd, int status, double t_idle)
+{
+    while (s_now() - t_idle < 10 + 2)
+        usleep(100000);
+    const int open_past_header = fd >= 0 && s_open(fd);
+    double closed = 0;
+    while (!closed && s_now() - t_idle < IDLE_S + 4) {
+        if (fd < 0 || !s_open(fd))
+            closed = s_now() - t_idle;
+        else
+            usleep(100000);
+    }
+    printf("kept alive: a connection waiting for its next request (answered %d) was %s 12 s "
+           "after its answer and closed after %.1f s (--idle-timeout-s %d)\n",
+           status, open_past_header ? "open" : "closed", closed, IDLE_S);
+    SW_CHECK_INT(status, 503); /* answered (no head in this cluster) */
+    SW_CHECK(open_past_header);
+    SW_CHECK(closed >= IDLE_S - 1 && closed < IDLE_S + 4);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Part 1: slow-loris from a few addresses, and two kept-alive connections from 127.0.0.6 after
+ * their first answer: one trickling its next request's headers (closed by the header deadline
+ * like the others), one waiting for its next request (s_idle_kept). */
 static void s_slow_loris(void)
 {
     int fd[N_ADDR][PER_ADDR];
     const char *start = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+    int idle = s_connect_from(6), next = s_connect_from(6);
+    const int idle_st = swa_http_health_keep(idle), next_st = swa_http_health_keep(next);
+    const double t_idle = s_now();
+    const char *again = "GET /health HTTP/1.1\r\n";
+    if (next >= 0 && send(next, again, strlen(again), MSG_NOSIGNAL) < 0) {
+        close(next);
+        next = -1;
+    }
     const double t0 = s_now();
     for (int a = 0; a < N_ADDR; a++)
         for (int i = 0; i < PER_ADDR; i++) {
@@ -97,34 +137,37 @@ static void s_slow_loris(void)
     SW_CHECK(st == 200 || st == 503); /* answered (503: no head in this cluster) */
     SW_CHECK(health_s < 5);
     /* trickle one header byte a second; the server must close them all by the deadline */
-    double last_closed = 0;
-    int open = held;
+    double last_closed = 0, next_closed = 0;
+    int open = held + (next >= 0);
     while (open > 0 && s_now() - t0 < 20) {
         open = 0;
-        for (int a = 0; a < N_ADDR; a++)
-            for (int i = 0; i < PER_ADDR; i++) {
-                if (fd[a][i] < 0)
-                    continue;
-                if (!s_open(fd[a][i]) || send(fd[a][i], "X", 1, MSG_NOSIGNAL) != 1) {
-                    close(fd[a][i]);
-                    fd[a][i] = -1;
-                    last_closed = s_now() - t0;
-                    continue;
-                }
-                open++;
+        for (int k = 0; k <= N_ADDR * PER_ADDR; k++) {
+            int *f = k < N_ADDR * PER_ADDR ? &fd[k / PER_ADDR][k % PER_ADDR] : &next;
+            if (*f < 0)
+                continue;
+            if (!s_open(*f) || send(*f, "X", 1, MSG_NOSIGNAL) != 1) {
+                close(*f);
+                *f = -1;
+                *(k < N_ADDR * PER_ADDR ? &last_closed : &next_closed) = s_now() - t0;
+                continue;
             }
+            open++;
+        }
         if (open)
             usleep(1000000);
     }
-    printf("slow-loris: the last slow connection was closed %.1f s after it opened (%d left "
-           "open after 20 s)\n",
-           last_closed, open);
+    printf("slow-loris: the last slow connection was closed %.1f s after it opened, the kept-alive "
+           "one sending its next request %.1f s after its first byte (%d left open after 20 s)\n",
+           last_closed, next_closed, open);
     SW_CHECK_INT(open, 0);
     SW_CHECK(last_closed < 10 + 3);
+    SW_CHECK_INT(next_st, 503);
+    SW_CHECK(next_closed > 0 && next_closed < 10 + 3);
     for (int a = 0; a < N_ADDR; a++)
         for (int i = 0; i < PER_ADDR; i++)
             if (fd[a][i] >= 0)
                 close(fd[a][i]);
+    s_idle_kept(idle, idle_st, t_idle);
 }
 
 /* Resident memory of pid: its peak (VmHWM) in MiB, or -1. */
@@ -244,6 +287,8 @@ int main(void)
                   listen,
                   "--api-key-file",
                   keyfile,
+                  "--idle-timeout-s",
+                  SW_STR(IDLE_S),
                   NULL};
     pid_t serve = sw_test_spawn(sa, sw_test_log("serve.log"));
     int up = 0;

@@ -14,7 +14,11 @@
  *    held every slot until the header timeout and a client's GET /health got
  *    no answer; now at most 32 connections may still be sending their
  *    request, a new one beyond closes the one at it longest, and the
- *    client's GET /health from 127.0.0.1 is answered at once.
+ *    client's GET /health from 127.0.0.1 is answered at once. Four clients
+ *    that were answered first and keep their connections for their next
+ *    request (the web page polling /v1/cluster) are not slow: all four are
+ *    still open (before, they counted as slow and, opened first, were the
+ *    first closed).
  */
 #include "sw_attack.h"
 
@@ -147,7 +151,13 @@ int main(void)
     s_close_all(one, 40);
     usleep(500000);
 
-    /* 2. slow connections from 20 /24s: 20 addresses x 4 */
+    /* 2. four kept-alive clients (the web page polling /v1/cluster) between two requests, then
+     * slow connections from 20 /24s: 20 addresses x 4 */
+    int keep[4], answered = 0;
+    for (int i = 0; i < 4; i++) {
+        keep[i] = s_connect_from(50 + i, 1);
+        answered += swa_http_health_keep(keep[i]) != 0;
+    }
     int slow[80];
     const double t0 = swa_now();
     const int got = s_open_many(slow, 20, 4, 20, 1, 1, 0);
@@ -165,7 +175,14 @@ int main(void)
     SW_CHECK(health_s < 3);
     SW_CHECK(sw_test_count_in_file(slog, "--max-slow") >= 1);
     SW_CHECK(sw_test_count_in_file(slog, "--max-per-prefix") >= 1);
+    const int idle = s_count_open(keep, 4);
+    printf("slow: %d of 4 kept-alive connections (%d answered) still open: a connection waiting "
+           "for its next request is not a slow one\n",
+           idle, answered);
+    SW_CHECK_INT(answered, 4);
+    SW_CHECK_INT(idle, 4);
     s_close_all(slow, 80);
+    s_close_all(keep, 4);
 out:
     sw_test_kill(serve);
     sw_test_kill(relay);
