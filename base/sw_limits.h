@@ -29,6 +29,10 @@
 
 #define SW_MAX_DRAFT 64       // most draft tokens in one round, chain or tree
 #define SW_PROPOSAL_Q_MAX 256 // most entries of one sparse draft distribution
+/* Largest |q_tok - q(draft)| between a draft's probability and its distribution's entry for it:
+ * the verifier's (engine/verify.c) and the wire's (a Forward's draft_probs, net/wire_check_round.c)
+ * one tolerance. */
+#define SW_DRAFT_Q_TOL 1e-4f
 
 /* A prompt is evaluated in windows of this many rows from its start, as
  * llama.cpp evaluates a prompt in micro-batches of its default n_ubatch

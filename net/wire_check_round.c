@@ -11,6 +11,8 @@
  */
 #include "codec_pb.h"
 
+#include <math.h>
+
 /* Inside the validators: bail out with a message unless cond holds. */
 #define CHECK(cond, ...) SW_PB_CHECK("wire", cond, __VA_ARGS__)
 
@@ -55,6 +57,81 @@ static int s_tree(const uint32_t *parents, size_t k, const uint32_t *tokens, cha
     return SW_WIRE_OK;
 }
 
+/* q(tok) under one sparse draft distribution: its first entry for tok, 0 when
+ * tok is not among its tokens (as engine/verify.c reads it). */
+static float s_dist_at(const Shardwire__DraftDist *d, uint32_t tok)
+{
+    for (size_t j = 0; j < d->n_tokens; j++)
+        if (d->tokens[j] == tok)
+            return d->probs[j];
+    return 0.0f;
+}
+
+/*
+ * The drafts' q held to the rule of the one stage that reads it, the tail's
+ * verifier (node/stage.c, engine/verify.c), as far as the wire can decide it
+ * (not the vocabulary): draft_dists only with draft_probs; each draft_probs
+ * entry in (0, 1]; without draft_dists every draft is a point mass, so every
+ * entry is 1; with them each entry is, within SW_DRAFT_Q_TOL, the probability
+ * of its draft under the distribution it was drawn from: its own, or for a
+ * later sibling of a tree its first sibling's. A Forward the tail would refuse
+ * is refused at the first hop.
+ */
+static int s_draft_q(const Shardwire__Forward *f, char *err, size_t err_len)
+{
+    CHECK(f->n_draft_probs || !f->n_draft_dists, "forward has %zu draft_dists without draft_probs",
+          f->n_draft_dists);
+    for (size_t i = 0; i < f->n_draft_probs; i++) {
+        const float q = f->draft_probs[i];
+        CHECK(q > 0.0f && q <= 1.0f, "forward.draft_probs[%zu] = %g not in (0, 1]", i, (double)q);
+        if (!f->n_draft_dists) {
+            CHECK(q == 1.0f, "forward.draft_probs[%zu] = %g without draft_dists (a point mass: 1)",
+                  i, (double)q);
+            continue;
+        }
+        const size_t from = f->n_draft_parents ? s_first_child(f->draft_parents, i) : i;
+        const float at = s_dist_at(f->draft_dists[from], f->draft_tokens[i]);
+        CHECK(fabsf(at - q) <= SW_DRAFT_Q_TOL,
+              "forward.draft_probs[%zu] = %g, but draft_dists[%zu] gives draft %u %g", i, (double)q,
+              from, f->draft_tokens[i], (double)at);
+    }
+    return SW_WIRE_OK;
+}
+
+/* The drafts of a Forward with k of them: their tokens, tree, draft_probs and
+ * draft_dists (counts 0 or k), and the verifier's rule for their q. */
+static int s_drafts(const Shardwire__Forward *f, size_t k, char *err, size_t err_len)
+{
+    int rc;
+    if ((rc = sw_pb_check_tokens("forward.draft_tokens", f->draft_tokens, k, err, err_len)))
+        return rc;
+    CHECK(f->n_draft_probs == 0 || f->n_draft_probs == k,
+          "forward has %zu draft_probs for %zu drafts", f->n_draft_probs, k);
+    CHECK(f->n_draft_parents == 0 || f->n_draft_parents == k,
+          "forward has %zu draft_parents for %zu drafts", f->n_draft_parents, k);
+    if ((rc = s_tree(f->draft_parents, f->n_draft_parents, f->draft_tokens, err, err_len)))
+        return rc;
+    CHECK(f->n_draft_dists == 0 || f->n_draft_dists == k,
+          "forward has %zu draft_dists for %zu drafts", f->n_draft_dists, k);
+    for (size_t i = 0; i < f->n_draft_dists; i++) {
+        const Shardwire__DraftDist *d = f->draft_dists[i];
+        CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
+        /* Empty only for a later sibling of a tree: its first sibling's applies. */
+        const int later = f->n_draft_parents && s_first_child(f->draft_parents, i) != i;
+        CHECK((d->n_tokens >= 1 || later) && d->n_tokens <= SW_WIRE_MAX_DIST &&
+                  d->n_probs == d->n_tokens,
+              "forward.draft_dists[%zu] has %zu tokens and %zu probs (%d..%d, equal)", i,
+              d->n_tokens, d->n_probs, later ? 0 : 1, SW_WIRE_MAX_DIST);
+        if ((rc = sw_pb_check_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err,
+                                     err_len)))
+            return rc;
+        for (size_t j = 0; j < d->n_probs; j++)
+            CHECK(sw_pb_upto(d->probs[j], 1.0f),
+                  "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i, j);
+    }
+    return s_draft_q(f, err, err_len);
+}
+
 static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payload_len, char *err,
                      size_t err_len)
 {
@@ -82,35 +159,8 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
               f->n_rows);
         CHECK(!f->prefill_more, "a drafting forward cannot be a prefill chunk");
     }
-    if ((rc = sw_pb_check_tokens("forward.draft_tokens", f->draft_tokens, k, err, err_len)))
+    if ((rc = s_drafts(f, k, err, err_len)))
         return rc;
-    CHECK(f->n_draft_probs == 0 || f->n_draft_probs == k,
-          "forward has %zu draft_probs for %zu drafts", f->n_draft_probs, k);
-    for (size_t i = 0; i < f->n_draft_probs; i++)
-        CHECK(sw_pb_upto(f->draft_probs[i], 1.0f), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
-              (double)f->draft_probs[i]);
-    CHECK(f->n_draft_parents == 0 || f->n_draft_parents == k,
-          "forward has %zu draft_parents for %zu drafts", f->n_draft_parents, k);
-    if ((rc = s_tree(f->draft_parents, f->n_draft_parents, f->draft_tokens, err, err_len)))
-        return rc;
-    CHECK(f->n_draft_dists == 0 || f->n_draft_dists == k,
-          "forward has %zu draft_dists for %zu drafts", f->n_draft_dists, k);
-    for (size_t i = 0; i < f->n_draft_dists; i++) {
-        const Shardwire__DraftDist *d = f->draft_dists[i];
-        CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
-        /* Empty only for a later sibling of a tree: its first sibling's applies. */
-        const int later = f->n_draft_parents && s_first_child(f->draft_parents, i) != i;
-        CHECK((d->n_tokens >= 1 || later) && d->n_tokens <= SW_WIRE_MAX_DIST &&
-                  d->n_probs == d->n_tokens,
-              "forward.draft_dists[%zu] has %zu tokens and %zu probs (%d..%d, equal)", i,
-              d->n_tokens, d->n_probs, later ? 0 : 1, SW_WIRE_MAX_DIST);
-        if ((rc = sw_pb_check_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err,
-                                     err_len)))
-            return rc;
-        for (size_t j = 0; j < d->n_probs; j++)
-            CHECK(sw_pb_upto(d->probs[j], 1.0f),
-                  "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i, j);
-    }
     /* The kept path of the previous tree round. */
     CHECK(f->n_kv_path <= SW_WIRE_MAX_DRAFT, "forward.kv_path has %zu entries (max %d)",
           f->n_kv_path, SW_WIRE_MAX_DRAFT);
