@@ -29,6 +29,10 @@
 
 #define SW_MAX_DRAFT 64       // most draft tokens in one round, chain or tree
 #define SW_PROPOSAL_Q_MAX 256 // most entries of one sparse draft distribution
+/* Largest |q_tok - q(draft)| between a draft's probability and its distribution's entry for it:
+ * the verifier's (engine/verify.c) and the wire's (a Forward's draft_probs, net/wire_check_round.c)
+ * one tolerance. */
+#define SW_DRAFT_Q_TOL 1e-4f
 
 /* A prompt is evaluated in windows of this many rows from its start, as
  * llama.cpp evaluates a prompt in micro-batches of its default n_ubatch
@@ -106,7 +110,7 @@ _Static_assert(SW_WIRE_MAX_DRAFT + 1 <= SW_WIRE_MAX_ROWS,
 /* Messages sized by bytes: a decoding round (the last token and its drafts) always fits one
  * Forward, and a prompt goes in Forwards of sw_wire_prompt_rows() rows (at least a block), at
  * any hidden size and dtype; the sender checks every Forward against SW_WIRE_MAX_PAYLOAD before
- * it goes (net/wire_check.c), so one that would not fit is refused there, never sent. */
+ * it goes (net/wire_check_round.c), so one that would not fit is refused there, never sent. */
 _Static_assert((uint64_t)(SW_WIRE_MAX_DRAFT + 1) * SW_WIRE_MAX_HIDDEN * SW_WIRE_MAX_VALUE_BYTES <=
                        SW_WIRE_MAX_PAYLOAD &&
                    (uint64_t)SW_PREFIX_BLOCK * SW_WIRE_MAX_HIDDEN * SW_WIRE_MAX_VALUE_BYTES <=

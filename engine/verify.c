@@ -11,12 +11,10 @@
 #include "verify.h"
 
 #include "log.h"
+#include "sw_limits.h"
 
 #include <math.h>
 #include <stddef.h>
-
-/* Largest accepted |q_tok - q(d)| when the full q is given as well. */
-#define SW_VERIFY_Q_TOL 1e-4f
 
 /* q(d) from a full (dense or sparse) q, or -1 when d is not in the support. */
 static float s_q_at(const sw_draft_q_t *q, int32_t d)
@@ -61,7 +59,7 @@ static int s_check_q(const sw_draft_q_t *q, int32_t d, int32_t n_vocab, int32_t 
         }
     }
     float qd = s_q_at(q, d);
-    if (fabsf(qd - q->q_tok) > SW_VERIFY_Q_TOL) {
+    if (fabsf(qd - q->q_tok) > SW_DRAFT_Q_TOL) {
         SW_ERR("verify: draft %d: q_tok %g but q(%d) = %g", pos, (double)q->q_tok, d, (double)qd);
         return -1;
     }
@@ -175,7 +173,7 @@ static int s_check_tree(const sw_verify_in_t *in)
         const sw_draft_q_t *q0 = &in->q[first - 1], *qi = &in->q[i];
         if (q0->n == 0 ? qi->q_tok != 1.0f
                        : !(qi->q_tok > 0.0f && qi->q_tok <= 1.0f) ||
-                             fabsf(s_q_at(q0, in->draft[i]) - qi->q_tok) > SW_VERIFY_Q_TOL) {
+                             fabsf(s_q_at(q0, in->draft[i]) - qi->q_tok) > SW_DRAFT_Q_TOL) {
             SW_ERR("verify: draft %d: q_tok %g does not fit its first sibling's q", i,
                    (double)qi->q_tok);
             return -1;

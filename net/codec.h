@@ -2,7 +2,7 @@
  * codec.h - the one place where shardwire's protobuf messages
  * (proto/shardwire.proto) become the plain C structs that the node, relay,
  * client and gateway logic use, and back. Only the codec files (codec.c,
- * codec_encode.c, wire.c, wire_check.c) name a protobuf type, through the
+ * codec_encode.c, wire.c, wire_check*.c) name a protobuf type, through the
  * private codec_pb.h; everything else sees the plain structs below and the
  * opaque sw_envelope_t of wire.h (tests include codec_pb.h to craft
  * malformed messages).

@@ -1,6 +1,8 @@
 /*
  * codec_pb.h - the protobuf side of the codec, private to the codec files:
- * wire.c (framing), wire_check.c (the message-type table and validation),
+ * wire.c (framing), wire_check.c (the message-type table and validation)
+ * with wire_check_field.c (the field checks) and wire_check_round.c (the
+ * Forward's and the Verdict's validators),
  * codec.c and codec_encode.c (protobuf <-> the plain structs of codec.h).
  * They are the only product files that name a protobuf-c type; every other
  * file sees the plain structs of codec.h and the opaque sw_envelope_t of
@@ -88,5 +90,32 @@ int sw_pb_fail(const char *who, int rc, char *err, size_t err_len, const char *f
         if (!(cond))                                                                               \
             return sw_pb_fail(who, SW_WIRE_EMALFORMED, err, err_len, __VA_ARGS__);                 \
     } while (0)
+
+/* ---- the field checks (wire_check_field.c) ------------------------------------------------- */
+
+/* The checks the message validators of wire_check.c and wire_check_round.c
+ * share: each returns SW_WIRE_OK or SW_WIRE_EMALFORMED with one line in err
+ * naming `what`. A peer name (empty allowed unless required); a text of at
+ * most max bytes; a model fingerprint (64 lower-case hex digits); token ids
+ * below SW_WIRE_MAX_TOKEN; sampling parameters (NULL passes); a route of
+ * min..SW_WIRE_MAX_ROUTE peer names. */
+int sw_pb_check_name(const char *what, const char *name, int required, char *err, size_t err_len);
+int sw_pb_check_text(const char *what, const char *s, size_t max, char *err, size_t err_len);
+int sw_pb_check_fingerprint(const char *fp, char *err, size_t err_len);
+int sw_pb_check_tokens(const char *what, const uint32_t *tok, size_t n, char *err, size_t err_len);
+int sw_pb_check_sampling(const Shardwire__SamplingParams *s, char *err, size_t err_len);
+int sw_pb_check_route(const char *what, char **route, size_t n, size_t min, char *err,
+                      size_t err_len);
+/* 1 when v is finite and in [0, max]. */
+int sw_pb_upto(float v, float max);
+/* strlen(s) up to max + 1 (0 for NULL): more than max means too long. */
+size_t sw_pb_strlen_max(const char *s, size_t max);
+
+/* The validators of the round's messages (wire_check_round.c), rows of
+ * wire_check.c's message-type table. */
+int sw_pb_check_forward(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                        char *err, size_t err_len);
+int sw_pb_check_verdict(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
+                        char *err, size_t err_len);
 
 #endif

@@ -1,190 +1,23 @@
 /*
  * wire_check.c - validation of shardwire messages (see wire.h, codec_pb.h
- * and docs/protocol.md): the field checks (peer and model names, key
- * fingerprints, dtypes, ...), the one table of message types (body case,
- * name, channel, payload, validator), a validator per type that bounds every
+ * and docs/protocol.md): the one table of message types (body case, name,
+ * channel, payload, validator), a validator per type that bounds every
  * count, length and value against sw_limits.h with 64-bit arithmetic, the
  * refusal of unknown fields, and the decode and encode of one header frame,
  * which run them. Everything that arrives from a socket is outside input: no
  * other module looks at a message before it passed here, and one line says
- * what was wrong. It calls nothing else of net/ (wire.c and the codec call
- * it).
+ * what was wrong. The field checks (names, fingerprints, dtypes, tokens,
+ * sampling, routes) are wire_check_field.c's, the validators of one round's
+ * messages (Forward, Verdict) wire_check_round.c's. It calls nothing else of
+ * net/ (wire.c and the codec call it).
  */
 #include "codec_pb.h"
 
-#include "log.h"
-
 #include <errno.h>
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 /* Inside the validators: bail out with a message unless cond holds. */
 #define CHECK(cond, ...) SW_PB_CHECK("wire", cond, __VA_ARGS__)
-
-int sw_pb_fail(const char *who, int rc, char *err, size_t err_len, const char *fmt, ...)
-{
-    char line[SW_WIRE_ERR_LEN];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (err && err_len > 0)
-        snprintf(err, err_len, "%s", line);
-    else
-        SW_WARN("%s: %s", who, line);
-    return rc;
-}
-
-/* ---- field validators ------------------------------------------------------ */
-
-size_t sw_wire_dtype_size(int dtype)
-{
-    switch (dtype) {
-    case SHARDWIRE__DTYPE__DTYPE_F32:
-        return 4;
-    case SHARDWIRE__DTYPE__DTYPE_F16:
-    case SHARDWIRE__DTYPE__DTYPE_BF16:
-        return 2;
-    default:
-        return 0;
-    }
-}
-
-int sw_wire_name_ok(const char *name, size_t len)
-{
-    if (!name || len == 0 || len > SW_WIRE_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '.' || c == '_' || c == '-';
-        if (!ok)
-            return 0;
-    }
-    return 1;
-}
-
-int sw_wire_key_fp_ok(const char *fp, size_t len)
-{
-    if (!fp || len != SW_WIRE_KEY_FP_LEN)
-        return 0;
-    for (size_t i = 0; i < len; i++)
-        if (!((fp[i] >= '0' && fp[i] <= '9') || (fp[i] >= 'a' && fp[i] <= 'f')))
-            return 0;
-    return 1;
-}
-
-static size_t s_strlen_max(const char *s, size_t max)
-{
-    return s ? strnlen(s, max + 1) : 0;
-}
-
-int sw_wire_model_name_ok(const char *name)
-{
-    size_t n = s_strlen_max(name, SW_WIRE_NAME_MAX);
-    if (n > SW_WIRE_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)name[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '.' || c == '_' || c == '-' || c == ':' || c == '/';
-        if (!ok)
-            return 0;
-    }
-    return 1;
-}
-
-static int s_name(const char *what, const char *name, int required, char *err, size_t err_len)
-{
-    size_t n = s_strlen_max(name, SW_WIRE_NAME_MAX);
-    if (n == 0) {
-        CHECK(!required, "%s is empty", what);
-        return SW_WIRE_OK;
-    }
-    CHECK(sw_wire_name_ok(name, n), "%s is not 1..%d bytes of [A-Za-z0-9._-]", what,
-          SW_WIRE_NAME_MAX);
-    return SW_WIRE_OK;
-}
-
-static int s_text(const char *what, const char *s, size_t max, char *err, size_t err_len)
-{
-    CHECK(s_strlen_max(s, max) <= max, "%s longer than %zu bytes", what, max);
-    return SW_WIRE_OK;
-}
-
-static int s_fingerprint(const char *fp, char *err, size_t err_len)
-{
-    size_t n = s_strlen_max(fp, 64);
-    CHECK(n == 64, "model_fingerprint must be 64 hex chars (sha256), got %zu", n);
-    for (size_t i = 0; i < 64; i++) {
-        char c = fp[i];
-        CHECK((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'),
-              "model_fingerprint has a non lower-case hex char at %zu", i);
-    }
-    return SW_WIRE_OK;
-}
-
-static int s_tokens(const char *what, const uint32_t *tok, size_t n, char *err, size_t err_len)
-{
-    for (size_t i = 0; i < n; i++)
-        CHECK(tok[i] < SW_WIRE_MAX_TOKEN, "%s[%zu] = %u is not a token id (< %u)", what, i, tok[i],
-              SW_WIRE_MAX_TOKEN);
-    return SW_WIRE_OK;
-}
-
-static int s_upto(float v, float max)
-{
-    return isfinite(v) && v >= 0.0f && v <= max;
-}
-
-static int s_sampling(const Shardwire__SamplingParams *s, char *err, size_t err_len)
-{
-    if (!s)
-        return SW_WIRE_OK;
-    CHECK(s_upto(s->temperature, SW_SAMPLING_MAX_TEMP), "sampling.temperature %g not in [0, %d]",
-          (double)s->temperature, SW_SAMPLING_MAX_TEMP);
-    CHECK(s->top_k <= SW_SAMPLING_MAX_TOP_K, "sampling.top_k %u > %d", s->top_k,
-          SW_SAMPLING_MAX_TOP_K);
-    CHECK(s_upto(s->top_p, 1.0f), "sampling.top_p %g not in [0, 1]", (double)s->top_p);
-    CHECK(isfinite(s->min_p) && s->min_p >= 0.0f && s->min_p < 1.0f,
-          "sampling.min_p %g not in [0, 1)", (double)s->min_p);
-    CHECK(s_upto(s->repeat_penalty, SW_SAMPLING_MAX_REP_PENALTY),
-          "sampling.repeat_penalty %g not in [0, %d]", (double)s->repeat_penalty,
-          SW_SAMPLING_MAX_REP_PENALTY);
-    CHECK(s->repeat_last_n <= SW_SAMPLING_MAX_LAST_N, "sampling.repeat_last_n %u > %d",
-          s->repeat_last_n, SW_SAMPLING_MAX_LAST_N);
-    return SW_WIRE_OK;
-}
-
-static int s_route(const char *what, char **route, size_t n, size_t min, char *err, size_t err_len)
-{
-    CHECK(n >= min && n <= SW_WIRE_MAX_ROUTE, "%s has %zu stages (allowed %zu..%d)", what, n, min,
-          SW_WIRE_MAX_ROUTE);
-    for (size_t i = 0; i < n; i++) {
-        int rc = s_name(what, route[i], 1, err, err_len);
-        if (rc)
-            return rc;
-    }
-    return SW_WIRE_OK;
-}
-
-static int s_timing(Shardwire__StageTiming **t, size_t n, char *err, size_t err_len)
-{
-    CHECK(n <= SW_WIRE_MAX_ROUTE, "timing has %zu entries (max %d)", n, SW_WIRE_MAX_ROUTE);
-    for (size_t i = 0; i < n; i++) {
-        CHECK(t[i] != NULL, "timing[%zu] missing", i);
-        int rc = s_name("timing.name", t[i]->name, 1, err, err_len);
-        if (rc)
-            return rc;
-        CHECK(t[i]->batch_rows <= SW_WIRE_MAX_BATCH_ROWS &&
-                  t[i]->batch_rounds <= SW_WIRE_MAX_BATCH_ROUNDS,
-              "timing[%zu]: a batch of %u rows in %u rounds (max %d, %d)", i, t[i]->batch_rows,
-              t[i]->batch_rounds, SW_WIRE_MAX_BATCH_ROWS, SW_WIRE_MAX_BATCH_ROUNDS);
-    }
-    return SW_WIRE_OK;
-}
 
 /* The placement fields of an announce (version 7): bounded, a probe's time
  * only with its rows, and none of them on a client; so are its KV cache
@@ -225,8 +58,8 @@ static int s_placement(const Shardwire__PeerAnnounce *a, char *err, size_t err_l
 static int s_direct(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
 {
     const int client = a->role == SHARDWIRE__ROLE__ROLE_CLIENT;
-    const size_t n = s_strlen_max(a->direct, SW_WIRE_DIRECT_MAX);
-    const size_t k = s_strlen_max(a->direct_key, SW_WIRE_KEY_Z85_LEN);
+    const size_t n = sw_pb_strlen_max(a->direct, SW_WIRE_DIRECT_MAX);
+    const size_t k = sw_pb_strlen_max(a->direct_key, SW_WIRE_KEY_Z85_LEN);
     CHECK(n == 0 || sw_wire_direct_ok(a->direct),
           "announce.direct is not tcp://HOST:PORT of at most %d bytes", SW_WIRE_DIRECT_MAX);
     uint8_t raw[32];
@@ -240,7 +73,8 @@ static int s_direct(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
           SW_WIRE_MAX_PROBE_US);
     for (size_t i = 0; i < a->n_direct_hops; i++) {
         CHECK(a->direct_hops[i] != NULL, "announce.direct_hops[%zu] missing", i);
-        int rc = s_name("announce.direct_hops.peer", a->direct_hops[i]->peer, 1, err, err_len);
+        int rc =
+            sw_pb_check_name("announce.direct_hops.peer", a->direct_hops[i]->peer, 1, err, err_len);
         if (rc)
             return rc;
         CHECK(a->direct_hops[i]->rtt_us <= SW_WIRE_MAX_PROBE_US,
@@ -253,12 +87,12 @@ static int s_direct(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
 static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_len)
 {
     CHECK(a != NULL, "announce missing");
-    int rc = s_name("announce.name", a->name, 1, err, err_len);
+    int rc = sw_pb_check_name("announce.name", a->name, 1, err, err_len);
     if (rc)
         return rc;
     CHECK(a->role >= SHARDWIRE__ROLE__ROLE_HEAD && a->role <= SHARDWIRE__ROLE__ROLE_CLIENT,
           "announce.role %d unknown", (int)a->role);
-    if ((rc = s_text("announce.backend", a->backend, SW_WIRE_NAME_MAX, err, err_len)))
+    if ((rc = sw_pb_check_text("announce.backend", a->backend, SW_WIRE_NAME_MAX, err, err_len)))
         return rc;
     for (const char *c = a->backend; c && *c; c++) /* shown in logs and `shardwire status` */
         CHECK(*c >= 0x20 && *c <= 0x7e, "announce.backend has a non-printable byte");
@@ -270,12 +104,12 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     if (a->role == SHARDWIRE__ROLE__ROLE_CLIENT) {
         CHECK(a->layer_begin == 0 && a->layer_end == 0 && a->n_layers == 0,
               "a client announces no layers");
-        size_t n = s_strlen_max(a->model_fingerprint, 64);
+        size_t n = sw_pb_strlen_max(a->model_fingerprint, 64);
         if (n != 0)
-            return s_fingerprint(a->model_fingerprint, err, err_len);
+            return sw_pb_check_fingerprint(a->model_fingerprint, err, err_len);
         return SW_WIRE_OK;
     }
-    if ((rc = s_fingerprint(a->model_fingerprint, err, err_len)))
+    if ((rc = sw_pb_check_fingerprint(a->model_fingerprint, err, err_len)))
         return rc;
     CHECK(a->n_layers >= 1 && a->n_layers <= SW_WIRE_MAX_LAYERS,
           "announce.n_layers %u not in 1..%d", a->n_layers, SW_WIRE_MAX_LAYERS);
@@ -306,186 +140,15 @@ static int s_announce(const Shardwire__PeerAnnounce *a, char *err, size_t err_le
     return SW_WIRE_OK;
 }
 
-/* The first child (draft index) of draft i's parent, for a valid tree. */
-static size_t s_first_child(const uint32_t *parents, size_t i)
-{
-    size_t c = 0;
-    while (parents[c] != parents[i])
-        c++;
-    return c;
-}
-
-/* A tree of k drafts: every parent <= its draft's index, siblings distinct. */
-static int s_tree(const uint32_t *parents, size_t k, const uint32_t *tokens, char *err,
-                  size_t err_len)
-{
-    for (size_t i = 0; i < k; i++) {
-        CHECK(parents[i] <= i,
-              "forward.draft_parents[%zu] = %u (a draft hangs under a node <= %zu)", i, parents[i],
-              i);
-        for (size_t c = 0; c < i; c++)
-            CHECK(parents[c] != parents[i] || tokens[c] != tokens[i],
-                  "forward drafts %zu and %zu are siblings with the same token %u", c, i,
-                  tokens[i]);
-    }
-    return SW_WIRE_OK;
-}
-
-static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payload_len, char *err,
-                     size_t err_len)
-{
-    int rc;
-    CHECK(f != NULL, "forward missing");
-    CHECK(f->session_id != 0, "forward.session_id is 0");
-    CHECK(f->n_rows >= 1 && f->n_rows <= SW_WIRE_MAX_ROWS, "forward.n_rows %u not in 1..%d",
-          f->n_rows, SW_WIRE_MAX_ROWS);
-    CHECK((uint64_t)f->start_pos + f->n_rows <= SW_WIRE_MAX_POS,
-          "forward rows [%u, %u + %u) pass the position limit %u", f->start_pos, f->start_pos,
-          f->n_rows, SW_WIRE_MAX_POS);
-    CHECK(f->kv_keep <= f->start_pos, "forward.kv_keep %u > start_pos %u", f->kv_keep,
-          f->start_pos);
-    CHECK(f->n_tokens == 0 || f->n_tokens == f->n_rows, "forward has %zu tokens for %u rows",
-          f->n_tokens, f->n_rows);
-    if ((rc = s_tokens("forward.tokens", f->tokens, f->n_tokens, err, err_len)))
-        return rc;
-    if ((rc = s_sampling(f->sampling, err, err_len)))
-        return rc;
-
-    size_t k = f->n_draft_tokens;
-    CHECK(k <= SW_WIRE_MAX_DRAFT, "forward has %zu drafts (max %d)", k, SW_WIRE_MAX_DRAFT);
-    if (k > 0) {
-        CHECK(f->n_rows == k + 1, "forward with %zu drafts must have %zu rows, has %u", k, k + 1,
-              f->n_rows);
-        CHECK(!f->prefill_more, "a drafting forward cannot be a prefill chunk");
-    }
-    if ((rc = s_tokens("forward.draft_tokens", f->draft_tokens, k, err, err_len)))
-        return rc;
-    CHECK(f->n_draft_probs == 0 || f->n_draft_probs == k,
-          "forward has %zu draft_probs for %zu drafts", f->n_draft_probs, k);
-    for (size_t i = 0; i < f->n_draft_probs; i++)
-        CHECK(s_upto(f->draft_probs[i], 1.0f), "forward.draft_probs[%zu] = %g not in [0, 1]", i,
-              (double)f->draft_probs[i]);
-    CHECK(f->n_draft_parents == 0 || f->n_draft_parents == k,
-          "forward has %zu draft_parents for %zu drafts", f->n_draft_parents, k);
-    if ((rc = s_tree(f->draft_parents, f->n_draft_parents, f->draft_tokens, err, err_len)))
-        return rc;
-    CHECK(f->n_draft_dists == 0 || f->n_draft_dists == k,
-          "forward has %zu draft_dists for %zu drafts", f->n_draft_dists, k);
-    for (size_t i = 0; i < f->n_draft_dists; i++) {
-        const Shardwire__DraftDist *d = f->draft_dists[i];
-        CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
-        /* Empty only for a later sibling of a tree: its first sibling's applies. */
-        const int later = f->n_draft_parents && s_first_child(f->draft_parents, i) != i;
-        CHECK((d->n_tokens >= 1 || later) && d->n_tokens <= SW_WIRE_MAX_DIST &&
-                  d->n_probs == d->n_tokens,
-              "forward.draft_dists[%zu] has %zu tokens and %zu probs (%d..%d, equal)", i,
-              d->n_tokens, d->n_probs, later ? 0 : 1, SW_WIRE_MAX_DIST);
-        if ((rc = s_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err, err_len)))
-            return rc;
-        for (size_t j = 0; j < d->n_probs; j++)
-            CHECK(s_upto(d->probs[j], 1.0f), "forward.draft_dists[%zu].probs[%zu] not in [0, 1]", i,
-                  j);
-    }
-    /* The kept path of the previous tree round. */
-    CHECK(f->n_kv_path <= SW_WIRE_MAX_DRAFT, "forward.kv_path has %zu entries (max %d)",
-          f->n_kv_path, SW_WIRE_MAX_DRAFT);
-    CHECK(f->n_kv_path || f->kv_path_from == 0, "forward.kv_path_from %u without a kv_path",
-          f->kv_path_from);
-    for (size_t j = 0; j < f->n_kv_path; j++)
-        CHECK(f->kv_path[j] >= j && f->kv_path[j] < SW_WIRE_MAX_DRAFT &&
-                  (j == 0 || f->kv_path[j] > f->kv_path[j - 1]),
-              "forward.kv_path[%zu] = %u (must increase, in [%zu, %d))", j, f->kv_path[j], j,
-              SW_WIRE_MAX_DRAFT);
-    CHECK(!f->n_kv_path || ((uint64_t)f->kv_path_from + SW_WIRE_MAX_DRAFT <= SW_WIRE_MAX_POS &&
-                            f->kv_keep <= (uint64_t)f->kv_path_from + f->n_kv_path),
-          "forward keeps %u positions but its kv_path ends at %u + %zu", f->kv_keep,
-          f->kv_path_from, f->n_kv_path);
-
-    size_t esize = sw_wire_dtype_size(f->dtype);
-    CHECK(esize != 0, "forward.dtype %d unknown", (int)f->dtype);
-    if (has_payload) {
-        CHECK(f->hidden >= 1 && f->hidden <= SW_WIRE_MAX_HIDDEN, "forward.hidden %u not in 1..%d",
-              f->hidden, SW_WIRE_MAX_HIDDEN);
-        /* n_rows <= 2^9, hidden <= 2^15, esize <= 4: the product fits 64 bits easily. */
-        uint64_t want = (uint64_t)f->n_rows * (uint64_t)f->hidden * (uint64_t)esize;
-        CHECK(want <= SW_WIRE_MAX_PAYLOAD,
-              "a forward of %u rows x %u x %zu B = %llu bytes exceeds the payload limit of %u "
-              "bytes (SW_WIRE_MAX_PAYLOAD)",
-              f->n_rows, f->hidden, esize, (unsigned long long)want, SW_WIRE_MAX_PAYLOAD);
-        CHECK((uint64_t)payload_len == want,
-              "forward payload has %zu bytes, [%u, %u] x %zu B needs %llu", payload_len, f->n_rows,
-              f->hidden, esize, (unsigned long long)want);
-    } else {
-        CHECK(f->hidden == 0, "forward.hidden %u set but no payload frame", f->hidden);
-        CHECK(f->n_tokens == f->n_rows, "forward without a tensor must carry %u tokens, has %zu",
-              f->n_rows, f->n_tokens);
-    }
-    CHECK(f->layer_begin < SW_WIRE_MAX_LAYERS, "forward.layer_begin %u >= %d", f->layer_begin,
-          SW_WIRE_MAX_LAYERS);
-    CHECK(f->n_ctx == 0 || (f->n_ctx <= SW_WIRE_MAX_POS && f->n_ctx >= f->start_pos + f->n_rows),
-          "forward.n_ctx %u does not hold rows [%u, %u + %u)", f->n_ctx, f->start_pos, f->start_pos,
-          f->n_rows);
-    /* A prefix from the stages' caches: a new session's prefill that starts
-     * after it, in whole blocks, with the prefix's tokens. */
-    CHECK(f->prefix_len <= SW_WIRE_MAX_PREFIX && f->prefix_len % SW_PREFIX_BLOCK == 0,
-          "forward.prefix_len %u is not a multiple of %d up to %u", f->prefix_len, SW_PREFIX_BLOCK,
-          (unsigned)SW_WIRE_MAX_PREFIX);
-    CHECK(f->n_prefix_tokens == f->prefix_len, "forward has %zu prefix_tokens for prefix_len %u",
-          f->n_prefix_tokens, f->prefix_len);
-    CHECK(!f->prefix_len || (f->kv_keep == f->prefix_len && f->start_pos == f->prefix_len &&
-                             k == 0 && f->n_kv_path == 0),
-          "forward.prefix_len %u with kv_keep %u, start_pos %u, %zu drafts: a prefix starts a "
-          "prefill",
-          f->prefix_len, f->kv_keep, f->start_pos, k);
-    if ((rc =
-             s_tokens("forward.prefix_tokens", f->prefix_tokens, f->n_prefix_tokens, err, err_len)))
-        return rc;
-    if ((rc = s_route("forward.route", f->route, f->n_route, 1, err, err_len)))
-        return rc;
-    CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
-    /* spot checks: one running digest per stage passed (the receiver adds its own) */
-    CHECK(f->n_hop_digests < SW_WIRE_MAX_ROUTE && f->n_hop_digests <= f->hop,
-          "forward has %zu hop_digests at hop %u (at most one per earlier stage, < %d)",
-          f->n_hop_digests, f->hop, SW_WIRE_MAX_ROUTE);
-    if ((rc = s_name("forward.reply_to", f->reply_to, 1, err, err_len)))
-        return rc;
-    return s_timing(f->timing, f->n_timing, err, err_len);
-}
-
-static int s_verdict(const Shardwire__Verdict *v, char *err, size_t err_len)
-{
-    CHECK(v != NULL, "verdict missing");
-    CHECK(v->session_id != 0, "verdict.session_id is 0");
-    CHECK(v->n_accepted <= SW_WIRE_MAX_DRAFT, "verdict.n_accepted %u > %d", v->n_accepted,
-          SW_WIRE_MAX_DRAFT);
-    CHECK(v->n_tokens == (size_t)v->n_accepted + 1,
-          "verdict has %zu tokens, n_accepted %u needs %u", v->n_tokens, v->n_accepted,
-          v->n_accepted + 1);
-    int rc = s_tokens("verdict.tokens", v->tokens, v->n_tokens, err, err_len);
-    if (rc)
-        return rc;
-    CHECK(v->next_token == v->tokens[v->n_accepted], "verdict.next_token %u != tokens[%u] = %u",
-          v->next_token, v->n_accepted, v->tokens[v->n_accepted]);
-    CHECK(v->n_path == 0 || v->n_path == v->n_accepted,
-          "verdict has %zu path entries for %u drafts", v->n_path, v->n_accepted);
-    for (size_t j = 0; j < v->n_path; j++)
-        CHECK(v->path[j] >= 1 && v->path[j] <= SW_WIRE_MAX_DRAFT &&
-                  (j == 0 || v->path[j] > v->path[j - 1]),
-              "verdict.path[%zu] = %u (must increase, in 1..%d)", j, v->path[j], SW_WIRE_MAX_DRAFT);
-    CHECK(v->n_hop_digests < SW_WIRE_MAX_ROUTE, "verdict has %zu hop_digests (max %d)",
-          v->n_hop_digests, SW_WIRE_MAX_ROUTE - 1);
-    return s_timing(v->timing, v->n_timing, err, err_len);
-}
-
 static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err_len)
 {
     int rc;
     CHECK(g != NULL, "generate missing");
-    if ((rc = s_name("generate.request_id", g->request_id, 1, err, err_len)))
+    if ((rc = sw_pb_check_name("generate.request_id", g->request_id, 1, err, err_len)))
         return rc;
-    if ((rc = s_name("generate.tenant", g->tenant, 0, err, err_len)))
+    if ((rc = sw_pb_check_name("generate.tenant", g->tenant, 0, err, err_len)))
         return rc;
-    size_t plen = s_strlen_max(g->prompt, SW_WIRE_MAX_PROMPT_BYTES);
+    size_t plen = sw_pb_strlen_max(g->prompt, SW_WIRE_MAX_PROMPT_BYTES);
     CHECK(plen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.prompt longer than %u bytes",
           SW_WIRE_MAX_PROMPT_BYTES);
     CHECK(g->n_prompt_tokens <= SW_WIRE_MAX_PROMPT_TOKENS,
@@ -496,26 +159,26 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
     for (size_t i = 0; i < g->n_messages; i++) {
         const Shardwire__ChatMessage *m = g->messages[i];
         CHECK(m != NULL, "generate.messages[%zu] missing", i);
-        size_t rl = s_strlen_max(m->role, 17);
+        size_t rl = sw_pb_strlen_max(m->role, 17);
         CHECK(rl >= 1 && rl <= 16, "generate.messages[%zu].role not 1..16 bytes", i);
-        mlen += s_strlen_max(m->content, SW_WIRE_MAX_PROMPT_BYTES + 1);
+        mlen += sw_pb_strlen_max(m->content, SW_WIRE_MAX_PROMPT_BYTES + 1);
         CHECK(mlen <= SW_WIRE_MAX_PROMPT_BYTES, "generate.messages longer than %u bytes",
               SW_WIRE_MAX_PROMPT_BYTES);
     }
     CHECK((plen > 0) + (g->n_prompt_tokens > 0) + (g->n_messages > 0) == 1,
           "generate needs exactly one of prompt, prompt_tokens and messages");
-    if ((rc = s_tokens("generate.prompt_tokens", g->prompt_tokens, g->n_prompt_tokens, err,
-                       err_len)))
+    if ((rc = sw_pb_check_tokens("generate.prompt_tokens", g->prompt_tokens, g->n_prompt_tokens,
+                                 err, err_len)))
         return rc;
     CHECK(g->n_predict >= 1 && g->n_predict <= SW_WIRE_MAX_POS,
           "generate.n_predict %u not in 1..%u", g->n_predict, SW_WIRE_MAX_POS);
     CHECK(g->n_resume_tokens < g->n_predict,
           "generate has %zu resume tokens, not fewer than n_predict %u", g->n_resume_tokens,
           g->n_predict);
-    if ((rc = s_tokens("generate.resume_tokens", g->resume_tokens, g->n_resume_tokens, err,
-                       err_len)))
+    if ((rc = sw_pb_check_tokens("generate.resume_tokens", g->resume_tokens, g->n_resume_tokens,
+                                 err, err_len)))
         return rc;
-    if ((rc = s_sampling(g->sampling, err, err_len)))
+    if ((rc = sw_pb_check_sampling(g->sampling, err, err_len)))
         return rc;
     if (g->draft) {
         CHECK(g->draft->mode >= SHARDWIRE__DRAFT_MODE__DRAFT_AUTO &&
@@ -523,7 +186,7 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
               "generate.draft.mode %d unknown", (int)g->draft->mode);
         CHECK(g->draft->n_draft <= SW_WIRE_MAX_DRAFT, "generate.draft.n_draft %u > %d",
               g->draft->n_draft, SW_WIRE_MAX_DRAFT);
-        CHECK(s_upto(g->draft->p_min, 1.0f), "generate.draft.p_min not in [0, 1]");
+        CHECK(sw_pb_upto(g->draft->p_min, 1.0f), "generate.draft.p_min not in [0, 1]");
         CHECK(g->draft->tree <= SW_WIRE_MAX_DRAFT, "generate.draft.tree %u > %d", g->draft->tree,
               SW_WIRE_MAX_DRAFT);
         CHECK(g->draft->ahead >= SHARDWIRE__DRAFT_AHEAD__AHEAD_DEFAULT &&
@@ -533,7 +196,7 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
     CHECK(g->n_stop <= SW_WIRE_MAX_STOP, "generate has %zu stop strings (max %d)", g->n_stop,
           SW_WIRE_MAX_STOP);
     for (size_t i = 0; i < g->n_stop; i++) {
-        size_t n = s_strlen_max(g->stop[i], SW_WIRE_MAX_STOP_LEN);
+        size_t n = sw_pb_strlen_max(g->stop[i], SW_WIRE_MAX_STOP_LEN);
         CHECK(n >= 1 && n <= SW_WIRE_MAX_STOP_LEN, "generate.stop[%zu] not 1..%d bytes", i,
               SW_WIRE_MAX_STOP_LEN);
     }
@@ -543,12 +206,12 @@ static int s_generate(const Shardwire__GenerateRequest *g, char *err, size_t err
 static int s_token_chunk(const Shardwire__TokenChunk *c, char *err, size_t err_len)
 {
     CHECK(c != NULL, "token_chunk missing");
-    int rc = s_name("token_chunk.request_id", c->request_id, 1, err, err_len);
+    int rc = sw_pb_check_name("token_chunk.request_id", c->request_id, 1, err, err_len);
     if (rc)
         return rc;
     CHECK(c->n_tokens <= SW_WIRE_MAX_CHUNK_TOKENS, "token_chunk has %zu tokens (max %d)",
           c->n_tokens, SW_WIRE_MAX_CHUNK_TOKENS);
-    if ((rc = s_tokens("token_chunk.tokens", c->tokens, c->n_tokens, err, err_len)))
+    if ((rc = sw_pb_check_tokens("token_chunk.tokens", c->tokens, c->n_tokens, err, err_len)))
         return rc;
     CHECK(c->text.len <= SW_WIRE_MAX_CHUNK_TEXT, "token_chunk.text has %zu bytes (max %u)",
           c->text.len, SW_WIRE_MAX_CHUNK_TEXT);
@@ -581,11 +244,11 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
           "error.code %d unknown", (int)e->code);
     CHECK(e->queue_position <= SW_WIRE_MAX_QUEUE, "error.queue_position %u > %d", e->queue_position,
           SW_WIRE_MAX_QUEUE);
-    if ((rc = s_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))
+    if ((rc = sw_pb_check_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))
         return rc;
-    if ((rc = s_name("error.request_id", e->request_id, 0, err, err_len)))
+    if ((rc = sw_pb_check_name("error.request_id", e->request_id, 0, err, err_len)))
         return rc;
-    return s_name("error.dest", e->dest, 0, err, err_len);
+    return sw_pb_check_name("error.dest", e->dest, 0, err, err_len);
 }
 
 static int s_check_plan_assign(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -594,7 +257,7 @@ static int s_check_plan_assign(const Shardwire__Envelope *env, int has_payload, 
     (void)has_payload, (void)payload_len;
     const Shardwire__PlanAssign *p = env->plan_assign;
     CHECK(p != NULL, "plan_assign missing");
-    int rc = s_fingerprint(p->model_fingerprint, err, err_len);
+    int rc = sw_pb_check_fingerprint(p->model_fingerprint, err, err_len);
     if (rc)
         return rc;
     CHECK(p->n_layers >= 2 && p->n_layers <= SW_WIRE_MAX_LAYERS,
@@ -620,7 +283,7 @@ static int s_check_announce_ack(const Shardwire__Envelope *env, int has_payload,
     (void)has_payload, (void)payload_len;
     CHECK(env->announce_ack != NULL, "announce_ack missing");
     CHECK(env->announce_ack->heartbeat_ms <= 3600000, "announce_ack.heartbeat_ms too large");
-    return s_name("announce_ack.name", env->announce_ack->name, 1, err, err_len);
+    return sw_pb_check_name("announce_ack.name", env->announce_ack->name, 1, err, err_len);
 }
 
 static int s_check_status_query(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -645,7 +308,7 @@ static int s_check_peer_table(const Shardwire__Envelope *env, int has_payload, s
         if (rc)
             return rc;
         const char *fp = t->peers[i]->key_fp;
-        size_t fl = s_strlen_max(fp, SW_WIRE_KEY_FP_LEN);
+        size_t fl = sw_pb_strlen_max(fp, SW_WIRE_KEY_FP_LEN);
         CHECK(fl == 0 || sw_wire_key_fp_ok(fp, fl),
               "peer_table.peers[%zu].key_fp is not %d lower-case hex digits", i,
               SW_WIRE_KEY_FP_LEN);
@@ -663,11 +326,11 @@ static int s_check_session_open(const Shardwire__Envelope *env, int has_payload,
     CHECK(o->session_id != 0, "session_open.session_id is 0");
     CHECK(o->n_ctx >= 1 && o->n_ctx <= SW_WIRE_MAX_POS, "session_open.n_ctx %u not in 1..%u",
           o->n_ctx, SW_WIRE_MAX_POS);
-    if ((rc = s_fingerprint(o->model_fingerprint, err, err_len)))
+    if ((rc = sw_pb_check_fingerprint(o->model_fingerprint, err, err_len)))
         return rc;
-    if ((rc = s_route("session_open.route", o->route, o->n_route, 1, err, err_len)))
+    if ((rc = sw_pb_check_route("session_open.route", o->route, o->n_route, 1, err, err_len)))
         return rc;
-    return s_sampling(o->sampling, err, err_len);
+    return sw_pb_check_sampling(o->sampling, err, err_len);
 }
 
 static int s_check_session_close(const Shardwire__Envelope *env, int has_payload,
@@ -676,20 +339,7 @@ static int s_check_session_close(const Shardwire__Envelope *env, int has_payload
     (void)has_payload, (void)payload_len;
     CHECK(env->session_close != NULL, "session_close missing");
     CHECK(env->session_close->session_id != 0, "session_close.session_id is 0");
-    return s_text("session_close.reason", env->session_close->reason, 256, err, err_len);
-}
-
-static int s_check_forward(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
-                           char *err, size_t err_len)
-{
-    return s_forward(env->forward, has_payload, payload_len, err, err_len);
-}
-
-static int s_check_verdict(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
-                           char *err, size_t err_len)
-{
-    (void)has_payload, (void)payload_len;
-    return s_verdict(env->verdict, err, err_len);
+    return sw_pb_check_text("session_close.reason", env->session_close->reason, 256, err, err_len);
 }
 
 static int s_check_generate(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -718,10 +368,10 @@ static int s_check_cancel(const Shardwire__Envelope *env, int has_payload, size_
 {
     (void)has_payload, (void)payload_len;
     CHECK(env->cancel != NULL, "cancel missing");
-    int rc = s_name("cancel.request_id", env->cancel->request_id, 1, err, err_len);
+    int rc = sw_pb_check_name("cancel.request_id", env->cancel->request_id, 1, err, err_len);
     if (rc)
         return rc;
-    return s_text("cancel.reason", env->cancel->reason, 256, err, err_len);
+    return sw_pb_check_text("cancel.reason", env->cancel->reason, 256, err, err_len);
 }
 
 static int s_check_resume(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -731,7 +381,7 @@ static int s_check_resume(const Shardwire__Envelope *env, int has_payload, size_
     CHECK(env->resume != NULL, "resume missing");
     CHECK(env->resume->from_index <= SW_WIRE_MAX_POS, "resume.from_index %u > %u",
           env->resume->from_index, SW_WIRE_MAX_POS);
-    return s_name("resume.request_id", env->resume->request_id, 1, err, err_len);
+    return sw_pb_check_name("resume.request_id", env->resume->request_id, 1, err, err_len);
 }
 
 static int s_check_progress(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -751,7 +401,7 @@ static int s_check_progress(const Shardwire__Envelope *env, int has_payload, siz
           "progress: %u positions through every stage, %u "
           "through the head",
           p->prompt_finished, p->prompt_done);
-    return s_name("progress.request_id", p->request_id, 1, err, err_len);
+    return sw_pb_check_name("progress.request_id", p->request_id, 1, err, err_len);
 }
 
 static int s_check_prefill_ack(const Shardwire__Envelope *env, int has_payload, size_t payload_len,
@@ -787,7 +437,7 @@ static int s_check_spot_report(const Shardwire__Envelope *env, int has_payload, 
         CHECK(r->nodes[i]->avoid_s <= SW_WIRE_MAX_SPOT_AVOID_S,
               "spot_report.nodes[%zu].avoid_s %u > %d", i, r->nodes[i]->avoid_s,
               SW_WIRE_MAX_SPOT_AVOID_S);
-        int rc = s_name("spot_report.nodes.name", r->nodes[i]->name, 1, err, err_len);
+        int rc = sw_pb_check_name("spot_report.nodes.name", r->nodes[i]->name, 1, err, err_len);
         if (rc)
             return rc;
     }
@@ -826,9 +476,9 @@ static const struct s_type {
     [SW_MSG_SESSION_CLOSE] = {SHARDWIRE__ENVELOPE__BODY_SESSION_CLOSE, "session_close",
                               SW_WIRE_CH_CLUSTER, 0, s_check_session_close},
     [SW_MSG_FORWARD] = {SHARDWIRE__ENVELOPE__BODY_FORWARD, "forward", SW_WIRE_CH_CLUSTER, 1,
-                        s_check_forward},
+                        sw_pb_check_forward},
     [SW_MSG_VERDICT] = {SHARDWIRE__ENVELOPE__BODY_VERDICT, "verdict", SW_WIRE_CH_CLUSTER, 0,
-                        s_check_verdict},
+                        sw_pb_check_verdict},
     [SW_MSG_GENERATE] = {SHARDWIRE__ENVELOPE__BODY_GENERATE, "generate", SW_WIRE_CH_ACCESS, 0,
                          s_check_generate},
     [SW_MSG_TOKEN_CHUNK] = {SHARDWIRE__ENVELOPE__BODY_TOKEN_CHUNK, "token_chunk", SW_WIRE_CH_ACCESS,

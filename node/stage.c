@@ -237,7 +237,7 @@ void node_stage_step(node_t *n, double now)
  * (never to a reply_to that could aim them at a bystander).
  */
 
-/* The message must be meant for this stage and fit it (net/wire_check.c has checked
+/* The message must be meant for this stage and fit it (net/wire_check_round.c has checked
  * the limits and that the payload matches dtype x [n_rows, hidden]), and
  * come from the route's previous hop. */
 static int s_check_meant(node_t *n, const sw_wire_msg_t *msg, const sw_msg_forward_t *f)
@@ -450,7 +450,8 @@ static int s_prefix_take(node_t *n, node_session_t *s, const sw_msg_forward_t *f
 {
     const int L = (int)f->prefix_len;
     char ns[SW_PREFIX_NS_LEN + 1], err[256] = "";
-    const int32_t *toks = (const int32_t *)f->prefix_tokens; // token ids < 2^22 (net/wire_check.c)
+    const int32_t *toks =
+        (const int32_t *)f->prefix_tokens; // token ids < 2^22 (net/wire_check_round.c)
     const double t0 = sw_now_ms();
     int ok = n->prefix && s_prefix_ns(f, ns, sizeof ns) == 0 && sw_kv_truncate(s->kv, 0) == 0 &&
              L < sw_kv_capacity(s->kv) && sw_prefix_find(n->prefix, ns, toks, L, L) == L &&

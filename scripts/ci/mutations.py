@@ -250,8 +250,8 @@ CLAIMS = [
      {"targets": [],  # fuzz.sh builds build-fuzz/ (minutes when it is not there yet)
       "cmd": ["bash", "scripts/ci/fuzz.sh"], "est_s": 600},
      {"SW_FUZZ_ONLY": "fuzz_gguf", "SW_FUZZ_SECONDS": "60"}),
-    ("hop-bound: a Forward's hop not bounded by its route, in the decoder (wire_check.c) and at the stage",
-     ["net/wire_check.c", "node/stage.c"],
+    ("hop-bound: a Forward's hop not bounded by its route, in the decoder (wire_check_round.c) and at the stage",
+     ["net/wire_check_round.c", "node/stage.c"],
      ["    CHECK(f->hop < f->n_route, \"forward.hop %u outside a route of %zu stages\", f->hop, f->n_route);",
       "        f->hop >= f->n_route || strcmp(f->route[f->hop], sw_peer_name(n->peer)) != 0) {"],
      ["    (void)0;",

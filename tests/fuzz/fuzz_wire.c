@@ -1,5 +1,6 @@
 /*
- * fuzz_wire.c - libFuzzer target over the wire decoder (net/wire_check.c).
+ * fuzz_wire.c - libFuzzer target over the wire decoder (net/wire_check.c,
+ * net/wire_check_round.c).
  *
  * Input layout: byte 0 bit 0 = a payload frame is present; bytes 1..4 = its
  * length (little endian); the rest is the header frame. Whatever decodes

@@ -400,8 +400,8 @@ static void s_test_forward(void)
     static const uint32_t drafts[3] = {101, 102, 103};
     static const float probs[3] = {0.5f, 0.25f, 0.125f};
     static const uint32_t parents[3] = {0, 0, 1};
-    static const uint32_t d0_tok[2] = {101, 7}, d2_tok[1] = {103};
-    static const float d0_p[2] = {0.5f, 0.3f}, d2_p[1] = {0.125f};
+    static const uint32_t d0_tok[2] = {101, 102}, d2_tok[1] = {103}; /* draft 1 is drawn from d0 */
+    static const float d0_p[2] = {0.5f, 0.25f}, d2_p[1] = {0.125f};
     static const uint32_t kv_path[2] = {0, 2};
     uint16_t tensor[ROWS * HIDDEN];
     for (int i = 0; i < ROWS * HIDDEN; i++)

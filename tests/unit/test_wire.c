@@ -997,6 +997,8 @@ static void test_forward_tree(void)
     x.f.n_draft_parents = 3;
     x.f.draft_parents = parents;
     x.d[1].n_tokens = x.d[1].n_probs = 0; // a later sibling: its first sibling's q applies
+    x.dist_tok[0][1] = x.drafts[1];       // which gives it 1 - 0.5
+    x.probs[1] = 0.5f;
     x.f.kv_path_from = 90;
     x.f.n_kv_path = 2;
     x.f.kv_path = kv_path;
@@ -1055,6 +1057,74 @@ static void test_forward_tree(void)
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED); // from without a path
     x.f.kv_path_from = 0;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+}
+
+/* Issue 40: a Forward's draft_probs and draft_dists held to the rule of the one stage that
+ * reads them, the tail's verifier (engine/verify.c): what it would refuse with ERR_BAD_REQUEST
+ * (or ignore) is malformed at the first hop, and what the head sends passes. */
+static void test_forward_draft_q(void)
+{
+    struct fwd_fixture x;
+    Shardwire__Envelope *out = NULL;
+    /* the head's shapes: sampled drafts with their q (the fixture), greedy or n-gram drafts
+     * without any (no probs, no dists), and point masses said as such (every prob 1) */
+    s_fwd_init(&x);
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_draft_probs = x.f.n_draft_dists = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_draft_probs = 3;
+    x.probs[0] = x.probs[1] = x.probs[2] = 1.0f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    /* without draft_dists a draft is a point mass, so its prob is 1 */
+    x.probs[1] = 0.6f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    /* draft_dists without draft_probs (the tail would ignore them) */
+    s_fwd_init(&x);
+    x.f.n_draft_probs = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    SW_CHECK_INT(s_roundtrip(&x.env, 1, FWD_BYTES, &out), SW_WIRE_EMALFORMED); // nor sent
+    SW_CHECK(out == NULL);
+    /* a prob of 0, even where its distribution says 0 too */
+    s_fwd_init(&x);
+    x.probs[0] = 0.0f;
+    x.dist_p[0][0] = 0.0f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    /* a prob its distribution does not give its draft (within SW_DRAFT_Q_TOL passes) */
+    s_fwd_init(&x);
+    x.probs[1] = 0.3f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.probs[1] = 0.6f + 5e-5f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.dist_tok[2][0] = 9; // draft 2 not among its distribution's tokens: q = 0
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    /* a tree: a later sibling's prob is what its first sibling's distribution gives it */
+    s_fwd_init(&x);
+    uint32_t parents[3] = {0, 0, 1};
+    x.f.n_draft_parents = 3;
+    x.f.draft_parents = parents;
+    x.d[1].n_tokens = x.d[1].n_probs = 0;
+    x.dist_tok[0][1] = x.drafts[1]; // 1 - 0.5
+    x.probs[1] = 0.5f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.probs[1] = 0.6f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.d[1].n_tokens = x.d[1].n_probs = 2; // its own gives 0.6, but the verifier reads draft 0's
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.probs[1] = 0.5f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    /* the head's tree rounds carry no q; point masses pass too, other probs do not */
+    x.f.n_draft_probs = x.f.n_draft_dists = 0;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.n_draft_probs = 3;
+    x.probs[0] = x.probs[1] = x.probs[2] = 1.0f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.probs[2] = 0.7f;
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    /* a round without drafts carries neither */
+    s_fwd_init(&x);
+    x.f.n_draft_tokens = x.f.n_draft_probs = x.f.n_draft_dists = 0;
+    x.f.n_rows = x.f.n_tokens = 1;
+    SW_CHECK_INT(s_check(&x.env, 1, 8 * 2), SW_WIRE_OK);
 }
 
 /* Version 7: the placement fields of PeerAnnounce and PlanAssign, each bound. */
@@ -1293,6 +1363,7 @@ int main(void)
     test_hop_digests();
     test_forward_refusals();
     test_forward_tree();
+    test_forward_draft_q();
     test_other_messages();
     test_remaining_messages();
     test_seed_corpus();
