@@ -302,7 +302,7 @@ _Static_assert(SW_GATEWAY_DEFAULT_PER_IP <= SW_GATEWAY_DEFAULT_PER_PREFIX &&
 
 /*
  * The one set of sampling defaults: `run` and `generate` sample with these
- * (README, "Sampling"): llama.cpp's temperature, top-k, top-p and min-p,
+ * (docs/usage.md, "Sampling"): llama.cpp's temperature, top-k, top-p and min-p,
  * Ollama's repetition penalty and its window, and a fixed seed (the same
  * request gives the same text). The HTTP API takes the same values but the
  * penalty (SW_SAMPLING_HTTP_REP_PENALTY below) and draws a seed per request.

@@ -1,6 +1,6 @@
 /*
  * connect.c - the relay connection of the commands that talk to a cluster
- * (run, status, plan; cmds.h): the keys loaded from the security flags, and
+ * (run, status, plan, serve's gateway; cmds.h): the keys loaded from the security flags, and
  * the join retried for --connect-timeout-s (default
  * SW_CLIENT_DEFAULT_CONNECT_S; 0 = no limit), one progress line while it waits, so that a
  * client started before the relay keeps trying.

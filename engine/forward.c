@@ -652,7 +652,7 @@ static int s_chunk_logits(sw_model_t *m, const sw_forward_t *fs, const s_chunk_t
 
 /* The last stage drops the rows of chunk ch before logit_row0 after the
  * last layer's attention, as llama.cpp does with inp_out_ids, when the chunk
- * holds one session and is not replayed from a graph (*x_out, the view of the
+ * holds one session and is not a step the backend records as a graph (*x_out, the view of the
  * last device's x on the rows kept, is made per chunk; NULL when no row or
  * every row is dropped). */
 static int s_drop_rows(sw_model_t *m, s_chunk_t *ch, int logit_row0, sw_buf_t **x_out,

@@ -1,6 +1,6 @@
 /*
- * quant_impl.h - private to the engine's quant files (quant.c, the kernel
- * files quant_*.c) and kv.c: the GGML block layouts
+ * quant_impl.h - private to the engine: its quant files (quant.c, the kernel
+ * files quant_*.c), and kv.c and cpu/attention_cpu.c for the q8_0 KV cache: the GGML block layouts
  * as C structs and the kernel table that start-up dispatch fills.
  *
  * Every block struct has exactly GGML's size and field order (static_asserts

@@ -1,8 +1,9 @@
 /*
  * peer_impl.h - the inside of a sw_peer_t (peer.h), shared by peer.c (the
- * peer: announce, receive, send, the choice of relay) and link.c (one relay
- * link: its socket, monitor events, silence check, start-up probes). link.c
- * never calls into peer.c.
+ * peer: announce, receive, send, the choice of relay), link.c (one relay
+ * link: its socket, monitor events, silence check, start-up probes) and
+ * direct.c (direct links, which use link.c's helpers). link.c never calls
+ * into peer.c.
  */
 #ifndef SW_PEER_IMPL_H
 #define SW_PEER_IMPL_H

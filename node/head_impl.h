@@ -134,6 +134,8 @@ typedef struct head_sess {
     int send_row;                            // its rows computed and sent so far
     int send_chunks;                         // its Forwards so far
     uint64_t send_round;                     // its round number
+    uint64_t replay_round0;                  // the round number the last prefill (replayed or
+                                             // not) went under: later ones are its replay's
     sw_round_t send_r;                       // its rows (pointing into rec)
     sw_draft_q_t send_q[SW_MAX_DRAFT];       // and draft distributions
     int32_t send_tp[SW_MAX_DRAFT + 1];       // tree rounds: the slot each row hangs under

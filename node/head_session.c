@@ -155,6 +155,14 @@ static void s_commit(node_t *n, head_sess_t *s, sw_verdict_t *v, double now)
     n->head->busy = 1;
 }
 
+/* A slow round is not a lost one: the timeout and the route check count from the last sign
+ * that the round, or the replay's window, moves (docs/fault-tolerance.md, "Slow is not gone"). */
+static void s_moves(node_t *n, head_sess_t *s, double now)
+{
+    s->t_limit = now + n->o.round_timeout_ms;
+    s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
+}
+
 void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
@@ -176,8 +184,13 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
         return;
     }
     const double now = sw_now_ms();
-    if (!node_recover_verdict(s->rec, vd->round, now))
-        return; // a replayed round's, or an attempt that failed
+    const int stalled = node_recover_stalled(s->rec);
+    /* not to commit: a replayed round's, or a failed attempt's */
+    if (!node_recover_verdict(s->rec, vd->round, now)) {
+        if (stalled && vd->round >= s->replay_round0)
+            s_moves(n, s, now); // the window's rounds go through: slow is not gone
+        return;
+    }
     head_proven_add(h, &s->route, now);
     if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
         head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
@@ -242,13 +255,23 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
         if (h->sess[i].state == HEAD_RUN && h->sess[i].id == a->session_id)
             s = &h->sess[i];
     /* only the route's tail speaks for the round in flight (a shadow's or a stale ack: none) */
-    if (!s || s->route.n < 2 || strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0 ||
-        a->round != s->send_round) {
-        SW_DEBUG("prefill ack of session %016llx round %llu from %s: not the round in flight",
+    if (!s || s->route.n < 2 || strcmp(msg->peer, s->route.names[s->route.n - 1]) != 0) {
+        SW_DEBUG("prefill ack of session %016llx round %llu from %s: not its route's tail",
                  (unsigned long long)a->session_id, (unsigned long long)a->round, msg->peer);
         return;
     }
     const double now = sw_now_ms();
+    if (a->round != s->send_round) {
+        /* the replayed prompt's, while the replay's window waits: it moves */
+        if (node_recover_stalled(s->rec) && a->round >= s->replay_round0) {
+            node_recover_progress(s->rec, now);
+            s_moves(n, s, now);
+        } else {
+            SW_DEBUG("prefill ack of session %016llx round %llu: not the round in flight",
+                     (unsigned long long)a->session_id, (unsigned long long)a->round);
+        }
+        return;
+    }
     if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
         s->prompt_finished = (int)a->done;
     head_sched_ack(n, s, a->done, now); // the prompt's next pieces may go (head_sched.c)
@@ -256,12 +279,8 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     SW_DEBUG("prefill ack of session %016llx: %u positions through every stage (%s)",
              (unsigned long long)s->id, a->done,
              node_recover_waiting(s->rec) ? "the round's deadline moves" : "still sending");
-    if (node_recover_waiting(s->rec) || node_recover_stalled(s->rec)) {
-        /* A slow round is not a lost one: the timeout and the route check count from the
-         * last sign that it moves (docs/fault-tolerance.md, "Slow is not gone"). */
-        s->t_limit = now + n->o.round_timeout_ms;
-        s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
-    }
+    if (node_recover_waiting(s->rec) || node_recover_stalled(s->rec))
+        s_moves(n, s, now);
 }
 
 int head_leave_relay(node_t *n, int link, const char *why, double now)
@@ -551,7 +570,7 @@ static int s_public_len(const node_head_t *h, const head_sess_t *s)
 
 /* The namespace of s's prompts in the head's prefix cache: its tenant (issue
  * 35, finding 3). A prefix is reused only for the client key (the
- * fingerprint the relay authenticated; its name without keys) that sent it,
+ * fingerprint the relay authenticated) that sent it,
  * so neither `prefix_reused` nor the time to the first token tells one
  * tenant what another sent. (The stages need no namespace of their own: they
  * restore only the prefix the head asks for, which the head found in the
@@ -727,8 +746,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         s->send_idx = idx;
         s->send_row = s->send_chunks = 0;
         s->send_round = ++s->round_no;
-        if (idx == 0)
+        if (idx == 0) {
+            s->replay_round0 = s->send_round;
             s_prefix_start(n, s, now);
+        }
         return 1;
     case NODE_REC_ROUTE:
         s->want_route = 1;
