@@ -12,7 +12,12 @@
  *    heartbeat intervals, and comes back by itself after SIGCONT;
  *  - a long prefill on a single compute thread does not starve the
  *    heartbeats (ZMTP heartbeats run in libzmq's I/O thread): the tail is
- *    never dropped and the head never has to recover.
+ *    never dropped and the head never has to recover;
+ *  - a stage that freed a session on its own (idle timeout) takes the
+ *    head's replay of it;
+ *  - a replay whose window waits: the tail it goes to is killed in the
+ *    window (the route check and the round timeout run then), and a slow
+ *    tail's window longer than --round-timeout-ms is not taken for a loss.
  *
  * The relay runs with --heartbeat-ms 200 (dead after 5 x 200 ms of silence).
  */
