@@ -218,6 +218,7 @@ static int s_forward(const Shardwire__Forward *f, int has_payload, size_t payloa
     if ((rc = sw_pb_check_route("forward.route", f->route, f->n_route, 1, err, err_len)))
         return rc;
     CHECK(f->hop < f->n_route, "forward.hop %u outside a route of %zu stages", f->hop, f->n_route);
+    CHECK(f->hop >= 1, "forward.hop 0: a Forward goes to a stage after the head (hop 1 or more)");
     /* spot checks: one running digest per stage passed (the receiver adds its own) */
     CHECK(f->n_hop_digests < SW_WIRE_MAX_ROUTE && f->n_hop_digests <= f->hop,
           "forward has %zu hop_digests at hop %u (at most one per earlier stage, < %d)",

@@ -65,9 +65,12 @@ enum head_spot_rank { HEAD_SPOT_OK = 0, HEAD_SPOT_DISPUTED = 1, HEAD_SPOT_CONVIC
 typedef struct head_route {
     int n; // stages, head included
     char names[SW_WIRE_MAX_ROUTE][SW_WIRE_NAME_MAX + 1];
-    int n_ctx;  // positions a session may reach on it: the smallest context of its stages
-                // (PeerAnnounce.n_ctx; this head's own when none is smaller)
-    int ctx_at; // the stage that has it (0: the head)
+    int n_ctx;    // positions a session may reach on it: the smallest context of its stages
+                  // (PeerAnnounce.n_ctx; this head's own when none is smaller)
+    int ctx_at;   // the stage that has it (0: the head)
+    int cut_free; // 1: every stage, the head too, computes a prompt window's bits however it is
+                  // cut (a dense model on CPUs: sw_prefix_align), so the head may send it in
+                  // pieces; 0 (a GPU or a mixture of experts on it): windows go whole
 } head_route_t;
 
 /* The digests of one round of a spot-checked session, from each copy's verdict. */

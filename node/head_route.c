@@ -16,6 +16,7 @@
 
 #include "head_impl.h"
 #include "log.h"
+#include "prefix.h"
 
 #define S_STATUS_MS 1000       // peer-table period while sessions run or wait
 #define S_STATUS_LOST_MS 3000  // a status query unanswered this long is asked again
@@ -131,6 +132,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     snprintf(r->names[0], sizeof r->names[0], "%s", sw_peer_name(n->peer));
     r->n = 1;
     r->n_ctx = n->o.n_ctx;
+    r->cut_free = sw_prefix_align(n->model) < SW_MODEL_PROMPT_WINDOW;
     const uint32_t L = (uint32_t)n->hp->n_layer;
     const int need_key = s_need_key(n);
     uint32_t at = (uint32_t)sw_model_layer_end(n->model);
@@ -208,6 +210,8 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             r->n_ctx = (int)pick->announce.n_ctx;
             r->ctx_at = r->n;
         }
+        if (strncmp(pick->announce.backend, "cpu", 3) != 0) // a device: its cut matters
+            r->cut_free = 0;
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
         at = pick->announce.layer_end;
     }

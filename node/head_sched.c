@@ -126,7 +126,7 @@ static int s_prompt_rows(const head_sess_t *s)
 int head_sched_rows(const node_t *n, const head_sess_t *s)
 {
     const node_head_t *h = n->head;
-    if (!h->pieces || !s_prompt_rows(s))
+    if (!h->pieces || !s->route.cut_free || !s_prompt_rows(s))
         return 0;
     const int others = h->n_active > 1 || h->q_len > 0;
     return node_sched_piece_rows(h->w_ms, s->piece_rows, s->piece_ms,
@@ -199,7 +199,7 @@ static int s_window(const head_sess_t *s)
 
 int head_sched_may_send(const node_t *n, const head_sess_t *s, double now)
 {
-    if (!n->head->pieces || !s_prompt_rows(s) || s->send_chunks == 0)
+    if (!n->head->pieces || !s->route.cut_free || !s_prompt_rows(s) || s->send_chunks == 0)
         return 1;
     const uint32_t acked = s->ack_round == s->send_round ? s->acked : 0;
     int out = 0; // pieces of this round sent and not acknowledged

@@ -187,8 +187,13 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     const int stalled = node_recover_stalled(s->rec);
     /* not to commit: a replayed round's, or a failed attempt's */
     if (!node_recover_verdict(s->rec, vd->round, now)) {
-        if (stalled && vd->round >= s->replay_round0)
+        /* a replayed round's while the replay's window, or the current round behind it,
+         * waits: the replay moves (its round timeout, and recovery's give-up clock) */
+        if ((stalled || node_recover_waiting(s->rec)) && node_recover_replaying(s->rec) &&
+            vd->round >= s->replay_round0) {
+            node_recover_progress(s->rec, now);
             s_moves(n, s, now); // the window's rounds go through: slow is not gone
+        }
         return;
     }
     head_proven_add(h, &s->route, now);
@@ -375,7 +380,8 @@ int head_chunk_rows(const node_t *n, const head_sess_t *s)
     /* A mixture of experts counts a window's rows per expert: its windows go whole. A prompt
      * that shares the pipeline goes in the fair queue's pieces (head_sched.c). */
     return node_chunk_rows(s->send_row, r->n - s->send_row, s->send_chunks, (uint32_t)n->hp->n_embd,
-                           r->kv_keep == 0 && r->n_draft == 0 && n->hp->n_expert == 0,
+                           r->kv_keep == 0 && r->n_draft == 0 && n->hp->n_expert == 0 &&
+                               s->route.cut_free,
                            head_sched_rows(n, s));
 }
 

@@ -471,6 +471,11 @@ int node_recover_stalled(const node_recover_t *rec)
            rec->next_send < rec->n_rounds - 1;
 }
 
+int node_recover_replaying(const node_recover_t *rec)
+{
+    return rec->replaying;
+}
+
 int node_recover_failing(const node_recover_t *rec)
 {
     return rec->failing;

@@ -101,6 +101,8 @@ int node_recover_waiting(const node_recover_t *rec);
  * head times it out and checks the route as while the current round
  * travels. */
 int node_recover_stalled(const node_recover_t *rec);
+/* 1 from a replay's start until the current round after it commits. */
+int node_recover_replaying(const node_recover_t *rec);
 /* 1 between a failure and the route being whole again. */
 int node_recover_failing(const node_recover_t *rec);
 

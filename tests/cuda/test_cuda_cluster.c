@@ -6,7 +6,9 @@
  *
  *  - two GPU nodes (--backend cuda:0, or cuda:0 and cuda:1) with f32 hidden
  *    states == one GPU process: the same tokens and the same digest of every
- *    logits row;
+ *    logits row, also for a prompt of more than 64 rows (a GPU's prompt
+ *    arithmetic depends on how a window is cut: the head sends it whole to a
+ *    route with a GPU, not in the CPU's pieces);
  *  - a GPU head and a CPU tail == one CPU process (the kernels reproduce the
  *    CPU's arithmetic, so the same tokens are expected; test_cuda_model
  *    measures any logit difference);
@@ -22,8 +24,9 @@
 
 #define N_GEN 24
 
+static char s_long[2048]; /* a prompt of more than 64 rows: see main */
 static const char *s_prompts[] = {"The capital of France is", "def add(a, b):\n    return",
-                                  "Once upon a time"};
+                                  "Once upon a time", s_long};
 #define N_PROMPTS (int)(sizeof s_prompts / sizeof s_prompts[0])
 
 /* Relay + node 0 on backend b0 with layers [0, half), node 1 on b1 with the rest. */
@@ -73,6 +76,11 @@ int main(void)
 {
     cuda_test_require_gpu();
     signal(SIGPIPE, SIG_IGN);
+    /* A prompt of more than 64 rows: a GPU's prompt path depends on how a window is cut (the
+     * exact kernel up to SW_CUDA_GEMM's 64 rows, cuBLAS above), so the head must send it as one
+     * process computes it, not in the CPU's growing pieces. */
+    for (int i = 0; i < 12; i++)
+        strcat(s_long, "The quick brown fox jumps over the lazy dog near the river bank. ");
     char paths[8][512];
     const char *tok_model = getenv("SW_CUDA_TOKENIZER_MODELS");
     if (tok_model && *tok_model)

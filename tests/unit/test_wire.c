@@ -305,6 +305,9 @@ static void test_forward_refusals(void)
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
     x.f.hop = 2;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+    x.f.hop = 0; /* the head's own place: every stage refuses it, so the first hop does */
+    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    x.f.hop = 2;
     static char bad[] = "mid 1", empty[] = "";
     x.route[1] = bad;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
