@@ -213,7 +213,9 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 /* What the head answers that starts no work (node/head_stream.c: a SpotReport, an Error for a
  * request id it does not hold or a refused request): at most this many a second per client key,
  * as many at once; the rest get no answer. So however many connections a key floods from, its
- * answers cost the head's link to the relay at most this. */
+ * answers cost the head's link to the relay at most this. The budgets live in a table of the
+ * head's session slots (base/bucket.h): more keys than slots, taking turns, share what the
+ * table refills (slots x this a second) rather than each starting full. */
 #define SW_HEAD_ANSWERS_S 20
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&

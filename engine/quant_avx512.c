@@ -1,7 +1,7 @@
 /*
  * quant_avx512.c - AVX-512 VNNI kernels for the tiled K-quant order
- * (sw_matmul_tiled: q4_K, q5_K, q6_K weights against q8_K activations, the
- * prompt windows of 8 rows or more). Compiled with -mavx512f -mavx512bw
+ * (sw_matmul_tiled: q2_K, q3_K, q4_K, q5_K, q6_K and iq4_xs weights against
+ * q8_K activations, the prompt windows of 8 rows or more). Compiled with -mavx512f -mavx512bw
  * -mavx512vl -mavx512dq -mavx512vnni; quant.c only calls in here after
  * checking the CPU (and the OS's ZMM state) at start-up.
  *

@@ -27,8 +27,8 @@
 
 #define DIRECT_BACKSTOP_MS 600000 /* libzmq's own heartbeat timeout (the kernel's says first) */
 
-/* One line for the first refusals, then at 32, 64, ...: a stream of refused dials cannot flood
- * the log. */
+/* One line for each of the first 8 refusals, then at 16, 32, 64, ...: a stream of refused dials
+ * cannot flood the log. */
 static void s_refused(sw_peer_t *p, const char *where, const char *why)
 {
     sw_direct_t *d = &p->direct;

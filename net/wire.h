@@ -64,8 +64,9 @@ enum sw_wire_rc {
     SW_WIRE_EVERSION = -2,   /* the header's version is not SW_WIRE_VERSION */
     SW_WIRE_ESOCKET = -3,    /* the ZeroMQ call failed; errno says why (EAGAIN, EINTR, ...) */
     SW_WIRE_ESEAL = -4,      /* sealing: malformed, replayed, or clear where sealed is due */
-    SW_WIRE_EKEY = -5,       /* sealed, but no cluster key held here opens it (a different
-                                cluster key, or tampered): msg->peer names the sender */
+    SW_WIRE_EKEY = -5,       /* sealed, but no key held here for its channel opens it (a
+                                different cluster or access key, or tampered): msg->peer names
+                                the sender */
 };
 
 typedef struct sw_seal sw_seal_t;

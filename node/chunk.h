@@ -23,9 +23,10 @@
 
 /* Rows of the next Forward of a round whose rows [at, at + left) are still
  * to send (left > 0), after chunks Forwards of it went; hidden: the hidden
- * state's width. prefill = 1: the prompt of a dense model (the ramp of small
- * pieces); 0: a decoding round, or a mixture of experts, whose windows go
- * whole (it counts a window's rows per expert) unless the bytes cut them.
+ * state's width. prefill = 1: the prompt of a dense model on a route of CPUs
+ * (the ramp of small pieces); 0: a decoding round, or a route whose windows
+ * go whole unless the bytes cut them (a mixture of experts counts a window's
+ * rows per expert; a GPU's prompt arithmetic depends on the cut).
  * fair > 0 (a prefill only): the rows the fair queue gives the prompt's next
  * piece (node/sched.h, node_sched_piece_rows): the piece has at most that
  * many (and the ramp's), NODE_CHUNK_START_ROWS at a window's start, any

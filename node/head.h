@@ -6,7 +6,8 @@
  * Every handler only changes state and sends; none waits. The event loop
  * (node.c) hands each message to its handler, calls node_head_step once per
  * pass and waits for the next message at most node_head_timeout ms. The head
- * calls nothing of the event loop or of the stage.
+ * calls nothing of the event loop, and of the stage only node_kv_grow (its
+ * own cache grows as a stage's does).
  *
  * Ownership: node_head_new hangs the head's state on n->head and
  * node_head_free frees it (and answers every request still open). A message

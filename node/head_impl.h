@@ -13,6 +13,8 @@
  *                   the sends, verdicts and errors, the end of a request
  *   head_route.c    routes from the relay's peer table, suspect stages,
  *                   vanished clients, the status query
+ *   head_spot.c     spot checks: shadow routes, their digests compared,
+ *                   the marks of nodes that disagree
  *   head_stream.c   what a client receives: TokenChunks (kept for Resume),
  *                   the final chunk and its stats, Errors; Resume
  *   head_sched.c    the head's part of the fair queue (sched.h): each
@@ -28,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bucket.h"
 #include "chunk.h"
 #include "codec.h"
 #include "decode.h"
@@ -274,20 +277,16 @@ struct node_head {
     uint64_t spot_sessions;        // sessions checked so far
     uint64_t spot_rounds;          // rounds compared
     uint64_t spot_mismatches;      // rounds whose copies disagreed
-    struct head_bucket {
-        char who[SW_WIRE_NAME_MAX + 1]; // a client (head_who), "" = free entry
-        double chunks;                  // chunks it may have sent again now
-        double t;                       // when last refilled (ms)
-    } * resend;                         // (n_slots) Resume budgets, one per client with requests
-    int resend_pending;                 // 1 when some session has chunks to send again
-    struct head_bucket *answer;         // (n_slots) budgets for answers that start no work, per
-                                        // client key (SW_HEAD_ANSWERS_S; head_answer_take)
-    sw_log_gate_t refused_log;          // log lines of refused requests and unsent answers
-    node_sched_t *sched;                // the fair queue of the head's batches (head_sched.c)
-    int pieces;                         // 1: prompts go in pieces (--prefill-pieces, the model)
-    double w_ms;                        // a one-row forward of the head's layers (ms, 0 = unknown)
-    double batch_ms_max;                // the longest head batch lately (decays 5 % a batch)
-    double ms_per_row;                  // and the most a row of one cost (the same way)
+    sw_bucket_t *resend;           // (n_slots) Resume budgets (chunks), per client key
+    int resend_pending;            // 1 when some session has chunks to send again
+    sw_bucket_t *answer;           // (n_slots) budgets for answers that start no work, per
+                                   // client key (SW_HEAD_ANSWERS_S; head_answer_take)
+    sw_log_gate_t refused_log;     // log lines of refused requests and unsent answers
+    node_sched_t *sched;           // the fair queue of the head's batches (head_sched.c)
+    int pieces;                    // 1: prompts go in pieces (--prefill-pieces, the model)
+    double w_ms;                   // a one-row forward of the head's layers (ms, 0 = unknown)
+    double batch_ms_max;           // the longest head batch lately (decays 5 % a batch)
+    double ms_per_row;             // and the most a row of one cost (the same way)
 };
 
 /* ---- head_stream.c: what a client receives ------------------------------------------------- */

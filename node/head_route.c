@@ -210,7 +210,8 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
             r->n_ctx = (int)pick->announce.n_ctx;
             r->ctx_at = r->n;
         }
-        if (strncmp(pick->announce.backend, "cpu", 3) != 0) // a device: its cut matters
+        /* a device, alone or in a group ("cpu (...) + cuda:0 (...)"): its cut matters */
+        if (strncmp(pick->announce.backend, "cpu", 3) != 0 || strchr(pick->announce.backend, '+'))
             r->cut_free = 0;
         snprintf(r->names[r->n++], sizeof r->names[0], "%s", pick->announce.name);
         at = pick->announce.layer_end;

@@ -89,7 +89,8 @@ int head_sched_init(node_t *n, char *err, size_t err_len)
         h->w_ms = s_probe_w(n);
     if (h->pieces)
         SW_INFO("prompts: in pieces of about %d one-row forwards (%.1f ms each), " SW_STR(
-                    NODE_SCHED_PIECE_SHARED) " while other sessions run",
+                    NODE_SCHED_PIECE_SHARED) " while other sessions run (routes with a GPU "
+                                             "stage: whole windows)",
                 n->o.prefill_pieces, h->w_ms);
     else
         SW_INFO("prompts: in chunks sized by bytes, windows of at most " SW_STR(

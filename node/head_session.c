@@ -268,7 +268,8 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     const double now = sw_now_ms();
     if (a->round != s->send_round) {
         /* the replayed prompt's, while the replay's window waits: it moves */
-        if (node_recover_stalled(s->rec) && a->round >= s->replay_round0) {
+        if ((node_recover_stalled(s->rec) || node_recover_waiting(s->rec)) &&
+            node_recover_replaying(s->rec) && a->round >= s->replay_round0) {
             node_recover_progress(s->rec, now);
             s_moves(n, s, now);
         } else {
@@ -377,8 +378,9 @@ int head_chunk_rows(const node_t *n, const head_sess_t *s)
     const sw_round_t *r = &s->send_r;
     if (s->route.n == 1)
         return r->n - s->send_row; // the head holds every layer: the round at once, as alone
-    /* A mixture of experts counts a window's rows per expert: its windows go whole. A prompt
-     * that shares the pipeline goes in the fair queue's pieces (head_sched.c). */
+    /* A mixture of experts counts a window's rows per expert, and a GPU's prompt arithmetic
+     * depends on the cut: on such a route (route.cut_free 0) windows go whole. A prompt that
+     * shares the pipeline goes in the fair queue's pieces (head_sched.c). */
     return node_chunk_rows(s->send_row, r->n - s->send_row, s->send_chunks, (uint32_t)n->hp->n_embd,
                            r->kv_keep == 0 && r->n_draft == 0 && n->hp->n_expert == 0 &&
                                s->route.cut_free,
@@ -623,6 +625,8 @@ static void s_prefix_start(node_t *n, head_sess_t *s, double now)
             snprintf(ns, sizeof ns, "%s", S_PUBLIC_NS);
         }
     }
+    if (!s->route.cut_free) // a GPU stage keeps prefixes of whole windows only (sw_prefix_align)
+        L -= L % SW_MODEL_PROMPT_WINDOW;
     if (L > 0 && sw_prefix_restore(n->prefix, ns, s->prompt, L, s->kv, err, sizeof err) == 0) {
         s->prefix_len = L;
         s->send_row = L;

@@ -322,36 +322,13 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     }
 }
 
-/* The budget of client `who` in table (n entries) that refills rate a
- * second up to rate, refilled to now: its entry, a free one, or the one
- * refilled longest ago (a client that used none of it for that long has a
- * full budget anyway). */
-static struct head_bucket *s_bucket(struct head_bucket *table, int n, const char *who, double rate,
-                                    double now)
-{
-    struct head_bucket *b = NULL;
-    for (int i = 0; i < n && (!b || strcmp(b->who, who) != 0); i++)
-        if (!strcmp(table[i].who, who) || !b || table[i].t < b->t)
-            b = &table[i];
-    if (strcmp(b->who, who) != 0) {
-        snprintf(b->who, sizeof b->who, "%s", who);
-        b->chunks = rate;
-        b->t = now;
-    }
-    b->chunks += (now - b->t) / 1e3 * rate;
-    if (b->chunks > rate)
-        b->chunks = rate;
-    b->t = now;
-    return b;
-}
-
 /* Takes one answer from the budget of msg's sender key: 1, or 0 when it is spent. */
 static int s_answer_take(node_head_t *h, const sw_wire_msg_t *msg, double now)
 {
-    struct head_bucket *b = s_bucket(h->answer, h->n_slots, head_who(msg), SW_HEAD_ANSWERS_S, now);
-    if (b->chunks < 1)
+    sw_bucket_t *b = sw_bucket_get(h->answer, h->n_slots, head_who(msg), SW_HEAD_ANSWERS_S, now);
+    if (b->level < 1)
         return 0;
-    b->chunks -= 1;
+    b->level -= 1;
     return 1;
 }
 
@@ -394,12 +371,12 @@ void head_resend_step(node_t *n, double now)
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_FREE || s->resend_at < 0)
             continue;
-        struct head_bucket *b =
-            s_bucket(h->resend, h->n_slots, head_sess_who(s), SW_HEAD_RESEND_CHUNKS_S, now);
+        sw_bucket_t *b =
+            sw_bucket_get(h->resend, h->n_slots, head_sess_who(s), SW_HEAD_RESEND_CHUNKS_S, now);
         const int budget = SW_HEAD_RESEND_PER_REQUEST * s->n_chunks + 64;
-        while (s->resend_at < s->n_chunks && b->chunks >= 1 && left > 0 && s->resent < budget) {
+        while (s->resend_at < s->n_chunks && b->level >= 1 && left > 0 && s->resent < budget) {
             s_send_chunk(n, s, &s->chunks[s->resend_at++]);
-            b->chunks -= 1;
+            b->level -= 1;
             s->resent++;
             left--;
         }

@@ -16,7 +16,8 @@
  * a round to send, again as one batch.
  *
  * The modules stand in layers: node.c on top calls the stage and the head;
- * they read and change node_t but call nothing of node.c (nor each other).
+ * they read and change node_t but call nothing of node.c, and each other only
+ * where the head grows its own cache with the stage's node_kv_grow.
  * node_t embeds the stage's state (its types in stage.h) and points at the
  * head's (opaque here, head_impl.h). node_run allocates and frees all of it.
  */

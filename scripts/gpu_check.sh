@@ -32,7 +32,8 @@
 # benchmark, sanitizers; the tests and the benchmark are stopped at the
 # budget, and each sanitizer run gets an equal share of what is left (one
 # that runs out is a row "out of time", a skip). The table comes out in any
-# case. docs/testing.md ("A real GPU") gives the command for this workplace's
+# case once the build and the models are done (neither has a budget).
+# docs/testing.md ("A real GPU") gives the command for this workplace's
 # device tool: one call of 10 minutes, logs back in $OUT.
 #
 # Environment: SW_GPU_ARCH (default: the GPU's compute capability),

@@ -17,6 +17,8 @@
  *                            machine without them; "nccl" or "cublas" keeps only that one
  *   SW_CUDA_EMU_FAIL=A:S:E   swemu_fail(A, S, E) at start (a fault for a whole program:
  *                            e.g. cudaStreamSynchronize:20:700)
+ *   SW_CUDA_EMU_RACECHECK=0  no check of unordered writes to the same memory (exec.cc;
+ *                            on by default)
  *   SW_CUDA_EMU_STREAMS=P    when streams run their work (sched.cc): lazy (default:
  *                            only when waited for), eager (at once), late=D (device
  *                            D's streams lazy, the others eager), late=waiters (a
