@@ -408,7 +408,8 @@ void head_spot_close(node_t *n, head_sess_t *s, const char *why);
 void head_want_status(node_head_t *h);
 /* 1 when name is a stage of r (the head, r->names[0], is not). */
 int head_route_has(const head_route_t *r, const char *name);
-/* Remembers name as a stage of a route whose round got no verdict in time. */
+/* Remembers name as a stage of a route whose round got no verdict in time, or as an auto node
+ * slower than its probe claimed (node_place_observe). */
 void head_suspect_add(node_head_t *h, const char *name, double now);
 /* Remembers the stages of r (a verdict came through it) as proven: route
  * choice prefers them over equals this head has no verdict from. */

@@ -46,7 +46,8 @@ static int s_need_key(const node_t *n)
 /* A stage of a route whose round got no verdict in time: connected and
  * heartbeating but silent (a compromised member that swallows Forwards looks
  * like the quietest, least busy stage), or merely slow. Which stage of the
- * route it was cannot be told from here, so all of them are remembered. */
+ * route it was cannot be told from here, so all of them are remembered. Also
+ * an auto node that computes slower than its probe claimed (head_session.c). */
 void head_suspect_add(node_head_t *h, const char *name, double now)
 {
     sw_expiry_put(h->suspect, HEAD_SUSPECT_MAX, name, now + HEAD_SUSPECT_MS);

@@ -267,7 +267,8 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
     }
     const double now = sw_now_ms();
     if (a->round != s->send_round) {
-        /* the replayed prompt's, while the replay's window waits: it moves */
+        /* the replayed prompt's, while the replay's window or the current round behind it
+         * waits: it moves */
         if ((node_recover_stalled(s->rec) || node_recover_waiting(s->rec)) &&
             node_recover_replaying(s->rec) && a->round >= s->replay_round0) {
             node_recover_progress(s->rec, now);
