@@ -18,13 +18,13 @@ static void s_refill(sw_bucket_t *b, double rate, double now)
 
 sw_bucket_t *sw_bucket_get(sw_bucket_t *t, int n, const char *who, double rate, double now)
 {
-    sw_bucket_t *b = NULL;
+    sw_bucket_t *b = &t[0]; // n >= 1
     for (int i = 0; i < n; i++) {
         if (!strcmp(t[i].who, who)) {
             s_refill(&t[i], rate, now);
             return &t[i];
         }
-        if (!b || (b->who[0] && (!t[i].who[0] || t[i].t < b->t)))
+        if (b->who[0] && (!t[i].who[0] || t[i].t < b->t))
             b = &t[i];
     }
     if (!b->who[0]) { // a free entry: a full bucket
