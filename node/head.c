@@ -223,14 +223,9 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 node_recover_routed(s->rec, now, 0, why);
             } else {
                 head_route_take(n, s, pt);
-                char names[256] = "";
-                for (int k = 0; k < s->route.n; k++) {
-                    size_t at = strlen(names);
-                    snprintf(names + at, sizeof names - at, "%s%s", k ? " -> " : "",
-                             s->route.names[k]);
-                }
+                char names[256];
                 SW_INFO("session %016llx: recovery: the route is now %s", (unsigned long long)s->id,
-                        names);
+                        head_route_text(&s->route, 0, " -> ", names, sizeof names));
                 node_recover_routed(s->rec, now, 1, NULL);
                 h->busy = 1;
             }

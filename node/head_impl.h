@@ -408,6 +408,9 @@ void head_spot_close(node_t *n, head_sess_t *s, const char *why);
 void head_want_status(node_head_t *h);
 /* 1 when name is a stage of r (the head, r->names[0], is not). */
 int head_route_has(const head_route_t *r, const char *name);
+/* r's names from entry `from` on, joined by sep, into out (for log lines); returns out. */
+const char *head_route_text(const head_route_t *r, int from, const char *sep, char *out,
+                            size_t len);
 /* Remembers name as a stage of a route whose round got no verdict in time, or as an auto node
  * slower than its probe claimed (node_place_observe). */
 void head_suspect_add(node_head_t *h, const char *name, double now);

@@ -36,6 +36,16 @@ int head_route_has(const head_route_t *r, const char *name)
     return 0;
 }
 
+const char *head_route_text(const head_route_t *r, int from, const char *sep, char *out, size_t len)
+{
+    out[0] = 0;
+    for (int i = from; i < r->n; i++) {
+        const size_t at = strlen(out);
+        snprintf(out + at, len - at, "%s%s", i > from ? sep : "", r->names[i]);
+    }
+    return out;
+}
+
 /* 1 when the head must route only to key-bound nodes (a keyed relay binds
  * node keys to names; a loopback relay without keys binds nothing). */
 static int s_need_key(const node_t *n)

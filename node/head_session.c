@@ -163,6 +163,18 @@ static void s_moves(node_t *n, head_sess_t *s, double now)
     s->t_check = now + SW_NODE_ROUTE_CHECK_MS;
 }
 
+/* A verdict or PrefillAck of a replayed round (round, not the one sent last): while the
+ * replay's window (stalled: as it was before the message) or the current round behind it
+ * waits, the replay moves: its round timeout and recovery's give-up clock start again. */
+static void s_replayed_moves(node_t *n, head_sess_t *s, uint64_t round, int stalled, double now)
+{
+    if ((stalled || node_recover_waiting(s->rec)) && node_recover_replaying(s->rec) &&
+        round >= s->replay_round0) {
+        node_recover_progress(s->rec, now);
+        s_moves(n, s, now); // the window's rounds go through: slow is not gone
+    }
+}
+
 void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
@@ -187,13 +199,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
     const int stalled = node_recover_stalled(s->rec);
     /* not to commit: a replayed round's, or a failed attempt's */
     if (!node_recover_verdict(s->rec, vd->round, now)) {
-        /* a replayed round's while the replay's window, or the current round behind it,
-         * waits: the replay moves (its round timeout, and recovery's give-up clock) */
-        if ((stalled || node_recover_waiting(s->rec)) && node_recover_replaying(s->rec) &&
-            vd->round >= s->replay_round0) {
-            node_recover_progress(s->rec, now);
-            s_moves(n, s, now); // the window's rounds go through: slow is not gone
-        }
+        s_replayed_moves(n, s, vd->round, stalled, now);
         return;
     }
     head_proven_add(h, &s->route, now);
@@ -266,17 +272,8 @@ void node_head_prefill_ack(node_t *n, sw_wire_msg_t *msg)
         return;
     }
     const double now = sw_now_ms();
-    if (a->round != s->send_round) {
-        /* the replayed prompt's, while the replay's window or the current round behind it
-         * waits: it moves */
-        if ((node_recover_stalled(s->rec) || node_recover_waiting(s->rec)) &&
-            node_recover_replaying(s->rec) && a->round >= s->replay_round0) {
-            node_recover_progress(s->rec, now);
-            s_moves(n, s, now);
-        } else {
-            SW_DEBUG("prefill ack of session %016llx round %llu: not the round in flight",
-                     (unsigned long long)a->session_id, (unsigned long long)a->round);
-        }
+    if (a->round != s->send_round) { // the replayed prompt's, or a stale one
+        s_replayed_moves(n, s, a->round, node_recover_stalled(s->rec), now);
         return;
     }
     if (s->send_r.kv_keep == 0 && a->done <= (uint32_t)s->n_prompt)
@@ -789,13 +786,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         if (now >= s->t_limit) {
             snprintf(err, sizeof err, "no verdict within %d ms (see --round-timeout-ms)",
                      n->o.round_timeout_ms);
-            char names[256] = "";
-            for (int i = 1; i < s->route.n; i++) {
+            char names[256];
+            head_route_text(&s->route, 1, ", ", names, sizeof names);
+            for (int i = 1; i < s->route.n; i++)
                 head_suspect_add(h, s->route.names[i], now);
-                size_t at = strlen(names);
-                snprintf(names + at, sizeof names - at, "%s%s", i > 1 ? ", " : "",
-                         s->route.names[i]);
-            }
             SW_WARN("session %016llx: no verdict within %d ms from the route through %s: "
                     "new routes avoid those stages for %d min where others serve their layers",
                     (unsigned long long)s->id, n->o.round_timeout_ms, names,

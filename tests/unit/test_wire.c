@@ -1062,6 +1062,19 @@ static void test_forward_tree(void)
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
 }
 
+/* x without draft_dists: every draft a point mass, so all-1 probs pass and any other does not
+ * (as the head's greedy, n-gram and tree rounds say their drafts). */
+static void s_point_masses(struct fwd_fixture *x)
+{
+    x->f.n_draft_probs = x->f.n_draft_dists = 0;
+    SW_CHECK_INT(s_check(&x->env, 1, FWD_BYTES), SW_WIRE_OK);
+    x->f.n_draft_probs = 3;
+    x->probs[0] = x->probs[1] = x->probs[2] = 1.0f;
+    SW_CHECK_INT(s_check(&x->env, 1, FWD_BYTES), SW_WIRE_OK);
+    x->probs[1] = 0.6f;
+    SW_CHECK_INT(s_check(&x->env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+}
+
 /* Issue 40: a Forward's draft_probs and draft_dists held to the rule of the one stage that
  * reads them, the tail's verifier (engine/verify.c): what it would refuse with ERR_BAD_REQUEST
  * (or ignore) is malformed at the first hop, and what the head sends passes. */
@@ -1073,14 +1086,7 @@ static void test_forward_draft_q(void)
      * without any (no probs, no dists), and point masses said as such (every prob 1) */
     s_fwd_init(&x);
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
-    x.f.n_draft_probs = x.f.n_draft_dists = 0;
-    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
-    x.f.n_draft_probs = 3;
-    x.probs[0] = x.probs[1] = x.probs[2] = 1.0f;
-    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
-    /* without draft_dists a draft is a point mass, so its prob is 1 */
-    x.probs[1] = 0.6f;
-    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_point_masses(&x);
     /* draft_dists without draft_probs (the tail would ignore them) */
     s_fwd_init(&x);
     x.f.n_draft_probs = 0;
@@ -1116,13 +1122,7 @@ static void test_forward_draft_q(void)
     x.probs[1] = 0.5f;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
     /* the head's tree rounds carry no q; point masses pass too, other probs do not */
-    x.f.n_draft_probs = x.f.n_draft_dists = 0;
-    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
-    x.f.n_draft_probs = 3;
-    x.probs[0] = x.probs[1] = x.probs[2] = 1.0f;
-    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
-    x.probs[2] = 0.7f;
-    SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
+    s_point_masses(&x);
     /* a round without drafts carries neither */
     s_fwd_init(&x);
     x.f.n_draft_tokens = x.f.n_draft_probs = x.f.n_draft_dists = 0;
