@@ -110,9 +110,9 @@ void head_sched_open(node_head_t *h, head_sess_t *s, const char *tenant)
 {
     snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
     const char *who = head_sess_who(s);
-    s->flow[0] = node_sched_flow(h->sched, 0, who, strlen(who));
-    s->flow[1] = node_sched_flow(h->sched, s->flow[0], s->tenant, strlen(s->tenant));
-    s->flow[2] = node_sched_flow(h->sched, s->flow[1], &s->id, sizeof s->id);
+    /* the head is the one sender of its own queue */
+    node_sched_flows(h->sched, (node_sched_name_t){"", 0}, (node_sched_name_t){who, strlen(who)},
+                     (node_sched_name_t){s->tenant, strlen(s->tenant)}, s->id, s->flow);
     s->piece_rows = 0;
     s->piece_ms = 0;
     s->ack_lat_ms = 0;
@@ -166,7 +166,8 @@ void head_sched_ran(node_t *n, head_sess_t *const *in, const int *rows, int nb, 
     }
     for (int i = 0; i < nb; i++) {
         head_sess_t *s = in[i];
-        const node_sched_item_t it = {.flow = {s->flow[0], s->flow[1], s->flow[2]}};
+        node_sched_item_t it = {.rows = 0};
+        memcpy(it.flow, s->flow, sizeof it.flow);
         node_sched_charge(h->sched, &it, ms * rows[i] / all);
         if (s_prompt_rows(s)) { // what the next piece's size is measured on
             s->piece_rows = rows[i];

@@ -6,19 +6,19 @@
  * nothing waits while there is work (docs/security.md, "Compute shared per
  * key"; docs/architecture.md, "The scheduler").
  *
- * The rule. Work belongs to flows on three levels: the client key (at a
- * stage: the key of the node that sent the session, with the client key the
- * head said), the tenant under that key (an API key of the gateway), the
- * session. Each flow counts the milliseconds of compute its work took here
- * (its service: each batch's time shared among the items in it).
- * The next batch starts with the work of the least served client key, of
- * its least served tenant, of that tenant's least served session; the
- * decode and verification rounds of other sessions join it while the batch
- * has room (they share the reading of the weights and end no later than
- * they would after it); a prompt piece joins a batch only as its first
- * entry (it runs in a chunk of its own, so it would only delay the rounds
- * before it). A flow that waited while others ran does not bank that time:
- * when it competes again it is lifted to at most NODE_SCHED_CREDIT_MS
+ * The rule. Work belongs to flows on four levels (node_sched_flows): the
+ * sender (at a stage: the key of the node that sent the session; at the head:
+ * the head itself, one flow), the client key under it (at a stage: the head's
+ * opaque id of it, Forward.fair_client), the tenant under that key (an API
+ * key of the gateway), the session. So a sender that says many client ids
+ * still shares a stage with the other senders as one. Each flow counts the milliseconds of compute
+ * its work took here (its service: each batch's time shared among the items in it). The next batch
+ * starts with the work of the least served sender, of its least served client key, of that key's
+ * least served tenant, of that tenant's least served session; the decode and verification rounds of
+ * other sessions join it while the batch has room (they share the reading of the weights and end no
+ * later than they would after it); a prompt piece joins a batch only as its first entry (it runs in
+ * a chunk of its own, so it would only delay the rounds before it). A flow that waited while others
+ * ran does not bank that time: when it competes again it is lifted to at most NODE_SCHED_CREDIT_MS
  * behind the most served of the flows it competes with (its siblings under
  * the same parent), so a key idle for an hour gets priority for about that
  * much compute, not for an hour. Nothing is reserved: a flow alone takes every batch.
@@ -47,7 +47,7 @@
 #include <stdint.h>
 
 /* The levels of flows, and how many flows the table remembers (all levels). */
-#define NODE_SCHED_LEVELS 3
+#define NODE_SCHED_LEVELS 4
 #define NODE_SCHED_FLOWS 1024
 /* Compute (ms) a competing flow may be behind its most served sibling. */
 #define NODE_SCHED_CREDIT_MS 500
@@ -77,8 +77,19 @@ node_sched_t *node_sched_new(void) __attribute__((warn_unused_result));
 /* Accepts NULL and NULLs the caller's pointer. */
 void node_sched_free(node_sched_t **self_p);
 
-/* The id of the flow called name (len bytes) under parent (0: a client key). */
+/* The id of the flow called name (len bytes) under parent (0: a sender). */
 uint64_t node_sched_flow(const node_sched_t *q, uint64_t parent, const void *name, size_t len);
+
+/* A flow's name: len bytes at p. */
+typedef struct node_sched_name {
+    const void *p;
+    size_t len;
+} node_sched_name_t;
+
+/* The nested flows of a session's work (out[0..NODE_SCHED_LEVELS)): sender, client under
+ * it, tenant under the client, then the session id. */
+void node_sched_flows(const node_sched_t *q, node_sched_name_t sender, node_sched_name_t client,
+                      node_sched_name_t tenant, uint64_t session, uint64_t *out);
 
 /* The next batch out of items[0..n): writes the indices it takes to sel (n
  * entries of room), fairest first, and returns their count (1 or more when

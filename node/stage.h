@@ -23,6 +23,7 @@
 #include "codec.h"
 #include "decode.h"
 #include "model.h"
+#include "sched.h"
 #include "wire.h"
 
 #define NODE_MAX_BATCH 256      // Forwards (sessions) in one stage batch at most
@@ -74,15 +75,15 @@ typedef struct node_pending {
 /* A Forward the stage accepted, waiting in its queue for a batch (stage.c;
  * stage_sched.c says which run next). */
 typedef struct node_fwd {
-    sw_wire_msg_t msg; // the message (owns the payload)
-    node_session_t *s; // its session; NULL when it was closed meanwhile
-    size_t bytes;      // its payload's bytes (counted in node_t.queue_bytes)
-    uint64_t flow[3];  // its flows in the stage's fair queue (stage_sched.c)
-    int row0;          // taken into a batch: its first row in hidden_in / hidden_out
-    int logit0;        // its first row in logits (last stage)
-    int n_logits;      // logits rows it needs
-    double t_arrive;   // when it arrived (ms)
-    uint64_t digest;   // its session's in_digest with its payload folded in
+    sw_wire_msg_t msg;                // the message (owns the payload)
+    node_session_t *s;                // its session; NULL when it was closed meanwhile
+    size_t bytes;                     // its payload's bytes (counted in node_t.queue_bytes)
+    uint64_t flow[NODE_SCHED_LEVELS]; // its flows in the stage's fair queue (stage_sched.c)
+    int row0;                         // taken into a batch: its first row in hidden_in / hidden_out
+    int logit0;                       // its first row in logits (last stage)
+    int n_logits;                     // logits rows it needs
+    double t_arrive;                  // when it arrived (ms)
+    uint64_t digest;                  // its session's in_digest with its payload folded in
     /* a tree round: the cache slot each of its rows hangs under */
     int32_t par[SW_WIRE_MAX_DRAFT + 1];
 } node_fwd_t;

@@ -4,13 +4,13 @@
  *
  * A session's Forwards run in the order they came (each depends on the
  * cache the one before left), so the candidates are each session's oldest
- * waiting Forward. Their flows: the client key is the key of the node that
- * sent the session (its creator) with the client id the head put in the
- * Forward (fair_client), the tenant the head's tenant id under it, then the
- * session; so a head shares the stage fairly between its clients and their
- * tenants, and no sender can claim another sender's share (its ids are
- * hashed under its own key). A Forward of a prompt (the prefill's pieces)
- * runs in a chunk of its own in the engine: it starts a batch or waits.
+ * waiting Forward. Their flows: the sender is the key of the node that sent
+ * the session (its creator), the client under it the id the head put in the
+ * Forward (fair_client), the tenant the head's tenant id under that, then the
+ * session; so the senders share the stage fairly, each head's share is
+ * shared between its clients and their tenants, and no sender can claim
+ * another sender's share or grow its own by saying more client ids. A Forward of a prompt (the
+ * prefill's pieces) runs in a chunk of its own in the engine: it starts a batch or waits.
  *
  * A prefill's later pieces continue its prompt: where the last piece ended
  * (prefill_open, prefill_next, noted by node_stage_timing) says that the
@@ -41,13 +41,9 @@ int node_stage_prefill_cont(const node_session_t *s, const sw_msg_forward_t *f)
 /* The flows of waiting Forward b (decoded as f) in the stage's fair queue. */
 static void s_flows(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f)
 {
-    unsigned char key[sizeof b->s->by + 8];
-    const size_t bl = strnlen(b->s->by, sizeof b->s->by);
-    memcpy(key, b->s->by, bl);
-    memcpy(key + bl, &f->fair_client, 8);
-    b->flow[0] = node_sched_flow(n->sched, 0, key, bl + 8);
-    b->flow[1] = node_sched_flow(n->sched, b->flow[0], &f->fair_tenant, 8);
-    b->flow[2] = node_sched_flow(n->sched, b->flow[1], &f->session_id, 8);
+    const node_sched_name_t by = {b->s->by, strnlen(b->s->by, sizeof b->s->by)};
+    node_sched_flows(n->sched, by, (node_sched_name_t){&f->fair_client, 8},
+                     (node_sched_name_t){&f->fair_tenant, 8}, f->session_id, b->flow);
 }
 
 int node_stage_pick(node_t *n, int *sel, char *done)

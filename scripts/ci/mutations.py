@@ -176,6 +176,12 @@ CLAIMS = [
      "        s_refill(b, rate, now); // what the entry holds by now goes to the newcomer",
      "        b->level = rate; // what the entry holds by now goes to the newcomer",
      "test_bucket", {}),
+    ("sched-sender: a stage's fair queue without the sender's level: a head's client ids "
+     "each take a share of their own",
+     "node/sched.c",
+     "    out[0] = node_sched_flow(q, 0, sender.p, sender.len);",
+     "    out[0] = node_sched_flow(q, 0, \"\", 0 * sender.len);",
+     "test_sched", {}),
     ("progress: no Progress from the head: the client asks again during a slow prefill (issue 33)",
      "node/head_stream.c",
      "    const node_head_t *h = n->head;\n    const uint32_t next = s_next_ms(h, busy_ms);",

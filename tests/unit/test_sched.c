@@ -28,14 +28,22 @@
 #include "../../node/sched.c"
 #include "sw_test.h"
 
+/* An item of sender `from`, client key `key`, its tenant and session. */
+static node_sched_item_t s_item_from(node_sched_t *q, const char *from, const char *key,
+                                     const char *tenant, int session, int rows, int alone)
+{
+    node_sched_item_t it = {.rows = rows, .alone = alone};
+    node_sched_flows(q, (node_sched_name_t){from, strlen(from)},
+                     (node_sched_name_t){key, strlen(key)},
+                     (node_sched_name_t){tenant, strlen(tenant)}, (uint64_t)session, it.flow);
+    return it;
+}
+
+/* An item as the head makes it (the head is the one sender of its own queue). */
 static node_sched_item_t s_item(node_sched_t *q, const char *key, const char *tenant, int session,
                                 int rows, int alone)
 {
-    node_sched_item_t it = {.rows = rows, .alone = alone};
-    it.flow[0] = node_sched_flow(q, 0, key, strlen(key));
-    it.flow[1] = node_sched_flow(q, it.flow[0], tenant, strlen(tenant));
-    it.flow[2] = node_sched_flow(q, it.flow[1], &session, sizeof session);
-    return it;
+    return s_item_from(q, "", key, tenant, session, rows, alone);
 }
 
 #define S_W 5.0 /* ms: a batch's reading of the weights */
@@ -133,7 +141,7 @@ static void s_test_shares(void)
     SW_CHECK_NEAR(got[0], got[1], 64);
     /* A's tenants share its half equally */
     for (int t = 0; t < 10; t++) {
-        const double sv = node_sched_served(q, items[t * 3].flow[1]);
+        const double sv = node_sched_served(q, items[t * 3].flow[2]);
         SW_CHECK_NEAR(sv, ms[0] / 10, 2 * (S_W + 32 * S_C));
     }
     node_sched_free(&q);
@@ -159,6 +167,35 @@ static void s_test_shares(void)
     double g3[1] = {0};
     s_share(q, &one, 1, &k0, g3, NULL, 50, 256);
     SW_CHECK_NEAR(g3[0], 50 * 64, 0.5);
+    node_sched_free(&q);
+}
+
+/* At a stage the senders (the heads' node keys) come first: a head that says 9 client ids
+ * against a head with one client gets half the stage, not 9 tenths; its clients share its
+ * half; the same client id from two senders is two flows. */
+static void s_test_senders(void)
+{
+    node_sched_t *q = node_sched_new();
+    node_sched_item_t items[10];
+    int key_of[10], n = 0;
+    for (int c = 0; c < 9; c++) {
+        char client[16];
+        snprintf(client, sizeof client, "client%d", c);
+        key_of[n] = 0;
+        items[n++] = s_item_from(q, "head-A", client, "", c, 32, 1);
+    }
+    key_of[n] = 1;
+    items[n++] = s_item_from(q, "head-B", "client0", "", 0, 32, 1);
+    SW_CHECK(items[0].flow[1] != items[9].flow[1]); // client0 under A is not client0 under B
+    double got[2] = {0, 0}, ms[2] = {0, 0};
+    s_share(q, items, n, key_of, got, ms, 400, 256);
+    printf("senders: head A (9 client ids) %.0f rows, head B (1 client) %.0f rows\n", got[0],
+           got[1]);
+    SW_CHECK_NEAR(got[0], got[1], 64);
+    for (int c = 0; c < 9; c++) { // A's clients share its half equally
+        const double sv = node_sched_served(q, items[c].flow[1]);
+        SW_CHECK_NEAR(sv, ms[0] / 9, 2 * (S_W + 32 * S_C));
+    }
     node_sched_free(&q);
 }
 
@@ -209,9 +246,9 @@ static void s_test_flows(void)
         node_sched_charge(q, &it[1], 8);
     }
     node_sched_item_t st = s_item(q, "steady", "", 0, 8, 1);
-    SW_CHECK(node_sched_served(q, st.flow[0]) > 0); // used all along: never forgotten
+    SW_CHECK(node_sched_served(q, st.flow[1]) > 0); // used all along: never forgotten
     node_sched_item_t old = s_item(q, "key0", "", 0, 8, 1);
-    SW_CHECK(node_sched_served(q, old.flow[0]) == 0); // forgotten
+    SW_CHECK(node_sched_served(q, old.flow[1]) == 0); // forgotten
     node_sched_free(&q);
 }
 
@@ -236,6 +273,7 @@ int main(void)
 {
     s_test_order();
     s_test_shares();
+    s_test_senders();
     s_test_credit();
     s_test_flows();
     s_test_pieces();
