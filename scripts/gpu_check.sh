@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one command: builds shardwire with CUDA, makes the test
-# models, runs `ctest -L cuda` and the GPU benchmark, and prints one table.
+# models, runs `ctest -L cuda -LE cudaemu` (the real GPU's tests, not the
+# emulation's) and the GPU benchmark, and prints one table.
 # Meant for a machine with an NVIDIA GPU and nvcc that reaches no package
 # registry and may lack libzmq, protobuf-c, libsodium and jansson: it works
 # from what travels with the checkout.

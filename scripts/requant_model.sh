@@ -18,8 +18,9 @@
 # the bytes are the same on every x86-64 machine; the hash check says so
 # loudly if they ever are not. The tool: the peer's (scripts/bench/llama_peer.py)
 # where its build folder has it, else llama-quantize alone in a minimal
-# configuration (`llama_peer.py --quantize`: about 4.5 CPU-minutes the first
-# time, cached in ~/.cache/shardwire/peer/build-quantize).
+# configuration (`llama_peer.py --quantize`: about 4 CPU-minutes the first time,
+# 197 s user + 28 s system on 2026-12-05, docs/testing.md "CI"; cached in
+# ~/.cache/shardwire/peer/build-quantize).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SW_MODELS_DIR:-$here/models}
