@@ -74,7 +74,9 @@ static float s_dist_at(const Shardwire__DraftDist *d, uint32_t tok)
  * entry in (0, 1]; without draft_dists every draft is a point mass, so every
  * entry is 1; with them each entry is, within SW_DRAFT_Q_TOL, the probability
  * of its draft under the distribution it was drawn from: its own, or for a
- * later sibling of a tree its first sibling's. A Forward the tail would refuse
+ * later sibling of a tree its first sibling's; an empty one is a point mass
+ * at its own draft (the verifier's q with n 0; the head sends one for a
+ * sampled draft whose q it holds as such). A Forward the tail would refuse
  * is refused at the first hop.
  */
 static int s_draft_q(const Shardwire__Forward *f, char *err, size_t err_len)
@@ -90,7 +92,10 @@ static int s_draft_q(const Shardwire__Forward *f, char *err, size_t err_len)
             continue;
         }
         const size_t from = f->n_draft_parents ? s_first_child(f->draft_parents, i) : i;
-        const float at = s_dist_at(f->draft_dists[from], f->draft_tokens[i]);
+        const Shardwire__DraftDist *d = f->draft_dists[from];
+        const float at = d->n_tokens ? s_dist_at(d, f->draft_tokens[i])
+                         : f->draft_tokens[i] == f->draft_tokens[from] ? 1.0f
+                                                                       : 0.0f;
         CHECK(fabsf(at - q) <= SW_DRAFT_Q_TOL,
               "forward.draft_probs[%zu] = %g, but draft_dists[%zu] gives draft %u %g", i, (double)q,
               from, f->draft_tokens[i], (double)at);
@@ -116,12 +121,11 @@ static int s_drafts(const Shardwire__Forward *f, size_t k, char *err, size_t err
     for (size_t i = 0; i < f->n_draft_dists; i++) {
         const Shardwire__DraftDist *d = f->draft_dists[i];
         CHECK(d != NULL, "forward.draft_dists[%zu] missing", i);
-        /* Empty only for a later sibling of a tree: its first sibling's applies. */
-        const int later = f->n_draft_parents && s_first_child(f->draft_parents, i) != i;
-        CHECK((d->n_tokens >= 1 || later) && d->n_tokens <= SW_WIRE_MAX_DIST &&
-                  d->n_probs == d->n_tokens,
-              "forward.draft_dists[%zu] has %zu tokens and %zu probs (%d..%d, equal)", i,
-              d->n_tokens, d->n_probs, later ? 0 : 1, SW_WIRE_MAX_DIST);
+        /* Empty: a point mass (s_draft_q), or for a later sibling of a tree its first
+         * sibling's applies. */
+        CHECK(d->n_tokens <= SW_WIRE_MAX_DIST && d->n_probs == d->n_tokens,
+              "forward.draft_dists[%zu] has %zu tokens and %zu probs (0..%d, equal)", i,
+              d->n_tokens, d->n_probs, SW_WIRE_MAX_DIST);
         if ((rc = sw_pb_check_tokens("forward.draft_dists.tokens", d->tokens, d->n_tokens, err,
                                      err_len)))
             return rc;
