@@ -1,6 +1,7 @@
 /*
  * head_sched.c - the head's part of the fair queue (node/sched.h): each
- * session's flows (its client key, its tenant under that key, itself), the
+ * session's flows (the head itself, the client key, its tenant under that
+ * key, the session), the
  * pieces a prompt is cut into, which of the sessions with rows to send run
  * in this pass's batch and in what order, and what each is charged after.
  *
