@@ -23,10 +23,10 @@
 #define S_JSON_MAX_VALUES 16384
 #define S_PARSE_AT_ONCE 4 /* request bodies parsed at once */
 
-/* A generation refused by the model check or failed on the cluster before its answer started:
- * counted under code in /metrics' errors, then answered with status, type and code. The model
- * check, a failed submit and a first event that is an error all answer through here (the 429s
- * of the gateway's own limits are not counted). */
+/* A generation refused by the model check or the gateway's limits, or failed on the cluster
+ * before its answer started: counted under code in /metrics' errors, then answered with status,
+ * type and code. The model check, the 429s of --max-inflight and --max-inflight-per-key, a failed
+ * submit and a first event that is an error all answer through here. */
 static enum MHD_Result s_fail(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
                               const char *message, const char *type, const char *param,
                               const char *code)
@@ -384,8 +384,8 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
                  "%d generations are in flight on this gateway (shardwire serve "
                  "--max-inflight): retry later",
                  g->o->max_inflight);
-        *res = gw_http_error(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error",
-                             NULL, "too_many_requests");
+        *res = s_fail(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error", NULL,
+                      "too_many_requests");
         return -1;
     }
     if (gw_keys_take(g, rp->key) != 0) {
@@ -394,8 +394,8 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
                  "this API key has %d generations in flight, its share of the gateway (shardwire "
                  "serve --max-inflight-per-key): retry when one has ended",
                  g->o->max_inflight_per_key);
-        *res = gw_http_error(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error",
-                             NULL, "too_many_requests");
+        *res = s_fail(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error", NULL,
+                      "too_many_requests");
         return -1;
     }
     /* the head shares its compute between this gateway's API keys (its tenants) */
