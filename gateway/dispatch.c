@@ -439,27 +439,57 @@ void gw_call_destroy(gw_call_t **self_p)
     *self_p = NULL;
 }
 
-/* Receives one frame into a malloc'd buffer (*len bytes, NUL after). NULL on error. */
-static void *s_recv_frame(void *sock, size_t *len, int *more)
+/*
+ * Receives one whole message: its first max frames into f (malloc'd, fl[i] bytes, NUL after),
+ * the others dropped, so that the next message starts clean whatever happens. The number of
+ * frames it had, or -1 when the socket failed (errno says why). *oom: a frame's copy could not
+ * be allocated (its f[i] is NULL).
+ */
+static int s_recv_msg(void *sock, void **f, size_t *fl, int max, int *oom)
 {
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, sock, 0) < 0) {
+    int n = 0, more = 1;
+    *oom = 0;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            const int e = errno;
+            zmq_msg_close(&m);
+            errno = e;
+            return -1;
+        }
+        more = zmq_msg_more(&m);
+        if (n < max) {
+            fl[n] = zmq_msg_size(&m);
+            f[n] = malloc(fl[n] + 1);
+            if (f[n]) {
+                memcpy(f[n], zmq_msg_data(&m), fl[n]);
+                ((char *)f[n])[fl[n]] = 0;
+            } else {
+                *oom = 1;
+            }
+        }
+        n++;
         zmq_msg_close(&m);
-        return NULL;
     }
-    *len = zmq_msg_size(&m);
-    *more = zmq_msg_more(&m);
-    char *b = malloc(*len + 1);
-    if (b) {
-        memcpy(b, zmq_msg_data(&m), *len);
-        b[*len] = 0;
-    }
-    zmq_msg_close(&m);
-    return b;
+    return n;
 }
 
-/* Waits for the dispatcher's reply ['R'][rc][err][p1][p2]; the payloads are malloc'd. */
+const char *gw_disp_strerror(int rc)
+{
+    switch (rc) {
+    case GW_DISP_ELINK:
+        return "dispatcher_unavailable";
+    case GW_DISP_EREPLY:
+        return "dispatcher_bad_reply";
+    default:
+        return sw_client_strerror(rc);
+    }
+}
+
+/* Waits for the dispatcher's reply ['R'][rc][err][p1][p2]; the payloads are malloc'd. Its rc,
+ * or what failed on the way: SW_CLIENT_ECONNECT (no reply in time), SW_CLIENT_ENOMEM (no memory
+ * for its copy), GW_DISP_ELINK (the socket failed) or GW_DISP_EREPLY (not such a reply). */
 static int s_wait_reply(gw_call_t *c, char *err, size_t err_len, void **p1, size_t *l1, void **p2,
                         size_t *l2)
 {
@@ -471,15 +501,17 @@ static int s_wait_reply(gw_call_t *c, char *err, size_t err_len, void **p1, size
     }
     void *f[5] = {0};
     size_t fl[5] = {0};
-    int more = 1, n = 0;
-    while (more && n < 5) {
-        f[n] = s_recv_frame(c->sock, &fl[n], &more);
-        if (!f[n])
-            break;
-        n++;
-    }
-    int rc = SW_CLIENT_ENOMEM;
-    if (n == 5 && fl[0] == 1 && ((char *)f[0])[0] == 'R' && fl[1] == sizeof(int)) {
+    int oom;
+    const int n = s_recv_msg(c->sock, f, fl, 5, &oom);
+    int rc = GW_DISP_EREPLY;
+    if (n < 0) {
+        rc = GW_DISP_ELINK;
+        snprintf(err, err_len, "internal: cannot read the dispatcher thread's reply: %s",
+                 zmq_strerror(errno));
+    } else if (oom) {
+        rc = SW_CLIENT_ENOMEM;
+        snprintf(err, err_len, "out of memory for the dispatcher thread's reply");
+    } else if (n == 5 && fl[0] == 1 && ((char *)f[0])[0] == 'R' && fl[1] == sizeof(int)) {
         memcpy(&rc, f[1], sizeof rc);
         snprintf(err, err_len, "%s", (char *)f[2]);
         *p1 = f[3];
@@ -488,7 +520,8 @@ static int s_wait_reply(gw_call_t *c, char *err, size_t err_len, void **p1, size
         *l2 = fl[4];
         f[3] = f[4] = NULL;
     } else {
-        snprintf(err, err_len, "internal: malformed reply from the dispatcher");
+        snprintf(err, err_len, "internal: malformed reply from the dispatcher thread (%d frames)",
+                 n);
     }
     for (int i = 0; i < 5; i++)
         free(f[i]);
@@ -499,21 +532,26 @@ int gw_call_table(gw_call_t *c, sw_client_table_t *out, char *err, size_t err_le
 {
     memset(out, 0, sizeof *out);
     if (zmq_send(c->sock, "T", 1, 0) < 0) {
-        snprintf(err, err_len, "internal: %s", zmq_strerror(errno));
-        return SW_CLIENT_ENOMEM;
+        snprintf(err, err_len, "internal: cannot ask the dispatcher thread: %s",
+                 zmq_strerror(errno));
+        return GW_DISP_ELINK;
     }
     void *p1, *p2;
     size_t l1, l2;
     int rc = s_wait_reply(c, err, err_len, &p1, &l1, &p2, &l2);
-    if (rc == 0 && l1 == sizeof *out) {
+    if (rc == 0 && l1 != sizeof *out) {
+        snprintf(err, err_len, "internal: malformed peer table from the dispatcher thread");
+        rc = GW_DISP_EREPLY;
+    }
+    if (rc == 0) {
         memcpy(out, p1, sizeof *out);
         out->peers = p2; /* a copy of the dispatcher's array */
         p2 = NULL;
-        if ((size_t)out->n_peers * sizeof *out->peers != l2) {
+        if (out->n_peers < 0 || (size_t)out->n_peers * sizeof *out->peers != l2) {
             free(out->peers);
             memset(out, 0, sizeof *out);
-            snprintf(err, err_len, "internal: malformed table");
-            rc = SW_CLIENT_ENOMEM;
+            snprintf(err, err_len, "internal: malformed peer table from the dispatcher thread");
+            rc = GW_DISP_EREPLY;
         }
     }
     free(p1);
@@ -526,8 +564,9 @@ int gw_call_submit(gw_call_t *c, const sw_client_request_t *q, const char *model
 {
     struct s_submit sub = {.q = q, .model = model, .head = head_name};
     if (zmq_send(c->sock, "S", 1, ZMQ_SNDMORE) < 0 || zmq_send(c->sock, &sub, sizeof sub, 0) < 0) {
-        snprintf(err, err_len, "internal: %s", zmq_strerror(errno));
-        return SW_CLIENT_ENOMEM;
+        snprintf(err, err_len, "internal: cannot pass the request to the dispatcher thread: %s",
+                 zmq_strerror(errno));
+        return GW_DISP_ELINK;
     }
     void *p1, *p2;
     size_t l1, l2;
@@ -548,15 +587,10 @@ int gw_call_next(gw_call_t *c, gw_event_t *ev, int timeout_ms)
         return 1;
     void *f[3] = {0};
     size_t fl[3] = {0};
-    int more = 1, n = 0;
-    while (more && n < 3) {
-        f[n] = s_recv_frame(c->sock, &fl[n], &more);
-        if (!f[n])
-            break;
-        n++;
-    }
+    int oom;
+    const int n = s_recv_msg(c->sock, f, fl, 3, &oom);
     int rc = 1;
-    if (n == 3 && fl[0] == 1 && ((char *)f[0])[0] == 'E' && fl[1] == sizeof(struct s_ev)) {
+    if (n == 3 && !oom && fl[0] == 1 && ((char *)f[0])[0] == 'E' && fl[1] == sizeof(struct s_ev)) {
         struct s_ev e;
         memcpy(&e, f[1], sizeof e);
         memset(ev, 0, sizeof *ev);

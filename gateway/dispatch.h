@@ -55,22 +55,38 @@ typedef struct gw_event {
     char message[640];       /* EV_ERROR: one line */
 } gw_event_t;
 
+/*
+ * The failures of the link between an HTTP thread and the dispatcher, beside
+ * the client library's codes (enum sw_client_rc) that the calls below return.
+ * They are the gateway's own: nothing reached the relay or came from it.
+ */
+enum gw_disp_rc {
+    GW_DISP_ELINK = -100, /* the inproc socket to the dispatcher failed (send or receive) */
+    GW_DISP_EREPLY = -101 /* the dispatcher's reply was not one the call can read */
+};
+/* A code's name: "dispatcher_unavailable", "dispatcher_bad_reply", else sw_client_strerror's. */
+const char *gw_disp_strerror(int rc);
+
 /* A link to the dispatcher for one HTTP request (one thread). NULL when out of resources. */
 gw_call_t *gw_call_new(gw_disp_t *d) __attribute__((warn_unused_result));
 /* Cancels the generation if one is still running; accepts NULL, NULLs *self_p. */
 void gw_call_destroy(gw_call_t **self_p);
 
 /*
- * The relay's peer table (at most 1 s old). 0, or a client code after a line
- * in err. The caller clears *out with sw_client_table_clear.
+ * The relay's peer table (at most 1 s old). 0, or a code after a line in err:
+ * the dispatcher's (SW_CLIENT_ECONNECT: no relay, or no answer in time), or
+ * the link's own (SW_CLIENT_ENOMEM: no memory for the reply's copy,
+ * GW_DISP_ELINK, GW_DISP_EREPLY). The caller clears *out with
+ * sw_client_table_clear.
  */
 int gw_call_table(gw_call_t *c, sw_client_table_t *out, char *err, size_t err_len)
     __attribute__((warn_unused_result));
 
 /*
  * Chooses a head (head_name, or one serving model) and submits q (read
- * during the call only). 0 with the request id in id, or a client code
- * (SW_CLIENT_ENOHEAD, EINVAL, ECONNECT, ...) after a line in err.
+ * during the call only). 0 with the request id in id, or a code after a line
+ * in err: a client code (SW_CLIENT_ENOHEAD, EINVAL, ECONNECT, ...) or the
+ * link's own (as gw_call_table's).
  */
 int gw_call_submit(gw_call_t *c, const sw_client_request_t *q, const char *model,
                    const char *head_name, char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)

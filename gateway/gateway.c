@@ -107,6 +107,26 @@ static int s_rx_bytes(int fd, unsigned long long *rx)
     return 0;
 }
 
+/*
+ * Says once, at the start, when the kernel does not count a socket's received bytes (asked of
+ * the listening socket fd): s_sweep cannot then see a kept-alive connection's next request
+ * begin, so the header deadline runs from the answer and closes such a connection after
+ * --header-timeout-s when that is shorter than --idle-timeout-s.
+ */
+static void s_rx_check(int fd, const gw_opts_t *o)
+{
+    unsigned long long rx;
+    if (fd < 0 || s_rx_bytes(fd, &rx) == 0)
+        return;
+    const int wait_s =
+        o->header_timeout_s < o->idle_timeout_s ? o->header_timeout_s : o->idle_timeout_s;
+    SW_WARN("serve: this kernel does not count a connection's received bytes (TCP_INFO "
+            "tcpi_bytes_received, Linux 4.1 and later): a kept-alive connection waits %d s for its "
+            "next request (the shorter of --header-timeout-s %d and --idle-timeout-s %d), "
+            "not --idle-timeout-s",
+            wait_s, o->header_timeout_s, o->idle_timeout_s);
+}
+
 /* Moves connection c into phase (GW_PHASE_*), now. Into BODY and ANSWER it keeps the bytes
  * its socket has received so far (the request's), so that s_sweep sees a byte of the next
  * request once the connection is IDLE (it is HEADERS at once where the kernel cannot tell). */
@@ -524,6 +544,8 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
                 errno ? strerror(errno) : "address in use or not available");
         goto out;
     }
+    const union MHD_DaemonInfo *lfd = MHD_get_daemon_info(d, MHD_DAEMON_INFO_LISTEN_FD);
+    s_rx_check(lfd ? lfd->listen_fd : -1, o);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     char host[256];
     snprintf(host, sizeof host, "%.*s", (int)(strrchr(o->listen, ':') - o->listen), o->listen);

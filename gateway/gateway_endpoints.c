@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codec.h"
 #include "gateway_impl.h"
 #include "web.h"
 
@@ -54,6 +55,40 @@ enum MHD_Result gw_http_error(gw_t *g, struct MHD_Connection *c, const char *ep,
         status == MHD_HTTP_SERVICE_UNAVAILABLE || status == MHD_HTTP_TOO_MANY_REQUESTS ? 1 : 0);
 }
 
+int gw_status_of(int code, int wire_code, const char **type)
+{
+    *type = "server_error";
+    switch (code) {
+    case SW_CLIENT_EINVAL:
+        *type = "invalid_request_error";
+        return MHD_HTTP_BAD_REQUEST;
+    case SW_CLIENT_EHEAD:
+        if (wire_code == SW_ERROR_BAD_REQUEST) {
+            *type = "invalid_request_error";
+            return MHD_HTTP_BAD_REQUEST;
+        }
+        if (wire_code == SW_ERROR_BUSY || wire_code == SW_ERROR_DEST_BUSY)
+            return MHD_HTTP_SERVICE_UNAVAILABLE;
+        if (wire_code == SW_ERROR_DEADLINE)
+            return MHD_HTTP_GATEWAY_TIMEOUT;
+        return MHD_HTTP_BAD_GATEWAY;
+    case SW_CLIENT_ETIMEOUT:
+        return MHD_HTTP_GATEWAY_TIMEOUT;
+    case SW_CLIENT_ENOHEAD:
+    case SW_CLIENT_ECONNECT:
+    case SW_CLIENT_EBUSY:
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    case SW_CLIENT_ENOMEM:
+        return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    case GW_DISP_ELINK: /* the dispatcher thread cannot be reached now (the gateway stops) */
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    case GW_DISP_EREPLY:
+        return MHD_HTTP_BAD_GATEWAY;
+    default: /* EKEY, EHEADGONE, ELOST, ECANCELLED: the cluster side failed */
+        return MHD_HTTP_BAD_GATEWAY;
+    }
+}
+
 /* ---- models ------------------------------------------------------------------------------ */
 
 /* The relay's peer table (gw_call_table, at most 1 s old) into *t: 0, or a client code after a
@@ -74,9 +109,11 @@ static enum MHD_Result s_models_list(gw_t *g, struct MHD_Connection *c, const ch
     sw_client_table_t t;
     char err[512];
     int rc = s_table(g, &t, err, sizeof err);
-    if (rc != 0)
-        return gw_http_error(g, c, ep, MHD_HTTP_SERVICE_UNAVAILABLE, err, "server_error", NULL,
-                             sw_client_strerror(rc));
+    if (rc != 0) { /* as a generation's model check answers it (gw_status_of) */
+        const char *type;
+        const int status = gw_status_of(rc, 0, &type);
+        return gw_http_error(g, c, ep, status, err, type, NULL, gw_disp_strerror(rc));
+    }
     char *body = gw_json_models(&t, (long long)time(NULL));
     sw_client_table_clear(&t);
     if (!url || !body)
@@ -150,7 +187,8 @@ static int64_t s_gap(const sw_client_table_t *t, const sw_client_peer_t *head, i
  * GET /health (docs/api.md): "status" is "ok" (the relay answers and every
  * head's pipeline holds all its model's layers), "degraded" (the relay
  * answers, but a node is there without a head, or a pipeline has a gap:
- * "gaps" names them) or "down" (no relay, or no node at all). The HTTP status
+ * "gaps" names them) or "down" (no relay, no node at all, or no peer table:
+ * "error_code" says what failed, relay_unreachable or the gateway's own). The HTTP status
  * is 200 when some head can answer a request (ok, or degraded with a complete
  * pipeline beside a broken one), else 503, so that a load balancer sends
  * requests only where they can run. Only heads this gateway would send
@@ -195,7 +233,11 @@ enum MHD_Result gw_ep_health(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, c
                                                       : "degraded";
     json_object_set_new(j, "status", json_string(status));
     json_object_set_new(j, "relay", json_string(g->o->relay));
-    json_object_set_new(j, "relay_connected", json_boolean(rc == 0));
+    /* only a relay that did not answer is down: a table lost on the gateway's side (its memory,
+     * its dispatcher thread) says so in error_code */
+    json_object_set_new(j, "relay_connected", json_boolean(rc != SW_CLIENT_ECONNECT));
+    if (rc != 0)
+        json_object_set_new(j, "error_code", json_string(gw_disp_strerror(rc)));
     json_object_set_new(j, "heads", json_integer(heads));
     json_object_set_new(j, "untrusted_heads", json_integer(untrusted));
     json_object_set_new(j, "complete_heads", json_integer(complete));
@@ -226,16 +268,21 @@ enum MHD_Result gw_ep_metrics(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, 
                         "text/plain; version=0.0.4", 0);
 }
 
-/* The cluster page's numbers: the relay's peer table and the gateway's own (web.h). A relay
- * that does not answer is part of the answer (relay.connected false), not an error. */
+/* The cluster page's numbers: the relay's peer table and the gateway's own (web.h). A table
+ * that could not be had is part of the answer (relay.error and .error_code; relay.connected
+ * false only when the relay did not answer), not an error. */
 enum MHD_Result gw_ep_cluster(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, const char *url)
 {
     (void)url;
     sw_client_table_t t;
     char err[512];
     int rc = s_table(g, &t, err, sizeof err);
-    char *body = gw_web_cluster_json(rc == 0 ? &t : NULL, g->o->relay, err,
-                                     gw_metrics_json(g->metrics), g->o->max_inflight);
+    const gw_web_relay_t rl = {.endpoint = g->o->relay,
+                               .connected = rc != SW_CLIENT_ECONNECT,
+                               .error = err,
+                               .error_code = gw_disp_strerror(rc)};
+    char *body = gw_web_cluster_json(rc == 0 ? &t : NULL, &rl, gw_metrics_json(g->metrics),
+                                     g->o->max_inflight);
     if (rc == 0)
         sw_client_table_clear(&t);
     return gw_http_send(g, c, gw_conn_ep(sc), MHD_HTTP_OK, body, "application/json", 0);

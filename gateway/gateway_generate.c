@@ -12,7 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "codec.h"
 #include "gateway_impl.h"
 
 #define S_POLL_MS 200        /* how often a waiting request looks at its client */
@@ -24,41 +23,10 @@
 #define S_JSON_MAX_VALUES 16384
 #define S_PARSE_AT_ONCE 4 /* request bodies parsed at once */
 
-/* The HTTP status, OpenAI error type and code of a failed generation. */
-static int s_status_of(int code, int wire_code, const char **type)
-{
-    *type = "server_error";
-    switch (code) {
-    case SW_CLIENT_EINVAL:
-        *type = "invalid_request_error";
-        return MHD_HTTP_BAD_REQUEST;
-    case SW_CLIENT_EHEAD:
-        if (wire_code == SW_ERROR_BAD_REQUEST) {
-            *type = "invalid_request_error";
-            return MHD_HTTP_BAD_REQUEST;
-        }
-        if (wire_code == SW_ERROR_BUSY || wire_code == SW_ERROR_DEST_BUSY)
-            return MHD_HTTP_SERVICE_UNAVAILABLE;
-        if (wire_code == SW_ERROR_DEADLINE)
-            return MHD_HTTP_GATEWAY_TIMEOUT;
-        return MHD_HTTP_BAD_GATEWAY;
-    case SW_CLIENT_ETIMEOUT:
-        return MHD_HTTP_GATEWAY_TIMEOUT;
-    case SW_CLIENT_ENOHEAD:
-    case SW_CLIENT_ECONNECT:
-    case SW_CLIENT_EBUSY:
-        return MHD_HTTP_SERVICE_UNAVAILABLE;
-    case SW_CLIENT_ENOMEM:
-        return MHD_HTTP_INTERNAL_SERVER_ERROR;
-    default: /* EKEY, EHEADGONE, ELOST, ECANCELLED: the cluster side failed */
-        return MHD_HTTP_BAD_GATEWAY;
-    }
-}
-
-/* A generation refused by the model check or failed on the cluster before its answer started:
- * counted under code in /metrics' errors, then answered with status, type and code. The model
- * check, a failed submit and a first event that is an error all answer through here (the 429s
- * of the gateway's own limits are not counted). */
+/* A generation refused by the model check or the gateway's limits, or failed on the cluster
+ * before its answer started: counted under code in /metrics' errors, then answered with status,
+ * type and code. The model check, the 429s of --max-inflight and --max-inflight-per-key, a failed
+ * submit and a first event that is an error all answer through here. */
 static enum MHD_Result s_fail(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
                               const char *message, const char *type, const char *param,
                               const char *code)
@@ -67,14 +35,14 @@ static enum MHD_Result s_fail(gw_t *g, struct MHD_Connection *c, const char *ep,
     return gw_http_error(g, c, ep, status, message, type, param, code);
 }
 
-/* s_fail for a client code rc (SW_CLIENT_*): its status and type (s_status_of) and its name
- * (SW_CLIENT_ENOMEM: 500 out_of_memory). */
+/* s_fail for a code rc of the dispatcher (SW_CLIENT_*, GW_DISP_*): its status and type
+ * (gw_status_of) and its name (gw_disp_strerror; SW_CLIENT_ENOMEM: 500 out_of_memory). */
 static enum MHD_Result s_fail_rc(gw_t *g, struct MHD_Connection *c, const char *ep, int rc,
                                  const char *message)
 {
     const char *type;
-    const int status = s_status_of(rc, 0, &type);
-    return s_fail(g, c, ep, status, message, type, NULL, sw_client_strerror(rc));
+    const int status = gw_status_of(rc, 0, &type);
+    return s_fail(g, c, ep, status, message, type, NULL, gw_disp_strerror(rc));
 }
 
 /* The machine-readable code of a failed generation: the head's, else the client's. */
@@ -240,7 +208,7 @@ static void s_stream_event(s_stream_t *st, const gw_event_t *ev)
     const gw_req_t *r = st->req;
     if (ev->type == SW_CLIENT_EV_ERROR) {
         const char *type;
-        (void)s_status_of(ev->code, ev->wire_code, &type);
+        (void)gw_status_of(ev->code, ev->wire_code, &type);
         char *e = gw_json_error(ev->message, type, NULL, s_code_of(ev));
         if (e) {
             size_t n = strlen(e) + 16;
@@ -358,7 +326,8 @@ static int s_wait_event(gw_t *g, gw_call_t *call, int fd, gw_event_t *ev)
 /* 0 when some head the gateway would send to (sw_client_trusted_head, as /v1/models
  * and /health count them) serves r->model; otherwise an error response was queued
  * (*res; s_fail: 503 no_head, 404 model_not_found naming only those heads' models, or the
- * table's failure: 503 relay_unreachable, 500 out_of_memory). */
+ * table's failure: 503 relay_unreachable, 500 out_of_memory, 503 dispatcher_unavailable,
+ * 502 dispatcher_bad_reply). */
 static int s_check_model(gw_t *g, struct MHD_Connection *c, const char *ep, gw_call_t *call,
                          const gw_req_t *r, enum MHD_Result *res)
 {
@@ -415,8 +384,8 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
                  "%d generations are in flight on this gateway (shardwire serve "
                  "--max-inflight): retry later",
                  g->o->max_inflight);
-        *res = gw_http_error(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error",
-                             NULL, "too_many_requests");
+        *res = s_fail(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error", NULL,
+                      "too_many_requests");
         return -1;
     }
     if (gw_keys_take(g, rp->key) != 0) {
@@ -425,8 +394,8 @@ static int s_submit(const s_reply_t *rp, char rid[SW_CLIENT_ID_LEN], enum MHD_Re
                  "this API key has %d generations in flight, its share of the gateway (shardwire "
                  "serve --max-inflight-per-key): retry when one has ended",
                  g->o->max_inflight_per_key);
-        *res = gw_http_error(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error",
-                             NULL, "too_many_requests");
+        *res = s_fail(g, rp->c, rp->ep, MHD_HTTP_TOO_MANY_REQUESTS, err, "rate_limit_error", NULL,
+                      "too_many_requests");
         return -1;
     }
     /* the head shares its compute between this gateway's API keys (its tenants) */
@@ -462,7 +431,7 @@ static int s_answer(const s_reply_t *rp, gw_event_t *ev, enum MHD_Result *res)
         if (ev->type == SW_CLIENT_EV_ERROR) {
             gw_inflight_end(g, rp->key);
             const char *type;
-            int status = s_status_of(ev->code, ev->wire_code, &type);
+            int status = gw_status_of(ev->code, ev->wire_code, &type);
             *res = s_fail(g, rp->c, rp->ep, status, ev->message, type, NULL, s_code_of(ev));
             break;
         }

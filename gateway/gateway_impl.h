@@ -134,6 +134,9 @@ static inline double gw_now_ms(void)
  * retry_after_s > 0 adds a Retry-After header. */
 enum MHD_Result gw_http_send(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
                              char *body, const char *ctype, int retry_after_s);
+/* The HTTP status and OpenAI error type (*type) of a failed generation or peer table: code is
+ * the dispatcher's (SW_CLIENT_*, GW_DISP_*), wire_code the head's ErrorCode (SW_CLIENT_EHEAD). */
+int gw_status_of(int code, int wire_code, const char **type);
 /* An OpenAI error body (openai.h, gw_json_error) with status; 503 and 429 say Retry-After: 1. */
 enum MHD_Result gw_http_error(gw_t *g, struct MHD_Connection *c, const char *ep, int status,
                               const char *message, const char *type, const char *param,

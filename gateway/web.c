@@ -59,8 +59,8 @@ json_t *gw_web_hops_json(const sw_client_table_t *t, const char *relay)
     return hops;
 }
 
-char *gw_web_cluster_json(const sw_client_table_t *t, const char *relay, const char *relay_err,
-                          json_t *gateway, int max_inflight)
+char *gw_web_cluster_json(const sw_client_table_t *t, const gw_web_relay_t *relay, json_t *gateway,
+                          int max_inflight)
 {
     json_t *j = json_object(), *rl = json_object(), *nodes = json_array();
     int clients = 0;
@@ -68,8 +68,8 @@ char *gw_web_cluster_json(const sw_client_table_t *t, const char *relay, const c
     clock_gettime(CLOCK_REALTIME, &now);
     json_object_set_new(j, "object", json_string("shardwire.cluster"));
     json_object_set_new(j, "time_ms", json_real(now.tv_sec * 1e3 + now.tv_nsec / 1e6));
-    json_object_set_new(rl, "endpoint", json_string(relay));
-    json_object_set_new(rl, "connected", json_boolean(t != NULL));
+    json_object_set_new(rl, "endpoint", json_string(relay->endpoint));
+    json_object_set_new(rl, "connected", json_boolean(t || relay->connected));
     if (t) {
         json_object_set_new(rl, "uptime_ms", json_integer((json_int_t)t->uptime_ms));
         json_object_set_new(rl, "forwarded", json_integer((json_int_t)t->forwarded));
@@ -94,9 +94,11 @@ char *gw_web_cluster_json(const sw_client_table_t *t, const char *relay, const c
         for (int i = 0; i < t->n_peers; i++)
             clients += !t->peers[i].is_node;
         /* per hop of each pipeline: the path that carries it and its round trip (issue 39) */
-        json_object_set_new(j, "hops", gw_web_hops_json(t, relay));
+        json_object_set_new(j, "hops", gw_web_hops_json(t, relay->endpoint));
     } else {
-        json_object_set_new(rl, "error", json_string(relay_err ? relay_err : "no answer"));
+        json_object_set_new(rl, "error", json_string(relay->error ? relay->error : "no answer"));
+        json_object_set_new(rl, "error_code",
+                            json_string(relay->error_code ? relay->error_code : "unknown"));
     }
     json_object_set_new(j, "relay", rl);
     json_object_set_new(j, "nodes", nodes);

@@ -45,15 +45,24 @@ const gw_web_file_t *gw_web_find(const char *url);
  * `shardwire status --json` prints the same. */
 json_t *gw_web_hops_json(const sw_client_table_t *t, const char *relay);
 
+/* The relay as GET /v1/cluster shows it when its peer table could not be had (the caller's). */
+typedef struct gw_web_relay {
+    const char *endpoint;   /* the relay's endpoint */
+    int connected;          /* 0: the relay did not answer; 1: the table failed on the gateway */
+    const char *error;      /* one line: what failed */
+    const char *error_code; /* its code (gw_disp_strerror) */
+} gw_web_relay_t;
+
 /*
  * The body of GET /v1/cluster (malloc'd JSON text the caller frees; NULL when
  * out of memory): the relay (endpoint, and uptime and message counts from t),
  * every node of t (name, role, layer range, model, backend, capacity,
  * heartbeat age, idle time, messages), the number of clients, and gateway
  * (gw_metrics_json, taken over; may be NULL) with max_inflight added. t NULL:
- * the relay did not answer, relay_err says why.
+ * no peer table, rl says why (connected, error, error_code); with t, only
+ * rl->endpoint is read.
  */
-char *gw_web_cluster_json(const sw_client_table_t *t, const char *relay, const char *relay_err,
-                          json_t *gateway, int max_inflight);
+char *gw_web_cluster_json(const sw_client_table_t *t, const gw_web_relay_t *rl, json_t *gateway,
+                          int max_inflight);
 
 #endif

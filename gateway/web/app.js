@@ -674,9 +674,14 @@
   function render(j, now) {
     const rl = j.relay;
     const g = j.gateway || {};
-    $("cluster-error").textContent = rl.connected ? "" : "the relay does not answer: " + (rl.error || "");
-    $("c-relay").textContent = rl.connected ? "up " + fmtMs(rl.uptime_ms) : "down";
-    $("c-relay-sub").textContent = rl.connected
+    // no peer table: the relay did not answer, or (connected) the gateway itself failed
+    const table = rl.uptime_ms !== undefined;
+    $("cluster-error").textContent = table
+      ? ""
+      : (rl.connected ? "the gateway could not read the peer table: " : "the relay does not answer: ") +
+        (rl.error || "");
+    $("c-relay").textContent = !rl.connected ? "down" : table ? "up " + fmtMs(rl.uptime_ms) : "?";
+    $("c-relay-sub").textContent = table
       ? `${rl.endpoint} · ${rl.forwarded} forwarded · ${rl.dropped} dropped · ${j.clients} client(s)`
       : rl.endpoint;
     const head = j.nodes.find((n) => n.role === "head" || n.role === "full");

@@ -26,7 +26,8 @@
  *    deadline) and a 100 MB upload running at the same time do not keep
  *    another address's request from completing promptly;
  *  - /metrics counts what happened, the refusals of the model check (no_head,
- *    model_not_found) among the errors.
+ *    model_not_found) and the 429 of --max-inflight (too_many_requests) among
+ *    the errors.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -669,6 +670,11 @@ int main(void)
     SW_CHECK_INT(
         s_http("/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\"}", &resp, NULL),
         429);
+    free(resp);
+    /* counted among the errors under its code, as every refused generation */
+    SW_CHECK_INT(s_http("/metrics", KEY, NULL, &resp, NULL), 200);
+    SW_CHECK(resp &&
+             strstr(resp, "shardwire_gateway_errors_total{code=\"too_many_requests\"} 1\n"));
     free(resp);
     const int cancels0 = sw_test_count_in_file(sw_test_log("nodes.log"), "cancelled by the client");
     double t_gone = s_now_ms();

@@ -1,0 +1,291 @@
+/*
+ * test_gateway_errors.c - the gateway names what failed (code audit 22): a
+ * failure on the gateway's own side is answered and reported as that, not as
+ * the relay's or as a lack of memory.
+ *
+ * The gateway runs in this process (gw_run on a thread, no API keys, loopback)
+ * against a real relay and no nodes. This program defines malloc and zmq_send
+ * itself (glibc's __libc_malloc and libzmq's zmq_send do the work), as
+ * test_alloc_fail.c does, to make one failure happen when armed:
+ *
+ *  - no memory for the copy of the peer table (the malloc of its frame in the
+ *    HTTP thread, sizeof(sw_client_table_t) + 1 bytes): GET /v1/models is
+ *    500 out_of_memory, as a generation's model check answers it (it was 503);
+ *    /health stays 503 "down" but says relay_connected true with error_code
+ *    out_of_memory, and /v1/cluster relay.connected true with that error_code
+ *    (both said the relay was down);
+ *  - the request to the dispatcher thread cannot be sent (the HTTP thread's
+ *    1-byte "T" frame fails, ETERM): a completion is 503
+ *    dispatcher_unavailable, counted under that code in
+ *    shardwire_gateway_errors_total (it was 500 out_of_memory);
+ *  - the dispatcher's reply is malformed (its "R" frame goes alone, the rest
+ *    is dropped): a completion is 502 dispatcher_bad_reply, counted so (it
+ *    was 500 out_of_memory);
+ *  - the kernel does not count a socket's received bytes (TCP_INFO shorter
+ *    than tcpi_bytes_received, as before Linux 4.1; getsockopt is defined
+ *    here too): the gateway says so in one line at its start, naming
+ *    --idle-timeout-s (it said nothing).
+ *
+ * It runs in the e2e label, not under the sanitizers (which replace malloc).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "gateway.h"
+#include "sw_test.h"
+
+extern void *__libc_malloc(size_t);
+
+static atomic_int s_fail_table; /* mallocs of a peer table frame's copy left to fail */
+static atomic_int s_fail_ask;   /* "T" frames left to fail */
+static atomic_int s_bad_reply;  /* dispatcher replies left to cut */
+static atomic_int s_cutting;    /* 1: the frames of the reply being cut are dropped */
+static atomic_int s_old_kernel; /* 1: TCP_INFO ends before tcpi_bytes_received */
+
+void *malloc(size_t n)
+{
+    if (n == sizeof(sw_client_table_t) + 1 && atomic_load(&s_fail_table) > 0 &&
+        atomic_fetch_sub(&s_fail_table, 1) > 0)
+        return NULL;
+    return __libc_malloc(n);
+}
+
+typedef int (*s_send_fn)(void *, const void *, size_t, int);
+
+int zmq_send(void *s, const void *buf, size_t len, int flags)
+{
+    static s_send_fn real;
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "zmq_send");
+    if (atomic_load(&s_cutting)) { /* the rest of a cut reply */
+        if (!(flags & ZMQ_SNDMORE))
+            atomic_store(&s_cutting, 0);
+        return (int)len;
+    }
+    const char c = len == 1 ? *(const char *)buf : 0;
+    if (c == 'T' && atomic_load(&s_fail_ask) > 0 && atomic_fetch_sub(&s_fail_ask, 1) > 0) {
+        errno = ETERM;
+        return -1;
+    }
+    if (c == 'R' && (flags & ZMQ_SNDMORE) && atomic_load(&s_bad_reply) > 0 &&
+        atomic_fetch_sub(&s_bad_reply, 1) > 0) {
+        atomic_store(&s_cutting, 1);
+        return real(s, buf, len, flags & ~ZMQ_SNDMORE);
+    }
+    return real(s, buf, len, flags);
+}
+
+typedef int (*s_getsockopt_fn)(int, int, int, void *, socklen_t *);
+
+int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+    static s_getsockopt_fn real;
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "getsockopt");
+    const int rc = real(fd, level, name, val, len);
+    const socklen_t old = (socklen_t)offsetof(struct tcp_info, tcpi_bytes_received);
+    if (rc == 0 && level == IPPROTO_TCP && name == TCP_INFO && atomic_load(&s_old_kernel) &&
+        *len > old)
+        *len = old;
+    return rc;
+}
+
+static int s_port;
+static volatile sig_atomic_t s_stop;
+
+static void *s_gateway(void *arg)
+{
+    return (void *)(intptr_t)gw_run(arg, &s_stop);
+}
+
+/* One HTTP request (body NULL: GET, else POST): the status (0 = no answer), the body into *resp
+ * (malloc'd). */
+static int s_http(const char *path, const char *body, char **resp)
+{
+    *resp = NULL;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {.tv_sec = 30};
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+        connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     body ? "POST" : "GET", path, body ? strlen(body) : 0, body ? body : "");
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return 0;
+    }
+    size_t cap = 1 << 16, got = 0;
+    char *b = calloc(1, cap + 1);
+    ssize_t r;
+    while (b && got < cap && (r = read(fd, b + got, cap - got)) > 0)
+        got += (size_t)r;
+    close(fd);
+    int status = 0;
+    if (!b || sscanf(b, "HTTP/1.%*d %d", &status) != 1) {
+        free(b);
+        return 0;
+    }
+    const char *at = strstr(b, "\r\n\r\n");
+    *resp = strdup(at ? at + 4 : "");
+    free(b);
+    return status;
+}
+
+/* The value of shardwire_gateway_errors_total{code="code"} in /metrics (0 when absent). */
+static long s_errors(const char *code)
+{
+    char *m = NULL, key[128];
+    SW_CHECK_INT(s_http("/metrics", NULL, &m), 200);
+    snprintf(key, sizeof key, "shardwire_gateway_errors_total{code=\"%s\"} ", code);
+    const char *at = m ? strstr(m, key) : NULL;
+    const long n = at ? atol(at + strlen(key)) : 0;
+    free(m);
+    return n;
+}
+
+/* A completion (the model check asks for the peer table first): status, code in *resp. */
+static int s_complete(char **resp)
+{
+    return s_http("/v1/completions", "{\"model\":\"m\",\"prompt\":\"Hi\",\"max_tokens\":2}", resp);
+}
+
+/* Starts the gateway on this thread's relay with the kernel's TCP_INFO cut short; 0 once it
+ * answers /health, with its log until then checked for the line about the idle timeout. */
+static int s_start(gw_opts_t *o, pthread_t *th)
+{
+    const char *log = sw_test_log("gateway.log");
+    fflush(stderr);
+    int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved < 0 || lf < 0 || dup2(lf, 2) < 0)
+        return -1;
+    close(lf);
+    atomic_store(&s_old_kernel, 1);
+    if (pthread_create(th, NULL, s_gateway, o) != 0)
+        return -1;
+    char *resp = NULL;
+    int up = 0;
+    for (int i = 0; i < 100 && !up; i++) {
+        up = s_http("/health", NULL, &resp) != 0;
+        free(resp);
+        if (!up)
+            usleep(100000);
+    }
+    atomic_store(&s_old_kernel, 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    SW_CHECK(up);
+    /* the start said what the kernel's missing count means, once */
+    SW_CHECK_INT(sw_test_count_in_file(log, "tcpi_bytes_received"), 1);
+    SW_CHECK_INT(sw_test_count_in_file(log, "waits 10 s for its next request"), 1);
+    return up ? 0 : -1;
+}
+
+int main(void)
+{
+    char relay[64], listen[64];
+    snprintf(relay, sizeof relay, "tcp://127.0.0.1:%d", sw_test_free_port());
+    s_port = sw_test_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", s_port);
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", relay, "--insecure-loopback",
+                  NULL};
+    pid_t rpid = sw_test_spawn(ra, sw_test_log("relay.log"));
+    SW_CHECK(sw_test_wait_listen(relay, 20) == 0);
+    gw_opts_t o = {
+        .listen = listen,
+        .relay = relay,
+        .connect_timeout_ms = 20000,
+        .no_api_key = 1,
+        .max_body = 1 << 20,
+        .max_bodies = 16 << 20,
+        .max_connections = 64,
+        .max_per_ip = 16,
+        .max_per_prefix = 16,
+        .max_slow = 16,
+        .max_inflight = 4,
+        .max_inflight_per_key = 4,
+        .idle_timeout_s = 30,
+        .header_timeout_s = 10,
+        .body_timeout_s = 10,
+        .defaults = {.max_tokens = 16, .top_p = 1, .repeat_penalty = 1, .timeout_ms = 30000}};
+    pthread_t th;
+    if (s_start(&o, &th) != 0) {
+        sw_test_kill(rpid);
+        return sw_test_done();
+    }
+    char *resp = NULL;
+
+    /* no memory for the peer table's copy: /v1/models is a 500 out_of_memory */
+    atomic_store(&s_fail_table, 1);
+    SW_CHECK_INT(s_http("/v1/models", NULL, &resp), 500);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"out_of_memory\""));
+    free(resp);
+    SW_CHECK_INT(s_http("/v1/models", NULL, &resp), 200); /* and then all is well */
+    free(resp);
+
+    /* /health and /v1/cluster: the relay is connected, the gateway's memory failed */
+    atomic_store(&s_fail_table, 1);
+    SW_CHECK_INT(s_http("/health", NULL, &resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"relay_connected\":true"));
+    SW_CHECK(resp && strstr(resp, "\"error_code\":\"out_of_memory\""));
+    SW_CHECK(resp && strstr(resp, "\"status\":\"down\""));
+    free(resp);
+    SW_CHECK_INT(s_http("/health", NULL, &resp), 503); /* no node: down, the relay up */
+    SW_CHECK(resp && strstr(resp, "\"relay_connected\":true") && !strstr(resp, "error_code"));
+    free(resp);
+    atomic_store(&s_fail_table, 1);
+    SW_CHECK_INT(s_http("/v1/cluster", NULL, &resp), 200);
+    SW_CHECK(resp && strstr(resp, "\"connected\":true"));
+    SW_CHECK(resp && strstr(resp, "\"error_code\":\"out_of_memory\""));
+    free(resp);
+    SW_CHECK_INT(atomic_load(&s_fail_table), 0); /* each armed failure happened */
+
+    /* the request cannot reach the dispatcher thread: 503 dispatcher_unavailable, counted */
+    atomic_store(&s_fail_ask, 1);
+    SW_CHECK_INT(s_complete(&resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"dispatcher_unavailable\""));
+    free(resp);
+    SW_CHECK_INT(s_errors("dispatcher_unavailable"), 1);
+
+    /* the dispatcher's reply is malformed: 502 dispatcher_bad_reply, counted */
+    atomic_store(&s_bad_reply, 1);
+    SW_CHECK_INT(s_complete(&resp), 502);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"dispatcher_bad_reply\""));
+    free(resp);
+    SW_CHECK_INT(s_errors("dispatcher_bad_reply"), 1);
+    SW_CHECK_INT(s_errors("out_of_memory"), 0);
+
+    /* and the next request is answered as before: no head */
+    SW_CHECK_INT(s_complete(&resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"no_head\""));
+    free(resp);
+
+    s_stop = 1;
+    void *rc = NULL;
+    pthread_join(th, &rc);
+    SW_CHECK_INT((int)(intptr_t)rc, 0);
+    sw_test_kill(rpid);
+    return sw_test_done();
+}
