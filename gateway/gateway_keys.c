@@ -47,6 +47,13 @@ int gw_keys_load(gw_t *g, const char *path, char *err, size_t err_len)
     int lineno = 0, rc = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            /* read on, the rest would count as a key of its own */
+            snprintf(err, err_len, "--api-key-file %s line %d is longer than %zu characters", path,
+                     lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
         char *s = line, *e;
         while (*s == ' ' || *s == '\t')
             s++;

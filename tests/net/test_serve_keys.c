@@ -129,6 +129,14 @@ int main(void)
     s_refused(s_file("two-words.keys", KEY1 " " KEY2 "\n", 0600), NULL,
               "line 1: a key is one word");
     s_refused(s_file("empty.keys", "# only comments\n\n   \n", 0600), NULL, "holds no key");
+    {
+        /* a line past the reader's buffer: before, each 1023-character piece was a key of its
+         * own, so the tail of a long key let a request in */
+        char lng[2100];
+        memset(lng, 'k', 2000);
+        memcpy(lng + 2000, "\n", 2);
+        s_refused(s_file("long.keys", lng, 0600), NULL, "line 1 is longer than 1022 characters");
+    }
     /* both a key file and no keys: before, every request was let in, the file ignored */
     s_refused_with(s_file("both.keys", KEY1 "\n", 0600), NULL, 1, NULL, NULL,
                    "--insecure-no-api-key and --api-key-file contradict each other");
