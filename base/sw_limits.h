@@ -237,6 +237,9 @@ _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
 #define SW_RELAY_DEFAULT_QUEUE_TOTAL_MIB 256 /* --queue-total-mib: for all of them */
 #define SW_RELAY_DEFAULT_CLIENT_MIB_S 4      /* --client-mib-s: one client key's peer */
 #define SW_RELAY_DEFAULT_NODE_MIB_S 256      /* --node-mib-s: any other peer */
+/* The relay holds (parks) this many messages per sender and destination while the destination's
+ * queue is full, uncounted in its msgs_out until they go (the head's route check allows them). */
+#define SW_RELAY_PARK_PER_PAIR 8 /* messages held per sender and destination for a full one */
 /* --name-hold-s: a client's name stays held for its key after its connection left, longer than
  * a head keeps the requests of a client that vanished (its 60 s linger for a Resume and the
  * seconds it takes to see the client gone), so that no other key can answer to that name. */

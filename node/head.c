@@ -230,6 +230,8 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                 h->busy = 1;
             }
         }
+        if (s->base_link == h->table_link)
+            node_recover_route_note(s->rec, pt, s->route.names, s->route.n);
         if (s->want_check && s->base_link != h->table_link) {
             s->want_check = 0; // another relay's counters: the head moved relays (a loss,
                                // which head_session.c replays), nothing to compare here
@@ -244,6 +246,9 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
                                : 1;
             if (ok < 0 && head_leave_relay(n, msg->link, why, now)) {
                 h->busy = 1; // another relay: the round alone goes again (head_session.c)
+            } else if (ok == 2) {
+                node_recover_relay_lost(s->rec, now, why); // a later direct link: the round again
+                h->busy = 1;
             } else if (ok < 1) {
                 char text[200];
                 snprintf(text, sizeof text, "%s during the round", why);

@@ -15,6 +15,8 @@ typedef struct s_base {
     char name[SW_WIRE_NAME_MAX + 1]; // stage
     uint64_t msgs_out;               // relay counter when the route was built: messages to it
     uint64_t msgs_in;                // the same: messages from it
+    int direct;                      // 1: a direct link into it was seen since (the relay's
+                                     // counters miss what that link carried)
 } s_base_t;
 
 /* One round as it was sent: its rows and what went on the wire about its
@@ -121,21 +123,6 @@ const node_recover_stats_t *node_recover_stats(const node_recover_t *rec)
 
 /* ---- route liveness ------------------------------------------------------------------ */
 
-void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
-                                 char names[][SW_WIRE_NAME_MAX + 1], int n)
-{
-    rec->n_base = 0;
-    rec->done_chunks = rec->inflight_chunks = 0;
-    for (int i = 1; i < n && i < SW_WIRE_MAX_ROUTE; i++) {
-        sw_msg_peer_t info;
-        const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;
-        s_base_t *b = &rec->base[rec->n_base++];
-        snprintf(b->name, sizeof b->name, "%s", names[i]);
-        b->msgs_out = pi ? pi->msgs_out : 0;
-        b->msgs_in = pi ? pi->msgs_in : 0;
-    }
-}
-
 /* 1 when the table shows a live direct link between a and b (either lists the other in its
  * announce's direct_hops): what goes between them does not pass the relay's counters. */
 static int s_direct_between(const sw_msg_table_t *t, const char *a, const char *b)
@@ -151,9 +138,36 @@ static int s_direct_between(const sw_msg_table_t *t, const char *a, const char *
     return 0;
 }
 
-int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
+void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
+                                 char names[][SW_WIRE_NAME_MAX + 1], int n)
+{
+    rec->n_base = 0;
+    rec->done_chunks = rec->inflight_chunks = 0;
+    for (int i = 1; i < n && i < SW_WIRE_MAX_ROUTE; i++) {
+        sw_msg_peer_t info;
+        const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;
+        s_base_t *b = &rec->base[rec->n_base++];
+        snprintf(b->name, sizeof b->name, "%s", names[i]);
+        b->msgs_out = pi ? pi->msgs_out : 0;
+        b->msgs_in = pi ? pi->msgs_in : 0;
+        b->direct = s_direct_between(t, names[i - 1], names[i]);
+    }
+}
+
+void node_recover_route_note(node_recover_t *rec, const sw_msg_table_t *t,
+                             char names[][SW_WIRE_NAME_MAX + 1], int n)
+{
+    for (int i = 1; i < n && i - 1 < rec->n_base; i++) {
+        s_base_t *b = &rec->base[i - 1];
+        if (!b->direct && !strcmp(b->name, names[i]) && s_direct_between(t, names[i - 1], names[i]))
+            b->direct = 1;
+    }
+}
+
+int node_recover_route_check(node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len)
 {
+    node_recover_route_note(rec, t, names, n);
     for (int i = 1; i < n; i++) {
         sw_msg_peer_t info;
         const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;
@@ -164,21 +178,30 @@ int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
         const s_base_t *b = i - 1 < rec->n_base ? &rec->base[i - 1] : NULL;
         if (!b || strcmp(b->name, names[i]) != 0)
             return 1; // no baseline for this route
+        /* A stage reached by a direct link (issue 39) is not counted by the relay; the head
+         * sees the loss of its own links (sw_peer_direct_losses), not of one between two later
+         * stages: once such a link is gone, the counter falls short by what it carried, which
+         * proves no restart, and what it held may be lost. A stage that restarted answers the
+         * round sent again with ERR_UNKNOWN_SESSION. */
+        if (s_direct_between(t, names[i - 1], names[i]))
+            continue;
+        if (b->direct) {
+            snprintf(why, why_len, "the direct link from '%s' to '%s' is gone", names[i - 1],
+                     names[i]);
+            return 2;
+        }
         /* At least the chunks of the answered rounds reached every stage, and
          * the head's chunks of the round in flight reached the first (its
          * connection is FIFO and the caller asked for this table after they
-         * went). Nothing is inferred from what the stage before sent: it may
-         * serve other routes (other tails, shadow routes of spot checks), and
-         * a chunk it passed on may wait at the relay while a slow stage drains
-         * its link; a stage that really restarted answers the next chunk with
-         * ERR_UNKNOWN_SESSION. */
+         * went), but for SW_RELAY_PARK_PER_PAIR that the relay may hold for a
+         * slow first stage (not counted until they go). Nothing is inferred
+         * from what the stage before sent: it may serve other routes (other
+         * tails, shadow routes of spot checks), and a chunk it passed on may
+         * wait at the relay while a slow stage drains its link; a stage that
+         * really restarted answers the next chunk with ERR_UNKNOWN_SESSION. */
         uint64_t want = rec->done_chunks;
-        if (i == 1)
-            want += rec->inflight_chunks;
-        /* a stage reached by a direct link (issue 39) is not counted by the relay; its loss
-         * is seen on the link itself (sw_peer_direct_losses) */
-        if (s_direct_between(t, names[i - 1], names[i]))
-            continue;
+        if (i == 1 && rec->inflight_chunks > SW_RELAY_PARK_PER_PAIR)
+            want += rec->inflight_chunks - SW_RELAY_PARK_PER_PAIR;
         if (pi->msgs_out < b->msgs_out + want) {
             snprintf(why, why_len,
                      "stage '%s' has a new relay connection (restarted, or the relay did)",

@@ -113,17 +113,29 @@ int node_recover_failing(const node_recover_t *rec);
  * for the same connection when a stage was delivered fewer messages than
  * were surely sent to it since: for every stage, the chunks of every round
  * whose verdict came back, and for the first stage after the head also every
- * chunk the head sent (the caller asks for the table after they went). What
- * the stage before a later one sent proves nothing: it may serve other
- * routes, or its chunk may wait at the relay for a slow stage's link (issue
- * 33: that took slow rounds for restarts). Then the round in flight may be
- * lost. names[0] is the head (not checked). */
+ * chunk the head sent (the caller asks for the table after they went) but
+ * SW_RELAY_PARK_PER_PAIR the relay may hold. What the stage before a later
+ * one sent proves nothing: it may serve other routes, or its chunk may wait
+ * at the relay for a slow stage's link (issue 33: that took slow rounds for
+ * restarts). Then the round in flight may be lost. A hop that a direct link
+ * carries (issue 39) is not counted, and once a direct link into a stage was
+ * seen since the baseline its counter proves nothing: a table that shows the
+ * link gone says that what it carried may be lost, not that the stage
+ * restarted. names[0] is the head (not checked). */
 void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n);
+/* Notes the direct links into the stages of names that t shows (the head calls it with
+ * every table of its baseline's relay, so that a link up and down between two route checks
+ * is seen). */
+void node_recover_route_note(node_recover_t *rec, const sw_msg_table_t *t,
+                             char names[][SW_WIRE_NAME_MAX + 1], int n);
 /* 1 when every stage names[1..n) is in t with a plausible counter; else the
  * stage and the reason in why, and 0 (a stage's connection is new: it or the
- * relay restarted) or -1 (a stage is not in t: it left that relay). */
-int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
+ * relay restarted), -1 (a stage is not in t: it left that relay) or 2 (a direct
+ * link into a stage, seen since the baseline, is gone: the round in flight alone
+ * goes again, the stages kept their caches; a restarted one says so to it).
+ * Notes the direct links of t as node_recover_route_note does. */
+int node_recover_route_check(node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len);
 
 /* Totals over the request, for logs and tests. */

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RELAY_PARK_PER_PAIR 8        /* messages held per (sender, destination) */
 #define RELAY_PARK_BYTES (64u << 20) /* bytes held in all (RELAY_PARK_MAX messages at most) */
 #define RELAY_PARK_MS 5000           /* held longer: dropped with ERR_DEST_BUSY */
 
@@ -121,7 +120,7 @@ static int s_park(relay_t *r, const relay_peer_t *sender, const char *dest, cons
 {
     size_t bytes = zmq_msg_size(hdr) + (payload ? zmq_msg_size(payload) : 0);
     if (r->n_parked == RELAY_PARK_MAX || r->parked_bytes + bytes > RELAY_PARK_BYTES ||
-        s_parked_for(r, dest, sender->source) >= RELAY_PARK_PER_PAIR)
+        s_parked_for(r, dest, sender->source) >= SW_RELAY_PARK_PER_PAIR)
         return 0;
     relay_parked_t *p = &r->parked[r->n_parked++];
     memset(p, 0, sizeof *p);

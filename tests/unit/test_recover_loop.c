@@ -409,6 +409,87 @@ static void s_test_route_check(void)
     node_recover_free(&rec);
 }
 
+/* A table as s_table's where mid lists a live direct link to tail (issue 39). */
+static sw_msg_table_t s_table_direct(sw_msg_peer_t *p, uint64_t mid_out, uint64_t tail_out)
+{
+    sw_msg_table_t t = s_table(p, 100, mid_out, 50, tail_out);
+    p[1].announce.n_direct_hops = 1;
+    p[1].announce.direct_hops[0].peer = "tail";
+    return t;
+}
+
+/* Logs a round of n tokens after what rec holds and sends it in chunks; answered when
+ * round_no is not 0 (the verdict of that round number). */
+static void s_round(node_recover_t *rec, int kv_keep, int n, int chunks, uint64_t round_no,
+                    int answered)
+{
+    static const int32_t toks[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    const sw_round_t r = {.kv_keep = kv_keep, .n = n, .tokens = toks};
+    int idx = -1;
+    char err[256] = "";
+    SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    SW_CHECK_INT(node_recover_next(rec, 0, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    node_recover_sent(rec, idx, round_no, chunks, 0);
+    if (answered)
+        SW_CHECK_INT(node_recover_verdict(rec, round_no, 10), 1);
+}
+
+/* A direct link between two later stages carries chunks the relay never counts: once it is
+ * gone, the tail's counter falls short of the answered rounds' chunks. That is a lost link
+ * (2: the round in flight alone again), not a restart (0: the whole session replayed), also
+ * when the link came up and went between two checks; a first stage's chunks that the relay
+ * holds for it (SW_RELAY_PARK_PER_PAIR) are not missing either. */
+static void s_test_route_direct(void)
+{
+    char names[3][SW_WIRE_NAME_MAX + 1] = {"head", "mid", "tail"};
+    sw_msg_peer_t p[3];
+    char why[160] = "";
+    node_recover_t *rec = node_recover_new(1000);
+    SW_CHECK(rec != NULL);
+    if (!rec)
+        return;
+    sw_msg_table_t t = s_table_direct(p, 90, 40);
+    node_recover_route_baseline(rec, &t, names, 3);
+    s_round(rec, 0, 8, 4, 1, 1); /* 4 chunks by the link, answered */
+    s_round(rec, 8, 1, 1, 2, 0); /* one in flight */
+    t = s_table_direct(p, 95, 40);
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 1);
+    t = s_table(p, 105, 95, 50, 40); /* the link gone, the tail the same connection */
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 2);
+    SW_CHECK(strstr(why, "the direct link from 'mid' to 'tail' is gone") != NULL);
+    /* the same for a link that came up after the baseline and went before the next check */
+    t = s_table(p, 100, 90, 50, 40);
+    node_recover_route_baseline(rec, &t, names, 3);
+    t = s_table_direct(p, 92, 40);
+    node_recover_route_note(rec, &t, names, 3);
+    t = s_table(p, 105, 95, 50, 40);
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 2);
+    /* no direct link: a restarted tail is still one */
+    t = s_table(p, 100, 90, 50, 40);
+    node_recover_route_baseline(rec, &t, names, 3);
+    s_round(rec, 9, 1, 1, 3, 1);
+    t = s_table(p, 105, 95, 0, 0);
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 0);
+    SW_CHECK(strstr(why, "'tail' has a new relay connection") != NULL);
+    node_recover_free(&rec);
+
+    /* a prefill of 12 chunks in flight to a slow first stage: 7 held at the relay is slow,
+     * 9 missing is more than the relay may hold */
+    rec = node_recover_new(1000);
+    SW_CHECK(rec != NULL);
+    if (!rec)
+        return;
+    t = s_table(p, 100, 90, 50, 40);
+    node_recover_route_baseline(rec, &t, names, 3);
+    s_round(rec, 0, 12, 12, 1, 0);
+    t = s_table(p, 100, 90 + 12 - 7, 50, 40);
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 1);
+    t = s_table(p, 100, 90 + 12 - 9, 50, 40);
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 0);
+    SW_CHECK(strstr(why, "'mid' has a new relay connection") != NULL);
+    node_recover_free(&rec);
+}
+
 /* A replay that moves gets a whole timeout again at its next failure (issue 33: a long
  * prompt's replay moved for minutes, failed once more and gave up at once). */
 static void s_test_progress(void)
@@ -522,6 +603,7 @@ static void s_test_stall(void)
 int main(void)
 {
     s_test_route_check();
+    s_test_route_direct();
     s_test_progress();
     s_test_stall();
     enum { N_GEN = 300 };
