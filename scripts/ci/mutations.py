@@ -200,8 +200,10 @@ CLAIMS = [
      "test_serve_api", {}),
     ("heads-last: several heads serving the model: the last one is taken",
      "client/join.c",
-     "    if (n_found == 1)\n        return 0;\n    if (n_found > 1)",
-     "    if (n_found >= 1)\n        return 0;\n    if (n_found > 1)",
+     "    *at = n_found == 1 ? found : n_found > 1 ? -2 : -1; /* -2: ambiguous, waiting cannot help "
+     "*/\n    if (n_found == 1)\n        return 0;",
+     "    *at = n_found >= 1 ? found : -1; /* -2: ambiguous, waiting cannot help "
+     "*/\n    if (n_found >= 1)\n        return 0;",
      "test_serve_api", {}),
     ("head-field: 'shardwire.head' read and ignored",
      "gateway/openai.c",
