@@ -143,6 +143,13 @@ static int s_serve_opt(struct s_serve_opts *o, int c, const char *v)
         /* HOST:PORT (tcp:// accepted too) for libmicrohttpd */
         if (sw_arg_endpoint(P, "--listen", v, 1, o->listen, sizeof o->listen) != 0)
             return -1;
+        if (strncmp(o->listen, "tcp://", 6) != 0) { // ipc:// and inproc:// are ZeroMQ's
+            fprintf(stderr,
+                    "%s: --listen '%s' is not an HTTP address: give HOST:PORT, e.g. "
+                    "127.0.0.1:8080\n",
+                    P, v);
+            return -1;
+        }
         g->listen = o->listen + 6;
         return 0;
     case O_KEYS:

@@ -203,7 +203,8 @@ static int s_unsupported(json_t *root, char *err, size_t err_len, const char **p
 {
     json_t *v;
     if ((v = json_object_get(root, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
+        !(json_is_integer(v) && json_integer_value(v) == 0) &&
+        !(json_is_real(v) && json_real_value(v) == 0.0))
         return s_bad(err, err_len, param, "logprobs", "'logprobs' is not supported");
     if ((v = json_object_get(root, "top_logprobs")) && !json_is_null(v))
         return s_bad(err, err_len, param, "top_logprobs", "'top_logprobs' is not supported");

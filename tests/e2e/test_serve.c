@@ -587,6 +587,12 @@ int main(void)
          "presence_penalty"},
         {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"repeat_penalty\":0}",
          400, "repeat_penalty"},
+        /* logprobs: true asks for them; 0.0 (a real, as some clients send it) asks for nothing,
+         * so the next refusal, n, is the one named */
+        {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"logprobs\":true}",
+         400, "'logprobs' is not supported"},
+        {"/v1/completions", KEY,
+         "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"logprobs\":0.0,\"n\":3}", 400, "only n = 1"},
         {"/v1/completions", NULL, "{}", 401, "API key"},
         {"/v1/completions", "wrong-key-0123456789", "{}", 401, "invalid_api_key"},
         {"/metrics", "wrong-key-0123456789", NULL, 401, "API key"},

@@ -129,6 +129,10 @@ int main(void)
     s_refused(s_file("two-words.keys", KEY1 " " KEY2 "\n", 0600), NULL,
               "line 1: a key is one word");
     s_refused(s_file("empty.keys", "# only comments\n\n   \n", 0600), NULL, "holds no key");
+    /* a ZeroMQ transport is no HTTP address (before: its name cut at 6 characters and refused
+     * as "must be HOST:PORT", naming what was left of it) */
+    s_refused(s_file("ipc.keys", KEY1 "\n", 0600), "inproc://gateway",
+              "--listen 'inproc://gateway' is not an HTTP address");
     {
         /* a line past the reader's buffer: before, each 1023-character piece was a key of its
          * own, so the tail of a long key let a request in */
