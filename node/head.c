@@ -211,6 +211,10 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
             if (!h->route_ok) {
                 node_recover_routed(s->rec, now, 0, h->route_err);
             } else if (h->route.n < 2 && s->route.n >= 2) {
+                /* Not reached: the route is the head alone only when its own layers reach
+                 * the end, and they are fixed for its process (an auto node refuses another
+                 * range once loaded: placement.c), so a session routed through stages never
+                 * finds one. Kept as a guard. */
                 head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                          "the head now holds every layer");
                 continue;

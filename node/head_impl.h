@@ -147,9 +147,6 @@ typedef struct head_sess {
     int32_t send_tp[SW_MAX_DRAFT + 1];       // tree rounds: the slot each row hangs under
     double t_round;                          // the current round's first chunk went out
     double t_limit;                          // no verdict by then: recover
-    int sent_announces;                      // sw_peer_announces when the round went out
-    uint64_t sent_losses;                    // sw_peer_losses when the round went out
-    uint64_t sent_dlosses;                   // sw_peer_direct_losses then
     double t_check;                          // verdict late: route check then
     int base_link;  // the relay whose table gave the route check's baseline (counters are per
                     // relay: a table of another one cannot be compared)

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "head_impl.h"
 #include "log.h"
 #include "prefix.h"
@@ -252,6 +254,38 @@ int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len
     return 0;
 }
 
+/* s took a new route (s->route) from old: a stage of old that it does not take, still in
+ * the table pt, would hold the session's cache until its --idle-timeout-s or an eviction.
+ * A stage refuses a closed session's id for good (stage_session.c) and a later recovery may
+ * route the session through it again, so the session is closed on every stage of old still
+ * in pt and goes on under a new id, which the replay after a route change opens again on
+ * each stage (parking and spot checks do the same: head_admit.c, head_spot.c). */
+static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
+                          const sw_msg_table_t *pt)
+{
+    sw_msg_peer_t info;
+    int left = 0;
+    for (int i = 1; i < old->n && !left; i++)
+        left = !head_route_has(&s->route, old->names[i]) &&
+               sw_codec_peer_find(pt, old->names[i], &info);
+    if (!left || !s->opened)
+        return;
+    const sw_msg_t sc = {
+        .type = SW_MSG_SESSION_CLOSE,
+        .session_close = {.session_id = s->id, .reason = "the session took another route"}};
+    for (int i = 1; i < old->n; i++)
+        if (sw_codec_peer_find(pt, old->names[i], &info) &&
+            sw_peer_try_send_msg(n->peer, old->names[i], &sc) != 0)
+            SW_DEBUG("could not close the session on %s", old->names[i]);
+    const uint64_t was = s->id;
+    randombytes_buf(&s->id, sizeof s->id);
+    s->id |= 1;
+    s->opened = 0;
+    SW_INFO("session %016llx left a live stage of its route: closed on the old route, it goes "
+            "on as %016llx",
+            (unsigned long long)was, (unsigned long long)s->id);
+}
+
 /* Gives s the head's current route (a fresh table's) and the counter
  * baseline of that table (recover.h). With the table, the route is chosen
  * again for s alone, so that the sessions this head holds now (not those of
@@ -261,12 +295,14 @@ void head_route_take(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
     head_route_t r;
     int code;
     char err[256];
+    const head_route_t old = s->route;
     s->route.n = 0; /* s does not count against the stages of its own old route */
     if (pt && head_route_build(n, pt, &r, &code, err, sizeof err) == 0)
         s->route = r;
     else
         s->route = n->head->route;
     if (pt) {
+        s_leave_route(n, s, &old, pt);
         node_recover_route_baseline(s->rec, pt, s->route.names, s->route.n);
         s->base_link = n->head->table_link;
     }

@@ -653,42 +653,31 @@ static void s_prefix_store(node_t *n, head_sess_t *s)
         SW_WARN("prefix cache: %s", err);
 }
 
+/* The head's lost-link counters now (recover.h). */
+static node_recover_links_t s_links(node_t *n)
+{
+    return (node_recover_links_t){.losses = sw_peer_losses(n->peer),
+                                  .announces = sw_peer_announces(n->peer),
+                                  .dlosses = sw_peer_direct_losses(n->peer),
+                                  .several = sw_peer_links(n->peer) > 1};
+}
+
 /* While a round travels: one of the head's relays was lost (several relays: what went
  * by it is gone, the next messages go by another, and the stages kept their caches, so
  * the round alone goes again), or its one relay connection was renewed (the relay
  * dropped us, e.g. after packets to us were lost for seconds: what it held for us went
  * with it, the Verdict maybe too: replay now rather than after --round-timeout-ms).
- * 1 when the round failed for that. */
+ * A loss between a replay's rounds counts too (node_recover_links_mark). 1 when the round
+ * failed for that. */
 static int s_relay_lost(node_t *n, head_sess_t *s, double now)
 {
-    const int several = sw_peer_links(n->peer) > 1;
-    const uint64_t losses = sw_peer_losses(n->peer);
-    const int announces = sw_peer_announces(n->peer);
-    const uint64_t dlosses = sw_peer_direct_losses(n->peer);
-    if (dlosses != s->sent_dlosses) { /* a direct link: the next messages go by the relay */
-        const char *why = "a direct link was lost while the round travelled";
-        SW_WARN("session %016llx: %s: sending it again", (unsigned long long)s->id, why);
-        s->sent_dlosses = dlosses;
-        s->sent_losses = losses;
-        s->sent_announces = announces;
-        node_recover_relay_lost(s->rec, now, why);
-        return 1;
-    }
-    if (several && losses != s->sent_losses) {
-        const char *why = "a relay link was lost while the round travelled";
-        SW_WARN("session %016llx: %s: sending it again", (unsigned long long)s->id, why);
-        s->sent_losses = losses;
-        s->sent_announces = announces;
-        node_recover_relay_lost(s->rec, now, why);
-        return 1;
-    }
-    if (several || announces == s->sent_announces)
-        return 0;
-    const char *why = "the head's relay connection was renewed while the round travelled";
-    SW_WARN("session %016llx: %s: replaying it", (unsigned long long)s->id, why);
-    s->sent_announces = announces;
-    node_recover_failed(s->rec, now, why);
-    return 1;
+    const char *why;
+    const node_recover_links_t l = s_links(n);
+    const int lost = node_recover_links_check(s->rec, &l, now, &why);
+    if (lost)
+        SW_WARN("session %016llx: %s: %s", (unsigned long long)s->id, why,
+                lost == 1 ? "sending it again" : "replaying it");
+    return lost != 0;
 }
 
 /* Advances one running session: deadline, the next round, what recovery
@@ -753,6 +742,10 @@ int head_advance(node_t *n, head_sess_t *s, double now)
         }
         s->send_idx = idx;
         s->send_row = s->send_chunks = 0;
+        {
+            const node_recover_links_t l = s_links(n); // a lost link counts from here
+            node_recover_links_mark(s->rec, idx, &l);
+        }
         s->send_round = ++s->round_no;
         if (idx == 0) {
             s->replay_round0 = s->send_round;
@@ -861,11 +854,6 @@ static void s_after_chunk(node_t *n, head_sess_t *s, const float *hidden, const 
         return; // more chunks next pass
     s->send_idx = -1;
     node_recover_sent(s->rec, idx, s->send_round, s->send_chunks, now);
-    if (current || idx == 0) { // a loss of a relay link counts from here (a replay starts at 0)
-        s->sent_announces = sw_peer_announces(n->peer);
-        s->sent_losses = sw_peer_losses(n->peer);
-        s->sent_dlosses = sw_peer_direct_losses(n->peer);
-    }
     if (current || node_recover_stalled(s->rec)) { // a verdict is awaited from now
         s->t_sent_all = now;
         s->t_limit = now + n->o.round_timeout_ms;

@@ -315,6 +315,7 @@ static void s_replay(node_t *n, head_sess_t *s)
     randombytes_buf(&s->id, sizeof s->id);
     s->id |= 1;
     s->spot->id[0] = s->id;
+    s->opened = 0; /* no stage holds the new id: the route change closes nothing more */
     SW_INFO("spot check: session %016llx is replayed as %016llx through a route without the "
             "convicted node",
             (unsigned long long)old, (unsigned long long)s->id);

@@ -54,6 +54,7 @@ struct node_recover {
     uint64_t done_chunks;             // Forward chunks of rounds answered since the baseline
     uint64_t inflight_chunks;         // chunks sent in the current attempt, not answered yet
     node_recover_stats_t st;          // totals
+    node_recover_links_t links;       // the head's lost-link counters at the mark (links_mark)
     /* sequencing of the current round (the last logged one) */
     int next_send;         // logged round to send next, -1 = none
     uint64_t cur_round_no; // round number of the current round's last send (0 = not out)
@@ -502,4 +503,34 @@ int node_recover_replaying(const node_recover_t *rec)
 int node_recover_failing(const node_recover_t *rec)
 {
     return rec->failing;
+}
+
+/* ---- lost links ---------------------------------------------------------------------- */
+
+void node_recover_links_mark(node_recover_t *rec, int idx, const node_recover_links_t *l)
+{
+    if (idx == 0 || (idx == rec->n_rounds - 1 && !rec->replaying))
+        rec->links = *l;
+}
+
+int node_recover_links_check(node_recover_t *rec, const node_recover_links_t *l, double now,
+                             const char **why)
+{
+    const node_recover_links_t was = rec->links;
+    *why = NULL;
+    if (l->dlosses != was.dlosses) /* a direct link: the next messages go by the relay */
+        *why = "a direct link was lost while the round travelled";
+    else if (l->several && l->losses != was.losses)
+        *why = "a relay link was lost while the round travelled";
+    if (*why) {
+        rec->links = *l;
+        node_recover_relay_lost(rec, now, *why);
+        return 1;
+    }
+    if (l->several || l->announces == was.announces)
+        return 0;
+    *why = "the head's relay connection was renewed while the round travelled";
+    rec->links.announces = l->announces;
+    node_recover_failed(rec, now, *why);
+    return 2;
 }

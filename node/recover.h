@@ -106,6 +106,29 @@ int node_recover_replaying(const node_recover_t *rec);
 /* 1 between a failure and the route being whole again. */
 int node_recover_failing(const node_recover_t *rec);
 
+/* The head's counters of lost links (net/peer.h), read when a round starts to go out and
+ * while it travels. */
+typedef struct node_recover_links {
+    uint64_t losses;  // relay links lost (sw_peer_losses)
+    int announces;    // announces on the head's relay connections (sw_peer_announces)
+    uint64_t dlosses; // direct links lost (sw_peer_direct_losses)
+    int several;      // 1: the head has more than one relay link now (sw_peer_links > 1)
+} node_recover_links_t;
+/* Logged round idx starts to go out; l: the head's counters now. A lost link counts from
+ * here for the current round, and for a replay from its first round on: its rounds go out
+ * back to back with no verdict awaited between them, so a link lost between two of them is
+ * noticed when the current round travels behind them (it was not: each send of the current
+ * round took the counters again). */
+void node_recover_links_mark(node_recover_t *rec, int idx, const node_recover_links_t *l);
+/* While the attempt's rounds travel (node_recover_waiting or node_recover_stalled): a link
+ * lost since the mark fails the attempt. 1: a relay link of several or a direct link
+ * (node_recover_relay_lost: the current round alone goes again, unless a replay was under
+ * way); 2: the head's one relay connection was renewed (node_recover_failed: what the relay
+ * held for the head is gone, the verdict maybe too: a whole replay); 0: none. *why says
+ * which. */
+int node_recover_links_check(node_recover_t *rec, const node_recover_links_t *l, double now,
+                             const char **why);
+
 /* Route liveness beyond names: a stage that was killed and restarted under
  * the same name (or that reconnected after a relay restart) has a new
  * connection, whose relay counters start again from zero. At route build the

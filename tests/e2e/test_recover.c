@@ -17,7 +17,11 @@
  *    head's replay of it;
  *  - a replay whose window waits: the tail it goes to is killed in the
  *    window (the route check and the round timeout run then), and a slow
- *    tail's window longer than --round-timeout-ms is not taken for a loss.
+ *    tail's window longer than --round-timeout-ms is not taken for a loss;
+ *  - a route change that leaves a live stage behind (head -> mid -> tail,
+ *    the tail killed, a stage of mid's and tail's layers started): the
+ *    head closes the session on mid (it held the cache until its idle
+ *    timeout) and goes on under a new id, tokens equal.
  *
  * The relay runs with --heartbeat-ms 200 (dead after 5 x 200 ms of silence).
  */
@@ -26,6 +30,19 @@
 #define N_GEN 64
 
 static const char *s_prompt = "The capital of France is";
+
+/* Lines of c's log from node `name` that contain needle. */
+static int s_node_lines(const swf_cluster_t *c, const char *name, const char *needle)
+{
+    size_t len = 0;
+    char *text = sw_test_read_file(c->log, &len), tag[64];
+    snprintf(tag, sizeof tag, "shardwire[%s] ", name);
+    int n = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        n += !strncmp(line, tag, strlen(tag)) && strstr(line, needle);
+    free(text);
+    return n;
+}
 
 int main(void)
 {
@@ -294,6 +311,44 @@ int main(void)
                 x, y, t_lost - t_kill, t_done - t_lost, z,
                 swf_log_count(&c5, "recovery: replaying"));
         swf_stop(&c5);
+    }
+
+    /* 6. A route change that leaves a live stage: head -> mid (15:22) -> tail (22:30), the
+     * tail killed, then "whole" (15:30) started: the only whole route is head -> whole, and
+     * mid, alive, leaves the session's route. The head closes the session there (mid kept
+     * its cache until its --idle-timeout-s before) and goes on under a new id. */
+    {
+        swf_cluster_t c6 = {0};
+        static const char *const h6[] = {"--recover-timeout-s", "30", NULL};
+        swf_node(&c6.nodes[0], "head", "0:15", h6);
+        swf_node(&c6.nodes[1], "mid", "15:22", NULL);
+        swf_node(&c6.nodes[2], "tail", "22:30", NULL);
+        swf_node(&c6.nodes[3], "whole", "15:30", NULL);
+        SW_CHECK_INT(swf_start(&c6, model, 3, sw_test_log("nodes6.log")), 0);
+        long in0 = 0;
+        SW_CHECK_INT(swf_peer(c6.ep, "tail", &in0, NULL), 1);
+        swf_client_t cl = {0};
+        SW_CHECK_INT(swf_client_start(&cl, c6.ep, s_prompt, N_GEN, 120, NULL, "leave"), 0);
+        SW_CHECK_INT(swf_wait_msgs_in(c6.ep, "tail", in0 + 10, 60), 0);
+        SW_CHECK(swf_client_running(&cl));
+        swf_kill9(&c6.nodes[2].pid);
+        c6.n = 4;
+        swf_start_node(&c6, 3);
+        swf_client_wait(&cl, &got);
+        SW_CHECK_INT(got.rc, 0);
+        SW_CHECK(swf_same(&got, &ref));
+        if (!swf_same(&got, &ref))
+            fprintf(stderr, "route change: tokens differ at %d: %s\n", swf_diff_at(&got, &ref),
+                    got.err);
+        SW_CHECK(swf_log_count(&c6, "recovery: the route is now head -> whole") >= 1);
+        const char *closed = "closed by head (the session took another route)";
+        for (int i = 0; i < 50 && !s_node_lines(&c6, "mid", closed); i++)
+            usleep(100000);
+        SW_CHECK_INT(s_node_lines(&c6, "mid", closed), 1);
+        SW_CHECK_INT(s_node_lines(&c6, "head", "left a live stage of its route"), 1);
+        fprintf(stderr, "route change: mid closed the session %s\n",
+                s_node_lines(&c6, "mid", closed) ? "(told by the head)" : "NOT (kept its cache)");
+        swf_stop(&c6);
     }
     return sw_test_done();
 }

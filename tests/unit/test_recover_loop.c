@@ -600,12 +600,97 @@ static void s_test_stall(void)
     node_recover_free(&rec);
 }
 
+/* Sends the next rounds as head_advance does (the links marked as each starts to go out)
+ * until the current one is out; a relay link is lost after the lose_after-th send (0: none). */
+static void s_send_all(node_recover_t *rec, node_recover_links_t *l, uint64_t *round_no,
+                       int lose_after, double now)
+{
+    int idx = -1, sent = 0;
+    char err[256] = "";
+    while (node_recover_next(rec, now, 0, &idx, err, sizeof err) == NODE_REC_SEND) {
+        node_recover_links_mark(rec, idx, l);
+        node_recover_sent(rec, idx, ++*round_no, 1, now);
+        if (++sent == lose_after)
+            l->losses++; /* a relay link lost between two sends */
+        if (idx == node_recover_n_rounds(rec) - 1)
+            break;
+    }
+}
+
+/* A relay link lost while a replay's rounds go out back to back (no verdict awaited, so
+ * the head checks nothing then) fails the attempt once the current round travels behind
+ * them, and the whole replay goes again; before, each send of the current round took the
+ * counters again and the loss went unseen (found by a slower path, or --round-timeout-ms). */
+static void s_test_links(void)
+{
+    node_recover_t *rec = node_recover_new(60000);
+    SW_CHECK(rec != NULL);
+    if (!rec)
+        return;
+    enum { N = 6 };
+    int32_t toks[N + 1];
+    for (int i = 0; i <= N; i++)
+        toks[i] = i + 1;
+    sw_round_t r = {.n = 2, .tokens = toks};
+    SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    for (int i = 1; i < N; i++) {
+        r = (sw_round_t){.n = 1, .tokens = toks + i + 1, .kv_keep = i + 1};
+        SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    }
+    node_recover_links_t l = {.several = 1};
+    uint64_t round_no = 0;
+    const char *why = NULL;
+    int idx = -1;
+    char err[256] = "";
+    s_send_all(rec, &l, &round_no, 0, 0);
+    SW_CHECK(node_recover_waiting(rec));
+    SW_CHECK_INT(node_recover_links_check(rec, &l, 5, &why), 0);
+    node_recover_failed(rec, 10, "stage 'tail' left the pipeline");
+    l.losses += 3; /* links lost while it recovers count for nothing: the replay marks again */
+    SW_CHECK_INT(node_recover_next(rec, 10, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 10, 1, NULL);
+    s_send_all(rec, &l, &round_no, 2, 20); /* lost after the replay's second round */
+    SW_CHECK(node_recover_waiting(rec));
+    SW_CHECK_INT(node_recover_links_check(rec, &l, 30, &why), 1);
+    SW_CHECK(why && strstr(why, "relay link was lost"));
+    SW_CHECK(node_recover_failing(rec));
+    SW_CHECK_INT(node_recover_next(rec, 30, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_routed(rec, 30, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 30, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, 0); /* the replay's rounds may be lost: all again */
+    s_send_all(rec, &l, &round_no, 0, 40);
+    SW_CHECK_INT(node_recover_links_check(rec, &l, 50, &why), 0); /* none lost this time */
+    SW_CHECK_INT(node_recover_verdict(rec, round_no, 60), 1);
+    /* the next round: a loss before it went out counts for nothing, one after it does */
+    r = (sw_round_t){.n = 1, .tokens = toks + N, .kv_keep = N};
+    SW_CHECK_INT(node_recover_log(rec, &r), 0);
+    l.losses++;
+    s_send_all(rec, &l, &round_no, 0, 70);
+    SW_CHECK_INT(node_recover_links_check(rec, &l, 80, &why), 0);
+    l.dlosses++;
+    SW_CHECK_INT(node_recover_links_check(rec, &l, 90, &why), 1);
+    SW_CHECK(why && strstr(why, "direct link was lost"));
+    node_recover_routed(rec, 90, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 90, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, N); /* the current round alone */
+    /* one relay: its connection renewed is a whole replay */
+    l.several = 0;
+    s_send_all(rec, &l, &round_no, 0, 100);
+    l.announces++;
+    SW_CHECK_INT(node_recover_links_check(rec, &l, 110, &why), 2);
+    node_recover_routed(rec, 110, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 110, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, 0);
+    node_recover_free(&rec);
+}
+
 int main(void)
 {
     s_test_route_check();
     s_test_route_direct();
     s_test_progress();
     s_test_stall();
+    s_test_links();
     enum { N_GEN = 300 };
     int32_t ref[N_GEN], got[N_GEN];
     /* The model's own continuation, one token at a time; chains, then trees. */
