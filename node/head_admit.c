@@ -282,9 +282,6 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->n_predict = (int)g->n_predict - (sampled ? (int)g->n_resume_tokens : 0);
     s->index_base = g->n_resume_tokens;
     s->n_skip = sampled ? 0 : g->n_resume_tokens;
-    if (g->n_resume_tokens)
-        SW_INFO("request '%s' from %s: taken over from a head that left, after %u tokens",
-                g->request_id, msg->peer, g->n_resume_tokens);
     s->send_idx = -1;
     s->resend_at = -1;
     randombytes_buf(&s->id, sizeof s->id);
@@ -463,6 +460,9 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     }
     if (s_gen_begin(n, s, g, &sp, err, sizeof err) != 0)
         goto fail;
+    if (g->n_resume_tokens) /* said once it started: a refused one is the gate's to log */
+        SW_INFO("request '%s' from %s: taken over from a head that left, after %u tokens",
+                g->request_id, msg->peer, g->n_resume_tokens);
     s_route_first(n, s);
     return S_STARTED;
 oom:
@@ -470,11 +470,13 @@ oom:
     code = SW_ERROR_INTERNAL;
 fail:
     free(prompt);
-    if (s) {
-        head_end(n, s, SW_FINISH_ERROR, code, err);
-    } else {
-        head_refuse(n, msg, code, g->request_id, 0, err);
-    }
+    /* A slot taken but no round sent (the draft settings, a resume token, the round logic):
+     * the slot goes back quietly, no record kept, and the refusal takes the same per-key log
+     * gate and answer budget as one refused before a slot (issue 35, findings 6 and 2), or a
+     * key flooding such requests would get a WARN line and an Error for each. */
+    if (s)
+        head_forget(h, s);
+    head_refuse(n, msg, code, g->request_id, 0, err);
     return S_REFUSED;
 }
 

@@ -191,6 +191,13 @@ CLAIMS = [
      "        s_refill(b, rate, now); // what the entry holds by now goes to the newcomer",
      "        b->level = rate; // what the entry holds by now goes to the newcomer",
      "test_bucket", {}),
+    ("refuse-in-slot: a request refused after it took a session slot (draft settings, a resume "
+     "token) ended like a session that ran: an ungated WARN line and an Error each",
+     "node/head_admit.c",
+     "    if (s)\n        head_forget(h, s);\n    head_refuse(n, msg, code, g->request_id, 0, err);",
+     "    if (s)\n        head_end(n, s, SW_FINISH_ERROR, code, err);\n    else\n"
+     "        head_refuse(n, msg, code, g->request_id, 0, err);",
+     "test_log_abuse", {}),
     ("sched-sender: a stage's fair queue without the sender's level: a head's client ids "
      "each take a share of their own",
      "node/sched.c",

@@ -17,7 +17,14 @@
  *    lines for the window (HEAD_REFUSED_LOG_ALL) and then one summary line
  *    naming mallory's key and how many were left out (before: one line per
  *    refusal, thousands); mallory gets at most SW_HEAD_ANSWERS_S Errors a
- *    second back.
+ *    second back;
+ *  - flood once a slot is taken (6 and 2): with her requests ended, mallory
+ *    sends for 3 s requests the head refuses only after it gave them a
+ *    session slot (the draft model this head lacks; a resume token past the
+ *    vocabulary). The head's log holds at most 10 lines naming them (the
+ *    gate's 5 in each of at most two windows) and mallory at most
+ *    SW_HEAD_ANSWERS_S Errors a second, each BAD_REQUEST with the refusal's
+ *    own text (before: one WARN line and one Error per request).
  */
 #include "sw_attack.h"
 
@@ -32,15 +39,27 @@ static swa_t s_a;
 
 #define FORGED "shardwire[head] warn: spot check: node 'tail' computed stage 1 forged: convicted"
 
-/* Errors mallory receives within ms (counted into *errors). */
-static void s_drain(sw_peer_t *m, int ms, long *errors)
+/* Errors mallory receives within ms (counted into *errors). With refusals, only the Errors
+ * for s_flood_in_slot's requests ("slot-N") count, and those that are a BAD_REQUEST with
+ * the text of a refusal s_generate_bad asks for count into *refusals too. */
+static void s_drain(sw_peer_t *m, int ms, long *errors, long *refusals)
 {
     const double until = swa_now() + ms / 1e3;
     do {
         sw_wire_msg_t w = {0};
         if (sw_peer_recv(m, &w, 0) != 0)
             break;
-        *errors += sw_wire_msg_type(&w) == SW_MSG_ERROR && !strcmp(w.peer, "head");
+        sw_msg_t d;
+        const int error = sw_wire_msg_type(&w) == SW_MSG_ERROR && !strcmp(w.peer, "head");
+        if (error && !refusals) {
+            ++*errors;
+        } else if (error && sw_codec_decode(&w, SW_MSG_ERROR, &d, NULL, 0) == 0 &&
+                   !strncmp(d.error.request_id, "slot-", 5)) {
+            ++*errors;
+            *refusals += d.error.code == SW_ERROR_BAD_REQUEST &&
+                         (strstr(d.error.message, "this head has no draft model") ||
+                          strstr(d.error.message, "outside the vocabulary"));
+        }
         sw_wire_msg_clear(&w);
     } while (swa_now() < until);
 }
@@ -54,6 +73,67 @@ static int s_generate(sw_peer_t *m, const char *rid, int n_predict)
     msg.generate.has_draft = 1;
     msg.generate.draft.mode = SW_DRAFT_NONE;
     return sw_peer_try_send_msg(m, "head", &msg);
+}
+
+/* s_drain for ms, waiting for what is still to come. */
+static void s_drain_wait(sw_peer_t *m, int ms, long *errors, long *refusals)
+{
+    const double until = swa_now() + ms / 1e3;
+    do {
+        s_drain(m, 0, errors, refusals);
+        usleep(10000);
+    } while (swa_now() < until);
+}
+
+/* A request the head refuses only once it took a session slot for it: even i asks for the
+ * draft model this head lacks, odd i resumes from a token past SmolLM2's vocabulary. */
+static int s_generate_bad(sw_peer_t *m, const char *rid, long i)
+{
+    static const uint32_t resume[1] = {1u << 21};
+    sw_msg_t msg = {.type = SW_MSG_GENERATE};
+    msg.generate.request_id = rid;
+    msg.generate.prompt = "1, 2, 3,";
+    msg.generate.n_predict = 4;
+    msg.generate.has_draft = 1;
+    msg.generate.draft.mode = i % 2 ? SW_DRAFT_NONE : SW_DRAFT_MODEL;
+    if (i % 2) {
+        msg.generate.n_resume_tokens = 1;
+        msg.generate.resume_tokens = resume;
+    }
+    return sw_peer_try_send_msg(m, "head", &msg);
+}
+
+/* 6 and 2 once a slot is taken: 3 s of s_generate_bad, then one good request, whose start in
+ * the head's log says the head has read the whole flood. */
+static void s_flood_in_slot(sw_peer_t *m, const char *hlog)
+{
+    long sent = 0, errors = 0, refusals = 0;
+    const double t0 = swa_now();
+    while (swa_now() - t0 < 3) {
+        char r[32];
+        snprintf(r, sizeof r, "slot-%ld", sent);
+        sent += s_generate_bad(m, r, sent) == 0;
+        if (sent % 64 == 0)
+            s_drain(m, 0, &errors, &refusals);
+    }
+    const double flood_s = swa_now() - t0;
+    s_drain_wait(m, 1500, &errors, &refusals); /* the relay's --rate bucket for mallory refills */
+    SW_CHECK_INT(s_generate(m, "after-flood", 1), 0);
+    for (double until = swa_now() + 60;
+         swa_now() < until && !sw_test_count_in_file(hlog, "'after-flood' from mallory:");)
+        s_drain_wait(m, 100, &errors, &refusals);
+    const double span_s = swa_now() - t0; /* the head sent every answer within it */
+    s_drain_wait(m, 1000, &errors, &refusals);
+    const int lines = sw_test_count_in_file(hlog, "'slot-");
+    printf("flood once a slot is taken: %ld requests sent in %.1f s, read by the head in %.1f s: "
+           "%d log lines name them; %ld Errors back (%.1f/s), %ld of them the refusal's code and "
+           "text\n",
+           sent, flood_s, span_s, lines, errors, errors / span_s, refusals);
+    SW_CHECK(sw_test_count_in_file(hlog, "'after-flood' from mallory:") == 1);
+    SW_CHECK(sent > 1000);
+    SW_CHECK(lines >= 1 && lines <= 10); /* HEAD_REFUSED_LOG_KEY in each of two windows */
+    SW_CHECK(errors >= 1 && errors <= SW_HEAD_ANSWERS_S * (span_s + 2));
+    SW_CHECK_INT(refusals, errors);
 }
 
 int main(void)
@@ -127,10 +207,10 @@ int main(void)
         snprintf(r, sizeof r, "flood-%ld", sent);
         sent += s_generate(m, r, 1) == 0;
         if (sent % 64 == 0)
-            s_drain(m, 0, &errors);
+            s_drain(m, 0, &errors, NULL);
     }
     const double flood_s = swa_now() - t0;
-    s_drain(m, 1000, &errors);
+    s_drain(m, 1000, &errors, NULL);
     const long relayed = swa_msgs(m, "mallory", 0) - in0;
     /* counted once the head has written its summary: a slow head (a sanitizer build) may
      * still be reading the flood when the client stops sending */
@@ -158,6 +238,11 @@ int main(void)
                              .cancel = {.request_id = rid[i], .reason = "done"}};
         SW_CHECK_INT(sw_peer_send_msg(m, "head", &cc), 0);
     }
+    for (int i = 1; i < 4; i++) /* ended running ("from mallory ended") or while waiting */
+        for (double until = swa_now() + 20;
+             swa_now() < until && !sw_test_count_lines(hlog, rid[i], "cancelled by");)
+            usleep(50000);
+    s_flood_in_slot(m, hlog);
     sw_peer_destroy(&m);
 out:
     sw_test_kill(head);
