@@ -130,9 +130,11 @@ static int s_better(const sw_msg_peer_t *a, int sa, int ca, const sw_msg_peer_t 
  * quiet longest (idle_ms: the least busy), then by name only between exact
  * equals, so that nobody gets picked for the name it chose. Peers that are
  * not key-bound are never routed to (a client key cannot announce as a node
- * at a keyed relay anyway). Refuses gaps, overlaps and other models with a
+ * at a keyed relay anyway), nor are stages of another model file (a relay
+ * may serve several models). Refuses gaps, overlaps and other models with a
  * message naming the peer and the error code a client gets (*code):
- * ERR_MODEL_MISMATCH for another model file, ERR_UNKNOWN_DEST when no
+ * ERR_MODEL_MISMATCH when only another model file's stage begins where the
+ * route needs one, ERR_UNKNOWN_DEST when no
  * connected stage begins where the previous one ends (a gap, or an overlap),
  * ERR_INTERNAL for a route longer than the protocol allows; 0 or -1. With
  * avoid, a suspect stage (s_suspect) is taken only where no other serves. */
@@ -152,7 +154,7 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
     while (at < L) {
         sw_msg_peer_t pick_buf;
         const sw_msg_peer_t *pick = NULL;
-        int pick_suspect = 0, pick_cost = 0, unbound = 0;
+        int pick_suspect = 0, pick_cost = 0, unbound = 0, other = 0;
         for (uint32_t i = 0; i < pt->n_peers; i++) {
             sw_msg_peer_t info;
             if (sw_codec_peer_at(pt, i, &info) != 0)
@@ -168,14 +170,16 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
                 continue;
             }
             if (strcmp(a->model_fingerprint, n->fingerprint) != 0 || a->n_layers != L) {
-                snprintf(err, err_len,
-                         "peer '%s' serves layers [%u, %u) of a different model file "
-                         "(fingerprint %.12s..., this head has %.12s...): start it with "
-                         "the same GGUF",
-                         a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
-                         n->fingerprint);
-                *code = SW_ERROR_MODEL_MISMATCH;
-                return -1;
+                /* another model's stage (a relay may serve several models): named only
+                 * when no stage of this model begins here */
+                if (!other++)
+                    snprintf(err, err_len,
+                             "peer '%s' serves layers [%u, %u) of a different model file "
+                             "(fingerprint %.12s..., this head has %.12s...): start it with "
+                             "the same GGUF",
+                             a->name, a->layer_begin, a->layer_end, a->model_fingerprint,
+                             n->fingerprint);
+                continue;
             }
             /* avoided: a node the spot checks convicted, then a disputed or suspect one */
             int sa = avoid ? head_spot_rank(n->head, a->name, now) : 0;
@@ -189,13 +193,18 @@ static int s_build_route_ex(node_t *n, const sw_msg_table_t *pt, int avoid, head
                 pick_cost = ca;
             }
         }
+        if (!pick && other) {
+            *code = SW_ERROR_MODEL_MISMATCH;
+            return -1;
+        }
         if (!pick) {
             for (uint32_t i = 0; i < pt->n_peers; i++) {
                 sw_msg_peer_t info;
                 if (sw_codec_peer_at(pt, i, &info) != 0)
                     continue;
                 const sw_msg_announce_t *a = &info.announce;
-                if (a->n_layers == L && a->layer_begin < at && a->layer_end > at &&
+                if (a->n_layers == L && !strcmp(a->model_fingerprint, n->fingerprint) &&
+                    a->layer_begin < at && a->layer_end > at &&
                     sw_codec_peer_routable(&info, need_key) &&
                     (a->role == SW_ROLE_MIDDLE || a->role == SW_ROLE_TAIL)) {
                     snprintf(err, err_len,

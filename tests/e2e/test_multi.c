@@ -2,6 +2,9 @@
  * test_multi.c - many users at once, with real processes on loopback (a
  * relay, a head and a tail node, `shardwire run` clients):
  *
+ *  - beside the cluster, a stage of another model file (SmolLM2 cut to 20
+ *    layers) whose range begins where the tail's does: every request below
+ *    is routed past it (before, each failed "of a different model file");
  *  - 8 clients at once, greedy and seeded sampling, without drafts and with
  *    n-gram and draft-model speculation (chains and token trees, the head
  *    drafting ahead by default, its drafting of all sessions in pieces
@@ -256,7 +259,22 @@ int main(void)
         "--draft-model", model, "--round-timeout-ms", "10000", "--recover-timeout-s", "30", NULL};
     swf_node(&c.nodes[0], "head", "0:15", head);
     swf_node(&c.nodes[1], "tail", "15:30", NULL);
-    SW_CHECK_INT(swf_start(&c, model, 2, sw_test_log("nodes.log")), 0);
+    /* another model's stage beginning where the tail does (a relay serving two models):
+     * passed over, not taken for a misconfigured stage of this one */
+    char other[256];
+    snprintf(other, sizeof other, "%s", sw_test_log("other-model.gguf"));
+    char *mk[] = {(char *)sw_test_bin("shardwire-mkmodel"),
+                  "--from",
+                  (char *)model,
+                  "--layers",
+                  "20",
+                  "-o",
+                  other,
+                  NULL};
+    SW_CHECK_INT(sw_test_run(mk, 120, NULL, NULL), 0);
+    const char *other_flags[] = {"--model", other, NULL};
+    swf_node(&c.nodes[2], "other", "15:20", other_flags);
+    SW_CHECK_INT(swf_start(&c, model, 3, sw_test_log("nodes.log")), 0);
     s_concurrent(&c);
     s_tail_restart(&c);
     swf_stop(&c);
