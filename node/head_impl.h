@@ -201,7 +201,7 @@ typedef struct head_sess {
     double overlap_ms;                    // compute beside another node's (timing)
     /* the fair queue (head_sched.c) */
     char tenant[SW_WIRE_NAME_MAX + 1]; // GenerateRequest.tenant: who it is for under its key
-    uint64_t flow[NODE_SCHED_LEVELS];  // its flows: the head, client key, tenant, session
+    uint64_t flow[NODE_SCHED_LEVELS];  // its flows: the head (twice), client, tenant, session
     int piece_rows;                    // its last prompt piece: rows (0 = none yet)
     double piece_ms;                   // and the ms of the batch it ran in
     uint64_t piece_round[NODE_SCHED_WINDOW_MAX]; // ring of its last pieces sent: their round,

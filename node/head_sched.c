@@ -111,8 +111,9 @@ void head_sched_open(node_head_t *h, head_sess_t *s, const char *tenant)
 {
     snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
     const char *who = head_sess_who(s);
-    /* the head is the one sender of its own queue */
-    node_sched_flows(h->sched, (node_sched_name_t){"", 0}, (node_sched_name_t){who, strlen(who)},
+    /* the head is the one sender and the one head of its own queue */
+    const node_sched_name_t self = {"", 0};
+    node_sched_flows(h->sched, self, self, (node_sched_name_t){who, strlen(who)},
                      (node_sched_name_t){s->tenant, strlen(s->tenant)}, s->id, s->flow);
     s->piece_rows = 0;
     s->piece_ms = 0;

@@ -450,8 +450,8 @@ static int s_forward(node_t *n, head_sess_t *s, const float *hidden, int row0, i
                                      .compute_us = node_us(last_chunk ? s->round_head_ms : head_ms),
                                      .critical_us = node_us(sw_now_ms() - s->t_round)};
     f->n_ctx = (uint32_t)s->n_ctx;
-    f->fair_client = s->flow[1]; // the stages share their compute per key and tenant too
-    f->fair_tenant = s->flow[2];
+    f->fair_client = s->flow[2]; // the stages share their compute per key and tenant too
+    f->fair_tenant = s->flow[3];
     if (row0 > 0 && row0 == s->prefix_len && r->kv_keep == 0) {
         /* the prompt's first row0 positions come from every stage's prefix cache */
         f->prefix_len = (uint32_t)row0;

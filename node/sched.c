@@ -6,7 +6,7 @@
  * when it holds NODE_SCHED_FLOWS flows, the one used least recently goes.
  * A pick copies the service of the flows its items name into small arrays,
  * lifts the ones behind by more than the credit (in the table too), and
- * orders the items by (sender, client key, tenant, session) service, charging each
+ * orders the items by (sender, head, client key, tenant, session) service, charging each
  * taken item to the copies as it goes, the way the batches after it would.
  */
 #include "sched.h"
@@ -70,13 +70,15 @@ uint64_t node_sched_flow(const node_sched_t *q, uint64_t parent, const void *nam
     return id ? id : 1;
 }
 
-void node_sched_flows(const node_sched_t *q, node_sched_name_t sender, node_sched_name_t client,
-                      node_sched_name_t tenant, uint64_t session, uint64_t *out)
+void node_sched_flows(const node_sched_t *q, node_sched_name_t sender, node_sched_name_t head,
+                      node_sched_name_t client, node_sched_name_t tenant, uint64_t session,
+                      uint64_t *out)
 {
     out[0] = node_sched_flow(q, 0, sender.p, sender.len);
-    out[1] = node_sched_flow(q, out[0], client.p, client.len);
-    out[2] = node_sched_flow(q, out[1], tenant.p, tenant.len);
-    out[3] = node_sched_flow(q, out[2], &session, sizeof session);
+    out[1] = node_sched_flow(q, out[0], head.p, head.len);
+    out[2] = node_sched_flow(q, out[1], client.p, client.len);
+    out[3] = node_sched_flow(q, out[2], tenant.p, tenant.len);
+    out[4] = node_sched_flow(q, out[3], &session, sizeof session);
 }
 
 /* The slot of flow id, or NULL when not remembered. */

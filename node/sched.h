@@ -6,15 +6,21 @@
  * nothing waits while there is work (docs/security.md, "Compute shared per
  * key"; docs/architecture.md, "The scheduler").
  *
- * The rule. Work belongs to flows on four levels (node_sched_flows): the
- * sender (at a stage: the key of the node that sent the session; at the head:
- * the head itself, one flow), the client key under it (at a stage: the head's
- * opaque id of it, Forward.fair_client), the tenant under that key (an API
- * key of the gateway), the session. So a sender that says many client ids
- * still shares a stage with the other senders as one. Each flow counts the milliseconds of compute
- * its work took here (its service: each batch's time shared among the items in it). The next batch
- * starts with the work of the least served sender, of its least served client key, of that key's
- * least served tenant, of that tenant's least served session; the decode and verification rounds of
+ * The rule. Work belongs to flows on five levels (node_sched_flows): the
+ * sender (at a stage: the key of the node that sent the session, the one
+ * name the relay vouches for; at the head: the head itself), the head under
+ * it (at a stage: route[0], which the route check holds to a key-bound head;
+ * at the head: itself again), the client key under that (at a stage: the
+ * head's opaque id of it, Forward.fair_client), the tenant under that key
+ * (an API key of the gateway), the session. So a head that says many client
+ * ids shares a stage with the other heads as one, and a node that names
+ * another node's head in its Forwards competes within its own sender's
+ * share. Each flow counts the milliseconds of compute its work took here
+ * (its service: each batch's time shared among the items in it). The next
+ * batch starts with the work of the least served sender, of its least served
+ * head, of that head's least served client key, of that key's least served
+ * tenant, of that tenant's least served session; the decode and verification
+ * rounds of
  * other sessions join it while the batch has room (they share the reading of the weights and end no
  * later than they would after it); a prompt piece joins a batch only as its first entry (it runs in
  * a chunk of its own, so it would only delay the rounds before it). A flow that waited while others
@@ -47,7 +53,7 @@
 #include <stdint.h>
 
 /* The levels of flows, and how many flows the table remembers (all levels). */
-#define NODE_SCHED_LEVELS 4
+#define NODE_SCHED_LEVELS 5
 #define NODE_SCHED_FLOWS 1024
 /* Compute (ms) a competing flow may be behind its most served sibling. */
 #define NODE_SCHED_CREDIT_MS 500
@@ -86,10 +92,11 @@ typedef struct node_sched_name {
     size_t len;
 } node_sched_name_t;
 
-/* The nested flows of a session's work (out[0..NODE_SCHED_LEVELS)): sender, client under
- * it, tenant under the client, then the session id. */
-void node_sched_flows(const node_sched_t *q, node_sched_name_t sender, node_sched_name_t client,
-                      node_sched_name_t tenant, uint64_t session, uint64_t *out);
+/* The nested flows of a session's work (out[0..NODE_SCHED_LEVELS)): sender, head under it,
+ * client under the head, tenant under the client, then the session id. */
+void node_sched_flows(const node_sched_t *q, node_sched_name_t sender, node_sched_name_t head,
+                      node_sched_name_t client, node_sched_name_t tenant, uint64_t session,
+                      uint64_t *out);
 
 /* The next batch out of items[0..n): writes the indices it takes to sel (n
  * entries of room), fairest first, and returns their count (1 or more when

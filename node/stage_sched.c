@@ -4,13 +4,16 @@
  *
  * A session's Forwards run in the order they came (each depends on the
  * cache the one before left), so the candidates are each session's oldest
- * waiting Forward. Their flows: the sender is the session's head (route[0]
- * of its first Forward, node_session_t.owner: a key-bound head's name is its
- * key's), the client under it the id the head put in the Forward
- * (fair_client), the tenant the head's tenant id under that, then the
- * session; so the heads share the stage fairly, each head's share is shared
- * between its clients and their tenants, and no head can claim another's
- * share or grow its own by saying more client ids. A Forward of a prompt (the
+ * waiting Forward. Their flows: the sender, the key of the node that sent
+ * the session (its creator: the head at the first stage, the stage before
+ * at a later one), the session's head under it (route[0] of its first
+ * Forward, node_session_t.owner, which the route check holds to a key-bound
+ * head), the client under that (the id the head put in the Forward,
+ * fair_client), the tenant under that, then the session; so the heads share
+ * a stage fairly, each head's share is shared between its clients and their
+ * tenants, no head grows its share by saying more client ids, and a node
+ * that names another's head in its Forwards stays within its own key's
+ * share. A Forward of a prompt (the
  * prefill's pieces) runs in a chunk of its own in the engine: it starts a batch or waits.
  *
  * A prefill's later pieces continue its prompt: where the last piece ended
@@ -42,11 +45,10 @@ int node_stage_prefill_cont(const node_session_t *s, const sw_msg_forward_t *f)
 /* The flows of waiting Forward b (decoded as f) in the stage's fair queue. */
 static void s_flows(node_t *n, node_fwd_t *b, const sw_msg_forward_t *f)
 {
-    /* the sender is the session's head (route[0], which s_route_fits holds to a key-bound
-     * head on every Forward), not the previous hop: past the first stage every session
-     * comes from the stage before */
-    const node_sched_name_t head = {b->s->owner, strnlen(b->s->owner, sizeof b->s->owner)};
-    node_sched_flows(n->sched, head, (node_sched_name_t){&f->fair_client, 8},
+    const node_session_t *s = b->s;
+    node_sched_flows(n->sched, (node_sched_name_t){s->by, strnlen(s->by, sizeof s->by)},
+                     (node_sched_name_t){s->owner, strnlen(s->owner, sizeof s->owner)},
+                     (node_sched_name_t){&f->fair_client, 8},
                      (node_sched_name_t){&f->fair_tenant, 8}, f->session_id, b->flow);
 }
 

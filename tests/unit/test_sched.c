@@ -28,13 +28,14 @@
 #include "../../node/sched.c"
 #include "sw_test.h"
 
-/* An item of sender `from`, client key `key`, its tenant and session. */
-static node_sched_item_t s_item_from(node_sched_t *q, const char *from, const char *key,
-                                     const char *tenant, int session, int rows, int alone)
+/* An item of sender `from`, head `head`, client key `key`, its tenant and session. */
+static node_sched_item_t s_item_from(node_sched_t *q, const char *from, const char *head,
+                                     const char *key, const char *tenant, int session, int rows,
+                                     int alone)
 {
     node_sched_item_t it = {.rows = rows, .alone = alone};
     node_sched_flows(q, (node_sched_name_t){from, strlen(from)},
-                     (node_sched_name_t){key, strlen(key)},
+                     (node_sched_name_t){head, strlen(head)}, (node_sched_name_t){key, strlen(key)},
                      (node_sched_name_t){tenant, strlen(tenant)}, (uint64_t)session, it.flow);
     return it;
 }
@@ -43,7 +44,7 @@ static node_sched_item_t s_item_from(node_sched_t *q, const char *from, const ch
 static node_sched_item_t s_item(node_sched_t *q, const char *key, const char *tenant, int session,
                                 int rows, int alone)
 {
-    return s_item_from(q, "", key, tenant, session, rows, alone);
+    return s_item_from(q, "", "", key, tenant, session, rows, alone);
 }
 
 #define S_W 5.0 /* ms: a batch's reading of the weights */
@@ -141,7 +142,7 @@ static void s_test_shares(void)
     SW_CHECK_NEAR(got[0], got[1], 64);
     /* A's tenants share its half equally */
     for (int t = 0; t < 10; t++) {
-        const double sv = node_sched_served(q, items[t * 3].flow[2]);
+        const double sv = node_sched_served(q, items[t * 3].flow[3]);
         SW_CHECK_NEAR(sv, ms[0] / 10, 2 * (S_W + 32 * S_C));
     }
     node_sched_free(&q);
@@ -170,33 +171,51 @@ static void s_test_shares(void)
     node_sched_free(&q);
 }
 
-/* At a stage the senders (the heads' node keys) come first: a head that says 9 client ids
- * against a head with one client gets half the stage, not 9 tenths; its clients share its
- * half; the same client id from two senders is two flows. */
-static void s_test_senders(void)
+/* Two groups always backlogged, 9 items (one client id each) against 1: half each over 400
+ * passes, and the 9 share their half equally (their flow at level `lvl`). */
+static void s_half(node_sched_t *q, node_sched_item_t *items, int lvl, const char *what)
 {
-    node_sched_t *q = node_sched_new();
-    node_sched_item_t items[10];
-    int key_of[10], n = 0;
-    for (int c = 0; c < 9; c++) {
-        char client[16];
-        snprintf(client, sizeof client, "client%d", c);
-        key_of[n] = 0;
-        items[n++] = s_item_from(q, "head-A", client, "", c, 32, 1);
-    }
-    key_of[n] = 1;
-    items[n++] = s_item_from(q, "head-B", "client0", "", 0, 32, 1);
-    SW_CHECK(items[0].flow[1] != items[9].flow[1]); // client0 under A is not client0 under B
+    int key_of[10];
+    for (int i = 0; i < 10; i++)
+        key_of[i] = i == 9;
     double got[2] = {0, 0}, ms[2] = {0, 0};
-    s_share(q, items, n, key_of, got, ms, 400, 256);
-    printf("senders: head A (9 client ids) %.0f rows, head B (1 client) %.0f rows\n", got[0],
-           got[1]);
+    s_share(q, items, 10, key_of, got, ms, 400, 256);
+    printf("%s: %.0f rows against %.0f\n", what, got[0], got[1]);
     SW_CHECK_NEAR(got[0], got[1], 64);
-    for (int c = 0; c < 9; c++) { // A's clients share its half equally
-        const double sv = node_sched_served(q, items[c].flow[1]);
+    for (int c = 0; c < 9; c++) {
+        const double sv = node_sched_served(q, items[c].flow[lvl]);
         SW_CHECK_NEAR(sv, ms[0] / 9, 2 * (S_W + 32 * S_C));
     }
-    node_sched_free(&q);
+}
+
+/* At a stage: the senders (authenticated keys) first, then the heads (route[0]) under each,
+ * then the client ids. A head that says 9 client ids against a head with one gets half, at
+ * its first stage (each head its own sender) and behind a shared middle stage (one sender);
+ * a node that names head A in its Forwards stays within its own sender's half. */
+static void s_test_senders(void)
+{
+    static const char *cases[3][4] = {
+        /* the 9 ids' sender and head, the one id's sender and head */
+        {"head-A", "head-A", "head-B", "head-B"},
+        {"mid", "head-A", "mid", "head-B"},
+        {"rogue", "head-A", "mid", "head-A"},
+    };
+    static const char *what[3] = {"first stage: head A (9 client ids), head B (1)",
+                                  "behind one middle stage: head A (9 ids), head B (1)",
+                                  "a node naming head A (9 ids), the middle stage for A (1)"};
+    for (int t = 0; t < 3; t++) {
+        node_sched_t *q = node_sched_new();
+        node_sched_item_t items[10];
+        for (int c = 0; c < 9; c++) {
+            char client[16];
+            snprintf(client, sizeof client, "client%d", c);
+            items[c] = s_item_from(q, cases[t][0], cases[t][1], client, "", c, 32, 1);
+        }
+        items[9] = s_item_from(q, cases[t][2], cases[t][3], "client0", "", 0, 32, 1);
+        SW_CHECK(items[0].flow[2] != items[9].flow[2]); // client0 under two parents: two flows
+        s_half(q, items, 2, what[t]);
+        node_sched_free(&q);
+    }
 }
 
 static void s_test_credit(void)
@@ -246,9 +265,9 @@ static void s_test_flows(void)
         node_sched_charge(q, &it[1], 8);
     }
     node_sched_item_t st = s_item(q, "steady", "", 0, 8, 1);
-    SW_CHECK(node_sched_served(q, st.flow[1]) > 0); // used all along: never forgotten
+    SW_CHECK(node_sched_served(q, st.flow[2]) > 0); // used all along: never forgotten
     node_sched_item_t old = s_item(q, "key0", "", 0, 8, 1);
-    SW_CHECK(node_sched_served(q, old.flow[1]) == 0); // forgotten
+    SW_CHECK(node_sched_served(q, old.flow[2]) == 0); // forgotten
     node_sched_free(&q);
 }
 
