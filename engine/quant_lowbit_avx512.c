@@ -16,7 +16,8 @@
  * through the activations' 4-element sums), vpmulld for the sub-block
  * scales. iq4_nl's two chains (even and odd blocks) are the two halves of
  * one zmm accumulator. sw_matmul of 2 activation rows or more keeps the AVX2
- * kernels (they unpack a super-block once for 4 rows); the K types' tiled
+ * kernels (they unpack a super-block once for 4 rows), but iq4_nl's of
+ * S_GW_ROWS rows or more, which take the panels below; the K types' tiled
  * order is quant_avx512.c's. iq4_nl's sgemm order has two kernels: tiles of
  * 4 weight rows x 4 activation rows for small batches, and panels of
  * unpacked weights (one zmm = one lane of 16 weight rows) for prompts.

@@ -198,11 +198,24 @@ CLAIMS = [
      "    if (s)\n        head_end(n, s, SW_FINISH_ERROR, code, err);\n    else\n"
      "        head_refuse(n, msg, code, g->request_id, 0, err);",
      "test_log_abuse", {}),
-    ("sched-sender: a stage's fair queue without the sender's level: a head's client ids "
-     "each take a share of their own",
+    ("route-other-model: another model's stage where the route needs one ends the route "
+     "(a relay serving two models)",
+     "node/head_route.c",
+     "                             n->fingerprint);\n                continue;",
+     "                             n->fingerprint);\n                *code = SW_ERROR_MODEL_MISMATCH;\n"
+     "                return -1;",
+     "test_multi", {}),
+    ("sched-sender: a stage's fair queue without the sender's level: a node naming another's "
+     "head takes that head's share",
      "node/sched.c",
      "    out[0] = node_sched_flow(q, 0, sender.p, sender.len);",
      "    out[0] = node_sched_flow(q, 0, \"\", 0 * sender.len);",
+     "test_sched", {}),
+    ("sched-head: a stage's fair queue without the head's level: behind a shared middle stage a "
+     "head's client ids each take a share of their own",
+     "node/sched.c",
+     "    out[1] = node_sched_flow(q, out[0], head.p, head.len);",
+     "    out[1] = node_sched_flow(q, out[0], \"\", 0 * head.len);",
      "test_sched", {}),
     ("progress: no Progress from the head: the client asks again during a slow prefill (issue 33)",
      "node/head_stream.c",
