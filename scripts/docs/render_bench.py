@@ -7,7 +7,8 @@ into the marked regions of README.md and docs/*.md:
     (what this script renders from docs/results/NAME.json; do not edit by hand)
     <!-- /bench -->
 
-The script that wrote a file is the first word of its "command": demo.sh (a whole demo run,
+(README.md's regions end with a short provenance line: file, commit, machine, date and load;
+the command stays in the file and in docs/benchmarks.md.) The script that wrote a file is the first word of its "command": demo.sh (a whole demo run,
 scripts/bench/demo_result.py: each part's table and the run's times), demo_wan.py (the main
 job's table, rendered with demo_wan.table itself), bench_ttft.py (time to first token per stage
 count), bench_wan.py, bench_multi.py, bench_fair.py, bench_peer.py, bench_direct.py and bench_engine.py (each rendered with
@@ -30,6 +31,17 @@ import sys
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "scripts", "bench"))
 REGION = re.compile(r"(<!-- bench:([A-Za-z0-9_.-]+) -->\n)(.*?)(<!-- /bench -->)", re.S)
+
+
+def s_provenance_short(r, name):
+    """README.md's line: the file, commit, machine, date and load; the command stays in the file."""
+    load = r.get("loadavg")
+    la = f", load {load[0]:.1f}" if load else ""
+    machine = r["machine"]
+    if isinstance(machine, dict):
+        machine = machine["cpu"]["model"]
+    return (f"From `docs/results/{name}.json` (commit {r['commit']}, {machine}, {r['date']}{la}; "
+            "its command and conditions: [docs/benchmarks.md](docs/benchmarks.md)).")
 
 
 def s_provenance(r, name):
@@ -148,8 +160,9 @@ RENDERERS = {"bench_big.py": s_big, "demo.sh": s_demo_sh, "demo_wan.py": s_demo,
              "bench_direct.py": s_direct, "bench_engine.py": s_engine}
 
 
-def render(name):
-    """The region's text for docs/results/NAME.json, or raises ValueError saying why not."""
+def render(name, short=False):
+    """The region's text for docs/results/NAME.json (short: README.md's provenance line), or
+    raises ValueError saying why not."""
     path = os.path.join(SRC, "docs", "results", name + ".json")
     if not os.path.exists(path):
         raise ValueError(f"docs/results/{name}.json does not exist")
@@ -159,7 +172,8 @@ def render(name):
     if script not in RENDERERS:
         raise ValueError(f"docs/results/{name}.json: no renderer for '{script}' "
                          f"(known: {', '.join(RENDERERS)})")
-    return RENDERERS[script](r) + "\n" + s_provenance(r, name) + "\n"
+    prov = s_provenance_short(r, name) if short else s_provenance(r, name)
+    return RENDERERS[script](r) + "\n" + prov + "\n"
 
 
 def docs():
@@ -179,7 +193,7 @@ def run(check):
         new, pos = [], 0
         for name, now, start, end in regions(text):
             try:
-                want = render(name)
+                want = render(name, short=os.path.basename(path) == "README.md")
             except ValueError as e:
                 problems.append(f"{os.path.relpath(path, SRC)}: bench:{name}: {e}")
                 want = now
