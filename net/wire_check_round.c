@@ -74,10 +74,10 @@ static float s_dist_at(const Shardwire__DraftDist *d, uint32_t tok)
  * entry in (0, 1]; without draft_dists every draft is a point mass, so every
  * entry is 1; with them each entry is, within SW_DRAFT_Q_TOL, the probability
  * of its draft under the distribution it was drawn from: its own, or for a
- * later sibling of a tree its first sibling's; an empty one is a point mass
- * at its own draft (the verifier's q with n 0; the head sends one for a
- * sampled draft whose q it holds as such). A Forward the tail would refuse
- * is refused at the first hop.
+ * later sibling of a tree its first sibling's; an empty one makes its draft,
+ * and its later siblings, point masses: entry 1 (the verifier's q with n 0;
+ * the head sends one for a sampled draft whose q it holds as such). A
+ * Forward the tail would refuse is refused at the first hop.
  */
 static int s_draft_q(const Shardwire__Forward *f, char *err, size_t err_len)
 {
@@ -93,9 +93,9 @@ static int s_draft_q(const Shardwire__Forward *f, char *err, size_t err_len)
         }
         const size_t from = f->n_draft_parents ? s_first_child(f->draft_parents, i) : i;
         const Shardwire__DraftDist *d = f->draft_dists[from];
-        const float at = d->n_tokens ? s_dist_at(d, f->draft_tokens[i])
-                         : f->draft_tokens[i] == f->draft_tokens[from] ? 1.0f
-                                                                       : 0.0f;
+        /* empty: point masses, the draft's own and, under it, its later siblings' (each
+         * proposed outright, as without draft_dists; engine/verify.c s_check_tree) */
+        const float at = d->n_tokens ? s_dist_at(d, f->draft_tokens[i]) : 1.0f;
         CHECK(fabsf(at - q) <= SW_DRAFT_Q_TOL,
               "forward.draft_probs[%zu] = %g, but draft_dists[%zu] gives draft %u %g", i, (double)q,
               from, f->draft_tokens[i], (double)at);

@@ -1107,7 +1107,8 @@ static void test_forward_draft_q(void)
     x.dist_tok[2][0] = 9; // draft 2 not among its distribution's tokens: q = 0
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
     /* an empty distribution is a point mass at its draft (as the verifier reads q with n 0):
-     * its prob must be 1; a later sibling under a point-mass first sibling has q 0 */
+     * its prob must be 1; a later sibling under a point-mass first sibling is one too (the
+     * verifier takes exactly 1 there: engine/verify.c s_check_tree) */
     s_fwd_init(&x);
     x.d[1].n_tokens = x.d[1].n_probs = 0;
     SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED); // 0.6 is not 1
@@ -1119,6 +1120,8 @@ static void test_forward_draft_q(void)
         x.f.draft_parents = pm_parents;
         x.d[0].n_tokens = x.d[0].n_probs = 0; // drafts 0 and 1 are siblings: 1's q under 0's
         x.probs[0] = 1.0f;
+        SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_OK);
+        x.probs[1] = 1e-4f; // what the wire took before, and the tail then refused
         SW_CHECK_INT(s_check(&x.env, 1, FWD_BYTES), SW_WIRE_EMALFORMED);
     }
     /* a tree: a later sibling's prob is what its first sibling's distribution gives it */
