@@ -9,6 +9,11 @@
  *                        ['C']                       cancel this call's generation
  *   dispatcher -> call   ['R'][int rc][err][payload] reply: a table (struct + peers) or an id
  *                        ['E'][struct s_ev][text]    one event of the generation
+ *
+ * The ROUTER is ZMQ_ROUTER_MANDATORY, so that a reply or an event for a call that is gone
+ * (its HTTP thread gave up on the submit's reply, or dropped the call without a cancel) fails
+ * with EHOSTUNREACH instead of vanishing: the dispatcher then cancels that generation at its
+ * head, which would otherwise run to its end for nobody and hold a session slot.
  */
 #include "dispatch.h"
 
@@ -84,24 +89,37 @@ static double s_now_ms(void)
 
 /* ---- dispatcher thread ------------------------------------------------------------------ */
 
-/* Sends frames (count n) to the call with this identity; a call that is gone is ignored. */
-static void s_send_to(gw_disp_t *d, const unsigned char *ident, size_t ident_len,
-                      const void *const *parts, const size_t *lens, int n)
+/* Sends frames (count n) to the call with this identity, without waiting. 0, or -1 when the
+ * message was not sent: errno EHOSTUNREACH when the call is gone (its socket closed), EAGAIN
+ * when its queue is full. */
+static int s_send_to(gw_disp_t *d, const unsigned char *ident, size_t ident_len,
+                     const void *const *parts, const size_t *lens, int n)
 {
     if (zmq_send(d->router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return;
+        return -1;
     for (int i = 0; i < n; i++)
         if (zmq_send(d->router, parts[i], lens[i], (i + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) <
             0)
-            return;
+            return -1;
+    return 0;
 }
 
-static void s_reply(gw_disp_t *d, const unsigned char *ident, size_t ident_len, int rc,
-                    const char *err, const void *p1, size_t l1, const void *p2, size_t l2)
+/* s_send_to of a reply ['R'][rc][err][p1][p2]: its result. */
+static int s_reply(gw_disp_t *d, const unsigned char *ident, size_t ident_len, int rc,
+                   const char *err, const void *p1, size_t l1, const void *p2, size_t l2)
 {
     const void *parts[] = {"R", &rc, err ? err : "", p1 ? p1 : "", p2 ? p2 : ""};
     size_t lens[] = {1, sizeof rc, err ? strlen(err) : 0, p1 ? l1 : 0, p2 ? l2 : 0};
-    s_send_to(d, ident, ident_len, parts, lens, 5);
+    return s_send_to(d, ident, ident_len, parts, lens, 5);
+}
+
+/* Cancels route r's generation at its head (its call is gone or asked for it) and frees r. */
+static void s_route_cancel(gw_disp_t *d, struct s_route *r, const char *why)
+{
+    SW_DEBUG("gateway: cancelling request %s: %s", r->id, why);
+    if (d->client)
+        (void)sw_client_cancel(d->client, r->id);
+    memset(r, 0, sizeof *r);
 }
 
 /* The peer table, fetched again when older than S_TABLE_MAX_AGE_MS. 0 or a client code. */
@@ -176,7 +194,10 @@ static void s_cmd_submit(gw_disp_t *d, const unsigned char *ident, size_t ident_
         memcpy(r->ident, ident, ident_len);
         r->ident_len = ident_len;
     }
-    s_reply(d, ident, ident_len, rc, err, id, strlen(id), NULL, 0);
+    /* a call that gave up waiting (S_REPLY_TIMEOUT_MS) is gone: nobody reads this generation */
+    if (s_reply(d, ident, ident_len, rc, err, id, strlen(id), NULL, 0) != 0 && rc == 0 &&
+        errno == EHOSTUNREACH)
+        s_route_cancel(d, r, "the call that submitted it is gone");
 }
 
 static void s_forward_event(gw_disp_t *d, const sw_client_event_t *ev)
@@ -201,9 +222,11 @@ static void s_forward_event(gw_disp_t *d, const sw_client_event_t *ev)
         e.stats = *ev->stats;
     const void *parts[] = {"E", &e, ev->text_len ? ev->text : ""};
     size_t lens[] = {1, sizeof e, ev->text_len};
-    s_send_to(d, r->ident, r->ident_len, parts, lens, 3);
+    const int sent = s_send_to(d, r->ident, r->ident_len, parts, lens, 3);
     if (ev->type != SW_CLIENT_EV_TOKENS)
         memset(r, 0, sizeof *r);
+    else if (sent != 0 && errno == EHOSTUNREACH) /* its call is gone without a cancel */
+        s_route_cancel(d, r, "the call that submitted it is gone");
     if (ev->type == SW_CLIENT_EV_ERROR &&
         (ev->code == SW_CLIENT_EHEADGONE || ev->code == SW_CLIENT_EKEY))
         d->table_at = 0; /* choose again from a fresh table */
@@ -249,10 +272,8 @@ static void s_command(gw_disp_t *d)
         }
     } else if (cmd == 'C') {
         struct s_route *r = s_route_of_ident(d, ident, (size_t)il);
-        if (r && d->client)
-            (void)sw_client_cancel(d->client, r->id);
         if (r)
-            memset(r, 0, sizeof *r);
+            s_route_cancel(d, r, "its call cancelled it");
     }
 }
 
@@ -369,8 +390,9 @@ gw_disp_t *gw_disp_new(void *zctx, const sw_client_opts_t *opts, gw_metrics_t *m
     d->opts.sec = &d->sec;
     snprintf(d->endpoint, sizeof d->endpoint, "inproc://sw-gateway-%p", (void *)d);
     d->router = zmq_socket(zctx, ZMQ_ROUTER);
-    int zero = 0;
+    int zero = 0, one = 1;
     if (!d->router || zmq_setsockopt(d->router, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(d->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0 ||
         zmq_bind(d->router, d->endpoint) != 0) {
         snprintf(err, err_len, "inproc socket: %s", zmq_strerror(errno));
         goto fail;
@@ -409,20 +431,31 @@ void gw_disp_destroy(gw_disp_t **self_p)
 
 /* ---- the HTTP threads' side -------------------------------------------------------------- */
 
-gw_call_t *gw_call_new(gw_disp_t *d)
+gw_call_t *gw_call_new(gw_disp_t *d, int *rc, char *err, size_t err_len)
 {
     gw_call_t *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        *rc = SW_CLIENT_ENOMEM;
+        snprintf(err, err_len, "out of memory for a link to the gateway's dispatcher thread");
         return NULL;
+    }
     c->sock = zmq_socket(d->zctx, ZMQ_DEALER);
     int zero = 0;
     if (!c->sock || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
         zmq_connect(c->sock, d->endpoint) != 0) {
+        /* ZeroMQ's own limits (its socket count, ZMQ_MAX_SOCKETS; file descriptors) or a
+         * context being terminated, not this process's memory: a failure of the link */
+        const int e = errno;
+        *rc = e == ENOMEM ? SW_CLIENT_ENOMEM : GW_DISP_ELINK;
+        snprintf(err, err_len,
+                 "internal: cannot open a link to the gateway's dispatcher thread: %s",
+                 zmq_strerror(e));
         if (c->sock)
             zmq_close(c->sock);
         free(c);
         return NULL;
     }
+    *rc = 0;
     return c;
 }
 
@@ -487,13 +520,15 @@ const char *gw_disp_strerror(int rc)
     }
 }
 
-/* Waits for the dispatcher's reply ['R'][rc][err][p1][p2]; the payloads are malloc'd. Its rc,
- * or what failed on the way: SW_CLIENT_ECONNECT (no reply in time), SW_CLIENT_ENOMEM (no memory
- * for its copy), GW_DISP_ELINK (the socket failed) or GW_DISP_EREPLY (not such a reply). */
+/* Waits for the dispatcher's reply ['R'][rc][err][p1][p2]; the payloads are malloc'd. Its rc
+ * (*answered 1), or what failed on the way (*answered 0): SW_CLIENT_ECONNECT (no reply in time),
+ * SW_CLIENT_ENOMEM (no memory for its copy), GW_DISP_ELINK (the socket failed) or GW_DISP_EREPLY
+ * (not such a reply). */
 static int s_wait_reply(gw_call_t *c, char *err, size_t err_len, void **p1, size_t *l1, void **p2,
-                        size_t *l2)
+                        size_t *l2, int *answered)
 {
     *p1 = *p2 = NULL;
+    *answered = 0;
     zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&it, 1, S_REPLY_TIMEOUT_MS) <= 0) {
         snprintf(err, err_len, "the gateway's relay connection did not answer in time");
@@ -513,6 +548,7 @@ static int s_wait_reply(gw_call_t *c, char *err, size_t err_len, void **p1, size
         snprintf(err, err_len, "out of memory for the dispatcher thread's reply");
     } else if (n == 5 && fl[0] == 1 && ((char *)f[0])[0] == 'R' && fl[1] == sizeof(int)) {
         memcpy(&rc, f[1], sizeof rc);
+        *answered = 1;
         snprintf(err, err_len, "%s", (char *)f[2]);
         *p1 = f[3];
         *l1 = fl[3];
@@ -538,7 +574,8 @@ int gw_call_table(gw_call_t *c, sw_client_table_t *out, char *err, size_t err_le
     }
     void *p1, *p2;
     size_t l1, l2;
-    int rc = s_wait_reply(c, err, err_len, &p1, &l1, &p2, &l2);
+    int answered;
+    int rc = s_wait_reply(c, err, err_len, &p1, &l1, &p2, &l2, &answered);
     if (rc == 0 && l1 != sizeof *out) {
         snprintf(err, err_len, "internal: malformed peer table from the dispatcher thread");
         rc = GW_DISP_EREPLY;
@@ -570,14 +607,32 @@ int gw_call_submit(gw_call_t *c, const sw_client_request_t *q, const char *model
     }
     void *p1, *p2;
     size_t l1, l2;
-    int rc = s_wait_reply(c, err, err_len, &p1, &l1, &p2, &l2);
+    int answered;
+    int rc = s_wait_reply(c, err, err_len, &p1, &l1, &p2, &l2, &answered);
     if (rc == 0) {
         snprintf(id, SW_CLIENT_ID_LEN, "%s", (char *)p1);
+        c->submitted = 1;
+    } else if (!answered) {
+        /* the dispatcher may have started the generation all the same: gw_call_destroy's cancel
+         * ends it (a cancel of a call with none is ignored) */
         c->submitted = 1;
     }
     free(p1);
     free(p2);
     return rc;
+}
+
+/* An event that could not be read ends the generation: *ev becomes an EV_ERROR with code (the
+ * link's), the rest of the generation is cancelled at its head. Had it been dropped, a lost
+ * EV_DONE would leave the HTTP request waiting for its client to leave. */
+static void s_event_lost(gw_call_t *c, gw_event_t *ev, int code, const char *what)
+{
+    gw_call_cancel(c);
+    memset(ev, 0, sizeof *ev);
+    ev->type = SW_CLIENT_EV_ERROR;
+    ev->code = code;
+    snprintf(ev->message, sizeof ev->message,
+             "%s: the generation was cancelled on the cluster; send the request again", what);
 }
 
 int gw_call_next(gw_call_t *c, gw_event_t *ev, int timeout_ms)
@@ -590,7 +645,22 @@ int gw_call_next(gw_call_t *c, gw_event_t *ev, int timeout_ms)
     int oom;
     const int n = s_recv_msg(c->sock, f, fl, 3, &oom);
     int rc = 1;
-    if (n == 3 && !oom && fl[0] == 1 && ((char *)f[0])[0] == 'E' && fl[1] == sizeof(struct s_ev)) {
+    if (n < 0 && errno != EINTR && errno != EAGAIN) {
+        char what[160];
+        snprintf(what, sizeof what, "internal: cannot read the generation's next event: %s",
+                 zmq_strerror(errno));
+        s_event_lost(c, ev, GW_DISP_ELINK, what);
+        rc = 0;
+    } else if (n > 0 && oom) {
+        s_event_lost(c, ev, SW_CLIENT_ENOMEM,
+                     "the gateway ran out of memory for the generation's next event");
+        rc = 0;
+    } else if (n > 0 &&
+               (n != 3 || fl[0] != 1 || ((char *)f[0])[0] != 'E' || fl[1] != sizeof(struct s_ev))) {
+        s_event_lost(c, ev, GW_DISP_EREPLY,
+                     "internal: malformed event from the gateway's dispatcher thread");
+        rc = 0;
+    } else if (n > 0) {
         struct s_ev e;
         memcpy(&e, f[1], sizeof e);
         memset(ev, 0, sizeof *ev);
@@ -603,7 +673,7 @@ int gw_call_next(gw_call_t *c, gw_event_t *ev, int timeout_ms)
         memcpy(ev->message, e.message, sizeof ev->message);
         ev->stats = e.stats;
         free(c->text);
-        c->text = f[2]; /* NUL-terminated by s_recv_frame */
+        c->text = f[2]; /* NUL-terminated by s_recv_msg */
         f[2] = NULL;
         ev->text = c->text;
         ev->text_len = fl[2];

@@ -67,8 +67,14 @@ enum gw_disp_rc {
 /* A code's name: "dispatcher_unavailable", "dispatcher_bad_reply", else sw_client_strerror's. */
 const char *gw_disp_strerror(int rc);
 
-/* A link to the dispatcher for one HTTP request (one thread). NULL when out of resources. */
-gw_call_t *gw_call_new(gw_disp_t *d) __attribute__((warn_unused_result));
+/*
+ * A link to the dispatcher for one HTTP request (one thread); the caller frees it with
+ * gw_call_destroy. NULL after a line in err, with *rc SW_CLIENT_ENOMEM (no memory) or
+ * GW_DISP_ELINK (ZeroMQ cannot open its socket: its socket limit, ZMQ_MAX_SOCKETS, or the
+ * process's file descriptors), reported as the calls below report them.
+ */
+gw_call_t *gw_call_new(gw_disp_t *d, int *rc, char *err, size_t err_len)
+    __attribute__((warn_unused_result));
 /* Cancels the generation if one is still running; accepts NULL, NULLs *self_p. */
 void gw_call_destroy(gw_call_t **self_p);
 
@@ -86,7 +92,10 @@ int gw_call_table(gw_call_t *c, sw_client_table_t *out, char *err, size_t err_le
  * Chooses a head (head_name, or one serving model) and submits q (read
  * during the call only). 0 with the request id in id, or a code after a line
  * in err: a client code (SW_CLIENT_ENOHEAD, EINVAL, ECONNECT, ...) or the
- * link's own (as gw_call_table's).
+ * link's own (as gw_call_table's). When the dispatcher's reply was not read
+ * (no answer in 15 s, no memory for it, not a reply), the generation may have
+ * started all the same: gw_call_destroy cancels it, and the dispatcher cancels
+ * one whose reply or event finds the call gone.
  */
 int gw_call_submit(gw_call_t *c, const sw_client_request_t *q, const char *model,
                    const char *head_name, char id[SW_CLIENT_ID_LEN], char *err, size_t err_len)
@@ -95,7 +104,9 @@ int gw_call_submit(gw_call_t *c, const sw_client_request_t *q, const char *model
 /*
  * Waits up to timeout_ms for the submitted generation's next event. 0 with
  * *ev filled (valid until the next call), 1 on timeout. After EV_DONE or
- * EV_ERROR the generation is over.
+ * EV_ERROR the generation is over. An event that cannot be read is an
+ * EV_ERROR of the link (code SW_CLIENT_ENOMEM: no memory for its copy;
+ * GW_DISP_ELINK, GW_DISP_EREPLY) and the generation is cancelled at its head.
  */
 int gw_call_next(gw_call_t *c, gw_event_t *ev, int timeout_ms) __attribute__((warn_unused_result));
 

@@ -91,13 +91,16 @@ int gw_status_of(int code, int wire_code, const char **type)
 
 /* ---- models ------------------------------------------------------------------------------ */
 
-/* The relay's peer table (gw_call_table, at most 1 s old) into *t: 0, or a client code after a
- * line in err. The caller clears *t. */
+/* The relay's peer table (gw_call_table, at most 1 s old) into *t: 0, or a code after a line
+ * in err (gw_call_table's, or gw_call_new's: SW_CLIENT_ENOMEM, GW_DISP_ELINK). The caller clears
+ * *t. */
 static int s_table(gw_t *g, sw_client_table_t *t, char *err, size_t err_len)
 {
-    gw_call_t *call = gw_call_new(g->disp);
-    snprintf(err, err_len, "out of memory");
-    int rc = call ? gw_call_table(call, t, err, err_len) : SW_CLIENT_ENOMEM;
+    memset(t, 0, sizeof *t);
+    int rc;
+    gw_call_t *call = gw_call_new(g->disp, &rc, err, err_len);
+    if (call)
+        rc = gw_call_table(call, t, err, err_len);
     gw_call_destroy(&call);
     return rc;
 }

@@ -45,10 +45,11 @@ static enum MHD_Result s_fail_rc(gw_t *g, struct MHD_Connection *c, const char *
     return s_fail(g, c, ep, status, message, type, NULL, gw_disp_strerror(rc));
 }
 
-/* The machine-readable code of a failed generation: the head's, else the client's. */
+/* The machine-readable code of a failed generation: the head's, else the client's or the
+ * gateway's own (gw_disp_strerror: an event the gateway lost, dispatch.h gw_call_next). */
 static const char *s_code_of(const gw_event_t *ev)
 {
-    return ev->wire_code_name[0] ? ev->wire_code_name : sw_client_strerror(ev->code);
+    return ev->wire_code_name[0] ? ev->wire_code_name : gw_disp_strerror(ev->code);
 }
 
 /* 1 when the HTTP client closed its connection. */
@@ -442,9 +443,11 @@ static int s_answer(const s_reply_t *rp, gw_event_t *ev, enum MHD_Result *res)
         gw_metrics_tokens(g->metrics, ev->n_tokens);
         if (ev->text_len) {
             char *t = realloc(text, text_len + ev->text_len + 1);
-            if (!t) {
+            if (!t) { /* the caller's gw_call_destroy cancels the generation */
                 gw_inflight_end(g, rp->key);
-                *res = gw_http_send(g, rp->c, rp->ep, 500, NULL, "application/json", 0);
+                *res = s_fail_rc(g, rp->c, rp->ep, SW_CLIENT_ENOMEM,
+                                 "the gateway ran out of memory for the completion's text: the "
+                                 "generation was cancelled on the cluster; send the request again");
                 break;
             }
             text = t;
@@ -509,10 +512,12 @@ static enum MHD_Result s_generate(gw_t *g, struct MHD_Connection *c, gw_conn_t *
     if (!r)
         return res;
     s_reply_t rp = {.g = g, .c = c, .ep = gw_conn_ep(sc), .req = r, .key = sc->key};
-    rp.call = gw_call_new(g->disp);
-    if (!rp.call) {
+    char err[512];
+    int rc;
+    rp.call = gw_call_new(g->disp, &rc, err, sizeof err);
+    if (!rp.call) { /* as a failed peer table or submit: 500 out_of_memory, 503 dispatcher_... */
         s_req_free(r);
-        return gw_http_send(g, c, rp.ep, 500, NULL, "application/json", 0);
+        return s_fail_rc(g, c, rp.ep, rc, err);
     }
     char rid[SW_CLIENT_ID_LEN];
     gw_event_t ev;

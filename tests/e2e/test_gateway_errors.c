@@ -24,7 +24,28 @@
  *  - the kernel does not count a socket's received bytes (TCP_INFO shorter
  *    than tcpi_bytes_received, as before Linux 4.1; getsockopt is defined
  *    here too): the gateway says so in one line at its start, naming
- *    --idle-timeout-s (it said nothing).
+ *    --idle-timeout-s (it said nothing);
+ *  - ZeroMQ cannot open a request's socket to the dispatcher (zmq_socket of a
+ *    DEALER fails with EMFILE, its socket limit; defined here too):
+ *    /v1/models, /health, /v1/cluster and a completion all name it
+ *    dispatcher_unavailable, a completion 503 counted so (the first three
+ *    said out_of_memory, a completion was 500 with a null code).
+ *
+ * Then a head (SmolLM2, every layer) joins the relay, and a generation's
+ * messages from the dispatcher fail (zmq_msg_recv is defined here too: it
+ * spots an event of a chosen type and arms the failure of its copy's malloc
+ * in that thread, or the dispatcher's submit reply is cut or held 16 s):
+ *
+ *  - no memory for the copy of a completion's last event (EV_DONE): 500
+ *    out_of_memory, counted (the request waited until its client left);
+ *  - no memory for the copy of a stream's third EV_TOKENS: the stream ends
+ *    with an SSE error event out_of_memory and data: [DONE], counted, and
+ *    the head logs the generation cancelled (the event was dropped and the
+ *    stream went on);
+ *  - the submit's reply is malformed (502 dispatcher_bad_reply), or comes
+ *    after the 15 s the request waits for it (503 relay_unreachable): the
+ *    head logs the generation cancelled, not run to its end (nobody knew it
+ *    was submitted).
  *
  * It runs in the e2e label, not under the sanitizers (which replace malloc).
  */
@@ -42,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -50,18 +72,71 @@
 
 extern void *__libc_malloc(size_t);
 
-static atomic_int s_fail_table; /* mallocs of a peer table frame's copy left to fail */
-static atomic_int s_fail_ask;   /* "T" frames left to fail */
-static atomic_int s_bad_reply;  /* dispatcher replies left to cut */
-static atomic_int s_cutting;    /* 1: the frames of the reply being cut are dropped */
-static atomic_int s_old_kernel; /* 1: TCP_INFO ends before tcpi_bytes_received */
+static atomic_int s_fail_table;   /* mallocs of a peer table frame's copy left to fail */
+static atomic_int s_fail_ask;     /* "T" frames left to fail */
+static atomic_int s_bad_reply;    /* dispatcher replies left to cut */
+static atomic_int s_cutting;      /* 1: the frames of the reply being cut are dropped */
+static atomic_int s_old_kernel;   /* 1: TCP_INFO ends before tcpi_bytes_received */
+static atomic_int s_fail_socket;  /* DEALER sockets left to refuse (EMFILE) */
+static atomic_int s_fail_ev;      /* events of type s_fail_ev_type left to lose (their copy) */
+static atomic_int s_fail_ev_type; /* SW_CLIENT_EV_TOKENS or DONE */
+static atomic_int s_fail_ev_skip; /* events of that type to let through first */
+static atomic_int s_slow_reply;   /* dispatcher replies left to hold 16 s */
+static _Thread_local size_t s_fail_size; /* this thread's next malloc of this size fails */
+static _Thread_local int s_after_e;      /* this thread's last frame was an event's "E" */
 
 void *malloc(size_t n)
 {
     if (n == sizeof(sw_client_table_t) + 1 && atomic_load(&s_fail_table) > 0 &&
         atomic_fetch_sub(&s_fail_table, 1) > 0)
         return NULL;
+    if (s_fail_size && n == s_fail_size) {
+        s_fail_size = 0;
+        return NULL;
+    }
     return __libc_malloc(n);
+}
+
+typedef void *(*s_socket_fn)(void *, int);
+
+void *zmq_socket(void *ctx, int type)
+{
+    static s_socket_fn real;
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "zmq_socket");
+    if (type == ZMQ_DEALER && atomic_load(&s_fail_socket) > 0 &&
+        atomic_fetch_sub(&s_fail_socket, 1) > 0) {
+        errno = EMFILE;
+        return NULL;
+    }
+    return real(ctx, type);
+}
+
+typedef int (*s_msg_recv_fn)(zmq_msg_t *, void *, int);
+
+/* An event of the dispatcher (dispatch.c: ["E"][struct s_ev, its first member the type][text])
+ * of the armed type: the malloc of its struct's copy (its size + 1) fails in this thread. */
+int zmq_msg_recv(zmq_msg_t *m, void *s, int flags)
+{
+    static s_msg_recv_fn real;
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "zmq_msg_recv");
+    const int rc = real(m, s, flags);
+    if (rc < 0)
+        return rc;
+    const size_t n = zmq_msg_size(m);
+    const char *data = zmq_msg_data(m);
+    int type = 0;
+    if (s_after_e && n > sizeof type)
+        memcpy(&type, data, sizeof type);
+    if (type && type == atomic_load(&s_fail_ev_type) && atomic_load(&s_fail_ev) > 0) {
+        if (atomic_load(&s_fail_ev_skip) > 0)
+            atomic_fetch_sub(&s_fail_ev_skip, 1);
+        else if (atomic_fetch_sub(&s_fail_ev, 1) > 0)
+            s_fail_size = n + 1;
+    }
+    s_after_e = n == 1 && data[0] == 'E' && zmq_msg_more(m);
+    return rc;
 }
 
 typedef int (*s_send_fn)(void *, const void *, size_t, int);
@@ -86,6 +161,9 @@ int zmq_send(void *s, const void *buf, size_t len, int flags)
         atomic_store(&s_cutting, 1);
         return real(s, buf, len, flags & ~ZMQ_SNDMORE);
     }
+    if (c == 'R' && (flags & ZMQ_SNDMORE) && atomic_load(&s_slow_reply) > 0 &&
+        atomic_fetch_sub(&s_slow_reply, 1) > 0)
+        sleep(16); /* the dispatcher is held past the request's 15 s (S_REPLY_TIMEOUT_MS) */
     return real(s, buf, len, flags);
 }
 
@@ -105,6 +183,13 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 }
 
 static int s_port;
+
+static double s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 static volatile sig_atomic_t s_stop;
 
 static void *s_gateway(void *arg)
@@ -120,7 +205,7 @@ static int s_http(const char *path, const char *body, char **resp)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct timeval tv = {.tv_sec = 30};
+    struct timeval tv = {.tv_sec = 40};
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
         connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
         if (fd >= 0)
@@ -136,7 +221,7 @@ static int s_http(const char *path, const char *body, char **resp)
         close(fd);
         return 0;
     }
-    size_t cap = 1 << 16, got = 0;
+    size_t cap = 1 << 20, got = 0; /* a whole stream of 1500 tokens */
     char *b = calloc(1, cap + 1);
     ssize_t r;
     while (b && got < cap && (r = read(fd, b + got, cap - got)) > 0)
@@ -203,38 +288,9 @@ static int s_start(gw_opts_t *o, pthread_t *th)
     return up ? 0 : -1;
 }
 
-int main(void)
+/* Before any node: the gateway's own failures around the peer table and the dispatcher. */
+static void s_no_node(void)
 {
-    char relay[64], listen[64];
-    snprintf(relay, sizeof relay, "tcp://127.0.0.1:%d", sw_test_free_port());
-    s_port = sw_test_free_port();
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", s_port);
-    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", relay, "--insecure-loopback",
-                  NULL};
-    pid_t rpid = sw_test_spawn(ra, sw_test_log("relay.log"));
-    SW_CHECK(sw_test_wait_listen(relay, 20) == 0);
-    gw_opts_t o = {
-        .listen = listen,
-        .relay = relay,
-        .connect_timeout_ms = 20000,
-        .no_api_key = 1,
-        .max_body = 1 << 20,
-        .max_bodies = 16 << 20,
-        .max_connections = 64,
-        .max_per_ip = 16,
-        .max_per_prefix = 16,
-        .max_slow = 16,
-        .max_inflight = 4,
-        .max_inflight_per_key = 4,
-        .idle_timeout_s = 30,
-        .header_timeout_s = 10,
-        .body_timeout_s = 10,
-        .defaults = {.max_tokens = 16, .top_p = 1, .repeat_penalty = 1, .timeout_ms = 30000}};
-    pthread_t th;
-    if (s_start(&o, &th) != 0) {
-        sw_test_kill(rpid);
-        return sw_test_done();
-    }
     char *resp = NULL;
 
     /* no memory for the peer table's copy: /v1/models is a 500 out_of_memory */
@@ -277,15 +333,202 @@ int main(void)
     SW_CHECK_INT(s_errors("dispatcher_bad_reply"), 1);
     SW_CHECK_INT(s_errors("out_of_memory"), 0);
 
+    /* ZeroMQ cannot open the request's socket (its socket limit): not a lack of memory, and
+     * every endpoint names it the same */
+    atomic_store(&s_fail_socket, 1);
+    SW_CHECK_INT(s_http("/v1/models", NULL, &resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"dispatcher_unavailable\""));
+    free(resp);
+    atomic_store(&s_fail_socket, 1);
+    SW_CHECK_INT(s_http("/health", NULL, &resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"relay_connected\":true"));
+    SW_CHECK(resp && strstr(resp, "\"error_code\":\"dispatcher_unavailable\""));
+    free(resp);
+    atomic_store(&s_fail_socket, 1);
+    SW_CHECK_INT(s_http("/v1/cluster", NULL, &resp), 200);
+    SW_CHECK(resp && strstr(resp, "\"error_code\":\"dispatcher_unavailable\""));
+    free(resp);
+    atomic_store(&s_fail_socket, 1);
+    SW_CHECK_INT(s_complete(&resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"dispatcher_unavailable\""));
+    free(resp);
+    SW_CHECK_INT(atomic_load(&s_fail_socket), 0);
+    SW_CHECK_INT(s_errors("dispatcher_unavailable"), 2);
+    SW_CHECK_INT(s_errors("out_of_memory"), 0);
+
     /* and the next request is answered as before: no head */
     SW_CHECK_INT(s_complete(&resp), 503);
     SW_CHECK(resp && strstr(resp, "\"code\":\"no_head\""));
     free(resp);
+}
+
+static const char *s_head_log; /* the head's log */
+
+/* Generations the head ran to their end: done, or failed (its deadline, ...). */
+static int s_head_finished(void)
+{
+    return sw_test_count_lines(s_head_log, "request '", "' done: ") +
+           sw_test_count_lines(s_head_log, "request '", " failed: ");
+}
+
+/* Waits up to timeout_s for the head to end one more generation than the counts before: 1 when
+ * it was cancelled, 0 when it ran to its end (done or failed), -1 when neither happened. */
+static int s_head_ended(int cancelled, int ended, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 10; i++) {
+        if (sw_test_count_in_file(s_head_log, "cancelled by the client") > cancelled)
+            return 1;
+        if (s_head_finished() > ended)
+            return 0;
+        usleep(100000);
+    }
+    return -1;
+}
+
+/* The head's ended generations so far: cancelled into *cancelled, the others into *ended. */
+static void s_head_counts(int *cancelled, int *ended)
+{
+    *cancelled = sw_test_count_in_file(s_head_log, "cancelled by the client");
+    *ended = s_head_finished();
+}
+
+/* A head on the relay: a generation's events and its submit's reply lost on the gateway. */
+static void s_lost(const char *model)
+{
+    char body[1024], *resp = NULL;
+    int cancelled, ended;
+    /* the last event of a completion (EV_DONE) has no memory for its copy: 500, not a wait */
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"prompt\":\"Once upon a time\",\"max_tokens\":4,"
+             "\"temperature\":0}",
+             model);
+    SW_CHECK_INT(s_http("/v1/completions", body, &resp), 200); /* the head answers */
+    free(resp);
+    atomic_store(&s_fail_ev_type, SW_CLIENT_EV_DONE);
+    atomic_store(&s_fail_ev_skip, 0);
+    atomic_store(&s_fail_ev, 1);
+    const double t0 = s_now_ms();
+    SW_CHECK_INT(s_http("/v1/completions", body, &resp), 500);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"out_of_memory\""));
+    free(resp);
+    SW_CHECK(s_now_ms() - t0 < 10000);
+    SW_CHECK_INT(atomic_load(&s_fail_ev), 0);
+    SW_CHECK_INT(s_errors("out_of_memory"), 1);
+
+    /* a stream's third EV_TOKENS: an SSE error event and the end, the generation cancelled */
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"prompt\":\"Once upon a time, in a land far away,\","
+             "\"max_tokens\":1500,\"temperature\":0,\"stream\":true,"
+             "\"shardwire\":{\"timeout_s\":300}}",
+             model);
+    s_head_counts(&cancelled, &ended);
+    atomic_store(&s_fail_ev_type, SW_CLIENT_EV_TOKENS);
+    atomic_store(&s_fail_ev_skip, 2);
+    atomic_store(&s_fail_ev, 1);
+    SW_CHECK_INT(s_http("/v1/completions", body, &resp), 200);
+    SW_CHECK(resp && strstr(resp, "data: {\"error\":") &&
+             strstr(resp, "\"code\":\"out_of_memory\""));
+    SW_CHECK(resp && strstr(resp, "data: [DONE]"));
+    free(resp);
+    SW_CHECK_INT(atomic_load(&s_fail_ev), 0);
+    SW_CHECK_INT(s_errors("out_of_memory"), 2);
+    SW_CHECK_INT(s_head_ended(cancelled, ended, 30), 1);
+
+    /* the submit's reply is malformed (the request names its head: no peer table asked): the
+     * generation the dispatcher started is cancelled (4000 tokens: over 15 s at 150 tokens/s,
+     * so that it still runs when the slow reply below fails) */
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"prompt\":\"Once upon a time, in a land far away,\","
+             "\"max_tokens\":4000,\"temperature\":0,"
+             "\"shardwire\":{\"head\":\"head\",\"timeout_s\":300}}",
+             model);
+    s_head_counts(&cancelled, &ended);
+    atomic_store(&s_bad_reply, 1);
+    SW_CHECK_INT(s_http("/v1/completions", body, &resp), 502);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"dispatcher_bad_reply\""));
+    free(resp);
+    SW_CHECK_INT(s_head_ended(cancelled, ended, 30), 1);
+
+    /* the submit's reply comes after the request stopped waiting (15 s): cancelled too */
+    s_head_counts(&cancelled, &ended);
+    atomic_store(&s_slow_reply, 1);
+    SW_CHECK_INT(s_http("/v1/completions", body, &resp), 503);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"relay_unreachable\""));
+    free(resp);
+    SW_CHECK_INT(s_head_ended(cancelled, ended, 30), 1);
+
+    /* and then all is well */
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"prompt\":\"Hi\",\"max_tokens\":4,\"temperature\":0}", model);
+    SW_CHECK_INT(s_http("/v1/completions", body, &resp), 200);
+    free(resp);
+}
+
+int main(void)
+{
+    char relay[64], listen[64];
+    snprintf(relay, sizeof relay, "tcp://127.0.0.1:%d", sw_test_free_port());
+    s_port = sw_test_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", s_port);
+    char *ra[] = {(char *)sw_test_bin("shardwire-relay"), "--listen", relay, "--insecure-loopback",
+                  NULL};
+    pid_t rpid = sw_test_spawn(ra, sw_test_log("relay.log"));
+    SW_CHECK(sw_test_wait_listen(relay, 20) == 0);
+    gw_opts_t o = {
+        .listen = listen,
+        .relay = relay,
+        .connect_timeout_ms = 20000,
+        .no_api_key = 1,
+        .max_body = 1 << 20,
+        .max_bodies = 16 << 20,
+        .max_connections = 64,
+        .max_per_ip = 16,
+        .max_per_prefix = 16,
+        .max_slow = 16,
+        .max_inflight = 4,
+        .max_inflight_per_key = 4,
+        .idle_timeout_s = 30,
+        .header_timeout_s = 10,
+        .body_timeout_s = 10,
+        .defaults = {.max_tokens = 16, .top_p = 1, .repeat_penalty = 1, .timeout_ms = 30000}};
+    pthread_t th;
+    if (s_start(&o, &th) != 0) {
+        sw_test_kill(rpid);
+        return sw_test_done();
+    }
+    s_no_node();
+
+    /* a head with every layer, named "head"; its model's id is its file's name */
+    const char *path = sw_test_model();
+    char model[256];
+    const char *base = strrchr(path, '/');
+    snprintf(model, sizeof model, "%s", base ? base + 1 : path);
+    char *dot = strstr(model, ".gguf");
+    if (dot)
+        *dot = 0;
+    s_head_log = sw_test_log("head.log");
+    char *na[] = {(char *)sw_test_bin("shardwire-node"),
+                  "--model",
+                  (char *)path,
+                  "--layers",
+                  "0:end",
+                  "--relay",
+                  relay,
+                  "--name",
+                  "head",
+                  "--threads",
+                  "1",
+                  "--insecure-loopback",
+                  NULL};
+    pid_t npid = sw_test_spawn(na, s_head_log);
+    SW_CHECK(sw_test_wait_peers(relay, 1, 60) == 0);
+    s_lost(model);
 
     s_stop = 1;
     void *rc = NULL;
     pthread_join(th, &rc);
     SW_CHECK_INT((int)(intptr_t)rc, 0);
+    sw_test_kill(npid);
     sw_test_kill(rpid);
     return sw_test_done();
 }
