@@ -152,6 +152,31 @@ void node_head_free(node_t *n)
     n->head = NULL;
 }
 
+/* Session s waited (ROUTE) for the table pt, whose route is now h->route: it takes the route,
+ * or is refused before any round (a route too short for it, or none). Such a refusal goes
+ * through the per-key log gate and answer budget like one before a slot (issue 35, findings 6
+ * and 2), or a key flooding requests while the route is broken would get a WARN line and an
+ * Error for each; the slot goes back without a record, as nothing ran. */
+static void s_route_waiting(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
+{
+    node_head_t *h = n->head;
+    char why[320];
+    if (h->route_ok && head_route_fits(n, s, why, sizeof why)) {
+        head_route_take(n, s, pt);
+        s->state = HEAD_RUN;
+        h->busy = 1;
+        head_log_start(n, s);
+        return;
+    }
+    if (h->route_ok) {
+        head_refuse_session(n, s, SW_ERROR_BAD_REQUEST, why); // never fits there
+    } else {
+        head_refuse_session(n, s, h->route_code, h->route_err);
+    }
+    head_forget(h, s);
+    h->busy = 1; // a slot is free: the queue may move
+}
+
 void node_head_table(node_t *n, sw_wire_msg_t *msg)
 {
     node_head_t *h = n->head;
@@ -188,16 +213,7 @@ void node_head_table(node_t *n, sw_wire_msg_t *msg)
     for (int i = 0; i < h->n_slots; i++) {
         head_sess_t *s = &h->sess[i];
         if (s->state == HEAD_ROUTE) {
-            char why[320];
-            if (h->route_ok && !head_route_fits(n, s, why, sizeof why)) {
-                head_end(n, s, SW_FINISH_ERROR, SW_ERROR_BAD_REQUEST, why); // never fits there
-            } else if (h->route_ok) {
-                head_route_take(n, s, pt);
-                s->state = HEAD_RUN;
-                h->busy = 1;
-            } else {
-                head_end(n, s, SW_FINISH_ERROR, h->route_code, h->route_err);
-            }
+            s_route_waiting(n, s, pt);
             continue;
         }
         if (s->state != HEAD_RUN)

@@ -335,8 +335,8 @@ static int s_forced_propose(void *self, const int32_t *ctx, int n_ctx, int k_max
     return 0;
 }
 
-/* The session's drafting (its DraftParams, else the head's) and round logic,
- * logged with the request. 0, or -1 with err. */
+/* The session's drafting (its DraftParams, else the head's) and round logic
+ * (logged once the session takes a route: head_log_start). 0, or -1 with err. */
 static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
                        const sw_sampling_t *sp, char *err, size_t err_len)
 {
@@ -367,15 +367,26 @@ static int s_gen_begin(node_t *n, head_sess_t *s, const sw_msg_generate_t *g,
     s->gen = sw_gen_new(s->prompt, s->n_prompt, &go, err, err_len);
     if (!s->gen)
         return -1;
+    return 0;
+}
+
+void head_log_start(node_t *n, const head_sess_t *s)
+{
+    node_head_t *h = n->head;
+    const draft_cfg_t *dc = draft_cfg(s->drafter);
     char drafting[96] = "no drafting";
     if (draft_gen_k(s->drafter) > 0)
-        snprintf(drafting, sizeof drafting, "draft %s, K %s%d%s%s", draft_mode_name(dc.mode),
-                 dc.k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter),
-                 dc.tree > 1 ? ", trees" : "", dc.ahead ? ", ahead" : "");
-    SW_INFO("request '%s' from %s: %d prompt tokens, %u to generate, %s; %d session(s) "
+        snprintf(drafting, sizeof drafting, "draft %s, K %s%d%s%s", draft_mode_name(dc->mode),
+                 dc->k == DRAFT_K_AUTO ? "adaptive up to " : "", draft_gen_k(s->drafter),
+                 dc->tree > 1 ? ", trees" : "", dc->ahead ? ", ahead" : "");
+    /* what the request asked for: a sampled one taken over generates index_base fewer */
+    const int n_predict = s->n_predict + (s->sp.temp > 0 ? (int)s->index_base : 0);
+    if (s->index_base)
+        SW_INFO("request '%s' from %s: taken over from a head that left, after %u tokens", s->rid,
+                s->client, s->index_base);
+    SW_INFO("request '%s' from %s: %d prompt tokens, %d to generate, %s; %d session(s) "
             "running, %d waiting",
-            s->rid, s->client, s->n_prompt, g->n_predict, drafting, h->n_active, h->q_len);
-    return 0;
+            s->rid, s->client, s->n_prompt, n_predict, drafting, h->n_active, h->q_len);
 }
 
 /* A route built from a recent table serves a new session at once; else it
@@ -391,6 +402,7 @@ static void s_route_first(node_t *n, head_sess_t *s)
         head_route_take(n, s, have ? &t.table : NULL);
         s->state = HEAD_RUN;
         h->busy = 1;
+        head_log_start(n, s);
     } else {
         head_want_status(h);
     }
@@ -460,9 +472,6 @@ static int s_start(node_t *n, const sw_wire_msg_t *msg, double t_arrive)
     }
     if (s_gen_begin(n, s, g, &sp, err, sizeof err) != 0)
         goto fail;
-    if (g->n_resume_tokens) /* said once it started: a refused one is the gate's to log */
-        SW_INFO("request '%s' from %s: taken over from a head that left, after %u tokens",
-                g->request_id, msg->peer, g->n_resume_tokens);
     s_route_first(n, s);
     return S_STARTED;
 oom:

@@ -309,6 +309,10 @@ int head_leave_relay(node_t *n, int link, const char *why, double now);
  * answer budget allows (head_answer_take). */
 void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
                  const char *text);
+/* head_refuse for session s, which took a slot but sent no round (it waited for a route that
+ * then was broken or too short for it): the same gated line and budgeted Error, keyed on s's
+ * client. s stays as it was: the caller frees its slot (head_forget, no record for a Resume). */
+void head_refuse_session(node_t *n, head_sess_t *s, int code, const char *text);
 /* A last chunk with no tokens (done, finish): for requests with no record. */
 void head_final_chunk(node_t *n, const char *dest, const char *rid, uint32_t index, int finish);
 /* Records and sends the next chunk: tokens (n_tok of them) with their text,
@@ -465,5 +469,9 @@ void head_kv_room(node_t *n, size_t need);
 void head_dequeue(node_t *n, int i);
 /* The queue: deadlines, and the oldest requests start while slots and memory allow. */
 void head_queue_step(node_t *n, double now);
+/* The INFO line of a session that starts (its prompt, drafting, the load; a takeover's too):
+ * written when it takes its first route, so that one refused before any round, its route
+ * broken or too short, leaves only the gated line of head_refuse_session. */
+void head_log_start(node_t *n, const head_sess_t *s);
 
 #endif

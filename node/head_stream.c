@@ -322,10 +322,11 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     }
 }
 
-/* Takes one answer from the budget of msg's sender key: 1, or 0 when it is spent. */
-static int s_answer_take(node_head_t *h, const sw_wire_msg_t *msg, double now)
+/* Takes one answer from the budget of client who (a key's fingerprint, else a name): 1, or 0
+ * when it is spent. */
+static int s_answer_take(node_head_t *h, const char *who, double now)
 {
-    sw_bucket_t *b = sw_bucket_get(h->answer, h->n_slots, head_who(msg), SW_HEAD_ANSWERS_S, now);
+    sw_bucket_t *b = sw_bucket_get(h->answer, h->n_slots, who, SW_HEAD_ANSWERS_S, now);
     if (b->level < 1)
         return 0;
     b->level -= 1;
@@ -336,7 +337,7 @@ int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what)
 {
     node_head_t *h = n->head;
     const double now = sw_now_ms();
-    if (s_answer_take(h, msg, now))
+    if (s_answer_take(h, head_who(msg), now))
         return 1;
     char who[SW_WIRE_NAME_MAX + 16];
     sw_log_gated(&h->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
@@ -345,20 +346,46 @@ int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what)
     return 0;
 }
 
+/* Who a refusal concerns: the client as requests are bound to it (who: its key's fingerprint,
+ * else its name), its name and the address its Error goes to. */
+typedef struct {
+    const char *who;  // head_who, head_sess_who
+    int keyed;        // 1: who is a key's fingerprint
+    const char *peer; // its name
+    const char *addr; // "NAME@KEY"
+} s_client_t;
+
+/* head_refuse's and head_refuse_session's one way: a gated line, an Error within the budget. */
+static void s_refuse(node_t *n, const s_client_t *c, int code, const char *rid, uint32_t queue_pos,
+                     const char *text)
+{
+    char label[SW_WIRE_NAME_MAX + 16];
+    const double now = sw_now_ms();
+    const int answer = !n->head || s_answer_take(n->head, c->who, now);
+    snprintf(label, sizeof label, "%s %s", c->keyed ? "key" : "client", c->who);
+    if (n->head)
+        sw_log_gated(&n->head->refused_log, SW_LOG_WARN, label, now,
+                     "request '%s' from %s refused%s: %s", rid, c->peer,
+                     answer ? "" : " (not told: over its key's answers a second)", text);
+    else
+        SW_DEBUG("request '%s' from %s refused: %s", rid, c->peer, text);
+    if (answer)
+        head_send_error(n, c->addr, code, rid, 0, queue_pos, text);
+}
+
 void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
                  const char *text)
 {
-    char who[SW_WIRE_NAME_MAX + 16], addr[SW_WIRE_ADDR_MAX + 1];
-    const double now = sw_now_ms();
-    const int answer = !n->head || s_answer_take(n->head, msg, now);
-    if (n->head)
-        sw_log_gated(&n->head->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
-                     "request '%s' from %s refused%s: %s", rid, msg->peer,
-                     answer ? "" : " (not told: over its key's answers a second)", text);
-    else
-        SW_DEBUG("request '%s' from %s refused: %s", rid, msg->peer, text);
-    if (answer)
-        head_send_error(n, head_reply_addr(msg, addr), code, rid, 0, queue_pos, text);
+    char addr[SW_WIRE_ADDR_MAX + 1];
+    const s_client_t c = {head_who(msg), msg->peer_key[0] != 0, msg->peer,
+                          head_reply_addr(msg, addr)};
+    s_refuse(n, &c, code, rid, queue_pos, text);
+}
+
+void head_refuse_session(node_t *n, head_sess_t *s, int code, const char *text)
+{
+    const s_client_t c = {head_sess_who(s), s->client_key[0] != 0, s->client, s->client_addr};
+    s_refuse(n, &c, code, s->rid, 0, text);
 }
 
 void head_resend_step(node_t *n, double now)

@@ -198,6 +198,14 @@ CLAIMS = [
      "    if (s)\n        head_end(n, s, SW_FINISH_ERROR, code, err);\n    else\n"
      "        head_refuse(n, msg, code, g->request_id, 0, err);",
      "test_log_abuse", {}),
+    ("refuse-no-route: a request whose session waited for a route that came broken, refused "
+     "before any round, ended like a session that ran: an ungated WARN line and an Error each",
+     "node/head.c",
+     "        head_refuse_session(n, s, h->route_code, h->route_err);\n    }\n"
+     "    head_forget(h, s);",
+     "        head_end(n, s, SW_FINISH_ERROR, h->route_code, h->route_err);\n        return;\n"
+     "    }\n    head_forget(h, s);",
+     "test_log_abuse", {}),
     ("route-other-model: another model's stage where the route needs one ends the route "
      "(a relay serving two models)",
      "node/head_route.c",

@@ -24,7 +24,14 @@
  *    vocabulary). The head's log holds at most 10 lines naming them (the
  *    gate's 5 in each of at most two windows) and mallory at most
  *    SW_HEAD_ANSWERS_S Errors a second, each BAD_REQUEST with the refusal's
- *    own text (before: one WARN line and one Error per request).
+ *    own text (before: one WARN line and one Error per request);
+ *  - flood with no route (6 and 2): with the tail gone, mallory sends for 3 s
+ *    requests that take a slot, wait for the next peer table and are refused
+ *    then (a gap in the pipeline), before any round. The head's log holds at
+ *    most 6 lines naming them in each 10 s window (the gate's 5 and a
+ *    summary), besides the line saying a request got a place in the queue,
+ *    and mallory at most SW_HEAD_ANSWERS_S Errors a second (before: a start
+ *    line, a WARN line and an Error per request, one each peer table).
  */
 #include "sw_attack.h"
 
@@ -39,10 +46,18 @@ static swa_t s_a;
 
 #define FORGED "shardwire[head] warn: spot check: node 'tail' computed stage 1 forged: convicted"
 
-/* Errors mallory receives within ms (counted into *errors). With refusals, only the Errors
- * for s_flood_in_slot's requests ("slot-N") count, and those that are a BAD_REQUEST with
- * the text of a refusal s_generate_bad asks for count into *refusals too. */
-static void s_drain(sw_peer_t *m, int ms, long *errors, long *refusals)
+/* What s_drain counts: the Errors from the head for request ids beginning with prefix (NULL:
+ * all), and of those the ones with code and one of the texts (a refusal the part asks for). */
+typedef struct {
+    const char *prefix;   // NULL: every Error counts, none is looked into
+    sw_error_code_t code; // the refusal's code
+    const char *text[2];  // ... and its text holds one of these (NULL: unused)
+    long errors;          // Errors counted
+    long refusals;        // ... of them with code and text
+} s_tally_t;
+
+/* Errors mallory receives within ms, counted into t. */
+static void s_drain(sw_peer_t *m, int ms, s_tally_t *t)
 {
     const double until = swa_now() + ms / 1e3;
     do {
@@ -51,14 +66,14 @@ static void s_drain(sw_peer_t *m, int ms, long *errors, long *refusals)
             break;
         sw_msg_t d;
         const int error = sw_wire_msg_type(&w) == SW_MSG_ERROR && !strcmp(w.peer, "head");
-        if (error && !refusals) {
-            ++*errors;
+        if (error && !t->prefix) {
+            t->errors++;
         } else if (error && sw_codec_decode(&w, SW_MSG_ERROR, &d, NULL, 0) == 0 &&
-                   !strncmp(d.error.request_id, "slot-", 5)) {
-            ++*errors;
-            *refusals += d.error.code == SW_ERROR_BAD_REQUEST &&
-                         (strstr(d.error.message, "this head has no draft model") ||
-                          strstr(d.error.message, "outside the vocabulary"));
+                   !strncmp(d.error.request_id, t->prefix, strlen(t->prefix))) {
+            t->errors++;
+            t->refusals +=
+                d.error.code == t->code && ((t->text[0] && strstr(d.error.message, t->text[0])) ||
+                                            (t->text[1] && strstr(d.error.message, t->text[1])));
         }
         sw_wire_msg_clear(&w);
     } while (swa_now() < until);
@@ -76,11 +91,11 @@ static int s_generate(sw_peer_t *m, const char *rid, int n_predict)
 }
 
 /* s_drain for ms, waiting for what is still to come. */
-static void s_drain_wait(sw_peer_t *m, int ms, long *errors, long *refusals)
+static void s_drain_wait(sw_peer_t *m, int ms, s_tally_t *t)
 {
     const double until = swa_now() + ms / 1e3;
     do {
-        s_drain(m, 0, errors, refusals);
+        s_drain(m, 0, t);
         usleep(10000);
     } while (swa_now() < until);
 }
@@ -107,23 +122,27 @@ static int s_generate_bad(sw_peer_t *m, const char *rid, long i)
  * the head's log says the head has read the whole flood. */
 static void s_flood_in_slot(sw_peer_t *m, const char *hlog)
 {
-    long sent = 0, errors = 0, refusals = 0;
+    s_tally_t t = {.prefix = "slot-",
+                   .code = SW_ERROR_BAD_REQUEST,
+                   .text = {"this head has no draft model", "outside the vocabulary"}};
+    long sent = 0;
     const double t0 = swa_now();
     while (swa_now() - t0 < 3) {
         char r[32];
         snprintf(r, sizeof r, "slot-%ld", sent);
         sent += s_generate_bad(m, r, sent) == 0;
         if (sent % 64 == 0)
-            s_drain(m, 0, &errors, &refusals);
+            s_drain(m, 0, &t);
     }
     const double flood_s = swa_now() - t0;
-    s_drain_wait(m, 1500, &errors, &refusals); /* the relay's --rate bucket for mallory refills */
+    s_drain_wait(m, 1500, &t); /* the relay's --rate bucket for mallory refills */
     SW_CHECK_INT(s_generate(m, "after-flood", 1), 0);
     for (double until = swa_now() + 60;
          swa_now() < until && !sw_test_count_in_file(hlog, "'after-flood' from mallory:");)
-        s_drain_wait(m, 100, &errors, &refusals);
+        s_drain_wait(m, 100, &t);
     const double span_s = swa_now() - t0; /* the head sent every answer within it */
-    s_drain_wait(m, 1000, &errors, &refusals);
+    s_drain_wait(m, 1000, &t);
+    const long errors = t.errors, refusals = t.refusals;
     const int lines = sw_test_count_in_file(hlog, "'slot-");
     printf("flood once a slot is taken: %ld requests sent in %.1f s, read by the head in %.1f s: "
            "%d log lines name them; %ld Errors back (%.1f/s), %ld of them the refusal's code and "
@@ -134,6 +153,72 @@ static void s_flood_in_slot(sw_peer_t *m, const char *hlog)
     SW_CHECK(lines >= 1 && lines <= 10); /* HEAD_REFUSED_LOG_KEY in each of two windows */
     SW_CHECK(errors >= 1 && errors <= SW_HEAD_ANSWERS_S * (span_s + 2));
     SW_CHECK_INT(refusals, errors);
+}
+
+/* Sends request prefix-N (N from *k) every 2 s until an Error for one of them with t's code
+ * and text arrives, up to timeout_s: 1 when one did. */
+static int s_until_refused(sw_peer_t *m, const char *prefix, long *k, s_tally_t *t, int timeout_s)
+{
+    const long had = t->refusals;
+    for (double until = swa_now() + timeout_s; swa_now() < until && t->refusals == had;) {
+        char r[32];
+        snprintf(r, sizeof r, "%s%ld", prefix, (*k)++);
+        SW_CHECK_INT(s_generate(m, r, 4), 0);
+        s_drain_wait(m, 2000, t);
+    }
+    return t->refusals > had;
+}
+
+/* 6 and 2 before any round: with the tail gone (the route has a gap), every request that
+ * gets a slot waits for the next peer table and is refused then, as many as slots each
+ * table. 3 s of them, then requests until one is told of the gap, which says the head has
+ * read the whole flood. */
+static void s_flood_no_route(sw_peer_t *m, const char *hlog, pid_t *tail)
+{
+    sw_test_kill(*tail);
+    *tail = 0;
+    /* The head's route is broken once a table without the tail came (one every 2.5 s while
+     * idle); a request it still routed to the tail would wait for the pipeline (recovery). */
+    SW_CHECK(sw_test_wait_text(sw_test_log("relay.log"), "peer tail left", 20));
+    usleep(3000000);
+    long k = 0;
+    s_tally_t probe = {
+        .prefix = "probe-", .code = SW_ERROR_UNKNOWN_DEST, .text = {"gap in the pipeline", NULL}};
+    SW_CHECK(s_until_refused(m, "probe-", &k, &probe, 30));
+    s_drain_wait(m, 1500, &probe); /* the budget refills */
+    s_tally_t t = {
+        .prefix = "route-", .code = SW_ERROR_UNKNOWN_DEST, .text = {"gap in the pipeline", NULL}};
+    const int before = sw_test_count_in_file(hlog, "'route-");
+    long sent = 0;
+    const double t0 = swa_now();
+    while (swa_now() - t0 < 3) { /* paced below what the head reads, so that its tables do
+                                    not wait behind a backlog: a refusal each round trip */
+        char r[32];
+        snprintf(r, sizeof r, "route-%ld", sent);
+        sent += s_generate(m, r, 4) == 0;
+        s_drain(m, 0, &t);
+        usleep(1000);
+    }
+    const double flood_s = swa_now() - t0;
+    s_drain_wait(m, 1500, &t);
+    const long refused = t.refusals;
+    k = 0;
+    SW_CHECK(s_until_refused(m, "route-last-", &k, &t, 60));
+    const double span_s = swa_now() - t0; /* the head sent every answer within it */
+    s_drain_wait(m, 1000, &t);
+    /* a request given a place in the queue says so once (not a refusal: not gated) */
+    const int waits = sw_test_count_lines(hlog, "'route-", "waits (position");
+    const int lines = sw_test_count_in_file(hlog, "'route-") - before - waits;
+    const int failed = sw_test_count_lines(hlog, "'route-", "gap in the pipeline");
+    printf("flood with no route: %ld requests sent in %.1f s, read by the head in %.1f s: %d log "
+           "lines name them (%d the gap's), besides %d that they wait; %ld Errors back (%.1f/s), "
+           "%ld of them the gap's (%ld before the last requests)\n",
+           sent, flood_s, span_s, lines, failed, waits, t.errors, t.errors / span_s, t.refusals,
+           refused);
+    SW_CHECK(sent > 1000);
+    /* HEAD_REFUSED_LOG_KEY (5) and a summary naming the last, in each 10 s window it spans */
+    SW_CHECK(lines <= 6 * (int)(span_s / 10 + 2));
+    SW_CHECK(t.errors >= 1 && t.errors <= SW_HEAD_ANSWERS_S * (span_s + 2));
 }
 
 int main(void)
@@ -165,7 +250,7 @@ int main(void)
         goto out;
 
     /* 7: the injection, through a Cancel of a request that runs */
-    long errors = 0;
+    s_tally_t all = {0}; /* every Error from the head */
     char rid[4][16];
     snprintf(rid[0], sizeof rid[0], "mal-0");
     SW_CHECK_INT(s_generate(m, rid[0], 400), 0);
@@ -207,10 +292,11 @@ int main(void)
         snprintf(r, sizeof r, "flood-%ld", sent);
         sent += s_generate(m, r, 1) == 0;
         if (sent % 64 == 0)
-            s_drain(m, 0, &errors, NULL);
+            s_drain(m, 0, &all);
     }
     const double flood_s = swa_now() - t0;
-    s_drain(m, 1000, &errors, NULL);
+    s_drain(m, 1000, &all);
+    const long errors = all.errors;
     const long relayed = swa_msgs(m, "mallory", 0) - in0;
     /* counted once the head has written its summary: a slow head (a sanitizer build) may
      * still be reading the flood when the client stops sending */
@@ -243,6 +329,7 @@ int main(void)
              swa_now() < until && !sw_test_count_lines(hlog, rid[i], "cancelled by");)
             usleep(50000);
     s_flood_in_slot(m, hlog);
+    s_flood_no_route(m, hlog, &tail); /* the last: the tail is gone after it */
     sw_peer_destroy(&m);
 out:
     sw_test_kill(head);
