@@ -290,6 +290,7 @@ static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
     randombytes_buf(&s->id, sizeof s->id);
     s->id |= 1;
     s->opened = 0;
+    node_recover_caches_gone(s->rec); /* the round alone would only meet ERR_UNKNOWN_SESSION */
     SW_INFO("session %016llx left a live stage of its route: closed on the old route, it goes "
             "on as %016llx",
             (unsigned long long)was, (unsigned long long)s->id);

@@ -448,6 +448,11 @@ void node_recover_relay_lost(node_recover_t *rec, double now, const char *why)
     rec->one_round = !was && !rec->replaying;
 }
 
+void node_recover_caches_gone(node_recover_t *rec)
+{
+    rec->one_round = 0;
+}
+
 void node_recover_progress(node_recover_t *rec, double now)
 {
     (void)now;

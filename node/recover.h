@@ -85,6 +85,9 @@ void node_recover_failed(node_recover_t *rec, double now, const char *why);
  * the whole session. A failure of any other kind before the replay goes out makes it a
  * whole replay again. */
 void node_recover_relay_lost(node_recover_t *rec, double now, const char *why);
+/* The stages no longer hold the session under its id (it goes on under a new one): the
+ * recovery under way replays it whole, even after a lost link (node_recover_relay_lost). */
+void node_recover_caches_gone(node_recover_t *rec);
 /* The current attempt moves (the tail acknowledged a piece of it): a later failure of the
  * round waits its own timeout for the pipeline, not what was left of an earlier failure's
  * (issue 33: a replay of a long prompt that moved for 14 minutes gave up at its next failure

@@ -176,6 +176,12 @@ CLAIMS = [
      "    if (idx == 0 || (idx == rec->n_rounds - 1 && !rec->replaying))",
      "    if (idx == 0 || idx == rec->n_rounds - 1)",
      "test_recover_loop", {}),
+    ("caches-gone: a session that goes on under a new id after a lost link sends the round "
+     "alone (answered ERR_UNKNOWN_SESSION) before the whole replay",
+     "node/recover.c",
+     "void node_recover_caches_gone(node_recover_t *rec)\n{\n    rec->one_round = 0;",
+     "void node_recover_caches_gone(node_recover_t *rec)\n{\n    (void)rec;",
+     "test_recover_loop", {}),
     ("route-leave-close: a live stage left off a recovered session's route gets a SessionClose",
      "node/head_route.c",
      "        s_leave_route(n, s, &old, pt);",

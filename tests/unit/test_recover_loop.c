@@ -597,6 +597,15 @@ static void s_test_stall(void)
     node_recover_routed(rec, 80, 1, NULL);
     SW_CHECK_INT(node_recover_next(rec, 80, 0, &idx, err, sizeof err), NODE_REC_SEND);
     SW_CHECK_INT(idx, N);
+    /* a lost relay again, and the new route leaves out a live stage (the session goes on
+     * under a new id, head_route.c s_leave_route): the whole session, not the round alone */
+    node_recover_sent(rec, idx, ++round_no, 1, 90);
+    node_recover_relay_lost(rec, 100, "a relay link was lost while the round travelled");
+    SW_CHECK_INT(node_recover_next(rec, 100, 0, &idx, err, sizeof err), NODE_REC_ROUTE);
+    node_recover_caches_gone(rec);
+    node_recover_routed(rec, 100, 1, NULL);
+    SW_CHECK_INT(node_recover_next(rec, 100, 0, &idx, err, sizeof err), NODE_REC_SEND);
+    SW_CHECK_INT(idx, 0);
     node_recover_free(&rec);
 }
 
