@@ -206,8 +206,9 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 
 /* What a Resume may cost (node/head_stream.c): the chunks a head sends again are paced per
  * client key (this many a second, a second's worth at once), and one request's chunks are sent
- * again at most SW_HEAD_RESEND_PER_REQUEST times over (plus 64 chunks); past that its Resumes are
- * refused with ERR_BUSY. A client that floods Resumes only slows its own resends. */
+ * again at most SW_HEAD_RESEND_PER_REQUEST times over (plus 64 chunks); past that the first
+ * Resume is refused with ERR_BUSY and later ones get nothing. A client that floods Resumes only
+ * slows its own resends. */
 #define SW_HEAD_RESEND_CHUNKS_S 200
 #define SW_HEAD_RESEND_PER_REQUEST 4
 /* What the head answers that starts no work (node/head_stream.c: a SpotReport, an Error for a

@@ -265,10 +265,10 @@ int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len
 
 /* s took a new route (s->route) from old: a stage of old that it does not take, still in
  * the table pt, would hold the session's cache until its --idle-timeout-s or an eviction.
- * A stage refuses a closed session's id for good (stage_session.c) and a later recovery may
- * route the session through it again, so the session is closed on every stage of old still
- * in pt and goes on under a new id, which the replay after a route change opens again on
- * each stage (parking and spot checks do the same: head_admit.c, head_spot.c). */
+ * A stage refuses the ids it closed last (NODE_CLOSED_IDS, stage_session.c) and a later recovery
+ * may route the session through it again, so the session is closed on every stage of old still in
+ * pt and goes on under a new id, which the replay after a route change opens again on each stage
+ * (parking and spot checks do the same: head_admit.c, head_spot.c). */
 static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
                           const sw_msg_table_t *pt)
 {

@@ -326,7 +326,11 @@ static int s_check_route(node_t *n, sw_wire_msg_t *msg, const sw_msg_forward_t *
         return -1;
     }
     if (fits != 1) {
-        s_reply_error(n, reply, SW_ERROR_BAD_REQUEST, sid, "%s: %s", sw_peer_name(n->peer), unfit);
+        /* a neighbour gone from a table newer than the Forward left (a stage killed while a
+         * prompt's chunks travel): the head retries (recovery), as for a relay's; a route
+         * that names what does not fit is a bad request */
+        s_reply_error(n, reply, fits < 0 ? SW_ERROR_DEST_GONE : SW_ERROR_BAD_REQUEST, sid, "%s: %s",
+                      sw_peer_name(n->peer), unfit);
         return -1;
     }
     return 0;
