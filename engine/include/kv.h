@@ -9,7 +9,8 @@
  * grows in steps (sw_kv_step: SW_KV_BLOCK positions, then about 1.4 times
  * more each step) as its positions are used, up to its context; each step
  * moves what it holds into buffers of the new size (amortised: the copies
- * of a cache's whole life add up to less than three times its final size),
+ * of a cache's whole life add up to less than 2.5 times its final size,
+ * 3.5 when the context cuts its last step short: docs/architecture.md),
  * so every layer's K and V stay one contiguous buffer each. A budget shared
  * by several caches (sw_kv_budget_t: a node's --kv-mib) counts the bytes
  * they hold and refuses a step that would pass it, with an error that says
