@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sodium.h>
-
 #include "chat.h"
 #include "head_impl.h"
 #include "log.h"
@@ -284,8 +282,7 @@ static void s_open(node_t *n, head_sess_t *s, const sw_wire_msg_t *msg, const sw
     s->n_skip = sampled ? 0 : g->n_resume_tokens;
     s->send_idx = -1;
     s->resend_at = -1;
-    randombytes_buf(&s->id, sizeof s->id);
-    s->id |= 1;
+    head_new_id(s);
     head_sched_open(h, s, g->tenant); /* its flows in the fair queue */
 }
 
@@ -751,8 +748,7 @@ static int s_unpark(node_t *n, head_sess_t *s, double now)
         sw_kv_free(&s->kv);
         return -1;
     }
-    randombytes_buf(&s->id, sizeof s->id); /* the stages remember the old id as closed */
-    s->id |= 1;
+    head_new_id(s); /* the stages remember the old id as closed */
     s->state = HEAD_RUN;
     h->n_active++;
     h->busy = 1;

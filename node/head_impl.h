@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sodium.h>
+
 #include "bucket.h"
 #include "chunk.h"
 #include "codec.h"
@@ -443,6 +445,16 @@ void head_status_step(node_t *n, double now);
 void head_forget(node_head_t *h, head_sess_t *s);
 /* A SessionClose to every stage of s's route that may hold it. */
 void head_close_stages(node_t *n, head_sess_t *s, const char *why);
+/* SessionClose for session id to the stages of r (names[1..n)); with pt, only to those pt
+ * shows (head_route.c). */
+void head_close_route(node_t *n, const head_route_t *r, uint64_t id, const char *why,
+                      const sw_msg_table_t *pt);
+/* A fresh id for s (odd, so never 0); the stages refuse the old one once it is closed. */
+static inline void head_new_id(head_sess_t *s)
+{
+    randombytes_buf(&s->id, sizeof s->id);
+    s->id |= 1;
+}
 /* Ends a running (or routing) session with finish (FINISH_*; code and why
  * for an error); it lingers with its chunks for a Resume. */
 void head_end(node_t *n, head_sess_t *s, int finish, int code, const char *why);

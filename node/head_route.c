@@ -269,6 +269,18 @@ int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len
  * may route the session through it again, so the session is closed on every stage of old still in
  * pt and goes on under a new id, which the replay after a route change opens again on each stage
  * (parking and spot checks do the same: head_admit.c, head_spot.c). */
+void head_close_route(node_t *n, const head_route_t *r, uint64_t id, const char *why,
+                      const sw_msg_table_t *pt)
+{
+    const sw_msg_t sc = {.type = SW_MSG_SESSION_CLOSE,
+                         .session_close = {.session_id = id, .reason = why}};
+    sw_msg_peer_t info;
+    for (int i = 1; i < r->n; i++)
+        if ((!pt || sw_codec_peer_find(pt, r->names[i], &info)) &&
+            sw_peer_try_send_msg(n->peer, r->names[i], &sc) != 0)
+            SW_DEBUG("could not close the session on %s", r->names[i]);
+}
+
 static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
                           const sw_msg_table_t *pt)
 {
@@ -279,16 +291,9 @@ static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
                sw_codec_peer_find(pt, old->names[i], &info);
     if (!left || !s->opened)
         return;
-    const sw_msg_t sc = {
-        .type = SW_MSG_SESSION_CLOSE,
-        .session_close = {.session_id = s->id, .reason = "the session took another route"}};
-    for (int i = 1; i < old->n; i++)
-        if (sw_codec_peer_find(pt, old->names[i], &info) &&
-            sw_peer_try_send_msg(n->peer, old->names[i], &sc) != 0)
-            SW_DEBUG("could not close the session on %s", old->names[i]);
+    head_close_route(n, old, s->id, "the session took another route", pt);
     const uint64_t was = s->id;
-    randombytes_buf(&s->id, sizeof s->id);
-    s->id |= 1;
+    head_new_id(s);
     s->opened = 0;
     node_recover_caches_gone(s->rec); /* the round alone would only meet ERR_UNKNOWN_SESSION */
     SW_INFO("session %016llx left a live stage of its route: closed on the old route, it goes "

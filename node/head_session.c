@@ -63,13 +63,8 @@ void head_forget(node_head_t *h, head_sess_t *s)
 void head_close_stages(node_t *n, head_sess_t *s, const char *why)
 {
     head_spot_close(n, s, why);
-    if (s->route.n < 2 || !s->opened)
-        return;
-    const sw_msg_t sc = {.type = SW_MSG_SESSION_CLOSE,
-                         .session_close = {.session_id = s->id, .reason = why}};
-    for (int i = 1; i < s->route.n; i++)
-        if (sw_peer_try_send_msg(n->peer, s->route.names[i], &sc) != 0)
-            SW_DEBUG("could not close the session on %s", s->route.names[i]);
+    if (s->opened)
+        head_close_route(n, &s->route, s->id, why, NULL);
 }
 
 /* Ends a running (or routing) session: the client gets the final chunk (and

@@ -312,8 +312,7 @@ static void s_replay(node_t *n, head_sess_t *s)
     s->spot->opened[0] = 1;
     s_close_copy(n, s->spot, 0, "a spot check convicted a stage of the route");
     const uint64_t old = s->id;
-    randombytes_buf(&s->id, sizeof s->id);
-    s->id |= 1;
+    head_new_id(s);
     s->spot->id[0] = s->id;
     s->opened = 0; /* no stage holds the new id: the route change closes nothing more */
     SW_INFO("spot check: session %016llx is replayed as %016llx through a route without the "

@@ -165,10 +165,9 @@ void node_recover_route_note(node_recover_t *rec, const sw_msg_table_t *t,
     }
 }
 
-int node_recover_route_check(node_recover_t *rec, const sw_msg_table_t *t,
+int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len)
 {
-    node_recover_route_note(rec, t, names, n);
     for (int i = 1; i < n; i++) {
         sw_msg_peer_t info;
         const sw_msg_peer_t *pi = sw_codec_peer_find(t, names[i], &info) ? &info : NULL;

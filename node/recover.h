@@ -160,8 +160,8 @@ void node_recover_route_note(node_recover_t *rec, const sw_msg_table_t *t,
  * relay restarted), -1 (a stage is not in t: it left that relay) or 2 (a direct
  * link into a stage, seen since the baseline, is gone: the round in flight alone
  * goes again, the stages kept their caches; a restarted one says so to it).
- * Notes the direct links of t as node_recover_route_note does. */
-int node_recover_route_check(node_recover_t *rec, const sw_msg_table_t *t,
+ * The caller noted t's direct links first (node_recover_route_note). */
+int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len);
 
 /* Totals over the request, for logs and tests. */
