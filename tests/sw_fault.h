@@ -466,6 +466,17 @@ static inline int swf_log_count(const swf_cluster_t *c, const char *needle)
     return n;
 }
 
+/* Waits up to timeout_s for the nodes' log to hold needle count times: 0, or -1. */
+static inline int swf_wait_log(const swf_cluster_t *c, const char *needle, int count, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 20; i++) {
+        if (swf_log_count(c, needle) >= count)
+            return 0;
+        usleep(50000);
+    }
+    return -1;
+}
+
 /* The last number (ms) that follows needle in the nodes' log, or -1. */
 static inline double swf_log_ms(const swf_cluster_t *c, const char *needle)
 {

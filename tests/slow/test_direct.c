@@ -60,17 +60,6 @@ static pid_t s_start_node(const char *name, const char *layers, const char *list
     return sw_test_spawn(argv, s_c.log);
 }
 
-/* Waits up to timeout_s for the nodes' log to hold needle count times. */
-static int s_wait_log(const char *needle, int count, int timeout_s)
-{
-    for (int i = 0; i < timeout_s * 20; i++) {
-        if (swf_log_count(&s_c, needle) >= count)
-            return 0;
-        usleep(50000);
-    }
-    return -1;
-}
-
 /* One request; checks it against ref; the tail's relay counters before and after. Its time. */
 static double s_request(const char *what, const swf_result_t *ref, long *in_delta, long *out_delta)
 {
@@ -156,9 +145,10 @@ static void s_wrong_keys(const char *listen_ep)
     SW_CHECK_INT(zmq_curve_keypair(fresh_pub, fresh_sec), 0);
     const int before = swf_log_count(&s_c, "refused a direct link from");
     SW_CHECK_INT(s_dial_refused(listen_ep, tail_pub, fresh_sec), 1);
-    SW_CHECK_INT(s_wait_log("key not on this node's allow-list", 1, 10), 0);
+    SW_CHECK_INT(swf_wait_log(&s_c, "key not on this node's allow-list", 1, 10), 0);
     SW_CHECK_INT(s_dial_refused(listen_ep, tail_pub, client_sec), 1);
-    SW_CHECK_INT(s_wait_log("a client key: only the nodes of the cluster dial a node", 1, 10), 0);
+    SW_CHECK_INT(
+        swf_wait_log(&s_c, "a client key: only the nodes of the cluster dial a node", 1, 10), 0);
     SW_CHECK(swf_log_count(&s_c, "refused a direct link from") >= before + 2);
 }
 
@@ -217,7 +207,7 @@ int main(void)
     pid_t wanem = sw_test_spawn_wanem(wan, lsn, 1, sw_test_log("direct_wanem.log"));
     SW_CHECK_INT(sw_test_wait_listen(wan_ep, 30), 0);
     s_tail = s_start_node("tail", "15:30", lsn, wan);
-    SW_CHECK_INT(s_wait_log("direct: link to tail", 1, 60), 0);
+    SW_CHECK_INT(swf_wait_log(&s_c, "direct: link to tail", 1, 60), 0);
     usleep((SW_DIRECT_QUIET_MS + 300) * 1000); /* whatever went to it by the relay is there */
     const double direct_ms = s_request("direct", &ref, &in, &out);
     SW_CHECK(in <= 1 && out <= 1);
@@ -281,7 +271,7 @@ int main(void)
     char needle[128];
     snprintf(needle, sizeof needle, "listener at tcp://%s did not answer within", silent);
     s_tail = s_start_node("tail", "15:30", lsn, silent);
-    SW_CHECK_INT(s_wait_log(needle, 1, 60), 0);
+    SW_CHECK_INT(swf_wait_log(&s_c, needle, 1, 60), 0);
     s_request("silent listener", &ref, &in, &out);
     SW_CHECK(in >= N_GEN / 16 && out >= N_GEN / 16);
     close(hole);

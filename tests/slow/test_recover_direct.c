@@ -32,17 +32,6 @@
 static swf_cluster_t s_c;
 static char s_lsn[64], s_wan[64], s_mid_lsn[64], s_allow[600], s_allow_mid[600];
 
-/* Waits up to timeout_s for the nodes' log to hold needle count times. */
-static int s_wait_log(const char *needle, int count, int timeout_s)
-{
-    for (int i = 0; i < timeout_s * 20; i++) {
-        if (swf_log_count(&s_c, needle) >= count)
-            return 0;
-        usleep(50000);
-    }
-    return -1;
-}
-
 /* One request with a fault: fault() runs once tokens flow; the result is checked against ref
  * and its whole replays and one-round resends counted. */
 static void s_cut(const char *what, const swf_result_t *ref, void (*fault)(void), int *replays,
@@ -141,8 +130,8 @@ int main(void)
         swf_stop(&s_c);
         return sw_test_done();
     }
-    SW_CHECK_INT(s_wait_log("direct: link to mid (", 1, 60), 0);
-    SW_CHECK_INT(s_wait_log("direct: link to tail (", 1, 60), 0);
+    SW_CHECK_INT(swf_wait_log(&s_c, "direct: link to mid (", 1, 60), 0);
+    SW_CHECK_INT(swf_wait_log(&s_c, "direct: link to tail (", 1, 60), 0);
     usleep((SW_DIRECT_QUIET_MS + 300) * 1000); /* whatever went to it by the relay is there */
     char hp[16] = "";
     double rtt = -1;
@@ -164,7 +153,7 @@ int main(void)
     /* 2. the link back, then the tail restarted mid-request: still a whole replay */
     const int ups = swf_log_count(&s_c, "direct: link to tail (");
     s_c.wanem = sw_test_spawn_wanem(s_wan, s_lsn, 1, sw_test_log("recover_direct_wanem.log"));
-    SW_CHECK_INT(s_wait_log("direct: link to tail (", ups + 1, 60), 0);
+    SW_CHECK_INT(swf_wait_log(&s_c, "direct: link to tail (", ups + 1, 60), 0);
     usleep((SW_DIRECT_QUIET_MS + 300) * 1000);
     const int unknown0 = swf_log_count(&s_c, "stage restarted?");
     s_cut("restart", &ref, s_restart_tail, &replays, &resends, &restart_ms);
