@@ -352,7 +352,7 @@ CLAIMS = [
      "test_recover_others", {}),
     ("spot-old-id: a convicted main route replayed under its old session id",
      "node/head_spot.c",
-     "    randombytes_buf(&s->id, sizeof s->id);\n    s->id |= 1;\n    s->spot->id[0] = s->id;",
+     "    head_new_id(s);\n    s->spot->id[0] = s->id;",
      "    s->spot->id[0] = s->id;",
      "test_spot", {}),
     ("spot-metrics: the gateway's /metrics never shows a head's spot report (the client drops it)",

@@ -114,6 +114,26 @@ static int s_spot_convicted(const char *name, long long *rounds)
 }
 
 /* The round of the first line of the log with both a and b ("round R "), or -1. */
+/* 1 when the head's "spot check: session X is replayed as Y" line names a Y other than X:
+ * the convicted route's stages were told to close X, so a replay under X only meets
+ * "the session was closed" and costs a failed round. */
+static int s_replayed_new_id(const char *path)
+{
+    char *text = sw_test_read_file(path, NULL);
+    char old_id[17] = "", new_id[17] = "";
+    int n = 0;
+    for (char *line = text, *next; line && *line && n != 2; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        const char *at = strstr(line, "spot check: session ");
+        if (at && strstr(at, " is replayed as "))
+            n = sscanf(at, "spot check: session %16s is replayed as %16s", old_id, new_id);
+    }
+    free(text);
+    return n == 2 && strlen(old_id) == 16 && strcmp(old_id, new_id) != 0;
+}
+
 static long long s_round_of_line(const char *path, const char *a, const char *b)
 {
     char *text = sw_test_read_file(path, NULL);
@@ -203,6 +223,8 @@ int main(void)
     SW_CHECK(caught >= flipped && caught <= 2 * FLIP_N);
     SW_CHECK_INT(sw_test_count_lines(log, "spot check: node 'mid-bad'", "convicted"), 1);
     SW_CHECK_INT(sw_test_count_lines(log, "spot check: session", "is replayed as"), 1);
+    SW_CHECK(s_replayed_new_id(log));
+    SW_CHECK_INT(sw_test_count_lines(log, "the session was closed", "shardwire["), 0);
     s_no_honest_convicted(log);
     long long compared = 0;
     SW_CHECK_INT(s_spot_convicted("mid-bad", &compared), 1); /* shardwire status --spot */
