@@ -435,12 +435,14 @@ static void s_lost(const char *model)
     SW_CHECK_INT(s_head_ended(cancelled, ended, 30), 1);
 
     /* the submit's reply is malformed (the request names its head: no peer table asked): the
-     * generation the dispatcher started is cancelled (4000 tokens: over 15 s at 150 tokens/s,
-     * so that it still runs when the slow reply below fails) */
+     * generation the dispatcher started is cancelled. 6000 tokens one at a time (no drafts,
+     * which commit several a round on this repetitive text): it still runs when the slow reply
+     * below fails at 16 s unless one thread decodes over 375 tokens/s (SmolLM2-135M: 43 with
+     * one thread on the AMD EPYC Zen 3 of 2026-12-07, with other builds running) */
     snprintf(body, sizeof body,
              "{\"model\":\"%s\",\"prompt\":\"Once upon a time, in a land far away,\","
-             "\"max_tokens\":4000,\"temperature\":0,"
-             "\"shardwire\":{\"head\":\"head\",\"timeout_s\":300}}",
+             "\"max_tokens\":6000,\"temperature\":0,"
+             "\"shardwire\":{\"head\":\"head\",\"timeout_s\":300,\"draft\":\"none\"}}",
              model);
     s_head_counts(&cancelled, &ended);
     atomic_store(&s_bad_reply, 1);
