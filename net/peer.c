@@ -1,7 +1,7 @@
 /*
  * peer.c - a peer's DEALER connection to the relay (see peer.h): socket
  * options, announce / re-announce after reconnects, the relay's probes and
- * replies, and a small queue for messages that arrive while sw_peer_status
+ * replies, and a bounded queue for messages that arrive while sw_peer_status
  * waits for its answer.
  */
 #include "peer_impl.h"
@@ -316,16 +316,59 @@ static int s_pump(sw_peer_t *p, sw_wire_msg_t *out, int timeout_ms, int until_an
     }
 }
 
-/* Keeps m for sw_peer_recv (start-up, sw_peer_status). */
+/* The ring twice as long (SW_PEER_QUEUE at first), its messages moved in order to its start.
+ * -1 when memory is short or it is SW_PEER_QUEUE_MAX long already. */
+static int s_queue_grow(sw_peer_t *p)
+{
+    const int cap = p->q_cap ? p->q_cap * 2 : SW_PEER_QUEUE;
+    if (cap > SW_PEER_QUEUE_MAX)
+        return -1;
+    sw_wire_msg_t *q = calloc((size_t)cap, sizeof *q);
+    if (!q)
+        return -1;
+    for (int i = 0; i < p->q_len; i++)
+        sw_wire_msg_move(&q[i], &p->queue[(p->q_head + i) % p->q_cap]);
+    free(p->queue);
+    p->queue = q;
+    p->q_cap = cap;
+    p->q_head = 0;
+    return 0;
+}
+
+/* Keeps m for sw_peer_recv (start-up, sw_peer_status); drops it (a warning: one line each for
+ * the first 16, then at 32, 64, ...) beyond SW_PEER_QUEUE_MAX messages or SW_PEER_QUEUE_BYTES. */
 static void s_keep(sw_peer_t *p, sw_wire_msg_t *m)
 {
-    if (p->q_len < SW_PEER_QUEUE) {
-        sw_wire_msg_move(&p->queue[(p->q_head + p->q_len++) % SW_PEER_QUEUE], m);
-    } else {
-        SW_WARN("peer %s: queue full, dropped a %s from %s", p->announce.name,
-                sw_wire_type_name(sw_wire_msg_type(m)), m->peer);
-        sw_wire_msg_clear(m);
+    const size_t size = sw_wire_msg_size(m);
+    if (p->q_bytes + size <= SW_PEER_QUEUE_BYTES && (p->q_len < p->q_cap || s_queue_grow(p) == 0)) {
+        sw_wire_msg_move(&p->queue[(p->q_head + p->q_len++) % p->q_cap], m);
+        p->q_bytes += size;
+        return;
     }
+    p->q_drops++;
+    if (p->q_drops <= 16 || (p->q_drops & (p->q_drops - 1)) == 0)
+        SW_WARN("peer %s: queue full (%d messages, %zu bytes kept while waiting for the relay), "
+                "dropped a %s from %s (%llu dropped so far)",
+                p->announce.name, p->q_len, p->q_bytes, sw_wire_type_name(sw_wire_msg_type(m)),
+                m->peer, (unsigned long long)p->q_drops);
+    sw_wire_msg_clear(m);
+}
+
+/* The oldest kept message into msg (0), or -1 when none is kept. */
+static int s_unkeep(sw_peer_t *p, sw_wire_msg_t *msg)
+{
+    if (p->q_len == 0)
+        return -1;
+    sw_wire_msg_t *m = &p->queue[p->q_head];
+    const size_t size = sw_wire_msg_size(m);
+    p->q_bytes = p->q_bytes >= size ? p->q_bytes - size : 0;
+    if (msg)
+        sw_wire_msg_move(msg, m);
+    else
+        sw_wire_msg_clear(m);
+    p->q_head = (p->q_head + 1) % p->q_cap;
+    p->q_len--;
+    return 0;
 }
 
 /* The live link with the lowest measured round trip (the kernel's smoothed RTT of its TCP
@@ -611,11 +654,9 @@ void sw_peer_destroy(sw_peer_t **self_p)
     if (!self_p || !*self_p)
         return;
     sw_peer_t *p = *self_p;
-    while (p->q_len > 0) {
-        sw_wire_msg_clear(&p->queue[p->q_head]);
-        p->q_head = (p->q_head + 1) % SW_PEER_QUEUE;
-        p->q_len--;
-    }
+    while (s_unkeep(p, NULL) == 0)
+        ;
+    free(p->queue);
     for (int i = 0; i < p->n_links; i++)
         link_close(&p->links[i]);
     direct_close(p);
@@ -692,12 +733,8 @@ int sw_peer_send(sw_peer_t *peer, const char *dest, sw_envelope_t *env, const vo
 
 int sw_peer_recv(sw_peer_t *peer, sw_wire_msg_t *msg, int timeout_ms)
 {
-    if (peer->q_len > 0) {
-        sw_wire_msg_move(msg, &peer->queue[peer->q_head]);
-        peer->q_head = (peer->q_head + 1) % SW_PEER_QUEUE;
-        peer->q_len--;
+    if (s_unkeep(peer, msg) == 0)
         return 0;
-    }
     return s_pump(peer, msg, timeout_ms, 0);
 }
 

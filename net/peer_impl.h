@@ -14,7 +14,14 @@
 
 #include <stdint.h>
 
-#define SW_PEER_QUEUE 64      /* messages kept while sw_peer_status waits */
+/* Messages that arrive while sw_peer_status waits for a peer table (or start-up waits for an
+ * ack) are kept for sw_peer_recv, in a ring that starts at SW_PEER_QUEUE and doubles as needed:
+ * a gateway streaming many generations receives hundreds of token chunks in one round trip to
+ * its relay. Bounded in messages and bytes (headers and payloads); one beyond is dropped with a
+ * warning. */
+#define SW_PEER_QUEUE 64
+#define SW_PEER_QUEUE_MAX 16384
+#define SW_PEER_QUEUE_BYTES (64u << 20)
 #define SW_PEER_RETRY_MS 1000 /* re-announce interval while refused / unanswered */
 
 /* One relay of the list: a DEALER that dials it, and its monitor. */
@@ -89,9 +96,12 @@ struct sw_peer {
     uint64_t epoch;                      /* links lost so far (sw_peer_losses) */
     sw_announce_copy_t announce;         /* own copy, sent on every (re)announce */
     int constructing;                    /* 1 while sw_peer_new waits for the first ack */
-    sw_wire_msg_t queue[SW_PEER_QUEUE];  /* ring of kept messages */
+    sw_wire_msg_t *queue;                /* ring of kept messages, q_cap long (NULL: none yet) */
+    int q_cap;                           /* its length: 0, then SW_PEER_QUEUE, doubled */
     int q_head;                          /* index of the oldest kept message */
     int q_len;                           /* kept messages */
+    size_t q_bytes;                      /* their sw_wire_msg_size, summed */
+    uint64_t q_drops;                    /* messages dropped for a full queue */
     int hb_ms;                           /* ZMTP heartbeat interval */
     int send_ms;                         /* ZMQ_SNDTIMEO */
     int silent_limit_ms;                 /* no data from a relay this long = reconnect */

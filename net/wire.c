@@ -540,6 +540,14 @@ const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len)
     return zmq_msg_data(&msg->payload);
 }
 
+size_t sw_wire_msg_size(const sw_wire_msg_t *msg)
+{
+    size_t n = msg->env ? shardwire__envelope__get_packed_size(&msg->env->pb) : 0;
+    if (msg->has_payload)
+        n += zmq_msg_size((zmq_msg_t *)&msg->payload);
+    return n;
+}
+
 void sw_wire_msg_clear(sw_wire_msg_t *msg)
 {
     if (msg->env)

@@ -258,6 +258,10 @@ sw_msg_type_t sw_wire_msg_type(const sw_wire_msg_t *msg);
 /* Payload bytes of a received message (NULL, 0 when none). */
 const void *sw_wire_msg_payload(sw_wire_msg_t *msg, size_t *len);
 
+/* The bytes a received message holds: its header as packed on the wire (the decoded Envelope is
+ * of that order) and its payload; what a bounded queue of messages counts. */
+size_t sw_wire_msg_size(const sw_wire_msg_t *msg);
+
 /* Frees the Envelope and the payload; the struct can be reused. Accepts a cleared msg. */
 void sw_wire_msg_clear(sw_wire_msg_t *msg);
 
