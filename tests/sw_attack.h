@@ -408,6 +408,32 @@ static __attribute__((unused)) sw_peer_t *swa_client(const swa_t *a, const char 
     return swa_client_named(a, who, who);
 }
 
+/* Sends one Forward of `rows` f32 rows of hidden (rows x SWA_HIDDEN floats), no tokens, from p
+ * to dest: session sid, round, layer_begin, the route {route[0], route[1]} at hop 1, replies to
+ * route[0]; 0 when it was queued. For budgets and queues: what they hold, not what a stage does. */
+static __attribute__((unused)) int swa_forward_rows(sw_peer_t *p, const char *dest,
+                                                    const char *const route[2],
+                                                    uint32_t layer_begin, uint64_t sid,
+                                                    uint64_t round, int rows, const float *hidden)
+{
+    Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
+    f.session_id = sid;
+    f.round = round;
+    f.n_rows = (uint32_t)rows;
+    f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
+    f.hidden = SWA_HIDDEN;
+    f.layer_begin = layer_begin;
+    f.n_route = 2;
+    f.route = (char **)route;
+    f.hop = 1;
+    f.reply_to = (char *)route[0];
+    Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
+    env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
+    env.forward = &f;
+    return sw_peer_send(p, dest, sw_envelope_of(&env), hidden,
+                        (size_t)rows * SWA_HIDDEN * sizeof *hidden, 1);
+}
+
 /*
  * Sends one Forward of 2 rows (f32 hidden states, tokens {1, last}) from p to dest:
  * layer_begin, the route (n names), hop and reply_to; with draft != 0 the second row is a

@@ -45,29 +45,11 @@ static int s_send(sw_peer_t *p, uint64_t first, uint64_t last, int gap_us)
 static int s_send_big(sw_peer_t *p, uint64_t first, int n)
 {
     static float hidden[S_BIG_ROWS * SWA_HIDDEN];
-    static uint32_t toks[S_BIG_ROWS];
-    for (int i = 0; i < S_BIG_ROWS; i++)
-        toks[i] = 1;
-    const char *route[] = {"head", "mid"};
+    const char *const route[] = {"head", "mid"};
     int sent = 0;
     for (int k = 0; k < n; k++) {
-        Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-        f.session_id = first + (uint64_t)k;
-        f.round = 1;
-        f.n_rows = S_BIG_ROWS;
-        f.n_tokens = S_BIG_ROWS;
-        f.tokens = toks;
-        f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
-        f.hidden = SWA_HIDDEN;
-        f.layer_begin = 10;
-        f.n_route = 2;
-        f.route = (char **)route;
-        f.hop = 1;
-        f.reply_to = "head";
-        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-        env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-        env.forward = &f;
-        sent += sw_peer_send(p, "mid", sw_envelope_of(&env), hidden, sizeof hidden, 1) == 0;
+        sent +=
+            swa_forward_rows(p, "mid", route, 10, first + (uint64_t)k, 1, S_BIG_ROWS, hidden) == 0;
         usleep(20000);
     }
     return sent;

@@ -78,26 +78,10 @@ static int s_big_forwards(sw_peer_t *p, const char *dest, int n)
     float *hidden = calloc((size_t)ROWS * SWA_HIDDEN, sizeof *hidden);
     if (!hidden)
         return 0;
-    const char *route[] = {"head", "tail"};
+    const char *const route[] = {"head", "tail"};
     int sent = 0;
-    for (int i = 0; i < n; i++) {
-        Shardwire__Forward f = SHARDWIRE__FORWARD__INIT;
-        f.session_id = 77;
-        f.round = 1 + (uint64_t)i;
-        f.n_rows = ROWS;
-        f.dtype = SHARDWIRE__DTYPE__DTYPE_F32;
-        f.hidden = SWA_HIDDEN;
-        f.layer_begin = 15;
-        f.n_route = 2;
-        f.route = (char **)route;
-        f.hop = 1;
-        f.reply_to = "head";
-        Shardwire__Envelope env = SHARDWIRE__ENVELOPE__INIT;
-        env.body_case = SHARDWIRE__ENVELOPE__BODY_FORWARD;
-        env.forward = &f;
-        sent += sw_peer_send(p, dest, sw_envelope_of(&env), hidden,
-                             (size_t)ROWS * SWA_HIDDEN * sizeof *hidden, 1) == 0;
-    }
+    for (int i = 0; i < n; i++)
+        sent += swa_forward_rows(p, dest, route, 15, 77, 1 + (uint64_t)i, ROWS, hidden) == 0;
     free(hidden);
     return sent;
 }
