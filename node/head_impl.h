@@ -191,6 +191,8 @@ typedef struct head_sess {
     int spot_draw;          // spot checks: 0 = not drawn yet, 1 = not checked, 2 = checked
     head_spot_t *spot;      // the checked session's copies, or NULL
     int spot_fail;          // 1: its route held a node the spot checks convicted: replay
+    int refusal_rerouted;   // 1: a stage's ERR_BAD_REQUEST was routed again since the last
+                            // verdict (a second one ends the request)
     double t_told;          // the head last sent the client something (ms): a Progress after
                             // HEAD_PROGRESS_MS of silence
     int prompt_through;     // prefill rows that went through the head's layers (Progress)

@@ -198,6 +198,7 @@ void node_head_verdict(node_t *n, sw_wire_msg_t *msg)
         return;
     }
     head_proven_add(h, &s->route, now);
+    s->refusal_rerouted = 0;
     if (vd->n_tokens < 1 || vd->n_tokens > (uint32_t)s->send_r.n_draft + 1) {
         head_end(n, s, SW_FINISH_ERROR, SW_ERROR_INTERNAL,
                  "the tail sent a verdict that does not fit the round");
@@ -349,10 +350,18 @@ void node_head_error(node_t *n, sw_wire_msg_t *msg)
                 SW_INFO("session %016llx: %s; no prefix is asked for for %d s",
                         (unsigned long long)s->id, e->message, S_PREFIX_OFF_MS / 1000);
             }
-            if (retry)
+            /* A stage that refuses the round (ERR_BAD_REQUEST) may have restarted under its
+             * name with another model file or range since the peer table the route came from
+             * (a new request takes a route up to HEAD_ROUTE_FRESH_MS old): routed again once,
+             * from a table asked after the refusal, which passes over such a stage; the same
+             * refusal again before a verdict ends the request. */
+            const int reroute = code == SW_ERROR_BAD_REQUEST && !s->refusal_rerouted;
+            if (retry || reroute) {
+                s->refusal_rerouted |= reroute;
                 node_recover_failed(s->rec, now, e->message);
-            else
+            } else {
                 head_end(n, s, SW_FINISH_ERROR, code, e->message);
+            }
             return;
         }
     }

@@ -212,6 +212,12 @@ CLAIMS = [
      "        head_end(n, s, SW_FINISH_ERROR, h->route_code, h->route_err);\n        return;\n"
      "    }\n    head_forget(h, s);",
      "test_log_abuse", {}),
+    ("refusal-reroute: a stage's ERR_BAD_REQUEST ends the request at once (a stage restarted "
+     "with another model file under its name ends the next request)",
+     "node/head_session.c",
+     "const int reroute = code == SW_ERROR_BAD_REQUEST && !s->refusal_rerouted;",
+     "const int reroute = 0;",
+     "test_restart_model", {}),
     ("route-other-model: another model's stage where the route needs one ends the route "
      "(a relay serving two models)",
      "node/head_route.c",
