@@ -65,6 +65,9 @@ const char *sw_test_model(void);
 const char *sw_test_env(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. Caller frees. */
 char *sw_test_read_file(const char *path, size_t *len);
+/* A copy of the SmolLM2 file model at out with its name in the metadata changed ("Smollm2 135M"
+ * -> "Xmollm2 135M"): the same weights, another model file (fingerprint). 0 when written. */
+int sw_test_renamed_model(const char *model, const char *out);
 /* Waits up to timeout_s for needle to appear in the file at path (a log): 1 when it did, else 0. */
 int sw_test_wait_text(const char *path, const char *needle, int timeout_s);
 /* Path of a fresh temporary directory inside this test's own folder (see

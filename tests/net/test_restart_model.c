@@ -32,26 +32,6 @@ static double s_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* model with its name in the metadata changed: another fingerprint, the same weights; the
- * path into out (256 bytes), 0 when written. */
-static int s_other_model(const char *model, const char *dir, char *out)
-{
-    snprintf(out, 256, "%.200s/other.gguf", dir);
-    size_t len = 0;
-    char *bytes = sw_test_read_file(model, &len);
-    char *at = bytes ? memmem(bytes, len, "Smollm2 135M", 12) : NULL;
-    int rc = -1;
-    if (at) {
-        at[0] = 'X';
-        FILE *f = fopen(out, "wb");
-        rc = f && fwrite(bytes, 1, len, f) == len ? 0 : -1;
-        if (f)
-            fclose(f);
-    }
-    free(bytes);
-    return rc;
-}
-
 int main(void)
 {
     const char *model = sw_test_model();
@@ -61,7 +41,8 @@ int main(void)
     const char *nodes[] = {"head", "mid", "mid2", "tail", NULL};
     const char *clients[] = {"client", NULL};
     SW_CHECK_INT(sw_test_keys(dir, nodes, clients), 0);
-    SW_CHECK_INT(s_other_model(model, dir, other), 0);
+    snprintf(other, sizeof other, "%.200s/other.gguf", dir);
+    SW_CHECK_INT(sw_test_renamed_model(model, other), 0);
     const char *prompt = "The capital of France is";
     int32_t ref[N_GEN + 8];
     SW_CHECK_INT(sw_test_generate(model, prompt, N_GEN, ref, N_GEN + 8), N_GEN);
