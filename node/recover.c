@@ -15,6 +15,7 @@ typedef struct s_base {
     char name[SW_WIRE_NAME_MAX + 1]; // stage
     uint64_t msgs_out;               // relay counter when the route was built: messages to it
     uint64_t msgs_in;                // the same: messages from it
+    uint64_t bytes_in;               // the same: bytes from it (all it sent the relay)
     int direct;                      // 1: a direct link into it was seen since (the relay's
                                      // counters miss what that link carried)
 } s_base_t;
@@ -139,6 +140,19 @@ static int s_direct_between(const sw_msg_table_t *t, const char *a, const char *
     return 0;
 }
 
+/* 1 when a direct link between a and b may exist: one of them listens for direct links (its
+ * announce's `direct`), whether or not a table showed the link. */
+static int s_direct_possible(const sw_msg_table_t *t, const char *a, const char *b)
+{
+    for (int k = 0; k < 2; k++) {
+        sw_msg_peer_t info;
+        if (sw_codec_peer_find(t, k ? b : a, &info) && info.announce.direct &&
+            info.announce.direct[0])
+            return 1;
+    }
+    return 0;
+}
+
 void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
                                  char names[][SW_WIRE_NAME_MAX + 1], int n)
 {
@@ -151,6 +165,7 @@ void node_recover_route_baseline(node_recover_t *rec, const sw_msg_table_t *t,
         snprintf(b->name, sizeof b->name, "%s", names[i]);
         b->msgs_out = pi ? pi->msgs_out : 0;
         b->msgs_in = pi ? pi->msgs_in : 0;
+        b->bytes_in = pi ? pi->bytes_in : 0;
         b->direct = s_direct_between(t, names[i - 1], names[i]);
     }
 }
@@ -203,6 +218,17 @@ int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
         if (i == 1 && rec->inflight_chunks > SW_RELAY_PARK_PER_PAIR)
             want += rec->inflight_chunks - SW_RELAY_PARK_PER_PAIR;
         if (pi->msgs_out < b->msgs_out + want) {
+            /* Between two stages that may link directly, a link that came up after the
+             * baseline's table and went before a table showed it carried the missing chunks:
+             * with the relay's count of bytes from the stage not below the baseline's (a new
+             * connection counts from 0), the connection is the same one, and what the link
+             * held goes again (a stage that did restart answers it ERR_UNKNOWN_SESSION). */
+            if (s_direct_possible(t, names[i - 1], names[i]) && pi->bytes_in >= b->bytes_in) {
+                snprintf(why, why_len,
+                         "messages to '%s' went by a direct link from '%s' that is gone", names[i],
+                         names[i - 1]);
+                return 2;
+            }
             snprintf(why, why_len,
                      "stage '%s' has a new relay connection (restarted, or the relay did)",
                      names[i]);

@@ -158,8 +158,10 @@ void node_recover_route_note(node_recover_t *rec, const sw_msg_table_t *t,
 /* 1 when every stage names[1..n) is in t with a plausible counter; else the
  * stage and the reason in why, and 0 (a stage's connection is new: it or the
  * relay restarted), -1 (a stage is not in t: it left that relay) or 2 (a direct
- * link into a stage, seen since the baseline, is gone: the round in flight alone
- * goes again, the stages kept their caches; a restarted one says so to it).
+ * link into a stage, seen since the baseline, is gone, or messages are missing at a
+ * stage that may link directly and whose relay connection is the same one (its byte
+ * counter did not go back): the round in flight alone goes again, the stages kept
+ * their caches; a restarted one says so to it).
  * The caller noted t's direct links first (node_recover_route_note). */
 int node_recover_route_check(const node_recover_t *rec, const sw_msg_table_t *t,
                              char names[][SW_WIRE_NAME_MAX + 1], int n, char *why, size_t why_len);

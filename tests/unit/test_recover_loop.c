@@ -471,6 +471,23 @@ static void s_test_route_direct(void)
     t = s_table(p, 105, 95, 0, 0);
     SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 0);
     SW_CHECK(strstr(why, "'tail' has a new relay connection") != NULL);
+    /* a link that came up after the baseline and went before any table showed it: the tail
+     * listens for direct links, its chunks are missing, and the relay's count of bytes from
+     * it did not go back (the same connection): the link is gone (2), not a restart; bytes
+     * counted from 0 again are a restart (0) */
+    t = s_table(p, 100, 90, 50, 40);
+    p[2].announce.direct = "tcp://127.0.0.1:9";
+    p[2].bytes_in = 5000;
+    node_recover_route_baseline(rec, &t, names, 3);
+    s_round(rec, 10, 1, 1, 4, 1);
+    t = s_table(p, 105, 95, 50, 40);
+    p[2].announce.direct = "tcp://127.0.0.1:9";
+    p[2].bytes_in = 5200;
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 2);
+    SW_CHECK(strstr(why, "went by a direct link from 'mid' that is gone") != NULL);
+    p[2].bytes_in = 300;
+    SW_CHECK_INT(node_recover_route_check(rec, &t, names, 3, why, sizeof why), 0);
+    SW_CHECK(strstr(why, "'tail' has a new relay connection") != NULL);
     node_recover_free(&rec);
 
     /* a prefill of 12 chunks in flight to a slow first stage: 7 held at the relay is slow,
