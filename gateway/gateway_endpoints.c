@@ -22,7 +22,7 @@ enum MHD_Result gw_http_send(gw_t *g, struct MHD_Connection *c, const char *ep, 
     if (!body) {
         status = MHD_HTTP_INTERNAL_SERVER_ERROR;
         body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                      "\"param\":null,\"code\":null}}");
+                      "\"param\":null,\"code\":\"out_of_memory\"}}");
         if (!body)
             return MHD_NO;
     }

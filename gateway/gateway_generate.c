@@ -137,7 +137,7 @@ static gw_req_t *s_request(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, int
     }
     gw_req_t *r = calloc(1, sizeof *r);
     if (!r) {
-        *res = gw_http_send(g, c, ep, 500, NULL, "application/json", 0);
+        *res = s_fail_rc(g, c, ep, SW_CLIENT_ENOMEM, "out of memory for the request");
         return NULL;
     }
     s_parse_begin(g);
@@ -146,8 +146,9 @@ static gw_req_t *s_request(gw_t *g, struct MHD_Connection *c, gw_conn_t *sc, int
     s_parse_end(g);
     if (prc != 0) {
         s_req_free(r);
-        *res = gw_http_error(g, c, ep, MHD_HTTP_BAD_REQUEST, err, "invalid_request_error", param,
-                             "invalid_request");
+        *res = prc == -2 ? s_fail_rc(g, c, ep, SW_CLIENT_ENOMEM, err)
+                         : gw_http_error(g, c, ep, MHD_HTTP_BAD_REQUEST, err,
+                                         "invalid_request_error", param, "invalid_request");
         return NULL;
     }
     return r;
@@ -483,7 +484,7 @@ static int s_stream(const s_reply_t *rp, const gw_event_t *ev, enum MHD_Result *
     if (!resp) {
         free(st);
         gw_inflight_end(g, rp->key);
-        *res = gw_http_send(g, rp->c, rp->ep, 500, NULL, "application/json", 0);
+        *res = s_fail_rc(g, rp->c, rp->ep, SW_CLIENT_ENOMEM, "out of memory for the stream");
         return -1;
     }
     st->g = g;

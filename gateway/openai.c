@@ -104,8 +104,10 @@ static int s_content(gw_req_t *r, json_t *c, int i, const char **out, char *err,
         total += strlen(text);
     }
     char *joined = malloc(total + 1);
-    if (!joined)
-        return s_bad(err, err_len, param, NULL, "out of memory");
+    if (!joined) {
+        s_bad(err, err_len, param, NULL, "out of memory for messages[%d].content", i);
+        return -2;
+    }
     size_t at = 0;
     json_array_foreach(c, k, part)
     {
@@ -145,9 +147,10 @@ static int s_messages(gw_req_t *r, json_t *root, char *err, size_t err_len, cons
                          "or tool",
                          i, role);
         r->msgs[i].role = role;
-        if (s_content(r, json_object_get(msg, "content"), (int)i, &r->msgs[i].content, err, err_len,
-                      param) != 0)
-            return -1;
+        const int crc = s_content(r, json_object_get(msg, "content"), (int)i, &r->msgs[i].content,
+                                  err, err_len, param);
+        if (crc != 0)
+            return crc; /* -1, or -2: out of memory */
     }
     r->q.messages = r->msgs;
     r->q.n_messages = (int)json_array_size(m);
@@ -369,9 +372,10 @@ int gw_req_parse(gw_req_t *r, const char *body, size_t len, int chat, const gw_d
         return s_bad(err, err_len, param, "model",
                      "'model' is required: one of the ids GET /v1/models lists");
     r->model = json_string_value(m);
-    if ((chat ? s_messages(r, root, err, err_len, param)
-              : s_prompt(r, root, err, err_len, param)) != 0)
-        return -1;
+    const int brc =
+        chat ? s_messages(r, root, err, err_len, param) : s_prompt(r, root, err, err_len, param);
+    if (brc != 0)
+        return brc;
     long long i = 0;
     double d = 0;
     int rc;

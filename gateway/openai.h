@@ -53,7 +53,8 @@ typedef struct gw_req {
 /*
  * Parses body (len bytes) for the chat (1) or completions (0) endpoint.
  * 0, or -1 with one line in err and the offending field in *param (a static
- * string, or NULL). Clear r with gw_req_clear either way.
+ * string, or NULL), or -2 when memory ran out (err says for what: a 500, not
+ * the client's mistake). Clear r with gw_req_clear either way.
  */
 int gw_req_parse(gw_req_t *r, const char *body, size_t len, int chat, const gw_defaults_t *def,
                  char *err, size_t err_len, const char **param) __attribute__((warn_unused_result));

@@ -82,6 +82,7 @@ static atomic_int s_fail_ev;      /* events of type s_fail_ev_type left to lose 
 static atomic_int s_fail_ev_type; /* SW_CLIENT_EV_TOKENS or DONE */
 static atomic_int s_fail_ev_skip; /* events of that type to let through first */
 static atomic_int s_slow_reply;   /* dispatcher replies left to hold 16 s */
+static atomic_size_t s_fail_any;  /* the next malloc of this size fails, any thread */
 static _Thread_local size_t s_fail_size; /* this thread's next malloc of this size fails */
 static _Thread_local int s_after_e;      /* this thread's last frame was an event's "E" */
 
@@ -89,6 +90,9 @@ void *malloc(size_t n)
 {
     if (n == sizeof(sw_client_table_t) + 1 && atomic_load(&s_fail_table) > 0 &&
         atomic_fetch_sub(&s_fail_table, 1) > 0)
+        return NULL;
+    size_t any = atomic_load(&s_fail_any);
+    if (any && n == any && atomic_compare_exchange_strong(&s_fail_any, &any, 0))
         return NULL;
     if (s_fail_size && n == s_fail_size) {
         s_fail_size = 0;
@@ -212,12 +216,13 @@ static int s_http(const char *path, const char *body, char **resp)
             close(fd);
         return 0;
     }
-    char req[1024];
+    char req[512];
+    const size_t blen = body ? strlen(body) : 0;
     int n = snprintf(req, sizeof req,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     body ? "POST" : "GET", path, body ? strlen(body) : 0, body ? body : "");
-    if (write(fd, req, (size_t)n) != n) {
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     body ? "POST" : "GET", path, blen);
+    if (write(fd, req, (size_t)n) != n || (blen && write(fd, body, blen) != (ssize_t)blen)) {
         close(fd);
         return 0;
     }
@@ -288,10 +293,42 @@ static int s_start(gw_opts_t *o, pthread_t *th)
     return up ? 0 : -1;
 }
 
+/* A chat body whose one message has two text parts of a and b characters: the gateway joins
+ * them in a malloc of a + b + 1 bytes (openai.c s_content). */
+static char *s_parts_body(int a, int b)
+{
+    char *body = malloc((size_t)a + (size_t)b + 256);
+    if (!body)
+        return NULL;
+    int n = sprintf(body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":["
+                          "{\"type\":\"text\",\"text\":\"");
+    memset(body + n, 'a', (size_t)a);
+    n += a;
+    n += sprintf(body + n, "\"},{\"type\":\"text\",\"text\":\"");
+    memset(body + n, 'b', (size_t)b);
+    n += b;
+    sprintf(body + n, "\"}]}]}");
+    return body;
+}
+
 /* Before any node: the gateway's own failures around the peer table and the dispatcher. */
 static void s_no_node(void)
 {
     char *resp = NULL;
+
+    /* no memory for a chat message's content parts joined: a 500 out_of_memory, counted, not a
+     * 400 telling the client its body was wrong */
+    char *body = s_parts_body(3001, 2003);
+    atomic_store(&s_fail_any, 3001 + 2003 + 1);
+    SW_CHECK_INT(s_http("/v1/chat/completions", body, &resp), 500);
+    SW_CHECK(resp && strstr(resp, "\"code\":\"out_of_memory\"") &&
+             strstr(resp, "messages[0].content"));
+    free(resp);
+    SW_CHECK_INT((int)atomic_load(&s_fail_any), 0);
+    SW_CHECK_INT(s_errors("out_of_memory"), 1);
+    SW_CHECK_INT(s_http("/v1/chat/completions", body, &resp), 503); /* as before: no head */
+    free(resp);
+    free(body);
 
     /* no memory for the peer table's copy: /v1/models is a 500 out_of_memory */
     atomic_store(&s_fail_table, 1);
@@ -331,7 +368,7 @@ static void s_no_node(void)
     SW_CHECK(resp && strstr(resp, "\"code\":\"dispatcher_bad_reply\""));
     free(resp);
     SW_CHECK_INT(s_errors("dispatcher_bad_reply"), 1);
-    SW_CHECK_INT(s_errors("out_of_memory"), 0);
+    SW_CHECK_INT(s_errors("out_of_memory"), 1);
 
     /* ZeroMQ cannot open the request's socket (its socket limit): not a lack of memory, and
      * every endpoint names it the same */
@@ -354,7 +391,7 @@ static void s_no_node(void)
     free(resp);
     SW_CHECK_INT(atomic_load(&s_fail_socket), 0);
     SW_CHECK_INT(s_errors("dispatcher_unavailable"), 2);
-    SW_CHECK_INT(s_errors("out_of_memory"), 0);
+    SW_CHECK_INT(s_errors("out_of_memory"), 1);
 
     /* and the next request is answered as before: no head */
     SW_CHECK_INT(s_complete(&resp), 503);
@@ -413,7 +450,7 @@ static void s_lost(const char *model)
     free(resp);
     SW_CHECK(s_now_ms() - t0 < 10000);
     SW_CHECK_INT(atomic_load(&s_fail_ev), 0);
-    SW_CHECK_INT(s_errors("out_of_memory"), 1);
+    SW_CHECK_INT(s_errors("out_of_memory"), 2);
 
     /* a stream's third EV_TOKENS: an SSE error event and the end, the generation cancelled */
     snprintf(body, sizeof body,
@@ -431,7 +468,7 @@ static void s_lost(const char *model)
     SW_CHECK(resp && strstr(resp, "data: [DONE]"));
     free(resp);
     SW_CHECK_INT(atomic_load(&s_fail_ev), 0);
-    SW_CHECK_INT(s_errors("out_of_memory"), 2);
+    SW_CHECK_INT(s_errors("out_of_memory"), 3);
     SW_CHECK_INT(s_head_ended(cancelled, ended, 30), 1);
 
     /* the submit's reply is malformed (the request names its head: no peer table asked): the
