@@ -74,6 +74,8 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     h->answer = calloc((size_t)h->n_slots, sizeof *h->answer);
     sw_log_gate_init(&h->refused_log, "head: refusals and Resumes", HEAD_REFUSED_LOG_KEY,
                      HEAD_REFUSED_LOG_ALL, HEAD_REFUSED_LOG_MS);
+    sw_log_gate_init(&h->wait_log, "head: requests that wait", HEAD_REFUSED_LOG_KEY,
+                     HEAD_REFUSED_LOG_ALL, HEAD_REFUSED_LOG_MS);
     if (sw_model_is_last(n->model)) {
         /* a node holding every layer verifies itself: logits of every
          * session's last rows in one batch */
@@ -337,6 +339,7 @@ void node_head_step(node_t *n)
     head_resend_step(n, sw_now_ms());
     head_status_step(n, sw_now_ms());
     sw_log_gate_tick(&h->refused_log, sw_now_ms());
+    sw_log_gate_tick(&h->wait_log, sw_now_ms());
     const double end = sw_now_ms();
     for (int k = 0; k < h->n_slots && !h->busy; k++) // chunks to send (not waiting for acks)
         h->busy = h->sess[k].state == HEAD_RUN && h->sess[k].send_idx >= 0 &&

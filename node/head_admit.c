@@ -620,8 +620,10 @@ void node_head_request(node_t *n, sw_wire_msg_t *msg)
     w->g = *g; /* its views point into the header, which moved with the message */
     w->t_arrive = now;
     h->q_len++;
-    SW_INFO("request '%s' from %s waits (position %d; %d running)", w->g.request_id, w->msg.peer,
-            h->q_len, h->n_active);
+    char who[SW_WIRE_NAME_MAX + 16];
+    sw_log_gated(&h->wait_log, SW_LOG_INFO, head_who_label(&w->msg, who, sizeof who), now,
+                 "request '%s' from %s waits (position %d; %d running)", w->g.request_id,
+                 w->msg.peer, h->q_len, h->n_active);
 }
 
 /* Removes queue entry i (0 = the oldest). */
@@ -864,8 +866,10 @@ void node_head_cancel(node_t *n, sw_wire_msg_t *msg)
         if (strcmp(head_who(&w->msg), head_who(msg)) != 0 ||
             strcmp(w->g.request_id, c->request_id) != 0)
             continue;
-        char addr[SW_WIRE_ADDR_MAX + 1];
-        SW_INFO("request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer, why);
+        char addr[SW_WIRE_ADDR_MAX + 1], who[SW_WIRE_NAME_MAX + 16];
+        sw_log_gated(&h->wait_log, SW_LOG_INFO, head_who_label(msg, who, sizeof who), sw_now_ms(),
+                     "request '%s': cancelled by %s while waiting (%s)", c->request_id, msg->peer,
+                     why);
         head_final_chunk(n, head_reply_addr(msg, addr), c->request_id, 0, SW_FINISH_CANCELLED);
         head_dequeue(n, i);
         return;

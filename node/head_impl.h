@@ -282,7 +282,10 @@ struct node_head {
     int resend_pending;            // 1 when some session has chunks to send again
     sw_bucket_t *answer;           // (n_slots) budgets for answers that start no work, per
                                    // client key (SW_HEAD_ANSWERS_S; head_answer_take)
-    sw_log_gate_t refused_log;     // log lines of refused requests and unsent answers
+    sw_log_gate_t refused_log;     // log lines of refused and resumed requests and unsent
+                                   // answers (per client key: a client sets their pace)
+    sw_log_gate_t wait_log;        // ... of requests that wait in the queue or are cancelled
+                                   // there (a gate of their own: refusals keep their lines)
     node_sched_t *sched;           // the fair queue of the head's batches (head_sched.c)
     int pieces;                    // 1: prompts go in pieces (--prefill-pieces, the model)
     double w_ms;                   // a one-row forward of the head's layers (ms, 0 = unknown)
@@ -311,6 +314,8 @@ int head_leave_relay(node_t *n, int link, const char *why, double now);
 /* Refuses request rid of msg's sender: one line in the head's gated log
  * (refused_log, per key), and an Error (code, queue_pos, text) when its key's
  * answer budget allows (head_answer_take). */
+/* "key FP" or "client NAME": who sent msg, the key of its lines in refused_log and wait_log. */
+const char *head_who_label(const sw_wire_msg_t *msg, char *out, size_t len);
 void head_refuse(node_t *n, const sw_wire_msg_t *msg, int code, const char *rid, uint32_t queue_pos,
                  const char *text);
 /* head_refuse for session s, which took a slot but sent no round (it waited for a route that

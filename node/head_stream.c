@@ -250,8 +250,7 @@ head_sess_t *head_find(node_head_t *h, const sw_wire_msg_t *msg, const char *rid
     return NULL;
 }
 
-/* "key FP" or "client NAME": who sent msg, for a log line. */
-static const char *s_who_label(const sw_wire_msg_t *msg, char *out, size_t len)
+const char *head_who_label(const sw_wire_msg_t *msg, char *out, size_t len)
 {
     snprintf(out, len, "%s %s", msg->peer_key[0] ? "key" : "client", head_who(msg));
     return out;
@@ -312,7 +311,8 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     }
     if (s->resend_at < 0) {
         char who[SW_WIRE_NAME_MAX + 16];
-        sw_log_gated(&h->refused_log, SW_LOG_INFO, s_who_label(msg, who, sizeof who), sw_now_ms(),
+        sw_log_gated(&h->refused_log, SW_LOG_INFO, head_who_label(msg, who, sizeof who),
+                     sw_now_ms(),
                      "request '%s': %s resumed from token %u, %d chunk(s) to send again", s->rid,
                      msg->peer, r->from_index, s->n_chunks - first);
     }
@@ -340,7 +340,7 @@ int head_answer_take(node_t *n, const sw_wire_msg_t *msg, const char *what)
     if (s_answer_take(h, head_who(msg), now))
         return 1;
     char who[SW_WIRE_NAME_MAX + 16];
-    sw_log_gated(&h->refused_log, SW_LOG_WARN, s_who_label(msg, who, sizeof who), now,
+    sw_log_gated(&h->refused_log, SW_LOG_WARN, head_who_label(msg, who, sizeof who), now,
                  "%s from %s not answered: over its key's %d answers a second", what, msg->peer,
                  SW_HEAD_ANSWERS_S);
     return 0;

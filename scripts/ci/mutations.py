@@ -212,6 +212,13 @@ CLAIMS = [
      "        head_end(n, s, SW_FINISH_ERROR, h->route_code, h->route_err);\n        return;\n"
      "    }\n    head_forget(h, s);",
      "test_log_abuse", {}),
+    ("waits-gate: a request's 'waits' line outside the per-key log gate (a queue-and-cancel "
+     "flood writes one line per cycle)",
+     "node/head_admit.c",
+     "    sw_log_gated(&h->wait_log, SW_LOG_INFO, head_who_label(&w->msg, who, sizeof who), now,\n"
+     "                 \"request '%s' from %s waits",
+     "    (void)who;\n    SW_INFO(\"request '%s' from %s waits",
+     "test_log_abuse", {}),
     ("refusal-reroute: a stage's ERR_BAD_REQUEST ends the request at once (a stage restarted "
      "with another model file under its name ends the next request)",
      "node/head_session.c",

@@ -18,6 +18,10 @@
  *    naming mallory's key and how many were left out (before: one line per
  *    refusal, thousands); mallory gets at most SW_HEAD_ANSWERS_S Errors a
  *    second back;
+ *  - flood through the queue (6): one request of hers running, mallory queues
+ *    requests and cancels them at once for 3 s. The head's log holds at most
+ *    10 "waits" and "cancelled ... while waiting" lines (the gate's 5 in each
+ *    of at most two windows; before: one "waits" line per request);
  *  - flood once a slot is taken (6 and 2): with her requests ended, mallory
  *    sends for 3 s requests the head refuses only after it gave them a
  *    session slot (the draft model this head lacks; a resume token past the
@@ -116,6 +120,47 @@ static int s_generate_bad(sw_peer_t *m, const char *rid, long i)
         msg.generate.resume_tokens = resume;
     }
     return sw_peer_try_send_msg(m, "head", &msg);
+}
+
+/* 6 through the queue: with one request of hers running (her hard cap is 1), mallory queues a
+ * request and cancels it, again and again for 3 s (paced within the relay's rate, so that
+ * every Cancel arrives). The head's log holds at most the gate's
+ * lines for her key in each window (HEAD_REFUSED_LOG_KEY, at most two windows) of "waits" and
+ * "cancelled ... while waiting" (before: two INFO lines per cycle, ungated). */
+static void s_flood_wait_cancel(sw_peer_t *m, const char *hlog)
+{
+    SW_CHECK_INT(s_generate(m, "wq-run", 400), 0);
+    SW_CHECK(sw_test_wait_text(hlog, "'wq-run' from mallory", 30));
+    const int w0 = sw_test_count_lines(hlog, "waits (position", "mallory");
+    const int c0 = sw_test_count_lines(hlog, "while waiting", "mallory");
+    long cycles = 0;
+    s_tally_t t = {0};
+    const double t0 = swa_now();
+    while (swa_now() - t0 < 3) {
+        char r[32];
+        snprintf(r, sizeof r, "wq-%ld", cycles);
+        if (s_generate(m, r, 4) != 0)
+            continue;
+        const sw_msg_t cc = {.type = SW_MSG_CANCEL, .cancel = {.request_id = r, .reason = "x"}};
+        cycles += sw_peer_try_send_msg(m, "head", &cc) == 0;
+        if (cycles % 32 == 0)
+            s_drain(m, 0, &t);
+        usleep(2000); /* within the relay's --rate: no Cancel dropped, no request left waiting */
+    }
+    s_drain_wait(m, 2000, &t); /* the head reads the rest */
+    const int waits = sw_test_count_lines(hlog, "waits (position", "mallory") - w0;
+    const int cancels = sw_test_count_lines(hlog, "while waiting", "mallory") - c0;
+    printf("queue-and-cancel flood: %ld cycles in 3 s: %d 'waits' and %d 'cancelled while "
+           "waiting' lines in the head's log\n",
+           cycles, waits, cancels);
+    SW_CHECK(cycles > 200);
+    SW_CHECK(waits >= 1 && waits + cancels <= 10); /* HEAD_REFUSED_LOG_KEY in two windows */
+    const sw_msg_t cc = {.type = SW_MSG_CANCEL,
+                         .cancel = {.request_id = "wq-run", .reason = "done"}};
+    SW_CHECK_INT(sw_peer_send_msg(m, "head", &cc), 0);
+    for (double until = swa_now() + 20;
+         swa_now() < until && !sw_test_count_lines(hlog, "'wq-run'", "cancelled by");)
+        usleep(50000);
 }
 
 /* 6 and 2 once a slot is taken: 3 s of s_generate_bad, then one good request, whose start in
@@ -328,6 +373,7 @@ int main(void)
         for (double until = swa_now() + 20;
              swa_now() < until && !sw_test_count_lines(hlog, rid[i], "cancelled by");)
             usleep(50000);
+    s_flood_wait_cancel(m, hlog);
     s_flood_in_slot(m, hlog);
     s_flood_no_route(m, hlog, &tail); /* the last: the tail is gone after it */
     sw_peer_destroy(&m);
