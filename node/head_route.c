@@ -264,7 +264,9 @@ int head_route_fits(const node_t *n, const head_sess_t *s, char *why, size_t len
 }
 
 /* s took a new route (s->route) from old: a stage of old that it does not take, still in
- * the table pt, would hold the session's cache until its --idle-timeout-s or an eviction.
+ * the table pt, would hold the session's cache until its --idle-timeout-s or an eviction, and
+ * a stage it keeps behind another stage than before would refuse that one's Forwards (the
+ * session belongs to the peer that opened it, stage.c).
  * A stage refuses the ids it closed last (NODE_CLOSED_IDS, stage_session.c) and a later recovery
  * may route the session through it again, so the session is closed on every stage of old still in
  * pt and goes on under a new id, which the replay after a route change opens again on each stage
@@ -281,6 +283,17 @@ void head_close_route(node_t *n, const head_route_t *r, uint64_t id, const char 
             SW_DEBUG("could not close the session on %s", r->names[i]);
 }
 
+/* 1 when a stage of old that r keeps has another stage before it on r: it holds the session
+ * for the peer that opened it (its creator, stage.c) and refuses the new one's Forwards. */
+static int s_pred_changed(const head_route_t *old, const head_route_t *r)
+{
+    for (int i = 1; i < old->n; i++)
+        for (int j = 1; j < r->n; j++)
+            if (!strcmp(r->names[j], old->names[i]) && strcmp(r->names[j - 1], old->names[i - 1]))
+                return 1;
+    return 0;
+}
+
 static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
                           const sw_msg_table_t *pt)
 {
@@ -289,16 +302,19 @@ static void s_leave_route(node_t *n, head_sess_t *s, const head_route_t *old,
     for (int i = 1; i < old->n && !left; i++)
         left = !head_route_has(&s->route, old->names[i]) &&
                sw_codec_peer_find(pt, old->names[i], &info);
-    if (!left || !s->opened)
+    const int pred = !left && s_pred_changed(old, &s->route);
+    if ((!left && !pred) || !s->opened)
         return;
     head_close_route(n, old, s->id, "the session took another route", pt);
     const uint64_t was = s->id;
     head_new_id(s);
     s->opened = 0;
     node_recover_caches_gone(s->rec); /* the round alone would only meet ERR_UNKNOWN_SESSION */
-    SW_INFO("session %016llx left a live stage of its route: closed on the old route, it goes "
-            "on as %016llx",
-            (unsigned long long)was, (unsigned long long)s->id);
+    SW_INFO("session %016llx %s: closed on the old route, it goes on as %016llx",
+            (unsigned long long)was,
+            left ? "left a live stage of its route"
+                 : "reaches a stage of its route through another stage now",
+            (unsigned long long)s->id);
 }
 
 /* Gives s the head's current route (a fresh table's) and the counter

@@ -717,6 +717,22 @@ void sw_test_client_env(const char *dir, const char *who)
     unsetenv("SW_CLUSTER_KEY");
 }
 
+int sw_test_keyed_chain(char *dir, char *ep, const char *log, pid_t pids[4])
+{
+    snprintf(dir, 256, "%.250s", sw_test_tmpdir());
+    snprintf(ep, 64, "tcp://127.0.0.1:%d", sw_test_free_port());
+    const char *nodes[] = {"head", "mid", "mid2", "tail", NULL};
+    const char *clients[] = {"client", NULL};
+    if (sw_test_keys(dir, nodes, clients) != 0)
+        return -1;
+    pids[0] = sw_test_relay(ep, dir, log, NULL);
+    pids[1] = sw_test_node(ep, dir, "tail", "20:30", log, NULL);
+    pids[2] = sw_test_node(ep, dir, "mid", "10:20", log, NULL);
+    pids[3] = sw_test_node(ep, dir, "head", "0:10", log, NULL);
+    sw_test_client_env(dir, "client");
+    return sw_test_wait_peers(ep, 3, 90);
+}
+
 int sw_test_sh(const char *cmd, int timeout_s, char **out)
 {
     char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};

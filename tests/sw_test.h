@@ -175,6 +175,11 @@ pid_t sw_test_relay(const char *endpoint, const char *dir, const char *log,
  * SW_CLUSTER_KEY), for the `shardwire run` / `status` calls of the test (and
  * sw_test_wait_peers). */
 void sw_test_client_env(const char *dir, const char *who);
+/* A keyed three-stage cluster of the test model on a free loopback port (ep, 64 bytes): keys
+ * in a fresh folder (dir, 256 bytes) for head, mid, mid2, tail and client (the client's in the
+ * environment), the relay, tail 20:30, mid 10:20 and head 0:10, all logging to log; pids into
+ * pids (relay, tail, mid, head). 0 once the three nodes are in the relay's table. */
+int sw_test_keyed_chain(char *dir, char *ep, const char *log, pid_t pids[4]);
 /* For tests that bound a process's memory: under AddressSanitizer (the CI's sanitizer build)
  * the processes started after this keep no freed memory in ASan's quarantine (256 MiB by
  * default), which would otherwise count as theirs. Nothing without ASan. */

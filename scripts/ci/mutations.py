@@ -212,6 +212,12 @@ CLAIMS = [
      "        head_end(n, s, SW_FINISH_ERROR, h->route_code, h->route_err);\n        return;\n"
      "    }\n    head_forget(h, s);",
      "test_log_abuse", {}),
+    ("pred-new-id: a session whose kept stage has a new stage before it keeps its id (the "
+     "stage refuses the new predecessor's Forwards; the head waits --round-timeout-ms)",
+     "node/head_route.c",
+     "    const int pred = !left && s_pred_changed(old, &s->route);",
+     "    const int pred = 0 && s_pred_changed(old, &s->route);",
+     "test_replace_mid", {}),
     ("waits-gate: a request's 'waits' line outside the per-key log gate (a queue-and-cancel "
      "flood writes one line per cycle)",
      "node/head_admit.c",

@@ -36,25 +36,16 @@ int main(void)
 {
     const char *model = sw_test_model();
     char dir[256], ep[64], other[256];
-    snprintf(dir, sizeof dir, "%s", sw_test_tmpdir());
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", sw_test_free_port());
-    const char *nodes[] = {"head", "mid", "mid2", "tail", NULL};
-    const char *clients[] = {"client", NULL};
-    SW_CHECK_INT(sw_test_keys(dir, nodes, clients), 0);
+    char log[512];
+    snprintf(log, sizeof log, "%s", sw_test_log("cluster.log"));
+    pid_t pids[4];
+    SW_CHECK_INT(sw_test_keyed_chain(dir, ep, log, pids), 0);
+    pid_t relay = pids[0], tail = pids[1], mid = pids[2], head = pids[3];
     snprintf(other, sizeof other, "%.200s/other.gguf", dir);
     SW_CHECK_INT(sw_test_renamed_model(model, other), 0);
     const char *prompt = "The capital of France is";
     int32_t ref[N_GEN + 8];
     SW_CHECK_INT(sw_test_generate(model, prompt, N_GEN, ref, N_GEN + 8), N_GEN);
-
-    char log[512];
-    snprintf(log, sizeof log, "%s", sw_test_log("cluster.log"));
-    pid_t relay = sw_test_relay(ep, dir, log, NULL);
-    pid_t tail = sw_test_node(ep, dir, "tail", "20:30", log, NULL);
-    pid_t mid = sw_test_node(ep, dir, "mid", "10:20", log, NULL);
-    pid_t head = sw_test_node(ep, dir, "head", "0:10", log, NULL);
-    sw_test_client_env(dir, "client");
-    SW_CHECK_INT(sw_test_wait_peers(ep, 3, 90), 0);
 
     /* request 1: through mid */
     pid_t r1 = sw_test_run_bg(ep, "head", prompt, 4, 60, "run1");
