@@ -816,10 +816,9 @@ void head_queue_step(node_t *n, double now)
                  "the head stayed busy: the request waited %.0f s at position %d of the queue "
                  "until its deadline (%d requests running)",
                  (now - w->t_arrive) / 1e3, i + 1, h->n_active);
-        char addr[SW_WIRE_ADDR_MAX + 1];
-        SW_WARN("request '%s' from %s: %s", g->request_id, w->msg.peer, text);
-        head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_BUSY, g->request_id, 0,
-                        (uint32_t)i + 1, text);
+        /* through the per-key log gate and answer budget: a key can fill its queue with
+         * requests of a 1 ms deadline again and again */
+        head_refuse(n, &w->msg, SW_ERROR_BUSY, g->request_id, (uint32_t)i + 1, text);
         head_dequeue(n, i--);
     }
     s_park_step(n, now);

@@ -218,6 +218,15 @@ CLAIMS = [
      "    const int pred = !left && s_pred_changed(old, &s->route);",
      "    const int pred = 0 && s_pred_changed(old, &s->route);",
      "test_replace_mid", {}),
+    ("deadline-gate: a queued request whose deadline passed answered outside the per-key log "
+     "gate and answer budget (requests of a 1 ms deadline write a WARN line and an Error each)",
+     "node/head_admit.c",
+     "        head_refuse(n, &w->msg, SW_ERROR_BUSY, g->request_id, (uint32_t)i + 1, text);",
+     "        char addr[SW_WIRE_ADDR_MAX + 1];\n"
+     "        SW_WARN(\"request '%s' from %s: %s\", g->request_id, w->msg.peer, text);\n"
+     "        head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_BUSY, g->request_id, 0,\n"
+     "                        (uint32_t)i + 1, text);",
+     "test_log_abuse", {}),
     ("waits-gate: a request's 'waits' line outside the per-key log gate (a queue-and-cancel "
      "flood writes one line per cycle)",
      "node/head_admit.c",

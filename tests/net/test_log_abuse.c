@@ -22,6 +22,9 @@
  *    requests and cancels them at once for 3 s. The head's log holds at most
  *    10 "waits" and "cancelled ... while waiting" lines (the gate's 5 in each
  *    of at most two windows; before: one "waits" line per request);
+ *    Then requests of a 1 ms deadline, which expire in the queue: at most 10
+ *    lines and SW_HEAD_ANSWERS_S Errors a second (before: a WARN line and an
+ *    Error each);
  *  - flood once a slot is taken (6 and 2): with her requests ended, mallory
  *    sends for 3 s requests the head refuses only after it gave them a
  *    session slot (the draft model this head lacks; a resume token past the
@@ -155,6 +158,34 @@ static void s_flood_wait_cancel(sw_peer_t *m, const char *hlog)
            cycles, waits, cancels);
     SW_CHECK(cycles > 200);
     SW_CHECK(waits >= 1 && waits + cancels <= 10); /* HEAD_REFUSED_LOG_KEY in two windows */
+    /* the same with requests of a 1 ms deadline, which expire in the queue: their refusals
+     * go through the refusals' gate and the answer budget (before: an ungated WARN line and an
+     * Error each) */
+    const int e0 = sw_test_count_lines(hlog, "until its deadline", "mallory");
+    s_tally_t te = {.prefix = "wx-"};
+    long expired = 0;
+    const double t1 = swa_now();
+    while (swa_now() - t1 < 3) {
+        char r[32];
+        snprintf(r, sizeof r, "wx-%ld", expired);
+        sw_msg_t g = {.type = SW_MSG_GENERATE};
+        g.generate.request_id = r;
+        g.generate.prompt = "1, 2, 3,";
+        g.generate.n_predict = 4;
+        g.generate.timeout_ms = 1;
+        expired += sw_peer_try_send_msg(m, "head", &g) == 0;
+        s_drain(m, 1, &te); /* all that came (the last part's final chunks too) */
+        usleep(1000);
+    }
+    for (const double until = swa_now() + 2; swa_now() < until; usleep(20000))
+        s_drain(m, 1, &te);
+    const int elines = sw_test_count_lines(hlog, "until its deadline", "mallory") - e0;
+    printf("queue deadline flood: %ld requests of a 1 ms deadline in 3 s: %d log lines, %ld "
+           "Errors back\n",
+           expired, elines, te.errors);
+    SW_CHECK(expired > 200);
+    SW_CHECK(elines <= 10); /* HEAD_REFUSED_LOG_KEY in each of two windows */
+    SW_CHECK(te.errors >= 1 && te.errors <= SW_HEAD_ANSWERS_S * (swa_now() - t1 + 2));
     const sw_msg_t cc = {.type = SW_MSG_CANCEL,
                          .cancel = {.request_id = "wq-run", .reason = "done"}};
     SW_CHECK_INT(sw_peer_send_msg(m, "head", &cc), 0);
