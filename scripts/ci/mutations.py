@@ -623,14 +623,15 @@ def main():
                         timeout=limit)
             elif how == "ctest":
                 # -V: a test that passes shows its own lines too, printed below when it
-                # did not catch the mutation (so that a miss says why)
+                # did not catch the mutation (so that a miss says why); the reason lines are a
+                # check's own ("check failed", SW_CHECK_INT's ", expected "), not a test's notes
                 t = run(["ctest", "-R", f"^{test}$", "--output-on-failure", "-V"], env=env,
                         cwd=build, timeout=limit)
             else:
                 t = run([os.path.join(build, "bin", test)], env=env, cwd=build, timeout=limit)
             lines = [l for l in t.stdout.splitlines()
                      if l.startswith("swemu:") or "differ" in l or "check failed" in l or
-                     "expected" in l or "tmp_check:" in l or "ERROR: AddressSanitizer" in l]
+                     ", expected " in l or "tmp_check:" in l or "ERROR: AddressSanitizer" in l]
             secs = (f"{time.time() - t_one:.0f} s: build {t_test - t_one:.0f}, "
                     f"test {time.time() - t_test:.0f}")
             # a failing test keeps its folder in /tmp (tests/sw_test.c): expected here, so it
