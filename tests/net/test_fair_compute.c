@@ -141,8 +141,10 @@ static void s_wait_log(const char *needle, int count, int timeout_s)
         usleep(50000);
 }
 
-/* Part A: alice's short requests while bob's 2,000-token prompt is prefilled. */
-static void s_short_during_prefill(sw_client_t *alice, const int32_t *ref_short)
+/* Part A, one try: alice's short requests alone (median into *m_alone), then while bob's
+ * 2,000-token prompt is prefilled (median of *k into *m_during); bob's output checked. */
+static void s_try_a(sw_client_t *alice, const int32_t *ref_short, const char *bob_prompt,
+                    const int32_t *ref_bob, double *m_alone, double *m_during, int *k)
 {
     double alone[5] = {0}, during[12] = {0}, total;
     int32_t got[N_SHORT];
@@ -152,17 +154,14 @@ static void s_short_during_prefill(sw_client_t *alice, const int32_t *ref_short)
         ok &= n_got == N_SHORT && !memcmp(got, ref_short, sizeof got);
     }
     SW_CHECK(ok);
-    const double m_alone = s_median(alone, 5);
-    char *bob_prompt = s_long_prompt(1);
-    int32_t ref_bob[N_BOB + 8];
-    SW_CHECK_INT(sw_test_generate(sw_test_model(), bob_prompt, N_BOB, ref_bob, N_BOB + 8), N_BOB);
+    *m_alone = s_median(alone, 5);
     sw_test_client_env(s_dir, "bob");
     const int started = sw_test_count_in_file(sw_test_log("cluster.log"), "prompt tokens, 4 to");
     pid_t bob = sw_test_run_bg(s_ep, "head", bob_prompt, N_BOB, 600, "bob");
     s_wait_log("prompt tokens, 4 to", started + 1, 60);
     usleep(500000); /* its prefill is under way */
-    int k = 0;
-    while (k < 12 && s_alive(bob)) {
+    *k = 0;
+    while (*k < 12 && s_alive(bob)) {
         double t;
         ok = s_run(alice, s_short, N_SHORT, &t, &total, got, &n_got) == 0 && n_got == N_SHORT &&
              !memcmp(got, ref_short, sizeof got);
@@ -170,17 +169,37 @@ static void s_short_during_prefill(sw_client_t *alice, const int32_t *ref_short)
         if (!ok)
             break;
         if (s_alive(bob)) /* it ended during the prefill */
-            during[k++] = t;
+            during[(*k)++] = t;
     }
-    const double m_during = s_median(during, k);
-    printf("A: a short request's time to first token: %.0f ms alone (median of 5), %.0f ms "
-           "(median of %d) while bob's 2,000-token prompt was prefilled: %.2fx\n",
-           m_alone, m_during, k, m_during / m_alone);
-    SW_CHECK(k >= 3);
-    SW_CHECK(m_during <= 2 * m_alone);
+    *m_during = s_median(during, *k);
     /* bob's prompt went in pieces and gives what one process gives */
     SW_CHECK(sw_test_run_exact(bob, "bob", ref_bob, N_BOB, 600));
-    free(bob_prompt);
+}
+
+/* Part A: alice's short requests while bob's 2,000-token prompt is prefilled, within 2x of
+ * alone. Tried a second time when the first is over: on a shared 2-core machine one noisy
+ * second took a 35 ms median to 79 ms (2.23x, 1 run in 5); a scheduler that let the prefill
+ * block the short request is hundreds of times over (346x), at every try. */
+static void s_short_during_prefill(sw_client_t *alice, const int32_t *ref_short)
+{
+    double m_alone = 0, m_during = 0;
+    int k = 0;
+    for (unsigned attempt = 1; attempt <= 2; attempt++) {
+        /* a prompt of its own each try: the head's prefix cache would skip a repeated one */
+        char *bob_prompt = s_long_prompt(attempt == 1 ? 1 : 2);
+        int32_t ref_bob[N_BOB + 8];
+        SW_CHECK_INT(sw_test_generate(sw_test_model(), bob_prompt, N_BOB, ref_bob, N_BOB + 8),
+                     N_BOB);
+        s_try_a(alice, ref_short, bob_prompt, ref_bob, &m_alone, &m_during, &k);
+        free(bob_prompt);
+        printf("A: a short request's time to first token: %.0f ms alone (median of 5), %.0f ms "
+               "(median of %d) while bob's 2,000-token prompt was prefilled: %.2fx (try %u)\n",
+               m_alone, m_during, k, m_during / m_alone, attempt);
+        if (k >= 3 && m_during <= 2 * m_alone)
+            break;
+    }
+    SW_CHECK(k >= 3);
+    SW_CHECK(m_during <= 2 * m_alone);
 }
 
 /* Part B: alice's 64-token request while mallory's 6 long prompts are prefilled. */
