@@ -211,7 +211,7 @@ static int s_unsupported(json_t *root, char *err, size_t err_len, const char **p
         return s_bad(err, err_len, param, "logprobs", "'logprobs' is not supported");
     if ((v = json_object_get(root, "top_logprobs")) && !json_is_null(v))
         return s_bad(err, err_len, param, "top_logprobs", "'top_logprobs' is not supported");
-    if ((v = json_object_get(root, "echo")) && json_is_true(v))
+    if ((v = json_object_get(root, "echo")) && !json_is_null(v) && !json_is_false(v))
         return s_bad(err, err_len, param, "echo", "'echo' is not supported");
     if ((v = json_object_get(root, "best_of")) && !json_is_null(v) &&
         !(json_is_integer(v) && json_integer_value(v) == 1))
@@ -219,8 +219,11 @@ static int s_unsupported(json_t *root, char *err, size_t err_len, const char **p
     if ((v = json_object_get(root, "suffix")) && !json_is_null(v) &&
         !(json_is_string(v) && json_string_length(v) == 0))
         return s_bad(err, err_len, param, "suffix", "'suffix' is not supported");
-    if (((v = json_object_get(root, "tools")) && json_is_array(v) && json_array_size(v) > 0) ||
-        ((v = json_object_get(root, "functions")) && json_is_array(v) && json_array_size(v) > 0))
+    /* anything but null or an empty array asks for tools (an object is not an empty list) */
+    if (((v = json_object_get(root, "tools")) && !json_is_null(v) &&
+         !(json_is_array(v) && json_array_size(v) == 0)) ||
+        ((v = json_object_get(root, "functions")) && !json_is_null(v) &&
+         !(json_is_array(v) && json_array_size(v) == 0)))
         return s_bad(err, err_len, param, "tools", "tool and function calls are not supported");
     if ((v = json_object_get(root, "logit_bias")) && json_is_object(v) && json_object_size(v) > 0)
         return s_bad(err, err_len, param, "logit_bias", "'logit_bias' is not supported");
