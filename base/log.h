@@ -62,6 +62,13 @@ void sw_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((for
  */
 size_t sw_text_clean(char *dst, const char *src, size_t len, int keep_lines, int *held);
 
+/* 1 when the n-th event of a kind (n >= 1) gets a log line: each of the first `first`, then
+ * the 2^k-th: a stream of them cannot flood the log, and the lines still count it. */
+static inline int sw_log_due(unsigned long long n, unsigned long long first)
+{
+    return n <= first || (n & (n - 1)) == 0;
+}
+
 /*
  * A gate for log lines that a peer can cause at will (a refused request, an
  * answer not sent): per window of window_ms, each key (the peer's key

@@ -33,7 +33,7 @@ static void s_refused(sw_peer_t *p, const char *where, const char *why)
 {
     sw_direct_t *d = &p->direct;
     d->refused++;
-    if (d->refused <= 8 || (d->refused & (d->refused - 1)) == 0)
+    if (sw_log_due(d->refused, 8))
         SW_WARN("direct: %s: refused a direct link from %s: %s (%llu refused so far)",
                 p->announce.name, where, why, (unsigned long long)d->refused);
 }
@@ -602,7 +602,7 @@ static int s_read_one(sw_peer_t *p, void *sock, int router, sw_dlink_t *l, sw_wi
     }
     if (rc != SW_WIRE_PROBE) {
         p->drops++;
-        if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
+        if (sw_log_due(p->drops, 16))
             SW_WARN("direct: %s: dropped a message: %s (%llu dropped so far)", p->announce.name,
                     err, (unsigned long long)p->drops);
     }

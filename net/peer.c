@@ -140,7 +140,7 @@ static int s_internal(sw_peer_t *p, sw_link_t *l, const sw_wire_msg_t *m)
 static void s_drop_note(sw_peer_t *p, const char *why)
 {
     p->drops++;
-    if (p->drops <= 16 || (p->drops & (p->drops - 1)) == 0)
+    if (sw_log_due(p->drops, 16))
         SW_WARN("peer %s: dropped a message: %s (%llu dropped so far)", p->announce.name, why,
                 (unsigned long long)p->drops);
 }
@@ -346,7 +346,7 @@ static void s_keep(sw_peer_t *p, sw_wire_msg_t *m)
         return;
     }
     p->q_drops++;
-    if (p->q_drops <= 16 || (p->q_drops & (p->q_drops - 1)) == 0)
+    if (sw_log_due(p->q_drops, 16))
         SW_WARN("peer %s: queue full (%d messages, %zu bytes kept while waiting for the relay), "
                 "dropped a %s from %s (%llu dropped so far)",
                 p->announce.name, p->q_len, p->q_bytes, sw_wire_type_name(sw_wire_msg_type(m)),
