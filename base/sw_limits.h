@@ -218,6 +218,11 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
  * head's session slots (base/bucket.h): more keys than slots, taking turns, share what the
  * table refills (slots x this a second) rather than each starting full. */
 #define SW_HEAD_ANSWERS_S 20
+/* The head's log gates (base/log.h sw_log_gate) for refused requests, Resumes and requests that
+ * wait: past these, one summary line per key when the window ends. */
+#define SW_HEAD_REFUSED_LOG_KEY 5    /* lines per client key in a window */
+#define SW_HEAD_REFUSED_LOG_ALL 20   /* lines for all keys together in a window */
+#define SW_HEAD_REFUSED_LOG_MS 10000 /* the window (ms) */
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,

@@ -58,10 +58,6 @@
 #define HEAD_SPOT_BAD_MAX 16     // nodes remembered as disputed or convicted
 #define HEAD_SPOT_BAD_MS 3600000 // ... and avoided this long where another serves their layers
 
-#define HEAD_REFUSED_LOG_KEY 5    // refused requests: log lines per client key per window
-#define HEAD_REFUSED_LOG_ALL 20   // ... all keys together (then a summary line per key)
-#define HEAD_REFUSED_LOG_MS 10000 // ... the window
-
 enum head_state { HEAD_FREE = 0, HEAD_ROUTE, HEAD_RUN, HEAD_LINGER, HEAD_PARKED };
 
 /* head_spot.c: how much the head trusts a node after its spot checks. */
