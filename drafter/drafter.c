@@ -313,9 +313,7 @@ static int s_start(void *self, const int32_t *ctx, int n_ctx, int k_max, int gue
                 if (!(c = s_with(d, ctx, n_ctx, g)))
                     return -1;
                 nc = n_ctx + 1;
-                extra = out->guess = g;
-            } else if (mode == DRAFT_MODE_NGRAM) {
-                return 0;
+                extra = out->guess = g; // (guess: not NGRAM mode, which returned above)
             }
         }
         if (!guess || extra >= 0) {

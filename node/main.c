@@ -73,7 +73,7 @@ static const sw_opt_t s_opts[] = {
      "announce it and serve the\nrange the head's plan assigns (docs/deploy.md)"},
     {"mem-mib", O_MEM, "M",
      "placement: memory for weights and KV cache that the plan\nmay use (default: half the "
-     "memory available at start)"},
+     "memory available at start:\nthe GPUs' free memory on a GPU backend, else the host's)"},
     {"auto-nodes", O_AUTO_NODES, "N",
      "head: place the --layers auto nodes (plan the layers\nafter the head's over them); the "
      "first plan waits\nfor N of them (default 0: no placement)"},

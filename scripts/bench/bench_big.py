@@ -43,6 +43,7 @@ process it starts is stopped at the end, also on failure or Ctrl-C.
 import argparse
 import json
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -310,11 +311,10 @@ def load_table(load):
 
 def sub(argv, result, key, save, out_json):
     """Runs another benchmark script, keeps its printed table and its result file's path."""
-    log("bench_big: " + " ".join(argv))
+    log("bench_big: " + shlex.join(argv))
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
-    result[key] = {"command": " ".join(os.path.basename(x) if i == 0 else x
-                                       for i, x in enumerate(argv)),
+    result[key] = {"command": shlex.join([os.path.basename(argv[0]), *argv[1:]]),
                    "rc": p.returncode, "seconds": round(time.monotonic() - t0, 1),
                    "table": p.stdout.strip(), "result_file": out_json,
                    "error": p.stderr.strip()[-600:] if p.returncode else ""}

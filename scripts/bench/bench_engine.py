@@ -64,6 +64,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -577,7 +578,7 @@ def main():
             sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"commit": git_commit(), "date": date, "command": " ".join(sys.argv),
+            json.dump({"commit": git_commit(), "date": date, "command": shlex.join(sys.argv),
                        "machine": {"hostname": os.uname().nodename, "cpu": cpu, "shardwire_kernels": kernels,
                                    "note": args.note or ("dedicated" if args.dedicated else "shared machine")},
                        "reps": args.reps, "n_gen": args.n_gen, "pp": pps, "threads": threads,

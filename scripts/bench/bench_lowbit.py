@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -154,7 +155,7 @@ def cpu_time(args, models, bindir, pps):
         "benchmark": "bench_lowbit --cpu-time", "commit": commit(), "cpu": cpu_model(),
         "n_cpus": os.cpu_count(), "started_utc": started.isoformat(timespec="seconds"),
         "ended_utc": ended.isoformat(timespec="seconds"),
-        "command": " ".join([os.path.relpath(sys.argv[0], root)] + sys.argv[1:]),
+        "command": shlex.join([os.path.relpath(sys.argv[0], root)] + sys.argv[1:]),
         "loadavg_start": load0, "loadavg_end": load, "uptime_start": uptime0, "uptime_end": uptime1,
         "machine_note": "shared machine" if load0[0] >= 1.5 else "quiet at the start (load under 1.5)",
         "bin": os.path.relpath(os.path.abspath(args.bin), root), "label": args.label, "threads": 1,
@@ -260,7 +261,7 @@ def main():
         "benchmark": "bench_lowbit", "commit": commit(), "cpu": cpu_model(), "n_cpus": os.cpu_count(),
         "started_utc": started.isoformat(timespec="seconds"),
         "ended_utc": ended.isoformat(timespec="seconds"),
-        "command": " ".join([os.path.relpath(sys.argv[0], root)] + sys.argv[1:]),
+        "command": shlex.join([os.path.relpath(sys.argv[0], root)] + sys.argv[1:]),
         "loadavg_start": load0, "loadavg_end": load, "uptime_start": uptime0, "uptime_end": uptime1,
         # the end's load averages include this run's own threads
         "machine_note": "shared machine" if load0[0] >= 1.5 else "quiet at the start (load under 1.5)",

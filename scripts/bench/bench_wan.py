@@ -38,6 +38,7 @@ Every process it starts is stopped at the end, also on failure or Ctrl-C.
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -134,7 +135,7 @@ def run_info():
     return {"commit": git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else ""),
             "machine": f"{model}, {os.cpu_count()} CPUs",
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+            "command": shlex.join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
             "loadavg": os.getloadavg()}
 
 

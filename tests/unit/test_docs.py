@@ -61,6 +61,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -655,6 +656,15 @@ def check_measured_tables():
 BENCH_CMD = re.compile(r"python3 scripts/bench/([\w]+\.py)((?:[^\n`]|\\\n)*?)--json-out\s+docs/results/([\w.-]+)\.json")
 
 
+def s_words(command):
+    """A command's words as a shell reads them (the bench scripts record shlex.join(argv));
+    split on spaces where the quotes do not pair (older records joined argv with spaces)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
 def check_bench_commands():
     """Every argument of a command a doc gives for docs/results/NAME.json is in the command the
     file records (the file may hold more: --build, --note), and it is the same script."""
@@ -668,12 +678,12 @@ def check_bench_commands():
                 continue  # a path check names it
             n += 1
             recorded = json.load(open(res)).get("command", "")
-            words = recorded.split()
+            words = s_words(recorded)
             if not words or words[0] != script:
                 fail(f"{rel(path)}:{line_of(text, m.start())}: gives {script} for {name}.json, "
                      f"whose command is '{recorded[:60]}'")
                 continue
-            given = [a for a in args.split() if a != "\\"]
+            given = [a for a in s_words(args) if a != "\\"]
             pairs = {(a, b) for a, b in zip(words, words[1:])}
             for i, a in enumerate(given):
                 # a flag with its value is a pair of the recorded command, anything else a word
