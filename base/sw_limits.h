@@ -223,6 +223,10 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 #define SW_HEAD_REFUSED_LOG_KEY 5    /* lines per client key in a window */
 #define SW_HEAD_REFUSED_LOG_ALL 20   /* lines for all keys together in a window */
 #define SW_HEAD_REFUSED_LOG_MS 10000 /* the window (ms) */
+/* The gateway's log gate for the connections it refuses or closes (shardwire serve), alike. */
+#define SW_GATEWAY_CONN_LOG_KEY 5    /* lines per client network (--max-per-prefix) in a window */
+#define SW_GATEWAY_CONN_LOG_ALL 20   /* lines for all networks together in a window */
+#define SW_GATEWAY_CONN_LOG_MS 10000 /* the window (ms) */
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,

@@ -225,7 +225,9 @@ static int s_unsupported(json_t *root, char *err, size_t err_len, const char **p
         ((v = json_object_get(root, "functions")) && !json_is_null(v) &&
          !(json_is_array(v) && json_array_size(v) == 0)))
         return s_bad(err, err_len, param, "tools", "tool and function calls are not supported");
-    if ((v = json_object_get(root, "logit_bias")) && json_is_object(v) && json_object_size(v) > 0)
+    /* anything but null or an empty object asks for a bias (an array is not an empty map) */
+    if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v) &&
+        !(json_is_object(v) && json_object_size(v) == 0))
         return s_bad(err, err_len, param, "logit_bias", "'logit_bias' is not supported");
     if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
         const char *t = json_string_value(json_object_get(v, "type"));

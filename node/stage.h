@@ -26,8 +26,9 @@
 #include "sched.h"
 #include "wire.h"
 
-#define NODE_MAX_BATCH 256      // Forwards (sessions) in one stage batch at most
-#define NODE_CLOSED_IDS 256     // recently closed sessions remembered (stale Forwards are dropped)
+#define NODE_MAX_BATCH 256 // Forwards (sessions) in one stage batch at most
+#define NODE_CLOSED_IDS                                                                            \
+    256 // recently closed sessions remembered (their Forwards: ERR_UNKNOWN_SESSION)
 #define NODE_PENDING_MAX 64     // Forwards waiting at a stage for a peer table to check their route
 #define NODE_TABLE_WAIT_MS 3000 // ... for this long at most
 #define NODE_TABLE_OLD_MS 30000 // a stage's cached peer table this old is refreshed when used

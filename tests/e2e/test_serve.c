@@ -594,13 +594,16 @@ int main(void)
         {"/v1/completions", KEY,
          "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"logprobs\":0.0,\"n\":3}", 400, "only n = 1"},
         /* a field the gateway cannot honour is refused whatever its type, not only in its
-         * documented form (echo 1, tools as an object were taken silently) */
+         * documented form (echo 1, tools as an object, logit_bias as an array were taken
+         * silently) */
         {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"echo\":1}", 400,
          "'echo' is not supported"},
         {"/v1/chat/completions", KEY,
          "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
          "\"tools\":{\"type\":\"function\"}}",
          400, "tool and function calls"},
+        {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"logit_bias\":[1]}",
+         400, "'logit_bias' is not supported"},
         {"/v1/completions", NULL, "{}", 401, "API key"},
         {"/v1/completions", "wrong-key-0123456789", "{}", 401, "invalid_api_key"},
         {"/metrics", "wrong-key-0123456789", NULL, 401, "API key"},
