@@ -43,7 +43,7 @@ MODES = [
 ]
 
 
-def table(rows, delay_ms, n):
+def table(rows, delay_ms, n, repeat_penalty=1.0):
     """The demo's table from (label, the request's --json result, wall seconds) per mode, plain
     first: its lines (a fixed-width table and the line under it) and whether every mode gave the
     same tokens."""
@@ -62,8 +62,10 @@ def table(rows, delay_ms, n):
     lines += ["  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(row))
               for row in cells]
     same = all(r["tokens"] == rows[0][1]["tokens"] for _, r, _ in rows)
+    decoding = ("greedy decoding" if repeat_penalty == 1 else
+                f"greedy decoding with repetition penalty {repeat_penalty:g}")
     lines += ["", f"{4 * delay_ms:g} ms per round trip (shardwire-wanem between each node and the "
-              f"relay); greedy decoding, {n} tokens; every mode gave the same tokens: "
+              f"relay); {decoding}, {n} tokens; every mode gave the same tokens: "
               f"{'yes' if same else 'NO'}"]
     return lines, same
 
@@ -144,7 +146,8 @@ def main():
     print()
     print(text.strip())
     print()
-    lines, same = table([(label, r, wall) for _, label, r, wall in rows], args.delay_ms, args.n)
+    lines, same = table([(label, r, wall) for _, label, r, wall in rows], args.delay_ms, args.n,
+                        args.repeat_penalty)
     print("\n".join(lines))
     if args.json_out:
         info.update({"note": args.note, "load_end": os.getloadavg(), "target": args.target,

@@ -61,7 +61,7 @@ def s_provenance(r, name):
 def s_demo(r):
     import demo_wan
     rows = [(x["label"], x["result"], x["wall_s"]) for x in r["rows"]]
-    lines, _ = demo_wan.table(rows, r["delay_ms"], r["n"])
+    lines, _ = demo_wan.table(rows, r["delay_ms"], r["n"], r.get("repeat_penalty", 1.0))
     return "```\n" + "\n".join(lines) + "\n```\n"
 
 
