@@ -153,7 +153,9 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
 /* ---- a peer's link to the relay (net/peer.h; a 0 in sw_peer_opts_t) ----------------------- */
 
 #define SW_PEER_DEFAULT_HEARTBEAT_MS 1000 /* ZMTP heartbeat interval */
-#define SW_PEER_SILENT_IVLS 10          /* heartbeat intervals without data from the relay = gone */
+#define SW_PEER_SILENT_IVLS 10 /* heartbeat intervals without data from the relay = gone */
+#define SW_PEER_DEFAULT_SEND_MS                                                                    \
+    10000 /* how long a peer's send may block (relay unreachable, queue full) */
 #define SW_PEER_DEFAULT_CONNECT_MS 5000 /* how long to keep trying to reach the relay */
 /* Relays one process keeps a link to (--relay A,B,...): each link is one ZeroMQ socket with its
  * monitor and send queue (the peer's one context and I/O thread serve them all). */

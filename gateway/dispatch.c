@@ -33,7 +33,7 @@
 #define S_REJOIN_MS 2000 /* between attempts to join the relay again */
 #define S_IDENT_MAX 32   /* bytes of a ROUTER identity kept */
 #define S_REPLY_TIMEOUT_MS 15000
-#define S_SPOT_EVERY_MS 5000 /* between two spot queries to a head (metrics.h) */
+#define S_SPOT_EVERY_MS (GW_SPOT_EVERY_S * 1000) /* between two spot queries to a head */
 
 struct s_submit {
     const sw_client_request_t *q; /* the request (the caller's memory) */

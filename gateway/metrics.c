@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "sw_limits.h"
+
 #define S_MAX_SERIES 64 /* distinct (endpoint, status) pairs and error names kept */
 
 typedef struct s_hist {
@@ -307,7 +309,7 @@ static void s_spot_text(s_buf_t *b, const gw_metrics_t *m)
          "rounds whose copies the head compared"},
         {"shardwire_gateway_spot_mismatches_total", "counter", "rounds whose copies disagreed"},
         {"shardwire_gateway_spot_report_age_seconds", "gauge",
-         "age of the head's last spot report (asked every 5 s)"},
+         "age of the head's last spot report (asked every " SW_STR(GW_SPOT_EVERY_S) " s)"},
     };
     const double now = s_mono_ms();
     for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {

@@ -46,6 +46,7 @@ void gw_metrics_connection(gw_metrics_t *m, int delta);
  * SW_WIRE_MAX_SPOT_NODES nodes each, so the label sets stay bounded.
  */
 #define GW_METRICS_SPOT_HEADS 4
+#define GW_SPOT_EVERY_S 5 /* the dispatcher asks each trusted head for its report this often */
 void gw_metrics_spot(gw_metrics_t *m, const char *head, const sw_client_spot_t *rep);
 
 /* The exposition text (malloc'd, the caller frees); NULL when out of memory. */

@@ -220,11 +220,12 @@ static int s_unsupported(json_t *root, char *err, size_t err_len, const char **p
         !(json_is_string(v) && json_string_length(v) == 0))
         return s_bad(err, err_len, param, "suffix", "'suffix' is not supported");
     /* anything but null or an empty array asks for tools (an object is not an empty list) */
-    if (((v = json_object_get(root, "tools")) && !json_is_null(v) &&
-         !(json_is_array(v) && json_array_size(v) == 0)) ||
-        ((v = json_object_get(root, "functions")) && !json_is_null(v) &&
-         !(json_is_array(v) && json_array_size(v) == 0)))
-        return s_bad(err, err_len, param, "tools", "tool and function calls are not supported");
+    static const char *const tool_fields[] = {"tools", "functions"};
+    for (int f = 0; f < 2; f++)
+        if ((v = json_object_get(root, tool_fields[f])) && !json_is_null(v) &&
+            !(json_is_array(v) && json_array_size(v) == 0))
+            return s_bad(err, err_len, param, tool_fields[f],
+                         "tool and function calls are not supported");
     /* anything but null or an empty object asks for a bias (an array is not an empty map) */
     if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v) &&
         !(json_is_object(v) && json_object_size(v) == 0))

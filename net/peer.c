@@ -611,7 +611,7 @@ sw_peer_t *sw_peer_new(const sw_peer_opts_t *opts)
         return NULL;
     p->cur = -1;
     p->hb_ms = hb;
-    p->send_ms = opts->send_timeout_ms > 0 ? opts->send_timeout_ms : 10000;
+    p->send_ms = opts->send_timeout_ms > 0 ? opts->send_timeout_ms : SW_PEER_DEFAULT_SEND_MS;
     p->rename_on_taken = opts->rename_on_taken;
     p->silent_limit_ms = hb > 600000 / SW_PEER_SILENT_IVLS ? 600000 : SW_PEER_SILENT_IVLS * hb;
     p->n_links = sw_relay_at(opts->relay, 1 << 30, NULL, 0);

@@ -68,20 +68,20 @@ typedef struct sw_peer sw_peer_t;
 typedef struct sw_peer_opts {
     const char *relay; /* relay endpoint "tcp://host:port", or several joined by ',' (args.h) */
     const sw_msg_announce_t *announce; /* who this peer is (name required); copied */
-    int heartbeat_ms;       /* ZMTP heartbeat interval; 0 = SW_PEER_DEFAULT_HEARTBEAT_MS. The relay
-                               is presumed gone after SW_PEER_SILENT_IVLS x this without data from
-                               it. */
-    int connect_timeout_ms; /* how long sw_peer_new keeps trying to reach the relay and get its
-                               ack; 0 = SW_PEER_DEFAULT_CONNECT_MS, -1 = forever */
-    int send_timeout_ms; /* how long a send may block (relay unreachable, queue full); 0 = 10000 */
-    const sw_sec_t *sec; /* keys (copied); NULL = insecure, loopback relay only */
-    int accept_clear_errors;     /* clients: accept a clear Error from a peer that cannot open
-                                    our sealed messages (msg.sealed = 0 tells it apart) */
-    int rename_on_taken;         /* clients whose name ends in a random "-SUFFIX": when the
-                                    relay refuses a re-announce because another key holds the
-                                    name (it took it while we were away, e.g. across a relay
-                                    restart), take a new suffix and announce again at once; a
-                                    head binds requests to the key, not the name (Resume) */
+    int heartbeat_ms;        /* ZMTP heartbeat interval; 0 = SW_PEER_DEFAULT_HEARTBEAT_MS. The relay
+                                is presumed gone after SW_PEER_SILENT_IVLS x this without data from
+                                it. */
+    int connect_timeout_ms;  /* how long sw_peer_new keeps trying to reach the relay and get its
+                                ack; 0 = SW_PEER_DEFAULT_CONNECT_MS, -1 = forever */
+    int send_timeout_ms;     /* how long a send may block; 0 = SW_PEER_DEFAULT_SEND_MS */
+    const sw_sec_t *sec;     /* keys (copied); NULL = insecure, loopback relay only */
+    int accept_clear_errors; /* clients: accept a clear Error from a peer that cannot open
+                                our sealed messages (msg.sealed = 0 tells it apart) */
+    int rename_on_taken;     /* clients whose name ends in a random "-SUFFIX": when the
+                                relay refuses a re-announce because another key holds the
+                                name (it took it while we were away, e.g. across a relay
+                                restart), take a new suffix and announce again at once; a
+                                head binds requests to the key, not the name (Resume) */
     volatile sig_atomic_t *stop; /* optional: sw_peer_new gives up once it is non-zero */
     int test_clock_skew_ms;      /* TESTS ONLY: seal and open as if this machine's clock ran
                                     this far ahead (negative: behind) */

@@ -273,7 +273,7 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
         if (head_answer_take(n, msg, "a Resume for an unknown request"))
             head_send_error(n, head_reply_addr(msg, addr), SW_ERROR_UNKNOWN_SESSION, r->request_id,
                             0, 0,
-                            "the head holds no such request (it ended more than a minute ago, "
+                            "the head holds no such request (it ended and its record is gone, "
                             "or the head restarted)");
         return;
     }

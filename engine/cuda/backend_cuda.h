@@ -24,7 +24,8 @@ int sw_cuda_devices(void);
  *   SW_CUDA_SEQ_SUMS=1  always take the left-to-right double sums (tests)
  *   SW_CUDA_ATTN_MIB=M  attention's scratch for one pass of rows (default 256;
  *                       small values make long chunks take several passes: tests)
- *   SW_NCCL=0           peer copies instead of NCCL between GPUs */
+ *   SW_NCCL=0           peer copies instead of NCCL between GPUs
+ *   SW_NVIDIA_PROC=F    the driver's version file a no-driver error quotes (tests) */
 sw_backend_t *sw_backend_cuda_new(int dev, char *err, size_t err_len);
 /* Device-to-device copy bandwidth of GPU dev (GB/s read + written), 0 on error. */
 double sw_cuda_measure_copy(int dev);

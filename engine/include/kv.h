@@ -10,7 +10,8 @@
  * more each step) as its positions are used, up to its context; each step
  * moves what it holds into buffers of the new size (amortised: the copies
  * of a cache's whole life add up to less than 2.5 times its final size,
- * 3.5 when the context cuts its last step short: docs/architecture.md),
+ * 3.5 when the context cuts its last step short: a geometric series of ratio
+ * 1/1.4 after the first blocks),
  * so every layer's K and V stay one contiguous buffer each. A budget shared
  * by several caches (sw_kv_budget_t: a node's --kv-mib) counts the bytes
  * they hold and refuses a step that would pass it, with an error that says

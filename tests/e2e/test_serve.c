@@ -602,6 +602,10 @@ int main(void)
          "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
          "\"tools\":{\"type\":\"function\"}}",
          400, "tool and function calls"},
+        {"/v1/chat/completions", KEY,
+         "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"functions\":[{\"name\":\"f\"}]}",
+         400, "\"param\":\"functions\""},
         {"/v1/completions", KEY, "{\"model\":\"" MODEL "\",\"prompt\":\"x\",\"logit_bias\":[1]}",
          400, "'logit_bias' is not supported"},
         {"/v1/completions", NULL, "{}", 401, "API key"},

@@ -9,7 +9,8 @@
  *
  *  - hop at the route's last entry on a middle stage (it used to read past the
  *    route array: SIGSEGV), a tail that is not the route's last entry;
- *  - hop 0 and a hop past the route (dropped by the decoder: no answer),
+ *  - hop 0 (dropped by the decoder: no answer; a hop past the route is
+ *    tests/unit/test_wire.c's),
  *    route[hop] naming another stage, a previous hop that is not the sender;
  *  - a reply_to that is not the route's head (errors and verdicts would go to
  *    a bystander);
