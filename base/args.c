@@ -322,8 +322,9 @@ const sw_opt_t sw_opts_relay[] = {
     [SW_OPTS_RELAY_RELAY] = //
     {"relay", SW_OPT_RELAY, "ENDPOINT[,...]",
      "the relay: HOST:PORT or tcp://HOST:PORT; several relays\n(A,B or the flag again, at "
-     "most " SW_STR(SW_PEER_MAX_RELAYS) "): a link to each,\nmessages by the live one with the "
-                                        "lowest round trip"},
+     "most " SW_STR(SW_PEER_MAX_RELAYS) "): a link to each,\nmessages by the one in use while "
+                                        "it is live, else\nthe live one with the lowest round "
+                                        "trip"},
     [SW_OPTS_RELAY_CONNECT] = //
     {"connect-timeout-s", SW_OPT_CONNECT, "S",
      "keep trying to reach the relay for S s, one progress\nline while waiting; 0 = no limit "

@@ -93,6 +93,8 @@ static int s_status_parse(int argc, char **argv, struct s_status_opts *o)
         return c;
     if (!o->relay.relay[0])
         return sw_args_exit(sw_args_fail(&s_spec, "--relay HOST:PORT is required"));
+    if (o->spot_head) /* a head opens only a SpotQuery sealed with its access key */
+        o->sec.e2e_optional = 0;
     return -1;
 }
 

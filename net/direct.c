@@ -178,8 +178,8 @@ static int s_listen(sw_peer_t *p, const sw_peer_opts_t *o, const sw_sec_t *sec)
             return -1;
         }
     } else if (!sw_endpoint_is_loopback(o->listen)) {
-        SW_ERR("direct: --insecure-loopback only listens on loopback (127.0.0.1, localhost, "
-               "[::1]); %s is not one: use --key and --allow",
+        SW_ERR("direct: --insecure-loopback only listens on loopback (" SW_LOOPBACK_FORMS
+               "); %s is not one: use --key and --allow",
                o->listen);
         return -1;
     }

@@ -652,9 +652,8 @@ int sw_sec_load(const sw_sec_args_t *a, const char *endpoint, sw_sec_t *out, cha
     if (a->insecure_loopback) {
         if (!sw_endpoint_is_loopback(endpoint))
             return s_err(err, err_len,
-                         "--insecure-loopback only works with a loopback relay (tcp:// to "
-                         "127.x.y.z, localhost or [::1], or ipc://, inproc://); %s is not one: "
-                         "use keys (see docs/security.md)",
+                         "--insecure-loopback only works with a loopback relay (" SW_LOOPBACK_FORMS
+                         "); %s is not one: use keys (see docs/security.md)",
                          endpoint ? endpoint : "(none)");
         out->insecure = 1;
     } else {

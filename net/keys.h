@@ -139,6 +139,8 @@ int sw_allow_permit(const sw_allow_entry_t *list, int n, const char *key, const 
 /* 1 when the endpoint is loopback only: tcp://127.x.x.x, localhost, [::1], ipc://, inproc://;
  * a list of relays "A,B" (args.h) when every one of them is. */
 int sw_endpoint_is_loopback(const char *endpoint);
+/* What sw_endpoint_is_loopback takes, for the refusals that name it. */
+#define SW_LOOPBACK_FORMS "tcp:// to 127.x.y.z, localhost or [::1], or ipc://, inproc://"
 
 /* What a process is, for the keys it must (not) hold: set by the caller. */
 enum sw_sec_role {

@@ -234,9 +234,8 @@ int relay_auth_setup(relay_t *r, const relay_opts_t *o)
     char err[512], pub[SW_KEY_Z85_LEN + 1], sec[SW_KEY_Z85_LEN + 1];
     if (o->insecure_loopback) {
         if (!sw_endpoint_is_loopback(o->listen)) {
-            SW_ERR("relay: --insecure-loopback only binds loopback endpoints (tcp:// to "
-                   "127.x.y.z, localhost or [::1], or ipc://, inproc://); %s is not one: use "
-                   "--key and --allow",
+            SW_ERR("relay: --insecure-loopback only binds loopback endpoints (" SW_LOOPBACK_FORMS
+                   "); %s is not one: use --key and --allow",
                    o->listen);
             return -1;
         }

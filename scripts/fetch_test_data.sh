@@ -4,7 +4,7 @@
 # sha256-checked, a second call only re-checks):
 #
 #   - the default model (SmolLM2-135M), Qwen2.5-Coder 0.5B and Gemma 3 270M
-#     (the default suite's tests/e2e/test_arch*.c; the 0.5B's greedy and
+#     (tests/e2e/test_arch_cluster.c, default suite, and tests/slow/test_arch.c; the 0.5B's greedy and
 #     low-bit fixtures are the slow suite's, tests/slow/test_greedy_*.c; the
 #     other families' models are made by shardwire-mkmodel from the tokenizer
 #     conformance data);

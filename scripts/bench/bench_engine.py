@@ -364,12 +364,18 @@ def fmt(v):
     return "n/a" if v is None else f"{v:9.1f}"
 
 
+def kernel_level(backend):
+    """A backend string without `info`'s own thread count: 'cpu (1 thread, avx2 kernels)' ->
+    'cpu (avx2 kernels)' (the benchmark's thread counts are its blocks')."""
+    return re.sub(r"\(\d+ threads?, ", "(", backend)
+
+
 def sw_kernels(binary, model):
     """The kernel level shardwire runs here ('avx512 kernels' ...), from `shardwire info`."""
     try:
         r = subprocess.run([binary, "info", "--model", model, "--json"], capture_output=True, text=True,
                            timeout=120)
-        return json.loads(r.stdout.strip().splitlines()[-1]).get("backend", "?")
+        return kernel_level(json.loads(r.stdout.strip().splitlines()[-1]).get("backend", "?"))
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return "?"
 

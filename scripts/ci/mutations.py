@@ -24,9 +24,10 @@ Each mutation must make its test fail; the script exits 1 when one does not, whe
 is no longer in its file (checked for every mutation, also those a budget leaves out) or
 when the mutated code does not build (that would show nothing of the test); a mutation not
 caught is printed with the test's last lines of its own (ctest runs it with -V). The last line
-counts them: "GROUP: N of M mutations caught (S s)", or with a budget or TEXT "GROUP:
-caught N of R run (of M named; E setup errors) in S s". SW_MUTATION_JOBS sets the build's
-jobs (default 2). A mutation rebuilds only its test and the three programs tests start.
+counts them: "GROUP: N of M mutations caught (S s; the restored programs rebuilt in R s)",
+or with a budget or TEXT "GROUP: caught N of R run (of M named; E setup errors) in S s".
+SW_MUTATION_JOBS sets the build's jobs (default 2). A mutation rebuilds only its test and the
+three programs tests start.
 It edits the sources in place and puts them back after each, so run it on a
 clean tree; the programs it rebuilt are rebuilt from the restored sources at the end.
 """

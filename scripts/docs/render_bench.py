@@ -50,9 +50,11 @@ def s_provenance(r, name):
     la = f", load average {load[0]:.1f} at the start" if load else ""
     machine = r["machine"]
     if isinstance(machine, dict):  # bench_engine.py: the CPU as cpu_info() describes it
+        import bench_engine
         cpu = machine["cpu"]
         machine = (f"{cpu['model']} ({cpu['family']}; {cpu['n_cpus']} CPUs; SIMD "
-                   f"{' '.join(cpu['flags'])}), shardwire {machine['shardwire_kernels']}, "
+                   f"{' '.join(cpu['flags'])}), shardwire "
+                   f"{bench_engine.kernel_level(machine['shardwire_kernels'])}, "
                    f"{machine['note']}")
     return (f"From `docs/results/{name}.json`: commit {r['commit']}, {machine}, "
             f"{r['date']}{la}{note}; `{r['command']}`.")
