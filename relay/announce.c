@@ -86,7 +86,7 @@ static int s_claim_name(relay_t *r, const void *id, size_t id_len, const char *f
                        fp[0] ? fp : "(none)", a->name, (unsigned long long)r->refused_announces);
         relay_reply_error(r, id, id_len, SW_ERROR_NAME_TAKEN, NULL,
                           "the name %s is held for the key that used it for %.0f s more (its "
-                          "requests may still live at a head)",
+                          "requests may still live at a head; the relay's --name-hold-s)",
                           a->name, (double)(hold->until_ms - now) / 1e3);
         return -1;
     }
