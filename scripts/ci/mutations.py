@@ -21,7 +21,8 @@ command is replaced by the build directory).
       # mutation started only when its estimate fits the S seconds left
 
 Each mutation must make its test fail; the script exits 1 when one does not, when its text
-is no longer in its file (checked for every mutation, also those a budget leaves out) or
+is no longer in its file (checked for every mutation a TEXT selects, also those a budget
+leaves out; test_docs checks them all) or
 when the mutated code does not build (that would show nothing of the test); a mutation not
 caught is printed with the test's last lines of its own (ctest runs it with -V). The last line
 counts them: "GROUP: N of M mutations caught (S s; the restored programs rebuilt in R s)",

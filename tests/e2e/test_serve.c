@@ -4,7 +4,7 @@
  * Python client (installed by scripts/dev/py_venv.sh; that part is reported as
  * skipped when PyPI cannot be reached).
  *
- *  - /health and a completion answer 503 while no head is connected
+ *  - /health and a completion answer 503 while no node is connected
  *    (status "down"), /health 503 "degraded" naming the missing layers while
  *    the head is alone, 200 "ok" with the whole pipeline;
  *  - greedy and seeded-sampling completions and chat completions equal

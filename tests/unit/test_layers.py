@@ -20,10 +20,10 @@ or a function outgrows the house's bounds:
 3. Shape: no product file over MAX_FILE_LINES lines and no function over
    MAX_FUNCTION_LINES, but those named in LONG_FILES / LONG_FUNCTIONS with
    their reason (and in docs/architecture.md, "Sizes").
-4. Objects: the symbols the built object files define and use. An engine
-   object uses no ZeroMQ / libsodium / protobuf / jansson / curl symbol; a
-   relay or client-library object uses no symbol that the engine or the hub
-   defines; and no two object files of the product call each other in a
+4. Objects: the symbols the built object files define and use. A base,
+   engine or drafter object uses no ZeroMQ / libsodium / protobuf / jansson /
+   curl symbol; a relay, client-library, net or gateway object uses no symbol
+   that the engine, the drafter or the hub defines; and no two object files of the product call each other in a
    circle (node/head.c calling node/stage.c calling node/head.c).
 
 The planted violations each rule was shown to catch are listed in
