@@ -11,7 +11,8 @@
  *    vocabulary, and every draft is accepted), the draft model with every
  *    third draft corrupted (rejections every round, so the draft cache is
  *    rolled back by its longest-common-prefix rule), the confidence stop
- *    (p_min 0.9) and the adaptive K;
+ *    (p_min 0.9; and 0.99999 without a repetition penalty: still one draft a
+ *    round) and the adaptive K;
  *  - the stats agree with the rounds (accepted <= drafted, tokens per round);
  *  - sampling (temp 0.8) with a fixed seed and K is deterministic: two runs
  *    give the same tokens, and the draft model path reports sparse q's;
@@ -206,6 +207,22 @@ static void s_test_greedy(draft_model_t *dm)
             SW_CHECK(s_same(out, n, base, nb, "model, p_min 0.9", pi, 8));
             SW_CHECK(gs.drafted >= gs.rounds - 1);    // >= 1 per round (the last may lack room)
             SW_CHECK(gs.drafted < 8 * gs.rounds - 8); // and often fewer than K
+            /* the same without a repetition penalty (the backend's greedy chain, s_chain_step:
+             * its first draft comes from the round's own logits, never stopped) and a stop that
+             * nearly every later draft fails: one draft a round */
+            sw_sampling_t g1 = sp;
+            g1.rep_penalty = 1.0f;
+            int32_t base1[N_GEN];
+            const int nb1 = s_run(prompt, n_prompt, &g1, NULL, 0, base1, &gs);
+            pc.p_min = 0.99999f;
+            pc.sampling = g1;
+            SW_CHECK(draft_begin(d, &pc, perr, sizeof perr) == 0);
+            pp = draft_proposer(d);
+            n = s_run(prompt, n_prompt, &g1, &pp, draft_gen_k(d), out, &gs);
+            SW_CHECK(s_same(out, n, base1, nb1, "model, no penalty, p_min 0.99999", pi, 8));
+            printf("p_min 0.99999, no penalty: %d drafts in %d rounds\n", gs.drafted, gs.rounds);
+            SW_CHECK(gs.drafted >= gs.rounds - 1);
+            SW_CHECK(gs.drafted < 2 * gs.rounds); // the stop held the later drafts back
         }
         /* Adaptive K, draft model and n-gram mixed. */
         draft_cfg_t dc = {.mode = DRAFT_MODE_MIX, .k = DRAFT_K_AUTO, .k_max = 32, .sampling = sp};
