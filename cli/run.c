@@ -12,7 +12,7 @@
  * (connect.c).
  *
  * SECURITY is --key FILE --relay-key FILE|Z85 --access-key FILE (required;
- * or the SW_KEY / SW_RELAY_KEY / SW_CLUSTER_KEY environment variables), or
+ * or the SW_KEY / SW_RELAY_KEY / SW_ACCESS_KEY environment variables), or
  * --insecure-loopback for a loopback relay without keys (keys.h).
  */
 #include <jansson.h>
