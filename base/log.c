@@ -3,6 +3,7 @@
  * write so that lines from several threads do not interleave.
  */
 #include "log.h"
+#include "sw_limits.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -187,6 +188,11 @@ void sw_log_gate_init(sw_log_gate_t *g, const char *what, int per_key, int per_w
     g->per_key = per_key;
     g->per_window = per_window;
     g->window_ms = window_ms;
+}
+
+void sw_log_gate_refusals(sw_log_gate_t *g, const char *what)
+{
+    sw_log_gate_init(g, what, SW_REFUSED_LOG_KEY, SW_REFUSED_LOG_ALL, SW_REFUSED_LOG_MS);
 }
 
 void sw_log_gate_tick(sw_log_gate_t *g, double now_ms)

@@ -109,6 +109,8 @@ int sw_log_gated(sw_log_gate_t *g, enum sw_log_level level, const char *key, dou
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Writes the summaries of a window that ended by now_ms and closes it. */
 void sw_log_gate_tick(sw_log_gate_t *g, double now_ms);
+/* sw_log_gate_init with the refusals' limits (SW_REFUSED_LOG_*, base/sw_limits.h). */
+void sw_log_gate_refusals(sw_log_gate_t *g, const char *what);
 
 #define SW_ERR(...) sw_log_write(SW_LOG_ERROR, __VA_ARGS__)
 #define SW_WARN(...) sw_log_write(SW_LOG_WARN, __VA_ARGS__)

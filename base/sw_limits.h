@@ -220,15 +220,12 @@ _Static_assert(SW_DRAFT_DEFAULT_K_MAX <= SW_MAX_DRAFT, "the default ceiling is a
  * head's session slots (base/bucket.h): more keys than slots, taking turns, share what the
  * table refills (slots x this a second) rather than each starting full. */
 #define SW_HEAD_ANSWERS_S 20
-/* The head's log gates (base/log.h sw_log_gate) for refused requests, Resumes and requests that
- * wait: past these, one summary line per key when the window ends. */
-#define SW_HEAD_REFUSED_LOG_KEY 5    /* lines per client key in a window */
-#define SW_HEAD_REFUSED_LOG_ALL 20   /* lines for all keys together in a window */
-#define SW_HEAD_REFUSED_LOG_MS 10000 /* the window (ms) */
-/* The gateway's log gate for the connections it refuses or closes (shardwire serve), alike. */
-#define SW_GATEWAY_CONN_LOG_KEY 5    /* lines per client network (--max-per-prefix) in a window */
-#define SW_GATEWAY_CONN_LOG_ALL 20   /* lines for all networks together in a window */
-#define SW_GATEWAY_CONN_LOG_MS 10000 /* the window (ms) */
+/* The log gates for refusals (base/log.h sw_log_gate_refusals: the head's refused requests,
+ * Resumes and requests that wait; the gateway's refused or closed connections): past these,
+ * one summary line per key when the window ends. */
+#define SW_REFUSED_LOG_KEY 5    /* lines per key (a client key, a network) in a window */
+#define SW_REFUSED_LOG_ALL 20   /* lines for all keys together in a window */
+#define SW_REFUSED_LOG_MS 10000 /* the window (ms) */
 
 _Static_assert(SW_NODE_DEFAULT_MAX_QUEUE <= SW_WIRE_MAX_QUEUE &&
                    SW_NODE_DEFAULT_MAX_QUEUE_PER_CLIENT <= SW_NODE_DEFAULT_MAX_QUEUE,

@@ -26,9 +26,6 @@
 #include "gateway_impl.h"
 #include "log.h"
 
-/* the connection log gate's limits, as sw_log_gate_init takes them (per key, all keys, window) */
-#define GW_CONN_LOG SW_GATEWAY_CONN_LOG_KEY, SW_GATEWAY_CONN_LOG_ALL, SW_GATEWAY_CONN_LOG_MS
-
 /* How long a stopped gateway waits for its streams' last events to leave (ms). */
 #define S_DRAIN_MS 3000
 #define S_RX_UNKNOWN ULLONG_MAX /* gw_link_t.rx when the kernel did not say */
@@ -534,7 +531,7 @@ int gw_run(const gw_opts_t *o, volatile sig_atomic_t *stop)
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-    sw_log_gate_init(&g.conn_log, "serve: connections refused or closed", GW_CONN_LOG);
+    sw_log_gate_refusals(&g.conn_log, "serve: connections refused or closed");
     d = MHD_start_daemon(
         flags, 0, s_accept, &g, s_handler, &g, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,

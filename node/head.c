@@ -72,10 +72,8 @@ int node_head_new(node_t *n, char *err, size_t err_len)
     h->bout = malloc((size_t)n->rows_cap * n->hp->n_embd * sizeof(float));
     h->resend = calloc((size_t)h->n_slots, sizeof *h->resend);
     h->answer = calloc((size_t)h->n_slots, sizeof *h->answer);
-    sw_log_gate_init(&h->refused_log, "head: refusals and Resumes", SW_HEAD_REFUSED_LOG_KEY,
-                     SW_HEAD_REFUSED_LOG_ALL, SW_HEAD_REFUSED_LOG_MS);
-    sw_log_gate_init(&h->wait_log, "head: requests that wait", SW_HEAD_REFUSED_LOG_KEY,
-                     SW_HEAD_REFUSED_LOG_ALL, SW_HEAD_REFUSED_LOG_MS);
+    sw_log_gate_refusals(&h->refused_log, "head: refusals and Resumes");
+    sw_log_gate_refusals(&h->wait_log, "head: requests that wait");
     if (sw_model_is_last(n->model)) {
         /* a node holding every layer verifies itself: logits of every
          * session's last rows in one batch */

@@ -14,7 +14,7 @@
  *  - flood (6): with two requests running and two waiting, mallory sends
  *    GenerateRequests as fast as the relay takes them for 3 s, each refused
  *    by the per-key queue quota. The head's log holds at most 20 refusal
- *    lines for the window (SW_HEAD_REFUSED_LOG_ALL) and then one summary line
+ *    lines for the window (SW_REFUSED_LOG_ALL) and then one summary line
  *    naming mallory's key and how many were left out (before: one line per
  *    refusal, thousands); mallory gets at most SW_HEAD_ANSWERS_S Errors a
  *    second back;
@@ -128,7 +128,7 @@ static int s_generate_bad(sw_peer_t *m, const char *rid, long i)
 /* 6 through the queue: with one request of hers running (her hard cap is 1), mallory queues a
  * request and cancels it, again and again for 3 s (paced within the relay's rate, so that
  * every Cancel arrives). The head's log holds at most the gate's
- * lines for her key in each window (SW_HEAD_REFUSED_LOG_KEY, at most two windows) of "waits" and
+ * lines for her key in each window (SW_REFUSED_LOG_KEY, at most two windows) of "waits" and
  * "cancelled ... while waiting" (before: two INFO lines per cycle, ungated). */
 static void s_flood_wait_cancel(sw_peer_t *m, const char *hlog)
 {
@@ -157,7 +157,7 @@ static void s_flood_wait_cancel(sw_peer_t *m, const char *hlog)
            "waiting' lines in the head's log\n",
            cycles, waits, cancels);
     SW_CHECK(cycles > 200);
-    SW_CHECK(waits >= 1 && waits + cancels <= 10); /* SW_HEAD_REFUSED_LOG_KEY in two windows */
+    SW_CHECK(waits >= 1 && waits + cancels <= 10); /* SW_REFUSED_LOG_KEY in two windows */
     /* the same with requests of a 1 ms deadline, which expire in the queue: their refusals
      * go through the refusals' gate and the answer budget (before: an ungated WARN line and an
      * Error each) */
@@ -184,7 +184,7 @@ static void s_flood_wait_cancel(sw_peer_t *m, const char *hlog)
            "Errors back\n",
            expired, elines, te.errors);
     SW_CHECK(expired > 200);
-    SW_CHECK(elines <= 10); /* SW_HEAD_REFUSED_LOG_KEY in each of two windows */
+    SW_CHECK(elines <= 10); /* SW_REFUSED_LOG_KEY in each of two windows */
     SW_CHECK(te.errors >= 1 && te.errors <= SW_HEAD_ANSWERS_S * (swa_now() - t1 + 2));
     const sw_msg_t cc = {.type = SW_MSG_CANCEL,
                          .cancel = {.request_id = "wq-run", .reason = "done"}};
@@ -210,7 +210,7 @@ static void s_flood_in_slot(sw_peer_t *m, const char *hlog)
     /* the refusal gate's window that the floods before opened (its 5 lines for mallory's key
      * may be spent on them: CI once saw the 1 ms deadline flood's queue-quota refusals open it
      * and this flood fall wholly inside it, 0 lines) ends before this flood begins */
-    usleep((SW_HEAD_REFUSED_LOG_MS + 500) * 1000);
+    usleep((SW_REFUSED_LOG_MS + 500) * 1000);
     long sent = 0;
     const double t0 = swa_now();
     while (swa_now() - t0 < 3) {
@@ -236,7 +236,7 @@ static void s_flood_in_slot(sw_peer_t *m, const char *hlog)
            sent, flood_s, span_s, lines, errors, errors / span_s, refusals);
     SW_CHECK(sw_test_count_in_file(hlog, "'after-flood' from mallory:") == 1);
     SW_CHECK(sent > 1000);
-    SW_CHECK(lines >= 1 && lines <= 10); /* SW_HEAD_REFUSED_LOG_KEY in each of two windows */
+    SW_CHECK(lines >= 1 && lines <= 10); /* SW_REFUSED_LOG_KEY in each of two windows */
     SW_CHECK(errors >= 1 && errors <= SW_HEAD_ANSWERS_S * (span_s + 2));
     SW_CHECK_INT(refusals, errors);
 }
@@ -302,7 +302,7 @@ static void s_flood_no_route(sw_peer_t *m, const char *hlog, pid_t *tail)
            sent, flood_s, span_s, lines, failed, waits, t.errors, t.errors / span_s, t.refusals,
            refused);
     SW_CHECK(sent > 1000);
-    /* SW_HEAD_REFUSED_LOG_KEY (5) and a summary naming the last, in each 10 s window it spans */
+    /* SW_REFUSED_LOG_KEY (5) and a summary naming the last, in each 10 s window it spans */
     SW_CHECK(lines <= 6 * (int)(span_s / 10 + 2));
     SW_CHECK(t.errors >= 1 && t.errors <= SW_HEAD_ANSWERS_S * (span_s + 2));
 }
@@ -401,7 +401,7 @@ int main(void)
            "head (%.1f/s)\n",
            relayed, flood_s, held, lines, lines, summary, errors, errors / (flood_s + 1));
     SW_CHECK(held > 1000);
-    SW_CHECK(lines >= 1 && lines <= 6); /* SW_HEAD_REFUSED_LOG_KEY in a window, and mal-3's */
+    SW_CHECK(lines >= 1 && lines <= 6); /* SW_REFUSED_LOG_KEY in a window, and mal-3's */
     SW_CHECK(summary >= 1);
     SW_CHECK(errors <= SW_HEAD_ANSWERS_S * (flood_s + 2));
 
