@@ -17,7 +17,8 @@ _Static_assert(SW_SEAL_PAYLOAD_OVERHEAD == SW_WIRE_SEAL_OVERHEAD &&
 
 #define S_AAD_MAX (16 + 2 + 64 + 64 + 8 + 8 + 8 + 4) /* label, channel, kind, names, ids, time */
 #define S_WINDOW 64                                  /* counters below the highest still accepted */
-#define S_WIN_FIRST 64 /* windows allocated at first; doubled up to SW_SEAL_SENDERS_MAX */
+#define S_WIN_FIRST 64   /* windows allocated at first; doubled up to SW_SEAL_SENDERS_MAX */
+#define S_SPENT_FIRST 64 /* spent records allocated at first; doubled up to SW_SEAL_SPENT_MAX */
 
 /*
  * The replay window of one (sender name, sender session). Its messages carry
@@ -36,19 +37,36 @@ typedef struct s_window {
     int64_t last_ms;                  /* newest time_ms accepted (sender's clock, ms) */
 } s_window_t;
 
+/*
+ * A window given up for a newer window of the same sender key while its
+ * messages could still be accepted for their age: what it had accepted, kept
+ * until that age passes, so a replay of them stays refused and its sender,
+ * if it sends again, goes on from there.
+ */
+typedef struct s_spent {
+    uint64_t sender;  /* keyed hash of the sender name (s_name_hash) */
+    uint64_t session; /* sender's session id */
+    uint64_t top;     /* highest counter accepted: this and everything below are refused */
+    int64_t last_ms;  /* newest time_ms accepted; INT64_MIN once taken back */
+} s_spent_t;
+
 struct sw_seal {
-    uint8_t *keys;                          /* (n_keys, 32) in sodium_malloc'd memory */
-    int n_keys;                             /* 1..SW_CLUSTER_KEYS_MAX */
-    uint8_t key_id[SW_CLUSTER_KEYS_MAX][4]; /* BLAKE2b(key, keyed "sw-kid-"|channel)[0..4) */
-    uint64_t session;                       /* own sender session (random) */
-    uint64_t counter;                       /* own last message counter */
-    s_window_t *win;                        /* (cap_win) replay windows */
-    int n_win;                              /* windows in use */
-    int cap_win;                            /* windows allocated (<= SW_SEAL_SENDERS_MAX) */
-    uint64_t clock;                         /* LRU clock */
-    int64_t skew_ms;                        /* added to the own clock (tests) */
-    int64_t arrived_ms;                     /* sw_seal_arrived's last time (0 = never) */
-    char channel;                           /* SW_SEAL_CLUSTER or SW_SEAL_ACCESS */
+    uint8_t *keys;                               /* (n_keys, 32) in sodium_malloc'd memory */
+    int n_keys;                                  /* 1..SW_CLUSTER_KEYS_MAX */
+    uint8_t key_id[SW_CLUSTER_KEYS_MAX][4];      /* BLAKE2b(key, keyed "sw-kid-"|channel)[0..4) */
+    uint64_t session;                            /* own sender session (random) */
+    uint64_t counter;                            /* own last message counter */
+    s_window_t *win;                             /* (cap_win) replay windows */
+    int n_win;                                   /* windows in use */
+    int cap_win;                                 /* windows allocated (<= SW_SEAL_SENDERS_MAX) */
+    uint64_t clock;                              /* LRU clock */
+    s_spent_t *spent;                            /* (cap_spent) windows given up while live */
+    int n_spent;                                 /* records in use */
+    int cap_spent;                               /* records allocated (<= SW_SEAL_SPENT_MAX) */
+    uint8_t name_key[crypto_shorthash_KEYBYTES]; /* s_name_hash's key (random) */
+    int64_t skew_ms;                             /* added to the own clock (tests) */
+    int64_t arrived_ms;                          /* sw_seal_arrived's last time (0 = never) */
+    char channel;                                /* SW_SEAL_CLUSTER or SW_SEAL_ACCESS */
 };
 
 static void s_put64(uint8_t *p, uint64_t v)
@@ -82,7 +100,9 @@ sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char c
     s->keys = sodium_malloc((size_t)n * SW_CLUSTER_KEY_BYTES);
     s->cap_win = S_WIN_FIRST;
     s->win = calloc((size_t)s->cap_win, sizeof *s->win);
-    if (!s->keys || !s->win) {
+    s->cap_spent = S_SPENT_FIRST;
+    s->spent = calloc((size_t)s->cap_spent, sizeof *s->spent);
+    if (!s->keys || !s->win || !s->spent) {
         sw_seal_destroy(&s);
         return NULL;
     }
@@ -96,6 +116,7 @@ sw_seal_t *sw_seal_new(const uint8_t keys[][SW_CLUSTER_KEY_BYTES], int n, char c
         memcpy(s->key_id[i], h, 4);
     }
     sodium_mprotect_readonly(s->keys);
+    crypto_shorthash_keygen(s->name_key);
     do
         randombytes_buf(&s->session, sizeof s->session);
     while (s->session == 0);
@@ -130,6 +151,7 @@ void sw_seal_destroy(sw_seal_t **self_p)
     if (s->keys)
         sodium_free(s->keys); /* zeroes it */
     free(s->win);
+    free(s->spent);
     sodium_memzero(s, sizeof *s);
     free(s);
     *self_p = NULL;
@@ -198,25 +220,60 @@ int sw_seal_message(sw_seal_t *s, const char *src, const char *dst, const void *
     return SW_SEAL_OK;
 }
 
-/*
- * The window of (sender, session), or for a new one (sender key `key`) a
- * free or reusable entry: the key's own least recently used window when it
- * holds SW_SEAL_SESSIONS_PER_KEY; else a window whose messages are all too
- * old to be accepted again (its newest older than SW_SEAL_MAX_AGE_MS); else
- * a new entry; else, the table full of live windows, the key's own least
- * recently used one. NULL when none: the new session is refused (*fresh
- * says whether the entry is new and must be set up).
- */
-static s_window_t *s_window(sw_seal_t *s, const char *sender, const char *key, uint64_t session,
-                            int64_t now, int *fresh)
+/* SipHash of the sender name as a window keeps it (63 bytes at most), keyed per process. */
+static uint64_t s_name_hash(const sw_seal_t *s, const char *sender)
 {
-    *fresh = 0;
-    for (int i = 0; i < s->n_win; i++) {
-        s_window_t *w = &s->win[i];
-        if (w->session == session && strcmp(w->sender, sender) == 0)
-            return w;
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, (const uint8_t *)sender, strnlen(sender, 63), s->name_key);
+    return s_get64(h);
+}
+
+/* The spent record of (sender, session) whose messages can still be accepted for age: its
+ * index, or -1. */
+static int s_spent_find(const sw_seal_t *s, uint64_t sender, uint64_t session, int64_t now)
+{
+    for (int i = 0; i < s->n_spent; i++) {
+        const s_spent_t *r = &s->spent[i];
+        if (r->session == session && r->sender == sender && r->last_ms >= now - SW_SEAL_MAX_AGE_MS)
+            return i;
     }
-    *fresh = 1;
+    return -1;
+}
+
+/* Keeps what live window w accepted before it is given up: 0, or -1 when every record is
+ * live and SW_SEAL_SPENT_MAX are kept (w must then stay). */
+static int s_spend(sw_seal_t *s, const s_window_t *w, int64_t now)
+{
+    s_spent_t *r = NULL;
+    for (int i = 0; i < s->n_spent && !r; i++)
+        if (s->spent[i].last_ms < now - SW_SEAL_MAX_AGE_MS)
+            r = &s->spent[i];
+    if (!r && s->n_spent == s->cap_spent && s->cap_spent < SW_SEAL_SPENT_MAX) {
+        int cap = s->cap_spent * 2 < SW_SEAL_SPENT_MAX ? s->cap_spent * 2 : SW_SEAL_SPENT_MAX;
+        s_spent_t *grown = realloc(s->spent, (size_t)cap * sizeof *grown);
+        if (grown) {
+            s->spent = grown;
+            s->cap_spent = cap;
+        }
+    }
+    if (!r && s->n_spent < s->cap_spent)
+        r = &s->spent[s->n_spent++];
+    if (!r)
+        return -1;
+    *r = (s_spent_t){s_name_hash(s, w->sender), w->session, w->top, w->last_ms};
+    return 0;
+}
+
+/*
+ * A free or reusable entry for a new window of sender key `key`: the key's
+ * own least recently used window when it holds SW_SEAL_SESSIONS_PER_KEY;
+ * else a window whose messages are all too old to be accepted again (its
+ * newest older than SW_SEAL_MAX_AGE_MS); else a new entry; else, the table
+ * full of live windows, the key's own least recently used one. A live window
+ * given up leaves a spent record (s_spend). NULL when none can be had.
+ */
+static s_window_t *s_entry(sw_seal_t *s, const char *key, int64_t now)
+{
     s_window_t *stale = NULL, *mine = NULL;
     int n_mine = 0;
     for (int i = 0; i < s->n_win; i++) {
@@ -229,21 +286,63 @@ static s_window_t *s_window(sw_seal_t *s, const char *sender, const char *key, u
                 mine = w;
         }
     }
-    if (n_mine >= SW_SEAL_SESSIONS_PER_KEY)
-        return mine;
-    if (stale)
-        return stale;
-    if (s->n_win == s->cap_win && s->cap_win < SW_SEAL_SENDERS_MAX) {
-        int cap = s->cap_win * 2 < SW_SEAL_SENDERS_MAX ? s->cap_win * 2 : SW_SEAL_SENDERS_MAX;
-        s_window_t *grown = realloc(s->win, (size_t)cap * sizeof *grown);
-        if (grown) {
-            s->win = grown;
-            s->cap_win = cap;
+    if (n_mine < SW_SEAL_SESSIONS_PER_KEY) {
+        if (stale)
+            return stale;
+        if (s->n_win == s->cap_win && s->cap_win < SW_SEAL_SENDERS_MAX) {
+            int cap = s->cap_win * 2 < SW_SEAL_SENDERS_MAX ? s->cap_win * 2 : SW_SEAL_SENDERS_MAX;
+            s_window_t *grown = realloc(s->win, (size_t)cap * sizeof *grown);
+            if (grown) {
+                s->win = grown;
+                s->cap_win = cap;
+            }
         }
+        if (s->n_win < s->cap_win)
+            return &s->win[s->n_win++];
     }
-    if (s->n_win < s->cap_win)
-        return &s->win[s->n_win++];
+    if (!mine || (mine->last_ms >= now - SW_SEAL_MAX_AGE_MS && s_spend(s, mine, now) != 0))
+        return NULL;
     return mine;
+}
+
+/*
+ * The window of (sender, session). For a new one (sender key `key`), an
+ * entry from s_entry, set up (*fresh = 1: the first message's counter is
+ * new), or, when the session's window was given up while live, set up from
+ * its spent record (*fresh = 0: everything up to the record's top is
+ * refused). NULL when no entry can be had: the new session is refused.
+ */
+static s_window_t *s_window(sw_seal_t *s, const char *sender, const char *key, uint64_t session,
+                            int64_t now, int *fresh)
+{
+    *fresh = 0;
+    for (int i = 0; i < s->n_win; i++) {
+        s_window_t *w = &s->win[i];
+        if (w->session == session && strcmp(w->sender, sender) == 0)
+            return w;
+    }
+    const int spent = s_spent_find(s, s_name_hash(s, sender), session, now);
+    s_spent_t was = spent >= 0 ? s->spent[spent] : (s_spent_t){0};
+    if (spent >= 0)
+        s->spent[spent].last_ms = INT64_MIN; /* taken back (before s_entry can spend into it) */
+    s_window_t *w = s_entry(s, key, now);
+    if (!w) {
+        if (spent >= 0)
+            s->spent[spent] = was;
+        return NULL;
+    }
+    memset(w, 0, sizeof *w);
+    snprintf(w->sender, sizeof w->sender, "%s", sender);
+    snprintf(w->key, sizeof w->key, "%s", key);
+    w->session = session;
+    if (spent >= 0) {
+        w->top = was.top;
+        w->bits = ~(uint64_t)0;
+        w->last_ms = was.last_ms;
+    } else {
+        *fresh = 1;
+    }
+    return w;
 }
 
 /* 1 when counter is new for w (does not change w). */
@@ -353,12 +452,6 @@ int sw_seal_open(sw_seal_t *s, const char *src, const char *src_key, const char 
         free(plain);
         return rc;
     }
-    if (fresh) {
-        memset(w, 0, sizeof *w);
-        snprintf(w->sender, sizeof w->sender, "%s", src);
-        snprintf(w->key, sizeof w->key, "%s", src_key ? src_key : "");
-        w->session = session;
-    }
     w->used = ++s->clock;
     if (time_ms > w->last_ms)
         w->last_ms = time_ms;
@@ -391,9 +484,32 @@ const char *sw_seal_strerror(int rc)
             SW_SEAL_MAX_AGE_MS) " ms ago or ahead (a replay, or "
                                 "the two machines' clocks are that far apart: run NTP)";
     case SW_SEAL_EBUSY:
-        return "a new sender session, but " SW_SEAL_STR(
-            SW_SEAL_SENDERS_MAX) " sessions of other "
-                                 "keys sent here within " SW_SEAL_STR(SW_SEAL_MAX_AGE_MS) " ms";
+        return "a new sender session, but no replay window is free (" SW_SEAL_STR(
+            SW_SEAL_SENDERS_MAX) " sessions of other keys, or " SW_SEAL_STR(SW_SEAL_SPENT_MAX) " "
+                                                                                               "giv"
+                                                                                               "en "
+                                                                                               "up "
+                                                                                               "for"
+                                                                                               " ne"
+                                                                                               "wer"
+                                                                                               " se"
+                                                                                               "ssi"
+                                                                                               "ons"
+                                                                                               " of"
+                                                                                               " th"
+                                                                                               "eir"
+                                                                                               " ow"
+                                                                                               "n "
+                                                                                               "key"
+                                                                                               ", "
+                                                                                               "sen"
+                                                                                               "t "
+                                                                                               "her"
+                                                                                               "e "
+                                                                                               "wit"
+                                                                                               "hin"
+                                                                                               " " SW_SEAL_STR(
+                                                                                                   SW_SEAL_MAX_AGE_MS) " ms)";
     default:
         return "unknown";
     }

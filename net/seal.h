@@ -31,9 +31,11 @@
  * below it were, dropping anything it has seen or that is 64 or more below
  * the highest (replays). Such a window is given up only when its
  * newest message is too old to be accepted again, or for a newer window of
- * the same sender key (SW_SEAL_SESSIONS_PER_KEY per key): so no volume of
- * messages from other keys reopens a replay; with SW_SEAL_SENDERS_MAX live
- * windows of other keys a new session is refused instead.
+ * the same sender key (SW_SEAL_SESSIONS_PER_KEY per key); given up while its
+ * messages are young enough, it leaves a spent record (its highest counter)
+ * until they are not, so its replays stay refused. No volume of sessions
+ * reopens a replay: with SW_SEAL_SENDERS_MAX live windows of other keys, or
+ * SW_SEAL_SPENT_MAX live spent records, a new session is refused instead.
  *
  * One owner thread (the peer's).
  */
@@ -57,6 +59,7 @@
 #define SW_SEAL_PAYLOAD_OVERHEAD (SW_SEAL_NONCE + SW_SEAL_TAG)  /* 40 bytes added to a payload */
 #define SW_SEAL_SENDERS_MAX 16384    /* (sender, session) replay windows kept at most */
 #define SW_SEAL_SESSIONS_PER_KEY 256 /* windows of one sender key (its oldest goes beyond) */
+#define SW_SEAL_SPENT_MAX 16384 /* windows given up while live, kept as spent records at most */
 #define SW_SEAL_MAX_AGE_MS                                                                         \
     120000                    /* a message older or newer than this (sender's clock) is dropped */
 #define SW_SEAL_KEY_FP_MAX 64 /* bytes of a sender key fingerprint kept */

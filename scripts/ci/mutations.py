@@ -152,6 +152,12 @@ CLAIMS = [
      "    const int64_t at = s->arrived_ms && s->arrived_ms < now ? s->arrived_ms : now;",
      "    const int64_t at = now + 0 * s->arrived_ms;",
      "test_seal", {}),
+    ("seal-spent: a window given up while live for newer sessions of its key keeps a spent "
+     "record, so its replays stay refused",
+     "net/seal.c",
+     "    if (!mine || (mine->last_ms >= now - SW_SEAL_MAX_AGE_MS && s_spend(s, mine, now) != 0))",
+     "    if (!mine || (0 && s_spend(s, mine, now) != 0))",
+     "test_seal", {}),
     ("recover-moved: a replay that moved keeps its round's first give-up time (issue 33)",
      "node/recover.c",
      "        rec->moved = 1; // the next failure waits a whole timeout",

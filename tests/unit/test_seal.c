@@ -233,6 +233,83 @@ static int s_open_at(sw_seal_t *b, zmq_msg_t *h)
     return rc;
 }
 
+/* A fresh session (its own sealer) of sender `name`, key `key`, sends one message to b: rc. */
+static int s_new_session(const uint8_t k[][32], sw_seal_t *b, const char *name, const char *key)
+{
+    sw_seal_t *x = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    zmq_msg_t h, p;
+    int rc = 99;
+    if (x && sw_seal_message(x, name, "tail", "n", 1, NULL, 0, 0, &h, &p) == 0) {
+        uint8_t *plain = NULL;
+        size_t pl = 0;
+        rc = sw_seal_open(b, name, key, "tail", zmq_msg_data(&h), zmq_msg_size(&h), NULL, &plain,
+                          &pl);
+        free(plain);
+        zmq_msg_close(&h);
+    }
+    sw_seal_destroy(&x);
+    return rc;
+}
+
+/*
+ * A window given up for newer sessions of its own key while its messages are young enough to
+ * open (a key that runs more than SW_SEAL_SESSIONS_PER_KEY `shardwire run`s within
+ * SW_SEAL_MAX_AGE_MS) does not reopen its replays: a malicious relay replaying them is
+ * refused, and the sender itself goes on where it was. The records that remember such
+ * windows are bounded (SW_SEAL_SPENT_MAX): beyond, a new session is refused, not a replay let
+ * in, until the records are old enough to go.
+ */
+static void s_test_spent(const uint8_t k[][32])
+{
+    sw_seal_t *a = sw_seal_new(k, 1, SW_SEAL_CLUSTER), *b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    zmq_msg_t h[4], p;
+    for (int i = 0; i < 4; i++)
+        SW_CHECK_INT(sw_seal_message(a, "head", "tail", "m", 1, NULL, 0, 0, &h[i], &p), 0);
+    SW_CHECK_INT(s_open_at(b, &h[0]), SW_SEAL_OK);
+    SW_CHECK_INT(s_open_at(b, &h[1]), SW_SEAL_OK);
+    /* alice's later sessions (other processes under the same name) push "head"'s window out */
+    int ok = 0;
+    for (int i = 0; i < SW_SEAL_SESSIONS_PER_KEY + 8; i++)
+        ok += s_new_session(k, b, "head", "alice") == SW_SEAL_OK;
+    SW_CHECK_INT(ok, SW_SEAL_SESSIONS_PER_KEY + 8);
+    SW_CHECK_INT(s_open_at(b, &h[0]), SW_SEAL_EREPLAY); /* the replays stay refused */
+    SW_CHECK_INT(s_open_at(b, &h[1]), SW_SEAL_EREPLAY);
+    SW_CHECK_INT(s_open_at(b, &h[3]), SW_SEAL_OK); /* the sender goes on */
+    SW_CHECK_INT(s_open_at(b, &h[3]), SW_SEAL_EREPLAY);
+    /* h[2] was never delivered and lies above the record's top: it opens, once */
+    SW_CHECK_INT(s_open_at(b, &h[2]), SW_SEAL_OK);
+    SW_CHECK_INT(s_open_at(b, &h[2]), SW_SEAL_EREPLAY);
+    for (int i = 0; i < 4; i++)
+        zmq_msg_close(&h[i]);
+    sw_seal_destroy(&b);
+
+    /* the bound: SW_SEAL_SPENT_MAX windows given up while live, then key "m"'s next session
+     * is refused; another key still gets a window; later the records go and "m" gets one */
+    b = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    ok = 0;
+    for (int i = 0; i < SW_SEAL_SESSIONS_PER_KEY + SW_SEAL_SPENT_MAX; i++)
+        ok += s_new_session(k, b, "m1", "m") == SW_SEAL_OK;
+    SW_CHECK_INT(ok, SW_SEAL_SESSIONS_PER_KEY + SW_SEAL_SPENT_MAX);
+    SW_CHECK_INT(s_new_session(k, b, "m1", "m"), SW_SEAL_EBUSY);
+    SW_CHECK(strstr(sw_seal_strerror(SW_SEAL_EBUSY), "given up") != NULL);
+    SW_CHECK_INT(s_new_session(k, b, "n1", "n"), SW_SEAL_OK);
+    sw_seal_set_skew(b, SW_SEAL_MAX_AGE_MS + 1000);
+    sw_seal_t *late = sw_seal_new(k, 1, SW_SEAL_CLUSTER);
+    sw_seal_set_skew(late, SW_SEAL_MAX_AGE_MS + 1000);
+    zmq_msg_t hl;
+    SW_CHECK_INT(sw_seal_message(late, "m1", "tail", "l", 1, NULL, 0, 0, &hl, &p), 0);
+    uint8_t *plain = NULL;
+    size_t pl = 0;
+    SW_CHECK_INT(
+        sw_seal_open(b, "m1", "m", "tail", zmq_msg_data(&hl), zmq_msg_size(&hl), NULL, &plain, &pl),
+        SW_SEAL_OK);
+    free(plain);
+    zmq_msg_close(&hl);
+    sw_seal_destroy(&late);
+    sw_seal_destroy(&a);
+    sw_seal_destroy(&b);
+}
+
 /*
  * Ages are judged when a message reached the receiver (issue 33): a frame that waited in the
  * receiver's own queue while it computed for minutes opens, as long as it was younger than
@@ -450,6 +527,7 @@ int main(void)
     randombytes_buf(k, sizeof k);
     s_test_roundtrip_and_tamper(k);
     s_test_replay(k);
+    s_test_spent(k);
     s_test_arrived(k);
     s_test_rotation(k);
     s_test_files();
