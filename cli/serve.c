@@ -111,8 +111,9 @@ static const sw_opt_group_t s_groups[] = {
 static const sw_args_spec_t s_spec = {
     .prog = "shardwire serve",
     .usage = "--relay HOST:PORT --listen HOST:PORT --api-key-file FILE SECURITY [options]",
-    .about = "  An OpenAI-compatible HTTP API (POST /v1/chat/completions, /v1/completions,\n"
-             "  GET /v1/models, /health, /metrics) in front of a cluster; docs/api.md.\n"
+    .about = "  An OpenAI-compatible HTTP API (POST /v1/chat/completions, /v1/completions;\n"
+             "  GET /v1/models, /v1/models/ID, /v1/cluster, /v1/defaults, /health,\n"
+             "  /metrics) in front of a cluster; docs/api.md.\n"
              "  The gateway is a client of the cluster: it needs a client key and the\n"
              "  access key, never the cluster key (security below). GET / serves a web\n"
              "  chat and a live page of the cluster (docs/api.md, \"Web page\").\n",
