@@ -22,7 +22,7 @@ static const struct s_cmd s_cmds[] = {
     {"status", cmd_status, "print the relay's peers, their layer ranges and heartbeat ages"},
     {"plan", cmd_plan, "the layer ranges that minimise the round time for the relay's nodes"},
     {"info", cmd_info, "describe a GGUF model file (architecture, sizes, fingerprint)"},
-    {"keygen", cmd_keygen, "make a CURVE key pair (--out PREFIX) or a cluster key (--cluster-key)"},
+    {"keygen", cmd_keygen, "make a CURVE key pair (--out PREFIX), a cluster key or an access key"},
     {"cluster", cmd_cluster, "set up a cluster's keys: one bundle per machine (cluster init)"},
     {"pull", cmd_pull, "download a GGUF from the Hugging Face hub into its cache (REPO[:FILE])"},
 };

@@ -30,8 +30,9 @@ enum { O_QUIET = 'q', O_LAYERS = 'l' };
 static const sw_opt_t s_opts[] = {
     {"quiet", O_QUIET, NULL, "no progress output"},
     {"layers", O_LAYERS, "A:B",
-     "only what a node of layers [A, B) needs (B may be 'end'):\nthe header, those blocks, the "
-     "embeddings from 0, the\noutput norm and head to the end"},
+     "only what a node of layers [A, B) needs (B may be 'end'):\nthe header, the first MiB of "
+     "tensor data (the\nfingerprint), those blocks, the embeddings from 0, the\noutput norm and "
+     "head to the end"},
 };
 
 static const sw_opt_group_t s_groups[] = {SW_ARGS_GROUP(NULL, s_opts)};

@@ -47,11 +47,13 @@ static int s_failover(sw_client_t *c, client_req_t *r, const sw_client_table_t *
         return -1;
     const sw_client_peer_t *to = NULL;
     for (int k = 0; k < t->n_peers && !to; k++)
-        if (sw_client_trusted_head(t, &t->peers[k]) && !strcmp(t->peers[k].name, r->head) &&
+        if (r->leaving != 1 && sw_client_trusted_head(t, &t->peers[k]) &&
+            !strcmp(t->peers[k].name, r->head) &&
             (!r->model[0] || !strcmp(t->peers[k].model, r->model)))
             to = &t->peers[k];
     for (int k = 0; k < t->n_peers && !to && r->model[0]; k++)
-        if (sw_client_trusted_head(t, &t->peers[k]) && !strcmp(t->peers[k].model, r->model))
+        if (sw_client_trusted_head(t, &t->peers[k]) && !strcmp(t->peers[k].model, r->model) &&
+            (r->leaving != 1 || strcmp(t->peers[k].name, r->head) != 0))
             to = &t->peers[k];
     const int left_ms = (int)(r->deadline - CLIENT_GRACE_MS - now);
     if (!to || left_ms < 1000)
@@ -63,6 +65,7 @@ static int s_failover(sw_client_t *c, client_req_t *r, const sw_client_table_t *
     snprintf(r->head, sizeof r->head, "%s", to->name);
     r->head_missing = 0;
     r->gone_at = 0;
+    r->leaving = 0;
     r->last_msg = now;
     r->resume_at = 0;
     r->stats.n_failovers++;
@@ -103,7 +106,9 @@ int client_watch(sw_client_t *c, sw_client_event_t *ev)
         int present = 0;
         for (int k = 0; k < t.n_peers && !present; k++)
             present = !strcmp(t.peers[k].name, r->head);
-        if (present) {
+        if (!present && r->leaving == 1)
+            r->leaving = 2; /* gone: a head of its name from now on is a restart */
+        if (present && !r->leaving) {
             r->head_missing = 0;
             r->last_msg = now;
             if (now > r->quiet_until) /* not while it said it is busy (Progress.next_ms) */

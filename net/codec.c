@@ -65,7 +65,8 @@ _Static_assert(S_SAME(SW_ERROR_UNSPECIFIED, SHARDWIRE__ERROR_CODE__ERR_UNSPECIFI
                    S_SAME(SW_ERROR_DEADLINE, SHARDWIRE__ERROR_CODE__ERR_DEADLINE) &&
                    S_SAME(SW_ERROR_UNAUTHORIZED, SHARDWIRE__ERROR_CODE__ERR_UNAUTHORIZED) &&
                    S_SAME(SW_ERROR_BUSY, SHARDWIRE__ERROR_CODE__ERR_BUSY) &&
-                   S_SAME(SW_ERROR_PLAN_REFUSED, SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED),
+                   S_SAME(SW_ERROR_PLAN_REFUSED, SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED) &&
+                   S_SAME(SW_ERROR_HEAD_LEAVING, SHARDWIRE__ERROR_CODE__ERR_HEAD_LEAVING),
                "sw_error_code_t and ErrorCode disagree");
 
 /* Inside the decoders: bail out with a message unless cond holds. */
@@ -460,7 +461,8 @@ static int s_error_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t 
     CHECK(e != NULL, "error missing");
     CHECK((e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
            e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY) ||
-              e->code == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED,
+              e->code == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED ||
+              e->code == SHARDWIRE__ERROR_CODE__ERR_HEAD_LEAVING,
           "error.code %d unknown", (int)e->code);
     out->error.code = (sw_error_code_t)e->code;
     out->error.message = s_in_str(e->message);

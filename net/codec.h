@@ -105,6 +105,7 @@ typedef enum sw_error_code {
     SW_ERROR_UNAUTHORIZED = 14, /* the sender's key may not do this */
     SW_ERROR_BUSY = 15,         /* the head's queue is full, or a request waited too long */
     SW_ERROR_PLAN_REFUSED = 20, /* a PlanAssign not from the head, or a range that does not fit */
+    SW_ERROR_HEAD_LEAVING = 21, /* the head leaves before it finished the request: fail over */
 } sw_error_code_t;
 
 /* ---- messages ----------------------------------------------------------------------------- */

@@ -62,6 +62,7 @@ const char *sw_wire_error_code_name(int code)
         NULL,
         NULL,
         "plan_refused",
+        "head_leaving",
     };
     if (code < 0 || (size_t)code >= sizeof names / sizeof names[0] || !names[code])
         return "unknown";

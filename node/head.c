@@ -133,7 +133,7 @@ void node_head_free(node_t *n)
         head_sess_t *s = &h->sess[i];
         if ((s->state == HEAD_ROUTE || s->state == HEAD_RUN || s->state == HEAD_PARKED) &&
             n->peer) {
-            head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,
+            head_send_error(n, s->client_addr, SW_ERROR_HEAD_LEAVING, s->rid, s->id, 0,
                             "the head is shutting down");
             head_close_stages(n, s, "head shutting down");
         }
@@ -143,8 +143,8 @@ void node_head_free(node_t *n)
         head_wait_t *w = &h->queue[(h->q_head + i) % n->o.max_queue];
         char addr[SW_WIRE_ADDR_MAX + 1];
         if (n->peer)
-            head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_INTERNAL, w->g.request_id,
-                            0, (uint32_t)(i + 1), "the head is shutting down");
+            head_send_error(n, head_reply_addr(&w->msg, addr), SW_ERROR_HEAD_LEAVING,
+                            w->g.request_id, 0, (uint32_t)(i + 1), "the head is shutting down");
         sw_wire_msg_clear(&w->msg);
     }
     sw_wire_msg_clear(&h->table);

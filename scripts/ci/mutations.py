@@ -158,6 +158,12 @@ CLAIMS = [
      "    if (!mine || (mine->last_ms >= now - SW_SEAL_MAX_AGE_MS && s_spend(s, mine, now) != 0))",
      "    if (!mine || (0 && s_spend(s, mine, now) != 0))",
      "test_seal", {}),
+    ("head-leaving: a head that stops tells its running requests' clients it is leaving, so "
+     "they fail over",
+     "node/head.c",
+     "            head_send_error(n, s->client_addr, SW_ERROR_HEAD_LEAVING, s->rid, s->id, 0,",
+     "            head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,",
+     "test_failover", {}),
     ("recover-moved: a replay that moved keeps its round's first give-up time (issue 33)",
      "node/recover.c",
      "        rec->moved = 1; // the next failure waits a whole timeout",

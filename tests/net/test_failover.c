@@ -19,6 +19,12 @@
  * Written to fail before the change: there the client ended the request
  * with "the head 'head' left during the request" (exit code non-zero).
  *
+ * A head stopped gracefully (SIGTERM: a rolling restart) mid-stream tells its
+ * clients it is leaving (ERR_HEAD_LEAVING), and the run goes on at the other
+ * head the same way, token for token. Written to fail before the change:
+ * there the head ended the request with ERR_INTERNAL "the head is shutting
+ * down" and the run exited non-zero (the audit of 2026-12-07).
+ *
  * And a taken-over request whose resume_tokens are not what greedy decoding
  * gives (a client holding other tokens): the head ends it with an Error that
  * names the token, not with a normal finish (before: the stream ended early
@@ -42,12 +48,13 @@ static const char *s_prompt = "Once upon a time, in a land far away,";
 
 /*
  * Runs `shardwire run --greedy` in the background; once the head named
- * `victim` logged the request (the run is under way), kills it and starts
+ * `victim` logged the request (the run is under way), sends it signal `sig`
+ * (SIGKILL: it dies; SIGTERM: it stops as a user's stop does) and starts
  * `heir` (layers 0:15) after `gap_ms`. Returns 1 when the run's output equals
  * ref exactly and says a failover happened; *heir_pid gets the new head.
  */
-static int s_kill_mid_stream(pid_t *victim, const char *heir, int gap_ms, const int32_t *ref,
-                             int n_ref, pid_t *heir_pid)
+static int s_kill_mid_stream(pid_t *victim, int sig, const char *heir, int gap_ms,
+                             const int32_t *ref, int n_ref, pid_t *heir_pid)
 {
     const char *log = sw_test_log("cluster.log");
     const int before = sw_test_count_in_file(log, "prompt tokens, 160 to generate");
@@ -64,8 +71,8 @@ static int s_kill_mid_stream(pid_t *victim, const char *heir, int gap_ms, const 
         usleep(20000);
     usleep(700000); /* some tokens streamed */
     const double t0 = swa_now();
-    kill(*victim, SIGKILL);
-    waitpid(*victim, NULL, 0);
+    kill(*victim, sig);
+    const int exit_rc = sw_test_wait(*victim, 30);
     *victim = 0;
     usleep((useconds_t)gap_ms * 1000);
     *heir_pid = sw_test_node(s_ep, s_dir, heir, "0:15", log, NULL);
@@ -76,10 +83,10 @@ static int s_kill_mid_stream(pid_t *victim, const char *heir, int gap_ms, const 
     const int exact = rc == 0 && n == n_ref && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref);
     const char *fo = text ? strstr(text, "\"failovers\":") : NULL;
     const int failovers = fo ? atoi(fo + 12) : 0;
-    printf("head killed mid-stream, '%s' up %.1f s later: run exit %d, %d tokens, %s, %d "
-           "failover(s), %.1f s from the kill to the end\n",
-           heir, gap_ms / 1e3, rc, n, exact ? "equal to the uninterrupted run" : "DIFFERENT",
-           failovers, swa_now() - t0);
+    printf("head %s mid-stream (exit %d), '%s' up %.1f s later: run exit %d, %d tokens, %s, %d "
+           "failover(s), %.1f s from the signal to the end\n",
+           sig == SIGKILL ? "killed" : "stopped (SIGTERM)", exit_rc, heir, gap_ms / 1e3, rc, n,
+           exact ? "equal to the uninterrupted run" : "DIFFERENT", failovers, swa_now() - t0);
     for (int i = 0; !exact && i < n && i < n_ref; i++)
         if (got[i] != ref[i]) {
             fprintf(stderr, "first difference at token %d: %d instead of %d\n", i, got[i], ref[i]);
@@ -240,11 +247,17 @@ int main(void)
     SW_CHECK_INT(sw_test_wait_peers(s_ep, 2, 60), 0);
 
     pid_t head2 = 0;
-    SW_CHECK(s_kill_mid_stream(&head, "head2", 500, ref, n_ref, &head2));
-    SW_CHECK(s_kill_mid_stream(&head2, "head", 2000, ref, n_ref, &head));
+    SW_CHECK(s_kill_mid_stream(&head, SIGKILL, "head2", 500, ref, n_ref, &head2));
+    SW_CHECK(s_kill_mid_stream(&head2, SIGKILL, "head", 2000, ref, n_ref, &head));
     if (head)
         s_gateway(&head, &head2);
     SW_CHECK(s_mismatch(head2 ? "head2" : "head", ref));
+    /* a rolling restart: the running head stopped gracefully, the other one takes over */
+    if (head2) {
+        SW_CHECK(s_kill_mid_stream(&head2, SIGTERM, "head", 500, ref, n_ref, &head));
+    } else if (head) {
+        SW_CHECK(s_kill_mid_stream(&head, SIGTERM, "head2", 500, ref, n_ref, &head2));
+    }
 
     if (head)
         sw_test_kill(head);
