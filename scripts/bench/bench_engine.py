@@ -572,8 +572,9 @@ def main():
     cpu = cpu_info()
     kernels = sw_kernels(args.bin, models[0]) if os.access(args.bin, os.X_OK) else "n/a"
     date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    commit = git_commit()  # at the start: the tree may move while the benchmark runs
     print(f"CPU {cpu['model']} ({cpu['family']}), {cpu['n_cpus']} CPUs; SIMD flags: {' '.join(cpu['flags'])}")
-    print(f"shardwire {git_commit()} ({kernels}); OMP_WAIT_POLICY {args.omp_wait_policy}; {date}; "
+    print(f"shardwire {commit} ({kernels}); OMP_WAIT_POLICY {args.omp_wait_policy}; {date}; "
           f"{'dedicated' if args.dedicated else 'shared machine'}")
     blocks = []
     for m in models:
@@ -584,7 +585,7 @@ def main():
             sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"commit": git_commit(), "date": date, "command": shlex.join(sys.argv),
+            json.dump({"commit": commit, "date": date, "command": shlex.join(sys.argv),
                        "machine": {"hostname": os.uname().nodename, "cpu": cpu, "shardwire_kernels": kernels,
                                    "note": args.note or ("dedicated" if args.dedicated else "shared machine")},
                        "reps": args.reps, "n_gen": args.n_gen, "pp": pps, "threads": threads,
