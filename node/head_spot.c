@@ -152,13 +152,16 @@ static const sw_msg_announce_t *s_announce(const sw_msg_table_t *pt, const char 
 
 /* The nodes other than main_name that can stand in for it: key-bound where
  * keys bind, the same model, exactly its layer range, not convicted. Up to
- * max names into out (sorted by name, so that a plan does not depend on the
- * table's order); the count. */
+ * max of them into out, drawn uniformly at random (reservoir sampling with
+ * the head's own randomness) where more can: no node can count on being a
+ * shadow or a referee, say by its name, as colluders would like to; the
+ * count. */
 static int s_alternatives(node_t *n, const sw_msg_table_t *pt, const sw_msg_announce_t *m,
                           char out[][SW_WIRE_NAME_MAX + 1], int max, double now)
 {
     const int need_key = n->o.sec && !n->o.sec->insecure;
     int k = 0;
+    uint32_t seen = 0;
     for (uint32_t i = 0; i < pt->n_peers; i++) {
         sw_msg_peer_t info;
         if (sw_codec_peer_at(pt, i, &info) != 0)
@@ -170,18 +173,10 @@ static int s_alternatives(node_t *n, const sw_msg_table_t *pt, const sw_msg_anno
             !sw_codec_peer_routable(&info, need_key) ||
             head_spot_rank(n->head, a->name, now) == HEAD_SPOT_CONVICTED)
             continue;
-        int at;
-        if (k < max)
-            at = k++;
-        else if (strcmp(a->name, out[max - 1]) < 0)
-            at = max - 1; // keep the max smallest names
-        else
-            continue;
-        while (at > 0 && strcmp(out[at - 1], a->name) > 0) {
-            memcpy(out[at], out[at - 1], sizeof out[0]);
-            at--;
-        }
-        snprintf(out[at], sizeof out[0], "%s", a->name);
+        seen++;
+        const uint32_t at = k < max ? (uint32_t)k++ : randombytes_uniform(seen);
+        if (at < (uint32_t)max)
+            snprintf(out[at], sizeof out[0], "%s", a->name);
     }
     return k;
 }
@@ -253,8 +248,14 @@ void head_spot_plan(node_t *n, head_sess_t *s, const sw_msg_table_t *pt)
     }
     s->spot = sp;
     h->spot_sessions++;
-    SW_INFO("spot check: session %016llx checked against %d shadow route(s): %s",
-            (unsigned long long)s->id, sp->n_copies - 1, names);
+    char main_names[256] = "";
+    for (int k = 1; k < s->route.n; k++) {
+        const size_t at = strlen(main_names);
+        snprintf(main_names + at, sizeof main_names - at, "%s%s", k == 1 ? "" : " > ",
+                 s->route.names[k]);
+    }
+    SW_INFO("spot check: session %016llx (route %s) checked against %d shadow route(s): %s",
+            (unsigned long long)s->id, main_names, sp->n_copies - 1, names);
 }
 
 void head_spot_sent(node_t *n, head_sess_t *s, const sw_msg_t *msg, int last)
