@@ -518,8 +518,9 @@ static int s_loop(node_t *n)
         node_stage_flush(n);
         node_head_step(n);
         if (n->gpu_failed) {
-            SW_ERR("%s; this node leaves the cluster so that the head routes around it",
-                   n->gpu_err);
+            SW_ERR("%s; this node leaves the cluster so that %s", n->gpu_err,
+                   n->head ? "its clients fail over to another head of the model"
+                           : "the head routes around it");
             return -1;
         }
         double now = sw_now_ms();
