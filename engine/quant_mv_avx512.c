@@ -1,6 +1,6 @@
 /*
  * quant_mv_avx512.c - AVX-512 kernels for one activation row (generation:
- * sw_matmul with nr = 1) of q4_K, q5_K, q4_0 and q8_0 weights. Compiled with
+ * sw_matmul with nr = 1) of q4_K, q5_K, q6_K, q4_0 and q8_0 weights. Compiled with
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c
  * rule of engine/CMakeLists.txt); quant.c only calls in here after checking
  * the CPU (and the OS's ZMM state) at start-up. Batches of 2 activation rows
@@ -29,6 +29,17 @@
  *   fma(-d_x * dmin_w, float(mins . bsum pairs), accm) over 4 lanes, q5_K's
  *   summs = fmaf(-d_x * dmin_w, float(mins . bsums), summs); then GGML's
  *   horizontal sums.
+ * - q6_K. GGML's AVX2 order: per super-block 8 int32 lanes, lane k = sum
+ *   over the 8 32-element chunks c of scale(c, k < 4 ? first : second 16
+ *   elements) * (elements 4k..4k+3 of c, unsigned quants 0..63 times
+ *   activations), minus 32 * (bsums[2k] * scale 2k + bsums[2k+1] * scale
+ *   2k+1). Here a zmm holds two chunks of a 128-element half (its 64 ql bytes
+ *   as loaded, the qh bits joined by one vpternlogd select), vpdpbusd makes
+ *   the 4-element sums (they fit int16), chunks c and c + 2 go as int16 pairs
+ *   into one vpdpwssd with their scales (sign-extended, paired by vpermb),
+ *   started from the -32 term (vpmaddwd of the bsums and -32 * scales); the
+ *   two 256-bit halves added are GGML's lanes. Then acc = fma(d_x * d_w,
+ *   float(lanes), acc) per super-block and GGML's horizontal sum.
  * - 32-element blocks (q4_0, q8_0 against q8_0 activations): GGML's order
  *   keeps per block 8 int32 lanes (lane k = elements 4k..4k+3) and acc =
  *   fma(d_w * d_x, float(lanes), acc). One zmm holds two weight rows' blocks
@@ -48,7 +59,12 @@
  * so the kernels prefetch the group S_PF_GROUPS groups below in address
  * order. Two threads on the 2-core Zen 4 VM, a 200 MB q4_K matrix (x1536),
  * load average ~1.8: 2 rows 33.9-34.7 GB/s, 4 rows 17.9-22.2, the AVX2 kernel
- * 16.9-17.8; a plain read 33.5 (median).
+ * 16.9-17.8; a plain read 33.5 (median). q6_K prefetches into L2 (T2
+ * hint): with T0 (or NTA) its 2 rows read 9-10 GB/s from DRAM on one core,
+ * the time stalled in the prefetch loop (its 40 lines a group held in L1's
+ * few miss buffers?), with T2 19-23, T1 alike (1 row without software
+ * prefetch 15-19, the AVX2 kernel 16-20; one core, the 196 MB 151936 x 1536
+ * output matrix, load average 1-4 from another test suite).
  */
 #include "quant.h"
 #include "quant_impl.h"
@@ -263,6 +279,119 @@ SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int64_t nb, const uint8_t *w, si
     }
 }
 
+/* ---- q6_K against q8_K activations ---------------------------------------- */
+
+/* The 6-bit quants (0..63) of half h of a q6_K block blk: *a chunks 0 and 1
+ * of the half (elements 128h + 0..63, a chunk a 256-bit half), *b chunks 2
+ * and 3 (128h + 64..127). Chunk c: the low (c < 2) or high nibbles of
+ * ql[64h + 32(c & 1) + l] with bits 2c..2c+1 of qh[32h + l] above. */
+SW_AI void s_q6_bits(const uint8_t *blk, int h, __m512i *a, __m512i *b)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i l = _mm512_loadu_si512((const void *)(blk + 64 * h));
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+    /* qh in the low half, qh >> 2 in the high: bits 0..1 of each byte chunk
+     * 0's (resp. 1's) top bits, bits 4..5 chunk 2's (3's); bits of the next
+     * byte shifted in are masked off */
+    const __m512i t = _mm512_and_si512(
+        _mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2)), _mm512_set1_epi8(0x33));
+    /* vpternlogd 0xCA: A ? B : C bitwise; bits 0..3 the nibble, 4..7 from t */
+    *a = _mm512_ternarylogic_epi32(m4, l, _mm512_slli_epi64(t, 4), 0xCA);
+    *b = _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(l, 4), t, 0xCA);
+}
+
+/* vpermb indices into the int16 scales of two rows (row r's 16 at int16
+ * 16r..16r+15) that pair, in dword i, the scales of the lanes s_q6_rows joins
+ * in half h: chunk i / 8's (low int16) and chunk 2 + i / 8's (high), 4-element
+ * group i % 8 (its first 16 elements scale 2c, the next 16 scale 2c + 1). */
+SW_AI __m512i s_q6_pick(int r, int h)
+{
+    int32_t v[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const int a = 16 * r + 8 * h + 2 * (i / 8) + (i % 8) / 4;
+        v[i] = (2 * a) | (2 * a + 1) << 8 | (2 * a + 8) << 16 | (2 * a + 9) << 24;
+    }
+    return _mm512_loadu_si512((const void *)v);
+}
+
+/*
+ * y[i] = dot(weight row i, x) for i < rw (<= S_ROWS, a compile-time
+ * constant): q6_K rows of nb super-blocks ws bytes apart, x one q8_K row.
+ * Per super-block and row: vpdpbusd of the unsigned quants (s_q6_bits)
+ * against the activation makes each chunk's 8 4-element sums (they fit
+ * int16); chunks c and c + 2 of a half go as int16 pairs into one vpdpwssd
+ * with their scales, started from -32 * (bsums . scales) (GGML's offset
+ * term, in the low 256 bits for row 0, the high for row 1); the two 256-bit
+ * halves added give GGML's 8 lanes. Then acc = fma(d_x * d_w, float(lanes),
+ * acc) and GGML's horizontal sum, as s_tile_k.
+ */
+SW_AI SW_VBMI void s_q6_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
+                             const sw_block_q8_k *x, float *y)
+{
+    const size_t bsz = sizeof(sw_block_q6_k);
+    const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
+    _Static_assert(S_ROWS == 2, "s_q6_rows: two rows' scales in one zmm");
+    __m512i pk[S_ROWS][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < S_ROWS; i++) {
+        pk[i][0] = s_q6_pick(i, 0);
+        pk[i][1] = s_q6_pick(i, 1);
+    }
+    __m256 acc[S_ROWS];
+#pragma GCC unroll 4
+    for (int i = 0; i < S_ROWS; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const sw_block_q8_k *xb = &x[b];
+        const __m512i yv[4] = {_mm512_loadu_si512((const void *)xb->qs),
+                               _mm512_loadu_si512((const void *)(xb->qs + 64)),
+                               _mm512_loadu_si512((const void *)(xb->qs + 128)),
+                               _mm512_loadu_si512((const void *)(xb->qs + 192))};
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+        /* the bsums in row i's half (the other zero) */
+        const __m512i bsx[S_ROWS] = {_mm512_zextsi256_si512(bs),
+                                     _mm512_inserti64x4(_mm512_setzero_si512(), bs, 1)};
+        if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
+            for (uintptr_t l = (uintptr_t)b * lines / (uintptr_t)nb;
+                 l < (uintptr_t)(b + 1) * lines / (uintptr_t)nb; l++)
+                _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T2);
+        const uint8_t *q6[S_ROWS];
+#pragma GCC unroll 4
+        for (int i = 0; i < S_ROWS; i++)
+            q6[i] = w + (size_t)(i < rw ? i : 0) * ws + (size_t)b * bsz;
+        /* the rows' scales as int16 (row i at int16 16i), and times -32 */
+        const __m512i sc = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(q6[0] + 192))),
+            _mm_loadu_si128((const __m128i *)(q6[1] + 192)), 1));
+        const __m512i nsc = _mm512_mullo_epi16(sc, _mm512_set1_epi16(-32));
+        const __m128 dw = _mm_cvtph_ps(
+            _mm_setr_epi16((short)s_u16(q6[0] + 208), (short)s_u16(q6[1] + 208), 0, 0, 0, 0, 0, 0));
+        float d[4];
+        _mm_storeu_ps(d, _mm_mul_ps(_mm_set1_ps(xb->d), dw));
+#pragma GCC unroll 4
+        for (int i = 0; i < rw; i++) {
+            const __m512i z = _mm512_setzero_si512();
+            __m512i s = _mm512_madd_epi16(bsx[i], nsc);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m512i qa, qb;
+                s_q6_bits(q6[i], h, &qa, &qb);
+                const __m512i p = s_pair5(_mm512_dpbusd_epi32(z, qa, yv[2 * h]),
+                                          _mm512_dpbusd_epi32(z, qb, yv[2 * h + 1]));
+                s = _mm512_dpwssd_epi32(s, _mm512_permutexvar_epi8(pk[i][h], sc), p);
+            }
+            const __m256i lanes =
+                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[i]), _mm256_cvtepi32_ps(lanes), acc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < rw; i++)
+        y[i] = sw_x86_hsum8(acc[i]);
+}
+
 /* ---- 32-element blocks: q4_0, q8_0 against q8_0 activations ------------- */
 
 enum { K_Q4_0, K_Q8_0 };
@@ -353,7 +482,7 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
 /* ---- entry points --------------------------------------------------------- */
 
 /* The previous level's kernels: batches of 2 activation rows or more. */
-static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q4_0, s_rows_q8_0;
+static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q8_0;
 
 SW_AI SW_VBMI void s_mm_k45(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
                             int64_t o1, const void *x, float *y)
@@ -367,6 +496,29 @@ SW_AI SW_VBMI void s_mm_k45(int kind, int64_t n, const void *w, size_t w_stride,
                    (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
     for (; o < o1; o++)
         s_k45_rows(kind, 1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
+}
+
+SW_VBMI static void s_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
+{
+    s_q6_rows(1, n / SW_QK_K, w, 0, 0, x, s);
+}
+
+SW_VBMI static void s_mm_q6_k(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
+                              const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
+{
+    if (nr != 1) {
+        s_rows_q6_k(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
+        return;
+    }
+    const int64_t nb = n / SW_QK_K;
+    const uint8_t *wb = w;
+    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S_ROWS * w_stride;
+    int64_t o = o0;
+    for (; o + S_ROWS <= o1; o += S_ROWS)
+        s_q6_rows(S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
+                  (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
+    for (; o < o1; o++)
+        s_q6_rows(1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
 }
 
 SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
@@ -444,4 +596,5 @@ void sw_kernels_avx512_mv(struct sw_kernels *k)
         return;
     s_take(k, SW_TYPE_Q4_K, s_dot_q4_k, s_mm_q4_k, &s_rows_q4_k);
     s_take(k, SW_TYPE_Q5_K, s_dot_q5_k, s_mm_q5_k, &s_rows_q5_k);
+    s_take(k, SW_TYPE_Q6_K, s_dot_q6_k, s_mm_q6_k, &s_rows_q6_k);
 }

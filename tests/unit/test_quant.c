@@ -1149,7 +1149,7 @@ static void s_onerow_type(enum sw_type t, const int64_t *ns, size_t nns, int row
 }
 
 /* Generation's one-row matmul (nr = 1; the AVX-512 level has its own kernels
- * for q4_K, q5_K, q4_0 and q8_0, 2 or 4 weight rows at a time) at each kernel
+ * for q4_K, q5_K, q6_K, q4_0 and q8_0, 2 or 4 weight rows at a time) at each kernel
  * level against the scalar level's sw_vec_dot, bit for bit: rows of 8 to 72
  * blocks (1, 3, 6 and 9 super-blocks), output ranges that start and end
  * inside its groups of rows and cross the groups its prefetch reads ahead,
