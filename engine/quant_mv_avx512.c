@@ -56,7 +56,9 @@
  * test_onerow_levels compares this level with the scalar one, every type).
  *
  * Several activation rows (the K-quants, issue 37): a call takes S_ROWS
- * weight rows and up to S_XMAX = 4 activation rows (nr split evenly: 5 = 3 +
+ * weight rows (q4_K/q5_K: S_KXROWS = 4, their minimums one zmm, the
+ * activation's per-row work shared by 4; 2 rows were 8-11% slower at nr = 2
+ * to 8) and up to S_XMAX = 4 activation rows (nr split evenly: 5 = 3 +
  * 2, 7 = 4 + 3); per super-block each weight row is unpacked once (its quants
  * as vpdpbusd takes them, its scales paired by vpermb) and every activation
  * row's lanes made from it with the one-row kernel's instructions, so per
@@ -105,6 +107,9 @@
  * unpacked once for them), and the most a call of sw_matmul's mm takes to
  * these kernels (more go to the AVX2 level's). */
 #define S_XMAX 4
+/* q4_K/q5_K weight rows a call takes for 2 activation rows or more (4: one
+ * zmm holds their minimums; the activation's per-row work shared by more). */
+#define S_KXROWS 4
 #ifndef S_XCHUNK
 #define S_XCHUNK S_XMAX
 #endif
@@ -310,8 +315,8 @@ SW_AI __m256 s_k45_w(int kind, int rw, const uint8_t *w, size_t ws, int64_t b, c
     } while (0)
 
 /*
- * y[r * ys + i] = dot(weight row i, x row r) for i < rw (<= S_ROWS) and r <
- * xr (<= S_XMAX), both compile-time constants: q4_K/q5_K rows of nb
+ * y[r * ys + i] = dot(weight row i, x row r) for i < rw (<= 4) and r < xr
+ * (<= S_XMAX), both compile-time constants: q4_K/q5_K rows of nb
  * super-blocks ws bytes apart, x q8_K rows xs bytes apart. Per super-block:
  * each weight row is unpacked once (s_k45_unpack) and every activation row's
  * 8 lanes made from it (s_k45_dot); the minimums of the rows go through one
@@ -323,21 +328,21 @@ SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int xr, int64_t nb, const uint8_
                               uintptr_t pf, const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
     const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
-    __m512i pk[S_ROWS][2];
+    __m512i pk[4][2];
 #pragma GCC unroll 4
-    for (int i = 0; i < S_ROWS; i++) {
+    for (int i = 0; i < 4; i++) {
         pk[i][0] = s_pick(i, 0);
         pk[i][1] = s_pick(i, 4);
     }
     const __m512i pmin =
         s_lanes(_mm_setr_epi8(8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1));
-    __m256 acc[S_XMAX][S_ROWS];
+    __m256 acc[S_XMAX][4];
     __m512 accm[S_XMAX]; // row i's minimum lanes in 128-bit lane i
 #pragma GCC unroll 4
     for (int r = 0; r < xr; r++) {
         accm[r] = _mm512_setzero_ps();
 #pragma GCC unroll 4
-        for (int i = 0; i < S_ROWS; i++)
+        for (int i = 0; i < 4; i++)
             acc[r][i] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
@@ -346,7 +351,7 @@ SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int xr, int64_t nb, const uint8_
         const __m256 dw = s_k45_w(kind, rw, w, ws, b, q4, sp); // [d0, m0, d1, m1, ...]
         const __m512i sm = s_scales_mins4(sp);
         const __m512i mins = _mm512_shuffle_epi8(sm, pmin);
-        __m512i u[S_ROWS][4], sc[S_ROWS][2];
+        __m512i u[4][4], sc[4][2];
 #pragma GCC unroll 4
         for (int i = 0; i < rw; i++)
             s_k45_unpack(kind, q4[i], pk[i], sm, u[i], sc[i]);
@@ -599,12 +604,13 @@ static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q8_0;
 
 enum { K_Q6_K = K_Q5_K + 1 };
 
-/* rw weight rows against xr activation rows (rw 1 or S_ROWS, xr 1..S_XMAX):
- * the kernel of kind, with both counts compile-time constants. */
+/* rw weight rows against xr activation rows (rw 1, S_ROWS or, q4_K/q5_K only,
+ * S_KXROWS; xr 1..S_XMAX): the kernel of kind, with both counts compile-time
+ * constants. */
 SW_AI SW_VBMI void s_kblock(int kind, int rw, int xr, int64_t nb, const uint8_t *w, size_t ws,
                             uintptr_t pf, const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
-    _Static_assert(S_XMAX == 4, "s_kblock: one case per activation row count");
+    _Static_assert(S_XMAX == 4 && S_KXROWS == 4, "s_kblock: one case per row count");
 #define S_KCASE(RW, XR)                                                                            \
     if (rw == (RW) && xr == (XR)) {                                                                \
         if (kind == K_Q6_K)                                                                        \
@@ -622,13 +628,26 @@ SW_AI SW_VBMI void s_kblock(int kind, int rw, int xr, int64_t nb, const uint8_t 
     S_KCASE(1, 3)
     S_KCASE(1, 4)
 #undef S_KCASE
+    if (kind == K_Q6_K || rw != S_KXROWS)
+        return;
+    /* q4_K/q5_K only */
+    if (xr == 1)
+        s_k45_rows(kind, S_KXROWS, 1, nb, w, ws, pf, x, xs, y, ys);
+    else if (xr == 2)
+        s_k45_rows(kind, S_KXROWS, 2, nb, w, ws, pf, x, xs, y, ys);
+    else if (xr == 3)
+        s_k45_rows(kind, S_KXROWS, 3, nb, w, ws, pf, x, xs, y, ys);
+    else if (xr == 4)
+        s_k45_rows(kind, S_KXROWS, 4, nb, w, ws, pf, x, xs, y, ys);
 }
 
 /*
- * The K-quants' mm for nr <= S_NRMAX activation rows: groups of S_ROWS weight
- * rows (the last odd one alone), each against the activation rows in chunks
- * of at most S_XMAX, split evenly (5 = 3 + 2, 7 = 4 + 3); the group's weights
- * come from DRAM for the first chunk only (that one prefetches ahead).
+ * The K-quants' mm for nr <= S_NRMAX activation rows: groups of S_ROWS
+ * weight rows (q4_K/q5_K with nr >= 2: S_KXROWS; the rows left over one at a
+ * time; the prefetch distance S_PF_GROUPS groups), each against the
+ * activation rows in chunks of at most S_XMAX, split evenly (5 = 3 + 2, 7 = 4
+ * + 3); the group's weights come from DRAM for the first chunk only (that one
+ * prefetches ahead).
  */
 SW_AI SW_VBMI void s_mm_kx(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
                            int64_t o1, const void *x, size_t x_stride, int nr, float *y,
@@ -636,11 +655,12 @@ SW_AI SW_VBMI void s_mm_kx(int kind, int64_t n, const void *w, size_t w_stride, 
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
-    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S_ROWS * w_stride;
+    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * w_stride; // times the group's rows
     for (int64_t o = o0; o < o1;) {
-        const int rw = o1 - o >= S_ROWS ? S_ROWS : 1;
+        const int g = kind != K_Q6_K && nr >= 2 ? S_KXROWS : S_ROWS;
+        const int rw = o1 - o >= g ? g : 1;
         const uint8_t *wo = wb + (size_t)o * w_stride;
-        uintptr_t pf = rw == S_ROWS ? (uintptr_t)wo + ahead : 0;
+        uintptr_t pf = rw == g ? (uintptr_t)wo + ahead * (uintptr_t)g : 0;
         for (int r0 = 0; r0 < nr;) {
             const int left = nr - r0, chunks = (left + S_XCHUNK - 1) / S_XCHUNK;
             const int xr = (left + chunks - 1) / chunks;
