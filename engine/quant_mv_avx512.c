@@ -65,14 +65,14 @@
  * (weight row, activation row) the same integers and the same float
  * operations in the same order: bit-identical to the AVX2 batch kernels and
  * the scalar ones (test_batch_levels, nr 1 to 9 and 17). The group's weights
- * come from DRAM for its first chunk of activation rows only. One core,
- * thread CPU time, load average ~2.4 from a test suite, against the AVX2
- * batch kernels (what ran before): q4_K 1536 x 1536 nr = 2 95 against 113
- * us, nr = 5 218 / 229, nr = 8 334 / 339; q6_K 1536 x 8960 nr = 2 554 / 624,
- * 5 1192 / 1349, 8 1642 / 2153 (tests/bench/bench_quant qwen set). q4_K
- * gains little from 5 rows on: the activation's per-row work (4 shuffles, the
- * minimums) is shared by 2 weight rows only, and the AVX2 kernel keeps the
- * bsum pairs of all rows.
+ * come from DRAM for its first chunk of activation rows only. One Zen 4
+ * core, best of 3 runs of tests/bench/bench_quant's qwen set (load average
+ * ~1.1, a test suite beside), us a call, against the AVX2 batch kernels
+ * (what ran before): q4_K 8960 x 1536 nr = 2 525 against 647, nr = 5 1196 /
+ * 1279, nr = 8 1795 / 1970; q6_K 1536 x 8960 514 / 612, 1120 / 1177, 1480 /
+ * 1903; q6_K 151936 x 1536 (from DRAM) 12425 / 13455, 22594 / 21782, 29762
+ * / 32736. Speculative verification (Qwen2.5-Coder 1.5B, 0.5B draft, K = 4,
+ * 2 threads): target time per round 90-100 ms against 96-104.
  *
  * The interleaving: 2 weight rows at a time share each block's activation
  * vectors (loaded and rearranged once). More rows compute faster from cache
