@@ -1,11 +1,14 @@
 /*
- * quant_mv_avx512.c - AVX-512 kernels for one activation row (generation:
- * sw_matmul with nr = 1) of q4_K, q5_K, q6_K, q4_0 and q8_0 weights. Compiled with
- * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c
- * rule of engine/CMakeLists.txt); quant.c only calls in here after checking
- * the CPU (and the OS's ZMM state) at start-up. Batches of 2 activation rows
- * or more go to the AVX2 level's kernels (q4_0 and q8_0 batches of SW_MMB_ROWS
- * or more to quant_mm_avx512.c's panels).
+ * quant_mv_avx512.c - AVX-512 kernels for few activation rows (sw_matmul:
+ * generation with nr = 1, and the K-quants up to S_NRMAX = 8 rows: a
+ * speculative round's verification, the head's rows; larger batches of the
+ * prompt go to sw_matmul_tiled's kernels elsewhere) of q4_K, q5_K, q6_K, q4_0
+ * and q8_0 weights. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+ * -mavx512vnni (the *_avx512.c rule of engine/CMakeLists.txt); quant.c only
+ * calls in here after checking the CPU (and the OS's ZMM state) at start-up.
+ * Batches of 2 activation rows or more of q4_0 and q8_0, and of more than
+ * S_NRMAX rows of the K-quants, go to the AVX2 level's kernels (q4_0 and q8_0
+ * batches of SW_MMB_ROWS or more to quant_mm_avx512.c's panels).
  *
  * The AVX2 kernels (quant_avx2.c) are compute-bound near the speed a Zen 4
  * core gets from DRAM (q4_K about 19 GB/s of weights per core even from
@@ -52,6 +55,25 @@
  * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  * test_onerow_levels compares this level with the scalar one, every type).
  *
+ * Several activation rows (the K-quants, issue 37): a call takes S_ROWS
+ * weight rows (q4_K/q5_K: S_KXROWS = 4, their minimums one zmm, the
+ * activation's per-row work shared by 4; 2 rows were 8-11% slower at nr = 2
+ * to 8) and up to S_XMAX = 4 activation rows (nr split evenly: 5 = 3 +
+ * 2, 7 = 4 + 3); per super-block each weight row is unpacked once (its quants
+ * as vpdpbusd takes them, its scales paired by vpermb) and every activation
+ * row's lanes made from it with the one-row kernel's instructions, so per
+ * (weight row, activation row) the same integers and the same float
+ * operations in the same order: bit-identical to the AVX2 batch kernels and
+ * the scalar ones (test_batch_levels, nr 1 to 9 and 17). The group's weights
+ * come from DRAM for its first chunk of activation rows only. One Zen 4
+ * core, best of 3 runs of tests/bench/bench_quant's qwen set (load average
+ * ~1.1, a test suite beside), us a call, against the AVX2 batch kernels
+ * (what ran before): q4_K 8960 x 1536 nr = 2 525 against 647, nr = 5 1196 /
+ * 1279, nr = 8 1795 / 1970; q6_K 1536 x 8960 514 / 612, 1120 / 1177, 1480 /
+ * 1903; q6_K 151936 x 1536 (from DRAM) 12425 / 13455, 22594 / 21782, 29762
+ * / 32736. Speculative verification (Qwen2.5-Coder 1.5B, 0.5B draft, K = 4,
+ * 2 threads): target time per round 90-100 ms against 96-104.
+ *
  * The interleaving: 2 weight rows at a time share each block's activation
  * vectors (loaded and rearranged once). More rows compute faster from cache
  * (q4_K 4 rows 27.9 against 21.5 GB/s a core) but read DRAM worse: rows read
@@ -81,6 +103,19 @@
  * without this, 4 rows read 8 GB/s from DRAM on one Zen 4 core where a
  * sequential read makes 27). One core, 200 MB matrix: 2 rows 20.7 GB/s at 3
  * or 4 groups ahead, 20.1 at 6. */
+/* Activation rows a kernel call takes at once (each weight super-block is
+ * unpacked once for them), and the most a call of sw_matmul's mm takes to
+ * these kernels (more go to the AVX2 level's). */
+#define S_XMAX 4
+/* q4_K/q5_K weight rows a call takes for 2 activation rows or more (4: one
+ * zmm holds their minimums; the activation's per-row work shared by more). */
+#define S_KXROWS 4
+#ifndef S_XCHUNK
+#define S_XCHUNK S_XMAX
+#endif
+#ifndef S_NRMAX
+#define S_NRMAX 8
+#endif
 #ifndef S_PF_GROUPS
 #define S_PF_GROUPS 4
 #endif
@@ -164,118 +199,187 @@ SW_AI __m512i s_q5_bits(__m512i v, __m512i h, int right, int l, int hh)
 }
 
 /*
- * The 8 int32 lanes of one q4_K/q5_K super-block blk against the activation
- * vectors ya..yd (sub-block pairs (0, 2), (1, 3), (4, 6), (5, 7)); sm: the
- * scales of the group's rows, pk: this row's s_pick indices.
+ * One q4_K/q5_K super-block blk's weights unpacked for the activation vectors
+ * of the sub-block pairs (0, 2), (1, 3), (4, 6), (5, 7): u[j] the unsigned
+ * quants (q4_K's high nibbles left in place), sc[0..1] the scales as int16
+ * pairs; sm: the scales of the group's rows, pk: this row's s_pick indices.
  */
-SW_AI SW_VBMI __m256i s_k45_lanes(int kind, const uint8_t *blk, const __m512i yv[4],
-                                  const __m512i pk[2], __m512i sm)
+SW_AI SW_VBMI void s_k45_unpack(int kind, const uint8_t *blk, const __m512i pk[2], __m512i sm,
+                                __m512i u[4], __m512i sc[2])
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    const __m512i z = _mm512_setzero_si512();
     const uint8_t *qs = blk + (kind == K_Q5_K ? 48 : 16);
     const __m512i v0 = _mm512_loadu_si512((const void *)qs);
     const __m512i v1 = _mm512_loadu_si512((const void *)(qs + 64));
-    __m512i p0, p1;
     if (kind == K_Q4_K) { // the high nibbles stay in place: 16 times the sums
         const __m512i mh = _mm512_set1_epi8((char)0xF0);
-        p0 = s_pair(_mm512_dpbusd_epi32(z, _mm512_and_si512(v0, m4), yv[0]),
-                    _mm512_dpbusd_epi32(z, _mm512_and_si512(v0, mh), yv[1]));
-        p1 = s_pair(_mm512_dpbusd_epi32(z, _mm512_and_si512(v1, m4), yv[2]),
-                    _mm512_dpbusd_epi32(z, _mm512_and_si512(v1, mh), yv[3]));
+        u[0] = _mm512_and_si512(v0, m4);
+        u[1] = _mm512_and_si512(v0, mh);
+        u[2] = _mm512_and_si512(v1, m4);
+        u[3] = _mm512_and_si512(v1, mh);
     } else { // element 32s + l: bit s of qh[l]
         const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
-        const __m512i h0 = _mm512_srli_epi16(v0, 4), h1 = _mm512_srli_epi16(v1, 4);
-        p0 = s_pair5(_mm512_dpbusd_epi32(z, s_q5_bits(v0, h, 0, 4, 2), yv[0]),
-                     _mm512_dpbusd_epi32(z, s_q5_bits(h0, h, 0, 3, 1), yv[1]));
-        p1 = s_pair5(_mm512_dpbusd_epi32(z, s_q5_bits(v1, h, 1, 0, 2), yv[2]),
-                     _mm512_dpbusd_epi32(z, s_q5_bits(h1, h, 1, 1, 3), yv[3]));
+        u[0] = s_q5_bits(v0, h, 0, 4, 2);
+        u[1] = s_q5_bits(_mm512_srli_epi16(v0, 4), h, 0, 3, 1);
+        u[2] = s_q5_bits(v1, h, 1, 0, 2);
+        u[3] = s_q5_bits(_mm512_srli_epi16(v1, 4), h, 1, 1, 3);
     }
     const __mmask64 ev = 0x5555555555555555ull;
-    __m512i s = _mm512_dpwssd_epi32(z, _mm512_maskz_permutexvar_epi8(ev, pk[0], sm), p0);
-    s = _mm512_dpwssd_epi32(s, _mm512_maskz_permutexvar_epi8(ev, pk[1], sm), p1);
+    sc[0] = _mm512_maskz_permutexvar_epi8(ev, pk[0], sm);
+    sc[1] = _mm512_maskz_permutexvar_epi8(ev, pk[1], sm);
+}
+
+/* The 8 int32 lanes of an unpacked q4_K/q5_K super-block (s_k45_unpack)
+ * against the activation vectors yv. */
+SW_AI __m256i s_k45_dot(int kind, const __m512i u[4], const __m512i sc[2], const __m512i yv[4])
+{
+    const __m512i z = _mm512_setzero_si512();
+    __m512i p0, p1;
+    if (kind == K_Q4_K) {
+        p0 = s_pair(_mm512_dpbusd_epi32(z, u[0], yv[0]), _mm512_dpbusd_epi32(z, u[1], yv[1]));
+        p1 = s_pair(_mm512_dpbusd_epi32(z, u[2], yv[2]), _mm512_dpbusd_epi32(z, u[3], yv[3]));
+    } else {
+        p0 = s_pair5(_mm512_dpbusd_epi32(z, u[0], yv[0]), _mm512_dpbusd_epi32(z, u[1], yv[1]));
+        p1 = s_pair5(_mm512_dpbusd_epi32(z, u[2], yv[2]), _mm512_dpbusd_epi32(z, u[3], yv[3]));
+    }
+    __m512i s = _mm512_dpwssd_epi32(z, sc[0], p0);
+    s = _mm512_dpwssd_epi32(s, sc[1], p1);
     return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
 }
 
-/*
- * y[i] = dot(weight row i, x) for i < rw (<= S_ROWS, a compile-time
- * constant): q4_K/q5_K rows of nb super-blocks ws bytes apart, x one q8_K
- * row. Per super-block: s_k45_lanes makes each row's 8 lanes; the minimums of
- * the rows go through one zmm (a row per 128-bit lane), so do q4_K's accm (4
- * floats each, as in s_tile_k) and q5_K's summs (its lanes all equal).
- */
-SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws,
-                              uintptr_t pf, const sw_block_q8_k *x, float *y)
+/* A q8_K block's activation vectors of the sub-block pairs (0, 2), (1, 3),
+ * (4, 6), (5, 7), and its bsum pairs in every 128-bit lane (*q8s). */
+SW_AI void s_k45_x(const sw_block_q8_k *xb, __m512i yv[4], __m512i *q8s)
+{
+    const __m512i y0 = _mm512_loadu_si512((const void *)xb->qs);
+    const __m512i y1 = _mm512_loadu_si512((const void *)(xb->qs + 64));
+    const __m512i y2 = _mm512_loadu_si512((const void *)(xb->qs + 128));
+    const __m512i y3 = _mm512_loadu_si512((const void *)(xb->qs + 192));
+    yv[0] = _mm512_shuffle_i64x2(y0, y1, 0x44);
+    yv[1] = _mm512_shuffle_i64x2(y0, y1, 0xEE);
+    yv[2] = _mm512_shuffle_i64x2(y2, y3, 0x44);
+    yv[3] = _mm512_shuffle_i64x2(y2, y3, 0xEE);
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+    *q8s = s_lanes(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+}
+
+/* The minimum term of the rows (a row a 128-bit lane) for one super-block:
+ * accm + (d_x * -dmin_w) * float(mins . bsum pairs), q5_K's sum in all 4 lanes
+ * of its row; mins: the rows' minimums as int16 (s_scales_mins4 then pmin),
+ * dd: [d_x * d_w, -d_x * dmin_w] per row. */
+SW_AI __m512 s_k45_min(int kind, __m512i mins, __m512i q8s, __m256 dd, __m512 accm)
+{
+    const __m512i dsel = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    __m512i prod = _mm512_madd_epi16(mins, q8s);
+    if (kind == K_Q5_K) { // the row's total in each of its 4 lanes (exact)
+        prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, (_MM_PERM_ENUM)0xB1));
+        prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, (_MM_PERM_ENUM)0x4E));
+    }
+    return _mm512_fmadd_ps(_mm512_permutexvar_ps(dsel, _mm512_castps256_ps512(dd)),
+                           _mm512_cvtepi32_ps(prod), accm);
+}
+
+/* A row's result: GGML's horizontal sums of acc and of its minimum lanes m. */
+SW_AI float s_k45_out(int kind, __m256 acc, const float *m)
+{
+    const __m128 am = _mm_loadu_ps(m);
+    __m128 s = _mm_add_ps(am, _mm_movehl_ps(am, am));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return sw_x86_hsum8(acc) + (kind == K_Q5_K ? m[0] : _mm_cvtss_f32(s));
+}
+
+/* The packed-scale rows of super-block b: q4[i] row i's block (row 0's for
+ * i >= rw), sp[i] its packed scales; returns [d_w, dmin_w] per row. */
+SW_AI __m256 s_k45_w(int kind, int rw, const uint8_t *w, size_t ws, int64_t b, const uint8_t *q4[4],
+                     const uint8_t *sp[4])
 {
     const size_t bsz = kind == K_Q5_K ? sizeof(sw_block_q5_k) : sizeof(sw_block_q4_k);
-    const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
-    __m512i pk[S_ROWS][2];
 #pragma GCC unroll 4
-    for (int i = 0; i < S_ROWS; i++) {
+    for (int i = 0; i < 4; i++) {
+        q4[i] = w + (size_t)(i < rw ? i : 0) * ws + (size_t)b * bsz;
+        sp[i] = q4[i] + 4; // the packed scales
+    }
+    return _mm256_cvtph_ps(_mm_setr_epi32((int)sw_x86_u32(q4[0]), (int)sw_x86_u32(q4[1]),
+                                          (int)sw_x86_u32(q4[2]), (int)sw_x86_u32(q4[3])));
+}
+
+/* The prefetches of super-block b's share of the group at pf (lines cache
+ * lines in all, over nb super-blocks); integer arithmetic: prefetches never
+ * fault, the rows may end before. */
+#define S_PREFETCH(pf, b, lines, nb, hint)                                                         \
+    do {                                                                                           \
+        if ((pf) != 0)                                                                             \
+            for (uintptr_t l_ = (uintptr_t)(b) * (lines) / (uintptr_t)(nb);                        \
+                 l_ < (uintptr_t)((b) + 1) * (lines) / (uintptr_t)(nb); l_++)                      \
+                _mm_prefetch((const char *)((pf) + 64 * l_), hint);                                \
+    } while (0)
+
+/*
+ * y[r * ys + i] = dot(weight row i, x row r) for i < rw (<= 4) and r < xr
+ * (<= S_XMAX), both compile-time constants: q4_K/q5_K rows of nb
+ * super-blocks ws bytes apart, x q8_K rows xs bytes apart. Per super-block:
+ * each weight row is unpacked once (s_k45_unpack) and every activation row's
+ * 8 lanes made from it (s_k45_dot); the minimums of the rows go through one
+ * zmm per activation row (a weight row per 128-bit lane), so do q4_K's accm
+ * (4 floats each, as in s_tile_k) and q5_K's summs (its lanes all equal). The
+ * operations per (weight row, activation row) are those of one activation row.
+ */
+SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int xr, int64_t nb, const uint8_t *w, size_t ws,
+                              uintptr_t pf, const uint8_t *x, size_t xs, float *y, int64_t ys)
+{
+    const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
+    __m512i pk[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
         pk[i][0] = s_pick(i, 0);
         pk[i][1] = s_pick(i, 4);
     }
     const __m512i pmin =
         s_lanes(_mm_setr_epi8(8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1));
-    const __m512i dsel = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
-    __m256 acc[S_ROWS];
-    __m512 accm = _mm512_setzero_ps(); // row i's minimum lanes in 128-bit lane i
+    __m256 acc[S_XMAX][4];
+    __m512 accm[S_XMAX]; // row i's minimum lanes in 128-bit lane i
 #pragma GCC unroll 4
-    for (int i = 0; i < S_ROWS; i++)
-        acc[i] = _mm256_setzero_ps();
+    for (int r = 0; r < xr; r++) {
+        accm[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            acc[r][i] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++) {
-        const sw_block_q8_k *xb = &x[b];
-        /* the activations of the sub-block pairs (0, 2), (1, 3), (4, 6), (5, 7) */
-        const __m512i y0 = _mm512_loadu_si512((const void *)xb->qs);
-        const __m512i y1 = _mm512_loadu_si512((const void *)(xb->qs + 64));
-        const __m512i y2 = _mm512_loadu_si512((const void *)(xb->qs + 128));
-        const __m512i y3 = _mm512_loadu_si512((const void *)(xb->qs + 192));
-        const __m512i yv[4] = {
-            _mm512_shuffle_i64x2(y0, y1, 0x44), _mm512_shuffle_i64x2(y0, y1, 0xEE),
-            _mm512_shuffle_i64x2(y2, y3, 0x44), _mm512_shuffle_i64x2(y2, y3, 0xEE)};
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-        const __m512i q8s =
-            s_lanes(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
-        const float dx = xb->d;
-        if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
-            for (uintptr_t l = (uintptr_t)b * lines / (uintptr_t)nb;
-                 l < (uintptr_t)(b + 1) * lines / (uintptr_t)nb; l++)
-                _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);
+        S_PREFETCH(pf, b, lines, nb, _MM_HINT_T0);
         const uint8_t *q4[4], *sp[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            q4[i] = w + (size_t)(i < rw ? i : 0) * ws + (size_t)b * bsz;
-            sp[i] = q4[i] + 4; // the packed scales
-        }
-        /* d_x * d_w and -d_x * dmin_w of the rows: [d0, m0, d1, m1, ...] */
-        const __m128i dh = _mm_setr_epi32((int)sw_x86_u32(q4[0]), (int)sw_x86_u32(q4[1]),
-                                          (int)sw_x86_u32(q4[2]), (int)sw_x86_u32(q4[3]));
-        const __m256 dd =
-            _mm256_mul_ps(_mm256_setr_ps(dx, -dx, dx, -dx, dx, -dx, dx, -dx), _mm256_cvtph_ps(dh));
+        const __m256 dw = s_k45_w(kind, rw, w, ws, b, q4, sp); // [d0, m0, d1, m1, ...]
         const __m512i sm = s_scales_mins4(sp);
-        __m512i prod = _mm512_madd_epi16(_mm512_shuffle_epi8(sm, pmin), q8s);
-        if (kind == K_Q5_K) { // the row's total in each of its 4 lanes (exact)
-            prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, (_MM_PERM_ENUM)0xB1));
-            prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, (_MM_PERM_ENUM)0x4E));
-        }
-        accm = _mm512_fmadd_ps(_mm512_permutexvar_ps(dsel, _mm512_castps256_ps512(dd)),
-                               _mm512_cvtepi32_ps(prod), accm);
-        float d[8];
-        _mm256_storeu_ps(d, dd);
+        const __m512i mins = _mm512_shuffle_epi8(sm, pmin);
+        __m512i u[4][4], sc[4][2];
 #pragma GCC unroll 4
         for (int i = 0; i < rw; i++)
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[2 * i]),
-                                     _mm256_cvtepi32_ps(s_k45_lanes(kind, q4[i], yv, pk[i], sm)),
-                                     acc[i]);
-    }
-    float m4s[16];
-    _mm512_storeu_ps(m4s, accm);
+            s_k45_unpack(kind, q4[i], pk[i], sm, u[i], sc[i]);
 #pragma GCC unroll 4
-    for (int i = 0; i < rw; i++) {
-        const __m128 am = _mm_loadu_ps(m4s + 4 * i);
-        __m128 m = _mm_add_ps(am, _mm_movehl_ps(am, am));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        y[i] = sw_x86_hsum8(acc[i]) + (kind == K_Q5_K ? m4s[4 * i] : _mm_cvtss_f32(m));
+        for (int r = 0; r < xr; r++) {
+            const sw_block_q8_k *xb = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
+            __m512i yv[4], q8s;
+            s_k45_x(xb, yv, &q8s);
+            const float dx = xb->d;
+            /* d_x * d_w and -d_x * dmin_w of the rows: [d0, m0, d1, m1, ...] */
+            const __m256 dd = _mm256_mul_ps(_mm256_setr_ps(dx, -dx, dx, -dx, dx, -dx, dx, -dx), dw);
+            accm[r] = s_k45_min(kind, mins, q8s, dd, accm[r]);
+            float d[8];
+            _mm256_storeu_ps(d, dd);
+#pragma GCC unroll 4
+            for (int i = 0; i < rw; i++)
+                acc[r][i] = _mm256_fmadd_ps(_mm256_set1_ps(d[2 * i]),
+                                            _mm256_cvtepi32_ps(s_k45_dot(kind, u[i], sc[i], yv)),
+                                            acc[r][i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < xr; r++) {
+        float m4s[16];
+        _mm512_storeu_ps(m4s, accm[r]);
+#pragma GCC unroll 4
+        for (int i = 0; i < rw; i++)
+            y[r * ys + i] = s_k45_out(kind, acc[r][i], m4s + 4 * i);
     }
 }
 
@@ -317,18 +421,20 @@ SW_AI __m512i s_q6_pick(int r, int h)
 }
 
 /*
- * y[i] = dot(weight row i, x) for i < rw (<= S_ROWS, a compile-time
- * constant): q6_K rows of nb super-blocks ws bytes apart, x one q8_K row.
- * Per super-block and row: vpdpbusd of the unsigned quants (s_q6_bits)
- * against the activation makes each chunk's 8 4-element sums (they fit
- * int16); chunks c and c + 2 of a half go as int16 pairs into one vpdpwssd
- * with their scales, started from -32 * (bsums . scales) (GGML's offset
- * term, in the low 256 bits for row 0, the high for row 1); the two 256-bit
- * halves added give GGML's 8 lanes. Then acc = fma(d_x * d_w, float(lanes),
- * acc) and GGML's horizontal sum, as s_tile_k.
+ * y[r * ys + i] = dot(weight row i, x row r) for i < rw (<= S_ROWS) and r <
+ * xr (<= S_XMAX), both compile-time constants: q6_K rows of nb super-blocks
+ * ws bytes apart, x q8_K rows xs bytes apart. Per super-block, each weight
+ * row's quants are unpacked (s_q6_bits) and its scales paired once; per
+ * activation row: vpdpbusd of the unsigned quants against the activation
+ * makes each chunk's 8 4-element sums (they fit int16); chunks c and c + 2 of
+ * a half go as int16 pairs into one vpdpwssd with their scales, started from
+ * -32 * (bsums . scales) (GGML's offset term, in the low 256 bits for weight
+ * row 0, the high for row 1); the two 256-bit halves added give GGML's 8
+ * lanes. Then acc = fma(d_x * d_w, float(lanes), acc) and GGML's horizontal
+ * sum, as s_tile_k.
  */
-SW_AI SW_VBMI void s_q6_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
-                             const sw_block_q8_k *x, float *y)
+SW_AI SW_VBMI void s_q6_rows(int rw, int xr, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
+                             const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
     const size_t bsz = sizeof(sw_block_q6_k);
     const uintptr_t lines = ((uintptr_t)rw * ws + 63) / 64; // of the group at pf
@@ -339,24 +445,14 @@ SW_AI SW_VBMI void s_q6_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, ui
         pk[i][0] = s_q6_pick(i, 0);
         pk[i][1] = s_q6_pick(i, 1);
     }
-    __m256 acc[S_ROWS];
+    __m256 acc[S_XMAX][S_ROWS];
 #pragma GCC unroll 4
-    for (int i = 0; i < S_ROWS; i++)
-        acc[i] = _mm256_setzero_ps();
+    for (int r = 0; r < xr; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < S_ROWS; i++)
+            acc[r][i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const sw_block_q8_k *xb = &x[b];
-        const __m512i yv[4] = {_mm512_loadu_si512((const void *)xb->qs),
-                               _mm512_loadu_si512((const void *)(xb->qs + 64)),
-                               _mm512_loadu_si512((const void *)(xb->qs + 128)),
-                               _mm512_loadu_si512((const void *)(xb->qs + 192))};
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-        /* the bsums in row i's half (the other zero) */
-        const __m512i bsx[S_ROWS] = {_mm512_zextsi256_si512(bs),
-                                     _mm512_inserti64x4(_mm512_setzero_si512(), bs, 1)};
-        if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
-            for (uintptr_t l = (uintptr_t)b * lines / (uintptr_t)nb;
-                 l < (uintptr_t)(b + 1) * lines / (uintptr_t)nb; l++)
-                _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T2);
+        S_PREFETCH(pf, b, lines, nb, _MM_HINT_T2);
         const uint8_t *q6[S_ROWS];
 #pragma GCC unroll 4
         for (int i = 0; i < S_ROWS; i++)
@@ -368,28 +464,50 @@ SW_AI SW_VBMI void s_q6_rows(int rw, int64_t nb, const uint8_t *w, size_t ws, ui
         const __m512i nsc = _mm512_mullo_epi16(sc, _mm512_set1_epi16(-32));
         const __m128 dw = _mm_cvtph_ps(
             _mm_setr_epi16((short)s_u16(q6[0] + 208), (short)s_u16(q6[1] + 208), 0, 0, 0, 0, 0, 0));
-        float d[4];
-        _mm_storeu_ps(d, _mm_mul_ps(_mm_set1_ps(xb->d), dw));
+        __m512i qv[S_ROWS][4], scp[S_ROWS][2]; // the quants, the paired scales
 #pragma GCC unroll 4
-        for (int i = 0; i < rw; i++) {
-            const __m512i z = _mm512_setzero_si512();
-            __m512i s = _mm512_madd_epi16(bsx[i], nsc);
+        for (int i = 0; i < rw; i++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m512i qa, qb;
-                s_q6_bits(q6[i], h, &qa, &qb);
-                const __m512i p = s_pair5(_mm512_dpbusd_epi32(z, qa, yv[2 * h]),
-                                          _mm512_dpbusd_epi32(z, qb, yv[2 * h + 1]));
-                s = _mm512_dpwssd_epi32(s, _mm512_permutexvar_epi8(pk[i][h], sc), p);
+                s_q6_bits(q6[i], h, &qv[i][2 * h], &qv[i][2 * h + 1]);
+                scp[i][h] = _mm512_permutexvar_epi8(pk[i][h], sc);
             }
-            const __m256i lanes =
-                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[i]), _mm256_cvtepi32_ps(lanes), acc[i]);
+#pragma GCC unroll 4
+        for (int r = 0; r < xr; r++) {
+            const sw_block_q8_k *xb = (const sw_block_q8_k *)(x + (size_t)r * xs) + b;
+            const __m512i yv[4] = {_mm512_loadu_si512((const void *)xb->qs),
+                                   _mm512_loadu_si512((const void *)(xb->qs + 64)),
+                                   _mm512_loadu_si512((const void *)(xb->qs + 128)),
+                                   _mm512_loadu_si512((const void *)(xb->qs + 192))};
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+            /* the bsums in row i's half (the other zero) */
+            const __m512i bsx[S_ROWS] = {_mm512_zextsi256_si512(bs),
+                                         _mm512_inserti64x4(_mm512_setzero_si512(), bs, 1)};
+            float d[4];
+            _mm_storeu_ps(d, _mm_mul_ps(_mm_set1_ps(xb->d), dw));
+#pragma GCC unroll 4
+            for (int i = 0; i < rw; i++) {
+                const __m512i z = _mm512_setzero_si512();
+                __m512i s = _mm512_madd_epi16(bsx[i], nsc);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m512i p =
+                        s_pair5(_mm512_dpbusd_epi32(z, qv[i][2 * h], yv[2 * h]),
+                                _mm512_dpbusd_epi32(z, qv[i][2 * h + 1], yv[2 * h + 1]));
+                    s = _mm512_dpwssd_epi32(s, scp[i][h], p);
+                }
+                const __m256i lanes =
+                    _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+                acc[r][i] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d[i]), _mm256_cvtepi32_ps(lanes), acc[r][i]);
+            }
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < rw; i++)
-        y[i] = sw_x86_hsum8(acc[i]);
+    for (int r = 0; r < xr; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < rw; i++)
+            y[r * ys + i] = sw_x86_hsum8(acc[r][i]);
 }
 
 /* ---- 32-element blocks: q4_0, q8_0 against q8_0 activations ------------- */
@@ -484,41 +602,75 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
 /* The previous level's kernels: batches of 2 activation rows or more. */
 static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q8_0;
 
-SW_AI SW_VBMI void s_mm_k45(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
-                            int64_t o1, const void *x, float *y)
-{
-    const int64_t nb = n / SW_QK_K;
-    const uint8_t *wb = w;
-    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S_ROWS * w_stride;
-    int64_t o = o0;
-    for (; o + S_ROWS <= o1; o += S_ROWS)
-        s_k45_rows(kind, S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
-                   (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
-    for (; o < o1; o++)
-        s_k45_rows(kind, 1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
-}
+enum { K_Q6_K = K_Q5_K + 1 };
 
-SW_VBMI static void s_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
+/* rw weight rows against xr activation rows (rw 1, S_ROWS or, q4_K/q5_K only,
+ * S_KXROWS; xr 1..S_XMAX): the kernel of kind, with both counts compile-time
+ * constants. */
+SW_AI SW_VBMI void s_kblock(int kind, int rw, int xr, int64_t nb, const uint8_t *w, size_t ws,
+                            uintptr_t pf, const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
-    s_q6_rows(1, n / SW_QK_K, w, 0, 0, x, s);
-}
-
-SW_VBMI static void s_mm_q6_k(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                              const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
-{
-    if (nr != 1) {
-        s_rows_q6_k(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
-        return;
+    _Static_assert(S_XMAX == 4 && S_KXROWS == 4, "s_kblock: one case per row count");
+#define S_KCASE(RW, XR)                                                                            \
+    if (rw == (RW) && xr == (XR)) {                                                                \
+        if (kind == K_Q6_K)                                                                        \
+            s_q6_rows(RW, XR, nb, w, ws, pf, x, xs, y, ys);                                        \
+        else                                                                                       \
+            s_k45_rows(kind, RW, XR, nb, w, ws, pf, x, xs, y, ys);                                 \
+        return;                                                                                    \
     }
+    S_KCASE(S_ROWS, 1)
+    S_KCASE(S_ROWS, 2)
+    S_KCASE(S_ROWS, 3)
+    S_KCASE(S_ROWS, 4)
+    S_KCASE(1, 1)
+    S_KCASE(1, 2)
+    S_KCASE(1, 3)
+    S_KCASE(1, 4)
+#undef S_KCASE
+    if (kind == K_Q6_K || rw != S_KXROWS)
+        return;
+    /* q4_K/q5_K only */
+    if (xr == 1)
+        s_k45_rows(kind, S_KXROWS, 1, nb, w, ws, pf, x, xs, y, ys);
+    else if (xr == 2)
+        s_k45_rows(kind, S_KXROWS, 2, nb, w, ws, pf, x, xs, y, ys);
+    else if (xr == 3)
+        s_k45_rows(kind, S_KXROWS, 3, nb, w, ws, pf, x, xs, y, ys);
+    else if (xr == 4)
+        s_k45_rows(kind, S_KXROWS, 4, nb, w, ws, pf, x, xs, y, ys);
+}
+
+/*
+ * The K-quants' mm for nr <= S_NRMAX activation rows: groups of S_ROWS
+ * weight rows (q4_K/q5_K with nr >= 2: S_KXROWS; the rows left over one at a
+ * time; the prefetch distance S_PF_GROUPS groups), each against the
+ * activation rows in chunks of at most S_XMAX, split evenly (5 = 3 + 2, 7 = 4
+ * + 3); the group's weights come from DRAM for the first chunk only (that one
+ * prefetches ahead).
+ */
+SW_AI SW_VBMI void s_mm_kx(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0,
+                           int64_t o1, const void *x, size_t x_stride, int nr, float *y,
+                           int64_t y_stride)
+{
     const int64_t nb = n / SW_QK_K;
-    const uint8_t *wb = w;
-    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S_ROWS * w_stride;
-    int64_t o = o0;
-    for (; o + S_ROWS <= o1; o += S_ROWS)
-        s_q6_rows(S_ROWS, nb, wb + (size_t)o * w_stride, w_stride,
-                  (uintptr_t)(wb + (size_t)o * w_stride) + ahead, x, y + o);
-    for (; o < o1; o++)
-        s_q6_rows(1, nb, wb + (size_t)o * w_stride, w_stride, 0, x, y + o);
+    const uint8_t *wb = w, *xb = x;
+    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * w_stride; // times the group's rows
+    for (int64_t o = o0; o < o1;) {
+        const int g = kind != K_Q6_K && nr >= 2 ? S_KXROWS : S_ROWS;
+        const int rw = o1 - o >= g ? g : 1;
+        const uint8_t *wo = wb + (size_t)o * w_stride;
+        uintptr_t pf = rw == g ? (uintptr_t)wo + ahead * (uintptr_t)g : 0;
+        for (int r0 = 0; r0 < nr;) {
+            const int left = nr - r0, chunks = (left + S_XCHUNK - 1) / S_XCHUNK;
+            const int xr = (left + chunks - 1) / chunks;
+            s_kblock(kind, rw, xr, nb, wo, w_stride, pf, xb + (size_t)r0 * x_stride, x_stride,
+                     y + (int64_t)r0 * y_stride + o, y_stride);
+            pf = 0;
+            r0 += xr;
+        }
+        o += rw;
+    }
 }
 
 SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
@@ -542,19 +694,19 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
     }
 }
 
-#define S_DEF_K45(name, kind)                                                                      \
+#define S_DEF_K(name, kind)                                                                        \
     SW_VBMI static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)            \
     {                                                                                              \
-        s_k45_rows(kind, 1, n / SW_QK_K, w, 0, 0, x, s);                                           \
+        s_kblock(kind, 1, 1, n / SW_QK_K, w, 0, 0, x, 0, s, 0);                                    \
     }                                                                                              \
     SW_VBMI static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0,         \
                                     int64_t o1, const void *x, size_t x_stride, int nr, float *y,  \
                                     int64_t y_stride)                                              \
     {                                                                                              \
-        if (nr != 1)                                                                               \
+        if (nr > S_NRMAX)                                                                          \
             s_rows_##name(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
         else                                                                                       \
-            s_mm_k45(kind, n, w, w_stride, o0, o1, x, y);                                          \
+            s_mm_kx(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
     }
 
 #define S_DEF_32(name, kind)                                                                       \
@@ -571,8 +723,9 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
             s_mm_32(kind, n, w, w_stride, o0, o1, x, y);                                           \
     }
 
-S_DEF_K45(q4_k, K_Q4_K)
-S_DEF_K45(q5_k, K_Q5_K)
+S_DEF_K(q4_k, K_Q4_K)
+S_DEF_K(q5_k, K_Q5_K)
+S_DEF_K(q6_k, K_Q6_K)
 S_DEF_32(q4_0, K_Q4_0)
 S_DEF_32(q8_0, K_Q8_0)
 

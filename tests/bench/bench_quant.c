@@ -203,7 +203,7 @@ static int s_qwen(sw_pool_t *pool, double min_s, const char *only)
         {SW_TYPE_Q6_K, 151936, 1536}, {SW_TYPE_Q5_0, 4864, 896},  {SW_TYPE_Q8_0, 4864, 896},
         {SW_TYPE_IQ4_NL, 4864, 896},
     };
-    const int nrs[] = {1, 2, 5, 9, 17, 33};
+    const int nrs[] = {1, 2, 5, 8, 9, 17, 33};
     printf("%-5s %6s %5s %3s %3s %10s %9s %7s\n", "type", "rows", "n", "nr", "thr", "us/call",
            "W GB/s", "vs nr=1");
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {

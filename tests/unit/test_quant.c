@@ -1188,6 +1188,18 @@ static void test_batch_levels(void)
             for (int extreme = 0; extreme < 2; extreme++)
                 s_levels_case(sw_matmul, "batch", types[ti], ns[ni], extreme, nrs,
                               sizeof nrs / sizeof nrs[0]);
+    /* The K-quants: up to 8 activation rows the AVX-512 level's kernels of
+     * quant_mv_avx512.c (a weight super-block unpacked once for up to 4
+     * activation rows: 5 = 3 + 2, 7 = 4 + 3, ...), more the AVX2 level's; odd
+     * output ranges leave a weight row alone. */
+    const enum sw_type ktypes[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    const int64_t kns[] = {256, 768, 2304};
+    const int knrs[] = {2, 3, 4, 5, 6, 7, 8, 9, 1, 17, 5, 3};
+    for (size_t ti = 0; ti < sizeof ktypes / sizeof ktypes[0]; ti++)
+        for (size_t ni = 0; ni < sizeof kns / sizeof kns[0]; ni++)
+            for (int extreme = 0; extreme < 2; extreme++)
+                s_levels_case(sw_matmul, "batch", ktypes[ti], kns[ni], extreme, knrs,
+                              sizeof knrs / sizeof knrs[0]);
 }
 
 /* Start-up dispatch picks the best level the CPU offers: AVX-512 (F, BW, VL,
