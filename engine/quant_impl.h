@@ -152,8 +152,9 @@ void sw_kernels_lowbit_avx2(struct sw_kernels *k);
 void sw_kernels_lowbit_avx512(struct sw_kernels *k);
 /* Their rows as f32 (sw_dequantize_row); 0, or -1 for another type. */
 int sw_dequantize_lowbit(enum sw_type t, const void *src, float *dst, int64_t n);
-/* Adds the AVX-512 one-row (generation) kernels (quant_mv_avx512.c) to the
- * table sw_kernels_avx512 filled; same conditions. */
+/* Adds the AVX-512 kernels for few activation rows (quant_mv_avx512.c: generation,
+ * and K-quant batches of up to 8 rows) to the table sw_kernels_avx512 filled; same
+ * conditions. */
 void sw_kernels_avx512_mv(struct sw_kernels *k);
 /* From this many activation rows on, sw_matmul of q8_0 and q4_0 weights runs
  * the AVX-512 batch kernels (quant_mm_avx512.c; the same bits as the AVX2
