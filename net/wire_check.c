@@ -8,8 +8,8 @@
  * other module looks at a message before it passed here, and one line says
  * what was wrong. The field checks (names, fingerprints, dtypes, tokens,
  * sampling, routes) are wire_check_field.c's, the validators of one round's
- * messages (Forward, Verdict) wire_check_round.c's. It calls nothing else of
- * net/ (wire.c and the codec call it).
+ * messages (Forward, Verdict) wire_check_round.c's. Of the rest of net/ it
+ * calls only keys.c's sw_wire_direct_ok (wire.c and the codec call it).
  */
 #include "codec_pb.h"
 

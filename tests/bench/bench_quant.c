@@ -293,18 +293,30 @@ static int s_tiled(sw_pool_t *pool, double min_s, const char *only)
     return 0;
 }
 
+static int s_usage(const char *why)
+{
+    fprintf(stderr,
+            "bench_quant: %s\nusage: bench_quant [min_seconds_per_case [smol|qwen|tiled|all "
+            "[threads (1..64) [type]]]]\n",
+            why);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
-    double min_s = argc > 1 ? atof(argv[1]) : 0.15;
-    if (min_s <= 0)
-        min_s = 0.15;
+    char *end = NULL;
+    const double min_s = argc > 1 ? strtod(argv[1], &end) : 0.15;
+    if (argc > 1 && (end == argv[1] || *end || !(min_s > 0 && min_s <= 60)))
+        return s_usage("the first argument is the seconds per case, a number in (0, 60]");
     const char *set = argc > 2 ? argv[2] : "all";
-    int qthreads = argc > 3 ? atoi(argv[3]) : 1;
-    if (qthreads < 1 || qthreads > 64)
-        qthreads = 1;
+    if (strcmp(set, "smol") && strcmp(set, "qwen") && strcmp(set, "tiled") && strcmp(set, "all"))
+        return s_usage("the second argument is the set: smol, qwen, tiled or all");
+    const long qthreads = argc > 3 ? strtol(argv[3], &end, 10) : 1;
+    if (argc > 3 && (end == argv[3] || *end || qthreads < 1 || qthreads > 64))
+        return s_usage("the third argument is the thread count, 1..64");
     printf("kernels: %s\n", sw_cpu_kernels());
     if (strcmp(set, "tiled") == 0) {
-        sw_pool_t *pool = sw_pool_new(qthreads);
+        sw_pool_t *pool = sw_pool_new((int)qthreads);
         if (pool == NULL || s_tiled(pool, min_s, argc > 4 ? argv[4] : NULL) != 0) {
             fprintf(stderr, "bench_quant: tiled set failed\n");
             return 1;
@@ -313,7 +325,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(set, "smol") != 0) {
-        sw_pool_t *pool = sw_pool_new(qthreads);
+        sw_pool_t *pool = sw_pool_new((int)qthreads);
         if (pool == NULL || s_qwen(pool, min_s, argc > 4 ? argv[4] : NULL) != 0) {
             fprintf(stderr, "bench_quant: qwen set failed\n");
             return 1;
