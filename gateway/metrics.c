@@ -402,9 +402,9 @@ char *gw_metrics_text(gw_metrics_t *m)
              m->inflight, m->connections);
     s_spot_text(&b, m);
     s_hist_text(&b, "shardwire_gateway_time_to_first_token_seconds",
-                "request received to first token", &m->ttft);
-    s_hist_text(&b, "shardwire_gateway_generation_seconds", "request received to last token",
-                &m->dur);
+                "request submitted to the cluster to first token", &m->ttft);
+    s_hist_text(&b, "shardwire_gateway_generation_seconds",
+                "request submitted to the cluster to last token", &m->dur);
     s_hist_text(&b, "shardwire_gateway_decode_tokens_per_second",
                 "decode speed of each generation (the head's clock)", &m->tps);
     pthread_mutex_unlock(&m->mu);
