@@ -459,11 +459,7 @@ static int s_error_dec(const sw_wire_msg_t *m, sw_msg_t *out, char *err, size_t 
 {
     const Shardwire__Error *e = m->env->pb.error;
     CHECK(e != NULL, "error missing");
-    CHECK((e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-           e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY) ||
-              e->code == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED ||
-              e->code == SHARDWIRE__ERROR_CODE__ERR_HEAD_LEAVING,
-          "error.code %d unknown", (int)e->code);
+    CHECK(SW_PB_ERROR_CODE_KNOWN(e->code), "error.code %d unknown", (int)e->code);
     out->error.code = (sw_error_code_t)e->code;
     out->error.message = s_in_str(e->message);
     out->error.session_id = e->session_id;

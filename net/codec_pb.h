@@ -91,6 +91,13 @@ int sw_pb_fail(const char *who, int rc, char *err, size_t err_len, const char *f
             return sw_pb_fail(who, SW_WIRE_EMALFORMED, err, err_len, __VA_ARGS__);                 \
     } while (0)
 
+/* An ErrorCode this build knows (proto/shardwire.proto's enum: 0..15, 20, 21): the one rule
+ * the validator (wire_check.c) and the decoder (codec.c) both apply. */
+#define SW_PB_ERROR_CODE_KNOWN(c)                                                                  \
+    (((c) >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED && (c) <= SHARDWIRE__ERROR_CODE__ERR_BUSY) ||  \
+     (c) == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED ||                                             \
+     (c) == SHARDWIRE__ERROR_CODE__ERR_HEAD_LEAVING)
+
 /* ---- the field checks (wire_check_field.c) ------------------------------------------------- */
 
 /* The checks the message validators of wire_check.c and wire_check_round.c

@@ -238,11 +238,7 @@ static int s_error(const Shardwire__Error *e, char *err, size_t err_len)
 {
     int rc;
     CHECK(e != NULL, "error missing");
-    CHECK((e->code >= SHARDWIRE__ERROR_CODE__ERR_UNSPECIFIED &&
-           e->code <= SHARDWIRE__ERROR_CODE__ERR_BUSY) ||
-              e->code == SHARDWIRE__ERROR_CODE__ERR_PLAN_REFUSED ||
-              e->code == SHARDWIRE__ERROR_CODE__ERR_HEAD_LEAVING,
-          "error.code %d unknown", (int)e->code);
+    CHECK(SW_PB_ERROR_CODE_KNOWN(e->code), "error.code %d unknown", (int)e->code);
     CHECK(e->queue_position <= SW_WIRE_MAX_QUEUE, "error.queue_position %u > %d", e->queue_position,
           SW_WIRE_MAX_QUEUE);
     if ((rc = sw_pb_check_text("error.message", e->message, SW_WIRE_MAX_ERROR_TEXT, err, err_len)))

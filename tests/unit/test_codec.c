@@ -959,6 +959,12 @@ static void s_test_refused_out(void)
     SW_CHECK_INT(s_refused(&e), 0);
     e.error.code = (sw_error_code_t)16;
     SW_CHECK_INT(s_refused(&e), SW_WIRE_EMALFORMED);
+    e.error.code = SW_ERROR_PLAN_REFUSED;
+    SW_CHECK_INT(s_refused(&e), 0);
+    e.error.code = SW_ERROR_HEAD_LEAVING;
+    SW_CHECK_INT(s_refused(&e), 0);
+    e.error.code = (sw_error_code_t)22;
+    SW_CHECK_INT(s_refused(&e), SW_WIRE_EMALFORMED);
     e.error.code = SW_ERROR_BUSY;
     e.error.queue_position = SW_WIRE_MAX_QUEUE + 1;
     SW_CHECK_INT(s_refused(&e), SW_WIRE_EMALFORMED);
