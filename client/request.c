@@ -354,13 +354,15 @@ int client_on_error(sw_client_t *c, const sw_wire_msg_t *m, const sw_msg_error_t
     if (!from_relay && er->code == SW_ERROR_HEAD_LEAVING) {
         /* the head stops (Ctrl-C, a rolling restart, its GPU failed) before it finished r:
          * the watch takes r to another head of its model, or to this one restarted, from
-         * the tokens received (failover.c); the first check comes at the next watch */
+         * the tokens received (failover.c), at its first look, which comes at once */
         SW_WARN("client: request %s: the head '%s' is leaving (%s) after %d tokens; looking "
                 "for another head of its model",
                 r->id, r->head, msg, r->stats.n_generated);
         r->leaving = 1;
         r->resume_at = 0;
-        r->last_msg = client_now_ms() - CLIENT_QUIET_MS - 1;
+        r->missed_at = client_now_ms();
+        r->last_msg = r->missed_at - CLIENT_QUIET_MS - 1;
+        c->next_watch = r->missed_at; /* the watch looks at once */
         return 1;
     }
     if (from_relay)

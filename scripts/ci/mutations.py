@@ -164,6 +164,12 @@ CLAIMS = [
      "            head_send_error(n, s->client_addr, SW_ERROR_HEAD_LEAVING, s->rid, s->id, 0,",
      "            head_send_error(n, s->client_addr, SW_ERROR_INTERNAL, s->rid, s->id, 0,",
      "test_failover", {}),
+    ("leaving-first-look: a request whose head said it is leaving waits for the second look, "
+     "as for a head missing without a word",
+     "client/failover.c",
+     "        } else if (r->leaving || ++r->head_missing >= 2) {",
+     "        } else if (++r->head_missing >= 2) {",
+     "test_failover", {}),
     ("spot-pick: a spot check's shadows are drawn at random among the stand-ins",
      "node/head_spot.c",
      "        const uint32_t at = k < max ? (uint32_t)k++ : randombytes_uniform(seen);",
