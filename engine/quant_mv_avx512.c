@@ -85,7 +85,7 @@
  * hint): with T0 (or NTA) its 2 rows read 9-10 GB/s from DRAM on one core,
  * the time stalled in the prefetch loop (its 40 lines a group held in L1's
  * few miss buffers?), with T2 19-23, T1 alike (1 row without software
- * prefetch 15-19, the AVX2 kernel 16-20; one core, the 196 MB 151936 x 1536
+ * prefetch 15-19, the AVX2 kernel 16-20; one core, the 191 MB 151936 x 1536
  * output matrix, load average 1-4 from another test suite).
  */
 #include "quant.h"

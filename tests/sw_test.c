@@ -109,11 +109,15 @@ void sw_test_skip(const char *why)
         fflush(stdout);
         exit(1);
     }
-    if (!sw_test_failures)
-        s_log_dir_remove();
-    else if (s_log_dir[0])
-        printf("logs and files of this test (kept: checks failed before the skip): %s\n",
-               s_log_dir);
+    if (sw_test_failures) {
+        /* a failure is not hidden by a later skip: ctest counts 77 as skipped */
+        printf("FAILED: %d check(s) failed before the test skipped (%s)\n", sw_test_failures, why);
+        if (s_log_dir[0])
+            printf("logs and files of this test (kept because it failed): %s\n", s_log_dir);
+        fflush(stdout);
+        exit(1);
+    }
+    s_log_dir_remove();
     printf("SKIP: %s\n", why);
     fflush(stdout);
     exit(77);
