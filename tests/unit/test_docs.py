@@ -688,7 +688,12 @@ def check_bench_commands():
             for i, a in enumerate(given):
                 # a flag with its value is a pair of the recorded command, anything else a word
                 if a.startswith("--") and i + 1 < len(given) and not given[i + 1].startswith("--"):
-                    ok, what = (a, given[i + 1]) in pairs, f"{a} {given[i + 1]}"
+                    # (older records joined the words without quotes: a quoted value is then
+                    # the recorded words that follow the flag)
+                    run = [a] + given[i + 1].split()
+                    ok = (a, given[i + 1]) in pairs or any(
+                        words[k:k + len(run)] == run for k in range(len(words)))
+                    what = f"{a} {given[i + 1]}"
                 elif i > 0 and given[i - 1].startswith("--") and not a.startswith("--"):
                     continue  # the value of the pair above
                 else:
