@@ -186,9 +186,10 @@ static int s_pick_head(const sw_client_table_t *t, const char *want, const char 
     if (n_found > 1)
         return client_fail(
             SW_CLIENT_ENOHEAD, err, err_len,
-            "%d heads serve %s%s (%s%s): name the one to use (shardwire run --head NAME)", n_found,
-            model && model[0] ? "the model " : "requests", model && model[0] ? model : "", names,
-            n_found > 4 ? ", ..." : "");
+            "%d heads serve %s%s (%s%s): name the one to use (shardwire run --head NAME; over "
+            "the HTTP API the request's \"shardwire\": {\"head\": NAME})",
+            n_found, model && model[0] ? "the model " : "requests", model && model[0] ? model : "",
+            names, n_found > 4 ? ", ..." : "");
     if (want && unroled)
         return client_fail(
             SW_CLIENT_ENOHEAD, err, err_len,
