@@ -20,7 +20,8 @@
  *                 ffn_down in llama.cpp's more-bits layers of the whole model
  *                 (also when --layers N makes a slice of its first N layers)
  *   qwen2.5-1.5b  Qwen2.5-Coder-1.5B-Instruct.Q4_K_M (q4_K, q6_K, biases)
- *   qwen2.5-0.5b  Qwen2.5-Coder-0.5B-Instruct.Q4_K_M (q5_0, q8_0, q6_K)
+ *   qwen2.5-0.5b  Qwen2.5-Coder-0.5B-Instruct.Q4_K_M (q5_0, q4_K, q8_0, q6_K)
+ *                 (both with the real files' types, tensor by tensor)
  *   smollm2-135m  SmolLM2-135M-Instruct.Q4_1 (q4_1, q8_0 tied embedding)
  *   tiny-float    a 4-layer llama with f16, bf16 and f32 matrices
  *   tiny-qwen3    a 4-layer qwen3 (QK norm) with q4_0, q5_1, q5_K and q8_0
@@ -255,10 +256,22 @@ typedef struct s_preset {
 } s_preset_t;
 
 /* The layers of an n-layer model whose attn_v and ffn_down llama.cpp's
- * Q4_K_M quantizes with more bits (use_more_bits in its llama-quant.cpp). */
+ * Q4_K_M quantizes with more bits: use_more_bits(i, n) of its llama-quant.cpp,
+ * where i counts those tensors in the order llama-quantize meets them, the
+ * file's, which has the layers sorted by name (blk.0, blk.1, blk.10, blk.11,
+ * ..., blk.2, ...). i is layer l's rank in that order. The real
+ * Qwen2.5-Coder-1.5B and 0.5B Q4_K_M files give exactly these layers the
+ * larger types (14 of 28, 12 of 24); the layer index itself picks another 14. */
 static int s_more_bits(int l, int n)
 {
-    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+    char me[16], other[16];
+    snprintf(me, sizeof me, "%d", l);
+    int i = 0;
+    for (int o = 0; o < n; o++) {
+        snprintf(other, sizeof other, "%d", o);
+        i += strcmp(other, me) < 0;
+    }
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
 /* Qwen2.5 7B/14B/32B Instruct and Llama 3.1 70B Instruct as llama.cpp quantizes them to
@@ -305,7 +318,8 @@ static const s_preset_t s_presets[] = {
      .down = SW_TYPE_Q4_K,
      .v_first = SW_TYPE_Q6_K,
      .down_first = SW_TYPE_Q6_K,
-     .bias = 1},
+     .bias = 1,
+     .q4km = 1},
     {.name = "qwen2.5-0.5b",
      .arch = "qwen2",
      .n_layer = 24,
@@ -321,14 +335,15 @@ static const s_preset_t s_presets[] = {
      .out = SW_TYPE_Q8_0,
      .q = SW_TYPE_Q5_0,
      .k = SW_TYPE_Q5_0,
-     .v = SW_TYPE_Q8_0,
+     .v = SW_TYPE_Q5_0,
      .o = SW_TYPE_Q5_0,
      .gate = SW_TYPE_Q5_0,
      .up = SW_TYPE_Q5_0,
-     .down = SW_TYPE_Q6_K,
+     .down = SW_TYPE_Q4_K,
      .v_first = SW_TYPE_Q8_0,
      .down_first = SW_TYPE_Q6_K,
-     .bias = 1},
+     .bias = 1,
+     .q4km = 1},
     {.name = "smollm2-135m",
      .arch = "llama",
      .n_layer = 30,
