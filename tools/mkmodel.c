@@ -261,7 +261,8 @@ typedef struct s_preset {
  * file's, which has the layers sorted by name (blk.0, blk.1, blk.10, blk.11,
  * ..., blk.2, ...). i is layer l's rank in that order. The real
  * Qwen2.5-Coder-1.5B and 0.5B Q4_K_M files give exactly these layers the
- * larger types (14 of 28, 12 of 24); the layer index itself picks another 14. */
+ * larger types (14 of 28, 12 of 24); picked by the layer index, 16 layers of
+ * each would have the other type. */
 static int s_more_bits(int l, int n)
 {
     char me[16], other[16];

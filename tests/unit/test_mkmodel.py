@@ -3,8 +3,9 @@
 types, tensor by tensor (tools/mkmodel.c). llama.cpp's Q4_K_M gives attn_v and ffn_down their
 larger type in the layers use_more_bits picks, counting the layers in the file's order (blk.0,
 blk.1, blk.10, ...): the synthetic files that the GPU and big-model benchmarks measure read
-what the real ones read only when they follow the same rule (before: the layer index picked
-14 other layers of the 1.5B, and the 0.5B's presets gave every layer the larger types).
+what the real ones read only when they follow the same rule (picked by the layer index, 16
+layers of each preset would have the other type; before 2026-12-07 the 1.5B's preset gave the
+larger types to layers 0 and 1 only and the 0.5B's to every layer).
 
 qwen2.5-0.5b against Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf (the default test data) and
 qwen2.5-1.5b against the 1.5B (scripts/fetch_test_data.sh slow or all; a part skip without it).

@@ -1,9 +1,9 @@
 /*
  * test_skip.c - sw_test_skip() (tests/sw_test.c) does not hide a failure:
  * ctest counts exit code 77 as a skip, so a test whose checks failed before
- * it skipped must exit 1. A forked child of this program fails one check and
- * skips (exit 1), another skips with none failed (77), both not strict and
- * recording no skip in the suite's list.
+ * it skipped must exit 1. Forked children of this program, recording no skip
+ * in the suite's list: not strict, one fails a check and skips (exit 1) and
+ * one skips with none failed (77); strict (SW_TEST_STRICT=1), both exit 1.
  */
 #include "sw_test.h"
 
@@ -12,14 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The exit code of a child that fails `fail` checks and then skips. */
-static int s_child(int fail)
+/* The exit code of a child that fails `fail` checks and then skips, strict or not. */
+static int s_child(int fail, int strict)
 {
     fflush(stdout);
     fflush(stderr);
     const pid_t p = fork();
     if (p == 0) {
-        setenv("SW_TEST_STRICT", "0", 1);
+        setenv("SW_TEST_STRICT", strict ? "1" : "0", 1);
         unsetenv("SW_TEST_SKIP_LOG");
         for (int i = 0; i < fail; i++)
             SW_CHECK(!"a check that fails on purpose (in a child; expected)");
@@ -34,7 +34,9 @@ static int s_child(int fail)
 
 int main(void)
 {
-    SW_CHECK_INT(s_child(1), 1);
-    SW_CHECK_INT(s_child(0), 77);
+    SW_CHECK_INT(s_child(1, 0), 1);
+    SW_CHECK_INT(s_child(0, 0), 77);
+    SW_CHECK_INT(s_child(1, 1), 1);
+    SW_CHECK_INT(s_child(0, 1), 1);
     return sw_test_done();
 }
