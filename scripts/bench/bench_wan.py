@@ -355,7 +355,7 @@ def main():
                     "prompts)")
     ap.add_argument("--delay-ms", type=float, default=21.5, help="one-way delay per link")
     ap.add_argument("--threads", type=int, default=0,
-                    help="threads per node (default 2; 1 with --pin)")
+                    help="threads per node (default 2; with --pin the CPUs of a node's half)")
     ap.add_argument("--draft-threads", type=int, default=0,
                     help="threads of the head's draft model (default as --threads)")
     ap.add_argument("--pin", action="store_true",
