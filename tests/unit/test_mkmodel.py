@@ -12,53 +12,19 @@ qwen2.5-1.5b against the 1.5B (scripts/fetch_test_data.sh slow or all; a part sk
 Environment (tests/CMakeLists.txt): SW_BIN_DIR, SW_MODELS_DIR, SW_TEST_SKIP_LOG, SW_TEST_STRICT.
 """
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
-SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+# The GGUF header reader of scripts/bench/bench_engine.py, not a second one.
+sys.path.insert(0, os.path.join(os.environ.get("SW_SOURCE_DIR", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..")), "scripts", "bench"))
+from bench_engine import gguf_tensors  # noqa: E402
 
 
 def tensor_types(path):
     """{tensor name: GGML type} from a GGUF file's header."""
-    with open(path, "rb") as f:
-        magic, _version = struct.unpack("<4sI", f.read(8))
-        if magic != b"GGUF":
-            raise ValueError(f"{path}: not a GGUF file")
-        n_tensors, n_kv = struct.unpack("<QQ", f.read(16))
-
-        def string():
-            (n,) = struct.unpack("<Q", f.read(8))
-            return f.read(n).decode("utf-8", "replace")
-
-        def value(t):
-            if t == 8:
-                string()
-            elif t == 9:
-                (at,) = struct.unpack("<I", f.read(4))
-                (n,) = struct.unpack("<Q", f.read(8))
-                if at in SIZES:
-                    f.seek(SIZES[at] * n, 1)
-                else:
-                    for _ in range(n):
-                        value(at)
-            else:
-                f.seek(SIZES[t], 1)
-
-        for _ in range(n_kv):
-            string()
-            (t,) = struct.unpack("<I", f.read(4))
-            value(t)
-        out = {}
-        for _ in range(n_tensors):
-            name = string()
-            (nd,) = struct.unpack("<I", f.read(4))
-            f.seek(8 * nd, 1)
-            (t,) = struct.unpack("<I", f.read(4))
-            f.seek(8, 1)
-            out[name] = t
-        return out
+    return {name: t for name, (t, _dims) in gguf_tensors(path)[1].items()}
 
 
 def skip_part(why):
