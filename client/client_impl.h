@@ -68,15 +68,15 @@ typedef struct client_req {
     char tenant[SW_WIRE_NAME_MAX + 1];      /* q.tenant */
     uint32_t *toks;                         /* (stats.n_generated) tokens received, in order */
     size_t toks_cap;                        /* entries allocated in toks */
-    char model[65];   /* its head's model fingerprint, "" unknown: another head
-                         serving it may take over */
-    double gone_at;   /* when its head was found gone (0: it is there) */
-    double missed_at; /* when a look first missed its head, or it said it is leaving (0: not) */
-    int leaving;      /* its head said it is leaving (ERR_HEAD_LEAVING): 1 while the relay still
-                         lists it (not a head to go to), 2 once a check did not find it (a head
-                         of its name after that is a restart), 0 otherwise */
-    int n_reasks;     /* times its head ended it, taking us for gone, and was asked again */
-    double reask_at;  /* the last time (0: a token came since): an end then is the old one's */
+    char model[65];  /* its head's model fingerprint, "" unknown: another head
+                        serving it may take over */
+    double gone_at;  /* when a look first missed its head, or found it leaving (0: it is
+                        there); CLIENT_FAILOVER_MS count from here */
+    int leaving;     /* its head said it is leaving (ERR_HEAD_LEAVING): 1 while the relay still
+                        lists it (not a head to go to), 2 once a check did not find it (a head
+                        of its name after that is a restart), 0 otherwise */
+    int n_reasks;    /* times its head ended it, taking us for gone, and was asked again */
+    double reask_at; /* the last time (0: a token came since): an end then is the old one's */
 } client_req_t;
 
 struct sw_client {

@@ -62,11 +62,10 @@ static int s_failover(sw_client_t *c, client_req_t *r, const sw_client_table_t *
         return -1;
     SW_WARN("client: request %s: the head '%s' left after %u tokens; '%s' takes over from there, "
             "%.1f s after the head was first missed",
-            r->id, r->head, have, to->name, (now - r->missed_at) / 1e3);
+            r->id, r->head, have, to->name, (now - r->gone_at) / 1e3);
     snprintf(r->head, sizeof r->head, "%s", to->name);
     r->head_missing = 0;
     r->gone_at = 0;
-    r->missed_at = 0;
     r->leaving = 0;
     r->last_msg = now;
     r->resume_at = 0;
@@ -110,11 +109,11 @@ int client_watch(sw_client_t *c, sw_client_event_t *ev)
             present = !strcmp(t.peers[k].name, r->head);
         if (!present && r->leaving == 1)
             r->leaving = 2; /* gone: a head of its name from now on is a restart */
-        if ((!present || r->leaving) && !r->missed_at)
-            r->missed_at = now;
+        if ((!present || r->leaving) && !r->gone_at)
+            r->gone_at = now; /* the first look that missed it */
         if (present && !r->leaving) {
             r->head_missing = 0;
-            r->missed_at = 0;
+            r->gone_at = 0;
             r->last_msg = now;
             if (now > r->quiet_until) /* not while it said it is busy (Progress.next_ms) */
                 r->resume_at = now;   /* a lost last chunk is sent again */
@@ -123,8 +122,6 @@ int client_watch(sw_client_t *c, sw_client_event_t *ev)
              * within a second or so) is not taken for a dead head: another head
              * serving its model (or the same one restarted) takes it over. A
              * head that said it is leaving needs no second look. */
-            if (!r->gone_at)
-                r->gone_at = now;
             if (s_failover(c, r, &t, now) == 0)
                 continue;
             if (now - r->gone_at < CLIENT_FAILOVER_MS && r->q.n_predict)

@@ -360,9 +360,9 @@ int client_on_error(sw_client_t *c, const sw_wire_msg_t *m, const sw_msg_error_t
                 r->id, r->head, msg, r->stats.n_generated);
         r->leaving = 1;
         r->resume_at = 0;
-        r->missed_at = client_now_ms();
-        r->last_msg = r->missed_at - CLIENT_QUIET_MS - 1;
-        c->next_watch = r->missed_at; /* the watch looks at once */
+        const double now = client_now_ms();
+        r->last_msg = now - CLIENT_QUIET_MS - 1;
+        c->next_watch = now; /* the watch looks at once */
         return 1;
     }
     if (from_relay)
