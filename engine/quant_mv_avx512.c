@@ -655,12 +655,12 @@ SW_AI SW_VBMI void s_mm_kx(int kind, int64_t n, const void *w, size_t w_stride, 
 {
     const int64_t nb = n / SW_QK_K;
     const uint8_t *wb = w, *xb = x;
-    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * w_stride; // times the group's rows
+    const int g = kind != K_Q6_K && nr >= 2 ? S_KXROWS : S_ROWS; // weight rows a group
+    const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * (uintptr_t)g * w_stride;
     for (int64_t o = o0; o < o1;) {
-        const int g = kind != K_Q6_K && nr >= 2 ? S_KXROWS : S_ROWS;
         const int rw = o1 - o >= g ? g : 1;
         const uint8_t *wo = wb + (size_t)o * w_stride;
-        uintptr_t pf = rw == g ? (uintptr_t)wo + ahead * (uintptr_t)g : 0;
+        uintptr_t pf = rw == g ? (uintptr_t)wo + ahead : 0;
         for (int r0 = 0; r0 < nr;) {
             const int left = nr - r0, chunks = (left + S_XCHUNK - 1) / S_XCHUNK;
             const int xr = (left + chunks - 1) / chunks;
