@@ -3,8 +3,11 @@
 that a number or a name changed on one side alone fails the default suite:
 
 1. Paths: every repository path a doc names (engine/gguf.c, tests/unit/..., a
-   relative link [x](deploy.md)) exists, but the few examples in PATH_EXAMPLES,
-   and a file it names without its folder (`stage_timing.c`) is one some file
+   relative link [x](deploy.md)) exists, but the few examples in PATH_EXAMPLES;
+   a source file named under another first folder (common/verify.c, a folder
+   the repository no longer has) is the end of a repository path (cpu/x.c of
+   engine/cpu/) or lies in a folder programs make (keys/, build/); and a file
+   it names without its folder (`stage_timing.c`) is one some file
    of the repository is called, but the few FILE_EXAMPLES.
 2. Defaults: a default a doc states for a flag ("`--flag` (N)", "`--flag`
    (default N)", "`--flag` (`MACRO`, N)", "`--flag`, default N", "N
@@ -75,6 +78,7 @@ import gen_reference  # noqa: E402
 PATH_EXAMPLES = {
     "client/api.keys",  # docs/deploy.md: a file in the keys volume `shardwire cluster init` writes
     "docs/results/NAME.json",  # docs/benchmarks.md: how a rendered table names its result file
+    "greedy_qwen05/15.json",  # docs/status.md: the two fixtures greedy_qwen05.json and greedy_qwen15.json
 }
 # A file a doc names without its folder (`stage.c`, `seal.[ch]`, `vm_systemd.sh`) is one of the
 # repository's, but these, which programs write or systems hold (keep short; say why).
@@ -90,6 +94,13 @@ MACRO_EXAMPLES = {
 FOLDERS = ("base", "engine", "net", "node", "relay", "client", "gateway", "hub", "cli", "tools",
            "drafter", "placement", "proto", "deploy", "scripts", "tests", "docs", ".ci")
 PATH = re.compile(r"(?<![\w./~$-])((?:%s)/[A-Za-z0-9_./+-]*)" % "|".join(re.escape(f) for f in FOLDERS))
+# A source file named under some other first folder (common/verify.c, from before engine/ and
+# base/): it is the tail of a repository path (cpu/attention_cpu.c, in engine/), or a folder that
+# programs make at run time (RUNTIME_FOLDERS), or it names a file that is not there.
+OTHER_PATH = re.compile(r"(?<![\w./~$:-])([A-Za-z_][\w.-]*)/([\w./+-]*\.(?:c|h|cu|cuh|py|sh|proto|txt|"
+                        r"cmake|yml|yaml|toml|json))\b")
+RUNTIME_FOLDERS = ("keys", "relay-keys",  # docs/deploy.md: what `shardwire cluster init` writes
+                   "build")  # a build folder (build/, build-m/): what scripts/build.sh makes
 LINK = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")
 # Macro names of this code base a doc may cite (external ones, ZMQ_*, AF_*, are not checked).
 MACRO_NAME = r"(?:SW|NODE|HEAD|GW|RELAY|CLIENT|STAGE|PLACE|HUB|ERR|S)_[A-Z0-9_]*[A-Z0-9]"
@@ -156,7 +167,8 @@ def line_of(text, pos):
 
 def check_paths():
     cmake = [os.path.join(SRC, f) for f in source_files() if os.path.basename(f) == "CMakeLists.txt"]
-    basenames = {os.path.basename(f) for f in source_files()}
+    files = source_files()
+    basenames = {os.path.basename(f) for f in files}
     for doc in docs() + sorted(cmake):
         text = read_doc(doc)
         for m in PATH.finditer(text):
@@ -166,6 +178,13 @@ def check_paths():
             if p in PATH_EXAMPLES or not os.path.exists(os.path.join(SRC, p)):
                 if p not in PATH_EXAMPLES:
                     fail(f"{rel(doc)}:{line_of(text, m.start())}: names {p}, which does not exist")
+        for m in OTHER_PATH.finditer(text):
+            top, p = m.group(1), m.group(0)
+            if top in FOLDERS or top in RUNTIME_FOLDERS or top.startswith("build-") or p in PATH_EXAMPLES:
+                continue
+            if not any(f == p or f.endswith("/" + p) for f in files):
+                fail(f"{rel(doc)}:{line_of(text, m.start())}: names {p}, which is no repository "
+                     f"path nor the end of one")
         if not doc.endswith(".md"):
             continue
         for m in FILE_NAME.finditer(text):  # a file named without its folder: some file has that name
