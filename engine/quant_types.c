@@ -16,7 +16,8 @@ struct s_type_traits {
     const char *name; // GGML's name, or NULL for an id GGML removed
     int64_t blck;     // elements per block; 0 when the layout is unknown here
     size_t bytes;     // bytes per block; 0 when the layout is unknown here
-    int supported;    // 1 when the kernels can load weights of this type
+    int supported;    // 1 when the kernels take this type: weights they load, or the
+                      // activation types Q8_1 and Q8_K (no weights of those load)
     enum sw_type vec; // activation type of the dot product (SW_TYPE_COUNT: none)
 };
 

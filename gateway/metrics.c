@@ -356,7 +356,8 @@ char *gw_metrics_text(gw_metrics_t *m)
     for (int i = 0; i < m->n_resp; i++)
         s_printf(&b, "shardwire_gateway_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
                  m->resp[i].endpoint, m->resp[i].status, m->resp[i].n);
-    s_printf(&b, "# HELP shardwire_gateway_errors_total failed generations by cause\n"
+    s_printf(&b, "# HELP shardwire_gateway_errors_total generations refused or failed, clients "
+                 "gone and connections closed or refused, by code\n"
                  "# TYPE shardwire_gateway_errors_total counter\n");
     for (int i = 0; i < m->n_err; i++)
         s_printf(&b, "shardwire_gateway_errors_total{code=\"%s\"} %llu\n", m->err[i].code,

@@ -279,8 +279,13 @@ void node_head_resume(node_t *n, sw_wire_msg_t *msg)
     }
     if (strcmp(s->client, msg->peer) != 0) {
         /* The same key under another name (it reconnected and renamed itself, its
-         * old name being taken): the stream follows the key. */
-        SW_INFO("request '%s': its client %s is now %s (same key)", s->rid, s->client, msg->peer);
+         * old name being taken): the stream follows the key. The line goes through
+         * the key's log gate: two connections of one key taking turns would
+         * otherwise write one line per Resume. */
+        char who[SW_WIRE_NAME_MAX + 16];
+        sw_log_gated(&h->refused_log, SW_LOG_INFO, head_who_label(msg, who, sizeof who),
+                     sw_now_ms(), "request '%s': its client %s is now %s (same key)", s->rid,
+                     s->client, msg->peer);
         snprintf(s->client, sizeof s->client, "%s", msg->peer);
         sw_wire_addr(s->client_addr, s->client, s->client_key);
         s->client_missing = 0;

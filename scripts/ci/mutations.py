@@ -267,6 +267,17 @@ CLAIMS = [
      "                 \"request '%s' from %s waits",
      "    (void)who;\n    SW_INFO(\"request '%s' from %s waits",
      "test_log_abuse", {}),
+    ("resume-rename-gate: the head's line for a Resume under another name of the request's "
+     "key outside the per-key log gate (two connections of one key taking turns write one "
+     "line per Resume)",
+     "node/head_stream.c",
+     "        sw_log_gated(&h->refused_log, SW_LOG_INFO, head_who_label(msg, who, sizeof who),\n"
+     "                     sw_now_ms(), \"request '%s': its client %s is now %s (same key)\", s->rid,\n"
+     "                     s->client, msg->peer);",
+     "        (void)who;\n"
+     "        SW_INFO(\"request '%s': its client %s is now %s (same key)\", s->rid, s->client,\n"
+     "                msg->peer);",
+     "test_log_abuse", {}),
     ("refusal-reroute: a stage's ERR_BAD_REQUEST ends the request at once (a stage restarted "
      "with another model file under its name ends the next request)",
      "node/head_session.c",

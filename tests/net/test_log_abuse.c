@@ -25,6 +25,9 @@
  *    Then requests of a 1 ms deadline, which expire in the queue: at most 10
  *    lines and SW_HEAD_ANSWERS_S Errors a second (before: a WARN line and an
  *    Error each);
+ *  - Resumes under two names of one key (6): her request runs while mallory and a
+ *    second connection of her key take turns sending Resumes for it for 2 s, each
+ *    moving the stream to its name. At most 10 "is now" lines (before: one a Resume);
  *  - flood once a slot is taken (6 and 2): with her requests ended, mallory
  *    sends for 3 s requests the head refuses only after it gave them a
  *    session slot (the draft model this head lacks; a resume token past the
@@ -130,6 +133,46 @@ static int s_generate_bad(sw_peer_t *m, const char *rid, long i)
  * every Cancel arrives). The head's log holds at most the gate's
  * lines for her key in each window (SW_REFUSED_LOG_KEY, at most two windows) of "waits" and
  * "cancelled ... while waiting" (before: two INFO lines per cycle, ungated). */
+/* 6, Resumes under two names of her key: her request runs while mallory and a second
+ * connection of her key ("mallory-2") take turns sending Resumes for it for 2 s, so that
+ * each moves the stream to the other name. The head's log holds at most 10 lines saying
+ * the client "is now" the other name (the gate's 5 in each of at most two windows;
+ * before: one line per Resume). */
+static void s_flood_resume_rename(sw_peer_t *m, const char *hlog)
+{
+    sw_peer_t *m2 = swa_client_named(&s_a, "mallory", "mallory-2");
+    SW_CHECK(m2 != NULL);
+    if (!m2)
+        return;
+    SW_CHECK_INT(s_generate(m, "mal-r", 1000), 0);
+    SW_CHECK(sw_test_wait_text(hlog, "'mal-r' from mallory", 30));
+    s_tally_t t = {0};
+    long sent = 0;
+    const double t0 = swa_now();
+    while (swa_now() - t0 < 2) {
+        const sw_msg_t r = {.type = SW_MSG_RESUME, .resume = {.request_id = "mal-r"}};
+        sent += sw_peer_try_send_msg(sent % 2 ? m : m2, "head", &r) == 0;
+        s_drain(m, 0, &t);
+        s_drain(m2, 0, &t);
+        usleep(2000);
+    }
+    const sw_msg_t c = {.type = SW_MSG_CANCEL, .cancel = {.request_id = "mal-r", .reason = "done"}};
+    SW_CHECK_INT(sw_peer_send_msg(m, "head", &c), 0);
+    SW_CHECK(sw_test_wait_text(hlog, "'mal-r' from mallory", 30));
+    for (double until = swa_now() + 20;
+         swa_now() < until && !sw_test_count_lines(hlog, "'mal-r'", "cancelled by");)
+        usleep(50000);
+    s_drain(m2, 200, &t);
+    sw_peer_destroy(&m2);
+    const int lines = sw_test_count_lines(hlog, "'mal-r'", "(same key)");
+    printf("Resumes under two names of one key: %ld sent in 2 s, %d \"is now\" log lines\n", sent,
+           lines);
+    SW_CHECK(sent > 100);
+    SW_CHECK(lines >= 1 && lines <= 10);
+    /* the next part's refusal lines get a window of their own (these spent this one's) */
+    usleep((SW_REFUSED_LOG_MS + 500) * 1000);
+}
+
 static void s_flood_wait_cancel(sw_peer_t *m, const char *hlog)
 {
     SW_CHECK_INT(s_generate(m, "wq-run", 400), 0);
@@ -368,6 +411,8 @@ int main(void)
     SW_CHECK_INT(ctl, 0);
     SW_CHECK_INT(escaped, 1);
 
+    s_flood_resume_rename(m, hlog);
+
     /* 6: requests running and waiting up to her queue quota, then a flood of refused ones */
     for (int i = 1; i < 4; i++) {
         snprintf(rid[i], sizeof rid[i], "mal-%d", i);
@@ -376,6 +421,8 @@ int main(void)
     SW_CHECK(sw_test_wait_text(hlog, "'mal-2' from mallory waits", 30));
     usleep(300000);
     const int before = sw_test_count_lines(hlog, "refused", "mallory");
+    /* the Resume part's summary is in the log already: this part's is the next */
+    const int sums0 = sw_test_count_in_file(hlog, "refusals and Resumes: ");
     long sent = 0, in0 = swa_msgs(m, "mallory", 0);
     const double t0 = swa_now();
     while (swa_now() - t0 < 3) {
@@ -391,13 +438,17 @@ int main(void)
     const long relayed = swa_msgs(m, "mallory", 0) - in0;
     /* counted once the head has written its summary: a slow head (a sanitizer build) may
      * still be reading the flood when the client stops sending */
-    SW_CHECK(sw_test_wait_text(hlog, "more lines for key", 20));
+    for (double until = swa_now() + 20;
+         swa_now() < until && sw_test_count_in_file(hlog, "refusals and Resumes: ") <= sums0;)
+        usleep(100000);
     const int lines = sw_test_count_lines(hlog, "refused", "mallory") -
                       sw_test_count_lines(hlog, "refused", "more lines for key") - before;
-    const int summary = sw_test_count_in_file(hlog, "more lines for key");
+    const int summary = sw_test_count_in_file(hlog, "refusals and Resumes: ") - sums0;
     long held = 0; /* the refusals the summary counts: what the head got */
     char *ht = sw_test_read_file(hlog, NULL);
-    const char *sm = ht ? strstr(ht, "refusals and Resumes: ") : NULL;
+    const char *sm = NULL; /* this part's: the last one */
+    for (const char *f = ht; f && (f = strstr(f, "refusals and Resumes: ")); f++)
+        sm = f;
     if (sm)
         held = strtol(sm + strlen("refusals and Resumes: "), NULL, 10);
     free(ht);
