@@ -2,11 +2,11 @@
  * quant_mv_avx512.c - AVX-512 kernels for few activation rows (sw_matmul:
  * generation with nr = 1, and the K-quants up to S_NRMAX = 8 rows: a
  * speculative round's verification, the head's rows; larger batches of the
- * prompt go to sw_matmul_tiled's kernels elsewhere) of q4_K, q5_K, q6_K, q4_0
- * and q8_0 weights. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+ * prompt go to sw_matmul_tiled's kernels elsewhere) of q4_K, q5_K, q6_K, q4_0,
+ * q5_0 and q8_0 weights. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
  * -mavx512vnni (the *_avx512.c rule of engine/CMakeLists.txt); quant.c only
  * calls in here after checking the CPU (and the OS's ZMM state) at start-up.
- * Batches of 2 activation rows or more of q4_0 and q8_0, and of more than
+ * Batches of 2 activation rows or more of q4_0, q5_0 and q8_0, and of more than
  * S_NRMAX rows of the K-quants, go to the AVX2 level's kernels (q4_0 and q8_0
  * batches of SW_MMB_ROWS or more to quant_mm_avx512.c's panels).
  *
@@ -43,14 +43,22 @@
  *   started from the -32 term (vpmaddwd of the bsums and -32 * scales); the
  *   two 256-bit halves added are GGML's lanes. Then acc = fma(d_x * d_w,
  *   float(lanes), acc) per super-block and GGML's horizontal sum.
- * - 32-element blocks (q4_0, q8_0 against q8_0 activations): GGML's order
- *   keeps per block 8 int32 lanes (lane k = elements 4k..4k+3) and acc =
- *   fma(d_w * d_x, float(lanes), acc). One zmm holds two weight rows' blocks
+ * - 32-element blocks (q4_0, q5_0, q8_0 against q8_0 activations): GGML's
+ *   order keeps per block 8 int32 lanes (lane k = elements 4k..4k+3) and acc
+ *   = fma(d_w * d_x, float(lanes), acc). One zmm holds two weight rows' blocks
  *   (a row a 256-bit half), and one vpdpbusd makes their lanes: unsigned
- *   weights (q4_0's nibbles; q8_0's quants + 128) times the activation,
- *   started from -8 resp. -128 times the activation's 4-element sums (made
- *   once per block for all rows): the same exact integers. The fma then runs
- *   on both rows' 8 lanes at once.
+ *   weights (q4_0's nibbles; q5_0's plus 16 where its qh bit is set, one
+ *   masked byte add; q8_0's quants + 128) times the activation, started from
+ *   -8, -16 resp. -128 times the activation's 4-element sums (made once per
+ *   block for all rows): the same exact integers. The fma then runs on both
+ *   rows' 8 lanes at once. q5_0 came later (issue 37): llama.cpp's Q4_K_M
+ *   gives it the tensors whose rows are not a multiple of 256 wide, as most
+ *   of Qwen2.5 0.5B's (896), the usual draft model of the 1.5B-7B Qwens;
+ *   there the AVX2 kernel read 14 GB/s with 2 threads, half the machine's
+ *   bandwidth. Qwen2.5-Coder-0.5B Q4_K_M, `shardwire generate -n 128
+ *   --greedy`, three runs side by side on the 2-core Zen 4 VM: 1 thread
+ *   30.4-33.2 tok/s before, 44.9-46.1 after; 2 threads 45.1-52.6 and
+ *   60.3-66.2; the same logits digest.
  *
  * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  * test_onerow_levels compares this level with the scalar one, every type).
@@ -510,9 +518,16 @@ SW_AI SW_VBMI void s_q6_rows(int rw, int xr, int64_t nb, const uint8_t *w, size_
             y[r * ys + i] = sw_x86_hsum8(acc[r][i]);
 }
 
-/* ---- 32-element blocks: q4_0, q8_0 against q8_0 activations ------------- */
+/* ---- 32-element blocks: q4_0, q5_0, q8_0 against q8_0 activations ------- */
 
-enum { K_Q4_0, K_Q8_0 };
+enum { K_Q4_0, K_Q8_0, K_Q5_0 };
+
+SW_AI size_t s_bsz32(int kind)
+{
+    return kind == K_Q8_0   ? sizeof(sw_block_q8_0)
+           : kind == K_Q5_0 ? sizeof(sw_block_q5_0)
+                            : sizeof(sw_block_q4_0);
+}
 
 /* Weight rows a call interleaves (2 or 4: two a zmm, their f16 scales in one
  * 64-bit word). One core, 1024 x 1536 matrices from L2: q4_0 2 rows 16.7 GB/s,
@@ -522,17 +537,12 @@ enum { K_Q4_0, K_Q8_0 };
 #endif
 _Static_assert(S32_ROWS == 2 || S32_ROWS == 4, "S32_ROWS: 2 or 4");
 
-/* Two rows' blocks p0, p1 (the quants after the f16 scale) as unsigned bytes,
- * one row a 256-bit half: q4_0 its nibbles (element j low nibble of byte j,
- * j + 16 high), q8_0 its quants + 128. */
-SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
+/* Two rows' blocks p0, p1 (what follows the f16 scale) as unsigned bytes,
+ * one row a 256-bit half, byte j element j: q4_0 its nibbles (element j low
+ * nibble of qs byte j, j + 16 high), q5_0 those plus 16 where bit j of its
+ * qh is set, q8_0 its quants + 128. */
+SW_AI __m512i s_nib32(const uint8_t *p0, const uint8_t *p1)
 {
-    if (kind == K_Q8_0) {
-        const __m512i v =
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
-                               _mm256_loadu_si256((const __m256i *)p1), 1);
-        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-    }
     const __m512i v = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p0))),
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p1)), 1);
@@ -541,17 +551,37 @@ SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
                             _mm512_set1_epi8(0xF));
 }
 
+SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
+{
+    if (kind == K_Q5_0) {
+        uint32_t h0, h1;
+        memcpy(&h0, p0, 4);
+        memcpy(&h1, p1, 4);
+        const __m512i n = s_nib32(p0 + 4, p1 + 4);
+        return _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n,
+                                    _mm512_set1_epi8(16));
+    }
+    if (kind == K_Q8_0) {
+        const __m512i v =
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
+                               _mm256_loadu_si256((const __m256i *)p1), 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    return s_nib32(p0, p1);
+}
+
 /*
  * y[i] = dot(weight row i, x) for i < rw (<= S32_ROWS, a compile-time
  * constant): rows of nb blocks ws bytes apart, x one q8_0 row. Each block's
  * lanes start from -offset * (4-element sums of the activation), offset 8
- * (q4_0) or 128 (q8_0), so vpdpbusd on the unsigned weights gives GGML's
- * integers; then acc = fma(d_w * d_x, float(lanes), acc), two rows a zmm.
+ * (q4_0), 16 (q5_0) or 128 (q8_0), so vpdpbusd on the unsigned weights gives
+ * GGML's integers; then acc = fma(d_w * d_x, float(lanes), acc), two rows a
+ * zmm.
  */
 SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
                     const uint8_t *x, float *y)
 {
-    const size_t bsz = kind == K_Q8_0 ? sizeof(sw_block_q8_0) : sizeof(sw_block_q4_0);
+    const size_t bsz = s_bsz32(kind);
     const int np = (rw + 1) / 2; // zmm pairs in use
     const uint8_t *wr[S32_ROWS];
 #pragma GCC unroll 8
@@ -564,7 +594,7 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
         acc[k] = _mm512_setzero_ps();
         pidx[k] = _mm512_inserti64x4(_mm512_set1_epi32(2 * k), _mm256_set1_epi32(2 * k + 1), 1);
     }
-    const __m512i off = _mm512_set1_epi8((char)(kind == K_Q8_0 ? 0x80 : 8));
+    const __m512i off = _mm512_set1_epi8((char)(kind == K_Q8_0 ? 0x80 : kind == K_Q5_0 ? 16 : 8));
     const uintptr_t step = (uintptr_t)rw * ws / (uintptr_t)nb; // of the group at pf, a block
     uintptr_t pn = pf & ~(uintptr_t)63;
     for (int64_t b = 0; b < nb; b++) {
@@ -600,7 +630,7 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
 /* ---- entry points --------------------------------------------------------- */
 
 /* The previous level's kernels: batches of 2 activation rows or more. */
-static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q8_0;
+static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q5_0, s_rows_q8_0;
 
 enum { K_Q6_K = K_Q5_K + 1 };
 
@@ -727,6 +757,7 @@ S_DEF_K(q4_k, K_Q4_K)
 S_DEF_K(q5_k, K_Q5_K)
 S_DEF_K(q6_k, K_Q6_K)
 S_DEF_32(q4_0, K_Q4_0)
+S_DEF_32(q5_0, K_Q5_0)
 S_DEF_32(q8_0, K_Q8_0)
 
 /* Puts dot/mm in k's slots of type t, keeping the slot's kernel in *rows for
@@ -743,6 +774,7 @@ static void s_take(struct sw_kernels *k, enum sw_type t, sw_dot_fn dot, sw_mm_fn
 void sw_kernels_avx512_mv(struct sw_kernels *k)
 {
     s_take(k, SW_TYPE_Q4_0, s_dot_q4_0, s_mm_q4_0, &s_rows_q4_0);
+    s_take(k, SW_TYPE_Q5_0, s_dot_q5_0, s_mm_q5_0, &s_rows_q5_0);
     s_take(k, SW_TYPE_Q8_0, s_dot_q8_0, s_mm_q8_0, &s_rows_q8_0);
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512vbmi")) // vpermb: the K-quants' scales
