@@ -155,7 +155,10 @@ static int s_run_batch(draft_model_t *dm, draft_seq_t **seqs, int n)
     return rc;
 }
 
-int draft_model_flush(draft_model_t *dm)
+/* Runs every posted request (draft_model_flush). Its wall time goes to each
+ * sequence's proposal (sw_proposal_t.ms), but to caller's, whose step runs
+ * this and is timed as a whole by whoever calls the step. */
+static int s_flush(draft_model_t *dm, const draft_seq_t *caller)
 {
     int n = 0;
     for (draft_seq_t *x = dm->pend; x; x = x->rq.next)
@@ -178,6 +181,7 @@ int draft_model_flush(draft_model_t *dm)
         seqs[i]->rq.state = DRAFT_REQ_DONE;
     }
     int rc;
+    const double t0 = sw_now_ms();
     if (n == 1 && seqs[0]->rq.steps > 0)
         rc = s_run_greedy(seqs[0]);
     else
@@ -193,9 +197,18 @@ int draft_model_flush(draft_model_t *dm)
     } else if (rc != 0) {
         seqs[0]->rq.state = DRAFT_REQ_FAILED;
     }
+    const double ms = sw_now_ms() - t0;
+    for (i = 0; i < n; i++)
+        if (seqs[i] != caller && seqs[i]->out)
+            seqs[i]->out->ms += ms;
     if (seqs != one)
         free(seqs);
     return rc < 0 ? -1 : n;
+}
+
+int draft_model_flush(draft_model_t *dm)
+{
+    return s_flush(dm, NULL);
 }
 
 void draft_model_set_batching(draft_model_t *dm, int on)
@@ -240,7 +253,7 @@ int draft_req_post(draft_seq_t *d)
 int draft_req_taken(draft_seq_t *d)
 {
     if (d->rq.state == DRAFT_REQ_POSTED)
-        (void)draft_model_flush(d->dm);
+        (void)s_flush(d->dm, d);
     const int st = d->rq.state;
     d->rq.state = DRAFT_REQ_NONE;
     return st == DRAFT_REQ_DONE ? 1 : st == DRAFT_REQ_FAILED ? -1 : 0;

@@ -375,6 +375,7 @@ static int s_step(void *self)
         }
         if (s_ngram(d, DRAFT_MODE_MIX, c, d->n_ctx + 1, d->k, &tmp)) {
             tmp.guess = d->out->guess;
+            tmp.ms = d->out->ms; // the model's forwards ran all the same
             *d->out = tmp;
             d->running = 0;
             return 0;
