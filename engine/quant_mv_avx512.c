@@ -3,10 +3,10 @@
  * generation with nr = 1, and the K-quants up to S_NRMAX = 8 rows: a
  * speculative round's verification, the head's rows; larger batches of the
  * prompt go to sw_matmul_tiled's kernels elsewhere) of q4_K, q5_K, q6_K, q4_0,
- * q5_0 and q8_0 weights. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+ * q5_0, q4_1, q5_1 and q8_0 weights. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
  * -mavx512vnni (the *_avx512.c rule of engine/CMakeLists.txt); quant.c only
  * calls in here after checking the CPU (and the OS's ZMM state) at start-up.
- * Batches of 2 activation rows or more of q4_0, q5_0 and q8_0, and of more than
+ * Batches of 2 activation rows or more of the 32-element types, and of more than
  * S_NRMAX rows of the K-quants, go to the AVX2 level's kernels (q4_0 and q8_0
  * batches of SW_MMB_ROWS or more to quant_mm_avx512.c's panels).
  *
@@ -59,6 +59,12 @@
  *   --greedy`, three runs side by side on the 2-core Zen 4 VM: 1 thread
  *   30.4-33.2 tok/s before, 44.9-46.1 after; 2 threads 45.1-52.6 and
  *   60.3-66.2; the same logits digest.
+ * - q4_1, q5_1 (against q8_1 activations): the same unsigned lanes with no
+ *   offset, and GGML's second chain summs = fma(m_w, s_x, summs) block by
+ *   block, the rows' chains in the lanes of one xmm, added to the lanes' sum
+ *   last. SmolLM2-135M Q4_1 (the default model), the same command: 1 thread
+ *   75.3-89.0 tok/s before, 102.5-120.1 after; 2 threads 124.8-129.0 and
+ *   156.7-164.5.
  *
  * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  * test_onerow_levels compares this level with the scalar one, every type).
@@ -520,13 +526,21 @@ SW_AI SW_VBMI void s_q6_rows(int rw, int xr, int64_t nb, const uint8_t *w, size_
 
 /* ---- 32-element blocks: q4_0, q5_0, q8_0 against q8_0 activations ------- */
 
-enum { K_Q4_0, K_Q8_0, K_Q5_0 };
+enum { K_Q4_0, K_Q8_0, K_Q5_0, K_Q4_1, K_Q5_1 };
 
 SW_AI size_t s_bsz32(int kind)
 {
     return kind == K_Q8_0   ? sizeof(sw_block_q8_0)
            : kind == K_Q5_0 ? sizeof(sw_block_q5_0)
+           : kind == K_Q4_1 ? sizeof(sw_block_q4_1)
+           : kind == K_Q5_1 ? sizeof(sw_block_q5_1)
                             : sizeof(sw_block_q4_0);
+}
+
+/* q4_1 and q5_1: a minimum after the scale, q8_1 activations (their sum term). */
+SW_AI int s_has_min32(int kind)
+{
+    return kind == K_Q4_1 || kind == K_Q5_1;
 }
 
 /* Weight rows a call interleaves (2 or 4: two a zmm, their f16 scales in one
@@ -553,6 +567,13 @@ SW_AI __m512i s_nib32(const uint8_t *p0, const uint8_t *p1)
 
 SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
 {
+    if (kind == K_Q4_1) // after the minimum
+        return s_nib32(p0 + 2, p1 + 2);
+    if (kind == K_Q5_1) {
+        p0 += 2;
+        p1 += 2;
+        kind = K_Q5_0;
+    }
     if (kind == K_Q5_0) {
         uint32_t h0, h1;
         memcpy(&h0, p0, 4);
@@ -572,16 +593,22 @@ SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
 
 /*
  * y[i] = dot(weight row i, x) for i < rw (<= S32_ROWS, a compile-time
- * constant): rows of nb blocks ws bytes apart, x one q8_0 row. Each block's
- * lanes start from -offset * (4-element sums of the activation), offset 8
- * (q4_0), 16 (q5_0) or 128 (q8_0), so vpdpbusd on the unsigned weights gives
- * GGML's integers; then acc = fma(d_w * d_x, float(lanes), acc), two rows a
- * zmm.
+ * constant): rows of nb blocks ws bytes apart, x one q8_0 row (q8_1 for
+ * q4_1/q5_1). Each block's lanes start from -offset * (4-element sums of the
+ * activation), offset 8 (q4_0), 16 (q5_0) or 128 (q8_0), or from 0 (q4_1,
+ * q5_1), so vpdpbusd on the unsigned weights gives GGML's integers; then acc =
+ * fma(d_w * d_x, float(lanes), acc), two rows a zmm. q4_1/q5_1 also keep
+ * GGML's minimum chain summs = fma(m_w, s_x, summs) (block by block, the
+ * rows' chains in the lanes of one xmm), added to the lanes' sum last.
  */
 SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
                     const uint8_t *x, float *y)
 {
     const size_t bsz = s_bsz32(kind);
+    const int hm = s_has_min32(kind);
+    const size_t xsz = hm ? sizeof(sw_block_q8_1) : sizeof(sw_block_q8_0);
+    const int xq = hm ? 4 : 2; // the activation's quants in its block
+    __m128 summ = _mm_setzero_ps();
     const int np = (rw + 1) / 2; // zmm pairs in use
     const uint8_t *wr[S32_ROWS];
 #pragma GCC unroll 8
@@ -598,10 +625,10 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
     const uintptr_t step = (uintptr_t)rw * ws / (uintptr_t)nb; // of the group at pf, a block
     uintptr_t pn = pf & ~(uintptr_t)63;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *xb = x + (size_t)b * sizeof(sw_block_q8_0);
-        const __m512i yv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb + 2)));
+        const uint8_t *xb = x + (size_t)b * xsz;
+        const __m512i yv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb + xq)));
         const __m512i z = _mm512_setzero_si512();
-        const __m512i bias = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, yv));
+        const __m512i bias = hm ? z : _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, yv));
         if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
             for (; pn < pf + (uintptr_t)(b + 1) * step; pn += 64)
                 _mm_prefetch((const char *)pn, _MM_HINT_T0);
@@ -611,6 +638,14 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
             dbits |= (uint64_t)s_u16(wr[i] + (size_t)b * bsz) << (16 * i);
         const __m128 dwx = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits)),
                                       _mm_set1_ps(sw_x86_f16((const sw_f16 *)xb)));
+        if (hm) { // the rows' minimums times the activation's s
+            uint64_t mbits = 0;
+#pragma GCC unroll 8
+            for (int i = 0; i < S32_ROWS; i++)
+                mbits |= (uint64_t)s_u16(wr[i] + (size_t)b * bsz + 2) << (16 * i);
+            summ = _mm_fmadd_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits)),
+                                _mm_set1_ps(sw_x86_f16((const sw_f16 *)(xb + 2))), summ);
+        }
 #pragma GCC unroll 8
         for (int k = 0; k < np; k++) {
             const __m512i u =
@@ -625,12 +660,20 @@ SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, u
         const __m512 a = acc[i / 2];
         y[i] = sw_x86_hsum8(i % 2 ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a));
     }
+    if (hm) {
+        float m[4];
+        _mm_storeu_ps(m, summ);
+#pragma GCC unroll 8
+        for (int i = 0; i < rw; i++)
+            y[i] = y[i] + m[i];
+    }
 }
 
 /* ---- entry points --------------------------------------------------------- */
 
 /* The previous level's kernels: batches of 2 activation rows or more. */
-static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q5_0, s_rows_q8_0;
+static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q5_0, s_rows_q4_1,
+    s_rows_q5_1, s_rows_q8_0;
 
 enum { K_Q6_K = K_Q5_K + 1 };
 
@@ -758,6 +801,8 @@ S_DEF_K(q5_k, K_Q5_K)
 S_DEF_K(q6_k, K_Q6_K)
 S_DEF_32(q4_0, K_Q4_0)
 S_DEF_32(q5_0, K_Q5_0)
+S_DEF_32(q4_1, K_Q4_1)
+S_DEF_32(q5_1, K_Q5_1)
 S_DEF_32(q8_0, K_Q8_0)
 
 /* Puts dot/mm in k's slots of type t, keeping the slot's kernel in *rows for
@@ -775,6 +820,8 @@ void sw_kernels_avx512_mv(struct sw_kernels *k)
 {
     s_take(k, SW_TYPE_Q4_0, s_dot_q4_0, s_mm_q4_0, &s_rows_q4_0);
     s_take(k, SW_TYPE_Q5_0, s_dot_q5_0, s_mm_q5_0, &s_rows_q5_0);
+    s_take(k, SW_TYPE_Q4_1, s_dot_q4_1, s_mm_q4_1, &s_rows_q4_1);
+    s_take(k, SW_TYPE_Q5_1, s_dot_q5_1, s_mm_q5_1, &s_rows_q5_1);
     s_take(k, SW_TYPE_Q8_0, s_dot_q8_0, s_mm_q8_0, &s_rows_q8_0);
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512vbmi")) // vpermb: the K-quants' scales

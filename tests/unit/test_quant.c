@@ -1149,13 +1149,12 @@ static void s_onerow_type(enum sw_type t, const int64_t *ns, size_t nns, int row
 }
 
 /* Generation's one-row matmul (nr = 1; the AVX-512 level has its own kernels
- * for q4_K, q5_K, q6_K, q4_0 and q8_0, 2 or 4 weight rows at a time) at each kernel
- * level against the scalar level's sw_vec_dot, bit for bit: rows of 8 to 72
- * blocks (1, 3, 6 and 9 super-blocks), output ranges that start and end
- * inside its groups of rows and cross the groups its prefetch reads ahead,
- * random as well as extreme weights and activations (all quants at their
- * largest against -128 and 127: the sums it joins as int16 pairs at their
- * largest; q8_0 weights of -128), and sw_vec_dot itself at every level. */
+ * for q4_K, q5_K, q6_K, q4_0, q5_0, q4_1, q5_1 and q8_0, 2 or 4 weight rows at a time) at each
+ * kernel level against the scalar level's sw_vec_dot, bit for bit: rows of 8 to 72 blocks (1, 3, 6
+ * and 9 super-blocks), output ranges that start and end inside its groups of rows and cross the
+ * groups its prefetch reads ahead, random as well as extreme weights and activations (all quants at
+ * their largest against -128 and 127: the sums it joins as int16 pairs at their largest; q8_0
+ * weights of -128), and sw_vec_dot itself at every level. */
 static void test_onerow_levels(void)
 {
     const int64_t ns[] = {256, 768, 1536, 2304};
@@ -1163,7 +1162,7 @@ static void test_onerow_levels(void)
     const int ranges[][2] = {{0, 45}, {1, 44}, {3, 4}, {2, 9}, {5, 38}, {40, 45}, {6, 8}};
     const enum sw_kernel_level best = sw_quant_best_level();
     const enum sw_type types[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
-                                  SW_TYPE_Q8_0};
+                                  SW_TYPE_Q5_0, SW_TYPE_Q4_1, SW_TYPE_Q5_1, SW_TYPE_Q8_0};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         s_onerow_type(types[ti], ns, sizeof ns / sizeof ns[0], rows, nx, ranges,
                       sizeof ranges / sizeof ranges[0], best);
