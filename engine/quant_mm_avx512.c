@@ -1,7 +1,12 @@
 /*
  * quant_mm_avx512.c - AVX-512 VNNI kernels for batches of activation rows
  * (sw_matmul with nr >= SW_MMB_ROWS = 16: prompts, and verification rounds
- * of that many rows) of q8_0 and q4_0 weights against q8_0 activations.
+ * of that many rows) of q8_0, q4_0 and q5_0 weights against q8_0
+ * activations (q5_0 later, issue 37: the type of most of Qwen2.5 0.5B
+ * Q4_K_M's weights, whose prompts ran at 0.77-0.79x llama.cpp's on the
+ * 2-core Zen 4 with the AVX2 tiles; a 126-token prompt, `shardwire generate`,
+ * 3 runs side by side: 2 threads 152-186 tok/s before, 305-335 after; 1
+ * thread 98-102 and 192-195; the same logits digest).
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the
  * *_avx512.c rule of engine/CMakeLists.txt); quant.c only calls in here after
  * checking the CPU (and the OS's ZMM state) at start-up.
@@ -19,10 +24,11 @@
  *
  * How it runs here: the weights of 16 rows (a panel) are unpacked once per
  * call into bytes laid out [block][group k][row][4 bytes]: one zmm holds group
- * k of a block for 16 rows (unsigned: q8_0's quants + 128, q4_0's nibbles),
+ * k of a block for 16 rows (unsigned: q8_0's quants + 128, q4_0's nibbles,
+ * q5_0's plus 16 where its qh bit is set),
  * next to the 16 rows' f32 scales. vpdpbusd multiplies that zmm with the
  * activation's 4 bytes of group k broadcast from the q8_0 row as it is, each
- * int32 lane started from -128 (q8_0) or -8 (q4_0) times the activation's
+ * int32 lane started from -128 (q8_0), -16 (q5_0) or -8 (q4_0) times the activation's
  * 4-element sum: lane i is weight row i's lane k, the same exact integer as
  * GGML's. The conversion and the fma then run on 16 weight rows at once, one
  * zmm per (activation row, k), in exactly the order above: every output is
@@ -43,7 +49,7 @@
 
 #include <stdlib.h>
 
-enum { K_Q4_0, K_Q8_0 };
+enum { K_Q4_0, K_Q8_0, K_Q5_0 };
 
 #define S_PANEL 16 // weight rows per panel: the 16 int32 lanes of a zmm
 #define S_AROWS 3  // most activation rows per pass over a panel (24 zmm of sums)
@@ -57,11 +63,13 @@ _Static_assert(sizeof(struct s_blk) % 64 == 0, "panel blocks stay 64-byte aligne
 
 /* The kernels these replace for fewer rows (the AVX2 level's), kept by
  * sw_kernels_avx512_mm. */
-static sw_mm_fn s_prev_q4_0, s_prev_q8_0;
+static sw_mm_fn s_prev_q4_0, s_prev_q5_0, s_prev_q8_0;
 
 SW_AI int s_bsz(int kind)
 {
-    return kind == K_Q8_0 ? (int)sizeof(sw_block_q8_0) : (int)sizeof(sw_block_q4_0);
+    return kind == K_Q8_0   ? (int)sizeof(sw_block_q8_0)
+           : kind == K_Q5_0 ? (int)sizeof(sw_block_q5_0)
+                            : (int)sizeof(sw_block_q4_0);
 }
 
 /* The 32 quants of a weight block as unsigned bytes in element order. */
@@ -70,10 +78,17 @@ SW_AI __m256i s_quants(int kind, const uint8_t *blk)
     if (kind == K_Q8_0) // q + 128
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
                                 _mm256_set1_epi8((char)0x80));
-    /* q4_0: element j in the low nibble of qs[j], j + 16 in the high */
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2)));
+    /* q4_0: element j in the low nibble of qs[j], j + 16 in the high; q5_0
+     * the same after its qh, plus 16 where bit j of qh is set */
+    const int qs = kind == K_Q5_0 ? 6 : 2;
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + qs)));
     const __m256i h = _mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xF0);
-    return _mm256_and_si256(h, _mm256_set1_epi8(0x0F));
+    const __m256i n = _mm256_and_si256(h, _mm256_set1_epi8(0x0F));
+    if (kind != K_Q5_0)
+        return n;
+    uint32_t qh;
+    memcpy(&qh, blk + 2, 4);
+    return _mm256_mask_add_epi8(n, (__mmask32)qh, n, _mm256_set1_epi8(16));
 }
 
 /* Unpacks blocks [0, nb) of rows [0, nrows) (nrows <= 16; w: row 0, ws bytes
@@ -118,7 +133,7 @@ SW_AI void s_unpack(int kind, const uint8_t *w, size_t ws, int nrows, int64_t nb
 SW_AI void s_micro(int kind, int ma, const struct s_blk *p, int64_t nb, const uint8_t *x, size_t xs,
                    float *y, int64_t ys, __mmask16 m)
 {
-    const __m256i off = _mm256_set1_epi8(kind == K_Q8_0 ? (char)0x80 : 8);
+    const __m256i off = _mm256_set1_epi8(kind == K_Q8_0 ? (char)0x80 : kind == K_Q5_0 ? 16 : 8);
     __m512 acc[S_AROWS][8];
 #pragma GCC unroll 3
     for (int a = 0; a < ma; a++)
@@ -169,8 +184,9 @@ SW_AI void s_mmb(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0
     const int64_t nb = n / SW_QK;
     struct s_blk *p = aligned_alloc(64, (size_t)nb * sizeof *p);
     if (!p) { // the same numbers, more slowly
-        (kind == K_Q8_0 ? s_prev_q8_0 : s_prev_q4_0)(n, w, w_stride, o0, o1, x, x_stride, nr, y,
-                                                     y_stride);
+        (kind == K_Q8_0   ? s_prev_q8_0
+         : kind == K_Q5_0 ? s_prev_q5_0
+                          : s_prev_q4_0)(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
         return;
     }
     const uint8_t *wb = w, *xb = x;
@@ -207,6 +223,7 @@ SW_AI void s_mmb(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0
     }
 
 S_DEF(q4_0, K_Q4_0)
+S_DEF(q5_0, K_Q5_0)
 S_DEF(q8_0, K_Q8_0)
 
 void sw_kernels_avx512_mm(struct sw_kernels *k)
@@ -218,4 +235,8 @@ void sw_kernels_avx512_mm(struct sw_kernels *k)
     s_prev_q8_0 = k->mm[SW_TYPE_Q8_0];
     k->mm[SW_TYPE_Q4_0] = s_mm_q4_0;
     k->mm[SW_TYPE_Q8_0] = s_mm_q8_0;
+    if (k->mm[SW_TYPE_Q5_0] != NULL) {
+        s_prev_q5_0 = k->mm[SW_TYPE_Q5_0];
+        k->mm[SW_TYPE_Q5_0] = s_mm_q5_0;
+    }
 }

@@ -1179,7 +1179,7 @@ static void test_onerow_levels(void)
  * the output, random and extreme weights and activations. */
 static void test_batch_levels(void)
 {
-    const enum sw_type types[] = {SW_TYPE_Q8_0, SW_TYPE_Q4_0};
+    const enum sw_type types[] = {SW_TYPE_Q8_0, SW_TYPE_Q4_0, SW_TYPE_Q5_0};
     const int64_t ns[] = {32, 96, 1504, 1536};
     const int nrs[] = {SW_MMB_ROWS - 1, SW_MMB_ROWS, 17, 18, 19, 23, 40, 9, 2};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
