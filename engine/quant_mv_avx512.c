@@ -1,14 +1,14 @@
 /*
  * quant_mv_avx512.c - AVX-512 kernels for few activation rows (sw_matmul:
- * generation with nr = 1, and the K-quants up to S_NRMAX = 8 rows: a
- * speculative round's verification, the head's rows; larger batches of the
- * prompt go to sw_matmul_tiled's kernels elsewhere) of q4_K, q5_K, q6_K, q4_0,
- * q5_0, q4_1, q5_1 and q8_0 weights. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
- * -mavx512vnni (the *_avx512.c rule of engine/CMakeLists.txt); quant.c only
- * calls in here after checking the CPU (and the OS's ZMM state) at start-up.
- * Batches of 2 activation rows or more of the 32-element types, and of more than
- * S_NRMAX rows of the K-quants, go to the AVX2 level's kernels (q4_0 and q8_0
- * batches of SW_MMB_ROWS or more to quant_mm_avx512.c's panels).
+ * generation with nr = 1, and up to S_NRMAX = 8 rows: a speculative round's
+ * verification, the head's rows, a draft model's catch-up and tree rows;
+ * larger batches of the prompt go to sw_matmul_tiled's kernels elsewhere) of
+ * q4_K, q5_K, q6_K, q4_0, q5_0, q4_1, q5_1 and q8_0 weights. Compiled with
+ * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c rule
+ * of engine/CMakeLists.txt); quant.c only calls in here after checking the CPU
+ * (and the OS's ZMM state) at start-up. Batches of more than S_NRMAX rows go
+ * to the AVX2 level's kernels (q4_0, q5_0 and q8_0 batches of SW_MMB_ROWS or
+ * more to quant_mm_avx512.c's panels).
  *
  * The AVX2 kernels (quant_avx2.c) are compute-bound near the speed a Zen 4
  * core gets from DRAM (q4_K about 19 GB/s of weights per core even from
@@ -65,6 +65,12 @@
  *   last. SmolLM2-135M Q4_1 (the default model), the same command: 1 thread
  *   75.3-89.0 tok/s before, 102.5-120.1 after; 2 threads 124.8-129.0 and
  *   156.7-164.5.
+ * - their batches of 2-8 activation rows (a draft model's catch-up and tree
+ *   rows, a Q4_0/Q8_0 target's verification): each weight block unpacked
+ *   once for up to S32_XMAX activation rows, every row's lanes made as in the
+ *   one-row kernel. bench_quant qwen, one core, 4864 x 896, us a call for 2 /
+ *   5 / 8 rows against the AVX2 kernels that ran them before: q5_0 295 / 779
+ *   / 1166 -> 222 / 510 / 735, q8_0 217 / 550 / 855 -> 186 / 443 / 673.
  *
  * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  * test_onerow_levels compares this level with the scalar one, every type).
@@ -550,6 +556,9 @@ SW_AI int s_has_min32(int kind)
 #define S32_ROWS 4
 #endif
 _Static_assert(S32_ROWS == 2 || S32_ROWS == 4, "S32_ROWS: 2 or 4");
+/* Activation rows a pass over a group of weight rows takes (each weight block
+ * unpacked once for them); batches up to S_NRMAX rows split evenly. */
+#define S32_XMAX 4
 
 /* Two rows' blocks p0, p1 (what follows the f16 scale) as unsigned bytes,
  * one row a 256-bit half, byte j element j: q4_0 its nibbles (element j low
@@ -601,71 +610,83 @@ SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
  * GGML's minimum chain summs = fma(m_w, s_x, summs) (block by block, the
  * rows' chains in the lanes of one xmm), added to the lanes' sum last.
  */
-SW_AI void s_rows32(int kind, int rw, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
-                    const uint8_t *x, float *y)
+SW_AI void s_rows32(int kind, int rw, int xr, int64_t nb, const uint8_t *w, size_t ws, uintptr_t pf,
+                    const uint8_t *x, size_t xs, float *y, int64_t ys)
 {
     const size_t bsz = s_bsz32(kind);
     const int hm = s_has_min32(kind);
     const size_t xsz = hm ? sizeof(sw_block_q8_1) : sizeof(sw_block_q8_0);
     const int xq = hm ? 4 : 2; // the activation's quants in its block
-    __m128 summ = _mm_setzero_ps();
+    __m128 summ[S32_XMAX];
     const int np = (rw + 1) / 2; // zmm pairs in use
     const uint8_t *wr[S32_ROWS];
 #pragma GCC unroll 8
     for (int i = 0; i < S32_ROWS; i++)
         wr[i] = w + (size_t)(i < rw ? i : 0) * ws;
-    __m512 acc[S32_ROWS / 2];
+    __m512 acc[S32_XMAX][S32_ROWS / 2];
     __m512i pidx[S32_ROWS / 2];
 #pragma GCC unroll 8
     for (int k = 0; k < S32_ROWS / 2; k++) {
-        acc[k] = _mm512_setzero_ps();
         pidx[k] = _mm512_inserti64x4(_mm512_set1_epi32(2 * k), _mm256_set1_epi32(2 * k + 1), 1);
+#pragma GCC unroll 4
+        for (int a = 0; a < S32_XMAX; a++)
+            acc[a][k] = _mm512_setzero_ps();
     }
+#pragma GCC unroll 4
+    for (int a = 0; a < S32_XMAX; a++)
+        summ[a] = _mm_setzero_ps();
     const __m512i off = _mm512_set1_epi8((char)(kind == K_Q8_0 ? 0x80 : kind == K_Q5_0 ? 16 : 8));
     const uintptr_t step = (uintptr_t)rw * ws / (uintptr_t)nb; // of the group at pf, a block
     uintptr_t pn = pf & ~(uintptr_t)63;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *xb = x + (size_t)b * xsz;
-        const __m512i yv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb + xq)));
-        const __m512i z = _mm512_setzero_si512();
-        const __m512i bias = hm ? z : _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, yv));
         if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
             for (; pn < pf + (uintptr_t)(b + 1) * step; pn += 64)
                 _mm_prefetch((const char *)pn, _MM_HINT_T0);
-        uint64_t dbits = 0; // the rows' f16 scales
+        uint64_t dbits = 0, mbits = 0; // the rows' f16 scales (and minimums)
 #pragma GCC unroll 8
-        for (int i = 0; i < S32_ROWS; i++)
+        for (int i = 0; i < S32_ROWS; i++) {
             dbits |= (uint64_t)s_u16(wr[i] + (size_t)b * bsz) << (16 * i);
-        const __m128 dwx = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits)),
-                                      _mm_set1_ps(sw_x86_f16((const sw_f16 *)xb)));
-        if (hm) { // the rows' minimums times the activation's s
-            uint64_t mbits = 0;
-#pragma GCC unroll 8
-            for (int i = 0; i < S32_ROWS; i++)
+            if (hm)
                 mbits |= (uint64_t)s_u16(wr[i] + (size_t)b * bsz + 2) << (16 * i);
-            summ = _mm_fmadd_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits)),
-                                _mm_set1_ps(sw_x86_f16((const sw_f16 *)(xb + 2))), summ);
         }
+        const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits));
+        __m512i u[S32_ROWS / 2]; // the weight blocks, unpacked once for every activation row
 #pragma GCC unroll 8
-        for (int k = 0; k < np; k++) {
-            const __m512i u =
+        for (int k = 0; k < np; k++)
+            u[k] =
                 s_w32(kind, wr[2 * k] + (size_t)b * bsz + 2, wr[2 * k + 1] + (size_t)b * bsz + 2);
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, u, yv));
-            acc[k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pidx[k], _mm512_castps128_ps512(dwx)), f,
-                                     acc[k]);
+#pragma GCC unroll 4
+        for (int a = 0; a < xr; a++) {
+            const uint8_t *xb = x + (size_t)a * xs + (size_t)b * xsz;
+            const __m512i yv =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb + xq)));
+            const __m512i z = _mm512_setzero_si512();
+            const __m512i bias = hm ? z : _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, off, yv));
+            const __m128 dwx = _mm_mul_ps(dw, _mm_set1_ps(sw_x86_f16((const sw_f16 *)xb)));
+            if (hm) // the rows' minimums times the activation's s
+                summ[a] = _mm_fmadd_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)mbits)),
+                                       _mm_set1_ps(sw_x86_f16((const sw_f16 *)(xb + 2))), summ[a]);
+#pragma GCC unroll 8
+            for (int k = 0; k < np; k++) {
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, u[k], yv));
+                acc[a][k] = _mm512_fmadd_ps(
+                    _mm512_permutexvar_ps(pidx[k], _mm512_castps128_ps512(dwx)), f, acc[a][k]);
+            }
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < rw; i++) {
-        const __m512 a = acc[i / 2];
-        y[i] = sw_x86_hsum8(i % 2 ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a));
-    }
-    if (hm) {
+#pragma GCC unroll 4
+    for (int a = 0; a < xr; a++) {
         float m[4];
-        _mm_storeu_ps(m, summ);
+        _mm_storeu_ps(m, summ[a]);
 #pragma GCC unroll 8
-        for (int i = 0; i < rw; i++)
-            y[i] = y[i] + m[i];
+        for (int i = 0; i < rw; i++) {
+            const __m512 v = acc[a][i / 2];
+            float r =
+                sw_x86_hsum8(i % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
+            if (hm)
+                r = r + m[i];
+            y[a * ys + i] = r;
+        }
     }
 }
 
@@ -676,6 +697,14 @@ static sw_mm_fn s_rows_q4_k, s_rows_q5_k, s_rows_q6_k, s_rows_q4_0, s_rows_q5_0,
     s_rows_q5_1, s_rows_q8_0;
 
 enum { K_Q6_K = K_Q5_K + 1 };
+
+/* The activation rows of the next chunk when `left` remain and a chunk takes
+ * at most `max`: near-equal chunks (5 = 3 + 2, 7 = 4 + 3). */
+SW_AI int s_xsplit(int left, int max)
+{
+    const int chunks = (left + max - 1) / max;
+    return (left + chunks - 1) / chunks;
+}
 
 /* rw weight rows against xr activation rows (rw 1, S_ROWS or, q4_K/q5_K only,
  * S_KXROWS; xr 1..S_XMAX): the kernel of kind, with both counts compile-time
@@ -735,8 +764,7 @@ SW_AI SW_VBMI void s_mm_kx(int kind, int64_t n, const void *w, size_t w_stride, 
         const uint8_t *wo = wb + (size_t)o * w_stride;
         uintptr_t pf = rw == g ? (uintptr_t)wo + ahead : 0;
         for (int r0 = 0; r0 < nr;) {
-            const int left = nr - r0, chunks = (left + S_XCHUNK - 1) / S_XCHUNK;
-            const int xr = (left + chunks - 1) / chunks;
+            const int xr = s_xsplit(nr - r0, S_XCHUNK);
             s_kblock(kind, rw, xr, nb, wo, w_stride, pf, xb + (size_t)r0 * x_stride, x_stride,
                      y + (int64_t)r0 * y_stride + o, y_stride);
             pf = 0;
@@ -746,24 +774,53 @@ SW_AI SW_VBMI void s_mm_kx(int kind, int64_t n, const void *w, size_t w_stride, 
     }
 }
 
+/* rw weight rows (S32_ROWS, 2 or 1) against xr activation rows (1..S32_XMAX),
+ * both compile-time constants. */
+SW_AI void s_block32(int kind, int rw, int xr, int64_t nb, const uint8_t *w, size_t ws,
+                     uintptr_t pf, const uint8_t *x, size_t xs, float *y, int64_t ys)
+{
+#define S_32CASE(RW, XR)                                                                           \
+    if (rw == (RW) && xr == (XR)) {                                                                \
+        s_rows32(kind, RW, XR, nb, w, ws, pf, x, xs, y, ys);                                       \
+        return;                                                                                    \
+    }
+    S_32CASE(S32_ROWS, 1)
+    S_32CASE(S32_ROWS, 2)
+    S_32CASE(S32_ROWS, 3)
+    S_32CASE(S32_ROWS, 4)
+    S_32CASE(2, 1)
+    S_32CASE(2, 2)
+    S_32CASE(2, 3)
+    S_32CASE(2, 4)
+    S_32CASE(1, 1)
+    S_32CASE(1, 2)
+    S_32CASE(1, 3)
+    S_32CASE(1, 4)
+#undef S_32CASE
+}
+
+/* nr <= S_NRMAX activation rows: groups of S32_ROWS weight rows (the rest by 2
+ * and 1), each against the activation rows in chunks of at most S32_XMAX,
+ * split evenly; the group's weights come from DRAM for the first chunk only
+ * (that one prefetches ahead). */
 SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
-                   const void *x, float *y)
+                   const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
     const int64_t nb = n / SW_QK;
-    const uint8_t *wb = w;
+    const uint8_t *wb = w, *xb = x;
     const uintptr_t ahead = (uintptr_t)S_PF_GROUPS * S32_ROWS * w_stride;
-    for (int64_t o = o0; o < o1;) { // groups of S32_ROWS, the rest by 2 and 1
+    for (int64_t o = o0; o < o1;) {
+        const int rw = o1 - o >= S32_ROWS ? S32_ROWS : o1 - o >= 2 ? 2 : 1;
         const uint8_t *wo = wb + (size_t)o * w_stride;
-        if (o1 - o >= S32_ROWS) {
-            s_rows32(kind, S32_ROWS, nb, wo, w_stride, (uintptr_t)wo + ahead, x, y + o);
-            o += S32_ROWS;
-        } else if (o1 - o >= 2) {
-            s_rows32(kind, 2, nb, wo, w_stride, 0, x, y + o);
-            o += 2;
-        } else {
-            s_rows32(kind, 1, nb, wo, w_stride, 0, x, y + o);
-            o++;
+        uintptr_t pf = rw == S32_ROWS ? (uintptr_t)wo + ahead : 0;
+        for (int r0 = 0; r0 < nr;) {
+            const int xr = s_xsplit(nr - r0, S32_XMAX);
+            s_block32(kind, rw, xr, nb, wo, w_stride, pf, xb + (size_t)r0 * x_stride, x_stride,
+                      y + (int64_t)r0 * y_stride + o, y_stride);
+            pf = 0;
+            r0 += xr;
         }
+        o += rw;
     }
 }
 
@@ -785,15 +842,15 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
 #define S_DEF_32(name, kind)                                                                       \
     static void s_dot_##name(int64_t n, float *s, const void *w, const void *x)                    \
     {                                                                                              \
-        s_rows32(kind, 1, n / SW_QK, w, 0, 0, x, s);                                               \
+        s_rows32(kind, 1, 1, n / SW_QK, w, 0, 0, x, 0, s, 0);                                      \
     }                                                                                              \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        if (nr != 1)                                                                               \
+        if (nr > S_NRMAX)                                                                          \
             s_rows_##name(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
         else                                                                                       \
-            s_mm_32(kind, n, w, w_stride, o0, o1, x, y);                                           \
+            s_mm_32(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
     }
 
 S_DEF_K(q4_k, K_Q4_K)

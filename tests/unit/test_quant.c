@@ -1179,9 +1179,14 @@ static void test_onerow_levels(void)
  * the output, random and extreme weights and activations. */
 static void test_batch_levels(void)
 {
-    const enum sw_type types[] = {SW_TYPE_Q8_0, SW_TYPE_Q4_0, SW_TYPE_Q5_0};
+    /* The 32-element types: up to 8 activation rows the AVX-512 level's kernels of
+     * quant_mv_avx512.c (a weight block unpacked once for up to 4 activation rows), 16
+     * or more its panels (quant_mm_avx512.c; q4_0, q5_0, q8_0), the rest the AVX2
+     * level's. */
+    const enum sw_type types[] = {SW_TYPE_Q8_0, SW_TYPE_Q4_0, SW_TYPE_Q5_0, SW_TYPE_Q4_1,
+                                  SW_TYPE_Q5_1};
     const int64_t ns[] = {32, 96, 1504, 1536};
-    const int nrs[] = {SW_MMB_ROWS - 1, SW_MMB_ROWS, 17, 18, 19, 23, 40, 9, 2};
+    const int nrs[] = {SW_MMB_ROWS - 1, SW_MMB_ROWS, 17, 18, 19, 23, 40, 9, 2, 3, 4, 5, 6, 7, 8};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (int extreme = 0; extreme < 2; extreme++)
