@@ -1,12 +1,13 @@
 /*
  * quant_mv_avx512.c - AVX-512 kernels for few activation rows (sw_matmul:
- * generation with nr = 1, and up to S_NRMAX = 8 rows: a speculative round's
+ * generation with nr = 1, and up to S_NRMAX = 8 rows of the K-quants, 15 of
+ * the 32-element types (their panels take 16 or more): a speculative round's
  * verification, the head's rows, a draft model's catch-up and tree rows;
  * larger batches of the prompt go to sw_matmul_tiled's kernels elsewhere) of
  * q4_K, q5_K, q6_K, q4_0, q5_0, q4_1, q5_1 and q8_0 weights. Compiled with
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (the *_avx512.c rule
  * of engine/CMakeLists.txt); quant.c only calls in here after checking the CPU
- * (and the OS's ZMM state) at start-up. Batches of more than S_NRMAX rows go
+ * (and the OS's ZMM state) at start-up. Larger batches go
  * to the AVX2 level's kernels (q4_0, q5_0 and q8_0 batches of SW_MMB_ROWS or
  * more to quant_mm_avx512.c's panels).
  *
@@ -65,12 +66,13 @@
  *   last. SmolLM2-135M Q4_1 (the default model), the same command: 1 thread
  *   75.3-89.0 tok/s before, 102.5-120.1 after; 2 threads 124.8-129.0 and
  *   156.7-164.5.
- * - their batches of 2-8 activation rows (a draft model's catch-up and tree
+ * - their batches of 2-15 activation rows (a draft model's catch-up and tree
  *   rows, a Q4_0/Q8_0 target's verification): each weight block unpacked
  *   once for up to S32_XMAX activation rows, every row's lanes made as in the
  *   one-row kernel. bench_quant qwen, one core, 4864 x 896, us a call for 2 /
  *   5 / 8 rows against the AVX2 kernels that ran them before: q5_0 295 / 779
- *   / 1166 -> 222 / 510 / 735, q8_0 217 / 550 / 855 -> 186 / 443 / 673.
+ *   / 1166 -> 222 / 510 / 735, q8_0 217 / 550 / 855 -> 186 / 443 / 673; 9
+ *   rows q5_0 1379 -> 1119, q8_0 979 -> 781.
  *
  * So every output is bit-identical to sw_vec_dot's (tests/unit/test_quant.c
  * test_onerow_levels compares this level with the scalar one, every type).
@@ -557,7 +559,7 @@ SW_AI int s_has_min32(int kind)
 #endif
 _Static_assert(S32_ROWS == 2 || S32_ROWS == 4, "S32_ROWS: 2 or 4");
 /* Activation rows a pass over a group of weight rows takes (each weight block
- * unpacked once for them); batches up to S_NRMAX rows split evenly. */
+ * unpacked once for them); batches of up to SW_MMB_ROWS - 1 rows split evenly. */
 #define S32_XMAX 4
 
 /* Two rows' blocks p0, p1 (what follows the f16 scale) as unsigned bytes,
@@ -799,7 +801,7 @@ SW_AI void s_block32(int kind, int rw, int xr, int64_t nb, const uint8_t *w, siz
 #undef S_32CASE
 }
 
-/* nr <= S_NRMAX activation rows: groups of S32_ROWS weight rows (the rest by 2
+/* nr < SW_MMB_ROWS activation rows: groups of S32_ROWS weight rows (the rest by 2
  * and 1), each against the activation rows in chunks of at most S32_XMAX,
  * split evenly; the group's weights come from DRAM for the first chunk only
  * (that one prefetches ahead). */
@@ -847,7 +849,7 @@ SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t 
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        if (nr > S_NRMAX)                                                                          \
+        if (nr >= SW_MMB_ROWS)                                                                     \
             s_rows_##name(n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \
         else                                                                                       \
             s_mm_32(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                   \

@@ -1179,7 +1179,7 @@ static void test_onerow_levels(void)
  * the output, random and extreme weights and activations. */
 static void test_batch_levels(void)
 {
-    /* The 32-element types: up to 8 activation rows the AVX-512 level's kernels of
+    /* The 32-element types: up to 15 activation rows the AVX-512 level's kernels of
      * quant_mv_avx512.c (a weight block unpacked once for up to 4 activation rows), 16
      * or more its panels (quant_mm_avx512.c; q4_0, q5_0, q8_0), the rest the AVX2
      * level's. */
