@@ -377,7 +377,6 @@ struct sw_gen {
                            // the committed one plus the out round's main path
     int n_pseq;            // its length
     int job_ahead;         // 1: the job was started while a round was out
-    double job_ms;         // job_out.ms counted so far (in draft_ms or ahead_ms)
     char job_err[256];     // why the proposer failed in sw_gen_work's idle hook
     int job_failed;        // 1 when it did
     double t_start;        // sw_gen_new time
@@ -488,7 +487,6 @@ static int s_job_start(sw_gen_t *g, int job, const int32_t *ctx, int n_ctx, int 
         g->st.ahead_ms += ms;
     else
         g->st.draft_ms += ms;
-    g->job_ms = 0;
     if (rc != 0) {
         g->job = S_JOB_NONE;
         sw_errf(err, err_len, "generate: the draft proposer failed");
@@ -505,9 +503,9 @@ static int s_job_step(sw_gen_t *g, char *err, size_t err_len)
     sw_proposer_t *p = g->o.proposer;
     const double t0 = sw_now_ms();
     const int rc = p->step(p->self);
-    /* plus what a batched forward ran for this job since (sw_proposal_t.ms) */
-    const double ms = sw_now_ms() - t0 + g->job_out.ms - g->job_ms;
-    g->job_ms = g->job_out.ms;
+    /* plus what a batched forward ran for this job since (sw_proposal_t.ms, taken) */
+    const double ms = sw_now_ms() - t0 + g->job_out.ms;
+    g->job_out.ms = 0;
     if (g->pending)
         g->st.ahead_ms += ms;
     else

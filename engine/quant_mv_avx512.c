@@ -562,10 +562,9 @@ _Static_assert(S32_ROWS == 2 || S32_ROWS == 4, "S32_ROWS: 2 or 4");
  * unpacked once for them); batches of up to SW_MMB_ROWS - 1 rows split evenly. */
 #define S32_XMAX 4
 
-/* Two rows' blocks p0, p1 (what follows the f16 scale) as unsigned bytes,
- * one row a 256-bit half, byte j element j: q4_0 its nibbles (element j low
- * nibble of qs byte j, j + 16 high), q5_0 those plus 16 where bit j of its
- * qh is set, q8_0 its quants + 128. */
+/* Two rows' 16 bytes of nibbles p0, p1 (q4_0's layout: element j the low
+ * nibble of byte j, j + 16 the high) as 32 unsigned bytes each, one row a
+ * 256-bit half, byte j element j. */
 SW_AI __m512i s_nib32(const uint8_t *p0, const uint8_t *p1)
 {
     const __m512i v = _mm512_inserti64x4(
@@ -576,6 +575,10 @@ SW_AI __m512i s_nib32(const uint8_t *p0, const uint8_t *p1)
                             _mm512_set1_epi8(0xF));
 }
 
+/* Two rows' blocks p0, p1 (what follows the f16 scale) as unsigned bytes,
+ * one row a 256-bit half, byte j element j: q4_0 its nibbles, q4_1 those
+ * after its minimum, q5_0 (q5_1 after its minimum) its nibbles plus 16 where
+ * bit j of its qh is set, q8_0 its quants + 128. */
 SW_AI __m512i s_w32(int kind, const uint8_t *p0, const uint8_t *p1)
 {
     if (kind == K_Q4_1) // after the minimum

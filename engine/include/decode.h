@@ -156,7 +156,8 @@ typedef struct sw_proposal {
                                   // which the drafts follow (-1: no guess; then n is 0)
     int kind;                     // the proposer's own tag (e.g. which proposer made it)
     double ms; // compute that a batching proposer ran for it outside its start and step calls
-               // (one forward for many sessions' drafts), which the caller counts as drafting
+               // (one forward for many sessions' drafts): the caller counts it as drafting
+               // and sets it back to 0
 } sw_proposal_t;
 
 /* How a round went, for sw_proposer_t.observe. */
