@@ -267,6 +267,12 @@ CLAIMS = [
      "                 \"request '%s' from %s waits",
      "    (void)who;\n    SW_INFO(\"request '%s' from %s waits",
      "test_log_abuse", {}),
+    ("draft-flush-time: a batched draft forward's time is given to no proposal (draft_ms "
+     "misses the head's drafting)",
+     "drafter/draft_batch.c",
+     "            seqs[i]->out->ms += ms;",
+     "            (void)ms;",
+     "test_draft_batch", {}),
     ("resume-rename-gate: the head's line for a Resume under another name of the request's "
      "key outside the per-key log gate (two connections of one key taking turns write one "
      "line per Resume)",
