@@ -807,7 +807,8 @@ SW_AI void s_block32(int kind, int rw, int xr, int64_t nb, const uint8_t *w, siz
 /* nr < SW_MMB_ROWS activation rows: groups of S32_ROWS weight rows (the rest by 2
  * and 1), each against the activation rows in chunks of at most S32_XMAX,
  * split evenly; the group's weights come from DRAM for the first chunk only
- * (that one prefetches ahead). */
+ * (that one prefetches ahead). The walk of s_mm_kx, kept apart: that one is
+ * compiled for AVX512_VBMI, which these kernels must run without. */
 SW_AI void s_mm_32(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,
                    const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)
 {
