@@ -20,6 +20,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -764,8 +768,8 @@ static void s_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
 
 /* The kernel tables of every level up to the best (filled once), and the
  * active one (changed only by the test hooks below). */
-static struct sw_kernels s_levels[SW_KLEVEL_AVX512 + 1];
-static const char *const s_level_names[] = {"scalar", "avx2", "avx512"};
+static struct sw_kernels s_levels[SW_KLEVEL_AMX + 1];
+static const char *const s_level_names[] = {"scalar", "avx2", "avx512", "amx"};
 static enum sw_kernel_level s_best_level = SW_KLEVEL_SCALAR;
 static enum sw_kernel_level s_cur_level = SW_KLEVEL_SCALAR;
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
@@ -793,6 +797,26 @@ static int s_cpu_has_f16c(void)
 }
 #endif
 
+int sw_cpu_amx_ready(void)
+{
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1u) || !((d >> 25) & 1u))
+        return 0; // CPUID.7.0:EDX[24] AMX-TILE, [25] AMX-INT8
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u))
+        return 0; // OSXSAVE: XGETBV is there
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3u) != 3u)
+        return 0; // XCR0[17] XTILECFG, [18] XTILEDATA: the OS saves the tiles
+    /* Linux hands the tile data out per process, on request (ARCH_REQ_XCOMP_PERM
+     * with XFEATURE_XTILEDATA); it holds for every thread, made before or after. */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
 static void s_init(void)
 {
     struct sw_kernels *sc = &s_levels[SW_KLEVEL_SCALAR];
@@ -812,11 +836,13 @@ static void s_init(void)
     sc->tdot[SW_TYPE_Q6_K] = s_tdot_q6_k;
     sw_kernels_lowbit(sc); // q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit.c)
     const char *env = getenv("SW_CPU");
-    enum sw_kernel_level cap = SW_KLEVEL_AVX512;
+    enum sw_kernel_level cap = SW_KLEVEL_AMX;
     if (env != NULL && strcmp(env, "scalar") == 0)
         cap = SW_KLEVEL_SCALAR;
     else if (env != NULL && strcmp(env, "avx2") == 0)
         cap = SW_KLEVEL_AVX2;
+    else if (env != NULL && strcmp(env, "avx512") == 0)
+        cap = SW_KLEVEL_AVX512;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (cap >= SW_KLEVEL_AVX2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -835,6 +861,12 @@ static void s_init(void)
             sw_kernels_avx512_mm(&s_levels[SW_KLEVEL_AVX512]);
             sw_kernels_avx512_mv(&s_levels[SW_KLEVEL_AVX512]);
             s_best_level = SW_KLEVEL_AVX512;
+            if (cap >= SW_KLEVEL_AMX && __builtin_cpu_supports("avx512vbmi") &&
+                sw_cpu_amx_ready()) {
+                s_levels[SW_KLEVEL_AMX] = s_levels[SW_KLEVEL_AVX512];
+                sw_kernels_amx(&s_levels[SW_KLEVEL_AMX]);
+                s_best_level = SW_KLEVEL_AMX;
+            }
         }
     }
 #else

@@ -165,6 +165,16 @@ void sw_kernels_avx512_mv(struct sw_kernels *k);
 /* Adds those kernels to the table sw_kernels_avx512 filled (before
  * sw_kernels_avx512_mv); same conditions. */
 void sw_kernels_avx512_mm(struct sw_kernels *k);
+/* From this many activation rows on, sw_matmul_tiled of q4_K, q5_K and q6_K
+ * weights runs the AMX kernels (quant_amx.c; the same bits). */
+#define SW_AMX_ROWS 16
+/* Adds those kernels to an AVX-512 table (mmtw); only call when the CPU has
+ * AMX-TILE and AMX-INT8 and the OS granted this process the tile data
+ * (sw_cpu_amx_ready). */
+void sw_kernels_amx(struct sw_kernels *k);
+/* 1 when the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state and
+ * this process may use it (asks the kernel for it once, on Linux). */
+int sw_cpu_amx_ready(void);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
 /* Quantizes activations to Q8_0/Q8_1/Q8_K with AVX2 (bit-identical to the scalar code). */

@@ -149,9 +149,10 @@ enum sw_kernel_level {
     SW_KLEVEL_SCALAR = 0, // portable C
     SW_KLEVEL_AVX2 = 1,   // AVX2 + FMA + F16C (+ AVX-VNNI where present)
     SW_KLEVEL_AVX512 = 2, // the AVX2 level + AVX-512 VNNI tiled K-quant kernels
+    SW_KLEVEL_AMX = 3,    // the AVX-512 level + AMX-INT8 K-quant prompt kernels
 };
 
-/* Which kernel level is active: "avx512", "avx2" or "scalar". */
+/* Which kernel level is active: "amx", "avx512", "avx2" or "scalar". */
 const char *sw_cpu_kernels(void);
 /* The active level, and the best one this CPU (and SW_CPU) allows. */
 enum sw_kernel_level sw_quant_level(void);

@@ -1206,13 +1206,14 @@ static void test_batch_levels(void)
                               sizeof knrs / sizeof knrs[0]);
 }
 
-/* Start-up dispatch picks the best level the CPU offers: AVX-512 (F, BW, VL,
- * DQ and VNNI, as /proc/cpuinfo lists them) when it is there, else AVX2 with
- * FMA and F16C; SW_CPU caps it. */
+/* Start-up dispatch picks the best level the CPU offers: AMX (AMX-TILE and
+ * AMX-INT8 over the AVX-512 level, as /proc/cpuinfo lists them; Linux lists
+ * them only where it saves the tile state), AVX-512 (F, BW, VL, DQ and VNNI)
+ * when it is there, else AVX2 with FMA and F16C; SW_CPU caps it. */
 static void test_dispatch(void)
 {
     char line[8192];
-    int f512 = 0, favx2 = 0;
+    int f512 = 0, favx2 = 0, famx = 0;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f == NULL) {
         fprintf(stderr, "dispatch: no /proc/cpuinfo, not checked\n");
@@ -1232,26 +1233,30 @@ static void test_dispatch(void)
             f512 &= strstr(line, want512[i]) != NULL;
         for (size_t i = 0; i < sizeof want2 / sizeof want2[0]; i++)
             favx2 &= strstr(line, want2[i]) != NULL;
+        famx = strstr(line, " amx_tile ") != NULL && strstr(line, " amx_int8 ") != NULL;
         break;
     }
     fclose(f);
     const char *env = getenv("SW_CPU");
-    enum sw_kernel_level want = f512 && favx2 ? SW_KLEVEL_AVX512
-                                : favx2       ? SW_KLEVEL_AVX2
-                                              : SW_KLEVEL_SCALAR;
+    enum sw_kernel_level want = f512 && favx2 && famx ? SW_KLEVEL_AMX
+                                : f512 && favx2       ? SW_KLEVEL_AVX512
+                                : favx2               ? SW_KLEVEL_AVX2
+                                                      : SW_KLEVEL_SCALAR;
     if (env != NULL && strcmp(env, "scalar") == 0)
         want = SW_KLEVEL_SCALAR;
     else if (env != NULL && strcmp(env, "avx2") == 0 && want > SW_KLEVEL_AVX2)
         want = SW_KLEVEL_AVX2;
+    else if (env != NULL && strcmp(env, "avx512") == 0 && want > SW_KLEVEL_AVX512)
+        want = SW_KLEVEL_AVX512;
     fprintf(stderr, "dispatch: cpuinfo says %s, SW_CPU %s, best level %s\n",
-            f512 && favx2 ? "avx512"
-            : favx2       ? "avx2"
-                          : "scalar",
+            f512 && favx2 && famx ? "amx"
+            : f512 && favx2       ? "avx512"
+            : favx2               ? "avx2"
+                                  : "scalar",
             env ? env : "unset", sw_cpu_kernels());
     SW_CHECK_INT((int)sw_quant_best_level(), (int)want);
     SW_CHECK_INT((int)sw_quant_level(), (int)want);
-    SW_CHECK(sw_quant_force_level((enum sw_kernel_level)(want + 1)) == -1 ||
-             want == SW_KLEVEL_AVX512);
+    SW_CHECK(sw_quant_force_level((enum sw_kernel_level)(want + 1)) == -1 || want == SW_KLEVEL_AMX);
     SW_CHECK(sw_quant_force_level(SW_KLEVEL_SCALAR) == 0 && !strcmp(sw_cpu_kernels(), "scalar"));
     sw_quant_force_scalar(0);
     SW_CHECK_INT((int)sw_quant_level(), (int)want);

@@ -255,7 +255,7 @@ static void s_check_type(enum sw_type t, int64_t n, int rows, int nr)
     float *xf = malloc(sizeof(float) * n * nr), *wd = malloc(sizeof(float) * n);
     float *xd = malloc(sizeof(float) * n);
     const size_t ny = (size_t)rows * nr;
-    float *y[3][4]; // level x (dot, matmul, tiled, sgemm)
+    float *y[SW_KLEVEL_AMX + 1][4]; // level x (dot, matmul, tiled, sgemm)
     for (int o = 0; o < rows; o++)
         s_random_row(t, w + o * ws, n);
     for (int64_t i = 0; i < n * nr; i++)
