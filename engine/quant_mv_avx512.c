@@ -108,7 +108,13 @@
  * the time stalled in the prefetch loop (its 40 lines a group held in L1's
  * few miss buffers?), with T2 19-23, T1 alike (1 row without software
  * prefetch 15-19, the AVX2 kernel 16-20; one core, the 191 MB 151936 x 1536
- * output matrix, load average 1-4 from another test suite).
+ * output matrix, load average 1-4 from another test suite). The other
+ * kernels prefetch into L2 as well since the Intel Xeon VM with AMX
+ * (2026-12-07, `shardwire generate -n 64 --greedy`, Qwen2.5-Coder 1.5B, two
+ * runs each side by side, T0 against T2): Q4_K_M 2 threads 18.9-19.2 against
+ * 20.3-20.4 tok/s, 1 thread 9.7 against 11.3; Q8_0 2 threads 11.7-12.0
+ * against 13.5-13.6; Q4_0 22.3-22.8 against 23.2-23.4 (without software
+ * prefetch: Q4_K_M 16.7). Zen 4 was not measured again with T2 for these.
  */
 #include "quant.h"
 #include "quant_impl.h"
@@ -368,7 +374,7 @@ SW_AI SW_VBMI void s_k45_rows(int kind, int rw, int xr, int64_t nb, const uint8_
             acc[r][i] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
-        S_PREFETCH(pf, b, lines, nb, _MM_HINT_T0);
+        S_PREFETCH(pf, b, lines, nb, _MM_HINT_T2);
         const uint8_t *q4[4], *sp[4];
         const __m256 dw = s_k45_w(kind, rw, w, ws, b, q4, sp); // [d0, m0, d1, m1, ...]
         const __m512i sm = s_scales_mins4(sp);
@@ -646,7 +652,7 @@ SW_AI void s_rows32(int kind, int rw, int xr, int64_t nb, const uint8_t *w, size
     for (int64_t b = 0; b < nb; b++) {
         if (pf != 0) // integer arithmetic: prefetches never fault, the rows may end before
             for (; pn < pf + (uintptr_t)(b + 1) * step; pn += 64)
-                _mm_prefetch((const char *)pn, _MM_HINT_T0);
+                _mm_prefetch((const char *)pn, _MM_HINT_T2);
         uint64_t dbits = 0, mbits = 0; // the rows' f16 scales (and minimums)
 #pragma GCC unroll 8
         for (int i = 0; i < S32_ROWS; i++) {
