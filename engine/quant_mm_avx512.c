@@ -155,6 +155,11 @@ SW_AI void s_micro(int kind, int ma, const struct s_blk *p, int64_t nb, const ui
                                  _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, q)));
             dp[a] = _mm512_mul_ps(_mm512_load_ps(pb->d), _mm512_set1_ps(sw_x86_f16(&xb[a]->d)));
         }
+        /* Make the compiler read start[][] back from memory below: a broadcast
+         * from memory is a load alone, where GCC's own choice (keeping the
+         * vector and broadcasting each lane out of it) takes two shuffles a
+         * zmm on the port the fma needs too (Intel: 3 cycles a zmm -> ~2). */
+        __asm__ volatile("" : : "r"(start) : "memory");
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m512i wv = _mm512_load_si512((const __m512i *)pb->q[k]);
