@@ -158,7 +158,8 @@ SW_AI void s_micro(int kind, int ma, const struct s_blk *p, int64_t nb, const ui
         /* Make the compiler read start[][] back from memory below: a broadcast
          * from memory is a load alone, where GCC's own choice (keeping the
          * vector and broadcasting each lane out of it) takes two shuffles a
-         * zmm on the port the fma needs too (Intel: 3 cycles a zmm -> ~2). */
+         * zmm on the port the fma needs too (q8_0, 128 rows, one core of the
+         * Intel VM with AMX: 67-73 -> 83-95 GMAC/s). */
         __asm__ volatile("" : : "r"(start) : "memory");
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
