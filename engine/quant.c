@@ -13,6 +13,7 @@
  * GGML's CPU path and give the same bits at every kernel level.
  */
 #include "quant.h"
+#include "log.h"
 #include "quant_impl.h"
 #include "quant_math.h"
 
@@ -843,6 +844,10 @@ static void s_init(void)
         cap = SW_KLEVEL_AVX2;
     else if (env != NULL && strcmp(env, "avx512") == 0)
         cap = SW_KLEVEL_AVX512;
+    else if (env != NULL && *env != '\0' && strcmp(env, "amx") != 0)
+        SW_WARN("SW_CPU=%s is not a kernel level (scalar, avx2, avx512 or amx): using the best "
+                "one the CPU has",
+                env);
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (cap >= SW_KLEVEL_AVX2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
