@@ -954,7 +954,7 @@ void sw_matmul_tiled(enum sw_type t, int64_t n, const void *w, size_t w_stride, 
     }
     if (o1 <= o0 || nr <= 0)
         return;
-    if (k->mmtw[t] != NULL && nr >= SW_MMTW_ROWS)
+    if (k->mmtw[t] != NULL && nr >= (k->mmtw_rows[t] > 0 ? k->mmtw_rows[t] : SW_MMTW_ROWS))
         k->mmtw[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);
     else if (k->mmt[t] != NULL)
         k->mmt[t](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);

@@ -430,4 +430,6 @@ void sw_kernels_amx(struct sw_kernels *k)
     k->mmtw[SW_TYPE_Q4_K] = s_mm_q4_k;
     k->mmtw[SW_TYPE_Q5_K] = s_mm_q5_k;
     k->mmtw[SW_TYPE_Q6_K] = s_mm_q6_k;
+    k->mmtw_rows[SW_TYPE_Q4_K] = k->mmtw_rows[SW_TYPE_Q5_K] = k->mmtw_rows[SW_TYPE_Q6_K] =
+        SW_AMX_ROWS;
 }

@@ -123,8 +123,9 @@ struct sw_kernels {
     sw_mm_fn mm[SW_TYPE_COUNT];    // indexed by weight type
     sw_dot_fn tdot[SW_TYPE_COUNT]; // the tiled order (sw_matmul_tiled): K-quants only
     sw_mm_fn mmt[SW_TYPE_COUNT];   // its multi-row kernel
-    sw_mm_fn mmtw[SW_TYPE_COUNT];  // optional: its kernel for batches of SW_MMTW_ROWS rows or
+    sw_mm_fn mmtw[SW_TYPE_COUNT];  // optional: its kernel for batches of mmtw_rows[t] rows or
                                    // more (the same bits; faster when the rows are many)
+    int mmtw_rows[SW_TYPE_COUNT];  // that threshold; 0: SW_MMTW_ROWS
     sw_dot_fn gdot[SW_TYPE_COUNT]; // the order of llamafile's sgemm (sw_matmul_sgemm) where it
                                    // differs from dot's: iq4_nl only
     sw_mm_fn mmg[SW_TYPE_COUNT];   // its multi-row kernel
@@ -166,8 +167,10 @@ void sw_kernels_avx512_mv(struct sw_kernels *k);
  * sw_kernels_avx512_mv); same conditions. */
 void sw_kernels_avx512_mm(struct sw_kernels *k);
 /* From this many activation rows on, sw_matmul_tiled of q4_K, q5_K and q6_K
- * weights runs the AMX kernels (quant_amx.c; the same bits). */
-#define SW_AMX_ROWS 16
+ * weights runs the AMX kernels (quant_amx.c; the same bits): a tile takes 16
+ * activation rows, so 10 cost about what 16 do, and below ~10 the AVX2
+ * level's kernel is faster (bench_quant tiled, one core of the Intel VM). */
+#define SW_AMX_ROWS 10
 /* Adds those kernels to an AVX-512 table (mmtw); only call when the CPU has
  * AMX-TILE and AMX-INT8 and the OS granted this process the tile data
  * (sw_cpu_amx_ready). */

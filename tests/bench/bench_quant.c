@@ -248,7 +248,7 @@ static int s_tiled(sw_pool_t *pool, double min_s, const char *only)
         {SW_TYPE_IQ4_XS, 896, 4864}, {SW_TYPE_Q8_0, 1536, 1536},  {SW_TYPE_Q8_0, 8960, 1536},
         {SW_TYPE_Q8_0, 1536, 8960},  {SW_TYPE_Q4_0, 8960, 1536},  {SW_TYPE_Q4_0, 1536, 8960},
     };
-    const int nrs[] = {8, 16, 64, 128, 512};
+    const int nrs[] = {8, 10, 12, 14, 16, 64, 128, 512};
     const enum sw_kernel_level best = sw_quant_best_level();
     printf("%-5s %6s %5s %3s %3s", "type", "rows", "n", "nr", "thr");
     for (int l = SW_KLEVEL_AVX2; l <= (int)best; l++) {

@@ -1063,8 +1063,9 @@ static void s_levels_case(s_mm_fn mm, const char *what, enum sw_type t, int64_t 
  * results, bit for bit, on shapes that miss every blocking boundary of the
  * SIMD kernels: rows of 1, 3, 5 and 9 super-blocks (the AVX-512 kernel works
  * in slabs of 4), output ranges that start and end inside its panels of 16
- * weight rows and tiles of 32, 16 to 40 activation rows (it takes them 8 at a
- * time; below SW_MMTW_ROWS = 16 the AVX2 kernel runs), a y stride wider than
+ * weight rows and tiles of 32, 8 to 40 activation rows (it takes them 8 at a
+ * time; below SW_MMTW_ROWS = 16 the AVX2 kernel runs; the AMX level takes 16
+ * at a time from SW_AMX_ROWS = 10 on), a y stride wider than
  * the output, and random as well as extreme weights and activations. */
 static void test_tiled_levels(void)
 {
