@@ -1,7 +1,8 @@
 /*
  * quant_amx.c - AMX-INT8 kernels for the tiled K-quant order
  * (sw_matmul_tiled with SW_AMX_ROWS activation rows or more: prompt windows
- * of q4_K, q5_K and q6_K weights against q8_K activations). Compiled with
+ * and verification batches of q4_K, q5_K and q6_K weights against q8_K
+ * activations; a tile takes 16 rows, fewer are padded). Compiled with
  * -mamx-tile -mamx-int8 and the AVX-512 flags (the *_amx.c rule of
  * engine/CMakeLists.txt); quant.c only calls in here after the CPU said it
  * has AMX-TILE and AMX-INT8, the OS saves the tile state and granted this
