@@ -312,6 +312,31 @@ SW_AI void s_store_y(float (*acc)[S_TOK], int mw, int ma, float *y, int64_t ys)
  * the float steps of a whole item are more instructions than the core looks
  * ahead.
  */
+/* Item it of a panel: super-block it / npair against token tiles
+ * 2 * (it % npair) and, when two, the next (x1 is x0 when not). */
+struct s_item {
+    const struct s_wsb *w;
+    const struct s_xsb *x0, *x1;
+    int t, two;
+};
+
+SW_AI struct s_item s_item_at(int64_t it, int npair, int ntok, int64_t nb, const struct s_wsb *pw,
+                              const struct s_xsb *px)
+{
+    const int64_t b = it / npair;
+    const int t = 2 * (int)(it % npair), two = t + 1 < ntok;
+    const struct s_xsb *x0 = px + (int64_t)t * nb + b;
+    return (struct s_item){pw + b, x0, two ? x0 + nb : x0, t, two};
+}
+
+SW_AI void s_tiles_zero(void)
+{
+    S_TZERO(T_C0LO);
+    S_TZERO(T_C0HI);
+    S_TZERO(T_C1LO);
+    S_TZERO(T_C1HI);
+}
+
 static void s_panel(int kind, const struct s_wsb *pw, const struct s_xsb *px, int64_t nb, int ntok,
                     int nr, int mw, float (*acc)[S_PANEL][S_TOK], float *y, int64_t ys)
 {
@@ -319,55 +344,32 @@ static void s_panel(int kind, const struct s_wsb *pw, const struct s_xsb *px, in
     memset(acc, 0, (size_t)ntok * sizeof *acc);
     const int npair = (ntok + 1) / 2;
     const int64_t items = nb * npair;
-    /* item it: super-block it / npair, token tiles 2 * (it % npair) and the next */
-#define S_ITEM(it, b, t, two)                                                                      \
-    const int64_t b = (it) / npair;                                                                \
-    const int t = 2 * (int)((it) % npair);                                                         \
-    const int two = t + 1 < ntok
-    {
-        S_ITEM(0, b, t, two);
-        S_TZERO(T_C0LO);
-        S_TZERO(T_C0HI);
-        S_TZERO(T_C1LO);
-        S_TZERO(T_C1HI);
-        for (int k = 0; k < 4; k++)
-            s_amx_chunk(two, k, pw + b, px + (int64_t)t * nb + b, px + (int64_t)(t + two) * nb + b);
-    }
+    struct s_item cur = s_item_at(0, npair, ntok, nb, pw, px);
+    s_tiles_zero();
+    for (int k = 0; k < 4; k++)
+        s_amx_chunk(cur.two, k, cur.w, cur.x0, cur.x1);
     for (int64_t it = 0; it < items; it++) {
-        S_ITEM(it, b, t, two);
         S_TSTORE(T_C0LO, c[0][0], 64);
         S_TSTORE(T_C0HI, c[0][1], 64);
-        if (two) {
+        if (cur.two) {
             S_TSTORE(T_C1LO, c[1][0], 64);
             S_TSTORE(T_C1HI, c[1][1], 64);
         }
         const int more = it + 1 < items;
-        const int64_t nb_ = more ? (it + 1) / npair : 0;
-        const int nt_ = more ? 2 * (int)((it + 1) % npair) : 0;
-        const int ntwo = more && nt_ + 1 < ntok;
-        if (more) {
-            S_TZERO(T_C0LO);
-            S_TZERO(T_C0HI);
-            S_TZERO(T_C1LO);
-            S_TZERO(T_C1HI);
-        }
-        const struct s_xsb *x0 = px + (int64_t)t * nb + b, *x1 = px + (int64_t)(t + two) * nb + b;
+        const struct s_item next = more ? s_item_at(it + 1, npair, ntok, nb, pw, px) : cur;
+        if (more)
+            s_tiles_zero();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            if (more) {
-                if (ntwo)
-                    s_amx_chunk(1, k, pw + nb_, px + (int64_t)nt_ * nb + nb_,
-                                px + (int64_t)(nt_ + 1) * nb + nb_);
-                else
-                    s_amx_chunk(0, k, pw + nb_, px + (int64_t)nt_ * nb + nb_, NULL);
-            }
-            s_post4(kind, 4 * k, pw + b, x0, (const int32_t(*)[S_PANEL][S_TOK])c[0], acc[t]);
-            if (two)
-                s_post4(kind, 4 * k, pw + b, x1, (const int32_t(*)[S_PANEL][S_TOK])c[1],
-                        acc[t + 1]);
+            if (more)
+                s_amx_chunk(next.two, k, next.w, next.x0, next.x1);
+            s_post4(kind, 4 * k, cur.w, cur.x0, (const int32_t(*)[S_PANEL][S_TOK])c[0], acc[cur.t]);
+            if (cur.two)
+                s_post4(kind, 4 * k, cur.w, cur.x1, (const int32_t(*)[S_PANEL][S_TOK])c[1],
+                        acc[cur.t + 1]);
         }
+        cur = next;
     }
-#undef S_ITEM
     for (int t = 0; t < ntok; t++) {
         const int ma = nr - S_TOK * t < S_TOK ? nr - S_TOK * t : S_TOK;
         s_store_y(acc[t], mw, ma, y + (int64_t)S_TOK * t * ys, ys);
@@ -406,14 +408,13 @@ static void s_mm(int kind, int64_t n, const void *w, size_t w_stride, int64_t o0
     free(acc);
 }
 
+/* sw_matmul_tiled calls these for SW_AMX_ROWS rows or more (mmtw_rows) and a
+ * non-empty range. */
 #define S_DEF(name, kind)                                                                          \
     static void s_mm_##name(int64_t n, const void *w, size_t w_stride, int64_t o0, int64_t o1,     \
                             const void *x, size_t x_stride, int nr, float *y, int64_t y_stride)    \
     {                                                                                              \
-        if (nr < SW_AMX_ROWS)                                                                      \
-            s_prev[kind](n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                    \
-        else if (o1 > o0)                                                                          \
-            s_mm(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                      \
+        s_mm(kind, n, w, w_stride, o0, o1, x, x_stride, nr, y, y_stride);                          \
     }
 
 S_DEF(q4_k, K_Q4_K)

@@ -176,7 +176,7 @@ void sw_kernels_avx512_mm(struct sw_kernels *k);
  * (sw_cpu_amx_ready). */
 void sw_kernels_amx(struct sw_kernels *k);
 /* 1 when the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state and
- * this process may use it (asks the kernel for it once, on Linux). */
+ * this process may use it (each call asks Linux for it; s_init calls it once). */
 int sw_cpu_amx_ready(void);
 /* 1 when the CPU has AVX-VNNI (and SW_NO_VNNI is unset). */
 int sw_cpu_has_avxvnni(void);
