@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The kernels spell out where GGML's arithmetic fuses a multiply-add (fmaf,
  * _mm256_fmadd_ps) and where it does not; the compiler must not fuse others. */
@@ -838,13 +839,13 @@ static void s_init(void)
     sw_kernels_lowbit(sc); // q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit.c)
     const char *env = getenv("SW_CPU");
     enum sw_kernel_level cap = SW_KLEVEL_AMX;
-    if (env != NULL && strcmp(env, "scalar") == 0)
+    if (env != NULL && strcasecmp(env, "scalar") == 0)
         cap = SW_KLEVEL_SCALAR;
-    else if (env != NULL && strcmp(env, "avx2") == 0)
+    else if (env != NULL && strcasecmp(env, "avx2") == 0)
         cap = SW_KLEVEL_AVX2;
-    else if (env != NULL && strcmp(env, "avx512") == 0)
+    else if (env != NULL && strcasecmp(env, "avx512") == 0)
         cap = SW_KLEVEL_AVX512;
-    else if (env != NULL && *env != '\0' && strcmp(env, "amx") != 0)
+    else if (env != NULL && *env != '\0' && strcasecmp(env, "amx") != 0)
         SW_WARN("SW_CPU=%s is not a kernel level (scalar, avx2, avx512 or amx): using the best "
                 "one the CPU has",
                 env);

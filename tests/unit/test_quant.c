@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -1243,11 +1244,11 @@ static void test_dispatch(void)
                                 : f512 && favx2       ? SW_KLEVEL_AVX512
                                 : favx2               ? SW_KLEVEL_AVX2
                                                       : SW_KLEVEL_SCALAR;
-    if (env != NULL && strcmp(env, "scalar") == 0)
+    if (env != NULL && strcasecmp(env, "scalar") == 0)
         want = SW_KLEVEL_SCALAR;
-    else if (env != NULL && strcmp(env, "avx2") == 0 && want > SW_KLEVEL_AVX2)
+    else if (env != NULL && strcasecmp(env, "avx2") == 0 && want > SW_KLEVEL_AVX2)
         want = SW_KLEVEL_AVX2;
-    else if (env != NULL && strcmp(env, "avx512") == 0 && want > SW_KLEVEL_AVX512)
+    else if (env != NULL && strcasecmp(env, "avx512") == 0 && want > SW_KLEVEL_AVX512)
         want = SW_KLEVEL_AVX512;
     fprintf(stderr, "dispatch: cpuinfo says %s, SW_CPU %s, best level %s\n",
             f512 && favx2 && famx ? "amx"
